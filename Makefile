@@ -1,0 +1,210 @@
+# SPDX-License-Identifier: MIT
+# volrec build: `make`, `make test` (= check), `make demo`, `make bench`, `make install`.
+# Options: O=dir (out-of-tree), V=1 (verbose), SANITIZER=address|undefined|thread,
+# CUDA=0 (force a CPU-only build), NVCC=path, CUDA_ARCHS="90 100" (device code, plus PTX of the
+# first), PREFIX=/usr/local, DESTDIR=.
+#
+# Each module folder has a module.mk that declares what it builds with the variables below;
+# this file only holds the generic rules.
+
+.DEFAULT_GOAL := all
+SHELL := /bin/bash
+
+O ?= build
+B := $(patsubst %/,%,$(O))
+V ?= 0
+PREFIX ?= /usr/local
+DESTDIR ?=
+PYTHON ?= /usr/bin/python3
+SANITIZER ?=
+VERSION := 0.1.0
+
+ifeq ($(V),1)
+Q :=
+msg = @true
+else
+Q := @
+msg = @printf '  %-7s %s\n' '$(1)' '$(2)'
+endif
+
+PKGS := libzmq yaml-0.1 fftw3f libsystemd libpng
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+HDF5_CFLAGS := -I/usr/include/hdf5/serial
+HDF5_LIBS := -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5
+
+CC ?= cc
+CPPFLAGS += -Iinclude -I. -D_GNU_SOURCE -DVOLREC_VERSION='"$(VERSION)"' $(PKG_CFLAGS) $(HDF5_CFLAGS)
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter \
+	  -fPIC -pthread -MMD -MP
+LDFLAGS += -pthread
+LDLIBS += -lm
+
+ifneq ($(SANITIZER),)
+ifeq ($(filter $(SANITIZER),address undefined thread),)
+$(error SANITIZER must be address, undefined or thread, not '$(SANITIZER)')
+endif
+CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZER)
+ifeq ($(SANITIZER),undefined)
+CFLAGS += -fno-sanitize-recover=all
+LDFLAGS += -fno-sanitize-recover=all
+endif
+endif
+
+# ---- CUDA (optional) -------------------------------------------------------------------------
+CUDA ?= auto
+ifeq ($(CUDA),0)
+NVCC :=
+else
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS ?= 90
+ifneq ($(NVCC),)
+HAVE_CUDA := 1
+CPPFLAGS += -DVOLREC_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcufft -lcudart
+NVCCFLAGS ?= -O3 -lineinfo
+NVCCFLAGS += -std=c++17 $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+	     -gencode arch=compute_$(firstword $(CUDA_ARCHS)),code=compute_$(firstword $(CUDA_ARCHS)) \
+	     -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-Wno-unused-parameter -Werror all-warnings \
+	     -MMD -MP -Iinclude -I. -DVOLREC_HAVE_CUDA=1
+else
+HAVE_CUDA := 0
+CUDA_LDLIBS :=
+ifneq ($(filter-out clean format format-check deps,$(or $(MAKECMDGOALS),all)),)
+$(info volrec: nvcc not found: building the CPU backend only (CUDA backend skipped))
+endif
+endif
+
+# ---- what the modules declare ------------------------------------------------------------------
+# ARCHIVES += name; name_SRCS := ...; name_LDLIBS := ...    (static archive $(B)/lib/libname.a)
+# PROGRAMS += name; name_SRCS := ...; name_ARCHIVES := ...; name_LDLIBS := ...  ($(B)/bin/name)
+# SHLIBS += name; name_SRCS, name_ARCHIVES, name_LDLIBS, name_SOVERSION  ($(B)/lib/libname.so)
+# UNIT_SRCS += tests/unit/test_x.c; UNIT_ARCHIVES += ...  (linked into one cmocka runner)
+# TEST_PROGRAMS += name (like PROGRAMS, built into $(B)/tests/)
+ARCHIVES :=
+PROGRAMS :=
+SHLIBS :=
+UNIT_SRCS :=
+UNIT_ARCHIVES :=
+TEST_PROGRAMS :=
+INSTALL_RULES :=
+# What every program that processes data links (recursive: modules fill it in).
+CORE_ARCHIVES = cfg be cpu sim src $(if $(filter 1,$(HAVE_CUDA)),gpu)
+
+include $(sort $(wildcard */module.mk) $(wildcard tests/*/module.mk))
+
+obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
+archive_libs = $(foreach a,$(1),$(B)/lib/lib$(a).a)
+archive_ldlibs = $(sort $(foreach a,$(1),$($(a)_LDLIBS)))
+
+$(B)/obj/%.o: %.c
+	$(call msg,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(B)/obj/%.o: %.cu
+	$(call msg,NVCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+define archive_rule
+$(B)/lib/lib$(1).a: $(call obj,$($(1)_SRCS))
+	$$(call msg,AR,$$@)
+	@mkdir -p $$(@D)
+	$(Q)rm -f $$@ && ar rcs $$@ $$^
+ALL_OBJS += $(call obj,$($(1)_SRCS))
+endef
+
+# $(1) name, $(2) output path
+define link_rule
+$(2): $(call obj,$($(1)_SRCS)) $(call archive_libs,$($(1)_ARCHIVES))
+	$$(call msg,LD,$$@)
+	@mkdir -p $$(@D)
+	$(Q)$(CC) $(LDFLAGS) -o $$@ $(call obj,$($(1)_SRCS)) -Wl,--start-group \
+		$(call archive_libs,$($(1)_ARCHIVES)) -Wl,--end-group \
+		$($(1)_LDLIBS) $(call archive_ldlibs,$($(1)_ARCHIVES)) $(LDLIBS)
+ALL_OBJS += $(call obj,$($(1)_SRCS))
+endef
+
+define shlib_rule
+$(B)/lib/lib$(1).so.$($(1)_SOVERSION): $(call obj,$($(1)_SRCS)) $(call archive_libs,$($(1)_ARCHIVES))
+	$$(call msg,LD,$$@)
+	@mkdir -p $$(@D)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,lib$(1).so.$($(1)_SOVERSION) \
+		$(if $($(1)_VERSION_SCRIPT),-Wl$(comma)--version-script=$($(1)_VERSION_SCRIPT)) -o $$@ \
+		$(call obj,$($(1)_SRCS)) -Wl,--start-group $(call archive_libs,$($(1)_ARCHIVES)) \
+		-Wl,--end-group $($(1)_LDLIBS) $(call archive_ldlibs,$($(1)_ARCHIVES)) $(LDLIBS)
+$(B)/lib/lib$(1).so: $(B)/lib/lib$(1).so.$($(1)_SOVERSION)
+	$(Q)ln -sf lib$(1).so.$($(1)_SOVERSION) $$@
+ALL_OBJS += $(call obj,$($(1)_SRCS))
+endef
+comma := ,
+
+$(foreach a,$(ARCHIVES),$(eval $(call archive_rule,$(a))))
+$(foreach p,$(PROGRAMS),$(eval $(call link_rule,$(p),$(B)/bin/$(p))))
+$(foreach p,$(TEST_PROGRAMS),$(eval $(call link_rule,$(p),$(B)/tests/$(p))))
+$(foreach s,$(SHLIBS),$(eval $(call shlib_rule,$(s))))
+
+# ---- the cmocka runner: every tests/unit/*.c with VR_TEST_GROUP(name) -----------------------
+unit_runner_SRCS := tests/unit/main.c $(UNIT_SRCS)
+unit_runner_ARCHIVES := $(sort $(UNIT_ARCHIVES))
+unit_runner_LDLIBS := -lcmocka
+$(B)/gen/unit_groups.h: $(UNIT_SRCS) Makefile
+	@mkdir -p $(@D)
+	$(Q)grep -ho '^VR_TEST_GROUP([a-z0-9_]*)' /dev/null $(UNIT_SRCS) | \
+		sed 's/VR_TEST_GROUP(\(.*\))/GROUP(\1)/' > $@.tmp && mv $@.tmp $@
+$(call obj,tests/unit/main.c): $(B)/gen/unit_groups.h
+$(call obj,tests/unit/main.c): CPPFLAGS += -I$(B)/gen
+$(eval $(call link_rule,unit_runner,$(B)/tests/unit_runner))
+
+PROGRAM_FILES := $(PROGRAMS:%=$(B)/bin/%)
+SHLIB_FILES := $(foreach s,$(SHLIBS),$(B)/lib/lib$(s).so.$($(s)_SOVERSION) $(B)/lib/lib$(s).so)
+TEST_FILES := $(TEST_PROGRAMS:%=$(B)/tests/%) $(B)/tests/unit_runner
+
+.PHONY: all test check unit pytest tests-build bench demo deps format format-check clean \
+	install uninstall
+all: $(PROGRAM_FILES) $(SHLIB_FILES)
+tests-build: all $(TEST_FILES)
+
+# Environment for tests and tools run from the build tree.
+export VOLREC_BUILD := $(abspath $(B))
+export VOLREC_SRC := $(CURDIR)
+export VOLREC_HAVE_CUDA := $(HAVE_CUDA)
+export VOLREC_SANITIZER := $(SANITIZER)
+
+unit: tests-build
+	$(call msg,TEST,unit)
+	$(Q)$(B)/tests/unit_runner
+
+pytest: tests-build
+	$(call msg,TEST,integration)
+	$(Q)PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
+		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration $(PYTEST_ARGS)
+
+test check: unit pytest
+
+format:
+	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+
+format-check:
+	$(call msg,FORMAT,check)
+	$(Q)clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+
+DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev libfftw3-dev \
+	libhdf5-dev libpng-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
+	python3-h5py clang-format
+deps:
+	@if [ "$$(id -u)" = 0 ]; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_DEPS); \
+	else \
+		echo "run as root, or: sudo apt-get install -y $(DEB_DEPS)"; \
+	fi
+
+clean:
+	rm -rf $(B)
+
+-include $(ALL_OBJS:.o=.d) $(B)/obj/tests/unit/main.d

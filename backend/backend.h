@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The processing backend interface: one table of functions that the CPU reference backend
+ * (cpu/) and the CUDA backend (gpu/) both implement, so the daemon, `volrec process` and the
+ * benchmarks drive either without knowing which. The numerical contract is docs/algorithms.md.
+ *
+ * Life of an epoch: be_bscan_submit() once for each of its ny B-scans (any order, each raw
+ * buffer stays valid and unchanged until be_epoch_finish() for that epoch returns), then
+ * be_epoch_finish() which writes the output volume. One epoch at a time; calls on one backend
+ * come from one thread at a time.
+ */
+#ifndef VOLREC_BACKEND_H
+#define VOLREC_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../config/config.h"
+
+struct be_backend;
+
+/* What one finished epoch produces. Any pointer may be NULL when not wanted. */
+struct be_output {
+	uint8_t *volume;  /* u8 output volume [Y][X][Z] (cfg_out_voxels bytes) */
+	float *lowres;    /* low-resolution volume L_e [ny][nx][nz], normalized floats */
+	float *full;      /* output before quantization [Y][X][Z] (float of volume) */
+};
+
+struct be_ops {
+	const char *name; /* "cpu" or "cuda" */
+	/* Build everything for this config (plans, tables, device memory). On failure returns
+	 * a negative errno and writes a message naming what failed into err. */
+	int (*create)(const struct vr_config *cfg, void **state, char *err, size_t errlen);
+	void (*destroy)(void *state);
+	/* Human-readable device description ("CPU: 2 threads, FFTW 3.3.10", "NVIDIA H200 ..."). */
+	const char *(*device)(void *state);
+	/* Host memory for raw B-scans / output volumes that the backend transfers fastest
+	 * (pinned on CUDA). free accepts NULL. */
+	int (*host_alloc)(void *state, size_t size, void **ptr);
+	void (*host_free)(void *state, void *ptr);
+	/* Make caller-owned memory (a shm slot, a shim's buffers) fast for transfers. */
+	int (*host_register)(void *state, void *ptr, size_t size);
+	void (*host_unregister)(void *state, void *ptr);
+	/* Queue B-scan b (0..ny-1) of epoch e; raw is [nx][K] samples of geometry.sample_type. */
+	int (*bscan_submit)(void *state, uint64_t epoch, uint32_t bscan, const void *raw);
+	/* Finish epoch e: all its B-scans were submitted. Reconstructs and writes out. */
+	int (*epoch_finish)(void *state, uint64_t epoch, const struct be_output *out, char *err,
+			    size_t errlen);
+	/* Apply live parameters of cfg (non-structural, see cfg_is_structural_change) from the
+	 * next epoch on, without reallocation. */
+	int (*update_live)(void *state, const struct vr_config *cfg, char *err, size_t errlen);
+	/* Forget the reconstruction history (E, cumulative output): as if epoch 0 came next. */
+	void (*reset_history)(void *state);
+};
+
+extern const struct be_ops be_cpu_ops;
+#ifdef VOLREC_HAVE_CUDA
+extern const struct be_ops be_cuda_ops;
+#endif
+
+struct be_backend {
+	const struct be_ops *ops;
+	void *state;
+};
+
+/*
+ * Open the backend cfg->backend names. `auto` tries CUDA when built with it and falls back to
+ * the CPU, writing why into note (may be NULL) when it does. On failure returns a negative
+ * errno and the message in err; *out is written only on success. Free with be_close().
+ */
+__attribute__((warn_unused_result)) int be_open(const struct vr_config *cfg,
+						struct be_backend **out, char *note,
+						size_t notelen, char *err, size_t errlen);
+void be_close(struct be_backend *be);
+
+/* Whether this build has the CUDA backend compiled in. */
+bool be_have_cuda(void);
+
+#endif

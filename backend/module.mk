@@ -1,0 +1,3 @@
+# The backend interface and selection (be_): the daemon and tools link CORE_ARCHIVES.
+ARCHIVES += be
+be_SRCS := $(wildcard backend/*.c)

@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The `volrec` command's subcommands. Each lives in its own cmd_*.c and is declared there with
+ * VR_COMMAND(name, "one-line summary") { ... }, which defines int cmd_name(int argc, char **argv)
+ * (argv[0] is the subcommand name). The build collects them into the dispatch table.
+ * Exit codes every subcommand keeps: 0 success, 1 failure at run time, 2 usage or config error,
+ * 3 no daemon running for the instance; further codes are documented per subcommand.
+ */
+#ifndef VOLREC_CLIENTS_COMMANDS_H
+#define VOLREC_CLIENTS_COMMANDS_H
+
+#define VR_COMMAND(name, summary) int cmd_##name(int argc, char **argv)
+
+enum {
+	VR_EXIT_OK = 0,
+	VR_EXIT_FAIL = 1,
+	VR_EXIT_USAGE = 2,
+	VR_EXIT_NO_DAEMON = 3,
+};
+
+#endif

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec`: one command for the operator's and developer's tools; dispatches to the subcommand
+ * named by the first argument.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+#define COMMAND(name, summary) int cmd_##name(int argc, char **argv);
+#include "volrec_commands.h"
+#undef COMMAND
+
+static const struct {
+	const char *name;
+	const char *summary;
+	int (*run)(int argc, char **argv);
+} commands[] = {
+#define COMMAND(name, summary) {#name, summary, cmd_##name},
+#include "volrec_commands.h"
+#undef COMMAND
+	{NULL, NULL, NULL},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: volrec COMMAND [OPTIONS]   (volrec COMMAND --help for its options)\n\n"
+		   "commands:\n");
+	for (size_t i = 0; commands[i].name; i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return VR_EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return VR_EXIT_OK;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("volrec %s\n", VOLREC_VERSION);
+		return VR_EXIT_OK;
+	}
+	for (size_t i = 0; commands[i].name; i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "volrec: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return VR_EXIT_USAGE;
+}

@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The effective volrecd configuration: one struct holding every key of the YAML schema
+ * (docs/configuration.md), filled with defaults, validated, with its tables loaded.
+ * cfg_load() is the only way a struct vr_config gets its values from a file.
+ */
+#ifndef VOLREC_CONFIG_H
+#define VOLREC_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CFG_PATH_MAX 4096
+#define CFG_NAME_MAX 64
+#define CFG_MAX_PUB 8
+#define CFG_ERR_MAX 1024
+
+enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
+enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
+enum cfg_replay_format { CFG_REPLAY_AUTO, CFG_REPLAY_RAW };
+enum cfg_sample { CFG_SAMPLE_U16, CFG_SAMPLE_I16, CFG_SAMPLE_F32 };
+enum cfg_background {
+	CFG_BG_ASCAN_MEAN,
+	CFG_BG_BSCAN_MEAN,
+	CFG_BG_BSCAN_MEDIAN,
+	CFG_BG_REFERENCE,
+	CFG_BG_NONE,
+};
+enum cfg_resample { CFG_RS_NONE, CFG_RS_LINEAR, CFG_RS_CUBIC, CFG_RS_SPLINE };
+enum cfg_rs_pos { CFG_RSPOS_NONE, CFG_RSPOS_TABLE, CFG_RSPOS_POLY, CFG_RSPOS_WAVELENGTH };
+enum cfg_window {
+	CFG_WIN_NONE,
+	CFG_WIN_HANN,
+	CFG_WIN_HAMMING,
+	CFG_WIN_BLACKMAN,
+	CFG_WIN_GAUSS,
+	CFG_WIN_TUKEY,
+};
+enum cfg_disp { CFG_DISP_NONE, CFG_DISP_COEFFS, CFG_DISP_TABLE };
+enum cfg_recon_mode { CFG_RECON_NONE, CFG_RECON_NONCUMULATIVE, CFG_RECON_CUMULATIVE };
+enum cfg_temporal { CFG_TEMPORAL_LINEAR, CFG_TEMPORAL_EXP };
+enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };
+enum cfg_overflow { CFG_OVERFLOW_DROP_EPOCH, CFG_OVERFLOW_BLOCK };
+enum cfg_log_level { CFG_LOG_ERROR, CFG_LOG_WARNING, CFG_LOG_INFO, CFG_LOG_DEBUG };
+
+/* One loaded table file (one float per line); data is owned by the config. */
+struct cfg_table {
+	char path[CFG_PATH_MAX]; /* as given in the file, resolved relative to it */
+	double *data;            /* NULL when the key is absent */
+	size_t len;              /* number of values; equals K once validated */
+};
+
+struct vr_config {
+	char source_file[CFG_PATH_MAX]; /* the YAML file this came from ("" for defaults) */
+
+	char instance[CFG_NAME_MAX]; /* [A-Za-z0-9_-]{1,63}, names the shm segments */
+	enum cfg_backend backend;
+
+	struct {
+		int device;  /* CUDA device ordinal, >= 0 */
+		int streams; /* 1..32 */
+	} gpu;
+
+	struct {
+		int threads; /* 0 = all cores, else 1..256 */
+	} cpu;
+
+	struct {
+		enum cfg_source type;
+		double rate; /* epochs per second, 0 = as fast as possible */
+		struct {
+			char path[CFG_PATH_MAX];
+			enum cfg_replay_format format;
+			bool loop;
+		} replay;
+		struct {
+			uint64_t seed;
+			char phantom[CFG_NAME_MAX]; /* "retina" */
+			double deg_per_s;           /* motion.deg_per_s */
+			double snr_db;
+		} synth;
+		struct {
+			char library[CFG_PATH_MAX];
+			char *args_yaml;  /* the args mapping re-emitted as YAML text, owned */
+			int timeout_ms;   /* 1..600000 */
+		} shim;
+	} source;
+
+	struct {
+		uint32_t samples_per_ascan; /* K */
+		enum cfg_sample sample_type;
+		uint32_t bit_shift;         /* 0..15, integer samples only */
+		uint32_t ascans_per_bscan;  /* nx */
+		uint32_t bscans_per_volume; /* ny */
+		uint32_t stride[2];         /* sx, sy */
+		uint32_t depth_range[2];    /* [z0, z1) within [0, N/2) */
+		bool bidirectional;
+	} geometry;
+
+	struct {
+		struct {
+			enum cfg_background mode;
+			struct cfg_table reference;
+		} background;
+		struct {
+			enum cfg_resample method;
+			enum cfg_rs_pos positions; /* which of the three below was given */
+			struct cfg_table table;
+			double poly[4];
+			double wavelength_nm[4];
+		} resample;
+		struct {
+			enum cfg_window type;
+			double param; /* gauss sigma (default 0.4), tukey alpha (default 0.5) */
+		} window;
+		struct {
+			enum cfg_disp kind;
+			double coeffs[2]; /* a2, a3 */
+			struct cfg_table table;
+		} dispersion;
+		uint32_t zero_pad;  /* 1, 2 or 4 */
+		double db_range[2]; /* lo < hi */
+		struct {
+			bool x, z;
+		} flip;
+	} preprocess;
+
+	struct {
+		enum cfg_recon_mode mode;
+		double spatial_sigma; /* > 0 */
+		enum cfg_temporal temporal;
+		double tau; /* > 0 */
+		enum cfg_combine combine;
+	} reconstruct;
+
+	struct {
+		uint32_t slots; /* 2..64 */
+	} output;
+
+	struct {
+		uint32_t ring_bscans; /* >= bscans_per_volume */
+		enum cfg_overflow overflow;
+	} pipeline;
+
+	struct {
+		char run_dir[CFG_PATH_MAX];
+		char pub[CFG_MAX_PUB][CFG_PATH_MAX]; /* endpoints; npub == 0: the default ipc:// one */
+		uint32_t npub;
+		uint32_t status_interval_ms; /* 50..60000 */
+		uint32_t hwm;                /* ZeroMQ send high-water mark, 1..100000 */
+		uint32_t max_readers;        /* lease table size, 1..1024 */
+		bool keep_shm;               /* leave the segments on shutdown */
+		char curve_secret_key[CFG_PATH_MAX]; /* file with the server's secret key (z85) */
+		char curve_public_key[CFG_PATH_MAX]; /* file with the server's public key (z85) */
+	} ipc;
+
+	struct {
+		enum cfg_log_level level;
+	} log;
+};
+
+/* Derived sizes; valid only on a validated config. */
+static inline uint32_t cfg_fft_len(const struct vr_config *c)
+{
+	return c->geometry.samples_per_ascan * c->preprocess.zero_pad;
+}
+static inline uint32_t cfg_nz(const struct vr_config *c)
+{
+	return c->geometry.depth_range[1] - c->geometry.depth_range[0];
+}
+static inline uint32_t cfg_stride_area(const struct vr_config *c)
+{
+	return c->geometry.stride[0] * c->geometry.stride[1];
+}
+static inline size_t cfg_sample_size(const struct vr_config *c)
+{
+	return c->geometry.sample_type == CFG_SAMPLE_F32 ? 4 : 2;
+}
+/* Bytes of one raw B-scan: nx * K samples. */
+static inline size_t cfg_bscan_bytes(const struct vr_config *c)
+{
+	return (size_t)c->geometry.ascans_per_bscan * c->geometry.samples_per_ascan *
+	       cfg_sample_size(c);
+}
+/* Voxels of one output volume: Y * X * Z (the low-resolution one when mode is none). */
+static inline size_t cfg_out_voxels(const struct vr_config *c)
+{
+	if (c->reconstruct.mode == CFG_RECON_NONE)
+		return (size_t)c->geometry.bscans_per_volume * c->geometry.ascans_per_bscan *
+		       cfg_nz(c);
+	return (size_t)c->geometry.bscans_per_volume * c->geometry.stride[1] *
+	       c->geometry.ascans_per_bscan * c->geometry.stride[0] * cfg_nz(c);
+}
+
+/* Fill every field with its default (no file involved). Never fails. */
+void cfg_defaults(struct vr_config *cfg);
+
+/*
+ * Load, validate and resolve the YAML file at path into *cfg (defaults for absent keys,
+ * tables loaded and checked against K). On failure returns a negative errno, writes
+ * "FILE:LINE:COLUMN: key.path: what is wrong (what is allowed)" into err, and leaves *cfg
+ * holding defaults only (nothing to free beyond cfg_free). The caller owns *cfg and frees it
+ * with cfg_free().
+ */
+__attribute__((warn_unused_result)) int cfg_load(struct vr_config *cfg, const char *path,
+						 char *err, size_t errlen);
+
+/* Same as cfg_load, from a YAML string; name is used in messages instead of a file name and
+ * relative paths resolve against the current directory. */
+__attribute__((warn_unused_result)) int cfg_load_string(struct vr_config *cfg, const char *yaml,
+							const char *name, char *err,
+							size_t errlen);
+
+/* Free what cfg_load allocated (tables, shim args); leaves defaults behind. NULL is fine. */
+void cfg_free(struct vr_config *cfg);
+
+/* Deep copy (tables and strings duplicated). Returns 0 or -ENOMEM (dst then holds defaults). */
+__attribute__((warn_unused_result)) int cfg_copy(struct vr_config *dst,
+						 const struct vr_config *src);
+
+/* Write the effective configuration as YAML that cfg_load accepts back. */
+__attribute__((warn_unused_result)) int cfg_dump(const struct vr_config *cfg, FILE *out);
+
+/*
+ * True when going from a to b needs a rebuild (geometry, slots, source, backend, devices,
+ * endpoints, ...); false when only live parameters differ (dB range, window, dispersion,
+ * reconstruction weights and mode, log level, status interval).
+ */
+bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config *b);
+
+/* Names of enum values as written in YAML, for messages and dumps. */
+const char *cfg_backend_name(enum cfg_backend v);
+const char *cfg_source_name(enum cfg_source v);
+const char *cfg_sample_name(enum cfg_sample v);
+const char *cfg_background_name(enum cfg_background v);
+const char *cfg_resample_name(enum cfg_resample v);
+const char *cfg_window_name(enum cfg_window v);
+const char *cfg_recon_mode_name(enum cfg_recon_mode v);
+const char *cfg_temporal_name(enum cfg_temporal v);
+const char *cfg_combine_name(enum cfg_combine v);
+
+#endif

@@ -1,0 +1,6 @@
+# CPU reference backend (cpu_): FFTW3 single precision, threads.
+ARCHIVES += cpu
+cpu_SRCS := $(wildcard cpu/*.c)
+cpu_LDLIBS := -lfftw3f_threads -lfftw3f
+UNIT_SRCS += $(wildcard tests/unit/test_cpu*.c)
+UNIT_ARCHIVES += $(CORE_ARCHIVES)
