@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * volrec publishing protocol: the shared-memory data segment, the reader-lease segment and the
+ * ZeroMQ `vol` message, all little-endian with fixed offsets (docs/protocol.md says it in words).
+ * Plain integer fields only; the atomic fields are accessed with 8/4-byte aligned atomic ops.
+ */
+#ifndef VOLREC_PROTOCOL_H
+#define VOLREC_PROTOCOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Versioning: a reader rejects any other major; a higher minor only appends fields. */
+#define VOLREC_PROTO_MAJOR 1
+#define VOLREC_PROTO_MINOR 0
+
+#define VOLREC_SHM_PREFIX      "/volrec." /* data segment: "/volrec.<instance>" */
+#define VOLREC_SHM_LEASE_SUFX  ".readers" /* lease segment: "/volrec.<instance>.readers" */
+#define VOLREC_DEFAULT_RUN_DIR "/run/volrec"
+#define VOLREC_INSTANCE_MAX    63 /* [A-Za-z0-9_-]{1,63} */
+
+#define VOLREC_SLOT_ALIGN    ((uint64_t)2 << 20) /* slot data offsets are multiples of 2 MiB */
+#define VOLREC_MAX_SLOTS     64
+#define VOLREC_MAX_READERS   1024
+#define VOLREC_SLOT_NONE     0xFFFFFFFFu
+#define VOLREC_ENDPOINTS_MAX 2048 /* bytes of the endpoint list in the data segment */
+
+/* Bytes "VRSHMSEG", "VRLEASES", "VRVM" read as little-endian integers. */
+#define VOLREC_SHM_MAGIC   UINT64_C(0x4745534D48535256)
+#define VOLREC_LEASE_MAGIC UINT64_C(0x53455341454C5256)
+#define VOLREC_VOL_MAGIC   UINT32_C(0x4D565256)
+
+enum volrec_dtype {
+	VOLREC_DTYPE_U8 = 1,
+	VOLREC_DTYPE_U16 = 2,
+	VOLREC_DTYPE_F32 = 3,
+};
+
+static inline size_t volrec_dtype_size(uint32_t dtype)
+{
+	return dtype == VOLREC_DTYPE_U8    ? 1
+	       : dtype == VOLREC_DTYPE_U16 ? 2
+	       : dtype == VOLREC_DTYPE_F32 ? 4
+	                                   : 0;
+}
+
+enum volrec_seg_state {
+	VOLREC_STATE_INIT = 0, /* being created: readers wait and retry */
+	VOLREC_STATE_LIVE = 1, /* a writer publishes into it */
+	VOLREC_STATE_CLOSED =
+	        2, /* the writer stopped cleanly; the segment stays only with keep_shm */
+};
+
+/* Slot flags (struct volrec_slot_header.flags, struct volrec_vol_msg.flags). */
+#define VOLREC_FLAG_PARTIAL 0x1u /* some B-scans of the epoch were dropped */
+#define VOLREC_FLAG_RESET   0x2u /* first volume after a reconstruction-history reset */
+
+/*
+ * Data segment, offset 0: 256 bytes. The header region [0, data_offset) also holds the slot
+ * header table (slot_table_offset) and the NUL-separated endpoint list (endpoints_offset).
+ */
+struct volrec_shm_header {
+	uint64_t magic;             /*   0 VOLREC_SHM_MAGIC */
+	uint16_t major;             /*   8 VOLREC_PROTO_MAJOR */
+	uint16_t minor;             /*  10 VOLREC_PROTO_MINOR */
+	uint32_t header_size;       /*  12 sizeof(struct volrec_shm_header) = 256 */
+	uint64_t session_id;        /*  16 random, non-zero, new at every (re)build */
+	uint32_t ny;                /*  24 volume shape [Y][X][Z], Z fastest */
+	uint32_t nx;                /*  28 */
+	uint32_t nz;                /*  32 */
+	uint32_t dtype;             /*  36 enum volrec_dtype */
+	uint32_t slot_count;        /*  40 number of slots */
+	uint32_t slot_header_size;  /*  44 bytes per slot header entry (128) */
+	uint64_t slot_table_offset; /*  48 offset of slot header 0 */
+	uint64_t data_offset;       /*  56 offset of slot 0 data, a multiple of 2 MiB */
+	uint64_t slot_stride;       /*  64 distance between slot data, a multiple of 2 MiB */
+	uint64_t volume_bytes;      /*  72 ny * nx * nz * dtype size */
+	uint64_t segment_size;      /*  80 total bytes of the segment */
+	uint64_t latest_sequence;  /*  88 atomic: sequence of the newest published volume, 0 none */
+	uint32_t latest_slot;      /*  96 atomic: its slot (a hint: check the slot's sequence) */
+	int32_t writer_pid;        /* 100 pid of the writer */
+	uint64_t created_ns;       /* 104 CLOCK_REALTIME ns when the segment was created */
+	uint32_t state;            /* 112 atomic: enum volrec_seg_state */
+	uint32_t max_readers;      /* 116 entries in the lease table */
+	uint64_t endpoints_offset; /* 120 offset of the endpoint list */
+	uint32_t endpoints_size;   /* 128 bytes reserved for it (NUL-separated, ends with "\0\0") */
+	uint32_t reserved0;        /* 132 zero */
+	uint64_t reserved[15];     /* 136..255 zero */
+};
+
+/*
+ * Slot header, slot_header_size bytes at slot_table_offset + i * slot_header_size.
+ * sequence is a seqlock and also names the volume: 0 = empty, 2n-1 = volume n being written,
+ * 2n = volume n complete. Volume sequence numbers n start at 1 in each session.
+ */
+struct volrec_slot_header {
+	uint64_t sequence;     /*   0 atomic seqlock (see above) */
+	uint64_t volume_id;    /*   8 daemon's volume counter (continues across reloads) */
+	uint64_t epoch;        /*  16 epoch of the last low-resolution volume interlaced */
+	int32_t offset_x;      /*  24 scan offset ox of that epoch */
+	int32_t offset_y;      /*  28 scan offset oy */
+	uint64_t t_first_ns;   /*  32 CLOCK_REALTIME ns: first B-scan of the volume acquired */
+	uint64_t t_last_ns;    /*  40 last B-scan acquired */
+	uint64_t t_publish_ns; /*  48 published (sequence closed) */
+	uint64_t latency_ns;   /*  56 processing latency: last B-scan acquired -> published */
+	uint32_t flags;        /*  64 VOLREC_FLAG_* */
+	uint32_t reserved0;    /*  68 zero */
+	uint64_t reserved[7];  /*  72..127 zero */
+};
+
+/* Lease segment "/volrec.<instance>.readers", offset 0: 64 bytes. */
+struct volrec_lease_header {
+	uint64_t magic;       /*  0 VOLREC_LEASE_MAGIC */
+	uint16_t major;       /*  8 */
+	uint16_t minor;       /* 10 */
+	uint32_t header_size; /* 12 64 */
+	uint64_t session_id;  /* 16 equals the data segment's */
+	uint32_t entry_count; /* 24 = max_readers */
+	uint32_t entry_size;  /* 28 64 */
+	uint64_t reserved[4]; /* 32..63 zero */
+};
+
+/*
+ * Reader entry at header_size + i * entry_size. A reader owns an entry while it holds an
+ * open-file-description lock (F_OFD_SETLK, F_WRLCK) on the entry's byte range of the lease
+ * segment file; only the owner writes the entry. The writer only reads entries.
+ */
+struct volrec_lease_entry {
+	uint32_t pid;          /*  0 atomic: owner pid, 0 = never used */
+	uint32_t slot;         /*  4 atomic: slot leased, VOLREC_SLOT_NONE = none */
+	uint64_t sequence;     /*  8 atomic: volume sequence n the lease is for */
+	uint64_t session_id;   /* 16 atomic: session the lease refers to */
+	uint64_t heartbeat_ns; /* 24 CLOCK_MONOTONIC ns of the owner's last call */
+	uint64_t reserved[4];  /* 32..63 zero */
+};
+
+/* ZeroMQ topics: each message is two frames, [topic][body]. */
+#define VOLREC_TOPIC_VOL    "vol"    /* body: struct volrec_vol_msg */
+#define VOLREC_TOPIC_STATUS "status" /* body: JSON object, UTF-8, no NUL */
+#define VOLREC_TOPIC_EVENT  "event"  /* body: JSON object, UTF-8, no NUL */
+#define VOLREC_TEXT_MAX     65536    /* bound on status/event bodies */
+
+/* `vol` body: 128 bytes, little-endian, no padding. Readers accept size >= 112. */
+struct volrec_vol_msg {
+	uint32_t magic;        /*   0 VOLREC_VOL_MAGIC */
+	uint16_t major;        /*   4 */
+	uint16_t minor;        /*   6 */
+	uint32_t size;         /*   8 bytes of this body (128) */
+	uint32_t slot;         /*  12 slot holding the volume */
+	uint64_t session_id;   /*  16 */
+	uint64_t sequence;     /*  24 volume sequence n (slot sequence reads 2n while intact) */
+	uint64_t volume_id;    /*  32 */
+	uint64_t epoch;        /*  40 */
+	uint32_t ny;           /*  48 */
+	uint32_t nx;           /*  52 */
+	uint32_t nz;           /*  56 */
+	uint32_t dtype;        /*  60 */
+	int32_t offset_x;      /*  64 */
+	int32_t offset_y;      /*  68 */
+	uint64_t t_first_ns;   /*  72 */
+	uint64_t t_last_ns;    /*  80 */
+	uint64_t t_publish_ns; /*  88 */
+	uint64_t latency_ns;   /*  96 */
+	uint32_t flags;        /* 104 */
+	uint32_t reserved0;    /* 108 */
+	uint64_t reserved[2];  /* 112..127 */
+};
+#define VOLREC_VOL_MSG_MIN 112
+
+_Static_assert(sizeof(struct volrec_shm_header) == 256, "shm header layout");
+_Static_assert(offsetof(struct volrec_shm_header, latest_sequence) == 88, "shm header layout");
+_Static_assert(offsetof(struct volrec_shm_header, state) == 112, "shm header layout");
+_Static_assert(offsetof(struct volrec_shm_header, endpoints_size) == 128, "shm header layout");
+_Static_assert(sizeof(struct volrec_slot_header) == 128, "slot header layout");
+_Static_assert(offsetof(struct volrec_slot_header, flags) == 64, "slot header layout");
+_Static_assert(sizeof(struct volrec_lease_header) == 64, "lease header layout");
+_Static_assert(sizeof(struct volrec_lease_entry) == 64, "lease entry layout");
+_Static_assert(sizeof(struct volrec_vol_msg) == 128, "vol message layout");
+_Static_assert(offsetof(struct volrec_vol_msg, flags) == 104, "vol message layout");
+
+#endif
