@@ -240,5 +240,12 @@ const char *cfg_window_name(enum cfg_window v);
 const char *cfg_recon_mode_name(enum cfg_recon_mode v);
 const char *cfg_temporal_name(enum cfg_temporal v);
 const char *cfg_combine_name(enum cfg_combine v);
+const char *cfg_replay_format_name(enum cfg_replay_format v);
+const char *cfg_overflow_name(enum cfg_overflow v);
+const char *cfg_log_level_name(enum cfg_log_level v);
+
+/* Whether a and b hold the same configuration (tables and shim args compared by content;
+ * source_file ignored). */
+bool cfg_equal(const struct vr_config *a, const struct vr_config *b);
 
 #endif

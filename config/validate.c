@@ -1,0 +1,544 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Checks that involve more than one key (geometry, sizes, mutually exclusive keys, endpoints),
+ * the files a configuration names, and loading of its tables (one float per line).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ---- tables ----------------------------------------------------------------------------- */
+
+int cfg_table_load(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const char *key)
+{
+	char *line = NULL;
+	size_t cap = 0, count = 0, lineno = 0;
+	ssize_t got;
+	FILE *f;
+	int rc = 0;
+
+	f = fopen(t->path, "r");
+	if (!f)
+		return cfg_error(ctx, -errno, key,
+		                 "cannot open the table file %s: %s (a readable "
+		                 "file with one number per line)",
+		                 t->path, strerror(errno));
+	t->data = calloc(n, sizeof(double));
+	if (!t->data) {
+		rc = cfg_error(ctx, -ENOMEM, key, "out of memory for the table %s", t->path);
+		goto out_close;
+	}
+	while ((got = getline(&line, &cap, f)) >= 0) {
+		char *s = line, *end;
+		double v;
+
+		lineno++;
+		if (memchr(line, '\0', (size_t)got)) {
+			rc = cfg_error(ctx, -EINVAL, key,
+			               "%s:%zu: contains a NUL byte (a text file "
+			               "with one number per line)",
+			               t->path, lineno);
+			goto out_free;
+		}
+		while (isspace((unsigned char)*s))
+			s++;
+		if (!*s || *s == '#')
+			continue;
+		end = s + strlen(s);
+		while (end > s && isspace((unsigned char)end[-1]))
+			*--end = '\0';
+		errno = 0;
+		v = strtod(s, &end);
+		if (end == s || *end) {
+			rc = cfg_error(ctx, -EINVAL, key,
+			               "%s:%zu: '%.40s' is not a number (one "
+			               "number per line; blank lines and # comments allowed)",
+			               t->path, lineno, s);
+			goto out_free;
+		}
+		if (!isfinite(v)) {
+			rc = cfg_error(ctx, -ERANGE, key,
+			               "%s:%zu: '%.40s' is not a finite number "
+			               "(finite values only)",
+			               t->path, lineno, s);
+			goto out_free;
+		}
+		if (count < n)
+			t->data[count] = v;
+		count++;
+	}
+	if (ferror(f)) {
+		rc = cfg_error(ctx, -EIO, key, "cannot read the table file %s: %s", t->path,
+		               strerror(errno));
+		goto out_free;
+	}
+	if (count != n) {
+		rc = cfg_error(ctx, -EINVAL, key,
+		               "the table %s has %zu value%s (exactly %zu, one "
+		               "per spectral sample: geometry.samples_per_ascan)",
+		               t->path, count, count == 1 ? "" : "s", n);
+		goto out_free;
+	}
+	t->len = n;
+out_free:
+	if (rc) {
+		free(t->data);
+		t->data = NULL;
+	}
+	free(line);
+out_close:
+	fclose(f);
+	return rc;
+}
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+/* A regular file we can read, else an error naming key. */
+static int check_readable(struct cfg_ctx *ctx, const char *key, const char *path, const char *what)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return cfg_error(ctx, -errno, key, "%s %s: %s (an existing, readable file)", what,
+		                 path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return cfg_error(ctx, -EINVAL, key,
+		                 "%s %s is not a regular file (an existing, "
+		                 "readable file)",
+		                 what, path);
+	if (access(path, R_OK) < 0)
+		return cfg_error(ctx, -errno, key, "%s %s: %s (an existing, readable file)", what,
+		                 path, strerror(errno));
+	return 0;
+}
+
+/* The later (in the file) of two given keys. */
+static const char *later(const struct cfg_ctx *ctx, const char *a, const char *b)
+{
+	struct cfg_mark ma = cfg_mark_of(ctx, a), mb = cfg_mark_of(ctx, b);
+	if (ma.line != mb.line)
+		return ma.line > mb.line ? a : b;
+	return ma.col > mb.col ? a : b;
+}
+
+static int mul_check(uint64_t *acc, uint64_t v)
+{
+	return __builtin_mul_overflow(*acc, v, acc) ? -EOVERFLOW : 0;
+}
+
+static double gib(uint64_t b)
+{
+	return (double)b / (double)(1ull << 30);
+}
+
+/* ---- sections --------------------------------------------------------------------------- */
+
+static int check_instance(struct cfg_ctx *ctx)
+{
+	const char *s = ctx->cfg->instance;
+	size_t len = strlen(s);
+	if (!len || len > 63)
+		return cfg_error(ctx, -EINVAL, "instance",
+		                 "'%s' has %zu characters (1 to 63 of "
+		                 "A-Z a-z 0-9 _ -)",
+		                 s, len);
+	for (size_t i = 0; i < len; i++)
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-')
+			return cfg_error(ctx, -EINVAL, "instance",
+			                 "'%s' contains '%c' (1 to 63 "
+			                 "of A-Z a-z 0-9 _ -)",
+			                 s, s[i]);
+	return 0;
+}
+
+static int check_source(struct cfg_ctx *ctx)
+{
+	struct vr_config *c = ctx->cfg;
+
+	if (c->source.type == CFG_SOURCE_REPLAY) {
+		if (!c->source.replay.path[0])
+			return cfg_error(ctx, -EINVAL, "source.replay.path",
+			                 "missing (required when source.type is replay)");
+		return check_readable(ctx, "source.replay.path", c->source.replay.path,
+		                      "replay file");
+	}
+	if (c->source.type == CFG_SOURCE_SHIM) {
+		if (!c->source.shim.library[0])
+			return cfg_error(ctx, -EINVAL, "source.shim.library",
+			                 "missing (required when source.type is shim)");
+		if (c->pipeline.overflow == CFG_OVERFLOW_BLOCK)
+			return cfg_error(ctx, -EINVAL, "pipeline.overflow",
+			                 "block would stall a hardware source (drop_epoch with "
+			                 "source.type shim; block only with synth or replay)");
+		return check_readable(ctx, "source.shim.library", c->source.shim.library,
+		                      "shim library");
+	}
+	return 0;
+}
+
+static int check_geometry(struct cfg_ctx *ctx)
+{
+	struct vr_config *c = ctx->cfg;
+	struct cfg_mark m;
+	uint32_t zp = c->preprocess.zero_pad, n, half;
+
+	if (c->geometry.sample_type == CFG_SAMPLE_F32 && c->geometry.bit_shift)
+		return cfg_error(ctx, -EINVAL, "geometry.bit_shift",
+		                 "%u with sample_type f32 (0; a shift applies to u16 and i16 only)",
+		                 c->geometry.bit_shift);
+	if (zp != 1 && zp != 2 && zp != 4)
+		return cfg_error(ctx, -EINVAL, "preprocess.zero_pad",
+		                 "%u is not allowed (1, 2 or 4)", zp);
+	n = c->geometry.samples_per_ascan * zp;
+	half = n / 2;
+	if (!cfg_given(ctx, "geometry.depth_range")) {
+		c->geometry.depth_range[0] = 0;
+		c->geometry.depth_range[1] = half;
+	} else {
+		uint32_t z0 = c->geometry.depth_range[0], z1 = c->geometry.depth_range[1];
+		if (z0 >= z1)
+			return cfg_error(ctx, -EINVAL, "geometry.depth_range",
+			                 "[%u, %u] is empty (z0 < z1 <= N/2 = %u)", z0, z1, half);
+		if (z1 > half)
+			return cfg_error(ctx, -ERANGE, "geometry.depth_range[1]",
+			                 "%u is beyond N/2 = %u (N = samples_per_ascan %u x "
+			                 "zero_pad %u; z1 <= %u)",
+			                 z1, half, c->geometry.samples_per_ascan, zp, half);
+	}
+	if (cfg_stride_area(c) > CFG_MAX_STRIDE_AREA)
+		return cfg_error(ctx, -ERANGE, "geometry.stride",
+		                 "[%u, %u] interlaces %u epochs (sx x sy at most %d)",
+		                 c->geometry.stride[0], c->geometry.stride[1], cfg_stride_area(c),
+		                 CFG_MAX_STRIDE_AREA);
+
+	/* ring: one epoch processed while the next is acquired */
+	uint64_t need = 2ull * c->geometry.bscans_per_volume;
+	if (c->pipeline.ring_bscans < need) {
+		m = cfg_mark_of(ctx, "pipeline.ring_bscans");
+		if (!m.line)
+			m = cfg_mark_of(ctx, "geometry.bscans_per_volume");
+		if (!m.line)
+			m = ctx->root;
+		return cfg_error_at(ctx, -ERANGE, m, "pipeline.ring_bscans",
+		                    "%u%s is too small (at least 2 x geometry.bscans_per_volume = "
+		                    "%llu: one epoch is processed while the next is acquired; at "
+		                    "most 65536)",
+		                    c->pipeline.ring_bscans,
+		                    cfg_given(ctx, "pipeline.ring_bscans") ? "" : " (the default)",
+		                    (unsigned long long)need);
+	}
+
+	/* sizes: the output volume, a low-resolution float volume, the slots, the ring */
+	uint64_t out = c->geometry.bscans_per_volume, low = out;
+	int ovf = 0;
+	if (c->reconstruct.mode != CFG_RECON_NONE)
+		ovf |= mul_check(&out, c->geometry.stride[1]);
+	ovf |= mul_check(&out, c->geometry.ascans_per_bscan);
+	if (c->reconstruct.mode != CFG_RECON_NONE)
+		ovf |= mul_check(&out, c->geometry.stride[0]);
+	ovf |= mul_check(&out, cfg_nz(c));
+	ovf |= mul_check(&low, c->geometry.ascans_per_bscan);
+	ovf |= mul_check(&low, cfg_nz(c));
+	ovf |= mul_check(&low, sizeof(float));
+	if (ovf || out > CFG_MAX_VOLUME_BYTES || out > SIZE_MAX)
+		return cfg_error(
+		        ctx, -EOVERFLOW, "geometry",
+		        "the output volume (%u x %u x %u x %u x %u voxels) exceeds %.0f GiB "
+		        "(make the geometry, stride or depth_range smaller)",
+		        c->geometry.bscans_per_volume,
+		        c->reconstruct.mode != CFG_RECON_NONE ? c->geometry.stride[1] : 1,
+		        c->geometry.ascans_per_bscan,
+		        c->reconstruct.mode != CFG_RECON_NONE ? c->geometry.stride[0] : 1,
+		        cfg_nz(c), gib(CFG_MAX_VOLUME_BYTES));
+	if (low > CFG_MAX_VOLUME_BYTES)
+		return cfg_error(
+		        ctx, -EOVERFLOW, "geometry",
+		        "the low-resolution float volume (%.1f GiB) exceeds %.0f GiB (make "
+		        "the geometry or depth_range smaller)",
+		        gib(low), gib(CFG_MAX_VOLUME_BYTES));
+	uint64_t slot = (out + CFG_SLOT_ALIGN - 1) / CFG_SLOT_ALIGN * CFG_SLOT_ALIGN;
+	if (slot * c->output.slots > CFG_MAX_SLOTS_BYTES)
+		return cfg_error(
+		        ctx, -EOVERFLOW, "output.slots",
+		        "%u slots of %.2f GiB need %.1f GiB of shared memory (at most %.0f "
+		        "GiB)",
+		        c->output.slots, gib(slot), gib(slot * c->output.slots),
+		        gib(CFG_MAX_SLOTS_BYTES));
+	uint64_t ring = (uint64_t)c->pipeline.ring_bscans * c->geometry.ascans_per_bscan *
+	                c->geometry.samples_per_ascan * cfg_sample_size(c);
+	if (ring > CFG_MAX_RING_BYTES)
+		return cfg_error(ctx, -EOVERFLOW, "pipeline.ring_bscans",
+		                 "%u B-scans of %llu bytes need %.1f GiB (at most %.0f GiB; at "
+		                 "least 2 x geometry.bscans_per_volume B-scans)",
+		                 c->pipeline.ring_bscans, (unsigned long long)cfg_bscan_bytes(c),
+		                 gib(ring), gib(CFG_MAX_RING_BYTES));
+	return 0;
+}
+
+static int check_resample(struct cfg_ctx *ctx)
+{
+	struct vr_config *c = ctx->cfg;
+	static const char *const keys[] = {"preprocess.resample.table", "preprocess.resample.poly",
+	                                   "preprocess.resample.wavelength_nm"};
+	static const enum cfg_rs_pos kinds[] = {CFG_RSPOS_TABLE, CFG_RSPOS_POLY,
+	                                        CFG_RSPOS_WAVELENGTH};
+	const char *first = NULL;
+	uint32_t k = c->geometry.samples_per_ascan;
+	int given = 0;
+
+	for (int i = 0; i < 3; i++) {
+		if (!cfg_given(ctx, keys[i]))
+			continue;
+		if (c->preprocess.resample.method == CFG_RS_NONE)
+			return cfg_error(ctx, -EINVAL, keys[i],
+			                 "given but preprocess.resample.method is none (set a "
+			                 "method: linear, cubic or spline; or remove this key)");
+		if (first)
+			return cfg_error(ctx, -EINVAL, later(ctx, first, keys[i]),
+			                 "given together with %s (exactly one of table, poly, "
+			                 "wavelength_nm)",
+			                 later(ctx, first, keys[i]) == first ? keys[i] : first);
+		first = keys[i];
+		c->preprocess.resample.positions = kinds[i];
+		given++;
+	}
+	if (c->preprocess.resample.method == CFG_RS_NONE) {
+		c->preprocess.resample.positions = CFG_RSPOS_NONE;
+		return 0;
+	}
+	if (!given)
+		return cfg_error(
+		        ctx, -EINVAL, "preprocess.resample",
+		        "method %s needs the sample positions (exactly one of table, poly, "
+		        "wavelength_nm)",
+		        cfg_resample_name(c->preprocess.resample.method));
+	switch (c->preprocess.resample.positions) {
+	case CFG_RSPOS_TABLE:
+		return cfg_table_load(ctx, &c->preprocess.resample.table, k,
+		                      "preprocess.resample.table");
+	case CFG_RSPOS_POLY:
+		for (uint32_t j = 0; j < k; j++) {
+			const double *p = c->preprocess.resample.poly;
+			double u = (double)j / (k - 1);
+			double v = p[0] + u * (p[1] + u * (p[2] + u * p[3]));
+			if (!isfinite(v))
+				return cfg_error(ctx, -ERANGE, "preprocess.resample.poly",
+				                 "gives a non-finite position at sample %u (finite "
+				                 "positions)",
+				                 j);
+		}
+		return 0;
+	case CFG_RSPOS_WAVELENGTH: {
+		const double *l = c->preprocess.resample.wavelength_nm;
+		double prev = 0, dir = 0;
+		for (uint32_t i = 0; i < k; i++) {
+			double x = i, lam = l[0] + x * (l[1] + x * (l[2] + x * l[3]));
+			if (!(lam > 0) || !isfinite(lam))
+				return cfg_error(
+				        ctx, -ERANGE, "preprocess.resample.wavelength_nm",
+				        "gives a wavelength of %g nm at pixel %u (positive "
+				        "wavelengths, strictly monotone over the %u pixels)",
+				        lam, i, k);
+			if (i) {
+				double d = lam - prev;
+				if (d == 0 || (dir != 0 && (d > 0) != (dir > 0)))
+					return cfg_error(
+					        ctx, -EINVAL, "preprocess.resample.wavelength_nm",
+					        "is not strictly monotone at pixel %u (%g nm after "
+					        "%g nm; strictly increasing or decreasing over the "
+					        "%u "
+					        "pixels)",
+					        i, lam, prev, k);
+				dir = d;
+			}
+			prev = lam;
+		}
+		return 0;
+	}
+	default:
+		return 0;
+	}
+}
+
+static int check_preprocess(struct cfg_ctx *ctx)
+{
+	struct vr_config *c = ctx->cfg;
+	uint32_t k = c->geometry.samples_per_ascan;
+	bool ref = cfg_given(ctx, "preprocess.background.reference");
+	int rc;
+
+	/* background */
+	if (c->preprocess.background.mode == CFG_BG_REFERENCE && !ref)
+		return cfg_error(ctx, -EINVAL, "preprocess.background.reference",
+		                 "missing (required when preprocess.background.mode is reference)");
+	if (c->preprocess.background.mode != CFG_BG_REFERENCE && ref)
+		return cfg_error(ctx, -EINVAL, "preprocess.background.reference",
+		                 "given but preprocess.background.mode is %s (only with mode "
+		                 "reference)",
+		                 cfg_background_name(c->preprocess.background.mode));
+	if (ref) {
+		rc = cfg_table_load(ctx, &c->preprocess.background.reference, k,
+		                    "preprocess.background.reference");
+		if (rc)
+			return rc;
+	}
+
+	rc = check_resample(ctx);
+	if (rc)
+		return rc;
+
+	/* window */
+	bool param = cfg_given(ctx, "preprocess.window.param");
+	double p = c->preprocess.window.param;
+	if (!param)
+		c->preprocess.window.param = c->preprocess.window.type == CFG_WIN_TUKEY ? 0.5 : 0.4;
+	else if (c->preprocess.window.type == CFG_WIN_GAUSS && !(p > 0))
+		return cfg_error(ctx, -ERANGE, "preprocess.window.param",
+		                 "%g is out of range for gauss (sigma as a fraction of the "
+		                 "half-width: greater than 0 and at most 10)",
+		                 p);
+	else if (c->preprocess.window.type == CFG_WIN_TUKEY && p > 1)
+		return cfg_error(ctx, -ERANGE, "preprocess.window.param",
+		                 "%g is out of range for tukey (alpha from 0 to 1)", p);
+
+	/* dispersion */
+	bool co = cfg_given(ctx, "preprocess.dispersion.coeffs");
+	bool tab = cfg_given(ctx, "preprocess.dispersion.table");
+	if (co && tab) {
+		const char *l =
+		        later(ctx, "preprocess.dispersion.coeffs", "preprocess.dispersion.table");
+		return cfg_error(
+		        ctx, -EINVAL, l, "given together with %s (coeffs or table, not both)",
+		        strcmp(l, "preprocess.dispersion.table") ? "preprocess.dispersion.table"
+		                                                 : "preprocess.dispersion.coeffs");
+	}
+	c->preprocess.dispersion.kind = co ? CFG_DISP_COEFFS : tab ? CFG_DISP_TABLE : CFG_DISP_NONE;
+	if (tab) {
+		rc = cfg_table_load(ctx, &c->preprocess.dispersion.table, k,
+		                    "preprocess.dispersion.table");
+		if (rc)
+			return rc;
+	}
+
+	if (!(c->preprocess.db_range[0] < c->preprocess.db_range[1]))
+		return cfg_error(ctx, -EINVAL, "preprocess.db_range",
+		                 "[%g, %g] is empty (lo < hi, in dB)", c->preprocess.db_range[0],
+		                 c->preprocess.db_range[1]);
+	return 0;
+}
+
+/* Whether a tcp:// host is a loopback address. */
+static bool is_loopback(const char *host, size_t len)
+{
+	static const char *const lo[] = {"127.0.0.1", "localhost", "[::1]"};
+	for (size_t i = 0; i < 3; i++)
+		if (strlen(lo[i]) == len && !strncmp(host, lo[i], len))
+			return true;
+	return false;
+}
+
+static int check_endpoint(struct cfg_ctx *ctx, const char *key, const char *ep, bool *remote)
+{
+	const char *allowed = "ipc://PATH, or tcp://HOST:PORT with PORT 1 to 65535";
+
+	if (!strncmp(ep, "ipc://", 6)) {
+		size_t len = strlen(ep + 6);
+		if (!len || len > CFG_SUN_PATH_MAX)
+			return cfg_error(ctx, -EINVAL, key,
+			                 "'%s': the path has %zu bytes (%s; "
+			                 "the path 1 to %d bytes)",
+			                 ep, len, allowed, CFG_SUN_PATH_MAX);
+		return 0;
+	}
+	if (strncmp(ep, "tcp://", 6))
+		return cfg_error(ctx, -EINVAL, key, "'%s' is not a supported endpoint (%s)", ep,
+		                 allowed);
+	const char *host = ep + 6, *colon = strrchr(host, ':');
+	if (!colon || colon == host || (host[0] == '[' && colon[-1] != ']'))
+		return cfg_error(ctx, -EINVAL, key, "'%s' has no HOST:PORT (%s)", ep, allowed);
+	char *end;
+	errno = 0;
+	long port = strtol(colon + 1, &end, 10);
+	if (!isdigit((unsigned char)colon[1]) || *end || errno || port < 1 || port > 65535)
+		return cfg_error(ctx, -EINVAL, key, "'%s' has a bad port '%s' (%s)", ep, colon + 1,
+		                 allowed);
+	for (const char *p = host; p < colon; p++)
+		if (isspace((unsigned char)*p) || *p == '/')
+			return cfg_error(ctx, -EINVAL, key, "'%s' has a bad host (%s)", ep,
+			                 allowed);
+	*remote = !is_loopback(host, (size_t)(colon - host));
+	return 0;
+}
+
+static int check_ipc(struct cfg_ctx *ctx)
+{
+	struct vr_config *c = ctx->cfg;
+	char key[CFG_KEY_MAX];
+	int rc;
+
+	for (uint32_t i = 0; i < c->ipc.npub; i++) {
+		bool remote = false;
+		snprintf(key, sizeof(key), "ipc.pub[%u]", i);
+		rc = check_endpoint(ctx, key, c->ipc.pub[i], &remote);
+		if (rc)
+			return rc;
+		for (uint32_t j = 0; j < i; j++)
+			if (!strcmp(c->ipc.pub[i], c->ipc.pub[j]))
+				return cfg_error(ctx, -EINVAL, key,
+				                 "'%s' is listed twice (each "
+				                 "endpoint once)",
+				                 c->ipc.pub[i]);
+		if (remote && (!c->ipc.curve_secret_key[0] || !c->ipc.curve_public_key[0]))
+			return cfg_error(ctx, -EPERM, key,
+			                 "'%s' is reachable beyond this "
+			                 "host and needs CURVE: set ipc.curve_secret_key and "
+			                 "ipc.curve_public_key (or bind to 127.0.0.1, "
+			                 "localhost or [::1])",
+			                 c->ipc.pub[i]);
+	}
+	if (!c->ipc.npub) {
+		size_t len = strlen(c->ipc.run_dir) + 1 + strlen(c->instance) + 4;
+		if (len > CFG_SUN_PATH_MAX)
+			return cfg_error(
+			        ctx, -ENAMETOOLONG, "ipc.run_dir",
+			        "the default endpoint ipc://%s/%s.pub has %zu bytes of path "
+			        "(at most %d; use a shorter run_dir or set ipc.pub)",
+			        c->ipc.run_dir, c->instance, len, CFG_SUN_PATH_MAX);
+	}
+	if (!c->ipc.curve_secret_key[0] != !c->ipc.curve_public_key[0])
+		return cfg_error(ctx, -EINVAL,
+		                 c->ipc.curve_secret_key[0] ? "ipc.curve_secret_key"
+		                                            : "ipc.curve_public_key",
+		                 "given alone (both curve_secret_key and curve_public_key, or "
+		                 "neither)");
+	if (c->ipc.curve_secret_key[0]) {
+		rc = check_readable(ctx, "ipc.curve_secret_key", c->ipc.curve_secret_key,
+		                    "CURVE secret key file");
+		if (!rc)
+			rc = check_readable(ctx, "ipc.curve_public_key", c->ipc.curve_public_key,
+			                    "CURVE public key file");
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int cfg_validate(struct cfg_ctx *ctx)
+{
+	int rc = check_instance(ctx);
+	if (!rc)
+		rc = check_geometry(ctx);
+	if (!rc)
+		rc = check_source(ctx);
+	if (!rc)
+		rc = check_preprocess(ctx);
+	if (!rc)
+		rc = check_ipc(ctx);
+	return rc;
+}

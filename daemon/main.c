@@ -1,0 +1,43 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * volrecd's entry point. For now it validates configurations (--check); the service itself
+ * is not built yet.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config/config.h"
+#include "internal.h"
+
+int main(int argc, char **argv)
+{
+	struct vrd_options opt;
+	struct vr_config cfg;
+	char err[CFG_ERR_MAX];
+	int rc;
+
+	switch (vrd_options_parse(argc, argv, &opt)) {
+	case VRD_RUN:
+		break;
+	case VRD_EXIT_OK:
+		return 0;
+	case VRD_EXIT_USAGE:
+		return 2;
+	}
+	if (cfg_load(&cfg, opt.config, err, sizeof(err)) < 0) {
+		fprintf(stderr, "%s\n", err);
+		return 2;
+	}
+	if (opt.check) {
+		rc = cfg_dump(&cfg, stdout);
+		cfg_free(&cfg);
+		if (rc < 0 || fflush(stdout) == EOF) {
+			fprintf(stderr, "volrecd: cannot write the configuration to stdout\n");
+			return 1;
+		}
+		return 0;
+	}
+	cfg_free(&cfg);
+	fprintf(stderr, "volrecd: the service is not built yet\n");
+	return 1;
+}
