@@ -4,3 +4,5 @@ cpu_SRCS := $(wildcard cpu/*.c)
 cpu_LDLIBS := -lfftw3f_threads -lfftw3f
 UNIT_SRCS += $(wildcard tests/unit/test_cpu*.c)
 UNIT_ARCHIVES += $(CORE_ARCHIVES)
+# Hot loops: let the compiler vectorize sqrtf and the conversion loops.
+$(call obj,$(cpu_SRCS)): CFLAGS += -O3 -fno-math-errno

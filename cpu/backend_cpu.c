@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CPU reference backend (be_cpu_ops): state, FFTW plans made once per configuration
+ * (plan creation serialized by a process-wide mutex), pthreads over A-scan batches and output
+ * rows, and the be_ops entry points. The numerical contract is docs/algorithms.md.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* FFTW's planner is not thread-safe: every plan is made and destroyed under this lock. */
+static pthread_mutex_t cpu_fftw_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- threads ------------------------------------------------------------------------------ */
+
+struct par_job {
+	struct cpu_state *st;
+	size_t n;
+	atomic_size_t next;
+	void (*fn)(struct cpu_worker *w, size_t item, void *ctx);
+	void *ctx;
+};
+
+struct par_arg {
+	struct par_job *job;
+	struct cpu_worker *w;
+};
+
+static void *par_main(void *varg)
+{
+	struct par_arg *a = varg;
+	struct par_job *job = a->job;
+
+	for (;;) {
+		size_t i = atomic_fetch_add(&job->next, 1);
+		if (i >= job->n)
+			break;
+		job->fn(a->w, i, job->ctx);
+	}
+	return NULL;
+}
+
+void cpu_parallel(struct cpu_state *st, size_t n,
+                  void (*fn)(struct cpu_worker *w, size_t item, void *ctx), void *ctx)
+{
+	struct par_job job = {.st = st, .n = n, .fn = fn, .ctx = ctx};
+	struct par_arg args[CPU_MAX_THREADS];
+	pthread_t tid[CPU_MAX_THREADS];
+	bool started[CPU_MAX_THREADS] = {false};
+	unsigned nt = st->nthreads;
+
+	atomic_init(&job.next, 0);
+	if (n < nt)
+		nt = (unsigned)n;
+	/* Threads that cannot start leave their share to the others: the result is the same. */
+	for (unsigned t = 1; t < nt; t++) {
+		args[t] = (struct par_arg){.job = &job, .w = &st->workers[t]};
+		started[t] = pthread_create(&tid[t], NULL, par_main, &args[t]) == 0;
+	}
+	args[0] = (struct par_arg){.job = &job, .w = &st->workers[0]};
+	par_main(&args[0]);
+	for (unsigned t = 1; t < nt; t++)
+		if (started[t])
+			pthread_join(tid[t], NULL);
+}
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+static void *xalloc(size_t size)
+{
+	void *p = NULL;
+	size_t align = size >= (2u << 20) ? (2u << 20) : 64;
+
+	if (size == 0)
+		size = 1;
+	size = (size + align - 1) / align * align;
+	if (posix_memalign(&p, align, size))
+		return NULL;
+	return p;
+}
+
+static void cpu_destroy(void *vst)
+{
+	struct cpu_state *st = vst;
+
+	if (!st)
+		return;
+	pthread_mutex_lock(&cpu_fftw_lock);
+	if (st->plan_r2c)
+		fftwf_destroy_plan(st->plan_r2c);
+	if (st->plan_c2c)
+		fftwf_destroy_plan(st->plan_c2c);
+	pthread_mutex_unlock(&cpu_fftw_lock);
+	if (st->workers) {
+		for (unsigned t = 0; t < st->nthreads; t++) {
+			struct cpu_worker *w = &st->workers[t];
+			free(w->conv);
+			free(w->rsout);
+			free(w->dacc);
+			free(w->spl_m);
+			free(w->med);
+			fftwf_free(w->fin);
+			fftwf_free(w->fout);
+			free(w->ring);
+			free(w->acc);
+		}
+		free(st->workers);
+	}
+	free(st->p.bg_ref);
+	free(st->p.rs_idx);
+	free(st->p.rs_w);
+	free(st->p.spl_c);
+	free(st->p.win);
+	free(st->p.disp_re);
+	free(st->p.disp_im);
+	free(st->pos_tmp);
+	free(st->raw);
+	free(st->have);
+	free(st->bgspec);
+	free(st->lowres);
+	free(st->bvol);
+	free(st->ovol);
+	free(st->E);
+	free(st->tcol);
+	free(st->inv_gz);
+	free(st->inv_nz);
+	free(st);
+}
+
+static void cpu_reset_history(void *vst)
+{
+	struct cpu_state *st = vst;
+	size_t cols = (size_t)st->Y * st->X;
+
+	for (size_t i = 0; i < cols; i++)
+		st->E[i] = -1;
+	memset(st->bvol, 0, cols * st->nz * sizeof(float));
+	memset(st->ovol, 0, cols * st->nz * sizeof(float));
+	st->have_prev = false;
+}
+
+static unsigned cpu_count_threads(int want)
+{
+	long n;
+
+	if (want > 0)
+		return (unsigned)(want > CPU_MAX_THREADS ? CPU_MAX_THREADS : want);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	if (n < 1)
+		n = 1;
+	return (unsigned)(n > CPU_MAX_THREADS ? CPU_MAX_THREADS : n);
+}
+
+static int check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	const __typeof__(cfg->geometry) *g = &cfg->geometry;
+	uint32_t zp = cfg->preprocess.zero_pad;
+
+	if (g->samples_per_ascan < 2 || g->ascans_per_bscan < 1 || g->bscans_per_volume < 1) {
+		snprintf(err, errlen,
+		         "geometry: samples_per_ascan %u (>= 2), ascans_per_bscan %u and "
+		         "bscans_per_volume %u (>= 1) out of range",
+		         g->samples_per_ascan, g->ascans_per_bscan, g->bscans_per_volume);
+		return -EINVAL;
+	}
+	if (zp != 1 && zp != 2 && zp != 4) {
+		snprintf(err, errlen, "preprocess.zero_pad: %u, allowed 1, 2 or 4", zp);
+		return -EINVAL;
+	}
+	if (g->stride[0] < 1 || g->stride[1] < 1) {
+		snprintf(err, errlen, "geometry.stride: [%u, %u], both must be >= 1", g->stride[0],
+		         g->stride[1]);
+		return -EINVAL;
+	}
+	if (g->depth_range[0] >= g->depth_range[1] || g->depth_range[1] > cfg_fft_len(cfg) / 2) {
+		snprintf(err, errlen, "geometry.depth_range: [%u, %u) not within [0, %u)",
+		         g->depth_range[0], g->depth_range[1], cfg_fft_len(cfg) / 2);
+		return -EINVAL;
+	}
+	if (g->sample_type != CFG_SAMPLE_F32 && g->bit_shift > 15) {
+		snprintf(err, errlen, "geometry.bit_shift: %u, allowed 0..15", g->bit_shift);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+#define ALLOC(ptr, count)                                                                          \
+	do {                                                                                       \
+		(ptr) = xalloc((size_t)(count) * sizeof(*(ptr)));                                  \
+		if (!(ptr))                                                                        \
+			goto out_nomem;                                                            \
+	} while (0)
+
+static int cpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
+{
+	struct cpu_state *st;
+	int rc;
+
+	rc = check_geometry(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		snprintf(err, errlen, "cpu backend: out of memory");
+		return -ENOMEM;
+	}
+	st->K = cfg->geometry.samples_per_ascan;
+	st->N = cfg_fft_len(cfg);
+	st->nh = st->N / 2;
+	st->nx = cfg->geometry.ascans_per_bscan;
+	st->ny = cfg->geometry.bscans_per_volume;
+	st->z0 = cfg->geometry.depth_range[0];
+	st->nz = cfg_nz(cfg);
+	st->sx = cfg->geometry.stride[0];
+	st->sy = cfg->geometry.stride[1];
+	st->S = st->sx * st->sy;
+	st->X = st->nx * st->sx;
+	st->Y = st->ny * st->sy;
+	st->sample_type = cfg->geometry.sample_type;
+	st->bit_shift = cfg->geometry.sample_type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
+	st->nthreads = cpu_count_threads(cfg->cpu.threads);
+
+	const uint32_t K = st->K, N = st->N;
+	const size_t cols = (size_t)st->Y * st->X;
+	ALLOC(st->p.bg_ref, K);
+	ALLOC(st->p.rs_idx, K);
+	ALLOC(st->p.rs_w, 4 * (size_t)K);
+	ALLOC(st->p.spl_c, K);
+	ALLOC(st->p.win, K);
+	ALLOC(st->p.disp_re, K);
+	ALLOC(st->p.disp_im, K);
+	ALLOC(st->pos_tmp, K);
+	ALLOC(st->raw, st->ny);
+	ALLOC(st->have, st->ny);
+	ALLOC(st->bgspec, (size_t)st->ny * K);
+	ALLOC(st->lowres, (size_t)st->ny * st->nx * st->nz);
+	ALLOC(st->bvol, cols * st->nz);
+	ALLOC(st->ovol, cols * st->nz);
+	ALLOC(st->E, cols);
+	ALLOC(st->tcol, cols);
+	ALLOC(st->inv_gz, st->nz);
+	ALLOC(st->inv_nz, st->nz);
+	st->workers = calloc(st->nthreads, sizeof(*st->workers));
+	if (!st->workers)
+		goto out_nomem;
+	for (unsigned t = 0; t < st->nthreads; t++) {
+		struct cpu_worker *w = &st->workers[t];
+		w->st = st;
+		w->id = t;
+		ALLOC(w->conv, K);
+		ALLOC(w->rsout, K);
+		ALLOC(w->dacc, K);
+		ALLOC(w->spl_m, K);
+		ALLOC(w->med, st->nx);
+		ALLOC(w->ring, 3 * (size_t)st->X * 2 * st->nz);
+		ALLOC(w->acc, 2 * (size_t)st->nz);
+		w->fin = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
+		w->fout = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
+		if (!w->fin || !w->fout)
+			goto out_nomem;
+	}
+	memset(st->have, 0, st->ny);
+
+	rc = cpu_params_build(st, cfg, err, errlen);
+	if (rc < 0)
+		goto out_destroy;
+
+	/* Both transforms are planned up front, so that switching dispersion on or off live
+	 * needs neither allocation nor planning. */
+	{
+		int n[1] = {(int)N};
+		struct cpu_worker *w0 = &st->workers[0];
+		pthread_mutex_lock(&cpu_fftw_lock);
+		st->plan_r2c =
+		        fftwf_plan_many_dft_r2c(1, n, CPU_BATCH, (float *)w0->fin, NULL, 1, (int)N,
+		                                w0->fout, NULL, 1, (int)st->nh + 1, FFTW_MEASURE);
+		st->plan_c2c =
+		        fftwf_plan_many_dft(1, n, CPU_BATCH, w0->fin, NULL, 1, (int)N, w0->fout,
+		                            NULL, 1, (int)N, FFTW_FORWARD, FFTW_MEASURE);
+		pthread_mutex_unlock(&cpu_fftw_lock);
+		if (!st->plan_r2c || !st->plan_c2c) {
+			snprintf(err, errlen,
+			         "cpu backend: FFTW could not plan %u-point transforms", N);
+			rc = -EINVAL;
+			goto out_destroy;
+		}
+	}
+	for (unsigned t = 0; t < st->nthreads; t++) {
+		memset(st->workers[t].fin, 0, (size_t)CPU_BATCH * N * sizeof(fftwf_complex));
+		memset(st->workers[t].fout, 0, (size_t)CPU_BATCH * N * sizeof(fftwf_complex));
+	}
+	cpu_reset_history(st);
+	snprintf(st->device, sizeof(st->device), "CPU: %u threads, FFTW %s", st->nthreads,
+	         fftwf_version);
+	*state = st;
+	return 0;
+
+out_nomem:
+	snprintf(err, errlen, "cpu backend: out of memory for a %ux%ux%u (stride %ux%u) geometry",
+	         st->nx, st->ny, st->K, st->sx, st->sy);
+	rc = -ENOMEM;
+out_destroy:
+	cpu_destroy(st);
+	return rc;
+}
+
+static const char *cpu_device(void *vst)
+{
+	return ((struct cpu_state *)vst)->device;
+}
+
+static int cpu_host_alloc(void *vst, size_t size, void **ptr)
+{
+	void *p = xalloc(size);
+
+	(void)vst;
+	if (!p)
+		return -ENOMEM;
+	*ptr = p;
+	return 0;
+}
+
+static void cpu_host_free(void *vst, void *ptr)
+{
+	(void)vst;
+	free(ptr);
+}
+
+static int cpu_host_register(void *vst, void *ptr, size_t size)
+{
+	(void)vst;
+	(void)ptr;
+	(void)size;
+	return 0; /* host memory is what the CPU reads anyway */
+}
+
+static void cpu_host_unregister(void *vst, void *ptr)
+{
+	(void)vst;
+	(void)ptr;
+}
+
+static int cpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const void *raw)
+{
+	struct cpu_state *st = vst;
+
+	if (bscan >= st->ny || !raw)
+		return -EINVAL;
+	if (st->nsubmitted > 0 && epoch != st->epoch)
+		return -EBUSY; /* the previous epoch was not finished */
+	st->epoch = epoch;
+	if (!st->have[bscan]) {
+		st->have[bscan] = 1;
+		st->nsubmitted++;
+	}
+	st->raw[bscan] = raw;
+	return 0;
+}
+
+static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *out, char *err,
+                            size_t errlen)
+{
+	struct cpu_state *st = vst;
+	float *L;
+
+	if (st->nsubmitted != st->ny || epoch != st->epoch) {
+		snprintf(err, errlen,
+		         "cpu backend: epoch %llu finished with %u of %u B-scans submitted%s",
+		         (unsigned long long)epoch, st->nsubmitted, st->ny,
+		         st->nsubmitted && epoch != st->epoch ? " (for another epoch)" : "");
+		return -EINVAL;
+	}
+	L = out->lowres ? out->lowres : st->lowres;
+	cpu_preprocess_epoch(st, L, out);
+	if (st->p.mode != CFG_RECON_NONE)
+		cpu_recon_epoch(st, epoch, L, out);
+	memset(st->have, 0, st->ny);
+	st->nsubmitted = 0;
+	return 0;
+}
+
+static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, size_t errlen)
+{
+	struct cpu_state *st = vst;
+	enum cfg_recon_mode old = st->p.mode;
+	uint32_t sh = cfg->geometry.sample_type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
+	int rc;
+
+	if (cfg->geometry.samples_per_ascan != st->K || cfg_fft_len(cfg) != st->N ||
+	    cfg->geometry.ascans_per_bscan != st->nx || cfg->geometry.bscans_per_volume != st->ny ||
+	    cfg->geometry.stride[0] != st->sx || cfg->geometry.stride[1] != st->sy ||
+	    cfg->geometry.depth_range[0] != st->z0 || cfg_nz(cfg) != st->nz ||
+	    cfg->geometry.sample_type != st->sample_type || sh != st->bit_shift ||
+	    cpu_count_threads(cfg->cpu.threads) != st->nthreads) {
+		snprintf(err, errlen,
+		         "cpu backend: geometry, zero_pad, sample type or cpu.threads changed: "
+		         "needs a rebuild, not a live update");
+		return -EINVAL;
+	}
+	rc = cpu_params_build(st, cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (st->p.mode != old)
+		cpu_reset_history(st);
+	return 0;
+}
+
+const struct be_ops be_cpu_ops = {
+        .name = "cpu",
+        .create = cpu_create,
+        .destroy = cpu_destroy,
+        .device = cpu_device,
+        .host_alloc = cpu_host_alloc,
+        .host_free = cpu_host_free,
+        .host_register = cpu_host_register,
+        .host_unregister = cpu_host_unregister,
+        .bscan_submit = cpu_bscan_submit,
+        .epoch_finish = cpu_epoch_finish,
+        .update_live = cpu_update_live,
+        .reset_history = cpu_reset_history,
+};

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private declarations of the CPU reference backend (cpu_): the per-configuration tables
+ * (window, resampling, dispersion, reconstruction weights), the state, and the pure helpers
+ * the unit tests check against ALGORITHMS.md (docs/algorithms.md says what was chosen).
+ */
+#ifndef VOLREC_CPU_INTERNAL_H
+#define VOLREC_CPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <fftw3.h>
+
+#include "../backend/backend.h"
+#include "../config/config.h"
+
+#define CPU_BATCH       8 /* A-scans per FFT call (fftwf_plan_many_dft*) */
+#define CPU_MAX_THREADS 256
+
+/* Everything derived from the live parameters, rebuilt by cpu_params_build without allocating:
+ * the arrays have K entries and belong to the state. */
+struct cpu_params {
+	enum cfg_background bg_mode;
+	float *bg_ref;            /* [K] reference spectrum (mode reference) */
+	enum cfg_resample rs;     /* kernel */
+	int32_t *rs_idx;          /* [K] base index: linear/spline i = floor(p), cubic i - 1 */
+	float *rs_w;              /* [K][4] weights (linear: 2 used; spline: A, B, C, D) */
+	float *spl_c;             /* [K] Thomas coefficients of the natural spline (1 4 1) system */
+	float *win;               /* [K] window */
+	bool disp;                /* dispersion on: complex FFT */
+	float *disp_re, *disp_im; /* [K] win[j] * exp(-i phi[j]) */
+	float lo, inv_range;      /* db_range[0], 1 / (db_range[1] - db_range[0]) */
+	bool flip_x, flip_z, bidir;
+	enum cfg_recon_mode mode;
+	enum cfg_temporal temporal;
+	enum cfg_combine combine;
+	double tau;
+	float gxy[9]; /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
+	float gz[3];  /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
+};
+
+struct cpu_state;
+
+/* Per-thread scratch, allocated once. */
+struct cpu_worker {
+	struct cpu_state *st;
+	unsigned id;
+	float *conv;         /* [K] converted A-scan */
+	float *rsout;        /* [K] resampled A-scan */
+	double *dacc;        /* [K] B-scan mean accumulator */
+	float *spl_m;        /* [K] spline second derivatives */
+	float *med;          /* [nx] median scratch */
+	fftwf_complex *fin;  /* FFT input, CPU_BATCH x N complex (or real) */
+	fftwf_complex *fout; /* FFT output, CPU_BATCH x N complex */
+	float *ring;         /* recon: 3 rows x X x 2 x Z z-smoothed columns */
+	float *acc;          /* recon: 2 x Z accumulators */
+};
+
+struct cpu_state {
+	/* geometry */
+	uint32_t K, N, nh, nx, ny, z0, nz, sx, sy, S, Y, X;
+	enum cfg_sample sample_type;
+	uint32_t bit_shift;
+	unsigned nthreads;
+
+	struct cpu_params p;
+	double *pos_tmp; /* [K] positions while (re)building, in double */
+
+	fftwf_plan plan_r2c, plan_c2c; /* CPU_BATCH transforms of length N, made once */
+	struct cpu_worker *workers;    /* [nthreads] */
+
+	const void **raw; /* [ny] submitted B-scans of the current epoch */
+	uint64_t epoch;   /* epoch the submitted B-scans belong to */
+	uint32_t nsubmitted;
+	uint8_t *have;  /* [ny] submitted flags */
+	float *bgspec;  /* [ny][K] B-scan background spectra */
+	float *lowres;  /* [ny][nx][nz] when the caller wants none */
+	float *bvol;    /* [Y][X][Z]: M (noncumulative) or B (cumulative) */
+	float *ovol;    /* [Y][X][Z]: last output (cumulative) */
+	int64_t *E;     /* [Y][X] epoch last written, -1 never */
+	float *tcol;    /* [Y][X] temporal weight of this epoch */
+	float *inv_gz;  /* [Z] 1 / sum of gz over the valid dz at z */
+	float *inv_nz;  /* [Z] 1 / number of valid dz at z */
+	bool have_prev; /* cumulative: ovol holds a previous output */
+
+	char device[128];
+};
+
+/* Fill win[0..K-1] with the window of ALGORITHMS.md §1.3 (docs/algorithms.md gives the
+ * formulas); param is sigma (gauss) or alpha (tukey). */
+void cpu_window_fill(enum cfg_window type, double param, uint32_t K, float *win);
+
+/* Resampling positions p[0..K-1] (clamped to [0, K-1]) from the configured source. Returns
+ * 0, or -EINVAL with a message (a non-monotone wavenumber table, a bad wavelength). */
+int cpu_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, size_t errlen);
+
+/* Median of n values (reorders v); for even n the mean of the two middle ones. */
+float cpu_median(float *v, size_t n);
+
+/* (Re)build the live tables of st->p from cfg; touches nothing on failure. */
+int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen);
+
+/* Resample x (K values) into y through the configured kernel (m: K floats of scratch). */
+void cpu_resample(const struct cpu_params *p, uint32_t K, const float *x, float *y, float *m);
+
+/* Scan offset of epoch e (ALGORITHMS.md §2.1). */
+static inline void cpu_scan_offset(uint64_t e, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy)
+{
+	uint32_t q = (uint32_t)(e % ((uint64_t)sx * sy));
+	*ox = q % sx;
+	*oy = q / sx;
+}
+
+/* Preprocess every submitted B-scan of the epoch into L (ALGORITHMS.md §1, steps 1-7);
+ * with mode none also writes the u8 and float outputs. */
+void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output *out);
+
+/* Reconstruct epoch e from L (ALGORITHMS.md §2) into out. */
+void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out);
+
+/* Run fn(worker, item) for item = 0..n-1 on the state's threads. */
+void cpu_parallel(struct cpu_state *st, size_t n,
+                  void (*fn)(struct cpu_worker *w, size_t item, void *ctx), void *ctx);
+
+static inline uint8_t cpu_quantize(float v)
+{
+	return (uint8_t)(int)(255.0f * v + 0.5f); /* v in [0, 1]: truncation is floor */
+}
+
+#endif

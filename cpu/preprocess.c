@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ALGORITHMS.md §1 on the CPU: convert and remove the background, resample, window (and
+ * dispersion), batched FFTW transforms, log/normalize, flips and crop into the low-resolution
+ * volume L_e, A-scans spread over the backend's threads in batches of CPU_BATCH.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Convert A-scan a of a raw B-scan to float (integer samples divided by 2^bit_shift, floor);
+ * returns the sum of the converted samples. */
+static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_t a, float *out)
+{
+	const uint32_t K = st->K, sh = st->bit_shift;
+	const size_t off = (size_t)a * K;
+
+	switch (st->sample_type) {
+	case CFG_SAMPLE_U16: {
+		const uint16_t *s = (const uint16_t *)raw + off;
+		uint64_t sum = 0;
+		for (uint32_t k = 0; k < K; k++) {
+			uint32_t v = (uint32_t)s[k] >> sh;
+			sum += v;
+			out[k] = (float)v;
+		}
+		return (double)sum;
+	}
+	case CFG_SAMPLE_I16: {
+		const int16_t *s = (const int16_t *)raw + off;
+		int64_t sum = 0;
+		for (uint32_t k = 0; k < K; k++) {
+			int32_t v = (int32_t)s[k] >> sh; /* arithmetic shift: floor division */
+			sum += v;
+			out[k] = (float)v;
+		}
+		return (double)sum;
+	}
+	case CFG_SAMPLE_F32:
+	default: {
+		const float *s = (const float *)raw + off;
+		double sum = 0.0;
+		for (uint32_t k = 0; k < K; k++) {
+			sum += s[k];
+			out[k] = s[k];
+		}
+		return sum;
+	}
+	}
+}
+
+static float sample_at(const struct cpu_state *st, const void *raw, size_t i)
+{
+	switch (st->sample_type) {
+	case CFG_SAMPLE_U16:
+		return (float)((uint32_t)((const uint16_t *)raw)[i] >> st->bit_shift);
+	case CFG_SAMPLE_I16:
+		return (float)((int32_t)((const int16_t *)raw)[i] >> st->bit_shift);
+	case CFG_SAMPLE_F32:
+	default:
+		return ((const float *)raw)[i];
+	}
+}
+
+/* Background spectrum of B-scan b for the bscan_mean / bscan_median modes. */
+static void bscan_background(struct cpu_worker *w, size_t b, void *ctx)
+{
+	struct cpu_state *st = w->st;
+	const void *raw = st->raw[b];
+	float *bg = st->bgspec + b * st->K;
+	const uint32_t K = st->K, nx = st->nx;
+
+	(void)ctx;
+	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN) {
+		for (uint32_t k = 0; k < K; k++)
+			w->dacc[k] = 0.0;
+		for (uint32_t a = 0; a < nx; a++) {
+			convert_ascan(st, raw, a, w->conv);
+			for (uint32_t k = 0; k < K; k++)
+				w->dacc[k] += w->conv[k];
+		}
+		for (uint32_t k = 0; k < K; k++)
+			bg[k] = (float)(w->dacc[k] / nx);
+	} else {
+		for (uint32_t k = 0; k < K; k++) {
+			for (uint32_t a = 0; a < nx; a++)
+				w->med[a] = sample_at(st, raw, (size_t)a * K + k);
+			bg[k] = cpu_median(w->med, nx);
+		}
+	}
+}
+
+/* log2 of a positive normal float, vectorizable: exponent plus 2 atanh((m-1)/(m+1)) on the
+ * mantissa reduced to [sqrt(1/2), sqrt(2)); absolute error below 2e-7. */
+static inline float fast_log2(float x)
+{
+	union {
+		float f;
+		uint32_t u;
+	} v = {.f = x};
+	int32_t e = (int32_t)((v.u >> 23) & 0xffu) - 127;
+	v.u = (v.u & 0x007fffffu) | 0x3f800000u;
+	float m = v.f;
+	int32_t big = m > 1.41421356f;
+	m = big ? 0.5f * m : m;
+	e += big;
+	float r = (m - 1.0f) / (m + 1.0f), r2 = r * r;
+	float ln = 2.0f * r *
+	           (1.0f + r2 * (1.0f / 3 + r2 * (1.0f / 5 + r2 * (1.0f / 7 + r2 * (1.0f / 9)))));
+	return (float)e + ln * 1.44269504088896341f;
+}
+
+struct post_args {
+	const float *re_im; /* interleaved complex row */
+	float *dst;         /* L_e row */
+	float *full;        /* float output row (mode none) or NULL */
+	uint8_t *u8;        /* u8 output row (mode none) or NULL */
+	uint32_t zstart;    /* first source bin */
+	int32_t zstep;      /* +1, or -1 with flip.z */
+	uint32_t nz;
+	float lo, inv;
+};
+
+/* Step 6-8 for one A-scan: magnitude, dB, normalize, clamp, crop/flip, quantize. */
+__attribute__((target_clones("avx2", "default"))) static void post_row(const struct post_args *a)
+{
+	const float *c = a->re_im;
+	const float lo = a->lo, inv = a->inv;
+	float *dst = a->dst;
+
+	if (a->zstep > 0) {
+		c += 2 * (size_t)a->zstart;
+		for (uint32_t z = 0; z < a->nz; z++) {
+			float re = c[2 * z], im = c[2 * z + 1];
+			float mag = sqrtf(re * re + im * im) + 1e-12f;
+			float d = 6.02059991327962390f * fast_log2(mag);
+			float v = (d - lo) * inv;
+			v = v < 0.0f ? 0.0f : v;
+			v = v > 1.0f ? 1.0f : v;
+			dst[z] = v;
+		}
+	} else {
+		for (uint32_t z = 0; z < a->nz; z++) {
+			const float *q = c + 2 * (size_t)(a->zstart - z);
+			float re = q[0], im = q[1];
+			float mag = sqrtf(re * re + im * im) + 1e-12f;
+			float d = 6.02059991327962390f * fast_log2(mag);
+			float v = (d - lo) * inv;
+			v = v < 0.0f ? 0.0f : v;
+			v = v > 1.0f ? 1.0f : v;
+			dst[z] = v;
+		}
+	}
+	if (a->full)
+		memcpy(a->full, dst, a->nz * sizeof(float));
+	if (a->u8)
+		for (uint32_t z = 0; z < a->nz; z++)
+			a->u8[z] = (uint8_t)(int)(255.0f * dst[z] + 0.5f);
+}
+
+struct pre_ctx {
+	float *L;
+	const struct be_output *out;
+	uint32_t nchunks;
+};
+
+static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
+{
+	struct pre_ctx *ctx = vctx;
+	struct cpu_state *st = w->st;
+	const struct cpu_params *p = &st->p;
+	const uint32_t K = st->K, N = st->N, nx = st->nx;
+	const uint32_t b = (uint32_t)(item / ctx->nchunks);
+	const uint32_t a0 = (uint32_t)(item % ctx->nchunks) * CPU_BATCH;
+	const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
+	const void *raw = st->raw[b];
+	const float *bgs = st->bgspec + (size_t)b * K;
+	float *fin_r = (float *)w->fin;
+
+	for (uint32_t r = 0; r < na; r++) {
+		float *x = w->conv;
+		double sum = convert_ascan(st, raw, a0 + r, x);
+		float *y = p->rs == CFG_RS_NONE ? x : w->rsout;
+
+		switch (p->bg_mode) {
+		case CFG_BG_ASCAN_MEAN: {
+			float mean = (float)(sum / K);
+			for (uint32_t k = 0; k < K; k++)
+				x[k] -= mean;
+			break;
+		}
+		case CFG_BG_BSCAN_MEAN:
+		case CFG_BG_BSCAN_MEDIAN:
+			for (uint32_t k = 0; k < K; k++)
+				x[k] -= bgs[k];
+			break;
+		case CFG_BG_REFERENCE:
+			for (uint32_t k = 0; k < K; k++)
+				x[k] -= p->bg_ref[k];
+			break;
+		case CFG_BG_NONE:
+			break;
+		}
+		if (p->rs != CFG_RS_NONE)
+			cpu_resample(p, K, x, y, w->spl_m);
+		if (p->disp) {
+			float *row = (float *)(w->fin + (size_t)r * N);
+			for (uint32_t j = 0; j < K; j++) {
+				row[2 * j] = y[j] * p->disp_re[j];
+				row[2 * j + 1] = y[j] * p->disp_im[j];
+			}
+			memset(row + 2 * (size_t)K, 0, 2 * (size_t)(N - K) * sizeof(float));
+		} else {
+			float *row = fin_r + (size_t)r * N;
+			for (uint32_t j = 0; j < K; j++)
+				row[j] = y[j] * p->win[j];
+			memset(row + K, 0, (size_t)(N - K) * sizeof(float));
+		}
+	}
+
+	if (p->disp)
+		fftwf_execute_dft(st->plan_c2c, w->fin, w->fout);
+	else
+		fftwf_execute_dft_r2c(st->plan_r2c, fin_r, w->fout);
+
+	const size_t ostride = p->disp ? N : st->nh + 1;
+	const bool rev = p->flip_x != (p->bidir && (b & 1u));
+	const bool none = p->mode == CFG_RECON_NONE;
+	struct post_args pa = {
+	        .zstart = p->flip_z ? st->nh - 1 - st->z0 : st->z0,
+	        .zstep = p->flip_z ? -1 : 1,
+	        .nz = st->nz,
+	        .lo = p->lo,
+	        .inv = p->inv_range,
+	};
+	for (uint32_t r = 0; r < na; r++) {
+		uint32_t a = a0 + r, xo = rev ? nx - 1 - a : a;
+		size_t o = ((size_t)b * nx + xo) * st->nz;
+
+		pa.re_im = (const float *)(w->fout + r * ostride);
+		pa.dst = ctx->L + o;
+		pa.full = none && ctx->out->full ? ctx->out->full + o : NULL;
+		pa.u8 = none && ctx->out->volume ? ctx->out->volume + o : NULL;
+		post_row(&pa);
+	}
+}
+
+void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output *out)
+{
+	struct pre_ctx ctx = {.L = L, .out = out, .nchunks = (st->nx + CPU_BATCH - 1) / CPU_BATCH};
+
+	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_BSCAN_MEDIAN)
+		cpu_parallel(st, st->ny, bscan_background, NULL);
+	cpu_parallel(st, (size_t)st->ny * ctx.nchunks, preprocess_chunk, &ctx);
+}

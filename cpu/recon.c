@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ALGORITHMS.md §2 on the CPU: interlace L_e at the epoch's scan offset, age map and temporal
+ * weights, and the 27-neighbour spatio-temporal convolution, output rows (planes of constant
+ * Y) spread over the threads. The Gaussian factorizes into gxy(dx, dy) * gz(dz) and the
+ * temporal weight depends on the column only, so each column is first smoothed along z.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct recon_ctx {
+	uint32_t rows; /* output rows per item */
+	const struct be_output *out;
+};
+
+/* z-smoothed copies of column (r, c) of B: sg = sum gz(dz) B[z+dz], s1 = sum B[z+dz]. */
+static void smooth_column(const struct cpu_state *st, uint32_t r, uint32_t c, float *sg, float *s1)
+{
+	const uint32_t Z = st->nz;
+	const float *b = st->bvol + ((size_t)r * st->X + c) * Z;
+	const float g1 = st->p.gz[0] / st->p.gz[1];
+
+	if (Z == 1) {
+		sg[0] = s1[0] = b[0];
+		return;
+	}
+	sg[0] = b[0] + g1 * b[1];
+	s1[0] = b[0] + b[1];
+	for (uint32_t z = 1; z + 1 < Z; z++) {
+		sg[z] = b[z] + g1 * (b[z - 1] + b[z + 1]);
+		s1[z] = b[z] + b[z - 1] + b[z + 1];
+	}
+	sg[Z - 1] = b[Z - 1] + g1 * b[Z - 2];
+	s1[Z - 1] = b[Z - 1] + b[Z - 2];
+}
+
+static void fill_ring_row(const struct cpu_state *st, struct cpu_worker *w, uint32_t r)
+{
+	const uint32_t X = st->X, Z = st->nz;
+	float *slot = w->ring + (size_t)(r % 3) * X * 2 * Z;
+
+	for (uint32_t c = 0; c < X; c++)
+		if (st->tcol[(size_t)r * X + c] > 0.0f)
+			smooth_column(st, r, c, slot + (size_t)c * 2 * Z,
+			              slot + (size_t)c * 2 * Z + Z);
+}
+
+static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
+{
+	struct recon_ctx *ctx = vctx;
+	struct cpu_state *st = w->st;
+	const struct cpu_params *p = &st->p;
+	const uint32_t Y = st->Y, X = st->X, Z = st->nz;
+	const uint32_t y0 = (uint32_t)item * ctx->rows;
+	const uint32_t y1 = y0 + ctx->rows < Y ? y0 + ctx->rows : Y;
+	const bool cum = p->mode == CFG_RECON_CUMULATIVE, sum = p->combine == CFG_COMBINE_SUM;
+	float *A = w->acc, *C = w->acc + Z;
+
+	/* rows y0-1 and y0 first, then one more per output row */
+	if (y0 > 0)
+		fill_ring_row(st, w, y0 - 1);
+	fill_ring_row(st, w, y0);
+	for (uint32_t yy = y0; yy < y1; yy++) {
+		if (yy + 1 < Y)
+			fill_ring_row(st, w, yy + 1);
+		for (uint32_t xx = 0; xx < X; xx++) {
+			const float *sg[9], *s1[9];
+			float cg[9], ct[9];
+			double G = 0.0, T = 0.0;
+			unsigned n = 0;
+
+			for (int dy = -1; dy <= 1; dy++) {
+				int64_t r = (int64_t)yy + dy;
+				if (r < 0 || r >= Y)
+					continue;
+				for (int dx = -1; dx <= 1; dx++) {
+					int64_t c = (int64_t)xx + dx;
+					if (c < 0 || c >= X)
+						continue;
+					float t = st->tcol[(size_t)r * X + (size_t)c];
+					if (!(t > 0.0f))
+						continue;
+					float *col = w->ring + (size_t)(r % 3) * X * 2 * Z +
+					             (size_t)c * 2 * Z;
+					float g = p->gxy[(dy + 1) * 3 + dx + 1];
+					sg[n] = col;
+					s1[n] = col + Z;
+					if (sum) {
+						cg[n] = g;
+						ct[n] = t;
+						G += g;
+						T += t;
+					} else {
+						cg[n] = g * t;
+						G += (double)g * t;
+					}
+					n++;
+				}
+			}
+
+			size_t o = ((size_t)yy * X + xx) * Z;
+			float *res = cum ? st->ovol + o : (ctx->out->full ? ctx->out->full + o : A);
+			if (n == 0) {
+				memset(res, 0, Z * sizeof(float));
+			} else {
+				for (unsigned i = 0; i < n; i++)
+					cg[i] = (float)(cg[i] / G);
+				for (uint32_t z = 0; z < Z; z++)
+					A[z] = cg[0] * sg[0][z];
+				for (unsigned i = 1; i < n; i++)
+					for (uint32_t z = 0; z < Z; z++)
+						A[z] += cg[i] * sg[i][z];
+				if (sum) {
+					for (unsigned i = 0; i < n; i++)
+						ct[i] = (float)(ct[i] / T);
+					for (uint32_t z = 0; z < Z; z++)
+						C[z] = ct[0] * s1[0][z];
+					for (unsigned i = 1; i < n; i++)
+						for (uint32_t z = 0; z < Z; z++)
+							C[z] += ct[i] * s1[i][z];
+					for (uint32_t z = 0; z < Z; z++)
+						res[z] = 0.5f * (A[z] * st->inv_gz[z] +
+						                 C[z] * st->inv_nz[z]);
+				} else {
+					for (uint32_t z = 0; z < Z; z++)
+						res[z] = A[z] * st->inv_gz[z];
+				}
+			}
+			if (cum && ctx->out->full)
+				memcpy(ctx->out->full + o, res, Z * sizeof(float));
+			if (ctx->out->volume) {
+				uint8_t *q = ctx->out->volume + o;
+				for (uint32_t z = 0; z < Z; z++)
+					q[z] = cpu_quantize(res[z]);
+			}
+		}
+	}
+}
+
+void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out)
+{
+	const struct cpu_params *p = &st->p;
+	const uint32_t X = st->X, Y = st->Y, Z = st->nz, S = st->S;
+	uint32_t ox, oy;
+
+	cpu_scan_offset(e, st->sx, st->sy, &ox, &oy);
+
+	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
+	 * at the end of the last epoch; zeros at first) */
+	for (uint32_t y = 0; y < st->ny; y++)
+		for (uint32_t x = 0; x < st->nx; x++) {
+			size_t fy = (size_t)y * st->sy + oy, fx = (size_t)x * st->sx + ox;
+			memcpy(st->bvol + (fy * X + fx) * Z, L + ((size_t)y * st->nx + x) * Z,
+			       Z * sizeof(float));
+			st->E[fy * X + fx] = (int64_t)e;
+		}
+
+	for (size_t i = 0; i < (size_t)Y * X; i++) {
+		float t = 0.0f;
+		if (st->E[i] >= 0) {
+			double age = (double)((int64_t)e - st->E[i]);
+			if (p->temporal == CFG_TEMPORAL_LINEAR)
+				t = (float)(fmax((double)S - age, 0.0) / (double)S);
+			else
+				t = (float)exp(-age / p->tau);
+		}
+		st->tcol[i] = t;
+	}
+
+	const float g1 = p->gz[0] / p->gz[1];
+	for (uint32_t z = 0; z < Z; z++) {
+		unsigned nv = 1 + (z > 0) + (z + 1 < Z);
+		st->inv_gz[z] = (float)(1.0 / (1.0 + (double)g1 * (nv - 1)));
+		st->inv_nz[z] = 1.0f / (float)nv;
+	}
+
+	struct recon_ctx ctx = {.out = out};
+	uint32_t target = st->nthreads * 4;
+	ctx.rows = (Y + target - 1) / target;
+	if (ctx.rows == 0)
+		ctx.rows = 1;
+	cpu_parallel(st, (Y + ctx.rows - 1) / ctx.rows, recon_rows, &ctx);
+
+	if (p->mode == CFG_RECON_CUMULATIVE) {
+		float *t = st->bvol;
+		st->bvol = st->ovol;
+		st->ovol = t;
+		st->have_prev = true;
+	}
+}
