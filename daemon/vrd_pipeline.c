@@ -1,0 +1,721 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The volrecd pipeline: an acquisition thread that drives the source into a ring of raw B-scans
+ * (never waiting for processing unless pipeline.overflow is block), and a processing thread that
+ * feeds complete epochs to the backend, straight into the shm slot, and publishes them.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+const char *const vrd_drop_names[VRD_DROP_COUNT] = {
+        [VRD_DROP_RING_FULL] = "ring_full",
+        [VRD_DROP_INCOMPLETE_EPOCH] = "incomplete_epoch",
+        [VRD_DROP_PROCESSING_ERROR] = "processing_error",
+        [VRD_DROP_SOURCE_ERROR] = "source_error",
+        [VRD_DROP_SOURCE_TIMEOUT] = "source_timeout",
+};
+
+enum { LAT_E2E, LAT_PRE, LAT_REC, LAT_PUB, LAT_N };
+
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS   5000
+#define REOPEN_AFTER     5 /* consecutive faults before the source is closed and opened again */
+
+struct vrd_pipeline {
+	struct vr_config cfg; /* owned copy: the structural parameters in force */
+	struct be_backend *be;
+	char be_note[512];
+	struct src_source src;
+	bool src_is_open;
+	struct vrd_pub *pub;
+	size_t bscan_bytes;
+	int timeout_ms;
+
+	/* the ring: entries [tail, tail + committed) hold complete epochs (processing's), the
+	 * next `pending` ones the epoch being acquired (acquisition's) */
+	void *ring_mem;
+	void *scratch; /* where B-scans of a dropped epoch land */
+	struct vrd_entry *ring;
+	uint32_t nring, ny;
+	uint32_t tail, committed, pending;
+	pthread_mutex_t mu;
+	pthread_cond_t cv_data; /* processing waits for a complete epoch or a request */
+	pthread_cond_t cv_room; /* acquisition waits for room (block) or sleeps in back-off */
+	bool stop_acq, acq_done, stop_proc;
+
+	/* requests from the main thread, applied by the processing thread between epochs */
+	struct vr_config live_cfg;
+	bool live_cfg_set;
+	uint64_t live_req, live_done;
+	int live_rc;
+	char live_err[512];
+	uint64_t reset_req, reset_done;
+	bool reset_flag; /* the next published volume is the first after a history reset */
+
+	/* watchdog marks */
+	_Atomic uint64_t proc_epochs, acq_returns;
+	_Atomic bool proc_waiting;
+	_Atomic int acq_state;
+
+	/* statistics, under mu */
+	struct vrd_counters c;
+	struct vrd_lat lat[LAT_N];
+	bool degraded;
+	char fault[256];
+	uint64_t last_epoch;
+
+	pthread_t acq_thr, proc_thr;
+	bool acq_started, proc_started;
+};
+
+static void scan_offset(const struct vr_config *cfg, uint64_t e, uint32_t *ox, uint32_t *oy)
+{
+	uint32_t sx = cfg->geometry.stride[0], s = cfg_stride_area(cfg);
+	uint32_t q = s ? (uint32_t)(e % s) : 0;
+
+	*ox = sx ? q % sx : 0;
+	*oy = sx ? q / sx : 0;
+}
+
+/* ---- acquisition -------------------------------------------------------------------------- */
+
+/* Sleep ms or until stop is asked (mu held by the caller). Returns true when stopping. */
+static bool sleep_or_stop(struct vrd_pipeline *pl, int ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	while (!pl->stop_acq)
+		if (pthread_cond_timedwait(&pl->cv_room, &pl->mu, &ts) == ETIMEDOUT)
+			break;
+	return pl->stop_acq;
+}
+
+static int source_reopen(struct vrd_pipeline *pl)
+{
+	char err[512];
+	int rc;
+
+	if (pl->src_is_open) {
+		src_close(&pl->src);
+		pl->src_is_open = false;
+	}
+	memset(&pl->src, 0, sizeof(pl->src));
+	rc = src_open(&pl->cfg, 0, &pl->src, err, sizeof(err));
+	if (rc < 0) {
+		vrd_log(LOG_WARNING, "source_fault", "source: reopening failed: %s", err);
+		return rc;
+	}
+	pl->src_is_open = true;
+	pthread_mutex_lock(&pl->mu);
+	pl->c.source_reopens++;
+	pthread_mutex_unlock(&pl->mu);
+	vrd_log(LOG_NOTICE, NULL, "source: reopened %s", pl->src.info.name);
+	return 0;
+}
+
+/* A fault: count, go degraded (event on the first of a series), back off, maybe reopen.
+ * Returns true when stopping. */
+static bool source_fault(struct vrd_pipeline *pl, const char *what, int rc, unsigned *streak,
+                         int *backoff_ms, bool *started)
+{
+	char msg[256];
+	bool first, stop;
+
+	snprintf(msg, sizeof(msg), "source %s: %s: %s", pl->src_is_open ? pl->src.info.name : "-",
+	         what, pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
+	pthread_mutex_lock(&pl->mu);
+	pl->c.source_faults++;
+	first = !pl->degraded;
+	pl->degraded = true;
+	snprintf(pl->fault, sizeof(pl->fault), "%s", msg);
+	pthread_mutex_unlock(&pl->mu);
+	if (first)
+		vrd_event("source_fault", LOG_WARNING, msg, NULL);
+	else
+		vrd_log(LOG_DEBUG, "source_fault", "%s", msg);
+
+	(*streak)++;
+	*backoff_ms = *streak == 1 ? BACKOFF_FIRST_MS : *backoff_ms * 2;
+	if (*backoff_ms > BACKOFF_MAX_MS)
+		*backoff_ms = BACKOFF_MAX_MS;
+	atomic_store(&pl->acq_state, VRD_ACQ_BACKOFF);
+	pthread_mutex_lock(&pl->mu);
+	stop = sleep_or_stop(pl, *backoff_ms);
+	pthread_mutex_unlock(&pl->mu);
+	atomic_fetch_add(&pl->acq_returns, 1);
+	if (stop)
+		return true;
+	if (!pl->src_is_open || *streak % REOPEN_AFTER == 0) {
+		atomic_store(&pl->acq_state, VRD_ACQ_ACQUIRING);
+		if (source_reopen(pl) == 0)
+			*started = false;
+		atomic_fetch_add(&pl->acq_returns, 1);
+	}
+	return false;
+}
+
+/* Give the epoch being acquired back: its B-scans counted under cause. mu held. */
+static void drop_pending(struct vrd_pipeline *pl, enum vrd_drop cause)
+{
+	pl->c.drops[cause] += pl->pending;
+	pl->c.ring_used -= pl->pending;
+	pl->pending = 0;
+}
+
+static void *acq_main(void *arg)
+{
+	struct vrd_pipeline *pl = arg;
+	const struct vr_config *cfg = &pl->cfg;
+	bool block =
+	        cfg->pipeline.overflow == CFG_OVERFLOW_BLOCK && cfg->source.type != CFG_SOURCE_SHIM;
+	bool started = false, recovering = false;
+	unsigned streak = 0;
+	int backoff_ms = 0;
+	uint64_t e = 0;
+
+	while (1) {
+		uint32_t ox, oy, b;
+		bool dropping = false, cut = false;
+		int rc;
+
+		pthread_mutex_lock(&pl->mu);
+		if (pl->stop_acq) {
+			pthread_mutex_unlock(&pl->mu);
+			break;
+		}
+		pthread_mutex_unlock(&pl->mu);
+		if (!pl->src_is_open) {
+			if (source_fault(pl, "open", -ENODEV, &streak, &backoff_ms, &started))
+				break;
+			continue;
+		}
+
+		scan_offset(cfg, e, &ox, &oy);
+		atomic_store(&pl->acq_state, VRD_ACQ_ACQUIRING);
+		rc = pl->src.ops->set_scan_offset(pl->src.handle, e, ox, oy);
+		if (rc == 0 && !started) {
+			rc = pl->src.ops->start(pl->src.handle);
+			started = rc == 0;
+		}
+		atomic_fetch_add(&pl->acq_returns, 1);
+		if (rc < 0) {
+			if (source_fault(pl, started ? "set_scan_offset" : "start", rc, &streak,
+			                 &backoff_ms, &started))
+				break;
+			e++;
+			continue;
+		}
+		pthread_mutex_lock(&pl->mu);
+		pl->c.epochs_started++;
+		pthread_mutex_unlock(&pl->mu);
+
+		for (b = 0; b < pl->ny; b++) {
+			struct volrec_shim_meta meta = {0};
+			void *buf;
+
+			pthread_mutex_lock(&pl->mu);
+			while (!dropping && !pl->stop_acq &&
+			       pl->committed + pl->pending == pl->nring) {
+				if (!block) {
+					/* no room for the rest of this epoch: drop all of it */
+					dropping = true;
+					drop_pending(pl, VRD_DROP_RING_FULL);
+					break;
+				}
+				atomic_store(&pl->acq_state, VRD_ACQ_WAIT_ROOM);
+				pthread_cond_wait(&pl->cv_room, &pl->mu);
+			}
+			if (pl->stop_acq) {
+				pthread_mutex_unlock(&pl->mu);
+				cut = true;
+				break;
+			}
+			buf = dropping ? pl->scratch
+			               : pl->ring[(pl->tail + pl->committed + pl->pending) %
+			                          pl->nring]
+			                         .buf;
+			pthread_mutex_unlock(&pl->mu);
+
+			atomic_store(&pl->acq_state, VRD_ACQ_ACQUIRING);
+			rc = pl->src.ops->acquire(pl->src.handle, buf, pl->bscan_bytes,
+			                          pl->timeout_ms, &meta);
+			atomic_fetch_add(&pl->acq_returns, 1);
+			if (rc < 0) {
+				pthread_mutex_lock(&pl->mu);
+				pl->c.drops[rc == -ETIMEDOUT ? VRD_DROP_SOURCE_TIMEOUT
+				                             : VRD_DROP_SOURCE_ERROR]++;
+				drop_pending(pl, VRD_DROP_INCOMPLETE_EPOCH);
+				pthread_mutex_unlock(&pl->mu);
+				if (rc == -ENODATA && !cfg->source.replay.loop &&
+				    cfg->source.type == CFG_SOURCE_REPLAY) {
+					vrd_log(LOG_NOTICE, "source_ended",
+					        "source: the replay file ended (loop: false); "
+					        "nothing more to acquire");
+					atomic_store(&pl->acq_state, VRD_ACQ_ENDED);
+					pthread_mutex_lock(&pl->mu);
+					while (!pl->stop_acq)
+						pthread_cond_wait(&pl->cv_room, &pl->mu);
+					pthread_mutex_unlock(&pl->mu);
+					goto out;
+				}
+				cut = true;
+				recovering = true;
+				if (source_fault(pl,
+				                 rc == -ETIMEDOUT ? "acquire timed out" : "acquire",
+				                 rc, &streak, &backoff_ms, &started))
+					goto out;
+				break;
+			}
+			pthread_mutex_lock(&pl->mu);
+			pl->c.acquired++;
+			if (dropping) {
+				pl->c.drops[VRD_DROP_RING_FULL]++;
+			} else {
+				struct vrd_entry *en =
+				        &pl->ring[(pl->tail + pl->committed + pl->pending) %
+				                  pl->nring];
+				en->epoch = e;
+				en->bscan = b;
+				en->t_mono_ns = vrd_now_ns();
+				en->t_real_ns =
+				        meta.timestamp_ns ? meta.timestamp_ns : vrd_realtime_ns();
+				pl->pending++;
+				pl->c.ring_used++;
+			}
+			pthread_mutex_unlock(&pl->mu);
+		}
+		if (cut) {
+			pthread_mutex_lock(&pl->mu);
+			drop_pending(pl, VRD_DROP_INCOMPLETE_EPOCH);
+			pthread_mutex_unlock(&pl->mu);
+			if (recovering) {
+				e++;
+				continue;
+			}
+			break; /* stopping */
+		}
+		if (!dropping) {
+			pthread_mutex_lock(&pl->mu);
+			pl->committed += pl->pending;
+			pl->pending = 0;
+			pthread_cond_signal(&pl->cv_data);
+			pthread_mutex_unlock(&pl->mu);
+		}
+		if (recovering || streak) {
+			/* a whole epoch came through after faults: the source is back */
+			bool was;
+
+			pthread_mutex_lock(&pl->mu);
+			was = pl->degraded;
+			pl->degraded = false;
+			pl->fault[0] = '\0';
+			pthread_mutex_unlock(&pl->mu);
+			if (was)
+				vrd_event("source_recovered", LOG_NOTICE,
+				          "source: acquiring again after a fault", NULL);
+			recovering = false;
+			streak = 0;
+		}
+		e++;
+	}
+out:
+	atomic_store(&pl->acq_state, VRD_ACQ_IDLE);
+	pthread_mutex_lock(&pl->mu);
+	drop_pending(pl, VRD_DROP_INCOMPLETE_EPOCH);
+	pl->acq_done = true;
+	pthread_cond_broadcast(&pl->cv_data);
+	pthread_mutex_unlock(&pl->mu);
+	return NULL;
+}
+
+/* ---- processing --------------------------------------------------------------------------- */
+
+/* Apply what the main thread asked for (live parameters, history reset); mu held. */
+static void apply_requests(struct vrd_pipeline *pl)
+{
+	if (pl->live_req != pl->live_done) {
+		uint64_t req = pl->live_req;
+		char err[512] = "";
+		int rc;
+
+		pthread_mutex_unlock(&pl->mu);
+		rc = pl->be->ops->update_live(pl->be->state, &pl->live_cfg, err, sizeof(err));
+		pthread_mutex_lock(&pl->mu);
+		pl->live_rc = rc;
+		snprintf(pl->live_err, sizeof(pl->live_err), "%s", err);
+		pl->live_done = req;
+	}
+	if (pl->reset_req != pl->reset_done) {
+		pl->reset_done = pl->reset_req;
+		pl->reset_flag = true;
+		pthread_mutex_unlock(&pl->mu);
+		pl->be->ops->reset_history(pl->be->state);
+		vrd_event("history_reset", LOG_NOTICE,
+		          "reconstruction history reset: the next epoch starts afresh", NULL);
+		pthread_mutex_lock(&pl->mu);
+	}
+}
+
+static int process_epoch(struct vrd_pipeline *pl, uint32_t first, double ms[LAT_N], char *err,
+                         size_t errlen)
+{
+	const struct vrd_entry *e0 = &pl->ring[first],
+	                       *el = &pl->ring[(first + pl->ny - 1) % pl->nring];
+	struct vrd_vol_meta meta = {0};
+	struct be_output out = {0};
+	uint64_t t0, t1, t2, t3;
+	uint8_t *vol = NULL;
+	int rc;
+
+	t0 = vrd_now_ns();
+	for (uint32_t b = 0; b < pl->ny; b++) {
+		const struct vrd_entry *en = &pl->ring[(first + b) % pl->nring];
+
+		rc = pl->be->ops->bscan_submit(pl->be->state, en->epoch, en->bscan, en->buf);
+		if (rc < 0) {
+			snprintf(err, errlen, "backend %s: submitting B-scan %u of epoch %llu: %s",
+			         pl->be->ops->name, en->bscan, (unsigned long long)en->epoch,
+			         strerror(-rc));
+			return rc;
+		}
+	}
+	t1 = vrd_now_ns();
+	rc = vrd_pub_begin(pl->pub, &vol, err, errlen);
+	if (rc < 0)
+		return rc;
+	out.volume = vol;
+	rc = pl->be->ops->epoch_finish(pl->be->state, e0->epoch, &out, err, errlen);
+	if (rc < 0) {
+		vrd_pub_abort(pl->pub);
+		return rc;
+	}
+	t2 = vrd_now_ns();
+	meta.epoch = e0->epoch;
+	scan_offset(&pl->cfg, e0->epoch, &meta.ox, &meta.oy);
+	meta.t_first_ns = e0->t_real_ns;
+	meta.t_last_ns = el->t_real_ns;
+	meta.latency_ns = t2 > el->t_mono_ns ? t2 - el->t_mono_ns : 0;
+	meta.flags = pl->reset_flag ? VOLREC_FLAG_RESET : 0;
+	rc = vrd_pub_publish(pl->pub, &meta, err, errlen);
+	if (rc < 0)
+		return rc;
+	pl->reset_flag = false;
+	t3 = vrd_now_ns();
+	ms[LAT_E2E] = (double)(t3 - el->t_mono_ns) / 1e6;
+	ms[LAT_PRE] = (double)(t1 - t0) / 1e6;
+	ms[LAT_REC] = (double)(t2 - t1) / 1e6;
+	ms[LAT_PUB] = (double)(t3 - t2) / 1e6;
+	return 0;
+}
+
+static void *proc_main(void *arg)
+{
+	struct vrd_pipeline *pl = arg;
+
+	pthread_mutex_lock(&pl->mu);
+	while (1) {
+		double ms[LAT_N];
+		char err[512];
+		uint32_t first;
+		uint64_t epoch;
+		int rc;
+
+		atomic_store(&pl->proc_waiting, true);
+		apply_requests(pl);
+		while (pl->committed < pl->ny && !(pl->stop_proc && pl->acq_done) &&
+		       pl->live_req == pl->live_done && pl->reset_req == pl->reset_done)
+			pthread_cond_wait(&pl->cv_data, &pl->mu);
+		if (pl->live_req != pl->live_done || pl->reset_req != pl->reset_done)
+			continue;
+		if (pl->committed < pl->ny)
+			break; /* stopping, and everything complete was processed */
+		atomic_store(&pl->proc_waiting, false);
+		first = pl->tail;
+		epoch = pl->ring[first].epoch;
+		pthread_mutex_unlock(&pl->mu);
+
+		err[0] = '\0';
+		rc = process_epoch(pl, first, ms, err, sizeof(err));
+		if (rc < 0)
+			vrd_log(LOG_ERR, "processing_error", "epoch %llu dropped: %s",
+			        (unsigned long long)epoch, err);
+
+		pthread_mutex_lock(&pl->mu);
+		pl->tail = (pl->tail + pl->ny) % pl->nring;
+		pl->committed -= pl->ny;
+		pl->c.ring_used -= pl->ny;
+		if (rc < 0) {
+			pl->c.drops[VRD_DROP_PROCESSING_ERROR] += pl->ny;
+		} else {
+			pl->c.processed += pl->ny;
+			pl->c.epochs_published++;
+			pl->last_epoch = epoch;
+			for (int i = 0; i < LAT_N; i++)
+				vrd_lat_add(&pl->lat[i], ms[i]);
+		}
+		pthread_cond_broadcast(&pl->cv_room);
+		atomic_fetch_add(&pl->proc_epochs, 1);
+	}
+	atomic_store(&pl->proc_waiting, true);
+	pthread_mutex_unlock(&pl->mu);
+	return NULL;
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
+
+static void pipeline_free(struct vrd_pipeline *pl, bool unlink_shm)
+{
+	if (!pl)
+		return;
+	if (pl->src_is_open)
+		src_close(&pl->src);
+	if (pl->pub)
+		vrd_pub_close(pl->pub, unlink_shm);
+	if (pl->be) {
+		pl->be->ops->host_free(pl->be->state, pl->ring_mem);
+		pl->be->ops->host_free(pl->be->state, pl->scratch);
+		be_close(pl->be);
+	}
+	free(pl->ring);
+	if (pl->live_cfg_set)
+		cfg_free(&pl->live_cfg);
+	cfg_free(&pl->cfg);
+	pthread_cond_destroy(&pl->cv_room);
+	pthread_cond_destroy(&pl->cv_data);
+	pthread_mutex_destroy(&pl->mu);
+	free(pl);
+}
+
+int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, char *err,
+                       size_t errlen)
+{
+	struct vrd_pipeline *pl = calloc(1, sizeof(*pl));
+	char why[512];
+	int rc;
+
+	if (!pl) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&pl->mu, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&pl->cv_room, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	pthread_cond_init(&pl->cv_data, NULL);
+	cfg_defaults(&pl->cfg);
+	cfg_defaults(&pl->live_cfg);
+	rc = cfg_copy(&pl->cfg, cfg);
+	if (rc < 0) {
+		snprintf(err, errlen, "out of memory copying the configuration");
+		goto fail;
+	}
+	pl->ny = cfg->geometry.bscans_per_volume;
+	pl->nring = cfg->pipeline.ring_bscans;
+	pl->bscan_bytes = cfg_bscan_bytes(cfg);
+	if (pl->nring < pl->ny) {
+		snprintf(err, errlen,
+		         "pipeline.ring_bscans: %u is smaller than one epoch (%u B-scans)",
+		         pl->nring, pl->ny);
+		rc = -EINVAL;
+		goto fail;
+	}
+	if (cfg->source.type == CFG_SOURCE_SHIM)
+		pl->timeout_ms = cfg->source.shim.timeout_ms;
+	else
+		pl->timeout_ms =
+		        1000 + (cfg->source.rate > 0 ? (int)(2000.0 / cfg->source.rate) : 0);
+
+	rc = be_open(cfg, &pl->be, pl->be_note, sizeof(pl->be_note), why, sizeof(why));
+	if (rc < 0) {
+		snprintf(err, errlen, "backend: %s", why);
+		goto fail;
+	}
+	if (pl->be_note[0])
+		vrd_log(LOG_NOTICE, NULL, "%s", pl->be_note);
+	rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes * pl->nring, &pl->ring_mem);
+	if (rc == 0)
+		rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes, &pl->scratch);
+	if (rc < 0) {
+		snprintf(err, errlen, "pipeline: allocating the ring of %u B-scans (%zu bytes): %s",
+		         pl->nring, pl->bscan_bytes * pl->nring, strerror(-rc));
+		goto fail;
+	}
+	pl->ring = calloc(pl->nring, sizeof(*pl->ring));
+	if (!pl->ring) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (uint32_t i = 0; i < pl->nring; i++)
+		pl->ring[i].buf = (char *)pl->ring_mem + (size_t)i * pl->bscan_bytes;
+	pl->c.ring_size = pl->nring;
+
+	rc = src_open(cfg, 0, &pl->src, why, sizeof(why));
+	if (rc < 0) {
+		snprintf(err, errlen, "%s", why);
+		goto fail;
+	}
+	pl->src_is_open = true;
+
+	rc = vrd_pub_open(cfg, pl->be, &pl->pub, why, sizeof(why));
+	if (rc < 0) {
+		snprintf(err, errlen, "%s", why);
+		goto fail;
+	}
+
+	rc = -pthread_create(&pl->proc_thr, NULL, proc_main, pl);
+	if (rc < 0) {
+		snprintf(err, errlen, "starting the processing thread: %s", strerror(-rc));
+		goto fail;
+	}
+	pl->proc_started = true;
+	rc = -pthread_create(&pl->acq_thr, NULL, acq_main, pl);
+	if (rc < 0) {
+		snprintf(err, errlen, "starting the acquisition thread: %s", strerror(-rc));
+		goto fail;
+	}
+	pl->acq_started = true;
+	*out = pl;
+	return 0;
+
+fail:
+	if (pl->proc_started) {
+		pthread_mutex_lock(&pl->mu);
+		pl->stop_proc = true;
+		pl->acq_done = true;
+		pthread_cond_broadcast(&pl->cv_data);
+		pthread_mutex_unlock(&pl->mu);
+		pthread_join(pl->proc_thr, NULL);
+	}
+	pipeline_free(pl, true);
+	return rc;
+}
+
+void vrd_pipeline_stop(struct vrd_pipeline *pl, bool unlink_shm)
+{
+	if (!pl)
+		return;
+	pthread_mutex_lock(&pl->mu);
+	pl->stop_acq = true;
+	pthread_cond_broadcast(&pl->cv_room);
+	pthread_mutex_unlock(&pl->mu);
+	if (pl->acq_started)
+		pthread_join(pl->acq_thr, NULL);
+	if (pl->src_is_open) {
+		src_close(&pl->src);
+		pl->src_is_open = false;
+	}
+	pthread_mutex_lock(&pl->mu);
+	pl->acq_done = true;
+	pl->stop_proc = true;
+	pthread_cond_broadcast(&pl->cv_data);
+	pthread_mutex_unlock(&pl->mu);
+	if (pl->proc_started)
+		pthread_join(pl->proc_thr, NULL);
+	pipeline_free(pl, unlink_shm);
+}
+
+int vrd_pipeline_request_live(struct vrd_pipeline *pl, const struct vr_config *cfg,
+                              uint64_t *ticket)
+{
+	int rc;
+
+	pthread_mutex_lock(&pl->mu);
+	if (pl->live_cfg_set)
+		cfg_free(&pl->live_cfg);
+	rc = cfg_copy(&pl->live_cfg, cfg);
+	pl->live_cfg_set = rc == 0;
+	if (rc == 0) {
+		*ticket = ++pl->live_req;
+		pthread_cond_broadcast(&pl->cv_data);
+	}
+	pthread_mutex_unlock(&pl->mu);
+	return rc;
+}
+
+bool vrd_pipeline_live_done(struct vrd_pipeline *pl, uint64_t ticket, int *rc, char *err,
+                            size_t errlen)
+{
+	bool done;
+
+	pthread_mutex_lock(&pl->mu);
+	done = pl->live_done >= ticket;
+	if (done) {
+		*rc = pl->live_rc;
+		snprintf(err, errlen, "%s", pl->live_err);
+	}
+	pthread_mutex_unlock(&pl->mu);
+	return done;
+}
+
+void vrd_pipeline_request_reset(struct vrd_pipeline *pl)
+{
+	pthread_mutex_lock(&pl->mu);
+	pl->reset_req++;
+	pthread_cond_broadcast(&pl->cv_data);
+	pthread_mutex_unlock(&pl->mu);
+}
+
+void vrd_pipeline_snapshot(struct vrd_pipeline *pl, struct vrd_snapshot *s)
+{
+	memset(s, 0, sizeof(*s));
+	pthread_mutex_lock(&pl->mu);
+	s->c = pl->c;
+	for (int i = 0; i < LAT_N; i++)
+		vrd_lat_percentiles(&pl->lat[i], &s->lat_p50[i], &s->lat_p99[i]);
+	s->degraded = pl->degraded;
+	snprintf(s->fault, sizeof(s->fault), "%s", pl->fault);
+	s->last_epoch = pl->last_epoch;
+	pthread_mutex_unlock(&pl->mu);
+	s->acq_state = atomic_load(&pl->acq_state);
+}
+
+void vrd_pipeline_progress(struct vrd_pipeline *pl, struct vrd_progress *p)
+{
+	p->proc_epochs = atomic_load(&pl->proc_epochs);
+	p->acq_returns = atomic_load(&pl->acq_returns);
+	p->proc_waiting = atomic_load(&pl->proc_waiting);
+	p->acq_state = atomic_load(&pl->acq_state);
+}
+
+struct vrd_pub *vrd_pipeline_pub(struct vrd_pipeline *pl)
+{
+	return pl->pub;
+}
+
+const struct vr_config *vrd_pipeline_config(struct vrd_pipeline *pl)
+{
+	return &pl->cfg;
+}
+
+const char *vrd_pipeline_backend_name(struct vrd_pipeline *pl)
+{
+	return pl->be->ops->name;
+}
+
+const char *vrd_pipeline_device(struct vrd_pipeline *pl)
+{
+	return pl->be->ops->device(pl->be->state);
+}
+
+const struct volrec_shim_info *vrd_pipeline_source_info(struct vrd_pipeline *pl)
+{
+	return &pl->src.info;
+}
