@@ -1,0 +1,741 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libvolrec: maps an instance's data segment read-only, leases slots through the lease table,
+ * waits on the ZeroMQ `vol` notifications and follows new sessions by itself.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "ipc/internal.h"
+#include "ipc/ipc.h"
+#include "volrec/client.h"
+
+#define CL_EP_MAX 512
+
+struct cl_session {
+	void *map; /* data segment, PROT_READ */
+	size_t size;
+	const struct volrec_shm_header *h;
+	void *lmap; /* lease segment, read-write */
+	size_t lsize;
+	int lease_fd;
+	struct volrec_lease_entry *entry; /* ours */
+	uint64_t id;
+};
+
+struct volrec_client {
+	char instance[VOLREC_INSTANCE_MAX + 1];
+	char run_dir[PATH_MAX];
+	char data_name[96];
+	char lease_name[112];
+	char endpoint[CL_EP_MAX]; /* connected */
+	bool endpoint_fixed;
+	unsigned topics;
+	int rcvhwm;
+	struct cl_session s;
+	bool mapped;
+	void *zctx;
+	void *sub;
+	uint64_t last_seq; /* newest sequence seen in this session, 0 none */
+	bool view_held;
+	uint32_t view_slot;
+	uint64_t view_seq;
+	struct volrec_client_stats st;
+	char *text; /* VOLREC_TEXT_MAX + 1 bytes, for status/event bodies */
+	char err[512];
+};
+
+__attribute__((format(printf, 3, 4))) static int cl_fail(struct volrec_client *c, int rc,
+                                                         const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static void session_unmap(struct cl_session *s)
+{
+	if (s->entry) {
+		ipc_store32(&s->entry->slot, VOLREC_SLOT_NONE, memory_order_seq_cst);
+		ipc_store32(&s->entry->pid, 0, memory_order_release);
+	}
+	if (s->lease_fd >= 0)
+		close(s->lease_fd); /* drops the OFD lock on our entry */
+	if (s->lmap)
+		munmap(s->lmap, s->lsize);
+	if (s->map)
+		munmap(s->map, s->size);
+	memset(s, 0, sizeof(*s));
+	s->lease_fd = -1;
+}
+
+static int claim_entry(struct volrec_client *c, struct cl_session *s)
+{
+	const struct volrec_lease_header *lh = s->lmap;
+
+	for (uint32_t i = 0; i < lh->entry_count; i++) {
+		struct flock fl = {.l_type = F_WRLCK,
+		                   .l_whence = SEEK_SET,
+		                   .l_start = ipc_lease_entry_offset(i),
+		                   .l_len = sizeof(struct volrec_lease_entry)};
+		struct volrec_lease_entry *e;
+
+		if (fcntl(s->lease_fd, F_OFD_SETLK, &fl) < 0) {
+			if (errno == EAGAIN || errno == EACCES)
+				continue;
+			return cl_fail(c, -errno, "cannot lock a lease entry of %s: %s",
+			               c->lease_name, strerror(errno));
+		}
+		e = ipc_lease_entry(s->lmap, i);
+		ipc_store32(&e->slot, VOLREC_SLOT_NONE, memory_order_seq_cst);
+		ipc_store64(&e->sequence, 0, memory_order_relaxed);
+		ipc_store64(&e->session_id, s->id, memory_order_relaxed);
+		ipc_store64(&e->heartbeat_ns, ipc_now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+		ipc_store32(&e->pid, (uint32_t)getpid(), memory_order_seq_cst);
+		s->entry = e;
+		return 0;
+	}
+	return cl_fail(c, -EUSERS, "all %u reader entries of %s are taken (ipc.max_readers)",
+	               lh->entry_count, c->lease_name);
+}
+
+/* Map the current data and lease segments of the instance into *s. */
+static int session_map(struct volrec_client *c, struct cl_session *s)
+{
+	const struct volrec_lease_header *lh;
+	struct stat st;
+	int fd, rc;
+
+	memset(s, 0, sizeof(*s));
+	s->lease_fd = -1;
+	fd = shm_open(c->data_name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0) {
+		rc = -errno;
+		if (rc == -ENOENT)
+			return cl_fail(c, rc,
+			               "no volrec daemon publishes instance '%s' (no shared memory "
+			               "%s)",
+			               c->instance, c->data_name);
+		return cl_fail(c, rc, "cannot open shared memory %s: %s", c->data_name,
+		               strerror(errno));
+	}
+	if (fstat(fd, &st)) {
+		rc = cl_fail(c, -errno, "fstat %s: %s", c->data_name, strerror(errno));
+		close(fd);
+		return rc;
+	}
+	if ((size_t)st.st_size < sizeof(struct volrec_shm_header)) {
+		close(fd);
+		return cl_fail(c, st.st_size ? -EPROTO : -EAGAIN,
+		               "shared memory %s is %lld bytes, smaller than its header",
+		               c->data_name, (long long)st.st_size);
+	}
+	s->size = (size_t)st.st_size;
+	s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (s->map == MAP_FAILED) {
+		s->map = NULL;
+		return cl_fail(c, -errno, "cannot map %s: %s", c->data_name, strerror(errno));
+	}
+	s->h = s->map;
+	rc = ipc_shm_validate(s->map, s->size, c->err, sizeof(c->err));
+	if (rc)
+		goto out_unmap;
+	s->id = s->h->session_id;
+
+	s->lease_fd = shm_open(c->lease_name, O_RDWR | O_CLOEXEC, 0);
+	if (s->lease_fd < 0) {
+		rc = cl_fail(c, errno == ENOENT ? -EAGAIN : -errno,
+		             "cannot open the lease table %s: %s", c->lease_name, strerror(errno));
+		goto out_unmap;
+	}
+	if (fstat(s->lease_fd, &st)) {
+		rc = cl_fail(c, -errno, "fstat %s: %s", c->lease_name, strerror(errno));
+		goto out_unmap;
+	}
+	s->lsize = (size_t)st.st_size;
+	if (s->lsize < sizeof(struct volrec_lease_header)) {
+		rc = cl_fail(c, -EAGAIN, "lease table %s is not initialized yet", c->lease_name);
+		goto out_unmap;
+	}
+	s->lmap = mmap(NULL, s->lsize, PROT_READ | PROT_WRITE, MAP_SHARED, s->lease_fd, 0);
+	if (s->lmap == MAP_FAILED) {
+		s->lmap = NULL;
+		rc = cl_fail(c, -errno, "cannot map %s: %s", c->lease_name, strerror(errno));
+		goto out_unmap;
+	}
+	lh = s->lmap;
+	if (ipc_load64(&lh->magic, memory_order_acquire) != VOLREC_LEASE_MAGIC) {
+		rc = cl_fail(c, -EAGAIN, "lease table %s is not initialized yet", c->lease_name);
+		goto out_unmap;
+	}
+	if (lh->major != VOLREC_PROTO_MAJOR) {
+		rc = cl_fail(
+		        c, -EPROTO,
+		        "lease table %s speaks protocol major version %u; this client supports "
+		        "%d only",
+		        c->lease_name, lh->major, VOLREC_PROTO_MAJOR);
+		goto out_unmap;
+	}
+	if (lh->session_id != s->id) {
+		rc = cl_fail(c, -EAGAIN, "lease table %s belongs to another session (rebuilding)",
+		             c->lease_name);
+		goto out_unmap;
+	}
+	if (lh->header_size < sizeof(*lh) || lh->entry_size < sizeof(struct volrec_lease_entry) ||
+	    lh->header_size != sizeof(*lh) || lh->entry_size != sizeof(struct volrec_lease_entry) ||
+	    !lh->entry_count || lh->entry_count > VOLREC_MAX_READERS ||
+	    lh->header_size + (uint64_t)lh->entry_count * lh->entry_size > s->lsize) {
+		rc = cl_fail(c, -EPROTO, "lease table %s has an inconsistent layout",
+		             c->lease_name);
+		goto out_unmap;
+	}
+	rc = claim_entry(c, s);
+	if (rc)
+		goto out_unmap;
+	return 0;
+
+out_unmap:
+	session_unmap(s);
+	return rc;
+}
+
+/* The endpoint to connect: fixed, else the first usable one the daemon lists, else default. */
+static void pick_endpoint(struct volrec_client *c, char *ep, size_t len)
+{
+	const char *list, *p, *tcp = NULL;
+	const struct volrec_shm_header *h = c->s.h;
+
+	if (c->endpoint_fixed) {
+		snprintf(ep, len, "%s", c->endpoint);
+		return;
+	}
+	if (c->mapped && h->endpoints_size) {
+		list = (const char *)c->s.map + h->endpoints_offset;
+		for (p = list; p < list + h->endpoints_size && *p;) {
+			size_t n = strnlen(p, (size_t)(list + h->endpoints_size - p));
+			if (p + n >= list + h->endpoints_size)
+				break;
+			if (!strncmp(p, "ipc://", 6)) {
+				snprintf(ep, len, "%s", p);
+				return;
+			}
+			if (!tcp && !strncmp(p, "tcp://127.", 10))
+				tcp = p;
+			p += n + 1;
+		}
+		if (tcp) {
+			snprintf(ep, len, "%s", tcp);
+			return;
+		}
+	}
+	snprintf(ep, len, "ipc://%s/%s.pub", c->run_dir, c->instance);
+}
+
+static int connect_endpoint(struct volrec_client *c)
+{
+	char ep[CL_EP_MAX];
+
+	pick_endpoint(c, ep, sizeof(ep));
+	if (c->endpoint[0] && !strcmp(ep, c->endpoint) && !c->endpoint_fixed)
+		return 0;
+	if (c->endpoint[0] && !c->endpoint_fixed && strcmp(ep, c->endpoint))
+		zmq_disconnect(c->sub, c->endpoint);
+	if (c->endpoint_fixed && c->endpoint[0] && c->st.remaps)
+		return 0; /* fixed endpoint stays connected across sessions */
+	if (zmq_connect(c->sub, ep))
+		return cl_fail(c, -zmq_errno(), "cannot connect to %s: %s", ep,
+		               zmq_strerror(zmq_errno()));
+	snprintf(c->endpoint, sizeof(c->endpoint), "%s", ep);
+	return 0;
+}
+
+/* Follow the instance to its current session, if it changed. */
+static int remap(struct volrec_client *c)
+{
+	struct cl_session ns;
+	int rc;
+
+	if (c->view_held)
+		return cl_fail(c, -EBUSY, "a view is still held; release it first");
+	rc = session_map(c, &ns);
+	if (rc)
+		return rc;
+	if (c->mapped && ns.id == c->s.id) {
+		session_unmap(&ns);
+		return 0;
+	}
+	if (c->mapped) {
+		session_unmap(&c->s);
+		c->st.remaps++;
+	}
+	c->s = ns;
+	c->mapped = true;
+	c->last_seq = 0;
+	return connect_endpoint(c);
+}
+
+/* Cheap check of the session the segment name now refers to: 0 same, 1 changed, <0 gone. */
+static int session_changed(struct volrec_client *c)
+{
+	struct volrec_shm_header h;
+	int fd = shm_open(c->data_name, O_RDONLY | O_CLOEXEC, 0);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	n = pread(fd, &h, sizeof(h), 0);
+	close(fd);
+	if (n != (ssize_t)sizeof(h))
+		return -EAGAIN;
+	return !c->mapped || h.session_id != c->s.id;
+}
+
+int volrec_client_open_opts(const char *instance, const struct volrec_client_options *opt,
+                            struct volrec_client **out)
+{
+	struct volrec_client *c;
+	const char *rd = opt ? opt->run_dir : NULL;
+	unsigned topics = opt && opt->topics ? opt->topics : VOLREC_SUB_VOL;
+	int rc, hwm;
+
+	if (!out || !ipc_instance_valid(instance))
+		return -EINVAL;
+	if (!rd || !*rd)
+		rd = getenv("VOLREC_RUN_DIR");
+	if (!rd || !*rd)
+		rd = VOLREC_DEFAULT_RUN_DIR;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->s.lease_fd = -1;
+	snprintf(c->instance, sizeof(c->instance), "%s", instance);
+	if ((size_t)snprintf(c->run_dir, sizeof(c->run_dir), "%s", rd) >= sizeof(c->run_dir)) {
+		free(c);
+		return -ENAMETOOLONG;
+	}
+	ipc_shm_names(instance, c->data_name, sizeof(c->data_name), c->lease_name,
+	              sizeof(c->lease_name));
+	c->topics = topics;
+	c->rcvhwm = opt && opt->rcvhwm > 0 ? opt->rcvhwm : 1000;
+	if (opt && opt->endpoint && *opt->endpoint) {
+		snprintf(c->endpoint, sizeof(c->endpoint), "%s", opt->endpoint);
+		c->endpoint_fixed = true;
+	}
+	if (topics & (VOLREC_SUB_STATUS | VOLREC_SUB_EVENT)) {
+		c->text = malloc(VOLREC_TEXT_MAX + 1);
+		if (!c->text) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
+	}
+	c->zctx = zmq_ctx_new();
+	c->sub = c->zctx ? zmq_socket(c->zctx, ZMQ_SUB) : NULL;
+	if (!c->sub) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	hwm = c->rcvhwm;
+	rc = 0;
+	zmq_setsockopt(c->sub, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+	hwm = 0;
+	zmq_setsockopt(c->sub, ZMQ_LINGER, &hwm, sizeof(hwm));
+	if (topics & VOLREC_SUB_VOL)
+		rc |= zmq_setsockopt(c->sub, ZMQ_SUBSCRIBE, VOLREC_TOPIC_VOL, 3);
+	if (topics & VOLREC_SUB_STATUS)
+		rc |= zmq_setsockopt(c->sub, ZMQ_SUBSCRIBE, VOLREC_TOPIC_STATUS, 6);
+	if (topics & VOLREC_SUB_EVENT)
+		rc |= zmq_setsockopt(c->sub, ZMQ_SUBSCRIBE, VOLREC_TOPIC_EVENT, 5);
+	if (rc) {
+		rc = -zmq_errno();
+		goto out_free;
+	}
+	/* a segment being created (or rebuilt) becomes ready within milliseconds */
+	for (int tries = 0;; tries++) {
+		rc = remap(c);
+		if (rc != -EAGAIN || tries >= 100)
+			break;
+		usleep(10000);
+	}
+	if (rc)
+		goto out_free;
+	*out = c;
+	return 0;
+
+out_free:
+	volrec_client_close(c);
+	return rc;
+}
+
+int volrec_client_open(const char *instance, const char *run_dir, struct volrec_client **out)
+{
+	struct volrec_client_options o = {.run_dir = run_dir};
+
+	return volrec_client_open_opts(instance, &o, out);
+}
+
+void volrec_client_close(struct volrec_client *c)
+{
+	if (!c)
+		return;
+	if (c->mapped)
+		session_unmap(&c->s);
+	else if (c->s.lease_fd >= 0)
+		close(c->s.lease_fd);
+	if (c->sub)
+		zmq_close(c->sub);
+	if (c->zctx)
+		zmq_ctx_term(c->zctx);
+	free(c->text);
+	free(c);
+}
+
+/* Lease (slot, n) and check that the slot still holds volume n; fill *v from its header. */
+static int lease_and_fill(struct volrec_client *c, uint32_t slot, uint64_t n, struct volrec_view *v)
+{
+	const struct volrec_shm_header *h = c->s.h;
+	struct volrec_lease_entry *e = c->s.entry;
+	const struct volrec_slot_header *sh = ipc_slot_header(c->s.map, slot);
+	struct volrec_view t = {0};
+
+	ipc_store64(&e->heartbeat_ns, ipc_now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+	ipc_store64(&e->session_id, c->s.id, memory_order_relaxed);
+	ipc_store64(&e->sequence, n, memory_order_relaxed);
+	ipc_store32(&e->slot, slot, memory_order_seq_cst);
+	if (ipc_load64(&sh->sequence, memory_order_seq_cst) != 2 * n)
+		goto gone;
+	t.data = (const char *)c->s.map + h->data_offset + (size_t)slot * h->slot_stride;
+	t.bytes = h->volume_bytes;
+	t.ny = h->ny;
+	t.nx = h->nx;
+	t.nz = h->nz;
+	t.dtype = h->dtype;
+	t.slot = slot;
+	t.session_id = c->s.id;
+	t.sequence = n;
+	t.volume_id = sh->volume_id;
+	t.epoch = sh->epoch;
+	t.offset_x = sh->offset_x;
+	t.offset_y = sh->offset_y;
+	t.t_first_ns = sh->t_first_ns;
+	t.t_last_ns = sh->t_last_ns;
+	t.t_publish_ns = sh->t_publish_ns;
+	t.latency_ns = sh->latency_ns;
+	t.flags = sh->flags;
+	atomic_thread_fence(memory_order_acquire);
+	if (ipc_load64(&sh->sequence, memory_order_relaxed) != 2 * n)
+		goto gone;
+	c->view_held = true;
+	c->view_slot = slot;
+	c->view_seq = n;
+	c->st.received++;
+	*v = t;
+	return 0;
+gone:
+	ipc_store32(&e->slot, VOLREC_SLOT_NONE, memory_order_release);
+	return -EAGAIN;
+}
+
+/* Account the sequence n: missed volumes since the previous one. false for old news. */
+static bool account(struct volrec_client *c, uint64_t n, uint64_t *missed)
+{
+	*missed = 0;
+	if (c->last_seq && n <= c->last_seq)
+		return false;
+	if (c->last_seq && n > c->last_seq + 1)
+		*missed = n - c->last_seq - 1;
+	c->st.missed += *missed;
+	c->last_seq = n;
+	return true;
+}
+
+/* A `vol` body arrived: 0 with *v leased, -EAGAIN to keep waiting, <0 error. */
+static int handle_vol(struct volrec_client *c, const void *body, size_t len, struct volrec_view *v)
+{
+	struct volrec_vol_msg m;
+	const struct volrec_shm_header *h;
+	uint64_t missed;
+	int rc;
+
+	rc = ipc_vol_decode(body, len, &m, c->err, sizeof(c->err));
+	if (rc) {
+		c->st.rejected++;
+		return rc;
+	}
+	if (!c->mapped || m.session_id != c->s.id) {
+		uint64_t before = c->mapped ? c->s.id : 0;
+		rc = remap(c);
+		if (rc && rc != -ENOENT && rc != -EAGAIN)
+			return rc;
+		if (!c->mapped || c->s.id == before || m.session_id != c->s.id)
+			return -EAGAIN; /* a stale message of another session: drop it */
+	}
+	h = c->s.h;
+	if (m.slot >= h->slot_count || m.ny != h->ny || m.nx != h->nx || m.nz != h->nz ||
+	    m.dtype != h->dtype) {
+		c->st.rejected++;
+		return cl_fail(
+		        c, -EPROTO,
+		        "vol message does not match its segment (slot %u of %u, %u x %u x %u "
+		        "dtype %u vs %u x %u x %u dtype %u)",
+		        m.slot, h->slot_count, m.ny, m.nx, m.nz, m.dtype, h->ny, h->nx, h->nz,
+		        h->dtype);
+	}
+	if (!account(c, m.sequence, &missed))
+		return -EAGAIN;
+	if (lease_and_fill(c, m.slot, m.sequence, v)) {
+		c->st.missed++; /* overwritten before we could look */
+		return -EAGAIN;
+	}
+	v->missed = missed;
+	return 0;
+}
+
+static int64_t mono_ms(void)
+{
+	return (int64_t)(ipc_now_ns(CLOCK_MONOTONIC) / 1000000u);
+}
+
+static int receive(struct volrec_client *c, int timeout_ms, struct volrec_message *msg)
+{
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	char topic[16];
+
+	if (c->view_held)
+		return cl_fail(c, -EBUSY, "a view is still held; release it before the next one");
+	if (c->mapped)
+		ipc_store64(&c->s.entry->heartbeat_ns, ipc_now_ns(CLOCK_MONOTONIC),
+		            memory_order_relaxed);
+	for (;;) {
+		zmq_pollitem_t it = {.socket = c->sub, .events = ZMQ_POLLIN};
+		long wait = deadline < 0 ? -1 : (long)(deadline - mono_ms());
+		zmq_msg_t body;
+		int more = 0, n, rc;
+		size_t ml = sizeof(more);
+
+		if (deadline >= 0 && wait < 0)
+			wait = 0;
+		n = zmq_poll(&it, 1, wait);
+		if (n < 0)
+			return zmq_errno() == EINTR ? -EINTR : -zmq_errno();
+		if (n == 0) {
+			if (deadline >= 0 && mono_ms() >= deadline)
+				return cl_fail(c, -ETIMEDOUT, "no volume within %d ms", timeout_ms);
+			continue;
+		}
+		n = zmq_recv(c->sub, topic, sizeof(topic) - 1, ZMQ_DONTWAIT);
+		if (n < 0)
+			continue;
+		topic[n < (int)sizeof(topic) - 1 ? n : (int)sizeof(topic) - 1] = 0;
+		zmq_getsockopt(c->sub, ZMQ_RCVMORE, &more, &ml);
+		if (!more) {
+			c->st.rejected++;
+			return cl_fail(c, -EPROTO, "message on topic '%s' has no body frame",
+			               topic);
+		}
+		zmq_msg_init(&body);
+		if (zmq_msg_recv(&body, c->sub, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&body);
+			continue;
+		}
+		/* drain unexpected extra frames */
+		while (zmq_getsockopt(c->sub, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
+			zmq_msg_t x;
+			zmq_msg_init(&x);
+			zmq_msg_recv(&x, c->sub, 0);
+			zmq_msg_close(&x);
+			more = -1;
+		}
+		if (more == -1) {
+			zmq_msg_close(&body);
+			c->st.rejected++;
+			return cl_fail(c, -EPROTO, "message on topic '%s' has more than two frames",
+			               topic);
+		}
+		if (!strcmp(topic, VOLREC_TOPIC_VOL)) {
+			rc = handle_vol(c, zmq_msg_data(&body), zmq_msg_size(&body), &msg->view);
+			zmq_msg_close(&body);
+			if (rc == -EAGAIN)
+				continue;
+			if (rc)
+				return rc;
+			msg->type = VOLREC_MSG_VOL;
+			msg->text = NULL;
+			msg->len = 0;
+			return 0;
+		}
+		if ((!strcmp(topic, VOLREC_TOPIC_STATUS) && (c->topics & VOLREC_SUB_STATUS)) ||
+		    (!strcmp(topic, VOLREC_TOPIC_EVENT) && (c->topics & VOLREC_SUB_EVENT))) {
+			size_t len = zmq_msg_size(&body);
+			if (len > VOLREC_TEXT_MAX || memchr(zmq_msg_data(&body), 0, len)) {
+				zmq_msg_close(&body);
+				c->st.rejected++;
+				return cl_fail(c, -EPROTO,
+				               "%s message of %zu bytes is too long or holds a NUL",
+				               topic, len);
+			}
+			memcpy(c->text, zmq_msg_data(&body), len);
+			c->text[len] = 0;
+			zmq_msg_close(&body);
+			memset(msg, 0, sizeof(*msg));
+			msg->type = topic[0] == 's' ? VOLREC_MSG_STATUS : VOLREC_MSG_EVENT;
+			msg->text = c->text;
+			msg->len = len;
+			return 0;
+		}
+		zmq_msg_close(&body); /* a topic we did not ask for (prefix match) */
+	}
+}
+
+int volrec_client_next_message(struct volrec_client *c, int timeout_ms, struct volrec_message *msg)
+{
+	if (!c || !msg)
+		return -EINVAL;
+	return receive(c, timeout_ms, msg);
+}
+
+int volrec_client_next(struct volrec_client *c, int timeout_ms, struct volrec_view *view)
+{
+	struct volrec_message m;
+	int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+	int rc;
+
+	if (!c || !view)
+		return -EINVAL;
+	for (;;) {
+		int left = deadline < 0 ? -1 : (int)(deadline - mono_ms());
+		rc = receive(c, left < 0 && deadline >= 0 ? 0 : left, &m);
+		if (rc)
+			return rc;
+		if (m.type == VOLREC_MSG_VOL) {
+			*view = m.view;
+			return 0;
+		}
+	}
+}
+
+int volrec_client_latest(struct volrec_client *c, struct volrec_view *view)
+{
+	const struct volrec_shm_header *h;
+	uint64_t n, missed;
+	uint32_t s;
+	int rc;
+
+	if (!c || !view)
+		return -EINVAL;
+	if (c->view_held)
+		return cl_fail(c, -EBUSY, "a view is still held; release it before the next one");
+	rc = session_changed(c);
+	if (rc == 1) {
+		rc = remap(c);
+		if (rc)
+			return rc;
+	}
+	h = c->s.h;
+	for (int tries = 0; tries < 4; tries++) {
+		n = ipc_load64(&h->latest_sequence, memory_order_acquire);
+		if (!n)
+			return cl_fail(c, -EAGAIN, "no volume published yet");
+		s = ipc_load32(&h->latest_slot, memory_order_acquire);
+		if (s >= h->slot_count || ipc_load64(&ipc_slot_header(c->s.map, s)->sequence,
+		                                     memory_order_acquire) != 2 * n) {
+			for (s = 0; s < h->slot_count; s++)
+				if (ipc_load64(&ipc_slot_header(c->s.map, s)->sequence,
+				               memory_order_acquire) == 2 * n)
+					break;
+			if (s == h->slot_count)
+				continue;
+		}
+		if (lease_and_fill(c, s, n, view))
+			continue;
+		account(c, n, &missed);
+		view->missed = missed;
+		return 0;
+	}
+	return cl_fail(c, -EAGAIN, "the newest volume was overwritten while being leased");
+}
+
+int volrec_view_check(struct volrec_client *c, const struct volrec_view *view)
+{
+	const struct volrec_slot_header *sh;
+
+	if (!c || !view || !c->view_held || view->slot != c->view_slot ||
+	    view->sequence != c->view_seq)
+		return -EINVAL;
+	sh = ipc_slot_header(c->s.map, view->slot);
+	atomic_thread_fence(memory_order_acquire);
+	if (ipc_load64(&sh->sequence, memory_order_relaxed) != 2 * view->sequence)
+		return cl_fail(c, -ESTALE,
+		               "torn read: volume %llu in slot %u was overwritten while held",
+		               (unsigned long long)view->sequence, view->slot);
+	return 0;
+}
+
+int volrec_view_release(struct volrec_client *c, struct volrec_view *view)
+{
+	int rc = volrec_view_check(c, view);
+
+	if (rc == -EINVAL)
+		return rc;
+	if (rc)
+		c->st.torn++;
+	ipc_store32(&c->s.entry->slot, VOLREC_SLOT_NONE, memory_order_release);
+	ipc_store64(&c->s.entry->sequence, 0, memory_order_relaxed);
+	c->view_held = false;
+	view->data = NULL;
+	return rc;
+}
+
+void volrec_client_stats(const struct volrec_client *c, struct volrec_client_stats *st)
+{
+	*st = c->st;
+}
+
+uint64_t volrec_client_session(const struct volrec_client *c)
+{
+	return c->mapped ? c->s.id : 0;
+}
+
+const char *volrec_client_error(const struct volrec_client *c)
+{
+	return c ? c->err : "";
+}
+
+const char *volrec_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case -ESTALE:
+		return "torn read: the volume was overwritten while it was being read";
+	case -ETIMEDOUT:
+		return "timed out waiting for a volume";
+	case -ENOENT:
+		return "no volrec daemon publishes this instance";
+	case -EPROTO:
+		return "protocol error: wrong version or malformed segment or message";
+	case -EBUSY:
+		return "a view is still held on this client";
+	case -EUSERS:
+		return "the daemon's reader table is full (ipc.max_readers)";
+	case -EAGAIN:
+		return "no volume available yet";
+	case -EINVAL:
+		return "invalid argument";
+	default: {
+		const char *s = err < 0 ? strerrordesc_np(-err) : NULL;
+		return s ? s : "unknown error";
+	}
+	}
+}

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libvolrec: read the volumes a volrecd instance publishes, zero-copy from shared memory,
+ * woken by its ZeroMQ notifications. Link with `pkg-config --libs volrec`.
+ *
+ * Ownership: volrec_client_open() returns a handle the caller frees with volrec_client_close().
+ * A view points into the client's read-only mapping of a slot; it stays valid (and the slot
+ * leased, so the daemon avoids overwriting it) until volrec_view_release() or close.
+ * Thread safety: a handle is not thread-safe; use one handle per thread (handles are
+ * independent, any number per process). volrec_strerror() is thread-safe.
+ * Errors are negative errno values; volrec_client_error() gives the detailed message.
+ */
+#ifndef VOLREC_CLIENT_H
+#define VOLREC_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct volrec_client;
+
+/* A torn read: the volume was overwritten while (or before) it was read. */
+#define VOLREC_ETORN ESTALE
+
+/* One published volume, as leased to the caller. All fields are copies except data. */
+struct volrec_view {
+	const void *data;    /* ny * nx * nz elements of dtype, [Y][X][Z] with Z fastest */
+	size_t bytes;        /* size of data */
+	uint32_t ny, nx, nz; /* shape */
+	uint32_t dtype;      /* enum volrec_dtype (protocol.h): 1 u8, 2 u16, 3 f32 */
+	uint32_t slot;       /* slot index in the segment */
+	uint32_t flags;      /* VOLREC_FLAG_* */
+	uint64_t session_id; /* session of the segment it lives in */
+	uint64_t sequence;   /* volume sequence number n within the session (1, 2, ...) */
+	uint64_t volume_id;  /* daemon's volume counter */
+	uint64_t epoch;      /* epoch of the last interlaced low-resolution volume */
+	int32_t offset_x;    /* scan offset of that epoch */
+	int32_t offset_y;
+	uint64_t t_first_ns;   /* CLOCK_REALTIME ns: first B-scan acquired */
+	uint64_t t_last_ns;    /* last B-scan acquired */
+	uint64_t t_publish_ns; /* published */
+	uint64_t latency_ns;   /* processing latency reported by the daemon */
+	uint64_t missed;       /* volumes skipped between the previous view and this one */
+};
+
+struct volrec_client_options {
+	const char *run_dir;  /* NULL: $VOLREC_RUN_DIR, else /run/volrec */
+	const char *endpoint; /* NULL: the first ipc:// (else loopback tcp://) endpoint the daemon
+				 lists in its segment, else ipc://<run_dir>/<instance>.pub */
+	unsigned topics;      /* VOLREC_TOPIC_* mask; 0 means volumes only */
+	int rcvhwm;           /* ZeroMQ receive high-water mark; 0: 1000 */
+};
+
+#define VOLREC_SUB_VOL    0x1u
+#define VOLREC_SUB_STATUS 0x2u
+#define VOLREC_SUB_EVENT  0x4u
+
+struct volrec_client_stats {
+	uint64_t received; /* views handed out */
+	uint64_t missed;   /* volumes never seen (sequence gaps, overwritten before leased) */
+	uint64_t torn;     /* views found torn at check or release */
+	uint64_t remaps;   /* new sessions followed (daemon restart, structural reload) */
+	uint64_t rejected; /* malformed or wrong-version messages dropped */
+};
+
+/*
+ * Connect to instance ([A-Za-z0-9_-]{1,63}); run_dir may be NULL. Maps the data segment
+ * read-only, claims a lease entry, subscribes to `vol`. -ENOENT: no daemon (segment absent);
+ * -EPROTO: wrong version or malformed segment; -EUSERS: lease table full. On success the
+ * caller owns *out; on failure *out is untouched and nothing is left allocated.
+ */
+int volrec_client_open(const char *instance, const char *run_dir, struct volrec_client **out);
+int volrec_client_open_opts(const char *instance, const struct volrec_client_options *opt,
+                            struct volrec_client **out);
+
+/* Release any view, drop the lease, unmap, disconnect, free. NULL is fine. */
+void volrec_client_close(struct volrec_client *c);
+
+/*
+ * Wait up to timeout_ms (-1 forever, 0 poll) for the next volume and lease it into *view.
+ * Follows a new session by itself (remaps). Volumes overwritten before they could be leased
+ * count as missed and are skipped. Returns 0, -ETIMEDOUT, -EBUSY (a view is still held: one
+ * per handle), -EPROTO (a malformed message was dropped; call again), -EINTR.
+ */
+int volrec_client_next(struct volrec_client *c, int timeout_ms, struct volrec_view *view);
+
+/* Lease the newest published volume from the segment header, without waiting for a message.
+ * Checks for a new session first. -EAGAIN: none published yet (or overwritten meanwhile). */
+int volrec_client_latest(struct volrec_client *c, struct volrec_view *view);
+
+/* 0 while the view is intact; -ESTALE (VOLREC_ETORN) once the daemon overwrote it. A read is
+ * good if the check after it returns 0. */
+int volrec_view_check(struct volrec_client *c, const struct volrec_view *view);
+
+/* Check, then drop the lease. Returns what volrec_view_check would; the view is gone after. */
+int volrec_view_release(struct volrec_client *c, struct volrec_view *view);
+
+/* Messages of every subscribed topic (options.topics) in arrival order. */
+enum volrec_msg_type { VOLREC_MSG_VOL = 1, VOLREC_MSG_STATUS = 2, VOLREC_MSG_EVENT = 3 };
+struct volrec_message {
+	enum volrec_msg_type type;
+	struct volrec_view view; /* VOLREC_MSG_VOL: leased as by volrec_client_next */
+	const char *text;        /* STATUS/EVENT: JSON, NUL-terminated, owned by the client, valid
+				    until the next call on the handle */
+	size_t len;
+};
+int volrec_client_next_message(struct volrec_client *c, int timeout_ms, struct volrec_message *msg);
+
+void volrec_client_stats(const struct volrec_client *c, struct volrec_client_stats *st);
+/* Session id currently mapped. */
+uint64_t volrec_client_session(const struct volrec_client *c);
+/* Details of the last error on this handle ("" if none); owned by the handle. */
+const char *volrec_client_error(const struct volrec_client *c);
+/* Text for a negative return code (static string). */
+const char *volrec_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ipc_ private helpers shared by the writer and the client library: atomic access to the
+ * protocol's shared fields, clocks, error formatting.
+ */
+#ifndef VOLREC_IPC_INTERNAL_H
+#define VOLREC_IPC_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "volrec/protocol.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the protocol is little-endian");
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && _Alignof(_Atomic uint64_t) == 8, "u64 atomics");
+_Static_assert(sizeof(_Atomic uint32_t) == 4, "u32 atomics");
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
+               "shared-memory atomics must be lock-free");
+
+/* The shared fields are plain integers in protocol.h; these view them as C11 atomics. */
+#define IPC_A64(p) ((_Atomic uint64_t *)(void *)(p))
+#define IPC_A32(p) ((_Atomic uint32_t *)(void *)(p))
+
+static inline uint64_t ipc_load64(const uint64_t *p, memory_order o)
+{
+	return atomic_load_explicit(IPC_A64((uint64_t *)p), o);
+}
+static inline uint32_t ipc_load32(const uint32_t *p, memory_order o)
+{
+	return atomic_load_explicit(IPC_A32((uint32_t *)p), o);
+}
+static inline void ipc_store64(uint64_t *p, uint64_t v, memory_order o)
+{
+	atomic_store_explicit(IPC_A64(p), v, o);
+}
+static inline void ipc_store32(uint32_t *p, uint32_t v, memory_order o)
+{
+	atomic_store_explicit(IPC_A32(p), v, o);
+}
+
+static inline uint64_t ipc_now_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+__attribute__((format(printf, 3, 4))) static inline void ipc_errf(char *err, size_t errlen,
+                                                                  const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static inline struct volrec_slot_header *ipc_slot_header(const void *map, uint32_t i)
+{
+	const struct volrec_shm_header *h = map;
+	return (struct volrec_slot_header *)((char *)map + h->slot_table_offset +
+	                                     (size_t)i * h->slot_header_size);
+}
+
+static inline struct volrec_lease_entry *ipc_lease_entry(const void *map, uint32_t i)
+{
+	const struct volrec_lease_header *h = map;
+	return (struct volrec_lease_entry *)((char *)map + h->header_size +
+	                                     (size_t)i * h->entry_size);
+}
+
+/* Byte range of lease entry i in the lease segment file (what an OFD lock covers). */
+static inline off_t ipc_lease_entry_offset(uint32_t i)
+{
+	return (off_t)sizeof(struct volrec_lease_header) +
+	       (off_t)i * (off_t)sizeof(struct volrec_lease_entry);
+}
+
+#endif

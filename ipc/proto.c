@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Protocol helpers used by both sides: instance names, segment names, validation of a mapped
+ * data segment, and the `vol` message encoding.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "ipc/internal.h"
+#include "ipc/ipc.h"
+
+bool ipc_instance_valid(const char *name)
+{
+	size_t n = 0;
+
+	if (!name)
+		return false;
+	for (; name[n]; n++) {
+		char c = name[n];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '-'))
+			return false;
+	}
+	return n >= 1 && n <= VOLREC_INSTANCE_MAX;
+}
+
+int ipc_shm_names(const char *instance, char *data, size_t dlen, char *lease, size_t llen)
+{
+	if (!ipc_instance_valid(instance))
+		return -EINVAL;
+	if (data && (size_t)snprintf(data, dlen, VOLREC_SHM_PREFIX "%s", instance) >= dlen)
+		return -ENAMETOOLONG;
+	if (lease && (size_t)snprintf(lease, llen, VOLREC_SHM_PREFIX "%s" VOLREC_SHM_LEASE_SUFX,
+	                              instance) >= llen)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
+{
+	const struct volrec_shm_header *h = map;
+	size_t esz;
+	uint64_t table_end;
+
+	if (size < sizeof(*h)) {
+		ipc_errf(err, errlen, "data segment is %zu bytes, smaller than its header (256)",
+		         size);
+		return -EPROTO;
+	}
+	if (h->magic != VOLREC_SHM_MAGIC) {
+		ipc_errf(err, errlen,
+		         "data segment has a bad magic 0x%016llx (not a volrec segment)",
+		         (unsigned long long)h->magic);
+		return -EPROTO;
+	}
+	if (h->major != VOLREC_PROTO_MAJOR) {
+		ipc_errf(err, errlen,
+		         "data segment speaks protocol version %u.%u; this client supports major "
+		         "version %d only",
+		         h->major, h->minor, VOLREC_PROTO_MAJOR);
+		return -EPROTO;
+	}
+	if (ipc_load32(&h->state, memory_order_acquire) == VOLREC_STATE_INIT) {
+		ipc_errf(err, errlen, "data segment is still being created");
+		return -EAGAIN;
+	}
+	esz = volrec_dtype_size(h->dtype);
+	if (h->header_size < sizeof(*h) || h->header_size > h->data_offset) {
+		ipc_errf(err, errlen, "data segment header_size %u is invalid", h->header_size);
+		return -EPROTO;
+	}
+	if (!esz) {
+		ipc_errf(err, errlen, "data segment has an unknown dtype %u", h->dtype);
+		return -EPROTO;
+	}
+	if (!h->ny || !h->nx || !h->nz || !h->slot_count || h->slot_count > VOLREC_MAX_SLOTS ||
+	    h->volume_bytes != (uint64_t)h->ny * h->nx * h->nz * esz) {
+		ipc_errf(err, errlen,
+		         "data segment geometry is inconsistent (%u x %u x %u, dtype %u, %u slots, "
+		         "%llu bytes per volume)",
+		         h->ny, h->nx, h->nz, h->dtype, h->slot_count,
+		         (unsigned long long)h->volume_bytes);
+		return -EPROTO;
+	}
+	table_end = h->slot_table_offset + (uint64_t)h->slot_count * h->slot_header_size;
+	if (h->slot_header_size < sizeof(struct volrec_slot_header) || h->slot_header_size % 8 ||
+	    h->slot_table_offset % 8 || h->slot_table_offset < h->header_size ||
+	    table_end > h->data_offset || h->data_offset % VOLREC_SLOT_ALIGN ||
+	    h->slot_stride % VOLREC_SLOT_ALIGN || h->slot_stride < h->volume_bytes ||
+	    h->data_offset + (uint64_t)h->slot_count * h->slot_stride > h->segment_size ||
+	    h->segment_size > size) {
+		ipc_errf(err, errlen,
+		         "data segment layout is inconsistent (slot table at %llu, data at %llu, "
+		         "stride %llu, segment %llu of %zu bytes mapped)",
+		         (unsigned long long)h->slot_table_offset,
+		         (unsigned long long)h->data_offset, (unsigned long long)h->slot_stride,
+		         (unsigned long long)h->segment_size, size);
+		return -EPROTO;
+	}
+	if (h->endpoints_size && (h->endpoints_offset < table_end ||
+	                          h->endpoints_offset + h->endpoints_size > h->data_offset)) {
+		ipc_errf(err, errlen, "data segment endpoint list lies outside the header region");
+		return -EPROTO;
+	}
+	if (!h->session_id) {
+		ipc_errf(err, errlen, "data segment has a zero session id");
+		return -EPROTO;
+	}
+	return 0;
+}
+
+void ipc_vol_encode(const struct volrec_vol_msg *m,
+                    unsigned char out[sizeof(struct volrec_vol_msg)])
+{
+	/* the struct is the little-endian wire layout (no padding, asserted in protocol.h) */
+	memcpy(out, m, sizeof(*m));
+}
+
+int ipc_vol_decode(const void *buf, size_t len, struct volrec_vol_msg *m, char *err, size_t errlen)
+{
+	struct volrec_vol_msg t;
+	uint32_t magic, size;
+	uint16_t major;
+
+	if (len < 12) {
+		ipc_errf(err, errlen, "vol message of %zu bytes is too short (at least %d)", len,
+		         VOLREC_VOL_MSG_MIN);
+		return -EPROTO;
+	}
+	memcpy(&magic, buf, 4);
+	memcpy(&major, (const char *)buf + 4, 2);
+	memcpy(&size, (const char *)buf + 8, 4);
+	if (magic != VOLREC_VOL_MAGIC) {
+		ipc_errf(err, errlen, "vol message has a bad magic 0x%08x", magic);
+		return -EPROTO;
+	}
+	if (major != VOLREC_PROTO_MAJOR) {
+		ipc_errf(err, errlen,
+		         "vol message speaks protocol major version %u; this client supports %d "
+		         "only",
+		         major, VOLREC_PROTO_MAJOR);
+		return -EPROTO;
+	}
+	if (len < VOLREC_VOL_MSG_MIN || size < VOLREC_VOL_MSG_MIN || size != len) {
+		ipc_errf(
+		        err, errlen,
+		        "vol message is malformed: %zu bytes received, size field %u (at least %d)",
+		        len, size, VOLREC_VOL_MSG_MIN);
+		return -EPROTO;
+	}
+	memset(&t, 0, sizeof(t));
+	memcpy(&t, buf, len < sizeof(t) ? len : sizeof(t));
+	if (!volrec_dtype_size(t.dtype) || !t.ny || !t.nx || !t.nz || !t.sequence ||
+	    !t.session_id) {
+		ipc_errf(err, errlen,
+		         "vol message is malformed: sequence %llu, session %016llx, geometry %u x "
+		         "%u x %u, dtype %u",
+		         (unsigned long long)t.sequence, (unsigned long long)t.session_id, t.ny,
+		         t.nx, t.nz, t.dtype);
+		return -EPROTO;
+	}
+	*m = t;
+	return 0;
+}

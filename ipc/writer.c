@@ -1,0 +1,817 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The publishing side: creates the data and lease segments of an instance, hands out slots
+ * (avoiding leased ones), closes their seqlock on publish and announces volumes over ZeroMQ.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "ipc/internal.h"
+#include "ipc/ipc.h"
+
+#define IPC_NAME_MAX 96
+#define IPC_EP_MAX   512
+
+struct ipc_writer {
+	char data_name[IPC_NAME_MAX];
+	char lease_name[IPC_NAME_MAX];
+	int lock_fd;
+	int data_fd;
+	int lease_fd;
+	void *map; /* data segment, 2 MiB aligned */
+	size_t map_size;
+	void *lmap; /* lease segment */
+	size_t lmap_size;
+	struct volrec_shm_header *hdr;
+	uint64_t session;
+	uint32_t slots;
+	uint32_t max_readers;
+	size_t volume_bytes;
+	void *slot_ptrs[VOLREC_MAX_SLOTS];
+	bool in_progress[VOLREC_MAX_SLOTS];
+	uint64_t content[VOLREC_MAX_SLOTS]; /* sequence n held by each slot, 0 = none */
+	uint64_t next_seq;                  /* last sequence handed out */
+	uint64_t latest_seq;                /* newest published */
+	uint32_t latest_slot;
+	uint32_t *dead_seen; /* per lease entry: dead pid already counted */
+	void *zctx;
+	void *pub;       /* plain PUB: ipc://, inproc://, loopback tcp:// */
+	void *pub_curve; /* CURVE server PUB: tcp:// beyond loopback */
+	char endpoints[CFG_MAX_PUB][IPC_EP_MAX];
+	uint32_t nendpoints;
+	pthread_mutex_t send_lock; /* guards the sockets and the send counters */
+	struct ipc_writer_stats st;
+};
+
+static bool tcp_is_loopback(const char *ep)
+{
+	const char *host = ep + strlen("tcp://");
+	const char *colon = strrchr(host, ':');
+	size_t n;
+
+	if (strchr(host, ';') || !colon)
+		return false;
+	n = (size_t)(colon - host);
+	if (n == 9 && !strncmp(host, "localhost", 9))
+		return true;
+	if (n == 5 && !strncmp(host, "[::1]", 5))
+		return true;
+	if (n >= 5 && !strncmp(host, "127.", 4)) {
+		for (size_t i = 4; i < n; i++)
+			if (!((host[i] >= '0' && host[i] <= '9') || host[i] == '.'))
+				return false;
+		return true;
+	}
+	return false;
+}
+
+/* Read a z85 key file (40 characters, whitespace around allowed) into 32 bytes. */
+static int read_z85_key(const char *path, const char *what, uint8_t key[32], char *err,
+                        size_t errlen)
+{
+	char buf[128], z[41];
+	size_t n, b = 0, e;
+	FILE *f;
+
+	if (!path[0]) {
+		ipc_errf(err, errlen,
+		         "ipc.%s: required for tcp:// endpoints beyond loopback (CURVE)", what);
+		return -EINVAL;
+	}
+	f = fopen(path, "re");
+	if (!f) {
+		int rc = -errno;
+		ipc_errf(err, errlen, "ipc.%s: cannot open %s: %s", what, path, strerror(errno));
+		return rc;
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	while (b < n && (buf[b] == ' ' || buf[b] == '\n' || buf[b] == '\r' || buf[b] == '\t'))
+		b++;
+	e = n;
+	while (e > b && (buf[e - 1] == ' ' || buf[e - 1] == '\n' || buf[e - 1] == '\r' ||
+	                 buf[e - 1] == '\t'))
+		e--;
+	if (e - b != 40) {
+		ipc_errf(err, errlen, "ipc.%s: %s holds %zu characters, a z85 CURVE key has 40",
+		         what, path, e - b);
+		return -EINVAL;
+	}
+	memcpy(z, buf + b, 40);
+	z[40] = 0;
+	if (!zmq_z85_decode(key, z)) {
+		ipc_errf(err, errlen, "ipc.%s: %s is not valid z85 text", what, path);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int make_curve_socket(struct ipc_writer *w, const struct vr_config *cfg, char *err,
+                             size_t errlen)
+{
+	uint8_t sec[32], pub[32];
+	char pub_z[41], derived[41], sec_z[41];
+	int one = 1, rc;
+
+	if (!zmq_has("curve")) {
+		ipc_errf(err, errlen,
+		         "this libzmq was built without CURVE; tcp:// beyond loopback "
+		         "cannot be secured");
+		return -ENOTSUP;
+	}
+	rc = read_z85_key(cfg->ipc.curve_secret_key, "curve_secret_key", sec, err, errlen);
+	if (rc)
+		return rc;
+	rc = read_z85_key(cfg->ipc.curve_public_key, "curve_public_key", pub, err, errlen);
+	if (rc)
+		return rc;
+	zmq_z85_encode(sec_z, sec, 32);
+	zmq_z85_encode(pub_z, pub, 32);
+	if (zmq_curve_public(derived, sec_z) || strcmp(derived, pub_z)) {
+		ipc_errf(err, errlen,
+		         "ipc.curve_public_key (%s) does not belong to the secret key %s",
+		         cfg->ipc.curve_public_key, cfg->ipc.curve_secret_key);
+		return -EINVAL;
+	}
+	w->pub_curve = zmq_socket(w->zctx, ZMQ_PUB);
+	if (!w->pub_curve || zmq_setsockopt(w->pub_curve, ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
+	    zmq_setsockopt(w->pub_curve, ZMQ_CURVE_SECRETKEY, sec, 32)) {
+		rc = -zmq_errno();
+		ipc_errf(err, errlen, "cannot set up the CURVE publisher: %s", zmq_strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+static int setup_socket_opts(void *s, const struct vr_config *cfg)
+{
+	int hwm = (int)cfg->ipc.hwm, linger = 0;
+
+	if (zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) ||
+	    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)))
+		return -zmq_errno();
+	return 0;
+}
+
+static int bind_endpoints(struct ipc_writer *w, const struct vr_config *cfg, char *err,
+                          size_t errlen)
+{
+	char def[IPC_EP_MAX];
+	uint32_t n = cfg->ipc.npub ? cfg->ipc.npub : 1;
+	int rc;
+
+	if (cfg->ipc.npub > CFG_MAX_PUB) {
+		ipc_errf(err, errlen, "ipc.pub: %u endpoints, at most %d", cfg->ipc.npub,
+		         CFG_MAX_PUB);
+		return -EINVAL;
+	}
+	if ((size_t)snprintf(def, sizeof(def), "ipc://%s/%s.pub", cfg->ipc.run_dir,
+	                     cfg->instance) >= sizeof(def)) {
+		ipc_errf(err, errlen, "ipc.run_dir: %s is too long", cfg->ipc.run_dir);
+		return -ENAMETOOLONG;
+	}
+	w->zctx = zmq_ctx_new();
+	if (!w->zctx) {
+		ipc_errf(err, errlen, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));
+		return -ENOMEM;
+	}
+	w->pub = zmq_socket(w->zctx, ZMQ_PUB);
+	if (!w->pub || (rc = setup_socket_opts(w->pub, cfg))) {
+		ipc_errf(err, errlen, "cannot create the PUB socket: %s",
+		         zmq_strerror(zmq_errno()));
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		const char *ep = cfg->ipc.npub ? cfg->ipc.pub[i] : def;
+		void *s = w->pub;
+		size_t len = sizeof(w->endpoints[i]);
+
+		if (!strncmp(ep, "tcp://", 6) && !tcp_is_loopback(ep)) {
+			if (!w->pub_curve) {
+				rc = make_curve_socket(w, cfg, err, errlen);
+				if (rc)
+					return rc;
+				rc = setup_socket_opts(w->pub_curve, cfg);
+				if (rc) {
+					ipc_errf(err, errlen,
+					         "cannot configure the CURVE socket: %s",
+					         zmq_strerror(-rc));
+					return rc;
+				}
+			}
+			s = w->pub_curve;
+		} else if (strncmp(ep, "tcp://", 6) && strncmp(ep, "ipc://", 6) &&
+		           strncmp(ep, "inproc://", 9)) {
+			ipc_errf(err, errlen,
+			         "ipc.pub[%u]: '%s' is not an ipc://, tcp:// or inproc:// endpoint",
+			         i, ep);
+			return -EINVAL;
+		}
+		if (zmq_bind(s, ep)) {
+			rc = -zmq_errno();
+			ipc_errf(err, errlen, "ipc.pub[%u]: cannot bind %s: %s", i, ep,
+			         zmq_strerror(-rc));
+			return rc;
+		}
+		if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, w->endpoints[i], &len))
+			snprintf(w->endpoints[i], sizeof(w->endpoints[i]), "%s", ep);
+		w->nendpoints = i + 1;
+	}
+	return 0;
+}
+
+/* Map fd (size bytes) read-write at a 2 MiB aligned virtual address. */
+static void *map_aligned(int fd, size_t size)
+{
+	size_t span = size + VOLREC_SLOT_ALIGN;
+	char *res, *at, *m;
+
+	res = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (res == MAP_FAILED)
+		return NULL;
+	at = (char *)(((uintptr_t)res + VOLREC_SLOT_ALIGN - 1) &
+	              ~(uintptr_t)(VOLREC_SLOT_ALIGN - 1));
+	m = mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (m == MAP_FAILED) {
+		munmap(res, span);
+		return NULL;
+	}
+	if (at > res)
+		munmap(res, (size_t)(at - res));
+	if (res + span > at + size)
+		munmap(at + size, (size_t)(res + span - (at + size)));
+	return m;
+}
+
+static int ofd_lock(int fd, short type, off_t start, off_t len, int cmd)
+{
+	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
+
+	if (fcntl(fd, cmd, &fl) < 0)
+		return -errno;
+	return cmd == F_OFD_GETLK ? fl.l_type : 0;
+}
+
+/* Refuse when another live writer holds the lock file or the existing data segment. */
+static int take_instance(struct ipc_writer *w, const struct vr_config *cfg, char *err,
+                         size_t errlen)
+{
+	char path[CFG_PATH_MAX + CFG_NAME_MAX + 8], pidtxt[32];
+	int fd, rc;
+
+	if (mkdir(cfg->ipc.run_dir, 0755) && errno != EEXIST) {
+		rc = -errno;
+		ipc_errf(err, errlen, "ipc.run_dir: cannot create %s: %s", cfg->ipc.run_dir,
+		         strerror(errno));
+		return rc;
+	}
+	snprintf(path, sizeof(path), "%s/%s.lock", cfg->ipc.run_dir, cfg->instance);
+	w->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (w->lock_fd < 0) {
+		rc = -errno;
+		ipc_errf(err, errlen, "cannot open the instance lock %s: %s", path,
+		         strerror(errno));
+		return rc;
+	}
+	if (flock(w->lock_fd, LOCK_EX | LOCK_NB)) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		ssize_t n = pread(w->lock_fd, pidtxt, sizeof(pidtxt) - 1, 0);
+		pidtxt[n > 0 ? n : 0] = 0;
+		pidtxt[strcspn(pidtxt, "\n")] = 0;
+		ipc_errf(err, errlen,
+		         "instance '%s' already has a live writer (pid %s, lock %s); refusing to "
+		         "take its segments and socket",
+		         cfg->instance, pidtxt[0] ? pidtxt : "unknown", path);
+		return rc;
+	}
+	fd = shm_open(w->data_name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd >= 0) {
+		rc = ofd_lock(fd, F_WRLCK, 0, 1, F_OFD_GETLK);
+		if (rc >= 0 && rc != F_UNLCK) {
+			struct volrec_shm_header h = {0};
+			ssize_t n = pread(fd, &h, sizeof(h), 0);
+			close(fd);
+			ipc_errf(err, errlen,
+			         "shared memory %s is held by a live writer (pid %d, another "
+			         "run_dir?); refusing to take it over",
+			         w->data_name, n == (ssize_t)sizeof(h) ? h.writer_pid : -1);
+			return -EBUSY;
+		}
+		close(fd);
+	}
+	/* stale segments of a crashed writer: readers keep their mappings, new ones get ours */
+	shm_unlink(w->data_name);
+	shm_unlink(w->lease_name);
+	return 0;
+}
+
+static int create_segments(struct ipc_writer *w, const struct vr_config *cfg,
+                           const struct ipc_geometry *g, char *err, size_t errlen)
+{
+	struct volrec_shm_header *h;
+	struct volrec_lease_header *lh;
+	uint64_t stride, table_end, ep_off, session = 0;
+	int rc;
+
+	stride = (w->volume_bytes + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
+	table_end = sizeof(*h) + (uint64_t)g->slots * sizeof(struct volrec_slot_header);
+	ep_off = (table_end + 63) & ~(uint64_t)63;
+	w->map_size = VOLREC_SLOT_ALIGN + (size_t)g->slots * stride;
+	while (!session)
+		if (getrandom(&session, sizeof(session), 0) != sizeof(session)) {
+			rc = -errno;
+			ipc_errf(err, errlen, "getrandom: %s", strerror(errno));
+			return rc;
+		}
+	w->session = session;
+
+	w->data_fd = shm_open(w->data_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+	if (w->data_fd < 0) {
+		rc = -errno;
+		ipc_errf(err, errlen, "cannot create shared memory %s: %s", w->data_name,
+		         strerror(errno));
+		return rc;
+	}
+	if (fchmod(w->data_fd, 0640) || ofd_lock(w->data_fd, F_WRLCK, 0, 1, F_OFD_SETLK)) {
+		rc = -errno;
+		ipc_errf(err, errlen, "cannot set up %s: %s", w->data_name, strerror(errno));
+		return rc;
+	}
+	rc = posix_fallocate(w->data_fd, 0, (off_t)w->map_size);
+	if (rc) {
+		ipc_errf(err, errlen, "cannot allocate %zu bytes of shared memory for %s: %s",
+		         w->map_size, w->data_name, strerror(rc));
+		return -rc;
+	}
+	w->map = map_aligned(w->data_fd, w->map_size);
+	if (!w->map) {
+		rc = -errno;
+		ipc_errf(err, errlen, "cannot map %s: %s", w->data_name, strerror(errno));
+		return rc;
+	}
+	h = w->hdr = w->map;
+	h->magic = VOLREC_SHM_MAGIC;
+	h->major = VOLREC_PROTO_MAJOR;
+	h->minor = VOLREC_PROTO_MINOR;
+	h->header_size = sizeof(*h);
+	h->session_id = session;
+	h->ny = g->ny;
+	h->nx = g->nx;
+	h->nz = g->nz;
+	h->dtype = g->dtype;
+	h->slot_count = g->slots;
+	h->slot_header_size = sizeof(struct volrec_slot_header);
+	h->slot_table_offset = sizeof(*h);
+	h->data_offset = VOLREC_SLOT_ALIGN;
+	h->slot_stride = stride;
+	h->volume_bytes = w->volume_bytes;
+	h->segment_size = w->map_size;
+	h->latest_slot = VOLREC_SLOT_NONE;
+	h->writer_pid = (int32_t)getpid();
+	h->created_ns = ipc_now_ns(CLOCK_REALTIME);
+	h->max_readers = cfg->ipc.max_readers;
+	h->endpoints_offset = ep_off;
+	h->endpoints_size = VOLREC_ENDPOINTS_MAX;
+	for (uint32_t i = 0; i < g->slots; i++)
+		w->slot_ptrs[i] = (char *)w->map + h->data_offset + (size_t)i * stride;
+
+	w->lmap_size =
+	        sizeof(*lh) + (size_t)cfg->ipc.max_readers * sizeof(struct volrec_lease_entry);
+	w->lease_fd = shm_open(w->lease_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
+	if (w->lease_fd < 0) {
+		rc = -errno;
+		ipc_errf(err, errlen, "cannot create shared memory %s: %s", w->lease_name,
+		         strerror(errno));
+		return rc;
+	}
+	if (fchmod(w->lease_fd, 0660) || ftruncate(w->lease_fd, (off_t)w->lmap_size)) {
+		rc = -errno;
+		ipc_errf(err, errlen, "cannot size %s: %s", w->lease_name, strerror(errno));
+		return rc;
+	}
+	w->lmap = mmap(NULL, w->lmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, w->lease_fd, 0);
+	if (w->lmap == MAP_FAILED) {
+		rc = -errno;
+		w->lmap = NULL;
+		ipc_errf(err, errlen, "cannot map %s: %s", w->lease_name, strerror(errno));
+		return rc;
+	}
+	lh = w->lmap;
+	lh->major = VOLREC_PROTO_MAJOR;
+	lh->minor = VOLREC_PROTO_MINOR;
+	lh->header_size = sizeof(*lh);
+	lh->session_id = session;
+	lh->entry_count = cfg->ipc.max_readers;
+	lh->entry_size = sizeof(struct volrec_lease_entry);
+	for (uint32_t i = 0; i < cfg->ipc.max_readers; i++)
+		ipc_lease_entry(w->lmap, i)->slot = VOLREC_SLOT_NONE;
+	ipc_store64(&lh->magic, VOLREC_LEASE_MAGIC, memory_order_release);
+	return 0;
+}
+
+static int check_geometry(const struct vr_config *cfg, const struct ipc_geometry *g, size_t *bytes,
+                          char *err, size_t errlen)
+{
+	size_t esz = volrec_dtype_size(g->dtype);
+
+	if (!ipc_instance_valid(cfg->instance)) {
+		ipc_errf(err, errlen, "instance: '%s' is not a valid name ([A-Za-z0-9_-]{1,63})",
+		         cfg->instance);
+		return -EINVAL;
+	}
+	if (!cfg->ipc.run_dir[0]) {
+		ipc_errf(err, errlen, "ipc.run_dir: empty");
+		return -EINVAL;
+	}
+	if (!esz) {
+		ipc_errf(err, errlen, "output dtype %u is not one of u8 (1), u16 (2), f32 (3)",
+		         g->dtype);
+		return -EINVAL;
+	}
+	if (g->slots < 2 || g->slots > VOLREC_MAX_SLOTS) {
+		ipc_errf(err, errlen, "output.slots: %u, allowed 2..%d", g->slots,
+		         VOLREC_MAX_SLOTS);
+		return -EINVAL;
+	}
+	if (cfg->ipc.max_readers < 1 || cfg->ipc.max_readers > VOLREC_MAX_READERS) {
+		ipc_errf(err, errlen, "ipc.max_readers: %u, allowed 1..%d", cfg->ipc.max_readers,
+		         VOLREC_MAX_READERS);
+		return -EINVAL;
+	}
+	if (cfg->ipc.hwm < 1) {
+		ipc_errf(err, errlen, "ipc.hwm: 0, allowed 1..100000");
+		return -EINVAL;
+	}
+	if (!g->ny || !g->nx || !g->nz || (uint64_t)g->ny * g->nx * g->nz > (UINT64_C(1) << 38)) {
+		ipc_errf(err, errlen, "volume geometry %u x %u x %u is empty or too large", g->ny,
+		         g->nx, g->nz);
+		return -EINVAL;
+	}
+	*bytes = (size_t)g->ny * g->nx * g->nz * esz;
+	return 0;
+}
+
+int ipc_writer_open(const struct vr_config *cfg, const struct ipc_geometry *g,
+                    struct ipc_writer **out, char *err, size_t errlen)
+{
+	struct ipc_writer *w;
+	size_t bytes;
+	char *eps;
+	size_t off = 0;
+	int rc;
+
+	rc = check_geometry(cfg, g, &bytes, err, errlen);
+	if (rc)
+		return rc;
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		ipc_errf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	w->lock_fd = w->data_fd = w->lease_fd = -1;
+	w->slots = g->slots;
+	w->max_readers = cfg->ipc.max_readers;
+	w->volume_bytes = bytes;
+	w->latest_slot = VOLREC_SLOT_NONE;
+	pthread_mutex_init(&w->send_lock, NULL);
+	w->dead_seen = calloc(cfg->ipc.max_readers, sizeof(*w->dead_seen));
+	if (!w->dead_seen) {
+		rc = -ENOMEM;
+		ipc_errf(err, errlen, "out of memory");
+		goto out_free;
+	}
+	rc = ipc_shm_names(cfg->instance, w->data_name, sizeof(w->data_name), w->lease_name,
+	                   sizeof(w->lease_name));
+	if (rc) {
+		ipc_errf(err, errlen, "instance '%s': name too long", cfg->instance);
+		goto out_free;
+	}
+	rc = take_instance(w, cfg, err, errlen);
+	if (rc)
+		goto out_free;
+	rc = create_segments(w, cfg, g, err, errlen);
+	if (rc)
+		goto out_free;
+	rc = bind_endpoints(w, cfg, err, errlen);
+	if (rc)
+		goto out_free;
+
+	eps = (char *)w->map + w->hdr->endpoints_offset;
+	for (uint32_t i = 0; i < w->nendpoints; i++) {
+		size_t n = strlen(w->endpoints[i]) + 1;
+		if (off + n + 1 > VOLREC_ENDPOINTS_MAX)
+			break;
+		memcpy(eps + off, w->endpoints[i], n);
+		off += n;
+	}
+	ipc_store32(&w->hdr->state, VOLREC_STATE_LIVE, memory_order_release);
+	{
+		char pidtxt[32];
+		int n = snprintf(pidtxt, sizeof(pidtxt), "%d\n", (int)getpid());
+		if (ftruncate(w->lock_fd, 0) || pwrite(w->lock_fd, pidtxt, (size_t)n, 0) != n) {
+			rc = -errno;
+			ipc_errf(err, errlen, "cannot write the instance lock file: %s",
+			         strerror(errno));
+			goto out_free;
+		}
+	}
+	*out = w;
+	return 0;
+
+out_free:
+	ipc_writer_close(w, true);
+	return rc;
+}
+
+static bool pid_alive(uint32_t pid)
+{
+	return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+}
+
+/* Slots (bit i) that some live reader leases among those in cand. */
+static uint64_t leased_slots(struct ipc_writer *w, uint64_t cand)
+{
+	uint64_t mask = 0;
+
+	for (uint32_t i = 0; i < w->max_readers; i++) {
+		struct volrec_lease_entry *e = ipc_lease_entry(w->lmap, i);
+		uint32_t pid = ipc_load32(&e->pid, memory_order_seq_cst);
+		uint32_t s;
+
+		if (!pid)
+			continue;
+		s = ipc_load32(&e->slot, memory_order_seq_cst);
+		if (s >= w->slots || !(cand & (UINT64_C(1) << s)) || (mask & (UINT64_C(1) << s)))
+			continue;
+		if (ipc_load64(&e->session_id, memory_order_relaxed) != w->session)
+			continue;
+		if (!pid_alive(pid)) {
+			if (w->dead_seen[i] != pid) {
+				w->dead_seen[i] = pid;
+				w->st.dead_leases++;
+			}
+			continue;
+		}
+		mask |= UINT64_C(1) << s;
+	}
+	return mask;
+}
+
+static int pick_oldest(const struct ipc_writer *w, uint64_t mask)
+{
+	int best = -1;
+
+	for (uint32_t i = 0; i < w->slots; i++)
+		if ((mask & (UINT64_C(1) << i)) && (best < 0 || w->content[i] < w->content[best]))
+			best = (int)i;
+	return best;
+}
+
+int ipc_writer_begin(struct ipc_writer *w, struct ipc_slot_ref *slot)
+{
+	uint64_t cand = 0, leased;
+	int s, oldest;
+
+	for (uint32_t i = 0; i < w->slots; i++)
+		if (!w->in_progress[i] && i != w->latest_slot)
+			cand |= UINT64_C(1) << i;
+	if (!cand)
+		return -EBUSY;
+	leased = leased_slots(w, cand);
+	oldest = pick_oldest(w, cand);
+	s = pick_oldest(w, cand & ~leased);
+	if (s < 0) {
+		s = oldest; /* every candidate is leased: real time wins */
+		w->st.forced_overwrite++;
+	} else if (s != oldest) {
+		w->st.lease_skips++;
+	}
+	w->in_progress[s] = true;
+	w->content[s] = 0;
+	w->next_seq++;
+	ipc_store64(&ipc_slot_header(w->map, (uint32_t)s)->sequence, 2 * w->next_seq - 1,
+	            memory_order_seq_cst);
+	atomic_thread_fence(memory_order_release);
+	slot->index = (uint32_t)s;
+	slot->sequence = w->next_seq;
+	slot->data = w->slot_ptrs[s];
+	slot->bytes = w->volume_bytes;
+	return 0;
+}
+
+static int send_msg(struct ipc_writer *w, const char *topic, const void *body, size_t len)
+{
+	void *socks[2] = {w->pub, w->pub_curve};
+	int rc = 0;
+
+	pthread_mutex_lock(&w->send_lock);
+	for (int i = 0; i < 2; i++) {
+		if (!socks[i])
+			continue;
+		if (zmq_send(socks[i], topic, strlen(topic), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+		    zmq_send(socks[i], body, len, ZMQ_DONTWAIT) < 0) {
+			rc = -zmq_errno();
+			if (rc == -EAGAIN)
+				w->st.send_dropped++;
+			else
+				w->st.send_errors++;
+		}
+	}
+	pthread_mutex_unlock(&w->send_lock);
+	return rc;
+}
+
+static bool slot_ref_ok(const struct ipc_writer *w, const struct ipc_slot_ref *slot)
+{
+	return slot && slot->index < w->slots && w->in_progress[slot->index] && slot->sequence &&
+	       slot->sequence <= w->next_seq;
+}
+
+int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
+                       const struct ipc_volume_meta *meta)
+{
+	struct volrec_slot_header *sh;
+	struct volrec_vol_msg m = {0};
+	unsigned char buf[sizeof(m)];
+	uint64_t now;
+
+	if (!slot_ref_ok(w, slot) || !meta)
+		return -EINVAL;
+	sh = ipc_slot_header(w->map, slot->index);
+	now = ipc_now_ns(CLOCK_REALTIME);
+	sh->volume_id = meta->volume_id;
+	sh->epoch = meta->epoch;
+	sh->offset_x = meta->offset_x;
+	sh->offset_y = meta->offset_y;
+	sh->t_first_ns = meta->t_first_ns;
+	sh->t_last_ns = meta->t_last_ns;
+	sh->t_publish_ns = now;
+	sh->latency_ns = meta->latency_ns                             ? meta->latency_ns
+	                 : (meta->t_last_ns && now > meta->t_last_ns) ? now - meta->t_last_ns
+	                                                              : 0;
+	sh->flags = meta->flags;
+	ipc_store64(&sh->sequence, 2 * slot->sequence, memory_order_release);
+	w->in_progress[slot->index] = false;
+	w->content[slot->index] = slot->sequence;
+	if (slot->sequence > w->latest_seq) {
+		w->latest_seq = slot->sequence;
+		w->latest_slot = slot->index;
+		ipc_store32(&w->hdr->latest_slot, slot->index, memory_order_release);
+		ipc_store64(&w->hdr->latest_sequence, slot->sequence, memory_order_release);
+	}
+	w->st.published++;
+
+	m.magic = VOLREC_VOL_MAGIC;
+	m.major = VOLREC_PROTO_MAJOR;
+	m.minor = VOLREC_PROTO_MINOR;
+	m.size = sizeof(m);
+	m.slot = slot->index;
+	m.session_id = w->session;
+	m.sequence = slot->sequence;
+	m.volume_id = sh->volume_id;
+	m.epoch = sh->epoch;
+	m.ny = w->hdr->ny;
+	m.nx = w->hdr->nx;
+	m.nz = w->hdr->nz;
+	m.dtype = w->hdr->dtype;
+	m.offset_x = sh->offset_x;
+	m.offset_y = sh->offset_y;
+	m.t_first_ns = sh->t_first_ns;
+	m.t_last_ns = sh->t_last_ns;
+	m.t_publish_ns = sh->t_publish_ns;
+	m.latency_ns = sh->latency_ns;
+	m.flags = sh->flags;
+	ipc_vol_encode(&m, buf);
+	send_msg(w, VOLREC_TOPIC_VOL, buf, sizeof(buf));
+	slot->data = NULL;
+	return 0;
+}
+
+void ipc_writer_abort(struct ipc_writer *w, struct ipc_slot_ref *slot)
+{
+	if (!w || !slot_ref_ok(w, slot))
+		return;
+	ipc_store64(&ipc_slot_header(w->map, slot->index)->sequence, 0, memory_order_release);
+	w->in_progress[slot->index] = false;
+	w->content[slot->index] = 0;
+	if (slot->sequence == w->next_seq)
+		w->next_seq--; /* no gap for readers */
+	w->st.aborted++;
+	slot->data = NULL;
+}
+
+static int send_text(struct ipc_writer *w, const char *topic, const char *json)
+{
+	size_t n;
+
+	if (!w || !json)
+		return -EINVAL;
+	n = strnlen(json, VOLREC_TEXT_MAX);
+	if (!n || n >= VOLREC_TEXT_MAX)
+		return -EINVAL;
+	return send_msg(w, topic, json, n);
+}
+
+int ipc_writer_send_status(struct ipc_writer *w, const char *json)
+{
+	return send_text(w, VOLREC_TOPIC_STATUS, json);
+}
+
+int ipc_writer_send_event(struct ipc_writer *w, const char *json)
+{
+	return send_text(w, VOLREC_TOPIC_EVENT, json);
+}
+
+int ipc_writer_send_raw(struct ipc_writer *w, const char *topic, const void *body, size_t len)
+{
+	if (!w || !topic || (!body && len))
+		return -EINVAL;
+	return send_msg(w, topic, body, len);
+}
+
+int ipc_writer_readers(struct ipc_writer *w)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < w->max_readers; i++) {
+		struct volrec_lease_entry *e = ipc_lease_entry(w->lmap, i);
+		int type;
+
+		if (!ipc_load32(&e->pid, memory_order_acquire))
+			continue;
+		/* the owner holds an OFD lock on its entry; it vanishes with the owner */
+		type = ofd_lock(w->lease_fd, F_WRLCK, ipc_lease_entry_offset(i),
+		                sizeof(struct volrec_lease_entry), F_OFD_GETLK);
+		if (type >= 0 && type != F_UNLCK)
+			n++;
+	}
+	return n;
+}
+
+void ipc_writer_slot_buffers(struct ipc_writer *w, void *const **ptrs, uint32_t *count,
+                             size_t *size)
+{
+	*ptrs = w->slot_ptrs;
+	*count = w->slots;
+	*size = w->volume_bytes;
+}
+
+void ipc_writer_stats(struct ipc_writer *w, struct ipc_writer_stats *st)
+{
+	pthread_mutex_lock(&w->send_lock);
+	*st = w->st;
+	pthread_mutex_unlock(&w->send_lock);
+}
+
+uint64_t ipc_writer_session(const struct ipc_writer *w)
+{
+	return w->session;
+}
+
+const char *ipc_writer_endpoint(const struct ipc_writer *w, uint32_t i)
+{
+	return i < w->nendpoints ? w->endpoints[i] : NULL;
+}
+
+void ipc_writer_close(struct ipc_writer *w, bool unlink)
+{
+	if (!w)
+		return;
+	if (w->hdr)
+		ipc_store32(&w->hdr->state, VOLREC_STATE_CLOSED, memory_order_release);
+	if (w->pub)
+		zmq_close(w->pub);
+	if (w->pub_curve)
+		zmq_close(w->pub_curve);
+	if (w->zctx)
+		zmq_ctx_term(w->zctx);
+	if (unlink && w->data_fd >= 0)
+		shm_unlink(w->data_name);
+	if (unlink && w->lease_fd >= 0)
+		shm_unlink(w->lease_name);
+	if (w->map)
+		munmap(w->map, w->map_size);
+	if (w->lmap)
+		munmap(w->lmap, w->lmap_size);
+	if (w->data_fd >= 0)
+		close(w->data_fd);
+	if (w->lease_fd >= 0)
+		close(w->lease_fd);
+	if (w->lock_fd >= 0)
+		close(w->lock_fd);
+	pthread_mutex_destroy(&w->send_lock);
+	free(w->dead_seen);
+	free(w);
+}
