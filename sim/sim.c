@@ -1,0 +1,613 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The synthetic scanner: retina phantom (docs/replay-format.md and docs/shim.md describe how it
+ * is used), per-A-scan spectra through one inverse FFT on a demodulated uniform k grid plus an
+ * 8-tap Lagrange interpolation onto the non-linear pixel grid, and the ground truth.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fftw3.h>
+
+#include "sim.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "sim writes little-endian samples by memcpy: a big-endian port needs byte swaps here"
+#endif
+
+#define NTAP          8    /* Lagrange taps, nodes floor(u)-3 .. floor(u)+4 */
+#define TAP_LO        3    /* nodes before floor(u) */
+#define NPHASOR       1024 /* speckle phases are quantized to this many steps */
+#define NLAYER        10   /* NFL GCL IPL INL OPL ONL ELM IS/OS RPE choroid */
+#define NVESSEL       4
+#define TISSUE_TOP_MM 0.55  /* the phantom never reaches above ... */
+#define TISSUE_BOT_MM 1.45  /* ... or below these depths (keeps the k band narrow) */
+#define CELL_XY_MM    0.006 /* lateral scatterer cell */
+#define CELL_Z_MM     0.003 /* axial scatterer cell */
+
+/* Non-linearity: pixel position of linear-k index j is (K-1) * h(j / (K-1)),
+ * h(v) = v + NL_A v (1 - v) + NL_B v (1 - v) (2v - 1). */
+#define NL_A 0.12
+#define NL_B 0.04
+/* Dispersion phase added to the signal at linear-k index u, v = u/(K-1) - 0.5. */
+#define DISP_A2 30.0
+#define DISP_A3 -12.0
+
+static const double layer_refl[NLAYER] = {
+        0.70, /* NFL */
+        0.16, /* GCL */
+        0.40, /* IPL */
+        0.07, /* INL */
+        0.35, /* OPL */
+        0.03, /* ONL */
+        0.30, /* ELM */
+        0.80, /* IS/OS */
+        1.00, /* RPE */
+        0.35, /* choroid (attenuated with depth) */
+};
+
+/* Vessels: centre line y = c0 + c1 x + c2 x^2 (horizontal) or x = ... (vertical), radius mm. */
+static const struct {
+	bool vertical;
+	double c0, c1, c2, radius;
+} vessels[NVESSEL] = {
+        {false, 0.90, 0.10, -0.05, 0.045},
+        {false, -0.80, -0.15, 0.06, 0.035},
+        {true, 1.00, 0.00, 0.10, 0.030},
+        {true, -1.10, 0.05, -0.08, 0.025},
+};
+
+struct sim {
+	struct sim_params p;
+	uint32_t K, X, Y;
+	size_t ssize;
+	double dz;         /* mm per depth bin */
+	uint32_t zlo, zhi; /* bins that may hold tissue */
+	int32_t zc;        /* demodulation centre bin */
+	double amp;        /* A: unit-reflector interference amplitude */
+	double dc;         /* DC level */
+	double sigma;      /* shot noise at the envelope peak */
+	double fs;         /* full scale of the digitizer (before bit_shift) */
+	double *u;         /* [K] linear-k coordinate of pixel i */
+	float *env;        /* [K] */
+	float *base;       /* [K] DC * env + fixed pattern */
+	float *nsd;        /* [K] sigma * sqrt(env) */
+	int32_t *tap0;     /* [K] first node + TAP_LO (index into ext) */
+	float *tapw;       /* [K][NTAP] */
+	float *rot;        /* [K][2] A env exp(i(phi(u) + 2 pi u zc / K)) */
+	float phasor[NPHASOR][2];
+	fftwf_complex *grid; /* [K] */
+	float *ext;          /* [K + NTAP][2] grid with periodic wrap */
+	float *spec;         /* [K] one A-scan before quantization */
+	fftwf_plan plan;
+};
+
+/* A column of the phantom at one lateral position and time. */
+struct column {
+	double top[NLAYER + 1]; /* top of each layer, top[NLAYER] = bottom of the choroid */
+	double vtop[NVESSEL], vbot[NVESSEL];
+	int nv;
+	uint64_t hcol;  /* hash of the lateral scatterer cell */
+	uint64_t hflow; /* hash for blood (changes every epoch) */
+};
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return rc;
+}
+
+static inline uint64_t mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Approximately standard normal from one 64-bit value (Irwin-Hall of four 16-bit uniforms). */
+static inline float gauss64(uint64_t r)
+{
+	uint32_t s = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
+	             (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
+	/* sum of 4 U(0,1): mean 2, variance 1/3 */
+	return ((float)s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
+}
+
+void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
+{
+	memset(p, 0, sizeof(*p));
+	p->samples_per_ascan = cfg->geometry.samples_per_ascan;
+	p->ascans_per_bscan = cfg->geometry.ascans_per_bscan;
+	p->bscans_per_volume = cfg->geometry.bscans_per_volume;
+	p->stride_x = cfg->geometry.stride[0];
+	p->stride_y = cfg->geometry.stride[1];
+	switch (cfg->geometry.sample_type) {
+	case CFG_SAMPLE_U16:
+		p->sample_type = VOLREC_SAMPLE_U16;
+		break;
+	case CFG_SAMPLE_I16:
+		p->sample_type = VOLREC_SAMPLE_I16;
+		break;
+	default:
+		p->sample_type = VOLREC_SAMPLE_F32;
+		break;
+	}
+	p->bit_shift = cfg->geometry.bit_shift;
+	p->bidirectional = cfg->geometry.bidirectional;
+	p->rate = cfg->source.rate;
+	p->seed = cfg->source.synth.seed;
+	snprintf(p->phantom, sizeof(p->phantom), "%s", cfg->source.synth.phantom);
+	p->deg_per_s = cfg->source.synth.deg_per_s;
+	p->snr_db = cfg->source.synth.snr_db;
+}
+
+void sim_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy)
+{
+	uint64_t S = (uint64_t)(sx ? sx : 1) * (sy ? sy : 1);
+	uint64_t q = epoch % S;
+
+	*ox = (uint32_t)(q % (sx ? sx : 1));
+	*oy = (uint32_t)(q / (sx ? sx : 1));
+}
+
+static double nl_h(double v)
+{
+	return v + NL_A * v * (1 - v) + NL_B * v * (1 - v) * (2 * v - 1);
+}
+
+static double nl_dh(double v)
+{
+	/* h = (1 + A - B) v + (-A + 3B) v^2 - 2B v^3 */
+	return (1 + NL_A - NL_B) + 2 * (-NL_A + 3 * NL_B) * v - 6 * NL_B * v * v;
+}
+
+static pthread_once_t fftw_once = PTHREAD_ONCE_INIT;
+static void fftw_init(void)
+{
+	fftwf_make_planner_thread_safe();
+}
+
+static int check_params(const struct sim_params *p, char *err, size_t errlen)
+{
+	uint64_t bytes;
+
+	if (strcmp(p->phantom, "retina") != 0)
+		return fail(err, errlen, -EINVAL, "synth: unknown phantom '%s' (allowed: retina)",
+		            p->phantom);
+	if (p->samples_per_ascan < 16 || p->samples_per_ascan > SIM_MAX_K)
+		return fail(err, errlen, -EINVAL,
+		            "synth: samples_per_ascan %u out of range (16..%u)",
+		            p->samples_per_ascan, SIM_MAX_K);
+	if (!p->ascans_per_bscan || !p->bscans_per_volume || p->ascans_per_bscan > 65536 ||
+	    p->bscans_per_volume > 65536)
+		return fail(
+		        err, errlen, -EINVAL,
+		        "synth: ascans_per_bscan %u / bscans_per_volume %u out of range (1..65536)",
+		        p->ascans_per_bscan, p->bscans_per_volume);
+	if (!p->stride_x || !p->stride_y || p->stride_x > 64 || p->stride_y > 64)
+		return fail(err, errlen, -EINVAL, "synth: stride [%u, %u] out of range (1..64)",
+		            p->stride_x, p->stride_y);
+	if (p->sample_type > VOLREC_SAMPLE_F32)
+		return fail(err, errlen, -EINVAL, "synth: unknown sample type %u", p->sample_type);
+	if (p->bit_shift > 15)
+		return fail(err, errlen, -EINVAL, "synth: bit_shift %u out of range (0..15)",
+		            p->bit_shift);
+	if (!isfinite(p->deg_per_s) || !isfinite(p->snr_db) || !isfinite(p->rate) || p->rate < 0)
+		return fail(err, errlen, -EINVAL,
+		            "synth: rate %g, deg_per_s %g and snr_db %g must be finite (rate >= 0)",
+		            p->rate, p->deg_per_s, p->snr_db);
+	bytes = (uint64_t)p->samples_per_ascan * p->ascans_per_bscan *
+	        (p->sample_type == VOLREC_SAMPLE_F32 ? 4 : 2);
+	if (bytes > (1ull << 31))
+		return fail(err, errlen, -EINVAL,
+		            "synth: one B-scan would be %llu bytes (max 2 GiB)",
+		            (unsigned long long)bytes);
+	return 0;
+}
+
+static void lagrange(double t, float w[NTAP])
+{
+	for (int k = 0; k < NTAP; k++) {
+		double num = 1, den = 1;
+		for (int m = 0; m < NTAP; m++) {
+			if (m == k)
+				continue;
+			num *= t - (m - TAP_LO);
+			den *= (double)(k - m);
+		}
+		w[k] = (float)(num / den);
+	}
+}
+
+int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t errlen)
+{
+	struct sim *s;
+	uint32_t K;
+	int rc;
+
+	rc = check_params(p, err, errlen);
+	if (rc)
+		return rc;
+	pthread_once(&fftw_once, fftw_init);
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return fail(err, errlen, -ENOMEM, "synth: out of memory");
+	s->p = *p;
+	K = s->K = p->samples_per_ascan;
+	s->X = p->ascans_per_bscan * p->stride_x;
+	s->Y = p->bscans_per_volume * p->stride_y;
+	s->ssize = p->sample_type == VOLREC_SAMPLE_F32 ? 4 : 2;
+	s->dz = SIM_DEPTH_MM / (K / 2.0);
+	s->zlo = (uint32_t)ceil(TISSUE_TOP_MM / s->dz);
+	s->zhi = (uint32_t)floor(TISSUE_BOT_MM / s->dz);
+	s->zc = (int32_t)((s->zlo + s->zhi) / 2);
+
+	s->fs = p->sample_type == VOLREC_SAMPLE_F32 ? 65535.0 : (double)(65535u >> p->bit_shift);
+	s->dc = 0.45 * s->fs;
+	s->amp = 0.25 * s->dc / sqrt(K / 8.0);
+	s->sigma = p->noiseless ? 0 : s->amp * sqrt((double)K) / 2 * pow(10, -p->snr_db / 20);
+
+	s->u = calloc(K, sizeof(*s->u));
+	s->env = calloc(K, sizeof(*s->env));
+	s->base = calloc(K, sizeof(*s->base));
+	s->nsd = calloc(K, sizeof(*s->nsd));
+	s->tap0 = calloc(K, sizeof(*s->tap0));
+	s->tapw = calloc((size_t)K * NTAP, sizeof(*s->tapw));
+	s->rot = calloc((size_t)K * 2, sizeof(*s->rot));
+	s->ext = calloc((size_t)(K + NTAP) * 2, sizeof(*s->ext));
+	s->spec = calloc(K, sizeof(*s->spec));
+	s->grid = fftwf_alloc_complex(K);
+	if (!s->u || !s->env || !s->base || !s->nsd || !s->tap0 || !s->tapw || !s->rot || !s->ext ||
+	    !s->spec || !s->grid) {
+		rc = fail(err, errlen, -ENOMEM, "synth: out of memory for K = %u tables", K);
+		goto out_free;
+	}
+	s->plan = fftwf_plan_dft_1d((int)K, s->grid, s->grid, FFTW_BACKWARD, FFTW_ESTIMATE);
+	if (!s->plan) {
+		rc = fail(err, errlen, -ENOMEM, "synth: FFTW could not plan a %u-point FFT", K);
+		goto out_free;
+	}
+
+	for (int i = 0; i < NPHASOR; i++) {
+		s->phasor[i][0] = (float)cos(2 * M_PI * i / NPHASOR);
+		s->phasor[i][1] = (float)sin(2 * M_PI * i / NPHASOR);
+	}
+
+	uint64_t fpkey = mix64(p->seed ^ 0x66706e5f6b657921ull);
+	double zfp = K / 64.0 > 2 ? K / 64.0 : 2; /* depth of the fixed coherent artifact */
+	for (uint32_t i = 0; i < K; i++) {
+		/* pixel i sits at linear-k u: solve (K-1) h(u / (K-1)) = i by Newton */
+		double target = (double)i / (K - 1), v = target;
+		for (int it = 0; it < 30; it++) {
+			double dv = (nl_h(v) - target) / nl_dh(v);
+			v -= dv;
+			if (fabs(dv) < 1e-15)
+				break;
+		}
+		double u = v * (K - 1);
+		s->u[i] = u;
+		double e = (u - (K - 1) / 2.0) / (0.3 * K);
+		double env = exp(-0.5 * e * e);
+		s->env[i] = (float)env;
+		double fpn = s->dc * 0.004 * gauss64(mix64(fpkey + i)) +
+		             0.6 * s->amp * env * cos(2 * M_PI * u * zfp / K);
+		s->base[i] = (float)(s->dc * env + fpn);
+		s->nsd[i] = (float)(s->sigma * sqrt(env));
+		double vv = u / (K - 1) - 0.5;
+		double ph = DISP_A2 * vv * vv + DISP_A3 * vv * vv * vv + 2 * M_PI * u * s->zc / K;
+		s->rot[2 * i] = (float)(s->amp * env * cos(ph));
+		s->rot[2 * i + 1] = (float)(s->amp * env * sin(ph));
+		double fl = floor(u);
+		s->tap0[i] = (int32_t)fl; /* ext index of node floor(u) - TAP_LO */
+		lagrange(u - fl, &s->tapw[(size_t)i * NTAP]);
+	}
+	*out = s;
+	return 0;
+
+out_free:
+	sim_destroy(s);
+	return rc;
+}
+
+void sim_destroy(struct sim *s)
+{
+	if (!s)
+		return;
+	if (s->plan)
+		fftwf_destroy_plan(s->plan);
+	fftwf_free(s->grid);
+	free(s->u);
+	free(s->env);
+	free(s->base);
+	free(s->nsd);
+	free(s->tap0);
+	free(s->tapw);
+	free(s->rot);
+	free(s->ext);
+	free(s->spec);
+	free(s);
+}
+
+const struct sim_params *sim_params(const struct sim *s)
+{
+	return &s->p;
+}
+
+size_t sim_bscan_bytes(const struct sim *s)
+{
+	return (size_t)s->K * s->p.ascans_per_bscan * s->ssize;
+}
+
+double sim_epoch_time(const struct sim *s, uint64_t epoch)
+{
+	double rate = s->p.rate > 0 ? s->p.rate : SIM_DEFAULT_RATE;
+	return (double)epoch / rate;
+}
+
+void sim_resample_poly(const struct sim *s, double poly[4])
+{
+	double k1 = s->K - 1;
+
+	poly[0] = 0;
+	poly[1] = k1 * (1 + NL_A - NL_B);
+	poly[2] = k1 * (-NL_A + 3 * NL_B);
+	poly[3] = k1 * (-2 * NL_B);
+}
+
+void sim_resample_table(const struct sim *s, double *table)
+{
+	for (uint32_t j = 0; j < s->K; j++)
+		table[j] = (s->K - 1) * nl_h((double)j / (s->K - 1));
+}
+
+void sim_dispersion_coeffs(const struct sim *s, double coeffs[2])
+{
+	(void)s;
+	coeffs[0] = DISP_A2;
+	coeffs[1] = DISP_A3;
+}
+
+double sim_pixel_k(const struct sim *s, uint32_t i)
+{
+	return i < s->K ? s->u[i] : NAN;
+}
+
+double sim_envelope(const struct sim *s, uint32_t i)
+{
+	return i < s->K ? s->env[i] : NAN;
+}
+
+double sim_unit_amplitude(const struct sim *s)
+{
+	return s->amp;
+}
+
+double sim_dc_level(const struct sim *s)
+{
+	return s->dc;
+}
+
+double sim_noise_sigma(const struct sim *s)
+{
+	return s->sigma;
+}
+
+/* ---- the phantom ------------------------------------------------------------------------- */
+
+/* Lateral position (mm, lab frame) of full-resolution A-scan (Yf, Xf). */
+static void lab_xy(const struct sim *s, uint32_t Yf, uint32_t Xf, double *x, double *y)
+{
+	*x = ((Xf + 0.5) / s->X - 0.5) * SIM_FOV_MM;
+	*y = ((Yf + 0.5) / s->Y - 0.5) * SIM_FOV_MM;
+}
+
+static void column_at(const struct sim *s, uint64_t epoch, double x, double y, struct column *c)
+{
+	double th = s->p.deg_per_s * sim_epoch_time(s, epoch) * (M_PI / 180);
+	double ct = cos(th), st = sin(th);
+	/* phantom coordinates: the phantom turned by th, i.e. the lab turned back by -th */
+	double xp = ct * x + st * y, yp = -st * x + ct * y;
+	double fx = xp - 0.2, fy = yp + 0.1, rho2 = fx * fx + fy * fy;
+	double pit = exp(-rho2 / (2 * 0.22 * 0.22));
+	double elm = 0.93 + 0.035 * rho2 + 0.015 * xp;
+	static const double inner[6] = {0.030, 0.045, 0.035, 0.035, 0.030, 0.085};
+	static const double thin[6] = {0.95, 0.95, 0.90, 0.90, 0.85, -0.30};
+	static const double outer[4] = {0.008, 0.030, 0.025, 0.180};
+
+	/* stack the inner layers (NFL..ONL) upwards from the ELM, thinned in the foveal pit */
+	double d = elm;
+	for (int l = 5; l >= 0; l--) {
+		d -= inner[l] * (1 - thin[l] * pit);
+		c->top[l] = d;
+	}
+	d = elm;
+	for (int l = 6; l < NLAYER; l++) {
+		c->top[l] = d;
+		d += outer[l - 6];
+	}
+	c->top[NLAYER] = d;
+
+	c->nv = 0;
+	if (rho2 > 0.35 * 0.35) { /* foveal avascular zone */
+		for (int v = 0; v < NVESSEL; v++) {
+			double a = vessels[v].vertical ? yp : xp, b = vessels[v].vertical ? xp : yp;
+			double f = vessels[v].c0 + vessels[v].c1 * a + vessels[v].c2 * a * a;
+			double df = vessels[v].c1 + 2 * vessels[v].c2 * a;
+			double dist = fabs(b - f) / sqrt(1 + df * df), r = vessels[v].radius;
+			if (dist >= r)
+				continue;
+			double h = sqrt(r * r - dist * dist), mid = c->top[1] + r;
+			c->vtop[c->nv] = mid - h;
+			c->vbot[c->nv] = mid + h;
+			c->nv++;
+		}
+	}
+	int64_t ix = (int64_t)floor(xp / CELL_XY_MM), iy = (int64_t)floor(yp / CELL_XY_MM);
+	c->hcol = mix64(s->p.seed ^ mix64((uint64_t)ix * 0x9e3779b97f4a7c15ull) ^
+	                mix64((uint64_t)iy * 0xc2b2ae3d27d4eb4full + 0x165667b19e3779f9ull));
+	c->hflow = mix64(c->hcol ^ mix64(epoch + 0x27d4eb2f165667c5ull));
+}
+
+/* Amplitude in [0, 1] and speckle phase index at depth d (mm) of a column. */
+static inline float column_amp(const struct column *c, double d, uint32_t *phase)
+{
+	double r, att, shadow = 1;
+	uint64_t h;
+	int l;
+
+	if (d < TISSUE_TOP_MM || d > TISSUE_BOT_MM || d < c->top[0] || d >= c->top[NLAYER])
+		return 0;
+	for (l = 0; l < NLAYER - 1 && d >= c->top[l + 1]; l++)
+		;
+	r = layer_refl[l];
+	if (l == NLAYER - 1)
+		r *= exp(-(d - c->top[l]) / 0.08);
+	att = exp(-(d - c->top[0]) / 1.2);
+	h = c->hcol;
+	for (int v = 0; v < c->nv; v++) {
+		if (d >= c->vbot[v]) {
+			shadow *= 0.2;
+		} else if (d >= c->vtop[v]) {
+			if (d < c->vtop[v] + 0.006) {
+				r = 0.85; /* vessel wall */
+			} else {
+				r = 0.20; /* flowing blood: speckle decorrelates every epoch */
+				h = c->hflow;
+			}
+		}
+	}
+	int64_t iz = (int64_t)floor(d / CELL_Z_MM);
+	uint64_t k = mix64(h ^ ((uint64_t)iz * 0xd6e8feb86659fd93ull));
+	double m = 0.25 + 0.75 * (double)(k >> 40) * (1.0 / 16777216.0);
+	*phase = (uint32_t)(k & (NPHASOR - 1));
+	return (float)(sqrt(r) * att * shadow * m);
+}
+
+/* One A-scan's spectrum (before quantization) into s->spec. */
+static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
+{
+	const uint32_t K = s->K;
+	fftwf_complex *g = s->grid;
+	float *ext = s->ext;
+
+	memset(g, 0, sizeof(*g) * K);
+	for (uint32_t z = s->zlo; z <= s->zhi; z++) {
+		uint32_t ph;
+		float a = column_amp(c, z * s->dz, &ph);
+		if (a == 0)
+			continue;
+		uint32_t n = (uint32_t)(((int64_t)z - s->zc + K) % K);
+		g[n][0] = a * s->phasor[ph][0];
+		g[n][1] = a * s->phasor[ph][1];
+	}
+	fftwf_execute(s->plan);
+	/* ext[j + TAP_LO] = grid[j mod K] for j = -TAP_LO .. K + NTAP - TAP_LO - 1 */
+	for (int j = -TAP_LO; j < (int)K + NTAP - TAP_LO; j++) {
+		uint32_t src = (uint32_t)((j + (int)K) % (int)K);
+		ext[2 * (j + TAP_LO)] = g[src][0];
+		ext[2 * (j + TAP_LO) + 1] = g[src][1];
+	}
+	uint64_t st = nkey;
+	for (uint32_t i = 0; i < K; i++) {
+		const float *w = &s->tapw[(size_t)i * NTAP];
+		const float *e = &ext[2 * s->tap0[i]];
+		float re = 0, im = 0;
+		for (int t = 0; t < NTAP; t++) {
+			re += w[t] * e[2 * t];
+			im += w[t] * e[2 * t + 1];
+		}
+		float v = s->base[i] + s->rot[2 * i] * re - s->rot[2 * i + 1] * im;
+		if (s->sigma > 0) {
+			st += 0x9e3779b97f4a7c15ull;
+			v += s->nsd[i] * gauss64(mix64(st));
+		}
+		s->spec[i] = v;
+	}
+}
+
+static void quantize(const struct sim *s, void *dst)
+{
+	const uint32_t K = s->K;
+
+	if (s->p.sample_type == VOLREC_SAMPLE_F32) {
+		memcpy(dst, s->spec, K * sizeof(float));
+	} else if (s->p.sample_type == VOLREC_SAMPLE_U16) {
+		uint16_t *o = dst;
+		float fs = (float)s->fs;
+		for (uint32_t i = 0; i < K; i++) {
+			float v = floorf(s->spec[i] + 0.5f);
+			v = v < 0 ? 0 : v > fs ? fs : v;
+			o[i] = (uint16_t)((uint32_t)v << s->p.bit_shift);
+		}
+	} else {
+		int16_t *o = dst;
+		float half = (float)((s->fs + 1) / 2);
+		for (uint32_t i = 0; i < K; i++) {
+			float v = floorf(s->spec[i] - half + 0.5f);
+			v = v < -half ? -half : v > half - 1 ? half - 1 : v;
+			o[i] = (int16_t)((int32_t)v * (1 << s->p.bit_shift));
+		}
+	}
+}
+
+int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t b, void *buf,
+              size_t size)
+{
+	const struct sim_params *p = &s->p;
+	uint8_t *out = buf;
+
+	if (ox >= p->stride_x || oy >= p->stride_y || b >= p->bscans_per_volume ||
+	    size < sim_bscan_bytes(s))
+		return -EINVAL;
+	uint32_t Yf = b * p->stride_y + oy;
+	uint64_t bkey = mix64(p->seed ^ 0x6e6f697365000000ull ^ mix64(epoch) ^
+	                      mix64(0x5bd1e9955bd1e995ull + b));
+	for (uint32_t a = 0; a < p->ascans_per_bscan; a++) {
+		uint32_t xl = p->bidirectional && (b & 1) ? p->ascans_per_bscan - 1 - a : a;
+		struct column c;
+		double x, y;
+		lab_xy(s, Yf, xl * p->stride_x + ox, &x, &y);
+		column_at(s, epoch, x, y, &c);
+		ascan(s, &c, mix64(bkey + a));
+		quantize(s, out + (size_t)a * s->K * s->ssize);
+	}
+	return 0;
+}
+
+int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, uint32_t z0, uint32_t z1,
+              float *out)
+{
+	if (zero_pad < 1 || zero_pad > 16 || z0 >= z1 || z1 > s->K * zero_pad / 2)
+		return -EINVAL;
+	size_t nz = z1 - z0;
+	double dzo = s->dz / zero_pad;
+	for (uint32_t Yf = 0; Yf < s->Y; Yf++) {
+		for (uint32_t Xf = 0; Xf < s->X; Xf++) {
+			struct column c;
+			double x, y;
+			float *o = out + ((size_t)Yf * s->X + Xf) * nz;
+			lab_xy(s, Yf, Xf, &x, &y);
+			column_at(s, epoch, x, y, &c);
+			for (uint32_t z = z0; z < z1; z++) {
+				uint32_t ph;
+				o[z - z0] = column_amp(&c, z * dzo, &ph);
+			}
+		}
+	}
+	return 0;
+}

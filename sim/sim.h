@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The synthetic OCT scanner (sim_): a retina-like phantom in millimetres that rotates about the
+ * depth axis, scanned at each epoch's offset into raw spectra (envelope, DC, interference,
+ * non-linear k sampling, dispersion, fixed-pattern and shot noise), plus its ground truth.
+ */
+#ifndef VOLREC_SIM_H
+#define VOLREC_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "volrec/shim.h"
+#include "../config/config.h"
+
+#define SIM_DEFAULT_RATE 25.0 /* epochs per second for the motion clock when rate is 0 */
+#define SIM_FOV_MM       3.0  /* lateral field of view (square), mm */
+#define SIM_DEPTH_MM     2.0  /* optical depth covered by the K/2 depth bins, mm */
+#define SIM_MAX_K        65536u
+
+/* What the scanner produces. */
+struct sim_params {
+	uint32_t samples_per_ascan; /* K, 16..SIM_MAX_K */
+	uint32_t ascans_per_bscan;  /* nx */
+	uint32_t bscans_per_volume; /* ny */
+	uint32_t stride_x, stride_y;
+	uint32_t sample_type; /* enum volrec_sample_type */
+	uint32_t bit_shift;   /* integer samples are left-aligned by this many bits */
+	bool bidirectional;   /* odd B-scans are scanned right to left */
+	double rate;          /* epochs per second of the motion clock (<= 0: SIM_DEFAULT_RATE) */
+	uint64_t seed;
+	char phantom[CFG_NAME_MAX]; /* "retina" */
+	double deg_per_s;           /* rotation about the depth axis */
+	double snr_db;              /* see sim_noise_sigma() */
+	bool noiseless;             /* no shot noise (tests) */
+};
+
+struct sim;
+
+/* Fill p from the configuration's geometry and source.synth keys. */
+void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg);
+
+/*
+ * Build a scanner (tables, FFT plan, scratch). On failure returns -EINVAL/-ENOMEM with a
+ * message naming the bad parameter in err; *out is written only on success. The scanner is
+ * not thread-safe (scratch buffers); use one per thread. Free with sim_destroy().
+ */
+__attribute__((warn_unused_result)) int sim_create(const struct sim_params *p, struct sim **out,
+                                                   char *err, size_t errlen);
+void sim_destroy(struct sim *s); /* NULL is fine */
+
+const struct sim_params *sim_params(const struct sim *s);
+
+/* ALGORITHMS.md §2.1: q = e mod S, ox = q mod sx, oy = q div sx. */
+void sim_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy);
+
+/* Bytes of one raw B-scan (nx * K * sample size). */
+size_t sim_bscan_bytes(const struct sim *s);
+
+/*
+ * Write the raw spectra of B-scan b (0..ny-1) of `epoch` scanned at offset (ox, oy) into buf
+ * (size >= sim_bscan_bytes), [a][k], little-endian. Depends only on the parameters and
+ * (epoch, ox, oy, b): never on earlier calls. -EINVAL for an offset or b out of range or a
+ * short buffer.
+ */
+__attribute__((warn_unused_result)) int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox,
+                                                  uint32_t oy, uint32_t b, void *buf, size_t size);
+
+/*
+ * Ground truth of `epoch`: the ideal image amplitude (reflectivity amplitude with speckle,
+ * shadows and attenuation, in [0, 1]) at every full-resolution position and output depth bin
+ * z0..z1-1 of an FFT of length K * zero_pad. out is [Y][X][z1 - z0] floats, Y = ny * sy,
+ * X = nx * sx, indexed by the output volume's (y, x) (no flips). -EINVAL for a bad range.
+ */
+__attribute__((warn_unused_result)) int sim_truth(const struct sim *s, uint64_t epoch,
+                                                  uint32_t zero_pad, uint32_t z0, uint32_t z1,
+                                                  float *out);
+
+/* Resampling positions that undo the k non-linearity, as preprocess.resample.poly
+ * [c0, c1, c2, c3] (exact: the scanner's non-linearity is defined by this cubic). */
+void sim_resample_poly(const struct sim *s, double poly[4]);
+/* The same as a table of K fractional pixel positions (preprocess.resample.table). */
+void sim_resample_table(const struct sim *s, double *table);
+/* preprocess.dispersion.coeffs [a2, a3] that cancel the scanner's dispersion exactly. */
+void sim_dispersion_coeffs(const struct sim *s, double coeffs[2]);
+
+/* Linear-k coordinate u(i) of pixel i (0..K-1 after resampling). */
+double sim_pixel_k(const struct sim *s, uint32_t i);
+/* Source envelope at pixel i (1 at the peak). */
+double sim_envelope(const struct sim *s, uint32_t i);
+/* Interference amplitude (sample units) of a unit-amplitude reflector at the envelope peak. */
+double sim_unit_amplitude(const struct sim *s);
+/* DC level (sample units) at the envelope peak. */
+double sim_dc_level(const struct sim *s);
+/*
+ * Shot-noise standard deviation at the envelope peak, in sample units (before quantization);
+ * at pixel i it is sigma * sqrt(envelope(i)). Chosen so that a unit-amplitude reflector's peak
+ * in the depth domain (unwindowed DFT) stands snr_db above the noise's standard deviation:
+ * sigma = A * sqrt(K) / 2 * 10^(-snr_db / 20). 0 when noiseless.
+ */
+double sim_noise_sigma(const struct sim *s);
+/* Seconds of the motion clock at epoch e (e / rate). */
+double sim_epoch_time(const struct sim *s, uint64_t epoch);
+
+#endif

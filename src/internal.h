@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private declarations of the sources module (src_): the state every built-in source shares
+ * (pacing, started flag, last error text), the three openers src_open dispatches to, and the
+ * replay header parser the unit tests call directly.
+ */
+#ifndef VOLREC_SRC_INTERNAL_H
+#define VOLREC_SRC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "source.h"
+
+#define SRC_MSG_MAX 512
+
+/* Paces deliveries at a fixed period on CLOCK_MONOTONIC (absolute sleeps, no drift). */
+struct src_pacer {
+	bool paced;      /* false: every item is due at once */
+	uint64_t period; /* ns per item */
+	uint64_t t0;     /* CLOCK_MONOTONIC ns of the schedule's origin */
+	uint64_t n;      /* items delivered since t0 */
+	uint64_t slack;  /* how far behind the schedule may fall before it is rebased */
+};
+
+/* What the built-in sources share: the handle of each starts with it. */
+struct src_common {
+	const char *kind; /* "synth", "replay", "shim" (messages) */
+	bool started;
+	int msg_code;          /* code the text below belongs to (0: none) */
+	char msg[SRC_MSG_MAX]; /* precise text for the last error returned */
+	struct src_pacer pacer;
+};
+
+/* Record a precise text for code and return code. */
+int src_fail(struct src_common *c, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+/* Write a message into err (when errlen > 0) and return rc. */
+int src_err(char *err, size_t errlen, int rc, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+
+uint64_t src_now_ns(clockid_t clk);
+/* rate items per second; rate <= 0 means unpaced. slack_items: see struct src_pacer. */
+void src_pacer_init(struct src_pacer *p, double rate, uint64_t slack_items);
+void src_pacer_start(struct src_pacer *p);
+/* Sleep until the next item is due. -ETIMEDOUT (after sleeping timeout_ms) when it is due
+ * later than timeout_ms from now (timeout_ms < 0: no limit). */
+int src_pacer_wait(struct src_pacer *p, int timeout_ms);
+/* Ns from now until the next item is due (0 when due). */
+uint64_t src_pacer_due_in(const struct src_pacer *p);
+void src_pacer_done(struct src_pacer *p);
+
+/* Geometry of cfg as told to configure(); rate 0 when unpaced. */
+void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_config *cfg,
+                              unsigned flags);
+
+/* The openers: fill src (ops, handle, info, epochs) or return a negative errno + message. */
+int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
+                   size_t errlen);
+int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
+                    size_t errlen);
+int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
+                  size_t errlen);
+
+extern const struct volrec_shim_ops src_synth_ops;
+extern const struct volrec_shim_ops src_replay_ops;
+extern const struct volrec_shim_ops src_shim_wrap_ops;
+
+/*
+ * Check a replay header held in buf (len bytes read from the file's start, at least
+ * min(file_size, SRC_REPLAY_FIXED_SIZE + offset table + metadata) when those fit) against
+ * docs/replay-format.md for a file of file_size bytes. On success fills *info and, when the
+ * file has an offset table, checks each entry. Messages do not name the file (the caller
+ * prefixes it).
+ */
+int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
+                     struct src_replay_info *info, char *err, size_t errlen);
+
+const char *src_sample_name(uint32_t sample_type);
+
+#endif
