@@ -5,4 +5,4 @@ cpu_LDLIBS := -lfftw3f_threads -lfftw3f
 UNIT_SRCS += $(wildcard tests/unit/test_cpu*.c)
 UNIT_ARCHIVES += $(CORE_ARCHIVES)
 # Hot loops: let the compiler vectorize sqrtf and the conversion loops.
-$(call obj,$(cpu_SRCS)): CFLAGS += -O3 -fno-math-errno
+$(B)/obj/cpu/%.o: CFLAGS += -O3 -fno-math-errno
