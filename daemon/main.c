@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * volrecd's entry point. For now it validates configurations (--check); the service itself
- * is not built yet.
+ * volrecd's entry point: validates the configuration (--check prints it and exits), then runs
+ * the service until SIGTERM/SIGINT.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +37,7 @@ int main(int argc, char **argv)
 		}
 		return 0;
 	}
+	rc = vrd_service_run(opt.config, &cfg);
 	cfg_free(&cfg);
-	fprintf(stderr, "volrecd: the service is not built yet\n");
-	return 1;
+	return rc;
 }

@@ -1,7 +1,12 @@
-# volrecd, the service (vrd_). For now it is built from the option parser and the --check
-# path only, linked with the configuration; the service files (vrd_*.c) and
-# $(CORE_ARCHIVES) $(CLIENT_ARCHIVES) join when the service lands.
+# volrecd, the service (vrd_): options and --check, the pipeline threads, the publishing
+# adapter, logging, statistics and the service loop.
 PROGRAMS += volrecd
-volrecd_SRCS = daemon/main.c daemon/options.c
-volrecd_ARCHIVES = cfg
+volrecd_SRCS = $(wildcard daemon/*.c)
+volrecd_ARCHIVES = $(CORE_ARCHIVES) ipc
 volrecd_LDLIBS = -lsystemd -lzmq $(HDF5_LIBS) $(CUDA_LDLIBS)
+
+# The integration tests' reader: volumes through libvolrec into a file (tests/integration).
+TEST_PROGRAMS += vrd_reader
+vrd_reader_SRCS = daemon/testprog/vrd_reader.c
+vrd_reader_ARCHIVES = $(CLIENT_ARCHIVES)
+vrd_reader_LDLIBS = -lzmq

@@ -189,9 +189,9 @@ static void status_line(struct service *s, const struct vrd_snapshot *snap, int 
 	                 total_drops(&snap->c), snap->c.ring_used, snap->c.ring_size, readers);
 
 	if (n > 0 && (size_t)n < len && snap->degraded)
-		n += snprintf(buf + n, len - (size_t)n, "; %s", snap->fault);
+		n += snprintf(buf + n, len - (size_t)n, "; %.200s", snap->fault);
 	if (n > 0 && (size_t)n < len && !strcmp(s->reload_result, "rejected"))
-		snprintf(buf + n, len - (size_t)n, "; reload rejected: %s", s->reload_message);
+		snprintf(buf + n, len - (size_t)n, "; reload rejected: %.300s", s->reload_message);
 	for (char *p = buf; *p; p++)
 		if (*p == '\n')
 			*p = ' ';
