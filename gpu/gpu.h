@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private declarations of the CUDA backend (gpu_): the host-side tables computed once per
+ * configuration, the kernel launchers (gpu_kernels.cu), the error helpers and the benchmark
+ * helpers. Only gpu/ and tests/gpu/ include this header.
+ */
+#ifndef VOLREC_GPU_H
+#define VOLREC_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+#include <cufft.h>
+
+#include "../config/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Largest S x S temporal weight table kept in constant memory (S <= 90); beyond it the
+ * reconstruction always uses the E map. */
+#define GPU_TTAB_MAX 8192
+/* Spline resampling: half-width of the FIR that replaces the per-A-scan tridiagonal solve. */
+#define GPU_SPLINE_R 17
+/* Largest A-scans per B-scan for bscan_median (bitonic sort of a column in shared memory). */
+#define GPU_MEDIAN_MAX_NX 8192
+
+/* ---- tables (gpu_tables.c): computed in double on the host, stored as float ------------- */
+
+struct gpu_tables {
+	uint32_t K;       /* samples per A-scan */
+	uint32_t taps;    /* resampling taps per output sample: 0 = none, 2, 4, spline */
+	int32_t *rs_idx;  /* [K] first input index of output j (clamped per tap on use) */
+	float *rs_w;      /* [taps][K] weights, tap-major so that j is contiguous */
+	float *window;    /* [K] */
+	float *disp_re;   /* [K] window * cos(phi), NULL without dispersion */
+	float *disp_im;   /* [K] -window * sin(phi), NULL without dispersion */
+	float *reference; /* [K] background spectrum, NULL unless background is reference */
+};
+
+/* Compute every per-configuration table. On failure returns a negative errno with a message
+ * in err and leaves t empty. Free with gpu_tables_free (accepts a zeroed struct). */
+__attribute__((warn_unused_result)) int
+gpu_tables_build(const struct vr_config *cfg, struct gpu_tables *t, char *err, size_t errlen);
+/* Only the live parts (window, dispersion) into an existing table set. */
+__attribute__((warn_unused_result)) int
+gpu_tables_live(const struct vr_config *cfg, struct gpu_tables *t, char *err, size_t errlen);
+void gpu_tables_free(struct gpu_tables *t);
+
+/* Temporal weight of an A-scan of age a (epochs since it was written), ALGORITHMS.md §2.3. */
+double gpu_temporal_weight(const struct vr_config *cfg, uint64_t age);
+
+/* ---- errors (gpu_backend.c) -------------------------------------------------------------- */
+
+/* Turn a CUDA runtime status into 0 or a negative errno; on error writes "what: name (text)"
+ * into err. Never exits. */
+int gpu_cuda_check(cudaError_t e, const char *what, char *err, size_t errlen);
+/* Same for a cuFFT status. */
+int gpu_cufft_check(cufftResult r, const char *what, char *err, size_t errlen);
+const char *gpu_cufft_name(cufftResult r);
+
+/* ---- kernel launchers (gpu_kernels.cu): each returns the launch status ------------------ */
+
+/* Parameters of the per-B-scan preprocessing, fixed between live updates. */
+struct gpu_prep_params {
+	int K, N, nx;    /* samples, FFT length, A-scans per B-scan */
+	int sample_type; /* enum cfg_sample */
+	int bit_shift;
+	int background;   /* enum cfg_background */
+	int taps;         /* 0: no resampling */
+	bool complex_in;  /* dispersion: C2C input */
+	int nz, z0, half; /* kept depths, first depth, N/2 */
+	bool flip_z;
+	float db_lo, db_inv; /* (d - lo) * inv, inv = 1 / (hi - lo) */
+};
+
+/* Device-side tables the preprocessing reads. */
+struct gpu_prep_tables {
+	const int32_t *rs_idx;
+	const float *rs_w;
+	const float *window;
+	const float *disp_re, *disp_im; /* window folded in */
+	const float *reference;
+};
+
+/* Column statistic (bscan_mean / bscan_median) of one raw B-scan into col[K]. */
+cudaError_t gpu_launch_colstat(const struct gpu_prep_params *p, const void *raw, float *col,
+                               cudaStream_t s);
+/* Convert + background (+ window/dispersion/zero padding when taps == 0) of one B-scan:
+ * writes conv[nx][K] (taps > 0) or the FFT input fin (taps == 0). */
+cudaError_t gpu_launch_convert(const struct gpu_prep_params *p, const struct gpu_prep_tables *t,
+                               const void *raw, const float *col, float *conv, void *fin,
+                               cudaStream_t s);
+/* Resample conv[nx][K] and apply window/dispersion/zero padding into the FFT input. */
+cudaError_t gpu_launch_resample(const struct gpu_prep_params *p, const struct gpu_prep_tables *t,
+                                const float *conv, void *fin, cudaStream_t s);
+/* Magnitude, log, normalize, flip z, crop into the B-scan's rows of L_e (row = L_e + b*nx*nz);
+ * reverse_x writes A-scan a at nx-1-a. spec has ld complex values per A-scan. */
+cudaError_t gpu_launch_logmag(const struct gpu_prep_params *p, const float2 *spec, int ld,
+                              bool reverse_x, float *lerow, cudaStream_t s);
+
+/* Parameters of the reconstruction of one epoch. */
+struct gpu_recon_params {
+	int nx, ny, nz;  /* low resolution */
+	int sx, sy, S;   /* strides */
+	int X, Y;        /* full resolution (Z = nz) */
+	int ox, oy;      /* this epoch's offset */
+	int qe;          /* e mod S (row of the constant table) */
+	long long epoch; /* e, for E and ages */
+	bool fast;       /* use the S x S constant table instead of E */
+	bool product;    /* combine: product (else sum) */
+	int temporal;    /* enum cfg_temporal (E path) */
+	double tau;      /* exp temporal (E path) */
+};
+
+/* Write L_e into B at the epoch's positions and set E there. */
+cudaError_t gpu_launch_interlace(const struct gpu_recon_params *p, const float *le, float *B,
+                                 long long *E, cudaStream_t s);
+/* Temporal weight map tmap[Y][X] from E (the E path). */
+cudaError_t gpu_launch_tmap(const struct gpu_recon_params *p, const long long *E, float *tmap,
+                            cudaStream_t s);
+/* Upload the S x S table (row qe: weights by phase) and the 4 spatial weights by |d|^2. */
+cudaError_t gpu_upload_constants(const float *ttab, size_t n, const float g[4], cudaStream_t s);
+/* The 3x3x3 kernel on rows [y0, y1) of B: u8 into out8 (full volume base), float into
+ * outf (full volume base, may be NULL). */
+cudaError_t gpu_launch_recon(const struct gpu_recon_params *p, const float *B, const float *tmap,
+                             int y0, int y1, uint8_t *out8, float *outf, cudaStream_t s);
+/* Quantize n floats to u8 (mode none). */
+cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStream_t s);
+
+/* ---- benchmark helpers (gpu_bench.c) ----------------------------------------------------- */
+
+struct gpu_bw {
+	double h2d_gbs;     /* pinned host -> device, GB/s (1e9 bytes) */
+	double d2h_gbs;     /* device -> pinned host */
+	double bidir_gbs;   /* each way, both directions at once (mean of the two) */
+	double d2h_shm_gbs; /* device -> cudaHostRegister'ed shm_open + mmap(MAP_SHARED) */
+	size_t bytes;       /* transfer size per copy */
+};
+
+/* Measure the copy bandwidths on device dev with transfers of bytes (best of reps). On
+ * failure returns a negative errno with the message in err. Frees everything it allocates. */
+__attribute__((warn_unused_result)) int
+gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct gpu_bw *bw, char *err, size_t errlen);
+/* Number of CUDA devices (0 when none or no driver). */
+int gpu_device_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

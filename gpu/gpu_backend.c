@@ -1,0 +1,1088 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA backend (be_cuda_ops): device selection and memory budget, everything allocated
+ * once per configuration, per-B-scan preprocessing on round-robin streams with batched cuFFT
+ * plans, and the per-epoch reconstruction with slab-wise D2H copies that overlap compute.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend/backend.h"
+#include "gpu.h"
+
+#define GPU_MIN_CC_MAJOR 7
+#define GPU_SLABS_MIN    8 /* reconstruction slabs per epoch (rows of Y), at least */
+
+struct gpu_stream {
+	cudaStream_t s;
+	cudaEvent_t ev;
+	void *raw;    /* one raw B-scan on the device */
+	float *conv;  /* [nx][K] converted A-scans (input of the resampling) */
+	float *col;   /* [K] B-scan mean / median spectrum */
+	void *fin;    /* FFT input [nx][N] complex (or real for R2C) */
+	float2 *fout; /* FFT output [nx][N] complex */
+	void *work;   /* cuFFT work area shared by both plans */
+	cufftHandle r2c, c2c;
+	bool has_r2c, has_c2c;
+};
+
+struct gpu_state {
+	struct vr_config cfg; /* deep copy of the configuration in force */
+	int dev;
+	char device[256];
+
+	/* geometry */
+	uint32_t K, N, nx, ny, nz, z0, sx, sy, S, X, Y;
+	size_t bscan_bytes, le_count, full_count;
+	bool have_full; /* full-resolution buffers exist (mode != none, or S == 1) */
+
+	int ns;
+	struct gpu_stream *st;
+	cudaEvent_t ev_ready; /* all B-scans of the epoch preprocessed (on stream 0) */
+
+	/* tables: host and device */
+	struct gpu_tables tab;
+	int32_t *d_rs_idx;
+	float *d_rs_w, *d_window, *d_dre, *d_dim, *d_ref;
+	struct gpu_prep_params prep;
+
+	/* volumes */
+	float *le;     /* [ny][nx][nz] L_e */
+	float *P, *Q;  /* [Y][X][Z] B (M or previous output) and this epoch's float output */
+	long long *E;  /* [Y][X] */
+	float *tmap;   /* [Y][X] */
+	uint8_t *out8; /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
+
+	/* live reconstruction parameters */
+	enum cfg_recon_mode mode;
+	bool product;
+	enum cfg_temporal temporal;
+	double tau;
+	float g[4];
+	float *ttab; /* [S][S] (NULL when S*S > GPU_TTAB_MAX) */
+
+	/* epoch bookkeeping */
+	uint64_t epoch; /* epoch of the submitted B-scans */
+	uint32_t nsub;
+	uint8_t *have; /* [ny] */
+	bool have_last;
+	uint64_t last; /* last finished epoch */
+	uint64_t run;  /* consecutive finished epochs ending at last */
+
+	int sticky; /* a CUDA failure in bscan_submit/reset_history, reported next */
+	char sticky_msg[512];
+};
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+static int gpu_errno_of(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess:
+		return 0;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorNoDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorInvalidDevice:
+	case cudaErrorDevicesUnavailable:
+		return -ENODEV;
+	case cudaErrorInvalidValue:
+	case cudaErrorInvalidConfiguration:
+		return -EINVAL;
+	case cudaErrorNoKernelImageForDevice:
+	case cudaErrorInvalidDeviceFunction:
+		return -ENOEXEC;
+	default:
+		return -EIO;
+	}
+}
+
+int gpu_cuda_check(cudaError_t e, const char *what, char *err, size_t errlen)
+{
+	if (e == cudaSuccess)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen, "%s: %s (%s)", what, cudaGetErrorName(e),
+		         cudaGetErrorString(e));
+	return gpu_errno_of(e);
+}
+
+const char *gpu_cufft_name(cufftResult r)
+{
+	switch (r) {
+	case CUFFT_SUCCESS:
+		return "CUFFT_SUCCESS";
+	case CUFFT_INVALID_PLAN:
+		return "CUFFT_INVALID_PLAN";
+	case CUFFT_ALLOC_FAILED:
+		return "CUFFT_ALLOC_FAILED";
+	case CUFFT_INVALID_TYPE:
+		return "CUFFT_INVALID_TYPE";
+	case CUFFT_INVALID_VALUE:
+		return "CUFFT_INVALID_VALUE";
+	case CUFFT_INTERNAL_ERROR:
+		return "CUFFT_INTERNAL_ERROR";
+	case CUFFT_EXEC_FAILED:
+		return "CUFFT_EXEC_FAILED";
+	case CUFFT_SETUP_FAILED:
+		return "CUFFT_SETUP_FAILED";
+	case CUFFT_INVALID_SIZE:
+		return "CUFFT_INVALID_SIZE";
+	case CUFFT_UNALIGNED_DATA:
+		return "CUFFT_UNALIGNED_DATA";
+	case CUFFT_INVALID_DEVICE:
+		return "CUFFT_INVALID_DEVICE";
+	case CUFFT_NO_WORKSPACE:
+		return "CUFFT_NO_WORKSPACE";
+	case CUFFT_NOT_IMPLEMENTED:
+		return "CUFFT_NOT_IMPLEMENTED";
+	case CUFFT_NOT_SUPPORTED:
+		return "CUFFT_NOT_SUPPORTED";
+	default:
+		return "unknown cuFFT status";
+	}
+}
+
+int gpu_cufft_check(cufftResult r, const char *what, char *err, size_t errlen)
+{
+	if (r == CUFFT_SUCCESS)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen, "%s: %s (%d)", what, gpu_cufft_name(r), (int)r);
+	switch (r) {
+	case CUFFT_ALLOC_FAILED:
+		return -ENOMEM;
+	case CUFFT_INVALID_VALUE:
+	case CUFFT_INVALID_SIZE:
+	case CUFFT_INVALID_TYPE:
+		return -EINVAL;
+	case CUFFT_NOT_SUPPORTED:
+	case CUFFT_NOT_IMPLEMENTED:
+		return -ENOTSUP;
+	default:
+		return -EIO;
+	}
+}
+
+/* Shorthands inside functions that have err/errlen and an int rc and an `out` label. */
+#define CU(call, what)                                                                             \
+	do {                                                                                       \
+		rc = gpu_cuda_check((call), (what), err, errlen);                                  \
+		if (rc < 0)                                                                        \
+			goto out;                                                                  \
+	} while (0)
+#define CUFFT(call, what)                                                                          \
+	do {                                                                                       \
+		rc = gpu_cufft_check((call), (what), err, errlen);                                 \
+		if (rc < 0)                                                                        \
+			goto out;                                                                  \
+	} while (0)
+
+static double gpu_gib(size_t b)
+{
+	return (double)b / (double)(1ull << 30);
+}
+
+/* ---- live parameters ---------------------------------------------------------------------- */
+
+/* Reconstruction parameters and tables from cfg (host only). */
+static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, char *err,
+                          size_t errlen)
+{
+	const double sig = cfg->reconstruct.spatial_sigma;
+
+	if (cfg->reconstruct.mode != CFG_RECON_NONE &&
+	    (!(sig > 0) ||
+	     (cfg->reconstruct.temporal == CFG_TEMPORAL_EXP && !(cfg->reconstruct.tau > 0)))) {
+		snprintf(err, errlen, "reconstruct: spatial_sigma (%g) and tau (%g) must be > 0",
+		         sig, cfg->reconstruct.tau);
+		return -EINVAL;
+	}
+	if (cfg->reconstruct.mode != CFG_RECON_NONE && !st->have_full) {
+		snprintf(err, errlen,
+		         "reconstruct.mode: %s needs the full-resolution volumes this backend was "
+		         "not built with (mode none, stride %ux%u): needs a rebuild",
+		         cfg_recon_mode_name(cfg->reconstruct.mode), st->sx, st->sy);
+		return -EINVAL;
+	}
+	const double s2 = sig > 0 ? 2.0 * sig * sig : 2.0;
+	for (int d = 0; d < 4; d++)
+		st->g[d] = (float)exp(-(double)d / s2);
+	st->mode = cfg->reconstruct.mode;
+	st->product = cfg->reconstruct.combine == CFG_COMBINE_PRODUCT;
+	st->temporal = cfg->reconstruct.temporal;
+	st->tau = cfg->reconstruct.tau;
+	if (st->ttab) {
+		/* row qe, column phase p: age (qe - p) mod S */
+		for (uint32_t q = 0; q < st->S; q++)
+			for (uint32_t p = 0; p < st->S; p++) {
+				uint64_t age = (q + st->S - p) % st->S;
+				double t = st->temporal == CFG_TEMPORAL_EXP
+				                   ? exp(-(double)age / st->tau)
+				                   : fmax((double)st->S - (double)age, 0.0) / st->S;
+				st->ttab[(size_t)q * st->S + p] = (float)t;
+			}
+	}
+	return 0;
+}
+
+/* Upload the window / dispersion tables and set the preprocessing parameters. The streams
+ * must be idle. */
+static int gpu_prep_upload(struct gpu_state *st, const struct vr_config *cfg, char *err,
+                           size_t errlen)
+{
+	const size_t kb = sizeof(float) * st->K;
+	cudaStream_t s = st->st[0].s;
+	int rc = 0;
+
+	CU(cudaMemcpyAsync(st->d_window, st->tab.window, kb, cudaMemcpyHostToDevice, s),
+	   "cudaMemcpyAsync(window table)");
+	if (st->tab.disp_re) {
+		CU(cudaMemcpyAsync(st->d_dre, st->tab.disp_re, kb, cudaMemcpyHostToDevice, s),
+		   "cudaMemcpyAsync(dispersion table)");
+		CU(cudaMemcpyAsync(st->d_dim, st->tab.disp_im, kb, cudaMemcpyHostToDevice, s),
+		   "cudaMemcpyAsync(dispersion table)");
+	}
+	CU(cudaStreamSynchronize(s), "cudaStreamSynchronize(table upload)");
+	st->prep.complex_in = cfg->preprocess.dispersion.kind != CFG_DISP_NONE;
+	st->prep.db_lo = (float)cfg->preprocess.db_range[0];
+	st->prep.db_inv =
+	        (float)(1.0 / (cfg->preprocess.db_range[1] - cfg->preprocess.db_range[0]));
+	st->prep.flip_z = cfg->preprocess.flip.z;
+out:
+	return rc;
+}
+
+/* ---- life cycle --------------------------------------------------------------------------- */
+
+static void gpu_destroy(void *vst)
+{
+	struct gpu_state *st = vst;
+
+	if (!st)
+		return;
+	cudaSetDevice(st->dev);
+	if (st->st) {
+		for (int i = 0; i < st->ns; i++)
+			if (st->st[i].s)
+				cudaStreamSynchronize(st->st[i].s);
+		for (int i = 0; i < st->ns; i++) {
+			struct gpu_stream *g = &st->st[i];
+			if (g->has_r2c)
+				cufftDestroy(g->r2c);
+			if (g->has_c2c)
+				cufftDestroy(g->c2c);
+			cudaFree(g->work);
+			cudaFree(g->raw);
+			cudaFree(g->conv);
+			cudaFree(g->col);
+			cudaFree(g->fin);
+			cudaFree(g->fout);
+			if (g->ev)
+				cudaEventDestroy(g->ev);
+			if (g->s)
+				cudaStreamDestroy(g->s);
+		}
+		free(st->st);
+	}
+	if (st->ev_ready)
+		cudaEventDestroy(st->ev_ready);
+	cudaFree(st->d_rs_idx);
+	cudaFree(st->d_rs_w);
+	cudaFree(st->d_window);
+	cudaFree(st->d_dre);
+	cudaFree(st->d_dim);
+	cudaFree(st->d_ref);
+	cudaFree(st->le);
+	cudaFree(st->P);
+	cudaFree(st->Q);
+	cudaFree(st->E);
+	cudaFree(st->tmap);
+	cudaFree(st->out8);
+	gpu_tables_free(&st->tab);
+	free(st->ttab);
+	free(st->have);
+	cfg_free(&st->cfg);
+	free(st);
+}
+
+/* Check the geometry limits of this backend (sizes that index kernels as int). */
+static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	const uint64_t K = cfg->geometry.samples_per_ascan, zp = cfg->preprocess.zero_pad;
+	const uint64_t nx = cfg->geometry.ascans_per_bscan, ny = cfg->geometry.bscans_per_volume;
+	const uint64_t sx = cfg->geometry.stride[0], sy = cfg->geometry.stride[1];
+
+	if (K < 2 || nx < 1 || ny < 1 || sx < 1 || sy < 1 || (zp != 1 && zp != 2 && zp != 4)) {
+		snprintf(err, errlen,
+		         "cuda backend: geometry out of range (samples_per_ascan %llu >= 2, "
+		         "ascans_per_bscan %llu and bscans_per_volume %llu >= 1, stride %llux%llu, "
+		         "zero_pad %llu of 1, 2, 4)",
+		         (unsigned long long)K, (unsigned long long)nx, (unsigned long long)ny,
+		         (unsigned long long)sx, (unsigned long long)sy, (unsigned long long)zp);
+		return -EINVAL;
+	}
+	if (cfg->geometry.depth_range[0] >= cfg->geometry.depth_range[1] ||
+	    cfg->geometry.depth_range[1] > K * zp / 2) {
+		snprintf(err, errlen, "geometry.depth_range: [%u, %u) not within [0, %llu)",
+		         cfg->geometry.depth_range[0], cfg->geometry.depth_range[1],
+		         (unsigned long long)(K * zp / 2));
+		return -EINVAL;
+	}
+	if (K * zp > (1u << 30) || nx > 65535 || nx * sx > 65535u * 128 || ny * sy > (1u << 30) ||
+	    nx * K * zp > (1ull << 31)) {
+		snprintf(err, errlen,
+		         "cuda backend: geometry too large for the kernels (N = %llu, X = %llu, "
+		         "Y = %llu)",
+		         (unsigned long long)(K * zp), (unsigned long long)(nx * sx),
+		         (unsigned long long)(ny * sy));
+		return -EINVAL;
+	}
+	if (cfg->preprocess.background.mode == CFG_BG_BSCAN_MEDIAN && nx > GPU_MEDIAN_MAX_NX) {
+		snprintf(err, errlen,
+		         "preprocess.background.mode: bscan_median on CUDA supports up to %u "
+		         "A-scans per B-scan, not %llu",
+		         GPU_MEDIAN_MAX_NX, (unsigned long long)nx);
+		return -EINVAL;
+	}
+	if (!(cfg->preprocess.db_range[1] > cfg->preprocess.db_range[0])) {
+		snprintf(err, errlen, "preprocess.db_range: [%g, %g], need lo < hi",
+		         cfg->preprocess.db_range[0], cfg->preprocess.db_range[1]);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Allocate n bytes of device memory into *p, naming it in the message on failure. */
+static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t errlen)
+{
+	char buf[160];
+	snprintf(buf, sizeof(buf), "cudaMalloc(%s, %zu bytes)", what, n);
+	return gpu_cuda_check(cudaMalloc(p, n ? n : 1), buf, err, errlen);
+}
+
+static int gpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
+{
+	struct gpu_state *st = NULL;
+	struct cudaDeviceProp prop;
+	int rc, ndev = 0, drv = 0;
+	size_t freeb = 0, totalb = 0;
+
+	rc = gpu_check_geometry(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	cudaError_t ce = cudaGetDeviceCount(&ndev);
+	if (ce != cudaSuccess || ndev == 0) {
+		if (ce != cudaSuccess)
+			rc = gpu_cuda_check(ce, "cudaGetDeviceCount", err, errlen);
+		else
+			snprintf(err, errlen, "no CUDA device present");
+		return -ENODEV;
+	}
+	if (cfg->gpu.device < 0 || cfg->gpu.device >= ndev) {
+		snprintf(err, errlen, "gpu.device: %d, but only %d CUDA device(s) present (0..%d)",
+		         cfg->gpu.device, ndev, ndev - 1);
+		return -ENODEV;
+	}
+	rc = gpu_cuda_check(cudaGetDeviceProperties(&prop, cfg->gpu.device),
+	                    "cudaGetDeviceProperties", err, errlen);
+	if (rc < 0)
+		return rc;
+	if (prop.major < GPU_MIN_CC_MAJOR) {
+		snprintf(err, errlen,
+		         "gpu.device %d (%s) has compute capability %d.%d; volrec needs %d.0 or "
+		         "newer",
+		         cfg->gpu.device, prop.name, prop.major, prop.minor, GPU_MIN_CC_MAJOR);
+		return -ENODEV;
+	}
+	if (cfg->gpu.streams < 1 || cfg->gpu.streams > 32) {
+		snprintf(err, errlen, "gpu.streams: %d, allowed 1..32", cfg->gpu.streams);
+		return -EINVAL;
+	}
+
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		snprintf(err, errlen, "cuda backend: out of host memory");
+		return -ENOMEM;
+	}
+	cfg_defaults(&st->cfg);
+	st->dev = cfg->gpu.device;
+	rc = cfg_copy(&st->cfg, cfg);
+	if (rc < 0) {
+		snprintf(err, errlen, "cuda backend: out of host memory copying the configuration");
+		goto fail;
+	}
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
+	if (rc < 0)
+		goto fail;
+	cudaDriverGetVersion(&drv);
+	snprintf(st->device, sizeof(st->device), "%.200s (sm_%d%d, %.0f GiB, driver %d.%d)", prop.name,
+	         prop.major, prop.minor, gpu_gib(prop.totalGlobalMem), drv / 1000,
+	         (drv % 1000) / 10);
+
+	/* geometry */
+	st->K = cfg->geometry.samples_per_ascan;
+	st->N = cfg_fft_len(cfg);
+	st->nx = cfg->geometry.ascans_per_bscan;
+	st->ny = cfg->geometry.bscans_per_volume;
+	st->z0 = cfg->geometry.depth_range[0];
+	st->nz = cfg_nz(cfg);
+	st->sx = cfg->geometry.stride[0];
+	st->sy = cfg->geometry.stride[1];
+	st->S = st->sx * st->sy;
+	st->X = st->nx * st->sx;
+	st->Y = st->ny * st->sy;
+	st->bscan_bytes = cfg_bscan_bytes(cfg);
+	st->le_count = (size_t)st->ny * st->nx * st->nz;
+	st->full_count = (size_t)st->Y * st->X * st->nz;
+	st->have_full = cfg->reconstruct.mode != CFG_RECON_NONE || st->S == 1;
+	st->ns = cfg->gpu.streams;
+
+	rc = gpu_tables_build(cfg, &st->tab, err, errlen);
+	if (rc < 0)
+		goto fail;
+	if ((size_t)st->S * st->S <= GPU_TTAB_MAX) {
+		st->ttab = calloc((size_t)st->S * st->S, sizeof(float));
+		if (!st->ttab) {
+			snprintf(err, errlen, "cuda backend: out of host memory");
+			rc = -ENOMEM;
+			goto fail;
+		}
+	}
+	st->have = calloc(st->ny, 1);
+	st->st = calloc((size_t)st->ns, sizeof(*st->st));
+	if (!st->have || !st->st) {
+		snprintf(err, errlen, "cuda backend: out of host memory");
+		rc = -ENOMEM;
+		goto fail;
+	}
+	rc = gpu_recon_live(st, cfg, err, errlen);
+	if (rc < 0)
+		goto fail;
+
+	/* memory budget: per stream buffers + FFT work areas + tables + volumes */
+	const int n1[1] = {(int)st->N};
+	size_t ws_r2c = 0, ws_c2c = 0;
+	rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0, CUFFT_R2C,
+	                                       (int)st->nx, &ws_r2c),
+	                     "cufftEstimateMany(R2C)", err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0, CUFFT_C2C,
+	                                       (int)st->nx, &ws_c2c),
+	                     "cufftEstimateMany(C2C)", err, errlen);
+	if (rc < 0)
+		goto fail;
+	const size_t fbytes = (size_t)st->nx * st->N * sizeof(float2);
+	const size_t per_stream = st->bscan_bytes + (size_t)st->nx * st->K * sizeof(float) +
+	                          st->K * sizeof(float) + 2 * fbytes +
+	                          (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
+	const size_t taps_max = 2 * GPU_SPLINE_R + 2;
+	const size_t tables =
+	        (size_t)st->K * (sizeof(int32_t) + taps_max * sizeof(float) + 4 * sizeof(float));
+	const size_t cols = (size_t)st->Y * st->X;
+	const size_t volumes =
+	        st->le_count * sizeof(float) +
+	        (st->have_full ? 2 * st->full_count * sizeof(float) + st->full_count +
+	                                 cols * (sizeof(long long) + sizeof(float))
+	                       : st->le_count);
+	const size_t need = per_stream * st->ns + tables + volumes + (64u << 20); /* + context */
+	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
+	if (rc < 0)
+		goto fail;
+	if (need > freeb) {
+		snprintf(err, errlen,
+		         "gpu.device %d (%s): this geometry needs %.2f GiB of device memory "
+		         "(volumes %.2f GiB, %d streams x %.3f GiB), only %.2f GiB of %.2f GiB "
+		         "free",
+		         st->dev, prop.name, gpu_gib(need), gpu_gib(volumes), st->ns,
+		         gpu_gib(per_stream), gpu_gib(freeb), gpu_gib(totalb));
+		rc = -ENOMEM;
+		goto fail;
+	}
+
+	/* tables */
+	rc = gpu_malloc((void **)&st->d_window, st->K * sizeof(float), "window", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_dre, st->K * sizeof(float), "dispersion", err,
+		                errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_dim, st->K * sizeof(float), "dispersion", err,
+		                errlen);
+	if (rc == 0 && st->tab.reference)
+		rc = gpu_malloc((void **)&st->d_ref, st->K * sizeof(float), "reference", err,
+		                errlen);
+	if (rc == 0 && st->tab.taps) {
+		rc = gpu_malloc((void **)&st->d_rs_idx, st->K * sizeof(int32_t), "resample index",
+		                err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->d_rs_w,
+			                (size_t)st->tab.taps * st->K * sizeof(float),
+			                "resample weights", err, errlen);
+	}
+	if (rc < 0)
+		goto fail;
+	if (st->tab.reference) {
+		rc = gpu_cuda_check(cudaMemcpy(st->d_ref, st->tab.reference, st->K * sizeof(float),
+		                               cudaMemcpyHostToDevice),
+		                    "cudaMemcpy(reference)", err, errlen);
+		if (rc < 0)
+			goto fail;
+	}
+	if (st->tab.taps) {
+		rc = gpu_cuda_check(cudaMemcpy(st->d_rs_idx, st->tab.rs_idx,
+		                               st->K * sizeof(int32_t), cudaMemcpyHostToDevice),
+		                    "cudaMemcpy(resample index)", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaMemcpy(st->d_rs_w, st->tab.rs_w,
+			                               (size_t)st->tab.taps * st->K * sizeof(float),
+			                               cudaMemcpyHostToDevice),
+			                    "cudaMemcpy(resample weights)", err, errlen);
+		if (rc < 0)
+			goto fail;
+	}
+
+	/* volumes */
+	rc = gpu_malloc((void **)&st->le, st->le_count * sizeof(float), "L_e", err, errlen);
+	if (rc == 0 && st->have_full) {
+		rc = gpu_malloc((void **)&st->P, st->full_count * sizeof(float), "B volume", err,
+		                errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->Q, st->full_count * sizeof(float),
+			                "output volume", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->E, cols * sizeof(long long), "E map", err,
+			                errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->tmap, cols * sizeof(float), "weight map", err,
+			                errlen);
+	}
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->out8, st->have_full ? st->full_count : st->le_count,
+		                "u8 volume", err, errlen);
+	if (rc < 0)
+		goto fail;
+	if (st->have_full) {
+		rc = gpu_cuda_check(cudaMemset(st->E, 0xff, cols * sizeof(long long)),
+		                    "cudaMemset(E)", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaMemset(st->P, 0, st->full_count * sizeof(float)),
+			                    "cudaMemset(B)", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaMemset(st->Q, 0, st->full_count * sizeof(float)),
+			                    "cudaMemset(output)", err, errlen);
+		if (rc < 0)
+			goto fail;
+	}
+	rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->ev_ready, cudaEventDisableTiming),
+	                    "cudaEventCreate", err, errlen);
+	if (rc < 0)
+		goto fail;
+
+	/* streams, buffers and plans */
+	for (int i = 0; i < st->ns; i++) {
+		struct gpu_stream *g = &st->st[i];
+		size_t w1 = 0, w2 = 0;
+		rc = gpu_cuda_check(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking),
+		                    "cudaStreamCreate", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(
+			        cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming),
+			        "cudaEventCreate", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc(&g->raw, st->bscan_bytes, "raw B-scan", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&g->conv, (size_t)st->nx * st->K * sizeof(float),
+			                "converted B-scan", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&g->col, st->K * sizeof(float), "column spectrum",
+			                err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc(&g->fin, fbytes, "FFT input", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&g->fout, fbytes, "FFT output", err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftCreate(&g->r2c), "cufftCreate(R2C)", err, errlen);
+		if (rc < 0)
+			goto fail;
+		g->has_r2c = true;
+		rc = gpu_cufft_check(cufftCreate(&g->c2c), "cufftCreate(C2C)", err, errlen);
+		if (rc < 0)
+			goto fail;
+		g->has_c2c = true;
+		rc = gpu_cufft_check(cufftSetAutoAllocation(g->r2c, 0), "cufftSetAutoAllocation",
+		                     err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetAutoAllocation(g->c2c, 0),
+			                     "cufftSetAutoAllocation", err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftMakePlanMany(g->r2c, 1, (int *)n1, NULL, 1, 0,
+			                                       NULL, 1, 0, CUFFT_R2C, (int)st->nx,
+			                                       &w1),
+			                     "cufftMakePlanMany(R2C)", err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftMakePlanMany(g->c2c, 1, (int *)n1, NULL, 1, 0,
+			                                       NULL, 1, 0, CUFFT_C2C, (int)st->nx,
+			                                       &w2),
+			                     "cufftMakePlanMany(C2C)", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc(&g->work, w1 > w2 ? w1 : w2, "cuFFT work area", err,
+			                errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetWorkArea(g->r2c, g->work), "cufftSetWorkArea",
+			                     err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetWorkArea(g->c2c, g->work), "cufftSetWorkArea",
+			                     err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetStream(g->r2c, g->s), "cufftSetStream", err,
+			                     errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetStream(g->c2c, g->s), "cufftSetStream", err,
+			                     errlen);
+		if (rc < 0)
+			goto fail;
+	}
+
+	/* preprocessing parameters and the live tables */
+	st->prep = (struct gpu_prep_params){
+	        .K = (int)st->K,
+	        .N = (int)st->N,
+	        .nx = (int)st->nx,
+	        .sample_type = (int)cfg->geometry.sample_type,
+	        .bit_shift = cfg->geometry.sample_type == CFG_SAMPLE_F32
+	                             ? 0
+	                             : (int)cfg->geometry.bit_shift,
+	        .background = (int)cfg->preprocess.background.mode,
+	        .taps = (int)st->tab.taps,
+	        .nz = (int)st->nz,
+	        .z0 = (int)st->z0,
+	        .half = (int)(st->N / 2),
+	};
+	rc = gpu_prep_upload(st, cfg, err, errlen);
+	if (rc < 0)
+		goto fail;
+	/* the kernels must exist for this device (CUDA_ARCHS of the build) */
+	rc = gpu_cuda_check(gpu_launch_quantize(st->le, st->out8, 1, st->st[0].s),
+	                    "a first kernel launch (is this device among the build's CUDA_ARCHS?)",
+	                    err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaStreamSynchronize(st->st[0].s), "cudaStreamSynchronize",
+		                    err, errlen);
+	if (rc < 0)
+		goto fail;
+	*state = st;
+	return 0;
+fail:
+	gpu_destroy(st);
+	return rc;
+}
+
+static const char *gpu_device(void *vst)
+{
+	return ((struct gpu_state *)vst)->device;
+}
+
+/* ---- host memory -------------------------------------------------------------------------- */
+
+static int gpu_host_alloc(void *vst, size_t size, void **ptr)
+{
+	struct gpu_state *st = vst;
+	void *p = NULL;
+
+	cudaSetDevice(st->dev);
+	cudaError_t e = cudaHostAlloc(&p, size ? size : 1, cudaHostAllocPortable);
+	if (e != cudaSuccess)
+		return gpu_errno_of(e) == -EIO ? -ENOMEM : gpu_errno_of(e);
+	*ptr = p;
+	return 0;
+}
+
+static void gpu_host_free(void *vst, void *ptr)
+{
+	(void)vst;
+	if (ptr)
+		cudaFreeHost(ptr);
+}
+
+static int gpu_host_register(void *vst, void *ptr, size_t size)
+{
+	struct gpu_state *st = vst;
+
+	if (!ptr || !size)
+		return -EINVAL;
+	cudaSetDevice(st->dev);
+	cudaError_t e = cudaHostRegister(ptr, size, cudaHostRegisterPortable);
+	if (e == cudaErrorHostMemoryAlreadyRegistered) {
+		cudaGetLastError(); /* clear it: registering twice is harmless */
+		return 0;
+	}
+	return gpu_errno_of(e);
+}
+
+static void gpu_host_unregister(void *vst, void *ptr)
+{
+	struct gpu_state *st = vst;
+
+	if (!ptr)
+		return;
+	cudaSetDevice(st->dev);
+	if (cudaHostUnregister(ptr) != cudaSuccess)
+		cudaGetLastError();
+}
+
+/* ---- per B-scan --------------------------------------------------------------------------- */
+
+static void gpu_set_sticky(struct gpu_state *st, int rc, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static void gpu_set_sticky(struct gpu_state *st, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (st->sticky)
+		return; /* keep the first */
+	st->sticky = rc;
+	va_start(ap, fmt);
+	vsnprintf(st->sticky_msg, sizeof(st->sticky_msg), fmt, ap);
+	va_end(ap);
+}
+
+static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const void *raw)
+{
+	struct gpu_state *st = vst;
+	char err[384];
+	const size_t errlen = sizeof(err);
+	int rc;
+
+	if (bscan >= st->ny || !raw)
+		return -EINVAL;
+	if (st->nsub > 0 && epoch != st->epoch)
+		return -EBUSY; /* the previous epoch was not finished */
+	if (st->sticky)
+		return st->sticky;
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
+	if (rc < 0)
+		goto out;
+
+	struct gpu_stream *g = &st->st[bscan % (uint32_t)st->ns];
+	const struct gpu_prep_tables t = {
+	        .rs_idx = st->d_rs_idx,
+	        .rs_w = st->d_rs_w,
+	        .window = st->d_window,
+	        .disp_re = st->d_dre,
+	        .disp_im = st->d_dim,
+	        .reference = st->d_ref,
+	};
+	CU(cudaMemcpyAsync(g->raw, raw, st->bscan_bytes, cudaMemcpyHostToDevice, g->s),
+	   "cudaMemcpyAsync(raw B-scan, host to device)");
+	if (st->prep.background == CFG_BG_BSCAN_MEAN || st->prep.background == CFG_BG_BSCAN_MEDIAN)
+		CU(gpu_launch_colstat(&st->prep, g->raw, g->col, g->s), "B-scan background kernel");
+	CU(gpu_launch_convert(&st->prep, &t, g->raw, g->col, g->conv, g->fin, g->s),
+	   "convert kernel");
+	if (st->prep.taps)
+		CU(gpu_launch_resample(&st->prep, &t, g->conv, g->fin, g->s), "resample kernel");
+	if (st->prep.complex_in)
+		CUFFT(cufftExecC2C(g->c2c, (cufftComplex *)g->fin, (cufftComplex *)g->fout,
+		                   CUFFT_FORWARD),
+		      "cufftExecC2C");
+	else
+		CUFFT(cufftExecR2C(g->r2c, (cufftReal *)g->fin, (cufftComplex *)g->fout),
+		      "cufftExecR2C");
+	const bool rev =
+	        st->cfg.preprocess.flip.x != (st->cfg.geometry.bidirectional && (bscan & 1u));
+	CU(gpu_launch_logmag(&st->prep, g->fout,
+	                     st->prep.complex_in ? (int)st->N : (int)(st->N / 2 + 1), rev,
+	                     st->le + (size_t)bscan * st->nx * st->nz, g->s),
+	   "log-magnitude kernel");
+	st->epoch = epoch;
+	if (!st->have[bscan]) {
+		st->have[bscan] = 1;
+		st->nsub++;
+	}
+	return 0;
+out:
+	gpu_set_sticky(st, rc, "B-scan %u of epoch %llu: %s", bscan, (unsigned long long)epoch,
+	               err);
+	return rc;
+}
+
+/* ---- per epoch ---------------------------------------------------------------------------- */
+
+static int gpu_sync_all(struct gpu_state *st, char *err, size_t errlen)
+{
+	int rc = 0, r;
+
+	for (int i = 0; i < st->ns; i++) {
+		r = gpu_cuda_check(cudaStreamSynchronize(st->st[i].s), "cudaStreamSynchronize", err,
+		                   errlen);
+		if (r < 0 && rc == 0)
+			rc = r;
+	}
+	return rc;
+}
+
+/* Rows per slab of an epoch's output so that copies of one slab overlap compute of the
+ * next; at most 65535 (grid y). */
+static uint32_t gpu_slab_rows(const struct gpu_state *st, uint32_t rows)
+{
+	uint32_t nslab = (uint32_t)(2 * st->ns > GPU_SLABS_MIN ? 2 * st->ns : GPU_SLABS_MIN);
+	uint32_t r = (rows + nslab - 1) / nslab;
+	if (r < 1)
+		r = 1;
+	return r > 65535 ? 65535 : r;
+}
+
+static void gpu_reset_state(struct gpu_state *st)
+{
+	memset(st->have, 0, st->ny);
+	st->nsub = 0;
+}
+
+static int gpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *out, char *err,
+                            size_t errlen)
+{
+	struct gpu_state *st = vst;
+	const uint32_t Z = st->nz;
+	int rc;
+
+	if (st->sticky) {
+		snprintf(err, errlen, "cuda backend: %s", st->sticky_msg);
+		rc = st->sticky;
+		st->sticky = 0;
+		gpu_sync_all(st, NULL, 0);
+		gpu_reset_state(st);
+		return rc;
+	}
+	if (st->nsub != st->ny || epoch != st->epoch) {
+		snprintf(err, errlen,
+		         "cuda backend: epoch %llu finished with %u of %u B-scans submitted%s",
+		         (unsigned long long)epoch, st->nsub, st->ny,
+		         st->nsub && epoch != st->epoch ? " (for another epoch)" : "");
+		return -EINVAL;
+	}
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
+	if (rc < 0)
+		goto out;
+
+	/* stream 0 waits for every stream's B-scans; the others wait for stream 0 */
+	cudaStream_t s0 = st->st[0].s;
+	for (int i = 1; i < st->ns; i++) {
+		CU(cudaEventRecord(st->st[i].ev, st->st[i].s), "cudaEventRecord");
+		CU(cudaStreamWaitEvent(s0, st->st[i].ev, 0), "cudaStreamWaitEvent");
+	}
+
+	const bool none = st->mode == CFG_RECON_NONE;
+	const uint32_t rows = none ? st->ny : st->Y, rowx = none ? st->nx : st->X;
+	const size_t row_vox = (size_t)rowx * Z;
+	struct gpu_recon_params rp = {0};
+	float *outf_dev = NULL; /* device float output to copy to out->full */
+
+	if (none) {
+		outf_dev = st->le;
+	} else {
+		const uint64_t q = epoch % st->S;
+		const bool consecutive = st->have_last && epoch == st->last + 1;
+		const uint64_t run = consecutive ? st->run + 1 : 1;
+		rp = (struct gpu_recon_params){
+		        .nx = (int)st->nx,
+		        .ny = (int)st->ny,
+		        .nz = (int)Z,
+		        .sx = (int)st->sx,
+		        .sy = (int)st->sy,
+		        .S = (int)st->S,
+		        .X = (int)st->X,
+		        .Y = (int)st->Y,
+		        .ox = (int)(q % st->sx),
+		        .oy = (int)(q / st->sx),
+		        .qe = (int)q,
+		        .epoch = (long long)epoch,
+		        /* steady state: the last S epochs were all processed, in order */
+		        .fast = st->ttab && run >= st->S,
+		        .product = st->product,
+		        .temporal = (int)st->temporal,
+		        .tau = st->tau,
+		};
+		CU(gpu_upload_constants(st->ttab, st->ttab ? (size_t)st->S * st->S : 0, st->g, s0),
+		   "cudaMemcpyToSymbolAsync(weights)");
+		CU(gpu_launch_interlace(&rp, st->le, st->P, st->E, s0), "interlace kernel");
+		if (!rp.fast)
+			CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0), "temporal weight kernel");
+		if (st->mode == CFG_RECON_CUMULATIVE || out->full)
+			outf_dev = st->Q;
+	}
+	CU(cudaEventRecord(st->ev_ready, s0), "cudaEventRecord");
+	for (int i = 1; i < st->ns; i++)
+		CU(cudaStreamWaitEvent(st->st[i].s, st->ev_ready, 0), "cudaStreamWaitEvent");
+
+	/* slabs of rows: compute, then copy down on the same stream */
+	const uint32_t sr = gpu_slab_rows(st, rows);
+	uint32_t k = 0;
+	for (uint32_t y0 = 0; y0 < rows; y0 += sr, k++) {
+		const uint32_t y1 = y0 + sr < rows ? y0 + sr : rows;
+		const size_t off = (size_t)y0 * row_vox, n = (size_t)(y1 - y0) * row_vox;
+		cudaStream_t s = st->st[k % (uint32_t)st->ns].s;
+		if (none)
+			CU(gpu_launch_quantize(st->le + off, st->out8 + off, n, s),
+			   "quantize kernel");
+		else
+			CU(gpu_launch_recon(&rp, st->P, st->tmap, (int)y0, (int)y1, st->out8,
+			                    outf_dev, s),
+			   "reconstruction kernel");
+		if (out->volume)
+			CU(cudaMemcpyAsync(out->volume + off, st->out8 + off, n,
+			                   cudaMemcpyDeviceToHost, s),
+			   "cudaMemcpyAsync(u8 volume, device to host)");
+		if (out->full)
+			CU(cudaMemcpyAsync(out->full + off, outf_dev + off, n * sizeof(float),
+			                   cudaMemcpyDeviceToHost, s),
+			   "cudaMemcpyAsync(float volume, device to host)");
+	}
+	if (out->lowres)
+		CU(cudaMemcpyAsync(out->lowres, st->le, st->le_count * sizeof(float),
+		                   cudaMemcpyDeviceToHost, st->st[k % (uint32_t)st->ns].s),
+		   "cudaMemcpyAsync(low-resolution volume, device to host)");
+	rc = gpu_sync_all(st, err, errlen);
+	if (rc < 0)
+		goto out;
+	if (st->mode == CFG_RECON_CUMULATIVE) {
+		float *t = st->P;
+		st->P = st->Q;
+		st->Q = t;
+	}
+	if (!none) {
+		st->run = st->have_last && epoch == st->last + 1 ? st->run + 1 : 1;
+		st->have_last = true;
+		st->last = epoch;
+	}
+out:
+	if (rc < 0)
+		gpu_sync_all(st, NULL, 0);
+	gpu_reset_state(st);
+	return rc;
+}
+
+/* ---- live updates ------------------------------------------------------------------------- */
+
+static void gpu_reset_history_impl(struct gpu_state *st)
+{
+	char err[256];
+	int rc;
+
+	st->have_last = false;
+	st->run = 0;
+	if (!st->have_full)
+		return;
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, sizeof(err));
+	if (rc == 0)
+		rc = gpu_sync_all(st, err, sizeof(err));
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaMemsetAsync(st->E, 0xff,
+		                                    (size_t)st->Y * st->X * sizeof(long long),
+		                                    st->st[0].s),
+		                    "cudaMemsetAsync(E)", err, sizeof(err));
+	if (rc == 0)
+		rc = gpu_cuda_check(
+		        cudaMemsetAsync(st->P, 0, st->full_count * sizeof(float), st->st[0].s),
+		        "cudaMemsetAsync(B)", err, sizeof(err));
+	if (rc == 0)
+		rc = gpu_cuda_check(
+		        cudaMemsetAsync(st->Q, 0, st->full_count * sizeof(float), st->st[0].s),
+		        "cudaMemsetAsync(output)", err, sizeof(err));
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaStreamSynchronize(st->st[0].s), "cudaStreamSynchronize",
+		                    err, sizeof(err));
+	if (rc < 0)
+		gpu_set_sticky(st, rc, "reset_history: %s", err);
+}
+
+static void gpu_reset_history(void *vst)
+{
+	gpu_reset_history_impl(vst);
+}
+
+static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, size_t errlen)
+{
+	struct gpu_state *st = vst;
+	struct gpu_tables nt = {0};
+	struct vr_config copy;
+	const enum cfg_recon_mode old_mode = st->mode;
+	int rc;
+
+	if (cfg_is_structural_change(&st->cfg, cfg)) {
+		snprintf(err, errlen,
+		         "cuda backend: the change touches structural keys (geometry, background, "
+		         "resampling, dispersion on/off, devices, ...): needs a rebuild, not a "
+		         "live update");
+		return -EINVAL;
+	}
+	if (!(cfg->preprocess.db_range[1] > cfg->preprocess.db_range[0])) {
+		snprintf(err, errlen, "preprocess.db_range: [%g, %g], need lo < hi",
+		         cfg->preprocess.db_range[0], cfg->preprocess.db_range[1]);
+		return -EINVAL;
+	}
+	nt.K = st->K;
+	rc = gpu_tables_live(cfg, &nt, err, errlen);
+	if (rc < 0)
+		return rc;
+	cfg_defaults(&copy);
+	rc = cfg_copy(&copy, cfg);
+	if (rc < 0) {
+		snprintf(err, errlen, "cuda backend: out of host memory copying the configuration");
+		goto out;
+	}
+	/* validate the reconstruction part before changing anything */
+	{
+		struct gpu_state probe = *st;
+		probe.ttab = NULL;
+		rc = gpu_recon_live(&probe, cfg, err, errlen);
+		if (rc < 0)
+			goto out;
+	}
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
+	if (rc == 0)
+		rc = gpu_sync_all(st, err, errlen);
+	if (rc < 0)
+		goto out;
+	/* commit: swap the live tables in, upload them */
+	free(st->tab.window);
+	free(st->tab.disp_re);
+	free(st->tab.disp_im);
+	st->tab.window = nt.window;
+	st->tab.disp_re = nt.disp_re;
+	st->tab.disp_im = nt.disp_im;
+	nt.window = nt.disp_re = nt.disp_im = NULL;
+	rc = gpu_recon_live(st, cfg, err, errlen);
+	if (rc == 0)
+		rc = gpu_prep_upload(st, cfg, err, errlen);
+	if (rc < 0)
+		goto out;
+	cfg_free(&st->cfg);
+	st->cfg = copy;
+	cfg_defaults(&copy);
+	if (st->mode != old_mode)
+		gpu_reset_history_impl(st);
+out:
+	cfg_free(&copy);
+	gpu_tables_free(&nt);
+	return rc;
+}
+
+const struct be_ops be_cuda_ops = {
+        .name = "cuda",
+        .create = gpu_create,
+        .destroy = gpu_destroy,
+        .device = gpu_device,
+        .host_alloc = gpu_host_alloc,
+        .host_free = gpu_host_free,
+        .host_register = gpu_host_register,
+        .host_unregister = gpu_host_unregister,
+        .bscan_submit = gpu_bscan_submit,
+        .epoch_finish = gpu_epoch_finish,
+        .update_live = gpu_update_live,
+        .reset_history = gpu_reset_history,
+};
