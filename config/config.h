@@ -14,8 +14,8 @@
 
 #define CFG_PATH_MAX 4096
 #define CFG_NAME_MAX 64
-#define CFG_MAX_PUB 8
-#define CFG_ERR_MAX 1024
+#define CFG_MAX_PUB  8
+#define CFG_ERR_MAX  1024
 
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
 enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
@@ -83,8 +83,8 @@ struct vr_config {
 		} synth;
 		struct {
 			char library[CFG_PATH_MAX];
-			char *args_yaml;  /* the args mapping re-emitted as YAML text, owned */
-			int timeout_ms;   /* 1..600000 */
+			char *args_yaml; /* the args mapping re-emitted as YAML text, owned */
+			int timeout_ms;  /* 1..600000 */
 		} shim;
 	} source;
 
@@ -146,12 +146,13 @@ struct vr_config {
 
 	struct {
 		char run_dir[CFG_PATH_MAX];
-		char pub[CFG_MAX_PUB][CFG_PATH_MAX]; /* endpoints; npub == 0: the default ipc:// one */
+		char pub[CFG_MAX_PUB]
+		        [CFG_PATH_MAX]; /* endpoints; npub == 0: the default ipc:// one */
 		uint32_t npub;
-		uint32_t status_interval_ms; /* 50..60000 */
-		uint32_t hwm;                /* ZeroMQ send high-water mark, 1..100000 */
-		uint32_t max_readers;        /* lease table size, 1..1024 */
-		bool keep_shm;               /* leave the segments on shutdown */
+		uint32_t status_interval_ms;         /* 50..60000 */
+		uint32_t hwm;                        /* ZeroMQ send high-water mark, 1..100000 */
+		uint32_t max_readers;                /* lease table size, 1..1024 */
+		bool keep_shm;                       /* leave the segments on shutdown */
 		char curve_secret_key[CFG_PATH_MAX]; /* file with the server's secret key (z85) */
 		char curve_public_key[CFG_PATH_MAX]; /* file with the server's public key (z85) */
 	} ipc;
@@ -204,21 +205,20 @@ void cfg_defaults(struct vr_config *cfg);
  * holding defaults only (nothing to free beyond cfg_free). The caller owns *cfg and frees it
  * with cfg_free().
  */
-__attribute__((warn_unused_result)) int cfg_load(struct vr_config *cfg, const char *path,
-						 char *err, size_t errlen);
+__attribute__((warn_unused_result)) int cfg_load(struct vr_config *cfg, const char *path, char *err,
+                                                 size_t errlen);
 
 /* Same as cfg_load, from a YAML string; name is used in messages instead of a file name and
  * relative paths resolve against the current directory. */
 __attribute__((warn_unused_result)) int cfg_load_string(struct vr_config *cfg, const char *yaml,
-							const char *name, char *err,
-							size_t errlen);
+                                                        const char *name, char *err, size_t errlen);
 
 /* Free what cfg_load allocated (tables, shim args); leaves defaults behind. NULL is fine. */
 void cfg_free(struct vr_config *cfg);
 
 /* Deep copy (tables and strings duplicated). Returns 0 or -ENOMEM (dst then holds defaults). */
 __attribute__((warn_unused_result)) int cfg_copy(struct vr_config *dst,
-						 const struct vr_config *src);
+                                                 const struct vr_config *src);
 
 /* Write the effective configuration as YAML that cfg_load accepts back. */
 __attribute__((warn_unused_result)) int cfg_dump(const struct vr_config *cfg, FILE *out);

@@ -350,10 +350,9 @@ static int check_resample(struct cfg_ctx *ctx)
 				if (d == 0 || (dir != 0 && (d > 0) != (dir > 0)))
 					return cfg_error(
 					        ctx, -EINVAL, "preprocess.resample.wavelength_nm",
-					        "is not strictly monotone at pixel %u (%g nm after "
-					        "%g nm; strictly increasing or decreasing over the "
-					        "%u "
-					        "pixels)",
+					        "is not strictly monotone at pixel %u (%.10g nm "
+					        "after %.10g nm; strictly increasing or "
+					        "decreasing over all %u pixels)",
 					        i, lam, prev, k);
 				dir = d;
 			}
