@@ -27,7 +27,7 @@ PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREF
 
 INSTALL ?= install
 PKG_MAN_PAGES := $(sort $(wildcard packaging/man/*.[1-8]))
-PKG_PC_IN := $(firstword $(wildcard clients/libvolrec/volrec.pc.in) packaging/volrec.pc.in)
+PKG_PC_IN := clients/libvolrec/volrec.pc.in
 # The example shim(s): shims/module.mk may set SHIM_FILES (built .so paths); by default every
 # $(B)/lib/volrec/*.so present after the build.
 SHIM_FILES ?=
@@ -56,8 +56,8 @@ install-bin: all
 
 install-lib: all
 	$(call msg,INSTALL,$(D)$(LIBDIR)/libvolrec.so.$(volrec_SOVERSION))
-	$(Q)if [ -n "$(filter volrec,$(SHLIBS))" ]; then \
-		$(call pkg_install_file,$(B)/lib/libvolrec.so.$(volrec_SOVERSION),$(LIBDIR)/libvolrec.so.$(volrec_SOVERSION),0644); \
+	$(Q)if [ -n "$(LIBVOLREC_SO)" ]; then \
+		$(call pkg_install_file,$(LIBVOLREC_SO),$(LIBDIR)/libvolrec.so.$(volrec_SOVERSION),0644); \
 	else $(call pkg_skip,libvolrec); fi
 
 install-dev: all
@@ -65,7 +65,7 @@ install-dev: all
 	$(Q)for h in include/volrec/*.h; do \
 		$(call pkg_install_file,$$h,$(INCLUDEDIR)/volrec/$$(basename $$h),0644) || exit 1; \
 	done
-	$(Q)if [ -n "$(filter volrec,$(SHLIBS))" ]; then \
+	$(Q)if [ -n "$(LIBVOLREC_SO)" ]; then \
 		$(INSTALL) -d $(D)$(LIBDIR) && \
 		ln -sfn libvolrec.so.$(volrec_SOVERSION) $(D)$(LIBDIR)/libvolrec.so && \
 		$(INSTALL) -d $(D)$(PKGCONFIGDIR) && \
