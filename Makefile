@@ -94,7 +94,9 @@ INSTALL_RULES :=
 # What every program that processes data links (recursive: modules fill it in).
 CORE_ARCHIVES = cfg be cpu sim src $(if $(filter 1,$(HAVE_CUDA)),gpu)
 
-include $(sort $(wildcard */module.mk) $(wildcard tests/*/module.mk))
+# obj is used by module.mk files (target-specific flags), so it is defined before them.
+obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
+include $(sort $(wildcard */module.mk) $(wildcard clients/*/module.mk) $(wildcard tests/*/module.mk))
 
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
 archive_libs = $(foreach a,$(1),$(B)/lib/lib$(a).a)
