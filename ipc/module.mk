@@ -11,12 +11,13 @@ CLIENT_ARCHIVES += vrclient ipc
 # libvolrec.so has its own rule: the generic SHLIBS variables volrec_* belong to the command.
 volrec_SOVERSION := 0
 LIBVOLREC_SO := $(B)/lib/libvolrec.so.$(volrec_SOVERSION)
-$(LIBVOLREC_SO): $(call obj,$(vrclient_SRCS)) $(B)/lib/libipc.a clients/libvolrec/libvolrec.map
+LIBVOLREC_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(vrclient_SRCS))
+$(LIBVOLREC_SO): $(LIBVOLREC_OBJS) $(B)/lib/libipc.a clients/libvolrec/libvolrec.map
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libvolrec.so.$(volrec_SOVERSION) \
 		-Wl,--version-script=clients/libvolrec/libvolrec.map -o $@ \
-		$(call obj,$(vrclient_SRCS)) $(B)/lib/libipc.a -lzmq $(LDLIBS)
+		$(LIBVOLREC_OBJS) $(B)/lib/libipc.a -lzmq $(LDLIBS)
 $(B)/lib/libvolrec.so: $(LIBVOLREC_SO)
 	$(Q)ln -sf libvolrec.so.$(volrec_SOVERSION) $@
 $(B)/lib/pkgconfig/volrec.pc: clients/libvolrec/volrec.pc.in
@@ -26,7 +27,7 @@ $(B)/lib/pkgconfig/volrec.pc: clients/libvolrec/volrec.pc.in
 all: $(B)/lib/libvolrec.so $(B)/lib/pkgconfig/volrec.pc
 
 # Tests: cmocka groups, and the multi-process test programs driven by pytest.
-UNIT_SRCS += $(wildcard tests/unit/test_ipc*.c)
+UNIT_SRCS += $(wildcard tests/unit/test_ipc*.c) tests/ipc/ipc_testutil.c
 UNIT_ARCHIVES += vrclient ipc
 TEST_PROGRAMS += ipc_testwriter ipc_testreader ipc_bench
 ipc_testwriter_SRCS := tests/ipc/ipc_testwriter.c tests/ipc/ipc_testutil.c

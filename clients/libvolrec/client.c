@@ -240,7 +240,8 @@ static void pick_endpoint(struct volrec_client *c, char *ep, size_t len)
 			return;
 		}
 	}
-	snprintf(ep, len, "ipc://%s/%s.pub", c->run_dir, c->instance);
+	if ((size_t)snprintf(ep, len, "ipc://%s/%s.pub", c->run_dir, c->instance) >= len)
+		ep[0] = 0; /* too long for an ipc:// path: connect fails with a message */
 }
 
 static int connect_endpoint(struct volrec_client *c)

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* Test helpers for the ipc module: config, content pattern, unique names. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/ipc/ipc_testutil.h"
+
+#define PAT_SEQ  UINT64_C(0x9E3779B97F4A7C15)
+#define PAT_WORD UINT64_C(0xBF58476D1CE4E5B9)
+
+void ipc_test_config(struct vr_config *cfg, const char *instance, const char *run_dir)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->instance, sizeof(cfg->instance), "%s", instance);
+	snprintf(cfg->ipc.run_dir, sizeof(cfg->ipc.run_dir), "%s", run_dir);
+	cfg->ipc.status_interval_ms = 1000;
+	cfg->ipc.hwm = 10000;
+	cfg->ipc.max_readers = 64;
+	cfg->output.slots = 4;
+}
+
+void ipc_test_fill(void *data, size_t bytes, uint64_t seq)
+{
+	uint64_t *w = data, v = seq * PAT_SEQ;
+
+	for (size_t i = 0; i < bytes / 8; i++, v += PAT_WORD)
+		w[i] = v;
+}
+
+bool ipc_test_verify(const void *data, size_t bytes, uint64_t seq)
+{
+	const volatile uint64_t *w = data;
+	uint64_t v = seq * PAT_SEQ;
+
+	for (size_t i = 0; i < bytes / 8; i++, v += PAT_WORD)
+		if (w[i] != v)
+			return false;
+	return true;
+}
+
+void ipc_test_instance(char *out, size_t len, const char *prefix)
+{
+	static unsigned counter;
+
+	snprintf(out, len, "%s-%d-%u", prefix, (int)getpid(), counter++);
+}

@@ -1,0 +1,536 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ipc writer and libvolrec, in one process (plus forked children): message encoding, segment
+ * layout, slot choice under leases, torn reads, dead readers, read-only mappings, versioning.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ipc/internal.h"
+#include "ipc/ipc.h"
+#include "tests/ipc/ipc_testutil.h"
+#include "volrec/client.h"
+#include "vrtest.h"
+
+struct fx {
+	char run_dir[64];
+	char instance[64];
+	struct vr_config cfg;
+	struct ipc_geometry g;
+	struct ipc_writer *w;
+	char err[1024];
+};
+
+static int fx_setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	snprintf(f->run_dir, sizeof(f->run_dir), "/tmp/volrec-ipc-XXXXXX");
+	assert_non_null(mkdtemp(f->run_dir));
+	ipc_test_instance(f->instance, sizeof(f->instance), "ut");
+	ipc_test_config(&f->cfg, f->instance, f->run_dir);
+	f->g = (struct ipc_geometry){
+	        .ny = 8, .nx = 16, .nz = 32, .dtype = VOLREC_DTYPE_U8, .slots = 3};
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *f = *state;
+	char cmd[128];
+
+	ipc_writer_close(f->w, true);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->run_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", f->run_dir);
+	free(f);
+	return 0;
+}
+
+static void open_writer(struct fx *f)
+{
+	int rc = ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err));
+	if (rc)
+		fail_msg("ipc_writer_open: %d %s", rc, f->err);
+}
+
+/* Publish one volume with the test pattern; returns its slot. */
+static uint32_t publish(struct fx *f)
+{
+	struct ipc_slot_ref s;
+	struct ipc_volume_meta m = {.epoch = 7, .offset_x = 1, .offset_y = 2};
+
+	assert_int_equal(ipc_writer_begin(f->w, &s), 0);
+	ipc_test_fill(s.data, s.bytes, s.sequence);
+	m.volume_id = 100 + s.sequence;
+	assert_int_equal(ipc_writer_publish(f->w, &s, &m), 0);
+	return s.index;
+}
+
+static struct volrec_client *open_client(struct fx *f)
+{
+	struct volrec_client_options o = {.run_dir = f->run_dir,
+	                                  .topics = VOLREC_SUB_VOL | VOLREC_SUB_EVENT};
+	struct volrec_client *c = NULL;
+	struct volrec_message msg;
+	int rc = volrec_client_open_opts(f->instance, &o, &c);
+
+	if (rc)
+		fail_msg("volrec_client_open: %d %s", rc, volrec_strerror(rc));
+	/* wait until the subscription reached the publisher (ZeroMQ joins asynchronously) */
+	for (int i = 0; i < 400; i++) {
+		assert_int_equal(ipc_writer_send_event(f->w, "{\"event\":\"sync\"}"), 0);
+		rc = volrec_client_next_message(c, 25, &msg);
+		if (rc == 0 && msg.type == VOLREC_MSG_EVENT)
+			break;
+		assert_int_equal(rc, -ETIMEDOUT);
+	}
+	/* drain the other sync events */
+	while (volrec_client_next_message(c, 20, &msg) == 0)
+		assert_int_equal(msg.type, VOLREC_MSG_EVENT);
+	return c;
+}
+
+static void test_vol_message_roundtrip_and_rejects(void **state)
+{
+	struct volrec_vol_msg m = {.magic = VOLREC_VOL_MAGIC,
+	                           .major = VOLREC_PROTO_MAJOR,
+	                           .size = sizeof(m),
+	                           .session_id = 9,
+	                           .sequence = 3,
+	                           .ny = 1,
+	                           .nx = 2,
+	                           .nz = 3,
+	                           .dtype = VOLREC_DTYPE_U16,
+	                           .slot = 1};
+	unsigned char buf[sizeof(m)];
+	struct volrec_vol_msg d;
+	char err[256];
+
+	(void)state;
+	ipc_vol_encode(&m, buf);
+	assert_int_equal(ipc_vol_decode(buf, sizeof(buf), &d, err, sizeof(err)), 0);
+	assert_memory_equal(&d, &m, sizeof(m));
+	assert_int_equal(ipc_vol_decode(buf, 100, &d, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "malformed"));
+	buf[4] = 2; /* major 2 */
+	assert_int_equal(ipc_vol_decode(buf, sizeof(buf), &d, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "major version 2"));
+	buf[4] = 1;
+	buf[0] ^= 0xff;
+	assert_int_equal(ipc_vol_decode(buf, sizeof(buf), &d, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "magic"));
+}
+
+static void test_writer_creates_aligned_segments_and_unlinks(void **state)
+{
+	struct fx *f = *state;
+	char name[128], lname[128], path[160];
+	struct stat st;
+	void *const *ptrs;
+	uint32_t n;
+	size_t size;
+
+	open_writer(f);
+	ipc_shm_names(f->instance, name, sizeof(name), lname, sizeof(lname));
+	snprintf(path, sizeof(path), "/dev/shm%s", name);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0640);
+	snprintf(path, sizeof(path), "/dev/shm%s", lname);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0660);
+	ipc_writer_slot_buffers(f->w, &ptrs, &n, &size);
+	assert_int_equal(n, 3);
+	assert_int_equal(size, 8 * 16 * 32);
+	for (uint32_t i = 0; i < n; i++)
+		assert_int_equal((uintptr_t)ptrs[i] % VOLREC_SLOT_ALIGN, 0);
+	ipc_writer_close(f->w, true);
+	f->w = NULL;
+	assert_int_equal(stat(path, &st), -1);
+	snprintf(path, sizeof(path), "/dev/shm%s", name);
+	assert_int_equal(stat(path, &st), -1);
+}
+
+static void test_second_writer_refused(void **state)
+{
+	struct fx *f = *state;
+	struct ipc_writer *w2 = NULL;
+	char err[512];
+
+	open_writer(f);
+	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &w2, err, sizeof(err)), -EBUSY);
+	assert_null(w2);
+	assert_non_null(strstr(err, "already has a live writer"));
+}
+
+static void test_client_reads_volume_and_metadata(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c;
+	struct volrec_view v;
+	uint32_t slot;
+
+	open_writer(f);
+	c = open_client(f);
+	assert_int_equal(ipc_writer_readers(f->w), 1);
+	slot = publish(f);
+	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
+	assert_int_equal(v.slot, slot);
+	assert_int_equal(v.sequence, 1);
+	assert_int_equal(v.volume_id, 101);
+	assert_int_equal(v.epoch, 7);
+	assert_int_equal(v.offset_y, 2);
+	assert_int_equal(v.ny * v.nx * v.nz, v.bytes);
+	assert_true(ipc_test_verify(v.data, v.bytes, 1));
+	assert_int_equal(volrec_client_next(c, 0, &v), -EBUSY);
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	volrec_client_close(c);
+	assert_int_equal(ipc_writer_readers(f->w), 0);
+}
+
+static void test_latest_counts_missed_volumes(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c;
+	struct volrec_view v;
+	struct volrec_client_stats st;
+
+	open_writer(f);
+	c = open_client(f);
+	assert_int_equal(volrec_client_latest(c, &v), -EAGAIN);
+	publish(f);
+	assert_int_equal(volrec_client_latest(c, &v), 0);
+	assert_int_equal(v.sequence, 1);
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	publish(f);
+	publish(f);
+	publish(f);
+	assert_int_equal(volrec_client_latest(c, &v), 0);
+	assert_int_equal(v.sequence, 4);
+	assert_int_equal(v.missed, 2);
+	assert_true(ipc_test_verify(v.data, v.bytes, 4));
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	volrec_client_stats(c, &st);
+	assert_int_equal(st.missed, 2);
+	volrec_client_close(c);
+}
+
+static void test_writer_avoids_leased_slot(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c;
+	struct volrec_view v;
+	uint32_t s1, s2, s3, s4;
+
+	open_writer(f);
+	c = open_client(f);
+	s1 = publish(f);
+	assert_int_equal(volrec_client_latest(c, &v), 0); /* leases volume 1 */
+	s2 = publish(f);
+	s3 = publish(f);
+	assert_int_not_equal(s2, s1);
+	assert_int_not_equal(s3, s1);
+	s4 = publish(f); /* oldest is s1, but leased: must take s2 */
+	assert_int_equal(s4, s2);
+	assert_int_equal(volrec_view_check(c, &v), 0);
+	assert_true(ipc_test_verify(v.data, v.bytes, 1));
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	assert_int_equal(publish(f), s1); /* released: the oldest again */
+	volrec_client_close(c);
+}
+
+static void test_all_leased_writer_overwrites_and_readers_see_torn(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c[3];
+	struct volrec_view v[3];
+	struct ipc_writer_stats ws;
+	struct volrec_client_stats cs;
+	int torn = 0;
+
+	open_writer(f);
+	for (int i = 0; i < 3; i++) {
+		c[i] = open_client(f);
+		publish(f);
+		assert_int_equal(volrec_client_latest(c[i], &v[i]), 0);
+		assert_int_equal(v[i].sequence, (uint64_t)i + 1);
+	}
+	for (int i = 0; i < 10; i++)
+		publish(f); /* never blocks, never fails */
+	ipc_writer_stats(f->w, &ws);
+	assert_true(ws.forced_overwrite >= 1);
+	assert_int_equal(ws.published, 13);
+	for (int i = 0; i < 3; i++) {
+		int rc = volrec_view_release(c[i], &v[i]);
+		assert_true(rc == 0 || rc == -ESTALE);
+		if (rc == -ESTALE) {
+			torn++;
+			volrec_client_stats(c[i], &cs);
+			assert_int_equal(cs.torn, 1);
+			assert_non_null(strstr(volrec_client_error(c[i]), "torn read"));
+		}
+		volrec_client_close(c[i]);
+	}
+	assert_true(torn >= 2);
+}
+
+static void test_dead_reader_lease_reclaimed(void **state)
+{
+	struct fx *f = *state;
+	int go[2], ready[2], status;
+	uint32_t s1, s2, s4, s5;
+	char b = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(ready), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct volrec_client *c;
+		struct volrec_view v;
+		if (read(go[0], &b, 1) != 1 || volrec_client_open(f->instance, f->run_dir, &c) ||
+		    volrec_client_latest(c, &v))
+			_exit(1);
+		b = (char)v.slot;
+		if (write(ready[1], &b, 1) != 1)
+			_exit(1);
+		pause(); /* hold the lease until killed */
+		_exit(0);
+	}
+	open_writer(f);
+	s1 = publish(f);
+	assert_int_equal(write(go[1], &b, 1), 1);
+	assert_int_equal(read(ready[0], &b, 1), 1);
+	assert_int_equal(b, (char)s1);
+	assert_int_equal(ipc_writer_readers(f->w), 1);
+	s2 = publish(f);
+	publish(f);
+	s4 = publish(f);
+	assert_int_equal(s4, s2); /* s1 leased by the live child */
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	/* reclaimed at once (well within 1 s): the oldest, s1, is taken again */
+	assert_int_equal(ipc_writer_readers(f->w), 0);
+	s5 = publish(f);
+	assert_int_equal(s5, s1);
+	{
+		struct ipc_writer_stats ws;
+		ipc_writer_stats(f->w, &ws);
+		assert_int_equal(ws.dead_leases, 1);
+	}
+	close(go[0]);
+	close(go[1]);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+static void on_segv(int sig)
+{
+	(void)sig;
+	_exit(42);
+}
+
+static void test_client_mapping_is_read_only(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c;
+	struct volrec_view v;
+	int status;
+	pid_t pid;
+
+	open_writer(f);
+	publish(f);
+	c = open_client(f);
+	assert_int_equal(volrec_client_latest(c, &v), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct sigaction sa = {.sa_handler = on_segv};
+		sigaction(SIGSEGV, &sa, NULL);
+		sigaction(SIGBUS, &sa, NULL);
+		*(volatile unsigned char *)v.data = 0xAB;
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 42);
+	assert_true(ipc_test_verify(v.data, v.bytes, 1));
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	volrec_client_close(c);
+}
+
+static void test_wrong_version_segment_rejected(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c = NULL;
+	char name[128];
+	struct volrec_shm_header *h;
+	int fd, rc;
+
+	open_writer(f);
+	ipc_writer_close(f->w, false); /* leave a closed, valid segment behind */
+	f->w = NULL;
+	ipc_shm_names(f->instance, name, sizeof(name), NULL, 0);
+	fd = shm_open(name, O_RDWR, 0);
+	assert_true(fd >= 0);
+	h = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(h != MAP_FAILED);
+	h->major = 2;
+	rc = volrec_client_open(f->instance, f->run_dir, &c);
+	assert_int_equal(rc, -EPROTO);
+	assert_null(c);
+	h->major = VOLREC_PROTO_MAJOR;
+	h->magic = 0x1234;
+	assert_int_equal(volrec_client_open(f->instance, f->run_dir, &c), -EPROTO);
+	munmap(h, 4096);
+	close(fd);
+	open_writer(f); /* a new writer takes the stale segment over */
+	c = open_client(f);
+	volrec_client_close(c);
+	{
+		char msg[512];
+		void *map = calloc(1, 4096);
+		struct volrec_shm_header *m = map;
+		m->magic = VOLREC_SHM_MAGIC;
+		m->major = 3;
+		assert_int_equal(ipc_shm_validate(map, 4096, msg, sizeof(msg)), -EPROTO);
+		assert_non_null(strstr(msg, "version 3.0"));
+		free(map);
+	}
+}
+
+static void test_malformed_messages_rejected_then_good_one_read(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c;
+	struct volrec_view v;
+	struct volrec_vol_msg m = {0};
+	struct volrec_client_stats st;
+
+	open_writer(f);
+	c = open_client(f);
+	assert_int_equal(ipc_writer_send_raw(f->w, "vol", "garbage", 7), 0);
+	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
+	assert_non_null(strstr(volrec_client_error(c), "too short"));
+	m.magic = VOLREC_VOL_MAGIC;
+	m.major = 9;
+	m.size = sizeof(m);
+	assert_int_equal(ipc_writer_send_raw(f->w, "vol", &m, sizeof(m)), 0);
+	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
+	assert_non_null(strstr(volrec_client_error(c), "major version 9"));
+	publish(f);
+	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
+	assert_true(ipc_test_verify(v.data, v.bytes, 1));
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	volrec_client_stats(c, &st);
+	assert_int_equal(st.rejected, 2);
+	volrec_client_close(c);
+}
+
+static void test_client_follows_new_session(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c;
+	struct volrec_view v;
+	struct volrec_client_stats st;
+	uint64_t s1;
+	int rc = -ETIMEDOUT;
+
+	open_writer(f);
+	c = open_client(f);
+	s1 = volrec_client_session(c);
+	ipc_writer_close(f->w, true);
+	f->w = NULL;
+	f->g.nz = 64; /* structural change: new geometry */
+	open_writer(f);
+	assert_int_not_equal(ipc_writer_session(f->w), s1);
+	/* the SUB socket reconnects by itself; publish until one arrives */
+	for (int i = 0; i < 200 && rc == -ETIMEDOUT; i++) {
+		publish(f);
+		rc = volrec_client_next(c, 25, &v);
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(v.nz, 64);
+	assert_int_equal(volrec_client_session(c), ipc_writer_session(f->w));
+	assert_true(ipc_test_verify(v.data, v.bytes, v.sequence));
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	volrec_client_stats(c, &st);
+	assert_int_equal(st.remaps, 1);
+	volrec_client_close(c);
+}
+
+static void test_status_and_event_text_delivered(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client_options o = {.topics = VOLREC_SUB_STATUS | VOLREC_SUB_EVENT};
+	struct volrec_client *c;
+	struct volrec_message msg;
+	int rc = -ETIMEDOUT;
+
+	open_writer(f);
+	o.run_dir = f->run_dir;
+	assert_int_equal(volrec_client_open_opts(f->instance, &o, &c), 0);
+	for (int i = 0; i < 200 && rc == -ETIMEDOUT; i++) {
+		assert_int_equal(ipc_writer_send_status(f->w, "{\"uptime_s\":1}"), 0);
+		rc = volrec_client_next_message(c, 25, &msg);
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(msg.type, VOLREC_MSG_STATUS);
+	assert_string_equal(msg.text, "{\"uptime_s\":1}");
+	assert_int_equal(ipc_writer_send_status(f->w, ""), -EINVAL);
+	volrec_client_close(c);
+}
+
+static void test_bad_arguments_rejected(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c = NULL;
+
+	assert_int_equal(volrec_client_open("bad/name", f->run_dir, &c), -EINVAL);
+	assert_int_equal(volrec_client_open(f->instance, f->run_dir, &c), -ENOENT);
+	f->g.slots = 1;
+	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "output.slots"));
+	f->g.slots = 3;
+	snprintf(f->cfg.ipc.pub[0], sizeof(f->cfg.ipc.pub[0]), "tcp://0.0.0.0:0");
+	f->cfg.ipc.npub = 1;
+	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "curve_secret_key"));
+	snprintf(f->cfg.ipc.pub[0], sizeof(f->cfg.ipc.pub[0]), "tcp://127.0.0.1:0");
+	open_writer(f);
+	assert_non_null(strstr(ipc_writer_endpoint(f->w, 0), "tcp://127.0.0.1:"));
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+VR_TEST_GROUP(ipc)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_vol_message_roundtrip_and_rejects),
+	        T(test_writer_creates_aligned_segments_and_unlinks),
+	        T(test_second_writer_refused),
+	        T(test_client_reads_volume_and_metadata),
+	        T(test_latest_counts_missed_volumes),
+	        T(test_writer_avoids_leased_slot),
+	        T(test_all_leased_writer_overwrites_and_readers_see_torn),
+	        T(test_dead_reader_lease_reclaimed),
+	        T(test_client_mapping_is_read_only),
+	        T(test_wrong_version_segment_rejected),
+	        T(test_malformed_messages_rejected_then_good_one_read),
+	        T(test_client_follows_new_session),
+	        T(test_status_and_event_text_delivered),
+	        T(test_bad_arguments_rejected),
+	};
+	return cmocka_run_group_tests_name("ipc", tests, NULL, NULL);
+}
