@@ -244,10 +244,9 @@ static int load_buffer(struct vr_config *cfg, const unsigned char *buf, size_t l
 
 	if (err && errlen)
 		err[0] = '\0';
-	if (cfg_resolve_path(ctx.base_dir, sizeof(ctx.base_dir), base_dir, "") < 0)
+	if (strlen(base_dir) >= sizeof(ctx.base_dir))
 		return cfg_error_at(&ctx, -ENAMETOOLONG, ctx.root, "(file)",
-		                    "directory name too long");
-	/* cfg_resolve_path with "" appends a '/': drop it again */
+		                    "the directory name %s is too long", base_dir);
 	snprintf(ctx.base_dir, sizeof(ctx.base_dir), "%s", base_dir);
 
 	if (!yaml_parser_initialize(&parser))
