@@ -1,0 +1,271 @@
+# SPDX-License-Identifier: MIT
+"""An independent float64 reference of ALGORITHMS.md (§1 preprocessing, §2 VolRec
+reconstruction) in numpy, written from the text of the page and docs/algorithms.md, used to
+check the backends. Configurations are plain dicts shaped like the YAML schema."""
+import math
+
+import numpy as np
+
+
+def _get(cfg, path, default=None):
+    node = cfg
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+# ---- §1 preprocessing ----------------------------------------------------------------------
+
+def convert(raw, sample_type, bit_shift):
+    """Samples to float64; integers divided by 2**bit_shift with floor."""
+    s = raw.astype(np.float64)
+    if sample_type in ("u16", "i16") and bit_shift:
+        s = np.floor(s / float(2 ** bit_shift))
+    return s
+
+
+def window(kind, K, param=None):
+    n = np.arange(K, dtype=np.float64)
+    M = K - 1
+    if kind == "none":
+        return np.ones(K)
+    if kind == "hann":
+        return 0.5 - 0.5 * np.cos(2 * np.pi * n / M)
+    if kind == "hamming":
+        return 0.54 - 0.46 * np.cos(2 * np.pi * n / M)
+    if kind == "blackman":
+        return 0.42 - 0.5 * np.cos(2 * np.pi * n / M) + 0.08 * np.cos(4 * np.pi * n / M)
+    if kind == "gauss":
+        sigma = 0.4 if param is None else param
+        half = M / 2.0
+        return np.exp(-0.5 * ((n - half) / (sigma * half)) ** 2)
+    if kind == "tukey":
+        alpha = 0.5 if param is None else param
+        if alpha <= 0:
+            return np.ones(K)
+        w = np.ones(K)
+        edge = alpha * M / 2.0
+        lo = n < edge
+        hi = n > M - edge
+        w[lo] = 0.5 * (1 + np.cos(np.pi * (n[lo] / edge - 1)))
+        w[hi] = 0.5 * (1 + np.cos(np.pi * ((M - n[hi]) / edge - 1)))
+        return w
+    raise ValueError(kind)
+
+
+def positions(rs, K):
+    """Fractional input positions p[j], clamped to [0, K-1]."""
+    j = np.arange(K, dtype=np.float64)
+    if "table" in rs:
+        p = np.asarray(rs["table"], dtype=np.float64)
+    elif "poly" in rs:
+        c = rs["poly"]
+        u = j / (K - 1)
+        p = c[0] + c[1] * u + c[2] * u ** 2 + c[3] * u ** 3
+    elif "wavelength_nm" in rs:
+        l0, l1, l2, l3 = rs["wavelength_nm"]
+        lam = l0 + l1 * j + l2 * j ** 2 + l3 * j ** 3
+        kappa = 2 * np.pi / lam
+        target = np.linspace(kappa[0], kappa[-1], K)
+        if kappa[-1] > kappa[0]:
+            p = np.interp(target, kappa, j)
+        else:
+            p = np.interp(target, kappa[::-1], j[::-1])
+    else:
+        raise ValueError("no positions")
+    return np.clip(p, 0, K - 1)
+
+
+def interp_linear(x, p):
+    K = x.shape[-1]
+    i = np.floor(p).astype(int)
+    t = p - i
+    i1 = np.minimum(i + 1, K - 1)
+    return (1 - t) * x[..., i] + t * x[..., i1]
+
+
+def interp_cubic(x, p):
+    K = x.shape[-1]
+    i = np.floor(p).astype(int)
+    t = p - i
+    w = [-t * (t - 1) * (t - 2) / 6, (t + 1) * (t - 1) * (t - 2) / 2,
+         -(t + 1) * t * (t - 2) / 2, (t + 1) * t * (t - 1) / 6]
+    out = np.zeros(x.shape[:-1] + (len(p),))
+    for q in range(4):
+        idx = np.clip(i - 1 + q, 0, K - 1)
+        out += w[q] * x[..., idx]
+    return out
+
+
+def interp_spline(x, p):
+    """Natural cubic spline through (i, x[i]), i = 0..K-1 (unit spacing)."""
+    K = x.shape[-1]
+    flat = x.reshape(-1, K)
+    # second derivatives: dense solve of the interior system, M[0] = M[K-1] = 0
+    n = K - 2
+    A = np.zeros((n, n))
+    for r in range(n):
+        A[r, r] = 4.0
+        if r > 0:
+            A[r, r - 1] = 1.0
+        if r < n - 1:
+            A[r, r + 1] = 1.0
+    rhs = 6.0 * (flat[:, 2:] - 2 * flat[:, 1:-1] + flat[:, :-2])
+    M = np.zeros_like(flat)
+    M[:, 1:-1] = np.linalg.solve(A, rhs.T).T
+    i = np.minimum(np.floor(p).astype(int), K - 2)
+    t = p - i
+    a, b = 1 - t, t
+    y = (a * flat[:, i] + b * flat[:, i + 1] +
+         ((a ** 3 - a) * M[:, i] + (b ** 3 - b) * M[:, i + 1]) / 6.0)
+    return y.reshape(x.shape[:-1] + (len(p),))
+
+
+def preprocess(raw, cfg):
+    """One epoch: raw [ny][nx][K] -> L [ny][nx][nz], float64 in [0, 1]."""
+    g = cfg["geometry"]
+    pp = cfg.get("preprocess", {})
+    K = g["samples_per_ascan"]
+    s = convert(raw, g.get("sample_type", "u16"), g.get("bit_shift", 0))
+
+    mode = _get(pp, "background.mode", "ascan_mean")
+    if mode == "ascan_mean":
+        x = s - s.mean(axis=2, keepdims=True)
+    elif mode == "bscan_mean":
+        x = s - s.mean(axis=1, keepdims=True)
+    elif mode == "bscan_median":
+        x = s - np.median(s, axis=1, keepdims=True)
+    elif mode == "reference":
+        x = s - np.asarray(_get(pp, "background.reference_data"), dtype=np.float64)
+    elif mode == "none":
+        x = s
+    else:
+        raise ValueError(mode)
+
+    rs = pp.get("resample", {})
+    method = rs.get("method", "none")
+    if method != "none":
+        p = positions(rs, K)
+        x = {"linear": interp_linear, "cubic": interp_cubic, "spline": interp_spline}[method](x, p)
+
+    w = window(_get(pp, "window.type", "hann"), K, _get(pp, "window.param"))
+    y = x * w
+    disp = pp.get("dispersion", {})
+    if "coeffs" in disp or "table" in disp:
+        if "table" in disp:
+            phi = np.asarray(disp["table"], dtype=np.float64)
+        else:
+            a2, a3 = disp["coeffs"]
+            v = np.arange(K) / (K - 1) - 0.5
+            phi = a2 * v ** 2 + a3 * v ** 3
+        y = y * np.exp(-1j * phi)
+
+    N = K * pp.get("zero_pad", 1)
+    X = np.fft.fft(y, n=N, axis=-1)[..., : N // 2]
+    d = 20 * np.log10(np.abs(X) + 1e-12)
+    lo, hi = pp.get("db_range", [0, 100])
+    v = np.clip((d - lo) / (hi - lo), 0, 1)
+
+    flip = pp.get("flip", {})
+    if flip.get("z", False):
+        v = v[..., ::-1]
+    z0, z1 = g.get("depth_range", [0, N // 2])
+    v = v[..., z0:z1]
+    if flip.get("x", False):
+        v = v[:, ::-1, :]
+    if g.get("bidirectional", False):
+        v = v.copy()
+        v[1::2] = v[1::2, ::-1, :]
+    return v
+
+
+def quantize(v):
+    return np.floor(255 * v + 0.5).astype(np.uint8)
+
+
+# ---- §2 reconstruction ---------------------------------------------------------------------
+
+class Reconstructor:
+    def __init__(self, cfg):
+        g = cfg["geometry"]
+        rc = cfg.get("reconstruct", {})
+        self.mode = rc.get("mode", "noncumulative")
+        self.sigma = rc.get("spatial_sigma", 1.0)
+        self.temporal = rc.get("temporal", "linear")
+        self.tau = rc.get("tau", 5.0)
+        self.combine = rc.get("combine", "sum")
+        self.sx, self.sy = g.get("stride", [1, 1])
+        self.S = self.sx * self.sy
+        self.ny, self.nx = g["bscans_per_volume"], g["ascans_per_bscan"]
+        self.Y, self.X = self.ny * self.sy, self.nx * self.sx
+        self.E = None
+        self.M = None
+        self.prev = None
+
+    def offset(self, e):
+        q = e % self.S
+        return q % self.sx, q // self.sx
+
+    def __call__(self, e, L):
+        if self.mode == "none":
+            return L
+        Z = L.shape[2]
+        if self.E is None:
+            self.E = np.full((self.Y, self.X), -1, dtype=np.int64)
+            self.M = np.zeros((self.Y, self.X, Z))
+            self.prev = np.zeros((self.Y, self.X, Z))
+        ox, oy = self.offset(e)
+        if self.mode == "noncumulative":
+            self.M[oy::self.sy, ox::self.sx, :] = L
+            B = self.M
+        else:
+            B = self.prev.copy()
+            B[oy::self.sy, ox::self.sx, :] = L
+        self.E[oy::self.sy, ox::self.sx] = e
+
+        age = e - self.E
+        if self.temporal == "linear":
+            t = np.maximum(self.S - age, 0) / self.S
+        else:
+            t = np.exp(-age / self.tau)
+        t = np.where(self.E < 0, 0.0, t)
+
+        d = np.array([-1, 0, 1])
+        g = np.exp(-(d[:, None, None] ** 2 + d[None, :, None] ** 2 + d[None, None, :] ** 2)
+                   / (2 * self.sigma ** 2))
+        g = g / g.sum()
+
+        Bp = np.pad(B, 1)
+        Tp = np.pad(np.broadcast_to(t[:, :, None], B.shape), 1)
+        inside = np.pad(np.ones(B.shape, dtype=bool), 1)
+        Y, X = self.Y, self.X
+        shifts = []
+        for iy, dy in enumerate(d):
+            for ix, dx in enumerate(d):
+                for iz, dz in enumerate(d):
+                    sl = (slice(1 + dy, 1 + dy + Y), slice(1 + dx, 1 + dx + X),
+                          slice(1 + dz, 1 + dz + Z))
+                    valid = inside[sl] & (Tp[sl] > 0)
+                    shifts.append((g[iy, ix, iz], Tp[sl], Bp[sl], valid))
+        num = np.zeros(B.shape)
+        den = np.zeros(B.shape)
+        if self.combine == "sum":
+            sum_g = sum(np.where(v, gn, 0.0) for gn, _, _, v in shifts)
+            sum_t = sum(np.where(v, tn, 0.0) for _, tn, _, v in shifts)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                for gn, tn, bn, v in shifts:
+                    w = np.where(v, gn / sum_g + tn / sum_t, 0.0)
+                    num += w * bn
+                    den += w
+        else:
+            for gn, tn, bn, v in shifts:
+                w = np.where(v, gn * tn, 0.0)
+                num += w * bn
+                den += w
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
+        if self.mode == "cumulative":
+            self.prev = out
+        return out
