@@ -62,6 +62,8 @@ static const struct {
         {true, -1.10, 0.05, -0.08, 0.025},
 };
 
+typedef float v4f __attribute__((vector_size(16)));
+
 struct sim {
 	struct sim_params p;
 	uint32_t K, X, Y;
@@ -81,8 +83,10 @@ struct sim {
 	float *tapw;       /* [K][NTAP] */
 	float *rot;        /* [K][2] A env exp(i(phi(u) + 2 pi u zc / K)) */
 	float phasor[NPHASOR][2];
+	float gauss[65536]; /* standard normal quantiles at (j + 0.5) / 65536 */
 	fftwf_complex *grid; /* [K] */
-	float *ext;          /* [K + NTAP][2] grid with periodic wrap */
+	float *ext_re;       /* [K + NTAP] grid with periodic wrap, real parts */
+	float *ext_im;       /* [K + NTAP] imaginary parts */
 	float *spec;         /* [K] one A-scan before quantization */
 	fftwf_plan plan;
 };
@@ -219,6 +223,41 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 	return 0;
 }
 
+/* Inverse of the standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9
+ * relative, refined by one Halley step on erfc). */
+static double normal_quantile(double p)
+{
+	static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,
+				   -2.759285104469687e+02, 1.383577518672690e+02,
+				   -3.066479806614716e+01, 2.506628277459239e+00};
+	static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02,
+				   -1.556989798598866e+02, 6.680131188771972e+01,
+				   -1.328068155288572e+01};
+	static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01,
+				   -2.400758277161838e+00, -2.549732539343734e+00,
+				   4.374664141464968e+00, 2.938163982698783e+00};
+	static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01,
+				   2.445134137142996e+00, 3.754408661907416e+00};
+	double q, r, x;
+
+	if (p < 0.02425) {
+		q = sqrt(-2 * log(p));
+		x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+		    ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+	} else if (p > 1 - 0.02425) {
+		q = sqrt(-2 * log(1 - p));
+		x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+		    ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+	} else {
+		q = p - 0.5;
+		r = q * q;
+		x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+		    (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+	}
+	double e = 0.5 * erfc(-x / M_SQRT2) - p, u = e * sqrt(2 * M_PI) * exp(x * x / 2);
+	return x - u / (1 + x * u / 2);
+}
+
 static void lagrange(double t, float w[NTAP])
 {
 	for (int k = 0; k < NTAP; k++) {
@@ -269,10 +308,11 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->tap0 = calloc(K, sizeof(*s->tap0));
 	s->tapw = calloc((size_t)K * NTAP, sizeof(*s->tapw));
 	s->rot = calloc((size_t)K * 2, sizeof(*s->rot));
-	s->ext = calloc((size_t)(K + NTAP) * 2, sizeof(*s->ext));
+	s->ext_re = calloc((size_t)K + NTAP, sizeof(*s->ext_re));
+	s->ext_im = calloc((size_t)K + NTAP, sizeof(*s->ext_im));
 	s->spec = calloc(K, sizeof(*s->spec));
 	s->grid = fftwf_alloc_complex(K);
-	if (!s->u || !s->env || !s->base || !s->nsd || !s->tap0 || !s->tapw || !s->rot || !s->ext ||
+	if (!s->u || !s->env || !s->base || !s->nsd || !s->tap0 || !s->tapw || !s->rot || !s->ext_re || !s->ext_im ||
 	    !s->spec || !s->grid) {
 		rc = fail(err, errlen, -ENOMEM, "synth: out of memory for K = %u tables", K);
 		goto out_free;
@@ -287,6 +327,9 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 		s->phasor[i][0] = (float)cos(2 * M_PI * i / NPHASOR);
 		s->phasor[i][1] = (float)sin(2 * M_PI * i / NPHASOR);
 	}
+
+	for (int j = 0; j < 65536; j++)
+		s->gauss[j] = (float)normal_quantile((j + 0.5) / 65536);
 
 	uint64_t fpkey = mix64(p->seed ^ 0x66706e5f6b657921ull);
 	double zfp = K / 64.0 > 2 ? K / 64.0 : 2; /* depth of the fixed coherent artifact */
@@ -338,7 +381,8 @@ void sim_destroy(struct sim *s)
 	free(s->tap0);
 	free(s->tapw);
 	free(s->rot);
-	free(s->ext);
+	free(s->ext_re);
+	free(s->ext_im);
 	free(s->spec);
 	free(s);
 }
@@ -380,6 +424,12 @@ void sim_dispersion_coeffs(const struct sim *s, double coeffs[2])
 	(void)s;
 	coeffs[0] = DISP_A2;
 	coeffs[1] = DISP_A3;
+}
+
+void sim_reference_spectrum(const struct sim *s, double *out)
+{
+	for (uint32_t i = 0; i < s->K; i++)
+		out[i] = s->base[i];
 }
 
 double sim_pixel_k(const struct sim *s, uint32_t i)
@@ -476,8 +526,8 @@ static inline float column_amp(const struct column *c, double d, uint32_t *phase
 		;
 	r = layer_refl[l];
 	if (l == NLAYER - 1)
-		r *= exp(-(d - c->top[l]) / 0.08);
-	att = exp(-(d - c->top[0]) / 1.2);
+		r *= expf((float)(-(d - c->top[l]) * (1 / 0.08)));
+	att = expf((float)(-(d - c->top[0]) * (1 / 1.2)));
 	h = c->hcol;
 	for (int v = 0; v < c->nv; v++) {
 		if (d >= c->vbot[v]) {
@@ -491,7 +541,7 @@ static inline float column_amp(const struct column *c, double d, uint32_t *phase
 			}
 		}
 	}
-	int64_t iz = (int64_t)floor(d / CELL_Z_MM);
+	int64_t iz = (int64_t)(d * (1 / CELL_Z_MM)); /* d > 0: truncation is floor */
 	uint64_t k = mix64(h ^ ((uint64_t)iz * 0xd6e8feb86659fd93ull));
 	double m = 0.25 + 0.75 * (double)(k >> 40) * (1.0 / 16777216.0);
 	*phase = (uint32_t)(k & (NPHASOR - 1));
@@ -503,7 +553,7 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 {
 	const uint32_t K = s->K;
 	fftwf_complex *g = s->grid;
-	float *ext = s->ext;
+	float *ere = s->ext_re, *eim = s->ext_im;
 
 	memset(g, 0, sizeof(*g) * K);
 	for (uint32_t z = s->zlo; z <= s->zhi; z++) {
@@ -517,24 +567,43 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 	}
 	fftwf_execute(s->plan);
 	/* ext[j + TAP_LO] = grid[j mod K] for j = -TAP_LO .. K + NTAP - TAP_LO - 1 */
-	for (int j = -TAP_LO; j < (int)K + NTAP - TAP_LO; j++) {
-		uint32_t src = (uint32_t)((j + (int)K) % (int)K);
-		ext[2 * (j + TAP_LO)] = g[src][0];
-		ext[2 * (j + TAP_LO) + 1] = g[src][1];
+	for (uint32_t j = 0; j < K; j++) {
+		ere[j + TAP_LO] = g[j][0];
+		eim[j + TAP_LO] = g[j][1];
 	}
-	uint64_t st = nkey;
+	for (int j = 0; j < TAP_LO; j++) {
+		ere[j] = g[K - TAP_LO + j][0];
+		eim[j] = g[K - TAP_LO + j][1];
+	}
+	for (int j = 0; j < NTAP - TAP_LO; j++) {
+		ere[K + TAP_LO + j] = g[j % K][0];
+		eim[K + TAP_LO + j] = g[j % K][1];
+	}
+	uint64_t st = nkey, rnd = 0;
 	for (uint32_t i = 0; i < K; i++) {
-		const float *w = &s->tapw[(size_t)i * NTAP];
-		const float *e = &ext[2 * s->tap0[i]];
-		float re = 0, im = 0;
-		for (int t = 0; t < NTAP; t++) {
-			re += w[t] * e[2 * t];
-			im += w[t] * e[2 * t + 1];
-		}
+		/* 8-tap dot products in a fixed order (two 4-lane halves, then across lanes) */
+		v4f w0, w1, r0, r1, i0, i1, pr, pi;
+		memcpy(&w0, &s->tapw[(size_t)i * NTAP], sizeof(w0));
+		memcpy(&w1, &s->tapw[(size_t)i * NTAP + 4], sizeof(w1));
+		memcpy(&r0, &ere[s->tap0[i]], sizeof(r0));
+		memcpy(&r1, &ere[s->tap0[i] + 4], sizeof(r1));
+		memcpy(&i0, &eim[s->tap0[i]], sizeof(i0));
+		memcpy(&i1, &eim[s->tap0[i] + 4], sizeof(i1));
+		pr = w0 * r0 + w1 * r1;
+		pi = w0 * i0 + w1 * i1;
+		float re = (pr[0] + pr[1]) + (pr[2] + pr[3]);
+		float im = (pi[0] + pi[1]) + (pi[2] + pi[3]);
 		float v = s->base[i] + s->rot[2 * i] * re - s->rot[2 * i + 1] * im;
 		if (s->sigma > 0) {
-			st += 0x9e3779b97f4a7c15ull;
-			v += s->nsd[i] * gauss64(mix64(st));
+			/* wyrand (one 64x64->128 multiply per four samples), keyed per A-scan;
+			 * each 16-bit piece picks a normal quantile */
+			if ((i & 3) == 0) {
+				st += 0xa0761d6478bd642full;
+				__uint128_t m = (__uint128_t)st * (st ^ 0xe7037ed1a0b428dbull);
+				rnd = (uint64_t)(m >> 64) ^ (uint64_t)m;
+			}
+			v += s->nsd[i] * s->gauss[rnd & 0xffff];
+			rnd >>= 16;
 		}
 		s->spec[i] = v;
 	}
@@ -550,17 +619,22 @@ static void quantize(const struct sim *s, void *dst)
 		uint16_t *o = dst;
 		float fs = (float)s->fs;
 		for (uint32_t i = 0; i < K; i++) {
-			float v = floorf(s->spec[i] + 0.5f);
+			float v = s->spec[i] + 0.5f;
 			v = v < 0 ? 0 : v > fs ? fs : v;
+			/* truncation is floor for v >= 0 */
 			o[i] = (uint16_t)((uint32_t)v << s->p.bit_shift);
 		}
 	} else {
 		int16_t *o = dst;
 		float half = (float)((s->fs + 1) / 2);
 		for (uint32_t i = 0; i < K; i++) {
-			float v = floorf(s->spec[i] - half + 0.5f);
-			v = v < -half ? -half : v > half - 1 ? half - 1 : v;
-			o[i] = (int16_t)((int32_t)v * (1 << s->p.bit_shift));
+			float v = s->spec[i] - half + 0.5f;
+			v = v < -half ? -half : v > half ? half : v;
+			/* floor via truncation of a positive number */
+			int32_t q = (int32_t)(v + 65536.0f) - 65536;
+			if (q > (int32_t)half - 1)
+				q = (int32_t)half - 1;
+			o[i] = (int16_t)(q * (1 << s->p.bit_shift));
 		}
 	}
 }

@@ -85,6 +85,9 @@ void sim_resample_table(const struct sim *s, double *table);
 /* preprocess.dispersion.coeffs [a2, a3] that cancel the scanner's dispersion exactly. */
 void sim_dispersion_coeffs(const struct sim *s, double coeffs[2]);
 
+/* The spectrum without any sample (DC * envelope + fixed pattern), [K] sample units before
+ * quantization: what preprocess.background.reference would hold for a perfect background. */
+void sim_reference_spectrum(const struct sim *s, double *out);
 /* Linear-k coordinate u(i) of pixel i (0..K-1 after resampling). */
 double sim_pixel_k(const struct sim *s, uint32_t i);
 /* Source envelope at pixel i (1 at the peak). */
