@@ -421,8 +421,8 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc < 0)
 		goto fail;
 	cudaDriverGetVersion(&drv);
-	snprintf(st->device, sizeof(st->device), "%.200s (sm_%d%d, %.0f GiB, driver %d.%d)", prop.name,
-	         prop.major, prop.minor, gpu_gib(prop.totalGlobalMem), drv / 1000,
+	snprintf(st->device, sizeof(st->device), "%.200s (sm_%d%d, %.0f GiB, driver %d.%d)",
+	         prop.name, prop.major, prop.minor, gpu_gib(prop.totalGlobalMem), drv / 1000,
 	         (drv % 1000) / 10);
 
 	/* geometry */

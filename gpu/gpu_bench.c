@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Copy-bandwidth measurements for the benchmark: pinned H2D and D2H, both directions at
+ * once, and D2H into a POSIX shared-memory mapping registered with cudaHostRegister (what the
+ * publisher's slots are). These are the physical limits the backend figures are compared to.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "gpu.h"
+
+int gpu_device_count(void)
+{
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return n;
+}
+
+/* Best time in ms of reps rounds of: copies on streams s[0..ns), each of bytes. */
+static int gpu_time_copies(int ns, void *const *dst, void *const *src,
+                           const enum cudaMemcpyKind *kind, size_t bytes, int reps, cudaStream_t *s,
+                           cudaEvent_t *ev, double *best_ms, char *err, size_t errlen)
+{
+	int rc = 0;
+	double best = 1e300;
+
+	for (int r = 0; r < reps + 1; r++) { /* round 0 warms up */
+		rc = gpu_cuda_check(cudaEventRecord(ev[0], s[0]), "cudaEventRecord", err, errlen);
+		if (rc < 0)
+			return rc;
+		for (int i = 1; i < ns; i++) {
+			rc = gpu_cuda_check(cudaStreamWaitEvent(s[i], ev[0], 0),
+			                    "cudaStreamWaitEvent", err, errlen);
+			if (rc < 0)
+				return rc;
+		}
+		for (int i = 0; i < ns; i++) {
+			rc = gpu_cuda_check(cudaMemcpyAsync(dst[i], src[i], bytes, kind[i], s[i]),
+			                    "cudaMemcpyAsync", err, errlen);
+			if (rc < 0)
+				return rc;
+		}
+		for (int i = 1; i < ns; i++) {
+			rc = gpu_cuda_check(cudaEventRecord(ev[2 + i], s[i]), "cudaEventRecord",
+			                    err, errlen);
+			if (rc == 0)
+				rc = gpu_cuda_check(cudaStreamWaitEvent(s[0], ev[2 + i], 0),
+				                    "cudaStreamWaitEvent", err, errlen);
+			if (rc < 0)
+				return rc;
+		}
+		rc = gpu_cuda_check(cudaEventRecord(ev[1], s[0]), "cudaEventRecord", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaEventSynchronize(ev[1]), "cudaEventSynchronize",
+			                    err, errlen);
+		if (rc < 0)
+			return rc;
+		float ms = 0;
+		rc = gpu_cuda_check(cudaEventElapsedTime(&ms, ev[0], ev[1]), "cudaEventElapsedTime",
+		                    err, errlen);
+		if (rc < 0)
+			return rc;
+		if (r > 0 && ms < best)
+			best = ms;
+	}
+	*best_ms = best;
+	return 0;
+}
+
+int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct gpu_bw *bw, char *err,
+                        size_t errlen)
+{
+	void *h0 = NULL, *h1 = NULL, *d0 = NULL, *d1 = NULL, *shm = MAP_FAILED;
+	bool registered = false;
+	cudaStream_t s[2] = {NULL, NULL};
+	cudaEvent_t ev[4] = {NULL, NULL, NULL, NULL};
+	char name[64];
+	int rc, fd = -1;
+	double ms;
+
+	if (bytes == 0 || reps < 1) {
+		snprintf(err, errlen, "bandwidth: size and repetitions must be positive");
+		return -EINVAL;
+	}
+	memset(bw, 0, sizeof(*bw));
+	bw->bytes = bytes;
+	rc = gpu_cuda_check(cudaSetDevice(dev), "cudaSetDevice", err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = gpu_cuda_check(cudaHostAlloc(&h0, bytes, cudaHostAllocPortable),
+	                    "cudaHostAlloc(bandwidth buffer)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaHostAlloc(&h1, bytes, cudaHostAllocPortable),
+		                    "cudaHostAlloc(bandwidth buffer)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaMalloc(&d0, bytes), "cudaMalloc(bandwidth buffer)", err,
+		                    errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaMalloc(&d1, bytes), "cudaMalloc(bandwidth buffer)", err,
+		                    errlen);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_cuda_check(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking),
+		                    "cudaStreamCreate", err, errlen);
+	for (int i = 0; rc == 0 && i < 4; i++)
+		rc = gpu_cuda_check(cudaEventCreate(&ev[i]), "cudaEventCreate", err, errlen);
+	if (rc < 0)
+		goto out;
+	memset(h0, 1, bytes);
+	memset(h1, 2, bytes);
+
+	{
+		void *dst[1] = {d0}, *src[1] = {h0};
+		enum cudaMemcpyKind k[1] = {cudaMemcpyHostToDevice};
+		rc = gpu_time_copies(1, dst, src, k, bytes, reps, s, ev, &ms, err, errlen);
+		if (rc < 0)
+			goto out;
+		bw->h2d_gbs = bytes / (ms * 1e6);
+	}
+	{
+		void *dst[1] = {h1}, *src[1] = {d1};
+		enum cudaMemcpyKind k[1] = {cudaMemcpyDeviceToHost};
+		rc = gpu_time_copies(1, dst, src, k, bytes, reps, s, ev, &ms, err, errlen);
+		if (rc < 0)
+			goto out;
+		bw->d2h_gbs = bytes / (ms * 1e6);
+	}
+	{
+		void *dst[2] = {d0, h1}, *src[2] = {h0, d1};
+		enum cudaMemcpyKind k[2] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost};
+		rc = gpu_time_copies(2, dst, src, k, bytes, reps, s, ev, &ms, err, errlen);
+		if (rc < 0)
+			goto out;
+		bw->bidir_gbs = bytes / (ms * 1e6); /* each way: both moved `bytes` in ms */
+	}
+
+	/* D2H into a registered POSIX shm mapping, like a publisher slot */
+	snprintf(name, sizeof(name), "/volrec-bench-%ld", (long)getpid());
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "shm_open(%s): %s", name, strerror(errno));
+		goto out;
+	}
+	shm_unlink(name);
+	if (ftruncate(fd, (off_t)bytes) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "ftruncate(shm, %zu): %s", bytes, strerror(errno));
+		goto out;
+	}
+	shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (shm == MAP_FAILED) {
+		rc = -errno;
+		snprintf(err, errlen, "mmap(shm, %zu): %s", bytes, strerror(errno));
+		goto out;
+	}
+	memset(shm, 0, bytes); /* fault the pages in */
+	rc = gpu_cuda_check(cudaHostRegister(shm, bytes, cudaHostRegisterPortable),
+	                    "cudaHostRegister(shm mapping)", err, errlen);
+	if (rc < 0)
+		goto out;
+	registered = true;
+	{
+		void *dst[1] = {shm}, *src[1] = {d1};
+		enum cudaMemcpyKind k[1] = {cudaMemcpyDeviceToHost};
+		rc = gpu_time_copies(1, dst, src, k, bytes, reps, s, ev, &ms, err, errlen);
+		if (rc < 0)
+			goto out;
+		bw->d2h_shm_gbs = bytes / (ms * 1e6);
+	}
+out:
+	if (registered)
+		cudaHostUnregister(shm);
+	if (shm != MAP_FAILED)
+		munmap(shm, bytes);
+	if (fd >= 0)
+		close(fd);
+	for (int i = 0; i < 4; i++)
+		if (ev[i])
+			cudaEventDestroy(ev[i]);
+	for (int i = 0; i < 2; i++)
+		if (s[i])
+			cudaStreamDestroy(s[i]);
+	cudaFree(d0);
+	cudaFree(d1);
+	cudaFreeHost(h0);
+	cudaFreeHost(h1);
+	return rc;
+}

@@ -1,0 +1,818 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA backend against the CPU reference: for configurations covering every option, on
+ * random raw inputs (u16/i16/f32) and on simulator output, at small and at the paper's
+ * geometry, /lowres within 1e-4 relative and u8 within 1 LSB on >= 99.9 % of voxels, epoch by
+ * epoch. First checks the host-side resampling tables (no device needed). Exit 0 all pass,
+ * 1 a failure, 2 usage, 77 no CUDA device (skip).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "gpu/gpu.h"
+#include "sim/sim.h"
+
+#define LOWRES_TOL      1e-4
+#define U8_MIN_FRACTION 0.999
+
+enum input { IN_RANDOM, IN_SIM };
+
+/* What a case changes in the running pipeline between epochs. */
+enum event { EV_NONE, EV_LIVE, EV_RESET, EV_GAP };
+
+struct tcase {
+	const char *name;
+	bool paper; /* the paper's geometry (skipped by --small) */
+	enum input input;
+	unsigned epochs;
+	bool want_full; /* also ask for the float output volume */
+	void (*setup)(struct vr_config *c);
+	enum event ev; /* applied once, after epochs / 2 */
+};
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void)
+{
+	/* splitmix64 */
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double rng_unit(void)
+{
+	return (double)(rng_next() >> 11) / (double)(1ull << 53);
+}
+
+static double *table_new(size_t n)
+{
+	double *d = malloc(n * sizeof(double));
+	if (!d) {
+		fprintf(stderr, "gpu_equal: out of memory\n");
+		exit(1);
+	}
+	return d;
+}
+
+static void set_table(struct cfg_table *t, double *data, size_t n, const char *what)
+{
+	t->data = data;
+	t->len = n;
+	snprintf(t->path, sizeof(t->path), "(generated %s)", what);
+}
+
+static void geom(struct vr_config *c, uint32_t K, uint32_t nx, uint32_t ny, uint32_t sx,
+                 uint32_t sy, enum cfg_sample t)
+{
+	c->geometry.samples_per_ascan = K;
+	c->geometry.ascans_per_bscan = nx;
+	c->geometry.bscans_per_volume = ny;
+	c->geometry.stride[0] = sx;
+	c->geometry.stride[1] = sy;
+	c->geometry.sample_type = t;
+	c->geometry.depth_range[0] = 0;
+	c->geometry.depth_range[1] = K * c->preprocess.zero_pad / 2;
+	c->cpu.threads = 0;
+	c->gpu.streams = 4;
+}
+
+/* ---- the cases ---------------------------------------------------------------------------- */
+
+static void c_default(struct vr_config *c)
+{
+	geom(c, 512, 24, 20, 2, 3, CFG_SAMPLE_U16);
+}
+
+static void c_i16(struct vr_config *c)
+{
+	geom(c, 512, 24, 20, 3, 2, CFG_SAMPLE_I16);
+	c->geometry.bit_shift = 2;
+	c->geometry.bidirectional = true;
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEAN;
+	c->preprocess.resample.method = CFG_RS_LINEAR;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY;
+	double poly[4] = {3.0, 511 - 10.0, 9.0, -4.0};
+	memcpy(c->preprocess.resample.poly, poly, sizeof(poly));
+	c->preprocess.window.type = CFG_WIN_HAMMING;
+	c->preprocess.flip.x = true;
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+	c->gpu.streams = 3;
+}
+
+static void c_f32(struct vr_config *c)
+{
+	geom(c, 500, 26, 18, 2, 2, CFG_SAMPLE_F32);
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEDIAN;
+	c->preprocess.resample.method = CFG_RS_CUBIC;
+	c->preprocess.resample.positions = CFG_RSPOS_TABLE;
+	double *t = table_new(500);
+	for (uint32_t j = 0; j < 500; j++) {
+		double u = j / 499.0;
+		t[j] = 499.0 * (u + 0.08 * u * (1 - u)) - 0.5; /* clamps at 0 */
+	}
+	set_table(&c->preprocess.resample.table, t, 500, "resample table");
+	c->preprocess.window.type = CFG_WIN_BLACKMAN;
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	c->preprocess.dispersion.coeffs[0] = 30.0;
+	c->preprocess.dispersion.coeffs[1] = -12.0;
+	c->reconstruct.combine = CFG_COMBINE_PRODUCT;
+	c->reconstruct.temporal = CFG_TEMPORAL_EXP;
+	c->reconstruct.tau = 2.5;
+	c->gpu.streams = 2;
+}
+
+static void c_reference_spline(struct vr_config *c)
+{
+	c->preprocess.zero_pad = 2;
+	geom(c, 384, 20, 16, 2, 2, CFG_SAMPLE_U16);
+	c->geometry.depth_range[0] = 17;
+	c->geometry.depth_range[1] = 300;
+	c->preprocess.background.mode = CFG_BG_REFERENCE;
+	double *r = table_new(384);
+	for (uint32_t k = 0; k < 384; k++)
+		r[k] = 32768.0 + 900.0 * sin(k * 0.05);
+	set_table(&c->preprocess.background.reference, r, 384, "reference");
+	c->preprocess.resample.method = CFG_RS_SPLINE;
+	c->preprocess.resample.positions = CFG_RSPOS_WAVELENGTH;
+	double l[4] = {800.0, 0.12, 2e-5, 0.0};
+	memcpy(c->preprocess.resample.wavelength_nm, l, sizeof(l));
+	c->preprocess.window.type = CFG_WIN_GAUSS;
+	c->preprocess.window.param = 0.4;
+	c->preprocess.dispersion.kind = CFG_DISP_TABLE;
+	double *ph = table_new(384);
+	for (uint32_t j = 0; j < 384; j++) {
+		double v = j / 383.0 - 0.5;
+		ph[j] = 25.0 * v * v + 3.0 * sin(6.0 * v);
+	}
+	set_table(&c->preprocess.dispersion.table, ph, 384, "dispersion table");
+	c->preprocess.flip.z = true;
+}
+
+static void c_none_tukey(struct vr_config *c)
+{
+	c->preprocess.zero_pad = 4;
+	geom(c, 256, 32, 12, 1, 1, CFG_SAMPLE_U16);
+	c->preprocess.background.mode = CFG_BG_NONE;
+	c->preprocess.window.type = CFG_WIN_TUKEY;
+	c->preprocess.window.param = 0.3;
+	c->reconstruct.mode = CFG_RECON_NONE;
+	c->geometry.bidirectional = true;
+}
+
+static void c_median_odd_spline(struct vr_config *c)
+{
+	geom(c, 300, 23, 14, 2, 2, CFG_SAMPLE_U16);
+	c->geometry.bit_shift = 4;
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEDIAN;
+	c->preprocess.resample.method = CFG_RS_SPLINE;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY;
+	double poly[4] = {0.0, 299.0 * 0.9, 299.0 * 0.15, -299.0 * 0.05};
+	memcpy(c->preprocess.resample.poly, poly, sizeof(poly));
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+	c->reconstruct.combine = CFG_COMBINE_PRODUCT;
+	c->reconstruct.spatial_sigma = 0.7;
+}
+
+static void c_stride1_one_stream(struct vr_config *c)
+{
+	geom(c, 256, 16, 16, 1, 1, CFG_SAMPLE_I16);
+	c->preprocess.window.type = CFG_WIN_NONE;
+	c->gpu.streams = 1;
+}
+
+static void c_stride5_steady(struct vr_config *c)
+{
+	geom(c, 256, 12, 10, 5, 5, CFG_SAMPLE_U16);
+	c->reconstruct.temporal = CFG_TEMPORAL_EXP;
+	c->reconstruct.tau = 5.0;
+	c->gpu.streams = 5;
+}
+
+static void c_live(struct vr_config *c)
+{
+	geom(c, 256, 16, 12, 2, 2, CFG_SAMPLE_U16);
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	c->preprocess.dispersion.coeffs[0] = 10.0;
+}
+
+/* The live change applied by EV_LIVE: window, dB range, dispersion, weights, mode. */
+static void live_change(struct vr_config *c)
+{
+	c->preprocess.window.type = CFG_WIN_TUKEY;
+	c->preprocess.window.param = 0.6;
+	c->preprocess.db_range[0] += 3.0;
+	c->preprocess.db_range[1] -= 2.0;
+	c->preprocess.dispersion.coeffs[1] = 7.0;
+	c->reconstruct.temporal = CFG_TEMPORAL_EXP;
+	c->reconstruct.tau = 1.5;
+	c->reconstruct.combine = CFG_COMBINE_PRODUCT;
+	c->reconstruct.spatial_sigma = 1.4;
+	if (cfg_stride_area(c) == 1)
+		c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+}
+
+static void c_live_s1(struct vr_config *c)
+{
+	geom(c, 256, 16, 12, 1, 1, CFG_SAMPLE_U16);
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	c->preprocess.dispersion.coeffs[0] = 10.0;
+}
+
+static void c_sim_small(struct vr_config *c)
+{
+	geom(c, 1024, 32, 24, 2, 2, CFG_SAMPLE_U16);
+	c->preprocess.resample.method = CFG_RS_CUBIC;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY; /* filled from the simulator */
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;   /* filled from the simulator */
+}
+
+static void c_sim_spline_bidir(struct vr_config *c)
+{
+	geom(c, 1024, 30, 20, 3, 1, CFG_SAMPLE_I16);
+	c->geometry.bidirectional = true;
+	c->preprocess.resample.method = CFG_RS_SPLINE;
+	c->preprocess.resample.positions = CFG_RSPOS_TABLE; /* filled from the simulator */
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEDIAN;
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+}
+
+static void c_paper(struct vr_config *c)
+{
+	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
+}
+
+static void c_paper_sim(struct vr_config *c)
+{
+	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
+	c->preprocess.resample.method = CFG_RS_LINEAR;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY; /* filled from the simulator */
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;   /* filled from the simulator */
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+}
+
+static const struct tcase cases[] = {
+        {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE},
+        {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE},
+        {"rand-f32-median-cubic-disp-product-exp", false, IN_RANDOM, 7, true, c_f32, EV_NONE},
+        {"rand-u16-ref-spline-wl-gauss-disptab-zp2", false, IN_RANDOM, 6, false, c_reference_spline,
+         EV_NONE},
+        {"rand-u16-mode-none-tukey-zp4-bidir", false, IN_RANDOM, 3, true, c_none_tukey, EV_NONE},
+        {"rand-u16-median-odd-spline-cumul-product", false, IN_RANDOM, 6, true, c_median_odd_spline,
+         EV_NONE},
+        {"rand-i16-stride1-window-none-1-stream", false, IN_RANDOM, 4, false, c_stride1_one_stream,
+         EV_NONE},
+        {"rand-u16-stride5-steady-exp", false, IN_RANDOM, 29, false, c_stride5_steady, EV_NONE},
+        {"rand-u16-live-update", false, IN_RANDOM, 10, true, c_live, EV_LIVE},
+        {"rand-u16-live-update-mode-s1", false, IN_RANDOM, 6, true, c_live_s1, EV_LIVE},
+        {"rand-u16-reset-history", false, IN_RANDOM, 9, false, c_default, EV_RESET},
+        {"rand-u16-epoch-gap", false, IN_RANDOM, 12, false, c_default, EV_GAP},
+        {"sim-u16-cubic-disp", false, IN_SIM, 6, true, c_sim_small, EV_NONE},
+        {"sim-i16-spline-median-bidir-cumul", false, IN_SIM, 5, false, c_sim_spline_bidir, EV_NONE},
+        {"paper-rand-u16-60x60x8192-s5", true, IN_RANDOM, 27, false, c_paper, EV_NONE},
+        {"paper-sim-u16-linear-disp-cumul", true, IN_SIM, 6, false, c_paper_sim, EV_NONE},
+};
+
+/* ---- host-side table check (no device needed) ---------------------------------------------- */
+
+/* Natural cubic spline through y (unit spacing) evaluated at p, in double. */
+static double spline_ref(const double *y, uint32_t K, double p, double *m, double *c)
+{
+	for (uint32_t i = 0; i < K; i++)
+		m[i] = 0;
+	if (K >= 3) {
+		double prev = 0;
+		for (uint32_t i = 1; i + 1 < K; i++) {
+			double den = 4 - (i > 1 ? c[i - 1] : 0);
+			c[i] = 1 / den;
+			prev = (6 * (y[i + 1] - 2 * y[i] + y[i - 1]) - prev) / den;
+			m[i] = prev;
+		}
+		for (uint32_t i = K - 2; i >= 2; i--)
+			m[i - 1] -= c[i - 1] * m[i];
+	}
+	uint32_t i = (uint32_t)floor(p);
+	if (i > K - 2)
+		i = K - 2;
+	double t = p - i, a = 1 - t;
+	return a * y[i] + t * y[i + 1] + (a * a * a - a) / 6 * m[i] +
+	       (t * t * t - t) / 6 * m[i + 1];
+}
+
+static int host_table_check(void)
+{
+	static const uint32_t Ks[] = {3, 5, 37, 300, 2048};
+	int fails = 0;
+
+	for (size_t ki = 0; ki < sizeof(Ks) / sizeof(Ks[0]); ki++) {
+		const uint32_t K = Ks[ki];
+		struct vr_config c;
+		struct gpu_tables t;
+		char err[512];
+		double *y = table_new(K), *m = table_new(K), *cc = table_new(K);
+		double *tab = table_new(K);
+
+		cfg_defaults(&c);
+		geom(&c, K, 4, 4, 1, 1, CFG_SAMPLE_F32);
+		c.preprocess.resample.method = CFG_RS_SPLINE;
+		c.preprocess.resample.positions = CFG_RSPOS_TABLE;
+		for (uint32_t j = 0; j < K; j++)
+			tab[j] = rng_unit() * (K - 1);
+		tab[0] = 0;
+		tab[K - 1] = K - 1;
+		set_table(&c.preprocess.resample.table, tab, K, "positions");
+		for (uint32_t k = 0; k < K; k++)
+			y[k] = 1000 * (rng_unit() - 0.5) + 300 * sin(k * 0.3);
+		if (gpu_tables_build(&c, &t, err, sizeof(err)) < 0) {
+			printf("host-spline-fir K=%u: FAIL (%s)\n", K, err);
+			fails++;
+		} else {
+			double maxerr = 0, maxy = 0;
+			for (uint32_t k = 0; k < K; k++)
+				maxy = fmax(maxy, fabs(y[k]));
+			for (uint32_t j = 0; j < K; j++) {
+				double v = 0;
+				for (uint32_t q = 0; q < t.taps; q++) {
+					int64_t i = t.rs_idx[j] + (int64_t)q;
+					i = i < 0 ? 0 : i > K - 1 ? K - 1 : i;
+					v += (double)t.rs_w[(size_t)q * K + j] * y[i];
+				}
+				maxerr = fmax(maxerr, fabs(v - spline_ref(y, K, tab[j], m, cc)));
+			}
+			bool ok = maxerr <= 2e-6 * maxy;
+			printf("host-spline-fir K=%u taps=%u: max error %.3g of max |y| %.3g: %s\n",
+			       K, t.taps, maxerr, maxy, ok ? "PASS" : "FAIL");
+			fails += !ok;
+			gpu_tables_free(&t);
+		}
+		cfg_free(&c);
+		free(y);
+		free(m);
+		free(cc);
+	}
+	return fails;
+}
+
+/* ---- one case ---------------------------------------------------------------------------- */
+
+struct outs {
+	uint8_t *vol;
+	float *low, *full;
+};
+
+static void outs_free(struct outs *o)
+{
+	free(o->vol);
+	free(o->low);
+	free(o->full);
+}
+
+static int outs_alloc(struct outs *o, size_t vox, size_t low, size_t full)
+{
+	o->vol = malloc(vox);
+	o->low = malloc(low * sizeof(float));
+	o->full = full ? malloc(full * sizeof(float)) : NULL;
+	return o->vol && o->low && (!full || o->full) ? 0 : -ENOMEM;
+}
+
+static void fill_random(const struct vr_config *c, uint8_t *raw, size_t bytes)
+{
+	const size_t n = bytes / cfg_sample_size(c);
+
+	switch (c->geometry.sample_type) {
+	case CFG_SAMPLE_U16:
+		for (size_t i = 0; i < n; i++)
+			((uint16_t *)raw)[i] = (uint16_t)(rng_next() >> 48);
+		break;
+	case CFG_SAMPLE_I16:
+		for (size_t i = 0; i < n; i++)
+			((int16_t *)raw)[i] = (int16_t)(uint16_t)(rng_next() >> 48);
+		break;
+	default:
+		for (size_t i = 0; i < n; i++)
+			((float *)raw)[i] = (float)(2000.0 * rng_unit() - 700.0);
+		break;
+	}
+}
+
+/* One epoch through one backend. */
+static int run_epoch(const struct be_ops *ops, void *st, uint64_t e, const uint8_t *raw,
+                     size_t bbytes, uint32_t ny, const struct be_output *out, char *err,
+                     size_t errlen)
+{
+	for (uint32_t b = 0; b < ny; b++) {
+		/* submit in an interleaved order: any order is allowed */
+		uint32_t bb = (b * 7 + 3) % ny;
+		if (ny % 7 == 0)
+			bb = b;
+		int rc = ops->bscan_submit(st, e, bb, raw + (size_t)bb * bbytes);
+		if (rc < 0) {
+			snprintf(err, errlen, "%s: bscan_submit(epoch %llu, %u): %s", ops->name,
+			         (unsigned long long)e, bb, strerror(-rc));
+			return rc;
+		}
+	}
+	return ops->epoch_finish(st, e, out, err, errlen);
+}
+
+/* The dB range that puts this input's values mid-scale: one CPU epoch in mode none with a
+ * wide range, then the 1st and 99.9th percentiles of the dB values. */
+static int calibrate_db(struct vr_config *c, const uint8_t *raw, size_t bbytes, char *err,
+                        size_t errlen)
+{
+	struct vr_config w;
+	void *st = NULL;
+	float *low = NULL;
+	int rc;
+
+	rc = cfg_copy(&w, c);
+	if (rc < 0)
+		return rc;
+	w.reconstruct.mode = CFG_RECON_NONE;
+	w.preprocess.db_range[0] = -100;
+	w.preprocess.db_range[1] = 300;
+	const size_t n =
+	        (size_t)w.geometry.bscans_per_volume * w.geometry.ascans_per_bscan * cfg_nz(&w);
+	low = malloc(n * sizeof(float));
+	rc = low ? be_cpu_ops.create(&w, &st, err, errlen) : -ENOMEM;
+	if (rc == 0) {
+		struct be_output o = {.lowres = low};
+		rc = run_epoch(&be_cpu_ops, st, 0, raw, bbytes, w.geometry.bscans_per_volume, &o,
+		               err, errlen);
+	}
+	if (rc == 0) {
+		/* histogram over 0.01 dB bins of [-100, 300] */
+		const size_t nb = 40000;
+		size_t *h = calloc(nb, sizeof(size_t)), acc = 0;
+		double lo = 0, hi = 0;
+		bool have_lo = false;
+		if (!h) {
+			rc = -ENOMEM;
+		} else {
+			for (size_t i = 0; i < n; i++) {
+				size_t b = (size_t)(low[i] * (nb - 1));
+				h[b < nb ? b : nb - 1]++;
+			}
+			for (size_t b = 0; b < nb; b++) {
+				acc += h[b];
+				double d = -100 + 400.0 * b / (nb - 1);
+				if (!have_lo && acc >= n / 100) {
+					lo = d;
+					have_lo = true;
+				}
+				if (acc >= n - n / 1000) {
+					hi = d;
+					break;
+				}
+			}
+			free(h);
+			c->preprocess.db_range[0] = floor(lo - 3);
+			c->preprocess.db_range[1] = ceil(hi + 1);
+			if (!(c->preprocess.db_range[1] > c->preprocess.db_range[0] + 1))
+				c->preprocess.db_range[1] = c->preprocess.db_range[0] + 10;
+		}
+	}
+	if (st)
+		be_cpu_ops.destroy(st);
+	free(low);
+	cfg_free(&w);
+	return rc;
+}
+
+struct figures {
+	double low_rel;    /* worst epoch */
+	double u8_frac;    /* worst epoch */
+	double full_rel;   /* worst epoch, when compared */
+	double low_spread; /* standard deviation of the CPU's lowres (degenerate check) */
+	unsigned epochs;
+};
+
+static void compare(const struct outs *c, const struct outs *g, size_t vox, size_t low, size_t full,
+                    struct figures *f)
+{
+	double maxc = 0, maxd = 0, s = 0, s2 = 0;
+	size_t ok = 0;
+
+	for (size_t i = 0; i < low; i++) {
+		maxc = fmax(maxc, fabs(c->low[i]));
+		maxd = fmax(maxd, fabs((double)g->low[i] - c->low[i]));
+		s += c->low[i];
+		s2 += (double)c->low[i] * c->low[i];
+	}
+	double rel = maxd / fmax(maxc, 1e-6);
+	if (rel != rel)
+		rel = INFINITY;
+	f->low_rel = fmax(f->low_rel, rel);
+	double mean = s / (double)low, sd = sqrt(fmax(s2 / (double)low - mean * mean, 0));
+	f->low_spread = f->epochs ? fmin(f->low_spread, sd) : sd;
+	for (size_t i = 0; i < vox; i++)
+		ok += abs((int)c->vol[i] - (int)g->vol[i]) <= 1;
+	double frac = (double)ok / (double)vox;
+	f->u8_frac = f->epochs ? fmin(f->u8_frac, frac) : frac;
+	if (full && c->full && g->full) {
+		maxc = 0;
+		maxd = 0;
+		for (size_t i = 0; i < full; i++) {
+			maxc = fmax(maxc, fabs(c->full[i]));
+			maxd = fmax(maxd, fabs((double)g->full[i] - c->full[i]));
+		}
+		f->full_rel = fmax(f->full_rel, maxd / fmax(maxc, 1e-6));
+	}
+	f->epochs++;
+}
+
+static int run_case(const struct tcase *tc, bool *pass)
+{
+	struct vr_config c;
+	struct sim *sim = NULL;
+	void *cs = NULL, *gs = NULL;
+	uint8_t *raw = NULL;
+	struct outs oc = {0}, og = {0};
+	struct figures f = {0};
+	char err[1024] = "";
+	int rc;
+	struct timespec t0, t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	*pass = false;
+	cfg_defaults(&c);
+	tc->setup(&c);
+	c.backend = CFG_BACKEND_CPU;
+	const uint32_t ny = c.geometry.bscans_per_volume, sx = c.geometry.stride[0],
+	               sy = c.geometry.stride[1];
+	const size_t bbytes = cfg_bscan_bytes(&c);
+
+	if (tc->input == IN_SIM) {
+		struct sim_params sp;
+		sim_params_from_config(&sp, &c);
+		sp.seed = 7;
+		rc = sim_create(&sp, &sim, err, sizeof(err));
+		if (rc < 0)
+			goto out;
+		const uint32_t K = c.geometry.samples_per_ascan;
+		if (c.preprocess.resample.positions == CFG_RSPOS_POLY)
+			sim_resample_poly(sim, c.preprocess.resample.poly);
+		if (c.preprocess.resample.positions == CFG_RSPOS_TABLE) {
+			double *t = table_new(K);
+			sim_resample_table(sim, t);
+			set_table(&c.preprocess.resample.table, t, K, "simulator positions");
+		}
+		if (c.preprocess.dispersion.kind == CFG_DISP_COEFFS)
+			sim_dispersion_coeffs(sim, c.preprocess.dispersion.coeffs);
+	}
+
+	/* the raw epoch in pinned memory of the CUDA backend (created first for host_alloc) */
+	raw = malloc(bbytes * ny);
+	if (!raw) {
+		rc = -ENOMEM;
+		snprintf(err, sizeof(err), "out of memory for the raw epoch");
+		goto out;
+	}
+	/* calibrate the dB range on the first epoch's data */
+	if (sim) {
+		uint32_t ox, oy;
+		sim_scan_offset(0, sx, sy, &ox, &oy);
+		for (uint32_t b = 0; b < ny; b++) {
+			rc = sim_bscan(sim, 0, ox, oy, b, raw + (size_t)b * bbytes, bbytes);
+			if (rc < 0) {
+				snprintf(err, sizeof(err), "sim_bscan: %s", strerror(-rc));
+				goto out;
+			}
+		}
+	} else {
+		uint64_t keep = rng_state;
+		fill_random(&c, raw, bbytes * ny);
+		rng_state = keep; /* epoch 0 gets the same data again below */
+	}
+	rc = calibrate_db(&c, raw, bbytes, err, sizeof(err));
+	if (rc < 0)
+		goto out;
+
+	rc = be_cpu_ops.create(&c, &cs, err, sizeof(err));
+	if (rc < 0)
+		goto out;
+	rc = be_cuda_ops.create(&c, &gs, err, sizeof(err));
+	if (rc < 0)
+		goto out;
+	const size_t vox = cfg_out_voxels(&c);
+	const size_t low = (size_t)ny * c.geometry.ascans_per_bscan * cfg_nz(&c);
+	const size_t full = tc->want_full ? vox : 0;
+	if (outs_alloc(&oc, vox, low, full) < 0 || outs_alloc(&og, vox, low, full) < 0) {
+		rc = -ENOMEM;
+		snprintf(err, sizeof(err), "out of memory for the outputs");
+		goto out;
+	}
+	{
+		/* the same input through pinned memory for the CUDA side */
+		void *pin = NULL;
+		rc = be_cuda_ops.host_alloc(gs, bbytes * ny, &pin);
+		if (rc < 0) {
+			snprintf(err, sizeof(err), "cuda host_alloc(%zu): %s", bbytes * ny,
+			         strerror(-rc));
+			goto out;
+		}
+		be_cuda_ops.host_free(gs, pin);
+		/* and registration of caller memory (the raw buffer itself) */
+		rc = be_cuda_ops.host_register(gs, raw, bbytes * ny);
+		if (rc < 0) {
+			snprintf(err, sizeof(err), "cuda host_register(%zu): %s", bbytes * ny,
+			         strerror(-rc));
+			goto out;
+		}
+	}
+
+	uint64_t e = 0;
+	for (unsigned i = 0; i < tc->epochs; i++, e++) {
+		if (i == tc->epochs / 2 && tc->ev != EV_NONE) {
+			if (tc->ev == EV_LIVE) {
+				struct vr_config n;
+				rc = cfg_copy(&n, &c);
+				if (rc < 0)
+					goto out_unreg;
+				live_change(&n);
+				rc = be_cpu_ops.update_live(cs, &n, err, sizeof(err));
+				if (rc == 0)
+					rc = be_cuda_ops.update_live(gs, &n, err, sizeof(err));
+				cfg_free(&n);
+				if (rc < 0)
+					goto out_unreg;
+			} else if (tc->ev == EV_RESET) {
+				be_cpu_ops.reset_history(cs);
+				be_cuda_ops.reset_history(gs);
+				e = 0;
+			} else {
+				e += 3; /* epochs dropped: ages jump, the E map path again */
+			}
+		}
+		if (sim) {
+			uint32_t ox, oy;
+			sim_scan_offset(e, sx, sy, &ox, &oy);
+			for (uint32_t b = 0; b < ny; b++) {
+				rc = sim_bscan(sim, e, ox, oy, b, raw + (size_t)b * bbytes, bbytes);
+				if (rc < 0) {
+					snprintf(err, sizeof(err), "sim_bscan: %s", strerror(-rc));
+					goto out_unreg;
+				}
+			}
+		} else {
+			fill_random(&c, raw, bbytes * ny);
+		}
+		struct be_output ocb = {.volume = oc.vol, .lowres = oc.low, .full = oc.full};
+		struct be_output ogb = {.volume = og.vol, .lowres = og.low, .full = og.full};
+		rc = run_epoch(&be_cpu_ops, cs, e, raw, bbytes, ny, &ocb, err, sizeof(err));
+		if (rc == 0)
+			rc = run_epoch(&be_cuda_ops, gs, e, raw, bbytes, ny, &ogb, err,
+			               sizeof(err));
+		if (rc < 0)
+			goto out_unreg;
+		compare(&oc, &og, vox, low, full, &f);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	*pass = f.low_rel <= LOWRES_TOL && f.u8_frac >= U8_MIN_FRACTION && f.low_spread > 0.01;
+	printf("%-44s epochs %2u  lowres rel %.2e (<= %.0e)  u8 within 1 LSB %.5f%% (>= %.1f%%)",
+	       tc->name, f.epochs, f.low_rel, LOWRES_TOL, 100.0 * f.u8_frac,
+	       100.0 * U8_MIN_FRACTION);
+	if (full)
+		printf("  full rel %.2e", f.full_rel);
+	printf("  spread %.3f  %.1fs  %s%s\n", f.low_spread,
+	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, *pass ? "PASS" : "FAIL",
+	       f.low_spread > 0.01 ? "" : " (degenerate input)");
+out_unreg:
+	be_cuda_ops.host_unregister(gs, raw);
+out:
+	if (rc < 0)
+		printf("%-44s FAIL: %s\n", tc->name, err);
+	if (gs)
+		be_cuda_ops.destroy(gs);
+	if (cs)
+		be_cpu_ops.destroy(cs);
+	outs_free(&oc);
+	outs_free(&og);
+	free(raw);
+	sim_destroy(sim);
+	cfg_free(&c);
+	fflush(stdout);
+	return rc;
+}
+
+/* The CUDA backend refuses what it cannot do, with a message naming it. */
+static int error_checks(void)
+{
+	struct vr_config c;
+	void *st = NULL;
+	char err[1024] = "";
+	int fails = 0, rc;
+
+	cfg_defaults(&c);
+	geom(&c, 256, 8, 8, 1, 1, CFG_SAMPLE_U16);
+	c.gpu.device = 999;
+	rc = be_cuda_ops.create(&c, &st, err, sizeof(err));
+	bool ok = rc == -ENODEV && strstr(err, "gpu.device");
+	printf("error-bad-device: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_cuda_ops.destroy(st);
+
+	cfg_defaults(&c);
+	geom(&c, 65536, 60000, 60000, 1, 1, CFG_SAMPLE_U16);
+	c.reconstruct.mode = CFG_RECON_NONE;
+	st = NULL;
+	err[0] = '\0';
+	rc = be_cuda_ops.create(&c, &st, err, sizeof(err));
+	ok = rc == -ENOMEM && strstr(err, "GiB");
+	printf("error-too-large: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_cuda_ops.destroy(st);
+
+	cfg_defaults(&c);
+	geom(&c, 256, 8, 8, 1, 1, CFG_SAMPLE_U16);
+	st = NULL;
+	rc = be_cuda_ops.create(&c, &st, err, sizeof(err));
+	if (rc == 0) {
+		uint16_t *raw = calloc(256 * 8, sizeof(uint16_t));
+		uint8_t *vol = malloc(cfg_out_voxels(&c));
+		struct be_output o = {.volume = vol};
+		int r1 = be_cuda_ops.bscan_submit(st, 0, 8, raw);
+		int r2 = be_cuda_ops.bscan_submit(st, 0, 0, raw);
+		int r3 = be_cuda_ops.bscan_submit(st, 1, 1, raw);
+		int r4 = be_cuda_ops.epoch_finish(st, 0, &o, err, sizeof(err));
+		ok = r1 == -EINVAL && r2 == 0 && r3 == -EBUSY && r4 == -EINVAL &&
+		     strstr(err, "1 of 8");
+		printf("error-submit-finish: %s: %s\n", err, ok ? "PASS" : "FAIL");
+		fails += !ok;
+		struct vr_config n;
+		if (cfg_copy(&n, &c) == 0) {
+			n.geometry.samples_per_ascan = 512;
+			n.geometry.depth_range[1] = 256;
+			r1 = be_cuda_ops.update_live(st, &n, err, sizeof(err));
+			ok = r1 == -EINVAL && strstr(err, "rebuild");
+			printf("error-structural-live: %s: %s\n", err, ok ? "PASS" : "FAIL");
+			fails += !ok;
+			cfg_free(&n);
+		}
+		printf("device: %s\n", be_cuda_ops.device(st));
+		free(raw);
+		free(vol);
+		be_cuda_ops.destroy(st);
+	} else {
+		printf("error-submit-finish: create failed: %s: FAIL\n", err);
+		fails++;
+	}
+	cfg_free(&c);
+	return fails;
+}
+
+int main(int argc, char **argv)
+{
+	bool small = false, paper = false;
+	const char *only = NULL;
+	int fails = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--small")) {
+			small = true;
+		} else if (!strcmp(argv[i], "--paper")) {
+			paper = true;
+		} else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
+			only = argv[++i];
+		} else if (!strcmp(argv[i], "--list")) {
+			for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+				printf("%s%s\n", cases[k].name, cases[k].paper ? " (paper)" : "");
+			return 0;
+		} else {
+			fprintf(stderr,
+			        "usage: gpu_equal [--small | --paper] [--case NAME] [--list]\n"
+			        "  CUDA backend vs CPU reference; exit 0 pass, 1 fail, 77 no "
+			        "device\n");
+			return 2;
+		}
+	}
+	fails += host_table_check();
+	if (gpu_device_count() == 0) {
+		printf("SKIP: no CUDA device\n");
+		return fails ? 1 : 77;
+	}
+	if (!only)
+		fails += error_checks();
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		const struct tcase *tc = &cases[k];
+		bool pass = false;
+		if (only ? strcmp(only, tc->name) != 0
+		         : (small && tc->paper) || (paper && !tc->paper))
+			continue;
+		run_case(tc, &pass);
+		fails += !pass;
+	}
+	printf("%s: %d failure(s)\n", fails ? "FAIL" : "PASS", fails);
+	return fails ? 1 : 0;
+}
