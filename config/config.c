@@ -179,6 +179,10 @@ static int verror_at(struct cfg_ctx *ctx, int rc, struct cfg_mark m, const char 
 	int n = snprintf(ctx->err, ctx->errlen, "%s:%zu:%zu: %s: ", ctx->name, m.line, m.col, key);
 	if (n >= 0 && (size_t)n < ctx->errlen)
 		vsnprintf(ctx->err + n, ctx->errlen - n, fmt, ap);
+	/* one line, whatever the file held (keys, strings and paths are echoed) */
+	for (char *p = ctx->err; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
 	return rc;
 }
 

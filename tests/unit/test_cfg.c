@@ -311,6 +311,8 @@ static void test_unknown_and_duplicate_keys(void **state)
 	         "log: duplicate key (first given at line 1, column 1");
 	load_bad("gpu: {device: 0, device: 1}\n", "1:18", "gpu.device: duplicate key");
 	load_bad("1: 2\n", "1:1", "1: unknown key");
+	/* messages stay on one line whatever the file holds */
+	load_bad("\"a\\nb\": 1\n", "1:1", "a?b: unknown key");
 	load_bad("- 1\n", "1:1", "(root): expected a mapping");
 	load_bad("a: b\n---\nc: d\n", "1:1", "a: unknown key");
 	load_bad("instance: a\n---\ninstance: b\n", "3:1", "(root): a second YAML document");
