@@ -26,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 
 [ "$(id -u)" = 0 ] || fail "run as root (it installs and purges packages)"
-for tool in dpkg-buildpackage dh lintian fakeroot apt-get runuser pkg-config cc; do
+for tool in dpkg-buildpackage dh lintian fakeroot apt-get runuser setpriv pkg-config cc; do
 	command -v "$tool" >/dev/null || fail "$tool is missing: run 'make deps' first"
 done
 for p in "${PKGS[@]}"; do
@@ -93,7 +93,8 @@ sed -e "s|^instance: .*|instance: $INSTANCE|" -e "s|run_dir: /run/volrec|run_dir
 	/etc/volrec/volrecd.yaml >"$run/volrecd.yaml"
 chmod 0644 "$run/volrecd.yaml"
 grep -q "instance: $INSTANCE" "$run/volrecd.yaml" || fail "could not set the instance"
-runuser -u volrec -- /usr/sbin/volrecd -c "$run/volrecd.yaml" >"$WORK/volrecd.log" 2>&1 &
+# setpriv execs the daemon itself (runuser would stay in between and turn SIGTERM into 143)
+setpriv --reuid=volrec --regid=volrec --init-groups /usr/sbin/volrecd -c "$run/volrecd.yaml" >"$WORK/volrecd.log" 2>&1 &
 DAEMON_PID=$!
 for _ in $(seq 1 100); do
 	[ -e "/dev/shm/volrec.$INSTANCE" ] && break
