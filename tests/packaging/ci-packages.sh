@@ -111,10 +111,9 @@ runuser -u volrec -- env -u PYTHONPATH VOLREC_RUN_DIR="$run" /usr/bin/python3 -c
 import sys, volrec
 assert volrec.__file__.startswith('/usr/lib/python3/dist-packages/'), volrec.__file__
 with volrec.Client('$INSTANCE', run_dir='$run') as client:
-    with client.next(timeout=20.0) as vol:
-        a = vol.array
-        print('volume', vol.sequence, 'shape', a.shape, a.dtype, 'max', int(a.max()))
-        assert a.ndim == 3 and a.size > 0
+    with client.next_volume(timeout=20.0) as vol:
+        print('volume', vol.sequence, 'shape', vol.shape, vol.dtype, 'max', int(vol.max()))
+        assert vol.ndim == 3 and vol.size > 0
 "
 
 section "three-line C client built with pkg-config"
