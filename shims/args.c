@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libyaml parsing of the flat source.shim.args mapping for the example shims, with typed,
+ * range-checked getters.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "args.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EINVAL;
+}
+
+int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t errlen)
+{
+	yaml_parser_t p;
+	yaml_event_t ev;
+	int rc = 0, depth = 0, done = 0;
+	bool want_key = true, have_map = false;
+
+	memset(args, 0, sizeof(*args));
+	if (!yaml || !*yaml)
+		return 0;
+	if (!yaml_parser_initialize(&p))
+		return fail(err, errlen, "args: cannot initialize the YAML parser");
+	yaml_parser_set_input_string(&p, (const unsigned char *)yaml, strlen(yaml));
+	while (!done) {
+		if (!yaml_parser_parse(&p, &ev)) {
+			rc = fail(err, errlen, "args: YAML error at line %zu: %s",
+			          p.problem_mark.line + 1, p.problem ? p.problem : "?");
+			break;
+		}
+		switch (ev.type) {
+		case YAML_STREAM_END_EVENT:
+			done = 1;
+			break;
+		case YAML_MAPPING_START_EVENT:
+			if (depth > 0) {
+				rc = fail(err, errlen,
+				          "args: line %zu: nested mappings are not "
+				          "accepted (flat key: value only)",
+				          ev.start_mark.line + 1);
+				done = 1;
+			}
+			depth++;
+			have_map = true;
+			break;
+		case YAML_MAPPING_END_EVENT:
+			depth--;
+			break;
+		case YAML_SEQUENCE_START_EVENT:
+			rc = fail(err, errlen, "args: line %zu: lists are not accepted",
+			          ev.start_mark.line + 1);
+			done = 1;
+			break;
+		case YAML_SCALAR_EVENT: {
+			const char *v = (const char *)ev.data.scalar.value;
+			if (depth != 1) {
+				rc = fail(err, errlen,
+				          "args: must be a mapping, not the scalar '%s'", v);
+				done = 1;
+				break;
+			}
+			if (want_key) {
+				if (args->n == SHIM_ARGS_MAX) {
+					rc = fail(err, errlen, "args: more than %d keys",
+					          SHIM_ARGS_MAX);
+					done = 1;
+					break;
+				}
+				if (strlen(v) >= SHIM_ARG_KEY_MAX) {
+					rc = fail(err, errlen, "args: key '%.32s...' too long", v);
+					done = 1;
+					break;
+				}
+				for (size_t i = 0; i < args->n; i++)
+					if (!strcmp(args->a[i].key, v)) {
+						rc = fail(err, errlen,
+						          "args: line %zu: duplicate key '%s'",
+						          ev.start_mark.line + 1, v);
+						done = 1;
+					}
+				if (done)
+					break;
+				strcpy(args->a[args->n].key, v);
+				args->a[args->n].line = (unsigned)ev.start_mark.line + 1;
+			} else {
+				if (strlen(v) >= SHIM_ARG_VAL_MAX) {
+					rc = fail(err, errlen, "args: value of '%s' too long",
+					          args->a[args->n].key);
+					done = 1;
+					break;
+				}
+				strcpy(args->a[args->n].val, v);
+				args->n++;
+			}
+			want_key = !want_key;
+			break;
+		}
+		case YAML_ALIAS_EVENT:
+			rc = fail(err, errlen, "args: aliases are not accepted");
+			done = 1;
+			break;
+		default:
+			break;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&p);
+	(void)have_map; /* an empty document is fine; a scalar document was caught above */
+	return rc;
+}
+
+static struct shim_arg *find(struct shim_args *args, const char *key)
+{
+	for (size_t i = 0; i < args->n; i++)
+		if (!strcmp(args->a[i].key, key)) {
+			args->a[i].used = true;
+			return &args->a[i];
+		}
+	return NULL;
+}
+
+int shim_args_u64(struct shim_args *args, const char *key, uint64_t min, uint64_t max,
+                  uint64_t *out, char *err, size_t errlen)
+{
+	struct shim_arg *a = find(args, key);
+	char *end;
+
+	if (!a)
+		return 0;
+	errno = 0;
+	unsigned long long v = strtoull(a->val, &end, 0);
+	if (errno || end == a->val || *end || a->val[0] == '-' || v < min || v > max)
+		return fail(err, errlen, "args: line %u: %s: '%s' is not an integer in %llu..%llu",
+		            a->line, key, a->val, (unsigned long long)min, (unsigned long long)max);
+	*out = v;
+	return 0;
+}
+
+int shim_args_double(struct shim_args *args, const char *key, double min, double max, double *out,
+                     char *err, size_t errlen)
+{
+	struct shim_arg *a = find(args, key);
+	char *end;
+
+	if (!a)
+		return 0;
+	errno = 0;
+	double v = strtod(a->val, &end);
+	if (errno || end == a->val || *end || !isfinite(v) || v < min || v > max)
+		return fail(err, errlen, "args: line %u: %s: '%s' is not a number in %g..%g",
+		            a->line, key, a->val, min, max);
+	*out = v;
+	return 0;
+}
+
+int shim_args_bool(struct shim_args *args, const char *key, bool *out, char *err, size_t errlen)
+{
+	struct shim_arg *a = find(args, key);
+
+	if (!a)
+		return 0;
+	if (!strcmp(a->val, "true"))
+		*out = true;
+	else if (!strcmp(a->val, "false"))
+		*out = false;
+	else
+		return fail(err, errlen, "args: line %u: %s: '%s' is not true or false", a->line,
+		            key, a->val);
+	return 0;
+}
+
+int shim_args_str(struct shim_args *args, const char *key, char *out, size_t outlen, char *err,
+                  size_t errlen)
+{
+	struct shim_arg *a = find(args, key);
+
+	if (!a)
+		return 0;
+	if (strlen(a->val) >= outlen)
+		return fail(err, errlen, "args: line %u: %s: value too long (max %zu)", a->line,
+		            key, outlen - 1);
+	strcpy(out, a->val);
+	return 0;
+}
+
+int shim_args_check_unused(const struct shim_args *args, const char *allowed, char *err,
+                           size_t errlen)
+{
+	for (size_t i = 0; i < args->n; i++)
+		if (!args->a[i].used)
+			return fail(err, errlen, "args: line %u: unknown key '%s' (allowed: %s)",
+			            args->a[i].line, args->a[i].key, allowed);
+	return 0;
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shim argument parsing shared by the example shims: source.shim.args arrives as a YAML
+ * document holding one flat mapping of scalars, parsed here with libyaml.
+ */
+#ifndef VOLREC_SHIMS_ARGS_H
+#define VOLREC_SHIMS_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHIM_ARGS_MAX    32 /* keys accepted */
+#define SHIM_ARG_KEY_MAX 64
+#define SHIM_ARG_VAL_MAX 4096
+
+struct shim_arg {
+	char key[SHIM_ARG_KEY_MAX];
+	char val[SHIM_ARG_VAL_MAX];
+	unsigned line; /* 1-based line of the key in the document */
+	bool used;     /* set by the getters: unused keys are reported as unknown */
+};
+
+struct shim_args {
+	struct shim_arg a[SHIM_ARGS_MAX];
+	size_t n;
+};
+
+/* Parse yaml ("{}" or NULL: no keys). -EINVAL and a message on anything but a flat mapping
+ * of scalars (nested values, duplicate keys, too many or too long keys/values). */
+int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t errlen);
+
+/* Getters: 0 when absent (*out keeps its default), 0 when parsed, -EINVAL and a message
+ * naming the key and value when malformed or out of [min, max]. */
+int shim_args_u64(struct shim_args *args, const char *key, uint64_t min, uint64_t max,
+                  uint64_t *out, char *err, size_t errlen);
+int shim_args_double(struct shim_args *args, const char *key, double min, double max, double *out,
+                     char *err, size_t errlen);
+int shim_args_bool(struct shim_args *args, const char *key, bool *out, char *err, size_t errlen);
+int shim_args_str(struct shim_args *args, const char *key, char *out, size_t outlen, char *err,
+                  size_t errlen);
+/* -EINVAL naming the first key no getter asked for. */
+int shim_args_check_unused(const struct shim_args *args, const char *allowed, char *err,
+                           size_t errlen);
+
+#endif

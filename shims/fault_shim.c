@@ -1,0 +1,380 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libvolrec_fault_shim.so: a test shim that injects failures on command, so the daemon's
+ * fault handling (retry, back-off, degraded status, recovery) can be tested for real.
+ * Data: every A-scan is the same fixed spectrum (three reflectors), paced at the rate.
+ * args (all optional): fail_open, fail_configure, fail_start (bool); fail_every N and
+ * timeout_every N (every Nth acquire fails with -EIO / times out); stall_ms M with
+ * stall_after N (acquire N+1 blocks M ms, once); control_file PATH (see docs/shim.md: "ok",
+ * "error N", "timeout N", "stall MS [N]", read before every acquire).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "volrec/shim.h"
+#include "args.h"
+
+#define ALLOWED                                                                                    \
+	"fail_open, fail_configure, fail_start, fail_every, timeout_every, stall_ms, "             \
+	"stall_after, control_file"
+#define CONTROL_MAX 256
+
+struct fault_shim {
+	bool fail_configure, fail_start;
+	uint64_t fail_every, timeout_every, stall_ms, stall_after;
+	char control[SHIM_ARG_VAL_MAX];
+	struct volrec_shim_geometry geo;
+	void *ascan; /* one A-scan of samples */
+	size_t ascan_bytes;
+	uint64_t period_ns;
+	bool configured, started;
+	uint64_t t0, n; /* schedule origin, B-scans delivered */
+	uint64_t calls; /* acquire() calls */
+	uint64_t epoch;
+	uint32_t b;
+	bool stalled_once;
+	/* control file state */
+	char last_cmd[CONTROL_MAX];
+	struct timespec last_mtime;
+	uint64_t pend_errors, pend_timeouts, pend_stalls, pend_stall_ms;
+	int code;
+	char msg[512];
+};
+
+static __thread char open_msg[512];
+
+static int fail(struct fault_shim *s, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static int fail(struct fault_shim *s, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
+	va_end(ap);
+	s->code = code;
+	return code;
+}
+
+static uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_ms(uint64_t ms)
+{
+	struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
+	                      .tv_nsec = (long)(ms % 1000) * 1000000};
+	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+		;
+}
+
+static void sleep_until(uint64_t t)
+{
+	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
+	                      .tv_nsec = (long)(t % 1000000000ull)};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
+{
+	struct fault_shim *s;
+	struct shim_args args;
+	bool fail_open = false;
+	char err[448];
+	int rc;
+
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		snprintf(open_msg, sizeof(open_msg), "fault shim: out of memory");
+		return -ENOMEM;
+	}
+	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_bool(&args, "fail_open", &fail_open, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_bool(&args, "fail_configure", &s->fail_configure, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_bool(&args, "fail_start", &s->fail_start, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "fail_every", 0, UINT32_MAX, &s->fail_every, err,
+		                   sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "timeout_every", 0, UINT32_MAX, &s->timeout_every, err,
+		                   sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "stall_ms", 0, 3600000, &s->stall_ms, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "stall_after", 0, UINT32_MAX, &s->stall_after, err,
+		                   sizeof(err));
+	if (!rc)
+		rc = shim_args_str(&args, "control_file", s->control, sizeof(s->control), err,
+		                   sizeof(err));
+	if (!rc)
+		rc = shim_args_check_unused(&args, ALLOWED, err, sizeof(err));
+	if (!rc && fail_open) {
+		snprintf(err, sizeof(err), "open failed on request (fail_open: true)");
+		rc = -EIO;
+	}
+	if (rc) {
+		snprintf(open_msg, sizeof(open_msg), "fault shim: %s", err);
+		free(s);
+		return rc;
+	}
+	snprintf(info->name, sizeof(info->name), "fault-shim");
+	snprintf(info->version, sizeof(info->version), "%s", VOLREC_VERSION);
+	snprintf(info->device, sizeof(info->device), "fault injection%s%.90s",
+	         s->control[0] ? ", control file " : "", s->control);
+	*handle = s;
+	return 0;
+}
+
+/* A fixed spectrum: DC envelope plus three reflectors, quantized to the sample type. */
+static int make_ascan(struct fault_shim *s)
+{
+	const uint32_t K = s->geo.samples_per_ascan;
+	size_t ss = s->geo.sample_type == VOLREC_SAMPLE_F32 ? 4 : 2;
+
+	s->ascan_bytes = (size_t)K * ss;
+	s->ascan = malloc(s->ascan_bytes);
+	if (!s->ascan)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < K; i++) {
+		double e = (i - (K - 1) / 2.0) / (0.3 * K), env = exp(-0.5 * e * e);
+		double v = 20000 * env *
+		           (1 + 0.05 * cos(2 * M_PI * i * 0.1) + 0.03 * cos(2 * M_PI * i * 0.2) +
+		            0.02 * cos(2 * M_PI * i * 0.3));
+		if (s->geo.sample_type == VOLREC_SAMPLE_U16) {
+			uint16_t q = (uint16_t)lround(v);
+			memcpy((uint8_t *)s->ascan + 2 * i, &q, 2);
+		} else if (s->geo.sample_type == VOLREC_SAMPLE_I16) {
+			int16_t q = (int16_t)lround(v - 16384);
+			memcpy((uint8_t *)s->ascan + 2 * i, &q, 2);
+		} else {
+			float f = (float)v;
+			memcpy((uint8_t *)s->ascan + 4 * i, &f, 4);
+		}
+	}
+	return 0;
+}
+
+static int shim_configure(void *h, const struct volrec_shim_geometry *g)
+{
+	struct fault_shim *s = h;
+
+	if (s->fail_configure)
+		return fail(s, -EINVAL,
+		            "fault shim: configure failed on request (fail_configure: "
+		            "true)");
+	if (g->sample_type > VOLREC_SAMPLE_F32 || !g->samples_per_ascan || !g->ascans_per_bscan ||
+	    !g->bscans_per_volume)
+		return fail(s, -EINVAL, "fault shim: cannot deliver this geometry");
+	free(s->ascan);
+	s->geo = *g;
+	if (make_ascan(s))
+		return fail(s, -ENOMEM, "fault shim: out of memory");
+	s->period_ns = g->rate > 0 ? (uint64_t)(1e9 / (g->rate * g->bscans_per_volume) + 0.5) : 0;
+	s->configured = true;
+	return 0;
+}
+
+static int shim_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
+{
+	struct fault_shim *s = h;
+
+	if (ox >= s->geo.stride_x || oy >= s->geo.stride_y)
+		return fail(s, -EINVAL, "fault shim: offset (%u, %u) outside stride [%u, %u]", ox,
+		            oy, s->geo.stride_x, s->geo.stride_y);
+	if (s->b == 0)
+		s->epoch = epoch;
+	return 0;
+}
+
+static int shim_start(void *h)
+{
+	struct fault_shim *s = h;
+
+	if (!s->configured)
+		return fail(s, -EINVAL, "fault shim: start() before configure()");
+	if (s->fail_start)
+		return fail(s, -EIO, "fault shim: start failed on request (fail_start: true)");
+	s->t0 = now_ns(CLOCK_MONOTONIC);
+	s->n = 0;
+	s->started = true;
+	return 0;
+}
+
+/* Read the control file; a changed content or mtime (re)arms its command. */
+static int poll_control(struct fault_shim *s)
+{
+	char buf[CONTROL_MAX];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	if (!s->control[0])
+		return 0;
+	fd = open(s->control, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0; /* no file: no command */
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return 0;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		return 0;
+	buf[n] = 0;
+	buf[strcspn(buf, "\n")] = 0;
+	if (!strcmp(buf, s->last_cmd) && st.st_mtim.tv_sec == s->last_mtime.tv_sec &&
+	    st.st_mtim.tv_nsec == s->last_mtime.tv_nsec)
+		return 0;
+	snprintf(s->last_cmd, sizeof(s->last_cmd), "%s", buf);
+	s->last_mtime = st.st_mtim;
+
+	unsigned long long a = 1, b = 1;
+	char word[16] = "";
+	int got = sscanf(buf, "%15s %llu %llu", word, &a, &b);
+	if (got <= 0 || !strcmp(word, "ok")) {
+		s->pend_errors = s->pend_timeouts = s->pend_stalls = 0;
+	} else if (!strcmp(word, "error")) {
+		s->pend_errors = got >= 2 ? a : 1;
+	} else if (!strcmp(word, "timeout")) {
+		s->pend_timeouts = got >= 2 ? a : 1;
+	} else if (!strcmp(word, "stall") && got >= 2) {
+		s->pend_stall_ms = a;
+		s->pend_stalls = got >= 3 ? b : 1;
+	} else {
+		return fail(s, -EINVAL,
+		            "fault shim: control file %s: unknown command '%s' (ok, error N, "
+		            "timeout N, stall MS [N])",
+		            s->control, buf);
+	}
+	return 0;
+}
+
+static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
+                        struct volrec_shim_meta *meta)
+{
+	struct fault_shim *s = h;
+	size_t need;
+	int rc;
+
+	if (!s->started)
+		return fail(s, -EINVAL, "fault shim: acquire() before start()");
+	need = s->ascan_bytes * s->geo.ascans_per_bscan;
+	if (size < need)
+		return fail(s, -EINVAL, "fault shim: buffer of %zu bytes, a B-scan is %zu", size,
+		            need);
+	s->calls++;
+	rc = poll_control(s);
+	if (rc)
+		return rc;
+	if (s->pend_errors) {
+		s->pend_errors--;
+		return fail(s, -EIO, "fault shim: injected error (control file; %llu more)",
+		            (unsigned long long)s->pend_errors);
+	}
+	if (s->pend_timeouts) {
+		s->pend_timeouts--;
+		sleep_ms(timeout_ms > 0 ? (uint64_t)timeout_ms : 0);
+		return -ETIMEDOUT;
+	}
+	if (s->pend_stalls) {
+		s->pend_stalls--;
+		sleep_ms(s->pend_stall_ms); /* a hung driver: ignores timeout_ms */
+	}
+	if (s->fail_every && s->calls % s->fail_every == 0)
+		return fail(s, -EIO, "fault shim: injected error (fail_every: %llu, call %llu)",
+		            (unsigned long long)s->fail_every, (unsigned long long)s->calls);
+	if (s->timeout_every && s->calls % s->timeout_every == 0) {
+		sleep_ms(timeout_ms > 0 ? (uint64_t)timeout_ms : 0);
+		return -ETIMEDOUT;
+	}
+	if (s->stall_ms && !s->stalled_once && s->n == s->stall_after) {
+		s->stalled_once = true;
+		sleep_ms(s->stall_ms);
+	}
+	if (s->period_ns) {
+		uint64_t now = now_ns(CLOCK_MONOTONIC), due = s->t0 + (s->n + 1) * s->period_ns;
+		if (now > due + s->geo.bscans_per_volume * s->period_ns)
+			s->t0 = now - (s->n + 1) * s->period_ns; /* far behind: rebase */
+		else if (due > now && timeout_ms >= 0 &&
+		         due - now > (uint64_t)timeout_ms * 1000000ull) {
+			sleep_ms((uint64_t)timeout_ms);
+			return -ETIMEDOUT;
+		} else if (due > now) {
+			sleep_until(due);
+		}
+	}
+	for (uint32_t a = 0; a < s->geo.ascans_per_bscan; a++)
+		memcpy((uint8_t *)buf + a * s->ascan_bytes, s->ascan, s->ascan_bytes);
+	s->n++;
+	if (meta) {
+		meta->timestamp_ns = now_ns(CLOCK_REALTIME);
+		meta->epoch = s->epoch;
+		meta->bscan = s->b;
+		meta->flags = 0;
+	}
+	if (++s->b == s->geo.bscans_per_volume) {
+		s->b = 0;
+		s->epoch++;
+	}
+	return 0;
+}
+
+static int shim_stop(void *h)
+{
+	struct fault_shim *s = h;
+	s->started = false;
+	return 0;
+}
+
+static void shim_close(void *h)
+{
+	struct fault_shim *s = h;
+
+	if (!s)
+		return;
+	free(s->ascan);
+	free(s);
+}
+
+static const char *shim_strerror(void *h, int code)
+{
+	struct fault_shim *s = h;
+
+	if (!s)
+		return open_msg[0] ? open_msg : NULL;
+	return code && code == s->code ? s->msg : NULL;
+}
+
+static const struct volrec_shim_ops ops = {
+        .abi_version = VOLREC_SHIM_ABI_VERSION,
+        .struct_size = sizeof(struct volrec_shim_ops),
+        .open = shim_open,
+        .configure = shim_configure,
+        .set_scan_offset = shim_set_scan_offset,
+        .start = shim_start,
+        .acquire = shim_acquire,
+        .stop = shim_stop,
+        .close = shim_close,
+        .strerror = shim_strerror,
+};
+
+const struct volrec_shim_ops *volrec_shim_entry(void)
+{
+	return &ops;
+}

@@ -1,0 +1,13 @@
+# Example and test shims (docs/shim.md): each a separate .so, loaded by volrecd with dlopen and
+# never linked into it. libvolrec_synth_shim.so is the template for a real frame grabber;
+# libvolrec_fault_shim.so injects errors, timeouts and stalls for the daemon's tests.
+SHLIBS += volrec_synth_shim volrec_fault_shim
+volrec_synth_shim_SRCS := shims/synth_shim.c shims/args.c
+volrec_synth_shim_ARCHIVES := sim
+volrec_synth_shim_LDLIBS := -lyaml
+volrec_synth_shim_SOVERSION := 1
+volrec_synth_shim_VERSION_SCRIPT := shims/shim.map
+volrec_fault_shim_SRCS := shims/fault_shim.c shims/args.c
+volrec_fault_shim_LDLIBS := -lyaml
+volrec_fault_shim_SOVERSION := 1
+volrec_fault_shim_VERSION_SCRIPT := shims/shim.map

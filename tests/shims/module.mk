@@ -1,0 +1,9 @@
+# Deliberately broken shims for the source tests (tests/unit/test_src.c): each must be rejected
+# by src_open with a message naming the library and the fault.
+TEST_BAD_SHIMS := abi size null_acquire no_entry null_table
+SHLIBS += $(TEST_BAD_SHIMS:%=volrec_test_bad_%)
+$(foreach n,$(TEST_BAD_SHIMS),$(eval volrec_test_bad_$(n)_SRCS := tests/shims/bad_$(n).c)\
+	$(eval volrec_test_bad_$(n)_SOVERSION := 1))
+# the unit tests dlopen these and the example shims from $(B)/lib
+$(B)/tests/unit_runner: | $(foreach s,$(TEST_BAD_SHIMS:%=volrec_test_bad_%) volrec_synth_shim \
+	volrec_fault_shim,$(B)/lib/lib$(s).so)
