@@ -1,0 +1,11 @@
+# Benchmarks (`make bench`, never part of `make test`): runs `volrec bench` on the backend
+# BENCH_BACKEND (default auto) and records bench/results/<host>-<date>.json.
+BENCH_BACKEND ?= auto
+BENCH_ARGS ?=
+BENCH_JSON = bench/results/$(shell hostname -s)-$(shell date -u +%Y%m%dT%H%M%SZ).json
+
+bench: $(B)/bin/volrec
+	$(call msg,BENCH,$(BENCH_BACKEND))
+	@mkdir -p bench/results
+	$(Q)VOLREC_GIT_COMMIT=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
+		$(B)/bin/volrec bench --backend $(BENCH_BACKEND) -o $(BENCH_JSON) $(BENCH_ARGS)
