@@ -1,0 +1,92 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Every device check of the CUDA backend in one go on a GPU host (docs/gpu.md): the device
+# list, gpu_equal (small and paper geometry), compute-sanitizer memcheck and racecheck on the
+# small set, the benchmark (JSON), an nsys summary of the kernels and copies when time allows.
+# Usage, from the repository root: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR=build-gpu]
+# Needs the prebuilt BUILD_DIR/tests/{gpu_equal,gpu_bench} and .devlibs/lib (bundle-libs.sh).
+# Writes OUTDIR/*.log, OUTDIR/bench.json and OUTDIR/summary.txt; exit 0 when every step passed.
+set -u
+
+OUT=${1:?usage: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR]}
+B=${2:-build-gpu}
+BUDGET=${VOLREC_DEVICE_BUDGET_S:-480} # optional steps are skipped beyond this many seconds
+mkdir -p "$OUT" || exit 1
+OUT=$(cd "$OUT" && pwd)
+export LD_LIBRARY_PATH=$PWD/.devlibs/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export VOLREC_SRC=$PWD
+T0=$(date +%s)
+SUMMARY=()
+FAILED=0
+
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+NSYS=$(command -v nsys)
+for n in /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys; do
+	[ -z "$NSYS" ] && [ -x "$n" ] && NSYS=$n
+done
+COMMIT=${VOLREC_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || cat "$B/COMMIT" 2>/dev/null || echo unknown)}
+
+# step NAME LIMIT_S REQUIRED(1|0) COMMAND...: run with a time limit, log to OUT/NAME.log.
+step() {
+	local name=$1 limit=$2 required=$3 rc status start end
+	shift 3
+	start=$(date +%s)
+	if [ "$required" = 0 ] && [ $((start - T0 + limit)) -gt "$BUDGET" ]; then
+		SUMMARY+=("$(printf '%-18s %-8s %5s  %s' "$name" SKIPPED - "time budget")")
+		return 0
+	fi
+	echo "== $name: $*" | tee "$OUT/$name.log"
+	timeout -k 10 "$limit" "$@" >>"$OUT/$name.log" 2>&1
+	rc=$?
+	end=$(date +%s)
+	case $rc in
+	0) status=PASS ;;
+	77) status=SKIP ;;
+	124 | 137) status=TIMEOUT ;;
+	*) status=FAIL ;;
+	esac
+	if [ "$status" != PASS ] && [ "$required" = 1 ]; then
+		FAILED=$((FAILED + 1))
+	fi
+	tail -n 25 "$OUT/$name.log"
+	SUMMARY+=("$(printf '%-18s %-8s %5ss  rc=%d' "$name" "$status" $((end - start)) "$rc")")
+}
+
+for p in "$B/tests/gpu_equal" "$B/tests/gpu_bench"; do
+	if [ ! -x "$p" ]; then
+		echo "missing $p: build it first (docs/gpu.md)" | tee "$OUT/summary.txt"
+		exit 1
+	fi
+done
+
+step devices 20 1 nvidia-smi -L
+nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current \
+	--format=csv >>"$OUT/devices.log" 2>&1
+step libraries 10 1 bash -c "! ldd '$B/tests/gpu_equal' '$B/tests/gpu_bench' | grep 'not found'"
+step equal-small 60 1 "$B/tests/gpu_equal" --small
+step equal-paper 140 1 "$B/tests/gpu_equal" --paper
+step bench 75 1 "$B/tests/gpu_bench" --json "$OUT/bench.json" --commit "$COMMIT" --seconds 3
+step memcheck 90 1 "$SAN" --tool memcheck --leak-check full --error-exitcode 1 \
+	"$B/tests/gpu_equal" --small
+step racecheck 90 1 "$SAN" --tool racecheck --racecheck-report all --error-exitcode 1 \
+	"$B/tests/gpu_equal" --small
+if [ -n "$NSYS" ]; then
+	step nsys 90 0 "$NSYS" profile --force-overwrite true --stats=true -o "$OUT/bench-nsys" \
+		"$B/tests/gpu_bench" --seconds 1
+fi
+
+{
+	echo "volrec CUDA backend device run: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $COMMIT"
+	head -n 3 "$OUT/devices.log" | tail -n +2
+	printf '%s\n' "${SUMMARY[@]}"
+	echo "-- gpu_equal --small / --paper (last lines):"
+	grep -hE 'PASS|FAIL|SKIP' "$OUT/equal-small.log" "$OUT/equal-paper.log" 2>/dev/null | tail -n 40
+	echo "-- benchmark:"
+	sed -n '/^figure/,$p' "$OUT/bench.log" 2>/dev/null
+	echo "-- sanitizers:"
+	grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/memcheck.log" "$OUT/racecheck.log" 2>/dev/null
+	echo "total $(($(date +%s) - T0)) s; $FAILED required step(s) failed"
+} >"$OUT/summary.txt"
+echo
+cat "$OUT/summary.txt"
+[ "$FAILED" = 0 ]
