@@ -14,11 +14,11 @@
 #include "vrtest.h"
 #include "sim/sim.h"
 
-#define assert_near(a, b, tol)                                                                  \
-	do {                                                                                    \
-		double a_ = (a), b_ = (b), t_ = (tol);                                          \
-		if (!(fabs(a_ - b_) <= t_))                                                     \
-			fail_msg("%s = %.9g, expected %.9g within %g", #a, a_, b_, t_);         \
+#define assert_near(a, b, tol)                                                                     \
+	do {                                                                                       \
+		double a_ = (a), b_ = (b), t_ = (tol);                                             \
+		if (!(fabs(a_ - b_) <= t_))                                                        \
+			fail_msg("%s = %.9g, expected %.9g within %g", #a, a_, b_, t_);            \
 	} while (0)
 
 static struct sim_params small(void)
@@ -131,11 +131,11 @@ static void offset_ascans_land_at_full_resolution_positions(void **state)
 				float *hi = bscan(full, e, 0, 0, b * p.stride_y + oy);
 				for (uint32_t a = 0; a < p.ascans_per_bscan; a++)
 					assert_memory_equal(lo + (size_t)a * K,
-							    hi + (size_t)(a * p.stride_x + ox) * K,
-							    K * sizeof(float));
+					                    hi + (size_t)(a * p.stride_x + ox) * K,
+					                    K * sizeof(float));
 				/* and not at a neighbouring position */
 				assert_memory_not_equal(lo, hi + (size_t)((ox + 1) % 2) * K,
-							K * sizeof(float));
+				                        K * sizeof(float));
 				free(lo);
 				free(hi);
 			}
@@ -337,16 +337,17 @@ static double profile_truth_correlation(bool correct_dispersion, bool correct_k)
 		float *spec = bscan(s, e, ox, oy, b);
 		for (uint32_t a = 0; a < p.ascans_per_bscan; a += 3) {
 			const float *x = spec + (size_t)a * K;
-			const float *t = truth + ((size_t)(b * p.stride_y + oy) * X +
-						  a * p.stride_x + ox) * Z;
+			const float *t =
+			        truth +
+			        ((size_t)(b * p.stride_y + oy) * X + a * p.stride_x + ox) * Z;
 			for (uint32_t z = 0; z < Z; z++) {
 				double complex acc = 0;
 				for (uint32_t i = 0; i < K; i++) {
 					double u = correct_k ? sim_pixel_k(s, i) : i;
-					double du = i == 0 || i == K - 1
-							    ? 0.5
-							    : (sim_pixel_k(s, i + 1) -
-							       sim_pixel_k(s, i - 1)) / 2;
+					double du = i == 0 || i == K - 1 ? 0.5
+					                                 : (sim_pixel_k(s, i + 1) -
+					                                    sim_pixel_k(s, i - 1)) /
+					                                           2;
 					double v = u / (K - 1) - 0.5;
 					double ph = 2 * M_PI * u * z / K;
 					if (correct_dispersion)
@@ -379,8 +380,8 @@ static void truth_matches_spectra_with_the_exposed_corrections(void **state)
 
 	if (!(good > 0.9 && nodisp < good - 0.2 && nok < good - 0.2))
 		fail_msg("correlation with truth: corrected %.3f, no dispersion correction %.3f, "
-			 "no k correction %.3f",
-			 good, nodisp, nok);
+		         "no k correction %.3f",
+		         good, nodisp, nok);
 }
 
 static void truth_has_layers_and_moves_with_the_phantom(void **state)
@@ -418,17 +419,17 @@ static void truth_has_layers_and_moves_with_the_phantom(void **state)
 VR_TEST_GROUP(sim)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(same_seed_gives_same_bscans_in_any_order),
-		cmocka_unit_test(other_seed_or_epoch_gives_other_bscans),
-		cmocka_unit_test(scan_offset_follows_algorithms_md),
-		cmocka_unit_test(offset_ascans_land_at_full_resolution_positions),
-		cmocka_unit_test(bidirectional_reverses_odd_bscans),
-		cmocka_unit_test(shot_noise_matches_snr_db),
-		cmocka_unit_test(quantization_respects_sample_type_and_bit_shift),
-		cmocka_unit_test(bad_parameters_are_rejected_with_a_message),
-		cmocka_unit_test(resample_table_equals_poly_and_inverts_the_pixel_k_map),
-		cmocka_unit_test(truth_matches_spectra_with_the_exposed_corrections),
-		cmocka_unit_test(truth_has_layers_and_moves_with_the_phantom),
+	        cmocka_unit_test(same_seed_gives_same_bscans_in_any_order),
+	        cmocka_unit_test(other_seed_or_epoch_gives_other_bscans),
+	        cmocka_unit_test(scan_offset_follows_algorithms_md),
+	        cmocka_unit_test(offset_ascans_land_at_full_resolution_positions),
+	        cmocka_unit_test(bidirectional_reverses_odd_bscans),
+	        cmocka_unit_test(shot_noise_matches_snr_db),
+	        cmocka_unit_test(quantization_respects_sample_type_and_bit_shift),
+	        cmocka_unit_test(bad_parameters_are_rejected_with_a_message),
+	        cmocka_unit_test(resample_table_equals_poly_and_inverts_the_pixel_k_map),
+	        cmocka_unit_test(truth_matches_spectra_with_the_exposed_corrections),
+	        cmocka_unit_test(truth_has_layers_and_moves_with_the_phantom),
 	};
 	return cmocka_run_group_tests_name("sim", tests, NULL, NULL);
 }

@@ -1,0 +1,494 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of the sources: replay header round trip, raw files, looping and end of file,
+ * offsets, the malformed corpus of tests/replay/bad/, the synth source against the scanner,
+ * pacing and timeouts, and loading shims (good, faulty and broken ones).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vrtest.h"
+#include "src/internal.h"
+#include "sim/sim.h"
+
+static char tmpdir[256];
+
+static int setup_tmp(void **state)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/volrec-test-src-XXXXXX");
+	return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state)
+{
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* The geometry of tests/replay/make_bad.py: K 64, 4 A-scans, 3 B-scans, stride [2, 1], u16. */
+static void small_cfg(struct vr_config *c)
+{
+	cfg_defaults(c);
+	c->source.rate = 0;
+	c->source.synth.seed = 3;
+	c->geometry.samples_per_ascan = 64;
+	c->geometry.ascans_per_bscan = 4;
+	c->geometry.bscans_per_volume = 3;
+	c->geometry.stride[0] = 2;
+	c->geometry.stride[1] = 1;
+	c->geometry.depth_range[1] = 32;
+}
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void open_ok(const struct vr_config *c, unsigned flags, struct src_source *s)
+{
+	char err[CFG_ERR_MAX] = "";
+	int rc = src_open(c, flags, s, err, sizeof(err));
+	if (rc)
+		fail_msg("src_open: %s (%d)", err, rc);
+}
+
+static void open_fails(const struct vr_config *c, unsigned flags, const char *frag1,
+                       const char *frag2)
+{
+	struct src_source s;
+	char err[CFG_ERR_MAX] = "";
+	memset(&s, 0x5a, sizeof(s));
+	int rc = src_open(c, flags, &s, err, sizeof(err));
+	if (rc >= 0)
+		fail_msg("src_open succeeded, expected an error with '%s'", frag1);
+	if (!strstr(err, frag1) || (frag2 && !strstr(err, frag2)))
+		fail_msg("error '%s' lacks '%s'%s%s", err, frag1, frag2 ? " or " : "",
+		         frag2 ? frag2 : "");
+	assert_true(s.ops == (void *)0x5a5a5a5a5a5a5a5aull); /* untouched on failure */
+}
+
+/* Write a replay file of n epochs of synthetic B-scans; returns the data written. */
+static uint8_t *write_file(const char *path, bool raw, uint64_t n, bool offsets, const char *meta,
+                           size_t *bscan_bytes)
+{
+	struct vr_config c;
+	struct sim_params p;
+	struct sim *sim;
+	struct src_replay_writer *w;
+	struct src_replay_info info;
+	uint32_t(*off)[2] = calloc(n, sizeof(*off));
+	char err[CFG_ERR_MAX];
+
+	small_cfg(&c);
+	sim_params_from_config(&p, &c);
+	assert_int_equal(sim_create(&p, &sim, err, sizeof(err)), 0);
+	size_t bb = sim_bscan_bytes(sim);
+	uint8_t *all = malloc(bb * 3 * n);
+	memset(&info, 0, sizeof(info));
+	info.sample_type = VOLREC_SAMPLE_U16;
+	info.samples_per_ascan = 64;
+	info.ascans_per_bscan = 4;
+	info.bscans_per_volume = 3;
+	info.epochs = n;
+	info.stride_x = 2;
+	info.stride_y = 1;
+	info.flags = offsets ? SRC_REPLAY_FLAG_OFFSETS : 0;
+	for (uint64_t e = 0; e < n; e++)
+		sim_scan_offset(e, 2, 1, &off[e][0], &off[e][1]);
+	if (src_replay_writer_open(path, raw, &info, (const uint32_t(*)[2])off, meta, &w, err,
+	                           sizeof(err)))
+		fail_msg("writer: %s", err);
+	for (uint64_t e = 0; e < n; e++)
+		for (uint32_t b = 0; b < 3; b++) {
+			uint8_t *d = all + (e * 3 + b) * bb;
+			assert_int_equal(sim_bscan(sim, e, off[e][0], off[e][1], b, d, bb), 0);
+			assert_int_equal(src_replay_writer_bscan(w, d, bb, err, sizeof(err)), 0);
+		}
+	if (src_replay_writer_close(w, err, sizeof(err)))
+		fail_msg("writer close: %s", err);
+	sim_destroy(sim);
+	free(off);
+	*bscan_bytes = bb;
+	return all;
+}
+
+static void replay_header_round_trips(void **state)
+{
+	char path[PATH_MAX], err[CFG_ERR_MAX];
+	struct src_replay_info info;
+	size_t bb;
+	const char *meta = "scanner: synthetic\nseed: 3\n";
+
+	snprintf(path, sizeof(path), "%s/rt.rp", tmpdir);
+	uint8_t *data = write_file(path, false, 4, true, meta, &bb);
+	if (src_replay_probe(path, &info, err, sizeof(err)))
+		fail_msg("probe: %s", err);
+	assert_int_equal(info.version, SRC_REPLAY_VERSION);
+	assert_int_equal(info.header_size % SRC_REPLAY_ALIGN, 0);
+	assert_int_equal(info.sample_type, VOLREC_SAMPLE_U16);
+	assert_int_equal(info.samples_per_ascan, 64);
+	assert_int_equal(info.ascans_per_bscan, 4);
+	assert_int_equal(info.bscans_per_volume, 3);
+	assert_int_equal(info.epochs, 4);
+	assert_int_equal(info.stride_x, 2);
+	assert_int_equal(info.stride_y, 1);
+	assert_int_equal(info.flags, SRC_REPLAY_FLAG_OFFSETS);
+	assert_int_equal(info.metadata_len, strlen(meta));
+
+	struct vr_config c;
+	struct src_source s;
+	struct volrec_shim_meta m;
+	uint8_t *buf = malloc(bb);
+	small_cfg(&c);
+	c.source.type = CFG_SOURCE_REPLAY;
+	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	open_ok(&c, SRC_UNPACED | SRC_NO_LOOP, &s);
+	assert_int_equal(s.epochs, 4);
+	assert_string_equal(s.info.name, "replay");
+	assert_int_equal(s.ops->start(s.handle), 0);
+	for (uint32_t i = 0; i < 12; i++) {
+		assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+		assert_memory_equal(buf, data + i * bb, bb);
+		assert_int_equal(m.epoch, i / 3);
+		assert_int_equal(m.bscan, i % 3);
+		assert_true(m.timestamp_ns > 0);
+	}
+	int rc = s.ops->acquire(s.handle, buf, bb, 100, &m);
+	assert_int_equal(rc, -ENODATA);
+	assert_non_null(strstr(src_strerror(&s, rc), "end of file after 4 epochs"));
+	src_close(&s);
+	free(buf);
+	free(data);
+}
+
+static void replay_loops_and_follows_told_epochs(void **state)
+{
+	char path[PATH_MAX];
+	size_t bb;
+	struct vr_config c;
+	struct src_source s;
+	struct volrec_shim_meta m;
+
+	snprintf(path, sizeof(path), "%s/loop.rp", tmpdir);
+	uint8_t *data = write_file(path, false, 2, true, NULL, &bb);
+	uint8_t *buf = malloc(bb);
+	small_cfg(&c);
+	c.source.type = CFG_SOURCE_REPLAY;
+	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	open_ok(&c, SRC_UNPACED, &s);
+	assert_int_equal(s.ops->start(s.handle), 0);
+	for (uint32_t i = 0; i < 6 * 3 + 1; i++) {
+		assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+		assert_memory_equal(buf, data + (i % 6) * bb, bb);
+		assert_int_equal(m.epoch, i / 3);
+	}
+	/* mid-epoch: telling the current epoch again is refused */
+	assert_int_equal(s.ops->set_scan_offset(s.handle, 6, 0, 0), -EBUSY);
+	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+	/* epoch 9 is file epoch 1, recorded at (1, 0): (0, 0) is refused with the reason */
+	int rc = s.ops->set_scan_offset(s.handle, 9, 0, 0);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(src_strerror(&s, rc), "recorded at offset (1, 0)"));
+	assert_int_equal(s.ops->set_scan_offset(s.handle, 9, 1, 0), 0);
+	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+	assert_int_equal(m.epoch, 9);
+	assert_memory_equal(buf, data + 3 * bb, bb);
+	src_close(&s);
+	free(buf);
+	free(data);
+}
+
+static void raw_files_need_a_whole_number_of_epochs(void **state)
+{
+	char path[PATH_MAX];
+	size_t bb;
+	struct vr_config c;
+	struct src_source s;
+
+	snprintf(path, sizeof(path), "%s/x.raw", tmpdir);
+	uint8_t *data = write_file(path, true, 3, false, NULL, &bb);
+	small_cfg(&c);
+	c.source.type = CFG_SOURCE_REPLAY;
+	c.source.replay.format = CFG_REPLAY_RAW;
+	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	open_ok(&c, SRC_UNPACED, &s);
+	assert_int_equal(s.epochs, 3);
+	uint8_t *buf = malloc(bb);
+	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, NULL), 0);
+	assert_memory_equal(buf, data, bb);
+	src_close(&s);
+	/* the same file as a headerless one is not a volrec file */
+	c.source.replay.format = CFG_REPLAY_AUTO;
+	open_fails(&c, 0, "not a volrec replay file", path);
+	/* one byte more */
+	FILE *f = fopen(path, "ab");
+	fputc(1, f);
+	fclose(f);
+	c.source.replay.format = CFG_REPLAY_RAW;
+	open_fails(&c, 0, "file length 4609 is not a whole number of epochs of 1536 bytes",
+	           "3 whole epochs and 1 bytes left over");
+	free(buf);
+	free(data);
+}
+
+static void malformed_corpus_is_rejected(void **state)
+{
+	char path[PATH_MAX], line[1024];
+	struct vr_config c;
+	size_t n = 0;
+
+	snprintf(path, sizeof(path), "%s/tests/replay/bad/CASES", vrtest_src_dir());
+	FILE *f = fopen(path, "r");
+	if (!f)
+		fail_msg("cannot open %s", path);
+	while (fgets(line, sizeof(line), f)) {
+		if (line[0] == '#')
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		char *name = strtok(line, "\t"), *fmt = strtok(NULL, "\t"),
+		     *frag = strtok(NULL, "");
+		assert_non_null(frag);
+		small_cfg(&c);
+		c.source.type = CFG_SOURCE_REPLAY;
+		c.source.replay.format = !strcmp(fmt, "raw") ? CFG_REPLAY_RAW : CFG_REPLAY_AUTO;
+		snprintf(c.source.replay.path, sizeof(c.source.replay.path),
+		         "%s/tests/replay/bad/%s", vrtest_src_dir(), name);
+		open_fails(&c, 0, frag, name);
+		n++;
+	}
+	fclose(f);
+	assert_true(n >= 15);
+
+	/* the geometry is right: a well-formed file with it opens */
+	size_t bb;
+	struct src_source s;
+	snprintf(path, sizeof(path), "%s/good.rp", tmpdir);
+	free(write_file(path, false, 2, true, "a: 1\n", &bb));
+	small_cfg(&c);
+	c.source.type = CFG_SOURCE_REPLAY;
+	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	open_ok(&c, 0, &s);
+	src_close(&s);
+}
+
+static void synth_source_delivers_the_scanners_bscans_at_told_offsets(void **state)
+{
+	struct vr_config c;
+	struct src_source s;
+	struct sim_params p;
+	struct sim *sim;
+	struct volrec_shim_meta m;
+	char err[256];
+
+	small_cfg(&c);
+	sim_params_from_config(&p, &c);
+	assert_int_equal(sim_create(&p, &sim, err, sizeof(err)), 0);
+	size_t bb = sim_bscan_bytes(sim);
+	uint8_t *buf = malloc(bb), *ref = malloc(bb);
+	open_ok(&c, SRC_UNPACED, &s);
+	assert_int_equal(s.epochs, 0);
+	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), -EINVAL); /* not started */
+	assert_non_null(strstr(src_strerror(&s, -EINVAL), "before start()"));
+	assert_int_equal(s.ops->start(s.handle), 0);
+	/* epochs 0 and 1 at the default offsets (0,0), (1,0) */
+	for (uint32_t i = 0; i < 6; i++) {
+		uint32_t e = i / 3, b = i % 3;
+		assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+		assert_int_equal(sim_bscan(sim, e, e % 2, 0, b, ref, bb), 0);
+		assert_memory_equal(buf, ref, bb);
+		assert_int_equal(m.epoch, e);
+		assert_int_equal(m.bscan, b);
+	}
+	/* told: epoch 7 at (0, 0) (not its default (1, 0)) */
+	assert_int_equal(s.ops->set_scan_offset(s.handle, 7, 0, 0), 0);
+	assert_int_equal(s.ops->set_scan_offset(s.handle, 7, 2, 0), -EINVAL);
+	assert_non_null(strstr(src_strerror(&s, -EINVAL), "outside stride"));
+	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+	assert_int_equal(m.epoch, 7);
+	assert_int_equal(sim_bscan(sim, 7, 0, 0, 0, ref, bb), 0);
+	assert_memory_equal(buf, ref, bb);
+	src_close(&s);
+	sim_destroy(sim);
+	free(buf);
+	free(ref);
+}
+
+static void synth_is_paced_at_the_rate_and_times_out(void **state)
+{
+	struct vr_config c;
+	struct src_source s;
+	uint8_t buf[4 * 64 * 2];
+
+	small_cfg(&c);
+	c.source.rate = 100; /* 300 B-scans/s: 10 B-scans take at least 33 ms */
+	open_ok(&c, 0, &s);
+	assert_int_equal(s.ops->start(s.handle), 0);
+	double t0 = mono();
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 1000, NULL), 0);
+	double dt = mono() - t0;
+	if (dt < 0.030)
+		fail_msg("10 B-scans at 300/s took %.1f ms", dt * 1e3);
+	src_close(&s);
+
+	c.source.rate = 0.1; /* one B-scan every 3.3 s */
+	open_ok(&c, 0, &s);
+	assert_int_equal(s.ops->start(s.handle), 0);
+	t0 = mono();
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 20, NULL), -ETIMEDOUT);
+	assert_true(mono() - t0 >= 0.019);
+	src_close(&s);
+
+	/* unpaced: the same rate does not hold anything back */
+	open_ok(&c, SRC_UNPACED, &s);
+	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 0, NULL), 0);
+	src_close(&s);
+}
+
+static void shim_cfg(struct vr_config *c, const char *lib, const char *args)
+{
+	small_cfg(c);
+	c->source.type = CFG_SOURCE_SHIM;
+	snprintf(c->source.shim.library, sizeof(c->source.shim.library), "%s/lib/lib%s.so",
+	         vrtest_build_dir(), lib);
+	c->source.shim.args_yaml = (char *)args;
+}
+
+static void synth_shim_equals_the_builtin_synth(void **state)
+{
+	struct vr_config c, b;
+	struct src_source s, t;
+	uint8_t x[4 * 64 * 2], y[4 * 64 * 2];
+
+	shim_cfg(&c, "volrec_synth_shim", "{seed: 3, deg_per_s: 0.25, snr_db: 40}");
+	c.source.rate = 25;
+	small_cfg(&b);
+	b.source.rate = 25;
+	open_ok(&c, SRC_UNPACED, &s);
+	open_ok(&b, SRC_UNPACED, &t);
+	assert_non_null(s.dl);
+	assert_string_equal(s.info.name, "synth-shim");
+	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(t.ops->start(t.handle), 0);
+	assert_int_equal(s.ops->set_scan_offset(s.handle, 0, 1, 0), 0);
+	assert_int_equal(t.ops->set_scan_offset(t.handle, 0, 1, 0), 0);
+	for (int i = 0; i < 7; i++) {
+		assert_int_equal(s.ops->acquire(s.handle, x, sizeof(x), 100, NULL), 0);
+		assert_int_equal(t.ops->acquire(t.handle, y, sizeof(y), 100, NULL), 0);
+		assert_memory_equal(x, y, sizeof(x));
+	}
+	src_close(&s);
+	src_close(&t);
+
+	shim_cfg(&c, "volrec_synth_shim", "{seed: 3, colour: blue}");
+	open_fails(&c, 0, "unknown key 'colour'", "libvolrec_synth_shim.so");
+	shim_cfg(&c, "volrec_synth_shim", "{seed: [1, 2]}");
+	open_fails(&c, 0, "open(args) failed", "lists are not accepted");
+}
+
+static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
+{
+	struct vr_config c;
+	struct src_source s;
+	uint8_t buf[4 * 64 * 2];
+	char ctl[PATH_MAX], args[PATH_MAX + 64];
+	int rc;
+
+	shim_cfg(&c, "volrec_fault_shim", "{fail_open: true}");
+	open_fails(&c, 0, "fail_open: true", "libvolrec_fault_shim.so: open(args) failed");
+	shim_cfg(&c, "volrec_fault_shim", "{fail_configure: true}");
+	open_fails(&c, 0, "configure(K 64, nx 4, ny 3, u16, stride [2, 1]", "fail_configure");
+
+	shim_cfg(&c, "volrec_fault_shim", "{fail_every: 3, timeout_every: 5}");
+	open_ok(&c, SRC_UNPACED, &s);
+	assert_int_equal(s.ops->start(s.handle), 0);
+	for (int i = 1; i <= 6; i++) {
+		rc = s.ops->acquire(s.handle, buf, sizeof(buf), 1, NULL);
+		assert_int_equal(rc, i % 3 == 0 ? -EIO : i == 5 ? -ETIMEDOUT : 0);
+		if (rc == -EIO)
+			assert_non_null(strstr(src_strerror(&s, rc), "fail_every: 3"));
+	}
+	src_close(&s);
+
+	snprintf(ctl, sizeof(ctl), "%s/control", tmpdir);
+	snprintf(args, sizeof(args), "{control_file: '%s'}", ctl);
+	shim_cfg(&c, "volrec_fault_shim", args);
+	open_ok(&c, SRC_UNPACED, &s);
+	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), 0);
+	FILE *f = fopen(ctl, "w");
+	fputs("error 2\n", f);
+	fclose(f);
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), -EIO);
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), -EIO);
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), 0);
+	f = fopen(ctl, "w");
+	fputs("stall 60\n", f);
+	fclose(f);
+	double t0 = mono();
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), 0);
+	assert_true(mono() - t0 >= 0.055);
+	f = fopen(ctl, "w");
+	fputs("timeout 1\n", f);
+	fclose(f);
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), -ETIMEDOUT);
+	f = fopen(ctl, "w");
+	fputs("explode\n", f);
+	fclose(f);
+	rc = s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(src_strerror(&s, rc), "unknown command 'explode'"));
+	f = fopen(ctl, "w");
+	fputs("ok\n", f);
+	fclose(f);
+	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), 0);
+	src_close(&s);
+}
+
+static void broken_shims_are_rejected_naming_the_fault(void **state)
+{
+	struct vr_config c;
+
+	shim_cfg(&c, "volrec_test_bad_abi", "{}");
+	open_fails(&c, 0, "ABI version 2, this volrec speaks version 1", "bad_abi.so");
+	shim_cfg(&c, "volrec_test_bad_size", "{}");
+	open_fails(&c, 0, "function table is 16 bytes", "bad_size.so");
+	shim_cfg(&c, "volrec_test_bad_null_acquire", "{}");
+	open_fails(&c, 0, "function table has no acquire()", "bad_null_acquire.so");
+	shim_cfg(&c, "volrec_test_bad_no_entry", "{}");
+	open_fails(&c, 0, "no symbol volrec_shim_entry", "bad_no_entry.so");
+	shim_cfg(&c, "volrec_test_bad_null_table", "{}");
+	open_fails(&c, 0, "volrec_shim_entry() returned NULL", "bad_null_table.so");
+	shim_cfg(&c, "volrec_no_such_shim", "{}");
+	open_fails(&c, 0, "dlopen failed", "libvolrec_no_such_shim.so");
+	shim_cfg(&c, "x", "{}");
+	c.source.shim.library[0] = 0;
+	open_fails(&c, 0, "source.shim.library is not set", NULL);
+}
+
+VR_TEST_GROUP(src)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(replay_header_round_trips),
+	        cmocka_unit_test(replay_loops_and_follows_told_epochs),
+	        cmocka_unit_test(raw_files_need_a_whole_number_of_epochs),
+	        cmocka_unit_test(malformed_corpus_is_rejected),
+	        cmocka_unit_test(synth_source_delivers_the_scanners_bscans_at_told_offsets),
+	        cmocka_unit_test(synth_is_paced_at_the_rate_and_times_out),
+	        cmocka_unit_test(synth_shim_equals_the_builtin_synth),
+	        cmocka_unit_test(fault_shim_injects_errors_timeouts_and_stalls),
+	        cmocka_unit_test(broken_shims_are_rejected_naming_the_fault),
+	};
+	return cmocka_run_group_tests_name("src", tests, setup_tmp, teardown_tmp);
+}
