@@ -37,8 +37,11 @@ ipc_testreader_ARCHIVES := vrclient ipc
 ipc_bench_SRCS := tests/ipc/ipc_bench.c tests/ipc/ipc_testutil.c
 ipc_bench_ARCHIVES := vrclient ipc
 
-# `make bench-ipc`: notification latency and publish cost vs readers -> bench/results/.
+# `make bench-ipc` (part of `make bench`): notification latency and publish cost vs readers,
+# a table on stdout and bench/results/ipc-<host>-<date>.json.
 .PHONY: bench-ipc
+bench: bench-ipc
 bench-ipc: $(B)/tests/ipc_bench
 	$(call msg,BENCH,ipc)
-	$(Q)mkdir -p bench/results && $(B)/tests/ipc_bench --json bench/results/ipc-$$(hostname -s).json
+	$(Q)mkdir -p bench/results && $(B)/tests/ipc_bench \
+		--json bench/results/ipc-$$(hostname -s)-$$(date -u +%Y%m%dT%H%M%SZ).json
