@@ -231,8 +231,8 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 	return 0;
 }
 
-/* Upload the window / dispersion tables and set the preprocessing parameters. The streams
- * must be idle. */
+/* Upload every per-configuration table (st->tab) and set the preprocessing parameters that
+ * follow the configuration. The streams must be idle. */
 static int gpu_prep_upload(struct gpu_state *st, const struct vr_config *cfg, char *err,
                            size_t errlen)
 {
@@ -248,7 +248,20 @@ static int gpu_prep_upload(struct gpu_state *st, const struct vr_config *cfg, ch
 		CU(cudaMemcpyAsync(st->d_dim, st->tab.disp_im, kb, cudaMemcpyHostToDevice, s),
 		   "cudaMemcpyAsync(dispersion table)");
 	}
+	if (st->tab.reference)
+		CU(cudaMemcpyAsync(st->d_ref, st->tab.reference, kb, cudaMemcpyHostToDevice, s),
+		   "cudaMemcpyAsync(reference spectrum)");
+	if (st->tab.taps) {
+		CU(cudaMemcpyAsync(st->d_rs_idx, st->tab.rs_idx, st->K * sizeof(int32_t),
+		                   cudaMemcpyHostToDevice, s),
+		   "cudaMemcpyAsync(resampling indices)");
+		CU(cudaMemcpyAsync(st->d_rs_w, st->tab.rs_w, (size_t)st->tab.taps * kb,
+		                   cudaMemcpyHostToDevice, s),
+		   "cudaMemcpyAsync(resampling weights)");
+	}
 	CU(cudaStreamSynchronize(s), "cudaStreamSynchronize(table upload)");
+	st->prep.background = (int)cfg->preprocess.background.mode;
+	st->prep.taps = (int)st->tab.taps;
 	st->prep.complex_in = cfg->preprocess.dispersion.kind != CFG_DISP_NONE;
 	st->prep.db_lo = (float)cfg->preprocess.db_range[0];
 	st->prep.db_inv =
@@ -506,7 +519,7 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 		goto fail;
 	}
 
-	/* tables */
+	/* tables, at their largest so that a live update never allocates */
 	rc = gpu_malloc((void **)&st->d_window, st->K * sizeof(float), "window", err, errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_dre, st->K * sizeof(float), "dispersion", err,
@@ -514,38 +527,17 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_dim, st->K * sizeof(float), "dispersion", err,
 		                errlen);
-	if (rc == 0 && st->tab.reference)
+	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_ref, st->K * sizeof(float), "reference", err,
 		                errlen);
-	if (rc == 0 && st->tab.taps) {
+	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_rs_idx, st->K * sizeof(int32_t), "resample index",
 		                err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->d_rs_w,
-			                (size_t)st->tab.taps * st->K * sizeof(float),
-			                "resample weights", err, errlen);
-	}
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_rs_w, taps_max * st->K * sizeof(float),
+		                "resample weights", err, errlen);
 	if (rc < 0)
 		goto fail;
-	if (st->tab.reference) {
-		rc = gpu_cuda_check(cudaMemcpy(st->d_ref, st->tab.reference, st->K * sizeof(float),
-		                               cudaMemcpyHostToDevice),
-		                    "cudaMemcpy(reference)", err, errlen);
-		if (rc < 0)
-			goto fail;
-	}
-	if (st->tab.taps) {
-		rc = gpu_cuda_check(cudaMemcpy(st->d_rs_idx, st->tab.rs_idx,
-		                               st->K * sizeof(int32_t), cudaMemcpyHostToDevice),
-		                    "cudaMemcpy(resample index)", err, errlen);
-		if (rc == 0)
-			rc = gpu_cuda_check(cudaMemcpy(st->d_rs_w, st->tab.rs_w,
-			                               (size_t)st->tab.taps * st->K * sizeof(float),
-			                               cudaMemcpyHostToDevice),
-			                    "cudaMemcpy(resample weights)", err, errlen);
-		if (rc < 0)
-			goto fail;
-	}
 
 	/* volumes */
 	rc = gpu_malloc((void **)&st->le, st->le_count * sizeof(float), "L_e", err, errlen);
@@ -658,8 +650,6 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	        .bit_shift = cfg->geometry.sample_type == CFG_SAMPLE_F32
 	                             ? 0
 	                             : (int)cfg->geometry.bit_shift,
-	        .background = (int)cfg->preprocess.background.mode,
-	        .taps = (int)st->tab.taps,
 	        .nz = (int)st->nz,
 	        .z0 = (int)st->z0,
 	        .half = (int)(st->N / 2),
@@ -1011,22 +1001,27 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	struct gpu_tables nt = {0};
 	struct vr_config copy;
 	const enum cfg_recon_mode old_mode = st->mode;
+	const uint32_t sh =
+	        cfg->geometry.sample_type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
 	int rc;
 
-	if (cfg_is_structural_change(&st->cfg, cfg)) {
+	/* everything that sizes a buffer or a plan must stay (docs/algorithms.md, be_ops) */
+	if (cfg->geometry.samples_per_ascan != st->K || cfg_fft_len(cfg) != st->N ||
+	    cfg->geometry.ascans_per_bscan != st->nx || cfg->geometry.bscans_per_volume != st->ny ||
+	    cfg->geometry.stride[0] != st->sx || cfg->geometry.stride[1] != st->sy ||
+	    cfg->geometry.depth_range[0] != st->z0 || cfg_nz(cfg) != st->nz ||
+	    (int)cfg->geometry.sample_type != st->prep.sample_type ||
+	    (int)sh != st->prep.bit_shift || cfg->gpu.device != st->dev ||
+	    cfg->gpu.streams != st->ns) {
 		snprintf(err, errlen,
-		         "cuda backend: the change touches structural keys (geometry, background, "
-		         "resampling, dispersion on/off, devices, ...): needs a rebuild, not a "
-		         "live update");
+		         "cuda backend: geometry, zero_pad, sample type, bit shift or gpu "
+		         "device/streams changed: needs a rebuild, not a live update");
 		return -EINVAL;
 	}
-	if (!(cfg->preprocess.db_range[1] > cfg->preprocess.db_range[0])) {
-		snprintf(err, errlen, "preprocess.db_range: [%g, %g], need lo < hi",
-		         cfg->preprocess.db_range[0], cfg->preprocess.db_range[1]);
-		return -EINVAL;
-	}
-	nt.K = st->K;
-	rc = gpu_tables_live(cfg, &nt, err, errlen);
+	rc = gpu_check_geometry(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = gpu_tables_build(cfg, &nt, err, errlen);
 	if (rc < 0)
 		return rc;
 	cfg_defaults(&copy);
@@ -1048,14 +1043,12 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 		rc = gpu_sync_all(st, err, errlen);
 	if (rc < 0)
 		goto out;
-	/* commit: swap the live tables in, upload them */
-	free(st->tab.window);
-	free(st->tab.disp_re);
-	free(st->tab.disp_im);
-	st->tab.window = nt.window;
-	st->tab.disp_re = nt.disp_re;
-	st->tab.disp_im = nt.disp_im;
-	nt.window = nt.disp_re = nt.disp_im = NULL;
+	/* commit: swap the new tables in (the old ones are freed below) and upload them */
+	{
+		struct gpu_tables old = st->tab;
+		st->tab = nt;
+		nt = old;
+	}
 	rc = gpu_recon_live(st, cfg, err, errlen);
 	if (rc == 0)
 		rc = gpu_prep_upload(st, cfg, err, errlen);
