@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "ipc/internal.h"
 #include "ipc/ipc.h"
@@ -512,6 +513,40 @@ static void test_bad_arguments_rejected(void **state)
 	assert_non_null(strstr(ipc_writer_endpoint(f->w, 0), "tcp://127.0.0.1:"));
 }
 
+static void write_file(const char *path, const char *text)
+{
+	FILE *fp = fopen(path, "w");
+
+	assert_non_null(fp);
+	fputs(text, fp);
+	fclose(fp);
+}
+
+static void test_tcp_beyond_loopback_needs_matching_curve_keys(void **state)
+{
+	struct fx *f = *state;
+	char pub[41], sec[41], pub2[41], sec2[41];
+
+	assert_int_equal(zmq_curve_keypair(pub, sec), 0);
+	assert_int_equal(zmq_curve_keypair(pub2, sec2), 0);
+	snprintf(f->cfg.ipc.curve_secret_key, sizeof(f->cfg.ipc.curve_secret_key), "%s/server.key",
+	         f->run_dir);
+	snprintf(f->cfg.ipc.curve_public_key, sizeof(f->cfg.ipc.curve_public_key), "%s/server.pub",
+	         f->run_dir);
+	write_file(f->cfg.ipc.curve_secret_key, sec);
+	write_file(f->cfg.ipc.curve_public_key, pub2); /* not the secret key's */
+	snprintf(f->cfg.ipc.pub[0], sizeof(f->cfg.ipc.pub[0]), "tcp://*:0");
+	f->cfg.ipc.npub = 1;
+	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "does not belong"));
+	write_file(f->cfg.ipc.curve_public_key, "short\n");
+	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "40"));
+	write_file(f->cfg.ipc.curve_public_key, pub);
+	open_writer(f);
+	assert_non_null(strstr(ipc_writer_endpoint(f->w, 0), "tcp://"));
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 VR_TEST_GROUP(ipc)
@@ -531,6 +566,7 @@ VR_TEST_GROUP(ipc)
 	        T(test_client_follows_new_session),
 	        T(test_status_and_event_text_delivered),
 	        T(test_bad_arguments_rejected),
+	        T(test_tcp_beyond_loopback_needs_matching_curve_keys),
 	};
 	return cmocka_run_group_tests_name("ipc", tests, NULL, NULL);
 }
