@@ -91,8 +91,6 @@ def main():
          good(flags=2, offsets=[(1, 0), (0, 0)]))
     case("offset_table_past_header.rp", "auto", "offset table (16 bytes)",
          header(flags=2, header_size=64) + data())
-    case("offsets_cannot_loop.rp", "auto", "cannot loop",
-         header(flags=2, epochs=3, offsets=[(0, 0), (1, 0), (0, 0)]) + data(epochs=3))
     case("raw_empty.raw", "raw", "(raw): file is empty", b"")
     case("raw_not_multiple.raw", "raw", "not a whole number of epochs of 1536 bytes",
          data() + b"\1" * 100)

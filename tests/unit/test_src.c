@@ -207,6 +207,26 @@ static void replay_loops_and_follows_told_epochs(void **state)
 	free(data);
 }
 
+static void file_with_offsets_loops_only_over_whole_offset_cycles(void **state)
+{
+	char path[PATH_MAX];
+	size_t bb;
+	struct vr_config c;
+	struct src_source s;
+
+	snprintf(path, sizeof(path), "%s/odd.rp", tmpdir);
+	free(write_file(path, false, 3, true, NULL, &bb)); /* 3 epochs, S = 2 */
+	small_cfg(&c);
+	c.source.type = CFG_SOURCE_REPLAY;
+	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	open_fails(&c, 0, "not a whole number of 2-epoch offset cycles, so it cannot loop", path);
+	open_ok(&c, SRC_NO_LOOP, &s);
+	src_close(&s);
+	c.source.replay.loop = false;
+	open_ok(&c, 0, &s);
+	src_close(&s);
+}
+
 static void raw_files_need_a_whole_number_of_epochs(void **state)
 {
 	char path[PATH_MAX];
@@ -482,6 +502,7 @@ VR_TEST_GROUP(src)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(replay_header_round_trips),
 	        cmocka_unit_test(replay_loops_and_follows_told_epochs),
+	        cmocka_unit_test(file_with_offsets_loops_only_over_whole_offset_cycles),
 	        cmocka_unit_test(raw_files_need_a_whole_number_of_epochs),
 	        cmocka_unit_test(malformed_corpus_is_rejected),
 	        cmocka_unit_test(synth_source_delivers_the_scanners_bscans_at_told_offsets),

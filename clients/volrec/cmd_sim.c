@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec sim`: write a replay file (docs/replay-format.md) from the synthetic scanner at the
+ * configuration's geometry and source.synth settings, optionally with the ground-truth
+ * full-resolution volumes as HDF5.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "config/config.h"
+#include "sim/sim.h"
+#include "src/source.h"
+
+static void sim_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec sim -c FILE -o OUT [-n EPOCHS] [--truth TRUTH.h5]\n"
+	        "                  [--format volrec|raw]\n\n"
+	        "Scan the synthetic retina phantom (source.synth: seed, phantom, motion, snr_db) "
+	        "at\n"
+	        "the configuration's geometry and write the raw spectra as a replay file. Epoch e "
+	        "is\n"
+	        "scanned at ALGORITHMS.md's offset of e, at time e / source.rate (25 when 0).\n\n"
+	        "  -c, --config FILE    configuration (YAML)\n"
+	        "  -o, --output FILE    replay file to write (replaced)\n"
+	        "  -n, --epochs N       epochs to write (default S = sx*sy, one interlacing "
+	        "cycle)\n"
+	        "      --format F       volrec (default: versioned header with the per-epoch "
+	        "offsets\n"
+	        "                       and YAML metadata naming the scanner's corrections) or "
+	        "raw\n"
+	        "                       (headerless samples, source.replay.format: raw)\n"
+	        "      --truth FILE     also write HDF5 /truth f32 [n][Y][X][Z]: the ideal image\n"
+	        "                       amplitude in [0, 1] at every full-resolution position and\n"
+	        "                       output depth bin (depth_range, zero_pad), /epoch u64 [n],\n"
+	        "                       /offset u32 [n][2]\n"
+	        "  -h, --help           this text\n\n"
+	        "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n");
+}
+
+static int h5_uint_attr(hid_t obj, const char *name, size_t n, const uint32_t *v)
+{
+	hsize_t dims = n;
+	hid_t sp = H5Screate_simple(1, &dims, NULL);
+	hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, H5T_STD_U32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+	int rc = a >= 0 && H5Awrite(a, H5T_NATIVE_UINT32, v) >= 0 ? 0 : -EIO;
+
+	if (a >= 0)
+		H5Aclose(a);
+	if (sp >= 0)
+		H5Sclose(sp);
+	return rc;
+}
+
+/* Write a whole small dataset. */
+static int h5_write(hid_t file, const char *name, hid_t ftype, hid_t mtype, int rank,
+                    const hsize_t *dims, const void *data)
+{
+	hid_t sp = H5Screate_simple(rank, dims, NULL);
+	hid_t d = sp < 0 ? -1
+	                 : H5Dcreate2(file, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+	int rc = d >= 0 && H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -EIO;
+
+	if (d >= 0)
+		H5Dclose(d);
+	if (sp >= 0)
+		H5Sclose(sp);
+	return rc;
+}
+
+struct truth_file {
+	hid_t file, space, dset;
+	hsize_t dims[4];
+};
+
+static int truth_open(struct truth_file *t, const char *path, uint64_t n, uint32_t Y, uint32_t X,
+                      uint32_t Z, const struct vr_config *cfg)
+{
+	hsize_t chunk[4] = {1, 1, X, Z};
+	hid_t dcpl;
+
+	t->dims[0] = n;
+	t->dims[1] = Y;
+	t->dims[2] = X;
+	t->dims[3] = Z;
+	t->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+	if (t->file < 0)
+		return -EIO;
+	t->space = H5Screate_simple(4, t->dims, NULL);
+	dcpl = H5Pcreate(H5P_DATASET_CREATE);
+	H5Pset_chunk(dcpl, 4, chunk);
+	t->dset = H5Dcreate2(t->file, "truth", H5T_IEEE_F32LE, t->space, H5P_DEFAULT, dcpl,
+	                     H5P_DEFAULT);
+	H5Pclose(dcpl);
+	if (t->dset < 0)
+		return -EIO;
+	uint32_t geo[3] = {cfg->geometry.samples_per_ascan, cfg->geometry.ascans_per_bscan,
+	                   cfg->geometry.bscans_per_volume};
+	int rc = h5_uint_attr(t->dset, "samples_ascans_bscans", 3, geo);
+	if (!rc)
+		rc = h5_uint_attr(t->dset, "stride", 2, cfg->geometry.stride);
+	if (!rc)
+		rc = h5_uint_attr(t->dset, "depth_range", 2, cfg->geometry.depth_range);
+	if (!rc)
+		rc = h5_uint_attr(t->dset, "zero_pad", 1, &cfg->preprocess.zero_pad);
+	return rc;
+}
+
+static int truth_write(struct truth_file *t, uint64_t e, const float *vol)
+{
+	hsize_t start[4] = {e, 0, 0, 0}, count[4] = {1, t->dims[1], t->dims[2], t->dims[3]};
+	hid_t mem = H5Screate_simple(4, count, NULL);
+	int rc = 0;
+
+	if (H5Sselect_hyperslab(t->space, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+	    H5Dwrite(t->dset, H5T_NATIVE_FLOAT, mem, t->space, H5P_DEFAULT, vol) < 0)
+		rc = -EIO;
+	H5Sclose(mem);
+	return rc;
+}
+
+static int truth_close(struct truth_file *t)
+{
+	int rc = 0;
+
+	if (t->dset >= 0 && H5Dclose(t->dset) < 0)
+		rc = -EIO;
+	if (t->space >= 0)
+		H5Sclose(t->space);
+	if (t->file >= 0 && H5Fclose(t->file) < 0)
+		rc = -EIO;
+	t->dset = t->space = t->file = -1;
+	return rc;
+}
+
+VR_COMMAND(sim, "write a replay file from the synthetic scanner")
+{
+	static const struct option longopts[] = {
+	        {"config", required_argument, NULL, 'c'},
+	        {"output", required_argument, NULL, 'o'},
+	        {"epochs", required_argument, NULL, 'n'},
+	        {"truth", required_argument, NULL, 't'},
+	        {"format", required_argument, NULL, 'f'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	const char *cfg_path = NULL, *out = NULL, *truth_path = NULL;
+	struct truth_file truth = {-1, -1, -1, {0}};
+	struct src_replay_writer *w = NULL;
+	struct src_replay_info info;
+	struct sim_params p;
+	struct vr_config cfg;
+	struct sim *sim = NULL;
+	uint32_t(*offsets)[2] = NULL;
+	float *tvol = NULL;
+	void *buf = NULL;
+	char err[CFG_ERR_MAX], meta[2048];
+	long long n_arg = 0;
+	bool raw = false;
+	int c, rc, ret = VR_EXIT_FAIL;
+
+	cfg_defaults(&cfg);
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "c:o:n:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			cfg_path = optarg;
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		case 'n': {
+			char *end;
+			n_arg = strtoll(optarg, &end, 10);
+			if (*end || n_arg < 1 || n_arg > 1000000) {
+				fprintf(stderr, "volrec sim: -n %s: expected 1..1000000 epochs\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		}
+		case 't':
+			truth_path = optarg;
+			break;
+		case 'f':
+			if (!strcmp(optarg, "raw")) {
+				raw = true;
+			} else if (strcmp(optarg, "volrec") != 0) {
+				fprintf(stderr, "volrec sim: --format %s: expected volrec or raw\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			sim_usage(stdout);
+			return VR_EXIT_OK;
+		default:
+			sim_usage(stderr);
+			return VR_EXIT_USAGE;
+		}
+	}
+	if (!cfg_path || !out || optind != argc) {
+		fprintf(stderr, "volrec sim: %s\n",
+		        optind != argc ? "unexpected arguments"
+		                       : "-c FILE and -o FILE are required");
+		sim_usage(stderr);
+		return VR_EXIT_USAGE;
+	}
+	rc = cfg_load(&cfg, cfg_path, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "volrec sim: %s\n", err);
+		return VR_EXIT_USAGE;
+	}
+	sim_params_from_config(&p, &cfg);
+	rc = sim_create(&p, &sim, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "volrec sim: %s: %s\n", cfg_path, err);
+		ret = VR_EXIT_USAGE;
+		goto out;
+	}
+	const uint32_t sx = p.stride_x, sy = p.stride_y, ny = p.bscans_per_volume;
+	const uint64_t n = n_arg ? (uint64_t)n_arg : (uint64_t)sx * sy;
+	offsets = calloc(n, sizeof(*offsets));
+	buf = malloc(sim_bscan_bytes(sim));
+	if (!offsets || !buf) {
+		fprintf(stderr, "volrec sim: out of memory\n");
+		goto out;
+	}
+	for (uint64_t e = 0; e < n; e++)
+		sim_scan_offset(e, sx, sy, &offsets[e][0], &offsets[e][1]);
+
+	double poly[4], disp[2];
+	sim_resample_poly(sim, poly);
+	sim_dispersion_coeffs(sim, disp);
+	snprintf(meta, sizeof(meta),
+	         "generator: volrec sim %s\n"
+	         "phantom: %s\n"
+	         "seed: %llu\n"
+	         "deg_per_s: %.17g\n"
+	         "snr_db: %.17g\n"
+	         "rate: %.17g\n"
+	         "bit_shift: %u\n"
+	         "# corrections that undo the scanner's k non-linearity and dispersion exactly\n"
+	         "resample_poly: [%.17g, %.17g, %.17g, %.17g]\n"
+	         "dispersion_coeffs: [%.17g, %.17g]\n",
+	         VOLREC_VERSION, p.phantom, (unsigned long long)p.seed, p.deg_per_s, p.snr_db,
+	         p.rate, p.bit_shift, poly[0], poly[1], poly[2], poly[3], disp[0], disp[1]);
+
+	memset(&info, 0, sizeof(info));
+	info.sample_type = p.sample_type;
+	info.samples_per_ascan = p.samples_per_ascan;
+	info.ascans_per_bscan = p.ascans_per_bscan;
+	info.bscans_per_volume = ny;
+	info.epochs = n;
+	info.stride_x = sx;
+	info.stride_y = sy;
+	info.flags = SRC_REPLAY_FLAG_OFFSETS | (p.bidirectional ? SRC_REPLAY_FLAG_BIDIR : 0);
+	rc = src_replay_writer_open(out, raw, &info, (const uint32_t(*)[2])offsets, meta, &w, err,
+	                            sizeof(err));
+	if (rc) {
+		fprintf(stderr, "volrec sim: %s\n", err);
+		goto out;
+	}
+
+	const uint32_t Y = ny * sy, X = p.ascans_per_bscan * sx;
+	const uint32_t z0 = cfg.geometry.depth_range[0], z1 = cfg.geometry.depth_range[1];
+	if (truth_path) {
+		tvol = malloc((size_t)Y * X * (z1 - z0) * sizeof(float));
+		if (!tvol) {
+			fprintf(stderr,
+			        "volrec sim: out of memory for a %u x %u x %u truth volume\n", Y, X,
+			        z1 - z0);
+			goto out;
+		}
+		if (truth_open(&truth, truth_path, n, Y, X, z1 - z0, &cfg)) {
+			fprintf(stderr, "volrec sim: %s: cannot create the HDF5 file\n",
+			        truth_path);
+			goto out;
+		}
+	}
+
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint64_t e = 0; e < n; e++) {
+		for (uint32_t b = 0; b < ny; b++) {
+			rc = sim_bscan(sim, e, offsets[e][0], offsets[e][1], b, buf,
+			               sim_bscan_bytes(sim));
+			if (!rc)
+				rc = src_replay_writer_bscan(w, buf, sim_bscan_bytes(sim), err,
+				                             sizeof(err));
+			else
+				snprintf(err, sizeof(err), "B-scan %u of epoch %llu failed", b,
+				         (unsigned long long)e);
+			if (rc) {
+				fprintf(stderr, "volrec sim: %s\n", err);
+				goto out;
+			}
+		}
+		if (truth_path) {
+			if (sim_truth(sim, e, cfg.preprocess.zero_pad, z0, z1, tvol) ||
+			    truth_write(&truth, e, tvol)) {
+				fprintf(stderr,
+				        "volrec sim: %s: writing the truth of epoch %llu "
+				        "failed\n",
+				        truth_path, (unsigned long long)e);
+				goto out;
+			}
+		}
+	}
+	rc = src_replay_writer_close(w, err, sizeof(err));
+	w = NULL;
+	if (rc) {
+		fprintf(stderr, "volrec sim: %s\n", err);
+		goto out;
+	}
+	if (truth_path) {
+		uint64_t *ep = malloc(n * sizeof(*ep));
+		hsize_t d1 = n, d2[2] = {n, 2};
+		rc = ep ? 0 : -ENOMEM;
+		for (uint64_t e = 0; ep && e < n; e++)
+			ep[e] = e;
+		if (!rc)
+			rc = h5_write(truth.file, "epoch", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, &d1,
+			              ep);
+		if (!rc)
+			rc = h5_write(truth.file, "offset", H5T_STD_U32LE, H5T_NATIVE_UINT32, 2, d2,
+			              offsets);
+		free(ep);
+		if (rc || truth_close(&truth)) {
+			fprintf(stderr, "volrec sim: %s: writing HDF5 failed\n", truth_path);
+			goto out;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	fprintf(stderr,
+	        "volrec sim: wrote %llu epochs of %u x %u A-scans x %u samples to %s (%s) in %.2f "
+	        "s%s%s\n",
+	        (unsigned long long)n, ny, p.ascans_per_bscan, p.samples_per_ascan, out,
+	        raw ? "raw" : "volrec format", dt, truth_path ? ", truth in " : "",
+	        truth_path ? truth_path : "");
+	ret = VR_EXIT_OK;
+out:
+	src_replay_writer_abort(w);
+	if (truth.file >= 0) {
+		truth_close(&truth);
+		if (ret != VR_EXIT_OK)
+			remove(truth_path);
+	}
+	free(tvol);
+	free(buf);
+	free(offsets);
+	sim_destroy(sim);
+	cfg_free(&cfg);
+	return ret;
+}
