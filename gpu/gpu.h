@@ -139,12 +139,15 @@ struct gpu_bw {
 	double bidir_gbs;   /* each way, both directions at once (mean of the two) */
 	double d2h_shm_gbs; /* device -> cudaHostRegister'ed shm_open + mmap(MAP_SHARED) */
 	size_t bytes;       /* transfer size per copy */
+	bool shm_anonymous; /* /dev/shm too small: MAP_SHARED | MAP_ANONYMOUS instead */
 };
 
 /* Measure the copy bandwidths on device dev with transfers of bytes (best of reps). On
  * failure returns a negative errno with the message in err. Frees everything it allocates. */
 __attribute__((warn_unused_result)) int
 gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct gpu_bw *bw, char *err, size_t errlen);
+/* Whether /dev/shm has room for bytes more (containers often give it 64 MiB). */
+bool gpu_shm_fits(size_t bytes);
 /* Number of CUDA devices (0 when none or no driver). */
 int gpu_device_count(void);
 

@@ -9,9 +9,19 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "gpu.h"
+
+bool gpu_shm_fits(size_t bytes)
+{
+	struct statvfs v;
+
+	if (statvfs("/dev/shm", &v) < 0)
+		return false;
+	return (unsigned long long)v.f_bavail * v.f_frsize >= bytes + (16u << 20);
+}
 
 int gpu_device_count(void)
 {
@@ -141,25 +151,37 @@ int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct gpu_bw *bw, char
 		bw->bidir_gbs = bytes / (ms * 1e6); /* each way: both moved `bytes` in ms */
 	}
 
-	/* D2H into a registered POSIX shm mapping, like a publisher slot */
-	snprintf(name, sizeof(name), "/volrec-bench-%ld", (long)getpid());
-	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "shm_open(%s): %s", name, strerror(errno));
-		goto out;
-	}
-	shm_unlink(name);
-	if (ftruncate(fd, (off_t)bytes) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "ftruncate(shm, %zu): %s", bytes, strerror(errno));
-		goto out;
-	}
-	shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (shm == MAP_FAILED) {
-		rc = -errno;
-		snprintf(err, errlen, "mmap(shm, %zu): %s", bytes, strerror(errno));
-		goto out;
+	/* D2H into a registered POSIX shm mapping, like a publisher slot; where /dev/shm is
+	 * too small for it (containers), an anonymous shared mapping of the same kind */
+	if (!gpu_shm_fits(bytes)) {
+		shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (shm == MAP_FAILED) {
+			rc = -errno;
+			snprintf(err, errlen, "mmap(MAP_SHARED | MAP_ANONYMOUS, %zu): %s", bytes,
+			         strerror(errno));
+			goto out;
+		}
+		bw->shm_anonymous = true;
+	} else {
+		snprintf(name, sizeof(name), "/volrec-bench-%ld", (long)getpid());
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (fd < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "shm_open(%s): %s", name, strerror(errno));
+			goto out;
+		}
+		shm_unlink(name);
+		if (ftruncate(fd, (off_t)bytes) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "ftruncate(shm, %zu): %s", bytes, strerror(errno));
+			goto out;
+		}
+		shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (shm == MAP_FAILED) {
+			rc = -errno;
+			snprintf(err, errlen, "mmap(shm, %zu): %s", bytes, strerror(errno));
+			goto out;
+		}
 	}
 	memset(shm, 0, bytes); /* fault the pages in */
 	rc = gpu_cuda_check(cudaHostRegister(shm, bytes, cudaHostRegisterPortable),
