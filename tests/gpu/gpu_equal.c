@@ -586,7 +586,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 	}
 
 	/* the raw epoch in pinned memory of the CUDA backend (created first for host_alloc) */
-	raw = malloc(bbytes * ny);
+	raw = aligned_alloc(4096, (bbytes * ny + 4095) / 4096 * 4096); /* page-aligned */
 	if (!raw) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory for the raw epoch");
