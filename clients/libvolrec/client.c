@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -701,6 +702,28 @@ int volrec_view_release(struct volrec_client *c, struct volrec_view *view)
 void volrec_client_stats(const struct volrec_client *c, struct volrec_client_stats *st)
 {
 	*st = c->st;
+}
+
+void volrec_client_info(const struct volrec_client *c, struct volrec_segment_info *info)
+{
+	const struct volrec_shm_header *h = c->s.h;
+
+	memset(info, 0, sizeof(*info));
+	info->endpoint = c->endpoint;
+	if (!c->mapped)
+		return;
+	info->session_id = h->session_id;
+	info->ny = h->ny;
+	info->nx = h->nx;
+	info->nz = h->nz;
+	info->dtype = h->dtype;
+	info->slots = h->slot_count;
+	info->max_readers = h->max_readers;
+	info->writer_pid = h->writer_pid;
+	info->created_ns = h->created_ns;
+	info->latest_sequence = ipc_load64(&h->latest_sequence, memory_order_acquire);
+	info->writer_alive = ipc_load32(&h->state, memory_order_acquire) == VOLREC_STATE_LIVE &&
+	                     h->writer_pid > 0 && (kill(h->writer_pid, 0) == 0 || errno != ESRCH);
 }
 
 uint64_t volrec_client_session(const struct volrec_client *c)

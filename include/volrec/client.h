@@ -110,6 +110,20 @@ struct volrec_message {
 int volrec_client_next_message(struct volrec_client *c, int timeout_ms, struct volrec_message *msg);
 
 void volrec_client_stats(const struct volrec_client *c, struct volrec_client_stats *st);
+
+/* What the mapped segment says about its writer (for status tools). */
+struct volrec_segment_info {
+	uint64_t session_id;
+	uint32_t ny, nx, nz, dtype;
+	uint32_t slots;
+	uint32_t max_readers;
+	int32_t writer_pid;
+	int writer_alive;         /* 1: state live and the pid exists; 0: stopped or crashed */
+	uint64_t created_ns;      /* CLOCK_REALTIME ns */
+	uint64_t latest_sequence; /* newest published volume, 0 none */
+	const char *endpoint;     /* endpoint connected to; owned by the handle */
+};
+void volrec_client_info(const struct volrec_client *c, struct volrec_segment_info *info);
 /* Session id currently mapped. */
 uint64_t volrec_client_session(const struct volrec_client *c);
 /* Details of the last error on this handle ("" if none); owned by the handle. */

@@ -194,6 +194,15 @@ static void test_client_reads_volume_and_metadata(void **state)
 	assert_int_equal(v.ny * v.nx * v.nz, v.bytes);
 	assert_true(ipc_test_verify(v.data, v.bytes, 1));
 	assert_int_equal(volrec_client_next(c, 0, &v), -EBUSY);
+	{
+		struct volrec_segment_info info;
+		volrec_client_info(c, &info);
+		assert_int_equal(info.writer_pid, getpid());
+		assert_int_equal(info.writer_alive, 1);
+		assert_int_equal(info.latest_sequence, 1);
+		assert_int_equal(info.slots, 3);
+		assert_non_null(strstr(info.endpoint, "ipc://"));
+	}
 	assert_int_equal(volrec_view_release(c, &v), 0);
 	volrec_client_close(c);
 	assert_int_equal(ipc_writer_readers(f->w), 0);
