@@ -262,7 +262,6 @@ def test_python_volume_is_a_read_only_zero_copy_view(ipc, src_dir):
                 code = ("import ctypes,mmap,os\n"
                         "fd=os.open('/dev/shm/volrec.%s',os.O_RDONLY)\n"
                         "m=mmap.mmap(fd,0,mmap.MAP_SHARED,mmap.PROT_READ)\n"
-                        "a=ctypes.addressof(ctypes.c_char.from_buffer_copy(b'x'))\n"
                         "import numpy as np\n"
                         "v=np.frombuffer(m,dtype=np.uint8)\n"
                         "ctypes.memset(v.__array_interface__['data'][0]+%d,0,1)\n"
