@@ -16,6 +16,11 @@ enum {
 	VR_EXIT_FAIL = 1,
 	VR_EXIT_USAGE = 2,
 	VR_EXIT_NO_DAEMON = 3,
+	VR_EXIT_INCOMPLETE = 4, /* done, but volumes are missing (record: see /missed) */
+	VR_EXIT_REJECTED = 5,   /* the daemon refused the request (reload: reload_rejected) */
+	VR_EXIT_TIMEOUT = 6,    /* the daemon did not answer or confirm in time */
+	VR_EXIT_PERM = 7,       /* permission denied (shared memory, pid file, signal, output) */
+	VR_EXIT_NOSPACE = 8,    /* output stopped: disk full or file size limit (file closed) */
 };
 
 #endif

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec status`: one screen on a running daemon, from its next `status` message and its
+ * shared-memory header; `--json` prints the message itself for scripts.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "tools.h"
+
+static void status_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec status [--json] [--timeout S] [-i NAME] [-r DIR] [-c FILE]\n\n"
+	        "Show the state of a running volrecd: state, source, backend and device, "
+	        "geometry,\n"
+	        "rates, latency p50/p99 per stage, drops by cause, readers, uptime, last event.\n"
+	        "It waits for the daemon's next `status` message (every "
+	        "ipc.status_interval_ms).\n\n"
+	        "      --json           print the status message (one JSON object) and nothing "
+	        "else\n"
+	        "  -t, --timeout S      wait at most S seconds for it (default 3, or 2.5 "
+	        "intervals with -c)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ".\n");
+}
+
+VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
+{
+	static const struct option longopts[] = {
+	        TOOL_COMMON_LONGOPTS,
+	        {"json", no_argument, NULL, 'j'},
+	        {"timeout", required_argument, NULL, 't'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	struct tool_target tg;
+	struct tool_daemon d;
+	struct volrec_client *c = NULL;
+	struct tool_json st;
+	double timeout = 0;
+	bool json = false;
+	char *text = NULL;
+	int opt, rc;
+
+	tool_target_init(&tg);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "i:r:c:t:h", longopts, NULL)) != -1) {
+		rc = tool_target_option(&tg, "status", opt, optarg);
+		if (rc < 0)
+			return VR_EXIT_USAGE;
+		if (rc)
+			continue;
+		switch (opt) {
+		case 'j':
+			json = true;
+			break;
+		case 't':
+			if (tool_parse_seconds(optarg, &timeout)) {
+				fprintf(stderr, "volrec status: --timeout %s: need seconds > 0\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			status_usage(stdout);
+			return VR_EXIT_OK;
+		default:
+			status_usage(stderr);
+			return VR_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "volrec status: unexpected argument '%s'\n", argv[optind]);
+		return VR_EXIT_USAGE;
+	}
+	rc = tool_target_finish(&tg, "status");
+	if (rc)
+		return rc;
+	if (!timeout)
+		timeout = tool_status_timeout(&tg);
+
+	rc = tool_daemon_require(&tg, "status", &d);
+	if (rc)
+		return rc;
+	rc = tool_client_open(&tg, "status", VOLREC_SUB_STATUS, 0, &c);
+	if (rc)
+		return rc;
+	rc = tool_wait_status(c, timeout, &text);
+	volrec_client_close(c);
+	if (rc == -ETIMEDOUT) {
+		fprintf(stderr,
+		        "volrec status: volrecd (pid %d) sent no status message within %.1f s "
+		        "(state in shared memory: %s, latest volume #%llu); a long "
+		        "ipc.status_interval_ms? try --timeout\n",
+		        d.pid, timeout,
+		        !d.have_header                        ? "no segment"
+		        : d.header.state == VOLREC_STATE_LIVE ? "live"
+		        : d.header.state == VOLREC_STATE_INIT ? "initializing"
+		                                              : "closed",
+		        (unsigned long long)d.header.latest_sequence);
+		return VR_EXIT_TIMEOUT;
+	}
+	if (rc) {
+		fprintf(stderr, "volrec status: %s\n", volrec_strerror(rc));
+		return rc == -EINTR ? VR_EXIT_FAIL : tool_exit_for(rc);
+	}
+	if (json) {
+		fputs(text, stdout);
+		fputc('\n', stdout);
+	} else {
+		size_t at = 0;
+
+		if (tool_json_parse(&st, text, strlen(text), &at)) {
+			fprintf(stderr,
+			        "volrec status: malformed status message at byte %zu: %.200s\n", at,
+			        text);
+			free(text);
+			return VR_EXIT_FAIL;
+		}
+		/* the header again: the latest sequence right now */
+		if (tool_daemon_find(&tg, &d) < 0)
+			d.have_header = false;
+		tool_status_print(stdout, &st, d.have_header ? &d.header : NULL, "\n");
+		tool_json_free(&st);
+	}
+	free(text);
+	if (fflush(stdout) == EOF) {
+		fprintf(stderr, "volrec status: cannot write to stdout: %s\n", strerror(errno));
+		return VR_EXIT_FAIL;
+	}
+	return VR_EXIT_OK;
+}

@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec watch`: the status screen live, redrawn in place once a second on a terminal (one
+ * plain line a second otherwise), with the volume notifications as they arrive and the events.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "tools.h"
+
+#define WATCH_EVENTS 4  /* events kept on the screen */
+#define WATCH_SEQS   12 /* sequence numbers shown */
+
+static void watch_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec watch [-n N] [-s S] [-i NAME] [-r DIR] [-c FILE]\n\n"
+	        "Watch a running volrecd live: the status screen (see volrec status) redrawn once "
+	        "a\n"
+	        "second on a terminal, with the volumes as they are announced (sequence, epoch, "
+	        "scan\n"
+	        "offset, latency) and the daemon's events. When stdout is not a terminal, one "
+	        "line\n"
+	        "per second and one line per event. Ctrl-C (SIGINT) or SIGTERM end it (exit "
+	        "0).\n\n"
+	        "  -n, --count N        stop after N volumes\n"
+	        "  -s, --seconds S      stop after S seconds\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP
+	        ";\n"
+	        "3 also when the daemon goes away while watching (0 if it said it was "
+	        "stopping).\n");
+}
+
+struct watch {
+	bool tty;
+	char *status;        /* last status message (owned) */
+	struct tool_json st; /* parsed from it */
+	bool have_st;
+	char events[WATCH_EVENTS][640];
+	int nevents;
+	uint64_t seqs[WATCH_SEQS];
+	int nseqs;
+	struct volrec_view last; /* copy of the last view (data pointer not used) */
+	uint64_t seen, torn;
+	bool stopping; /* the daemon announced `stopping` */
+	double t0;
+};
+
+static void take_status(struct watch *w, const char *text, size_t len)
+{
+	char *copy = strndup(text, len);
+
+	if (!copy)
+		return;
+	if (w->have_st)
+		tool_json_free(&w->st);
+	free(w->status);
+	w->status = copy;
+	w->have_st = tool_json_parse(&w->st, copy, strlen(copy), NULL) == 0;
+}
+
+static void take_event(struct watch *w, const char *text, size_t len)
+{
+	struct tool_json ev;
+	char name[64];
+
+	if (tool_json_parse(&ev, text, len, NULL))
+		return;
+	if (w->nevents == WATCH_EVENTS) {
+		memmove(w->events[0], w->events[1], sizeof(w->events[0]) * (WATCH_EVENTS - 1));
+		w->nevents--;
+	}
+	tool_event_line(&ev, w->events[w->nevents], sizeof(w->events[0]));
+	tool_json_str(&ev, "event", name, sizeof(name));
+	if (!strcmp(name, "stopping"))
+		w->stopping = true;
+	if (!w->tty)
+		printf("event %s\n", w->events[w->nevents]);
+	w->nevents++;
+	tool_json_free(&ev);
+}
+
+static void take_volume(struct watch *w, const struct volrec_view *v)
+{
+	if (w->nseqs == WATCH_SEQS) {
+		memmove(w->seqs, w->seqs + 1, sizeof(w->seqs[0]) * (WATCH_SEQS - 1));
+		w->nseqs--;
+	}
+	w->seqs[w->nseqs++] = v->sequence;
+	w->last = *v;
+	w->seen++;
+}
+
+static void draw(struct watch *w, struct volrec_client *c, const struct tool_daemon *d)
+{
+	struct volrec_client_stats cs;
+	const char *eol = w->tty ? "\033[K\n" : "\n";
+
+	volrec_client_stats(c, &cs);
+	if (!w->tty) {
+		char state[32] = "?";
+
+		if (w->have_st)
+			tool_json_str(&w->st, "state", state, sizeof(state));
+		printf("%.1f s: %s; volume #%" PRIu64 " epoch %" PRIu64 " offset (%d, %d) "
+		       "latency %.2f ms; %.2f volumes/s; latency p50/p99 %.2f/%.2f ms; drops %.0f; "
+		       "readers %.0f; seen %" PRIu64 ", missed %" PRIu64 ", torn %" PRIu64 "\n",
+		       tool_now() - w->t0, state, w->last.sequence, w->last.epoch, w->last.offset_x,
+		       w->last.offset_y, (double)w->last.latency_ns / 1e6,
+		       w->have_st ? tool_json_num(&w->st, "rates.volumes_per_s", 0) : 0,
+		       w->have_st ? tool_json_num(&w->st, "latency_ms.acquire_to_publish.p50", 0)
+		                  : 0,
+		       w->have_st ? tool_json_num(&w->st, "latency_ms.acquire_to_publish.p99", 0)
+		                  : 0,
+		       w->have_st ? tool_json_num(&w->st, "drops.total", 0) : 0,
+		       w->have_st ? tool_json_num(&w->st, "readers", 0) : 0, w->seen, cs.missed,
+		       w->torn);
+		fflush(stdout);
+		return;
+	}
+	fputs("\033[H", stdout);
+	if (w->have_st)
+		tool_status_print(stdout, &w->st, d->have_header ? &d->header : NULL, eol);
+	else
+		printf("volrecd %s: waiting for its first status message...%s", "", eol);
+	printf("%s", eol);
+	printf("  latest    #%" PRIu64 ": epoch %" PRIu64
+	       ", offset (%d, %d), latency %.2f ms%s%s%s",
+	       w->last.sequence, w->last.epoch, w->last.offset_x, w->last.offset_y,
+	       (double)w->last.latency_ns / 1e6,
+	       w->last.flags & VOLREC_FLAG_PARTIAL ? ", partial" : "",
+	       w->last.flags & VOLREC_FLAG_RESET ? ", history reset" : "", eol);
+	printf("  arriving ");
+	for (int i = 0; i < w->nseqs; i++)
+		printf(" %" PRIu64, w->seqs[i]);
+	printf("%s", eol);
+	printf("  watcher   %" PRIu64 " volumes seen, %" PRIu64 " missed, %" PRIu64
+	       " torn, %.0f s%s",
+	       w->seen, cs.missed, w->torn, tool_now() - w->t0, eol);
+	for (int i = 0; i < w->nevents; i++)
+		printf("  %s %s%s", i ? "         " : "events   ", w->events[i], eol);
+	printf("  (Ctrl-C to quit)%s\033[J", eol);
+	fflush(stdout);
+}
+
+VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
+{
+	static const struct option longopts[] = {
+	        TOOL_COMMON_LONGOPTS,
+	        {"count", required_argument, NULL, 'n'},
+	        {"seconds", required_argument, NULL, 's'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	struct tool_target tg;
+	struct tool_daemon d;
+	struct volrec_client *c = NULL;
+	struct watch w;
+	uint64_t count = 0;
+	double seconds = 0, next_draw;
+	int opt, rc, status = VR_EXIT_OK;
+
+	tool_target_init(&tg);
+	memset(&w, 0, sizeof(w));
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "i:r:c:n:s:h", longopts, NULL)) != -1) {
+		rc = tool_target_option(&tg, "watch", opt, optarg);
+		if (rc < 0)
+			return VR_EXIT_USAGE;
+		if (rc)
+			continue;
+		switch (opt) {
+		case 'n':
+			if (tool_parse_u64(optarg, 1, UINT64_MAX, &count)) {
+				fprintf(stderr,
+				        "volrec watch: --count %s: need a whole number >= 1\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 's':
+			if (tool_parse_seconds(optarg, &seconds)) {
+				fprintf(stderr, "volrec watch: --seconds %s: need seconds > 0\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			watch_usage(stdout);
+			return VR_EXIT_OK;
+		default:
+			watch_usage(stderr);
+			return VR_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "volrec watch: unexpected argument '%s'\n", argv[optind]);
+		return VR_EXIT_USAGE;
+	}
+	rc = tool_target_finish(&tg, "watch");
+	if (rc)
+		return rc;
+	rc = tool_daemon_require(&tg, "watch", &d);
+	if (rc)
+		return rc;
+	rc = tool_client_open(&tg, "watch", VOLREC_SUB_VOL | VOLREC_SUB_STATUS | VOLREC_SUB_EVENT,
+	                      0, &c);
+	if (rc)
+		return rc;
+
+	tool_catch_signals();
+	w.tty = isatty(STDOUT_FILENO);
+	w.t0 = tool_now();
+	if (w.tty)
+		fputs("\033[H\033[2J", stdout);
+	next_draw = w.t0 + 1.0;
+	for (;;) {
+		struct volrec_message m;
+		double now = tool_now();
+		int wait_ms;
+
+		if (tool_interrupted())
+			break;
+		if (seconds && now - w.t0 >= seconds)
+			break;
+		if (count && w.seen >= count)
+			break;
+		if (now >= next_draw) {
+			if (tool_daemon_find(&tg, &d) == 0 && !d.pid) {
+				draw(&w, c, &d);
+				fprintf(stderr, "volrec watch: volrecd of instance '%s' %s\n",
+				        tg.instance,
+				        w.stopping ? "stopped"
+				                   : "is gone (no stopping event seen)");
+				status = w.stopping ? VR_EXIT_OK : VR_EXIT_NO_DAEMON;
+				goto out;
+			}
+			draw(&w, c, &d);
+			next_draw += 1.0;
+			if (next_draw < now)
+				next_draw = now + 1.0;
+			continue;
+		}
+		wait_ms = (int)((next_draw - now) * 1000) + 1;
+		if (seconds && (w.t0 + seconds - now) * 1000 < wait_ms)
+			wait_ms = (int)((w.t0 + seconds - now) * 1000) + 1;
+		rc = volrec_client_next_message(c, wait_ms, &m);
+		if (rc == -ETIMEDOUT || rc == -EINTR || rc == -EAGAIN || rc == -EPROTO)
+			continue;
+		if (rc) {
+			fprintf(stderr, "volrec watch: %s: %s\n", volrec_strerror(rc),
+			        volrec_client_error(c));
+			status = VR_EXIT_FAIL;
+			goto out;
+		}
+		switch (m.type) {
+		case VOLREC_MSG_VOL:
+			if (volrec_view_release(c, &m.view) == VOLREC_ETORN)
+				w.torn++;
+			take_volume(&w, &m.view);
+			break;
+		case VOLREC_MSG_STATUS:
+			take_status(&w, m.text, m.len);
+			break;
+		case VOLREC_MSG_EVENT:
+			take_event(&w, m.text, m.len);
+			break;
+		}
+	}
+	tool_daemon_find(&tg, &d);
+	draw(&w, c, &d);
+out:
+	volrec_client_close(c);
+	if (w.have_st)
+		tool_json_free(&w.st);
+	free(w.status);
+	if (fflush(stdout) == EOF && status == VR_EXIT_OK) {
+		fprintf(stderr, "volrec watch: cannot write to stdout: %s\n", strerror(errno));
+		status = VR_EXIT_FAIL;
+	}
+	return status;
+}

@@ -1,0 +1,417 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the operator's tools share: the --instance/--run-dir/-c options, finding the daemon of an
+ * instance (pid file, shared-memory header, /proc), opening a client with clear errors, signal
+ * flags and free-space checks.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "config/config.h"
+#include "tools.h"
+
+void tool_target_init(struct tool_target *t)
+{
+	memset(t, 0, sizeof(*t));
+}
+
+static bool instance_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > VOLREC_INSTANCE_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-'))
+			return false;
+	}
+	return true;
+}
+
+int tool_target_option(struct tool_target *t, const char *cmd, int opt, const char *arg)
+{
+	switch (opt) {
+	case 'i':
+	case TOOL_OPT_INSTANCE:
+		if (!instance_valid(arg)) {
+			fprintf(stderr,
+			        "volrec %s: --instance '%s': need 1-%d characters of A-Z a-z 0-9 _ "
+			        "-\n",
+			        cmd, arg, VOLREC_INSTANCE_MAX);
+			return -1;
+		}
+		snprintf(t->instance, sizeof(t->instance), "%s", arg);
+		t->instance_set = true;
+		return 1;
+	case 'r':
+	case TOOL_OPT_RUN_DIR:
+		if (!*arg || strlen(arg) >= sizeof(t->run_dir)) {
+			fprintf(stderr, "volrec %s: --run-dir: need a directory path\n", cmd);
+			return -1;
+		}
+		snprintf(t->run_dir, sizeof(t->run_dir), "%s", arg);
+		t->run_dir_set = true;
+		return 1;
+	case 'c':
+	case TOOL_OPT_CONFIG:
+		if (!*arg || strlen(arg) >= sizeof(t->config)) {
+			fprintf(stderr, "volrec %s: -c: need a configuration file\n", cmd);
+			return -1;
+		}
+		snprintf(t->config, sizeof(t->config), "%s", arg);
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+int tool_target_finish(struct tool_target *t, const char *cmd)
+{
+	if (t->config[0]) {
+		struct vr_config cfg;
+		char err[CFG_ERR_MAX];
+
+		cfg_defaults(&cfg);
+		if (cfg_load(&cfg, t->config, err, sizeof(err)) < 0) {
+			fprintf(stderr, "volrec %s: %s\n", cmd, err);
+			cfg_free(&cfg);
+			return VR_EXIT_USAGE;
+		}
+		if (!t->instance_set)
+			snprintf(t->instance, sizeof(t->instance), "%s", cfg.instance);
+		if (!t->run_dir_set)
+			snprintf(t->run_dir, sizeof(t->run_dir), "%s", cfg.ipc.run_dir);
+		t->status_interval_s = cfg.ipc.status_interval_ms / 1000.0;
+		cfg_free(&cfg);
+	}
+	if (!t->instance[0])
+		snprintf(t->instance, sizeof(t->instance), "default");
+	if (!t->run_dir[0]) {
+		const char *env = getenv("VOLREC_RUN_DIR");
+
+		snprintf(t->run_dir, sizeof(t->run_dir), "%s",
+		         env && *env ? env : VOLREC_DEFAULT_RUN_DIR);
+	}
+	return VR_EXIT_OK;
+}
+
+double tool_status_timeout(const struct tool_target *t)
+{
+	double s = 2.5 * t->status_interval_s;
+
+	return s > 3.0 ? s : 3.0;
+}
+
+int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int tool_parse_seconds(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s)
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !isfinite(v) || v <= 0 || v > 1e7)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+double tool_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+double tool_realtime(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* ---- the daemon ---------------------------------------------------------------------------- */
+
+bool tool_pid_is_volrecd(int pid)
+{
+	char path[64], buf[512];
+	ssize_t n;
+	int fd;
+
+	if (pid <= 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* "PID (comm) S ...": comm may hold spaces and parentheses, the state follows the last ')' */
+	{
+		char *open_p = strchr(buf, '('), *close_p = strrchr(buf, ')');
+
+		if (!open_p || !close_p || close_p < open_p || close_p[1] != ' ')
+			return false;
+		if (close_p[2] == 'Z' || close_p[2] == 'X')
+			return false; /* exited, not reaped yet */
+		*close_p = '\0';
+		return !strcmp(open_p + 1, "volrecd");
+	}
+}
+
+/* Read the pid file: 0 with *pid (0 when absent), or a negative errno. */
+static int read_pidfile(const struct tool_target *t, int *pid, char *path, size_t len)
+{
+	char buf[32];
+	ssize_t n;
+	long v;
+	char *end;
+	int fd;
+
+	*pid = 0;
+	if ((size_t)snprintf(path, len, "%s/%s.pid", t->run_dir, t->instance) >= len)
+		return -ENAMETOOLONG;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	errno = 0;
+	v = strtol(buf, &end, 10);
+	if (errno || end == buf || v <= 0 || v > INT_MAX || (*end && *end != '\n'))
+		return 0; /* not ours: treat as absent */
+	*pid = (int)v;
+	return 0;
+}
+
+/* Copy the data segment's header: 0, -ENOENT when absent, another negative errno. */
+static int read_header(const char *instance, struct volrec_shm_header *h)
+{
+	char name[VOLREC_INSTANCE_MAX + 16];
+	ssize_t n;
+	int fd;
+
+	snprintf(name, sizeof(name), "%s%s", VOLREC_SHM_PREFIX, instance);
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	n = pread(fd, h, sizeof(*h), 0);
+	close(fd);
+	if (n != (ssize_t)sizeof(*h) || h->magic != VOLREC_SHM_MAGIC)
+		return -EPROTO;
+	return 0;
+}
+
+int tool_daemon_find(const struct tool_target *t, struct tool_daemon *d)
+{
+	char pidpath[TOOL_PATH_MAX + 80];
+	int rc, pid = 0, hrc;
+
+	memset(d, 0, sizeof(*d));
+	rc = read_pidfile(t, &pid, pidpath, sizeof(pidpath));
+	if (rc < 0 && rc != -EACCES)
+		return rc;
+	hrc = read_header(t->instance, &d->header);
+	d->have_header = hrc == 0;
+	if (pid && tool_pid_is_volrecd(pid)) {
+		d->pid = pid;
+		d->pid_from_file = true;
+		return 0;
+	}
+	if (d->have_header && d->header.state != VOLREC_STATE_CLOSED &&
+	    tool_pid_is_volrecd(d->header.writer_pid)) {
+		d->pid = d->header.writer_pid;
+		return 0;
+	}
+	if (rc == -EACCES || hrc == -EACCES)
+		return -EACCES;
+	if (pid)
+		snprintf(d->why, sizeof(d->why), "%s names pid %d, which is not a running volrecd",
+		         pidpath, pid);
+	else if (d->have_header)
+		snprintf(
+		        d->why, sizeof(d->why),
+		        "no %s, and the shared memory /dev/shm/volrec.%s was left by pid %d, which "
+		        "is not running",
+		        pidpath, t->instance, d->header.writer_pid);
+	else
+		snprintf(d->why, sizeof(d->why), "no %s and no shared memory /dev/shm/volrec.%s",
+		         pidpath, t->instance);
+	return 0;
+}
+
+int tool_daemon_require(const struct tool_target *t, const char *cmd, struct tool_daemon *d)
+{
+	int rc = tool_daemon_find(t, d);
+
+	if (rc == -EACCES) {
+		fprintf(stderr,
+		        "volrec %s: permission denied reading %s/%s.pid or /dev/shm/volrec.%s (run "
+		        "as the daemon's user, root, or a member of group volrec)\n",
+		        cmd, t->run_dir, t->instance, t->instance);
+		return VR_EXIT_PERM;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "volrec %s: cannot look for the daemon of instance '%s': %s\n", cmd,
+		        t->instance, strerror(-rc));
+		return VR_EXIT_FAIL;
+	}
+	if (!d->pid) {
+		fprintf(stderr, "volrec %s: no volrecd running for instance '%s' (%s)\n", cmd,
+		        t->instance, d->why);
+		return VR_EXIT_NO_DAEMON;
+	}
+	return VR_EXIT_OK;
+}
+
+int tool_exit_for(int err)
+{
+	switch (err) {
+	case 0:
+		return VR_EXIT_OK;
+	case -ENOENT:
+		return VR_EXIT_NO_DAEMON;
+	case -EACCES:
+	case -EPERM:
+		return VR_EXIT_PERM;
+	case -ETIMEDOUT:
+		return VR_EXIT_TIMEOUT;
+	case -ENOSPC:
+	case -EFBIG:
+	case -EDQUOT:
+		return VR_EXIT_NOSPACE;
+	default:
+		return VR_EXIT_FAIL;
+	}
+}
+
+int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topics, int rcvhwm,
+                     struct volrec_client **out)
+{
+	struct volrec_client_options o = {
+	        .run_dir = t->run_dir, .topics = topics, .rcvhwm = rcvhwm};
+	int rc = volrec_client_open_opts(t->instance, &o, out);
+
+	if (!rc)
+		return VR_EXIT_OK;
+	switch (rc) {
+	case -ENOENT:
+		fprintf(stderr,
+		        "volrec %s: no volrecd running for instance '%s' (no shared memory "
+		        "/dev/shm/volrec.%s)\n",
+		        cmd, t->instance, t->instance);
+		break;
+	case -EACCES:
+	case -EPERM:
+		fprintf(stderr,
+		        "volrec %s: permission denied opening /dev/shm/volrec.%s or its lease "
+		        "table "
+		        "(run as the daemon's user, root, or a member of group volrec)\n",
+		        cmd, t->instance);
+		break;
+	default:
+		fprintf(stderr, "volrec %s: cannot connect to instance '%s': %s\n", cmd,
+		        t->instance, volrec_strerror(rc));
+		break;
+	}
+	return tool_exit_for(rc);
+}
+
+/* ---- signals ------------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	interrupted = sig;
+}
+
+void tool_catch_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0; /* no SA_RESTART: blocking calls return EINTR */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+bool tool_interrupted(void)
+{
+	return interrupted != 0;
+}
+
+int tool_interrupt_signal(void)
+{
+	return interrupted;
+}
+
+/* ---- free space ---------------------------------------------------------------------------- */
+
+int tool_space_check(const char *path, uint64_t size, uint64_t need, char *err, size_t errlen)
+{
+	struct statvfs vfs;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    size + need > (uint64_t)rl.rlim_cur) {
+		snprintf(err, errlen,
+		         "file size limit reached (ulimit -f: %llu bytes; the file has %llu, the "
+		         "next volume needs %llu more)",
+		         (unsigned long long)rl.rlim_cur, (unsigned long long)size,
+		         (unsigned long long)need);
+		return -EFBIG;
+	}
+	if (statvfs(path, &vfs) == 0) {
+		uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+
+		if (avail < need) {
+			snprintf(err, errlen,
+			         "disk full (%.1f MiB free, the next volume needs %.1f MiB)",
+			         (double)avail / 1048576.0, (double)need / 1048576.0);
+			return -ENOSPC;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The status screen `volrec status` prints and `volrec watch` redraws: the daemon's `status`
+ * message (docs/operations.md) laid out for a person, plus the shared-memory header's view.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tools.h"
+
+static void fmt_uptime(double s, char *buf, size_t len)
+{
+	unsigned long t = s > 0 ? (unsigned long)s : 0;
+
+	if (t >= 86400)
+		snprintf(buf, len, "%lud %02luh %02lum", t / 86400, t / 3600 % 24, t / 60 % 60);
+	else if (t >= 3600)
+		snprintf(buf, len, "%luh %02lum %02lus", t / 3600, t / 60 % 60, t % 60);
+	else if (t >= 60)
+		snprintf(buf, len, "%lum %02lus", t / 60, t % 60);
+	else
+		snprintf(buf, len, "%.1f s", s > 0 ? s : 0);
+}
+
+static void fmt_clock(double t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (t <= 0 || !localtime_r(&tt, &tm)) {
+		snprintf(buf, len, "-");
+		return;
+	}
+	strftime(buf, len, "%H:%M:%S", &tm);
+}
+
+/* "p50/p99 ms" of one latency stage, "-" for a null. */
+static void fmt_lat(const struct tool_json *st, const char *stage, char *buf, size_t len)
+{
+	char path[96];
+	double p50, p99;
+
+	snprintf(path, sizeof(path), "latency_ms.%s.p50", stage);
+	p50 = tool_json_num(st, path, NAN);
+	snprintf(path, sizeof(path), "latency_ms.%s.p99", stage);
+	p99 = tool_json_num(st, path, NAN);
+	if (isnan(p50) || isnan(p99))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.2f / %.2f", p50, p99);
+}
+
+void tool_event_line(const struct tool_json *ev, char *buf, size_t len)
+{
+	char name[64], msg[600], when[16];
+
+	tool_json_str(ev, "event", name, sizeof(name));
+	tool_json_str(ev, "message", msg, sizeof(msg));
+	fmt_clock(tool_json_num(ev, "time", 0), when, sizeof(when));
+	snprintf(buf, len, "%s %s%s%s", when, name[0] ? name : "?", msg[0] ? ": " : "", msg);
+}
+
+void tool_status_print(FILE *f, const struct tool_json *st, const struct volrec_shm_header *h,
+                       const char *eol)
+{
+	char a[256], b[256], c[512], up[32], lat[4][48], when[16];
+	double now = tool_realtime();
+	int drops;
+
+	tool_json_str(st, "instance", a, sizeof(a));
+	tool_json_str(st, "state", b, sizeof(b));
+	fmt_uptime(tool_json_num(st, "uptime_s", 0), up, sizeof(up));
+	fprintf(f, "volrecd %s: %s   pid %.0f   up %s   session %016" PRIx64 "%s", a, b,
+	        tool_json_num(st, "pid", 0), up, tool_json_u64(st, "session", 0), eol);
+	tool_json_str(st, "config", c, sizeof(c));
+	if (c[0])
+		fprintf(f, "  config    %s%s", c, eol);
+
+	tool_json_str(st, "source.type", a, sizeof(a));
+	tool_json_str(st, "source.name", b, sizeof(b));
+	tool_json_str(st, "source.device", c, sizeof(c));
+	fprintf(f, "  source    %s (%s): %s; %.4g epochs/s configured%s", a, b, c,
+	        tool_json_num(st, "source.rate", 0), eol);
+	tool_json_str(st, "backend.name", a, sizeof(a));
+	tool_json_str(st, "backend.device", c, sizeof(c));
+	fprintf(f, "  backend   %s: %s%s", a, c, eol);
+
+	tool_json_str(st, "geometry.sample_type", a, sizeof(a));
+	tool_json_str(st, "geometry.mode", b, sizeof(b));
+	fprintf(f,
+	        "  geometry  %.0f x %.0f A-scans of %.0f %s samples, stride %.0fx%.0f, depth "
+	        "[%.0f, %.0f), %s%s",
+	        tool_json_num(st, "geometry.ascans_per_bscan", 0),
+	        tool_json_num(st, "geometry.bscans_per_volume", 0),
+	        tool_json_num(st, "geometry.samples_per_ascan", 0), a,
+	        tool_json_num(st, "geometry.stride.0", 0),
+	        tool_json_num(st, "geometry.stride.1", 0),
+	        tool_json_num(st, "geometry.depth_range.0", 0),
+	        tool_json_num(st, "geometry.depth_range.1", 0), b, eol);
+	fprintf(f, "  volume    %.0f x %.0f x %.0f [Y][X][Z] u8, %.0f slots%s",
+	        tool_json_num(st, "geometry.volume.0", 0),
+	        tool_json_num(st, "geometry.volume.1", 0),
+	        tool_json_num(st, "geometry.volume.2", 0), tool_json_num(st, "geometry.slots", 0),
+	        eol);
+
+	fprintf(f, "  rates     %.2f volumes/s, %.2f epochs/s, %.4g A-scans/s, %.3f GVox/s%s",
+	        tool_json_num(st, "rates.volumes_per_s", 0),
+	        tool_json_num(st, "rates.epochs_per_s", 0),
+	        tool_json_num(st, "rates.ascans_per_s", 0),
+	        tool_json_num(st, "rates.gvox_per_s", 0), eol);
+	fmt_lat(st, "acquire_to_publish", lat[0], sizeof(lat[0]));
+	fmt_lat(st, "preprocess", lat[1], sizeof(lat[1]));
+	fmt_lat(st, "reconstruct", lat[2], sizeof(lat[2]));
+	fmt_lat(st, "publish", lat[3], sizeof(lat[3]));
+	fprintf(f,
+	        "  latency   p50 / p99 ms: acquire->publish %s; preprocess %s; reconstruct %s; "
+	        "publish %s%s",
+	        lat[0], lat[1], lat[2], lat[3], eol);
+
+	fprintf(f, "  volumes   %.0f published", tool_json_num(st, "volumes_published", 0));
+	if (h)
+		fprintf(f, ", latest #%" PRIu64 " (shared memory)", h->latest_sequence);
+	fprintf(f, "; B-scans acquired %.0f, processed %.0f; ring %.0f/%.0f%s",
+	        tool_json_num(st, "bscans.acquired", 0), tool_json_num(st, "bscans.processed", 0),
+	        tool_json_num(st, "ring.used", 0), tool_json_num(st, "ring.size", 0), eol);
+
+	fprintf(f, "  drops     ");
+	drops = 0;
+	{
+		int o = tool_json_find(st, 0, "drops");
+
+		if (o >= 0 && st->tok[o].type == TJ_OBJECT) {
+			int m = o + 1;
+
+			for (uint32_t i = 0; i < st->tok[o].count; i++) {
+				const struct tool_json_tok *k = &st->tok[m], *v = &st->tok[m + 1];
+
+				if (v->type == TJ_NUMBER)
+					fprintf(f, "%s%.*s %.0f", drops++ ? ", " : "",
+					        (int)(k->end - k->start), st->text + k->start,
+					        strtod(st->text + v->start, NULL));
+				m = m + 1 + (int)v->size;
+			}
+		}
+	}
+	fprintf(f, "%s (B-scans)%s", drops ? "" : "-", eol);
+
+	tool_json_str(st, "faults.message", c, sizeof(c));
+	fprintf(f, "  faults    source %.0f, reopens %.0f%s%s%s",
+	        tool_json_num(st, "faults.source", 0), tool_json_num(st, "faults.reopens", 0),
+	        tool_json_bool(st, "faults.degraded", false) ? "; DEGRADED: " : "",
+	        tool_json_bool(st, "faults.degraded", false) ? c : "", eol);
+	fprintf(f,
+	        "  readers   %.0f; publisher: %.0f lease skips, %.0f forced overwrites, %.0f "
+	        "notifications dropped%s",
+	        tool_json_num(st, "readers", 0), tool_json_num(st, "publisher.lease_skips", 0),
+	        tool_json_num(st, "publisher.forced_overwrite", 0),
+	        tool_json_num(st, "publisher.send_dropped", 0), eol);
+	if (tool_json_str(st, "reload.result", a, sizeof(a)) && a[0]) {
+		tool_json_str(st, "reload.message", c, sizeof(c));
+		fprintf(f, "  reload    %s%s%s%s", a, c[0] ? ": " : "", c, eol);
+	}
+	tool_json_str(st, "last_event.event", a, sizeof(a));
+	tool_json_str(st, "last_event.message", c, sizeof(c));
+	{
+		double t = tool_json_num(st, "last_event.time", 0);
+
+		fmt_clock(t, when, sizeof(when));
+		if (a[0])
+			fprintf(f, "  event     %s (%s, %.0f s ago): %s%s", a, when,
+			        t > 0 && now > t ? now - t : 0, c, eol);
+	}
+}
+
+int tool_wait_status(struct volrec_client *c, double timeout_s, char **text)
+{
+	double deadline = tool_now() + timeout_s;
+
+	for (;;) {
+		struct volrec_message m;
+		double left = deadline - tool_now();
+		int rc;
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		rc = volrec_client_next_message(c, (int)(left * 1000) + 1, &m);
+		if (rc == -EAGAIN || rc == -EPROTO)
+			continue;
+		if (rc)
+			return rc;
+		if (m.type == VOLREC_MSG_VOL) {
+			volrec_view_release(c, &m.view);
+			continue;
+		}
+		if (m.type == VOLREC_MSG_STATUS) {
+			*text = strndup(m.text, m.len);
+			return *text ? 0 : -ENOMEM;
+		}
+	}
+}

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared helpers of the operator's tools (`volrec status/watch/record/snapshot/reload/stop`):
+ * the common options, finding and signalling the daemon, status/event JSON, PNG and HDF5 output.
+ */
+#ifndef VOLREC_CLIENTS_TOOLS_H
+#define VOLREC_CLIENTS_TOOLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "volrec/client.h"
+#include "volrec/protocol.h"
+
+/* ---- the instance a tool talks to (tool_common.c) ---------------------------------------- */
+
+#define TOOL_PATH_MAX 4096
+
+struct tool_target {
+	char instance[VOLREC_INSTANCE_MAX + 1]; /* --instance, default "default" */
+	char run_dir[TOOL_PATH_MAX]; /* --run-dir, default $VOLREC_RUN_DIR or /run/volrec */
+	char config[TOOL_PATH_MAX];  /* -c FILE, "" when not given */
+	double status_interval_s;    /* from -c (ipc.status_interval_ms), else 0 */
+	bool instance_set, run_dir_set;
+};
+
+/* Long options every tool accepts; their codes are above 0x100 so tools can add their own. */
+enum {
+	TOOL_OPT_INSTANCE = 0x100,
+	TOOL_OPT_RUN_DIR,
+	TOOL_OPT_CONFIG,
+};
+#define TOOL_COMMON_LONGOPTS                                                                       \
+	{"instance", required_argument, NULL, TOOL_OPT_INSTANCE},                                  \
+	        {"run-dir", required_argument, NULL, TOOL_OPT_RUN_DIR},                            \
+	{                                                                                          \
+		"config", required_argument, NULL, TOOL_OPT_CONFIG                                 \
+	}
+#define TOOL_COMMON_HELP                                                                           \
+	"  -i, --instance NAME  daemon instance (default \"default\")\n"                           \
+	"  -r, --run-dir DIR    the daemon's ipc.run_dir (default $VOLREC_RUN_DIR, else\n"         \
+	"                       /run/volrec)\n"                                                    \
+	"  -c, --config FILE    take instance and run_dir from volrecd's configuration file\n"     \
+	"                       (--instance/--run-dir given as well override it)\n"                \
+	"  -h, --help           this text\n"
+#define TOOL_EXIT_HELP                                                                             \
+	"Exit status: 0 success, 1 failure, 2 usage or configuration error, 3 no daemon\n"         \
+	"running for the instance, 6 timed out waiting for the daemon, 7 permission denied"
+
+void tool_target_init(struct tool_target *t);
+/* Handle one of the common options (-i/-r/-c or their long forms); returns 1 if it was one,
+ * 0 if not, or -1 after printing a usage error. */
+int tool_target_option(struct tool_target *t, const char *cmd, int opt, const char *arg);
+/* Apply -c (cfg_load) and fill the defaults. Prints the error; returns a VR_EXIT_ code. */
+int tool_target_finish(struct tool_target *t, const char *cmd);
+
+/* How long to wait for a status message by default: 2.5 intervals when -c gave the interval,
+ * else 3 s (the default interval is 1 s). */
+double tool_status_timeout(const struct tool_target *t);
+
+/* Strict number parsing for options: 0 or -EINVAL. */
+int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int tool_parse_seconds(const char *s, double *out);
+
+/* CLOCK_MONOTONIC and CLOCK_REALTIME in seconds. */
+double tool_now(void);
+double tool_realtime(void);
+
+/* ---- the daemon ---------------------------------------------------------------------------- */
+
+/* What the tools can learn without talking to the daemon. */
+struct tool_daemon {
+	int pid;                         /* the running volrecd, 0 when none */
+	bool pid_from_file;              /* found through <run_dir>/<instance>.pid */
+	bool have_header;                /* the data segment exists and its header was read */
+	struct volrec_shm_header header; /* a copy of it */
+	char why[TOOL_PATH_MAX + 256];   /* when pid == 0: what was looked at */
+};
+
+/*
+ * Find the daemon of t: the pid file (a live process whose /proc/PID/comm is volrecd), else the
+ * data segment's writer pid (checked the same way); copies the segment header when there is one.
+ * Returns 0 (d->pid may be 0: no daemon; d->why says what was found), -EACCES when the pid file
+ * or the segment cannot be read, another negative errno on other errors.
+ */
+int tool_daemon_find(const struct tool_target *t, struct tool_daemon *d);
+
+/* True when pid is a live (not zombie) process whose comm is "volrecd". */
+bool tool_pid_is_volrecd(int pid);
+
+/*
+ * Find the daemon and say why not, as every tool does: returns VR_EXIT_OK with d filled and
+ * d->pid != 0, else prints "volrec CMD: ..." and returns VR_EXIT_NO_DAEMON, VR_EXIT_PERM or
+ * VR_EXIT_FAIL.
+ */
+int tool_daemon_require(const struct tool_target *t, const char *cmd, struct tool_daemon *d);
+
+/* Open a libvolrec client on t with the given topics; prints the error and returns a VR_EXIT_
+ * code (VR_EXIT_OK with *out set). */
+int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topics, int rcvhwm,
+                     struct volrec_client **out);
+
+/* Map a negative errno of the daemon side to an exit code (EACCES/EPERM -> 7, ENOENT -> 3). */
+int tool_exit_for(int err);
+
+/* SIGINT/SIGTERM set a flag instead of killing the tool (so files get closed). */
+void tool_catch_signals(void);
+bool tool_interrupted(void);
+int tool_interrupt_signal(void);
+
+/* ---- JSON (tool_json.c): a small reader for the daemon's status and event messages ------- */
+
+enum tool_json_type { TJ_NONE, TJ_NULL, TJ_BOOL, TJ_NUMBER, TJ_STRING, TJ_ARRAY, TJ_OBJECT };
+
+struct tool_json_tok {
+	enum tool_json_type type;
+	uint32_t start, end; /* text span (strings: without the quotes) */
+	uint32_t size;       /* tokens in the subtree, this one included */
+	uint32_t count;      /* members (object) or elements (array) */
+};
+
+struct tool_json {
+	const char *text;
+	struct tool_json_tok *tok;
+	uint32_t n, cap;
+};
+
+/* Parse text (kept by reference: it must outlive j). 0, -EINVAL (malformed, *err set to the
+ * byte offset) or -ENOMEM. Free with tool_json_free. */
+int tool_json_parse(struct tool_json *j, const char *text, size_t len, size_t *err_at);
+void tool_json_free(struct tool_json *j);
+/* Token index at a dotted path ("rates.volumes_per_s", "geometry.volume.0"), -1 if absent. */
+int tool_json_find(const struct tool_json *j, int from, const char *path);
+/* Values at a path; the default when absent or of another type. */
+double tool_json_num(const struct tool_json *j, const char *path, double def);
+/* An unsigned integer, exact to 2^64 (a double is not: session ids use all 64 bits). */
+uint64_t tool_json_u64(const struct tool_json *j, const char *path, uint64_t def);
+bool tool_json_bool(const struct tool_json *j, const char *path, bool def);
+/* Unescaped string into buf (cut to len); "" (returns false) when absent. */
+bool tool_json_str(const struct tool_json *j, const char *path, char *buf, size_t len);
+/* Write s as a JSON string literal, with quotes. */
+void tool_json_write_str(FILE *f, const char *s);
+
+/* ---- status screen (tool_status.c) -------------------------------------------------------- */
+
+/* Print the status screen from a parsed status message (and the segment header, may be
+ * NULL). eol is the line end ("\n", or "\033[K\n" when redrawing a terminal). */
+void tool_status_print(FILE *f, const struct tool_json *st, const struct volrec_shm_header *h,
+                       const char *eol);
+/* One line for an event message: "HH:MM:SS event: message". */
+void tool_event_line(const struct tool_json *ev, char *buf, size_t len);
+/* Wait up to timeout_s for the next status message on c (subscribed to it); its text is
+ * copied into *text (malloc'ed, caller frees). 0, -ETIMEDOUT, -EINTR or another error. */
+int tool_wait_status(struct volrec_client *c, double timeout_s, char **text);
+
+/* ---- PNG (tool_png.c) --------------------------------------------------------------------- */
+
+/*
+ * Write an 8-bit grey PNG of w x h pixels (row-major, h rows of w) to path, with optional
+ * tEXt Description. Returns 0 or a negative errno (-ENOSPC for a full disk); the message is
+ * in err. A failed write leaves no partial file behind.
+ */
+int tool_png_write(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
+                   const char *description, char *err, size_t errlen);
+
+/* ---- free space --------------------------------------------------------------------------- */
+
+/* 0 when `need` more bytes fit into the file system of path (and under RLIMIT_FSIZE for a file
+ * of current size `size`), -ENOSPC / -EFBIG otherwise, with the figures in err. */
+int tool_space_check(const char *path, uint64_t size, uint64_t need, char *err, size_t errlen);
+
+#endif
