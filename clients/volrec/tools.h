@@ -110,6 +110,25 @@ void tool_catch_signals(void);
 bool tool_interrupted(void);
 int tool_interrupt_signal(void);
 
+/* ---- signalling the daemon (tool_control.c) ---------------------------------------------- */
+
+/* A command that signals the daemon and waits for its confirmation (reload, stop). */
+struct tool_control {
+	const char *name;       /* subcommand */
+	const char *help;       /* paragraph for --help */
+	const char *exit_help;  /* appended to the exit-status list */
+	int signal;             /* sent to volrecd */
+	double default_timeout; /* seconds */
+	/* Wait until deadline (tool_now() clock) for the confirmation; c may be NULL (no
+	 * subscription). Prints the outcome; returns the exit status. */
+	int (*confirm)(const struct tool_control *ctl, const struct tool_target *t, int pid,
+	               struct volrec_client *c, double t_signal, double deadline, double timeout);
+};
+
+/* Parse the command line, find the daemon, subscribe, signal it, confirm. Returns the exit
+ * status. */
+int tool_control_run(const struct tool_control *ctl, int argc, char **argv);
+
 /* ---- JSON (tool_json.c): a small reader for the daemon's status and event messages ------- */
 
 enum tool_json_type { TJ_NONE, TJ_NULL, TJ_BOOL, TJ_NUMBER, TJ_STRING, TJ_ARRAY, TJ_OBJECT };

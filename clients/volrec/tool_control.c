@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What `volrec reload` and `volrec stop` share: the command line, finding the daemon (pid file,
+ * verified through /proc to be volrecd), subscribing to its messages before signalling it, so
+ * that the confirming event cannot be missed, and sending the signal.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <string.h>
+
+#include "commands.h"
+#include "tools.h"
+
+static void control_usage(FILE *f, const struct tool_control *ctl)
+{
+	fprintf(f,
+	        "usage: volrec %s [--timeout S] [-i NAME] [-r DIR] [-c FILE]\n\n%s\n"
+	        "  -t, --timeout S      wait at most S seconds for the confirmation (default "
+	        "%.0f)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP "%s.\n",
+	        ctl->name, ctl->help, ctl->default_timeout, ctl->exit_help);
+}
+
+int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	        TOOL_COMMON_LONGOPTS,
+	        {"timeout", required_argument, NULL, 't'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	struct tool_target tg;
+	struct tool_daemon d;
+	struct volrec_client *c = NULL;
+	double timeout = ctl->default_timeout, ready, t_sig;
+	int opt, rc;
+
+	tool_target_init(&tg);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "i:r:c:t:h", longopts, NULL)) != -1) {
+		rc = tool_target_option(&tg, ctl->name, opt, optarg);
+		if (rc < 0)
+			return VR_EXIT_USAGE;
+		if (rc)
+			continue;
+		switch (opt) {
+		case 't':
+			if (tool_parse_seconds(optarg, &timeout)) {
+				fprintf(stderr, "volrec %s: --timeout %s: need seconds > 0\n",
+				        ctl->name, optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			control_usage(stdout, ctl);
+			return VR_EXIT_OK;
+		default:
+			control_usage(stderr, ctl);
+			return VR_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "volrec %s: unexpected argument '%s'\n", ctl->name, argv[optind]);
+		return VR_EXIT_USAGE;
+	}
+	rc = tool_target_finish(&tg, ctl->name);
+	if (rc)
+		return rc;
+	rc = tool_daemon_require(&tg, ctl->name, &d);
+	if (rc)
+		return rc;
+
+	/* Subscribe first, and wait for any message (a volume comes within one epoch, a status
+	 * within one interval): then the subscription is in place at the publisher and the
+	 * event that answers the signal cannot be lost. Without a segment (or with no access to
+	 * it) the process itself is the only confirmation. */
+	rc = volrec_client_open_opts(tg.instance,
+	                             &(struct volrec_client_options){.run_dir = tg.run_dir,
+	                                                             .topics = VOLREC_SUB_VOL |
+	                                                                       VOLREC_SUB_STATUS |
+	                                                                       VOLREC_SUB_EVENT},
+	                             &c);
+	if (rc)
+		c = NULL;
+	ready = tool_now() + (timeout < 2.5 ? timeout : 2.5);
+	while (c && tool_now() < ready) {
+		struct volrec_message m;
+
+		rc = volrec_client_next_message(c, (int)((ready - tool_now()) * 1000) + 1, &m);
+		if (rc == -EAGAIN || rc == -EPROTO)
+			continue;
+		if (rc)
+			break;
+		if (m.type == VOLREC_MSG_VOL)
+			volrec_view_release(c, &m.view);
+		break;
+	}
+
+	t_sig = tool_realtime();
+	if (kill(d.pid, ctl->signal) < 0) {
+		rc = errno;
+		volrec_client_close(c);
+		if (rc == ESRCH) {
+			fprintf(stderr, "volrec %s: volrecd (pid %d) of instance '%s' is gone\n",
+			        ctl->name, d.pid, tg.instance);
+			return VR_EXIT_NO_DAEMON;
+		}
+		fprintf(stderr,
+		        "volrec %s: cannot signal volrecd (pid %d) of instance '%s': %s%s\n",
+		        ctl->name, d.pid, tg.instance, strerror(rc),
+		        rc == EPERM ? " (it runs as another user: use sudo, or systemctl "
+		                      "reload/stop volrecd)"
+		                    : "");
+		return rc == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
+	}
+	rc = ctl->confirm(ctl, &tg, d.pid, c, t_sig, tool_now() + timeout, timeout);
+	volrec_client_close(c);
+	return rc;
+}
