@@ -83,7 +83,7 @@ struct sim {
 	float *tapw;       /* [K][NTAP] */
 	float *rot;        /* [K][2] A env exp(i(phi(u) + 2 pi u zc / K)) */
 	float phasor[NPHASOR][2];
-	float gauss[65536]; /* standard normal quantiles at (j + 0.5) / 65536 */
+	float gauss[65536];  /* standard normal quantiles at (j + 0.5) / 65536 */
 	fftwf_complex *grid; /* [K] */
 	float *ext_re;       /* [K + NTAP] grid with periodic wrap, real parts */
 	float *ext_im;       /* [K + NTAP] imaginary parts */
@@ -228,16 +228,16 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 static double normal_quantile(double p)
 {
 	static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,
-				   -2.759285104469687e+02, 1.383577518672690e+02,
-				   -3.066479806614716e+01, 2.506628277459239e+00};
+	                           -2.759285104469687e+02, 1.383577518672690e+02,
+	                           -3.066479806614716e+01, 2.506628277459239e+00};
 	static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02,
-				   -1.556989798598866e+02, 6.680131188771972e+01,
-				   -1.328068155288572e+01};
+	                           -1.556989798598866e+02, 6.680131188771972e+01,
+	                           -1.328068155288572e+01};
 	static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01,
-				   -2.400758277161838e+00, -2.549732539343734e+00,
-				   4.374664141464968e+00, 2.938163982698783e+00};
+	                           -2.400758277161838e+00, -2.549732539343734e+00,
+	                           4.374664141464968e+00,  2.938163982698783e+00};
 	static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01,
-				   2.445134137142996e+00, 3.754408661907416e+00};
+	                           2.445134137142996e+00, 3.754408661907416e+00};
 	double q, r, x;
 
 	if (p < 0.02425) {
@@ -312,8 +312,8 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->ext_im = calloc((size_t)K + NTAP, sizeof(*s->ext_im));
 	s->spec = calloc(K, sizeof(*s->spec));
 	s->grid = fftwf_alloc_complex(K);
-	if (!s->u || !s->env || !s->base || !s->nsd || !s->tap0 || !s->tapw || !s->rot || !s->ext_re || !s->ext_im ||
-	    !s->spec || !s->grid) {
+	if (!s->u || !s->env || !s->base || !s->nsd || !s->tap0 || !s->tapw || !s->rot ||
+	    !s->ext_re || !s->ext_im || !s->spec || !s->grid) {
 		rc = fail(err, errlen, -ENOMEM, "synth: out of memory for K = %u tables", K);
 		goto out_free;
 	}

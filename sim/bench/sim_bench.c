@@ -64,8 +64,8 @@ int main(int argc, char **argv)
 	double cpu = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
 	printf("sim_bench: K %u, %u x %u A-scans per epoch, one thread: %.0f A-scans/s of CPU "
 	       "time (%.2f epochs/s), %.0f A-scans/s of wall time\n",
-	       p.samples_per_ascan, p.ascans_per_bscan, p.bscans_per_volume, ascans / cpu,
-	       e / cpu, ascans / t);
+	       p.samples_per_ascan, p.ascans_per_bscan, p.bscans_per_volume, ascans / cpu, e / cpu,
+	       ascans / t);
 	free(buf);
 	sim_destroy(s);
 	return 0;
