@@ -1,0 +1,531 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec snapshot`: PNG pictures of the newest volume (en-face mean and maximum projections,
+ * the centre B-scan, the orthogonal slice through the centre and the en-face slice at the
+ * brightest depth) with a JSON sidecar naming the volume and the geometry.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "tools.h"
+
+#define SNAP_PICTURES 5
+
+static void snapshot_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec snapshot -o DIR [--auto-contrast[=P]] [--scale N|auto] "
+	        "[--timeout S]\n"
+	        "                       [-i NAME] [-r DIR] [-c FILE]\n\n"
+	        "Write 8-bit greyscale PNG pictures of the newest published volume [Y][X][Z] into "
+	        "DIR\n"
+	        "(created if missing; files of an earlier snapshot are replaced):\n"
+	        "  enface-mean_xXyY.png   mean over depth z (x across, y down)\n"
+	        "  enface-max_xXyY.png    maximum over depth z\n"
+	        "  bscan-yN_xXzZ.png      the centre B-scan, plane y = Y/2 (x across, depth z "
+	        "down)\n"
+	        "  slice-xN_yYzZ.png      the orthogonal slice, plane x = X/2 (y across, z down)\n"
+	        "  enface-zN_xXyY.png     the en-face plane at the depth of maximum mean signal\n"
+	        "  snapshot.json          volume (session, sequence, epoch, offset, timestamps),\n"
+	        "                         shape, and per file: plane, size, scale, contrast "
+	        "range\n"
+	        "X, Y, Z (and N, the plane's index) are the numbers of the volume in the names.\n"
+	        "Depth planes flat across the field of view (max - min <= 4: the zero-delay "
+	        "line)\n"
+	        "are left out of the maximum projection and of the brightest-depth search.\n"
+	        "\n"
+	        "  -o, --output DIR     directory for the pictures (required)\n"
+	        "      --auto-contrast[=P]  stretch the P-th..(100-P)-th percentile to 0..255 "
+	        "(default\n"
+	        "                       P = 0.5); without it each picture's minimum..maximum is "
+	        "stretched\n"
+	        "                       to the full 0..255\n"
+	        "      --scale N|auto   enlarge N times (nearest neighbour, 1..16); auto (the "
+	        "default):\n"
+	        "                       the smaller side at least 256 pixels, at most 8 times\n"
+	        "  -t, --timeout S      wait at most S seconds for a volume (default "
+	        "5)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ", 8 disk full.\n");
+}
+
+struct picture {
+	const char *kind; /* enface-mean, enface-max, bscan, slice, enface */
+	const char *what; /* description */
+	char file[128];
+	char axes[8]; /* "xy", "xz", "yz" */
+	int index;    /* plane index, -1 for projections */
+	uint32_t w, h, scale;
+	float *v; /* w*h values */
+	double lo, hi;
+};
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Contrast range: min..max, or the percentiles p..100-p. */
+static int contrast(struct picture *p, double pct)
+{
+	size_t n = (size_t)p->w * p->h;
+
+	if (pct < 0) {
+		float lo = p->v[0], hi = p->v[0];
+
+		for (size_t i = 1; i < n; i++) {
+			lo = p->v[i] < lo ? p->v[i] : lo;
+			hi = p->v[i] > hi ? p->v[i] : hi;
+		}
+		p->lo = lo;
+		p->hi = hi;
+		return 0;
+	}
+	{
+		float *s = malloc(n * sizeof(*s));
+		size_t a, b;
+
+		if (!s)
+			return -ENOMEM;
+		memcpy(s, p->v, n * sizeof(*s));
+		qsort(s, n, sizeof(*s), cmp_float);
+		a = (size_t)floor(pct / 100.0 * (double)(n - 1));
+		b = (size_t)ceil((100.0 - pct) / 100.0 * (double)(n - 1));
+		p->lo = s[a];
+		p->hi = s[b];
+		free(s);
+	}
+	return 0;
+}
+
+/* Quantize with the contrast range and enlarge; returns a malloc'ed picture. */
+static uint8_t *render(const struct picture *p)
+{
+	uint32_t W = p->w * p->scale, H = p->h * p->scale;
+	uint8_t *out = malloc((size_t)W * H);
+	double span = p->hi > p->lo ? p->hi - p->lo : 1.0;
+
+	if (!out)
+		return NULL;
+	for (uint32_t y = 0; y < H; y++)
+		for (uint32_t x = 0; x < W; x++) {
+			double v = (p->v[(size_t)(y / p->scale) * p->w + x / p->scale] - p->lo) /
+			           span * 255.0;
+
+			out[(size_t)y * W + x] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : lrint(v));
+		}
+	return out;
+}
+
+static uint32_t auto_scale(uint32_t w, uint32_t h)
+{
+	uint32_t small = w < h ? w : h, big = w > h ? w : h, s = (256 + small - 1) / small;
+
+	if (s > 8)
+		s = 8;
+	while (s > 1 && big * s > 2048)
+		s--;
+	return s ? s : 1;
+}
+
+/*
+ * The five pictures of volume vol ([Y][X][Z] u8). Depth planes that are flat across the whole
+ * field of view (max - min <= SNAP_FLAT: the zero-delay line, a saturated band) carry no
+ * picture; they are left out of the maximum projection and of the search for the brightest
+ * depth, which would otherwise be uniformly white. *nflat counts them.
+ */
+#define SNAP_FLAT 4
+static int make_pictures(const uint8_t *vol, uint32_t Y, uint32_t X, uint32_t Z, struct picture *p,
+                         uint32_t *nflat)
+{
+	double *zmean = calloc(Z, sizeof(*zmean));
+	uint8_t *zmin = malloc(Z), *zmax = calloc(Z, 1);
+	bool *flat = calloc(Z, sizeof(*flat));
+	uint32_t yc = Y / 2, xc = X / 2, zb = 0, n = 0;
+	int rc = -ENOMEM;
+
+	if (!zmean || !zmin || !zmax || !flat)
+		goto out;
+	p[0] = (struct picture){.kind = "enface-mean",
+	                        .what = "mean over depth",
+	                        .axes = "xy",
+	                        .index = -1,
+	                        .w = X,
+	                        .h = Y,
+	                        .scale = 1};
+	p[1] = (struct picture){.kind = "enface-max",
+	                        .what = "maximum over depth",
+	                        .axes = "xy",
+	                        .index = -1,
+	                        .w = X,
+	                        .h = Y,
+	                        .scale = 1};
+	p[2] = (struct picture){.kind = "bscan",
+	                        .what = "centre B-scan",
+	                        .axes = "xz",
+	                        .index = (int)yc,
+	                        .w = X,
+	                        .h = Z,
+	                        .scale = 1};
+	p[3] = (struct picture){.kind = "slice",
+	                        .what = "orthogonal slice",
+	                        .axes = "yz",
+	                        .index = (int)xc,
+	                        .w = Y,
+	                        .h = Z,
+	                        .scale = 1};
+	p[4] = (struct picture){.kind = "enface",
+	                        .what = "en-face plane at the brightest depth",
+	                        .axes = "xy",
+	                        .index = 0,
+	                        .w = X,
+	                        .h = Y,
+	                        .scale = 1};
+	for (int i = 0; i < SNAP_PICTURES; i++) {
+		p[i].v = malloc((size_t)p[i].w * p[i].h * sizeof(float));
+		if (!p[i].v)
+			goto out;
+	}
+	memset(zmin, 255, Z);
+	for (size_t i = 0; i < (size_t)Y * X; i++) {
+		const uint8_t *a = vol + i * Z;
+
+		for (uint32_t z = 0; z < Z; z++) {
+			zmean[z] += a[z];
+			zmin[z] = a[z] < zmin[z] ? a[z] : zmin[z];
+			zmax[z] = a[z] > zmax[z] ? a[z] : zmax[z];
+		}
+	}
+	for (uint32_t z = 0; z < Z; z++) {
+		flat[z] = zmax[z] - zmin[z] <= SNAP_FLAT;
+		n += flat[z];
+	}
+	if (n == Z) { /* nothing but flat planes: use them all */
+		memset(flat, 0, Z * sizeof(*flat));
+		n = 0;
+	}
+	zb = Z;
+	for (uint32_t z = 0; z < Z; z++)
+		if (!flat[z] && (zb == Z || zmean[z] > zmean[zb]))
+			zb = z;
+	for (size_t i = 0; i < (size_t)Y * X; i++) {
+		const uint8_t *a = vol + i * Z;
+		uint32_t sum = 0, mx = 0;
+
+		for (uint32_t z = 0; z < Z; z++) {
+			sum += a[z];
+			if (!flat[z] && a[z] > mx)
+				mx = a[z];
+		}
+		p[0].v[i] = (float)sum / (float)Z;
+		p[1].v[i] = (float)mx;
+	}
+	for (uint32_t z = 0; z < Z; z++)
+		for (uint32_t x = 0; x < X; x++)
+			p[2].v[(size_t)z * X + x] = vol[((size_t)yc * X + x) * Z + z];
+	for (uint32_t z = 0; z < Z; z++)
+		for (uint32_t y = 0; y < Y; y++)
+			p[3].v[(size_t)z * Y + y] = vol[((size_t)y * X + xc) * Z + z];
+	for (size_t i = 0; i < (size_t)Y * X; i++)
+		p[4].v[i] = vol[i * Z + zb];
+	p[4].index = (int)zb;
+	*nflat = n;
+	rc = 0;
+out:
+	free(zmean);
+	free(zmin);
+	free(zmax);
+	free(flat);
+	return rc;
+}
+
+static void picture_names(struct picture *p, uint32_t Y, uint32_t X, uint32_t Z)
+{
+	snprintf(p[0].file, sizeof(p[0].file), "enface-mean_x%uy%u.png", X, Y);
+	snprintf(p[1].file, sizeof(p[1].file), "enface-max_x%uy%u.png", X, Y);
+	snprintf(p[2].file, sizeof(p[2].file), "bscan-y%d_x%uz%u.png", p[2].index, X, Z);
+	snprintf(p[3].file, sizeof(p[3].file), "slice-x%d_y%uz%u.png", p[3].index, Y, Z);
+	snprintf(p[4].file, sizeof(p[4].file), "enface-z%d_x%uy%u.png", p[4].index, X, Y);
+}
+
+static int write_sidecar(const char *dir, const struct tool_target *t, const struct volrec_view *v,
+                         const struct picture *p, double pct, uint32_t nflat, char *err,
+                         size_t errlen)
+{
+	char path[TOOL_PATH_MAX + 32], tmp[TOOL_PATH_MAX + 48];
+	FILE *f;
+	int rc = 0;
+
+	snprintf(path, sizeof(path), "%s/snapshot.json", dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	f = fopen(tmp, "w");
+	if (!f) {
+		rc = -errno;
+		snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+		return rc;
+	}
+	fprintf(f, "{\n  \"instance\": ");
+	tool_json_write_str(f, t->instance);
+	fprintf(f,
+	        ",\n  \"session\": %" PRIu64 ",\n  \"sequence\": %" PRIu64
+	        ",\n  \"volume_id\": %" PRIu64 ",\n  \"epoch\": %" PRIu64
+	        ",\n  \"offset\": [%d, %d],\n  \"flags\": %u,\n  \"t_first_ns\": %" PRIu64
+	        ",\n  \"t_last_ns\": %" PRIu64 ",\n  \"t_publish_ns\": %" PRIu64
+	        ",\n  \"latency_ns\": %" PRIu64
+	        ",\n  \"shape\": {\"Y\": %u, \"X\": %u, \"Z\": %u},\n  \"layout\": "
+	        "\"[Y][X][Z] u8, Z fastest\",\n  \"contrast\": ",
+	        v->session_id, v->sequence, v->volume_id, v->epoch, v->offset_x, v->offset_y,
+	        v->flags, v->t_first_ns, v->t_last_ns, v->t_publish_ns, v->latency_ns, v->ny, v->nx,
+	        v->nz);
+	if (pct < 0)
+		fprintf(f, "{\"method\": \"minmax\"}");
+	else
+		fprintf(f, "{\"method\": \"percentile\", \"percent\": %g}", pct);
+	fprintf(f, ",\n  \"flat_planes\": %u", nflat);
+	fprintf(f, ",\n  \"files\": [\n");
+	for (int i = 0; i < SNAP_PICTURES; i++) {
+		fprintf(f, "    {\"file\": \"%s\", \"kind\": \"%s\", \"what\": \"%s\", ", p[i].file,
+		        p[i].kind, p[i].what);
+		fprintf(f, "\"axes\": [\"%c\", \"%c\"], ", p[i].axes[0], p[i].axes[1]);
+		if (p[i].index >= 0)
+			fprintf(f, "\"plane\": {\"%c\": %d}, ",
+			        p[i].axes[0] == 'x' && p[i].axes[1] == 'y' ? 'z'
+			        : p[i].axes[0] == 'x'                      ? 'y'
+			                                                   : 'x',
+			        p[i].index);
+		fprintf(f,
+		        "\"width\": %u, \"height\": %u, \"scale\": %u, \"range\": [%.6g, "
+		        "%.6g]}%s\n",
+		        p[i].w * p[i].scale, p[i].h * p[i].scale, p[i].scale, p[i].lo, p[i].hi,
+		        i + 1 < SNAP_PICTURES ? "," : "");
+	}
+	fprintf(f, "  ]\n}\n");
+	if (fflush(f) == EOF || ferror(f))
+		rc = errno ? -errno : -EIO;
+	if (fclose(f) == EOF && !rc)
+		rc = errno ? -errno : -EIO;
+	if (!rc && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc) {
+		unlink(tmp);
+		snprintf(err, errlen, "%s: %s", path, rc == -ENOSPC ? "disk full" : strerror(-rc));
+	}
+	return rc;
+}
+
+/* Lease the newest volume and copy it out intact; waits up to deadline for one. */
+static int grab_latest(struct volrec_client *c, double deadline, uint8_t **out,
+                       struct volrec_view *meta)
+{
+	for (;;) {
+		struct volrec_view v;
+		int rc = volrec_client_latest(c, &v);
+
+		if (rc == -EAGAIN || rc == -ENOENT) {
+			struct timespec ts = {0, 20 * 1000000L};
+
+			if (tool_now() > deadline || tool_interrupted())
+				return -ETIMEDOUT;
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		if (rc)
+			return rc;
+		if (v.dtype != VOLREC_DTYPE_U8) {
+			volrec_view_release(c, &v);
+			return -ENOTSUP;
+		}
+		*out = malloc(v.bytes);
+		if (!*out) {
+			volrec_view_release(c, &v);
+			return -ENOMEM;
+		}
+		memcpy(*out, v.data, v.bytes);
+		if (volrec_view_release(c, &v) == 0) {
+			*meta = v;
+			meta->data = NULL;
+			return 0;
+		}
+		free(*out); /* torn: overwritten while copying; take the next newest */
+		*out = NULL;
+	}
+}
+
+VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogonal slices")
+{
+	static const struct option longopts[] = {
+	        TOOL_COMMON_LONGOPTS,
+	        {"output", required_argument, NULL, 'o'},
+	        {"auto-contrast", optional_argument, NULL, 'A'},
+	        {"scale", required_argument, NULL, 'S'},
+	        {"timeout", required_argument, NULL, 't'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	struct picture pics[SNAP_PICTURES] = {0};
+	struct tool_target tg;
+	struct tool_daemon d;
+	struct volrec_client *c = NULL;
+	struct volrec_view v = {0};
+	const char *dir = NULL;
+	uint8_t *vol = NULL;
+	double pct = -1, timeout = 5;
+	uint64_t scale = 0;
+	char err[TOOL_PATH_MAX + 256];
+	int opt, rc, status = VR_EXIT_FAIL;
+	uint32_t nflat = 0;
+
+	tool_target_init(&tg);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "i:r:c:o:t:h", longopts, NULL)) != -1) {
+		rc = tool_target_option(&tg, "snapshot", opt, optarg);
+		if (rc < 0)
+			return VR_EXIT_USAGE;
+		if (rc)
+			continue;
+		switch (opt) {
+		case 'o':
+			dir = optarg;
+			break;
+		case 'A':
+			pct = 0.5;
+			if (optarg) {
+				char *end;
+
+				errno = 0;
+				pct = strtod(optarg, &end);
+				if (errno || *end || !*optarg || !(pct >= 0 && pct < 50)) {
+					fprintf(stderr,
+					        "volrec snapshot: --auto-contrast=%s: need a "
+					        "percentile from 0 to below 50\n",
+					        optarg);
+					return VR_EXIT_USAGE;
+				}
+			}
+			break;
+		case 'S':
+			if (!strcmp(optarg, "auto"))
+				scale = 0;
+			else if (tool_parse_u64(optarg, 1, 16, &scale)) {
+				fprintf(stderr,
+				        "volrec snapshot: --scale %s: need 1 to 16, or auto\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 't':
+			if (tool_parse_seconds(optarg, &timeout)) {
+				fprintf(stderr, "volrec snapshot: --timeout %s: need seconds > 0\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			snapshot_usage(stdout);
+			return VR_EXIT_OK;
+		default:
+			snapshot_usage(stderr);
+			return VR_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "volrec snapshot: unexpected argument '%s'\n", argv[optind]);
+		return VR_EXIT_USAGE;
+	}
+	if (!dir || !*dir) {
+		fprintf(stderr, "volrec snapshot: -o DIR is required (see --help)\n");
+		return VR_EXIT_USAGE;
+	}
+	if (strlen(dir) > TOOL_PATH_MAX - 160) {
+		fprintf(stderr, "volrec snapshot: -o %s: path too long\n", dir);
+		return VR_EXIT_USAGE;
+	}
+	rc = tool_target_finish(&tg, "snapshot");
+	if (rc)
+		return rc;
+	if (mkdir(dir, 0777) < 0 && errno != EEXIST) {
+		fprintf(stderr, "volrec snapshot: cannot create %s: %s\n", dir, strerror(errno));
+		return errno == EACCES || errno == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
+	}
+	rc = tool_daemon_require(&tg, "snapshot", &d);
+	if (rc)
+		return rc;
+	rc = tool_client_open(&tg, "snapshot", VOLREC_SUB_VOL, 0, &c);
+	if (rc)
+		return rc;
+	tool_catch_signals();
+	rc = grab_latest(c, tool_now() + timeout, &vol, &v);
+	volrec_client_close(c);
+	if (rc == -ETIMEDOUT) {
+		fprintf(stderr,
+		        "volrec snapshot: volrecd (pid %d) of instance '%s' published no volume "
+		        "within %.1f s\n",
+		        d.pid, tg.instance, timeout);
+		return tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
+	}
+	if (rc == -ENOTSUP) {
+		fprintf(stderr,
+		        "volrec snapshot: the volumes are not u8 (output.dtype): not supported\n");
+		return VR_EXIT_FAIL;
+	}
+	if (rc) {
+		fprintf(stderr, "volrec snapshot: cannot read a volume: %s\n", volrec_strerror(rc));
+		return tool_exit_for(rc);
+	}
+
+	if (make_pictures(vol, v.ny, v.nx, v.nz, pics, &nflat)) {
+		fprintf(stderr, "volrec snapshot: out of memory\n");
+		goto out;
+	}
+	picture_names(pics, v.ny, v.nx, v.nz);
+	for (int i = 0; i < SNAP_PICTURES; i++) {
+		char path[TOOL_PATH_MAX + 160], desc[512];
+		uint8_t *pix;
+
+		pics[i].scale = scale ? (uint32_t)scale : auto_scale(pics[i].w, pics[i].h);
+		if (contrast(&pics[i], pct) || !(pix = render(&pics[i]))) {
+			fprintf(stderr, "volrec snapshot: out of memory\n");
+			goto out;
+		}
+		snprintf(path, sizeof(path), "%s/%s", dir, pics[i].file);
+		snprintf(desc, sizeof(desc),
+		         "volrec %s session %016" PRIx64 " volume #%" PRIu64 " epoch %" PRIu64
+		         ": %s (%s) of a %u x %u x %u [Y][X][Z] volume; grey %.4g..%.4g -> 0..255",
+		         tg.instance, v.session_id, v.sequence, v.epoch, pics[i].what, pics[i].file,
+		         v.ny, v.nx, v.nz, pics[i].lo, pics[i].hi);
+		rc = tool_png_write(path, pix, pics[i].w * pics[i].scale, pics[i].h * pics[i].scale,
+		                    desc, err, sizeof(err));
+		free(pix);
+		if (rc) {
+			fprintf(stderr, "volrec snapshot: %s\n", err);
+			status = tool_exit_for(rc);
+			goto out;
+		}
+	}
+	rc = write_sidecar(dir, &tg, &v, pics, pct, nflat, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "volrec snapshot: %s\n", err);
+		status = tool_exit_for(rc);
+		goto out;
+	}
+	printf("volume #%" PRIu64 " (epoch %" PRIu64 ", %u x %u x %u [Y][X][Z]) of instance '%s' "
+	       "-> %s/\n",
+	       v.sequence, v.epoch, v.ny, v.nx, v.nz, tg.instance, dir);
+	for (int i = 0; i < SNAP_PICTURES; i++)
+		printf("  %-28s %s\n", pics[i].file, pics[i].what);
+	printf("  %-28s %s\n", "snapshot.json", "volume, geometry, files");
+	status = VR_EXIT_OK;
+out:
+	for (int i = 0; i < SNAP_PICTURES; i++)
+		free(pics[i].v);
+	free(vol);
+	return status;
+}
