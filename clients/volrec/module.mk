@@ -10,3 +10,4 @@ $(B)/gen/volrec_commands.h: $(VOLREC_CMD_SRCS) clients/volrec/module.mk
 		sed 's/^VR_COMMAND/COMMAND/' > $@.tmp && mv $@.tmp $@
 $(call obj,clients/volrec/main.c): $(B)/gen/volrec_commands.h
 $(call obj,clients/volrec/main.c): CPPFLAGS += -I$(B)/gen
+include clients/volrec/demo.mk

@@ -1,0 +1,9 @@
+# SPDX-License-Identifier: MIT
+# `make demo`: build volrecd and volrec, run the daemon on the synthetic scanner in a temporary
+# run_dir, watch it, write pictures and a recording into $(B)/demo/, stop it (scripts/demo.sh).
+# `make demo-real`: the same on the real calibration data in tests/data/.
+.PHONY: demo demo-real
+demo: $(B)/bin/volrecd $(B)/bin/volrec
+	$(Q)scripts/demo.sh $(B) synth
+demo-real: $(B)/bin/volrecd $(B)/bin/volrec
+	$(Q)scripts/demo.sh $(B) real

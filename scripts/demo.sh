@@ -1,0 +1,150 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# `make demo` / `make demo-real`: run volrecd on the synthetic scanner (or on the real calibration
+# data), watch it live, take pictures and a short recording, stop it, say where the files are.
+# Nothing is left running and no shared memory is left behind, whatever way this script ends.
+#
+#   scripts/demo.sh BUILD_DIR [synth|real]
+# Environment: DEMO_SECONDS (watch time, default 5), DEMO_OUT (default BUILD_DIR/demo).
+set -euo pipefail
+
+BUILD=${1:?usage: scripts/demo.sh BUILD_DIR [synth|real]}
+MODE=${2:-synth}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(cd "$BUILD" && pwd)/bin
+SECONDS_WATCH=${DEMO_SECONDS:-5}
+OUT=${DEMO_OUT:-$(cd "$BUILD" && pwd)/demo}
+case $MODE in synth | real) ;; *)
+	echo "demo: mode must be synth or real, not '$MODE'" >&2
+	exit 2
+	;;
+esac
+
+# short paths: the ipc:// socket path must fit 107 bytes
+TMP=$(mktemp -d /tmp/volrec-demo.XXXXXX)
+INSTANCE=demo-$$-$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+RUN=$TMP/run
+mkdir -p "$RUN" "$OUT"
+DAEMON_PID=
+CHILD=
+
+# Run a tool in the background and wait for it, so that a signal to this script is handled at
+# once (bash runs traps only between foreground commands).
+run() {
+	"$@" &
+	CHILD=$!
+	local rc=0
+	wait "$CHILD" || rc=$?
+	CHILD=
+	return $rc
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [ -n "$CHILD" ]; then
+		kill -TERM "$CHILD" 2>/dev/null || true
+		wait "$CHILD" 2>/dev/null || true
+	fi
+	if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
+		"$BIN/volrec" stop -i "$INSTANCE" -r "$RUN" --timeout 20 >/dev/null 2>&1 ||
+			kill -KILL "$DAEMON_PID" 2>/dev/null || true
+		wait "$DAEMON_PID" 2>/dev/null || true
+	fi
+	rm -f "/dev/shm/volrec.$INSTANCE" "/dev/shm/volrec.$INSTANCE.readers"
+	if [ $rc -ne 0 ] && [ -s "$TMP/volrecd.log" ]; then
+		echo "demo: failed; the daemon's log:" >&2
+		tail -n 20 "$TMP/volrecd.log" >&2
+	fi
+	rm -rf "$TMP"
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [ "$MODE" = synth ]; then
+	# 32 x 32 A-scans of 1024 samples per epoch at stride 3: 96 x 96 x 256 volumes (the
+	# retina's depth range) at 10 per second, which two CPU cores keep up with.
+	cat >"$TMP/volrecd.yaml" <<EOF
+instance: $INSTANCE
+backend: auto
+cpu: {threads: 0}
+source:
+  type: synth
+  rate: 10
+  synth: {seed: 1, phantom: retina, motion: {deg_per_s: 0.25}, snr_db: 40}
+geometry:
+  samples_per_ascan: 1024
+  sample_type: u16
+  ascans_per_bscan: 32
+  bscans_per_volume: 32
+  stride: [3, 3]
+  depth_range: [96, 352]
+reconstruct: {mode: noncumulative}
+output: {slots: 4}
+pipeline: {ring_bscans: 128, overflow: drop_epoch}
+ipc: {run_dir: $RUN, status_interval_ms: 500}
+log: {level: warning}
+EOF
+	WHAT="the synthetic retina scanner"
+else
+	# the real calibration data, replayed: its example configuration with our instance and
+	# run_dir, and the data paths made absolute
+	sed -e "s|^instance:.*|instance: $INSTANCE|" \
+		-e "s|^  run_dir:.*|  run_dir: $RUN\n  status_interval_ms: 500|" \
+		-e "s|\.\./\.\./tests/data|$SRC/tests/data|g" \
+		"$SRC/config/examples/oct-calibration-example.yaml" >"$TMP/volrecd.yaml"
+	WHAT="the real calibration volume (tests/data/oct-calibration-example), replayed"
+fi
+
+echo "== volrecd on $WHAT (instance $INSTANCE, run_dir $RUN)"
+"$BIN/volrecd" -c "$TMP/volrecd.yaml" >"$TMP/volrecd.log" 2>&1 &
+DAEMON_PID=$!
+
+# ready when it answers `volrec status` (or fail if it exited)
+for _ in $(seq 1 100); do
+	if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
+		echo "demo: volrecd exited at start" >&2
+		exit 1
+	fi
+	if "$BIN/volrec" status -c "$TMP/volrecd.yaml" --timeout 2 >"$TMP/status.txt" 2>/dev/null; then
+		break
+	fi
+	sleep 0.2
+done
+cat "$TMP/status.txt"
+
+echo
+echo "== volrec watch --seconds $SECONDS_WATCH"
+run "$BIN/volrec" watch -c "$TMP/volrecd.yaml" --seconds "$SECONDS_WATCH"
+
+echo
+echo "== volrec snapshot"
+rm -rf "$OUT/snapshots"
+run "$BIN/volrec" snapshot -c "$TMP/volrecd.yaml" -o "$OUT/snapshots" --auto-contrast
+
+echo
+echo "== volrec record -n 20"
+rm -f "$OUT/recording.h5"
+rc=0
+run "$BIN/volrec" record -c "$TMP/volrecd.yaml" -o "$OUT/recording.h5" -n 20 || rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 4 ]; then
+	exit $rc
+fi
+
+echo
+echo "== volrec status"
+"$BIN/volrec" status -c "$TMP/volrecd.yaml" | sed -n '1,/^  drops/p'
+
+echo
+echo "== volrec stop"
+run "$BIN/volrec" stop -c "$TMP/volrecd.yaml"
+wait "$DAEMON_PID" || true
+DAEMON_PID=
+cp "$TMP/volrecd.yaml" "$OUT/volrecd.yaml"
+
+echo
+echo "Pictures:  $OUT/snapshots/ (the centre B-scan is bscan-*.png; snapshot.json names them)"
+echo "Recording: $OUT/recording.h5 (h5py: h5py.File(...)['volumes'] is [n][Y][X][Z] uint8)"
+echo "Config:    $OUT/volrecd.yaml"

@@ -1,0 +1,454 @@
+# SPDX-License-Identifier: MIT
+"""The operator's tools against the real daemon: `volrec status`, `watch`, `record`, `snapshot`,
+`reload` and `stop` on a volrecd running the synthetic retina on the CPU backend at a small
+geometry, with its own instance name and run_dir."""
+import json
+import os
+import pathlib
+import re
+import resource
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+import zlib
+
+import h5py
+import numpy as np
+import pytest
+
+import volrec
+
+TIMEOUT = 60.0  # generous: the test machine is small and loaded
+
+
+def config(instance, run_dir, slots=4):
+    """36 x 36 x 256 volumes at 25 per second (JSON is YAML)."""
+    return {
+        "instance": instance,
+        "backend": "cpu",
+        "cpu": {"threads": 1},
+        "source": {"type": "synth", "rate": 25,
+                   "synth": {"seed": 3, "phantom": "retina", "motion": {"deg_per_s": 0.25},
+                             "snr_db": 40}},
+        "geometry": {"samples_per_ascan": 512, "sample_type": "u16", "ascans_per_bscan": 12,
+                     "bscans_per_volume": 12, "stride": [3, 3]},
+        "reconstruct": {"mode": "noncumulative"},
+        "output": {"slots": slots},
+        "pipeline": {"ring_bscans": 48, "overflow": "block"},
+        "ipc": {"run_dir": str(run_dir), "status_interval_ms": 200},
+        "log": {"level": "info"},
+    }
+
+
+class Daemon:
+    def __init__(self, bin_dir, slots=4):
+        self.bin = pathlib.Path(bin_dir)
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="vrt", dir="/tmp"))
+        self.run_dir = self.dir / "run"
+        self.run_dir.mkdir()
+        self.instance = "tt" + uuid.uuid4().hex[:10]
+        self.cfg = config(self.instance, self.run_dir, slots)
+        self.config = self.dir / "volrecd.yaml"
+        self.write(self.cfg)
+        self.log = open(self.dir / "volrecd.log", "wb")
+        self.proc = subprocess.Popen([str(self.bin / "volrecd"), "-c", str(self.config)],
+                                     stdout=self.log, stderr=self.log)
+        # ready once a volume is published
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            assert self.proc.poll() is None, self.log_text()
+            try:
+                c = volrec.Client(self.instance, run_dir=str(self.run_dir))
+                try:
+                    with c.next_volume(5.0):
+                        break
+                finally:
+                    c.close()
+            except (volrec.NoDaemon, volrec.Timeout, BlockingIOError):
+                assert time.monotonic() < deadline, self.log_text()
+                time.sleep(0.1)
+
+    def write(self, cfg):
+        self.config.write_text(json.dumps(cfg) + "\n")
+
+    def log_text(self):
+        return (self.dir / "volrecd.log").read_text(errors="replace")
+
+    def volrec(self, *args, timeout=TIMEOUT, **kw):
+        """Run `volrec ARGS -i INSTANCE -r RUN_DIR`."""
+        return subprocess.run([str(self.bin / "volrec"), *args, "-i", self.instance,
+                               "-r", str(self.run_dir)], capture_output=True, text=True,
+                              timeout=timeout, **kw)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        for name in (f"volrec.{self.instance}", f"volrec.{self.instance}.readers"):
+            try:
+                os.unlink(f"/dev/shm/{name}")
+            except FileNotFoundError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def daemon(bin_dir):
+    d = Daemon(bin_dir)
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def own_daemon(bin_dir):
+    """A daemon a test may stop or reconfigure."""
+    d = Daemon(bin_dir)
+    yield d
+    d.close()
+
+
+def read_png(path):
+    """Decode an 8-bit greyscale, non-interlaced PNG into a numpy array (zlib + unfiltering)."""
+    data = pathlib.Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, ihdr, text = 8, b"", None, {}
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        assert zlib.crc32(kind + body) == struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])[0]
+        if kind == b"IHDR":
+            ihdr = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        elif kind == b"tEXt":
+            k, v = body.split(b"\0", 1)
+            text[k.decode()] = v.decode("latin-1")
+        pos += 12 + n
+    w, h, depth, ctype, _, _, interlace = ihdr
+    assert (depth, ctype, interlace) == (8, 0, 0), ihdr
+    raw = zlib.decompress(idat)
+    img = np.zeros((h, w), np.int32)
+    prev = np.zeros(w, np.int32)
+    for y in range(h):
+        f = raw[y * (w + 1)]
+        line = np.frombuffer(raw, np.uint8, w, y * (w + 1) + 1).astype(np.int32)
+        out = np.zeros(w, np.int32)
+        for x in range(w):
+            a = out[x - 1] if x else 0
+            b = prev[x]
+            c = prev[x - 1] if x else 0
+            if f == 0:
+                pred = 0
+            elif f == 1:
+                pred = a
+            elif f == 2:
+                pred = b
+            elif f == 3:
+                pred = (a + b) // 2
+            else:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            out[x] = (line[x] + pred) & 0xFF
+        img[y] = out
+        prev = out
+    return img.astype(np.uint8), text
+
+
+# ---- help, usage and no daemon ------------------------------------------------------------
+
+TOOLS = ["status", "watch", "record", "snapshot", "reload", "stop"]
+
+
+@pytest.mark.parametrize("cmd", TOOLS)
+def test_help_documents_options_and_exit_codes(bin_dir, cmd):
+    r = subprocess.run([str(bin_dir / "volrec"), cmd, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for word in ("--instance", "--run-dir", "--config", "Exit status", "3 no daemon"):
+        assert word in r.stdout, f"{cmd} --help lacks {word!r}:\n{r.stdout}"
+
+
+@pytest.mark.parametrize("cmd", TOOLS)
+def test_no_daemon_exits_3(bin_dir, tmp_path, cmd):
+    args = {"record": ["-o", str(tmp_path / "x.h5"), "-n", "1"],
+            "snapshot": ["-o", str(tmp_path / "snap")]}.get(cmd, [])
+    r = subprocess.run([str(bin_dir / "volrec"), cmd, *args, "-i", "nodaemon" + uuid.uuid4().hex[:8],
+                        "-r", str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert "no volrecd running" in r.stderr
+    assert not (tmp_path / "x.h5").exists()
+
+
+def test_bad_option_exits_2(bin_dir):
+    r = subprocess.run([str(bin_dir / "volrec"), "record", "-n", "zero"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "-n zero" in r.stderr, r.stderr
+
+
+# ---- status and watch --------------------------------------------------------------------
+
+def test_status_screen(daemon):
+    r = daemon.volrec("status")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert f"volrecd {daemon.instance}: running" in out, out
+    assert "volume    36 x 36 x 256 [Y][X][Z] u8, 4 slots" in out, out
+    assert "backend   cpu" in out and "source    synth" in out, out
+    assert re.search(r"rates     [0-9.]+ volumes/s", out), out
+    assert re.search(r"acquire->publish [0-9.]+ / [0-9.]+", out), out
+    assert "ring_full 0" in out and "readers" in out and "event     started" in out, out
+
+
+def test_status_json_is_the_daemons_message(daemon):
+    r = daemon.volrec("status", "--json")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["instance"] == daemon.instance and st["state"] == "running"
+    assert st["geometry"]["volume"] == [36, 36, 256]
+    assert st["pid"] == daemon.proc.pid
+
+
+def test_status_takes_instance_and_run_dir_from_config(daemon):
+    r = subprocess.run([str(daemon.bin / "volrec"), "status", "--json", "-c",
+                        str(daemon.config)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["instance"] == daemon.instance
+
+
+def test_watch_plain_lines_and_count(daemon):
+    r = daemon.volrec("watch", "--count", "30")
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if "volume #" in l]
+    assert lines, r.stdout
+    assert re.search(r"seen 30, missed \d+, torn \d+$", lines[-1]), lines[-1]
+    seqs = [int(m) for m in re.findall(r"volume #(\d+)", r.stdout)]
+    assert seqs == sorted(seqs) and seqs[-1] > 0
+
+
+def test_watch_ends_cleanly_on_sigint(daemon):
+    p = subprocess.Popen([str(daemon.bin / "volrec"), "watch", "-i", daemon.instance, "-r",
+                          str(daemon.run_dir)], stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=TIMEOUT)
+    assert p.returncode == 0
+    assert "running" in out
+
+
+# ---- record -------------------------------------------------------------------------------
+
+def test_record_equals_what_a_client_received(daemon, tmp_path):
+    out = tmp_path / "rec.h5"
+    got = {}
+    c = volrec.Client(daemon.instance, run_dir=str(daemon.run_dir))
+    try:
+        rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-n", "10",
+                                "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + TIMEOUT
+        while rec.poll() is None or len(got) < 5:
+            assert time.monotonic() < deadline
+            try:
+                with c.next_volume(5.0) as v:
+                    got[(int(v.session_id), int(v.sequence))] = np.array(v)
+            except volrec.TornRead:
+                pass
+        stdout, stderr = rec.communicate(timeout=TIMEOUT)
+    finally:
+        c.close()
+    assert rec.returncode == 0, stderr
+    assert "10 volumes of 36 x 36 x 256" in stdout
+    with h5py.File(out, "r") as f:
+        vols = f["volumes"]
+        assert vols.shape == (10, 36, 36, 256) and vols.dtype == np.uint8
+        assert vols.chunks == (1, 36, 36, 256)
+        seq, ses = f["sequence"][:], f["session"][:]
+        assert list(np.diff(seq)) == [1] * 9
+        assert f["missed"].shape == (0,)
+        assert f.attrs["volumes"] == 10 and f.attrs["complete"] == 1
+        assert list(f.attrs["shape"]) == [36, 36, 256]
+        assert f.attrs["samples_per_ascan"] == 512 and list(f.attrs["stride"]) == [3, 3]
+        assert json.loads(f.attrs["status_json"])["instance"] == daemon.instance
+        for k in ("epoch", "volume_id", "t_first_ns", "t_last_ns", "t_publish_ns", "latency_ns"):
+            assert f[k].shape == (10,), k
+        assert f["offset"].shape == (10, 2)
+        assert (f["t_publish_ns"][:] >= f["t_last_ns"][:]).all()
+        same = 0
+        for i in range(10):
+            key = (int(ses[i]), int(seq[i]))
+            if key in got:
+                np.testing.assert_array_equal(vols[i], got[key], err_msg=f"volume {key}")
+                same += 1
+    assert same >= 5, f"only {same} of the recorded volumes were seen by the client"
+
+
+def test_record_reports_missed_volumes_when_stalled(daemon, tmp_path):
+    out = tmp_path / "stalled.h5"
+    rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "4",
+                            "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    rec.send_signal(signal.SIGSTOP)  # 4 slots at 25 volumes/s: overwritten within 0.2 s
+    time.sleep(1.5)
+    rec.send_signal(signal.SIGCONT)
+    stdout, stderr = rec.communicate(timeout=TIMEOUT)
+    assert rec.returncode == 4, (rec.returncode, stdout, stderr)
+    assert "missed" in stderr and "missed (see /missed)" in stdout
+    with h5py.File(out, "r") as f:
+        missed = f["missed"][:]
+        assert len(missed) >= 1
+        total = int(sum(m["last"] - m["first"] + 1 for m in missed))
+        assert total == f.attrs["missed_volumes"] and total >= 10, missed
+        assert f.attrs["complete"] == 0
+        # written + missed cover every sequence number from the first to the last
+        seq = set(int(s) for s in f["sequence"][:])
+        for m in missed:
+            rng = set(range(int(m["first"]), int(m["last"]) + 1))
+            assert not rng & seq
+            seq |= rng
+        assert seq == set(range(min(seq), max(seq) + 1))
+        assert f["volumes"].shape[0] == f.attrs["volumes"]
+
+
+def test_record_stops_cleanly_when_the_file_cannot_grow(daemon, tmp_path):
+    out = tmp_path / "full.h5"
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3 << 20, 3 << 20))
+
+    r = subprocess.run([str(daemon.bin / "volrec"), "record", "-o", str(out), "-n", "100",
+                        "-i", daemon.instance, "-r", str(daemon.run_dir)], capture_output=True,
+                       text=True, timeout=TIMEOUT, preexec_fn=limit)
+    assert r.returncode == 8, (r.returncode, r.stdout, r.stderr)
+    assert "file size limit" in r.stderr, r.stderr
+    with h5py.File(out, "r") as f:  # closed properly: readable, consistent
+        n = f.attrs["volumes"]
+        assert 1 <= n < 100 and f["volumes"].shape[0] == n
+        assert f.attrs["end"] == b"disk full" or f.attrs["end"] == "disk full"
+
+
+def test_record_refuses_to_replace_a_file(daemon, tmp_path):
+    out = tmp_path / "exists.h5"
+    out.write_bytes(b"precious")
+    r = daemon.volrec("record", "-o", str(out), "-n", "1")
+    assert r.returncode == 2 and "--force" in r.stderr, r.stderr
+    assert out.read_bytes() == b"precious"
+
+
+# ---- snapshot -----------------------------------------------------------------------------
+
+def test_snapshot_pictures_decode_and_show_the_retina(daemon, tmp_path):
+    d = tmp_path / "snap"
+    r = daemon.volrec("snapshot", "-o", str(d), "--scale", "1")
+    assert r.returncode == 0, r.stderr
+    side = json.loads((d / "snapshot.json").read_text())
+    assert side["shape"] == {"Y": 36, "X": 36, "Z": 256} and side["sequence"] >= 1
+    names = sorted(p.name for p in d.glob("*.png"))
+    assert len(names) == 5 and sorted(f["file"] for f in side["files"]) == names
+    sizes = {}
+    for f in side["files"]:
+        img, text = read_png(d / f["file"])
+        assert img.shape == (f["height"], f["width"]), f
+        assert img.min() == 0 and img.max() == 255, f  # the full u8 range
+        assert "volume #" in text["Description"]
+        sizes[f["kind"]] = img.shape
+    assert sizes["bscan"] == (256, 36) and sizes["slice"] == (256, 36)
+    assert sizes["enface-mean"] == (36, 36)
+    assert "bscan-y18_x36z256.png" in names and "slice-x18_y36z256.png" in names
+
+    # the B-scan's depth profile: the retina is a bright region well above the background,
+    # made of several bands (layers) separated by darker ones
+    bscan, _ = read_png(d / next(f["file"] for f in side["files"] if f["kind"] == "bscan"))
+    prof = bscan[:, 4:-4].mean(axis=1)
+    prof = np.convolve(prof, np.ones(5) / 5, mode="same")
+    background = np.median(prof)
+    tissue = prof > background + 40
+    assert tissue.sum() >= 20, prof.round()
+    peaks = [z for z in range(3, 253) if prof[z] == prof[z - 3:z + 4].max() and tissue[z]]
+    bands = []
+    for z in peaks:
+        if not bands or z - bands[-1] > 6:
+            bands.append(z)
+    # distinct: a dip of at least 10 grey levels between neighbouring bands
+    distinct = [b for a, b in zip(bands, bands[1:]) if prof[a:b].min() < min(prof[a], prof[b]) - 10]
+    assert len(distinct) >= 1, (bands, prof.round())
+
+
+def test_snapshot_auto_contrast_and_scale(daemon, tmp_path):
+    d = tmp_path / "snap2"
+    r = daemon.volrec("snapshot", "-o", str(d), "--auto-contrast=2", "--scale", "2")
+    assert r.returncode == 0, r.stderr
+    side = json.loads((d / "snapshot.json").read_text())
+    assert side["contrast"] == {"method": "percentile", "percent": 2}
+    f = next(f for f in side["files"] if f["kind"] == "bscan")
+    img, _ = read_png(d / f["file"])
+    assert img.shape == (512, 72) and f["scale"] == 2
+    assert (img == 255).mean() > 0.01  # the top 2 % saturate
+
+
+# ---- reload and stop ----------------------------------------------------------------------
+
+def test_reload_applied_then_rejected(own_daemon):
+    d = own_daemon
+    cfg = json.loads(json.dumps(d.cfg))
+    cfg["preprocess"] = {"db_range": [0, 90]}
+    d.write(cfg)
+    r = d.volrec("reload")
+    assert r.returncode == 0, r.stderr
+    assert "reloaded" in r.stdout
+    cfg["preprocess"] = {"db_range": [0, 5000]}
+    d.write(cfg)
+    r = d.volrec("reload")
+    assert r.returncode == 5, (r.returncode, r.stdout, r.stderr)
+    assert "rejected" in r.stderr and "db_range" in r.stderr
+    assert d.proc.poll() is None  # still running on the previous configuration
+    cfg["output"] = {"slots": 5}  # structural: a rebuild, a new session
+    cfg["preprocess"] = {"db_range": [0, 90]}
+    d.write(cfg)
+    r = d.volrec("reload")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(d.volrec("status", "--json").stdout)
+    assert st["geometry"]["slots"] == 5
+
+
+def test_stop_waits_until_the_daemon_is_gone(own_daemon):
+    d = own_daemon
+    r = d.volrec("stop")
+    assert r.returncode == 0, r.stderr
+    assert "stopped" in r.stdout
+    assert d.proc.wait(timeout=TIMEOUT) == 0
+    assert not os.path.exists(f"/dev/shm/volrec.{d.instance}")
+    r = d.volrec("stop")
+    assert r.returncode == 3
+
+
+def test_stop_refuses_a_pid_that_is_not_volrecd(bin_dir, tmp_path):
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        inst = "pf" + uuid.uuid4().hex[:8]
+        (tmp_path / f"{inst}.pid").write_text(f"{p.pid}\n")
+        r = subprocess.run([str(bin_dir / "volrec"), "stop", "-i", inst, "-r", str(tmp_path)],
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 3, r.stderr
+        assert "not a running volrecd" in r.stderr
+        assert p.poll() is None  # not signalled
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root to run the tool as another user")
+def test_stop_as_another_user_is_permission_denied(daemon):
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        str(daemon.bin / "volrec"), "stop", "-i", daemon.instance, "-r",
+                        str(daemon.run_dir)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 7, (r.returncode, r.stderr)
+    assert "permission denied" in r.stderr.lower()
+    assert daemon.proc.poll() is None
