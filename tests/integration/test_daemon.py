@@ -1,0 +1,524 @@
+# SPDX-License-Identifier: MIT
+"""volrecd end to end: the real daemon on the CPU backend at a tiny geometry, its systemd notify
+protocol read from a datagram socket (NOTIFY_SOCKET), its ZeroMQ status/event messages, and the
+volumes read by the C client (libvolrec, through the vrd_reader test program) and the Python
+client, compared with `volrec process` on the same configuration."""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+
+import numpy as np
+import pytest
+import zmq
+
+TIMEOUT = 30.0  # generous: the test machine is small and loaded
+
+
+def base_config(instance, run_dir, **over):
+    """A tiny synthetic configuration (JSON is YAML) like config/examples/tiny.yaml."""
+    cfg = {
+        "instance": instance,
+        "backend": "cpu",
+        "cpu": {"threads": 1},
+        "source": {
+            "type": "synth",
+            "rate": 40,
+            "synth": {"seed": 7, "phantom": "retina", "motion": {"deg_per_s": 0.25},
+                      "snr_db": 40},
+        },
+        "geometry": {"samples_per_ascan": 256, "sample_type": "u16",
+                     "ascans_per_bscan": 12, "bscans_per_volume": 12, "stride": [3, 3]},
+        "preprocess": {"db_range": [0, 100]},
+        "reconstruct": {"mode": "noncumulative"},
+        "output": {"slots": 4},
+        "pipeline": {"ring_bscans": 48, "overflow": "block"},
+        "ipc": {"run_dir": str(run_dir), "status_interval_ms": 100},
+        "log": {"level": "debug"},
+    }
+    for key, value in over.items():
+        node = cfg
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        if value is None:
+            node.pop(parts[-1], None)
+        else:
+            node[parts[-1]] = value
+    return cfg
+
+
+class Daemon:
+    """One volrecd under test: its own instance, run_dir, notify socket and log."""
+
+    def __init__(self, bin_dir, build_dir, **over):
+        self.bin_dir = pathlib.Path(bin_dir)
+        self.build_dir = pathlib.Path(build_dir)
+        # short paths: AF_UNIX names are limited to 107 bytes
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="vrd", dir="/tmp"))
+        self.run_dir = self.dir / "run"
+        self.run_dir.mkdir()
+        self.instance = "t" + uuid.uuid4().hex[:12]
+        self.config_path = self.dir / "volrecd.yaml"
+        self.cfg = base_config(self.instance, self.run_dir, **over)
+        self.write_config(self.cfg)
+        self.notify_path = self.dir / "notify"
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(str(self.notify_path))
+        self.notify.setblocking(False)
+        self.notes = []  # every notify datagram, parsed into a dict
+        self.log_path = self.dir / "volrecd.log"
+        self.proc = None
+        self.ctx = zmq.Context.instance()
+        self.sub = None
+        self.messages = []  # (topic, body) received on the subscriber
+
+    # -- process ---------------------------------------------------------------------------
+    def write_config(self, cfg):
+        self.config_path.write_text(json.dumps(cfg, indent=1) + "\n")
+
+    def start(self, env_extra=None):
+        env = dict(os.environ)
+        env["NOTIFY_SOCKET"] = str(self.notify_path)
+        for k in ("WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM", "INVOCATION_ID"):
+            env.pop(k, None)
+        env.update(env_extra or {})
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([str(self.bin_dir / "volrecd"), "-c", str(self.config_path)],
+                                     env=env, stdout=self.log, stderr=self.log)
+        return self
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout=TIMEOUT):
+        return self.proc.wait(timeout=timeout)
+
+    def log_text(self):
+        return self.log_path.read_text(errors="replace")
+
+    def close(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.sub is not None:
+            self.sub.close(linger=0)
+        self.notify.close()
+        for name in (f"volrec.{self.instance}", f"volrec.{self.instance}.readers"):
+            try:
+                os.unlink(f"/dev/shm/{name}")
+            except FileNotFoundError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- sd_notify ---------------------------------------------------------------------------
+    def read_notes(self):
+        while True:
+            try:
+                data = self.notify.recv(65536)
+            except (socket.timeout, BlockingIOError):
+                return
+            fields = {}
+            for line in data.decode().split("\n"):
+                if "=" in line:
+                    k, v = line.split("=", 1)
+                    fields[k] = v
+            self.notes.append(fields)
+
+    def wait_note(self, key, value=None, timeout=TIMEOUT, after=0):
+        """First notification (index >= after) carrying key (=value); returns its index."""
+        end = time.monotonic() + timeout
+        while True:
+            for i in range(after, len(self.notes)):
+                if key in self.notes[i] and (value is None or self.notes[i][key] == value):
+                    return i
+            if time.monotonic() > end:
+                raise AssertionError(f"no {key}={value} notification in {timeout} s; got "
+                                     f"{self.notes[-10:]}\nlog:\n{self.log_text()[-3000:]}")
+            n = len(self.notes)
+            self.read_notes()
+            if len(self.notes) == n:
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"volrecd exited ({self.proc.returncode}) before "
+                                         f"{key}={value}\nlog:\n{self.log_text()[-3000:]}")
+                time.sleep(0.02)
+
+    def ready(self):
+        self.wait_note("READY", "1")
+        return self
+
+    # -- ZeroMQ ------------------------------------------------------------------------------
+    def subscribe(self):
+        self.sub = self.ctx.socket(zmq.SUB)
+        for t in (b"status", b"event", b"vol"):
+            self.sub.setsockopt(zmq.SUBSCRIBE, t)
+        self.sub.connect(f"ipc://{self.run_dir}/{self.instance}.pub")
+        return self
+
+    def wait_message(self, topic, pred=lambda m: True, timeout=TIMEOUT):
+        """Next message of topic (JSON decoded for status/event) for which pred holds."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.sub.poll(200):
+                t, body = self.sub.recv_multipart()
+                t = t.decode()
+                msg = json.loads(body) if t in ("status", "event") else body
+                self.messages.append((t, msg))
+                if t == topic and pred(msg):
+                    return msg
+            elif self.proc.poll() is not None:
+                break
+        raise AssertionError(f"no matching {topic} message in {timeout} s; last: "
+                             f"{[m for m in self.messages[-5:]]}\nlog:\n{self.log_text()[-3000:]}")
+
+    def event(self, name, timeout=TIMEOUT):
+        return self.wait_message("event", lambda m: m.get("event") == name, timeout)
+
+    def status(self, pred=lambda m: True, timeout=TIMEOUT):
+        return self.wait_message("status", pred, timeout)
+
+    def vol(self, pred=lambda v: True, timeout=TIMEOUT):
+        """Next `vol` message, decoded (protocol.h struct volrec_vol_msg)."""
+        def dec(b):
+            f = struct.unpack_from("<IHHII QQQQ IIII ii QQQQ I", b, 0)
+            return {"slot": f[4], "session": f[5], "sequence": f[6], "volume_id": f[7],
+                    "epoch": f[8], "ny": f[9], "nx": f[10], "nz": f[11], "offset": (f[13], f[14]),
+                    "latency_ns": f[18], "flags": f[19]}
+        raw = self.wait_message("vol", lambda b: pred(dec(b)), timeout)
+        return dec(raw)
+
+    # -- C client ----------------------------------------------------------------------------
+    def reader(self, count, seconds, name="reader"):
+        out = self.dir / f"{name}.bin"
+        proc = subprocess.Popen([str(self.build_dir / "tests" / "vrd_reader"), self.instance,
+                                 str(self.run_dir), str(count), str(seconds), str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return proc, out
+
+
+def read_records(path):
+    """The vrd_reader output: a list of (header dict, numpy volume)."""
+    data = pathlib.Path(path).read_bytes()
+    recs, off = [], 0
+    while off + 64 <= len(data):
+        ses, seq, epoch, vid, nbytes, ny, nx, nz, flags = struct.unpack_from("<QQQQQIIII", data, off)
+        off += 64
+        vol = np.frombuffer(data, np.uint8, nbytes, off).reshape(ny, nx, nz)
+        off += nbytes
+        recs.append(({"session": ses, "sequence": seq, "epoch": epoch, "flags": flags}, vol))
+    return recs
+
+
+@pytest.fixture
+def daemons(bin_dir, build_dir):
+    made = []
+
+    def make(**over):
+        d = Daemon(bin_dir, build_dir, **over)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.close()
+
+
+def drops_identity(st):
+    """acquired == processed + in ring + every drop of an acquired B-scan."""
+    b, d = st["bscans"], st["drops"]
+    return b["acquired"] == (b["processed"] + b["in_ring"] + d["ring_full"]
+                             + d["incomplete_epoch"] + d["processing_error"])
+
+
+# ---- start, notify protocol, status --------------------------------------------------------
+
+def test_ready_status_and_pid_file(daemons):
+    d = daemons().start()
+    d.subscribe()
+    d.ready()
+    i = d.wait_note("STATUS")
+    assert d.notes[i]["STATUS"].startswith(("running", "starting", "degraded")), d.notes[i]
+    st = d.status(lambda m: m["volumes_published"] >= 2)
+    assert st["state"] == "running"
+    assert st["instance"] == d.instance
+    assert st["backend"]["name"] == "cpu" and st["backend"]["device"]
+    assert st["source"]["type"] == "synth"
+    assert st["geometry"]["volume"] == [36, 36, 128]
+    for stage in ("acquire_to_publish", "preprocess", "reconstruct", "publish"):
+        assert st["latency_ms"][stage]["p50"] is not None
+        assert st["latency_ms"][stage]["p99"] >= st["latency_ms"][stage]["p50"]
+    assert st["rates"]["volumes_per_s"] > 0
+    assert set(st["drops"]) >= {"ring_full", "incomplete_epoch", "source_error",
+                                "source_timeout", "total"}
+    assert st["ring"]["size"] == 48
+    assert drops_identity(st), st
+    pid = int((d.run_dir / f"{d.instance}.pid").read_text())
+    assert pid == d.proc.pid
+    assert pathlib.Path(f"/proc/{pid}/comm").read_text().strip() == "volrecd"
+    # one-line STATUS= with the main figures, once per status interval
+    d.wait_note("STATUS", after=i + 1)
+    line = [n["STATUS"] for n in d.notes if "STATUS" in n][-1]
+    assert "volumes/s" in line and "\n" not in line
+
+
+def test_sigterm_stops_cleanly_and_unlinks_shm(daemons):
+    d = daemons().start()
+    d.subscribe()
+    d.ready()
+    d.vol()
+    assert os.path.exists(f"/dev/shm/volrec.{d.instance}")
+    t0 = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0, d.log_text()
+    elapsed = time.monotonic() - t0
+    d.read_notes()
+    assert any(n.get("STOPPING") == "1" for n in d.notes)
+    assert any(t == "event" and m["event"] == "stopping" for t, m in d.messages) or \
+        d.event("stopping", timeout=2)
+    assert not os.path.exists(f"/dev/shm/volrec.{d.instance}")
+    assert not os.path.exists(f"/dev/shm/volrec.{d.instance}.readers")
+    assert not (d.run_dir / f"{d.instance}.pid").exists()
+    # the contract is 2 s at this geometry; allow for a loaded test machine
+    assert elapsed < 6.0, elapsed
+
+
+def test_sigint_stops_and_keep_shm_leaves_segments(daemons):
+    d = daemons(**{"ipc.keep_shm": True}).start()
+    d.ready()
+    d.signal(signal.SIGINT)
+    assert d.wait_exit() == 0, d.log_text()
+    assert os.path.exists(f"/dev/shm/volrec.{d.instance}")
+
+
+# ---- volumes equal `volrec process` -------------------------------------------------------
+
+def process_volumes(d, bin_dir, epochs, cfg=None):
+    """`volrec process` on the daemon's configuration (or cfg): /volumes [n][Y][X][Z]."""
+    import h5py
+    path = d.config_path
+    if cfg is not None:
+        path = d.dir / "process.yaml"
+        path.write_text(json.dumps(cfg))
+    out = d.dir / "process.h5"
+    r = subprocess.run([str(pathlib.Path(bin_dir) / "volrec"), "process", "-c", str(path),
+                        "-o", str(out), "-n", str(epochs)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(out, "r") as f:
+        return np.array(f["/volumes"])
+
+
+def test_c_and_python_clients_match_volrec_process(daemons, bin_dir):
+    d = daemons().start()
+    d.ready()
+    reader, out = d.reader(6, TIMEOUT)
+    import volrec
+    py = []
+    with volrec.Client(d.instance, run_dir=str(d.run_dir)) as c:
+        while len(py) < 4:
+            with c.next(timeout=TIMEOUT) as v:
+                py.append((int(v.epoch), np.array(v.array, copy=True)))
+    stdout, stderr = reader.communicate(timeout=TIMEOUT + 10)
+    assert reader.returncode == 0, stdout + stderr
+    recs = read_records(out)
+    assert len(recs) == 6
+    last = max([h["epoch"] for h, _ in recs] + [e for e, _ in py])
+    ref = process_volumes(d, bin_dir, last + 1)
+    for h, vol in recs:
+        assert vol.shape == ref.shape[1:]
+        assert np.array_equal(vol, ref[h["epoch"]]), f"C client, epoch {h['epoch']}"
+    for epoch, vol in py:
+        assert np.array_equal(vol, ref[epoch]), f"Python client, epoch {epoch}"
+
+
+# ---- reload -------------------------------------------------------------------------------
+
+def test_live_reload_changes_the_next_volumes(daemons, bin_dir):
+    d = daemons().start()
+    d.subscribe()
+    d.ready()
+    d.vol()
+    new = json.loads(json.dumps(d.cfg))
+    new["preprocess"]["db_range"] = [0, 60]
+    d.write_config(new)
+    first_session = d.vol()["session"]
+    n = len(d.notes)
+    d.signal(signal.SIGHUP)
+    ev = d.event("reloaded")
+    assert ev["structural"] is False
+    i = d.wait_note("RELOADING", "1", after=n)
+    assert int(d.notes[i]["MONOTONIC_USEC"]) > 0
+    d.wait_note("READY", "1", after=i)
+    # volumes announced after the event were made with the new range; once S = 9 epochs
+    # passed they hold only new-range data and equal `volrec process` with the new config
+    v = d.vol()
+    assert v["session"] == first_session
+    later = d.vol(lambda m: m["epoch"] >= v["epoch"] + 9)
+    reader, out = d.reader(1, TIMEOUT)
+    reader.communicate(timeout=TIMEOUT + 10)
+    (h, vol), = read_records(out)
+    assert h["epoch"] >= later["epoch"]
+    old_ref = process_volumes(d, bin_dir, h["epoch"] + 1, cfg=d.cfg)[h["epoch"]]
+    new_ref = process_volumes(d, bin_dir, h["epoch"] + 1, cfg=new)
+    new_ref_vol = new_ref[h["epoch"]]
+    assert not np.array_equal(old_ref, new_ref_vol)
+    # a smaller dB range brightens the image; the daemon's volume equals the new reference
+    # except where history from before the change could still contribute (none after S epochs)
+    assert vol.mean() > old_ref.mean()
+    assert np.array_equal(vol, new_ref_vol)
+
+
+def test_invalid_reload_is_rejected_and_publishing_goes_on(daemons):
+    d = daemons().start()
+    d.subscribe()
+    d.ready()
+    before = d.vol()
+    bad = json.loads(json.dumps(d.cfg))
+    bad["preprocess"]["db_range"] = [50, 10]
+    d.write_config(bad)
+    n = len(d.notes)
+    d.signal(signal.SIGHUP)
+    ev = d.event("reload_rejected")
+    assert "db_range" in ev["message"], ev
+    d.wait_note("RELOADING", "1", after=n)
+    d.wait_note("READY", "1", after=n)
+    st = d.status(lambda m: m["reload"]["result"] == "rejected")
+    assert "db_range" in st["reload"]["message"]
+    assert st["state"] == "running"
+    end = time.monotonic() + TIMEOUT
+    while not any("reload rejected" in x.get("STATUS", "") for x in d.notes[n:]):
+        assert time.monotonic() < end, d.notes[n:]
+        d.wait_note("STATUS", after=len(d.notes))
+    after = d.vol(lambda m: m["sequence"] > before["sequence"] + 3)
+    assert after["session"] == before["session"]
+    assert d.proc.poll() is None
+    # the log carries the message too
+    assert "db_range" in d.log_text()
+
+
+def test_structural_reload_starts_a_new_session_clients_follow(daemons):
+    d = daemons().start()
+    d.subscribe()
+    d.ready()
+    reader, out = d.reader(1000, 12, name="follow")
+    first = d.vol()
+    new = json.loads(json.dumps(d.cfg))
+    new["geometry"]["ascans_per_bscan"] = 15  # 45 x 36 x 128 output
+    d.write_config(new)
+    time.sleep(0.5)
+    d.signal(signal.SIGHUP)
+    # subscribers reconnect to the rebuilt publisher: the event itself may pass before they
+    # are back, and the status repeats it as last_event
+    v = d.vol(lambda m: m["session"] != first["session"])
+    assert (v["ny"], v["nx"], v["nz"]) == (36, 45, 128)
+    st = d.status(lambda m: m["session"] == v["session"])
+    assert st["geometry"]["volume"] == [36, 45, 128]
+    assert st["last_event"]["event"] == "reloaded", st["last_event"]
+    assert st["reload"]["result"] == "ok"
+    d.read_notes()
+    assert any(n.get("RELOADING") == "1" for n in d.notes)
+    import volrec
+    with volrec.Client(d.instance, run_dir=str(d.run_dir)) as c:
+        with c.next(timeout=TIMEOUT) as pv:
+            assert pv.array.shape == (36, 45, 128)
+    stdout, _ = reader.communicate(timeout=TIMEOUT)
+    sessions = {h["session"] for h, _ in read_records(out)}
+    assert first["session"] in sessions and v["session"] in sessions, stdout
+    shapes = {vol.shape for _, vol in read_records(out)}
+    assert shapes == {(36, 36, 128), (36, 45, 128)}
+
+
+def test_sigkill_then_restart_clients_recover(daemons):
+    d = daemons().start()
+    d.ready()
+    reader, out = d.reader(1000, 10, name="survivor")
+    deadline = time.monotonic() + TIMEOUT
+    while not read_records(out) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    import volrec
+    c = volrec.Client(d.instance, run_dir=str(d.run_dir))
+    with c.next(timeout=TIMEOUT) as v:
+        s1 = v.session_id
+    d.proc.kill()
+    d.proc.wait()
+    time.sleep(0.5)
+    d.start().wait_note("READY", "1", after=len(d.notes))
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with c.next(timeout=TIMEOUT) as v:
+            if v.session_id != s1:
+                break
+        assert time.monotonic() < deadline
+    c.close()
+    reader.communicate(timeout=TIMEOUT)
+    sessions = [h["session"] for h, _ in read_records(out)]
+    assert sessions[0] == s1 and sessions[-1] != s1, sessions
+
+
+# ---- history reset, statistics -------------------------------------------------------------
+
+def test_sigusr2_resets_history_and_sigusr1_logs_statistics(daemons):
+    d = daemons().start()
+    d.subscribe()
+    d.ready()
+    d.vol()
+    d.signal(signal.SIGUSR2)
+    d.event("history_reset")
+    v = d.vol(lambda m: m["flags"] & 0x2)
+    assert v["flags"] & 0x2
+    d.signal(signal.SIGUSR1)
+    end = time.monotonic() + TIMEOUT
+    while "statistics:" not in d.log_text():
+        assert time.monotonic() < end, d.log_text()
+        time.sleep(0.1)
+    assert "ring_full" in d.log_text()
+
+
+# ---- overflow ------------------------------------------------------------------------------
+
+def test_source_faster_than_processing_drops_are_counted_exactly(daemons):
+    # unpaced source, the smallest ring (two epochs): acquisition outruns processing
+    d = daemons(**{"source.rate": 0, "pipeline.ring_bscans": 24,
+                   "pipeline.overflow": "drop_epoch"}).start()
+    d.subscribe()
+    d.ready()
+    st = d.status(lambda m: m["drops"]["ring_full"] > 0 and m["volumes_published"] >= 3)
+    for _ in range(5):
+        st = d.status()
+        assert drops_identity(st), st
+        assert st["drops"]["ring_full"] % 1 == 0
+        assert st["bscans"]["processed"] % 12 == 0
+    assert st["drops"]["total"] == sum(v for k, v in st["drops"].items() if k != "total")
+    assert st["state"] == "running"
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+
+
+# ---- volrecd --check -----------------------------------------------------------------------
+
+def test_check_rejects_what_the_daemon_rejects(daemons, bin_dir):
+    d = daemons()
+    bad = json.loads(json.dumps(d.cfg))
+    bad["geometry"]["depth_range"] = [0, 4096]
+    d.write_config(bad)
+    r = subprocess.run([str(pathlib.Path(bin_dir) / "volrecd"), "--check", "-c",
+                        str(d.config_path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "depth_range" in r.stderr
+    d.start()
+    assert d.wait_exit() == 2
+    assert "depth_range" in d.log_text()
+    d.read_notes()
+    assert not any("READY" in n for n in d.notes)
+    # and a good one passes both
+    d.write_config(d.cfg)
+    r = subprocess.run([str(pathlib.Path(bin_dir) / "volrecd"), "--check", "-c",
+                        str(d.config_path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
