@@ -184,7 +184,7 @@ unit: tests-build
 pytest: tests-build
 	$(call msg,TEST,integration)
 	$(Q)PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(PYTHON) -m pytest -q -p no:cacheprovider tests/integration $(PYTEST_ARGS)
+		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration $(PYTEST_ARGS)
 
 test check: unit pytest
 
@@ -197,7 +197,7 @@ format-check:
 
 DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev libfftw3-dev \
 	libhdf5-dev libpng-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
-	python3-h5py clang-format \
+	python3-h5py python3-pytest-timeout clang-format \
 	debhelper dh-python dpkg-dev fakeroot lintian systemd man-db groff-base
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
