@@ -176,7 +176,8 @@ struct vrd_pub *vrd_pipeline_pub(struct vrd_pipeline *pl);
 const struct vr_config *vrd_pipeline_config(struct vrd_pipeline *pl);
 const char *vrd_pipeline_backend_name(struct vrd_pipeline *pl);
 const char *vrd_pipeline_device(struct vrd_pipeline *pl);
-const struct volrec_shim_info *vrd_pipeline_source_info(struct vrd_pipeline *pl);
+/* A copy of what the source said about itself in open() (it may be reopened). */
+void vrd_pipeline_source_info(struct vrd_pipeline *pl, struct volrec_shim_info *info);
 
 /* ---- events and the service (vrd_service.c) ---- */
 /* Log and publish an `event` message {"event": name, "instance", "time", "session",

@@ -32,6 +32,7 @@ struct vrd_pipeline {
 	char be_note[512];
 	struct src_source src;
 	bool src_is_open;
+	struct volrec_shim_info src_info; /* copy of src.info for other threads, under mu */
 	struct vrd_pub *pub;
 	size_t bscan_bytes;
 	int timeout_ms;
@@ -119,6 +120,7 @@ static int source_reopen(struct vrd_pipeline *pl)
 	}
 	pl->src_is_open = true;
 	pthread_mutex_lock(&pl->mu);
+	pl->src_info = pl->src.info;
 	pl->c.source_reopens++;
 	pthread_mutex_unlock(&pl->mu);
 	vrd_log(LOG_NOTICE, NULL, "source: reopened %s", pl->src.info.name);
@@ -573,6 +575,7 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 		goto fail;
 	}
 	pl->src_is_open = true;
+	pl->src_info = pl->src.info;
 
 	rc = vrd_pub_open(cfg, pl->be, &pl->pub, why, sizeof(why));
 	if (rc < 0) {
@@ -715,7 +718,9 @@ const char *vrd_pipeline_device(struct vrd_pipeline *pl)
 	return pl->be->ops->device(pl->be->state);
 }
 
-const struct volrec_shim_info *vrd_pipeline_source_info(struct vrd_pipeline *pl)
+void vrd_pipeline_source_info(struct vrd_pipeline *pl, struct volrec_shim_info *info)
 {
-	return &pl->src.info;
+	pthread_mutex_lock(&pl->mu);
+	*info = pl->src_info;
+	pthread_mutex_unlock(&pl->mu);
 }

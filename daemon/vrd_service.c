@@ -216,7 +216,7 @@ static void status_json(struct service *s, const struct vrd_snapshot *snap, int 
                         uint64_t now, char *buf, size_t len)
 {
 	const struct vr_config *c = &s->cur;
-	const struct volrec_shim_info *si = vrd_pipeline_source_info(s->pl);
+	struct volrec_shim_info info, *si = &info;
 	struct vrd_pub *pub = vrd_pipeline_pub(s->pl);
 	static const char *const lat_names[] = {"acquire_to_publish", "preprocess", "reconstruct",
 	                                        "publish"};
@@ -228,6 +228,7 @@ static void status_json(struct service *s, const struct vrd_snapshot *snap, int 
 		Y *= c->geometry.stride[1];
 		X *= c->geometry.stride[0];
 	}
+	vrd_pipeline_source_info(s->pl, &info);
 	vrd_pub_stats(pub, &ws);
 	vrd_json_init(&j, buf, len);
 	vrd_json_raw(&j, "{\"state\":");
@@ -578,9 +579,10 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	s.state = SVC_RUNNING;
 	s.prev_ns = vrd_now_ns();
 	{
-		const struct volrec_shim_info *si = vrd_pipeline_source_info(s.pl);
+		struct volrec_shim_info info, *si = &info;
 		char msg[1024];
 
+		vrd_pipeline_source_info(s.pl, &info);
 		snprintf(
 		        msg, sizeof(msg),
 		        "started: instance %s, source %s (%s), backend %s (%s), session %016" PRIx64
