@@ -20,7 +20,7 @@ bool be_have_cuda(void)
 }
 
 static int be_try(const struct be_ops *ops, const struct vr_config *cfg, struct be_backend **out,
-		  char *err, size_t errlen)
+                  char *err, size_t errlen)
 {
 	struct be_backend *be = calloc(1, sizeof(*be));
 	int rc;
@@ -40,7 +40,7 @@ static int be_try(const struct be_ops *ops, const struct vr_config *cfg, struct 
 }
 
 int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, size_t notelen,
-	    char *err, size_t errlen)
+            char *err, size_t errlen)
 {
 	if (note && notelen)
 		note[0] = '\0';
@@ -52,7 +52,7 @@ int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, si
 		return be_try(&be_cuda_ops, cfg, out, err, errlen);
 #else
 		snprintf(err, errlen,
-			 "backend: cuda: this volrec was built without CUDA (use cpu or auto)");
+		         "backend: cuda: this volrec was built without CUDA (use cpu or auto)");
 		return -ENOTSUP;
 #endif
 	case CFG_BACKEND_AUTO:
@@ -63,8 +63,8 @@ int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, si
 		if (rc == 0)
 			return 0;
 		if (note && notelen)
-			snprintf(note, notelen, "CUDA backend unavailable (%s): using the CPU backend",
-				 why);
+			snprintf(note, notelen,
+			         "CUDA backend unavailable (%s): using the CPU backend", why);
 #else
 		if (note && notelen)
 			snprintf(note, notelen, "built without CUDA: using the CPU backend");

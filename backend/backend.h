@@ -22,9 +22,9 @@ struct be_backend;
 
 /* What one finished epoch produces. Any pointer may be NULL when not wanted. */
 struct be_output {
-	uint8_t *volume;  /* u8 output volume [Y][X][Z] (cfg_out_voxels bytes) */
-	float *lowres;    /* low-resolution volume L_e [ny][nx][nz], normalized floats */
-	float *full;      /* output before quantization [Y][X][Z] (float of volume) */
+	uint8_t *volume; /* u8 output volume [Y][X][Z] (cfg_out_voxels bytes) */
+	float *lowres;   /* low-resolution volume L_e [ny][nx][nz], normalized floats */
+	float *full;     /* output before quantization [Y][X][Z] (float of volume) */
 };
 
 struct be_ops {
@@ -46,7 +46,7 @@ struct be_ops {
 	int (*bscan_submit)(void *state, uint64_t epoch, uint32_t bscan, const void *raw);
 	/* Finish epoch e: all its B-scans were submitted. Reconstructs and writes out. */
 	int (*epoch_finish)(void *state, uint64_t epoch, const struct be_output *out, char *err,
-			    size_t errlen);
+	                    size_t errlen);
 	/* Apply live parameters of cfg (non-structural, see cfg_is_structural_change) from the
 	 * next epoch on, without reallocation. */
 	int (*update_live)(void *state, const struct vr_config *cfg, char *err, size_t errlen);
@@ -70,8 +70,8 @@ struct be_backend {
  * errno and the message in err; *out is written only on success. Free with be_close().
  */
 __attribute__((warn_unused_result)) int be_open(const struct vr_config *cfg,
-						struct be_backend **out, char *note,
-						size_t notelen, char *err, size_t errlen);
+                                                struct be_backend **out, char *note, size_t notelen,
+                                                char *err, size_t errlen);
 void be_close(struct be_backend *be);
 
 /* Whether this build has the CUDA backend compiled in. */

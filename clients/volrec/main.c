@@ -20,13 +20,13 @@ static const struct {
 #define COMMAND(name, summary) {#name, summary, cmd_##name},
 #include "volrec_commands.h"
 #undef COMMAND
-	{NULL, NULL, NULL},
+        {NULL, NULL, NULL},
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: volrec COMMAND [OPTIONS]   (volrec COMMAND --help for its options)\n\n"
-		   "commands:\n");
+	           "commands:\n");
 	for (size_t i = 0; commands[i].name; i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }

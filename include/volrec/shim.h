@@ -76,7 +76,7 @@ struct volrec_shim_ops {
 	/* Fill buffer (size = nx * K * sample size bytes) with the next B-scan, waiting at most
 	 * timeout_ms. -ETIMEDOUT when nothing came in time; the buffer is then unspecified. */
 	int (*acquire)(void *handle, void *buffer, size_t size, int timeout_ms,
-		       struct volrec_shim_meta *meta);
+	               struct volrec_shim_meta *meta);
 	int (*stop)(void *handle);
 	void (*close)(void *handle); /* accepts a handle after any failure */
 	/* Text for a code this shim returned; NULL to fall back to strerror(-code). */

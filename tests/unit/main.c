@@ -20,7 +20,7 @@ static const struct {
 #define GROUP(name) {#name, vr_test_group_##name},
 #include "unit_groups.h"
 #undef GROUP
-	{NULL, NULL},
+        {NULL, NULL},
 };
 
 const char *vrtest_src_dir(void)
