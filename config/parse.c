@@ -613,7 +613,7 @@ static int walk_map(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, c
 
 /* ---- the schema ------------------------------------------------------------------------- */
 
-static const char *const phantom_names[] = {"retina", NULL};
+static const char *const phantom_names[] = {"retina", "mirror", NULL};
 static const char *const dtype_names[] = {"u8", NULL};
 
 #define MAP(nm, s)                                                                                 \

@@ -89,6 +89,8 @@ struct sim {
 	float *ext_im;       /* [K + NTAP] imaginary parts */
 	float *spec;         /* [K] one A-scan before quantization */
 	fftwf_plan plan;
+	bool mirror; /* phantom "mirror": one flat reflector of amplitude 1 ... */
+	uint32_t zm; /* ... at this depth bin (SIM_MIRROR_MM), phase 0 */
 };
 
 /* A column of the phantom at one lateral position and time. */
@@ -189,9 +191,9 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 {
 	uint64_t bytes;
 
-	if (strcmp(p->phantom, "retina") != 0)
-		return fail(err, errlen, -EINVAL, "synth: unknown phantom '%s' (allowed: retina)",
-		            p->phantom);
+	if (strcmp(p->phantom, "retina") != 0 && strcmp(p->phantom, "mirror") != 0)
+		return fail(err, errlen, -EINVAL,
+		            "synth: unknown phantom '%s' (allowed: retina, mirror)", p->phantom);
 	if (p->samples_per_ascan < 16 || p->samples_per_ascan > SIM_MAX_K)
 		return fail(err, errlen, -EINVAL,
 		            "synth: samples_per_ascan %u out of range (16..%u)",
@@ -295,6 +297,8 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->zlo = (uint32_t)ceil(TISSUE_TOP_MM / s->dz);
 	s->zhi = (uint32_t)floor(TISSUE_BOT_MM / s->dz);
 	s->zc = (int32_t)((s->zlo + s->zhi) / 2);
+	s->mirror = strcmp(p->phantom, "mirror") == 0;
+	s->zm = (uint32_t)lround(SIM_MIRROR_MM / s->dz);
 
 	s->fs = p->sample_type == VOLREC_SAMPLE_F32 ? 65535.0 : (double)(65535u >> p->bit_shift);
 	s->dc = 0.45 * s->fs;
@@ -556,7 +560,11 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 	float *ere = s->ext_re, *eim = s->ext_im;
 
 	memset(g, 0, sizeof(*g) * K);
-	for (uint32_t z = s->zlo; z <= s->zhi; z++) {
+	if (s->mirror) {
+		g[((int64_t)s->zm - s->zc + K) % K][0] = 1;
+		c = NULL; /* the mirror is the same at every position */
+	}
+	for (uint32_t z = s->zlo; c && z <= s->zhi; z++) {
 		uint32_t ph;
 		float a = column_amp(c, z * s->dz, &ph);
 		if (a == 0)
@@ -675,6 +683,11 @@ int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, uint32_t z
 			struct column c;
 			double x, y;
 			float *o = out + ((size_t)Yf * s->X + Xf) * nz;
+			if (s->mirror) {
+				for (uint32_t z = z0; z < z1; z++)
+					o[z - z0] = z == s->zm * zero_pad ? 1.0f : 0.0f;
+				continue;
+			}
 			lab_xy(s, Yf, Xf, &x, &y);
 			column_at(s, epoch, x, y, &c);
 			for (uint32_t z = z0; z < z1; z++) {

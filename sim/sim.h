@@ -18,6 +18,7 @@
 #define SIM_FOV_MM       3.0  /* lateral field of view (square), mm */
 #define SIM_DEPTH_MM     2.0  /* optical depth covered by the K/2 depth bins, mm */
 #define SIM_MAX_K        65536u
+#define SIM_MIRROR_MM    1.0 /* depth of the "mirror" phantom (bin K/4 of the K/2 bins) */
 
 /* What the scanner produces. */
 struct sim_params {
@@ -30,7 +31,8 @@ struct sim_params {
 	bool bidirectional;   /* odd B-scans are scanned right to left */
 	double rate;          /* epochs per second of the motion clock (<= 0: SIM_DEFAULT_RATE) */
 	uint64_t seed;
-	char phantom[CFG_NAME_MAX]; /* "retina" */
+	char phantom[CFG_NAME_MAX]; /* "retina", or "mirror": one ideal flat reflector of
+	                             * amplitude 1 at SIM_MIRROR_MM, nearest bin (tests) */
 	double deg_per_s;           /* rotation about the depth axis */
 	double snr_db;              /* see sim_noise_sigma() */
 	bool noiseless;             /* no shot noise (tests) */
