@@ -82,3 +82,46 @@ void be_close(struct be_backend *be)
 		be->ops->destroy(be->state);
 	free(be);
 }
+
+int be_epoch_finish_async(struct be_backend *be, uint64_t epoch, const struct be_output *out,
+                          char *err, size_t errlen)
+{
+	int rc;
+
+	if (be->ops->epoch_finish_async && be->ops->epoch_wait)
+		return be->ops->epoch_finish_async(be->state, epoch, out, err, errlen);
+	if (be->sync_pending) {
+		snprintf(err, errlen,
+		         "%s backend: epoch %llu finished before epoch_wait(%llu) (one epoch in "
+		         "flight)",
+		         be->ops->name, (unsigned long long)epoch,
+		         (unsigned long long)be->sync_epoch);
+		return -EBUSY;
+	}
+	rc = be->ops->epoch_finish(be->state, epoch, out, err, errlen);
+	if (rc == 0) {
+		be->sync_pending = true;
+		be->sync_epoch = epoch;
+	}
+	return rc;
+}
+
+int be_epoch_wait(struct be_backend *be, uint64_t epoch, char *err, size_t errlen)
+{
+	if (be->ops->epoch_finish_async && be->ops->epoch_wait)
+		return be->ops->epoch_wait(be->state, epoch, err, errlen);
+	if (!be->sync_pending || be->sync_epoch != epoch) {
+		if (be->sync_pending)
+			snprintf(err, errlen,
+			         "%s backend: epoch_wait(%llu), but epoch %llu is in flight",
+			         be->ops->name, (unsigned long long)epoch,
+			         (unsigned long long)be->sync_epoch);
+		else
+			snprintf(err, errlen,
+			         "%s backend: epoch_wait(%llu) with no epoch in flight",
+			         be->ops->name, (unsigned long long)epoch);
+		return -EINVAL;
+	}
+	be->sync_pending = false;
+	return 0;
+}

@@ -52,6 +52,27 @@ struct be_ops {
 	int (*update_live)(void *state, const struct vr_config *cfg, char *err, size_t errlen);
 	/* Forget the reconstruction history (E, cumulative output): as if epoch 0 came next. */
 	void (*reset_history)(void *state);
+
+	/*
+	 * Optional asynchronous form of epoch_finish (NULL when a backend has none; use the
+	 * be_epoch_finish_async/be_epoch_wait wrappers, which fall back to epoch_finish).
+	 * epoch_finish_async(e) checks that all ny B-scans of e were submitted, queues the
+	 * reconstruction of e and the copies into out, and returns without waiting for them.
+	 * epoch_wait(e) then waits until every output of e asked for in out is complete in host
+	 * memory (or reports the failure of any of that work). Between the two calls:
+	 *  - bscan_submit of the next epoch is allowed (its preprocessing overlaps e's copies);
+	 *  - one epoch in flight: epoch_finish_async of another epoch before epoch_wait(e)
+	 *    returned is -EBUSY, as is epoch_finish; update_live and reset_history wait for e;
+	 *  - the raw buffers of epoch e stay valid and unchanged until epoch_wait(e) returns,
+	 *    and the out buffers (and the be_output struct's pointers) until epoch_wait(e)
+	 *    returns; they must not be read before that.
+	 * epoch_wait must be called exactly once for each epoch_finish_async that returned 0;
+	 * when epoch_finish_async fails nothing is in flight. epoch_finish is exactly
+	 * epoch_finish_async followed by epoch_wait.
+	 */
+	int (*epoch_finish_async)(void *state, uint64_t epoch, const struct be_output *out,
+				  char *err, size_t errlen);
+	int (*epoch_wait)(void *state, uint64_t epoch, char *err, size_t errlen);
 };
 
 extern const struct be_ops be_cpu_ops;
@@ -62,6 +83,10 @@ extern const struct be_ops be_cuda_ops;
 struct be_backend {
 	const struct be_ops *ops;
 	void *state;
+	/* be_epoch_finish_async's fallback for backends without the async form: the epoch it
+	 * already finished synchronously, for be_epoch_wait to check. */
+	bool sync_pending;
+	uint64_t sync_epoch;
 };
 
 /*
@@ -73,6 +98,16 @@ __attribute__((warn_unused_result)) int be_open(const struct vr_config *cfg,
                                                 struct be_backend **out, char *note, size_t notelen,
                                                 char *err, size_t errlen);
 void be_close(struct be_backend *be);
+
+/* The asynchronous epoch interface of be_ops (contract above): ops->epoch_finish_async and
+ * ops->epoch_wait when the backend has them, else epoch_finish at once and a wait that only
+ * checks the epoch. Messages in err as for epoch_finish. */
+__attribute__((warn_unused_result)) int be_epoch_finish_async(struct be_backend *be,
+							      uint64_t epoch,
+							      const struct be_output *out,
+							      char *err, size_t errlen);
+__attribute__((warn_unused_result)) int be_epoch_wait(struct be_backend *be, uint64_t epoch,
+						      char *err, size_t errlen);
 
 /* Whether this build has the CUDA backend compiled in. */
 bool be_have_cuda(void);

@@ -2,7 +2,8 @@
 /*
  * The CUDA backend (be_cuda_ops): device selection and memory budget, everything allocated
  * once per configuration, per-B-scan preprocessing on round-robin streams with batched cuFFT
- * plans, and the per-epoch reconstruction with slab-wise D2H copies that overlap compute.
+ * plans into one of two L_e buffers, and the asynchronous per-epoch reconstruction on its own
+ * streams with slab-wise D2H copies that overlap compute and the next epoch's preprocessing.
  */
 #include <errno.h>
 #include <math.h>
@@ -15,7 +16,8 @@
 #include "gpu.h"
 
 #define GPU_MIN_CC_MAJOR 7
-#define GPU_SLABS_MIN    8 /* reconstruction slabs per epoch (rows of Y), at least */
+#define GPU_SLABS        16 /* reconstruction slabs per epoch (rows of Y), at most */
+#define GPU_RSTREAMS     3  /* reconstruction streams: slab k on stream k mod 3 */
 
 struct gpu_stream {
 	cudaStream_t s;
@@ -41,8 +43,13 @@ struct gpu_state {
 	bool have_full; /* full-resolution buffers exist (mode != none, or S == 1) */
 
 	int ns;
-	struct gpu_stream *st;
-	cudaEvent_t ev_ready; /* all B-scans of the epoch preprocessed (on stream 0) */
+	struct gpu_stream *st; /* preprocessing streams */
+	/* reconstruction streams: rs[0] waits for the preprocessing, interlaces and sets the
+	 * weights, then ev_ready; slabs go round-robin; rev[j] closes epoch's work on rs[j] */
+	cudaStream_t rs[GPU_RSTREAMS];
+	cudaEvent_t rev[GPU_RSTREAMS];
+	cudaEvent_t ev_ready;
+	float *cpin; /* pinned [S*S + 4]: the weight table and c_g, source of the upload */
 
 	/* tables: host and device */
 	struct gpu_tables tab;
@@ -51,7 +58,8 @@ struct gpu_state {
 	struct gpu_prep_params prep;
 
 	/* volumes */
-	float *le;     /* [ny][nx][nz] L_e */
+	float *le[2]; /* [ny][nx][nz] L_e: le[cur] receives the B-scans being submitted */
+	int cur;
 	float *P, *Q;  /* [Y][X][Z] B (M or previous output) and this epoch's float output */
 	long long *E;  /* [Y][X] */
 	float *tmap;   /* [Y][X] */
@@ -72,6 +80,8 @@ struct gpu_state {
 	bool have_last;
 	uint64_t last; /* last finished epoch */
 	uint64_t run;  /* consecutive finished epochs ending at last */
+	bool inflight; /* epoch_finish_async(inflight_epoch) queued, epoch_wait not yet */
+	uint64_t inflight_epoch;
 
 	int sticky; /* a CUDA failure in bscan_submit/reset_history, reported next */
 	char sticky_msg[512];
@@ -303,15 +313,27 @@ static void gpu_destroy(void *vst)
 		}
 		free(st->st);
 	}
+	for (int j = 0; j < GPU_RSTREAMS; j++)
+		if (st->rs[j])
+			cudaStreamSynchronize(st->rs[j]);
+	for (int j = 0; j < GPU_RSTREAMS; j++) {
+		if (st->rev[j])
+			cudaEventDestroy(st->rev[j]);
+		if (st->rs[j])
+			cudaStreamDestroy(st->rs[j]);
+	}
 	if (st->ev_ready)
 		cudaEventDestroy(st->ev_ready);
+	if (st->cpin)
+		cudaFreeHost(st->cpin);
 	cudaFree(st->d_rs_idx);
 	cudaFree(st->d_rs_w);
 	cudaFree(st->d_window);
 	cudaFree(st->d_dre);
 	cudaFree(st->d_dim);
 	cudaFree(st->d_ref);
-	cudaFree(st->le);
+	cudaFree(st->le[0]);
+	cudaFree(st->le[1]);
 	cudaFree(st->P);
 	cudaFree(st->Q);
 	cudaFree(st->E);
@@ -500,7 +522,7 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	        (size_t)st->K * (sizeof(int32_t) + taps_max * sizeof(float) + 4 * sizeof(float));
 	const size_t cols = (size_t)st->Y * st->X;
 	const size_t volumes =
-	        st->le_count * sizeof(float) +
+	        2 * st->le_count * sizeof(float) +
 	        (st->have_full ? 2 * st->full_count * sizeof(float) + st->full_count +
 	                                 cols * (sizeof(long long) + sizeof(float))
 	                       : st->le_count);
@@ -540,7 +562,10 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 		goto fail;
 
 	/* volumes */
-	rc = gpu_malloc((void **)&st->le, st->le_count * sizeof(float), "L_e", err, errlen);
+	rc = gpu_malloc((void **)&st->le[0], st->le_count * sizeof(float), "L_e", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->le[1], st->le_count * sizeof(float), "second L_e",
+		                err, errlen);
 	if (rc == 0 && st->have_full) {
 		rc = gpu_malloc((void **)&st->P, st->full_count * sizeof(float), "B volume", err,
 		                errlen);
@@ -573,6 +598,20 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	}
 	rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->ev_ready, cudaEventDisableTiming),
 	                    "cudaEventCreate", err, errlen);
+	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
+		rc = gpu_cuda_check(cudaStreamCreateWithFlags(&st->rs[j], cudaStreamNonBlocking),
+		                    "cudaStreamCreate(reconstruction)", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(
+			        cudaEventCreateWithFlags(&st->rev[j], cudaEventDisableTiming),
+			        "cudaEventCreate", err, errlen);
+	}
+	if (rc == 0)
+		rc = gpu_cuda_check(
+		        cudaHostAlloc((void **)&st->cpin,
+		                      ((st->ttab ? (size_t)st->S * st->S : 0) + 4) * sizeof(float),
+		                      cudaHostAllocDefault),
+		        "cudaHostAlloc(weight tables)", err, errlen);
 	if (rc < 0)
 		goto fail;
 
@@ -658,7 +697,7 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc < 0)
 		goto fail;
 	/* the kernels must exist for this device (CUDA_ARCHS of the build) */
-	rc = gpu_cuda_check(gpu_launch_quantize(st->le, st->out8, 1, st->st[0].s),
+	rc = gpu_cuda_check(gpu_launch_quantize(st->le[0], st->out8, 1, st->st[0].s),
 	                    "a first kernel launch (is this device among the build's CUDA_ARCHS?)",
 	                    err, errlen);
 	if (rc == 0)
@@ -787,7 +826,7 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	        st->cfg.preprocess.flip.x != (st->cfg.geometry.bidirectional && (bscan & 1u));
 	CU(gpu_launch_logmag(&st->prep, g->fout,
 	                     st->prep.complex_in ? (int)st->N : (int)(st->N / 2 + 1), rev,
-	                     st->le + (size_t)bscan * st->nx * st->nz, g->s),
+	                     st->le[st->cur] + (size_t)bscan * st->nx * st->nz, g->s),
 	   "log-magnitude kernel");
 	st->epoch = epoch;
 	if (!st->have[bscan]) {
@@ -803,6 +842,7 @@ out:
 
 /* ---- per epoch ---------------------------------------------------------------------------- */
 
+/* Wait for everything queued on every stream (preprocessing and reconstruction). */
 static int gpu_sync_all(struct gpu_state *st, char *err, size_t errlen)
 {
 	int rc = 0, r;
@@ -813,15 +853,21 @@ static int gpu_sync_all(struct gpu_state *st, char *err, size_t errlen)
 		if (r < 0 && rc == 0)
 			rc = r;
 	}
+	for (int j = 0; j < GPU_RSTREAMS; j++) {
+		r = gpu_cuda_check(cudaStreamSynchronize(st->rs[j]),
+		                   "cudaStreamSynchronize(reconstruction)", rc ? NULL : err,
+		                   rc ? 0 : errlen);
+		if (r < 0 && rc == 0)
+			rc = r;
+	}
 	return rc;
 }
 
-/* Rows per slab of an epoch's output so that copies of one slab overlap compute of the
- * next; at most 65535 (grid y). */
-static uint32_t gpu_slab_rows(const struct gpu_state *st, uint32_t rows)
+/* Rows per slab of an epoch's output (GPU_SLABS slabs, fewer for small volumes) so that the
+ * copy of one slab overlaps the compute of the next; at most 65535 (grid y). */
+static uint32_t gpu_slab_rows(uint32_t rows)
 {
-	uint32_t nslab = (uint32_t)(2 * st->ns > GPU_SLABS_MIN ? 2 * st->ns : GPU_SLABS_MIN);
-	uint32_t r = (rows + nslab - 1) / nslab;
+	uint32_t r = (rows + GPU_SLABS - 1) / GPU_SLABS;
 	if (r < 1)
 		r = 1;
 	return r > 65535 ? 65535 : r;
@@ -833,13 +879,33 @@ static void gpu_reset_state(struct gpu_state *st)
 	st->nsub = 0;
 }
 
-static int gpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *out, char *err,
-                            size_t errlen)
+/*
+ * Queue epoch e: reconstruction streams wait for the preprocessing of its B-scans (events
+ * recorded now, so B-scans of the next epoch submitted later are not waited for), then the
+ * interlace of le[cur] into B and the weights on rs[0], then the slabs round-robin on the
+ * reconstruction streams, each slab's D2H right after its kernel on the same stream. The next
+ * epoch's B-scans go into the other L_e. Only one epoch is in flight: the next one is queued
+ * after epoch_wait(e), so its kernels never overwrite a buffer e still copies from.
+ */
+static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_output *out, char *err,
+                                  size_t errlen)
 {
 	struct gpu_state *st = vst;
 	const uint32_t Z = st->nz;
 	int rc;
 
+	if (st->inflight) {
+		snprintf(err, errlen,
+		         "cuda backend: epoch %llu finished while epoch %llu is still in flight "
+		         "(epoch_wait first)",
+		         (unsigned long long)epoch, (unsigned long long)st->inflight_epoch);
+		return -EBUSY;
+	}
+	if (!out) {
+		snprintf(err, errlen, "cuda backend: epoch %llu finished without an output",
+		         (unsigned long long)epoch);
+		return -EINVAL;
+	}
 	if (st->sticky) {
 		snprintf(err, errlen, "cuda backend: %s", st->sticky_msg);
 		rc = st->sticky;
@@ -859,9 +925,10 @@ static int gpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 	if (rc < 0)
 		goto out;
 
-	/* stream 0 waits for every stream's B-scans; the others wait for stream 0 */
-	cudaStream_t s0 = st->st[0].s;
-	for (int i = 1; i < st->ns; i++) {
+	/* rs[0] waits for every preprocessing stream's B-scans of this epoch */
+	cudaStream_t s0 = st->rs[0];
+	float *le = st->le[st->cur];
+	for (int i = 0; i < st->ns; i++) {
 		CU(cudaEventRecord(st->st[i].ev, st->st[i].s), "cudaEventRecord");
 		CU(cudaStreamWaitEvent(s0, st->st[i].ev, 0), "cudaStreamWaitEvent");
 	}
@@ -871,13 +938,14 @@ static int gpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 	const size_t row_vox = (size_t)rowx * Z;
 	struct gpu_recon_params rp = {0};
 	float *outf_dev = NULL; /* device float output to copy to out->full */
+	const bool consecutive = st->have_last && epoch == st->last + 1;
 
 	if (none) {
-		outf_dev = st->le;
+		outf_dev = le;
 	} else {
 		const uint64_t q = epoch % st->S;
-		const bool consecutive = st->have_last && epoch == st->last + 1;
 		const uint64_t run = consecutive ? st->run + 1 : 1;
+		const size_t nt = st->ttab ? (size_t)st->S * st->S : 0;
 		rp = (struct gpu_recon_params){
 		        .nx = (int)st->nx,
 		        .ny = (int)st->ny,
@@ -897,28 +965,31 @@ static int gpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 		        .temporal = (int)st->temporal,
 		        .tau = st->tau,
 		};
-		CU(gpu_upload_constants(st->ttab, st->ttab ? (size_t)st->S * st->S : 0, st->g, s0),
+		/* the previous upload from cpin finished: its epoch was waited for */
+		if (nt)
+			memcpy(st->cpin, st->ttab, nt * sizeof(float));
+		memcpy(st->cpin + nt, st->g, 4 * sizeof(float));
+		CU(gpu_upload_constants(st->cpin, nt, st->cpin + nt, s0),
 		   "cudaMemcpyToSymbolAsync(weights)");
-		CU(gpu_launch_interlace(&rp, st->le, st->P, st->E, s0), "interlace kernel");
+		CU(gpu_launch_interlace(&rp, le, st->P, st->E, s0), "interlace kernel");
 		if (!rp.fast)
 			CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0), "temporal weight kernel");
 		if (st->mode == CFG_RECON_CUMULATIVE || out->full)
 			outf_dev = st->Q;
 	}
 	CU(cudaEventRecord(st->ev_ready, s0), "cudaEventRecord");
-	for (int i = 1; i < st->ns; i++)
-		CU(cudaStreamWaitEvent(st->st[i].s, st->ev_ready, 0), "cudaStreamWaitEvent");
+	for (int j = 1; j < GPU_RSTREAMS; j++)
+		CU(cudaStreamWaitEvent(st->rs[j], st->ev_ready, 0), "cudaStreamWaitEvent");
 
 	/* slabs of rows: compute, then copy down on the same stream */
-	const uint32_t sr = gpu_slab_rows(st, rows);
+	const uint32_t sr = gpu_slab_rows(rows);
 	uint32_t k = 0;
 	for (uint32_t y0 = 0; y0 < rows; y0 += sr, k++) {
 		const uint32_t y1 = y0 + sr < rows ? y0 + sr : rows;
 		const size_t off = (size_t)y0 * row_vox, n = (size_t)(y1 - y0) * row_vox;
-		cudaStream_t s = st->st[k % (uint32_t)st->ns].s;
+		cudaStream_t s = st->rs[k % GPU_RSTREAMS];
 		if (none)
-			CU(gpu_launch_quantize(st->le + off, st->out8 + off, n, s),
-			   "quantize kernel");
+			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
 		else
 			CU(gpu_launch_recon(&rp, st->P, st->tmap, (int)y0, (int)y1, st->out8,
 			                    outf_dev, s),
@@ -933,27 +1004,71 @@ static int gpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 			   "cudaMemcpyAsync(float volume, device to host)");
 	}
 	if (out->lowres)
-		CU(cudaMemcpyAsync(out->lowres, st->le, st->le_count * sizeof(float),
-		                   cudaMemcpyDeviceToHost, st->st[k % (uint32_t)st->ns].s),
+		CU(cudaMemcpyAsync(out->lowres, le, st->le_count * sizeof(float),
+		                   cudaMemcpyDeviceToHost, st->rs[k % GPU_RSTREAMS]),
 		   "cudaMemcpyAsync(low-resolution volume, device to host)");
-	rc = gpu_sync_all(st, err, errlen);
-	if (rc < 0)
-		goto out;
+	for (int j = 0; j < GPU_RSTREAMS; j++)
+		CU(cudaEventRecord(st->rev[j], st->rs[j]), "cudaEventRecord");
+
+	/* queued: the host-side state moves on to the next epoch */
 	if (st->mode == CFG_RECON_CUMULATIVE) {
 		float *t = st->P;
 		st->P = st->Q;
 		st->Q = t;
 	}
 	if (!none) {
-		st->run = st->have_last && epoch == st->last + 1 ? st->run + 1 : 1;
+		st->run = consecutive ? st->run + 1 : 1;
 		st->have_last = true;
 		st->last = epoch;
 	}
+	st->cur ^= 1;
+	st->inflight = true;
+	st->inflight_epoch = epoch;
 out:
 	if (rc < 0)
 		gpu_sync_all(st, NULL, 0);
 	gpu_reset_state(st);
 	return rc;
+}
+
+static int gpu_epoch_wait(void *vst, uint64_t epoch, char *err, size_t errlen)
+{
+	struct gpu_state *st = vst;
+	char msg[384];
+	int rc = 0, r;
+
+	if (!st->inflight || st->inflight_epoch != epoch) {
+		if (st->inflight)
+			snprintf(err, errlen,
+			         "cuda backend: epoch_wait(%llu), but epoch %llu is in flight",
+			         (unsigned long long)epoch, (unsigned long long)st->inflight_epoch);
+		else
+			snprintf(err, errlen,
+			         "cuda backend: epoch_wait(%llu) with no epoch in flight",
+			         (unsigned long long)epoch);
+		return -EINVAL;
+	}
+	st->inflight = false;
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", msg, sizeof(msg));
+	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
+		r = gpu_cuda_check(cudaEventSynchronize(st->rev[j]),
+		                   "cudaEventSynchronize(reconstruction)", msg, sizeof(msg));
+		if (r < 0)
+			rc = r;
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "cuda backend: epoch %llu: %s", (unsigned long long)epoch,
+		         msg);
+		gpu_sync_all(st, NULL, 0);
+	}
+	return rc;
+}
+
+static int gpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *out, char *err,
+                            size_t errlen)
+{
+	int rc = gpu_epoch_finish_async(vst, epoch, out, err, errlen);
+	return rc < 0 ? rc : gpu_epoch_wait(vst, epoch, err, errlen);
 }
 
 /* ---- live updates ------------------------------------------------------------------------- */
@@ -1078,4 +1193,6 @@ const struct be_ops be_cuda_ops = {
         .epoch_finish = gpu_epoch_finish,
         .update_live = gpu_update_live,
         .reset_history = gpu_reset_history,
+        .epoch_finish_async = gpu_epoch_finish_async,
+        .epoch_wait = gpu_epoch_wait,
 };

@@ -244,69 +244,116 @@ __global__ void k_tmap(gpu_recon_params p, const long long *E, float *tmap)
 	}
 }
 
+#define GPU_RECON_THREADS 128 /* threads per block along z */
+#define GPU_RECON_XRUN    16  /* output columns along X per thread (register reuse) */
+
+/* Column (yy, xx) of B around depth z: v = B[z-1], B[z], B[z+1] (0 outside [0, Z)) and its
+ * temporal weight t; t = 0 for a column outside the volume, which is skipped like any column
+ * whose weight is not > 0. */
+template <bool FAST>
+static __device__ __forceinline__ void
+gpu_col_load(const gpu_recon_params &p, const float *__restrict__ B, const float *__restrict__ tmap,
+             int yy, int xx, int z, float *v, float &t)
+{
+	v[0] = v[1] = v[2] = 0.0f;
+	t = 0.0f;
+	if (yy < 0 || yy >= p.Y || xx < 0 || xx >= p.X)
+		return;
+	if (FAST)
+		t = c_ttab[p.qe * p.S + (yy % p.sy) * p.sx + (xx % p.sx)];
+	else
+		t = __ldg(&tmap[(size_t)yy * p.X + xx]);
+	if (!(t > 0.0f))
+		return;
+	const float *col = B + ((size_t)yy * p.X + xx) * p.nz;
+	if (z > 0)
+		v[0] = __ldg(&col[z - 1]);
+	v[1] = __ldg(&col[z]);
+	if (z + 1 < p.nz)
+		v[2] = __ldg(&col[z + 1]);
+}
+
 /*
- * Grid (ceil(Z / threads) * X, rows): one thread per output voxel (Y, X, z), z fastest so that
- * a warp reads contiguous memory. Valid neighbours lie inside the volume and have t > 0.
+ * Grid (ceil(Z / threads), rows, ceil(X / xrun)): thread z of block (., Yi - y0, c) computes
+ * the voxels (Yi, Xi, z) for Xi in [c * xrun, min((c + 1) * xrun, X)), sliding a 3 x 3 window
+ * of columns along X in registers so that each column of B is read once per row of the
+ * window instead of three times. z is fastest so that a warp reads contiguous memory. The
+ * arithmetic per voxel (order of the sums over dy, dx, dz, skipped neighbours) is that of the
+ * CPU reference: valid neighbours lie inside the volume and have t > 0.
  */
 template <bool FAST, bool PRODUCT>
-__global__ void k_recon(gpu_recon_params p, const float *__restrict__ B,
-                        const float *__restrict__ tmap, int y0, uint8_t *__restrict__ out8,
-                        float *__restrict__ outf)
+__global__ void __launch_bounds__(GPU_RECON_THREADS)
+        k_recon(gpu_recon_params p, const float *__restrict__ B, const float *__restrict__ tmap,
+                int y0, int xrun, uint8_t *__restrict__ out8, float *__restrict__ outf)
 {
-	const int zb = (p.nz + blockDim.x - 1) / blockDim.x;
-	const int Xi = blockIdx.x / zb;
-	const int z = (blockIdx.x - Xi * zb) * blockDim.x + threadIdx.x;
-	const int Yi = y0 + blockIdx.y;
+	const int z = blockIdx.x * blockDim.x + threadIdx.x;
+	const int Yi = y0 + (int)blockIdx.y;
+	const int xa = (int)blockIdx.z * xrun;
+	const int xb = min(xa + xrun, p.X);
 	const int Z = p.nz;
 	if (z >= Z)
 		return;
-	float sgb = 0.0f, sg = 0.0f, stb = 0.0f, st = 0.0f;
-	for (int dy = -1; dy <= 1; dy++) {
-		const int yy = Yi + dy;
-		if (yy < 0 || yy >= p.Y)
-			continue;
-		for (int dx = -1; dx <= 1; dx++) {
-			const int xx = Xi + dx;
-			if (xx < 0 || xx >= p.X)
-				continue;
-			float t;
-			if (FAST)
-				t = c_ttab[p.qe * p.S + (yy % p.sy) * p.sx + (xx % p.sx)];
-			else
-				t = __ldg(&tmap[(size_t)yy * p.X + xx]);
-			if (!(t > 0.0f))
-				continue;
-			const float *col = B + ((size_t)yy * p.X + xx) * Z;
-			const int d2 = dy * dy + dx * dx;
-			float cb = 0.0f, cg = 0.0f, cbb = 0.0f, cn = 0.0f;
-			for (int dz = -1; dz <= 1; dz++) {
-				const int zz = z + dz;
-				if (zz < 0 || zz >= Z)
+	float v[3][3][3]; /* [dy + 1][column Xi - 1, Xi, Xi + 1][dz + 1] */
+	float t[3][3];
+#pragma unroll
+	for (int r = 0; r < 3; r++) {
+		gpu_col_load<FAST>(p, B, tmap, Yi + r - 1, xa - 1, z, v[r][0], t[r][0]);
+		gpu_col_load<FAST>(p, B, tmap, Yi + r - 1, xa, z, v[r][1], t[r][1]);
+	}
+	for (int Xi = xa; Xi < xb; Xi++) {
+#pragma unroll
+		for (int r = 0; r < 3; r++)
+			gpu_col_load<FAST>(p, B, tmap, Yi + r - 1, Xi + 1, z, v[r][2], t[r][2]);
+		float sgb = 0.0f, sg = 0.0f, stb = 0.0f, st = 0.0f;
+#pragma unroll
+		for (int r = 0; r < 3; r++) {
+#pragma unroll
+			for (int k = 0; k < 3; k++) {
+				const float tt = t[r][k];
+				if (!(tt > 0.0f))
 					continue;
-				const float b = __ldg(&col[zz]), g = c_g[d2 + dz * dz];
-				cb = fmaf(g, b, cb);
-				cg += g;
-				cbb += b;
-				cn += 1.0f;
-			}
-			if (PRODUCT) {
-				sgb = fmaf(t, cb, sgb);
-				sg = fmaf(t, cg, sg);
-			} else {
-				sgb += cb;
-				sg += cg;
-				stb = fmaf(t, cbb, stb);
-				st = fmaf(t, cn, st);
+				const int d2 = (r - 1) * (r - 1) + (k - 1) * (k - 1);
+				float cb = 0.0f, cg = 0.0f, cbb = 0.0f, cn = 0.0f;
+#pragma unroll
+				for (int q = 0; q < 3; q++) {
+					const int zz = z + q - 1;
+					if (zz < 0 || zz >= Z)
+						continue;
+					const float b = v[r][k][q], g = c_g[d2 + (q - 1) * (q - 1)];
+					cb = fmaf(g, b, cb);
+					cg += g;
+					cbb += b;
+					cn += 1.0f;
+				}
+				if (PRODUCT) {
+					sgb = fmaf(tt, cb, sgb);
+					sg = fmaf(tt, cg, sg);
+				} else {
+					sgb += cb;
+					sg += cg;
+					stb = fmaf(tt, cbb, stb);
+					st = fmaf(tt, cn, st);
+				}
 			}
 		}
+		float o = 0.0f;
+		if (sg > 0.0f)
+			o = PRODUCT ? sgb / sg : 0.5f * (sgb / sg + stb / st);
+		const size_t i = ((size_t)Yi * p.X + Xi) * Z + z;
+		out8[i] = (uint8_t)fminf(fmaxf(floorf(255.0f * o + 0.5f), 0.0f), 255.0f);
+		if (outf)
+			outf[i] = o;
+#pragma unroll
+		for (int r = 0; r < 3; r++) {
+#pragma unroll
+			for (int q = 0; q < 3; q++) {
+				v[r][0][q] = v[r][1][q];
+				v[r][1][q] = v[r][2][q];
+			}
+			t[r][0] = t[r][1];
+			t[r][1] = t[r][2];
+		}
 	}
-	float v = 0.0f;
-	if (sg > 0.0f)
-		v = PRODUCT ? sgb / sg : 0.5f * (sgb / sg + stb / st);
-	const size_t o = ((size_t)Yi * p.X + Xi) * Z + z;
-	out8[o] = (uint8_t)fminf(fmaxf(floorf(255.0f * v + 0.5f), 0.0f), 255.0f);
-	if (outf)
-		outf[o] = v;
 }
 
 __global__ void k_quantize(const float *in, uint8_t *out, size_t n)
@@ -447,21 +494,30 @@ extern "C" cudaError_t gpu_launch_recon(const gpu_recon_params *p, const float *
                                         const float *tmap, int y0, int y1, uint8_t *out8,
                                         float *outf, cudaStream_t s)
 {
-	const int threads = 128;
-	const unsigned zb = (unsigned)((p->nz + threads - 1) / threads);
-	dim3 g(zb * (unsigned)p->X, (unsigned)(y1 - y0));
-	if (y1 <= y0)
+	if (y1 <= y0 || p->X < 1 || p->nz < 1)
 		return cudaSuccess;
+	if (y1 - y0 > 65535)
+		return cudaErrorInvalidValue;
+	/* columns per thread: GPU_RECON_XRUN, more where X would need over 65535 blocks */
+	int xrun = GPU_RECON_XRUN;
+	if ((p->X + xrun - 1) / xrun > 65535)
+		xrun = (p->X + 65534) / 65535;
+	const unsigned zb = (unsigned)((p->nz + GPU_RECON_THREADS - 1) / GPU_RECON_THREADS);
+	const dim3 g(zb, (unsigned)(y1 - y0), (unsigned)((p->X + xrun - 1) / xrun));
 	if (p->fast) {
 		if (p->product)
-			k_recon<true, true><<<g, threads, 0, s>>>(*p, B, tmap, y0, out8, outf);
+			k_recon<true, true>
+			        <<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, tmap, y0, xrun, out8, outf);
 		else
-			k_recon<true, false><<<g, threads, 0, s>>>(*p, B, tmap, y0, out8, outf);
+			k_recon<true, false>
+			        <<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, tmap, y0, xrun, out8, outf);
 	} else {
 		if (p->product)
-			k_recon<false, true><<<g, threads, 0, s>>>(*p, B, tmap, y0, out8, outf);
+			k_recon<false, true>
+			        <<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, tmap, y0, xrun, out8, outf);
 		else
-			k_recon<false, false><<<g, threads, 0, s>>>(*p, B, tmap, y0, out8, outf);
+			k_recon<false, false>
+			        <<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, tmap, y0, xrun, out8, outf);
 	}
 	return cudaGetLastError();
 }

@@ -3,8 +3,9 @@
  * The CUDA backend against the CPU reference: for configurations covering every option, on
  * random raw inputs (u16/i16/f32) and on simulator output, at small and at the paper's
  * geometry, /lowres within 1e-4 relative and u8 within 1 LSB on >= 99.9 % of voxels, epoch by
- * epoch. First checks the host-side resampling tables (no device needed). Exit 0 all pass,
- * 1 a failure, 2 usage, 77 no CUDA device (skip).
+ * epoch, through epoch_finish and through the asynchronous interface with interleaved epochs.
+ * First checks the host-side resampling tables (no device needed). Exit 0 all pass, 1 a
+ * failure, 2 usage, 77 no CUDA device (skip).
  */
 #include <errno.h>
 #include <math.h>
@@ -34,6 +35,7 @@ struct tcase {
 	bool want_full; /* also ask for the float output volume */
 	void (*setup)(struct vr_config *c);
 	enum event ev; /* applied once, after epochs / 2 */
+	bool async;    /* epoch e+1 submitted while e is in flight (be_epoch_finish_async) */
 };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -271,25 +273,35 @@ static void c_paper_sim(struct vr_config *c)
 }
 
 static const struct tcase cases[] = {
-        {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE},
-        {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE},
-        {"rand-f32-median-cubic-disp-product-exp", false, IN_RANDOM, 7, true, c_f32, EV_NONE},
+        {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE, false},
+        {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, false},
+        {"rand-f32-median-cubic-disp-product-exp", false, IN_RANDOM, 7, true, c_f32, EV_NONE,
+         false},
         {"rand-u16-ref-spline-wl-gauss-disptab-zp2", false, IN_RANDOM, 6, false, c_reference_spline,
-         EV_NONE},
-        {"rand-u16-mode-none-tukey-zp4-bidir", false, IN_RANDOM, 3, true, c_none_tukey, EV_NONE},
+         EV_NONE, false},
+        {"rand-u16-mode-none-tukey-zp4-bidir", false, IN_RANDOM, 3, true, c_none_tukey, EV_NONE,
+         false},
         {"rand-u16-median-odd-spline-cumul-product", false, IN_RANDOM, 6, true, c_median_odd_spline,
-         EV_NONE},
+         EV_NONE, false},
         {"rand-i16-stride1-window-none-1-stream", false, IN_RANDOM, 4, false, c_stride1_one_stream,
-         EV_NONE},
-        {"rand-u16-stride5-steady-exp", false, IN_RANDOM, 29, false, c_stride5_steady, EV_NONE},
-        {"rand-u16-live-update", false, IN_RANDOM, 10, true, c_live, EV_LIVE},
-        {"rand-u16-live-update-mode-s1", false, IN_RANDOM, 6, true, c_live_s1, EV_LIVE},
-        {"rand-u16-reset-history", false, IN_RANDOM, 9, false, c_default, EV_RESET},
-        {"rand-u16-epoch-gap", false, IN_RANDOM, 12, false, c_default, EV_GAP},
-        {"sim-u16-cubic-disp", false, IN_SIM, 6, true, c_sim_small, EV_NONE},
-        {"sim-i16-spline-median-bidir-cumul", false, IN_SIM, 5, false, c_sim_spline_bidir, EV_NONE},
-        {"paper-rand-u16-60x60x8192-s5", true, IN_RANDOM, 27, false, c_paper, EV_NONE},
-        {"paper-sim-u16-linear-disp-cumul", true, IN_SIM, 6, false, c_paper_sim, EV_NONE},
+         EV_NONE, false},
+        {"rand-u16-stride5-steady-exp", false, IN_RANDOM, 29, false, c_stride5_steady, EV_NONE,
+         false},
+        {"rand-u16-live-update", false, IN_RANDOM, 10, true, c_live, EV_LIVE, false},
+        {"rand-u16-live-update-mode-s1", false, IN_RANDOM, 6, true, c_live_s1, EV_LIVE, false},
+        {"rand-u16-reset-history", false, IN_RANDOM, 9, false, c_default, EV_RESET, false},
+        {"rand-u16-epoch-gap", false, IN_RANDOM, 12, false, c_default, EV_GAP, false},
+        {"sim-u16-cubic-disp", false, IN_SIM, 6, true, c_sim_small, EV_NONE, false},
+        {"sim-i16-spline-median-bidir-cumul", false, IN_SIM, 5, false, c_sim_spline_bidir, EV_NONE,
+         false},
+        {"paper-rand-u16-60x60x8192-s5", true, IN_RANDOM, 27, false, c_paper, EV_NONE, false},
+        {"paper-sim-u16-linear-disp-cumul", true, IN_SIM, 6, false, c_paper_sim, EV_NONE, false},
+        {"async-rand-u16-default-full", false, IN_RANDOM, 9, true, c_default, EV_NONE, true},
+        {"async-rand-i16-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, true},
+        {"async-rand-u16-mode-none-full", false, IN_RANDOM, 5, true, c_none_tukey, EV_NONE, true},
+        {"async-sim-i16-spline-median-cumul", false, IN_SIM, 6, true, c_sim_spline_bidir, EV_NONE,
+         true},
+        {"paper-async-rand-u16-60x60x8192-s5", true, IN_RANDOM, 8, false, c_paper, EV_NONE, true},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
@@ -414,16 +426,35 @@ static void fill_random(const struct vr_config *c, uint8_t *raw, size_t bytes)
 	}
 }
 
-/* One epoch through one backend. */
-static int run_epoch(const struct be_ops *ops, void *st, uint64_t e, const uint8_t *raw,
-                     size_t bbytes, uint32_t ny, const struct be_output *out, char *err,
-                     size_t errlen)
+/* The raw input of epoch e: the simulator's B-scans at e's offset, or fresh random data. */
+static int make_input(struct sim *sim, const struct vr_config *c, uint64_t e, uint8_t *raw,
+                      char *err, size_t errlen)
+{
+	const uint32_t ny = c->geometry.bscans_per_volume;
+	const size_t bbytes = cfg_bscan_bytes(c);
+
+	if (!sim) {
+		fill_random(c, raw, bbytes * ny);
+		return 0;
+	}
+	uint32_t ox, oy;
+	sim_scan_offset(e, c->geometry.stride[0], c->geometry.stride[1], &ox, &oy);
+	for (uint32_t b = 0; b < ny; b++) {
+		int rc = sim_bscan(sim, e, ox, oy, b, raw + (size_t)b * bbytes, bbytes);
+		if (rc < 0) {
+			snprintf(err, errlen, "sim_bscan: %s", strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* Submit every B-scan of epoch e in an interleaved order (any order is allowed). */
+static int submit_all(const struct be_ops *ops, void *st, uint64_t e, const uint8_t *raw,
+                      size_t bbytes, uint32_t ny, char *err, size_t errlen)
 {
 	for (uint32_t b = 0; b < ny; b++) {
-		/* submit in an interleaved order: any order is allowed */
-		uint32_t bb = (b * 7 + 3) % ny;
-		if (ny % 7 == 0)
-			bb = b;
+		uint32_t bb = ny % 7 == 0 ? b : (b * 7 + 3) % ny;
 		int rc = ops->bscan_submit(st, e, bb, raw + (size_t)bb * bbytes);
 		if (rc < 0) {
 			snprintf(err, errlen, "%s: bscan_submit(epoch %llu, %u): %s", ops->name,
@@ -431,7 +462,16 @@ static int run_epoch(const struct be_ops *ops, void *st, uint64_t e, const uint8
 			return rc;
 		}
 	}
-	return ops->epoch_finish(st, e, out, err, errlen);
+	return 0;
+}
+
+/* One epoch through one backend. */
+static int run_epoch(const struct be_ops *ops, void *st, uint64_t e, const uint8_t *raw,
+                     size_t bbytes, uint32_t ny, const struct be_output *out, char *err,
+                     size_t errlen)
+{
+	int rc = submit_all(ops, st, e, raw, bbytes, ny, err, errlen);
+	return rc < 0 ? rc : ops->epoch_finish(st, e, out, err, errlen);
 }
 
 /* The dB range that puts this input's values mid-scale: one CPU epoch in mode none with a
@@ -505,24 +545,57 @@ struct figures {
 	int u8_maxdiff;    /* largest u8 difference over all epochs */
 	double low_spread; /* standard deviation of the CPU's lowres (degenerate check) */
 	unsigned epochs;
+	/* where the worst lowres difference is (worst epoch): index, values, the CPU A-scan's
+	 * largest value; and the worst difference among bins within 40 dB of their A-scan's
+	 * peak */
+	uint64_t w_epoch;
+	size_t w_index;
+	float w_cpu, w_gpu, w_amax;
+	double low_rel_40db;
 };
 
+/* Compare one epoch's outputs; nz and db_span (hi - lo of the dB range) locate the worst
+ * lowres difference in its A-scan. */
 static void compare(const struct outs *c, const struct outs *g, size_t vox, size_t low, size_t full,
-                    struct figures *f)
+                    uint32_t nz, double db_span, uint64_t epoch, struct figures *f)
 {
-	double maxc = 0, maxd = 0, s = 0, s2 = 0;
-	size_t ok = 0;
+	double maxc = 0, maxd = 0, s = 0, s2 = 0, maxd40 = 0;
+	size_t ok = 0, wi = 0;
 
 	for (size_t i = 0; i < low; i++) {
+		double d = fabs((double)g->low[i] - c->low[i]);
 		maxc = fmax(maxc, fabs(c->low[i]));
-		maxd = fmax(maxd, fabs((double)g->low[i] - c->low[i]));
+		if (d > maxd || d != d) {
+			maxd = d != d ? INFINITY : d;
+			wi = i;
+		}
 		s += c->low[i];
 		s2 += (double)c->low[i] * c->low[i];
+	}
+	for (size_t a0 = 0; a0 < low; a0 += nz) {
+		float amax = c->low[a0];
+		for (uint32_t z = 1; z < nz; z++)
+			amax = fmaxf(amax, c->low[a0 + z]);
+		for (uint32_t z = 0; z < nz; z++)
+			if ((amax - c->low[a0 + z]) * db_span <= 40.0)
+				maxd40 =
+				        fmax(maxd40, fabs((double)g->low[a0 + z] - c->low[a0 + z]));
 	}
 	double rel = maxd / fmax(maxc, 1e-6);
 	if (rel != rel)
 		rel = INFINITY;
+	if (!f->epochs || rel > f->low_rel) {
+		const size_t a0 = wi / nz * nz;
+		f->w_epoch = epoch;
+		f->w_index = wi;
+		f->w_cpu = c->low[wi];
+		f->w_gpu = g->low[wi];
+		f->w_amax = c->low[a0];
+		for (uint32_t z = 1; z < nz; z++)
+			f->w_amax = fmaxf(f->w_amax, c->low[a0 + z]);
+	}
 	f->low_rel = fmax(f->low_rel, rel);
+	f->low_rel_40db = fmax(f->low_rel_40db, maxd40 / fmax(maxc, 1e-6));
 	double mean = s / (double)low, sd = sqrt(fmax(s2 / (double)low - mean * mean, 0));
 	f->low_spread = f->epochs ? fmin(f->low_spread, sd) : sd;
 	for (size_t i = 0; i < vox; i++) {
@@ -545,13 +618,93 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
 	f->epochs++;
 }
 
+/*
+ * The asynchronous interface against the CPU epoch by epoch: epoch e's B-scans go to the CUDA
+ * backend while e-1 is in flight (its raw input, in the other of two registered buffers, and
+ * its outputs untouched until be_epoch_wait(e-1)); the CPU runs through the same wrappers
+ * (the synchronous fallback). Also checks the one-epoch-in-flight errors once.
+ */
+static int run_async(const struct vr_config *c, struct sim *sim, void *cs, void *gs,
+                     uint8_t *raw[2], struct outs oc[2], struct outs og[2], size_t vox, size_t low,
+                     size_t full, unsigned epochs, struct figures *f, char *err, size_t errlen)
+{
+	struct be_backend cb = {.ops = &be_cpu_ops, .state = cs};
+	struct be_backend gb = {.ops = &be_cuda_ops, .state = gs};
+	const uint32_t ny = c->geometry.bscans_per_volume, nz = cfg_nz(c);
+	const size_t bbytes = cfg_bscan_bytes(c);
+	const double span = c->preprocess.db_range[1] - c->preprocess.db_range[0];
+	bool inflight = false;
+	uint64_t infl_e = 0;
+	int rc = 0;
+
+	for (uint64_t e = 0; e <= epochs; e++) {
+		const unsigned k = (unsigned)(e % 2), pk = 1 - k;
+		if (e < epochs) {
+			rc = make_input(sim, c, e, raw[k], err, errlen);
+			if (rc == 0)
+				rc = submit_all(&be_cpu_ops, cs, e, raw[k], bbytes, ny, err,
+				                errlen);
+			struct be_output o = {
+			        .volume = oc[k].vol, .lowres = oc[k].low, .full = oc[k].full};
+			if (rc == 0)
+				rc = be_epoch_finish_async(&cb, e, &o, err, errlen);
+			if (rc == 0)
+				rc = be_epoch_wait(&cb, e, err, errlen);
+			/* the CUDA backend: e's B-scans while e-1 is still in flight */
+			if (rc == 0)
+				rc = submit_all(&be_cuda_ops, gs, e, raw[k], bbytes, ny, err,
+				                errlen);
+			if (rc < 0)
+				goto out;
+		}
+		if (e > 0) {
+			inflight = false;
+			rc = be_epoch_wait(&gb, e - 1, err, errlen);
+			if (rc < 0)
+				goto out;
+			compare(&oc[pk], &og[pk], vox, low, full, nz, span, e - 1, f);
+		}
+		if (e < epochs) {
+			struct be_output o = {
+			        .volume = og[k].vol, .lowres = og[k].low, .full = og[k].full};
+			rc = be_epoch_finish_async(&gb, e, &o, err, errlen);
+			if (rc < 0)
+				goto out;
+			inflight = true;
+			infl_e = e;
+			if (e == 1) {
+				/* one epoch in flight: a second finish and a wrong wait are refused */
+				char e2[256] = "";
+				int r1 = be_epoch_finish_async(&gb, e, &o, e2, sizeof(e2));
+				int r2 = be_epoch_wait(&gb, e + 1, e2, sizeof(e2));
+				if (r1 != -EBUSY || r2 != -EINVAL || !strstr(e2, "in flight")) {
+					snprintf(err, errlen,
+					         "second finish %d (want -EBUSY), wrong wait %d "
+					         "(want "
+					         "-EINVAL): %s",
+					         r1, r2, e2);
+					rc = -EPROTO;
+					goto out;
+				}
+			}
+		}
+	}
+out:
+	if (rc < 0 && inflight) {
+		char e2[256];
+		if (be_epoch_wait(&gb, infl_e, e2, sizeof(e2)) < 0)
+			fprintf(stderr, "gpu_equal: after a failure: %s\n", e2);
+	}
+	return rc;
+}
+
 static int run_case(const struct tcase *tc, bool *pass)
 {
 	struct vr_config c;
 	struct sim *sim = NULL;
 	void *cs = NULL, *gs = NULL;
-	uint8_t *raw = NULL;
-	struct outs oc = {0}, og = {0};
+	uint8_t *raw = NULL, *raw2 = NULL;
+	struct outs oc = {0}, og = {0}, oc2 = {0}, og2 = {0};
 	struct figures f = {0};
 	char err[1024] = "";
 	int rc;
@@ -587,7 +740,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 
 	/* the raw epoch in pinned memory of the CUDA backend (created first for host_alloc) */
 	raw = aligned_alloc(4096, (bbytes * ny + 4095) / 4096 * 4096); /* page-aligned */
-	if (!raw) {
+	if (tc->async)
+		raw2 = aligned_alloc(4096, (bbytes * ny + 4095) / 4096 * 4096);
+	if (!raw || (tc->async && !raw2)) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory for the raw epoch");
 		goto out;
@@ -621,7 +776,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 	const size_t vox = cfg_out_voxels(&c);
 	const size_t low = (size_t)ny * c.geometry.ascans_per_bscan * cfg_nz(&c);
 	const size_t full = tc->want_full ? vox : 0;
-	if (outs_alloc(&oc, vox, low, full) < 0 || outs_alloc(&og, vox, low, full) < 0) {
+	if (outs_alloc(&oc, vox, low, full) < 0 || outs_alloc(&og, vox, low, full) < 0 ||
+	    (tc->async &&
+	     (outs_alloc(&oc2, vox, low, full) < 0 || outs_alloc(&og2, vox, low, full) < 0))) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory for the outputs");
 		goto out;
@@ -643,6 +800,25 @@ static int run_case(const struct tcase *tc, bool *pass)
 			         strerror(-rc));
 			goto out;
 		}
+		if (raw2) {
+			rc = be_cuda_ops.host_register(gs, raw2, bbytes * ny);
+			if (rc < 0) {
+				snprintf(err, sizeof(err), "cuda host_register(%zu): %s",
+				         bbytes * ny, strerror(-rc));
+				goto out_unreg;
+			}
+		}
+	}
+	const double span = c.preprocess.db_range[1] - c.preprocess.db_range[0];
+
+	if (tc->async) {
+		uint8_t *raws[2] = {raw, raw2};
+		struct outs ocs[2] = {oc, oc2}, ogs[2] = {og, og2};
+		rc = run_async(&c, sim, cs, gs, raws, ocs, ogs, vox, low, full, tc->epochs, &f, err,
+		               sizeof(err));
+		if (rc < 0)
+			goto out_unreg;
+		goto report;
 	}
 
 	uint64_t e = 0;
@@ -668,19 +844,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 				e += 3; /* epochs dropped: ages jump, the E map path again */
 			}
 		}
-		if (sim) {
-			uint32_t ox, oy;
-			sim_scan_offset(e, sx, sy, &ox, &oy);
-			for (uint32_t b = 0; b < ny; b++) {
-				rc = sim_bscan(sim, e, ox, oy, b, raw + (size_t)b * bbytes, bbytes);
-				if (rc < 0) {
-					snprintf(err, sizeof(err), "sim_bscan: %s", strerror(-rc));
-					goto out_unreg;
-				}
-			}
-		} else {
-			fill_random(&c, raw, bbytes * ny);
-		}
+		rc = make_input(sim, &c, e, raw, err, sizeof(err));
+		if (rc < 0)
+			goto out_unreg;
 		struct be_output ocb = {.volume = oc.vol, .lowres = oc.low, .full = oc.full};
 		struct be_output ogb = {.volume = og.vol, .lowres = og.low, .full = og.full};
 		rc = run_epoch(&be_cpu_ops, cs, e, raw, bbytes, ny, &ocb, err, sizeof(err));
@@ -689,8 +855,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 			               sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
-		compare(&oc, &og, vox, low, full, &f);
+		compare(&oc, &og, vox, low, full, cfg_nz(&c), span, e, &f);
 	}
+report:
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	*pass = f.low_rel <= LOWRES_TOL && f.u8_frac >= U8_MIN_FRACTION && f.u8_maxdiff <= 2 &&
 	        (!full || f.full_rel <= LOWRES_TOL) && f.low_spread > 0.01;
@@ -703,8 +870,22 @@ static int run_case(const struct tcase *tc, bool *pass)
 	printf("  spread %.3f  %.1fs  %s%s\n", f.low_spread,
 	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, *pass ? "PASS" : "FAIL",
 	       f.low_spread > 0.01 ? "" : " (degenerate input)");
+	if (f.epochs && f.low_rel > 1e-5) {
+		/* where the two differ most: [b][a][z] of L_e, and how far below its A-scan's
+		 * peak that bin lies */
+		const uint32_t nz = cfg_nz(&c), nx = c.geometry.ascans_per_bscan;
+		const size_t col = f.w_index / nz;
+		printf("  worst lowres: epoch %llu B-scan %zu A-scan %zu depth %zu: cpu %.6f cuda "
+		       "%.6f, A-scan max %.6f: %.1f dB below the A-scan's peak (dB range [%g, "
+		       "%g]); bins within 40 dB of their peak: rel %.2e\n",
+		       (unsigned long long)f.w_epoch, col / nx, col % nx, f.w_index % nz, f.w_cpu,
+		       f.w_gpu, f.w_amax, (f.w_amax - f.w_cpu) * span, c.preprocess.db_range[0],
+		       c.preprocess.db_range[1], f.low_rel_40db);
+	}
 out_unreg:
 	be_cuda_ops.host_unregister(gs, raw);
+	if (raw2)
+		be_cuda_ops.host_unregister(gs, raw2);
 out:
 	if (rc < 0)
 		printf("%-44s FAIL: %s\n", tc->name, err);
@@ -714,7 +895,10 @@ out:
 		be_cpu_ops.destroy(cs);
 	outs_free(&oc);
 	outs_free(&og);
+	outs_free(&oc2);
+	outs_free(&og2);
 	free(raw);
+	free(raw2);
 	sim_destroy(sim);
 	cfg_free(&c);
 	fflush(stdout);
@@ -739,18 +923,45 @@ static int error_checks(void)
 	if (rc == 0)
 		be_cuda_ops.destroy(st);
 
+	/* beyond what the kernels index (N * nx > 2^31): refused as such, before any memory
+	 * question */
+	cfg_free(&c);
 	cfg_defaults(&c);
 	geom(&c, 65536, 60000, 60000, 1, 1, CFG_SAMPLE_U16);
 	c.reconstruct.mode = CFG_RECON_NONE;
 	st = NULL;
 	err[0] = '\0';
 	rc = be_cuda_ops.create(&c, &st, err, sizeof(err));
-	ok = rc == -ENOMEM && strstr(err, "GiB");
-	printf("error-too-large: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	ok = rc == -EINVAL && strstr(err, "too large for the kernels");
+	printf("error-kernel-limits: %s: %s\n", err, ok ? "PASS" : "FAIL");
 	fails += !ok;
 	if (rc == 0)
 		be_cuda_ops.destroy(st);
 
+	/* within the kernels' limits but far beyond any device's memory: 1000 x 1000 A-scans of
+	 * 2048 samples, stride 5 -> 5000 x 5000 x 1024 voxels, two float volumes and the u8
+	 * one: about 215 GiB. Must say how much is needed and how much is free. */
+	cfg_free(&c);
+	cfg_defaults(&c);
+	geom(&c, 2048, 1000, 1000, 5, 5, CFG_SAMPLE_U16);
+	c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
+	st = NULL;
+	err[0] = '\0';
+	rc = be_cuda_ops.create(&c, &st, err, sizeof(err));
+	{
+		const char *p = strstr(err, "needs ");
+		double need = 0, freeg = -1;
+		const char *q = strstr(err, "only ");
+		ok = rc == -ENOMEM && p && q && sscanf(p, "needs %lf GiB", &need) == 1 &&
+		     sscanf(q, "only %lf GiB", &freeg) == 1 && need > 200 && freeg < need &&
+		     strstr(err, "free");
+	}
+	printf("error-out-of-memory: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_cuda_ops.destroy(st);
+
+	cfg_free(&c);
 	cfg_defaults(&c);
 	geom(&c, 256, 8, 8, 1, 1, CFG_SAMPLE_U16);
 	st = NULL;
