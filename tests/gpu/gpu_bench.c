@@ -3,8 +3,10 @@
  * Benchmark of the CUDA backend (a benchmark, not a test): pinned copy bandwidths (the
  * physical limits), then sustained throughput and per-epoch latency of be_cuda_ops with raw
  * input already in pinned memory and the output landing in a cudaHostRegister'ed POSIX shm
- * mapping: VolRec at the paper's geometry and the classic 2048 -> 1024 pipeline. Prints a
- * table and writes JSON. Exit 0 measured, 1 failure, 2 usage, 77 no CUDA device.
+ * mapping, pipelined (epoch e+1 submitted while e is in flight, be_epoch_finish_async) and
+ * serialized (epoch_finish): VolRec at the paper's geometry and the classic 2048 -> 1024
+ * pipeline. Prints a table and writes JSON. Exit 0 measured, 1 failure, 2 usage, 77 no CUDA
+ * device.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +22,7 @@
 #include "config/config.h"
 #include "gpu/gpu.h"
 
-#define MAX_FIGURES 16
+#define MAX_FIGURES 24
 
 struct figure {
 	char name[64];
@@ -138,8 +140,13 @@ struct run_result {
 	unsigned epochs;
 };
 
-/* Sustained throughput of cfg for about `seconds` after `warm` epochs. */
-static int bench_backend(const struct vr_config *cfg, unsigned warm, double seconds,
+/*
+ * Sustained throughput of cfg for about `seconds` after `warm` epochs. Pipelined: epoch e's
+ * B-scans are submitted while e-1 is in flight, then be_epoch_wait(e-1), then
+ * be_epoch_finish_async(e); latency is from e's first bscan_submit to be_epoch_wait(e)
+ * returning. Serialized: submit, epoch_finish, one epoch after the other.
+ */
+static int bench_backend(const struct vr_config *cfg, unsigned warm, double seconds, bool pipelined,
                          struct run_result *r, char *err, size_t errlen)
 {
 	void *be = NULL;
@@ -149,7 +156,9 @@ static int bench_backend(const struct vr_config *cfg, unsigned warm, double seco
 	const unsigned max_epochs = 100000;
 	const uint32_t ny = cfg->geometry.bscans_per_volume;
 	const size_t bb = cfg_bscan_bytes(cfg), vox = cfg_out_voxels(cfg);
-	const unsigned nbuf = 2; /* two distinct raw epochs, alternated */
+	const unsigned nbuf = 2; /* two raw epochs: e+1's is submitted while e is in flight */
+	bool inflight = false;
+	uint64_t infl_e = 0;
 	int rc;
 
 	rc = be_cuda_ops.create(cfg, &be, err, errlen);
@@ -181,13 +190,12 @@ static int bench_backend(const struct vr_config *cfg, unsigned warm, double seco
 		goto out;
 	}
 	struct be_output o = {.volume = out.p};
-	double t_start = 0;
+	struct be_backend bk = {.ops = &be_cuda_ops, .state = be};
+	double t_start = 0, t_first[2] = {0, 0};
 	unsigned n = 0;
 	for (uint64_t e = 0;; e++) {
 		const uint8_t *src = raw + (e % nbuf) * bb * ny;
-		double t0 = now_s();
-		if (e == warm)
-			t_start = t0;
+		t_first[e % 2] = now_s();
 		for (uint32_t b = 0; b < ny; b++) {
 			rc = be_cuda_ops.bscan_submit(be, e, b, src + (size_t)b * bb);
 			if (rc < 0) {
@@ -195,18 +203,39 @@ static int bench_backend(const struct vr_config *cfg, unsigned warm, double seco
 				goto out;
 			}
 		}
-		rc = be_cuda_ops.epoch_finish(be, e, &o, err, errlen);
-		if (rc < 0)
-			goto out;
-		double t1 = now_s();
-		if (e >= warm) {
-			lat[n++] = (t1 - t0) * 1e3;
+		if (!pipelined) {
+			rc = be_cuda_ops.epoch_finish(be, e, &o, err, errlen);
+			if (rc < 0)
+				goto out;
+		} else if (e > 0) {
+			/* e's B-scans are queued: now wait for e-1, then queue e */
+			inflight = false;
+			rc = be_epoch_wait(&bk, e - 1, err, errlen);
+			if (rc < 0)
+				goto out;
+		}
+		/* the epoch that just completed: e (serialized) or e-1 (pipelined) */
+		const double t1 = now_s();
+		const int64_t done = pipelined ? (int64_t)e - 1 : (int64_t)e;
+		if (done == (int64_t)warm - 1)
+			t_start = t1;
+		if (done >= (int64_t)warm) {
+			lat[n++] = (t1 - t_first[done % 2]) * 1e3;
 			if (t1 - t_start >= seconds || n >= max_epochs) {
 				r->epochs_per_s = n / (t1 - t_start);
 				break;
 			}
 		}
+		if (pipelined) {
+			rc = be_epoch_finish_async(&bk, e, &o, err, errlen);
+			if (rc < 0)
+				goto out;
+			inflight = true;
+			infl_e = e;
+		}
 	}
+	/* pipelined: the loop ended after waiting for e-1, before queueing e: nothing is in
+	 * flight; e's submitted B-scans are left to destroy, which waits for every stream */
 	r->epochs = n;
 	r->in_bytes = bb * ny;
 	r->out_bytes = vox;
@@ -214,6 +243,12 @@ static int bench_backend(const struct vr_config *cfg, unsigned warm, double seco
 	r->p99_ms = percentile(lat, n, 0.99);
 	printf("  %s\n", be_cuda_ops.device(be));
 out:
+	if (inflight) {
+		/* a failure with an epoch in flight: its copies into out end before out goes */
+		char e2[256];
+		if (be_cuda_ops.epoch_wait(be, infl_e, e2, sizeof(e2)) < 0)
+			fprintf(stderr, "gpu_bench: after a failure: %s\n", e2);
+	}
 	free(lat);
 	shm_buf_close(&out, be);
 	if (raw)
@@ -306,29 +341,42 @@ int main(int argc, char **argv)
 	c.geometry.depth_range[1] = 4096;
 	c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
 	printf("volrec 60x60x8192 u16, stride 5 -> 300x300x4096 u8:\n");
-	rc = bench_backend(&c, 30, seconds, &r, err, sizeof(err));
+	struct run_result rs;
+	rc = bench_backend(&c, 30, seconds, true, &r, err, sizeof(err));
+	if (rc == 0)
+		rc = bench_backend(&c, 30, seconds, false, &rs, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "gpu_bench: volrec: %s\n", err);
 		return 1;
 	}
 	{
-		/* limits: copies one after the other (what be_ops allows), and overlapped */
+		/* limits: copies overlapped across epochs (H2D of e+1 during D2H of e, both ways
+		 * at once), and one after the other (the serialized epoch_finish) */
 		double serial =
 		        1.0 / (r.in_bytes / (bw.h2d_gbs * 1e9) + r.out_bytes / (bw.d2h_gbs * 1e9));
 		double overl = 1.0 / fmax(r.in_bytes / (bw.bidir_gbs * 1e9),
 		                          r.out_bytes / (bw.bidir_gbs * 1e9));
-		printf("  %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms; PCIe "
-		       "ceiling "
-		       "%.1f/s serial copies, %.1f/s overlapped\n",
-		       r.epochs_per_s, r.epochs, r.p50_ms, r.p99_ms, serial, overl);
-		add_figure("volrec_paper_volumes_per_s", r.epochs_per_s, "volumes/s", 120, serial,
-		           "limit: H2D then D2H per epoch at the measured bandwidths (be_ops "
-		           "finishes one epoch before the next is submitted)");
+		printf("  pipelined: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms\n"
+		       "  serialized: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms\n"
+		       "  PCIe ceiling %.1f/s overlapped, %.1f/s serial copies\n",
+		       r.epochs_per_s, r.epochs, r.p50_ms, r.p99_ms, rs.epochs_per_s, rs.epochs,
+		       rs.p50_ms, rs.p99_ms, overl, serial);
+		add_figure(
+		        "volrec_paper_volumes_per_s", r.epochs_per_s, "volumes/s", 120, overl,
+		        "pipelined (epoch e+1 submitted while e is in flight); limit: H2D and D2H "
+		        "at once at the measured both-ways bandwidth");
+		add_figure("volrec_paper_volumes_per_s_serialized", rs.epochs_per_s, "volumes/s",
+		           120, serial, "epoch_finish one epoch at a time; limit: H2D then D2H");
 		add_figure("volrec_paper_ceiling_overlapped", overl, "volumes/s", 120, overl,
-		           "limit if H2D of epoch e+1 overlapped D2H of epoch e");
+		           "limit with H2D of epoch e+1 overlapping D2H of epoch e");
 		add_figure("volrec_paper_latency_p50", r.p50_ms, "ms", 15, 1e3 / serial,
-		           "submit of the first B-scan to epoch_finish returning");
+		           "pipelined: first bscan_submit of e to be_epoch_wait(e) returning "
+		           "(includes waiting for e-1); limit: its copies alone");
 		add_figure("volrec_paper_latency_p99", r.p99_ms, "ms", 15, 1e3 / serial, "");
+		add_figure("volrec_paper_latency_p50_serialized", rs.p50_ms, "ms", 15, 1e3 / serial,
+		           "first bscan_submit to epoch_finish returning, nothing else in flight");
+		add_figure("volrec_paper_latency_p99_serialized", rs.p99_ms, "ms", 15, 1e3 / serial,
+		           "");
 	}
 
 	/* 3. classic: 2048 u16 -> 1024 u8 depths, mode none */
@@ -342,7 +390,9 @@ int main(int argc, char **argv)
 	c.geometry.depth_range[1] = 1024;
 	c.reconstruct.mode = CFG_RECON_NONE;
 	printf("classic 1024x256 A-scans of 2048 u16 -> 1024 u8, mode none:\n");
-	rc = bench_backend(&c, 3, seconds, &r, err, sizeof(err));
+	rc = bench_backend(&c, 3, seconds, true, &r, err, sizeof(err));
+	if (rc == 0)
+		rc = bench_backend(&c, 3, seconds, false, &rs, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "gpu_bench: classic: %s\n", err);
 		return 1;
@@ -353,16 +403,23 @@ int main(int argc, char **argv)
 		        asc / (r.in_bytes / (bw.h2d_gbs * 1e9) + r.out_bytes / (bw.d2h_gbs * 1e9));
 		double overl = asc / fmax(r.in_bytes / (bw.bidir_gbs * 1e9),
 		                          r.out_bytes / (bw.bidir_gbs * 1e9));
-		printf("  %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f ms; PCIe "
-		       "ceiling %.2f M/s serial copies, %.2f M/s overlapped\n",
-		       r.epochs_per_s * asc / 1e6, r.epochs, r.p50_ms, r.p99_ms, serial / 1e6,
-		       overl / 1e6);
-		add_figure("classic_ascans_per_s", r.epochs_per_s * asc, "A-scans/s", 10e6, serial,
-		           "limit: H2D then D2H per epoch at the measured bandwidths");
+		printf("  pipelined: %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f "
+		       "ms\n"
+		       "  serialized: %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f "
+		       "ms\n"
+		       "  PCIe ceiling %.2f M/s overlapped, %.2f M/s serial copies\n",
+		       r.epochs_per_s * asc / 1e6, r.epochs, r.p50_ms, r.p99_ms,
+		       rs.epochs_per_s * asc / 1e6, rs.epochs, rs.p50_ms, rs.p99_ms, overl / 1e6,
+		       serial / 1e6);
+		add_figure("classic_ascans_per_s", r.epochs_per_s * asc, "A-scans/s", 10e6, overl,
+		           "pipelined; limit: H2D and D2H at once at the measured both-ways "
+		           "bandwidth");
+		add_figure("classic_ascans_per_s_serialized", rs.epochs_per_s * asc, "A-scans/s",
+		           10e6, serial, "epoch_finish one epoch at a time; limit: H2D then D2H");
 		add_figure("classic_ceiling_overlapped", overl, "A-scans/s", 10e6, overl,
-		           "limit if the copies of consecutive epochs overlapped");
+		           "limit with the copies of consecutive epochs overlapping");
 		add_figure("classic_latency_p50", r.p50_ms, "ms", 0, 1e3 * asc / serial,
-		           "per epoch of 262144 A-scans");
+		           "pipelined, per epoch of 262144 A-scans");
 		add_figure("classic_latency_p99", r.p99_ms, "ms", 0, 1e3 * asc / serial, "");
 	}
 
