@@ -9,3 +9,10 @@ bench: $(B)/bin/volrec
 	@mkdir -p bench/results
 	$(Q)VOLREC_GIT_COMMIT=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown) \
 		$(B)/bin/volrec bench --backend $(BENCH_BACKEND) -o $(BENCH_JSON) $(BENCH_ARGS)
+
+# The end-to-end benchmark through volrecd in C (no Python needed on a GPU host):
+# build/tests/e2e_bench --backend cuda --case paper ... (docs/operations.md, "End-to-end benchmark").
+TEST_PROGRAMS += e2e_bench
+e2e_bench_SRCS = bench/e2e_bench.c
+e2e_bench_ARCHIVES = $(CORE_ARCHIVES) $(CLIENT_ARCHIVES)
+e2e_bench_LDLIBS = -lzmq $(HDF5_LIBS) $(CUDA_LDLIBS)

@@ -2,7 +2,8 @@
 /*
  * The volrecd pipeline: an acquisition thread that drives the source into a ring of raw B-scans
  * (never waiting for processing unless pipeline.overflow is block), and a processing thread that
- * feeds complete epochs to the backend, straight into the shm slot, and publishes them.
+ * feeds epochs to the backend, straight into the shm slot, and publishes them: complete epochs
+ * one at a time, or (overlap mode) B-scans as they arrive with two epochs in flight.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,13 +38,19 @@ struct vrd_pipeline {
 	size_t bscan_bytes;
 	int timeout_ms;
 
-	/* the ring: entries [tail, tail + committed) hold complete epochs (processing's), the
-	 * next `pending` ones the epoch being acquired (acquisition's) */
+	/* the ring: entries [tail, tail + committed) hold epochs acquisition is done with
+	 * (processing's), the next `pending` ones the epoch being acquired (acquisition's). In
+	 * overlap mode processing also reads pending entries: the first `claimed` entries from
+	 * tail are those it handed to the backend (an epoch in flight, the epoch being
+	 * submitted), and committed may end with an epoch cut short after processing claimed
+	 * part of it (see cut_pending). */
 	void *ring_mem;
 	void *scratch; /* where B-scans of a dropped epoch land */
 	struct vrd_entry *ring;
 	uint32_t nring, ny;
 	uint32_t tail, committed, pending;
+	bool overlap;     /* B-scans submitted as they arrive, two epochs in flight */
+	uint32_t claimed; /* overlap: entries from tail the processing thread has taken */
 	pthread_mutex_t mu;
 	pthread_cond_t cv_data; /* processing waits for a complete epoch or a request */
 	pthread_cond_t cv_room; /* acquisition waits for room (block) or sleeps in back-off */
@@ -176,6 +183,21 @@ static void drop_pending(struct vrd_pipeline *pl, enum vrd_drop cause)
 	pl->pending = 0;
 }
 
+/* The epoch being acquired was cut short (source fault, stop). Without overlap, or when
+ * processing has not taken any of it, its B-scans are dropped here; otherwise processing
+ * already gave some to the backend: the partial epoch becomes processing's, which finishes it
+ * without publishing and counts its B-scans as incomplete_epoch drops. mu held. */
+static void cut_pending(struct vrd_pipeline *pl)
+{
+	if (pl->overlap && pl->pending && pl->claimed > pl->committed) {
+		pl->committed += pl->pending;
+		pl->pending = 0;
+		pthread_cond_signal(&pl->cv_data);
+		return;
+	}
+	drop_pending(pl, VRD_DROP_INCOMPLETE_EPOCH);
+}
+
 static void *acq_main(void *arg)
 {
 	struct vrd_pipeline *pl = arg;
@@ -221,6 +243,17 @@ static void *acq_main(void *arg)
 		}
 		pthread_mutex_lock(&pl->mu);
 		pl->c.epochs_started++;
+		/* overlap: processing may already hold part of an epoch, so the ring must never
+		 * fill in the middle of one: room for the whole epoch is taken at its start */
+		while (pl->overlap && !pl->stop_acq &&
+		       pl->nring - pl->committed - pl->pending < pl->ny) {
+			if (!block) {
+				dropping = true;
+				break;
+			}
+			atomic_store(&pl->acq_state, VRD_ACQ_WAIT_ROOM);
+			pthread_cond_wait(&pl->cv_room, &pl->mu);
+		}
 		pthread_mutex_unlock(&pl->mu);
 
 		for (b = 0; b < pl->ny; b++) {
@@ -258,7 +291,7 @@ static void *acq_main(void *arg)
 				pthread_mutex_lock(&pl->mu);
 				pl->c.drops[rc == -ETIMEDOUT ? VRD_DROP_SOURCE_TIMEOUT
 				                             : VRD_DROP_SOURCE_ERROR]++;
-				drop_pending(pl, VRD_DROP_INCOMPLETE_EPOCH);
+				cut_pending(pl);
 				pthread_mutex_unlock(&pl->mu);
 				if (rc == -ENODATA && !cfg->source.replay.loop &&
 				    cfg->source.type == CFG_SOURCE_REPLAY) {
@@ -295,12 +328,14 @@ static void *acq_main(void *arg)
 				        meta.timestamp_ns ? meta.timestamp_ns : vrd_realtime_ns();
 				pl->pending++;
 				pl->c.ring_used++;
+				if (pl->overlap)
+					pthread_cond_signal(&pl->cv_data);
 			}
 			pthread_mutex_unlock(&pl->mu);
 		}
 		if (cut) {
 			pthread_mutex_lock(&pl->mu);
-			drop_pending(pl, VRD_DROP_INCOMPLETE_EPOCH);
+			cut_pending(pl);
 			pthread_mutex_unlock(&pl->mu);
 			if (recovering) {
 				e++;
@@ -335,7 +370,7 @@ static void *acq_main(void *arg)
 out:
 	atomic_store(&pl->acq_state, VRD_ACQ_IDLE);
 	pthread_mutex_lock(&pl->mu);
-	drop_pending(pl, VRD_DROP_INCOMPLETE_EPOCH);
+	cut_pending(pl);
 	pl->acq_done = true;
 	pthread_cond_broadcast(&pl->cv_data);
 	pthread_mutex_unlock(&pl->mu);
@@ -475,6 +510,272 @@ static void *proc_main(void *arg)
 	return NULL;
 }
 
+/* ---- processing, overlap mode ----------------------------------------------------------- */
+
+/*
+ * With the asynchronous epoch interface (backend.h) the processing thread keeps at most two
+ * epochs: `fl`, finished asynchronously (reconstruction and the copy into its shm slot in
+ * flight), and `sb`, whose B-scans are submitted as acquisition delivers them (preprocessing
+ * overlaps fl's copies). The ring entries of fl are released when be_epoch_wait returns;
+ * volumes are published in epoch order. Live parameters and history resets are applied only
+ * when neither exists, so they take effect from the next epoch whose first B-scan is submitted
+ * after they were asked for.
+ */
+struct ov_epoch {
+	bool on;
+	uint64_t epoch;
+	uint32_t n;           /* B-scans claimed (sb) / ring entries held (fl) */
+	bool failed;          /* a submit failed: the epoch is dropped as processing_error */
+	char err[512];        /* its message */
+	double pre_ms;        /* time spent in bscan_submit for this epoch */
+	uint64_t t_fin;       /* when epoch_finish_async was called (fl) */
+	struct be_output out; /* valid until be_epoch_wait returns (contract) */
+};
+
+/* Release the n entries at tail (the oldest epoch processing holds); mu held. published:
+ * counted as processed, else as drops of cause. */
+static void ov_release(struct vrd_pipeline *pl, uint32_t n, bool published, enum vrd_drop cause)
+{
+	pl->tail = (pl->tail + n) % pl->nring;
+	pl->committed -= n;
+	pl->claimed -= n;
+	pl->c.ring_used -= n;
+	if (published) {
+		pl->c.processed += n;
+		pl->c.epochs_published++;
+	} else {
+		pl->c.drops[cause] += n;
+	}
+	pthread_cond_broadcast(&pl->cv_room);
+	atomic_fetch_add(&pl->proc_epochs, 1);
+}
+
+/* Submit ring entries [from, from + k) of epoch sb (mu not held). */
+static void ov_submit(struct vrd_pipeline *pl, struct ov_epoch *sb, uint32_t from, uint32_t k)
+{
+	uint64_t t0 = vrd_now_ns();
+
+	for (uint32_t i = 0; i < k && !sb->failed; i++) {
+		const struct vrd_entry *en = &pl->ring[(from + i) % pl->nring];
+		int rc = pl->be->ops->bscan_submit(pl->be->state, en->epoch, en->bscan, en->buf);
+
+		if (rc < 0) {
+			sb->failed = true;
+			snprintf(sb->err, sizeof(sb->err),
+			         "backend %s: submitting B-scan %u of epoch %llu: %s",
+			         pl->be->ops->name, en->bscan, (unsigned long long)en->epoch,
+			         strerror(-rc));
+		}
+	}
+	sb->pre_ms += (double)(vrd_now_ns() - t0) / 1e6;
+}
+
+/* Finish an epoch whose output is not wanted (cut short, or a submit failed) so that the
+ * backend is ready for the next one; missing B-scans come from the scratch buffer. Returns
+ * whether the backend finished it (its history then holds made-up data). mu not held. */
+static bool ov_finish_unwanted(struct vrd_pipeline *pl, struct ov_epoch *sb)
+{
+	struct be_output none = {0};
+	char err[512];
+	int rc;
+
+	if (!sb->failed) {
+		uint8_t *have = calloc(pl->ny, 1);
+
+		if (!have)
+			return false;
+		for (uint32_t i = 0; i < sb->n; i++)
+			have[pl->ring[(pl->tail + i) % pl->nring].bscan] = 1;
+		for (uint32_t b = 0; b < pl->ny; b++)
+			if (!have[b] &&
+			    pl->be->ops->bscan_submit(pl->be->state, sb->epoch, b, pl->scratch) < 0)
+				break;
+		free(have);
+	}
+	rc = be_epoch_finish_async(pl->be, sb->epoch, &none, err, sizeof(err));
+	if (rc == 0)
+		rc = be_epoch_wait(pl->be, sb->epoch, err, sizeof(err));
+	if (rc < 0 && !sb->failed)
+		vrd_log(LOG_WARNING, "processing_error",
+		        "epoch %llu (cut short): the backend could not finish it: %s",
+		        (unsigned long long)sb->epoch, err);
+	return rc == 0;
+}
+
+/* Wait for the epoch in flight and publish it (mu not held). Returns 0 or the error. */
+static int ov_land(struct vrd_pipeline *pl, struct ov_epoch *fl, double ms[LAT_N], char *err,
+                   size_t errlen)
+{
+	const struct vrd_entry *e0 = &pl->ring[pl->tail],
+	                       *el = &pl->ring[(pl->tail + fl->n - 1) % pl->nring];
+	struct vrd_vol_meta meta = {0};
+	uint64_t t2, t3;
+	int rc;
+
+	rc = be_epoch_wait(pl->be, fl->epoch, err, errlen);
+	if (rc < 0) {
+		vrd_pub_abort(pl->pub);
+		return rc;
+	}
+	t2 = vrd_now_ns();
+	meta.epoch = fl->epoch;
+	scan_offset(&pl->cfg, fl->epoch, &meta.ox, &meta.oy);
+	meta.t_first_ns = e0->t_real_ns;
+	meta.t_last_ns = el->t_real_ns;
+	meta.latency_ns = t2 > el->t_mono_ns ? t2 - el->t_mono_ns : 0;
+	meta.flags = pl->reset_flag ? VOLREC_FLAG_RESET : 0;
+	rc = vrd_pub_publish(pl->pub, &meta, err, errlen);
+	if (rc < 0)
+		return rc;
+	pl->reset_flag = false;
+	t3 = vrd_now_ns();
+	ms[LAT_E2E] = (double)(t3 - el->t_mono_ns) / 1e6;
+	ms[LAT_PRE] = fl->pre_ms;
+	ms[LAT_REC] = (double)(t2 - fl->t_fin) / 1e6;
+	ms[LAT_PUB] = (double)(t3 - t2) / 1e6;
+	return 0;
+}
+
+/* Take a shm slot and finish sb asynchronously into it (mu not held). */
+static int ov_launch(struct vrd_pipeline *pl, struct ov_epoch *sb, char *err, size_t errlen)
+{
+	uint8_t *vol = NULL;
+	int rc;
+
+	if (sb->failed) {
+		snprintf(err, errlen, "%s", sb->err);
+		return -EIO;
+	}
+	rc = vrd_pub_begin(pl->pub, &vol, err, errlen);
+	if (rc < 0)
+		return rc;
+	memset(&sb->out, 0, sizeof(sb->out));
+	sb->out.volume = vol;
+	sb->t_fin = vrd_now_ns();
+	rc = be_epoch_finish_async(pl->be, sb->epoch, &sb->out, err, errlen);
+	if (rc < 0)
+		vrd_pub_abort(pl->pub);
+	return rc;
+}
+
+static void *proc_overlap_main(void *arg)
+{
+	struct vrd_pipeline *pl = arg;
+	struct ov_epoch fl = {0}, sb = {0};
+	char err[512];
+
+	pthread_mutex_lock(&pl->mu);
+	while (1) {
+		bool requests = pl->live_req != pl->live_done || pl->reset_req != pl->reset_done;
+		uint32_t avail = pl->committed + pl->pending - pl->claimed;
+
+		atomic_store(&pl->proc_waiting, false);
+		if (!fl.on && !sb.on && requests) {
+			apply_requests(pl);
+			continue;
+		}
+		/* 1. take what acquisition delivered of the epoch being submitted */
+		if (!sb.on && avail && !requests) {
+			memset(&sb, 0, sizeof(sb));
+			sb.on = true;
+			sb.epoch = pl->ring[(pl->tail + pl->claimed) % pl->nring].epoch;
+		}
+		if (sb.on && avail && sb.n < pl->ny) {
+			uint32_t from = pl->tail + pl->claimed, k = 0;
+
+			while (k < avail && sb.n + k < pl->ny &&
+			       pl->ring[(from + k) % pl->nring].epoch == sb.epoch)
+				k++;
+			if (k) {
+				pl->claimed += k;
+				pthread_mutex_unlock(&pl->mu);
+				ov_submit(pl, &sb, from, k);
+				pthread_mutex_lock(&pl->mu);
+				sb.n += k;
+				continue;
+			}
+		}
+		/* 2. the epoch in flight: wait for it, publish it, release its B-scans */
+		if (fl.on) {
+			double ms[LAT_N];
+			int rc;
+
+			pthread_mutex_unlock(&pl->mu);
+			err[0] = '\0';
+			rc = ov_land(pl, &fl, ms, err, sizeof(err));
+			if (rc < 0)
+				vrd_log(LOG_ERR, "processing_error", "epoch %llu dropped: %s",
+				        (unsigned long long)fl.epoch, err);
+			pthread_mutex_lock(&pl->mu);
+			if (rc == 0) {
+				pl->last_epoch = fl.epoch;
+				for (int i = 0; i < LAT_N; i++)
+					vrd_lat_add(&pl->lat[i], ms[i]);
+			}
+			ov_release(pl, fl.n, rc == 0, VRD_DROP_PROCESSING_ERROR);
+			fl.on = false;
+			continue;
+		}
+		/* 3. the epoch being submitted is complete (and committed): finish it */
+		if (sb.on && sb.n == pl->ny && pl->committed >= pl->ny) {
+			int rc;
+
+			pthread_mutex_unlock(&pl->mu);
+			err[0] = '\0';
+			rc = ov_launch(pl, &sb, err, sizeof(err));
+			if (rc < 0) {
+				if (sb.failed)
+					ov_finish_unwanted(pl, &sb);
+				vrd_log(LOG_ERR, "processing_error", "epoch %llu dropped: %s",
+				        (unsigned long long)sb.epoch, err);
+			}
+			pthread_mutex_lock(&pl->mu);
+			if (rc < 0) {
+				ov_release(pl, sb.n, false, VRD_DROP_PROCESSING_ERROR);
+			} else {
+				fl = sb;
+				fl.on = true;
+			}
+			sb.on = false;
+			continue;
+		}
+		/* 4. the epoch being submitted was cut short after processing took part of it
+		 *    (cut_pending handed it over: all its entries are committed) */
+		if (sb.on && sb.n < pl->ny && sb.n <= pl->committed) {
+			bool history = pl->cfg.reconstruct.mode != CFG_RECON_NONE;
+			bool finished;
+
+			pthread_mutex_unlock(&pl->mu);
+			finished = ov_finish_unwanted(pl, &sb);
+			if (finished && history) {
+				/* its made-up B-scans are now in the history: start afresh */
+				pl->be->ops->reset_history(pl->be->state);
+				pl->reset_flag = true;
+				vrd_event("history_reset", LOG_NOTICE,
+				          "reconstruction history reset: an epoch was cut short "
+				          "after "
+				          "its first B-scans were processed",
+				          NULL);
+			}
+			vrd_log(LOG_INFO, "incomplete_epoch",
+			        "epoch %llu cut short after %u of %u B-scans: not published",
+			        (unsigned long long)sb.epoch, sb.n, pl->ny);
+			pthread_mutex_lock(&pl->mu);
+			ov_release(pl, sb.n, false, VRD_DROP_INCOMPLETE_EPOCH);
+			sb.on = false;
+			continue;
+		}
+		/* 5. stopping: everything acquired was processed or dropped */
+		if (!sb.on && pl->stop_proc && pl->acq_done && pl->committed == 0)
+			break;
+		atomic_store(&pl->proc_waiting, true);
+		pthread_cond_wait(&pl->cv_data, &pl->mu);
+	}
+	atomic_store(&pl->proc_waiting, true);
+	pthread_mutex_unlock(&pl->mu);
+	return NULL;
+}
+
 /* ---- life cycle ---------------------------------------------------------------------------- */
 
 static void pipeline_free(struct vrd_pipeline *pl, bool unlink_shm)
@@ -498,6 +799,45 @@ static void pipeline_free(struct vrd_pipeline *pl, bool unlink_shm)
 	pthread_cond_destroy(&pl->cv_data);
 	pthread_mutex_destroy(&pl->mu);
 	free(pl);
+}
+
+/*
+ * Overlap mode (B-scans submitted as they arrive, two epochs in flight) is used where it pays:
+ * a backend with the asynchronous epoch interface, or one whose bscan_submit works on a device
+ * (anything but the CPU backend, whose submit only records the buffer). The environment
+ * variable VOLRECD_PIPELINE_OVERLAP=0|1 forces it off or on (diagnostics and tests: on the CPU
+ * backend be_epoch_finish_async falls back to the synchronous finish).
+ */
+static int pipeline_mode(struct vrd_pipeline *pl, char *err, size_t errlen)
+{
+	const char *env = getenv("VOLRECD_PIPELINE_OVERLAP");
+	const struct be_ops *ops = pl->be->ops;
+
+	if (env && env[0]) {
+		if (strcmp(env, "0") && strcmp(env, "1")) {
+			snprintf(
+			        err, errlen,
+			        "VOLRECD_PIPELINE_OVERLAP: '%s' is not 0 (off) or 1 (on); unset it "
+			        "for the backend's default",
+			        env);
+			return -EINVAL;
+		}
+		pl->overlap = env[0] == '1';
+	} else {
+		pl->overlap = (ops->epoch_finish_async && ops->epoch_wait) ||
+		              strcmp(ops->name, "cpu") != 0;
+	}
+	if (pl->overlap && pl->nring < 2 * pl->ny)
+		vrd_log(LOG_NOTICE, NULL,
+		        "pipeline: ring_bscans %u holds less than two epochs (%u B-scans): the "
+		        "next "
+		        "epoch is acquired only once the one in flight is published",
+		        pl->nring, 2 * pl->ny);
+	vrd_log(LOG_INFO, NULL, "pipeline: %s (backend %s%s)",
+	        pl->overlap ? "overlap: B-scans submitted as they arrive, two epochs in flight"
+	                    : "one complete epoch at a time",
+	        ops->name, ops->epoch_finish_async ? ", asynchronous epochs" : "");
+	return 0;
 }
 
 int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, char *err,
@@ -551,6 +891,9 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 	}
 	if (pl->be_note[0])
 		vrd_log(LOG_NOTICE, NULL, "%s", pl->be_note);
+	rc = pipeline_mode(pl, err, errlen);
+	if (rc < 0)
+		goto fail;
 	rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes * pl->nring, &pl->ring_mem);
 	if (rc == 0)
 		rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes, &pl->scratch);
@@ -583,7 +926,7 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 		goto fail;
 	}
 
-	rc = -pthread_create(&pl->proc_thr, NULL, proc_main, pl);
+	rc = -pthread_create(&pl->proc_thr, NULL, pl->overlap ? proc_overlap_main : proc_main, pl);
 	if (rc < 0) {
 		snprintf(err, errlen, "starting the processing thread: %s", strerror(-rc));
 		goto fail;

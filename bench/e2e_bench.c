@@ -1,0 +1,835 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * End-to-end benchmark through volrecd without Python: a replay file in tmpfs -> the daemon's
+ * pipeline -> `vol` received by a libvolrec subscriber; throughput, latency, drops, and the
+ * physical limit measured in the same run (PCIe copies on CUDA, memcpy on the CPU).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "volrec/client.h"
+#ifdef VOLREC_HAVE_CUDA
+#include "gpu/gpu.h"
+#endif
+
+struct bcase {
+	const char *name;
+	uint32_t K, nx, ny, sx, sy, z0, z1;
+	const char *mode;       /* reconstruct.mode */
+	const char *preprocess; /* JSON members of "preprocess" */
+	uint32_t epochs;        /* epochs in the replay file */
+	double paced_rate;      /* epochs/s of the steady-rate run (0: from the max run) */
+	double target_vps;      /* volumes/s target (0: none) */
+	double target_ascans;   /* A-scans/s target (0: none) */
+	double target_p99_ms;   /* processing latency p99 target (0: none) */
+};
+
+static const struct bcase cases[] = {
+        {"tiny", 256, 12, 12, 3, 3, 0, 128, "noncumulative", "\"db_range\":[0,100]", 36, 0, 0, 0,
+         0},
+        {"classic-2048", 2048, 1024, 64, 1, 1, 0, 1024, "none",
+         "\"background\":{\"mode\":\"ascan_mean\"},\"window\":{\"type\":\"hann\"},"
+         "\"dispersion\":{\"coeffs\":[2.0,-0.5]},\"db_range\":[20,90]",
+         2, 160, 0, 10e6, 0},
+        {"paper", 8192, 60, 60, 5, 5, 0, 4096, "noncumulative", "\"db_range\":[0,100]", 25, 120,
+         120, 0, 15},
+};
+
+struct run_result {
+	const char *kind; /* "max" or "paced" */
+	double rate;      /* source.rate */
+	double seconds;
+	uint64_t volumes, missed, torn;
+	double vps, ascans_s, gvox_s, in_gbs, out_gbs;
+	double lat_proc[2];  /* p50, p99: `vol` latency field (last B-scan -> written) */
+	double lat_last[2];  /* last B-scan acquired -> received */
+	double lat_first[2]; /* first B-scan acquired -> received */
+	uint64_t drops_total, drops_ring_full, drops_other;
+	char drops_json[512];
+	char status_backend[512];
+	int exit_status;
+	bool ok;
+};
+
+static struct {
+	char build[PATH_MAX];
+	const char *backend, *shm_dir, *overlap, *output;
+	double seconds, warmup, rate;
+	bool paced, maxrun;
+} opt = {.backend = "auto",
+         .shm_dir = "/dev/shm",
+         .seconds = 5,
+         .warmup = 2,
+         .paced = true,
+         .maxrun = true};
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t real_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of n samples (sorted in place); NAN when none. */
+static double pct(float *v, size_t n, double p)
+{
+	size_t k;
+
+	if (!n)
+		return NAN;
+	qsort(v, n, sizeof(*v), cmp_float);
+	k = (size_t)ceil(p * (double)n);
+	return v[k ? k - 1 : 0];
+}
+
+static uint64_t out_voxels(const struct bcase *c)
+{
+	bool none = !strcmp(c->mode, "none");
+	return (uint64_t)c->ny * (none ? 1 : c->sy) * c->nx * (none ? 1 : c->sx) * (c->z1 - c->z0);
+}
+
+static uint64_t in_bytes(const struct bcase *c)
+{
+	return (uint64_t)c->ny * c->nx * c->K * 2;
+}
+
+static int write_config(const char *path, const struct bcase *c, const char *instance,
+                        const char *run_dir, const char *replay, bool synth, double rate,
+                        bool block)
+{
+	FILE *f = fopen(path, "w");
+	char src[PATH_MAX + 256];
+
+	if (!f) {
+		fprintf(stderr, "e2e_bench: %s: %s\n", path, strerror(errno));
+		return -errno;
+	}
+	if (synth)
+		snprintf(src, sizeof(src),
+		         "{\"type\":\"synth\",\"rate\":25,\"synth\":{\"seed\":1}}");
+	else
+		snprintf(src, sizeof(src),
+		         "{\"type\":\"replay\",\"rate\":%g,\"replay\":{\"path\":\"%s\","
+		         "\"format\":\"auto\",\"loop\":true}}",
+		         rate, replay);
+	fprintf(f,
+	        "{\"instance\":\"%s\",\"backend\":\"%s\",\"source\":%s,\n"
+	        "\"geometry\":{\"samples_per_ascan\":%u,\"sample_type\":\"u16\",\"ascans_per_"
+	        "bscan\":%u,"
+	        "\"bscans_per_volume\":%u,\"stride\":[%u,%u],\"depth_range\":[%u,%u]},\n"
+	        "\"preprocess\":{%s},\"reconstruct\":{\"mode\":\"%s\"},\"output\":{\"slots\":4},\n"
+	        "\"pipeline\":{\"ring_bscans\":%u,\"overflow\":\"%s\"},\n"
+	        "\"ipc\":{\"run_dir\":\"%s\",\"status_interval_ms\":500,\"hwm\":1000},"
+	        "\"log\":{\"level\":\"info\"}}\n",
+	        instance, opt.backend, src, c->K, c->nx, c->ny, c->sx, c->sy, c->z0, c->z1,
+	        c->preprocess, c->mode, 4 * c->ny, block ? "block" : "drop_epoch", run_dir);
+	if (fclose(f)) {
+		fprintf(stderr, "e2e_bench: writing %s: %s\n", path, strerror(errno));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* fork + exec argv with stdout/stderr into log (append); returns the pid or -errno. */
+static pid_t spawn(char *const argv[], const char *log, const char *overlap)
+{
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		if (overlap)
+			setenv("VOLRECD_PIPELINE_OVERLAP", overlap, 1);
+		execv(argv[0], argv);
+		fprintf(stderr, "e2e_bench: exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	return pid;
+}
+
+/* Wait for pid up to secs; SIGKILL after. Returns the exit status, or 128+signal. */
+static int reap(pid_t pid, double secs)
+{
+	double end = mono_s() + secs;
+	int st;
+
+	while (1) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (r < 0)
+			return -1;
+		if (mono_s() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			return 128 + SIGKILL;
+		}
+		usleep(20000);
+	}
+}
+
+static void print_log_tail(const char *log)
+{
+	char buf[4096];
+	FILE *f = fopen(log, "r");
+	long sz;
+	size_t n;
+
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	sz = ftell(f);
+	fseek(f, sz > (long)sizeof(buf) - 1 ? sz - (long)sizeof(buf) + 1 : 0, SEEK_SET);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	fprintf(stderr, "---- %s (end) ----\n%s\n----\n", log, buf);
+}
+
+/* The value of "key":NUMBER inside the object "obj":{...} of a status JSON (0 if absent). */
+static uint64_t json_u64(const char *json, const char *obj, const char *key)
+{
+	char k[96];
+	const char *o, *p;
+
+	snprintf(k, sizeof(k), "\"%s\":{", obj);
+	o = strstr(json, k);
+	if (!o)
+		return 0;
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	p = strstr(o, k);
+	return p ? strtoull(p + strlen(k), NULL, 10) : 0;
+}
+
+/* Copy the object "obj":{...} (braces included) of json into out. */
+static void json_obj(const char *json, const char *obj, char *out, size_t len)
+{
+	char k[96];
+	const char *o;
+	int depth = 0;
+	size_t i = 0;
+
+	snprintf(out, len, "null");
+	snprintf(k, sizeof(k), "\"%s\":{", obj);
+	o = json ? strstr(json, k) : NULL;
+	if (!o)
+		return;
+	o += strlen(k) - 1;
+	for (; o[i] && i + 1 < len; i++) {
+		depth += o[i] == '{';
+		depth -= o[i] == '}';
+		if (!depth) {
+			memcpy(out, o, i + 1);
+			out[i + 1] = 0;
+			return;
+		}
+	}
+}
+
+static int run_daemon(const struct bcase *c, const char *work, const char *replay, double rate,
+                      bool block, struct run_result *r)
+{
+	char cfg[PATH_MAX], run_dir[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32], instance[64];
+	char *status = NULL, *status0 = NULL;
+	struct volrec_client_options co = {0};
+	struct volrec_client *cl = NULL;
+	size_t cap = 1 << 16, n = 0;
+	float *lp = NULL, *ll = NULL, *lf = NULL;
+	double t0 = 0, t_end, warm_end, deadline;
+	uint64_t warm_n = 0;
+	pid_t pid;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->kind = block ? "max" : "paced";
+	r->rate = rate;
+	snprintf(instance, sizeof(instance), "e2e%d%s", (int)getpid(), block ? "m" : "p");
+	snprintf(run_dir, sizeof(run_dir), "%s/run", work);
+	snprintf(cfg, sizeof(cfg), "%s/volrecd-%s.yaml", work, r->kind);
+	snprintf(log, sizeof(log), "%s/volrecd-%s.log", work, r->kind);
+	snprintf(bin, sizeof(bin), "%s/bin/volrecd", opt.build);
+	mkdir(run_dir, 0755);
+	rc = write_config(cfg, c, instance, run_dir, replay, false, rate, block);
+	if (rc < 0)
+		return rc;
+	lp = malloc(cap * sizeof(float));
+	ll = malloc(cap * sizeof(float));
+	lf = malloc(cap * sizeof(float));
+	if (!lp || !ll || !lf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	{
+		char *argv[] = {bin, "-c", cfg, NULL};
+		pid = spawn(argv, log, opt.overlap);
+	}
+	if (pid < 0) {
+		rc = pid;
+		fprintf(stderr, "e2e_bench: starting %s: %s\n", bin, strerror(-rc));
+		goto out;
+	}
+	co.run_dir = run_dir;
+	co.topics = VOLREC_SUB_VOL | VOLREC_SUB_STATUS;
+	co.rcvhwm = 100000;
+	deadline = mono_s() + 120;
+	while ((rc = volrec_client_open_opts(instance, &co, &cl)) < 0) {
+		if (waitpid(pid, NULL, WNOHANG) == pid || mono_s() > deadline) {
+			fprintf(stderr, "e2e_bench: %s: volrecd did not come up: %s\n", c->name,
+			        volrec_strerror(rc));
+			print_log_tail(log);
+			kill(pid, SIGKILL);
+			reap(pid, 5);
+			rc = -EIO;
+			goto out;
+		}
+		usleep(50000);
+	}
+	/* warm-up: plans, page faults, the first S epochs of the history */
+	warm_end = mono_s() + opt.warmup;
+	t_end = INFINITY;
+	deadline = mono_s() + 120 + opt.warmup;
+	while (1) {
+		struct volrec_message m;
+		double now = mono_s();
+
+		if (t0 == 0 && warm_n >= 3 && now >= warm_end && status) {
+			t0 = now;
+			t_end = t0 + opt.seconds;
+			status0 = strdup(status);
+		}
+		if (now >= t_end)
+			break;
+		if (t0 == 0 && now > deadline) {
+			fprintf(stderr, "e2e_bench: %s: no volumes within the warm-up\n", c->name);
+			print_log_tail(log);
+			break;
+		}
+		rc = volrec_client_next_message(cl, 200, &m);
+		if (rc == -ETIMEDOUT || rc == -EPROTO || rc == -EINTR)
+			continue;
+		if (rc < 0) {
+			fprintf(stderr, "e2e_bench: %s: receiving: %s (%s)\n", c->name,
+			        volrec_strerror(rc), volrec_client_error(cl));
+			break;
+		}
+		if (m.type == VOLREC_MSG_STATUS) {
+			free(status);
+			status = strdup(m.text);
+			continue;
+		}
+		if (m.type != VOLREC_MSG_VOL)
+			continue;
+		{
+			uint64_t now_ns = real_ns();
+			const struct volrec_view *v = &m.view;
+
+			if (t0 == 0) {
+				warm_n++;
+			} else {
+				if (n == cap) {
+					float *a, *b, *d;
+					cap *= 2;
+					a = realloc(lp, cap * sizeof(float));
+					lp = a ? a : lp;
+					b = realloc(ll, cap * sizeof(float));
+					ll = b ? b : ll;
+					d = realloc(lf, cap * sizeof(float));
+					lf = d ? d : lf;
+					if (!a || !b || !d) {
+						rc = -ENOMEM;
+						volrec_view_release(cl, &m.view);
+						break;
+					}
+				}
+				lp[n] = (float)((double)v->latency_ns / 1e6);
+				ll[n] = (float)((double)(int64_t)(now_ns - v->t_last_ns) / 1e6);
+				lf[n] = (float)((double)(int64_t)(now_ns - v->t_first_ns) / 1e6);
+				n++;
+				r->missed += v->missed;
+			}
+			if (volrec_view_release(cl, &m.view) == -VOLREC_ETORN)
+				r->torn++;
+		}
+	}
+	r->seconds = t0 > 0 ? mono_s() - t0 : 0;
+	/* the status at the end of the window, for the drops in it */
+	{
+		double end = mono_s() + 1.5;
+		while (mono_s() < end) {
+			struct volrec_message m;
+			if (volrec_client_next_message(cl, 100, &m) < 0)
+				continue;
+			if (m.type == VOLREC_MSG_VOL) {
+				volrec_view_release(cl, &m.view);
+			} else if (m.type == VOLREC_MSG_STATUS) {
+				free(status);
+				status = strdup(m.text);
+				break;
+			}
+		}
+	}
+	kill(pid, SIGTERM);
+	r->exit_status = reap(pid, 30);
+	if (r->exit_status != 0) {
+		fprintf(stderr, "e2e_bench: %s: volrecd exited with %d\n", c->name, r->exit_status);
+		print_log_tail(log);
+	}
+	r->volumes = n;
+	if (r->seconds > 0) {
+		double a = (double)c->nx * c->ny;
+		r->vps = (double)n / r->seconds;
+		r->ascans_s = r->vps * a;
+		r->gvox_s = r->vps * (double)out_voxels(c) / 1e9;
+		r->in_gbs = r->vps * (double)in_bytes(c) / 1e9;
+		r->out_gbs = r->vps * (double)out_voxels(c) / 1e9;
+	}
+	r->lat_proc[0] = pct(lp, n, 0.5);
+	r->lat_proc[1] = pct(lp, n, 0.99);
+	r->lat_last[0] = pct(ll, n, 0.5);
+	r->lat_last[1] = pct(ll, n, 0.99);
+	r->lat_first[0] = pct(lf, n, 0.5);
+	r->lat_first[1] = pct(lf, n, 0.99);
+	if (status && status0) {
+		uint64_t rf = json_u64(status, "drops", "ring_full") -
+		              json_u64(status0, "drops", "ring_full");
+		r->drops_total =
+		        json_u64(status, "drops", "total") - json_u64(status0, "drops", "total");
+		r->drops_ring_full = rf;
+		r->drops_other = r->drops_total - rf;
+	}
+	json_obj(status, "drops", r->drops_json, sizeof(r->drops_json));
+	json_obj(status, "backend", r->status_backend, sizeof(r->status_backend));
+	r->ok = n > 0 && r->exit_status == 0;
+	rc = r->ok ? 0 : -EIO;
+out:
+	volrec_client_close(cl);
+	free(status);
+	free(status0);
+	free(lp);
+	free(ll);
+	free(lf);
+	return rc;
+}
+
+/* memcpy bandwidth (GB/s, best of 5) over 256 MiB: the CPU's physical limit figure. */
+static double memcpy_gbs(void)
+{
+	size_t sz = (size_t)256 << 20;
+	char *a = malloc(sz), *b = malloc(sz);
+	double best = 0;
+
+	if (!a || !b) {
+		free(a);
+		free(b);
+		return NAN;
+	}
+	memset(a, 1, sz);
+	memset(b, 2, sz);
+	for (int i = 0; i < 5; i++) {
+		double t = mono_s();
+		memcpy(b, a, sz);
+		t = mono_s() - t;
+		if (t > 0 && sz / t / 1e9 > best)
+			best = (double)sz / t / 1e9;
+		a[i] = b[sz - 1 - i];
+	}
+	free(a);
+	free(b);
+	return best;
+}
+
+static void json_num(FILE *f, const char *k, double v, bool comma)
+{
+	if (isfinite(v))
+		fprintf(f, "\"%s\":%.6g%s", k, v, comma ? "," : "");
+	else
+		fprintf(f, "\"%s\":null%s", k, comma ? "," : "");
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: e2e_bench [--build DIR] [--backend cpu|cuda|auto] [--case NAME]...\n"
+	        "                 [--seconds S] [--warmup S] [--rate EPOCHS_PER_S] [--no-paced]\n"
+	        "                 [--no-max] [--overlap 0|1] [--shm-dir DIR] [-o FILE]\n"
+	        "cases: tiny, classic-2048, paper (default: tiny classic-2048)\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {{"build", required_argument, NULL, 'b'},
+	                                   {"backend", required_argument, NULL, 'k'},
+	                                   {"case", required_argument, NULL, 'c'},
+	                                   {"seconds", required_argument, NULL, 's'},
+	                                   {"warmup", required_argument, NULL, 'w'},
+	                                   {"rate", required_argument, NULL, 'r'},
+	                                   {"no-paced", no_argument, NULL, 'P'},
+	                                   {"no-max", no_argument, NULL, 'M'},
+	                                   {"overlap", required_argument, NULL, 'v'},
+	                                   {"shm-dir", required_argument, NULL, 'd'},
+	                                   {"output", required_argument, NULL, 'o'},
+	                                   {"help", no_argument, NULL, 'h'},
+	                                   {NULL, 0, NULL, 0}};
+	const struct bcase *sel[8];
+	struct run_result res[8][2];
+	int nsel = 0, ch, status = 0;
+	double limit_h2d = NAN, limit_d2h = NAN, limit_bidir = NAN, limit_memcpy = NAN;
+	char work[] = "/tmp/vre2eXXXXXX", host[128] = "unknown", date[32], commit[64] = "unknown";
+	char outpath[PATH_MAX];
+	const char *device = "null";
+	time_t now = time(NULL);
+	FILE *f;
+
+	{
+		char self[PATH_MAX];
+		ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		if (k > 0) {
+			char *p;
+			self[k] = 0;
+			for (int i = 0; i < 2 && (p = strrchr(self, '/')); i++)
+				*p = 0;
+			snprintf(opt.build, sizeof(opt.build), "%s", self);
+		}
+	}
+	while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+		char *end = NULL;
+		switch (ch) {
+		case 'b':
+			snprintf(opt.build, sizeof(opt.build), "%s", optarg);
+			break;
+		case 'k':
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") &&
+			    strcmp(optarg, "auto")) {
+				fprintf(stderr, "e2e_bench: --backend %s: cpu, cuda or auto\n",
+				        optarg);
+				return 2;
+			}
+			opt.backend = optarg;
+			break;
+		case 'c': {
+			int i, nc = (int)(sizeof(cases) / sizeof(cases[0]));
+			for (i = 0; i < nc && strcmp(cases[i].name, optarg); i++)
+				;
+			if (i == nc || nsel == 8) {
+				fprintf(stderr,
+				        "e2e_bench: --case %s: not one of tiny, classic-2048, "
+				        "paper\n",
+				        optarg);
+				return 2;
+			}
+			sel[nsel++] = &cases[i];
+			break;
+		}
+		case 's':
+		case 'w':
+		case 'r': {
+			double v = strtod(optarg, &end);
+			if (!end || *end || !(v >= 0) || v > 1e5 || (ch == 's' && v <= 0)) {
+				fprintf(stderr, "e2e_bench: --%s %s: expected a number %s\n",
+				        ch == 's'   ? "seconds"
+				        : ch == 'w' ? "warmup"
+				                    : "rate",
+				        optarg, ch == 's' ? "> 0" : ">= 0");
+				return 2;
+			}
+			*(ch == 's' ? &opt.seconds : ch == 'w' ? &opt.warmup : &opt.rate) = v;
+			break;
+		}
+		case 'P':
+			opt.paced = false;
+			break;
+		case 'M':
+			opt.maxrun = false;
+			break;
+		case 'v':
+			if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
+				fprintf(stderr, "e2e_bench: --overlap %s: 0 or 1\n", optarg);
+				return 2;
+			}
+			opt.overlap = optarg;
+			break;
+		case 'd':
+			opt.shm_dir = optarg;
+			break;
+		case 'o':
+			opt.output = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (!opt.maxrun && !opt.paced) {
+		fprintf(stderr, "e2e_bench: --no-max and --no-paced leave nothing to run\n");
+		return 2;
+	}
+	if (!nsel) {
+		sel[nsel++] = &cases[0];
+		sel[nsel++] = &cases[1];
+	}
+	if (!mkdtemp(work)) {
+		fprintf(stderr, "e2e_bench: mkdtemp: %s\n", strerror(errno));
+		return 1;
+	}
+	gethostname(host, sizeof(host) - 1);
+	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", gmtime(&now));
+	if (getenv("VOLREC_GIT_COMMIT")) {
+		snprintf(commit, sizeof(commit), "%s", getenv("VOLREC_GIT_COMMIT"));
+	} else {
+		FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+		if (p) {
+			if (fgets(commit, sizeof(commit), p))
+				commit[strcspn(commit, "\n")] = 0;
+			if (!commit[0])
+				snprintf(commit, sizeof(commit), "unknown");
+			pclose(p);
+		}
+	}
+
+	/* the physical limit, measured before the daemon runs */
+	limit_memcpy = memcpy_gbs();
+#ifdef VOLREC_HAVE_CUDA
+	if (strcmp(opt.backend, "cpu") && gpu_device_count() > 0) {
+		struct gpu_bw bw;
+		char err[512];
+		if (gpu_bench_bandwidth(0, (size_t)256 << 20, 5, &bw, err, sizeof(err)) == 0) {
+			limit_h2d = bw.h2d_gbs;
+			limit_d2h = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
+			limit_bidir = bw.bidir_gbs;
+		} else {
+			fprintf(stderr, "e2e_bench: PCIe bandwidth not measured: %s\n", err);
+		}
+	}
+#endif
+
+	for (int i = 0; i < nsel; i++) {
+		const struct bcase *c = sel[i];
+		char replay[PATH_MAX], simcfg[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32];
+		char nep[16];
+		struct statvfs vfs;
+		uint64_t need = in_bytes(c) * c->epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
+		int rc;
+
+		memset(res[i], 0, sizeof(res[i]));
+		snprintf(replay, sizeof(replay), "%s/vre2e-%d-%s.vrr", opt.shm_dir, (int)getpid(),
+		         c->name);
+		if (statvfs(opt.shm_dir, &vfs) == 0 &&
+		    (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+			fprintf(stderr,
+			        "e2e_bench: %s: %s has %.2f GB free, the replay file and the shm "
+			        "slots need %.2f GB (use --shm-dir or a larger /dev/shm)\n",
+			        c->name, opt.shm_dir, (double)vfs.f_bavail * vfs.f_frsize / 1e9,
+			        (double)need / 1e9);
+			status = 1;
+			continue;
+		}
+		snprintf(simcfg, sizeof(simcfg), "%s/sim-%s.yaml", work, c->name);
+		snprintf(log, sizeof(log), "%s/sim-%s.log", work, c->name);
+		snprintf(bin, sizeof(bin), "%s/bin/volrec", opt.build);
+		snprintf(nep, sizeof(nep), "%u", c->epochs);
+		if (write_config(simcfg, c, "e2esim", work, replay, true, 0, true) < 0) {
+			status = 1;
+			continue;
+		}
+		{
+			char *sargv[] = {bin, "sim", "-c", simcfg, "-o", replay, "-n", nep, NULL};
+			double t = mono_s();
+			pid_t pid = spawn(sargv, log, NULL);
+			rc = pid < 0 ? pid : reap(pid, 600);
+			if (rc != 0) {
+				fprintf(stderr, "e2e_bench: %s: volrec sim failed (%d)\n", c->name,
+				        rc);
+				print_log_tail(log);
+				unlink(replay);
+				status = 1;
+				continue;
+			}
+			fprintf(stderr, "e2e_bench: %s: replay of %u epochs written in %.1f s\n",
+			        c->name, c->epochs, mono_s() - t);
+		}
+		if (opt.maxrun && run_daemon(c, work, replay, 0, true, &res[i][0]) < 0)
+			status = 1;
+		if (opt.paced) {
+			double rate = opt.rate > 0 ? opt.rate : c->paced_rate;
+			/* a rate the backend can follow: near the target, below what it sustains */
+			if (opt.rate <= 0 && res[i][0].vps > 0 &&
+			    (rate <= 0 || rate > 0.8 * res[i][0].vps))
+				rate = 0.6 * res[i][0].vps;
+			if (rate <= 0)
+				rate = 10;
+			rate = floor(rate * 10 + 0.5) / 10;
+			if (run_daemon(c, work, replay, rate, false, &res[i][1]) < 0)
+				status = 1;
+		}
+		unlink(replay);
+		for (int k = 0; k < 2; k++)
+			if (res[i][k].status_backend[0] && strcmp(res[i][k].status_backend, "null"))
+				device = res[i][k].status_backend;
+	}
+
+	/* the table */
+	printf("\nvolrecd end to end (replay in %s -> vol received), backend %s, %s, commit %s\n",
+	       opt.shm_dir, opt.backend, host, commit);
+	printf("%-13s %-6s %7s %9s %11s %7s %9s %9s %9s %9s %7s\n", "case", "run", "rate", "vol/s",
+	       "A-scans/s", "GVox/s", "proc p50", "proc p99", "first p50", "first p99", "drops");
+	for (int i = 0; i < nsel; i++)
+		for (int k = 0; k < 2; k++) {
+			const struct run_result *r = &res[i][k];
+			if (!r->kind)
+				continue;
+			printf("%-13s %-6s %7.1f %9.2f %11.4g %7.3f %9.2f %9.2f %9.2f %9.2f "
+			       "%7" PRIu64 "\n",
+			       sel[i]->name, r->kind, r->rate, r->vps, r->ascans_s, r->gvox_s,
+			       r->lat_proc[0], r->lat_proc[1], r->lat_first[0], r->lat_first[1],
+			       r->drops_total);
+		}
+	printf("limits: memcpy %.1f GB/s", limit_memcpy);
+	if (isfinite(limit_h2d))
+		printf(", pinned H2D %.1f GB/s, D2H (shm) %.1f GB/s, both ways %.1f GB/s each",
+		       limit_h2d, limit_d2h, limit_bidir);
+	printf("\nlatencies in ms: proc = the vol message's processing latency (last B-scan "
+	       "acquired -> volume written); first = first B-scan acquired -> vol received\n");
+
+	/* the JSON */
+	if (opt.output)
+		snprintf(outpath, sizeof(outpath), "%s", opt.output);
+	else
+		snprintf(outpath, sizeof(outpath), "bench/results/e2e-c-%s-%s-%s.json", opt.backend,
+		         host, date);
+	f = fopen(outpath, "w");
+	if (!f) {
+		fprintf(stderr, "e2e_bench: %s: %s\n", outpath, strerror(errno));
+		status = 1;
+		goto cleanup;
+	}
+	fprintf(f,
+	        "{\"benchmark\":\"volrecd end to end (C): replay in tmpfs -> vol received; run "
+	        "max: "
+	        "rate 0, overflow block; run paced: fixed rate, drop_epoch\",\n"
+	        "\"host\":\"%s\",\"date\":\"%s\",\"commit\":\"%s\",\"backend\":\"%s\",\"overlap\":"
+	        "\"%s\",\"cpus\":%ld,\n\"device\":%s,\n\"limits\":{",
+	        host, date, commit, opt.backend, opt.overlap ? opt.overlap : "auto",
+	        sysconf(_SC_NPROCESSORS_ONLN), device);
+	json_num(f, "memcpy_gbs", limit_memcpy, true);
+	json_num(f, "h2d_pinned_gbs", limit_h2d, true);
+	json_num(f, "d2h_shm_gbs", limit_d2h, true);
+	json_num(f, "bidir_each_gbs", limit_bidir, false);
+	fprintf(f, "},\n\"targets\":{\"paper_volumes_per_s\":120,\"paper_p99_ms\":15,"
+	           "\"classic_ascans_per_s\":10000000},\n\"results\":[");
+	for (int i = 0, first = 1; i < nsel; i++)
+		for (int k = 0; k < 2; k++) {
+			const struct run_result *r = &res[i][k];
+			const struct bcase *c = sel[i];
+			double lim_vps = NAN;
+			if (!r->kind)
+				continue;
+			if (isfinite(limit_d2h) && isfinite(limit_h2d))
+				lim_vps = fmin(fmin(limit_h2d * 1e9 / (double)in_bytes(c),
+				                    limit_d2h * 1e9 / (double)out_voxels(c)),
+				               limit_bidir * 1e9 /
+				                       (double)(in_bytes(c) > out_voxels(c)
+				                                        ? in_bytes(c)
+				                                        : out_voxels(c)));
+			fprintf(f,
+			        "%s\n {\"case\":\"%s\",\"run\":\"%s\",\"geometry\":{\"samples\":%u,"
+			        "\"ascans_per_bscan\":%u,\"bscans\":%u,\"stride\":[%u,%u],"
+			        "\"depth\":[%u,%"
+			        "u]},\"mode\":\"%s\",\"rate\":%g,\"overflow\":\"%s\",",
+			        first ? "" : ",", c->name, r->kind, c->K, c->nx, c->ny, c->sx,
+			        c->sy, c->z0, c->z1, c->mode, r->rate, k ? "drop_epoch" : "block");
+			first = 0;
+			json_num(f, "seconds", r->seconds, true);
+			fprintf(f,
+			        "\"volumes\":%" PRIu64 ",\"missed\":%" PRIu64 ",\"torn\":%" PRIu64
+			        ",",
+			        r->volumes, r->missed, r->torn);
+			json_num(f, "volumes_per_s", r->vps, true);
+			json_num(f, "ascans_per_s", r->ascans_s, true);
+			json_num(f, "gvox_per_s", r->gvox_s, true);
+			json_num(f, "input_gbs", r->in_gbs, true);
+			json_num(f, "output_gbs", r->out_gbs, true);
+			json_num(f, "pcie_limit_volumes_per_s", lim_vps, true);
+			json_num(f, "ratio_to_limit", r->vps / lim_vps, true);
+			fprintf(f, "\"processing_latency_ms\":{");
+			json_num(f, "p50", r->lat_proc[0], true);
+			json_num(f, "p99", r->lat_proc[1], false);
+			fprintf(f, "},\"last_acquired_to_received_ms\":{");
+			json_num(f, "p50", r->lat_last[0], true);
+			json_num(f, "p99", r->lat_last[1], false);
+			fprintf(f, "},\"first_acquired_to_received_ms\":{");
+			json_num(f, "p50", r->lat_first[0], true);
+			json_num(f, "p99", r->lat_first[1], false);
+			fprintf(f,
+			        "},\"drops_in_window\":{\"total\":%" PRIu64
+			        ",\"ring_full\":%" PRIu64 ",\"other\":%" PRIu64
+			        "},\"daemon_drops_total\":%s,\"exit_status\":%d",
+			        r->drops_total, r->drops_ring_full, r->drops_other, r->drops_json,
+			        r->exit_status);
+			if (c->target_vps)
+				fprintf(f,
+				        ",\"meets\":{\"volumes_per_s\":%s,\"p99_processing_ms\":%s,"
+				        "\"p99_first_acquired_ms\":%s}",
+				        r->vps >= c->target_vps ? "true" : "false",
+				        r->lat_proc[1] <= c->target_p99_ms ? "true" : "false",
+				        r->lat_first[1] <= c->target_p99_ms ? "true" : "false");
+			if (c->target_ascans)
+				fprintf(f, ",\"meets\":{\"ascans_per_s\":%s}",
+				        r->ascans_s >= c->target_ascans ? "true" : "false");
+			fprintf(f, "}");
+		}
+	fprintf(f, "\n]}\n");
+	if (fclose(f)) {
+		fprintf(stderr, "e2e_bench: writing %s failed\n", outpath);
+		status = 1;
+	} else {
+		printf("wrote %s\n", outpath);
+	}
+cleanup : {
+	char cmd[PATH_MAX + 16];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", work);
+	if (system(cmd) != 0)
+		fprintf(stderr, "e2e_bench: could not remove %s\n", work);
+}
+	return status;
+}
