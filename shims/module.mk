@@ -11,3 +11,11 @@ volrec_fault_shim_SRCS := shims/fault_shim.c shims/args.c
 volrec_fault_shim_LDLIBS := -lyaml
 volrec_fault_shim_SOVERSION := 1
 volrec_fault_shim_VERSION_SCRIPT := shims/shim.map
+
+# What is installed: the example shim under a plain name in $(SHIMDIR) (packaging/module.mk),
+# e.g. /usr/lib/x86_64-linux-gnu/volrec/synth-shim.so. The fault shim is for tests only.
+SHIM_FILES := $(B)/lib/volrec/synth-shim.so
+$(B)/lib/volrec/synth-shim.so: $(B)/lib/libvolrec_synth_shim.so.1
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+all: $(SHIM_FILES)
