@@ -71,7 +71,7 @@ struct be_ops {
 	 * epoch_finish_async followed by epoch_wait.
 	 */
 	int (*epoch_finish_async)(void *state, uint64_t epoch, const struct be_output *out,
-				  char *err, size_t errlen);
+	                          char *err, size_t errlen);
 	int (*epoch_wait)(void *state, uint64_t epoch, char *err, size_t errlen);
 };
 
@@ -102,12 +102,11 @@ void be_close(struct be_backend *be);
 /* The asynchronous epoch interface of be_ops (contract above): ops->epoch_finish_async and
  * ops->epoch_wait when the backend has them, else epoch_finish at once and a wait that only
  * checks the epoch. Messages in err as for epoch_finish. */
-__attribute__((warn_unused_result)) int be_epoch_finish_async(struct be_backend *be,
-							      uint64_t epoch,
-							      const struct be_output *out,
-							      char *err, size_t errlen);
+__attribute__((warn_unused_result)) int be_epoch_finish_async(struct be_backend *be, uint64_t epoch,
+                                                              const struct be_output *out,
+                                                              char *err, size_t errlen);
 __attribute__((warn_unused_result)) int be_epoch_wait(struct be_backend *be, uint64_t epoch,
-						      char *err, size_t errlen);
+                                                      char *err, size_t errlen);
 
 /* Whether this build has the CUDA backend compiled in. */
 bool be_have_cuda(void);
