@@ -114,7 +114,19 @@ struct gpu_recon_params {
 	bool product;    /* combine: product (else sum) */
 	int temporal;    /* enum cfg_temporal (E path) */
 	double tau;      /* exp temporal (E path) */
+	/* z profile of the CPU reference (cpu/recon.c): g1 = gz(1) / gz(0), and by the number
+	 * nv of depths z-1, z, z+1 inside [0, Z), index nv - 1: 1 / (1 + g1 (nv - 1)) and 1 / nv */
+	float g1;
+	float inv_gz[3], inv_nz[3];
 };
+
+/* Per-column weights of the reconstruction (gpu_launch_weights): for output column (Y, X),
+ * neighbour column n = (dy + 1) * 3 + dx + 1: [n] = g_n / sum g (sum) or g_n t_n / sum g t
+ * (product), [9 + n] = t_n / sum t (sum only), 0 for a neighbour outside the volume or with
+ * t_n = 0; [18], [19] padding (float4 loads). */
+#define GPU_WCOL 20
+/* Output rows per thread of the reconstruction kernel; slabs are multiples of it. */
+#define GPU_RECON_ROWS 4
 
 /* Write L_e into B at the epoch's positions and set E there. */
 cudaError_t gpu_launch_interlace(const struct gpu_recon_params *p, const float *le, float *B,
@@ -124,9 +136,13 @@ cudaError_t gpu_launch_tmap(const struct gpu_recon_params *p, const long long *E
                             cudaStream_t s);
 /* Upload the S x S table (row qe: weights by phase) and the 4 spatial weights by |d|^2. */
 cudaError_t gpu_upload_constants(const float *ttab, size_t n, const float g[4], cudaStream_t s);
-/* The 3x3x3 kernel on rows [y0, y1) of B: u8 into out8 (full volume base), float into
- * outf (full volume base, may be NULL). */
-cudaError_t gpu_launch_recon(const struct gpu_recon_params *p, const float *B, const float *tmap,
+/* The per-column weights W[Y][X][GPU_WCOL] of this epoch, from the S x S table (p->fast)
+ * or from tmap, in double as the CPU reference computes them. */
+cudaError_t gpu_launch_weights(const struct gpu_recon_params *p, const float *tmap, float *W,
+                               cudaStream_t s);
+/* The 3x3x3 kernel on rows [y0, y1) of B with the weights W: u8 into out8 (full volume
+ * base), float into outf (full volume base, may be NULL). */
+cudaError_t gpu_launch_recon(const struct gpu_recon_params *p, const float *B, const float *W,
                              int y0, int y1, uint8_t *out8, float *outf, cudaStream_t s);
 /* Quantize n floats to u8 (mode none). */
 cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStream_t s);

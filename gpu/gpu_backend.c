@@ -63,6 +63,7 @@ struct gpu_state {
 	float *P, *Q;  /* [Y][X][Z] B (M or previous output) and this epoch's float output */
 	long long *E;  /* [Y][X] */
 	float *tmap;   /* [Y][X] */
+	float *W;      /* [Y][X][GPU_WCOL] per-column weights of the epoch */
 	uint8_t *out8; /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 
 	/* live reconstruction parameters */
@@ -338,6 +339,7 @@ static void gpu_destroy(void *vst)
 	cudaFree(st->Q);
 	cudaFree(st->E);
 	cudaFree(st->tmap);
+	cudaFree(st->W);
 	cudaFree(st->out8);
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
@@ -524,7 +526,7 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	const size_t volumes =
 	        2 * st->le_count * sizeof(float) +
 	        (st->have_full ? 2 * st->full_count * sizeof(float) + st->full_count +
-	                                 cols * (sizeof(long long) + sizeof(float))
+	                                 cols * (sizeof(long long) + (1 + GPU_WCOL) * sizeof(float))
 	                       : st->le_count);
 	const size_t need = per_stream * st->ns + tables + volumes + (64u << 20); /* + context */
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
@@ -578,6 +580,9 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 		if (rc == 0)
 			rc = gpu_malloc((void **)&st->tmap, cols * sizeof(float), "weight map", err,
 			                errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->W, cols * GPU_WCOL * sizeof(float),
+			                "column weights", err, errlen);
 	}
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->out8, st->have_full ? st->full_count : st->le_count,
@@ -863,14 +868,16 @@ static int gpu_sync_all(struct gpu_state *st, char *err, size_t errlen)
 	return rc;
 }
 
-/* Rows per slab of an epoch's output (GPU_SLABS slabs, fewer for small volumes) so that the
- * copy of one slab overlaps the compute of the next; at most 65535 (grid y). */
+/* Rows per slab of an epoch's output (about GPU_SLABS slabs, fewer for small volumes) so that
+ * the copy of one slab overlaps the compute of the next: a multiple of the reconstruction
+ * kernel's rows per thread (GPU_RECON_ROWS), at most 65532 (its grid y times its rows). */
 static uint32_t gpu_slab_rows(uint32_t rows)
 {
 	uint32_t r = (rows + GPU_SLABS - 1) / GPU_SLABS;
-	if (r < 1)
-		r = 1;
-	return r > 65535 ? 65535 : r;
+	r = (r + GPU_RECON_ROWS - 1) / GPU_RECON_ROWS * GPU_RECON_ROWS;
+	if (r < GPU_RECON_ROWS)
+		r = GPU_RECON_ROWS;
+	return r > 65532 ? 65532 : r;
 }
 
 static void gpu_reset_state(struct gpu_state *st)
@@ -964,7 +971,13 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		        .product = st->product,
 		        .temporal = (int)st->temporal,
 		        .tau = st->tau,
+		        /* as cpu/recon.c: gz(1) / gz(0) in float, its sums in double */
+		        .g1 = st->g[1] / st->g[0],
 		};
+		for (int nv = 1; nv <= 3; nv++) {
+			rp.inv_gz[nv - 1] = (float)(1.0 / (1.0 + (double)rp.g1 * (nv - 1)));
+			rp.inv_nz[nv - 1] = 1.0f / (float)nv;
+		}
 		/* the previous upload from cpin finished: its epoch was waited for */
 		if (nt)
 			memcpy(st->cpin, st->ttab, nt * sizeof(float));
@@ -974,6 +987,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		CU(gpu_launch_interlace(&rp, le, st->P, st->E, s0), "interlace kernel");
 		if (!rp.fast)
 			CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0), "temporal weight kernel");
+		CU(gpu_launch_weights(&rp, st->tmap, st->W, s0), "column weight kernel");
 		if (st->mode == CFG_RECON_CUMULATIVE || out->full)
 			outf_dev = st->Q;
 	}
@@ -991,8 +1005,8 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		if (none)
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
 		else
-			CU(gpu_launch_recon(&rp, st->P, st->tmap, (int)y0, (int)y1, st->out8,
-			                    outf_dev, s),
+			CU(gpu_launch_recon(&rp, st->P, st->W, (int)y0, (int)y1, st->out8, outf_dev,
+			                    s),
 			   "reconstruction kernel");
 		if (out->volume)
 			CU(cudaMemcpyAsync(out->volume + off, st->out8 + off, n,

@@ -120,56 +120,83 @@ __global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int
 		col[k] = 0.5f * (sv[(nx - 1) / 2] + sv[nx / 2]);
 }
 
+/* Sum in double of one A-scan's converted samples over the threads of a block (thread i takes
+ * samples i, i + blockDim.x, ...; 8 u16/i16 or 4 f32 per 16-byte load when vec). Integer
+ * samples sum exactly in double, so the order does not change the result for them. */
+template <int ST>
+static __device__ double gpu_row_sum(const typename gpu_sample<ST>::type *row, int K, int sh,
+                                     bool vec)
+{
+	double s = 0.0;
+	if (vec && ST != CFG_SAMPLE_F32) {
+		const uint4 *rv = (const uint4 *)row;
+		for (int i = threadIdx.x; i < K / 8; i += blockDim.x) {
+			const uint4 v = __ldg(&rv[i]);
+			const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+			for (int q = 0; q < 4; q++) {
+				/* little-endian: element 2q in the low half */
+				const typename gpu_sample<ST>::type e0 =
+				        (typename gpu_sample<ST>::type)(uint16_t)(w[q] & 0xffffu);
+				const typename gpu_sample<ST>::type e1 =
+				        (typename gpu_sample<ST>::type)(uint16_t)(w[q] >> 16);
+				s += gpu_sample<ST>::conv(e0, sh);
+				s += gpu_sample<ST>::conv(e1, sh);
+			}
+		}
+	} else if (vec) {
+		const float4 *rv = (const float4 *)row;
+		for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
+			const float4 v = __ldg(&rv[i]);
+			s += (double)v.x;
+			s += (double)v.y;
+			s += (double)v.z;
+			s += (double)v.w;
+		}
+	} else {
+		for (int k = threadIdx.x; k < K; k += blockDim.x)
+			s += gpu_sample<ST>::conv(row[k], sh);
+	}
+	return s;
+}
+
 /*
- * One block per A-scan: convert, subtract the background (ascan_mean by a block reduction in
- * double), then either store conv[a][k] (resampling follows) or, without resampling, write
- * the windowed, dispersion-compensated, zero-padded FFT input directly.
+ * Grid (chunks, nx): block (c, a) converts chunk c of A-scan a (GPU_CONV_PER_THREAD samples
+ * per thread), subtracts the background (ascan_mean: every block of the A-scan computes the
+ * same mean by the same block reduction in double, from L2), then either stores conv[a][k]
+ * (resampling follows) or, without resampling, writes the windowed, dispersion-compensated,
+ * zero-padded FFT input directly. vec: rows are 16-byte aligned and K a multiple of the
+ * samples per 16 bytes.
  */
 template <int ST, bool DIRECT>
-__global__ void k_convert(gpu_prep_params p, gpu_prep_tables t,
-                          const typename gpu_sample<ST>::type *raw, const float *col, float *conv,
-                          void *fin)
+__global__ void __launch_bounds__(GPU_THREADS)
+        k_convert(gpu_prep_params p, gpu_prep_tables t, const typename gpu_sample<ST>::type *raw,
+                  const float *col, float *conv, void *fin, bool vec)
 {
 	__shared__ double red[GPU_THREADS / 32 + 1];
-	const int a = blockIdx.x, K = p.K;
+	const int a = blockIdx.y, K = p.K;
 	const typename gpu_sample<ST>::type *row = raw + (size_t)a * K;
 	float mean = 0.0f;
 
-	if (p.background == CFG_BG_ASCAN_MEAN) {
-		double s = 0;
-		for (int k = threadIdx.x; k < K; k += blockDim.x)
-			s += gpu_sample<ST>::conv(row[k], p.bit_shift);
-		mean = (float)(gpu_block_sum(s, red) / K);
-	}
-	if (DIRECT) {
-		const size_t base = (size_t)a * p.N;
-		for (int j = threadIdx.x; j < p.N; j += blockDim.x) {
-			float x = 0.0f;
-			if (j < K) {
-				x = gpu_sample<ST>::conv(row[j], p.bit_shift);
-				if (p.background == CFG_BG_ASCAN_MEAN)
-					x -= mean;
-				else if (p.background == CFG_BG_BSCAN_MEAN ||
-				         p.background == CFG_BG_BSCAN_MEDIAN)
-					x -= col[j];
-				else if (p.background == CFG_BG_REFERENCE)
-					x -= t.reference[j];
-			}
-			gpu_put_fin(fin, base, j, K, x, t, p.complex_in);
-		}
-	} else {
-		float *out = conv + (size_t)a * K;
-		for (int k = threadIdx.x; k < K; k += blockDim.x) {
-			float x = gpu_sample<ST>::conv(row[k], p.bit_shift);
+	if (p.background == CFG_BG_ASCAN_MEAN)
+		mean = (float)(gpu_block_sum(gpu_row_sum<ST>(row, K, p.bit_shift, vec), red) / K);
+	const int len = DIRECT ? p.N : K;
+	for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < len; j += gridDim.x * blockDim.x) {
+		float x = 0.0f;
+		if (j < K) {
+			x = gpu_sample<ST>::conv(row[j], p.bit_shift);
 			if (p.background == CFG_BG_ASCAN_MEAN)
 				x -= mean;
 			else if (p.background == CFG_BG_BSCAN_MEAN ||
 			         p.background == CFG_BG_BSCAN_MEDIAN)
-				x -= col[k];
+				x -= col[j];
 			else if (p.background == CFG_BG_REFERENCE)
-				x -= t.reference[k];
-			out[k] = x;
+				x -= t.reference[j];
 		}
+		if (DIRECT)
+			gpu_put_fin(fin, (size_t)a * p.N, j, K, x, t, p.complex_in);
+		else
+			conv[(size_t)a * K + j] = x;
 	}
 }
 
@@ -209,19 +236,21 @@ __global__ void k_logmag(gpu_prep_params p, const float2 *spec, int ld, bool rev
 
 /* ---- reconstruction ---------------------------------------------------------------------- */
 
-/* Grid-stride over ny*nx*nz: B[y*sy+oy][x*sx+ox][z] = L_e[y][x][z]; E there = epoch. */
-__global__ void k_interlace(gpu_recon_params p, const float *le, float *B, long long *E)
+/* Grid (columns, z chunks), both grid-strided: B[y*sy+oy][x*sx+ox][z] = L_e[y][x][z] for the
+ * low-resolution column c = y * nx + x of block x; E there = epoch. */
+__global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le, float *__restrict__ B,
+                            long long *__restrict__ E)
 {
-	const size_t total = (size_t)p.ny * p.nx * p.nz;
-	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x) {
-		const size_t col = i / p.nz; /* y * nx + x */
-		const int z = (int)(i - col * p.nz);
-		const int y = (int)(col / p.nx), x = (int)(col - (size_t)y * p.nx);
-		const size_t Yf = (size_t)y * p.sy + p.oy, Xf = (size_t)x * p.sx + p.ox;
-		const size_t dst = Yf * p.X + Xf;
-		B[dst * p.nz + z] = le[i];
-		if (z == 0)
+	const size_t ncols = (size_t)p.ny * p.nx;
+	for (size_t c = blockIdx.x; c < ncols; c += gridDim.x) {
+		const size_t y = c / (size_t)p.nx, x = c - y * (size_t)p.nx;
+		const size_t dst = (y * p.sy + p.oy) * (size_t)p.X + x * p.sx + p.ox;
+		const float *src = le + c * p.nz;
+		float *d = B + dst * p.nz;
+		for (int z = blockIdx.y * blockDim.x + threadIdx.x; z < p.nz;
+		     z += gridDim.y * blockDim.x)
+			d[z] = __ldg(&src[z]);
+		if (blockIdx.y == 0 && threadIdx.x == 0)
 			E[dst] = p.epoch;
 	}
 }
@@ -244,114 +273,177 @@ __global__ void k_tmap(gpu_recon_params p, const long long *E, float *tmap)
 	}
 }
 
-#define GPU_RECON_THREADS 128 /* threads per block along z */
-#define GPU_RECON_XRUN    16  /* output columns along X per thread (register reuse) */
-
-/* Column (yy, xx) of B around depth z: v = B[z-1], B[z], B[z+1] (0 outside [0, Z)) and its
- * temporal weight t; t = 0 for a column outside the volume, which is skipped like any column
- * whose weight is not > 0. */
+/* Temporal weight of column (yy, xx), inside the volume: the S x S table or the map. */
 template <bool FAST>
-static __device__ __forceinline__ void
-gpu_col_load(const gpu_recon_params &p, const float *__restrict__ B, const float *__restrict__ tmap,
-             int yy, int xx, int z, float *v, float &t)
+static __device__ __forceinline__ float gpu_tcol(const gpu_recon_params &p,
+                                                 const float *__restrict__ tmap, int yy, int xx)
 {
-	v[0] = v[1] = v[2] = 0.0f;
-	t = 0.0f;
-	if (yy < 0 || yy >= p.Y || xx < 0 || xx >= p.X)
-		return;
 	if (FAST)
-		t = c_ttab[p.qe * p.S + (yy % p.sy) * p.sx + (xx % p.sx)];
-	else
-		t = __ldg(&tmap[(size_t)yy * p.X + xx]);
-	if (!(t > 0.0f))
-		return;
-	const float *col = B + ((size_t)yy * p.X + xx) * p.nz;
-	if (z > 0)
-		v[0] = __ldg(&col[z - 1]);
-	v[1] = __ldg(&col[z]);
-	if (z + 1 < p.nz)
-		v[2] = __ldg(&col[z + 1]);
+		return c_ttab[p.qe * p.S + (yy % p.sy) * p.sx + (xx % p.sx)];
+	return __ldg(&tmap[(size_t)yy * p.X + xx]);
 }
 
 /*
- * Grid (ceil(Z / threads), rows, ceil(X / xrun)): thread z of block (., Yi - y0, c) computes
- * the voxels (Yi, Xi, z) for Xi in [c * xrun, min((c + 1) * xrun, X)), sliding a 3 x 3 window
- * of columns along X in registers so that each column of B is read once per row of the
- * window instead of three times. z is fastest so that a warp reads contiguous memory. The
- * arithmetic per voxel (order of the sums over dy, dx, dz, skipped neighbours) is that of the
- * CPU reference: valid neighbours lie inside the volume and have t > 0.
+ * One thread per output column (Y, X), grid-strided: its 9 neighbour columns' normalized
+ * weights, exactly as cpu/recon.c forms them: over the neighbours inside the volume with
+ * t > 0, in (dy, dx) order, sum: G = sum g, T = sum t in double and g / G, t / T rounded to
+ * float; product: g t rounded to float, G = sum (double) g t, (g t) / G rounded to float.
+ * Layout GPU_WCOL floats per column (gpu.h).
  */
-template <bool FAST, bool PRODUCT>
-__global__ void __launch_bounds__(GPU_RECON_THREADS)
-        k_recon(gpu_recon_params p, const float *__restrict__ B, const float *__restrict__ tmap,
-                int y0, int xrun, uint8_t *__restrict__ out8, float *__restrict__ outf)
+template <bool FAST>
+__global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap, float *__restrict__ W)
 {
-	const int z = blockIdx.x * blockDim.x + threadIdx.x;
-	const int Yi = y0 + (int)blockIdx.y;
-	const int xa = (int)blockIdx.z * xrun;
-	const int xb = min(xa + xrun, p.X);
-	const int Z = p.nz;
-	if (z >= Z)
-		return;
-	float v[3][3][3]; /* [dy + 1][column Xi - 1, Xi, Xi + 1][dz + 1] */
-	float t[3][3];
+	const size_t n = (size_t)p.Y * p.X;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const int Yc = (int)(i / (size_t)p.X), Xc = (int)(i - (size_t)Yc * p.X);
+		float cg[9], ct[9], o[GPU_WCOL];
+		double G = 0.0, T = 0.0;
 #pragma unroll
-	for (int r = 0; r < 3; r++) {
-		gpu_col_load<FAST>(p, B, tmap, Yi + r - 1, xa - 1, z, v[r][0], t[r][0]);
-		gpu_col_load<FAST>(p, B, tmap, Yi + r - 1, xa, z, v[r][1], t[r][1]);
-	}
-	for (int Xi = xa; Xi < xb; Xi++) {
+		for (int dy = -1; dy <= 1; dy++) {
 #pragma unroll
-		for (int r = 0; r < 3; r++)
-			gpu_col_load<FAST>(p, B, tmap, Yi + r - 1, Xi + 1, z, v[r][2], t[r][2]);
-		float sgb = 0.0f, sg = 0.0f, stb = 0.0f, st = 0.0f;
-#pragma unroll
-		for (int r = 0; r < 3; r++) {
-#pragma unroll
-			for (int k = 0; k < 3; k++) {
-				const float tt = t[r][k];
-				if (!(tt > 0.0f))
+			for (int dx = -1; dx <= 1; dx++) {
+				const int k = (dy + 1) * 3 + dx + 1, r = Yc + dy, c = Xc + dx;
+				cg[k] = ct[k] = 0.0f;
+				if (r < 0 || r >= p.Y || c < 0 || c >= p.X)
 					continue;
-				const int d2 = (r - 1) * (r - 1) + (k - 1) * (k - 1);
-				float cb = 0.0f, cg = 0.0f, cbb = 0.0f, cn = 0.0f;
-#pragma unroll
-				for (int q = 0; q < 3; q++) {
-					const int zz = z + q - 1;
-					if (zz < 0 || zz >= Z)
-						continue;
-					const float b = v[r][k][q], g = c_g[d2 + (q - 1) * (q - 1)];
-					cb = fmaf(g, b, cb);
-					cg += g;
-					cbb += b;
-					cn += 1.0f;
-				}
-				if (PRODUCT) {
-					sgb = fmaf(tt, cb, sgb);
-					sg = fmaf(tt, cg, sg);
+				const float t = gpu_tcol<FAST>(p, tmap, r, c);
+				if (!(t > 0.0f))
+					continue;
+				const float g = c_g[dy * dy + dx * dx];
+				if (p.product) {
+					cg[k] = __fmul_rn(g, t);
+					G += (double)g * (double)t;
 				} else {
-					sgb += cb;
-					sg += cg;
-					stb = fmaf(tt, cbb, stb);
-					st = fmaf(tt, cn, st);
+					cg[k] = g;
+					ct[k] = t;
+					G += (double)g;
+					T += (double)t;
 				}
 			}
 		}
-		float o = 0.0f;
-		if (sg > 0.0f)
-			o = PRODUCT ? sgb / sg : 0.5f * (sgb / sg + stb / st);
-		const size_t i = ((size_t)Yi * p.X + Xi) * Z + z;
-		out8[i] = (uint8_t)fminf(fmaxf(floorf(255.0f * o + 0.5f), 0.0f), 255.0f);
-		if (outf)
-			outf[i] = o;
 #pragma unroll
-		for (int r = 0; r < 3; r++) {
+		for (int k = 0; k < 9; k++) {
+			o[k] = G > 0.0 ? (float)((double)cg[k] / G) : 0.0f;
+			o[9 + k] = T > 0.0 ? (float)((double)ct[k] / T) : 0.0f;
+		}
+		o[18] = o[19] = 0.0f;
+		float4 *w = (float4 *)(W + i * GPU_WCOL);
 #pragma unroll
-			for (int q = 0; q < 3; q++) {
-				v[r][0][q] = v[r][1][q];
-				v[r][1][q] = v[r][2][q];
+		for (int q = 0; q < GPU_WCOL / 4; q++)
+			w[q] = make_float4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+	}
+}
+
+#define GPU_RECON_THREADS 128 /* threads per block along z */
+#define GPU_RECON_XRUN    32  /* output columns along X per thread (register reuse) */
+
+/*
+ * Column (yy, xx) of B at depth z, smoothed along z as cpu/recon.c does: with b = B[z] and
+ * lo, hi = B[z-1], B[z+1] (0 outside [0, Z)), sg = b + g1 (lo + hi) and s1 = b + lo + hi; all 0
+ * for a column outside the volume. Every lane of the warp calls it with the same (yy, xx):
+ * B[z-1] and B[z+1] come from the neighbouring lanes, lanes 0 and 31 load theirs.
+ */
+template <bool SUM>
+static __device__ __forceinline__ void gpu_col_smooth(const gpu_recon_params &p,
+                                                      const float *__restrict__ B, int yy, int xx,
+                                                      int z, int lane, float &sg, float &s1)
+{
+	const bool in = yy >= 0 && yy < p.Y && xx >= 0 && xx < p.X;
+	const float *col = B + ((size_t)(in ? yy : 0) * p.X + (in ? xx : 0)) * p.nz;
+	float b = 0.0f;
+	if (in && z < p.nz)
+		b = __ldg(&col[z]);
+	float lo = __shfl_up_sync(0xffffffffu, b, 1);
+	float hi = __shfl_down_sync(0xffffffffu, b, 1);
+	if (lane == 0)
+		lo = in && z > 0 && z <= p.nz ? __ldg(&col[z - 1]) : 0.0f;
+	if (lane == 31)
+		hi = in && z + 1 < p.nz ? __ldg(&col[z + 1]) : 0.0f;
+	sg = fmaf(p.g1, lo + hi, b);
+	if (SUM)
+		s1 = (b + lo) + hi;
+}
+
+/*
+ * Grid (ceil(Z / threads), ceil(rows / GPU_RECON_ROWS), ceil(X / xrun)): thread z of block
+ * (., r, c) computes the voxels (Yi, Xi, z) for the GPU_RECON_ROWS rows Yi from
+ * y0 + r * GPU_RECON_ROWS (below y1) and Xi in [c * xrun, min((c + 1) * xrun, X)). The
+ * z-smoothed columns of the rows Yi - 1 .. Yi + 1 of all its output rows slide along X in
+ * registers (3 columns each), so each float of B is loaded (ROWS + 2) / ROWS times per tile;
+ * z is fastest so that a warp reads 128 contiguous bytes. Per voxel: A = sum_n w_n sg_n (and
+ * C = sum_n wt_n s1_n) over the 9 neighbour columns in (dy, dx) order with the per-column
+ * weights of k_weights (0 for skipped neighbours, which leaves the sums unchanged), then
+ * out = 0.5 (A / gz_sum + C / nv) (sum) or A / gz_sum (product): the CPU reference's
+ * expression.
+ */
+template <bool SUM>
+__global__ void __launch_bounds__(GPU_RECON_THREADS, 8) /* 64 registers, no spills (sm_90) */
+        k_recon(gpu_recon_params p, const float *__restrict__ B, const float *__restrict__ W,
+                int y0, int y1, int xrun, uint8_t *__restrict__ out8, float *__restrict__ outf)
+{
+	constexpr int R = GPU_RECON_ROWS;
+	const int lane = threadIdx.x & 31;
+	const int z = (int)blockIdx.x * GPU_RECON_THREADS + (int)threadIdx.x;
+	const int Z = p.nz;
+	if (z - lane >= Z)
+		return; /* the whole warp is beyond Z (uniform: no shuffle partner is lost) */
+	const int ya = y0 + (int)blockIdx.y * R;
+	const int nrow = min(R, y1 - ya);
+	const int xa = (int)blockIdx.z * xrun;
+	const int xb = min(xa + xrun, p.X);
+	const int nv = 1 + (z > 0) + (z + 1 < Z);
+	const float igz = nv == 3 ? p.inv_gz[2] : (nv == 2 ? p.inv_gz[1] : p.inv_gz[0]);
+	const float inz = nv == 3 ? p.inv_nz[2] : (nv == 2 ? p.inv_nz[1] : p.inv_nz[0]);
+	float sg[R + 2][3], s1[R + 2][3];
+
+#pragma unroll
+	for (int r = 0; r < R + 2; r++) {
+		s1[r][0] = s1[r][1] = s1[r][2] = 0.0f;
+		gpu_col_smooth<SUM>(p, B, ya - 1 + r, xa - 1, z, lane, sg[r][0], s1[r][0]);
+		gpu_col_smooth<SUM>(p, B, ya - 1 + r, xa, z, lane, sg[r][1], s1[r][1]);
+	}
+	for (int Xi = xa; Xi < xb; Xi++) {
+#pragma unroll
+		for (int r = 0; r < R + 2; r++)
+			gpu_col_smooth<SUM>(p, B, ya - 1 + r, Xi + 1, z, lane, sg[r][2], s1[r][2]);
+#pragma unroll
+		for (int j = 0; j < R; j++) {
+			if (j >= nrow)
+				break;
+			const int Yi = ya + j;
+			const float4 *w4 = (const float4 *)(W + ((size_t)Yi * p.X + Xi) * GPU_WCOL);
+			float w[GPU_WCOL];
+#pragma unroll
+			for (int q = 0; q < (SUM ? GPU_WCOL / 4 : 3); q++) {
+				const float4 v = __ldg(&w4[q]);
+				w[4 * q] = v.x;
+				w[4 * q + 1] = v.y;
+				w[4 * q + 2] = v.z;
+				w[4 * q + 3] = v.w;
 			}
-			t[r][0] = t[r][1];
-			t[r][1] = t[r][2];
+			float A = 0.0f, C = 0.0f;
+#pragma unroll
+			for (int n = 0; n < 9; n++) {
+				A = fmaf(w[n], sg[j + n / 3][n % 3], A);
+				if (SUM)
+					C = fmaf(w[9 + n], s1[j + n / 3][n % 3], C);
+			}
+			const float o = SUM ? 0.5f * (A * igz + C * inz) : A * igz;
+			if (z < Z) {
+				const size_t i = ((size_t)Yi * p.X + Xi) * Z + z;
+				out8[i] = (uint8_t)fminf(fmaxf(floorf(255.0f * o + 0.5f), 0.0f),
+				                         255.0f);
+				if (outf)
+					outf[i] = o;
+			}
+		}
+#pragma unroll
+		for (int r = 0; r < R + 2; r++) {
+			sg[r][0] = sg[r][1];
+			sg[r][1] = sg[r][2];
+			s1[r][0] = s1[r][1];
+			s1[r][1] = s1[r][2];
 		}
 	}
 }
@@ -414,22 +506,29 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 	return cudaGetLastError();
 }
 
+#define GPU_CONV_PER_THREAD 4 /* samples per thread of k_convert */
+
 template <bool DIRECT>
 static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, const void *raw,
                           const float *col, float *conv, void *fin, cudaStream_t s)
 {
+	const int len = DIRECT ? p->N : p->K;
+	const int per_block = GPU_THREADS * GPU_CONV_PER_THREAD;
+	const dim3 g((unsigned)((len + per_block - 1) / per_block), (unsigned)p->nx);
+	/* rows of 16-byte multiples from a cudaMalloc'd (256-byte aligned) base */
+	const bool aligned = ((uintptr_t)raw & 15u) == 0;
 	switch (p->sample_type) {
 	case CFG_SAMPLE_U16:
-		k_convert<CFG_SAMPLE_U16, DIRECT><<<p->nx, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const uint16_t *)raw, col, conv, fin);
+		k_convert<CFG_SAMPLE_U16, DIRECT><<<g, GPU_THREADS, 0, s>>>(
+		        *p, *t, (const uint16_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
 		break;
 	case CFG_SAMPLE_I16:
-		k_convert<CFG_SAMPLE_I16, DIRECT><<<p->nx, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const int16_t *)raw, col, conv, fin);
+		k_convert<CFG_SAMPLE_I16, DIRECT><<<g, GPU_THREADS, 0, s>>>(
+		        *p, *t, (const int16_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
 		break;
 	default:
-		k_convert<CFG_SAMPLE_F32, DIRECT>
-		        <<<p->nx, GPU_THREADS, 0, s>>>(*p, *t, (const float *)raw, col, conv, fin);
+		k_convert<CFG_SAMPLE_F32, DIRECT><<<g, GPU_THREADS, 0, s>>>(
+		        *p, *t, (const float *)raw, col, conv, fin, aligned && p->K % 4 == 0);
 		break;
 	}
 }
@@ -464,7 +563,11 @@ extern "C" cudaError_t gpu_launch_logmag(const gpu_prep_params *p, const float2 
 extern "C" cudaError_t gpu_launch_interlace(const gpu_recon_params *p, const float *le, float *B,
                                             long long *E, cudaStream_t s)
 {
-	k_interlace<<<gpu_blocks((size_t)p->ny * p->nx * p->nz), GPU_THREADS, 0, s>>>(*p, le, B, E);
+	const size_t ncols = (size_t)p->ny * p->nx;
+	const unsigned gx = (unsigned)(ncols < (1u << 30) ? (ncols ? ncols : 1) : (1u << 30));
+	const int zc = (p->nz + 4 * GPU_THREADS - 1) / (4 * GPU_THREADS); /* 4 depths a thread */
+	const dim3 g(gx, (unsigned)(zc < 1 ? 1 : (zc > 65535 ? 65535 : zc)));
+	k_interlace<<<g, GPU_THREADS, 0, s>>>(*p, le, B, E);
 	return cudaGetLastError();
 }
 
@@ -490,35 +593,35 @@ extern "C" cudaError_t gpu_upload_constants(const float *ttab, size_t n, const f
 	return e;
 }
 
-extern "C" cudaError_t gpu_launch_recon(const gpu_recon_params *p, const float *B,
-                                        const float *tmap, int y0, int y1, uint8_t *out8,
-                                        float *outf, cudaStream_t s)
+extern "C" cudaError_t gpu_launch_weights(const gpu_recon_params *p, const float *tmap, float *W,
+                                          cudaStream_t s)
+{
+	const unsigned g = gpu_blocks((size_t)p->Y * p->X);
+	if (p->fast)
+		k_weights<true><<<g, GPU_THREADS, 0, s>>>(*p, tmap, W);
+	else
+		k_weights<false><<<g, GPU_THREADS, 0, s>>>(*p, tmap, W);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_recon(const gpu_recon_params *p, const float *B, const float *W,
+                                        int y0, int y1, uint8_t *out8, float *outf, cudaStream_t s)
 {
 	if (y1 <= y0 || p->X < 1 || p->nz < 1)
 		return cudaSuccess;
-	if (y1 - y0 > 65535)
+	const int tiles = (y1 - y0 + GPU_RECON_ROWS - 1) / GPU_RECON_ROWS;
+	if (tiles > 65535)
 		return cudaErrorInvalidValue;
 	/* columns per thread: GPU_RECON_XRUN, more where X would need over 65535 blocks */
 	int xrun = GPU_RECON_XRUN;
 	if ((p->X + xrun - 1) / xrun > 65535)
 		xrun = (p->X + 65534) / 65535;
 	const unsigned zb = (unsigned)((p->nz + GPU_RECON_THREADS - 1) / GPU_RECON_THREADS);
-	const dim3 g(zb, (unsigned)(y1 - y0), (unsigned)((p->X + xrun - 1) / xrun));
-	if (p->fast) {
-		if (p->product)
-			k_recon<true, true>
-			        <<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, tmap, y0, xrun, out8, outf);
-		else
-			k_recon<true, false>
-			        <<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, tmap, y0, xrun, out8, outf);
-	} else {
-		if (p->product)
-			k_recon<false, true>
-			        <<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, tmap, y0, xrun, out8, outf);
-		else
-			k_recon<false, false>
-			        <<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, tmap, y0, xrun, out8, outf);
-	}
+	const dim3 g(zb, (unsigned)tiles, (unsigned)((p->X + xrun - 1) / xrun));
+	if (p->product)
+		k_recon<false><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, y0, y1, xrun, out8, outf);
+	else
+		k_recon<true><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, y0, y1, xrun, out8, outf);
 	return cudaGetLastError();
 }
 

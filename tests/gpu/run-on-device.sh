@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: MIT
 # Every device check of the CUDA backend in one go on a GPU host (docs/gpu.md): the device
 # list, gpu_equal (small and paper geometry), compute-sanitizer memcheck and racecheck on the
-# small set, the benchmark (JSON), an nsys summary of the kernels and copies when time allows.
+# small set, the benchmark (JSON), an ncu summary of the kernel times (OUTDIR/kernels.txt) and
+# an nsys summary of the kernels and copies when time allows.
 # Usage, from the repository root: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR=build-gpu]
 # Needs the prebuilt BUILD_DIR/tests/{gpu_equal,gpu_bench} and .devlibs/lib (bundle-libs.sh).
-# Writes OUTDIR/*.log, OUTDIR/bench.json and OUTDIR/summary.txt; exit 0 when every step passed.
+# Writes OUTDIR/*.log, OUTDIR/bench.json, OUTDIR/kernels.txt and OUTDIR/summary.txt; exit 0
+# when every required step passed.
 set -u
 
 OUT=${1:?usage: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR]}
@@ -24,6 +26,7 @@ NSYS=$(command -v nsys)
 for n in /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys; do
 	[ -z "$NSYS" ] && [ -x "$n" ] && NSYS=$n
 done
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 COMMIT=${VOLREC_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || cat "$B/COMMIT" 2>/dev/null || echo unknown)}
 
 # step NAME LIMIT_S REQUIRED(1|0) COMMAND...: run with a time limit, log to OUT/NAME.log.
@@ -70,6 +73,26 @@ step memcheck 90 1 "$SAN" --tool memcheck --leak-check full --error-exitcode 1 \
 	"$B/tests/gpu_equal" --small
 step racecheck 90 1 "$SAN" --tool racecheck --racecheck-report all --error-exitcode 1 \
 	"$B/tests/gpu_equal" --small
+# Kernel durations at the paper geometry (the first figure of the benchmark): 300 launches
+# after the first 100 (past the first epoch's preprocessing, into the reconstruction),
+# summarised per kernel: launches, mean and total microseconds, largest total first.
+if [ -x "$NCU" ]; then
+	step ncu 150 0 "$NCU" --metrics gpu__time_duration.sum --print-units base \
+		--launch-skip 100 --launch-count 300 --csv "$B/tests/gpu_bench" --seconds 1
+	if [ -s "$OUT/ncu.log" ]; then
+		{
+			printf '%8s %10s %12s  %s\n' launches mean_us total_us kernel
+			awk -F'","' 'NF > 10 && $1 ~ /^"[0-9]+$/ && $(NF-2) ~ /gpu__time_duration/ {
+				n = $5; sub(/\(.*/, "", n); sub(/^void /, "", n)
+				u = $(NF-1); v = $NF; gsub(/[",]/, "", v)
+				m = u ~ /^ms/ ? 1e6 : (u ~ /^us/ ? 1e3 : 1)
+				c[n]++; t[n] += v * m
+			}
+			END { for (k in c) printf "%8d %10.2f %12.1f  %s\n", c[k], t[k] / c[k] / 1e3, t[k] / 1e3, k }' \
+				"$OUT/ncu.log" | sort -k3,3 -rn
+		} >"$OUT/kernels.txt"
+	fi
+fi
 if [ -n "$NSYS" ]; then
 	step nsys 90 0 "$NSYS" profile --force-overwrite true --stats=true -o "$OUT/bench-nsys" \
 		"$B/tests/gpu_bench" --seconds 1
@@ -83,6 +106,8 @@ fi
 	grep -hE 'PASS|FAIL|SKIP' "$OUT/equal-small.log" "$OUT/equal-paper.log" 2>/dev/null | tail -n 40
 	echo "-- benchmark:"
 	sed -n '/^figure/,$p' "$OUT/bench.log" 2>/dev/null
+	echo "-- kernels (ncu, paper geometry; launches, mean us, total us):"
+	cat "$OUT/kernels.txt" 2>/dev/null
 	echo "-- sanitizers:"
 	grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/memcheck.log" "$OUT/racecheck.log" 2>/dev/null
 	echo "total $(($(date +%s) - T0)) s; $FAILED required step(s) failed"
