@@ -271,17 +271,20 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 		goto out_destroy;
 
 	/* Both transforms are planned up front, so that switching dispersion on or off live
-	 * needs neither allocation nor planning. */
+	 * needs neither allocation nor planning. FFTW_ESTIMATE, not FFTW_MEASURE: a measured plan
+	 * depends on the machine's load at planning time, and a different plan rounds
+	 * differently; the reference backend must give the same bits in every process (the
+	 * daemon, `volrec process`, the tests), so the plan must not depend on timing. */
 	{
 		int n[1] = {(int)N};
 		struct cpu_worker *w0 = &st->workers[0];
 		pthread_mutex_lock(&cpu_fftw_lock);
 		st->plan_r2c =
 		        fftwf_plan_many_dft_r2c(1, n, CPU_BATCH, (float *)w0->fin, NULL, 1, (int)N,
-		                                w0->fout, NULL, 1, (int)st->nh + 1, FFTW_MEASURE);
+		                                w0->fout, NULL, 1, (int)st->nh + 1, FFTW_ESTIMATE);
 		st->plan_c2c =
 		        fftwf_plan_many_dft(1, n, CPU_BATCH, w0->fin, NULL, 1, (int)N, w0->fout,
-		                            NULL, 1, (int)N, FFTW_FORWARD, FFTW_MEASURE);
+		                            NULL, 1, (int)N, FFTW_FORWARD, FFTW_ESTIMATE);
 		pthread_mutex_unlock(&cpu_fftw_lock);
 		if (!st->plan_r2c || !st->plan_c2c) {
 			snprintf(err, errlen,
