@@ -81,6 +81,12 @@ geometry:
   bscans_per_volume: 32
   stride: [3, 3]
   depth_range: [96, 352]
+# the synthetic scanner's k non-linearity and dispersion, undone exactly (`volrec sim` writes
+# these values into its files' metadata); a B-scan background removes the source envelope
+preprocess:
+  background: {mode: bscan_mean}
+  resample: {method: cubic, poly: [0, 1104.84, 0, -81.84]}
+  dispersion: {coeffs: [30, -12]}
 reconstruct: {mode: noncumulative}
 output: {slots: 4}
 pipeline: {ring_bscans: 128, overflow: drop_epoch}
