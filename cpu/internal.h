@@ -89,14 +89,6 @@ struct cpu_state {
 	char device[128];
 };
 
-/* Fill win[0..K-1] with the window of ALGORITHMS.md §1.3 (docs/algorithms.md gives the
- * formulas); param is sigma (gauss) or alpha (tukey). */
-void cpu_window_fill(enum cfg_window type, double param, uint32_t K, float *win);
-
-/* Resampling positions p[0..K-1] (clamped to [0, K-1]) from the configured source. Returns
- * 0, or -EINVAL with a message (a non-monotone wavenumber table, a bad wavelength). */
-int cpu_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, size_t errlen);
-
 /* Median of n values (reorders v); for even n the mean of the two middle ones. */
 float cpu_median(float *v, size_t n);
 

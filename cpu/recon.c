@@ -5,9 +5,9 @@
  * Y) spread over the threads. The Gaussian factorizes into gxy(dx, dy) * gz(dz) and the
  * temporal weight depends on the column only, so each column is first smoothed along z.
  */
-#include <math.h>
 #include <string.h>
 
+#include "../backend/tables.h"
 #include "internal.h"
 
 struct recon_ctx {
@@ -161,10 +161,7 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 		float t = 0.0f;
 		if (st->E[i] >= 0) {
 			double age = (double)((int64_t)e - st->E[i]);
-			if (p->temporal == CFG_TEMPORAL_LINEAR)
-				t = (float)(fmax((double)S - age, 0.0) / (double)S);
-			else
-				t = (float)exp(-age / p->tau);
+			t = (float)be_temporal_weight(p->temporal, S, p->tau, age);
 		}
 		st->tcol[i] = t;
 	}

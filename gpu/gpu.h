@@ -50,9 +50,6 @@ __attribute__((warn_unused_result)) int
 gpu_tables_live(const struct vr_config *cfg, struct gpu_tables *t, char *err, size_t errlen);
 void gpu_tables_free(struct gpu_tables *t);
 
-/* Temporal weight of an A-scan of age a (epochs since it was written), ALGORITHMS.md §2.3. */
-double gpu_temporal_weight(const struct vr_config *cfg, uint64_t age);
-
 /* ---- errors (gpu_backend.c) -------------------------------------------------------------- */
 
 /* Turn a CUDA runtime status into 0 or a negative errno; on error writes "what: name (text)"

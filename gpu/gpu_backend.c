@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../backend/backend.h"
+#include "../backend/tables.h"
 #include "gpu.h"
 
 #define GPU_MIN_CC_MAJOR 7
@@ -205,15 +206,10 @@ static double gpu_gib(size_t b)
 static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, char *err,
                           size_t errlen)
 {
-	const double sig = cfg->reconstruct.spatial_sigma;
+	int rc = be_recon_check(cfg, err, errlen);
 
-	if (cfg->reconstruct.mode != CFG_RECON_NONE &&
-	    (!(sig > 0) ||
-	     (cfg->reconstruct.temporal == CFG_TEMPORAL_EXP && !(cfg->reconstruct.tau > 0)))) {
-		snprintf(err, errlen, "reconstruct: spatial_sigma (%g) and tau (%g) must be > 0",
-		         sig, cfg->reconstruct.tau);
-		return -EINVAL;
-	}
+	if (rc < 0)
+		return rc;
 	if (cfg->reconstruct.mode != CFG_RECON_NONE && !st->have_full) {
 		snprintf(err, errlen,
 		         "reconstruct.mode: %s needs the full-resolution volumes this backend was "
@@ -221,9 +217,8 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 		         cfg_recon_mode_name(cfg->reconstruct.mode), st->sx, st->sy);
 		return -EINVAL;
 	}
-	const double s2 = sig > 0 ? 2.0 * sig * sig : 2.0;
-	for (int d = 0; d < 4; d++)
-		st->g[d] = (float)exp(-(double)d / s2);
+	for (unsigned d = 0; d < 4; d++)
+		st->g[d] = be_spatial_weight(cfg->reconstruct.spatial_sigma, d);
 	st->mode = cfg->reconstruct.mode;
 	st->product = cfg->reconstruct.combine == CFG_COMBINE_PRODUCT;
 	st->temporal = cfg->reconstruct.temporal;
@@ -233,10 +228,8 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 		for (uint32_t q = 0; q < st->S; q++)
 			for (uint32_t p = 0; p < st->S; p++) {
 				uint64_t age = (q + st->S - p) % st->S;
-				double t = st->temporal == CFG_TEMPORAL_EXP
-				                   ? exp(-(double)age / st->tau)
-				                   : fmax((double)st->S - (double)age, 0.0) / st->S;
-				st->ttab[(size_t)q * st->S + p] = (float)t;
+				st->ttab[(size_t)q * st->S + p] = (float)be_temporal_weight(
+				        st->temporal, st->S, st->tau, (double)age);
 			}
 	}
 	return 0;

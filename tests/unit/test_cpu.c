@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "vrtest.h"
+#include "../../backend/tables.h"
 #include "../../cpu/internal.h"
 
 static void base_config(struct vr_config *c, uint32_t K, uint32_t nx, uint32_t ny)
@@ -56,7 +57,7 @@ static void check_window(enum cfg_window type, double param,
 	enum { K = 257 };
 	float w[K];
 
-	cpu_window_fill(type, param, K, w);
+	be_window_fill(type, param, K, w);
 	for (int j = 0; j < K; j++) {
 		double want = f(j, K - 1, param);
 		if (fabs(w[j] - want) > 1e-6)
@@ -151,7 +152,7 @@ static void check_kernel(enum cfg_resample m, double (*f)(double), double tol)
 	c.preprocess.resample.poly[2] = 0.9;
 	c.preprocess.resample.poly[3] = -0.8;
 	struct cpu_state *st = make_state(&c);
-	assert_int_equal(cpu_positions(&c, K, pos, err, sizeof(err)), 0);
+	assert_int_equal(be_positions(&c, K, pos, err, sizeof(err)), 0);
 	for (int i = 0; i < K; i++)
 		x[i] = (float)f(i);
 	cpu_resample(&st->p, K, x, y, scratch);
@@ -209,7 +210,7 @@ static void test_spline_matches_direct_solve(void **s)
 	c.preprocess.resample.poly[2] = 0.6;
 	c.preprocess.resample.poly[3] = -0.6;
 	struct cpu_state *st = make_state(&c);
-	assert_int_equal(cpu_positions(&c, K, pos, err, sizeof(err)), 0);
+	assert_int_equal(be_positions(&c, K, pos, err, sizeof(err)), 0);
 	for (int i = 0; i < K; i++)
 		x[i] = (float)sin(0.4 * i) * 10;
 	/* general Thomas solve for M[1..K-2] with M[0] = M[K-1] = 0 */
@@ -250,7 +251,7 @@ static void test_wavelength_positions_invert_kappa(void **s)
 	c.preprocess.resample.positions = CFG_RSPOS_WAVELENGTH;
 	double l[4] = {800.0, 0.1, 1e-5, 0.0};
 	memcpy(c.preprocess.resample.wavelength_nm, l, sizeof(l));
-	assert_int_equal(cpu_positions(&c, K, pos, err, sizeof(err)), 0);
+	assert_int_equal(be_positions(&c, K, pos, err, sizeof(err)), 0);
 	/* kappa at each position (linear between pixels) is equally spaced */
 	double k0 = 2 * M_PI / l[0], kn = 2 * M_PI / (l[0] + (K - 1) * (l[1] + (K - 1) * l[2]));
 	for (int j = 0; j < K; j++) {
@@ -268,7 +269,7 @@ static void test_wavelength_positions_invert_kappa(void **s)
 	assert_float_equal(pos[K - 1], K - 1.0, 1e-9);
 	/* a wavelength that turns back is rejected */
 	c.preprocess.resample.wavelength_nm[2] = -0.01;
-	assert_int_equal(cpu_positions(&c, K, pos, err, sizeof(err)), -EINVAL);
+	assert_int_equal(be_positions(&c, K, pos, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "wavelength_nm"));
 }
 

@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The host-side tables both backends build from the configuration (docs/algorithms.md),
+ * computed in double once per configuration: the CPU reference and the CUDA backend start
+ * from the very same numbers.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "tables.h"
+
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+void be_window_fill(enum cfg_window type, double param, uint32_t K, float *win)
+{
+	double M = K > 1 ? (double)(K - 1) : 1.0;
+
+	for (uint32_t j = 0; j < K; j++) {
+		double r = (double)j / M, w = 1.0;
+
+		switch (type) {
+		case CFG_WIN_NONE:
+			w = 1.0;
+			break;
+		case CFG_WIN_HANN:
+			w = 0.5 - 0.5 * cos(2.0 * M_PI * r);
+			break;
+		case CFG_WIN_HAMMING:
+			w = 0.54 - 0.46 * cos(2.0 * M_PI * r);
+			break;
+		case CFG_WIN_BLACKMAN:
+			w = 0.42 - 0.5 * cos(2.0 * M_PI * r) + 0.08 * cos(4.0 * M_PI * r);
+			break;
+		case CFG_WIN_GAUSS: {
+			double h = M / 2.0, u = ((double)j - h) / (param * h);
+			w = exp(-0.5 * u * u);
+			break;
+		}
+		case CFG_WIN_TUKEY:
+			if (param <= 0.0)
+				w = 1.0;
+			else if (r < param / 2.0)
+				w = 0.5 - 0.5 * cos(2.0 * M_PI * r / param);
+			else if (r > 1.0 - param / 2.0)
+				w = 0.5 - 0.5 * cos(2.0 * M_PI * (1.0 - r) / param);
+			else
+				w = 1.0;
+			break;
+		}
+		if (K == 1)
+			w = 1.0;
+		win[j] = (float)w;
+	}
+}
+
+static double be_clampd(double v, double lo, double hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Wavenumber 2 pi / lambda(i) of pixel i, lambda the cubic of wavelength_nm. */
+static double be_kappa(const double *l, uint32_t i)
+{
+	double x = (double)i;
+	return 2.0 * M_PI / (l[0] + x * (l[1] + x * (l[2] + x * l[3])));
+}
+
+int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, size_t errlen)
+{
+	const __typeof__(cfg->preprocess.resample) *rs = &cfg->preprocess.resample;
+	double top = (double)(K - 1);
+
+	switch (rs->positions) {
+	case CFG_RSPOS_TABLE:
+		if (!rs->table.data || rs->table.len != K) {
+			snprintf(err, errlen,
+			         "preprocess.resample.table: %zu values loaded, %u needed (one per "
+			         "sample)",
+			         rs->table.data ? rs->table.len : (size_t)0, K);
+			return -EINVAL;
+		}
+		for (uint32_t j = 0; j < K; j++) {
+			if (!isfinite(rs->table.data[j])) {
+				snprintf(err, errlen,
+				         "preprocess.resample.table: value %u is not finite", j);
+				return -EINVAL;
+			}
+			p[j] = be_clampd(rs->table.data[j], 0.0, top);
+		}
+		return 0;
+	case CFG_RSPOS_POLY:
+		for (uint32_t j = 0; j < K; j++) {
+			double u = K > 1 ? (double)j / top : 0.0;
+			double v = rs->poly[0] +
+			           u * (rs->poly[1] + u * (rs->poly[2] + u * rs->poly[3]));
+			if (!isfinite(v)) {
+				snprintf(err, errlen,
+				         "preprocess.resample.poly: not finite at j=%u", j);
+				return -EINVAL;
+			}
+			p[j] = be_clampd(v, 0.0, top);
+		}
+		return 0;
+	case CFG_RSPOS_WAVELENGTH: {
+		const double *l = rs->wavelength_nm;
+		uint32_t i = 0;
+
+		if (K < 2) {
+			for (uint32_t j = 0; j < K; j++)
+				p[j] = 0.0;
+			return 0;
+		}
+		for (uint32_t ii = 0; ii < K; ii++) {
+			double lam = l[0] + ii * (l[1] + ii * (l[2] + ii * l[3]));
+			if (!(lam > 0.0) || !isfinite(lam)) {
+				snprintf(err, errlen,
+				         "preprocess.resample.wavelength_nm: lambda(%u) = %g nm, "
+				         "must be > 0 on every pixel",
+				         ii, lam);
+				return -EINVAL;
+			}
+		}
+		/* target wavenumbers equally spaced from kappa(0) to kappa(K-1); p[j] by linear
+		 * inversion of the monotone kappa(i), walking i forward */
+		const double kap0 = be_kappa(l, 0), kapn = be_kappa(l, K - 1);
+		const double s = kapn > kap0 ? 1.0 : -1.0;
+		for (uint32_t ii = 0; ii + 1 < K; ii++) {
+			if (!(s * (be_kappa(l, ii + 1) - be_kappa(l, ii)) > 0.0)) {
+				snprintf(err, errlen,
+				         "preprocess.resample.wavelength_nm: wavenumber "
+				         "2*pi/lambda(i) is not strictly monotone (pixels %u and "
+				         "%u)",
+				         ii, ii + 1);
+				return -EINVAL;
+			}
+		}
+		for (uint32_t j = 0; j < K; j++) {
+			double kt = kap0 + (kapn - kap0) * (double)j / top;
+			while (i < K - 2 && s * be_kappa(l, i + 1) < s * kt)
+				i++;
+			double ki = be_kappa(l, i), k1 = be_kappa(l, i + 1);
+			p[j] = be_clampd((double)i + (kt - ki) / (k1 - ki), 0.0, top);
+		}
+		return 0;
+	}
+	case CFG_RSPOS_NONE:
+	default:
+		snprintf(err, errlen,
+		         "preprocess.resample: method %s needs positions (table, poly or "
+		         "wavelength_nm)",
+		         cfg_resample_name(rs->method));
+		return -EINVAL;
+	}
+}
+
+void be_resample_weights(enum cfg_resample method, double pos, uint32_t K, int32_t *base,
+                         double w[4])
+{
+	int32_t i = (int32_t)floor(pos);
+	double t;
+
+	if (i > (int32_t)K - 1)
+		i = (int32_t)K - 1;
+	t = pos - i;
+	switch (method) {
+	case CFG_RS_CUBIC:
+		*base = i - 1;
+		w[0] = -t * (t - 1) * (t - 2) / 6.0;
+		w[1] = (t + 1) * (t - 1) * (t - 2) / 2.0;
+		w[2] = -(t + 1) * t * (t - 2) / 2.0;
+		w[3] = (t + 1) * t * (t - 1) / 6.0;
+		break;
+	case CFG_RS_SPLINE: {
+		double A, B;
+		if (K >= 2 && i >= (int32_t)K - 1) {
+			i = (int32_t)K - 2;
+			t = pos - i;
+		}
+		A = 1.0 - t;
+		B = t;
+		*base = i;
+		w[0] = A;
+		w[1] = B;
+		w[2] = (A * A * A - A) / 6.0;
+		w[3] = (B * B * B - B) / 6.0;
+		break;
+	}
+	case CFG_RS_LINEAR:
+	case CFG_RS_NONE:
+	default:
+		*base = i;
+		w[0] = 1.0 - t;
+		w[1] = t;
+		w[2] = w[3] = 0.0;
+		break;
+	}
+}
+
+int be_table_check(const struct cfg_table *t, uint32_t K, const char *key, char *err, size_t errlen)
+{
+	if (!t->data || t->len != K) {
+		snprintf(err, errlen, "%s: %zu values loaded from '%s', %u needed", key,
+		         t->data ? t->len : (size_t)0, t->path, K);
+		return -EINVAL;
+	}
+	for (uint32_t j = 0; j < K; j++)
+		if (!isfinite(t->data[j])) {
+			snprintf(err, errlen, "%s: value %u of '%s' is not finite", key, j + 1,
+			         t->path);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *win, float *re,
+                        float *im)
+{
+	const double *ph = cfg->preprocess.dispersion.kind == CFG_DISP_TABLE
+	                           ? cfg->preprocess.dispersion.table.data
+	                           : NULL;
+
+	for (uint32_t j = 0; j < K; j++) {
+		double phi;
+		if (ph) {
+			phi = ph[j];
+		} else {
+			double v = (K > 1 ? (double)j / (double)(K - 1) : 0.0) - 0.5;
+			phi = cfg->preprocess.dispersion.coeffs[0] * v * v +
+			      cfg->preprocess.dispersion.coeffs[1] * v * v * v;
+		}
+		re[j] = (float)((double)win[j] * cos(phi));
+		im[j] = (float)(-(double)win[j] * sin(phi));
+	}
+}
+
+int be_recon_check(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	if (cfg->reconstruct.mode != CFG_RECON_NONE &&
+	    (!(cfg->reconstruct.spatial_sigma > 0) ||
+	     (cfg->reconstruct.temporal == CFG_TEMPORAL_EXP && !(cfg->reconstruct.tau > 0)))) {
+		snprintf(err, errlen, "reconstruct: spatial_sigma (%g) and tau (%g) must be > 0",
+		         cfg->reconstruct.spatial_sigma, cfg->reconstruct.tau);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+float be_spatial_weight(double sigma, unsigned d2)
+{
+	double s2 = 2.0 * sigma * sigma;
+
+	if (!(s2 > 0))
+		s2 = 2.0;
+	return (float)exp(-(double)d2 / s2);
+}
+
+double be_temporal_weight(enum cfg_temporal temporal, uint32_t S, double tau, double age)
+{
+	if (temporal == CFG_TEMPORAL_EXP)
+		return exp(-age / tau);
+	return fmax((double)S - age, 0.0) / (double)S;
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Host-side tables of the numerical contract (docs/algorithms.md) that both backends use, so
+ * that the CUDA backend computes from exactly the numbers the CPU reference does: resampling
+ * positions and kernel weights, window, dispersion phasors, spatial and temporal weights.
+ */
+#ifndef VOLREC_BACKEND_TABLES_H
+#define VOLREC_BACKEND_TABLES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../config/config.h"
+
+/* Fill win[0..K-1] with the window of ALGORITHMS.md §1.3 (docs/algorithms.md gives the
+ * formulas), in double, stored as float; param is sigma (gauss) or alpha (tukey). */
+void be_window_fill(enum cfg_window type, double param, uint32_t K, float *win);
+
+/* Resampling positions p[0..K-1] (ALGORITHMS.md §1.2, clamped to [0, K-1]) from the
+ * configured table, poly or wavelength_nm. Returns 0, or -EINVAL with a message in err
+ * (a table of the wrong length, a non-finite value, a non-positive wavelength, a wavenumber
+ * that is not strictly monotone, no positions given). */
+__attribute__((warn_unused_result)) int be_positions(const struct vr_config *cfg, uint32_t K,
+                                                     double *p, char *err, size_t errlen);
+
+/* Kernel weights of one output sample at position pos (in [0, K-1]) for method linear, cubic
+ * or spline, in double: *base is the first input index and w[0..3] its weights.
+ * linear: base = floor(pos), w = (1 - t, t, 0, 0); cubic: base = floor(pos) - 1, the four
+ * Lagrange weights (indices to be clamped to [0, K-1] on use); spline: base = i, the interval
+ * [i, i + 1] (i <= K - 2), w = (A, B, (A^3 - A) / 6, (B^3 - B) / 6) multiplying y[i], y[i+1],
+ * M[i], M[i+1] (the second derivatives). */
+void be_resample_weights(enum cfg_resample method, double pos, uint32_t K, int32_t *base,
+                         double w[4]);
+
+/* Check that a loaded table file has K finite values; -EINVAL with a message naming key and
+ * file otherwise. */
+__attribute__((warn_unused_result)) int be_table_check(const struct cfg_table *t, uint32_t K,
+                                                       const char *key, char *err, size_t errlen);
+
+/* Dispersion phasors win[j] * exp(-i phi[j]) (ALGORITHMS.md §1.4) into re[0..K-1] and
+ * im[0..K-1], phi from preprocess.dispersion (coeffs, or a table already accepted by
+ * be_table_check). Only for a dispersion kind other than none. */
+void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *win, float *re,
+                        float *im);
+
+/* Check the reconstruction parameters the weights need (spatial_sigma > 0, and tau > 0 with
+ * temporal exp) when reconstruct.mode is not none; -EINVAL with a message otherwise. */
+__attribute__((warn_unused_result)) int be_recon_check(const struct vr_config *cfg, char *err,
+                                                       size_t errlen);
+
+/* Unnormalized Gaussian spatial weight exp(-d2 / (2 sigma^2)) of a neighbour at squared
+ * distance d2 = dx^2 + dy^2 (+ dz^2) (ALGORITHMS.md §2.3), as float; a sigma whose 2 sigma^2
+ * is not > 0 counts as 1. */
+float be_spatial_weight(double sigma, unsigned d2);
+
+/* Temporal weight of an A-scan written age epochs ago (ALGORITHMS.md §2.3), in double:
+ * linear max(S - age, 0) / S, exp exp(-age / tau). */
+double be_temporal_weight(enum cfg_temporal temporal, uint32_t S, double tau, double age);
+
+#endif

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shared host-side tables of backend/tables.c against ALGORITHMS.md: kernel weights,
+ * temporal and spatial weights, dispersion phasors, and the table checks' messages.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "vrtest.h"
+#include "../../backend/tables.h"
+
+static void test_resample_weights_at_a_sample(void **state)
+{
+	double w[4];
+	int32_t base;
+
+	(void)state;
+	be_resample_weights(CFG_RS_LINEAR, 5.0, 16, &base, w);
+	assert_int_equal(base, 5);
+	assert_true(w[0] == 1.0 && w[1] == 0.0);
+	be_resample_weights(CFG_RS_CUBIC, 5.0, 16, &base, w);
+	assert_int_equal(base, 4);
+	assert_true(w[0] == 0.0 && w[1] == 1.0 && w[2] == 0.0 && w[3] == 0.0);
+	/* the spline's last interval is [K-2, K-1]: at K-1 all weight on y[K-1] */
+	be_resample_weights(CFG_RS_SPLINE, 15.0, 16, &base, w);
+	assert_int_equal(base, 14);
+	assert_true(w[0] == 0.0 && w[1] == 1.0 && w[2] == 0.0 && w[3] == 0.0);
+}
+
+static void test_resample_weights_sum_to_one(void **state)
+{
+	const enum cfg_resample m[] = {CFG_RS_LINEAR, CFG_RS_CUBIC};
+	double w[4];
+	int32_t base;
+
+	(void)state;
+	for (unsigned i = 0; i < 2; i++)
+		for (double p = 0.0; p <= 15.0; p += 0.137) {
+			be_resample_weights(m[i], p, 16, &base, w);
+			double s = w[0] + w[1] + w[2] + w[3];
+			if (fabs(s - 1.0) > 1e-12)
+				fail_msg("%s at %g: weights sum to %.17g", cfg_resample_name(m[i]),
+				         p, s);
+		}
+}
+
+static void test_temporal_weights(void **state)
+{
+	(void)state;
+	assert_float_equal(be_temporal_weight(CFG_TEMPORAL_LINEAR, 25, 5.0, 0), 1.0, 0);
+	assert_float_equal(be_temporal_weight(CFG_TEMPORAL_LINEAR, 25, 5.0, 5), 0.8, 1e-15);
+	assert_float_equal(be_temporal_weight(CFG_TEMPORAL_LINEAR, 25, 5.0, 25), 0.0, 0);
+	assert_float_equal(be_temporal_weight(CFG_TEMPORAL_LINEAR, 25, 5.0, 40), 0.0, 0);
+	assert_float_equal(be_temporal_weight(CFG_TEMPORAL_EXP, 25, 5.0, 10), exp(-2.0), 0);
+}
+
+static void test_spatial_weights(void **state)
+{
+	(void)state;
+	assert_float_equal(be_spatial_weight(1.0, 0), 1.0f, 0);
+	assert_float_equal(be_spatial_weight(1.0, 2), (float)exp(-1.0), 0);
+	assert_float_equal(be_spatial_weight(0.5, 1), (float)exp(-2.0), 0);
+	/* a sigma without a positive 2 sigma^2 counts as 1 */
+	assert_float_equal(be_spatial_weight(0.0, 3), (float)exp(-1.5), 0);
+}
+
+static void test_dispersion_without_phase_is_the_window(void **state)
+{
+	enum { K = 64 };
+	struct vr_config c;
+	float win[K], re[K], im[K];
+
+	(void)state;
+	cfg_defaults(&c);
+	c.preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	c.preprocess.dispersion.coeffs[0] = c.preprocess.dispersion.coeffs[1] = 0.0;
+	be_window_fill(CFG_WIN_HANN, 0.0, K, win);
+	be_dispersion_fill(&c, K, win, re, im);
+	for (int j = 0; j < K; j++) {
+		assert_float_equal(re[j], win[j], 0);
+		assert_float_equal(im[j], 0.0f, 0);
+	}
+	/* a2 = pi: phi = pi v^2 with v = j / (K - 1) - 0.5 */
+	c.preprocess.dispersion.coeffs[0] = M_PI;
+	be_dispersion_fill(&c, K, win, re, im);
+	double v = 1.0 / (K - 1) - 0.5;
+	assert_float_equal(re[1], win[1] * cos(M_PI * v * v), 1e-7);
+	assert_float_equal(im[1], -win[1] * sin(M_PI * v * v), 1e-7);
+}
+
+static void test_table_check_names_key_and_file(void **state)
+{
+	double v[3] = {1, NAN, 3};
+	struct cfg_table t = {.path = "disp.txt", .data = v, .len = 3};
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(be_table_check(&t, 4, "preprocess.dispersion.table", err, sizeof(err)),
+	                 -EINVAL);
+	assert_string_equal(
+	        err, "preprocess.dispersion.table: 3 values loaded from 'disp.txt', 4 needed");
+	assert_int_equal(be_table_check(&t, 3, "preprocess.dispersion.table", err, sizeof(err)),
+	                 -EINVAL);
+	assert_string_equal(err,
+	                    "preprocess.dispersion.table: value 2 of 'disp.txt' is not finite");
+	v[1] = 2;
+	assert_int_equal(be_table_check(&t, 3, "k", err, sizeof(err)), 0);
+}
+
+static void test_recon_check(void **state)
+{
+	struct vr_config c;
+	char err[256] = "";
+
+	(void)state;
+	cfg_defaults(&c);
+	c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
+	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
+	c.reconstruct.spatial_sigma = 0;
+	assert_int_equal(be_recon_check(&c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "spatial_sigma (0)"));
+	c.reconstruct.mode = CFG_RECON_NONE;
+	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
+}
+
+VR_TEST_GROUP(tables)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_resample_weights_at_a_sample),
+	        cmocka_unit_test(test_resample_weights_sum_to_one),
+	        cmocka_unit_test(test_temporal_weights),
+	        cmocka_unit_test(test_spatial_weights),
+	        cmocka_unit_test(test_dispersion_without_phase_is_the_window),
+	        cmocka_unit_test(test_table_check_names_key_and_file),
+	        cmocka_unit_test(test_recon_check),
+	};
+	return cmocka_run_group_tests_name("tables", tests, NULL, NULL);
+}
