@@ -117,8 +117,11 @@ enum vrd_acq_state {
 };
 
 struct vrd_entry {
-	void *buf;      /* one raw B-scan, inside the host_alloc'ed ring block */
-	uint64_t epoch; /* epoch and B-scan index it holds */
+	void *buf;        /* copying path: this entry's B-scan in the host_alloc'ed ring block */
+	const void *data; /* the B-scan handed to the backend: buf, or (zero-copy) a reference
+	                   * into the source's own memory, released with release_ref() */
+	bool ref;         /* data is a reference not yet released */
+	uint64_t epoch;   /* epoch and B-scan index it holds */
 	uint32_t bscan;
 	uint64_t t_mono_ns; /* when acquire() returned it (CLOCK_MONOTONIC) */
 	uint64_t t_real_ns; /* the source's timestamp (CLOCK_REALTIME) */
@@ -176,6 +179,9 @@ struct vrd_pub *vrd_pipeline_pub(struct vrd_pipeline *pl);
 const struct vr_config *vrd_pipeline_config(struct vrd_pipeline *pl);
 const char *vrd_pipeline_backend_name(struct vrd_pipeline *pl);
 const char *vrd_pipeline_device(struct vrd_pipeline *pl);
+/* How B-scans are acquired: "zero-copy" (references into the source's registered buffers,
+ * docs/shim.md) or "copy" (acquire() into the ring). Fixed for the pipeline's life. */
+const char *vrd_pipeline_acquisition(struct vrd_pipeline *pl);
 /* A copy of what the source said about itself in open() (it may be reopened). */
 void vrd_pipeline_source_info(struct vrd_pipeline *pl, struct volrec_shim_info *info);
 

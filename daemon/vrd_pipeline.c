@@ -3,7 +3,9 @@
  * The volrecd pipeline: an acquisition thread that drives the source into a ring of raw B-scans
  * (never waiting for processing unless pipeline.overflow is block), and a processing thread that
  * feeds epochs to the backend, straight into the shm slot, and publishes them: complete epochs
- * one at a time, or (overlap mode) B-scans as they arrive with two epochs in flight.
+ * one at a time, or (overlap mode) B-scans as they arrive with two epochs in flight. Sources
+ * with the zero-copy calls of shim.h fill no ring buffer: the ring then holds references into
+ * the source's own memory, registered with the backend, released when their epoch is done.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -49,7 +51,17 @@ struct vrd_pipeline {
 	struct vrd_entry *ring;
 	uint32_t nring, ny;
 	uint32_t tail, committed, pending;
-	bool overlap;     /* B-scans submitted as they arrive, two epochs in flight */
+	bool overlap; /* B-scans submitted as they arrive, two epochs in flight */
+	bool zc; /* zero-copy: entries are references into the source's memory (fixed at start) */
+	char zc_why[512];                   /* why the copying path runs, for the log */
+	struct volrec_shim_region *regions; /* the source's regions registered with the backend */
+	uint32_t nregions;
+	/* a new region set for the processing thread to register (source reopened; zc only) */
+	struct volrec_shim_region *reg_new;
+	uint32_t reg_new_n;
+	uint64_t reg_req, reg_done;
+	int reg_rc;
+	char reg_err[512];
 	uint32_t claimed; /* overlap: entries from tail the processing thread has taken */
 	pthread_mutex_t mu;
 	pthread_cond_t cv_data; /* processing waits for a complete epoch or a request */
@@ -90,6 +102,151 @@ static void scan_offset(const struct vr_config *cfg, uint64_t e, uint32_t *ox, u
 	*oy = sx ? q / sx : 0;
 }
 
+/* ---- zero-copy: the source's regions and references ---------------------------------------- */
+
+#define REGIONS_MAX 4096u /* most regions a source may report */
+
+/* Unregister and forget the registered regions. Backend call: the thread that owns it. */
+static void regions_unregister(struct vrd_pipeline *pl)
+{
+	for (uint32_t i = 0; i < pl->nregions; i++)
+		pl->be->ops->host_unregister(pl->be->state, (void *)pl->regions[i].base);
+	free(pl->regions);
+	pl->regions = NULL;
+	pl->nregions = 0;
+}
+
+/* Register regs[0..n) (malloc'ed, taken over in every case) with the backend; on failure
+ * nothing stays registered. Backend call: the thread that owns it. */
+static int regions_register(struct vrd_pipeline *pl, struct volrec_shim_region *regs, uint32_t n,
+                            char *err, size_t errlen)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = pl->be->ops->host_register(pl->be->state, (void *)regs[i].base,
+		                                    regs[i].size);
+		if (rc < 0) {
+			snprintf(err, errlen,
+			         "backend %s: host_register of the source's region %u of %u (%zu "
+			         "bytes at %p): %s",
+			         pl->be->ops->name, i, n, regs[i].size, regs[i].base,
+			         strerror(-rc));
+			while (i--)
+				pl->be->ops->host_unregister(pl->be->state, (void *)regs[i].base);
+			free(regs);
+			return rc;
+		}
+	}
+	pl->regions = regs;
+	pl->nregions = n;
+	return 0;
+}
+
+/* Ask the opened source for its regions (malloc'ed into *out) and check them. Source call:
+ * the thread that drives the source. */
+static int source_regions(struct vrd_pipeline *pl, struct volrec_shim_region **out, uint32_t *n,
+                          char *err, size_t errlen)
+{
+	struct volrec_shim_region *regs;
+	uint32_t count = 0, again = 0;
+	int rc;
+
+	rc = pl->src.ops->ref_regions(pl->src.handle, NULL, 0, &count);
+	if (rc < 0) {
+		snprintf(err, errlen, "source %s: ref_regions(): %s", pl->src.info.name,
+		         src_strerror(&pl->src, rc));
+		return rc;
+	}
+	if (count == 0 || count > REGIONS_MAX) {
+		snprintf(err, errlen,
+		         "source %s: ref_regions() reports %u regions (1..%u expected)",
+		         pl->src.info.name, count, REGIONS_MAX);
+		return -EPROTO;
+	}
+	regs = calloc(count, sizeof(*regs));
+	if (!regs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = pl->src.ops->ref_regions(pl->src.handle, regs, count, &again);
+	if (rc < 0 || again != count) {
+		snprintf(err, errlen, "source %s: ref_regions(): %s", pl->src.info.name,
+		         rc < 0 ? src_strerror(&pl->src, rc) : "the region count changed");
+		free(regs);
+		return rc < 0 ? rc : -EPROTO;
+	}
+	for (uint32_t i = 0; i < count; i++)
+		if (!regs[i].base || regs[i].size < pl->bscan_bytes) {
+			snprintf(
+			        err, errlen,
+			        "source %s: ref_regions(): region %u (%zu bytes at %p) cannot hold "
+			        "a B-scan of %zu bytes",
+			        pl->src.info.name, i, regs[i].size, regs[i].base, pl->bscan_bytes);
+			free(regs);
+			return -EPROTO;
+		}
+	*out = regs;
+	*n = count;
+	return 0;
+}
+
+/* Whether a whole B-scan at p lies in a registered region (acquisition thread). */
+static bool ref_inside(const struct vrd_pipeline *pl, const void *p)
+{
+	for (uint32_t i = 0; i < pl->nregions; i++) {
+		uintptr_t b = (uintptr_t)pl->regions[i].base, q = (uintptr_t)p;
+		if (q >= b && q - b <= pl->regions[i].size - pl->bscan_bytes)
+			return true;
+	}
+	return false;
+}
+
+/* Give back a reference to the source (mu held: release_ref calls never overlap). */
+static void release_one(struct vrd_pipeline *pl, const void *p)
+{
+	int rc = pl->src.ops->release_ref(pl->src.handle, p);
+
+	if (rc < 0)
+		vrd_log(LOG_WARNING, "source_fault", "source %s: release_ref(%p): %s",
+		        pl->src.info.name, p, src_strerror(&pl->src, rc));
+}
+
+/* Release the references held by ring entries [from, from + n) (mu held). */
+static void release_entries(struct vrd_pipeline *pl, uint32_t from, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct vrd_entry *en = &pl->ring[(from + i) % pl->nring];
+
+		if (en->ref) {
+			release_one(pl, en->data);
+			en->ref = false;
+			en->data = NULL;
+		}
+	}
+}
+
+/* Have the processing thread (the backend's thread) replace the registered regions by regs
+ * (malloc'ed, taken over; NULL, 0: none) and wait for it. Acquisition thread, mu not held. */
+static int set_regions(struct vrd_pipeline *pl, struct volrec_shim_region *regs, uint32_t n,
+                       char *err, size_t errlen)
+{
+	uint64_t req;
+	int rc;
+
+	pthread_mutex_lock(&pl->mu);
+	free(pl->reg_new);
+	pl->reg_new = regs;
+	pl->reg_new_n = n;
+	req = ++pl->reg_req;
+	pthread_cond_signal(&pl->cv_data);
+	/* the processing thread runs until acquisition is done: it always answers */
+	while (pl->reg_done < req)
+		pthread_cond_wait(&pl->cv_room, &pl->mu);
+	rc = pl->reg_rc;
+	snprintf(err, errlen, "%s", pl->reg_err);
+	pthread_mutex_unlock(&pl->mu);
+	return rc;
+}
+
 /* ---- acquisition -------------------------------------------------------------------------- */
 
 /* Sleep ms or until stop is asked (mu held by the caller). Returns true when stopping. */
@@ -115,6 +272,20 @@ static int source_reopen(struct vrd_pipeline *pl)
 	char err[512];
 	int rc;
 
+	if (pl->src_is_open && pl->zc) {
+		bool stop;
+
+		/* zero-copy: every reference into the old source must be given back (its epochs
+		 * processed or dropped) and its regions unregistered before it is closed */
+		pthread_mutex_lock(&pl->mu);
+		while (pl->c.ring_used && !pl->stop_acq)
+			pthread_cond_wait(&pl->cv_room, &pl->mu);
+		stop = pl->stop_acq;
+		pthread_mutex_unlock(&pl->mu);
+		if (stop)
+			return -ECANCELED; /* the source is closed after processing stopped */
+		set_regions(pl, NULL, 0, err, sizeof(err));
+	}
 	if (pl->src_is_open) {
 		src_close(&pl->src);
 		pl->src_is_open = false;
@@ -124,6 +295,26 @@ static int source_reopen(struct vrd_pipeline *pl)
 	if (rc < 0) {
 		vrd_log(LOG_WARNING, "source_fault", "source: reopening failed: %s", err);
 		return rc;
+	}
+	if (pl->zc) {
+		struct volrec_shim_region *regs = NULL;
+		uint32_t n = 0;
+
+		if (src_has_refs(&pl->src)) {
+			rc = source_regions(pl, &regs, &n, err, sizeof(err));
+		} else {
+			rc = -EPROTO;
+			snprintf(err, sizeof(err), "the reopened source has no zero-copy calls");
+		}
+		if (rc == 0)
+			rc = set_regions(pl, regs, n, err, sizeof(err));
+		if (rc < 0) {
+			vrd_log(LOG_WARNING, "source_fault",
+			        "source: reopened, but zero-copy acquisition cannot resume: %s",
+			        err);
+			src_close(&pl->src);
+			return rc;
+		}
 	}
 	pl->src_is_open = true;
 	pthread_mutex_lock(&pl->mu);
@@ -178,6 +369,7 @@ static bool source_fault(struct vrd_pipeline *pl, const char *what, int rc, unsi
 /* Give the epoch being acquired back: its B-scans counted under cause. mu held. */
 static void drop_pending(struct vrd_pipeline *pl, enum vrd_drop cause)
 {
+	release_entries(pl, pl->tail + pl->committed, pl->pending);
 	pl->c.drops[cause] += pl->pending;
 	pl->c.ring_used -= pl->pending;
 	pl->pending = 0;
@@ -258,6 +450,7 @@ static void *acq_main(void *arg)
 
 		for (b = 0; b < pl->ny; b++) {
 			struct volrec_shim_meta meta = {0};
+			const void *data = NULL;
 			void *buf;
 
 			pthread_mutex_lock(&pl->mu);
@@ -284,8 +477,20 @@ static void *acq_main(void *arg)
 			pthread_mutex_unlock(&pl->mu);
 
 			atomic_store(&pl->acq_state, VRD_ACQ_ACQUIRING);
-			rc = pl->src.ops->acquire(pl->src.handle, buf, pl->bscan_bytes,
-			                          pl->timeout_ms, &meta);
+			if (pl->zc) {
+				rc = pl->src.ops->acquire_ref(pl->src.handle, &data, pl->timeout_ms,
+				                              &meta);
+				if (rc == 0 && !ref_inside(pl, data)) {
+					pthread_mutex_lock(&pl->mu);
+					release_one(pl, data);
+					pthread_mutex_unlock(&pl->mu);
+					rc = -EFAULT;
+				}
+			} else {
+				rc = pl->src.ops->acquire(pl->src.handle, buf, pl->bscan_bytes,
+				                          pl->timeout_ms, &meta);
+				data = buf;
+			}
 			atomic_fetch_add(&pl->acq_returns, 1);
 			if (rc < 0) {
 				pthread_mutex_lock(&pl->mu);
@@ -308,7 +513,11 @@ static void *acq_main(void *arg)
 				cut = true;
 				recovering = true;
 				if (source_fault(pl,
-				                 rc == -ETIMEDOUT ? "acquire timed out" : "acquire",
+				                 rc == -ETIMEDOUT ? "acquire timed out"
+				                 : rc == -EFAULT && pl->zc
+				                         ? "acquire_ref returned a B-scan outside "
+				                           "the regions it reported"
+				                         : "acquire",
 				                 rc, &streak, &backoff_ms, &started))
 					goto out;
 				break;
@@ -316,11 +525,15 @@ static void *acq_main(void *arg)
 			pthread_mutex_lock(&pl->mu);
 			pl->c.acquired++;
 			if (dropping) {
+				if (pl->zc)
+					release_one(pl, data);
 				pl->c.drops[VRD_DROP_RING_FULL]++;
 			} else {
 				struct vrd_entry *en =
 				        &pl->ring[(pl->tail + pl->committed + pl->pending) %
 				                  pl->nring];
+				en->data = data;
+				en->ref = pl->zc;
 				en->epoch = e;
 				en->bscan = b;
 				en->t_mono_ns = vrd_now_ns();
@@ -380,8 +593,34 @@ out:
 /* ---- processing --------------------------------------------------------------------------- */
 
 /* Apply what the main thread asked for (live parameters, history reset); mu held. */
+static bool requests_pending(const struct vrd_pipeline *pl)
+{
+	return pl->live_req != pl->live_done || pl->reset_req != pl->reset_done ||
+	       pl->reg_req != pl->reg_done;
+}
+
 static void apply_requests(struct vrd_pipeline *pl)
 {
+	if (pl->reg_req != pl->reg_done) {
+		/* the source is being reopened: it holds no references now (source_reopen) */
+		uint64_t req = pl->reg_req;
+		struct volrec_shim_region *regs = pl->reg_new;
+		uint32_t n = pl->reg_new_n;
+		char err[512] = "";
+		int rc = 0;
+
+		pl->reg_new = NULL;
+		pl->reg_new_n = 0;
+		pthread_mutex_unlock(&pl->mu);
+		regions_unregister(pl);
+		if (n)
+			rc = regions_register(pl, regs, n, err, sizeof(err));
+		pthread_mutex_lock(&pl->mu);
+		pl->reg_rc = rc;
+		snprintf(pl->reg_err, sizeof(pl->reg_err), "%s", err);
+		pl->reg_done = req;
+		pthread_cond_broadcast(&pl->cv_room);
+	}
 	if (pl->live_req != pl->live_done) {
 		uint64_t req = pl->live_req;
 		char err[512] = "";
@@ -420,7 +659,7 @@ static int process_epoch(struct vrd_pipeline *pl, uint32_t first, double ms[LAT_
 	for (uint32_t b = 0; b < pl->ny; b++) {
 		const struct vrd_entry *en = &pl->ring[(first + b) % pl->nring];
 
-		rc = pl->be->ops->bscan_submit(pl->be->state, en->epoch, en->bscan, en->buf);
+		rc = pl->be->ops->bscan_submit(pl->be->state, en->epoch, en->bscan, en->data);
 		if (rc < 0) {
 			snprintf(err, errlen, "backend %s: submitting B-scan %u of epoch %llu: %s",
 			         pl->be->ops->name, en->bscan, (unsigned long long)en->epoch,
@@ -472,9 +711,9 @@ static void *proc_main(void *arg)
 		atomic_store(&pl->proc_waiting, true);
 		apply_requests(pl);
 		while (pl->committed < pl->ny && !(pl->stop_proc && pl->acq_done) &&
-		       pl->live_req == pl->live_done && pl->reset_req == pl->reset_done)
+		       !requests_pending(pl))
 			pthread_cond_wait(&pl->cv_data, &pl->mu);
-		if (pl->live_req != pl->live_done || pl->reset_req != pl->reset_done)
+		if (requests_pending(pl))
 			continue;
 		if (pl->committed < pl->ny)
 			break; /* stopping, and everything complete was processed */
@@ -490,6 +729,7 @@ static void *proc_main(void *arg)
 			        (unsigned long long)epoch, err);
 
 		pthread_mutex_lock(&pl->mu);
+		release_entries(pl, pl->tail, pl->ny);
 		pl->tail = (pl->tail + pl->ny) % pl->nring;
 		pl->committed -= pl->ny;
 		pl->c.ring_used -= pl->ny;
@@ -536,6 +776,7 @@ struct ov_epoch {
  * counted as processed, else as drops of cause. */
 static void ov_release(struct vrd_pipeline *pl, uint32_t n, bool published, enum vrd_drop cause)
 {
+	release_entries(pl, pl->tail, n);
 	pl->tail = (pl->tail + n) % pl->nring;
 	pl->committed -= n;
 	pl->claimed -= n;
@@ -557,7 +798,7 @@ static void ov_submit(struct vrd_pipeline *pl, struct ov_epoch *sb, uint32_t fro
 
 	for (uint32_t i = 0; i < k && !sb->failed; i++) {
 		const struct vrd_entry *en = &pl->ring[(from + i) % pl->nring];
-		int rc = pl->be->ops->bscan_submit(pl->be->state, en->epoch, en->bscan, en->buf);
+		int rc = pl->be->ops->bscan_submit(pl->be->state, en->epoch, en->bscan, en->data);
 
 		if (rc < 0) {
 			sb->failed = true;
@@ -666,7 +907,7 @@ static void *proc_overlap_main(void *arg)
 
 	pthread_mutex_lock(&pl->mu);
 	while (1) {
-		bool requests = pl->live_req != pl->live_done || pl->reset_req != pl->reset_done;
+		bool requests = requests_pending(pl);
 		uint32_t avail = pl->committed + pl->pending - pl->claimed;
 
 		atomic_store(&pl->proc_waiting, false);
@@ -782,6 +1023,15 @@ static void pipeline_free(struct vrd_pipeline *pl, bool unlink_shm)
 {
 	if (!pl)
 		return;
+	if (pl->src_is_open && pl->ring) {
+		/* nothing should be held now; give back whatever is before the source goes */
+		for (uint32_t i = 0; i < pl->nring; i++)
+			if (pl->ring[i].ref)
+				release_one(pl, pl->ring[i].data);
+	}
+	if (pl->be)
+		regions_unregister(pl);
+	free(pl->reg_new);
 	if (pl->src_is_open)
 		src_close(&pl->src);
 	if (pl->pub)
@@ -840,6 +1090,60 @@ static int pipeline_mode(struct vrd_pipeline *pl, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * Zero-copy acquisition (docs/operations.md "Pipeline"): used when the source has the
+ * zero-copy calls of shim.h and the backend registers all its regions (a no-op on the CPU
+ * backend, cudaHostRegister on CUDA); otherwise B-scans are copied into the ring. The
+ * environment variable VOLRECD_ZERO_COPY=0 forces the copying path (comparisons, tests).
+ * Main thread, before the pipeline threads exist.
+ */
+static int acquisition_mode(struct vrd_pipeline *pl, char *err, size_t errlen)
+{
+	const char *env = getenv("VOLRECD_ZERO_COPY");
+	struct volrec_shim_region *regs = NULL;
+	uint32_t n = 0;
+	size_t bytes = 0;
+	char why[512];
+	int rc;
+
+	pl->zc = false;
+	if (env && env[0] && strcmp(env, "0") && strcmp(env, "1")) {
+		snprintf(err, errlen,
+		         "VOLRECD_ZERO_COPY: '%s' is not 0 (copy every B-scan) or 1 (zero-copy "
+		         "where the source and backend allow it, the default)",
+		         env);
+		return -EINVAL;
+	}
+	if (env && !strcmp(env, "0")) {
+		snprintf(pl->zc_why, sizeof(pl->zc_why), "VOLRECD_ZERO_COPY=0");
+	} else if (!src_has_refs(&pl->src)) {
+		snprintf(pl->zc_why, sizeof(pl->zc_why), "source %s has no zero-copy calls",
+		         pl->src.info.name);
+	} else {
+		rc = source_regions(pl, &regs, &n, why, sizeof(why));
+		if (rc == 0)
+			rc = regions_register(pl, regs, n, why, sizeof(why));
+		if (rc == 0) {
+			pl->zc = true;
+		} else {
+			snprintf(pl->zc_why, sizeof(pl->zc_why), "%s", why);
+			vrd_log(LOG_WARNING, NULL,
+			        "acquisition: zero-copy refused, copying instead: %s", why);
+		}
+	}
+	for (uint32_t i = 0; i < pl->nregions; i++)
+		bytes += pl->regions[i].size;
+	if (pl->zc)
+		vrd_log(LOG_INFO, NULL,
+		        "acquisition: zero-copy (source %s's buffers, %u region%s of %.1f MiB "
+		        "registered with backend %s; the ring holds references)",
+		        pl->src.info.name, pl->nregions, pl->nregions == 1 ? "" : "s",
+		        (double)bytes / 1048576.0, pl->be->ops->name);
+	else
+		vrd_log(LOG_INFO, NULL, "acquisition: copy into the ring (%s)", pl->zc_why);
+	return 0;
+}
+
 int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, char *err,
                        size_t errlen)
 {
@@ -894,12 +1198,10 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 	rc = pipeline_mode(pl, err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes * pl->nring, &pl->ring_mem);
-	if (rc == 0)
-		rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes, &pl->scratch);
+	rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes, &pl->scratch);
 	if (rc < 0) {
-		snprintf(err, errlen, "pipeline: allocating the ring of %u B-scans (%zu bytes): %s",
-		         pl->nring, pl->bscan_bytes * pl->nring, strerror(-rc));
+		snprintf(err, errlen, "pipeline: allocating a scratch B-scan (%zu bytes): %s",
+		         pl->bscan_bytes, strerror(-rc));
 		goto fail;
 	}
 	pl->ring = calloc(pl->nring, sizeof(*pl->ring));
@@ -908,8 +1210,6 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	for (uint32_t i = 0; i < pl->nring; i++)
-		pl->ring[i].buf = (char *)pl->ring_mem + (size_t)i * pl->bscan_bytes;
 	pl->c.ring_size = pl->nring;
 
 	rc = src_open(cfg, 0, &pl->src, why, sizeof(why));
@@ -919,6 +1219,22 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 	}
 	pl->src_is_open = true;
 	pl->src_info = pl->src.info;
+
+	rc = acquisition_mode(pl, err, errlen);
+	if (rc < 0)
+		goto fail;
+	if (!pl->zc) {
+		rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes * pl->nring,
+		                             &pl->ring_mem);
+		if (rc < 0) {
+			snprintf(err, errlen,
+			         "pipeline: allocating the ring of %u B-scans (%zu bytes): %s",
+			         pl->nring, pl->bscan_bytes * pl->nring, strerror(-rc));
+			goto fail;
+		}
+		for (uint32_t i = 0; i < pl->nring; i++)
+			pl->ring[i].buf = (char *)pl->ring_mem + (size_t)i * pl->bscan_bytes;
+	}
 
 	rc = vrd_pub_open(cfg, pl->be, &pl->pub, why, sizeof(why));
 	if (rc < 0) {
@@ -964,7 +1280,9 @@ void vrd_pipeline_stop(struct vrd_pipeline *pl, bool unlink_shm)
 	pthread_mutex_unlock(&pl->mu);
 	if (pl->acq_started)
 		pthread_join(pl->acq_thr, NULL);
-	if (pl->src_is_open) {
+	if (pl->src_is_open && !pl->zc) {
+		/* zero-copy: processing still reads the source's memory; closed in
+		 * pipeline_free once it is done */
 		src_close(&pl->src);
 		pl->src_is_open = false;
 	}
@@ -1059,6 +1377,11 @@ const char *vrd_pipeline_backend_name(struct vrd_pipeline *pl)
 const char *vrd_pipeline_device(struct vrd_pipeline *pl)
 {
 	return pl->be->ops->device(pl->be->state);
+}
+
+const char *vrd_pipeline_acquisition(struct vrd_pipeline *pl)
+{
+	return pl->zc ? "zero-copy" : "copy";
 }
 
 void vrd_pipeline_source_info(struct vrd_pipeline *pl, struct volrec_shim_info *info)

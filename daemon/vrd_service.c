@@ -249,6 +249,8 @@ static void status_json(struct service *s, const struct vrd_snapshot *snap, int 
 	vrd_json_str(&j, si->device);
 	vrd_json_raw(&j, ",\"rate\":");
 	vrd_json_num(&j, c->source.rate);
+	vrd_json_raw(&j, ",\"acquisition\":");
+	vrd_json_str(&j, vrd_pipeline_acquisition(s->pl));
 	vrd_json_raw(&j, "},\"backend\":{\"name\":");
 	vrd_json_str(&j, vrd_pipeline_backend_name(s->pl));
 	vrd_json_raw(&j, ",\"device\":");

@@ -2,9 +2,11 @@
 /*
  * The built-in `replay` source and the replay file writer: the versioned format of
  * docs/replay-format.md (checked completely at open) and headerless raw files whose geometry
- * comes from the configuration. The file is mapped read-only; acquire() copies B-scans out.
+ * comes from the configuration. The file is mapped read-only and shared; acquire() copies
+ * B-scans out, acquire_ref() (the zero-copy extension of shim.h) hands out pointers into it.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,7 @@ struct replay {
 	uint32_t b;
 	bool pend;
 	uint64_t pend_epoch;
+	_Atomic uint64_t refs; /* acquire_ref() references not yet released */
 };
 
 static uint32_t rd32(const uint8_t *p)
@@ -250,7 +253,9 @@ static int map_file(const char *path, void **map, size_t *len, char *err, size_t
 	*len = (size_t)st.st_size;
 	*map = NULL;
 	if (st.st_size > 0) {
-		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		/* shared: the pages are the file's own (page cache, tmpfs), never copied on a
+		 * write, so a backend can pin them for DMA (zero-copy acquisition) */
+		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
 		if (m == MAP_FAILED) {
 			rc = src_err(err, errlen, -errno, "replay %s: mmap of %lld bytes: %s", path,
 			             (long long)st.st_size, strerror(errno));
@@ -342,18 +347,15 @@ static int replay_start(void *h)
 	return 0;
 }
 
-static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
-                          struct volrec_shim_meta *meta)
+/* Wait for the next B-scan and point *p at it in the mapping (both acquire forms). */
+static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta *meta,
+                       const uint8_t **p)
 {
-	struct replay *r = h;
 	uint64_t epoch;
 	int rc;
 
 	if (!r->com.started)
 		return src_fail(&r->com, -EINVAL, "replay %s: acquire() before start()", r->path);
-	if (size < r->bscan_bytes)
-		return src_fail(&r->com, -EINVAL, "replay %s: buffer of %zu bytes, a B-scan is %zu",
-		                r->path, size, r->bscan_bytes);
 	epoch = r->b == 0 && r->pend ? r->pend_epoch : r->epoch;
 	if (!r->loop && epoch >= r->epochs)
 		return src_fail(&r->com, -ENODATA, "replay %s: end of file after %llu epochs",
@@ -366,8 +368,7 @@ static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		r->pend = false;
 	}
 	uint64_t fe = r->epoch % r->epochs;
-	memcpy(buf, r->data + (fe * r->geo.bscans_per_volume + r->b) * r->bscan_bytes,
-	       r->bscan_bytes);
+	*p = r->data + (fe * r->geo.bscans_per_volume + r->b) * r->bscan_bytes;
 	src_pacer_done(&r->com.pacer);
 	if (meta) {
 		meta->timestamp_ns = src_now_ns(CLOCK_REALTIME);
@@ -379,6 +380,82 @@ static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		r->b = 0;
 		r->epoch++;
 	}
+	return 0;
+}
+
+static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
+                          struct volrec_shim_meta *meta)
+{
+	struct replay *r = h;
+	const uint8_t *p;
+	int rc;
+
+	if (size < r->bscan_bytes)
+		return src_fail(&r->com, -EINVAL, "replay %s: buffer of %zu bytes, a B-scan is %zu",
+		                r->path, size, r->bscan_bytes);
+	rc = replay_next(r, timeout_ms, meta, &p);
+	if (rc == 0)
+		memcpy(buf, p, r->bscan_bytes);
+	return rc;
+}
+
+static int replay_ref_regions(void *h, struct volrec_shim_region *regions, uint32_t max,
+                              uint32_t *count)
+{
+	struct replay *r = h;
+
+	if (!count)
+		return src_fail(&r->com, -EINVAL, "replay %s: ref_regions() without a count",
+		                r->path);
+	if (max && !regions)
+		return src_fail(&r->com, -EINVAL,
+		                "replay %s: ref_regions() with max %u and no array", r->path, max);
+	*count = 1;
+	if (max) {
+		/* the whole mapping: page-aligned, what cudaHostRegister wants */
+		regions[0].base = r->map;
+		regions[0].size = r->map_len;
+	}
+	return 0;
+}
+
+static int replay_acquire_ref(void *h, const void **bscan, int timeout_ms,
+                              struct volrec_shim_meta *meta)
+{
+	struct replay *r = h;
+	const uint8_t *p;
+	int rc;
+
+	if (!bscan)
+		return src_fail(&r->com, -EINVAL, "replay %s: acquire_ref() without a pointer",
+		                r->path);
+	rc = replay_next(r, timeout_ms, meta, &p);
+	if (rc == 0) {
+		atomic_fetch_add(&r->refs, 1);
+		*bscan = p;
+	}
+	return rc;
+}
+
+/* May run on another thread than acquire_ref (shim.h): touches only refs and constants. */
+static int replay_release_ref(void *h, const void *bscan)
+{
+	struct replay *r = h;
+	const uint8_t *p = bscan;
+	uint64_t n = (uint64_t)r->epochs * r->geo.bscans_per_volume;
+
+	if (!p || p < r->data || p >= r->data + n * r->bscan_bytes ||
+	    (size_t)(p - r->data) % r->bscan_bytes)
+		return src_fail(&r->com, -EINVAL,
+		                "replay %s: release_ref(%p): not a B-scan this source handed out",
+		                r->path, bscan);
+	uint64_t held = atomic_load(&r->refs);
+	do {
+		if (held == 0)
+			return src_fail(&r->com, -EINVAL,
+			                "replay %s: release_ref(%p) with no reference held",
+			                r->path, bscan);
+	} while (!atomic_compare_exchange_weak(&r->refs, &held, held - 1));
 	return 0;
 }
 
@@ -419,6 +496,9 @@ const struct volrec_shim_ops src_replay_ops = {
         .stop = replay_stop,
         .close = replay_close,
         .strerror = replay_strerror,
+        .ref_regions = replay_ref_regions,
+        .acquire_ref = replay_acquire_ref,
+        .release_ref = replay_release_ref,
 };
 
 /* The header's geometry against the configuration's. */

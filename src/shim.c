@@ -2,7 +2,8 @@
 /*
  * The `shim` source: dlopen source.shim.library, check its volrec_shim_entry() table (ABI
  * version, size, every function present), open it with source.shim.args and configure it.
- * The shim's table is wrapped so that src_close knows whether it was started.
+ * The shim's table is copied (struct_size bytes of it: an older, shorter table gets NULL for
+ * the optional zero-copy calls) and wrapped so that src_close knows whether it was started.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -13,9 +14,10 @@
 #include "internal.h"
 
 struct shim {
-	struct src_common com; /* first: src_close reads it */
-	const struct volrec_shim_ops *ops;
-	void *h; /* the shim's own handle */
+	struct src_common com;             /* first: src_close reads it */
+	const struct volrec_shim_ops *ops; /* = &table */
+	struct volrec_shim_ops table;      /* the shim's table, zero past its struct_size */
+	void *h;                           /* the shim's own handle */
 };
 
 static const char *shim_text(const struct volrec_shim_ops *ops, void *h, int code)
@@ -83,6 +85,43 @@ static const char *wrap_strerror(void *h, int code)
 	return s->ops->strerror(s->h, code);
 }
 
+static int wrap_ref_regions(void *h, struct volrec_shim_region *regions, uint32_t max,
+                            uint32_t *count)
+{
+	struct shim *s = h;
+	return s->ops->ref_regions(s->h, regions, max, count);
+}
+
+static int wrap_acquire_ref(void *h, const void **bscan, int timeout_ms,
+                            struct volrec_shim_meta *meta)
+{
+	struct shim *s = h;
+	return s->ops->acquire_ref(s->h, bscan, timeout_ms, meta);
+}
+
+static int wrap_release_ref(void *h, const void *bscan)
+{
+	struct shim *s = h;
+	return s->ops->release_ref(s->h, bscan);
+}
+
+/* For a shim with the zero-copy calls. */
+static const struct volrec_shim_ops wrap_ref_ops = {
+        .abi_version = VOLREC_SHIM_ABI_VERSION,
+        .struct_size = sizeof(struct volrec_shim_ops),
+        .open = wrap_open,
+        .configure = wrap_configure,
+        .set_scan_offset = wrap_set_scan_offset,
+        .start = wrap_start,
+        .acquire = wrap_acquire,
+        .stop = wrap_stop,
+        .close = wrap_close,
+        .strerror = wrap_strerror,
+        .ref_regions = wrap_ref_regions,
+        .acquire_ref = wrap_acquire_ref,
+        .release_ref = wrap_release_ref,
+};
+
 const struct volrec_shim_ops src_shim_wrap_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
@@ -124,6 +163,7 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 	const char *lib = cfg->source.shim.library;
 	const struct volrec_shim_ops *(*entry)(void);
 	const struct volrec_shim_ops *ops;
+	struct volrec_shim_ops table;
 	struct volrec_shim_geometry g;
 	struct volrec_shim_info info;
 	struct shim *s = NULL;
@@ -157,19 +197,36 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 		             lib, ops->abi_version, VOLREC_SHIM_ABI_VERSION);
 		goto out_dlclose;
 	}
-	if (ops->struct_size < sizeof(struct volrec_shim_ops)) {
+	if (ops->struct_size < VOLREC_SHIM_OPS_SIZE_BASE) {
 		rc = src_err(
 		        err, errlen, -EPROTONOSUPPORT,
 		        "shim %s: function table is %u bytes, ABI version %u needs at least %zu",
 		        lib, ops->struct_size, VOLREC_SHIM_ABI_VERSION,
-		        sizeof(struct volrec_shim_ops));
+		        (size_t)VOLREC_SHIM_OPS_SIZE_BASE);
 		goto out_dlclose;
 	}
+	/* read no further than the shim's struct_size: fields a shorter (older) table lacks
+	 * are NULL; a longer (newer) one's extra fields are ignored */
+	memset(&table, 0, sizeof(table));
+	memcpy(&table, ops, ops->struct_size < sizeof(table) ? ops->struct_size : sizeof(table));
+	ops = &table;
 	miss = missing_function(ops);
 	if (miss) {
 		rc = src_err(err, errlen, -EINVAL, "shim %s: function table has no %s() (NULL)",
 		             lib, miss);
 		goto out_dlclose;
+	}
+	{
+		int n = !!ops->ref_regions + !!ops->acquire_ref + !!ops->release_ref;
+		if (n != 0 && n != 3) {
+			rc = src_err(err, errlen, -EINVAL,
+			             "shim %s: the zero-copy calls come together, but ref_regions "
+			             "is %s, acquire_ref %s, release_ref %s",
+			             lib, ops->ref_regions ? "set" : "NULL",
+			             ops->acquire_ref ? "set" : "NULL",
+			             ops->release_ref ? "set" : "NULL");
+			goto out_dlclose;
+		}
 	}
 	memset(&info, 0, sizeof(info));
 	rc = ops->open(cfg->source.shim.args_yaml ? cfg->source.shim.args_yaml : "{}", &info, &h);
@@ -204,9 +261,12 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 		goto out_close;
 	}
 	s->com.kind = "shim";
-	s->ops = ops;
+	s->table = table;
+	s->ops = &s->table;
 	s->h = h;
-	src->ops = &src_shim_wrap_ops;
+	/* zero-copy when the shim has the three calls (checked above: all or none) */
+	src->ops = table.ref_regions && table.acquire_ref && table.release_ref ? &wrap_ref_ops
+	                                                                       : &src_shim_wrap_ops;
 	src->handle = s;
 	src->dl = dl;
 	src->info = info;

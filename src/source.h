@@ -42,6 +42,15 @@ void src_close(struct src_source *src);
 /* Message for a code returned by one of src->ops (the shim's own text when it has one). */
 const char *src_strerror(const struct src_source *src, int code);
 
+/* Whether src offers zero-copy acquisition (ref_regions/acquire_ref/release_ref of
+ * include/volrec/shim.h): src->ops is always a full table of this volrec (a shim's shorter
+ * table is wrapped), so the fields can be read. */
+static inline bool src_has_refs(const struct src_source *src)
+{
+	return src && src->ops && src->ops->struct_size >= VOLREC_SHIM_OPS_SIZE_REFS &&
+	       src->ops->ref_regions && src->ops->acquire_ref && src->ops->release_ref;
+}
+
 /* ---- replay files (docs/replay-format.md) ------------------------------------------------ */
 
 #define SRC_REPLAY_MAGIC        "VOLRECRP" /* 8 bytes, no NUL */

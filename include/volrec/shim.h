@@ -9,7 +9,8 @@
  *
  * with start() after configure and the first set_scan_offset. Every int-returning function
  * returns 0 or a negative errno (-ETIMEDOUT for an acquire timeout); strerror() may give a
- * more precise text for a code. Functions are called from one thread at a time.
+ * more precise text for a code. Functions are called from one thread at a time (the optional
+ * release_ref() excepted, see below).
  */
 #ifndef VOLREC_SHIM_H
 #define VOLREC_SHIM_H
@@ -61,6 +62,8 @@ struct volrec_shim_meta {
 	uint32_t flags;        /* VOLREC_SHIM_META_* */
 };
 
+struct volrec_shim_region;
+
 struct volrec_shim_ops {
 	uint32_t abi_version; /* VOLREC_SHIM_ABI_VERSION */
 	uint32_t struct_size; /* sizeof(struct volrec_shim_ops) of the shim's build */
@@ -81,7 +84,47 @@ struct volrec_shim_ops {
 	void (*close)(void *handle); /* accepts a handle after any failure */
 	/* Text for a code this shim returned; NULL to fall back to strerror(-code). */
 	const char *(*strerror)(void *handle, int code);
+
+	/*
+	 * ---- Optional: zero-copy acquisition (added in ABI version 1; docs/shim.md) ----------
+	 * For shims whose B-scans already lie in memory they own (a frame grabber's DMA ring, a
+	 * mapped file): volrec takes pointers instead of having each B-scan copied. The three
+	 * fields below exist only when struct_size >= VOLREC_SHIM_OPS_SIZE_REFS (volrec never
+	 * reads past struct_size), and the extension is used only when all three are non-NULL;
+	 * a table of VOLREC_SHIM_OPS_SIZE_BASE bytes, or NULL here, gets acquire() as before.
+	 * For one handle volrec calls either acquire() or acquire_ref(), never both.
+	 */
+	/* After configure(), before start(), once: the memory every acquire_ref() pointer lies
+	 * in. Writes min(max, n) regions and sets *count = n (max may be 0 to ask n). The
+	 * regions stay mapped at the same addresses, contents changed only by the shim's own
+	 * acquisition, until close(); they may be read-only. volrec registers them with the
+	 * backend (cudaHostRegister on CUDA); when it cannot, it uses acquire() instead. */
+	int (*ref_regions)(void *handle, struct volrec_shim_region *regions, uint32_t max,
+	                   uint32_t *count);
+	/* As acquire(), but *bscan points at the next B-scan (size = nx * K * sample size bytes,
+	 * wholly inside one region) in the shim's memory; it stays valid and unchanged until
+	 * release_ref(handle, that pointer). When all its buffers are held the shim waits up to
+	 * timeout_ms as for data (-ETIMEDOUT). volrec holds at most pipeline.ring_bscans. */
+	int (*acquire_ref)(void *handle, const void **bscan, int timeout_ms,
+	                   struct volrec_shim_meta *meta);
+	/* Give back one reference acquire_ref() handed out: exactly once each, in any order,
+	 * possibly after stop(), always before close(). The same pointer may be handed out again
+	 * while an earlier reference to it is held (a looping file); each is released once. May
+	 * be called from another thread than the acquiring one, concurrently with any call but
+	 * close() and another release_ref(); must not block. */
+	int (*release_ref)(void *handle, const void *bscan);
 };
+
+/* A block of shim-owned memory that acquire_ref() pointers lie in. */
+struct volrec_shim_region {
+	const void *base;
+	size_t size; /* bytes */
+};
+
+/* struct_size of a table without the zero-copy fields, and the least with all of them. */
+#define VOLREC_SHIM_OPS_SIZE_BASE offsetof(struct volrec_shim_ops, ref_regions)
+#define VOLREC_SHIM_OPS_SIZE_REFS                                                                  \
+	(offsetof(struct volrec_shim_ops, release_ref) + sizeof(int (*)(void *, const void *)))
 
 /* The one symbol a shim exports. */
 const struct volrec_shim_ops *volrec_shim_entry(void);
