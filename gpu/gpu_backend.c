@@ -745,6 +745,17 @@ static int gpu_host_register(void *vst, void *ptr, size_t size)
 		return -EINVAL;
 	cudaSetDevice(st->dev);
 	cudaError_t e = cudaHostRegister(ptr, size, cudaHostRegisterPortable);
+	if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
+		/* read-only memory (a source's PROT_READ file mapping) cannot be pinned for
+		 * writing: pin it for device reads only */
+		cudaGetLastError();
+		cudaError_t ro = cudaHostRegister(
+		        ptr, size, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+		if (ro == cudaSuccess || ro == cudaErrorHostMemoryAlreadyRegistered)
+			e = ro;
+		else
+			cudaGetLastError(); /* report the first refusal */
+	}
 	if (e == cudaErrorHostMemoryAlreadyRegistered) {
 		cudaGetLastError(); /* clear it: registering twice is harmless */
 		return 0;
