@@ -61,6 +61,7 @@ struct run_result {
 	uint64_t drops_total, drops_ring_full, drops_other;
 	char drops_json[512];
 	char status_backend[512];
+	char acquisition[32]; /* status source.acquisition: "zero-copy" or "copy" */
 	int exit_status;
 	bool ok;
 };
@@ -433,6 +434,19 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	}
 	json_obj(status, "drops", r->drops_json, sizeof(r->drops_json));
 	json_obj(status, "backend", r->status_backend, sizeof(r->status_backend));
+	{
+		/* which acquisition path the daemon ran (docs/operations.md "Pipeline") */
+		const char *a = status ? strstr(status, "\"acquisition\":\"") : NULL;
+		size_t len = 0;
+
+		snprintf(r->acquisition, sizeof(r->acquisition), "unknown");
+		if (a) {
+			a += strlen("\"acquisition\":\"");
+			while (a[len] && a[len] != '"' && len + 1 < sizeof(r->acquisition))
+				len++;
+			snprintf(r->acquisition, sizeof(r->acquisition), "%.*s", (int)len, a);
+		}
+	}
 	r->ok = n > 0 && r->exit_status == 0;
 	rc = r->ok ? 0 : -EIO;
 out:
@@ -711,18 +725,19 @@ int main(int argc, char **argv)
 	/* the table */
 	printf("\nvolrecd end to end (replay in %s -> vol received), backend %s, %s, commit %s\n",
 	       opt.shm_dir, opt.backend, host, commit);
-	printf("%-13s %-6s %7s %9s %11s %7s %9s %9s %9s %9s %7s\n", "case", "run", "rate", "vol/s",
-	       "A-scans/s", "GVox/s", "proc p50", "proc p99", "first p50", "first p99", "drops");
+	printf("%-13s %-6s %7s %9s %11s %7s %9s %9s %9s %9s %7s %-9s\n", "case", "run", "rate",
+	       "vol/s", "A-scans/s", "GVox/s", "proc p50", "proc p99", "first p50", "first p99",
+	       "drops", "acquire");
 	for (int i = 0; i < nsel; i++)
 		for (int k = 0; k < 2; k++) {
 			const struct run_result *r = &res[i][k];
 			if (!r->kind)
 				continue;
 			printf("%-13s %-6s %7.1f %9.2f %11.4g %7.3f %9.2f %9.2f %9.2f %9.2f "
-			       "%7" PRIu64 "\n",
+			       "%7" PRIu64 " %-9s\n",
 			       sel[i]->name, r->kind, r->rate, r->vps, r->ascans_s, r->gvox_s,
 			       r->lat_proc[0], r->lat_proc[1], r->lat_first[0], r->lat_first[1],
-			       r->drops_total);
+			       r->drops_total, r->acquisition);
 		}
 	printf("limits: memcpy %.1f GB/s", limit_memcpy);
 	if (isfinite(limit_h2d))
@@ -803,9 +818,10 @@ int main(int argc, char **argv)
 			fprintf(f,
 			        "},\"drops_in_window\":{\"total\":%" PRIu64
 			        ",\"ring_full\":%" PRIu64 ",\"other\":%" PRIu64
-			        "},\"daemon_drops_total\":%s,\"exit_status\":%d",
+			        "},\"daemon_drops_total\":%s,\"exit_status\":%d,\"acquisition\":\"%"
+			        "s\"",
 			        r->drops_total, r->drops_ring_full, r->drops_other, r->drops_json,
-			        r->exit_status);
+			        r->exit_status, r->acquisition);
 			if (c->target_vps)
 				fprintf(f,
 				        ",\"meets\":{\"volumes_per_s\":%s,\"p99_processing_ms\":%s,"
