@@ -1,5 +1,7 @@
 # Benchmarks (`make bench`, never part of `make test`): runs `volrec bench` on the backend
-# BENCH_BACKEND (default auto) and records bench/results/<host>-<date>.json.
+# BENCH_BACKEND (default auto: the CUDA suite of backend/bench.c when a device is present,
+# the same figures as tests/gpu/gpu_bench; else the CPU figures) and records
+# bench/results/<host>-<date>.json; bench-ipc (ipc/module.mk) runs after it.
 BENCH_BACKEND ?= auto
 BENCH_ARGS ?=
 BENCH_JSON = bench/results/$(shell hostname -s)-$(shell date -u +%Y%m%dT%H%M%SZ).json

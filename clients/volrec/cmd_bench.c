@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `volrec bench`: backend throughput against the physical limit measured in the same run:
- * classic FD-OCT (2048 u16 samples -> 1024 u8 depths) in A-scans/s and the VolRec path in
- * time per epoch at a small and a medium geometry; a table on stdout and a JSON record.
+ * `volrec bench`: backend throughput against the physical limit measured in the same run. On
+ * the CPU: host memcpy, classic FD-OCT in A-scans/s and VolRec time per epoch; on CUDA the
+ * suite of backend/bench.c (pinned copy bandwidths, the paper and classic cases pipelined).
+ * A table on stdout and a JSON record.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -14,29 +15,19 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/bench.h"
 #include "commands.h"
 #include "config/config.h"
 
-#define BENCH_MAX_FIGS 16
-
-/* One measured figure and the physical limit it is compared with. */
-struct bench_fig {
-	char name[64];
-	char unit[16];
-	double value;
-	double limit; /* same unit; 0 = none */
-	char limit_what[96];
-	bool lower_is_better;
-};
-
 struct bench {
-	struct bench_fig figs[BENCH_MAX_FIGS];
-	unsigned nfigs;
+	struct be_bench_figs figs;
 	double bw1, bwn; /* host memcpy bytes/s: one thread, all threads */
 	unsigned threads;
 	char device[256];
-	const char *backend;
-	double min_seconds; /* per measurement */
+	const char *backend; /* asked for, then the one that ran */
+	double min_seconds;  /* per measurement */
+	bool cuda;           /* the CUDA suite ran */
+	int gpu_device;      /* its device (gpu.device of the defaults) */
 };
 
 static double now_s(void)
@@ -44,15 +35,6 @@ static double now_s(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static struct bench_fig *add_fig(struct bench *b, const char *name, const char *unit)
-{
-	struct bench_fig *f = &b->figs[b->nfigs++];
-	memset(f, 0, sizeof(*f));
-	snprintf(f->name, sizeof(f->name), "%s", name);
-	snprintf(f->unit, sizeof(f->unit), "%s", unit);
-	return f;
 }
 
 /* ---- host limits: memcpy bandwidth ---------------------------------------------------------- */
@@ -121,17 +103,12 @@ static int bench_host_limits(struct bench *b)
 	b->bwn = memcpy_rate(dst, src, len, b->threads);
 	free(src);
 	free(dst);
-	struct bench_fig *f = add_fig(b, "host memcpy, 1 thread", "GB/s");
-	f->value = b->bw1 / 1e9;
-	f = add_fig(b, "host memcpy, all threads", "GB/s");
-	f->value = b->bwn / 1e9;
-	snprintf(f->limit_what, sizeof(f->limit_what), "%u threads", b->threads);
+	char note[32];
+	snprintf(note, sizeof(note), "%u threads", b->threads);
+	be_bench_add(&b->figs, "host memcpy, 1 thread", b->bw1 / 1e9, "GB/s", 0, 0, "1 thread");
+	be_bench_add(&b->figs, "host memcpy, all threads", b->bwn / 1e9, "GB/s", 0, 0, note);
 	return 0;
 }
-
-/* Backend-specific limits (for instance PCIe and device bandwidth of the CUDA backend) are
- * added next to bench_host_limits, under #ifdef VOLREC_HAVE_CUDA, by the backend that has
- * them; the table and the JSON take any number of figures. */
 
 /* ---- runs through the backend --------------------------------------------------------------- */
 
@@ -154,78 +131,18 @@ static void bench_config(struct vr_config *c, const struct bench *b, uint32_t K,
 	c->reconstruct.mode = mode;
 }
 
-/* Runs epochs until min_seconds have passed (at least min_epochs after one warm-up);
- * returns seconds per epoch or a negative errno. */
+/* Seconds per epoch, serialized (submit, epoch_finish), for at least min_seconds and
+ * min_epochs after one warm-up epoch; or a negative errno with the message in err. */
 static double run_epochs(struct bench *b, const struct vr_config *c, unsigned min_epochs, char *err,
                          size_t errlen)
 {
-	struct be_backend *be = NULL;
-	const uint32_t ny = c->geometry.bscans_per_volume;
-	size_t bscan = cfg_bscan_bytes(c), nvox = cfg_out_voxels(c);
-	void **raw = calloc(ny, sizeof(*raw));
-	uint8_t *vol = NULL;
-	double result = -ENOMEM;
-	int rc;
+	struct be_bench_result r;
+	int rc = be_bench_run(c, 1, min_epochs, b->min_seconds, false, &r, err, errlen);
 
-	if (!raw)
-		return -ENOMEM;
-	rc = be_open(c, &be, NULL, 0, err, errlen);
-	if (rc < 0) {
-		free(raw);
+	if (rc < 0)
 		return rc;
-	}
-	snprintf(b->device, sizeof(b->device), "%s", be->ops->device(be->state));
-	for (uint32_t i = 0; i < ny; i++) {
-		if (be->ops->host_alloc(be->state, bscan, &raw[i]) < 0)
-			goto out;
-		uint16_t *s = raw[i];
-		uint32_t x = 0x9e3779b9u * (i + 1);
-		for (size_t k = 0; k < bscan / 2; k++) {
-			x ^= x << 13;
-			x ^= x >> 17;
-			x ^= x << 5;
-			s[k] = (uint16_t)(1000 + (x & 0xfff));
-		}
-	}
-	if (be->ops->host_alloc(be->state, nvox, (void **)&vol) < 0)
-		goto out;
-	memset(vol, 0, nvox);
-
-	double t0 = 0;
-	unsigned done = 0;
-	for (uint64_t e = 0;; e++) {
-		struct be_output out = {.volume = vol};
-		if (e == 1)
-			t0 = now_s();
-		for (uint32_t i = 0; i < ny; i++) {
-			rc = be->ops->bscan_submit(be->state, e, i, raw[i]);
-			if (rc < 0) {
-				snprintf(err, errlen, "bscan_submit: %s", strerror(-rc));
-				result = rc;
-				goto out;
-			}
-		}
-		rc = be->ops->epoch_finish(be->state, e, &out, err, errlen);
-		if (rc < 0) {
-			result = rc;
-			goto out;
-		}
-		if (e >= 1) {
-			done++;
-			if (done >= min_epochs && now_s() - t0 >= b->min_seconds)
-				break;
-		}
-	}
-	result = (now_s() - t0) / done;
-out:
-	if (be) {
-		for (uint32_t i = 0; i < ny; i++)
-			be->ops->host_free(be->state, raw[i]);
-		be->ops->host_free(be->state, vol);
-	}
-	free(raw);
-	be_close(be);
-	return result;
+	snprintf(b->device, sizeof(b->device), "%s", r.device);
+	return 1.0 / r.epochs_per_s;
 }
 
 static int bench_classic(struct bench *b, bool corrections, char *err, size_t errlen)
@@ -248,14 +165,12 @@ static int bench_classic(struct bench *b, bool corrections, char *err, size_t er
 	double spe = run_epochs(b, &c, 3, err, errlen);
 	if (spe < 0)
 		return (int)spe;
-	struct bench_fig *f = add_fig(
-	        b, corrections ? "classic 2048->1024, cubic+dispersion" : "classic 2048->1024",
-	        "A-scans/s");
-	f->value = nx * ny / spe;
 	/* streaming limit: 4096 B in + 1024 B out per A-scan at the all-thread memcpy rate,
 	 * which moves (reads and writes) two bytes per byte copied */
-	f->limit = 2.0 * b->bwn / (2.0 * K + K / 2.0);
-	snprintf(f->limit_what, sizeof(f->limit_what), "memory streaming of 5120 B/A-scan");
+	be_bench_add(&b->figs,
+	             corrections ? "classic 2048->1024, cubic+dispersion" : "classic 2048->1024",
+	             nx * ny / spe, "A-scans/s", 0, 2.0 * b->bwn / (2.0 * K + K / 2.0),
+	             "memory streaming of 5120 B/A-scan");
 	return 0;
 }
 
@@ -268,32 +183,18 @@ static int bench_volrec(struct bench *b, const char *name, uint32_t n, uint32_t 
 	double spe = run_epochs(b, &c, 2, err, errlen);
 	if (spe < 0)
 		return (int)spe;
-	struct bench_fig *f = add_fig(b, name, "ms/epoch");
-	f->value = spe * 1e3;
-	f->lower_is_better = true;
 	/* streaming limit: read B (float) and write u8 once, plus the raw input */
 	double bytes = (double)cfg_out_voxels(&c) * 5.0 + (double)n * n * K * 2.0;
-	f->limit = bytes / (2.0 * b->bwn / 2.0) * 1e3;
-	snprintf(f->limit_what, sizeof(f->limit_what), "memory streaming of %.0f MB/epoch",
-	         bytes / 1e6);
+	char note[64];
+	snprintf(note, sizeof(note), "memory streaming of %.0f MB/epoch", bytes / 1e6);
+	struct be_bench_fig *f = be_bench_add(&b->figs, name, spe * 1e3, "ms/epoch", 0,
+	                                      bytes / (2.0 * b->bwn / 2.0) * 1e3, note);
+	if (f)
+		f->lower_is_better = true;
 	return 0;
 }
 
 /* ---- output ------------------------------------------------------------------------------------ */
-
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		if (*s == '"' || *s == '\\')
-			fprintf(f, "\\%c", *s);
-		else if ((unsigned char)*s < 0x20)
-			fprintf(f, "\\u%04x", *s);
-		else
-			fputc(*s, f);
-	}
-	fputc('"', f);
-}
 
 static void cpu_model(char *buf, size_t len)
 {
@@ -317,6 +218,12 @@ static void cpu_model(char *buf, size_t len)
 	fclose(f);
 }
 
+/* How close value comes to ref (a limit or a target): 1 = at it, below 1 = short of it. */
+static double fig_ratio(double value, double ref, const struct be_bench_fig *g)
+{
+	return g->lower_is_better ? ref / value : value / ref;
+}
+
 static int write_json(const struct bench *b, const char *path, const char *commit)
 {
 	char host[256] = "unknown", model[256], date[64];
@@ -331,31 +238,36 @@ static int write_json(const struct bench *b, const char *path, const char *commi
 	gmtime_r(&t, &tm);
 	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
 	fprintf(f, "{\n  \"host\": ");
-	json_str(f, host);
+	be_bench_json_str(f, host);
 	fprintf(f, ",\n  \"cpu_model\": ");
-	json_str(f, model);
+	be_bench_json_str(f, model);
 	fprintf(f, ",\n  \"date\": \"%s\",\n  \"git_commit\": ", date);
-	json_str(f, commit);
+	be_bench_json_str(f, commit);
 	fprintf(f, ",\n  \"backend\": ");
-	json_str(f, b->backend);
+	be_bench_json_str(f, b->backend);
 	fprintf(f, ",\n  \"device\": ");
-	json_str(f, b->device);
+	be_bench_json_str(f, b->device);
 	fprintf(f, ",\n  \"threads\": %u,\n  \"volrec_version\": \"%s\",\n  \"figures\": [\n",
 	        b->threads, VOLREC_VERSION);
-	for (unsigned i = 0; i < b->nfigs; i++) {
-		const struct bench_fig *g = &b->figs[i];
+	for (unsigned i = 0; i < b->figs.n; i++) {
+		const struct be_bench_fig *g = &b->figs.fig[i];
 		fprintf(f, "    {\"name\": ");
-		json_str(f, g->name);
+		be_bench_json_str(f, g->name);
 		fprintf(f, ", \"unit\": ");
-		json_str(f, g->unit);
+		be_bench_json_str(f, g->unit);
 		fprintf(f, ", \"value\": %.6g", g->value);
 		if (g->limit > 0) {
 			fprintf(f, ", \"limit\": %.6g, \"limit_is\": ", g->limit);
-			json_str(f, g->limit_what);
-			fprintf(f, ", \"ratio\": %.4f",
-			        g->lower_is_better ? g->limit / g->value : g->value / g->limit);
+			be_bench_json_str(f, g->note);
+			fprintf(f, ", \"ratio\": %.4f", fig_ratio(g->value, g->limit, g));
+		} else if (g->note[0]) {
+			fprintf(f, ", \"note\": ");
+			be_bench_json_str(f, g->note);
 		}
-		fprintf(f, "}%s\n", i + 1 < b->nfigs ? "," : "");
+		if (g->target > 0)
+			fprintf(f, ", \"target\": %.6g, \"ratio_to_target\": %.4f", g->target,
+			        fig_ratio(g->value, g->target, g));
+		fprintf(f, "}%s\n", i + 1 < b->figs.n ? "," : "");
 	}
 	fprintf(f, "  ]\n}\n");
 	return fclose(f) ? -errno : 0;
@@ -364,20 +276,30 @@ static int write_json(const struct bench *b, const char *path, const char *commi
 static void print_table(const struct bench *b)
 {
 	printf("\nvolrec bench: %s backend, %s\n\n", b->backend, b->device);
-	printf("%-40s %14s %14s %-10s %7s\n", "figure", "value", "limit", "unit", "ratio");
-	for (unsigned i = 0; i < b->nfigs; i++) {
-		const struct bench_fig *g = &b->figs[i];
-		if (g->limit > 0)
-			printf("%-40s %14.4g %14.4g %-10s %6.1f%%\n", g->name, g->value, g->limit,
-			       g->unit,
-			       100 * (g->lower_is_better ? g->limit / g->value
-			                                 : g->value / g->limit));
-		else
-			printf("%-40s %14.4g %14s %-10s %7s\n", g->name, g->value, "-", g->unit,
-			       "-");
+	printf("%-40s %14s %14s %-10s %7s %10s\n", "figure", "value", "limit", "unit", "ratio",
+	       "target");
+	for (unsigned i = 0; i < b->figs.n; i++) {
+		const struct be_bench_fig *g = &b->figs.fig[i];
+		char lim[32] = "-", ratio[16] = "-", tgt[32] = "-";
+		if (g->limit > 0) {
+			snprintf(lim, sizeof(lim), "%.4g", g->limit);
+			snprintf(ratio, sizeof(ratio), "%.1f%%",
+			         100 * fig_ratio(g->value, g->limit, g));
+		}
+		if (g->target > 0)
+			snprintf(tgt, sizeof(tgt), "%.4g", g->target);
+		printf("%-40s %14.4g %14s %-10s %7s %10s\n", g->name, g->value, lim, g->unit, ratio,
+		       tgt);
 	}
-	printf("\nlimits: memory streaming at the all-thread memcpy rate (a memcpy moves two bytes "
-	       "per byte copied)\n");
+	if (b->cuda)
+		printf("\nlimits: PCIe copies at the pinned bandwidths measured above (pipelined: "
+		       "H2D "
+		       "and D2H at once, serialized: one after the other); targets: DESIGN.md "
+		       "section 10\n");
+	else
+		printf("\nlimits: memory streaming at the all-thread memcpy rate (a memcpy moves "
+		       "two "
+		       "bytes per byte copied)\n");
 }
 
 static void bench_usage(FILE *f)
@@ -385,16 +307,53 @@ static void bench_usage(FILE *f)
 	fprintf(f,
 	        "usage: volrec bench [--backend cpu|cuda|auto] [-t THREADS] [-o FILE.json]\n"
 	        "                    [--commit ID] [--quick] [--no-medium]\n\n"
-	        "Measures, with synthetic inputs already in host memory:\n"
+	        "Measures, with synthetic inputs already in host memory, the backend that\n"
+	        "--backend opens (default cpu; auto: CUDA when a device is present).\n"
+	        "CPU:\n"
 	        "  host memcpy bandwidth (1 and all threads), the physical limit;\n"
 	        "  classic 2048-sample u16 -> 1024 u8 depths, in A-scans/s (plain, and with cubic\n"
 	        "  resampling and dispersion);\n"
 	        "  VolRec time per epoch: 30x30x2048 stride 3 and 60x60x2048 stride 5.\n"
+	        "CUDA (the figures of tests/gpu/gpu_bench):\n"
+	        "  pinned H2D, D2H, both ways at once and D2H into registered shm, the limits;\n"
+	        "  VolRec at the paper's geometry (60x60x8192 u16, stride 5 -> 300x300x4096 u8)\n"
+	        "  and classic (1024x256 A-scans of 2048 u16 -> 1024 u8, mode none): volumes or\n"
+	        "  A-scans per second and latency p50/p99, pipelined and serialized.\n"
 	        "Prints a table and writes JSON (host, cpu model, date, commit, backend, device).\n"
 	        "  -t, --threads N  CPU threads (default all cores)\n"
 	        "  --quick          shorter measurements (about 0.5 s each)\n"
+	        "  --no-medium      CPU: leave out the 60x60x2048 VolRec case\n"
 	        "  --commit ID      git commit recorded in the JSON (default $VOLREC_GIT_COMMIT)\n"
-	        "Exit status: 0 done, 1 failure, 2 usage error.\n");
+	        "Exit status: 0 done, 1 failure (--backend cuda without a usable device among\n"
+	        "them), 2 usage error.\n");
+}
+
+static void say_stderr(void *ctx, const char *line)
+{
+	(void)ctx;
+	fprintf(stderr, "volrec bench: %s\n", line);
+}
+
+/* Which backend --backend opens here: the one be_open picks for the classic geometry (its
+ * message on failure, its note when auto falls back to the CPU). */
+static int bench_resolve(struct bench *b, char *err, size_t errlen)
+{
+	struct vr_config c;
+	struct be_backend *be = NULL;
+	char note[CFG_ERR_MAX] = "";
+	int rc;
+
+	bench_config(&c, b, 2048, 512, 32, 1, CFG_RECON_NONE);
+	rc = be_open(&c, &be, note, sizeof(note), err, errlen);
+	if (rc < 0)
+		return rc;
+	if (note[0])
+		fprintf(stderr, "volrec bench: %s\n", note);
+	b->cuda = !strcmp(be->ops->name, "cuda");
+	b->gpu_device = c.gpu.device;
+	b->backend = b->cuda ? "cuda" : "cpu";
+	be_close(be);
+	return 0;
 }
 
 VR_COMMAND(bench, "measure backend throughput against the hardware limits")
@@ -465,25 +424,35 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 		return VR_EXIT_USAGE;
 	}
 
-	fprintf(stderr, "volrec bench: host memory bandwidth...\n");
-	rc = bench_host_limits(&b);
+	rc = bench_resolve(&b, err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "volrec bench: %s\n", strerror(-rc));
+		fprintf(stderr, "volrec bench: %s\n", err[0] ? err : strerror(-rc));
 		return VR_EXIT_FAIL;
 	}
-	fprintf(stderr, "volrec bench: classic...\n");
-	rc = bench_classic(&b, false, err, sizeof(err));
-	if (rc == 0)
-		rc = bench_classic(&b, true, err, sizeof(err));
-	if (rc == 0) {
-		fprintf(stderr, "volrec bench: VolRec small...\n");
-		rc = bench_volrec(&b, "VolRec 30x30x2048 s3 -> 90x90x1024", 30, 2048, 3, err,
-		                  sizeof(err));
-	}
-	if (rc == 0 && medium) {
-		fprintf(stderr, "volrec bench: VolRec medium...\n");
-		rc = bench_volrec(&b, "VolRec 60x60x2048 s5 -> 300x300x1024", 60, 2048, 5, err,
-		                  sizeof(err));
+	if (b.cuda) {
+		rc = be_bench_cuda(b.gpu_device, b.min_seconds, say_stderr, NULL, &b.figs, b.device,
+		                   sizeof(b.device), err, sizeof(err));
+	} else {
+		fprintf(stderr, "volrec bench: host memory bandwidth...\n");
+		rc = bench_host_limits(&b);
+		if (rc < 0)
+			snprintf(err, sizeof(err), "host memory bandwidth: %s", strerror(-rc));
+		if (rc == 0) {
+			fprintf(stderr, "volrec bench: classic...\n");
+			rc = bench_classic(&b, false, err, sizeof(err));
+		}
+		if (rc == 0)
+			rc = bench_classic(&b, true, err, sizeof(err));
+		if (rc == 0) {
+			fprintf(stderr, "volrec bench: VolRec small...\n");
+			rc = bench_volrec(&b, "VolRec 30x30x2048 s3 -> 90x90x1024", 30, 2048, 3,
+			                  err, sizeof(err));
+		}
+		if (rc == 0 && medium) {
+			fprintf(stderr, "volrec bench: VolRec medium...\n");
+			rc = bench_volrec(&b, "VolRec 60x60x2048 s5 -> 300x300x1024", 60, 2048, 5,
+			                  err, sizeof(err));
+		}
 	}
 	if (rc < 0) {
 		fprintf(stderr, "volrec bench: %s\n", err[0] ? err : strerror(-rc));
