@@ -644,14 +644,42 @@ static void apply_requests(struct vrd_pipeline *pl)
 	}
 }
 
+/*
+ * Publish the epoch whose output is complete in the slot begun last: its first and last ring
+ * entries give the timestamps. t_done is when the output was complete; fills the publish and
+ * end-to-end latencies of ms. Returns 0 or the writer's error.
+ */
+static int publish_epoch(struct vrd_pipeline *pl, uint64_t epoch, const struct vrd_entry *e0,
+                         const struct vrd_entry *el, uint64_t t_done, double ms[LAT_N], char *err,
+                         size_t errlen)
+{
+	struct vrd_vol_meta meta = {0};
+	uint64_t t_pub;
+	int rc;
+
+	meta.epoch = epoch;
+	scan_offset(&pl->cfg, epoch, &meta.ox, &meta.oy);
+	meta.t_first_ns = e0->t_real_ns;
+	meta.t_last_ns = el->t_real_ns;
+	meta.latency_ns = t_done > el->t_mono_ns ? t_done - el->t_mono_ns : 0;
+	meta.flags = pl->reset_flag ? VOLREC_FLAG_RESET : 0;
+	rc = vrd_pub_publish(pl->pub, &meta, err, errlen);
+	if (rc < 0)
+		return rc;
+	pl->reset_flag = false;
+	t_pub = vrd_now_ns();
+	ms[LAT_E2E] = (double)(t_pub - el->t_mono_ns) / 1e6;
+	ms[LAT_PUB] = (double)(t_pub - t_done) / 1e6;
+	return 0;
+}
+
 static int process_epoch(struct vrd_pipeline *pl, uint32_t first, double ms[LAT_N], char *err,
                          size_t errlen)
 {
 	const struct vrd_entry *e0 = &pl->ring[first],
 	                       *el = &pl->ring[(first + pl->ny - 1) % pl->nring];
-	struct vrd_vol_meta meta = {0};
 	struct be_output out = {0};
-	uint64_t t0, t1, t2, t3;
+	uint64_t t0, t1, t2;
 	uint8_t *vol = NULL;
 	int rc;
 
@@ -678,22 +706,9 @@ static int process_epoch(struct vrd_pipeline *pl, uint32_t first, double ms[LAT_
 		return rc;
 	}
 	t2 = vrd_now_ns();
-	meta.epoch = e0->epoch;
-	scan_offset(&pl->cfg, e0->epoch, &meta.ox, &meta.oy);
-	meta.t_first_ns = e0->t_real_ns;
-	meta.t_last_ns = el->t_real_ns;
-	meta.latency_ns = t2 > el->t_mono_ns ? t2 - el->t_mono_ns : 0;
-	meta.flags = pl->reset_flag ? VOLREC_FLAG_RESET : 0;
-	rc = vrd_pub_publish(pl->pub, &meta, err, errlen);
-	if (rc < 0)
-		return rc;
-	pl->reset_flag = false;
-	t3 = vrd_now_ns();
-	ms[LAT_E2E] = (double)(t3 - el->t_mono_ns) / 1e6;
 	ms[LAT_PRE] = (double)(t1 - t0) / 1e6;
 	ms[LAT_REC] = (double)(t2 - t1) / 1e6;
-	ms[LAT_PUB] = (double)(t3 - t2) / 1e6;
-	return 0;
+	return publish_epoch(pl, e0->epoch, e0, el, t2, ms, err, errlen);
 }
 
 static void *proc_main(void *arg)
@@ -849,8 +864,7 @@ static int ov_land(struct vrd_pipeline *pl, struct ov_epoch *fl, double ms[LAT_N
 {
 	const struct vrd_entry *e0 = &pl->ring[pl->tail],
 	                       *el = &pl->ring[(pl->tail + fl->n - 1) % pl->nring];
-	struct vrd_vol_meta meta = {0};
-	uint64_t t2, t3;
+	uint64_t t2;
 	int rc;
 
 	rc = be_epoch_wait(pl->be, fl->epoch, err, errlen);
@@ -859,22 +873,9 @@ static int ov_land(struct vrd_pipeline *pl, struct ov_epoch *fl, double ms[LAT_N
 		return rc;
 	}
 	t2 = vrd_now_ns();
-	meta.epoch = fl->epoch;
-	scan_offset(&pl->cfg, fl->epoch, &meta.ox, &meta.oy);
-	meta.t_first_ns = e0->t_real_ns;
-	meta.t_last_ns = el->t_real_ns;
-	meta.latency_ns = t2 > el->t_mono_ns ? t2 - el->t_mono_ns : 0;
-	meta.flags = pl->reset_flag ? VOLREC_FLAG_RESET : 0;
-	rc = vrd_pub_publish(pl->pub, &meta, err, errlen);
-	if (rc < 0)
-		return rc;
-	pl->reset_flag = false;
-	t3 = vrd_now_ns();
-	ms[LAT_E2E] = (double)(t3 - el->t_mono_ns) / 1e6;
 	ms[LAT_PRE] = fl->pre_ms;
 	ms[LAT_REC] = (double)(t2 - fl->t_fin) / 1e6;
-	ms[LAT_PUB] = (double)(t3 - t2) / 1e6;
-	return 0;
+	return publish_epoch(pl, fl->epoch, e0, el, t2, ms, err, errlen);
 }
 
 /* Take a shm slot and finish sb asynchronously into it (mu not held). */
