@@ -79,6 +79,7 @@ struct service {
 	enum svc_state state;
 	uint64_t started_ns;
 	char pid_path[CFG_PATH_MAX + CFG_NAME_MAX + 8];
+	char eff_path[CFG_PATH_MAX + CFG_NAME_MAX + 8]; /* <run_dir>/<instance>.yaml, "" if none */
 
 	/* reload */
 	bool live_pending;
@@ -155,6 +156,53 @@ static void pidfile_remove(struct service *s)
 			unlink(s->pid_path);
 	}
 	s->pid_path[0] = '\0';
+}
+
+/* ---- the effective configuration, for clients ---------------------------------------------- */
+
+/*
+ * <run_dir>/<instance>.yaml: the configuration in force with every default filled in (what
+ * `volrecd --check` prints), rewritten at start and after every accepted reload, removed at
+ * exit, so a recorder can store what produced its volumes. Written to a temporary file and
+ * renamed: a reader never sees half of it.
+ */
+static void effective_write(struct service *s)
+{
+	char tmp[sizeof(s->eff_path) + 16];
+	FILE *f;
+	int fd;
+
+	snprintf(s->eff_path, sizeof(s->eff_path), "%s/%s.yaml", s->cur.ipc.run_dir,
+	         s->cur.instance);
+	snprintf(tmp, sizeof(tmp), "%s.tmp%d", s->eff_path, (int)getpid());
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+	f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
+		goto fail;
+	}
+	if (cfg_dump(&s->cur, f) < 0 || fflush(f) || ferror(f)) {
+		fclose(f);
+		unlink(tmp);
+		goto fail;
+	}
+	if (fclose(f) || rename(tmp, s->eff_path) < 0) {
+		unlink(tmp);
+		goto fail;
+	}
+	return;
+fail:
+	vrd_log(LOG_WARNING, NULL, "cannot write the effective configuration %s: %s", s->eff_path,
+	        strerror(errno));
+	s->eff_path[0] = '\0';
+}
+
+static void effective_remove(struct service *s)
+{
+	if (s->eff_path[0])
+		unlink(s->eff_path);
+	s->eff_path[0] = '\0';
 }
 
 /* ---- status ------------------------------------------------------------------------------ */
@@ -418,6 +466,7 @@ static void reload_accepted(struct service *s, bool structural)
 	snprintf(s->reload_result, sizeof(s->reload_result), "ok");
 	s->reload_message[0] = '\0';
 	vrd_log_set_level(s->cur.log.level);
+	effective_write(s);
 	snprintf(msg, sizeof(msg), "configuration %s reloaded%s", s->config_path,
 	         structural ? " (rebuilt: new session)" : " (live parameters)");
 	vrd_event("reloaded", LOG_NOTICE, msg,
@@ -465,8 +514,10 @@ static int reload_start(struct service *s)
 		vrd_pipeline_stop(s->pl, unlink_old);
 		s->pl = NULL;
 		if (strcmp(s->cur.instance, next.instance) ||
-		    strcmp(s->cur.ipc.run_dir, next.ipc.run_dir))
+		    strcmp(s->cur.ipc.run_dir, next.ipc.run_dir)) {
 			pidfile_remove(s);
+			effective_remove(s);
+		}
 		rc = vrd_pipeline_start(&next, &pl, err, sizeof(err));
 		if (rc < 0) {
 			char msg[CFG_ERR_MAX + 64];
@@ -485,6 +536,8 @@ static int reload_start(struct service *s)
 			set_event_pub(vrd_pipeline_pub(pl));
 			if (!s->pid_path[0])
 				pidfile_write(s);
+			if (!s->eff_path[0])
+				effective_write(s);
 			reload_reject(s, msg);
 			return 0;
 		}
@@ -577,6 +630,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	}
 	set_event_pub(vrd_pipeline_pub(s.pl));
 	pidfile_write(&s);
+	effective_write(&s);
 	s.wd_enabled = sd_watchdog_enabled(0, &s.wd_usec) > 0;
 	s.state = SVC_RUNNING;
 	s.prev_ns = vrd_now_ns();
@@ -674,6 +728,7 @@ out_pid:
 		vrd_pipeline_stop(s.pl, !s.cur.ipc.keep_shm);
 	}
 	pidfile_remove(&s);
+	effective_remove(&s);
 out_sfd:
 	close(sfd);
 out_cfg:

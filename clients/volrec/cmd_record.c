@@ -54,7 +54,9 @@ static void record_usage(FILE *f)
 	        "                it fell behind), 2 = torn (overwritten while being copied)\n"
 	        "  attributes: shape [Y, X, Z], instance, volumes, missed, complete, end, the\n"
 	        "  geometry, source and backend from the daemon's status (status_json: the whole\n"
-	        "  message), config_path, and with -c config_yaml (that file as read now).\n\n"
+	        "  message), config_path, and config_yaml: the daemon's effective configuration\n"
+	        "  (<run_dir>/<instance>.yaml, every default filled in), or without it the -c\n"
+	        "  file as read now (config_yaml_source says which).\n\n"
 	        "  -o, --output FILE    HDF5 file to write (must not exist, unless --force)\n"
 	        "  -n, --count N        stop after N volumes written\n"
 	        "  -s, --seconds S      stop after S seconds\n"
@@ -364,6 +366,32 @@ static char *config_yaml(const char *path)
 	return text;
 }
 
+/* The daemon's effective configuration, <run_dir>/<instance>.yaml (docs/operations.md); NULL
+ * when it cannot be read. At most 1 MiB. The caller frees it. */
+static char *daemon_config_yaml(const struct tool_target *t)
+{
+	char path[TOOL_PATH_MAX + VOLREC_INSTANCE_MAX + 8], *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s.yaml", t->run_dir, t->instance);
+	f = fopen(path, "re");
+	if (!f)
+		return NULL;
+	text = malloc(1 << 20);
+	if (text) {
+		len = fread(text, 1, (1 << 20) - 1, f);
+		if (ferror(f) || len == 0) {
+			free(text);
+			text = NULL;
+		} else {
+			text[len] = '\0';
+		}
+	}
+	fclose(f);
+	return text;
+}
+
 /* Write the summary attributes and close everything; 0 or a negative errno. */
 static int rec_close(struct rec *r, const struct tool_target *t, const char *end, bool complete)
 {
@@ -387,11 +415,19 @@ static int rec_close(struct rec *r, const struct tool_target *t, const char *end
 	            "(overwritten while being copied)");
 	h5_attr_str(r->f, "volrec_version", VOLREC_VERSION);
 	rec_status_attrs(r);
-	if (t->config[0]) {
-		char *y = config_yaml(t->config);
+	{
+		/* what the daemon runs (its <run_dir>/<instance>.yaml), else the -c file as read now */
+		char *y = daemon_config_yaml(t);
+		const char *from = "daemon";
 
-		if (y)
+		if (!y && t->config[0]) {
+			y = config_yaml(t->config);
+			from = "config file";
+		}
+		if (y) {
 			h5_attr_str(r->f, "config_yaml", y);
+			h5_attr_str(r->f, "config_yaml_source", from);
+		}
 		free(y);
 	}
 	for (size_t i = 0; i < sizeof(ds) / sizeof(ds[0]); i++)

@@ -287,6 +287,9 @@ def test_sigterm_stops_cleanly_and_unlinks_shm(daemons):
     d.ready()
     d.vol()
     assert os.path.exists(f"/dev/shm/volrec.{d.instance}")
+    # the effective configuration for clients, as `volrecd --check` prints it
+    eff = (d.run_dir / f"{d.instance}.yaml").read_text()
+    assert f'instance: "{d.instance}"' in eff and "depth_range:" in eff
     t0 = time.monotonic()
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0, d.log_text()
@@ -298,6 +301,7 @@ def test_sigterm_stops_cleanly_and_unlinks_shm(daemons):
     assert not os.path.exists(f"/dev/shm/volrec.{d.instance}")
     assert not os.path.exists(f"/dev/shm/volrec.{d.instance}.readers")
     assert not (d.run_dir / f"{d.instance}.pid").exists()
+    assert not (d.run_dir / f"{d.instance}.yaml").exists()
     # the contract is 2 s at this geometry; allow for a loaded test machine
     assert elapsed < 6.0, elapsed
 

@@ -274,6 +274,12 @@ def test_record_equals_what_a_client_received(daemon, tmp_path):
         assert list(f.attrs["shape"]) == [36, 36, 256]
         assert f.attrs["samples_per_ascan"] == 512 and list(f.attrs["stride"]) == [3, 3]
         assert json.loads(f.attrs["status_json"])["instance"] == daemon.instance
+        # the daemon's effective configuration, defaults filled in
+        text = lambda v: v.decode() if isinstance(v, bytes) else v  # noqa: E731
+        assert text(f.attrs["config_yaml_source"]) == "daemon"
+        eff = text(f.attrs["config_yaml"])
+        assert f"instance: \"{daemon.instance}\"" in eff and "samples_per_ascan: 512" in eff
+        assert "zero_pad: 1" in eff  # a default the test's file does not set
         for k in ("epoch", "volume_id", "t_first_ns", "t_last_ns", "t_publish_ns", "latency_ns"):
             assert f[k].shape == (10,), k
         assert f["offset"].shape == (10, 2)
