@@ -176,6 +176,9 @@ export VOLREC_BUILD := $(abspath $(B))
 export VOLREC_SRC := $(CURDIR)
 export VOLREC_HAVE_CUDA := $(HAVE_CUDA)
 export VOLREC_SANITIZER := $(SANITIZER)
+ifeq ($(SANITIZER),thread)
+export TSAN_OPTIONS ?= suppressions=$(CURDIR)/tests/tsan.supp
+endif
 
 unit: tests-build
 	$(call msg,TEST,unit)

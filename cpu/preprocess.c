@@ -131,7 +131,15 @@ struct post_args {
 };
 
 /* Step 6-8 for one A-scan: magnitude, dB, normalize, clamp, crop/flip, quantize. */
-__attribute__((target_clones("avx2", "default"))) static void post_row(const struct post_args *a)
+/* post_row is built for AVX2 and for the baseline and picked at load time by an ifunc resolver,
+ * except under ThreadSanitizer, whose runtime is not up yet when resolvers run. */
+#if defined(__SANITIZE_THREAD__)
+#define CPU_CLONES
+#else
+#define CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
+CPU_CLONES static void post_row(const struct post_args *a)
 {
 	const float *restrict c = a->re_im;
 	const float lo = a->lo, inv = a->inv;

@@ -50,7 +50,7 @@ struct ipc_writer {
 	void *pub_curve; /* CURVE server PUB: tcp:// beyond loopback */
 	char endpoints[CFG_MAX_PUB][IPC_EP_MAX];
 	uint32_t nendpoints;
-	pthread_mutex_t send_lock; /* guards the sockets and the send counters */
+	pthread_mutex_t send_lock; /* guards the sockets and every counter of st */
 	struct ipc_writer_stats st;
 };
 
@@ -540,6 +540,14 @@ static bool pid_alive(uint32_t pid)
 	return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
 }
 
+/* Count one event in w->st: the counters are read by ipc_writer_stats from another thread. */
+static void stat_inc(struct ipc_writer *w, uint64_t *counter)
+{
+	pthread_mutex_lock(&w->send_lock);
+	(*counter)++;
+	pthread_mutex_unlock(&w->send_lock);
+}
+
 /* Slots (bit i) that some live reader leases among those in cand. */
 static uint64_t leased_slots(struct ipc_writer *w, uint64_t cand)
 {
@@ -560,7 +568,7 @@ static uint64_t leased_slots(struct ipc_writer *w, uint64_t cand)
 		if (!pid_alive(pid)) {
 			if (w->dead_seen[i] != pid) {
 				w->dead_seen[i] = pid;
-				w->st.dead_leases++;
+				stat_inc(w, &w->st.dead_leases);
 			}
 			continue;
 		}
@@ -594,9 +602,9 @@ int ipc_writer_begin(struct ipc_writer *w, struct ipc_slot_ref *slot)
 	s = pick_oldest(w, cand & ~leased);
 	if (s < 0) {
 		s = oldest; /* every candidate is leased: real time wins */
-		w->st.forced_overwrite++;
+		stat_inc(w, &w->st.forced_overwrite);
 	} else if (s != oldest) {
-		w->st.lease_skips++;
+		stat_inc(w, &w->st.lease_skips);
 	}
 	w->in_progress[s] = true;
 	w->content[s] = 0;
@@ -671,7 +679,7 @@ int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
 		ipc_store32(&w->hdr->latest_slot, slot->index, memory_order_release);
 		ipc_store64(&w->hdr->latest_sequence, slot->sequence, memory_order_release);
 	}
-	w->st.published++;
+	stat_inc(w, &w->st.published);
 
 	m.magic = VOLREC_VOL_MAGIC;
 	m.major = VOLREC_PROTO_MAJOR;
@@ -708,7 +716,7 @@ void ipc_writer_abort(struct ipc_writer *w, struct ipc_slot_ref *slot)
 	w->content[slot->index] = 0;
 	if (slot->sequence == w->next_seq)
 		w->next_seq--; /* no gap for readers */
-	w->st.aborted++;
+	stat_inc(w, &w->st.aborted);
 	slot->data = NULL;
 }
 
