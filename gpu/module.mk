@@ -5,7 +5,8 @@ ARCHIVES += gpu
 gpu_SRCS := $(wildcard gpu/*.cu gpu/*.c)
 gpu_LDLIBS = $(CUDA_LDLIBS) -lrt -lstdc++
 
-TEST_PROGRAMS += gpu_equal gpu_bench
+TEST_PROGRAMS += gpu_equal gpu_bench mdwe_exec
+mdwe_exec_SRCS := tests/gpu/mdwe_exec.c
 gpu_equal_SRCS := tests/gpu/gpu_equal.c
 gpu_equal_ARCHIVES = $(CORE_ARCHIVES)
 gpu_equal_LDLIBS = $(CUDA_LDLIBS)

@@ -93,6 +93,10 @@ if [ -x "$NCU" ]; then
 		} >"$OUT/kernels.txt"
 	fi
 fi
+# the systemd unit sets MemoryDenyWriteExecute=yes: the CUDA backend must work under it
+if [ -x "$B/tests/mdwe_exec" ]; then
+	step mdwe 60 0 "$B/tests/mdwe_exec" "$B/tests/gpu_equal" --small
+fi
 if [ -n "$NSYS" ]; then
 	step nsys 90 0 "$NSYS" profile --force-overwrite true --stats=true -o "$OUT/bench-nsys" \
 		"$B/tests/gpu_bench" --seconds 1
