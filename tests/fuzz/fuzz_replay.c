@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer harness: the replay reader on arbitrary file contents (held in a memfd), opened
+ * with a fixed small configuration as a versioned file (format auto, looping or not) and as a
+ * raw file; when it opens, a few B-scans are acquired, copied and by reference.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "sim/sim.h"
+#include "src/source.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int memfd = -1;
+static char memfd_path[64];
+
+/* The geometry of tests/replay/make_bad.py: K 64, 4 A-scans, 3 B-scans, stride [2, 1], u16. */
+static void small_cfg(struct vr_config *c, enum cfg_replay_format format, bool loop)
+{
+	cfg_defaults(c);
+	c->source.type = CFG_SOURCE_REPLAY;
+	c->source.rate = 0;
+	c->source.replay.format = format;
+	c->source.replay.loop = loop;
+	snprintf(c->source.replay.path, sizeof(c->source.replay.path), "%s", memfd_path);
+	c->geometry.samples_per_ascan = 64;
+	c->geometry.ascans_per_bscan = 4;
+	c->geometry.bscans_per_volume = 3;
+	c->geometry.stride[0] = 2;
+	c->geometry.stride[1] = 1;
+	c->geometry.depth_range[1] = 32;
+}
+
+static void fail(const char *what, const char *msg)
+{
+	fprintf(stderr, "fuzz_replay: %s: %s\n", what, msg);
+	abort();
+}
+
+/* Acquire two epochs and a bit (copies and references), as the daemon would. */
+static void drive(struct src_source *s, const struct vr_config *c)
+{
+	const uint32_t sx = c->geometry.stride[0], sy = c->geometry.stride[1];
+	const uint32_t ny = c->geometry.bscans_per_volume;
+	uint8_t buf[4 * 64 * 2];
+	const void *ref[8];
+	uint32_t nref = 0, nreg = 0;
+	struct volrec_shim_region reg;
+	int rc;
+
+	if (s->ops->start(s->handle))
+		fail("start", src_strerror(s, -EINVAL));
+	if (src_has_refs(s) && s->ops->ref_regions(s->handle, &reg, 1, &nreg) == 0 && nreg == 1 &&
+	    (!reg.base || !reg.size))
+		fail("ref_regions", "an empty region");
+	for (uint64_t e = 0; e < 2; e++) {
+		uint32_t ox, oy;
+		sim_scan_offset(e, sx, sy, &ox, &oy);
+		rc = s->ops->set_scan_offset(s->handle, e, ox, oy);
+		if (rc)
+			return; /* a file recorded at other offsets: a clean refusal */
+		for (uint32_t b = 0; b < ny; b++) {
+			struct volrec_shim_meta m;
+			if ((b + e) % 2 == 0 || !src_has_refs(s)) {
+				rc = s->ops->acquire(s->handle, buf, sizeof(buf), 0, &m);
+			} else {
+				rc = s->ops->acquire_ref(s->handle, &ref[nref], 0, &m);
+				if (rc == 0) {
+					/* read the whole B-scan: ASan checks it lies in the map */
+					volatile uint8_t sum = 0;
+					for (size_t i = 0; i < sizeof(buf); i++)
+						sum ^= ((const uint8_t *)ref[nref])[i];
+					(void)sum;
+					nref++;
+				}
+			}
+			if (rc == -ENODATA)
+				goto release; /* end of a file that does not loop */
+			if (rc)
+				fail("acquire", src_strerror(s, rc));
+			if (m.epoch != e || m.bscan != b)
+				fail("acquire", "meta names another epoch or B-scan");
+		}
+	}
+release:
+	for (uint32_t i = 0; i < nref; i++)
+		if (s->ops->release_ref(s->handle, ref[i]))
+			fail("release_ref", src_strerror(s, -EINVAL));
+	s->ops->stop(s->handle);
+}
+
+static void try_open(enum cfg_replay_format format, bool loop)
+{
+	struct vr_config c;
+	struct src_source s;
+	char err[CFG_ERR_MAX] = "";
+
+	small_cfg(&c, format, loop);
+	memset(&s, 0, sizeof(s));
+	if (src_open(&c, SRC_UNPACED | (loop ? 0 : SRC_NO_LOOP), &s, err, sizeof(err)) == 0) {
+		drive(&s, &c);
+		src_close(&s);
+	} else if (!err[0]) {
+		fail("src_open", "failed without a message");
+	}
+	cfg_free(&c);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct src_replay_info info;
+	char err[CFG_ERR_MAX];
+
+	if (memfd < 0) {
+		memfd = memfd_create("fuzz_replay", MFD_CLOEXEC);
+		if (memfd < 0)
+			fail("memfd_create", strerror(errno));
+		snprintf(memfd_path, sizeof(memfd_path), "/proc/self/fd/%d", memfd);
+	}
+	if (ftruncate(memfd, 0) || (size && pwrite(memfd, data, size, 0) != (ssize_t)size))
+		fail("writing the memfd", strerror(errno));
+
+	if (src_replay_probe(memfd_path, &info, err, sizeof(err)) == 0 &&
+	    (info.header_size > size || info.epochs == 0))
+		fail("src_replay_probe", "accepted a header larger than the file");
+	try_open(CFG_REPLAY_AUTO, true);
+	try_open(CFG_REPLAY_AUTO, false);
+	try_open(CFG_REPLAY_RAW, true);
+	return 0;
+}
