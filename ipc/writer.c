@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -535,9 +534,15 @@ out_free:
 	return rc;
 }
 
-static bool pid_alive(uint32_t pid)
+/*
+ * Whether the owner of lease entry i still holds it: its OFD lock on the entry's byte range
+ * vanishes when the owner exits (before it is reaped) or closes the table, whatever pid
+ * namespace it lives in and whoever reuses its pid later. An error counts as held.
+ */
+static bool entry_held(const struct ipc_writer *w, uint32_t i)
 {
-	return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+	return ofd_lock(w->lease_fd, F_WRLCK, ipc_lease_entry_offset(i),
+	                sizeof(struct volrec_lease_entry), F_OFD_GETLK) != F_UNLCK;
 }
 
 /* Count one event in w->st: the counters are read by ipc_writer_stats from another thread. */
@@ -565,7 +570,7 @@ static uint64_t leased_slots(struct ipc_writer *w, uint64_t cand)
 			continue;
 		if (ipc_load64(&e->session_id, memory_order_relaxed) != w->session)
 			continue;
-		if (!pid_alive(pid)) {
+		if (!entry_held(w, i)) {
 			if (w->dead_seen[i] != pid) {
 				w->dead_seen[i] = pid;
 				stat_inc(w, &w->st.dead_leases);
@@ -755,14 +760,8 @@ int ipc_writer_readers(struct ipc_writer *w)
 
 	for (uint32_t i = 0; i < w->max_readers; i++) {
 		struct volrec_lease_entry *e = ipc_lease_entry(w->lmap, i);
-		int type;
 
-		if (!ipc_load32(&e->pid, memory_order_acquire))
-			continue;
-		/* the owner holds an OFD lock on its entry; it vanishes with the owner */
-		type = ofd_lock(w->lease_fd, F_WRLCK, ipc_lease_entry_offset(i),
-		                sizeof(struct volrec_lease_entry), F_OFD_GETLK);
-		if (type >= 0 && type != F_UNLCK)
+		if (ipc_load32(&e->pid, memory_order_acquire) && entry_held(w, i))
 			n++;
 	}
 	return n;

@@ -345,6 +345,83 @@ static void test_dead_reader_lease_reclaimed(void **state)
 	close(ready[1]);
 }
 
+/*
+ * A lease counts only while its owner holds the entry's lock: a killed reader that is not yet
+ * reaped (a zombie, still "alive" to kill(pid, 0)) and an entry whose pid now names another
+ * live process (pid reuse, or a reader in another pid namespace) must not block a slot.
+ */
+static void test_lease_liveness_follows_the_lock_not_the_pid(void **state)
+{
+	struct fx *f = *state;
+	int go[2], ready[2], status;
+	struct ipc_writer_stats ws;
+	uint32_t s1, s2, s3;
+	siginfo_t si;
+	char b = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe(go), 0);
+	assert_int_equal(pipe(ready), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct volrec_client *c;
+		struct volrec_view v;
+		if (read(go[0], &b, 1) != 1 || volrec_client_open(f->instance, f->run_dir, &c) ||
+		    volrec_client_latest(c, &v))
+			_exit(1);
+		b = (char)v.slot;
+		if (write(ready[1], &b, 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	open_writer(f);
+	s1 = publish(f);
+	assert_int_equal(write(go[1], &b, 1), 1);
+	assert_int_equal(read(ready[0], &b, 1), 1);
+	assert_int_equal(b, (char)s1);
+	s2 = publish(f);
+	s3 = publish(f);
+	assert_int_equal(publish(f), s2); /* s1 leased by the live child */
+	kill(pid, SIGKILL);
+	/* wait until it has exited, but leave it a zombie (not reaped) */
+	memset(&si, 0, sizeof(si));
+	assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
+	assert_int_equal(si.si_pid, pid);
+	assert_int_equal(ipc_writer_readers(f->w), 0);
+	assert_int_equal(publish(f), s1); /* the zombie's lease went with its lock */
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	ipc_writer_stats(f->w, &ws);
+	assert_int_equal(ws.dead_leases, 1);
+
+	/* an entry naming a live pid (ours) whose lock nobody holds: stale, not a lease */
+	{
+		char lname[128];
+		size_t lsz = sizeof(struct volrec_lease_header) + sizeof(struct volrec_lease_entry);
+		struct volrec_lease_entry *e;
+		void *lm;
+		int fd;
+
+		ipc_shm_names(f->instance, NULL, 0, lname, sizeof(lname));
+		fd = shm_open(lname, O_RDWR, 0);
+		assert_true(fd >= 0);
+		lm = mmap(NULL, lsz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		assert_true(lm != MAP_FAILED);
+		e = ipc_lease_entry(lm, 0); /* the dead child's entry */
+		e->session_id = ipc_writer_session(f->w);
+		e->slot = s3; /* the oldest candidate now (s1 newest, s2 next) */
+		e->pid = (uint32_t)getpid();
+		assert_int_equal(publish(f), s3);
+		munmap(lm, lsz);
+		close(fd);
+	}
+	close(go[0]);
+	close(go[1]);
+	close(ready[0]);
+	close(ready[1]);
+}
+
 static void on_segv(int sig)
 {
 	(void)sig;
@@ -569,6 +646,7 @@ VR_TEST_GROUP(ipc)
 	        T(test_writer_avoids_leased_slot),
 	        T(test_all_leased_writer_overwrites_and_readers_see_torn),
 	        T(test_dead_reader_lease_reclaimed),
+	        T(test_lease_liveness_follows_the_lock_not_the_pid),
 	        T(test_client_mapping_is_read_only),
 	        T(test_wrong_version_segment_rejected),
 	        T(test_malformed_messages_rejected_then_good_one_read),
