@@ -494,6 +494,17 @@ static int handle_vol(struct volrec_client *c, const void *body, size_t len, str
 		        m.slot, h->slot_count, m.ny, m.nx, m.nz, m.dtype, h->ny, h->nx, h->nz,
 		        h->dtype);
 	}
+	/* the writer stores latest_sequence before it sends: a higher one was never published
+	 * (and a huge one would wrap 2n onto a published slot, or make all later volumes old) */
+	if (m.sequence > ipc_load64(&h->latest_sequence, memory_order_acquire)) {
+		c->st.rejected++;
+		return cl_fail(
+		        c, -EPROTO,
+		        "vol message announces volume %llu, but the segment has not published "
+		        "it (newest %llu)",
+		        (unsigned long long)m.sequence,
+		        (unsigned long long)ipc_load64(&h->latest_sequence, memory_order_relaxed));
+	}
 	if (!account(c, m.sequence, &missed))
 		return -EAGAIN;
 	if (lease_and_fill(c, m.slot, m.sequence, v)) {

@@ -101,8 +101,19 @@ int main(int argc, char **argv)
 	if (garbage) {
 		struct volrec_vol_msg m = {
 		        .magic = VOLREC_VOL_MAGIC, .major = 7, .size = sizeof(m)};
+		/* well formed, but announcing a volume never published (2n wraps to 2) */
+		struct volrec_vol_msg f = {.magic = VOLREC_VOL_MAGIC,
+		                           .major = VOLREC_PROTO_MAJOR,
+		                           .size = sizeof(f),
+		                           .session_id = ipc_writer_session(w),
+		                           .sequence = (UINT64_C(1) << 63) + 1,
+		                           .ny = g.ny,
+		                           .nx = g.nx,
+		                           .nz = g.nz,
+		                           .dtype = g.dtype};
 		rc = ipc_writer_send_raw(w, VOLREC_TOPIC_VOL, "short", 5);
 		rc |= ipc_writer_send_raw(w, VOLREC_TOPIC_VOL, &m, sizeof(m));
+		rc |= ipc_writer_send_raw(w, VOLREC_TOPIC_VOL, &f, sizeof(f));
 		if (rc)
 			fprintf(stderr, "ipc_testwriter: sending malformed messages failed\n");
 	}

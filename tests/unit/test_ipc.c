@@ -525,6 +525,55 @@ static void test_malformed_messages_rejected_then_good_one_read(void **state)
 	volrec_client_close(c);
 }
 
+/*
+ * A vol message announcing a volume the segment has not published (sequence above the
+ * header's latest_sequence, e.g. 2^63 + 1 whose 2n wraps to a published slot's 2) is
+ * malformed: it must neither return a view nor make later volumes look like old news.
+ */
+static void test_vol_message_beyond_latest_rejected(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_client *c;
+	struct volrec_view v;
+	struct volrec_vol_msg m = {0};
+	struct volrec_client_stats st;
+	unsigned char buf[sizeof(m)];
+
+	open_writer(f);
+	c = open_client(f);
+	m.magic = VOLREC_VOL_MAGIC;
+	m.major = VOLREC_PROTO_MAJOR;
+	m.size = sizeof(m);
+	m.session_id = ipc_writer_session(f->w);
+	m.ny = f->g.ny;
+	m.nx = f->g.nx;
+	m.nz = f->g.nz;
+	m.dtype = f->g.dtype;
+	m.slot = publish(f); /* volume 1: the slot reads 2 */
+	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
+	assert_int_equal(v.sequence, 1);
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	m.sequence = (UINT64_C(1) << 63) + 1; /* 2n wraps to 2 */
+	ipc_vol_encode(&m, buf);
+	assert_int_equal(ipc_writer_send_raw(f->w, "vol", buf, sizeof(buf)), 0);
+	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
+	assert_non_null(strstr(volrec_client_error(c), "not published"));
+	m.sequence = 5; /* not published yet */
+	ipc_vol_encode(&m, buf);
+	assert_int_equal(ipc_writer_send_raw(f->w, "vol", buf, sizeof(buf)), 0);
+	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
+	publish(f);
+	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
+	assert_int_equal(v.sequence, 2);
+	assert_true(ipc_test_verify(v.data, v.bytes, 2));
+	assert_int_equal(v.missed, 0);
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	volrec_client_stats(c, &st);
+	assert_int_equal(st.rejected, 2);
+	assert_int_equal(st.missed, 0);
+	volrec_client_close(c);
+}
+
 static void test_client_follows_new_session(void **state)
 {
 	struct fx *f = *state;
@@ -650,6 +699,7 @@ VR_TEST_GROUP(ipc)
 	        T(test_client_mapping_is_read_only),
 	        T(test_wrong_version_segment_rejected),
 	        T(test_malformed_messages_rejected_then_good_one_read),
+	        T(test_vol_message_beyond_latest_rejected),
 	        T(test_client_follows_new_session),
 	        T(test_status_and_event_text_delivered),
 	        T(test_bad_arguments_rejected),

@@ -495,6 +495,12 @@ class Client:
                 (h["ny"], h["nx"], h["nz"], h["dtype"])):
             self.rejected += 1
             raise ProtocolError("vol message does not match its segment: %r" % (m,))
+        # the writer stores latest_sequence before it sends: a higher one was never published
+        newest = self._s.u64[88 // 8]
+        if m["sequence"] > newest:
+            self.rejected += 1
+            raise ProtocolError("vol message announces volume %d, but the segment has not "
+                                "published it (newest %d)" % (m["sequence"], newest))
         gap = self._account(m["sequence"])
         if gap is None:
             return None
