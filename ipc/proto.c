@@ -40,7 +40,7 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 {
 	const struct volrec_shm_header *h = map;
 	size_t esz;
-	uint64_t table_end;
+	uint64_t table_end, vbytes;
 
 	if (size < sizeof(*h)) {
 		ipc_errf(err, errlen, "data segment is %zu bytes, smaller than its header (256)",
@@ -73,8 +73,10 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		ipc_errf(err, errlen, "data segment has an unknown dtype %u", h->dtype);
 		return -EPROTO;
 	}
+	/* the product in 128 bits: a wrapped one let 2^22 x 2^21 x 2^21 pass as 0 bytes */
 	if (!h->ny || !h->nx || !h->nz || !h->slot_count || h->slot_count > VOLREC_MAX_SLOTS ||
-	    h->volume_bytes != (uint64_t)h->ny * h->nx * h->nz * esz) {
+	    __builtin_mul_overflow((uint64_t)h->ny * h->nx, (uint64_t)h->nz * esz, &vbytes) ||
+	    h->volume_bytes != vbytes) {
 		ipc_errf(err, errlen,
 		         "data segment geometry is inconsistent (%u x %u x %u, dtype %u, %u slots, "
 		         "%llu bytes per volume)",
@@ -82,8 +84,12 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		         (unsigned long long)h->volume_bytes);
 		return -EPROTO;
 	}
+	/* Offsets and the stride are bounded by the mapping before they take part in a sum, so
+	 * no sum below wraps (a wrapped one let a segment with data at 2^63 pass). */
 	table_end = h->slot_table_offset + (uint64_t)h->slot_count * h->slot_header_size;
-	if (h->slot_header_size < sizeof(struct volrec_slot_header) || h->slot_header_size % 8 ||
+	if (h->segment_size > size || h->data_offset > h->segment_size ||
+	    h->slot_table_offset > h->data_offset || h->slot_stride > h->segment_size ||
+	    h->slot_header_size < sizeof(struct volrec_slot_header) || h->slot_header_size % 8 ||
 	    h->slot_table_offset % 8 || h->slot_table_offset < h->header_size ||
 	    table_end > h->data_offset || h->data_offset % VOLREC_SLOT_ALIGN ||
 	    h->slot_stride % VOLREC_SLOT_ALIGN || h->slot_stride < h->volume_bytes ||
@@ -97,8 +103,9 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		         (unsigned long long)h->segment_size, size);
 		return -EPROTO;
 	}
-	if (h->endpoints_size && (h->endpoints_offset < table_end ||
-	                          h->endpoints_offset + h->endpoints_size > h->data_offset)) {
+	if (h->endpoints_size &&
+	    (h->endpoints_offset < table_end || h->endpoints_offset > h->data_offset ||
+	     h->endpoints_offset + h->endpoints_size > h->data_offset)) {
 		ipc_errf(err, errlen, "data segment endpoint list lies outside the header region");
 		return -EPROTO;
 	}

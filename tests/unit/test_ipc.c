@@ -497,6 +497,75 @@ static void test_wrong_version_segment_rejected(void **state)
 	}
 }
 
+/* A valid header of 2 slots of 2 x 3 x 4 u8 for a mapping of 3 x 2 MiB (only the header is
+ * read by ipc_shm_validate, so a 4 KiB buffer stands for the mapping). */
+static void valid_segment_header(struct volrec_shm_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = VOLREC_SHM_MAGIC;
+	h->major = VOLREC_PROTO_MAJOR;
+	h->header_size = sizeof(*h);
+	h->session_id = 0x1234;
+	h->ny = 2;
+	h->nx = 3;
+	h->nz = 4;
+	h->dtype = VOLREC_DTYPE_U8;
+	h->slot_count = 2;
+	h->slot_header_size = sizeof(struct volrec_slot_header);
+	h->slot_table_offset = 256;
+	h->data_offset = VOLREC_SLOT_ALIGN;
+	h->slot_stride = VOLREC_SLOT_ALIGN;
+	h->volume_bytes = 24;
+	h->segment_size = 3 * VOLREC_SLOT_ALIGN;
+	h->state = VOLREC_STATE_LIVE;
+	h->endpoints_offset = 512;
+	h->endpoints_size = 64;
+}
+
+/* Sums of header fields that wrap around 2^64 must not make a layout pass (found by
+ * tests/fuzz/fuzz_ipc: data at 2^63 in a 4 KiB segment was accepted). */
+static void test_segment_layout_sums_do_not_wrap(void **state)
+{
+	const size_t size = 3 * VOLREC_SLOT_ALIGN;
+	struct volrec_shm_header *h = calloc(1, 4096);
+	char msg[512];
+
+	(void)state;
+	assert_non_null(h);
+	valid_segment_header(h);
+	assert_int_equal(ipc_shm_validate(h, size, msg, sizeof(msg)), 0);
+
+	/* data_offset + slot_count * slot_stride = 2^63 + 2 * 2^62 wraps to 0 */
+	h->data_offset = UINT64_C(1) << 63;
+	h->slot_stride = UINT64_C(1) << 62;
+	h->segment_size = 4096;
+	assert_int_equal(ipc_shm_validate(h, 4096, msg, sizeof(msg)), -EPROTO);
+	assert_non_null(strstr(msg, "layout is inconsistent"));
+
+	/* slot_table_offset + slot_count * slot_header_size wraps below data_offset */
+	valid_segment_header(h);
+	h->slot_table_offset = UINT64_MAX - 255; /* a multiple of 8 */
+	assert_int_equal(ipc_shm_validate(h, size, msg, sizeof(msg)), -EPROTO);
+	assert_non_null(strstr(msg, "layout is inconsistent"));
+
+	/* endpoints_offset + endpoints_size wraps to 8 */
+	valid_segment_header(h);
+	h->endpoints_offset = UINT64_MAX - 7;
+	h->endpoints_size = 16;
+	assert_int_equal(ipc_shm_validate(h, size, msg, sizeof(msg)), -EPROTO);
+	assert_non_null(strstr(msg, "endpoint list"));
+
+	/* ny * nx * nz = 2^22 * 2^21 * 2^21 wraps to 0 = volume_bytes */
+	valid_segment_header(h);
+	h->ny = 1u << 22;
+	h->nx = 1u << 21;
+	h->nz = 1u << 21;
+	h->volume_bytes = 0;
+	assert_int_equal(ipc_shm_validate(h, size, msg, sizeof(msg)), -EPROTO);
+	assert_non_null(strstr(msg, "geometry is inconsistent"));
+	free(h);
+}
+
 static void test_malformed_messages_rejected_then_good_one_read(void **state)
 {
 	struct fx *f = *state;
@@ -698,6 +767,7 @@ VR_TEST_GROUP(ipc)
 	        T(test_lease_liveness_follows_the_lock_not_the_pid),
 	        T(test_client_mapping_is_read_only),
 	        T(test_wrong_version_segment_rejected),
+	        cmocka_unit_test(test_segment_layout_sums_do_not_wrap),
 	        T(test_malformed_messages_rejected_then_good_one_read),
 	        T(test_vol_message_beyond_latest_rejected),
 	        T(test_client_follows_new_session),
