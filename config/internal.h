@@ -12,9 +12,10 @@
 
 #include "config.h"
 
-#define CFG_FILE_MAX (1u << 20)  /* largest configuration file read (1 MiB) */
-#define CFG_ARGS_MAX (64u << 10) /* largest shim.args text (64 KiB) */
-#define CFG_KEY_MAX  128         /* longest key path ("preprocess.resample.wavelength_nm[3]") */
+#define CFG_FILE_MAX       (1u << 20)  /* largest configuration file read (1 MiB) */
+#define CFG_ARGS_MAX       (64u << 10) /* largest shim.args text (64 KiB) */
+#define CFG_TABLE_FILE_MAX (16u << 20) /* largest table file read (16 MiB) */
+#define CFG_KEY_MAX        128 /* longest key path ("preprocess.resample.wavelength_nm[3]") */
 
 /* Sanity bounds on sizes derived from the geometry (see docs/configuration.md). */
 #define CFG_MAX_VOLUME_BYTES (16ull << 30) /* one output volume, or one low-res float volume */

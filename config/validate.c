@@ -5,6 +5,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,15 +22,38 @@ int cfg_table_load(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const cha
 	char *line = NULL;
 	size_t cap = 0, count = 0, lineno = 0;
 	ssize_t got;
+	struct stat st;
 	FILE *f;
-	int rc = 0;
+	int fd, rc = 0;
 
-	f = fopen(t->path, "r");
-	if (!f)
+	/* O_NONBLOCK: a FIFO must not block the open; a device (/dev/zero) or a file of
+	 * endless lines must not be read without bound */
+	fd = open(t->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
 		return cfg_error(ctx, -errno, key,
 		                 "cannot open the table file %s: %s (a readable "
 		                 "file with one number per line)",
 		                 t->path, strerror(errno));
+	f = NULL;
+	if (fstat(fd, &st) < 0)
+		rc = cfg_error(ctx, -errno, key, "cannot stat the table file %s: %s", t->path,
+		               strerror(errno));
+	else if (!S_ISREG(st.st_mode))
+		rc = cfg_error(ctx, -EINVAL, key,
+		               "the table file %s is not a regular file (a text file with one "
+		               "number per line)",
+		               t->path);
+	else if (st.st_size > CFG_TABLE_FILE_MAX)
+		rc = cfg_error(ctx, -EFBIG, key,
+		               "the table file %s is %lld bytes, larger than the %u allowed",
+		               t->path, (long long)st.st_size, CFG_TABLE_FILE_MAX);
+	else if (!(f = fdopen(fd, "r")))
+		rc = cfg_error(ctx, -errno, key, "cannot read the table file %s: %s", t->path,
+		               strerror(errno));
+	if (rc) {
+		close(fd);
+		return rc;
+	}
 	t->data = calloc(n, sizeof(double));
 	if (!t->data) {
 		rc = cfg_error(ctx, -ENOMEM, key, "out of memory for the table %s", t->path);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -540,6 +541,24 @@ static void test_table_errors_name_file_and_line(void **state)
 
 	load_bad("preprocess: {dispersion: {table: /nonexistent/d.txt}}\n", "1:34",
 	         "cannot open the table file /nonexistent/d.txt: No such file");
+
+	/* not read without bound, not waited on (tests/fuzz/fuzz_cfg ran out of memory on
+	 * /dev/zero): regular files of at most 16 MiB only */
+	load_bad("preprocess: {dispersion: {table: /dev/zero}}\n", "1:34",
+	         "the table file /dev/zero is not a regular file");
+	write_tmp(path, sizeof(path), "fifo", "");
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	snprintf(yaml, sizeof(yaml), "preprocess: {dispersion: {table: %s}}\n", path);
+	snprintf(frag, sizeof(frag), "the table file %s is not a regular file", path);
+	load_bad(yaml, "1:34", frag);
+	assert_int_equal(unlink(path), 0);
+	write_tmp(path, sizeof(path), "huge.txt", "1\n");
+	assert_int_equal(truncate(path, (16 << 20) + 1), 0); /* sparse */
+	snprintf(yaml, sizeof(yaml), "preprocess: {dispersion: {table: %s}}\n", path);
+	snprintf(frag, sizeof(frag), "the table file %s is 16777217 bytes, larger than", path);
+	load_bad(yaml, "1:34", frag);
+	assert_int_equal(unlink(path), 0);
 }
 
 static void test_real_calibration_tables(void **state)
