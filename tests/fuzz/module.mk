@@ -45,9 +45,9 @@ $(foreach h,$(FUZZ_HARNESSES),$(eval $(call fuzz_link_rule,$(h))))
 -include $(FUZZ_OBJS:.o=.d)
 
 # Whether FUZZ_CC links a libFuzzer program (Debian: clang and libclang-rt-<version>-dev).
-fuzz_probe = mkdir -p $(B)/fuzz && \
+fuzz_probe = { mkdir -p $(B)/fuzz && \
 	printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }\n' | \
-	$(FUZZ_CC) -x c -fsanitize=fuzzer,address,undefined -o $(B)/fuzz/.probe - >/dev/null 2>&1
+	$(FUZZ_CC) -x c -fsanitize=fuzzer,address,undefined -o $(B)/fuzz/.probe - >/dev/null 2>&1; }
 
 .PHONY: fuzz fuzz-build fuzz-regress
 fuzz-build: $(FUZZ_HARNESSES:%=$(B)/fuzz/fuzz_%)
