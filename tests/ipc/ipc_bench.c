@@ -61,7 +61,7 @@ static void reader_child(const char *instance, const char *run_dir, int ready_fd
 
 	for (int i = 0; i < 1000; i++) {
 		rc = volrec_client_open_opts(instance, &o, &c);
-		if (rc != -ENOENT)
+		if (rc != -ENOENT && rc != -EAGAIN) /* not created, or not initialized yet */
 			break;
 		usleep(5000);
 	}
@@ -126,6 +126,18 @@ static int start(struct run *r, int nreaders, bool latency)
 		return -EIO;
 	}
 	for (int got = 0; got < nreaders;) {
+		/* a reader that gave up never signals: fail instead of waiting for it forever */
+		for (int i = 0; i < nreaders; i++) {
+			int st;
+
+			if (r->pids[i] > 0 && waitpid(r->pids[i], &st, WNOHANG) == r->pids[i]) {
+				fprintf(stderr,
+				        "ipc_bench: reader %d exited during setup (status %d)\n", i,
+				        st);
+				r->pids[i] = -1;
+				return -EIO;
+			}
+		}
 		ipc_writer_send_event(r->w, "{\"event\":\"sync\"}");
 		struct timespec ts = {0, 5000000};
 		nanosleep(&ts, NULL);
@@ -144,6 +156,20 @@ static int start(struct run *r, int nreaders, bool latency)
 	return 0;
 }
 
+/* After a failed start: stop the readers and remove the segments. */
+static void abandon(struct run *r)
+{
+	for (int i = 0; i < r->nreaders; i++)
+		if (r->pids[i] > 0) {
+			kill(r->pids[i], SIGKILL);
+			waitpid(r->pids[i], NULL, 0);
+		}
+	if (r->w)
+		ipc_writer_close(r->w, true);
+	r->w = NULL;
+	rmdir(r->run_dir);
+}
+
 static void finish(struct run *r)
 {
 	for (int i = 0; i < 20; i++) {
@@ -155,6 +181,7 @@ static void finish(struct run *r)
 		waitpid(r->pids[i], &st, 0);
 	}
 	ipc_writer_close(r->w, true);
+	r->w = NULL;
 	if (r->lat_pipe[0] >= 0) {
 		close(r->lat_pipe[0]);
 		close(r->lat_pipe[1]);
@@ -198,8 +225,10 @@ int main(int argc, char **argv)
 		return 1;
 
 	/* 1. latency: one reader, one volume every 500 us so each wake-up is measured alone */
-	if (start(&r, 1, true))
+	if (start(&r, 1, true)) {
+		abandon(&r);
 		return 1;
+	}
 	for (int i = 0; i < LAT_SAMPLES; i++) {
 		struct timespec ts = {0, 500000};
 		publish_one(r.w, NULL);
@@ -212,8 +241,10 @@ int main(int argc, char **argv)
 
 	/* 2. publish cost vs readers, every volume leased and released by every reader */
 	for (int k = 0; k < 4; k++) {
-		if (start(&r, nr[k], false))
+		if (start(&r, nr[k], false)) {
+			abandon(&r);
 			return 1;
+		}
 		for (int i = 0; i < 200; i++)
 			publish_one(r.w, NULL);
 		for (int i = 0; i < PUB_SAMPLES; i++) {
