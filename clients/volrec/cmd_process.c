@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "commands.h"
+#include "h5attr.h"
 #include "config/config.h"
 #include "src/source.h"
 
@@ -52,45 +53,6 @@ static double now_s(void)
 }
 
 /* ---- HDF5 helpers ------------------------------------------------------------------------ */
-
-static int h5_attr(hid_t obj, const char *name, hid_t type, int rank, const hsize_t *dims,
-                   const void *val)
-{
-	hid_t sp = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
-	hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = a >= 0 && H5Awrite(a, type, val) >= 0 ? 0 : -EIO;
-
-	if (a >= 0)
-		H5Aclose(a);
-	if (sp >= 0)
-		H5Sclose(sp);
-	return rc;
-}
-
-static int h5_attr_u32(hid_t obj, const char *name, uint32_t v)
-{
-	return h5_attr(obj, name, H5T_NATIVE_UINT32, 0, NULL, &v);
-}
-
-static int h5_attr_u32v(hid_t obj, const char *name, const uint32_t *v, hsize_t n)
-{
-	return h5_attr(obj, name, H5T_NATIVE_UINT32, 1, &n, v);
-}
-
-static int h5_attr_str(hid_t obj, const char *name, const char *s)
-{
-	hid_t t = H5Tcopy(H5T_C_S1);
-	int rc;
-
-	if (t < 0)
-		return -EIO;
-	H5Tset_size(t, strlen(s) + 1);
-	H5Tset_strpad(t, H5T_STR_NULLTERM);
-	H5Tset_cset(t, H5T_CSET_UTF8);
-	rc = h5_attr(obj, name, t, 0, NULL, s);
-	H5Tclose(t);
-	return rc;
-}
 
 /* A dataset [n][d1][d2][d3] of type, chunked one volume per chunk, growable in n. */
 static hid_t h5_volumes(hid_t f, const char *name, hid_t type, uint64_t n, const hsize_t d[3])
@@ -431,18 +393,18 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		H5Sclose(sp1);
 		H5Sclose(sp2);
 		yaml = config_yaml(&cfg);
-		ok = ok && yaml && h5_attr_u32v(f, "geometry", geo, 3) == 0 &&
-		     h5_attr_u32v(f, "stride", stride, 2) == 0 &&
-		     h5_attr_u32v(f, "depth_range", depth, 2) == 0 &&
-		     h5_attr_u32v(f, "volume_shape", shape, 3) == 0 &&
-		     h5_attr_u32(f, "zero_pad", cfg.preprocess.zero_pad) == 0 &&
-		     h5_attr_u32(f, "epochs", (uint32_t)done) == 0 &&
-		     h5_attr_str(f, "reconstruct_mode",
-		                 cfg_recon_mode_name(cfg.reconstruct.mode)) == 0 &&
-		     h5_attr_str(f, "backend", be->ops->name) == 0 &&
-		     h5_attr_str(f, "device", be->ops->device(be->state)) == 0 &&
-		     h5_attr_str(f, "volrec_version", VOLREC_VERSION) == 0 &&
-		     h5_attr_str(f, "config", yaml) == 0;
+		ok = ok && yaml && vr_h5_attr_u32v(f, "geometry", geo, 3) == 0 &&
+		     vr_h5_attr_u32v(f, "stride", stride, 2) == 0 &&
+		     vr_h5_attr_u32v(f, "depth_range", depth, 2) == 0 &&
+		     vr_h5_attr_u32v(f, "volume_shape", shape, 3) == 0 &&
+		     vr_h5_attr_u32(f, "zero_pad", cfg.preprocess.zero_pad) == 0 &&
+		     vr_h5_attr_u32(f, "epochs", (uint32_t)done) == 0 &&
+		     vr_h5_attr_str(f, "reconstruct_mode",
+		                    cfg_recon_mode_name(cfg.reconstruct.mode)) == 0 &&
+		     vr_h5_attr_str(f, "backend", be->ops->name) == 0 &&
+		     vr_h5_attr_str(f, "device", be->ops->device(be->state)) == 0 &&
+		     vr_h5_attr_str(f, "volrec_version", VOLREC_VERSION) == 0 &&
+		     vr_h5_attr_str(f, "config", yaml) == 0;
 		if (!ok) {
 			fprintf(stderr, "volrec process: %s: writing the metadata failed\n",
 			        o.output);

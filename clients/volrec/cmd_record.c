@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "h5attr.h"
 #include "config/config.h"
 #include "tools.h"
 
@@ -147,44 +148,6 @@ static int h5_append(hid_t ds, hid_t type, uint64_t i, const void *row)
 	return rc;
 }
 
-static int h5_attr(hid_t obj, const char *name, hid_t type, hsize_t n, const void *val)
-{
-	hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
-	hid_t a;
-	int rc;
-
-	if (sp < 0)
-		return -EIO;
-	if (H5Aexists(obj, name) > 0)
-		H5Adelete(obj, name);
-	a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-	rc = a >= 0 && H5Awrite(a, type, val) >= 0 ? 0 : -EIO;
-	if (a >= 0)
-		H5Aclose(a);
-	H5Sclose(sp);
-	return rc;
-}
-
-static int h5_attr_str(hid_t obj, const char *name, const char *s)
-{
-	hid_t t = H5Tcopy(H5T_C_S1);
-	int rc;
-
-	if (t < 0)
-		return -EIO;
-	H5Tset_size(t, strlen(s) + 1);
-	H5Tset_strpad(t, H5T_STR_NULLTERM);
-	H5Tset_cset(t, H5T_CSET_UTF8);
-	rc = h5_attr(obj, name, t, 0, s);
-	H5Tclose(t);
-	return rc;
-}
-
-static int h5_attr_u64(hid_t obj, const char *name, uint64_t v)
-{
-	return h5_attr(obj, name, H5T_NATIVE_UINT64, 0, &v);
-}
-
 /* errno after a failed HDF5 call, as the sec2 driver left it: ENOSPC/EFBIG/EDQUOT or EIO. */
 static int h5_errno(int saved)
 {
@@ -314,32 +277,32 @@ static void rec_status_attrs(struct rec *r)
 
 	if (!r->status || tool_json_parse(&j, r->status, strlen(r->status), NULL))
 		return;
-	h5_attr_str(r->f, "status_json", r->status);
+	vr_h5_attr_str(r->f, "status_json", r->status);
 	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
-		h5_attr_u64(r->f, strchr(nums[i], '.') + 1, tool_json_u64(&j, nums[i], 0));
+		vr_h5_attr_u64(r->f, strchr(nums[i], '.') + 1, tool_json_u64(&j, nums[i], 0));
 	{
 		uint32_t stride[2] = {(uint32_t)tool_json_u64(&j, "geometry.stride.0", 0),
 		                      (uint32_t)tool_json_u64(&j, "geometry.stride.1", 0)};
 		uint32_t depth[2] = {(uint32_t)tool_json_u64(&j, "geometry.depth_range.0", 0),
 		                     (uint32_t)tool_json_u64(&j, "geometry.depth_range.1", 0)};
 
-		h5_attr(r->f, "stride", H5T_NATIVE_UINT32, 2, stride);
-		h5_attr(r->f, "depth_range", H5T_NATIVE_UINT32, 2, depth);
+		vr_h5_attr(r->f, "stride", H5T_NATIVE_UINT32, 2, stride);
+		vr_h5_attr(r->f, "depth_range", H5T_NATIVE_UINT32, 2, depth);
 	}
 	if (tool_json_str(&j, "geometry.sample_type", s, sizeof(s)))
-		h5_attr_str(r->f, "sample_type", s);
+		vr_h5_attr_str(r->f, "sample_type", s);
 	if (tool_json_str(&j, "geometry.mode", s, sizeof(s)))
-		h5_attr_str(r->f, "reconstruct_mode", s);
+		vr_h5_attr_str(r->f, "reconstruct_mode", s);
 	if (tool_json_str(&j, "source.type", s, sizeof(s)))
-		h5_attr_str(r->f, "source", s);
+		vr_h5_attr_str(r->f, "source", s);
 	if (tool_json_str(&j, "source.device", s, sizeof(s)))
-		h5_attr_str(r->f, "source_device", s);
+		vr_h5_attr_str(r->f, "source_device", s);
 	if (tool_json_str(&j, "backend.name", s, sizeof(s)))
-		h5_attr_str(r->f, "backend", s);
+		vr_h5_attr_str(r->f, "backend", s);
 	if (tool_json_str(&j, "backend.device", s, sizeof(s)))
-		h5_attr_str(r->f, "device", s);
+		vr_h5_attr_str(r->f, "device", s);
 	if (tool_json_str(&j, "config", s, sizeof(s)))
-		h5_attr_str(r->f, "config_path", s);
+		vr_h5_attr_str(r->f, "config_path", s);
 	tool_json_free(&j);
 }
 
@@ -403,17 +366,17 @@ static int rec_close(struct rec *r, const struct tool_target *t, const char *end
 	if (r->f < 0)
 		return 0;
 	errno = 0;
-	h5_attr(r->f, "shape", H5T_NATIVE_UINT32, 3, shape);
-	h5_attr_str(r->f, "layout", "volumes [n][Y][X][Z] u8, Z (depth) fastest");
-	h5_attr_str(r->f, "instance", t->instance);
-	h5_attr_u64(r->f, "volumes", r->n);
-	h5_attr_u64(r->f, "missed_volumes", r->nmissed);
-	h5_attr_str(r->f, "end", end);
-	h5_attr_u64(r->f, "complete", complete ? 1 : 0);
-	h5_attr_str(r->f, "missed_reasons",
-	            "1 never received (overwritten before the recorder got it), 2 torn "
-	            "(overwritten while being copied)");
-	h5_attr_str(r->f, "volrec_version", VOLREC_VERSION);
+	vr_h5_attr(r->f, "shape", H5T_NATIVE_UINT32, 3, shape);
+	vr_h5_attr_str(r->f, "layout", "volumes [n][Y][X][Z] u8, Z (depth) fastest");
+	vr_h5_attr_str(r->f, "instance", t->instance);
+	vr_h5_attr_u64(r->f, "volumes", r->n);
+	vr_h5_attr_u64(r->f, "missed_volumes", r->nmissed);
+	vr_h5_attr_str(r->f, "end", end);
+	vr_h5_attr_u64(r->f, "complete", complete ? 1 : 0);
+	vr_h5_attr_str(r->f, "missed_reasons",
+	               "1 never received (overwritten before the recorder got it), 2 torn "
+	               "(overwritten while being copied)");
+	vr_h5_attr_str(r->f, "volrec_version", VOLREC_VERSION);
 	rec_status_attrs(r);
 	{
 		/* what the daemon runs (its <run_dir>/<instance>.yaml), else the -c file as read now */
@@ -425,8 +388,8 @@ static int rec_close(struct rec *r, const struct tool_target *t, const char *end
 			from = "config file";
 		}
 		if (y) {
-			h5_attr_str(r->f, "config_yaml", y);
-			h5_attr_str(r->f, "config_yaml_source", from);
+			vr_h5_attr_str(r->f, "config_yaml", y);
+			vr_h5_attr_str(r->f, "config_yaml_source", from);
 		}
 		free(y);
 	}

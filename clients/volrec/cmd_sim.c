@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "commands.h"
+#include "h5attr.h"
 #include "config/config.h"
 #include "sim/sim.h"
 #include "src/source.h"
@@ -42,20 +43,6 @@ static void sim_usage(FILE *f)
 	        "                       /offset u32 [n][2]\n"
 	        "  -h, --help           this text\n\n"
 	        "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n");
-}
-
-static int h5_uint_attr(hid_t obj, const char *name, size_t n, const uint32_t *v)
-{
-	hsize_t dims = n;
-	hid_t sp = H5Screate_simple(1, &dims, NULL);
-	hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, H5T_STD_U32LE, sp, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = a >= 0 && H5Awrite(a, H5T_NATIVE_UINT32, v) >= 0 ? 0 : -EIO;
-
-	if (a >= 0)
-		H5Aclose(a);
-	if (sp >= 0)
-		H5Sclose(sp);
-	return rc;
 }
 
 /* Write a whole small dataset. */
@@ -102,13 +89,13 @@ static int truth_open(struct truth_file *t, const char *path, uint64_t n, uint32
 		return -EIO;
 	uint32_t geo[3] = {cfg->geometry.samples_per_ascan, cfg->geometry.ascans_per_bscan,
 	                   cfg->geometry.bscans_per_volume};
-	int rc = h5_uint_attr(t->dset, "samples_ascans_bscans", 3, geo);
+	int rc = vr_h5_attr_u32v(t->dset, "samples_ascans_bscans", geo, 3);
 	if (!rc)
-		rc = h5_uint_attr(t->dset, "stride", 2, cfg->geometry.stride);
+		rc = vr_h5_attr_u32v(t->dset, "stride", cfg->geometry.stride, 2);
 	if (!rc)
-		rc = h5_uint_attr(t->dset, "depth_range", 2, cfg->geometry.depth_range);
+		rc = vr_h5_attr_u32v(t->dset, "depth_range", cfg->geometry.depth_range, 2);
 	if (!rc)
-		rc = h5_uint_attr(t->dset, "zero_pad", 1, &cfg->preprocess.zero_pad);
+		rc = vr_h5_attr_u32v(t->dset, "zero_pad", &cfg->preprocess.zero_pad, 1);
 	return rc;
 }
 
