@@ -503,6 +503,58 @@ def test_sigusr2_resets_history_and_sigusr1_logs_statistics(daemons):
     assert "ring_full" in d.log_text()
 
 
+# ---- journald ------------------------------------------------------------------------------
+
+JOURNAL_SOCKET = pathlib.Path("/run/systemd/journal/socket")
+
+
+def test_under_systemd_it_logs_structured_fields_to_the_journal(daemons):
+    """With stderr connected to the journal (JOURNAL_STREAM names it), every line goes to
+    journald's native socket with PRIORITY, SYSLOG_IDENTIFIER, VOLREC_INSTANCE and, for
+    lifecycle messages, VOLREC_EVENT. The test stands in for journald on its real socket."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to stand in for journald at /run/systemd/journal/socket")
+    if JOURNAL_SOCKET.exists():
+        pytest.skip("a journald runs here; not standing in for it")
+    made = [p for p in (JOURNAL_SOCKET.parent.parent, JOURNAL_SOCKET.parent) if not p.exists()]
+    JOURNAL_SOCKET.parent.mkdir(parents=True, exist_ok=True)
+    journal = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        journal.bind(str(JOURNAL_SOCKET))
+        journal.settimeout(0.2)
+        d = daemons()
+        d.log_path.touch()
+        st = os.stat(d.log_path)  # the daemon's stderr: "systemd connected it to the journal"
+        d.start(env_extra={"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"})
+        d.ready()
+        d.signal(signal.SIGUSR1)
+        entries, end = [], time.monotonic() + TIMEOUT
+        while time.monotonic() < end and not (
+                any(e.get("VOLREC_EVENT") == "started" for e in entries)
+                and any("statistics:" in e.get("MESSAGE", "") for e in entries)):
+            try:
+                raw = journal.recv(65536)
+            except socket.timeout:
+                continue
+            entries.append(dict(line.split("=", 1) for line in raw.decode().splitlines()
+                                if "=" in line))
+        started = [e for e in entries if e.get("VOLREC_EVENT") == "started"]
+        assert started, entries
+        assert started[0]["VOLREC_INSTANCE"] == d.instance
+        assert started[0]["SYSLOG_IDENTIFIER"] == "volrecd"
+        assert started[0]["PRIORITY"] in {"5", "6"}  # notice or info
+        assert any("statistics:" in e.get("MESSAGE", "") for e in entries), entries
+        assert all("PRIORITY" in e and "MESSAGE" in e for e in entries)
+        d.signal(signal.SIGTERM)
+        assert d.wait_exit() == 0
+        assert "volrecd[" not in d.log_text()  # nothing printed as plain lines meanwhile
+    finally:
+        journal.close()
+        JOURNAL_SOCKET.unlink(missing_ok=True)
+        for p in reversed(made):  # only the folders this test made
+            p.rmdir()
+
+
 # ---- overflow ------------------------------------------------------------------------------
 
 def test_source_faster_than_processing_drops_are_counted_exactly(daemons):
