@@ -27,7 +27,7 @@ Q := @
 msg = @printf '  %-7s %s\n' '$(1)' '$(2)'
 endif
 
-PKGS := libzmq yaml-0.1 fftw3f libsystemd libpng
+PKGS := libzmq yaml-0.1 fftw3f libsystemd libpng json-c
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 HDF5_CFLAGS := -I/usr/include/hdf5/serial
 HDF5_LIBS := -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5
@@ -92,7 +92,7 @@ UNIT_ARCHIVES :=
 TEST_PROGRAMS :=
 INSTALL_RULES :=
 # What every program that processes data links (recursive: modules fill it in).
-CORE_ARCHIVES = cfg be cpu sim src $(if $(filter 1,$(HAVE_CUDA)),gpu)
+CORE_ARCHIVES = cfg be cpu sim src base $(if $(filter 1,$(HAVE_CUDA)),gpu)
 
 # obj is used by module.mk files (target-specific flags), so it is defined before them.
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
@@ -199,7 +199,7 @@ format-check:
 	$(Q)clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev libfftw3-dev \
-	libhdf5-dev libpng-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
+	libhdf5-dev libpng-dev libjson-c-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
 	python3-h5py python3-pytest-timeout clang-format clang libclang-rt-14-dev \
 	debhelper dh-python dpkg-dev fakeroot lintian systemd man-db groff-base
 deps:

@@ -125,3 +125,65 @@ int be_epoch_wait(struct be_backend *be, uint64_t epoch, char *err, size_t errle
 	be->sync_pending = false;
 	return 0;
 }
+
+unsigned be_caps(const struct be_backend *be)
+{
+	unsigned caps = 0;
+
+	if (be->ops->epoch_finish_async && be->ops->epoch_wait)
+		caps |= BE_CAP_ASYNC;
+	if (strcmp(be->ops->name, "cpu") != 0)
+		caps |= BE_CAP_DEVICE | BE_CAP_REGISTER;
+	return caps;
+}
+
+const char *be_name(const struct be_backend *be)
+{
+	return be->ops->name;
+}
+
+const char *be_device(const struct be_backend *be)
+{
+	return be->ops->device(be->state);
+}
+
+int be_host_alloc(struct be_backend *be, size_t size, void **ptr)
+{
+	return be->ops->host_alloc(be->state, size, ptr);
+}
+
+void be_host_free(struct be_backend *be, void *ptr)
+{
+	be->ops->host_free(be->state, ptr);
+}
+
+int be_host_register(struct be_backend *be, void *ptr, size_t size)
+{
+	return be->ops->host_register(be->state, ptr, size);
+}
+
+void be_host_unregister(struct be_backend *be, void *ptr)
+{
+	be->ops->host_unregister(be->state, ptr);
+}
+
+int be_bscan_submit(struct be_backend *be, uint64_t epoch, uint32_t bscan, const void *raw)
+{
+	return be->ops->bscan_submit(be->state, epoch, bscan, raw);
+}
+
+int be_epoch_finish(struct be_backend *be, uint64_t epoch, const struct be_output *out, char *err,
+                    size_t errlen)
+{
+	return be->ops->epoch_finish(be->state, epoch, out, err, errlen);
+}
+
+int be_update_live(struct be_backend *be, const struct vr_config *cfg, char *err, size_t errlen)
+{
+	return be->ops->update_live(be->state, cfg, err, errlen);
+}
+
+void be_reset_history(struct be_backend *be)
+{
+	be->ops->reset_history(be->state);
+}

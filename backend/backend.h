@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/base.h"
 #include "../config/config.h"
 
 struct be_backend;
@@ -107,6 +108,29 @@ __attribute__((warn_unused_result)) int be_epoch_finish_async(struct be_backend 
                                                               char *err, size_t errlen);
 __attribute__((warn_unused_result)) int be_epoch_wait(struct be_backend *be, uint64_t epoch,
                                                       char *err, size_t errlen);
+
+/*
+ * Wrappers: every caller goes through these, never through ops-> (STYLE 17). Contracts are
+ * those of struct be_ops above; the wrappers enforce the call-order rules once.
+ */
+/* Capability flags of a backend (be_caps). */
+#define BE_CAP_ASYNC    0x1u /* epoch_finish_async/epoch_wait really overlap work */
+#define BE_CAP_DEVICE   0x2u /* processes on a device: host memory should be pinned/registered */
+#define BE_CAP_REGISTER 0x4u /* host_register makes caller memory faster to transfer */
+unsigned be_caps(const struct be_backend *be);
+const char *be_name(const struct be_backend *be);
+const char *be_device(const struct be_backend *be);
+VR_MUST_CHECK int be_host_alloc(struct be_backend *be, size_t size, void **ptr);
+void be_host_free(struct be_backend *be, void *ptr);
+VR_MUST_CHECK int be_host_register(struct be_backend *be, void *ptr, size_t size);
+void be_host_unregister(struct be_backend *be, void *ptr);
+VR_MUST_CHECK int be_bscan_submit(struct be_backend *be, uint64_t epoch, uint32_t bscan,
+                                  const void *raw);
+VR_MUST_CHECK int be_epoch_finish(struct be_backend *be, uint64_t epoch,
+                                  const struct be_output *out, char *err, size_t errlen);
+VR_MUST_CHECK int be_update_live(struct be_backend *be, const struct vr_config *cfg, char *err,
+                                 size_t errlen);
+void be_reset_history(struct be_backend *be);
 
 /* Whether this build has the CUDA backend compiled in. */
 bool be_have_cuda(void);

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The base layer every module may use (prefix vr_): clocks, error text, percentiles over a
+ * bounded window of samples, UTF-8 checking, and small helpers for JSON through json-c.
+ * Nothing here logs or allocates behind the caller's back except where a function says so.
+ */
+#ifndef VOLREC_BASE_H
+#define VOLREC_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* A function whose result must be looked at (curl's WARN_UNUSED_RESULT). */
+#define VR_MUST_CHECK __attribute__((warn_unused_result))
+/* A printf-like function: argument fmt is the format, first the first checked argument. */
+#define VR_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
+#define VR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- clocks ------------------------------------------------------------------------------- */
+
+/* Nanoseconds on clock clk (CLOCK_MONOTONIC, CLOCK_REALTIME, ...). */
+uint64_t vr_now_ns(clockid_t clk);
+static inline uint64_t vr_mono_ns(void)
+{
+	return vr_now_ns(CLOCK_MONOTONIC);
+}
+static inline uint64_t vr_real_ns(void)
+{
+	return vr_now_ns(CLOCK_REALTIME);
+}
+/* Seconds on CLOCK_MONOTONIC, for durations. */
+static inline double vr_mono_s(void)
+{
+	return (double)vr_now_ns(CLOCK_MONOTONIC) * 1e-9;
+}
+/* Sleep for ns nanoseconds on CLOCK_MONOTONIC, resuming after signals. */
+void vr_sleep_ns(uint64_t ns);
+
+/* ---- the scan-offset schedule ------------------------------------------------------------ */
+
+/*
+ * The VolRec scan offset of epoch e for strides (sx, sy) (docs/algorithms.md): the one
+ * definition that sources, simulator, backends and the pipeline all use.
+ */
+void vr_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy);
+
+/* ---- error text --------------------------------------------------------------------------- */
+
+/*
+ * Write a message into err (errlen bytes, may be 0/NULL) and return code, so that a failing
+ * function reads `return vr_err(err, errlen, -EINVAL, "what: %s", why);`. The rule
+ * (docs/architecture.md): the callee names itself and what failed; a caller adds context
+ * only when it adds information.
+ */
+int vr_err(char *err, size_t errlen, int code, const char *fmt, ...) VR_PRINTF(4, 5);
+/* As vr_err, appending ": " and strerror(-code). */
+int vr_err_errno(char *err, size_t errlen, int code, const char *fmt, ...) VR_PRINTF(4, 5);
+/* Prepend "prefix: " to the message already in err (for a caller adding real context). */
+void vr_err_prefix(char *err, size_t errlen, const char *fmt, ...) VR_PRINTF(3, 4);
+
+/* ---- percentiles -------------------------------------------------------------------------- */
+
+/* Nearest-rank percentile p (0..100) of v[0..n): sorts v in place. NAN when n is 0. */
+double vr_percentile(double *v, size_t n, double p);
+
+/* A bounded window of the most recent samples (latencies in ms, say). */
+#define VR_WINDOW_SAMPLES 1024
+struct vr_window {
+	float v[VR_WINDOW_SAMPLES]; /* ring of samples */
+	uint32_t next;              /* where the next sample goes */
+	uint32_t n;                 /* samples held, <= VR_WINDOW_SAMPLES */
+};
+/* Add a sample; negative or NaN values count as 0. */
+void vr_window_add(struct vr_window *w, double x);
+/* Nearest-rank percentiles p[0..k) (0..100) of the samples into out; NAN when empty. */
+void vr_window_percentiles(const struct vr_window *w, const double *p, double *out, size_t k);
+
+/* ---- text --------------------------------------------------------------------------------- */
+
+/* Whether s[0..len) is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
+bool vr_utf8_valid(const char *s, size_t len);
+/*
+ * Copy the NUL-terminated string s into out (outlen > 0), replacing each byte that is not part
+ * of valid UTF-8 by U+FFFD and each control character but tab/newline by U+FFFD; truncates at a
+ * character boundary. For text that comes from a shim, a camera or a file and goes to JSON,
+ * logs or terminals. Returns the number of replacements.
+ */
+size_t vr_utf8_sanitize(const char *s, char *out, size_t outlen);
+
+#endif

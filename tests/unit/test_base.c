@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/* The base layer: error text, percentiles, the sample window, UTF-8 checks. */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "vrtest.h"
+#include "../../base/base.h"
+
+static void test_err_returns_code_and_writes_message(void **state)
+{
+	char err[64];
+
+	(void)state;
+	assert_int_equal(vr_err(err, sizeof(err), -EINVAL, "bad %s", "thing"), -EINVAL);
+	assert_string_equal(err, "bad thing");
+	assert_int_equal(vr_err_errno(err, sizeof(err), -ENOENT, "open %s", "x"), -ENOENT);
+	assert_string_equal(err, "open x: No such file or directory");
+	vr_err_prefix(err, sizeof(err), "replay %d", 3);
+	assert_string_equal(err, "replay 3: open x: No such file or directory");
+	assert_int_equal(vr_err(NULL, 0, -EIO, "ignored"), -EIO);
+}
+
+static void test_percentile_nearest_rank(void **state)
+{
+	double v[] = {5, 1, 4, 2, 3, 10, 9, 8, 7, 6};
+
+	(void)state;
+	assert_true(vr_percentile(v, 10, 50) == 5.0);
+	assert_true(vr_percentile(v, 10, 99) == 10.0);
+	assert_true(vr_percentile(v, 10, 0) == 1.0);
+	assert_true(vr_percentile(v, 10, 10) == 1.0);
+	assert_true(vr_percentile(v, 10, 11) == 2.0);
+	assert_true(isnan(vr_percentile(v, 0, 50)));
+}
+
+static void test_window_keeps_the_latest_samples(void **state)
+{
+	static struct vr_window w;
+	const double p[] = {50, 99, 100};
+	double out[3];
+
+	(void)state;
+	vr_window_percentiles(&w, p, out, 3);
+	assert_true(isnan(out[0]) && isnan(out[2]));
+	for (int i = 0; i < 3 * VR_WINDOW_SAMPLES; i++)
+		vr_window_add(&w, i < 2 * VR_WINDOW_SAMPLES ? 1000.0 : (double)(i % 100));
+	vr_window_percentiles(&w, p, out, 3);
+	assert_int_equal(w.n, VR_WINDOW_SAMPLES);
+	assert_true(out[2] == 99.0);
+	assert_true(out[0] >= 48.0 && out[0] <= 51.0);
+	vr_window_add(&w, NAN);
+	vr_window_add(&w, -5.0);
+	vr_window_percentiles(&w, p, out, 1);
+	assert_true(out[0] <= 51.0);
+}
+
+static void test_utf8_validity(void **state)
+{
+	(void)state;
+	assert_true(vr_utf8_valid("plain", 5));
+	{
+		const char *s = "\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80";
+		assert_true(vr_utf8_valid(s, strlen(s)));
+		assert_false(vr_utf8_valid(s, strlen(s) - 1)); /* cut inside the last character */
+	}
+	assert_false(vr_utf8_valid("\xff", 1));
+	assert_false(vr_utf8_valid("\xc3", 1));             /* truncated */
+	assert_false(vr_utf8_valid("\xc0\xaf", 2));         /* overlong */
+	assert_false(vr_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
+	assert_false(vr_utf8_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
+}
+
+static void test_utf8_sanitize_replaces_bad_bytes(void **state)
+{
+	char out[32];
+
+	(void)state;
+	assert_int_equal(vr_utf8_sanitize("ok \xc3\xa9", out, sizeof(out)), 0);
+	assert_string_equal(out, "ok \xc3\xa9");
+	assert_int_equal(vr_utf8_sanitize("a\xff" "b\x01", out, sizeof(out)), 2);
+	assert_string_equal(out, "a\xef\xbf\xbd" "b\xef\xbf\xbd");
+	assert_true(vr_utf8_valid(out, strlen(out)));
+	/* truncation never splits a character */
+	assert_int_equal(vr_utf8_sanitize("\xc3\xa9\xc3\xa9", out, 4), 0);
+	assert_string_equal(out, "\xc3\xa9");
+}
+
+static void test_scan_offset_rasters_over_the_strides(void **state)
+{
+	uint32_t ox, oy;
+
+	(void)state;
+	vr_scan_offset(0, 3, 2, &ox, &oy);
+	assert_true(ox == 0 && oy == 0);
+	vr_scan_offset(4, 3, 2, &ox, &oy);
+	assert_true(ox == 1 && oy == 1);
+	vr_scan_offset(6 * 1000003ull + 5, 3, 2, &ox, &oy);
+	assert_true(ox == 2 && oy == 1);
+	vr_scan_offset(7, 1, 1, &ox, &oy);
+	assert_true(ox == 0 && oy == 0);
+	vr_scan_offset(7, 0, 0, &ox, &oy);
+	assert_true(ox == 0 && oy == 0);
+}
+
+VR_TEST_GROUP(base)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_err_returns_code_and_writes_message),
+	        cmocka_unit_test(test_percentile_nearest_rank),
+	        cmocka_unit_test(test_window_keeps_the_latest_samples),
+	        cmocka_unit_test(test_utf8_validity),
+	        cmocka_unit_test(test_utf8_sanitize_replaces_bad_bytes),
+	        cmocka_unit_test(test_scan_offset_rasters_over_the_strides),
+	};
+	return cmocka_run_group_tests_name("base", tests, NULL, NULL);
+}
