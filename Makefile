@@ -92,7 +92,12 @@ UNIT_ARCHIVES :=
 TEST_PROGRAMS :=
 INSTALL_RULES :=
 # What every program that processes data links (recursive: modules fill it in).
-CORE_ARCHIVES = cfg be cpu sim src base $(if $(filter 1,$(HAVE_CUDA)),gpu)
+CORE_ARCHIVES = beopen cpu $(if $(filter 1,$(HAVE_CUDA)),gpu) be src sim cfg base
+# Every archive, each before the archives it uses (no cycles: the backend selection beopen sits
+# above cpu and gpu, which use be). Programs link their archives in this order, whatever the
+# order of their name_ARCHIVES, so a plain single pass of the linker resolves everything; a
+# module that adds an archive adds it here.
+LINK_ORDER := vrclient ipc beopen cpu gpu be src sim cfg base
 
 # obj is used by module.mk files (target-specific flags), so it is defined before them.
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
@@ -100,6 +105,10 @@ include $(sort $(wildcard */module.mk) $(wildcard clients/*/module.mk) $(wildcar
 
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
 archive_libs = $(foreach a,$(1),$(B)/lib/lib$(a).a)
+# The archives of a program in LINK_ORDER (each once).
+link_archives = $(call archive_libs,$(filter $(1),$(LINK_ORDER)))
+$(foreach a,$(ARCHIVES),$(if $(filter $(a),$(LINK_ORDER)),,\
+	$(error archive $(a) is not in LINK_ORDER (top Makefile): add it before the archives it uses)))
 archive_ldlibs = $(sort $(foreach a,$(1),$($(a)_LDLIBS)))
 
 $(B)/obj/%.o: %.c
@@ -125,8 +134,8 @@ define link_rule
 $(2): $(call obj,$($(1)_SRCS)) $(call archive_libs,$($(1)_ARCHIVES))
 	$$(call msg,LD,$$@)
 	@mkdir -p $$(@D)
-	$(Q)$(CC) $(LDFLAGS) -o $$@ $(call obj,$($(1)_SRCS)) -Wl,--start-group \
-		$(call archive_libs,$($(1)_ARCHIVES)) -Wl,--end-group \
+	$(Q)$(CC) $(LDFLAGS) -o $$@ $(call obj,$($(1)_SRCS)) \
+		$(call link_archives,$($(1)_ARCHIVES)) \
 		$($(1)_LDLIBS) $(call archive_ldlibs,$($(1)_ARCHIVES)) $(LDLIBS)
 ALL_OBJS += $(call obj,$($(1)_SRCS))
 endef
@@ -137,8 +146,8 @@ $(B)/lib/lib$(1).so.$($(1)_SOVERSION): $(call obj,$($(1)_SRCS)) $(call archive_l
 	@mkdir -p $$(@D)
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,lib$(1).so.$($(1)_SOVERSION) \
 		$(if $($(1)_VERSION_SCRIPT),-Wl$(comma)--version-script=$($(1)_VERSION_SCRIPT)) -o $$@ \
-		$(call obj,$($(1)_SRCS)) -Wl,--start-group $(call archive_libs,$($(1)_ARCHIVES)) \
-		-Wl,--end-group $($(1)_LDLIBS) $(call archive_ldlibs,$($(1)_ARCHIVES)) $(LDLIBS)
+		$(call obj,$($(1)_SRCS)) $(call link_archives,$($(1)_ARCHIVES)) \
+		$($(1)_LDLIBS) $(call archive_ldlibs,$($(1)_ARCHIVES)) $(LDLIBS)
 $(B)/lib/lib$(1).so: $(B)/lib/lib$(1).so.$($(1)_SOVERSION)
 	$(Q)ln -sf lib$(1).so.$($(1)_SOVERSION) $$@
 ALL_OBJS += $(call obj,$($(1)_SRCS))

@@ -51,12 +51,9 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 		goto fail;
 	ipc_writer_slot_buffers(pub->w, &pub->slots, &pub->nslots, &size);
 	for (uint32_t i = 0; i < pub->nslots; i++) {
-		rc = be->ops->host_register(be->state, pub->slots[i], size);
+		rc = be_host_register(be, pub->slots[i], size);
 		if (rc < 0) {
-			snprintf(
-			        err, errlen,
-			        "backend %s: registering shm slot %u (%zu bytes) for transfers: %s",
-			        be->ops->name, i, size, strerror(-rc));
+			snprintf(err, errlen, "shm slot %u: %s", i, be_last_error(be));
 			goto fail;
 		}
 		pub->nregistered++;
@@ -75,7 +72,7 @@ void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm)
 	if (pub->in_progress)
 		ipc_writer_abort(pub->w, &pub->cur);
 	for (uint32_t i = 0; i < pub->nregistered; i++)
-		pub->be->ops->host_unregister(pub->be->state, pub->slots[i]);
+		be_host_unregister(pub->be, pub->slots[i]);
 	ipc_writer_close(pub->w, unlink_shm);
 	free(pub);
 }
