@@ -52,7 +52,8 @@ static int rig_setup(void **state)
 	for (int s = 0; s < 2; s++)
 		for (int b = 0; b < NY; b++)
 			for (int i = 0; i < NX * K; i++)
-				raw[s][b][i] = (uint16_t)(30000 + ((s * 7 + b * 131 + i) * 7919u) % 5000u);
+				raw[s][b][i] =
+				        (uint16_t)(30000 + ((s * 7 + b * 131 + i) * 7919u) % 5000u);
 	small_config(&r->c);
 	assert_int_equal(be_open(&r->c, &r->be, NULL, 0, r->err, sizeof(r->err)), 0);
 	assert_int_equal(be_open(&r->c, &r->ref, NULL, 0, r->err, sizeof(r->err)), 0);
@@ -129,7 +130,8 @@ static void test_submit_twice(void **state)
 	submit(r->be, 1, 1, 0, 2);
 	/* the second submission of B-scan 1 (other data) is refused: the first one stays */
 	assert_int_equal(be_bscan_submit(r->be, 1, 1, raw[0][1]), -EINVAL);
-	assert_string_equal(be_last_error(r->be), "cpu backend: B-scan 1 of epoch 1 submitted twice");
+	assert_string_equal(be_last_error(r->be),
+	                    "cpu backend: B-scan 1 of epoch 1 submitted twice");
 	submit(r->be, 1, 1, 2, NY);
 	assert_int_equal(be_epoch_finish(r->be, 1, &r->out, r->err, sizeof(r->err)), 0);
 	same_as_reference(r, 1, 1);
@@ -159,8 +161,7 @@ static void test_finish_needs_every_bscan(void **state)
 	submit(r->be, 0, 0, 0, 2);
 	assert_int_equal(be_epoch_finish(r->be, 0, &r->out, r->err, sizeof(r->err)), -EINVAL);
 	assert_string_equal(r->err, "cpu backend: epoch 0 finished with 2 of 3 B-scans submitted");
-	assert_int_equal(be_epoch_finish_async(r->be, 0, &r->out, r->err, sizeof(r->err)),
-	                 -EINVAL);
+	assert_int_equal(be_epoch_finish_async(r->be, 0, &r->out, r->err, sizeof(r->err)), -EINVAL);
 	assert_int_equal(be_epoch_finish(r->be, 1, &r->out, r->err, sizeof(r->err)), -EINVAL);
 	assert_string_equal(r->err, "cpu backend: epoch 1 finished, but the B-scans submitted (2 "
 	                            "of 3) are epoch 0's");
@@ -270,8 +271,7 @@ static int flaky_submit(void *st, uint64_t e, uint32_t b, const void *raw_bscan)
 	return be_cpu_ops.bscan_submit(st, e, b, raw_bscan);
 }
 
-static int flaky_finish(void *st, uint64_t e, const struct be_output *out, char *err,
-                        size_t errlen)
+static int flaky_finish(void *st, uint64_t e, const struct be_output *out, char *err, size_t errlen)
 {
 	if (flaky_failed) {
 		flaky_failed = false;
