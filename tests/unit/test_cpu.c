@@ -404,7 +404,11 @@ static void test_fig2_interlacing(void **s)
 		struct be_output out = {.lowres = L, .full = full};
 		if (be_epoch_finish(be, e, &out, err, sizeof(err)) < 0)
 			fail_msg("%s", err);
-		uint32_t ox = e % 3, oy = (uint32_t)(e / 3);
+		uint32_t ox, oy;
+		/* the one schedule (base/) is Fig. 2's: ox = e mod 3, oy = e div 3 */
+		vr_scan_offset(e, 3, 3, &ox, &oy);
+		assert_int_equal(ox, e % 3);
+		assert_int_equal(oy, e / 3);
 		/* Fig. 2: epoch 0 at [0,0], [0,3], [0,6], ...; epoch 1 at [0,1], [0,4], ... */
 		for (int y = 0; y < N3; y++)
 			for (int x = 0; x < N3; x++) {
