@@ -466,7 +466,7 @@ bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config 
 const char *const cfg_backend_names[] = {"auto", "cuda", "cpu", NULL};
 const char *const cfg_source_names[] = {"synth", "replay", "shim", NULL};
 const char *const cfg_replay_format_names[] = {"auto", "raw", NULL};
-const char *const cfg_sample_names[] = {"u16", "i16", "f32", NULL};
+const char *const cfg_sample_names[] = {"u16", "i16", "f32", "u12p", "u12gv", NULL};
 const char *const cfg_background_names[] = {"ascan_mean", "bscan_mean", "bscan_median",
                                             "reference",  "none",       NULL};
 const char *const cfg_resample_names[] = {"none", "linear", "cubic", "spline", NULL};

@@ -20,7 +20,14 @@
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
 enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
 enum cfg_replay_format { CFG_REPLAY_AUTO, CFG_REPLAY_RAW };
-enum cfg_sample { CFG_SAMPLE_U16, CFG_SAMPLE_I16, CFG_SAMPLE_F32 };
+/* Raw sample types (ALGORITHMS.md §0); u12p and u12gv pack two 12-bit samples in 3 bytes. */
+enum cfg_sample {
+	CFG_SAMPLE_U16,
+	CFG_SAMPLE_I16,
+	CFG_SAMPLE_F32,
+	CFG_SAMPLE_U12P,
+	CFG_SAMPLE_U12GV
+};
 enum cfg_background {
 	CFG_BG_ASCAN_MEAN,
 	CFG_BG_BSCAN_MEAN,
@@ -175,15 +182,25 @@ static inline uint32_t cfg_stride_area(const struct vr_config *c)
 {
 	return c->geometry.stride[0] * c->geometry.stride[1];
 }
-static inline size_t cfg_sample_size(const struct vr_config *c)
+/* Whether t packs two samples in three bytes (u12p, u12gv: K must be even). */
+static inline bool cfg_sample_packed(enum cfg_sample t)
 {
-	return c->geometry.sample_type == CFG_SAMPLE_F32 ? 4 : 2;
+	return t == CFG_SAMPLE_U12P || t == CFG_SAMPLE_U12GV;
+}
+/* Bytes of n samples of type t (n even for the packed types). */
+static inline size_t cfg_sample_bytes(enum cfg_sample t, size_t n)
+{
+	return cfg_sample_packed(t) ? n / 2 * 3 : t == CFG_SAMPLE_F32 ? n * 4 : n * 2;
+}
+/* Bytes of one raw A-scan: K samples. */
+static inline size_t cfg_ascan_bytes(const struct vr_config *c)
+{
+	return cfg_sample_bytes(c->geometry.sample_type, c->geometry.samples_per_ascan);
 }
 /* Bytes of one raw B-scan: nx * K samples. */
 static inline size_t cfg_bscan_bytes(const struct vr_config *c)
 {
-	return (size_t)c->geometry.ascans_per_bscan * c->geometry.samples_per_ascan *
-	       cfg_sample_size(c);
+	return (size_t)c->geometry.ascans_per_bscan * cfg_ascan_bytes(c);
 }
 /* Voxels of one output volume: Y * X * Z (the low-resolution one when mode is none). */
 static inline size_t cfg_out_voxels(const struct vr_config *c)

@@ -214,8 +214,19 @@ static int check_geometry(struct cfg_ctx *ctx)
 
 	if (c->geometry.sample_type == CFG_SAMPLE_F32 && c->geometry.bit_shift)
 		return cfg_error(ctx, -EINVAL, "geometry.bit_shift",
-		                 "%u with sample_type f32 (0; a shift applies to u16 and i16 only)",
+		                 "%u with sample_type f32 (0; a shift applies to integer samples "
+		                 "only)",
 		                 c->geometry.bit_shift);
+	if (cfg_sample_packed(c->geometry.sample_type) && c->geometry.samples_per_ascan % 2)
+		return cfg_error(ctx, -EINVAL, "geometry.samples_per_ascan",
+		                 "%u is odd with sample_type %s (two samples share three bytes: K "
+		                 "must be even)",
+		                 c->geometry.samples_per_ascan,
+		                 cfg_sample_name(c->geometry.sample_type));
+	if (cfg_sample_packed(c->geometry.sample_type) && c->geometry.bit_shift > 11)
+		return cfg_error(ctx, -ERANGE, "geometry.bit_shift",
+		                 "%u with sample_type %s (0..11: the samples have 12 bits)",
+		                 c->geometry.bit_shift, cfg_sample_name(c->geometry.sample_type));
 	if (zp != 1 && zp != 2 && zp != 4)
 		return cfg_error(ctx, -EINVAL, "preprocess.zero_pad",
 		                 "%u is not allowed (1, 2 or 4)", zp);
@@ -294,8 +305,7 @@ static int check_geometry(struct cfg_ctx *ctx)
 		        "GiB)",
 		        c->output.slots, gib(slot), gib(slot * c->output.slots),
 		        gib(CFG_MAX_SLOTS_BYTES));
-	uint64_t ring = (uint64_t)c->pipeline.ring_bscans * c->geometry.ascans_per_bscan *
-	                c->geometry.samples_per_ascan * cfg_sample_size(c);
+	uint64_t ring = (uint64_t)c->pipeline.ring_bscans * cfg_bscan_bytes(c);
 	if (ring > CFG_MAX_RING_BYTES)
 		return cfg_error(ctx, -EOVERFLOW, "pipeline.ring_bscans",
 		                 "%u B-scans of %llu bytes need %.1f GiB (at most %.0f GiB; at "

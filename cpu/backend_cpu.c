@@ -185,6 +185,11 @@ static int check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "geometry.bit_shift: %u, allowed 0..15", g->bit_shift);
 		return -EINVAL;
 	}
+	if (cfg_sample_packed(g->sample_type) && g->samples_per_ascan % 2) {
+		snprintf(err, errlen, "geometry.samples_per_ascan: %u is odd with sample_type %s",
+		         g->samples_per_ascan, cfg_sample_name(g->sample_type));
+		return -EINVAL;
+	}
 	return 0;
 }
 

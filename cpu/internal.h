@@ -106,6 +106,19 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 void cpu_parallel(struct cpu_state *st, size_t n,
                   void (*fn)(struct cpu_worker *w, size_t item, void *ctx), void *ctx);
 
+/* Unpack the pair of 12-bit samples in bytes p[0..2] (ALGORITHMS.md §0): u12p is PFNC
+ * Mono12p (LSB first), u12gv GigE Vision Mono12Packed. */
+static inline void cpu_unpack12(const uint8_t *p, bool gv, uint32_t *s0, uint32_t *s1)
+{
+	if (gv) {
+		*s0 = (uint32_t)p[0] << 4 | (p[1] & 0xfu);
+		*s1 = (uint32_t)p[2] << 4 | p[1] >> 4;
+	} else {
+		*s0 = p[0] | (uint32_t)(p[1] & 0xfu) << 8;
+		*s1 = (uint32_t)(p[1] >> 4) | (uint32_t)p[2] << 4;
+	}
+}
+
 static inline uint8_t cpu_quantize(float v)
 {
 	return (uint8_t)(int)(255.0f * v + 0.5f); /* v in [0, 1]: truncation is floor */

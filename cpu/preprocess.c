@@ -17,6 +17,23 @@ static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_
 	const size_t off = (size_t)a * K;
 
 	switch (st->sample_type) {
+	case CFG_SAMPLE_U12P:
+	case CFG_SAMPLE_U12GV: {
+		/* packed: two samples in three bytes, unpacked here in the convert step */
+		const uint8_t *s = (const uint8_t *)raw + off / 2 * 3;
+		const bool gv = st->sample_type == CFG_SAMPLE_U12GV;
+		uint64_t sum = 0;
+		for (uint32_t k = 0; k < K; k += 2, s += 3) {
+			uint32_t v0, v1;
+			cpu_unpack12(s, gv, &v0, &v1);
+			v0 >>= sh;
+			v1 >>= sh;
+			sum += v0 + v1;
+			out[k] = (float)v0;
+			out[k + 1] = (float)v1;
+		}
+		return (double)sum;
+	}
 	case CFG_SAMPLE_U16: {
 		const uint16_t *s = (const uint16_t *)raw + off;
 		uint64_t sum = 0;
@@ -57,6 +74,13 @@ static float sample_at(const struct cpu_state *st, const void *raw, size_t i)
 		return (float)((uint32_t)((const uint16_t *)raw)[i] >> st->bit_shift);
 	case CFG_SAMPLE_I16:
 		return (float)((int32_t)((const int16_t *)raw)[i] >> st->bit_shift);
+	case CFG_SAMPLE_U12P:
+	case CFG_SAMPLE_U12GV: {
+		uint32_t v0, v1;
+		cpu_unpack12((const uint8_t *)raw + i / 2 * 3, st->sample_type == CFG_SAMPLE_U12GV,
+		             &v0, &v1);
+		return (float)((i & 1 ? v1 : v0) >> st->bit_shift);
+	}
 	case CFG_SAMPLE_F32:
 	default:
 		return ((const float *)raw)[i];

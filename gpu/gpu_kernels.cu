@@ -18,28 +18,83 @@ __constant__ float c_g[4];
 
 /* ---- conversion ------------------------------------------------------------------------ */
 
+/*
+ * gpu_sample<ST>: the raw sample type ST as the kernels read it. `type` is what a raw pointer
+ * points at, row(a, K) the offset of A-scan a in units of `type`, at(row, k, sh) converted
+ * sample k of a row (integers divided by 2^sh, floor). The packed 12-bit types (ALGORITHMS.md
+ * §0) are bytes, unpacked here: the host-to-device copy carries 1.5 bytes per sample.
+ */
 template <int ST> struct gpu_sample;
-template <> struct gpu_sample<CFG_SAMPLE_U16> {
-	typedef uint16_t type;
+template <typename T, typename C> struct gpu_plain {
+	typedef T type;
+	static constexpr bool packed = false;
+	static __device__ __forceinline__ size_t row(int a, int K)
+	{
+		return (size_t)a * K;
+	}
+	static __device__ __forceinline__ float at(const T *r, int k, int sh)
+	{
+		return C::conv(r[k], sh);
+	}
+};
+template <> struct gpu_sample<CFG_SAMPLE_U16> : gpu_plain<uint16_t, gpu_sample<CFG_SAMPLE_U16>> {
 	static __device__ __forceinline__ float conv(uint16_t v, int sh)
 	{
 		return (float)(v >> sh);
 	}
 };
-template <> struct gpu_sample<CFG_SAMPLE_I16> {
-	typedef int16_t type;
+template <> struct gpu_sample<CFG_SAMPLE_I16> : gpu_plain<int16_t, gpu_sample<CFG_SAMPLE_I16>> {
 	/* floor(v / 2^sh): arithmetic shift of a signed int. */
 	static __device__ __forceinline__ float conv(int16_t v, int sh)
 	{
 		return (float)((int)v >> sh);
 	}
 };
-template <> struct gpu_sample<CFG_SAMPLE_F32> {
-	typedef float type;
+template <> struct gpu_sample<CFG_SAMPLE_F32> : gpu_plain<float, gpu_sample<CFG_SAMPLE_F32>> {
 	static __device__ __forceinline__ float conv(float v, int sh)
 	{
 		return v;
 	}
+};
+
+/* The pair of 12-bit samples in bytes b0 b1 b2: Mono12p (LSB first) or Mono12Packed (GV). */
+template <bool GV>
+static __device__ __forceinline__ void gpu_unpack12(uint32_t b0, uint32_t b1, uint32_t b2,
+                                                    uint32_t &s0, uint32_t &s1)
+{
+	if (GV) {
+		s0 = b0 << 4 | (b1 & 0xfu);
+		s1 = b2 << 4 | b1 >> 4;
+	} else {
+		s0 = b0 | (b1 & 0xfu) << 8;
+		s1 = b1 >> 4 | b2 << 4;
+	}
+}
+
+template <bool GV> struct gpu_packed12 {
+	typedef uint8_t type;
+	static constexpr bool packed = true;
+	static constexpr bool gv = GV;
+	static __device__ __forceinline__ size_t row(int a, int K)
+	{
+		return (size_t)a * (size_t)(K / 2) * 3; /* K is even */
+	}
+	static __device__ __forceinline__ float at(const uint8_t *r, int k, int sh)
+	{
+		const uint8_t *q = r + (size_t)(k >> 1) * 3;
+		uint32_t v;
+		if (k & 1)
+			v = GV ? (uint32_t)q[2] << 4 | q[1] >> 4
+			       : (uint32_t)(q[1] >> 4) | (uint32_t)q[2] << 4;
+		else
+			v = GV ? (uint32_t)q[0] << 4 | (q[1] & 0xfu)
+			       : q[0] | (uint32_t)(q[1] & 0xfu) << 8;
+		return (float)(v >> sh);
+	}
+};
+template <> struct gpu_sample<CFG_SAMPLE_U12P> : gpu_packed12<false> {
+};
+template <> struct gpu_sample<CFG_SAMPLE_U12GV> : gpu_packed12<true> {
 };
 
 /* Block-wide sum in double; every thread gets the result. blockDim.x == GPU_THREADS. */
@@ -88,7 +143,7 @@ __global__ void k_colmean(const typename gpu_sample<ST>::type *raw, int K, int n
 		return;
 	double s = 0;
 	for (int a = 0; a < nx; a++)
-		s += gpu_sample<ST>::conv(raw[(size_t)a * K + k], sh);
+		s += gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh);
 	col[k] = (float)(s / nx);
 }
 
@@ -100,7 +155,8 @@ __global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int
 	extern __shared__ float sv[];
 	const int k = blockIdx.x;
 	for (int a = threadIdx.x; a < n2; a += blockDim.x)
-		sv[a] = a < nx ? gpu_sample<ST>::conv(raw[(size_t)a * K + k], sh) : INFINITY;
+		sv[a] = a < nx ? gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh)
+		               : INFINITY;
 	__syncthreads();
 	for (int size = 2; size <= n2; size <<= 1) {
 		for (int stride = size >> 1; stride > 0; stride >>= 1) {
@@ -121,14 +177,41 @@ __global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int
 }
 
 /* Sum in double of one A-scan's converted samples over the threads of a block (thread i takes
- * samples i, i + blockDim.x, ...; 8 u16/i16 or 4 f32 per 16-byte load when vec). Integer
- * samples sum exactly in double, so the order does not change the result for them. */
+ * samples i, i + blockDim.x, ...; 8 u16/i16 or 4 f32 per 16-byte load, 8 packed 12-bit
+ * samples per three 4-byte loads when vec). Integer samples sum exactly in double, so the
+ * order does not change the result for them. */
 template <int ST>
 static __device__ double gpu_row_sum(const typename gpu_sample<ST>::type *row, int K, int sh,
                                      bool vec)
 {
 	double s = 0.0;
-	if (vec && ST != CFG_SAMPLE_F32) {
+	if constexpr (gpu_sample<ST>::packed) {
+		uint32_t u = 0; /* at most 65536 samples of 12 bits: no overflow */
+		if (vec) {
+			const uint32_t *rw = (const uint32_t *)row;
+			for (int i = threadIdx.x; i < K / 8; i += blockDim.x) {
+				const uint32_t w[3] = {__ldg(&rw[3 * i]), __ldg(&rw[3 * i + 1]),
+				                       __ldg(&rw[3 * i + 2])};
+#pragma unroll
+				for (int q = 0; q < 4; q++) {
+					/* little-endian: byte n of the 12 is bits 8(n%4) of word n/4 */
+					const int n = 3 * q;
+					const uint32_t b0 = (w[n / 4] >> (8 * (n % 4))) & 0xffu;
+					const uint32_t b1 =
+					        (w[(n + 1) / 4] >> (8 * ((n + 1) % 4))) & 0xffu;
+					const uint32_t b2 =
+					        (w[(n + 2) / 4] >> (8 * ((n + 2) % 4))) & 0xffu;
+					uint32_t s0, s1;
+					gpu_unpack12<gpu_sample<ST>::gv>(b0, b1, b2, s0, s1);
+					u += (s0 >> sh) + (s1 >> sh);
+				}
+			}
+		} else {
+			for (int k = threadIdx.x; k < K; k += blockDim.x)
+				u += (uint32_t)gpu_sample<ST>::at(row, k, sh);
+		}
+		return (double)u;
+	} else if (vec && ST != CFG_SAMPLE_F32) {
 		const uint4 *rv = (const uint4 *)row;
 		for (int i = threadIdx.x; i < K / 8; i += blockDim.x) {
 			const uint4 v = __ldg(&rv[i]);
@@ -175,7 +258,7 @@ __global__ void __launch_bounds__(GPU_THREADS)
 {
 	__shared__ double red[GPU_THREADS / 32 + 1];
 	const int a = blockIdx.y, K = p.K;
-	const typename gpu_sample<ST>::type *row = raw + (size_t)a * K;
+	const typename gpu_sample<ST>::type *row = raw + gpu_sample<ST>::row(a, K);
 	float mean = 0.0f;
 
 	if (p.background == CFG_BG_ASCAN_MEAN)
@@ -184,7 +267,7 @@ __global__ void __launch_bounds__(GPU_THREADS)
 	for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < len; j += gridDim.x * blockDim.x) {
 		float x = 0.0f;
 		if (j < K) {
-			x = gpu_sample<ST>::conv(row[j], p.bit_shift);
+			x = gpu_sample<ST>::at(row, j, p.bit_shift);
 			if (p.background == CFG_BG_ASCAN_MEAN)
 				x -= mean;
 			else if (p.background == CFG_BG_BSCAN_MEAN ||
@@ -477,6 +560,14 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 			k_colmean<CFG_SAMPLE_I16><<<g, GPU_THREADS, 0, s>>>(
 			        (const int16_t *)raw, p->K, p->nx, p->bit_shift, col);
 			break;
+		case CFG_SAMPLE_U12P:
+			k_colmean<CFG_SAMPLE_U12P><<<g, GPU_THREADS, 0, s>>>(
+			        (const uint8_t *)raw, p->K, p->nx, p->bit_shift, col);
+			break;
+		case CFG_SAMPLE_U12GV:
+			k_colmean<CFG_SAMPLE_U12GV><<<g, GPU_THREADS, 0, s>>>(
+			        (const uint8_t *)raw, p->K, p->nx, p->bit_shift, col);
+			break;
 		default:
 			k_colmean<CFG_SAMPLE_F32><<<g, GPU_THREADS, 0, s>>>(
 			        (const float *)raw, p->K, p->nx, p->bit_shift, col);
@@ -498,6 +589,14 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 		k_colmedian<CFG_SAMPLE_I16><<<p->K, threads, shm, s>>>(
 		        (const int16_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
 		break;
+	case CFG_SAMPLE_U12P:
+		k_colmedian<CFG_SAMPLE_U12P><<<p->K, threads, shm, s>>>(
+		        (const uint8_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
+		break;
+	case CFG_SAMPLE_U12GV:
+		k_colmedian<CFG_SAMPLE_U12GV><<<p->K, threads, shm, s>>>(
+		        (const uint8_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
+		break;
 	default:
 		k_colmedian<CFG_SAMPLE_F32><<<p->K, threads, shm, s>>>(
 		        (const float *)raw, p->K, p->nx, n2, p->bit_shift, col);
@@ -515,7 +614,8 @@ static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, co
 	const int len = DIRECT ? p->N : p->K;
 	const int per_block = GPU_THREADS * GPU_CONV_PER_THREAD;
 	const dim3 g((unsigned)((len + per_block - 1) / per_block), (unsigned)p->nx);
-	/* rows of 16-byte multiples from a cudaMalloc'd (256-byte aligned) base */
+	/* rows of 16-byte multiples from a cudaMalloc'd (256-byte aligned) base; packed rows of
+	 * K % 8 == 0 samples are 12-byte multiples, read as 4-byte words */
 	const bool aligned = ((uintptr_t)raw & 15u) == 0;
 	switch (p->sample_type) {
 	case CFG_SAMPLE_U16:
@@ -525,6 +625,14 @@ static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, co
 	case CFG_SAMPLE_I16:
 		k_convert<CFG_SAMPLE_I16, DIRECT><<<g, GPU_THREADS, 0, s>>>(
 		        *p, *t, (const int16_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
+		break;
+	case CFG_SAMPLE_U12P:
+		k_convert<CFG_SAMPLE_U12P, DIRECT><<<g, GPU_THREADS, 0, s>>>(
+		        *p, *t, (const uint8_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
+		break;
+	case CFG_SAMPLE_U12GV:
+		k_convert<CFG_SAMPLE_U12GV, DIRECT><<<g, GPU_THREADS, 0, s>>>(
+		        *p, *t, (const uint8_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
 		break;
 	default:
 		k_convert<CFG_SAMPLE_F32, DIRECT><<<g, GPU_THREADS, 0, s>>>(

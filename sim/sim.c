@@ -67,7 +67,7 @@ typedef float v4f __attribute__((vector_size(16)));
 struct sim {
 	struct sim_params p;
 	uint32_t K, X, Y;
-	size_t ssize;
+	size_t abytes;     /* bytes of one raw A-scan */
 	double dz;         /* mm per depth bin */
 	uint32_t zlo, zhi; /* bins that may hold tissue */
 	int32_t zc;        /* demodulation centre bin */
@@ -148,6 +148,12 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	case CFG_SAMPLE_I16:
 		p->sample_type = VOLREC_SAMPLE_I16;
 		break;
+	case CFG_SAMPLE_U12P:
+		p->sample_type = VOLREC_SAMPLE_U12P;
+		break;
+	case CFG_SAMPLE_U12GV:
+		p->sample_type = VOLREC_SAMPLE_U12GV;
+		break;
 	default:
 		p->sample_type = VOLREC_SAMPLE_F32;
 		break;
@@ -207,17 +213,21 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 	if (!p->stride_x || !p->stride_y || p->stride_x > 64 || p->stride_y > 64)
 		return fail(err, errlen, -EINVAL, "synth: stride [%u, %u] out of range (1..64)",
 		            p->stride_x, p->stride_y);
-	if (p->sample_type > VOLREC_SAMPLE_F32)
+	if (p->sample_type > VOLREC_SAMPLE_U12GV)
 		return fail(err, errlen, -EINVAL, "synth: unknown sample type %u", p->sample_type);
-	if (p->bit_shift > 15)
-		return fail(err, errlen, -EINVAL, "synth: bit_shift %u out of range (0..15)",
-		            p->bit_shift);
+	if (p->sample_type >= VOLREC_SAMPLE_U12P && p->samples_per_ascan % 2)
+		return fail(err, errlen, -EINVAL,
+		            "synth: samples_per_ascan %u is odd with a packed 12-bit sample type",
+		            p->samples_per_ascan);
+	if (p->bit_shift > (p->sample_type >= VOLREC_SAMPLE_U12P ? 11u : 15u))
+		return fail(err, errlen, -EINVAL, "synth: bit_shift %u out of range (0..%u)",
+		            p->bit_shift, p->sample_type >= VOLREC_SAMPLE_U12P ? 11u : 15u);
 	if (!isfinite(p->deg_per_s) || !isfinite(p->snr_db) || !isfinite(p->rate) || p->rate < 0)
 		return fail(err, errlen, -EINVAL,
 		            "synth: rate %g, deg_per_s %g and snr_db %g must be finite (rate >= 0)",
 		            p->rate, p->deg_per_s, p->snr_db);
-	bytes = (uint64_t)p->samples_per_ascan * p->ascans_per_bscan *
-	        (p->sample_type == VOLREC_SAMPLE_F32 ? 4 : 2);
+	bytes = (uint64_t)p->ascans_per_bscan *
+	        volrec_sample_bytes(p->sample_type, p->samples_per_ascan);
 	if (bytes > (1ull << 31))
 		return fail(err, errlen, -EINVAL,
 		            "synth: one B-scan would be %llu bytes (max 2 GiB)",
@@ -292,7 +302,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	K = s->K = p->samples_per_ascan;
 	s->X = p->ascans_per_bscan * p->stride_x;
 	s->Y = p->bscans_per_volume * p->stride_y;
-	s->ssize = p->sample_type == VOLREC_SAMPLE_F32 ? 4 : 2;
+	s->abytes = volrec_sample_bytes(p->sample_type, K);
 	s->dz = SIM_DEPTH_MM / (K / 2.0);
 	s->zlo = (uint32_t)ceil(TISSUE_TOP_MM / s->dz);
 	s->zhi = (uint32_t)floor(TISSUE_BOT_MM / s->dz);
@@ -300,7 +310,9 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->mirror = strcmp(p->phantom, "mirror") == 0;
 	s->zm = (uint32_t)lround(SIM_MIRROR_MM / s->dz);
 
-	s->fs = p->sample_type == VOLREC_SAMPLE_F32 ? 65535.0 : (double)(65535u >> p->bit_shift);
+	s->fs = p->sample_type == VOLREC_SAMPLE_F32    ? 65535.0
+	        : p->sample_type >= VOLREC_SAMPLE_U12P ? (double)(4095u >> p->bit_shift)
+	                                               : (double)(65535u >> p->bit_shift);
 	s->dc = 0.45 * s->fs;
 	s->amp = 0.25 * s->dc / sqrt(K / 8.0);
 	s->sigma = p->noiseless ? 0 : s->amp * sqrt((double)K) / 2 * pow(10, -p->snr_db / 20);
@@ -398,7 +410,7 @@ const struct sim_params *sim_params(const struct sim *s)
 
 size_t sim_bscan_bytes(const struct sim *s)
 {
-	return (size_t)s->K * s->p.ascans_per_bscan * s->ssize;
+	return s->abytes * s->p.ascans_per_bscan;
 }
 
 double sim_epoch_time(const struct sim *s, uint64_t epoch)
@@ -632,6 +644,28 @@ static void quantize(const struct sim *s, void *dst)
 			/* truncation is floor for v >= 0 */
 			o[i] = (uint16_t)((uint32_t)v << s->p.bit_shift);
 		}
+	} else if (s->p.sample_type >= VOLREC_SAMPLE_U12P) {
+		/* a 12-bit digitizer, packed two samples in three bytes (ALGORITHMS.md §0) */
+		uint8_t *o = dst;
+		float fs = (float)s->fs;
+		bool gv = s->p.sample_type == VOLREC_SAMPLE_U12GV;
+		for (uint32_t i = 0; i < K; i += 2, o += 3) {
+			uint32_t q[2];
+			for (uint32_t j = 0; j < 2; j++) {
+				float v = s->spec[i + j] + 0.5f;
+				v = v < 0 ? 0 : v > fs ? fs : v;
+				q[j] = (uint32_t)v << s->p.bit_shift;
+			}
+			if (gv) {
+				o[0] = (uint8_t)(q[0] >> 4);
+				o[1] = (uint8_t)((q[0] & 0xf) | (q[1] & 0xf) << 4);
+				o[2] = (uint8_t)(q[1] >> 4);
+			} else {
+				o[0] = (uint8_t)q[0];
+				o[1] = (uint8_t)((q[0] >> 8) | (q[1] & 0xf) << 4);
+				o[2] = (uint8_t)(q[1] >> 4);
+			}
+		}
 	} else {
 		int16_t *o = dst;
 		float half = (float)((s->fs + 1) / 2);
@@ -666,7 +700,7 @@ int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t 
 		lab_xy(s, Yf, xl * p->stride_x + ox, &x, &y);
 		column_at(s, epoch, x, y, &c);
 		ascan(s, &c, mix64(bkey + a));
-		quantize(s, out + (size_t)a * s->K * s->ssize);
+		quantize(s, out + (size_t)a * s->abytes);
 	}
 	return 0;
 }

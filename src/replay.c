@@ -62,11 +62,6 @@ static void wr64(uint8_t *p, uint64_t v)
 	wr32(p + 4, (uint32_t)(v >> 32));
 }
 
-static size_t sample_bytes(uint32_t t)
-{
-	return t == VOLREC_SAMPLE_F32 ? 4 : 2;
-}
-
 static void printable(char *dst, const uint8_t *src, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -133,9 +128,11 @@ int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 		return src_err(err, errlen, -EINVAL,
 		               "reserved header bytes 56..63 are 0x%llx, must be 0",
 		               (unsigned long long)reserved);
-	if (h.sample_type > VOLREC_SAMPLE_F32)
+	if (h.sample_type > VOLREC_SAMPLE_U12GV)
 		return src_err(err, errlen, -EINVAL,
-		               "unknown sample type %u (0 = u16, 1 = i16, 2 = f32)", h.sample_type);
+		               "unknown sample type %u (0 = u16, 1 = i16, 2 = f32, 3 = u12p, "
+		               "4 = u12gv)",
+		               h.sample_type);
 	if (h.flags & ~SRC_REPLAY_FLAGS_KNOWN)
 		return src_err(err, errlen, -EINVAL, "unknown flags 0x%x (known: 0x%x)", h.flags,
 		               SRC_REPLAY_FLAGS_KNOWN);
@@ -183,8 +180,13 @@ int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 		               "metadata holds a NUL byte at offset %td (YAML text expected)",
 		               (const uint8_t *)nul - buf);
 
-	epoch_bytes = (uint64_t)h.bscans_per_volume * h.ascans_per_bscan * h.samples_per_ascan *
-	              sample_bytes(h.sample_type);
+	if (h.sample_type >= VOLREC_SAMPLE_U12P && h.samples_per_ascan % 2)
+		return src_err(err, errlen, -EINVAL,
+		               "samples_per_ascan %u is odd with the packed sample type %s (K "
+		               "must be even)",
+		               h.samples_per_ascan, src_sample_name(h.sample_type));
+	epoch_bytes = (uint64_t)h.bscans_per_volume * h.ascans_per_bscan *
+	              volrec_sample_bytes(h.sample_type, h.samples_per_ascan);
 	if (h.epochs > (UINT64_MAX - h.header_size) / epoch_bytes)
 		return src_err(err, errlen, -EINVAL,
 		               "%llu epochs of %llu bytes overflow a file size",
@@ -551,8 +553,8 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 	snprintf(r->path, sizeof(r->path), "%s", path);
 	src_geometry_from_config(&r->geo, cfg, flags);
 	r->loop = cfg->source.replay.loop && !(flags & SRC_NO_LOOP);
-	r->bscan_bytes = (size_t)r->geo.ascans_per_bscan * r->geo.samples_per_ascan *
-	                 sample_bytes(r->geo.sample_type);
+	r->bscan_bytes = (size_t)r->geo.ascans_per_bscan *
+	                 volrec_sample_bytes(r->geo.sample_type, r->geo.samples_per_ascan);
 	epoch_bytes = (uint64_t)r->bscan_bytes * r->geo.bscans_per_volume;
 	if (!epoch_bytes) {
 		rc = src_err(err, errlen, -EINVAL,
@@ -571,11 +573,11 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 		if (r->map_len % epoch_bytes) {
 			rc = src_err(err, errlen, -EINVAL,
 			             "replay %s (raw): file length %zu is not a whole number of "
-			             "epochs of %llu bytes (%u B-scans x %u A-scans x %u samples x "
-			             "%zu bytes): %llu whole epochs and %llu bytes left over",
+			             "epochs of %llu bytes (%u B-scans x %u A-scans x %u samples "
+			             "%s): %llu whole epochs and %llu bytes left over",
 			             path, r->map_len, (unsigned long long)epoch_bytes,
 			             r->geo.bscans_per_volume, r->geo.ascans_per_bscan,
-			             r->geo.samples_per_ascan, sample_bytes(r->geo.sample_type),
+			             r->geo.samples_per_ascan, src_sample_name(r->geo.sample_type),
 			             (unsigned long long)(r->map_len / epoch_bytes),
 			             (unsigned long long)(r->map_len % epoch_bytes));
 			goto out_unmap;
@@ -646,7 +648,8 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 	uint8_t *hdr = NULL;
 	int rc;
 
-	if (info->sample_type > VOLREC_SAMPLE_F32 || !info->samples_per_ascan ||
+	if (info->sample_type > VOLREC_SAMPLE_U12GV || !info->samples_per_ascan ||
+	    (info->sample_type >= VOLREC_SAMPLE_U12P && info->samples_per_ascan % 2) ||
 	    !info->ascans_per_bscan || !info->bscans_per_volume || !info->epochs ||
 	    !info->stride_x || !info->stride_y || (info->flags & ~SRC_REPLAY_FLAGS_KNOWN))
 		return src_err(err, errlen, -EINVAL, "replay writer %s: invalid header fields",
@@ -675,8 +678,8 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 	if (!w)
 		return src_err(err, errlen, -ENOMEM, "replay writer: out of memory");
 	snprintf(w->path, sizeof(w->path), "%s", path);
-	w->bscan_bytes = (size_t)info->ascans_per_bscan * info->samples_per_ascan *
-	                 sample_bytes(info->sample_type);
+	w->bscan_bytes = (size_t)info->ascans_per_bscan *
+	                 volrec_sample_bytes(info->sample_type, info->samples_per_ascan);
 	w->want = info->epochs * info->bscans_per_volume;
 	w->f = fopen(path, "wbe");
 	if (!w->f) {

@@ -44,6 +44,10 @@ const char *src_sample_name(uint32_t t)
 		return "i16";
 	case VOLREC_SAMPLE_F32:
 		return "f32";
+	case VOLREC_SAMPLE_U12P:
+		return "u12p";
+	case VOLREC_SAMPLE_U12GV:
+		return "u12gv";
 	default:
 		return "unknown";
 	}
@@ -134,6 +138,12 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 	case CFG_SAMPLE_I16:
 		g->sample_type = VOLREC_SAMPLE_I16;
 		break;
+	case CFG_SAMPLE_U12P:
+		g->sample_type = VOLREC_SAMPLE_U12P;
+		break;
+	case CFG_SAMPLE_U12GV:
+		g->sample_type = VOLREC_SAMPLE_U12GV;
+		break;
 	default:
 		g->sample_type = VOLREC_SAMPLE_F32;
 		break;
@@ -141,6 +151,7 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 	g->stride_x = cfg->geometry.stride[0];
 	g->stride_y = cfg->geometry.stride[1];
 	g->bidirectional = cfg->geometry.bidirectional;
+	g->flags = (flags & SRC_DROP_MARKS) ? VOLREC_SHIM_GEOMETRY_MARKS : 0;
 	g->rate = (flags & SRC_UNPACED) ? 0 : cfg->source.rate;
 }
 
@@ -151,7 +162,7 @@ int src_open(const struct vr_config *cfg, unsigned flags, struct src_source *src
 	int rc;
 
 	memset(&s, 0, sizeof(s));
-	if (flags & ~(SRC_UNPACED | SRC_NO_LOOP))
+	if (flags & ~(SRC_UNPACED | SRC_NO_LOOP | SRC_DROP_MARKS))
 		return src_err(err, errlen, -EINVAL, "src_open: unknown flags 0x%x", flags);
 	switch (cfg->source.type) {
 	case CFG_SOURCE_SYNTH:

@@ -16,6 +16,8 @@
 
 #define SRC_UNPACED 0x1u /* ignore source.rate: deliver as fast as asked (offline processing) */
 #define SRC_NO_LOOP 0x2u /* replay: report end of file (-ENODATA) instead of looping */
+/* The caller honours VOLREC_SHIM_META_LOST / _INCOMPLETE (told to shims in geometry.flags). */
+#define SRC_DROP_MARKS 0x4u
 
 /* An opened source: the ops table and its handle, plus what the daemon needs to know. */
 struct src_source {

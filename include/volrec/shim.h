@@ -29,7 +29,30 @@ enum volrec_sample_type {
 	VOLREC_SAMPLE_U16 = 0, /* unsigned 16-bit little-endian */
 	VOLREC_SAMPLE_I16 = 1, /* signed 16-bit little-endian */
 	VOLREC_SAMPLE_F32 = 2, /* IEEE float32 little-endian */
+	/* Two 12-bit samples in three bytes b0 b1 b2 (an A-scan's K is even): */
+	VOLREC_SAMPLE_U12P =
+	        3, /* PFNC Mono12p: s0 = b0 | (b1 & 0xF) << 8, s1 = b1 >> 4 | b2 << 4 */
+	VOLREC_SAMPLE_U12GV = 4, /* GigE Vision Mono12Packed: s0 = b0 << 4 | (b1 & 0xF),
+	                          * s1 = b2 << 4 | b1 >> 4 */
 };
+
+/* Bytes of n samples of type t (n even for the packed types), 0 for an unknown type: a
+ * B-scan is volrec_sample_bytes(t, nx * K) bytes. */
+static inline size_t volrec_sample_bytes(uint32_t t, size_t n)
+{
+	switch (t) {
+	case VOLREC_SAMPLE_U16:
+	case VOLREC_SAMPLE_I16:
+		return n * 2;
+	case VOLREC_SAMPLE_F32:
+		return n * 4;
+	case VOLREC_SAMPLE_U12P:
+	case VOLREC_SAMPLE_U12GV:
+		return n / 2 * 3;
+	default:
+		return 0;
+	}
+}
 
 /* What volrecd expects the shim to deliver; given to configure(). */
 struct volrec_shim_geometry {
@@ -40,7 +63,8 @@ struct volrec_shim_geometry {
 	uint32_t stride_x;          /* sx: full-resolution positions per low-res A-scan */
 	uint32_t stride_y;          /* sy */
 	uint32_t bidirectional;     /* 1: odd B-scans are scanned right to left */
-	uint32_t reserved;          /* 0 */
+	uint32_t flags;             /* VOLREC_SHIM_GEOMETRY_*: what the caller understands (was
+	                             * `reserved`, always 0, before these flags) */
 	double rate;                /* requested epochs per second, 0 = free running */
 };
 
@@ -52,7 +76,17 @@ struct volrec_shim_info {
 	uint32_t flags;   /* reserved, 0 */
 };
 
+/* geometry.flags: the caller honours VOLREC_SHIM_META_LOST and VOLREC_SHIM_META_INCOMPLETE.
+ * Without it a shim must not set them (it reports a loss as an error instead). */
+#define VOLREC_SHIM_GEOMETRY_MARKS 0x1u
+
 #define VOLREC_SHIM_META_DROPPED_BEFORE 0x1u /* the grabber lost data before this B-scan */
+/* The B-scan due at (epoch, bscan) never arrived (a frame-id gap, the grabber had no buffer):
+ * the call succeeds, counting the position, but the buffer holds no data. */
+#define VOLREC_SHIM_META_LOST 0x2u
+/* The B-scan due at (epoch, bscan) arrived incomplete (missing packets, wrong size): the
+ * call succeeds, counting the position, but the data must not be used. */
+#define VOLREC_SHIM_META_INCOMPLETE 0x4u
 
 /* Filled by acquire() for each B-scan. */
 struct volrec_shim_meta {
@@ -76,8 +110,10 @@ struct volrec_shim_ops {
 	/* The scan offset (ox, oy) of `epoch`, told before its first B-scan is acquired. */
 	int (*set_scan_offset)(void *handle, uint64_t epoch, uint32_t ox, uint32_t oy);
 	int (*start)(void *handle);
-	/* Fill buffer (size = nx * K * sample size bytes) with the next B-scan, waiting at most
-	 * timeout_ms. -ETIMEDOUT when nothing came in time; the buffer is then unspecified. */
+	/* Fill buffer (size = volrec_sample_bytes(type, nx * K)) with the next B-scan, waiting at
+	 * most timeout_ms. -ETIMEDOUT when nothing came in time; the buffer is then unspecified.
+	 * meta says which (epoch, bscan) it is; with geometry.flags VOLREC_SHIM_GEOMETRY_MARKS a
+	 * position that was lost or arrived incomplete is reported by a flag instead of data. */
 	int (*acquire)(void *handle, void *buffer, size_t size, int timeout_ms,
 	               struct volrec_shim_meta *meta);
 	int (*stop)(void *handle);
@@ -101,7 +137,7 @@ struct volrec_shim_ops {
 	 * backend (cudaHostRegister on CUDA); when it cannot, it uses acquire() instead. */
 	int (*ref_regions)(void *handle, struct volrec_shim_region *regions, uint32_t max,
 	                   uint32_t *count);
-	/* As acquire(), but *bscan points at the next B-scan (size = nx * K * sample size bytes,
+	/* As acquire(), but *bscan points at the next B-scan (volrec_sample_bytes(type, nx * K),
 	 * wholly inside one region) in the shim's memory; it stays valid and unchanged until
 	 * release_ref(handle, that pointer). When all its buffers are held the shim waits up to
 	 * timeout_ms as for data (-ETIMEDOUT). volrec holds at most pipeline.ring_bscans. */

@@ -262,6 +262,48 @@ static void c_sim_spline_bidir(struct vr_config *c)
 	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
 }
 
+/* Packed 12-bit input (ALGORITHMS.md §0), unpacked in the convert kernels: K % 8 == 0 takes
+ * the word-load path, other even K the byte path. */
+static void c_u12p(struct vr_config *c)
+{
+	geom(c, 512, 24, 20, 2, 3, CFG_SAMPLE_U12P);
+}
+
+static void c_u12gv_median(struct vr_config *c)
+{
+	geom(c, 300, 23, 14, 1, 1, CFG_SAMPLE_U12GV);
+	c->geometry.bit_shift = 1;
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEDIAN;
+	c->reconstruct.mode = CFG_RECON_NONE;
+}
+
+static void c_u12p_bmean_linear(struct vr_config *c)
+{
+	geom(c, 1000, 20, 12, 2, 2, CFG_SAMPLE_U12P);
+	c->geometry.bit_shift = 3;
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEAN;
+	c->preprocess.resample.method = CFG_RS_LINEAR;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY;
+	double poly[4] = {2.0, 999 - 6.0, 7.0, -3.0};
+	memcpy(c->preprocess.resample.poly, poly, sizeof(poly));
+}
+
+static void c_u12gv_ref(struct vr_config *c)
+{
+	geom(c, 256, 16, 12, 1, 1, CFG_SAMPLE_U12GV);
+	c->preprocess.background.mode = CFG_BG_REFERENCE;
+	double *r = table_new(256);
+	for (uint32_t k = 0; k < 256; k++)
+		r[k] = 2048.0 + 300.0 * sin(k * 0.07);
+	set_table(&c->preprocess.background.reference, r, 256, "reference");
+}
+
+static void c_sim_u12p(struct vr_config *c)
+{
+	c_sim_small(c);
+	c->geometry.sample_type = CFG_SAMPLE_U12P;
+}
+
 static void c_paper(struct vr_config *c)
 {
 	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
@@ -299,6 +341,14 @@ static const struct tcase cases[] = {
         {"sim-u16-bmean-cubic-disp", false, IN_SIM, 6, true, c_sim_small, EV_NONE, false},
         {"sim-i16-spline-median-bidir-cumul", false, IN_SIM, 5, false, c_sim_spline_bidir, EV_NONE,
          false},
+        {"rand-u12p-default", false, IN_RANDOM, 6, true, c_u12p, EV_NONE, false},
+        {"rand-u12gv-shift-median-k300-none", false, IN_RANDOM, 3, true, c_u12gv_median, EV_NONE,
+         false},
+        {"rand-u12p-shift-bmean-linear-k1000", false, IN_RANDOM, 5, false, c_u12p_bmean_linear,
+         EV_NONE, false},
+        {"rand-u12gv-reference-k256", false, IN_RANDOM, 3, true, c_u12gv_ref, EV_NONE, false},
+        {"sim-u12p-bmean-cubic-disp", false, IN_SIM, 5, true, c_sim_u12p, EV_NONE, false},
+        {"async-rand-u12p-default", false, IN_RANDOM, 6, true, c_u12p, EV_NONE, true},
         {"paper-rand-u16-60x60x8192-s5", true, IN_RANDOM, 27, false, c_paper, EV_NONE, false},
         {"paper-sim-u16-bmean-linear-disp-cumul", true, IN_SIM, 6, false, c_paper_sim, EV_NONE,
          false},
@@ -414,9 +464,16 @@ static int outs_alloc(struct outs *o, size_t vox, size_t low, size_t full)
 
 static void fill_random(const struct vr_config *c, uint8_t *raw, size_t bytes)
 {
-	const size_t n = bytes / cfg_sample_size(c);
+	const size_t n = bytes / (cfg_sample_packed(c->geometry.sample_type)
+	                                  ? 1
+	                                  : cfg_sample_bytes(c->geometry.sample_type, 1));
 
 	switch (c->geometry.sample_type) {
+	case CFG_SAMPLE_U12P:
+	case CFG_SAMPLE_U12GV: /* any bytes are valid packed samples */
+		for (size_t i = 0; i < n; i++)
+			raw[i] = (uint8_t)(rng_next() >> 56);
+		break;
 	case CFG_SAMPLE_U16:
 		for (size_t i = 0; i < n; i++)
 			((uint16_t *)raw)[i] = (uint16_t)(rng_next() >> 48);

@@ -46,6 +46,9 @@ def random_raw(rng, shape, sample_type, bit_shift):
     if sample_type == "i16":
         v = rng.integers(-2048, 2048, size=shape)
         return ((v << bit_shift) + low).astype("<i2")
+    if sample_type in ("u12p", "u12gv"):
+        v = rng.integers(0, 4096 >> bit_shift, size=shape)
+        return oct_ref.pack12((v << bit_shift) + low, sample_type)
     return (rng.normal(500.0, 800.0, size=shape)).astype("<f4")
 
 
@@ -89,6 +92,12 @@ CASES = {
     "i16_bit_shift": ({"geometry": {"sample_type": "i16", "bit_shift": 2}}, 1),
     "u16_bit_shift": ({"geometry": {"sample_type": "u16", "bit_shift": 4}}, 1),
     "f32": ({"geometry": {"sample_type": "f32"}}, 1),
+    "u12p": ({"geometry": {"sample_type": "u12p"}}, 2),
+    "u12gv_bit_shift_bscan_median": ({"geometry": {"sample_type": "u12gv", "bit_shift": 2},
+                                      "preprocess": {"background": {"mode": "bscan_median"}}}, 1),
+    "u12p_bscan_mean_cubic": ({"geometry": {"sample_type": "u12p", "bit_shift": 1},
+                               "preprocess": {"background": {"mode": "bscan_mean"},
+                                              "resample": {"method": "cubic", "table": "T"}}}, 1),
     "noncumulative_linear_sum_2x3": ({"geometry": {"stride": [2, 3]},
                                       "reconstruct": {"mode": "noncumulative"}}, 8),
     "noncumulative_exp_product_3x3": ({"geometry": {"stride": [3, 3]},
@@ -185,6 +194,15 @@ def test_process_matches_reference(name, tmp_path, bin_dir):
         frac = float(np.mean(diff <= 1))
         assert frac >= U8_FRACTION, f"{name} epoch {e}: u8 within 1 LSB on {100 * frac:.3f} %"
         assert diff.max() <= 2, f"{name} epoch {e}: u8 differs by {diff.max()}"
+
+
+def test_reference_unpacks_12_bit_by_hand():
+    """The reference's unpacking against hand-computed values (ALGORITHMS.md §0)."""
+    b = np.array([0xAB, 0xCD, 0xEF, 0xFF, 0x0F, 0x00], dtype=np.uint8)
+    assert oct_ref.unpack12(b, "u12p").tolist() == [0xDAB, 0xEFC, 0xFFF, 0x000]
+    assert oct_ref.unpack12(b, "u12gv").tolist() == [0xABD, 0xEFC, 0xFFF, 0x000]
+    for t in ("u12p", "u12gv"):
+        assert oct_ref.pack12(oct_ref.unpack12(b, t), t).tolist() == b.tolist()
 
 
 def test_reference_detects_a_wrong_window(tmp_path, bin_dir):

@@ -18,10 +18,44 @@ def _get(cfg, path, default=None):
 
 # ---- §1 preprocessing ----------------------------------------------------------------------
 
+def unpack12(raw, sample_type):
+    """Packed 12-bit samples (ALGORITHMS.md §0), bytes [..., 3K/2] -> integers [..., K]:
+    u12p (PFNC Mono12p) s0 = b0 | (b1 & 0xF) << 8, s1 = b1 >> 4 | b2 << 4; u12gv (GigE Vision
+    Mono12Packed) s0 = b0 << 4 | (b1 & 0xF), s1 = b2 << 4 | b1 >> 4."""
+    b = np.asarray(raw, dtype=np.uint8).astype(np.int64)
+    b = b.reshape(b.shape[:-1] + (b.shape[-1] // 3, 3))
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2]
+    if sample_type == "u12p":
+        s0, s1 = b0 | (b1 & 0xF) << 8, b1 >> 4 | b2 << 4
+    elif sample_type == "u12gv":
+        s0, s1 = b0 << 4 | (b1 & 0xF), b2 << 4 | b1 >> 4
+    else:
+        raise ValueError(f"not a packed sample type: {sample_type}")
+    return np.stack([s0, s1], axis=-1).reshape(b.shape[:-2] + (2 * b.shape[-2],))
+
+
+def pack12(values, sample_type):
+    """The inverse of unpack12: integers 0..4095 [..., K] (K even) -> bytes [..., 3K/2]."""
+    v = np.asarray(values, dtype=np.int64)
+    v = v.reshape(v.shape[:-1] + (v.shape[-1] // 2, 2))
+    s0, s1 = v[..., 0], v[..., 1]
+    if sample_type == "u12p":
+        b = (s0 & 0xFF, s0 >> 8 | (s1 & 0xF) << 4, s1 >> 4)
+    elif sample_type == "u12gv":
+        b = (s0 >> 4, (s0 & 0xF) | (s1 & 0xF) << 4, s1 >> 4)
+    else:
+        raise ValueError(f"not a packed sample type: {sample_type}")
+    out = np.stack(b, axis=-1).astype(np.uint8)
+    return out.reshape(out.shape[:-2] + (3 * out.shape[-2],))
+
+
 def convert(raw, sample_type, bit_shift):
-    """Samples to float64; integers divided by 2**bit_shift with floor."""
+    """Samples to float64; integers divided by 2**bit_shift with floor. Packed 12-bit types
+    come as bytes [..., 3K/2] and are unpacked first."""
+    if sample_type in ("u12p", "u12gv"):
+        raw = unpack12(raw, sample_type)
     s = raw.astype(np.float64)
-    if sample_type in ("u16", "i16") and bit_shift:
+    if sample_type != "f32" and bit_shift:
         s = np.floor(s / float(2 ** bit_shift))
     return s
 

@@ -310,6 +310,100 @@ static void test_median_odd_and_even(void **s)
 	}
 }
 
+/* ---- packed 12-bit samples (ALGORITHMS.md §0) ------------------------------------------------ */
+
+static void test_unpack12_hand_computed(void **s)
+{
+	/* b0 b1 b2 = AB CD EF: Mono12p s0 = AB | D << 8, s1 = C | EF << 4; Mono12Packed
+	 * s0 = AB << 4 | D, s1 = EF << 4 | C */
+	const uint8_t p[3] = {0xab, 0xcd, 0xef}, q[3] = {0xff, 0x0f, 0x00},
+	              r[3] = {0x00, 0xf0, 0xff};
+	uint32_t s0, s1;
+
+	(void)s;
+	cpu_unpack12(p, false, &s0, &s1);
+	assert_int_equal(s0, 0xdab);
+	assert_int_equal(s1, 0xefc);
+	cpu_unpack12(p, true, &s0, &s1);
+	assert_int_equal(s0, 0xabd);
+	assert_int_equal(s1, 0xefc);
+	cpu_unpack12(q, false, &s0, &s1);
+	assert_int_equal(s0, 0xfff);
+	assert_int_equal(s1, 0x000);
+	cpu_unpack12(q, true, &s0, &s1);
+	assert_int_equal(s0, 0xfff);
+	assert_int_equal(s1, 0x000);
+	cpu_unpack12(r, false, &s0, &s1);
+	assert_int_equal(s0, 0x000);
+	assert_int_equal(s1, 0xfff);
+	cpu_unpack12(r, true, &s0, &s1);
+	assert_int_equal(s0, 0x000);
+	assert_int_equal(s1, 0xfff);
+}
+
+/* Pack v[0..n) (12-bit values, n even) as u12p or u12gv. */
+static void pack12(const uint16_t *v, size_t n, bool gv, uint8_t *o)
+{
+	for (size_t i = 0; i < n; i += 2, o += 3) {
+		uint32_t a = v[i], b = v[i + 1];
+		o[0] = (uint8_t)(gv ? a >> 4 : a);
+		o[1] = (uint8_t)(gv ? (a & 0xf) | (b & 0xf) << 4 : (a >> 8) | (b & 0xf) << 4);
+		o[2] = (uint8_t)(b >> 4);
+	}
+}
+
+/* One epoch of the same 12-bit values as u16 and packed: identical outputs, for each
+ * background mode (the convert step and the median's per-sample reads). */
+static void packed_case(enum cfg_sample type, enum cfg_background bg, uint32_t shift)
+{
+	enum { K = 128, NX = 7, NY = 3 };
+	static uint16_t v[NY][NX][K];
+	static uint8_t packed[NY][NX][K / 2 * 3];
+	static float L16[NY * NX * K / 2], Lp[NY * NX * K / 2];
+	static uint8_t vol16[NY * NX * K / 2], volp[NY * NX * K / 2];
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	struct vr_config c;
+	char err[256] = "";
+
+	for (int b = 0; b < NY; b++)
+		for (int a = 0; a < NX; a++) {
+			for (int k = 0; k < K; k++) {
+				x = x * 6364136223846793005ull + 1442695040888963407ull;
+				v[b][a][k] = (uint16_t)(2048 + 900 * cos(0.4 * k + a) + (x >> 59));
+			}
+			pack12(v[b][a], K, type == CFG_SAMPLE_U12GV, packed[b][a]);
+		}
+	for (int pass = 0; pass < 2; pass++) {
+		base_config(&c, K, NX, NY);
+		c.geometry.sample_type = pass ? type : CFG_SAMPLE_U16;
+		c.geometry.bit_shift = shift;
+		c.preprocess.background.mode = bg;
+		struct be_backend *be = open_cpu(&c);
+		for (uint32_t b = 0; b < NY; b++)
+			assert_int_equal(be_bscan_submit(be, 0, b, pass ? (void *)packed[b] : v[b]),
+			                 0);
+		struct be_output out = {.volume = pass ? volp : vol16, .lowres = pass ? Lp : L16};
+		if (be_epoch_finish(be, 0, &out, err, sizeof(err)) < 0)
+			fail_msg("%s", err);
+		be_close(be);
+	}
+	for (size_t i = 0; i < sizeof(L16) / sizeof(L16[0]); i++)
+		if (memcmp(&L16[i], &Lp[i], sizeof(float)) || vol16[i] != volp[i])
+			fail_msg("%s %s shift %u: voxel %zu is %.9g (%u) packed, %.9g (%u) as u16",
+			         cfg_sample_name(type), cfg_background_name(bg), shift, i, Lp[i],
+			         volp[i], L16[i], vol16[i]);
+}
+
+static void test_packed12_equals_u16(void **s)
+{
+	(void)s;
+	packed_case(CFG_SAMPLE_U12P, CFG_BG_ASCAN_MEAN, 0);
+	packed_case(CFG_SAMPLE_U12GV, CFG_BG_ASCAN_MEAN, 0);
+	packed_case(CFG_SAMPLE_U12P, CFG_BG_BSCAN_MEDIAN, 2);
+	packed_case(CFG_SAMPLE_U12GV, CFG_BG_BSCAN_MEDIAN, 3);
+	packed_case(CFG_SAMPLE_U12GV, CFG_BG_BSCAN_MEAN, 1);
+}
+
 /* ---- a single reflector --------------------------------------------------------------------------- */
 
 static void reflector_case(uint32_t zp, bool flipz, uint32_t f, uint32_t want_bin)
@@ -508,6 +602,8 @@ VR_TEST_GROUP(cpu)
 	        cmocka_unit_test(test_spline_matches_direct_solve),
 	        cmocka_unit_test(test_wavelength_positions_invert_kappa),
 	        cmocka_unit_test(test_median_odd_and_even),
+	        cmocka_unit_test(test_unpack12_hand_computed),
+	        cmocka_unit_test(test_packed12_equals_u16),
 	        cmocka_unit_test(test_reflector_lands_in_its_bin),
 	        cmocka_unit_test(test_fig2_interlacing),
 	        cmocka_unit_test(test_exp_weights_and_constant_volume),
