@@ -288,7 +288,7 @@ static void test_enums_list_the_allowed_values(void **state)
 	load_bad("backend: CUDA\n", "1:10", "'CUDA' is not allowed (one of: auto, cuda, cpu)");
 	load_bad("source: {type: file}\n", "1:16", "(one of: synth, replay, shim)");
 	load_bad("source: {replay: {format: hdf5}}\n", "1:27", "(one of: auto, raw)");
-	load_bad("geometry: {sample_type: u8}\n", "1:25", "(one of: u16, i16, f32)");
+	load_bad("geometry: {sample_type: u8}\n", "1:25", "(one of: u16, i16, f32, u12p, u12gv)");
 	load_bad("preprocess: {background: {mode: median}}\n", "1:33",
 	         "(one of: ascan_mean, bscan_mean, bscan_median, reference, none)");
 	load_bad("preprocess: {resample: {method: quintic}}\n", "1:33",
@@ -333,6 +333,14 @@ static void test_geometry_consistency(void **state)
 	cfg_free(&c);
 	load_bad("geometry: {depth_range: [10, 5]}\n", "1:25", "[10, 5] is empty (z0 < z1");
 	load_bad("geometry: {stride: [0, 5]}\n", "1:21", "geometry.stride[0]: 0 is out of range");
+	load_bad("geometry: {samples_per_ascan: 1001, sample_type: u12p, depth_range: [0, 500]}\n",
+	         "1:31", "geometry.samples_per_ascan: 1001 is odd with sample_type u12p");
+	load_bad("geometry: {sample_type: u12gv, bit_shift: 12}\n", "1:43",
+	         "geometry.bit_shift: 12 with sample_type u12gv (0..11");
+	load_ok(&c, "geometry: {samples_per_ascan: 1000, sample_type: u12p, bit_shift: 4, "
+	            "ascans_per_bscan: 10, depth_range: [0, 500]}\n");
+	assert_int_equal(cfg_bscan_bytes(&c), 10 * 1500);
+	cfg_free(&c);
 	load_bad("geometry: {stride: [12, 12]}\n", "1:20", "interlaces 144 epochs");
 	load_ok(&c, "geometry: {stride: [64, 2]}\n");
 	assert_int_equal(cfg_stride_area(&c), 128);
