@@ -200,6 +200,8 @@ static int check_source(struct cfg_ctx *ctx)
 			return cfg_error(ctx, -EINVAL, "pipeline.overflow",
 			                 "block would stall a hardware source (drop_epoch with "
 			                 "source.type shim; block only with synth or replay)");
+		if (!strchr(c->source.shim.library, '/'))
+			return 0; /* a shipped shim's short name (`genicam`): src/shim.c finds it */
 		return check_readable(ctx, "source.shim.library", c->source.shim.library,
 		                      "shim library");
 	}

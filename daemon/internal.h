@@ -104,6 +104,8 @@ enum vrd_drop {
 	VRD_DROP_PROCESSING_ERROR, /* acquired, but the backend or the writer failed on its epoch */
 	VRD_DROP_SOURCE_ERROR,     /* acquire() failed: a B-scan never acquired */
 	VRD_DROP_SOURCE_TIMEOUT,   /* acquire() timed out: a B-scan never acquired */
+	VRD_DROP_SOURCE_LOST,      /* the source marked it lost (VOLREC_SHIM_META_LOST) */
+	VRD_DROP_SOURCE_INCOMPLETE, /* the source marked it incomplete (_META_INCOMPLETE) */
 	VRD_DROP_COUNT,
 };
 extern const char *const vrd_drop_names[VRD_DROP_COUNT];

@@ -21,6 +21,8 @@ const char *const vrd_drop_names[VRD_DROP_COUNT] = {
         [VRD_DROP_PROCESSING_ERROR] = "processing_error",
         [VRD_DROP_SOURCE_ERROR] = "source_error",
         [VRD_DROP_SOURCE_TIMEOUT] = "source_timeout",
+        [VRD_DROP_SOURCE_LOST] = "source_lost",
+        [VRD_DROP_SOURCE_INCOMPLETE] = "source_incomplete",
 };
 
 enum { LAT_E2E, LAT_PRE, LAT_REC, LAT_PUB, LAT_N };
@@ -289,7 +291,7 @@ static int source_reopen(struct vrd_pipeline *pl)
 		pl->src_is_open = false;
 	}
 	memset(&pl->src, 0, sizeof(pl->src));
-	rc = src_open(&pl->cfg, 0, &pl->src, err, sizeof(err));
+	rc = src_open(&pl->cfg, SRC_DROP_MARKS, &pl->src, err, sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_WARNING, "source_fault", "source: reopening failed: %s", err);
 		return rc;
@@ -402,6 +404,7 @@ static void *acq_main(void *arg)
 	while (1) {
 		uint32_t ox, oy, b;
 		bool dropping = false, cut = false;
+		enum vrd_drop dropping_why = VRD_DROP_RING_FULL; /* the rest of a dropped epoch */
 		int rc;
 
 		pthread_mutex_lock(&pl->mu);
@@ -520,12 +523,29 @@ static void *acq_main(void *arg)
 					goto out;
 				break;
 			}
+			if (meta.flags & (VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)) {
+				/* the source lost this position: the epoch cannot be whole, the
+				 * rest of it is acquired (positions stay aligned) and dropped */
+				pthread_mutex_lock(&pl->mu);
+				if (pl->zc)
+					release_one(pl, data);
+				pl->c.drops[meta.flags & VOLREC_SHIM_META_LOST
+				                    ? VRD_DROP_SOURCE_LOST
+				                    : VRD_DROP_SOURCE_INCOMPLETE]++;
+				if (!dropping) {
+					cut_pending(pl);
+					dropping = true;
+					dropping_why = VRD_DROP_INCOMPLETE_EPOCH;
+				}
+				pthread_mutex_unlock(&pl->mu);
+				continue;
+			}
 			pthread_mutex_lock(&pl->mu);
 			pl->c.acquired++;
 			if (dropping) {
 				if (pl->zc)
 					release_one(pl, data);
-				pl->c.drops[VRD_DROP_RING_FULL]++;
+				pl->c.drops[dropping_why]++;
 			} else {
 				struct vrd_entry *en =
 				        &pl->ring[(pl->tail + pl->committed + pl->pending) %
@@ -1209,7 +1229,7 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 	}
 	pl->c.ring_size = pl->nring;
 
-	rc = src_open(cfg, 0, &pl->src, why, sizeof(why));
+	rc = src_open(cfg, SRC_DROP_MARKS, &pl->src, why, sizeof(why));
 	if (rc < 0) {
 		snprintf(err, errlen, "%s", why);
 		goto fail;

@@ -19,3 +19,4 @@ $(B)/lib/volrec/synth-shim.so: $(B)/lib/libvolrec_synth_shim.so.1
 	@mkdir -p $(@D)
 	$(Q)cp $< $@
 all: $(SHIM_FILES)
+include shims/genicam/module.mk

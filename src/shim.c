@@ -157,10 +157,23 @@ static const char *missing_function(const struct volrec_shim_ops *o)
 	return NULL;
 }
 
+/* source.shim.library: a path, or the short name of a shipped shim (`genicam`, `synth`):
+ * NAME-shim.so in VOLREC_SHIM_DIR, else in the installed shim directory. */
+static void shim_path(const char *lib, char *out, size_t n)
+{
+	const char *dir = getenv("VOLREC_SHIM_DIR");
+
+	if (strchr(lib, '/') || !lib[0])
+		snprintf(out, n, "%s", lib);
+	else
+		snprintf(out, n, "%s/%s-shim.so", dir && dir[0] ? dir : VOLREC_SHIMDIR, lib);
+}
+
 int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
                   size_t errlen)
 {
-	const char *lib = cfg->source.shim.library;
+	char path[CFG_PATH_MAX + 64];
+	const char *lib = path;
 	const struct volrec_shim_ops *(*entry)(void);
 	const struct volrec_shim_ops *ops;
 	struct volrec_shim_ops table;
@@ -171,6 +184,7 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 	void *dl, *h = NULL;
 	int rc;
 
+	shim_path(cfg->source.shim.library, path, sizeof(path));
 	if (!lib[0])
 		return src_err(err, errlen, -EINVAL, "source.shim.library is not set");
 	dlerror();

@@ -1,0 +1,1021 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libvolrec_genicam_shim.so: GenICam cameras (GigE Vision, USB3 Vision) through Aravis 0.8,
+ * one camera frame = one B-scan (Height = ascans_per_bscan lines of Width = K pixels).
+ * Frames land in stream buffers the shim allocates in one page-aligned region, which volrecd
+ * registers with the backend: acquire_ref() hands them out without a copy (Mono8 excepted,
+ * widened to u16 in the region). Positions come from the camera's frame ids: a gap is a lost
+ * B-scan, a frame Aravis could not complete an incomplete one, each reported at its position
+ * (VOLREC_SHIM_META_LOST / _INCOMPLETE) so that no B-scan ever lands at another's place.
+ * Configuration and its checks: docs/cameras.md.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define OWN                                                                                        \
+	"camera, pixel_format, buffers, packet_size, packet_socket, packet_resend, "               \
+	"set_geometry, simulate, seed, deg_per_s, snr_db, phantom, motion_rate"
+#define PAGE      4096u
+#define BUF_MAX   4096u
+#define GAP16_MAX 32767u /* largest frame-id step told apart from a restart (16-bit ids) */
+#define GAP64_MAX (1u << 30)
+
+struct gc_shim {
+	/* from open() */
+	char want[256];   /* camera id asked for ("" = the first one found) */
+	char cam_id[256]; /* the camera's id */
+	ArvCamera *cam;
+	gulong lost_handler;
+	atomic_bool control_lost;
+	char pixel_format[64]; /* asked for, "" = chosen from geometry.sample_type */
+	uint64_t buffers;      /* asked for, 0 = 3 epochs (at least 16) */
+	int64_t packet_size;   /* -1: negotiate (GigE Vision) */
+	int packet_socket;     /* -1 auto (off on loopback), 0, 1 */
+	bool packet_resend, set_geometry;
+	struct gc_fake_params fake;
+
+	/* from configure() */
+	bool configured;
+	struct volrec_shim_geometry geo;
+	bool marks; /* the caller honours VOLREC_SHIM_META_LOST / _INCOMPLETE */
+	const struct gc_format *fmt;
+	size_t frame_bytes, bscan_bytes, stride, out_stride;
+	uint8_t *region;
+	size_t region_size;
+	uint32_t nbuf;
+	ArvBuffer **bufs;
+	atomic_uchar *out;  /* [nbuf] camera buffer i: 0 in the stream, 1 out of it, 2 not
+	                     * pushed yet */
+	atomic_uchar *slot; /* [nbuf] Mono8: widened copy i is held by the caller */
+	uint8_t *dummy;    /* handed out for a lost or incomplete position */
+	ArvStream *stream;
+	struct gc_fake *fk;
+
+	/* acquisition (the acquiring thread) */
+	bool started;
+	bool have_last, extended;
+	uint64_t last_id, last_pos;
+	uint64_t next_pos; /* position (epoch * ny + bscan) of the B-scan due next */
+	ArvBuffer *held;   /* a complete frame waiting for the marks of the gap before it */
+	uint64_t held_pos;
+	uint64_t incomplete; /* incomplete frames not yet reported */
+	atomic_uint_fast64_t refs;
+
+	int code; /* last error and its text */
+	char msg[GC_MSG_MAX];
+};
+
+static __thread char open_msg[GC_MSG_MAX];
+
+static int fail(struct gc_shim *s, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static int fail(struct gc_shim *s, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
+	va_end(ap);
+	s->code = code;
+	return code;
+}
+
+static uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void on_control_lost(ArvDevice *dev, gpointer data)
+{
+	struct gc_shim *s = data;
+	(void)dev;
+	atomic_store(&s->control_lost, true);
+}
+
+/* "camera 'X' not found (found: A, B)" */
+static int not_found(const char *want, GError *ge, char *err, size_t errlen)
+{
+	char list[512] = "";
+	size_t len = 0;
+	unsigned n;
+
+	arv_update_device_list();
+	n = arv_get_n_devices();
+	for (unsigned i = 0; i < n && len < sizeof(list); i++)
+		len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "",
+		                        arv_get_device_id(i));
+	snprintf(err, errlen, "genicam: camera %s%s%s not found (%s%s%s)%s%s",
+	         want[0] ? "'" : "", want[0] ? want : "(the first one)", want[0] ? "'" : "",
+	         n ? "found: " : "no GenICam camera found", list, "",
+	         ge ? "; Aravis: " : "", ge ? ge->message : "");
+	return -ENODEV;
+}
+
+static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
+{
+	struct gc_shim *s;
+	struct shim_args args;
+	char err[GC_MSG_MAX - 32], sock[16] = "auto", sim[16] = "none";
+	uint64_t psize = UINT64_MAX;
+	GError *ge = NULL;
+	int rc;
+
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		snprintf(open_msg, sizeof(open_msg), "genicam: out of memory");
+		return -ENOMEM;
+	}
+	s->packet_resend = true;
+	s->set_geometry = true;
+	s->fake.seed = 1;
+	s->fake.deg_per_s = 0.25;
+	s->fake.snr_db = 40;
+	snprintf(s->fake.phantom, sizeof(s->fake.phantom), "retina");
+	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_str(&args, "camera", s->want, sizeof(s->want), err, sizeof(err));
+	if (!rc)
+		rc = shim_args_str(&args, "pixel_format", s->pixel_format, sizeof(s->pixel_format),
+		                   err, sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "buffers", 0, BUF_MAX, &s->buffers, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "packet_size", 0, 65535, &psize, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_str(&args, "packet_socket", sock, sizeof(sock), err, sizeof(err));
+	if (!rc)
+		rc = shim_args_bool(&args, "packet_resend", &s->packet_resend, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_bool(&args, "set_geometry", &s->set_geometry, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_str(&args, "simulate", sim, sizeof(sim), err, sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "seed", 0, UINT64_MAX, &s->fake.seed, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_double(&args, "deg_per_s", -3600, 3600, &s->fake.deg_per_s, err,
+		                      sizeof(err));
+	if (!rc)
+		rc = shim_args_double(&args, "snr_db", -20, 200, &s->fake.snr_db, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_str(&args, "phantom", s->fake.phantom, sizeof(s->fake.phantom), err,
+		                   sizeof(err));
+	if (!rc)
+		rc = shim_args_double(&args, "motion_rate", 0, 1e6, &s->fake.motion_rate, err,
+		                      sizeof(err));
+	if (rc)
+		goto out_msg;
+	s->packet_size = psize == UINT64_MAX ? -1 : (int64_t)psize;
+	if (psize != UINT64_MAX && psize && psize < 576) {
+		snprintf(err, sizeof(err),
+		         "shim.args.packet_size: %" PRIu64 " is too small (0 = negotiate, else "
+		         "576..65535 bytes)",
+		         psize);
+		rc = -ERANGE;
+		goto out_msg;
+	}
+	if (!strcmp(sock, "auto"))
+		s->packet_socket = -1;
+	else if (!strcmp(sock, "true") || !strcmp(sock, "on"))
+		s->packet_socket = 1;
+	else if (!strcmp(sock, "false") || !strcmp(sock, "off"))
+		s->packet_socket = 0;
+	else {
+		snprintf(err, sizeof(err),
+		         "shim.args.packet_socket: '%s' is not allowed (auto, true or false)", sock);
+		rc = -EINVAL;
+		goto out_msg;
+	}
+	if (!strcmp(sim, "synth"))
+		s->fake.synth = true;
+	else if (strcmp(sim, "none")) {
+		snprintf(err, sizeof(err), "shim.args.simulate: '%s' is not allowed (none or synth)",
+		         sim);
+		rc = -EINVAL;
+		goto out_msg;
+	}
+	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format)) {
+		snprintf(err, sizeof(err),
+		         "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
+		         s->pixel_format, gc_format_names());
+		rc = -EINVAL;
+		goto out_msg;
+	}
+
+	if (s->fake.synth || !strncmp(s->want, "Fake_", 5)) {
+		rc = gc_fake_enable(err, sizeof(err));
+		if (rc)
+			goto out_msg;
+	}
+	s->cam = arv_camera_new(s->want[0] ? s->want : NULL, &ge);
+	if (!s->cam) {
+		rc = not_found(s->want, ge, open_msg, sizeof(open_msg));
+		g_clear_error(&ge);
+		free(s);
+		return rc;
+	}
+	snprintf(s->cam_id, sizeof(s->cam_id), "%s",
+	         arv_camera_get_device_id(s->cam, NULL) ? arv_camera_get_device_id(s->cam, NULL)
+	                                                : s->want);
+	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))) {
+		snprintf(err, sizeof(err),
+		         "shim.args.simulate: synth needs Aravis's in-process Fake camera "
+		         "(camera: Fake_1), camera %s is a real one",
+		         s->cam_id);
+		rc = -EINVAL;
+		goto out_msg;
+	}
+	s->lost_handler = g_signal_connect(arv_camera_get_device(s->cam), "control-lost",
+	                                   G_CALLBACK(on_control_lost), s);
+	rc = gc_features_apply(s->cam, &args, s->cam_id, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_check_unused(&args, OWN, err, sizeof(err));
+	if (rc)
+		goto out_msg;
+	if (s->pixel_format[0]) {
+		arv_camera_set_pixel_format_from_string(s->cam, s->pixel_format, &ge);
+		if (ge) {
+			snprintf(err, sizeof(err),
+			         "shim.args.pixel_format: camera %s refused %s: %s", s->cam_id,
+			         s->pixel_format, ge->message);
+			g_clear_error(&ge);
+			rc = -EINVAL;
+			goto out_msg;
+		}
+	}
+	snprintf(info->name, sizeof(info->name), "genicam");
+	snprintf(info->version, sizeof(info->version), "%s (Aravis %u.%u.%u)", VOLREC_VERSION,
+	         arv_get_major_version(), arv_get_minor_version(), arv_get_micro_version());
+	snprintf(info->device, sizeof(info->device), "%.32s %.32s, serial %.24s (%.24s)",
+	         arv_camera_get_vendor_name(s->cam, NULL)
+	                 ? arv_camera_get_vendor_name(s->cam, NULL)
+	                 : "?",
+	         arv_camera_get_model_name(s->cam, NULL) ? arv_camera_get_model_name(s->cam, NULL)
+	                                                 : "?",
+	         arv_camera_get_device_serial_number(s->cam, NULL)
+	                 ? arv_camera_get_device_serial_number(s->cam, NULL)
+	                 : "?",
+	         s->cam_id);
+	info->flags = 0;
+	*handle = s;
+	return 0;
+
+out_msg:
+	snprintf(open_msg, sizeof(open_msg), "genicam: %s%s%s", s->cam ? "camera " : "",
+	         s->cam ? s->cam_id : "", s->cam ? ": " : "");
+	strncat(open_msg, err, sizeof(open_msg) - strlen(open_msg) - 1);
+	if (s->cam) {
+		if (s->lost_handler)
+			g_signal_handler_disconnect(arv_camera_get_device(s->cam), s->lost_handler);
+		g_object_unref(s->cam);
+	}
+	free(s);
+	return rc;
+}
+
+/* ---- configure: pixel format, frame size, stream and buffers --------------------------------- */
+
+static const char *type_name(uint32_t t)
+{
+	static const char *const n[] = {"u16", "i16", "f32", "u12p", "u12gv"};
+	return t < 5 ? n[t] : "?";
+}
+
+/* The pixel format for the geometry: the one asked for, else the camera's current one when
+ * it delivers the sample type, else the first the camera offers that does. */
+static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g)
+{
+	static const char *const order[] = {"Mono16", "Mono14", "Mono12", "Mono10", "Mono8"};
+	GError *ge = NULL;
+	const struct gc_format *f;
+	const char **avail;
+	guint n = 0;
+	int rc = 0;
+
+	if (g->sample_type == VOLREC_SAMPLE_I16 || g->sample_type == VOLREC_SAMPLE_F32)
+		return fail(s, -EINVAL,
+		            "genicam: no camera pixel format delivers geometry.sample_type %s (u16 "
+		            "for Mono8..Mono16, u12p for Mono12p, u12gv for Mono12Packed)",
+		            type_name(g->sample_type));
+	ArvPixelFormat cur = arv_camera_get_pixel_format(s->cam, &ge);
+	if (ge) {
+		rc = fail(s, -EIO, "genicam: camera %s: reading PixelFormat: %s", s->cam_id,
+		          ge->message);
+		g_clear_error(&ge);
+		return rc;
+	}
+	f = gc_format_by_code(cur);
+	if (s->pixel_format[0]) {
+		if (!f || f->sample_type != g->sample_type)
+			return fail(s, -EINVAL,
+			            "genicam: shim.args.pixel_format %s delivers %s, "
+			            "geometry.sample_type is %s",
+			            s->pixel_format, f ? type_name(f->sample_type) : "?",
+			            type_name(g->sample_type));
+		s->fmt = f;
+		return 0;
+	}
+	if (f && f->sample_type == g->sample_type) {
+		s->fmt = f;
+		return 0;
+	}
+	avail = arv_camera_dup_available_pixel_formats_as_strings(s->cam, &n, &ge);
+	g_clear_error(&ge);
+	char list[512] = "";
+	size_t len = 0;
+	for (guint i = 0; avail && i < n; i++)
+		if (len < sizeof(list))
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "",
+			                        avail[i]);
+	const struct gc_format *pick = NULL;
+	if (g->sample_type == VOLREC_SAMPLE_U16) {
+		for (size_t o = 0; o < sizeof(order) / sizeof(order[0]) && !pick; o++)
+			for (guint i = 0; avail && i < n; i++)
+				if (!strcmp(avail[i], order[o]))
+					pick = gc_format_by_name(order[o]);
+	} else {
+		const char *want = g->sample_type == VOLREC_SAMPLE_U12P ? "Mono12p" : "Mono12Packed";
+		for (guint i = 0; avail && i < n; i++)
+			if (!strcmp(avail[i], want))
+				pick = gc_format_by_name(want);
+	}
+	g_free(avail);
+	if (!pick)
+		return fail(s, -EINVAL,
+		            "genicam: camera %s offers no pixel format for geometry.sample_type %s "
+		            "(%s needed; it offers: %s)",
+		            s->cam_id, type_name(g->sample_type),
+		            g->sample_type == VOLREC_SAMPLE_U16    ? "Mono8..Mono16"
+		            : g->sample_type == VOLREC_SAMPLE_U12P ? "Mono12p"
+		                                                   : "Mono12Packed",
+		            list);
+	arv_camera_set_pixel_format(s->cam, pick->code, &ge);
+	if (ge) {
+		rc = fail(s, -EIO, "genicam: camera %s refused PixelFormat %s: %s", s->cam_id,
+		          pick->name, ge->message);
+		g_clear_error(&ge);
+		return rc;
+	}
+	s->fmt = pick;
+	return 0;
+}
+
+static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *g)
+{
+	GError *ge = NULL;
+	gint wmin = 0, wmax = 0, hmin = 0, hmax = 0, winc = 1, hinc = 1, x, y, w = 0, h = 0;
+	int rc;
+
+	if (s->set_geometry) {
+		arv_camera_get_width_bounds(s->cam, &wmin, &wmax, &ge);
+		if (!ge)
+			arv_camera_get_height_bounds(s->cam, &hmin, &hmax, &ge);
+		if (!ge)
+			winc = arv_camera_get_width_increment(s->cam, &ge);
+		if (!ge)
+			hinc = arv_camera_get_height_increment(s->cam, &ge);
+		if (ge)
+			goto failed;
+		winc = winc > 0 ? winc : 1;
+		hinc = hinc > 0 ? hinc : 1;
+		if ((gint64)g->samples_per_ascan < wmin || (gint64)g->samples_per_ascan > wmax ||
+		    (g->samples_per_ascan - (uint32_t)wmin) % (uint32_t)winc)
+			return fail(s, -EINVAL,
+			            "genicam: camera %s: geometry.samples_per_ascan %u does not fit "
+			            "the camera's Width (%d..%d, increment %d)",
+			            s->cam_id, g->samples_per_ascan, wmin, wmax, winc);
+		if ((gint64)g->ascans_per_bscan < hmin || (gint64)g->ascans_per_bscan > hmax ||
+		    (g->ascans_per_bscan - (uint32_t)hmin) % (uint32_t)hinc)
+			return fail(s, -EINVAL,
+			            "genicam: camera %s: geometry.ascans_per_bscan %u does not fit the "
+			            "camera's Height, the lines per frame (%d..%d, increment %d)",
+			            s->cam_id, g->ascans_per_bscan, hmin, hmax, hinc);
+		arv_camera_set_region(s->cam, -1, -1, (gint)g->samples_per_ascan,
+		                      (gint)g->ascans_per_bscan, &ge);
+		if (ge)
+			goto failed;
+	}
+	arv_camera_get_region(s->cam, &x, &y, &w, &h, &ge);
+	if (ge)
+		goto failed;
+	if ((uint32_t)w != g->samples_per_ascan || (uint32_t)h != g->ascans_per_bscan)
+		return fail(s, -EINVAL,
+		            "genicam: camera %s delivers frames of %d x %d pixels, the geometry "
+		            "needs %u x %u (Width = samples_per_ascan, Height = ascans_per_bscan)%s",
+		            s->cam_id, w, h, g->samples_per_ascan, g->ascans_per_bscan,
+		            s->set_geometry ? "" : "; set_geometry is false");
+	return 0;
+failed:
+	rc = fail(s, -EIO, "genicam: camera %s: setting the frame to %u x %u pixels: %s",
+	          s->cam_id, g->samples_per_ascan, g->ascans_per_bscan, ge->message);
+	g_clear_error(&ge);
+	return rc;
+}
+
+static void stream_free(struct gc_shim *s)
+{
+	if (s->stream) {
+		/* the buffers in the stream's queues are unref'ed by it, those out here by us */
+		arv_stream_stop_thread(s->stream, TRUE);
+		s->held = NULL; /* out of the stream: unref'ed below */
+		for (uint32_t i = 0; i < s->nbuf; i++)
+			if (atomic_load(&s->out[i]))
+				g_object_unref(s->bufs[i]);
+		g_object_unref(s->stream);
+		s->stream = NULL;
+	} else {
+		for (uint32_t i = 0; s->bufs && i < s->nbuf; i++)
+			if (s->bufs[i])
+				g_object_unref(s->bufs[i]);
+	}
+	if (s->fk) {
+		gc_fake_free(s->cam, s->fk);
+		s->fk = NULL;
+	}
+	free(s->bufs);
+	s->bufs = NULL;
+	free(s->out);
+	s->out = NULL;
+	free(s->slot);
+	s->slot = NULL;
+	if (s->region)
+		munmap(s->region, s->region_size);
+	s->region = NULL;
+	s->nbuf = 0;
+}
+
+static bool is_loopback(ArvGvDevice *gv)
+{
+	GSocketAddress *sa = arv_gv_device_get_device_address(gv);
+	bool lo = false;
+
+	if (sa && G_IS_INET_SOCKET_ADDRESS(sa))
+		lo = g_inet_address_get_is_loopback(
+		        g_inet_socket_address_get_address(G_INET_SOCKET_ADDRESS(sa)));
+	return lo;
+}
+
+static int shim_configure(void *h, const struct volrec_shim_geometry *g)
+{
+	struct gc_shim *s = h;
+	ArvDevice *dev = arv_camera_get_device(s->cam);
+	GError *ge = NULL;
+	size_t payload;
+	int rc;
+
+	if (s->started)
+		return fail(s, -EBUSY, "genicam: configure() while started");
+	stream_free(s);
+	s->configured = false;
+	if (!g->samples_per_ascan || !g->ascans_per_bscan || !g->bscans_per_volume)
+		return fail(s, -EINVAL, "genicam: empty geometry");
+	if ((g->sample_type == VOLREC_SAMPLE_U12P || g->sample_type == VOLREC_SAMPLE_U12GV) &&
+	    g->samples_per_ascan % 2)
+		return fail(s, -EINVAL, "genicam: samples_per_ascan %u is odd with %s",
+		            g->samples_per_ascan, type_name(g->sample_type));
+	rc = choose_format(s, g);
+	if (!rc)
+		rc = set_frame_size(s, g);
+	if (rc)
+		return rc;
+	arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
+	g_clear_error(&ge); /* a camera without AcquisitionMode streams continuously anyway */
+	if (arv_camera_is_gv_device(s->cam)) {
+		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
+		bool lo = is_loopback(gv);
+		bool sock = s->packet_socket < 0 ? !lo : s->packet_socket;
+
+		arv_gv_device_set_stream_options(
+		        gv, sock ? ARV_GV_STREAM_OPTION_NONE
+		                 : ARV_GV_STREAM_OPTION_PACKET_SOCKET_DISABLED);
+		if (s->packet_size > 0)
+			arv_camera_gv_set_packet_size(s->cam, (gint)s->packet_size, &ge);
+		else if (s->packet_size < 0 || s->packet_size == 0)
+			arv_camera_gv_auto_packet_size(s->cam, &ge);
+		if (ge) {
+			rc = fail(s, -EIO, "genicam: camera %s: packet size %s: %s", s->cam_id,
+			          s->packet_size > 0 ? "refused" : "negotiation failed",
+			          ge->message);
+			g_clear_error(&ge);
+			return rc;
+		}
+	}
+	payload = arv_camera_get_payload(s->cam, &ge);
+	if (ge) {
+		rc = fail(s, -EIO, "genicam: camera %s: reading PayloadSize: %s", s->cam_id,
+		          ge->message);
+		g_clear_error(&ge);
+		return rc;
+	}
+	s->geo = *g;
+	s->marks = g->flags & VOLREC_SHIM_GEOMETRY_MARKS;
+	s->bscan_bytes = volrec_sample_bytes(g->sample_type,
+	                                     (size_t)g->samples_per_ascan * g->ascans_per_bscan);
+	s->frame_bytes = s->fmt->widen ? (size_t)g->samples_per_ascan * g->ascans_per_bscan
+	                               : s->bscan_bytes;
+	if (payload < s->frame_bytes)
+		return fail(s, -EINVAL,
+		            "genicam: camera %s: PayloadSize %zu bytes is less than a frame of %u x "
+		            "%u %s pixels (%zu bytes)",
+		            s->cam_id, payload, g->samples_per_ascan, g->ascans_per_bscan,
+		            s->fmt->name, s->frame_bytes);
+	s->nbuf = s->buffers ? (uint32_t)s->buffers : 3 * g->bscans_per_volume;
+	if (s->nbuf < 16)
+		s->nbuf = 16;
+	if (s->nbuf > BUF_MAX)
+		s->nbuf = BUF_MAX;
+	s->stride = (payload + PAGE - 1) / PAGE * PAGE;
+	s->out_stride = s->fmt->widen ? (s->bscan_bytes + PAGE - 1) / PAGE * PAGE : 0;
+	s->region_size = (size_t)s->nbuf * (s->stride + s->out_stride) +
+	                 (s->bscan_bytes + PAGE - 1) / PAGE * PAGE;
+	s->region = mmap(NULL, s->region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	                 -1, 0);
+	if (s->region == MAP_FAILED) {
+		s->region = NULL;
+		return fail(s, -ENOMEM, "genicam: cannot map %zu bytes of stream buffers",
+		            s->region_size);
+	}
+	s->dummy = s->region + (size_t)s->nbuf * (s->stride + s->out_stride);
+	s->bufs = calloc(s->nbuf, sizeof(*s->bufs));
+	s->out = calloc(s->nbuf, sizeof(*s->out));
+	s->slot = calloc(s->nbuf, sizeof(*s->slot));
+	if (!s->bufs || !s->out || !s->slot) {
+		stream_free(s);
+		return fail(s, -ENOMEM, "genicam: out of memory");
+	}
+	for (uint32_t i = 0; i < s->nbuf; i++) {
+		s->bufs[i] = arv_buffer_new_full(s->stride, s->region + (size_t)i * s->stride,
+		                                 GUINT_TO_POINTER(i + 1), NULL);
+		if (!s->bufs[i]) {
+			stream_free(s);
+			return fail(s, -ENOMEM, "genicam: out of memory");
+		}
+	}
+	if (s->fake.synth) {
+		char err[GC_MSG_MAX - 64];
+		rc = gc_fake_attach(s->cam, &s->fake, g, s->fmt, &s->fk, err, sizeof(err));
+		if (rc) {
+			stream_free(s);
+			return fail(s, rc, "genicam: %s", err);
+		}
+	}
+	s->stream = arv_camera_create_stream(s->cam, NULL, NULL, &ge);
+	if (!s->stream) {
+		rc = fail(s, -EIO, "genicam: camera %s: cannot create the stream: %s", s->cam_id,
+		          ge ? ge->message : "unknown error");
+		g_clear_error(&ge);
+		stream_free(s);
+		return rc;
+	}
+	if (ARV_IS_GV_STREAM(s->stream))
+		g_object_set(s->stream, "packet-resend",
+		             s->packet_resend ? ARV_GV_STREAM_PACKET_RESEND_ALWAYS
+		                              : ARV_GV_STREAM_PACKET_RESEND_NEVER,
+		             NULL);
+	/* every buffer starts out of the stream; start() pushes them */
+	for (uint32_t i = 0; i < s->nbuf; i++)
+		atomic_store(&s->out[i], 2);
+	s->configured = true;
+	s->next_pos = 0;
+	return 0;
+}
+
+static int shim_ref_regions(void *h, struct volrec_shim_region *regions, uint32_t max,
+                            uint32_t *count)
+{
+	struct gc_shim *s = h;
+
+	if (!s->configured)
+		return fail(s, -EINVAL, "genicam: ref_regions() before configure()");
+	if (max >= 1) {
+		regions[0].base = s->region;
+		regions[0].size = s->region_size;
+	}
+	*count = 1;
+	return 0;
+}
+
+static int shim_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
+{
+	struct gc_shim *s = h;
+	uint64_t ny;
+
+	if (!s->configured)
+		return fail(s, -EINVAL, "genicam: set_scan_offset() before configure()");
+	if (ox >= s->geo.stride_x || oy >= s->geo.stride_y)
+		return fail(s, -EINVAL, "genicam: offset (%u, %u) outside stride [%u, %u]", ox, oy,
+		            s->geo.stride_x, s->geo.stride_y);
+	ny = s->geo.bscans_per_volume;
+	if (epoch * ny < s->next_pos) {
+		if (s->next_pos % ny && s->next_pos / ny == epoch)
+			return fail(s, -EBUSY, "genicam: epoch %" PRIu64 " is being acquired",
+			            epoch);
+		if (s->started)
+			return fail(s, -EINVAL,
+			            "genicam: epoch %" PRIu64 " told after epoch %" PRIu64
+			            " began: a camera cannot go back",
+			            epoch, s->next_pos / ny);
+	}
+	/* frames of the epochs skipped are discarded as they arrive; the scanner follows the
+	 * frame count (docs/cameras.md), so the position, not the told offset, is what counts */
+	s->next_pos = epoch * ny;
+	return 0;
+}
+
+/* Give buffer i back to the stream. */
+static void requeue(struct gc_shim *s, ArvBuffer *b)
+{
+	uint32_t i = GPOINTER_TO_UINT(arv_buffer_get_user_data(b)) - 1;
+	atomic_store(&s->out[i], 0);
+	arv_stream_push_buffer(s->stream, b);
+}
+
+static int shim_start(void *h)
+{
+	struct gc_shim *s = h;
+	GError *ge = NULL;
+	ArvBuffer *b;
+	int rc;
+
+	if (!s->configured)
+		return fail(s, -EINVAL, "genicam: start() before configure()");
+	if (s->fk) {
+		/* the in-process Fake camera fills whatever is queued: no fill may run while the
+		 * frame count restarts */
+		arv_stream_stop_thread(s->stream, FALSE);
+	}
+	while ((b = arv_stream_try_pop_buffer(s->stream)))
+		requeue(s, b);
+	if (s->held) {
+		requeue(s, s->held);
+		s->held = NULL;
+	}
+	for (uint32_t i = 0; i < s->nbuf; i++)
+		if (atomic_load(&s->out[i]) == 2)
+			requeue(s, s->bufs[i]);
+	s->have_last = false;
+	s->extended = false;
+	s->incomplete = 0;
+	atomic_store(&s->control_lost, false);
+	if (s->fk) {
+		gc_fake_restart(s->fk, s->next_pos);
+		arv_stream_start_thread(s->stream);
+	}
+	arv_camera_start_acquisition(s->cam, &ge);
+	if (ge) {
+		rc = fail(s, -EIO, "genicam: camera %s: AcquisitionStart failed: %s", s->cam_id,
+		          ge->message);
+		g_clear_error(&ge);
+		return rc;
+	}
+	s->started = true;
+	return 0;
+}
+
+/* Frames between two ids: 16-bit GigE Vision ids run 1..65535 (0 is not used), extended
+ * (GigE Vision 2, USB3 Vision) ids are 64-bit. */
+static uint64_t id_step(struct gc_shim *s, uint64_t last, uint64_t id)
+{
+	if (id > 65535 || last > 65535)
+		s->extended = true;
+	if (s->extended)
+		return id - last; /* wraps to a huge step when the id went back */
+	if (id >= last)
+		return id - last;
+	return id + 65535 - last;
+}
+
+/* A frame Aravis says is complete and that has the shape configured. */
+static bool frame_complete(const struct gc_shim *s, ArvBuffer *b)
+{
+	size_t got = 0;
+
+	if (arv_buffer_get_status(b) != ARV_BUFFER_STATUS_SUCCESS ||
+	    arv_buffer_get_payload_type(b) != ARV_BUFFER_PAYLOAD_TYPE_IMAGE)
+		return false;
+	if ((uint32_t)arv_buffer_get_image_width(b) != s->geo.samples_per_ascan ||
+	    (uint32_t)arv_buffer_get_image_height(b) != s->geo.ascans_per_bscan ||
+	    arv_buffer_get_image_pixel_format(b) != s->fmt->code)
+		return false;
+	arv_buffer_get_data(b, &got);
+	/* 0: not reported (the in-process Fake camera's own fill patterns leave it so) */
+	return got == 0 || got >= s->frame_bytes;
+}
+
+/*
+ * The B-scan due at next_pos: *out a complete frame (the caller gives it back), or NULL with
+ * meta->flags carrying why that position has no data. -ETIMEDOUT when nothing came.
+ */
+static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
+                      struct volrec_shim_meta *meta)
+{
+	const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	const uint64_t limit = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
+	const uint64_t ny = s->geo.bscans_per_volume;
+
+	*out = NULL;
+	for (;;) {
+		if (s->held && s->held_pos < s->next_pos) {
+			requeue(s, s->held); /* before the epoch told: skipped */
+			s->held = NULL;
+		}
+		if (s->held) {
+			uint32_t flag = 0;
+			if (s->held_pos > s->next_pos) {
+				flag = s->incomplete ? VOLREC_SHIM_META_INCOMPLETE
+				                     : VOLREC_SHIM_META_LOST;
+				if (s->incomplete)
+					s->incomplete--;
+				if (!s->marks) {
+					uint64_t pos = s->next_pos++;
+					return fail(s, -EIO,
+					            "genicam: camera %s: the frame of epoch %" PRIu64
+					            " B-scan %" PRIu64 " %s",
+					            s->cam_id, pos / ny, pos % ny,
+					            flag == VOLREC_SHIM_META_LOST
+					                    ? "never arrived (frame id gap)"
+					                    : "arrived incomplete");
+				}
+			} else {
+				*out = s->held;
+				s->held = NULL;
+				s->incomplete = 0;
+			}
+			if (meta) {
+				uint64_t ts = *out ? arv_buffer_get_system_timestamp(*out) : 0;
+				meta->timestamp_ns = ts ? ts : now_ns(CLOCK_REALTIME);
+				meta->epoch = s->next_pos / ny;
+				meta->bscan = (uint32_t)(s->next_pos % ny);
+				meta->flags = flag;
+			}
+			s->next_pos++;
+			return 0;
+		}
+		if (atomic_load(&s->control_lost))
+			return fail(s, -ENODEV,
+			            "genicam: camera %s: control lost (no heartbeat answer: "
+			            "disconnected, powered off or taken over)",
+			            s->cam_id);
+		uint64_t el = now_ns(CLOCK_MONOTONIC) - t0;
+		if (el >= limit)
+			return fail(s, -ETIMEDOUT,
+			            "genicam: camera %s: no frame within %d ms (trigger wiring, "
+			            "TriggerMode, frame rate, or the network: docs/cameras.md)",
+			            s->cam_id, timeout_ms);
+		uint64_t wait_us = (limit - el) / 1000;
+		ArvBuffer *b = arv_stream_timeout_pop_buffer(s->stream, wait_us > 100000 ? 100000
+		                                                                         : wait_us);
+		if (!b)
+			continue;
+		uint32_t i = GPOINTER_TO_UINT(arv_buffer_get_user_data(b)) - 1;
+		atomic_store(&s->out[i], 1);
+		if (!frame_complete(s, b)) {
+			s->incomplete++;
+			requeue(s, b);
+			continue;
+		}
+		uint64_t id = arv_buffer_get_frame_id(b), pos;
+		if (!s->have_last) {
+			pos = s->next_pos + s->incomplete; /* the first frame anchors the count */
+		} else {
+			uint64_t d = id_step(s, s->last_id, id);
+			if (d == 0) { /* a duplicate */
+				requeue(s, b);
+				continue;
+			}
+			if (d > (s->extended ? GAP64_MAX : GAP16_MAX)) {
+				/* the camera restarted its count: start over from this frame */
+				uint64_t last = s->last_id;
+				s->have_last = false;
+				s->incomplete = 0;
+				requeue(s, b);
+				return fail(s, -EIO,
+				            "genicam: camera %s: frame id went from %" PRIu64
+				            " to %" PRIu64 " (the camera restarted its count)",
+				            s->cam_id, last, id);
+			}
+			pos = s->last_pos + d;
+		}
+		s->have_last = true;
+		s->last_id = id;
+		s->last_pos = pos;
+		s->held = b;
+		s->held_pos = pos;
+	}
+}
+
+/* The B-scan of frame b in the caller's layout: the frame itself, or (Mono8) widened into
+ * dst. */
+static const void *deliver(struct gc_shim *s, ArvBuffer *b, void *dst)
+{
+	const uint8_t *src = arv_buffer_get_data(b, NULL);
+	size_t n = (size_t)s->geo.samples_per_ascan * s->geo.ascans_per_bscan;
+
+	if (!s->fmt->widen) {
+		if (dst)
+			memcpy(dst, src, s->bscan_bytes);
+		return src;
+	}
+	uint16_t *o = dst;
+	for (size_t k = 0; k < n; k++)
+		o[k] = src[k];
+	return o;
+}
+
+/* Mono8: take a free slot for a widened copy, waiting up to timeout_ms for a release. */
+static int take_slot(struct gc_shim *s, int timeout_ms, uint32_t *out)
+{
+	const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+
+	for (;;) {
+		for (uint32_t i = 0; i < s->nbuf; i++) {
+			unsigned char z = 0;
+			if (atomic_compare_exchange_strong(&s->slot[i], &z, 1)) {
+				*out = i;
+				return 0;
+			}
+		}
+		if (timeout_ms >= 0 &&
+		    now_ns(CLOCK_MONOTONIC) - t0 >= (uint64_t)timeout_ms * 1000000ull)
+			return fail(s, -ETIMEDOUT,
+			            "genicam: all %u B-scan buffers are held (the caller holds more "
+			            "than shim.args.buffers)",
+			            s->nbuf);
+		struct timespec ts = {0, 200000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
+                        struct volrec_shim_meta *meta)
+{
+	struct gc_shim *s = h;
+	ArvBuffer *b;
+	int rc;
+
+	if (!s->started)
+		return fail(s, -EINVAL, "genicam: acquire() before start()");
+	if (size < s->bscan_bytes)
+		return fail(s, -EINVAL, "genicam: buffer of %zu bytes, a B-scan is %zu", size,
+		            s->bscan_bytes);
+	rc = next_bscan(s, timeout_ms, &b, meta);
+	if (rc || !b)
+		return rc;
+	deliver(s, b, buf);
+	requeue(s, b);
+	return 0;
+}
+
+static int shim_acquire_ref(void *h, const void **bscan, int timeout_ms,
+                            struct volrec_shim_meta *meta)
+{
+	struct gc_shim *s = h;
+	ArvBuffer *b;
+	int rc;
+
+	if (!s->started)
+		return fail(s, -EINVAL, "genicam: acquire_ref() before start()");
+	if (!bscan)
+		return fail(s, -EINVAL, "genicam: acquire_ref() without a pointer");
+	uint32_t slot = 0;
+	if (s->fmt->widen) {
+		rc = take_slot(s, timeout_ms, &slot);
+		if (rc)
+			return rc;
+	}
+	rc = next_bscan(s, timeout_ms, &b, meta);
+	if (rc || !b) {
+		if (s->fmt->widen)
+			atomic_store(&s->slot[slot], 0);
+		if (rc)
+			return rc;
+		*bscan = s->dummy;
+	} else if (s->fmt->widen) {
+		/* the widened copy is what is held; the camera buffer goes back at once */
+		*bscan = deliver(s, b, s->region + (size_t)s->nbuf * s->stride +
+		                               (size_t)slot * s->out_stride);
+		requeue(s, b);
+	} else {
+		*bscan = deliver(s, b, NULL);
+	}
+	atomic_fetch_add(&s->refs, 1);
+	return 0;
+}
+
+static int shim_release_ref(void *h, const void *p)
+{
+	struct gc_shim *s = h;
+	const uint8_t *q = p;
+	size_t off, slot;
+
+	if (!atomic_load(&s->refs))
+		return fail(s, -EINVAL, "genicam: release_ref(%p) with no reference held", p);
+	if (q == s->dummy) {
+		atomic_fetch_sub(&s->refs, 1);
+		return 0;
+	}
+	if (!q || q < s->region || q >= s->dummy)
+		return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan of this shim", p);
+	off = (size_t)(q - s->region);
+	if (!s->fmt->widen) {
+		if (off % s->stride)
+			return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan start", p);
+		slot = off / s->stride;
+		if (atomic_load(&s->out[slot]) != 1)
+			return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan held", p);
+		atomic_fetch_sub(&s->refs, 1);
+		requeue(s, s->bufs[slot]);
+		return 0;
+	}
+	if (q < s->region + (size_t)s->nbuf * s->stride)
+		return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan start", p);
+	off -= (size_t)s->nbuf * s->stride;
+	if (off % s->out_stride || !atomic_load(&s->slot[off / s->out_stride]))
+		return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan held", p);
+	atomic_store(&s->slot[off / s->out_stride], 0);
+	atomic_fetch_sub(&s->refs, 1);
+	return 0;
+}
+
+static int shim_stop(void *h)
+{
+	struct gc_shim *s = h;
+	GError *ge = NULL;
+	int rc = 0;
+
+	if (!s->started)
+		return 0;
+	s->started = false;
+	arv_camera_stop_acquisition(s->cam, &ge);
+	if (ge) {
+		rc = fail(s, -EIO, "genicam: camera %s: AcquisitionStop failed: %s", s->cam_id,
+		          ge->message);
+		g_clear_error(&ge);
+	}
+	return rc;
+}
+
+static void shim_close(void *h)
+{
+	struct gc_shim *s = h;
+
+	if (!s)
+		return;
+	if (s->started)
+		shim_stop(s);
+	stream_free(s);
+	if (s->cam) {
+		if (s->lost_handler)
+			g_signal_handler_disconnect(arv_camera_get_device(s->cam), s->lost_handler);
+		g_object_unref(s->cam);
+	}
+	free(s);
+}
+
+static const char *shim_strerror(void *h, int code)
+{
+	struct gc_shim *s = h;
+
+	if (!s)
+		return open_msg[0] ? open_msg : NULL;
+	return code && code == s->code ? s->msg : NULL;
+}
+
+static const struct volrec_shim_ops ops = {
+        .abi_version = VOLREC_SHIM_ABI_VERSION,
+        .struct_size = sizeof(struct volrec_shim_ops),
+        .open = shim_open,
+        .configure = shim_configure,
+        .set_scan_offset = shim_set_scan_offset,
+        .start = shim_start,
+        .acquire = shim_acquire,
+        .stop = shim_stop,
+        .close = shim_close,
+        .strerror = shim_strerror,
+        .ref_regions = shim_ref_regions,
+        .acquire_ref = shim_acquire_ref,
+        .release_ref = shim_release_ref,
+};
+
+const struct volrec_shim_ops *volrec_shim_entry(void)
+{
+	return &ops;
+}
+
+/* `volrec cameras` (clients/volrec/cmd_cameras.c) loads this shim and calls this: the cameras
+ * found, as text or JSON; fake adds Aravis's in-process Fake camera. */
+int volrec_genicam_cameras(FILE *out, int json, int fake, char *err, size_t errlen);
+int volrec_genicam_cameras(FILE *out, int json, int fake, char *err, size_t errlen)
+{
+	return gc_cameras_list(out, json, fake, err, errlen);
+}

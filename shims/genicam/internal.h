@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private declarations of the GenICam shim (docs/cameras.md): cameras through Aravis 0.8, one
+ * camera frame = one B-scan. camera.c opens a camera and checks every feature of shim.args
+ * against its GenICam node; fake.c drives Aravis's in-process Fake camera with the synthetic
+ * scanner's spectra; genicam_shim.c is the shim ABI with the frame-id bookkeeping.
+ */
+#ifndef VOLREC_SHIMS_GENICAM_INTERNAL_H
+#define VOLREC_SHIMS_GENICAM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <arv.h>
+
+#include "volrec/shim.h"
+#include "../args.h"
+
+#define GC_MSG_MAX 1024
+
+/* The pixel formats volrec takes and what they become (enum volrec_sample_type). */
+struct gc_format {
+	const char *name;     /* PFNC name as the camera's PixelFormat enumeration spells it */
+	ArvPixelFormat code;  /* PFNC code */
+	uint32_t sample_type; /* VOLREC_SAMPLE_U16 (Mono8..Mono16), _U12P, _U12GV */
+	uint32_t bits;        /* significant bits per pixel */
+	bool widen;           /* Mono8: one byte per pixel, widened to u16 (a copy) */
+};
+
+/* The format of a PFNC code, NULL when volrec does not take it. */
+const struct gc_format *gc_format_by_code(ArvPixelFormat code);
+const struct gc_format *gc_format_by_name(const char *name);
+/* "Mono8, Mono10, ..." for messages. */
+const char *gc_format_names(void);
+
+/* Simulation of the in-process Fake camera (fake.c). */
+struct gc_fake_params {
+	bool synth;            /* fill frames with the synthetic scanner's spectra */
+	uint64_t seed;         /* as the synth source */
+	double deg_per_s, snr_db, motion_rate;
+	char phantom[64];
+};
+struct gc_fake;
+
+/* Make Aravis's Fake interface (camera "Fake_1") available in this process, offering the
+ * pixel formats volrec takes besides the Fake camera's own Mono8 and Mono16. Idempotent. */
+int gc_fake_enable(char *err, size_t errlen);
+/* Install the synthetic scanner as the fill pattern of camera's Fake device for geometry g
+ * and the camera's pixel format f: frame n since gc_fake_restart holds B-scan n % ny of epoch
+ * n / ny at that epoch's offset (ALGORITHMS.md §2.1), as an external scanner counting frames
+ * would scan it. *out is freed with gc_fake_free (after the stream is gone). */
+int gc_fake_attach(ArvCamera *camera, const struct gc_fake_params *p,
+                   const struct volrec_shim_geometry *g,
+                   const struct gc_format *f, struct gc_fake **out, char *err, size_t errlen);
+void gc_fake_restart(struct gc_fake *fk, uint64_t pos);
+void gc_fake_free(ArvCamera *camera, struct gc_fake *fk);
+
+/* Apply every shim.args key that is not one of the shim's own (`own`, comma separated) as a
+ * GenICam feature, in document order, each checked against the camera's node (exists,
+ * available, writable, type, range, enumeration entry). -EINVAL / -ERANGE / -EACCES and a
+ * message naming the feature otherwise. */
+int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id,
+                      char *err, size_t errlen);
+
+/* List the cameras Aravis finds (fake: the in-process Fake camera too) as text or JSON. */
+int gc_cameras_list(FILE *out, bool json, bool fake, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,30 @@
+# The GenICam camera shim (docs/cameras.md): libvolrec_genicam_shim.so on Aravis 0.8, loaded
+# by volrecd like any shim and by `volrec cameras`. Built when pkg-config finds aravis-0.8
+# (Debian: libaravis-dev, which also needs libusb-1.0-0-dev for its .pc file).
+ARAVIS_CFLAGS := $(shell pkg-config --cflags aravis-0.8 2>/dev/null)
+ARAVIS_LIBS := $(shell pkg-config --libs aravis-0.8 2>/dev/null)
+ifneq ($(ARAVIS_LIBS),)
+HAVE_ARAVIS := 1
+SHLIBS += volrec_genicam_shim
+volrec_genicam_shim_SRCS := shims/genicam/genicam_shim.c shims/genicam/camera.c \
+	shims/genicam/fake.c shims/args.c
+volrec_genicam_shim_ARCHIVES := sim
+volrec_genicam_shim_LDLIBS := $(ARAVIS_LIBS) -lyaml -Wl,-z,nodelete
+volrec_genicam_shim_SOVERSION := 1
+volrec_genicam_shim_VERSION_SCRIPT := shims/genicam/genicam.map
+$(call obj,$(filter shims/genicam/%,$(volrec_genicam_shim_SRCS))): CPPFLAGS += $(ARAVIS_CFLAGS)
+
+# Installed beside the example shim as $(SHIMDIR)/genicam-shim.so; `shim.library: genicam`
+# names it (src/shim.c).
+SHIM_FILES += $(B)/lib/volrec/genicam-shim.so
+$(B)/lib/volrec/genicam-shim.so: $(B)/lib/libvolrec_genicam_shim.so.1
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+all: $(B)/lib/volrec/genicam-shim.so
+else
+HAVE_ARAVIS := 0
+ifneq ($(filter-out clean format format-check deps,$(or $(MAKECMDGOALS),all)),)
+$(info volrec: aravis-0.8 not found by pkg-config: the GenICam shim is skipped (apt install libaravis-dev libusb-1.0-0-dev))
+endif
+endif
+export VOLREC_HAVE_ARAVIS := $(HAVE_ARAVIS)
