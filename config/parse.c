@@ -276,6 +276,11 @@ static int get_path(struct cfg_ctx *ctx, const yaml_node_t *n, const char *path,
 	if (!raw[0])
 		return cfg_error_at(ctx, -EINVAL, node_mark(n), path,
 		                    "is empty (a file name is needed)");
+	if (!strcmp(path, "source.shim.library") && !strchr(raw, '/')) {
+		/* a shipped shim's short name (`genicam`), found by src/shim.c */
+		snprintf(dst, size, "%s", raw);
+		return 0;
+	}
 	if (cfg_resolve_path(dst, size, ctx->base_dir, raw))
 		return cfg_error_at(ctx, -ENAMETOOLONG, node_mark(n), path,
 		                    "'%s' relative to %s is too long (at most %zu bytes)", raw,

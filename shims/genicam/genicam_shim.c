@@ -425,14 +425,14 @@ failed:
 static void stream_free(struct gc_shim *s)
 {
 	if (s->stream) {
-		/* the buffers in the stream's queues are unref'ed by it, those out here by us */
-		arv_stream_stop_thread(s->stream, TRUE);
+		/* finalizing the stream stops its thread and unrefs the buffers in its queues;
+		 * those out of it are ours */
+		g_object_unref(s->stream);
+		s->stream = NULL;
 		s->held = NULL; /* out of the stream: unref'ed below */
 		for (uint32_t i = 0; i < s->nbuf; i++)
 			if (atomic_load(&s->out[i]))
 				g_object_unref(s->bufs[i]);
-		g_object_unref(s->stream);
-		s->stream = NULL;
 	} else {
 		for (uint32_t i = 0; s->bufs && i < s->nbuf; i++)
 			if (s->bufs[i])

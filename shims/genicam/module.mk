@@ -28,3 +28,6 @@ $(info volrec: aravis-0.8 not found by pkg-config: the GenICam shim is skipped (
 endif
 endif
 export VOLREC_HAVE_ARAVIS := $(HAVE_ARAVIS)
+
+# `volrec cameras` loads the shim from the same directory as source.shim.library's short names.
+$(call obj,clients/volrec/cmd_cameras.c): CPPFLAGS += -DVOLREC_SHIMDIR='"$(SHIMDIR)"'
