@@ -21,7 +21,7 @@
 
 #include "internal.h"
 
-#define OWN                                                                                        \
+#define OWN \
 	"camera, pixel_format, buffers, packet_size, packet_socket, packet_resend, "               \
 	"set_geometry, simulate, seed, deg_per_s, snr_db, phantom, motion_rate"
 #define PAGE      4096u
@@ -148,6 +148,9 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc)
 		rc = shim_args_str(&args, "pixel_format", s->pixel_format, sizeof(s->pixel_format),
 		                   err, sizeof(err));
+	if (!rc && !s->pixel_format[0]) /* the feature's own name means the same */
+		rc = shim_args_str(&args, "PixelFormat", s->pixel_format, sizeof(s->pixel_format),
+		                   err, sizeof(err));
 	if (!rc)
 		rc = shim_args_u64(&args, "buffers", 0, BUF_MAX, &s->buffers, err, sizeof(err));
 	if (!rc)
@@ -225,8 +228,9 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		return rc;
 	}
 	snprintf(s->cam_id, sizeof(s->cam_id), "%s",
-	         arv_camera_get_device_id(s->cam, NULL) ? arv_camera_get_device_id(s->cam, NULL)
-	                                                : s->want);
+	         s->want[0] || !arv_camera_get_device_id(s->cam, NULL)
+	                 ? s->want
+	                 : arv_camera_get_device_id(s->cam, NULL));
 	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))) {
 		snprintf(err, sizeof(err),
 		         "shim.args.simulate: synth needs Aravis's in-process Fake camera "
@@ -271,9 +275,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	return 0;
 
 out_msg:
-	snprintf(open_msg, sizeof(open_msg), "genicam: %s%s%s", s->cam ? "camera " : "",
-	         s->cam ? s->cam_id : "", s->cam ? ": " : "");
-	strncat(open_msg, err, sizeof(open_msg) - strlen(open_msg) - 1);
+	snprintf(open_msg, sizeof(open_msg), "genicam: %s", err);
 	if (s->cam) {
 		if (s->lost_handler)
 			g_signal_handler_disconnect(arv_camera_get_device(s->cam), s->lost_handler);

@@ -1,0 +1,351 @@
+# SPDX-License-Identifier: MIT
+"""The GenICam shim against Aravis's own simulated cameras (no mock): the in-process Fake
+camera filled with the synthetic scanner's spectra gives volumes bit-identical to the same
+spectra replayed; arv-fake-gv-camera-0.8 on 127.0.0.1 streams over the network stack to
+volrecd and a reader, lost packets become counted drops and never wrong volumes, and a camera
+killed and started again is a source fault the daemon recovers from. Bad camera settings are
+refused at start with a message naming what is wrong."""
+import contextlib
+import fcntl
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+from test_daemon import (  # noqa: F401  (fixtures used by name)
+    TIMEOUT, daemons, drops_identity, read_records)
+
+h5py = pytest.importorskip("h5py")
+
+BUILD = pathlib.Path(os.environ.get("VOLREC_BUILD", pathlib.Path(__file__).resolve().parents[2]
+                                    / "build"))
+SHIM_DIR = BUILD / "lib" / "volrec"
+FAKE_GV = shutil.which("arv-fake-gv-camera-0.8")
+
+pytestmark = pytest.mark.skipif(not (SHIM_DIR / "genicam-shim.so").exists(),
+                                reason="the GenICam shim is not built (aravis-0.8 not found "
+                                       "by pkg-config)")
+needs_gv = pytest.mark.skipif(FAKE_GV is None,
+                              reason="arv-fake-gv-camera-0.8 not installed (Debian aravis-tools)")
+
+
+def env():
+    e = dict(os.environ)
+    e["VOLREC_SHIM_DIR"] = str(SHIM_DIR)
+    return e
+
+
+def run(cmd, timeout=120, check=True):
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
+                       env=env())
+    if check:
+        assert p.returncode == 0, f"{' '.join(map(str, cmd))}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def cameras(bin_dir, *opts):
+    return json.loads(run([bin_dir / "volrec", "cameras", "--json", *opts]).stdout)
+
+
+@contextlib.contextmanager
+def fake_gv_camera(bin_dir, lost_per_thousand=0, serial=None):
+    """arv-fake-gv-camera-0.8 on 127.0.0.1 (GigE Vision's port 3956 is one per address:
+    concurrent test runs take turns on a lock). Yields (camera id, restart function)."""
+    serial = serial or f"VR{os.getpid() % 100000}"
+    lock = open(os.path.join(tempfile.gettempdir(), "volrec-fake-gv-camera.lock"), "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    procs = []
+
+    def start():
+        log = tempfile.TemporaryFile()
+        p = subprocess.Popen([FAKE_GV, "-i", "127.0.0.1", "-s", serial,
+                              "-r", str(lost_per_thousand)], stdout=log, stderr=log)
+        procs.append(p)
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            if p.poll() is not None:
+                log.seek(0)
+                pytest.skip("arv-fake-gv-camera-0.8 cannot run here: "
+                            + log.read().decode(errors="replace")[-300:])
+            if any(c["id"] == f"Aravis-Fake-{serial}" for c in cameras(bin_dir)):
+                return p
+            time.sleep(0.2)
+        pytest.skip("arv-fake-gv-camera-0.8 on 127.0.0.1 is not discovered here")
+
+    def kill():
+        p = procs[-1]
+        p.kill()
+        p.wait()
+
+    start()
+    try:
+        yield f"Aravis-Fake-{serial}", start, kill
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        lock.close()
+
+
+def base(tmp_path, sample_type="u16", K=256, nx=16, ny=8, stride=(2, 2), mode="noncumulative"):
+    return {
+        "backend": "cpu",
+        "cpu": {"threads": 2},
+        "source": {"type": "synth", "rate": 25, "synth": {"seed": 11}},
+        "geometry": {"samples_per_ascan": K, "sample_type": sample_type, "bit_shift": 0,
+                     "ascans_per_bscan": nx, "bscans_per_volume": ny, "stride": list(stride)},
+        "reconstruct": {"mode": mode},
+        "pipeline": {"ring_bscans": 4 * ny},
+    }
+
+
+def write(path, cfg):
+    path.write_text(json.dumps(cfg, indent=1) + "\n")
+    return path
+
+
+def volumes(bin_dir, cfg_path, out, epochs):
+    run([bin_dir / "volrec", "process", "-c", cfg_path, "-o", out, "-n", epochs])
+    with h5py.File(out, "r") as f:
+        return f["volumes"][:]
+
+
+# ---- the camera list ------------------------------------------------------------------------
+
+def test_cameras_lists_the_fake_camera_with_volrecs_formats(bin_dir):
+    cams = {c["id"]: c for c in cameras(bin_dir, "--fake")}
+    assert "Fake_1" in cams, cams
+    fake = cams["Fake_1"]
+    assert fake["model"] == "Fake" and fake["protocol"] == "Fake"
+    for f in ("Mono8", "Mono10", "Mono12", "Mono14", "Mono16", "Mono12p", "Mono12Packed"):
+        assert f in fake["pixel_formats"], fake
+    assert fake["width"] > 0 and fake["height"] > 0
+    text = run([bin_dir / "volrec", "cameras", "--fake"]).stdout
+    assert "Mono12p (u12p)" in text and "Mono12Packed (u12gv)" in text, text
+
+
+# ---- in-process: the synthetic scanner through the camera path ------------------------------
+
+# pixel format -> (geometry.sample_type, bit_shift of the replayed scanner: MonoN is the top N
+# bits of the scanner's 16-bit samples, right-aligned by the camera)
+FORMATS = {"Mono8": ("u16", 8), "Mono10": ("u16", 6), "Mono12": ("u16", 4),
+           "Mono14": ("u16", 2), "Mono16": ("u16", 0), "Mono12p": ("u12p", 0),
+           "Mono12Packed": ("u12gv", 0)}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_fake_camera_volumes_equal_replay_of_the_same_spectra(tmp_path, bin_dir, fmt):
+    sample_type, shift = FORMATS[fmt]
+    epochs = 5
+    # the same spectra written to a replay file by `volrec sim`
+    sim = base(tmp_path, sample_type)
+    sim["geometry"]["bit_shift"] = shift
+    write(tmp_path / "sim.yaml", sim)
+    run([bin_dir / "volrec", "sim", "-c", tmp_path / "sim.yaml", "-o", tmp_path / "sim.raw",
+         "-n", epochs])
+    rep = json.loads(json.dumps(sim))
+    rep["source"] = {"type": "replay", "rate": 0,
+                     "replay": {"path": str(tmp_path / "sim.raw"), "loop": False}}
+    want = volumes(bin_dir, write(tmp_path / "rep.yaml", rep), tmp_path / "rep.h5", epochs)
+    # the camera delivers right-aligned MonoN values: no shift in volrec
+    cam = base(tmp_path, sample_type)
+    cam["source"] = {"type": "shim", "rate": 25, "shim": {
+        "library": "genicam", "timeout_ms": 5000,
+        "args": {"camera": "Fake_1", "simulate": "synth", "seed": 11, "motion_rate": 25,
+                 "pixel_format": fmt, "AcquisitionFrameRate": 400}}}
+    got = volumes(bin_dir, write(tmp_path / "cam.yaml", cam), tmp_path / "cam.h5", epochs)
+    assert got.shape == want.shape and got.shape[0] == epochs
+    assert want.std() > 5, "the comparison needs an image"
+    diff = np.argwhere(got != want)
+    assert diff.size == 0, (f"{fmt}: {len(diff)} voxels differ, first at {diff[0]}: "
+                            f"{got[tuple(diff[0])]} vs {want[tuple(diff[0])]}")
+
+
+def daemon_shim_config(args, timeout_ms=3000, **geom):
+    g = {"samples_per_ascan": 256, "sample_type": "u16", "ascans_per_bscan": 16,
+         "bscans_per_volume": 8, "stride": [1, 1]}
+    g.update(geom)
+    return {"source.type": "shim", "source.rate": 25, "source.synth": None,
+            "source.shim": {"library": "genicam", "timeout_ms": timeout_ms, "args": args},
+            "geometry": g, "pipeline.overflow": "drop_epoch", "pipeline.ring_bscans": 64}
+
+
+def test_fake_camera_through_volrecd_equals_replay(daemons, tmp_path, bin_dir):
+    """volrecd acquiring from the in-process Fake camera (zero-copy: stream buffers in the
+    shim's region) publishes the volumes `volrec process` makes of the same spectra."""
+    over = daemon_shim_config({"camera": "Fake_1", "simulate": "synth", "seed": 11,
+                               "motion_rate": 25, "pixel_format": "Mono12p",
+                               "AcquisitionFrameRate": 200},
+                              sample_type="u12p", stride=[2, 2])
+    over["reconstruct.mode"] = "noncumulative"
+    d = daemons(**over)
+    d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+    d.ready()
+    proc, out = d.reader(6, TIMEOUT)
+    assert proc.wait(timeout=TIMEOUT + 10) == 0, proc.stderr.read() + d.log_text()[-2000:]
+    recs = read_records(out)
+    d.subscribe()
+    assert d.status()["source"]["acquisition"] == "zero-copy"
+    last = max(r[0]["epoch"] for r in recs)
+    sim = dict(d.cfg)
+    sim["source"] = {"type": "synth", "rate": 25, "synth": {"seed": 11}}
+    write(tmp_path / "sim.yaml", sim)
+    run([bin_dir / "volrec", "sim", "-c", tmp_path / "sim.yaml", "-o", tmp_path / "sim.raw",
+         "-n", last + 1])
+    rep = dict(sim)
+    rep["source"] = {"type": "replay", "rate": 0,
+                     "replay": {"path": str(tmp_path / "sim.raw"), "loop": False}}
+    want = volumes(bin_dir, write(tmp_path / "rep.yaml", rep), tmp_path / "rep.h5", last + 1)
+    # noncumulative over S = 4 epochs: volumes from epoch 3 on depend on published epochs only
+    # when none was dropped before them; compare those whose 4 epochs were all acquired
+    for hdr, vol in recs:
+        if hdr["epoch"] >= 3:
+            assert np.array_equal(vol, want[hdr["epoch"]]), f"epoch {hdr['epoch']} differs"
+
+
+# ---- bad input: precise errors at start ----------------------------------------------------
+
+BAD = {
+    "camera_not_found": ({"camera": "NoSuchCamera"}, {},
+                         "camera 'NoSuchCamera' not found ("),
+    "unknown_feature": ({"camera": "Fake_1", "LineRateX": 1000}, {},
+                        "shim.args.LineRateX (line 1): camera Fake_1 has no feature 'LineRateX'"),
+    "out_of_range": ({"camera": "Fake_1", "AcquisitionFrameRate": 5000}, {},
+                     "shim.args.AcquisitionFrameRate: 5000 is out of range for camera Fake_1 "
+                     "(0.1..1000)"),
+    "wrong_type": ({"camera": "Fake_1", "ExposureTimeAbs": "long"}, {},
+                   "shim.args.ExposureTimeAbs: 'long' is not a number"),
+    "enum_value": ({"camera": "Fake_1", "TriggerMode": "Sometimes"}, {},
+                   "'Sometimes' is not a value camera Fake_1 offers for 'TriggerMode' "
+                   "(one of: Off, On)"),
+    "unsupported_pixel_format": ({"camera": "Fake_1", "pixel_format": "RGB8"}, {},
+                                 "shim.args.pixel_format: 'RGB8' is not supported (volrec "
+                                 "takes Mono8"),
+    "pixel_format_vs_sample_type": ({"camera": "Fake_1", "pixel_format": "Mono16"},
+                                    {"sample_type": "u12p"},
+                                    "pixel_format Mono16 delivers u16, geometry.sample_type is "
+                                    "u12p"),
+    "sample_type_no_camera_format": ({"camera": "Fake_1"}, {"sample_type": "i16"},
+                                     "no camera pixel format delivers geometry.sample_type i16"),
+    "width_too_large": ({"camera": "Fake_1"}, {"samples_per_ascan": 4096},
+                        "geometry.samples_per_ascan 4096 does not fit the camera's Width "
+                        "(1..2048"),
+    "height_from_args": ({"camera": "Fake_1", "Height": 10}, {},
+                         "shim.args.Height: the frame size comes from the geometry"),
+    "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
+                           "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_camera_settings_fail_at_start(daemons, name):
+    args, geom, message = BAD[name]
+    d = daemons(**daemon_shim_config(args, **geom))
+    d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+    assert d.wait_exit() != 0
+    assert message in d.log_text(), d.log_text()[-2000:]
+
+
+def test_check_accepts_the_short_name_and_the_shim_reports_at_start(daemons, bin_dir):
+    """--check validates the file (a short shim name is not a path); the camera is asked only
+    at start, where a missing shim is named with the path it was looked for at."""
+    d = daemons(**daemon_shim_config({"camera": "Fake_1"}))
+    p = run([bin_dir / "volrecd", "-c", d.config_path, "--check"])
+    assert 'library: "genicam"' in p.stdout, p.stdout
+    d.cfg["source"]["shim"]["library"] = "nosuchshim"
+    d.write_config(d.cfg)
+    d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+    assert d.wait_exit() != 0
+    assert f"{SHIM_DIR}/nosuchshim-shim.so" in d.log_text(), d.log_text()[-2000:]
+
+
+# ---- over the network stack: arv-fake-gv-camera-0.8 ----------------------------------------
+
+def ramp_consistent(vols):
+    """The Fake GigE camera's Mono8 test pattern is (x + frame id + y) mod 255: A-scan a of
+    frame f equals A-scan a + 1 of frame f - 1. With one frame per B-scan and classic
+    processing, B-scan b + 1 of a volume is B-scan b shifted by one A-scan, and B-scan 0 of
+    epoch e + 1 is B-scan ny - 1 of epoch e shifted by one: a B-scan at another's place (a lost
+    frame not told) breaks that. Returns the first inconsistency or None."""
+    by_epoch = {h["epoch"]: v for h, v in vols}
+    for e, v in sorted(by_epoch.items()):
+        for b in range(v.shape[0] - 1):
+            if not np.array_equal(v[b + 1, :-1], v[b, 1:]):
+                return f"epoch {e}: B-scan {b + 1} is not B-scan {b} shifted by one A-scan"
+        if e + 1 in by_epoch and not np.array_equal(by_epoch[e + 1][0, :-1], v[-1, 1:]):
+            return f"epoch {e + 1}: B-scan 0 does not follow B-scan {v.shape[0] - 1} of {e}"
+    return None
+
+
+def gv_daemon(daemons, cam, **args):
+    a = {"camera": cam, "pixel_format": "Mono8", "AcquisitionFrameRate": 100}
+    a.update(args)
+    over = daemon_shim_config(a, timeout_ms=500, samples_per_ascan=256, ascans_per_bscan=32,
+                              bscans_per_volume=8)
+    over["reconstruct.mode"] = "none"
+    d = daemons(**over)
+    d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+    d.subscribe()
+    d.ready()
+    return d
+
+
+@needs_gv
+def test_gv_camera_end_to_end_to_a_reader(daemons, bin_dir):
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        d = gv_daemon(daemons, cam)
+        proc, out = d.reader(8, TIMEOUT)
+        assert proc.wait(timeout=TIMEOUT + 10) == 0, proc.stderr.read() + d.log_text()[-2000:]
+        recs = read_records(out)
+        assert len(recs) >= 8
+        assert recs[0][1].std() > 1, "the test pattern must show"
+        assert ramp_consistent(recs) is None, ramp_consistent(recs)
+        st = d.status(lambda m: m["volumes_published"] >= 8)
+        assert drops_identity(st), st
+        assert st["source"]["name"] == "genicam", st["source"]
+        # the shim's stream buffers (Mono8: its widened copies) are registered and used in place
+        assert st["source"]["acquisition"] == "zero-copy"
+
+
+@needs_gv
+def test_gv_lost_packets_are_counted_drops_never_wrong_volumes(daemons, bin_dir):
+    # 3 % of the packets lost, no resend: whole frames go missing or arrive incomplete
+    with fake_gv_camera(bin_dir, lost_per_thousand=30) as (cam, _, _):
+        d = gv_daemon(daemons, cam, packet_resend=False, AcquisitionFrameRate=200)
+        st = d.status(lambda m: m["drops"]["source_lost"] + m["drops"]["source_incomplete"] > 0
+                      and m["volumes_published"] >= 3, timeout=60)
+        proc, out = d.reader(4, TIMEOUT)
+        assert proc.wait(timeout=TIMEOUT + 10) == 0, proc.stderr.read() + d.log_text()[-2000:]
+        recs = read_records(out)
+        assert ramp_consistent(recs) is None, ramp_consistent(recs)
+        st = d.status()
+        assert drops_identity(st), st
+        # each lost or incomplete B-scan takes its epoch with it, as incomplete_epoch drops
+        assert st["drops"]["incomplete_epoch"] > 0, st["drops"]
+        # losses are not faults: no back-off, no degraded state
+        assert st["faults"]["source"] == 0 and st["state"] == "running", st
+
+
+@needs_gv
+def test_gv_camera_killed_and_restarted_is_a_fault_then_recovers(daemons, bin_dir):
+    with fake_gv_camera(bin_dir) as (cam, start, kill):
+        d = gv_daemon(daemons, cam)
+        d.vol()
+        kill()
+        d.event("source_fault", timeout=TIMEOUT)
+        st = d.status(lambda m: m["state"] == "degraded")
+        published = st["volumes_published"]
+        start()
+        d.event("source_recovered", timeout=60)
+        st = d.status(lambda m: m["volumes_published"] >= published + 3, timeout=TIMEOUT)
+        assert st["faults"]["reopens"] >= 1, st["faults"]
+        proc, out = d.reader(3, TIMEOUT)
+        assert proc.wait(timeout=TIMEOUT + 10) == 0, proc.stderr.read() + d.log_text()[-2000:]
+        assert ramp_consistent(read_records(out)) is None
