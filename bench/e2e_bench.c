@@ -34,17 +34,23 @@ struct bcase {
 	double target_vps;      /* volumes/s target (0: none) */
 	double target_ascans;   /* A-scans/s target (0: none) */
 	double target_p99_ms;   /* processing latency p99 target (0: none) */
+	const char *sample;     /* geometry.sample_type (NULL: u16) */
 };
 
 static const struct bcase cases[] = {
         {"tiny", 256, 12, 12, 3, 3, 0, 128, "noncumulative", "\"db_range\":[0,100]", 36, 0, 0, 0,
-         0},
+         0, NULL},
         {"classic-2048", 2048, 1024, 64, 1, 1, 0, 1024, "none",
          "\"background\":{\"mode\":\"ascan_mean\"},\"window\":{\"type\":\"hann\"},"
          "\"dispersion\":{\"coeffs\":[2.0,-0.5]},\"db_range\":[20,90]",
-         2, 160, 0, 10e6, 0},
+         2, 160, 0, 10e6, 0, NULL},
+        /* the same with packed 12-bit input (ALGORITHMS.md §0): 1.5 bytes/sample over PCIe */
+        {"classic-2048-u12p", 2048, 1024, 64, 1, 1, 0, 1024, "none",
+         "\"background\":{\"mode\":\"ascan_mean\"},\"window\":{\"type\":\"hann\"},"
+         "\"dispersion\":{\"coeffs\":[2.0,-0.5]},\"db_range\":[20,90]",
+         2, 160, 0, 14e6, 0, "u12p"},
         {"paper", 8192, 60, 60, 5, 5, 0, 4096, "noncumulative", "\"db_range\":[0,100]", 25, 120,
-         120, 0, 15},
+         120, 0, 15, NULL},
 };
 
 struct run_result {
@@ -118,7 +124,8 @@ static uint64_t out_voxels(const struct bcase *c)
 
 static uint64_t in_bytes(const struct bcase *c)
 {
-	return (uint64_t)c->ny * c->nx * c->K * 2;
+	bool packed = c->sample && !strcmp(c->sample, "u12p");
+	return (uint64_t)c->ny * c->nx * c->K * (packed ? 3 : 4) / 2;
 }
 
 static int write_config(const char *path, const struct bcase *c, const char *instance,
@@ -142,14 +149,15 @@ static int write_config(const char *path, const struct bcase *c, const char *ins
 		         rate, replay);
 	fprintf(f,
 	        "{\"instance\":\"%s\",\"backend\":\"%s\",\"source\":%s,\n"
-	        "\"geometry\":{\"samples_per_ascan\":%u,\"sample_type\":\"u16\",\"ascans_per_"
+	        "\"geometry\":{\"samples_per_ascan\":%u,\"sample_type\":\"%s\",\"ascans_per_"
 	        "bscan\":%u,"
 	        "\"bscans_per_volume\":%u,\"stride\":[%u,%u],\"depth_range\":[%u,%u]},\n"
 	        "\"preprocess\":{%s},\"reconstruct\":{\"mode\":\"%s\"},\"output\":{\"slots\":4},\n"
 	        "\"pipeline\":{\"ring_bscans\":%u,\"overflow\":\"%s\"},\n"
 	        "\"ipc\":{\"run_dir\":\"%s\",\"status_interval_ms\":500,\"hwm\":1000},"
 	        "\"log\":{\"level\":\"info\"}}\n",
-	        instance, opt.backend, src, c->K, c->nx, c->ny, c->sx, c->sy, c->z0, c->z1,
+	        instance, opt.backend, src, c->K, c->sample ? c->sample : "u16", c->nx, c->ny,
+	        c->sx, c->sy, c->z0, c->z1,
 	        c->preprocess, c->mode, 4 * c->ny, block ? "block" : "drop_epoch", run_dir);
 	if (fclose(f)) {
 		fprintf(stderr, "e2e_bench: writing %s: %s\n", path, strerror(errno));
@@ -498,7 +506,8 @@ static void usage(FILE *f)
 	        "usage: e2e_bench [--build DIR] [--backend cpu|cuda|auto] [--case NAME]...\n"
 	        "                 [--seconds S] [--warmup S] [--rate EPOCHS_PER_S] [--no-paced]\n"
 	        "                 [--no-max] [--overlap 0|1] [--shm-dir DIR] [-o FILE]\n"
-	        "cases: tiny, classic-2048, paper (default: tiny classic-2048)\n");
+	        "cases: tiny, classic-2048, classic-2048-u12p, paper (default: tiny "
+	        "classic-2048)\n");
 }
 
 int main(int argc, char **argv)
@@ -559,7 +568,7 @@ int main(int argc, char **argv)
 			if (i == nc || nsel == 8) {
 				fprintf(stderr,
 				        "e2e_bench: --case %s: not one of tiny, classic-2048, "
-				        "paper\n",
+				        "classic-2048-u12p, paper\n",
 				        optarg);
 				return 2;
 			}
@@ -767,7 +776,8 @@ int main(int argc, char **argv)
 	json_num(f, "d2h_shm_gbs", limit_d2h, true);
 	json_num(f, "bidir_each_gbs", limit_bidir, false);
 	fprintf(f, "},\n\"targets\":{\"paper_volumes_per_s\":120,\"paper_p99_ms\":15,"
-	           "\"classic_ascans_per_s\":10000000},\n\"results\":[");
+	           "\"classic_ascans_per_s\":10000000,\"classic_u12p_ascans_per_s\":14000000},\n"
+	           "\"results\":[");
 	for (int i = 0, first = 1; i < nsel; i++)
 		for (int k = 0; k < 2; k++) {
 			const struct run_result *r = &res[i][k];
@@ -783,11 +793,13 @@ int main(int argc, char **argv)
 				                                        ? in_bytes(c)
 				                                        : out_voxels(c)));
 			fprintf(f,
-			        "%s\n {\"case\":\"%s\",\"run\":\"%s\",\"geometry\":{\"samples\":%u,"
+			        "%s\n {\"case\":\"%s\",\"run\":\"%s\",\"sample_type\":\"%s\","
+			        "\"geometry\":{\"samples\":%u,"
 			        "\"ascans_per_bscan\":%u,\"bscans\":%u,\"stride\":[%u,%u],"
 			        "\"depth\":[%u,%"
 			        "u]},\"mode\":\"%s\",\"rate\":%g,\"overflow\":\"%s\",",
-			        first ? "" : ",", c->name, r->kind, c->K, c->nx, c->ny, c->sx,
+			        first ? "" : ",", c->name, r->kind, c->sample ? c->sample : "u16", c->K,
+			        c->nx, c->ny, c->sx,
 			        c->sy, c->z0, c->z1, c->mode, r->rate, k ? "drop_epoch" : "block");
 			first = 0;
 			json_num(f, "seconds", r->seconds, true);
