@@ -23,7 +23,7 @@
 
 #define OWN \
 	"camera, pixel_format, buffers, packet_size, packet_socket, packet_resend, "               \
-	"set_geometry, simulate, seed, deg_per_s, snr_db, phantom, motion_rate"
+	"socket_buffer, set_geometry, simulate, seed, deg_per_s, snr_db, phantom, motion_rate"
 #define PAGE      4096u
 #define BUF_MAX   4096u
 #define GAP16_MAX 32767u /* largest frame-id step told apart from a restart (16-bit ids) */
@@ -39,6 +39,7 @@ struct gc_shim {
 	char pixel_format[64]; /* asked for, "" = chosen from geometry.sample_type */
 	uint64_t buffers;      /* asked for, 0 = 3 epochs (at least 16) */
 	int64_t packet_size;   /* -1: negotiate (GigE Vision) */
+	uint64_t socket_buffer; /* GigE Vision receive buffer, bytes; 0: 8 frames */
 	int packet_socket;     /* -1 auto (off on loopback), 0, 1 */
 	bool packet_resend, set_geometry;
 	struct gc_fake_params fake;
@@ -159,6 +160,9 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = shim_args_str(&args, "packet_socket", sock, sizeof(sock), err, sizeof(err));
 	if (!rc)
 		rc = shim_args_bool(&args, "packet_resend", &s->packet_resend, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "socket_buffer", 0, 1u << 30, &s->socket_buffer, err,
+		                   sizeof(err));
 	if (!rc)
 		rc = shim_args_bool(&args, "set_geometry", &s->set_geometry, err, sizeof(err));
 	if (!rc)
@@ -579,11 +583,16 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		stream_free(s);
 		return rc;
 	}
-	if (ARV_IS_GV_STREAM(s->stream))
+	if (ARV_IS_GV_STREAM(s->stream)) {
+		/* a burst of frames must fit the socket while the receiving thread is not
+		 * running: 8 frames by default (the kernel caps it at net.core.rmem_max) */
+		uint64_t sb = s->socket_buffer ? s->socket_buffer : 8 * (uint64_t)s->stride;
 		g_object_set(s->stream, "packet-resend",
 		             s->packet_resend ? ARV_GV_STREAM_PACKET_RESEND_ALWAYS
 		                              : ARV_GV_STREAM_PACKET_RESEND_NEVER,
-		             NULL);
+		             "socket-buffer", ARV_GV_STREAM_SOCKET_BUFFER_FIXED, "socket-buffer-size",
+		             (gint)(sb > INT32_MAX ? INT32_MAX : sb), NULL);
+	}
 	/* every buffer starts out of the stream; start() pushes them */
 	for (uint32_t i = 0; i < s->nbuf; i++)
 		atomic_store(&s->out[i], 2);
