@@ -38,8 +38,8 @@ struct bcase {
 };
 
 static const struct bcase cases[] = {
-        {"tiny", 256, 12, 12, 3, 3, 0, 128, "noncumulative", "\"db_range\":[0,100]", 36, 0, 0, 0,
-         0, NULL},
+        {"tiny", 256, 12, 12, 3, 3, 0, 128, "noncumulative", "\"db_range\":[0,100]", 36, 0, 0, 0, 0,
+         NULL},
         {"classic-2048", 2048, 1024, 64, 1, 1, 0, 1024, "none",
          "\"background\":{\"mode\":\"ascan_mean\"},\"window\":{\"type\":\"hann\"},"
          "\"dispersion\":{\"coeffs\":[2.0,-0.5]},\"db_range\":[20,90]",
@@ -157,8 +157,8 @@ static int write_config(const char *path, const struct bcase *c, const char *ins
 	        "\"ipc\":{\"run_dir\":\"%s\",\"status_interval_ms\":500,\"hwm\":1000},"
 	        "\"log\":{\"level\":\"info\"}}\n",
 	        instance, opt.backend, src, c->K, c->sample ? c->sample : "u16", c->nx, c->ny,
-	        c->sx, c->sy, c->z0, c->z1,
-	        c->preprocess, c->mode, 4 * c->ny, block ? "block" : "drop_epoch", run_dir);
+	        c->sx, c->sy, c->z0, c->z1, c->preprocess, c->mode, 4 * c->ny,
+	        block ? "block" : "drop_epoch", run_dir);
 	if (fclose(f)) {
 		fprintf(stderr, "e2e_bench: writing %s: %s\n", path, strerror(errno));
 		return -EIO;
@@ -798,9 +798,9 @@ int main(int argc, char **argv)
 			        "\"ascans_per_bscan\":%u,\"bscans\":%u,\"stride\":[%u,%u],"
 			        "\"depth\":[%u,%"
 			        "u]},\"mode\":\"%s\",\"rate\":%g,\"overflow\":\"%s\",",
-			        first ? "" : ",", c->name, r->kind, c->sample ? c->sample : "u16", c->K,
-			        c->nx, c->ny, c->sx,
-			        c->sy, c->z0, c->z1, c->mode, r->rate, k ? "drop_epoch" : "block");
+			        first ? "" : ",", c->name, r->kind, c->sample ? c->sample : "u16",
+			        c->K, c->nx, c->ny, c->sx, c->sy, c->z0, c->z1, c->mode, r->rate,
+			        k ? "drop_epoch" : "block");
 			first = 0;
 			json_num(f, "seconds", r->seconds, true);
 			fprintf(f,

@@ -147,10 +147,11 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 	} else if (ARV_IS_GC_BOOLEAN(node)) {
 		bool v;
 		if (!parse_bool(a->val, &v))
-			return say(err, errlen, -EINVAL,
-			           "shim.args.%s: '%s' is not a boolean (feature '%s' is a Boolean: "
-			           "true or false)",
-			           a->key, a->val, a->key);
+			return say(
+			        err, errlen, -EINVAL,
+			        "shim.args.%s: '%s' is not a boolean (feature '%s' is a Boolean: "
+			        "true or false)",
+			        a->key, a->val, a->key);
 		arv_gc_boolean_set_value(ARV_GC_BOOLEAN(node), v, &ge);
 	} else if (ARV_IS_GC_FLOAT(node)) {
 		ArvGcFloat *fl = ARV_GC_FLOAT(node);
@@ -166,10 +167,11 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 		if (ge)
 			goto failed;
 		if (v < lo || v > hi)
-			return say(err, errlen, -ERANGE,
-			           "shim.args.%s: %g%s%s is out of range for camera %s (%g..%g%s%s)",
-			           a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam, lo,
-			           hi, unit && *unit ? " " : "", unit ? unit : "");
+			return say(
+			        err, errlen, -ERANGE,
+			        "shim.args.%s: %g%s%s is out of range for camera %s (%g..%g%s%s)",
+			        a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam, lo, hi,
+			        unit && *unit ? " " : "", unit ? unit : "");
 		arv_gc_float_set_value(fl, v, &ge);
 	} else if (ARV_IS_GC_INTEGER(node)) {
 		ArvGcInteger *in = ARV_GC_INTEGER(node);
@@ -195,7 +197,8 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 			           hi, unit && *unit ? " " : "", unit ? unit : "");
 		if (inc > 1 && (v - lo) % inc)
 			return say(err, errlen, -ERANGE,
-			           "shim.args.%s: %" PRId64 " is not %" PRId64 " plus a multiple of "
+			           "shim.args.%s: %" PRId64 " is not %" PRId64
+			           " plus a multiple of "
 			           "the increment %" PRId64 " on camera %s",
 			           a->key, v, lo, inc, cam);
 		arv_gc_integer_set_value(in, v, &ge);
@@ -233,8 +236,8 @@ failed:
 	return rc;
 }
 
-int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id,
-                      char *err, size_t errlen)
+int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id, char *err,
+                      size_t errlen)
 {
 	ArvDevice *dev = arv_camera_get_device(camera);
 
@@ -245,10 +248,11 @@ int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *cam
 		if (a->used)
 			continue; /* one of the shim's own arguments */
 		if (!strcmp(a->key, "Width") || !strcmp(a->key, "Height"))
-			return say(err, errlen, -EINVAL,
-			           "shim.args.%s: the frame size comes from the geometry (Width = "
-			           "geometry.samples_per_ascan, Height = geometry.ascans_per_bscan)",
-			           a->key);
+			return say(
+			        err, errlen, -EINVAL,
+			        "shim.args.%s: the frame size comes from the geometry (Width = "
+			        "geometry.samples_per_ascan, Height = geometry.ascans_per_bscan)",
+			        a->key);
 		rc = apply_one(dev, a, camera_id, err, errlen);
 		if (rc)
 			return rc;
@@ -318,7 +322,8 @@ int gc_cameras_list(FILE *out, bool json, bool fake, char *err, size_t errlen)
 			fprintf(out, ", \"address\": ");
 			json_str(out, arv_get_device_address(i));
 			if (cam) {
-				fprintf(out, ", \"width\": %d, \"height\": %d, \"pixel_format\": ", w,
+				fprintf(out,
+				        ", \"width\": %d, \"height\": %d, \"pixel_format\": ", w,
 				        h);
 				json_str(out, pf);
 				fprintf(out, ", \"pixel_formats\": [");
@@ -338,16 +343,19 @@ int gc_cameras_list(FILE *out, bool json, bool fake, char *err, size_t errlen)
 			        arv_get_device_serial_nbr(i), arv_get_device_protocol(i),
 			        arv_get_device_address(i));
 			if (cam) {
-				fprintf(out, "  frame %d x %d pixels (Width = samples per A-scan, "
-				             "Height = A-scans per B-scan), PixelFormat %s\n  pixel "
-				             "formats:",
+				fprintf(out,
+				        "  frame %d x %d pixels (Width = samples per A-scan, "
+				        "Height = A-scans per B-scan), PixelFormat %s\n  pixel "
+				        "formats:",
 				        w, h, pf ? pf : "?");
 				for (guint k = 0; k < nf; k++) {
 					const struct gc_format *f = gc_format_by_name(fmts[k]);
 					fprintf(out, " %s%s", fmts[k],
-					        f ? (f->sample_type == VOLREC_SAMPLE_U12P    ? " (u12p)"
-					             : f->sample_type == VOLREC_SAMPLE_U12GV ? " (u12gv)"
-					                                                     : " (u16)")
+					        f ? (f->sample_type == VOLREC_SAMPLE_U12P
+					                     ? " (u12p)"
+					             : f->sample_type == VOLREC_SAMPLE_U12GV
+					                     ? " (u12gv)"
+					                     : " (u16)")
 					          : "");
 				}
 				fprintf(out, "\n");

@@ -21,19 +21,22 @@ struct gc_fake {
 	struct sim *sim;
 	struct volrec_shim_geometry g;
 	const struct gc_format *f;
-	uint16_t *tmp;      /* one B-scan as the scanner's u16 */
+	uint16_t *tmp;            /* one B-scan as the scanner's u16 */
 	atomic_uint_fast64_t pos; /* position of the next frame filled */
 	atomic_bool failed;
 };
 
 /* Entries added to the Fake camera's PixelFormat enumeration (PFNC values, decimal). */
-static const char extra_formats[] =
-        "\t\t<EnumEntry Name=\"Mono10\" NameSpace=\"Standard\"><Value>17825795</Value></EnumEntry>\n"
-        "\t\t<EnumEntry Name=\"Mono12\" NameSpace=\"Standard\"><Value>17825797</Value></EnumEntry>\n"
-        "\t\t<EnumEntry Name=\"Mono14\" NameSpace=\"Standard\"><Value>17825829</Value></EnumEntry>\n"
-        "\t\t<EnumEntry Name=\"Mono12p\" NameSpace=\"Standard\"><Value>17563719</Value></EnumEntry>\n"
-        "\t\t<EnumEntry Name=\"Mono12Packed\" "
-        "NameSpace=\"Standard\"><Value>17563654</Value></EnumEntry>\n";
+static const char extra_formats[] = "\t\t<EnumEntry Name=\"Mono10\" "
+                                    "NameSpace=\"Standard\"><Value>17825795</Value></EnumEntry>\n"
+                                    "\t\t<EnumEntry Name=\"Mono12\" "
+                                    "NameSpace=\"Standard\"><Value>17825797</Value></EnumEntry>\n"
+                                    "\t\t<EnumEntry Name=\"Mono14\" "
+                                    "NameSpace=\"Standard\"><Value>17825829</Value></EnumEntry>\n"
+                                    "\t\t<EnumEntry Name=\"Mono12p\" "
+                                    "NameSpace=\"Standard\"><Value>17563719</Value></EnumEntry>\n"
+                                    "\t\t<EnumEntry Name=\"Mono12Packed\" "
+                                    "NameSpace=\"Standard\"><Value>17563654</Value></EnumEntry>\n";
 
 static pthread_mutex_t enable_mu = PTHREAD_MUTEX_INITIALIZER;
 static int enabled; /* 0 not yet, 1 done, < 0 the error */
@@ -49,7 +52,8 @@ int gc_fake_enable(char *err, size_t errlen)
 		                                      G_RESOURCE_LOOKUP_FLAGS_NONE, NULL);
 		gsize n = 0;
 		const char *x = xml ? g_bytes_get_data(xml, &n) : NULL;
-		const char *pf = x ? g_strstr_len(x, (gssize)n, "<Enumeration Name=\"PixelFormat\"") : NULL;
+		const char *pf =
+		        x ? g_strstr_len(x, (gssize)n, "<Enumeration Name=\"PixelFormat\"") : NULL;
 		const char *pv = pf ? g_strstr_len(pf, (gssize)(n - (size_t)(pf - x)),
 		                                   "<pValue>PixelFormatRegister</pValue>")
 		                    : NULL;
@@ -70,7 +74,8 @@ int gc_fake_enable(char *err, size_t errlen)
 			    write(fd, pv, n - head) != (ssize_t)(n - head)) {
 				enabled = -errno;
 				snprintf(enable_err, sizeof(enable_err),
-				         "writing the Fake camera's description: %s", strerror(errno));
+				         "writing the Fake camera's description: %s",
+				         strerror(errno));
 				if (fd >= 0)
 					close(fd);
 			} else {
@@ -109,7 +114,8 @@ static void fill(ArvBuffer *buffer, void *data, guint32 exposure_us, guint32 gai
 		return; /* reconfigured under us: the frame is refused as incomplete */
 	sim_scan_offset(e, g->stride_x, g->stride_y, &ox, &oy);
 	if (fk->f->sample_type != VOLREC_SAMPLE_U16) {
-		if (sim_bscan(fk->sim, e, ox, oy, b, dst, volrec_sample_bytes(fk->f->sample_type, n)))
+		if (sim_bscan(fk->sim, e, ox, oy, b, dst,
+		              volrec_sample_bytes(fk->f->sample_type, n)))
 			atomic_store(&fk->failed, true);
 		return;
 	}

@@ -21,7 +21,7 @@
 
 #include "internal.h"
 
-#define OWN \
+#define OWN                                                                                        \
 	"camera, pixel_format, buffers, packet_size, packet_socket, packet_resend, "               \
 	"socket_buffer, set_geometry, simulate, seed, deg_per_s, snr_db, phantom, motion_rate"
 #define PAGE      4096u
@@ -36,11 +36,11 @@ struct gc_shim {
 	ArvCamera *cam;
 	gulong lost_handler;
 	atomic_bool control_lost;
-	char pixel_format[64]; /* asked for, "" = chosen from geometry.sample_type */
-	uint64_t buffers;      /* asked for, 0 = 3 epochs (at least 16) */
-	int64_t packet_size;   /* -1: negotiate (GigE Vision) */
+	char pixel_format[64];  /* asked for, "" = chosen from geometry.sample_type */
+	uint64_t buffers;       /* asked for, 0 = 3 epochs (at least 16) */
+	int64_t packet_size;    /* -1: negotiate (GigE Vision) */
 	uint64_t socket_buffer; /* GigE Vision receive buffer, bytes; 0: 8 frames */
-	int packet_socket;     /* -1 auto (off on loopback), 0, 1 */
+	int packet_socket;      /* -1 auto (off on loopback), 0, 1 */
 	bool packet_resend, set_geometry;
 	struct gc_fake_params fake;
 
@@ -57,7 +57,7 @@ struct gc_shim {
 	atomic_uchar *out;  /* [nbuf] camera buffer i: 0 in the stream, 1 out of it, 2 not
 	                     * pushed yet */
 	atomic_uchar *slot; /* [nbuf] Mono8: widened copy i is held by the caller */
-	uint8_t *dummy;    /* handed out for a lost or incomplete position */
+	uint8_t *dummy;     /* handed out for a lost or incomplete position */
 	ArvStream *stream;
 	struct gc_fake *fk;
 
@@ -116,10 +116,10 @@ static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 	for (unsigned i = 0; i < n && len < sizeof(list); i++)
 		len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "",
 		                        arv_get_device_id(i));
-	snprintf(err, errlen, "genicam: camera %s%s%s not found (%s%s%s)%s%s",
-	         want[0] ? "'" : "", want[0] ? want : "(the first one)", want[0] ? "'" : "",
-	         n ? "found: " : "no GenICam camera found", list, "",
-	         ge ? "; Aravis: " : "", ge ? ge->message : "");
+	snprintf(err, errlen, "genicam: camera %s%s%s not found (%s%s%s)%s%s", want[0] ? "'" : "",
+	         want[0] ? want : "(the first one)", want[0] ? "'" : "",
+	         n ? "found: " : "no GenICam camera found", list, "", ge ? "; Aravis: " : "",
+	         ge ? ge->message : "");
 	return -ENODEV;
 }
 
@@ -199,15 +199,16 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		s->packet_socket = 0;
 	else {
 		snprintf(err, sizeof(err),
-		         "shim.args.packet_socket: '%s' is not allowed (auto, true or false)", sock);
+		         "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
+		         sock);
 		rc = -EINVAL;
 		goto out_msg;
 	}
 	if (!strcmp(sim, "synth"))
 		s->fake.synth = true;
 	else if (strcmp(sim, "none")) {
-		snprintf(err, sizeof(err), "shim.args.simulate: '%s' is not allowed (none or synth)",
-		         sim);
+		snprintf(err, sizeof(err),
+		         "shim.args.simulate: '%s' is not allowed (none or synth)", sim);
 		rc = -EINVAL;
 		goto out_msg;
 	}
@@ -265,9 +266,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	snprintf(info->version, sizeof(info->version), "%s (Aravis %u.%u.%u)", VOLREC_VERSION,
 	         arv_get_major_version(), arv_get_minor_version(), arv_get_micro_version());
 	snprintf(info->device, sizeof(info->device), "%.32s %.32s, serial %.24s (%.24s)",
-	         arv_camera_get_vendor_name(s->cam, NULL)
-	                 ? arv_camera_get_vendor_name(s->cam, NULL)
-	                 : "?",
+	         arv_camera_get_vendor_name(s->cam, NULL) ? arv_camera_get_vendor_name(s->cam, NULL)
+	                                                  : "?",
 	         arv_camera_get_model_name(s->cam, NULL) ? arv_camera_get_model_name(s->cam, NULL)
 	                                                 : "?",
 	         arv_camera_get_device_serial_number(s->cam, NULL)
@@ -341,8 +341,8 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 	size_t len = 0;
 	for (guint i = 0; avail && i < n; i++)
 		if (len < sizeof(list))
-			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "",
-			                        avail[i]);
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
+			                        i ? ", " : "", avail[i]);
 	const struct gc_format *pick = NULL;
 	if (g->sample_type == VOLREC_SAMPLE_U16) {
 		for (size_t o = 0; o < sizeof(order) / sizeof(order[0]) && !pick; o++)
@@ -350,7 +350,8 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 				if (!strcmp(avail[i], order[o]))
 					pick = gc_format_by_name(order[o]);
 	} else {
-		const char *want = g->sample_type == VOLREC_SAMPLE_U12P ? "Mono12p" : "Mono12Packed";
+		const char *want =
+		        g->sample_type == VOLREC_SAMPLE_U12P ? "Mono12p" : "Mono12Packed";
 		for (guint i = 0; avail && i < n; i++)
 			if (!strcmp(avail[i], want))
 				pick = gc_format_by_name(want);
@@ -396,16 +397,18 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 		hinc = hinc > 0 ? hinc : 1;
 		if ((gint64)g->samples_per_ascan < wmin || (gint64)g->samples_per_ascan > wmax ||
 		    (g->samples_per_ascan - (uint32_t)wmin) % (uint32_t)winc)
-			return fail(s, -EINVAL,
-			            "genicam: camera %s: geometry.samples_per_ascan %u does not fit "
-			            "the camera's Width (%d..%d, increment %d)",
-			            s->cam_id, g->samples_per_ascan, wmin, wmax, winc);
+			return fail(
+			        s, -EINVAL,
+			        "genicam: camera %s: geometry.samples_per_ascan %u does not fit "
+			        "the camera's Width (%d..%d, increment %d)",
+			        s->cam_id, g->samples_per_ascan, wmin, wmax, winc);
 		if ((gint64)g->ascans_per_bscan < hmin || (gint64)g->ascans_per_bscan > hmax ||
 		    (g->ascans_per_bscan - (uint32_t)hmin) % (uint32_t)hinc)
-			return fail(s, -EINVAL,
-			            "genicam: camera %s: geometry.ascans_per_bscan %u does not fit the "
-			            "camera's Height, the lines per frame (%d..%d, increment %d)",
-			            s->cam_id, g->ascans_per_bscan, hmin, hmax, hinc);
+			return fail(
+			        s, -EINVAL,
+			        "genicam: camera %s: geometry.ascans_per_bscan %u does not fit the "
+			        "camera's Height, the lines per frame (%d..%d, increment %d)",
+			        s->cam_id, g->ascans_per_bscan, hmin, hmax, hinc);
 		arv_camera_set_region(s->cam, -1, -1, (gint)g->samples_per_ascan,
 		                      (gint)g->ascans_per_bscan, &ge);
 		if (ge)
@@ -415,15 +418,16 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 	if (ge)
 		goto failed;
 	if ((uint32_t)w != g->samples_per_ascan || (uint32_t)h != g->ascans_per_bscan)
-		return fail(s, -EINVAL,
-		            "genicam: camera %s delivers frames of %d x %d pixels, the geometry "
-		            "needs %u x %u (Width = samples_per_ascan, Height = ascans_per_bscan)%s",
-		            s->cam_id, w, h, g->samples_per_ascan, g->ascans_per_bscan,
-		            s->set_geometry ? "" : "; set_geometry is false");
+		return fail(
+		        s, -EINVAL,
+		        "genicam: camera %s delivers frames of %d x %d pixels, the geometry "
+		        "needs %u x %u (Width = samples_per_ascan, Height = ascans_per_bscan)%s",
+		        s->cam_id, w, h, g->samples_per_ascan, g->ascans_per_bscan,
+		        s->set_geometry ? "" : "; set_geometry is false");
 	return 0;
 failed:
-	rc = fail(s, -EIO, "genicam: camera %s: setting the frame to %u x %u pixels: %s",
-	          s->cam_id, g->samples_per_ascan, g->ascans_per_bscan, ge->message);
+	rc = fail(s, -EIO, "genicam: camera %s: setting the frame to %u x %u pixels: %s", s->cam_id,
+	          g->samples_per_ascan, g->ascans_per_bscan, ge->message);
 	g_clear_error(&ge);
 	return rc;
 }
@@ -527,14 +531,15 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	s->marks = g->flags & VOLREC_SHIM_GEOMETRY_MARKS;
 	s->bscan_bytes = volrec_sample_bytes(g->sample_type,
 	                                     (size_t)g->samples_per_ascan * g->ascans_per_bscan);
-	s->frame_bytes = s->fmt->widen ? (size_t)g->samples_per_ascan * g->ascans_per_bscan
-	                               : s->bscan_bytes;
+	s->frame_bytes =
+	        s->fmt->widen ? (size_t)g->samples_per_ascan * g->ascans_per_bscan : s->bscan_bytes;
 	if (payload < s->frame_bytes)
-		return fail(s, -EINVAL,
-		            "genicam: camera %s: PayloadSize %zu bytes is less than a frame of %u x "
-		            "%u %s pixels (%zu bytes)",
-		            s->cam_id, payload, g->samples_per_ascan, g->ascans_per_bscan,
-		            s->fmt->name, s->frame_bytes);
+		return fail(
+		        s, -EINVAL,
+		        "genicam: camera %s: PayloadSize %zu bytes is less than a frame of %u x "
+		        "%u %s pixels (%zu bytes)",
+		        s->cam_id, payload, g->samples_per_ascan, g->ascans_per_bscan, s->fmt->name,
+		        s->frame_bytes);
 	s->nbuf = s->buffers ? (uint32_t)s->buffers : 3 * g->bscans_per_volume;
 	if (s->nbuf < 16)
 		s->nbuf = 16;
@@ -590,8 +595,8 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		g_object_set(s->stream, "packet-resend",
 		             s->packet_resend ? ARV_GV_STREAM_PACKET_RESEND_ALWAYS
 		                              : ARV_GV_STREAM_PACKET_RESEND_NEVER,
-		             "socket-buffer", ARV_GV_STREAM_SOCKET_BUFFER_FIXED, "socket-buffer-size",
-		             (gint)(sb > INT32_MAX ? INT32_MAX : sb), NULL);
+		             "socket-buffer", ARV_GV_STREAM_SOCKET_BUFFER_FIXED,
+		             "socket-buffer-size", (gint)(sb > INT32_MAX ? INT32_MAX : sb), NULL);
 	}
 	/* every buffer starts out of the stream; start() pushes them */
 	for (uint32_t i = 0; i < s->nbuf; i++)
@@ -749,13 +754,14 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 					s->incomplete--;
 				if (!s->marks) {
 					uint64_t pos = s->next_pos++;
-					return fail(s, -EIO,
-					            "genicam: camera %s: the frame of epoch %" PRIu64
-					            " B-scan %" PRIu64 " %s",
-					            s->cam_id, pos / ny, pos % ny,
-					            flag == VOLREC_SHIM_META_LOST
-					                    ? "never arrived (frame id gap)"
-					                    : "arrived incomplete");
+					return fail(
+					        s, -EIO,
+					        "genicam: camera %s: the frame of epoch %" PRIu64
+					        " B-scan %" PRIu64 " %s",
+					        s->cam_id, pos / ny, pos % ny,
+					        flag == VOLREC_SHIM_META_LOST
+					                ? "never arrived (frame id gap)"
+					                : "arrived incomplete");
 				}
 			} else {
 				*out = s->held;
@@ -784,8 +790,8 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			            "TriggerMode, frame rate, or the network: docs/cameras.md)",
 			            s->cam_id, timeout_ms);
 		uint64_t wait_us = (limit - el) / 1000;
-		ArvBuffer *b = arv_stream_timeout_pop_buffer(s->stream, wait_us > 100000 ? 100000
-		                                                                         : wait_us);
+		ArvBuffer *b = arv_stream_timeout_pop_buffer(s->stream,
+		                                             wait_us > 100000 ? 100000 : wait_us);
 		if (!b)
 			continue;
 		uint32_t i = GPOINTER_TO_UINT(arv_buffer_get_user_data(b)) - 1;
@@ -858,10 +864,11 @@ static int take_slot(struct gc_shim *s, int timeout_ms, uint32_t *out)
 		}
 		if (timeout_ms >= 0 &&
 		    now_ns(CLOCK_MONOTONIC) - t0 >= (uint64_t)timeout_ms * 1000000ull)
-			return fail(s, -ETIMEDOUT,
-			            "genicam: all %u B-scan buffers are held (the caller holds more "
-			            "than shim.args.buffers)",
-			            s->nbuf);
+			return fail(
+			        s, -ETIMEDOUT,
+			        "genicam: all %u B-scan buffers are held (the caller holds more "
+			        "than shim.args.buffers)",
+			        s->nbuf);
 		struct timespec ts = {0, 200000};
 		nanosleep(&ts, NULL);
 	}
@@ -913,8 +920,9 @@ static int shim_acquire_ref(void *h, const void **bscan, int timeout_ms,
 		*bscan = s->dummy;
 	} else if (s->fmt->widen) {
 		/* the widened copy is what is held; the camera buffer goes back at once */
-		*bscan = deliver(s, b, s->region + (size_t)s->nbuf * s->stride +
-		                               (size_t)slot * s->out_stride);
+		*bscan = deliver(s, b,
+		                 s->region + (size_t)s->nbuf * s->stride +
+		                         (size_t)slot * s->out_stride);
 		requeue(s, b);
 	} else {
 		*bscan = deliver(s, b, NULL);

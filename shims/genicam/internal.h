@@ -37,8 +37,8 @@ const char *gc_format_names(void);
 
 /* Simulation of the in-process Fake camera (fake.c). */
 struct gc_fake_params {
-	bool synth;            /* fill frames with the synthetic scanner's spectra */
-	uint64_t seed;         /* as the synth source */
+	bool synth;    /* fill frames with the synthetic scanner's spectra */
+	uint64_t seed; /* as the synth source */
 	double deg_per_s, snr_db, motion_rate;
 	char phantom[64];
 };
@@ -52,8 +52,8 @@ int gc_fake_enable(char *err, size_t errlen);
  * n / ny at that epoch's offset (ALGORITHMS.md §2.1), as an external scanner counting frames
  * would scan it. *out is freed with gc_fake_free (after the stream is gone). */
 int gc_fake_attach(ArvCamera *camera, const struct gc_fake_params *p,
-                   const struct volrec_shim_geometry *g,
-                   const struct gc_format *f, struct gc_fake **out, char *err, size_t errlen);
+                   const struct volrec_shim_geometry *g, const struct gc_format *f,
+                   struct gc_fake **out, char *err, size_t errlen);
 void gc_fake_restart(struct gc_fake *fk, uint64_t pos);
 void gc_fake_free(ArvCamera *camera, struct gc_fake *fk);
 
@@ -61,8 +61,8 @@ void gc_fake_free(ArvCamera *camera, struct gc_fake *fk);
  * GenICam feature, in document order, each checked against the camera's node (exists,
  * available, writable, type, range, enumeration entry). -EINVAL / -ERANGE / -EACCES and a
  * message naming the feature otherwise. */
-int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id,
-                      char *err, size_t errlen);
+int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id, char *err,
+                      size_t errlen);
 
 /* List the cameras Aravis finds (fake: the in-process Fake camera too) as text or JSON. */
 int gc_cameras_list(FILE *out, bool json, bool fake, char *err, size_t errlen);
