@@ -157,6 +157,10 @@ static const char *missing_function(const struct volrec_shim_ops *o)
 	return NULL;
 }
 
+#ifndef VOLREC_SHIMDIR /* set by src/module.mk from SHIMDIR; builds without it (fuzzing) */
+#define VOLREC_SHIMDIR "/usr/local/lib/volrec"
+#endif
+
 /* source.shim.library: a path, or the short name of a shipped shim (`genicam`, `synth`):
  * NAME-shim.so in VOLREC_SHIM_DIR, else in the installed shim directory. */
 static void shim_path(const char *lib, char *out, size_t n)
