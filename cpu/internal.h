@@ -15,6 +15,7 @@
 #include <fftw3.h>
 
 #include "../backend/backend.h"
+#include "../backend/views.h"
 #include "../config/config.h"
 
 #define CPU_BATCH       8 /* A-scans per FFT call (fftwf_plan_many_dft*) */
@@ -121,5 +122,10 @@ static inline uint8_t cpu_quantize(float v)
 {
 	return (uint8_t)(int)(255.0f * v + 0.5f); /* v in [0, 1]: truncation is floor */
 }
+
+/* The views of ALGORITHMS.md §4 of the u8 volume V (p checked by be_view_check, r from
+ * be_render_setup(p)) into out[v] (be_view_size bytes each; a NULL entry is skipped). */
+void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
+                       const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT]);
 
 #endif
