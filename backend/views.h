@@ -28,14 +28,14 @@ enum be_view {
 
 /* The parameters of the views of one volume (the config's view: section, resolved). */
 struct be_view_params {
-	uint32_t Y, X, Z;        /* volume size */
-	uint32_t slab[2];        /* [za, zb), za < zb <= Z */
-	uint32_t position[3];    /* y0 < Y, x0 < X, z0 < Z */
-	uint32_t render_h;       /* H >= 1 */
-	uint32_t render_w;       /* W >= 1 */
-	double spacing[3];       /* dx, dy, dz > 0 */
-	double angles_deg[2];    /* azimuth phi, elevation theta */
-	double step;             /* h > 0 */
+	uint32_t Y, X, Z;     /* volume size */
+	uint32_t slab[2];     /* [za, zb), za < zb <= Z */
+	uint32_t position[3]; /* y0 < Y, x0 < X, z0 < Z */
+	uint32_t render_h;    /* H >= 1 */
+	uint32_t render_w;    /* W >= 1 */
+	double spacing[3];    /* dx, dy, dz > 0 */
+	double angles_deg[2]; /* azimuth phi, elevation theta */
+	double step;          /* h > 0 */
 };
 
 /*
@@ -73,13 +73,15 @@ void be_render_setup(const struct be_view_params *p, struct be_render_setup *r);
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-static inline void be_render_krange(const struct be_render_setup *r, uint32_t i, uint32_t j,
-                                    uint32_t *k0, uint32_t *k1)
+        static inline void
+        be_render_krange(const struct be_render_setup *r, uint32_t i, uint32_t j, uint32_t *k0,
+                         uint32_t *k1)
 {
 	float lo = 0.0f, hi = (float)r->nsamples;
 
 	for (int a = 0; a < 3; a++) {
-		float o = r->forg[a] + ((float)j + 0.5f) * r->fdu[a] + ((float)i + 0.5f) * r->fdv[a];
+		float o =
+		        r->forg[a] + ((float)j + 0.5f) * r->fdu[a] + ((float)i + 0.5f) * r->fdv[a];
 		float d = r->fdt[a];
 		float emin = -1e-4f, emax = r->lim[a] + 1e-4f;
 

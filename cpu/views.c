@@ -28,7 +28,7 @@ static double trilinear(const uint8_t *V, uint32_t Y, uint32_t X, uint32_t Z, do
 	y1 = y0 + 1 < Y ? y0 + 1 : y0;
 	z1 = z0 + 1 < Z ? z0 + 1 : z0;
 	fx = x - x0, fy = y - y0, fz = z - z0;
-#define VV(yy, xx, zz) ((double)V[((size_t)(yy) * X + (xx)) * Z + (zz)])
+#define VV(yy, xx, zz) ((double)V[((size_t)(yy)*X + (xx)) * Z + (zz)])
 	c00 = VV(y0, x0, z0) + (VV(y0, x0, z1) - VV(y0, x0, z0)) * fz;
 	c01 = VV(y0, x1, z0) + (VV(y0, x1, z1) - VV(y0, x1, z0)) * fz;
 	c10 = VV(y1, x0, z0) + (VV(y1, x0, z1) - VV(y1, x0, z0)) * fz;
@@ -101,5 +101,6 @@ void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
 	if (out[BE_VIEW_RENDER])
 		for (uint32_t i = 0; i < r->H; i++)
 			for (uint32_t j = 0; j < r->W; j++)
-				out[BE_VIEW_RENDER][(size_t)i * r->W + j] = render_pixel(V, p, r, i, j);
+				out[BE_VIEW_RENDER][(size_t)i * r->W + j] =
+				        render_pixel(V, p, r, i, j);
 }

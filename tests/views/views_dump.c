@@ -32,8 +32,9 @@ int main(int argc, char **argv)
 	int rc = 1;
 
 	if (argc != 19) {
-		fprintf(stderr, "usage: views_dump VOLUME Y X Z ZA ZB Y0 X0 Z0 H W DX DY DZ PHI THETA "
-		                "STEP OUTDIR\n");
+		fprintf(stderr,
+		        "usage: views_dump VOLUME Y X Z ZA ZB Y0 X0 Z0 H W DX DY DZ PHI THETA "
+		        "STEP OUTDIR\n");
 		return 2;
 	}
 	memset(&p, 0, sizeof(p));
