@@ -200,19 +200,20 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *ops, const char *request, size_t 
 		json_tokener_free(tok);
 		json_object_put(req);
 		return reply_error(NULL, "request is not one JSON object: %s",
-		                   e == json_tokener_continue ? "unexpected end of text"
-		                   : e == json_tokener_success
-		                           ? "text after the object"
-		                           : json_tokener_error_desc(e));
+		                   e == json_tokener_continue  ? "unexpected end of text"
+		                   : e == json_tokener_success ? "text after the object"
+		                                               : json_tokener_error_desc(e));
 	}
 	json_tokener_free(tok);
 	if (!json_object_is_type(req, json_type_object)) {
 		json_object_put(req);
 		return reply_error(NULL, "request is not a JSON object ({\"op\": ...})");
 	}
-	if (json_object_object_get_ex(req, "id", &idv) && json_object_is_type(idv, json_type_string))
+	if (json_object_object_get_ex(req, "id", &idv) &&
+	    json_object_is_type(idv, json_type_string))
 		id = json_object_get_string(idv);
-	if (!json_object_object_get_ex(req, "op", &op) || !json_object_is_type(op, json_type_string)) {
+	if (!json_object_object_get_ex(req, "op", &op) ||
+	    !json_object_is_type(op, json_type_string)) {
 		reply = reply_error(id, "op: missing (get, set, reset_history or status)");
 		goto out;
 	}
@@ -251,10 +252,11 @@ int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *ops
 	int linger = 0, rc;
 
 	if (strncmp(endpoint, "ipc://", 6))
-		return vr_err(err, errlen, -EINVAL,
-		              "control endpoint %s: only ipc:// is accepted (a tcp:// control socket "
-		              "needs CURVE and an allow-list of client keys)",
-		              endpoint);
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "control endpoint %s: only ipc:// is accepted (a tcp:// control socket "
+		        "needs CURVE and an allow-list of client keys)",
+		        endpoint);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return vr_err(err, errlen, -ENOMEM, "control socket: out of memory");
@@ -286,8 +288,8 @@ int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *ops
 		if (chmod(c->path, 0660) ||
 		    (slash && stat(dir, &st) == 0 && st.st_gid != getegid() &&
 		     chown(c->path, (uid_t)-1, st.st_gid))) {
-			rc = vr_err_errno(err, errlen, -errno, "control socket %s: cannot set its mode",
-			                  c->path);
+			rc = vr_err_errno(err, errlen, -errno,
+			                  "control socket %s: cannot set its mode", c->path);
 			goto out_free;
 		}
 	}
@@ -385,9 +387,8 @@ int vrd_ctl_process(struct vrd_ctl *c)
 			refused = true;
 		}
 		/* reply to the identity; a peer that is gone or slow loses its reply */
-		if (reply &&
-		    zmq_send(c->sock, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]),
-		             ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
+		if (reply && zmq_send(c->sock, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]),
+		                      ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
 			if (delim)
 				zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
 			zmq_send(c->sock, reply, strlen(reply), ZMQ_DONTWAIT);

@@ -11,8 +11,8 @@
 
 #include "gpu.h"
 
-__global__ void k_enface(const uint8_t *__restrict__ V, int Y, int X, int Z, int za, int zb,
-                         int z0, uint8_t *mean, uint8_t *mx, uint8_t *plane)
+__global__ void k_enface(const uint8_t *__restrict__ V, int Y, int X, int Z, int za, int zb, int z0,
+                         uint8_t *mean, uint8_t *mx, uint8_t *plane)
 {
 	const int lane = threadIdx.x & 31;
 	const long long col = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -72,7 +72,8 @@ __global__ void k_render(const uint8_t *__restrict__ V, int Y, int X, int Z,
 		}
 		if (!inside)
 			continue;
-		int x0 = min((int)q[0], X - 1), y0 = min((int)q[1], Y - 1), z0 = min((int)q[2], Z - 1);
+		int x0 = min((int)q[0], X - 1), y0 = min((int)q[1], Y - 1),
+		    z0 = min((int)q[2], Z - 1);
 		int x1 = min(x0 + 1, X - 1), y1 = min(y0 + 1, Y - 1), z1 = min(z0 + 1, Z - 1);
 		float fx = q[0] - x0, fy = q[1] - y0, fz = q[2] - z0;
 		float c00 = vox(V, X, Z, y0, x0, z0), c01 = vox(V, X, Z, y0, x1, z0);
@@ -90,8 +91,7 @@ __global__ void k_render(const uint8_t *__restrict__ V, int Y, int X, int Z,
 }
 
 extern "C" cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_params *p,
-                                         uint8_t *mean, uint8_t *mx, uint8_t *plane,
-                                         cudaStream_t s)
+                                         uint8_t *mean, uint8_t *mx, uint8_t *plane, cudaStream_t s)
 {
 	const long long cols = (long long)p->Y * p->X;
 	const int per_block = 8;
