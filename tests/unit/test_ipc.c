@@ -24,8 +24,10 @@
 struct fx {
 	char run_dir[64];
 	char instance[64];
-	struct vr_config cfg;
-	struct ipc_geometry g;
+	struct ipc_writer_options o;
+	const char *pub[1];
+	char pub0[128];
+	char curve_sec[128], curve_pub[128];
 	struct ipc_writer *w;
 	char err[1024];
 };
@@ -38,9 +40,9 @@ static int fx_setup(void **state)
 	snprintf(f->run_dir, sizeof(f->run_dir), "/tmp/volrec-ipc-XXXXXX");
 	assert_non_null(mkdtemp(f->run_dir));
 	ipc_test_instance(f->instance, sizeof(f->instance), "ut");
-	ipc_test_config(&f->cfg, f->instance, f->run_dir);
-	f->g = (struct ipc_geometry){
-	        .ny = 8, .nx = 16, .nz = 32, .dtype = VOLREC_DTYPE_U8, .slots = 3};
+	ipc_test_options(&f->o, f->instance, f->run_dir);
+	f->o.slots = 3;
+	f->pub[0] = f->pub0;
 	*state = f;
 	return 0;
 }
@@ -60,7 +62,7 @@ static int fx_teardown(void **state)
 
 static void open_writer(struct fx *f)
 {
-	int rc = ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err));
+	int rc = ipc_writer_open(&f->o, &f->w, f->err, sizeof(f->err));
 	if (rc)
 		fail_msg("ipc_writer_open: %d %s", rc, f->err);
 }
@@ -104,24 +106,52 @@ static struct volrec_client *open_client(struct fx *f)
 
 static void test_vol_message_roundtrip_and_rejects(void **state)
 {
-	struct volrec_vol_msg m = {.magic = VOLREC_VOL_MAGIC,
-	                           .major = VOLREC_PROTO_MAJOR,
-	                           .size = sizeof(m),
-	                           .session_id = 9,
-	                           .sequence = 3,
-	                           .ny = 1,
-	                           .nx = 2,
-	                           .nz = 3,
-	                           .dtype = VOLREC_DTYPE_U16,
-	                           .slot = 1};
-	unsigned char buf[sizeof(m)];
-	struct volrec_vol_msg d;
+	struct ipc_vol m = {.session_id = 9,
+	                    .slot = 1,
+	                    .shape = {.ny = 1, .nx = 2, .nz = 3, .dtype = VOLREC_DTYPE_U16},
+	                    .meta = {.volume_id = 11,
+	                             .epoch = 12,
+	                             .offset_x = -1,
+	                             .offset_y = 2,
+	                             .t_first_ns = 13,
+	                             .t_last_ns = 14,
+	                             .latency_ns = 15,
+	                             .flags = VOLREC_FLAG_RESET | VOLREC_FLAG_DROPPED_BEFORE,
+	                             .sequence = 3,
+	                             .t_publish_ns = 16}};
+	unsigned char buf[sizeof(struct volrec_vol_msg)];
+	struct volrec_vol_msg raw;
+	struct ipc_vol d;
 	char err[256];
 
 	(void)state;
 	ipc_vol_encode(&m, buf);
+	/* the wire layout of protocol.h, field by field */
+	memcpy(&raw, buf, sizeof(raw));
+	assert_int_equal(raw.magic, VOLREC_VOL_MAGIC);
+	assert_int_equal(raw.minor, VOLREC_PROTO_MINOR);
+	assert_int_equal(raw.size, sizeof(raw));
+	assert_int_equal(raw.slot, 1);
+	assert_int_equal(raw.sequence, 3);
+	assert_int_equal(raw.volume_id, 11);
+	assert_int_equal(raw.offset_x, -1);
+	assert_int_equal(raw.dtype, VOLREC_DTYPE_U16);
+	assert_int_equal(raw.t_publish_ns, 16);
+	assert_int_equal(raw.flags, VOLREC_FLAG_RESET | VOLREC_FLAG_DROPPED_BEFORE);
 	assert_int_equal(ipc_vol_decode(buf, sizeof(buf), &d, err, sizeof(err)), 0);
-	assert_memory_equal(&d, &m, sizeof(m));
+	assert_int_equal(d.session_id, 9);
+	assert_int_equal(d.slot, 1);
+	assert_memory_equal(&d.shape, &m.shape, sizeof(m.shape));
+	assert_int_equal(d.meta.volume_id, 11);
+	assert_int_equal(d.meta.epoch, 12);
+	assert_int_equal(d.meta.offset_x, -1);
+	assert_int_equal(d.meta.offset_y, 2);
+	assert_int_equal(d.meta.t_first_ns, 13);
+	assert_int_equal(d.meta.t_last_ns, 14);
+	assert_int_equal(d.meta.latency_ns, 15);
+	assert_int_equal(d.meta.flags, m.meta.flags);
+	assert_int_equal(d.meta.sequence, 3);
+	assert_int_equal(d.meta.t_publish_ns, 16);
 	assert_int_equal(ipc_vol_decode(buf, 100, &d, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "malformed"));
 	buf[4] = 2; /* major 2 */
@@ -169,7 +199,7 @@ static void test_second_writer_refused(void **state)
 	char err[512];
 
 	open_writer(f);
-	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &w2, err, sizeof(err)), -EBUSY);
+	assert_int_equal(ipc_writer_open(&f->o, &w2, err, sizeof(err)), -EBUSY);
 	assert_null(w2);
 	assert_non_null(strstr(err, "already has a live writer"));
 }
@@ -604,30 +634,24 @@ static void test_vol_message_beyond_latest_rejected(void **state)
 	struct fx *f = *state;
 	struct volrec_client *c;
 	struct volrec_view v;
-	struct volrec_vol_msg m = {0};
+	struct ipc_vol m = {0};
 	struct volrec_client_stats st;
-	unsigned char buf[sizeof(m)];
+	unsigned char buf[sizeof(struct volrec_vol_msg)];
 
 	open_writer(f);
 	c = open_client(f);
-	m.magic = VOLREC_VOL_MAGIC;
-	m.major = VOLREC_PROTO_MAJOR;
-	m.size = sizeof(m);
 	m.session_id = ipc_writer_session(f->w);
-	m.ny = f->g.ny;
-	m.nx = f->g.nx;
-	m.nz = f->g.nz;
-	m.dtype = f->g.dtype;
+	m.shape = f->o.shape;
 	m.slot = publish(f); /* volume 1: the slot reads 2 */
 	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
 	assert_int_equal(v.sequence, 1);
 	assert_int_equal(volrec_view_release(c, &v), 0);
-	m.sequence = (UINT64_C(1) << 63) + 1; /* 2n wraps to 2 */
+	m.meta.sequence = (UINT64_C(1) << 63) + 1; /* 2n wraps to 2 */
 	ipc_vol_encode(&m, buf);
 	assert_int_equal(ipc_writer_send_raw(f->w, "vol", buf, sizeof(buf)), 0);
 	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
 	assert_non_null(strstr(volrec_client_error(c), "not published"));
-	m.sequence = 5; /* not published yet */
+	m.meta.sequence = 5; /* not published yet */
 	ipc_vol_encode(&m, buf);
 	assert_int_equal(ipc_writer_send_raw(f->w, "vol", buf, sizeof(buf)), 0);
 	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
@@ -657,7 +681,7 @@ static void test_client_follows_new_session(void **state)
 	s1 = volrec_client_session(c);
 	ipc_writer_close(f->w, true);
 	f->w = NULL;
-	f->g.nz = 64; /* structural change: new geometry */
+	f->o.shape.nz = 64; /* structural change: new geometry */
 	open_writer(f);
 	assert_int_not_equal(ipc_writer_session(f->w), s1);
 	/* the SUB socket reconnects by itself; publish until one arrives */
@@ -704,15 +728,20 @@ static void test_bad_arguments_rejected(void **state)
 
 	assert_int_equal(volrec_client_open("bad/name", f->run_dir, &c), -EINVAL);
 	assert_int_equal(volrec_client_open(f->instance, f->run_dir, &c), -ENOENT);
-	f->g.slots = 1;
-	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	f->o.slots = 1;
+	assert_int_equal(ipc_writer_open(&f->o, &f->w, f->err, sizeof(f->err)), -EINVAL);
 	assert_non_null(strstr(f->err, "output.slots"));
-	f->g.slots = 3;
-	snprintf(f->cfg.ipc.pub[0], sizeof(f->cfg.ipc.pub[0]), "tcp://0.0.0.0:0");
-	f->cfg.ipc.npub = 1;
-	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	f->o.slots = 3;
+	f->o.hwm = 0;
+	assert_int_equal(ipc_writer_open(&f->o, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "ipc.hwm"));
+	f->o.hwm = 100;
+	snprintf(f->pub0, sizeof(f->pub0), "tcp://0.0.0.0:0");
+	f->o.pub = f->pub;
+	f->o.npub = 1;
+	assert_int_equal(ipc_writer_open(&f->o, &f->w, f->err, sizeof(f->err)), -EINVAL);
 	assert_non_null(strstr(f->err, "curve_secret_key"));
-	snprintf(f->cfg.ipc.pub[0], sizeof(f->cfg.ipc.pub[0]), "tcp://127.0.0.1:0");
+	snprintf(f->pub0, sizeof(f->pub0), "tcp://127.0.0.1:0");
 	open_writer(f);
 	assert_non_null(strstr(ipc_writer_endpoint(f->w, 0), "tcp://127.0.0.1:"));
 }
@@ -733,20 +762,21 @@ static void test_tcp_beyond_loopback_needs_matching_curve_keys(void **state)
 
 	assert_int_equal(zmq_curve_keypair(pub, sec), 0);
 	assert_int_equal(zmq_curve_keypair(pub2, sec2), 0);
-	snprintf(f->cfg.ipc.curve_secret_key, sizeof(f->cfg.ipc.curve_secret_key), "%s/server.key",
-	         f->run_dir);
-	snprintf(f->cfg.ipc.curve_public_key, sizeof(f->cfg.ipc.curve_public_key), "%s/server.pub",
-	         f->run_dir);
-	write_file(f->cfg.ipc.curve_secret_key, sec);
-	write_file(f->cfg.ipc.curve_public_key, pub2); /* not the secret key's */
-	snprintf(f->cfg.ipc.pub[0], sizeof(f->cfg.ipc.pub[0]), "tcp://*:0");
-	f->cfg.ipc.npub = 1;
-	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	snprintf(f->curve_sec, sizeof(f->curve_sec), "%s/server.key", f->run_dir);
+	snprintf(f->curve_pub, sizeof(f->curve_pub), "%s/server.pub", f->run_dir);
+	f->o.curve_secret_key = f->curve_sec;
+	f->o.curve_public_key = f->curve_pub;
+	write_file(f->curve_sec, sec);
+	write_file(f->curve_pub, pub2); /* not the secret key's */
+	snprintf(f->pub0, sizeof(f->pub0), "tcp://*:0");
+	f->o.pub = f->pub;
+	f->o.npub = 1;
+	assert_int_equal(ipc_writer_open(&f->o, &f->w, f->err, sizeof(f->err)), -EINVAL);
 	assert_non_null(strstr(f->err, "does not belong"));
-	write_file(f->cfg.ipc.curve_public_key, "short\n");
-	assert_int_equal(ipc_writer_open(&f->cfg, &f->g, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	write_file(f->curve_pub, "short\n");
+	assert_int_equal(ipc_writer_open(&f->o, &f->w, f->err, sizeof(f->err)), -EINVAL);
 	assert_non_null(strstr(f->err, "40"));
-	write_file(f->cfg.ipc.curve_public_key, pub);
+	write_file(f->curve_pub, pub);
 	open_writer(f);
 	assert_non_null(strstr(ipc_writer_endpoint(f->w, 0), "tcp://"));
 }
