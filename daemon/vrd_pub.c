@@ -24,6 +24,8 @@ struct vrd_pub {
 	uint64_t last_epoch; /* epoch of the last one */
 };
 
+_Static_assert(CFG_MAX_PUB <= IPC_MAX_PUB, "every configured endpoint fits the writer");
+
 /* Volume ids continue across structural reloads (DESIGN.md §5: the daemon's volume counter). */
 static _Atomic uint64_t next_volume_id = 1;
 
