@@ -348,8 +348,8 @@ static void status_json(struct service *s, const struct vrd_snapshot *snap, int 
 	vrd_json_str(&j, snap->fault);
 	vrd_json_raw(&j,
 	             "},\"readers\":%d,\"publisher\":{\"lease_skips\":%" PRIu64
-	             ",\"forced_overwrite\":%" PRIu64 ",\"send_dropped\":%" PRIu64 "}",
-	             readers, ws.lease_skips, ws.forced_overwrite, ws.send_dropped);
+	             ",\"forced_overwrite\":%" PRIu64 ",\"send_errors\":%" PRIu64 "}",
+	             readers, ws.lease_skips, ws.forced_overwrite, ws.send_errors);
 	vrd_json_raw(&j, ",\"uptime_s\":");
 	vrd_json_num(&j, (double)(now - s->started_ns) / 1e9);
 	vrd_json_raw(&j,

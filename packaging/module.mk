@@ -27,7 +27,7 @@ PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREF
 
 INSTALL ?= install
 PKG_MAN_PAGES := $(sort $(wildcard packaging/man/*.[1-8]))
-PKG_PC_IN := clients/libvolrec/volrec.pc.in
+PKG_PC_IN := ipc/volrec.pc.in
 # The example shim(s): shims/module.mk may set SHIM_FILES (built .so paths); by default every
 # $(B)/lib/volrec/*.so present after the build.
 SHIM_FILES ?=
