@@ -201,7 +201,8 @@ format-check:
 DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev libfftw3-dev \
 	libhdf5-dev libpng-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
 	python3-h5py python3-pytest-timeout clang-format clang libclang-rt-14-dev \
-	debhelper dh-python dpkg-dev fakeroot lintian systemd man-db groff-base
+	debhelper dh-python dpkg-dev fakeroot lintian systemd man-db groff-base \
+	systemd-container debootstrap
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \
