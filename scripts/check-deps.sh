@@ -41,4 +41,4 @@ if [ "$mode" = test ]; then
 		need python3
 	fi
 fi
-echo $missing
+echo "${missing# }"
