@@ -19,7 +19,7 @@ static void usage(FILE *out, const char *prog)
 	        "  -h, --help         show this help and exit\n"
 	        "  -V, --version      show the version and exit\n"
 	        "\n"
-	        "Keys of the configuration: docs/configuration.md.\n",
+	        "The configuration keys: man volrecd.yaml; the service: man volrecd.\n",
 	        prog, VRD_DEFAULT_CONFIG);
 }
 

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "commands.h"
 #include "tools.h"
@@ -34,16 +35,29 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
                           struct volrec_client *c, double t_signal, double deadline, double timeout)
 {
 	int statuses = 0; /* status messages stamped after the signal */
+	double t0 = tool_now();
+	int last_rc = 0;
 
 	(void)ctl;
-	while (c && tool_now() < deadline) {
+	if (!c) {
+		/* nothing to wait for: say so now instead of claiming a timeout */
+		fprintf(stderr,
+		        "volrec reload: SIGHUP sent to volrecd (pid %d) of instance '%s', but its "
+		        "answer cannot be heard (see above): the outcome is unknown, see its log\n",
+		        pid, t->instance);
+		return VR_EXIT_FAIL;
+	}
+	while (tool_now() < deadline) {
 		struct volrec_message m;
 		struct tool_json j;
 		char name[64], message[4096], state[32];
 		int rc = volrec_client_next_message(c, 100, &m);
 
-		if (rc == -ETIMEDOUT || rc == -EAGAIN || rc == -EPROTO || rc == -EINTR ||
-		    rc == -ENOENT) {
+		if (rc) {
+			/* a timeout, or a transient error (a rebuild re-creates the segment): keep
+			 * listening until the deadline, but remember what went wrong */
+			if (rc != -ETIMEDOUT)
+				last_rc = rc;
 			if (!tool_pid_is_volrecd(pid)) {
 				fprintf(stderr,
 				        "volrec reload: volrecd (pid %d) of instance '%s' exited "
@@ -52,10 +66,12 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 				        pid, t->instance);
 				return VR_EXIT_FAIL;
 			}
+			if (rc != -ETIMEDOUT && rc != -EINTR) {
+				struct timespec ts = {0, 50 * 1000000L};
+				nanosleep(&ts, NULL); /* an error returns at once: do not spin */
+			}
 			continue;
 		}
-		if (rc)
-			break;
 		if (m.type == VOLREC_MSG_VOL) {
 			volrec_view_release(c, &m.view);
 			continue;
@@ -87,11 +103,12 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 		        pid, t->instance);
 		return VR_EXIT_FAIL;
 	}
+	(void)timeout;
 	fprintf(stderr,
 	        "volrec reload: SIGHUP sent to volrecd (pid %d) of instance '%s', but no "
-	        "confirmation within %.0f s%s\n",
-	        pid, t->instance, timeout,
-	        c ? "" : " (its shared memory could not be opened to listen)");
+	        "confirmation within %.1f s%s%s\n",
+	        pid, t->instance, tool_now() - t0, last_rc ? "; last error: " : "",
+	        last_rc ? volrec_strerror(last_rc) : "");
 	return VR_EXIT_TIMEOUT;
 }
 

@@ -27,7 +27,7 @@ static void sim_usage(FILE *f)
 	        "at\n"
 	        "the configuration's geometry and write the raw spectra as a replay file. Epoch e "
 	        "is\n"
-	        "scanned at ALGORITHMS.md's offset of e, at time e / source.rate (25 when 0).\n\n"
+	        "scanned at the interlacing offset of e, at time e / source.rate (25 when 0).\n\n"
 	        "  -c, --config FILE    configuration (YAML)\n"
 	        "  -o, --output FILE    replay file to write (replaced)\n"
 	        "  -n, --epochs N       epochs to write (default S = sx*sy, one interlacing "

@@ -84,7 +84,8 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 	rc = tool_daemon_require(&tg, "status", &d);
 	if (rc)
 		return rc;
-	rc = tool_client_open(&tg, "status", VOLREC_SUB_STATUS, 0, &c);
+	/* no lease: status must work when ipc.max_readers readers are connected */
+	rc = tool_client_open(&tg, "status", VOLREC_SUB_STATUS | VOLREC_OPEN_NO_LEASE, 0, &c);
 	if (rc)
 		return rc;
 	rc = tool_wait_status(c, timeout, &text);
