@@ -88,17 +88,6 @@ int cfg_error(struct cfg_ctx *ctx, int rc, const char *key, const char *fmt, ...
 	return rc;
 }
 
-int cfg_resolve_path(char *dst, size_t dstlen, const char *base_dir, const char *path)
-{
-	int n;
-
-	if (path[0] == '/' || !base_dir[0])
-		n = snprintf(dst, dstlen, "%s", path);
-	else
-		n = snprintf(dst, dstlen, "%s/%s", base_dir, path);
-	return n < 0 || (size_t)n >= dstlen ? -ENAMETOOLONG : 0;
-}
-
 /* ---- loading ---------------------------------------------------------------------------- */
 
 /* Reader errors carry only a byte offset: turn it into a line and column. */
@@ -329,7 +318,7 @@ static int set_keys(struct vr_config *cfg, const char *const *paths, const char 
 			cfg_key_reset(&cfg_keys[j], next); /* a section: what it leaves out */
 			ctx.given[j] = false;
 		}
-		rc = cfg_parse_value(&ctx, paths[i], values[i]);
+		rc = cfg_parse_value(&ctx, paths[i], values[i] ? values[i] : "");
 	}
 	if (!rc)
 		rc = cfg_validate(&ctx);

@@ -11,7 +11,7 @@
 
 #include "internal.h"
 
-void cfg_put_quoted(FILE *out, const char *s)
+static void put_quoted(FILE *out, const char *s)
 {
 	fputc('"', out);
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -37,8 +37,9 @@ static void put_double(FILE *out, double v)
 	fputs(buf, out);
 }
 
-void cfg_put_value(FILE *out, const struct cfg_key *k, const struct vr_config *c, bool flow,
-                   int indent)
+/* The value of k in c, in flow style or (the list of strings) in block style at indent. */
+static void put_value(FILE *out, const struct cfg_key *k, const struct vr_config *c, bool flow,
+                      int indent)
 {
 	const void *p = cfg_at(c, k);
 
@@ -70,10 +71,10 @@ void cfg_put_value(FILE *out, const struct cfg_key *k, const struct vr_config *c
 		break;
 	case CFG_T_STR:
 	case CFG_T_PATH:
-		cfg_put_quoted(out, p);
+		put_quoted(out, p);
 		break;
 	case CFG_T_TABLE:
-		cfg_put_quoted(out, ((const struct cfg_table *)p)->path);
+		put_quoted(out, ((const struct cfg_table *)p)->path);
 		break;
 	case CFG_T_ARGS:
 		fputs(*(char *const *)p ? *(char *const *)p : "{}", out);
@@ -98,7 +99,7 @@ void cfg_put_value(FILE *out, const struct cfg_key *k, const struct vr_config *c
 				fputs(i ? ", " : "", out);
 			else
 				fprintf(out, "\n%*s- ", indent + 2, "");
-			cfg_put_quoted(out, (const char *)p + (size_t)i * CFG_PATH_MAX);
+			put_quoted(out, (const char *)p + (size_t)i * CFG_PATH_MAX);
 		}
 		if (flow || !n)
 			fputc(']', out);
@@ -141,13 +142,11 @@ static void put_section(FILE *out, const struct vr_config *c, const char *path, 
 			                  *(const uint32_t *)((const char *)c + ch[i].key->count);
 			if (indent >= 0 && !block_list)
 				fputc(' ', out);
-			cfg_put_value(out, ch[i].key, c, indent < 0, indent);
-		} else if (indent < 0 || !section_present(c, sub)) {
-			fputs(indent < 0 ? "" : " ", out);
-			if (section_present(c, sub))
-				put_section(out, c, sub, -1);
-			else
-				fputs("{}", out);
+			put_value(out, ch[i].key, c, indent < 0, indent);
+		} else if (indent < 0) {
+			put_section(out, c, sub, -1);
+		} else if (!section_present(c, sub)) {
+			fputs(" {}", out);
 		} else {
 			fputc('\n', out);
 			put_section(out, c, sub, indent + 2);
@@ -192,7 +191,7 @@ int cfg_get_key(const struct vr_config *cfg, const char *path, char *out, size_t
 	if (!k)
 		put_section(f, cfg, path, -1);
 	else if (cfg_key_present(k, cfg))
-		cfg_put_value(f, k, cfg, true, 0);
+		put_value(f, k, cfg, true, 0);
 	else
 		fputc('~', f);
 	if (fclose(f)) {

@@ -27,7 +27,7 @@
 #define CFG_MAX_STRIDE_AREA  128           /* sx * sy: S x S temporal weights stay small */
 #define CFG_SUN_PATH_MAX     107           /* longest ipc:// path (sockaddr_un.sun_path - 1) */
 
-/* ---- the schema ------------------------------------------------------------------------- */
+/* ---- the schema (schema.c) ------------------------------------------------------------- */
 
 enum cfg_type {
 	CFG_T_BOOL,  /* true | false */
@@ -39,11 +39,11 @@ enum cfg_type {
 	CFG_T_NAME,  /* one of names, stored as a string into char[size] */
 	CFG_T_STR,   /* string into char[size] */
 	CFG_T_PATH,  /* file name into char[size], resolved against the config's directory */
-	CFG_T_TABLE, /* file name of a table: struct cfg_table, loaded by validation */
+	CFG_T_TABLE, /* file name of a table: struct cfg_table, read by validation */
 	CFG_T_ARGS,  /* any mapping, re-emitted as flow YAML text into an owned char * */
 	CFG_T_U32S,  /* exactly n uint32_t in [min, max] */
 	CFG_T_F64S,  /* exactly n finite doubles in [min, max] */
-	CFG_T_LIST,  /* up to n strings into char[n][CFG_PATH_MAX], count (uint32_t) at count */
+	CFG_T_LIST,  /* up to n strings into char[n][CFG_PATH_MAX], uint32_t count at count */
 };
 
 enum cfg_reload {
@@ -51,32 +51,29 @@ enum cfg_reload {
 	CFG_LIVE = 2,       /* a change applies from the next epoch */
 };
 
-/* One key of the YAML schema. */
 struct cfg_key {
 	const char *path; /* "preprocess.db_range" */
 	enum cfg_type type;
 	enum cfg_reload reload;
-	size_t off;               /* offsetof(struct vr_config, destination) */
-	size_t size;              /* sizeof the destination */
+	size_t off, size;         /* the destination in struct vr_config */
 	size_t n;                 /* _U32S, _F64S: elements; _LIST: capacity */
-	size_t count;             /* _LIST: offset of the uint32_t count */
+	size_t count;             /* _LIST: offset of the count */
 	double min, max;          /* numbers and their elements */
 	bool gt_min;              /* min itself is excluded */
 	const char *const *names; /* _ENUM, _NAME: NULL-terminated, in enum order */
 	const char *shape;        /* _U32S, _F64S: how the sequence reads ("[lo, hi] in dB") */
 	double def[4];            /* default of numbers, booleans, enums and their elements */
 	const char *sdef;         /* default of strings */
-	size_t when;              /* nonzero: the key is set only when the int at this offset... */
-	int when_is; /* ... equals this (a choice validation makes from what was given) */
-	/* For a live key: NULL, or whether going from a to b is structural all the same (the
-	 * reason, for messages: "switches dispersion on or off ..."). */
+	size_t when;              /* nonzero: the key holds a value only when the int here... */
+	int when_is;              /* ...is this (which of exclusive keys validation found) */
+	/* A live key: NULL, or why going from a to b is structural after all (NULL: it is not). */
 	const char *(*structural_if)(const struct vr_config *a, const struct vr_config *b);
 };
 
 extern const struct cfg_key cfg_keys[];
 extern const size_t cfg_nkeys;
 
-/* A child of a section: a key, or a section (key NULL) named name[0..len). */
+/* A child of a section: a key, or a section (key NULL), named name[0..len). */
 struct cfg_child {
 	const char *name;
 	size_t len;
@@ -85,35 +82,30 @@ struct cfg_child {
 
 /* The key at path, or NULL. */
 const struct cfg_key *cfg_key_find(const char *path);
-/* Whether path ("" = the root) is a section: a prefix of some key path. */
-bool cfg_is_section(const char *path);
-/* The children of the section at path, in table order, into out[CFG_KEYS_MAX]; their count. */
-size_t cfg_children(const char *path, struct cfg_child *out);
-/* Their names as "a, b, c" into buf. */
-void cfg_child_names(const char *path, char *buf, size_t len);
-/* For a path that names neither a key nor a section: "a.b: unknown key (allowed in a: ...)"
- * about its first unknown part, into buf. */
-void cfg_unknown_key(const char *path, char *buf, size_t len);
-/* Whether path is the section or key at top, or below it. */
+/* Whether path is top, or a key or section below it ("" is the root, above all). */
 bool cfg_path_under(const char *path, const char *top);
+/* The children of the section at path into out[CFG_KEYS_MAX], in table order; their count
+ * (0: path is no section). */
+size_t cfg_children(const char *path, struct cfg_child *out);
+bool cfg_is_section(const char *path);
+/* The names of those children as "a, b, c". */
+void cfg_child_names(const char *path, char *buf, size_t len);
+/* "a.b: unknown key (allowed in a: ...)" about the first unknown part of path. */
+void cfg_unknown_key(const char *path, char *buf, size_t len);
 
 static inline void *cfg_at(const struct vr_config *c, const struct cfg_key *k)
 {
 	return (char *)c + k->off;
 }
-/* Whether key k holds a value in c (optional keys: a file name, a choice of validation). */
+/* Whether k holds a value in c (a file name is set, validation chose it). */
 bool cfg_key_present(const struct cfg_key *k, const struct vr_config *c);
 /* Whether a and b hold the same value of k (tables by content). */
 bool cfg_key_equal(const struct cfg_key *k, const struct vr_config *a, const struct vr_config *b);
 /* Put k back to its default, freeing what it owned. */
 void cfg_key_reset(const struct cfg_key *k, struct vr_config *c);
-/* The first key whose change from a to b is structural, and why (for live keys with a rule);
- * NULL when the change is live. */
+/* The first key whose change from a to b is structural, and why; NULL when it is live. */
 const struct cfg_key *cfg_structural_key(const struct vr_config *a, const struct vr_config *b,
                                          const char **why);
-/* Write k's value as YAML (flow style: the string list as [..] rather than - items). */
-void cfg_put_value(FILE *out, const struct cfg_key *k, const struct vr_config *c, bool flow,
-                   int indent);
 
 /* ---- parsing and validation ------------------------------------------------------------- */
 
@@ -127,9 +119,9 @@ struct cfg_pos {
 	struct cfg_mark mark;
 };
 
-/* State of one cfg_load or cfg_set_keys: the file's name for messages (NULL: no position in
- * messages), the directory relative paths resolve against, the marks of every key written,
- * which keys are given, and the first error. */
+/* State of one cfg_load or cfg_set_keys: the file's name for messages (NULL: no positions),
+ * the directory relative paths resolve against, the marks of what was written, which keys
+ * hold a value, and the first error. */
 struct cfg_ctx {
 	struct vr_config *cfg;
 	const char *name;
@@ -162,10 +154,5 @@ int cfg_parse_document(struct cfg_ctx *ctx, yaml_parser_t *parser);
 int cfg_parse_value(struct cfg_ctx *ctx, const char *path, const char *text);
 /* Cross-field checks, defaults that depend on other keys, files and tables. */
 int cfg_validate(struct cfg_ctx *ctx);
-
-/* Resolve path against base_dir unless absolute; -ENAMETOOLONG when it does not fit. */
-int cfg_resolve_path(char *dst, size_t dstlen, const char *base_dir, const char *path);
-/* Write s as a double-quoted YAML scalar. */
-void cfg_put_quoted(FILE *out, const char *s);
 
 #endif

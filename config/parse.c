@@ -220,6 +220,18 @@ static int get_string(struct cfg_ctx *ctx, const yaml_node_t *n, const char *pat
 	return 0;
 }
 
+/* path resolved against base_dir unless absolute; -ENAMETOOLONG when it does not fit. */
+static int resolve_path(char *dst, size_t dstlen, const char *base_dir, const char *path)
+{
+	int n;
+
+	if (path[0] == '/' || !base_dir[0])
+		n = snprintf(dst, dstlen, "%s", path);
+	else
+		n = snprintf(dst, dstlen, "%s/%s", base_dir, path);
+	return n < 0 || (size_t)n >= dstlen ? -ENAMETOOLONG : 0;
+}
+
 static int get_path(struct cfg_ctx *ctx, const yaml_node_t *n, const char *path, char *dst,
                     size_t size)
 {
@@ -230,7 +242,7 @@ static int get_path(struct cfg_ctx *ctx, const yaml_node_t *n, const char *path,
 	if (!raw[0])
 		return cfg_error_at(ctx, -EINVAL, node_mark(n), path,
 		                    "is empty (a file name is needed)");
-	if (cfg_resolve_path(dst, size, ctx->base_dir, raw))
+	if (resolve_path(dst, size, ctx->base_dir, raw))
 		return cfg_error_at(ctx, -ENAMETOOLONG, node_mark(n), path,
 		                    "'%s' relative to %s is too long (at most %zu bytes)", raw,
 		                    ctx->base_dir, size - 1);

@@ -45,80 +45,34 @@ static const char *output_size(const struct vr_config *a, const struct vr_config
 	       "than [1, 1]";
 }
 
-/* The destination field f, its offset checked against the C type T (or, for arrays, the
- * type of its elements) by the compiler. */
-#define FIELD(f) (((struct vr_config *)0)->f)
-#define AT(T, f)                                                                                   \
-	.off = _Generic(FIELD(f), T : offsetof(struct vr_config, f)), .size = sizeof(FIELD(f))
-#define AT_N(T, f)                                                                                 \
-	.off = _Generic(FIELD(f)[0], T                                                             \
-	                : offsetof(struct vr_config, f)),                                          \
-	.size = sizeof(FIELD(f)), .n = sizeof(FIELD(f)) / sizeof(FIELD(f)[0])
-#define AT_ENUM(f)   .off = offsetof(struct vr_config, f), .size = sizeof(FIELD(f))
-#define WHEN(f, v)   .when = offsetof(struct vr_config, f), .when_is = v
-#define KEY(p, t, r) .path = p, .type = t, .reload = CFG_##r
+/* clang-format off */
+/* The destination f (a field of struct vr_config); the compiler checks its C type T, or the
+ * type of its elements. */
+#define FIELD(f)      (((struct vr_config *)0)->f)
+#define AT(T, f)      .off = _Generic(FIELD(f), T: offsetof(struct vr_config, f)), .size = sizeof(FIELD(f))
+#define AT_N(T, f)    .off = _Generic(FIELD(f)[0], T: offsetof(struct vr_config, f)), \
+                      .size = sizeof(FIELD(f)), .n = sizeof(FIELD(f)) / sizeof(FIELD(f)[0])
+#define AT_ENUM(f)    .off = offsetof(struct vr_config, f), .size = sizeof(FIELD(f))
+#define WHEN(f, v)    .when = offsetof(struct vr_config, f), .when_is = v
+#define KEY(p, t, r)  .path = p, .type = CFG_T_##t, .reload = CFG_##r
 
-#define BOOL(f, d, r)                                                                              \
-	{                                                                                          \
-		KEY(#f, CFG_T_BOOL, r), AT(bool, f), .def = { d }                                  \
-	}
-#define INT(f, lo, hi, d, r)                                                                       \
-	{                                                                                          \
-		KEY(#f, CFG_T_INT, r), AT(int, f), .min = lo, .max = hi, .def = { d }              \
-	}
-#define U32(f, lo, hi, d, r)                                                                       \
-	{                                                                                          \
-		KEY(#f, CFG_T_U32, r), AT(uint32_t, f), .min = lo, .max = hi, .def = { d }         \
-	}
-#define U64(f, d, r)                                                                               \
-	{                                                                                          \
-		KEY(#f, CFG_T_U64, r), AT(uint64_t, f), .def = { d }                               \
-	}
-#define F64_AS(p, f, lo, hi, d, r, ...)                                                            \
-	{                                                                                          \
-		KEY(p, CFG_T_F64, r), AT(double, f), .min = lo, .max = hi, .def = {d}, __VA_ARGS__ \
-	}
-#define F64(f, lo, hi, d, r, ...) F64_AS(#f, f, lo, hi, d, r, __VA_ARGS__)
-#define ENUM(f, nm, d, r, ...)                                                                     \
-	{                                                                                          \
-		KEY(#f, CFG_T_ENUM, r), AT_ENUM(f), .names = nm, .def = {d}, __VA_ARGS__           \
-	}
-#define NAME(f, nm, d, r)                                                                          \
-	{                                                                                          \
-		KEY(#f, CFG_T_NAME, r), AT_N(char, f), .names = nm, .sdef = d                      \
-	}
-#define STR(f, d, r)                                                                               \
-	{                                                                                          \
-		KEY(#f, CFG_T_STR, r), AT_N(char, f), .sdef = d                                    \
-	}
-#define PATH(f, d, r)                                                                              \
-	{                                                                                          \
-		KEY(#f, CFG_T_PATH, r), AT_N(char, f), .sdef = d                                   \
-	}
-#define TABLE(f, r, ...)                                                                           \
-	{                                                                                          \
-		KEY(#f, CFG_T_TABLE, r), AT(struct cfg_table, f), __VA_ARGS__                      \
-	}
-#define ARGS_AS(p, f, r)                                                                           \
-	{                                                                                          \
-		KEY(p, CFG_T_ARGS, r), AT(char *, f), .sdef = "{}"                                 \
-	}
-#define U32S(f, lo, hi, shape_, r, ...)                                                            \
-	{                                                                                          \
-		KEY(#f, CFG_T_U32S, r), AT_N(uint32_t, f), .min = lo, .max = hi, .shape = shape_,  \
-		                                           __VA_ARGS__                             \
-	}
-#define F64S(f, lo, hi, shape_, r, ...)                                                            \
-	{                                                                                          \
-		KEY(#f, CFG_T_F64S, r), AT_N(double, f), .min = lo, .max = hi, .shape = shape_,    \
-		                                         __VA_ARGS__                               \
-	}
-#define LIST(f, cnt, r)                                                                            \
-	{                                                                                          \
-		KEY(#f, CFG_T_LIST, r), AT_N(char *, f),                                           \
-		        .count = _Generic(FIELD(cnt), uint32_t                                     \
-		                          : offsetof(struct vr_config, cnt))                       \
-	}
+#define BOOL(f, d, r)                   {KEY(#f, BOOL, r), AT(bool, f), .def = {d}}
+#define INT(f, lo, hi, d, r)            {KEY(#f, INT, r), AT(int, f), .min = lo, .max = hi, .def = {d}}
+#define U32(f, lo, hi, d, r)            {KEY(#f, U32, r), AT(uint32_t, f), .min = lo, .max = hi, .def = {d}}
+#define U64(f, d, r)                    {KEY(#f, U64, r), AT(uint64_t, f), .def = {d}}
+#define F64(f, lo, hi, d, r, ...)       F64_AS(#f, f, lo, hi, d, r, __VA_ARGS__)
+#define F64_AS(p, f, lo, hi, d, r, ...) {KEY(p, F64, r), AT(double, f), .min = lo, .max = hi, .def = {d}, __VA_ARGS__}
+#define ENUM(f, nm, d, r, ...)          {KEY(#f, ENUM, r), AT_ENUM(f), .names = nm, .def = {d}, __VA_ARGS__}
+#define NAME(f, nm, d, r)               {KEY(#f, NAME, r), AT_N(char, f), .names = nm, .sdef = d}
+#define STR(f, d, r)                    {KEY(#f, STR, r), AT_N(char, f), .sdef = d}
+#define PATH(f, d, r)                   {KEY(#f, PATH, r), AT_N(char, f), .sdef = d}
+#define TABLE(f, r, ...)                {KEY(#f, TABLE, r), AT(struct cfg_table, f), __VA_ARGS__}
+#define ARGS_AS(p, f, r)                {KEY(p, ARGS, r), AT(char *, f), .sdef = "{}"}
+#define U32S(f, lo, hi, sh, r, ...)     {KEY(#f, U32S, r), AT_N(uint32_t, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
+#define F64S(f, lo, hi, sh, r, ...)     {KEY(#f, F64S, r), AT_N(double, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
+#define LIST(f, cnt, r)                 {KEY(#f, LIST, r), AT_N(char *, f), \
+                                         .count = _Generic(FIELD(cnt), uint32_t: offsetof(struct vr_config, cnt))}
+/* clang-format on */
 
 /*
  * The schema. One line per key, in the order of the dump and of "allowed: ..." messages; the
@@ -127,7 +81,8 @@ static const char *output_size(const struct vr_config *a, const struct vr_config
  * here (type, range, default, LIVE or STRUCTURAL) and a row in docs/configuration.md; a rule
  * that involves other keys goes into validate.c. Parsing, defaults, the dump, cfg_get_key,
  * cfg_set_keys, comparison and reload classification follow, and tests/unit/test_cfg_table.c
- * checks the new key's round trip and classification by itself.
+ * checks the new key's round trip and classification (a key valid only beside others needs
+ * a line in its needs[] too).
  */
 const struct cfg_key cfg_keys[] = {
         STR(instance, "default", STRUCTURAL),
@@ -214,14 +169,6 @@ bool cfg_path_under(const char *path, const char *top)
 	return !n || (!strncmp(path, top, n) && (path[n] == '\0' || path[n] == '.'));
 }
 
-bool cfg_is_section(const char *path)
-{
-	for (size_t i = 0; i < cfg_nkeys; i++)
-		if (strcmp(cfg_keys[i].path, path) && cfg_path_under(cfg_keys[i].path, path))
-			return true;
-	return false;
-}
-
 size_t cfg_children(const char *path, struct cfg_child *out)
 {
 	size_t skip = *path ? strlen(path) + 1 : 0, n = 0;
@@ -240,6 +187,12 @@ size_t cfg_children(const char *path, struct cfg_child *out)
 			out[n++] = c;
 	}
 	return n;
+}
+
+bool cfg_is_section(const char *path)
+{
+	struct cfg_child ch[CFG_KEYS_MAX];
+	return cfg_children(path, ch) > 0;
 }
 
 void cfg_child_names(const char *path, char *buf, size_t len)
@@ -311,14 +264,6 @@ bool cfg_key_equal(const struct cfg_key *k, const struct vr_config *a, const str
 	if (!present)
 		return true;
 	switch (k->type) {
-	case CFG_T_BOOL:
-		return *(const bool *)x == *(const bool *)y;
-	case CFG_T_F64:
-	case CFG_T_F64S:
-		for (size_t i = 0; i < (k->n ? k->n : 1); i++)
-			if (((const double *)x)[i] != ((const double *)y)[i])
-				return false;
-		return true;
 	case CFG_T_NAME:
 	case CFG_T_STR:
 	case CFG_T_PATH:
@@ -341,7 +286,9 @@ bool cfg_key_equal(const struct cfg_key *k, const struct vr_config *a, const str
 				return false;
 		return true;
 	}
-	default: /* integers and enums: no padding inside */
+	case CFG_T_F64:
+		return *(const double *)x == *(const double *)y;
+	default: /* integers, booleans, enums, sequences: no padding inside */
 		return !memcmp(x, y, k->size);
 	}
 }
@@ -350,52 +297,28 @@ void cfg_key_reset(const struct cfg_key *k, struct vr_config *c)
 {
 	void *p = cfg_at(c, k);
 
-	for (size_t i = 0; i < (k->n ? k->n : 1); i++) {
-		double d = i < 4 ? k->def[i] : 0;
-		switch (k->type) {
-		case CFG_T_BOOL:
-			*(bool *)p = d != 0;
-			break;
-		case CFG_T_INT:
-		case CFG_T_ENUM:
-			*(int *)p = (int)d;
-			break;
-		case CFG_T_U32:
-		case CFG_T_U32S:
-			((uint32_t *)p)[i] = (uint32_t)d;
-			break;
-		case CFG_T_U64:
-			*(uint64_t *)p = (uint64_t)d;
-			break;
-		case CFG_T_F64:
-		case CFG_T_F64S:
-			((double *)p)[i] = d;
-			break;
-		default:
-			break;
-		}
-	}
-	switch (k->type) {
-	case CFG_T_NAME:
-	case CFG_T_STR:
-	case CFG_T_PATH:
-		snprintf(p, k->size, "%s", k->sdef ? k->sdef : "");
-		break;
-	case CFG_T_TABLE:
+	if (k->type == CFG_T_TABLE)
 		free(((struct cfg_table *)p)->data);
-		memset(p, 0, sizeof(struct cfg_table));
-		break;
-	case CFG_T_ARGS:
-		if (*(char **)p != args_empty)
-			free(*(char **)p);
+	else if (k->type == CFG_T_ARGS && *(char **)p != args_empty)
+		free(*(char **)p);
+	memset(p, 0, k->size);
+	if (k->type == CFG_T_ARGS)
 		*(char **)p = args_empty;
-		break;
-	case CFG_T_LIST:
-		memset(p, 0, k->size);
+	else if (k->type == CFG_T_LIST)
 		*(uint32_t *)((char *)c + k->count) = 0;
-		break;
-	default:
-		break;
+	else if (k->sdef)
+		snprintf(p, k->size, "%s", k->sdef);
+	for (size_t i = 0; i < (k->n ? k->n : 1) && i < 4; i++) {
+		if (k->type == CFG_T_BOOL)
+			*(bool *)p = k->def[0] != 0;
+		else if (k->type == CFG_T_INT || k->type == CFG_T_ENUM)
+			*(int *)p = (int)k->def[0];
+		else if (k->type == CFG_T_U32 || k->type == CFG_T_U32S)
+			((uint32_t *)p)[i] = (uint32_t)k->def[i];
+		else if (k->type == CFG_T_U64)
+			*(uint64_t *)p = (uint64_t)k->def[0];
+		else if (k->type == CFG_T_F64 || k->type == CFG_T_F64S)
+			((double *)p)[i] = k->def[i];
 	}
 }
 
