@@ -5,8 +5,6 @@
  * in parse.c, cross-field checks in validate.c.
  */
 #include <errno.h>
-#include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -108,8 +108,7 @@ struct vr_config {
 		} background;
 		struct {
 			enum cfg_resample method;
-			enum cfg_rs_pos
-			        positions; /* which of the three below was given (derived) */
+			enum cfg_rs_pos positions; /* which of the three below was given */
 			struct cfg_table table;
 			double poly[4];
 			double wavelength_nm[4];
