@@ -10,3 +10,7 @@ TEST_PROGRAMS += vrd_reader
 vrd_reader_SRCS = daemon/testprog/vrd_reader.c
 vrd_reader_ARCHIVES = $(CLIENT_ARCHIVES)
 vrd_reader_LDLIBS = -lzmq
+
+# The control socket's request handling is unit-tested on its own (tests/unit/test_ctl.c).
+UNIT_SRCS += daemon/vrd_ctl.c tests/unit/test_ctl.c
+UNIT_ARCHIVES += cfg base ipc
