@@ -220,7 +220,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		goto out;
 	}
 	for (uint64_t e = 0; e < n; e++)
-		sim_scan_offset(e, sx, sy, &offsets[e][0], &offsets[e][1]);
+		vr_scan_offset(e, sx, sy, &offsets[e][0], &offsets[e][1]);
 
 	double poly[4], disp[2];
 	sim_resample_poly(sim, poly);

@@ -444,7 +444,7 @@ static int make_input(struct sim *sim, const struct vr_config *c, uint64_t e, ui
 		return 0;
 	}
 	uint32_t ox, oy;
-	sim_scan_offset(e, c->geometry.stride[0], c->geometry.stride[1], &ox, &oy);
+	vr_scan_offset(e, c->geometry.stride[0], c->geometry.stride[1], &ox, &oy);
 	for (uint32_t b = 0; b < ny; b++) {
 		int rc = sim_bscan(sim, e, ox, oy, b, raw + (size_t)b * bbytes, bbytes);
 		if (rc < 0) {
@@ -756,7 +756,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 	/* calibrate the dB range on the first epoch's data */
 	if (sim) {
 		uint32_t ox, oy;
-		sim_scan_offset(0, sx, sy, &ox, &oy);
+		vr_scan_offset(0, sx, sy, &ox, &oy);
 		for (uint32_t b = 0; b < ny; b++) {
 			rc = sim_bscan(sim, 0, ox, oy, b, raw + (size_t)b * bbytes, bbytes);
 			if (rc < 0) {
