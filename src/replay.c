@@ -418,12 +418,13 @@ static int check_unchanged(struct replay *r)
 		                "replay %s: the file was modified while being replayed; it is read "
 		                "again when the source is reopened",
 		                r->path);
-	if (stat(r->path, &at) < 0 || at.st_dev != r->st.st_dev || at.st_ino != r->st.st_ino)
+	bool gone = stat(r->path, &at) < 0;
+	if (gone || at.st_dev != r->st.st_dev || at.st_ino != r->st.st_ino)
 		return src_fail(&r->com, -ESTALE,
 		                "replay %s: the path %s while being replayed; it is read again "
 		                "when the source is reopened",
 		                r->path,
-		                errno == ENOENT ? "was removed" : "now names another file");
+		                gone ? "names no file any more" : "now names another file");
 	return 0;
 }
 
@@ -831,7 +832,8 @@ out_free:
 
 struct src_replay_writer {
 	FILE *f;
-	char path[CFG_PATH_MAX];
+	char path[CFG_PATH_MAX];     /* the file to make */
+	char tmp[CFG_PATH_MAX + 32]; /* where it is written, renamed to path when complete */
 	size_t bscan_bytes;
 	uint64_t want, done; /* B-scans announced and written */
 };
@@ -878,11 +880,29 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 	w->bscan_bytes = (size_t)info->ascans_per_bscan * info->samples_per_ascan *
 	                 sample_bytes(info->sample_type);
 	w->want = info->epochs * info->bscans_per_volume;
-	w->f = fopen(path, "wbe");
-	if (!w->f) {
-		rc = vr_err(err, errlen, -errno, "replay writer %s: cannot create: %s", path,
-		            strerror(errno));
-		goto out_free;
+	/* a new file beside path, renamed over it when complete: a daemon replaying path goes
+	 * on reading the old file, never a truncated one (docs/replay-format.md) */
+	for (unsigned i = 0;; i++) {
+		int fd;
+
+		snprintf(w->tmp, sizeof(w->tmp), "%s.tmp-%ld-%u", path, (long)getpid(), i);
+		fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		if (fd >= 0) {
+			w->f = fdopen(fd, "wb");
+			if (!w->f) {
+				rc = vr_err(err, errlen, -errno, "replay writer %s: fdopen: %s",
+				            path, strerror(errno));
+				close(fd);
+				unlink(w->tmp);
+				goto out_free;
+			}
+			break;
+		}
+		if (errno != EEXIST || i == 100) {
+			rc = vr_err(err, errlen, -errno, "replay writer %s: cannot create %s: %s",
+			            path, w->tmp, strerror(errno));
+			goto out_free;
+		}
 	}
 	if (!raw) {
 		hsize = SRC_REPLAY_FIXED_SIZE + table + meta_len;
@@ -929,7 +949,7 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 out_unlink:
 	free(hdr);
 	fclose(w->f);
-	unlink(path);
+	unlink(w->tmp);
 out_free:
 	free(w);
 	return rc;
@@ -969,8 +989,11 @@ int src_replay_writer_close(struct src_replay_writer *w, char *err, size_t errle
 	if (fclose(w->f) != 0 && !rc)
 		rc = vr_err(err, errlen, -EIO, "replay writer %s: close: %s", w->path,
 		            strerror(errno));
+	if (!rc && rename(w->tmp, w->path) != 0)
+		rc = vr_err(err, errlen, -errno, "replay writer %s: renaming %s to it: %s", w->path,
+		            w->tmp, strerror(errno));
 	if (rc)
-		unlink(w->path);
+		unlink(w->tmp);
 	free(w);
 	return rc;
 }
@@ -980,6 +1003,6 @@ void src_replay_writer_abort(struct src_replay_writer *w)
 	if (!w)
 		return;
 	fclose(w->f);
-	unlink(w->path);
+	unlink(w->tmp);
 	free(w);
 }

@@ -387,7 +387,12 @@ int src_shim_check(const char *path, bool in_child, char *err, size_t errlen)
 		return rc;
 	}
 	if (pid == 0) {
-		/* the child: load, report the message (if any) through the pipe, exit 0 or 1 */
+		/* the child: load, report the message (if any) through the pipe, exit 0 or the
+		 * errno; a crash while loading kills it with the signal, whatever the parent's
+		 * handlers were */
+		static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+		for (size_t i = 0; i < VR_ARRAY_SIZE(fatal); i++)
+			signal(fatal[i], SIG_DFL);
 		close(fds[0]);
 		rc = load(path, &dl, &table, msg, sizeof(msg));
 		if (rc && write(fds[1], msg, strlen(msg)) < 0)

@@ -126,8 +126,10 @@ struct src_replay_info {
 struct src_replay_writer;
 
 /*
- * Create path (truncating it) and write a replay file header for info (header_size and
- * version are filled in by the writer): raw = true writes a headerless file instead.
+ * Write a replay file at path: a new file beside it (path.tmp-PID-N), renamed over path by
+ * src_replay_writer_close once complete, so that a process reading the old path never sees a
+ * partial or truncated file. Starts with a header for info (header_size and version are
+ * filled in by the writer); raw = true writes a headerless file instead.
  * offsets: epochs entries of {ox, oy}, required when info->flags has SRC_REPLAY_FLAG_OFFSETS.
  * metadata: YAML text or NULL. Then write epochs * ny B-scans in order with
  * src_replay_writer_bscan and finish with src_replay_writer_close. On failure returns a
@@ -140,10 +142,11 @@ VR_MUST_CHECK int src_replay_writer_open(const char *path, bool raw,
 /* Append one B-scan (size must be nx * K * sample size). */
 VR_MUST_CHECK int src_replay_writer_bscan(struct src_replay_writer *w, const void *data,
                                           size_t size, char *err, size_t errlen);
-/* Flush and close; fails (and removes the file) if fewer B-scans than announced were
- * written. Frees w in every case; NULL is fine. */
+/* Flush, close and rename the file to its path; fails (and removes the new file, leaving
+ * path as it was) if fewer B-scans than announced were written. Frees w in every case; NULL
+ * is fine. */
 VR_MUST_CHECK int src_replay_writer_close(struct src_replay_writer *w, char *err, size_t errlen);
-/* Close and remove the unfinished file. NULL is fine. */
+/* Close and remove the unfinished file (path is left as it was). NULL is fine. */
 void src_replay_writer_abort(struct src_replay_writer *w);
 
 /*
