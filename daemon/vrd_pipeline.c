@@ -36,6 +36,7 @@ struct vrd_pipeline {
 	struct src_source src;
 	bool src_is_open;
 	struct volrec_shim_info src_info; /* copy of src.info for other threads, under mu */
+	char reopen_err[256];             /* why the source could not be reopened */
 	struct vrd_pub *pub;
 	size_t bscan_bytes;
 	int timeout_ms;
@@ -294,8 +295,10 @@ static int source_reopen(struct vrd_pipeline *pl)
 	rc = src_open(&pl->cfg, 0, &pl->src, err, sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_WARNING, "source_fault", "source: reopening failed: %s", err);
+		snprintf(pl->reopen_err, sizeof(pl->reopen_err), "%.200s", err);
 		return rc;
 	}
+	pl->reopen_err[0] = 0;
 	if (pl->zc) {
 		struct volrec_shim_region *regs = NULL;
 		uint32_t n = 0;
@@ -333,8 +336,12 @@ static bool source_fault(struct vrd_pipeline *pl, const char *what, int rc, unsi
 	char msg[256];
 	bool first, stop;
 
-	snprintf(msg, sizeof(msg), "source %s: %s: %s", pl->src_is_open ? pl->src.info.name : "-",
-	         what, pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
+	if (!pl->src_is_open && pl->reopen_err[0])
+		snprintf(msg, sizeof(msg), "source: reopening failed: %.200s", pl->reopen_err);
+	else
+		snprintf(msg, sizeof(msg), "source %s: %s: %s",
+		         pl->src_is_open ? pl->src.info.name : "-", what,
+		         pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
 	pthread_mutex_lock(&pl->mu);
 	pl->c.source_faults++;
 	first = !pl->degraded;
