@@ -36,6 +36,7 @@ struct vrd_pipeline {
 	struct src_source src;
 	bool src_is_open;
 	struct volrec_shim_info src_info; /* copy of src.info for other threads, under mu */
+	char reopen_err[256];             /* why the source could not be reopened */
 	struct vrd_pub *pub;
 	size_t bscan_bytes;
 	int timeout_ms;
@@ -148,7 +149,7 @@ static int source_regions(struct vrd_pipeline *pl, struct volrec_shim_region **o
 	uint32_t count = 0, again = 0;
 	int rc;
 
-	rc = pl->src.ops->ref_regions(pl->src.handle, NULL, 0, &count);
+	rc = src_ref_regions(&pl->src, NULL, 0, &count);
 	if (rc < 0) {
 		snprintf(err, errlen, "source %s: ref_regions(): %s", pl->src.info.name,
 		         src_strerror(&pl->src, rc));
@@ -165,7 +166,7 @@ static int source_regions(struct vrd_pipeline *pl, struct volrec_shim_region **o
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = pl->src.ops->ref_regions(pl->src.handle, regs, count, &again);
+	rc = src_ref_regions(&pl->src, regs, count, &again);
 	if (rc < 0 || again != count) {
 		snprintf(err, errlen, "source %s: ref_regions(): %s", pl->src.info.name,
 		         rc < 0 ? src_strerror(&pl->src, rc) : "the region count changed");
@@ -201,7 +202,7 @@ static bool ref_inside(const struct vrd_pipeline *pl, const void *p)
 /* Give back a reference to the source (mu held: release_ref calls never overlap). */
 static void release_one(struct vrd_pipeline *pl, const void *p)
 {
-	int rc = pl->src.ops->release_ref(pl->src.handle, p);
+	int rc = src_release_ref(&pl->src, p);
 
 	if (rc < 0)
 		vrd_log(LOG_WARNING, "source_fault", "source %s: release_ref(%p): %s",
@@ -292,8 +293,10 @@ static int source_reopen(struct vrd_pipeline *pl)
 	rc = src_open(&pl->cfg, 0, &pl->src, err, sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_WARNING, "source_fault", "source: reopening failed: %s", err);
+		snprintf(pl->reopen_err, sizeof(pl->reopen_err), "%.200s", err);
 		return rc;
 	}
+	pl->reopen_err[0] = 0;
 	if (pl->zc) {
 		struct volrec_shim_region *regs = NULL;
 		uint32_t n = 0;
@@ -331,8 +334,12 @@ static bool source_fault(struct vrd_pipeline *pl, const char *what, int rc, unsi
 	char msg[256];
 	bool first, stop;
 
-	snprintf(msg, sizeof(msg), "source %s: %s: %s", pl->src_is_open ? pl->src.info.name : "-",
-	         what, pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
+	if (!pl->src_is_open && pl->reopen_err[0])
+		snprintf(msg, sizeof(msg), "source: reopening failed: %.200s", pl->reopen_err);
+	else
+		snprintf(msg, sizeof(msg), "source %s: %s: %s",
+		         pl->src_is_open ? pl->src.info.name : "-", what,
+		         pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
 	pthread_mutex_lock(&pl->mu);
 	pl->c.source_faults++;
 	first = !pl->degraded;
@@ -418,9 +425,9 @@ static void *acq_main(void *arg)
 
 		scan_offset(cfg, e, &ox, &oy);
 		atomic_store(&pl->acq_state, VRD_ACQ_ACQUIRING);
-		rc = pl->src.ops->set_scan_offset(pl->src.handle, e, ox, oy);
+		rc = src_set_scan_offset(&pl->src, e, ox, oy);
 		if (rc == 0 && !started) {
-			rc = pl->src.ops->start(pl->src.handle);
+			rc = src_start(&pl->src);
 			started = rc == 0;
 		}
 		atomic_fetch_add(&pl->acq_returns, 1);
@@ -476,8 +483,7 @@ static void *acq_main(void *arg)
 
 			atomic_store(&pl->acq_state, VRD_ACQ_ACQUIRING);
 			if (pl->zc) {
-				rc = pl->src.ops->acquire_ref(pl->src.handle, &data, pl->timeout_ms,
-				                              &meta);
+				rc = src_acquire_ref(&pl->src, &data, pl->timeout_ms, &meta);
 				if (rc == 0 && !ref_inside(pl, data)) {
 					pthread_mutex_lock(&pl->mu);
 					release_one(pl, data);
@@ -485,8 +491,8 @@ static void *acq_main(void *arg)
 					rc = -EFAULT;
 				}
 			} else {
-				rc = pl->src.ops->acquire(pl->src.handle, buf, pl->bscan_bytes,
-				                          pl->timeout_ms, &meta);
+				rc = src_acquire(&pl->src, buf, pl->bscan_bytes, pl->timeout_ms,
+				                 &meta);
 				data = buf;
 			}
 			atomic_fetch_add(&pl->acq_returns, 1);

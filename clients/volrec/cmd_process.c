@@ -291,9 +291,9 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		struct be_output out = {.volume = vol, .lowres = low, .full = full};
 		bool end = false;
 
-		rc = src.ops->set_scan_offset(src.handle, e, ox, oy);
+		rc = src_set_scan_offset(&src, e, ox, oy);
 		if (rc == 0 && e == 0)
-			rc = src.ops->start(src.handle);
+			rc = src_start(&src);
 		if (rc < 0) {
 			fprintf(stderr, "volrec process: source: %s\n", src_strerror(&src, rc));
 			goto out_h5;
@@ -302,7 +302,7 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 			struct volrec_shim_meta meta;
 			int tmo = cfg.source.type == CFG_SOURCE_SHIM ? cfg.source.shim.timeout_ms
 			                                             : 60000;
-			rc = src.ops->acquire(src.handle, raw[b], bscan_bytes, tmo, &meta);
+			rc = src_acquire(&src, raw[b], bscan_bytes, tmo, &meta);
 			if (rc == -ENODATA) {
 				end = true;
 				break;
