@@ -7,8 +7,22 @@
 #include <math.h>
 #include <stdio.h>
 
+#include <string.h>
+
+#include <volrec/protocol.h>
+
 #include "../base/base.h"
+#include "../config/config.h"
 #include "views.h"
+
+_Static_assert((int)BE_VIEW_ENFACE_MEAN == VOLREC_IMAGE_ENFACE_MEAN &&
+                       (int)BE_VIEW_ENFACE_MAX == VOLREC_IMAGE_ENFACE_MAX &&
+                       (int)BE_VIEW_BSCAN == VOLREC_IMAGE_BSCAN &&
+                       (int)BE_VIEW_SLICE == VOLREC_IMAGE_SLICE &&
+                       (int)BE_VIEW_PLANE == VOLREC_IMAGE_PLANE &&
+                       (int)BE_VIEW_RENDER == VOLREC_IMAGE_RENDER &&
+                       (int)BE_VIEW_COUNT == VOLREC_IMAGE_COUNT,
+               "views in the order of protocol.h");
 
 static const char *const names[BE_VIEW_COUNT] = {"enface_mean", "enface_max", "bscan",
                                                  "slice",       "plane",      "render"};
@@ -60,9 +74,10 @@ int be_view_check(const struct be_view_params *p, char *err, size_t errlen)
 		              "view.position: [%u, %u, %u] is outside the volume "
 		              "([y, x, z] with y < %u, x < %u, z < %u)",
 		              p->position[0], p->position[1], p->position[2], p->Y, p->X, p->Z);
-	if (p->render_h < 1 || p->render_w < 1 || p->render_h > 4096 || p->render_w > 4096)
+	if (p->render_h < 1 || p->render_w < 1 || p->render_h > VOLREC_RENDER_MAX ||
+	    p->render_w > VOLREC_RENDER_MAX)
 		return vr_err(err, errlen, -EINVAL,
-		              "view.render.size: [%u, %u] is not allowed (1 to 4096 pixels each)",
+		              "view.render.size: [%u, %u] is not allowed (1 to 1024 pixels each)",
 		              p->render_h, p->render_w);
 	for (int a = 0; a < 3; a++)
 		if (!(p->spacing[a] > 0.0 && isfinite(p->spacing[a])))
@@ -117,4 +132,77 @@ void be_render_setup(const struct be_view_params *p, struct be_render_setup *r)
 	r->nsamples = (uint32_t)ceil(D / p->step);
 	r->H = p->render_h;
 	r->W = p->render_w;
+}
+
+void be_view_params_from_cfg(const struct vr_config *cfg, struct be_view_params *p)
+{
+	uint32_t d[3];
+	const double *s = cfg->view.render.spacing;
+
+	cfg_out_dims(cfg, d);
+	memset(p, 0, sizeof(*p));
+	p->Y = d[0], p->X = d[1], p->Z = d[2];
+	p->slab[0] = cfg->view.slab[0];
+	p->slab[1] = cfg->view.slab[1];
+	for (int a = 0; a < 3; a++) {
+		p->position[a] = cfg->view.position[a];
+		p->spacing[a] = s[a];
+	}
+	p->render_h = cfg->view.render.size[0];
+	p->render_w = cfg->view.render.size[1];
+	p->angles_deg[0] = cfg->view.render.angles_deg[0];
+	p->angles_deg[1] = cfg->view.render.angles_deg[1];
+	p->step = cfg->view.render.step > 0 ? cfg->view.render.step
+	                                    : 0.5 * fmin(s[0], fmin(s[1], s[2]));
+}
+
+bool be_views_wanted(const struct vr_config *cfg)
+{
+	return cfg->view.enabled && cfg->output.dtype == CFG_DTYPE_U8;
+}
+
+void be_views_offsets(uint32_t Y, uint32_t X, uint32_t Z, uint64_t off[BE_VIEW_COUNT])
+{
+	const uint64_t a = 63;
+	uint64_t yx = ((uint64_t)Y * X + a) & ~a, xz = ((uint64_t)X * Z + a) & ~a;
+	uint64_t yz = ((uint64_t)Y * Z + a) & ~a;
+
+	off[BE_VIEW_ENFACE_MEAN] = VOLREC_VIEWS_DATA_OFFSET;
+	off[BE_VIEW_ENFACE_MAX] = off[BE_VIEW_ENFACE_MEAN] + yx;
+	off[BE_VIEW_PLANE] = off[BE_VIEW_ENFACE_MAX] + yx;
+	off[BE_VIEW_BSCAN] = off[BE_VIEW_PLANE] + yx;
+	off[BE_VIEW_SLICE] = off[BE_VIEW_BSCAN] + xz;
+	off[BE_VIEW_RENDER] = off[BE_VIEW_SLICE] + yz;
+}
+
+void be_views_describe(void *area, const struct be_view_params *p, const struct be_view_params *rp,
+                       const uint64_t vid[BE_VIEW_COUNT], unsigned present)
+{
+	struct volrec_views_header *h = area;
+	uint64_t off[BE_VIEW_COUNT];
+
+	be_views_offsets(p->Y, p->X, p->Z, off);
+	memset(h, 0, sizeof(*h));
+	h->magic = VOLREC_VIEWS_MAGIC;
+	h->count = VOLREC_IMAGE_COUNT;
+	h->desc_size = sizeof(struct volrec_image_desc);
+	for (int v = 0; v < BE_VIEW_COUNT; v++) {
+		struct volrec_image_desc *d = &h->desc[v];
+		const struct be_view_params *q = v == BE_VIEW_RENDER ? rp : p;
+
+		d->kind = (uint32_t)v;
+		d->present = (present >> v) & 1u;
+		be_view_dims(q, (enum be_view)v, &d->rows, &d->cols);
+		d->offset = off[v];
+		d->volume_id = vid[v];
+		d->slab[0] = q->slab[0];
+		d->slab[1] = q->slab[1];
+		for (int a = 0; a < 3; a++) {
+			d->position[a] = q->position[a];
+			d->spacing[a] = (float)q->spacing[a];
+		}
+		d->angles_deg[0] = (float)q->angles_deg[0];
+		d->angles_deg[1] = (float)q->angles_deg[1];
+		d->step = (float)q->step;
+	}
 }

@@ -52,6 +52,22 @@ struct be_render_setup {
 	uint32_t H, W;
 };
 
+struct vr_config;
+
+/* The view parameters cfg's view section gives for its output volume (slab and position
+ * already resolved and checked by the configuration). */
+void be_view_params_from_cfg(const struct vr_config *cfg, struct be_view_params *p);
+/* Whether cfg asks for views (view.enabled, u8 output). */
+bool be_views_wanted(const struct vr_config *cfg);
+
+/* Offsets of each picture in a slot's views area (protocol.h: volrec_views_bytes; fixed for
+ * the volume size, the render taking up to VOLREC_RENDER_MAX^2). */
+void be_views_offsets(uint32_t Y, uint32_t X, uint32_t Z, uint64_t off[BE_VIEW_COUNT]);
+/* Write the views header of area: picture v is present when bit v of present is set, shows
+ * volume vid[v] and was computed with p (rp for the render, which may be an older one's). */
+void be_views_describe(void *area, const struct be_view_params *p, const struct be_view_params *rp,
+                       const uint64_t vid[BE_VIEW_COUNT], unsigned present);
+
 /* Rows x columns of view v for these parameters. */
 void be_view_dims(const struct be_view_params *p, enum be_view v, uint32_t *rows, uint32_t *cols);
 /* Bytes of view v. */

@@ -5,8 +5,12 @@
  * (orthographic rays, trilinear samples, maximum rounded half up). The CUDA backend computes
  * the same from the same be_render_setup (gpu/gpu_views.cu).
  */
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <volrec/protocol.h>
 
 #include "internal.h"
 
@@ -103,4 +107,63 @@ void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
 			for (uint32_t j = 0; j < r->W; j++)
 				out[BE_VIEW_RENDER][(size_t)i * r->W + j] =
 				        render_pixel(V, p, r, i, j);
+}
+
+int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg)
+{
+	struct cpu_views *v = &st->views;
+
+	v->enabled = be_views_wanted(cfg);
+	if (!v->enabled)
+		return 0;
+	be_view_params_from_cfg(cfg, &v->p);
+	be_render_setup(&v->p, &v->rs);
+	if (!v->last_render) {
+		v->last_render = calloc((size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX, 1);
+		if (!v->last_render)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+void cpu_views_free(struct cpu_state *st)
+{
+	free(st->views.last_render);
+	st->views.last_render = NULL;
+}
+
+void cpu_views_epoch(struct cpu_state *st, const struct be_output *out)
+{
+	struct cpu_views *v = &st->views;
+	uint8_t *area = out->views, *pic[BE_VIEW_COUNT];
+	uint64_t off[BE_VIEW_COUNT], vid[BE_VIEW_COUNT];
+	unsigned present = 0;
+
+	if (!v->enabled || !area || !out->volume)
+		return;
+	be_views_offsets(v->p.Y, v->p.X, v->p.Z, off);
+	for (int i = 0; i < BE_VIEW_COUNT; i++) {
+		bool want = (out->view_mask >> i) & 1u;
+
+		pic[i] = want ? area + off[i] : NULL;
+		vid[i] = out->volume_id;
+		if (want && i != BE_VIEW_RENDER)
+			present |= 1u << i;
+	}
+	if (pic[BE_VIEW_RENDER])
+		pic[BE_VIEW_RENDER] = v->last_render;
+	cpu_views_compute(out->volume, &v->p, &v->rs, pic);
+	if (pic[BE_VIEW_RENDER]) {
+		v->last_p = v->p;
+		v->last_id = out->volume_id;
+		v->have_last = true;
+	}
+	/* the render of this volume, or the last one computed (its own id and parameters) */
+	if (v->have_last) {
+		memcpy(area + off[BE_VIEW_RENDER], v->last_render,
+		       (size_t)v->last_p.render_h * v->last_p.render_w);
+		vid[BE_VIEW_RENDER] = v->last_id;
+		present |= 1u << BE_VIEW_RENDER;
+	}
+	be_views_describe(area, &v->p, v->have_last ? &v->last_p : &v->p, vid, present);
 }
