@@ -203,7 +203,7 @@ DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev li
 	libhdf5-dev libpng-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
 	python3-h5py python3-pytest-timeout clang-format clang libclang-rt-14-dev \
 	debhelper dh-python pybuild-plugin-pyproject python3-setuptools dpkg-dev fakeroot lintian \
-	systemd man-db groff-base
+	systemd man-db groff-base mypy
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \

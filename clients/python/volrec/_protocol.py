@@ -10,7 +10,7 @@ drift alone. The rest of the package reads offsets only from here.
 from __future__ import annotations
 
 import struct
-from typing import Dict, Mapping, NamedTuple, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, NamedTuple, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -35,7 +35,7 @@ LEASE_MAGIC = int.from_bytes(b"VRLEASES", "little")
 VOL_MAGIC = int.from_bytes(b"VRVM", "little")
 
 DTYPE_U8, DTYPE_U16, DTYPE_F32 = 1, 2, 3
-DTYPES: Mapping[int, np.dtype] = {
+DTYPES: Mapping[int, "np.dtype[Any]"] = {
     DTYPE_U8: np.dtype(np.uint8),
     DTYPE_U16: np.dtype("<u2"),
     DTYPE_F32: np.dtype("<f4"),

@@ -10,7 +10,7 @@ import mmap
 import os
 import struct
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ._protocol import (DTYPES, LEASE_ENTRY, LEASE_HEADER, LEASE_MAGIC, MAX_READERS, MAX_SLOTS,
                         PROTO_MAJOR, SHM_HEADER, SHM_LEASE_SUFFIX, SHM_MAGIC, SHM_PREFIX,
@@ -28,7 +28,7 @@ _SLOT_SEQ = SLOT_HEADER.offset["sequence"]
 _ENT = LEASE_ENTRY.offset
 
 
-def shm_names(instance: str) -> tuple:
+def shm_names(instance: str) -> Tuple[str, str]:
     """The POSIX shm names of the data and lease segments of an instance."""
     data = SHM_PREFIX + instance
     return data, data + SHM_LEASE_SUFFIX
@@ -92,15 +92,18 @@ def validate_header(h: Dict[str, int], size: int, state: int, name: str) -> None
 class Session:
     """One mapping of the data segment (read-only) and of the lease table (our entry)."""
 
+    map: mmap.mmap  # the data segment, read-only
+    u32: memoryview  # the same, as u32 and u64 words for the atomic fields
+    u64: memoryview
+    h: Dict[str, int]  # its header as read at open (the atomic fields: below)
+    id: int  # its session id
+    lmap: mmap.mmap  # the lease table, read-write
+    l32: memoryview
+    l64: memoryview
+
     def __init__(self, instance: str) -> None:
-        self.map: Optional[mmap.mmap] = None
-        self.lmap: Optional[mmap.mmap] = None
         self.lease_fd = -1
         self.entry: Optional[int] = None  # byte offset of our lease entry
-        self.u32: Optional[memoryview] = None
-        self.u64: Optional[memoryview] = None
-        self.l32: Optional[memoryview] = None
-        self.l64: Optional[memoryview] = None
         self.instance = instance
         self.data_name, self.lease_name = shm_names(instance)
         try:
@@ -123,7 +126,7 @@ class Session:
             state = self.state
             self.h = SHM_HEADER.unpack(self.map)
             validate_header(self.h, size, state, self.data_name)
-            self.id: int = self.h["session_id"]
+            self.id = self.h["session_id"]
             self.check_writer()
             self._open_leases()
         except BaseException:
@@ -224,9 +227,11 @@ class Session:
                           % (count, name))
 
     def _store32(self, field: str, value: int) -> None:
+        assert self.entry is not None
         self.l32[(self.entry + _ENT[field]) // 4] = value
 
     def _store64(self, field: str, value: int) -> None:
+        assert self.entry is not None
         self.l64[(self.entry + _ENT[field]) // 8] = value
 
     def heartbeat(self) -> None:
@@ -246,22 +251,22 @@ class Session:
             self._store64("sequence", 0)
 
     def close(self) -> None:
-        if self.entry is not None and self.l32 is not None:
+        """Leave the lease table and unmap; accepts a half-built session."""
+        if self.entry is not None and hasattr(self, "l32"):
             self._store32("slot", SLOT_NONE)
             self._store32("pid", 0)
         self.entry = None
         for attr in ("u32", "u64", "l32", "l64"):
-            v = getattr(self, attr, None)
-            if v is not None:
-                v.release()
-                setattr(self, attr, None)
+            view = self.__dict__.pop(attr, None)
+            if view is not None:
+                view.release()
         if self.lease_fd >= 0:
             os.close(self.lease_fd)  # drops our OFD lock
             self.lease_fd = -1
-        for m in (self.map, self.lmap):
+        for attr in ("map", "lmap"):
+            m = self.__dict__.pop(attr, None)
             if m is not None:
                 try:
                     m.close()
                 except BufferError:
                     pass  # numpy views still alive: unmapped when they are collected
-        self.map = self.lmap = None

@@ -8,7 +8,7 @@ import errno
 import os
 import re
 import time
-from typing import Any, Iterable, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
 import zmq
@@ -16,7 +16,7 @@ import zmq
 from ._protocol import (DEFAULT_RUN_DIR, DTYPES, SHM_HEADER, TEXT_MAX, TOPIC_EVENT,
                         TOPIC_STATUS, TOPIC_VOL, decode_vol)
 from ._segment import SHM_DIR, Session
-from .errors import Busy, NoDaemon, NotReady, ProtocolError, TornRead, Timeout
+from .errors import Busy, NoDaemon, NotReady, ProtocolError, TornRead, Timeout, VolrecError
 
 __all__ = ["Client", "Lease", "VolumeArray"]
 
@@ -25,7 +25,7 @@ _TOPICS = (TOPIC_VOL, TOPIC_STATUS, TOPIC_EVENT)
 _SESSION_AT = SHM_HEADER.offset["session_id"]
 
 
-class VolumeArray(np.ndarray):
+class VolumeArray(np.ndarray):  # type: ignore[type-arg]
     """A read-only numpy view [Y][X][Z] on a shared-memory slot, with the volume's metadata
     as attributes: sequence, slot, session_id, volume_id, epoch, offset_x, offset_y,
     t_first_ns, t_last_ns, t_publish_ns, latency_ns, volume_flags (the FLAG_* bits; `flags`
@@ -61,12 +61,11 @@ class Lease:
     def __enter__(self) -> VolumeArray:
         return self.array
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         torn = not self._client._release(self.array)
         if torn and exc_type is None:
             raise TornRead("torn read: volume %d in slot %d was overwritten while held"
                            % (self.array.sequence, self.array.slot))
-        return False
 
     def check(self) -> None:
         """Raise TornRead if the volume has been overwritten since it was leased."""
@@ -107,12 +106,14 @@ class Client:
         self._held: Optional[VolumeArray] = None
         self._last_seq = 0
         self.received = self.missed = self.torn = self.remaps = self.rejected = 0
-        self._ctx: Optional[zmq.Context] = zmq.Context()
-        self._sub: Optional[zmq.Socket] = self._ctx.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.RCVHWM, rcvhwm)
-        self._sub.setsockopt(zmq.LINGER, 0)
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        self._ctx: "Optional[zmq.Context[Any]]" = ctx
+        self._sub: "Optional[zmq.Socket[Any]]" = sub
+        sub.setsockopt(zmq.RCVHWM, rcvhwm)
+        sub.setsockopt(zmq.LINGER, 0)
         for t in self._topics:
-            self._sub.setsockopt(zmq.SUBSCRIBE, t.encode())
+            sub.setsockopt(zmq.SUBSCRIBE, t.encode())
         deadline = time.monotonic() + open_timeout
         try:
             while True:
@@ -143,9 +144,8 @@ class Client:
     def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
-        return False
 
     @property
     def session_id(self) -> int:
@@ -157,6 +157,16 @@ class Client:
         """Whether a live writer publishes into the mapped segment (libvolrec's
         volrec_segment_info.writer_alive): false once the daemon died or stopped."""
         return self._s is not None and self._s.writer_alive()
+
+    def _session(self) -> Session:
+        if self._s is None:
+            raise VolrecError("the client of instance '%s' is closed" % self.instance)
+        return self._s
+
+    def _socket(self) -> "zmq.Socket[Any]":
+        if self._sub is None:
+            raise VolrecError("the client of instance '%s' is closed" % self.instance)
+        return self._sub
 
     # -- sessions
     def _remap(self) -> None:
@@ -176,20 +186,21 @@ class Client:
     def _connect(self) -> None:
         ep = self._fixed_endpoint
         if not ep:
-            eps = self._s.endpoints()
+            eps = self._session().endpoints()
             ep = next((e for e in eps if e.startswith("ipc://")), None) or \
                 next((e for e in eps if e.startswith("tcp://127.")), None) or \
                 "ipc://%s/%s.pub" % (self.run_dir, self.instance)
         if ep == self._endpoint:
             return
+        sub = self._socket()
         if self._endpoint:
-            self._sub.disconnect(self._endpoint)
-        self._sub.connect(ep)
+            sub.disconnect(self._endpoint)
+        sub.connect(ep)
         self._endpoint = ep
 
     def _session_changed(self) -> bool:
         try:
-            with open(SHM_DIR + self._s.data_name, "rb") as f:
+            with open(SHM_DIR + self._session().data_name, "rb") as f:
                 head = f.read(_SESSION_AT + 8)
         except FileNotFoundError:
             return False
@@ -198,7 +209,7 @@ class Client:
 
     # -- leases
     def _lease(self, slot: int, seq: int, missed: int) -> Optional[Lease]:
-        s = self._s
+        s = self._session()
         h = s.h
         s.lease(slot, seq)
         if s.slot_seq(slot) != 2 * seq:
@@ -229,7 +240,7 @@ class Client:
         if self._held is not arr:
             return True
         ok = self._intact(arr)
-        self._s.unlease()
+        self._session().unlease()
         self._held = None
         if not ok:
             self.torn += 1
@@ -251,15 +262,15 @@ class Client:
         if self._held is not None:
             raise Busy("a volume is still held; leave its with block first")
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._s is not None:
-            self._s.heartbeat()
+        sub = self._socket()
+        self._session().heartbeat()
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._sub.poll(None if left is None else int(left * 1000)):
+            if not sub.poll(None if left is None else int(left * 1000)):
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise Timeout("no volume within %.3f s" % timeout)
+                    raise Timeout("no volume within %.3f s" % (timeout or 0.0))
                 continue
-            frames = self._sub.recv_multipart(copy=True)
+            frames = sub.recv_multipart(copy=True)
             if len(frames) != 2:
                 self.rejected += 1
                 raise ProtocolError("message with %d frames (expected [topic][body])"
@@ -281,7 +292,7 @@ class Client:
                                         % (topic, len(body)))
                 return topic, body.decode("utf-8", "replace")
 
-    def _on_vol(self, m: dict) -> Optional[Lease]:
+    def _on_vol(self, m: Dict[str, int]) -> Optional[Lease]:
         if self._s is None or m["session_id"] != self._s.id:
             before = self.session_id
             try:
@@ -290,13 +301,14 @@ class Client:
                 return None
             if self.session_id == before or m["session_id"] != self.session_id:
                 return None  # a stale message of another session
-        h = self._s.h
+        s = self._session()
+        h = s.h
         if (m["slot"] >= h["slot_count"] or (m["ny"], m["nx"], m["nz"], m["dtype"]) !=
                 (h["ny"], h["nx"], h["nz"], h["dtype"])):
             self.rejected += 1
             raise ProtocolError("vol message does not match its segment: %r" % (m,))
         # the writer stores latest_sequence before it sends: a higher one was never published
-        newest = self._s.latest_sequence
+        newest = s.latest_sequence
         if m["sequence"] > newest:
             self.rejected += 1
             raise ProtocolError("vol message announces volume %d, but the segment has not "
@@ -326,7 +338,7 @@ class Client:
             raise Busy("a volume is still held; leave its with block first")
         if self._session_changed():
             self._remap()
-        s = self._s
+        s = self._session()
         s.check_writer()
         for _ in range(4):
             seq = s.latest_sequence
@@ -334,14 +346,11 @@ class Client:
                 raise BlockingIOError(errno.EAGAIN, "no volume published yet")
             slot = s.latest_slot
             if slot >= s.h["slot_count"] or s.slot_seq(slot) != 2 * seq:
-                slot = next((i for i in range(s.h["slot_count"]) if s.slot_seq(i) == 2 * seq),
-                            None)
-                if slot is None:
+                found = [i for i in range(s.h["slot_count"]) if s.slot_seq(i) == 2 * seq]
+                if not found:
                     continue
-            if self._last_seq and seq <= self._last_seq:
-                gap = 0
-            else:
-                gap = self._account(seq)
+                slot = found[0]
+            gap = 0 if self._last_seq and seq <= self._last_seq else self._account(seq) or 0
             lease = self._lease(slot, seq, gap)
             if lease is not None:
                 return lease
