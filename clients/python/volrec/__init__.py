@@ -14,7 +14,7 @@ Modules: errors (the exceptions), client (Client, Lease, VolumeArray), _protocol
 layout of protocol.h, checked against it by the tests), _segment (mapping a segment).
 """
 # the protocol constants stay reachable as volrec.<NAME>, as before the package was split
-from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_PARTIAL, FLAG_RESET, LEASE_MAGIC,
+from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_DROPPED_BEFORE, FLAG_RESET, LEASE_MAGIC,
                         MAX_READERS, MAX_SLOTS, PROTO_MAJOR, PROTO_MINOR, SHM_MAGIC, SLOT_ALIGN,
                         SLOT_NONE, STATE_CLOSED, STATE_INIT, STATE_LIVE, TEXT_MAX, VOL_MAGIC,
                         decode_vol)

@@ -17,7 +17,7 @@ import numpy as np
 from .errors import ProtocolError
 
 PROTO_MAJOR = 1
-PROTO_MINOR = 0
+PROTO_MINOR = 1
 
 SHM_PREFIX = "/volrec."  # data segment "/volrec.<instance>"
 SHM_LEASE_SUFFIX = ".readers"  # lease segment "/volrec.<instance>.readers"
@@ -43,8 +43,8 @@ DTYPES: Mapping[int, "np.dtype[Any]"] = {
 
 STATE_INIT, STATE_LIVE, STATE_CLOSED = 0, 1, 2  # enum volrec_seg_state
 
-FLAG_PARTIAL = 0x1  # some B-scans of the epoch were dropped
 FLAG_RESET = 0x2  # first volume after a reconstruction-history reset
+FLAG_DROPPED_BEFORE = 0x4  # epochs were dropped before this volume: its history has a gap
 
 TOPIC_VOL, TOPIC_STATUS, TOPIC_EVENT = "vol", "status", "event"
 TEXT_MAX = 65536  # bound on status/event bodies
@@ -72,8 +72,8 @@ C_CONSTANTS: Mapping[str, Union[int, str]] = {
     "VOLREC_STATE_INIT": STATE_INIT,
     "VOLREC_STATE_LIVE": STATE_LIVE,
     "VOLREC_STATE_CLOSED": STATE_CLOSED,
-    "VOLREC_FLAG_PARTIAL": FLAG_PARTIAL,
     "VOLREC_FLAG_RESET": FLAG_RESET,
+    "VOLREC_FLAG_DROPPED_BEFORE": FLAG_DROPPED_BEFORE,
     "VOLREC_TOPIC_VOL": TOPIC_VOL,
     "VOLREC_TOPIC_STATUS": TOPIC_STATUS,
     "VOLREC_TOPIC_EVENT": TOPIC_EVENT,
