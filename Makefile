@@ -221,7 +221,8 @@ unit: tests-build
 pytest: tests-build
 	$(call msg,TEST,integration)
 	$(Q)PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration $(PYTEST_ARGS)
+		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration tests/python \
+		$(PYTEST_ARGS)
 
 test check: unit pytest
 
@@ -235,8 +236,8 @@ format-check:
 DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev libfftw3-dev \
 	libhdf5-dev libpng-dev libjson-c-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
 	python3-h5py python3-pytest-timeout clang-format clang libclang-rt-14-dev \
-	debhelper dh-python dpkg-dev fakeroot lintian systemd man-db groff-base \
-	systemd-container debootstrap
+	debhelper dh-python pybuild-plugin-pyproject python3-setuptools dpkg-dev fakeroot lintian \
+	systemd man-db groff-base mypy systemd-container debootstrap
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \

@@ -89,7 +89,7 @@ install-shim: all $(SHIM_FILES)
 install-python:
 	$(call msg,INSTALL,$(D)$(PYTHONDIR)/volrec)
 	$(Q)if [ -d clients/python/volrec ]; then \
-		for f in $$(cd clients/python && find volrec -name '*.py' | sort); do \
+		for f in $$(cd clients/python && find volrec \( -name '*.py' -o -name py.typed \) | sort); do \
 			$(call pkg_install_file,clients/python/$$f,$(PYTHONDIR)/$$f,0644) || exit 1; \
 		done; \
 	else $(call pkg_skip,Python package volrec); fi
