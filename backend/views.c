@@ -179,15 +179,16 @@ void be_views_describe(void *area, const struct be_view_params *p, const struct 
                        const uint64_t vid[BE_VIEW_COUNT], unsigned present)
 {
 	struct volrec_views_header *h = area;
+	struct volrec_image_desc *desc = (struct volrec_image_desc *)(h + 1);
 	uint64_t off[BE_VIEW_COUNT];
 
 	be_views_offsets(p->Y, p->X, p->Z, off);
-	memset(h, 0, sizeof(*h));
+	memset(h, 0, VOLREC_VIEWS_DATA_OFFSET);
 	h->magic = VOLREC_VIEWS_MAGIC;
 	h->count = VOLREC_IMAGE_COUNT;
 	h->desc_size = sizeof(struct volrec_image_desc);
 	for (int v = 0; v < BE_VIEW_COUNT; v++) {
-		struct volrec_image_desc *d = &h->desc[v];
+		struct volrec_image_desc *d = &desc[v];
 		const struct be_view_params *q = v == BE_VIEW_RENDER ? rp : p;
 
 		d->kind = (uint32_t)v;
@@ -195,14 +196,16 @@ void be_views_describe(void *area, const struct be_view_params *p, const struct 
 		be_view_dims(q, (enum be_view)v, &d->rows, &d->cols);
 		d->offset = off[v];
 		d->volume_id = vid[v];
-		d->slab[0] = q->slab[0];
-		d->slab[1] = q->slab[1];
-		for (int a = 0; a < 3; a++) {
-			d->position[a] = q->position[a];
-			d->spacing[a] = (float)q->spacing[a];
-		}
-		d->angles_deg[0] = (float)q->angles_deg[0];
-		d->angles_deg[1] = (float)q->angles_deg[1];
+		d->slab_za = q->slab[0];
+		d->slab_zb = q->slab[1];
+		d->position_y = q->position[0];
+		d->position_x = q->position[1];
+		d->position_z = q->position[2];
+		d->azimuth_deg = (float)q->angles_deg[0];
+		d->elevation_deg = (float)q->angles_deg[1];
+		d->spacing_x = (float)q->spacing[0];
+		d->spacing_y = (float)q->spacing[1];
+		d->spacing_z = (float)q->spacing[2];
 		d->step = (float)q->step;
 	}
 }

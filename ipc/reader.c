@@ -777,7 +777,7 @@ int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, u
 	if (!h->views_bytes || !(view->flags & VOLREC_FLAG_VIEWS))
 		return cl_fail(c, -ENOENT, "the daemon publishes no views (view.enabled: false?)");
 	vh = (const struct volrec_views_header *)((const char *)view->data + h->views_offset);
-	d = &vh->desc[kind];
+	d = (const struct volrec_image_desc *)(vh + 1) + kind;
 	if (vh->magic != VOLREC_VIEWS_MAGIC || vh->count < VOLREC_IMAGE_COUNT ||
 	    vh->desc_size != sizeof(*d) || d->kind != kind ||
 	    __builtin_add_overflow(d->offset, (uint64_t)d->rows * d->cols, &end) ||
@@ -792,10 +792,10 @@ int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, u
 	        .rows = d->rows,
 	        .cols = d->cols,
 	        .volume_id = d->volume_id,
-	        .slab = {d->slab[0], d->slab[1]},
-	        .position = {d->position[0], d->position[1], d->position[2]},
-	        .angles_deg = {d->angles_deg[0], d->angles_deg[1]},
-	        .spacing = {d->spacing[0], d->spacing[1], d->spacing[2]},
+	        .slab = {d->slab_za, d->slab_zb},
+	        .position = {d->position_y, d->position_x, d->position_z},
+	        .angles_deg = {d->azimuth_deg, d->elevation_deg},
+	        .spacing = {d->spacing_x, d->spacing_y, d->spacing_z},
 	        .step = d->step,
 	};
 	return 0;
