@@ -155,7 +155,7 @@ def test_the_reader_of_protocol_h_agrees_with_its_static_asserts_and_offset_comm
     ("\tuint32_t max_readers;      /* 116", "\tint32_t max_readers;      /* 116"),
     ("\tuint32_t reserved0;        /* 132 zero */\n\tuint64_t views_offset;",
      "\tuint32_t lost_volumes;\n\tuint64_t views_offset;"),
-    ("\tfloat step;            /* 76", "\tdouble step;            /* 76"),
+    ("\tfloat step;          /* 76", "\tdouble step;          /* 76"),
     ("VOLREC_STATE_CLOSED =", "VOLREC_STATE_CLOSING = 2, VOLREC_STATE_CLOSED ="),
 ])
 def test_a_drift_of_either_side_is_reported(header_text, change):
