@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * volrecd's side of publishing: opens the ipc writer for the configured output shape, registers
- * its slots with the backend once (so CUDA's D2H lands straight in shared memory), and turns the
- * pipeline's volume description into the writer's.
+ * volrecd's side of publishing: opens the ipc writer for the configured output shape,
+ * registers its slots with the backend once (so CUDA's D2H lands straight in shared memory),
+ * and is the pipeline's shared-memory sink: begin takes a slot, publish closes it and sends
+ * `vol`, abort gives it back.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -32,10 +33,8 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 	size_t size;
 	int rc;
 
-	if (!pub) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
+	if (!pub)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	pub->be = be;
 	g.ny = cfg->geometry.bscans_per_volume;
 	g.nx = cfg->geometry.ascans_per_bscan;
@@ -51,12 +50,12 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 		goto fail;
 	ipc_writer_slot_buffers(pub->w, &pub->slots, &pub->nslots, &size);
 	for (uint32_t i = 0; i < pub->nslots; i++) {
-		rc = be->ops->host_register(be->state, pub->slots[i], size);
+		rc = be_host_register(be, pub->slots[i], size);
 		if (rc < 0) {
-			snprintf(
-			        err, errlen,
-			        "backend %s: registering shm slot %u (%zu bytes) for transfers: %s",
-			        be->ops->name, i, size, strerror(-rc));
+			vr_err_errno(
+			        err, errlen, rc,
+			        "backend %s: registering shm slot %u (%zu bytes) for transfers",
+			        be_name(be), i, size);
 			goto fail;
 		}
 		pub->nregistered++;
@@ -75,50 +74,61 @@ void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm)
 	if (pub->in_progress)
 		ipc_writer_abort(pub->w, &pub->cur);
 	for (uint32_t i = 0; i < pub->nregistered; i++)
-		pub->be->ops->host_unregister(pub->be->state, pub->slots[i]);
+		be_host_unregister(pub->be, pub->slots[i]);
 	ipc_writer_close(pub->w, unlink_shm);
 	free(pub);
 }
 
-int vrd_pub_begin(struct vrd_pub *pub, uint8_t **volume, char *err, size_t errlen)
+static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err, size_t errlen)
 {
+	struct vrd_pub *pub = ctx;
 	int rc = ipc_writer_begin(pub->w, &pub->cur);
 
-	if (rc < 0) {
-		snprintf(err, errlen, "shm: no slot to write into: %s", strerror(-rc));
-		return rc;
-	}
+	(void)epoch;
+	if (rc < 0)
+		return vr_err_errno(err, errlen, rc, "shm: no slot to write into");
 	pub->in_progress = true;
-	*volume = pub->cur.data;
+	out->volume = pub->cur.data;
 	return 0;
 }
 
-int vrd_pub_publish(struct vrd_pub *pub, const struct vrd_vol_meta *m, char *err, size_t errlen)
+static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t errlen)
 {
+	struct vrd_pub *pub = ctx;
 	struct ipc_volume_meta meta = {
 	        .volume_id = atomic_fetch_add(&next_volume_id, 1),
-	        .epoch = m->epoch,
-	        .offset_x = (int32_t)m->ox,
-	        .offset_y = (int32_t)m->oy,
-	        .t_first_ns = m->t_first_ns,
-	        .t_last_ns = m->t_last_ns,
-	        .latency_ns = m->latency_ns,
-	        .flags = m->flags,
+	        .epoch = v->epoch,
+	        .offset_x = (int32_t)v->ox,
+	        .offset_y = (int32_t)v->oy,
+	        .t_first_ns = v->t_first_ns,
+	        .t_last_ns = v->t_last_ns,
+	        .latency_ns = v->latency_ns,
+	        .flags = v->flags,
 	};
 	int rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
 
 	pub->in_progress = false;
 	if (rc < 0)
-		snprintf(err, errlen, "shm: publishing volume of epoch %llu: %s",
-		         (unsigned long long)m->epoch, strerror(-rc));
-	return rc;
+		return vr_err_errno(err, errlen, rc, "shm: publishing volume of epoch %llu",
+		                    (unsigned long long)v->epoch);
+	return 0;
 }
 
-void vrd_pub_abort(struct vrd_pub *pub)
+static void sink_abort(void *ctx)
 {
+	struct vrd_pub *pub = ctx;
+
 	if (pub->in_progress)
 		ipc_writer_abort(pub->w, &pub->cur);
 	pub->in_progress = false;
+}
+
+void vrd_pub_sink(struct vrd_pub *pub, struct pl_sink *sink)
+{
+	sink->ctx = pub;
+	sink->begin = sink_begin;
+	sink->publish = sink_publish;
+	sink->abort = sink_abort;
 }
 
 int vrd_pub_send(struct vrd_pub *pub, const char *topic, const char *json)
