@@ -23,8 +23,8 @@
 #include "gpu/gpu.h"
 #endif
 
-struct bench_fig *bench_add(struct bench_figs *f, const char *name, double value,
-                            const char *unit, double target, double limit, const char *note)
+struct bench_fig *bench_add(struct bench_figs *f, const char *name, double value, const char *unit,
+                            double target, double limit, const char *note)
 {
 	struct bench_fig *g;
 
@@ -243,8 +243,8 @@ static int shm_buf_open(struct shm_buf *b, size_t size, struct be_backend *be, c
 		b->anonymous = true;
 		b->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		if (b->p == MAP_FAILED)
-			return vr_err_errno(err, errlen, -errno, "mmap(MAP_SHARED | MAP_ANONYMOUS, %zu)",
-			                    size);
+			return vr_err_errno(err, errlen, -errno,
+			                    "mmap(MAP_SHARED | MAP_ANONYMOUS, %zu)", size);
 	} else {
 		snprintf(name, sizeof(name), "/volrec-bench-%ld", (long)getpid());
 		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -297,8 +297,7 @@ struct timing {
 	pthread_cond_t cv;
 };
 
-static int timing_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err,
-                        size_t errlen)
+static int timing_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err, size_t errlen)
 {
 	struct timing *t = ctx;
 
@@ -383,10 +382,8 @@ int bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs, d
 	                   .mu = PTHREAD_MUTEX_INITIALIZER,
 	                   .cv = PTHREAD_COND_INITIALIZER,
 	                   .out = {.p = MAP_FAILED}};
-	struct pl_sink sink = {.ctx = &t,
-	                       .begin = timing_begin,
-	                       .publish = timing_publish,
-	                       .abort = timing_abort};
+	struct pl_sink sink = {
+	        .ctx = &t, .begin = timing_begin, .publish = timing_publish, .abort = timing_abort};
 	struct pl_pipeline *pl = NULL;
 	struct pl_stats st;
 	int rc;
@@ -414,8 +411,7 @@ int bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs, d
 	pl_stop(pl);
 	pl_stats(pl, &st);
 	if (!t.n || st.c.drops[PL_DROP_PROCESSING_ERROR]) {
-		rc = vr_err(err, errlen, -EIO, "%s",
-		            ev.err[0] ? ev.err : "no epoch was measured");
+		rc = vr_err(err, errlen, -EIO, "%s", ev.err[0] ? ev.err : "no epoch was measured");
 		goto out;
 	}
 	r->epochs = t.n;
@@ -522,12 +518,14 @@ int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench
 		double overl = 1.0 / fmax(r.in_bytes / (bw.bidir_gbs * 1e9),
 		                          r.out_bytes / (bw.bidir_gbs * 1e9));
 
-		say(fn, ctx, "  pipelined: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
+		say(fn, ctx,
+		    "  pipelined: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
 		    r.epochs_per_s, r.epochs, r.p50_ms, r.p99_ms);
 		say(fn, ctx,
 		    "  serialized: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
 		    rs.epochs_per_s, rs.epochs, rs.p50_ms, rs.p99_ms);
-		say(fn, ctx, "  PCIe ceiling %.1f/s overlapped, %.1f/s serial copies", overl, serial);
+		say(fn, ctx, "  PCIe ceiling %.1f/s overlapped, %.1f/s serial copies", overl,
+		    serial);
 		bench_add(figs, "volrec_paper_volumes_per_s", r.epochs_per_s, "volumes/s",
 		          paper->target_vps, overl,
 		          "pipelined (engine depth 2: epoch e+1 submitted while e is in flight); "
@@ -571,8 +569,8 @@ int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench
 		say(fn, ctx,
 		    "  serialized: %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
 		    rs.epochs_per_s * asc / 1e6, rs.epochs, rs.p50_ms, rs.p99_ms);
-		say(fn, ctx, "  PCIe ceiling %.2f M/s overlapped, %.2f M/s serial copies", overl / 1e6,
-		    serial / 1e6);
+		say(fn, ctx, "  PCIe ceiling %.2f M/s overlapped, %.2f M/s serial copies",
+		    overl / 1e6, serial / 1e6);
 		bench_add(figs, "classic_ascans_per_s", r.epochs_per_s * asc, "A-scans/s",
 		          classic->target_ascans, overl,
 		          "pipelined; limit: H2D and D2H at once at the measured both-ways "

@@ -26,16 +26,16 @@ enum bench_pre {
 
 /* One geometry and processing chain, measured by whichever benchmark lists it. */
 struct bench_case {
-	const char *name;    /* e2e_bench --case NAME */
-	const char *title;   /* figure name of `volrec bench` on the CPU */
-	uint32_t K, nx, ny;  /* samples per A-scan, A-scans per B-scan, B-scans per epoch (u16) */
-	uint32_t stride;     /* sx = sy */
-	uint32_t z0, z1;     /* depth_range */
+	const char *name;   /* e2e_bench --case NAME */
+	const char *title;  /* figure name of `volrec bench` on the CPU */
+	uint32_t K, nx, ny; /* samples per A-scan, A-scans per B-scan, B-scans per epoch (u16) */
+	uint32_t stride;    /* sx = sy */
+	uint32_t z0, z1;    /* depth_range */
 	enum cfg_recon_mode mode;
 	enum bench_pre pre;
-	uint32_t e2e_epochs; /* epochs in e2e_bench's replay file (0: not an e2e case) */
-	double paced_rate;   /* e2e: epochs/s of the paced run (0: from the max run) */
-	double target_vps;   /* volumes/s target (DESIGN.md section 10; 0: none) */
+	uint32_t e2e_epochs;  /* epochs in e2e_bench's replay file (0: not an e2e case) */
+	double paced_rate;    /* e2e: epochs/s of the paced run (0: from the max run) */
+	double target_vps;    /* volumes/s target (DESIGN.md section 10; 0: none) */
 	double target_ascans; /* A-scans/s target (0: none) */
 	double target_p99_ms; /* processing latency p99 target (0: none) */
 };
@@ -69,8 +69,8 @@ struct bench_figs {
 };
 
 /* Append a figure (ignored once the set is full); returns it, or NULL when full. */
-struct bench_fig *bench_add(struct bench_figs *f, const char *name, double value,
-                            const char *unit, double target, double limit, const char *note);
+struct bench_fig *bench_add(struct bench_figs *f, const char *name, double value, const char *unit,
+                            double target, double limit, const char *note);
 /* A JSON number with 6 significant digits (4 decimals with fixed4), as the results record. */
 struct json_object *bench_json_num(double v, bool fixed4);
 

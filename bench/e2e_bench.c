@@ -121,9 +121,10 @@ static int write_config(const char *path, const struct bcase *c, const char *ins
 		fprintf(stderr, "e2e_bench: %s: %s\n", path, strerror(errno));
 		return -errno;
 	}
-	bench_case_config(c, !strcmp(opt.backend, "cuda")  ? CFG_BACKEND_CUDA
-	                     : !strcmp(opt.backend, "cpu") ? CFG_BACKEND_CPU
-	                                                   : CFG_BACKEND_AUTO,
+	bench_case_config(c,
+	                  !strcmp(opt.backend, "cuda")  ? CFG_BACKEND_CUDA
+	                  : !strcmp(opt.backend, "cpu") ? CFG_BACKEND_CPU
+	                                                : CFG_BACKEND_AUTO,
 	                  &cfg);
 	snprintf(cfg.instance, sizeof(cfg.instance), "%s", instance);
 	if (synth) {
@@ -237,8 +238,8 @@ static void status_text(struct json_object *st, const char *obj, char *out, size
 {
 	struct json_object *o = status_get(st, obj, NULL);
 
-	snprintf(out, len, "%s", o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)
-	                           : "null");
+	snprintf(out, len, "%s",
+	         o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : "null");
 }
 
 static int run_daemon(const struct bcase *c, const char *work, const char *replay, double rate,
@@ -413,8 +414,8 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 			uint64_t rf = status_u64(st, "drops", "ring_full") -
 			              status_u64(st0, "drops", "ring_full");
 
-			r->drops_total =
-			        status_u64(st, "drops", "total") - status_u64(st0, "drops", "total");
+			r->drops_total = status_u64(st, "drops", "total") -
+			                 status_u64(st0, "drops", "total");
 			r->drops_ring_full = rf;
 			r->drops_other = r->drops_total - rf;
 		}
@@ -640,7 +641,8 @@ int main(int argc, char **argv)
 		char replay[PATH_MAX], simcfg[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32];
 		char nep[16];
 		struct statvfs vfs;
-		uint64_t need = in_bytes(c) * c->e2e_epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
+		uint64_t need =
+		        in_bytes(c) * c->e2e_epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
 		int rc;
 
 		memset(res[i], 0, sizeof(res[i]));

@@ -38,9 +38,9 @@ const char *const pl_lat_names[PL_LAT_N] = {
 
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS   5000
-#define REOPEN_AFTER     5       /* consecutive faults before the source is closed and reopened */
-#define REGIONS_MAX      4096u   /* most regions a source may report */
-#define STOP_GRACE_MS    1000    /* a stuck source call is waited for its timeout plus this */
+#define REOPEN_AFTER     5     /* consecutive faults before the source is closed and reopened */
+#define REGIONS_MAX      4096u /* most regions a source may report */
+#define STOP_GRACE_MS    1000  /* a stuck source call is waited for its timeout plus this */
 #define MSG_MAX          1024
 
 struct pl_pipeline {
@@ -55,9 +55,9 @@ struct pl_pipeline {
 	size_t bscan_bytes;
 	int timeout_ms;
 	uint32_t ny;
-	int depth;  /* 1 or 2 */
+	int depth;       /* 1 or 2 */
 	uint64_t epochs; /* pl_run: acquire epochs 0..epochs-1, then end (0: until pl_stop) */
-	bool block; /* wait for room instead of dropping */
+	bool block;      /* wait for room instead of dropping */
 
 	void *ring_mem; /* copying path: the ring's B-scans (host_alloc) */
 	void *scratch;  /* where B-scans of a dropped epoch land */
@@ -87,7 +87,7 @@ struct pl_pipeline {
 	bool stop_acq, acq_done, acq_exited, stop_proc;
 	bool abandoned;       /* pl_stop went on without the acquisition thread */
 	bool close_requested; /* abandoned, and pl_close was called: the thread frees pl */
-	int fail_rc; /* stop_on_fault: the first fault or error */
+	int fail_rc;          /* stop_on_fault: the first fault or error */
 	char fail_msg[MSG_MAX];
 
 	/* requests applied by the processing thread between epochs */
@@ -254,7 +254,8 @@ static int source_regions(struct pl_pipeline *pl, struct volrec_shim_region **ou
 	for (uint32_t i = 0; i < count; i++)
 		if (!regs[i].base || regs[i].size < pl->bscan_bytes) {
 			vr_err(err, errlen, -EPROTO,
-			       "source %s: ref_regions(): region %u (%zu bytes at %p) cannot hold a "
+			       "source %s: ref_regions(): region %u (%zu bytes at %p) cannot hold "
+			       "a "
 			       "B-scan of %zu bytes",
 			       pl->src.info.name, i, regs[i].size, regs[i].base, pl->bscan_bytes);
 			free(regs);
@@ -655,7 +656,8 @@ static void *acq_main(void *arg)
 					continue;
 				}
 				snprintf(msg, sizeof(msg),
-				         "source %s: delivered epoch %llu B-scan %u where epoch %llu "
+				         "source %s: delivered epoch %llu B-scan %u where epoch "
+				         "%llu "
 				         "B-scan %u was due",
 				         pl->src.info.name, (unsigned long long)meta.epoch,
 				         meta.bscan, (unsigned long long)e, b);
@@ -678,7 +680,8 @@ static void *acq_main(void *arg)
 				en->epoch = e;
 				en->bscan = b;
 				en->t_mono_ns = vr_mono_ns();
-				en->t_real_ns = meta.timestamp_ns ? meta.timestamp_ns : vr_real_ns();
+				en->t_real_ns =
+				        meta.timestamp_ns ? meta.timestamp_ns : vr_real_ns();
 				pl_ring_commit(&pl->ring);
 				pl->acq_got++;
 				if (pl->depth > 1 || pl->acq_got == pl->ny)
@@ -841,8 +844,8 @@ static void submit(struct pl_pipeline *pl, struct pl_flight *sb, uint32_t from, 
 		if (rc < 0) {
 			sb->failed = true;
 			vr_err_errno(sb->err, sizeof(sb->err), rc,
-			             "backend %s: submitting B-scan %u of epoch %llu", be_name(pl->be),
-			             en->bscan, (unsigned long long)en->epoch);
+			             "backend %s: submitting B-scan %u of epoch %llu",
+			             be_name(pl->be), en->bscan, (unsigned long long)en->epoch);
 		}
 	}
 	sb->pre_ms += (double)(vr_mono_ns() - t0) / 1e6;
@@ -904,7 +907,8 @@ static int launch(struct pl_pipeline *pl, struct pl_flight *sb, char *err, size_
 static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N], char *err,
                 size_t errlen)
 {
-	const struct pl_entry *e0 = pl_ring_at(&pl->ring, 0), *el = pl_ring_at(&pl->ring, fl->n - 1);
+	const struct pl_entry *e0 = pl_ring_at(&pl->ring, 0),
+	                      *el = pl_ring_at(&pl->ring, fl->n - 1);
 	struct pl_volume v = {0};
 	uint64_t t_pub;
 	int rc;
@@ -1051,7 +1055,8 @@ static void *proc_main(void *arg)
 				be_reset_history(pl->be);
 				pl->reset_flag = true;
 				emit(pl, "history_reset", PL_NOTICE, true,
-				     "reconstruction history reset: an epoch was cut short after its "
+				     "reconstruction history reset: an epoch was cut short after "
+				     "its "
 				     "first B-scans were processed");
 			}
 			emit(pl, "incomplete_epoch", PL_INFO, false,
@@ -1217,7 +1222,8 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 	if (cfg->source.type == CFG_SOURCE_SHIM)
 		pl->timeout_ms = cfg->source.shim.timeout_ms;
 	else
-		pl->timeout_ms = 1000 + (cfg->source.rate > 0 ? (int)(2000.0 / cfg->source.rate) : 0);
+		pl->timeout_ms =
+		        1000 + (cfg->source.rate > 0 ? (int)(2000.0 / cfg->source.rate) : 0);
 	/* a hardware source must never stall: it drops; synth and replay wait when asked to,
 	 * and when unpaced (rate 0: as fast as processing takes them) */
 	pl->block = o->block || (cfg->source.type != CFG_SOURCE_SHIM &&
@@ -1339,8 +1345,7 @@ void pl_stop(struct pl_pipeline *pl)
 		     "stopping: source %s has not returned from acquire() %d ms after the stop "
 		     "request (timeout %d ms + %d ms): stopping without it (the source is left "
 		     "open)",
-		     name, pl->timeout_ms + STOP_GRACE_MS, pl->timeout_ms,
-		     STOP_GRACE_MS);
+		     name, pl->timeout_ms + STOP_GRACE_MS, pl->timeout_ms, STOP_GRACE_MS);
 	} else if (pl->acq_started) {
 		pthread_join(pl->acq_thr, NULL);
 	}

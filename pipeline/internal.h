@@ -11,11 +11,11 @@
 
 /* One raw B-scan held between acquisition and processing. */
 struct pl_entry {
-	void *buf;          /* copying path: this entry's buffer in the ring block */
-	const void *data;   /* the B-scan handed to the backend: buf, or (zero-copy) a reference
+	void *buf;        /* copying path: this entry's buffer in the ring block */
+	const void *data; /* the B-scan handed to the backend: buf, or (zero-copy) a reference
 	                     * into the source's memory, released with release_ref() */
-	bool ref;           /* data is a reference not yet released */
-	uint64_t epoch;     /* epoch and B-scan index it holds */
+	bool ref;         /* data is a reference not yet released */
+	uint64_t epoch;   /* epoch and B-scan index it holds */
 	uint32_t bscan;
 	uint64_t t_mono_ns; /* when acquire() returned it (CLOCK_MONOTONIC) */
 	uint64_t t_real_ns; /* the source's timestamp (CLOCK_REALTIME) */
@@ -63,8 +63,7 @@ void pl_ring_release(struct pl_ring *r, uint32_t n);
 
 /* The engine calls a source only through these (one place to change when src/ grows its own
  * wrappers). */
-static inline int pl_src_set_scan_offset(struct src_source *s, uint64_t e, uint32_t ox,
-                                         uint32_t oy)
+static inline int pl_src_set_scan_offset(struct src_source *s, uint64_t e, uint32_t ox, uint32_t oy)
 {
 	return s->ops->set_scan_offset(s->handle, e, ox, oy);
 }

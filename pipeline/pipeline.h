@@ -27,9 +27,9 @@ struct pl_pipeline;
 /* What the engine knows about a finished volume (handed to pl_sink.publish). */
 struct pl_volume {
 	uint64_t epoch;
-	uint32_t ox, oy;      /* scan offset of the epoch */
-	uint64_t t_first_ns;  /* CLOCK_REALTIME: first B-scan acquired (the source's timestamp) */
-	uint64_t t_last_ns;   /* CLOCK_REALTIME: last B-scan acquired */
+	uint32_t ox, oy;     /* scan offset of the epoch */
+	uint64_t t_first_ns; /* CLOCK_REALTIME: first B-scan acquired (the source's timestamp) */
+	uint64_t t_last_ns;  /* CLOCK_REALTIME: last B-scan acquired */
 	uint64_t t_first_mono_ns, t_last_mono_ns; /* CLOCK_MONOTONIC: when acquire() returned */
 	uint64_t t_done_mono_ns; /* CLOCK_MONOTONIC: the output was complete in host memory */
 	uint64_t latency_ns;     /* last B-scan acquired -> output complete */
@@ -61,7 +61,7 @@ enum pl_level { PL_DEBUG, PL_INFO, PL_NOTICE, PL_WARNING, PL_ERR };
 
 /* Something that happened, for the driver to log, publish or act on. */
 struct pl_event {
-	const char *name;    /* "source_fault", "source_recovered", "history_reset", ...; NULL
+	const char *name; /* "source_fault", "source_recovered", "history_reset", ...; NULL
 	                      * for a plain note (modes chosen, notices) */
 	enum pl_level level;
 	bool announce;       /* a lifecycle event clients should be told of (volrecd: `event`) */
@@ -77,14 +77,14 @@ typedef void (*pl_event_fn)(void *ctx, const struct pl_event *ev);
 struct pl_options {
 	const struct vr_config *cfg; /* copied by pl_open */
 	unsigned src_flags;          /* src_open flags (SRC_UNPACED | SRC_NO_LOOP for offline) */
-	bool block;             /* never drop: wait for ring room whatever the source */
-	bool stop_on_fault;     /* the first source fault or processing error ends the run with
+	bool block;                  /* never drop: wait for ring room whatever the source */
+	bool stop_on_fault;          /* the first source fault or processing error ends the run with
 	                         * its error (offline); otherwise back off, retry, go on */
-	int depth;              /* epochs in flight: 1 (submit a complete epoch, finish, publish)
+	int depth;               /* epochs in flight: 1 (submit a complete epoch, finish, publish)
 	                         * or 2 (B-scans submitted as they arrive, epoch e+1 submitted
 	                         * while e is in flight); 0: 2 where the backend gains from it
 	                         * (BE_CAP_ASYNC or BE_CAP_DEVICE), else 1 */
-	int zero_copy;          /* 1 or -1 (default): references into the source's own memory
+	int zero_copy;           /* 1 or -1 (default): references into the source's own memory
 	                         * where source and backend allow it; 0: copy into the ring */
 	const char *copy_reason; /* with zero_copy 0: why, for the note ("VOLRECD_ZERO_COPY=0") */
 	pl_event_fn on_event;    /* may be NULL */
@@ -192,8 +192,8 @@ extern const char *const pl_lat_names[PL_LAT_N];
 struct pl_stats {
 	struct pl_counters c;
 	double lat_p50[PL_LAT_N], lat_p99[PL_LAT_N]; /* ms; NAN before the first volume */
-	bool degraded;       /* source faults since the last complete epoch */
-	char fault[256];     /* the last fault's message while degraded (UTF-8) */
+	bool degraded;   /* source faults since the last complete epoch */
+	char fault[256]; /* the last fault's message while degraded (UTF-8) */
 	enum pl_acq_state acq_state;
 	uint64_t last_epoch; /* epoch of the newest published volume */
 };
@@ -211,7 +211,7 @@ void pl_progress(struct pl_pipeline *pl, struct pl_progress *p);
 /* ---- what runs --------------------------------------------------------------------------- */
 
 const struct vr_config *pl_config(struct pl_pipeline *pl); /* the copy in force */
-int pl_depth(struct pl_pipeline *pl);                       /* 1 or 2 */
+int pl_depth(struct pl_pipeline *pl);                      /* 1 or 2 */
 /* "zero-copy" (references into the source's registered buffers) or "copy" (into the ring). */
 const char *pl_acquisition(struct pl_pipeline *pl);
 /* What the source said about itself in open(), strings made valid UTF-8 (it may be reopened). */

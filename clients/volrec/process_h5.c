@@ -87,9 +87,9 @@ static char *config_yaml(const struct vr_config *cfg)
 	return text;
 }
 
-int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_backend *be,
-                   uint64_t n, bool lowres, bool full, bool progress, struct proc_h5 **out,
-                   char *err, size_t errlen)
+int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_backend *be, uint64_t n,
+                   bool lowres, bool full, bool progress, struct proc_h5 **out, char *err,
+                   size_t errlen)
 {
 	const uint32_t nx = cfg->geometry.ascans_per_bscan, ny = cfg->geometry.bscans_per_volume;
 	const bool none = cfg->reconstruct.mode == CFG_RECON_NONE;
@@ -152,8 +152,9 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 	struct proc_h5 *h = ctx;
 
 	if (h->done >= h->n)
-		return vr_err(err, errlen, -ENOSPC, "%s: epoch %llu is one more than the %llu asked",
-		              h->path, (unsigned long long)epoch, (unsigned long long)h->n);
+		return vr_err(err, errlen, -ENOSPC,
+		              "%s: epoch %llu is one more than the %llu asked", h->path,
+		              (unsigned long long)epoch, (unsigned long long)h->n);
 	out->volume = h->vol;
 	out->lowres = h->low;
 	out->full = h->full;

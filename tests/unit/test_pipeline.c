@@ -28,20 +28,20 @@
 struct script {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	bool zc;             /* offer the zero-copy calls */
-	bool bad_utf8;       /* info strings that are not UTF-8 */
-	uint16_t *data;      /* [S][NY][NX * K]: epoch e's B-scans are those of e % S */
+	bool zc;        /* offer the zero-copy calls */
+	bool bad_utf8;  /* info strings that are not UTF-8 */
+	uint16_t *data; /* [S][NY][NX * K]: epoch e's B-scans are those of e % S */
 	/* commands, by B-scans delivered so far */
 	uint64_t delivered;
-	uint64_t fail_at;    /* when delivered == fail_at: fail `fails` calls with fail_rc */
+	uint64_t fail_at; /* when delivered == fail_at: fail `fails` calls with fail_rc */
 	unsigned fails;
 	int fail_rc;
 	uint64_t renumber_at; /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
 	uint64_t stall_at;    /* when delivered == stall_at: block until released */
 	bool stalling, released;
-	uint64_t sleep_at;    /* when delivered == sleep_at: sleep sleep_ms first */
+	uint64_t sleep_at; /* when delivered == sleep_at: sleep sleep_ms first */
 	unsigned sleep_ms;
-	unsigned pace_us;     /* sleep before each B-scan */
+	unsigned pace_us; /* sleep before each B-scan */
 	/* bookkeeping */
 	unsigned opens, closes;
 	int refs; /* references held by the engine */
@@ -217,7 +217,8 @@ static int sc_open(void *ctx, const struct vr_config *cfg, unsigned flags, struc
 	memset(src, 0, sizeof(*src));
 	src->ops = s->zc ? &sc_ops_zc : &sc_ops_copy;
 	src->handle = s;
-	snprintf(src->info.name, sizeof(src->info.name), "%s", s->bad_utf8 ? "scr\xff\xfeipt" : "script");
+	snprintf(src->info.name, sizeof(src->info.name), "%s",
+	         s->bad_utf8 ? "scr\xff\xfeipt" : "script");
 	snprintf(src->info.device, sizeof(src->info.device), "%s",
 	         s->bad_utf8 ? "dev\xc3\x28ice" : "memory");
 	return 0;
@@ -369,8 +370,8 @@ static void memsink_free(struct memsink *m)
 
 static struct pl_sink memsink_sink(struct memsink *m)
 {
-	return (struct pl_sink){.ctx = m, .begin = ms_begin, .publish = ms_publish,
-	                        .abort = ms_abort};
+	return (struct pl_sink){
+	        .ctx = m, .begin = ms_begin, .publish = ms_publish, .abort = ms_abort};
 }
 
 /* ---- helpers ------------------------------------------------------------------------------- */
@@ -568,8 +569,8 @@ static void test_a_hardware_source_faster_than_processing_drops_exactly(void **u
 	for (int depth = 1; depth <= 2; depth++) {
 		drops_run(CFG_SOURCE_SHIM, depth, &st);
 		assert_true(st.c.drops[PL_DROP_RING_FULL] > 0);
-		assert_int_equal(st.c.drops[PL_DROP_SOURCE_ERROR] + st.c.drops[PL_DROP_SOURCE_TIMEOUT],
-		                 0);
+		assert_int_equal(
+		        st.c.drops[PL_DROP_SOURCE_ERROR] + st.c.drops[PL_DROP_SOURCE_TIMEOUT], 0);
 	}
 }
 
@@ -627,8 +628,7 @@ static void live_finish(struct live_run *r, struct pl_stats *st)
 }
 
 /* Every published volume of epochs [from, to) equals the reference volume of its epoch. */
-static void assert_volumes_match(struct memsink *m, struct memsink *ref, uint64_t from,
-                                 uint64_t to)
+static void assert_volumes_match(struct memsink *m, struct memsink *ref, uint64_t from, uint64_t to)
 {
 	for (unsigned i = 0; i < m->n; i++) {
 		uint64_t e = m->meta[i].epoch;
