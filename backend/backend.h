@@ -35,6 +35,7 @@
 
 #include "../base/base.h"
 #include "../config/config.h"
+#include "views.h"
 
 /* An open backend (opaque). */
 struct be_backend;

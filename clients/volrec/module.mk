@@ -1,8 +1,8 @@
 # The `volrec` command: one cmd_*.c per subcommand, collected by VR_COMMAND(name, "summary").
 PROGRAMS += volrec
 volrec_SRCS = $(wildcard clients/volrec/*.c)
-volrec_ARCHIVES = $(CORE_ARCHIVES) $(CLIENT_ARCHIVES)
-volrec_LDLIBS = $(HDF5_LIBS) -lpng -lzmq $(CUDA_LDLIBS)
+volrec_ARCHIVES = bench pl $(CORE_ARCHIVES) $(CLIENT_ARCHIVES)
+volrec_LDLIBS = $(HDF5_LIBS) -lpng -lzmq -ljson-c $(CUDA_LDLIBS)
 VOLREC_CMD_SRCS := $(wildcard clients/volrec/cmd_*.c)
 $(B)/gen/volrec_commands.h: $(VOLREC_CMD_SRCS) clients/volrec/module.mk
 	@mkdir -p $(@D)
