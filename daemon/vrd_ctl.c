@@ -19,7 +19,7 @@
 
 struct vrd_ctl {
 	void *sock;
-	struct vrd_ctl_ops ops;
+	struct vrd_ctl_ops svc;
 	char path[CFG_PATH_MAX]; /* the ipc socket file, removed on close */
 	uint64_t answered, refused;
 };
@@ -67,9 +67,9 @@ static const char *value_text(struct json_object *v)
 	return json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
 }
 
-static char *op_get(const struct vrd_ctl_ops *ops, struct json_object *req, const char *id)
+static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id)
 {
-	const struct vr_config *cfg = ops->config(ops->ctx);
+	const struct vr_config *cfg = svc->config(svc->ctx);
 	struct json_object *key, *o;
 	char *text = NULL;
 	size_t len = 0;
@@ -106,7 +106,7 @@ static char *op_get(const struct vrd_ctl_ops *ops, struct json_object *req, cons
 	return reply_text(o);
 }
 
-static char *op_set(const struct vrd_ctl_ops *ops, struct json_object *req, const char *id,
+static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
                     const struct vrd_ctl_peer *peer)
 {
 	const char *paths[VRD_CTL_MAX_KEYS], *values[VRD_CTL_MAX_KEYS];
@@ -148,14 +148,14 @@ static char *op_set(const struct vrd_ctl_ops *ops, struct json_object *req, cons
 				free(copies[i]);
 			return NULL;
 		}
-		if (cfg_copy(&next, ops->config(ops->ctx)) < 0) {
+		if (cfg_copy(&next, svc->config(svc->ctx)) < 0) {
 			for (i = 0; i < n; i++)
 				free(copies[i]);
 			return NULL;
 		}
 		rc = cfg_set_keys(&next, paths, values, n, err, sizeof(err));
 		if (rc == 0)
-			rc = ops->apply(ops->ctx, &next, paths, n, peer, err, sizeof(err));
+			rc = svc->apply(svc->ctx, &next, paths, n, peer, err, sizeof(err));
 		cfg_free(&next);
 		for (i = 0; i < n; i++)
 			free(copies[i]);
@@ -174,7 +174,7 @@ static char *op_set(const struct vrd_ctl_ops *ops, struct json_object *req, cons
 	return reply_text(o);
 }
 
-char *vrd_ctl_answer(const struct vrd_ctl_ops *ops, const char *request, size_t len,
+char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t len,
                      const struct vrd_ctl_peer *peer, bool *refused)
 {
 	struct json_tokener *tok;
@@ -219,14 +219,14 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *ops, const char *request, size_t 
 	}
 	name = json_object_get_string(op);
 	if (!strcmp(name, "get")) {
-		reply = op_get(ops, req, id);
+		reply = op_get(svc, req, id);
 	} else if (!strcmp(name, "set")) {
-		reply = op_set(ops, req, id, peer);
+		reply = op_set(svc, req, id, peer);
 	} else if (!strcmp(name, "reset_history")) {
-		rc = ops->reset_history(ops->ctx, peer, err, sizeof(err));
+		rc = svc->reset_history(svc->ctx, peer, err, sizeof(err));
 		reply = rc < 0 ? reply_error(id, "%s", err) : reply_text(reply_new(true, id));
 	} else if (!strcmp(name, "status")) {
-		struct json_object *o = reply_new(true, id), *st = ops->status(ops->ctx);
+		struct json_object *o = reply_new(true, id), *st = svc->status(svc->ctx);
 
 		json_object_object_add(o, "status", st ? st : json_object_new_object());
 		reply = reply_text(o);
@@ -244,7 +244,7 @@ out:
 	return reply;
 }
 
-int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *ops,
+int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *svc,
                  struct vrd_ctl **out, char *err, size_t errlen)
 {
 	struct vrd_ctl *c;
@@ -260,7 +260,7 @@ int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *ops
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return vr_err(err, errlen, -ENOMEM, "control socket: out of memory");
-	c->ops = *ops;
+	c->svc = *svc;
 	snprintf(c->path, sizeof(c->path), "%s", endpoint + 6);
 	c->sock = zmq_socket(zctx, ZMQ_ROUTER);
 	if (!c->sock || zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
@@ -379,7 +379,7 @@ int vrd_ctl_process(struct vrd_ctl *c)
 			memset(&peer, 0, sizeof(peer));
 		} else {
 			peer_of(&parts[body], &peer);
-			reply = vrd_ctl_answer(&c->ops, zmq_msg_data(&parts[body]),
+			reply = vrd_ctl_answer(&c->svc, zmq_msg_data(&parts[body]),
 			                       zmq_msg_size(&parts[body]), &peer, &refused);
 		}
 		if (!reply) {
