@@ -21,9 +21,9 @@ struct vrd_pub {
 	uint32_t nslots, nregistered;
 	struct ipc_slot_ref cur; /* slot being filled */
 	bool in_progress;
-	bool published;      /* a volume was published in this session */
-	uint64_t last_epoch; /* epoch of the last one */
-	bool views;          /* slots carry views */
+	bool published;                /* a volume was published in this session */
+	uint64_t last_epoch;           /* epoch of the last one */
+	bool views;                    /* slots carry views */
 	_Atomic uint32_t render_every; /* set by the service thread (vrd_pub_update) */
 	uint32_t render_count;
 };
@@ -60,8 +60,8 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 	for (uint32_t i = 0; i < cfg->ipc.npub && i < CFG_MAX_PUB; i++)
 		eps[i] = cfg->ipc.pub[i];
 	cfg_out_dims(cfg, dims);
-	o.shape = (struct ipc_shape){.ny = dims[0], .nx = dims[1], .nz = dims[2],
-	                             .dtype = VOLREC_DTYPE_U8};
+	o.shape = (struct ipc_shape){
+	        .ny = dims[0], .nx = dims[1], .nz = dims[2], .dtype = VOLREC_DTYPE_U8};
 	pub->views = o.views;
 	vrd_pub_update(pub, cfg);
 	rc = ipc_writer_open(&o, &pub->w, err, errlen);

@@ -21,7 +21,10 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <zmq.h>
+
 #include "internal.h"
+#include "vrd_ctl.h"
 
 enum svc_state { SVC_STARTING, SVC_RUNNING, SVC_RELOADING, SVC_STOPPING };
 static const char *const state_names[] = {"starting", "running", "reloading", "stopping"};
@@ -124,9 +127,17 @@ struct service {
 	/* reload */
 	bool live_pending;
 	uint64_t live_ticket;
-	struct vr_config next;  /* the configuration being applied live */
+	struct vr_config next; /* the configuration being applied live */
+	bool set_pending;      /* next comes from a control `set`, not the file */
+	char set_keys[512];    /* its keys, for the log and the event */
+	struct vrd_ctl_peer set_peer;
+	char runtime_keys[512]; /* keys changed with `set` since the file was last read */
 	char reload_result[16]; /* "", "ok", "rejected" */
 	char reload_message[CFG_ERR_MAX];
+
+	/* the control socket (vrd_ctl.c) */
+	void *zctx;
+	struct vrd_ctl *ctl;
 
 	/* rates: the snapshot of the previous status */
 	struct pl_counters prev;
@@ -248,7 +259,7 @@ static void effective_remove(struct service *s)
 /* ---- what else the instance leaves in run_dir ----------------------------------------------- */
 
 /*
- * <run_dir>/<instance>.{lock,pub,pid,yaml} once no live writer holds the instance lock: called
+ * <run_dir>/<instance>.{lock,pub,ctl,pid,yaml} once no live writer holds the instance lock: called
  * after a graceful stop (the ipc writer released the lock and left the lock file and the
  * default ZeroMQ socket) and before a start (files of a crashed predecessor, so that no client
  * reads a dead daemon's pid or configuration, even when this start fails). The lock is held
@@ -257,7 +268,7 @@ static void effective_remove(struct service *s)
  */
 static void run_dir_clean(const struct vr_config *c)
 {
-	static const char *const suffixes[] = {"pid", "yaml", "pub"};
+	static const char *const suffixes[] = {"pid", "yaml", "pub", "ctl"};
 	char path[CFG_PATH_MAX + CFG_NAME_MAX + 8];
 	struct stat st;
 	int fd;
@@ -582,6 +593,8 @@ static void reload_accepted(struct service *s, bool structural)
 	sd_notify(0, "READY=1");
 }
 
+static void ctl_open(struct service *s);
+
 /* Returns 0, or -1 when neither the new nor the old configuration can run (fatal). */
 static int reload_start(struct service *s)
 {
@@ -593,6 +606,12 @@ static int reload_start(struct service *s)
 	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=reloading %s",
 	           vr_mono_ns() / 1000, s->config_path);
 	vrd_log(LOG_INFO, "reloading", "reloading %s", s->config_path);
+	if (s->runtime_keys[0]) {
+		vrd_log(LOG_NOTICE, NULL,
+		        "reloading %s drops the runtime changes made with set (%s)", s->config_path,
+		        s->runtime_keys);
+		s->runtime_keys[0] = '\0';
+	}
 	cfg_defaults(&next);
 	rc = cfg_load(&next, s->config_path, err, sizeof(err));
 	if (rc < 0) {
@@ -662,9 +681,147 @@ static int reload_start(struct service *s)
 		memset(&s->prev, 0, sizeof(s->prev));
 		memset(&s->wd_last, 0, sizeof(s->wd_last));
 		s->prev_ns = vr_mono_ns();
+		ctl_open(s);
 		reload_accepted(s, true);
 	}
 	return 0;
+}
+
+/* ---- the control socket ---------------------------------------------------------------------- */
+
+static const struct vr_config *ctl_config(void *ctx)
+{
+	return &((struct service *)ctx)->cur;
+}
+
+static void peer_text(const struct vrd_ctl_peer *p, char *buf, size_t len)
+{
+	if (p->have_uid)
+		snprintf(buf, len, "uid %u (pid %d)", (unsigned)p->uid, (int)p->pid);
+	else
+		snprintf(buf, len, "an unknown peer");
+}
+
+/* A `set` validated by the configuration's rules: applied like a live reload, between volumes;
+ * the reply says it was queued, the log and the `set` event say when it took effect. */
+static int ctl_apply(void *ctx, const struct vr_config *next, const char *const *paths, size_t n,
+                     const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	struct service *s = ctx;
+	size_t len = 0;
+	int rc;
+
+	if (s->live_pending || s->state != SVC_RUNNING)
+		return vr_err(err, errlen, -EBUSY,
+		              "a reload or another set is being applied: retry in a moment");
+	cfg_defaults(&s->next);
+	if (cfg_copy(&s->next, next) < 0)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	rc = pl_request_live(vrd_pipeline_engine(s->pl), &s->next, &s->live_ticket);
+	if (rc < 0) {
+		cfg_free(&s->next);
+		return vr_err(err, errlen, rc, "out of memory applying the live parameters");
+	}
+	s->set_keys[0] = '\0';
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)snprintf(s->set_keys + len,
+		                        len < sizeof(s->set_keys) ? sizeof(s->set_keys) - len : 0,
+		                        "%s%s", i ? ", " : "", paths[i]);
+	s->set_peer = *peer;
+	s->set_pending = true;
+	s->live_pending = true;
+	return 0;
+}
+
+/* The processing thread applied (or the backend refused) the pending `set`. */
+static void set_done(struct service *s, int rc, const char *err)
+{
+	char who[64], msg[2048];
+	struct json_object *extra = json_object_new_object();
+
+	peer_text(&s->set_peer, who, sizeof(who));
+	jset(extra, "keys", jstr(s->set_keys));
+	if (s->set_peer.have_uid)
+		jset(extra, "uid", json_object_new_int64(s->set_peer.uid));
+	if (rc < 0) {
+		snprintf(msg, sizeof(msg), "set %s by %s: the backend refused it: %s", s->set_keys,
+		         who, err);
+		cfg_free(&s->next);
+		vrd_event("set_rejected", LOG_ERR, msg, extra);
+		return;
+	}
+	cfg_free(&s->cur);
+	s->cur = s->next;
+	cfg_defaults(&s->next);
+	vrd_log_set_level(s->cur.log.level);
+	vrd_pub_update(vrd_pipeline_pub(s->pl), &s->cur);
+	effective_write(s);
+	{
+		size_t l = strlen(s->runtime_keys);
+		snprintf(s->runtime_keys + l, sizeof(s->runtime_keys) - l, "%s%s", l ? ", " : "",
+		         s->set_keys);
+	}
+	snprintf(msg, sizeof(msg),
+	         "set %s by %s (runtime change: a reload re-reads %s and drops it)", s->set_keys,
+	         who, s->config_path);
+	vrd_event("set", LOG_NOTICE, msg, extra);
+}
+
+static int ctl_reset(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	struct service *s = ctx;
+	char who[64];
+
+	(void)err, (void)errlen;
+	peer_text(peer, who, sizeof(who));
+	vrd_log(LOG_INFO, NULL, "reset_history by %s: resetting the reconstruction history", who);
+	pl_request_reset(vrd_pipeline_engine(s->pl));
+	return 0;
+}
+
+static struct json_object *ctl_status(void *ctx)
+{
+	struct service *s = ctx;
+	struct pl_stats snap;
+	int readers;
+
+	pl_stats(vrd_pipeline_engine(s->pl), &snap);
+	readers = vrd_pub_readers(vrd_pipeline_pub(s->pl));
+	return status_json(s, &snap, readers < 0 ? 0 : readers, vr_mono_ns());
+}
+
+/* (Re)open the control socket of the instance in force; a failure is logged, not fatal. */
+static void ctl_open(struct service *s)
+{
+	static const struct vrd_ctl_ops ops_tbl = {NULL, ctl_config, ctl_apply, ctl_reset,
+	                                           ctl_status};
+	struct vrd_ctl_ops o = ops_tbl;
+	char ep[CFG_PATH_MAX + CFG_NAME_MAX + 16], err[512];
+
+	vrd_ctl_close(s->ctl);
+	s->ctl = NULL;
+	if (!s->zctx)
+		s->zctx = zmq_ctx_new();
+	if (!s->zctx) {
+		vrd_log(LOG_ERR, NULL, "control socket: no ZeroMQ context: %s",
+		        zmq_strerror(errno));
+		return;
+	}
+	o.ctx = s;
+	snprintf(ep, sizeof(ep), "ipc://%s/%s.ctl", s->cur.ipc.run_dir, s->cur.instance);
+	if (vrd_ctl_open(s->zctx, ep, &o, &s->ctl, err, sizeof(err)) < 0)
+		vrd_log(LOG_ERR, NULL, "%s: volrec get/set will not work", err);
+	else
+		vrd_log(LOG_INFO, NULL, "control socket %s", ep);
+}
+
+static void ctl_close(struct service *s)
+{
+	vrd_ctl_close(s->ctl);
+	s->ctl = NULL;
+	if (s->zctx)
+		zmq_ctx_term(s->zctx);
+	s->zctx = NULL;
 }
 
 static void reload_poll(struct service *s)
@@ -676,6 +833,11 @@ static void reload_poll(struct service *s)
 	    !pl_live_done(vrd_pipeline_engine(s->pl), s->live_ticket, &rc, err, sizeof(err)))
 		return;
 	s->live_pending = false;
+	if (s->set_pending) {
+		s->set_pending = false;
+		set_done(s, rc, err);
+		return;
+	}
 	if (rc < 0) {
 		char msg[600];
 
@@ -687,6 +849,7 @@ static void reload_poll(struct service *s)
 	}
 	cfg_free(&s->cur);
 	s->cur = s->next;
+	vrd_pub_update(vrd_pipeline_pub(s->pl), &s->cur);
 	reload_accepted(s, false);
 }
 
@@ -696,7 +859,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 {
 	struct service s = {.config_path = config_path};
 	uint64_t next_status, next_wd = 0, status_ns;
-	bool stop = false, reload = false;
+	bool stop = false, reload = false, ctl_more = false;
 	char err[CFG_ERR_MAX];
 	sigset_t mask;
 	int sfd, rc, status = 1;
@@ -741,6 +904,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	set_event_pub(vrd_pipeline_pub(s.pl));
 	pidfile_write(&s);
 	effective_write(&s);
+	ctl_open(&s);
 	s.wd_enabled = sd_watchdog_enabled(0, &s.wd_usec) > 0;
 	s.state = SVC_RUNNING;
 	s.prev_ns = vr_mono_ns();
@@ -768,7 +932,8 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 		next_wd = vr_mono_ns() + s.wd_usec * 1000ull / 2;
 	while (!stop) {
 		struct signalfd_siginfo si;
-		struct pollfd pfd = {.fd = sfd, .events = POLLIN};
+		struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
+		                        {.fd = s.ctl ? vrd_ctl_fd(s.ctl) : -1, .events = POLLIN}};
 		uint64_t now = vr_mono_ns(), wake = next_status;
 		int timeout;
 
@@ -777,7 +942,9 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 		timeout = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
 		if (s.live_pending && timeout > 10)
 			timeout = 10;
-		if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
+		if (ctl_more)
+			timeout = 0; /* requests left over: the ZeroMQ fd is edge-triggered */
+		if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
 			vrd_log(LOG_ERR, NULL, "poll: %s", strerror(errno));
 			break;
 		}
@@ -805,6 +972,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 		if (stop)
 			break;
 		reload_poll(&s);
+		ctl_more = s.ctl && vrd_ctl_process(s.ctl) == VRD_CTL_BURST;
 		if (reload && !s.live_pending) {
 			reload = false;
 			if (reload_start(&s) < 0)
@@ -824,6 +992,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	}
 
 	s.state = SVC_STOPPING;
+	ctl_close(&s);
 	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
 	vrd_event("stopping", LOG_NOTICE, "stopping: draining the pipeline", NULL);
 	set_event_pub(NULL);
@@ -832,6 +1001,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	vrd_log(LOG_INFO, "stopped", "stopped");
 	status = 0;
 out_pid:
+	ctl_close(&s);
 	if (s.live_pending)
 		cfg_free(&s.next);
 	if (s.pl) {

@@ -49,6 +49,7 @@ struct pl_pipeline {
 	struct be_backend *be;
 	struct src_source src;
 	bool src_is_open;
+	char reopen_err[256];             /* why the source could not be reopened, "" when it was */
 	struct volrec_shim_info src_info; /* sanitized copy for other threads, under mu */
 	uint64_t src_epochs;
 	struct pl_sink sink;
@@ -386,8 +387,10 @@ static int source_reopen(struct pl_pipeline *pl)
 	rc = source_open(pl, err, sizeof(err));
 	if (rc < 0) {
 		emit(pl, "source_fault", PL_WARNING, false, "source: reopening failed: %s", err);
+		snprintf(pl->reopen_err, sizeof(pl->reopen_err), "%.200s", err);
 		return rc;
 	}
+	pl->reopen_err[0] = '\0';
 	if (pl->zc) {
 		struct volrec_shim_region *regs = NULL;
 		uint32_t n = 0;
@@ -415,9 +418,13 @@ static int source_reopen(struct pl_pipeline *pl)
 	return 0;
 }
 
-/* The text of a failed source call. */
+/* The text of a failed source call; while the source cannot be reopened, why not. */
 static void fault_text(struct pl_pipeline *pl, const char *what, int rc, char *msg, size_t len)
 {
+	if (!pl->src_is_open && pl->reopen_err[0]) {
+		snprintf(msg, len, "source: reopening failed: %s", pl->reopen_err);
+		return;
+	}
 	snprintf(msg, len, "source %s: %s: %s", pl->src_is_open ? pl->src.info.name : "-", what,
 	         pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
 }
