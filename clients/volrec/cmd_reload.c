@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "commands.h"
 #include "tools.h"
 
@@ -36,9 +38,9 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 	int statuses = 0; /* status messages stamped after the signal */
 
 	(void)ctl;
-	while (c && tool_now() < deadline) {
+	while (c && vr_mono_s() < deadline) {
 		struct volrec_message m;
-		struct tool_json j;
+		struct json_object *j;
 		char name[64], message[4096], state[32];
 		int rc = volrec_client_next_message(c, 100, &m);
 
@@ -60,24 +62,25 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 			volrec_view_release(c, &m.view);
 			continue;
 		}
-		if (tool_json_parse(&j, m.text, m.len, NULL))
+		j = tool_json_parse(m.text, m.len, NULL, 0);
+		if (!j)
 			continue;
 		rc = -1;
-		if (m.type == VOLREC_MSG_EVENT && tool_json_num(&j, "time", 0) >= t_signal - 0.5) {
-			tool_json_str(&j, "event", name, sizeof(name));
-			tool_json_str(&j, "message", message, sizeof(message));
+		if (m.type == VOLREC_MSG_EVENT && tool_json_num(j, "time", 0) >= t_signal - 0.5) {
+			tool_json_str(j, "event", name, sizeof(name));
+			tool_json_str(j, "message", message, sizeof(message));
 			rc = settle(name, message, t);
-		} else if (m.type == VOLREC_MSG_STATUS && tool_json_num(&j, "time", 0) > t_signal) {
+		} else if (m.type == VOLREC_MSG_STATUS && tool_json_num(j, "time", 0) > t_signal) {
 			/* the second status after the signal comes from a loop turn that has read
 			 * it; the event itself can be lost when a rebuild re-created the socket */
-			tool_json_str(&j, "state", state, sizeof(state));
+			tool_json_str(j, "state", state, sizeof(state));
 			if (++statuses >= 2 && strcmp(state, "reloading")) {
-				tool_json_str(&j, "reload.result", name, sizeof(name));
-				tool_json_str(&j, "reload.message", message, sizeof(message));
+				tool_json_str(j, "reload.result", name, sizeof(name));
+				tool_json_str(j, "reload.message", message, sizeof(message));
 				rc = settle(name, message, t);
 			}
 		}
-		tool_json_free(&j);
+		json_object_put(j);
 		if (rc >= 0)
 			return rc;
 	}

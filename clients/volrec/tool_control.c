@@ -82,11 +82,11 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 	                             &c);
 	if (rc)
 		c = NULL;
-	ready = tool_now() + (timeout < 2.5 ? timeout : 2.5);
-	while (c && tool_now() < ready) {
+	ready = vr_mono_s() + (timeout < 2.5 ? timeout : 2.5);
+	while (c && vr_mono_s() < ready) {
 		struct volrec_message m;
 
-		rc = volrec_client_next_message(c, (int)((ready - tool_now()) * 1000) + 1, &m);
+		rc = volrec_client_next_message(c, (int)((ready - vr_mono_s()) * 1000) + 1, &m);
 		if (rc == -EAGAIN || rc == -EPROTO)
 			continue;
 		if (rc)
@@ -113,7 +113,7 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 		                    : "");
 		return rc == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
 	}
-	rc = ctl->confirm(ctl, &tg, d.pid, c, t_sig, tool_now() + timeout, timeout);
+	rc = ctl->confirm(ctl, &tg, d.pid, c, t_sig, vr_mono_s() + timeout, timeout);
 	volrec_client_close(c);
 	return rc;
 }
