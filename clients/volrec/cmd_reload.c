@@ -110,8 +110,9 @@ VR_COMMAND(reload, "reload the daemon's configuration (SIGHUP) and report the ou
 	                "apply\n"
 	                "between epochs; structural changes rebuild the pipeline (a new "
 	                "session).\n",
-	        .exit_help = "; 5 the daemon rejected the new configuration (its message is\n"
-	                     "printed) and runs on the previous one",
+	        .exit_help = ",\n5 the daemon rejected the new configuration (its message is "
+	                     "printed) and runs\non the previous one, 6 no confirmation within "
+	                     "the timeout",
 	        .signal = SIGHUP,
 	        .default_timeout = 30,
 	        .confirm = reload_confirm,

@@ -54,10 +54,13 @@ class Daemon:
         self.cfg = config(self.instance, self.run_dir, slots)
         self.config = self.dir / "volrecd.yaml"
         self.write(self.cfg)
-        self.log = open(self.dir / "volrecd.log", "wb")
+        self.log = open(self.dir / "volrecd.log", "ab")
+        self.start()
+
+    def start(self):
+        """Start volrecd on the configuration file; ready once a volume is published."""
         self.proc = subprocess.Popen([str(self.bin / "volrecd"), "-c", str(self.config)],
                                      stdout=self.log, stderr=self.log)
-        # ready once a volume is published
         deadline = time.monotonic() + TIMEOUT
         while True:
             assert self.proc.poll() is None, self.log_text()
@@ -71,6 +74,18 @@ class Daemon:
             except (volrec.NoDaemon, volrec.Timeout, BlockingIOError):
                 assert time.monotonic() < deadline, self.log_text()
                 time.sleep(0.1)
+
+    def stop(self):
+        """SIGTERM, and wait until it is gone."""
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=TIMEOUT) == 0, self.log_text()
+
+    def restart(self, cfg=None):
+        """Stop, optionally write another configuration, start again (a new session)."""
+        self.stop()
+        if cfg is not None:
+            self.write(cfg)
+        self.start()
 
     def write(self, cfg):
         self.config.write_text(json.dumps(cfg) + "\n")
@@ -348,6 +363,122 @@ def test_record_stops_cleanly_when_the_file_cannot_grow(daemon, tmp_path):
         n = f.attrs["volumes"]
         assert 1 <= n < 100 and f["volumes"].shape[0] == n
         assert f.attrs["end"] == b"disk full" or f.attrs["end"] == "disk full"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs of its own: a disk another process can fill."""
+    m = tmp_path / "small"
+    m.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(m)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (root in a namespace that allows mounts "
+                    f"needed): {r.stderr.strip()}")
+    try:
+        yield m
+    finally:
+        subprocess.run(["umount", "-l", str(m)], capture_output=True)
+
+
+def wait_for_size(path, size, proc):
+    deadline = time.monotonic() + TIMEOUT
+    while not (path.exists() and path.stat().st_size >= size):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} did not reach {size} bytes"
+        time.sleep(0.05)
+
+
+def test_record_keeps_every_volume_when_another_process_fills_the_disk(daemon, small_disk):
+    """Issue 13.1: was SIGSEGV in HDF5's exit handlers and an unreadable file."""
+    out = small_disk / "rec.h5"
+    got = {}
+    c = volrec.Client(daemon.instance, run_dir=str(daemon.run_dir))
+    try:
+        rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
+                                "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        hog = None
+        deadline = time.monotonic() + TIMEOUT
+        while rec.poll() is None:
+            assert time.monotonic() < deadline, "the recorder did not stop on a full disk"
+            if hog is None and out.exists() and out.stat().st_size > 3 * 36 * 36 * 256:
+                # another process takes every byte left, at once
+                hog = subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'hog'}",
+                                      "bs=64k"], capture_output=True, text=True)
+                assert "No space left" in hog.stderr, hog.stderr
+            try:
+                with c.next_volume(1.0) as v:
+                    got[(int(v.session_id), int(v.sequence))] = np.array(v)
+            except (volrec.TornRead, volrec.Timeout):
+                pass
+        stdout, stderr = rec.communicate(timeout=TIMEOUT)
+    finally:
+        c.close()
+    assert rec.returncode == 8, (rec.returncode, stdout, stderr)
+    assert "disk full" in stderr and "(disk full)" in stdout, stderr
+    n = int(re.search(r"(\d+) volumes of 36 x 36 x 256", stdout).group(1))
+    assert n >= 3, stdout
+    with h5py.File(out, "r") as f:  # readable; every completed volume is there
+        vols = f["volumes"]
+        assert vols.shape == (n, 36, 36, 256) and f.attrs["volumes"] == n
+        assert f.attrs["end"] in (b"disk full", "disk full")
+        for k in ("sequence", "session", "epoch", "t_publish_ns", "latency_ns", "flags"):
+            assert f[k].shape == (n,), k
+        seq, ses = f["sequence"][:], f["session"][:]
+        assert list(np.diff(seq)) == [1] * (n - 1), seq  # nothing missed, nothing doubled
+        assert f["missed"].shape == (0,)
+        same = 0
+        for i in range(n):
+            assert vols[i].any(), f"volume {i} is empty"
+            key = (int(ses[i]), int(seq[i]))
+            if key in got:
+                np.testing.assert_array_equal(vols[i], got[key], err_msg=f"volume {key}")
+                same += 1
+    assert same >= 1, "none of the recorded volumes was seen by the client"
+    # the space reserved for volumes that did not come is given back
+    st = os.stat(out)
+    assert st.st_blocks * 512 < st.st_size + (1 << 20), (st.st_size, st.st_blocks * 512)
+
+
+def test_record_file_is_readable_after_the_recorder_is_killed(daemon, tmp_path):
+    """Flushed after every volume: a SIGKILL loses at most the volume being written."""
+    out = tmp_path / "killed.h5"
+    rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
+                            "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_size(out, 4 * 36 * 36 * 256, rec)
+    rec.kill()
+    rec.communicate(timeout=TIMEOUT)
+    with h5py.File(out, "r") as f:
+        n = f["volumes"].shape[0]
+        assert n >= 3, n
+        assert f["sequence"].shape == (n,) and f["offset"].shape == (n, 2)
+        assert all(f["volumes"][i].any() for i in range(n))
+        assert list(np.diff(f["sequence"][:])) == [1] * (n - 1)
+        assert json.loads(f.attrs["status_json"])["instance"] == daemon.instance
+
+
+def test_record_output_errors_are_not_no_daemon(daemon, tmp_path):
+    """Issue 13.4: -o in a missing directory exited 3 ("no daemon") while the daemon ran."""
+    r = daemon.volrec("record", "-o", "/nonexistent/x.h5", "-n", "1")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "cannot create /nonexistent/x.h5: No such file or directory" in r.stderr, r.stderr
+    assert "no volrecd" not in r.stderr
+    r = daemon.volrec("record", "-o", str(tmp_path), "-n", "1", "--force")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Is a directory" in r.stderr, r.stderr
+    assert daemon.volrec("record", "-o", str(tmp_path / "x.h5"), "-w", "-1").returncode == 2
+
+
+def test_snapshot_output_errors_are_not_no_daemon(daemon, tmp_path):
+    (tmp_path / "file").write_text("x")
+    r = daemon.volrec("snapshot", "-o", str(tmp_path / "file" / "sub"))
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Not a directory" in r.stderr and "no volrecd" not in r.stderr, r.stderr
+    r = daemon.volrec("snapshot", "-o", str(tmp_path / "file"))  # exists, is not a directory
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Not a directory" in r.stderr and "no volrecd" not in r.stderr, r.stderr
 
 
 def test_record_refuses_to_replace_a_file(daemon, tmp_path):
