@@ -25,7 +25,8 @@ static void status_usage(FILE *f)
 	        "      --json           print the status message (one JSON object) and nothing "
 	        "else\n"
 	        "  -t, --timeout S      wait at most S seconds for it (default 3, or 2.5 "
-	        "intervals with -c)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ",\n6 no status message within the timeout.\n");
+	        "intervals with -c)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP
+	        ",\n6 no status message within the timeout.\n");
 }
 
 VR_COMMAND(status, "state, rates, latency and drops of a running daemon")

@@ -12,6 +12,7 @@ import signal
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 import zlib
@@ -487,6 +488,171 @@ def test_record_refuses_to_replace_a_file(daemon, tmp_path):
     r = daemon.volrec("record", "-o", str(out), "-n", "1")
     assert r.returncode == 2 and "--force" in r.stderr, r.stderr
     assert out.read_bytes() == b"precious"
+
+
+# ---- following a daemon restart (issue 13.10) ------------------------------------------------
+
+class Lines:
+    """The lines a process writes to a pipe, collected by a thread, waited for by pattern."""
+
+    def __init__(self, pipe):
+        self.lines, self.cond = [], threading.Condition()
+        threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
+
+    def _read(self, pipe):
+        for line in pipe:
+            with self.cond:
+                self.lines.append(line)
+                self.cond.notify_all()
+
+    def wait_for(self, pattern, timeout=TIMEOUT):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not any(re.search(pattern, l) for l in self.lines):
+                left = deadline - time.monotonic()
+                assert left > 0, f"no line matching {pattern!r} in:\n{''.join(self.lines)}"
+                self.cond.wait(left)
+
+    def text(self):
+        with self.cond:
+            return "".join(self.lines)
+
+
+def test_watch_follows_a_daemon_restart(own_daemon):
+    d = own_daemon
+    w = subprocess.Popen([str(d.bin / "volrec"), "watch", "-i", d.instance, "-r", str(d.run_dir)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = Lines(w.stdout)
+        out.wait_for(r"volume #\d+")
+        session0 = json.loads(d.volrec("status", "--json").stdout)["session"]
+        d.stop()
+        out.wait_for(r"stopping: draining the pipeline")  # the daemon's event
+        out.wait_for(r"volrecd stopped: waiting for it to come back")
+        d.start()
+        out.wait_for(r"volrecd is back \(pid \d+\)")
+        # volumes of the new session: the sequence starts again from 1
+        n0 = len(out.text().splitlines())
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            new = out.text().splitlines()[n0:]
+            seqs = [int(m) for l in new for m in re.findall(r"volume #(\d+)", l)]
+            if len(set(seqs)) >= 3:
+                break
+            assert w.poll() is None, out.text()
+            assert time.monotonic() < deadline, out.text()
+            time.sleep(0.1)
+        assert json.loads(d.volrec("status", "--json").stdout)["session"] != session0
+        # and a restart quicker than its once-a-second look is followed all the same
+        lines = out.text().splitlines()
+        before, last = len(lines), max(int(m) for m in re.findall(r"volume #(\d+)", out.text()))
+        d.restart()
+        deadline = time.monotonic() + TIMEOUT
+        while not [l for l in out.text().splitlines()[before:]
+                   if re.search(r"volume #(\d+)", l)
+                   and int(re.search(r"volume #(\d+)", l).group(1)) < last - 5]:
+            assert w.poll() is None, out.text()
+            assert time.monotonic() < deadline, out.text()
+            time.sleep(0.1)
+    finally:
+        w.send_signal(signal.SIGINT)
+        w.wait(timeout=TIMEOUT)
+    assert w.returncode == 0, out.text()
+
+
+def test_watch_restart_wait_0_ends_when_the_daemon_stops(own_daemon):
+    d = own_daemon
+    w = subprocess.Popen([str(d.bin / "volrec"), "watch", "-w", "0", "-i", d.instance, "-r",
+                          str(d.run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    time.sleep(1.5)
+    d.stop()
+    out, err = w.communicate(timeout=TIMEOUT)
+    assert w.returncode == 0 and "stopped" in err, (w.returncode, err)
+
+
+def record_proc(d, out, *args):
+    p = subprocess.Popen([str(d.bin / "volrec"), "record", "-o", str(out), *args, "-i",
+                          d.instance, "-r", str(d.run_dir)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    return p, Lines(p.stderr)
+
+
+def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_path):
+    d = own_daemon
+    out = tmp_path / "restart.h5"
+    rec, err = record_proc(d, out, "-s", "600")
+    try:
+        wait_for_size(out, 4 * 36 * 36 * 256, rec)
+        d.stop()
+        err.wait_for(r"volrecd of instance '\w+' stopped; waiting for it to come back")
+        d.start()
+        err.wait_for(r"the daemon restarted or rebuilt \(session [0-9a-f]+, same volume shape\): "
+                     r"recording continues")
+        time.sleep(1.5)
+    finally:
+        rec.send_signal(signal.SIGINT)
+    stdout, _ = rec.communicate(timeout=TIMEOUT)
+    assert rec.returncode in (0, 4), (rec.returncode, stdout, err.text())
+    with h5py.File(out, "r") as f:
+        n = f.attrs["volumes"]
+        ses, seq = f["session"][:], f["sequence"][:]
+        assert f["volumes"].shape[0] == n and len(ses) == n
+        assert f.attrs["sessions"] == 2 and len(set(ses)) == 2, ses
+        assert f.attrs["end"] in (b"interrupted", "interrupted")
+        second = seq[ses == ses[-1]]
+        assert (ses == ses[0]).sum() >= 4 and len(second) >= 3, (ses, seq)
+        assert list(np.diff(second)) == [1] * (len(second) - 1), second
+        # volumes of the new session the recorder did not get are listed, never silent
+        missed = f["missed"][:]
+        assert int(second[0]) - 1 == sum(int(m["last"] - m["first"] + 1) for m in missed
+                                         if m["session"] == ses[-1]), (second, missed)
+        assert all(f["volumes"][i].any() for i in range(n))
+
+
+@pytest.mark.parametrize("change", ["shape", "stride"])
+def test_record_stops_when_the_daemon_comes_back_with_another_geometry(own_daemon, tmp_path,
+                                                                       change):
+    d = own_daemon
+    cfg = json.loads(json.dumps(d.cfg))
+    if change == "shape":  # 16 x 16 A-scans, stride 3: 48 x 48 x 256 volumes
+        cfg["geometry"].update(ascans_per_bscan=16, bscans_per_volume=16)
+        why = r"the daemon now publishes 48 x 48 x 256 volumes"
+    else:  # 18 x 18 A-scans, stride 2: the same 36 x 36 x 256 volumes, another reconstruction
+        cfg["geometry"].update(ascans_per_bscan=18, bscans_per_volume=18, stride=[2, 2])
+        why = r"the daemon now runs another geometry \(.*stride \[3,3\] -> \[2,2\]"
+    out = tmp_path / "geometry.h5"
+    rec, err = record_proc(d, out, "-s", "600")
+    try:
+        wait_for_size(out, 4 * 36 * 36 * 256, rec)
+        d.restart(cfg)
+        err.wait_for(why)
+        stdout, _ = rec.communicate(timeout=TIMEOUT)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+    assert rec.returncode == 1, (rec.returncode, stdout, err.text())
+    assert "stopping" in err.text() and "(geometry changed)" in stdout
+    with h5py.File(out, "r") as f:
+        n = f.attrs["volumes"]
+        assert n >= 4 and f["volumes"].shape == (n, 36, 36, 256)
+        assert f.attrs["end"] in (b"geometry changed", "geometry changed")
+        assert len(set(f["session"][:])) == 1  # only the first geometry's volumes
+        assert list(f.attrs["stride"]) == [3, 3]
+
+
+def test_record_restart_wait_ends_a_recording_whose_daemon_is_gone(own_daemon, tmp_path):
+    d = own_daemon
+    out = tmp_path / "gone.h5"
+    rec, err = record_proc(d, out, "-s", "600", "--restart-wait", "1")
+    wait_for_size(out, 3 * 36 * 36 * 256, rec)
+    d.stop()
+    stdout, _ = rec.communicate(timeout=TIMEOUT)
+    assert rec.returncode == 3, (rec.returncode, stdout, err.text())
+    assert "did not come back within --restart-wait" in err.text()
+    with h5py.File(out, "r") as f:
+        assert f.attrs["end"] in (b"the daemon stopped", "the daemon stopped")
+        assert f["volumes"].shape[0] == f.attrs["volumes"] >= 3
 
 
 # ---- snapshot -----------------------------------------------------------------------------
