@@ -206,6 +206,94 @@ def test_bad_option_exits_2(bin_dir):
     assert r.returncode == 2 and "-n zero" in r.stderr, r.stderr
 
 
+# ---- the processing helper: the tools do not link the processing stack (issue 12.6) --------
+
+PROCESSING = ["process", "sim", "bench"]
+
+
+def test_volrec_links_no_cuda_and_no_fftw(bin_dir):
+    libs = subprocess.run(["ldd", str(bin_dir / "volrec")], capture_output=True, text=True,
+                          check=True).stdout
+    for lib in ("libcufft", "libcudart", "libcuda.", "libfftw3f"):
+        assert lib not in libs, f"volrec links {lib}:\n{libs}"
+    assert "libhdf5" in libs and "libpng" in libs and "libjson-c" in libs, libs
+    # nor the backends, the sources or the simulator (the helper has them)
+    syms = subprocess.run(["nm", "--defined-only", str(bin_dir / "volrec")], capture_output=True,
+                          text=True, check=True).stdout
+    own = [l.split()[-1] for l in syms.splitlines()
+           if re.search(r" T (be|cpu|gpu|sim|src)_", l)]
+    assert not own, own
+    assert re.search(r" T cmd_record$", syms, re.M)
+
+
+@pytest.mark.parametrize("cmd", PROCESSING)
+def test_processing_subcommands_run_through_the_helper(bin_dir, cmd):
+    r = subprocess.run([str(bin_dir / "volrec"), cmd, "--help"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"usage: volrec {cmd} "), r.stdout
+    r = subprocess.run([str(bin_dir / "volrec"), cmd, "--no-such-option"], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 2, (r.returncode, r.stderr)  # the helper's exit status comes through
+
+
+def test_volrec_help_lists_the_helpers_commands(bin_dir):
+    r = subprocess.run([str(bin_dir / "volrec"), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    tools, processing = r.stdout.split("processing (run by the helper volrec-process):")
+    for cmd in TOOLS:
+        assert f"  {cmd} " in tools, r.stdout
+    for cmd in PROCESSING:
+        assert f"  {cmd} " in processing, r.stdout
+
+
+def test_sim_and_process_through_the_helper_of_an_installed_tree(bin_dir, tmp_path):
+    """<prefix>/bin/volrec finds <prefix>/libexec/volrec/volrec-process, whatever the prefix."""
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec/volrec").mkdir(parents=True)
+    shutil.copy2(bin_dir / "volrec", prefix / "bin/volrec")
+    shutil.copy2(bin_dir / "volrec-process", prefix / "libexec/volrec/volrec-process")
+    cfg = config("helper", tmp_path)
+    cfg["geometry"].update(samples_per_ascan=256)
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg))
+    env = {k: v for k, v in os.environ.items() if k != "VOLREC_EXEC_PATH"}
+    r = subprocess.run([str(prefix / "bin/volrec"), "sim", "-c", str(tmp_path / "c.yaml"), "-o",
+                        str(tmp_path / "s.raw"), "-n", "9"], capture_output=True, text=True,
+                       timeout=TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr
+    cfg["source"] = {"type": "replay", "replay": {"path": str(tmp_path / "s.raw")}}
+    (tmp_path / "p.yaml").write_text(json.dumps(cfg))
+    r = subprocess.run([str(prefix / "bin/volrec"), "process", "-c", str(tmp_path / "p.yaml"),
+                        "-o", str(tmp_path / "p.h5")], capture_output=True, text=True,
+                       timeout=TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        assert f["volumes"].shape == (9, 36, 36, 128)
+
+
+def test_missing_helper_is_a_clear_message(bin_dir, tmp_path):
+    if os.path.exists("/usr/local/libexec/volrec/volrec-process"):
+        pytest.skip("a volrec-process is installed in /usr/local on this machine")
+    shutil.copy2(bin_dir / "volrec", tmp_path / "volrec")
+    env = {k: v for k, v in os.environ.items() if k != "VOLREC_EXEC_PATH"}
+    r = subprocess.run([str(tmp_path / "volrec"), "process", "--help"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "volrec process: needs the processing helper volrec-process, which is not installed" \
+        in r.stderr, r.stderr
+    assert f"{tmp_path}/volrec-process" in r.stderr and "libexec/volrec/volrec-process" in r.stderr
+    # VOLREC_EXEC_PATH names the helper's directory
+    env["VOLREC_EXEC_PATH"] = str(bin_dir)
+    r = subprocess.run([str(tmp_path / "volrec"), "process", "--help"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("usage: volrec process"), r.stderr
+    # the tools themselves need no helper
+    r = subprocess.run([str(tmp_path / "volrec"), "status", "--help"], capture_output=True,
+                       text=True, env={k: v for k, v in env.items() if k != "VOLREC_EXEC_PATH"})
+    assert r.returncode == 0, r.stderr
+
+
 # ---- status and watch --------------------------------------------------------------------
 
 def test_status_screen(daemon):
