@@ -96,7 +96,7 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 		break;
 	}
 
-	t_sig = tool_realtime();
+	t_sig = (double)vr_real_ns() / 1e9;
 	if (kill(d.pid, ctl->signal) < 0) {
 		rc = errno;
 		volrec_client_close(c);

@@ -70,7 +70,7 @@ void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_
                        const char *eol)
 {
 	char a[256], b[256], c[512], up[32], lat[4][48], when[16];
-	double now = tool_realtime();
+	double now = (double)vr_real_ns() / 1e9;
 	int drops;
 
 	tool_json_str(st, "instance", a, sizeof(a));

@@ -67,12 +67,6 @@ int tool_parse_seconds(const char *s, double *out);
 /* As tool_parse_seconds, 0 allowed. */
 int tool_parse_wait(const char *s, double *out);
 
-/* CLOCK_REALTIME in seconds (the daemon's message times); durations use vr_mono_s(). */
-static inline double tool_realtime(void)
-{
-	return (double)vr_real_ns() * 1e-9;
-}
-
 /* ---- the daemon ---------------------------------------------------------------------------- */
 
 /* What the tools can learn without talking to the daemon. */
