@@ -448,6 +448,16 @@ static int rec_status(struct rec *r, const char *text, size_t len)
 	return rc;
 }
 
+/* Writing the file failed with rc: say so; the exit status (8 for a full disk, else 1). */
+static int rec_failed(const struct rec *r, int rc, const char *nl, const char **end)
+{
+	bool full = tool_exit_for_output(rc) == VR_EXIT_NOSPACE;
+
+	fprintf(stderr, "%svolrec record: %s: %s: stopping\n", nl, r->path, r->err);
+	*end = full ? "disk full" : "write error";
+	return full ? VR_EXIT_NOSPACE : VR_EXIT_FAIL;
+}
+
 /* The daemon of t is running: its pid, or 0. */
 static int daemon_pid(const struct tool_target *t)
 {
@@ -640,8 +650,10 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 		}
 		if (m.type == VOLREC_MSG_STATUS) {
 			rc = rec_status(&r, m.text, m.len);
-			if (rc < 0)
-				goto write_error;
+			if (rc < 0) {
+				status = rec_failed(&r, rc, nl, &end);
+				break;
+			}
 			if (rc) {
 				/* volumes of that session already written go out again */
 				uint64_t keep = r.last_session == r.changed ? r.session_first
@@ -729,13 +741,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			else if (!rc)
 				rc = rec_write(&r, &v, buf);
 			if (rc) {
-			write_error:
-				fprintf(stderr, "%svolrec record: %s: %s: stopping\n", nl, r.path,
-				        r.err);
-				status = tool_exit_for_output(rc) == VR_EXIT_NOSPACE
-				                 ? VR_EXIT_NOSPACE
-				                 : VR_EXIT_FAIL;
-				end = status == VR_EXIT_NOSPACE ? "disk full" : "write error";
+				status = rec_failed(&r, rc, nl, &end);
 				break;
 			}
 		}
