@@ -1,37 +1,106 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Backend selection: `cpu`, `cuda`, or `auto` (CUDA when compiled in and a usable device
- * exists, else the CPU with a note saying why).
+ * The backend wrappers (backend.h): the one place where the call-order rules of the epoch
+ * interface are checked, for every backend, before its table (ops.h) is called.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "ops.h"
 
-bool be_have_cuda(void)
+struct be_backend {
+	const struct be_ops *ops;
+	void *state;
+	uint32_t ny; /* B-scans per epoch */
+
+	/* the epoch being submitted */
+	bool open;         /* B-scans of `epoch` were submitted and it is not finished */
+	uint64_t epoch;    /* its number */
+	uint32_t nsub;     /* its B-scans submitted successfully */
+	uint8_t *have;     /* [ny] which */
+	int failed;        /* the first failure of a bscan_submit of it in the backend, else 0 */
+	uint32_t failed_b; /* the B-scan of that failure */
+
+	/* the last epoch finished (epochs increase until reset_history) */
+	bool have_last;
+	uint64_t last;
+
+	/* the epoch in flight: finish_async returned 0, be_epoch_wait not called yet */
+	bool inflight;
+	uint64_t inflight_epoch;
+	bool landed;   /* already waited for (update_live, reset_history, no BE_CAP_ASYNC) */
+	int landed_rc; /* and its result */
+	char landed_err[512];
+
+	char last_error[512]; /* be_last_error */
+};
+
+/* Refuse a call: the message, prefixed with the backend's name, into err. */
+static int be_refuse(const struct be_backend *be, char *err, size_t errlen, int code,
+                     const char *fmt, ...) VR_PRINTF(5, 6);
+static int be_refuse(const struct be_backend *be, char *err, size_t errlen, int code,
+                     const char *fmt, ...)
 {
-#ifdef VOLREC_HAVE_CUDA
-	return true;
-#else
-	return false;
-#endif
+	char msg[400];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return vr_err(err, errlen, code, "%s backend: %s", be->ops->name, msg);
 }
 
-static int be_try(const struct be_ops *ops, const struct vr_config *cfg, struct be_backend **out,
-                  char *err, size_t errlen)
+/* ---- life cycle ------------------------------------------------------------------------------ */
+
+static int be_ops_check(const struct be_ops *ops, char *err, size_t errlen)
 {
-	struct be_backend *be = calloc(1, sizeof(*be));
+	const char *name = ops->name ? ops->name : "(unnamed)";
+
+	if (ops->version != BE_OPS_VERSION)
+		return vr_err(err, errlen, -EPROTO,
+		              "%s backend: its table is version %u, this volrec speaks version %u",
+		              name, ops->version, BE_OPS_VERSION);
+	if (!ops->name || !ops->create || !ops->destroy || !ops->device || !ops->host_alloc ||
+	    !ops->host_free || !ops->bscan_submit || !ops->epoch_finish || !ops->update_live ||
+	    !ops->reset_history)
+		return vr_err(err, errlen, -EPROTO, "%s backend: its table lacks a function", name);
+	if ((ops->caps & BE_CAP_ASYNC) && (!ops->epoch_finish_async || !ops->epoch_wait))
+		return vr_err(err, errlen, -EPROTO,
+		              "%s backend: BE_CAP_ASYNC without epoch_finish_async/epoch_wait",
+		              name);
+	if ((ops->caps & BE_CAP_REGISTER) && (!ops->host_register || !ops->host_unregister))
+		return vr_err(err, errlen, -EPROTO,
+		              "%s backend: BE_CAP_REGISTER without host_register/host_unregister",
+		              name);
+	return 0;
+}
+
+int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_backend **out,
+              char *err, size_t errlen)
+{
+	struct be_backend *be;
 	int rc;
 
-	if (!be) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
+	rc = be_ops_check(ops, err, errlen);
+	if (rc < 0)
+		return rc;
+	be = calloc(1, sizeof(*be));
+	if (be)
+		be->have = calloc(
+		        cfg->geometry.bscans_per_volume ? cfg->geometry.bscans_per_volume : 1, 1);
+	if (!be || !be->have) {
+		if (be)
+			free(be);
+		return vr_err(err, errlen, -ENOMEM, "%s backend: out of memory", ops->name);
 	}
 	be->ops = ops;
+	be->ny = cfg->geometry.bscans_per_volume;
 	rc = ops->create(cfg, &be->state, err, errlen);
 	if (rc < 0) {
+		free(be->have);
 		free(be);
 		return rc;
 	}
@@ -39,102 +108,37 @@ static int be_try(const struct be_ops *ops, const struct vr_config *cfg, struct 
 	return 0;
 }
 
-int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, size_t notelen,
-            char *err, size_t errlen)
+/* Wait for the epoch in flight now (its be_epoch_wait reports the result later). */
+static void be_land(struct be_backend *be)
 {
-	if (note && notelen)
-		note[0] = '\0';
-	switch (cfg->backend) {
-	case CFG_BACKEND_CPU:
-		return be_try(&be_cpu_ops, cfg, out, err, errlen);
-	case CFG_BACKEND_CUDA:
-#ifdef VOLREC_HAVE_CUDA
-		return be_try(&be_cuda_ops, cfg, out, err, errlen);
-#else
-		snprintf(err, errlen,
-		         "backend: cuda: this volrec was built without CUDA (use cpu or auto)");
-		return -ENOTSUP;
-#endif
-	case CFG_BACKEND_AUTO:
-	default: {
-#ifdef VOLREC_HAVE_CUDA
-		char why[512];
-		int rc = be_try(&be_cuda_ops, cfg, out, why, sizeof(why));
-		if (rc == 0)
-			return 0;
-		if (note && notelen)
-			snprintf(note, notelen,
-			         "CUDA backend unavailable (%s): using the CPU backend", why);
-#else
-		if (note && notelen)
-			snprintf(note, notelen, "built without CUDA: using the CPU backend");
-#endif
-		return be_try(&be_cpu_ops, cfg, out, err, errlen);
-	}
-	}
+	if (!be->inflight || be->landed)
+		return;
+	be->landed_err[0] = '\0';
+	be->landed_rc = be->ops->epoch_wait(be->state, be->inflight_epoch, be->landed_err,
+	                                    sizeof(be->landed_err));
+	be->landed = true;
 }
 
 void be_close(struct be_backend *be)
 {
 	if (!be)
 		return;
-	if (be->ops && be->state)
-		be->ops->destroy(be->state);
+	be_land(be);
+	be->ops->destroy(be->state);
+	free(be->have);
 	free(be);
 }
 
-int be_epoch_finish_async(struct be_backend *be, uint64_t epoch, const struct be_output *out,
-                          char *err, size_t errlen)
+void *be_impl_state(const struct be_backend *be)
 {
-	int rc;
-
-	if (be->ops->epoch_finish_async && be->ops->epoch_wait)
-		return be->ops->epoch_finish_async(be->state, epoch, out, err, errlen);
-	if (be->sync_pending) {
-		snprintf(err, errlen,
-		         "%s backend: epoch %llu finished before epoch_wait(%llu) (one epoch in "
-		         "flight)",
-		         be->ops->name, (unsigned long long)epoch,
-		         (unsigned long long)be->sync_epoch);
-		return -EBUSY;
-	}
-	rc = be->ops->epoch_finish(be->state, epoch, out, err, errlen);
-	if (rc == 0) {
-		be->sync_pending = true;
-		be->sync_epoch = epoch;
-	}
-	return rc;
+	return be->state;
 }
 
-int be_epoch_wait(struct be_backend *be, uint64_t epoch, char *err, size_t errlen)
-{
-	if (be->ops->epoch_finish_async && be->ops->epoch_wait)
-		return be->ops->epoch_wait(be->state, epoch, err, errlen);
-	if (!be->sync_pending || be->sync_epoch != epoch) {
-		if (be->sync_pending)
-			snprintf(err, errlen,
-			         "%s backend: epoch_wait(%llu), but epoch %llu is in flight",
-			         be->ops->name, (unsigned long long)epoch,
-			         (unsigned long long)be->sync_epoch);
-		else
-			snprintf(err, errlen,
-			         "%s backend: epoch_wait(%llu) with no epoch in flight",
-			         be->ops->name, (unsigned long long)epoch);
-		return -EINVAL;
-	}
-	be->sync_pending = false;
-	return 0;
-}
+/* ---- properties and host memory -------------------------------------------------------------- */
 
 unsigned be_caps(const struct be_backend *be)
 {
-	unsigned caps = 0;
-
-	if (be->ops->epoch_finish_async && be->ops->epoch_wait)
-		caps |= BE_CAP_ASYNC;
-	if (strcmp(be->ops->name, "cpu") != 0)
-		caps |= BE_CAP_DEVICE | BE_CAP_REGISTER;
-	return caps;
+	return be->ops->caps;
 }
 
 const char *be_name(const struct be_backend *be)
@@ -147,43 +151,223 @@ const char *be_device(const struct be_backend *be)
 	return be->ops->device(be->state);
 }
 
+const char *be_last_error(const struct be_backend *be)
+{
+	return be->last_error;
+}
+
 int be_host_alloc(struct be_backend *be, size_t size, void **ptr)
 {
-	return be->ops->host_alloc(be->state, size, ptr);
+	int rc = be->ops->host_alloc(be->state, size, ptr);
+
+	if (rc < 0)
+		vr_err_errno(be->last_error, sizeof(be->last_error), rc,
+		             "%s backend: host_alloc(%zu bytes)", be->ops->name, size);
+	return rc;
 }
 
 void be_host_free(struct be_backend *be, void *ptr)
 {
-	be->ops->host_free(be->state, ptr);
+	if (ptr)
+		be->ops->host_free(be->state, ptr);
 }
 
 int be_host_register(struct be_backend *be, void *ptr, size_t size)
 {
-	return be->ops->host_register(be->state, ptr, size);
+	int rc;
+
+	if (!ptr || !size)
+		return be_refuse(be, be->last_error, sizeof(be->last_error), -EINVAL,
+		                 "host_register(%p, %zu bytes): no memory given", ptr, size);
+	if (!(be->ops->caps & BE_CAP_REGISTER))
+		return 0; /* the backend reads host memory as it is */
+	rc = be->ops->host_register(be->state, ptr, size);
+	if (rc < 0)
+		vr_err_errno(be->last_error, sizeof(be->last_error), rc,
+		             "%s backend: host_register(%p, %zu bytes)", be->ops->name, ptr, size);
+	return rc;
 }
 
 void be_host_unregister(struct be_backend *be, void *ptr)
 {
-	be->ops->host_unregister(be->state, ptr);
+	if (ptr && (be->ops->caps & BE_CAP_REGISTER))
+		be->ops->host_unregister(be->state, ptr);
 }
+
+/* ---- epochs ---------------------------------------------------------------------------------- */
 
 int be_bscan_submit(struct be_backend *be, uint64_t epoch, uint32_t bscan, const void *raw)
 {
-	return be->ops->bscan_submit(be->state, epoch, bscan, raw);
+	char *msg = be->last_error;
+	const size_t msglen = sizeof(be->last_error);
+	const unsigned long long e = epoch;
+	int rc;
+
+	if (bscan >= be->ny)
+		return be_refuse(be, msg, msglen, -EINVAL,
+		                 "B-scan %u of epoch %llu out of range (%u B-scans per volume)",
+		                 bscan, e, be->ny);
+	if (!raw)
+		return be_refuse(be, msg, msglen, -EINVAL, "B-scan %u of epoch %llu: no data",
+		                 bscan, e);
+	if (be->open && epoch != be->epoch)
+		return be_refuse(be, msg, msglen, -EBUSY,
+		                 "B-scan %u of epoch %llu submitted while epoch %llu has %u of %u "
+		                 "B-scans submitted: finish it first",
+		                 bscan, e, (unsigned long long)be->epoch, be->nsub, be->ny);
+	if (!be->open && be->have_last && epoch <= be->last)
+		return be_refuse(be, msg, msglen, -EINVAL,
+		                 "B-scan %u of epoch %llu: epoch %llu was finished already (epochs "
+		                 "increase; reset_history starts afresh)",
+		                 bscan, e, (unsigned long long)be->last);
+	if (be->open && be->have[bscan])
+		return be_refuse(be, msg, msglen, -EINVAL,
+		                 "B-scan %u of epoch %llu submitted twice", bscan, e);
+
+	rc = be->ops->bscan_submit(be->state, epoch, bscan, raw);
+	if (!be->open) {
+		be->open = true;
+		be->epoch = epoch;
+	}
+	if (rc < 0) {
+		if (!be->failed) {
+			be->failed = rc;
+			be->failed_b = bscan;
+		}
+		return vr_err_errno(msg, msglen, rc,
+		                    "%s backend: B-scan %u of epoch %llu (finishing the epoch "
+		                    "reports the details)",
+		                    be->ops->name, bscan, e);
+	}
+	be->have[bscan] = 1;
+	be->nsub++;
+	return 0;
+}
+
+/* The checks every finish makes; 0 when the epoch may be finished. */
+static int be_finish_check(struct be_backend *be, uint64_t epoch, const struct be_output *out,
+                           char *err, size_t errlen)
+{
+	const unsigned long long e = epoch;
+
+	if (be->inflight)
+		return be_refuse(be, err, errlen, -EBUSY,
+		                 "epoch %llu finished while epoch %llu is in flight (epoch_wait "
+		                 "first)",
+		                 e, (unsigned long long)be->inflight_epoch);
+	if (!out)
+		return be_refuse(be, err, errlen, -EINVAL, "epoch %llu finished without an output",
+		                 e);
+	if (!be->open)
+		return be_refuse(be, err, errlen, -EINVAL,
+		                 "epoch %llu finished with 0 of %u B-scans submitted", e, be->ny);
+	if (epoch != be->epoch)
+		return be_refuse(be, err, errlen, -EINVAL,
+		                 "epoch %llu finished, but the B-scans submitted (%u of %u) are "
+		                 "epoch %llu's",
+		                 e, be->nsub, be->ny, (unsigned long long)be->epoch);
+	if (be->nsub != be->ny && !be->failed)
+		return be_refuse(be, err, errlen, -EINVAL,
+		                 "epoch %llu finished with %u of %u B-scans submitted", e, be->nsub,
+		                 be->ny);
+	return 0;
+}
+
+/* The epoch being submitted is finished (whatever the result): the next one may start. */
+static void be_finished(struct be_backend *be)
+{
+	memset(be->have, 0, be->ny);
+	be->nsub = 0;
+	be->open = false;
+	be->failed = 0;
+	be->have_last = true;
+	be->last = be->epoch;
+}
+
+/* Finish an epoch of which a bscan_submit failed: the backend reports the failure. */
+static int be_finish_failed(struct be_backend *be, uint64_t epoch, char *err, size_t errlen)
+{
+	const struct be_output none = {0};
+	int rc = be->ops->epoch_finish(be->state, epoch, &none, err, errlen);
+
+	if (rc == 0)
+		rc = vr_err_errno(err, errlen, be->failed, "%s backend: epoch %llu: B-scan %u",
+		                  be->ops->name, (unsigned long long)epoch, be->failed_b);
+	be_finished(be);
+	return rc;
 }
 
 int be_epoch_finish(struct be_backend *be, uint64_t epoch, const struct be_output *out, char *err,
                     size_t errlen)
 {
-	return be->ops->epoch_finish(be->state, epoch, out, err, errlen);
+	int rc = be_finish_check(be, epoch, out, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	if (be->failed)
+		return be_finish_failed(be, epoch, err, errlen);
+	rc = be->ops->epoch_finish(be->state, epoch, out, err, errlen);
+	be_finished(be);
+	return rc;
+}
+
+int be_epoch_finish_async(struct be_backend *be, uint64_t epoch, const struct be_output *out,
+                          char *err, size_t errlen)
+{
+	int rc = be_finish_check(be, epoch, out, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	if (be->failed)
+		return be_finish_failed(be, epoch, err, errlen);
+	if (be->ops->caps & BE_CAP_ASYNC)
+		rc = be->ops->epoch_finish_async(be->state, epoch, out, err, errlen);
+	else
+		rc = be->ops->epoch_finish(be->state, epoch, out, err, errlen);
+	be_finished(be);
+	if (rc < 0)
+		return rc;
+	be->inflight = true;
+	be->inflight_epoch = epoch;
+	be->landed = !(be->ops->caps & BE_CAP_ASYNC);
+	be->landed_rc = 0;
+	be->landed_err[0] = '\0';
+	return 0;
+}
+
+int be_epoch_wait(struct be_backend *be, uint64_t epoch, char *err, size_t errlen)
+{
+	if (!be->inflight)
+		return be_refuse(be, err, errlen, -EINVAL,
+		                 "epoch_wait(%llu) with no epoch in flight",
+		                 (unsigned long long)epoch);
+	if (epoch != be->inflight_epoch)
+		return be_refuse(be, err, errlen, -EINVAL,
+		                 "epoch_wait(%llu), but epoch %llu is in flight",
+		                 (unsigned long long)epoch, (unsigned long long)be->inflight_epoch);
+	be_land(be);
+	be->inflight = false;
+	be->landed = false;
+	if (be->landed_rc < 0)
+		vr_err(err, errlen, be->landed_rc, "%s", be->landed_err);
+	return be->landed_rc;
 }
 
 int be_update_live(struct be_backend *be, const struct vr_config *cfg, char *err, size_t errlen)
 {
+	if (be->open)
+		return be_refuse(
+		        be, err, errlen, -EBUSY,
+		        "live update while epoch %llu has %u of %u B-scans submitted (live "
+		        "parameters apply between epochs)",
+		        (unsigned long long)be->epoch, be->nsub, be->ny);
+	be_land(be);
 	return be->ops->update_live(be->state, cfg, err, errlen);
 }
 
 void be_reset_history(struct be_backend *be)
 {
+	be_land(be);
 	be->ops->reset_history(be->state);
+	be->have_last = false;
 }

@@ -1,13 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The processing backend interface: one table of functions that the CPU reference backend
- * (cpu/) and the CUDA backend (gpu/) both implement, so the daemon, `volrec process` and the
- * benchmarks drive either without knowing which. The numerical contract is docs/algorithms.md.
+ * The processing backend interface: the CPU reference backend (cpu/) and the CUDA backend
+ * (gpu/) behind one opaque handle, so that the pipeline, `volrec process` and the benchmarks
+ * drive either without knowing which. The numerical contract is docs/algorithms.md; the table
+ * the backends implement is backend/ops.h (backend/, cpu/ and gpu/ only).
  *
- * Life of an epoch: be_bscan_submit() once for each of its ny B-scans (any order, each raw
- * buffer stays valid and unchanged until be_epoch_finish() for that epoch returns), then
- * be_epoch_finish() which writes the output volume. One epoch at a time; calls on one backend
- * come from one thread at a time.
+ * Life of an epoch: be_bscan_submit() once for each of its ny B-scans (any order; each raw
+ * buffer stays valid and unchanged until the epoch is finished: be_epoch_finish() returned, or
+ * be_epoch_wait() after be_epoch_finish_async()), then be_epoch_finish() or
+ * be_epoch_finish_async() + be_epoch_wait(), which write the outputs. The wrappers below enforce
+ * the call-order rules for every backend, once:
+ *  - B-scan indices are 0..ny-1 and each is submitted once per epoch;
+ *  - the B-scans of one epoch are submitted before any of another (-EBUSY otherwise), and
+ *    epochs increase (gaps allowed); be_reset_history() starts the numbering afresh;
+ *  - an epoch is finished only once all its ny B-scans were submitted, or after a
+ *    be_bscan_submit() of it failed in the backend (the finish then reports that failure and
+ *    drops the epoch: a caller finishes every epoch it started);
+ *  - one epoch in flight: between be_epoch_finish_async(e) and be_epoch_wait(e) the B-scans
+ *    of the next epoch may be submitted, but no other epoch finished (-EBUSY);
+ *  - be_epoch_wait() exactly once for each be_epoch_finish_async() that returned 0;
+ *  - be_update_live() and be_reset_history() apply between epochs: they wait for the epoch in
+ *    flight (its be_epoch_wait() still follows and reports its result), and be_update_live()
+ *    refuses a half-submitted epoch.
+ * A refused call changes nothing. Calls on one backend come from one thread at a time.
+ * Messages name the backend ("cpu backend: ...", "cuda backend: ..."): a caller adds context
+ * only when it knows more (STYLE 19).
  */
 #ifndef VOLREC_BACKEND_H
 #define VOLREC_BACKEND_H
@@ -19,6 +36,7 @@
 #include "../base/base.h"
 #include "../config/config.h"
 
+/* An open backend (opaque). */
 struct be_backend;
 
 /* What one finished epoch produces. Any pointer may be NULL when not wanted. */
@@ -28,111 +46,114 @@ struct be_output {
 	float *full;     /* output before quantization [Y][X][Z] (float of volume) */
 };
 
-struct be_ops {
-	const char *name; /* "cpu" or "cuda" */
-	/* Build everything for this config (plans, tables, device memory). On failure returns
-	 * a negative errno and writes a message naming what failed into err. */
-	int (*create)(const struct vr_config *cfg, void **state, char *err, size_t errlen);
-	void (*destroy)(void *state);
-	/* Human-readable device description ("CPU: 2 threads, FFTW 3.3.10", "NVIDIA H200 ..."). */
-	const char *(*device)(void *state);
-	/* Host memory for raw B-scans / output volumes that the backend transfers fastest
-	 * (pinned on CUDA). free accepts NULL. */
-	int (*host_alloc)(void *state, size_t size, void **ptr);
-	void (*host_free)(void *state, void *ptr);
-	/* Make caller-owned memory (a shm slot, a shim's buffers) fast for transfers. */
-	int (*host_register)(void *state, void *ptr, size_t size);
-	void (*host_unregister)(void *state, void *ptr);
-	/* Queue B-scan b (0..ny-1) of epoch e; raw is [nx][K] samples of geometry.sample_type. */
-	int (*bscan_submit)(void *state, uint64_t epoch, uint32_t bscan, const void *raw);
-	/* Finish epoch e: all its B-scans were submitted. Reconstructs and writes out. */
-	int (*epoch_finish)(void *state, uint64_t epoch, const struct be_output *out, char *err,
-	                    size_t errlen);
-	/* Apply live parameters of cfg (non-structural, see cfg_is_structural_change) from the
-	 * next epoch on, without reallocation. */
-	int (*update_live)(void *state, const struct vr_config *cfg, char *err, size_t errlen);
-	/* Forget the reconstruction history (E, cumulative output): as if epoch 0 came next. */
-	void (*reset_history)(void *state);
-
-	/*
-	 * Optional asynchronous form of epoch_finish (NULL when a backend has none; use the
-	 * be_epoch_finish_async/be_epoch_wait wrappers, which fall back to epoch_finish).
-	 * epoch_finish_async(e) checks that all ny B-scans of e were submitted, queues the
-	 * reconstruction of e and the copies into out, and returns without waiting for them.
-	 * epoch_wait(e) then waits until every output of e asked for in out is complete in host
-	 * memory (or reports the failure of any of that work). Between the two calls:
-	 *  - bscan_submit of the next epoch is allowed (its preprocessing overlaps e's copies);
-	 *  - one epoch in flight: epoch_finish_async of another epoch before epoch_wait(e)
-	 *    returned is -EBUSY, as is epoch_finish; update_live and reset_history wait for e;
-	 *  - the raw buffers of epoch e stay valid and unchanged until epoch_wait(e) returns,
-	 *    and the out buffers (and the be_output struct's pointers) until epoch_wait(e)
-	 *    returns; they must not be read before that.
-	 * epoch_wait must be called exactly once for each epoch_finish_async that returned 0;
-	 * when epoch_finish_async fails nothing is in flight. epoch_finish is exactly
-	 * epoch_finish_async followed by epoch_wait.
-	 */
-	int (*epoch_finish_async)(void *state, uint64_t epoch, const struct be_output *out,
-	                          char *err, size_t errlen);
-	int (*epoch_wait)(void *state, uint64_t epoch, char *err, size_t errlen);
-};
-
-extern const struct be_ops be_cpu_ops;
-#ifdef VOLREC_HAVE_CUDA
-extern const struct be_ops be_cuda_ops;
-#endif
-
-struct be_backend {
-	const struct be_ops *ops;
-	void *state;
-	/* be_epoch_finish_async's fallback for backends without the async form: the epoch it
-	 * already finished synchronously, for be_epoch_wait to check. */
-	bool sync_pending;
-	uint64_t sync_epoch;
-};
-
-/*
- * Open the backend cfg->backend names. `auto` tries CUDA when built with it and falls back to
- * the CPU, writing why into note (may be NULL) when it does. On failure returns a negative
- * errno and the message in err; *out is written only on success. Free with be_close().
- */
-__attribute__((warn_unused_result)) int be_open(const struct vr_config *cfg,
-                                                struct be_backend **out, char *note, size_t notelen,
-                                                char *err, size_t errlen);
-void be_close(struct be_backend *be);
-
-/* The asynchronous epoch interface of be_ops (contract above): ops->epoch_finish_async and
- * ops->epoch_wait when the backend has them, else epoch_finish at once and a wait that only
- * checks the epoch. Messages in err as for epoch_finish. */
-__attribute__((warn_unused_result)) int be_epoch_finish_async(struct be_backend *be, uint64_t epoch,
-                                                              const struct be_output *out,
-                                                              char *err, size_t errlen);
-__attribute__((warn_unused_result)) int be_epoch_wait(struct be_backend *be, uint64_t epoch,
-                                                      char *err, size_t errlen);
-
-/*
- * Wrappers: every caller goes through these, never through ops-> (STYLE 17). Contracts are
- * those of struct be_ops above; the wrappers enforce the call-order rules once.
- */
 /* Capability flags of a backend (be_caps). */
-#define BE_CAP_ASYNC    0x1u /* epoch_finish_async/epoch_wait really overlap work */
+#define BE_CAP_ASYNC    0x1u /* be_epoch_finish_async really overlaps work with the caller */
 #define BE_CAP_DEVICE   0x2u /* processes on a device: host memory should be pinned/registered */
-#define BE_CAP_REGISTER 0x4u /* host_register makes caller memory faster to transfer */
-unsigned be_caps(const struct be_backend *be);
-const char *be_name(const struct be_backend *be);
-const char *be_device(const struct be_backend *be);
-VR_MUST_CHECK int be_host_alloc(struct be_backend *be, size_t size, void **ptr);
-void be_host_free(struct be_backend *be, void *ptr);
-VR_MUST_CHECK int be_host_register(struct be_backend *be, void *ptr, size_t size);
-void be_host_unregister(struct be_backend *be, void *ptr);
-VR_MUST_CHECK int be_bscan_submit(struct be_backend *be, uint64_t epoch, uint32_t bscan,
-                                  const void *raw);
-VR_MUST_CHECK int be_epoch_finish(struct be_backend *be, uint64_t epoch,
-                                  const struct be_output *out, char *err, size_t errlen);
-VR_MUST_CHECK int be_update_live(struct be_backend *be, const struct vr_config *cfg, char *err,
-                                 size_t errlen);
-void be_reset_history(struct be_backend *be);
+#define BE_CAP_REGISTER 0x4u /* be_host_register makes caller memory faster to transfer */
 
+/* ---- selection (backend/open.c, above cpu/ and gpu/) ----------------------------------------- */
+
+/*
+ * Open the backend cfg->backend names: `cpu`, `cuda`, or `auto` (CUDA when built with it and
+ * a usable device exists, else the CPU, with the reason in note, which may be NULL).
+ * \return 0 and *out (free with be_close), -ENOTSUP for `cuda` in a build without CUDA,
+ * or the backend's error (-EINVAL bad configuration, -ENODEV no device, -ENOMEM ...) with
+ * the message in err; *out is written only on success.
+ */
+VR_MUST_CHECK int be_open(const struct vr_config *cfg, struct be_backend **out, char *note,
+                          size_t notelen, char *err, size_t errlen);
+/* Close be (NULL is allowed), waiting for an epoch still in flight. */
+void be_close(struct be_backend *be);
 /* Whether this build has the CUDA backend compiled in. */
 bool be_have_cuda(void);
+/* Number of CUDA devices (0 when none, no driver, or a build without CUDA). */
+int be_cuda_devices(void);
+
+/* Copy bandwidths between host and device (the physical limits benchmarks compare with). */
+struct be_bandwidth {
+	double h2d_gbs;     /* pinned host -> device, GB/s (1e9 bytes) */
+	double d2h_gbs;     /* device -> pinned host */
+	double bidir_gbs;   /* each way, both directions at once (mean of the two) */
+	double d2h_shm_gbs; /* device -> registered shm_open + mmap(MAP_SHARED) memory */
+	size_t bytes;       /* transfer size per copy */
+	bool shm_anonymous; /* /dev/shm too small: MAP_SHARED | MAP_ANONYMOUS instead */
+	char device[256];   /* the device's name */
+};
+/*
+ * Measure the copy bandwidths of CUDA device dev with transfers of bytes (best of reps).
+ * \return 0, -ENOTSUP in a build without CUDA, -ENODEV without the device, or the CUDA error
+ * with the message in err. Frees everything it allocates.
+ */
+VR_MUST_CHECK int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw,
+                                    char *err, size_t errlen);
+
+/* ---- the wrappers (backend/backend.c): every caller goes through these ----------------------- */
+
+/* \return the BE_CAP_* flags of be. */
+unsigned be_caps(const struct be_backend *be);
+/* \return "cpu" or "cuda". */
+const char *be_name(const struct be_backend *be);
+/* \return a human-readable device ("CPU: 2 threads, FFTW 3.3.10", "NVIDIA H200 (...)"). */
+const char *be_device(const struct be_backend *be);
+/*
+ * The message of the last call on be that failed and has no err argument (be_bscan_submit,
+ * be_host_alloc, be_host_register); "" when none failed yet.
+ */
+const char *be_last_error(const struct be_backend *be);
+
+/* Host memory for raw B-scans and outputs that the backend transfers fastest (pinned on
+ * CUDA). \return 0 and *ptr, -ENOMEM (message in be_last_error). Free with be_host_free. */
+VR_MUST_CHECK int be_host_alloc(struct be_backend *be, size_t size, void **ptr);
+/* Free what be_host_alloc gave (NULL is allowed). */
+void be_host_free(struct be_backend *be, void *ptr);
+/* Make caller-owned memory (a shm slot, a source's buffers) fast for transfers; does nothing
+ * without BE_CAP_REGISTER. \return 0, -EINVAL when ptr is NULL or size 0, or the backend's
+ * error (message in be_last_error). Undo with be_host_unregister before unmapping. */
+VR_MUST_CHECK int be_host_register(struct be_backend *be, void *ptr, size_t size);
+/* Undo be_host_register (NULL is allowed). */
+void be_host_unregister(struct be_backend *be, void *ptr);
+
+/*
+ * Queue B-scan bscan of epoch epoch; raw is [nx][K] samples of geometry.sample_type.
+ * \return 0, -EINVAL when bscan >= ny, raw is NULL, bscan was already submitted for this
+ * epoch or epoch is not after the last finished one, -EBUSY when B-scans of another epoch
+ * are submitted and not finished, or the backend's error (the epoch is then failed: its
+ * finish reports the details). Message in be_last_error.
+ */
+VR_MUST_CHECK int be_bscan_submit(struct be_backend *be, uint64_t epoch, uint32_t bscan,
+                                  const void *raw);
+/*
+ * Finish epoch epoch: reconstruct and write the outputs asked for in out, then return.
+ * \return 0, -EINVAL when out is NULL or not all ny B-scans of epoch were submitted, -EBUSY
+ * while an epoch is in flight, or the backend's error (the epoch is then dropped). Message
+ * in err.
+ */
+VR_MUST_CHECK int be_epoch_finish(struct be_backend *be, uint64_t epoch,
+                                  const struct be_output *out, char *err, size_t errlen);
+/*
+ * Start finishing epoch epoch and return without waiting for its outputs (with BE_CAP_ASYNC;
+ * otherwise it finishes at once). out and the buffers it points to, and the epoch's raw
+ * buffers, stay untouched by the caller until be_epoch_wait(epoch) returns.
+ * \return 0 (be_epoch_wait must follow), or as be_epoch_finish (nothing is in flight then).
+ */
+VR_MUST_CHECK int be_epoch_finish_async(struct be_backend *be, uint64_t epoch,
+                                        const struct be_output *out, char *err, size_t errlen);
+/*
+ * Wait until every output of the epoch in flight is complete in host memory.
+ * \return 0, -EINVAL when epoch is not the epoch in flight (or none is), or the failure of
+ * any of its work. Message in err.
+ */
+VR_MUST_CHECK int be_epoch_wait(struct be_backend *be, uint64_t epoch, char *err, size_t errlen);
+/*
+ * Apply the live parameters of cfg (non-structural, see cfg_is_structural_change) from the
+ * next epoch on, without reallocation; waits for the epoch in flight.
+ * \return 0, -EBUSY while an epoch is half submitted, -EINVAL when cfg changes something
+ * structural or is invalid (nothing changed then). Message in err.
+ */
+VR_MUST_CHECK int be_update_live(struct be_backend *be, const struct vr_config *cfg, char *err,
+                                 size_t errlen);
+/* Forget the reconstruction history (E, cumulative output) as if epoch 0 came next, and the
+ * last epoch number (epochs may start again from 0); waits for the epoch in flight. */
+void be_reset_history(struct be_backend *be);
 
 #endif

@@ -18,9 +18,6 @@
 
 #include "backend.h"
 #include "bench.h"
-#ifdef VOLREC_HAVE_CUDA
-#include "../gpu/gpu.h"
-#endif
 
 struct be_bench_fig *be_bench_add(struct be_bench_figs *f, const char *name, double value,
                                   const char *unit, double target, double limit, const char *note)
@@ -136,7 +133,7 @@ static int be_shm_buf_open(struct be_shm_buf *b, size_t size, struct be_backend 
 	}
 	b->size = size;
 	memset(b->p, 0, size);
-	rc = be->ops->host_register(be->state, b->p, size);
+	rc = be_host_register(be, b->p, size);
 	if (rc < 0) {
 		snprintf(err, errlen, "host_register(shm, %zu): %s", size, strerror(-rc));
 		return rc;
@@ -148,7 +145,7 @@ static int be_shm_buf_open(struct be_shm_buf *b, size_t size, struct be_backend 
 static void be_shm_buf_close(struct be_shm_buf *b, struct be_backend *be)
 {
 	if (b->registered)
-		be->ops->host_unregister(be->state, b->p);
+		be_host_unregister(be, b->p);
 	if (b->p != MAP_FAILED && b->p)
 		munmap(b->p, b->size);
 	b->p = MAP_FAILED;
@@ -176,8 +173,8 @@ int be_bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs
 	rc = be_open(cfg, &be, NULL, 0, err, errlen);
 	if (rc < 0)
 		return rc;
-	snprintf(r->device, sizeof(r->device), "%s", be->ops->device(be->state));
-	rc = be->ops->host_alloc(be->state, bb * ny * nbuf, (void **)&raw);
+	snprintf(r->device, sizeof(r->device), "%s", be_device(be));
+	rc = be_host_alloc(be, bb * ny * nbuf, (void **)&raw);
 	if (rc < 0) {
 		snprintf(err, errlen, "host_alloc(%zu): %s", bb * ny * nbuf, strerror(-rc));
 		raw = NULL;
@@ -210,14 +207,14 @@ int be_bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs
 		const uint8_t *src = raw + (e % nbuf) * bb * ny;
 		t_first[e % 2] = be_now_s();
 		for (uint32_t b = 0; b < ny; b++) {
-			rc = be->ops->bscan_submit(be->state, e, b, src + (size_t)b * bb);
+			rc = be_bscan_submit(be, e, b, src + (size_t)b * bb);
 			if (rc < 0) {
 				snprintf(err, errlen, "bscan_submit: %s", strerror(-rc));
 				goto out;
 			}
 		}
 		if (!pipelined) {
-			rc = be->ops->epoch_finish(be->state, e, &o, err, errlen);
+			rc = be_epoch_finish(be, e, &o, err, errlen);
 			if (rc < 0)
 				goto out;
 		} else if (e > 0) {
@@ -268,7 +265,7 @@ out:
 	free(lat);
 	be_shm_buf_close(&out, be);
 	if (raw)
-		be->ops->host_free(be->state, raw);
+		be_host_free(be, raw);
 	be_close(be);
 	return rc;
 }
@@ -326,25 +323,22 @@ static void be_bench_cuda_config(struct vr_config *c, int dev, uint32_t K, uint3
 int be_bench_cuda(int dev, double seconds, be_bench_say_fn say, void *ctx,
                   struct be_bench_figs *figs, char *device, size_t devlen, char *err, size_t errlen)
 {
-	struct gpu_bw bw;
-	struct cudaDeviceProp prop;
+	struct be_bandwidth bw;
 	struct vr_config c;
 	struct be_bench_result r, rs;
 	int rc;
 
-	if (gpu_device_count() == 0) {
+	if (be_cuda_devices() == 0) {
 		snprintf(err, errlen, "no CUDA device");
 		return -ENODEV;
 	}
-	if (device && devlen)
-		snprintf(device, devlen, "%s",
-		         cudaGetDeviceProperties(&prop, dev) == cudaSuccess ? prop.name
-		                                                            : "unknown");
 
 	/* 1. physical limits */
-	rc = gpu_bench_bandwidth(dev, 256u << 20, 10, &bw, err, errlen);
+	rc = be_cuda_bandwidth(dev, 256u << 20, 10, &bw, err, errlen);
 	if (rc < 0)
 		return rc;
+	if (device && devlen)
+		snprintf(device, devlen, "%s", bw.device);
 	be_say(say, ctx,
 	       "bandwidth (256 MiB, best of 10): H2D %.1f GB/s, D2H %.1f GB/s, both ways %.1f "
 	       "GB/s each, D2H into registered %s %.1f GB/s",

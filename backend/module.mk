@@ -1,4 +1,8 @@
-# The backend interface and selection (be_): the daemon and tools link CORE_ARCHIVES.
-ARCHIVES += be
-be_SRCS := $(wildcard backend/*.c)
+# The backend interface (be_): the wrappers that enforce the epoch rules for every backend and
+# the numerical tables both backends use (archive be, below cpu and gpu), and the selection
+# be_open (archive beopen, above cpu and gpu: it knows both). The daemon and tools link
+# CORE_ARCHIVES.
+ARCHIVES += be beopen
+be_SRCS := backend/backend.c backend/tables.c
+beopen_SRCS := backend/open.c $(wildcard backend/bench.c)
 UNIT_SRCS += tests/unit/test_tables.c

@@ -17,7 +17,7 @@
 #define VR_MUST_CHECK __attribute__((warn_unused_result))
 /* A printf-like function: argument fmt is the format, first the first checked argument. */
 #define VR_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
-#define VR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define VR_ARRAY_SIZE(a)      (sizeof(a) / sizeof((a)[0]))
 
 /* ---- clocks ------------------------------------------------------------------------------- */
 

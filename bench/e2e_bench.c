@@ -23,11 +23,9 @@
 
 #include <json-c/json.h>
 
+#include "backend/backend.h"
 #include "base/base.h"
 #include "volrec/client.h"
-#ifdef VOLREC_HAVE_CUDA
-#include "gpu/gpu.h"
-#endif
 
 struct bcase {
 	const char *name;
@@ -601,11 +599,10 @@ int main(int argc, char **argv)
 
 	/* the physical limit, measured before the daemon runs */
 	limit_memcpy = memcpy_gbs();
-#ifdef VOLREC_HAVE_CUDA
-	if (strcmp(opt.backend, "cpu") && gpu_device_count() > 0) {
-		struct gpu_bw bw;
+	if (strcmp(opt.backend, "cpu") && be_cuda_devices() > 0) {
+		struct be_bandwidth bw;
 		char err[512];
-		if (gpu_bench_bandwidth(0, (size_t)256 << 20, 5, &bw, err, sizeof(err)) == 0) {
+		if (be_cuda_bandwidth(0, (size_t)256 << 20, 5, &bw, err, sizeof(err)) == 0) {
 			limit_h2d = bw.h2d_gbs;
 			limit_d2h = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
 			limit_bidir = bw.bidir_gbs;
@@ -613,7 +610,6 @@ int main(int argc, char **argv)
 			fprintf(stderr, "e2e_bench: PCIe bandwidth not measured: %s\n", err);
 		}
 	}
-#endif
 
 	for (int i = 0; i < nsel; i++) {
 		const struct bcase *c = sel[i];

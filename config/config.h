@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The effective volrecd configuration: one struct holding every key of the YAML schema
- * (docs/configuration.md), filled with defaults, validated, with its tables loaded.
- * cfg_load() is the only way a struct vr_config gets its values from a file.
+ * (docs/configuration.md; the keys are one table in config/schema.c), filled with defaults,
+ * validated, with its tables loaded. cfg_load() is the only way a struct vr_config gets its
+ * values from a file; cfg_set_keys() changes live keys of a loaded one.
  */
 #ifndef VOLREC_CONFIG_H
 #define VOLREC_CONFIG_H
@@ -42,6 +43,7 @@ enum cfg_disp { CFG_DISP_NONE, CFG_DISP_COEFFS, CFG_DISP_TABLE };
 enum cfg_recon_mode { CFG_RECON_NONE, CFG_RECON_NONCUMULATIVE, CFG_RECON_CUMULATIVE };
 enum cfg_temporal { CFG_TEMPORAL_LINEAR, CFG_TEMPORAL_EXP };
 enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };
+enum cfg_dtype { CFG_DTYPE_U8 };
 enum cfg_overflow { CFG_OVERFLOW_DROP_EPOCH, CFG_OVERFLOW_BLOCK };
 enum cfg_log_level { CFG_LOG_ERROR, CFG_LOG_WARNING, CFG_LOG_INFO, CFG_LOG_DEBUG };
 
@@ -136,7 +138,8 @@ struct vr_config {
 	} reconstruct;
 
 	struct {
-		uint32_t slots; /* 2..64 */
+		enum cfg_dtype dtype; /* u8 only */
+		uint32_t slots;       /* 2..64 */
 	} output;
 
 	struct {
@@ -247,5 +250,41 @@ const char *cfg_log_level_name(enum cfg_log_level v);
 /* Whether a and b hold the same configuration (tables and shim args compared by content;
  * source_file ignored). */
 bool cfg_equal(const struct vr_config *a, const struct vr_config *b);
+
+/*
+ * Change the live keys paths[0..n) of a loaded configuration at run time (the control socket,
+ * `volrec set KEY=VALUE`). Each value is YAML text, a scalar or flow value as in the file
+ * ("[20, 90]", "tukey", "{type: gauss, param: 0.3}"); a path naming a section replaces the
+ * whole section (keys it leaves out return to their defaults). Values are checked exactly as
+ * in the file, then the whole configuration is validated on a copy (cross-field rules); files
+ * that keys already named are not read again. All or nothing: on failure *cfg is unchanged, a
+ * negative errno is returned and err holds "key.path: what is wrong (what is allowed)"; a
+ * structural key, or a live one whose change is structural (dispersion on or off, a mode
+ * that resizes the output), is refused with -EPERM: it needs the configuration file and a
+ * reload. Relative file names resolve against the directory of cfg->source_file.
+ */
+__attribute__((warn_unused_result)) int cfg_set_keys(struct vr_config *cfg,
+                                                     const char *const *paths,
+                                                     const char *const *yaml_values, size_t n,
+                                                     char *err, size_t errlen);
+
+/* The same for any key, structural ones included (command-line overrides of a configuration
+ * that is not running yet); files named are checked again. */
+__attribute__((warn_unused_result)) int cfg_override_keys(struct vr_config *cfg,
+                                                          const char *const *paths,
+                                                          const char *const *yaml_values, size_t n,
+                                                          char *err, size_t errlen);
+
+/*
+ * One key's value as YAML flow text ("[0, 100]", "hann", "\"/run/volrec\""), or a whole section
+ * when path names one ("{type: hann, param: 0.4}"; "" is the whole configuration); an optional
+ * key that is not set reads "~". Returns 0, -ENOSPC when outlen is too small, or -ENOENT for
+ * an unknown path, with out then holding "key.path: unknown key (allowed ...: ...)".
+ */
+__attribute__((warn_unused_result)) int cfg_get_key(const struct vr_config *cfg, const char *path,
+                                                    char *out, size_t outlen);
+
+/* Whether path names a live key, or a section of live keys only. */
+bool cfg_key_is_live(const char *path);
 
 #endif

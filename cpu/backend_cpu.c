@@ -120,7 +120,6 @@ static void cpu_destroy(void *vst)
 	free(st->p.disp_im);
 	free(st->pos_tmp);
 	free(st->raw);
-	free(st->have);
 	free(st->bgspec);
 	free(st->lowres);
 	free(st->bvol);
@@ -236,7 +235,6 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	ALLOC(st->p.disp_im, K);
 	ALLOC(st->pos_tmp, K);
 	ALLOC(st->raw, st->ny);
-	ALLOC(st->have, st->ny);
 	ALLOC(st->bgspec, (size_t)st->ny * K);
 	ALLOC(st->lowres, (size_t)st->ny * st->nx * st->nz);
 	ALLOC(st->bvol, cols * st->nz);
@@ -264,8 +262,6 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 		if (!w->fin || !w->fout)
 			goto out_nomem;
 	}
-	memset(st->have, 0, st->ny);
-
 	rc = cpu_params_build(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
@@ -334,33 +330,13 @@ static void cpu_host_free(void *vst, void *ptr)
 	free(ptr);
 }
 
-static int cpu_host_register(void *vst, void *ptr, size_t size)
-{
-	(void)vst;
-	(void)ptr;
-	(void)size;
-	return 0; /* host memory is what the CPU reads anyway */
-}
-
-static void cpu_host_unregister(void *vst, void *ptr)
-{
-	(void)vst;
-	(void)ptr;
-}
-
+/* Call order (an index in range, one epoch at a time, all B-scans before the finish) is the
+ * wrappers' (backend/ops.h): the CPU only records where the B-scan is. */
 static int cpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const void *raw)
 {
 	struct cpu_state *st = vst;
 
-	if (bscan >= st->ny || !raw)
-		return -EINVAL;
-	if (st->nsubmitted > 0 && epoch != st->epoch)
-		return -EBUSY; /* the previous epoch was not finished */
-	st->epoch = epoch;
-	if (!st->have[bscan]) {
-		st->have[bscan] = 1;
-		st->nsubmitted++;
-	}
+	(void)epoch;
 	st->raw[bscan] = raw;
 	return 0;
 }
@@ -371,19 +347,10 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 	struct cpu_state *st = vst;
 	float *L;
 
-	if (st->nsubmitted != st->ny || epoch != st->epoch) {
-		snprintf(err, errlen,
-		         "cpu backend: epoch %llu finished with %u of %u B-scans submitted%s",
-		         (unsigned long long)epoch, st->nsubmitted, st->ny,
-		         st->nsubmitted && epoch != st->epoch ? " (for another epoch)" : "");
-		return -EINVAL;
-	}
 	L = out->lowres ? out->lowres : st->lowres;
 	cpu_preprocess_epoch(st, L, out);
 	if (st->p.mode != CFG_RECON_NONE)
 		cpu_recon_epoch(st, epoch, L, out);
-	memset(st->have, 0, st->ny);
-	st->nsubmitted = 0;
 	return 0;
 }
 
@@ -414,14 +381,14 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 }
 
 const struct be_ops be_cpu_ops = {
+        .version = BE_OPS_VERSION,
         .name = "cpu",
+        .caps = 0, /* synchronous, in host memory: nothing to pin or register */
         .create = cpu_create,
         .destroy = cpu_destroy,
         .device = cpu_device,
         .host_alloc = cpu_host_alloc,
         .host_free = cpu_host_free,
-        .host_register = cpu_host_register,
-        .host_unregister = cpu_host_unregister,
         .bscan_submit = cpu_bscan_submit,
         .epoch_finish = cpu_epoch_finish,
         .update_live = cpu_update_live,

@@ -14,7 +14,7 @@
 
 #include <fftw3.h>
 
-#include "../backend/backend.h"
+#include "../backend/ops.h"
 #include "../config/config.h"
 
 #define CPU_BATCH       8 /* A-scans per FFT call (fftwf_plan_many_dft*) */
@@ -73,18 +73,15 @@ struct cpu_state {
 	struct cpu_worker *workers;    /* [nthreads] */
 
 	const void **raw; /* [ny] submitted B-scans of the current epoch */
-	uint64_t epoch;   /* epoch the submitted B-scans belong to */
-	uint32_t nsubmitted;
-	uint8_t *have;  /* [ny] submitted flags */
-	float *bgspec;  /* [ny][K] B-scan background spectra */
-	float *lowres;  /* [ny][nx][nz] when the caller wants none */
-	float *bvol;    /* [Y][X][Z]: M (noncumulative) or B (cumulative) */
-	float *ovol;    /* [Y][X][Z]: last output (cumulative) */
-	int64_t *E;     /* [Y][X] epoch last written, -1 never */
-	float *tcol;    /* [Y][X] temporal weight of this epoch */
-	float *inv_gz;  /* [Z] 1 / sum of gz over the valid dz at z */
-	float *inv_nz;  /* [Z] 1 / number of valid dz at z */
-	bool have_prev; /* cumulative: ovol holds a previous output */
+	float *bgspec;    /* [ny][K] B-scan background spectra */
+	float *lowres;    /* [ny][nx][nz] when the caller wants none */
+	float *bvol;      /* [Y][X][Z]: M (noncumulative) or B (cumulative) */
+	float *ovol;      /* [Y][X][Z]: last output (cumulative) */
+	int64_t *E;       /* [Y][X] epoch last written, -1 never */
+	float *tcol;      /* [Y][X] temporal weight of this epoch */
+	float *inv_gz;    /* [Z] 1 / sum of gz over the valid dz at z */
+	float *inv_nz;    /* [Z] 1 / number of valid dz at z */
+	bool have_prev;   /* cumulative: ovol holds a previous output */
 
 	char device[128];
 };
@@ -97,14 +94,6 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 
 /* Resample x (K values) into y through the configured kernel (m: K floats of scratch). */
 void cpu_resample(const struct cpu_params *p, uint32_t K, const float *x, float *y, float *m);
-
-/* Scan offset of epoch e (ALGORITHMS.md §2.1). */
-static inline void cpu_scan_offset(uint64_t e, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy)
-{
-	uint32_t q = (uint32_t)(e % ((uint64_t)sx * sy));
-	*ox = q % sx;
-	*oy = q / sx;
-}
 
 /* Preprocess every submitted B-scan of the epoch into L (ALGORITHMS.md §1, steps 1-7);
  * with mode none also writes the u8 and float outputs. */

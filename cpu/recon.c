@@ -145,7 +145,7 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 	const uint32_t X = st->X, Y = st->Y, Z = st->nz, S = st->S;
 	uint32_t ox, oy;
 
-	cpu_scan_offset(e, st->sx, st->sy, &ox, &oy);
+	vr_scan_offset(e, st->sx, st->sy, &ox, &oy);
 
 	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
 	 * at the end of the last epoch; zeros at first) */

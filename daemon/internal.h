@@ -40,9 +40,14 @@ void vrd_log_init(const char *instance, enum cfg_log_level level);
 void vrd_log_set_level(enum cfg_log_level level);
 void vrd_log_set_instance(const char *instance);
 bool vrd_log_to_journal(void);
-/* prio: a syslog priority (LOG_ERR ...); event: VOLREC_EVENT field or NULL. Thread-safe. */
-void vrd_log(int prio, const char *event, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+/*
+ * prio: a syslog priority (LOG_ERR ...); event: VOLREC_EVENT field or NULL. Thread-safe.
+ * A macro, so that the journal's CODE_FILE, CODE_LINE and CODE_FUNC name the caller.
+ */
+#define vrd_log(prio, event, ...)                                                                  \
+	vrd_log_at(__FILE__, __LINE__, __func__, (prio), (event), __VA_ARGS__)
+void vrd_log_at(const char *file, int line, const char *func, int prio, const char *event,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* ---- statistics helpers (vrd_stats.c) ---- */
 #define VRD_LAT_SAMPLES 1024 /* latency samples kept per stage (a ring of the most recent) */
@@ -188,8 +193,11 @@ void vrd_pipeline_source_info(struct vrd_pipeline *pl, struct volrec_shim_info *
 /* ---- events and the service (vrd_service.c) ---- */
 /* Log and publish an `event` message {"event": name, "instance", "time", "session",
  * "message", extra_json members}; remembered as the status's last event. message and
- * extra_json may be NULL. Any thread. */
-void vrd_event(const char *name, int prio, const char *message, const char *extra_json);
+ * extra_json may be NULL. Any thread. A macro, as vrd_log is: the journal names the caller. */
+#define vrd_event(name, prio, message, extra_json)                                                 \
+	vrd_event_at(__FILE__, __LINE__, __func__, (name), (prio), (message), (extra_json))
+void vrd_event_at(const char *file, int line, const char *func, const char *name, int prio,
+                  const char *message, const char *extra_json);
 
 /*
  * Run the service on cfg (already loaded from config_path, which SIGHUP loads again) until

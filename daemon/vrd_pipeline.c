@@ -36,6 +36,7 @@ struct vrd_pipeline {
 	struct src_source src;
 	bool src_is_open;
 	struct volrec_shim_info src_info; /* copy of src.info for other threads, under mu */
+	char reopen_err[256];             /* why the source could not be reopened */
 	struct vrd_pub *pub;
 	size_t bscan_bytes;
 	int timeout_ms;
@@ -110,7 +111,7 @@ static void scan_offset(const struct vr_config *cfg, uint64_t e, uint32_t *ox, u
 static void regions_unregister(struct vrd_pipeline *pl)
 {
 	for (uint32_t i = 0; i < pl->nregions; i++)
-		pl->be->ops->host_unregister(pl->be->state, (void *)pl->regions[i].base);
+		be_host_unregister(pl->be, (void *)pl->regions[i].base);
 	free(pl->regions);
 	pl->regions = NULL;
 	pl->nregions = 0;
@@ -122,16 +123,14 @@ static int regions_register(struct vrd_pipeline *pl, struct volrec_shim_region *
                             char *err, size_t errlen)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		int rc = pl->be->ops->host_register(pl->be->state, (void *)regs[i].base,
-		                                    regs[i].size);
+		int rc = be_host_register(pl->be, (void *)regs[i].base, regs[i].size);
 		if (rc < 0) {
 			snprintf(err, errlen,
 			         "backend %s: host_register of the source's region %u of %u (%zu "
 			         "bytes at %p): %s",
-			         pl->be->ops->name, i, n, regs[i].size, regs[i].base,
-			         strerror(-rc));
+			         be_name(pl->be), i, n, regs[i].size, regs[i].base, strerror(-rc));
 			while (i--)
-				pl->be->ops->host_unregister(pl->be->state, (void *)regs[i].base);
+				be_host_unregister(pl->be, (void *)regs[i].base);
 			free(regs);
 			return rc;
 		}
@@ -150,7 +149,7 @@ static int source_regions(struct vrd_pipeline *pl, struct volrec_shim_region **o
 	uint32_t count = 0, again = 0;
 	int rc;
 
-	rc = pl->src.ops->ref_regions(pl->src.handle, NULL, 0, &count);
+	rc = src_ref_regions(&pl->src, NULL, 0, &count);
 	if (rc < 0) {
 		snprintf(err, errlen, "source %s: ref_regions(): %s", pl->src.info.name,
 		         src_strerror(&pl->src, rc));
@@ -167,7 +166,7 @@ static int source_regions(struct vrd_pipeline *pl, struct volrec_shim_region **o
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = pl->src.ops->ref_regions(pl->src.handle, regs, count, &again);
+	rc = src_ref_regions(&pl->src, regs, count, &again);
 	if (rc < 0 || again != count) {
 		snprintf(err, errlen, "source %s: ref_regions(): %s", pl->src.info.name,
 		         rc < 0 ? src_strerror(&pl->src, rc) : "the region count changed");
@@ -203,7 +202,7 @@ static bool ref_inside(const struct vrd_pipeline *pl, const void *p)
 /* Give back a reference to the source (mu held: release_ref calls never overlap). */
 static void release_one(struct vrd_pipeline *pl, const void *p)
 {
-	int rc = pl->src.ops->release_ref(pl->src.handle, p);
+	int rc = src_release_ref(&pl->src, p);
 
 	if (rc < 0)
 		vrd_log(LOG_WARNING, "source_fault", "source %s: release_ref(%p): %s",
@@ -294,8 +293,10 @@ static int source_reopen(struct vrd_pipeline *pl)
 	rc = src_open(&pl->cfg, 0, &pl->src, err, sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_WARNING, "source_fault", "source: reopening failed: %s", err);
+		snprintf(pl->reopen_err, sizeof(pl->reopen_err), "%.200s", err);
 		return rc;
 	}
+	pl->reopen_err[0] = 0;
 	if (pl->zc) {
 		struct volrec_shim_region *regs = NULL;
 		uint32_t n = 0;
@@ -333,8 +334,12 @@ static bool source_fault(struct vrd_pipeline *pl, const char *what, int rc, unsi
 	char msg[256];
 	bool first, stop;
 
-	snprintf(msg, sizeof(msg), "source %s: %s: %s", pl->src_is_open ? pl->src.info.name : "-",
-	         what, pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
+	if (!pl->src_is_open && pl->reopen_err[0])
+		snprintf(msg, sizeof(msg), "source: reopening failed: %.200s", pl->reopen_err);
+	else
+		snprintf(msg, sizeof(msg), "source %s: %s: %s",
+		         pl->src_is_open ? pl->src.info.name : "-", what,
+		         pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
 	pthread_mutex_lock(&pl->mu);
 	pl->c.source_faults++;
 	first = !pl->degraded;
@@ -420,9 +425,9 @@ static void *acq_main(void *arg)
 
 		scan_offset(cfg, e, &ox, &oy);
 		atomic_store(&pl->acq_state, VRD_ACQ_ACQUIRING);
-		rc = pl->src.ops->set_scan_offset(pl->src.handle, e, ox, oy);
+		rc = src_set_scan_offset(&pl->src, e, ox, oy);
 		if (rc == 0 && !started) {
-			rc = pl->src.ops->start(pl->src.handle);
+			rc = src_start(&pl->src);
 			started = rc == 0;
 		}
 		atomic_fetch_add(&pl->acq_returns, 1);
@@ -478,8 +483,7 @@ static void *acq_main(void *arg)
 
 			atomic_store(&pl->acq_state, VRD_ACQ_ACQUIRING);
 			if (pl->zc) {
-				rc = pl->src.ops->acquire_ref(pl->src.handle, &data, pl->timeout_ms,
-				                              &meta);
+				rc = src_acquire_ref(&pl->src, &data, pl->timeout_ms, &meta);
 				if (rc == 0 && !ref_inside(pl, data)) {
 					pthread_mutex_lock(&pl->mu);
 					release_one(pl, data);
@@ -487,8 +491,8 @@ static void *acq_main(void *arg)
 					rc = -EFAULT;
 				}
 			} else {
-				rc = pl->src.ops->acquire(pl->src.handle, buf, pl->bscan_bytes,
-				                          pl->timeout_ms, &meta);
+				rc = src_acquire(&pl->src, buf, pl->bscan_bytes, pl->timeout_ms,
+				                 &meta);
 				data = buf;
 			}
 			atomic_fetch_add(&pl->acq_returns, 1);
@@ -627,7 +631,7 @@ static void apply_requests(struct vrd_pipeline *pl)
 		int rc;
 
 		pthread_mutex_unlock(&pl->mu);
-		rc = pl->be->ops->update_live(pl->be->state, &pl->live_cfg, err, sizeof(err));
+		rc = be_update_live(pl->be, &pl->live_cfg, err, sizeof(err));
 		pthread_mutex_lock(&pl->mu);
 		pl->live_rc = rc;
 		snprintf(pl->live_err, sizeof(pl->live_err), "%s", err);
@@ -637,7 +641,7 @@ static void apply_requests(struct vrd_pipeline *pl)
 		pl->reset_done = pl->reset_req;
 		pl->reset_flag = true;
 		pthread_mutex_unlock(&pl->mu);
-		pl->be->ops->reset_history(pl->be->state);
+		be_reset_history(pl->be);
 		vrd_event("history_reset", LOG_NOTICE,
 		          "reconstruction history reset: the next epoch starts afresh", NULL);
 		pthread_mutex_lock(&pl->mu);
@@ -687,10 +691,10 @@ static int process_epoch(struct vrd_pipeline *pl, uint32_t first, double ms[LAT_
 	for (uint32_t b = 0; b < pl->ny; b++) {
 		const struct vrd_entry *en = &pl->ring[(first + b) % pl->nring];
 
-		rc = pl->be->ops->bscan_submit(pl->be->state, en->epoch, en->bscan, en->data);
+		rc = be_bscan_submit(pl->be, en->epoch, en->bscan, en->data);
 		if (rc < 0) {
 			snprintf(err, errlen, "backend %s: submitting B-scan %u of epoch %llu: %s",
-			         pl->be->ops->name, en->bscan, (unsigned long long)en->epoch,
+			         be_name(pl->be), en->bscan, (unsigned long long)en->epoch,
 			         strerror(-rc));
 			return rc;
 		}
@@ -700,7 +704,7 @@ static int process_epoch(struct vrd_pipeline *pl, uint32_t first, double ms[LAT_
 	if (rc < 0)
 		return rc;
 	out.volume = vol;
-	rc = pl->be->ops->epoch_finish(pl->be->state, e0->epoch, &out, err, errlen);
+	rc = be_epoch_finish(pl->be, e0->epoch, &out, err, errlen);
 	if (rc < 0) {
 		vrd_pub_abort(pl->pub);
 		return rc;
@@ -813,13 +817,13 @@ static void ov_submit(struct vrd_pipeline *pl, struct ov_epoch *sb, uint32_t fro
 
 	for (uint32_t i = 0; i < k && !sb->failed; i++) {
 		const struct vrd_entry *en = &pl->ring[(from + i) % pl->nring];
-		int rc = pl->be->ops->bscan_submit(pl->be->state, en->epoch, en->bscan, en->data);
+		int rc = be_bscan_submit(pl->be, en->epoch, en->bscan, en->data);
 
 		if (rc < 0) {
 			sb->failed = true;
 			snprintf(sb->err, sizeof(sb->err),
 			         "backend %s: submitting B-scan %u of epoch %llu: %s",
-			         pl->be->ops->name, en->bscan, (unsigned long long)en->epoch,
+			         be_name(pl->be), en->bscan, (unsigned long long)en->epoch,
 			         strerror(-rc));
 		}
 	}
@@ -843,8 +847,7 @@ static bool ov_finish_unwanted(struct vrd_pipeline *pl, struct ov_epoch *sb)
 		for (uint32_t i = 0; i < sb->n; i++)
 			have[pl->ring[(pl->tail + i) % pl->nring].bscan] = 1;
 		for (uint32_t b = 0; b < pl->ny; b++)
-			if (!have[b] &&
-			    pl->be->ops->bscan_submit(pl->be->state, sb->epoch, b, pl->scratch) < 0)
+			if (!have[b] && be_bscan_submit(pl->be, sb->epoch, b, pl->scratch) < 0)
 				break;
 		free(have);
 	}
@@ -991,7 +994,7 @@ static void *proc_overlap_main(void *arg)
 			finished = ov_finish_unwanted(pl, &sb);
 			if (finished && history) {
 				/* its made-up B-scans are now in the history: start afresh */
-				pl->be->ops->reset_history(pl->be->state);
+				be_reset_history(pl->be);
 				pl->reset_flag = true;
 				vrd_event("history_reset", LOG_NOTICE,
 				          "reconstruction history reset: an epoch was cut short "
@@ -1038,8 +1041,8 @@ static void pipeline_free(struct vrd_pipeline *pl, bool unlink_shm)
 	if (pl->pub)
 		vrd_pub_close(pl->pub, unlink_shm);
 	if (pl->be) {
-		pl->be->ops->host_free(pl->be->state, pl->ring_mem);
-		pl->be->ops->host_free(pl->be->state, pl->scratch);
+		be_host_free(pl->be, pl->ring_mem);
+		be_host_free(pl->be, pl->scratch);
 		be_close(pl->be);
 	}
 	free(pl->ring);
@@ -1062,7 +1065,7 @@ static void pipeline_free(struct vrd_pipeline *pl, bool unlink_shm)
 static int pipeline_mode(struct vrd_pipeline *pl, char *err, size_t errlen)
 {
 	const char *env = getenv("VOLRECD_PIPELINE_OVERLAP");
-	const struct be_ops *ops = pl->be->ops;
+	const unsigned caps = be_caps(pl->be);
 
 	if (env && env[0]) {
 		if (strcmp(env, "0") && strcmp(env, "1")) {
@@ -1075,8 +1078,7 @@ static int pipeline_mode(struct vrd_pipeline *pl, char *err, size_t errlen)
 		}
 		pl->overlap = env[0] == '1';
 	} else {
-		pl->overlap = (ops->epoch_finish_async && ops->epoch_wait) ||
-		              strcmp(ops->name, "cpu") != 0;
+		pl->overlap = (caps & BE_CAP_ASYNC) || (caps & BE_CAP_DEVICE);
 	}
 	if (pl->overlap && pl->nring < 2 * pl->ny)
 		vrd_log(LOG_NOTICE, NULL,
@@ -1087,7 +1089,7 @@ static int pipeline_mode(struct vrd_pipeline *pl, char *err, size_t errlen)
 	vrd_log(LOG_INFO, NULL, "pipeline: %s (backend %s%s)",
 	        pl->overlap ? "overlap: B-scans submitted as they arrive, two epochs in flight"
 	                    : "one complete epoch at a time",
-	        ops->name, ops->epoch_finish_async ? ", asynchronous epochs" : "");
+	        be_name(pl->be), (caps & BE_CAP_ASYNC) ? ", asynchronous epochs" : "");
 	return 0;
 }
 
@@ -1139,7 +1141,7 @@ static int acquisition_mode(struct vrd_pipeline *pl, char *err, size_t errlen)
 		        "acquisition: zero-copy (source %s's buffers, %u region%s of %.1f MiB "
 		        "registered with backend %s; the ring holds references)",
 		        pl->src.info.name, pl->nregions, pl->nregions == 1 ? "" : "s",
-		        (double)bytes / 1048576.0, pl->be->ops->name);
+		        (double)bytes / 1048576.0, be_name(pl->be));
 	else
 		vrd_log(LOG_INFO, NULL, "acquisition: copy into the ring (%s)", pl->zc_why);
 	return 0;
@@ -1199,7 +1201,7 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 	rc = pipeline_mode(pl, err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes, &pl->scratch);
+	rc = be_host_alloc(pl->be, pl->bscan_bytes, &pl->scratch);
 	if (rc < 0) {
 		snprintf(err, errlen, "pipeline: allocating a scratch B-scan (%zu bytes): %s",
 		         pl->bscan_bytes, strerror(-rc));
@@ -1225,8 +1227,7 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 	if (rc < 0)
 		goto fail;
 	if (!pl->zc) {
-		rc = pl->be->ops->host_alloc(pl->be->state, pl->bscan_bytes * pl->nring,
-		                             &pl->ring_mem);
+		rc = be_host_alloc(pl->be, pl->bscan_bytes * pl->nring, &pl->ring_mem);
 		if (rc < 0) {
 			snprintf(err, errlen,
 			         "pipeline: allocating the ring of %u B-scans (%zu bytes): %s",
@@ -1372,12 +1373,12 @@ const struct vr_config *vrd_pipeline_config(struct vrd_pipeline *pl)
 
 const char *vrd_pipeline_backend_name(struct vrd_pipeline *pl)
 {
-	return pl->be->ops->name;
+	return be_name(pl->be);
 }
 
 const char *vrd_pipeline_device(struct vrd_pipeline *pl)
 {
-	return pl->be->ops->device(pl->be->state);
+	return be_device(pl->be);
 }
 
 const char *vrd_pipeline_acquisition(struct vrd_pipeline *pl)

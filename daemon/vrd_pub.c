@@ -2,7 +2,8 @@
 /*
  * volrecd's side of publishing: opens the ipc writer for the configured output shape, registers
  * its slots with the backend once (so CUDA's D2H lands straight in shared memory), and turns the
- * pipeline's volume description into the writer's.
+ * pipeline's volume description into the writer's (with the epochs dropped since the previous
+ * volume: the gap in the pipeline's epoch numbers).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -19,7 +20,11 @@ struct vrd_pub {
 	uint32_t nslots, nregistered;
 	struct ipc_slot_ref cur; /* slot being filled */
 	bool in_progress;
+	bool published;      /* a volume was published in this session */
+	uint64_t last_epoch; /* epoch of the last one */
 };
+
+_Static_assert(CFG_MAX_PUB <= IPC_MAX_PUB, "every configured endpoint fits the writer");
 
 /* Volume ids continue across structural reloads (DESIGN.md §5: the daemon's volume counter). */
 static _Atomic uint64_t next_volume_id = 1;
@@ -28,7 +33,19 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
                  char *err, size_t errlen)
 {
 	struct vrd_pub *pub = calloc(1, sizeof(*pub));
-	struct ipc_geometry g = {0};
+	const char *eps[CFG_MAX_PUB];
+	struct ipc_writer_options o = {
+	        .instance = cfg->instance,
+	        .run_dir = cfg->ipc.run_dir,
+	        .shape = {.nz = cfg_nz(cfg), .dtype = VOLREC_DTYPE_U8},
+	        .slots = cfg->output.slots,
+	        .max_readers = cfg->ipc.max_readers,
+	        .hwm = cfg->ipc.hwm,
+	        .pub = eps,
+	        .npub = cfg->ipc.npub,
+	        .curve_secret_key = cfg->ipc.curve_secret_key,
+	        .curve_public_key = cfg->ipc.curve_public_key,
+	};
 	size_t size;
 	int rc;
 
@@ -37,26 +54,22 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 		return -ENOMEM;
 	}
 	pub->be = be;
-	g.ny = cfg->geometry.bscans_per_volume;
-	g.nx = cfg->geometry.ascans_per_bscan;
+	for (uint32_t i = 0; i < cfg->ipc.npub && i < CFG_MAX_PUB; i++)
+		eps[i] = cfg->ipc.pub[i];
+	o.shape.ny = cfg->geometry.bscans_per_volume;
+	o.shape.nx = cfg->geometry.ascans_per_bscan;
 	if (cfg->reconstruct.mode != CFG_RECON_NONE) {
-		g.ny *= cfg->geometry.stride[1];
-		g.nx *= cfg->geometry.stride[0];
+		o.shape.ny *= cfg->geometry.stride[1];
+		o.shape.nx *= cfg->geometry.stride[0];
 	}
-	g.nz = cfg_nz(cfg);
-	g.dtype = VOLREC_DTYPE_U8;
-	g.slots = cfg->output.slots;
-	rc = ipc_writer_open(cfg, &g, &pub->w, err, errlen);
+	rc = ipc_writer_open(&o, &pub->w, err, errlen);
 	if (rc < 0)
 		goto fail;
 	ipc_writer_slot_buffers(pub->w, &pub->slots, &pub->nslots, &size);
 	for (uint32_t i = 0; i < pub->nslots; i++) {
-		rc = be->ops->host_register(be->state, pub->slots[i], size);
+		rc = be_host_register(be, pub->slots[i], size);
 		if (rc < 0) {
-			snprintf(
-			        err, errlen,
-			        "backend %s: registering shm slot %u (%zu bytes) for transfers: %s",
-			        be->ops->name, i, size, strerror(-rc));
+			snprintf(err, errlen, "shm slot %u: %s", i, be_last_error(be));
 			goto fail;
 		}
 		pub->nregistered++;
@@ -75,7 +88,7 @@ void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm)
 	if (pub->in_progress)
 		ipc_writer_abort(pub->w, &pub->cur);
 	for (uint32_t i = 0; i < pub->nregistered; i++)
-		pub->be->ops->host_unregister(pub->be->state, pub->slots[i]);
+		be_host_unregister(pub->be, pub->slots[i]);
 	ipc_writer_close(pub->w, unlink_shm);
 	free(pub);
 }
@@ -95,6 +108,10 @@ int vrd_pub_begin(struct vrd_pub *pub, uint8_t **volume, char *err, size_t errle
 
 int vrd_pub_publish(struct vrd_pub *pub, const struct vrd_vol_meta *m, char *err, size_t errlen)
 {
+	/* the pipeline numbers epochs from 0 in each session and skips the number of every epoch
+	 * it drops (ring full, incomplete, processing error, source fault): a gap is a drop */
+	uint64_t expected = pub->published ? pub->last_epoch + 1 : 0;
+	uint64_t gap = m->epoch > expected ? m->epoch - expected : 0;
 	struct ipc_volume_meta meta = {
 	        .volume_id = atomic_fetch_add(&next_volume_id, 1),
 	        .epoch = m->epoch,
@@ -104,10 +121,15 @@ int vrd_pub_publish(struct vrd_pub *pub, const struct vrd_vol_meta *m, char *err
 	        .t_last_ns = m->t_last_ns,
 	        .latency_ns = m->latency_ns,
 	        .flags = m->flags,
+	        .drops_before = gap > UINT32_MAX ? UINT32_MAX : (uint32_t)gap,
 	};
 	int rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
 
 	pub->in_progress = false;
+	if (rc == 0) {
+		pub->published = true;
+		pub->last_epoch = m->epoch;
+	}
 	if (rc < 0)
 		snprintf(err, errlen, "shm: publishing volume of epoch %llu: %s",
 		         (unsigned long long)m->epoch, strerror(-rc));

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,12 +34,13 @@ static struct {
 	uint64_t last_event_ns; /* CLOCK_REALTIME */
 } svc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-void vrd_event(const char *name, int prio, const char *message, const char *extra_json)
+void vrd_event_at(const char *file, int line, const char *func, const char *name, int prio,
+                  const char *message, const char *extra_json)
 {
 	char buf[4096];
 	struct vrd_json j;
 
-	vrd_log(prio, name, "%s", message ? message : name);
+	vrd_log_at(file, line, func, prio, name, "%s", message ? message : name);
 	pthread_mutex_lock(&svc.lock);
 	vrd_json_init(&j, buf, sizeof(buf));
 	vrd_json_raw(&j, "{\"event\":");
@@ -205,6 +207,47 @@ static void effective_remove(struct service *s)
 	s->eff_path[0] = '\0';
 }
 
+/* ---- what else the instance leaves in run_dir ----------------------------------------------- */
+
+/*
+ * <run_dir>/<instance>.{lock,pub,pid,yaml} once no live writer holds the instance lock: called
+ * after a graceful stop (the ipc writer released the lock and left the lock file and the
+ * default ZeroMQ socket) and before a start (files of a crashed predecessor, so that no client
+ * reads a dead daemon's pid or configuration, even when this start fails). The lock is held
+ * while unlinking, so a daemon starting meanwhile either waits on it and refuses or makes a
+ * new one. A live writer's files are never touched.
+ */
+static void run_dir_clean(const struct vr_config *c)
+{
+	static const char *const suffixes[] = {"pid", "yaml", "pub"};
+	char path[CFG_PATH_MAX + CFG_NAME_MAX + 8];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s.lock", c->ipc.run_dir, c->instance);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return; /* no lock file: nothing was left */
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		close(fd); /* a live writer's */
+		return;
+	}
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+		char other[sizeof(path)];
+
+		snprintf(other, sizeof(other), "%s/%s.%s", c->ipc.run_dir, c->instance,
+		         suffixes[i]);
+		/* the ZeroMQ endpoint only if it is a socket: ipc.pub may name other files */
+		if (lstat(other, &st) == 0 &&
+		    (i < 2 ? S_ISREG(st.st_mode) : S_ISSOCK(st.st_mode)) && unlink(other) < 0 &&
+		    errno != ENOENT)
+			vrd_log(LOG_WARNING, NULL, "cannot remove %s: %s", other, strerror(errno));
+	}
+	if (unlink(path) < 0 && errno != ENOENT)
+		vrd_log(LOG_WARNING, NULL, "cannot remove %s: %s", path, strerror(errno));
+	close(fd);
+}
+
 /* ---- status ------------------------------------------------------------------------------ */
 
 static void update_rates(struct service *s, const struct vrd_snapshot *snap, uint64_t now)
@@ -348,8 +391,8 @@ static void status_json(struct service *s, const struct vrd_snapshot *snap, int 
 	vrd_json_str(&j, snap->fault);
 	vrd_json_raw(&j,
 	             "},\"readers\":%d,\"publisher\":{\"lease_skips\":%" PRIu64
-	             ",\"forced_overwrite\":%" PRIu64 ",\"send_dropped\":%" PRIu64 "}",
-	             readers, ws.lease_skips, ws.forced_overwrite, ws.send_dropped);
+	             ",\"forced_overwrite\":%" PRIu64 ",\"send_errors\":%" PRIu64 "}",
+	             readers, ws.lease_skips, ws.forced_overwrite, ws.send_errors);
 	vrd_json_raw(&j, ",\"uptime_s\":");
 	vrd_json_num(&j, (double)(now - s->started_ns) / 1e9);
 	vrd_json_raw(&j,
@@ -389,28 +432,41 @@ static void send_status(struct service *s, uint64_t now)
 	sd_notifyf(0, "STATUS=%s", line);
 }
 
+/* "p50/p99" in ms, "n/a" for a percentile without samples (negative) */
+static void lat_text(char *buf, size_t len, double p50, double p99)
+{
+	char a[32] = "n/a", b[32] = "n/a";
+
+	if (p50 >= 0)
+		snprintf(a, sizeof(a), "%.2f", p50);
+	if (p99 >= 0)
+		snprintf(b, sizeof(b), "%.2f", p99);
+	snprintf(buf, len, "%s/%s", a, b);
+}
+
 static void log_statistics(struct service *s)
 {
 	struct vrd_snapshot snap;
-	char drops[512];
+	char drops[512], lat[4][72];
 	int n = 0;
 
 	vrd_pipeline_snapshot(s->pl, &snap);
 	for (int i = 0; i < VRD_DROP_COUNT; i++)
 		n += snprintf(drops + n, sizeof(drops) - (size_t)n, "%s%s %" PRIu64, i ? ", " : "",
 		              vrd_drop_names[i], snap.c.drops[i]);
+	for (int i = 0; i < 4; i++) /* a stage without samples yet has no percentiles */
+		lat_text(lat[i], sizeof(lat[i]), snap.lat_p50[i], snap.lat_p99[i]);
 	vrd_log(LOG_NOTICE, "statistics",
 	        "statistics: state %s, uptime %.1f s, B-scans acquired %" PRIu64
 	        " processed %" PRIu64 " in ring %u/%u; epochs started %" PRIu64
 	        " published %" PRIu64 "; drops: %s; source faults %" PRIu64 " reopens %" PRIu64
-	        "; latency ms p50/p99: acquire->publish %.2f/%.2f, preprocess %.2f/%.2f, "
-	        "reconstruct %.2f/%.2f, publish %.2f/%.2f; readers %d; rates %.1f volumes/s "
+	        "; latency ms p50/p99: acquire->publish %s, preprocess %s, reconstruct %s, "
+	        "publish %s; readers %d; rates %.1f volumes/s "
 	        "%.3g A-scans/s; watchdog pings %" PRIu64 " withheld %" PRIu64,
 	        shown_state(s, &snap), (double)(vrd_now_ns() - s->started_ns) / 1e9,
 	        snap.c.acquired, snap.c.processed, snap.c.ring_used, snap.c.ring_size,
 	        snap.c.epochs_started, snap.c.epochs_published, drops, snap.c.source_faults,
-	        snap.c.source_reopens, snap.lat_p50[0], snap.lat_p99[0], snap.lat_p50[1],
-	        snap.lat_p99[1], snap.lat_p50[2], snap.lat_p99[2], snap.lat_p50[3], snap.lat_p99[3],
+	        snap.c.source_reopens, lat[0], lat[1], lat[2], lat[3],
 	        vrd_pub_readers(vrd_pipeline_pub(s->pl)), s->rates[2], s->rates[0], s->wd_pings,
 	        s->wd_missed);
 }
@@ -517,6 +573,7 @@ static int reload_start(struct service *s)
 		    strcmp(s->cur.ipc.run_dir, next.ipc.run_dir)) {
 			pidfile_remove(s);
 			effective_remove(s);
+			run_dir_clean(&s->cur);
 		}
 		rc = vrd_pipeline_start(&next, &pl, err, sizeof(err));
 		if (rc < 0) {
@@ -622,10 +679,12 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 
 	s.state = SVC_STARTING;
 	s.started_ns = vrd_now_ns();
+	run_dir_clean(&s.cur);
 	rc = vrd_pipeline_start(&s.cur, &s.pl, err, sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_ERR, "start_failed", "cannot start: %s", err);
 		sd_notifyf(0, "STATUS=failed to start: %s", err);
+		run_dir_clean(&s.cur);
 		goto out_sfd;
 	}
 	set_event_pub(vrd_pipeline_pub(s.pl));
@@ -729,6 +788,7 @@ out_pid:
 	}
 	pidfile_remove(&s);
 	effective_remove(&s);
+	run_dir_clean(&s.cur);
 out_sfd:
 	close(sfd);
 out_cfg:

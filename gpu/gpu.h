@@ -2,7 +2,8 @@
 /*
  * Private declarations of the CUDA backend (gpu_): the host-side tables computed once per
  * configuration, the kernel launchers (gpu_kernels.cu), the error helpers and the benchmark
- * helpers. Only gpu/ and tests/gpu/ include this header.
+ * helpers. Only gpu/, tests/gpu/ and the backend selection (backend/open.c) include this
+ * header; everyone else asks through backend.h (be_cuda_devices, be_cuda_bandwidth).
  */
 #ifndef VOLREC_GPU_H
 #define VOLREC_GPU_H
@@ -146,19 +147,14 @@ cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStr
 
 /* ---- benchmark helpers (gpu_bench.c) ----------------------------------------------------- */
 
-struct gpu_bw {
-	double h2d_gbs;     /* pinned host -> device, GB/s (1e9 bytes) */
-	double d2h_gbs;     /* device -> pinned host */
-	double bidir_gbs;   /* each way, both directions at once (mean of the two) */
-	double d2h_shm_gbs; /* device -> cudaHostRegister'ed shm_open + mmap(MAP_SHARED) */
-	size_t bytes;       /* transfer size per copy */
-	bool shm_anonymous; /* /dev/shm too small: MAP_SHARED | MAP_ANONYMOUS instead */
-};
+struct be_bandwidth; /* backend/backend.h */
 
-/* Measure the copy bandwidths on device dev with transfers of bytes (best of reps). On
- * failure returns a negative errno with the message in err. Frees everything it allocates. */
-__attribute__((warn_unused_result)) int
-gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct gpu_bw *bw, char *err, size_t errlen);
+/* Measure the copy bandwidths on device dev with transfers of bytes (best of reps) into bw
+ * (be_cuda_bandwidth's contract). On failure returns a negative errno with the message in
+ * err. Frees everything it allocates. */
+__attribute__((warn_unused_result)) int gpu_bench_bandwidth(int dev, size_t bytes, int reps,
+                                                            struct be_bandwidth *bw, char *err,
+                                                            size_t errlen);
 /* Whether /dev/shm has room for bytes more (containers often give it 64 MiB). */
 bool gpu_shm_fits(size_t bytes);
 /* Number of CUDA devices (0 when none or no driver). */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/backend.h"
+#include "../backend/ops.h"
 #include "../backend/tables.h"
 #include "gpu.h"
 
@@ -75,15 +75,10 @@ struct gpu_state {
 	float g[4];
 	float *ttab; /* [S][S] (NULL when S*S > GPU_TTAB_MAX) */
 
-	/* epoch bookkeeping */
-	uint64_t epoch; /* epoch of the submitted B-scans */
-	uint32_t nsub;
-	uint8_t *have; /* [ny] */
+	/* epoch bookkeeping (the call order itself is the wrappers', backend/ops.h) */
 	bool have_last;
 	uint64_t last; /* last finished epoch */
 	uint64_t run;  /* consecutive finished epochs ending at last */
-	bool inflight; /* epoch_finish_async(inflight_epoch) queued, epoch_wait not yet */
-	uint64_t inflight_epoch;
 
 	int sticky; /* a CUDA failure in bscan_submit/reset_history, reported next */
 	char sticky_msg[512];
@@ -336,7 +331,6 @@ static void gpu_destroy(void *vst)
 	cudaFree(st->out8);
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
-	free(st->have);
 	cfg_free(&st->cfg);
 	free(st);
 }
@@ -484,9 +478,8 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 			goto fail;
 		}
 	}
-	st->have = calloc(st->ny, 1);
 	st->st = calloc((size_t)st->ns, sizeof(*st->st));
-	if (!st->have || !st->st) {
+	if (!st->st) {
 		snprintf(err, errlen, "cuda backend: out of host memory");
 		rc = -ENOMEM;
 		goto fail;
@@ -797,10 +790,6 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	const size_t errlen = sizeof(err);
 	int rc;
 
-	if (bscan >= st->ny || !raw)
-		return -EINVAL;
-	if (st->nsub > 0 && epoch != st->epoch)
-		return -EBUSY; /* the previous epoch was not finished */
 	if (st->sticky)
 		return st->sticky;
 	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
@@ -837,11 +826,6 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	                     st->prep.complex_in ? (int)st->N : (int)(st->N / 2 + 1), rev,
 	                     st->le[st->cur] + (size_t)bscan * st->nx * st->nz, g->s),
 	   "log-magnitude kernel");
-	st->epoch = epoch;
-	if (!st->have[bscan]) {
-		st->have[bscan] = 1;
-		st->nsub++;
-	}
 	return 0;
 out:
 	gpu_set_sticky(st, rc, "B-scan %u of epoch %llu: %s", bscan, (unsigned long long)epoch,
@@ -884,12 +868,6 @@ static uint32_t gpu_slab_rows(uint32_t rows)
 	return r > 65532 ? 65532 : r;
 }
 
-static void gpu_reset_state(struct gpu_state *st)
-{
-	memset(st->have, 0, st->ny);
-	st->nsub = 0;
-}
-
 /*
  * Queue epoch e: reconstruction streams wait for the preprocessing of its B-scans (events
  * recorded now, so B-scans of the next epoch submitted later are not waited for), then the
@@ -905,32 +883,13 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	const uint32_t Z = st->nz;
 	int rc;
 
-	if (st->inflight) {
-		snprintf(err, errlen,
-		         "cuda backend: epoch %llu finished while epoch %llu is still in flight "
-		         "(epoch_wait first)",
-		         (unsigned long long)epoch, (unsigned long long)st->inflight_epoch);
-		return -EBUSY;
-	}
-	if (!out) {
-		snprintf(err, errlen, "cuda backend: epoch %llu finished without an output",
-		         (unsigned long long)epoch);
-		return -EINVAL;
-	}
+	/* a failure of bscan_submit or reset_history: reported here, the epoch is dropped */
 	if (st->sticky) {
 		snprintf(err, errlen, "cuda backend: %s", st->sticky_msg);
 		rc = st->sticky;
 		st->sticky = 0;
 		gpu_sync_all(st, NULL, 0);
-		gpu_reset_state(st);
 		return rc;
-	}
-	if (st->nsub != st->ny || epoch != st->epoch) {
-		snprintf(err, errlen,
-		         "cuda backend: epoch %llu finished with %u of %u B-scans submitted%s",
-		         (unsigned long long)epoch, st->nsub, st->ny,
-		         st->nsub && epoch != st->epoch ? " (for another epoch)" : "");
-		return -EINVAL;
 	}
 	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
 	if (rc < 0)
@@ -954,7 +913,9 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	if (none) {
 		outf_dev = le;
 	} else {
-		const uint64_t q = epoch % st->S;
+		uint32_t ox, oy;
+		vr_scan_offset(epoch, st->sx, st->sy, &ox, &oy);
+		const uint32_t q = oy * st->sx + ox; /* epoch mod S */
 		const uint64_t run = consecutive ? st->run + 1 : 1;
 		const size_t nt = st->ttab ? (size_t)st->S * st->S : 0;
 		rp = (struct gpu_recon_params){
@@ -966,8 +927,8 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		        .S = (int)st->S,
 		        .X = (int)st->X,
 		        .Y = (int)st->Y,
-		        .ox = (int)(q % st->sx),
-		        .oy = (int)(q / st->sx),
+		        .ox = (int)ox,
+		        .oy = (int)oy,
 		        .qe = (int)q,
 		        .epoch = (long long)epoch,
 		        /* steady state: the last S epochs were all processed, in order */
@@ -1040,12 +1001,9 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		st->last = epoch;
 	}
 	st->cur ^= 1;
-	st->inflight = true;
-	st->inflight_epoch = epoch;
 out:
 	if (rc < 0)
 		gpu_sync_all(st, NULL, 0);
-	gpu_reset_state(st);
 	return rc;
 }
 
@@ -1055,18 +1013,6 @@ static int gpu_epoch_wait(void *vst, uint64_t epoch, char *err, size_t errlen)
 	char msg[384];
 	int rc = 0, r;
 
-	if (!st->inflight || st->inflight_epoch != epoch) {
-		if (st->inflight)
-			snprintf(err, errlen,
-			         "cuda backend: epoch_wait(%llu), but epoch %llu is in flight",
-			         (unsigned long long)epoch, (unsigned long long)st->inflight_epoch);
-		else
-			snprintf(err, errlen,
-			         "cuda backend: epoch_wait(%llu) with no epoch in flight",
-			         (unsigned long long)epoch);
-		return -EINVAL;
-	}
-	st->inflight = false;
 	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", msg, sizeof(msg));
 	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
 		r = gpu_cuda_check(cudaEventSynchronize(st->rev[j]),
@@ -1199,7 +1145,9 @@ out:
 }
 
 const struct be_ops be_cuda_ops = {
+        .version = BE_OPS_VERSION,
         .name = "cuda",
+        .caps = BE_CAP_ASYNC | BE_CAP_DEVICE | BE_CAP_REGISTER,
         .create = gpu_create,
         .destroy = gpu_destroy,
         .device = gpu_device,

@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "../backend/backend.h"
 #include "gpu.h"
 
 bool gpu_shm_fits(size_t bytes)
@@ -85,7 +86,7 @@ static int gpu_time_copies(int ns, void *const *dst, void *const *src,
 	return 0;
 }
 
-int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct gpu_bw *bw, char *err,
+int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, char *err,
                         size_t errlen)
 {
 	void *h0 = NULL, *h1 = NULL, *d0 = NULL, *d1 = NULL, *shm = MAP_FAILED;
@@ -97,7 +98,7 @@ int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct gpu_bw *bw, char
 	double ms;
 
 	if (bytes == 0 || reps < 1) {
-		snprintf(err, errlen, "bandwidth: size and repetitions must be positive");
+		snprintf(err, errlen, "cuda bandwidth: size and repetitions must be positive");
 		return -EINVAL;
 	}
 	memset(bw, 0, sizeof(*bw));
@@ -105,6 +106,12 @@ int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct gpu_bw *bw, char
 	rc = gpu_cuda_check(cudaSetDevice(dev), "cudaSetDevice", err, errlen);
 	if (rc < 0)
 		return rc;
+	{
+		struct cudaDeviceProp prop;
+		snprintf(bw->device, sizeof(bw->device), "%s",
+		         cudaGetDeviceProperties(&prop, dev) == cudaSuccess ? prop.name
+		                                                            : "unknown");
+	}
 	rc = gpu_cuda_check(cudaHostAlloc(&h0, bytes, cudaHostAllocPortable),
 	                    "cudaHostAlloc(bandwidth buffer)", err, errlen);
 	if (rc == 0)

@@ -30,10 +30,13 @@ PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREF
 
 INSTALL ?= install
 PKG_MAN_PAGES := $(sort $(wildcard packaging/man/*.[1-8]))
-PKG_PC_IN := clients/libvolrec/volrec.pc.in
+PKG_PC_IN := ipc/volrec.pc.in
 # The example shim(s): shims/module.mk may set SHIM_FILES (built .so paths); by default every
-# $(B)/lib/volrec/*.so present after the build.
+# $(B)/lib/volrec/*.so present after the build. PKG_SHIM_NAMES is what install writes into
+# SHIMDIR and all that uninstall removes there: the operator's own shims stay.
 SHIM_FILES ?=
+PKG_SHIM_FILES = $(or $(strip $(SHIM_FILES)),$(wildcard $(B)/lib/volrec/*.so))
+PKG_SHIM_NAMES = $(notdir $(PKG_SHIM_FILES))
 D := $(DESTDIR)
 
 # $(1) source, $(2) destination file, $(3) mode
@@ -83,7 +86,7 @@ install-dev: all
 
 install-shim: all $(SHIM_FILES)
 	$(call msg,INSTALL,$(D)$(SHIMDIR))
-	$(Q)shims="$(strip $(SHIM_FILES))"; [ -n "$$shims" ] || shims=$$(ls $(B)/lib/volrec/*.so 2>/dev/null); \
+	$(Q)shims="$(strip $(PKG_SHIM_FILES))"; \
 	if [ -z "$$shims" ]; then $(call pkg_skip,example shim); fi; \
 	for s in $$shims; do \
 		$(call pkg_install_file,$$s,$(SHIMDIR)/$$(basename $$s),0644) || exit 1; \
@@ -92,7 +95,7 @@ install-shim: all $(SHIM_FILES)
 install-python:
 	$(call msg,INSTALL,$(D)$(PYTHONDIR)/volrec)
 	$(Q)if [ -d clients/python/volrec ]; then \
-		for f in $$(cd clients/python && find volrec -name '*.py' | sort); do \
+		for f in $$(cd clients/python && find volrec \( -name '*.py' -o -name py.typed \) | sort); do \
 			$(call pkg_install_file,clients/python/$$f,$(PYTHONDIR)/$$f,0644) || exit 1; \
 		done; \
 	else $(call pkg_skip,Python package volrec); fi
@@ -136,7 +139,7 @@ uninstall:
 		$(foreach m,$(PKG_MAN_PAGES),$(D)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
 		$(D)$(SYSTEMDUNITDIR)/volrecd.service $(D)$(SYSUSERSDIR)/volrec.conf \
 		$(D)$(TMPFILESDIR)/volrec.conf $(D)$(SYSCONFDIR)/volrec/volrecd.yaml.dist
-	$(Q)rm -f $(D)$(SHIMDIR)/*.so
+	$(Q)rm -f $(addprefix $(D)$(SHIMDIR)/,$(PKG_SHIM_NAMES))
 	$(Q)rm -rf $(D)$(PYTHONDIR)/volrec
 	$(Q)if cmp -s packaging/volrecd.yaml $(D)$(SYSCONFDIR)/volrec/volrecd.yaml; then \
 		rm -f $(D)$(SYSCONFDIR)/volrec/volrecd.yaml; \

@@ -161,15 +161,6 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	p->snr_db = cfg->source.synth.snr_db;
 }
 
-void sim_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy)
-{
-	uint64_t S = (uint64_t)(sx ? sx : 1) * (sy ? sy : 1);
-	uint64_t q = epoch % S;
-
-	*ox = (uint32_t)(q % (sx ? sx : 1));
-	*oy = (uint32_t)(q / (sx ? sx : 1));
-}
-
 static double nl_h(double v)
 {
 	return v + NL_A * v * (1 - v) + NL_B * v * (1 - v) * (2 * v - 1);

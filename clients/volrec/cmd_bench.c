@@ -349,7 +349,7 @@ static int bench_resolve(struct bench *b, char *err, size_t errlen)
 		return rc;
 	if (note[0])
 		fprintf(stderr, "volrec bench: %s\n", note);
-	b->cuda = !strcmp(be->ops->name, "cuda");
+	b->cuda = !strcmp(be_name(be), "cuda");
 	b->gpu_device = c.gpu.device;
 	b->backend = b->cuda ? "cuda" : "cpu";
 	be_close(be);

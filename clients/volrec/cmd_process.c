@@ -261,13 +261,13 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	if (!raw || !epochs || !offsets)
 		goto out_nomem;
 	for (uint32_t b = 0; b < ny; b++)
-		if (be->ops->host_alloc(be->state, bscan_bytes, &raw[b]) < 0)
+		if (be_host_alloc(be, bscan_bytes, &raw[b]) < 0)
 			goto out_nomem;
-	if (be->ops->host_alloc(be->state, nvox, (void **)&vol) < 0)
+	if (be_host_alloc(be, nvox, (void **)&vol) < 0)
 		goto out_nomem;
-	if (o.lowres && be->ops->host_alloc(be->state, nlow * sizeof(float), (void **)&low) < 0)
+	if (o.lowres && be_host_alloc(be, nlow * sizeof(float), (void **)&low) < 0)
 		goto out_nomem;
-	if (o.full && be->ops->host_alloc(be->state, nvox * sizeof(float), (void **)&full) < 0)
+	if (o.full && be_host_alloc(be, nvox * sizeof(float), (void **)&full) < 0)
 		goto out_nomem;
 
 	f = H5Fcreate(o.output, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -291,9 +291,9 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		struct be_output out = {.volume = vol, .lowres = low, .full = full};
 		bool end = false;
 
-		rc = src.ops->set_scan_offset(src.handle, e, ox, oy);
+		rc = src_set_scan_offset(&src, e, ox, oy);
 		if (rc == 0 && e == 0)
-			rc = src.ops->start(src.handle);
+			rc = src_start(&src);
 		if (rc < 0) {
 			fprintf(stderr, "volrec process: source: %s\n", src_strerror(&src, rc));
 			goto out_h5;
@@ -302,7 +302,7 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 			struct volrec_shim_meta meta;
 			int tmo = cfg.source.type == CFG_SOURCE_SHIM ? cfg.source.shim.timeout_ms
 			                                             : 60000;
-			rc = src.ops->acquire(src.handle, raw[b], bscan_bytes, tmo, &meta);
+			rc = src_acquire(&src, raw[b], bscan_bytes, tmo, &meta);
 			if (rc == -ENODATA) {
 				end = true;
 				break;
@@ -322,7 +322,7 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 				        (unsigned long long)e, b);
 				goto out_h5;
 			}
-			rc = be->ops->bscan_submit(be->state, e, b, raw[b]);
+			rc = be_bscan_submit(be, e, b, raw[b]);
 			if (rc < 0) {
 				fprintf(stderr, "volrec process: backend: B-scan %u: %s\n", b,
 				        strerror(-rc));
@@ -334,7 +334,7 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 			        (unsigned long long)e);
 			break;
 		}
-		rc = be->ops->epoch_finish(be->state, e, &out, err, sizeof(err));
+		rc = be_epoch_finish(be, e, &out, err, sizeof(err));
 		if (rc < 0) {
 			fprintf(stderr, "volrec process: backend: %s\n", err);
 			goto out_h5;
@@ -401,8 +401,8 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		     vr_h5_attr_u32(f, "epochs", (uint32_t)done) == 0 &&
 		     vr_h5_attr_str(f, "reconstruct_mode",
 		                    cfg_recon_mode_name(cfg.reconstruct.mode)) == 0 &&
-		     vr_h5_attr_str(f, "backend", be->ops->name) == 0 &&
-		     vr_h5_attr_str(f, "device", be->ops->device(be->state)) == 0 &&
+		     vr_h5_attr_str(f, "backend", be_name(be)) == 0 &&
+		     vr_h5_attr_str(f, "device", be_device(be)) == 0 &&
 		     vr_h5_attr_str(f, "volrec_version", VOLREC_VERSION) == 0 &&
 		     vr_h5_attr_str(f, "config", yaml) == 0;
 		if (!ok) {
@@ -419,7 +419,7 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	       "epochs/s) on %s -> %s\n",
 	       (unsigned long long)done, (unsigned long long)done * nx * ny, elapsed,
 	       elapsed > 0 ? (double)done * nx * ny / elapsed : 0.0,
-	       elapsed > 0 ? done / elapsed : 0.0, be->ops->device(be->state), o.output);
+	       elapsed > 0 ? done / elapsed : 0.0, be_device(be), o.output);
 	ret = VR_EXIT_OK;
 	goto out_h5;
 
@@ -441,10 +441,10 @@ out_free:
 	free(yaml);
 	if (be) {
 		for (uint32_t b = 0; raw && b < ny; b++)
-			be->ops->host_free(be->state, raw[b]);
-		be->ops->host_free(be->state, vol);
-		be->ops->host_free(be->state, low);
-		be->ops->host_free(be->state, full);
+			be_host_free(be, raw[b]);
+		be_host_free(be, vol);
+		be_host_free(be, low);
+		be_host_free(be, full);
 	}
 	free(raw);
 	free(epochs);

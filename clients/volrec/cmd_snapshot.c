@@ -55,7 +55,8 @@ static void snapshot_usage(FILE *f)
 	        "                       the smaller side at least 256 pixels, at most 8 times\n"
 	        "  -t, --timeout S      wait at most S seconds for a volume (default "
 	        "5)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ",\n"
-	        "6 no volume published within the timeout, 7 also for DIR, 8 disk full (1 for "
+	        "6 also: no volume published within the timeout, 7 also for DIR, 8 disk full (1 "
+	        "for "
 	        "other\n"
 	        "errors writing DIR).\n");
 }

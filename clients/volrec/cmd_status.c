@@ -26,7 +26,7 @@ static void status_usage(FILE *f)
 	        "else\n"
 	        "  -t, --timeout S      wait at most S seconds for it (default 3, or 2.5 "
 	        "intervals with -c)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP
-	        ",\n6 no status message within the timeout.\n");
+	        ",\n6 also: no status message within the timeout.\n");
 }
 
 VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
@@ -87,7 +87,8 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 	rc = tool_daemon_require(&tg, "status", &d);
 	if (rc)
 		return rc;
-	rc = tool_client_open(&tg, "status", VOLREC_SUB_STATUS, 0, &c);
+	/* no lease: status must work when ipc.max_readers readers are connected */
+	rc = tool_client_open(&tg, "status", VOLREC_SUB_STATUS | VOLREC_OPEN_NO_LEASE, 0, &c);
 	if (rc)
 		return rc;
 	rc = tool_wait_status(c, timeout, &text);

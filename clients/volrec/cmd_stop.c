@@ -75,7 +75,8 @@ VR_COMMAND(stop, "stop a running daemon (SIGTERM) and wait until it is gone")
 	                "the source, publishes what is finished and removes its shared memory. "
 	                "Waits\n"
 	                "until the process is gone and prints its `stopping` event.\n",
-	        .exit_help = ",\n6 the process is still running when the timeout runs out; 0 means "
+	        .exit_help = ",\n6 also: the process is still running when the timeout runs out; 0 "
+	                     "means "
 	                     "it is gone",
 	        .signal = SIGTERM,
 	        .default_timeout = 30,

@@ -158,7 +158,7 @@ static void draw(struct watch *w, struct volrec_client *c, const struct tool_dae
 	       ", offset (%d, %d), latency %.2f ms%s%s%s",
 	       w->last.sequence, w->last.epoch, w->last.offset_x, w->last.offset_y,
 	       (double)w->last.latency_ns / 1e6,
-	       w->last.flags & VOLREC_FLAG_PARTIAL ? ", partial" : "",
+	       w->last.flags & VOLREC_FLAG_DROPPED_BEFORE ? ", epochs dropped before it" : "",
 	       w->last.flags & VOLREC_FLAG_RESET ? ", history reset" : "", eol);
 	printf("  arriving ");
 	for (int i = 0; i < w->nseqs; i++)

@@ -41,6 +41,7 @@ static void usage(FILE *f)
 	for (size_t i = 0; commands[i].name; i++)
 		if (!commands[i].run)
 			fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\nEvery option and exit status: man volrec.\n");
 }
 
 int main(int argc, char **argv)

@@ -352,6 +352,18 @@ int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topi
 		        "(run as the daemon's user, root, or a member of group volrec)\n",
 		        cmd, t->instance);
 		break;
+	case -EAGAIN:
+		fprintf(stderr,
+		        "volrec %s: volrecd of instance '%s' is still creating its shared memory "
+		        "(not ready after 2 s); try again\n",
+		        cmd, t->instance);
+		return VR_EXIT_TIMEOUT;
+	case -EUSERS:
+		fprintf(stderr,
+		        "volrec %s: every reader entry of instance '%s' is taken: raise "
+		        "ipc.max_readers or stop a reader\n",
+		        cmd, t->instance);
+		break;
 	default:
 		fprintf(stderr, "volrec %s: cannot connect to instance '%s': %s\n", cmd,
 		        t->instance, volrec_strerror(rc));

@@ -158,10 +158,10 @@ void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_
 	        tool_json_bool(st, "faults.degraded", false) ? c : "", eol);
 	fprintf(f,
 	        "  readers   %.0f; publisher: %.0f lease skips, %.0f forced overwrites, %.0f "
-	        "notifications dropped%s",
+	        "failed sends%s",
 	        tool_json_num(st, "readers", 0), tool_json_num(st, "publisher.lease_skips", 0),
 	        tool_json_num(st, "publisher.forced_overwrite", 0),
-	        tool_json_num(st, "publisher.send_dropped", 0), eol);
+	        tool_json_num(st, "publisher.send_errors", 0), eol);
 	if (tool_json_str(st, "reload.result", a, sizeof(a)) && a[0]) {
 		tool_json_str(st, "reload.message", c, sizeof(c));
 		fprintf(f, "  reload    %s%s%s%s", a, c[0] ? ": " : "", c, eol);

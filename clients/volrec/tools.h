@@ -48,7 +48,8 @@ enum {
 	"  -h, --help           this text\n"
 #define TOOL_EXIT_HELP                                                                             \
 	"Exit status: 0 success, 1 failure, 2 usage or configuration error, 3 no daemon\n"         \
-	"running for the instance, 7 permission denied (shared memory, pid file, signal)"
+	"running for the instance, 6 the daemon's shared memory not ready in time, 7\n"            \
+	"permission denied (shared memory, pid file, signal)"
 
 void tool_target_init(struct tool_target *t);
 /* Handle one of the common options (-i/-r/-c or their long forms); returns 1 if it was one,

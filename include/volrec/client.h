@@ -50,13 +50,20 @@ struct volrec_client_options {
 	const char *run_dir;  /* NULL: $VOLREC_RUN_DIR, else /run/volrec */
 	const char *endpoint; /* NULL: the first ipc:// (else loopback tcp://) endpoint the daemon
 				 lists in its segment, else ipc://<run_dir>/<instance>.pub */
-	unsigned topics;      /* VOLREC_TOPIC_* mask; 0 means volumes only */
-	int rcvhwm;           /* ZeroMQ receive high-water mark; 0: 1000 */
+	unsigned topics; /* VOLREC_SUB_* mask (0 means volumes only), plus VOLREC_OPEN_* flags */
+	int rcvhwm;      /* ZeroMQ receive high-water mark; 0: 1000 */
 };
 
 #define VOLREC_SUB_VOL    0x1u
 #define VOLREC_SUB_STATUS 0x2u
 #define VOLREC_SUB_EVENT  0x4u
+/*
+ * Open without a reader lease: the client takes no entry in the daemon's lease table, so it
+ * works when ipc.max_readers readers are connected (status tools, monitors, anything that reads
+ * only the header, the messages or the volumes' descriptions). Its views carry the description
+ * of a volume with data NULL and bytes 0; nothing is held, check and release return 0.
+ */
+#define VOLREC_OPEN_NO_LEASE 0x100u
 
 struct volrec_client_stats {
 	uint64_t received; /* views handed out */
@@ -68,9 +75,11 @@ struct volrec_client_stats {
 
 /*
  * Connect to instance ([A-Za-z0-9_-]{1,63}); run_dir may be NULL. Maps the data segment
- * read-only, claims a lease entry, subscribes to `vol`. -ENOENT: no daemon (segment absent);
- * -EPROTO: wrong version or malformed segment; -EUSERS: lease table full. On success the
- * caller owns *out; on failure *out is untouched and nothing is left allocated.
+ * read-only, claims a lease entry (none with VOLREC_OPEN_NO_LEASE), subscribes to `vol`. A
+ * segment the daemon is still creating is waited for up to 2 s. -ENOENT: no daemon (segment
+ * absent); -EAGAIN: the segment is still not ready (being created): try again; -EPROTO: wrong
+ * version or malformed segment; -EUSERS: lease table full. On success the caller owns *out; on
+ * failure *out is untouched and nothing is left allocated.
  */
 int volrec_client_open(const char *instance, const char *run_dir, struct volrec_client **out);
 int volrec_client_open_opts(const char *instance, const struct volrec_client_options *opt,

@@ -12,7 +12,7 @@
 
 /* Versioning: a reader rejects any other major; a higher minor only appends fields. */
 #define VOLREC_PROTO_MAJOR 1
-#define VOLREC_PROTO_MINOR 0
+#define VOLREC_PROTO_MINOR 1
 
 #define VOLREC_SHM_PREFIX      "/volrec." /* data segment: "/volrec.<instance>" */
 #define VOLREC_SHM_LEASE_SUFX  ".readers" /* lease segment: "/volrec.<instance>.readers" */
@@ -51,9 +51,16 @@ enum volrec_seg_state {
 	        2, /* the writer stopped cleanly; the segment stays only with keep_shm */
 };
 
-/* Slot flags (struct volrec_slot_header.flags, struct volrec_vol_msg.flags). */
-#define VOLREC_FLAG_PARTIAL 0x1u /* some B-scans of the epoch were dropped */
-#define VOLREC_FLAG_RESET   0x2u /* first volume after a reconstruction-history reset */
+/*
+ * Slot flags (struct volrec_slot_header.flags, struct volrec_vol_msg.flags). Bit 0 is reserved
+ * and never set (1.0 documented it as "partial", which no writer produced: only complete epochs
+ * are published). Unknown bits are to be ignored.
+ */
+#define VOLREC_FLAG_RESET 0x2u /* first volume after a reconstruction-history reset */
+/* Epochs were dropped between the previous volume published in this session and this one (or
+ * before this one, if it is the session's first): its history has a gap. Since protocol 1.1;
+ * a 1.0 writer never sets it, whatever it dropped. */
+#define VOLREC_FLAG_DROPPED_BEFORE 0x4u
 
 /*
  * Data segment, offset 0: 256 bytes. The header region [0, data_offset) also holds the slot

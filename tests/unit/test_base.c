@@ -78,8 +78,12 @@ static void test_utf8_sanitize_replaces_bad_bytes(void **state)
 	(void)state;
 	assert_int_equal(vr_utf8_sanitize("ok \xc3\xa9", out, sizeof(out)), 0);
 	assert_string_equal(out, "ok \xc3\xa9");
-	assert_int_equal(vr_utf8_sanitize("a\xff" "b\x01", out, sizeof(out)), 2);
-	assert_string_equal(out, "a\xef\xbf\xbd" "b\xef\xbf\xbd");
+	assert_int_equal(vr_utf8_sanitize("a\xff"
+	                                  "b\x01",
+	                                  out, sizeof(out)),
+	                 2);
+	assert_string_equal(out, "a\xef\xbf\xbd"
+	                         "b\xef\xbf\xbd");
 	assert_true(vr_utf8_valid(out, strlen(out)));
 	/* truncation never splits a character */
 	assert_int_equal(vr_utf8_sanitize("\xc3\xa9\xc3\xa9", out, 4), 0);

@@ -28,8 +28,7 @@ static void async_config(struct vr_config *c)
 static void submit_epoch(struct be_backend *be, uint64_t e, const uint16_t *raw)
 {
 	for (uint32_t b = 0; b < 3; b++)
-		assert_int_equal(be->ops->bscan_submit(be->state, e, b, raw + (size_t)b * 4 * 64),
-		                 0);
+		assert_int_equal(be_bscan_submit(be, e, b, raw + (size_t)b * 4 * 64), 0);
 }
 
 static void test_async_fallback(void **s)
@@ -45,7 +44,7 @@ static void test_async_fallback(void **s)
 		raw[i] = (uint16_t)(30000 + (i * 7919u) % 4000u);
 	assert_int_equal(be_open(&c, &a, NULL, 0, err, sizeof(err)), 0);
 	assert_int_equal(be_open(&c, &b, NULL, 0, err, sizeof(err)), 0);
-	assert_null(a->ops->epoch_finish_async);
+	assert_int_equal(be_caps(a) & BE_CAP_ASYNC, 0);
 	const size_t vox = cfg_out_voxels(&c);
 	uint8_t *va = calloc(vox, 1), *vb = calloc(vox, 1);
 	assert_non_null(va);
@@ -64,7 +63,7 @@ static void test_async_fallback(void **s)
 		assert_int_equal(be_epoch_wait(a, e + 1, err, sizeof(err)), -EINVAL);
 		assert_non_null(strstr(err, "in flight"));
 		assert_int_equal(be_epoch_wait(a, e, err, sizeof(err)), 0);
-		assert_int_equal(b->ops->epoch_finish(b->state, e, &ob, err, sizeof(err)), 0);
+		assert_int_equal(be_epoch_finish(b, e, &ob, err, sizeof(err)), 0);
 		assert_memory_equal(va, vb, vox);
 	}
 	free(va);

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Backend selection, the one part above cpu/ and gpu/ (its own archive, beopen): `cpu`,
+ * `cuda`, or `auto` (CUDA when compiled in and a usable device exists, else the CPU with a
+ * note saying why), and the CUDA queries benchmarks need without including gpu/gpu.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+
+#include "ops.h"
+#ifdef VOLREC_HAVE_CUDA
+#include "../gpu/gpu.h"
+#endif
+
+bool be_have_cuda(void)
+{
+#ifdef VOLREC_HAVE_CUDA
+	return true;
+#else
+	return false;
+#endif
+}
+
+int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, size_t notelen,
+            char *err, size_t errlen)
+{
+	if (note && notelen)
+		note[0] = '\0';
+	switch (cfg->backend) {
+	case CFG_BACKEND_CPU:
+		return be_create(&be_cpu_ops, cfg, out, err, errlen);
+	case CFG_BACKEND_CUDA:
+#ifdef VOLREC_HAVE_CUDA
+		return be_create(&be_cuda_ops, cfg, out, err, errlen);
+#else
+		return vr_err(err, errlen, -ENOTSUP,
+		              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
+#endif
+	case CFG_BACKEND_AUTO:
+	default: {
+#ifdef VOLREC_HAVE_CUDA
+		char why[512];
+		int rc = be_create(&be_cuda_ops, cfg, out, why, sizeof(why));
+		if (rc == 0)
+			return 0;
+		if (note && notelen)
+			snprintf(note, notelen,
+			         "CUDA backend unavailable (%s): using the CPU backend", why);
+#else
+		if (note && notelen)
+			snprintf(note, notelen, "built without CUDA: using the CPU backend");
+#endif
+		return be_create(&be_cpu_ops, cfg, out, err, errlen);
+	}
+	}
+}
+
+int be_cuda_devices(void)
+{
+#ifdef VOLREC_HAVE_CUDA
+	return gpu_device_count();
+#else
+	return 0;
+#endif
+}
+
+int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, char *err,
+                      size_t errlen)
+{
+#ifdef VOLREC_HAVE_CUDA
+	const int n = gpu_device_count();
+
+	if (dev < 0 || dev >= n)
+		return vr_err(err, errlen, -ENODEV,
+		              "cuda backend: device %d: %d CUDA device(s) present", dev, n);
+	return gpu_bench_bandwidth(dev, bytes, reps, bw, err, errlen);
+#else
+	(void)dev;
+	(void)bytes;
+	(void)reps;
+	(void)bw;
+	return vr_err(err, errlen, -ENOTSUP,
+	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
+#endif
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The implementation side of the backend interface: the versioned table of functions a
+ * backend provides (cpu/, gpu/) and what the selection (backend/open.c) builds a handle from.
+ * Only backend/, cpu/, gpu/ and their tests include this header; everyone else uses the
+ * wrappers of backend.h.
+ *
+ * The wrappers (backend/backend.c) enforce the call-order rules of backend.h before calling
+ * a table, so an implementation may rely on them:
+ *  - bscan_submit: bscan < ny, raw != NULL, all B-scans between two finishes belong to one
+ *    epoch, and each is submitted once;
+ *  - epoch_finish / epoch_finish_async: out != NULL; all ny B-scans of epoch were submitted
+ *    and succeeded, or one of its bscan_submit calls failed (then the call must report that
+ *    failure, return an error and leave the backend ready for the next epoch; the wrapper
+ *    makes it through epoch_finish with an output that asks for nothing); no epoch in flight;
+ *  - epoch_wait(e) only for the e of a successful epoch_finish_async, exactly once;
+ *  - update_live and reset_history never with an epoch in flight (the wrapper waits for it),
+ *    update_live never with a half-submitted epoch.
+ * An implementation checks only what is its own: configuration values, device limits, its
+ * own failures.
+ */
+#ifndef VOLREC_BACKEND_OPS_H
+#define VOLREC_BACKEND_OPS_H
+
+#include "backend.h"
+
+/* The version of struct be_ops this volrec speaks. A member added later is read only from a
+ * table whose version is at least the version that added it. */
+#define BE_OPS_VERSION 1u
+
+struct be_ops {
+	uint32_t version; /* BE_OPS_VERSION the table was written against */
+	const char *name; /* "cpu", "cuda": messages say "<name> backend: ..." */
+	unsigned caps;    /* BE_CAP_*: ASYNC needs the async pair, REGISTER host_(un)register */
+
+	/* Build everything for this config (plans, tables, device memory).
+	 * \return 0 and *state, or a negative errno with a message naming what failed in err. */
+	int (*create)(const struct vr_config *cfg, void **state, char *err, size_t errlen);
+	void (*destroy)(void *state);
+	/* \return the device description (valid until destroy). */
+	const char *(*device)(void *state);
+	/* \return 0 and *ptr, or -ENOMEM; free accepts NULL. */
+	int (*host_alloc)(void *state, size_t size, void **ptr);
+	void (*host_free)(void *state, void *ptr);
+	/* BE_CAP_REGISTER only (NULL otherwise): ptr != NULL and size > 0.
+	 * \return 0 (also when already registered) or a negative errno. */
+	int (*host_register)(void *state, void *ptr, size_t size);
+	void (*host_unregister)(void *state, void *ptr);
+	/* Queue B-scan b of epoch e (rules above). \return 0 or the backend's failure, whose
+	 * message the next epoch_finish reports. */
+	int (*bscan_submit)(void *state, uint64_t epoch, uint32_t bscan, const void *raw);
+	/* Reconstruct epoch e and write out. \return 0 or a negative errno with err. */
+	int (*epoch_finish)(void *state, uint64_t epoch, const struct be_output *out, char *err,
+	                    size_t errlen);
+	/* Apply live parameters (nothing changes on failure). \return 0, -EINVAL with err. */
+	int (*update_live)(void *state, const struct vr_config *cfg, char *err, size_t errlen);
+	void (*reset_history)(void *state);
+	/* BE_CAP_ASYNC only (NULL otherwise): queue epoch e's work and return; epoch_wait(e)
+	 * waits for it. epoch_finish must be exactly epoch_finish_async + epoch_wait.
+	 * \return 0 or a negative errno with err (nothing in flight then). */
+	int (*epoch_finish_async)(void *state, uint64_t epoch, const struct be_output *out,
+	                          char *err, size_t errlen);
+	int (*epoch_wait)(void *state, uint64_t epoch, char *err, size_t errlen);
+};
+
+extern const struct be_ops be_cpu_ops;
+#ifdef VOLREC_HAVE_CUDA
+extern const struct be_ops be_cuda_ops;
+#endif
+
+/*
+ * Create a handle around ops for cfg (what be_open does once it chose). \return 0 and *out,
+ * -EPROTO when the table is not one this volrec can drive (version, missing functions), or
+ * ops->create's error; messages in err.
+ */
+VR_MUST_CHECK int be_create(const struct be_ops *ops, const struct vr_config *cfg,
+                            struct be_backend **out, char *err, size_t errlen);
+
+/* The implementation's state behind be, for white-box tests of a backend. */
+void *be_impl_state(const struct be_backend *be);
+
+#endif
