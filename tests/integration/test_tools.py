@@ -585,7 +585,8 @@ class Lines:
 
     def __init__(self, pipe):
         self.lines, self.cond = [], threading.Condition()
-        threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
+        self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self.thread.start()
 
     def _read(self, pipe):
         for line in pipe:
@@ -604,6 +605,11 @@ class Lines:
     def text(self):
         with self.cond:
             return "".join(self.lines)
+
+    def finish(self):
+        """Wait for the end of the pipe (the process exited): every line is in."""
+        self.thread.join(TIMEOUT)
+        return self.text()
 
 
 def test_watch_follows_a_daemon_restart(own_daemon):
@@ -660,10 +666,18 @@ def test_watch_restart_wait_0_ends_when_the_daemon_stops(own_daemon):
 
 
 def record_proc(d, out, *args):
+    """`volrec record` in the background; its stderr read line by line (Lines)."""
     p = subprocess.Popen([str(d.bin / "volrec"), "record", "-o", str(out), *args, "-i",
                           d.instance, "-r", str(d.run_dir)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     return p, Lines(p.stderr)
+
+
+def record_end(rec, err):
+    """Wait for the recorder started by record_proc: its stdout, with all of stderr in err."""
+    rec.wait(timeout=TIMEOUT)
+    err.finish()
+    return rec.stdout.read()
 
 
 def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_path):
@@ -680,7 +694,7 @@ def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_pa
         time.sleep(1.5)
     finally:
         rec.send_signal(signal.SIGINT)
-    stdout, _ = rec.communicate(timeout=TIMEOUT)
+    stdout = record_end(rec, err)
     assert rec.returncode in (0, 4), (rec.returncode, stdout, err.text())
     with h5py.File(out, "r") as f:
         n = f.attrs["volumes"]
@@ -717,7 +731,7 @@ def test_record_stops_when_the_daemon_comes_back_with_another_geometry(own_daemo
         wait_for_size(out, 4 * 36 * 36 * 256, rec)
         d.restart(cfg)
         err.wait_for(why)
-        stdout, _ = rec.communicate(timeout=TIMEOUT)
+        stdout = record_end(rec, err)
     finally:
         if rec.poll() is None:
             rec.kill()
@@ -737,7 +751,7 @@ def test_record_restart_wait_ends_a_recording_whose_daemon_is_gone(own_daemon, t
     rec, err = record_proc(d, out, "-s", "600", "--restart-wait", "1")
     wait_for_size(out, 3 * 36 * 36 * 256, rec)
     d.stop()
-    stdout, _ = rec.communicate(timeout=TIMEOUT)
+    stdout = record_end(rec, err)
     assert rec.returncode == 3, (rec.returncode, stdout, err.text())
     assert "did not come back within --restart-wait" in err.text()
     with h5py.File(out, "r") as f:
