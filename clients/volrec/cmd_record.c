@@ -394,6 +394,14 @@ static int rec_close(struct rec *r, const char *end, bool complete)
 
 	if (!r->w)
 		return 0;
+	if (h5vol_broken(r->w)) { /* the file stays as it was at its last flush */
+		int rc;
+
+		r->volumes = h5vol_count(r->w);
+		rc = h5vol_close(r->w, r->err, sizeof(r->err));
+		r->w = NULL;
+		return rc;
+	}
 	f = h5vol_file(r->w);
 	r->volumes = h5vol_count(r->w);
 	vr_h5_attr_u64(f, "volumes", r->volumes);
@@ -489,6 +497,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	uint8_t *buf = NULL;
 	int opt, rc, status = VR_EXIT_OK, pid;
 
+	h5vol_init();
 	tool_target_init(&tg);
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "i:r:c:o:n:s:fw:h", longopts, NULL)) != -1) {
@@ -565,7 +574,6 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	r.X = d.header.nx;
 	r.Z = d.header.nz;
 	pid = d.pid;
-	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 	rc = rec_open(&r, force);
 	if (rc) {
 		fprintf(stderr, "volrec record: %s\n", r.err);

@@ -37,6 +37,9 @@ struct h5vol {
 	uint64_t reserved;   /* [0, reserved) of the file is allocated on the disk */
 	off_t size;          /* file size after the last flush */
 	bool no_fallocate;   /* the file system cannot reserve: check statvfs instead */
+	bool broken;         /* a write or flush failed: HDF5's state may not reach the disk */
+	uint64_t flushed;    /* volumes in the file as of the last successful flush */
+	haddr_t flushed_eoa; /* HDF5's end of allocation then */
 };
 
 /* The errno an HDF5 call left (the sec2 driver's system call), as a negative errno. */
@@ -146,8 +149,13 @@ static int flush(struct h5vol *w, char *err, size_t errlen)
 	struct stat st;
 
 	errno = 0;
-	if (H5Fflush(w->f, H5F_SCOPE_LOCAL) < 0)
+	if (H5Fflush(w->f, H5F_SCOPE_LOCAL) < 0) {
+		w->broken = true;
 		return fail_errno(err, errlen, errno, "%s: flush failed", w->path);
+	}
+	w->flushed = w->count;
+	if (H5Fget_eoa(w->f, &w->flushed_eoa) < 0)
+		w->flushed_eoa = HADDR_UNDEF;
 	if (fstat(w->fd, &st) == 0) {
 		/* a truncation frees what lay beyond the new end, our reservation included */
 		if (st.st_size < w->size && (uint64_t)st.st_size < w->reserved)
@@ -219,6 +227,13 @@ static int write_row(const struct h5vol_ds *d, uint64_t i, const void *row)
 
 /* ---- the writer ----------------------------------------------------------------------- */
 
+void h5vol_init(void)
+{
+	/* before the library initializes itself: it registers its exit handler then */
+	H5dont_atexit();
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
 int h5vol_create(const char *path, bool replace, const struct h5vol_field *fields, size_t nfields,
                  struct h5vol **out, char *err, size_t errlen)
 {
@@ -232,8 +247,6 @@ int h5vol_create(const char *path, bool replace, const struct h5vol_field *field
 	for (size_t i = 0; i < nfields; i++)
 		if (!fields[i].name || fields[i].rank > 3)
 			return vr_err(err, errlen, -EINVAL, "h5vol_create: bad field %zu", i);
-	H5dont_atexit();
-
 	/* the file itself first, for a precise errno (HDF5's is not reliable after its retries) */
 	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (replace ? O_TRUNC : O_EXCL), 0666);
 	if (fd < 0) {
@@ -318,7 +331,7 @@ hid_t h5vol_file(const struct h5vol *w)
 
 uint64_t h5vol_count(const struct h5vol *w)
 {
-	return w->count;
+	return w->broken ? w->flushed : w->count;
 }
 
 uint64_t h5vol_log_count(const struct h5vol *w, size_t field)
@@ -339,10 +352,8 @@ int h5vol_append(struct h5vol *w, const void *const *rows, char *err, size_t err
 		if (write_row(&w->fld[i], w->count, rows[i])) {
 			int e = errno;
 
-			/* back to the volumes before: every dataset has count rows again */
-			for (size_t k = 0; k <= i; k++)
-				if (!w->fld[k].log)
-					(void)set_rows(&w->fld[k], w->count);
+			/* whatever HDF5 holds now may not reach the disk: the file stays as flushed */
+			w->broken = true;
 			rc = h5_errno(e);
 			if (h5vol_is_nospace(rc))
 				return nospace(w, rc, w->volume_bytes + H5VOL_MARGIN, err, errlen);
@@ -368,7 +379,9 @@ int h5vol_log(struct h5vol *w, size_t field, const void *row, char *err, size_t 
 	if (write_row(d, d->rows, row)) {
 		int e = errno;
 
-		(void)set_rows(d, d->rows);
+		w->broken = true;
+		if (h5vol_is_nospace(h5_errno(e)))
+			return nospace(w, h5_errno(e), d->row_bytes + H5VOL_MARGIN, err, errlen);
 		return fail_errno(err, errlen, e, "%s: writing a row failed", w->path);
 	}
 	d->rows++;
@@ -381,8 +394,10 @@ int h5vol_truncate(struct h5vol *w, uint64_t n, char *err, size_t errlen)
 		return vr_err(err, errlen, -EINVAL, "h5vol_truncate: %llu rows of %llu",
 		              (unsigned long long)n, (unsigned long long)w->count);
 	for (size_t i = 0; i < w->nfld; i++)
-		if (!w->fld[i].log && set_rows(&w->fld[i], n))
+		if (!w->fld[i].log && set_rows(&w->fld[i], n)) {
+			w->broken = true;
 			return vr_err(err, errlen, -EIO, "%s: cannot shrink the datasets", w->path);
+		}
 	w->count = n;
 	return flush(w, err, errlen);
 }
@@ -394,12 +409,42 @@ int h5vol_flush(struct h5vol *w, char *err, size_t errlen)
 	return rc ? rc : flush(w, err, errlen);
 }
 
+bool h5vol_broken(const struct h5vol *w)
+{
+	return w->broken;
+}
+
+/*
+ * After a failed write or flush, HDF5's cache may hold metadata that would not fit on the disk,
+ * or would point past what is there: closing would write part of it and break the file. Leave
+ * HDF5 alone instead (the program exits without H5close) and cut the file back to its end at
+ * the last flush: it holds the volumes flushed then, as they were flushed.
+ */
+static int abandon(struct h5vol *w, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (w->flushed_eoa != HADDR_UNDEF && fstat(w->fd, &st) == 0 &&
+	    (uint64_t)st.st_size > (uint64_t)w->flushed_eoa)
+		(void)ftruncate(w->fd, (off_t)w->flushed_eoa);
+	return vr_err(err, errlen, -EIO,
+	              "%s: not closed after the write error; it holds the %llu volumes written "
+	              "before it, without its closing attributes",
+	              w->path, (unsigned long long)w->flushed);
+}
+
 int h5vol_close(struct h5vol *w, char *err, size_t errlen)
 {
 	int rc = 0, e;
 
 	if (!w)
 		return 0;
+	if (w->broken) {
+		rc = abandon(w, err, errlen);
+		free(w->fld);
+		free(w);
+		return rc;
+	}
 	for (size_t i = 0; i < w->nfld; i++) {
 		errno = 0;
 		if (w->fld[i].ds >= 0 && H5Dclose(w->fld[i].ds) < 0 && !rc)

@@ -42,11 +42,17 @@ struct h5vol_field {
 struct h5vol;
 
 /*
+ * Call once, before any other HDF5 call of the program: no HDF5 exit handler (an HDF5 object
+ * left open by a failed close would crash the process in it: the program calls H5close() itself
+ * after a clean h5vol_close), and no HDF5 error stack printed (h5vol's messages say what
+ * failed).
+ */
+void h5vol_init(void);
+
+/*
  * Create path with the fields' datasets, each of 0 rows: rows of 8 KiB or more are one chunk
  * each (h5py: f["volumes"].chunks == (1, Y, X, Z)), smaller rows are chunked 1024 at a time.
- * replace: truncate an existing file, else fail with -EEXIST. Calls H5dont_atexit() so that an
- * HDF5 object left open after a failed close cannot crash the process at exit: a program that
- * uses h5vol calls H5close() itself (h5vol_close says when it is safe). Returns 0 with *out
+ * replace: truncate an existing file, else fail with -EEXIST. Returns 0 with *out
  * (the caller closes it with h5vol_close) or a negative errno (the file's errno: -ENOENT,
  * -EACCES, -EEXIST, -ENOSPC, ...; -EIO for an HDF5 error) with the message in err; nothing is
  * left behind on failure (a file that was created is removed).
@@ -58,17 +64,19 @@ int h5vol_create(const char *path, bool replace, const struct h5vol_field *field
  * are best written before the first volume, or followed by h5vol_flush. */
 hid_t h5vol_file(const struct h5vol *w);
 
-/* Rows written so far of the per-volume fields, and of log field i. */
+/* Volumes in the file: rows written so far of the per-volume fields (after an error: as of the
+ * last flush), and rows of log field i. */
 uint64_t h5vol_count(const struct h5vol *w);
 uint64_t h5vol_log_count(const struct h5vol *w, size_t field);
 
 /*
  * Append one volume: rows[i] is the row of field i (ignored for log fields, may be NULL there).
- * Reserves the space first: -ENOSPC (or -EDQUOT, -EFBIG for the file size limit) means the
+ * Reserves the space first: -ENOSPC (or -EDQUOT, -EFBIG for the file size limit) then means the
  * volume was not written and the file holds the ones before it, and err says how much was
- * needed. Other errors (-EIO, or the errno of a failed write) leave the datasets at the volumes
- * written before. Flushes the file after the volume. The writer stays usable after an error
- * only for h5vol_close.
+ * needed. Flushes the file after the volume. A write or flush that fails after the reservation
+ * (a file system without fallocate, or one that cannot keep its promise) leaves the writer
+ * broken (h5vol_broken): the file is then kept as of its last flush, and h5vol_close cuts it
+ * back there instead of closing it. After any error the writer is good for h5vol_close only.
  */
 int h5vol_append(struct h5vol *w, const void *const *rows, char *err, size_t errlen) VR_MUST_CHECK;
 
@@ -80,14 +88,19 @@ int h5vol_log(struct h5vol *w, size_t field, const void *row, char *err,
  * written that turn out not to belong in the file. 0 or a negative errno. */
 int h5vol_truncate(struct h5vol *w, uint64_t n, char *err, size_t errlen) VR_MUST_CHECK;
 
+/* A write or flush failed: attributes can no longer be written, h5vol_close will not close the
+ * file through HDF5 (and the program must not call H5close). */
+bool h5vol_broken(const struct h5vol *w);
+
 /* Reserve the margin and flush: after attributes written between volumes. 0 or as append. */
 int h5vol_flush(struct h5vol *w, char *err, size_t errlen) VR_MUST_CHECK;
 
 /*
  * Close the datasets and the file and give back the reservation. NULL is fine. Returns 0 when
  * the file was closed cleanly, else a negative errno with the message in err; after a failure
- * HDF5 may still hold the file, and the caller must not call H5close() (h5vol_create disabled
- * the library's own exit handler for this reason).
+ * (and for a broken writer, which is not closed but cut back to its last flush) HDF5 may still
+ * hold the file, and the caller must not call H5close() (h5vol_init removed the library's own
+ * exit handler for this reason).
  */
 int h5vol_close(struct h5vol *w, char *err, size_t errlen);
 

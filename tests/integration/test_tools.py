@@ -530,6 +530,55 @@ def test_record_keeps_every_volume_when_another_process_fills_the_disk(daemon, s
     assert st.st_blocks * 512 < st.st_size + (1 << 20), (st.st_size, st.st_blocks * 512)
 
 
+NO_RESERVATION_C = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/statvfs.h>
+/* a file system that cannot reserve space and claims to have plenty */
+int fallocate(int fd, int mode, off_t off, off_t len) { errno = EOPNOTSUPP; return -1; }
+int fallocate64(int fd, int mode, off_t off, off_t len) { errno = EOPNOTSUPP; return -1; }
+static void plenty(struct statvfs *v) {
+    memset(v, 0, sizeof(*v)); v->f_bsize = v->f_frsize = 4096;
+    v->f_blocks = v->f_bfree = v->f_bavail = 1ul << 30; }
+int statvfs(const char *p, struct statvfs *v) { plenty(v); return 0; }
+int statvfs64(const char *p, struct statvfs64 *v) { plenty((struct statvfs *)v); return 0; }
+"""
+
+
+@pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
+                    reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+def test_record_without_reservation_keeps_its_flushed_volumes_when_a_write_fails(daemon,
+                                                                                small_disk,
+                                                                                tmp_path):
+    """Where the disk space cannot be reserved, a write fails in the middle of a volume: the
+    file stays as flushed after the volume before (not closed, never half-written)."""
+    so = tmp_path / "noreserve.so"
+    src = tmp_path / "noreserve.c"
+    src.write_text(NO_RESERVATION_C)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    out = small_disk / "rec.h5"
+    rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
+                            "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, LD_PRELOAD=str(so)))
+    wait_for_size(out, 3 * 36 * 36 * 256, rec)
+    subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'hog'}", "bs=64k"],
+                   capture_output=True)
+    stdout, stderr = rec.communicate(timeout=TIMEOUT)
+    assert rec.returncode == 8, (rec.returncode, stdout, stderr)
+    n = int(re.search(r"(\d+) volumes of 36 x 36 x 256", stdout).group(1))
+    assert f"it holds the {n} volumes written before it" in stderr, stderr
+    with h5py.File(out, "r") as f:
+        assert f["volumes"].shape == (n, 36, 36, 256) and n >= 3
+        assert f["sequence"].shape == (n,) and f["latency_ns"].shape == (n,)
+        assert list(np.diff(f["sequence"][:])) == [1] * (n - 1)
+        assert all(f["volumes"][i].any() for i in range(n))
+
+
 def test_record_file_is_readable_after_the_recorder_is_killed(daemon, tmp_path):
     """Flushed after every volume: a SIGKILL loses at most the volume being written."""
     out = tmp_path / "killed.h5"
