@@ -24,31 +24,12 @@
 #include <json-c/json.h>
 
 #include "backend/backend.h"
+#include "bench.h"
 #include "base/base.h"
 #include "volrec/client.h"
 
-struct bcase {
-	const char *name;
-	uint32_t K, nx, ny, sx, sy, z0, z1;
-	const char *mode;       /* reconstruct.mode */
-	const char *preprocess; /* JSON members of "preprocess" */
-	uint32_t epochs;        /* epochs in the replay file */
-	double paced_rate;      /* epochs/s of the steady-rate run (0: from the max run) */
-	double target_vps;      /* volumes/s target (0: none) */
-	double target_ascans;   /* A-scans/s target (0: none) */
-	double target_p99_ms;   /* processing latency p99 target (0: none) */
-};
-
-static const struct bcase cases[] = {
-        {"tiny", 256, 12, 12, 3, 3, 0, 128, "noncumulative", "\"db_range\":[0,100]", 36, 0, 0, 0,
-         0},
-        {"classic-2048", 2048, 1024, 64, 1, 1, 0, 1024, "none",
-         "\"background\":{\"mode\":\"ascan_mean\"},\"window\":{\"type\":\"hann\"},"
-         "\"dispersion\":{\"coeffs\":[2.0,-0.5]},\"db_range\":[20,90]",
-         2, 160, 0, 10e6, 0},
-        {"paper", 8192, 60, 60, 5, 5, 0, 4096, "noncumulative", "\"db_range\":[0,100]", 25, 120,
-         120, 0, 15},
-};
+/* The e2e cases of the one table (bench/cases.c). */
+#define bcase bench_case
 
 struct run_result {
 	const char *kind; /* "max" or "paced" */
@@ -81,8 +62,9 @@ static struct {
 
 static uint64_t out_voxels(const struct bcase *c)
 {
-	bool none = !strcmp(c->mode, "none");
-	return (uint64_t)c->ny * (none ? 1 : c->sy) * c->nx * (none ? 1 : c->sx) * (c->z1 - c->z0);
+	bool none = c->mode == CFG_RECON_NONE;
+	return (uint64_t)c->ny * (none ? 1 : c->stride) * c->nx * (none ? 1 : c->stride) *
+	       (c->z1 - c->z0);
 }
 
 static uint64_t in_bytes(const struct bcase *c)
@@ -90,37 +72,48 @@ static uint64_t in_bytes(const struct bcase *c)
 	return (uint64_t)c->ny * c->nx * c->K * 2;
 }
 
+/* The daemon's (or `volrec sim`'s) configuration for case c: the case's geometry and processing
+ * from the table, then the run's source, instance and publishing, written as YAML. */
 static int write_config(const char *path, const struct bcase *c, const char *instance,
                         const char *run_dir, const char *replay, bool synth, double rate,
                         bool block)
 {
+	struct vr_config cfg;
 	FILE *f = fopen(path, "w");
-	char src[PATH_MAX + 256];
+	int rc = 0;
 
 	if (!f) {
 		fprintf(stderr, "e2e_bench: %s: %s\n", path, strerror(errno));
 		return -errno;
 	}
-	if (synth)
-		snprintf(src, sizeof(src),
-		         "{\"type\":\"synth\",\"rate\":25,\"synth\":{\"seed\":1}}");
-	else
-		snprintf(src, sizeof(src),
-		         "{\"type\":\"replay\",\"rate\":%g,\"replay\":{\"path\":\"%s\","
-		         "\"format\":\"auto\",\"loop\":true}}",
-		         rate, replay);
-	fprintf(f,
-	        "{\"instance\":\"%s\",\"backend\":\"%s\",\"source\":%s,\n"
-	        "\"geometry\":{\"samples_per_ascan\":%u,\"sample_type\":\"u16\",\"ascans_per_"
-	        "bscan\":%u,"
-	        "\"bscans_per_volume\":%u,\"stride\":[%u,%u],\"depth_range\":[%u,%u]},\n"
-	        "\"preprocess\":{%s},\"reconstruct\":{\"mode\":\"%s\"},\"output\":{\"slots\":4},\n"
-	        "\"pipeline\":{\"ring_bscans\":%u,\"overflow\":\"%s\"},\n"
-	        "\"ipc\":{\"run_dir\":\"%s\",\"status_interval_ms\":500,\"hwm\":1000},"
-	        "\"log\":{\"level\":\"info\"}}\n",
-	        instance, opt.backend, src, c->K, c->nx, c->ny, c->sx, c->sy, c->z0, c->z1,
-	        c->preprocess, c->mode, 4 * c->ny, block ? "block" : "drop_epoch", run_dir);
-	if (fclose(f)) {
+	bench_case_config(c,
+	                  !strcmp(opt.backend, "cuda")  ? CFG_BACKEND_CUDA
+	                  : !strcmp(opt.backend, "cpu") ? CFG_BACKEND_CPU
+	                                                : CFG_BACKEND_AUTO,
+	                  &cfg);
+	snprintf(cfg.instance, sizeof(cfg.instance), "%s", instance);
+	if (synth) {
+		cfg.source.type = CFG_SOURCE_SYNTH;
+		cfg.source.rate = 25;
+		cfg.source.synth.seed = 1;
+	} else {
+		cfg.source.type = CFG_SOURCE_REPLAY;
+		cfg.source.rate = rate;
+		snprintf(cfg.source.replay.path, sizeof(cfg.source.replay.path), "%s", replay);
+		cfg.source.replay.format = CFG_REPLAY_AUTO;
+		cfg.source.replay.loop = true;
+	}
+	cfg.output.slots = 4;
+	cfg.pipeline.ring_bscans = 4 * c->ny;
+	cfg.pipeline.overflow = block ? CFG_OVERFLOW_BLOCK : CFG_OVERFLOW_DROP_EPOCH;
+	snprintf(cfg.ipc.run_dir, sizeof(cfg.ipc.run_dir), "%s", run_dir);
+	cfg.ipc.status_interval_ms = 500;
+	cfg.ipc.hwm = 1000;
+	cfg.log.level = CFG_LOG_INFO;
+	if (cfg_dump(&cfg, f) < 0)
+		rc = -EIO;
+	cfg_free(&cfg);
+	if (fclose(f) || rc < 0) {
 		fprintf(stderr, "e2e_bench: writing %s: %s\n", path, strerror(errno));
 		return -EIO;
 	}
@@ -188,33 +181,30 @@ static void print_log_tail(const char *log)
 	fprintf(stderr, "---- %s (end) ----\n%s\n----\n", log, buf);
 }
 
-/* A status message parsed with json-c (NULL when absent or malformed). */
-static struct json_object *status_parse(const char *text)
+/* The member key of the object obj in a status message (NULL when absent). */
+static struct json_object *status_get(struct json_object *st, const char *obj, const char *key)
 {
-	return text ? json_tokener_parse(text) : NULL;
+	struct json_object *o = NULL, *v = NULL;
+
+	if (st && json_object_object_get_ex(st, obj, &o) && key)
+		json_object_object_get_ex(o, key, &v);
+	return key ? v : o;
 }
 
-/* The unsigned integer at obj.key of a status message (0 if absent). */
 static uint64_t status_u64(struct json_object *st, const char *obj, const char *key)
 {
-	struct json_object *o, *v;
+	struct json_object *v = status_get(st, obj, key);
 
-	if (!json_object_object_get_ex(st, obj, &o) || !json_object_object_get_ex(o, key, &v) ||
-	    !json_object_is_type(v, json_type_int))
-		return 0;
-	return json_object_get_uint64(v);
+	return v ? json_object_get_uint64(v) : 0;
 }
 
-/* The member obj of a status message as JSON text into out ("null" if absent). */
-static void status_member(struct json_object *st, const char *obj, char *out, size_t len)
+/* The object obj of a status message as compact JSON text ("null" when absent). */
+static void status_text(struct json_object *st, const char *obj, char *out, size_t len)
 {
-	struct json_object *o;
+	struct json_object *o = status_get(st, obj, NULL);
 
 	snprintf(out, len, "%s",
-	         json_object_object_get_ex(st, obj, &o)
-	                 ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-	                                                             JSON_C_TO_STRING_NOSLASHESCAPE)
-	                 : "null");
+	         o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : "null");
 }
 
 static int run_daemon(const struct bcase *c, const char *work, const char *replay, double rate,
@@ -381,25 +371,24 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	r->lat_first[0] = vr_percentile(lf, n, 50);
 	r->lat_first[1] = vr_percentile(lf, n, 99);
 	{
-		struct json_object *st = status_parse(status), *st0 = status_parse(status0), *a;
+		struct json_object *st = status ? json_tokener_parse(status) : NULL;
+		struct json_object *st0 = status0 ? json_tokener_parse(status0) : NULL;
+		struct json_object *acq = status_get(st, "source", "acquisition");
 
 		if (st && st0) {
 			uint64_t rf = status_u64(st, "drops", "ring_full") -
 			              status_u64(st0, "drops", "ring_full");
+
 			r->drops_total = status_u64(st, "drops", "total") -
 			                 status_u64(st0, "drops", "total");
 			r->drops_ring_full = rf;
 			r->drops_other = r->drops_total - rf;
 		}
-		status_member(st, "drops", r->drops_json, sizeof(r->drops_json));
-		status_member(st, "backend", r->status_backend, sizeof(r->status_backend));
+		status_text(st, "drops", r->drops_json, sizeof(r->drops_json));
+		status_text(st, "backend", r->status_backend, sizeof(r->status_backend));
 		/* which acquisition path the daemon ran (docs/operations.md "Pipeline") */
-		snprintf(r->acquisition, sizeof(r->acquisition), "unknown");
-		if (json_object_object_get_ex(st, "source", &a) &&
-		    json_object_object_get_ex(a, "acquisition", &a) &&
-		    json_object_is_type(a, json_type_string))
-			snprintf(r->acquisition, sizeof(r->acquisition), "%s",
-			         json_object_get_string(a));
+		snprintf(r->acquisition, sizeof(r->acquisition), "%s",
+		         acq ? json_object_get_string(acq) : "unknown");
 		json_object_put(st);
 		json_object_put(st0);
 	}
@@ -511,17 +500,16 @@ int main(int argc, char **argv)
 			opt.backend = optarg;
 			break;
 		case 'c': {
-			int i, nc = (int)(sizeof(cases) / sizeof(cases[0]));
-			for (i = 0; i < nc && strcmp(cases[i].name, optarg); i++)
-				;
-			if (i == nc || nsel == 8) {
+			const struct bcase *found = bench_case_find(optarg);
+
+			if (!found || !found->e2e_epochs || nsel == 8) {
 				fprintf(stderr,
 				        "e2e_bench: --case %s: not one of tiny, classic-2048, "
 				        "paper\n",
 				        optarg);
 				return 2;
 			}
-			sel[nsel++] = &cases[i];
+			sel[nsel++] = found;
 			break;
 		}
 		case 's':
@@ -575,8 +563,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!nsel) {
-		sel[nsel++] = &cases[0];
-		sel[nsel++] = &cases[1];
+		sel[nsel++] = bench_case_find("tiny");
+		sel[nsel++] = bench_case_find("classic-2048");
 	}
 	if (!mkdtemp(work)) {
 		fprintf(stderr, "e2e_bench: mkdtemp: %s\n", strerror(errno));
@@ -616,7 +604,8 @@ int main(int argc, char **argv)
 		char replay[PATH_MAX], simcfg[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32];
 		char nep[16];
 		struct statvfs vfs;
-		uint64_t need = in_bytes(c) * c->epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
+		uint64_t need =
+		        in_bytes(c) * c->e2e_epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
 		int rc;
 
 		memset(res[i], 0, sizeof(res[i]));
@@ -635,7 +624,7 @@ int main(int argc, char **argv)
 		snprintf(simcfg, sizeof(simcfg), "%s/sim-%s.yaml", work, c->name);
 		snprintf(log, sizeof(log), "%s/sim-%s.log", work, c->name);
 		snprintf(bin, sizeof(bin), "%s/bin/volrec", opt.build);
-		snprintf(nep, sizeof(nep), "%u", c->epochs);
+		snprintf(nep, sizeof(nep), "%u", c->e2e_epochs);
 		if (write_config(simcfg, c, "e2esim", work, replay, true, 0, true) < 0) {
 			status = 1;
 			continue;
@@ -654,7 +643,7 @@ int main(int argc, char **argv)
 				continue;
 			}
 			fprintf(stderr, "e2e_bench: %s: replay of %u epochs written in %.1f s\n",
-			        c->name, c->epochs, vr_mono_s() - t);
+			        c->name, c->e2e_epochs, vr_mono_s() - t);
 		}
 		if (opt.maxrun && run_daemon(c, work, replay, 0, true, &res[i][0]) < 0)
 			status = 1;
@@ -745,8 +734,9 @@ int main(int argc, char **argv)
 			        "\"ascans_per_bscan\":%u,\"bscans\":%u,\"stride\":[%u,%u],"
 			        "\"depth\":[%u,%"
 			        "u]},\"mode\":\"%s\",\"rate\":%g,\"overflow\":\"%s\",",
-			        first ? "" : ",", c->name, r->kind, c->K, c->nx, c->ny, c->sx,
-			        c->sy, c->z0, c->z1, c->mode, r->rate, k ? "drop_epoch" : "block");
+			        first ? "" : ",", c->name, r->kind, c->K, c->nx, c->ny, c->stride,
+			        c->stride, c->z0, c->z1, cfg_recon_mode_name(c->mode), r->rate,
+			        k ? "drop_epoch" : "block");
 			first = 0;
 			json_num(f, "seconds", r->seconds, true);
 			fprintf(f,

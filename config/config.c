@@ -318,13 +318,18 @@ static int set_keys(struct vr_config *cfg, const char *const *paths, const char 
 		}
 		rc = cfg_parse_value(&ctx, paths[i], values[i] ? values[i] : "");
 	}
-	if (!rc)
+	/* a change that needs a rebuild is refused as such; a change of the output's size
+	 * (reconstruct.mode) also when validation failed only for what it would make of the keys
+	 * placed in the volume (view.position in a smaller volume) */
+	if (!rc) {
 		rc = cfg_validate(&ctx);
-	if (!rc && live_only && (k = cfg_structural_key(cfg, next, &why)))
-		rc = cfg_error(&ctx, -EPERM, k->path,
-		               "%s (a structural change: it needs the configuration file and a "
-		               "reload)",
-		               why);
+		if (live_only && (k = cfg_structural_key(cfg, next, &why)) &&
+		    (!rc || cfg_out_voxels(cfg) != cfg_out_voxels(next)))
+			rc = cfg_error(&ctx, -EPERM, k->path,
+			               "%s (a structural change: it needs the configuration file "
+			               "and a reload)",
+			               why);
+	}
 	if (!rc) {
 		cfg_free(cfg);
 		*cfg = *next;

@@ -163,6 +163,20 @@ struct vr_config {
 	struct {
 		enum cfg_log_level level;
 	} log;
+
+	/* Views of each volume (ALGORITHMS.md §4); all live but enabled. */
+	struct {
+		bool enabled;         /* false: no views area, nothing computed (structural) */
+		uint32_t slab[2];     /* en-face depth slab [za, zb), default the whole depth */
+		uint32_t position[3]; /* [y0, x0, z0] of bscan/slice/plane, default the centre */
+		struct {
+			uint32_t size[2];     /* [H, W] pixels, 1..VOLREC_RENDER_MAX each */
+			double angles_deg[2]; /* azimuth, elevation */
+			double spacing[3];    /* voxel spacing dx, dy, dz > 0 */
+			double step;          /* ray sampling step; 0: half the smallest spacing */
+			uint32_t every;       /* render every Nth volume; 0: auto (GPU 1, CPU 5) */
+		} render;
+	} view;
 };
 
 /* Derived sizes; valid only on a validated config. */
@@ -187,6 +201,15 @@ static inline size_t cfg_bscan_bytes(const struct vr_config *c)
 {
 	return (size_t)c->geometry.ascans_per_bscan * c->geometry.samples_per_ascan *
 	       cfg_sample_size(c);
+}
+/* Output volume size [Y, X, Z] (the low-resolution one when mode is none). */
+static inline void cfg_out_dims(const struct vr_config *c, uint32_t dims[3])
+{
+	bool none = c->reconstruct.mode == CFG_RECON_NONE;
+
+	dims[0] = c->geometry.bscans_per_volume * (none ? 1 : c->geometry.stride[1]);
+	dims[1] = c->geometry.ascans_per_bscan * (none ? 1 : c->geometry.stride[0]);
+	dims[2] = c->geometry.depth_range[1] - c->geometry.depth_range[0];
 }
 /* Voxels of one output volume: Y * X * Z (the low-resolution one when mode is none). */
 static inline size_t cfg_out_voxels(const struct vr_config *c)

@@ -572,6 +572,51 @@ static int check_ipc(struct cfg_ctx *ctx)
 	return 0;
 }
 
+/* The views' slab and position lie inside the output volume (ALGORITHMS.md §4: never
+ * clamped); absent, they default to the whole depth and the centre. */
+static int check_view(struct cfg_ctx *ctx)
+{
+	struct vr_config *c = ctx->cfg;
+	uint32_t d[3], *slab = c->view.slab, *pos = c->view.position;
+
+	cfg_out_dims(c, d);
+	if (!cfg_given(ctx, "view.slab")) {
+		slab[0] = 0;
+		slab[1] = d[2];
+	} else if (!(slab[0] < slab[1] && slab[1] <= d[2])) {
+		return cfg_error(ctx, -EINVAL, "view.slab",
+		                 "[%u, %u] is not a depth range inside the volume (0 <= za < zb <= "
+		                 "Z = %u)",
+		                 slab[0], slab[1], d[2]);
+	}
+	if (!cfg_given(ctx, "view.position")) {
+		pos[0] = d[0] / 2;
+		pos[1] = d[1] / 2;
+		pos[2] = d[2] / 2;
+	} else if (pos[0] >= d[0] || pos[1] >= d[1] || pos[2] >= d[2]) {
+		return cfg_error(ctx, -EINVAL, "view.position",
+		                 "[%u, %u, %u] is outside the volume ([y, x, z] with y < Y = %u, "
+		                 "x < X = %u, z < Z = %u)",
+		                 pos[0], pos[1], pos[2], d[0], d[1], d[2]);
+	}
+	{
+		const double *s = c->view.render.spacing;
+		double D =
+		        sqrt((double)d[1] * s[0] * d[1] * s[0] + (double)d[0] * s[1] * d[0] * s[1] +
+		             (double)d[2] * s[2] * d[2] * s[2]);
+		double h = c->view.render.step > 0 ? c->view.render.step
+		                                   : 0.5 * fmin(s[0], fmin(s[1], s[2]));
+		if (D / h > 1e6)
+			return cfg_error(ctx, -ERANGE,
+			                 c->view.render.step > 0 ? "view.render.step"
+			                                         : "view.render.spacing",
+			                 "%g samples along the volume's diagonal (%g / step %g; at "
+			                 "most 10^6)",
+			                 D / h, D, h);
+	}
+	return 0;
+}
+
 int cfg_validate(struct cfg_ctx *ctx)
 {
 	int rc = check_instance(ctx);
@@ -583,5 +628,7 @@ int cfg_validate(struct cfg_ctx *ctx)
 		rc = check_preprocess(ctx);
 	if (!rc)
 		rc = check_ipc(ctx);
+	if (!rc)
+		rc = check_view(ctx);
 	return rc;
 }

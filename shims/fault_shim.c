@@ -43,6 +43,8 @@ struct fault_shim {
 	uint64_t calls; /* acquire() calls */
 	uint64_t epoch;
 	uint32_t b;
+	bool pend; /* set_scan_offset came in the middle of an epoch: applies at the next one */
+	uint64_t pend_epoch;
 	bool stalled_once;
 	/* control file state */
 	char last_cmd[CONTROL_MAX];
@@ -235,8 +237,10 @@ static int shim_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t o
 	if (ox >= s->geo.stride_x || oy >= s->geo.stride_y)
 		return fail(s, -EINVAL, "fault shim: offset (%u, %u) outside stride [%u, %u]", ox,
 		            oy, s->geo.stride_x, s->geo.stride_y);
-	if (s->b == 0)
-		s->epoch = epoch;
+	/* the epoch told applies from its first B-scan: in the middle of an epoch (after a
+	 * failed acquire) the rest of the current one comes first */
+	s->pend = true;
+	s->pend_epoch = epoch;
 	return 0;
 }
 
@@ -369,6 +373,10 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	}
 	for (uint32_t a = 0; a < s->geo.ascans_per_bscan; a++)
 		memcpy((uint8_t *)buf + a * s->ascan_bytes, s->ascan, s->ascan_bytes);
+	if (s->b == 0 && s->pend) {
+		s->epoch = s->pend_epoch;
+		s->pend = false;
+	}
 	s->n++;
 	if (meta) {
 		meta->timestamp_ns = now_ns(CLOCK_REALTIME);

@@ -13,8 +13,8 @@ import pytest
 from volrec import _protocol as proto
 
 C_TYPES = {"uint8_t": "B", "uint16_t": "H", "uint32_t": "I", "uint64_t": "Q", "int32_t": "i",
-           "int64_t": "q", "int16_t": "h", "int8_t": "b"}
-C_SIZES = {"B": 1, "b": 1, "H": 2, "h": 2, "I": 4, "i": 4, "Q": 8, "q": 8}
+           "int64_t": "q", "int16_t": "h", "int8_t": "b", "float": "f", "double": "d"}
+C_SIZES = {"B": 1, "b": 1, "H": 2, "h": 2, "I": 4, "i": 4, "Q": 8, "q": 8, "f": 4, "d": 8}
 
 
 # ---- a small reader of protocol.h -----------------------------------------------------------
@@ -153,8 +153,9 @@ def test_the_reader_of_protocol_h_agrees_with_its_static_asserts_and_offset_comm
     ("\tuint32_t flags;        /*  64 VOLREC_FLAG_* */\n\tuint32_t reserved0;",
      "\tuint32_t reserved0;\n\tuint32_t flags;"),
     ("\tuint32_t max_readers;      /* 116", "\tint32_t max_readers;      /* 116"),
-    ("\tuint32_t reserved0;        /* 132 zero */\n\tuint64_t reserved[15];",
-     "\tuint32_t lost_volumes;\n\tuint64_t reserved[15];"),
+    ("\tuint32_t reserved0;        /* 132 zero */\n\tuint64_t views_offset;",
+     "\tuint32_t lost_volumes;\n\tuint64_t views_offset;"),
+    ("\tfloat step;          /* 76", "\tdouble step;          /* 76"),
     ("VOLREC_STATE_CLOSED =", "VOLREC_STATE_CLOSING = 2, VOLREC_STATE_CLOSED ="),
 ])
 def test_a_drift_of_either_side_is_reported(header_text, change):

@@ -228,7 +228,11 @@ static const struct {
 	const char *value;
 } needs[] = {
         {"source.type", {"source.replay.path=@file"}, NULL},
-        {"geometry.depth_range", {NULL}, "[1, 1000]"},
+        {"geometry.depth_range",
+         {"view.slab=[0, 999]", "view.position=[150, 150, 500]"},
+         "[1, 1000]"},
+        {"view.slab", {NULL}, "[10, 20]"},
+        {"view.position", {NULL}, "[1, 2, 3]"},
         {"preprocess.background.reference",
          {"preprocess.background.mode=reference", "preprocess.background.reference=@table"},
          NULL},
@@ -490,7 +494,7 @@ static void test_set_names_unknown_and_structural_keys(void **state)
 	                         "configuration file and a reload (live keys: "
 	                         "preprocess.window, preprocess.dispersion, "
 	                         "preprocess.db_range, reconstruct, ipc.status_interval_ms, "
-	                         "log)");
+	                         "log, view.slab, view.position, view.render)");
 	assert_int_equal(set1(&c, "preprocess", "{db_range: [1, 2]}", err, sizeof(err)), -EPERM);
 	assert_non_null(strstr(err, "preprocess: holds keys that are structural"));
 	/* live keys whose change is structural all the same */

@@ -14,18 +14,19 @@ Modules: errors (the exceptions), client (Client, Lease, VolumeArray), _protocol
 layout of protocol.h, checked against it by the tests), _segment (mapping a segment).
 """
 # the protocol constants stay reachable as volrec.<NAME>, as before the package was split
-from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_DROPPED_BEFORE, FLAG_RESET, LEASE_MAGIC,
+from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_DROPPED_BEFORE, FLAG_RESET, FLAG_VIEWS, LEASE_MAGIC,
                         MAX_READERS, MAX_SLOTS, PROTO_MAJOR, PROTO_MINOR, SHM_MAGIC, SLOT_ALIGN,
                         SLOT_NONE, STATE_CLOSED, STATE_INIT, STATE_LIVE, TEXT_MAX, VOL_MAGIC,
                         decode_vol)
 from .client import Client, Lease, VolumeArray
+from .views import ImageArray, Views
 from .errors import (Busy, NoDaemon, NotReady, ProtocolError, StaleSegment, Timeout, TornRead,
                      VolrecError)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "VolumeArray", "Lease", "VolrecError", "NoDaemon", "StaleSegment", "NotReady",
+    "Client", "VolumeArray", "Lease", "ImageArray", "Views", "VolrecError", "NoDaemon", "StaleSegment", "NotReady",
     "ProtocolError", "TornRead", "Timeout", "Busy", "PROTO_MAJOR", "PROTO_MINOR", "decode_vol",
 ]
 

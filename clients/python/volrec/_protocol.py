@@ -17,7 +17,7 @@ import numpy as np
 from .errors import ProtocolError
 
 PROTO_MAJOR = 1
-PROTO_MINOR = 1
+PROTO_MINOR = 2
 
 SHM_PREFIX = "/volrec."  # data segment "/volrec.<instance>"
 SHM_LEASE_SUFFIX = ".readers"  # lease segment "/volrec.<instance>.readers"
@@ -45,6 +45,16 @@ STATE_INIT, STATE_LIVE, STATE_CLOSED = 0, 1, 2  # enum volrec_seg_state
 
 FLAG_RESET = 0x2  # first volume after a reconstruction-history reset
 FLAG_DROPPED_BEFORE = 0x4  # epochs were dropped before this volume: its history has a gap
+FLAG_VIEWS = 0x8  # the slot holds views of the volume
+
+# views (protocol.h, views): the pictures in each slot's views area, in this order
+IMAGE_KINDS = ("enface_mean", "enface_max", "bscan", "slice", "plane", "render")
+(IMAGE_ENFACE_MEAN, IMAGE_ENFACE_MAX, IMAGE_BSCAN, IMAGE_SLICE, IMAGE_PLANE,
+ IMAGE_RENDER) = range(6)
+IMAGE_COUNT = len(IMAGE_KINDS)
+VIEWS_MAGIC = int.from_bytes(b"VIEW", "little")
+RENDER_MAX = 1024
+VIEWS_DATA_OFFSET = 640
 
 TOPIC_VOL, TOPIC_STATUS, TOPIC_EVENT = "vol", "status", "event"
 TEXT_MAX = 65536  # bound on status/event bodies
@@ -74,6 +84,17 @@ C_CONSTANTS: Mapping[str, Union[int, str]] = {
     "VOLREC_STATE_CLOSED": STATE_CLOSED,
     "VOLREC_FLAG_RESET": FLAG_RESET,
     "VOLREC_FLAG_DROPPED_BEFORE": FLAG_DROPPED_BEFORE,
+    "VOLREC_FLAG_VIEWS": FLAG_VIEWS,
+    "VOLREC_IMAGE_ENFACE_MEAN": IMAGE_ENFACE_MEAN,
+    "VOLREC_IMAGE_ENFACE_MAX": IMAGE_ENFACE_MAX,
+    "VOLREC_IMAGE_BSCAN": IMAGE_BSCAN,
+    "VOLREC_IMAGE_SLICE": IMAGE_SLICE,
+    "VOLREC_IMAGE_PLANE": IMAGE_PLANE,
+    "VOLREC_IMAGE_RENDER": IMAGE_RENDER,
+    "VOLREC_IMAGE_COUNT": IMAGE_COUNT,
+    "VOLREC_VIEWS_MAGIC": VIEWS_MAGIC,
+    "VOLREC_RENDER_MAX": RENDER_MAX,
+    "VOLREC_VIEWS_DATA_OFFSET": VIEWS_DATA_OFFSET,
     "VOLREC_TOPIC_VOL": TOPIC_VOL,
     "VOLREC_TOPIC_STATUS": TOPIC_STATUS,
     "VOLREC_TOPIC_EVENT": TOPIC_EVENT,
@@ -147,7 +168,8 @@ SHM_HEADER = Layout("volrec_shm_header", 256, [
     ("volume_bytes", 72, "Q"), ("segment_size", 80, "Q"), ("latest_sequence", 88, "Q"),
     ("latest_slot", 96, "I"), ("writer_pid", 100, "i"), ("created_ns", 104, "Q"),
     ("state", 112, "I"), ("max_readers", 116, "I"), ("endpoints_offset", 120, "Q"),
-    ("endpoints_size", 128, "I"), ("reserved0", 132, "I"),
+    ("endpoints_size", 128, "I"), ("reserved0", 132, "I"), ("views_offset", 136, "Q"),
+    ("views_bytes", 144, "Q"),
 ])
 
 #: struct volrec_slot_header: one per slot at slot_table_offset + i * slot_header_size.
@@ -179,7 +201,22 @@ VOL_MSG = Layout("volrec_vol_msg", 128, [
     ("flags", 104, "I"), ("reserved0", 108, "I"),
 ])
 
-LAYOUTS: Tuple[Layout, ...] = (SHM_HEADER, SLOT_HEADER, LEASE_HEADER, LEASE_ENTRY, VOL_MSG)
+#: struct volrec_views_header: at the start of each slot's views area.
+VIEWS_HEADER = Layout("volrec_views_header", 32, [
+    ("magic", 0, "I"), ("count", 4, "I"), ("desc_size", 8, "I"), ("reserved0", 12, "I"),
+])
+
+#: struct volrec_image_desc: picture i's descriptor at 32 + i * desc_size in the views area.
+IMAGE_DESC = Layout("volrec_image_desc", 96, [
+    ("kind", 0, "I"), ("present", 4, "I"), ("rows", 8, "I"), ("cols", 12, "I"),
+    ("offset", 16, "Q"), ("volume_id", 24, "Q"), ("slab_za", 32, "I"), ("slab_zb", 36, "I"),
+    ("position_y", 40, "I"), ("position_x", 44, "I"), ("position_z", 48, "I"),
+    ("reserved0", 52, "I"), ("azimuth_deg", 56, "f"), ("elevation_deg", 60, "f"),
+    ("spacing_x", 64, "f"), ("spacing_y", 68, "f"), ("spacing_z", 72, "f"), ("step", 76, "f"),
+])
+
+LAYOUTS: Tuple[Layout, ...] = (SHM_HEADER, SLOT_HEADER, LEASE_HEADER, LEASE_ENTRY, VOL_MSG,
+                               VIEWS_HEADER, IMAGE_DESC)
 
 _VOL_PREAMBLE = struct.Struct("<IHHI")  # magic, major, minor, size: enough to judge the rest
 

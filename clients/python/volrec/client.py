@@ -13,10 +13,11 @@ from typing import Any, Dict, Iterable, Optional, Tuple, Union
 import numpy as np
 import zmq
 
-from ._protocol import (DEFAULT_RUN_DIR, DTYPES, SHM_HEADER, TEXT_MAX, TOPIC_EVENT,
+from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_VIEWS, SHM_HEADER, TEXT_MAX, TOPIC_EVENT,
                         TOPIC_STATUS, TOPIC_VOL, decode_vol)
 from ._segment import SHM_DIR, Session
 from .errors import Busy, NoDaemon, NotReady, ProtocolError, TornRead, Timeout, VolrecError
+from .views import Views, read_views
 
 __all__ = ["Client", "Lease", "VolumeArray"]
 
@@ -29,7 +30,8 @@ class VolumeArray(np.ndarray):  # type: ignore[type-arg]
     """A read-only numpy view [Y][X][Z] on a shared-memory slot, with the volume's metadata
     as attributes: sequence, slot, session_id, volume_id, epoch, offset_x, offset_y,
     t_first_ns, t_last_ns, t_publish_ns, latency_ns, volume_flags (the FLAG_* bits; `flags`
-    stays numpy's own), missed."""
+    stays numpy's own), missed, and views (a mapping of the pictures published beside the
+    volume: views["bscan"] ..., each an ImageArray on the slot, under the same lease)."""
 
     sequence: int
     slot: int
@@ -44,6 +46,7 @@ class VolumeArray(np.ndarray):  # type: ignore[type-arg]
     latency_ns: int
     volume_flags: int
     missed: int
+    views: Views
 
     def __array_finalize__(self, obj: Any) -> None:
         if obj is not None and hasattr(obj, "sequence"):
@@ -222,6 +225,9 @@ class Client:
         if s.slot_seq(slot) != 2 * seq:
             s.unlease()
             return None
+        views = (read_views(s.map, off + h["views_offset"], h["views_bytes"])
+                 if h["views_bytes"] and sh["flags"] & FLAG_VIEWS else Views({}))
+        arr.__dict__.update(views=views)
         arr.__dict__.update(sequence=seq, slot=slot, session_id=s.id,
                             volume_id=sh["volume_id"], epoch=sh["epoch"],
                             offset_x=sh["offset_x"], offset_y=sh["offset_y"],
