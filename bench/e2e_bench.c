@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "bench.h"
+#include "base/base.h"
 #include "volrec/client.h"
 
 /* The e2e cases of the one table (bench/cases.c). */
@@ -58,40 +59,6 @@ static struct {
          .warmup = 2,
          .paced = true,
          .maxrun = true};
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-	return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of n samples (sorted in place); NAN when none. */
-static double pct(float *v, size_t n, double p)
-{
-	size_t k;
-
-	if (!n)
-		return NAN;
-	qsort(v, n, sizeof(*v), cmp_float);
-	k = (size_t)ceil(p * (double)n);
-	return v[k ? k - 1 : 0];
-}
 
 static uint64_t out_voxels(const struct bcase *c)
 {
@@ -178,7 +145,7 @@ static pid_t spawn(char *const argv[], const char *log, const char *overlap)
 /* Wait for pid up to secs; SIGKILL after. Returns the exit status, or 128+signal. */
 static int reap(pid_t pid, double secs)
 {
-	double end = mono_s() + secs;
+	double end = vr_mono_s() + secs;
 	int st;
 
 	while (1) {
@@ -187,7 +154,7 @@ static int reap(pid_t pid, double secs)
 			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 		if (r < 0)
 			return -1;
-		if (mono_s() > end) {
+		if (vr_mono_s() > end) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
 			return 128 + SIGKILL;
@@ -248,7 +215,7 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	struct volrec_client_options co = {0};
 	struct volrec_client *cl = NULL;
 	size_t cap = 1 << 16, n = 0;
-	float *lp = NULL, *ll = NULL, *lf = NULL;
+	double *lp = NULL, *ll = NULL, *lf = NULL;
 	double t0 = 0, t_end, warm_end, deadline;
 	uint64_t warm_n = 0;
 	pid_t pid;
@@ -266,9 +233,9 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	rc = write_config(cfg, c, instance, run_dir, replay, false, rate, block);
 	if (rc < 0)
 		return rc;
-	lp = malloc(cap * sizeof(float));
-	ll = malloc(cap * sizeof(float));
-	lf = malloc(cap * sizeof(float));
+	lp = malloc(cap * sizeof(double));
+	ll = malloc(cap * sizeof(double));
+	lf = malloc(cap * sizeof(double));
 	if (!lp || !ll || !lf) {
 		rc = -ENOMEM;
 		goto out;
@@ -285,9 +252,9 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	co.run_dir = run_dir;
 	co.topics = VOLREC_SUB_VOL | VOLREC_SUB_STATUS;
 	co.rcvhwm = 100000;
-	deadline = mono_s() + 120;
+	deadline = vr_mono_s() + 120;
 	while ((rc = volrec_client_open_opts(instance, &co, &cl)) < 0) {
-		if (waitpid(pid, NULL, WNOHANG) == pid || mono_s() > deadline) {
+		if (waitpid(pid, NULL, WNOHANG) == pid || vr_mono_s() > deadline) {
 			fprintf(stderr, "e2e_bench: %s: volrecd did not come up: %s\n", c->name,
 			        volrec_strerror(rc));
 			print_log_tail(log);
@@ -299,12 +266,12 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 		usleep(50000);
 	}
 	/* warm-up: plans, page faults, the first S epochs of the history */
-	warm_end = mono_s() + opt.warmup;
+	warm_end = vr_mono_s() + opt.warmup;
 	t_end = INFINITY;
-	deadline = mono_s() + 120 + opt.warmup;
+	deadline = vr_mono_s() + 120 + opt.warmup;
 	while (1) {
 		struct volrec_message m;
-		double now = mono_s();
+		double now = vr_mono_s();
 
 		if (t0 == 0 && warm_n >= 3 && now >= warm_end && status) {
 			t0 = now;
@@ -334,20 +301,20 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 		if (m.type != VOLREC_MSG_VOL)
 			continue;
 		{
-			uint64_t now_ns = real_ns();
+			uint64_t now_ns = vr_real_ns();
 			const struct volrec_view *v = &m.view;
 
 			if (t0 == 0) {
 				warm_n++;
 			} else {
 				if (n == cap) {
-					float *a, *b, *d;
+					double *a, *b, *d;
 					cap *= 2;
-					a = realloc(lp, cap * sizeof(float));
+					a = realloc(lp, cap * sizeof(double));
 					lp = a ? a : lp;
-					b = realloc(ll, cap * sizeof(float));
+					b = realloc(ll, cap * sizeof(double));
 					ll = b ? b : ll;
-					d = realloc(lf, cap * sizeof(float));
+					d = realloc(lf, cap * sizeof(double));
 					lf = d ? d : lf;
 					if (!a || !b || !d) {
 						rc = -ENOMEM;
@@ -355,9 +322,9 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 						break;
 					}
 				}
-				lp[n] = (float)((double)v->latency_ns / 1e6);
-				ll[n] = (float)((double)(int64_t)(now_ns - v->t_last_ns) / 1e6);
-				lf[n] = (float)((double)(int64_t)(now_ns - v->t_first_ns) / 1e6);
+				lp[n] = (double)v->latency_ns / 1e6;
+				ll[n] = (double)(int64_t)(now_ns - v->t_last_ns) / 1e6;
+				lf[n] = (double)(int64_t)(now_ns - v->t_first_ns) / 1e6;
 				n++;
 				r->missed += v->missed;
 			}
@@ -365,11 +332,11 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 				r->torn++;
 		}
 	}
-	r->seconds = t0 > 0 ? mono_s() - t0 : 0;
+	r->seconds = t0 > 0 ? vr_mono_s() - t0 : 0;
 	/* the status at the end of the window, for the drops in it */
 	{
-		double end = mono_s() + 1.5;
-		while (mono_s() < end) {
+		double end = vr_mono_s() + 1.5;
+		while (vr_mono_s() < end) {
 			struct volrec_message m;
 			if (volrec_client_next_message(cl, 100, &m) < 0)
 				continue;
@@ -397,12 +364,12 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 		r->in_gbs = r->vps * (double)in_bytes(c) / 1e9;
 		r->out_gbs = r->vps * (double)out_voxels(c) / 1e9;
 	}
-	r->lat_proc[0] = pct(lp, n, 0.5);
-	r->lat_proc[1] = pct(lp, n, 0.99);
-	r->lat_last[0] = pct(ll, n, 0.5);
-	r->lat_last[1] = pct(ll, n, 0.99);
-	r->lat_first[0] = pct(lf, n, 0.5);
-	r->lat_first[1] = pct(lf, n, 0.99);
+	r->lat_proc[0] = vr_percentile(lp, n, 50);
+	r->lat_proc[1] = vr_percentile(lp, n, 99);
+	r->lat_last[0] = vr_percentile(ll, n, 50);
+	r->lat_last[1] = vr_percentile(ll, n, 99);
+	r->lat_first[0] = vr_percentile(lf, n, 50);
+	r->lat_first[1] = vr_percentile(lf, n, 99);
 	{
 		struct json_object *st = status ? json_tokener_parse(status) : NULL;
 		struct json_object *st0 = status0 ? json_tokener_parse(status0) : NULL;
@@ -452,9 +419,9 @@ static double memcpy_gbs(void)
 	memset(a, 1, sz);
 	memset(b, 2, sz);
 	for (int i = 0; i < 5; i++) {
-		double t = mono_s();
+		double t = vr_mono_s();
 		memcpy(b, a, sz);
-		t = mono_s() - t;
+		t = vr_mono_s() - t;
 		if (t > 0 && sz / t / 1e9 > best)
 			best = (double)sz / t / 1e9;
 		a[i] = b[sz - 1 - i];
@@ -664,7 +631,7 @@ int main(int argc, char **argv)
 		}
 		{
 			char *sargv[] = {bin, "sim", "-c", simcfg, "-o", replay, "-n", nep, NULL};
-			double t = mono_s();
+			double t = vr_mono_s();
 			pid_t pid = spawn(sargv, log, NULL);
 			rc = pid < 0 ? pid : reap(pid, 600);
 			if (rc != 0) {
@@ -676,7 +643,7 @@ int main(int argc, char **argv)
 				continue;
 			}
 			fprintf(stderr, "e2e_bench: %s: replay of %u epochs written in %.1f s\n",
-			        c->name, c->e2e_epochs, mono_s() - t);
+			        c->name, c->e2e_epochs, vr_mono_s() - t);
 		}
 		if (opt.maxrun && run_daemon(c, work, replay, 0, true, &res[i][0]) < 0)
 			status = 1;
