@@ -81,6 +81,10 @@ struct vr_config {
 			uint64_t seed;
 			char phantom[CFG_NAME_MAX]; /* "retina" */
 			double deg_per_s;           /* motion.deg_per_s */
+			double shift_mm_per_s[3];   /* motion.shift_mm_per_s: x, y, depth */
+			uint64_t jump_epoch;        /* motion.jump.epoch, 0 = no jump */
+			double jump_mm[3];          /* motion.jump.shift_mm: x, y, depth */
+			double jump_deg;            /* motion.jump.deg */
 			double snr_db;
 		} synth;
 		struct {

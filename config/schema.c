@@ -70,6 +70,8 @@ static const char *output_size(const struct vr_config *a, const struct vr_config
 #define ARGS_AS(p, f, r)                {KEY(p, ARGS, r), AT(char *, f), .sdef = "{}"}
 #define U32S(f, lo, hi, sh, r, ...)     {KEY(#f, U32S, r), AT_N(uint32_t, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
 #define F64S(f, lo, hi, sh, r, ...)     {KEY(#f, F64S, r), AT_N(double, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
+#define F64S_AS(p, f, lo, hi, sh, r, ...) {KEY(p, F64S, r), AT_N(double, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
+#define U64_AS(p, f, d, r)              {KEY(p, U64, r), AT(uint64_t, f), .def = {d}}
 #define LIST(f, cnt, r)                 {KEY(#f, LIST, r), AT_N(char *, f), \
                                          .count = _Generic(FIELD(cnt), uint32_t: offsetof(struct vr_config, cnt))}
 /* clang-format on */
@@ -99,6 +101,12 @@ const struct cfg_key cfg_keys[] = {
         NAME(source.synth.phantom, phantom_names, "retina", STRUCTURAL),
         F64_AS("source.synth.motion.deg_per_s", source.synth.deg_per_s, -360, 360, 0.25,
                STRUCTURAL),
+        F64S_AS("source.synth.motion.shift_mm_per_s", source.synth.shift_mm_per_s, -1000, 1000,
+                "[x, y, depth] in mm/s", STRUCTURAL),
+        U64_AS("source.synth.motion.jump.epoch", source.synth.jump_epoch, 0, STRUCTURAL),
+        F64S_AS("source.synth.motion.jump.shift_mm", source.synth.jump_mm, -100, 100,
+                "[x, y, depth] in mm", STRUCTURAL),
+        F64_AS("source.synth.motion.jump.deg", source.synth.jump_deg, -360, 360, 0, STRUCTURAL),
         F64(source.synth.snr_db, 0, 150, 40, STRUCTURAL),
         PATH(source.shim.library, "", STRUCTURAL),
         ARGS_AS("source.shim.args", source.shim.args_yaml, STRUCTURAL),
