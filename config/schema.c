@@ -21,7 +21,8 @@ static const char *const background_names[] = {"ascan_mean", "bscan_mean", "bsca
 static const char *const resample_names[] = {"none", "linear", "cubic", "spline", NULL};
 static const char *const window_names[] = {"none",  "hann",  "hamming", "blackman",
                                            "gauss", "tukey", NULL};
-static const char *const recon_mode_names[] = {"none", "noncumulative", "cumulative", NULL};
+static const char *const recon_mode_names[] = {"none", "noncumulative", "cumulative", "adaptive",
+                                               NULL};
 static const char *const temporal_names[] = {"linear", "exp", NULL};
 static const char *const combine_names[] = {"sum", "product", NULL};
 static const char *const dtype_names[] = {"u8", NULL};
@@ -144,6 +145,8 @@ const struct cfg_key cfg_keys[] = {
         ENUM(reconstruct.temporal, temporal_names, CFG_TEMPORAL_LINEAR, LIVE),
         F64(reconstruct.tau, 0, 1e6, 5, LIVE, .gt_min = true),
         ENUM(reconstruct.combine, combine_names, CFG_COMBINE_SUM, LIVE),
+        F64(reconstruct.adaptive.tolerance, 0, 1, 0.1, LIVE, .gt_min = true),
+        U32(reconstruct.adaptive.depth_window, 1, 255, 9, LIVE),
         ENUM(output.dtype, dtype_names, CFG_DTYPE_U8, STRUCTURAL),
         U32(output.slots, 2, 64, 4, STRUCTURAL),
         U32(pipeline.ring_bscans, 1, 65536, 256, STRUCTURAL),
