@@ -145,8 +145,8 @@ struct vr_config {
 		double tau; /* > 0 */
 		enum cfg_combine combine;
 		struct {
-			double tolerance;      /* kappa: change scale, normalized units (> 0) */
-			uint32_t depth_window; /* odd, z bins averaged before comparing */
+			double tolerance; /* kappa: change scale, normalized units (> 0) */
+			uint32_t depth_half_window; /* h: 2h + 1 z bins averaged before comparing */
 		} adaptive;
 	} reconstruct;
 

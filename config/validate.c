@@ -473,11 +473,6 @@ static int check_preprocess(struct cfg_ctx *ctx)
 		return cfg_error(ctx, -EINVAL, "preprocess.db_range",
 		                 "[%g, %g] is empty (lo < hi, in dB)", c->preprocess.db_range[0],
 		                 c->preprocess.db_range[1]);
-	if (c->reconstruct.adaptive.depth_window % 2 == 0)
-		return cfg_error(ctx, -EINVAL, "reconstruct.adaptive.depth_window",
-		                 "%u is even (an odd number of depth bins, 1 to 255, centred on "
-		                 "each bin)",
-		                 c->reconstruct.adaptive.depth_window);
 	return 0;
 }
 

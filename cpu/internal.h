@@ -38,10 +38,10 @@ struct cpu_params {
 	enum cfg_temporal temporal;
 	enum cfg_combine combine;
 	double tau;
-	double tolerance;      /* adaptive: kappa */
-	uint32_t depth_window; /* adaptive: odd number of z bins averaged */
-	float gxy[9];          /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
-	float gz[3];           /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
+	double tolerance;    /* adaptive: kappa */
+	uint32_t depth_half; /* adaptive: 2 depth_half + 1 z bins averaged */
+	float gxy[9];        /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
+	float gz[3];         /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
 };
 
 struct cpu_state;

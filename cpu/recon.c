@@ -48,7 +48,7 @@ static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *c
 static float adaptive_change(const struct cpu_state *st, const float *L, uint32_t y, uint32_t x,
                              size_t full)
 {
-	const uint32_t Z = st->nz, h = st->p.depth_window / 2;
+	const uint32_t Z = st->nz, h = st->p.depth_half;
 	const float *l = L + ((size_t)y * st->nx + x) * Z, *m = st->bvol + full * Z;
 	double win = 0.0, acc = 0.0;
 	uint32_t lo = 0, hi = 0; /* the window [lo, hi) summed in win */
