@@ -40,7 +40,12 @@ enum cfg_window {
 	CFG_WIN_TUKEY,
 };
 enum cfg_disp { CFG_DISP_NONE, CFG_DISP_COEFFS, CFG_DISP_TABLE };
-enum cfg_recon_mode { CFG_RECON_NONE, CFG_RECON_NONCUMULATIVE, CFG_RECON_CUMULATIVE };
+enum cfg_recon_mode {
+	CFG_RECON_NONE,
+	CFG_RECON_NONCUMULATIVE,
+	CFG_RECON_CUMULATIVE,
+	CFG_RECON_ADAPTIVE, /* docs/algorithms.md §2b */
+};
 enum cfg_temporal { CFG_TEMPORAL_LINEAR, CFG_TEMPORAL_EXP };
 enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };
 enum cfg_dtype { CFG_DTYPE_U8 };
@@ -81,6 +86,10 @@ struct vr_config {
 			uint64_t seed;
 			char phantom[CFG_NAME_MAX]; /* "retina" */
 			double deg_per_s;           /* motion.deg_per_s */
+			double shift_mm_per_s[3];   /* motion.shift_mm_per_s: x, y, depth */
+			uint64_t jump_epoch;        /* motion.jump.epoch, 0 = no jump */
+			double jump_mm[3];          /* motion.jump.shift_mm: x, y, depth */
+			double jump_deg;            /* motion.jump.deg */
 			double snr_db;
 		} synth;
 		struct {
@@ -135,6 +144,10 @@ struct vr_config {
 		enum cfg_temporal temporal;
 		double tau; /* > 0 */
 		enum cfg_combine combine;
+		struct {
+			double tolerance; /* kappa: change scale, normalized units (> 0) */
+			uint32_t depth_half_window; /* h: 2h + 1 z bins averaged before comparing */
+		} adaptive;
 	} reconstruct;
 
 	struct {

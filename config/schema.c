@@ -21,7 +21,8 @@ static const char *const background_names[] = {"ascan_mean", "bscan_mean", "bsca
 static const char *const resample_names[] = {"none", "linear", "cubic", "spline", NULL};
 static const char *const window_names[] = {"none",  "hann",  "hamming", "blackman",
                                            "gauss", "tukey", NULL};
-static const char *const recon_mode_names[] = {"none", "noncumulative", "cumulative", NULL};
+static const char *const recon_mode_names[] = {"none", "noncumulative", "cumulative", "adaptive",
+                                               NULL};
 static const char *const temporal_names[] = {"linear", "exp", NULL};
 static const char *const combine_names[] = {"sum", "product", NULL};
 static const char *const dtype_names[] = {"u8", NULL};
@@ -70,6 +71,8 @@ static const char *output_size(const struct vr_config *a, const struct vr_config
 #define ARGS_AS(p, f, r)                {KEY(p, ARGS, r), AT(char *, f), .sdef = "{}"}
 #define U32S(f, lo, hi, sh, r, ...)     {KEY(#f, U32S, r), AT_N(uint32_t, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
 #define F64S(f, lo, hi, sh, r, ...)     {KEY(#f, F64S, r), AT_N(double, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
+#define F64S_AS(p, f, lo, hi, sh, r, ...) {KEY(p, F64S, r), AT_N(double, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
+#define U64_AS(p, f, d, r)              {KEY(p, U64, r), AT(uint64_t, f), .def = {d}}
 #define LIST(f, cnt, r)                 {KEY(#f, LIST, r), AT_N(char *, f), \
                                          .count = _Generic(FIELD(cnt), uint32_t: offsetof(struct vr_config, cnt))}
 /* clang-format on */
@@ -99,6 +102,12 @@ const struct cfg_key cfg_keys[] = {
         NAME(source.synth.phantom, phantom_names, "retina", STRUCTURAL),
         F64_AS("source.synth.motion.deg_per_s", source.synth.deg_per_s, -360, 360, 0.25,
                STRUCTURAL),
+        F64S_AS("source.synth.motion.shift_mm_per_s", source.synth.shift_mm_per_s, -1000, 1000,
+                "[x, y, depth] in mm/s", STRUCTURAL),
+        U64_AS("source.synth.motion.jump.epoch", source.synth.jump_epoch, 0, STRUCTURAL),
+        F64S_AS("source.synth.motion.jump.shift_mm", source.synth.jump_mm, -100, 100,
+                "[x, y, depth] in mm", STRUCTURAL),
+        F64_AS("source.synth.motion.jump.deg", source.synth.jump_deg, -360, 360, 0, STRUCTURAL),
         F64(source.synth.snr_db, 0, 150, 40, STRUCTURAL),
         PATH(source.shim.library, "", STRUCTURAL),
         ARGS_AS("source.shim.args", source.shim.args_yaml, STRUCTURAL),
@@ -136,6 +145,8 @@ const struct cfg_key cfg_keys[] = {
         ENUM(reconstruct.temporal, temporal_names, CFG_TEMPORAL_LINEAR, LIVE),
         F64(reconstruct.tau, 0, 1e6, 5, LIVE, .gt_min = true),
         ENUM(reconstruct.combine, combine_names, CFG_COMBINE_SUM, LIVE),
+        F64(reconstruct.adaptive.tolerance, 0, 1, 0.1, LIVE, .gt_min = true),
+        U32(reconstruct.adaptive.depth_half_window, 0, 127, 4, LIVE),
         ENUM(output.dtype, dtype_names, CFG_DTYPE_U8, STRUCTURAL),
         U32(output.slots, 2, 64, 4, STRUCTURAL),
         U32(pipeline.ring_bscans, 1, 65536, 256, STRUCTURAL),

@@ -129,6 +129,8 @@ static void cpu_destroy(void *vst)
 	free(st->tcol);
 	free(st->inv_gz);
 	free(st->inv_nz);
+	free(st->chg);
+	free(st->alpha);
 	free(st);
 }
 
@@ -244,6 +246,8 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	ALLOC(st->tcol, cols);
 	ALLOC(st->inv_gz, st->nz);
 	ALLOC(st->inv_nz, st->nz);
+	ALLOC(st->chg, (size_t)st->ny * st->nx);
+	ALLOC(st->alpha, cols);
 	st->workers = calloc(st->nthreads, sizeof(*st->workers));
 	if (!st->workers)
 		goto out_nomem;

@@ -39,8 +39,10 @@ struct cpu_params {
 	enum cfg_temporal temporal;
 	enum cfg_combine combine;
 	double tau;
-	float gxy[9]; /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
-	float gz[3];  /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
+	double tolerance;    /* adaptive: kappa */
+	uint32_t depth_half; /* adaptive: 2 depth_half + 1 z bins averaged */
+	float gxy[9];        /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
+	float gz[3];         /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
 };
 
 struct cpu_state;
@@ -94,6 +96,8 @@ struct cpu_state {
 	float *tcol;      /* [Y][X] temporal weight of this epoch */
 	float *inv_gz;    /* [Z] 1 / sum of gz over the valid dz at z */
 	float *inv_nz;    /* [Z] 1 / number of valid dz at z */
+	float *chg;       /* adaptive: [ny][nx] change measure d of this epoch's samples */
+	float *alpha;     /* adaptive: [Y][X] weight of the history estimate */
 	bool have_prev;   /* cumulative: ovol holds a previous output */
 
 	char device[128];

@@ -219,6 +219,13 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 
 	if (rc < 0)
 		return rc;
+	if (cfg->reconstruct.mode == CFG_RECON_ADAPTIVE) {
+		/* docs/algorithms.md §2b: the CPU backend is the only one that has it so far */
+		snprintf(err, errlen,
+		         "reconstruct.mode: adaptive is not implemented by this backend yet (the "
+		         "cpu backend has it)");
+		return -EINVAL;
+	}
 	if (cfg->reconstruct.mode != CFG_RECON_NONE && !st->have_full) {
 		snprintf(err, errlen,
 		         "reconstruct.mode: %s needs the full-resolution volumes this backend was "

@@ -20,6 +20,7 @@
 #define SIM_DEPTH_MM     2.0  /* optical depth covered by the K/2 depth bins, mm */
 #define SIM_MAX_K        65536u
 #define SIM_MIRROR_MM    1.0 /* depth of the "mirror" phantom (bin K/4 of the K/2 bins) */
+#define SIM_AXIAL_MM     0.1 /* amplitude of the axial (depth) motion */
 
 /* What the scanner produces. */
 struct sim_params {
@@ -35,8 +36,13 @@ struct sim_params {
 	char phantom[CFG_NAME_MAX]; /* "retina", or "mirror": one ideal flat reflector of
 	                             * amplitude 1 at SIM_MIRROR_MM, nearest bin (tests) */
 	double deg_per_s;           /* rotation about the depth axis */
-	double snr_db;              /* see sim_noise_sigma() */
-	bool noiseless;             /* no shot noise (tests) */
+	double shift_mm_per_s[3];   /* translation speed: lateral x, y (steady drift) and depth
+	                             * (back and forth within +-SIM_AXIAL_MM at this speed) */
+	uint64_t jump_epoch;        /* from this epoch on (0: never) the phantom is moved by ... */
+	double jump_mm[3];          /* ... this much (x, y, depth; mm) ... */
+	double jump_deg; /* ... and turned by this much: a patient who moved, then stays */
+	double snr_db;   /* see sim_noise_sigma() */
+	bool noiseless;  /* no shot noise (tests) */
 };
 
 struct sim;

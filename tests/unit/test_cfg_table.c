@@ -559,8 +559,9 @@ static void test_set_of_a_section_replaces_it(void **state)
 	assert_int_equal(set1(&c, "reconstruct", "{mode: cumulative, tau: 3}", err, sizeof(err)),
 	                 0);
 	assert_int_equal(cfg_get_key(&c, "reconstruct", text, sizeof(text)), 0);
-	assert_string_equal(text, "{mode: cumulative, spatial_sigma: 1, temporal: linear, tau: 3, "
-	                          "combine: sum}");
+	assert_string_equal(text,
+	                    "{mode: cumulative, spatial_sigma: 1, temporal: linear, tau: 3, "
+	                    "combine: sum, adaptive: {tolerance: 0.1, depth_half_window: 4}}");
 	cfg_free(&c);
 
 	/* dispersion coefficients -> a table: one section, as coeffs and table exclude each
@@ -606,8 +607,9 @@ static void test_get_key(void **state)
 	assert_int_equal(cfg_get_key(&c, "preprocess.dispersion", text, sizeof(text)), 0);
 	assert_string_equal(text, "{}");
 	assert_int_equal(cfg_get_key(&c, "source.synth", text, sizeof(text)), 0);
-	assert_string_equal(text, "{seed: 1, phantom: retina, motion: {deg_per_s: 0.25}, "
-	                          "snr_db: 40}");
+	assert_string_equal(text, "{seed: 1, phantom: retina, motion: {deg_per_s: 0.25, "
+	                          "shift_mm_per_s: [0, 0, 0], jump: {epoch: 0, shift_mm: [0, 0, "
+	                          "0], deg: 0}}, snr_db: 40}");
 	assert_int_equal(cfg_get_key(&c, "", text, sizeof(text)), 0);
 	assert_memory_equal(text, "{instance: \"default\", backend: auto, gpu: {device: 0, ", 51);
 	assert_int_equal(cfg_get_key(&c, "geometry.strid", text, sizeof(text)), -ENOENT);
