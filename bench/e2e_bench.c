@@ -51,9 +51,11 @@ struct run_result {
 static struct {
 	char build[PATH_MAX];
 	const char *backend, *shm_dir, *overlap, *output;
+	int views; /* view.enabled of the daemon: 1 (default) or 0 */
 	double seconds, warmup, rate;
 	bool paced, maxrun;
-} opt = {.backend = "auto",
+} opt = {.views = 1,
+         .backend = "auto",
          .shm_dir = "/dev/shm",
          .seconds = 5,
          .warmup = 2,
@@ -104,6 +106,7 @@ static int write_config(const char *path, const struct bcase *c, const char *ins
 		cfg.source.replay.loop = true;
 	}
 	cfg.output.slots = 4;
+	cfg.view.enabled = opt.views;
 	cfg.pipeline.ring_bscans = 4 * c->ny;
 	cfg.pipeline.overflow = block ? CFG_OVERFLOW_BLOCK : CFG_OVERFLOW_DROP_EPOCH;
 	snprintf(cfg.ipc.run_dir, sizeof(cfg.ipc.run_dir), "%s", run_dir);
@@ -444,7 +447,8 @@ static void usage(FILE *f)
 	fprintf(f,
 	        "usage: e2e_bench [--build DIR] [--backend cpu|cuda|auto] [--case NAME]...\n"
 	        "                 [--seconds S] [--warmup S] [--rate EPOCHS_PER_S] [--no-paced]\n"
-	        "                 [--no-max] [--overlap 0|1] [--shm-dir DIR] [-o FILE]\n"
+	        "                 [--no-max] [--overlap 0|1] [--views on|off] [--shm-dir DIR]\n"
+	        "                 [-o FILE]\n"
 	        "cases: tiny, classic-2048, paper (default: tiny classic-2048)\n");
 }
 
@@ -460,6 +464,7 @@ int main(int argc, char **argv)
 	                                   {"no-max", no_argument, NULL, 'M'},
 	                                   {"overlap", required_argument, NULL, 'v'},
 	                                   {"shm-dir", required_argument, NULL, 'd'},
+	                                   {"views", required_argument, NULL, 'V'},
 	                                   {"output", required_argument, NULL, 'o'},
 	                                   {"help", no_argument, NULL, 'h'},
 	                                   {NULL, 0, NULL, 0}};
@@ -542,6 +547,13 @@ int main(int argc, char **argv)
 			break;
 		case 'd':
 			opt.shm_dir = optarg;
+			break;
+		case 'V':
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				fprintf(stderr, "e2e_bench: --views %s: on or off\n", optarg);
+				return 2;
+			}
+			opt.views = !strcmp(optarg, "on");
 			break;
 		case 'o':
 			opt.output = optarg;
@@ -706,9 +718,9 @@ int main(int argc, char **argv)
 	        "max: "
 	        "rate 0, overflow block; run paced: fixed rate, drop_epoch\",\n"
 	        "\"host\":\"%s\",\"date\":\"%s\",\"commit\":\"%s\",\"backend\":\"%s\",\"overlap\":"
-	        "\"%s\",\"cpus\":%ld,\n\"device\":%s,\n\"limits\":{",
+	        "\"%s\",\"views\":%s,\"cpus\":%ld,\n\"device\":%s,\n\"limits\":{",
 	        host, date, commit, opt.backend, opt.overlap ? opt.overlap : "auto",
-	        sysconf(_SC_NPROCESSORS_ONLN), device);
+	        opt.views ? "true" : "false", sysconf(_SC_NPROCESSORS_ONLN), device);
 	json_num(f, "memcpy_gbs", limit_memcpy, true);
 	json_num(f, "h2d_pinned_gbs", limit_h2d, true);
 	json_num(f, "d2h_shm_gbs", limit_d2h, true);
