@@ -27,6 +27,31 @@ Q := @
 msg = @printf '  %-7s %s\n' '$(1)' '$(2)'
 endif
 
+# ---- build dependencies, checked before anything compiles -------------------------------------
+# A goal that compiles or tests first asks scripts/check-deps.sh which Debian packages it lacks
+# (pkg-config probes for each library, PATH for commands, imports for the test modules). Then,
+# as root, `make deps` installs them; otherwise, or with VOLREC_DEPS_INSTALL=0, make stops at
+# once with the one apt-get line to run, never with a compiler error on a missing header.
+DEPS_FREE_GOALS := clean deps format format-check uninstall install-man install-python \
+	install-system install-config
+DEPS_TEST_GOALS := test check unit pytest tests-build deps-check
+DEPS_GOALS := $(filter-out $(DEPS_FREE_GOALS),$(or $(MAKECMDGOALS),all))
+DEPS_MODE := $(if $(filter $(DEPS_TEST_GOALS),$(DEPS_GOALS)),test,build)
+VOLREC_DEPS_INSTALL ?= $(if $(filter 0,$(shell id -u)),1,0)
+ifneq ($(DEPS_GOALS),)
+DEPS_MISSING := $(shell scripts/check-deps.sh $(DEPS_MODE) $(PYTHON))
+ifneq ($(DEPS_MISSING),)
+ifeq ($(VOLREC_DEPS_INSTALL),1)
+$(info volrec: missing build dependencies ($(DEPS_MISSING)): installing them with make deps)
+DEPS_INSTALLED := $(shell MAKEFLAGS= $(MAKE) --no-print-directory deps >&2 && echo ok)
+DEPS_MISSING := $(shell scripts/check-deps.sh $(DEPS_MODE) $(PYTHON))
+endif
+endif
+ifneq ($(DEPS_MISSING),)
+$(error volrec: missing build dependencies; run: sudo apt-get install -y --no-install-recommends $(DEPS_MISSING)   (or sudo make deps, for all of them))
+endif
+endif
+
 PKGS := libzmq yaml-0.1 fftw3f libsystemd libpng json-c
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 HDF5_CFLAGS := -I/usr/include/hdf5/serial
@@ -97,7 +122,7 @@ CORE_ARCHIVES = beopen cpu $(if $(filter 1,$(HAVE_CUDA)),gpu) be src sim cfg bas
 # above cpu and gpu, which use be). Programs link their archives in this order, whatever the
 # order of their name_ARCHIVES, so a plain single pass of the linker resolves everything; a
 # module that adds an archive adds it here.
-LINK_ORDER := vrclient ipc beopen cpu gpu be src sim cfg base
+LINK_ORDER := bench pl ipc beopen cpu gpu be src sim cfg base
 
 # obj is used by module.mk files (target-specific flags), so it is defined before them.
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
@@ -175,8 +200,8 @@ PROGRAM_FILES := $(PROGRAMS:%=$(B)/bin/%)
 SHLIB_FILES := $(foreach s,$(SHLIBS),$(B)/lib/lib$(s).so.$($(s)_SOVERSION) $(B)/lib/lib$(s).so)
 TEST_FILES := $(TEST_PROGRAMS:%=$(B)/tests/%) $(B)/tests/unit_runner
 
-.PHONY: all test check unit pytest tests-build bench demo deps format format-check clean \
-	install uninstall
+.PHONY: all test check unit pytest tests-build bench demo deps deps-check format format-check \
+	clean install uninstall
 all: $(PROGRAM_FILES) $(SHLIB_FILES)
 tests-build: all $(TEST_FILES)
 
@@ -196,7 +221,8 @@ unit: tests-build
 pytest: tests-build
 	$(call msg,TEST,integration)
 	$(Q)PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration $(PYTEST_ARGS)
+		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration tests/python \
+		$(PYTEST_ARGS)
 
 test check: unit pytest
 
@@ -211,14 +237,20 @@ DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev li
 	libhdf5-dev libpng-dev libjson-c-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
 	python3-h5py python3-pytest-timeout clang-format clang libclang-rt-14-dev \
 	libaravis-dev aravis-tools libusb-1.0-0-dev \
-	debhelper dh-python dpkg-dev fakeroot lintian systemd man-db groff-base
+	debhelper dh-python pybuild-plugin-pyproject python3-setuptools dpkg-dev fakeroot lintian \
+	systemd man-db groff-base mypy systemd-container debootstrap
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_DEPS); \
 	else \
-		echo "run as root, or: sudo apt-get install -y $(DEB_DEPS)"; \
+		echo "make deps: run as root, or: sudo apt-get install -y --no-install-recommends $(DEB_DEPS)" >&2; \
+		exit 1; \
 	fi
+
+# Nothing but the dependency check above (for the goals that compile and test).
+deps-check:
+	@echo "volrec: the build and test dependencies are installed"
 
 clean:
 	rm -rf $(B)

@@ -14,12 +14,13 @@ static void usage(FILE *out, const char *prog)
 	        "volrec acquisition and reconstruction service for Fourier-domain OCT.\n"
 	        "\n"
 	        "  -c, --config FILE  configuration file (default %s)\n"
-	        "      --check        validate the configuration, print it with every default\n"
-	        "                     filled in, and exit (0 valid, 2 invalid)\n"
+	        "      --check        validate the configuration (loading a shim in a child\n"
+	        "                     process), print it with every default filled in, and\n"
+	        "                     exit (0 valid, 2 invalid)\n"
 	        "  -h, --help         show this help and exit\n"
 	        "  -V, --version      show the version and exit\n"
 	        "\n"
-	        "Keys of the configuration: docs/configuration.md.\n",
+	        "The configuration keys: man volrecd.yaml; the service: man volrecd.\n",
 	        prog, VRD_DEFAULT_CONFIG);
 }
 

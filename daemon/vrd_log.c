@@ -12,6 +12,8 @@
 #include <syslog.h>
 #include <unistd.h>
 
+/* every entry carries the location of vrd_log's caller, not of this file */
+#define SD_JOURNAL_SUPPRESS_LOCATION 1
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-journal.h>
 
@@ -116,9 +118,10 @@ static const char *prio_name(int prio)
 	}
 }
 
-void vrd_log(int prio, const char *event, const char *fmt, ...)
+void vrd_log_at(const char *file, int line, const char *func, int prio, const char *event,
+                const char *fmt, ...)
 {
-	char msg[2048];
+	char msg[2048], code_file[256], code_line[32];
 	va_list ap;
 
 	pthread_mutex_lock(&logger.lock);
@@ -130,14 +133,19 @@ void vrd_log(int prio, const char *event, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	if (logger.journal) {
+		/* the caller's location, as sd_journal_send() records its own */
+		snprintf(code_file, sizeof(code_file), "CODE_FILE=%s", file);
+		snprintf(code_line, sizeof(code_line), "CODE_LINE=%d", line);
 		if (event && *event)
-			sd_journal_send("MESSAGE=%s", msg, "PRIORITY=%d", prio,
-			                "SYSLOG_IDENTIFIER=volrecd", "VOLREC_INSTANCE=%s",
-			                logger.instance, "VOLREC_EVENT=%s", event, NULL);
+			sd_journal_send_with_location(
+			        code_file, code_line, func, "MESSAGE=%s", msg, "PRIORITY=%d", prio,
+			        "SYSLOG_IDENTIFIER=volrecd", "VOLREC_INSTANCE=%s", logger.instance,
+			        "VOLREC_EVENT=%s", event, NULL);
 		else
-			sd_journal_send("MESSAGE=%s", msg, "PRIORITY=%d", prio,
-			                "SYSLOG_IDENTIFIER=volrecd", "VOLREC_INSTANCE=%s",
-			                logger.instance, NULL);
+			sd_journal_send_with_location(code_file, code_line, func, "MESSAGE=%s", msg,
+			                              "PRIORITY=%d", prio,
+			                              "SYSLOG_IDENTIFIER=volrecd",
+			                              "VOLREC_INSTANCE=%s", logger.instance, NULL);
 	} else {
 		fprintf(stderr, "volrecd[%s]: %s: %s\n", logger.instance, prio_name(prio), msg);
 	}

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Writer side of volume publishing (ipc_): the shared-memory slot ring with reader leases and the
- * ZeroMQ publisher. The daemon fills a slot (begin), closes it (publish), and sends status and
- * event text; layouts are in include/volrec/protocol.h, the rules in docs/protocol.md.
+ * Volume publishing (ipc_): the writer side (the shared-memory slot ring with reader leases and
+ * the ZeroMQ publisher) and what it shares with the reader side (ipc/reader.c, the volrec_client_*
+ * API of libvolrec): the description of a published volume and its encodings. Layouts are in
+ * include/volrec/protocol.h, the rules in docs/protocol.md.
  */
 #ifndef VOLREC_IPC_H
 #define VOLREC_IPC_H
@@ -11,16 +12,59 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config/config.h"
 #include "volrec/protocol.h"
+
+#define IPC_MAX_PUB 8 /* endpoints one writer binds */
 
 struct ipc_writer;
 
-/* Shape of what is published; fixed for one writer (a new one means a new session). */
-struct ipc_geometry {
+/* Shape of the published volumes; fixed for one writer (a new one means a new session). */
+struct ipc_shape {
 	uint32_t ny, nx, nz; /* volume [Y][X][Z], Z fastest */
 	uint32_t dtype;      /* enum volrec_dtype */
-	uint32_t slots;      /* 2..VOLREC_MAX_SLOTS (output.slots) */
+};
+
+/* What ipc_writer_open needs; nothing is kept after it returns (strings are copied). */
+struct ipc_writer_options {
+	const char *instance;   /* [A-Za-z0-9_-]{1,63}: names the segments and files */
+	const char *run_dir;    /* lock file, default endpoint; created 0770 if missing */
+	struct ipc_shape shape; /* of every volume of this session */
+	uint32_t slots;         /* 2..VOLREC_MAX_SLOTS */
+	uint32_t max_readers;   /* lease-table entries, 1..VOLREC_MAX_READERS */
+	uint32_t hwm;           /* ZMQ_SNDHWM of the PUB sockets, >= 1 */
+	const char *const *pub; /* npub endpoints to bind; npub 0: ipc://<run_dir>/<instance>.pub */
+	uint32_t npub;          /* 0..IPC_MAX_PUB */
+	const char *curve_secret_key; /* z85 key files, needed by tcp:// beyond loopback */
+	const char *curve_public_key;
+	bool views; /* reserve a views area in each slot (u8 volumes; protocol.h, views) */
+};
+
+/*
+ * One published volume: what the publisher passes to ipc_writer_publish, what the slot header
+ * and the `vol` message carry (ipc_slot_meta_store/load, ipc_vol_encode/decode) and what the
+ * reader hands out in a struct volrec_view. Timestamps: CLOCK_REALTIME ns.
+ */
+struct ipc_volume_meta {
+	uint64_t volume_id;         /* publisher's volume counter (continues across sessions) */
+	uint64_t epoch;             /* epoch of the last low-resolution volume interlaced */
+	int32_t offset_x, offset_y; /* scan offset of that epoch */
+	uint64_t t_first_ns;        /* first B-scan acquired */
+	uint64_t t_last_ns;         /* last B-scan acquired */
+	uint64_t latency_ns;        /* processing latency; 0 at publish: t_publish_ns - t_last_ns */
+	uint32_t flags;             /* VOLREC_FLAG_*; the writer sets DROPPED_BEFORE itself */
+	uint32_t drops_before;      /* publisher's input: epochs dropped since the previous volume
+	                               it published (or since the session began); > 0 sets
+	                               VOLREC_FLAG_DROPPED_BEFORE. Not on the wire: 0 when read */
+	uint64_t sequence;          /* set by the writer: volume sequence n in the session */
+	uint64_t t_publish_ns;      /* set by the writer: when the volume was published */
+};
+
+/* A `vol` message: which volume of which segment, and its description. */
+struct ipc_vol {
+	uint64_t session_id;
+	uint32_t slot;
+	struct ipc_shape shape;
+	struct ipc_volume_meta meta; /* drops_before is 0 */
 };
 
 /* A slot being filled, from ipc_writer_begin() until publish or abort. */
@@ -29,17 +73,8 @@ struct ipc_slot_ref {
 	uint64_t sequence; /* volume sequence n it will be published as */
 	void *data;        /* volume_bytes writable bytes, 2 MiB aligned (virtual address too) */
 	size_t bytes;      /* volume_bytes */
-};
-
-/* What the daemon knows about a finished volume. Timestamps: CLOCK_REALTIME ns. */
-struct ipc_volume_meta {
-	uint64_t volume_id;
-	uint64_t epoch;
-	int32_t offset_x, offset_y;
-	uint64_t t_first_ns; /* first B-scan acquired */
-	uint64_t t_last_ns;  /* last B-scan acquired */
-	uint64_t latency_ns; /* processing latency (0: publish time - t_last_ns is used) */
-	uint32_t flags;      /* VOLREC_FLAG_* */
+	void *views;       /* the slot's views area (views_bytes, 64-aligned), NULL without views */
+	size_t views_bytes;
 };
 
 struct ipc_writer_stats {
@@ -48,21 +83,20 @@ struct ipc_writer_stats {
 	uint64_t lease_skips;      /* begin() passed over a slot a live reader held */
 	uint64_t forced_overwrite; /* begin() had to overwrite a leased slot (all were leased) */
 	uint64_t dead_leases;      /* leases found held by dead processes (ignored, reclaimed) */
-	uint64_t send_dropped;     /* ZeroMQ sends that would have blocked and were dropped */
-	uint64_t send_errors;      /* other failed sends */
+	uint64_t send_errors;      /* sends that failed (libzmq error other than a full queue) */
 };
 
 /*
- * Create the segments and the publisher for cfg->instance: takes <run_dir>/<instance>.lock
+ * Create the segments and the publisher of o->instance: takes <run_dir>/<instance>.lock
  * (flock, held for the writer's life) and refuses with -EBUSY when another live writer holds it
  * or holds the existing data segment; otherwise takes over (unlinks) stale segments of a crashed
- * writer and creates fresh ones with a new session id. Binds every endpoint of cfg->ipc.pub
- * (default ipc://<run_dir>/<instance>.pub); tcp:// beyond loopback requires the CURVE key files.
- * Uses cfg->instance and cfg->ipc only; cfg is not kept. On success *out is owned by the caller
- * (free with ipc_writer_close); on failure returns a negative errno and a message in err.
+ * writer and creates fresh ones with a new session id. The header becomes visible complete: its
+ * magic is stored last (release), state goes live once the endpoints are listed. Binds every
+ * endpoint of o->pub; tcp:// beyond loopback requires the CURVE key files; an ipc:// socket file
+ * gets mode 0660 whatever the umask. On success *out is owned by the caller (free with
+ * ipc_writer_close); on failure returns a negative errno and a message in err.
  */
-__attribute__((warn_unused_result)) int ipc_writer_open(const struct vr_config *cfg,
-                                                        const struct ipc_geometry *g,
+__attribute__((warn_unused_result)) int ipc_writer_open(const struct ipc_writer_options *o,
                                                         struct ipc_writer **out, char *err,
                                                         size_t errlen);
 
@@ -75,8 +109,11 @@ __attribute__((warn_unused_result)) int ipc_writer_open(const struct vr_config *
 __attribute__((warn_unused_result)) int ipc_writer_begin(struct ipc_writer *w,
                                                          struct ipc_slot_ref *slot);
 
-/* Close the slot's sequence (even), update the header's latest, send `vol`. The volume is
- * visible to readers even if the send fails (the failure is counted, 0 is still returned). */
+/*
+ * Close the slot's sequence (even), update the header's latest, send `vol`. meta's sequence and
+ * t_publish_ns are ignored (the writer sets them). The volume is visible to readers even if the
+ * send fails (the failure is counted, 0 is still returned).
+ */
 __attribute__((warn_unused_result)) int ipc_writer_publish(struct ipc_writer *w,
                                                            struct ipc_slot_ref *slot,
                                                            const struct ipc_volume_meta *meta);
@@ -85,7 +122,8 @@ __attribute__((warn_unused_result)) int ipc_writer_publish(struct ipc_writer *w,
 void ipc_writer_abort(struct ipc_writer *w, struct ipc_slot_ref *slot);
 
 /* Send JSON text (no NUL, < VOLREC_TEXT_MAX bytes) on topic "status" / "event". Never blocks;
- * callable from any thread. -EINVAL on bad text, -EAGAIN when dropped (counted). */
+ * callable from any thread. -EINVAL on bad text; a subscriber whose queue is full loses the
+ * message without a trace (libzmq's PUB socket: docs/protocol.md §4). */
 int ipc_writer_send_status(struct ipc_writer *w, const char *json);
 int ipc_writer_send_event(struct ipc_writer *w, const char *json);
 
@@ -117,11 +155,18 @@ void ipc_writer_close(struct ipc_writer *w, bool unlink);
 bool ipc_instance_valid(const char *name);
 /* "/volrec.<instance>" and "/volrec.<instance>.readers"; -ENAMETOOLONG / -EINVAL. */
 int ipc_shm_names(const char *instance, char *data, size_t dlen, char *lease, size_t llen);
-/* Check a mapped data segment header of size bytes; 0 or -EPROTO/-EAGAIN with a message. */
+/*
+ * Check a mapped data segment of size bytes. 0: valid and live or closed. -EAGAIN: not ready
+ * yet (smaller than a header, magic still 0, or state "being created"): retry. -EPROTO: not a
+ * volrec segment of this major version, or inconsistent. A message in err either way.
+ */
 int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen);
+/* Write / read a slot header's description (all but its sequence, which is the seqlock). */
+void ipc_slot_meta_store(struct volrec_slot_header *sh, const struct ipc_volume_meta *m);
+void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
+                        struct ipc_volume_meta *m);
 /* Encode/decode a `vol` body (little-endian on any host). decode: 0, or -EPROTO + message. */
-void ipc_vol_encode(const struct volrec_vol_msg *m,
-                    unsigned char out[sizeof(struct volrec_vol_msg)]);
-int ipc_vol_decode(const void *buf, size_t len, struct volrec_vol_msg *m, char *err, size_t errlen);
+void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct volrec_vol_msg)]);
+int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, size_t errlen);
 
 #endif

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Protocol helpers used by both sides: instance names, segment names, validation of a mapped
- * data segment, and the `vol` message encoding.
+ * data segment, and the one description of a volume (struct ipc_volume_meta) to and from the slot
+ * header and the `vol` message.
  */
 #include <errno.h>
 #include <string.h>
@@ -40,17 +41,27 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 {
 	const struct volrec_shm_header *h = map;
 	size_t esz;
-	uint64_t table_end, vbytes;
+	uint64_t table_end, vbytes, magic;
 
+	/* Readiness first: the writer sizes the segment, fills the header, then stores the magic
+	 * (release) and later sets state live. Until then the segment is not ready, not wrong. */
 	if (size < sizeof(*h)) {
-		ipc_errf(err, errlen, "data segment is %zu bytes, smaller than its header (256)",
-		         size);
-		return -EPROTO;
+		ipc_errf(
+		        err, errlen,
+		        "data segment is %zu bytes, smaller than its header (256): not initialized "
+		        "yet",
+		        size);
+		return -EAGAIN;
 	}
-	if (h->magic != VOLREC_SHM_MAGIC) {
+	magic = ipc_load64(&h->magic, memory_order_acquire);
+	if (!magic) {
+		ipc_errf(err, errlen, "data segment is not initialized yet (magic still 0)");
+		return -EAGAIN;
+	}
+	if (magic != VOLREC_SHM_MAGIC) {
 		ipc_errf(err, errlen,
 		         "data segment has a bad magic 0x%016llx (not a volrec segment)",
-		         (unsigned long long)h->magic);
+		         (unsigned long long)magic);
 		return -EPROTO;
 	}
 	if (h->major != VOLREC_PROTO_MAJOR) {
@@ -109,6 +120,19 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		ipc_errf(err, errlen, "data segment endpoint list lies outside the header region");
 		return -EPROTO;
 	}
+	/* views (1.2): inside each slot, after the volume; bounded by the stride before summing */
+	if ((h->views_offset || h->views_bytes) &&
+	    (h->views_offset < h->volume_bytes || h->views_offset % 64 ||
+	     h->views_offset > h->slot_stride || h->views_bytes > h->slot_stride ||
+	     h->views_offset + h->views_bytes > h->slot_stride ||
+	     h->views_bytes < sizeof(struct volrec_views_header))) {
+		ipc_errf(err, errlen,
+		         "data segment views area is inconsistent (offset %llu, %llu bytes, volume "
+		         "%llu bytes, stride %llu)",
+		         (unsigned long long)h->views_offset, (unsigned long long)h->views_bytes,
+		         (unsigned long long)h->volume_bytes, (unsigned long long)h->slot_stride);
+		return -EPROTO;
+	}
 	if (!h->session_id) {
 		ipc_errf(err, errlen, "data segment has a zero session id");
 		return -EPROTO;
@@ -116,14 +140,67 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	return 0;
 }
 
-void ipc_vol_encode(const struct volrec_vol_msg *m,
-                    unsigned char out[sizeof(struct volrec_vol_msg)])
+void ipc_slot_meta_store(struct volrec_slot_header *sh, const struct ipc_volume_meta *m)
 {
-	/* the struct is the little-endian wire layout (no padding, asserted in protocol.h) */
-	memcpy(out, m, sizeof(*m));
+	sh->volume_id = m->volume_id;
+	sh->epoch = m->epoch;
+	sh->offset_x = m->offset_x;
+	sh->offset_y = m->offset_y;
+	sh->t_first_ns = m->t_first_ns;
+	sh->t_last_ns = m->t_last_ns;
+	sh->t_publish_ns = m->t_publish_ns;
+	sh->latency_ns = m->latency_ns;
+	sh->flags = m->flags;
 }
 
-int ipc_vol_decode(const void *buf, size_t len, struct volrec_vol_msg *m, char *err, size_t errlen)
+void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
+                        struct ipc_volume_meta *m)
+{
+	*m = (struct ipc_volume_meta){
+	        .volume_id = sh->volume_id,
+	        .epoch = sh->epoch,
+	        .offset_x = sh->offset_x,
+	        .offset_y = sh->offset_y,
+	        .t_first_ns = sh->t_first_ns,
+	        .t_last_ns = sh->t_last_ns,
+	        .latency_ns = sh->latency_ns,
+	        .flags = sh->flags,
+	        .sequence = sequence,
+	        .t_publish_ns = sh->t_publish_ns,
+	};
+}
+
+void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct volrec_vol_msg)])
+{
+	const struct ipc_volume_meta *m = &v->meta;
+	struct volrec_vol_msg w = {
+	        .magic = VOLREC_VOL_MAGIC,
+	        .major = VOLREC_PROTO_MAJOR,
+	        .minor = VOLREC_PROTO_MINOR,
+	        .size = sizeof(w),
+	        .slot = v->slot,
+	        .session_id = v->session_id,
+	        .sequence = m->sequence,
+	        .volume_id = m->volume_id,
+	        .epoch = m->epoch,
+	        .ny = v->shape.ny,
+	        .nx = v->shape.nx,
+	        .nz = v->shape.nz,
+	        .dtype = v->shape.dtype,
+	        .offset_x = m->offset_x,
+	        .offset_y = m->offset_y,
+	        .t_first_ns = m->t_first_ns,
+	        .t_last_ns = m->t_last_ns,
+	        .t_publish_ns = m->t_publish_ns,
+	        .latency_ns = m->latency_ns,
+	        .flags = m->flags,
+	};
+
+	/* the struct is the little-endian wire layout (no padding, asserted in protocol.h) */
+	memcpy(out, &w, sizeof(w));
+}
+
+int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, size_t errlen)
 {
 	struct volrec_vol_msg t;
 	uint32_t magic, size;
@@ -166,6 +243,20 @@ int ipc_vol_decode(const void *buf, size_t len, struct volrec_vol_msg *m, char *
 		         t.nx, t.nz, t.dtype);
 		return -EPROTO;
 	}
-	*m = t;
+	*v = (struct ipc_vol){
+	        .session_id = t.session_id,
+	        .slot = t.slot,
+	        .shape = {.ny = t.ny, .nx = t.nx, .nz = t.nz, .dtype = t.dtype},
+	        .meta = {.volume_id = t.volume_id,
+	                 .epoch = t.epoch,
+	                 .offset_x = t.offset_x,
+	                 .offset_y = t.offset_y,
+	                 .t_first_ns = t.t_first_ns,
+	                 .t_last_ns = t.t_last_ns,
+	                 .latency_ns = t.latency_ns,
+	                 .flags = t.flags,
+	                 .sequence = t.sequence,
+	                 .t_publish_ns = t.t_publish_ns},
+	};
 	return 0;
 }

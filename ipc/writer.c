@@ -2,6 +2,7 @@
 /*
  * The publishing side: creates the data and lease segments of an instance, hands out slots
  * (avoiding leased ones), closes their seqlock on publish and announces volumes over ZeroMQ.
+ * The reader side of the same protocol is ipc/reader.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,8 +20,10 @@
 #include "ipc/internal.h"
 #include "ipc/ipc.h"
 
-#define IPC_NAME_MAX 96
-#define IPC_EP_MAX   512
+#define IPC_NAME_MAX  96
+#define IPC_EP_MAX    512
+#define IPC_DIR_MODE  0770 /* run_dir when the writer creates it */
+#define IPC_SOCK_MODE 0660 /* ipc:// socket files */
 
 struct ipc_writer {
 	char data_name[IPC_NAME_MAX];
@@ -37,6 +40,7 @@ struct ipc_writer {
 	uint32_t slots;
 	uint32_t max_readers;
 	size_t volume_bytes;
+	size_t views_offset, views_bytes; /* views area in each slot (0: none) */
 	void *slot_ptrs[VOLREC_MAX_SLOTS];
 	bool in_progress[VOLREC_MAX_SLOTS];
 	uint64_t content[VOLREC_MAX_SLOTS]; /* sequence n held by each slot, 0 = none */
@@ -47,7 +51,7 @@ struct ipc_writer {
 	void *zctx;
 	void *pub;       /* plain PUB: ipc://, inproc://, loopback tcp:// */
 	void *pub_curve; /* CURVE server PUB: tcp:// beyond loopback */
-	char endpoints[CFG_MAX_PUB][IPC_EP_MAX];
+	char endpoints[IPC_MAX_PUB][IPC_EP_MAX];
 	uint32_t nendpoints;
 	pthread_mutex_t send_lock; /* guards the sockets and every counter of st */
 	struct ipc_writer_stats st;
@@ -117,7 +121,7 @@ static int read_z85_key(const char *path, const char *what, uint8_t key[32], cha
 	return 0;
 }
 
-static int make_curve_socket(struct ipc_writer *w, const struct vr_config *cfg, char *err,
+static int make_curve_socket(struct ipc_writer *w, const struct ipc_writer_options *o, char *err,
                              size_t errlen)
 {
 	uint8_t sec[32], pub[32];
@@ -130,10 +134,12 @@ static int make_curve_socket(struct ipc_writer *w, const struct vr_config *cfg, 
 		         "cannot be secured");
 		return -ENOTSUP;
 	}
-	rc = read_z85_key(cfg->ipc.curve_secret_key, "curve_secret_key", sec, err, errlen);
+	rc = read_z85_key(o->curve_secret_key ? o->curve_secret_key : "", "curve_secret_key", sec,
+	                  err, errlen);
 	if (rc)
 		return rc;
-	rc = read_z85_key(cfg->ipc.curve_public_key, "curve_public_key", pub, err, errlen);
+	rc = read_z85_key(o->curve_public_key ? o->curve_public_key : "", "curve_public_key", pub,
+	                  err, errlen);
 	if (rc)
 		return rc;
 	zmq_z85_encode(sec_z, sec, 32);
@@ -141,7 +147,7 @@ static int make_curve_socket(struct ipc_writer *w, const struct vr_config *cfg, 
 	if (zmq_curve_public(derived, sec_z) || strcmp(derived, pub_z)) {
 		ipc_errf(err, errlen,
 		         "ipc.curve_public_key (%s) does not belong to the secret key %s",
-		         cfg->ipc.curve_public_key, cfg->ipc.curve_secret_key);
+		         o->curve_public_key, o->curve_secret_key);
 		return -EINVAL;
 	}
 	w->pub_curve = zmq_socket(w->zctx, ZMQ_PUB);
@@ -154,9 +160,9 @@ static int make_curve_socket(struct ipc_writer *w, const struct vr_config *cfg, 
 	return 0;
 }
 
-static int setup_socket_opts(void *s, const struct vr_config *cfg)
+static int setup_socket_opts(void *s, uint32_t sndhwm)
 {
-	int hwm = (int)cfg->ipc.hwm, linger = 0;
+	int hwm = (int)sndhwm, linger = 0;
 
 	if (zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) ||
 	    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)))
@@ -164,21 +170,40 @@ static int setup_socket_opts(void *s, const struct vr_config *cfg)
 	return 0;
 }
 
-static int bind_endpoints(struct ipc_writer *w, const struct vr_config *cfg, char *err,
+/*
+ * An ipc:// socket file gets the umask's mode from bind(2): set it to IPC_SOCK_MODE so that the
+ * group can connect whatever the umask (a umask of 022 left it srwxr-xr-x). The file is in
+ * run_dir, so the window between bind and chmod is no wider than run_dir's own mode.
+ */
+static int chmod_ipc_socket(const char *ep, uint32_t i, char *err, size_t errlen)
+{
+	const char *path = ep + strlen("ipc://");
+
+	if (strncmp(ep, "ipc://", 6) || path[0] == '@')
+		return 0; /* not a file (tcp, inproc, abstract namespace) */
+	if (chmod(path, IPC_SOCK_MODE)) {
+		int rc = -errno;
+		ipc_errf(err, errlen, "ipc.pub[%u]: cannot set mode %o on %s: %s", i, IPC_SOCK_MODE,
+		         path, strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
+static int bind_endpoints(struct ipc_writer *w, const struct ipc_writer_options *o, char *err,
                           size_t errlen)
 {
 	char def[IPC_EP_MAX];
-	uint32_t n = cfg->ipc.npub ? cfg->ipc.npub : 1;
+	uint32_t n = o->npub ? o->npub : 1;
 	int rc;
 
-	if (cfg->ipc.npub > CFG_MAX_PUB) {
-		ipc_errf(err, errlen, "ipc.pub: %u endpoints, at most %d", cfg->ipc.npub,
-		         CFG_MAX_PUB);
+	if (o->npub > IPC_MAX_PUB || (o->npub && !o->pub)) {
+		ipc_errf(err, errlen, "ipc.pub: %u endpoints, at most %d", o->npub, IPC_MAX_PUB);
 		return -EINVAL;
 	}
-	if ((size_t)snprintf(def, sizeof(def), "ipc://%s/%s.pub", cfg->ipc.run_dir,
-	                     cfg->instance) >= sizeof(def)) {
-		ipc_errf(err, errlen, "ipc.run_dir: %s is too long", cfg->ipc.run_dir);
+	if ((size_t)snprintf(def, sizeof(def), "ipc://%s/%s.pub", o->run_dir, o->instance) >=
+	    sizeof(def)) {
+		ipc_errf(err, errlen, "ipc.run_dir: %s is too long", o->run_dir);
 		return -ENAMETOOLONG;
 	}
 	w->zctx = zmq_ctx_new();
@@ -187,22 +212,22 @@ static int bind_endpoints(struct ipc_writer *w, const struct vr_config *cfg, cha
 		return -ENOMEM;
 	}
 	w->pub = zmq_socket(w->zctx, ZMQ_PUB);
-	if (!w->pub || (rc = setup_socket_opts(w->pub, cfg))) {
+	if (!w->pub || (rc = setup_socket_opts(w->pub, o->hwm))) {
 		ipc_errf(err, errlen, "cannot create the PUB socket: %s",
 		         zmq_strerror(zmq_errno()));
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		const char *ep = cfg->ipc.npub ? cfg->ipc.pub[i] : def;
+		const char *ep = o->npub ? o->pub[i] : def;
 		void *s = w->pub;
 		size_t len = sizeof(w->endpoints[i]);
 
 		if (!strncmp(ep, "tcp://", 6) && !tcp_is_loopback(ep)) {
 			if (!w->pub_curve) {
-				rc = make_curve_socket(w, cfg, err, errlen);
+				rc = make_curve_socket(w, o, err, errlen);
 				if (rc)
 					return rc;
-				rc = setup_socket_opts(w->pub_curve, cfg);
+				rc = setup_socket_opts(w->pub_curve, o->hwm);
 				if (rc) {
 					ipc_errf(err, errlen,
 					         "cannot configure the CURVE socket: %s",
@@ -227,6 +252,9 @@ static int bind_endpoints(struct ipc_writer *w, const struct vr_config *cfg, cha
 		if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, w->endpoints[i], &len))
 			snprintf(w->endpoints[i], sizeof(w->endpoints[i]), "%s", ep);
 		w->nendpoints = i + 1;
+		rc = chmod_ipc_socket(w->endpoints[i], i, err, errlen);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
@@ -264,19 +292,32 @@ static int ofd_lock(int fd, short type, off_t start, off_t len, int cmd)
 }
 
 /* Refuse when another live writer holds the lock file or the existing data segment. */
-static int take_instance(struct ipc_writer *w, const struct vr_config *cfg, char *err,
+static int take_instance(struct ipc_writer *w, const struct ipc_writer_options *o, char *err,
                          size_t errlen)
 {
-	char path[CFG_PATH_MAX + CFG_NAME_MAX + 8], pidtxt[32];
+	char path[PATH_MAX + VOLREC_INSTANCE_MAX + 8], pidtxt[32];
 	int fd, rc;
 
-	if (mkdir(cfg->ipc.run_dir, 0755) && errno != EEXIST) {
+	/* a run_dir we create gets its mode whatever the umask; an existing one is left as
+	 * its owner (tmpfiles.d, the operator) made it */
+	if (!mkdir(o->run_dir, IPC_DIR_MODE)) {
+		if (chmod(o->run_dir, IPC_DIR_MODE)) {
+			rc = -errno;
+			ipc_errf(err, errlen, "ipc.run_dir: cannot set mode %o on %s: %s",
+			         IPC_DIR_MODE, o->run_dir, strerror(errno));
+			return rc;
+		}
+	} else if (errno != EEXIST) {
 		rc = -errno;
-		ipc_errf(err, errlen, "ipc.run_dir: cannot create %s: %s", cfg->ipc.run_dir,
+		ipc_errf(err, errlen, "ipc.run_dir: cannot create %s: %s", o->run_dir,
 		         strerror(errno));
 		return rc;
 	}
-	snprintf(path, sizeof(path), "%s/%s.lock", cfg->ipc.run_dir, cfg->instance);
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s.lock", o->run_dir, o->instance) >=
+	    sizeof(path)) {
+		ipc_errf(err, errlen, "ipc.run_dir: %s is too long", o->run_dir);
+		return -ENAMETOOLONG;
+	}
 	w->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (w->lock_fd < 0) {
 		rc = -errno;
@@ -292,7 +333,7 @@ static int take_instance(struct ipc_writer *w, const struct vr_config *cfg, char
 		ipc_errf(err, errlen,
 		         "instance '%s' already has a live writer (pid %s, lock %s); refusing to "
 		         "take its segments and socket",
-		         cfg->instance, pidtxt[0] ? pidtxt : "unknown", path);
+		         o->instance, pidtxt[0] ? pidtxt : "unknown", path);
 		return rc;
 	}
 	fd = shm_open(w->data_name, O_RDONLY | O_CLOEXEC, 0);
@@ -316,18 +357,19 @@ static int take_instance(struct ipc_writer *w, const struct vr_config *cfg, char
 	return 0;
 }
 
-static int create_segments(struct ipc_writer *w, const struct vr_config *cfg,
-                           const struct ipc_geometry *g, char *err, size_t errlen)
+static int create_segments(struct ipc_writer *w, const struct ipc_writer_options *o, char *err,
+                           size_t errlen)
 {
 	struct volrec_shm_header *h;
 	struct volrec_lease_header *lh;
 	uint64_t stride, table_end, ep_off, session = 0;
 	int rc;
 
-	stride = (w->volume_bytes + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
-	table_end = sizeof(*h) + (uint64_t)g->slots * sizeof(struct volrec_slot_header);
+	stride = w->views_bytes ? w->views_offset + w->views_bytes : w->volume_bytes;
+	stride = (stride + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
+	table_end = sizeof(*h) + (uint64_t)o->slots * sizeof(struct volrec_slot_header);
 	ep_off = (table_end + 63) & ~(uint64_t)63;
-	w->map_size = VOLREC_SLOT_ALIGN + (size_t)g->slots * stride;
+	w->map_size = VOLREC_SLOT_ALIGN + (size_t)o->slots * stride;
 	while (!session)
 		if (getrandom(&session, sizeof(session), 0) != sizeof(session)) {
 			rc = -errno;
@@ -360,34 +402,39 @@ static int create_segments(struct ipc_writer *w, const struct vr_config *cfg,
 		ipc_errf(err, errlen, "cannot map %s: %s", w->data_name, strerror(errno));
 		return rc;
 	}
+	/* Readers may map the segment from now on: every field is written before the magic,
+	 * which is stored last with release order (a reader loads it with acquire and sees a
+	 * complete header, or magic 0: not ready). state stays 0 (being created) until the
+	 * endpoints and the lease table are ready (ipc_writer_open). */
 	h = w->hdr = w->map;
-	h->magic = VOLREC_SHM_MAGIC;
 	h->major = VOLREC_PROTO_MAJOR;
 	h->minor = VOLREC_PROTO_MINOR;
 	h->header_size = sizeof(*h);
 	h->session_id = session;
-	h->ny = g->ny;
-	h->nx = g->nx;
-	h->nz = g->nz;
-	h->dtype = g->dtype;
-	h->slot_count = g->slots;
+	h->ny = o->shape.ny;
+	h->nx = o->shape.nx;
+	h->nz = o->shape.nz;
+	h->dtype = o->shape.dtype;
+	h->slot_count = o->slots;
 	h->slot_header_size = sizeof(struct volrec_slot_header);
 	h->slot_table_offset = sizeof(*h);
 	h->data_offset = VOLREC_SLOT_ALIGN;
 	h->slot_stride = stride;
 	h->volume_bytes = w->volume_bytes;
+	h->views_offset = w->views_offset;
+	h->views_bytes = w->views_bytes;
 	h->segment_size = w->map_size;
 	h->latest_slot = VOLREC_SLOT_NONE;
 	h->writer_pid = (int32_t)getpid();
 	h->created_ns = ipc_now_ns(CLOCK_REALTIME);
-	h->max_readers = cfg->ipc.max_readers;
+	h->max_readers = o->max_readers;
 	h->endpoints_offset = ep_off;
 	h->endpoints_size = VOLREC_ENDPOINTS_MAX;
-	for (uint32_t i = 0; i < g->slots; i++)
+	for (uint32_t i = 0; i < o->slots; i++)
 		w->slot_ptrs[i] = (char *)w->map + h->data_offset + (size_t)i * stride;
+	ipc_store64(&h->magic, VOLREC_SHM_MAGIC, memory_order_release);
 
-	w->lmap_size =
-	        sizeof(*lh) + (size_t)cfg->ipc.max_readers * sizeof(struct volrec_lease_entry);
+	w->lmap_size = sizeof(*lh) + (size_t)o->max_readers * sizeof(struct volrec_lease_entry);
 	w->lease_fd = shm_open(w->lease_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
 	if (w->lease_fd < 0) {
 		rc = -errno;
@@ -412,45 +459,50 @@ static int create_segments(struct ipc_writer *w, const struct vr_config *cfg,
 	lh->minor = VOLREC_PROTO_MINOR;
 	lh->header_size = sizeof(*lh);
 	lh->session_id = session;
-	lh->entry_count = cfg->ipc.max_readers;
+	lh->entry_count = o->max_readers;
 	lh->entry_size = sizeof(struct volrec_lease_entry);
-	for (uint32_t i = 0; i < cfg->ipc.max_readers; i++)
+	for (uint32_t i = 0; i < o->max_readers; i++)
 		ipc_lease_entry(w->lmap, i)->slot = VOLREC_SLOT_NONE;
 	ipc_store64(&lh->magic, VOLREC_LEASE_MAGIC, memory_order_release);
 	return 0;
 }
 
-static int check_geometry(const struct vr_config *cfg, const struct ipc_geometry *g, size_t *bytes,
-                          char *err, size_t errlen)
+static int check_options(const struct ipc_writer_options *o, size_t *bytes, char *err,
+                         size_t errlen)
 {
+	const struct ipc_shape *g = &o->shape;
 	size_t esz = volrec_dtype_size(g->dtype);
 
-	if (!ipc_instance_valid(cfg->instance)) {
+	if (!ipc_instance_valid(o->instance)) {
 		ipc_errf(err, errlen, "instance: '%s' is not a valid name ([A-Za-z0-9_-]{1,63})",
-		         cfg->instance);
+		         o->instance ? o->instance : "(null)");
 		return -EINVAL;
 	}
-	if (!cfg->ipc.run_dir[0]) {
+	if (!o->run_dir || !o->run_dir[0]) {
 		ipc_errf(err, errlen, "ipc.run_dir: empty");
 		return -EINVAL;
+	}
+	if (strlen(o->run_dir) >= PATH_MAX) {
+		ipc_errf(err, errlen, "ipc.run_dir: longer than %d bytes", PATH_MAX - 1);
+		return -ENAMETOOLONG;
 	}
 	if (!esz) {
 		ipc_errf(err, errlen, "output dtype %u is not one of u8 (1), u16 (2), f32 (3)",
 		         g->dtype);
 		return -EINVAL;
 	}
-	if (g->slots < 2 || g->slots > VOLREC_MAX_SLOTS) {
-		ipc_errf(err, errlen, "output.slots: %u, allowed 2..%d", g->slots,
+	if (o->slots < 2 || o->slots > VOLREC_MAX_SLOTS) {
+		ipc_errf(err, errlen, "output.slots: %u, allowed 2..%d", o->slots,
 		         VOLREC_MAX_SLOTS);
 		return -EINVAL;
 	}
-	if (cfg->ipc.max_readers < 1 || cfg->ipc.max_readers > VOLREC_MAX_READERS) {
-		ipc_errf(err, errlen, "ipc.max_readers: %u, allowed 1..%d", cfg->ipc.max_readers,
+	if (o->max_readers < 1 || o->max_readers > VOLREC_MAX_READERS) {
+		ipc_errf(err, errlen, "ipc.max_readers: %u, allowed 1..%d", o->max_readers,
 		         VOLREC_MAX_READERS);
 		return -EINVAL;
 	}
-	if (cfg->ipc.hwm < 1) {
-		ipc_errf(err, errlen, "ipc.hwm: 0, allowed 1..100000");
+	if (o->hwm < 1 || o->hwm > INT_MAX) {
+		ipc_errf(err, errlen, "ipc.hwm: %u, allowed 1..%d", o->hwm, INT_MAX);
 		return -EINVAL;
 	}
 	if (!g->ny || !g->nx || !g->nz || (uint64_t)g->ny * g->nx * g->nz > (UINT64_C(1) << 38)) {
@@ -462,8 +514,8 @@ static int check_geometry(const struct vr_config *cfg, const struct ipc_geometry
 	return 0;
 }
 
-int ipc_writer_open(const struct vr_config *cfg, const struct ipc_geometry *g,
-                    struct ipc_writer **out, char *err, size_t errlen)
+int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out, char *err,
+                    size_t errlen)
 {
 	struct ipc_writer *w;
 	size_t bytes;
@@ -471,7 +523,11 @@ int ipc_writer_open(const struct vr_config *cfg, const struct ipc_geometry *g,
 	size_t off = 0;
 	int rc;
 
-	rc = check_geometry(cfg, g, &bytes, err, errlen);
+	if (!o || !out) {
+		ipc_errf(err, errlen, "ipc_writer_open: no options or no result pointer");
+		return -EINVAL;
+	}
+	rc = check_options(o, &bytes, err, errlen);
 	if (rc)
 		return rc;
 	w = calloc(1, sizeof(*w));
@@ -480,30 +536,34 @@ int ipc_writer_open(const struct vr_config *cfg, const struct ipc_geometry *g,
 		return -ENOMEM;
 	}
 	w->lock_fd = w->data_fd = w->lease_fd = -1;
-	w->slots = g->slots;
-	w->max_readers = cfg->ipc.max_readers;
+	w->slots = o->slots;
+	w->max_readers = o->max_readers;
 	w->volume_bytes = bytes;
+	if (o->views && o->shape.dtype == VOLREC_DTYPE_U8) {
+		w->views_offset = (bytes + 63) & ~(size_t)63;
+		w->views_bytes = volrec_views_bytes(o->shape.ny, o->shape.nx, o->shape.nz);
+	}
 	w->latest_slot = VOLREC_SLOT_NONE;
 	pthread_mutex_init(&w->send_lock, NULL);
-	w->dead_seen = calloc(cfg->ipc.max_readers, sizeof(*w->dead_seen));
+	w->dead_seen = calloc(o->max_readers, sizeof(*w->dead_seen));
 	if (!w->dead_seen) {
 		rc = -ENOMEM;
 		ipc_errf(err, errlen, "out of memory");
 		goto out_free;
 	}
-	rc = ipc_shm_names(cfg->instance, w->data_name, sizeof(w->data_name), w->lease_name,
+	rc = ipc_shm_names(o->instance, w->data_name, sizeof(w->data_name), w->lease_name,
 	                   sizeof(w->lease_name));
 	if (rc) {
-		ipc_errf(err, errlen, "instance '%s': name too long", cfg->instance);
+		ipc_errf(err, errlen, "instance '%s': name too long", o->instance);
 		goto out_free;
 	}
-	rc = take_instance(w, cfg, err, errlen);
+	rc = take_instance(w, o, err, errlen);
 	if (rc)
 		goto out_free;
-	rc = create_segments(w, cfg, g, err, errlen);
+	rc = create_segments(w, o, err, errlen);
 	if (rc)
 		goto out_free;
-	rc = bind_endpoints(w, cfg, err, errlen);
+	rc = bind_endpoints(w, o, err, errlen);
 	if (rc)
 		goto out_free;
 
@@ -621,6 +681,8 @@ int ipc_writer_begin(struct ipc_writer *w, struct ipc_slot_ref *slot)
 	slot->sequence = w->next_seq;
 	slot->data = w->slot_ptrs[s];
 	slot->bytes = w->volume_bytes;
+	slot->views = w->views_bytes ? (char *)w->slot_ptrs[s] + w->views_offset : NULL;
+	slot->views_bytes = w->views_bytes;
 	return 0;
 }
 
@@ -633,13 +695,12 @@ static int send_msg(struct ipc_writer *w, const char *topic, const void *body, s
 	for (int i = 0; i < 2; i++) {
 		if (!socks[i])
 			continue;
+		/* a PUB socket never blocks nor fails at a subscriber's HWM: libzmq drops the
+		 * message for that subscriber silently, so only real errors are seen here */
 		if (zmq_send(socks[i], topic, strlen(topic), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
 		    zmq_send(socks[i], body, len, ZMQ_DONTWAIT) < 0) {
 			rc = -zmq_errno();
-			if (rc == -EAGAIN)
-				w->st.send_dropped++;
-			else
-				w->st.send_errors++;
+			w->st.send_errors++;
 		}
 	}
 	pthread_mutex_unlock(&w->send_lock);
@@ -655,27 +716,32 @@ static bool slot_ref_ok(const struct ipc_writer *w, const struct ipc_slot_ref *s
 int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
                        const struct ipc_volume_meta *meta)
 {
-	struct volrec_slot_header *sh;
-	struct volrec_vol_msg m = {0};
-	unsigned char buf[sizeof(m)];
-	uint64_t now;
+	struct ipc_vol v;
+	struct ipc_volume_meta *m = &v.meta;
+	unsigned char buf[sizeof(struct volrec_vol_msg)];
 
 	if (!slot_ref_ok(w, slot) || !meta)
 		return -EINVAL;
-	sh = ipc_slot_header(w->map, slot->index);
-	now = ipc_now_ns(CLOCK_REALTIME);
-	sh->volume_id = meta->volume_id;
-	sh->epoch = meta->epoch;
-	sh->offset_x = meta->offset_x;
-	sh->offset_y = meta->offset_y;
-	sh->t_first_ns = meta->t_first_ns;
-	sh->t_last_ns = meta->t_last_ns;
-	sh->t_publish_ns = now;
-	sh->latency_ns = meta->latency_ns                             ? meta->latency_ns
-	                 : (meta->t_last_ns && now > meta->t_last_ns) ? now - meta->t_last_ns
-	                                                              : 0;
-	sh->flags = meta->flags;
-	ipc_store64(&sh->sequence, 2 * slot->sequence, memory_order_release);
+	v = (struct ipc_vol){
+	        .session_id = w->session,
+	        .slot = slot->index,
+	        .shape = {.ny = w->hdr->ny,
+	                  .nx = w->hdr->nx,
+	                  .nz = w->hdr->nz,
+	                  .dtype = w->hdr->dtype},
+	        .meta = *meta,
+	};
+	m->sequence = slot->sequence;
+	m->t_publish_ns = ipc_now_ns(CLOCK_REALTIME);
+	if (!m->latency_ns && m->t_last_ns && m->t_publish_ns > m->t_last_ns)
+		m->latency_ns = m->t_publish_ns - m->t_last_ns;
+	m->flags &= ~VOLREC_FLAG_DROPPED_BEFORE;
+	if (m->drops_before)
+		m->flags |= VOLREC_FLAG_DROPPED_BEFORE;
+	m->drops_before = 0; /* not on the wire */
+	ipc_slot_meta_store(ipc_slot_header(w->map, slot->index), m);
+	ipc_store64(&ipc_slot_header(w->map, slot->index)->sequence, 2 * slot->sequence,
+	            memory_order_release);
 	w->in_progress[slot->index] = false;
 	w->content[slot->index] = slot->sequence;
 	if (slot->sequence > w->latest_seq) {
@@ -686,27 +752,7 @@ int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
 	}
 	stat_inc(w, &w->st.published);
 
-	m.magic = VOLREC_VOL_MAGIC;
-	m.major = VOLREC_PROTO_MAJOR;
-	m.minor = VOLREC_PROTO_MINOR;
-	m.size = sizeof(m);
-	m.slot = slot->index;
-	m.session_id = w->session;
-	m.sequence = slot->sequence;
-	m.volume_id = sh->volume_id;
-	m.epoch = sh->epoch;
-	m.ny = w->hdr->ny;
-	m.nx = w->hdr->nx;
-	m.nz = w->hdr->nz;
-	m.dtype = w->hdr->dtype;
-	m.offset_x = sh->offset_x;
-	m.offset_y = sh->offset_y;
-	m.t_first_ns = sh->t_first_ns;
-	m.t_last_ns = sh->t_last_ns;
-	m.t_publish_ns = sh->t_publish_ns;
-	m.latency_ns = sh->latency_ns;
-	m.flags = sh->flags;
-	ipc_vol_encode(&m, buf);
+	ipc_vol_encode(&v, buf);
 	send_msg(w, VOLREC_TOPIC_VOL, buf, sizeof(buf));
 	slot->data = NULL;
 	return 0;

@@ -8,6 +8,9 @@
 
 BINDIR ?= $(PREFIX)/bin
 SBINDIR ?= $(PREFIX)/sbin
+# Programs run by other programs: volrec-process, which `volrec` runs for its processing
+# subcommands (clients/volrec/helper.c looks in $(PREFIX)/libexec/volrec beside $(BINDIR)).
+LIBEXECDIR ?= $(PREFIX)/libexec
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 DATADIR ?= $(PREFIX)/share
@@ -27,10 +30,13 @@ PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREF
 
 INSTALL ?= install
 PKG_MAN_PAGES := $(sort $(wildcard packaging/man/*.[1-8]))
-PKG_PC_IN := clients/libvolrec/volrec.pc.in
+PKG_PC_IN := ipc/volrec.pc.in
 # The example shim(s): shims/module.mk may set SHIM_FILES (built .so paths); by default every
-# $(B)/lib/volrec/*.so present after the build.
+# $(B)/lib/volrec/*.so present after the build. PKG_SHIM_NAMES is what install writes into
+# SHIMDIR and all that uninstall removes there: the operator's own shims stay.
 SHIM_FILES ?=
+PKG_SHIM_FILES = $(or $(strip $(SHIM_FILES)),$(wildcard $(B)/lib/volrec/*.so))
+PKG_SHIM_NAMES = $(notdir $(PKG_SHIM_FILES))
 D := $(DESTDIR)
 
 # $(1) source, $(2) destination file, $(3) mode
@@ -53,6 +59,9 @@ install-bin: all
 	$(Q)if [ -n "$(filter volrec,$(PROGRAMS))" ]; then \
 		$(call pkg_install_file,$(B)/bin/volrec,$(BINDIR)/volrec,0755); \
 	else $(call pkg_skip,volrec); fi
+	$(Q)if [ -n "$(filter volrec-process,$(PROGRAMS))" ]; then \
+		$(call pkg_install_file,$(B)/bin/volrec-process,$(LIBEXECDIR)/volrec/volrec-process,0755); \
+	else $(call pkg_skip,volrec-process); fi
 
 install-lib: all
 	$(call msg,INSTALL,$(D)$(LIBDIR)/libvolrec.so.$(volrec_SOVERSION))
@@ -77,7 +86,7 @@ install-dev: all
 
 install-shim: all $(SHIM_FILES)
 	$(call msg,INSTALL,$(D)$(SHIMDIR))
-	$(Q)shims="$(strip $(SHIM_FILES))"; [ -n "$$shims" ] || shims=$$(ls $(B)/lib/volrec/*.so 2>/dev/null); \
+	$(Q)shims="$(strip $(PKG_SHIM_FILES))"; \
 	if [ -z "$$shims" ]; then $(call pkg_skip,example shim); fi; \
 	for s in $$shims; do \
 		$(call pkg_install_file,$$s,$(SHIMDIR)/$$(basename $$s),0644) || exit 1; \
@@ -86,7 +95,7 @@ install-shim: all $(SHIM_FILES)
 install-python:
 	$(call msg,INSTALL,$(D)$(PYTHONDIR)/volrec)
 	$(Q)if [ -d clients/python/volrec ]; then \
-		for f in $$(cd clients/python && find volrec -name '*.py' | sort); do \
+		for f in $$(cd clients/python && find volrec \( -name '*.py' -o -name py.typed \) | sort); do \
 			$(call pkg_install_file,clients/python/$$f,$(PYTHONDIR)/$$f,0644) || exit 1; \
 		done; \
 	else $(call pkg_skip,Python package volrec); fi
@@ -123,18 +132,19 @@ install-config:
 # directories volrec owns if they are empty.
 uninstall:
 	$(call msg,UNINSTALL,$(D)$(PREFIX))
-	$(Q)rm -f $(D)$(SBINDIR)/volrecd $(D)$(BINDIR)/volrec \
+	$(Q)rm -f $(D)$(SBINDIR)/volrecd $(D)$(BINDIR)/volrec $(D)$(LIBEXECDIR)/volrec/volrec-process \
 		$(D)$(LIBDIR)/libvolrec.so.$(volrec_SOVERSION) $(D)$(LIBDIR)/libvolrec.so \
 		$(D)$(PKGCONFIGDIR)/volrec.pc \
 		$(addprefix $(D)$(INCLUDEDIR)/volrec/,$(notdir $(wildcard include/volrec/*.h))) \
 		$(foreach m,$(PKG_MAN_PAGES),$(D)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
 		$(D)$(SYSTEMDUNITDIR)/volrecd.service $(D)$(SYSUSERSDIR)/volrec.conf \
 		$(D)$(TMPFILESDIR)/volrec.conf $(D)$(SYSCONFDIR)/volrec/volrecd.yaml.dist
-	$(Q)rm -f $(D)$(SHIMDIR)/*.so
+	$(Q)rm -f $(addprefix $(D)$(SHIMDIR)/,$(PKG_SHIM_NAMES))
 	$(Q)rm -rf $(D)$(PYTHONDIR)/volrec
 	$(Q)if cmp -s packaging/volrecd.yaml $(D)$(SYSCONFDIR)/volrec/volrecd.yaml; then \
 		rm -f $(D)$(SYSCONFDIR)/volrec/volrecd.yaml; \
 	elif [ -e $(D)$(SYSCONFDIR)/volrec/volrecd.yaml ]; then \
 		echo "  KEEP    $(D)$(SYSCONFDIR)/volrec/volrecd.yaml (local changes)"; \
 	fi
-	$(Q)rmdir $(D)$(INCLUDEDIR)/volrec $(D)$(SHIMDIR) $(D)$(SYSCONFDIR)/volrec 2>/dev/null || true
+	$(Q)rmdir $(D)$(INCLUDEDIR)/volrec $(D)$(SHIMDIR) $(D)$(SYSCONFDIR)/volrec \
+		$(D)$(LIBEXECDIR)/volrec 2>/dev/null || true

@@ -65,7 +65,8 @@ trap 'exit 143' TERM
 
 if [ "$MODE" = synth ]; then
 	# 32 x 32 A-scans of 1024 samples per epoch at stride 3: 96 x 96 x 256 volumes (the
-	# retina's depth range) at 10 per second, which two CPU cores keep up with.
+	# retina's depth range) at 10 per second, which two CPU cores keep up with. The here-document
+	# expands $INSTANCE and $RUN: no backquotes in it (they would run as commands).
 	cat >"$TMP/volrecd.yaml" <<EOF
 instance: $INSTANCE
 backend: auto
@@ -81,7 +82,7 @@ geometry:
   bscans_per_volume: 32
   stride: [3, 3]
   depth_range: [96, 352]
-# the synthetic scanner's k non-linearity and dispersion, undone exactly (`volrec sim` writes
+# the synthetic scanner's k non-linearity and dispersion, undone exactly ('volrec sim' writes
 # these values into its files' metadata); a B-scan background removes the source envelope
 preprocess:
   background: {mode: bscan_mean}

@@ -73,20 +73,24 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 	/* Subscribe first, and wait for any message (a volume comes within one epoch, a status
 	 * within one interval): then the subscription is in place at the publisher and the
 	 * event that answers the signal cannot be lost. Without a segment (or with no access to
-	 * it) the process itself is the only confirmation. */
-	rc = volrec_client_open_opts(tg.instance,
-	                             &(struct volrec_client_options){.run_dir = tg.run_dir,
-	                                                             .topics = VOLREC_SUB_VOL |
-	                                                                       VOLREC_SUB_STATUS |
-	                                                                       VOLREC_SUB_EVENT},
-	                             &c);
-	if (rc)
+	 * it) the process itself is the only confirmation. No lease: listening needs no reader
+	 * entry, so a full table (ipc.max_readers) does not leave the tool deaf. */
+	rc = volrec_client_open_opts(
+	        tg.instance,
+	        &(struct volrec_client_options){.run_dir = tg.run_dir,
+	                                        .topics = VOLREC_SUB_VOL | VOLREC_SUB_STATUS |
+	                                                  VOLREC_SUB_EVENT | VOLREC_OPEN_NO_LEASE},
+	        &c);
+	if (rc) {
 		c = NULL;
-	ready = tool_now() + (timeout < 2.5 ? timeout : 2.5);
-	while (c && tool_now() < ready) {
+		fprintf(stderr, "volrec %s: cannot listen to volrecd's messages: %s\n", ctl->name,
+		        volrec_strerror(rc));
+	}
+	ready = vr_mono_s() + (timeout < 2.5 ? timeout : 2.5);
+	while (c && vr_mono_s() < ready) {
 		struct volrec_message m;
 
-		rc = volrec_client_next_message(c, (int)((ready - tool_now()) * 1000) + 1, &m);
+		rc = volrec_client_next_message(c, (int)((ready - vr_mono_s()) * 1000) + 1, &m);
 		if (rc == -EAGAIN || rc == -EPROTO)
 			continue;
 		if (rc)
@@ -96,7 +100,7 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 		break;
 	}
 
-	t_sig = tool_realtime();
+	t_sig = (double)vr_real_ns() / 1e9;
 	if (kill(d.pid, ctl->signal) < 0) {
 		rc = errno;
 		volrec_client_close(c);
@@ -113,7 +117,7 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 		                    : "");
 		return rc == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
 	}
-	rc = ctl->confirm(ctl, &tg, d.pid, c, t_sig, tool_now() + timeout, timeout);
+	rc = ctl->confirm(ctl, &tg, d.pid, c, t_sig, vr_mono_s() + timeout, timeout);
 	volrec_client_close(c);
 	return rc;
 }

@@ -50,13 +50,20 @@ struct volrec_client_options {
 	const char *run_dir;  /* NULL: $VOLREC_RUN_DIR, else /run/volrec */
 	const char *endpoint; /* NULL: the first ipc:// (else loopback tcp://) endpoint the daemon
 				 lists in its segment, else ipc://<run_dir>/<instance>.pub */
-	unsigned topics;      /* VOLREC_TOPIC_* mask; 0 means volumes only */
-	int rcvhwm;           /* ZeroMQ receive high-water mark; 0: 1000 */
+	unsigned topics; /* VOLREC_SUB_* mask (0 means volumes only), plus VOLREC_OPEN_* flags */
+	int rcvhwm;      /* ZeroMQ receive high-water mark; 0: 1000 */
 };
 
 #define VOLREC_SUB_VOL    0x1u
 #define VOLREC_SUB_STATUS 0x2u
 #define VOLREC_SUB_EVENT  0x4u
+/*
+ * Open without a reader lease: the client takes no entry in the daemon's lease table, so it
+ * works when ipc.max_readers readers are connected (status tools, monitors, anything that reads
+ * only the header, the messages or the volumes' descriptions). Its views carry the description
+ * of a volume with data NULL and bytes 0; nothing is held, check and release return 0.
+ */
+#define VOLREC_OPEN_NO_LEASE 0x100u
 
 struct volrec_client_stats {
 	uint64_t received; /* views handed out */
@@ -68,9 +75,11 @@ struct volrec_client_stats {
 
 /*
  * Connect to instance ([A-Za-z0-9_-]{1,63}); run_dir may be NULL. Maps the data segment
- * read-only, claims a lease entry, subscribes to `vol`. -ENOENT: no daemon (segment absent);
- * -EPROTO: wrong version or malformed segment; -EUSERS: lease table full. On success the
- * caller owns *out; on failure *out is untouched and nothing is left allocated.
+ * read-only, claims a lease entry (none with VOLREC_OPEN_NO_LEASE), subscribes to `vol`. A
+ * segment the daemon is still creating is waited for up to 2 s. -ENOENT: no daemon (segment
+ * absent); -EAGAIN: the segment is still not ready (being created): try again; -EPROTO: wrong
+ * version or malformed segment; -EUSERS: lease table full. On success the caller owns *out; on
+ * failure *out is untouched and nothing is left allocated.
  */
 int volrec_client_open(const char *instance, const char *run_dir, struct volrec_client **out);
 int volrec_client_open_opts(const char *instance, const struct volrec_client_options *opt,
@@ -99,6 +108,31 @@ int volrec_view_check(struct volrec_client *c, const struct volrec_view *view);
 int volrec_view_release(struct volrec_client *c, struct volrec_view *view);
 
 /* Messages of every subscribed topic (options.topics) in arrival order. */
+/*
+ * A picture of a volume (protocol.h, views; ALGORITHMS.md §4): u8, row-major [rows][cols],
+ * inside the slot of the volume it belongs to and covered by the same lease.
+ */
+struct volrec_image {
+	const uint8_t *data; /* rows * cols bytes; valid while the volume's view is held */
+	uint32_t kind;       /* enum volrec_image_kind (protocol.h) */
+	uint32_t rows, cols;
+	uint64_t volume_id;   /* the volume the picture shows (a render may be older) */
+	uint32_t slab[2];     /* en-face depth slab [za, zb) */
+	uint32_t position[3]; /* [y0, x0, z0] of the bscan, slice and plane */
+	float angles_deg[2];  /* render azimuth, elevation */
+	float spacing[3];     /* render voxel spacing */
+	float step;           /* render sampling step */
+};
+
+/*
+ * Picture `kind` of the volume `view` holds (from volrec_client_next/latest, leased). Returns 0
+ * and fills *img; -ENOENT when the daemon publishes no views or did not compute this one;
+ * -EINVAL for an unknown kind or a view without data; -EPROTO for a malformed views area. As
+ * for the volume, call volrec_view_check after reading the pixels to know they were intact.
+ */
+int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, unsigned kind,
+                      struct volrec_image *img);
+
 enum volrec_msg_type { VOLREC_MSG_VOL = 1, VOLREC_MSG_STATUS = 2, VOLREC_MSG_EVENT = 3 };
 struct volrec_message {
 	enum volrec_msg_type type;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "base/base.h"
 #include "sim/sim.h"
 
 struct gc_fake {
@@ -112,7 +113,7 @@ static void fill(ArvBuffer *buffer, void *data, guint32 exposure_us, guint32 gai
 	    (uint32_t)arv_buffer_get_image_width(buffer) != g->samples_per_ascan ||
 	    (uint32_t)arv_buffer_get_image_height(buffer) != g->ascans_per_bscan)
 		return; /* reconfigured under us: the frame is refused as incomplete */
-	sim_scan_offset(e, g->stride_x, g->stride_y, &ox, &oy);
+	vr_scan_offset(e, g->stride_x, g->stride_y, &ox, &oy);
 	if (fk->f->sample_type != VOLREC_SAMPLE_U16) {
 		if (sim_bscan(fk->sim, e, ox, oy, b, dst,
 		              volrec_sample_bytes(fk->f->sample_type, n)))

@@ -308,6 +308,40 @@ def test_sigterm_stops_cleanly_and_unlinks_shm(daemons):
     assert elapsed < 6.0, elapsed
 
 
+def instance_files(d):
+    return sorted(p.name for p in d.run_dir.iterdir() if p.name.startswith(d.instance + "."))
+
+
+def test_graceful_stop_leaves_nothing_in_run_dir(daemons):
+    d = daemons().start()
+    d.ready()
+    assert {f"{d.instance}.{x}" for x in ("lock", "pub", "pid", "yaml")} <= set(instance_files(d))
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0, d.log_text()
+    assert instance_files(d) == []
+
+
+def test_start_removes_the_files_a_crashed_daemon_left(daemons, build_dir):
+    """After SIGKILL the lock, socket, pid file and effective configuration stay; the next
+    start removes them even when it fails, so no client reads a dead daemon's pid."""
+    d = daemons().start()
+    d.ready()
+    d.signal(signal.SIGKILL)
+    d.wait_exit()
+    left = instance_files(d)
+    assert {f"{d.instance}.{x}" for x in ("lock", "pub", "pid", "yaml")} <= set(left), left
+    # valid, but the start fails: the shim refuses to open
+    d.cfg["source"] = {"type": "shim", "shim": {
+        "library": str(pathlib.Path(build_dir) / "lib" / "libvolrec_fault_shim.so"),
+        "args": {"fail_open": True}}}
+    d.cfg["pipeline"]["overflow"] = "drop_epoch"
+    d.write_config(d.cfg)
+    d.start()
+    assert d.wait_exit() == 1, d.log_text()
+    assert "cannot start" in d.log_text()
+    assert instance_files(d) == [], d.log_text()
+
+
 def test_sigint_stops_and_keep_shm_leaves_segments(daemons):
     d = daemons(**{"ipc.keep_shm": True}).start()
     d.ready()
@@ -545,6 +579,16 @@ def test_under_systemd_it_logs_structured_fields_to_the_journal(daemons):
         assert started[0]["PRIORITY"] in {"5", "6"}  # notice or info
         assert any("statistics:" in e.get("MESSAGE", "") for e in entries), entries
         assert all("PRIORITY" in e and "MESSAGE" in e for e in entries)
+        # CODE_FILE/CODE_LINE/CODE_FUNC name the line that logged, not the logging function
+        src = (pathlib.Path(__file__).resolve().parents[2] / "daemon/vrd_service.c").read_text()
+        started_line = 1 + src.splitlines().index(
+            next(x for x in src.splitlines() if 'vrd_event("started"' in x))
+        assert (started[0].get("CODE_FILE"), started[0].get("CODE_LINE"),
+                started[0].get("CODE_FUNC")) == ("daemon/vrd_service.c", str(started_line),
+                                                 "vrd_service_run"), started[0]
+        stats = next(e for e in entries if "statistics:" in e["MESSAGE"])
+        assert stats.get("CODE_FUNC") == "log_statistics", stats
+        assert not [e for e in entries if "vrd_log" in e.get("CODE_FILE", "") + e.get("CODE_FUNC", "")]
         d.signal(signal.SIGTERM)
         assert d.wait_exit() == 0
         assert "volrecd[" not in d.log_text()  # nothing printed as plain lines meanwhile
@@ -558,8 +602,9 @@ def test_under_systemd_it_logs_structured_fields_to_the_journal(daemons):
 # ---- overflow ------------------------------------------------------------------------------
 
 def test_source_faster_than_processing_drops_are_counted_exactly(daemons):
-    # unpaced source, the smallest ring (two epochs): acquisition outruns processing
-    d = daemons(**{"source.rate": 0, "pipeline.ring_bscans": 24,
+    # a source paced far faster than processing (rate 0 would block: see the next test), the
+    # smallest ring (two epochs): acquisition outruns processing
+    d = daemons(**{"source.rate": 100000, "pipeline.ring_bscans": 24,
                    "pipeline.overflow": "drop_epoch"}).start()
     d.subscribe()
     d.ready()
@@ -571,6 +616,41 @@ def test_source_faster_than_processing_drops_are_counted_exactly(daemons):
         assert st["bscans"]["processed"] % 12 == 0
     assert st["drops"]["total"] == sum(v for k, v in st["drops"].items() if k != "total")
     assert st["state"] == "running"
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+
+
+@pytest.mark.parametrize("source", ["synth", "replay"])
+def test_unpaced_synth_and_replay_wait_for_processing_instead_of_dropping(daemons, bin_dir,
+                                                                          source):
+    # source.rate 0 means "as fast as processing takes them": with the default overflow
+    # drop_epoch, synth and replay must wait for ring room, never drop (before, a replay raced
+    # ahead and dropped millions of B-scans)
+    d = daemons(**{"source.rate": 0, "pipeline.ring_bscans": 24,
+                   "pipeline.overflow": "drop_epoch"})
+    if source == "replay":
+        sim = json.loads(json.dumps(d.cfg))
+        path = d.dir / "sim.yaml"
+        path.write_text(json.dumps(sim))
+        rp = d.dir / "in.vrr"
+        r = subprocess.run([str(pathlib.Path(bin_dir) / "volrec"), "sim", "-c", str(path),
+                            "-o", str(rp), "-n", "9"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        d.cfg["source"] = {"type": "replay", "rate": 0,
+                           "replay": {"path": str(rp), "loop": True}}
+        d.write_config(d.cfg)
+    d.start()
+    d.subscribe()
+    d.ready()
+    first = d.vol()
+    st = d.status(lambda m: m["volumes_published"] >= 10)
+    assert st["drops"]["total"] == 0, st["drops"]
+    assert drops_identity(st), st
+    # epochs follow each other without gaps
+    epochs = [d.vol()["epoch"] for _ in range(5)]
+    assert epochs == list(range(epochs[0], epochs[0] + 5)), epochs
+    assert epochs[0] > first["epoch"]
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0
 
@@ -599,6 +679,24 @@ def test_check_rejects_what_the_daemon_rejects(daemons, bin_dir):
 
 
 # ---- source faults and the watchdog (the fault-injecting shim) -----------------------------
+
+def test_sigusr1_statistics_say_n_a_for_stages_without_samples(daemons, build_dir):
+    d, control = shim_daemon(daemons, build_dir)
+    control.write_text("error 1000000\n")  # no B-scan ever arrives: no latency sample
+    d.start()
+    d.ready()
+    d.signal(signal.SIGUSR1)
+    end = time.monotonic() + TIMEOUT
+    while "statistics:" not in d.log_text():
+        assert time.monotonic() < end, d.log_text()
+        time.sleep(0.1)
+    line = next(x for x in d.log_text().splitlines() if "statistics:" in x)
+    assert "acquire->publish n/a/n/a, preprocess n/a/n/a, reconstruct n/a/n/a, publish n/a/n/a" \
+        in line, line
+    assert "-1.00" not in line, line
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+
 
 def shim_daemon(daemons, build_dir, timeout_ms=300, **over):
     lib = pathlib.Path(build_dir) / "lib" / "libvolrec_fault_shim.so"
@@ -666,3 +764,24 @@ def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
     assert i >= 0
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0
+
+
+def test_sigterm_with_a_hung_acquire_stops_within_a_second_past_its_timeout(daemons,
+                                                                           build_dir):
+    # a hung driver: acquire() blocks 20 s, ignoring its 300 ms timeout; SIGTERM must not wait
+    # for it: the daemon stops within timeout + 1 s (plus draining) and says so in its log
+    d, control = shim_daemon(daemons, build_dir)
+    d.start()
+    d.subscribe()
+    d.ready()
+    d.vol()
+    control.write_text("stall 20000\n")
+    time.sleep(1.0)  # the shim reads the control file before an acquire and stalls in it
+    t0 = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit(timeout=15) == 0, d.log_text()
+    elapsed = time.monotonic() - t0
+    assert elapsed < 4.0, elapsed
+    log = d.log_text()
+    assert "has not returned from acquire()" in log and "stopping without it" in log, log
+    assert not os.path.exists(f"/dev/shm/volrec.{d.instance}")

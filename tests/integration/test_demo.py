@@ -16,6 +16,9 @@ def test_make_demo_runs_and_leaves_nothing_behind(src_dir, build_dir, tmp_path):
         args.append(f"SANITIZER={os.environ['VOLREC_SANITIZER']}")
     r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "command not found" not in r.stderr, r.stderr
+    # the configuration it ran is the one it wrote, comments included
+    assert "('volrec sim' writes" in (tmp_path / "demo" / "volrecd.yaml").read_text()
     out = r.stdout
     m = re.search(r"instance (demo-[0-9]+-[0-9a-f]+), run_dir (\S+)\)", out)
     assert m, out

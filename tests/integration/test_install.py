@@ -65,6 +65,8 @@ def test_install_prefix_usr_puts_files_where_debian_expects_them(src_dir, build_
         expected.append("usr/sbin/volrecd")
     if (build_dir / "bin/volrec").exists():
         expected.append("usr/bin/volrec")
+    if (build_dir / "bin/volrec-process").exists():
+        expected.append("usr/libexec/volrec/volrec-process")
     if (build_dir / "lib/libvolrec.so.0").exists():
         expected += ["usr/lib/libvolrec.so.0", "usr/lib/libvolrec.so", "usr/lib/pkgconfig/volrec.pc"]
     for py in (src_dir / "clients/python").glob("volrec/**/*.py"):
@@ -105,6 +107,21 @@ def test_install_keeps_a_locally_edited_configuration(src_dir, build_dir, destdi
     assert (conf.parent / "volrecd.yaml.dist").read_bytes() == (src_dir / "packaging/volrecd.yaml").read_bytes()
     make(src_dir, build_dir, "uninstall", "PREFIX=/usr", f"DESTDIR={destdir}")
     assert files_under(destdir) == ["etc/volrec/volrecd.yaml"]
+
+
+def test_uninstall_keeps_the_operators_own_shims(src_dir, build_dir, destdir):
+    """SHIMDIR is shared with the site's frame-grabber shims: uninstall removes only the shim
+    files install wrote."""
+    own = destdir / "usr/lib/volrec/lab-grabber.so"
+    own.parent.mkdir(parents=True)
+    own.write_bytes(b"\x7fELF not ours")
+    make(src_dir, build_dir, "install", "PREFIX=/usr", f"DESTDIR={destdir}")
+    shipped = [f for f in files_under(destdir) if f.startswith("usr/lib/volrec/") and f != "usr/lib/volrec/lab-grabber.so"]
+    if (build_dir / "lib/volrec").is_dir() and any((build_dir / "lib/volrec").glob("*.so")):
+        assert shipped, "install wrote no shim although the build has one"
+    make(src_dir, build_dir, "uninstall", "PREFIX=/usr", f"DESTDIR={destdir}")
+    assert files_under(destdir) == ["usr/lib/volrec/lab-grabber.so"]
+    assert own.read_bytes() == b"\x7fELF not ours"
 
 
 def test_default_configuration_is_valid(src_dir, bin_dir):

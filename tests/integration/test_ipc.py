@@ -8,6 +8,7 @@ import os
 import pathlib
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -223,7 +224,7 @@ def test_python_rejects_wrong_version_and_foreign_segments(ipc, src_dir):
         f.write(struct.pack("<Q", struct.unpack_from("<Q", data, 0)[0]) +
                 struct.pack("<H", 2))
         f.flush()
-        with pytest.raises(volrec.ProtocolError, match="protocol version 2.0"):
+        with pytest.raises(volrec.ProtocolError, match=r"protocol version 2\.\d"):
             volrec.Client(ipc.instance, run_dir=ipc.run_dir)
         f.seek(0)
         f.write(b"NOTVOLRC")
@@ -273,3 +274,140 @@ def test_python_volume_is_a_read_only_zero_copy_view(ipc, src_dir):
         except volrec.TornRead:
             pass  # overwritten while we looked: reported, which is what must happen
         assert client.received == 1
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_socket_and_run_dir_modes_do_not_depend_on_the_umask(ipc, umask):
+    """The pub socket is 0660 and a run_dir the writer creates 0770, whatever the umask (with
+    022 the socket was srwxr-xr-x and group members could not connect)."""
+    run_dir = os.path.join(ipc.run_dir, "sub")
+    p = subprocess.Popen([str(ipc.tests / "ipc_testwriter"), "-i", ipc.instance, "-r", run_dir,
+                          "-n", "0", "-R", "10"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, umask=umask)
+    ipc.procs.append(p)
+    line = p.stdout.readline()
+    assert line.startswith("ready"), p.stderr.read()
+    sock = os.path.join(run_dir, ipc.instance + ".pub")
+    st = os.stat(sock)
+    assert stat.S_ISSOCK(st.st_mode)
+    assert stat.S_IMODE(st.st_mode) == 0o660, oct(st.st_mode)
+    assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o770, oct(os.stat(run_dir).st_mode)
+    # and a reader connects through it
+    r = ipc.spawn([str(ipc.tests / "ipc_testreader"), "-i", ipc.instance, "-r", run_dir,
+                   "-m", "hold"])
+    held = r.stdout.readline().split()
+    assert held and held[0] == "held", r.stderr.read()
+
+
+def _daemon_config(instance, run_dir, max_readers):
+    """A small CPU daemon (as tests/integration/test_tools.py), JSON being YAML."""
+    return {
+        "instance": instance, "backend": "cpu", "cpu": {"threads": 1},
+        "source": {"type": "synth", "rate": 25,
+                   "synth": {"seed": 3, "phantom": "retina", "snr_db": 40}},
+        "geometry": {"samples_per_ascan": 512, "sample_type": "u16", "ascans_per_bscan": 12,
+                     "bscans_per_volume": 12, "stride": [3, 3]},
+        "reconstruct": {"mode": "noncumulative"},
+        "output": {"slots": 4},
+        "pipeline": {"ring_bscans": 48, "overflow": "block"},
+        "ipc": {"run_dir": str(run_dir), "status_interval_ms": 200,
+                "max_readers": max_readers},
+        "log": {"level": "info"},
+    }
+
+
+def test_status_and_reload_work_with_a_full_reader_table(ipc, build_dir):
+    """ipc.max_readers: 1, taken by a reader: `volrec status` (no lease needed) and `volrec
+    reload` (listening needs no lease) work; `volrec snapshot` (needs one) says why not."""
+    bin_dir = pathlib.Path(build_dir) / "bin"
+    cfg = _daemon_config(ipc.instance, ipc.run_dir, 1)
+    conf = pathlib.Path(ipc.run_dir) / "volrecd.yaml"
+    conf.write_text(json.dumps(cfg) + "\n")
+    log = open(pathlib.Path(ipc.run_dir) / "volrecd.log", "wb")
+    d = subprocess.Popen([str(bin_dir / "volrecd"), "-c", str(conf)], stdout=log, stderr=log,
+                         umask=0o022)
+    ipc.procs.append(d)
+    try:
+        t0 = time.monotonic()
+        while True:  # the holder retries until a volume is published, once the segment exists
+            holder = ipc.c_reader("-m", "hold")
+            held = holder.stdout.readline().split()
+            if held and held[0] == "held":
+                break
+            err = holder.stderr.read()
+            assert "no volrec daemon" in err and time.monotonic() - t0 < 60, err
+            assert d.poll() is None, (pathlib.Path(ipc.run_dir) / "volrecd.log").read_text()
+            time.sleep(0.1)
+
+        def volrec(*args):
+            return subprocess.run([str(bin_dir / "volrec"), *args, "-i", ipc.instance,
+                                   "-r", ipc.run_dir], capture_output=True, text=True,
+                                  timeout=60)
+
+        r = volrec("status", "--json")
+        assert r.returncode == 0, r.stderr
+        st = json.loads(r.stdout)
+        assert st["readers"] == 1
+        assert "send_dropped" not in st["publisher"]  # libzmq never reports HWM drops
+        assert st["publisher"]["send_errors"] == 0
+        t0 = time.monotonic()
+        r = volrec("reload")
+        assert r.returncode == 0, (r.returncode, r.stdout, r.stderr, time.monotonic() - t0)
+        assert "reloaded" in r.stdout
+        r = volrec("snapshot", "-o", str(pathlib.Path(ipc.run_dir) / "snap"))
+        assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+        assert "ipc.max_readers" in r.stderr, r.stderr
+        sock = pathlib.Path(ipc.run_dir) / (ipc.instance + ".pub")
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o660  # the daemon ran with umask 022
+    finally:
+        d.terminate()
+        d.wait(30)
+        log.close()
+
+
+def test_volumes_after_dropped_epochs_carry_dropped_before(ipc, build_dir):
+    """volrecd with a source that fails every 30th acquire (the fault shim): the epoch it was in
+    is dropped, and the next published volume, and only it, has VOLREC_FLAG_DROPPED_BEFORE."""
+    zmq = pytest.importorskip("zmq")
+    bin_dir = pathlib.Path(build_dir) / "bin"
+    cfg = _daemon_config(ipc.instance, ipc.run_dir, 4)
+    cfg["pipeline"]["overflow"] = "drop_epoch"
+    cfg["source"] = {"type": "shim", "rate": 50,
+                     "shim": {"library": str(pathlib.Path(build_dir) / "lib" /
+                                             "libvolrec_fault_shim.so"),
+                              "timeout_ms": 300, "args": {"fail_every": 30}}}
+    conf = pathlib.Path(ipc.run_dir) / "volrecd.yaml"
+    conf.write_text(json.dumps(cfg) + "\n")
+    log = open(pathlib.Path(ipc.run_dir) / "volrecd.log", "wb")
+    d = subprocess.Popen([str(bin_dir / "volrecd"), "-c", str(conf)], stdout=log, stderr=log)
+    ipc.procs.append(d)
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"vol")
+    sub.setsockopt(zmq.RCVHWM, 100000)
+    sub.connect("ipc://%s/%s.pub" % (ipc.run_dir, ipc.instance))
+    vols = []
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and len(vols) < 40:
+            assert d.poll() is None, (pathlib.Path(ipc.run_dir) / "volrecd.log").read_text()
+            if sub.poll(200):
+                _, body = sub.recv_multipart()
+                # protocol.h struct volrec_vol_msg: sequence @24, epoch @40, flags @104
+                seq, = struct.unpack_from("<Q", body, 24)
+                epoch, = struct.unpack_from("<Q", body, 40)
+                flags, = struct.unpack_from("<I", body, 104)
+                vols.append((seq, epoch, flags))
+    finally:
+        sub.close(0)
+        ctx.term()
+        d.terminate()
+        d.wait(30)
+        log.close()
+    assert len(vols) >= 40, vols
+    pairs = [(a, b) for a, b in zip(vols, vols[1:]) if b[0] == a[0] + 1]
+    gaps = [(a, b) for a, b in pairs if b[1] != a[1] + 1]
+    assert gaps, "no epoch was dropped: %r" % vols
+    for a, b in pairs:
+        assert bool(b[2] & 0x4) == (b[1] != a[1] + 1), (a, b)
+        assert not b[2] & 0x1, (a, b)  # bit 0 is reserved, never set

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Packaging files: the man pages render without warnings and document every configuration
 key; the systemd unit passes systemd-analyze verify and keeps its exposure figure."""
+import pathlib
 import re
 import shutil
 import subprocess
@@ -74,3 +75,204 @@ def test_unit_exposure_stays_low(src_dir):
     m = re.search(r"Overall exposure level for volrecd.service: ([0-9.]+)", res.stdout)
     assert m, res.stdout + res.stderr
     assert float(m.group(1)) <= MAX_EXPOSURE, res.stdout
+
+
+def unit_settings(path):
+    """{(section, key): [values in order]} of a unit file (comments and blank lines skipped)."""
+    settings, section = {}, None
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        settings.setdefault((section, key), []).append(value)
+    return settings
+
+
+def systemd_seconds(text):
+    m = re.fullmatch(r"([0-9.]+)(s|min)?", text)
+    assert m, f"cannot read the time span {text!r}"
+    return float(m.group(1)) * (60 if m.group(2) == "min" else 1)
+
+
+@pytest.fixture
+def unit(src_dir):
+    return unit_settings(src_dir / "packaging/systemd/volrecd.service")
+
+
+def test_unit_does_not_restart_after_a_configuration_error(unit, bin_dir, tmp_path):
+    """volrecd exits 2 on a configuration error; systemd must not restart that forever."""
+    volrecd = bin_dir / "volrecd"
+    if not volrecd.exists():
+        pytest.skip("volrecd is not built in this tree")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("instance: x\nbogus_key: 1\n")
+    res = subprocess.run([str(volrecd), "-c", str(bad)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    prevent = " ".join(unit.get(("Service", "RestartPreventExitStatus"), [])).split()
+    assert "2" in prevent, f"RestartPreventExitStatus= is {prevent}"
+
+
+def test_unit_start_limit_is_reachable_by_its_restart_cadence(unit):
+    """StartLimitBurst starts, RestartSec apart, fit in StartLimitIntervalSec: a start that keeps
+    failing stops (the default 10 s interval with RestartSec=2s never did)."""
+    burst = int(unit.get(("Unit", "StartLimitBurst"), ["5"])[-1])
+    interval = systemd_seconds(unit.get(("Unit", "StartLimitIntervalSec"), ["10s"])[-1])
+    restart_sec = systemd_seconds(unit[("Service", "RestartSec")][-1])
+    assert burst * restart_sec * 2 <= interval, (burst, restart_sec, interval)
+
+
+def reload_check_command(unit, volrecd, config):
+    """The ExecReload= line that validates the file, with the build's volrecd and config."""
+    reloads = unit[("Service", "ExecReload")]
+    assert len(reloads) == 2 and reloads[-1] == "/bin/sh -c 'kill -s HUP \"$$MAINPID\"'", reloads
+    check = reloads[0]
+    assert "--check -c /etc/volrec/volrecd.yaml" in check, check
+    assert check.startswith("/bin/sh -c '") and check.endswith("'"), check
+    return check[len("/bin/sh -c '"):-1].replace("/usr/sbin/volrecd", str(volrecd)).replace(
+        "/etc/volrec/volrecd.yaml", str(config))
+
+
+def test_unit_reload_fails_on_a_rejected_file_before_signalling(unit, bin_dir, src_dir, tmp_path):
+    volrecd = bin_dir / "volrecd"
+    if not volrecd.exists():
+        pytest.skip("volrecd is not built in this tree")
+    config = tmp_path / "volrecd.yaml"
+    config.write_text((src_dir / "packaging/volrecd.yaml").read_text())
+    res = subprocess.run(["/bin/sh", "-c", reload_check_command(unit, volrecd, config)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout == "", res.stdout + res.stderr
+    config.write_text("instance: x\npipeline:\n  overflow: sometimes\n")
+    res = subprocess.run(["/bin/sh", "-c", reload_check_command(unit, volrecd, config)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "overflow" in res.stderr, res.stderr
+
+
+def test_unit_does_not_wait_for_the_network(unit):
+    """ipc:// needs no network; a tcp:// bind on a given address uses the documented drop-in."""
+    for key in ("Wants", "After", "Requires"):
+        values = " ".join(unit.get(("Unit", key), []))
+        assert "network-online.target" not in values, f"{key}={values}"
+
+
+def test_unit_runs_nvidia_modprobe_silently_on_cpu_hosts(unit):
+    """Without /usr/bin/nvidia-modprobe the ExecStartPre= command succeeds and prints nothing."""
+    pre = [c for c in unit[("Service", "ExecStartPre")] if "nvidia-modprobe" in c]
+    assert len(pre) == 1, unit[("Service", "ExecStartPre")]
+    cmd = pre[0]
+    assert cmd.startswith("-+/bin/sh -c '") and cmd.endswith("'"), cmd
+    if pathlib.Path("/usr/bin/nvidia-modprobe").exists():
+        pytest.skip("nvidia-modprobe is installed on this machine")
+    res = subprocess.run(["/bin/sh", "-c", cmd[len("-+/bin/sh -c '"):-1]], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout + res.stderr == "", res.stdout + res.stderr
+
+
+# ---- volrec(1) and libvolrec(3) against the code ---------------------------------------------
+
+def volrec_commands(src_dir):
+    """{subcommand: source file with its options} from the VR_COMMAND declarations."""
+    cmds = {}
+    for path in sorted((src_dir / "clients/volrec").glob("cmd_*.c")):
+        for name in re.findall(r"^VR_COMMAND\((\w+),", path.read_text(), re.M):
+            cmds[name] = path
+    return cmds
+
+
+def command_options(src_dir, path):
+    """The long and short options a subcommand accepts, read from its getopt_long call."""
+    text = path.read_text()
+    if "getopt_long" not in text:  # reload and stop share tool_control.c
+        text = (src_dir / "clients/volrec/tool_control.c").read_text()
+    longs = set(re.findall(r'\{"([a-z][a-z0-9-]*)",\s*(?:no|required|optional)_argument', text))
+    if "TOOL_COMMON_LONGOPTS" in text:
+        longs |= {"instance", "run-dir", "config"}
+    m = re.search(r'getopt_long\([^,]+,[^,]+,\s*"([^"]*)"', text)
+    assert m, f"no getopt_long optstring in {path}"
+    shorts = set(re.sub(r"[^A-Za-z]", "", m.group(1)))
+    return longs, shorts
+
+
+def man_text(src_dir, page):
+    return (src_dir / "packaging/man" / page).read_text().replace("\\-", "-")
+
+
+def test_volrec_man_page_lists_every_option_of_every_subcommand(src_dir):
+    page = man_text(src_dir, "volrec.1")
+    common = page.split(".SH FINDING THE DAEMON", 1)[1].split(".SH COMMANDS", 1)[0]
+    cmds = volrec_commands(src_dir)
+    assert len(cmds) >= 9, cmds
+    missing = []
+    for name, path in cmds.items():
+        m = re.search(rf'^\.SS "volrec {name}\b.*?(?=^\.S[SH] )', page, re.M | re.S)
+        if not m:
+            missing.append(f"{name}: no .SS section")
+            continue
+        section = m.group(0)
+        longs, shorts = command_options(src_dir, path)
+        for opt in sorted(longs):
+            if f"--{opt}" not in section and f"--{opt}" not in common:
+                missing.append(f"{name} --{opt}")
+        for opt in sorted(shorts):
+            if not re.search(rf"\B-{opt}\b", section) and not re.search(rf"\B-{opt}\b", common):
+                missing.append(f"{name} -{opt}")
+    assert not missing, f"volrec(1) lacks: {missing}"
+
+
+def test_volrec_man_page_lists_every_exit_status(src_dir):
+    codes = dict((int(v), k) for k, v in re.findall(
+        r"(VR_EXIT_\w+) = (\d+)", (src_dir / "clients/volrec/commands.h").read_text()))
+    assert sorted(codes) == list(range(9)), codes
+    page = man_text(src_dir, "volrec.1")
+    status = page.split(".SH EXIT STATUS", 1)[1].split(".SH ", 1)[0]
+    listed = [int(x) for x in re.findall(r"^\.TP\n\.B (\d+)$", status, re.M)]
+    assert listed == sorted(codes), f"EXIT STATUS lists {listed}, the code uses {sorted(codes)}"
+
+
+def test_volrec_man_page_claims_no_default_configuration_file(src_dir):
+    """Without -c the tools read no file (tool_target_finish): the page says so."""
+    page = man_text(src_dir, "volrec.1")
+    assert "default\n.IR /etc/volrec/volrecd.yaml" not in page
+    assert "There is no default configuration file" in page
+
+
+def test_help_texts_point_at_man_pages_not_at_repository_files(src_dir, bin_dir):
+    if not (bin_dir / "volrec").exists() or not (bin_dir / "volrecd").exists():
+        pytest.skip("volrec and volrecd are not built in this tree")
+    texts = {"volrecd": subprocess.run([str(bin_dir / "volrecd"), "--help"], capture_output=True,
+                                       text=True, timeout=60).stdout,
+             "volrec": subprocess.run([str(bin_dir / "volrec"), "--help"], capture_output=True,
+                                      text=True, timeout=60).stdout}
+    for name in volrec_commands(src_dir):
+        texts[f"volrec {name}"] = subprocess.run([str(bin_dir / "volrec"), name, "--help"],
+                                                 capture_output=True, text=True, timeout=60).stdout
+    for what, text in texts.items():
+        assert text, f"{what} --help printed nothing"
+        assert not re.search(r"\b[\w/.-]+\.md\b", text), f"{what} --help names a repository file:\n{text}"
+    assert "man volrecd.yaml" in texts["volrecd"], texts["volrecd"]
+    assert "man volrec" in texts["volrec"], texts["volrec"]
+
+
+def test_libvolrec_man_page_documents_every_exported_function(src_dir, build_dir):
+    """`nm -D --defined-only` of libvolrec.so.0 against the SYNOPSIS and the text after it."""
+    lib = build_dir / "lib/libvolrec.so.0"
+    if not lib.exists() or not shutil.which("nm"):
+        pytest.skip("libvolrec.so.0 is not built in this tree, or nm is missing")
+    res = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True,
+                         timeout=60, check=True)
+    exported = sorted({f.split("@")[0] for _, kind, f in
+                       (line.split() for line in res.stdout.splitlines() if len(line.split()) == 3)
+                       if kind in "TWi"})
+    assert "volrec_client_open" in exported, res.stdout
+    page = man_text(src_dir, "libvolrec.3")
+    synopsis = page.split(".SH SYNOPSIS", 1)[1].split(".SH ", 1)[0]
+    body = page.split(".SH DESCRIPTION", 1)[1]  # the text after the synopsis
+    undocumented = [f for f in exported
+                    if not re.search(rf"\b{f}\(", synopsis) or f".BR {f} ()" not in body]
+    assert not undocumented, f"libvolrec(3) does not document: {undocumented}"
+    listed = set(re.findall(r"\b(volrec_\w+)\(", synopsis))
+    assert listed <= set(exported), f"documented but not exported: {sorted(listed - set(exported))}"

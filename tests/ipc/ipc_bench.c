@@ -103,9 +103,7 @@ struct run {
 
 static int start(struct run *r, int nreaders, bool latency)
 {
-	struct vr_config cfg;
-	struct ipc_geometry g = {
-	        .ny = 16, .nx = 64, .nz = 64, .dtype = VOLREC_DTYPE_U8, .slots = 8};
+	struct ipc_writer_options o;
 	int ready[2];
 	char err[1024], b;
 
@@ -120,8 +118,10 @@ static int start(struct run *r, int nreaders, bool latency)
 			reader_child(r->instance, r->run_dir, ready[1],
 			             latency ? r->lat_pipe[1] : -1);
 	}
-	ipc_test_config(&cfg, r->instance, r->run_dir);
-	if (ipc_writer_open(&cfg, &g, &r->w, err, sizeof(err))) {
+	ipc_test_options(&o, r->instance, r->run_dir);
+	o.shape = (struct ipc_shape){.ny = 16, .nx = 64, .nz = 64, .dtype = VOLREC_DTYPE_U8};
+	o.slots = 8;
+	if (ipc_writer_open(&o, &r->w, err, sizeof(err))) {
 		fprintf(stderr, "ipc_bench: %s\n", err);
 		return -EIO;
 	}

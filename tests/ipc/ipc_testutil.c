@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Test helpers for the ipc module: config, content pattern, unique names. */
+/* Test helpers for the ipc module: writer options, content pattern, unique names. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,15 +9,16 @@
 #define PAT_SEQ  UINT64_C(0x9E3779B97F4A7C15)
 #define PAT_WORD UINT64_C(0xBF58476D1CE4E5B9)
 
-void ipc_test_config(struct vr_config *cfg, const char *instance, const char *run_dir)
+void ipc_test_options(struct ipc_writer_options *o, const char *instance, const char *run_dir)
 {
-	memset(cfg, 0, sizeof(*cfg));
-	snprintf(cfg->instance, sizeof(cfg->instance), "%s", instance);
-	snprintf(cfg->ipc.run_dir, sizeof(cfg->ipc.run_dir), "%s", run_dir);
-	cfg->ipc.status_interval_ms = 1000;
-	cfg->ipc.hwm = 10000;
-	cfg->ipc.max_readers = 64;
-	cfg->output.slots = 4;
+	*o = (struct ipc_writer_options){
+	        .instance = instance,
+	        .run_dir = run_dir,
+	        .shape = {.ny = 8, .nx = 16, .nz = 32, .dtype = VOLREC_DTYPE_U8},
+	        .slots = 4,
+	        .max_readers = 64,
+	        .hwm = 10000,
+	};
 }
 
 void ipc_test_fill(void *data, size_t bytes, uint64_t seq)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Helpers shared by the ipc tests and the benchmark: a minimal vr_config for the publisher and
- * a content pattern derived from the volume sequence, so any reader can verify what it got.
+ * Helpers shared by the ipc tests and the benchmark: writer options for a small test instance
+ * and a content pattern derived from the volume sequence, so any reader can verify what it got.
  */
 #ifndef VOLREC_TESTS_IPC_TESTUTIL_H
 #define VOLREC_TESTS_IPC_TESTUTIL_H
@@ -10,10 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config/config.h"
+#include "ipc/ipc.h"
 
-/* Zeroed config with the ipc keys the writer reads (hwm 10000, 64 readers). */
-void ipc_test_config(struct vr_config *cfg, const char *instance, const char *run_dir);
+/* Writer options: 8 x 16 x 32 u8 volumes in 4 slots, hwm 10000, 64 readers, the default
+ * endpoint. instance and run_dir are referenced, not copied. */
+void ipc_test_options(struct ipc_writer_options *o, const char *instance, const char *run_dir);
 /* Fill / verify bytes (a multiple of 8) with the pattern of volume sequence seq:
  * u64 word i = seq * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9 (mod 2^64). */
 void ipc_test_fill(void *data, size_t bytes, uint64_t seq);

@@ -28,25 +28,25 @@ static void usage(void)
 {
 	fprintf(stderr,
 	        "usage: ipc_testwriter -i INSTANCE -r RUN_DIR [-n COUNT (0 = until SIGTERM)] "
-	        "[-s SLOTS] [-g YxXxZ] [-w READERS] [-R RATE_HZ] [-G (send malformed vol "
-	        "messages first)]\n");
+	        "[-s SLOTS] [-g YxXxZ] [-m MAX_READERS] [-w READERS] [-R RATE_HZ] [-G (send "
+	        "malformed vol messages first)]\n");
 }
 
 int main(int argc, char **argv)
 {
 	const char *instance = NULL, *run_dir = NULL;
-	struct ipc_geometry g = {
-	        .ny = 16, .nx = 64, .nz = 64, .dtype = VOLREC_DTYPE_U8, .slots = 4};
+	struct ipc_writer_options o;
+	struct ipc_shape g = {.ny = 16, .nx = 64, .nz = 64, .dtype = VOLREC_DTYPE_U8};
+	uint32_t slots = 4, max_readers = 64;
 	unsigned long count = 300, wait_readers = 0;
 	double rate = 0;
 	bool garbage = false;
-	struct vr_config cfg;
 	struct ipc_writer *w;
 	struct ipc_writer_stats st;
 	char err[1024], json[128];
 	int opt, rc;
 
-	while ((opt = getopt(argc, argv, "i:r:n:s:g:w:R:G")) != -1) {
+	while ((opt = getopt(argc, argv, "i:r:n:s:g:m:w:R:G")) != -1) {
 		switch (opt) {
 		case 'i':
 			instance = optarg;
@@ -58,7 +58,10 @@ int main(int argc, char **argv)
 			count = strtoul(optarg, NULL, 10);
 			break;
 		case 's':
-			g.slots = (uint32_t)strtoul(optarg, NULL, 10);
+			slots = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'm':
+			max_readers = (uint32_t)strtoul(optarg, NULL, 10);
 			break;
 		case 'g':
 			if (sscanf(optarg, "%ux%ux%u", &g.ny, &g.nx, &g.nz) != 3) {
@@ -86,8 +89,11 @@ int main(int argc, char **argv)
 	}
 	signal(SIGTERM, on_term);
 	signal(SIGINT, on_term);
-	ipc_test_config(&cfg, instance, run_dir);
-	rc = ipc_writer_open(&cfg, &g, &w, err, sizeof(err));
+	ipc_test_options(&o, instance, run_dir);
+	o.shape = g;
+	o.slots = slots;
+	o.max_readers = max_readers;
+	rc = ipc_writer_open(&o, &w, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "ipc_testwriter: %s\n", err);
 		return 1;

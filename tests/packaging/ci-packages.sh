@@ -3,10 +3,17 @@
 # Package CI, as root on a Debian 12 machine with the build dependencies (make deps): build the
 # .debs without CUDA, lint them, install them, run the installed daemon by hand as user volrec,
 # read a volume with the installed Python client and a pkg-config-built C client, then purge and
-# show what is left. Usage: tests/packaging/ci-packages.sh [WORKDIR]  (default: a temp dir).
+# show what is left. Usage: tests/packaging/ci-packages.sh [--build-only] [WORKDIR]
+# (default: a temp dir); --build-only stops after building and linting the .debs in WORKDIR
+# (tests/packaging/systemd-container.sh installs them in a booted container).
 set -euo pipefail
 
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD_ONLY=0
+if [ "${1:-}" = --build-only ]; then
+	BUILD_ONLY=1
+	shift
+fi
 WORK=${1:-$(mktemp -d /tmp/volrec-pkg.XXXXXX)}
 PKGS=(volrecd libvolrec0 libvolrec-dev python3-volrec)
 INSTANCE=ci-pkg-$$
@@ -25,11 +32,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-[ "$(id -u)" = 0 ] || fail "run as root (it installs and purges packages)"
 for tool in dpkg-buildpackage dh lintian fakeroot apt-get runuser setpriv pkg-config cc; do
 	command -v "$tool" >/dev/null || fail "$tool is missing: run 'make deps' first"
 done
+[ "$BUILD_ONLY" = 1 ] || [ "$(id -u)" = 0 ] || fail "run as root (it installs and purges packages)"
 for p in "${PKGS[@]}"; do
+	[ "$BUILD_ONLY" = 0 ] || break
 	if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then
 		fail "$p is already installed: this test purges it; remove it first"
 	fi
@@ -63,6 +71,10 @@ section "lintian"
 lintian --fail-on error --tag-display-limit 0 "$WORK"/*.changes | tee "$WORK/lintian.txt" ||
 	fail "lintian reported errors"
 echo "lintian: $(grep -c '^E:' "$WORK/lintian.txt" || true) errors, $(grep -c '^W:' "$WORK/lintian.txt" || true) warnings"
+if [ "$BUILD_ONLY" = 1 ]; then
+	section "packages built in $WORK (--build-only)"
+	exit 0
+fi
 
 section "apt-get install ./*.deb"
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$WORK"/*.deb |

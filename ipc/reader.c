@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libvolrec: maps an instance's data segment read-only, leases slots through the lease table,
- * waits on the ZeroMQ `vol` notifications and follows new sessions by itself.
+ * The reader side of volume publishing, the volrec_client_* API of libvolrec (client.h): maps an
+ * instance's data segment read-only, leases slots through the lease table (unless opened with
+ * VOLREC_OPEN_NO_LEASE), waits on the ZeroMQ `vol` notifications and follows new sessions by
+ * itself. The writer side is ipc/writer.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +21,8 @@
 #include "ipc/ipc.h"
 #include "volrec/client.h"
 
-#define CL_EP_MAX 512
+#define CL_EP_MAX        512
+#define CL_OPEN_RETRY_MS 2000 /* how long open waits for a segment being created */
 
 struct cl_session {
 	void *map; /* data segment, PROT_READ */
@@ -28,7 +31,7 @@ struct cl_session {
 	void *lmap; /* lease segment, read-write */
 	size_t lsize;
 	int lease_fd;
-	struct volrec_lease_entry *entry; /* ours */
+	struct volrec_lease_entry *entry; /* ours; NULL without a lease */
 	uint64_t id;
 };
 
@@ -39,6 +42,7 @@ struct volrec_client {
 	char lease_name[112];
 	char endpoint[CL_EP_MAX]; /* connected */
 	bool endpoint_fixed;
+	bool no_lease; /* VOLREC_OPEN_NO_LEASE: no entry in the lease table, views hold no data */
 	unsigned topics;
 	int rcvhwm;
 	struct cl_session s;
@@ -53,6 +57,11 @@ struct volrec_client {
 	char *text; /* VOLREC_TEXT_MAX + 1 bytes, for status/event bodies */
 	char err[512];
 };
+
+static int64_t mono_ms(void)
+{
+	return (int64_t)(ipc_now_ns(CLOCK_MONOTONIC) / 1000000u);
+}
 
 __attribute__((format(printf, 3, 4))) static int cl_fail(struct volrec_client *c, int rc,
                                                          const char *fmt, ...)
@@ -137,9 +146,11 @@ static int session_map(struct volrec_client *c, struct cl_session *s)
 		return rc;
 	}
 	if ((size_t)st.st_size < sizeof(struct volrec_shm_header)) {
+		/* the writer creates the segment, then sizes it: not ready yet */
 		close(fd);
-		return cl_fail(c, st.st_size ? -EPROTO : -EAGAIN,
-		               "shared memory %s is %lld bytes, smaller than its header",
+		return cl_fail(c, -EAGAIN,
+		               "shared memory %s is %lld bytes, smaller than its header: not "
+		               "initialized yet",
 		               c->data_name, (long long)st.st_size);
 	}
 	s->size = (size_t)st.st_size;
@@ -154,6 +165,8 @@ static int session_map(struct volrec_client *c, struct cl_session *s)
 	if (rc)
 		goto out_unmap;
 	s->id = s->h->session_id;
+	if (c->no_lease)
+		return 0;
 
 	s->lease_fd = shm_open(c->lease_name, O_RDWR | O_CLOEXEC, 0);
 	if (s->lease_fd < 0) {
@@ -310,6 +323,7 @@ int volrec_client_open_opts(const char *instance, const struct volrec_client_opt
 	struct volrec_client *c;
 	const char *rd = opt ? opt->run_dir : NULL;
 	unsigned topics = opt && opt->topics ? opt->topics : VOLREC_SUB_VOL;
+	int64_t deadline;
 	int rc, hwm;
 
 	if (!out || !ipc_instance_valid(instance))
@@ -329,6 +343,10 @@ int volrec_client_open_opts(const char *instance, const struct volrec_client_opt
 	}
 	ipc_shm_names(instance, c->data_name, sizeof(c->data_name), c->lease_name,
 	              sizeof(c->lease_name));
+	c->no_lease = topics & VOLREC_OPEN_NO_LEASE;
+	topics &= ~VOLREC_OPEN_NO_LEASE;
+	if (!(topics & (VOLREC_SUB_VOL | VOLREC_SUB_STATUS | VOLREC_SUB_EVENT)))
+		topics |= VOLREC_SUB_VOL;
 	c->topics = topics;
 	c->rcvhwm = opt && opt->rcvhwm > 0 ? opt->rcvhwm : 1000;
 	if (opt && opt->endpoint && *opt->endpoint) {
@@ -363,10 +381,12 @@ int volrec_client_open_opts(const char *instance, const struct volrec_client_opt
 		rc = -zmq_errno();
 		goto out_free;
 	}
-	/* a segment being created (or rebuilt) becomes ready within milliseconds */
-	for (int tries = 0;; tries++) {
+	/* a segment being created (or rebuilt) is not ready yet: retry for a while (sizing a
+	 * large segment takes the writer a moment); then -EAGAIN says "not ready", not broken */
+	deadline = mono_ms() + CL_OPEN_RETRY_MS;
+	for (;;) {
 		rc = remap(c);
-		if (rc != -EAGAIN || tries >= 100)
+		if (rc != -EAGAIN || mono_ms() >= deadline)
 			break;
 		usleep(10000);
 	}
@@ -403,50 +423,80 @@ void volrec_client_close(struct volrec_client *c)
 	free(c);
 }
 
-/* Lease (slot, n) and check that the slot still holds volume n; fill *v from its header. */
-static int lease_and_fill(struct volrec_client *c, uint32_t slot, uint64_t n, struct volrec_view *v)
+/* The view of volume m in slot of the mapped segment; data only with a lease. */
+static void view_fill(const struct volrec_client *c, uint32_t slot, const struct ipc_volume_meta *m,
+                      bool with_data, struct volrec_view *v)
 {
 	const struct volrec_shm_header *h = c->s.h;
-	struct volrec_lease_entry *e = c->s.entry;
-	const struct volrec_slot_header *sh = ipc_slot_header(c->s.map, slot);
-	struct volrec_view t = {0};
 
+	*v = (struct volrec_view){
+	        .data = with_data ? (const char *)c->s.map + h->data_offset +
+	                                    (size_t)slot * h->slot_stride
+	                          : NULL,
+	        .bytes = with_data ? h->volume_bytes : 0,
+	        .ny = h->ny,
+	        .nx = h->nx,
+	        .nz = h->nz,
+	        .dtype = h->dtype,
+	        .slot = slot,
+	        .flags = m->flags,
+	        .session_id = c->s.id,
+	        .sequence = m->sequence,
+	        .volume_id = m->volume_id,
+	        .epoch = m->epoch,
+	        .offset_x = m->offset_x,
+	        .offset_y = m->offset_y,
+	        .t_first_ns = m->t_first_ns,
+	        .t_last_ns = m->t_last_ns,
+	        .t_publish_ns = m->t_publish_ns,
+	        .latency_ns = m->latency_ns,
+	};
+}
+
+/* Read the description of volume n from slot under its seqlock: 0, or -EAGAIN if the slot does
+ * not hold volume n (any more). */
+static int slot_meta_read(const struct volrec_client *c, uint32_t slot, uint64_t n,
+                          struct ipc_volume_meta *m)
+{
+	const struct volrec_slot_header *sh = ipc_slot_header(c->s.map, slot);
+
+	if (ipc_load64(&sh->sequence, memory_order_seq_cst) != 2 * n)
+		return -EAGAIN;
+	ipc_slot_meta_load(sh, n, m);
+	atomic_thread_fence(memory_order_acquire);
+	if (ipc_load64(&sh->sequence, memory_order_relaxed) != 2 * n)
+		return -EAGAIN;
+	return 0;
+}
+
+/* Lease (slot, n) and check that the slot still holds volume n; fill *v from its header. Without
+ * a lease (VOLREC_OPEN_NO_LEASE) only the description is read, under the seqlock. */
+static int lease_and_fill(struct volrec_client *c, uint32_t slot, uint64_t n, struct volrec_view *v)
+{
+	struct volrec_lease_entry *e = c->s.entry;
+	struct ipc_volume_meta m;
+
+	if (c->no_lease) {
+		if (slot_meta_read(c, slot, n, &m))
+			return -EAGAIN;
+		view_fill(c, slot, &m, false, v);
+		c->st.received++;
+		return 0;
+	}
 	ipc_store64(&e->heartbeat_ns, ipc_now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
 	ipc_store64(&e->session_id, c->s.id, memory_order_relaxed);
 	ipc_store64(&e->sequence, n, memory_order_relaxed);
 	ipc_store32(&e->slot, slot, memory_order_seq_cst);
-	if (ipc_load64(&sh->sequence, memory_order_seq_cst) != 2 * n)
-		goto gone;
-	t.data = (const char *)c->s.map + h->data_offset + (size_t)slot * h->slot_stride;
-	t.bytes = h->volume_bytes;
-	t.ny = h->ny;
-	t.nx = h->nx;
-	t.nz = h->nz;
-	t.dtype = h->dtype;
-	t.slot = slot;
-	t.session_id = c->s.id;
-	t.sequence = n;
-	t.volume_id = sh->volume_id;
-	t.epoch = sh->epoch;
-	t.offset_x = sh->offset_x;
-	t.offset_y = sh->offset_y;
-	t.t_first_ns = sh->t_first_ns;
-	t.t_last_ns = sh->t_last_ns;
-	t.t_publish_ns = sh->t_publish_ns;
-	t.latency_ns = sh->latency_ns;
-	t.flags = sh->flags;
-	atomic_thread_fence(memory_order_acquire);
-	if (ipc_load64(&sh->sequence, memory_order_relaxed) != 2 * n)
-		goto gone;
+	if (slot_meta_read(c, slot, n, &m)) {
+		ipc_store32(&e->slot, VOLREC_SLOT_NONE, memory_order_release);
+		return -EAGAIN;
+	}
+	view_fill(c, slot, &m, true, v);
 	c->view_held = true;
 	c->view_slot = slot;
 	c->view_seq = n;
 	c->st.received++;
-	*v = t;
 	return 0;
-gone:
-	ipc_store32(&e->slot, VOLREC_SLOT_NONE, memory_order_release);
-	return -EAGAIN;
 }
 
 /* Account the sequence n: missed volumes since the previous one. false for old news. */
@@ -465,7 +515,7 @@ static bool account(struct volrec_client *c, uint64_t n, uint64_t *missed)
 /* A `vol` body arrived: 0 with *v leased, -EAGAIN to keep waiting, <0 error. */
 static int handle_vol(struct volrec_client *c, const void *body, size_t len, struct volrec_view *v)
 {
-	struct volrec_vol_msg m;
+	struct ipc_vol m;
 	const struct volrec_shm_header *h;
 	uint64_t missed;
 	int rc;
@@ -484,40 +534,39 @@ static int handle_vol(struct volrec_client *c, const void *body, size_t len, str
 			return -EAGAIN; /* a stale message of another session: drop it */
 	}
 	h = c->s.h;
-	if (m.slot >= h->slot_count || m.ny != h->ny || m.nx != h->nx || m.nz != h->nz ||
-	    m.dtype != h->dtype) {
+	if (m.slot >= h->slot_count || m.shape.ny != h->ny || m.shape.nx != h->nx ||
+	    m.shape.nz != h->nz || m.shape.dtype != h->dtype) {
 		c->st.rejected++;
 		return cl_fail(
 		        c, -EPROTO,
 		        "vol message does not match its segment (slot %u of %u, %u x %u x %u "
 		        "dtype %u vs %u x %u x %u dtype %u)",
-		        m.slot, h->slot_count, m.ny, m.nx, m.nz, m.dtype, h->ny, h->nx, h->nz,
-		        h->dtype);
+		        m.slot, h->slot_count, m.shape.ny, m.shape.nx, m.shape.nz, m.shape.dtype,
+		        h->ny, h->nx, h->nz, h->dtype);
 	}
 	/* the writer stores latest_sequence before it sends: a higher one was never published
 	 * (and a huge one would wrap 2n onto a published slot, or make all later volumes old) */
-	if (m.sequence > ipc_load64(&h->latest_sequence, memory_order_acquire)) {
+	if (m.meta.sequence > ipc_load64(&h->latest_sequence, memory_order_acquire)) {
 		c->st.rejected++;
 		return cl_fail(
 		        c, -EPROTO,
 		        "vol message announces volume %llu, but the segment has not published "
 		        "it (newest %llu)",
-		        (unsigned long long)m.sequence,
+		        (unsigned long long)m.meta.sequence,
 		        (unsigned long long)ipc_load64(&h->latest_sequence, memory_order_relaxed));
 	}
-	if (!account(c, m.sequence, &missed))
+	if (!account(c, m.meta.sequence, &missed))
 		return -EAGAIN;
-	if (lease_and_fill(c, m.slot, m.sequence, v)) {
+	if (c->no_lease) {
+		/* the message is the description; nothing to lease */
+		view_fill(c, m.slot, &m.meta, false, v);
+		c->st.received++;
+	} else if (lease_and_fill(c, m.slot, m.meta.sequence, v)) {
 		c->st.missed++; /* overwritten before we could look */
 		return -EAGAIN;
 	}
 	v->missed = missed;
 	return 0;
-}
-
-static int64_t mono_ms(void)
-{
-	return (int64_t)(ipc_now_ns(CLOCK_MONOTONIC) / 1000000u);
 }
 
 static int receive(struct volrec_client *c, int timeout_ms, struct volrec_message *msg)
@@ -527,7 +576,7 @@ static int receive(struct volrec_client *c, int timeout_ms, struct volrec_messag
 
 	if (c->view_held)
 		return cl_fail(c, -EBUSY, "a view is still held; release it before the next one");
-	if (c->mapped)
+	if (c->mapped && c->s.entry)
 		ipc_store64(&c->s.entry->heartbeat_ns, ipc_now_ns(CLOCK_MONOTONIC),
 		            memory_order_relaxed);
 	for (;;) {
@@ -683,6 +732,8 @@ int volrec_view_check(struct volrec_client *c, const struct volrec_view *view)
 {
 	const struct volrec_slot_header *sh;
 
+	if (c && view && c->no_lease && !view->data)
+		return 0; /* a description only: read consistently, nothing held */
 	if (!c || !view || !c->view_held || view->slot != c->view_slot ||
 	    view->sequence != c->view_seq)
 		return -EINVAL;
@@ -699,7 +750,7 @@ int volrec_view_release(struct volrec_client *c, struct volrec_view *view)
 {
 	int rc = volrec_view_check(c, view);
 
-	if (rc == -EINVAL)
+	if (rc == -EINVAL || (!rc && c->no_lease))
 		return rc;
 	if (rc)
 		c->st.torn++;
@@ -708,6 +759,46 @@ int volrec_view_release(struct volrec_client *c, struct volrec_view *view)
 	c->view_held = false;
 	view->data = NULL;
 	return rc;
+}
+
+int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, unsigned kind,
+                      struct volrec_image *img)
+{
+	const struct volrec_shm_header *h;
+	const struct volrec_views_header *vh;
+	const struct volrec_image_desc *d;
+	uint64_t end;
+
+	if (!c || !view || !img || kind >= VOLREC_IMAGE_COUNT)
+		return -EINVAL;
+	if (!view->data || !c->mapped || view->session_id != c->s.id)
+		return cl_fail(c, -EINVAL, "volrec_view_image: the view holds no volume data");
+	h = c->s.h;
+	if (!h->views_bytes || !(view->flags & VOLREC_FLAG_VIEWS))
+		return cl_fail(c, -ENOENT, "the daemon publishes no views (view.enabled: false?)");
+	vh = (const struct volrec_views_header *)((const char *)view->data + h->views_offset);
+	d = (const struct volrec_image_desc *)(vh + 1) + kind;
+	if (vh->magic != VOLREC_VIEWS_MAGIC || vh->count < VOLREC_IMAGE_COUNT ||
+	    vh->desc_size != sizeof(*d) || d->kind != kind ||
+	    __builtin_add_overflow(d->offset, (uint64_t)d->rows * d->cols, &end) ||
+	    end > h->views_bytes || d->offset < VOLREC_VIEWS_DATA_OFFSET)
+		return cl_fail(c, -EPROTO, "malformed views area in slot %u", view->slot);
+	if (!d->present)
+		return cl_fail(c, -ENOENT, "picture %u was not computed for volume %llu", kind,
+		               (unsigned long long)view->volume_id);
+	*img = (struct volrec_image){
+	        .data = (const uint8_t *)vh + d->offset,
+	        .kind = kind,
+	        .rows = d->rows,
+	        .cols = d->cols,
+	        .volume_id = d->volume_id,
+	        .slab = {d->slab_za, d->slab_zb},
+	        .position = {d->position_y, d->position_x, d->position_z},
+	        .angles_deg = {d->azimuth_deg, d->elevation_deg},
+	        .spacing = {d->spacing_x, d->spacing_y, d->spacing_z},
+	        .step = d->step,
+	};
+	return 0;
 }
 
 void volrec_client_stats(const struct volrec_client *c, struct volrec_client_stats *st)
@@ -765,7 +856,8 @@ const char *volrec_strerror(int err)
 	case -EUSERS:
 		return "the daemon's reader table is full (ipc.max_readers)";
 	case -EAGAIN:
-		return "no volume available yet";
+		return "not ready yet (no volume published, or the daemon is still creating its "
+		       "shared memory): try again";
 	case -EINVAL:
 		return "invalid argument";
 	default: {
