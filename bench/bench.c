@@ -17,6 +17,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <volrec/protocol.h>
+
 #include "bench.h"
 #include "pipeline/pipeline.h"
 
@@ -284,6 +286,8 @@ static void shm_buf_close(struct shm_buf *b, struct be_backend *be)
 /* Counts the published volumes; after `warm` of them, times until seconds and min_epochs. */
 struct timing {
 	struct shm_buf out;
+	size_t views_off; /* views area in out (volume, then views), 0: none */
+	uint32_t render_every, seen_begin;
 	unsigned warm, min_epochs;
 	double seconds;
 	uint64_t seen;
@@ -303,6 +307,13 @@ static int timing_begin(void *ctx, uint64_t epoch, struct be_output *out, char *
 	(void)err;
 	(void)errlen;
 	out->volume = t->out.p;
+	if (t->views_off) { /* as the daemon's sink: every view, the render every Nth volume */
+		out->views = (uint8_t *)t->out.p + t->views_off;
+		out->volume_id = ++t->seen_begin;
+		out->view_mask = (1u << BE_VIEW_COUNT) - 1;
+		if ((t->seen_begin - 1) % t->render_every)
+			out->view_mask &= ~(1u << BE_VIEW_RENDER);
+	}
 	return 0;
 }
 
@@ -394,7 +405,20 @@ int bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs, d
 	if (rc < 0)
 		goto out;
 	snprintf(r->device, sizeof(r->device), "%s", be_device(pl_backend(pl)));
-	rc = shm_buf_open(&t.out, cfg_out_voxels(cfg), pl_backend(pl), err, errlen);
+	if (be_views_wanted(cfg)) {
+		uint32_t d[3];
+
+		cfg_out_dims(cfg, d);
+		t.views_off = (cfg_out_voxels(cfg) + 63) & ~(size_t)63;
+		t.render_every = cfg->view.render.every
+		                         ? cfg->view.render.every
+		                         : (be_caps(pl_backend(pl)) & BE_CAP_DEVICE ? 1 : 5);
+		r->views = true;
+		rc = shm_buf_open(&t.out, t.views_off + volrec_views_bytes(d[0], d[1], d[2]),
+		                  pl_backend(pl), err, errlen);
+	} else {
+		rc = shm_buf_open(&t.out, cfg_out_voxels(cfg), pl_backend(pl), err, errlen);
+	}
 	if (rc < 0)
 		goto out;
 	r->shm_anonymous = t.out.anonymous;
@@ -521,6 +545,32 @@ int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench
 		    rs.epochs_per_s, rs.epochs, rs.p50_ms, rs.p99_ms);
 		say(fn, ctx, "  PCIe ceiling %.1f/s overlapped, %.1f/s serial copies", overl,
 		    serial);
+		/* the same without views: their cost (target: views take at most 5 %) */
+		{
+			struct bench_result rn;
+			struct vr_config c;
+			int vrc;
+
+			bench_case_config(paper, CFG_BACKEND_CUDA, &c);
+			c.gpu.device = dev;
+			c.view.enabled = false;
+			vrc = bench_run(&c, 30, 1, seconds, 2, &rn, err, errlen);
+			cfg_free(&c);
+			if (vrc < 0)
+				return vrc;
+			say(fn, ctx,
+			    "  pipelined without views: %.1f volumes/s; with views %.1f (%.3f of "
+			    "it)",
+			    rn.epochs_per_s, r.epochs_per_s, r.epochs_per_s / rn.epochs_per_s);
+			bench_add(figs, "volrec_paper_volumes_per_s_views_off", rn.epochs_per_s,
+			          "volumes/s", paper->target_vps, overl,
+			          "as volrec_paper_volumes_per_s, view.enabled false");
+			bench_add(figs, "volrec_paper_views_rate_ratio",
+			          r.epochs_per_s / rn.epochs_per_s, "", 0.95, 1.0,
+			          "views on / views off, same run (target >= 0.95: views cost at "
+			          "most "
+			          "5 %)");
+		}
 		bench_add(figs, "volrec_paper_volumes_per_s", r.epochs_per_s, "volumes/s",
 		          paper->target_vps, overl,
 		          "pipelined (engine depth 2: epoch e+1 submitted while e is in flight); "

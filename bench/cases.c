@@ -114,6 +114,7 @@ void bench_case_config(const struct bench_case *c, enum cfg_backend b, struct vr
 	cfg->preprocess.zero_pad = 1;
 	cfg->reconstruct.mode = c->mode;
 	cfg->pipeline.ring_bscans = 4 * c->ny;
+	cfg_view_defaults(cfg);
 	switch (c->pre) {
 	case BENCH_PRE_CLASSIC:
 		cfg->preprocess.background.mode = CFG_BG_ASCAN_MEAN;

@@ -241,6 +241,19 @@ static inline void cfg_out_dims(const struct vr_config *c, uint32_t dims[3])
 	dims[1] = c->geometry.ascans_per_bscan * (none ? 1 : c->geometry.stride[0]);
 	dims[2] = c->geometry.depth_range[1] - c->geometry.depth_range[0];
 }
+/* The views' defaults for the current output size: the whole depth as slab, the centre as
+ * position (what validation fills in when the file gives none; for configurations built in
+ * code, after their geometry and mode are set). */
+static inline void cfg_view_defaults(struct vr_config *c)
+{
+	uint32_t d[3];
+
+	cfg_out_dims(c, d);
+	c->view.slab[0] = 0;
+	c->view.slab[1] = d[2];
+	for (int a = 0; a < 3; a++)
+		c->view.position[a] = d[a] / 2;
+}
 /* Voxels of one output volume: Y * X * Z (the low-resolution one when mode is none). */
 static inline size_t cfg_out_voxels(const struct vr_config *c)
 {

@@ -602,9 +602,8 @@ static int check_view(struct cfg_ctx *ctx)
 		                 slab[0], slab[1], d[2]);
 	}
 	if (!cfg_given(ctx, "view.position")) {
-		pos[0] = d[0] / 2;
-		pos[1] = d[1] / 2;
-		pos[2] = d[2] / 2;
+		for (int a = 0; a < 3; a++)
+			pos[a] = d[a] / 2;
 	} else if (pos[0] >= d[0] || pos[1] >= d[1] || pos[2] >= d[2]) {
 		return cfg_error(ctx, -EINVAL, "view.position",
 		                 "[%u, %u, %u] is outside the volume ([y, x, z] with y < Y = %u, "

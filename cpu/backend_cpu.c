@@ -275,8 +275,9 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	rc = cpu_params_build(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
-	if (cpu_views_setup(st, cfg) < 0)
-		goto out_nomem;
+	rc = cpu_views_setup(st, cfg, err, errlen);
+	if (rc < 0)
+		goto out_destroy;
 
 	/* Both transforms are planned up front, so that switching dispersion on or off live
 	 * needs neither allocation nor planning. FFTW_ESTIMATE, not FFTW_MEASURE: a measured plan
@@ -363,8 +364,7 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 	cpu_preprocess_epoch(st, L, out);
 	if (st->p.mode != CFG_RECON_NONE)
 		cpu_recon_epoch(st, epoch, L, out);
-	cpu_views_epoch(st, out);
-	return 0;
+	return cpu_views_epoch(st, out, err, errlen);
 }
 
 static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, size_t errlen)
@@ -388,10 +388,9 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	rc = cpu_params_build(st, cfg, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (cpu_views_setup(st, cfg) < 0) {
-		snprintf(err, errlen, "cpu backend: out of memory for the views");
-		return -ENOMEM;
-	}
+	rc = cpu_views_setup(st, cfg, err, errlen);
+	if (rc < 0)
+		return rc;
 	if (st->p.mode != old)
 		cpu_reset_history(st);
 	return 0;

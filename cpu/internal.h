@@ -65,6 +65,8 @@ struct cpu_worker {
 /* The views of each volume (cpu/views.c), parameters from the live configuration. */
 struct cpu_views {
 	bool enabled;
+	bool valid; /* p lies inside the volume (else why says how not) */
+	char why[256];
 	struct be_view_params p;   /* current parameters */
 	struct be_render_setup rs; /* camera of p */
 	uint8_t *last_render;      /* [VOLREC_RENDER_MAX^2] the last render computed */
@@ -143,10 +145,12 @@ static inline uint8_t cpu_quantize(float v)
 
 /* The views of ALGORITHMS.md §4 of the u8 volume V (p checked by be_view_check, r from
  * be_render_setup(p)) into out[v] (be_view_size bytes each; a NULL entry is skipped). */
-/* Set up st->views from cfg (create and live updates). \return 0 or -ENOMEM. */
-int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg);
-/* The views of the u8 volume out->volume into out->views (out->view_mask). */
-void cpu_views_epoch(struct cpu_state *st, const struct be_output *out);
+/* Set up st->views from cfg (create and live updates). \return 0 or -ENOMEM with the message
+ * in err. */
+int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen);
+/* The views of the u8 volume out->volume into out->views (out->view_mask). \return 0, or
+ * -EINVAL when the view parameters lie outside the volume (message in err). */
+int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err, size_t errlen);
 void cpu_views_free(struct cpu_state *st);
 void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
                        const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT]);

@@ -109,19 +109,29 @@ void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
 				        render_pixel(V, p, r, i, j);
 }
 
-int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg)
+int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen)
 {
 	struct cpu_views *v = &st->views;
+	struct be_view_params p;
+	int rc;
 
-	v->enabled = be_views_wanted(cfg);
-	if (!v->enabled)
+	if (!be_views_wanted(cfg)) {
+		v->enabled = false;
 		return 0;
-	be_view_params_from_cfg(cfg, &v->p);
+	}
+	be_view_params_from_cfg(cfg, &p);
+	/* a configuration built in code may leave the view keys unresolved: that fails only
+	 * when views are asked for (cpu_views_epoch), a validated one never does */
+	rc = be_view_check(&p, v->why, sizeof(v->why));
+	v->valid = rc == 0;
+	v->enabled = true;
+	v->p = p;
 	be_render_setup(&v->p, &v->rs);
 	if (!v->last_render) {
 		v->last_render = calloc((size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX, 1);
 		if (!v->last_render)
-			return -ENOMEM;
+			return vr_err(err, errlen, -ENOMEM,
+			              "cpu backend: out of memory for the views");
 	}
 	return 0;
 }
@@ -132,7 +142,7 @@ void cpu_views_free(struct cpu_state *st)
 	st->views.last_render = NULL;
 }
 
-void cpu_views_epoch(struct cpu_state *st, const struct be_output *out)
+int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err, size_t errlen)
 {
 	struct cpu_views *v = &st->views;
 	uint8_t *area = out->views, *pic[BE_VIEW_COUNT];
@@ -140,7 +150,9 @@ void cpu_views_epoch(struct cpu_state *st, const struct be_output *out)
 	unsigned present = 0;
 
 	if (!v->enabled || !area || !out->volume)
-		return;
+		return 0;
+	if (!v->valid)
+		return vr_err(err, errlen, -EINVAL, "cpu backend: views: %s", v->why);
 	be_views_offsets(v->p.Y, v->p.X, v->p.Z, off);
 	for (int i = 0; i < BE_VIEW_COUNT; i++) {
 		bool want = (out->view_mask >> i) & 1u;
@@ -166,4 +178,5 @@ void cpu_views_epoch(struct cpu_state *st, const struct be_output *out)
 		present |= 1u << BE_VIEW_RENDER;
 	}
 	be_views_describe(area, &v->p, v->have_last ? &v->last_p : &v->p, vid, present);
+	return 0;
 }

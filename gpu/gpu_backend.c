@@ -72,6 +72,8 @@ struct gpu_state {
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
 	 * into the slot's views area; vev closes them for epoch_wait */
 	bool views;
+	bool views_valid; /* vp lies inside the volume (a validated configuration's always does) */
+	char views_why[256];
 	struct be_view_params vp;
 	struct be_render_setup vrs;
 	uint8_t *d_views; /* [3][cols] enface mean, max, plane, then the render (RENDER_MAX^2) */
@@ -634,7 +636,10 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	st->views = be_views_wanted(cfg);
 	if (rc == 0 && st->views) {
 		be_view_params_from_cfg(cfg, &st->vp);
+		st->views_valid = be_view_check(&st->vp, st->views_why, sizeof(st->views_why)) == 0;
 		be_render_setup(&st->vp, &st->vrs);
+	}
+	if (rc == 0 && st->views) {
 		rc = gpu_malloc((void **)&st->d_views, view_bytes, "views", err, errlen);
 		if (rc == 0)
 			rc = gpu_cuda_check(
@@ -1111,6 +1116,11 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	for (int j = 0; j < GPU_RSTREAMS; j++)
 		CU(cudaEventRecord(st->rev[j], st->rs[j]), "cudaEventRecord");
 	if (st->views && out->views) {
+		if (!st->views_valid) {
+			rc = -EINVAL;
+			snprintf(err, errlen, "cuda backend: views: %s", st->views_why);
+			goto out;
+		}
 		rc = gpu_views_launch(st, out, k, err, errlen);
 		if (rc < 0)
 			goto out;
@@ -1268,6 +1278,7 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	cfg_defaults(&copy);
 	if (st->views) {
 		be_view_params_from_cfg(cfg, &st->vp);
+		st->views_valid = be_view_check(&st->vp, st->views_why, sizeof(st->views_why)) == 0;
 		be_render_setup(&st->vp, &st->vrs);
 	}
 	if (st->mode != old_mode)

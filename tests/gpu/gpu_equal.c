@@ -786,6 +786,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 	*pass = false;
 	cfg_defaults(&c);
 	tc->setup(&c);
+	cfg_view_defaults(&c);
 	c.backend = CFG_BACKEND_CPU;
 	const uint32_t ny = c.geometry.bscans_per_volume, sx = c.geometry.stride[0],
 	               sy = c.geometry.stride[1];
