@@ -152,9 +152,11 @@ cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStr
  * (any may be NULL), from the u8 volume V on the device. */
 cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_params *p, uint8_t *mean,
                               uint8_t *mx, uint8_t *plane, cudaStream_t s);
-/* The MIP render [H][W] of V with the camera r (be_render_setup of p). */
+/* The MIP render [H][W] of V with the camera r (be_render_setup of p) into out; acc is
+ * H * W words of scratch on the device. */
 cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_params *p,
-                              const struct be_render_setup *r, uint8_t *out, cudaStream_t s);
+                              const struct be_render_setup *r, unsigned *acc, uint8_t *out,
+                              cudaStream_t s);
 
 /* ---- benchmark helpers (gpu_bench.c) ----------------------------------------------------- */
 

@@ -77,6 +77,7 @@ struct gpu_state {
 	struct be_view_params vp;
 	struct be_render_setup vrs;
 	uint8_t *d_views; /* [3][cols] enface mean, max, plane, then the render (RENDER_MAX^2) */
+	unsigned *d_racc; /* [RENDER_MAX^2] the render's per-pixel maxima (gpu_views.cu) */
 	cudaStream_t vs;
 	cudaEvent_t kev[GPU_RSTREAMS], vev;
 	struct be_view_params last_rp; /* the render in d_views: its parameters and volume */
@@ -346,6 +347,7 @@ static void gpu_destroy(void *vst)
 	if (st->vs)
 		cudaStreamDestroy(st->vs);
 	cudaFree(st->d_views);
+	cudaFree(st->d_racc);
 	if (st->cpin)
 		cudaFreeHost(st->cpin);
 	cudaFree(st->d_rs_idx);
@@ -549,8 +551,10 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	                       : st->le_count);
 	const size_t view_bytes =
 	        be_views_wanted(cfg) ? 3 * cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX : 0;
-	const size_t need =
-	        per_stream * st->ns + tables + volumes + view_bytes + (64u << 20); /* + context */
+	const size_t view_scratch =
+	        view_bytes ? (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX * sizeof(unsigned) : 0;
+	const size_t need = per_stream * st->ns + tables + volumes + view_bytes + view_scratch +
+	                    (64u << 20); /* + context */
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -641,6 +645,11 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	}
 	if (rc == 0 && st->views) {
 		rc = gpu_malloc((void **)&st->d_views, view_bytes, "views", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->d_racc,
+			                (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX *
+			                        sizeof(unsigned),
+			                "render scratch", err, errlen);
 		if (rc == 0)
 			rc = gpu_cuda_check(
 			        cudaStreamCreateWithFlags(&st->vs, cudaStreamNonBlocking),
@@ -949,7 +958,8 @@ static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, u
 		CU(gpu_launch_enface(st->out8, p, d_mean, d_max, d_plane, st->vs),
 		   "en-face kernel");
 	if (m & (1u << BE_VIEW_RENDER)) {
-		CU(gpu_launch_render(st->out8, p, &st->vrs, d_render, st->vs), "render kernel");
+		CU(gpu_launch_render(st->out8, p, &st->vrs, st->d_racc, d_render, st->vs),
+		   "render kernel");
 		st->last_rp = *p;
 		st->last_render_id = out->volume_id;
 		st->have_render = true;
