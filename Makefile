@@ -122,7 +122,7 @@ CORE_ARCHIVES = beopen cpu $(if $(filter 1,$(HAVE_CUDA)),gpu) be src sim cfg bas
 # above cpu and gpu, which use be). Programs link their archives in this order, whatever the
 # order of their name_ARCHIVES, so a plain single pass of the linker resolves everything; a
 # module that adds an archive adds it here.
-LINK_ORDER := vrclient ipc beopen cpu gpu be src sim cfg base
+LINK_ORDER := view vrclient ipc beopen cpu gpu be src sim cfg base
 
 # obj is used by module.mk files (target-specific flags), so it is defined before them.
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
