@@ -208,7 +208,7 @@ static int publish_one(struct pub *s, uint64_t id, uint32_t every, uint8_t *last
                        struct be_view_params *rp, uint64_t *render_vid)
 {
 	struct ipc_slot_ref slot;
-	struct ipc_volume_meta meta = {.volume_id = id, .epoch = id};
+	struct ipc_volume_meta meta = {.volume_id = id, .epoch = id, .flags = VOLREC_FLAG_VIEWS};
 	uint64_t off[BE_VIEW_COUNT], vid[BE_VIEW_COUNT];
 	uint8_t *area, *out[BE_VIEW_COUNT];
 	bool render = every <= 1 || !*render_vid || id % every == 0;
