@@ -17,6 +17,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,6 +184,10 @@ static void fill_volume(uint8_t *V, uint32_t Y, uint32_t X, uint32_t Z, uint64_t
 			double s = Z * (0.3 + 0.08 * sin(2 * M_PI * ((double)x / X + t)) +
 			                0.05 * cos(2 * M_PI * (double)y / Y) + 0.1 * (double)y / Y);
 			double pit = hypot((double)x - X / 2.0, (double)y - Y / 2.0) / (0.15 * X);
+			/* two vessels: bright on top, a shadow under them (what an en-face shows) */
+			bool vessel =
+			        fabs(y - Y * (0.3 + 0.12 * sin(6.0 * x / X + 2 * M_PI * t))) < 1.6 ||
+			        fabs(x - X * (0.65 + 0.1 * cos(5.0 * y / Y))) < 1.6;
 
 			if (pit < 1)
 				s += 0.06 * Z * (1 + cos(M_PI * pit)) / 2;
@@ -196,8 +201,9 @@ static void fill_volume(uint8_t *V, uint32_t Y, uint32_t X, uint32_t Z, uint64_t
 				else if (d < 3)
 					v = 230;
 				else
-					v = 40 + 140 * exp(-d / (0.25 * Z)) *
-					                 (0.6 + 0.4 * cos(d * 0.5)) +
+					v = (40 + 140 * exp(-d / (0.25 * Z)) *
+					                  (0.6 + 0.4 * cos(d * 0.5))) *
+					            (vessel ? 0.3 : 1.0) +
 					    (h & 31);
 				a[z] = (uint8_t)(v > 255 ? 255 : v);
 			}
