@@ -250,7 +250,8 @@ static enum vw_access access_of(struct vw_server *sv, struct lws *wsi, bool webs
 
 	*from_url = false;
 	token[0] = 0;
-	if (lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HOST) < 0)
+	if (lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HOST) <= 0 &&
+	    lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HTTP_COLON_AUTHORITY) <= 0)
 		host[0] = 0;
 	if (websocket && lws_hdr_copy(wsi, origin, (int)sizeof(origin), WSI_TOKEN_ORIGIN) > 0) {
 		char hh[256];
@@ -965,6 +966,7 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 		ci.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
 	ci.ssl_cert_filepath = o->cert;
 	ci.ssl_private_key_filepath = o->key;
+	ci.alpn = "http/1.1"; /* WebSockets over HTTP/1.1 upgrades, as on plain http */
 	ci.keepalive_timeout = 30;
 	ci.timeout_secs = 30;
 	sv->vh = lws_create_vhost(sv->ctx, &ci);

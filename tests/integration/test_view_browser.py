@@ -94,8 +94,9 @@ def test_clicking_the_enface_moves_the_bscan(browser, live):
     browser.wait(page, ALL_DRAWN)
     Y, X = browser.eval(page, "window.volrecView.shape.slice(0, 2)")
     z0 = browser.eval(page, "window.volrecView.position[2]")
-    browser.cmd("click", page=page, selector="canvas[data-pane=enface]", x=0.2, y=0.75)
     y, x = int(0.75 * Y), int(0.2 * X)
+    browser.cmd("click", page=page, selector="canvas[data-pane=enface]", x=(x + 0.5) / X,
+                y=(y + 0.5) / Y)
     # the daemon took it, and the next B-scan is the one at the new y
     wait_for(lambda: pub.control.get("view.position") == [y, x, z0], what="the position set")
     browser.wait(page, f"window.volrecView.panes.bscan.shown.position[0] === {y} && "
@@ -145,8 +146,9 @@ def test_two_browsers_see_each_others_changes(browser, live):
     for p in (a, b):
         browser.wait(p, ALL_DRAWN)
     Y, X = browser.eval(a, "window.volrecView.shape.slice(0, 2)")
-    browser.cmd("click", page=a, selector="canvas[data-pane=enface]", x=0.9, y=0.1)
     y, x = int(0.1 * Y), int(0.9 * X)
+    browser.cmd("click", page=a, selector="canvas[data-pane=enface]", x=(x + 0.5) / X,
+                y=(y + 0.5) / Y)
     browser.wait(b, f"window.volrecView.panes.bscan.shown.position[0] === {y} && "
                  f"window.volrecView.panes.bscan.shown.position[1] === {x}")
     for p in (a, b):

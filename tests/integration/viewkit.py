@@ -225,7 +225,7 @@ class Browser:
         return self.cmd("open", url=url, **kw)["page"]
 
     def eval(self, page, expr):
-        return self.cmd("eval", page=page, expr=expr)["value"]
+        return self.cmd("eval", page=page, expr=expr).get("value")
 
     def wait(self, page, expr, timeout_ms=20000):
         return self.cmd("wait", page=page, expr=expr, timeout_ms=timeout_ms)

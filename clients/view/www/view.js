@@ -265,7 +265,7 @@
         else state.replies.push(m);
         if (m.type === 'reply' && !m.ok) note(m.error);
         const done = m.id !== undefined && state.pending.get(m.id);
-        if (done) { state.pending.delete(m.id); done(m); }
+        if (done) { state.pending.delete(m.id); done(m.type === 'error' ? { ...m, ok: false } : m); }
         break;
       }
       case 'pong':
