@@ -79,6 +79,10 @@ def test_page_draws_all_four_panes_with_the_published_pictures(browser, live, tm
     rgb = got["canvas"].transpose(1, 0, 2)
     assert np.abs(rgb.astype(int) - viridis(want).astype(int)).max() <= 1
     browser.cmd("select", page=page, selector="#colormap", value="gray")
+    # the screenshot with a rotated render, as an operator would look at it
+    assert browser.eval(page, "window.volrecView.set({'view.render.angles_deg': [35, 25]})")["ok"]
+    browser.wait(page, "window.volrecView.panes.render.shown.angles[0] === 35")
+    browser.eval(page, "new Promise(r => setTimeout(r, 1500))")  # a little history in the plots
     shot = BUILD / "view.png"
     browser.cmd("screenshot", page=page, path=str(shot))
     if os.environ.get("VOLREC_UPDATE_SCREENSHOT") == "1":

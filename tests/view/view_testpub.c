@@ -173,41 +173,47 @@ static uint32_t hash3(uint32_t a, uint32_t b, uint32_t c)
 	return h;
 }
 
-/* Layers under a surface that tilts and waves, moving with the volume id. */
+/* Layers under a surface that tilts and waves, moving with the volume id: a depth profile
+ * tabulated once per volume, shadows under two vessels, and speckle from a hash. */
 static void fill_volume(uint8_t *V, uint32_t Y, uint32_t X, uint32_t Z, uint64_t id)
 {
 	const double t = (double)(id % 1000) / 1000.0;
+	float *prof = malloc(sizeof(*prof) * Z);
 
+	if (!prof)
+		return;
+	for (uint32_t d = 0; d < Z; d++)
+		prof[d] = d < 3 ? 230.0f
+		                : (float)(40 + 140 * exp(-(double)d / (0.25 * Z)) *
+		                                   (0.6 + 0.4 * cos(d * 0.5)));
 	for (uint32_t y = 0; y < Y; y++)
 		for (uint32_t x = 0; x < X; x++) {
 			uint8_t *a = V + ((size_t)y * X + x) * Z;
 			double s = Z * (0.3 + 0.08 * sin(2 * M_PI * ((double)x / X + t)) +
 			                0.05 * cos(2 * M_PI * (double)y / Y) + 0.1 * (double)y / Y);
 			double pit = hypot((double)x - X / 2.0, (double)y - Y / 2.0) / (0.15 * X);
-			/* two vessels: bright on top, a shadow under them (what an en-face shows) */
+			/* two vessels: a shadow under them (what an en-face shows) */
 			bool vessel =
 			        fabs(y - Y * (0.3 + 0.12 * sin(6.0 * x / X + 2 * M_PI * t))) < 1.6 ||
 			        fabs(x - X * (0.65 + 0.1 * cos(5.0 * y / Y))) < 1.6;
+			uint32_t top;
 
 			if (pit < 1)
 				s += 0.06 * Z * (1 + cos(M_PI * pit)) / 2;
+			top = s < 0 ? 0 : s >= Z ? Z : (uint32_t)s;
 			for (uint32_t z = 0; z < Z; z++) {
-				double d = (double)z - s;
 				uint32_t h = hash3(x, y, z + 7919u * (uint32_t)id);
-				double v;
+				float v;
 
-				if (d < 0)
-					v = 8 + (h & 15);
-				else if (d < 3)
-					v = 230;
+				if (z < top)
+					v = (float)(8 + (h & 15));
 				else
-					v = (40 + 140 * exp(-d / (0.25 * Z)) *
-					                  (0.6 + 0.4 * cos(d * 0.5))) *
-					            (vessel ? 0.3 : 1.0) +
-					    (h & 31);
+					v = prof[z - top] * (vessel && z - top >= 3 ? 0.3f : 1.0f) +
+					    (float)(z - top < 3 ? 0 : (h & 31));
 				a[z] = (uint8_t)(v > 255 ? 255 : v);
 			}
 		}
+	free(prof);
 }
 
 static int publish_one(struct pub *s, uint64_t id, uint32_t every, uint8_t *last_render,

@@ -185,7 +185,8 @@
       if (p.dirty && p.last.tLastNs > 0n) {
         const ms = Number(nowNs() - p.last.tLastNs) / 1e6;
         p.last.drawnLatencyMs = ms;
-        state.latencies.push({ kind: p.last.kind, volumeId: p.last.volumeId, ms,
+        const pubMs = p.last.tPublishNs > 0n ? Number(nowNs() - p.last.tPublishNs) / 1e6 : null;
+        state.latencies.push({ kind: p.last.kind, volumeId: p.last.volumeId, ms, pubMs,
           arrivedToDrawnMs: performance.now() - p.last.tArrived, t: performance.now() });
         if (state.latencies.length > 20000) state.latencies.splice(0, 10000);
       }
@@ -298,10 +299,10 @@
     const w = $('plot-rate').clientWidth || 300;
     const axes = [{ stroke: '#8a949e', grid: { stroke: '#2c333b' }, values: (u, v) => v.map((s) => `${s.toFixed(0)}s`) },
       { stroke: '#8a949e', grid: { stroke: '#2c333b' } }];
-    plotRate = new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes, legend: { show: true },
-      series: [{}, { label: 'volumes/s', stroke: '#4fc3f7' }, { label: 'pictures/s', stroke: '#81c784' }] },
+    plotRate = new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes, legend: { live: false },
+      series: [{}, { label: 'volumes/s', stroke: '#4fc3f7' }, { label: 'pictures/s (4 panes)', stroke: '#81c784' }] },
     [[], [], []], $('plot-rate'));
-    plotLat = new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes, legend: { show: true },
+    plotLat = new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes, legend: { live: false },
       series: [{}, { label: 'acq→publish p99', stroke: '#ffb74d' }, { label: 'acq→drawn', stroke: '#ef5350' }] },
     [[], [], []], $('plot-lat'));
   }
