@@ -266,7 +266,8 @@ static void *feed_main(void *arg)
 					alive = info.writer_alive;
 					post_state(f, alive ? "connected" : "stopped",
 					           alive ? "reading volrecd"
-					                 : "volrecd stopped: waiting for it to come back");
+					                 : "volrecd stopped: waiting for it to "
+					                   "come back");
 					vw_log("volrecd '%s' %s", f->instance,
 					       alive ? "is back" : "stopped; waiting for it");
 				}

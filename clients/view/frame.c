@@ -16,9 +16,12 @@
 const size_t VW_PRE = LWS_PRE;
 
 static const char *const kind_names[VOLREC_IMAGE_COUNT] = {
-        [VOLREC_IMAGE_ENFACE_MEAN] = "enface_mean", [VOLREC_IMAGE_ENFACE_MAX] = "enface_max",
-        [VOLREC_IMAGE_BSCAN] = "bscan",             [VOLREC_IMAGE_SLICE] = "slice",
-        [VOLREC_IMAGE_PLANE] = "plane",             [VOLREC_IMAGE_RENDER] = "render",
+        [VOLREC_IMAGE_ENFACE_MEAN] = "enface_mean",
+        [VOLREC_IMAGE_ENFACE_MAX] = "enface_max",
+        [VOLREC_IMAGE_BSCAN] = "bscan",
+        [VOLREC_IMAGE_SLICE] = "slice",
+        [VOLREC_IMAGE_PLANE] = "plane",
+        [VOLREC_IMAGE_RENDER] = "render",
 };
 
 const char *vw_kind_name(unsigned kind)
@@ -49,8 +52,8 @@ void vw_reduce_dims(uint32_t rows, uint32_t cols, uint32_t max_side, uint32_t *r
 	*ocols = (cols + cs - 1) / cs;
 }
 
-void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep,
-                   uint32_t cstep, uint8_t *dst)
+void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep, uint32_t cstep,
+                   uint8_t *dst)
 {
 	uint32_t orows = (rows + rstep - 1) / rstep, ocols = (cols + cstep - 1) / cstep;
 

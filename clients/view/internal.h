@@ -58,8 +58,8 @@ struct vw_frame_meta {
 
 /* One encoded picture: header and payload at buf + VW_PRE (room for the WebSocket header). */
 struct vw_frame {
-	uint32_t kind;    /* enum volrec_image_kind */
-	uint64_t serial;  /* set by the server when it takes the frame (per kind, increasing) */
+	uint32_t kind;   /* enum volrec_image_kind */
+	uint64_t serial; /* set by the server when it takes the frame (per kind, increasing) */
 	uint64_t volume_id;
 	size_t len;       /* header + payload bytes */
 	size_t raw_bytes; /* what the payload would be raw (bandwidth statistics) */
@@ -77,8 +77,8 @@ void vw_frame_free(struct vw_frame *f);
 void vw_reduce_dims(uint32_t rows, uint32_t cols, uint32_t max_side, uint32_t *rstep,
                     uint32_t *cstep, uint32_t *orows, uint32_t *ocols);
 /* Reduce src (rows x cols) by rstep x cstep blocks, each to its maximum, into dst. */
-void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep,
-                   uint32_t cstep, uint8_t *dst);
+void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep, uint32_t cstep,
+                   uint8_t *dst);
 /* Name of a picture kind ("enface_mean", ...), NULL past the end; and back (-1 unknown). */
 const char *vw_kind_name(unsigned kind);
 int vw_kind_from_name(const char *name);
@@ -111,11 +111,11 @@ struct vw_feed {
 	char instance[VOLREC_INSTANCE_MAX + 1];
 	char run_dir[VW_PATH_MAX];
 	struct vw_encode_opts enc;
-	double max_rate;             /* volumes encoded per second, at most */
-	atomic_uint wanted;          /* bit k: some browser shows picture kind k */
+	double max_rate;    /* volumes encoded per second, at most */
+	atomic_uint wanted; /* bit k: some browser shows picture kind k */
 	atomic_bool stop;
 	struct vw_mailbox box;
-	void (*wake)(void *ctx);     /* called after the mailbox changed (any thread) */
+	void (*wake)(void *ctx); /* called after the mailbox changed (any thread) */
 	void *wake_ctx;
 	struct vw_feed_stats st;
 	pthread_t thread;
@@ -154,16 +154,16 @@ struct vw_tokens {
 };
 
 struct vw_server_opts {
-	char addr[256];             /* listen address (numeric or "localhost"), "" all */
-	int port;                   /* 0: any free port */
-	bool loopback;              /* addr is a loopback address */
-	const char *cert, *key;     /* TLS files, NULL: plain HTTP */
+	char addr[256];                 /* listen address (numeric or "localhost"), "" all */
+	int port;                       /* 0: any free port */
+	bool loopback;                  /* addr is a loopback address */
+	const char *cert, *key;         /* TLS files, NULL: plain HTTP */
 	const struct vw_tokens *tokens; /* NULL: every loopback client may view and control */
-	const char *assets;         /* folder of the page's files */
-	const char *ctl_endpoint;   /* daemon's control socket */
+	const char *assets;             /* folder of the page's files */
+	const char *ctl_endpoint;       /* daemon's control socket */
 	const char *instance;
-	uint32_t max_message;       /* bytes of one browser message, at most */
-	uint32_t max_sessions;      /* browsers at once, at most */
+	uint32_t max_message;  /* bytes of one browser message, at most */
+	uint32_t max_sessions; /* browsers at once, at most */
 };
 
 struct vw_server;

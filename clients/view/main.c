@@ -67,18 +67,21 @@ static void usage(FILE *f)
 	        "                          free port). Any address but loopback needs --cert,\n"
 	        "                          --key and --token-file\n"
 	        "  -i, --instance NAME     daemon instance (default \"default\")\n"
-	        "  -r, --run-dir DIR       the daemon's ipc.run_dir (default $VOLREC_RUN_DIR, else\n"
+	        "  -r, --run-dir DIR       the daemon's ipc.run_dir (default $VOLREC_RUN_DIR, "
+	        "else\n"
 	        "                          /run/volrec)\n"
 	        "  -c, --config FILE       take instance and run_dir from volrecd's configuration\n"
 	        "      --cert FILE         TLS certificate (PEM); serves https and wss\n"
 	        "      --key FILE          its private key (PEM)\n"
-	        "      --token-file FILE   access tokens, lines 'view: TOKEN' and 'control: TOKEN'\n"
+	        "      --token-file FILE   access tokens, lines 'view: TOKEN' and 'control: "
+	        "TOKEN'\n"
 	        "                          (not readable by others); requests without one get 401\n"
 	        "      --assets DIR        the page's files (default: beside the program, else\n"
 	        "                          " VOLREC_VIEW_ASSETS ")\n"
 	        "      --max-side N        reduce pictures to at most N pixels a side (block\n"
 	        "                          maxima; default 1024, at least 64)\n"
-	        "      --encoding MODE     auto (default: deflate for pictures over 16 KiB when it\n"
+	        "      --encoding MODE     auto (default: deflate for pictures over 16 KiB when "
+	        "it\n"
 	        "                          saves an eighth), raw or deflate\n"
 	        "      --max-rate HZ       encode at most HZ volumes per second (default 60)\n"
 	        "      --max-browsers N    browsers at once (default 16)\n"
@@ -184,8 +187,8 @@ static int read_tokens(const char *path, struct vw_tokens *t)
 		*v++ = 0;
 		while (*v == ' ' || *v == '\t')
 			v++;
-		for (e = v + strlen(v); e > v && (e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\r' ||
-		                                  e[-1] == '\t');)
+		for (e = v + strlen(v);
+		     e > v && (e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\r' || e[-1] == '\t');)
 			*--e = 0;
 		if (!strcmp(p, "view"))
 			dst = t->view;
@@ -195,7 +198,8 @@ static int read_tokens(const char *path, struct vw_tokens *t)
 			goto bad;
 		if (strlen(v) < 16 || strlen(v) >= sizeof(t->view) || strpbrk(v, " ;,\"\\")) {
 			fprintf(stderr,
-			        "volrec view: --token-file %s:%d: %s token: need 16 to %zu characters "
+			        "volrec view: --token-file %s:%d: %s token: need 16 to %zu "
+			        "characters "
 			        "without spaces, ';', ',', quotes or backslashes\n",
 			        path, n, p, sizeof(t->view) - 1);
 			fclose(f);
@@ -210,16 +214,16 @@ static int read_tokens(const char *path, struct vw_tokens *t)
 		return -EINVAL;
 	}
 	if (t->view[0] && !strcmp(t->view, t->control)) {
-		fprintf(stderr, "volrec view: --token-file %s: the view and control tokens are the "
-		                "same\n",
+		fprintf(stderr,
+		        "volrec view: --token-file %s: the view and control tokens are the "
+		        "same\n",
 		        path);
 		return -EINVAL;
 	}
 	return 0;
 bad:
-	fprintf(stderr,
-	        "volrec view: --token-file %s:%d: need 'view: TOKEN' or 'control: TOKEN'\n", path,
-	        n);
+	fprintf(stderr, "volrec view: --token-file %s:%d: need 'view: TOKEN' or 'control: TOKEN'\n",
+	        path, n);
 	fclose(f);
 	return -EINVAL;
 }
@@ -273,8 +277,8 @@ static int find_assets(const char *given, char *out, size_t len)
 		return 0;
 	}
 	fprintf(stderr,
-	        "volrec view: the page's files are not installed (looked beside %s and in "
-	        VOLREC_VIEW_ASSETS "); --assets DIR names them\n",
+	        "volrec view: the page's files are not installed (looked beside %s and "
+	        "in " VOLREC_VIEW_ASSETS "); --assets DIR names them\n",
 	        n > 0 ? self : "the program");
 	return -ENOENT;
 }
@@ -288,8 +292,8 @@ static int parse_uint(const char *opt, const char *s, unsigned long min, unsigne
 	errno = 0;
 	v = strtoul(s, &end, 10);
 	if (errno || *end || end == s || s[0] == '-' || v < min || v > max) {
-		fprintf(stderr, "volrec view: %s %s: need an integer from %lu to %lu\n", opt, s, min,
-		        max);
+		fprintf(stderr, "volrec view: %s %s: need an integer from %lu to %lu\n", opt, s,
+		        min, max);
 		return -EINVAL;
 	}
 	*out = v;
@@ -452,8 +456,9 @@ int main(int argc, char **argv)
 	}
 	if (instance) {
 		if (strlen(instance) > VOLREC_INSTANCE_MAX ||
-		    strspn(instance, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-		                     "_-") != strlen(instance) ||
+		    strspn(instance,
+		           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+		           "_-") != strlen(instance) ||
 		    !instance[0]) {
 			fprintf(stderr,
 			        "volrec view: --instance %s: need 1 to %d of [A-Za-z0-9_-]\n",

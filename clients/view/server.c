@@ -23,16 +23,16 @@
 
 #include "internal.h"
 
-#define VW_ASSETS_MAX   64
-#define VW_TEXT_QUEUE   16 /* replies and errors waiting for one browser, at most */
-#define VW_CTL_COOKIES  64
-#define VW_SUBPROTOCOL  "volrec-view"
-#define VW_COOKIE       "volrec_token"
+#define VW_ASSETS_MAX  64
+#define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
+#define VW_CTL_COOKIES 64
+#define VW_SUBPROTOCOL "volrec-view"
+#define VW_COOKIE      "volrec_token"
 
 enum vw_access { VW_DENIED, VW_VIEW, VW_CONTROL };
 
 struct vw_asset {
-	char url[128];       /* "/index.html" */
+	char url[128]; /* "/index.html" */
 	char path[VW_PATH_MAX];
 	const char *mime;
 };
@@ -46,25 +46,25 @@ struct vw_text {
 struct vw_session {
 	struct lws *wsi;
 	struct vw_session *next;
-	uint64_t uid;            /* for control replies that arrive after a close */
+	uint64_t uid; /* for control replies that arrive after a close */
 	enum vw_access access;
-	unsigned want;           /* picture kinds shown */
+	unsigned want;                     /* picture kinds shown */
 	uint64_t sent[VOLREC_IMAGE_COUNT]; /* serial of the last frame sent, per kind */
-	unsigned rr;             /* next kind to look at first */
+	unsigned rr;                       /* next kind to look at first */
 	uint64_t status_sent, state_sent, event_sent;
 	struct vw_text q[VW_TEXT_QUEUE];
 	unsigned qhead, qlen;
-	char *rx;                /* a message in fragments */
+	char *rx; /* a message in fragments */
 	size_t rxlen;
 	bool rx_oversized, rx_binary;
-	uint64_t frames, bytes;  /* sent */
+	uint64_t frames, bytes; /* sent */
 	bool hello;
 };
 
 struct vw_cookie {
-	uint64_t cookie;     /* 0: free */
-	uint64_t session;    /* vw_session.uid */
-	char client_id[96];  /* the browser's id, as JSON text */
+	uint64_t cookie;    /* 0: free */
+	uint64_t session;   /* vw_session.uid */
+	char client_id[96]; /* the browser's id, as JSON text */
 };
 
 struct vw_server {
@@ -477,8 +477,8 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
                     struct json_object *id)
 {
 	struct vw_cookie *ck = NULL;
-	const char *idtext = id ? json_object_to_json_string_ext(id, JSON_C_TO_STRING_PLAIN)
-	                        : "null";
+	const char *idtext =
+	        id ? json_object_to_json_string_ext(id, JSON_C_TO_STRING_PLAIN) : "null";
 	int rc;
 
 	if (strlen(idtext) >= sizeof(ck->client_id)) {
@@ -496,7 +496,8 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	rc = vw_control_send(sv->ctl, json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN),
 	                     ++sv->next_cookie);
 	if (rc == -EAGAIN) {
-		session_error(sv, s, id, "volrecd's control socket %s is not there (daemon stopped?)",
+		session_error(sv, s, id,
+		              "volrecd's control socket %s is not there (daemon stopped?)",
 		              sv->o.ctl_endpoint);
 		return;
 	}
@@ -549,8 +550,7 @@ static void handle_subscribe(struct vw_server *sv, struct vw_session *s, struct 
 	lws_callback_on_writable(s->wsi);
 }
 
-static void handle_message(struct vw_server *sv, struct vw_session *s, const char *text,
-                           size_t len)
+static void handle_message(struct vw_server *sv, struct vw_session *s, const char *text, size_t len)
 {
 	struct json_tokener *tok = json_tokener_new_ex(16);
 	struct json_object *msg = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
@@ -560,7 +560,8 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 	if (!msg || !json_object_is_type(msg, json_type_object) ||
 	    json_tokener_get_error(tok) != json_tokener_success) {
 		session_error(sv, s, NULL, "message: not a JSON object%s%s",
-		              tok && json_tokener_get_error(tok) != json_tokener_success ? ": " : "",
+		              tok && json_tokener_get_error(tok) != json_tokener_success ? ": "
+		                                                                         : "",
 		              tok && json_tokener_get_error(tok) != json_tokener_success
 		                      ? json_tokener_error_desc(json_tokener_get_error(tok))
 		                      : "");
@@ -594,9 +595,10 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		struct json_object *req;
 
 		if (s->access != VW_CONTROL) {
-			session_error(sv, s, id,
-			              "set: this viewer's token may only view (the control token may "
-			              "set)");
+			session_error(
+			        sv, s, id,
+			        "set: this viewer's token may only view (the control token may "
+			        "set)");
 			goto out;
 		}
 		if (!json_object_object_get_ex(msg, "values", &values) ||
@@ -712,7 +714,8 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 		json_object_object_add(o, "control",
 		                       json_object_new_boolean(s->access == VW_CONTROL));
 		json_object_object_add(o, "views", v);
-		json_object_object_add(o, "max_message", json_object_new_int((int)sv->o.max_message));
+		json_object_object_add(o, "max_message",
+		                       json_object_new_int((int)sv->o.max_message));
 		s->hello = true;
 		session_queue(s, o);
 	}

@@ -113,8 +113,8 @@ int volrec_view_release(struct volrec_client *c, struct volrec_view *view);
  * inside the slot of the volume it belongs to and covered by the same lease.
  */
 struct volrec_image {
-	const uint8_t *data;  /* rows * cols bytes; valid while the volume's view is held */
-	uint32_t kind;        /* enum volrec_image_kind (protocol.h) */
+	const uint8_t *data; /* rows * cols bytes; valid while the volume's view is held */
+	uint32_t kind;       /* enum volrec_image_kind (protocol.h) */
 	uint32_t rows, cols;
 	uint64_t volume_id;   /* the volume the picture shows (a render may be older) */
 	uint32_t slab[2];     /* en-face depth slab [za, zb) */

@@ -61,7 +61,7 @@ enum volrec_seg_state {
  * before this one, if it is the session's first): its history has a gap. Since protocol 1.1;
  * a 1.0 writer never sets it, whatever it dropped. */
 #define VOLREC_FLAG_DROPPED_BEFORE 0x4u
-#define VOLREC_FLAG_VIEWS 0x8u /* the slot holds views of the volume (struct volrec_views_header) */
+#define VOLREC_FLAG_VIEWS          0x8u /* the slot holds views of the volume (struct volrec_views_header) */
 
 /*
  * Data segment, offset 0: 256 bytes. The header region [0, data_offset) also holds the slot
@@ -93,9 +93,9 @@ struct volrec_shm_header {
 	uint64_t endpoints_offset; /* 120 offset of the endpoint list */
 	uint32_t endpoints_size;   /* 128 bytes reserved for it (NUL-separated, ends with "\0\0") */
 	uint32_t reserved0;        /* 132 zero */
-	uint64_t views_offset;     /* 136 offset of the views area within each slot, 0: none (1.2) */
-	uint64_t views_bytes;      /* 144 bytes of the views area (1.2) */
-	uint64_t reserved[13];     /* 152..255 zero */
+	uint64_t views_offset; /* 136 offset of the views area within each slot, 0: none (1.2) */
+	uint64_t views_bytes;  /* 144 bytes of the views area (1.2) */
+	uint64_t reserved[13]; /* 152..255 zero */
 };
 
 /*
@@ -140,27 +140,27 @@ enum volrec_image_kind {
 #define VOLREC_RENDER_MAX  1024                 /* render pixels per side, at most */
 
 struct volrec_image_desc {
-	uint32_t kind;         /*  0 enum volrec_image_kind */
-	uint32_t present;      /*  4 1: the picture is there; 0: not computed */
-	uint32_t rows;         /*  8 */
-	uint32_t cols;         /* 12 */
-	uint64_t offset;       /* 16 bytes from the start of the views area */
-	uint64_t volume_id;    /* 24 the volume the picture shows */
-	uint32_t slab[2];      /* 32 depth slab [za, zb) of the en-face views */
-	uint32_t position[3];  /* 40 [y0, x0, z0] of the bscan, slice and plane */
-	uint32_t reserved0;    /* 52 zero */
-	float angles_deg[2];   /* 56 render azimuth, elevation */
-	float spacing[3];      /* 64 render voxel spacing dx, dy, dz */
-	float step;            /* 76 render sampling step */
-	uint64_t reserved[2];  /* 80..95 zero */
+	uint32_t kind;        /*  0 enum volrec_image_kind */
+	uint32_t present;     /*  4 1: the picture is there; 0: not computed */
+	uint32_t rows;        /*  8 */
+	uint32_t cols;        /* 12 */
+	uint64_t offset;      /* 16 bytes from the start of the views area */
+	uint64_t volume_id;   /* 24 the volume the picture shows */
+	uint32_t slab[2];     /* 32 depth slab [za, zb) of the en-face views */
+	uint32_t position[3]; /* 40 [y0, x0, z0] of the bscan, slice and plane */
+	uint32_t reserved0;   /* 52 zero */
+	float angles_deg[2];  /* 56 render azimuth, elevation */
+	float spacing[3];     /* 64 render voxel spacing dx, dy, dz */
+	float step;           /* 76 render sampling step */
+	uint64_t reserved[2]; /* 80..95 zero */
 };
 
 struct volrec_views_header {
-	uint32_t magic;                                   /*  0 VOLREC_VIEWS_MAGIC */
-	uint32_t count;                                   /*  4 VOLREC_IMAGE_COUNT */
-	uint32_t desc_size;                               /*  8 sizeof(struct volrec_image_desc) */
-	uint32_t reserved0;                               /* 12 zero */
-	uint64_t reserved[2];                             /* 16..31 zero */
+	uint32_t magic;                                    /*  0 VOLREC_VIEWS_MAGIC */
+	uint32_t count;                                    /*  4 VOLREC_IMAGE_COUNT */
+	uint32_t desc_size;                                /*  8 sizeof(struct volrec_image_desc) */
+	uint32_t reserved0;                                /* 12 zero */
+	uint64_t reserved[2];                              /* 16..31 zero */
 	struct volrec_image_desc desc[VOLREC_IMAGE_COUNT]; /* 32..607 */
 };
 #define VOLREC_VIEWS_DATA_OFFSET 640 /* first picture's offset in the area (64-aligned) */

@@ -121,8 +121,8 @@ static void test_deflate_payload_inflates_to_the_picture(void **state)
 	uint32_t rows = 100, cols = 300;
 	uint8_t *pix = calloc((size_t)rows * cols, 1), *back = malloc((size_t)rows * cols);
 	struct volrec_image img;
-	struct vw_encode_opts o = {.mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 1024,
-	                           .level = 1};
+	struct vw_encode_opts o = {
+	        .mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 1024, .level = 1};
 	struct vw_frame *f;
 	uLongf n = (uLongf)rows * cols;
 	const unsigned char *h;
@@ -148,8 +148,8 @@ static void test_auto_sends_incompressible_pictures_raw(void **state)
 {
 	uint8_t *pix = picture(200, 200, 7);
 	struct volrec_image img = image(pix, 200, 200);
-	struct vw_encode_opts o = {.mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 1024,
-	                           .level = 1};
+	struct vw_encode_opts o = {
+	        .mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 1024, .level = 1};
 	struct vw_frame *f;
 
 	(void)state;
@@ -190,8 +190,9 @@ static void test_large_pictures_are_reduced_by_block_maxima(void **state)
 			uint8_t m = 0;
 
 			for (uint32_t k = 0; k < 4; k++)
-				m = pix[(size_t)r * cols + 4 * c + k] > m ? pix[(size_t)r * cols + 4 * c + k]
-				                                           : m;
+				m = pix[(size_t)r * cols + 4 * c + k] > m
+				            ? pix[(size_t)r * cols + 4 * c + k]
+				            : m;
 			if (d[(size_t)r * 1024 + c] != m)
 				fail_msg("pixel (%u, %u): %u, block maximum %u", r, c,
 				         d[(size_t)r * 1024 + c], m);

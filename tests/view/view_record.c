@@ -83,7 +83,8 @@ int main(int argc, char **argv)
 			keep = strtoul(optarg, NULL, 10);
 			break;
 		default:
-			fprintf(stderr, "usage: view_record -i INSTANCE -r RUN_DIR -o DIR [-k KEEP]\n");
+			fprintf(stderr,
+			        "usage: view_record -i INSTANCE -r RUN_DIR -o DIR [-k KEEP]\n");
 			return 2;
 		}
 	}
@@ -128,8 +129,8 @@ int main(int argc, char **argv)
 			if (volrec_view_release(c, &v) == 0)
 				for (int k = 0; k < VOLREC_IMAGE_COUNT; k++)
 					if (have[k] && copy[k] && write_pgm(dir, &img[k]))
-						fprintf(stderr, "view_record: cannot write into %s\n",
-						        dir);
+						fprintf(stderr,
+						        "view_record: cannot write into %s\n", dir);
 			for (int k = 0; k < VOLREC_IMAGE_COUNT; k++)
 				free(copy[k]);
 		}

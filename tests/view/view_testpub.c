@@ -156,7 +156,8 @@ static struct json_object *c_status(void *ctx)
 	json_object_object_add(d, "total", json_object_new_int64(0));
 	json_object_object_add(o, "drops", d);
 	json_object_object_add(o, "readers", json_object_new_int(ipc_writer_readers(s->w)));
-	json_object_object_add(o, "volumes_published", json_object_new_int64((int64_t)s->published));
+	json_object_object_add(o, "volumes_published",
+	                       json_object_new_int64((int64_t)s->published));
 	json_object_object_add(o, "sets", json_object_new_int64((int64_t)s->sets));
 	return o;
 }
@@ -185,7 +186,7 @@ static void fill_volume(uint8_t *V, uint32_t Y, uint32_t X, uint32_t Z, uint64_t
 	for (uint32_t d = 0; d < Z; d++)
 		prof[d] = d < 3 ? 230.0f
 		                : (float)(40 + 140 * exp(-(double)d / (0.25 * Z)) *
-		                                   (0.6 + 0.4 * cos(d * 0.5)));
+		                                       (0.6 + 0.4 * cos(d * 0.5)));
 	for (uint32_t y = 0; y < Y; y++)
 		for (uint32_t x = 0; x < X; x++) {
 			uint8_t *a = V + ((size_t)y * X + x) * Z;
@@ -193,9 +194,9 @@ static void fill_volume(uint8_t *V, uint32_t Y, uint32_t X, uint32_t Z, uint64_t
 			                0.05 * cos(2 * M_PI * (double)y / Y) + 0.1 * (double)y / Y);
 			double pit = hypot((double)x - X / 2.0, (double)y - Y / 2.0) / (0.15 * X);
 			/* two vessels: a shadow under them (what an en-face shows) */
-			bool vessel =
-			        fabs(y - Y * (0.3 + 0.12 * sin(6.0 * x / X + 2 * M_PI * t))) < 1.6 ||
-			        fabs(x - X * (0.65 + 0.1 * cos(5.0 * y / Y))) < 1.6;
+			bool vessel = fabs(y - Y * (0.3 + 0.12 * sin(6.0 * x / X + 2 * M_PI * t))) <
+			                      1.6 ||
+			              fabs(x - X * (0.65 + 0.1 * cos(5.0 * y / Y))) < 1.6;
 			uint32_t top;
 
 			if (pit < 1)
@@ -241,11 +242,13 @@ static int publish_one(struct pub *s, uint64_t id, uint32_t every, uint8_t *last
 		out[BE_VIEW_RENDER] = NULL;
 	cpu_views_compute(slot.data, &s->p, &s->rs, out);
 	if (render) {
-		memcpy(last_render, area + off[BE_VIEW_RENDER], (size_t)s->p.render_h * s->p.render_w);
+		memcpy(last_render, area + off[BE_VIEW_RENDER],
+		       (size_t)s->p.render_h * s->p.render_w);
 		*rp = s->p;
 		*render_vid = id;
 	} else {
-		memcpy(area + off[BE_VIEW_RENDER], last_render, (size_t)rp->render_h * rp->render_w);
+		memcpy(area + off[BE_VIEW_RENDER], last_render,
+		       (size_t)rp->render_h * rp->render_w);
 	}
 	vid[BE_VIEW_RENDER] = *render_vid;
 	be_views_describe(area, &s->p, rp, vid, (1u << BE_VIEW_COUNT) - 1);
@@ -379,15 +382,16 @@ int main(int argc, char **argv)
 		if (now - last_status >= 0.2) {
 			struct json_object *st = c_status(&s);
 
-			ipc_writer_send_status(s.w, json_object_to_json_string_ext(
-			                                    st, JSON_C_TO_STRING_PLAIN));
+			ipc_writer_send_status(
+			        s.w, json_object_to_json_string_ext(st, JSON_C_TO_STRING_PLAIN));
 			json_object_put(st);
 			last_status = now;
 		}
 		now = mono_s();
 		if (next > now)
-			poll(&pfd, 1, (int)((next - now) * 1000) + 1 > 50 ? 50
-			                                                 : (int)((next - now) * 1000) + 1);
+			poll(&pfd, 1,
+			     (int)((next - now) * 1000) + 1 > 50 ? 50
+			                                         : (int)((next - now) * 1000) + 1);
 	}
 	while (!stop && count) { /* COUNT given: keep answering until told to stop */
 		struct pollfd pfd = {.fd = vrd_ctl_fd(ctl), .events = POLLIN};
