@@ -58,3 +58,6 @@ uninstall-view:
 	$(Q)rm -f $(D)$(VIEW_LIBEXECDIR)/volrec-view $(D)$(SYSTEMDUNITDIR)/volrec-view.service
 	$(Q)rm -rf $(D)$(VIEW_DATADIR)
 	$(Q)rmdir $(D)$(VIEW_LIBEXECDIR) $(D)$(dir $(VIEW_DATADIR)) 2>/dev/null || true
+
+# `make demo` also runs the viewer and prints its URL (scripts/demo.sh).
+demo demo-real: $(B)/bin/volrec-view $(VIEW_ASSETS_OUT)
