@@ -44,6 +44,9 @@ struct be_output {
 	uint8_t *volume; /* u8 output volume [Y][X][Z] (cfg_out_voxels bytes) */
 	float *lowres;   /* low-resolution volume L_e [ny][nx][nz], normalized floats */
 	float *full;     /* output before quantization [Y][X][Z] (float of volume) */
+	/* [ny]: per B-scan, the depths that took the median (background.mode partial_median,
+	 * ALGORITHMS.md §1b); all 0 in the other modes */
+	uint32_t *median_depths;
 };
 
 /* Capability flags of a backend (be_caps). */

@@ -49,6 +49,7 @@ void cfg_defaults(struct vr_config *c)
 	c->geometry.bidirectional = false;
 
 	c->preprocess.background.mode = CFG_BG_ASCAN_MEAN;
+	c->preprocess.background.threshold = 10.0;
 	c->preprocess.resample.method = CFG_RS_NONE;
 	c->preprocess.resample.positions = CFG_RSPOS_NONE;
 	c->preprocess.window.type = CFG_WIN_HANN;
@@ -399,6 +400,7 @@ bool cfg_equal(const struct vr_config *a, const struct vr_config *b)
 	     EQ(geometry.sample_type) && EQ(geometry.bit_shift) && EQ(geometry.ascans_per_bscan) &&
 	     EQ(geometry.bscans_per_volume) && EQ(geometry.stride) && EQ(geometry.depth_range) &&
 	     EQ(geometry.bidirectional) && EQ(preprocess.background.mode) &&
+	     x->preprocess.background.threshold == y->preprocess.background.threshold &&
 	     EQ(preprocess.resample.method) && EQ(preprocess.resample.positions) &&
 	     EQ(preprocess.resample.poly) && EQ(preprocess.resample.wavelength_nm) &&
 	     EQ(preprocess.window.type) &&
@@ -421,7 +423,8 @@ bool cfg_equal(const struct vr_config *a, const struct vr_config *b)
 /*
  * Structural: anything that changes sizes, allocations, devices, the source, the shm layout or
  * the sockets. Live: db_range, window, dispersion values (coeffs <-> table, not on <-> off,
- * which changes the FFT plan), reconstruction weights and mode (unless the mode change
+ * which changes the FFT plan), background mode and threshold (a reference table of other
+ * content stays structural), reconstruction weights and mode (unless the mode change
  * changes the output size), log level, status interval.
  */
 bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config *b)
@@ -446,6 +449,8 @@ bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config 
 	y->preprocess.db_range[1] = x->preprocess.db_range[1];
 	y->preprocess.window = x->preprocess.window;
 	y->preprocess.dispersion = x->preprocess.dispersion;
+	y->preprocess.background.mode = x->preprocess.background.mode;
+	y->preprocess.background.threshold = x->preprocess.background.threshold;
 	y->reconstruct = x->reconstruct;
 	y->log = x->log;
 	y->ipc.status_interval_ms = x->ipc.status_interval_ms;
@@ -467,8 +472,8 @@ const char *const cfg_backend_names[] = {"auto", "cuda", "cpu", NULL};
 const char *const cfg_source_names[] = {"synth", "replay", "shim", NULL};
 const char *const cfg_replay_format_names[] = {"auto", "raw", NULL};
 const char *const cfg_sample_names[] = {"u16", "i16", "f32", NULL};
-const char *const cfg_background_names[] = {"ascan_mean", "bscan_mean", "bscan_median",
-                                            "reference",  "none",       NULL};
+const char *const cfg_background_names[] = {
+        "ascan_mean", "bscan_mean", "bscan_median", "reference", "none", "partial_median", NULL};
 const char *const cfg_resample_names[] = {"none", "linear", "cubic", "spline", NULL};
 const char *const cfg_window_names[] = {"none",  "hann",  "hamming", "blackman",
                                         "gauss", "tukey", NULL};

@@ -106,6 +106,9 @@ int cfg_dump(const struct vr_config *c, FILE *out)
 	        cfg_background_name(c->preprocess.background.mode));
 	if (c->preprocess.background.mode == CFG_BG_REFERENCE)
 		put_path(out, "    ", "reference", c->preprocess.background.reference.path);
+	fputs("    threshold: ", out);
+	put_double(out, c->preprocess.background.threshold);
+	fputc('\n', out);
 	fprintf(out, "  resample:\n    method: %s\n",
 	        cfg_resample_name(c->preprocess.resample.method));
 	switch (c->preprocess.resample.positions) {

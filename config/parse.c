@@ -613,7 +613,7 @@ static int walk_map(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, c
 
 /* ---- the schema ------------------------------------------------------------------------- */
 
-static const char *const phantom_names[] = {"retina", "mirror", NULL};
+static const char *const phantom_names[] = {"retina", "mirror", "tilted", NULL};
 static const char *const dtype_names[] = {"u8", NULL};
 
 #define MAP(nm, s)                                                                                 \
@@ -715,6 +715,7 @@ static int parse_root(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *ro
 	const struct key background[] = {
 	        ENUM("mode", &c->preprocess.background.mode, cfg_background_names),
 	        {.name = "reference", .kind = K_TABLE, .dst = &c->preprocess.background.reference},
+	        F64("threshold", &c->preprocess.background.threshold, 0, 1e6),
 	        END};
 	const struct key resample[] = {
 	        ENUM("method", &c->preprocess.resample.method, cfg_resample_names),

@@ -31,6 +31,8 @@ static void process_usage(FILE *f)
 	        "quantization\n"
 	        "  /full     f32 [n][Y][X][Z]     with --full: the output before quantization\n"
 	        "  /epoch    u64 [n], /offset u32 [n][2] (ox, oy) of each volume\n"
+	        "  /median_depths u32 [n][ny]  with background.mode partial_median: the depths\n"
+	        "                             that took the median, per B-scan\n"
 	        "  attributes: geometry, stride, depth_range, zero_pad, epochs, backend, device,\n"
 	        "  config (the effective configuration as YAML)\n\n"
 	        "  -c, --config FILE   configuration (YAML)\n"
@@ -194,7 +196,9 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	uint8_t *vol = NULL;
 	float *low = NULL, *full = NULL;
 	uint64_t *epochs = NULL;
-	uint32_t *offsets = NULL;
+	uint32_t *offsets = NULL, *medians = NULL;
+	uint64_t med_sum = 0;
+	uint32_t med_max = 0;
 	hid_t f = -1, ds_vol = -1, ds_low = -1, ds_full = -1;
 	char *yaml = NULL;
 	uint64_t n, done = 0;
@@ -258,7 +262,9 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	raw = calloc(ny, sizeof(*raw));
 	epochs = calloc(n, sizeof(*epochs));
 	offsets = calloc(2 * n, sizeof(*offsets));
-	if (!raw || !epochs || !offsets)
+	const bool pm = cfg.preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN;
+	medians = pm ? calloc((size_t)n * ny, sizeof(*medians)) : NULL;
+	if (!raw || !epochs || !offsets || (pm && !medians))
 		goto out_nomem;
 	for (uint32_t b = 0; b < ny; b++)
 		if (be_host_alloc(be, bscan_bytes, &raw[b]) < 0)
@@ -288,7 +294,10 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	double t0 = now_s(), tshow = 0;
 	for (uint64_t e = 0; e < n; e++) {
 		uint32_t q = (uint32_t)(e % cfg_stride_area(&cfg)), ox = q % sx, oy = q / sx;
-		struct be_output out = {.volume = vol, .lowres = low, .full = full};
+		struct be_output out = {.volume = vol,
+		                        .lowres = low,
+		                        .full = full,
+		                        .median_depths = medians ? medians + (size_t)e * ny : NULL};
 		bool end = false;
 
 		rc = src.ops->set_scan_offset(src.handle, e, ox, oy);
@@ -346,6 +355,11 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 			        o.output, (unsigned long long)e);
 			goto out_h5;
 		}
+		for (uint32_t b = 0; medians && b < ny; b++) {
+			uint32_t m = medians[(size_t)e * ny + b];
+			med_sum += m;
+			med_max = m > med_max ? m : med_max;
+		}
 		epochs[e] = e;
 		offsets[2 * e] = ox;
 		offsets[2 * e + 1] = oy;
@@ -390,6 +404,20 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 			H5Dclose(de);
 		if (dof >= 0)
 			H5Dclose(dof);
+		if (ok && medians && done) {
+			hsize_t dm[2] = {done, ny};
+			hid_t spm = H5Screate_simple(2, dm, NULL);
+			hid_t dmed =
+			        spm < 0 ? -1
+			                : H5Dcreate2(f, "median_depths", H5T_NATIVE_UINT32, spm,
+			                             H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+			ok = dmed >= 0 && H5Dwrite(dmed, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL,
+			                           H5P_DEFAULT, medians) >= 0;
+			if (dmed >= 0)
+				H5Dclose(dmed);
+			if (spm >= 0)
+				H5Sclose(spm);
+		}
 		H5Sclose(sp1);
 		H5Sclose(sp2);
 		yaml = config_yaml(&cfg);
@@ -420,6 +448,11 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	       (unsigned long long)done, (unsigned long long)done * nx * ny, elapsed,
 	       elapsed > 0 ? (double)done * nx * ny / elapsed : 0.0,
 	       elapsed > 0 ? done / elapsed : 0.0, be_device(be), o.output);
+	if (pm && done)
+		printf("volrec process: partial_median (threshold %g): %.2f median depths per "
+		       "B-scan on average, at most %u, of %u\n",
+		       cfg.preprocess.background.threshold, (double)med_sum / ((double)done * ny),
+		       med_max, cfg_fft_len(&cfg) / 2);
 	ret = VR_EXIT_OK;
 	goto out_h5;
 
@@ -449,6 +482,7 @@ out_free:
 	free(raw);
 	free(epochs);
 	free(offsets);
+	free(medians);
 	be_close(be);
 out_src:
 	src_close(&src);
