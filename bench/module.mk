@@ -18,3 +18,10 @@ TEST_PROGRAMS += e2e_bench
 e2e_bench_SRCS = bench/e2e_bench.c
 e2e_bench_ARCHIVES = $(CORE_ARCHIVES) $(CLIENT_ARCHIVES)
 e2e_bench_LDLIBS = -lzmq $(HDF5_LIBS) $(CUDA_LDLIBS)
+
+# Partial median line rate against the median depths per B-scan (Fig. 3 of Watanabe 2012), on
+# either backend: build/tests/pmedian_bench --backend cuda|cpu --json FILE (docs/gpu.md).
+TEST_PROGRAMS += pmedian_bench
+pmedian_bench_SRCS = bench/pmedian_bench.c
+pmedian_bench_ARCHIVES = $(CORE_ARCHIVES)
+pmedian_bench_LDLIBS = -ljson-c $(CUDA_LDLIBS)

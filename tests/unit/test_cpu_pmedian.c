@@ -54,7 +54,8 @@ static float *pm_data(void)
 				r ^= r << 13;
 				r ^= r >> 7;
 				r ^= r << 17;
-				double noise = ((double)(r >> 11) / 9007199254740992.0 - 0.5) * 20.0;
+				double noise =
+				        ((double)(r >> 11) / 9007199254740992.0 - 0.5) * 20.0;
 				double v = 30000.0 + noise + 200.0 * cos(2 * M_PI * LINE * k / K) +
 				           5000.0 * cos(2 * M_PI * zt * k / K + 0.3 * a);
 				s[((size_t)b * NX + a) * K + k] = (float)v;
@@ -100,7 +101,8 @@ static void test_pmedian_without_median_depths_is_bscan_mean(void **state)
 {
 	struct vr_config c;
 	float *data = pm_data();
-	float *lm = malloc(sizeof(float) * NY * NX * NZ), *lp = malloc(sizeof(float) * NY * NX * NZ);
+	float *lm = malloc(sizeof(float) * NY * NX * NZ),
+	      *lp = malloc(sizeof(float) * NY * NX * NZ);
 	uint32_t md[NY] = {7, 7};
 
 	(void)state;
@@ -113,7 +115,8 @@ static void test_pmedian_without_median_depths_is_bscan_mean(void **state)
 	assert_int_equal(md[1], 0);
 	for (size_t i = 0; i < (size_t)NY * NX * NZ; i++)
 		if (lm[i] != lp[i])
-			fail_msg("voxel %zu: bscan_mean %.9g, partial_median %.9g", i, lm[i], lp[i]);
+			fail_msg("voxel %zu: bscan_mean %.9g, partial_median %.9g", i, lm[i],
+			         lp[i]);
 	free(data);
 	free(lm);
 	free(lp);
@@ -123,7 +126,8 @@ static void test_pmedian_removes_the_line_the_mean_leaves(void **state)
 {
 	struct vr_config c;
 	float *data = pm_data();
-	float *lm = malloc(sizeof(float) * NY * NX * NZ), *lp = malloc(sizeof(float) * NY * NX * NZ);
+	float *lm = malloc(sizeof(float) * NY * NX * NZ),
+	      *lp = malloc(sizeof(float) * NY * NX * NZ);
 	uint32_t md[NY];
 
 	(void)state;
@@ -147,7 +151,8 @@ static void test_pmedian_removes_the_line_the_mean_leaves(void **state)
 			fail_msg("B-scan %d: bscan_mean line %.4f, background %.4f: no artifact", b,
 			         mean_line, mean_bg);
 		if (!(pm_line < pm_bg + 0.05))
-			fail_msg("B-scan %d: partial_median line %.4f, background %.4f: artifact left",
+			fail_msg("B-scan %d: partial_median line %.4f, background %.4f: artifact "
+			         "left",
 			         b, pm_line, pm_bg);
 	}
 	free(data);
