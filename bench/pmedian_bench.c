@@ -79,11 +79,14 @@ static void pm_fill(uint16_t *raw, uint32_t ny, uint32_t nx, uint32_t K, int lin
 	}
 	for (size_t r = 0; r < (size_t)ny * nx; r++) {
 		for (uint32_t k = 0; k < K; k++)
-			acc[k] = 30000.0 + 40.0 * ((double)(pm_rng(&s) >> 11) / 9007199254740992.0 - 0.5);
+			acc[k] = 30000.0 +
+			         40.0 * ((double)(pm_rng(&s) >> 11) / 9007199254740992.0 - 0.5);
 		for (int m = 0; m < lines; m++) {
-			const uint32_t z = 8 + (uint32_t)((uint64_t)m * (half - 16) / (uint64_t)lines);
+			const uint32_t z =
+			        8 + (uint32_t)((uint64_t)m * (half - 16) / (uint64_t)lines);
 			const double amp = 200.0 * (double)(pm_rng(&s) >> 11) / 9007199254740992.0;
-			const double ph = 2 * M_PI * (double)(pm_rng(&s) >> 11) / 9007199254740992.0;
+			const double ph =
+			        2 * M_PI * (double)(pm_rng(&s) >> 11) / 9007199254740992.0;
 			const double ca = amp * cos(ph), sa = amp * sin(ph);
 			/* amp cos(2 pi z k / K + ph), the angle reduced exactly in integers */
 			for (uint32_t k = 0, i = 0; k < K; k++, i = (i + z) % K)
@@ -98,8 +101,7 @@ static void pm_fill(uint16_t *raw, uint32_t ny, uint32_t nx, uint32_t K, int lin
 
 /* One case: at least `seconds` after 2 warm-up epochs, pipelined through the wrappers. */
 static int pm_measure(const struct vr_config *c, const uint16_t *data, double seconds,
-                      struct pm_result *res, char *device, size_t devlen, char *err,
-                      size_t errlen)
+                      struct pm_result *res, char *device, size_t devlen, char *err, size_t errlen)
 {
 	const uint32_t ny = c->geometry.bscans_per_volume, nx = c->geometry.ascans_per_bscan;
 	const size_t bb = cfg_bscan_bytes(c), vox = cfg_out_voxels(c);
@@ -188,11 +190,16 @@ out:
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	        {"backend", required_argument, NULL, 'b'}, {"json", required_argument, NULL, 'j'},
-	        {"seconds", required_argument, NULL, 's'}, {"bscans", required_argument, NULL, 'y'},
-	        {"ascans", required_argument, NULL, 'x'},  {"samples", required_argument, NULL, 'k'},
-	        {"device", required_argument, NULL, 'd'},  {"commit", required_argument, NULL, 'c'},
-	        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+	        {"backend", required_argument, NULL, 'b'},
+	        {"json", required_argument, NULL, 'j'},
+	        {"seconds", required_argument, NULL, 's'},
+	        {"bscans", required_argument, NULL, 'y'},
+	        {"ascans", required_argument, NULL, 'x'},
+	        {"samples", required_argument, NULL, 'k'},
+	        {"device", required_argument, NULL, 'd'},
+	        {"commit", required_argument, NULL, 'c'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
 	};
 	const char *json = NULL, *commit = "unknown", *backend = "cuda";
 	double seconds = 3.0;
@@ -275,7 +282,8 @@ int main(int argc, char **argv)
 		struct vr_config cfg;
 		const int lines = pc->lines < 0 ? (half / 2 < 256 ? half / 2 : 256) : pc->lines;
 		if (lines >= half / 2 + 1 && pc->threshold > 1) {
-			fprintf(stderr, "pmedian_bench: K = %ld too small for %d fringes\n", K, lines);
+			fprintf(stderr, "pmedian_bench: K = %ld too small for %d fringes\n", K,
+			        lines);
 			free(data);
 			return 2;
 		}

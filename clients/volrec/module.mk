@@ -2,7 +2,7 @@
 PROGRAMS += volrec
 volrec_SRCS = $(wildcard clients/volrec/*.c)
 volrec_ARCHIVES = $(CORE_ARCHIVES) $(CLIENT_ARCHIVES)
-volrec_LDLIBS = $(HDF5_LIBS) -lpng -lzmq $(CUDA_LDLIBS)
+volrec_LDLIBS = $(HDF5_LIBS) -lpng -lzmq -lfftw3 $(CUDA_LDLIBS)
 VOLREC_CMD_SRCS := $(wildcard clients/volrec/cmd_*.c)
 $(B)/gen/volrec_commands.h: $(VOLREC_CMD_SRCS) clients/volrec/module.mk
 	@mkdir -p $(@D)
