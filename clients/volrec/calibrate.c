@@ -76,7 +76,8 @@ static void saturation(struct cal_data *d, size_t at_max, size_t at_min, double 
 			}
 		}
 	}
-	if (d->type == CFG_SAMPLE_U16 && vmin == 0 && (double)at_min / (double)total > d->saturated) {
+	if (d->type == CFG_SAMPLE_U16 && vmin == 0 &&
+	    (double)at_min / (double)total > d->saturated) {
 		d->saturated = (double)at_min / (double)total;
 		d->limit = 0;
 	}
@@ -139,16 +140,15 @@ static enum cfg_sample from_shim_type(uint32_t t)
 	return t == 0 ? CFG_SAMPLE_U16 : t == 1 ? CFG_SAMPLE_I16 : CFG_SAMPLE_F32;
 }
 
-static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max_ascans,
-                     char *err, size_t errlen)
+static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max_ascans, char *err,
+                     size_t errlen)
 {
 	hid_t f = -1, ds = -1, sp = -1, ty = -1, ms = -1;
 	hsize_t dims[8];
 	int rank, rc = -EINVAL;
 	void *buf = NULL;
-	const uint32_t sh = cfg && cfg->geometry.sample_type != CFG_SAMPLE_F32
-	                            ? cfg->geometry.bit_shift
-	                            : 0;
+	const uint32_t sh =
+	        cfg && cfg->geometry.sample_type != CFG_SAMPLE_F32 ? cfg->geometry.bit_shift : 0;
 
 	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 	f = H5Fopen(d->path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -165,8 +165,8 @@ static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max
 	sp = H5Dget_space(ds);
 	rank = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
 	if (rank < 2 || rank > 8 || H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
-		rc = vr_err(err, errlen, -EINVAL, "%s: /raw must have 2 to 8 dimensions [..][nx][K]",
-		            d->path);
+		rc = vr_err(err, errlen, -EINVAL,
+		            "%s: /raw must have 2 to 8 dimensions [..][nx][K]", d->path);
 		goto out;
 	}
 	ty = H5Dget_type(ds);
@@ -190,8 +190,9 @@ static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max
 	if (rank == 2 && cfg && cfg->geometry.ascans_per_bscan <= d->available)
 		d->nx = cfg->geometry.ascans_per_bscan; /* a flat [A-scans][K] list */
 	if (d->K < 16 || d->nx < 1 || d->available < d->nx) {
-		rc = vr_err(err, errlen, -EINVAL, "%s: /raw of %u samples x %u A-scans is too small",
-		            d->path, d->K, d->nx);
+		rc = vr_err(err, errlen, -EINVAL,
+		            "%s: /raw of %u samples x %u A-scans is too small", d->path, d->K,
+		            d->nx);
 		goto out;
 	}
 	d->nb = bscans_to_load(d->available, d->nx, max_ascans);
@@ -292,10 +293,11 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 	} else {
 		if (!cfg) {
 			close(fd);
-			return vr_err(err, errlen, -EINVAL,
-			              "%s: a headerless raw file: give its geometry and sample type "
-			              "with -c FILE",
-			              path);
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "%s: a headerless raw file: give its geometry and sample type "
+			        "with -c FILE",
+			        path);
 		}
 		d->format = "raw";
 		d->type = cfg->geometry.sample_type;
@@ -305,18 +307,20 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 		const size_t as = (size_t)d->K * sample_size(d->type);
 		if (sb.st_size == 0 || (size_t)sb.st_size % as) {
 			close(fd);
-			return vr_err(err, errlen, -EINVAL,
-			              "%s: %lld bytes is not a whole number of %u-sample %s A-scans",
-			              path, (long long)sb.st_size, d->K, cfg_sample_name(d->type));
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "%s: %lld bytes is not a whole number of %u-sample %s A-scans",
+			        path, (long long)sb.st_size, d->K, cfg_sample_name(d->type));
 		}
 		d->available = (size_t)sb.st_size / as;
 		d->nb = bscans_to_load(d->available, d->nx, max_ascans);
 		d->n = (size_t)d->nb * d->nx;
 		if (d->nb == 0) {
 			close(fd);
-			return vr_err(err, errlen, -EINVAL,
-			              "%s: %zu A-scans, fewer than one B-scan of %u (too few A-scans)",
-			              path, d->available, d->nx);
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "%s: %zu A-scans, fewer than one B-scan of %u (too few A-scans)",
+			        path, d->available, d->nx);
 		}
 		rc = load_flat(d, fd, 0, sh, err, errlen);
 	}

@@ -45,8 +45,8 @@ struct cal_engine {
 	struct be_backend *be;
 	const struct cal_data *d;
 	uint32_t N, nh;
-	uint32_t z0, z1;  /* depth window of the sharpness metric */
-	float *low;       /* [n][nh] */
+	uint32_t z0, z1; /* depth window of the sharpness metric */
+	float *low;      /* [n][nh] */
 	uint64_t epoch;
 	unsigned runs;
 };

@@ -33,11 +33,11 @@ struct cal_opts {
 	const char *inputs[2];
 	int ninputs;
 	size_t max_ascans;
-	double range;      /* --dispersion: half-width of the coarse search, radians */
-	uint32_t z0, z1;   /* --depth */
+	double range;    /* --dispersion: half-width of the coarse search, radians */
+	uint32_t z0, z1; /* --depth */
 	bool depth_set;
-	uint32_t zmin;     /* --klin: lowest depth bin searched for the mirror */
-	double wl[4];      /* --wavelength-nm */
+	uint32_t zmin; /* --klin: lowest depth bin searched for the mirror */
+	double wl[4];  /* --wavelength-nm */
 	bool wl_set;
 };
 
@@ -54,7 +54,8 @@ static void calibrate_usage(FILE *f)
 	        "                   becomes preprocess.background.reference (reference.txt)\n"
 	        "  --check FILE     with --reference: a sample recording whose spectral shape the\n"
 	        "                   reference must match (warns when it does not)\n"
-	        "  --klin           INPUT (and INPUT2) of a mirror at one (two) depths: resampling\n"
+	        "  --klin           INPUT (and INPUT2) of a mirror at one (two) depths: "
+	        "resampling\n"
 	        "                   table from the fringe phase (resample_table.txt); two depths\n"
 	        "                   also give the dispersion (dispersion_table.txt, coeffs)\n"
 	        "  --zmin BIN       with --klin: lowest depth bin searched for the mirror\n"
@@ -73,7 +74,8 @@ static void calibrate_usage(FILE *f)
 	        "  -n, --max-ascans N  A-scans to use, whole B-scans (default 4096)\n"
 	        "  --depth Z0,Z1    depth bins of the sharpness metric (default N/64 .. N/2)\n"
 	        "  -h, --help       this text\n\n"
-	        "Sharpness: the mean over A-scans of sum(I^2) / sum(I)^2, I = |X|^2 over the depth\n"
+	        "Sharpness: the mean over A-scans of sum(I^2) / sum(I)^2, I = |X|^2 over the "
+	        "depth\n"
 	        "bins (docs/calibration.md).\n"
 	        "Exit status: 0 done, 1 the data cannot support the calibration or writing "
 	        "failed,\n"
@@ -161,7 +163,8 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 		case O_RANGE:
 			if (parse_list(optarg, v, 1) < 0 || !(v[0] > 0 && v[0] <= 1e5)) {
 				fprintf(stderr,
-				        "volrec calibrate: --range %s: need radians in (0, 100000]\n",
+				        "volrec calibrate: --range %s: need radians in (0, "
+				        "100000]\n",
 				        optarg);
 				return VR_EXIT_USAGE;
 			}
@@ -171,7 +174,8 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			if (parse_list(optarg, v, 2) < 0 || v[0] < 0 || v[1] <= v[0] ||
 			    v[1] > 1 << 20 || v[0] != floor(v[0]) || v[1] != floor(v[1])) {
 				fprintf(stderr,
-				        "volrec calibrate: --depth %s: need two bins Z0,Z1 with Z0 < "
+				        "volrec calibrate: --depth %s: need two bins Z0,Z1 with Z0 "
+				        "< "
 				        "Z1\n",
 				        optarg);
 				return VR_EXIT_USAGE;
@@ -189,7 +193,8 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 		case 'n':
 			if (tool_parse_u64(optarg, 1, 1u << 24, &u) < 0) {
 				fprintf(stderr,
-				        "volrec calibrate: -n %s: need a number of A-scans in 1..%u\n",
+				        "volrec calibrate: -n %s: need a number of A-scans in "
+				        "1..%u\n",
 				        optarg, 1u << 24);
 				return VR_EXIT_USAGE;
 			}
@@ -204,8 +209,9 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 		}
 		if (op != OP_NONE) {
 			if (o->op != OP_NONE && o->op != op) {
-				fprintf(stderr, "volrec calibrate: choose one of --reference, --klin, "
-				                "--orientation, --dispersion\n");
+				fprintf(stderr,
+				        "volrec calibrate: choose one of --reference, --klin, "
+				        "--orientation, --dispersion\n");
 				return VR_EXIT_USAGE;
 			}
 			o->op = op;
@@ -332,7 +338,8 @@ static int write_png(const struct cal_ctx *x, const char *name, const struct cal
 				double d = 20 * log10(amp[(size_t)a * nh + z] + 1e-30);
 				double q = 255 * (d - lo) / (hi - lo);
 				q = q < 0 ? 0 : q > 255 ? 255 : q;
-				pix[(size_t)(z - z0) * W + side * (nx + 4) + a] = (uint8_t)(q + 0.5);
+				pix[(size_t)(z - z0) * W + side * (nx + 4) + a] =
+				        (uint8_t)(q + 0.5);
 			}
 	}
 	for (uint32_t y = 0; y < H; y++)
@@ -474,8 +481,9 @@ static int op_reference(struct cal_ctx *x)
 	       "of the level); the mean's own noise is %.2f %% of that\n",
 	       d.n, lvl, dev, lvl > 0 ? 100 * dev / lvl : 0.0, 100.0 / sqrt((double)d.n));
 	if (!(lvl > 0)) {
-		fprintf(stderr, "volrec calibrate: %s: the spectrum is zero: no light reached the "
-		                "detector\n",
+		fprintf(stderr,
+		        "volrec calibrate: %s: the spectrum is zero: no light reached the "
+		        "detector\n",
 		        d.path);
 		ret = VR_EXIT_FAIL;
 		goto out;
@@ -489,7 +497,8 @@ static int op_reference(struct cal_ctx *x)
 			goto out;
 		if (chk.K != K) {
 			fprintf(stderr,
-			        "volrec calibrate: --check %s: %u samples per A-scan, the reference "
+			        "volrec calibrate: --check %s: %u samples per A-scan, the "
+			        "reference "
 			        "has %u\n",
 			        chk.path, chk.K, K);
 			ret = VR_EXIT_FAIL;
@@ -518,9 +527,11 @@ static int op_reference(struct cal_ctx *x)
 		       chk.path, alpha, 100 * rel, corr);
 		if (rel > 0.02 || alpha < 0.8 || alpha > 1.25)
 			printf("warning: the reference does not match the data's spectral shape "
-			       "(%.2f %% rms, scale %.3f; good: below 2 %%, 0.8..1.25): subtracted, "
+			       "(%.2f %% rms, scale %.3f; good: below 2 %%, 0.8..1.25): "
+			       "subtracted, "
 			       "it leaves lines near zero delay. Record the reference in the same "
-			       "session and power as the data, or use background.mode bscan_mean or "
+			       "session and power as the data, or use background.mode bscan_mean "
+			       "or "
 			       "partial_median\n",
 			       100 * rel, alpha);
 		else
@@ -562,8 +573,8 @@ static int op_reference(struct cal_ctx *x)
 	v.preprocess.background.mode = CFG_BG_REFERENCE;
 	v.preprocess.background.reference.data = r;
 	v.preprocess.background.reference.len = K;
-	snprintf(v.preprocess.background.reference.path, sizeof(v.preprocess.background.reference.path),
-	         "reference.txt");
+	snprintf(v.preprocess.background.reference.path,
+	         sizeof(v.preprocess.background.reference.path), "reference.txt");
 	if (!ret)
 		ret = engine_run(&e, &v, after, &sa);
 	if (!ret) {
@@ -596,11 +607,11 @@ out:
 /* ---- --klin ------------------------------------------------------------------------------- */
 
 struct fringe {
-	uint32_t peak;   /* depth bin of the mirror (FFT of K) */
-	double snr_db;   /* its height above the spectrum's median */
+	uint32_t peak;               /* depth bin of the mirror (FFT of K) */
+	double snr_db;               /* its height above the spectrum's median */
 	double c[CAL_PHASE_DEG + 1]; /* phase theta(x), x = 2k/(K-1) - 1 */
-	double resid;    /* rms of the unwrapped phase about the fit, rad, where the fringe is */
-	double *amp;     /* [K] fringe envelope */
+	double resid; /* rms of the unwrapped phase about the fit, rad, where the fringe is */
+	double *amp;  /* [K] fringe envelope */
 };
 
 /* The fringe of a mirror recording: mean spectrum, its FFT, the peak, the one-sided band
@@ -619,7 +630,8 @@ static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, str
 	if (!m || !ph || !xs || !mag || !X || !a || !f->amp)
 		goto out;
 	if (zmin + 4 >= half) {
-		fprintf(stderr, "volrec calibrate: --zmin %u leaves no depth below %u\n", zmin, half);
+		fprintf(stderr, "volrec calibrate: --zmin %u leaves no depth below %u\n", zmin,
+		        half);
 		goto out;
 	}
 	double mean = 0;
@@ -783,8 +795,8 @@ static int op_klin(struct cal_ctx *x)
 		goto out;
 	int sign = 1;
 	if (nd == 2) {
-		uint32_t sep = fr[0].peak > fr[1].peak ? fr[0].peak - fr[1].peak
-		                                       : fr[1].peak - fr[0].peak;
+		uint32_t sep =
+		        fr[0].peak > fr[1].peak ? fr[0].peak - fr[1].peak : fr[1].peak - fr[0].peak;
 		if (sep < 8) {
 			fprintf(stderr,
 			        "volrec calibrate: the two mirror positions are only %u bins apart "
@@ -839,7 +851,8 @@ static int op_klin(struct cal_ctx *x)
 			coeffs[1] = cfit[3];
 			for (uint32_t j = 0; j < K; j++) {
 				psi[j] -= cfit[0] + cfit[1] * v[j];
-				double q = psi[j] - cfit[2] * v[j] * v[j] - cfit[3] * v[j] * v[j] * v[j];
+				double q = psi[j] - cfit[2] * v[j] * v[j] -
+				           cfit[3] * v[j] * v[j] * v[j];
 				dres += q * q / K;
 			}
 			dres = sqrt(dres);
@@ -847,7 +860,8 @@ static int op_klin(struct cal_ctx *x)
 		free(v);
 		free(w);
 		if (rc < 0) {
-			fprintf(stderr, "volrec calibrate: the dispersion phase cannot be fitted\n");
+			fprintf(stderr,
+			        "volrec calibrate: the dispersion phase cannot be fitted\n");
 			goto out;
 		}
 		printf("dispersion (from the two depths): [a2, a3] = [%.4f, %.4f] rad, the "
@@ -907,16 +921,17 @@ static int op_klin(struct cal_ctx *x)
 	printf("confidence: fringe %.1f dB above the median%s, phase fit residual %.3f "
 	       "rad rms%s; the point spread narrows %.2f x\n",
 	       nd == 2 ? fmin(fr[0].snr_db, fr[1].snr_db) : fr[0].snr_db,
-	       nd == 2 ? " (weaker of the two)" : "",
-	       fmax(fr[0].resid, nd == 2 ? fr[1].resid : 0), nd == 2 ? " (worse of the two)" : "",
-	       wa > 0 ? wb / wa : 0.0);
+	       nd == 2 ? " (weaker of the two)" : "", fmax(fr[0].resid, nd == 2 ? fr[1].resid : 0),
+	       nd == 2 ? " (worse of the two)" : "", wa > 0 ? wb / wa : 0.0);
 
-	ret = write_table(x, "resample_table.txt", pos, K,
-	                  "volrec calibrate --klin: resampling positions (preprocess.resample.table)");
+	ret = write_table(
+	        x, "resample_table.txt", pos, K,
+	        "volrec calibrate --klin: resampling positions (preprocess.resample.table)");
 	if (!ret && nd == 2)
-		ret = write_table(x, "dispersion_table.txt", psi, K,
-		                  "volrec calibrate --klin: dispersion phase in radians, exp(-i phi) "
-		                  "(preprocess.dispersion.table)");
+		ret = write_table(
+		        x, "dispersion_table.txt", psi, K,
+		        "volrec calibrate --klin: dispersion phase in radians, exp(-i phi) "
+		        "(preprocess.dispersion.table)");
 	if (ret)
 		goto out;
 	if (nd == 2)
@@ -966,12 +981,12 @@ static int op_orientation(struct cal_ctx *x)
 
 	if (x->o.wl_set) {
 		memcpy(l, x->o.wl, sizeof(l));
-	} else if (x->have_cfg &&
-	           x->cfg.preprocess.resample.positions == CFG_RSPOS_WAVELENGTH) {
+	} else if (x->have_cfg && x->cfg.preprocess.resample.positions == CFG_RSPOS_WAVELENGTH) {
 		memcpy(l, x->cfg.preprocess.resample.wavelength_nm, sizeof(l));
 	} else {
-		fprintf(stderr, "volrec calibrate: --orientation needs a wavelength polynomial: "
-		                "preprocess.resample.wavelength_nm in -c FILE, or --wavelength-nm\n");
+		fprintf(stderr,
+		        "volrec calibrate: --orientation needs a wavelength polynomial: "
+		        "preprocess.resample.wavelength_nm in -c FILE, or --wavelength-nm\n");
 		return VR_EXIT_USAGE;
 	}
 	ret = load_input(x, x->o.inputs[0], CAL_MIN_ASCANS_METRIC, &d);
@@ -1015,7 +1030,8 @@ static int op_orientation(struct cal_ctx *x)
 		memcpy(v.preprocess.resample.wavelength_nm, o ? r : l, sizeof(l));
 		int rc = cal_engine_run(&e, &v, o ? a2 : a1, &s[o], err, sizeof(err));
 		if (rc < 0) {
-			printf("pixel order %s: not usable: %s\n", o ? "reversed" : "as given", err);
+			printf("pixel order %s: not usable: %s\n", o ? "reversed" : "as given",
+			       err);
 			s[o] = -1;
 		}
 	}
