@@ -76,7 +76,7 @@ static void calibrate_usage(FILE *f)
 	        "  -h, --help       this text\n\n"
 	        "Sharpness: the mean over A-scans of sum(I^2) / sum(I)^2, I = |X|^2 over the "
 	        "depth\n"
-	        "bins (docs/calibration.md).\n"
+	        "bins (man volrec).\n"
 	        "Exit status: 0 done, 1 the data cannot support the calibration or writing "
 	        "failed,\n"
 	        "2 usage or configuration error.\n");

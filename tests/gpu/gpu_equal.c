@@ -507,8 +507,10 @@ static void fill_random(const struct vr_config *c, uint8_t *raw, size_t bytes)
 }
 
 /* Random u16/i16/f32 samples around mid-scale with strong lines: three at fixed depths with an
- * amplitude that changes from A-scan to A-scan, and a "tilted reflector" whose depth moves
- * with the A-scan index (ALGORITHMS.md §1b: the depths where the median beats the mean). */
+ * amplitude that changes from A-scan to A-scan, and in every other A-scan a "tilted
+ * reflector" whose depth moves with the A-scan index over a tenth of the spectrum's
+ * frequencies (ALGORITHMS.md §1b: fewer than half the depths carry lines, so sigma_bg is the
+ * noise's, and their sigma stands 40-80 times above it: the decisions have a wide margin). */
 static void fill_lines(const struct vr_config *c, uint8_t *raw, size_t bytes)
 {
 	const uint32_t K = c->geometry.samples_per_ascan, nx = c->geometry.ascans_per_bscan;
@@ -517,11 +519,11 @@ static void fill_lines(const struct vr_config *c, uint8_t *raw, size_t bytes)
 
 	for (size_t r = 0; r < nas; r++) {
 		const uint32_t a = (uint32_t)(r % nx);
-		double amp[3], tilt = 0.05 + 0.4 * a / (double)nx, ta = rng_unit() < 0.5 ? 6000 : 0;
+		double amp[3], tilt = 0.05 + 0.1 * a / (double)nx, ta = a % 2 ? 8000 : 0;
 		for (int q = 0; q < 3; q++)
 			amp[q] = 3000.0 * rng_unit();
 		for (uint32_t k = 0; k < K; k++) {
-			double v = 2000.0 * (rng_unit() - 0.5) + ta * cos(2 * M_PI * tilt * k);
+			double v = 400.0 * (rng_unit() - 0.5) + ta * cos(2 * M_PI * tilt * k);
 			for (int q = 0; q < 3; q++)
 				v += amp[q] * cos(2 * M_PI * fixed[q] * k + q);
 			const size_t i = r * K + k;
