@@ -122,7 +122,7 @@ CORE_ARCHIVES = beopen cpu $(if $(filter 1,$(HAVE_CUDA)),gpu) be src sim cfg bas
 # above cpu and gpu, which use be). Programs link their archives in this order, whatever the
 # order of their name_ARCHIVES, so a plain single pass of the linker resolves everything; a
 # module that adds an archive adds it here.
-LINK_ORDER := vrclient ipc beopen cpu gpu be src sim cfg base
+LINK_ORDER := bench pl ipc beopen cpu gpu be src sim cfg base
 
 # obj is used by module.mk files (target-specific flags), so it is defined before them.
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
@@ -221,7 +221,8 @@ unit: tests-build
 pytest: tests-build
 	$(call msg,TEST,integration)
 	$(Q)PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration $(PYTEST_ARGS)
+		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration tests/python \
+		$(PYTEST_ARGS)
 
 test check: unit pytest
 
@@ -235,8 +236,8 @@ format-check:
 DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev libfftw3-dev \
 	libhdf5-dev libpng-dev libjson-c-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
 	python3-h5py python3-pytest-timeout clang-format clang libclang-rt-14-dev \
-	debhelper dh-python dpkg-dev fakeroot lintian systemd man-db groff-base \
-	systemd-container debootstrap
+	debhelper dh-python pybuild-plugin-pyproject python3-setuptools dpkg-dev fakeroot lintian \
+	systemd man-db groff-base mypy systemd-container debootstrap
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \

@@ -263,3 +263,23 @@ double be_temporal_weight(enum cfg_temporal temporal, uint32_t S, double tau, do
 		return exp(-age / tau);
 	return fmax((double)S - age, 0.0) / (double)S;
 }
+
+void be_interp_axis(uint32_t f, uint32_t off, uint32_t s, uint32_t n, uint32_t *i0, uint32_t *i1,
+                    float *t)
+{
+	double p = ((double)f - (double)off) / (double)s;
+	uint32_t i;
+
+	if (n < 2) {
+		*i0 = *i1 = 0;
+		*t = 0.0f;
+		return;
+	}
+	p = be_clampd(p, 0.0, (double)(n - 1));
+	i = (uint32_t)floor(p);
+	if (i > n - 2)
+		i = n - 2;
+	*i0 = i;
+	*i1 = i + 1;
+	*t = (float)(p - (double)i);
+}

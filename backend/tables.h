@@ -57,4 +57,15 @@ float be_spatial_weight(double sigma, unsigned d2);
  * linear max(S - age, 0) / S, exp exp(-age / tau). */
 double be_temporal_weight(enum cfg_temporal temporal, uint32_t S, double tau, double age);
 
+/* Change measure of a sampled position whose history is unknown (never written): large
+ * enough that exp(-d / tolerance^2) is 0 for every allowed tolerance (docs/algorithms.md §2b). */
+#define BE_ADAPT_UNKNOWN 1e6
+
+/* Linear interpolation of the current epoch along one axis (docs/algorithms.md §2b): full
+ * resolution index f, offset off, stride s, n low-resolution samples. Position
+ * p = clamp((f - off) / s, 0, n - 1); *i0 = min(floor(p), n - 2), *i1 = *i0 + 1,
+ * *t = p - *i0 (n = 1: 0, 0, 0). In double, t stored as float. */
+void be_interp_axis(uint32_t f, uint32_t off, uint32_t s, uint32_t n, uint32_t *i0, uint32_t *i1,
+                    float *t);
+
 #endif

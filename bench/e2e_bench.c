@@ -21,31 +21,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "backend/backend.h"
+#include "bench.h"
+#include "base/base.h"
 #include "volrec/client.h"
 
-struct bcase {
-	const char *name;
-	uint32_t K, nx, ny, sx, sy, z0, z1;
-	const char *mode;       /* reconstruct.mode */
-	const char *preprocess; /* JSON members of "preprocess" */
-	uint32_t epochs;        /* epochs in the replay file */
-	double paced_rate;      /* epochs/s of the steady-rate run (0: from the max run) */
-	double target_vps;      /* volumes/s target (0: none) */
-	double target_ascans;   /* A-scans/s target (0: none) */
-	double target_p99_ms;   /* processing latency p99 target (0: none) */
-};
-
-static const struct bcase cases[] = {
-        {"tiny", 256, 12, 12, 3, 3, 0, 128, "noncumulative", "\"db_range\":[0,100]", 36, 0, 0, 0,
-         0},
-        {"classic-2048", 2048, 1024, 64, 1, 1, 0, 1024, "none",
-         "\"background\":{\"mode\":\"ascan_mean\"},\"window\":{\"type\":\"hann\"},"
-         "\"dispersion\":{\"coeffs\":[2.0,-0.5]},\"db_range\":[20,90]",
-         2, 160, 0, 10e6, 0},
-        {"paper", 8192, 60, 60, 5, 5, 0, 4096, "noncumulative", "\"db_range\":[0,100]", 25, 120,
-         120, 0, 15},
-};
+/* The e2e cases of the one table (bench/cases.c). */
+#define bcase bench_case
 
 struct run_result {
 	const char *kind; /* "max" or "paced" */
@@ -76,44 +60,11 @@ static struct {
          .paced = true,
          .maxrun = true};
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t real_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-	return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of n samples (sorted in place); NAN when none. */
-static double pct(float *v, size_t n, double p)
-{
-	size_t k;
-
-	if (!n)
-		return NAN;
-	qsort(v, n, sizeof(*v), cmp_float);
-	k = (size_t)ceil(p * (double)n);
-	return v[k ? k - 1 : 0];
-}
-
 static uint64_t out_voxels(const struct bcase *c)
 {
-	bool none = !strcmp(c->mode, "none");
-	return (uint64_t)c->ny * (none ? 1 : c->sy) * c->nx * (none ? 1 : c->sx) * (c->z1 - c->z0);
+	bool none = c->mode == CFG_RECON_NONE;
+	return (uint64_t)c->ny * (none ? 1 : c->stride) * c->nx * (none ? 1 : c->stride) *
+	       (c->z1 - c->z0);
 }
 
 static uint64_t in_bytes(const struct bcase *c)
@@ -121,37 +72,48 @@ static uint64_t in_bytes(const struct bcase *c)
 	return (uint64_t)c->ny * c->nx * c->K * 2;
 }
 
+/* The daemon's (or `volrec sim`'s) configuration for case c: the case's geometry and processing
+ * from the table, then the run's source, instance and publishing, written as YAML. */
 static int write_config(const char *path, const struct bcase *c, const char *instance,
                         const char *run_dir, const char *replay, bool synth, double rate,
                         bool block)
 {
+	struct vr_config cfg;
 	FILE *f = fopen(path, "w");
-	char src[PATH_MAX + 256];
+	int rc = 0;
 
 	if (!f) {
 		fprintf(stderr, "e2e_bench: %s: %s\n", path, strerror(errno));
 		return -errno;
 	}
-	if (synth)
-		snprintf(src, sizeof(src),
-		         "{\"type\":\"synth\",\"rate\":25,\"synth\":{\"seed\":1}}");
-	else
-		snprintf(src, sizeof(src),
-		         "{\"type\":\"replay\",\"rate\":%g,\"replay\":{\"path\":\"%s\","
-		         "\"format\":\"auto\",\"loop\":true}}",
-		         rate, replay);
-	fprintf(f,
-	        "{\"instance\":\"%s\",\"backend\":\"%s\",\"source\":%s,\n"
-	        "\"geometry\":{\"samples_per_ascan\":%u,\"sample_type\":\"u16\",\"ascans_per_"
-	        "bscan\":%u,"
-	        "\"bscans_per_volume\":%u,\"stride\":[%u,%u],\"depth_range\":[%u,%u]},\n"
-	        "\"preprocess\":{%s},\"reconstruct\":{\"mode\":\"%s\"},\"output\":{\"slots\":4},\n"
-	        "\"pipeline\":{\"ring_bscans\":%u,\"overflow\":\"%s\"},\n"
-	        "\"ipc\":{\"run_dir\":\"%s\",\"status_interval_ms\":500,\"hwm\":1000},"
-	        "\"log\":{\"level\":\"info\"}}\n",
-	        instance, opt.backend, src, c->K, c->nx, c->ny, c->sx, c->sy, c->z0, c->z1,
-	        c->preprocess, c->mode, 4 * c->ny, block ? "block" : "drop_epoch", run_dir);
-	if (fclose(f)) {
+	bench_case_config(c,
+	                  !strcmp(opt.backend, "cuda")  ? CFG_BACKEND_CUDA
+	                  : !strcmp(opt.backend, "cpu") ? CFG_BACKEND_CPU
+	                                                : CFG_BACKEND_AUTO,
+	                  &cfg);
+	snprintf(cfg.instance, sizeof(cfg.instance), "%s", instance);
+	if (synth) {
+		cfg.source.type = CFG_SOURCE_SYNTH;
+		cfg.source.rate = 25;
+		cfg.source.synth.seed = 1;
+	} else {
+		cfg.source.type = CFG_SOURCE_REPLAY;
+		cfg.source.rate = rate;
+		snprintf(cfg.source.replay.path, sizeof(cfg.source.replay.path), "%s", replay);
+		cfg.source.replay.format = CFG_REPLAY_AUTO;
+		cfg.source.replay.loop = true;
+	}
+	cfg.output.slots = 4;
+	cfg.pipeline.ring_bscans = 4 * c->ny;
+	cfg.pipeline.overflow = block ? CFG_OVERFLOW_BLOCK : CFG_OVERFLOW_DROP_EPOCH;
+	snprintf(cfg.ipc.run_dir, sizeof(cfg.ipc.run_dir), "%s", run_dir);
+	cfg.ipc.status_interval_ms = 500;
+	cfg.ipc.hwm = 1000;
+	cfg.log.level = CFG_LOG_INFO;
+	if (cfg_dump(&cfg, f) < 0)
+		rc = -EIO;
+	cfg_free(&cfg);
+	if (fclose(f) || rc < 0) {
 		fprintf(stderr, "e2e_bench: writing %s: %s\n", path, strerror(errno));
 		return -EIO;
 	}
@@ -183,7 +145,7 @@ static pid_t spawn(char *const argv[], const char *log, const char *overlap)
 /* Wait for pid up to secs; SIGKILL after. Returns the exit status, or 128+signal. */
 static int reap(pid_t pid, double secs)
 {
-	double end = mono_s() + secs;
+	double end = vr_mono_s() + secs;
 	int st;
 
 	while (1) {
@@ -192,7 +154,7 @@ static int reap(pid_t pid, double secs)
 			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 		if (r < 0)
 			return -1;
-		if (mono_s() > end) {
+		if (vr_mono_s() > end) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
 			return 128 + SIGKILL;
@@ -219,44 +181,30 @@ static void print_log_tail(const char *log)
 	fprintf(stderr, "---- %s (end) ----\n%s\n----\n", log, buf);
 }
 
-/* The value of "key":NUMBER inside the object "obj":{...} of a status JSON (0 if absent). */
-static uint64_t json_u64(const char *json, const char *obj, const char *key)
+/* The member key of the object obj in a status message (NULL when absent). */
+static struct json_object *status_get(struct json_object *st, const char *obj, const char *key)
 {
-	char k[96];
-	const char *o, *p;
+	struct json_object *o = NULL, *v = NULL;
 
-	snprintf(k, sizeof(k), "\"%s\":{", obj);
-	o = strstr(json, k);
-	if (!o)
-		return 0;
-	snprintf(k, sizeof(k), "\"%s\":", key);
-	p = strstr(o, k);
-	return p ? strtoull(p + strlen(k), NULL, 10) : 0;
+	if (st && json_object_object_get_ex(st, obj, &o) && key)
+		json_object_object_get_ex(o, key, &v);
+	return key ? v : o;
 }
 
-/* Copy the object "obj":{...} (braces included) of json into out. */
-static void json_obj(const char *json, const char *obj, char *out, size_t len)
+static uint64_t status_u64(struct json_object *st, const char *obj, const char *key)
 {
-	char k[96];
-	const char *o;
-	int depth = 0;
-	size_t i = 0;
+	struct json_object *v = status_get(st, obj, key);
 
-	snprintf(out, len, "null");
-	snprintf(k, sizeof(k), "\"%s\":{", obj);
-	o = json ? strstr(json, k) : NULL;
-	if (!o)
-		return;
-	o += strlen(k) - 1;
-	for (; o[i] && i + 1 < len; i++) {
-		depth += o[i] == '{';
-		depth -= o[i] == '}';
-		if (!depth) {
-			memcpy(out, o, i + 1);
-			out[i + 1] = 0;
-			return;
-		}
-	}
+	return v ? json_object_get_uint64(v) : 0;
+}
+
+/* The object obj of a status message as compact JSON text ("null" when absent). */
+static void status_text(struct json_object *st, const char *obj, char *out, size_t len)
+{
+	struct json_object *o = status_get(st, obj, NULL);
+
+	snprintf(out, len, "%s",
+	         o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : "null");
 }
 
 static int run_daemon(const struct bcase *c, const char *work, const char *replay, double rate,
@@ -267,7 +215,7 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	struct volrec_client_options co = {0};
 	struct volrec_client *cl = NULL;
 	size_t cap = 1 << 16, n = 0;
-	float *lp = NULL, *ll = NULL, *lf = NULL;
+	double *lp = NULL, *ll = NULL, *lf = NULL;
 	double t0 = 0, t_end, warm_end, deadline;
 	uint64_t warm_n = 0;
 	pid_t pid;
@@ -285,9 +233,9 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	rc = write_config(cfg, c, instance, run_dir, replay, false, rate, block);
 	if (rc < 0)
 		return rc;
-	lp = malloc(cap * sizeof(float));
-	ll = malloc(cap * sizeof(float));
-	lf = malloc(cap * sizeof(float));
+	lp = malloc(cap * sizeof(double));
+	ll = malloc(cap * sizeof(double));
+	lf = malloc(cap * sizeof(double));
 	if (!lp || !ll || !lf) {
 		rc = -ENOMEM;
 		goto out;
@@ -304,9 +252,9 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	co.run_dir = run_dir;
 	co.topics = VOLREC_SUB_VOL | VOLREC_SUB_STATUS;
 	co.rcvhwm = 100000;
-	deadline = mono_s() + 120;
+	deadline = vr_mono_s() + 120;
 	while ((rc = volrec_client_open_opts(instance, &co, &cl)) < 0) {
-		if (waitpid(pid, NULL, WNOHANG) == pid || mono_s() > deadline) {
+		if (waitpid(pid, NULL, WNOHANG) == pid || vr_mono_s() > deadline) {
 			fprintf(stderr, "e2e_bench: %s: volrecd did not come up: %s\n", c->name,
 			        volrec_strerror(rc));
 			print_log_tail(log);
@@ -318,12 +266,12 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 		usleep(50000);
 	}
 	/* warm-up: plans, page faults, the first S epochs of the history */
-	warm_end = mono_s() + opt.warmup;
+	warm_end = vr_mono_s() + opt.warmup;
 	t_end = INFINITY;
-	deadline = mono_s() + 120 + opt.warmup;
+	deadline = vr_mono_s() + 120 + opt.warmup;
 	while (1) {
 		struct volrec_message m;
-		double now = mono_s();
+		double now = vr_mono_s();
 
 		if (t0 == 0 && warm_n >= 3 && now >= warm_end && status) {
 			t0 = now;
@@ -353,20 +301,20 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 		if (m.type != VOLREC_MSG_VOL)
 			continue;
 		{
-			uint64_t now_ns = real_ns();
+			uint64_t now_ns = vr_real_ns();
 			const struct volrec_view *v = &m.view;
 
 			if (t0 == 0) {
 				warm_n++;
 			} else {
 				if (n == cap) {
-					float *a, *b, *d;
+					double *a, *b, *d;
 					cap *= 2;
-					a = realloc(lp, cap * sizeof(float));
+					a = realloc(lp, cap * sizeof(double));
 					lp = a ? a : lp;
-					b = realloc(ll, cap * sizeof(float));
+					b = realloc(ll, cap * sizeof(double));
 					ll = b ? b : ll;
-					d = realloc(lf, cap * sizeof(float));
+					d = realloc(lf, cap * sizeof(double));
 					lf = d ? d : lf;
 					if (!a || !b || !d) {
 						rc = -ENOMEM;
@@ -374,9 +322,9 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 						break;
 					}
 				}
-				lp[n] = (float)((double)v->latency_ns / 1e6);
-				ll[n] = (float)((double)(int64_t)(now_ns - v->t_last_ns) / 1e6);
-				lf[n] = (float)((double)(int64_t)(now_ns - v->t_first_ns) / 1e6);
+				lp[n] = (double)v->latency_ns / 1e6;
+				ll[n] = (double)(int64_t)(now_ns - v->t_last_ns) / 1e6;
+				lf[n] = (double)(int64_t)(now_ns - v->t_first_ns) / 1e6;
 				n++;
 				r->missed += v->missed;
 			}
@@ -384,11 +332,11 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 				r->torn++;
 		}
 	}
-	r->seconds = t0 > 0 ? mono_s() - t0 : 0;
+	r->seconds = t0 > 0 ? vr_mono_s() - t0 : 0;
 	/* the status at the end of the window, for the drops in it */
 	{
-		double end = mono_s() + 1.5;
-		while (mono_s() < end) {
+		double end = vr_mono_s() + 1.5;
+		while (vr_mono_s() < end) {
 			struct volrec_message m;
 			if (volrec_client_next_message(cl, 100, &m) < 0)
 				continue;
@@ -416,34 +364,33 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 		r->in_gbs = r->vps * (double)in_bytes(c) / 1e9;
 		r->out_gbs = r->vps * (double)out_voxels(c) / 1e9;
 	}
-	r->lat_proc[0] = pct(lp, n, 0.5);
-	r->lat_proc[1] = pct(lp, n, 0.99);
-	r->lat_last[0] = pct(ll, n, 0.5);
-	r->lat_last[1] = pct(ll, n, 0.99);
-	r->lat_first[0] = pct(lf, n, 0.5);
-	r->lat_first[1] = pct(lf, n, 0.99);
-	if (status && status0) {
-		uint64_t rf = json_u64(status, "drops", "ring_full") -
-		              json_u64(status0, "drops", "ring_full");
-		r->drops_total =
-		        json_u64(status, "drops", "total") - json_u64(status0, "drops", "total");
-		r->drops_ring_full = rf;
-		r->drops_other = r->drops_total - rf;
-	}
-	json_obj(status, "drops", r->drops_json, sizeof(r->drops_json));
-	json_obj(status, "backend", r->status_backend, sizeof(r->status_backend));
+	r->lat_proc[0] = vr_percentile(lp, n, 50);
+	r->lat_proc[1] = vr_percentile(lp, n, 99);
+	r->lat_last[0] = vr_percentile(ll, n, 50);
+	r->lat_last[1] = vr_percentile(ll, n, 99);
+	r->lat_first[0] = vr_percentile(lf, n, 50);
+	r->lat_first[1] = vr_percentile(lf, n, 99);
 	{
-		/* which acquisition path the daemon ran (docs/operations.md "Pipeline") */
-		const char *a = status ? strstr(status, "\"acquisition\":\"") : NULL;
-		size_t len = 0;
+		struct json_object *st = status ? json_tokener_parse(status) : NULL;
+		struct json_object *st0 = status0 ? json_tokener_parse(status0) : NULL;
+		struct json_object *acq = status_get(st, "source", "acquisition");
 
-		snprintf(r->acquisition, sizeof(r->acquisition), "unknown");
-		if (a) {
-			a += strlen("\"acquisition\":\"");
-			while (a[len] && a[len] != '"' && len + 1 < sizeof(r->acquisition))
-				len++;
-			snprintf(r->acquisition, sizeof(r->acquisition), "%.*s", (int)len, a);
+		if (st && st0) {
+			uint64_t rf = status_u64(st, "drops", "ring_full") -
+			              status_u64(st0, "drops", "ring_full");
+
+			r->drops_total = status_u64(st, "drops", "total") -
+			                 status_u64(st0, "drops", "total");
+			r->drops_ring_full = rf;
+			r->drops_other = r->drops_total - rf;
 		}
+		status_text(st, "drops", r->drops_json, sizeof(r->drops_json));
+		status_text(st, "backend", r->status_backend, sizeof(r->status_backend));
+		/* which acquisition path the daemon ran (docs/operations.md "Pipeline") */
+		snprintf(r->acquisition, sizeof(r->acquisition), "%s",
+		         acq ? json_object_get_string(acq) : "unknown");
+		json_object_put(st);
+		json_object_put(st0);
 	}
 	r->ok = n > 0 && r->exit_status == 0;
 	rc = r->ok ? 0 : -EIO;
@@ -472,9 +419,9 @@ static double memcpy_gbs(void)
 	memset(a, 1, sz);
 	memset(b, 2, sz);
 	for (int i = 0; i < 5; i++) {
-		double t = mono_s();
+		double t = vr_mono_s();
 		memcpy(b, a, sz);
-		t = mono_s() - t;
+		t = vr_mono_s() - t;
 		if (t > 0 && sz / t / 1e9 > best)
 			best = (double)sz / t / 1e9;
 		a[i] = b[sz - 1 - i];
@@ -553,17 +500,16 @@ int main(int argc, char **argv)
 			opt.backend = optarg;
 			break;
 		case 'c': {
-			int i, nc = (int)(sizeof(cases) / sizeof(cases[0]));
-			for (i = 0; i < nc && strcmp(cases[i].name, optarg); i++)
-				;
-			if (i == nc || nsel == 8) {
+			const struct bcase *found = bench_case_find(optarg);
+
+			if (!found || !found->e2e_epochs || nsel == 8) {
 				fprintf(stderr,
 				        "e2e_bench: --case %s: not one of tiny, classic-2048, "
 				        "paper\n",
 				        optarg);
 				return 2;
 			}
-			sel[nsel++] = &cases[i];
+			sel[nsel++] = found;
 			break;
 		}
 		case 's':
@@ -617,8 +563,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!nsel) {
-		sel[nsel++] = &cases[0];
-		sel[nsel++] = &cases[1];
+		sel[nsel++] = bench_case_find("tiny");
+		sel[nsel++] = bench_case_find("classic-2048");
 	}
 	if (!mkdtemp(work)) {
 		fprintf(stderr, "e2e_bench: mkdtemp: %s\n", strerror(errno));
@@ -658,7 +604,8 @@ int main(int argc, char **argv)
 		char replay[PATH_MAX], simcfg[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32];
 		char nep[16];
 		struct statvfs vfs;
-		uint64_t need = in_bytes(c) * c->epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
+		uint64_t need =
+		        in_bytes(c) * c->e2e_epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
 		int rc;
 
 		memset(res[i], 0, sizeof(res[i]));
@@ -677,14 +624,14 @@ int main(int argc, char **argv)
 		snprintf(simcfg, sizeof(simcfg), "%s/sim-%s.yaml", work, c->name);
 		snprintf(log, sizeof(log), "%s/sim-%s.log", work, c->name);
 		snprintf(bin, sizeof(bin), "%s/bin/volrec", opt.build);
-		snprintf(nep, sizeof(nep), "%u", c->epochs);
+		snprintf(nep, sizeof(nep), "%u", c->e2e_epochs);
 		if (write_config(simcfg, c, "e2esim", work, replay, true, 0, true) < 0) {
 			status = 1;
 			continue;
 		}
 		{
 			char *sargv[] = {bin, "sim", "-c", simcfg, "-o", replay, "-n", nep, NULL};
-			double t = mono_s();
+			double t = vr_mono_s();
 			pid_t pid = spawn(sargv, log, NULL);
 			rc = pid < 0 ? pid : reap(pid, 600);
 			if (rc != 0) {
@@ -696,7 +643,7 @@ int main(int argc, char **argv)
 				continue;
 			}
 			fprintf(stderr, "e2e_bench: %s: replay of %u epochs written in %.1f s\n",
-			        c->name, c->epochs, mono_s() - t);
+			        c->name, c->e2e_epochs, vr_mono_s() - t);
 		}
 		if (opt.maxrun && run_daemon(c, work, replay, 0, true, &res[i][0]) < 0)
 			status = 1;
@@ -787,8 +734,9 @@ int main(int argc, char **argv)
 			        "\"ascans_per_bscan\":%u,\"bscans\":%u,\"stride\":[%u,%u],"
 			        "\"depth\":[%u,%"
 			        "u]},\"mode\":\"%s\",\"rate\":%g,\"overflow\":\"%s\",",
-			        first ? "" : ",", c->name, r->kind, c->K, c->nx, c->ny, c->sx,
-			        c->sy, c->z0, c->z1, c->mode, r->rate, k ? "drop_epoch" : "block");
+			        first ? "" : ",", c->name, r->kind, c->K, c->nx, c->ny, c->stride,
+			        c->stride, c->z0, c->z1, cfg_recon_mode_name(c->mode), r->rate,
+			        k ? "drop_epoch" : "block");
 			first = 0;
 			json_num(f, "seconds", r->seconds, true);
 			fprintf(f,

@@ -1,7 +1,13 @@
-# Benchmarks (`make bench`, never part of `make test`): runs `volrec bench` on the backend
-# BENCH_BACKEND (default auto: the CUDA suite of backend/bench.c when a device is present,
-# the same figures as tests/gpu/gpu_bench; else the CPU figures) and records
-# bench/results/<host>-<date>.json; bench-ipc (ipc/module.mk) runs after it.
+# Benchmarks (bench_): the one table of cases (bench/cases.c) and the measurements through the
+# pipeline engine (bench/bench.c), used by `volrec bench`, gpu_bench and e2e_bench.
+ARCHIVES += bench
+bench_SRCS := bench/bench.c bench/cases.c
+bench_LDLIBS := -ljson-c
+
+# `make bench` (never part of `make test`): runs `volrec bench` on the backend BENCH_BACKEND
+# (default auto: the CUDA suite when a device is present, the same figures as gpu_bench; else
+# the CPU figures) and records bench/results/<host>-<date>.json; bench-ipc (ipc/module.mk)
+# runs after it.
 BENCH_BACKEND ?= auto
 BENCH_ARGS ?=
 BENCH_JSON = bench/results/$(shell hostname -s)-$(shell date -u +%Y%m%dT%H%M%SZ).json
@@ -16,12 +22,26 @@ bench: $(B)/bin/volrec
 # build/tests/e2e_bench --backend cuda --case paper ... (docs/operations.md, "End-to-end benchmark").
 TEST_PROGRAMS += e2e_bench
 e2e_bench_SRCS = bench/e2e_bench.c
-e2e_bench_ARCHIVES = $(CORE_ARCHIVES) $(CLIENT_ARCHIVES)
-e2e_bench_LDLIBS = -lzmq $(HDF5_LIBS) $(CUDA_LDLIBS)
+e2e_bench_ARCHIVES = bench pl $(CORE_ARCHIVES) $(CLIENT_ARCHIVES)
+e2e_bench_LDLIBS = -lzmq -ljson-c $(HDF5_LIBS) $(CUDA_LDLIBS)
+
+# The CUDA suite alone, table and JSON, for the device script (tests/gpu/run-on-device.sh).
+ifeq ($(HAVE_CUDA),1)
+TEST_PROGRAMS += gpu_bench
+gpu_bench_SRCS := bench/gpu_bench.c
+gpu_bench_ARCHIVES = bench pl $(CORE_ARCHIVES)
+gpu_bench_LDLIBS = -ljson-c $(CUDA_LDLIBS)
+endif
+
+# One-core generation speed of the synthetic scanner.
+TEST_PROGRAMS += sim_bench
+sim_bench_SRCS := bench/sim_bench.c
+sim_bench_ARCHIVES := sim base
 
 # Partial median line rate against the median depths per B-scan (Fig. 3 of Watanabe 2012), on
-# either backend: build/tests/pmedian_bench --backend cuda|cpu --json FILE (docs/gpu.md).
+# either backend through the engine: build/tests/pmedian_bench --backend cuda|cpu --json FILE
+# (docs/gpu.md).
 TEST_PROGRAMS += pmedian_bench
-pmedian_bench_SRCS = bench/pmedian_bench.c
-pmedian_bench_ARCHIVES = $(CORE_ARCHIVES)
+pmedian_bench_SRCS := bench/pmedian_bench.c
+pmedian_bench_ARCHIVES = bench pl $(CORE_ARCHIVES)
 pmedian_bench_LDLIBS = -ljson-c $(CUDA_LDLIBS)

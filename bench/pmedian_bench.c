@@ -3,8 +3,9 @@
  * Partial median benchmark (a benchmark, not a test): line rate of background.mode
  * partial_median against the number of depths that take the median per B-scan (0, 64, 256 and
  * all N/2), as Fig. 3 of Watanabe (J. Biomed. Opt. 17(5) 2012), with bscan_mean beside it,
- * at 1024 A-scans x 1024 samples per B-scan, on the CUDA or the CPU backend, pipelined as the
- * daemon runs (epoch e+1 submitted while e is in flight). The input makes the count exact:
+ * at 1024 A-scans x 1024 samples per B-scan, on the CUDA or the CPU backend, through the
+ * pipeline engine as the daemon runs it (bench_run_raw: epoch e+1 submitted while e is in
+ * flight, output into registered shared memory). The input makes the count exact:
  * window none and M integer-bin fringes whose amplitude changes from A-scan to A-scan over a
  * weak noise floor; the counts the backend reports are recorded beside each rate. Writes a
  * table and, with --json, a JSON record for bench/results/. Exit 0 measured, 1 failure,
@@ -22,6 +23,7 @@
 
 #include "backend/backend.h"
 #include "base/base.h"
+#include "bench.h"
 #include "config/config.h"
 
 struct pm_case {
@@ -29,12 +31,6 @@ struct pm_case {
 	enum cfg_background mode;
 	int lines;        /* fringes with A-scan-dependent amplitude; -1: N/2 (threshold 0) */
 	double threshold; /* that selects exactly those depths (see pm_threshold_for) */
-};
-
-struct pm_result {
-	double ascans_per_s, epochs_per_s;
-	double median_depths; /* mean per B-scan, as the backend reported */
-	unsigned epochs;
 };
 
 static void usage(FILE *f)
@@ -97,94 +93,6 @@ static void pm_fill(uint16_t *raw, uint32_t ny, uint32_t nx, uint32_t K, int lin
 	}
 	free(acc);
 	free(ct);
-}
-
-/* One case: at least `seconds` after 2 warm-up epochs, pipelined through the wrappers. */
-static int pm_measure(const struct vr_config *c, const uint16_t *data, double seconds,
-                      struct pm_result *res, char *device, size_t devlen, char *err, size_t errlen)
-{
-	const uint32_t ny = c->geometry.bscans_per_volume, nx = c->geometry.ascans_per_bscan;
-	const size_t bb = cfg_bscan_bytes(c), vox = cfg_out_voxels(c);
-	struct be_backend *be = NULL;
-	void *raw[2] = {NULL, NULL}, *vol[2] = {NULL, NULL};
-	uint32_t *md[2] = {NULL, NULL};
-	const unsigned warm = 2;
-	double t0 = 0, msum = 0;
-	unsigned n = 0;
-	bool inflight = false;
-	uint64_t infl = 0;
-	int rc;
-
-	memset(res, 0, sizeof(*res));
-	rc = be_open(c, &be, NULL, 0, err, errlen);
-	if (rc < 0)
-		return rc;
-	snprintf(device, devlen, "%s", be_device(be));
-	for (int i = 0; i < 2; i++) {
-		rc = be_host_alloc(be, bb * ny, &raw[i]);
-		if (rc == 0)
-			rc = be_host_alloc(be, vox, &vol[i]);
-		if (rc == 0)
-			rc = be_host_alloc(be, ny * sizeof(uint32_t), (void **)&md[i]);
-		if (rc < 0) {
-			snprintf(err, errlen, "host_alloc: %s", be_last_error(be));
-			goto out;
-		}
-		memcpy(raw[i], data, bb * ny);
-	}
-	for (uint64_t e = 0;; e++) {
-		const int k = (int)(e % 2);
-		for (uint32_t b = 0; b < ny; b++) {
-			rc = be_bscan_submit(be, e, b, (const uint8_t *)raw[k] + (size_t)b * bb);
-			if (rc < 0) {
-				snprintf(err, errlen, "%s", be_last_error(be));
-				goto out;
-			}
-		}
-		if (e > 0) {
-			inflight = false;
-			rc = be_epoch_wait(be, e - 1, err, errlen);
-			if (rc < 0)
-				goto out;
-			const uint64_t done = e - 1;
-			if (done == warm - 1)
-				t0 = vr_mono_s();
-			if (done >= warm) {
-				for (uint32_t b = 0; b < ny; b++)
-					msum += md[done % 2][b];
-				n++;
-				const double dt = vr_mono_s() - t0;
-				if (dt >= seconds && n >= 3) {
-					res->epochs = n;
-					res->epochs_per_s = n / dt;
-					res->ascans_per_s = res->epochs_per_s * ny * nx;
-					res->median_depths = msum / ((double)n * ny);
-					break;
-				}
-			}
-		}
-		struct be_output o = {.volume = vol[k], .median_depths = md[k]};
-		rc = be_epoch_finish_async(be, e, &o, err, errlen);
-		if (rc < 0)
-			goto out;
-		inflight = true;
-		infl = e;
-	}
-out:
-	if (inflight) {
-		char e2[256];
-		if (be_epoch_wait(be, infl, e2, sizeof(e2)) < 0 && rc == 0) {
-			snprintf(err, errlen, "%s", e2);
-			rc = -EIO;
-		}
-	}
-	for (int i = 0; be && i < 2; i++) {
-		be_host_free(be, raw[i]);
-		be_host_free(be, vol[i]);
-		be_host_free(be, md[i]);
-	}
-	be_close(be);
-	return rc;
 }
 
 int main(int argc, char **argv)
@@ -269,7 +177,7 @@ int main(int argc, char **argv)
 	        {"partial_median_256", CFG_BG_PARTIAL_MEDIAN, 256, 1},
 	        {"partial_median_all", CFG_BG_PARTIAL_MEDIAN, -1, 0},
 	};
-	struct pm_result res[VR_ARRAY_SIZE(cases)];
+	struct bench_result res[VR_ARRAY_SIZE(cases)];
 	uint16_t *data = malloc((size_t)ny * nx * K * sizeof(uint16_t));
 	if (!data) {
 		fprintf(stderr, "pmedian_bench: out of memory\n");
@@ -302,16 +210,17 @@ int main(int argc, char **argv)
 		cfg.preprocess.window.type = CFG_WIN_NONE;
 		cfg.reconstruct.mode = CFG_RECON_NONE;
 		pm_fill(data, (uint32_t)ny, (uint32_t)nx, (uint32_t)K, lines);
-		int rc = pm_measure(&cfg, data, seconds, &res[i], device, sizeof(device), err,
-		                    sizeof(err));
+		int rc = bench_run_raw(&cfg, data, 2, 3, seconds, 2, &res[i], err, sizeof(err));
 		cfg_free(&cfg);
+		snprintf(device, sizeof(device), "%s", res[i].device);
 		if (rc < 0) {
 			fprintf(stderr, "pmedian_bench: %s: %s\n", pc->name, err);
 			free(data);
 			return 1;
 		}
-		printf("%-22s %8d %14.0f %12.2f %22.2f\n", pc->name, lines, res[i].ascans_per_s,
-		       res[i].epochs_per_s, res[i].median_depths);
+		printf("%-22s %8d %14.0f %12.2f %22.2f\n", pc->name, lines,
+		       res[i].epochs_per_s * (double)ny * (double)nx, res[i].epochs_per_s,
+		       res[i].median_depths);
 		fflush(stdout);
 	}
 	free(data);
@@ -338,8 +247,9 @@ int main(int argc, char **argv)
 		json_object_object_add(
 		        root, "note",
 		        json_object_new_string("u16 input, window none, reconstruct.mode none, "
-		                               "pipelined (epoch e+1 submitted while e is in "
-		                               "flight), u8 output to host memory"));
+		                               "through the pipeline engine, pipelined (epoch e+1 "
+		                               "submitted while e is in flight), u8 output into "
+		                               "registered shared memory"));
 		for (size_t i = 0; i < VR_ARRAY_SIZE(cases); i++) {
 			struct json_object *o = json_object_new_object();
 			json_object_object_add(o, "name", json_object_new_string(cases[i].name));
@@ -351,7 +261,8 @@ int main(int argc, char **argv)
 			json_object_object_add(o, "median_depths_per_bscan",
 			                       json_object_new_double(res[i].median_depths));
 			json_object_object_add(o, "ascans_per_s",
-			                       json_object_new_double(res[i].ascans_per_s));
+			                       json_object_new_double(res[i].epochs_per_s *
+			                                              (double)ny * (double)nx));
 			json_object_object_add(o, "epochs_per_s",
 			                       json_object_new_double(res[i].epochs_per_s));
 			json_object_object_add(o, "epochs", json_object_new_int64(res[i].epochs));

@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The configuration's life cycle: defaults, cfg_load (read, parse, validate), copy, free,
- * comparison and the names of enum values. Parsing is in parse.c, checks in validate.c.
+ * Loading a configuration (read, parse, validate) and changing keys of a loaded one
+ * (cfg_set_keys), with the positions and messages of both. The keys are in schema.c, parsing
+ * in parse.c, cross-field checks in validate.c.
  */
 #include <errno.h>
-#include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,128 +12,6 @@
 #include <unistd.h>
 
 #include "internal.h"
-
-/* shim.args when absent; never freed (see cfg_free). */
-static char cfg_args_empty[] = "{}";
-
-void cfg_defaults(struct vr_config *c)
-{
-	memset(c, 0, sizeof(*c));
-	snprintf(c->instance, sizeof(c->instance), "default");
-	c->backend = CFG_BACKEND_AUTO;
-	c->gpu.device = 0;
-	c->gpu.streams = 4;
-	c->cpu.threads = 0;
-
-	c->source.type = CFG_SOURCE_SYNTH;
-	c->source.rate = 25.0;
-	c->source.replay.format = CFG_REPLAY_AUTO;
-	c->source.replay.loop = true;
-	c->source.synth.seed = 1;
-	snprintf(c->source.synth.phantom, sizeof(c->source.synth.phantom), "retina");
-	c->source.synth.deg_per_s = 0.25;
-	c->source.synth.snr_db = 40.0;
-	c->source.shim.args_yaml = cfg_args_empty;
-	c->source.shim.timeout_ms = 1000;
-
-	c->geometry.samples_per_ascan = 2048;
-	c->geometry.sample_type = CFG_SAMPLE_U16;
-	c->geometry.bit_shift = 0;
-	c->geometry.ascans_per_bscan = 60;
-	c->geometry.bscans_per_volume = 60;
-	c->geometry.stride[0] = 5;
-	c->geometry.stride[1] = 5;
-	c->geometry.depth_range[0] = 0;
-	c->geometry.depth_range[1] = 1024;
-	c->geometry.bidirectional = false;
-
-	c->preprocess.background.mode = CFG_BG_ASCAN_MEAN;
-	c->preprocess.background.threshold = 10.0;
-	c->preprocess.resample.method = CFG_RS_NONE;
-	c->preprocess.resample.positions = CFG_RSPOS_NONE;
-	c->preprocess.window.type = CFG_WIN_HANN;
-	c->preprocess.window.param = 0.4;
-	c->preprocess.dispersion.kind = CFG_DISP_NONE;
-	c->preprocess.zero_pad = 1;
-	c->preprocess.db_range[0] = 0.0;
-	c->preprocess.db_range[1] = 100.0;
-
-	c->reconstruct.mode = CFG_RECON_NONCUMULATIVE;
-	c->reconstruct.spatial_sigma = 1.0;
-	c->reconstruct.temporal = CFG_TEMPORAL_LINEAR;
-	c->reconstruct.tau = 5.0;
-	c->reconstruct.combine = CFG_COMBINE_SUM;
-
-	c->output.slots = 4;
-	c->pipeline.ring_bscans = 256;
-	c->pipeline.overflow = CFG_OVERFLOW_DROP_EPOCH;
-
-	snprintf(c->ipc.run_dir, sizeof(c->ipc.run_dir), "/run/volrec");
-	c->ipc.npub = 0;
-	c->ipc.status_interval_ms = 1000;
-	c->ipc.hwm = 16;
-	c->ipc.max_readers = 64;
-	c->ipc.keep_shm = false;
-
-	c->log.level = CFG_LOG_INFO;
-}
-
-static void table_free(struct cfg_table *t)
-{
-	free(t->data);
-	t->data = NULL;
-	t->len = 0;
-}
-
-void cfg_free(struct vr_config *cfg)
-{
-	if (!cfg)
-		return;
-	table_free(&cfg->preprocess.background.reference);
-	table_free(&cfg->preprocess.resample.table);
-	table_free(&cfg->preprocess.dispersion.table);
-	if (cfg->source.shim.args_yaml != cfg_args_empty)
-		free(cfg->source.shim.args_yaml);
-	cfg_defaults(cfg);
-}
-
-static int table_copy(struct cfg_table *dst, const struct cfg_table *src)
-{
-	dst->data = NULL;
-	if (!src->data)
-		return 0;
-	dst->data = malloc(src->len * sizeof(double));
-	if (!dst->data)
-		return -ENOMEM;
-	memcpy(dst->data, src->data, src->len * sizeof(double));
-	return 0;
-}
-
-int cfg_copy(struct vr_config *dst, const struct vr_config *src)
-{
-	*dst = *src;
-	dst->preprocess.background.reference.data = NULL;
-	dst->preprocess.resample.table.data = NULL;
-	dst->preprocess.dispersion.table.data = NULL;
-	dst->source.shim.args_yaml = cfg_args_empty;
-	if (src->source.shim.args_yaml && src->source.shim.args_yaml != cfg_args_empty) {
-		dst->source.shim.args_yaml = strdup(src->source.shim.args_yaml);
-		if (!dst->source.shim.args_yaml) {
-			dst->source.shim.args_yaml = cfg_args_empty;
-			goto out_nomem;
-		}
-	}
-	if (table_copy(&dst->preprocess.background.reference,
-	               &src->preprocess.background.reference) ||
-	    table_copy(&dst->preprocess.resample.table, &src->preprocess.resample.table) ||
-	    table_copy(&dst->preprocess.dispersion.table, &src->preprocess.dispersion.table))
-		goto out_nomem;
-	return 0;
-
-out_nomem:
-	cfg_free(dst);
-	return -ENOMEM;
-}
 
 /* ---- positions and messages ------------------------------------------------------------- */
 
@@ -148,7 +25,8 @@ struct cfg_mark cfg_mark_of(const struct cfg_ctx *ctx, const char *key)
 
 bool cfg_given(const struct cfg_ctx *ctx, const char *key)
 {
-	return cfg_mark_of(ctx, key).line != 0;
+	const struct cfg_key *k = cfg_key_find(key);
+	return k && ctx->given[k - cfg_keys];
 }
 
 /* The mark of key, else of its nearest written ancestor ("a.b[2].c" -> "a.b[2]" -> "a.b" ->
@@ -177,7 +55,9 @@ static int verror_at(struct cfg_ctx *ctx, int rc, struct cfg_mark m, const char 
 {
 	if (!ctx->err || !ctx->errlen)
 		return rc;
-	int n = snprintf(ctx->err, ctx->errlen, "%s:%zu:%zu: %s: ", ctx->name, m.line, m.col, key);
+	int n = ctx->name ? snprintf(ctx->err, ctx->errlen, "%s:%zu:%zu: %s: ", ctx->name, m.line,
+	                             m.col, key)
+	                  : snprintf(ctx->err, ctx->errlen, "%s: ", key);
 	if (n >= 0 && (size_t)n < ctx->errlen)
 		vsnprintf(ctx->err + n, ctx->errlen - n, fmt, ap);
 	/* one line, whatever the file held (keys, strings and paths are echoed) */
@@ -204,17 +84,6 @@ int cfg_error(struct cfg_ctx *ctx, int rc, const char *key, const char *fmt, ...
 	verror_at(ctx, rc, mark_or_ancestor(ctx, key), key, fmt, ap);
 	va_end(ap);
 	return rc;
-}
-
-int cfg_resolve_path(char *dst, size_t dstlen, const char *base_dir, const char *path)
-{
-	int n;
-
-	if (path[0] == '/' || !base_dir[0])
-		n = snprintf(dst, dstlen, "%s", path);
-	else
-		n = snprintf(dst, dstlen, "%s/%s", base_dir, path);
-	return n < 0 || (size_t)n >= dstlen ? -ENAMETOOLONG : 0;
 }
 
 /* ---- loading ---------------------------------------------------------------------------- */
@@ -346,194 +215,140 @@ out_close:
 	return rc;
 }
 
-/* ---- comparison ------------------------------------------------------------------------- */
+/* ---- changing keys ---------------------------------------------------------------------- */
 
-static bool table_equal(const struct cfg_table *a, const struct cfg_table *b)
+bool cfg_key_is_live(const char *path)
 {
-	if (strcmp(a->path, b->path) || a->len != b->len || !a->data != !b->data)
-		return false;
-	return !a->data || !memcmp(a->data, b->data, a->len * sizeof(double));
-}
-
-static const char *args_text(const struct vr_config *c)
-{
-	return c->source.shim.args_yaml ? c->source.shim.args_yaml : "{}";
-}
-
-/* Compare everything but source_file, the tables' data and the args pointer, which
- * cfg_equal compares by content. Padding is not compared: fields are copied one by one. */
-static void comparable(struct vr_config *dst, const struct vr_config *src)
-{
-	*dst = *src;
-	memset(dst->source_file, 0, sizeof(dst->source_file));
-	dst->source.shim.args_yaml = NULL;
-	dst->preprocess.background.reference.data = NULL;
-	dst->preprocess.resample.table.data = NULL;
-	dst->preprocess.dispersion.table.data = NULL;
+	bool any = false;
+	for (size_t i = 0; i < cfg_nkeys; i++) {
+		if (!cfg_path_under(cfg_keys[i].path, path))
+			continue;
+		if (cfg_keys[i].reload != CFG_LIVE)
+			return false;
+		any = true;
+	}
+	return any && *path;
 }
 
-bool cfg_equal(const struct vr_config *a, const struct vr_config *b)
+/* The live keys as "a.b, c" (a section when all of its keys are live) into buf at *off. */
+static void live_names(const char *path, char *buf, size_t len, size_t *off)
 {
-	struct vr_config *x, *y;
-	bool eq = false;
+	struct cfg_child ch[CFG_KEYS_MAX];
+	size_t n = cfg_children(path, ch);
 
-	if (strcmp(args_text(a), args_text(b)) ||
-	    !table_equal(&a->preprocess.background.reference,
-	                 &b->preprocess.background.reference) ||
-	    !table_equal(&a->preprocess.resample.table, &b->preprocess.resample.table) ||
-	    !table_equal(&a->preprocess.dispersion.table, &b->preprocess.dispersion.table))
-		return false;
-	/* compare field by field through a normalized copy; calloc so padding is zero */
-	x = calloc(2, sizeof(*x));
-	if (!x)
-		return false;
-	y = x + 1;
-	comparable(x, a);
-	comparable(y, b);
-#define EQ(f) (!memcmp(&x->f, &y->f, sizeof(x->f)))
-	eq = EQ(instance) && EQ(backend) && EQ(gpu.device) && EQ(gpu.streams) && EQ(cpu.threads) &&
-	     EQ(source.type) && x->source.rate == y->source.rate && EQ(source.replay.path) &&
-	     EQ(source.replay.format) && EQ(source.replay.loop) && EQ(source.synth.seed) &&
-	     EQ(source.synth.phantom) && x->source.synth.deg_per_s == y->source.synth.deg_per_s &&
-	     x->source.synth.snr_db == y->source.synth.snr_db && EQ(source.shim.library) &&
-	     EQ(source.shim.timeout_ms) && EQ(geometry.samples_per_ascan) &&
-	     EQ(geometry.sample_type) && EQ(geometry.bit_shift) && EQ(geometry.ascans_per_bscan) &&
-	     EQ(geometry.bscans_per_volume) && EQ(geometry.stride) && EQ(geometry.depth_range) &&
-	     EQ(geometry.bidirectional) && EQ(preprocess.background.mode) &&
-	     x->preprocess.background.threshold == y->preprocess.background.threshold &&
-	     EQ(preprocess.resample.method) && EQ(preprocess.resample.positions) &&
-	     EQ(preprocess.resample.poly) && EQ(preprocess.resample.wavelength_nm) &&
-	     EQ(preprocess.window.type) &&
-	     x->preprocess.window.param == y->preprocess.window.param &&
-	     EQ(preprocess.dispersion.kind) && EQ(preprocess.dispersion.coeffs) &&
-	     EQ(preprocess.zero_pad) && EQ(preprocess.db_range) && EQ(preprocess.flip.x) &&
-	     EQ(preprocess.flip.z) && EQ(reconstruct.mode) &&
-	     x->reconstruct.spatial_sigma == y->reconstruct.spatial_sigma &&
-	     EQ(reconstruct.temporal) && x->reconstruct.tau == y->reconstruct.tau &&
-	     EQ(reconstruct.combine) && EQ(output.slots) && EQ(pipeline.ring_bscans) &&
-	     EQ(pipeline.overflow) && EQ(ipc.run_dir) && EQ(ipc.npub) &&
-	     !memcmp(x->ipc.pub, y->ipc.pub, sizeof(x->ipc.pub[0]) * x->ipc.npub) &&
-	     EQ(ipc.status_interval_ms) && EQ(ipc.hwm) && EQ(ipc.max_readers) && EQ(ipc.keep_shm) &&
-	     EQ(ipc.curve_secret_key) && EQ(ipc.curve_public_key) && EQ(log.level);
-#undef EQ
-	free(x);
-	return eq;
+	for (size_t i = 0; i < n && *off < len; i++) {
+		char sub[CFG_KEY_MAX];
+		snprintf(sub, sizeof(sub), "%s%s%.*s", path, *path ? "." : "", (int)ch[i].len,
+		         ch[i].name);
+		if (!cfg_key_is_live(sub)) {
+			if (!ch[i].key)
+				live_names(sub, buf, len, off);
+			continue;
+		}
+		int w = snprintf(buf + *off, len - *off, "%s%s", *off ? ", " : "", sub);
+		if (w > 0)
+			*off += (size_t)w;
+	}
 }
 
-/*
- * Structural: anything that changes sizes, allocations, devices, the source, the shm layout or
- * the sockets. Live: db_range, window, dispersion values (coeffs <-> table, not on <-> off,
- * which changes the FFT plan), background mode and threshold (a reference table of other
- * content stays structural), reconstruction weights and mode (unless the mode change
- * changes the output size), log level, status interval.
- */
-bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config *b)
+/* Check that paths[i] names a key or a section, once, and (live_only) live keys only. */
+static int check_path(struct cfg_ctx *ctx, const char *const *paths, size_t i, bool live_only)
 {
-	struct vr_config *x, *y;
-	bool structural = true;
+	const char *path = paths[i];
+	char live[512];
+	size_t off = 0;
 
-	if ((a->preprocess.dispersion.kind == CFG_DISP_NONE) !=
-	    (b->preprocess.dispersion.kind == CFG_DISP_NONE))
-		return true;
-	if (cfg_out_voxels(a) != cfg_out_voxels(b))
-		return true;
-	x = calloc(2, sizeof(*x));
-	if (!x)
-		return true;
-	y = x + 1;
-	/* copy a and b, then overwrite every live field of y with x's: what remains differs
-	 * only in structural fields */
-	*x = *a;
-	*y = *b;
-	y->preprocess.db_range[0] = x->preprocess.db_range[0];
-	y->preprocess.db_range[1] = x->preprocess.db_range[1];
-	y->preprocess.window = x->preprocess.window;
-	y->preprocess.dispersion = x->preprocess.dispersion;
-	y->preprocess.background.mode = x->preprocess.background.mode;
-	y->preprocess.background.threshold = x->preprocess.background.threshold;
-	y->reconstruct = x->reconstruct;
-	y->log = x->log;
-	y->ipc.status_interval_ms = x->ipc.status_interval_ms;
-	y->source.shim.args_yaml = x->source.shim.args_yaml;
-	y->preprocess.background.reference.data = x->preprocess.background.reference.data;
-	y->preprocess.resample.table.data = x->preprocess.resample.table.data;
-	structural = strcmp(args_text(a), args_text(b)) ||
-	             !table_equal(&a->preprocess.background.reference,
-	                          &b->preprocess.background.reference) ||
-	             !table_equal(&a->preprocess.resample.table, &b->preprocess.resample.table) ||
-	             !cfg_equal(x, y);
-	free(x);
-	return structural;
+	if (strlen(path) >= CFG_KEY_MAX || (!cfg_key_find(path) && !cfg_is_section(path)) ||
+	    !*path) {
+		if (ctx->err && ctx->errlen)
+			cfg_unknown_key(path, ctx->err, ctx->errlen);
+		return -EINVAL;
+	}
+	for (size_t j = 0; j < i; j++)
+		if (cfg_path_under(path, paths[j]) || cfg_path_under(paths[j], path))
+			return cfg_error(ctx, -EINVAL, path,
+			                 "given twice (as %s and %s; each key at most once)",
+			                 paths[j], path);
+	if (live_only && !cfg_key_is_live(path)) {
+		live[0] = '\0';
+		live_names("", live, sizeof(live), &off);
+		return cfg_error(ctx, -EPERM, path,
+		                 "%s structural: a change needs the configuration file and a "
+		                 "reload (live keys: %s)",
+		                 cfg_key_find(path) ? "is" : "holds keys that are", live);
+	}
+	return 0;
 }
 
-/* ---- names ------------------------------------------------------------------------------ */
+static int set_keys(struct vr_config *cfg, const char *const *paths, const char *const *values,
+                    size_t n, bool live_only, char *err, size_t errlen)
+{
+	struct cfg_ctx ctx = {.err = err, .errlen = errlen, .keep_files = live_only};
+	struct vr_config *next = malloc(sizeof(*next));
+	const struct cfg_key *k;
+	const char *why;
+	char *slash;
+	int rc = 0;
 
-const char *const cfg_backend_names[] = {"auto", "cuda", "cpu", NULL};
-const char *const cfg_source_names[] = {"synth", "replay", "shim", NULL};
-const char *const cfg_replay_format_names[] = {"auto", "raw", NULL};
-const char *const cfg_sample_names[] = {"u16", "i16", "f32", NULL};
-const char *const cfg_background_names[] = {
-        "ascan_mean", "bscan_mean", "bscan_median", "reference", "none", "partial_median", NULL};
-const char *const cfg_resample_names[] = {"none", "linear", "cubic", "spline", NULL};
-const char *const cfg_window_names[] = {"none",  "hann",  "hamming", "blackman",
-                                        "gauss", "tukey", NULL};
-const char *const cfg_recon_mode_names[] = {"none", "noncumulative", "cumulative", NULL};
-const char *const cfg_temporal_names[] = {"linear", "exp", NULL};
-const char *const cfg_combine_names[] = {"sum", "product", NULL};
-const char *const cfg_overflow_names[] = {"drop_epoch", "block", NULL};
-const char *const cfg_log_level_names[] = {"error", "warning", "info", "debug", NULL};
+	if (err && errlen)
+		err[0] = '\0';
+	if (!next || cfg_copy(next, cfg)) {
+		free(next);
+		if (err && errlen)
+			snprintf(err, errlen, "%s: out of memory", n ? paths[0] : "(set)");
+		return -ENOMEM;
+	}
+	ctx.cfg = next;
+	snprintf(ctx.base_dir, sizeof(ctx.base_dir), "%s", cfg->source_file);
+	slash = strrchr(ctx.base_dir, '/');
+	if (slash)
+		slash[slash == ctx.base_dir] = '\0';
+	else if (!getcwd(ctx.base_dir, sizeof(ctx.base_dir)))
+		ctx.base_dir[0] = '\0';
+	for (size_t i = 0; i < cfg_nkeys; i++)
+		ctx.given[i] = cfg_key_present(&cfg_keys[i], next);
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = check_path(&ctx, paths, i, live_only);
+	for (size_t i = 0; i < n && !rc; i++) {
+		for (size_t j = 0; j < cfg_nkeys; j++) {
+			if (!cfg_path_under(cfg_keys[j].path, paths[i]))
+				continue;
+			cfg_key_reset(&cfg_keys[j], next); /* a section: what it leaves out */
+			ctx.given[j] = false;
+		}
+		rc = cfg_parse_value(&ctx, paths[i], values[i] ? values[i] : "");
+	}
+	/* a change that needs a rebuild is refused as such; a change of the output's size
+	 * (reconstruct.mode) also when validation failed only for what it would make of the keys
+	 * placed in the volume (view.position in a smaller volume) */
+	if (!rc) {
+		rc = cfg_validate(&ctx);
+		if (live_only && (k = cfg_structural_key(cfg, next, &why)) &&
+		    (!rc || cfg_out_voxels(cfg) != cfg_out_voxels(next)))
+			rc = cfg_error(&ctx, -EPERM, k->path,
+			               "%s (a structural change: it needs the configuration file "
+			               "and a reload)",
+			               why);
+	}
+	if (!rc) {
+		cfg_free(cfg);
+		*cfg = *next;
+	} else {
+		cfg_free(next);
+	}
+	free(next);
+	free(ctx.pos);
+	return rc;
+}
 
-static const char *name_of(const char *const *names, size_t n, int v)
+int cfg_set_keys(struct vr_config *cfg, const char *const *paths, const char *const *yaml_values,
+                 size_t n, char *err, size_t errlen)
 {
-	return v >= 0 && (size_t)v < n ? names[v] : "?";
+	return set_keys(cfg, paths, yaml_values, n, true, err, errlen);
 }
-#define NAME_OF(tab, v) name_of(tab, sizeof(tab) / sizeof(tab[0]) - 1, (int)(v))
 
-const char *cfg_backend_name(enum cfg_backend v)
+int cfg_override_keys(struct vr_config *cfg, const char *const *paths,
+                      const char *const *yaml_values, size_t n, char *err, size_t errlen)
 {
-	return NAME_OF(cfg_backend_names, v);
-}
-const char *cfg_source_name(enum cfg_source v)
-{
-	return NAME_OF(cfg_source_names, v);
-}
-const char *cfg_replay_format_name(enum cfg_replay_format v)
-{
-	return NAME_OF(cfg_replay_format_names, v);
-}
-const char *cfg_sample_name(enum cfg_sample v)
-{
-	return NAME_OF(cfg_sample_names, v);
-}
-const char *cfg_background_name(enum cfg_background v)
-{
-	return NAME_OF(cfg_background_names, v);
-}
-const char *cfg_resample_name(enum cfg_resample v)
-{
-	return NAME_OF(cfg_resample_names, v);
-}
-const char *cfg_window_name(enum cfg_window v)
-{
-	return NAME_OF(cfg_window_names, v);
-}
-const char *cfg_recon_mode_name(enum cfg_recon_mode v)
-{
-	return NAME_OF(cfg_recon_mode_names, v);
-}
-const char *cfg_temporal_name(enum cfg_temporal v)
-{
-	return NAME_OF(cfg_temporal_names, v);
-}
-const char *cfg_combine_name(enum cfg_combine v)
-{
-	return NAME_OF(cfg_combine_names, v);
-}
-const char *cfg_overflow_name(enum cfg_overflow v)
-{
-	return NAME_OF(cfg_overflow_names, v);
-}
-const char *cfg_log_level_name(enum cfg_log_level v)
-{
-	return NAME_OF(cfg_log_level_names, v);
+	return set_keys(cfg, paths, yaml_values, n, false, err, errlen);
 }

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The effective volrecd configuration: one struct holding every key of the YAML schema
- * (docs/configuration.md), filled with defaults, validated, with its tables loaded.
- * cfg_load() is the only way a struct vr_config gets its values from a file.
+ * (docs/configuration.md; the keys are one table in config/schema.c), filled with defaults,
+ * validated, with its tables loaded. cfg_load() is the only way a struct vr_config gets its
+ * values from a file; cfg_set_keys() changes live keys of a loaded one.
  */
 #ifndef VOLREC_CONFIG_H
 #define VOLREC_CONFIG_H
@@ -40,9 +41,15 @@ enum cfg_window {
 	CFG_WIN_TUKEY,
 };
 enum cfg_disp { CFG_DISP_NONE, CFG_DISP_COEFFS, CFG_DISP_TABLE };
-enum cfg_recon_mode { CFG_RECON_NONE, CFG_RECON_NONCUMULATIVE, CFG_RECON_CUMULATIVE };
+enum cfg_recon_mode {
+	CFG_RECON_NONE,
+	CFG_RECON_NONCUMULATIVE,
+	CFG_RECON_CUMULATIVE,
+	CFG_RECON_ADAPTIVE, /* docs/algorithms.md §2b */
+};
 enum cfg_temporal { CFG_TEMPORAL_LINEAR, CFG_TEMPORAL_EXP };
 enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };
+enum cfg_dtype { CFG_DTYPE_U8 };
 enum cfg_overflow { CFG_OVERFLOW_DROP_EPOCH, CFG_OVERFLOW_BLOCK };
 enum cfg_log_level { CFG_LOG_ERROR, CFG_LOG_WARNING, CFG_LOG_INFO, CFG_LOG_DEBUG };
 
@@ -80,6 +87,10 @@ struct vr_config {
 			uint64_t seed;
 			char phantom[CFG_NAME_MAX]; /* "retina" */
 			double deg_per_s;           /* motion.deg_per_s */
+			double shift_mm_per_s[3];   /* motion.shift_mm_per_s: x, y, depth */
+			uint64_t jump_epoch;        /* motion.jump.epoch, 0 = no jump */
+			double jump_mm[3];          /* motion.jump.shift_mm: x, y, depth */
+			double jump_deg;            /* motion.jump.deg */
 			double snr_db;
 		} synth;
 		struct {
@@ -135,10 +146,15 @@ struct vr_config {
 		enum cfg_temporal temporal;
 		double tau; /* > 0 */
 		enum cfg_combine combine;
+		struct {
+			double tolerance; /* kappa: change scale, normalized units (> 0) */
+			uint32_t depth_half_window; /* h: 2h + 1 z bins averaged before comparing */
+		} adaptive;
 	} reconstruct;
 
 	struct {
-		uint32_t slots; /* 2..64 */
+		enum cfg_dtype dtype; /* u8 only */
+		uint32_t slots;       /* 2..64 */
 	} output;
 
 	struct {
@@ -162,6 +178,20 @@ struct vr_config {
 	struct {
 		enum cfg_log_level level;
 	} log;
+
+	/* Views of each volume (ALGORITHMS.md §4); all live but enabled. */
+	struct {
+		bool enabled;         /* false: no views area, nothing computed (structural) */
+		uint32_t slab[2];     /* en-face depth slab [za, zb), default the whole depth */
+		uint32_t position[3]; /* [y0, x0, z0] of bscan/slice/plane, default the centre */
+		struct {
+			uint32_t size[2];     /* [H, W] pixels, 1..VOLREC_RENDER_MAX each */
+			double angles_deg[2]; /* azimuth, elevation */
+			double spacing[3];    /* voxel spacing dx, dy, dz > 0 */
+			double step;          /* ray sampling step; 0: half the smallest spacing */
+			uint32_t every;       /* render every Nth volume; 0: auto (GPU 1, CPU 5) */
+		} render;
+	} view;
 };
 
 /* Derived sizes; valid only on a validated config. */
@@ -186,6 +216,15 @@ static inline size_t cfg_bscan_bytes(const struct vr_config *c)
 {
 	return (size_t)c->geometry.ascans_per_bscan * c->geometry.samples_per_ascan *
 	       cfg_sample_size(c);
+}
+/* Output volume size [Y, X, Z] (the low-resolution one when mode is none). */
+static inline void cfg_out_dims(const struct vr_config *c, uint32_t dims[3])
+{
+	bool none = c->reconstruct.mode == CFG_RECON_NONE;
+
+	dims[0] = c->geometry.bscans_per_volume * (none ? 1 : c->geometry.stride[1]);
+	dims[1] = c->geometry.ascans_per_bscan * (none ? 1 : c->geometry.stride[0]);
+	dims[2] = c->geometry.depth_range[1] - c->geometry.depth_range[0];
 }
 /* Voxels of one output volume: Y * X * Z (the low-resolution one when mode is none). */
 static inline size_t cfg_out_voxels(const struct vr_config *c)
@@ -249,5 +288,41 @@ const char *cfg_log_level_name(enum cfg_log_level v);
 /* Whether a and b hold the same configuration (tables and shim args compared by content;
  * source_file ignored). */
 bool cfg_equal(const struct vr_config *a, const struct vr_config *b);
+
+/*
+ * Change the live keys paths[0..n) of a loaded configuration at run time (the control socket,
+ * `volrec set KEY=VALUE`). Each value is YAML text, a scalar or flow value as in the file
+ * ("[20, 90]", "tukey", "{type: gauss, param: 0.3}"); a path naming a section replaces the
+ * whole section (keys it leaves out return to their defaults). Values are checked exactly as
+ * in the file, then the whole configuration is validated on a copy (cross-field rules); files
+ * that keys already named are not read again. All or nothing: on failure *cfg is unchanged, a
+ * negative errno is returned and err holds "key.path: what is wrong (what is allowed)"; a
+ * structural key, or a live one whose change is structural (dispersion on or off, a mode
+ * that resizes the output), is refused with -EPERM: it needs the configuration file and a
+ * reload. Relative file names resolve against the directory of cfg->source_file.
+ */
+__attribute__((warn_unused_result)) int cfg_set_keys(struct vr_config *cfg,
+                                                     const char *const *paths,
+                                                     const char *const *yaml_values, size_t n,
+                                                     char *err, size_t errlen);
+
+/* The same for any key, structural ones included (command-line overrides of a configuration
+ * that is not running yet); files named are checked again. */
+__attribute__((warn_unused_result)) int cfg_override_keys(struct vr_config *cfg,
+                                                          const char *const *paths,
+                                                          const char *const *yaml_values, size_t n,
+                                                          char *err, size_t errlen);
+
+/*
+ * One key's value as YAML flow text ("[0, 100]", "hann", "\"/run/volrec\""), or a whole section
+ * when path names one ("{type: hann, param: 0.4}"; "" is the whole configuration); an optional
+ * key that is not set reads "~". Returns 0, -ENOSPC when outlen is too small, or -ENOENT for
+ * an unknown path, with out then holding "key.path: unknown key (allowed ...: ...)".
+ */
+__attribute__((warn_unused_result)) int cfg_get_key(const struct vr_config *cfg, const char *path,
+                                                    char *out, size_t outlen);
+
+/* Whether path names a live key, or a section of live keys only. */
+bool cfg_key_is_live(const char *path);
 
 #endif

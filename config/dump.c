@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cfg_dump: the effective configuration as YAML, every key written out (defaults included),
- * in a form cfg_load reads back to an equal configuration.
+ * The configuration as YAML, walked from the schema: cfg_dump writes every key (defaults
+ * included) in block style, in a form cfg_load reads back to an equal configuration;
+ * cfg_get_key writes one key or section in flow style, as cfg_set_keys takes it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +11,7 @@
 
 #include "internal.h"
 
-void cfg_put_quoted(FILE *out, const char *s)
+static void put_quoted(FILE *out, const char *s)
 {
 	fputc('"', out);
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -36,35 +37,130 @@ static void put_double(FILE *out, double v)
 	fputs(buf, out);
 }
 
-static void put_doubles(FILE *out, const double *v, size_t n)
+/* The value of k in c, in flow style or (the list of strings) in block style at indent. */
+static void put_value(FILE *out, const struct cfg_key *k, const struct vr_config *c, bool flow,
+                      int indent)
 {
-	fputc('[', out);
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			fputs(", ", out);
-		put_double(out, v[i]);
+	const void *p = cfg_at(c, k);
+
+	switch (k->type) {
+	case CFG_T_BOOL:
+		fputs(*(const bool *)p ? "true" : "false", out);
+		break;
+	case CFG_T_INT:
+		fprintf(out, "%d", *(const int *)p);
+		break;
+	case CFG_T_U32:
+		fprintf(out, "%u", *(const uint32_t *)p);
+		break;
+	case CFG_T_U64:
+		fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)p);
+		break;
+	case CFG_T_F64:
+		put_double(out, *(const double *)p);
+		break;
+	case CFG_T_ENUM: {
+		int v = *(const int *)p, i = 0;
+		while (k->names[i] && i < v)
+			i++;
+		fputs(k->names[i] && v >= 0 ? k->names[i] : "?", out);
+		break;
 	}
-	fputc(']', out);
+	case CFG_T_NAME:
+		fputs(p, out);
+		break;
+	case CFG_T_STR:
+	case CFG_T_PATH:
+		put_quoted(out, p);
+		break;
+	case CFG_T_TABLE:
+		put_quoted(out, ((const struct cfg_table *)p)->path);
+		break;
+	case CFG_T_ARGS:
+		fputs(*(char *const *)p ? *(char *const *)p : "{}", out);
+		break;
+	case CFG_T_U32S:
+	case CFG_T_F64S:
+		for (size_t i = 0; i < k->n; i++) {
+			fputs(i ? ", " : "[", out);
+			if (k->type == CFG_T_U32S)
+				fprintf(out, "%u", ((const uint32_t *)p)[i]);
+			else
+				put_double(out, ((const double *)p)[i]);
+		}
+		fputc(']', out);
+		break;
+	case CFG_T_LIST: {
+		uint32_t n = *(const uint32_t *)((const char *)c + k->count);
+		if (flow || !n)
+			fputc('[', out);
+		for (uint32_t i = 0; i < n && i < k->n; i++) {
+			if (flow)
+				fputs(i ? ", " : "", out);
+			else
+				fprintf(out, "\n%*s- ", indent + 2, "");
+			put_quoted(out, (const char *)p + (size_t)i * CFG_PATH_MAX);
+		}
+		if (flow || !n)
+			fputc(']', out);
+		break;
+	}
+	}
 }
 
-static const char *b(bool v)
+/* Whether any key of the section at path holds a value. */
+static bool section_present(const struct vr_config *c, const char *path)
 {
-	return v ? "true" : "false";
+	for (size_t i = 0; i < cfg_nkeys; i++)
+		if (cfg_path_under(cfg_keys[i].path, path) && cfg_key_present(&cfg_keys[i], c))
+			return true;
+	return false;
 }
 
-static void put_path(FILE *out, const char *indent, const char *key, const char *path)
+/* The section at path: in block style at indent, or (indent < 0) as a flow mapping. */
+static void put_section(FILE *out, const struct vr_config *c, const char *path, int indent)
 {
-	if (!path[0])
-		return;
-	fprintf(out, "%s%s: ", indent, key);
-	cfg_put_quoted(out, path);
-	fputc('\n', out);
+	struct cfg_child ch[CFG_KEYS_MAX];
+	size_t n = cfg_children(path, ch);
+	bool first = true;
+
+	if (indent < 0)
+		fputc('{', out);
+	for (size_t i = 0; i < n; i++) {
+		char sub[CFG_KEY_MAX];
+		snprintf(sub, sizeof(sub), "%s%s%.*s", path, *path ? "." : "", (int)ch[i].len,
+		         ch[i].name);
+		if (ch[i].key && !cfg_key_present(ch[i].key, c))
+			continue;
+		if (indent < 0)
+			fprintf(out, "%s%.*s: ", first ? "" : ", ", (int)ch[i].len, ch[i].name);
+		else
+			fprintf(out, "%*s%.*s:", indent, "", (int)ch[i].len, ch[i].name);
+		first = false;
+		if (ch[i].key) {
+			bool block_list = indent >= 0 && ch[i].key->type == CFG_T_LIST &&
+			                  *(const uint32_t *)((const char *)c + ch[i].key->count);
+			if (indent >= 0 && !block_list)
+				fputc(' ', out);
+			put_value(out, ch[i].key, c, indent < 0, indent);
+		} else if (indent < 0) {
+			put_section(out, c, sub, -1);
+		} else if (!section_present(c, sub)) {
+			fputs(" {}", out);
+		} else {
+			fputc('\n', out);
+			put_section(out, c, sub, indent + 2);
+			continue;
+		}
+		if (indent >= 0)
+			fputc('\n', out);
+	}
+	if (indent < 0)
+		fputc('}', out);
 }
 
 int cfg_dump(const struct vr_config *c, FILE *out)
 {
-	const char *args = c->source.shim.args_yaml ? c->source.shim.args_yaml : "{}";
-
 	fputs("# volrecd effective configuration", out);
 	if (c->source_file[0]) {
 		fputs(" from ", out);
@@ -72,112 +168,39 @@ int cfg_dump(const struct vr_config *c, FILE *out)
 			fputc((unsigned char)*p < 0x20 ? '?' : *p, out);
 	}
 	fputc('\n', out);
-	fputs("instance: ", out);
-	cfg_put_quoted(out, c->instance);
-	fprintf(out, "\nbackend: %s\n", cfg_backend_name(c->backend));
-	fprintf(out, "gpu:\n  device: %d\n  streams: %d\n", c->gpu.device, c->gpu.streams);
-	fprintf(out, "cpu:\n  threads: %d\n", c->cpu.threads);
-
-	fprintf(out, "source:\n  type: %s\n  rate: ", cfg_source_name(c->source.type));
-	put_double(out, c->source.rate);
-	fputs("\n  replay:\n", out);
-	put_path(out, "    ", "path", c->source.replay.path);
-	fprintf(out, "    format: %s\n    loop: %s\n",
-	        cfg_replay_format_name(c->source.replay.format), b(c->source.replay.loop));
-	fprintf(out, "  synth:\n    seed: %llu\n    phantom: %s\n    motion:\n      deg_per_s: ",
-	        (unsigned long long)c->source.synth.seed, c->source.synth.phantom);
-	put_double(out, c->source.synth.deg_per_s);
-	fputs("\n    snr_db: ", out);
-	put_double(out, c->source.synth.snr_db);
-	fputs("\n  shim:\n", out);
-	put_path(out, "    ", "library", c->source.shim.library);
-	fprintf(out, "    args: %s\n    timeout_ms: %d\n", args, c->source.shim.timeout_ms);
-
-	fprintf(out,
-	        "geometry:\n  samples_per_ascan: %u\n  sample_type: %s\n  bit_shift: %u\n"
-	        "  ascans_per_bscan: %u\n  bscans_per_volume: %u\n  stride: [%u, %u]\n"
-	        "  depth_range: [%u, %u]\n  bidirectional: %s\n",
-	        c->geometry.samples_per_ascan, cfg_sample_name(c->geometry.sample_type),
-	        c->geometry.bit_shift, c->geometry.ascans_per_bscan, c->geometry.bscans_per_volume,
-	        c->geometry.stride[0], c->geometry.stride[1], c->geometry.depth_range[0],
-	        c->geometry.depth_range[1], b(c->geometry.bidirectional));
-
-	fprintf(out, "preprocess:\n  background:\n    mode: %s\n",
-	        cfg_background_name(c->preprocess.background.mode));
-	if (c->preprocess.background.mode == CFG_BG_REFERENCE)
-		put_path(out, "    ", "reference", c->preprocess.background.reference.path);
-	fputs("    threshold: ", out);
-	put_double(out, c->preprocess.background.threshold);
-	fputc('\n', out);
-	fprintf(out, "  resample:\n    method: %s\n",
-	        cfg_resample_name(c->preprocess.resample.method));
-	switch (c->preprocess.resample.positions) {
-	case CFG_RSPOS_TABLE:
-		put_path(out, "    ", "table", c->preprocess.resample.table.path);
-		break;
-	case CFG_RSPOS_POLY:
-		fputs("    poly: ", out);
-		put_doubles(out, c->preprocess.resample.poly, 4);
-		fputc('\n', out);
-		break;
-	case CFG_RSPOS_WAVELENGTH:
-		fputs("    wavelength_nm: ", out);
-		put_doubles(out, c->preprocess.resample.wavelength_nm, 4);
-		fputc('\n', out);
-		break;
-	case CFG_RSPOS_NONE:
-		break;
-	}
-	fprintf(out,
-	        "  window:\n    type: %s\n    param: ", cfg_window_name(c->preprocess.window.type));
-	put_double(out, c->preprocess.window.param);
-	fputc('\n', out);
-	switch (c->preprocess.dispersion.kind) {
-	case CFG_DISP_COEFFS:
-		fputs("  dispersion:\n    coeffs: ", out);
-		put_doubles(out, c->preprocess.dispersion.coeffs, 2);
-		fputc('\n', out);
-		break;
-	case CFG_DISP_TABLE:
-		fputs("  dispersion:\n", out);
-		put_path(out, "    ", "table", c->preprocess.dispersion.table.path);
-		break;
-	case CFG_DISP_NONE:
-		fputs("  dispersion: {}\n", out);
-		break;
-	}
-	fprintf(out, "  zero_pad: %u\n  db_range: ", c->preprocess.zero_pad);
-	put_doubles(out, c->preprocess.db_range, 2);
-	fprintf(out, "\n  flip:\n    x: %s\n    z: %s\n", b(c->preprocess.flip.x),
-	        b(c->preprocess.flip.z));
-
-	fprintf(out, "reconstruct:\n  mode: %s\n  spatial_sigma: ",
-	        cfg_recon_mode_name(c->reconstruct.mode));
-	put_double(out, c->reconstruct.spatial_sigma);
-	fprintf(out, "\n  temporal: %s\n  tau: ", cfg_temporal_name(c->reconstruct.temporal));
-	put_double(out, c->reconstruct.tau);
-	fprintf(out, "\n  combine: %s\n", cfg_combine_name(c->reconstruct.combine));
-
-	fprintf(out, "output:\n  dtype: u8\n  slots: %u\n", c->output.slots);
-	fprintf(out, "pipeline:\n  ring_bscans: %u\n  overflow: %s\n", c->pipeline.ring_bscans,
-	        cfg_overflow_name(c->pipeline.overflow));
-
-	fputs("ipc:\n", out);
-	put_path(out, "  ", "run_dir", c->ipc.run_dir);
-	fputs("  pub:", out);
-	if (!c->ipc.npub)
-		fputs(" []", out);
-	for (uint32_t i = 0; i < c->ipc.npub && i < CFG_MAX_PUB; i++) {
-		fputs("\n    - ", out);
-		cfg_put_quoted(out, c->ipc.pub[i]);
-	}
-	fprintf(out, "\n  status_interval_ms: %u\n  hwm: %u\n  max_readers: %u\n  keep_shm: %s\n",
-	        c->ipc.status_interval_ms, c->ipc.hwm, c->ipc.max_readers, b(c->ipc.keep_shm));
-	put_path(out, "  ", "curve_secret_key", c->ipc.curve_secret_key);
-	put_path(out, "  ", "curve_public_key", c->ipc.curve_public_key);
-	fprintf(out, "log:\n  level: %s\n", cfg_log_level_name(c->log.level));
-
+	put_section(out, c, "", 0);
 	if (fflush(out) == EOF || ferror(out))
 		return -EIO;
 	return 0;
+}
+
+int cfg_get_key(const struct vr_config *cfg, const char *path, char *out, size_t outlen)
+{
+	const struct cfg_key *k = cfg_key_find(path);
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (!k && !cfg_is_section(path)) {
+		cfg_unknown_key(path, out, outlen);
+		return -ENOENT;
+	}
+	f = open_memstream(&text, &len);
+	if (!f)
+		return -ENOMEM;
+	if (!k)
+		put_section(f, cfg, path, -1);
+	else if (cfg_key_present(k, cfg))
+		put_value(f, k, cfg, true, 0);
+	else
+		fputc('~', f);
+	if (fclose(f)) {
+		free(text);
+		return -ENOMEM;
+	}
+	int rc = len < outlen ? 0 : -ENOSPC;
+	if (!rc)
+		memcpy(out, text, len + 1);
+	free(text);
+	return rc;
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The YAML walk: one table of keys per mapping (type, range, destination), so every key is
- * type- and range-checked the same way and unknown or duplicate keys are caught with the
- * position of the offending node. Cross-field checks are in validate.c.
+ * The YAML walk over the schema (schema.c): every key is type- and range-checked the same way,
+ * in a file or in one value given to cfg_set_keys, and unknown or duplicate keys are caught
+ * with the position of the offending node. Cross-field checks are in validate.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -11,40 +11,6 @@
 #include <string.h>
 
 #include "internal.h"
-
-enum key_kind {
-	K_MAP,      /* nested mapping, keys in sub */
-	K_INT,      /* int in [min, max] */
-	K_U32,      /* uint32_t in [min, max] */
-	K_U64,      /* uint64_t, any value */
-	K_F64,      /* finite double in [min, max] (or (min, max] with gt_min) */
-	K_BOOL,     /* true | false */
-	K_STR,      /* string into char[n] */
-	K_PATH,     /* file name into char[n], resolved against the config's directory */
-	K_ENUM,     /* one of names, stored as an int-sized enum */
-	K_STRENUM,  /* one of names, stored as a string into char[n] */
-	K_F64_SEQ,  /* exactly n finite doubles in [min, max] */
-	K_U32_SEQ,  /* exactly n uint32_t in [min, max] */
-	K_STR_LIST, /* up to n strings into char[n][CFG_PATH_MAX], count in count */
-	K_ARGS,     /* any mapping, re-emitted as flow YAML text into char ** */
-	K_TABLE,    /* file name of a table: resolved into struct cfg_table.path */
-};
-
-struct key {
-	const char *name;
-	enum key_kind kind;
-	void *dst;
-	double min, max;
-	bool gt_min;              /* min itself is excluded */
-	const char *const *names; /* K_ENUM, K_STRENUM */
-	size_t n;                 /* string size, sequence length, list capacity */
-	const struct key *sub;    /* K_MAP */
-	uint32_t *count;          /* K_STR_LIST */
-	const char *shape;        /* K_*_SEQ: how the sequence reads ("[lo, hi]") */
-};
-
-_Static_assert(sizeof(enum cfg_backend) == sizeof(int) && sizeof(enum cfg_window) == sizeof(int),
-               "enums are stored as int");
 
 /* ---- node helpers ----------------------------------------------------------------------- */
 
@@ -134,21 +100,9 @@ static void join_names(char *buf, size_t len, const char *const *names)
 	}
 }
 
-static void join_keys(char *buf, size_t len, const struct key *keys)
-{
-	size_t off = 0;
-	buf[0] = '\0';
-	for (size_t i = 0; keys[i].name && off < len; i++) {
-		int n = snprintf(buf + off, len - off, "%s%s", i ? ", " : "", keys[i].name);
-		if (n < 0)
-			break;
-		off += (size_t)n;
-	}
-}
-
 /* ---- scalars ---------------------------------------------------------------------------- */
 
-static void range_text(char *buf, size_t len, const struct key *k, bool integer)
+static void range_text(char *buf, size_t len, const struct cfg_key *k, bool integer)
 {
 	if (integer)
 		snprintf(buf, len, "an integer from %.0f to %.0f", k->min, k->max);
@@ -174,7 +128,7 @@ static bool parse_int(const char *s, long long *v)
 }
 
 static int get_integer(struct cfg_ctx *ctx, const yaml_node_t *n, const char *path,
-                       const struct key *k, long long *v)
+                       const struct cfg_key *k, long long *v)
 {
 	char got[64], allowed[96];
 	range_text(allowed, sizeof(allowed), k, true);
@@ -208,7 +162,7 @@ static int get_u64(struct cfg_ctx *ctx, const yaml_node_t *n, const char *path, 
 }
 
 static int get_double(struct cfg_ctx *ctx, const yaml_node_t *n, const char *path,
-                      const struct key *k, double *v)
+                      const struct cfg_key *k, double *v)
 {
 	char got[64], allowed[96];
 	range_text(allowed, sizeof(allowed), k, false);
@@ -266,6 +220,18 @@ static int get_string(struct cfg_ctx *ctx, const yaml_node_t *n, const char *pat
 	return 0;
 }
 
+/* path resolved against base_dir unless absolute; -ENAMETOOLONG when it does not fit. */
+static int resolve_path(char *dst, size_t dstlen, const char *base_dir, const char *path)
+{
+	int n;
+
+	if (path[0] == '/' || !base_dir[0])
+		n = snprintf(dst, dstlen, "%s", path);
+	else
+		n = snprintf(dst, dstlen, "%s/%s", base_dir, path);
+	return n < 0 || (size_t)n >= dstlen ? -ENAMETOOLONG : 0;
+}
+
 static int get_path(struct cfg_ctx *ctx, const yaml_node_t *n, const char *path, char *dst,
                     size_t size)
 {
@@ -276,7 +242,7 @@ static int get_path(struct cfg_ctx *ctx, const yaml_node_t *n, const char *path,
 	if (!raw[0])
 		return cfg_error_at(ctx, -EINVAL, node_mark(n), path,
 		                    "is empty (a file name is needed)");
-	if (cfg_resolve_path(dst, size, ctx->base_dir, raw))
+	if (resolve_path(dst, size, ctx->base_dir, raw))
 		return cfg_error_at(ctx, -ENAMETOOLONG, node_mark(n), path,
 		                    "'%s' relative to %s is too long (at most %zu bytes)", raw,
 		                    ctx->base_dir, size - 1);
@@ -437,16 +403,13 @@ static int get_args(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, c
 	return 0;
 }
 
-/* ---- mappings and sequences ------------------------------------------------------------- */
-
-static int walk_map(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, const char *path,
-                    const struct key *keys);
+/* ---- keys, mappings and sequences ------------------------------------------------------- */
 
 static int walk_seq(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *doc, const char *path,
-                    const struct key *k)
+                    const struct cfg_key *k)
 {
 	char got[64], child[CFG_KEY_MAX];
-	const char *what = k->kind == K_F64_SEQ ? "numbers" : "integers";
+	const char *what = k->type == CFG_T_F64S ? "numbers" : "integers";
 	size_t count;
 
 	if (n->type != YAML_SEQUENCE_NODE)
@@ -460,19 +423,14 @@ static int walk_seq(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *doc, c
 		                    count == 1 ? "" : "s", k->n, what, k->shape);
 	for (size_t i = 0; i < count; i++) {
 		yaml_node_t *it = yaml_document_get_node(doc, n->data.sequence.items.start[i]);
+		long long v;
 		int rc;
 		index_path(child, sizeof(child), path, i);
 		rc = record(ctx, child, it);
-		if (rc)
-			return rc;
-		if (k->kind == K_F64_SEQ) {
-			rc = get_double(ctx, it, child, k, (double *)k->dst + i);
-		} else {
-			long long v;
-			rc = get_integer(ctx, it, child, k, &v);
-			if (!rc)
-				((uint32_t *)k->dst)[i] = (uint32_t)v;
-		}
+		if (!rc && k->type == CFG_T_F64S)
+			rc = get_double(ctx, it, child, k, (double *)cfg_at(ctx->cfg, k) + i);
+		else if (!rc && !(rc = get_integer(ctx, it, child, k, &v)))
+			((uint32_t *)cfg_at(ctx->cfg, k))[i] = (uint32_t)v;
 		if (rc)
 			return rc;
 	}
@@ -480,10 +438,10 @@ static int walk_seq(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *doc, c
 }
 
 static int walk_str_list(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *doc,
-                         const char *path, const struct key *k)
+                         const char *path, const struct cfg_key *k)
 {
 	char got[64], child[CFG_KEY_MAX];
-	char(*dst)[CFG_PATH_MAX] = k->dst;
+	char(*dst)[CFG_PATH_MAX] = cfg_at(ctx->cfg, k);
 	size_t count;
 
 	if (n->type != YAML_SEQUENCE_NODE)
@@ -503,69 +461,68 @@ static int walk_str_list(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *d
 		if (rc)
 			return rc;
 	}
-	*k->count = (uint32_t)count;
+	*(uint32_t *)((char *)ctx->cfg + k->count) = (uint32_t)count;
 	return 0;
 }
 
+/* The value n of key k (written at path) into ctx->cfg. */
 static int walk_value(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, const char *path,
-                      const struct key *k)
+                      const struct cfg_key *k)
 {
+	void *dst = cfg_at(ctx->cfg, k);
 	long long iv;
 	int rc, ev;
 
-	switch (k->kind) {
-	case K_MAP:
-		return walk_map(ctx, doc, n, path, k->sub);
-	case K_INT:
+	ctx->given[k - cfg_keys] = true;
+	switch (k->type) {
+	case CFG_T_INT:
+	case CFG_T_U32:
 		rc = get_integer(ctx, n, path, k, &iv);
-		if (!rc)
-			*(int *)k->dst = (int)iv;
+		if (!rc && k->type == CFG_T_INT)
+			*(int *)dst = (int)iv;
+		else if (!rc)
+			*(uint32_t *)dst = (uint32_t)iv;
 		return rc;
-	case K_U32:
-		rc = get_integer(ctx, n, path, k, &iv);
-		if (!rc)
-			*(uint32_t *)k->dst = (uint32_t)iv;
-		return rc;
-	case K_U64:
-		return get_u64(ctx, n, path, k->dst);
-	case K_F64:
-		return get_double(ctx, n, path, k, k->dst);
-	case K_BOOL:
-		return get_bool(ctx, n, path, k->dst);
-	case K_STR:
-		return get_string(ctx, n, path, k->dst, k->n);
-	case K_PATH:
-		return get_path(ctx, n, path, k->dst, k->n);
-	case K_TABLE:
-		return get_path(ctx, n, path, ((struct cfg_table *)k->dst)->path, CFG_PATH_MAX);
-	case K_ENUM:
+	case CFG_T_U64:
+		return get_u64(ctx, n, path, dst);
+	case CFG_T_F64:
+		return get_double(ctx, n, path, k, dst);
+	case CFG_T_BOOL:
+		return get_bool(ctx, n, path, dst);
+	case CFG_T_STR:
+		return get_string(ctx, n, path, dst, k->size);
+	case CFG_T_PATH:
+		return get_path(ctx, n, path, dst, k->size);
+	case CFG_T_TABLE:
+		cfg_key_reset(k, ctx->cfg); /* a new file: its values are read by validation */
+		return get_path(ctx, n, path, ((struct cfg_table *)dst)->path, CFG_PATH_MAX);
+	case CFG_T_ENUM:
+	case CFG_T_NAME:
 		rc = get_enum(ctx, n, path, k->names, &ev);
-		if (!rc)
-			memcpy(k->dst, &ev, sizeof(ev));
+		if (!rc && k->type == CFG_T_ENUM)
+			memcpy(dst, &ev, sizeof(ev));
+		else if (!rc)
+			snprintf(dst, k->size, "%s", k->names[ev]);
 		return rc;
-	case K_STRENUM:
-		rc = get_enum(ctx, n, path, k->names, &ev);
-		if (!rc)
-			snprintf(k->dst, k->n, "%s", k->names[ev]);
-		return rc;
-	case K_F64_SEQ:
-	case K_U32_SEQ:
+	case CFG_T_U32S:
+	case CFG_T_F64S:
 		return walk_seq(ctx, n, doc, path, k);
-	case K_STR_LIST:
+	case CFG_T_LIST:
 		return walk_str_list(ctx, n, doc, path, k);
-	case K_ARGS:
-		return get_args(ctx, doc, n, path, k->dst);
+	case CFG_T_ARGS:
+		cfg_key_reset(k, ctx->cfg);
+		return get_args(ctx, doc, n, path, dst);
 	}
-	return cfg_error_at(ctx, -EINVAL, node_mark(n), path, "internal error: unknown key kind");
+	return cfg_error_at(ctx, -EINVAL, node_mark(n), path, "internal error: unknown key type");
 }
 
-static int walk_map(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, const char *path,
-                    const struct key *keys)
+/* The mapping n of the section at path ("" for the root) into ctx->cfg. */
+static int walk_map(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, const char *path)
 {
 	char got[64], allowed[512], child[CFG_KEY_MAX];
 	const char *where = *path ? path : "(root)";
 
-	join_keys(allowed, sizeof(allowed), keys);
+	cfg_child_names(path, allowed, sizeof(allowed));
 	if (n->type != YAML_MAPPING_NODE)
 		return cfg_error_at(ctx, -EINVAL, node_mark(n), where,
 		                    "expected a mapping (keys: %s), got %s", allowed,
@@ -574,7 +531,6 @@ static int walk_map(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, c
 	     p++) {
 		yaml_node_t *kn = yaml_document_get_node(doc, p->key);
 		yaml_node_t *vn = yaml_document_get_node(doc, p->value);
-		const struct key *k = NULL;
 
 		if (kn->type != YAML_SCALAR_NODE || is_null(kn))
 			return cfg_error_at(ctx, -EINVAL, node_mark(kn), where,
@@ -591,270 +547,123 @@ static int walk_map(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, c
 				                    node_mark(prev).line, node_mark(prev).col);
 			}
 		}
-		for (size_t i = 0; keys[i].name; i++)
-			if (!strcmp(keys[i].name, name))
-				k = &keys[i];
 		if (strlen(path) + strlen(name) + 2 > CFG_KEY_MAX)
 			return cfg_error_at(ctx, -EINVAL, node_mark(kn), where,
 			                    "key '%.40s...' is too long", name);
 		child_path(child, sizeof(child), path, name);
-		if (!k)
+		bool plain_name = *name && !strchr(name, '.');
+		const struct cfg_key *k = plain_name ? cfg_key_find(child) : NULL;
+		if (!k && (!plain_name || !cfg_is_section(child)))
 			return cfg_error_at(ctx, -EINVAL, node_mark(kn), child,
 			                    "unknown key (allowed%s%s: %s)", *path ? " in " : "",
 			                    path, allowed);
 		int rc = record(ctx, child, vn);
 		if (!rc)
-			rc = walk_value(ctx, doc, vn, child, k);
+			rc = k ? walk_value(ctx, doc, vn, child, k) : walk_map(ctx, doc, vn, child);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
-/* ---- the schema ------------------------------------------------------------------------- */
+/* ---- documents -------------------------------------------------------------------------- */
 
-static const char *const phantom_names[] = {"retina", "mirror", "tilted", NULL};
-static const char *const dtype_names[] = {"u8", NULL};
-
-#define MAP(nm, s)                                                                                 \
-	{                                                                                          \
-		.name = nm, .kind = K_MAP, .sub = s                                                \
-	}
-#define INT(nm, d, lo, hi)                                                                         \
-	{                                                                                          \
-		.name = nm, .kind = K_INT, .dst = d, .min = lo, .max = hi                          \
-	}
-#define U32(nm, d, lo, hi)                                                                         \
-	{                                                                                          \
-		.name = nm, .kind = K_U32, .dst = d, .min = lo, .max = hi                          \
-	}
-#define F64(nm, d, lo, hi)                                                                         \
-	{                                                                                          \
-		.name = nm, .kind = K_F64, .dst = d, .min = lo, .max = hi                          \
-	}
-#define F64GT(nm, d, lo, hi)                                                                       \
-	{                                                                                          \
-		.name = nm, .kind = K_F64, .dst = d, .min = lo, .max = hi, .gt_min = 1             \
-	}
-#define BOOL(nm, d)                                                                                \
-	{                                                                                          \
-		.name = nm, .kind = K_BOOL, .dst = d                                               \
-	}
-#define STR(nm, d)                                                                                 \
-	{                                                                                          \
-		.name = nm, .kind = K_STR, .dst = d, .n = sizeof(d)                                \
-	}
-#define PATH(nm, d)                                                                                \
-	{                                                                                          \
-		.name = nm, .kind = K_PATH, .dst = d, .n = sizeof(d)                               \
-	}
-#define ENUM(nm, d, names_)                                                                        \
-	{                                                                                          \
-		.name = nm, .kind = K_ENUM, .dst = d, .names = names_                              \
-	}
-#define END                                                                                        \
-	{                                                                                          \
-		.name = NULL                                                                       \
-	}
-
-static int parse_root(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *root)
-{
-	struct vr_config *c = ctx->cfg;
-	int dtype = 0;
-
-	const struct key gpu[] = {INT("device", &c->gpu.device, 0, 255),
-	                          INT("streams", &c->gpu.streams, 1, 32), END};
-	const struct key cpu[] = {INT("threads", &c->cpu.threads, 0, 256), END};
-	const struct key replay[] = {
-	        PATH("path", c->source.replay.path),
-	        ENUM("format", &c->source.replay.format, cfg_replay_format_names),
-	        BOOL("loop", &c->source.replay.loop), END};
-	const struct key motion[] = {F64("deg_per_s", &c->source.synth.deg_per_s, -360, 360), END};
-	const struct key synth[] = {{.name = "seed", .kind = K_U64, .dst = &c->source.synth.seed},
-	                            {.name = "phantom",
-	                             .kind = K_STRENUM,
-	                             .dst = c->source.synth.phantom,
-	                             .n = sizeof(c->source.synth.phantom),
-	                             .names = phantom_names},
-	                            MAP("motion", motion),
-	                            F64("snr_db", &c->source.synth.snr_db, 0, 150),
-	                            END};
-	const struct key shim[] = {
-	        PATH("library", c->source.shim.library),
-	        {.name = "args", .kind = K_ARGS, .dst = &c->source.shim.args_yaml},
-	        INT("timeout_ms", &c->source.shim.timeout_ms, 1, 600000),
-	        END};
-	const struct key source[] = {ENUM("type", &c->source.type, cfg_source_names),
-	                             F64("rate", &c->source.rate, 0, 100000),
-	                             MAP("replay", replay),
-	                             MAP("synth", synth),
-	                             MAP("shim", shim),
-	                             END};
-	const struct key geometry[] = {
-	        U32("samples_per_ascan", &c->geometry.samples_per_ascan, 16, 65536),
-	        ENUM("sample_type", &c->geometry.sample_type, cfg_sample_names),
-	        U32("bit_shift", &c->geometry.bit_shift, 0, 15),
-	        U32("ascans_per_bscan", &c->geometry.ascans_per_bscan, 1, 65536),
-	        U32("bscans_per_volume", &c->geometry.bscans_per_volume, 1, 65536),
-	        {.name = "stride",
-	         .kind = K_U32_SEQ,
-	         .dst = c->geometry.stride,
-	         .n = 2,
-	         .min = 1,
-	         .max = 64,
-	         .shape = "[sx, sy]"},
-	        {.name = "depth_range",
-	         .kind = K_U32_SEQ,
-	         .dst = c->geometry.depth_range,
-	         .n = 2,
-	         .min = 0,
-	         .max = 131072,
-	         .shape = "[z0, z1]"},
-	        BOOL("bidirectional", &c->geometry.bidirectional),
-	        END};
-	const struct key background[] = {
-	        ENUM("mode", &c->preprocess.background.mode, cfg_background_names),
-	        {.name = "reference", .kind = K_TABLE, .dst = &c->preprocess.background.reference},
-	        F64("threshold", &c->preprocess.background.threshold, 0, 1e6),
-	        END};
-	const struct key resample[] = {
-	        ENUM("method", &c->preprocess.resample.method, cfg_resample_names),
-	        {.name = "table", .kind = K_TABLE, .dst = &c->preprocess.resample.table},
-	        {.name = "poly",
-	         .kind = K_F64_SEQ,
-	         .dst = c->preprocess.resample.poly,
-	         .n = 4,
-	         .min = -1e12,
-	         .max = 1e12,
-	         .shape = "[c0, c1, c2, c3]"},
-	        {.name = "wavelength_nm",
-	         .kind = K_F64_SEQ,
-	         .dst = c->preprocess.resample.wavelength_nm,
-	         .n = 4,
-	         .min = -1e12,
-	         .max = 1e12,
-	         .shape = "[l0, l1, l2, l3]"},
-	        END};
-	const struct key window[] = {ENUM("type", &c->preprocess.window.type, cfg_window_names),
-	                             F64("param", &c->preprocess.window.param, 0, 10), END};
-	const struct key dispersion[] = {
-	        {.name = "coeffs",
-	         .kind = K_F64_SEQ,
-	         .dst = c->preprocess.dispersion.coeffs,
-	         .n = 2,
-	         .min = -1e6,
-	         .max = 1e6,
-	         .shape = "[a2, a3] in radians"},
-	        {.name = "table", .kind = K_TABLE, .dst = &c->preprocess.dispersion.table},
-	        END};
-	const struct key flip[] = {BOOL("x", &c->preprocess.flip.x),
-	                           BOOL("z", &c->preprocess.flip.z), END};
-	const struct key preprocess[] = {MAP("background", background),
-	                                 MAP("resample", resample),
-	                                 MAP("window", window),
-	                                 MAP("dispersion", dispersion),
-	                                 U32("zero_pad", &c->preprocess.zero_pad, 1, 4),
-	                                 {.name = "db_range",
-	                                  .kind = K_F64_SEQ,
-	                                  .dst = c->preprocess.db_range,
-	                                  .n = 2,
-	                                  .min = -400,
-	                                  .max = 400,
-	                                  .shape = "[lo, hi] in dB"},
-	                                 MAP("flip", flip),
-	                                 END};
-	const struct key reconstruct[] = {
-	        ENUM("mode", &c->reconstruct.mode, cfg_recon_mode_names),
-	        F64GT("spatial_sigma", &c->reconstruct.spatial_sigma, 0, 100),
-	        ENUM("temporal", &c->reconstruct.temporal, cfg_temporal_names),
-	        F64GT("tau", &c->reconstruct.tau, 0, 1e6),
-	        ENUM("combine", &c->reconstruct.combine, cfg_combine_names),
-	        END};
-	const struct key output[] = {ENUM("dtype", &dtype, dtype_names),
-	                             U32("slots", &c->output.slots, 2, 64), END};
-	const struct key pipeline[] = {U32("ring_bscans", &c->pipeline.ring_bscans, 1, 65536),
-	                               ENUM("overflow", &c->pipeline.overflow, cfg_overflow_names),
-	                               END};
-	const struct key ipc[] = {PATH("run_dir", c->ipc.run_dir),
-	                          {.name = "pub",
-	                           .kind = K_STR_LIST,
-	                           .dst = c->ipc.pub,
-	                           .n = CFG_MAX_PUB,
-	                           .count = &c->ipc.npub},
-	                          U32("status_interval_ms", &c->ipc.status_interval_ms, 50, 60000),
-	                          U32("hwm", &c->ipc.hwm, 1, 100000),
-	                          U32("max_readers", &c->ipc.max_readers, 1, 1024),
-	                          BOOL("keep_shm", &c->ipc.keep_shm),
-	                          PATH("curve_secret_key", c->ipc.curve_secret_key),
-	                          PATH("curve_public_key", c->ipc.curve_public_key),
-	                          END};
-	const struct key log[] = {ENUM("level", &c->log.level, cfg_log_level_names), END};
-	const struct key top[] = {STR("instance", c->instance),
-	                          ENUM("backend", &c->backend, cfg_backend_names),
-	                          MAP("gpu", gpu),
-	                          MAP("cpu", cpu),
-	                          MAP("source", source),
-	                          MAP("geometry", geometry),
-	                          MAP("preprocess", preprocess),
-	                          MAP("reconstruct", reconstruct),
-	                          MAP("output", output),
-	                          MAP("pipeline", pipeline),
-	                          MAP("ipc", ipc),
-	                          MAP("log", log),
-	                          END};
-
-	return walk_map(ctx, doc, root, "", top);
-}
-
-/* ---- the document ----------------------------------------------------------------------- */
-
-static int syntax_error(struct cfg_ctx *ctx, yaml_parser_t *p)
+/* A syntax error in the file, or (set) in the value of key. */
+static int syntax_error(struct cfg_ctx *ctx, yaml_parser_t *p, const char *key)
 {
 	struct cfg_mark m = {p->problem_mark.line + 1, p->problem_mark.column + 1};
+	const char *what = ctx->name ? "the file" : "the value";
 
 	switch (p->error) {
 	case YAML_MEMORY_ERROR:
-		return cfg_error_at(ctx, -ENOMEM, ctx->root, "(file)", "out of memory");
+		return cfg_error_at(ctx, -ENOMEM, ctx->root, ctx->name ? "(file)" : key,
+		                    "out of memory");
 	case YAML_READER_ERROR:
-		return -EILSEQ; /* the caller turns the byte offset into a position */
+		if (ctx->name)
+			return -EILSEQ; /* the caller turns the byte offset into a position */
+		return cfg_error_at(ctx, -EINVAL, m, key, "%s (%s must be UTF-8 text)",
+		                    p->problem ? p->problem : "unreadable input", what);
 	default:
 		break;
 	}
 	if (p->context)
-		return cfg_error_at(ctx, -EINVAL, m, "(syntax)",
-		                    "%s (%s at line %zu, column %zu; the file must be valid YAML)",
+		return cfg_error_at(ctx, -EINVAL, m, key,
+		                    "%s (%s at line %zu, column %zu; %s must be valid YAML)",
 		                    p->problem ? p->problem : "invalid YAML", p->context,
-		                    p->context_mark.line + 1, p->context_mark.column + 1);
-	return cfg_error_at(ctx, -EINVAL, m, "(syntax)", "%s (the file must be valid YAML)",
-	                    p->problem ? p->problem : "invalid YAML");
+		                    p->context_mark.line + 1, p->context_mark.column + 1, what);
+	return cfg_error_at(ctx, -EINVAL, m, key, "%s (%s must be valid YAML)",
+	                    p->problem ? p->problem : "invalid YAML", what);
+}
+
+/* After the document of parser: nothing more, else an error at key. */
+static int no_more(struct cfg_ctx *ctx, yaml_parser_t *parser, const char *key)
+{
+	yaml_document_t extra;
+	yaml_node_t *more;
+	int rc = 0;
+
+	if (!yaml_parser_load(parser, &extra))
+		return syntax_error(ctx, parser, key);
+	more = yaml_document_get_root_node(&extra);
+	if (more)
+		rc = cfg_error_at(ctx, -EINVAL, node_mark(more), key,
+		                  "a second YAML document (one %s allowed)",
+		                  ctx->name ? "document" : "value");
+	yaml_document_delete(&extra);
+	return rc;
 }
 
 int cfg_parse_document(struct cfg_ctx *ctx, yaml_parser_t *parser)
 {
-	yaml_document_t doc, extra;
-	yaml_node_t *root, *more;
+	yaml_document_t doc;
+	yaml_node_t *root;
 	int rc = 0;
 
 	if (!yaml_parser_load(parser, &doc))
-		return syntax_error(ctx, parser);
+		return syntax_error(ctx, parser, "(syntax)");
 	root = yaml_document_get_root_node(&doc);
 	if (root) {
 		ctx->root = node_mark(root);
 		/* "---" alone or "~" is an empty document too: all defaults */
 		if (!is_null(root))
-			rc = parse_root(ctx, &doc, root);
+			rc = walk_map(ctx, &doc, root, "");
+		if (!rc)
+			rc = no_more(ctx, parser, "(root)");
 	}
-	if (!rc && root) {
-		if (!yaml_parser_load(parser, &extra)) {
-			rc = syntax_error(ctx, parser);
-		} else {
-			more = yaml_document_get_root_node(&extra);
-			if (more)
-				rc = cfg_error_at(ctx, -EINVAL, node_mark(more), "(root)",
-				                  "a second YAML document (one document allowed)");
-			yaml_document_delete(&extra);
-		}
+	yaml_document_delete(&doc);
+	return rc;
+}
+
+int cfg_parse_value(struct cfg_ctx *ctx, const char *path, const char *text)
+{
+	const struct cfg_key *k = cfg_key_find(path);
+	yaml_parser_t parser;
+	yaml_document_t doc;
+	yaml_node_t *n;
+	int rc;
+
+	if (!yaml_parser_initialize(&parser))
+		return cfg_error(ctx, -ENOMEM, path, "out of memory");
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));
+	if (!yaml_parser_load(&parser, &doc)) {
+		rc = syntax_error(ctx, &parser, path);
+		yaml_parser_delete(&parser);
+		return rc;
 	}
+	n = yaml_document_get_root_node(&doc);
+	rc = n ? no_more(ctx, &parser, path) : 0;
+	yaml_parser_delete(&parser);
+	if (!n) { /* an empty value: null, as "key:" in a file */
+		int id = yaml_document_add_scalar(&doc, NULL, (yaml_char_t *)"", 0,
+		                                  YAML_PLAIN_SCALAR_STYLE);
+		n = id ? yaml_document_get_node(&doc, id) : NULL;
+	}
+	if (!n)
+		rc = cfg_error(ctx, -ENOMEM, path, "out of memory");
+	if (!rc)
+		rc = record(ctx, path, n);
+	if (!rc)
+		rc = k ? walk_value(ctx, &doc, n, path, k) : walk_map(ctx, &doc, n, path);
 	yaml_document_delete(&doc);
 	return rc;
 }

@@ -17,7 +17,20 @@
 
 /* ---- tables ----------------------------------------------------------------------------- */
 
-int cfg_table_load(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const char *key)
+/* The length of a table: exactly n values, else an error naming key. */
+static int table_length(struct cfg_ctx *ctx, const char *key, const char *path, size_t count,
+                        size_t n)
+{
+	if (count == n)
+		return 0;
+	return cfg_error(ctx, -EINVAL, key,
+	                 "the table %s has %zu value%s (exactly %zu, one per spectral sample: "
+	                 "geometry.samples_per_ascan)",
+	                 path, count, count == 1 ? "" : "s", n);
+}
+
+/* Read a table file (one float per line) of exactly n finite values into t->data. */
+static int table_read(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const char *key)
 {
 	char *line = NULL;
 	size_t cap = 0, count = 0, lineno = 0;
@@ -103,14 +116,9 @@ int cfg_table_load(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const cha
 		               strerror(errno));
 		goto out_free;
 	}
-	if (count != n) {
-		rc = cfg_error(ctx, -EINVAL, key,
-		               "the table %s has %zu value%s (exactly %zu, one "
-		               "per spectral sample: geometry.samples_per_ascan)",
-		               t->path, count, count == 1 ? "" : "s", n);
-		goto out_free;
-	}
-	t->len = n;
+	rc = table_length(ctx, key, t->path, count, n);
+	if (!rc)
+		t->len = n;
 out_free:
 	if (rc) {
 		free(t->data);
@@ -122,12 +130,24 @@ out_close:
 	return rc;
 }
 
+/* The table at key: read when its file name was written now, else (cfg_set_keys) already
+ * loaded, and still n values long. */
+static int table_load(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const char *key)
+{
+	if (cfg_mark_of(ctx, key).line)
+		return table_read(ctx, t, n, key);
+	return table_length(ctx, key, t->path, t->len, n);
+}
+
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-/* A regular file we can read, else an error naming key. */
+/* A regular file we can read, else an error naming key. Files that were checked when they
+ * were given are not looked at again (keep_files). */
 static int check_readable(struct cfg_ctx *ctx, const char *key, const char *path, const char *what)
 {
 	struct stat st;
+	if (ctx->keep_files && !cfg_mark_of(ctx, key).line)
+		return 0;
 	if (stat(path, &st) < 0)
 		return cfg_error(ctx, -errno, key, "%s %s: %s (an existing, readable file)", what,
 		                 path, strerror(errno));
@@ -344,8 +364,8 @@ static int check_resample(struct cfg_ctx *ctx)
 		        cfg_resample_name(c->preprocess.resample.method));
 	switch (c->preprocess.resample.positions) {
 	case CFG_RSPOS_TABLE:
-		return cfg_table_load(ctx, &c->preprocess.resample.table, k,
-		                      "preprocess.resample.table");
+		return table_load(ctx, &c->preprocess.resample.table, k,
+		                  "preprocess.resample.table");
 	case CFG_RSPOS_POLY:
 		for (uint32_t j = 0; j < k; j++) {
 			const double *p = c->preprocess.resample.poly;
@@ -406,8 +426,8 @@ static int check_preprocess(struct cfg_ctx *ctx)
 		                 "reference)",
 		                 cfg_background_name(c->preprocess.background.mode));
 	if (ref) {
-		rc = cfg_table_load(ctx, &c->preprocess.background.reference, k,
-		                    "preprocess.background.reference");
+		rc = table_load(ctx, &c->preprocess.background.reference, k,
+		                "preprocess.background.reference");
 		if (rc)
 			return rc;
 	}
@@ -443,8 +463,8 @@ static int check_preprocess(struct cfg_ctx *ctx)
 	}
 	c->preprocess.dispersion.kind = co ? CFG_DISP_COEFFS : tab ? CFG_DISP_TABLE : CFG_DISP_NONE;
 	if (tab) {
-		rc = cfg_table_load(ctx, &c->preprocess.dispersion.table, k,
-		                    "preprocess.dispersion.table");
+		rc = table_load(ctx, &c->preprocess.dispersion.table, k,
+		                "preprocess.dispersion.table");
 		if (rc)
 			return rc;
 	}
@@ -552,6 +572,51 @@ static int check_ipc(struct cfg_ctx *ctx)
 	return 0;
 }
 
+/* The views' slab and position lie inside the output volume (ALGORITHMS.md §4: never
+ * clamped); absent, they default to the whole depth and the centre. */
+static int check_view(struct cfg_ctx *ctx)
+{
+	struct vr_config *c = ctx->cfg;
+	uint32_t d[3], *slab = c->view.slab, *pos = c->view.position;
+
+	cfg_out_dims(c, d);
+	if (!cfg_given(ctx, "view.slab")) {
+		slab[0] = 0;
+		slab[1] = d[2];
+	} else if (!(slab[0] < slab[1] && slab[1] <= d[2])) {
+		return cfg_error(ctx, -EINVAL, "view.slab",
+		                 "[%u, %u] is not a depth range inside the volume (0 <= za < zb <= "
+		                 "Z = %u)",
+		                 slab[0], slab[1], d[2]);
+	}
+	if (!cfg_given(ctx, "view.position")) {
+		pos[0] = d[0] / 2;
+		pos[1] = d[1] / 2;
+		pos[2] = d[2] / 2;
+	} else if (pos[0] >= d[0] || pos[1] >= d[1] || pos[2] >= d[2]) {
+		return cfg_error(ctx, -EINVAL, "view.position",
+		                 "[%u, %u, %u] is outside the volume ([y, x, z] with y < Y = %u, "
+		                 "x < X = %u, z < Z = %u)",
+		                 pos[0], pos[1], pos[2], d[0], d[1], d[2]);
+	}
+	{
+		const double *s = c->view.render.spacing;
+		double D =
+		        sqrt((double)d[1] * s[0] * d[1] * s[0] + (double)d[0] * s[1] * d[0] * s[1] +
+		             (double)d[2] * s[2] * d[2] * s[2]);
+		double h = c->view.render.step > 0 ? c->view.render.step
+		                                   : 0.5 * fmin(s[0], fmin(s[1], s[2]));
+		if (D / h > 1e6)
+			return cfg_error(ctx, -ERANGE,
+			                 c->view.render.step > 0 ? "view.render.step"
+			                                         : "view.render.spacing",
+			                 "%g samples along the volume's diagonal (%g / step %g; at "
+			                 "most 10^6)",
+			                 D / h, D, h);
+	}
+	return 0;
+}
+
 int cfg_validate(struct cfg_ctx *ctx)
 {
 	int rc = check_instance(ctx);
@@ -563,5 +628,7 @@ int cfg_validate(struct cfg_ctx *ctx)
 		rc = check_preprocess(ctx);
 	if (!rc)
 		rc = check_ipc(ctx);
+	if (!rc)
+		rc = check_view(ctx);
 	return rc;
 }

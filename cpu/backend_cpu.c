@@ -90,6 +90,7 @@ static void cpu_destroy(void *vst)
 
 	if (!st)
 		return;
+	cpu_views_free(st);
 	pthread_mutex_lock(&cpu_fftw_lock);
 	if (st->plan_r2c)
 		fftwf_destroy_plan(st->plan_r2c);
@@ -133,6 +134,8 @@ static void cpu_destroy(void *vst)
 	free(st->tcol);
 	free(st->inv_gz);
 	free(st->inv_nz);
+	free(st->chg);
+	free(st->alpha);
 	free(st);
 }
 
@@ -278,6 +281,8 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	ALLOC(st->tcol, cols);
 	ALLOC(st->inv_gz, st->nz);
 	ALLOC(st->inv_nz, st->nz);
+	ALLOC(st->chg, (size_t)st->ny * st->nx);
+	ALLOC(st->alpha, cols);
 	st->workers = calloc(st->nthreads, sizeof(*st->workers));
 	if (!st->workers)
 		goto out_nomem;
@@ -306,6 +311,8 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	rc = cpu_params_build(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
+	if (cpu_views_setup(st, cfg) < 0)
+		goto out_nomem;
 
 	/* Both transforms are planned up front, so that switching dispersion on or off live
 	 * needs neither allocation nor planning. FFTW_ESTIMATE, not FFTW_MEASURE: a measured plan
@@ -397,6 +404,7 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 			out->median_depths[b] =
 			        st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN ? st->pm_count[b] : 0;
 	}
+	cpu_views_epoch(st, out);
 	return 0;
 }
 
@@ -426,6 +434,10 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	rc = cpu_params_build(st, cfg, err, errlen);
 	if (rc < 0)
 		return rc;
+	if (cpu_views_setup(st, cfg) < 0) {
+		snprintf(err, errlen, "cpu backend: out of memory for the views");
+		return -ENOMEM;
+	}
 	if (st->p.mode != old)
 		cpu_reset_history(st);
 	return 0;

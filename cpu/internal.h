@@ -15,6 +15,7 @@
 #include <fftw3.h>
 
 #include "../backend/ops.h"
+#include "../backend/views.h"
 #include "../config/config.h"
 
 #define CPU_BATCH       8 /* A-scans per FFT call (fftwf_plan_many_dft*) */
@@ -39,8 +40,10 @@ struct cpu_params {
 	enum cfg_temporal temporal;
 	enum cfg_combine combine;
 	double tau;
-	float gxy[9]; /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
-	float gz[3];  /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
+	double tolerance;    /* adaptive: kappa */
+	uint32_t depth_half; /* adaptive: 2 depth_half + 1 z bins averaged */
+	float gxy[9];        /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
+	float gz[3];         /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
 };
 
 struct cpu_state;
@@ -65,6 +68,17 @@ struct cpu_worker {
 	float *pm_c;         /* [nh][2] C[z]: the value subtracted at depth z */
 };
 
+/* The views of each volume (cpu/views.c), parameters from the live configuration. */
+struct cpu_views {
+	bool enabled;
+	struct be_view_params p;   /* current parameters */
+	struct be_render_setup rs; /* camera of p */
+	uint8_t *last_render;      /* [VOLREC_RENDER_MAX^2] the last render computed */
+	struct be_view_params last_p;
+	uint64_t last_id; /* volume it shows */
+	bool have_last;
+};
+
 struct cpu_state {
 	/* geometry */
 	uint32_t K, N, nh, nx, ny, z0, nz, sx, sy, S, Y, X;
@@ -73,6 +87,7 @@ struct cpu_state {
 	unsigned nthreads;
 
 	struct cpu_params p;
+	struct cpu_views views;
 	double *pos_tmp; /* [K] positions while (re)building, in double */
 
 	fftwf_plan plan_r2c, plan_c2c; /* CPU_BATCH transforms of length N, made once */
@@ -89,6 +104,8 @@ struct cpu_state {
 	float *tcol;        /* [Y][X] temporal weight of this epoch */
 	float *inv_gz;      /* [Z] 1 / sum of gz over the valid dz at z */
 	float *inv_nz;      /* [Z] 1 / number of valid dz at z */
+	float *chg;         /* adaptive: [ny][nx] change measure d of this epoch's samples */
+	float *alpha;       /* adaptive: [Y][X] weight of the history estimate */
 	bool have_prev;     /* cumulative: ovol holds a previous output */
 
 	char device[128];
@@ -122,5 +139,15 @@ static inline uint8_t cpu_quantize(float v)
 {
 	return (uint8_t)(int)(255.0f * v + 0.5f); /* v in [0, 1]: truncation is floor */
 }
+
+/* The views of ALGORITHMS.md §4 of the u8 volume V (p checked by be_view_check, r from
+ * be_render_setup(p)) into out[v] (be_view_size bytes each; a NULL entry is skipped). */
+/* Set up st->views from cfg (create and live updates). \return 0 or -ENOMEM. */
+int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg);
+/* The views of the u8 volume out->volume into out->views (out->view_mask). */
+void cpu_views_epoch(struct cpu_state *st, const struct be_output *out);
+void cpu_views_free(struct cpu_state *st);
+void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
+                       const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT]);
 
 #endif

@@ -5,6 +5,7 @@
  * Y) spread over the threads. The Gaussian factorizes into gxy(dx, dy) * gz(dz) and the
  * temporal weight depends on the column only, so each column is first smoothed along z.
  */
+#include <math.h>
 #include <string.h>
 
 #include "../backend/tables.h"
@@ -13,7 +14,75 @@
 struct recon_ctx {
 	uint32_t rows; /* output rows per item */
 	const struct be_output *out;
+	const float *L;  /* adaptive: the epoch's low-resolution volume */
+	uint32_t ox, oy; /* adaptive: the epoch's scan offset */
 };
+
+/* adaptive (docs/algorithms.md §2b): blend the history estimate res of column (yy, xx) with
+ * the linear interpolation of the current epoch, weighted by alpha. */
+static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *ctx, uint32_t yy,
+                           uint32_t xx, float *res)
+{
+	const uint32_t Z = st->nz;
+	const float a = st->alpha[(size_t)yy * st->X + xx], b = 1.0f - a;
+	uint32_t y0, y1, x0, x1;
+	float ty, tx;
+
+	be_interp_axis(yy, ctx->oy, st->sy, st->ny, &y0, &y1, &ty);
+	be_interp_axis(xx, ctx->ox, st->sx, st->nx, &x0, &x1, &tx);
+	const float *c00 = ctx->L + ((size_t)y0 * st->nx + x0) * Z;
+	const float *c01 = ctx->L + ((size_t)y0 * st->nx + x1) * Z;
+	const float *c10 = ctx->L + ((size_t)y1 * st->nx + x0) * Z;
+	const float *c11 = ctx->L + ((size_t)y1 * st->nx + x1) * Z;
+	const float w00 = (1.0f - ty) * (1.0f - tx), w01 = (1.0f - ty) * tx;
+	const float w10 = ty * (1.0f - tx), w11 = ty * tx;
+
+	for (uint32_t z = 0; z < Z; z++) {
+		float c = w00 * c00[z] + w01 * c01[z] + w10 * c10[z] + w11 * c11[z];
+		res[z] = a * res[z] + b * c;
+	}
+}
+
+/* adaptive: the change measure d of low-res sample (y, x) against the history at its
+ * full-resolution position, before the interlace overwrites it. */
+static float adaptive_change(const struct cpu_state *st, const float *L, uint32_t y, uint32_t x,
+                             size_t full)
+{
+	const uint32_t Z = st->nz, h = st->p.depth_half;
+	const float *l = L + ((size_t)y * st->nx + x) * Z, *m = st->bvol + full * Z;
+	double win = 0.0, acc = 0.0;
+	uint32_t lo = 0, hi = 0; /* the window [lo, hi) summed in win */
+
+	if (st->E[full] < 0)
+		return (float)BE_ADAPT_UNKNOWN;
+	for (uint32_t z = 0; z < Z; z++) {
+		uint32_t a = z > h ? z - h : 0, b = z + h + 1 < Z ? z + h + 1 : Z;
+		while (hi < b) {
+			win += (double)(l[hi] - m[hi]);
+			hi++;
+		}
+		while (lo < a) {
+			win -= (double)(l[lo] - m[lo]);
+			lo++;
+		}
+		double v = win / (double)(b - a);
+		acc += v * v;
+	}
+	return (float)(acc / (double)Z);
+}
+
+static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
+{
+	struct recon_ctx *ctx = vctx;
+	struct cpu_state *st = w->st;
+	uint32_t y = (uint32_t)item;
+
+	for (uint32_t x = 0; x < st->nx; x++) {
+		size_t fy = (size_t)y * st->sy + ctx->oy, fx = (size_t)x * st->sx + ctx->ox;
+		st->chg[(size_t)y * st->nx + x] =
+		        adaptive_change(st, ctx->L, y, x, fy * st->X + fx);
+	}
+}
 
 /* z-smoothed copies of column (r, c) of B: sg = sum gz(dz) B[z+dz], s1 = sum B[z+dz]. */
 static void smooth_column(const struct cpu_state *st, uint32_t r, uint32_t c, float *sg, float *s1)
@@ -128,6 +197,8 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 						res[z] = A[z] * st->inv_gz[z];
 				}
 			}
+			if (p->mode == CFG_RECON_ADAPTIVE)
+				adaptive_blend(st, ctx, yy, xx, res);
 			if (cum && ctx->out->full)
 				memcpy(ctx->out->full + o, res, Z * sizeof(float));
 			if (ctx->out->volume) {
@@ -146,6 +217,12 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 	uint32_t ox, oy;
 
 	vr_scan_offset(e, st->sx, st->sy, &ox, &oy);
+	struct recon_ctx ctx = {.out = out, .L = L, .ox = ox, .oy = oy};
+	const bool adaptive = p->mode == CFG_RECON_ADAPTIVE;
+
+	/* adaptive: compare the new samples with the history they replace */
+	if (adaptive)
+		cpu_parallel(st, st->ny, adaptive_changes, &ctx);
 
 	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
 	 * at the end of the last epoch; zeros at first) */
@@ -157,13 +234,33 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 			st->E[fy * X + fx] = (int64_t)e;
 		}
 
-	for (size_t i = 0; i < (size_t)Y * X; i++) {
-		float t = 0.0f;
-		if (st->E[i] >= 0) {
-			double age = (double)((int64_t)e - st->E[i]);
-			t = (float)be_temporal_weight(p->temporal, S, p->tau, age);
+	const double k2 = p->tolerance * p->tolerance;
+	for (uint32_t y = 0; y < Y; y++) {
+		uint32_t y0 = 0, y1 = 0, x0, x1;
+		float ty = 0.0f, tx;
+		if (adaptive)
+			be_interp_axis(y, oy, st->sy, st->ny, &y0, &y1, &ty);
+		for (uint32_t x = 0; x < X; x++) {
+			size_t i = (size_t)y * X + x;
+			float t = 0.0f;
+			double D = 0.0;
+			if (adaptive) {
+				const float *c0 = st->chg + (size_t)y0 * st->nx;
+				const float *c1 = st->chg + (size_t)y1 * st->nx;
+				be_interp_axis(x, ox, st->sx, st->nx, &x0, &x1, &tx);
+				D = (1.0 - ty) * ((1.0 - tx) * c0[x0] + (double)tx * c0[x1]) +
+				    (double)ty * ((1.0 - tx) * c1[x0] + (double)tx * c1[x1]);
+				st->alpha[i] = (float)exp(-D / k2);
+			}
+			if (st->E[i] >= 0) {
+				double age = (double)((int64_t)e - st->E[i]);
+				double tw = be_temporal_weight(p->temporal, S, p->tau, age);
+				if (adaptive)
+					tw *= exp(-D * age / ((double)S * k2));
+				t = (float)tw;
+			}
+			st->tcol[i] = t;
 		}
-		st->tcol[i] = t;
 	}
 
 	const float g1 = p->gz[0] / p->gz[1];
@@ -173,7 +270,6 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 		st->inv_nz[z] = 1.0f / (float)nv;
 	}
 
-	struct recon_ctx ctx = {.out = out};
 	uint32_t target = st->nthreads * 4;
 	ctx.rows = (Y + target - 1) / target;
 	if (ctx.rows == 0)

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * volrecd's entry point: validates the configuration (--check prints it and exits), then runs
- * the service until SIGTERM/SIGINT.
+ * volrecd's entry point: validates the configuration (--check also loads a shim in a child
+ * process, prints the configuration and exits), then runs the service until SIGTERM/SIGINT.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "config/config.h"
 #include "internal.h"
+#include "src/source.h"
 
 int main(int argc, char **argv)
 {
@@ -29,6 +30,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (opt.check) {
+		/* a shim is loaded in a child: one that crashes its loader is reported */
+		if (cfg.source.type == CFG_SOURCE_SHIM &&
+		    src_shim_check(cfg.source.shim.library, true, err, sizeof(err)) < 0) {
+			fprintf(stderr, "%s\n", err);
+			cfg_free(&cfg);
+			return 2;
+		}
 		rc = cfg_dump(&cfg, stdout);
 		cfg_free(&cfg);
 		if (rc < 0 || fflush(stdout) == EOF) {

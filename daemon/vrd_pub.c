@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * volrecd's side of publishing: opens the ipc writer for the configured output shape, registers
- * its slots with the backend once (so CUDA's D2H lands straight in shared memory), and turns the
- * pipeline's volume description into the writer's (with the epochs dropped since the previous
- * volume: the gap in the pipeline's epoch numbers).
+ * volrecd's side of publishing: opens the ipc writer for the configured output shape,
+ * registers its slots with the backend once (so CUDA's D2H lands straight in shared memory),
+ * and is the pipeline's shared-memory sink: begin takes a slot (its volume and views area),
+ * publish closes it and sends `vol` with the epochs dropped since the previous volume (the gap
+ * in the pipeline's epoch numbers), abort gives it back. Begin also hands the backend a host
+ * buffer for the median depths of each B-scan (background.mode partial_median), and publish
+ * keeps the last volume's figures for the status.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +24,15 @@ struct vrd_pub {
 	uint32_t nslots, nregistered;
 	struct ipc_slot_ref cur; /* slot being filled */
 	bool in_progress;
-	bool published;      /* a volume was published in this session */
-	uint64_t last_epoch; /* epoch of the last one */
+	bool published;                /* a volume was published in this session */
+	uint64_t last_epoch;           /* epoch of the last one */
+	bool views;                    /* slots carry views */
+	_Atomic uint32_t render_every; /* set by the service thread (vrd_pub_update) */
+	uint32_t render_count;
+	uint32_t ny;                   /* B-scans per volume */
+	uint32_t *md;                  /* [ny] median depths per B-scan, from be_host_alloc */
+	pthread_mutex_t lock;          /* guards last */
+	struct vrd_median_depths last; /* of the last volume published */
 };
 
 _Static_assert(CFG_MAX_PUB <= IPC_MAX_PUB, "every configured endpoint fits the writer");
@@ -34,10 +45,10 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 {
 	struct vrd_pub *pub = calloc(1, sizeof(*pub));
 	const char *eps[CFG_MAX_PUB];
+	uint32_t dims[3];
 	struct ipc_writer_options o = {
 	        .instance = cfg->instance,
 	        .run_dir = cfg->ipc.run_dir,
-	        .shape = {.nz = cfg_nz(cfg), .dtype = VOLREC_DTYPE_U8},
 	        .slots = cfg->output.slots,
 	        .max_readers = cfg->ipc.max_readers,
 	        .hwm = cfg->ipc.hwm,
@@ -45,23 +56,29 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 	        .npub = cfg->ipc.npub,
 	        .curve_secret_key = cfg->ipc.curve_secret_key,
 	        .curve_public_key = cfg->ipc.curve_public_key,
+	        .views = be_views_wanted(cfg),
 	};
 	size_t size;
 	int rc;
 
-	if (!pub) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
+	if (!pub)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	pthread_mutex_init(&pub->lock, NULL);
 	pub->be = be;
+	pub->ny = cfg->geometry.bscans_per_volume;
+	pub->last.depths = cfg_fft_len(cfg) / 2;
+	rc = be_host_alloc(be, pub->ny * sizeof(*pub->md), (void **)&pub->md);
+	if (rc < 0) {
+		vr_err(err, errlen, rc, "median depth counts: %s", be_last_error(be));
+		goto fail;
+	}
 	for (uint32_t i = 0; i < cfg->ipc.npub && i < CFG_MAX_PUB; i++)
 		eps[i] = cfg->ipc.pub[i];
-	o.shape.ny = cfg->geometry.bscans_per_volume;
-	o.shape.nx = cfg->geometry.ascans_per_bscan;
-	if (cfg->reconstruct.mode != CFG_RECON_NONE) {
-		o.shape.ny *= cfg->geometry.stride[1];
-		o.shape.nx *= cfg->geometry.stride[0];
-	}
+	cfg_out_dims(cfg, dims);
+	o.shape = (struct ipc_shape){
+	        .ny = dims[0], .nx = dims[1], .nz = dims[2], .dtype = VOLREC_DTYPE_U8};
+	pub->views = o.views;
+	vrd_pub_update(pub, cfg);
 	rc = ipc_writer_open(&o, &pub->w, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -69,7 +86,7 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 	for (uint32_t i = 0; i < pub->nslots; i++) {
 		rc = be_host_register(be, pub->slots[i], size);
 		if (rc < 0) {
-			snprintf(err, errlen, "shm slot %u: %s", i, be_last_error(be));
+			vr_err(err, errlen, rc, "shm slot %u: %s", i, be_last_error(be));
 			goto fail;
 		}
 		pub->nregistered++;
@@ -90,57 +107,103 @@ void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm)
 	for (uint32_t i = 0; i < pub->nregistered; i++)
 		be_host_unregister(pub->be, pub->slots[i]);
 	ipc_writer_close(pub->w, unlink_shm);
+	be_host_free(pub->be, pub->md);
+	pthread_mutex_destroy(&pub->lock);
 	free(pub);
 }
 
-int vrd_pub_begin(struct vrd_pub *pub, uint8_t **volume, char *err, size_t errlen)
+static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err, size_t errlen)
 {
+	struct vrd_pub *pub = ctx;
 	int rc = ipc_writer_begin(pub->w, &pub->cur);
 
-	if (rc < 0) {
-		snprintf(err, errlen, "shm: no slot to write into: %s", strerror(-rc));
-		return rc;
-	}
+	(void)epoch;
+	if (rc < 0)
+		return vr_err_errno(err, errlen, rc, "shm: no slot to write into");
 	pub->in_progress = true;
-	*volume = pub->cur.data;
+	out->volume = pub->cur.data;
+	out->median_depths = pub->md;
+	/* the id this volume will be published with (one processing thread: nothing else takes
+	 * one in between), recorded in its views */
+	out->volume_id = atomic_load(&next_volume_id);
+	if (pub->views && pub->cur.views) {
+		/* every view each volume; the render every Nth (view.render.every) */
+		out->views = pub->cur.views;
+		out->view_mask = (1u << BE_VIEW_COUNT) - 1;
+		if (pub->render_count++ % pub->render_every)
+			out->view_mask &= ~(1u << BE_VIEW_RENDER);
+	}
 	return 0;
 }
 
-int vrd_pub_publish(struct vrd_pub *pub, const struct vrd_vol_meta *m, char *err, size_t errlen)
+static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t errlen)
 {
+	struct vrd_pub *pub = ctx;
 	/* the pipeline numbers epochs from 0 in each session and skips the number of every epoch
 	 * it drops (ring full, incomplete, processing error, source fault): a gap is a drop */
 	uint64_t expected = pub->published ? pub->last_epoch + 1 : 0;
-	uint64_t gap = m->epoch > expected ? m->epoch - expected : 0;
+	uint64_t gap = v->epoch > expected ? v->epoch - expected : 0;
 	struct ipc_volume_meta meta = {
 	        .volume_id = atomic_fetch_add(&next_volume_id, 1),
-	        .epoch = m->epoch,
-	        .offset_x = (int32_t)m->ox,
-	        .offset_y = (int32_t)m->oy,
-	        .t_first_ns = m->t_first_ns,
-	        .t_last_ns = m->t_last_ns,
-	        .latency_ns = m->latency_ns,
-	        .flags = m->flags,
+	        .epoch = v->epoch,
+	        .offset_x = (int32_t)v->ox,
+	        .offset_y = (int32_t)v->oy,
+	        .t_first_ns = v->t_first_ns,
+	        .t_last_ns = v->t_last_ns,
+	        .latency_ns = v->latency_ns,
+	        .flags = v->flags | (pub->views && pub->cur.views ? VOLREC_FLAG_VIEWS : 0),
 	        .drops_before = gap > UINT32_MAX ? UINT32_MAX : (uint32_t)gap,
 	};
 	int rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
 
 	pub->in_progress = false;
 	if (rc == 0) {
+		uint64_t sum = 0;
+		uint32_t max = 0;
+
 		pub->published = true;
-		pub->last_epoch = m->epoch;
+		pub->last_epoch = v->epoch;
+		for (uint32_t b = 0; b < pub->ny; b++) {
+			sum += pub->md[b];
+			max = pub->md[b] > max ? pub->md[b] : max;
+		}
+		pthread_mutex_lock(&pub->lock);
+		pub->last.have = true;
+		pub->last.epoch = v->epoch;
+		pub->last.mean_per_bscan = pub->ny ? (double)sum / pub->ny : 0;
+		pub->last.max_per_bscan = max;
+		pthread_mutex_unlock(&pub->lock);
 	}
 	if (rc < 0)
-		snprintf(err, errlen, "shm: publishing volume of epoch %llu: %s",
-		         (unsigned long long)m->epoch, strerror(-rc));
-	return rc;
+		return vr_err_errno(err, errlen, rc, "shm: publishing volume of epoch %llu",
+		                    (unsigned long long)v->epoch);
+	return 0;
 }
 
-void vrd_pub_abort(struct vrd_pub *pub)
+static void sink_abort(void *ctx)
 {
+	struct vrd_pub *pub = ctx;
+
 	if (pub->in_progress)
 		ipc_writer_abort(pub->w, &pub->cur);
 	pub->in_progress = false;
+}
+
+void vrd_pub_update(struct vrd_pub *pub, const struct vr_config *cfg)
+{
+	uint32_t every = cfg->view.render.every;
+
+	if (every == 0) /* auto: every volume on a device, every 5th on the CPU */
+		every = be_caps(pub->be) & BE_CAP_DEVICE ? 1 : 5;
+	pub->render_every = every;
+}
+
+void vrd_pub_sink(struct vrd_pub *pub, struct pl_sink *sink)
+{
+	sink->ctx = pub;
+	sink->begin = sink_begin;
+	sink->publish = sink_publish;
+	sink->abort = sink_abort;
 }
 
 int vrd_pub_send(struct vrd_pub *pub, const char *topic, const char *json)
@@ -158,6 +221,13 @@ int vrd_pub_readers(struct vrd_pub *pub)
 void vrd_pub_stats(struct vrd_pub *pub, struct ipc_writer_stats *st)
 {
 	ipc_writer_stats(pub->w, st);
+}
+
+void vrd_pub_median_depths(struct vrd_pub *pub, struct vrd_median_depths *md)
+{
+	pthread_mutex_lock(&pub->lock);
+	*md = pub->last;
+	pthread_mutex_unlock(&pub->lock);
 }
 
 uint64_t vrd_pub_session(struct vrd_pub *pub)

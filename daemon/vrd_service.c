@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,7 +21,10 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <zmq.h>
+
 #include "internal.h"
+#include "vrd_ctl.h"
 
 enum svc_state { SVC_STARTING, SVC_RUNNING, SVC_RELOADING, SVC_STOPPING };
 static const char *const state_names[] = {"starting", "running", "reloading", "stopping"};
@@ -34,35 +39,71 @@ static struct {
 	uint64_t last_event_ns; /* CLOCK_REALTIME */
 } svc = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-void vrd_event_at(const char *file, int line, const char *func, const char *name, int prio,
-                  const char *message, const char *extra_json)
+/* ---- JSON through json-c ------------------------------------------------------------------ */
+
+/* A string member: text from a shim, a camera or a file is made valid UTF-8 first. */
+static struct json_object *jstr(const char *s)
 {
-	char buf[4096];
-	struct vrd_json j;
+	char clean[2048];
+
+	vr_utf8_sanitize(s ? s : "", clean, sizeof(clean));
+	return json_object_new_string(clean);
+}
+
+/* A number written with fmt, or null when it is not finite (JSON has no NaN). */
+static struct json_object *jnumf(double v, const char *fmt)
+{
+	char text[64];
+
+	if (!isfinite(v))
+		return NULL;
+	snprintf(text, sizeof(text), fmt, v);
+	return json_object_new_double_s(v, text);
+}
+
+static struct json_object *jnum(double v)
+{
+	return jnumf(v, "%.6g");
+}
+
+static void jset(struct json_object *o, const char *key, struct json_object *v)
+{
+	json_object_object_add(o, key, v);
+}
+
+static void jset_u64(struct json_object *o, const char *key, uint64_t v)
+{
+	json_object_object_add(o, key, json_object_new_uint64(v));
+}
+
+void vrd_event_at(const char *file, int line, const char *func, const char *name, int prio,
+                  const char *message, struct json_object *extra)
+{
+	struct json_object *ev;
+	const char *text;
 
 	vrd_log_at(file, line, func, prio, name, "%s", message ? message : name);
+	ev = json_object_new_object();
 	pthread_mutex_lock(&svc.lock);
-	vrd_json_init(&j, buf, sizeof(buf));
-	vrd_json_raw(&j, "{\"event\":");
-	vrd_json_str(&j, name);
-	vrd_json_raw(&j, ",\"instance\":");
-	vrd_json_str(&j, svc.instance);
-	vrd_json_raw(&j, ",\"time\":%.3f", (double)vrd_realtime_ns() / 1e9);
+	jset(ev, "event", jstr(name));
+	jset(ev, "instance", jstr(svc.instance));
+	jset(ev, "time", jnumf((double)vr_real_ns() / 1e9, "%.3f"));
 	if (svc.pub)
-		vrd_json_raw(&j, ",\"session\":%" PRIu64, vrd_pub_session(svc.pub));
-	if (message) {
-		vrd_json_raw(&j, ",\"message\":");
-		vrd_json_str(&j, message);
+		jset_u64(ev, "session", vrd_pub_session(svc.pub));
+	if (message)
+		jset(ev, "message", jstr(message));
+	if (extra) {
+		json_object_object_foreach(extra, key, val) jset(ev, key, json_object_get(val));
+		json_object_put(extra);
 	}
-	if (extra_json && *extra_json)
-		vrd_json_raw(&j, ",%s", extra_json);
-	vrd_json_raw(&j, "}");
 	snprintf(svc.last_event, sizeof(svc.last_event), "%s", name);
 	snprintf(svc.last_message, sizeof(svc.last_message), "%s", message ? message : "");
-	svc.last_event_ns = vrd_realtime_ns();
-	if (svc.pub && !j.overflow && vrd_pub_send(svc.pub, VOLREC_TOPIC_EVENT, buf) < 0)
+	svc.last_event_ns = vr_real_ns();
+	text = json_object_to_json_string_ext(ev, JSON_C_TO_STRING_PLAIN);
+	if (svc.pub && vrd_pub_send(svc.pub, VOLREC_TOPIC_EVENT, text) < 0)
 		vrd_log(LOG_DEBUG, NULL, "event %s: not sent (publisher busy)", name);
 	pthread_mutex_unlock(&svc.lock);
+	json_object_put(ev);
 }
 
 static void set_event_pub(struct vrd_pub *pub)
@@ -86,32 +127,40 @@ struct service {
 	/* reload */
 	bool live_pending;
 	uint64_t live_ticket;
-	struct vr_config next;  /* the configuration being applied live */
+	struct vr_config next; /* the configuration being applied live */
+	bool set_pending;      /* next comes from a control `set`, not the file */
+	char set_keys[512];    /* its keys, for the log and the event */
+	struct vrd_ctl_peer set_peer;
+	char runtime_keys[512]; /* keys changed with `set` since the file was last read */
 	char reload_result[16]; /* "", "ok", "rejected" */
 	char reload_message[CFG_ERR_MAX];
 
+	/* the control socket (vrd_ctl.c) */
+	void *zctx;
+	struct vrd_ctl *ctl;
+
 	/* rates: the snapshot of the previous status */
-	struct vrd_counters prev;
+	struct pl_counters prev;
 	uint64_t prev_ns;
 	double rates[4]; /* A-scans/s, epochs/s, volumes/s, GVox/s */
 
 	/* watchdog */
 	bool wd_enabled;
 	uint64_t wd_usec;
-	struct vrd_progress wd_last;
+	struct pl_progress wd_last;
 	uint64_t wd_pings, wd_missed;
 };
 
-static uint64_t total_drops(const struct vrd_counters *c)
+static uint64_t total_drops(const struct pl_counters *c)
 {
 	uint64_t n = 0;
 
-	for (int i = 0; i < VRD_DROP_COUNT; i++)
+	for (int i = 0; i < PL_DROP_COUNT; i++)
 		n += c->drops[i];
 	return n;
 }
 
-static const char *shown_state(const struct service *s, const struct vrd_snapshot *snap)
+static const char *shown_state(const struct service *s, const struct pl_stats *snap)
 {
 	if (s->state == SVC_RUNNING && snap->degraded)
 		return "degraded";
@@ -210,7 +259,7 @@ static void effective_remove(struct service *s)
 /* ---- what else the instance leaves in run_dir ----------------------------------------------- */
 
 /*
- * <run_dir>/<instance>.{lock,pub,pid,yaml} once no live writer holds the instance lock: called
+ * <run_dir>/<instance>.{lock,pub,ctl,pid,yaml} once no live writer holds the instance lock: called
  * after a graceful stop (the ipc writer released the lock and left the lock file and the
  * default ZeroMQ socket) and before a start (files of a crashed predecessor, so that no client
  * reads a dead daemon's pid or configuration, even when this start fails). The lock is held
@@ -219,7 +268,7 @@ static void effective_remove(struct service *s)
  */
 static void run_dir_clean(const struct vr_config *c)
 {
-	static const char *const suffixes[] = {"pid", "yaml", "pub"};
+	static const char *const suffixes[] = {"pid", "yaml", "pub", "ctl"};
 	char path[CFG_PATH_MAX + CFG_NAME_MAX + 8];
 	struct stat st;
 	int fd;
@@ -250,7 +299,7 @@ static void run_dir_clean(const struct vr_config *c)
 
 /* ---- status ------------------------------------------------------------------------------ */
 
-static void update_rates(struct service *s, const struct vrd_snapshot *snap, uint64_t now)
+static void update_rates(struct service *s, const struct pl_stats *snap, uint64_t now)
 {
 	const struct vr_config *c = &s->cur;
 	double dt = (double)(now - s->prev_ns) / 1e9;
@@ -267,7 +316,7 @@ static void update_rates(struct service *s, const struct vrd_snapshot *snap, uin
 	s->prev_ns = now;
 }
 
-static void status_line(struct service *s, const struct vrd_snapshot *snap, int readers, char *buf,
+static void status_line(struct service *s, const struct pl_stats *snap, int readers, char *buf,
                         size_t len)
 {
 	int n = snprintf(buf, len,
@@ -275,9 +324,10 @@ static void status_line(struct service *s, const struct vrd_snapshot *snap, int 
 	                 "%" PRIu64 " volumes, %" PRIu64 " dropped B-scans, ring %u/%u, "
 	                 "%d readers",
 	                 shown_state(s, snap), s->rates[2], s->rates[0],
-	                 snap->lat_p50[0] < 0 ? 0 : snap->lat_p50[0],
-	                 snap->lat_p99[0] < 0 ? 0 : snap->lat_p99[0], snap->c.epochs_published,
-	                 total_drops(&snap->c), snap->c.ring_used, snap->c.ring_size, readers);
+	                 isfinite(snap->lat_p50[0]) ? snap->lat_p50[0] : 0,
+	                 isfinite(snap->lat_p99[0]) ? snap->lat_p99[0] : 0,
+	                 snap->c.epochs_published, total_drops(&snap->c), snap->c.in_ring,
+	                 snap->c.ring_size, readers);
 
 	if (n > 0 && (size_t)n < len && snap->degraded)
 		n += snprintf(buf + n, len - (size_t)n, "; %.200s", snap->fault);
@@ -288,187 +338,219 @@ static void status_line(struct service *s, const struct vrd_snapshot *snap, int 
 			*p = ' ';
 }
 
-static void lat_json(struct vrd_json *j, const char *name, double p50, double p99, bool comma)
-{
-	vrd_json_raw(j, "%s\"%s\":{\"p50\":", comma ? "," : "", name);
-	if (p50 < 0)
-		vrd_json_raw(j, "null");
-	else
-		vrd_json_num(j, p50);
-	vrd_json_raw(j, ",\"p99\":");
-	if (p99 < 0)
-		vrd_json_raw(j, "null");
-	else
-		vrd_json_num(j, p99);
-	vrd_json_raw(j, "}");
-}
-
-static void status_json(struct service *s, const struct vrd_snapshot *snap, int readers,
-                        uint64_t now, char *buf, size_t len)
+static struct json_object *status_json(struct service *s, const struct pl_stats *snap, int readers,
+                                       uint64_t now)
 {
 	const struct vr_config *c = &s->cur;
-	struct volrec_shim_info info, *si = &info;
+	struct pl_pipeline *pl = vrd_pipeline_engine(s->pl);
 	struct vrd_pub *pub = vrd_pipeline_pub(s->pl);
-	static const char *const lat_names[] = {"acquire_to_publish", "preprocess", "reconstruct",
-	                                        "publish"};
+	struct json_object *st = json_object_new_object(), *o, *a;
+	struct volrec_shim_info si;
 	struct ipc_writer_stats ws;
-	struct vrd_json j;
 	uint32_t Y = c->geometry.bscans_per_volume, X = c->geometry.ascans_per_bscan;
 
 	if (c->reconstruct.mode != CFG_RECON_NONE) {
 		Y *= c->geometry.stride[1];
 		X *= c->geometry.stride[0];
 	}
-	vrd_pipeline_source_info(s->pl, &info);
+	pl_source_info(pl, &si);
 	vrd_pub_stats(pub, &ws);
-	vrd_json_init(&j, buf, len);
-	vrd_json_raw(&j, "{\"state\":");
-	vrd_json_str(&j, shown_state(s, snap));
-	vrd_json_raw(&j, ",\"instance\":");
-	vrd_json_str(&j, c->instance);
-	vrd_json_raw(&j, ",\"pid\":%d,\"session\":%" PRIu64 ",\"time\":%.3f", (int)getpid(),
-	             vrd_pub_session(pub), (double)vrd_realtime_ns() / 1e9);
-	vrd_json_raw(&j, ",\"config\":");
-	vrd_json_str(&j, s->config_path);
-	vrd_json_raw(&j, ",\"source\":{\"type\":");
-	vrd_json_str(&j, cfg_source_name(c->source.type));
-	vrd_json_raw(&j, ",\"name\":");
-	vrd_json_str(&j, si->name);
-	vrd_json_raw(&j, ",\"version\":");
-	vrd_json_str(&j, si->version);
-	vrd_json_raw(&j, ",\"device\":");
-	vrd_json_str(&j, si->device);
-	vrd_json_raw(&j, ",\"rate\":");
-	vrd_json_num(&j, c->source.rate);
-	vrd_json_raw(&j, ",\"acquisition\":");
-	vrd_json_str(&j, vrd_pipeline_acquisition(s->pl));
-	vrd_json_raw(&j, "},\"backend\":{\"name\":");
-	vrd_json_str(&j, vrd_pipeline_backend_name(s->pl));
-	vrd_json_raw(&j, ",\"device\":");
-	vrd_json_str(&j, vrd_pipeline_device(s->pl));
-	vrd_json_raw(&j, "},\"geometry\":{\"samples_per_ascan\":%u,\"sample_type\":",
-	             c->geometry.samples_per_ascan);
-	vrd_json_str(&j, cfg_sample_name(c->geometry.sample_type));
-	vrd_json_raw(&j,
-	             ",\"ascans_per_bscan\":%u,\"bscans_per_volume\":%u,\"stride\":[%u,%u],"
-	             "\"depth_range\":[%u,%u],\"mode\":",
-	             c->geometry.ascans_per_bscan, c->geometry.bscans_per_volume,
-	             c->geometry.stride[0], c->geometry.stride[1], c->geometry.depth_range[0],
-	             c->geometry.depth_range[1]);
-	vrd_json_str(&j, cfg_recon_mode_name(c->reconstruct.mode));
-	vrd_json_raw(&j, ",\"volume\":[%u,%u,%u],\"slots\":%u}", Y, X, cfg_nz(c), c->output.slots);
-	vrd_json_raw(&j, ",\"rates\":{\"ascans_per_s\":");
-	vrd_json_num(&j, s->rates[0]);
-	vrd_json_raw(&j, ",\"epochs_per_s\":");
-	vrd_json_num(&j, s->rates[1]);
-	vrd_json_raw(&j, ",\"volumes_per_s\":");
-	vrd_json_num(&j, s->rates[2]);
-	vrd_json_raw(&j, ",\"gvox_per_s\":");
-	vrd_json_num(&j, s->rates[3]);
-	vrd_json_raw(&j, "},\"latency_ms\":{");
-	for (int i = 0; i < 4; i++)
-		lat_json(&j, lat_names[i], snap->lat_p50[i], snap->lat_p99[i], i > 0);
-	vrd_json_raw(&j,
-	             "},\"bscans\":{\"acquired\":%" PRIu64 ",\"processed\":%" PRIu64
-	             ",\"in_ring\":%u},\"drops\":{",
-	             snap->c.acquired, snap->c.processed, snap->c.ring_used);
-	for (int i = 0; i < VRD_DROP_COUNT; i++)
-		vrd_json_raw(&j, "\"%s\":%" PRIu64 ",", vrd_drop_names[i], snap->c.drops[i]);
-	vrd_json_raw(&j, "\"total\":%" PRIu64 "}", total_drops(&snap->c));
-	vrd_json_raw(&j, ",\"ring\":{\"used\":%u,\"size\":%u,\"fill\":", snap->c.ring_used,
-	             snap->c.ring_size);
-	vrd_json_num(&j, snap->c.ring_size ? (double)snap->c.ring_used / snap->c.ring_size : 0);
-	vrd_json_raw(&j,
-	             "},\"epochs\":{\"started\":%" PRIu64 ",\"published\":%" PRIu64
-	             ",\"last\":%" PRIu64 "},\"volumes_published\":%" PRIu64,
-	             snap->c.epochs_started, snap->c.epochs_published, snap->last_epoch,
-	             snap->c.epochs_published);
-	vrd_json_raw(&j,
-	             ",\"faults\":{\"source\":%" PRIu64 ",\"reopens\":%" PRIu64
-	             ",\"degraded\":%s,\"message\":",
-	             snap->c.source_faults, snap->c.source_reopens,
-	             snap->degraded ? "true" : "false");
-	vrd_json_str(&j, snap->fault);
-	vrd_json_raw(&j,
-	             "},\"readers\":%d,\"publisher\":{\"lease_skips\":%" PRIu64
-	             ",\"forced_overwrite\":%" PRIu64 ",\"send_errors\":%" PRIu64 "}",
-	             readers, ws.lease_skips, ws.forced_overwrite, ws.send_errors);
-	vrd_json_raw(&j, ",\"uptime_s\":");
-	vrd_json_num(&j, (double)(now - s->started_ns) / 1e9);
-	vrd_json_raw(&j,
-	             ",\"watchdog\":{\"enabled\":%s,\"usec\":%" PRIu64 ",\"pings\":%" PRIu64
-	             ",\"withheld\":%" PRIu64 "}",
-	             s->wd_enabled ? "true" : "false", s->wd_usec, s->wd_pings, s->wd_missed);
-	vrd_json_raw(&j, ",\"reload\":{\"result\":");
-	vrd_json_str(&j, s->reload_result);
-	vrd_json_raw(&j, ",\"message\":");
-	vrd_json_str(&j, s->reload_message);
+	jset(st, "state", jstr(shown_state(s, snap)));
+	jset(st, "instance", jstr(c->instance));
+	jset(st, "pid", json_object_new_int((int)getpid()));
+	jset_u64(st, "session", vrd_pub_session(pub));
+	jset(st, "time", jnumf((double)vr_real_ns() / 1e9, "%.3f"));
+	jset(st, "config", jstr(s->config_path));
+
+	o = json_object_new_object();
+	jset(o, "type", jstr(cfg_source_name(c->source.type)));
+	jset(o, "name", jstr(si.name));
+	jset(o, "version", jstr(si.version));
+	jset(o, "device", jstr(si.device));
+	jset(o, "rate", jnum(c->source.rate));
+	jset(o, "acquisition", jstr(pl_acquisition(pl)));
+	jset(st, "source", o);
+
+	o = json_object_new_object();
+	jset(o, "name", jstr(be_name(pl_backend(pl))));
+	jset(o, "device", jstr(be_device(pl_backend(pl))));
+	jset(st, "backend", o);
+
+	o = json_object_new_object();
+	jset(o, "samples_per_ascan", json_object_new_int64(c->geometry.samples_per_ascan));
+	jset(o, "sample_type", jstr(cfg_sample_name(c->geometry.sample_type)));
+	jset(o, "ascans_per_bscan", json_object_new_int64(c->geometry.ascans_per_bscan));
+	jset(o, "bscans_per_volume", json_object_new_int64(c->geometry.bscans_per_volume));
+	a = json_object_new_array();
+	json_object_array_add(a, json_object_new_int64(c->geometry.stride[0]));
+	json_object_array_add(a, json_object_new_int64(c->geometry.stride[1]));
+	jset(o, "stride", a);
+	a = json_object_new_array();
+	json_object_array_add(a, json_object_new_int64(c->geometry.depth_range[0]));
+	json_object_array_add(a, json_object_new_int64(c->geometry.depth_range[1]));
+	jset(o, "depth_range", a);
+	jset(o, "mode", jstr(cfg_recon_mode_name(c->reconstruct.mode)));
+	a = json_object_new_array();
+	json_object_array_add(a, json_object_new_int64(Y));
+	json_object_array_add(a, json_object_new_int64(X));
+	json_object_array_add(a, json_object_new_int64(cfg_nz(c)));
+	jset(o, "volume", a);
+	jset(o, "slots", json_object_new_int64(c->output.slots));
+	jset(st, "geometry", o);
+
+	if (c->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
+		struct vrd_median_depths md;
+
+		vrd_pub_median_depths(pub, &md);
+		a = json_object_new_object();
+		jset(a, "mean_per_bscan", md.have ? jnum(md.mean_per_bscan) : NULL);
+		jset(a, "max_per_bscan", md.have ? json_object_new_int64(md.max_per_bscan) : NULL);
+		jset(a, "depths", json_object_new_int64(md.depths));
+		o = json_object_new_object();
+		jset(o, "median_depths", a);
+		jset(st, "preprocess", o);
+	}
+
+	o = json_object_new_object();
+	jset(o, "ascans_per_s", jnum(s->rates[0]));
+	jset(o, "epochs_per_s", jnum(s->rates[1]));
+	jset(o, "volumes_per_s", jnum(s->rates[2]));
+	jset(o, "gvox_per_s", jnum(s->rates[3]));
+	jset(st, "rates", o);
+
+	o = json_object_new_object();
+	for (int i = 0; i < PL_LAT_N; i++) {
+		struct json_object *l = json_object_new_object();
+
+		jset(l, "p50", jnum(snap->lat_p50[i]));
+		jset(l, "p99", jnum(snap->lat_p99[i]));
+		jset(o, pl_lat_names[i], l);
+	}
+	jset(st, "latency_ms", o);
+
+	o = json_object_new_object();
+	jset_u64(o, "acquired", snap->c.acquired);
+	jset_u64(o, "processed", snap->c.processed);
+	jset_u64(o, "in_ring", snap->c.in_ring);
+	jset(st, "bscans", o);
+	o = json_object_new_object();
+	for (int i = 0; i < PL_DROP_COUNT; i++)
+		jset_u64(o, pl_drop_names[i], snap->c.drops[i]);
+	jset_u64(o, "total", total_drops(&snap->c));
+	jset(st, "drops", o);
+	o = json_object_new_object();
+	jset_u64(o, "used", snap->c.in_ring);
+	jset_u64(o, "size", snap->c.ring_size);
+	jset(o, "fill", jnum(snap->c.ring_size ? (double)snap->c.in_ring / snap->c.ring_size : 0));
+	jset(st, "ring", o);
+	o = json_object_new_object();
+	jset_u64(o, "started", snap->c.epochs_started);
+	jset_u64(o, "published", snap->c.epochs_published);
+	jset_u64(o, "last", snap->last_epoch);
+	jset(st, "epochs", o);
+	jset_u64(st, "volumes_published", snap->c.epochs_published);
+	o = json_object_new_object();
+	jset_u64(o, "source", snap->c.source_faults);
+	jset_u64(o, "reopens", snap->c.source_reopens);
+	jset(o, "degraded", json_object_new_boolean(snap->degraded));
+	jset(o, "message", jstr(snap->fault));
+	jset(st, "faults", o);
+	jset(st, "readers", json_object_new_int(readers));
+	o = json_object_new_object();
+	jset_u64(o, "lease_skips", ws.lease_skips);
+	jset_u64(o, "forced_overwrite", ws.forced_overwrite);
+	jset_u64(o, "send_errors", ws.send_errors);
+	jset(st, "publisher", o);
+	jset(st, "uptime_s", jnum((double)(now - s->started_ns) / 1e9));
+	o = json_object_new_object();
+	jset(o, "enabled", json_object_new_boolean(s->wd_enabled));
+	jset_u64(o, "usec", s->wd_usec);
+	jset_u64(o, "pings", s->wd_pings);
+	jset_u64(o, "withheld", s->wd_missed);
+	jset(st, "watchdog", o);
+	o = json_object_new_object();
+	jset(o, "result", jstr(s->reload_result));
+	jset(o, "message", jstr(s->reload_message));
+	jset(st, "reload", o);
+	o = json_object_new_object();
 	pthread_mutex_lock(&svc.lock);
-	vrd_json_raw(&j, "},\"last_event\":{\"event\":");
-	vrd_json_str(&j, svc.last_event);
-	vrd_json_raw(&j, ",\"message\":");
-	vrd_json_str(&j, svc.last_message);
-	vrd_json_raw(&j, ",\"time\":%.3f}}", (double)svc.last_event_ns / 1e9);
+	jset(o, "event", jstr(svc.last_event));
+	jset(o, "message", jstr(svc.last_message));
+	jset(o, "time", jnumf((double)svc.last_event_ns / 1e9, "%.3f"));
 	pthread_mutex_unlock(&svc.lock);
-	if (j.overflow)
-		snprintf(buf, len, "{\"state\":\"%s\",\"error\":\"status too long\"}",
-		         shown_state(s, snap));
+	jset(st, "last_event", o);
+	return st;
 }
 
 static void send_status(struct service *s, uint64_t now)
 {
-	static char json[16384];
-	struct vrd_snapshot snap;
+	struct pl_stats snap;
+	struct json_object *st;
+	const char *text;
 	char line[1024];
 	int readers;
 
-	vrd_pipeline_snapshot(s->pl, &snap);
+	pl_stats(vrd_pipeline_engine(s->pl), &snap);
 	update_rates(s, &snap, now);
 	readers = vrd_pub_readers(vrd_pipeline_pub(s->pl));
-	status_json(s, &snap, readers < 0 ? 0 : readers, now, json, sizeof(json));
-	if (vrd_pub_send(vrd_pipeline_pub(s->pl), VOLREC_TOPIC_STATUS, json) < 0)
+	st = status_json(s, &snap, readers < 0 ? 0 : readers, now);
+	text = json_object_to_json_string_ext(st, JSON_C_TO_STRING_PLAIN);
+	if (strlen(text) >= VOLREC_TEXT_MAX)
+		vrd_log(LOG_WARNING, NULL, "status: %zu bytes of JSON, more than %u: not sent",
+		        strlen(text), VOLREC_TEXT_MAX);
+	else if (vrd_pub_send(vrd_pipeline_pub(s->pl), VOLREC_TOPIC_STATUS, text) < 0)
 		vrd_log(LOG_DEBUG, NULL, "status: not sent (publisher busy)");
+	json_object_put(st);
 	status_line(s, &snap, readers < 0 ? 0 : readers, line, sizeof(line));
 	sd_notifyf(0, "STATUS=%s", line);
 }
 
-/* "p50/p99" in ms, "n/a" for a percentile without samples (negative) */
+/* "p50/p99" in ms, "n/a" for a percentile without samples */
 static void lat_text(char *buf, size_t len, double p50, double p99)
 {
 	char a[32] = "n/a", b[32] = "n/a";
 
-	if (p50 >= 0)
+	if (isfinite(p50) && p50 >= 0)
 		snprintf(a, sizeof(a), "%.2f", p50);
-	if (p99 >= 0)
+	if (isfinite(p99) && p99 >= 0)
 		snprintf(b, sizeof(b), "%.2f", p99);
 	snprintf(buf, len, "%s/%s", a, b);
 }
 
 static void log_statistics(struct service *s)
 {
-	struct vrd_snapshot snap;
-	char drops[512], lat[4][72];
+	struct pl_stats snap;
+	struct vrd_median_depths md;
+	char drops[512], lat[4][72], median[128] = "";
 	int n = 0;
 
-	vrd_pipeline_snapshot(s->pl, &snap);
-	for (int i = 0; i < VRD_DROP_COUNT; i++)
-		n += snprintf(drops + n, sizeof(drops) - (size_t)n, "%s%s %" PRIu64, i ? ", " : "",
-		              vrd_drop_names[i], snap.c.drops[i]);
+	pl_stats(vrd_pipeline_engine(s->pl), &snap);
 	for (int i = 0; i < 4; i++) /* a stage without samples yet has no percentiles */
 		lat_text(lat[i], sizeof(lat[i]), snap.lat_p50[i], snap.lat_p99[i]);
+	for (int i = 0; i < PL_DROP_COUNT; i++)
+		n += snprintf(drops + n, sizeof(drops) - (size_t)n, "%s%s %" PRIu64, i ? ", " : "",
+		              pl_drop_names[i], snap.c.drops[i]);
+	vrd_pub_median_depths(vrd_pipeline_pub(s->pl), &md);
+	if (s->cur.preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && md.have)
+		snprintf(median, sizeof(median),
+		         "; partial_median: median depths per B-scan of the last volume mean %.2f "
+		         "max %u of %u",
+		         md.mean_per_bscan, md.max_per_bscan, md.depths);
+	else if (s->cur.preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN)
+		snprintf(median, sizeof(median), "; partial_median: no volume yet");
 	vrd_log(LOG_NOTICE, "statistics",
 	        "statistics: state %s, uptime %.1f s, B-scans acquired %" PRIu64
 	        " processed %" PRIu64 " in ring %u/%u; epochs started %" PRIu64
 	        " published %" PRIu64 "; drops: %s; source faults %" PRIu64 " reopens %" PRIu64
 	        "; latency ms p50/p99: acquire->publish %s, preprocess %s, reconstruct %s, "
 	        "publish %s; readers %d; rates %.1f volumes/s "
-	        "%.3g A-scans/s; watchdog pings %" PRIu64 " withheld %" PRIu64,
-	        shown_state(s, &snap), (double)(vrd_now_ns() - s->started_ns) / 1e9,
-	        snap.c.acquired, snap.c.processed, snap.c.ring_used, snap.c.ring_size,
+	        "%.3g A-scans/s; watchdog pings %" PRIu64 " withheld %" PRIu64 "%s",
+	        shown_state(s, &snap), (double)(vr_mono_ns() - s->started_ns) / 1e9,
+	        snap.c.acquired, snap.c.processed, snap.c.in_ring, snap.c.ring_size,
 	        snap.c.epochs_started, snap.c.epochs_published, drops, snap.c.source_faults,
 	        snap.c.source_reopens, lat[0], lat[1], lat[2], lat[3],
 	        vrd_pub_readers(vrd_pipeline_pub(s->pl)), s->rates[2], s->rates[0], s->wd_pings,
-	        s->wd_missed);
+	        s->wd_missed, median);
 }
 
 /* ---- watchdog ---------------------------------------------------------------------------- */
@@ -481,13 +563,13 @@ static void log_statistics(struct service *s)
  */
 static void watchdog_tick(struct service *s)
 {
-	struct vrd_progress p;
+	struct pl_progress p;
 	bool ok;
 
-	vrd_pipeline_progress(s->pl, &p);
+	pl_progress(vrd_pipeline_engine(s->pl), &p);
 	ok = p.proc_epochs != s->wd_last.proc_epochs ||
 	     (p.proc_waiting && (p.acq_returns != s->wd_last.acq_returns ||
-	                         p.acq_state == VRD_ACQ_BACKOFF || p.acq_state == VRD_ACQ_ENDED));
+	                         p.acq_state == PL_ACQ_BACKOFF || p.acq_state == PL_ACQ_ENDED));
 	if (ok) {
 		sd_notify(0, "WATCHDOG=1");
 		s->wd_last = p;
@@ -498,9 +580,9 @@ static void watchdog_tick(struct service *s)
 		        "watchdog: no pipeline progress since the last ping (processing %s, "
 		        "acquisition %s): ping withheld",
 		        p.proc_waiting ? "waiting for input" : "busy on one epoch",
-		        p.acq_state == VRD_ACQ_ACQUIRING   ? "inside the source"
-		        : p.acq_state == VRD_ACQ_WAIT_ROOM ? "waiting for ring room"
-		                                           : "idle");
+		        p.acq_state == PL_ACQ_ACQUIRING   ? "inside the source"
+		        : p.acq_state == PL_ACQ_WAIT_ROOM ? "waiting for ring room"
+		                                          : "idle");
 	}
 }
 
@@ -518,6 +600,7 @@ static void reload_reject(struct service *s, const char *msg)
 static void reload_accepted(struct service *s, bool structural)
 {
 	char msg[CFG_PATH_MAX + 64];
+	struct json_object *extra;
 
 	snprintf(s->reload_result, sizeof(s->reload_result), "ok");
 	s->reload_message[0] = '\0';
@@ -525,11 +608,14 @@ static void reload_accepted(struct service *s, bool structural)
 	effective_write(s);
 	snprintf(msg, sizeof(msg), "configuration %s reloaded%s", s->config_path,
 	         structural ? " (rebuilt: new session)" : " (live parameters)");
-	vrd_event("reloaded", LOG_NOTICE, msg,
-	          structural ? "\"structural\":true" : "\"structural\":false");
+	extra = json_object_new_object();
+	jset(extra, "structural", json_object_new_boolean(structural));
+	vrd_event("reloaded", LOG_NOTICE, msg, extra);
 	s->state = SVC_RUNNING;
 	sd_notify(0, "READY=1");
 }
+
+static void ctl_open(struct service *s);
 
 /* Returns 0, or -1 when neither the new nor the old configuration can run (fatal). */
 static int reload_start(struct service *s)
@@ -540,8 +626,14 @@ static int reload_start(struct service *s)
 
 	s->state = SVC_RELOADING;
 	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%" PRIu64 "\nSTATUS=reloading %s",
-	           vrd_now_ns() / 1000, s->config_path);
+	           vr_mono_ns() / 1000, s->config_path);
 	vrd_log(LOG_INFO, "reloading", "reloading %s", s->config_path);
+	if (s->runtime_keys[0]) {
+		vrd_log(LOG_NOTICE, NULL,
+		        "reloading %s drops the runtime changes made with set (%s)", s->config_path,
+		        s->runtime_keys);
+		s->runtime_keys[0] = '\0';
+	}
 	cfg_defaults(&next);
 	rc = cfg_load(&next, s->config_path, err, sizeof(err));
 	if (rc < 0) {
@@ -550,7 +642,7 @@ static int reload_start(struct service *s)
 		return 0;
 	}
 	if (!cfg_is_structural_change(&s->cur, &next)) {
-		rc = vrd_pipeline_request_live(s->pl, &next, &s->live_ticket);
+		rc = pl_request_live(vrd_pipeline_engine(s->pl), &next, &s->live_ticket);
 		if (rc < 0) {
 			cfg_free(&next);
 			reload_reject(s, "out of memory applying the live parameters");
@@ -610,10 +702,148 @@ static int reload_start(struct service *s)
 			pidfile_write(s);
 		memset(&s->prev, 0, sizeof(s->prev));
 		memset(&s->wd_last, 0, sizeof(s->wd_last));
-		s->prev_ns = vrd_now_ns();
+		s->prev_ns = vr_mono_ns();
+		ctl_open(s);
 		reload_accepted(s, true);
 	}
 	return 0;
+}
+
+/* ---- the control socket ---------------------------------------------------------------------- */
+
+static const struct vr_config *ctl_config(void *ctx)
+{
+	return &((struct service *)ctx)->cur;
+}
+
+static void peer_text(const struct vrd_ctl_peer *p, char *buf, size_t len)
+{
+	if (p->have_uid)
+		snprintf(buf, len, "uid %u (pid %d)", (unsigned)p->uid, (int)p->pid);
+	else
+		snprintf(buf, len, "an unknown peer");
+}
+
+/* A `set` validated by the configuration's rules: applied like a live reload, between volumes;
+ * the reply says it was queued, the log and the `set` event say when it took effect. */
+static int ctl_apply(void *ctx, const struct vr_config *next, const char *const *paths, size_t n,
+                     const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	struct service *s = ctx;
+	size_t len = 0;
+	int rc;
+
+	if (s->live_pending || s->state != SVC_RUNNING)
+		return vr_err(err, errlen, -EBUSY,
+		              "a reload or another set is being applied: retry in a moment");
+	cfg_defaults(&s->next);
+	if (cfg_copy(&s->next, next) < 0)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	rc = pl_request_live(vrd_pipeline_engine(s->pl), &s->next, &s->live_ticket);
+	if (rc < 0) {
+		cfg_free(&s->next);
+		return vr_err(err, errlen, rc, "out of memory applying the live parameters");
+	}
+	s->set_keys[0] = '\0';
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)snprintf(s->set_keys + len,
+		                        len < sizeof(s->set_keys) ? sizeof(s->set_keys) - len : 0,
+		                        "%s%s", i ? ", " : "", paths[i]);
+	s->set_peer = *peer;
+	s->set_pending = true;
+	s->live_pending = true;
+	return 0;
+}
+
+/* The processing thread applied (or the backend refused) the pending `set`. */
+static void set_done(struct service *s, int rc, const char *err)
+{
+	char who[64], msg[2048];
+	struct json_object *extra = json_object_new_object();
+
+	peer_text(&s->set_peer, who, sizeof(who));
+	jset(extra, "keys", jstr(s->set_keys));
+	if (s->set_peer.have_uid)
+		jset(extra, "uid", json_object_new_int64(s->set_peer.uid));
+	if (rc < 0) {
+		snprintf(msg, sizeof(msg), "set %s by %s: the backend refused it: %s", s->set_keys,
+		         who, err);
+		cfg_free(&s->next);
+		vrd_event("set_rejected", LOG_ERR, msg, extra);
+		return;
+	}
+	cfg_free(&s->cur);
+	s->cur = s->next;
+	cfg_defaults(&s->next);
+	vrd_log_set_level(s->cur.log.level);
+	vrd_pub_update(vrd_pipeline_pub(s->pl), &s->cur);
+	effective_write(s);
+	{
+		size_t l = strlen(s->runtime_keys);
+		snprintf(s->runtime_keys + l, sizeof(s->runtime_keys) - l, "%s%s", l ? ", " : "",
+		         s->set_keys);
+	}
+	snprintf(msg, sizeof(msg),
+	         "set %s by %s (runtime change: a reload re-reads %s and drops it)", s->set_keys,
+	         who, s->config_path);
+	vrd_event("set", LOG_NOTICE, msg, extra);
+}
+
+static int ctl_reset(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	struct service *s = ctx;
+	char who[64];
+
+	(void)err, (void)errlen;
+	peer_text(peer, who, sizeof(who));
+	vrd_log(LOG_INFO, NULL, "reset_history by %s: resetting the reconstruction history", who);
+	pl_request_reset(vrd_pipeline_engine(s->pl));
+	return 0;
+}
+
+static struct json_object *ctl_status(void *ctx)
+{
+	struct service *s = ctx;
+	struct pl_stats snap;
+	int readers;
+
+	pl_stats(vrd_pipeline_engine(s->pl), &snap);
+	readers = vrd_pub_readers(vrd_pipeline_pub(s->pl));
+	return status_json(s, &snap, readers < 0 ? 0 : readers, vr_mono_ns());
+}
+
+/* (Re)open the control socket of the instance in force; a failure is logged, not fatal. */
+static void ctl_open(struct service *s)
+{
+	static const struct vrd_ctl_ops ops_tbl = {NULL, ctl_config, ctl_apply, ctl_reset,
+	                                           ctl_status};
+	struct vrd_ctl_ops o = ops_tbl;
+	char ep[CFG_PATH_MAX + CFG_NAME_MAX + 16], err[512];
+
+	vrd_ctl_close(s->ctl);
+	s->ctl = NULL;
+	if (!s->zctx)
+		s->zctx = zmq_ctx_new();
+	if (!s->zctx) {
+		vrd_log(LOG_ERR, NULL, "control socket: no ZeroMQ context: %s",
+		        zmq_strerror(errno));
+		return;
+	}
+	o.ctx = s;
+	snprintf(ep, sizeof(ep), "ipc://%s/%s.ctl", s->cur.ipc.run_dir, s->cur.instance);
+	if (vrd_ctl_open(s->zctx, ep, &o, &s->ctl, err, sizeof(err)) < 0)
+		vrd_log(LOG_ERR, NULL, "%s: volrec get/set will not work", err);
+	else
+		vrd_log(LOG_INFO, NULL, "control socket %s", ep);
+}
+
+static void ctl_close(struct service *s)
+{
+	vrd_ctl_close(s->ctl);
+	s->ctl = NULL;
+	if (s->zctx)
+		zmq_ctx_term(s->zctx);
+	s->zctx = NULL;
 }
 
 static void reload_poll(struct service *s)
@@ -622,9 +852,14 @@ static void reload_poll(struct service *s)
 	int rc;
 
 	if (!s->live_pending ||
-	    !vrd_pipeline_live_done(s->pl, s->live_ticket, &rc, err, sizeof(err)))
+	    !pl_live_done(vrd_pipeline_engine(s->pl), s->live_ticket, &rc, err, sizeof(err)))
 		return;
 	s->live_pending = false;
+	if (s->set_pending) {
+		s->set_pending = false;
+		set_done(s, rc, err);
+		return;
+	}
 	if (rc < 0) {
 		char msg[600];
 
@@ -636,6 +871,7 @@ static void reload_poll(struct service *s)
 	}
 	cfg_free(&s->cur);
 	s->cur = s->next;
+	vrd_pub_update(vrd_pipeline_pub(s->pl), &s->cur);
 	reload_accepted(s, false);
 }
 
@@ -645,7 +881,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 {
 	struct service s = {.config_path = config_path};
 	uint64_t next_status, next_wd = 0, status_ns;
-	bool stop = false, reload = false;
+	bool stop = false, reload = false, ctl_more = false;
 	char err[CFG_ERR_MAX];
 	sigset_t mask;
 	int sfd, rc, status = 1;
@@ -678,7 +914,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	}
 
 	s.state = SVC_STARTING;
-	s.started_ns = vrd_now_ns();
+	s.started_ns = vr_mono_ns();
 	run_dir_clean(&s.cur);
 	rc = vrd_pipeline_start(&s.cur, &s.pl, err, sizeof(err));
 	if (rc < 0) {
@@ -690,20 +926,22 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	set_event_pub(vrd_pipeline_pub(s.pl));
 	pidfile_write(&s);
 	effective_write(&s);
+	ctl_open(&s);
 	s.wd_enabled = sd_watchdog_enabled(0, &s.wd_usec) > 0;
 	s.state = SVC_RUNNING;
-	s.prev_ns = vrd_now_ns();
+	s.prev_ns = vr_mono_ns();
 	{
 		struct volrec_shim_info info, *si = &info;
 		char msg[1024];
 
-		vrd_pipeline_source_info(s.pl, &info);
+		pl_source_info(vrd_pipeline_engine(s.pl), &info);
 		snprintf(
 		        msg, sizeof(msg),
 		        "started: instance %s, source %s (%s), backend %s (%s), session %016" PRIx64
 		        "%s",
 		        s.cur.instance, cfg_source_name(s.cur.source.type), si->name,
-		        vrd_pipeline_backend_name(s.pl), vrd_pipeline_device(s.pl),
+		        be_name(pl_backend(vrd_pipeline_engine(s.pl))),
+		        be_device(pl_backend(vrd_pipeline_engine(s.pl))),
 		        vrd_pub_session(vrd_pipeline_pub(s.pl)),
 		        s.wd_enabled ? ", watchdog on" : "");
 		vrd_event("started", LOG_NOTICE, msg, NULL);
@@ -711,13 +949,14 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	sd_notifyf(0, "READY=1\nMAINPID=%d\nSTATUS=running", (int)getpid());
 
 	status_ns = (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
-	next_status = vrd_now_ns() + status_ns;
+	next_status = vr_mono_ns() + status_ns;
 	if (s.wd_enabled)
-		next_wd = vrd_now_ns() + s.wd_usec * 1000ull / 2;
+		next_wd = vr_mono_ns() + s.wd_usec * 1000ull / 2;
 	while (!stop) {
 		struct signalfd_siginfo si;
-		struct pollfd pfd = {.fd = sfd, .events = POLLIN};
-		uint64_t now = vrd_now_ns(), wake = next_status;
+		struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
+		                        {.fd = s.ctl ? vrd_ctl_fd(s.ctl) : -1, .events = POLLIN}};
+		uint64_t now = vr_mono_ns(), wake = next_status;
 		int timeout;
 
 		if (s.wd_enabled && next_wd < wake)
@@ -725,7 +964,9 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 		timeout = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
 		if (s.live_pending && timeout > 10)
 			timeout = 10;
-		if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
+		if (ctl_more)
+			timeout = 0; /* requests left over: the ZeroMQ fd is edge-triggered */
+		if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
 			vrd_log(LOG_ERR, NULL, "poll: %s", strerror(errno));
 			break;
 		}
@@ -746,20 +987,21 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 			case SIGUSR2:
 				vrd_log(LOG_INFO, NULL,
 				        "SIGUSR2: resetting the reconstruction history");
-				vrd_pipeline_request_reset(s.pl);
+				pl_request_reset(vrd_pipeline_engine(s.pl));
 				break;
 			}
 		}
 		if (stop)
 			break;
 		reload_poll(&s);
+		ctl_more = s.ctl && vrd_ctl_process(s.ctl) == VRD_CTL_BURST;
 		if (reload && !s.live_pending) {
 			reload = false;
 			if (reload_start(&s) < 0)
 				goto out_pid;
 			status_ns = (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
 		}
-		now = vrd_now_ns();
+		now = vr_mono_ns();
 		if (now >= next_status) {
 			send_status(&s, now);
 			status_ns = (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
@@ -772,6 +1014,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	}
 
 	s.state = SVC_STOPPING;
+	ctl_close(&s);
 	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
 	vrd_event("stopping", LOG_NOTICE, "stopping: draining the pipeline", NULL);
 	set_event_pub(NULL);
@@ -780,6 +1023,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	vrd_log(LOG_INFO, "stopped", "stopped");
 	status = 0;
 out_pid:
+	ctl_close(&s);
 	if (s.live_pending)
 		cfg_free(&s.next);
 	if (s.pl) {

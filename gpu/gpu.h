@@ -16,6 +16,7 @@
 #include <cufft.h>
 
 #include "../config/config.h"
+#include "../backend/views.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -165,6 +166,16 @@ cudaError_t gpu_launch_recon(const struct gpu_recon_params *p, const float *B, c
                              int y0, int y1, uint8_t *out8, float *outf, cudaStream_t s);
 /* Quantize n floats to u8 (mode none). */
 cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStream_t s);
+
+/* ---- views (gpu_views.cu), ALGORITHMS.md §4 -------------------------------------------- */
+
+/* En-face mean and max over p->slab and the plane at p->position[2], each [Y][X] on the device
+ * (any may be NULL), from the u8 volume V on the device. */
+cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_params *p, uint8_t *mean,
+                              uint8_t *mx, uint8_t *plane, cudaStream_t s);
+/* The MIP render [H][W] of V with the camera r (be_render_setup of p). */
+cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_params *p,
+                              const struct be_render_setup *r, uint8_t *out, cudaStream_t s);
 
 /* ---- benchmark helpers (gpu_bench.c) ----------------------------------------------------- */
 

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <volrec/protocol.h>
+
 #include "../backend/ops.h"
 #include "../backend/tables.h"
 #include "gpu.h"
@@ -68,6 +70,18 @@ struct gpu_state {
 	float *tmap;         /* [Y][X] */
 	float *W;            /* [Y][X][GPU_WCOL] per-column weights of the epoch */
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
+
+	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
+	 * into the slot's views area; vev closes them for epoch_wait */
+	bool views;
+	struct be_view_params vp;
+	struct be_render_setup vrs;
+	uint8_t *d_views; /* [3][cols] enface mean, max, plane, then the render (RENDER_MAX^2) */
+	cudaStream_t vs;
+	cudaEvent_t kev[GPU_RSTREAMS], vev;
+	struct be_view_params last_rp; /* the render in d_views: its parameters and volume */
+	uint64_t last_render_id;
+	bool have_render;
 
 	/* live reconstruction parameters */
 	enum cfg_recon_mode mode;
@@ -207,6 +221,13 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 
 	if (rc < 0)
 		return rc;
+	if (cfg->reconstruct.mode == CFG_RECON_ADAPTIVE) {
+		/* docs/algorithms.md §2b: the CPU backend is the only one that has it so far */
+		snprintf(err, errlen,
+		         "reconstruct.mode: adaptive is not implemented by this backend yet (the "
+		         "cpu backend has it)");
+		return -EINVAL;
+	}
 	if (cfg->reconstruct.mode != CFG_RECON_NONE && !st->have_full) {
 		snprintf(err, errlen,
 		         "reconstruct.mode: %s needs the full-resolution volumes this backend was "
@@ -321,6 +342,16 @@ static void gpu_destroy(void *vst)
 	}
 	if (st->ev_ready)
 		cudaEventDestroy(st->ev_ready);
+	if (st->vs)
+		cudaStreamSynchronize(st->vs);
+	for (int j = 0; j < GPU_RSTREAMS; j++)
+		if (st->kev[j])
+			cudaEventDestroy(st->kev[j]);
+	if (st->vev)
+		cudaEventDestroy(st->vev);
+	if (st->vs)
+		cudaStreamDestroy(st->vs);
+	cudaFree(st->d_views);
 	if (st->cpin)
 		cudaFreeHost(st->cpin);
 	cudaFree(st->d_rs_idx);
@@ -539,7 +570,10 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	        (st->have_full ? 2 * st->full_count * sizeof(float) + st->full_count +
 	                                 cols * (sizeof(long long) + (1 + GPU_WCOL) * sizeof(float))
 	                       : st->le_count);
-	const size_t need = per_stream * st->ns + tables + volumes + (64u << 20); /* + context */
+	const size_t view_bytes =
+	        be_views_wanted(cfg) ? 3 * cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX : 0;
+	const size_t need =
+	        per_stream * st->ns + tables + volumes + view_bytes + (64u << 20); /* + context */
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -623,6 +657,24 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 		if (rc == 0)
 			rc = gpu_cuda_check(
 			        cudaEventCreateWithFlags(&st->rev[j], cudaEventDisableTiming),
+			        "cudaEventCreate", err, errlen);
+	}
+	st->views = be_views_wanted(cfg);
+	if (rc == 0 && st->views) {
+		be_view_params_from_cfg(cfg, &st->vp);
+		be_render_setup(&st->vp, &st->vrs);
+		rc = gpu_malloc((void **)&st->d_views, view_bytes, "views", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(
+			        cudaStreamCreateWithFlags(&st->vs, cudaStreamNonBlocking),
+			        "cudaStreamCreate(views)", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(
+			        cudaEventCreateWithFlags(&st->vev, cudaEventDisableTiming),
+			        "cudaEventCreate", err, errlen);
+		for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++)
+			rc = gpu_cuda_check(
+			        cudaEventCreateWithFlags(&st->kev[j], cudaEventDisableTiming),
 			        "cudaEventCreate", err, errlen);
 	}
 	if (rc == 0)
@@ -918,6 +970,74 @@ static uint32_t gpu_slab_rows(uint32_t rows)
 	return r > 65532 ? 65532 : r;
 }
 
+/* The views of this epoch's u8 volume (ALGORITHMS.md §4) on st->vs, once the kernels of
+ * all nslabs slabs ran (not their copies: the views overlap the volume's D2H), copied into
+ * out->views; the render only when out->view_mask asks for it, else the last one again. */
+static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, uint32_t nslabs,
+                            char *err, size_t errlen)
+{
+	const struct be_view_params *p = &st->vp;
+	const size_t cols = (size_t)p->Y * p->X;
+	uint8_t *area = out->views, *d_mean = st->d_views, *d_max = d_mean + cols;
+	uint8_t *d_plane = d_max + cols, *d_render = d_plane + cols;
+	uint64_t off[BE_VIEW_COUNT], vid[BE_VIEW_COUNT];
+	const unsigned m = out->view_mask;
+	unsigned present = 0;
+	int rc = 0;
+
+	for (uint32_t j = 0; j < nslabs && j < GPU_RSTREAMS; j++)
+		CU(cudaStreamWaitEvent(st->vs, st->kev[j], 0), "cudaStreamWaitEvent(views)");
+	be_views_offsets(p->Y, p->X, p->Z, off);
+	for (int v = 0; v < BE_VIEW_COUNT; v++)
+		vid[v] = out->volume_id;
+	if (m & ((1u << BE_VIEW_ENFACE_MEAN) | (1u << BE_VIEW_ENFACE_MAX) | (1u << BE_VIEW_PLANE)))
+		CU(gpu_launch_enface(st->out8, p, d_mean, d_max, d_plane, st->vs),
+		   "en-face kernel");
+	if (m & (1u << BE_VIEW_RENDER)) {
+		CU(gpu_launch_render(st->out8, p, &st->vrs, d_render, st->vs), "render kernel");
+		st->last_rp = *p;
+		st->last_render_id = out->volume_id;
+		st->have_render = true;
+	}
+	static const enum be_view from_dev[] = {BE_VIEW_ENFACE_MEAN, BE_VIEW_ENFACE_MAX,
+	                                        BE_VIEW_PLANE};
+	for (int i = 0; i < 3; i++) {
+		enum be_view v = from_dev[i];
+		if (!(m & (1u << v)))
+			continue;
+		CU(cudaMemcpyAsync(area + off[v], st->d_views + (size_t)i * cols, cols,
+		                   cudaMemcpyDeviceToHost, st->vs),
+		   "cudaMemcpyAsync(view, device to host)");
+		present |= 1u << v;
+	}
+	if (m & (1u << BE_VIEW_BSCAN)) {
+		CU(cudaMemcpyAsync(area + off[BE_VIEW_BSCAN],
+		                   st->out8 + (size_t)p->position[0] * p->X * p->Z,
+		                   (size_t)p->X * p->Z, cudaMemcpyDeviceToHost, st->vs),
+		   "cudaMemcpyAsync(bscan, device to host)");
+		present |= 1u << BE_VIEW_BSCAN;
+	}
+	if (m & (1u << BE_VIEW_SLICE)) {
+		CU(cudaMemcpy2DAsync(area + off[BE_VIEW_SLICE], p->Z,
+		                     st->out8 + (size_t)p->position[1] * p->Z, (size_t)p->X * p->Z,
+		                     p->Z, p->Y, cudaMemcpyDeviceToHost, st->vs),
+		   "cudaMemcpy2DAsync(slice, device to host)");
+		present |= 1u << BE_VIEW_SLICE;
+	}
+	if (st->have_render) {
+		CU(cudaMemcpyAsync(area + off[BE_VIEW_RENDER], d_render,
+		                   (size_t)st->last_rp.render_h * st->last_rp.render_w,
+		                   cudaMemcpyDeviceToHost, st->vs),
+		   "cudaMemcpyAsync(render, device to host)");
+		vid[BE_VIEW_RENDER] = st->last_render_id;
+		present |= 1u << BE_VIEW_RENDER;
+	}
+	CU(cudaEventRecord(st->vev, st->vs), "cudaEventRecord(views)");
+	be_views_describe(area, p, st->have_render ? &st->last_rp : p, vid, present);
+out:
+	return rc;
+}
+
 /*
  * Queue epoch e: reconstruction streams wait for the preprocessing of its B-scans (events
  * recorded now, so B-scans of the next epoch submitted later are not waited for), then the
@@ -1023,6 +1143,8 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 			CU(gpu_launch_recon(&rp, st->P, st->W, (int)y0, (int)y1, st->out8, outf_dev,
 			                    s),
 			   "reconstruction kernel");
+		if (st->views && out->views)
+			CU(cudaEventRecord(st->kev[k % GPU_RSTREAMS], s), "cudaEventRecord");
 		if (out->volume)
 			CU(cudaMemcpyAsync(out->volume + off, st->out8 + off, n,
 			                   cudaMemcpyDeviceToHost, s),
@@ -1045,6 +1167,11 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		memset(out->median_depths, 0, st->ny * sizeof(*out->median_depths));
 	for (int j = 0; j < GPU_RSTREAMS; j++)
 		CU(cudaEventRecord(st->rev[j], st->rs[j]), "cudaEventRecord");
+	if (st->views && out->views) {
+		rc = gpu_views_launch(st, out, k, err, errlen);
+		if (rc < 0)
+			goto out;
+	}
 
 	/* queued: the host-side state moves on to the next epoch */
 	if (st->mode == CFG_RECON_CUMULATIVE) {
@@ -1077,6 +1204,9 @@ static int gpu_epoch_wait(void *vst, uint64_t epoch, char *err, size_t errlen)
 		if (r < 0)
 			rc = r;
 	}
+	if (rc == 0 && st->views)
+		rc = gpu_cuda_check(cudaEventSynchronize(st->vev), "cudaEventSynchronize(views)",
+		                    msg, sizeof(msg));
 	if (rc < 0) {
 		snprintf(err, errlen, "cuda backend: epoch %llu: %s", (unsigned long long)epoch,
 		         msg);
@@ -1193,6 +1323,10 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	cfg_free(&st->cfg);
 	st->cfg = copy;
 	cfg_defaults(&copy);
+	if (st->views) {
+		be_view_params_from_cfg(cfg, &st->vp);
+		be_render_setup(&st->vp, &st->vrs);
+	}
 	if (st->mode != old_mode)
 		gpu_reset_history_impl(st);
 out:

@@ -36,6 +36,7 @@ struct ipc_writer_options {
 	uint32_t npub;          /* 0..IPC_MAX_PUB */
 	const char *curve_secret_key; /* z85 key files, needed by tcp:// beyond loopback */
 	const char *curve_public_key;
+	bool views; /* reserve a views area in each slot (u8 volumes; protocol.h, views) */
 };
 
 /*
@@ -72,6 +73,8 @@ struct ipc_slot_ref {
 	uint64_t sequence; /* volume sequence n it will be published as */
 	void *data;        /* volume_bytes writable bytes, 2 MiB aligned (virtual address too) */
 	size_t bytes;      /* volume_bytes */
+	void *views;       /* the slot's views area (views_bytes, 64-aligned), NULL without views */
+	size_t views_bytes;
 };
 
 struct ipc_writer_stats {

@@ -120,6 +120,19 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		ipc_errf(err, errlen, "data segment endpoint list lies outside the header region");
 		return -EPROTO;
 	}
+	/* views (1.2): inside each slot, after the volume; bounded by the stride before summing */
+	if ((h->views_offset || h->views_bytes) &&
+	    (h->views_offset < h->volume_bytes || h->views_offset % 64 ||
+	     h->views_offset > h->slot_stride || h->views_bytes > h->slot_stride ||
+	     h->views_offset + h->views_bytes > h->slot_stride ||
+	     h->views_bytes < sizeof(struct volrec_views_header))) {
+		ipc_errf(err, errlen,
+		         "data segment views area is inconsistent (offset %llu, %llu bytes, volume "
+		         "%llu bytes, stride %llu)",
+		         (unsigned long long)h->views_offset, (unsigned long long)h->views_bytes,
+		         (unsigned long long)h->volume_bytes, (unsigned long long)h->slot_stride);
+		return -EPROTO;
+	}
 	if (!h->session_id) {
 		ipc_errf(err, errlen, "data segment has a zero session id");
 		return -EPROTO;

@@ -761,6 +761,46 @@ int volrec_view_release(struct volrec_client *c, struct volrec_view *view)
 	return rc;
 }
 
+int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, unsigned kind,
+                      struct volrec_image *img)
+{
+	const struct volrec_shm_header *h;
+	const struct volrec_views_header *vh;
+	const struct volrec_image_desc *d;
+	uint64_t end;
+
+	if (!c || !view || !img || kind >= VOLREC_IMAGE_COUNT)
+		return -EINVAL;
+	if (!view->data || !c->mapped || view->session_id != c->s.id)
+		return cl_fail(c, -EINVAL, "volrec_view_image: the view holds no volume data");
+	h = c->s.h;
+	if (!h->views_bytes || !(view->flags & VOLREC_FLAG_VIEWS))
+		return cl_fail(c, -ENOENT, "the daemon publishes no views (view.enabled: false?)");
+	vh = (const struct volrec_views_header *)((const char *)view->data + h->views_offset);
+	d = (const struct volrec_image_desc *)(vh + 1) + kind;
+	if (vh->magic != VOLREC_VIEWS_MAGIC || vh->count < VOLREC_IMAGE_COUNT ||
+	    vh->desc_size != sizeof(*d) || d->kind != kind ||
+	    __builtin_add_overflow(d->offset, (uint64_t)d->rows * d->cols, &end) ||
+	    end > h->views_bytes || d->offset < VOLREC_VIEWS_DATA_OFFSET)
+		return cl_fail(c, -EPROTO, "malformed views area in slot %u", view->slot);
+	if (!d->present)
+		return cl_fail(c, -ENOENT, "picture %u was not computed for volume %llu", kind,
+		               (unsigned long long)view->volume_id);
+	*img = (struct volrec_image){
+	        .data = (const uint8_t *)vh + d->offset,
+	        .kind = kind,
+	        .rows = d->rows,
+	        .cols = d->cols,
+	        .volume_id = d->volume_id,
+	        .slab = {d->slab_za, d->slab_zb},
+	        .position = {d->position_y, d->position_x, d->position_z},
+	        .angles_deg = {d->azimuth_deg, d->elevation_deg},
+	        .spacing = {d->spacing_x, d->spacing_y, d->spacing_z},
+	        .step = d->step,
+	};
+	return 0;
+}
+
 void volrec_client_stats(const struct volrec_client *c, struct volrec_client_stats *st)
 {
 	*st = c->st;

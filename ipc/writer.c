@@ -40,6 +40,7 @@ struct ipc_writer {
 	uint32_t slots;
 	uint32_t max_readers;
 	size_t volume_bytes;
+	size_t views_offset, views_bytes; /* views area in each slot (0: none) */
 	void *slot_ptrs[VOLREC_MAX_SLOTS];
 	bool in_progress[VOLREC_MAX_SLOTS];
 	uint64_t content[VOLREC_MAX_SLOTS]; /* sequence n held by each slot, 0 = none */
@@ -364,7 +365,8 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	uint64_t stride, table_end, ep_off, session = 0;
 	int rc;
 
-	stride = (w->volume_bytes + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
+	stride = w->views_bytes ? w->views_offset + w->views_bytes : w->volume_bytes;
+	stride = (stride + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
 	table_end = sizeof(*h) + (uint64_t)o->slots * sizeof(struct volrec_slot_header);
 	ep_off = (table_end + 63) & ~(uint64_t)63;
 	w->map_size = VOLREC_SLOT_ALIGN + (size_t)o->slots * stride;
@@ -419,6 +421,8 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	h->data_offset = VOLREC_SLOT_ALIGN;
 	h->slot_stride = stride;
 	h->volume_bytes = w->volume_bytes;
+	h->views_offset = w->views_offset;
+	h->views_bytes = w->views_bytes;
 	h->segment_size = w->map_size;
 	h->latest_slot = VOLREC_SLOT_NONE;
 	h->writer_pid = (int32_t)getpid();
@@ -535,6 +539,10 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
 	w->slots = o->slots;
 	w->max_readers = o->max_readers;
 	w->volume_bytes = bytes;
+	if (o->views && o->shape.dtype == VOLREC_DTYPE_U8) {
+		w->views_offset = (bytes + 63) & ~(size_t)63;
+		w->views_bytes = volrec_views_bytes(o->shape.ny, o->shape.nx, o->shape.nz);
+	}
 	w->latest_slot = VOLREC_SLOT_NONE;
 	pthread_mutex_init(&w->send_lock, NULL);
 	w->dead_seen = calloc(o->max_readers, sizeof(*w->dead_seen));
@@ -673,6 +681,8 @@ int ipc_writer_begin(struct ipc_writer *w, struct ipc_slot_ref *slot)
 	slot->sequence = w->next_seq;
 	slot->data = w->slot_ptrs[s];
 	slot->bytes = w->volume_bytes;
+	slot->views = w->views_bytes ? (char *)w->slot_ptrs[s] + w->views_offset : NULL;
+	slot->views_bytes = w->views_bytes;
 	return 0;
 }
 

@@ -8,6 +8,9 @@
 
 BINDIR ?= $(PREFIX)/bin
 SBINDIR ?= $(PREFIX)/sbin
+# Programs run by other programs: volrec-process, which `volrec` runs for its processing
+# subcommands (clients/volrec/helper.c looks in $(PREFIX)/libexec/volrec beside $(BINDIR)).
+LIBEXECDIR ?= $(PREFIX)/libexec
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 DATADIR ?= $(PREFIX)/share
@@ -56,6 +59,9 @@ install-bin: all
 	$(Q)if [ -n "$(filter volrec,$(PROGRAMS))" ]; then \
 		$(call pkg_install_file,$(B)/bin/volrec,$(BINDIR)/volrec,0755); \
 	else $(call pkg_skip,volrec); fi
+	$(Q)if [ -n "$(filter volrec-process,$(PROGRAMS))" ]; then \
+		$(call pkg_install_file,$(B)/bin/volrec-process,$(LIBEXECDIR)/volrec/volrec-process,0755); \
+	else $(call pkg_skip,volrec-process); fi
 
 install-lib: all
 	$(call msg,INSTALL,$(D)$(LIBDIR)/libvolrec.so.$(volrec_SOVERSION))
@@ -89,7 +95,7 @@ install-shim: all $(SHIM_FILES)
 install-python:
 	$(call msg,INSTALL,$(D)$(PYTHONDIR)/volrec)
 	$(Q)if [ -d clients/python/volrec ]; then \
-		for f in $$(cd clients/python && find volrec -name '*.py' | sort); do \
+		for f in $$(cd clients/python && find volrec \( -name '*.py' -o -name py.typed \) | sort); do \
 			$(call pkg_install_file,clients/python/$$f,$(PYTHONDIR)/$$f,0644) || exit 1; \
 		done; \
 	else $(call pkg_skip,Python package volrec); fi
@@ -126,7 +132,7 @@ install-config:
 # directories volrec owns if they are empty.
 uninstall:
 	$(call msg,UNINSTALL,$(D)$(PREFIX))
-	$(Q)rm -f $(D)$(SBINDIR)/volrecd $(D)$(BINDIR)/volrec \
+	$(Q)rm -f $(D)$(SBINDIR)/volrecd $(D)$(BINDIR)/volrec $(D)$(LIBEXECDIR)/volrec/volrec-process \
 		$(D)$(LIBDIR)/libvolrec.so.$(volrec_SOVERSION) $(D)$(LIBDIR)/libvolrec.so \
 		$(D)$(PKGCONFIGDIR)/volrec.pc \
 		$(addprefix $(D)$(INCLUDEDIR)/volrec/,$(notdir $(wildcard include/volrec/*.h))) \
@@ -140,4 +146,5 @@ uninstall:
 	elif [ -e $(D)$(SYSCONFDIR)/volrec/volrecd.yaml ]; then \
 		echo "  KEEP    $(D)$(SYSCONFDIR)/volrec/volrecd.yaml (local changes)"; \
 	fi
-	$(Q)rmdir $(D)$(INCLUDEDIR)/volrec $(D)$(SHIMDIR) $(D)$(SYSCONFDIR)/volrec 2>/dev/null || true
+	$(Q)rmdir $(D)$(INCLUDEDIR)/volrec $(D)$(SHIMDIR) $(D)$(SYSCONFDIR)/volrec \
+		$(D)$(LIBEXECDIR)/volrec 2>/dev/null || true

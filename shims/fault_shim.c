@@ -6,7 +6,9 @@
  * args (all optional): fail_open, fail_configure, fail_start (bool); fail_every N and
  * timeout_every N (every Nth acquire fails with -EIO / times out); stall_ms M with
  * stall_after N (acquire N+1 blocks M ms, once); control_file PATH (see docs/shim.md: "ok",
- * "error N", "timeout N", "stall MS [N]", read before every acquire).
+ * "error N", "timeout N", "stall MS [N]", "return V [N]", read before every acquire);
+ * device_hex and text_hex (bytes in hex, e.g. "ff 41": the info device string, and a suffix
+ * of every error text, so that texts that are not UTF-8 can be tested).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,13 +26,14 @@
 
 #define ALLOWED                                                                                    \
 	"fail_open, fail_configure, fail_start, fail_every, timeout_every, stall_ms, "             \
-	"stall_after, control_file"
+	"stall_after, control_file, device_hex, text_hex"
 #define CONTROL_MAX 256
 
 struct fault_shim {
 	bool fail_configure, fail_start;
 	uint64_t fail_every, timeout_every, stall_ms, stall_after;
 	char control[SHIM_ARG_VAL_MAX];
+	char text[64]; /* text_hex: appended to every error text */
 	struct volrec_shim_geometry geo;
 	void *ascan; /* one A-scan of samples */
 	size_t ascan_bytes;
@@ -40,11 +43,14 @@ struct fault_shim {
 	uint64_t calls; /* acquire() calls */
 	uint64_t epoch;
 	uint32_t b;
+	bool pend; /* set_scan_offset came in the middle of an epoch: applies at the next one */
+	uint64_t pend_epoch;
 	bool stalled_once;
 	/* control file state */
 	char last_cmd[CONTROL_MAX];
 	struct timespec last_mtime;
-	uint64_t pend_errors, pend_timeouts, pend_stalls, pend_stall_ms;
+	uint64_t pend_errors, pend_timeouts, pend_stalls, pend_stall_ms, pend_returns;
+	long long pend_value; /* "return V": what acquire() returns, buffer untouched */
 	int code;
 	char msg[512];
 };
@@ -58,10 +64,32 @@ static int fail(struct fault_shim *s, int code, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
+	vsnprintf(s->msg, sizeof(s->msg) - sizeof(s->text), fmt, ap);
 	va_end(ap);
+	size_t n = strlen(s->msg);
+	snprintf(s->msg + n, sizeof(s->msg) - n, "%s", s->text);
 	s->code = code;
 	return code;
+}
+
+/* Decode hex bytes ("ff 41" or "ff41") into out (NUL-terminated); -EINVAL when malformed. */
+static int unhex(const char *hex, char *out, size_t outlen)
+{
+	size_t n = 0;
+	unsigned v;
+
+	while (*hex) {
+		if (*hex == ' ') {
+			hex++;
+			continue;
+		}
+		if (n + 1 >= outlen || sscanf(hex, "%2x", &v) != 1 || !hex[1] || v == 0)
+			return -EINVAL;
+		out[n++] = (char)v;
+		hex += 2;
+	}
+	out[n] = 0;
+	return 0;
 }
 
 static uint64_t now_ns(clockid_t clk)
@@ -92,7 +120,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	struct fault_shim *s;
 	struct shim_args args;
 	bool fail_open = false;
-	char err[448];
+	char err[448], device_hex[256] = "", text_hex[128] = "", device[128] = "";
 	int rc;
 
 	s = calloc(1, sizeof(*s));
@@ -122,6 +150,16 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = shim_args_str(&args, "control_file", s->control, sizeof(s->control), err,
 		                   sizeof(err));
 	if (!rc)
+		rc = shim_args_str(&args, "device_hex", device_hex, sizeof(device_hex), err,
+		                   sizeof(err));
+	if (!rc)
+		rc = shim_args_str(&args, "text_hex", text_hex, sizeof(text_hex), err, sizeof(err));
+	if (!rc && (unhex(device_hex, device, sizeof(device)) ||
+	            unhex(text_hex, s->text, sizeof(s->text)))) {
+		snprintf(err, sizeof(err), "device_hex, text_hex: pairs of hex digits, not 00");
+		rc = -EINVAL;
+	}
+	if (!rc)
 		rc = shim_args_check_unused(&args, ALLOWED, err, sizeof(err));
 	if (!rc && fail_open) {
 		snprintf(err, sizeof(err), "open failed on request (fail_open: true)");
@@ -134,8 +172,11 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	}
 	snprintf(info->name, sizeof(info->name), "fault-shim");
 	snprintf(info->version, sizeof(info->version), "%s", VOLREC_VERSION);
-	snprintf(info->device, sizeof(info->device), "fault injection%s%.90s",
-	         s->control[0] ? ", control file " : "", s->control);
+	if (device[0])
+		snprintf(info->device, sizeof(info->device), "%s", device);
+	else
+		snprintf(info->device, sizeof(info->device), "fault injection%s%.90s",
+		         s->control[0] ? ", control file " : "", s->control);
 	*handle = s;
 	return 0;
 }
@@ -196,8 +237,10 @@ static int shim_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t o
 	if (ox >= s->geo.stride_x || oy >= s->geo.stride_y)
 		return fail(s, -EINVAL, "fault shim: offset (%u, %u) outside stride [%u, %u]", ox,
 		            oy, s->geo.stride_x, s->geo.stride_y);
-	if (s->b == 0)
-		s->epoch = epoch;
+	/* the epoch told applies from its first B-scan: in the middle of an epoch (after a
+	 * failed acquire) the rest of the current one comes first */
+	s->pend = true;
+	s->pend_epoch = epoch;
 	return 0;
 }
 
@@ -245,10 +288,14 @@ static int poll_control(struct fault_shim *s)
 	s->last_mtime = st.st_mtim;
 
 	unsigned long long a = 1, b = 1;
+	long long v = 0;
 	char word[16] = "";
 	int got = sscanf(buf, "%15s %llu %llu", word, &a, &b);
 	if (got <= 0 || !strcmp(word, "ok")) {
-		s->pend_errors = s->pend_timeouts = s->pend_stalls = 0;
+		s->pend_errors = s->pend_timeouts = s->pend_stalls = s->pend_returns = 0;
+	} else if (!strcmp(word, "return") && (got = sscanf(buf, "%*s %lld %llu", &v, &b)) >= 1) {
+		s->pend_value = v;
+		s->pend_returns = got >= 2 ? b : 1;
 	} else if (!strcmp(word, "error")) {
 		s->pend_errors = got >= 2 ? a : 1;
 	} else if (!strcmp(word, "timeout")) {
@@ -259,7 +306,7 @@ static int poll_control(struct fault_shim *s)
 	} else {
 		return fail(s, -EINVAL,
 		            "fault shim: control file %s: unknown command '%s' (ok, error N, "
-		            "timeout N, stall MS [N])",
+		            "timeout N, stall MS [N], return V [N])",
 		            s->control, buf);
 	}
 	return 0;
@@ -282,6 +329,11 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	rc = poll_control(s);
 	if (rc)
 		return rc;
+	if (s->pend_returns) {
+		/* a broken driver: returns what it was told, buffer untouched */
+		s->pend_returns--;
+		return (int)s->pend_value;
+	}
 	if (s->pend_errors) {
 		s->pend_errors--;
 		return fail(s, -EIO, "fault shim: injected error (control file; %llu more)",
@@ -321,6 +373,10 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	}
 	for (uint32_t a = 0; a < s->geo.ascans_per_bscan; a++)
 		memcpy((uint8_t *)buf + a * s->ascan_bytes, s->ascan, s->ascan_bytes);
+	if (s->b == 0 && s->pend) {
+		s->epoch = s->pend_epoch;
+		s->pend = false;
+	}
 	s->n++;
 	if (meta) {
 		meta->timestamp_ns = now_ns(CLOCK_REALTIME);

@@ -218,7 +218,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 			s->ox = s->pend_ox;
 			s->oy = s->pend_oy;
 		} else {
-			sim_scan_offset(s->epoch, s->geo.stride_x, s->geo.stride_y, &s->ox, &s->oy);
+			vr_scan_offset(s->epoch, s->geo.stride_x, s->geo.stride_y, &s->ox, &s->oy);
 		}
 		s->pend = false;
 	}

@@ -102,6 +102,7 @@ struct column {
 	int32_t tilt_bin; /* "tilted": depth bin of the strong reflector here, else -1 */
 	uint64_t hcol;    /* hash of the lateral scatterer cell */
 	uint64_t hflow;   /* hash for blood (changes every epoch) */
+	double dz;        /* axial displacement of the phantom at this time, mm */
 };
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -160,16 +161,13 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	p->seed = cfg->source.synth.seed;
 	snprintf(p->phantom, sizeof(p->phantom), "%s", cfg->source.synth.phantom);
 	p->deg_per_s = cfg->source.synth.deg_per_s;
+	for (int i = 0; i < 3; i++) {
+		p->shift_mm_per_s[i] = cfg->source.synth.shift_mm_per_s[i];
+		p->jump_mm[i] = cfg->source.synth.jump_mm[i];
+	}
+	p->jump_epoch = cfg->source.synth.jump_epoch;
+	p->jump_deg = cfg->source.synth.jump_deg;
 	p->snr_db = cfg->source.synth.snr_db;
-}
-
-void sim_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy)
-{
-	uint64_t S = (uint64_t)(sx ? sx : 1) * (sy ? sy : 1);
-	uint64_t q = epoch % S;
-
-	*ox = (uint32_t)(q % (sx ? sx : 1));
-	*oy = (uint32_t)(q / (sx ? sx : 1));
 }
 
 static double nl_h(double v)
@@ -225,6 +223,13 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 		return fail(err, errlen, -EINVAL,
 		            "synth: rate %g, deg_per_s %g and snr_db %g must be finite (rate >= 0)",
 		            p->rate, p->deg_per_s, p->snr_db);
+	for (int i = 0; i < 3; i++)
+		if (!isfinite(p->shift_mm_per_s[i]) || !isfinite(p->jump_mm[i]) ||
+		    !isfinite(p->jump_deg))
+			return fail(
+			        err, errlen, -EINVAL,
+			        "synth: motion shift_mm_per_s, jump shift_mm and jump deg must be "
+			        "finite");
 	bytes = (uint64_t)p->samples_per_ascan * p->ascans_per_bscan *
 	        (p->sample_type == VOLREC_SAMPLE_F32 ? 4 : 2);
 	if (bytes > (1ull << 31))
@@ -480,10 +485,24 @@ static void lab_xy(const struct sim *s, uint32_t Yf, uint32_t Xf, double *x, dou
 	*y = ((Yf + 0.5) / s->Y - 0.5) * SIM_FOV_MM;
 }
 
+/* Axial displacement (mm) after travelling dist mm at constant speed back and forth within
+ * [-SIM_AXIAL_MM, SIM_AXIAL_MM], starting at 0 (a triangle wave). */
+static double axial_bounce(double dist)
+{
+	double period = 4 * SIM_AXIAL_MM, u = fmod(fabs(dist), period);
+	double v = u < SIM_AXIAL_MM ? u : u < 3 * SIM_AXIAL_MM ? 2 * SIM_AXIAL_MM - u : u - period;
+
+	return dist < 0 ? -v : v;
+}
+
 static void column_at(const struct sim *s, uint64_t epoch, double x, double y, struct column *c)
 {
-	double th = s->p.deg_per_s * sim_epoch_time(s, epoch) * (M_PI / 180);
+	const struct sim_params *p = &s->p;
+	double t = sim_epoch_time(s, epoch);
+	bool jumped = p->jump_epoch > 0 && epoch >= p->jump_epoch;
+	double th = (p->deg_per_s * t + (jumped ? p->jump_deg : 0)) * (M_PI / 180);
 
+	/* the tilted reflector stays in the lab frame: neither turned nor moved */
 	c->tilt_bin = -1;
 	if (s->tilted) {
 		double f = x / SIM_FOV_MM + 0.5; /* 0 at the left edge, 1 at the right */
@@ -492,8 +511,13 @@ static void column_at(const struct sim *s, uint64_t epoch, double x, double y, s
 		        (SIM_TILT_TOP_MM + f * (SIM_TILT_BOT_MM - SIM_TILT_TOP_MM)) / s->dz);
 	}
 	double ct = cos(th), st = sin(th);
-	/* phantom coordinates: the phantom turned by th, i.e. the lab turned back by -th */
-	double xp = ct * x + st * y, yp = -st * x + ct * y;
+	/* the phantom moved by (mx, my) and turned by th about its own centre: the lab point
+	 * (x, y) is the phantom point R(-th) (x - mx, y - my) */
+	double mx = p->shift_mm_per_s[0] * t + (jumped ? p->jump_mm[0] : 0);
+	double my = p->shift_mm_per_s[1] * t + (jumped ? p->jump_mm[1] : 0);
+	double xp = ct * (x - mx) + st * (y - my), yp = -st * (x - mx) + ct * (y - my);
+
+	c->dz = axial_bounce(p->shift_mm_per_s[2] * t) + (jumped ? p->jump_mm[2] : 0);
 	double fx = xp - 0.2, fy = yp + 0.1, rho2 = fx * fx + fy * fy;
 	double pit = exp(-rho2 / (2 * 0.22 * 0.22));
 	double elm = 0.93 + 0.035 * rho2 + 0.015 * xp;
@@ -542,7 +566,10 @@ static inline float column_amp(const struct column *c, double d, uint32_t *phase
 	uint64_t h;
 	int l;
 
-	if (d < TISSUE_TOP_MM || d > TISSUE_BOT_MM || d < c->top[0] || d >= c->top[NLAYER])
+	if (d < TISSUE_TOP_MM || d > TISSUE_BOT_MM)
+		return 0;
+	d -= c->dz; /* depth in the phantom's own frame */
+	if (d < c->top[0] || d >= c->top[NLAYER])
 		return 0;
 	for (l = 0; l < NLAYER - 1 && d >= c->top[l + 1]; l++)
 		;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "volrec/shim.h"
+#include "../base/base.h"
 #include "../config/config.h"
 
 #define SIM_DEFAULT_RATE 25.0 /* epochs per second for the motion clock when rate is 0 */
@@ -19,6 +20,7 @@
 #define SIM_DEPTH_MM     2.0  /* optical depth covered by the K/2 depth bins, mm */
 #define SIM_MAX_K        65536u
 #define SIM_MIRROR_MM    1.0 /* depth of the "mirror" phantom (bin K/4 of the K/2 bins) */
+#define SIM_AXIAL_MM     0.1 /* amplitude of the axial (depth) motion */
 /* The "tilted" phantom: the retina plus a strong flat reflector of amplitude SIM_TILT_AMP, in
  * the lab frame (it does not turn with the retina), whose depth rises linearly from
  * SIM_TILT_TOP_MM at the left edge of the field of view to SIM_TILT_BOT_MM at the right (nearest
@@ -43,8 +45,13 @@ struct sim_params {
 	                             * the retina and a strong tilted reflector (SIM_TILT_*) */
 	double mirror_mm;           /* depth of the mirror, (0, SIM_DEPTH_MM); 0: SIM_MIRROR_MM */
 	double deg_per_s;           /* rotation about the depth axis */
-	double snr_db;              /* see sim_noise_sigma() */
-	bool noiseless;             /* no shot noise (tests) */
+	double shift_mm_per_s[3];   /* translation speed: lateral x, y (steady drift) and depth
+	                             * (back and forth within +-SIM_AXIAL_MM at this speed) */
+	uint64_t jump_epoch;        /* from this epoch on (0: never) the phantom is moved by ... */
+	double jump_mm[3];          /* ... this much (x, y, depth; mm) ... */
+	double jump_deg; /* ... and turned by this much: a patient who moved, then stays */
+	double snr_db;   /* see sim_noise_sigma() */
+	bool noiseless;  /* no shot noise (tests) */
 };
 
 struct sim;
@@ -57,14 +64,11 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg);
  * message naming the bad parameter in err; *out is written only on success. The scanner is
  * not thread-safe (scratch buffers); use one per thread. Free with sim_destroy().
  */
-__attribute__((warn_unused_result)) int sim_create(const struct sim_params *p, struct sim **out,
-                                                   char *err, size_t errlen);
+VR_MUST_CHECK int sim_create(const struct sim_params *p, struct sim **out, char *err,
+                             size_t errlen);
 void sim_destroy(struct sim *s); /* NULL is fine */
 
 const struct sim_params *sim_params(const struct sim *s);
-
-/* ALGORITHMS.md §2.1: q = e mod S, ox = q mod sx, oy = q div sx. */
-void sim_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy);
 
 /* Bytes of one raw B-scan (nx * K * sample size). */
 size_t sim_bscan_bytes(const struct sim *s);
@@ -75,8 +79,8 @@ size_t sim_bscan_bytes(const struct sim *s);
  * (epoch, ox, oy, b): never on earlier calls. -EINVAL for an offset or b out of range or a
  * short buffer.
  */
-__attribute__((warn_unused_result)) int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox,
-                                                  uint32_t oy, uint32_t b, void *buf, size_t size);
+VR_MUST_CHECK int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t b,
+                            void *buf, size_t size);
 
 /*
  * Ground truth of `epoch`: the ideal image amplitude (reflectivity amplitude with speckle,
@@ -84,9 +88,8 @@ __attribute__((warn_unused_result)) int sim_bscan(struct sim *s, uint64_t epoch,
  * z0..z1-1 of an FFT of length K * zero_pad. out is [Y][X][z1 - z0] floats, Y = ny * sy,
  * X = nx * sx, indexed by the output volume's (y, x) (no flips). -EINVAL for a bad range.
  */
-__attribute__((warn_unused_result)) int sim_truth(const struct sim *s, uint64_t epoch,
-                                                  uint32_t zero_pad, uint32_t z0, uint32_t z1,
-                                                  float *out);
+VR_MUST_CHECK int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, uint32_t z0,
+                            uint32_t z1, float *out);
 
 /* Resampling positions that undo the k non-linearity, as preprocess.resample.poly
  * [c0, c1, c2, c3] (exact: the scanner's non-linearity is defined by this cubic). */

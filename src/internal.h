@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private declarations of the sources module (src_): the state every built-in source shares
- * (pacing, started flag, last error text), the three openers src_open dispatches to, and the
- * replay header parser the unit tests call directly.
+ * (pacing, last error text), the three openers src_open dispatches to, and the replay header
+ * parser the unit tests call directly.
  */
 #ifndef VOLREC_SRC_INTERNAL_H
 #define VOLREC_SRC_INTERNAL_H
@@ -27,8 +27,7 @@ struct src_pacer {
 
 /* What the built-in sources share: the handle of each starts with it. */
 struct src_common {
-	const char *kind; /* "synth", "replay", "shim" (messages) */
-	bool started;
+	const char *kind;      /* "synth", "replay" (messages) */
 	int msg_code;          /* code the text below belongs to (0: none) */
 	char msg[SRC_MSG_MAX]; /* precise text for the last error returned */
 	struct src_pacer pacer;
@@ -37,11 +36,6 @@ struct src_common {
 /* Record a precise text for code and return code. */
 int src_fail(struct src_common *c, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
-/* Write a message into err (when errlen > 0) and return rc. */
-int src_err(char *err, size_t errlen, int rc, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-
-uint64_t src_now_ns(clockid_t clk);
 /* rate items per second; rate <= 0 means unpaced. slack_items: see struct src_pacer. */
 void src_pacer_init(struct src_pacer *p, double rate, uint64_t slack_items);
 void src_pacer_start(struct src_pacer *p);
@@ -56,7 +50,8 @@ void src_pacer_done(struct src_pacer *p);
 void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_config *cfg,
                               unsigned flags);
 
-/* The openers: fill src (ops, handle, info, epochs) or return a negative errno + message. */
+/* The openers: fill src (impl, handle, dl, kind, info, epochs) or return a negative errno and
+ * a message. */
 int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
                    size_t errlen);
 int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
@@ -66,7 +61,6 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 
 extern const struct volrec_shim_ops src_synth_ops;
 extern const struct volrec_shim_ops src_replay_ops;
-extern const struct volrec_shim_ops src_shim_wrap_ops;
 
 /*
  * Check a replay header held in buf (len bytes read from the file's start, at least

@@ -3,4 +3,4 @@ ARCHIVES += src
 src_SRCS := $(wildcard src/*.c)
 src_LDLIBS := -ldl
 UNIT_SRCS += $(wildcard tests/unit/test_src*.c)
-UNIT_ARCHIVES += src sim cfg
+UNIT_ARCHIVES += src sim cfg base

@@ -1,281 +1,425 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The `shim` source: dlopen source.shim.library, check its volrec_shim_entry() table (ABI
- * version, size, every function present), open it with source.shim.args and configure it.
- * The shim's table is copied (struct_size bytes of it: an older, shorter table gets NULL for
- * the optional zero-copy calls) and wrapped so that src_close knows whether it was started.
+ * The `shim` source: check the file source.shim.library names (an ELF shared object for this
+ * machine, whole), dlopen it, check its volrec_shim_entry() table (ABI version, size, every
+ * function present), open it with source.shim.args and configure it. The shim's table is
+ * copied into the source (struct_size bytes of it: an older, shorter table gets NULL for the
+ * optional zero-copy calls). src_shim_check() does the loading in a child for --check.
  */
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "internal.h"
 
-struct shim {
-	struct src_common com;             /* first: src_close reads it */
-	const struct volrec_shim_ops *ops; /* = &table */
-	struct volrec_shim_ops table;      /* the shim's table, zero past its struct_size */
-	void *h;                           /* the shim's own handle */
-};
+/* The ELF machine and class of this build: what a shim must be to load here. */
+#if defined(__x86_64__)
+#define HOST_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define HOST_MACHINE EM_AARCH64
+#elif defined(__i386__)
+#define HOST_MACHINE EM_386
+#elif defined(__arm__)
+#define HOST_MACHINE EM_ARM
+#elif defined(__riscv)
+#define HOST_MACHINE EM_RISCV
+#elif defined(__powerpc64__)
+#define HOST_MACHINE EM_PPC64
+#elif defined(__s390x__)
+#define HOST_MACHINE EM_S390
+#endif
+#if UINTPTR_MAX > 0xffffffffu
+#define HOST_CLASS ELFCLASS64
+typedef Elf64_Ehdr ehdr_t;
+typedef Elf64_Phdr phdr_t;
+#else
+#define HOST_CLASS ELFCLASS32
+typedef Elf32_Ehdr ehdr_t;
+typedef Elf32_Phdr phdr_t;
+#endif
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HOST_DATA ELFDATA2LSB
+#else
+#define HOST_DATA ELFDATA2MSB
+#endif
 
-static const char *shim_text(const struct volrec_shim_ops *ops, void *h, int code)
+#define PHDRS_MAX 4096u /* most program headers accepted */
+
+static const char *class_name(unsigned c)
 {
-	const char *t = ops->strerror ? ops->strerror(h, code) : NULL;
-	return t ? t : strerror(code < 0 ? -code : code);
+	return c == ELFCLASS64 ? "64-bit" : c == ELFCLASS32 ? "32-bit" : "unknown class";
 }
 
-static int wrap_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
+/* Read exactly n bytes at off, or say why not. */
+static int read_at(int fd, void *buf, size_t n, off_t off)
 {
-	(void)args_yaml;
-	(void)info;
-	(void)handle;
-	return -EOPNOTSUPP; /* opened by src_open() */
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t r = pread(fd, (char *)buf + done, n - done, off + (off_t)done);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ENODATA;
+		done += (size_t)r;
+	}
+	return 0;
 }
 
-static int wrap_configure(void *h, const struct volrec_shim_geometry *g)
+/* The file checks of src_shim_check (messages name path). */
+static int check_file(const char *path, char *err, size_t errlen)
 {
-	struct shim *s = h;
-	return s->ops->configure(s->h, g);
-}
+	unsigned char ident[EI_NIDENT];
+	phdr_t *ph = NULL;
+	struct stat st;
+	ehdr_t eh;
+	uint64_t size;
+	int fd, rc;
 
-static int wrap_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
-{
-	struct shim *s = h;
-	return s->ops->set_scan_offset(s->h, epoch, ox, oy);
-}
-
-static int wrap_start(void *h)
-{
-	struct shim *s = h;
-	int rc = s->ops->start(s->h);
-	if (!rc)
-		s->com.started = true;
+	/* O_NONBLOCK: a FIFO named .so must not hang the check */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return vr_err_errno(err, errlen, -errno, "shim %s: cannot open", path);
+	if (fstat(fd, &st) < 0) {
+		rc = vr_err_errno(err, errlen, -errno, "shim %s: fstat", path);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = vr_err(err, errlen, -EINVAL, "shim %s: not a regular file", path);
+		goto out;
+	}
+	size = (uint64_t)st.st_size;
+	rc = size >= EI_NIDENT ? read_at(fd, ident, EI_NIDENT, 0) : -ENODATA;
+	if (rc == -ENODATA || (rc == 0 && memcmp(ident, ELFMAG, SELFMAG) != 0)) {
+		rc = vr_err(err, errlen, -ENOEXEC,
+		            "shim %s: not an ELF shared object (%llu bytes, no ELF magic)", path,
+		            (unsigned long long)size);
+		goto out;
+	}
+	if (rc) {
+		rc = vr_err_errno(err, errlen, rc, "shim %s: reading the ELF header", path);
+		goto out;
+	}
+	if (ident[EI_CLASS] != HOST_CLASS || ident[EI_DATA] != HOST_DATA) {
+		rc = vr_err(err, errlen, -ENOEXEC,
+		            "shim %s: a %s %s-endian ELF file, this volrec is %s %s-endian", path,
+		            class_name(ident[EI_CLASS]),
+		            ident[EI_DATA] == ELFDATA2LSB ? "little" : "big",
+		            class_name(HOST_CLASS), HOST_DATA == ELFDATA2LSB ? "little" : "big");
+		goto out;
+	}
+	if (size < sizeof(eh)) {
+		rc = vr_err(err, errlen, -ENOEXEC,
+		            "shim %s: truncated: %llu bytes, the ELF header alone is %zu", path,
+		            (unsigned long long)size, sizeof(eh));
+		goto out;
+	}
+	rc = read_at(fd, &eh, sizeof(eh), 0);
+	if (rc) {
+		rc = vr_err_errno(err, errlen, rc, "shim %s: reading the ELF header", path);
+		goto out;
+	}
+	if (eh.e_type != ET_DYN) {
+		rc = vr_err(err, errlen, -ENOEXEC,
+		            "shim %s: ELF type %u is not a shared object (ET_DYN, %u)", path,
+		            (unsigned)eh.e_type, (unsigned)ET_DYN);
+		goto out;
+	}
+#ifdef HOST_MACHINE
+	if (eh.e_machine != HOST_MACHINE) {
+		rc = vr_err(err, errlen, -ENOEXEC,
+		            "shim %s: built for ELF machine %u, this volrec runs on machine %u "
+		            "(another architecture)",
+		            path, (unsigned)eh.e_machine, (unsigned)HOST_MACHINE);
+		goto out;
+	}
+#endif
+	if (eh.e_phentsize != sizeof(phdr_t) || eh.e_phnum == 0 || eh.e_phnum > PHDRS_MAX) {
+		rc = vr_err(err, errlen, -ENOEXEC,
+		            "shim %s: %u program headers of %u bytes (1..%u of %zu expected)", path,
+		            (unsigned)eh.e_phnum, (unsigned)eh.e_phentsize, PHDRS_MAX,
+		            sizeof(phdr_t));
+		goto out;
+	}
+	if (eh.e_phoff > size || (uint64_t)eh.e_phnum * sizeof(phdr_t) > size - eh.e_phoff) {
+		rc = vr_err(
+		        err, errlen, -ENOEXEC,
+		        "shim %s: truncated: program headers at %llu..%llu, the file is %llu "
+		        "bytes",
+		        path, (unsigned long long)eh.e_phoff,
+		        (unsigned long long)(eh.e_phoff + (uint64_t)eh.e_phnum * sizeof(phdr_t)),
+		        (unsigned long long)size);
+		goto out;
+	}
+	if (eh.e_shoff &&
+	    (eh.e_shoff > size || (uint64_t)eh.e_shnum * eh.e_shentsize > size - eh.e_shoff)) {
+		rc = vr_err(
+		        err, errlen, -ENOEXEC,
+		        "shim %s: truncated: section headers at %llu..%llu, the file is %llu "
+		        "bytes",
+		        path, (unsigned long long)eh.e_shoff,
+		        (unsigned long long)(eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize),
+		        (unsigned long long)size);
+		goto out;
+	}
+	ph = calloc(eh.e_phnum, sizeof(*ph));
+	if (!ph) {
+		rc = vr_err(err, errlen, -ENOMEM, "shim %s: out of memory", path);
+		goto out;
+	}
+	rc = read_at(fd, ph, eh.e_phnum * sizeof(*ph), (off_t)eh.e_phoff);
+	if (rc) {
+		rc = vr_err_errno(err, errlen, rc, "shim %s: reading the program headers", path);
+		goto out;
+	}
+	/* the loader maps these: a part past the end of the file would be a SIGBUS */
+	for (unsigned i = 0; i < eh.e_phnum; i++) {
+		if (ph[i].p_type != PT_LOAD && ph[i].p_type != PT_DYNAMIC)
+			continue;
+		if (ph[i].p_offset > size || ph[i].p_filesz > size - ph[i].p_offset) {
+			rc = vr_err(
+			        err, errlen, -ENOEXEC,
+			        "shim %s: truncated: segment %u (%s) needs bytes %llu..%llu, the "
+			        "file is %llu bytes",
+			        path, i, ph[i].p_type == PT_LOAD ? "PT_LOAD" : "PT_DYNAMIC",
+			        (unsigned long long)ph[i].p_offset,
+			        (unsigned long long)(ph[i].p_offset + ph[i].p_filesz),
+			        (unsigned long long)size);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	free(ph);
+	close(fd);
 	return rc;
 }
 
-static int wrap_acquire(void *h, void *buf, size_t size, int timeout_ms,
-                        struct volrec_shim_meta *meta)
-{
-	struct shim *s = h;
-	return s->ops->acquire(s->h, buf, size, timeout_ms, meta);
-}
-
-static int wrap_stop(void *h)
-{
-	struct shim *s = h;
-	s->com.started = false;
-	return s->ops->stop(s->h);
-}
-
-static void wrap_close(void *h)
-{
-	struct shim *s = h;
-
-	if (!s)
-		return;
-	s->ops->close(s->h);
-	free(s);
-}
-
-static const char *wrap_strerror(void *h, int code)
-{
-	struct shim *s = h;
-	return s->ops->strerror(s->h, code);
-}
-
-static int wrap_ref_regions(void *h, struct volrec_shim_region *regions, uint32_t max,
-                            uint32_t *count)
-{
-	struct shim *s = h;
-	return s->ops->ref_regions(s->h, regions, max, count);
-}
-
-static int wrap_acquire_ref(void *h, const void **bscan, int timeout_ms,
-                            struct volrec_shim_meta *meta)
-{
-	struct shim *s = h;
-	return s->ops->acquire_ref(s->h, bscan, timeout_ms, meta);
-}
-
-static int wrap_release_ref(void *h, const void *bscan)
-{
-	struct shim *s = h;
-	return s->ops->release_ref(s->h, bscan);
-}
-
-/* For a shim with the zero-copy calls. */
-static const struct volrec_shim_ops wrap_ref_ops = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .open = wrap_open,
-        .configure = wrap_configure,
-        .set_scan_offset = wrap_set_scan_offset,
-        .start = wrap_start,
-        .acquire = wrap_acquire,
-        .stop = wrap_stop,
-        .close = wrap_close,
-        .strerror = wrap_strerror,
-        .ref_regions = wrap_ref_regions,
-        .acquire_ref = wrap_acquire_ref,
-        .release_ref = wrap_release_ref,
-};
-
-const struct volrec_shim_ops src_shim_wrap_ops = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .open = wrap_open,
-        .configure = wrap_configure,
-        .set_scan_offset = wrap_set_scan_offset,
-        .start = wrap_start,
-        .acquire = wrap_acquire,
-        .stop = wrap_stop,
-        .close = wrap_close,
-        .strerror = wrap_strerror,
-};
-
 /* Name of the first NULL function pointer of a table, or NULL when all are set. */
-static const char *missing_function(const struct volrec_shim_ops *o)
+static const char *missing_function(const struct volrec_shim_ops *t)
 {
-	if (!o->open)
+	if (!t->open)
 		return "open";
-	if (!o->configure)
+	if (!t->configure)
 		return "configure";
-	if (!o->set_scan_offset)
+	if (!t->set_scan_offset)
 		return "set_scan_offset";
-	if (!o->start)
+	if (!t->start)
 		return "start";
-	if (!o->acquire)
+	if (!t->acquire)
 		return "acquire";
-	if (!o->stop)
+	if (!t->stop)
 		return "stop";
-	if (!o->close)
+	if (!t->close)
 		return "close";
-	if (!o->strerror)
+	if (!t->strerror)
 		return "strerror";
 	return NULL;
+}
+
+/* dlopen lib, find its table and check it: *table is the copy (zero past its struct_size). */
+static int load(const char *lib, void **dl_out, struct volrec_shim_ops *table, char *err,
+                size_t errlen)
+{
+	const struct volrec_shim_ops *(*entry)(void);
+	const struct volrec_shim_ops *t;
+	const char *miss;
+	void *dl;
+	int rc, n;
+
+	dlerror();
+	dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	if (!dl)
+		return vr_err(err, errlen, -ENOENT, "shim %s: dlopen failed: %s", lib, dlerror());
+	*(void **)&entry = dlsym(dl, VOLREC_SHIM_ENTRY);
+	if (!entry) {
+		const char *e = dlerror();
+		rc = vr_err(err, errlen, -ENOSYS, "shim %s: no symbol %s: %s", lib,
+		            VOLREC_SHIM_ENTRY, e ? e : "symbol is NULL");
+		goto out_dlclose;
+	}
+	t = entry();
+	if (!t) {
+		rc = vr_err(err, errlen, -EINVAL, "shim %s: %s() returned NULL", lib,
+		            VOLREC_SHIM_ENTRY);
+		goto out_dlclose;
+	}
+	if (t->abi_version != VOLREC_SHIM_ABI_VERSION) {
+		rc = vr_err(err, errlen, -EPROTONOSUPPORT,
+		            "shim %s: ABI version %u, this volrec speaks version %u (rebuild the "
+		            "shim against this volrec/shim.h)",
+		            lib, t->abi_version, VOLREC_SHIM_ABI_VERSION);
+		goto out_dlclose;
+	}
+	if (t->struct_size < VOLREC_SHIM_OPS_SIZE_BASE) {
+		rc = vr_err(
+		        err, errlen, -EPROTONOSUPPORT,
+		        "shim %s: function table is %u bytes, ABI version %u needs at least %zu",
+		        lib, t->struct_size, VOLREC_SHIM_ABI_VERSION,
+		        (size_t)VOLREC_SHIM_OPS_SIZE_BASE);
+		goto out_dlclose;
+	}
+	/* read no further than the shim's struct_size: fields a shorter (older) table lacks
+	 * are NULL; a longer (newer) one's extra fields are ignored */
+	memset(table, 0, sizeof(*table));
+	memcpy(table, t, t->struct_size < sizeof(*table) ? t->struct_size : sizeof(*table));
+	miss = missing_function(table);
+	if (miss) {
+		rc = vr_err(err, errlen, -EINVAL, "shim %s: function table has no %s() (NULL)", lib,
+		            miss);
+		goto out_dlclose;
+	}
+	n = !!table->ref_regions + !!table->acquire_ref + !!table->release_ref;
+	if (n != 0 && n != 3) {
+		rc = vr_err(err, errlen, -EINVAL,
+		            "shim %s: the zero-copy calls come together, but ref_regions is %s, "
+		            "acquire_ref %s, release_ref %s",
+		            lib, table->ref_regions ? "set" : "NULL",
+		            table->acquire_ref ? "set" : "NULL",
+		            table->release_ref ? "set" : "NULL");
+		goto out_dlclose;
+	}
+	*dl_out = dl;
+	return 0;
+
+out_dlclose:
+	dlclose(dl);
+	return rc;
+}
+
+/* A shim's text for code (handle may be NULL after a failed open), or strerror's. */
+static const char *shim_text(const struct volrec_shim_ops *t, void *h, int code)
+{
+	const char *s = code < 0 ? t->strerror(h, code) : NULL;
+
+	if (code > 0)
+		return "positive values are not allowed (0 or a negative errno)";
+	return s ? s : strerror(-code);
 }
 
 int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
                   size_t errlen)
 {
 	const char *lib = cfg->source.shim.library;
-	const struct volrec_shim_ops *(*entry)(void);
-	const struct volrec_shim_ops *ops;
 	struct volrec_shim_ops table;
 	struct volrec_shim_geometry g;
 	struct volrec_shim_info info;
-	struct shim *s = NULL;
-	const char *miss;
 	void *dl, *h = NULL;
 	int rc;
 
 	if (!lib[0])
-		return src_err(err, errlen, -EINVAL, "source.shim.library is not set");
-	dlerror();
-	dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-	if (!dl)
-		return src_err(err, errlen, -ENOENT, "shim %s: dlopen failed: %s", lib, dlerror());
-	*(void **)&entry = dlsym(dl, VOLREC_SHIM_ENTRY);
-	if (!entry) {
-		const char *e = dlerror();
-		rc = src_err(err, errlen, -ENOSYS, "shim %s: no symbol %s: %s", lib,
-		             VOLREC_SHIM_ENTRY, e ? e : "symbol is NULL");
-		goto out_dlclose;
-	}
-	ops = entry();
-	if (!ops) {
-		rc = src_err(err, errlen, -EINVAL, "shim %s: %s() returned NULL", lib,
-		             VOLREC_SHIM_ENTRY);
-		goto out_dlclose;
-	}
-	if (ops->abi_version != VOLREC_SHIM_ABI_VERSION) {
-		rc = src_err(err, errlen, -EPROTONOSUPPORT,
-		             "shim %s: ABI version %u, this volrec speaks version %u (rebuild the "
-		             "shim against this volrec/shim.h)",
-		             lib, ops->abi_version, VOLREC_SHIM_ABI_VERSION);
-		goto out_dlclose;
-	}
-	if (ops->struct_size < VOLREC_SHIM_OPS_SIZE_BASE) {
-		rc = src_err(
-		        err, errlen, -EPROTONOSUPPORT,
-		        "shim %s: function table is %u bytes, ABI version %u needs at least %zu",
-		        lib, ops->struct_size, VOLREC_SHIM_ABI_VERSION,
-		        (size_t)VOLREC_SHIM_OPS_SIZE_BASE);
-		goto out_dlclose;
-	}
-	/* read no further than the shim's struct_size: fields a shorter (older) table lacks
-	 * are NULL; a longer (newer) one's extra fields are ignored */
-	memset(&table, 0, sizeof(table));
-	memcpy(&table, ops, ops->struct_size < sizeof(table) ? ops->struct_size : sizeof(table));
-	ops = &table;
-	miss = missing_function(ops);
-	if (miss) {
-		rc = src_err(err, errlen, -EINVAL, "shim %s: function table has no %s() (NULL)",
-		             lib, miss);
-		goto out_dlclose;
-	}
-	{
-		int n = !!ops->ref_regions + !!ops->acquire_ref + !!ops->release_ref;
-		if (n != 0 && n != 3) {
-			rc = src_err(err, errlen, -EINVAL,
-			             "shim %s: the zero-copy calls come together, but ref_regions "
-			             "is %s, acquire_ref %s, release_ref %s",
-			             lib, ops->ref_regions ? "set" : "NULL",
-			             ops->acquire_ref ? "set" : "NULL",
-			             ops->release_ref ? "set" : "NULL");
-			goto out_dlclose;
-		}
-	}
+		return vr_err(err, errlen, -EINVAL, "source.shim.library is not set");
+	rc = check_file(lib, err, errlen);
+	if (rc)
+		return rc;
+	rc = load(lib, &dl, &table, err, errlen);
+	if (rc)
+		return rc;
 	memset(&info, 0, sizeof(info));
-	rc = ops->open(cfg->source.shim.args_yaml ? cfg->source.shim.args_yaml : "{}", &info, &h);
+	rc = table.open(cfg->source.shim.args_yaml ? cfg->source.shim.args_yaml : "{}", &info, &h);
 	if (rc) {
 		/* no handle: the shim's strerror gets NULL, as the ABI allows after a failure */
-		src_err(err, errlen, rc < 0 ? rc : -EIO, "shim %s: open(args) failed: %s (%d)", lib,
-		        shim_text(ops, h, rc), rc);
+		vr_err(err, errlen, rc, "shim %s: open(args) failed: %s (%d)", lib,
+		       shim_text(&table, h, rc), rc);
 		if (h)
-			ops->close(h);
-		rc = rc < 0 ? rc : -EIO;
+			table.close(h);
+		rc = rc < 0 ? rc : -EPROTO;
 		goto out_dlclose;
 	}
-	info.name[sizeof(info.name) - 1] = 0;
-	info.version[sizeof(info.version) - 1] = 0;
-	info.device[sizeof(info.device) - 1] = 0;
 	src_geometry_from_config(&g, cfg, flags);
-	rc = ops->configure(h, &g);
+	rc = table.configure(h, &g);
 	if (rc) {
-		src_err(err, errlen, rc < 0 ? rc : -EIO,
-		        "shim %s: configure(K %u, nx %u, ny %u, %s, stride [%u, %u]%s, rate %g) "
-		        "failed: %s (%d)",
-		        lib, g.samples_per_ascan, g.ascans_per_bscan, g.bscans_per_volume,
-		        src_sample_name(g.sample_type), g.stride_x, g.stride_y,
-		        g.bidirectional ? ", bidirectional" : "", g.rate, shim_text(ops, h, rc),
-		        rc);
-		rc = rc < 0 ? rc : -EIO;
+		vr_err(err, errlen, rc,
+		       "shim %s: configure(K %u, nx %u, ny %u, %s, stride [%u, %u]%s, rate %g) "
+		       "failed: %s (%d)",
+		       lib, g.samples_per_ascan, g.ascans_per_bscan, g.bscans_per_volume,
+		       src_sample_name(g.sample_type), g.stride_x, g.stride_y,
+		       g.bidirectional ? ", bidirectional" : "", g.rate, shim_text(&table, h, rc),
+		       rc);
+		rc = rc < 0 ? rc : -EPROTO;
 		goto out_close;
 	}
-	s = calloc(1, sizeof(*s));
-	if (!s) {
-		rc = src_err(err, errlen, -ENOMEM, "shim %s: out of memory", lib);
-		goto out_close;
-	}
-	s->com.kind = "shim";
-	s->table = table;
-	s->ops = &s->table;
-	s->h = h;
-	/* zero-copy when the shim has the three calls (checked above: all or none) */
-	src->ops = table.ref_regions && table.acquire_ref && table.release_ref ? &wrap_ref_ops
-	                                                                       : &src_shim_wrap_ops;
-	src->handle = s;
+	src->impl = table;
+	src->handle = h;
 	src->dl = dl;
+	src->kind = "shim";
 	src->info = info;
 	src->epochs = 0;
 	return 0;
 
 out_close:
-	ops->close(h);
+	table.close(h);
 out_dlclose:
 	dlclose(dl);
 	return rc;
+}
+
+int src_shim_check(const char *path, bool in_child, char *err, size_t errlen)
+{
+	char msg[CFG_ERR_MAX] = "";
+	struct volrec_shim_ops table;
+	int fds[2], status, rc;
+	ssize_t n = 0;
+	pid_t pid;
+	void *dl;
+
+	rc = check_file(path, err, errlen);
+	if (rc || !in_child)
+		return rc;
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return vr_err_errno(err, errlen, -errno, "shim %s: pipe", path);
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		rc = vr_err_errno(err, errlen, -errno, "shim %s: fork", path);
+		close(fds[0]);
+		close(fds[1]);
+		return rc;
+	}
+	if (pid == 0) {
+		/* the child: load, report the message (if any) through the pipe, exit 0 or the
+		 * errno; a crash while loading kills it with the signal, whatever the parent's
+		 * handlers were */
+		static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+		for (size_t i = 0; i < VR_ARRAY_SIZE(fatal); i++)
+			signal(fatal[i], SIG_DFL);
+		close(fds[0]);
+		rc = load(path, &dl, &table, msg, sizeof(msg));
+		if (rc && write(fds[1], msg, strlen(msg)) < 0)
+			_exit(2);
+		_exit(rc == 0 ? 0 : -rc < 256 ? -rc : 255);
+	}
+	close(fds[1]);
+	for (size_t got = 0; got < sizeof(msg) - 1; got += (size_t)n) {
+		n = read(fds[0], msg + got, sizeof(msg) - 1 - got);
+		if (n < 0 && errno == EINTR) {
+			n = 0;
+			continue;
+		}
+		if (n <= 0)
+			break;
+		msg[got + (size_t)n] = 0;
+	}
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return vr_err_errno(err, errlen, -errno, "shim %s: waitpid", path);
+	if (WIFSIGNALED(status))
+		return vr_err(err, errlen, -ENOEXEC,
+		              "shim %s: loading it killed the loading process with signal %d (%s)",
+		              path, WTERMSIG(status), strsignal(WTERMSIG(status)));
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return vr_err(err, errlen, WIFEXITED(status) ? -WEXITSTATUS(status) : -EINVAL, "%s",
+		              msg[0] ? msg : "shim: the loading process failed without a message");
+	return 0;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * src_open / src_close: dispatch to the synth, replay and shim openers; the pacing clock and
- * error-text helpers the built-in sources share.
+ * src_open / src_close: dispatch to the synth, replay and shim openers; the wrappers through
+ * which every source is called (call order, positive returns, UTF-8 texts); the pacing clock
+ * the built-in sources share.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -23,18 +24,6 @@ int src_fail(struct src_common *c, int code, const char *fmt, ...)
 	return code;
 }
 
-int src_err(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 const char *src_sample_name(uint32_t t)
 {
 	switch (t) {
@@ -47,14 +36,6 @@ const char *src_sample_name(uint32_t t)
 	default:
 		return "unknown";
 	}
-}
-
-uint64_t src_now_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void sleep_until(uint64_t t)
@@ -80,7 +61,7 @@ void src_pacer_init(struct src_pacer *p, double rate, uint64_t slack_items)
 
 void src_pacer_start(struct src_pacer *p)
 {
-	p->t0 = src_now_ns(CLOCK_MONOTONIC);
+	p->t0 = vr_now_ns(CLOCK_MONOTONIC);
 	p->n = 0;
 }
 
@@ -88,7 +69,7 @@ uint64_t src_pacer_due_in(const struct src_pacer *p)
 {
 	if (!p->paced)
 		return 0;
-	uint64_t due = p->t0 + (p->n + 1) * p->period, now = src_now_ns(CLOCK_MONOTONIC);
+	uint64_t due = p->t0 + (p->n + 1) * p->period, now = vr_now_ns(CLOCK_MONOTONIC);
 	return due > now ? due - now : 0;
 }
 
@@ -98,7 +79,7 @@ int src_pacer_wait(struct src_pacer *p, int timeout_ms)
 
 	if (!p->paced)
 		return 0;
-	now = src_now_ns(CLOCK_MONOTONIC);
+	now = vr_now_ns(CLOCK_MONOTONIC);
 	due = p->t0 + (p->n + 1) * p->period;
 	if (now > due + p->slack) {
 		/* far behind (the consumer stalled): restart the schedule instead of bursting */
@@ -144,6 +125,16 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 	g->rate = (flags & SRC_UNPACED) ? 0 : cfg->source.rate;
 }
 
+/* Sanitize a string field of fixed size in place. */
+static void sanitize_field(char *f, size_t size)
+{
+	char tmp[256];
+
+	f[size - 1] = 0;
+	vr_utf8_sanitize(f, tmp, size < sizeof(tmp) ? size : sizeof(tmp));
+	memcpy(f, tmp, strlen(tmp) + 1);
+}
+
 int src_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
              size_t errlen)
 {
@@ -152,7 +143,7 @@ int src_open(const struct vr_config *cfg, unsigned flags, struct src_source *src
 
 	memset(&s, 0, sizeof(s));
 	if (flags & ~(SRC_UNPACED | SRC_NO_LOOP))
-		return src_err(err, errlen, -EINVAL, "src_open: unknown flags 0x%x", flags);
+		return vr_err(err, errlen, -EINVAL, "src_open: unknown flags 0x%x", flags);
 	switch (cfg->source.type) {
 	case CFG_SOURCE_SYNTH:
 		rc = src_synth_open(cfg, flags, &s, err, errlen);
@@ -164,37 +155,209 @@ int src_open(const struct vr_config *cfg, unsigned flags, struct src_source *src
 		rc = src_shim_open(cfg, flags, &s, err, errlen);
 		break;
 	default:
-		rc = src_err(err, errlen, -EINVAL, "source.type: unknown source %d",
-		             (int)cfg->source.type);
+		rc = vr_err(err, errlen, -EINVAL, "source.type: unknown source %d",
+		            (int)cfg->source.type);
 		break;
 	}
-	if (rc)
+	if (rc) {
+		/* messages quote paths and shim texts: keep them valid UTF-8 */
+		if (err && errlen) {
+			char tmp[CFG_ERR_MAX];
+			vr_utf8_sanitize(err, tmp, sizeof(tmp));
+			snprintf(err, errlen, "%s", tmp);
+		}
 		return rc;
+	}
+	sanitize_field(s.info.name, sizeof(s.info.name));
+	sanitize_field(s.info.version, sizeof(s.info.version));
+	sanitize_field(s.info.device, sizeof(s.info.device));
 	*src = s;
 	return 0;
 }
 
 void src_close(struct src_source *src)
 {
-	if (!src || !src->ops)
+	if (!src || !src->impl.close)
 		return;
 	if (src->handle) {
-		/* the built-in and wrapped ops know whether they were started */
-		struct src_common *c = src->handle;
-		if (c->started)
-			src->ops->stop(src->handle);
-		src->ops->close(src->handle);
+		if (src->started)
+			src->impl.stop(src->handle);
+		src->impl.close(src->handle);
 	}
 	if (src->dl)
 		dlclose(src->dl);
 	memset(src, 0, sizeof(*src));
 }
 
+/* ---- the wrappers: every call to a source goes through one of these ------------------------ */
+
+/* The text of the last error a wrapper itself made on this thread (a broken call order, a
+ * positive return), for src_strerror(). Per thread because src_release_ref() may run on
+ * another thread than the acquiring one. */
+static _Thread_local struct {
+	const struct src_source *src;
+	int code;
+	char text[320];
+} wrap_msg;
+
+static int wrap_fail(const struct src_source *src, int code, const char *fmt, ...) VR_PRINTF(3, 4);
+static int wrap_fail(const struct src_source *src, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(wrap_msg.text, sizeof(wrap_msg.text), fmt, ap);
+	va_end(ap);
+	wrap_msg.src = src;
+	wrap_msg.code = code;
+	return code;
+}
+
+/* A source's result: 0 or a negative errno as it is; a positive value breaks the ABI. */
+static int result(const struct src_source *src, const char *call, int rc)
+{
+	if (rc > 0)
+		return wrap_fail(src, -EPROTO,
+		                 "%s %s: %s() returned %d: positive values are not allowed (0 or a "
+		                 "negative errno)",
+		                 src->kind, src->info.name, call, rc);
+	return rc;
+}
+
+/* The source is open (not a zeroed or closed struct). */
+static int check_open(const struct src_source *src, const char *call)
+{
+	wrap_msg.src = NULL;
+	if (!src || !src->impl.acquire)
+		return wrap_fail(src, -EBADF, "%s() on a source that is not open", call);
+	return 0;
+}
+
+int src_set_scan_offset(struct src_source *src, uint64_t epoch, uint32_t ox, uint32_t oy)
+{
+	int rc = check_open(src, "set_scan_offset");
+
+	if (rc)
+		return rc;
+	return result(src, "set_scan_offset",
+	              src->impl.set_scan_offset(src->handle, epoch, ox, oy));
+}
+
+int src_start(struct src_source *src)
+{
+	int rc = check_open(src, "start");
+
+	if (rc)
+		return rc;
+	if (src->started)
+		return wrap_fail(src, -EINVAL, "%s %s: start() while started", src->kind,
+		                 src->info.name);
+	rc = result(src, "start", src->impl.start(src->handle));
+	if (rc == 0)
+		src->started = true;
+	return rc;
+}
+
+int src_stop(struct src_source *src)
+{
+	int rc = check_open(src, "stop");
+
+	if (rc || !src->started)
+		return rc;
+	src->started = false;
+	return result(src, "stop", src->impl.stop(src->handle));
+}
+
+/* Checks common to both acquire forms: started, and one form only. */
+static int acquire_allowed(struct src_source *src, const char *call, bool by_ref)
+{
+	int rc = check_open(src, call);
+
+	if (rc)
+		return rc;
+	if (!src->started)
+		return wrap_fail(src, -EINVAL, "%s %s: %s() before start()", src->kind,
+		                 src->info.name, call);
+	if (by_ref ? src->by_copy : src->by_ref)
+		return wrap_fail(src, -EINVAL,
+		                 "%s %s: %s() after %s(): a source delivers by copy or by "
+		                 "reference, not both",
+		                 src->kind, src->info.name, call,
+		                 by_ref ? "acquire" : "acquire_ref");
+	return 0;
+}
+
+int src_acquire(struct src_source *src, void *buf, size_t size, int timeout_ms,
+                struct volrec_shim_meta *meta)
+{
+	int rc = acquire_allowed(src, "acquire", false);
+
+	if (rc)
+		return rc;
+	src->by_copy = true;
+	return result(src, "acquire", src->impl.acquire(src->handle, buf, size, timeout_ms, meta));
+}
+
+bool src_has_refs(const struct src_source *src)
+{
+	return src && src->impl.ref_regions && src->impl.acquire_ref && src->impl.release_ref;
+}
+
+int src_ref_regions(struct src_source *src, struct volrec_shim_region *regions, uint32_t max,
+                    uint32_t *count)
+{
+	int rc = check_open(src, "ref_regions");
+
+	if (rc)
+		return rc;
+	if (!src_has_refs(src))
+		return wrap_fail(src, -EOPNOTSUPP, "%s %s: no zero-copy calls", src->kind,
+		                 src->info.name);
+	if (src->started)
+		return wrap_fail(src, -EINVAL, "%s %s: ref_regions() after start()", src->kind,
+		                 src->info.name);
+	rc = result(src, "ref_regions", src->impl.ref_regions(src->handle, regions, max, count));
+	if (rc == 0)
+		src->regions = true;
+	return rc;
+}
+
+int src_acquire_ref(struct src_source *src, const void **bscan, int timeout_ms,
+                    struct volrec_shim_meta *meta)
+{
+	int rc = acquire_allowed(src, "acquire_ref", true);
+
+	if (rc)
+		return rc;
+	if (!src->regions)
+		return wrap_fail(src, -EINVAL, "%s %s: acquire_ref() before ref_regions()",
+		                 src->kind, src->info.name);
+	src->by_ref = true;
+	return result(src, "acquire_ref",
+	              src->impl.acquire_ref(src->handle, bscan, timeout_ms, meta));
+}
+
+int src_release_ref(const struct src_source *src, const void *bscan)
+{
+	wrap_msg.src = NULL;
+	if (!src_has_refs(src))
+		return wrap_fail(src, -EOPNOTSUPP,
+		                 "release_ref() on a source without zero-copy calls");
+	return result(src, "release_ref", src->impl.release_ref(src->handle, bscan));
+}
+
 const char *src_strerror(const struct src_source *src, int code)
 {
+	static _Thread_local char text[512];
 	const char *t = NULL;
 
-	if (src && src->ops && src->ops->strerror)
-		t = src->ops->strerror(src->handle, code);
-	return t ? t : strerror(code < 0 ? -code : code);
+	if (src && wrap_msg.src == src && wrap_msg.code == code)
+		t = wrap_msg.text;
+	else if (src && src->impl.strerror)
+		t = src->impl.strerror(src->handle, code);
+	if (!t)
+		t = strerror(code < 0 ? -code : code);
+	/* a shim's text, a path: whatever the bytes, what leaves here is valid UTF-8 */
+	vr_utf8_sanitize(t, text, sizeof(text));
+	return text;
 }

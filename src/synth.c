@@ -12,7 +12,7 @@
 #include "../sim/sim.h"
 
 struct synth {
-	struct src_common com; /* first: src_close reads it */
+	struct src_common com;
 	struct sim *sim;
 	struct volrec_shim_geometry geo;
 	uint64_t epoch;  /* epoch being (or next to be) acquired */
@@ -67,7 +67,6 @@ static int synth_start(void *h)
 	struct synth *s = h;
 
 	src_pacer_start(&s->com.pacer);
-	s->com.started = true;
 	return 0;
 }
 
@@ -77,8 +76,6 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	struct synth *s = h;
 	int rc;
 
-	if (!s->com.started)
-		return src_fail(&s->com, -EINVAL, "synth: acquire() before start()");
 	if (size < sim_bscan_bytes(s->sim))
 		return src_fail(&s->com, -EINVAL, "synth: buffer of %zu bytes, a B-scan is %zu",
 		                size, sim_bscan_bytes(s->sim));
@@ -94,7 +91,7 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 			s->ox = s->pend_ox;
 			s->oy = s->pend_oy;
 		} else {
-			sim_scan_offset(s->epoch, s->geo.stride_x, s->geo.stride_y, &s->ox, &s->oy);
+			vr_scan_offset(s->epoch, s->geo.stride_x, s->geo.stride_y, &s->ox, &s->oy);
 		}
 		s->pend = false;
 	}
@@ -106,7 +103,7 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	(void)rc;
 	src_pacer_done(&s->com.pacer);
 	if (meta) {
-		meta->timestamp_ns = src_now_ns(CLOCK_REALTIME);
+		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = s->epoch;
 		meta->bscan = s->b;
 		meta->flags = 0;
@@ -120,9 +117,7 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 
 static int synth_stop(void *h)
 {
-	struct synth *s = h;
-
-	s->com.started = false;
+	(void)h;
 	return 0;
 }
 
@@ -165,7 +160,7 @@ int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_sourc
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return src_err(err, errlen, -ENOMEM, "synth: out of memory");
+		return vr_err(err, errlen, -ENOMEM, "synth: out of memory");
 	s->com.kind = "synth";
 	src_geometry_from_config(&s->geo, cfg, flags);
 	sim_params_from_config(&p, cfg);
@@ -174,9 +169,10 @@ int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_sourc
 		goto out_free;
 	src_pacer_init(&s->com.pacer, s->geo.rate * s->geo.bscans_per_volume,
 	               s->geo.bscans_per_volume);
-	src->ops = &src_synth_ops;
+	src->impl = src_synth_ops;
 	src->handle = s;
 	src->dl = NULL;
+	src->kind = "synth";
 	snprintf(src->info.name, sizeof(src->info.name), "synth");
 	snprintf(src->info.version, sizeof(src->info.version), "%s", VOLREC_VERSION);
 	snprintf(src->info.device, sizeof(src->info.device), "retina phantom, seed %llu",

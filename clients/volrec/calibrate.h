@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `volrec calibrate` (cmd_calibrate.c): loading raw recordings (replay files, headerless raw,
- * HDF5 /raw), the image engine that runs the CPU backend on them for each candidate
+ * `volrec calibrate` (cmd_calibrate.c; the rest in process_calibrate.c): loading raw
+ * recordings (replay files, headerless raw, HDF5 /raw), the image engine that runs the CPU backend on them for each candidate
  * correction, and the numerical helpers (sharpness metric, least squares, fringe phase). The
  * procedures are described in docs/calibration.md.
  */

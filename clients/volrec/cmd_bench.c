@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `volrec bench`: backend throughput against the physical limit measured in the same run. On
- * the CPU: host memcpy, classic FD-OCT in A-scans/s and VolRec time per epoch; on CUDA the
- * suite of backend/bench.c (pinned copy bandwidths, the paper and classic cases pipelined).
- * A table on stdout and a JSON record.
+ * `volrec bench`: throughput of the pipeline engine and its backend against the physical limit
+ * measured in the same run, over the cases of bench/cases.c. On the CPU: host memcpy, classic
+ * FD-OCT in A-scans/s and VolRec time per epoch; on CUDA the suite of bench/bench.c (pinned
+ * copy bandwidths, the paper and classic cases pipelined). A table on stdout and a JSON record.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,12 +15,12 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "backend/bench.h"
+#include "bench/bench.h"
 #include "commands.h"
 #include "config/config.h"
 
 struct bench {
-	struct be_bench_figs figs;
+	struct bench_figs figs;
 	double bw1, bwn; /* host memcpy bytes/s: one thread, all threads */
 	unsigned threads;
 	char device[256];
@@ -29,13 +29,6 @@ struct bench {
 	bool cuda;           /* the CUDA suite ran */
 	int gpu_device;      /* its device (gpu.device of the defaults) */
 };
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* ---- host limits: memcpy bandwidth ---------------------------------------------------------- */
 
@@ -63,7 +56,7 @@ static double memcpy_rate(char *dst, const char *src, size_t len, unsigned n)
 	size_t slice = len / n / 64 * 64;
 
 	for (int trial = 0; trial < 3; trial++) {
-		double t0 = now_s();
+		double t0 = vr_mono_s();
 		unsigned started = 0;
 		for (unsigned i = 0; i < n; i++) {
 			args[i] = (struct copy_arg){dst + i * slice, src + i * slice, slice, 4};
@@ -76,7 +69,7 @@ static double memcpy_rate(char *dst, const char *src, size_t len, unsigned n)
 		for (unsigned i = 1; i < n; i++)
 			if (args[i].reps)
 				pthread_join(tid[i], NULL);
-		double dt = now_s() - t0, rate = 0;
+		double dt = vr_mono_s() - t0, rate = 0;
 		for (unsigned i = 0; i < n; i++)
 			rate += (double)args[i].len * args[i].reps;
 		rate /= dt;
@@ -105,90 +98,72 @@ static int bench_host_limits(struct bench *b)
 	free(dst);
 	char note[32];
 	snprintf(note, sizeof(note), "%u threads", b->threads);
-	be_bench_add(&b->figs, "host memcpy, 1 thread", b->bw1 / 1e9, "GB/s", 0, 0, "1 thread");
-	be_bench_add(&b->figs, "host memcpy, all threads", b->bwn / 1e9, "GB/s", 0, 0, note);
+	bench_add(&b->figs, "host memcpy, 1 thread", b->bw1 / 1e9, "GB/s", 0, 0, "1 thread");
+	bench_add(&b->figs, "host memcpy, all threads", b->bwn / 1e9, "GB/s", 0, 0, note);
 	return 0;
 }
 
 /* ---- runs through the backend --------------------------------------------------------------- */
 
-static void bench_config(struct vr_config *c, const struct bench *b, uint32_t K, uint32_t nx,
-                         uint32_t ny, uint32_t stride, enum cfg_recon_mode mode)
+static enum cfg_backend bench_backend(const struct bench *b)
 {
-	cfg_defaults(c);
-	c->backend = !strcmp(b->backend, "cuda")  ? CFG_BACKEND_CUDA
-	             : !strcmp(b->backend, "cpu") ? CFG_BACKEND_CPU
-	                                          : CFG_BACKEND_AUTO;
-	c->cpu.threads = (int)b->threads;
-	c->geometry.samples_per_ascan = K;
-	c->geometry.sample_type = CFG_SAMPLE_U16;
-	c->geometry.ascans_per_bscan = nx;
-	c->geometry.bscans_per_volume = ny;
-	c->geometry.stride[0] = c->geometry.stride[1] = stride;
-	c->geometry.depth_range[0] = 0;
-	c->geometry.depth_range[1] = K / 2;
-	c->preprocess.zero_pad = 1;
-	c->reconstruct.mode = mode;
+	return !strcmp(b->backend, "cuda")  ? CFG_BACKEND_CUDA
+	       : !strcmp(b->backend, "cpu") ? CFG_BACKEND_CPU
+	                                    : CFG_BACKEND_AUTO;
 }
 
-/* Seconds per epoch, serialized (submit, epoch_finish), for at least min_seconds and
- * min_epochs after one warm-up epoch; or a negative errno with the message in err. */
-static double run_epochs(struct bench *b, const struct vr_config *c, unsigned min_epochs, char *err,
-                         size_t errlen)
+/* Seconds per epoch of a case through the engine, one epoch at a time, for at least
+ * min_seconds and min_epochs after one warm-up epoch; or a negative errno with the message in
+ * err. */
+static double run_case(struct bench *b, const struct bench_case *bc, unsigned min_epochs, char *err,
+                       size_t errlen)
 {
-	struct be_bench_result r;
-	int rc = be_bench_run(c, 1, min_epochs, b->min_seconds, false, &r, err, errlen);
+	struct bench_result r;
+	struct vr_config c;
+	int rc;
 
+	bench_case_config(bc, bench_backend(b), &c);
+	c.cpu.threads = (int)b->threads;
+	rc = bench_run(&c, 1, min_epochs, b->min_seconds, 1, &r, err, errlen);
+	cfg_free(&c);
 	if (rc < 0)
 		return rc;
 	snprintf(b->device, sizeof(b->device), "%s", r.device);
 	return 1.0 / r.epochs_per_s;
 }
 
-static int bench_classic(struct bench *b, bool corrections, char *err, size_t errlen)
+static int bench_classic(struct bench *b, const char *name, char *err, size_t errlen)
 {
-	struct vr_config c;
-	const uint32_t K = 2048, nx = 512, ny = 32;
+	const struct bench_case *bc = bench_case_find(name);
+	const double K = bc->K;
+	double spe = run_case(b, bc, 3, err, errlen);
 
-	bench_config(&c, b, K, nx, ny, 1, CFG_RECON_NONE);
-	if (corrections) {
-		c.preprocess.resample.method = CFG_RS_CUBIC;
-		c.preprocess.resample.positions = CFG_RSPOS_POLY;
-		c.preprocess.resample.poly[0] = 0;
-		c.preprocess.resample.poly[1] = K - 1;
-		c.preprocess.resample.poly[2] = 40;
-		c.preprocess.resample.poly[3] = -40;
-		c.preprocess.dispersion.kind = CFG_DISP_COEFFS;
-		c.preprocess.dispersion.coeffs[0] = 20;
-		c.preprocess.dispersion.coeffs[1] = -5;
-	}
-	double spe = run_epochs(b, &c, 3, err, errlen);
 	if (spe < 0)
 		return (int)spe;
-	/* streaming limit: 4096 B in + 1024 B out per A-scan at the all-thread memcpy rate,
+	/* streaming limit: 2K B in + K/2 B out per A-scan at the all-thread memcpy rate,
 	 * which moves (reads and writes) two bytes per byte copied */
-	be_bench_add(&b->figs,
-	             corrections ? "classic 2048->1024, cubic+dispersion" : "classic 2048->1024",
-	             nx * ny / spe, "A-scans/s", 0, 2.0 * b->bwn / (2.0 * K + K / 2.0),
-	             "memory streaming of 5120 B/A-scan");
+	bench_add(&b->figs, bc->title, bc->nx * bc->ny / spe, "A-scans/s", 0,
+	          2.0 * b->bwn / (2.0 * K + K / 2.0), "memory streaming of 5120 B/A-scan");
 	return 0;
 }
 
-static int bench_volrec(struct bench *b, const char *name, uint32_t n, uint32_t K, uint32_t stride,
-                        char *err, size_t errlen)
+static int bench_volrec(struct bench *b, const char *name, char *err, size_t errlen)
 {
+	const struct bench_case *bc = bench_case_find(name);
 	struct vr_config c;
+	double spe = run_case(b, bc, 2, err, errlen), bytes;
+	struct bench_fig *f;
+	char note[64];
 
-	bench_config(&c, b, K, n, n, stride, CFG_RECON_NONCUMULATIVE);
-	double spe = run_epochs(b, &c, 2, err, errlen);
 	if (spe < 0)
 		return (int)spe;
 	/* streaming limit: read B (float) and write u8 once, plus the raw input */
-	double bytes = (double)cfg_out_voxels(&c) * 5.0 + (double)n * n * K * 2.0;
-	char note[64];
+	bench_case_config(bc, CFG_BACKEND_CPU, &c);
+	bytes = (double)cfg_out_voxels(&c) * 5.0 + (double)bc->nx * bc->ny * bc->K * 2.0;
+	cfg_free(&c);
 	snprintf(note, sizeof(note), "memory streaming of %.0f MB/epoch", bytes / 1e6);
-	struct be_bench_fig *f = be_bench_add(&b->figs, name, spe * 1e3, "ms/epoch", 0,
-	                                      bytes / (2.0 * b->bwn / 2.0) * 1e3, note);
+	f = bench_add(&b->figs, bc->title, spe * 1e3, "ms/epoch", 0,
+	              bytes / (2.0 * b->bwn / 2.0) * 1e3, note);
 	if (f)
 		f->lower_is_better = true;
 	return 0;
@@ -219,7 +194,7 @@ static void cpu_model(char *buf, size_t len)
 }
 
 /* How close value comes to ref (a limit or a target): 1 = at it, below 1 = short of it. */
-static double fig_ratio(double value, double ref, const struct be_bench_fig *g)
+static double fig_ratio(double value, double ref, const struct bench_fig *g)
 {
 	return g->lower_is_better ? ref / value : value / ref;
 }
@@ -227,50 +202,50 @@ static double fig_ratio(double value, double ref, const struct be_bench_fig *g)
 static int write_json(const struct bench *b, const char *path, const char *commit)
 {
 	char host[256] = "unknown", model[256], date[64];
+	struct json_object *root = json_object_new_object(), *arr = json_object_new_array();
 	time_t t = time(NULL);
 	struct tm tm;
-	FILE *f = fopen(path, "w");
+	int rc;
 
-	if (!f)
-		return -errno;
 	gethostname(host, sizeof(host) - 1);
 	cpu_model(model, sizeof(model));
 	gmtime_r(&t, &tm);
 	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	fprintf(f, "{\n  \"host\": ");
-	be_bench_json_str(f, host);
-	fprintf(f, ",\n  \"cpu_model\": ");
-	be_bench_json_str(f, model);
-	fprintf(f, ",\n  \"date\": \"%s\",\n  \"git_commit\": ", date);
-	be_bench_json_str(f, commit);
-	fprintf(f, ",\n  \"backend\": ");
-	be_bench_json_str(f, b->backend);
-	fprintf(f, ",\n  \"device\": ");
-	be_bench_json_str(f, b->device);
-	fprintf(f, ",\n  \"threads\": %u,\n  \"volrec_version\": \"%s\",\n  \"figures\": [\n",
-	        b->threads, VOLREC_VERSION);
+	json_object_object_add(root, "host", json_object_new_string(host));
+	json_object_object_add(root, "cpu_model", json_object_new_string(model));
+	json_object_object_add(root, "date", json_object_new_string(date));
+	json_object_object_add(root, "git_commit", json_object_new_string(commit));
+	json_object_object_add(root, "backend", json_object_new_string(b->backend));
+	json_object_object_add(root, "device", json_object_new_string(b->device));
+	json_object_object_add(root, "threads", json_object_new_int64(b->threads));
+	json_object_object_add(root, "volrec_version", json_object_new_string(VOLREC_VERSION));
 	for (unsigned i = 0; i < b->figs.n; i++) {
-		const struct be_bench_fig *g = &b->figs.fig[i];
-		fprintf(f, "    {\"name\": ");
-		be_bench_json_str(f, g->name);
-		fprintf(f, ", \"unit\": ");
-		be_bench_json_str(f, g->unit);
-		fprintf(f, ", \"value\": %.6g", g->value);
+		const struct bench_fig *g = &b->figs.fig[i];
+		struct json_object *f = json_object_new_object();
+
+		json_object_object_add(f, "name", json_object_new_string(g->name));
+		json_object_object_add(f, "unit", json_object_new_string(g->unit));
+		json_object_object_add(f, "value", bench_json_num(g->value, false));
 		if (g->limit > 0) {
-			fprintf(f, ", \"limit\": %.6g, \"limit_is\": ", g->limit);
-			be_bench_json_str(f, g->note);
-			fprintf(f, ", \"ratio\": %.4f", fig_ratio(g->value, g->limit, g));
+			json_object_object_add(f, "limit", bench_json_num(g->limit, false));
+			json_object_object_add(f, "limit_is", json_object_new_string(g->note));
+			json_object_object_add(
+			        f, "ratio", bench_json_num(fig_ratio(g->value, g->limit, g), true));
 		} else if (g->note[0]) {
-			fprintf(f, ", \"note\": ");
-			be_bench_json_str(f, g->note);
+			json_object_object_add(f, "note", json_object_new_string(g->note));
 		}
-		if (g->target > 0)
-			fprintf(f, ", \"target\": %.6g, \"ratio_to_target\": %.4f", g->target,
-			        fig_ratio(g->value, g->target, g));
-		fprintf(f, "}%s\n", i + 1 < b->figs.n ? "," : "");
+		if (g->target > 0) {
+			json_object_object_add(f, "target", bench_json_num(g->target, false));
+			json_object_object_add(
+			        f, "ratio_to_target",
+			        bench_json_num(fig_ratio(g->value, g->target, g), true));
+		}
+		json_object_array_add(arr, f);
 	}
-	fprintf(f, "  ]\n}\n");
-	return fclose(f) ? -errno : 0;
+	json_object_object_add(root, "figures", arr);
+	rc = json_object_to_file_ext(path, root, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED);
+	json_object_put(root);
+	return rc < 0 ? -EIO : 0;
 }
 
 static void print_table(const struct bench *b)
@@ -279,7 +254,7 @@ static void print_table(const struct bench *b)
 	printf("%-40s %14s %14s %-10s %7s %10s\n", "figure", "value", "limit", "unit", "ratio",
 	       "target");
 	for (unsigned i = 0; i < b->figs.n; i++) {
-		const struct be_bench_fig *g = &b->figs.fig[i];
+		const struct bench_fig *g = &b->figs.fig[i];
 		char lim[32] = "-", ratio[16] = "-", tgt[32] = "-";
 		if (g->limit > 0) {
 			snprintf(lim, sizeof(lim), "%.4g", g->limit);
@@ -307,17 +282,18 @@ static void bench_usage(FILE *f)
 	fprintf(f,
 	        "usage: volrec bench [--backend cpu|cuda|auto] [-t THREADS] [-o FILE.json]\n"
 	        "                    [--commit ID] [--quick] [--no-medium]\n\n"
-	        "Measures, with synthetic inputs already in host memory, the backend that\n"
-	        "--backend opens (default cpu; auto: CUDA when a device is present).\n"
+	        "Measures, with synthetic inputs already in host memory, the pipeline engine on\n"
+	        "the backend --backend opens (default cpu; auto: CUDA when a device is present);\n"
+	        "the cases are those of e2e_bench (bench/cases.c).\n"
 	        "CPU:\n"
 	        "  host memcpy bandwidth (1 and all threads), the physical limit;\n"
-	        "  classic 2048-sample u16 -> 1024 u8 depths, in A-scans/s (plain, and with cubic\n"
-	        "  resampling and dispersion);\n"
+	        "  classic 2048-sample u16 -> 1024 u8 depths, 1024x64 A-scans per epoch, in\n"
+	        "  A-scans/s (background, window, dispersion; and with cubic resampling);\n"
 	        "  VolRec time per epoch: 30x30x2048 stride 3 and 60x60x2048 stride 5.\n"
-	        "CUDA (the figures of tests/gpu/gpu_bench):\n"
+	        "CUDA (the figures of gpu_bench):\n"
 	        "  pinned H2D, D2H, both ways at once and D2H into registered shm, the limits;\n"
 	        "  VolRec at the paper's geometry (60x60x8192 u16, stride 5 -> 300x300x4096 u8)\n"
-	        "  and classic (1024x256 A-scans of 2048 u16 -> 1024 u8, mode none): volumes or\n"
+	        "  and classic (1024x64 A-scans of 2048 u16 -> 1024 u8, mode none): volumes or\n"
 	        "  A-scans per second and latency p50/p99, pipelined and serialized.\n"
 	        "Prints a table and writes JSON (host, cpu model, date, commit, backend, device).\n"
 	        "  -t, --threads N  CPU threads (default all cores)\n"
@@ -343,13 +319,14 @@ static int bench_resolve(struct bench *b, char *err, size_t errlen)
 	char note[CFG_ERR_MAX] = "";
 	int rc;
 
-	bench_config(&c, b, 2048, 512, 32, 1, CFG_RECON_NONE);
+	bench_case_config(bench_case_find("tiny"), bench_backend(b), &c);
 	rc = be_open(&c, &be, note, sizeof(note), err, errlen);
+	cfg_free(&c);
 	if (rc < 0)
 		return rc;
 	if (note[0])
 		fprintf(stderr, "volrec bench: %s\n", note);
-	b->cuda = !strcmp(be_name(be), "cuda");
+	b->cuda = (be_caps(be) & BE_CAP_DEVICE) != 0;
 	b->gpu_device = c.gpu.device;
 	b->backend = b->cuda ? "cuda" : "cpu";
 	be_close(be);
@@ -430,8 +407,8 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 		return VR_EXIT_FAIL;
 	}
 	if (b.cuda) {
-		rc = be_bench_cuda(b.gpu_device, b.min_seconds, say_stderr, NULL, &b.figs, b.device,
-		                   sizeof(b.device), err, sizeof(err));
+		rc = bench_cuda(b.gpu_device, b.min_seconds, say_stderr, NULL, &b.figs, b.device,
+		                sizeof(b.device), err, sizeof(err));
 	} else {
 		fprintf(stderr, "volrec bench: host memory bandwidth...\n");
 		rc = bench_host_limits(&b);
@@ -439,19 +416,17 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 			snprintf(err, sizeof(err), "host memory bandwidth: %s", strerror(-rc));
 		if (rc == 0) {
 			fprintf(stderr, "volrec bench: classic...\n");
-			rc = bench_classic(&b, false, err, sizeof(err));
+			rc = bench_classic(&b, "classic-2048", err, sizeof(err));
 		}
 		if (rc == 0)
-			rc = bench_classic(&b, true, err, sizeof(err));
+			rc = bench_classic(&b, "classic-2048-corrected", err, sizeof(err));
 		if (rc == 0) {
 			fprintf(stderr, "volrec bench: VolRec small...\n");
-			rc = bench_volrec(&b, "VolRec 30x30x2048 s3 -> 90x90x1024", 30, 2048, 3,
-			                  err, sizeof(err));
+			rc = bench_volrec(&b, "volrec-small", err, sizeof(err));
 		}
 		if (rc == 0 && medium) {
 			fprintf(stderr, "volrec bench: VolRec medium...\n");
-			rc = bench_volrec(&b, "VolRec 60x60x2048 s5 -> 300x300x1024", 60, 2048, 5,
-			                  err, sizeof(err));
+			rc = bench_volrec(&b, "volrec-medium", err, sizeof(err));
 		}
 	}
 	if (rc < 0) {

@@ -82,6 +82,22 @@ static void calibrate_usage(FILE *f)
 	        "2 usage or configuration error.\n");
 }
 
+/* A whole number in [min, max] (no sign, nothing after it). */
+static int parse_count(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
 static int parse_list(const char *s, double *v, int n)
 {
 	char *end;
@@ -143,7 +159,7 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			o->check = optarg;
 			break;
 		case O_ZMIN:
-			if (tool_parse_u64(optarg, 1, 1u << 20, &u) < 0) {
+			if (parse_count(optarg, 1, 1u << 20, &u) < 0) {
 				fprintf(stderr, "volrec calibrate: --zmin %s: need a bin >= 1\n",
 				        optarg);
 				return VR_EXIT_USAGE;
@@ -191,7 +207,7 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			o->outdir = optarg;
 			break;
 		case 'n':
-			if (tool_parse_u64(optarg, 1, 1u << 24, &u) < 0) {
+			if (parse_count(optarg, 1, 1u << 24, &u) < 0) {
 				fprintf(stderr,
 				        "volrec calibrate: -n %s: need a number of A-scans in "
 				        "1..%u\n",

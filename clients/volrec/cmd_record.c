@@ -2,44 +2,78 @@
 /*
  * `volrec record`: subscribe to a running daemon and write every volume into HDF5, copied out of
  * its leased slot and checked not torn. Volumes it could not get (sequence gaps, torn reads) are
- * listed in /missed and on stderr, and the exit status says so.
+ * listed in /missed and on stderr, and the exit status says so. The recording follows the daemon
+ * across restarts and rebuilds as long as the geometry stays the same, and keeps every volume it
+ * completed readable when the disk fills up (h5vol.h).
  */
 #include <errno.h>
 #include <getopt.h>
 #include <hdf5.h>
 #include <inttypes.h>
-#include <libgen.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
+
+#include <json-c/json.h>
 
 #include "commands.h"
 #include "h5attr.h"
+#include "h5vol.h"
 #include "config/config.h"
 #include "tools.h"
 
-#define REC_CHUNK_META 1024      /* rows per chunk of the per-volume datasets */
-#define REC_MARGIN     (1 << 20) /* bytes kept free for the file's metadata at close */
-
 enum rec_reason { REC_GAP = 1, REC_TORN = 2 };
+
+/* The datasets, in the order of h5vol's fields. */
+enum {
+	F_VOLUMES,
+	F_SEQUENCE,
+	F_SESSION,
+	F_VOLUME_ID,
+	F_EPOCH,
+	F_OFFSET,
+	F_T_FIRST,
+	F_T_LAST,
+	F_T_PUBLISH,
+	F_LATENCY,
+	F_FLAGS,
+	F_MISSED,
+	F_COUNT
+};
+
+/* The geometry keys of the status message that must not change within one recording. */
+static const char *const geometry_keys[] = {
+        "samples_per_ascan", "sample_type", "ascans_per_bscan", "bscans_per_volume", "stride",
+        "depth_range",       "mode",        "volume",
+};
 
 static void record_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: volrec record -o FILE.h5 [-n N | -s S] [--force] [-i NAME] [-r DIR] [-c "
-	        "FILE]\n\n"
+	        "usage: volrec record -o FILE.h5 [-n N | -s S] [--force] [-w S] [-i NAME] [-r "
+	        "DIR]\n"
+	        "                     [-c FILE]\n\n"
 	        "Subscribe to a running volrecd and write every volume it publishes into HDF5 "
 	        "until "
 	        "N\n"
 	        "volumes are written, S seconds have passed, or Ctrl-C (SIGINT) / SIGTERM. Each "
 	        "volume\n"
-	        "is copied out of its shared-memory slot and checked not overwritten meanwhile.\n\n"
+	        "is copied out of its shared-memory slot and checked not overwritten meanwhile. "
+	        "The\n"
+	        "file is flushed after every volume: it is readable at any time and holds every\n"
+	        "volume completed, also when the disk fills up or the recorder is killed.\n"
+	        "The recording follows the daemon when it restarts or rebuilds (a new session): "
+	        "with\n"
+	        "the same geometry it continues into the same file; with another one it stops "
+	        "and\n"
+	        "says so (the file keeps the volumes of the first geometry).\n\n"
 	        "File layout (h5py: f['volumes'] is [n][Y][X][Z] uint8):\n"
 	        "  /volumes      u8  [n][Y][X][Z]  one chunk per volume, extendible\n"
 	        "  /sequence     u64 [n]   volume sequence number within its session\n"
-	        "  /session      u64 [n]   session id (changes when the daemon rebuilds)\n"
+	        "  /session      u64 [n]   session id (changes when the daemon restarts or "
+	        "rebuilds)\n"
 	        "  /volume_id    u64 [n]   the daemon's volume counter\n"
 	        "  /epoch        u64 [n]   epoch of the last low-resolution volume interlaced\n"
 	        "  /offset       i32 [n][2]  its scan offset (ox, oy)\n"
@@ -52,22 +86,37 @@ static void record_usage(FILE *f)
 	        "recorded;\n"
 	        "                reason 1 = never received (overwritten before the recorder got "
 	        "it:\n"
-	        "                it fell behind), 2 = torn (overwritten while being copied)\n"
-	        "  attributes: shape [Y, X, Z], instance, volumes, missed, complete, end, the\n"
-	        "  geometry, source and backend from the daemon's status (status_json: the whole\n"
-	        "  message), config_path, and config_yaml: the daemon's effective configuration\n"
-	        "  (<run_dir>/<instance>.yaml, every default filled in), or without it the -c\n"
-	        "  file as read now (config_yaml_source says which).\n\n"
+	        "                it fell behind, or published while the daemon restarted), 2 = "
+	        "torn\n"
+	        "                (overwritten while being copied)\n"
+	        "  attributes: shape [Y, X, Z], instance, volumes, missed_volumes, sessions, "
+	        "complete,\n"
+	        "  end (why the recording ended), the geometry, source and backend from the "
+	        "daemon's\n"
+	        "  status (status_json: the whole message), config_path, and config_yaml: the "
+	        "daemon's\n"
+	        "  effective configuration (<run_dir>/<instance>.yaml, every default filled in), "
+	        "or\n"
+	        "  without it the -c file as read now (config_yaml_source says which).\n\n"
 	        "  -o, --output FILE    HDF5 file to write (must not exist, unless --force)\n"
 	        "  -n, --count N        stop after N volumes written\n"
 	        "  -s, --seconds S      stop after S seconds\n"
-	        "  -f, --force          replace FILE if it exists\n" TOOL_COMMON_HELP
-	        "\n" TOOL_EXIT_HELP ",\n"
-	        "4 finished but volumes are missing (listed in /missed and on stderr), 8 disk full "
-	        "or\n"
-	        "file size limit: stopped, the file is closed and valid up to the last volume. "
-	        "On 1, 3\n"
-	        "(the daemon went away), 4 and 8 the file holds what was recorded.\n");
+	        "  -f, --force          replace FILE if it exists\n"
+	        "  -w, --restart-wait S when the daemon stops or goes away, wait at most S "
+	        "seconds\n"
+	        "                       for it to come back (default: as long as the recording "
+	        "runs;\n"
+	        "                       0: stop at once)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP
+	        ";\n"
+	        "1 also when FILE cannot be created (a missing directory) or the daemon came back "
+	        "with\n"
+	        "another geometry; 3 also when the daemon went away and did not come back within "
+	        "-w;\n"
+	        "4 finished but volumes are missing (listed in /missed and on stderr); 7 also for "
+	        "FILE;\n"
+	        "8 disk full or file size limit: stopped, the file is closed and holds every "
+	        "volume\n"
+	        "completed. On 1, 3, 4 and 8 the file holds what was recorded.\n");
 }
 
 struct rec_missed {
@@ -77,137 +126,98 @@ struct rec_missed {
 
 struct rec {
 	const char *path;
-	char dir[TOOL_PATH_MAX];
-	hid_t f, vols, seq, session, volid, epoch, offset, tfirst, tlast, tpub, lat, flags, missed;
+	struct h5vol *w;
 	hid_t missed_type;
 	uint32_t Y, X, Z;
-	uint64_t n;       /* volumes written */
-	uint64_t nmissed; /* volumes missing */
-	uint64_t nranges; /* rows of /missed */
+	uint64_t nmissed;  /* volumes missing */
+	uint64_t sessions; /* sessions recorded from */
 	uint64_t last_session, last_seq;
-	char *status;   /* first status message */
-	uint64_t bytes; /* written so far (volumes), for the space check */
+	uint64_t session_first; /* volumes written before the current session's first */
+	bool have_status;       /* the first status message is in the attributes */
+	char geometry[1024];    /* its geometry (geometry_keys), to compare later sessions with */
+	uint64_t checked;       /* the last session whose status showed that geometry */
+	uint64_t changed;       /* the session whose status showed another one */
+	uint64_t volumes;       /* volumes in the file when it was closed */
 	char err[1024];
 };
 
-static hid_t h5_extendible(hid_t f, const char *name, hid_t type, int rank, const hsize_t *dims,
-                           const hsize_t *chunk)
+/* The geometry_keys of a status message, as "key value; ..." (values as JSON). */
+static void geometry_text(struct json_object *st, char *buf, size_t len)
 {
-	hsize_t cur[4] = {0}, maxd[4];
-	hid_t sp, pl, apl, ds = -1;
+	size_t n = 0;
 
-	for (int i = 0; i < rank; i++) {
-		cur[i] = i ? dims[i] : 0;
-		maxd[i] = i ? dims[i] : H5S_UNLIMITED;
+	buf[0] = '\0';
+	for (size_t i = 0; i < VR_ARRAY_SIZE(geometry_keys) && n < len; i++) {
+		char path[64];
+		struct json_object *v;
+
+		snprintf(path, sizeof(path), "geometry.%s", geometry_keys[i]);
+		v = tool_json_at(st, path);
+		n += (size_t)snprintf(buf + n, len - n, "%s%s %s", i ? "; " : "", geometry_keys[i],
+		                      v ? json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN)
+		                        : "?");
 	}
-	sp = H5Screate_simple(rank, cur, maxd);
-	pl = H5Pcreate(H5P_DATASET_CREATE);
-	apl = H5Pcreate(H5P_DATASET_ACCESS);
-	/* no chunk cache: every write reaches the file at once, so errors show at once */
-	if (sp >= 0 && pl >= 0 && apl >= 0 && H5Pset_chunk(pl, rank, chunk) >= 0 &&
-	    H5Pset_chunk_cache(apl, 0, 0, 1.0) >= 0)
-		ds = H5Dcreate2(f, name, type, sp, H5P_DEFAULT, pl, apl);
-	if (apl >= 0)
-		H5Pclose(apl);
-	if (pl >= 0)
-		H5Pclose(pl);
-	if (sp >= 0)
-		H5Sclose(sp);
-	return ds;
 }
 
-/* Append one row (of rank-1 trailing dims) at index i, growing the dataset to i + 1. */
-static int h5_append(hid_t ds, hid_t type, uint64_t i, const void *row)
+/* What differs between two geometry_text()s, as "key a -> b; ...". */
+static void geometry_diff(const char *was, const char *now, char *buf, size_t len)
 {
-	hsize_t dims[4], start[4] = {i, 0, 0, 0}, count[4];
-	hid_t fs = -1, ms = -1;
-	int rank, rc = -EIO;
+	char a[1024], b[1024], *sa, *sb, *pa, *pb;
+	size_t n = 0;
 
-	fs = H5Dget_space(ds);
-	rank = fs >= 0 ? H5Sget_simple_extent_dims(fs, dims, NULL) : -1;
-	if (fs >= 0)
-		H5Sclose(fs);
-	if (rank < 1)
-		return -EIO;
-	dims[0] = i + 1;
-	if (H5Dset_extent(ds, dims) < 0)
-		return -EIO;
-	fs = H5Dget_space(ds);
-	count[0] = 1;
-	for (int k = 1; k < rank; k++)
-		count[k] = dims[k];
-	ms = H5Screate_simple(rank, count, NULL);
-	if (fs >= 0 && ms >= 0 &&
-	    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-	    H5Dwrite(ds, type, ms, fs, H5P_DEFAULT, row) >= 0)
-		rc = 0;
-	if (ms >= 0)
-		H5Sclose(ms);
-	if (fs >= 0)
-		H5Sclose(fs);
-	return rc;
-}
+	snprintf(a, sizeof(a), "%s", was);
+	snprintf(b, sizeof(b), "%s", now);
+	buf[0] = '\0';
+	for (pa = strtok_r(a, ";", &sa), pb = strtok_r(b, ";", &sb); pa && pb && n < len;
+	     pa = strtok_r(NULL, ";", &sa), pb = strtok_r(NULL, ";", &sb)) {
+		const char *va, *vb;
 
-/* errno after a failed HDF5 call, as the sec2 driver left it: ENOSPC/EFBIG/EDQUOT or EIO. */
-static int h5_errno(int saved)
-{
-	return saved == ENOSPC || saved == EFBIG || saved == EDQUOT ? -saved : -EIO;
+		pa += *pa == ' ';
+		pb += *pb == ' ';
+		if (!strcmp(pa, pb))
+			continue;
+		va = strchr(pa, ' ');
+		vb = strchr(pb, ' ');
+		n += (size_t)snprintf(buf + n, len - n, "%s%.*s %s -> %s", n ? ", " : "",
+		                      (int)(va ? va - pa : 0), pa, va ? va + 1 : "?",
+		                      vb ? vb + 1 : "?");
+	}
 }
 
 static int rec_open(struct rec *r, bool force)
 {
-	hsize_t vd[4] = {0, r->Y, r->X, r->Z}, vc[4] = {1, r->Y, r->X, r->Z};
-	hsize_t md[2] = {0, 2}, mc[2] = {REC_CHUNK_META, 2}, one[1] = {REC_CHUNK_META};
-	char tmp[TOOL_PATH_MAX];
-	struct stat st;
+	struct h5vol_field f[F_COUNT] = {
+	        [F_VOLUMES] = {"volumes", H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
+	        [F_SEQUENCE] = {"sequence", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [F_SESSION] = {"session", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [F_VOLUME_ID] = {"volume_id", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [F_EPOCH] = {"epoch", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [F_OFFSET] = {"offset", H5T_NATIVE_INT32, 1, {2}, false},
+	        [F_T_FIRST] = {"t_first_ns", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [F_T_LAST] = {"t_last_ns", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [F_T_PUBLISH] = {"t_publish_ns", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [F_LATENCY] = {"latency_ns", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [F_FLAGS] = {"flags", H5T_NATIVE_UINT32, 0, {0}, false},
+	        [F_MISSED] = {"missed", -1, 0, {0}, true},
+	};
+	hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(struct rec_missed));
+	int rc;
 
-	snprintf(tmp, sizeof(tmp), "%s", r->path);
-	snprintf(r->dir, sizeof(r->dir), "%s", dirname(tmp));
-	if (!force && stat(r->path, &st) == 0) {
+	if (t < 0 ||
+	    H5Tinsert(t, "session", HOFFSET(struct rec_missed, session), H5T_NATIVE_UINT64) < 0 ||
+	    H5Tinsert(t, "first", HOFFSET(struct rec_missed, first), H5T_NATIVE_UINT64) < 0 ||
+	    H5Tinsert(t, "last", HOFFSET(struct rec_missed, last), H5T_NATIVE_UINT64) < 0 ||
+	    H5Tinsert(t, "reason", HOFFSET(struct rec_missed, reason), H5T_NATIVE_UINT8) < 0) {
+		if (t >= 0)
+			H5Tclose(t);
+		return vr_err(r->err, sizeof(r->err), -EIO, "cannot make the /missed type");
+	}
+	f[F_MISSED].type = t;
+	rc = h5vol_create(r->path, force, f, F_COUNT, &r->w, r->err, sizeof(r->err));
+	H5Tclose(t);
+	if (rc == -EEXIST)
 		snprintf(r->err, sizeof(r->err), "%s exists (use --force to replace it)", r->path);
-		return -EEXIST;
-	}
-	errno = 0;
-	r->f = H5Fcreate(r->path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-	if (r->f < 0) {
-		int e = errno ? errno : EIO;
-
-		snprintf(r->err, sizeof(r->err), "cannot create %s: %s", r->path, strerror(e));
-		return -e;
-	}
-	r->vols = h5_extendible(r->f, "volumes", H5T_NATIVE_UINT8, 4, vd, vc);
-	r->seq = h5_extendible(r->f, "sequence", H5T_NATIVE_UINT64, 1, one, one);
-	r->session = h5_extendible(r->f, "session", H5T_NATIVE_UINT64, 1, one, one);
-	r->volid = h5_extendible(r->f, "volume_id", H5T_NATIVE_UINT64, 1, one, one);
-	r->epoch = h5_extendible(r->f, "epoch", H5T_NATIVE_UINT64, 1, one, one);
-	r->offset = h5_extendible(r->f, "offset", H5T_NATIVE_INT32, 2, md, mc);
-	r->tfirst = h5_extendible(r->f, "t_first_ns", H5T_NATIVE_UINT64, 1, one, one);
-	r->tlast = h5_extendible(r->f, "t_last_ns", H5T_NATIVE_UINT64, 1, one, one);
-	r->tpub = h5_extendible(r->f, "t_publish_ns", H5T_NATIVE_UINT64, 1, one, one);
-	r->lat = h5_extendible(r->f, "latency_ns", H5T_NATIVE_UINT64, 1, one, one);
-	r->flags = h5_extendible(r->f, "flags", H5T_NATIVE_UINT32, 1, one, one);
-	r->missed_type = H5Tcreate(H5T_COMPOUND, sizeof(struct rec_missed));
-	if (r->missed_type >= 0) {
-		H5Tinsert(r->missed_type, "session", HOFFSET(struct rec_missed, session),
-		          H5T_NATIVE_UINT64);
-		H5Tinsert(r->missed_type, "first", HOFFSET(struct rec_missed, first),
-		          H5T_NATIVE_UINT64);
-		H5Tinsert(r->missed_type, "last", HOFFSET(struct rec_missed, last),
-		          H5T_NATIVE_UINT64);
-		H5Tinsert(r->missed_type, "reason", HOFFSET(struct rec_missed, reason),
-		          H5T_NATIVE_UINT8);
-		r->missed = h5_extendible(r->f, "missed", r->missed_type, 1, one, one);
-	}
-	if (r->vols < 0 || r->seq < 0 || r->session < 0 || r->volid < 0 || r->epoch < 0 ||
-	    r->offset < 0 || r->tfirst < 0 || r->tlast < 0 || r->tpub < 0 || r->lat < 0 ||
-	    r->flags < 0 || r->missed_type < 0 || r->missed < 0) {
-		int e = errno;
-
-		snprintf(r->err, sizeof(r->err), "cannot create the datasets in %s: %s", r->path,
-		         e ? strerror(e) : "HDF5 error");
-		return h5_errno(e);
-	}
-	return 0;
+	return rc;
 }
 
 /* Note sequences [first, last] of session as missing: stderr and /missed. */
@@ -225,85 +235,76 @@ static int rec_miss(struct rec *r, uint64_t session, uint64_t first, uint64_t la
 		fprintf(stderr, "volrec record: volumes #%" PRIu64 "-#%" PRIu64 " missed (%s)\n",
 		        first, last,
 		        why == REC_TORN ? "torn" : "never received: the recorder fell behind");
-	errno = 0;
-	if (h5_append(r->missed, r->missed_type, r->nranges, &m)) {
-		snprintf(r->err, sizeof(r->err), "cannot write /missed: %s",
-		         errno ? strerror(errno) : "HDF5 error");
-		return h5_errno(errno);
-	}
-	r->nranges++;
-	return 0;
+	return h5vol_log(r->w, F_MISSED, &m, r->err, sizeof(r->err));
 }
 
 static int rec_write(struct rec *r, const struct volrec_view *v, const void *data)
 {
 	int32_t off[2] = {v->offset_x, v->offset_y};
-	int rc;
+	const void *rows[F_COUNT] = {
+	        [F_VOLUMES] = data,
+	        [F_SEQUENCE] = &v->sequence,
+	        [F_SESSION] = &v->session_id,
+	        [F_VOLUME_ID] = &v->volume_id,
+	        [F_EPOCH] = &v->epoch,
+	        [F_OFFSET] = off,
+	        [F_T_FIRST] = &v->t_first_ns,
+	        [F_T_LAST] = &v->t_last_ns,
+	        [F_T_PUBLISH] = &v->t_publish_ns,
+	        [F_LATENCY] = &v->latency_ns,
+	        [F_FLAGS] = &v->flags,
+	};
+	int rc = h5vol_append(r->w, rows, r->err, sizeof(r->err));
 
-	rc = tool_space_check(r->dir, r->bytes, v->bytes + REC_MARGIN, r->err, sizeof(r->err));
-	if (rc)
-		return rc;
-	errno = 0;
-	if (h5_append(r->vols, H5T_NATIVE_UINT8, r->n, data) ||
-	    h5_append(r->seq, H5T_NATIVE_UINT64, r->n, &v->sequence) ||
-	    h5_append(r->session, H5T_NATIVE_UINT64, r->n, &v->session_id) ||
-	    h5_append(r->volid, H5T_NATIVE_UINT64, r->n, &v->volume_id) ||
-	    h5_append(r->epoch, H5T_NATIVE_UINT64, r->n, &v->epoch) ||
-	    h5_append(r->offset, H5T_NATIVE_INT32, r->n, off) ||
-	    h5_append(r->tfirst, H5T_NATIVE_UINT64, r->n, &v->t_first_ns) ||
-	    h5_append(r->tlast, H5T_NATIVE_UINT64, r->n, &v->t_last_ns) ||
-	    h5_append(r->tpub, H5T_NATIVE_UINT64, r->n, &v->t_publish_ns) ||
-	    h5_append(r->lat, H5T_NATIVE_UINT64, r->n, &v->latency_ns) ||
-	    h5_append(r->flags, H5T_NATIVE_UINT32, r->n, &v->flags)) {
-		int e = errno;
-
-		snprintf(r->err, sizeof(r->err), "cannot write volume #%" PRIu64 ": %s",
-		         v->sequence, e ? strerror(e) : "HDF5 error");
-		return h5_errno(e);
-	}
-	r->n++;
-	r->bytes += v->bytes;
-	return 0;
+	if (rc && !h5vol_is_nospace(rc))
+		vr_err_prefix(r->err, sizeof(r->err), "volume #%" PRIu64, v->sequence);
+	return rc;
 }
 
-/* The status message's figures as attributes (geometry, source, backend, config path). */
-static void rec_status_attrs(struct rec *r)
+/* A string attribute of text that came from the daemon: made valid UTF-8 first. */
+static void attr_text(hid_t f, const char *name, const char *text)
+{
+	size_t len = strlen(text) * 3 + 1;
+	char *safe = malloc(len);
+
+	if (!safe)
+		return;
+	vr_utf8_sanitize(text, safe, len);
+	vr_h5_attr_str(f, name, safe);
+	free(safe);
+}
+
+/* The first status message's figures as attributes (geometry, source, backend, config path). */
+static void rec_status_attrs(struct rec *r, const char *text, struct json_object *st)
 {
 	static const char *const nums[] = {"geometry.samples_per_ascan",
 	                                   "geometry.ascans_per_bscan",
 	                                   "geometry.bscans_per_volume"};
-	struct tool_json j;
+	static const char *const strs[][2] = {
+	        {"geometry.sample_type", "sample_type"},
+	        {"geometry.mode", "reconstruct_mode"},
+	        {"source.type", "source"},
+	        {"source.device", "source_device"},
+	        {"backend.name", "backend"},
+	        {"backend.device", "device"},
+	        {"config", "config_path"},
+	};
+	hid_t f = h5vol_file(r->w);
+	uint32_t stride[2], depth[2];
 	char s[1024];
 
-	if (!r->status || tool_json_parse(&j, r->status, strlen(r->status), NULL))
-		return;
-	vr_h5_attr_str(r->f, "status_json", r->status);
-	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
-		vr_h5_attr_u64(r->f, strchr(nums[i], '.') + 1, tool_json_u64(&j, nums[i], 0));
-	{
-		uint32_t stride[2] = {(uint32_t)tool_json_u64(&j, "geometry.stride.0", 0),
-		                      (uint32_t)tool_json_u64(&j, "geometry.stride.1", 0)};
-		uint32_t depth[2] = {(uint32_t)tool_json_u64(&j, "geometry.depth_range.0", 0),
-		                     (uint32_t)tool_json_u64(&j, "geometry.depth_range.1", 0)};
-
-		vr_h5_attr(r->f, "stride", H5T_NATIVE_UINT32, 2, stride);
-		vr_h5_attr(r->f, "depth_range", H5T_NATIVE_UINT32, 2, depth);
-	}
-	if (tool_json_str(&j, "geometry.sample_type", s, sizeof(s)))
-		vr_h5_attr_str(r->f, "sample_type", s);
-	if (tool_json_str(&j, "geometry.mode", s, sizeof(s)))
-		vr_h5_attr_str(r->f, "reconstruct_mode", s);
-	if (tool_json_str(&j, "source.type", s, sizeof(s)))
-		vr_h5_attr_str(r->f, "source", s);
-	if (tool_json_str(&j, "source.device", s, sizeof(s)))
-		vr_h5_attr_str(r->f, "source_device", s);
-	if (tool_json_str(&j, "backend.name", s, sizeof(s)))
-		vr_h5_attr_str(r->f, "backend", s);
-	if (tool_json_str(&j, "backend.device", s, sizeof(s)))
-		vr_h5_attr_str(r->f, "device", s);
-	if (tool_json_str(&j, "config", s, sizeof(s)))
-		vr_h5_attr_str(r->f, "config_path", s);
-	tool_json_free(&j);
+	attr_text(f, "status_json", text);
+	for (size_t i = 0; i < VR_ARRAY_SIZE(nums); i++)
+		vr_h5_attr_u64(f, strchr(nums[i], '.') + 1, tool_json_u64(st, nums[i], 0));
+	stride[0] = (uint32_t)tool_json_u64(st, "geometry.stride.0", 0);
+	stride[1] = (uint32_t)tool_json_u64(st, "geometry.stride.1", 0);
+	depth[0] = (uint32_t)tool_json_u64(st, "geometry.depth_range.0", 0);
+	depth[1] = (uint32_t)tool_json_u64(st, "geometry.depth_range.1", 0);
+	vr_h5_attr(f, "stride", H5T_NATIVE_UINT32, 2, stride);
+	vr_h5_attr(f, "depth_range", H5T_NATIVE_UINT32, 2, depth);
+	for (size_t i = 0; i < VR_ARRAY_SIZE(strs); i++)
+		if (tool_json_str(st, strs[i][0], s, sizeof(s)))
+			vr_h5_attr_str(f, strs[i][1], s);
 }
 
 static char *config_yaml(const char *path)
@@ -355,57 +356,122 @@ static char *daemon_config_yaml(const struct tool_target *t)
 	return text;
 }
 
-/* Write the summary attributes and close everything; 0 or a negative errno. */
-static int rec_close(struct rec *r, const struct tool_target *t, const char *end, bool complete)
+/* What is known when the file is created: layout, instance, the daemon's configuration. */
+static int rec_start_attrs(struct rec *r, const struct tool_target *t)
 {
-	hid_t *ds[] = {&r->vols,   &r->seq,   &r->session, &r->volid, &r->epoch, &r->offset,
-	               &r->tfirst, &r->tlast, &r->tpub,    &r->lat,   &r->flags, &r->missed};
+	hid_t f = h5vol_file(r->w);
 	uint32_t shape[3] = {r->Y, r->X, r->Z};
-	int rc = 0;
+	const char *from = "daemon";
+	char *y;
 
-	if (r->f < 0)
-		return 0;
-	errno = 0;
-	vr_h5_attr(r->f, "shape", H5T_NATIVE_UINT32, 3, shape);
-	vr_h5_attr_str(r->f, "layout", "volumes [n][Y][X][Z] u8, Z (depth) fastest");
-	vr_h5_attr_str(r->f, "instance", t->instance);
-	vr_h5_attr_u64(r->f, "volumes", r->n);
-	vr_h5_attr_u64(r->f, "missed_volumes", r->nmissed);
-	vr_h5_attr_str(r->f, "end", end);
-	vr_h5_attr_u64(r->f, "complete", complete ? 1 : 0);
-	vr_h5_attr_str(r->f, "missed_reasons",
+	vr_h5_attr(f, "shape", H5T_NATIVE_UINT32, 3, shape);
+	vr_h5_attr_str(f, "layout", "volumes [n][Y][X][Z] u8, Z (depth) fastest");
+	vr_h5_attr_str(f, "instance", t->instance);
+	vr_h5_attr_str(f, "missed_reasons",
 	               "1 never received (overwritten before the recorder got it), 2 torn "
 	               "(overwritten while being copied)");
-	vr_h5_attr_str(r->f, "volrec_version", VOLREC_VERSION);
-	rec_status_attrs(r);
-	{
-		/* what the daemon runs (its <run_dir>/<instance>.yaml), else the -c file as read now */
-		char *y = daemon_config_yaml(t);
-		const char *from = "daemon";
-
-		if (!y && t->config[0]) {
-			y = config_yaml(t->config);
-			from = "config file";
-		}
-		if (y) {
-			vr_h5_attr_str(r->f, "config_yaml", y);
-			vr_h5_attr_str(r->f, "config_yaml_source", from);
-		}
-		free(y);
+	vr_h5_attr_str(f, "volrec_version", VOLREC_VERSION);
+	vr_h5_attr_str(f, "end", "recording");
+	vr_h5_attr_u64(f, "complete", 0);
+	/* what the daemon runs (its <run_dir>/<instance>.yaml), else the -c file as read now */
+	y = daemon_config_yaml(t);
+	if (!y && t->config[0]) {
+		y = config_yaml(t->config);
+		from = "config file";
 	}
-	for (size_t i = 0; i < sizeof(ds) / sizeof(ds[0]); i++)
-		if (*ds[i] >= 0) {
-			if (H5Dclose(*ds[i]) < 0)
-				rc = h5_errno(errno);
-			*ds[i] = -1;
+	if (y) {
+		attr_text(f, "config_yaml", y);
+		vr_h5_attr_str(f, "config_yaml_source", from);
+	}
+	free(y);
+	return h5vol_flush(r->w, r->err, sizeof(r->err));
+}
+
+/* Write the summary attributes and close the file; 0 or a negative errno (message in r->err). */
+static int rec_close(struct rec *r, const char *end, bool complete)
+{
+	hid_t f;
+
+	if (!r->w)
+		return 0;
+	if (h5vol_broken(r->w)) { /* the file stays as it was at its last flush */
+		int rc;
+
+		r->volumes = h5vol_count(r->w);
+		rc = h5vol_close(r->w, r->err, sizeof(r->err));
+		r->w = NULL;
+		return rc;
+	}
+	f = h5vol_file(r->w);
+	r->volumes = h5vol_count(r->w);
+	vr_h5_attr_u64(f, "volumes", r->volumes);
+	vr_h5_attr_u64(f, "missed_volumes", r->nmissed);
+	vr_h5_attr_u64(f, "sessions", r->sessions);
+	vr_h5_attr_str(f, "end", end);
+	vr_h5_attr_u64(f, "complete", complete ? 1 : 0);
+	{
+		int rc = h5vol_close(r->w, r->err, sizeof(r->err));
+
+		r->w = NULL;
+		return rc;
+	}
+}
+
+/*
+ * A status message: the first one goes into the attributes; a later session's must show the
+ * same geometry. Returns 0, 1 when the geometry changed (r->err says how), or a negative errno
+ * when the file could not be written (r->err).
+ */
+static int rec_status(struct rec *r, const char *text, size_t len)
+{
+	struct json_object *st = tool_json_parse(text, len, NULL, 0);
+	uint64_t session;
+	char now[sizeof(r->geometry)], diff[512];
+	int rc = 0;
+
+	if (!st)
+		return 0;
+	session = tool_json_u64(st, "session", 0);
+	if (!r->have_status) {
+		geometry_text(st, r->geometry, sizeof(r->geometry));
+		rec_status_attrs(r, text, st);
+		r->have_status = true;
+		r->checked = session;
+		rc = h5vol_flush(r->w, r->err, sizeof(r->err));
+	} else if (session && session != r->checked) {
+		geometry_text(st, now, sizeof(now));
+		if (strcmp(now, r->geometry)) {
+			geometry_diff(r->geometry, now, diff, sizeof(diff));
+			snprintf(r->err, sizeof(r->err),
+			         "the daemon now runs another geometry (%s, session %016" PRIx64
+			         ")",
+			         diff, session);
+			r->changed = session;
+			rc = 1;
+		} else {
+			r->checked = session;
 		}
-	if (r->missed_type >= 0)
-		H5Tclose(r->missed_type);
-	r->missed_type = -1;
-	if (H5Fclose(r->f) < 0 && !rc)
-		rc = h5_errno(errno);
-	r->f = -1;
+	}
+	json_object_put(st);
 	return rc;
+}
+
+/* Writing the file failed with rc: say so; the exit status (8 for a full disk, else 1). */
+static int rec_failed(const struct rec *r, int rc, const char *nl, const char **end)
+{
+	bool full = tool_exit_for_output(rc) == VR_EXIT_NOSPACE;
+
+	fprintf(stderr, "%svolrec record: %s: %s: stopping\n", nl, r->path, r->err);
+	*end = full ? "disk full" : "write error";
+	return full ? VR_EXIT_NOSPACE : VR_EXIT_FAIL;
+}
+
+/* The daemon of t is running: its pid, or 0. */
+static int daemon_pid(const struct tool_target *t)
+{
+	struct tool_daemon d;
+
+	return tool_daemon_find(t, &d) == 0 ? d.pid : 0;
 }
 
 VR_COMMAND(record, "write every published volume into HDF5, reporting any it missed")
@@ -416,36 +482,25 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	        {"count", required_argument, NULL, 'n'},
 	        {"seconds", required_argument, NULL, 's'},
 	        {"force", no_argument, NULL, 'f'},
+	        {"restart-wait", required_argument, NULL, 'w'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
-	struct rec r = {.f = -1,
-	                .vols = -1,
-	                .seq = -1,
-	                .session = -1,
-	                .volid = -1,
-	                .epoch = -1,
-	                .offset = -1,
-	                .tfirst = -1,
-	                .tlast = -1,
-	                .tpub = -1,
-	                .lat = -1,
-	                .flags = -1,
-	                .missed = -1,
-	                .missed_type = -1};
+	struct rec r = {.missed_type = -1};
 	struct tool_target tg;
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
 	uint64_t count = 0;
-	double seconds = 0, t0, next_progress = 0;
+	double seconds = 0, restart_wait = -1, t0, next_progress = 0, away_since = 0;
 	bool force = false, tty = isatty(STDERR_FILENO), stopping = false;
-	const char *end = "count reached";
+	const char *end = "count reached", *nl;
 	uint8_t *buf = NULL;
-	int opt, rc, status = VR_EXIT_OK;
+	int opt, rc, status = VR_EXIT_OK, pid;
 
+	h5vol_init();
 	tool_target_init(&tg);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "i:r:c:o:n:s:fh", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "i:r:c:o:n:s:fw:h", longopts, NULL)) != -1) {
 		rc = tool_target_option(&tg, "record", opt, optarg);
 		if (rc < 0)
 			return VR_EXIT_USAGE;
@@ -471,6 +526,14 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			break;
 		case 'f':
 			force = true;
+			break;
+		case 'w':
+			if (tool_parse_wait(optarg, &restart_wait)) {
+				fprintf(stderr,
+				        "volrec record: --restart-wait %s: need seconds >= 0\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
 			break;
 		case 'h':
 			record_usage(stdout);
@@ -510,31 +573,32 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	r.Y = d.header.ny;
 	r.X = d.header.nx;
 	r.Z = d.header.nz;
-	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+	pid = d.pid;
 	rc = rec_open(&r, force);
 	if (rc) {
 		fprintf(stderr, "volrec record: %s\n", r.err);
-		rec_close(&r, &tg, "could not create", false);
-		if (rc != -EEXIST)
-			unlink(r.path);
 		volrec_client_close(c);
-		return rc == -EEXIST ? VR_EXIT_USAGE : tool_exit_for(rc);
+		return rc == -EEXIST ? VR_EXIT_USAGE : tool_exit_for_output(rc);
 	}
+	rc = rec_start_attrs(&r, &tg);
 	buf = malloc((size_t)r.Y * r.X * r.Z);
-	if (!buf) {
-		fprintf(stderr, "volrec record: out of memory\n");
-		status = VR_EXIT_FAIL;
-		end = "out of memory";
+	if (rc || !buf) {
+		fprintf(stderr, "volrec record: %s\n", rc ? r.err : "out of memory");
+		status = rc ? tool_exit_for_output(rc) : VR_EXIT_FAIL;
+		end = rc && h5vol_is_nospace(rc) ? "disk full"
+		      : rc                       ? "write error"
+		                                 : "out of memory";
 		goto out;
 	}
 	tool_catch_signals();
-	t0 = tool_now();
+	nl = "";
+	t0 = vr_mono_s();
 	for (;;) {
 		struct volrec_message m;
-		double now = tool_now();
+		double now = vr_mono_s();
 		int wait_ms = 200;
 
-		if (count && r.n >= count)
+		if (count && h5vol_count(r.w) >= count)
 			break;
 		if (seconds && now - t0 >= seconds) {
 			end = "time reached";
@@ -547,46 +611,85 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 		if (tty && now >= next_progress) {
 			fprintf(stderr,
 			        "\rvolrec record: %" PRIu64 " volumes (#%" PRIu64 "), %" PRIu64
-			        " missed, %.1f MB, %.0f s\033[K",
-			        r.n, r.last_seq, r.nmissed, (double)r.bytes / 1e6, now - t0);
+			        " missed, %.1f MB, %.0f s%s\033[K",
+			        h5vol_count(r.w), r.last_seq, r.nmissed,
+			        (double)h5vol_count(r.w) * r.Y * r.X * r.Z / 1e6, now - t0,
+			        away_since ? ", waiting for the daemon" : "");
 			next_progress = now + 0.25;
 		}
+		nl = tty ? "\n" : "";
 		if (seconds && (t0 + seconds - now) * 1000 < wait_ms)
 			wait_ms = (int)((t0 + seconds - now) * 1000) + 1;
 		rc = volrec_client_next_message(c, wait_ms, &m);
 		if (rc == -ETIMEDOUT || rc == -EINTR || rc == -EAGAIN || rc == -EPROTO) {
-			if (rc == -ETIMEDOUT && !tool_pid_is_volrecd(d.pid) &&
-			    (tool_daemon_find(&tg, &d) || !d.pid)) {
-				end = stopping ? "the daemon stopped" : "the daemon went away";
-				fprintf(stderr, "%svolrec record: volrecd of instance '%s' %s\n",
-				        tty ? "\n" : "", tg.instance,
-				        stopping ? "stopped" : "went away");
-				status = VR_EXIT_NO_DAEMON;
-				break;
+			if (rc != -ETIMEDOUT)
+				continue;
+			/* quiet: is the daemon still there, gone, or back? */
+			if (!away_since && !tool_pid_is_volrecd(pid) && !(pid = daemon_pid(&tg))) {
+				away_since = now;
+				if (restart_wait == 0)
+					goto gone;
+				fprintf(stderr,
+				        "%svolrec record: volrecd of instance '%s' %s; waiting for "
+				        "it "
+				        "to come back%s\n",
+				        nl, tg.instance, stopping ? "stopped" : "went away",
+				        restart_wait > 0 ? " (--restart-wait)"
+				                         : " (Ctrl-C to end)");
+			} else if (away_since && (pid = daemon_pid(&tg))) {
+				fprintf(stderr,
+				        "%svolrec record: volrecd of instance '%s' is back (pid "
+				        "%d)\n",
+				        nl, tg.instance, pid);
+				away_since = 0;
+				stopping = false;
+			} else if (away_since && restart_wait > 0 &&
+			           now - away_since >= restart_wait) {
+				goto gone;
 			}
 			continue;
 		}
 		if (rc) {
-			fprintf(stderr, "volrec record: %s: %s\n", volrec_strerror(rc),
+			fprintf(stderr, "%svolrec record: %s: %s\n", nl, volrec_strerror(rc),
 			        volrec_client_error(c));
 			status = VR_EXIT_FAIL;
 			end = "client error";
 			break;
 		}
 		if (m.type == VOLREC_MSG_STATUS) {
-			if (!r.status)
-				r.status = strndup(m.text, m.len);
+			rc = rec_status(&r, m.text, m.len);
+			if (rc < 0) {
+				status = rec_failed(&r, rc, nl, &end);
+				break;
+			}
+			if (rc) {
+				/* volumes of that session already written go out again */
+				uint64_t keep = r.last_session == r.changed ? r.session_first
+				                                            : h5vol_count(r.w);
+				char terr[256] = "";
+
+				if (keep < h5vol_count(r.w) &&
+				    h5vol_truncate(r.w, keep, terr, sizeof(terr)))
+					fprintf(stderr, "%svolrec record: %s\n", nl, terr);
+				fprintf(stderr,
+				        "%svolrec record: %s: stopping; %s holds the %" PRIu64
+				        " volumes recorded before\n",
+				        nl, r.err, r.path, h5vol_count(r.w));
+				status = VR_EXIT_FAIL;
+				end = "geometry changed";
+				break;
+			}
 			continue;
 		}
 		if (m.type == VOLREC_MSG_EVENT) {
-			struct tool_json ev;
+			struct json_object *ev = tool_json_parse(m.text, m.len, NULL, 0);
 			char name[64];
 
-			if (!tool_json_parse(&ev, m.text, m.len, NULL)) {
-				tool_json_str(&ev, "event", name, sizeof(name));
+			if (ev) {
+				tool_json_str(ev, "event", name, sizeof(name));
 				if (!strcmp(name, "stopping"))
 					stopping = true;
-				tool_json_free(&ev);
+				json_object_put(ev);
 			}
 			continue;
 		}
@@ -597,23 +700,45 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			uint64_t first = 1;
 			bool torn;
 
-			if (v.ny != r.Y || v.nx != r.X || v.nz != r.Z) {
+			if (v.ny != r.Y || v.nx != r.X || v.nz != r.Z ||
+			    v.dtype != VOLREC_DTYPE_U8) {
 				volrec_view_release(c, &m.view);
 				fprintf(stderr,
-				        "%svolrec record: the daemon rebuilt with another shape "
-				        "(%u x "
-				        "%u x %u, was %u x %u x %u): stopping\n",
-				        tty ? "\n" : "", v.ny, v.nx, v.nz, r.Y, r.X, r.Z);
+				        "%svolrec record: the daemon now publishes %u x %u x %u "
+				        "volumes "
+				        "of dtype %u (was %u x %u x %u u8, session %016" PRIx64
+				        "): stopping; %s holds the %" PRIu64 " volumes recorded "
+				        "before\n",
+				        nl, v.ny, v.nx, v.nz, v.dtype, r.Y, r.X, r.Z, v.session_id,
+				        r.path, h5vol_count(r.w));
 				status = VR_EXIT_FAIL;
-				end = "shape changed";
+				end = "geometry changed";
 				break;
 			}
 			memcpy(buf, v.data, v.bytes);
 			torn = volrec_view_release(c, &m.view) == VOLREC_ETORN;
-			if (r.last_session == v.session_id)
+			if (away_since) {
+				fprintf(stderr,
+				        "%svolrec record: volrecd of instance '%s' is back\n", nl,
+				        tg.instance);
+				away_since = 0;
+				stopping = false;
+			}
+			if (r.last_session == v.session_id) {
 				first = r.last_seq + 1;
-			else if (!r.last_session)
-				first = v.sequence; /* recording starts here */
+			} else {
+				if (!r.last_session)
+					first = v.sequence; /* recording starts here */
+				else
+					fprintf(stderr,
+					        "%svolrec record: the daemon restarted or rebuilt "
+					        "(session "
+					        "%016" PRIx64 ", same volume shape): recording "
+					        "continues\n",
+					        nl, v.session_id);
+				r.session_first = h5vol_count(r.w);
+				r.sessions++;
+			}
 			rc = 0;
 			if (v.sequence > first)
 				rc = rec_miss(&r, v.session_id, first, v.sequence - 1, REC_GAP);
@@ -624,35 +749,35 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			else if (!rc)
 				rc = rec_write(&r, &v, buf);
 			if (rc) {
-				fprintf(stderr, "%svolrec record: %s: %s: stopping\n",
-				        tty ? "\n" : "", r.path, r.err);
-				status = tool_exit_for(rc) == VR_EXIT_NOSPACE ? VR_EXIT_NOSPACE
-				                                              : VR_EXIT_FAIL;
-				end = status == VR_EXIT_NOSPACE ? "disk full" : "write error";
+				status = rec_failed(&r, rc, nl, &end);
 				break;
 			}
 		}
+	}
+	if (0) {
+	gone:
+		end = stopping ? "the daemon stopped" : "the daemon went away";
+		fprintf(stderr, "%svolrec record: volrecd of instance '%s' %s%s\n", nl, tg.instance,
+		        stopping ? "stopped" : "went away",
+		        restart_wait > 0 ? " and did not come back within --restart-wait" : "");
+		status = VR_EXIT_NO_DAEMON;
 	}
 out:
 	if (tty)
 		fprintf(stderr, "\r\033[K");
 	volrec_client_close(c);
 	free(buf);
-	{
-		bool complete = status == VR_EXIT_OK && r.nmissed == 0;
-
-		rc = rec_close(&r, &tg, end, complete);
-	}
+	rc = rec_close(&r, end, status == VR_EXIT_OK && r.nmissed == 0);
 	if (rc) {
-		fprintf(stderr, "volrec record: closing %s: %s\n", r.path,
-		        rc == -ENOSPC ? "disk full" : strerror(-rc));
+		fprintf(stderr, "volrec record: %s\n", r.err);
 		if (status == VR_EXIT_OK || status == VR_EXIT_INCOMPLETE)
-			status = tool_exit_for(rc) == VR_EXIT_NOSPACE ? VR_EXIT_NOSPACE
-			                                              : VR_EXIT_FAIL;
+			status = tool_exit_for_output(rc) == VR_EXIT_NOSPACE ? VR_EXIT_NOSPACE
+			                                                     : VR_EXIT_FAIL;
+	} else {
+		H5close(); /* every HDF5 object is closed: the library may go */
 	}
-	free(r.status);
-	printf("%s: %" PRIu64 " volumes of %u x %u x %u [Y][X][Z] u8 (%s)", r.path, r.n, r.Y, r.X,
-	       r.Z, end);
+	printf("%s: %" PRIu64 " volumes of %u x %u x %u [Y][X][Z] u8 (%s)", r.path, r.volumes, r.Y,
+	       r.X, r.Z, end);
 	if (r.nmissed)
 		printf("; %" PRIu64 " missed (see /missed)", r.nmissed);
 	printf("\n");

@@ -8,7 +8,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include <json-c/json.h>
 
 #include "commands.h"
 #include "tools.h"
@@ -35,7 +36,7 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
                           struct volrec_client *c, double t_signal, double deadline, double timeout)
 {
 	int statuses = 0; /* status messages stamped after the signal */
-	double t0 = tool_now();
+	double t0 = vr_mono_s();
 	int last_rc = 0;
 
 	(void)ctl;
@@ -47,9 +48,9 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 		        pid, t->instance);
 		return VR_EXIT_FAIL;
 	}
-	while (tool_now() < deadline) {
+	while (vr_mono_s() < deadline) {
 		struct volrec_message m;
-		struct tool_json j;
+		struct json_object *j;
 		char name[64], message[4096], state[32];
 		int rc = volrec_client_next_message(c, 100, &m);
 
@@ -67,8 +68,8 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 				return VR_EXIT_FAIL;
 			}
 			if (rc != -ETIMEDOUT && rc != -EINTR) {
-				struct timespec ts = {0, 50 * 1000000L};
-				nanosleep(&ts, NULL); /* an error returns at once: do not spin */
+				/* an error returns at once: do not spin */
+				vr_sleep_ns(50 * 1000000ull);
 			}
 			continue;
 		}
@@ -76,24 +77,25 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 			volrec_view_release(c, &m.view);
 			continue;
 		}
-		if (tool_json_parse(&j, m.text, m.len, NULL))
+		j = tool_json_parse(m.text, m.len, NULL, 0);
+		if (!j)
 			continue;
 		rc = -1;
-		if (m.type == VOLREC_MSG_EVENT && tool_json_num(&j, "time", 0) >= t_signal - 0.5) {
-			tool_json_str(&j, "event", name, sizeof(name));
-			tool_json_str(&j, "message", message, sizeof(message));
+		if (m.type == VOLREC_MSG_EVENT && tool_json_num(j, "time", 0) >= t_signal - 0.5) {
+			tool_json_str(j, "event", name, sizeof(name));
+			tool_json_str(j, "message", message, sizeof(message));
 			rc = settle(name, message, t);
-		} else if (m.type == VOLREC_MSG_STATUS && tool_json_num(&j, "time", 0) > t_signal) {
+		} else if (m.type == VOLREC_MSG_STATUS && tool_json_num(j, "time", 0) > t_signal) {
 			/* the second status after the signal comes from a loop turn that has read
 			 * it; the event itself can be lost when a rebuild re-created the socket */
-			tool_json_str(&j, "state", state, sizeof(state));
+			tool_json_str(j, "state", state, sizeof(state));
 			if (++statuses >= 2 && strcmp(state, "reloading")) {
-				tool_json_str(&j, "reload.result", name, sizeof(name));
-				tool_json_str(&j, "reload.message", message, sizeof(message));
+				tool_json_str(j, "reload.result", name, sizeof(name));
+				tool_json_str(j, "reload.message", message, sizeof(message));
 				rc = settle(name, message, t);
 			}
 		}
-		tool_json_free(&j);
+		json_object_put(j);
 		if (rc >= 0)
 			return rc;
 	}
@@ -107,7 +109,7 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 	fprintf(stderr,
 	        "volrec reload: SIGHUP sent to volrecd (pid %d) of instance '%s', but no "
 	        "confirmation within %.1f s%s%s\n",
-	        pid, t->instance, tool_now() - t0, last_rc ? "; last error: " : "",
+	        pid, t->instance, vr_mono_s() - t0, last_rc ? "; last error: " : "",
 	        last_rc ? volrec_strerror(last_rc) : "");
 	return VR_EXIT_TIMEOUT;
 }
@@ -124,8 +126,10 @@ VR_COMMAND(reload, "reload the daemon's configuration (SIGHUP) and report the ou
 	                "apply\n"
 	                "between epochs; structural changes rebuild the pipeline (a new "
 	                "session).\n",
-	        .exit_help = "; 5 the daemon rejected the new configuration (its message is\n"
-	                     "printed) and runs on the previous one",
+	        .exit_help =
+	                ",\n5 the daemon rejected the new configuration (its message is "
+	                "printed) and runs\non the previous one, 6 also: no confirmation within "
+	                "the timeout",
 	        .signal = SIGHUP,
 	        .default_timeout = 30,
 	        .confirm = reload_confirm,

@@ -29,7 +29,9 @@ static void sim_usage(FILE *f)
 	        "is\n"
 	        "scanned at the interlacing offset of e, at time e / source.rate (25 when 0).\n\n"
 	        "  -c, --config FILE    configuration (YAML)\n"
-	        "  -o, --output FILE    replay file to write (replaced)\n"
+	        "  -o, --output FILE    replay file to write (written beside it, then renamed "
+	        "over\n"
+	        "                       it: a daemon replaying FILE keeps a whole file)\n"
 	        "  -n, --epochs N       epochs to write (default S = sx*sy, one interlacing "
 	        "cycle)\n"
 	        "      --format F       volrec (default: versioned header with the per-epoch "
@@ -238,7 +240,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		goto out;
 	}
 	for (uint64_t e = 0; e < n; e++)
-		sim_scan_offset(e, sx, sy, &offsets[e][0], &offsets[e][1]);
+		vr_scan_offset(e, sx, sy, &offsets[e][0], &offsets[e][1]);
 
 	double poly[4], disp[2];
 	sim_resample_poly(sim, poly);

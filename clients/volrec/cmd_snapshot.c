@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "commands.h"
 #include "tools.h"
 
@@ -52,7 +54,11 @@ static void snapshot_usage(FILE *f)
 	        "default):\n"
 	        "                       the smaller side at least 256 pixels, at most 8 times\n"
 	        "  -t, --timeout S      wait at most S seconds for a volume (default "
-	        "5)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ", 8 disk full.\n");
+	        "5)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ",\n"
+	        "6 also: no volume published within the timeout, 7 also for DIR, 8 disk full (1 "
+	        "for "
+	        "other\n"
+	        "errors writing DIR).\n");
 }
 
 struct picture {
@@ -256,69 +262,112 @@ static void picture_names(struct picture *p, uint32_t Y, uint32_t X, uint32_t Z)
 	snprintf(p[4].file, sizeof(p[4].file), "enface-z%d_x%uy%u.png", p[4].index, X, Y);
 }
 
+static struct json_object *sidecar(const struct tool_target *t, const struct volrec_view *v,
+                                   const struct picture *p, double pct, uint32_t nflat)
+{
+	struct json_object *o = json_object_new_object(), *x, *files = json_object_new_array();
+
+#define ADD(obj, key, val) json_object_object_add(obj, key, val)
+	ADD(o, "instance", json_object_new_string(t->instance));
+	ADD(o, "session", json_object_new_uint64(v->session_id));
+	ADD(o, "sequence", json_object_new_uint64(v->sequence));
+	ADD(o, "volume_id", json_object_new_uint64(v->volume_id));
+	ADD(o, "epoch", json_object_new_uint64(v->epoch));
+	x = json_object_new_array();
+	json_object_array_add(x, json_object_new_int(v->offset_x));
+	json_object_array_add(x, json_object_new_int(v->offset_y));
+	ADD(o, "offset", x);
+	ADD(o, "flags", json_object_new_int64(v->flags));
+	ADD(o, "t_first_ns", json_object_new_uint64(v->t_first_ns));
+	ADD(o, "t_last_ns", json_object_new_uint64(v->t_last_ns));
+	ADD(o, "t_publish_ns", json_object_new_uint64(v->t_publish_ns));
+	ADD(o, "latency_ns", json_object_new_uint64(v->latency_ns));
+	x = json_object_new_object();
+	ADD(x, "Y", json_object_new_int64(v->ny));
+	ADD(x, "X", json_object_new_int64(v->nx));
+	ADD(x, "Z", json_object_new_int64(v->nz));
+	ADD(o, "shape", x);
+	ADD(o, "layout", json_object_new_string("[Y][X][Z] u8, Z fastest"));
+	x = json_object_new_object();
+	ADD(x, "method", json_object_new_string(pct < 0 ? "minmax" : "percentile"));
+	if (pct >= 0)
+		ADD(x, "percent", json_object_new_double(pct));
+	ADD(o, "contrast", x);
+	ADD(o, "flat_planes", json_object_new_int64(nflat));
+	for (int i = 0; i < SNAP_PICTURES; i++) {
+		struct json_object *f = json_object_new_object(), *a = json_object_new_array();
+		char axis[2][2] = {{p[i].axes[0], 0}, {p[i].axes[1], 0}};
+
+		ADD(f, "file", json_object_new_string(p[i].file));
+		ADD(f, "kind", json_object_new_string(p[i].kind));
+		ADD(f, "what", json_object_new_string(p[i].what));
+		json_object_array_add(a, json_object_new_string(axis[0]));
+		json_object_array_add(a, json_object_new_string(axis[1]));
+		ADD(f, "axes", a);
+		if (p[i].index >= 0) {
+			/* the axis the plane is normal to: z for xy, y for xz, x for yz */
+			const char *normal = !strcmp(p[i].axes, "xy")   ? "z"
+			                     : !strcmp(p[i].axes, "xz") ? "y"
+			                                                : "x";
+
+			x = json_object_new_object();
+			ADD(x, normal, json_object_new_int(p[i].index));
+			ADD(f, "plane", x);
+		}
+		ADD(f, "width", json_object_new_int64((int64_t)p[i].w * p[i].scale));
+		ADD(f, "height", json_object_new_int64((int64_t)p[i].h * p[i].scale));
+		ADD(f, "scale", json_object_new_int64(p[i].scale));
+		a = json_object_new_array();
+		json_object_array_add(a, json_object_new_double(p[i].lo));
+		json_object_array_add(a, json_object_new_double(p[i].hi));
+		ADD(f, "range", a);
+		json_object_array_add(files, f);
+	}
+	ADD(o, "files", files);
+#undef ADD
+	return o;
+}
+
+/* snapshot.json beside the pictures, written to a temporary name and renamed into place. */
 static int write_sidecar(const char *dir, const struct tool_target *t, const struct volrec_view *v,
                          const struct picture *p, double pct, uint32_t nflat, char *err,
                          size_t errlen)
 {
 	char path[TOOL_PATH_MAX + 32], tmp[TOOL_PATH_MAX + 48];
+	struct json_object *o = sidecar(t, v, p, pct, nflat);
+	const char *text;
 	FILE *f;
 	int rc = 0;
 
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+	                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
+	if (!text) {
+		json_object_put(o);
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	}
 	snprintf(path, sizeof(path), "%s/snapshot.json", dir);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
+	f = fopen(tmp, "we");
 	if (!f) {
 		rc = -errno;
-		snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
-		return rc;
+		json_object_put(o);
+		return vr_err_errno(err, errlen, rc, "%s", tmp);
 	}
-	fprintf(f, "{\n  \"instance\": ");
-	tool_json_write_str(f, t->instance);
-	fprintf(f,
-	        ",\n  \"session\": %" PRIu64 ",\n  \"sequence\": %" PRIu64
-	        ",\n  \"volume_id\": %" PRIu64 ",\n  \"epoch\": %" PRIu64
-	        ",\n  \"offset\": [%d, %d],\n  \"flags\": %u,\n  \"t_first_ns\": %" PRIu64
-	        ",\n  \"t_last_ns\": %" PRIu64 ",\n  \"t_publish_ns\": %" PRIu64
-	        ",\n  \"latency_ns\": %" PRIu64
-	        ",\n  \"shape\": {\"Y\": %u, \"X\": %u, \"Z\": %u},\n  \"layout\": "
-	        "\"[Y][X][Z] u8, Z fastest\",\n  \"contrast\": ",
-	        v->session_id, v->sequence, v->volume_id, v->epoch, v->offset_x, v->offset_y,
-	        v->flags, v->t_first_ns, v->t_last_ns, v->t_publish_ns, v->latency_ns, v->ny, v->nx,
-	        v->nz);
-	if (pct < 0)
-		fprintf(f, "{\"method\": \"minmax\"}");
-	else
-		fprintf(f, "{\"method\": \"percentile\", \"percent\": %g}", pct);
-	fprintf(f, ",\n  \"flat_planes\": %u", nflat);
-	fprintf(f, ",\n  \"files\": [\n");
-	for (int i = 0; i < SNAP_PICTURES; i++) {
-		fprintf(f, "    {\"file\": \"%s\", \"kind\": \"%s\", \"what\": \"%s\", ", p[i].file,
-		        p[i].kind, p[i].what);
-		fprintf(f, "\"axes\": [\"%c\", \"%c\"], ", p[i].axes[0], p[i].axes[1]);
-		if (p[i].index >= 0)
-			fprintf(f, "\"plane\": {\"%c\": %d}, ",
-			        p[i].axes[0] == 'x' && p[i].axes[1] == 'y' ? 'z'
-			        : p[i].axes[0] == 'x'                      ? 'y'
-			                                                   : 'x',
-			        p[i].index);
-		fprintf(f,
-		        "\"width\": %u, \"height\": %u, \"scale\": %u, \"range\": [%.6g, "
-		        "%.6g]}%s\n",
-		        p[i].w * p[i].scale, p[i].h * p[i].scale, p[i].scale, p[i].lo, p[i].hi,
-		        i + 1 < SNAP_PICTURES ? "," : "");
-	}
-	fprintf(f, "  ]\n}\n");
-	if (fflush(f) == EOF || ferror(f))
+	errno = 0;
+	if (fputs(text, f) == EOF || fputc('\n', f) == EOF || fflush(f) == EOF || ferror(f))
 		rc = errno ? -errno : -EIO;
 	if (fclose(f) == EOF && !rc)
 		rc = errno ? -errno : -EIO;
+	json_object_put(o);
 	if (!rc && rename(tmp, path) < 0)
 		rc = -errno;
 	if (rc) {
 		unlink(tmp);
-		snprintf(err, errlen, "%s: %s", path, rc == -ENOSPC ? "disk full" : strerror(-rc));
+		if (rc == -ENOSPC)
+			return vr_err(err, errlen, rc, "%s: disk full", path);
+		return vr_err_errno(err, errlen, rc, "%s", path);
 	}
-	return rc;
+	return 0;
 }
 
 /* Lease the newest volume and copy it out intact; waits up to deadline for one. */
@@ -330,11 +379,9 @@ static int grab_latest(struct volrec_client *c, double deadline, uint8_t **out,
 		int rc = volrec_client_latest(c, &v);
 
 		if (rc == -EAGAIN || rc == -ENOENT) {
-			struct timespec ts = {0, 20 * 1000000L};
-
-			if (tool_now() > deadline || tool_interrupted())
+			if (vr_mono_s() > deadline || tool_interrupted())
 				return -ETIMEDOUT;
-			nanosleep(&ts, NULL);
+			vr_sleep_ns(20 * 1000000ull);
 			continue;
 		}
 		if (rc)
@@ -462,7 +509,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	if (rc)
 		return rc;
 	tool_catch_signals();
-	rc = grab_latest(c, tool_now() + timeout, &vol, &v);
+	rc = grab_latest(c, vr_mono_s() + timeout, &vol, &v);
 	volrec_client_close(c);
 	if (rc == -ETIMEDOUT) {
 		fprintf(stderr,
@@ -506,14 +553,14 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		free(pix);
 		if (rc) {
 			fprintf(stderr, "volrec snapshot: %s\n", err);
-			status = tool_exit_for(rc);
+			status = tool_exit_for_output(rc);
 			goto out;
 		}
 	}
 	rc = write_sidecar(dir, &tg, &v, pics, pct, nflat, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "volrec snapshot: %s\n", err);
-		status = tool_exit_for(rc);
+		status = tool_exit_for_output(rc);
 		goto out;
 	}
 	printf("volume #%" PRIu64 " (epoch %" PRIu64 ", %u x %u x %u [Y][X][Z]) of instance '%s' "

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "commands.h"
 #include "tools.h"
 
@@ -23,7 +25,8 @@ static void status_usage(FILE *f)
 	        "      --json           print the status message (one JSON object) and nothing "
 	        "else\n"
 	        "  -t, --timeout S      wait at most S seconds for it (default 3, or 2.5 "
-	        "intervals with -c)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ".\n");
+	        "intervals with -c)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP
+	        ",\n6 also: no status message within the timeout.\n");
 }
 
 VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
@@ -38,7 +41,7 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 	struct tool_target tg;
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
-	struct tool_json st;
+	struct json_object *st;
 	double timeout = 0;
 	bool json = false;
 	char *text = NULL;
@@ -111,20 +114,20 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 		fputs(text, stdout);
 		fputc('\n', stdout);
 	} else {
-		size_t at = 0;
+		char why[256];
 
-		if (tool_json_parse(&st, text, strlen(text), &at)) {
-			fprintf(stderr,
-			        "volrec status: malformed status message at byte %zu: %.200s\n", at,
-			        text);
+		st = tool_json_parse(text, strlen(text), why, sizeof(why));
+		if (!st) {
+			fprintf(stderr, "volrec status: the daemon's status message: %s: %.200s\n",
+			        why, text);
 			free(text);
 			return VR_EXIT_FAIL;
 		}
 		/* the header again: the latest sequence right now */
 		if (tool_daemon_find(&tg, &d) < 0)
 			d.have_header = false;
-		tool_status_print(stdout, &st, d.have_header ? &d.header : NULL, "\n");
-		tool_json_free(&st);
+		tool_status_print(stdout, st, d.have_header ? &d.header : NULL, "\n");
+		json_object_put(st);
 	}
 	free(text);
 	if (fflush(stdout) == EOF) {

@@ -6,7 +6,8 @@
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
+
+#include <json-c/json.h>
 
 #include "commands.h"
 #include "tools.h"
@@ -21,7 +22,7 @@ static int stop_confirm(const struct tool_control *ctl, const struct tool_target
 			printf("volrecd (pid %d) of instance '%s' stopped\n", pid, t->instance);
 			return VR_EXIT_OK;
 		}
-		if (tool_now() >= deadline) {
+		if (vr_mono_s() >= deadline) {
 			fprintf(stderr,
 			        "volrec stop: volrecd (pid %d) of instance '%s' is still running "
 			        "%.0f "
@@ -37,28 +38,27 @@ static int stop_confirm(const struct tool_control *ctl, const struct tool_target
 			if (rc == 0 && m.type == VOLREC_MSG_VOL) {
 				volrec_view_release(c, &m.view);
 			} else if (rc == 0 && m.type == VOLREC_MSG_EVENT) {
-				struct tool_json ev;
+				struct json_object *ev = tool_json_parse(m.text, m.len, NULL, 0);
 				char name[64], line[700];
 
-				if (!tool_json_parse(&ev, m.text, m.len, NULL)) {
-					tool_json_str(&ev, "event", name, sizeof(name));
+				if (ev) {
+					tool_json_str(ev, "event", name, sizeof(name));
 					if (!strcmp(name, "stopping") &&
-					    tool_json_num(&ev, "time", 0) >= t_signal - 0.5 &&
+					    tool_json_num(ev, "time", 0) >= t_signal - 0.5 &&
 					    !said) {
-						tool_event_line(&ev, line, sizeof(line));
+						tool_event_line(ev, line, sizeof(line));
 						printf("%s\n", line);
 						fflush(stdout);
 						said = true;
 					}
-					tool_json_free(&ev);
+					json_object_put(ev);
 				}
 			} else if (rc && rc != -ETIMEDOUT && rc != -EAGAIN && rc != -EPROTO &&
 			           rc != -EINTR) {
 				c = NULL; /* the segment went away with the daemon: poll /proc only */
 			}
 		} else {
-			struct timespec ts = {0, 50 * 1000000L};
-			nanosleep(&ts, NULL);
+			vr_sleep_ns(50 * 1000000ull);
 		}
 	}
 	(void)ctl;
@@ -75,7 +75,9 @@ VR_COMMAND(stop, "stop a running daemon (SIGTERM) and wait until it is gone")
 	                "the source, publishes what is finished and removes its shared memory. "
 	                "Waits\n"
 	                "until the process is gone and prints its `stopping` event.\n",
-	        .exit_help = "; 0 means the process is gone",
+	        .exit_help = ",\n6 also: the process is still running when the timeout runs out; 0 "
+	                     "means "
+	                     "it is gone",
 	        .signal = SIGTERM,
 	        .default_timeout = 30,
 	        .confirm = stop_confirm,

@@ -8,7 +8,10 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <json-c/json.h>
 
 #include "commands.h"
 #include "tools.h"
@@ -19,7 +22,7 @@
 static void watch_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: volrec watch [-n N] [-s S] [-i NAME] [-r DIR] [-c FILE]\n\n"
+	        "usage: volrec watch [-n N] [-s S] [-w S] [-i NAME] [-r DIR] [-c FILE]\n\n"
 	        "Watch a running volrecd live: the status screen (see volrec status) redrawn once "
 	        "a\n"
 	        "second on a terminal, with the volumes as they are announced (sequence, epoch, "
@@ -27,61 +30,85 @@ static void watch_usage(FILE *f)
 	        "offset, latency) and the daemon's events. When stdout is not a terminal, one "
 	        "line\n"
 	        "per second and one line per event. Ctrl-C (SIGINT) or SIGTERM end it (exit "
-	        "0).\n\n"
+	        "0).\n"
+	        "It follows the daemon when it restarts or rebuilds: when the daemon stops or "
+	        "goes\n"
+	        "away, watch says so and waits for it to come back.\n\n"
 	        "  -n, --count N        stop after N volumes\n"
-	        "  -s, --seconds S      stop after S seconds\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP
-	        ";\n"
-	        "3 also when the daemon goes away while watching (0 if it said it was "
-	        "stopping).\n");
+	        "  -s, --seconds S      stop after S seconds\n"
+	        "  -w, --restart-wait S when the daemon stops or goes away, wait at most S "
+	        "seconds\n"
+	        "                       for it to come back (default: until Ctrl-C, -n or -s; "
+	        "0: end\n"
+	        "                       at once)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ";\n"
+	        "when the daemon does not come back within -w: 0 if it said it was stopping, "
+	        "else 3.\n");
 }
 
 struct watch {
 	bool tty;
-	char *status;        /* last status message (owned) */
-	struct tool_json st; /* parsed from it */
-	bool have_st;
+	struct json_object *st; /* the last status message, parsed */
 	char events[WATCH_EVENTS][640];
 	int nevents;
 	uint64_t seqs[WATCH_SEQS];
 	int nseqs;
 	struct volrec_view last; /* copy of the last view (data pointer not used) */
 	uint64_t seen, torn;
-	bool stopping; /* the daemon announced `stopping` */
+	bool stopping;     /* the daemon announced `stopping` */
+	double away_since; /* vr_mono_s() when the daemon was found gone, 0 while it runs */
 	double t0;
 };
 
 static void take_status(struct watch *w, const char *text, size_t len)
 {
-	char *copy = strndup(text, len);
+	struct json_object *st = tool_json_parse(text, len, NULL, 0);
 
-	if (!copy)
+	if (!st)
 		return;
-	if (w->have_st)
-		tool_json_free(&w->st);
-	free(w->status);
-	w->status = copy;
-	w->have_st = tool_json_parse(&w->st, copy, strlen(copy), NULL) == 0;
+	json_object_put(w->st);
+	w->st = st;
 }
 
-static void take_event(struct watch *w, const char *text, size_t len)
+static void add_event(struct watch *w, const char *line)
 {
-	struct tool_json ev;
-	char name[64];
-
-	if (tool_json_parse(&ev, text, len, NULL))
-		return;
 	if (w->nevents == WATCH_EVENTS) {
 		memmove(w->events[0], w->events[1], sizeof(w->events[0]) * (WATCH_EVENTS - 1));
 		w->nevents--;
 	}
-	tool_event_line(&ev, w->events[w->nevents], sizeof(w->events[0]));
-	tool_json_str(&ev, "event", name, sizeof(name));
+	snprintf(w->events[w->nevents], sizeof(w->events[0]), "%s", line);
+	if (!w->tty) {
+		printf("event %s\n", w->events[w->nevents]);
+		fflush(stdout);
+	}
+	w->nevents++;
+}
+
+static void take_event(struct watch *w, const char *text, size_t len)
+{
+	struct json_object *ev = tool_json_parse(text, len, NULL, 0);
+	char name[64], line[sizeof(w->events[0])];
+
+	if (!ev)
+		return;
+	tool_event_line(ev, line, sizeof(line));
+	tool_json_str(ev, "event", name, sizeof(name));
 	if (!strcmp(name, "stopping"))
 		w->stopping = true;
-	if (!w->tty)
-		printf("event %s\n", w->events[w->nevents]);
-	w->nevents++;
-	tool_json_free(&ev);
+	add_event(w, line);
+	json_object_put(ev);
+}
+
+/* A line of the watcher's own, among the events: "HH:MM:SS what". */
+static void own_event(struct watch *w, const char *what)
+{
+	char line[sizeof(w->events[0])];
+	time_t t = time(NULL);
+	struct tm tm;
+
+	if (!localtime_r(&t, &tm))
+		memset(&tm, 0, sizeof(tm));
+	snprintf(line, sizeof(line), "%02d:%02d:%02d %s", tm.tm_hour, tm.tm_min, tm.tm_sec, what);
+	add_event(w, line);
 }
 
 static void take_volume(struct watch *w, const struct volrec_view *v)
@@ -104,27 +131,26 @@ static void draw(struct watch *w, struct volrec_client *c, const struct tool_dae
 	if (!w->tty) {
 		char state[32] = "?";
 
-		if (w->have_st)
-			tool_json_str(&w->st, "state", state, sizeof(state));
+		if (w->away_since)
+			snprintf(state, sizeof(state), "no daemon");
+		else if (w->st)
+			tool_json_str(w->st, "state", state, sizeof(state));
 		printf("%.1f s: %s; volume #%" PRIu64 " epoch %" PRIu64 " offset (%d, %d) "
 		       "latency %.2f ms; %.2f volumes/s; latency p50/p99 %.2f/%.2f ms; drops %.0f; "
 		       "readers %.0f; seen %" PRIu64 ", missed %" PRIu64 ", torn %" PRIu64 "\n",
-		       tool_now() - w->t0, state, w->last.sequence, w->last.epoch, w->last.offset_x,
-		       w->last.offset_y, (double)w->last.latency_ns / 1e6,
-		       w->have_st ? tool_json_num(&w->st, "rates.volumes_per_s", 0) : 0,
-		       w->have_st ? tool_json_num(&w->st, "latency_ms.acquire_to_publish.p50", 0)
-		                  : 0,
-		       w->have_st ? tool_json_num(&w->st, "latency_ms.acquire_to_publish.p99", 0)
-		                  : 0,
-		       w->have_st ? tool_json_num(&w->st, "drops.total", 0) : 0,
-		       w->have_st ? tool_json_num(&w->st, "readers", 0) : 0, w->seen, cs.missed,
-		       w->torn);
+		       vr_mono_s() - w->t0, state, w->last.sequence, w->last.epoch,
+		       w->last.offset_x, w->last.offset_y, (double)w->last.latency_ns / 1e6,
+		       w->st ? tool_json_num(w->st, "rates.volumes_per_s", 0) : 0,
+		       w->st ? tool_json_num(w->st, "latency_ms.acquire_to_publish.p50", 0) : 0,
+		       w->st ? tool_json_num(w->st, "latency_ms.acquire_to_publish.p99", 0) : 0,
+		       w->st ? tool_json_num(w->st, "drops.total", 0) : 0,
+		       w->st ? tool_json_num(w->st, "readers", 0) : 0, w->seen, cs.missed, w->torn);
 		fflush(stdout);
 		return;
 	}
 	fputs("\033[H", stdout);
-	if (w->have_st)
-		tool_status_print(stdout, &w->st, d->have_header ? &d->header : NULL, eol);
+	if (w->st)
+		tool_status_print(stdout, w->st, d->have_header ? &d->header : NULL, eol);
 	else
 		printf("volrecd %s: waiting for its first status message...%s", "", eol);
 	printf("%s", eol);
@@ -140,9 +166,12 @@ static void draw(struct watch *w, struct volrec_client *c, const struct tool_dae
 	printf("%s", eol);
 	printf("  watcher   %" PRIu64 " volumes seen, %" PRIu64 " missed, %" PRIu64
 	       " torn, %.0f s%s",
-	       w->seen, cs.missed, w->torn, tool_now() - w->t0, eol);
+	       w->seen, cs.missed, w->torn, vr_mono_s() - w->t0, eol);
 	for (int i = 0; i < w->nevents; i++)
 		printf("  %s %s%s", i ? "         " : "events   ", w->events[i], eol);
+	if (w->away_since)
+		printf("  DAEMON    %s %.0f s ago; waiting for it to come back%s",
+		       w->stopping ? "stopped" : "went away", vr_mono_s() - w->away_since, eol);
 	printf("  (Ctrl-C to quit)%s\033[J", eol);
 	fflush(stdout);
 }
@@ -153,6 +182,7 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 	        TOOL_COMMON_LONGOPTS,
 	        {"count", required_argument, NULL, 'n'},
 	        {"seconds", required_argument, NULL, 's'},
+	        {"restart-wait", required_argument, NULL, 'w'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
@@ -161,13 +191,13 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 	struct volrec_client *c = NULL;
 	struct watch w;
 	uint64_t count = 0;
-	double seconds = 0, next_draw;
+	double seconds = 0, restart_wait = -1, next_draw;
 	int opt, rc, status = VR_EXIT_OK;
 
 	tool_target_init(&tg);
 	memset(&w, 0, sizeof(w));
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "i:r:c:n:s:h", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "i:r:c:n:s:w:h", longopts, NULL)) != -1) {
 		rc = tool_target_option(&tg, "watch", opt, optarg);
 		if (rc < 0)
 			return VR_EXIT_USAGE;
@@ -185,6 +215,14 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 		case 's':
 			if (tool_parse_seconds(optarg, &seconds)) {
 				fprintf(stderr, "volrec watch: --seconds %s: need seconds > 0\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 'w':
+			if (tool_parse_wait(optarg, &restart_wait)) {
+				fprintf(stderr,
+				        "volrec watch: --restart-wait %s: need seconds >= 0\n",
 				        optarg);
 				return VR_EXIT_USAGE;
 			}
@@ -214,13 +252,13 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 
 	tool_catch_signals();
 	w.tty = isatty(STDOUT_FILENO);
-	w.t0 = tool_now();
+	w.t0 = vr_mono_s();
 	if (w.tty)
 		fputs("\033[H\033[2J", stdout);
 	next_draw = w.t0 + 1.0;
 	for (;;) {
 		struct volrec_message m;
-		double now = tool_now();
+		double now = vr_mono_s();
 		int wait_ms;
 
 		if (tool_interrupted())
@@ -230,14 +268,28 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 		if (count && w.seen >= count)
 			break;
 		if (now >= next_draw) {
-			if (tool_daemon_find(&tg, &d) == 0 && !d.pid) {
-				draw(&w, c, &d);
-				fprintf(stderr, "volrec watch: volrecd of instance '%s' %s\n",
-				        tg.instance,
-				        w.stopping ? "stopped"
-				                   : "is gone (no stopping event seen)");
-				status = w.stopping ? VR_EXIT_OK : VR_EXIT_NO_DAEMON;
-				goto out;
+			/* an error looking (permissions) is not "gone" */
+			bool running = tool_daemon_find(&tg, &d) != 0 || d.pid;
+
+			if (!running && !w.away_since) {
+				w.away_since = now;
+				if (restart_wait == 0)
+					goto gone;
+				own_event(&w,
+				          w.stopping
+				                  ? "volrecd stopped: waiting for it to come back"
+				                  : "volrecd went away (no stopping event seen): "
+				                    "waiting for it to come back");
+			} else if (running && w.away_since) {
+				char line[96];
+
+				snprintf(line, sizeof(line), "volrecd is back (pid %d)", d.pid);
+				own_event(&w, line);
+				w.away_since = 0;
+				w.stopping = false;
+			} else if (!running && restart_wait > 0 &&
+			           now - w.away_since >= restart_wait) {
+				goto gone;
 			}
 			draw(&w, c, &d);
 			next_draw += 1.0;
@@ -273,11 +325,15 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 	}
 	tool_daemon_find(&tg, &d);
 	draw(&w, c, &d);
+	goto out;
+gone:
+	draw(&w, c, &d);
+	fprintf(stderr, "volrec watch: volrecd of instance '%s' %s\n", tg.instance,
+	        w.stopping ? "stopped" : "is gone (no stopping event seen)");
+	status = w.stopping ? VR_EXIT_OK : VR_EXIT_NO_DAEMON;
 out:
 	volrec_client_close(c);
-	if (w.have_st)
-		tool_json_free(&w.st);
-	free(w.status);
+	json_object_put(w.st);
 	if (fflush(stdout) == EOF && status == VR_EXIT_OK) {
 		fprintf(stderr, "volrec watch: cannot write to stdout: %s\n", strerror(errno));
 		status = VR_EXIT_FAIL;

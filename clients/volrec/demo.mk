@@ -3,7 +3,7 @@
 # run_dir, watch it, write pictures and a recording into $(B)/demo/, stop it (scripts/demo.sh).
 # `make demo-real`: the same on the real calibration data in tests/data/.
 .PHONY: demo demo-real
-demo: $(B)/bin/volrecd $(B)/bin/volrec
+demo: $(B)/bin/volrecd $(B)/bin/volrec $(B)/bin/volrec-process
 	$(Q)scripts/demo.sh $(B) synth
-demo-real: $(B)/bin/volrecd $(B)/bin/volrec
+demo-real: $(B)/bin/volrecd $(B)/bin/volrec $(B)/bin/volrec-process
 	$(Q)scripts/demo.sh $(B) real

@@ -1,17 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `volrec`: one command for the operator's and developer's tools; dispatches to the subcommand
- * named by the first argument.
+ * named by the first argument. The operator's tools (status, watch, record, ...) are built in;
+ * the processing ones (process, sim, bench, ...) run in the helper `volrec-process` (helper.c),
+ * so that this program does not link the processing stack.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
+#include "helper.h"
 
 #define COMMAND(name, summary) int cmd_##name(int argc, char **argv);
 #include "volrec_commands.h"
 #undef COMMAND
 
+/* run NULL: a command of the helper */
 static const struct {
 	const char *name;
 	const char *summary;
@@ -20,15 +24,23 @@ static const struct {
 #define COMMAND(name, summary) {#name, summary, cmd_##name},
 #include "volrec_commands.h"
 #undef COMMAND
+#define COMMAND(name, summary) {#name, summary, NULL},
+#include "volrec_helper_commands.h"
+#undef COMMAND
         {NULL, NULL, NULL},
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: volrec COMMAND [OPTIONS]   (volrec COMMAND --help for its options)\n\n"
-	           "commands:\n");
+	           "operator's tools (a running volrecd):\n");
 	for (size_t i = 0; commands[i].name; i++)
-		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+		if (commands[i].run)
+			fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\nprocessing (run by the helper " VOLREC_HELPER "):\n");
+	for (size_t i = 0; commands[i].name; i++)
+		if (!commands[i].run)
+			fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 	fprintf(f, "\nEvery option and exit status: man volrec.\n");
 }
 
@@ -48,7 +60,8 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; commands[i].name; i++)
 		if (!strcmp(argv[1], commands[i].name))
-			return commands[i].run(argc - 1, argv + 1);
+			return commands[i].run ? commands[i].run(argc - 1, argv + 1)
+			                       : tool_helper_exec(argc - 1, argv + 1);
 	fprintf(stderr, "volrec: unknown command '%s'\n", argv[1]);
 	usage(stderr);
 	return VR_EXIT_USAGE;

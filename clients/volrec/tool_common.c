@@ -12,9 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -131,7 +129,7 @@ int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-int tool_parse_seconds(const char *s, double *out)
+static int parse_seconds(const char *s, bool zero, double *out)
 {
 	char *end;
 	double v;
@@ -140,26 +138,20 @@ int tool_parse_seconds(const char *s, double *out)
 		return -EINVAL;
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || *end || !isfinite(v) || v <= 0 || v > 1e7)
+	if (errno || *end || !isfinite(v) || v < 0 || (v == 0 && !zero) || v > 1e7)
 		return -EINVAL;
 	*out = v;
 	return 0;
 }
 
-double tool_now(void)
+int tool_parse_seconds(const char *s, double *out)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+	return parse_seconds(s, false, out);
 }
 
-double tool_realtime(void)
+int tool_parse_wait(const char *s, double *out)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_REALTIME, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+	return parse_seconds(s, true, out);
 }
 
 /* ---- the daemon ---------------------------------------------------------------------------- */
@@ -314,6 +306,19 @@ int tool_exit_for(int err)
 		return VR_EXIT_PERM;
 	case -ETIMEDOUT:
 		return VR_EXIT_TIMEOUT;
+	default:
+		return VR_EXIT_FAIL;
+	}
+}
+
+int tool_exit_for_output(int err)
+{
+	switch (err) {
+	case 0:
+		return VR_EXIT_OK;
+	case -EACCES:
+	case -EPERM:
+		return VR_EXIT_PERM;
 	case -ENOSPC:
 	case -EFBIG:
 	case -EDQUOT:
@@ -397,33 +402,4 @@ bool tool_interrupted(void)
 int tool_interrupt_signal(void)
 {
 	return interrupted;
-}
-
-/* ---- free space ---------------------------------------------------------------------------- */
-
-int tool_space_check(const char *path, uint64_t size, uint64_t need, char *err, size_t errlen)
-{
-	struct statvfs vfs;
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    size + need > (uint64_t)rl.rlim_cur) {
-		snprintf(err, errlen,
-		         "file size limit reached (ulimit -f: %llu bytes; the file has %llu, the "
-		         "next volume needs %llu more)",
-		         (unsigned long long)rl.rlim_cur, (unsigned long long)size,
-		         (unsigned long long)need);
-		return -EFBIG;
-	}
-	if (statvfs(path, &vfs) == 0) {
-		uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
-
-		if (avail < need) {
-			snprintf(err, errlen,
-			         "disk full (%.1f MiB free, the next volume needs %.1f MiB)",
-			         (double)avail / 1048576.0, (double)need / 1048576.0);
-			return -ENOSPC;
-		}
-	}
-	return 0;
 }

@@ -86,11 +86,11 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 		fprintf(stderr, "volrec %s: cannot listen to volrecd's messages: %s\n", ctl->name,
 		        volrec_strerror(rc));
 	}
-	ready = tool_now() + (timeout < 2.5 ? timeout : 2.5);
-	while (c && tool_now() < ready) {
+	ready = vr_mono_s() + (timeout < 2.5 ? timeout : 2.5);
+	while (c && vr_mono_s() < ready) {
 		struct volrec_message m;
 
-		rc = volrec_client_next_message(c, (int)((ready - tool_now()) * 1000) + 1, &m);
+		rc = volrec_client_next_message(c, (int)((ready - vr_mono_s()) * 1000) + 1, &m);
 		if (rc == -EAGAIN || rc == -EPROTO)
 			continue;
 		if (rc)
@@ -100,7 +100,7 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 		break;
 	}
 
-	t_sig = tool_realtime();
+	t_sig = (double)vr_real_ns() / 1e9;
 	if (kill(d.pid, ctl->signal) < 0) {
 		rc = errno;
 		volrec_client_close(c);
@@ -117,7 +117,7 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 		                    : "");
 		return rc == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
 	}
-	rc = ctl->confirm(ctl, &tg, d.pid, c, t_sig, tool_now() + timeout, timeout);
+	rc = ctl->confirm(ctl, &tg, d.pid, c, t_sig, vr_mono_s() + timeout, timeout);
 	volrec_client_close(c);
 	return rc;
 }

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <json-c/json.h>
+
 #include "tools.h"
 
 static void fmt_uptime(double s, char *buf, size_t len)
@@ -39,7 +41,7 @@ static void fmt_clock(double t, char *buf, size_t len)
 }
 
 /* "p50/p99 ms" of one latency stage, "-" for a null. */
-static void fmt_lat(const struct tool_json *st, const char *stage, char *buf, size_t len)
+static void fmt_lat(struct json_object *st, const char *stage, char *buf, size_t len)
 {
 	char path[96];
 	double p50, p99;
@@ -54,7 +56,7 @@ static void fmt_lat(const struct tool_json *st, const char *stage, char *buf, si
 		snprintf(buf, len, "%.2f / %.2f", p50, p99);
 }
 
-void tool_event_line(const struct tool_json *ev, char *buf, size_t len)
+void tool_event_line(struct json_object *ev, char *buf, size_t len)
 {
 	char name[64], msg[600], when[16];
 
@@ -64,11 +66,11 @@ void tool_event_line(const struct tool_json *ev, char *buf, size_t len)
 	snprintf(buf, len, "%s %s%s%s", when, name[0] ? name : "?", msg[0] ? ": " : "", msg);
 }
 
-void tool_status_print(FILE *f, const struct tool_json *st, const struct volrec_shm_header *h,
+void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_header *h,
                        const char *eol)
 {
 	char a[256], b[256], c[512], up[32], lat[4][48], when[16];
-	double now = tool_realtime();
+	double now = (double)vr_real_ns() / 1e9;
 	int drops;
 
 	tool_json_str(st, "instance", a, sizeof(a));
@@ -107,6 +109,22 @@ void tool_status_print(FILE *f, const struct tool_json *st, const struct volrec_
 	        tool_json_num(st, "geometry.volume.2", 0), tool_json_num(st, "geometry.slots", 0),
 	        eol);
 
+	if (tool_json_at(st, "preprocess.median_depths")) {
+		double mean = tool_json_num(st, "preprocess.median_depths.mean_per_bscan", NAN);
+		double depths = tool_json_num(st, "preprocess.median_depths.depths", 0);
+
+		if (isnan(mean))
+			fprintf(f, "  median    partial_median: no volume yet (of %.0f depths)%s",
+			        depths, eol);
+		else
+			fprintf(f,
+			        "  median    partial_median: %.2f median depths per B-scan, at "
+			        "most "
+			        "%.0f, of %.0f (last volume)%s",
+			        mean,
+			        tool_json_num(st, "preprocess.median_depths.max_per_bscan", 0),
+			        depths, eol);
+	}
 	fprintf(f, "  rates     %.2f volumes/s, %.2f epochs/s, %.4g A-scans/s, %.3f GVox/s%s",
 	        tool_json_num(st, "rates.volumes_per_s", 0),
 	        tool_json_num(st, "rates.epochs_per_s", 0),
@@ -131,19 +149,19 @@ void tool_status_print(FILE *f, const struct tool_json *st, const struct volrec_
 	fprintf(f, "  drops     ");
 	drops = 0;
 	{
-		int o = tool_json_find(st, 0, "drops");
+		struct json_object *o = tool_json_at(st, "drops");
 
-		if (o >= 0 && st->tok[o].type == TJ_OBJECT) {
-			int m = o + 1;
+		if (json_object_is_type(o, json_type_object)) {
+			json_object_object_foreach(o, key, v)
+			{
+				char name[64];
 
-			for (uint32_t i = 0; i < st->tok[o].count; i++) {
-				const struct tool_json_tok *k = &st->tok[m], *v = &st->tok[m + 1];
-
-				if (v->type == TJ_NUMBER)
-					fprintf(f, "%s%.*s %.0f", drops++ ? ", " : "",
-					        (int)(k->end - k->start), st->text + k->start,
-					        strtod(st->text + v->start, NULL));
-				m = m + 1 + (int)v->size;
+				if (!json_object_is_type(v, json_type_int) &&
+				    !json_object_is_type(v, json_type_double))
+					continue;
+				vr_utf8_sanitize(key, name, sizeof(name));
+				fprintf(f, "%s%s %.0f", drops++ ? ", " : "", name,
+				        json_object_get_double(v));
 			}
 		}
 	}
@@ -178,11 +196,11 @@ void tool_status_print(FILE *f, const struct tool_json *st, const struct volrec_
 
 int tool_wait_status(struct volrec_client *c, double timeout_s, char **text)
 {
-	double deadline = tool_now() + timeout_s;
+	double deadline = vr_mono_s() + timeout_s;
 
 	for (;;) {
 		struct volrec_message m;
-		double left = deadline - tool_now();
+		double left = deadline - vr_mono_s();
 		int rc;
 
 		if (left <= 0)

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/base.h"
 #include "volrec/client.h"
 #include "volrec/protocol.h"
 
@@ -47,7 +48,8 @@ enum {
 	"  -h, --help           this text\n"
 #define TOOL_EXIT_HELP                                                                             \
 	"Exit status: 0 success, 1 failure, 2 usage or configuration error, 3 no daemon\n"         \
-	"running for the instance, 6 timed out waiting for the daemon, 7 permission denied"
+	"running for the instance, 6 the daemon's shared memory not ready in time, 7\n"            \
+	"permission denied (shared memory, pid file, signal)"
 
 void tool_target_init(struct tool_target *t);
 /* Handle one of the common options (-i/-r/-c or their long forms); returns 1 if it was one,
@@ -63,10 +65,8 @@ double tool_status_timeout(const struct tool_target *t);
 /* Strict number parsing for options: 0 or -EINVAL. */
 int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int tool_parse_seconds(const char *s, double *out);
-
-/* CLOCK_MONOTONIC and CLOCK_REALTIME in seconds. */
-double tool_now(void);
-double tool_realtime(void);
+/* As tool_parse_seconds, 0 allowed. */
+int tool_parse_wait(const char *s, double *out);
 
 /* ---- the daemon ---------------------------------------------------------------------------- */
 
@@ -102,8 +102,12 @@ int tool_daemon_require(const struct tool_target *t, const char *cmd, struct too
 int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topics, int rcvhwm,
                      struct volrec_client **out);
 
-/* Map a negative errno of the daemon side to an exit code (EACCES/EPERM -> 7, ENOENT -> 3). */
+/* Map a negative errno of the daemon side (finding it, its shared memory, signalling it) to an
+ * exit code: ENOENT -> 3 no daemon, EACCES/EPERM -> 7, ETIMEDOUT -> 6, else 1. */
 int tool_exit_for(int err);
+/* Map a negative errno of the tool's own output (-o FILE or DIR) to an exit code: ENOSPC/EDQUOT/
+ * EFBIG -> 8, EACCES/EPERM -> 7, anything else (a missing directory included) -> 1. */
+int tool_exit_for_output(int err);
 
 /* SIGINT/SIGTERM set a flag instead of killing the tool (so files get closed). */
 void tool_catch_signals(void);
@@ -119,7 +123,7 @@ struct tool_control {
 	const char *exit_help;  /* appended to the exit-status list */
 	int signal;             /* sent to volrecd */
 	double default_timeout; /* seconds */
-	/* Wait until deadline (tool_now() clock) for the confirmation; c may be NULL (no
+	/* Wait until deadline (vr_mono_s() clock) for the confirmation; c may be NULL (no
 	 * subscription). Prints the outcome; returns the exit status. */
 	int (*confirm)(const struct tool_control *ctl, const struct tool_target *t, int pid,
 	               struct volrec_client *c, double t_signal, double deadline, double timeout);
@@ -129,47 +133,30 @@ struct tool_control {
  * status. */
 int tool_control_run(const struct tool_control *ctl, int argc, char **argv);
 
-/* ---- JSON (tool_json.c): a small reader for the daemon's status and event messages ------- */
+/* ---- JSON (tool_json.c): the daemon's status and event messages, read with json-c ------ */
 
-enum tool_json_type { TJ_NONE, TJ_NULL, TJ_BOOL, TJ_NUMBER, TJ_STRING, TJ_ARRAY, TJ_OBJECT };
-
-struct tool_json_tok {
-	enum tool_json_type type;
-	uint32_t start, end; /* text span (strings: without the quotes) */
-	uint32_t size;       /* tokens in the subtree, this one included */
-	uint32_t count;      /* members (object) or elements (array) */
-};
-
-struct tool_json {
-	const char *text;
-	struct tool_json_tok *tok;
-	uint32_t n, cap;
-};
-
-/* Parse text (kept by reference: it must outlive j). 0, -EINVAL (malformed, *err set to the
- * byte offset) or -ENOMEM. Free with tool_json_free. */
-int tool_json_parse(struct tool_json *j, const char *text, size_t len, size_t *err_at);
-void tool_json_free(struct tool_json *j);
-/* Token index at a dotted path ("rates.volumes_per_s", "geometry.volume.0"), -1 if absent. */
-int tool_json_find(const struct tool_json *j, int from, const char *path);
-/* Values at a path; the default when absent or of another type. */
-double tool_json_num(const struct tool_json *j, const char *path, double def);
-/* An unsigned integer, exact to 2^64 (a double is not: session ids use all 64 bits). */
-uint64_t tool_json_u64(const struct tool_json *j, const char *path, uint64_t def);
-bool tool_json_bool(const struct tool_json *j, const char *path, bool def);
-/* Unescaped string into buf (cut to len); "" (returns false) when absent. */
-bool tool_json_str(const struct tool_json *j, const char *path, char *buf, size_t len);
-/* Write s as a JSON string literal, with quotes. */
-void tool_json_write_str(FILE *f, const char *s);
+/* Parse one JSON object (a status or event message) of len bytes: a json-c object the caller
+ * releases with json_object_put, or NULL with the reason (and byte offset) in err. */
+struct json_object *tool_json_parse(const char *text, size_t len, char *err, size_t errlen);
+/* The value at a dotted path ("rates.volumes_per_s", "geometry.volume.0"), NULL if absent. */
+struct json_object *tool_json_at(struct json_object *o, const char *path);
+/* Values at a path; the default when absent or of another type (a number for num: int or
+ * double; u64 exact to 2^64 - 1, as session ids need). */
+double tool_json_num(struct json_object *o, const char *path, double def);
+uint64_t tool_json_u64(struct json_object *o, const char *path, uint64_t def);
+bool tool_json_bool(struct json_object *o, const char *path, bool def);
+/* The string at path into buf (len > 0), made safe for a terminal and for UTF-8 attributes
+ * (vr_utf8_sanitize); "" and false when absent or not a string. */
+bool tool_json_str(struct json_object *o, const char *path, char *buf, size_t len);
 
 /* ---- status screen (tool_status.c) -------------------------------------------------------- */
 
 /* Print the status screen from a parsed status message (and the segment header, may be
  * NULL). eol is the line end ("\n", or "\033[K\n" when redrawing a terminal). */
-void tool_status_print(FILE *f, const struct tool_json *st, const struct volrec_shm_header *h,
+void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_header *h,
                        const char *eol);
 /* One line for an event message: "HH:MM:SS event: message". */
-void tool_event_line(const struct tool_json *ev, char *buf, size_t len);
+void tool_event_line(struct json_object *ev, char *buf, size_t len);
 /* Wait up to timeout_s for the next status message on c (subscribed to it); its text is
  * copied into *text (malloc'ed, caller frees). 0, -ETIMEDOUT, -EINTR or another error. */
 int tool_wait_status(struct volrec_client *c, double timeout_s, char **text);
@@ -183,11 +170,5 @@ int tool_wait_status(struct volrec_client *c, double timeout_s, char **text);
  */
 int tool_png_write(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
                    const char *description, char *err, size_t errlen);
-
-/* ---- free space --------------------------------------------------------------------------- */
-
-/* 0 when `need` more bytes fit into the file system of path (and under RLIMIT_FSIZE for a file
- * of current size `size`), -ENOSPC / -EFBIG otherwise, with the figures in err. */
-int tool_space_check(const char *path, uint64_t size, uint64_t need, char *err, size_t errlen);
 
 #endif

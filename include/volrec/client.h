@@ -108,6 +108,31 @@ int volrec_view_check(struct volrec_client *c, const struct volrec_view *view);
 int volrec_view_release(struct volrec_client *c, struct volrec_view *view);
 
 /* Messages of every subscribed topic (options.topics) in arrival order. */
+/*
+ * A picture of a volume (protocol.h, views; ALGORITHMS.md §4): u8, row-major [rows][cols],
+ * inside the slot of the volume it belongs to and covered by the same lease.
+ */
+struct volrec_image {
+	const uint8_t *data; /* rows * cols bytes; valid while the volume's view is held */
+	uint32_t kind;       /* enum volrec_image_kind (protocol.h) */
+	uint32_t rows, cols;
+	uint64_t volume_id;   /* the volume the picture shows (a render may be older) */
+	uint32_t slab[2];     /* en-face depth slab [za, zb) */
+	uint32_t position[3]; /* [y0, x0, z0] of the bscan, slice and plane */
+	float angles_deg[2];  /* render azimuth, elevation */
+	float spacing[3];     /* render voxel spacing */
+	float step;           /* render sampling step */
+};
+
+/*
+ * Picture `kind` of the volume `view` holds (from volrec_client_next/latest, leased). Returns 0
+ * and fills *img; -ENOENT when the daemon publishes no views or did not compute this one;
+ * -EINVAL for an unknown kind or a view without data; -EPROTO for a malformed views area. As
+ * for the volume, call volrec_view_check after reading the pixels to know they were intact.
+ */
+int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, unsigned kind,
+                      struct volrec_image *img);
+
 enum volrec_msg_type { VOLREC_MSG_VOL = 1, VOLREC_MSG_STATUS = 2, VOLREC_MSG_EVENT = 3 };
 struct volrec_message {
 	enum volrec_msg_type type;

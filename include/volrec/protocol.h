@@ -12,7 +12,7 @@
 
 /* Versioning: a reader rejects any other major; a higher minor only appends fields. */
 #define VOLREC_PROTO_MAJOR 1
-#define VOLREC_PROTO_MINOR 1
+#define VOLREC_PROTO_MINOR 2
 
 #define VOLREC_SHM_PREFIX      "/volrec." /* data segment: "/volrec.<instance>" */
 #define VOLREC_SHM_LEASE_SUFX  ".readers" /* lease segment: "/volrec.<instance>.readers" */
@@ -61,6 +61,7 @@ enum volrec_seg_state {
  * before this one, if it is the session's first): its history has a gap. Since protocol 1.1;
  * a 1.0 writer never sets it, whatever it dropped. */
 #define VOLREC_FLAG_DROPPED_BEFORE 0x4u
+#define VOLREC_FLAG_VIEWS          0x8u /* the slot holds views of the volume (struct volrec_views_header) */
 
 /*
  * Data segment, offset 0: 256 bytes. The header region [0, data_offset) also holds the slot
@@ -92,7 +93,9 @@ struct volrec_shm_header {
 	uint64_t endpoints_offset; /* 120 offset of the endpoint list */
 	uint32_t endpoints_size;   /* 128 bytes reserved for it (NUL-separated, ends with "\0\0") */
 	uint32_t reserved0;        /* 132 zero */
-	uint64_t reserved[15];     /* 136..255 zero */
+	uint64_t views_offset; /* 136 offset of the views area within each slot, 0: none (1.2) */
+	uint64_t views_bytes;  /* 144 bytes of the views area (1.2) */
+	uint64_t reserved[13]; /* 152..255 zero */
 };
 
 /*
@@ -116,6 +119,74 @@ struct volrec_slot_header {
 };
 
 /* Lease segment "/volrec.<instance>.readers", offset 0: 64 bytes. */
+/*
+ * Views (ALGORITHMS.md §4, docs/protocol.md §2.5): small pictures of each volume written into
+ * its slot beside it, at views_offset from the slot data, under the slot's sequence like the
+ * volume. The area starts with struct volrec_views_header, whose descriptors give each
+ * picture's place (offset from the area's start), size and the parameters it was computed
+ * with. A picture may show an earlier volume than its slot's (a CPU daemon renders every Nth
+ * volume): its volume_id says which. Pictures are u8, row-major [rows][cols].
+ */
+enum volrec_image_kind {
+	VOLREC_IMAGE_ENFACE_MEAN = 0, /* [Y][X] mean over the slab */
+	VOLREC_IMAGE_ENFACE_MAX = 1,  /* [Y][X] maximum over the slab */
+	VOLREC_IMAGE_BSCAN = 2,       /* [X][Z] at y0 */
+	VOLREC_IMAGE_SLICE = 3,       /* [Y][Z] at x0 */
+	VOLREC_IMAGE_PLANE = 4,       /* [Y][X] at z0 */
+	VOLREC_IMAGE_RENDER = 5,      /* [H][W] maximum-intensity render */
+	VOLREC_IMAGE_COUNT = 6,
+};
+#define VOLREC_VIEWS_MAGIC UINT32_C(0x57454956) /* "VIEW" */
+#define VOLREC_RENDER_MAX  1024                 /* render pixels per side, at most */
+
+struct volrec_image_desc {
+	uint32_t kind;       /*  0 enum volrec_image_kind */
+	uint32_t present;    /*  4 1: the picture is there; 0: not computed */
+	uint32_t rows;       /*  8 */
+	uint32_t cols;       /* 12 */
+	uint64_t offset;     /* 16 bytes from the start of the views area */
+	uint64_t volume_id;  /* 24 the volume the picture shows */
+	uint32_t slab_za;    /* 32 depth slab [za, zb) of the en-face pictures */
+	uint32_t slab_zb;    /* 36 */
+	uint32_t position_y; /* 40 y0 of the bscan */
+	uint32_t position_x; /* 44 x0 of the slice */
+	uint32_t position_z; /* 48 z0 of the plane */
+	uint32_t reserved0;  /* 52 zero */
+	float azimuth_deg;   /* 56 render camera */
+	float elevation_deg; /* 60 */
+	float spacing_x;     /* 64 render voxel spacing */
+	float spacing_y;     /* 68 */
+	float spacing_z;     /* 72 */
+	float step;          /* 76 render sampling step */
+	uint64_t reserved1;  /* 80 zero */
+	uint64_t reserved2;  /* 88 zero */
+};
+
+/* The views area starts with this header; VOLREC_IMAGE_COUNT descriptors (struct
+ * volrec_image_desc, desc_size bytes each, in the order of enum volrec_image_kind) follow it at
+ * offset 32, then the pictures from VOLREC_VIEWS_DATA_OFFSET on. */
+struct volrec_views_header {
+	uint32_t magic;     /*  0 VOLREC_VIEWS_MAGIC */
+	uint32_t count;     /*  4 VOLREC_IMAGE_COUNT */
+	uint32_t desc_size; /*  8 sizeof(struct volrec_image_desc) */
+	uint32_t reserved0; /* 12 zero */
+	uint64_t reserved1; /* 16 zero */
+	uint64_t reserved2; /* 24 zero */
+};
+#define VOLREC_VIEWS_DATA_OFFSET 640 /* first picture's offset in the area (64-aligned) */
+
+/* Bytes of the views area of a Y x X x Z volume: the header, the five slices and projections,
+ * and a render of up to VOLREC_RENDER_MAX^2, each picture 64-byte aligned. */
+static inline uint64_t volrec_views_bytes(uint32_t Y, uint32_t X, uint32_t Z)
+{
+	const uint64_t a = 63;
+	uint64_t yx = ((uint64_t)Y * X + a) & ~a, xz = ((uint64_t)X * Z + a) & ~a;
+	uint64_t yz = ((uint64_t)Y * Z + a) & ~a;
+
+	return VOLREC_VIEWS_DATA_OFFSET + 3 * yx + xz + yz +
+	       (uint64_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX;
+}
+
 struct volrec_lease_header {
 	uint64_t magic;       /*  0 VOLREC_LEASE_MAGIC */
 	uint16_t major;       /*  8 */
@@ -179,6 +250,9 @@ _Static_assert(offsetof(struct volrec_shm_header, latest_sequence) == 88, "shm h
 _Static_assert(offsetof(struct volrec_shm_header, state) == 112, "shm header layout");
 _Static_assert(offsetof(struct volrec_shm_header, endpoints_size) == 128, "shm header layout");
 _Static_assert(sizeof(struct volrec_slot_header) == 128, "slot header layout");
+_Static_assert(offsetof(struct volrec_shm_header, views_offset) == 136, "shm header layout");
+_Static_assert(sizeof(struct volrec_image_desc) == 96, "image descriptor layout");
+_Static_assert(sizeof(struct volrec_views_header) == 32, "views header layout");
 _Static_assert(offsetof(struct volrec_slot_header, flags) == 64, "slot header layout");
 _Static_assert(sizeof(struct volrec_lease_header) == 64, "lease header layout");
 _Static_assert(sizeof(struct volrec_lease_entry) == 64, "lease entry layout");

@@ -5,6 +5,7 @@
  * raw file; when it opens, a few B-scans are acquired, copied and by reference.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int memfd = -1;
+static int rofd = -1;
 static char memfd_path[64];
 
 /* The geometry of tests/replay/make_bad.py: K 64, 4 A-scans, 3 B-scans, stride [2, 1], u16. */
@@ -44,8 +45,9 @@ static void fail(const char *what, const char *msg)
 	abort();
 }
 
-/* Acquire two epochs and a bit (copies and references), as the daemon would. */
-static void drive(struct src_source *s, const struct vr_config *c)
+/* Acquire two epochs and a bit, as the daemon would: by copy, or by reference when the
+ * source can (its regions first, then start). */
+static void drive(struct src_source *s, const struct vr_config *c, bool by_ref)
 {
 	const uint32_t sx = c->geometry.stride[0], sy = c->geometry.stride[1];
 	const uint32_t ny = c->geometry.bscans_per_volume;
@@ -55,23 +57,33 @@ static void drive(struct src_source *s, const struct vr_config *c)
 	struct volrec_shim_region reg;
 	int rc;
 
-	if (s->ops->start(s->handle))
-		fail("start", src_strerror(s, -EINVAL));
-	if (src_has_refs(s) && s->ops->ref_regions(s->handle, &reg, 1, &nreg) == 0 && nreg == 1 &&
-	    (!reg.base || !reg.size))
-		fail("ref_regions", "an empty region");
+	if (by_ref) {
+		if (!src_has_refs(s))
+			return;
+		rc = src_ref_regions(s, &reg, 1, &nreg);
+		if (rc) {
+			if (!src_strerror(s, rc)[0])
+				fail("ref_regions", "failed without a message");
+			return;
+		}
+		if (nreg != 1 || !reg.base || !reg.size)
+			fail("ref_regions", "not one non-empty region");
+	}
+	rc = src_start(s);
+	if (rc)
+		fail("start", src_strerror(s, rc));
 	for (uint64_t e = 0; e < 2; e++) {
 		uint32_t ox, oy;
-		sim_scan_offset(e, sx, sy, &ox, &oy);
-		rc = s->ops->set_scan_offset(s->handle, e, ox, oy);
+		vr_scan_offset(e, sx, sy, &ox, &oy);
+		rc = src_set_scan_offset(s, e, ox, oy);
 		if (rc)
-			return; /* a file recorded at other offsets: a clean refusal */
+			goto release; /* a file recorded at other offsets: a clean refusal */
 		for (uint32_t b = 0; b < ny; b++) {
 			struct volrec_shim_meta m;
-			if ((b + e) % 2 == 0 || !src_has_refs(s)) {
-				rc = s->ops->acquire(s->handle, buf, sizeof(buf), 0, &m);
+			if (!by_ref) {
+				rc = src_acquire(s, buf, sizeof(buf), 0, &m);
 			} else {
-				rc = s->ops->acquire_ref(s->handle, &ref[nref], 0, &m);
+				rc = src_acquire_ref(s, &ref[nref], 0, &m);
 				if (rc == 0) {
 					/* read the whole B-scan: ASan checks it lies in the map */
 					volatile uint8_t sum = 0;
@@ -90,10 +102,12 @@ static void drive(struct src_source *s, const struct vr_config *c)
 		}
 	}
 release:
-	for (uint32_t i = 0; i < nref; i++)
-		if (s->ops->release_ref(s->handle, ref[i]))
-			fail("release_ref", src_strerror(s, -EINVAL));
-	s->ops->stop(s->handle);
+	for (uint32_t i = 0; i < nref; i++) {
+		rc = src_release_ref(s, ref[i]);
+		if (rc)
+			fail("release_ref", src_strerror(s, rc));
+	}
+	(void)src_stop(s);
 }
 
 static void try_open(enum cfg_replay_format format, bool loop)
@@ -103,12 +117,15 @@ static void try_open(enum cfg_replay_format format, bool loop)
 	char err[CFG_ERR_MAX] = "";
 
 	small_cfg(&c, format, loop);
-	memset(&s, 0, sizeof(s));
-	if (src_open(&c, SRC_UNPACED | (loop ? 0 : SRC_NO_LOOP), &s, err, sizeof(err)) == 0) {
-		drive(&s, &c);
-		src_close(&s);
-	} else if (!err[0]) {
-		fail("src_open", "failed without a message");
+	for (int by_ref = 0; by_ref < 2; by_ref++) {
+		memset(&s, 0, sizeof(s));
+		if (src_open(&c, SRC_UNPACED | (loop ? 0 : SRC_NO_LOOP), &s, err, sizeof(err)) ==
+		    0) {
+			drive(&s, &c, by_ref);
+			src_close(&s);
+		} else if (!err[0]) {
+			fail("src_open", "failed without a message");
+		}
 	}
 	cfg_free(&c);
 }
@@ -117,15 +134,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct src_replay_info info;
 	char err[CFG_ERR_MAX];
+	int memfd;
 
-	if (memfd < 0) {
-		memfd = memfd_create("fuzz_replay", MFD_CLOEXEC);
-		if (memfd < 0)
-			fail("memfd_create", strerror(errno));
-		snprintf(memfd_path, sizeof(memfd_path), "/proc/self/fd/%d", memfd);
-	}
-	if (ftruncate(memfd, 0) || (size && pwrite(memfd, data, size, 0) != (ssize_t)size))
+	/* a new file each time, held by a read-only descriptor only: a writable one open would
+	 * refuse the read lease zero-copy needs */
+	if (rofd >= 0)
+		close(rofd);
+	memfd = memfd_create("fuzz_replay", MFD_CLOEXEC);
+	if (memfd < 0)
+		fail("memfd_create", strerror(errno));
+	if (size && pwrite(memfd, data, size, 0) != (ssize_t)size)
 		fail("writing the memfd", strerror(errno));
+	snprintf(memfd_path, sizeof(memfd_path), "/proc/self/fd/%d", memfd);
+	rofd = open(memfd_path, O_RDONLY | O_CLOEXEC);
+	if (rofd < 0)
+		fail("reopening the memfd", strerror(errno));
+	close(memfd);
+	snprintf(memfd_path, sizeof(memfd_path), "/proc/self/fd/%d", rofd);
 
 	if (src_replay_probe(memfd_path, &info, err, sizeof(err)) == 0 &&
 	    (info.header_size > size || info.epochs == 0))

@@ -15,8 +15,8 @@ FUZZ_CFLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wn
 
 fuzz_cfg_SRCS = tests/fuzz/fuzz_cfg.c $(cfg_SRCS)
 fuzz_cfg_LIBS = -lyaml -lm
-fuzz_replay_SRCS = tests/fuzz/fuzz_replay.c $(src_SRCS) $(sim_SRCS) $(cfg_SRCS)
-fuzz_replay_LIBS = -lyaml -ldl -lfftw3f_threads -lfftw3f -lm
+fuzz_replay_SRCS = tests/fuzz/fuzz_replay.c $(src_SRCS) $(sim_SRCS) $(cfg_SRCS) $(base_SRCS)
+fuzz_replay_LIBS = -lyaml -ldl -lfftw3f_threads -lfftw3f -ljson-c -lm
 fuzz_ipc_SRCS = tests/fuzz/fuzz_ipc.c ipc/proto.c
 fuzz_ipc_LIBS =
 # Seed corpora (read only): the committed seeds of each harness, then existing examples.

@@ -14,7 +14,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <volrec/protocol.h>
+
 #include "backend/backend.h"
+#include "cpu/internal.h"
 #include "config/config.h"
 #include "gpu/gpu.h"
 #include "sim/sim.h"
@@ -1160,6 +1163,180 @@ static int error_checks(void)
 	return fails;
 }
 
+/* ---- views ------------------------------------------------------------------------------ */
+
+struct vcase {
+	const char *name;
+	uint32_t K, nx, ny, sx, sy;
+	enum cfg_recon_mode mode;
+	uint32_t slab[2], pos[3], size[2];
+	double ang[2], sp[3], step;
+};
+
+/*
+ * The views (ALGORITHMS.md §4) of the CUDA backend against the CPU's own code run on the same
+ * u8 volume (the one the device produced): projections, slices and plane exact, the render
+ * within 1 LSB; the descriptors; and a render not asked for carried over with its volume id.
+ */
+static int views_checks(void)
+{
+	static const struct vcase vc[] = {
+	        {"views-recon",
+	         512,
+	         24,
+	         20,
+	         2,
+	         3,
+	         CFG_RECON_NONCUMULATIVE,
+	         {0, 256},
+	         {30, 20, 100},
+	         {256, 256},
+	         {30, 15},
+	         {1, 1, 1},
+	         0.5},
+	        {"views-none-odd",
+	         256,
+	         37,
+	         13,
+	         1,
+	         1,
+	         CFG_RECON_NONE,
+	         {17, 99},
+	         {12, 36, 0},
+	         {61, 97},
+	         {-60, 40},
+	         {2, 3, 0.5},
+	         0.25},
+	        {"views-anisotropic",
+	         1024,
+	         16,
+	         16,
+	         3,
+	         2,
+	         CFG_RECON_NONCUMULATIVE,
+	         {100, 101},
+	         {0, 47, 511},
+	         {200, 120},
+	         {137, -75},
+	         {1.5, 0.7, 1.1},
+	         0.3},
+	};
+	int fails = 0;
+
+	for (size_t k = 0; k < sizeof(vc) / sizeof(vc[0]); k++) {
+		const struct vcase *v = &vc[k];
+		struct vr_config c;
+		struct be_backend *gs = NULL;
+		struct be_view_params p;
+		struct be_render_setup rs;
+		uint8_t *raw = NULL, *vol = NULL, *area = NULL, *ref[BE_VIEW_COUNT] = {0};
+		uint64_t off[BE_VIEW_COUNT];
+		char err[1024] = "";
+		int rc, maxd = 0;
+		size_t rdiff = 0;
+		bool ok = true;
+
+		cfg_defaults(&c);
+		geom(&c, v->K, v->nx, v->ny, v->sx, v->sy, CFG_SAMPLE_U16);
+		c.reconstruct.mode = v->mode;
+		c.view.enabled = true;
+		memcpy(c.view.slab, v->slab, sizeof(v->slab));
+		memcpy(c.view.position, v->pos, sizeof(v->pos));
+		memcpy(c.view.render.size, v->size, sizeof(v->size));
+		memcpy(c.view.render.angles_deg, v->ang, sizeof(v->ang));
+		memcpy(c.view.render.spacing, v->sp, sizeof(v->sp));
+		c.view.render.step = v->step;
+		be_view_params_from_cfg(&c, &p);
+		rc = be_view_check(&p, err, sizeof(err));
+		const size_t bbytes = cfg_bscan_bytes(&c), vox = cfg_out_voxels(&c);
+		const size_t abytes = volrec_views_bytes(p.Y, p.X, p.Z);
+		if (rc == 0)
+			rc = open_backend(&c, CFG_BACKEND_CUDA, &gs, err, sizeof(err));
+		raw = malloc(bbytes * v->ny);
+		vol = malloc(vox);
+		area = aligned_alloc(64, (abytes + 63) / 64 * 64);
+		for (int i = 0; i < BE_VIEW_COUNT; i++)
+			ref[i] = malloc(be_view_size(&p, (enum be_view)i));
+		if (rc == 0 && (!raw || !vol || !area || !ref[BE_VIEW_COUNT - 1]))
+			rc = -ENOMEM;
+		for (uint64_t e = 0; rc == 0 && e < 2; e++) {
+			struct be_output out = {.volume = vol,
+			                        .views = area,
+			                        .volume_id = 11 + e,
+			                        .view_mask = e ? 0x1fu : 0x3fu};
+			fill_random(&c, raw, bbytes * v->ny);
+			memset(area, 0xee, abytes);
+			rc = run_epoch(gs, e, raw, bbytes, v->ny, &out, err, sizeof(err));
+			if (rc < 0)
+				break;
+			be_render_setup(&p, &rs);
+			if (e == 0)
+				cpu_views_compute(vol, &p, &rs, ref);
+			else
+				cpu_views_compute(vol, &p, &rs,
+				                  (uint8_t *const[]){ref[0], ref[1], ref[2], ref[3],
+				                                     ref[4], NULL});
+			be_views_offsets(p.Y, p.X, p.Z, off);
+			const struct volrec_views_header *h = (const void *)area;
+			const struct volrec_image_desc *d = (const void *)(h + 1);
+			ok = ok && h->magic == VOLREC_VIEWS_MAGIC && h->count == VOLREC_IMAGE_COUNT;
+			for (int i = 0; i < BE_VIEW_COUNT; i++) {
+				const size_t n = be_view_size(&p, (enum be_view)i);
+				const uint8_t *got = area + off[i];
+				uint64_t want_id = i == BE_VIEW_RENDER ? 11 : 11 + e;
+				if (!d[i].present || d[i].volume_id != want_id ||
+				    d[i].offset != off[i]) {
+					printf("%s epoch %llu: %s descriptor: present %u, volume "
+					       "%llu "
+					       "(expected %llu), offset %llu (expected %llu)\n",
+					       v->name, (unsigned long long)e,
+					       be_view_name((enum be_view)i), d[i].present,
+					       (unsigned long long)d[i].volume_id,
+					       (unsigned long long)want_id,
+					       (unsigned long long)d[i].offset,
+					       (unsigned long long)off[i]);
+					ok = false;
+				}
+				for (size_t j = 0; j < n; j++) {
+					int dd = abs((int)got[j] - (int)ref[i][j]);
+					if (i == BE_VIEW_RENDER) {
+						maxd = dd > maxd ? dd : maxd;
+						rdiff += dd != 0;
+					} else if (dd) {
+						printf("%s epoch %llu: %s differs at %zu: cuda %u, "
+						       "cpu "
+						       "%u\n",
+						       v->name, (unsigned long long)e,
+						       be_view_name((enum be_view)i), j, got[j],
+						       ref[i][j]);
+						ok = false;
+						break;
+					}
+				}
+			}
+		}
+		if (rc < 0) {
+			printf("%s: %s\n", v->name, err);
+			ok = false;
+		}
+		ok = ok && maxd <= 1;
+		printf("%s: %ux%ux%u, render %ux%u at [%g, %g]: projections/slices exact, render "
+		       "max "
+		       "|diff| %d (%zu pixels differ), carried render: %s\n",
+		       v->name, p.Y, p.X, p.Z, p.render_h, p.render_w, p.angles_deg[0],
+		       p.angles_deg[1], maxd, rdiff, ok ? "PASS" : "FAIL");
+		fails += !ok;
+		be_close(gs);
+		cfg_free(&c);
+		free(raw);
+		free(vol);
+		free(area);
+		for (int i = 0; i < BE_VIEW_COUNT; i++)
+			free(ref[i]);
+	}
+	return fails;
+}
+
 int main(int argc, char **argv)
 {
 	bool small = false, paper = false;
@@ -1192,6 +1369,8 @@ int main(int argc, char **argv)
 	}
 	if (!only)
 		fails += error_checks();
+	if (!only || !strncmp(only, "views", 5))
+		fails += views_checks();
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		const struct tcase *tc = &cases[k];
 		bool pass = false;

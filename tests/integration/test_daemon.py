@@ -6,6 +6,7 @@ client, compared with `volrec process` on the same configuration."""
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -537,6 +538,41 @@ def test_sigusr2_resets_history_and_sigusr1_logs_statistics(daemons):
     assert "ring_full" in d.log_text()
 
 
+def test_partial_median_counts_in_status_statistics_and_the_status_screen(daemons, bin_dir):
+    """The median depths of the last volume: in the status message (mean, max, of N/2 depths)
+    while the mode is partial_median, in the SIGUSR1 statistics and on `volrec status`; gone
+    from the status after a live switch to bscan_mean."""
+    d = daemons(**{"source.synth.phantom": "tilted",
+                   "preprocess.background": {"mode": "partial_median"}}).start()
+    d.subscribe()
+    d.ready()
+    d.vol()
+    st = d.status(lambda m: m.get("preprocess", {}).get("median_depths", {})
+                  .get("mean_per_bscan") is not None)
+    md = st["preprocess"]["median_depths"]
+    # the tilted reflector crosses about 50 of the 128 depths along each B-scan
+    assert md["depths"] == 128, md
+    assert 5 <= md["mean_per_bscan"] <= md["max_per_bscan"] < 128, md
+    d.signal(signal.SIGUSR1)
+    end = time.monotonic() + TIMEOUT
+    while "partial_median: median depths per B-scan" not in d.log_text():
+        assert time.monotonic() < end, d.log_text()[-3000:]
+        time.sleep(0.1)
+    r = subprocess.run([str(bin_dir / "volrec"), "status", "--instance", d.instance,
+                        "--run-dir", str(d.run_dir)], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"median    partial_median: [0-9.]+ median depths per B-scan, at most "
+                     r"[0-9]+, of 128", r.stdout), r.stdout
+    new = json.loads(json.dumps(d.cfg))
+    new["preprocess"]["background"] = {"mode": "bscan_mean"}
+    d.write_config(new)
+    d.signal(signal.SIGHUP)
+    assert d.event("reloaded")["structural"] is False
+    st = d.status(lambda m: "preprocess" not in m)
+    assert st["reload"]["result"] == "ok"
+
+
 # ---- journald ------------------------------------------------------------------------------
 
 JOURNAL_SOCKET = pathlib.Path("/run/systemd/journal/socket")
@@ -602,8 +638,9 @@ def test_under_systemd_it_logs_structured_fields_to_the_journal(daemons):
 # ---- overflow ------------------------------------------------------------------------------
 
 def test_source_faster_than_processing_drops_are_counted_exactly(daemons):
-    # unpaced source, the smallest ring (two epochs): acquisition outruns processing
-    d = daemons(**{"source.rate": 0, "pipeline.ring_bscans": 24,
+    # a source paced far faster than processing (rate 0 would block: see the next test), the
+    # smallest ring (two epochs): acquisition outruns processing
+    d = daemons(**{"source.rate": 100000, "pipeline.ring_bscans": 24,
                    "pipeline.overflow": "drop_epoch"}).start()
     d.subscribe()
     d.ready()
@@ -615,6 +652,41 @@ def test_source_faster_than_processing_drops_are_counted_exactly(daemons):
         assert st["bscans"]["processed"] % 12 == 0
     assert st["drops"]["total"] == sum(v for k, v in st["drops"].items() if k != "total")
     assert st["state"] == "running"
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+
+
+@pytest.mark.parametrize("source", ["synth", "replay"])
+def test_unpaced_synth_and_replay_wait_for_processing_instead_of_dropping(daemons, bin_dir,
+                                                                          source):
+    # source.rate 0 means "as fast as processing takes them": with the default overflow
+    # drop_epoch, synth and replay must wait for ring room, never drop (before, a replay raced
+    # ahead and dropped millions of B-scans)
+    d = daemons(**{"source.rate": 0, "pipeline.ring_bscans": 24,
+                   "pipeline.overflow": "drop_epoch"})
+    if source == "replay":
+        sim = json.loads(json.dumps(d.cfg))
+        path = d.dir / "sim.yaml"
+        path.write_text(json.dumps(sim))
+        rp = d.dir / "in.vrr"
+        r = subprocess.run([str(pathlib.Path(bin_dir) / "volrec"), "sim", "-c", str(path),
+                            "-o", str(rp), "-n", "9"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        d.cfg["source"] = {"type": "replay", "rate": 0,
+                           "replay": {"path": str(rp), "loop": True}}
+        d.write_config(d.cfg)
+    d.start()
+    d.subscribe()
+    d.ready()
+    first = d.vol()
+    st = d.status(lambda m: m["volumes_published"] >= 10)
+    assert st["drops"]["total"] == 0, st["drops"]
+    assert drops_identity(st), st
+    # epochs follow each other without gaps
+    epochs = [d.vol()["epoch"] for _ in range(5)]
+    assert epochs == list(range(epochs[0], epochs[0] + 5)), epochs
+    assert epochs[0] > first["epoch"]
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0
 
@@ -728,3 +800,24 @@ def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
     assert i >= 0
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0
+
+
+def test_sigterm_with_a_hung_acquire_stops_within_a_second_past_its_timeout(daemons,
+                                                                           build_dir):
+    # a hung driver: acquire() blocks 20 s, ignoring its 300 ms timeout; SIGTERM must not wait
+    # for it: the daemon stops within timeout + 1 s (plus draining) and says so in its log
+    d, control = shim_daemon(daemons, build_dir)
+    d.start()
+    d.subscribe()
+    d.ready()
+    d.vol()
+    control.write_text("stall 20000\n")
+    time.sleep(1.0)  # the shim reads the control file before an acquire and stalls in it
+    t0 = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit(timeout=15) == 0, d.log_text()
+    elapsed = time.monotonic() - t0
+    assert elapsed < 4.0, elapsed
+    log = d.log_text()
+    assert "has not returned from acquire()" in log and "stopping without it" in log, log
+    assert not os.path.exists(f"/dev/shm/volrec.{d.instance}")

@@ -99,8 +99,9 @@ def test_zero_copy_end_of_file_publishes_every_epoch_and_releases_all(daemons, b
 
 @pytest.mark.parametrize("overlap", ["0", "1"])
 def test_zero_copy_drops_are_counted_exactly(daemons, bin_dir, overlap):
-    # unpaced, the smallest ring: references are dropped (released) as ring_full
-    d = replay_daemon(daemons, bin_dir, **{"source.rate": 0, "pipeline.ring_bscans": 24,
+    # paced far faster than processing, the smallest ring: references are dropped (released)
+    # as ring_full
+    d = replay_daemon(daemons, bin_dir, **{"source.rate": 100000, "pipeline.ring_bscans": 24,
                                            "pipeline.overflow": "drop_epoch"}).start(
         env(overlap, None))
     d.subscribe()

@@ -65,6 +65,8 @@ def test_install_prefix_usr_puts_files_where_debian_expects_them(src_dir, build_
         expected.append("usr/sbin/volrecd")
     if (build_dir / "bin/volrec").exists():
         expected.append("usr/bin/volrec")
+    if (build_dir / "bin/volrec-process").exists():
+        expected.append("usr/libexec/volrec/volrec-process")
     if (build_dir / "lib/libvolrec.so.0").exists():
         expected += ["usr/lib/libvolrec.so.0", "usr/lib/libvolrec.so", "usr/lib/pkgconfig/volrec.pc"]
     for py in (src_dir / "clients/python").glob("volrec/**/*.py"):

@@ -12,6 +12,7 @@ import signal
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 import zlib
@@ -54,10 +55,13 @@ class Daemon:
         self.cfg = config(self.instance, self.run_dir, slots)
         self.config = self.dir / "volrecd.yaml"
         self.write(self.cfg)
-        self.log = open(self.dir / "volrecd.log", "wb")
+        self.log = open(self.dir / "volrecd.log", "ab")
+        self.start()
+
+    def start(self):
+        """Start volrecd on the configuration file; ready once a volume is published."""
         self.proc = subprocess.Popen([str(self.bin / "volrecd"), "-c", str(self.config)],
                                      stdout=self.log, stderr=self.log)
-        # ready once a volume is published
         deadline = time.monotonic() + TIMEOUT
         while True:
             assert self.proc.poll() is None, self.log_text()
@@ -71,6 +75,18 @@ class Daemon:
             except (volrec.NoDaemon, volrec.Timeout, BlockingIOError):
                 assert time.monotonic() < deadline, self.log_text()
                 time.sleep(0.1)
+
+    def stop(self):
+        """SIGTERM, and wait until it is gone."""
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=TIMEOUT) == 0, self.log_text()
+
+    def restart(self, cfg=None):
+        """Stop, optionally write another configuration, start again (a new session)."""
+        self.stop()
+        if cfg is not None:
+            self.write(cfg)
+        self.start()
 
     def write(self, cfg):
         self.config.write_text(json.dumps(cfg) + "\n")
@@ -188,6 +204,94 @@ def test_bad_option_exits_2(bin_dir):
     r = subprocess.run([str(bin_dir / "volrec"), "record", "-n", "zero"], capture_output=True,
                        text=True)
     assert r.returncode == 2 and "-n zero" in r.stderr, r.stderr
+
+
+# ---- the processing helper: the tools do not link the processing stack (issue 12.6) --------
+
+PROCESSING = ["process", "sim", "bench", "calibrate"]
+
+
+def test_volrec_links_no_cuda_and_no_fftw(bin_dir):
+    libs = subprocess.run(["ldd", str(bin_dir / "volrec")], capture_output=True, text=True,
+                          check=True).stdout
+    for lib in ("libcufft", "libcudart", "libcuda.", "libfftw3f"):
+        assert lib not in libs, f"volrec links {lib}:\n{libs}"
+    assert "libhdf5" in libs and "libpng" in libs and "libjson-c" in libs, libs
+    # nor the backends, the sources or the simulator (the helper has them)
+    syms = subprocess.run(["nm", "--defined-only", str(bin_dir / "volrec")], capture_output=True,
+                          text=True, check=True).stdout
+    own = [l.split()[-1] for l in syms.splitlines()
+           if re.search(r" T (be|cpu|gpu|sim|src)_", l)]
+    assert not own, own
+    assert re.search(r" T cmd_record$", syms, re.M)
+
+
+@pytest.mark.parametrize("cmd", PROCESSING)
+def test_processing_subcommands_run_through_the_helper(bin_dir, cmd):
+    r = subprocess.run([str(bin_dir / "volrec"), cmd, "--help"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"usage: volrec {cmd} "), r.stdout
+    r = subprocess.run([str(bin_dir / "volrec"), cmd, "--no-such-option"], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 2, (r.returncode, r.stderr)  # the helper's exit status comes through
+
+
+def test_volrec_help_lists_the_helpers_commands(bin_dir):
+    r = subprocess.run([str(bin_dir / "volrec"), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0
+    tools, processing = r.stdout.split("processing (run by the helper volrec-process):")
+    for cmd in TOOLS:
+        assert f"  {cmd} " in tools, r.stdout
+    for cmd in PROCESSING:
+        assert f"  {cmd} " in processing, r.stdout
+
+
+def test_sim_and_process_through_the_helper_of_an_installed_tree(bin_dir, tmp_path):
+    """<prefix>/bin/volrec finds <prefix>/libexec/volrec/volrec-process, whatever the prefix."""
+    prefix = tmp_path / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec/volrec").mkdir(parents=True)
+    shutil.copy2(bin_dir / "volrec", prefix / "bin/volrec")
+    shutil.copy2(bin_dir / "volrec-process", prefix / "libexec/volrec/volrec-process")
+    cfg = config("helper", tmp_path)
+    cfg["geometry"].update(samples_per_ascan=256)
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg))
+    env = {k: v for k, v in os.environ.items() if k != "VOLREC_EXEC_PATH"}
+    r = subprocess.run([str(prefix / "bin/volrec"), "sim", "-c", str(tmp_path / "c.yaml"), "-o",
+                        str(tmp_path / "s.raw"), "-n", "9"], capture_output=True, text=True,
+                       timeout=TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr
+    cfg["source"] = {"type": "replay", "replay": {"path": str(tmp_path / "s.raw")}}
+    (tmp_path / "p.yaml").write_text(json.dumps(cfg))
+    r = subprocess.run([str(prefix / "bin/volrec"), "process", "-c", str(tmp_path / "p.yaml"),
+                        "-o", str(tmp_path / "p.h5")], capture_output=True, text=True,
+                       timeout=TIMEOUT, env=env)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        assert f["volumes"].shape == (9, 36, 36, 128)
+
+
+def test_missing_helper_is_a_clear_message(bin_dir, tmp_path):
+    if os.path.exists("/usr/local/libexec/volrec/volrec-process"):
+        pytest.skip("a volrec-process is installed in /usr/local on this machine")
+    shutil.copy2(bin_dir / "volrec", tmp_path / "volrec")
+    env = {k: v for k, v in os.environ.items() if k != "VOLREC_EXEC_PATH"}
+    r = subprocess.run([str(tmp_path / "volrec"), "process", "--help"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "volrec process: needs the processing helper volrec-process, which is not installed" \
+        in r.stderr, r.stderr
+    assert f"{tmp_path}/volrec-process" in r.stderr and "libexec/volrec/volrec-process" in r.stderr
+    # VOLREC_EXEC_PATH names the helper's directory
+    env["VOLREC_EXEC_PATH"] = str(bin_dir)
+    r = subprocess.run([str(tmp_path / "volrec"), "process", "--help"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0 and r.stdout.startswith("usage: volrec process"), r.stderr
+    # the tools themselves need no helper
+    r = subprocess.run([str(tmp_path / "volrec"), "status", "--help"], capture_output=True,
+                       text=True, env={k: v for k, v in env.items() if k != "VOLREC_EXEC_PATH"})
+    assert r.returncode == 0, r.stderr
 
 
 # ---- status and watch --------------------------------------------------------------------
@@ -350,12 +454,358 @@ def test_record_stops_cleanly_when_the_file_cannot_grow(daemon, tmp_path):
         assert f.attrs["end"] == b"disk full" or f.attrs["end"] == "disk full"
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs of its own: a disk another process can fill."""
+    m = tmp_path / "small"
+    m.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(m)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (root in a namespace that allows mounts "
+                    f"needed): {r.stderr.strip()}")
+    try:
+        yield m
+    finally:
+        subprocess.run(["umount", "-l", str(m)], capture_output=True)
+
+
+def wait_for_size(path, size, proc):
+    deadline = time.monotonic() + TIMEOUT
+    while not (path.exists() and path.stat().st_size >= size):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} did not reach {size} bytes"
+        time.sleep(0.05)
+
+
+def test_record_keeps_every_volume_when_another_process_fills_the_disk(daemon, small_disk):
+    """Issue 13.1: was SIGSEGV in HDF5's exit handlers and an unreadable file."""
+    out = small_disk / "rec.h5"
+    got = {}
+    c = volrec.Client(daemon.instance, run_dir=str(daemon.run_dir))
+    try:
+        rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
+                                "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        hog = None
+        deadline = time.monotonic() + TIMEOUT
+        while rec.poll() is None:
+            assert time.monotonic() < deadline, "the recorder did not stop on a full disk"
+            if hog is None and out.exists() and out.stat().st_size > 3 * 36 * 36 * 256:
+                # another process takes every byte left, at once
+                hog = subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'hog'}",
+                                      "bs=64k"], capture_output=True, text=True)
+                assert "No space left" in hog.stderr, hog.stderr
+            try:
+                with c.next_volume(1.0) as v:
+                    got[(int(v.session_id), int(v.sequence))] = np.array(v)
+            except (volrec.TornRead, volrec.Timeout):
+                pass
+        stdout, stderr = rec.communicate(timeout=TIMEOUT)
+    finally:
+        c.close()
+    assert rec.returncode == 8, (rec.returncode, stdout, stderr)
+    assert "disk full" in stderr and "(disk full)" in stdout, stderr
+    n = int(re.search(r"(\d+) volumes of 36 x 36 x 256", stdout).group(1))
+    assert n >= 3, stdout
+    with h5py.File(out, "r") as f:  # readable; every completed volume is there
+        vols = f["volumes"]
+        assert vols.shape == (n, 36, 36, 256) and f.attrs["volumes"] == n
+        assert f.attrs["end"] in (b"disk full", "disk full")
+        for k in ("sequence", "session", "epoch", "t_publish_ns", "latency_ns", "flags"):
+            assert f[k].shape == (n,), k
+        seq, ses = f["sequence"][:], f["session"][:]
+        assert list(np.diff(seq)) == [1] * (n - 1), seq  # nothing missed, nothing doubled
+        assert f["missed"].shape == (0,)
+        same = 0
+        for i in range(n):
+            assert vols[i].any(), f"volume {i} is empty"
+            key = (int(ses[i]), int(seq[i]))
+            if key in got:
+                np.testing.assert_array_equal(vols[i], got[key], err_msg=f"volume {key}")
+                same += 1
+    assert same >= 1, "none of the recorded volumes was seen by the client"
+    # the space reserved for volumes that did not come is given back
+    st = os.stat(out)
+    assert st.st_blocks * 512 < st.st_size + (1 << 20), (st.st_size, st.st_blocks * 512)
+
+
+NO_RESERVATION_C = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/statvfs.h>
+/* a file system that cannot reserve space and claims to have plenty */
+int fallocate(int fd, int mode, off_t off, off_t len) { errno = EOPNOTSUPP; return -1; }
+int fallocate64(int fd, int mode, off_t off, off_t len) { errno = EOPNOTSUPP; return -1; }
+static void plenty(struct statvfs *v) {
+    memset(v, 0, sizeof(*v)); v->f_bsize = v->f_frsize = 4096;
+    v->f_blocks = v->f_bfree = v->f_bavail = 1ul << 30; }
+int statvfs(const char *p, struct statvfs *v) { plenty(v); return 0; }
+int statvfs64(const char *p, struct statvfs64 *v) { plenty((struct statvfs *)v); return 0; }
+"""
+
+
+@pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
+                    reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+def test_record_without_reservation_keeps_its_flushed_volumes_when_a_write_fails(daemon,
+                                                                                small_disk,
+                                                                                tmp_path):
+    """Where the disk space cannot be reserved, a write fails in the middle of a volume: the
+    file stays as flushed after the volume before (not closed, never half-written)."""
+    so = tmp_path / "noreserve.so"
+    src = tmp_path / "noreserve.c"
+    src.write_text(NO_RESERVATION_C)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    out = small_disk / "rec.h5"
+    rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
+                            "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, LD_PRELOAD=str(so)))
+    wait_for_size(out, 3 * 36 * 36 * 256, rec)
+    subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'hog'}", "bs=64k"],
+                   capture_output=True)
+    stdout, stderr = rec.communicate(timeout=TIMEOUT)
+    assert rec.returncode == 8, (rec.returncode, stdout, stderr)
+    n = int(re.search(r"(\d+) volumes of 36 x 36 x 256", stdout).group(1))
+    assert f"it holds the {n} volumes written before it" in stderr, stderr
+    with h5py.File(out, "r") as f:
+        assert f["volumes"].shape == (n, 36, 36, 256) and n >= 3
+        assert f["sequence"].shape == (n,) and f["latency_ns"].shape == (n,)
+        assert list(np.diff(f["sequence"][:])) == [1] * (n - 1)
+        assert all(f["volumes"][i].any() for i in range(n))
+
+
+def test_record_file_is_readable_after_the_recorder_is_killed(daemon, tmp_path):
+    """Flushed after every volume: a SIGKILL loses at most the volume being written."""
+    out = tmp_path / "killed.h5"
+    rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
+                            "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_size(out, 4 * 36 * 36 * 256, rec)
+    rec.kill()
+    rec.communicate(timeout=TIMEOUT)
+    with h5py.File(out, "r") as f:
+        n = f["volumes"].shape[0]
+        assert n >= 3, n
+        assert f["sequence"].shape == (n,) and f["offset"].shape == (n, 2)
+        assert all(f["volumes"][i].any() for i in range(n))
+        assert list(np.diff(f["sequence"][:])) == [1] * (n - 1)
+        assert f.attrs["instance"] in (daemon.instance, daemon.instance.encode())
+
+
+def test_record_output_errors_are_not_no_daemon(daemon, tmp_path):
+    """Issue 13.4: -o in a missing directory exited 3 ("no daemon") while the daemon ran."""
+    r = daemon.volrec("record", "-o", "/nonexistent/x.h5", "-n", "1")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "cannot create /nonexistent/x.h5: No such file or directory" in r.stderr, r.stderr
+    assert "no volrecd" not in r.stderr
+    r = daemon.volrec("record", "-o", str(tmp_path), "-n", "1", "--force")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Is a directory" in r.stderr, r.stderr
+    assert daemon.volrec("record", "-o", str(tmp_path / "x.h5"), "-w", "-1").returncode == 2
+
+
+def test_snapshot_output_errors_are_not_no_daemon(daemon, tmp_path):
+    (tmp_path / "file").write_text("x")
+    r = daemon.volrec("snapshot", "-o", str(tmp_path / "file" / "sub"))
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Not a directory" in r.stderr and "no volrecd" not in r.stderr, r.stderr
+    r = daemon.volrec("snapshot", "-o", str(tmp_path / "file"))  # exists, is not a directory
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert "Not a directory" in r.stderr and "no volrecd" not in r.stderr, r.stderr
+
+
 def test_record_refuses_to_replace_a_file(daemon, tmp_path):
     out = tmp_path / "exists.h5"
     out.write_bytes(b"precious")
     r = daemon.volrec("record", "-o", str(out), "-n", "1")
     assert r.returncode == 2 and "--force" in r.stderr, r.stderr
     assert out.read_bytes() == b"precious"
+
+
+# ---- following a daemon restart (issue 13.10) ------------------------------------------------
+
+class Lines:
+    """The lines a process writes to a pipe, collected by a thread, waited for by pattern."""
+
+    def __init__(self, pipe):
+        self.lines, self.cond = [], threading.Condition()
+        self.thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self.thread.start()
+
+    def _read(self, pipe):
+        for line in pipe:
+            with self.cond:
+                self.lines.append(line)
+                self.cond.notify_all()
+
+    def wait_for(self, pattern, timeout=TIMEOUT):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not any(re.search(pattern, l) for l in self.lines):
+                left = deadline - time.monotonic()
+                assert left > 0, f"no line matching {pattern!r} in:\n{''.join(self.lines)}"
+                self.cond.wait(left)
+
+    def text(self):
+        with self.cond:
+            return "".join(self.lines)
+
+    def finish(self):
+        """Wait for the end of the pipe (the process exited): every line is in."""
+        self.thread.join(TIMEOUT)
+        return self.text()
+
+
+def test_watch_follows_a_daemon_restart(own_daemon):
+    d = own_daemon
+    w = subprocess.Popen([str(d.bin / "volrec"), "watch", "-i", d.instance, "-r", str(d.run_dir)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = Lines(w.stdout)
+        out.wait_for(r"volume #\d+")
+        session0 = json.loads(d.volrec("status", "--json").stdout)["session"]
+        d.stop()
+        out.wait_for(r"stopping: draining the pipeline")  # the daemon's event
+        out.wait_for(r"volrecd stopped: waiting for it to come back")
+        d.start()
+        out.wait_for(r"volrecd is back \(pid \d+\)")
+        # volumes of the new session: the sequence starts again from 1
+        n0 = len(out.text().splitlines())
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            new = out.text().splitlines()[n0:]
+            seqs = [int(m) for l in new for m in re.findall(r"volume #(\d+)", l)]
+            if len(set(seqs)) >= 3:
+                break
+            assert w.poll() is None, out.text()
+            assert time.monotonic() < deadline, out.text()
+            time.sleep(0.1)
+        assert json.loads(d.volrec("status", "--json").stdout)["session"] != session0
+        # and a restart quicker than its once-a-second look is followed all the same
+        lines = out.text().splitlines()
+        before, last = len(lines), max(int(m) for m in re.findall(r"volume #(\d+)", out.text()))
+        d.restart()
+        deadline = time.monotonic() + TIMEOUT
+        while not [l for l in out.text().splitlines()[before:]
+                   if re.search(r"volume #(\d+)", l)
+                   and int(re.search(r"volume #(\d+)", l).group(1)) < last - 5]:
+            assert w.poll() is None, out.text()
+            assert time.monotonic() < deadline, out.text()
+            time.sleep(0.1)
+    finally:
+        w.send_signal(signal.SIGINT)
+        w.wait(timeout=TIMEOUT)
+    assert w.returncode == 0, out.text()
+
+
+def test_watch_restart_wait_0_ends_when_the_daemon_stops(own_daemon):
+    d = own_daemon
+    w = subprocess.Popen([str(d.bin / "volrec"), "watch", "-w", "0", "-i", d.instance, "-r",
+                          str(d.run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    time.sleep(1.5)
+    d.stop()
+    out, err = w.communicate(timeout=TIMEOUT)
+    assert w.returncode == 0 and "stopped" in err, (w.returncode, err)
+
+
+def record_proc(d, out, *args):
+    """`volrec record` in the background; its stderr read line by line (Lines)."""
+    p = subprocess.Popen([str(d.bin / "volrec"), "record", "-o", str(out), *args, "-i",
+                          d.instance, "-r", str(d.run_dir)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    return p, Lines(p.stderr)
+
+
+def record_end(rec, err):
+    """Wait for the recorder started by record_proc: its stdout, with all of stderr in err."""
+    rec.wait(timeout=TIMEOUT)
+    err.finish()
+    return rec.stdout.read()
+
+
+def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_path):
+    d = own_daemon
+    out = tmp_path / "restart.h5"
+    rec, err = record_proc(d, out, "-s", "600")
+    try:
+        wait_for_size(out, 4 * 36 * 36 * 256, rec)
+        d.stop()
+        err.wait_for(r"volrecd of instance '\w+' stopped; waiting for it to come back")
+        d.start()
+        err.wait_for(r"the daemon restarted or rebuilt \(session [0-9a-f]+, same volume shape\): "
+                     r"recording continues")
+        time.sleep(1.5)
+    finally:
+        rec.send_signal(signal.SIGINT)
+    stdout = record_end(rec, err)
+    assert rec.returncode in (0, 4), (rec.returncode, stdout, err.text())
+    with h5py.File(out, "r") as f:
+        n = f.attrs["volumes"]
+        ses, seq = f["session"][:], f["sequence"][:]
+        assert f["volumes"].shape[0] == n and len(ses) == n
+        assert f.attrs["sessions"] == 2 and len(set(ses)) == 2, ses
+        assert f.attrs["end"] in (b"interrupted", "interrupted")
+        second = seq[ses == ses[-1]]
+        assert (ses == ses[0]).sum() >= 4 and len(second) >= 3, (ses, seq)
+        assert list(np.diff(second)) == [1] * (len(second) - 1), second
+        # volumes of the new session the recorder did not get are listed, never silent
+        missed = f["missed"][:]
+        assert int(second[0]) - 1 == sum(int(m["last"] - m["first"] + 1) for m in missed
+                                         if m["session"] == ses[-1]), (second, missed)
+        assert all(f["volumes"][i].any() for i in range(n))
+
+
+@pytest.mark.parametrize("change", ["shape", "stride"])
+def test_record_stops_when_the_daemon_comes_back_with_another_geometry(own_daemon, tmp_path,
+                                                                       change):
+    d = own_daemon
+    cfg = json.loads(json.dumps(d.cfg))
+    if change == "shape":  # 16 x 16 A-scans, stride 3: 48 x 48 x 256 volumes
+        cfg["geometry"].update(ascans_per_bscan=16, bscans_per_volume=16)
+        # seen in its first volume or its first status message, whichever comes first
+        why = (r"the daemon now (publishes 48 x 48 x 256 volumes|runs another geometry "
+               r"\(.*volume \[36,36,256\] -> \[48,48,256\])")
+    else:  # 18 x 18 A-scans, stride 2: the same 36 x 36 x 256 volumes, another reconstruction
+        cfg["geometry"].update(ascans_per_bscan=18, bscans_per_volume=18, stride=[2, 2])
+        why = r"the daemon now runs another geometry \(.*stride \[3,3\] -> \[2,2\]"
+    out = tmp_path / "geometry.h5"
+    rec, err = record_proc(d, out, "-s", "600")
+    try:
+        wait_for_size(out, 4 * 36 * 36 * 256, rec)
+        d.restart(cfg)
+        err.wait_for(why)
+        stdout = record_end(rec, err)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+    assert rec.returncode == 1, (rec.returncode, stdout, err.text())
+    assert "stopping" in err.text() and "(geometry changed)" in stdout
+    with h5py.File(out, "r") as f:
+        n = f.attrs["volumes"]
+        assert n >= 4 and f["volumes"].shape == (n, 36, 36, 256)
+        assert f.attrs["end"] in (b"geometry changed", "geometry changed")
+        assert len(set(f["session"][:])) == 1  # only the first geometry's volumes
+        assert list(f.attrs["stride"]) == [3, 3]
+
+
+def test_record_restart_wait_ends_a_recording_whose_daemon_is_gone(own_daemon, tmp_path):
+    d = own_daemon
+    out = tmp_path / "gone.h5"
+    rec, err = record_proc(d, out, "-s", "600", "--restart-wait", "1")
+    wait_for_size(out, 3 * 36 * 36 * 256, rec)
+    d.stop()
+    stdout = record_end(rec, err)
+    assert rec.returncode == 3, (rec.returncode, stdout, err.text())
+    assert "did not come back within --restart-wait" in err.text()
+    with h5py.File(out, "r") as f:
+        assert f.attrs["end"] in (b"the daemon stopped", "the daemon stopped")
+        assert f["volumes"].shape[0] == f.attrs["volumes"] >= 3
 
 
 # ---- snapshot -----------------------------------------------------------------------------

@@ -69,6 +69,8 @@ def main():
     case("metadata_past_header.rp", "auto", "need a header of 564 bytes, header_size is 128",
          header(header_size=128, meta_len=500) + data())
     case("metadata_nul.rp", "auto", "NUL byte", good(meta=b"scanner: acme\0x\n"))
+    case("metadata_not_utf8.rp", "auto", "metadata is not valid UTF-8",
+         good(meta=b"scanner: acme \xff\xfe\n"))
     case("epochs_overflow.rp", "auto", "overflow a file size", header(epochs=1 << 62) + data())
     case("truncated_data.rp", "auto", "truncated data", good()[:-100])
     case("trailing_bytes.rp", "auto", "7 trailing bytes", good() + b"\0" * 7)

@@ -56,10 +56,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "src_dump: %s: %s\n", out, strerror(errno));
 		goto out;
 	}
-	rc = src.ops->start(src.handle);
+	rc = src_start(&src);
 	for (long i = 0; !rc && i < n; i++) {
 		struct volrec_shim_meta m;
-		rc = src.ops->acquire(src.handle, buf, bb, 10000, &m);
+		rc = src_acquire(&src, buf, bb, 10000, &m);
 		if (!rc && fwrite(buf, 1, bb, f) != bb)
 			rc = -EIO;
 	}

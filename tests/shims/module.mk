@@ -1,6 +1,6 @@
 # Deliberately broken shims for the source tests (tests/unit/test_src.c): each must be rejected
-# by src_open with a message naming the library and the fault.
-TEST_BAD_SHIMS := abi size null_acquire no_entry null_table
+# by src_open with a message naming the library and the fault (crash: by src_shim_check only).
+TEST_BAD_SHIMS := abi size null_acquire no_entry null_table crash
 SHLIBS += $(TEST_BAD_SHIMS:%=volrec_test_bad_%)
 $(foreach n,$(TEST_BAD_SHIMS),$(eval volrec_test_bad_$(n)_SRCS := tests/shims/bad_$(n).c)\
 	$(eval volrec_test_bad_$(n)_SOVERSION := 1))

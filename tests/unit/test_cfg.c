@@ -294,7 +294,7 @@ static void test_enums_list_the_allowed_values(void **state)
 	load_bad("preprocess: {resample: {method: quintic}}\n", "1:33",
 	         "(one of: none, linear, cubic, spline)");
 	load_bad("reconstruct: {mode: fast}\n", "1:21",
-	         "(one of: none, noncumulative, cumulative)");
+	         "(one of: none, noncumulative, cumulative, adaptive)");
 	load_bad("reconstruct: {temporal: gauss}\n", "1:25", "(one of: linear, exp)");
 	load_bad("reconstruct: {combine: max}\n", "1:24", "(one of: sum, product)");
 	load_bad("pipeline: {overflow: wait}\n", "1:22", "(one of: drop_epoch, block)");
@@ -307,7 +307,7 @@ static void test_unknown_and_duplicate_keys(void **state)
 	load_bad("gpu:\n  device: 0\n  stream: 2\n", "3:3", "gpu.stream: unknown key");
 	load_bad("source:\n  synth:\n    motion: {deg_per_s: 1, axis: x}\n", "3:28",
 	         "source.synth.motion.axis: unknown key (allowed in source.synth.motion: "
-	         "deg_per_s)");
+	         "deg_per_s, shift_mm_per_s, jump)");
 	load_bad("log: {level: info}\nlog: {level: info}\n", "2:1",
 	         "log: duplicate key (first given at line 1, column 1");
 	load_bad("gpu: {device: 0, device: 1}\n", "1:18", "gpu.device: duplicate key");

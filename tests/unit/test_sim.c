@@ -98,17 +98,17 @@ static void scan_offset_follows_algorithms_md(void **state)
 {
 	uint32_t ox, oy;
 
-	sim_scan_offset(0, 5, 5, &ox, &oy);
+	vr_scan_offset(0, 5, 5, &ox, &oy);
 	assert_true(ox == 0 && oy == 0);
-	sim_scan_offset(1, 5, 5, &ox, &oy);
+	vr_scan_offset(1, 5, 5, &ox, &oy);
 	assert_true(ox == 1 && oy == 0);
-	sim_scan_offset(7, 5, 5, &ox, &oy);
+	vr_scan_offset(7, 5, 5, &ox, &oy);
 	assert_true(ox == 2 && oy == 1);
-	sim_scan_offset(24, 5, 5, &ox, &oy);
+	vr_scan_offset(24, 5, 5, &ox, &oy);
 	assert_true(ox == 4 && oy == 4);
-	sim_scan_offset(25, 5, 5, &ox, &oy);
+	vr_scan_offset(25, 5, 5, &ox, &oy);
 	assert_true(ox == 0 && oy == 0);
-	sim_scan_offset(5, 3, 2, &ox, &oy);
+	vr_scan_offset(5, 3, 2, &ox, &oy);
 	assert_true(ox == 2 && oy == 1);
 }
 
@@ -330,7 +330,7 @@ static double profile_truth_correlation(bool correct_dispersion, bool correct_k)
 	double sxy = 0, sx = 0, sy = 0, sxx = 0, syy = 0;
 	size_t n = 0;
 
-	sim_scan_offset(e, p.stride_x, p.stride_y, &ox, &oy);
+	vr_scan_offset(e, p.stride_x, p.stride_y, &ox, &oy);
 	sim_reference_spectrum(s, ref);
 	sim_dispersion_coeffs(s, disp);
 	assert_int_equal(sim_truth(s, e, 1, 0, Z, truth), 0);

@@ -72,7 +72,7 @@ static void open_fails(const struct vr_config *c, unsigned flags, const char *fr
 	if (!strstr(err, frag1) || (frag2 && !strstr(err, frag2)))
 		fail_msg("error '%s' lacks '%s'%s%s", err, frag1, frag2 ? " or " : "",
 		         frag2 ? frag2 : "");
-	assert_true(s.ops == (void *)0x5a5a5a5a5a5a5a5aull); /* untouched on failure */
+	assert_true(s.handle == (void *)0x5a5a5a5a5a5a5a5aull); /* untouched on failure */
 }
 
 /* Write a replay file of n epochs of synthetic B-scans; returns the data written. */
@@ -102,7 +102,7 @@ static uint8_t *write_file(const char *path, bool raw, uint64_t n, bool offsets,
 	info.stride_y = 1;
 	info.flags = offsets ? SRC_REPLAY_FLAG_OFFSETS : 0;
 	for (uint64_t e = 0; e < n; e++)
-		sim_scan_offset(e, 2, 1, &off[e][0], &off[e][1]);
+		vr_scan_offset(e, 2, 1, &off[e][0], &off[e][1]);
 	if (src_replay_writer_open(path, raw, &info, (const uint32_t(*)[2])off, meta, &w, err,
 	                           sizeof(err)))
 		fail_msg("writer: %s", err);
@@ -153,15 +153,15 @@ static void replay_header_round_trips(void **state)
 	open_ok(&c, SRC_UNPACED | SRC_NO_LOOP, &s);
 	assert_int_equal(s.epochs, 4);
 	assert_string_equal(s.info.name, "replay");
-	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(src_start(&s), 0);
 	for (uint32_t i = 0; i < 12; i++) {
-		assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+		assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
 		assert_memory_equal(buf, data + i * bb, bb);
 		assert_int_equal(m.epoch, i / 3);
 		assert_int_equal(m.bscan, i % 3);
 		assert_true(m.timestamp_ns > 0);
 	}
-	int rc = s.ops->acquire(s.handle, buf, bb, 100, &m);
+	int rc = src_acquire(&s, buf, bb, 100, &m);
 	assert_int_equal(rc, -ENODATA);
 	assert_non_null(strstr(src_strerror(&s, rc), "end of file after 4 epochs"));
 	src_close(&s);
@@ -184,22 +184,22 @@ static void replay_loops_and_follows_told_epochs(void **state)
 	c.source.type = CFG_SOURCE_REPLAY;
 	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
 	open_ok(&c, SRC_UNPACED, &s);
-	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(src_start(&s), 0);
 	for (uint32_t i = 0; i < 6 * 3 + 1; i++) {
-		assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+		assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
 		assert_memory_equal(buf, data + (i % 6) * bb, bb);
 		assert_int_equal(m.epoch, i / 3);
 	}
 	/* mid-epoch: telling the current epoch again is refused */
-	assert_int_equal(s.ops->set_scan_offset(s.handle, 6, 0, 0), -EBUSY);
-	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
-	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+	assert_int_equal(src_set_scan_offset(&s, 6, 0, 0), -EBUSY);
+	assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
+	assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
 	/* epoch 9 is file epoch 1, recorded at (1, 0): (0, 0) is refused with the reason */
-	int rc = s.ops->set_scan_offset(s.handle, 9, 0, 0);
+	int rc = src_set_scan_offset(&s, 9, 0, 0);
 	assert_int_equal(rc, -EINVAL);
 	assert_non_null(strstr(src_strerror(&s, rc), "recorded at offset (1, 0)"));
-	assert_int_equal(s.ops->set_scan_offset(s.handle, 9, 1, 0), 0);
-	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+	assert_int_equal(src_set_scan_offset(&s, 9, 1, 0), 0);
+	assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
 	assert_int_equal(m.epoch, 9);
 	assert_memory_equal(buf, data + 3 * bb, bb);
 	src_close(&s);
@@ -243,8 +243,8 @@ static void raw_files_need_a_whole_number_of_epochs(void **state)
 	open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(s.epochs, 3);
 	uint8_t *buf = malloc(bb);
-	assert_int_equal(s.ops->start(s.handle), 0);
-	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, NULL), 0);
+	assert_int_equal(src_start(&s), 0);
+	assert_int_equal(src_acquire(&s, buf, bb, 100, NULL), 0);
 	assert_memory_equal(buf, data, bb);
 	src_close(&s);
 	/* the same file as a headerless one is not a volrec file */
@@ -317,23 +317,23 @@ static void synth_source_delivers_the_scanners_bscans_at_told_offsets(void **sta
 	uint8_t *buf = malloc(bb), *ref = malloc(bb);
 	open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(s.epochs, 0);
-	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), -EINVAL); /* not started */
+	assert_int_equal(src_acquire(&s, buf, bb, 100, &m), -EINVAL); /* not started */
 	assert_non_null(strstr(src_strerror(&s, -EINVAL), "before start()"));
-	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(src_start(&s), 0);
 	/* epochs 0 and 1 at the default offsets (0,0), (1,0) */
 	for (uint32_t i = 0; i < 6; i++) {
 		uint32_t e = i / 3, b = i % 3;
-		assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+		assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
 		assert_int_equal(sim_bscan(sim, e, e % 2, 0, b, ref, bb), 0);
 		assert_memory_equal(buf, ref, bb);
 		assert_int_equal(m.epoch, e);
 		assert_int_equal(m.bscan, b);
 	}
 	/* told: epoch 7 at (0, 0) (not its default (1, 0)) */
-	assert_int_equal(s.ops->set_scan_offset(s.handle, 7, 0, 0), 0);
-	assert_int_equal(s.ops->set_scan_offset(s.handle, 7, 2, 0), -EINVAL);
+	assert_int_equal(src_set_scan_offset(&s, 7, 0, 0), 0);
+	assert_int_equal(src_set_scan_offset(&s, 7, 2, 0), -EINVAL);
 	assert_non_null(strstr(src_strerror(&s, -EINVAL), "outside stride"));
-	assert_int_equal(s.ops->acquire(s.handle, buf, bb, 100, &m), 0);
+	assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
 	assert_int_equal(m.epoch, 7);
 	assert_int_equal(sim_bscan(sim, 7, 0, 0, 0, ref, bb), 0);
 	assert_memory_equal(buf, ref, bb);
@@ -352,10 +352,10 @@ static void synth_is_paced_at_the_rate_and_times_out(void **state)
 	small_cfg(&c);
 	c.source.rate = 100; /* 300 B-scans/s: 10 B-scans take at least 33 ms */
 	open_ok(&c, 0, &s);
-	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(src_start(&s), 0);
 	double t0 = mono();
 	for (int i = 0; i < 10; i++)
-		assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 1000, NULL), 0);
+		assert_int_equal(src_acquire(&s, buf, sizeof(buf), 1000, NULL), 0);
 	double dt = mono() - t0;
 	if (dt < 0.030)
 		fail_msg("10 B-scans at 300/s took %.1f ms", dt * 1e3);
@@ -363,16 +363,16 @@ static void synth_is_paced_at_the_rate_and_times_out(void **state)
 
 	c.source.rate = 0.1; /* one B-scan every 3.3 s */
 	open_ok(&c, 0, &s);
-	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(src_start(&s), 0);
 	t0 = mono();
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 20, NULL), -ETIMEDOUT);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 20, NULL), -ETIMEDOUT);
 	assert_true(mono() - t0 >= 0.019);
 	src_close(&s);
 
 	/* unpaced: the same rate does not hold anything back */
 	open_ok(&c, SRC_UNPACED, &s);
-	assert_int_equal(s.ops->start(s.handle), 0);
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 0, NULL), 0);
+	assert_int_equal(src_start(&s), 0);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 0, NULL), 0);
 	src_close(&s);
 }
 
@@ -399,13 +399,13 @@ static void synth_shim_equals_the_builtin_synth(void **state)
 	open_ok(&b, SRC_UNPACED, &t);
 	assert_non_null(s.dl);
 	assert_string_equal(s.info.name, "synth-shim");
-	assert_int_equal(s.ops->start(s.handle), 0);
-	assert_int_equal(t.ops->start(t.handle), 0);
-	assert_int_equal(s.ops->set_scan_offset(s.handle, 0, 1, 0), 0);
-	assert_int_equal(t.ops->set_scan_offset(t.handle, 0, 1, 0), 0);
+	assert_int_equal(src_start(&s), 0);
+	assert_int_equal(src_start(&t), 0);
+	assert_int_equal(src_set_scan_offset(&s, 0, 1, 0), 0);
+	assert_int_equal(src_set_scan_offset(&t, 0, 1, 0), 0);
 	for (int i = 0; i < 7; i++) {
-		assert_int_equal(s.ops->acquire(s.handle, x, sizeof(x), 100, NULL), 0);
-		assert_int_equal(t.ops->acquire(t.handle, y, sizeof(y), 100, NULL), 0);
+		assert_int_equal(src_acquire(&s, x, sizeof(x), 100, NULL), 0);
+		assert_int_equal(src_acquire(&t, y, sizeof(y), 100, NULL), 0);
 		assert_memory_equal(x, y, sizeof(x));
 	}
 	src_close(&s);
@@ -432,9 +432,9 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 
 	shim_cfg(&c, "volrec_fault_shim", "{fail_every: 3, timeout_every: 5}");
 	open_ok(&c, SRC_UNPACED, &s);
-	assert_int_equal(s.ops->start(s.handle), 0);
+	assert_int_equal(src_start(&s), 0);
 	for (int i = 1; i <= 6; i++) {
-		rc = s.ops->acquire(s.handle, buf, sizeof(buf), 1, NULL);
+		rc = src_acquire(&s, buf, sizeof(buf), 1, NULL);
 		assert_int_equal(rc, i % 3 == 0 ? -EIO : i == 5 ? -ETIMEDOUT : 0);
 		if (rc == -EIO)
 			assert_non_null(strstr(src_strerror(&s, rc), "fail_every: 3"));
@@ -445,34 +445,34 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 	snprintf(args, sizeof(args), "{control_file: '%s'}", ctl);
 	shim_cfg(&c, "volrec_fault_shim", args);
 	open_ok(&c, SRC_UNPACED, &s);
-	assert_int_equal(s.ops->start(s.handle), 0);
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), 0);
+	assert_int_equal(src_start(&s), 0);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), 0);
 	FILE *f = fopen(ctl, "w");
 	fputs("error 2\n", f);
 	fclose(f);
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), -EIO);
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), -EIO);
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), 0);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), -EIO);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), -EIO);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), 0);
 	f = fopen(ctl, "w");
 	fputs("stall 60\n", f);
 	fclose(f);
 	double t0 = mono();
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), 0);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), 0);
 	assert_true(mono() - t0 >= 0.055);
 	f = fopen(ctl, "w");
 	fputs("timeout 1\n", f);
 	fclose(f);
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), -ETIMEDOUT);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), -ETIMEDOUT);
 	f = fopen(ctl, "w");
 	fputs("explode\n", f);
 	fclose(f);
-	rc = s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL);
+	rc = src_acquire(&s, buf, sizeof(buf), 10, NULL);
 	assert_int_equal(rc, -EINVAL);
 	assert_non_null(strstr(src_strerror(&s, rc), "unknown command 'explode'"));
 	f = fopen(ctl, "w");
 	fputs("ok\n", f);
 	fclose(f);
-	assert_int_equal(s.ops->acquire(s.handle, buf, sizeof(buf), 10, NULL), 0);
+	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), 0);
 	src_close(&s);
 }
 
@@ -491,7 +491,7 @@ static void broken_shims_are_rejected_naming_the_fault(void **state)
 	shim_cfg(&c, "volrec_test_bad_null_table", "{}");
 	open_fails(&c, 0, "volrec_shim_entry() returned NULL", "bad_null_table.so");
 	shim_cfg(&c, "volrec_no_such_shim", "{}");
-	open_fails(&c, 0, "dlopen failed", "libvolrec_no_such_shim.so");
+	open_fails(&c, 0, "cannot open: No such file or directory", "libvolrec_no_such_shim.so");
 	shim_cfg(&c, "x", "{}");
 	c.source.shim.library[0] = 0;
 	open_fails(&c, 0, "source.shim.library is not set", NULL);

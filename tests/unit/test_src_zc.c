@@ -86,24 +86,14 @@ static void open_src(struct src_source *s, bool loop)
 	rc = src_open(&c, SRC_UNPACED | (loop ? 0 : SRC_NO_LOOP), s, err, sizeof(err));
 	if (rc)
 		fail_msg("src_open: %s (%d)", err, rc);
-	assert_int_equal(s->ops->configure(s->handle,
-	                                   &(struct volrec_shim_geometry){
-	                                           .samples_per_ascan = 64,
-	                                           .ascans_per_bscan = 4,
-	                                           .bscans_per_volume = 3,
-	                                           .sample_type = VOLREC_SAMPLE_U16,
-	                                           .stride_x = 2,
-	                                           .stride_y = 1,
-	                                   }),
-	                 0);
 }
 
 /* Tell the epoch's offset (first B-scan) and start once. */
 static void tell(struct src_source *s, uint64_t e, bool *started)
 {
-	assert_int_equal(s->ops->set_scan_offset(s->handle, e, (uint32_t)(e % 2), 0), 0);
+	assert_int_equal(src_set_scan_offset(s, e, (uint32_t)(e % 2), 0), 0);
 	if (!*started) {
-		assert_int_equal(s->ops->start(s->handle), 0);
+		assert_int_equal(src_start(s), 0);
 		*started = true;
 	}
 }
@@ -121,9 +111,9 @@ static void replay_refs_deliver_the_bytes_acquire_copies(void **state)
 	open_src(&cp, true);
 	open_src(&zc, true);
 	assert_true(src_has_refs(&zc));
-	assert_int_equal(zc.ops->ref_regions(zc.handle, NULL, 0, &n), 0);
+	assert_int_equal(src_ref_regions(&zc, NULL, 0, &n), 0);
 	assert_int_equal(n, 1);
-	assert_int_equal(zc.ops->ref_regions(zc.handle, &reg, 1, &n), 0);
+	assert_int_equal(src_ref_regions(&zc, &reg, 1, &n), 0);
 	assert_non_null(reg.base);
 	assert_true(reg.size >= (size_t)EPOCHS * 3 * BSCAN_BYTES);
 	assert_int_equal((uintptr_t)reg.base % (uintptr_t)sysconf(_SC_PAGESIZE), 0);
@@ -138,8 +128,8 @@ static void replay_refs_deliver_the_bytes_acquire_copies(void **state)
 			tell(&cp, e, &s1);
 			tell(&zc, e, &s2);
 		}
-		assert_int_equal(cp.ops->acquire(cp.handle, buf, sizeof(buf), 100, &m1), 0);
-		assert_int_equal(zc.ops->acquire_ref(zc.handle, &held[i], 100, &m2), 0);
+		assert_int_equal(src_acquire(&cp, buf, sizeof(buf), 100, &m1), 0);
+		assert_int_equal(src_acquire_ref(&zc, &held[i], 100, &m2), 0);
 		assert_true((const uint8_t *)held[i] >= (const uint8_t *)reg.base);
 		assert_true((const uint8_t *)held[i] + BSCAN_BYTES <=
 		            (const uint8_t *)reg.base + reg.size);
@@ -154,7 +144,7 @@ static void replay_refs_deliver_the_bytes_acquire_copies(void **state)
 	/* still intact after all that, then released in reverse order */
 	for (uint32_t i = 4 * EPOCHS * 3; i-- > 0;) {
 		assert_int_equal(((const uint16_t *)held[i])[7], (uint16_t)((i % 9) * 1000u + 7));
-		assert_int_equal(zc.ops->release_ref(zc.handle, held[i]), 0);
+		assert_int_equal(src_release_ref(&zc, held[i]), 0);
 	}
 	src_close(&cp);
 	src_close(&zc);
@@ -165,48 +155,51 @@ static void replay_refs_end_of_file_and_bad_releases(void **state)
 	struct src_source zc;
 	const void *held[EPOCHS * 3], *p = NULL;
 	bool started = false;
+	uint32_t n = 0;
 	int rc;
 
 	(void)state;
 	open_src(&zc, false);
 	assert_true(src_has_refs(&zc));
-	/* before start: refused like acquire() */
-	rc = zc.ops->acquire_ref(zc.handle, &p, 0, NULL);
+	/* ref_regions argument checks */
+	rc = src_ref_regions(&zc, NULL, 0, NULL);
 	assert_int_equal(rc, -EINVAL);
-	assert_non_null(strstr(src_strerror(&zc, rc), "acquire() before start()"));
+	assert_non_null(strstr(src_strerror(&zc, rc), "ref_regions() without a count"));
+	rc = src_ref_regions(&zc, NULL, 2, &n);
+	assert_int_equal(rc, -EINVAL);
+	/* before start: refused like acquire() */
+	rc = src_acquire_ref(&zc, &p, 0, NULL);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(src_strerror(&zc, rc), "acquire_ref() before start()"));
+	assert_int_equal(src_ref_regions(&zc, NULL, 0, &n), 0);
+	assert_int_equal(n, 1);
 	for (uint32_t i = 0; i < EPOCHS * 3; i++) {
 		if (i % 3 == 0)
 			tell(&zc, i / 3, &started);
-		assert_int_equal(zc.ops->acquire_ref(zc.handle, &held[i], 0, NULL), 0);
+		assert_int_equal(src_acquire_ref(&zc, &held[i], 0, NULL), 0);
 	}
 	/* the end of the file (loop: false) */
 	tell(&zc, EPOCHS, &started);
-	rc = zc.ops->acquire_ref(zc.handle, &p, 0, NULL);
+	rc = src_acquire_ref(&zc, &p, 0, NULL);
 	assert_int_equal(rc, -ENODATA);
 	assert_non_null(strstr(src_strerror(&zc, rc), "end of file after 3 epochs"));
-	rc = zc.ops->acquire_ref(zc.handle, NULL, 0, NULL);
+	rc = src_acquire_ref(&zc, NULL, 0, NULL);
 	assert_int_equal(rc, -EINVAL);
 	/* references stay valid after the end and after stop() */
-	assert_int_equal(zc.ops->stop(zc.handle), 0);
+	assert_int_equal(src_stop(&zc), 0);
 	assert_int_equal(((const uint16_t *)held[8])[0], 8000);
 	/* a pointer it never handed out: inside the file but not at a B-scan, and outside */
-	rc = zc.ops->release_ref(zc.handle, (const uint8_t *)held[1] + 2);
+	rc = src_release_ref(&zc, (const uint8_t *)held[1] + 2);
 	assert_int_equal(rc, -EINVAL);
 	assert_non_null(strstr(src_strerror(&zc, rc), "not a B-scan this source handed out"));
-	rc = zc.ops->release_ref(zc.handle, &rc);
+	rc = src_release_ref(&zc, &rc);
 	assert_int_equal(rc, -EINVAL);
 	for (uint32_t i = 0; i < EPOCHS * 3; i++)
-		assert_int_equal(zc.ops->release_ref(zc.handle, held[i]), 0);
+		assert_int_equal(src_release_ref(&zc, held[i]), 0);
 	/* one release too many */
-	rc = zc.ops->release_ref(zc.handle, held[0]);
+	rc = src_release_ref(&zc, held[0]);
 	assert_int_equal(rc, -EINVAL);
 	assert_non_null(strstr(src_strerror(&zc, rc), "no reference held"));
-	/* ref_regions argument checks */
-	rc = zc.ops->ref_regions(zc.handle, NULL, 0, NULL);
-	assert_int_equal(rc, -EINVAL);
-	uint32_t n;
-	rc = zc.ops->ref_regions(zc.handle, NULL, 2, &n);
-	assert_int_equal(rc, -EINVAL);
 	src_close(&zc);
 }
 
@@ -232,7 +225,7 @@ static void sources_without_the_extension(void **state)
 	if (src_open(&c, SRC_UNPACED, &s, err, sizeof(err)))
 		fail_msg("src_open: %s", err);
 	assert_false(src_has_refs(&s));
-	assert_null(s.ops->acquire_ref);
+	assert_null(s.impl.acquire_ref);
 	src_close(&s);
 	assert_false(src_has_refs(NULL));
 	/* the table sizes the header promises */

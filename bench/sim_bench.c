@@ -50,7 +50,7 @@ int main(int argc, char **argv)
 	double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID), t;
 	do {
 		uint32_t ox, oy;
-		sim_scan_offset(e, p.stride_x, p.stride_y, &ox, &oy);
+		vr_scan_offset(e, p.stride_x, p.stride_y, &ox, &oy);
 		for (uint32_t b = 0; b < p.bscans_per_volume; b++) {
 			if (sim_bscan(s, e, ox, oy, b, buf, n)) {
 				fprintf(stderr, "sim_bench: sim_bscan failed\n");

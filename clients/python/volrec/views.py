@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: MIT
+"""The views of a volume (ALGORITHMS.md §4; protocol.h, views): small u8 pictures the daemon
+writes into each slot beside the volume. `volume.views["bscan"]` is an ImageArray mapped on
+the slot (zero-copy, covered by the volume's lease: read it inside the `with` block)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Mapping, Tuple
+
+import numpy as np
+
+from ._protocol import (IMAGE_COUNT, IMAGE_DESC, IMAGE_KINDS, VIEWS_DATA_OFFSET, VIEWS_HEADER,
+                        VIEWS_MAGIC)
+from .errors import ProtocolError
+
+__all__ = ["ImageArray", "Views"]
+
+
+class ImageArray(np.ndarray):  # type: ignore[type-arg]
+    """A read-only u8 picture [rows][cols] with the parameters it was computed with: kind,
+    volume_id (the volume it shows; a render may be older than its slot's volume), slab
+    (za, zb), position (y0, x0, z0), angles_deg (azimuth, elevation), spacing (dx, dy, dz),
+    step."""
+
+    kind: str
+    volume_id: int
+    slab: Tuple[int, int]
+    position: Tuple[int, int, int]
+    angles_deg: Tuple[float, float]
+    spacing: Tuple[float, float, float]
+    step: float
+
+    def __array_finalize__(self, obj: Any) -> None:
+        if obj is not None and hasattr(obj, "kind"):
+            self.__dict__.update(obj.__dict__)
+
+
+class Views(Mapping[str, ImageArray]):
+    """The pictures present in one slot, by name (enface_mean, enface_max, bscan, slice, plane,
+    render). Empty when the daemon publishes no views."""
+
+    def __init__(self, images: Dict[str, ImageArray]) -> None:
+        self._images = images
+
+    def __getitem__(self, name: str) -> ImageArray:
+        if name not in self._images:
+            if name in IMAGE_KINDS:
+                raise KeyError("view %r was not published with this volume" % name)
+            raise KeyError("%r is not a view (views: %s)" % (name, ", ".join(IMAGE_KINDS)))
+        return self._images[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._images)
+
+    def __len__(self) -> int:
+        return len(self._images)
+
+
+def read_views(buf: Any, area: int, size: int) -> Views:
+    """The pictures of the views area at buf[area:area + size]; ProtocolError if malformed."""
+    if size < VIEWS_DATA_OFFSET:
+        raise ProtocolError("views area of %d bytes is too small" % size)
+    h = VIEWS_HEADER.unpack(buf, area)
+    if (h["magic"] != VIEWS_MAGIC or h["count"] < IMAGE_COUNT
+            or h["desc_size"] != IMAGE_DESC.size):
+        raise ProtocolError("malformed views area (magic 0x%08x, %d pictures, descriptors of %d "
+                            "bytes)" % (h["magic"], h["count"], h["desc_size"]))
+    images: Dict[str, ImageArray] = {}
+    for i, name in enumerate(IMAGE_KINDS):
+        d: Dict[str, Any] = IMAGE_DESC.unpack(buf, area + VIEWS_HEADER.size + i * IMAGE_DESC.size)
+        n = d["rows"] * d["cols"]
+        if d["kind"] != i or d["offset"] < VIEWS_DATA_OFFSET or d["offset"] + n > size:
+            raise ProtocolError("malformed views area: picture %s at %d, %d x %d in %d bytes"
+                                % (name, d["offset"], d["rows"], d["cols"], size))
+        if not d["present"]:
+            continue
+        img = np.frombuffer(buf, dtype=np.uint8, count=n, offset=area + d["offset"]).reshape(
+            d["rows"], d["cols"]).view(ImageArray)
+        img.__dict__.update(kind=name, volume_id=d["volume_id"],
+                            slab=(d["slab_za"], d["slab_zb"]),
+                            position=(d["position_y"], d["position_x"], d["position_z"]),
+                            angles_deg=(d["azimuth_deg"], d["elevation_deg"]),
+                            spacing=(d["spacing_x"], d["spacing_y"], d["spacing_z"]),
+                            step=d["step"])
+        images[name] = img
+    return Views(images)

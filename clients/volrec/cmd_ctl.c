@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec get [KEY]` and `volrec set KEY=VALUE ...`: the daemon's control socket
+ * (ipc://<run_dir>/<instance>.ctl, docs/control.md). A set is validated by the daemon exactly
+ * like the configuration file, all keys or none, and applied between volumes.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <zmq.h>
+
+#include "commands.h"
+#include "tools.h"
+
+#define CTL_MAX_KEYS 32
+
+/* Send one JSON request and wait up to timeout s for the reply; prints errors and returns a
+ * VR_EXIT_ code, *reply set (caller puts it) on VR_EXIT_OK. */
+static int ctl_request(const struct tool_target *t, const char *cmd, struct json_object *req,
+                       double timeout, struct json_object **reply)
+{
+	char path[TOOL_PATH_MAX + 96], ep[sizeof(path) + 8];
+	const char *text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+	int linger = 0, ms = (int)(timeout * 1000.0), rc = VR_EXIT_FAIL, n;
+	struct stat st;
+	void *ctx = NULL, *s = NULL;
+	zmq_msg_t m;
+
+	snprintf(path, sizeof(path), "%s/%s.ctl", t->run_dir, t->instance);
+	snprintf(ep, sizeof(ep), "ipc://%s", path);
+	if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+		fprintf(stderr,
+		        "volrec %s: no control socket %s: volrecd of instance '%s' is not "
+		        "running (or is older than the control socket)\n",
+		        cmd, path, t->instance);
+		return VR_EXIT_NO_DAEMON;
+	}
+	if (access(path, R_OK | W_OK) != 0) {
+		fprintf(stderr,
+		        "volrec %s: %s: permission denied (the control socket is for the "
+		        "daemon's group, volrec: add yourself to it)\n",
+		        cmd, path);
+		return VR_EXIT_PERM;
+	}
+	ctx = zmq_ctx_new();
+	s = ctx ? zmq_socket(ctx, ZMQ_REQ) : NULL;
+	if (!s || zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)) ||
+	    zmq_setsockopt(s, ZMQ_RCVTIMEO, &ms, sizeof(ms)) ||
+	    zmq_setsockopt(s, ZMQ_SNDTIMEO, &ms, sizeof(ms)) || zmq_connect(s, ep) ||
+	    zmq_send(s, text, strlen(text), 0) < 0) {
+		fprintf(stderr, "volrec %s: cannot send to %s: %s\n", cmd, ep,
+		        zmq_strerror(zmq_errno()));
+		goto out;
+	}
+	zmq_msg_init(&m);
+	n = zmq_msg_recv(&m, s, 0);
+	if (n < 0) {
+		fprintf(stderr,
+		        "volrec %s: no answer from volrecd of instance '%s' within %.1f s\n", cmd,
+		        t->instance, timeout);
+		rc = VR_EXIT_TIMEOUT;
+	} else {
+		{
+			struct json_tokener *tok = json_tokener_new();
+
+			*reply = tok ? json_tokener_parse_ex(tok, zmq_msg_data(&m), n) : NULL;
+			json_tokener_free(tok);
+		}
+		if (*reply && json_object_is_type(*reply, json_type_object)) {
+			rc = VR_EXIT_OK;
+		} else {
+			json_object_put(*reply);
+			*reply = NULL;
+			fprintf(stderr, "volrec %s: the daemon's answer is not JSON\n", cmd);
+		}
+	}
+	zmq_msg_close(&m);
+out:
+	if (s)
+		zmq_close(s);
+	if (ctx)
+		zmq_ctx_term(ctx);
+	return rc;
+}
+
+/* VR_EXIT_OK when the reply says ok, else prints its error and returns VR_EXIT_REJECTED. */
+static int ctl_checked(struct json_object *reply, const char *cmd)
+{
+	struct json_object *ok, *e;
+
+	if (json_object_object_get_ex(reply, "ok", &ok) && json_object_get_boolean(ok))
+		return VR_EXIT_OK;
+	fprintf(stderr, "volrec %s: %s\n", cmd,
+	        json_object_object_get_ex(reply, "error", &e) ? json_object_get_string(e)
+	                                                      : "refused");
+	return VR_EXIT_REJECTED;
+}
+
+static void ctl_usage(FILE *f, const char *cmd)
+{
+	if (!strcmp(cmd, "get"))
+		fprintf(f, "usage: volrec get [options] [KEY]\n"
+		           "Print the running daemon's effective configuration, or one key or "
+		           "section of it\n"
+		           "(YAML flow text), through its control socket.\n");
+	else
+		fprintf(f, "usage: volrec set [options] KEY=VALUE ...\n"
+		           "Change live keys of the running daemon through its control socket: "
+		           "values are\n"
+		           "YAML flow text (volrec set preprocess.db_range=[20,90] "
+		           "view.render.angles_deg=[30,15]),\n"
+		           "checked exactly like the configuration file, all or none, applied "
+		           "between volumes.\n"
+		           "Structural keys need the file and a reload; a reload drops runtime "
+		           "changes.\n");
+	fprintf(f, "Options:\n" TOOL_COMMON_HELP
+	           "  -t, --timeout SECONDS  wait this long for the daemon's answer (default 5)\n"
+	           "See man volrec.\n" TOOL_EXIT_HELP ", 5 the daemon refused the request.\n");
+}
+
+static int ctl_main(int argc, char **argv, const char *cmd)
+{
+	static const struct option longopts[] = {TOOL_COMMON_LONGOPTS,
+	                                         {"timeout", required_argument, NULL, 't'},
+	                                         {"help", no_argument, NULL, 'h'},
+	                                         {NULL, 0, NULL, 0}};
+	struct tool_target tg;
+	struct json_object *req, *reply = NULL, *v;
+	double timeout = 5;
+	int opt, rc;
+
+	tool_target_init(&tg);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "i:r:c:t:h", longopts, NULL)) != -1) {
+		rc = tool_target_option(&tg, cmd, opt, optarg);
+		if (rc < 0)
+			return VR_EXIT_USAGE;
+		if (rc)
+			continue;
+		switch (opt) {
+		case 't':
+			if (tool_parse_seconds(optarg, &timeout)) {
+				fprintf(stderr, "volrec %s: --timeout %s: need seconds > 0\n", cmd,
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 'h':
+			ctl_usage(stdout, cmd);
+			return VR_EXIT_OK;
+		default:
+			ctl_usage(stderr, cmd);
+			return VR_EXIT_USAGE;
+		}
+	}
+	req = json_object_new_object();
+	if (!strcmp(cmd, "get")) {
+		if (argc - optind > 1) {
+			fprintf(stderr, "volrec get: one KEY at most (got %d)\n", argc - optind);
+			json_object_put(req);
+			return VR_EXIT_USAGE;
+		}
+		json_object_object_add(req, "op", json_object_new_string("get"));
+		if (optind < argc)
+			json_object_object_add(req, "key", json_object_new_string(argv[optind]));
+	} else {
+		struct json_object *vals = json_object_new_object();
+
+		if (optind == argc || argc - optind > CTL_MAX_KEYS) {
+			fprintf(stderr, "volrec set: give 1 to %d KEY=VALUE arguments\n",
+			        CTL_MAX_KEYS);
+			json_object_put(req);
+			json_object_put(vals);
+			return VR_EXIT_USAGE;
+		}
+		for (int i = optind; i < argc; i++) {
+			const char *eq = strchr(argv[i], '=');
+			char key[256];
+
+			if (!eq || eq == argv[i] || (size_t)(eq - argv[i]) >= sizeof(key)) {
+				fprintf(stderr,
+				        "volrec set: '%s' is not KEY=VALUE (for example "
+				        "preprocess.db_range=[20,90])\n",
+				        argv[i]);
+				json_object_put(req);
+				json_object_put(vals);
+				return VR_EXIT_USAGE;
+			}
+			snprintf(key, sizeof(key), "%.*s", (int)(eq - argv[i]), argv[i]);
+			json_object_object_add(vals, key, json_object_new_string(eq + 1));
+		}
+		json_object_object_add(req, "op", json_object_new_string("set"));
+		json_object_object_add(req, "values", vals);
+	}
+	rc = tool_target_finish(&tg, cmd);
+	if (rc == VR_EXIT_OK)
+		rc = ctl_request(&tg, cmd, req, timeout, &reply);
+	json_object_put(req);
+	if (rc != VR_EXIT_OK)
+		return rc;
+	rc = ctl_checked(reply, cmd);
+	if (rc == VR_EXIT_OK && !strcmp(cmd, "get")) {
+		if (json_object_object_get_ex(reply, "value", &v))
+			printf("%s\n", json_object_get_string(v));
+		else if (json_object_object_get_ex(reply, "config", &v))
+			fputs(json_object_get_string(v), stdout);
+	} else if (rc == VR_EXIT_OK) {
+		printf("volrecd of instance '%s': set %d key(s); they take effect with the next "
+		       "volume\n",
+		       tg.instance, argc - optind);
+	}
+	json_object_put(reply);
+	return rc;
+}
+
+VR_COMMAND(get, "print the running daemon's effective configuration or one key (control socket)")
+{
+	return ctl_main(argc, argv, "get");
+}
+
+VR_COMMAND(set, "change live keys of the running daemon: KEY=VALUE ... (control socket)")
+{
+	return ctl_main(argc, argv, "set");
+}

@@ -1,0 +1,169 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The views of ALGORITHMS.md §4 on the CPU, from the u8 volume V[y][x][z] exactly as published:
+ * en-face mean/max over the slab, B-scan, slice and plane at the position, and the MIP render
+ * (orthographic rays, trilinear samples, maximum rounded half up). The CUDA backend computes
+ * the same from the same be_render_setup (gpu/gpu_views.cu).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <volrec/protocol.h>
+
+#include "internal.h"
+
+/* Trilinear interpolation of V at voxel coordinates (x, y, z) already inside [0, n - 1]. */
+static double trilinear(const uint8_t *V, uint32_t Y, uint32_t X, uint32_t Z, double x, double y,
+                        double z)
+{
+	uint32_t x0 = (uint32_t)x, y0 = (uint32_t)y, z0 = (uint32_t)z;
+	uint32_t x1, y1, z1;
+	double fx, fy, fz, c00, c01, c10, c11;
+
+	if (x0 > X - 1)
+		x0 = X - 1;
+	if (y0 > Y - 1)
+		y0 = Y - 1;
+	if (z0 > Z - 1)
+		z0 = Z - 1;
+	x1 = x0 + 1 < X ? x0 + 1 : x0;
+	y1 = y0 + 1 < Y ? y0 + 1 : y0;
+	z1 = z0 + 1 < Z ? z0 + 1 : z0;
+	fx = x - x0, fy = y - y0, fz = z - z0;
+#define VV(yy, xx, zz) ((double)V[((size_t)(yy)*X + (xx)) * Z + (zz)])
+	c00 = VV(y0, x0, z0) + (VV(y0, x0, z1) - VV(y0, x0, z0)) * fz;
+	c01 = VV(y0, x1, z0) + (VV(y0, x1, z1) - VV(y0, x1, z0)) * fz;
+	c10 = VV(y1, x0, z0) + (VV(y1, x0, z1) - VV(y1, x0, z0)) * fz;
+	c11 = VV(y1, x1, z0) + (VV(y1, x1, z1) - VV(y1, x1, z0)) * fz;
+#undef VV
+	c00 += (c01 - c00) * fx;
+	c10 += (c11 - c10) * fx;
+	return c00 + (c10 - c00) * fy;
+}
+
+static uint8_t render_pixel(const uint8_t *V, const struct be_view_params *p,
+                            const struct be_render_setup *r, uint32_t i, uint32_t j)
+{
+	double o[3], best = -1.0;
+	uint32_t k0, k1;
+
+	be_render_krange(r, i, j, &k0, &k1);
+	for (int a = 0; a < 3; a++)
+		o[a] = r->org[a] + (j + 0.5) * r->du[a] + (i + 0.5) * r->dv[a];
+	for (uint32_t k = k0; k < k1; k++) {
+		double q[3];
+		bool inside = true;
+
+		for (int a = 0; a < 3; a++) {
+			q[a] = o[a] + (k + 0.5) * r->dt[a];
+			if (!(q[a] >= -1e-4 && q[a] <= r->lim[a] + 1e-4)) {
+				inside = false;
+				break;
+			}
+			q[a] = q[a] < 0.0 ? 0.0 : q[a] > r->lim[a] ? r->lim[a] : q[a];
+		}
+		if (inside) {
+			double v = trilinear(V, p->Y, p->X, p->Z, q[0], q[1], q[2]);
+			if (v > best)
+				best = v;
+		}
+	}
+	return best < 0.0 ? 0 : (uint8_t)floor(best + 0.5);
+}
+
+void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
+                       const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT])
+{
+	const uint32_t Y = p->Y, X = p->X, Z = p->Z;
+	const uint32_t za = p->slab[0], zb = p->slab[1], n = zb - za;
+	const uint32_t y0 = p->position[0], x0 = p->position[1], z0 = p->position[2];
+
+	for (uint32_t y = 0; y < Y; y++)
+		for (uint32_t x = 0; x < X; x++) {
+			const uint8_t *a = V + ((size_t)y * X + x) * Z;
+			uint32_t sum = 0;
+			uint8_t mx = 0;
+
+			for (uint32_t z = za; z < zb; z++) {
+				sum += a[z];
+				mx = a[z] > mx ? a[z] : mx;
+			}
+			if (out[BE_VIEW_ENFACE_MEAN])
+				out[BE_VIEW_ENFACE_MEAN][(size_t)y * X + x] =
+				        (uint8_t)((2u * sum + n) / (2u * n));
+			if (out[BE_VIEW_ENFACE_MAX])
+				out[BE_VIEW_ENFACE_MAX][(size_t)y * X + x] = mx;
+			if (out[BE_VIEW_PLANE])
+				out[BE_VIEW_PLANE][(size_t)y * X + x] = a[z0];
+			if (out[BE_VIEW_SLICE] && x == x0)
+				memcpy(out[BE_VIEW_SLICE] + (size_t)y * Z, a, Z);
+		}
+	if (out[BE_VIEW_BSCAN])
+		memcpy(out[BE_VIEW_BSCAN], V + (size_t)y0 * X * Z, (size_t)X * Z);
+	if (out[BE_VIEW_RENDER])
+		for (uint32_t i = 0; i < r->H; i++)
+			for (uint32_t j = 0; j < r->W; j++)
+				out[BE_VIEW_RENDER][(size_t)i * r->W + j] =
+				        render_pixel(V, p, r, i, j);
+}
+
+int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg)
+{
+	struct cpu_views *v = &st->views;
+
+	v->enabled = be_views_wanted(cfg);
+	if (!v->enabled)
+		return 0;
+	be_view_params_from_cfg(cfg, &v->p);
+	be_render_setup(&v->p, &v->rs);
+	if (!v->last_render) {
+		v->last_render = calloc((size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX, 1);
+		if (!v->last_render)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+void cpu_views_free(struct cpu_state *st)
+{
+	free(st->views.last_render);
+	st->views.last_render = NULL;
+}
+
+void cpu_views_epoch(struct cpu_state *st, const struct be_output *out)
+{
+	struct cpu_views *v = &st->views;
+	uint8_t *area = out->views, *pic[BE_VIEW_COUNT];
+	uint64_t off[BE_VIEW_COUNT], vid[BE_VIEW_COUNT];
+	unsigned present = 0;
+
+	if (!v->enabled || !area || !out->volume)
+		return;
+	be_views_offsets(v->p.Y, v->p.X, v->p.Z, off);
+	for (int i = 0; i < BE_VIEW_COUNT; i++) {
+		bool want = (out->view_mask >> i) & 1u;
+
+		pic[i] = want ? area + off[i] : NULL;
+		vid[i] = out->volume_id;
+		if (want && i != BE_VIEW_RENDER)
+			present |= 1u << i;
+	}
+	if (pic[BE_VIEW_RENDER])
+		pic[BE_VIEW_RENDER] = v->last_render;
+	cpu_views_compute(out->volume, &v->p, &v->rs, pic);
+	if (pic[BE_VIEW_RENDER]) {
+		v->last_p = v->p;
+		v->last_id = out->volume_id;
+		v->have_last = true;
+	}
+	/* the render of this volume, or the last one computed (its own id and parameters) */
+	if (v->have_last) {
+		memcpy(area + off[BE_VIEW_RENDER], v->last_render,
+		       (size_t)v->last_p.render_h * v->last_p.render_w);
+		vid[BE_VIEW_RENDER] = v->last_id;
+		present |= 1u << BE_VIEW_RENDER;
+	}
+	be_views_describe(area, &v->p, v->have_last ? &v->last_p : &v->p, vid, present);
+}

@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * volrecd's control socket (vrd_ctl.h, docs/control.md): bounded JSON requests over a ZeroMQ
+ * REP socket, validated exactly like the configuration file (cfg_set_keys), answered without
+ * ever blocking the service loop; acquisition and processing run in their own threads.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "vrd_ctl.h"
+
+struct vrd_ctl {
+	void *sock;
+	struct vrd_ctl_ops svc;
+	char path[CFG_PATH_MAX]; /* the ipc socket file, removed on close */
+	uint64_t answered, refused;
+};
+
+static char *reply_error(const char *id, const char *fmt, ...) VR_PRINTF(2, 3);
+
+static char *reply_text(struct json_object *o)
+{
+	char *s = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+
+	json_object_put(o);
+	return s;
+}
+
+static struct json_object *reply_new(bool ok, const char *id)
+{
+	struct json_object *o = json_object_new_object();
+
+	json_object_object_add(o, "ok", json_object_new_boolean(ok));
+	if (id)
+		json_object_object_add(o, "id", json_object_new_string(id));
+	return o;
+}
+
+static char *reply_error(const char *id, const char *fmt, ...)
+{
+	char msg[CFG_ERR_MAX], clean[CFG_ERR_MAX];
+	struct json_object *o = reply_new(false, id);
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	vr_utf8_sanitize(msg, clean, sizeof(clean));
+	json_object_object_add(o, "error", json_object_new_string(clean));
+	return reply_text(o);
+}
+
+/* The YAML text of a set value: a JSON string is YAML text as it stands ("hann", "[20, 90]");
+ * any other JSON value is written as JSON, which YAML reads the same. */
+static const char *value_text(struct json_object *v)
+{
+	if (json_object_is_type(v, json_type_string))
+		return json_object_get_string(v);
+	return json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
+}
+
+static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id)
+{
+	const struct vr_config *cfg = svc->config(svc->ctx);
+	struct json_object *key, *o;
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (json_object_object_get_ex(req, "key", &key)) {
+		char value[CFG_ERR_MAX * 4];
+
+		if (!json_object_is_type(key, json_type_string))
+			return reply_error(id, "get: key must be a string (a key path such as "
+			                       "preprocess.db_range)");
+		rc = cfg_get_key(cfg, json_object_get_string(key), value, sizeof(value));
+		if (rc < 0)
+			return reply_error(id, "%s", value);
+		o = reply_new(true, id);
+		json_object_object_add(o, "key", json_object_get(key));
+		json_object_object_add(o, "value", json_object_new_string(value));
+		return reply_text(o);
+	}
+	{
+		FILE *f = open_memstream(&text, &len);
+
+		if (!f)
+			return NULL;
+		rc = cfg_dump(cfg, f);
+		if (fclose(f) || rc < 0) {
+			free(text);
+			return reply_error(id, "get: cannot write the configuration");
+		}
+	}
+	o = reply_new(true, id);
+	json_object_object_add(o, "config", json_object_new_string_len(text, (int)len));
+	free(text);
+	return reply_text(o);
+}
+
+static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
+                    const struct vrd_ctl_peer *peer)
+{
+	const char *paths[VRD_CTL_MAX_KEYS], *values[VRD_CTL_MAX_KEYS];
+	char err[CFG_ERR_MAX];
+	struct json_object *vals, *o, *applied;
+	struct vr_config next;
+	size_t n = 0;
+	int rc;
+
+	if (!json_object_object_get_ex(req, "values", &vals) ||
+	    !json_object_is_type(vals, json_type_object))
+		return reply_error(id, "set: values must be an object of key paths and values "
+		                       "({\"preprocess.db_range\": [20, 90]})");
+	json_object_object_foreach(vals, k, v)
+	{
+		(void)v;
+		if (n == VRD_CTL_MAX_KEYS)
+			return reply_error(id, "set: more than %d keys in one request",
+			                   VRD_CTL_MAX_KEYS);
+		paths[n++] = k;
+	}
+	if (n == 0)
+		return reply_error(id, "set: no keys given");
+	/* value_text may return json-c's per-object buffer: copy each before the next call */
+	{
+		char *copies[VRD_CTL_MAX_KEYS];
+		size_t i;
+
+		for (i = 0; i < n; i++) {
+			struct json_object *jv = json_object_object_get(vals, paths[i]);
+
+			copies[i] = strdup(value_text(jv));
+			if (!copies[i])
+				break;
+			values[i] = copies[i];
+		}
+		if (i < n) {
+			while (i--)
+				free(copies[i]);
+			return NULL;
+		}
+		if (cfg_copy(&next, svc->config(svc->ctx)) < 0) {
+			for (i = 0; i < n; i++)
+				free(copies[i]);
+			return NULL;
+		}
+		rc = cfg_set_keys(&next, paths, values, n, err, sizeof(err));
+		if (rc == 0)
+			rc = svc->apply(svc->ctx, &next, paths, n, peer, err, sizeof(err));
+		cfg_free(&next);
+		for (i = 0; i < n; i++)
+			free(copies[i]);
+	}
+	if (rc < 0)
+		return reply_error(id, "%s", err);
+	o = reply_new(true, id);
+	applied = json_object_new_array();
+	for (size_t i = 0; i < n; i++)
+		json_object_array_add(applied, json_object_new_string(paths[i]));
+	json_object_object_add(o, "applied", applied);
+	json_object_object_add(o, "note",
+	                       json_object_new_string("runtime change: applied from the next "
+	                                              "volume; a reload (SIGHUP) re-reads the file "
+	                                              "and drops it"));
+	return reply_text(o);
+}
+
+char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t len,
+                     const struct vrd_ctl_peer *peer, bool *refused)
+{
+	struct json_tokener *tok;
+	struct json_object *req = NULL, *op, *idv;
+	const char *id = NULL, *name;
+	char *reply = NULL, err[CFG_ERR_MAX];
+	int rc;
+
+	*refused = true;
+	if (len > VRD_CTL_MAX_REQUEST)
+		return reply_error(NULL, "request too large (%zu bytes, at most %d)", len,
+		                   VRD_CTL_MAX_REQUEST);
+	if (!vr_utf8_valid(request, len))
+		return reply_error(NULL, "request is not UTF-8 text");
+	tok = json_tokener_new_ex(16);
+	if (!tok)
+		return NULL;
+	req = json_tokener_parse_ex(tok, request, (int)len);
+	if (!req || json_tokener_get_error(tok) != json_tokener_success ||
+	    json_tokener_get_parse_end(tok) != len) {
+		enum json_tokener_error e = json_tokener_get_error(tok);
+
+		json_tokener_free(tok);
+		json_object_put(req);
+		return reply_error(NULL, "request is not one JSON object: %s",
+		                   e == json_tokener_continue  ? "unexpected end of text"
+		                   : e == json_tokener_success ? "text after the object"
+		                                               : json_tokener_error_desc(e));
+	}
+	json_tokener_free(tok);
+	if (!json_object_is_type(req, json_type_object)) {
+		json_object_put(req);
+		return reply_error(NULL, "request is not a JSON object ({\"op\": ...})");
+	}
+	if (json_object_object_get_ex(req, "id", &idv) &&
+	    json_object_is_type(idv, json_type_string))
+		id = json_object_get_string(idv);
+	if (!json_object_object_get_ex(req, "op", &op) ||
+	    !json_object_is_type(op, json_type_string)) {
+		reply = reply_error(id, "op: missing (get, set, reset_history or status)");
+		goto out;
+	}
+	name = json_object_get_string(op);
+	if (!strcmp(name, "get")) {
+		reply = op_get(svc, req, id);
+	} else if (!strcmp(name, "set")) {
+		reply = op_set(svc, req, id, peer);
+	} else if (!strcmp(name, "reset_history")) {
+		rc = svc->reset_history(svc->ctx, peer, err, sizeof(err));
+		reply = rc < 0 ? reply_error(id, "%s", err) : reply_text(reply_new(true, id));
+	} else if (!strcmp(name, "status")) {
+		struct json_object *o = reply_new(true, id), *st = svc->status(svc->ctx);
+
+		json_object_object_add(o, "status", st ? st : json_object_new_object());
+		reply = reply_text(o);
+	} else {
+		char clean[128];
+
+		vr_utf8_sanitize(name, clean, sizeof(clean));
+		reply = reply_error(id, "op: '%s' is unknown (get, set, reset_history or status)",
+		                    clean);
+	}
+out:
+	if (reply)
+		*refused = strncmp(reply, "{\"ok\":false", 11) == 0;
+	json_object_put(req);
+	return reply;
+}
+
+int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *svc,
+                 struct vrd_ctl **out, char *err, size_t errlen)
+{
+	struct vrd_ctl *c;
+	int64_t maxmsg = VRD_CTL_HARD_LIMIT;
+	int linger = 0, rc;
+
+	if (strncmp(endpoint, "ipc://", 6))
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "control endpoint %s: only ipc:// is accepted (a tcp:// control socket "
+		        "needs CURVE and an allow-list of client keys)",
+		        endpoint);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return vr_err(err, errlen, -ENOMEM, "control socket: out of memory");
+	c->svc = *svc;
+	snprintf(c->path, sizeof(c->path), "%s", endpoint + 6);
+	c->sock = zmq_socket(zctx, ZMQ_ROUTER);
+	if (!c->sock || zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
+	    zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof(linger))) {
+		rc = vr_err(err, errlen, -ENOMEM, "control socket: %s", zmq_strerror(zmq_errno()));
+		goto out_free;
+	}
+	/* a stale socket file of a dead daemon would make bind fail with EADDRINUSE */
+	unlink(c->path);
+	if (zmq_bind(c->sock, endpoint)) {
+		rc = -zmq_errno();
+		vr_err(err, errlen, rc, "control socket: cannot bind %s: %s", endpoint,
+		       zmq_strerror(-rc));
+		goto out_free;
+	}
+	/* 0660 and the run_dir's group, whatever the umask (operators are in group volrec) */
+	{
+		char dir[CFG_PATH_MAX], *slash;
+		struct stat st;
+
+		snprintf(dir, sizeof(dir), "%s", c->path);
+		slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		if (chmod(c->path, 0660) ||
+		    (slash && stat(dir, &st) == 0 && st.st_gid != getegid() &&
+		     chown(c->path, (uid_t)-1, st.st_gid))) {
+			rc = vr_err_errno(err, errlen, -errno,
+			                  "control socket %s: cannot set its mode", c->path);
+			goto out_free;
+		}
+	}
+	*out = c;
+	return 0;
+out_free:
+	if (c->sock)
+		zmq_close(c->sock);
+	free(c);
+	return rc;
+}
+
+int vrd_ctl_fd(struct vrd_ctl *c)
+{
+	int fd = -1;
+	size_t len = sizeof(fd);
+
+	if (zmq_getsockopt(c->sock, ZMQ_FD, &fd, &len))
+		return -1;
+	return fd;
+}
+
+static void peer_of(zmq_msg_t *m, struct vrd_ctl_peer *p)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	int fd = zmq_msg_get(m, ZMQ_SRCFD);
+
+	memset(p, 0, sizeof(*p));
+	if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
+		p->have_uid = true;
+		p->uid = cr.uid;
+		p->pid = cr.pid;
+	}
+}
+
+/* Receive the rest of a multipart message into parts (at most max; extra parts are counted in
+ * *extra and dropped). */
+static int recv_parts(void *sock, zmq_msg_t *parts, int max, int *extra)
+{
+	int n = 0, more = 1;
+	size_t len;
+
+	*extra = 0;
+	while (more) {
+		zmq_msg_t tmp, *m = n < max ? &parts[n] : &tmp;
+
+		zmq_msg_init(m);
+		if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(m);
+			break;
+		}
+		len = sizeof(more);
+		if (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len))
+			more = 0;
+		if (n < max)
+			n++;
+		else {
+			zmq_msg_close(&tmp);
+			(*extra)++;
+		}
+	}
+	return n;
+}
+
+int vrd_ctl_process(struct vrd_ctl *c)
+{
+	int done = 0;
+
+	/* ROUTER: [peer identity][empty delimiter (REQ clients)][one JSON frame]; a ROUTER never
+	 * blocks and has no send/receive state to get stuck in when a peer goes away */
+	while (done < VRD_CTL_BURST) {
+		struct vrd_ctl_peer peer;
+		zmq_msg_t parts[3];
+		int n, extra, body;
+		bool refused, delim;
+		char *reply;
+
+		n = recv_parts(c->sock, parts, 3, &extra);
+		if (n == 0)
+			break;
+		delim = n >= 2 && zmq_msg_size(&parts[1]) == 0;
+		body = delim ? 2 : 1;
+		if (n <= body || extra || n > body + 1) {
+			reply = reply_error(NULL, "a request is one frame holding one JSON object");
+			refused = true;
+			memset(&peer, 0, sizeof(peer));
+		} else {
+			peer_of(&parts[body], &peer);
+			reply = vrd_ctl_answer(&c->svc, zmq_msg_data(&parts[body]),
+			                       zmq_msg_size(&parts[body]), &peer, &refused);
+		}
+		if (!reply) {
+			reply = strdup("{\"ok\":false,\"error\":\"out of memory\"}");
+			refused = true;
+		}
+		/* reply to the identity; a peer that is gone or slow loses its reply */
+		if (reply && zmq_send(c->sock, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]),
+		                      ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
+			if (delim)
+				zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+			zmq_send(c->sock, reply, strlen(reply), ZMQ_DONTWAIT);
+		}
+		free(reply);
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&parts[i]);
+		if (refused)
+			c->refused++;
+		else
+			c->answered++;
+		done++;
+	}
+	return done;
+}
+
+void vrd_ctl_counts(const struct vrd_ctl *c, uint64_t *answered, uint64_t *refused)
+{
+	*answered = c ? c->answered : 0;
+	*refused = c ? c->refused : 0;
+}
+
+void vrd_ctl_close(struct vrd_ctl *c)
+{
+	if (!c)
+		return;
+	zmq_close(c->sock);
+	unlink(c->path);
+	free(c);
+}

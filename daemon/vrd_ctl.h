@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The control socket of volrecd (DESIGN.md §5, docs/control.md): a ZeroMQ ROUTER socket on
+ * ipc://<run_dir>/<instance>.ctl (0660, the run_dir's group) answering REQ clients' JSON
+ * requests get, set, reset_history and status. This part parses, bounds and answers requests; what a request does
+ * is the service's (callbacks), so that a set goes through the same live path as a reload.
+ */
+#ifndef VOLREC_DAEMON_VRD_CTL_H
+#define VOLREC_DAEMON_VRD_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <json-c/json.h>
+
+#include "base/base.h"
+#include "config/config.h"
+
+#define VRD_CTL_MAX_REQUEST 65536      /* bytes: larger requests get an error reply */
+#define VRD_CTL_HARD_LIMIT  (1u << 20) /* bytes: beyond this libzmq drops the connection */
+#define VRD_CTL_MAX_KEYS    32         /* keys in one set */
+#define VRD_CTL_BURST       16         /* requests answered per vrd_ctl_process call */
+
+/* Who sent a request. */
+struct vrd_ctl_peer {
+	bool have_uid;
+	uid_t uid; /* over ipc://: the peer's uid (SO_PEERCRED) */
+	pid_t pid;
+};
+
+/* What the service does for the control socket. Each returns 0 or a negative errno with a
+ * message in err (sent back in the reply). Called from the thread that calls vrd_ctl_process. */
+struct vrd_ctl_ops {
+	void *ctx;
+	/* The effective configuration (the one in force, runtime sets included). */
+	const struct vr_config *(*config)(void *ctx);
+	/* Apply next, which differs from config() in live keys only (paths[0..n) were set); the
+	 * service applies it between volumes, logs it, sends an event and rewrites the
+	 * effective configuration file. */
+	int (*apply)(void *ctx, const struct vr_config *next, const char *const *paths, size_t n,
+	             const struct vrd_ctl_peer *peer, char *err, size_t errlen);
+	/* Reset the reconstruction history before the next epoch. */
+	int (*reset_history)(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen);
+	/* The status object (a new reference; the same JSON as the status message). */
+	struct json_object *(*status)(void *ctx);
+};
+
+struct vrd_ctl;
+
+/* Bind the control socket at endpoint (ipc://PATH: the socket file gets mode 0660 and the
+ * group of its directory) in the ZeroMQ context zctx. On failure a negative errno and a
+ * message in err. */
+VR_MUST_CHECK int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *ops,
+                               struct vrd_ctl **out, char *err, size_t errlen);
+/* The file descriptor to poll for POLLIN (ZMQ_FD: edge-triggered, so call vrd_ctl_process
+ * whenever it is readable and on every loop turn). */
+int vrd_ctl_fd(struct vrd_ctl *c);
+/* Answer up to VRD_CTL_BURST pending requests; never blocks. Returns how many were answered. */
+int vrd_ctl_process(struct vrd_ctl *c);
+/* Requests answered and refused since open (for status). */
+void vrd_ctl_counts(const struct vrd_ctl *c, uint64_t *answered, uint64_t *refused);
+/* Close the socket and remove its file. NULL is fine. */
+void vrd_ctl_close(struct vrd_ctl *c);
+
+/* The reply to one request (exposed for the fuzz harness and unit tests): request is len
+ * bytes (not NUL-terminated); returns the reply text (malloc'ed, caller frees) or NULL when
+ * out of memory. *refused tells whether the reply is an error. */
+char *vrd_ctl_answer(const struct vrd_ctl_ops *ops, const char *request, size_t len,
+                     const struct vrd_ctl_peer *peer, bool *refused);
+
+#endif

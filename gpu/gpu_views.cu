@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The views of ALGORITHMS.md §4 on the device, from the u8 volume already there: en-face
+ * mean/max over the slab and the plane (one warp per A-scan column), and the MIP render (one
+ * thread per pixel, samples clipped to the box by be_render_krange). The B-scan and slice are
+ * plain copies out of the volume (gpu_backend.c). cpu/views.c is the reference.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "gpu.h"
+
+__global__ void k_enface(const uint8_t *__restrict__ V, int Y, int X, int Z, int za, int zb, int z0,
+                         uint8_t *mean, uint8_t *mx, uint8_t *plane)
+{
+	const int lane = threadIdx.x & 31;
+	const long long col = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+
+	if (col >= (long long)Y * X)
+		return;
+	const uint8_t *a = V + col * Z;
+	unsigned sum = 0, m = 0;
+	for (int z = za + lane; z < zb; z += 32) {
+		unsigned v = __ldg(a + z);
+		sum += v;
+		m = v > m ? v : m;
+	}
+	for (int o = 16; o > 0; o >>= 1) {
+		sum += __shfl_down_sync(0xffffffffu, sum, o);
+		unsigned t = __shfl_down_sync(0xffffffffu, m, o);
+		m = t > m ? t : m;
+	}
+	if (lane == 0) {
+		unsigned n = (unsigned)(zb - za);
+		if (mean)
+			mean[col] = (uint8_t)((2u * sum + n) / (2u * n));
+		if (mx)
+			mx[col] = (uint8_t)m;
+		if (plane)
+			plane[col] = a[z0];
+	}
+}
+
+__device__ __forceinline__ float vox(const uint8_t *V, int X, int Z, int y, int x, int z)
+{
+	return (float)__ldg(V + ((long long)y * X + x) * Z + z);
+}
+
+__global__ void k_render(const uint8_t *__restrict__ V, int Y, int X, int Z,
+                         struct be_render_setup r, uint8_t *out)
+{
+	const int j = blockIdx.x * blockDim.x + threadIdx.x;
+	const int i = blockIdx.y * blockDim.y + threadIdx.y;
+
+	if (i >= (int)r.H || j >= (int)r.W)
+		return;
+	uint32_t k0, k1;
+	be_render_krange(&r, (uint32_t)i, (uint32_t)j, &k0, &k1);
+	float o[3];
+	for (int a = 0; a < 3; a++)
+		o[a] = r.forg[a] + ((float)j + 0.5f) * r.fdu[a] + ((float)i + 0.5f) * r.fdv[a];
+	float best = -1.0f;
+	for (uint32_t k = k0; k < k1; k++) {
+		float q[3];
+		bool inside = true;
+#pragma unroll
+		for (int a = 0; a < 3; a++) {
+			q[a] = o[a] + ((float)k + 0.5f) * r.fdt[a];
+			inside = inside && q[a] >= -1e-4f && q[a] <= r.lim[a] + 1e-4f;
+			q[a] = fminf(fmaxf(q[a], 0.0f), r.lim[a]);
+		}
+		if (!inside)
+			continue;
+		int x0 = min((int)q[0], X - 1), y0 = min((int)q[1], Y - 1),
+		    z0 = min((int)q[2], Z - 1);
+		int x1 = min(x0 + 1, X - 1), y1 = min(y0 + 1, Y - 1), z1 = min(z0 + 1, Z - 1);
+		float fx = q[0] - x0, fy = q[1] - y0, fz = q[2] - z0;
+		float c00 = vox(V, X, Z, y0, x0, z0), c01 = vox(V, X, Z, y0, x1, z0);
+		float c10 = vox(V, X, Z, y1, x0, z0), c11 = vox(V, X, Z, y1, x1, z0);
+		c00 += (vox(V, X, Z, y0, x0, z1) - c00) * fz;
+		c01 += (vox(V, X, Z, y0, x1, z1) - c01) * fz;
+		c10 += (vox(V, X, Z, y1, x0, z1) - c10) * fz;
+		c11 += (vox(V, X, Z, y1, x1, z1) - c11) * fz;
+		c00 += (c01 - c00) * fx;
+		c10 += (c11 - c10) * fx;
+		float v = c00 + (c10 - c00) * fy;
+		best = fmaxf(best, v);
+	}
+	out[(size_t)i * r.W + j] = best < 0.0f ? 0 : (uint8_t)floorf(best + 0.5f);
+}
+
+extern "C" cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_params *p,
+                                         uint8_t *mean, uint8_t *mx, uint8_t *plane, cudaStream_t s)
+{
+	const long long cols = (long long)p->Y * p->X;
+	const int per_block = 8;
+
+	k_enface<<<(unsigned)((cols + per_block - 1) / per_block), 32 * per_block, 0, s>>>(
+	        V, (int)p->Y, (int)p->X, (int)p->Z, (int)p->slab[0], (int)p->slab[1],
+	        (int)p->position[2], mean, mx, plane);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_params *p,
+                                         const struct be_render_setup *r, uint8_t *out,
+                                         cudaStream_t s)
+{
+	dim3 block(16, 8), grid((r->W + 15) / 16, (r->H + 7) / 8);
+
+	k_render<<<grid, block, 0, s>>>(V, (int)p->Y, (int)p->X, (int)p->Z, *r, out);
+	return cudaGetLastError();
+}

@@ -1,0 +1,1535 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pipeline engine: an acquisition thread that drives the source into the raw ring (never
+ * waiting for processing unless the pipeline blocks), and a processing thread that feeds epochs
+ * to the backend, into the sink's buffers, and publishes them. One processing loop for both
+ * depths: depth 1 takes a complete epoch, finishes it and publishes it; depth 2 submits B-scans
+ * as they arrive and keeps the next epoch's submission going while one is in flight. Sources
+ * with the zero-copy calls of shim.h fill no ring buffer: the ring then holds references into
+ * the source's own memory, registered with the backend, released when their epoch is done.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "volrec/protocol.h"
+
+const char *const pl_drop_names[PL_DROP_COUNT] = {
+        [PL_DROP_RING_FULL] = "ring_full",
+        [PL_DROP_INCOMPLETE_EPOCH] = "incomplete_epoch",
+        [PL_DROP_PROCESSING_ERROR] = "processing_error",
+        [PL_DROP_SOURCE_ERROR] = "source_error",
+        [PL_DROP_SOURCE_TIMEOUT] = "source_timeout",
+};
+
+const char *const pl_lat_names[PL_LAT_N] = {
+        [PL_LAT_E2E] = "acquire_to_publish",
+        [PL_LAT_PRE] = "preprocess",
+        [PL_LAT_REC] = "reconstruct",
+        [PL_LAT_PUB] = "publish",
+};
+
+#define BACKOFF_FIRST_MS 100
+#define BACKOFF_MAX_MS   5000
+#define REOPEN_AFTER     5     /* consecutive faults before the source is closed and reopened */
+#define REGIONS_MAX      4096u /* most regions a source may report */
+#define STOP_GRACE_MS    1000  /* a stuck source call is waited for its timeout plus this */
+#define MSG_MAX          1024
+
+struct pl_pipeline {
+	struct pl_options opt;
+	struct vr_config cfg; /* owned copy: the structural parameters in force */
+	struct be_backend *be;
+	struct src_source src;
+	bool src_is_open;
+	char reopen_err[256];             /* why the source could not be reopened, "" when it was */
+	struct volrec_shim_info src_info; /* sanitized copy for other threads, under mu */
+	uint64_t src_epochs;
+	struct pl_sink sink;
+	size_t bscan_bytes;
+	int timeout_ms;
+	uint32_t ny;
+	int depth;       /* 1 or 2 */
+	uint64_t epochs; /* pl_run: acquire epochs 0..epochs-1, then end (0: until pl_stop) */
+	bool block;      /* wait for room instead of dropping */
+
+	void *ring_mem; /* copying path: the ring's B-scans (host_alloc) */
+	void *scratch;  /* where B-scans of a dropped epoch land */
+	struct pl_ring ring;
+	bool zc;                            /* zero-copy: entries are references (fixed) */
+	char zc_why[512];                   /* why the copying path runs */
+	struct volrec_shim_region *regions; /* the source's regions registered with the backend */
+	uint32_t nregions;
+	/* a new region set for the processing thread to register (source reopened; zc only) */
+	struct volrec_shim_region *reg_new;
+	uint32_t reg_new_n;
+	uint64_t reg_req, reg_done;
+	int reg_rc;
+	char reg_err[512];
+
+	/* the epoch acquisition is in (for a cut on its behalf when it is abandoned) */
+	uint64_t acq_epoch;
+	uint32_t acq_got; /* its B-scans committed to the ring */
+	/* an epoch cut short after processing took part of it (depth 2) */
+	bool cut_set;
+	uint64_t cut_epoch;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv_data; /* processing waits for B-scans or a request */
+	pthread_cond_t cv_room; /* acquisition waits for room, sleeps in back-off */
+	pthread_cond_t cv_done; /* pl_run and pl_stop wait for acquisition to end */
+	bool stop_acq, acq_done, acq_exited, stop_proc;
+	bool abandoned;       /* pl_stop went on without the acquisition thread */
+	bool close_requested; /* abandoned, and pl_close was called: the thread frees pl */
+	int fail_rc;          /* stop_on_fault: the first fault or error */
+	char fail_msg[MSG_MAX];
+
+	/* requests applied by the processing thread between epochs */
+	struct vr_config live_cfg;
+	bool live_cfg_set;
+	uint64_t live_req, live_done;
+	int live_rc;
+	char live_err[512];
+	uint64_t reset_req, reset_done;
+	bool reset_flag; /* the next published volume is the first after a history reset */
+
+	/* watchdog marks */
+	_Atomic uint64_t proc_epochs, acq_returns;
+	_Atomic bool proc_waiting;
+	_Atomic int acq_state;
+
+	/* statistics, under mu */
+	struct pl_counters c;
+	struct vr_window lat[PL_LAT_N];
+	bool degraded;
+	char fault[256];
+	uint64_t last_epoch;
+
+	pthread_t acq_thr, proc_thr;
+	bool acq_started, proc_started, started, stopped;
+};
+
+/* ---- events ------------------------------------------------------------------------------- */
+
+static void emit(struct pl_pipeline *pl, const char *name, enum pl_level level, bool announce,
+                 const char *fmt, ...) VR_PRINTF(5, 6);
+
+static void emit(struct pl_pipeline *pl, const char *name, enum pl_level level, bool announce,
+                 const char *fmt, ...)
+{
+	char raw[MSG_MAX], msg[MSG_MAX];
+	struct pl_event ev = {.name = name, .level = level, .announce = announce, .message = msg};
+	va_list ap;
+
+	if (!pl->opt.on_event)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(raw, sizeof(raw), fmt, ap);
+	va_end(ap);
+	vr_utf8_sanitize(raw, msg, sizeof(msg));
+	pl->opt.on_event(pl->opt.event_ctx, &ev);
+}
+
+/* Record the first failure of a stop_on_fault run and stop acquisition. mu not held. */
+static void fail_run(struct pl_pipeline *pl, int rc, const char *msg)
+{
+	pthread_mutex_lock(&pl->mu);
+	if (!pl->fail_rc) {
+		pl->fail_rc = rc < 0 ? rc : -EIO;
+		vr_utf8_sanitize(msg, pl->fail_msg, sizeof(pl->fail_msg));
+	}
+	pl->stop_acq = true;
+	pthread_cond_broadcast(&pl->cv_room);
+	pthread_cond_broadcast(&pl->cv_data);
+	pthread_cond_broadcast(&pl->cv_done);
+	pthread_mutex_unlock(&pl->mu);
+}
+
+/* ---- source open/close ---------------------------------------------------------------------- */
+
+static int source_open(struct pl_pipeline *pl, char *err, size_t errlen)
+{
+	memset(&pl->src, 0, sizeof(pl->src));
+	if (pl->opt.source_open)
+		return pl->opt.source_open(pl->opt.source_ctx, &pl->cfg, pl->opt.src_flags,
+		                           &pl->src, err, errlen);
+	return src_open(&pl->cfg, pl->opt.src_flags, &pl->src, err, errlen);
+}
+
+static void source_close(struct pl_pipeline *pl)
+{
+	if (pl->opt.source_close)
+		pl->opt.source_close(pl->opt.source_ctx, &pl->src);
+	else
+		src_close(&pl->src);
+	memset(&pl->src, 0, sizeof(pl->src));
+}
+
+/* Copy the source's info, each string made valid UTF-8, for other threads. mu held. */
+static void source_info_update(struct pl_pipeline *pl)
+{
+	const struct volrec_shim_info *in = &pl->src.info;
+	struct volrec_shim_info *out = &pl->src_info;
+	char tmp[sizeof(in->device) + 1];
+
+	memset(out, 0, sizeof(*out));
+	snprintf(tmp, sizeof(tmp), "%.*s", (int)sizeof(in->name), in->name);
+	vr_utf8_sanitize(tmp, out->name, sizeof(out->name));
+	snprintf(tmp, sizeof(tmp), "%.*s", (int)sizeof(in->version), in->version);
+	vr_utf8_sanitize(tmp, out->version, sizeof(out->version));
+	snprintf(tmp, sizeof(tmp), "%.*s", (int)sizeof(in->device), in->device);
+	vr_utf8_sanitize(tmp, out->device, sizeof(out->device));
+	out->flags = in->flags;
+}
+
+/* ---- zero-copy: the source's regions and references --------------------------------------- */
+
+/* Unregister and forget the registered regions. Backend call: the thread that owns it. */
+static void regions_unregister(struct pl_pipeline *pl)
+{
+	for (uint32_t i = 0; i < pl->nregions; i++)
+		be_host_unregister(pl->be, (void *)pl->regions[i].base);
+	free(pl->regions);
+	pl->regions = NULL;
+	pl->nregions = 0;
+}
+
+/* Register regs[0..n) (malloc'ed, taken over in every case) with the backend; on failure
+ * nothing stays registered. Backend call: the thread that owns it. */
+static int regions_register(struct pl_pipeline *pl, struct volrec_shim_region *regs, uint32_t n,
+                            char *err, size_t errlen)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		int rc = be_host_register(pl->be, (void *)regs[i].base, regs[i].size);
+
+		if (rc < 0) {
+			vr_err_errno(err, errlen, rc,
+			             "backend %s: host_register of the source's region %u of %u "
+			             "(%zu bytes at %p)",
+			             be_name(pl->be), i, n, regs[i].size, regs[i].base);
+			while (i--)
+				be_host_unregister(pl->be, (void *)regs[i].base);
+			free(regs);
+			return rc;
+		}
+	}
+	pl->regions = regs;
+	pl->nregions = n;
+	return 0;
+}
+
+/* Ask the opened source for its regions (malloc'ed into *out) and check them. Source call:
+ * the thread that drives the source. */
+static int source_regions(struct pl_pipeline *pl, struct volrec_shim_region **out, uint32_t *n,
+                          char *err, size_t errlen)
+{
+	struct volrec_shim_region *regs;
+	uint32_t count = 0, again = 0;
+	int rc;
+
+	rc = pl_src_ref_regions(&pl->src, NULL, 0, &count);
+	if (rc < 0)
+		return vr_err(err, errlen, rc, "source %s: ref_regions(): %s", pl->src.info.name,
+		              src_strerror(&pl->src, rc));
+	if (count == 0 || count > REGIONS_MAX)
+		return vr_err(err, errlen, -EPROTO,
+		              "source %s: ref_regions() reports %u regions (1..%u expected)",
+		              pl->src.info.name, count, REGIONS_MAX);
+	regs = calloc(count, sizeof(*regs));
+	if (!regs)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	rc = pl_src_ref_regions(&pl->src, regs, count, &again);
+	if (rc < 0 || again != count) {
+		free(regs);
+		return vr_err(err, errlen, rc < 0 ? rc : -EPROTO, "source %s: ref_regions(): %s",
+		              pl->src.info.name,
+		              rc < 0 ? src_strerror(&pl->src, rc) : "the region count changed");
+	}
+	for (uint32_t i = 0; i < count; i++)
+		if (!regs[i].base || regs[i].size < pl->bscan_bytes) {
+			vr_err(err, errlen, -EPROTO,
+			       "source %s: ref_regions(): region %u (%zu bytes at %p) cannot hold "
+			       "a "
+			       "B-scan of %zu bytes",
+			       pl->src.info.name, i, regs[i].size, regs[i].base, pl->bscan_bytes);
+			free(regs);
+			return -EPROTO;
+		}
+	*out = regs;
+	*n = count;
+	return 0;
+}
+
+/* Whether a whole B-scan at p lies in a registered region (acquisition thread). */
+static bool ref_inside(const struct pl_pipeline *pl, const void *p)
+{
+	for (uint32_t i = 0; i < pl->nregions; i++) {
+		uintptr_t b = (uintptr_t)pl->regions[i].base, q = (uintptr_t)p;
+
+		if (q >= b && q - b <= pl->regions[i].size - pl->bscan_bytes)
+			return true;
+	}
+	return false;
+}
+
+/* Give back a reference to the source (mu held: release_ref calls never overlap). */
+static void release_one(struct pl_pipeline *pl, const void *p)
+{
+	int rc = pl_src_release_ref(&pl->src, p);
+
+	if (rc < 0)
+		emit(pl, "source_fault", PL_WARNING, false, "source %s: release_ref(%p): %s",
+		     pl->src.info.name, p, src_strerror(&pl->src, rc));
+}
+
+/* Release the references held by ring entries [from, from + n) from the tail (mu held). */
+static void release_entries(struct pl_pipeline *pl, uint32_t from, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct pl_entry *en = pl_ring_at(&pl->ring, from + i);
+
+		if (en->ref) {
+			release_one(pl, en->data);
+			en->ref = false;
+			en->data = NULL;
+		}
+	}
+}
+
+/* Have the processing thread (the backend's thread) replace the registered regions by regs
+ * (malloc'ed, taken over; NULL, 0: none) and wait for it. Acquisition thread, mu not held. */
+static int set_regions(struct pl_pipeline *pl, struct volrec_shim_region *regs, uint32_t n,
+                       char *err, size_t errlen)
+{
+	uint64_t req;
+	int rc;
+
+	pthread_mutex_lock(&pl->mu);
+	free(pl->reg_new);
+	pl->reg_new = regs;
+	pl->reg_new_n = n;
+	req = ++pl->reg_req;
+	pthread_cond_signal(&pl->cv_data);
+	/* the processing thread runs until acquisition is done: it always answers */
+	while (pl->reg_done < req)
+		pthread_cond_wait(&pl->cv_room, &pl->mu);
+	rc = pl->reg_rc;
+	snprintf(err, errlen, "%s", pl->reg_err);
+	pthread_mutex_unlock(&pl->mu);
+	return rc;
+}
+
+/* ---- acquisition -------------------------------------------------------------------------- */
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+	uint64_t t = vr_mono_ns() + (uint64_t)ms * 1000000ull;
+
+	ts->tv_sec = (time_t)(t / 1000000000ull);
+	ts->tv_nsec = (long)(t % 1000000000ull);
+}
+
+/* Sleep ms or until stop is asked (mu held). Returns true when stopping. */
+static bool sleep_or_stop(struct pl_pipeline *pl, int ms)
+{
+	struct timespec ts;
+
+	deadline_in(&ts, ms);
+	while (!pl->stop_acq)
+		if (pthread_cond_timedwait(&pl->cv_room, &pl->mu, &ts) == ETIMEDOUT)
+			break;
+	return pl->stop_acq;
+}
+
+/* After each call into the source: whether pl_stop gave up waiting for it (then nothing but
+ * the lock may be touched any more). */
+static bool acq_abandoned(struct pl_pipeline *pl)
+{
+	bool ab;
+
+	pthread_mutex_lock(&pl->mu);
+	ab = pl->abandoned;
+	pthread_mutex_unlock(&pl->mu);
+	atomic_fetch_add(&pl->acq_returns, 1);
+	return ab;
+}
+
+static int source_reopen(struct pl_pipeline *pl)
+{
+	char err[512];
+	int rc;
+
+	if (pl->src_is_open && pl->zc) {
+		bool stop;
+
+		/* zero-copy: every reference into the old source must be given back (its epochs
+		 * processed or dropped) and its regions unregistered before it is closed */
+		pthread_mutex_lock(&pl->mu);
+		while (pl->ring.ready && !pl->stop_acq)
+			pthread_cond_wait(&pl->cv_room, &pl->mu);
+		stop = pl->stop_acq;
+		pthread_mutex_unlock(&pl->mu);
+		if (stop)
+			return -ECANCELED; /* the source is closed after processing stopped */
+		(void)set_regions(pl, NULL, 0, err, sizeof(err));
+	}
+	if (pl->src_is_open) {
+		source_close(pl);
+		pl->src_is_open = false;
+	}
+	rc = source_open(pl, err, sizeof(err));
+	if (rc < 0) {
+		emit(pl, "source_fault", PL_WARNING, false, "source: reopening failed: %s", err);
+		snprintf(pl->reopen_err, sizeof(pl->reopen_err), "%.200s", err);
+		return rc;
+	}
+	pl->reopen_err[0] = '\0';
+	if (pl->zc) {
+		struct volrec_shim_region *regs = NULL;
+		uint32_t n = 0;
+
+		if (src_has_refs(&pl->src))
+			rc = source_regions(pl, &regs, &n, err, sizeof(err));
+		else
+			rc = vr_err(err, sizeof(err), -EPROTO,
+			            "the reopened source has no zero-copy calls");
+		if (rc == 0)
+			rc = set_regions(pl, regs, n, err, sizeof(err));
+		if (rc < 0) {
+			emit(pl, "source_fault", PL_WARNING, false,
+			     "source: reopened, but zero-copy acquisition cannot resume: %s", err);
+			source_close(pl);
+			return rc;
+		}
+	}
+	pl->src_is_open = true;
+	pthread_mutex_lock(&pl->mu);
+	source_info_update(pl);
+	pl->c.source_reopens++;
+	pthread_mutex_unlock(&pl->mu);
+	emit(pl, NULL, PL_NOTICE, false, "source: reopened %s", pl->src.info.name);
+	return 0;
+}
+
+/* The text of a failed source call; while the source cannot be reopened, why not. */
+static void fault_text(struct pl_pipeline *pl, const char *what, int rc, char *msg, size_t len)
+{
+	if (!pl->src_is_open && pl->reopen_err[0]) {
+		snprintf(msg, len, "source: reopening failed: %s", pl->reopen_err);
+		return;
+	}
+	snprintf(msg, len, "source %s: %s: %s", pl->src_is_open ? pl->src.info.name : "-", what,
+	         pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
+}
+
+/*
+ * A fault: with stop_on_fault the run ends with it; otherwise count, go degraded (an event on
+ * the first of a series), back off, and every REOPEN_AFTER faults reopen the source. Returns
+ * true when acquisition must end (stopping, or abandoned).
+ */
+static bool source_fault(struct pl_pipeline *pl, const char *msg, int rc, unsigned *streak,
+                         int *backoff_ms, bool *started)
+{
+	bool first, stop;
+
+	if (pl->opt.stop_on_fault) {
+		fail_run(pl, rc, msg);
+		return true;
+	}
+	pthread_mutex_lock(&pl->mu);
+	pl->c.source_faults++;
+	first = !pl->degraded;
+	pl->degraded = true;
+	vr_utf8_sanitize(msg, pl->fault, sizeof(pl->fault));
+	pthread_mutex_unlock(&pl->mu);
+	emit(pl, "source_fault", first ? PL_WARNING : PL_DEBUG, first, "%s", msg);
+
+	(*streak)++;
+	*backoff_ms = *streak == 1 ? BACKOFF_FIRST_MS : *backoff_ms * 2;
+	if (*backoff_ms > BACKOFF_MAX_MS)
+		*backoff_ms = BACKOFF_MAX_MS;
+	atomic_store(&pl->acq_state, PL_ACQ_BACKOFF);
+	pthread_mutex_lock(&pl->mu);
+	stop = sleep_or_stop(pl, *backoff_ms);
+	pthread_mutex_unlock(&pl->mu);
+	atomic_fetch_add(&pl->acq_returns, 1);
+	if (stop)
+		return true;
+	if (!pl->src_is_open || *streak % REOPEN_AFTER == 0) {
+		atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
+		rc = source_reopen(pl);
+		if (acq_abandoned(pl))
+			return true;
+		if (rc == 0)
+			*started = false;
+	}
+	return false;
+}
+
+/*
+ * The epoch being acquired ends short (fault, stop, a mis-numbered B-scan). Unfilled room goes
+ * back. When processing has taken none of its B-scans they are dropped here; otherwise (depth
+ * 2) processing already gave some to the backend: the partial epoch stays processing's, which
+ * finishes it without publishing and counts its B-scans as incomplete_epoch. mu held.
+ */
+static void cut_epoch(struct pl_pipeline *pl)
+{
+	struct pl_ring *r = &pl->ring;
+	uint32_t got = pl->acq_got, n;
+
+	pl_ring_unreserve(r);
+	pl->acq_got = 0;
+	if (!got)
+		return;
+	if (r->claimed > r->ready - got) {
+		pl->cut_set = true;
+		pl->cut_epoch = pl->acq_epoch;
+		pthread_cond_signal(&pl->cv_data);
+		return;
+	}
+	release_entries(pl, r->ready - got, got);
+	n = pl_ring_retract(r, got);
+	pl->c.drops[PL_DROP_INCOMPLETE_EPOCH] += n;
+}
+
+/* Whether a failed acquire means the replay file ended (nothing more will come). */
+static bool source_ended(const struct pl_pipeline *pl, int rc)
+{
+	return rc == -ENODATA && pl->cfg.source.type == CFG_SOURCE_REPLAY &&
+	       (!pl->cfg.source.replay.loop || (pl->opt.src_flags & SRC_NO_LOOP));
+}
+
+static void pipeline_free(struct pl_pipeline *pl);
+
+static void *acq_main(void *arg)
+{
+	struct pl_pipeline *pl = arg;
+	const struct vr_config *cfg = &pl->cfg;
+	bool started = false, recovering = false, resync = false;
+	unsigned streak = 0;
+	int backoff_ms = 0;
+	uint64_t e = 0;
+
+	while (1) {
+		uint32_t ox, oy, b, discards = 0;
+		bool dropping = false, cut = false;
+		char msg[MSG_MAX];
+		int rc;
+
+		if (pl->epochs && e >= pl->epochs) {
+			atomic_store(&pl->acq_state, PL_ACQ_ENDED);
+			break;
+		}
+		pthread_mutex_lock(&pl->mu);
+		if (pl->stop_acq) {
+			pthread_mutex_unlock(&pl->mu);
+			break;
+		}
+		pthread_mutex_unlock(&pl->mu);
+		if (!pl->src_is_open) {
+			fault_text(pl, "open", -ENODEV, msg, sizeof(msg));
+			if (source_fault(pl, msg, -ENODEV, &streak, &backoff_ms, &started))
+				break;
+			continue;
+		}
+
+		vr_scan_offset(e, cfg->geometry.stride[0], cfg->geometry.stride[1], &ox, &oy);
+		atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
+		rc = pl_src_set_scan_offset(&pl->src, e, ox, oy);
+		if (rc == 0 && !started) {
+			rc = pl_src_start(&pl->src);
+			started = rc == 0;
+		}
+		if (acq_abandoned(pl))
+			goto out;
+		if (rc < 0) {
+			fault_text(pl, started ? "set_scan_offset" : "start", rc, msg, sizeof(msg));
+			if (source_fault(pl, msg, rc, &streak, &backoff_ms, &started))
+				break;
+			e++;
+			continue;
+		}
+		pthread_mutex_lock(&pl->mu);
+		pl->c.epochs_started++;
+		pl->acq_epoch = e;
+		pl->acq_got = 0;
+		/* room for the whole epoch is taken at its start: processing (depth 2) may hold
+		 * part of an epoch, so the ring never fills in the middle of one */
+		while (!pl->stop_acq && !pl_ring_reserve(&pl->ring, pl->ny)) {
+			if (!pl->block) {
+				dropping = true;
+				break;
+			}
+			atomic_store(&pl->acq_state, PL_ACQ_WAIT_ROOM);
+			pthread_cond_wait(&pl->cv_room, &pl->mu);
+		}
+		pthread_mutex_unlock(&pl->mu);
+
+		for (b = 0; b < pl->ny;) {
+			struct volrec_shim_meta meta = {0};
+			const void *data = NULL;
+			struct pl_entry *en;
+			void *buf;
+
+			pthread_mutex_lock(&pl->mu);
+			if (pl->stop_acq) {
+				pthread_mutex_unlock(&pl->mu);
+				cut = true;
+				break;
+			}
+			en = dropping ? NULL : pl_ring_next(&pl->ring);
+			buf = en ? en->buf : pl->scratch;
+			pthread_mutex_unlock(&pl->mu);
+
+			atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
+			if (pl->zc) {
+				rc = pl_src_acquire_ref(&pl->src, &data, pl->timeout_ms, &meta);
+				if (rc == 0 && !ref_inside(pl, data)) {
+					pthread_mutex_lock(&pl->mu);
+					release_one(pl, data);
+					pthread_mutex_unlock(&pl->mu);
+					rc = -EFAULT;
+				}
+			} else {
+				rc = pl_src_acquire(&pl->src, buf, pl->bscan_bytes, pl->timeout_ms,
+				                    &meta);
+				data = buf;
+			}
+			if (acq_abandoned(pl)) {
+				if (rc == 0 && pl->zc) {
+					pthread_mutex_lock(&pl->mu);
+					release_one(pl, data);
+					pthread_mutex_unlock(&pl->mu);
+				}
+				goto out;
+			}
+			if (rc > 0) {
+				snprintf(msg, sizeof(msg),
+				         "source %s: acquire() returned %d (0 or a negative errno "
+				         "expected)",
+				         pl->src.info.name, rc);
+				rc = -EPROTO;
+			} else if (rc < 0) {
+				fault_text(pl,
+				           rc == -ETIMEDOUT ? "acquire timed out"
+				           : rc == -EFAULT && pl->zc
+				                   ? "acquire_ref returned a B-scan outside the "
+				                     "regions it reported"
+				                   : "acquire",
+				           rc, msg, sizeof(msg));
+			}
+			if (rc < 0) {
+				pthread_mutex_lock(&pl->mu);
+				pl->c.drops[rc == -ETIMEDOUT ? PL_DROP_SOURCE_TIMEOUT
+				                             : PL_DROP_SOURCE_ERROR]++;
+				pthread_mutex_unlock(&pl->mu);
+				if (source_ended(pl, rc)) {
+					pthread_mutex_lock(&pl->mu);
+					cut_epoch(pl);
+					pthread_mutex_unlock(&pl->mu);
+					emit(pl, "source_ended", PL_NOTICE, false,
+					     "source: the replay file ended (loop: false); nothing "
+					     "more to acquire");
+					atomic_store(&pl->acq_state, PL_ACQ_ENDED);
+					goto out;
+				}
+				cut = true;
+				recovering = true;
+				if (source_fault(pl, msg, rc, &streak, &backoff_ms, &started))
+					goto out;
+				break;
+			}
+			if (meta.epoch != e || meta.bscan != b) {
+				/* after a cut the source may still deliver the rest of the epoch it
+				 * was in: those are dropped until its next epoch begins */
+				bool leftover =
+				        resync && b == 0 && meta.bscan != 0 && discards < pl->ny;
+
+				pthread_mutex_lock(&pl->mu);
+				pl->c.acquired++;
+				pl->c.drops[PL_DROP_INCOMPLETE_EPOCH]++;
+				if (pl->zc)
+					release_one(pl, data);
+				pthread_mutex_unlock(&pl->mu);
+				if (leftover) {
+					discards++;
+					continue;
+				}
+				snprintf(msg, sizeof(msg),
+				         "source %s: delivered epoch %llu B-scan %u where epoch "
+				         "%llu "
+				         "B-scan %u was due",
+				         pl->src.info.name, (unsigned long long)meta.epoch,
+				         meta.bscan, (unsigned long long)e, b);
+				cut = true;
+				recovering = true;
+				if (source_fault(pl, msg, -EPROTO, &streak, &backoff_ms, &started))
+					goto out;
+				break;
+			}
+			resync = false;
+			pthread_mutex_lock(&pl->mu);
+			pl->c.acquired++;
+			if (dropping) {
+				if (pl->zc)
+					release_one(pl, data);
+				pl->c.drops[PL_DROP_RING_FULL]++;
+			} else {
+				en->data = data;
+				en->ref = pl->zc;
+				en->epoch = e;
+				en->bscan = b;
+				en->t_mono_ns = vr_mono_ns();
+				en->t_real_ns =
+				        meta.timestamp_ns ? meta.timestamp_ns : vr_real_ns();
+				pl_ring_commit(&pl->ring);
+				pl->acq_got++;
+				if (pl->depth > 1 || pl->acq_got == pl->ny)
+					pthread_cond_signal(&pl->cv_data);
+			}
+			pthread_mutex_unlock(&pl->mu);
+			b++;
+		}
+		pthread_mutex_lock(&pl->mu);
+		if (cut)
+			cut_epoch(pl);
+		else
+			pl->acq_got = 0; /* complete (or dropped whole): processing's now */
+		pthread_mutex_unlock(&pl->mu);
+		if (cut) {
+			if (recovering) {
+				resync = true;
+				e++;
+				continue;
+			}
+			break; /* stopping */
+		}
+		if (recovering || streak) {
+			/* a whole epoch came through after faults: the source is back */
+			bool was;
+
+			pthread_mutex_lock(&pl->mu);
+			was = pl->degraded;
+			pl->degraded = false;
+			pl->fault[0] = '\0';
+			pthread_mutex_unlock(&pl->mu);
+			if (was)
+				emit(pl, "source_recovered", PL_NOTICE, true,
+				     "source: acquiring again after a fault");
+			recovering = false;
+			streak = 0;
+		}
+		e++;
+	}
+out:
+	pthread_mutex_lock(&pl->mu);
+	if (pl->abandoned) {
+		/* pl_stop went on without this thread (it cut the epoch on our behalf); when
+		 * pl_close came meanwhile, freeing everything is left to us */
+		bool free_now = pl->close_requested;
+
+		pl->acq_exited = true;
+		pthread_mutex_unlock(&pl->mu);
+		if (free_now)
+			pipeline_free(pl);
+		return NULL;
+	}
+	if (atomic_load(&pl->acq_state) != PL_ACQ_ENDED)
+		atomic_store(&pl->acq_state, PL_ACQ_IDLE);
+	cut_epoch(pl);
+	pl->acq_done = true;
+	pl->acq_exited = true;
+	pthread_cond_broadcast(&pl->cv_data);
+	pthread_cond_broadcast(&pl->cv_done);
+	pthread_mutex_unlock(&pl->mu);
+	return NULL;
+}
+
+/* ---- processing --------------------------------------------------------------------------- */
+
+/* Whether the main thread or acquisition asked for something between epochs; mu held. */
+static bool requests_pending(const struct pl_pipeline *pl)
+{
+	return pl->live_req != pl->live_done || pl->reset_req != pl->reset_done ||
+	       pl->reg_req != pl->reg_done;
+}
+
+/* Apply the requests (no epoch is in the backend); mu held, dropped around backend calls. */
+static void apply_requests(struct pl_pipeline *pl)
+{
+	if (pl->reg_req != pl->reg_done) {
+		/* the source is being reopened: it holds no references now (source_reopen) */
+		uint64_t req = pl->reg_req;
+		struct volrec_shim_region *regs = pl->reg_new;
+		uint32_t n = pl->reg_new_n;
+		char err[512] = "";
+		int rc = 0;
+
+		pl->reg_new = NULL;
+		pl->reg_new_n = 0;
+		pthread_mutex_unlock(&pl->mu);
+		regions_unregister(pl);
+		if (n)
+			rc = regions_register(pl, regs, n, err, sizeof(err));
+		pthread_mutex_lock(&pl->mu);
+		pl->reg_rc = rc;
+		snprintf(pl->reg_err, sizeof(pl->reg_err), "%s", err);
+		pl->reg_done = req;
+		pthread_cond_broadcast(&pl->cv_room);
+	}
+	if (pl->live_req != pl->live_done) {
+		uint64_t req = pl->live_req;
+		char err[512] = "";
+		int rc;
+
+		pthread_mutex_unlock(&pl->mu);
+		rc = be_update_live(pl->be, &pl->live_cfg, err, sizeof(err));
+		pthread_mutex_lock(&pl->mu);
+		pl->live_rc = rc;
+		snprintf(pl->live_err, sizeof(pl->live_err), "%s", err);
+		pl->live_done = req;
+	}
+	if (pl->reset_req != pl->reset_done) {
+		pl->reset_done = pl->reset_req;
+		pl->reset_flag = true;
+		pthread_mutex_unlock(&pl->mu);
+		be_reset_history(pl->be);
+		emit(pl, "history_reset", PL_NOTICE, true,
+		     "reconstruction history reset: the next epoch starts afresh");
+		pthread_mutex_lock(&pl->mu);
+	}
+}
+
+/*
+ * An epoch processing holds: `sb` while its B-scans are submitted, `fl` once finished
+ * asynchronously (reconstruction and the copies into the sink's buffers in flight). Its ring
+ * entries are the oldest ones processing holds.
+ */
+struct pl_flight {
+	bool on;
+	uint64_t epoch;
+	uint32_t n;           /* B-scans claimed (sb) / ring entries held (fl) */
+	bool failed;          /* a submit failed: the epoch is dropped as processing_error */
+	char err[512];        /* its message */
+	double pre_ms;        /* time spent in bscan_submit for this epoch */
+	uint64_t t_fin;       /* when the finish was queued (fl) */
+	struct be_output out; /* valid until be_epoch_wait returns (contract) */
+};
+
+/* Give back the n oldest entries; published: counted as processed, else as drops of cause.
+ * mu held. */
+static void finish_entries(struct pl_pipeline *pl, uint32_t n, bool published, enum pl_drop cause)
+{
+	release_entries(pl, 0, n);
+	pl_ring_release(&pl->ring, n);
+	if (published) {
+		pl->c.processed += n;
+		pl->c.epochs_published++;
+	} else {
+		pl->c.drops[cause] += n;
+	}
+	pthread_cond_broadcast(&pl->cv_room);
+	atomic_fetch_add(&pl->proc_epochs, 1);
+}
+
+/* Submit ring entries [from, from + k) (from the tail) of epoch sb; mu not held. */
+static void submit(struct pl_pipeline *pl, struct pl_flight *sb, uint32_t from, uint32_t k)
+{
+	uint64_t t0 = vr_mono_ns();
+
+	for (uint32_t i = 0; i < k && !sb->failed; i++) {
+		const struct pl_entry *en = pl_ring_at(&pl->ring, from + i);
+		int rc = be_bscan_submit(pl->be, en->epoch, en->bscan, en->data);
+
+		if (rc < 0) {
+			sb->failed = true;
+			vr_err_errno(sb->err, sizeof(sb->err), rc,
+			             "backend %s: submitting B-scan %u of epoch %llu",
+			             be_name(pl->be), en->bscan, (unsigned long long)en->epoch);
+		}
+	}
+	sb->pre_ms += (double)(vr_mono_ns() - t0) / 1e6;
+}
+
+/* Finish an epoch whose output is not wanted (cut short, or a submit failed) so that the
+ * backend is ready for the next one; missing B-scans come from the scratch buffer. Returns
+ * whether the backend finished it (its history then holds made-up data). mu not held. */
+static bool finish_unwanted(struct pl_pipeline *pl, struct pl_flight *sb)
+{
+	struct be_output none = {0};
+	char err[512];
+	int rc;
+
+	if (!sb->failed) {
+		uint8_t *have = calloc(pl->ny, 1);
+
+		if (!have)
+			return false;
+		for (uint32_t i = 0; i < sb->n; i++)
+			have[pl_ring_at(&pl->ring, i)->bscan] = 1;
+		for (uint32_t b = 0; b < pl->ny; b++)
+			if (!have[b] && be_bscan_submit(pl->be, sb->epoch, b, pl->scratch) < 0)
+				break;
+		free(have);
+	}
+	rc = be_epoch_finish_async(pl->be, sb->epoch, &none, err, sizeof(err));
+	if (rc == 0)
+		rc = be_epoch_wait(pl->be, sb->epoch, err, sizeof(err));
+	if (rc < 0 && !sb->failed)
+		emit(pl, "processing_error", PL_WARNING, false,
+		     "epoch %llu (cut short): the backend could not finish it: %s",
+		     (unsigned long long)sb->epoch, err);
+	return rc == 0;
+}
+
+/* Take the sink's buffers and queue the finish of sb into them; mu not held. */
+static int launch(struct pl_pipeline *pl, struct pl_flight *sb, char *err, size_t errlen)
+{
+	int rc;
+
+	if (sb->failed)
+		return vr_err(err, errlen, -EIO, "%s", sb->err);
+	memset(&sb->out, 0, sizeof(sb->out));
+	rc = pl->sink.begin(pl->sink.ctx, sb->epoch, &sb->out, err, errlen);
+	if (rc < 0) {
+		/* the backend holds the whole epoch: finish it, without output */
+		finish_unwanted(pl, sb);
+		return rc;
+	}
+	sb->t_fin = vr_mono_ns();
+	rc = be_epoch_finish_async(pl->be, sb->epoch, &sb->out, err, errlen);
+	if (rc < 0)
+		pl->sink.abort(pl->sink.ctx);
+	return rc;
+}
+
+/* Wait for the epoch in flight and publish it; fills ms. mu not held. */
+static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N], char *err,
+                size_t errlen)
+{
+	const struct pl_entry *e0 = pl_ring_at(&pl->ring, 0),
+	                      *el = pl_ring_at(&pl->ring, fl->n - 1);
+	struct pl_volume v = {0};
+	uint64_t t_pub;
+	int rc;
+
+	rc = be_epoch_wait(pl->be, fl->epoch, err, errlen);
+	if (rc < 0) {
+		pl->sink.abort(pl->sink.ctx);
+		return rc;
+	}
+	v.t_done_mono_ns = vr_mono_ns();
+	v.epoch = fl->epoch;
+	vr_scan_offset(fl->epoch, pl->cfg.geometry.stride[0], pl->cfg.geometry.stride[1], &v.ox,
+	               &v.oy);
+	v.t_first_ns = e0->t_real_ns;
+	v.t_last_ns = el->t_real_ns;
+	v.t_first_mono_ns = e0->t_mono_ns;
+	v.t_last_mono_ns = el->t_mono_ns;
+	v.latency_ns = v.t_done_mono_ns > el->t_mono_ns ? v.t_done_mono_ns - el->t_mono_ns : 0;
+	v.preprocess_ms = fl->pre_ms;
+	v.reconstruct_ms = (double)(v.t_done_mono_ns - fl->t_fin) / 1e6;
+	v.flags = pl->reset_flag ? VOLREC_FLAG_RESET : 0;
+	rc = pl->sink.publish(pl->sink.ctx, &v, err, errlen);
+	if (rc < 0)
+		return rc;
+	pl->reset_flag = false;
+	t_pub = vr_mono_ns();
+	ms[PL_LAT_E2E] = (double)(t_pub - el->t_mono_ns) / 1e6;
+	ms[PL_LAT_PRE] = v.preprocess_ms;
+	ms[PL_LAT_REC] = v.reconstruct_ms;
+	ms[PL_LAT_PUB] = (double)(t_pub - v.t_done_mono_ns) / 1e6;
+	return 0;
+}
+
+/* A processing failure: reported, and with stop_on_fault the end of the run. mu not held. */
+static void processing_error(struct pl_pipeline *pl, uint64_t epoch, int rc, const char *err)
+{
+	char msg[MSG_MAX];
+
+	snprintf(msg, sizeof(msg), "epoch %llu dropped: %s", (unsigned long long)epoch, err);
+	if (pl->opt.stop_on_fault)
+		fail_run(pl, rc, err);
+	else
+		emit(pl, "processing_error", PL_ERR, false, "%s", msg);
+}
+
+/*
+ * The processing loop. Depth 1: take a complete epoch, submit it, finish it, publish it. Depth
+ * 2: submit B-scans as acquisition delivers them; an epoch whose B-scans are all submitted is
+ * finished asynchronously, and the next one is submitted while it is in flight; volumes are
+ * published in epoch order. Requests (live parameters, history reset, regions) are applied
+ * only when no epoch is in the backend.
+ */
+static void *proc_main(void *arg)
+{
+	struct pl_pipeline *pl = arg;
+	struct pl_flight fl = {0}, sb = {0};
+	char err[512];
+
+	pthread_mutex_lock(&pl->mu);
+	while (1) {
+		bool requests = requests_pending(pl);
+		uint32_t avail = pl_ring_avail(&pl->ring);
+		bool take = pl->depth > 1 || !fl.on;
+
+		atomic_store(&pl->proc_waiting, false);
+		if (!fl.on && !sb.on && requests) {
+			apply_requests(pl);
+			continue;
+		}
+		/* 1. take what acquisition delivered of the epoch being submitted */
+		if (!sb.on && take && !requests && avail >= (pl->depth > 1 ? 1 : pl->ny)) {
+			memset(&sb, 0, sizeof(sb));
+			sb.on = true;
+			sb.epoch = pl_ring_at(&pl->ring, pl->ring.claimed)->epoch;
+		}
+		if (sb.on && take && avail && sb.n < pl->ny) {
+			uint32_t from = pl->ring.claimed, k = 0;
+
+			while (k < avail && sb.n + k < pl->ny &&
+			       pl_ring_at(&pl->ring, from + k)->epoch == sb.epoch)
+				k++;
+			if (k) {
+				pl_ring_claim(&pl->ring, k);
+				pthread_mutex_unlock(&pl->mu);
+				submit(pl, &sb, from, k);
+				pthread_mutex_lock(&pl->mu);
+				sb.n += k;
+				continue;
+			}
+		}
+		/* 2. the epoch in flight: wait for it, publish it, release its B-scans */
+		if (fl.on) {
+			double ms[PL_LAT_N];
+			int rc;
+
+			pthread_mutex_unlock(&pl->mu);
+			err[0] = '\0';
+			rc = land(pl, &fl, ms, err, sizeof(err));
+			if (rc < 0)
+				processing_error(pl, fl.epoch, rc, err);
+			pthread_mutex_lock(&pl->mu);
+			if (rc == 0) {
+				pl->last_epoch = fl.epoch;
+				for (int i = 0; i < PL_LAT_N; i++)
+					vr_window_add(&pl->lat[i], ms[i]);
+			}
+			finish_entries(pl, fl.n, rc == 0, PL_DROP_PROCESSING_ERROR);
+			fl.on = false;
+			continue;
+		}
+		/* 3. the epoch being submitted is complete: finish it */
+		if (sb.on && sb.n == pl->ny) {
+			int rc;
+
+			pthread_mutex_unlock(&pl->mu);
+			err[0] = '\0';
+			rc = launch(pl, &sb, err, sizeof(err));
+			if (rc < 0) {
+				if (sb.failed)
+					finish_unwanted(pl, &sb);
+				processing_error(pl, sb.epoch, rc, err);
+			}
+			pthread_mutex_lock(&pl->mu);
+			if (rc < 0) {
+				finish_entries(pl, sb.n, false, PL_DROP_PROCESSING_ERROR);
+			} else {
+				fl = sb;
+				fl.on = true;
+			}
+			sb.on = false;
+			continue;
+		}
+		/* 4. the epoch being submitted was cut short after processing took part of it */
+		if (sb.on && sb.n < pl->ny && pl->cut_set && pl->cut_epoch == sb.epoch &&
+		    (!avail || pl_ring_at(&pl->ring, pl->ring.claimed)->epoch != sb.epoch)) {
+			bool history = pl->cfg.reconstruct.mode != CFG_RECON_NONE;
+			bool finished;
+
+			pl->cut_set = false;
+			pthread_mutex_unlock(&pl->mu);
+			finished = finish_unwanted(pl, &sb);
+			if (finished && history) {
+				/* its made-up B-scans are now in the history: start afresh */
+				be_reset_history(pl->be);
+				pl->reset_flag = true;
+				emit(pl, "history_reset", PL_NOTICE, true,
+				     "reconstruction history reset: an epoch was cut short after "
+				     "its "
+				     "first B-scans were processed");
+			}
+			emit(pl, "incomplete_epoch", PL_INFO, false,
+			     "epoch %llu cut short after %u of %u B-scans: not published",
+			     (unsigned long long)sb.epoch, sb.n, pl->ny);
+			pthread_mutex_lock(&pl->mu);
+			finish_entries(pl, sb.n, false, PL_DROP_INCOMPLETE_EPOCH);
+			sb.on = false;
+			continue;
+		}
+		/* 5. stopping: everything acquired was processed or dropped */
+		if (!sb.on && pl->stop_proc && pl->acq_done && pl->ring.ready == 0)
+			break;
+		atomic_store(&pl->proc_waiting, true);
+		pthread_cond_wait(&pl->cv_data, &pl->mu);
+	}
+	atomic_store(&pl->proc_waiting, true);
+	pthread_mutex_unlock(&pl->mu);
+	return NULL;
+}
+
+/* ---- set-up ------------------------------------------------------------------------------- */
+
+int pl_options_from_env(struct pl_options *o, char *err, size_t errlen)
+{
+	const char *ov = getenv("VOLRECD_PIPELINE_OVERLAP"), *zc = getenv("VOLRECD_ZERO_COPY");
+
+	if (ov && ov[0]) {
+		if (strcmp(ov, "0") && strcmp(ov, "1"))
+			return vr_err(err, errlen, -EINVAL,
+			              "VOLRECD_PIPELINE_OVERLAP: '%s' is not 0 (off) or 1 (on); "
+			              "unset it for the backend's default",
+			              ov);
+		o->depth = ov[0] == '1' ? 2 : 1;
+	}
+	if (zc && zc[0]) {
+		if (strcmp(zc, "0") && strcmp(zc, "1"))
+			return vr_err(err, errlen, -EINVAL,
+			              "VOLRECD_ZERO_COPY: '%s' is not 0 (copy every B-scan) or 1 "
+			              "(zero-copy where the source and backend allow it, the "
+			              "default)",
+			              zc);
+		o->zero_copy = zc[0] == '1' ? 1 : 0;
+		if (!o->zero_copy)
+			o->copy_reason = "VOLRECD_ZERO_COPY=0";
+	}
+	return 0;
+}
+
+/*
+ * Depth 2 where it pays: a backend with the asynchronous epoch interface, or one that works on
+ * a device (its submit starts transfers); depth 1 on the CPU backend, whose submit only
+ * records the buffer. pl_options.depth forces either.
+ */
+static void choose_depth(struct pl_pipeline *pl)
+{
+	unsigned caps = be_caps(pl->be);
+
+	if (pl->opt.depth == 1 || pl->opt.depth == 2)
+		pl->depth = pl->opt.depth;
+	else
+		pl->depth = caps & (BE_CAP_ASYNC | BE_CAP_DEVICE) ? 2 : 1;
+	if (pl->depth > 1 && pl->ring.size < 2 * pl->ny)
+		emit(pl, NULL, PL_NOTICE, false,
+		     "pipeline: ring_bscans %u holds less than two epochs (%u B-scans): the next "
+		     "epoch is acquired only once the one in flight is published",
+		     pl->ring.size, 2 * pl->ny);
+	emit(pl, NULL, PL_INFO, false, "pipeline: %s (backend %s%s)",
+	     pl->depth > 1 ? "overlap: B-scans submitted as they arrive, two epochs in flight"
+	                   : "one complete epoch at a time",
+	     be_name(pl->be), caps & BE_CAP_ASYNC ? ", asynchronous epochs" : "");
+}
+
+/*
+ * Zero-copy acquisition (docs/operations.md "Pipeline"): used when the source has the
+ * zero-copy calls of shim.h and the backend registers all its regions (a no-op on the CPU
+ * backend, cudaHostRegister on CUDA); otherwise B-scans are copied into the ring.
+ */
+static void choose_acquisition(struct pl_pipeline *pl)
+{
+	struct volrec_shim_region *regs = NULL;
+	uint32_t n = 0;
+	size_t bytes = 0;
+	char why[512];
+	int rc;
+
+	pl->zc = false;
+	if (pl->opt.zero_copy == 0) {
+		snprintf(pl->zc_why, sizeof(pl->zc_why), "%s",
+		         pl->opt.copy_reason ? pl->opt.copy_reason : "zero-copy switched off");
+	} else if (!src_has_refs(&pl->src)) {
+		snprintf(pl->zc_why, sizeof(pl->zc_why), "source %s has no zero-copy calls",
+		         pl->src.info.name);
+	} else {
+		rc = source_regions(pl, &regs, &n, why, sizeof(why));
+		if (rc == 0)
+			rc = regions_register(pl, regs, n, why, sizeof(why));
+		if (rc == 0) {
+			pl->zc = true;
+		} else {
+			snprintf(pl->zc_why, sizeof(pl->zc_why), "%s", why);
+			emit(pl, NULL, PL_WARNING, false,
+			     "acquisition: zero-copy refused, copying instead: %s", why);
+		}
+	}
+	for (uint32_t i = 0; i < pl->nregions; i++)
+		bytes += pl->regions[i].size;
+	if (pl->zc)
+		emit(pl, NULL, PL_INFO, false,
+		     "acquisition: zero-copy (source %s's buffers, %u region%s of %.1f MiB "
+		     "registered with backend %s; the ring holds references)",
+		     pl->src.info.name, pl->nregions, pl->nregions == 1 ? "" : "s",
+		     (double)bytes / 1048576.0, be_name(pl->be));
+	else
+		emit(pl, NULL, PL_INFO, false, "acquisition: copy into the ring (%s)", pl->zc_why);
+}
+
+static void cond_init_mono(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+}
+
+int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, size_t errlen)
+{
+	struct pl_pipeline *pl;
+	const struct vr_config *cfg = o->cfg;
+	char note[512] = "";
+	int rc;
+
+	if (!cfg || !!o->source_open != !!o->source_close)
+		return vr_err(err, errlen, -EINVAL,
+		              "pl_open: a configuration is required, and source_open and "
+		              "source_close go together");
+	pl = calloc(1, sizeof(*pl));
+	if (!pl)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	pl->opt = *o;
+	pl->opt.cfg = NULL;
+	pthread_mutex_init(&pl->mu, NULL);
+	cond_init_mono(&pl->cv_room);
+	cond_init_mono(&pl->cv_done);
+	pthread_cond_init(&pl->cv_data, NULL);
+	cfg_defaults(&pl->cfg);
+	cfg_defaults(&pl->live_cfg);
+	rc = cfg_copy(&pl->cfg, cfg);
+	if (rc < 0) {
+		vr_err(err, errlen, rc, "out of memory copying the configuration");
+		goto fail;
+	}
+	pl->ny = cfg->geometry.bscans_per_volume;
+	pl->bscan_bytes = cfg_bscan_bytes(cfg);
+	if (cfg->pipeline.ring_bscans < pl->ny) {
+		rc = vr_err(err, errlen, -EINVAL,
+		            "pipeline.ring_bscans: %u is smaller than one epoch (%u B-scans)",
+		            cfg->pipeline.ring_bscans, pl->ny);
+		goto fail;
+	}
+	if (cfg->source.type == CFG_SOURCE_SHIM)
+		pl->timeout_ms = cfg->source.shim.timeout_ms;
+	else
+		pl->timeout_ms =
+		        1000 + (cfg->source.rate > 0 ? (int)(2000.0 / cfg->source.rate) : 0);
+	/* a hardware source must never stall: it drops; synth and replay wait when asked to,
+	 * and when unpaced (rate 0: as fast as processing takes them) */
+	pl->block = o->block || (cfg->source.type != CFG_SOURCE_SHIM &&
+	                         (cfg->pipeline.overflow == CFG_OVERFLOW_BLOCK ||
+	                          cfg->source.rate == 0 || (o->src_flags & SRC_UNPACED)));
+	rc = pl_ring_init(&pl->ring, cfg->pipeline.ring_bscans);
+	if (rc < 0) {
+		vr_err(err, errlen, rc, "out of memory");
+		goto fail;
+	}
+	pl->c.ring_size = pl->ring.size;
+
+	rc = be_open(cfg, &pl->be, note, sizeof(note), err, errlen);
+	if (rc < 0)
+		goto fail;
+	if (note[0])
+		emit(pl, NULL, PL_NOTICE, false, "%s", note);
+	choose_depth(pl);
+	rc = be_host_alloc(pl->be, pl->bscan_bytes, &pl->scratch);
+	if (rc < 0) {
+		vr_err_errno(err, errlen, rc, "pipeline: allocating a scratch B-scan (%zu bytes)",
+		             pl->bscan_bytes);
+		goto fail;
+	}
+	rc = source_open(pl, err, errlen);
+	if (rc < 0)
+		goto fail;
+	pl->src_is_open = true;
+	pl->src_epochs = pl->src.epochs;
+	source_info_update(pl);
+
+	choose_acquisition(pl);
+	if (!pl->zc) {
+		size_t bytes = pl->bscan_bytes * pl->ring.size;
+
+		rc = be_host_alloc(pl->be, bytes, &pl->ring_mem);
+		if (rc < 0) {
+			pl->ring_mem = NULL;
+			vr_err_errno(err, errlen, rc,
+			             "pipeline: allocating the ring of %u B-scans (%zu bytes)",
+			             pl->ring.size, bytes);
+			goto fail;
+		}
+		for (uint32_t i = 0; i < pl->ring.size; i++)
+			pl->ring.e[i].buf = (char *)pl->ring_mem + (size_t)i * pl->bscan_bytes;
+	}
+	*out = pl;
+	return 0;
+fail:
+	pl_close(pl);
+	return rc;
+}
+
+struct be_backend *pl_backend(struct pl_pipeline *pl)
+{
+	return pl->be;
+}
+
+int pl_start(struct pl_pipeline *pl, const struct pl_sink *sink, char *err, size_t errlen)
+{
+	int rc;
+
+	if (pl->started)
+		return vr_err(err, errlen, -EALREADY, "pl_start: the pipeline was started already");
+	if (!sink || !sink->begin || !sink->publish || !sink->abort)
+		return vr_err(err, errlen, -EINVAL, "pl_start: a sink needs begin, publish, abort");
+	pl->sink = *sink;
+	pl->started = true;
+	rc = -pthread_create(&pl->proc_thr, NULL, proc_main, pl);
+	if (rc < 0) {
+		vr_err_errno(err, errlen, rc, "starting the processing thread");
+		goto fail;
+	}
+	pl->proc_started = true;
+	rc = -pthread_create(&pl->acq_thr, NULL, acq_main, pl);
+	if (rc < 0) {
+		vr_err_errno(err, errlen, rc, "starting the acquisition thread");
+		goto fail;
+	}
+	pl->acq_started = true;
+	return 0;
+fail:
+	pthread_mutex_lock(&pl->mu);
+	pl->acq_done = true;
+	pthread_mutex_unlock(&pl->mu);
+	pl_stop(pl);
+	return rc;
+}
+
+void pl_stop(struct pl_pipeline *pl)
+{
+	struct timespec deadline;
+	char name[sizeof(pl->src_info.name)] = "";
+	bool abandon = false;
+
+	if (!pl || !pl->started || pl->stopped)
+		return;
+	pl->stopped = true;
+	pthread_mutex_lock(&pl->mu);
+	pl->stop_acq = true;
+	pthread_cond_broadcast(&pl->cv_room);
+	if (pl->acq_started) {
+		/* a source call that ignores its timeout must not hold the stop */
+		deadline_in(&deadline, pl->timeout_ms + STOP_GRACE_MS);
+		while (!pl->acq_exited)
+			if (pthread_cond_timedwait(&pl->cv_done, &pl->mu, &deadline) == ETIMEDOUT)
+				break;
+		if (!pl->acq_exited) {
+			abandon = true;
+			pl->abandoned = true;
+			cut_epoch(pl);
+			snprintf(name, sizeof(name), "%s", pl->src_info.name);
+		}
+	}
+	pthread_mutex_unlock(&pl->mu);
+	if (abandon) {
+		pthread_detach(pl->acq_thr);
+		emit(pl, "source_abandoned", PL_WARNING, false,
+		     "stopping: source %s has not returned from acquire() %d ms after the stop "
+		     "request (timeout %d ms + %d ms): stopping without it (the source is left "
+		     "open)",
+		     name, pl->timeout_ms + STOP_GRACE_MS, pl->timeout_ms, STOP_GRACE_MS);
+	} else if (pl->acq_started) {
+		pthread_join(pl->acq_thr, NULL);
+	}
+	if (pl->src_is_open && !pl->zc && !abandon) {
+		/* zero-copy: processing still reads the source's memory; closed in pl_close */
+		source_close(pl);
+		pl->src_is_open = false;
+	}
+	pthread_mutex_lock(&pl->mu);
+	pl->acq_done = true;
+	pl->stop_proc = true;
+	pthread_cond_broadcast(&pl->cv_data);
+	pthread_mutex_unlock(&pl->mu);
+	if (pl->proc_started)
+		pthread_join(pl->proc_thr, NULL);
+}
+
+void pl_close(struct pl_pipeline *pl)
+{
+	bool later;
+
+	if (!pl)
+		return;
+	pl_stop(pl);
+	pthread_mutex_lock(&pl->mu);
+	/* a stuck acquisition thread may still touch pl, its ring and its source: it frees
+	 * everything itself if it ever returns */
+	later = pl->abandoned && !pl->acq_exited;
+	pl->close_requested = later;
+	pthread_mutex_unlock(&pl->mu);
+	if (!later)
+		pipeline_free(pl);
+}
+
+static void pipeline_free(struct pl_pipeline *pl)
+{
+	if (pl->src_is_open && pl->ring.e) {
+		/* nothing should be held now; give back whatever is before the source goes */
+		for (uint32_t i = 0; i < pl->ring.size; i++)
+			if (pl->ring.e[i].ref)
+				release_one(pl, pl->ring.e[i].data);
+	}
+	if (pl->be)
+		regions_unregister(pl);
+	free(pl->reg_new);
+	if (pl->src_is_open)
+		source_close(pl);
+	if (pl->be) {
+		be_host_free(pl->be, pl->ring_mem);
+		be_host_free(pl->be, pl->scratch);
+		be_close(pl->be);
+	}
+	pl_ring_free(&pl->ring);
+	cfg_free(&pl->live_cfg);
+	cfg_free(&pl->cfg);
+	pthread_cond_destroy(&pl->cv_done);
+	pthread_cond_destroy(&pl->cv_room);
+	pthread_cond_destroy(&pl->cv_data);
+	pthread_mutex_destroy(&pl->mu);
+	free(pl);
+}
+
+int pl_run(struct pl_pipeline *pl, const struct pl_sink *sink, uint64_t epochs, char *err,
+           size_t errlen)
+{
+	int rc;
+
+	pl->epochs = epochs;
+	rc = pl_start(pl, sink, err, errlen);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&pl->mu);
+	while (!pl->acq_done && !pl->fail_rc)
+		pthread_cond_wait(&pl->cv_done, &pl->mu);
+	pthread_mutex_unlock(&pl->mu);
+	pl_stop(pl);
+	if (pl->fail_rc)
+		return vr_err(err, errlen, pl->fail_rc, "%s", pl->fail_msg);
+	return 0;
+}
+
+/* ---- requests ----------------------------------------------------------------------------- */
+
+int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint64_t *ticket)
+{
+	int rc;
+
+	pthread_mutex_lock(&pl->mu);
+	cfg_free(&pl->live_cfg);
+	cfg_defaults(&pl->live_cfg);
+	rc = cfg_copy(&pl->live_cfg, cfg);
+	pl->live_cfg_set = rc == 0;
+	if (rc == 0) {
+		*ticket = ++pl->live_req;
+		pthread_cond_broadcast(&pl->cv_data);
+	}
+	pthread_mutex_unlock(&pl->mu);
+	return rc;
+}
+
+bool pl_live_done(struct pl_pipeline *pl, uint64_t ticket, int *rc, char *err, size_t errlen)
+{
+	bool done;
+
+	pthread_mutex_lock(&pl->mu);
+	done = pl->live_done >= ticket;
+	if (done) {
+		*rc = pl->live_rc;
+		snprintf(err, errlen, "%s", pl->live_err);
+	}
+	pthread_mutex_unlock(&pl->mu);
+	return done;
+}
+
+void pl_request_reset(struct pl_pipeline *pl)
+{
+	pthread_mutex_lock(&pl->mu);
+	pl->reset_req++;
+	pthread_cond_broadcast(&pl->cv_data);
+	pthread_mutex_unlock(&pl->mu);
+}
+
+/* ---- statistics --------------------------------------------------------------------------- */
+
+void pl_stats(struct pl_pipeline *pl, struct pl_stats *s)
+{
+	static const double p[2] = {50, 99};
+
+	memset(s, 0, sizeof(*s));
+	pthread_mutex_lock(&pl->mu);
+	s->c = pl->c;
+	s->c.in_ring = pl->ring.ready;
+	for (int i = 0; i < PL_LAT_N; i++) {
+		double out[2];
+
+		vr_window_percentiles(&pl->lat[i], p, out, 2);
+		s->lat_p50[i] = out[0];
+		s->lat_p99[i] = out[1];
+	}
+	s->degraded = pl->degraded;
+	snprintf(s->fault, sizeof(s->fault), "%s", pl->fault);
+	s->last_epoch = pl->last_epoch;
+	pthread_mutex_unlock(&pl->mu);
+	s->acq_state = atomic_load(&pl->acq_state);
+}
+
+void pl_progress(struct pl_pipeline *pl, struct pl_progress *p)
+{
+	p->proc_epochs = atomic_load(&pl->proc_epochs);
+	p->acq_returns = atomic_load(&pl->acq_returns);
+	p->proc_waiting = atomic_load(&pl->proc_waiting);
+	p->acq_state = atomic_load(&pl->acq_state);
+}
+
+const struct vr_config *pl_config(struct pl_pipeline *pl)
+{
+	return &pl->cfg;
+}
+
+int pl_depth(struct pl_pipeline *pl)
+{
+	return pl->depth;
+}
+
+const char *pl_acquisition(struct pl_pipeline *pl)
+{
+	return pl->zc ? "zero-copy" : "copy";
+}
+
+void pl_source_info(struct pl_pipeline *pl, struct volrec_shim_info *info)
+{
+	pthread_mutex_lock(&pl->mu);
+	*info = pl->src_info;
+	pthread_mutex_unlock(&pl->mu);
+}
+
+uint64_t pl_source_epochs(struct pl_pipeline *pl)
+{
+	return pl->src_epochs;
+}

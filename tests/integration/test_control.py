@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: MIT
+"""The control socket and views end to end: `volrec get/set` against a running volrecd (CPU
+backend, synthetic retina), the set taking effect on the next volumes' views, all-or-none
+validation with the file's messages, structural keys refused, a reload dropping runtime sets,
+the socket's mode and a user outside its group, malformed requests never disturbing the
+daemon, and the published views equal to the numpy reference of ALGORITHMS.md §4 computed
+from the same published volume."""
+import json
+import os
+import pathlib
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+import volrec
+from conftest import SRC
+from test_tools import TIMEOUT, Daemon
+
+sys.path.insert(0, str(SRC / "tests" / "reference"))
+import views_ref  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def daemon(bin_dir):
+    d = Daemon(bin_dir)
+    yield d
+    d.close()
+
+
+def views_of_next_volume(d, cond=lambda v: True, volumes=40):
+    """The first volume (within `volumes`) whose views satisfy cond: (volume copy, views)."""
+    c = volrec.Client(d.instance, run_dir=str(d.run_dir))
+    try:
+        for _ in range(volumes):
+            with c.next_volume(10.0) as vol:
+                views = {k: (np.array(v), v) for k, v in vol.views.items()}
+                if cond(vol.views):
+                    return np.array(vol), views, vol.volume_id
+    finally:
+        c.close()
+    raise AssertionError("no volume within %d met the condition" % volumes)
+
+
+def test_published_views_equal_the_reference_of_the_same_volume(daemon):
+    V, views, vid = views_of_next_volume(daemon)
+    assert set(views) == {"enface_mean", "enface_max", "bscan", "slice", "plane", "render"}
+    Y, X, Z = V.shape
+    mean, mx = views_ref.enface(V, 0, Z)
+    bscan, slc, plane = views_ref.slices(V, Y // 2, X // 2, Z // 2)
+    for name, want in (("enface_mean", mean), ("enface_max", mx), ("bscan", bscan),
+                       ("slice", slc), ("plane", plane)):
+        got, img = views[name]
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        assert img.volume_id == vid and img.slab == (0, Z)
+        assert img.position == (Y // 2, X // 2, Z // 2)
+    # the CPU daemon renders every 5th volume: compare the render with its own volume later
+    got, img = views["render"]
+    assert got.shape == (256, 256) and img.volume_id <= vid
+
+
+def test_get_prints_one_key_or_the_whole_configuration(daemon):
+    r = daemon.volrec("get", "preprocess.db_range")
+    assert r.returncode == 0 and r.stdout.strip() == "[0, 100]", r
+    r = daemon.volrec("get")
+    assert r.returncode == 0 and "view:" in r.stdout and daemon.instance in r.stdout, r
+    r = daemon.volrec("get", "preprocess.nope")
+    assert r.returncode == 5 and "preprocess.nope: unknown key" in r.stderr, r
+
+
+def test_set_reaches_the_views_of_the_next_volumes(daemon):
+    t0 = time.monotonic()
+    r = daemon.volrec("set", "view.render.angles_deg=[30,15]", "view.position=[3,4,5]",
+                      "view.render.every=1")
+    assert r.returncode == 0, r
+    V, views, vid = views_of_next_volume(
+        daemon, lambda v: v["render"].angles_deg == (30.0, 15.0) and v["bscan"].position ==
+        (3, 4, 5) and v["render"].volume_id == v["bscan"].volume_id)
+    ms = (time.monotonic() - t0) * 1000
+    got, img = views["render"]
+    ref = views_ref.render(V, 256, 256, (1.0, 1.0, 1.0), (30.0, 15.0), 0.5)
+    assert np.abs(got.astype(int) - ref.astype(int)).max() <= 1
+    np.testing.assert_array_equal(views["bscan"][0], V[3])
+    r = daemon.volrec("get", "view.render.angles_deg")
+    assert r.stdout.strip() == "[30, 15]", r
+    eff = (daemon.run_dir / f"{daemon.instance}.yaml").read_text()
+    assert "angles_deg: [30, 15]" in eff, eff
+    print("set -> views of a published volume in %.0f ms" % ms)
+
+
+def test_set_is_all_or_none_with_the_files_messages(daemon):
+    r = daemon.volrec("set", "preprocess.db_range=[10,80]", "preprocess.zero_pad=3")
+    assert r.returncode == 5 and "preprocess.zero_pad" in r.stderr, r
+    assert daemon.volrec("get", "preprocess.db_range").stdout.strip() != "[10, 80]"
+    r = daemon.volrec("set", "preprocess.db_range=[50,50]")
+    assert r.returncode == 5 and "preprocess.db_range: [50, 50] is empty" in r.stderr, r
+    r = daemon.volrec("set", "view.position=[999,0,0]")
+    assert r.returncode == 5 and "view.position: [999, 0, 0] is outside the volume" in r.stderr
+    r = daemon.volrec("set", "geometry.stride=[1,1]")
+    assert r.returncode == 5 and "reload" in r.stderr and "geometry.stride" in r.stderr, r
+    r = daemon.volrec("set", "nonsense")
+    assert r.returncode == 2 and "KEY=VALUE" in r.stderr, r
+
+
+def test_a_reload_drops_runtime_sets_and_says_so(daemon):
+    assert daemon.volrec("set", "preprocess.db_range=[5,95]").returncode == 0
+    deadline = time.monotonic() + TIMEOUT
+    while daemon.volrec("get", "preprocess.db_range").stdout.strip() != "[5, 95]":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    r = daemon.volrec("reload")
+    assert r.returncode == 0, r
+    assert daemon.volrec("get", "preprocess.db_range").stdout.strip() == "[0, 100]"
+    log = daemon.log_text()
+    assert "drops the runtime changes made with set" in log and "preprocess.db_range" in log
+    assert "set preprocess.db_range by uid %d" % os.getuid() in log, log
+
+
+def test_control_socket_mode_and_a_user_outside_its_group(daemon):
+    sock = daemon.run_dir / f"{daemon.instance}.ctl"
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o660 and stat.S_ISSOCK(sock.stat().st_mode)
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a command as another user")
+    os.chmod(daemon.dir, 0o755)
+    os.chmod(daemon.run_dir, 0o755)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        str(daemon.bin / "volrec"), "set", "preprocess.db_range=[1,2]",
+                        "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 7 and "permission denied" in r.stderr, r
+
+
+def test_malformed_requests_get_errors_and_the_daemon_keeps_publishing(daemon):
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.REQ)
+    s.setsockopt(zmq.RCVTIMEO, 10000)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect("ipc://%s/%s.ctl" % (daemon.run_dir, daemon.instance))
+    for req in (b"", b"{", b"[1]", b"\xff\xfe", b'{"op":"fly"}', b'{"op":"set","values":7}',
+                b" " * 70000, b'{"op":"get","key":"' + b"a." * 1000 + b'"}'):
+        s.send(req)
+        reply = json.loads(s.recv())
+        assert reply["ok"] is False and reply["error"], (req[:40], reply)
+    s.send_multipart([b'{"op":"get"}', b"extra"])
+    assert json.loads(s.recv())["ok"] is False
+    # a flood of good requests is answered too
+    for _ in range(200):
+        s.send(b'{"op":"status"}')
+        assert json.loads(s.recv())["ok"] is True
+    s.close()
+    c = volrec.Client(daemon.instance, run_dir=str(daemon.run_dir))
+    try:
+        with c.next_volume(10.0):
+            pass
+    finally:
+        c.close()
+    assert daemon.proc.poll() is None

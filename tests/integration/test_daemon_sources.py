@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: MIT
+"""volrecd when its source misbehaves: a replay file truncated, restored or rewritten under the
+running daemon (by copy and zero-copy), a shim returning a positive value, a shim whose texts
+are not UTF-8, and shim files that are not loadable (volrecd --check and start). Each is a
+source fault or an error message, never a crash."""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from test_daemon import TIMEOUT, daemons, shim_daemon  # noqa: F401  (fixtures used by name)
+from test_daemon_zerocopy import replay_daemon
+
+
+def env(zero_copy):
+    return {} if zero_copy is None else {"VOLRECD_ZERO_COPY": zero_copy}
+
+
+def published(d):
+    return d.status()["volumes_published"]
+
+
+@pytest.mark.parametrize("zero_copy", [None, "0"])
+def test_replay_file_truncated_under_the_daemon_is_a_fault_then_recovers(daemons, bin_dir,
+                                                                         zero_copy):
+    d = replay_daemon(daemons, bin_dir, **{"source.rate": 20}).start(env(zero_copy))
+    d.subscribe()
+    d.ready()
+    st = d.status(lambda m: m["volumes_published"] >= 2)
+    assert st["source"]["acquisition"] == ("zero-copy" if zero_copy is None else "copy")
+    path = pathlib.Path(d.cfg["source"]["replay"]["path"])
+    original = path.read_bytes()
+    # zero-copy: the kernel holds the truncation back until the daemon lets go of the file
+    t0 = time.monotonic()
+    os.truncate(path, 5000)
+    assert time.monotonic() - t0 < 20
+    ev = d.event("source_fault")
+    want = ("another process opened the file for writing or truncated it"
+            if zero_copy is None else "while being replayed")
+    assert want in ev["message"] and str(path) in ev["message"], ev
+    st = d.status(lambda m: m["state"] == "degraded")
+    assert st["faults"]["degraded"] is True
+    # reopening fails, saying what is wrong with the file now
+    st = d.status(lambda m: "reopening failed" in m["faults"]["message"])
+    assert "truncated" in st["faults"]["message"], st["faults"]
+    assert d.proc.poll() is None
+    # restored: the daemon recovers on its own
+    path.write_bytes(original)
+    d.event("source_recovered")
+    before = published(d)
+    d.status(lambda m: m["state"] == "running" and m["volumes_published"] >= before + 2)
+    assert f"acquisition: zero-copy" in d.log_text() or zero_copy == "0"
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0, d.log_text()[-3000:]
+
+
+def test_volrec_sim_over_a_replayed_file_switches_the_daemon_to_it(daemons, bin_dir):
+    d = replay_daemon(daemons, bin_dir, **{"source.rate": 20}).start()
+    d.subscribe()
+    d.ready()
+    d.status(lambda m: m["volumes_published"] >= 2)
+    path = pathlib.Path(d.cfg["source"]["replay"]["path"])
+    inode = path.stat().st_ino
+    sim = json.loads(json.dumps(d.cfg))
+    sim["source"] = {"type": "synth", "rate": 0, "synth": {"seed": 99}}
+    (d.dir / "sim2.yaml").write_text(json.dumps(sim))
+    r = subprocess.run([str(bin_dir / "volrec"), "sim", "-c", str(d.dir / "sim2.yaml"), "-o",
+                        str(path), "-n", "9"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert path.stat().st_ino != inode  # a new file renamed over the old one
+    assert not list(d.dir.glob("in.vrr.tmp-*"))
+    ev = d.event("source_fault")
+    assert "the path now names another file" in ev["message"], ev
+    d.event("source_recovered")
+    before = published(d)
+    d.status(lambda m: m["state"] == "running" and m["volumes_published"] >= before + 2)
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0, d.log_text()[-3000:]
+
+
+def test_shim_returning_a_positive_value_is_a_source_fault(daemons, build_dir):
+    d, control = shim_daemon(daemons, build_dir)
+    d.start()
+    d.subscribe()
+    d.ready()
+    d.status(lambda m: m["volumes_published"] >= 1)
+    control.write_text("return 5 3\n")
+    ev = d.event("source_fault")
+    assert ("shim fault-shim: acquire() returned 5: positive values are not allowed "
+            "(0 or a negative errno)") in ev["message"], ev
+    d.event("source_recovered")
+    d.status(lambda m: m["state"] == "running" and m["drops"]["source_error"] == 3)
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+
+
+def test_status_is_utf8_when_the_shims_texts_are_not(daemons, build_dir):
+    d, control = shim_daemon(daemons, build_dir)
+    d.cfg["source"]["shim"]["args"].update({"device_hex": "41 ff c3 28 42", "text_hex": "fe"})
+    d.write_config(d.cfg)
+    d.start()
+    d.subscribe()
+    d.ready()
+    # wait_message decodes every status as strict UTF-8 JSON
+    st = d.status(lambda m: m["volumes_published"] >= 1)
+    assert st["source"]["device"] == "A\ufffd\ufffd(B", st["source"]
+    control.write_text("error 2\n")
+    ev = d.event("source_fault")
+    assert "injected error" in ev["message"] and "\ufffd" in ev["message"], ev
+    st = d.status(lambda m: m["state"] == "degraded")
+    assert "\ufffd" in st["faults"]["message"]
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+
+
+def check(bin_dir, config_path):
+    return subprocess.run([str(pathlib.Path(bin_dir) / "volrecd"), "--check", "-c",
+                           str(config_path)], capture_output=True, text=True, timeout=60)
+
+
+def test_broken_shim_files_are_reported_by_check_and_at_start(daemons, bin_dir, build_dir):
+    good = pathlib.Path(build_dir) / "lib" / "libvolrec_fault_shim.so"
+    d, _ = shim_daemon(daemons, build_dir)
+    assert check(bin_dir, d.config_path).returncode == 0
+    data = good.read_bytes()
+    broken = {
+        "truncated.so": (data[:len(data) // 2], "truncated:"),
+        "text.so": (b"INPUT(-lvolrec)\n", "not an ELF shared object"),
+        "other.so": (data[:18] + (183 if os.uname().machine != "aarch64" else 62).to_bytes(
+            2, "little") + data[20:], "another architecture"),
+    }
+    for name, (content, frag) in broken.items():
+        lib = d.dir / name
+        lib.write_bytes(content)
+        d.cfg["source"]["shim"]["library"] = str(lib)
+        d.write_config(d.cfg)
+        r = check(bin_dir, d.config_path)
+        assert r.returncode == 2 and frag in r.stderr and str(lib) in r.stderr, (name, r)
+        # the daemon refuses to start with the same message, without a crash
+        p = subprocess.run([str(pathlib.Path(bin_dir) / "volrecd"), "-c", str(d.config_path)],
+                           capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "NOTIFY_SOCKET": ""})
+        assert p.returncode > 0 and frag in p.stderr, (name, p.returncode, p.stderr)
+        assert not (d.run_dir / f"{d.instance}.pid").exists()
+        assert not pathlib.Path(f"/dev/shm/volrec.{d.instance}").exists()
+    # a shim that kills whatever loads it: --check survives and says so
+    d.cfg["source"]["shim"]["library"] = str(pathlib.Path(build_dir) / "lib" /
+                                             "libvolrec_test_bad_crash.so")
+    d.write_config(d.cfg)
+    r = check(bin_dir, d.config_path)
+    assert r.returncode == 2 and "killed the loading process with signal 7" in r.stderr, r

@@ -1,0 +1,6 @@
+# Test programs the integration tests run.
+# vrd_reader: volumes through libvolrec into a file (tests/integration/test_daemon.py).
+TEST_PROGRAMS += vrd_reader
+vrd_reader_SRCS = tests/progs/vrd_reader.c
+vrd_reader_ARCHIVES = $(CLIENT_ARCHIVES)
+vrd_reader_LDLIBS = -lzmq

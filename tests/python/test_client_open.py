@@ -1,0 +1,257 @@
+# SPDX-License-Identifier: MIT
+"""Client() against segments that are not ready yet (issue 13 item 3: a reader opening while
+the daemon creates its segment retries instead of failing with "bad magic 0") and segments a
+dead daemon left behind (item 8: refused as libvolrec's writer-alive test refuses them).
+Segments are made by hand in /dev/shm, initialized later by a thread of the test."""
+import ctypes
+import errno
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+import volrec
+from volrec import _protocol as proto
+
+NY, NX, NZ, SLOTS, READERS = 2, 3, 4, 2, 4
+MIB2 = proto.SLOT_ALIGN
+SEGMENT_SIZE = MIB2 + SLOTS * MIB2
+
+
+def shm(instance, suffix=""):
+    return pathlib.Path("/dev/shm/volrec." + instance + suffix)
+
+
+def header(session, state=proto.STATE_LIVE, pid=None, **over):
+    """A valid data segment header for NY x NX x NZ u8 volumes in SLOTS slots."""
+    table_end = proto.SHM_HEADER.size + SLOTS * proto.SLOT_HEADER.size
+    fields = dict(magic=proto.SHM_MAGIC, major=proto.PROTO_MAJOR, minor=proto.PROTO_MINOR,
+                  header_size=proto.SHM_HEADER.size, session_id=session, ny=NY, nx=NX, nz=NZ,
+                  dtype=proto.DTYPE_U8, slot_count=SLOTS,
+                  slot_header_size=proto.SLOT_HEADER.size,
+                  slot_table_offset=proto.SHM_HEADER.size, data_offset=MIB2, slot_stride=MIB2,
+                  volume_bytes=NY * NX * NZ, segment_size=SEGMENT_SIZE,
+                  latest_slot=proto.SLOT_NONE, writer_pid=os.getpid() if pid is None else pid,
+                  created_ns=time.time_ns(), state=state, max_readers=READERS,
+                  endpoints_offset=(table_end + 63) // 64 * 64,
+                  endpoints_size=proto.ENDPOINTS_MAX)
+    fields.update(over)
+    return proto.SHM_HEADER.pack(**fields)
+
+
+def lease_table(session):
+    head = proto.LEASE_HEADER.pack(magic=proto.LEASE_MAGIC, major=proto.PROTO_MAJOR,
+                                   header_size=proto.LEASE_HEADER.size, session_id=session,
+                                   entry_count=READERS, entry_size=proto.LEASE_ENTRY.size)
+    return head + proto.LEASE_ENTRY.pack(slot=proto.SLOT_NONE) * READERS
+
+
+def write_at(path, offset, data, size=None):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        if size is not None:
+            os.ftruncate(fd, size)
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
+
+
+def create(instance, stage, session, pid=None):
+    """The segment as a writer leaves it at one stage of its creation:
+    empty: created, not sized; short: sized smaller than its header; zeroed: sized, header not
+    written (what the writer's posix_fallocate leaves); init: header written, state 0;
+    live: ready, lease table included."""
+    data = shm(instance)
+    if stage == "empty":
+        write_at(data, 0, b"", size=0)
+    elif stage == "short":
+        write_at(data, 0, b"", size=100)
+    elif stage == "zeroed":
+        write_at(data, 0, b"", size=SEGMENT_SIZE)
+    elif stage == "init":
+        write_at(data, 0, header(session, state=proto.STATE_INIT, pid=pid), size=SEGMENT_SIZE)
+    elif stage == "live":
+        write_at(data, 0, header(session, state=proto.STATE_INIT, pid=pid), size=SEGMENT_SIZE)
+        write_at(shm(instance, ".readers"), 0, lease_table(session))
+        write_at(data, 0, header(session, state=proto.STATE_LIVE, pid=pid))
+    else:
+        raise ValueError(stage)
+
+
+def later(delay, fn, *args):
+    t = threading.Timer(delay, fn, args)
+    t.start()
+    return t
+
+
+NOT_READY = ["empty", "short", "zeroed", "init"]
+
+
+@pytest.mark.parametrize("stage", NOT_READY)
+def test_open_retries_until_a_segment_being_created_becomes_ready(instance, stage):
+    session = random.getrandbits(63) | 1
+    create(instance, stage, session)
+    t0 = time.monotonic()
+    t = later(0.3, create, instance, "live", session)
+    try:
+        with volrec.Client(instance, run_dir="/nonexistent", open_timeout=20.0) as c:
+            waited = time.monotonic() - t0
+            assert c.session_id == session
+            assert c.writer_alive
+    finally:
+        t.join()
+    assert waited >= 0.25, "opened after %.3f s, before the segment was ready" % waited
+
+
+@pytest.mark.parametrize("stage", NOT_READY)
+def test_open_fails_with_not_ready_when_the_segment_never_becomes_ready(instance, stage):
+    create(instance, stage, random.getrandbits(63) | 1)
+    t0 = time.monotonic()
+    with pytest.raises(volrec.NotReady) as e:
+        volrec.Client(instance, run_dir="/nonexistent", open_timeout=0.3)
+    waited = time.monotonic() - t0
+    assert 0.3 <= waited < 10, waited
+    assert isinstance(e.value, BlockingIOError) and isinstance(e.value, volrec.VolrecError)
+    assert e.value.errno == errno.EAGAIN
+    assert "not ready after 0.30 s" in str(e.value), str(e.value)
+
+
+def test_open_waits_for_the_lease_table_of_a_live_segment(instance):
+    session = random.getrandbits(63) | 1
+    write_at(shm(instance), 0, header(session), size=SEGMENT_SIZE)
+    write_at(shm(instance, ".readers"), 0, lease_table(session + 1))  # the previous session's
+    t = later(0.3, write_at, shm(instance, ".readers"), 0, lease_table(session))
+    try:
+        with volrec.Client(instance, run_dir="/nonexistent", open_timeout=20.0) as c:
+            assert c.session_id == session
+    finally:
+        t.join()
+
+
+def test_a_foreign_segment_is_still_a_protocol_error_not_a_retry(instance):
+    write_at(shm(instance), 0, b"NOTVOLRC" + bytes(248), size=SEGMENT_SIZE)
+    t0 = time.monotonic()
+    with pytest.raises(volrec.ProtocolError, match="bad magic"):
+        volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0)
+    assert time.monotonic() - t0 < 2.0, "a foreign segment was retried"
+
+
+# ---- stale segments of a dead writer --------------------------------------------------------
+
+def dead_pid():
+    p = subprocess.Popen(["/bin/true"])
+    p.wait()
+    return p.pid
+
+
+@pytest.mark.parametrize("state,pid,why", [
+    (proto.STATE_LIVE, "dead", "is gone"),
+    (proto.STATE_CLOSED, "self", "closed it"),
+    (proto.STATE_LIVE, 0, "is gone"),
+])
+def test_open_refuses_a_segment_whose_writer_is_not_alive(instance, state, pid, why):
+    session = random.getrandbits(63) | 1
+    pid = {"dead": dead_pid(), "self": os.getpid()}.get(pid, pid)
+    create(instance, "live", session, pid=pid)
+    write_at(shm(instance), 0, header(session, state=state, pid=pid))
+    t0 = time.monotonic()
+    with pytest.raises(volrec.StaleSegment, match=why) as e:
+        volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0)
+    assert time.monotonic() - t0 < 2.0, "a stale segment was retried"
+    assert isinstance(e.value, volrec.NoDaemon)
+    assert "pid %d" % pid in str(e.value) and instance in str(e.value)
+
+
+def test_writer_alive_is_libvolrecs(instance, build_dir):
+    """Python refuses a segment exactly when libvolrec says its writer is not alive."""
+    if os.environ.get("VOLREC_SANITIZER"):
+        pytest.skip("a sanitized libvolrec cannot be loaded into python")
+    lib_path = build_dir / "lib/libvolrec.so.0"
+    if not lib_path.exists():
+        pytest.skip("libvolrec not built")
+    lib = ctypes.CDLL(str(lib_path))
+
+    class Info(ctypes.Structure):
+        _fields_ = [("session_id", ctypes.c_uint64), ("ny", ctypes.c_uint32),
+                    ("nx", ctypes.c_uint32), ("nz", ctypes.c_uint32),
+                    ("dtype", ctypes.c_uint32), ("slots", ctypes.c_uint32),
+                    ("max_readers", ctypes.c_uint32), ("writer_pid", ctypes.c_int32),
+                    ("writer_alive", ctypes.c_int), ("created_ns", ctypes.c_uint64),
+                    ("latest_sequence", ctypes.c_uint64), ("endpoint", ctypes.c_char_p)]
+
+    lib.volrec_client_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                       ctypes.POINTER(ctypes.c_void_p)]
+    lib.volrec_client_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(Info)]
+    lib.volrec_client_close.argtypes = [ctypes.c_void_p]
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    cases = [(proto.STATE_LIVE, os.getpid()), (proto.STATE_LIVE, dead_pid()),
+             (proto.STATE_CLOSED, os.getpid()), (proto.STATE_LIVE, 0),
+             (proto.STATE_LIVE, -1), (proto.STATE_LIVE, 1)]
+    for state, pid in cases:
+        write_at(shm(instance), 0, header(session, state=state, pid=pid))
+        handle = ctypes.c_void_p()
+        rc = lib.volrec_client_open(instance.encode(), b"/nonexistent", ctypes.byref(handle))
+        c_alive = None
+        if rc == 0:
+            info = Info()
+            lib.volrec_client_info(handle, ctypes.byref(info))
+            c_alive = bool(info.writer_alive)
+            lib.volrec_client_close(handle)
+        try:
+            volrec.Client(instance, run_dir="/nonexistent").close()
+            py_alive = True
+        except volrec.StaleSegment:
+            py_alive = False
+        assert py_alive == bool(c_alive), "state %d pid %d: libvolrec open %d alive %s, " \
+            "Python %s" % (state, pid, rc, c_alive, py_alive)
+
+
+def test_a_sigkilled_writers_segment_is_refused_and_latest_stops(instance, build_dir):
+    writer_bin = build_dir / "tests/ipc_testwriter"
+    if not writer_bin.exists():
+        pytest.skip("ipc_testwriter not built (make tests-build)")
+    run_dir = pathlib.Path("/tmp") / ("vrpy-" + instance)
+    run_dir.mkdir()
+    w = subprocess.Popen([str(writer_bin), "-i", instance, "-r", str(run_dir), "-n", "0",
+                          "-R", "200", "-g", "4x8x16"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = w.stdout.readline()
+        assert line.startswith("ready"), line + w.stderr.read()
+        client = volrec.Client(instance, run_dir=str(run_dir), open_timeout=10.0)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with client.latest() as vol:
+                    before = vol.sequence
+                break
+            except (BlockingIOError, volrec.TornRead):
+                assert time.monotonic() < deadline, "no volume published"
+                time.sleep(0.01)
+        assert client.writer_alive
+        w.send_signal(signal.SIGKILL)
+        w.wait()  # reaped: a zombie's pid still exists for kill(pid, 0)
+        assert shm(instance).exists(), "the killed writer left no segment to test with"
+        assert not client.writer_alive
+        with pytest.raises(volrec.StaleSegment, match=r"pid %d\) is gone" % w.pid):
+            client.latest()
+        client.close()
+        with pytest.raises(volrec.StaleSegment, match="pid %d" % w.pid) as e:
+            volrec.Client(instance, run_dir=str(run_dir), open_timeout=5.0)
+        assert isinstance(e.value, volrec.NoDaemon)
+        assert before >= 1
+    finally:
+        if w.poll() is None:
+            w.kill()
+            w.wait()
+        w.stdout.close()
+        w.stderr.close()
+        for f in run_dir.iterdir():
+            f.unlink()
+        run_dir.rmdir()

@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * volrecd's control requests (daemon/vrd_ctl.c) against a stand-in service: get, set (all or
+ * none, the configuration file's messages, structural keys refused), reset_history, status,
+ * and malformed, oversized and unknown requests answered with an error, never a crash.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vrtest.h"
+#include "../../daemon/vrd_ctl.h"
+
+struct fake {
+	struct vr_config cfg;
+	int applied, resets;
+	uid_t last_uid;
+	int fail_apply; /* negative: apply fails with it */
+};
+
+static const struct vr_config *f_config(void *ctx)
+{
+	return &((struct fake *)ctx)->cfg;
+}
+
+static int f_apply(void *ctx, const struct vr_config *next, const char *const *paths, size_t n,
+                   const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	struct fake *f = ctx;
+
+	(void)paths, (void)n;
+	if (f->fail_apply)
+		return vr_err(err, errlen, f->fail_apply, "service: cannot apply now");
+	cfg_free(&f->cfg);
+	if (cfg_copy(&f->cfg, next) < 0)
+		return -ENOMEM;
+	f->applied++;
+	f->last_uid = peer->uid;
+	return 0;
+}
+
+static int f_reset(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	(void)peer, (void)err, (void)errlen;
+	((struct fake *)ctx)->resets++;
+	return 0;
+}
+
+static struct json_object *f_status(void *ctx)
+{
+	struct json_object *o = json_object_new_object();
+
+	(void)ctx;
+	json_object_object_add(o, "volumes_per_s", json_object_new_double(12.5));
+	return o;
+}
+
+static struct fake F;
+static const struct vrd_ctl_ops OPS = {&F, f_config, f_apply, f_reset, f_status};
+static const struct vrd_ctl_peer PEER = {.have_uid = true, .uid = 1234, .pid = 99};
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&F, 0, sizeof(F));
+	cfg_defaults(&F.cfg);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	cfg_free(&F.cfg);
+	return 0;
+}
+
+/* The reply to text, parsed; *refused set. */
+static struct json_object *ask(const char *text, bool *refused)
+{
+	char *r = vrd_ctl_answer(&OPS, text, strlen(text), &PEER, refused);
+	struct json_object *o;
+
+	assert_non_null(r);
+	o = json_tokener_parse(r);
+	if (!o)
+		fail_msg("reply is not JSON: %s", r);
+	free(r);
+	return o;
+}
+
+static const char *field(struct json_object *o, const char *name)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(o, name, &v))
+		return NULL;
+	return json_object_get_string(v);
+}
+
+static void test_get_one_key_and_the_whole_configuration(void **state)
+{
+	bool refused;
+	struct json_object *o;
+
+	(void)state;
+	o = ask("{\"op\":\"get\",\"key\":\"preprocess.db_range\",\"id\":\"a1\"}", &refused);
+	assert_false(refused);
+	assert_string_equal(field(o, "value"), "[0, 100]");
+	assert_string_equal(field(o, "id"), "a1");
+	json_object_put(o);
+	o = ask("{\"op\":\"get\"}", &refused);
+	assert_false(refused);
+	assert_non_null(strstr(field(o, "config"), "db_range"));
+	json_object_put(o);
+	o = ask("{\"op\":\"get\",\"key\":\"preprocess.nope\"}", &refused);
+	assert_true(refused);
+	assert_non_null(strstr(field(o, "error"), "preprocess.nope: unknown key"));
+	json_object_put(o);
+}
+
+static void test_set_applies_live_keys_with_yaml_or_json_values(void **state)
+{
+	bool refused;
+	struct json_object *o;
+
+	(void)state;
+	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90],"
+	        "\"preprocess.window.type\":\"tukey\"}}",
+	        &refused);
+	if (refused)
+		fail_msg("refused: %s", field(o, "error"));
+	json_object_put(o);
+	assert_int_equal(F.applied, 1);
+	assert_int_equal(F.last_uid, 1234);
+	assert_true(F.cfg.preprocess.db_range[0] == 20 && F.cfg.preprocess.db_range[1] == 90);
+	/* a JSON string is YAML text */
+	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":\"[10, 80]\"}}", &refused);
+	assert_false(refused);
+	json_object_put(o);
+	assert_true(F.cfg.preprocess.db_range[0] == 10 && F.cfg.preprocess.db_range[1] == 80);
+}
+
+static void test_set_is_all_or_none_with_the_files_messages(void **state)
+{
+	bool refused;
+	struct json_object *o;
+
+	(void)state;
+	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90],"
+	        "\"preprocess.zero_pad\":3}}",
+	        &refused);
+	assert_true(refused);
+	assert_non_null(strstr(field(o, "error"), "preprocess.zero_pad"));
+	json_object_put(o);
+	assert_int_equal(F.applied, 0);
+	assert_true(F.cfg.preprocess.db_range[0] == 0 && F.cfg.preprocess.db_range[1] == 100);
+	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[50,50]}}", &refused);
+	assert_true(refused);
+	assert_non_null(strstr(field(o, "error"), "preprocess.db_range: [50, 50] is empty"));
+	json_object_put(o);
+}
+
+static void test_set_refuses_structural_keys(void **state)
+{
+	bool refused;
+	struct json_object *o;
+
+	(void)state;
+	o = ask("{\"op\":\"set\",\"values\":{\"geometry.stride\":[3,3]}}", &refused);
+	assert_true(refused);
+	assert_non_null(strstr(field(o, "error"), "geometry.stride"));
+	assert_non_null(strstr(field(o, "error"), "reload"));
+	json_object_put(o);
+	assert_int_equal(F.applied, 0);
+}
+
+static void test_service_refusal_is_reported(void **state)
+{
+	bool refused;
+	struct json_object *o;
+
+	(void)state;
+	F.fail_apply = -EBUSY;
+	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]}}", &refused);
+	assert_true(refused);
+	assert_string_equal(field(o, "error"), "service: cannot apply now");
+	json_object_put(o);
+}
+
+static void test_reset_history_and_status(void **state)
+{
+	bool refused;
+	struct json_object *o, *st;
+
+	(void)state;
+	o = ask("{\"op\":\"reset_history\"}", &refused);
+	assert_false(refused);
+	json_object_put(o);
+	assert_int_equal(F.resets, 1);
+	o = ask("{\"op\":\"status\"}", &refused);
+	assert_false(refused);
+	assert_true(json_object_object_get_ex(o, "status", &st));
+	assert_non_null(json_object_object_get(st, "volumes_per_s"));
+	json_object_put(o);
+}
+
+static void test_bad_requests_get_error_replies(void **state)
+{
+	static const struct {
+		const char *req, *msg;
+	} cases[] = {
+	        {"", "not one JSON object"},
+	        {"{", "not one JSON object"},
+	        {"[1,2]", "not a JSON object"},
+	        {"{\"op\":\"get\"} trailing", "not one JSON object"},
+	        {"{}", "op: missing"},
+	        {"{\"op\":5}", "op: missing"},
+	        {"{\"op\":\"fly\"}", "op: 'fly' is unknown"},
+	        {"{\"op\":\"set\"}", "set: values must be an object"},
+	        {"{\"op\":\"set\",\"values\":[]}", "set: values must be an object"},
+	        {"{\"op\":\"set\",\"values\":{}}", "set: no keys given"},
+	        {"{\"op\":\"get\",\"key\":7}", "get: key must be a string"},
+	        {"\"\xff\xfe\"", "not UTF-8"},
+	};
+	bool refused;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct json_object *o = ask(cases[i].req, &refused);
+
+		if (!refused || !strstr(field(o, "error"), cases[i].msg))
+			fail_msg("request '%s': refused %d, reply error '%s', expected '%s'",
+			         cases[i].req, refused, field(o, "error"), cases[i].msg);
+		json_object_put(o);
+	}
+	assert_int_equal(F.applied, 0);
+}
+
+static void test_oversized_and_deep_requests_are_refused(void **state)
+{
+	size_t n = VRD_CTL_MAX_REQUEST + 10, depth = 10000;
+	char *big = malloc(n + 1), *deep = malloc(2 * depth + 1);
+	bool refused;
+	char *r;
+
+	(void)state;
+	memset(big, ' ', n);
+	big[n] = '\0';
+	r = vrd_ctl_answer(&OPS, big, n, &PEER, &refused);
+	assert_true(refused);
+	assert_non_null(strstr(r, "request too large"));
+	free(r);
+	memset(deep, '[', depth);
+	memset(deep + depth, ']', depth);
+	deep[2 * depth] = '\0';
+	r = vrd_ctl_answer(&OPS, deep, 2 * depth, &PEER, &refused);
+	assert_true(refused);
+	assert_non_null(strstr(r, "not one JSON object"));
+	free(r);
+	free(big);
+	free(deep);
+}
+
+static void test_set_with_too_many_keys_is_refused(void **state)
+{
+	char req[8192];
+	size_t len = (size_t)snprintf(req, sizeof(req), "{\"op\":\"set\",\"values\":{");
+	bool refused;
+	struct json_object *o;
+
+	(void)state;
+	for (int i = 0; i <= VRD_CTL_MAX_KEYS; i++)
+		len += (size_t)snprintf(req + len, sizeof(req) - len, "%s\"k%d\":1", i ? "," : "",
+		                        i);
+	snprintf(req + len, sizeof(req) - len, "}}");
+	o = ask(req, &refused);
+	assert_true(refused);
+	assert_non_null(strstr(field(o, "error"), "more than"));
+	json_object_put(o);
+}
+
+VR_TEST_GROUP(ctl)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test_setup_teardown(test_get_one_key_and_the_whole_configuration, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_set_applies_live_keys_with_yaml_or_json_values,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_set_is_all_or_none_with_the_files_messages,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_set_refuses_structural_keys, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_service_refusal_is_reported, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_reset_history_and_status, setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_bad_requests_get_error_replies, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_oversized_and_deep_requests_are_refused, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_set_with_too_many_keys_is_refused, setup,
+	                                        teardown),
+	};
+	return cmocka_run_group_tests_name("ctl", tests, NULL, NULL);
+}

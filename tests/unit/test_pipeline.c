@@ -1,0 +1,969 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pipeline engine (pipeline/) on the CPU backend with a scripted in-memory source that
+ * fails, times out, numbers B-scans wrongly or stalls on command: the ring, drop accounting,
+ * metadata checks, fault back-off and recovery, live updates and resets between epochs, depth
+ * 1 and 2 giving the same volumes, sink failures, unpaced sources that wait instead of
+ * dropping, and a stop that does not wait for a hung source.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "vrtest.h"
+#include "../../pipeline/internal.h"
+#include "volrec/protocol.h"
+
+#define K        64
+#define NX       4
+#define NY       3
+#define S        4 /* stride 2 x 2 */
+#define MAX_VOLS 64
+
+/* ---- the scripted source -------------------------------------------------------------------- */
+
+struct script {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool zc;        /* offer the zero-copy calls */
+	bool bad_utf8;  /* info strings that are not UTF-8 */
+	uint16_t *data; /* [S][NY][NX * K]: epoch e's B-scans are those of e % S */
+	/* commands, by B-scans delivered so far */
+	uint64_t delivered;
+	uint64_t fail_at; /* when delivered == fail_at: fail `fails` calls with fail_rc */
+	unsigned fails;
+	int fail_rc;
+	uint64_t renumber_at; /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
+	uint64_t stall_at;    /* when delivered == stall_at: block until released */
+	bool stalling, released;
+	uint64_t sleep_at; /* when delivered == sleep_at: sleep sleep_ms first */
+	unsigned sleep_ms;
+	unsigned pace_us; /* sleep before each B-scan */
+	/* bookkeeping */
+	unsigned opens, closes;
+	int refs; /* references held by the engine */
+	/* per handle */
+	uint64_t epoch, pend_epoch;
+	uint32_t b;
+	bool pend, started;
+};
+
+static const uint16_t *script_bscan(struct script *s, uint64_t e, uint32_t b)
+{
+	return s->data + ((size_t)(e % S) * NY + b) * NX * K;
+}
+
+static int sc_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
+{
+	struct script *s = h;
+
+	(void)ox;
+	(void)oy;
+	pthread_mutex_lock(&s->mu);
+	s->pend = true;
+	s->pend_epoch = epoch;
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+static int sc_start(void *h)
+{
+	((struct script *)h)->started = true;
+	return 0;
+}
+
+static int sc_stop(void *h)
+{
+	((struct script *)h)->started = false;
+	return 0;
+}
+
+static void sc_close(void *h)
+{
+	(void)h;
+}
+
+/* The next B-scan, after the commands for this call. */
+static int sc_next(struct script *s, const void **p, struct volrec_shim_meta *meta)
+{
+	uint64_t d;
+
+	if (s->pace_us)
+		usleep(s->pace_us);
+	pthread_mutex_lock(&s->mu);
+	d = s->delivered;
+	if (d == s->sleep_at && s->sleep_ms) {
+		unsigned ms = s->sleep_ms;
+
+		s->sleep_ms = 0;
+		pthread_mutex_unlock(&s->mu);
+		usleep(ms * 1000u);
+		pthread_mutex_lock(&s->mu);
+	}
+	if (d == s->stall_at && !s->released) {
+		s->stalling = true;
+		pthread_cond_broadcast(&s->cv);
+		while (!s->released)
+			pthread_cond_wait(&s->cv, &s->mu);
+	}
+	if (d == s->fail_at && s->fails) {
+		s->fails--;
+		pthread_mutex_unlock(&s->mu);
+		return s->fail_rc;
+	}
+	if (s->b == 0 && s->pend) {
+		s->epoch = s->pend_epoch;
+		s->pend = false;
+	}
+	*p = script_bscan(s, s->epoch, s->b);
+	meta->timestamp_ns = vr_real_ns();
+	meta->epoch = s->epoch;
+	meta->bscan = s->b;
+	meta->flags = 0;
+	if (d == s->renumber_at)
+		meta->bscan++;
+	s->delivered++;
+	if (++s->b == NY) {
+		s->b = 0;
+		s->epoch++;
+	}
+	if (s->zc)
+		s->refs++;
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+static int sc_acquire(void *h, void *buf, size_t size, int timeout_ms,
+                      struct volrec_shim_meta *meta)
+{
+	const void *p;
+	int rc = sc_next(h, &p, meta);
+
+	(void)timeout_ms;
+	if (rc == 0)
+		memcpy(buf, p, size);
+	return rc;
+}
+
+static int sc_acquire_ref(void *h, const void **p, int timeout_ms, struct volrec_shim_meta *meta)
+{
+	(void)timeout_ms;
+	return sc_next(h, p, meta);
+}
+
+static int sc_release_ref(void *h, const void *p)
+{
+	struct script *s = h;
+
+	(void)p;
+	pthread_mutex_lock(&s->mu);
+	s->refs--;
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+static int sc_ref_regions(void *h, struct volrec_shim_region *r, uint32_t max, uint32_t *count)
+{
+	struct script *s = h;
+
+	if (max >= 1) {
+		r[0].base = s->data;
+		r[0].size = (size_t)S * NY * NX * K * sizeof(uint16_t);
+	}
+	*count = 1;
+	return 0;
+}
+
+static const struct volrec_shim_ops sc_ops_zc = {
+        .abi_version = VOLREC_SHIM_ABI_VERSION,
+        .struct_size = sizeof(struct volrec_shim_ops),
+        .set_scan_offset = sc_set_scan_offset,
+        .start = sc_start,
+        .acquire = sc_acquire,
+        .stop = sc_stop,
+        .close = sc_close,
+        .ref_regions = sc_ref_regions,
+        .acquire_ref = sc_acquire_ref,
+        .release_ref = sc_release_ref,
+};
+static const struct volrec_shim_ops sc_ops_copy = {
+        .abi_version = VOLREC_SHIM_ABI_VERSION,
+        .struct_size = sizeof(struct volrec_shim_ops),
+        .set_scan_offset = sc_set_scan_offset,
+        .start = sc_start,
+        .acquire = sc_acquire,
+        .stop = sc_stop,
+        .close = sc_close,
+};
+
+static int sc_open(void *ctx, const struct vr_config *cfg, unsigned flags, struct src_source *src,
+                   char *err, size_t errlen)
+{
+	struct script *s = ctx;
+
+	(void)cfg;
+	(void)flags;
+	(void)err;
+	(void)errlen;
+	pthread_mutex_lock(&s->mu);
+	s->opens++;
+	s->b = 0;
+	s->epoch = 0;
+	s->pend = false;
+	pthread_mutex_unlock(&s->mu);
+	memset(src, 0, sizeof(*src));
+	src->impl = s->zc ? sc_ops_zc : sc_ops_copy;
+	src->kind = "script";
+	src->handle = s;
+	snprintf(src->info.name, sizeof(src->info.name), "%s",
+	         s->bad_utf8 ? "scr\xff\xfeipt" : "script");
+	snprintf(src->info.device, sizeof(src->info.device), "%s",
+	         s->bad_utf8 ? "dev\xc3\x28ice" : "memory");
+	return 0;
+}
+
+static void sc_src_close(void *ctx, struct src_source *src)
+{
+	struct script *s = ctx;
+
+	pthread_mutex_lock(&s->mu);
+	s->closes++;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	memset(src, 0, sizeof(*src));
+}
+
+static void script_init(struct script *s, bool zc)
+{
+	memset(s, 0, sizeof(*s));
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->zc = zc;
+	s->fail_at = s->renumber_at = s->stall_at = s->sleep_at = UINT64_MAX;
+	s->data = malloc((size_t)S * NY * NX * K * sizeof(uint16_t));
+	assert_non_null(s->data);
+	for (size_t i = 0; i < (size_t)S * NY * NX * K; i++)
+		s->data[i] = (uint16_t)(30000 + (i * 7919u) % 4000u + (i % K) * 13u);
+}
+
+static void script_release(struct script *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->released = true;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void script_free(struct script *s)
+{
+	free(s->data);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+}
+
+/* ---- a sink that keeps the volumes, and the events ----------------------------------------- */
+
+struct memsink {
+	pthread_mutex_t mu;
+	size_t vox;
+	uint8_t *buf;
+	uint8_t *vols[MAX_VOLS];
+	struct pl_volume meta[MAX_VOLS];
+	unsigned n;
+	uint64_t begin_fail_epoch, publish_fail_epoch;
+	unsigned aborts, publish_sleep_ms;
+	/* events */
+	char names[256][32];
+	unsigned nev;
+	bool bad_text; /* an event message that was not valid UTF-8 */
+};
+
+static int ms_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err, size_t errlen)
+{
+	struct memsink *m = ctx;
+
+	if (epoch == m->begin_fail_epoch)
+		return vr_err(err, errlen, -ENOSPC, "memsink: no room for epoch %llu",
+		              (unsigned long long)epoch);
+	out->volume = m->buf;
+	return 0;
+}
+
+static int ms_publish(void *ctx, const struct pl_volume *v, char *err, size_t errlen)
+{
+	struct memsink *m = ctx;
+
+	if (m->publish_sleep_ms)
+		usleep(m->publish_sleep_ms * 1000u);
+	if (v->epoch == m->publish_fail_epoch)
+		return vr_err(err, errlen, -EIO, "memsink: cannot publish epoch %llu",
+		              (unsigned long long)v->epoch);
+	pthread_mutex_lock(&m->mu);
+	if (m->n < MAX_VOLS) {
+		m->vols[m->n] = malloc(m->vox);
+		assert_non_null(m->vols[m->n]);
+		memcpy(m->vols[m->n], m->buf, m->vox);
+		m->meta[m->n] = *v;
+		m->n++;
+	}
+	pthread_mutex_unlock(&m->mu);
+	return 0;
+}
+
+static void ms_abort(void *ctx)
+{
+	((struct memsink *)ctx)->aborts++;
+}
+
+static void ms_event(void *ctx, const struct pl_event *ev)
+{
+	struct memsink *m = ctx;
+
+	pthread_mutex_lock(&m->mu);
+	if (!vr_utf8_valid(ev->message, strlen(ev->message)))
+		m->bad_text = true;
+	if (ev->name && m->nev < 256)
+		snprintf(m->names[m->nev++], sizeof(m->names[0]), "%s", ev->name);
+	pthread_mutex_unlock(&m->mu);
+}
+
+static unsigned ms_count(struct memsink *m, const char *name)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&m->mu);
+	for (unsigned i = 0; i < m->nev; i++)
+		n += !strcmp(m->names[i], name);
+	pthread_mutex_unlock(&m->mu);
+	return n;
+}
+
+static unsigned ms_volumes(struct memsink *m)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&m->mu);
+	n = m->n;
+	pthread_mutex_unlock(&m->mu);
+	return n;
+}
+
+static void memsink_init(struct memsink *m, const struct vr_config *c)
+{
+	memset(m, 0, sizeof(*m));
+	pthread_mutex_init(&m->mu, NULL);
+	m->vox = cfg_out_voxels(c);
+	m->buf = malloc(m->vox);
+	assert_non_null(m->buf);
+	m->begin_fail_epoch = m->publish_fail_epoch = UINT64_MAX;
+}
+
+static void memsink_free(struct memsink *m)
+{
+	for (unsigned i = 0; i < m->n; i++)
+		free(m->vols[i]);
+	free(m->buf);
+	pthread_mutex_destroy(&m->mu);
+}
+
+static struct pl_sink memsink_sink(struct memsink *m)
+{
+	return (struct pl_sink){
+	        .ctx = m, .begin = ms_begin, .publish = ms_publish, .abort = ms_abort};
+}
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static void test_config(struct vr_config *c, enum cfg_source type)
+{
+	cfg_defaults(c);
+	c->backend = CFG_BACKEND_CPU;
+	c->cpu.threads = 1;
+	c->source.type = type;
+	c->source.rate = 0;
+	c->source.shim.timeout_ms = 200;
+	c->geometry.samples_per_ascan = K;
+	c->geometry.sample_type = CFG_SAMPLE_U16;
+	c->geometry.ascans_per_bscan = NX;
+	c->geometry.bscans_per_volume = NY;
+	c->geometry.stride[0] = c->geometry.stride[1] = 2;
+	c->geometry.depth_range[0] = 0;
+	c->geometry.depth_range[1] = K / 2;
+	c->reconstruct.mode = CFG_RECON_NONCUMULATIVE;
+	c->pipeline.ring_bscans = 4 * NY;
+	c->pipeline.overflow = CFG_OVERFLOW_DROP_EPOCH;
+}
+
+static struct pl_options test_options(const struct vr_config *c, struct script *s,
+                                      struct memsink *m, int depth)
+{
+	return (struct pl_options){.cfg = c,
+	                           .depth = depth,
+	                           .zero_copy = -1,
+	                           .on_event = ms_event,
+	                           .event_ctx = m,
+	                           .source_open = sc_open,
+	                           .source_close = sc_src_close,
+	                           .source_ctx = s};
+}
+
+/* acquired == processed + in ring + the drops of acquired B-scans */
+static void assert_identity(const struct pl_stats *st)
+{
+	uint64_t sum = st->c.processed + st->c.in_ring;
+
+	for (int i = 0; i < PL_DROP_COUNT; i++)
+		if (pl_drop_acquired(i))
+			sum += st->c.drops[i];
+	assert_int_equal(st->c.acquired, sum);
+}
+
+static void wait_volumes(struct memsink *m, unsigned n)
+{
+	for (int i = 0; i < 20000 && ms_volumes(m) < n; i++)
+		usleep(1000);
+	assert_true(ms_volumes(m) >= n);
+}
+
+/* Volumes of epochs 0..n-1, run to completion (pl_run) at depth with the given path. */
+static void reference_run(int depth, bool zc, unsigned n, struct memsink *m)
+{
+	struct vr_config c;
+	struct script s;
+	struct pl_pipeline *pl = NULL;
+	struct pl_options o;
+	struct pl_sink sink;
+	char err[512] = "";
+
+	test_config(&c, CFG_SOURCE_SYNTH);
+	script_init(&s, zc);
+	memsink_init(m, &c);
+	o = test_options(&c, &s, m, depth);
+	assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
+	assert_string_equal(pl_acquisition(pl), zc ? "zero-copy" : "copy");
+	assert_int_equal(pl_depth(pl), depth);
+	sink = memsink_sink(m);
+	assert_int_equal(pl_run(pl, &sink, n, err, sizeof(err)), 0);
+	assert_int_equal(m->n, n);
+	for (unsigned i = 0; i < n; i++)
+		assert_int_equal(m->meta[i].epoch, i);
+	pl_close(pl);
+	assert_int_equal(s.refs, 0);
+	script_free(&s);
+	cfg_free(&c);
+}
+
+/* ---- the ring ------------------------------------------------------------------------------ */
+
+static void test_ring_reserve_commit_claim_release(void **st)
+{
+	struct pl_ring r;
+	(void)st;
+
+	assert_int_equal(pl_ring_init(&r, 6), 0);
+	assert_true(pl_ring_reserve(&r, 3));
+	assert_false(pl_ring_reserve(&r, 4)); /* 3 + 4 > 6: nothing more reserved */
+	assert_int_equal(r.used, 3);
+	for (int i = 0; i < 2; i++) {
+		struct pl_entry *e = pl_ring_next(&r);
+
+		assert_non_null(e);
+		e->bscan = (uint32_t)i;
+		pl_ring_commit(&r);
+	}
+	assert_int_equal(pl_ring_avail(&r), 2);
+	pl_ring_claim(&r, 1);
+	assert_int_equal(pl_ring_avail(&r), 1);
+	/* a cut: the unfilled entry goes back, the unclaimed committed one is retracted */
+	assert_int_equal(pl_ring_unreserve(&r), 1);
+	assert_int_equal(pl_ring_retract(&r, 2), 1);
+	assert_int_equal(r.ready, 1);
+	assert_int_equal(r.used, 1);
+	pl_ring_release(&r, 1);
+	assert_int_equal(r.claimed + r.ready + r.used, 0);
+	assert_int_equal(r.tail, 1);
+	/* wrapping around */
+	assert_true(pl_ring_reserve(&r, 6));
+	for (int i = 0; i < 6; i++) {
+		pl_ring_next(&r)->bscan = (uint32_t)(10 + i);
+		pl_ring_commit(&r);
+	}
+	assert_null(pl_ring_next(&r));
+	assert_int_equal(pl_ring_at(&r, 5)->bscan, 15);
+	assert_ptr_equal(pl_ring_at(&r, 5), &r.e[0]);
+	pl_ring_claim(&r, 6);
+	pl_ring_release(&r, 6);
+	assert_int_equal(r.used, 0);
+	pl_ring_free(&r);
+}
+
+/* ---- output ---------------------------------------------------------------------------------- */
+
+static void test_depth_1_and_2_copy_and_zero_copy_give_identical_volumes(void **st)
+{
+	struct memsink ref, m;
+	const unsigned n = 10;
+	(void)st;
+
+	reference_run(1, false, n, &ref);
+	for (int depth = 1; depth <= 2; depth++)
+		for (int zc = 0; zc <= 1; zc++) {
+			if (depth == 1 && !zc)
+				continue;
+			reference_run(depth, zc, n, &m);
+			for (unsigned i = 0; i < n; i++) {
+				assert_memory_equal(m.vols[i], ref.vols[i], ref.vox);
+				assert_int_equal(m.meta[i].ox, ref.meta[i].ox);
+				assert_int_equal(m.meta[i].oy, ref.meta[i].oy);
+			}
+			memsink_free(&m);
+		}
+	/* and the volumes are not all alike (the comparison means something) */
+	assert_memory_not_equal(ref.vols[0], ref.vols[1], ref.vox);
+	memsink_free(&ref);
+}
+
+/* ---- drops ------------------------------------------------------------------------------------ */
+
+static void drops_run(enum cfg_source type, int depth, struct pl_stats *st)
+{
+	struct vr_config c;
+	struct script s;
+	struct memsink m;
+	struct pl_pipeline *pl = NULL;
+	struct pl_options o;
+	struct pl_sink sink;
+	char err[512] = "";
+
+	test_config(&c, type);
+	c.pipeline.ring_bscans = 2 * NY;
+	script_init(&s, depth == 2);
+	memsink_init(&m, &c);
+	m.publish_sleep_ms = 20; /* processing much slower than the unpaced source */
+	o = test_options(&c, &s, &m, depth);
+	assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
+	sink = memsink_sink(&m);
+	assert_int_equal(pl_start(pl, &sink, err, sizeof(err)), 0);
+	wait_volumes(&m, 6);
+	pl_stats(pl, st);
+	assert_identity(st);
+	pl_stop(pl);
+	pl_stats(pl, st);
+	assert_identity(st);
+	assert_int_equal(st->c.in_ring, 0);
+	assert_int_equal(st->c.processed, (uint64_t)m.n * NY);
+	pl_close(pl);
+	assert_int_equal(s.refs, 0);
+	memsink_free(&m);
+	script_free(&s);
+	cfg_free(&c);
+}
+
+static void test_a_hardware_source_faster_than_processing_drops_exactly(void **unused)
+{
+	struct pl_stats st;
+	(void)unused;
+
+	for (int depth = 1; depth <= 2; depth++) {
+		drops_run(CFG_SOURCE_SHIM, depth, &st);
+		assert_true(st.c.drops[PL_DROP_RING_FULL] > 0);
+		assert_int_equal(
+		        st.c.drops[PL_DROP_SOURCE_ERROR] + st.c.drops[PL_DROP_SOURCE_TIMEOUT], 0);
+	}
+}
+
+static void test_unpaced_synth_and_replay_wait_instead_of_dropping(void **unused)
+{
+	struct pl_stats st;
+	(void)unused;
+
+	/* source.rate 0 with overflow drop_epoch: "as fast as processing takes them" */
+	drops_run(CFG_SOURCE_SYNTH, 1, &st);
+	assert_int_equal(st.c.drops[PL_DROP_RING_FULL], 0);
+	drops_run(CFG_SOURCE_REPLAY, 2, &st);
+	assert_int_equal(st.c.drops[PL_DROP_RING_FULL], 0);
+}
+
+/* ---- faults ----------------------------------------------------------------------------------- */
+
+struct live_run {
+	struct vr_config c;
+	struct script s;
+	struct memsink m;
+	struct pl_pipeline *pl;
+};
+
+static void live_start(struct live_run *r, int depth, bool zc, void (*setup)(struct live_run *))
+{
+	struct pl_options o;
+	struct pl_sink sink;
+	char err[512] = "";
+
+	test_config(&r->c, CFG_SOURCE_SHIM);
+	script_init(&r->s, zc);
+	memsink_init(&r->m, &r->c);
+	r->s.pace_us = 500;
+	if (setup)
+		setup(r);
+	o = test_options(&r->c, &r->s, &r->m, depth);
+	r->pl = NULL;
+	assert_int_equal(pl_open(&o, &r->pl, err, sizeof(err)), 0);
+	sink = memsink_sink(&r->m);
+	assert_int_equal(pl_start(r->pl, &sink, err, sizeof(err)), 0);
+}
+
+static void live_finish(struct live_run *r, struct pl_stats *st)
+{
+	pl_stop(r->pl);
+	pl_stats(r->pl, st);
+	assert_identity(st);
+	assert_int_equal(st->c.in_ring, 0);
+	pl_close(r->pl);
+	assert_int_equal(r->s.refs, 0);
+	memsink_free(&r->m);
+	script_free(&r->s);
+	cfg_free(&r->c);
+}
+
+/* Every published volume of epochs [from, to) equals the reference volume of its epoch. */
+static void assert_volumes_match(struct memsink *m, struct memsink *ref, uint64_t from, uint64_t to)
+{
+	for (unsigned i = 0; i < m->n; i++) {
+		uint64_t e = m->meta[i].epoch;
+
+		if (e < from || e >= to || e >= ref->n)
+			continue;
+		assert_memory_equal(m->vols[i], ref->vols[e], ref->vox);
+	}
+}
+
+static void errors_mid_epoch(struct live_run *r)
+{
+	r->s.fail_at = 3 * NY + 1; /* in the middle of epoch 3 */
+	r->s.fails = 3;
+	r->s.fail_rc = -EIO;
+}
+
+static void test_source_errors_back_off_then_recover(void **unused)
+{
+	struct live_run r;
+	struct pl_stats st;
+	(void)unused;
+
+	for (int depth = 1; depth <= 2; depth++) {
+		live_start(&r, depth, depth == 2, errors_mid_epoch);
+		while (ms_count(&r.m, "source_recovered") == 0)
+			usleep(2000);
+		wait_volumes(&r.m, 8);
+		pl_stats(r.pl, &st);
+		assert_int_equal(st.c.drops[PL_DROP_SOURCE_ERROR], 3);
+		assert_int_equal(st.c.source_faults, 3);
+		assert_false(st.degraded);
+		assert_true(st.c.drops[PL_DROP_INCOMPLETE_EPOCH] > 0);
+		/* one announced fault for the series, one recovery */
+		assert_int_equal(ms_count(&r.m, "source_fault"), 3);
+		assert_int_equal(ms_count(&r.m, "source_recovered"), 1);
+		/* epochs 3..5 were cut; the ones published are in order and complete */
+		for (unsigned i = 1; i < r.m.n; i++)
+			assert_true(r.m.meta[i].epoch > r.m.meta[i - 1].epoch);
+		for (unsigned i = 0; i < r.m.n; i++)
+			assert_true(r.m.meta[i].epoch < 3 || r.m.meta[i].epoch > 5);
+		live_finish(&r, &st);
+	}
+}
+
+static void errors_reopen(struct live_run *r)
+{
+	r->s.fail_at = 2 * NY;
+	r->s.fails = 5;
+	r->s.fail_rc = -ETIMEDOUT;
+}
+
+static void test_five_faults_in_a_row_reopen_the_source(void **unused)
+{
+	struct live_run r;
+	struct pl_stats st;
+	(void)unused;
+
+	live_start(&r, 1, false, errors_reopen);
+	while (ms_count(&r.m, "source_recovered") == 0)
+		usleep(2000);
+	pl_stats(r.pl, &st);
+	assert_int_equal(st.c.drops[PL_DROP_SOURCE_TIMEOUT], 5);
+	assert_int_equal(st.c.source_reopens, 1);
+	assert_int_equal(r.s.opens, 2);
+	assert_int_equal(r.s.closes, 1);
+	live_finish(&r, &st);
+}
+
+static void renumber(struct live_run *r)
+{
+	r->s.renumber_at = 2 * NY + 1; /* epoch 2, B-scan 1 says it is B-scan 2 */
+}
+
+static void test_a_misnumbered_bscan_cuts_its_epoch_and_is_a_fault(void **unused)
+{
+	struct memsink ref;
+	struct live_run r;
+	struct pl_stats st;
+	(void)unused;
+
+	reference_run(1, false, 24, &ref);
+	for (int depth = 1; depth <= 2; depth++) {
+		live_start(&r, depth, depth == 2, renumber);
+		while (ms_count(&r.m, "source_recovered") == 0)
+			usleep(2000);
+		wait_volumes(&r.m, 10);
+		pl_stats(r.pl, &st);
+		assert_int_equal(st.c.source_faults, 1);
+		assert_true(st.c.drops[PL_DROP_INCOMPLETE_EPOCH] >= 2);
+		for (unsigned i = 0; i < r.m.n; i++)
+			assert_int_not_equal(r.m.meta[i].epoch, 2);
+		/* before the fault the volumes equal the reference; once the history holds no
+		 * gap any more, too */
+		assert_volumes_match(&r.m, &ref, 0, 2);
+		assert_volumes_match(&r.m, &ref, 2 + 2 * S, UINT64_MAX);
+		live_finish(&r, &st);
+	}
+	memsink_free(&ref);
+}
+
+static void test_offline_the_first_fault_ends_the_run_with_its_message(void **unused)
+{
+	struct vr_config c;
+	struct script s;
+	struct memsink m;
+	struct pl_pipeline *pl = NULL;
+	struct pl_options o;
+	struct pl_sink sink;
+	char err[512] = "";
+	(void)unused;
+
+	test_config(&c, CFG_SOURCE_REPLAY);
+	script_init(&s, false);
+	memsink_init(&m, &c);
+	s.renumber_at = NY + 2;
+	o = test_options(&c, &s, &m, 1);
+	o.stop_on_fault = true;
+	o.block = true;
+	assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
+	sink = memsink_sink(&m);
+	assert_int_equal(pl_run(pl, &sink, 10, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "delivered epoch 1 B-scan 3 where epoch 1 B-scan 2 was due"));
+	assert_int_equal(m.n, 1);
+	assert_int_equal(ms_count(&m, "source_fault"), 0); /* returned, not announced */
+	pl_close(pl);
+	memsink_free(&m);
+	script_free(&s);
+	cfg_free(&c);
+}
+
+/* ---- sinks ------------------------------------------------------------------------------------ */
+
+static void test_sink_failures_drop_the_epoch_as_processing_error(void **unused)
+{
+	struct vr_config c;
+	struct script s;
+	struct memsink m;
+	struct pl_pipeline *pl = NULL;
+	struct pl_options o;
+	struct pl_sink sink;
+	struct pl_stats st;
+	char err[512] = "";
+	(void)unused;
+
+	for (int depth = 1; depth <= 2; depth++) {
+		test_config(&c, CFG_SOURCE_SYNTH);
+		script_init(&s, false);
+		memsink_init(&m, &c);
+		m.begin_fail_epoch = 2;
+		m.publish_fail_epoch = 4;
+		o = test_options(&c, &s, &m, depth);
+		assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
+		sink = memsink_sink(&m);
+		assert_int_equal(pl_run(pl, &sink, 7, err, sizeof(err)), 0);
+		pl_stats(pl, &st);
+		assert_identity(&st);
+		assert_int_equal(st.c.drops[PL_DROP_PROCESSING_ERROR], 2 * NY);
+		assert_int_equal(st.c.epochs_published, 5);
+		assert_int_equal(m.n, 5);
+		assert_int_equal(ms_count(&m, "processing_error"), 2);
+		assert_int_equal(m.aborts, 0); /* the backend never failed after begin */
+		pl_close(pl);
+		memsink_free(&m);
+		script_free(&s);
+		cfg_free(&c);
+	}
+}
+
+/* ---- requests between epochs ------------------------------------------------------------------ */
+
+static void test_live_update_and_history_reset_between_epochs(void **unused)
+{
+	struct live_run r;
+	struct vr_config next;
+	struct pl_stats st;
+	uint64_t ticket = 0;
+	char err[512] = "";
+	int rc = 1;
+	unsigned at;
+	(void)unused;
+
+	live_start(&r, 2, true, NULL);
+	wait_volumes(&r.m, 2);
+	/* live: a narrower dB range, applied before some next epoch */
+	cfg_defaults(&next);
+	assert_int_equal(cfg_copy(&next, &r.c), 0);
+	next.preprocess.db_range[0] = 0;
+	next.preprocess.db_range[1] = 40;
+	assert_int_equal(pl_request_live(r.pl, &next, &ticket), 0);
+	while (!pl_live_done(r.pl, ticket, &rc, err, sizeof(err)))
+		usleep(1000);
+	assert_int_equal(rc, 0);
+	cfg_free(&next);
+	/* reset: event, and the next volume says so */
+	at = ms_volumes(&r.m);
+	pl_request_reset(r.pl);
+	while (ms_count(&r.m, "history_reset") == 0)
+		usleep(1000);
+	wait_volumes(&r.m, at + 3);
+	pthread_mutex_lock(&r.m.mu);
+	{
+		unsigned flagged = 0, first = 0;
+
+		for (unsigned i = at; i < r.m.n; i++)
+			if (r.m.meta[i].flags & VOLREC_FLAG_RESET) {
+				if (!flagged++)
+					first = i;
+			}
+		assert_int_equal(flagged, 1);
+		assert_true(first >= at);
+	}
+	pthread_mutex_unlock(&r.m.mu);
+	live_finish(&r, &st);
+}
+
+static void cut_after_submit(struct live_run *r)
+{
+	/* epoch 4: B-scans 0 and 1 come, processing (depth 2) submits them, then acquire fails */
+	r->s.sleep_at = 4 * NY + 2;
+	r->s.sleep_ms = 100;
+	r->s.fail_at = 4 * NY + 2;
+	r->s.fails = 1;
+	r->s.fail_rc = -EIO;
+}
+
+static void test_depth_2_finishes_an_epoch_cut_after_submission_and_resets(void **unused)
+{
+	struct live_run r;
+	struct pl_stats st;
+	(void)unused;
+
+	live_start(&r, 2, true, cut_after_submit);
+	while (ms_count(&r.m, "source_recovered") == 0)
+		usleep(2000);
+	while (ms_count(&r.m, "incomplete_epoch") == 0)
+		usleep(2000);
+	wait_volumes(&r.m, 6);
+	assert_int_equal(ms_count(&r.m, "history_reset"), 1);
+	pthread_mutex_lock(&r.m.mu);
+	{
+		bool flagged = false;
+
+		for (unsigned i = 0; i < r.m.n; i++)
+			if (r.m.meta[i].epoch > 4 && (r.m.meta[i].flags & VOLREC_FLAG_RESET))
+				flagged = true;
+		assert_true(flagged);
+	}
+	pthread_mutex_unlock(&r.m.mu);
+	pl_stats(r.pl, &st);
+	assert_int_equal(st.c.drops[PL_DROP_INCOMPLETE_EPOCH] >= 2, true);
+	live_finish(&r, &st);
+}
+
+/* ---- stopping, strings ------------------------------------------------------------------------ */
+
+static void stall_soon(struct live_run *r)
+{
+	r->s.stall_at = 2 * NY + 1;
+	r->c.source.shim.timeout_ms = 100;
+}
+
+static void test_stop_does_not_wait_for_a_hung_source(void **unused)
+{
+	struct live_run r;
+	double t0, dt;
+	(void)unused;
+
+	live_start(&r, 2, false, stall_soon);
+	pthread_mutex_lock(&r.s.mu);
+	while (!r.s.stalling)
+		pthread_cond_wait(&r.s.cv, &r.s.mu);
+	pthread_mutex_unlock(&r.s.mu);
+	t0 = vr_mono_s();
+	pl_stop(r.pl);
+	dt = vr_mono_s() - t0;
+	assert_true(dt >= 1.0 && dt < 3.0); /* timeout 0.1 s + 1 s, not the stall */
+	assert_int_equal(ms_count(&r.m, "source_abandoned"), 1);
+	/* the source comes back later: the abandoned thread frees the pipeline then */
+	pl_close(r.pl);
+	script_release(&r.s);
+	pthread_mutex_lock(&r.s.mu);
+	while (r.s.closes == 0)
+		pthread_cond_wait(&r.s.cv, &r.s.mu);
+	pthread_mutex_unlock(&r.s.mu);
+	usleep(20000); /* the thread's last steps after closing the source */
+	memsink_free(&r.m);
+	script_free(&r.s);
+	cfg_free(&r.c);
+}
+
+static void bad_strings(struct live_run *r)
+{
+	r->s.bad_utf8 = true;
+	r->s.fail_at = NY;
+	r->s.fails = 1;
+	r->s.fail_rc = -EIO;
+}
+
+static void test_source_strings_reach_stats_and_events_as_utf8(void **unused)
+{
+	struct live_run r;
+	struct volrec_shim_info info;
+	struct pl_stats st;
+	(void)unused;
+
+	live_start(&r, 1, false, bad_strings);
+	pl_source_info(r.pl, &info);
+	assert_true(vr_utf8_valid(info.name, strlen(info.name)));
+	assert_true(vr_utf8_valid(info.device, strlen(info.device)));
+	assert_non_null(strstr(info.name, "scr"));
+	while (ms_count(&r.m, "source_recovered") == 0)
+		usleep(2000);
+	assert_false(r.m.bad_text);
+	live_finish(&r, &st);
+}
+
+VR_TEST_GROUP(pipeline)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_ring_reserve_commit_claim_release),
+	        cmocka_unit_test(test_depth_1_and_2_copy_and_zero_copy_give_identical_volumes),
+	        cmocka_unit_test(test_a_hardware_source_faster_than_processing_drops_exactly),
+	        cmocka_unit_test(test_unpaced_synth_and_replay_wait_instead_of_dropping),
+	        cmocka_unit_test(test_source_errors_back_off_then_recover),
+	        cmocka_unit_test(test_five_faults_in_a_row_reopen_the_source),
+	        cmocka_unit_test(test_a_misnumbered_bscan_cuts_its_epoch_and_is_a_fault),
+	        cmocka_unit_test(test_offline_the_first_fault_ends_the_run_with_its_message),
+	        cmocka_unit_test(test_sink_failures_drop_the_epoch_as_processing_error),
+	        cmocka_unit_test(test_live_update_and_history_reset_between_epochs),
+	        cmocka_unit_test(test_depth_2_finishes_an_epoch_cut_after_submission_and_resets),
+	        cmocka_unit_test(test_stop_does_not_wait_for_a_hung_source),
+	        cmocka_unit_test(test_source_strings_reach_stats_and_events_as_utf8),
+	};
+
+	return cmocka_run_group_tests_name("pipeline", tests, NULL, NULL);
+}
