@@ -122,7 +122,7 @@ CORE_ARCHIVES = beopen cpu $(if $(filter 1,$(HAVE_CUDA)),gpu) be src sim cfg bas
 # above cpu and gpu, which use be). Programs link their archives in this order, whatever the
 # order of their name_ARCHIVES, so a plain single pass of the linker resolves everything; a
 # module that adds an archive adds it here.
-LINK_ORDER := bench pl ipc beopen cpu gpu be src sim cfg base
+LINK_ORDER := view bench pl ipc beopen cpu gpu be src sim cfg base
 
 # obj is used by module.mk files (target-specific flags), so it is defined before them.
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
@@ -218,7 +218,17 @@ unit: tests-build
 	$(call msg,TEST,unit)
 	$(Q)$(B)/tests/unit_runner
 
-pytest: tests-build
+# playwright-core for the browser tests, from tests/browser/package-lock.json (no browser download:
+# the tests drive Debian's chromium).
+BROWSER_DEPS := tests/browser/node_modules/playwright-core/package.json
+.PHONY: browser-deps
+browser-deps: $(BROWSER_DEPS)
+$(BROWSER_DEPS): tests/browser/package-lock.json tests/browser/package.json
+	$(call msg,NPM,tests/browser)
+	$(Q)cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+	$(Q)touch $@
+
+pytest: tests-build $(BROWSER_DEPS)
 	$(call msg,TEST,integration)
 	$(Q)PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
 		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration tests/python \
@@ -238,11 +248,16 @@ DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev li
 	python3-h5py python3-pytest-timeout clang-format clang libclang-rt-14-dev \
 	libaravis-dev aravis-tools libusb-1.0-0-dev \
 	debhelper dh-python pybuild-plugin-pyproject python3-setuptools dpkg-dev fakeroot lintian \
-	systemd man-db groff-base mypy systemd-container debootstrap
+	systemd man-db groff-base mypy systemd-container debootstrap \
+	libwebsockets-dev zlib1g-dev chromium
+# node and npm for the browser tests (tests/browser): Debian's, unless a node with its own npm
+# (which conflicts with Debian's npm package) is installed already.
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_DEPS); \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_DEPS) && \
+		{ command -v npm >/dev/null || apt-get install -y -qq --no-install-recommends nodejs npm; } && \
+		$(MAKE) --no-print-directory browser-deps; \
 	else \
 		echo "make deps: run as root, or: sudo apt-get install -y --no-install-recommends $(DEB_DEPS)" >&2; \
 		exit 1; \

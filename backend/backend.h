@@ -51,6 +51,10 @@ struct be_output {
 	void *views;
 	uint64_t volume_id; /* this volume's id, recorded in its pictures */
 	unsigned view_mask;
+	/* [ny]: per B-scan, the depths that took the median (background.mode partial_median,
+	 * ALGORITHMS.md §1b); all 0 in the other modes. With BE_CAP_DEVICE, host memory from
+	 * be_host_alloc or registered with be_host_register is fastest. */
+	uint32_t *median_depths;
 };
 
 /* Capability flags of a backend (be_caps). */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The base layer every module may use (prefix vr_): clocks, error text, percentiles over a
- * bounded window of samples, UTF-8 checking, and small helpers for JSON through json-c.
+ * The base layer every module may use (prefix vr_): clocks, the scan-offset schedule, packed
+ * 12-bit samples, error text, percentiles over a bounded window of samples, UTF-8 checking, and
+ * small helpers for JSON through json-c.
  * Nothing here logs or allocates behind the caller's back except where a function says so.
  */
 #ifndef VOLREC_BASE_H
@@ -46,6 +47,21 @@ void vr_sleep_ns(uint64_t ns);
  * definition that sources, simulator, backends and the pipeline all use.
  */
 void vr_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy);
+
+/* ---- packed 12-bit samples ---------------------------------------------------------------- */
+
+/* Unpack the pair of 12-bit samples in bytes p[0..2] (ALGORITHMS.md §0): u12p is PFNC Mono12p
+ * (LSB first), u12gv (gv true) GigE Vision Mono12Packed. */
+static inline void vr_unpack12(const uint8_t *p, bool gv, uint32_t *s0, uint32_t *s1)
+{
+	if (gv) {
+		*s0 = (uint32_t)p[0] << 4 | (p[1] & 0xfu);
+		*s1 = (uint32_t)p[2] << 4 | p[1] >> 4;
+	} else {
+		*s0 = p[0] | (uint32_t)(p[1] & 0xfu) << 8;
+		*s1 = (uint32_t)(p[1] >> 4) | (uint32_t)p[2] << 4;
+	}
+}
 
 /* ---- error text --------------------------------------------------------------------------- */
 

@@ -171,6 +171,7 @@ static const struct volrec_shim_ops mem_ops = {
         .release_ref = mem_release_ref,
 };
 
+/* ctx: the caller's epoch of raw B-scans, or NULL for pseudo-random samples. */
 static int mem_open(void *ctx, const struct vr_config *cfg, unsigned flags, struct src_source *src,
                     char *err, size_t errlen)
 {
@@ -178,7 +179,6 @@ static int mem_open(void *ctx, const struct vr_config *cfg, unsigned flags, stru
 	size_t bytes;
 	uint64_t s = 88172645463325252ull;
 
-	(void)ctx;
 	(void)flags;
 	if (!m)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
@@ -191,7 +191,9 @@ static int mem_open(void *ctx, const struct vr_config *cfg, unsigned flags, stru
 		return vr_err(err, errlen, -ENOMEM, "out of memory for %zu bytes of raw input",
 		              bytes);
 	}
-	for (size_t i = 0; i < bytes / 2; i++) {
+	if (ctx)
+		memcpy(m->data, ctx, bytes);
+	for (size_t i = 0; !ctx && i < bytes / 2; i++) {
 		s ^= s << 13;
 		s ^= s >> 7;
 		s ^= s << 17;
@@ -288,6 +290,9 @@ struct timing {
 	struct shm_buf out;
 	size_t views_off; /* views area in out (volume, then views), 0: none */
 	uint32_t render_every, seen_begin;
+	uint32_t *md;    /* [ny] median depths of the volume being made (be_host_alloc) */
+	uint32_t ny;     /* B-scans per volume */
+	uint64_t md_sum; /* sum of md over the timed volumes */
 	unsigned warm, min_epochs;
 	double seconds;
 	uint64_t seen;
@@ -314,6 +319,7 @@ static int timing_begin(void *ctx, uint64_t epoch, struct be_output *out, char *
 		if ((t->seen_begin - 1) % t->render_every)
 			out->view_mask &= ~(1u << BE_VIEW_RENDER);
 	}
+	out->median_depths = t->md;
 	return 0;
 }
 
@@ -330,6 +336,8 @@ static int timing_publish(void *ctx, const struct pl_volume *v, char *err, size_
 			t->t_start = now;
 		if (t->seen >= t->warm) {
 			t->lat[t->n++] = (double)(v->t_done_mono_ns - v->t_first_mono_ns) / 1e6;
+			for (uint32_t b = 0; b < t->ny; b++)
+				t->md_sum += t->md[b];
 			if ((now - t->t_start >= t->seconds && t->n >= t->min_epochs) ||
 			    t->n >= LAT_MAX) {
 				t->t_end = now;
@@ -376,6 +384,12 @@ static void bench_event(void *ctx, const struct pl_event *ev)
 int bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs, double seconds,
               int depth, struct bench_result *r, char *err, size_t errlen)
 {
+	return bench_run_raw(cfg, NULL, warm, min_epochs, seconds, depth, r, err, errlen);
+}
+
+int bench_run_raw(const struct vr_config *cfg, const void *raw, unsigned warm, unsigned min_epochs,
+                  double seconds, int depth, struct bench_result *r, char *err, size_t errlen)
+{
 	struct bench_events ev = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	struct pl_options o = {.cfg = cfg,
 	                       .block = true,
@@ -384,13 +398,15 @@ int bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs, d
 	                       .on_event = bench_event,
 	                       .event_ctx = &ev,
 	                       .source_open = mem_open,
-	                       .source_close = mem_src_close};
+	                       .source_close = mem_src_close,
+	                       .source_ctx = (void *)raw};
 	struct timing t = {.warm = warm ? warm : 1,
 	                   .min_epochs = min_epochs ? min_epochs : 1,
 	                   .seconds = seconds,
 	                   .mu = PTHREAD_MUTEX_INITIALIZER,
 	                   .cv = PTHREAD_COND_INITIALIZER,
-	                   .out = {.p = MAP_FAILED}};
+	                   .out = {.p = MAP_FAILED},
+	                   .ny = cfg->geometry.bscans_per_volume};
 	struct pl_sink sink = {
 	        .ctx = &t, .begin = timing_begin, .publish = timing_publish, .abort = timing_abort};
 	struct pl_pipeline *pl = NULL;
@@ -422,6 +438,11 @@ int bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs, d
 	if (rc < 0)
 		goto out;
 	r->shm_anonymous = t.out.anonymous;
+	rc = be_host_alloc(pl_backend(pl), t.ny * sizeof(*t.md), (void **)&t.md);
+	if (rc < 0) {
+		vr_err(err, errlen, rc, "%s", be_last_error(pl_backend(pl)));
+		goto out;
+	}
 	ev.t = &t;
 	rc = pl_start(pl, &sink, err, errlen);
 	if (rc < 0)
@@ -442,10 +463,13 @@ int bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs, d
 	r->out_bytes = cfg_out_voxels(cfg);
 	r->p50_ms = vr_percentile(t.lat, t.n, 50);
 	r->p99_ms = vr_percentile(t.lat, t.n, 99);
+	r->median_depths = (double)t.md_sum / ((double)t.n * t.ny);
 out:
 	pl_stop(pl);
-	if (pl)
+	if (pl) {
 		shm_buf_close(&t.out, pl_backend(pl));
+		be_host_free(pl_backend(pl), t.md);
+	}
 	pl_close(pl);
 	free(t.lat);
 	return rc;

@@ -83,7 +83,8 @@ struct bench_result {
 	double p50_ms, p99_ms;      /* latency: first B-scan acquired -> output in host memory */
 	size_t in_bytes, out_bytes; /* per epoch: raw input, u8 output volume */
 	unsigned epochs;            /* epochs timed */
-	bool views;         /* the views (ALGORITHMS.md §4) were computed for each volume */
+	bool views;           /* the views (ALGORITHMS.md §4) were computed for each volume */
+	double median_depths; /* per B-scan, mean over the timed epochs (partial_median) */
 	bool shm_anonymous; /* /dev/shm too small: output in a MAP_SHARED | MAP_ANONYMOUS mapping */
 	char device[256];   /* the backend's device description */
 };
@@ -100,6 +101,12 @@ struct bench_result {
 VR_MUST_CHECK int bench_run(const struct vr_config *cfg, unsigned warm, unsigned min_epochs,
                             double seconds, int depth, struct bench_result *r, char *err,
                             size_t errlen);
+/* bench_run on the caller's input: raw holds one epoch of raw B-scans of cfg's geometry
+ * ([ny][nx][K] samples, copied before the run; NULL: the pseudo-random ones), handed out for
+ * every epoch. */
+VR_MUST_CHECK int bench_run_raw(const struct vr_config *cfg, const void *raw, unsigned warm,
+                                unsigned min_epochs, double seconds, int depth,
+                                struct bench_result *r, char *err, size_t errlen);
 
 /* Progress lines of a long measurement, for the caller to print (no trailing newline). */
 typedef void (*bench_say_fn)(void *ctx, const char *line);

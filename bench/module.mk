@@ -37,3 +37,11 @@ endif
 TEST_PROGRAMS += sim_bench
 sim_bench_SRCS := bench/sim_bench.c
 sim_bench_ARCHIVES := sim base
+
+# Partial median line rate against the median depths per B-scan (Fig. 3 of Watanabe 2012), on
+# either backend through the engine: build/tests/pmedian_bench --backend cuda|cpu --json FILE
+# (docs/gpu.md).
+TEST_PROGRAMS += pmedian_bench
+pmedian_bench_SRCS := bench/pmedian_bench.c
+pmedian_bench_ARCHIVES = bench pl $(CORE_ARCHIVES)
+pmedian_bench_LDLIBS = -ljson-c $(CUDA_LDLIBS)

@@ -35,6 +35,7 @@ enum cfg_background {
 	CFG_BG_BSCAN_MEDIAN,
 	CFG_BG_REFERENCE,
 	CFG_BG_NONE,
+	CFG_BG_PARTIAL_MEDIAN, /* Fourier-domain median where a depth's spread is large (§1b) */
 };
 enum cfg_resample { CFG_RS_NONE, CFG_RS_LINEAR, CFG_RS_CUBIC, CFG_RS_SPLINE };
 enum cfg_rs_pos { CFG_RSPOS_NONE, CFG_RSPOS_TABLE, CFG_RSPOS_POLY, CFG_RSPOS_WAVELENGTH };
@@ -121,6 +122,7 @@ struct vr_config {
 		struct {
 			enum cfg_background mode;
 			struct cfg_table reference;
+			double threshold; /* partial_median: t of sigma[z] > t sigma_bg, >= 0 */
 		} background;
 		struct {
 			enum cfg_resample method;
@@ -295,7 +297,7 @@ __attribute__((warn_unused_result)) int cfg_dump(const struct vr_config *cfg, FI
 /*
  * True when going from a to b needs a rebuild (geometry, slots, source, backend, devices,
  * endpoints, ...); false when only live parameters differ (dB range, window, dispersion,
- * reconstruction weights and mode, log level, status interval).
+ * background mode and threshold, reconstruction weights and mode, log level, status interval).
  */
 bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config *b);
 

@@ -14,10 +14,10 @@
 static const char *const backend_names[] = {"auto", "cuda", "cpu", NULL};
 static const char *const source_names[] = {"synth", "replay", "shim", NULL};
 static const char *const replay_format_names[] = {"auto", "raw", NULL};
-static const char *const phantom_names[] = {"retina", "mirror", NULL};
+static const char *const phantom_names[] = {"retina", "mirror", "tilted", NULL};
 static const char *const sample_names[] = {"u16", "i16", "f32", "u12p", "u12gv", NULL};
-static const char *const background_names[] = {"ascan_mean", "bscan_mean", "bscan_median",
-                                               "reference",  "none",       NULL};
+static const char *const background_names[] = {
+        "ascan_mean", "bscan_mean", "bscan_median", "reference", "none", "partial_median", NULL};
 static const char *const resample_names[] = {"none", "linear", "cubic", "spline", NULL};
 static const char *const window_names[] = {"none",  "hann",  "hamming", "blackman",
                                            "gauss", "tukey", NULL};
@@ -120,7 +120,8 @@ const struct cfg_key cfg_keys[] = {
         U32S(geometry.stride, 1, 64, "[sx, sy]", STRUCTURAL, .def = {5, 5}),
         U32S(geometry.depth_range, 0, 131072, "[z0, z1]", STRUCTURAL, .def = {0, 1024}),
         BOOL(geometry.bidirectional, false, STRUCTURAL),
-        ENUM(preprocess.background.mode, background_names, CFG_BG_ASCAN_MEAN, STRUCTURAL),
+        ENUM(preprocess.background.mode, background_names, CFG_BG_ASCAN_MEAN, LIVE),
+        F64(preprocess.background.threshold, 0, 1e6, 10, LIVE),
         TABLE(preprocess.background.reference, STRUCTURAL),
         ENUM(preprocess.resample.method, resample_names, CFG_RS_NONE, STRUCTURAL),
         TABLE(preprocess.resample.table, STRUCTURAL,

@@ -109,6 +109,10 @@ static void cpu_destroy(void *vst)
 			fftwf_free(w->fout);
 			free(w->ring);
 			free(w->acc);
+			fftwf_free(w->spec);
+			free(w->pm_acc);
+			free(w->pm_sig);
+			free(w->pm_c);
 		}
 		free(st->workers);
 	}
@@ -121,6 +125,7 @@ static void cpu_destroy(void *vst)
 	free(st->p.disp_im);
 	free(st->pos_tmp);
 	free(st->raw);
+	free(st->pm_count);
 	free(st->bgspec);
 	free(st->lowres);
 	free(st->bvol);
@@ -196,6 +201,35 @@ static int check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
+{
+	const size_t nh = st->nh;
+
+	if (st->pm_ready)
+		return 0;
+	for (unsigned t = 0; t < st->nthreads; t++) {
+		struct cpu_worker *w = &st->workers[t];
+		if (!w->spec)
+			w->spec = fftwf_malloc((size_t)st->nx * nh * sizeof(fftwf_complex));
+		if (!w->pm_acc)
+			w->pm_acc = xalloc(4 * nh * sizeof(double));
+		if (!w->pm_sig)
+			w->pm_sig = xalloc(2 * nh * sizeof(float));
+		if (!w->pm_c)
+			w->pm_c = xalloc(2 * nh * sizeof(float));
+		if (!w->spec || !w->pm_acc || !w->pm_sig || !w->pm_c) {
+			/* what was allocated stays for a later try and is freed by destroy */
+			snprintf(err, errlen,
+			         "cpu backend: out of memory for partial_median (%u threads x %zu "
+			         "MiB of spectra)",
+			         st->nthreads, ((size_t)st->nx * nh * sizeof(fftwf_complex)) >> 20);
+			return -ENOMEM;
+		}
+	}
+	st->pm_ready = true;
+	return 0;
+}
+
 #define ALLOC(ptr, count)                                                                          \
 	do {                                                                                       \
 		(ptr) = xalloc((size_t)(count) * sizeof(*(ptr)));                                  \
@@ -243,6 +277,7 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	ALLOC(st->p.disp_im, K);
 	ALLOC(st->pos_tmp, K);
 	ALLOC(st->raw, st->ny);
+	ALLOC(st->pm_count, st->ny);
 	ALLOC(st->bgspec, (size_t)st->ny * K);
 	ALLOC(st->lowres, (size_t)st->ny * st->nx * st->nz);
 	ALLOC(st->bvol, cols * st->nz);
@@ -271,6 +306,12 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 		w->fout = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		if (!w->fin || !w->fout)
 			goto out_nomem;
+	}
+	memset(st->pm_count, 0, st->ny * sizeof(*st->pm_count));
+	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
+		rc = cpu_pm_alloc(st, err, errlen);
+		if (rc < 0)
+			goto out_destroy;
 	}
 	rc = cpu_params_build(st, cfg, err, errlen);
 	if (rc < 0)
@@ -364,6 +405,11 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 	cpu_preprocess_epoch(st, L, out);
 	if (st->p.mode != CFG_RECON_NONE)
 		cpu_recon_epoch(st, epoch, L, out);
+	if (out->median_depths) {
+		for (uint32_t b = 0; b < st->ny; b++)
+			out->median_depths[b] =
+			        st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN ? st->pm_count[b] : 0;
+	}
 	return cpu_views_epoch(st, out, err, errlen);
 }
 
@@ -384,6 +430,11 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 		         "cpu backend: geometry, zero_pad, sample type or cpu.threads changed: "
 		         "needs a rebuild, not a live update");
 		return -EINVAL;
+	}
+	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
+		rc = cpu_pm_alloc(st, err, errlen);
+		if (rc < 0)
+			return rc;
 	}
 	rc = cpu_params_build(st, cfg, err, errlen);
 	if (rc < 0)

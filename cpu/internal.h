@@ -26,6 +26,7 @@
 struct cpu_params {
 	enum cfg_background bg_mode;
 	float *bg_ref;            /* [K] reference spectrum (mode reference) */
+	double pm_threshold;      /* partial_median: t (ALGORITHMS.md §1b) */
 	enum cfg_resample rs;     /* kernel */
 	int32_t *rs_idx;          /* [K] base index: linear/spline i = floor(p), cubic i - 1 */
 	float *rs_w;              /* [K][4] weights (linear: 2 used; spline: A, B, C, D) */
@@ -60,6 +61,11 @@ struct cpu_worker {
 	fftwf_complex *fout; /* FFT output, CPU_BATCH x N complex */
 	float *ring;         /* recon: 3 rows x X x 2 x Z z-smoothed columns */
 	float *acc;          /* recon: 2 x Z accumulators */
+	/* partial_median (cpu_pm_alloc; NULL until that mode is first used) */
+	fftwf_complex *spec; /* [nx][nh] the B-scan's spectra */
+	double *pm_acc;      /* [4][nh] shifted sums of Re, Im, Re^2, Im^2 over the A-scans */
+	float *pm_sig;       /* [nh] sigma[z], then a copy for the median over z */
+	float *pm_c;         /* [nh][2] C[z]: the value subtracted at depth z */
 };
 
 /* The views of each volume (cpu/views.c), parameters from the live configuration. */
@@ -89,24 +95,30 @@ struct cpu_state {
 	fftwf_plan plan_r2c, plan_c2c; /* CPU_BATCH transforms of length N, made once */
 	struct cpu_worker *workers;    /* [nthreads] */
 
-	const void **raw; /* [ny] submitted B-scans of the current epoch */
-	float *bgspec;    /* [ny][K] B-scan background spectra */
-	float *lowres;    /* [ny][nx][nz] when the caller wants none */
-	float *bvol;      /* [Y][X][Z]: M (noncumulative) or B (cumulative) */
-	float *ovol;      /* [Y][X][Z]: last output (cumulative) */
-	int64_t *E;       /* [Y][X] epoch last written, -1 never */
-	float *tcol;      /* [Y][X] temporal weight of this epoch */
-	float *inv_gz;    /* [Z] 1 / sum of gz over the valid dz at z */
-	float *inv_nz;    /* [Z] 1 / number of valid dz at z */
-	float *chg;       /* adaptive: [ny][nx] change measure d of this epoch's samples */
-	float *alpha;     /* adaptive: [Y][X] weight of the history estimate */
-	bool have_prev;   /* cumulative: ovol holds a previous output */
+	const void **raw;   /* [ny] submitted B-scans of the current epoch */
+	uint32_t *pm_count; /* [ny] depths that took the median (partial_median), this epoch */
+	bool pm_ready;      /* the workers' partial_median buffers exist */
+	float *bgspec;      /* [ny][K] B-scan background spectra */
+	float *lowres;      /* [ny][nx][nz] when the caller wants none */
+	float *bvol;        /* [Y][X][Z]: M (noncumulative) or B (cumulative) */
+	float *ovol;        /* [Y][X][Z]: last output (cumulative) */
+	int64_t *E;         /* [Y][X] epoch last written, -1 never */
+	float *tcol;        /* [Y][X] temporal weight of this epoch */
+	float *inv_gz;      /* [Z] 1 / sum of gz over the valid dz at z */
+	float *inv_nz;      /* [Z] 1 / number of valid dz at z */
+	float *chg;         /* adaptive: [ny][nx] change measure d of this epoch's samples */
+	float *alpha;       /* adaptive: [Y][X] weight of the history estimate */
+	bool have_prev;     /* cumulative: ovol holds a previous output */
 
 	char device[128];
 };
 
 /* Median of n values (reorders v); for even n the mean of the two middle ones. */
 float cpu_median(float *v, size_t n);
+
+/* Allocate the per-thread partial_median buffers (once; nothing when they exist).
+ * \return 0, or -ENOMEM with a message in err (nothing changed then). */
+int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen);
 
 /* (Re)build the live tables of st->p from cfg; touches nothing on failure. */
 int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen);
@@ -124,19 +136,6 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 /* Run fn(worker, item) for item = 0..n-1 on the state's threads. */
 void cpu_parallel(struct cpu_state *st, size_t n,
                   void (*fn)(struct cpu_worker *w, size_t item, void *ctx), void *ctx);
-
-/* Unpack the pair of 12-bit samples in bytes p[0..2] (ALGORITHMS.md §0): u12p is PFNC
- * Mono12p (LSB first), u12gv GigE Vision Mono12Packed. */
-static inline void cpu_unpack12(const uint8_t *p, bool gv, uint32_t *s0, uint32_t *s1)
-{
-	if (gv) {
-		*s0 = (uint32_t)p[0] << 4 | (p[1] & 0xfu);
-		*s1 = (uint32_t)p[2] << 4 | p[1] >> 4;
-	} else {
-		*s0 = p[0] | (uint32_t)(p[1] & 0xfu) << 8;
-		*s1 = (uint32_t)(p[1] >> 4) | (uint32_t)p[2] << 4;
-	}
-}
 
 static inline uint8_t cpu_quantize(float v)
 {

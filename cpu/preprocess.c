@@ -25,7 +25,7 @@ static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_
 		uint64_t sum = 0;
 		for (uint32_t k = 0; k < K; k += 2, s += 3) {
 			uint32_t v0, v1;
-			cpu_unpack12(s, gv, &v0, &v1);
+			vr_unpack12(s, gv, &v0, &v1);
 			v0 >>= sh;
 			v1 >>= sh;
 			sum += v0 + v1;
@@ -77,8 +77,8 @@ static float sample_at(const struct cpu_state *st, const void *raw, size_t i)
 	case CFG_SAMPLE_U12P:
 	case CFG_SAMPLE_U12GV: {
 		uint32_t v0, v1;
-		cpu_unpack12((const uint8_t *)raw + i / 2 * 3, st->sample_type == CFG_SAMPLE_U12GV,
-		             &v0, &v1);
+		vr_unpack12((const uint8_t *)raw + i / 2 * 3, st->sample_type == CFG_SAMPLE_U12GV,
+		            &v0, &v1);
 		return (float)((i & 1 ? v1 : v0) >> st->bit_shift);
 	}
 	case CFG_SAMPLE_F32:
@@ -87,7 +87,8 @@ static float sample_at(const struct cpu_state *st, const void *raw, size_t i)
 	}
 }
 
-/* Background spectrum of B-scan b for the bscan_mean / bscan_median modes. */
+/* Background spectrum of B-scan b for the bscan_mean / bscan_median modes (partial_median
+ * starts from the bscan_mean one, see partial_median_bscan). */
 static void bscan_background(struct cpu_worker *w, size_t b, void *ctx)
 {
 	struct cpu_state *st = w->st;
@@ -96,7 +97,7 @@ static void bscan_background(struct cpu_worker *w, size_t b, void *ctx)
 	const uint32_t K = st->K, nx = st->nx;
 
 	(void)ctx;
-	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN) {
+	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN) {
 		for (uint32_t k = 0; k < K; k++)
 			w->dacc[k] = 0.0;
 		for (uint32_t a = 0; a < nx; a++) {
@@ -188,72 +189,83 @@ CPU_CLONES static void post_row(const struct post_args *a)
 	}
 }
 
+/* Steps 1-4 of A-scan a of B-scan b into row r of the worker's FFT input: convert, remove
+ * the background, resample, window or window x dispersion phasor, zero padding. */
+static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t r)
+{
+	struct cpu_state *st = w->st;
+	const struct cpu_params *p = &st->p;
+	const uint32_t K = st->K, N = st->N;
+	const float *bgs = st->bgspec + (size_t)b * K;
+	float *x = w->conv;
+	double sum = convert_ascan(st, st->raw[b], a, x);
+	float *y = p->rs == CFG_RS_NONE ? x : w->rsout;
+
+	switch (p->bg_mode) {
+	case CFG_BG_ASCAN_MEAN: {
+		float mean = (float)(sum / K);
+		for (uint32_t k = 0; k < K; k++)
+			x[k] -= mean;
+		break;
+	}
+	case CFG_BG_BSCAN_MEAN:
+	case CFG_BG_BSCAN_MEDIAN:
+	case CFG_BG_PARTIAL_MEDIAN: /* the mean spectrum first: see partial_median_bscan */
+		for (uint32_t k = 0; k < K; k++)
+			x[k] -= bgs[k];
+		break;
+	case CFG_BG_REFERENCE:
+		for (uint32_t k = 0; k < K; k++)
+			x[k] -= p->bg_ref[k];
+		break;
+	case CFG_BG_NONE:
+		break;
+	}
+	if (p->rs != CFG_RS_NONE)
+		cpu_resample(p, K, x, y, w->spl_m);
+	if (p->disp) {
+		float *row = (float *)(w->fin + (size_t)r * N);
+		for (uint32_t j = 0; j < K; j++) {
+			row[2 * j] = y[j] * p->disp_re[j];
+			row[2 * j + 1] = y[j] * p->disp_im[j];
+		}
+		memset(row + 2 * (size_t)K, 0, 2 * (size_t)(N - K) * sizeof(float));
+	} else {
+		float *row = (float *)w->fin + (size_t)r * N;
+		for (uint32_t j = 0; j < K; j++)
+			row[j] = y[j] * p->win[j];
+		memset(row + K, 0, (size_t)(N - K) * sizeof(float));
+	}
+}
+
+/* Transform the first na rows of the worker's FFT input (a batch of CPU_BATCH; rows beyond na
+ * hold stale data that nobody reads). \return the stride of the output rows in complex values. */
+static size_t fft_batch(struct cpu_worker *w)
+{
+	struct cpu_state *st = w->st;
+
+	if (st->p.disp) {
+		fftwf_execute_dft(st->plan_c2c, w->fin, w->fout);
+		return st->N;
+	}
+	fftwf_execute_dft_r2c(st->plan_r2c, (float *)w->fin, w->fout);
+	return st->nh + 1;
+}
+
 struct pre_ctx {
 	float *L;
 	const struct be_output *out;
 	uint32_t nchunks;
 };
 
-static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
+/* Steps 6-8 for A-scans a0..a0+na-1 of B-scan b, whose spectra are rows of spec (stride
+ * complex values apart), into L (and the outputs in mode none). */
+static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t b, uint32_t a0,
+                      uint32_t na, const fftwf_complex *spec, size_t stride)
 {
-	struct pre_ctx *ctx = vctx;
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
-	const uint32_t K = st->K, N = st->N, nx = st->nx;
-	const uint32_t b = (uint32_t)(item / ctx->nchunks);
-	const uint32_t a0 = (uint32_t)(item % ctx->nchunks) * CPU_BATCH;
-	const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
-	const void *raw = st->raw[b];
-	const float *bgs = st->bgspec + (size_t)b * K;
-	float *fin_r = (float *)w->fin;
-
-	for (uint32_t r = 0; r < na; r++) {
-		float *x = w->conv;
-		double sum = convert_ascan(st, raw, a0 + r, x);
-		float *y = p->rs == CFG_RS_NONE ? x : w->rsout;
-
-		switch (p->bg_mode) {
-		case CFG_BG_ASCAN_MEAN: {
-			float mean = (float)(sum / K);
-			for (uint32_t k = 0; k < K; k++)
-				x[k] -= mean;
-			break;
-		}
-		case CFG_BG_BSCAN_MEAN:
-		case CFG_BG_BSCAN_MEDIAN:
-			for (uint32_t k = 0; k < K; k++)
-				x[k] -= bgs[k];
-			break;
-		case CFG_BG_REFERENCE:
-			for (uint32_t k = 0; k < K; k++)
-				x[k] -= p->bg_ref[k];
-			break;
-		case CFG_BG_NONE:
-			break;
-		}
-		if (p->rs != CFG_RS_NONE)
-			cpu_resample(p, K, x, y, w->spl_m);
-		if (p->disp) {
-			float *row = (float *)(w->fin + (size_t)r * N);
-			for (uint32_t j = 0; j < K; j++) {
-				row[2 * j] = y[j] * p->disp_re[j];
-				row[2 * j + 1] = y[j] * p->disp_im[j];
-			}
-			memset(row + 2 * (size_t)K, 0, 2 * (size_t)(N - K) * sizeof(float));
-		} else {
-			float *row = fin_r + (size_t)r * N;
-			for (uint32_t j = 0; j < K; j++)
-				row[j] = y[j] * p->win[j];
-			memset(row + K, 0, (size_t)(N - K) * sizeof(float));
-		}
-	}
-
-	if (p->disp)
-		fftwf_execute_dft(st->plan_c2c, w->fin, w->fout);
-	else
-		fftwf_execute_dft_r2c(st->plan_r2c, fin_r, w->fout);
-
-	const size_t ostride = p->disp ? N : st->nh + 1;
+	const uint32_t nx = st->nx;
 	const bool rev = p->flip_x != (p->bidir && (b & 1u));
 	const bool none = p->mode == CFG_RECON_NONE;
 	struct post_args pa = {
@@ -267,7 +279,7 @@ static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 		uint32_t a = a0 + r, xo = rev ? nx - 1 - a : a;
 		size_t o = ((size_t)b * nx + xo) * st->nz;
 
-		pa.re_im = (const float *)(w->fout + r * ostride);
+		pa.re_im = (const float *)(spec + r * stride);
 		pa.dst = ctx->L + o;
 		pa.full = none && ctx->out->full ? ctx->out->full + o : NULL;
 		pa.u8 = none && ctx->out->volume ? ctx->out->volume + o : NULL;
@@ -275,11 +287,106 @@ static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 	}
 }
 
+static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
+{
+	struct pre_ctx *ctx = vctx;
+	const uint32_t nx = w->st->nx;
+	const uint32_t b = (uint32_t)(item / ctx->nchunks);
+	const uint32_t a0 = (uint32_t)(item % ctx->nchunks) * CPU_BATCH;
+	const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
+
+	for (uint32_t r = 0; r < na; r++)
+		fill_fft_row(w, b, a0 + r, r);
+	const size_t ostride = fft_batch(w);
+	post_rows(w, ctx, b, a0, na, w->fout, ostride);
+}
+
+/*
+ * ALGORITHMS.md §1b for B-scan b (one item per B-scan). The spectra are those of x[k] = s[k]
+ * minus the B-scan's mean spectrum (bscan_mean): the FFT is linear, so X' = X - m with m[z]
+ * the complex mean of X over the A-scans; sigma is unchanged, C' = C - m, and X' - C' = X - C
+ * exactly, while the DC of the raw spectra (about 1e7 for u16 data) never enters float32
+ * sums. Per depth sigma[z] = sqrt(var Re + var Im) (population; sums of X' and X'^2 over the
+ * A-scans in double); sigma_bg = median over z of the float sigma[z]; C'[z] = the medians of
+ * Re X' and Im X' over the A-scans where (double) sigma[z] > t * (double) sigma_bg, else 0
+ * (the mean, already removed); X' - C', then steps 6-8. With no depth above the threshold the
+ * result is bscan_mean's, bit for bit.
+ */
+static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
+{
+	struct pre_ctx *ctx = vctx;
+	struct cpu_state *st = w->st;
+	const uint32_t nx = st->nx, nh = st->nh, b = (uint32_t)item;
+	fftwf_complex *spec = w->spec;
+	double *sr = w->pm_acc, *si = sr + nh, *srr = si + nh, *sii = srr + nh;
+	float *sig = w->pm_sig, *c = w->pm_c;
+	uint32_t count = 0;
+
+	for (uint32_t a0 = 0; a0 < nx; a0 += CPU_BATCH) {
+		const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
+		for (uint32_t r = 0; r < na; r++)
+			fill_fft_row(w, b, a0 + r, r);
+		const size_t ostride = fft_batch(w);
+		for (uint32_t r = 0; r < na; r++)
+			memcpy(spec + (size_t)(a0 + r) * nh, w->fout + r * ostride,
+			       nh * sizeof(fftwf_complex));
+	}
+
+	/* per-depth statistics */
+	for (uint32_t z = 0; z < nh; z++)
+		sr[z] = si[z] = srr[z] = sii[z] = 0.0;
+	for (uint32_t a = 0; a < nx; a++) {
+		const float *row = (const float *)(spec + (size_t)a * nh);
+		for (uint32_t z = 0; z < nh; z++) {
+			double re = row[2 * z], im = row[2 * z + 1];
+			sr[z] += re;
+			si[z] += im;
+			srr[z] += re * re;
+			sii[z] += im * im;
+		}
+	}
+	for (uint32_t z = 0; z < nh; z++) {
+		double mr = sr[z] / nx, mi = si[z] / nx;
+		double vr = srr[z] / nx - mr * mr, vi = sii[z] / nx - mi * mi;
+		sig[z] = (float)sqrt((vr > 0 ? vr : 0.0) + (vi > 0 ? vi : 0.0));
+	}
+	memcpy(sig + nh, sig, nh * sizeof(float));
+	const double thr = st->p.pm_threshold * (double)cpu_median(sig + nh, nh);
+
+	/* medians where the spread says a strong reflector makes the mean wrong */
+	for (uint32_t z = 0; z < nh; z++) {
+		c[2 * z] = c[2 * z + 1] = 0.0f;
+		if (!((double)sig[z] > thr))
+			continue;
+		for (int q = 0; q < 2; q++) {
+			for (uint32_t a = 0; a < nx; a++)
+				w->med[a] = spec[(size_t)a * nh + z][q];
+			c[2 * z + q] = cpu_median(w->med, nx);
+		}
+		count++;
+	}
+	st->pm_count[b] = count;
+
+	if (count) {
+		for (uint32_t a = 0; a < nx; a++) {
+			float *row = (float *)(spec + (size_t)a * nh);
+			for (uint32_t z = 0; z < 2 * nh; z++)
+				row[z] -= c[z];
+		}
+	}
+	post_rows(w, ctx, b, 0, nx, spec, nh);
+}
+
 void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output *out)
 {
 	struct pre_ctx ctx = {.L = L, .out = out, .nchunks = (st->nx + CPU_BATCH - 1) / CPU_BATCH};
 
-	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_BSCAN_MEDIAN)
+	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_BSCAN_MEDIAN ||
+	    st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN)
 		cpu_parallel(st, st->ny, bscan_background, NULL);
+	if (st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN) {
+		cpu_parallel(st, st->ny, partial_median_bscan, &ctx);
+		return;
+	}
 	cpu_parallel(st, (size_t)st->ny * ctx.nchunks, preprocess_chunk, &ctx);
 }

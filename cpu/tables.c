@@ -93,6 +93,18 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 	rc = be_recon_check(cfg, err, errlen);
 	if (rc < 0)
 		return rc;
+	if (!(cfg->preprocess.background.threshold >= 0) ||
+	    !isfinite(cfg->preprocess.background.threshold)) {
+		snprintf(err, errlen,
+		         "preprocess.background.threshold: %g, need a finite value >= 0",
+		         cfg->preprocess.background.threshold);
+		return -EINVAL;
+	}
+	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && !st->pm_ready) {
+		snprintf(err, errlen,
+		         "cpu backend: partial_median buffers are not allocated (cpu_pm_alloc)");
+		return -EINVAL;
+	}
 	if (cfg->preprocess.window.type == CFG_WIN_GAUSS && !(cfg->preprocess.window.param > 0)) {
 		snprintf(err, errlen, "preprocess.window.param: gauss sigma %g, must be > 0",
 		         cfg->preprocess.window.param);
@@ -101,6 +113,7 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 
 	/* commit */
 	p->bg_mode = cfg->preprocess.background.mode;
+	p->pm_threshold = cfg->preprocess.background.threshold;
 	if (p->bg_mode == CFG_BG_REFERENCE)
 		for (uint32_t k = 0; k < K; k++)
 			p->bg_ref[k] = (float)cfg->preprocess.background.reference.data[k];

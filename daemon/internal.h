@@ -52,6 +52,16 @@ void vrd_log_at(const char *file, int line, const char *func, int prio, const ch
 /* ---- publishing adapter over ipc/ (vrd_pub.c) ---- */
 struct vrd_pub;
 
+/* The median depths of the last volume published (background.mode partial_median, ALGORITHMS.md
+ * §1b; 0 in the other modes). */
+struct vrd_median_depths {
+	bool have;              /* a volume was published in this session */
+	uint64_t epoch;         /* its epoch */
+	double mean_per_bscan;  /* depths that took the median, mean over its B-scans */
+	uint32_t max_per_bscan; /* and the most in one B-scan */
+	uint32_t depths;        /* of the N/2 depths each B-scan has */
+};
+
 /* Open the ipc writer for cfg's output shape and register its slots with be (which must
  * outlive it). On failure a negative errno and a message in err. */
 int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_pub **out,
@@ -67,6 +77,8 @@ int vrd_pub_send(struct vrd_pub *pub, const char *topic, const char *json);
 int vrd_pub_readers(struct vrd_pub *pub);
 void vrd_pub_stats(struct vrd_pub *pub, struct ipc_writer_stats *st);
 uint64_t vrd_pub_session(struct vrd_pub *pub);
+/* The figures of the last volume published; any thread. */
+void vrd_pub_median_depths(struct vrd_pub *pub, struct vrd_median_depths *md);
 
 /* ---- the pipeline and its sink (vrd_pipeline.c) ---- */
 struct vrd_pipeline;

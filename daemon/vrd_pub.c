@@ -4,9 +4,12 @@
  * registers its slots with the backend once (so CUDA's D2H lands straight in shared memory),
  * and is the pipeline's shared-memory sink: begin takes a slot (its volume and views area),
  * publish closes it and sends `vol` with the epochs dropped since the previous volume (the gap
- * in the pipeline's epoch numbers), abort gives it back.
+ * in the pipeline's epoch numbers), abort gives it back. Begin also hands the backend a host
+ * buffer for the median depths of each B-scan (background.mode partial_median), and publish
+ * keeps the last volume's figures for the status.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +29,10 @@ struct vrd_pub {
 	bool views;                    /* slots carry views */
 	_Atomic uint32_t render_every; /* set by the service thread (vrd_pub_update) */
 	uint32_t render_count;
+	uint32_t ny;                   /* B-scans per volume */
+	uint32_t *md;                  /* [ny] median depths per B-scan, from be_host_alloc */
+	pthread_mutex_t lock;          /* guards last */
+	struct vrd_median_depths last; /* of the last volume published */
 };
 
 _Static_assert(CFG_MAX_PUB <= IPC_MAX_PUB, "every configured endpoint fits the writer");
@@ -56,7 +63,15 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 
 	if (!pub)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	pthread_mutex_init(&pub->lock, NULL);
 	pub->be = be;
+	pub->ny = cfg->geometry.bscans_per_volume;
+	pub->last.depths = cfg_fft_len(cfg) / 2;
+	rc = be_host_alloc(be, pub->ny * sizeof(*pub->md), (void **)&pub->md);
+	if (rc < 0) {
+		vr_err(err, errlen, rc, "median depth counts: %s", be_last_error(be));
+		goto fail;
+	}
 	for (uint32_t i = 0; i < cfg->ipc.npub && i < CFG_MAX_PUB; i++)
 		eps[i] = cfg->ipc.pub[i];
 	cfg_out_dims(cfg, dims);
@@ -92,6 +107,8 @@ void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm)
 	for (uint32_t i = 0; i < pub->nregistered; i++)
 		be_host_unregister(pub->be, pub->slots[i]);
 	ipc_writer_close(pub->w, unlink_shm);
+	be_host_free(pub->be, pub->md);
+	pthread_mutex_destroy(&pub->lock);
 	free(pub);
 }
 
@@ -105,6 +122,7 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 		return vr_err_errno(err, errlen, rc, "shm: no slot to write into");
 	pub->in_progress = true;
 	out->volume = pub->cur.data;
+	out->median_depths = pub->md;
 	/* the id this volume will be published with (one processing thread: nothing else takes
 	 * one in between), recorded in its views */
 	out->volume_id = atomic_load(&next_volume_id);
@@ -140,8 +158,21 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 
 	pub->in_progress = false;
 	if (rc == 0) {
+		uint64_t sum = 0;
+		uint32_t max = 0;
+
 		pub->published = true;
 		pub->last_epoch = v->epoch;
+		for (uint32_t b = 0; b < pub->ny; b++) {
+			sum += pub->md[b];
+			max = pub->md[b] > max ? pub->md[b] : max;
+		}
+		pthread_mutex_lock(&pub->lock);
+		pub->last.have = true;
+		pub->last.epoch = v->epoch;
+		pub->last.mean_per_bscan = pub->ny ? (double)sum / pub->ny : 0;
+		pub->last.max_per_bscan = max;
+		pthread_mutex_unlock(&pub->lock);
 	}
 	if (rc < 0)
 		return vr_err_errno(err, errlen, rc, "shm: publishing volume of epoch %llu",
@@ -190,6 +221,13 @@ int vrd_pub_readers(struct vrd_pub *pub)
 void vrd_pub_stats(struct vrd_pub *pub, struct ipc_writer_stats *st)
 {
 	ipc_writer_stats(pub->w, st);
+}
+
+void vrd_pub_median_depths(struct vrd_pub *pub, struct vrd_median_depths *md)
+{
+	pthread_mutex_lock(&pub->lock);
+	*md = pub->last;
+	pthread_mutex_unlock(&pub->lock);
 }
 
 uint64_t vrd_pub_session(struct vrd_pub *pub)

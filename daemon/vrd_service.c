@@ -398,6 +398,19 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset(o, "slots", json_object_new_int64(c->output.slots));
 	jset(st, "geometry", o);
 
+	if (c->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
+		struct vrd_median_depths md;
+
+		vrd_pub_median_depths(pub, &md);
+		a = json_object_new_object();
+		jset(a, "mean_per_bscan", md.have ? jnum(md.mean_per_bscan) : NULL);
+		jset(a, "max_per_bscan", md.have ? json_object_new_int64(md.max_per_bscan) : NULL);
+		jset(a, "depths", json_object_new_int64(md.depths));
+		o = json_object_new_object();
+		jset(o, "median_depths", a);
+		jset(st, "preprocess", o);
+	}
+
 	o = json_object_new_object();
 	jset(o, "ascans_per_s", jnum(s->rates[0]));
 	jset(o, "epochs_per_s", jnum(s->rates[1]));
@@ -507,7 +520,8 @@ static void lat_text(char *buf, size_t len, double p50, double p99)
 static void log_statistics(struct service *s)
 {
 	struct pl_stats snap;
-	char drops[512], lat[4][72];
+	struct vrd_median_depths md;
+	char drops[512], lat[4][72], median[128] = "";
 	int n = 0;
 
 	pl_stats(vrd_pipeline_engine(s->pl), &snap);
@@ -516,19 +530,27 @@ static void log_statistics(struct service *s)
 	for (int i = 0; i < PL_DROP_COUNT; i++)
 		n += snprintf(drops + n, sizeof(drops) - (size_t)n, "%s%s %" PRIu64, i ? ", " : "",
 		              pl_drop_names[i], snap.c.drops[i]);
+	vrd_pub_median_depths(vrd_pipeline_pub(s->pl), &md);
+	if (s->cur.preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && md.have)
+		snprintf(median, sizeof(median),
+		         "; partial_median: median depths per B-scan of the last volume mean %.2f "
+		         "max %u of %u",
+		         md.mean_per_bscan, md.max_per_bscan, md.depths);
+	else if (s->cur.preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN)
+		snprintf(median, sizeof(median), "; partial_median: no volume yet");
 	vrd_log(LOG_NOTICE, "statistics",
 	        "statistics: state %s, uptime %.1f s, B-scans acquired %" PRIu64
 	        " processed %" PRIu64 " in ring %u/%u; epochs started %" PRIu64
 	        " published %" PRIu64 "; drops: %s; source faults %" PRIu64 " reopens %" PRIu64
 	        "; latency ms p50/p99: acquire->publish %s, preprocess %s, reconstruct %s, "
 	        "publish %s; readers %d; rates %.1f volumes/s "
-	        "%.3g A-scans/s; watchdog pings %" PRIu64 " withheld %" PRIu64,
+	        "%.3g A-scans/s; watchdog pings %" PRIu64 " withheld %" PRIu64 "%s",
 	        shown_state(s, &snap), (double)(vr_mono_ns() - s->started_ns) / 1e9,
 	        snap.c.acquired, snap.c.processed, snap.c.in_ring, snap.c.ring_size,
 	        snap.c.epochs_started, snap.c.epochs_published, drops, snap.c.source_faults,
 	        snap.c.source_reopens, lat[0], lat[1], lat[2], lat[3],
 	        vrd_pub_readers(vrd_pipeline_pub(s->pl)), s->rates[2], s->rates[0], s->wd_pings,
-	        s->wd_missed);
+	        s->wd_missed, median);
 }
 
 /* ---- watchdog ---------------------------------------------------------------------------- */

@@ -27,8 +27,11 @@ extern "C" {
 #define GPU_TTAB_MAX 8192
 /* Spline resampling: half-width of the FIR that replaces the per-A-scan tridiagonal solve. */
 #define GPU_SPLINE_R 17
-/* Largest A-scans per B-scan for bscan_median (bitonic sort of a column in shared memory). */
+/* Largest A-scans per B-scan for bscan_median and partial_median (bitonic sort of a column in
+ * shared memory). */
 #define GPU_MEDIAN_MAX_NX 8192
+/* partial_median: A-scan chunks of the per-depth sums (summed in chunk order afterwards). */
+#define GPU_PM_CHUNKS 16
 
 /* ---- tables (gpu_tables.c): computed in double on the host, stored as float ------------- */
 
@@ -74,6 +77,16 @@ struct gpu_prep_params {
 	int nz, z0, half; /* kept depths, first depth, N/2 */
 	bool flip_z;
 	float db_lo, db_inv; /* (d - lo) * inv, inv = 1 / (hi - lo) */
+	double pm_threshold; /* partial_median: t */
+};
+
+/* Device scratch of one stream for partial_median (half = N / 2 depths). */
+struct gpu_pm_buffers {
+	double *part; /* [4][GPU_PM_CHUNKS][half] partial sums */
+	float *sig;   /* [half] sigma[z] */
+	int *list;    /* [half] depths that take the median */
+	int *nsel;    /* their number */
+	float2 *C;    /* [half] the value subtracted at each depth */
 };
 
 /* Device-side tables the preprocessing reads. */
@@ -96,10 +109,18 @@ cudaError_t gpu_launch_convert(const struct gpu_prep_params *p, const struct gpu
 /* Resample conv[nx][K] and apply window/dispersion/zero padding into the FFT input. */
 cudaError_t gpu_launch_resample(const struct gpu_prep_params *p, const struct gpu_prep_tables *t,
                                 const float *conv, void *fin, cudaStream_t s);
-/* Magnitude, log, normalize, flip z, crop into the B-scan's rows of L_e (row = L_e + b*nx*nz);
- * reverse_x writes A-scan a at nx-1-a. spec has ld complex values per A-scan. */
+/* partial_median (ALGORITHMS.md §1b) on the spectra of one B-scan (after the FFT of the
+ * mean-removed A-scans, as cpu/preprocess.c): per-depth sigma, sigma_bg, the depths above
+ * p->pm_threshold * sigma_bg (their number into *count), their medians into m->C (0 elsewhere).
+ * spec has ld complex values per A-scan. */
+cudaError_t gpu_launch_partial_median(const struct gpu_prep_params *p, const float2 *spec, int ld,
+                                      const struct gpu_pm_buffers *m, unsigned *count,
+                                      cudaStream_t s);
+/* Magnitude (of X - C[z] when C is not NULL), log, normalize, flip z, crop into the B-scan's
+ * rows of L_e (row = L_e + b*nx*nz); reverse_x writes A-scan a at nx-1-a. spec has ld complex
+ * values per A-scan. */
 cudaError_t gpu_launch_logmag(const struct gpu_prep_params *p, const float2 *spec, int ld,
-                              bool reverse_x, float *lerow, cudaStream_t s);
+                              bool reverse_x, const float2 *C, float *lerow, cudaStream_t s);
 
 /* Parameters of the reconstruction of one epoch. */
 struct gpu_recon_params {
@@ -152,9 +173,11 @@ cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStr
  * (any may be NULL), from the u8 volume V on the device. */
 cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_params *p, uint8_t *mean,
                               uint8_t *mx, uint8_t *plane, cudaStream_t s);
-/* The MIP render [H][W] of V with the camera r (be_render_setup of p). */
+/* The MIP render [H][W] of V with the camera r (be_render_setup of p) into out; acc is
+ * H * W words of scratch on the device. */
 cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_params *p,
-                              const struct be_render_setup *r, uint8_t *out, cudaStream_t s);
+                              const struct be_render_setup *r, unsigned *acc, uint8_t *out,
+                              cudaStream_t s);
 
 /* ---- benchmark helpers (gpu_bench.c) ----------------------------------------------------- */
 

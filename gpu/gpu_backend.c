@@ -33,6 +33,7 @@ struct gpu_stream {
 	void *work;   /* cuFFT work area shared by both plans */
 	cufftHandle r2c, c2c;
 	bool has_r2c, has_c2c;
+	struct gpu_pm_buffers pm; /* partial_median scratch */
 };
 
 struct gpu_state {
@@ -63,11 +64,12 @@ struct gpu_state {
 	/* volumes */
 	float *le[2]; /* [ny][nx][nz] L_e: le[cur] receives the B-scans being submitted */
 	int cur;
-	float *P, *Q;  /* [Y][X][Z] B (M or previous output) and this epoch's float output */
-	long long *E;  /* [Y][X] */
-	float *tmap;   /* [Y][X] */
-	float *W;      /* [Y][X][GPU_WCOL] per-column weights of the epoch */
-	uint8_t *out8; /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
+	unsigned *counts[2]; /* [ny] partial_median depths per B-scan, beside le[cur] */
+	float *P, *Q;        /* [Y][X][Z] B (M or previous output) and this epoch's float output */
+	long long *E;        /* [Y][X] */
+	float *tmap;         /* [Y][X] */
+	float *W;            /* [Y][X][GPU_WCOL] per-column weights of the epoch */
+	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
 	 * into the slot's views area; vev closes them for epoch_wait */
@@ -77,6 +79,7 @@ struct gpu_state {
 	struct be_view_params vp;
 	struct be_render_setup vrs;
 	uint8_t *d_views; /* [3][cols] enface mean, max, plane, then the render (RENDER_MAX^2) */
+	unsigned *d_racc; /* [RENDER_MAX^2] the render's per-pixel maxima (gpu_views.cu) */
 	cudaStream_t vs;
 	cudaEvent_t kev[GPU_RSTREAMS], vev;
 	struct be_view_params last_rp; /* the render in d_views: its parameters and volume */
@@ -285,6 +288,7 @@ static int gpu_prep_upload(struct gpu_state *st, const struct vr_config *cfg, ch
 	st->prep.background = (int)cfg->preprocess.background.mode;
 	st->prep.taps = (int)st->tab.taps;
 	st->prep.complex_in = cfg->preprocess.dispersion.kind != CFG_DISP_NONE;
+	st->prep.pm_threshold = cfg->preprocess.background.threshold;
 	st->prep.db_lo = (float)cfg->preprocess.db_range[0];
 	st->prep.db_inv =
 	        (float)(1.0 / (cfg->preprocess.db_range[1] - cfg->preprocess.db_range[0]));
@@ -318,6 +322,11 @@ static void gpu_destroy(void *vst)
 			cudaFree(g->col);
 			cudaFree(g->fin);
 			cudaFree(g->fout);
+			cudaFree(g->pm.part);
+			cudaFree(g->pm.sig);
+			cudaFree(g->pm.list);
+			cudaFree(g->pm.nsel);
+			cudaFree(g->pm.C);
 			if (g->ev)
 				cudaEventDestroy(g->ev);
 			if (g->s)
@@ -346,6 +355,7 @@ static void gpu_destroy(void *vst)
 	if (st->vs)
 		cudaStreamDestroy(st->vs);
 	cudaFree(st->d_views);
+	cudaFree(st->d_racc);
 	if (st->cpin)
 		cudaFreeHost(st->cpin);
 	cudaFree(st->d_rs_idx);
@@ -356,6 +366,8 @@ static void gpu_destroy(void *vst)
 	cudaFree(st->d_ref);
 	cudaFree(st->le[0]);
 	cudaFree(st->le[1]);
+	cudaFree(st->counts[0]);
+	cudaFree(st->counts[1]);
 	cudaFree(st->P);
 	cudaFree(st->Q);
 	cudaFree(st->E);
@@ -400,11 +412,21 @@ static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t err
 		         (unsigned long long)(ny * sy));
 		return -EINVAL;
 	}
-	if (cfg->preprocess.background.mode == CFG_BG_BSCAN_MEDIAN && nx > GPU_MEDIAN_MAX_NX) {
+	if ((cfg->preprocess.background.mode == CFG_BG_BSCAN_MEDIAN ||
+	     cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) &&
+	    nx > GPU_MEDIAN_MAX_NX) {
 		snprintf(err, errlen,
-		         "preprocess.background.mode: bscan_median on CUDA supports up to %u "
-		         "A-scans per B-scan, not %llu",
-		         GPU_MEDIAN_MAX_NX, (unsigned long long)nx);
+		         "preprocess.background.mode: %s on CUDA supports up to %u A-scans per "
+		         "B-scan, not %llu",
+		         cfg_background_name(cfg->preprocess.background.mode), GPU_MEDIAN_MAX_NX,
+		         (unsigned long long)nx);
+		return -EINVAL;
+	}
+	if (!(cfg->preprocess.background.threshold >= 0) ||
+	    !isfinite(cfg->preprocess.background.threshold)) {
+		snprintf(err, errlen,
+		         "preprocess.background.threshold: %g, need a finite value >= 0",
+		         cfg->preprocess.background.threshold);
 		return -EINVAL;
 	}
 	if (!(cfg->preprocess.db_range[1] > cfg->preprocess.db_range[0])) {
@@ -535,8 +557,13 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc < 0)
 		goto fail;
 	const size_t fbytes = (size_t)st->nx * st->N * sizeof(float2);
+	const size_t half = st->N / 2;
+	const size_t pm_bytes = (4 * GPU_PM_CHUNKS * sizeof(double) + sizeof(float) + sizeof(int) +
+	                         sizeof(float2)) *
+	                                half +
+	                        sizeof(int);
 	const size_t per_stream = st->bscan_bytes + (size_t)st->nx * st->K * sizeof(float) +
-	                          st->K * sizeof(float) + 2 * fbytes +
+	                          st->K * sizeof(float) + 2 * fbytes + pm_bytes +
 	                          (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
 	const size_t taps_max = 2 * GPU_SPLINE_R + 2;
 	const size_t tables =
@@ -549,8 +576,10 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	                       : st->le_count);
 	const size_t view_bytes =
 	        be_views_wanted(cfg) ? 3 * cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX : 0;
-	const size_t need =
-	        per_stream * st->ns + tables + volumes + view_bytes + (64u << 20); /* + context */
+	const size_t view_scratch =
+	        view_bytes ? (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX * sizeof(unsigned) : 0;
+	const size_t need = per_stream * st->ns + tables + volumes + view_bytes + view_scratch +
+	                    (64u << 20); /* + context */
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -590,6 +619,9 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->le[1], st->le_count * sizeof(float), "second L_e",
 		                err, errlen);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_malloc((void **)&st->counts[i], st->ny * sizeof(unsigned),
+		                "median depth counts", err, errlen);
 	if (rc == 0 && st->have_full) {
 		rc = gpu_malloc((void **)&st->P, st->full_count * sizeof(float), "B volume", err,
 		                errlen);
@@ -642,6 +674,11 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc == 0 && st->views) {
 		rc = gpu_malloc((void **)&st->d_views, view_bytes, "views", err, errlen);
 		if (rc == 0)
+			rc = gpu_malloc((void **)&st->d_racc,
+			                (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX *
+			                        sizeof(unsigned),
+			                "render scratch", err, errlen);
+		if (rc == 0)
 			rc = gpu_cuda_check(
 			        cudaStreamCreateWithFlags(&st->vs, cudaStreamNonBlocking),
 			        "cudaStreamCreate(views)", err, errlen);
@@ -685,6 +722,22 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 			rc = gpu_malloc(&g->fin, fbytes, "FFT input", err, errlen);
 		if (rc == 0)
 			rc = gpu_malloc((void **)&g->fout, fbytes, "FFT output", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&g->pm.part,
+			                4 * GPU_PM_CHUNKS * half * sizeof(double),
+			                "partial_median sums", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&g->pm.sig, half * sizeof(float),
+			                "partial_median sigma", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&g->pm.list, half * sizeof(int),
+			                "partial_median depth list", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&g->pm.nsel, sizeof(int), "partial_median count",
+			                err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&g->pm.C, half * sizeof(float2),
+			                "partial_median values", err, errlen);
 		if (rc == 0)
 			rc = gpu_cufft_check(cufftCreate(&g->r2c), "cufftCreate(R2C)", err, errlen);
 		if (rc < 0)
@@ -864,7 +917,9 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	};
 	CU(cudaMemcpyAsync(g->raw, raw, st->bscan_bytes, cudaMemcpyHostToDevice, g->s),
 	   "cudaMemcpyAsync(raw B-scan, host to device)");
-	if (st->prep.background == CFG_BG_BSCAN_MEAN || st->prep.background == CFG_BG_BSCAN_MEDIAN)
+	const bool pm = st->prep.background == CFG_BG_PARTIAL_MEDIAN;
+	if (st->prep.background == CFG_BG_BSCAN_MEAN ||
+	    st->prep.background == CFG_BG_BSCAN_MEDIAN || pm)
 		CU(gpu_launch_colstat(&st->prep, g->raw, g->col, g->s), "B-scan background kernel");
 	CU(gpu_launch_convert(&st->prep, &t, g->raw, g->col, g->conv, g->fin, g->s),
 	   "convert kernel");
@@ -879,8 +934,12 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 		      "cufftExecR2C");
 	const bool rev =
 	        st->cfg.preprocess.flip.x != (st->cfg.geometry.bidirectional && (bscan & 1u));
-	CU(gpu_launch_logmag(&st->prep, g->fout,
-	                     st->prep.complex_in ? (int)st->N : (int)(st->N / 2 + 1), rev,
+	const int ld = st->prep.complex_in ? (int)st->N : (int)(st->N / 2 + 1);
+	if (pm)
+		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm,
+		                             st->counts[st->cur] + bscan, g->s),
+		   "partial_median kernels");
+	CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL,
 	                     st->le[st->cur] + (size_t)bscan * st->nx * st->nz, g->s),
 	   "log-magnitude kernel");
 	return 0;
@@ -949,7 +1008,8 @@ static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, u
 		CU(gpu_launch_enface(st->out8, p, d_mean, d_max, d_plane, st->vs),
 		   "en-face kernel");
 	if (m & (1u << BE_VIEW_RENDER)) {
-		CU(gpu_launch_render(st->out8, p, &st->vrs, d_render, st->vs), "render kernel");
+		CU(gpu_launch_render(st->out8, p, &st->vrs, st->d_racc, d_render, st->vs),
+		   "render kernel");
 		st->last_rp = *p;
 		st->last_render_id = out->volume_id;
 		st->have_render = true;
@@ -1113,6 +1173,13 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		CU(cudaMemcpyAsync(out->lowres, le, st->le_count * sizeof(float),
 		                   cudaMemcpyDeviceToHost, st->rs[k % GPU_RSTREAMS]),
 		   "cudaMemcpyAsync(low-resolution volume, device to host)");
+	if (out->median_depths && st->prep.background == CFG_BG_PARTIAL_MEDIAN)
+		CU(cudaMemcpyAsync(out->median_depths, st->counts[st->cur],
+		                   st->ny * sizeof(unsigned), cudaMemcpyDeviceToHost,
+		                   st->rs[(k + 1) % GPU_RSTREAMS]),
+		   "cudaMemcpyAsync(median depth counts, device to host)");
+	else if (out->median_depths)
+		memset(out->median_depths, 0, st->ny * sizeof(*out->median_depths));
 	for (int j = 0; j < GPU_RSTREAMS; j++)
 		CU(cudaEventRecord(st->rev[j], st->rs[j]), "cudaEventRecord");
 	if (st->views && out->views) {

@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(GPU_THREADS)
 			if (p.background == CFG_BG_ASCAN_MEAN)
 				x -= mean;
 			else if (p.background == CFG_BG_BSCAN_MEAN ||
-			         p.background == CFG_BG_BSCAN_MEDIAN)
+			         p.background == CFG_BG_BSCAN_MEDIAN ||
+			         p.background == CFG_BG_PARTIAL_MEDIAN)
 				x -= col[j];
 			else if (p.background == CFG_BG_REFERENCE)
 				x -= t.reference[j];
@@ -301,20 +302,197 @@ __global__ void k_resample(gpu_prep_params p, gpu_prep_tables t, const float *co
 	gpu_put_fin(fin, (size_t)a * p.N, j, K, y, t, p.complex_in);
 }
 
-/* Grid (ceil(nz / threads), nx): |X|, dB, normalize, flip z, crop, into L_e's B-scan row. */
+/* Grid (ceil(nz / threads), nx): |X - C|, dB, normalize, flip z, crop, into L_e's B-scan row
+ * (C: the partial_median values per depth, or NULL). */
 __global__ void k_logmag(gpu_prep_params p, const float2 *spec, int ld, bool reverse_x,
-                         float *lerow)
+                         const float2 *C, float *lerow)
 {
 	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
 	if (z >= p.nz)
 		return;
 	const int zz = p.z0 + z, bin = p.flip_z ? p.half - 1 - zz : zz;
-	const float2 c = spec[(size_t)a * ld + bin];
+	float2 c = spec[(size_t)a * ld + bin];
+	if (C) {
+		const float2 m = C[bin];
+		c.x -= m.x;
+		c.y -= m.y;
+	}
 	const float m = sqrtf(c.x * c.x + c.y * c.y);
 	const float d = 20.0f * log10f(m + 1e-12f);
 	const float v = fminf(fmaxf((d - p.db_lo) * p.db_inv, 0.0f), 1.0f);
 	const int xo = reverse_x ? p.nx - 1 - a : a;
 	lerow[(size_t)xo * p.nz + z] = v;
+}
+
+/* ---- partial median (ALGORITHMS.md §1b; cpu/preprocess.c partial_median_bscan) ------------ */
+
+/*
+ * Grid (ceil(half / threads), chunks): thread z of block (., c) sums Re, Im, Re^2, Im^2 of
+ * spec[a][z] in double over the A-scans a of chunk c (A-scans c*per .. min((c+1)*per, nx)),
+ * into part[q][c][z] (q = 0..3). Depth-contiguous threads: coalesced rows.
+ */
+__global__ void k_pm_partial(const float2 *__restrict__ spec, int ld, int nx, int half, int per,
+                             double *__restrict__ part)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x, c = blockIdx.y;
+	if (z >= half)
+		return;
+	const int a0 = c * per, a1 = min(a0 + per, nx);
+	double sr = 0, si = 0, srr = 0, sii = 0;
+	for (int a = a0; a < a1; a++) {
+		const float2 v = __ldg(&spec[(size_t)a * ld + z]);
+		const double re = v.x, im = v.y;
+		sr += re;
+		si += im;
+		srr += re * re;
+		sii += im * im;
+	}
+	const size_t stride = (size_t)gridDim.y * half, o = (size_t)c * half + z;
+	part[o] = sr;
+	part[stride + o] = si;
+	part[2 * stride + o] = srr;
+	part[3 * stride + o] = sii;
+}
+
+/* Grid (ceil(half / threads)): the chunks' sums in chunk order, then sigma[z] as the CPU forms
+ * it: sqrt(max(vr, 0) + max(vi, 0)) in double, rounded to float. */
+__global__ void k_pm_sigma(const double *__restrict__ part, int chunks, int nx, int half,
+                           float *__restrict__ sig)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x;
+	if (z >= half)
+		return;
+	const size_t stride = (size_t)chunks * half;
+	double sr = 0, si = 0, srr = 0, sii = 0;
+	for (int c = 0; c < chunks; c++) {
+		const size_t o = (size_t)c * half + z;
+		sr += part[o];
+		si += part[stride + o];
+		srr += part[2 * stride + o];
+		sii += part[3 * stride + o];
+	}
+	const double mr = sr / nx, mi = si / nx;
+	const double vr = srr / nx - mr * mr, vi = sii / nx - mi * mi;
+	sig[z] = (float)sqrt((vr > 0 ? vr : 0.0) + (vi > 0 ? vi : 0.0));
+}
+
+/* The k-th smallest (0-based) of n non-negative floats, by radix selection on their bit
+ * patterns (monotone for non-negative floats): four passes of 8 bits with a shared
+ * histogram. One block; every thread returns the value. */
+static __device__ float gpu_select_kth(const float *__restrict__ v, int n, int k, unsigned *hist,
+                                       unsigned *sh)
+{
+	unsigned prefix = 0, mask = 0;
+	for (int shift = 24; shift >= 0; shift -= 8) {
+		for (int i = threadIdx.x; i < 256; i += blockDim.x)
+			hist[i] = 0;
+		__syncthreads();
+		for (int i = threadIdx.x; i < n; i += blockDim.x) {
+			const unsigned u = __float_as_uint(v[i]);
+			if ((u & mask) == prefix)
+				atomicAdd(&hist[(u >> shift) & 255u], 1u);
+		}
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			unsigned cum = 0, bin = 0;
+			for (bin = 0; bin < 255; bin++) {
+				if (cum + hist[bin] > (unsigned)k)
+					break;
+				cum += hist[bin];
+			}
+			sh[0] = prefix | (bin << shift);
+			sh[1] = (unsigned)k - cum;
+		}
+		__syncthreads();
+		prefix = sh[0];
+		k = (int)sh[1];
+		mask |= 255u << shift;
+		__syncthreads();
+	}
+	return __uint_as_float(prefix);
+}
+
+/*
+ * One block: sigma_bg = the median of sig[0..half) (even count: the mean of the two middle
+ * values in double, rounded to float, as cpu_median), then the depths with (double) sig[z] >
+ * t * (double) sigma_bg into list (in no particular order), their number into *nsel and
+ * *count, and C[z] = 0 for every depth (the medians overwrite the listed ones).
+ */
+__global__ void k_pm_select(const float *__restrict__ sig, int half, double t,
+                            int *__restrict__ list, int *__restrict__ nsel,
+                            unsigned *__restrict__ count, float2 *__restrict__ C)
+{
+	__shared__ unsigned hist[256], sh[2];
+	__shared__ int n;
+	const float lo = gpu_select_kth(sig, half, (half - 1) / 2, hist, sh);
+	const float hi = half % 2 ? lo : gpu_select_kth(sig, half, half / 2, hist, sh);
+	const float bg = half % 2 ? lo : (float)(((double)lo + (double)hi) / 2.0);
+	const double thr = t * (double)bg;
+	if (threadIdx.x == 0)
+		n = 0;
+	__syncthreads();
+	for (int z = threadIdx.x; z < half; z += blockDim.x) {
+		C[z] = make_float2(0.0f, 0.0f);
+		if ((double)sig[z] > thr)
+			list[atomicAdd(&n, 1)] = z;
+	}
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		*nsel = n;
+		*count = (unsigned)n;
+	}
+}
+
+/* Median of the nx values in sv[0..nx) (padded with +inf to n2, a power of two) by a bitonic
+ * sort in shared memory; even nx: the mean of the two middle values in double, as cpu_median. */
+static __device__ float gpu_block_median(float *sv, int nx, int n2)
+{
+	for (int size = 2; size <= n2; size <<= 1) {
+		for (int stride = size >> 1; stride > 0; stride >>= 1) {
+			for (int i = threadIdx.x; i < (n2 >> 1); i += blockDim.x) {
+				int lo = 2 * stride * (i / stride) + (i % stride), hi = lo + stride;
+				bool asc = (lo & size) == 0;
+				float x = sv[lo], y = sv[hi];
+				if ((x > y) == asc) {
+					sv[lo] = y;
+					sv[hi] = x;
+				}
+			}
+			__syncthreads();
+		}
+	}
+	const float m =
+	        nx % 2 ? sv[nx / 2] : (float)(((double)sv[nx / 2 - 1] + (double)sv[nx / 2]) / 2.0);
+	__syncthreads();
+	return m;
+}
+
+/* Grid-strided over the *nsel listed depths: C[z] = the medians of Re and Im of spec[a][z] over
+ * the nx A-scans. Only these depths are sorted. */
+__global__ void k_pm_median(const float2 *__restrict__ spec, int ld, int nx, int n2,
+                            const int *__restrict__ list, const int *__restrict__ nsel,
+                            float2 *__restrict__ C)
+{
+	extern __shared__ float sv[];
+	const int n = *nsel;
+	for (int i = blockIdx.x; i < n; i += gridDim.x) {
+		const int z = list[i];
+		float med[2];
+		for (int q = 0; q < 2; q++) {
+			for (int a = threadIdx.x; a < n2; a += blockDim.x) {
+				float v = INFINITY;
+				if (a < nx) {
+					const float2 x = spec[(size_t)a * ld + z];
+					v = q ? x.y : x.x;
+				}
+				sv[a] = v;
+			}
+			__syncthreads();
+			med[q] = gpu_block_median(sv, nx, n2);
+		}
+		if (threadIdx.x == 0)
+			C[z] = make_float2(med[0], med[1]);
+	}
 }
 
 /* ---- reconstruction ---------------------------------------------------------------------- */
@@ -549,7 +727,7 @@ static unsigned gpu_blocks(size_t n)
 extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *raw, float *col,
                                           cudaStream_t s)
 {
-	if (p->background == CFG_BG_BSCAN_MEAN) {
+	if (p->background == CFG_BG_BSCAN_MEAN || p->background == CFG_BG_PARTIAL_MEDIAN) {
 		dim3 g((p->K + GPU_THREADS - 1) / GPU_THREADS);
 		switch (p->sample_type) {
 		case CFG_SAMPLE_U16:
@@ -602,6 +780,29 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 		        (const float *)raw, p->K, p->nx, n2, p->bit_shift, col);
 		break;
 	}
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_partial_median(const gpu_prep_params *p, const float2 *spec,
+                                                 int ld, const gpu_pm_buffers *m, unsigned *count,
+                                                 cudaStream_t s)
+{
+	const int half = p->half, nx = p->nx;
+	const int chunks = nx < GPU_PM_CHUNKS ? nx : GPU_PM_CHUNKS;
+	const int per = (nx + chunks - 1) / chunks;
+	const unsigned zb = (unsigned)((half + GPU_THREADS - 1) / GPU_THREADS);
+	k_pm_partial<<<dim3(zb, (unsigned)chunks), GPU_THREADS, 0, s>>>(spec, ld, nx, half, per,
+	                                                                m->part);
+	k_pm_sigma<<<zb, GPU_THREADS, 0, s>>>(m->part, chunks, nx, half, m->sig);
+	k_pm_select<<<1, 1024, 0, s>>>(m->sig, half, p->pm_threshold, m->list, m->nsel, count,
+	                               m->C);
+	int n2 = 1;
+	while (n2 < nx)
+		n2 <<= 1;
+	const int threads = n2 / 2 < 32 ? 32 : (n2 / 2 > 1024 ? 1024 : n2 / 2);
+	const unsigned blocks = (unsigned)(half < 65535 ? half : 65535);
+	k_pm_median<<<blocks, threads, sizeof(float) * (size_t)n2, s>>>(spec, ld, nx, n2, m->list,
+	                                                                m->nsel, m->C);
 	return cudaGetLastError();
 }
 
@@ -661,10 +862,11 @@ extern "C" cudaError_t gpu_launch_resample(const gpu_prep_params *p, const gpu_p
 }
 
 extern "C" cudaError_t gpu_launch_logmag(const gpu_prep_params *p, const float2 *spec, int ld,
-                                         bool reverse_x, float *lerow, cudaStream_t s)
+                                         bool reverse_x, const float2 *C, float *lerow,
+                                         cudaStream_t s)
 {
 	dim3 g((p->nz + GPU_THREADS - 1) / GPU_THREADS, p->nx);
-	k_logmag<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, reverse_x, lerow);
+	k_logmag<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, reverse_x, C, lerow);
 	return cudaGetLastError();
 }
 

@@ -47,8 +47,15 @@ __device__ __forceinline__ float vox(const uint8_t *V, int X, int Z, int y, int 
 	return (float)__ldg(V + ((long long)y * X + x) * Z + z);
 }
 
-__global__ void k_render(const uint8_t *__restrict__ V, int Y, int X, int Z,
-                         struct be_render_setup r, uint8_t *out)
+/* Samples per thread of the render: a ray's samples are split into chunks of this many, one
+ * thread each, so that the few rays that cross a thin, deep volume (the en-face MIP of an
+ * OCT volume) do not leave the device to a handful of serial threads. */
+#define GPU_RENDER_CHUNK 64
+
+/* The maximum over the samples of chunk blockIdx.z of pixel (i, j), as the bits of a
+ * non-negative float (which order like the floats), into acc with atomicMax. */
+__global__ void k_render_chunks(const uint8_t *__restrict__ V, int Y, int X, int Z,
+                                struct be_render_setup r, unsigned *acc)
 {
 	const int j = blockIdx.x * blockDim.x + threadIdx.x;
 	const int i = blockIdx.y * blockDim.y + threadIdx.y;
@@ -57,6 +64,13 @@ __global__ void k_render(const uint8_t *__restrict__ V, int Y, int X, int Z,
 		return;
 	uint32_t k0, k1;
 	be_render_krange(&r, (uint32_t)i, (uint32_t)j, &k0, &k1);
+	const uint32_t c0 = blockIdx.z * GPU_RENDER_CHUNK, c1 = c0 + GPU_RENDER_CHUNK;
+	if (k0 < c0)
+		k0 = c0;
+	if (k1 > c1)
+		k1 = c1;
+	if (k0 >= k1)
+		return;
 	float o[3];
 	for (int a = 0; a < 3; a++)
 		o[a] = r.forg[a] + ((float)j + 0.5f) * r.fdu[a] + ((float)i + 0.5f) * r.fdv[a];
@@ -87,7 +101,19 @@ __global__ void k_render(const uint8_t *__restrict__ V, int Y, int X, int Z,
 		float v = c00 + (c10 - c00) * fy;
 		best = fmaxf(best, v);
 	}
-	out[(size_t)i * r.W + j] = best < 0.0f ? 0 : (uint8_t)floorf(best + 0.5f);
+	if (best >= 0.0f)
+		atomicMax(&acc[(size_t)i * r.W + j], __float_as_uint(best) + 1u);
+}
+
+/* acc holds 1 + the bits of each pixel's maximum, 0 where no sample was inside. */
+__global__ void k_render_finish(const unsigned *acc, uint32_t n, uint8_t *out)
+{
+	const uint32_t p = blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (p >= n)
+		return;
+	const unsigned a = acc[p];
+	out[p] = a ? (uint8_t)floorf(__uint_as_float(a - 1u) + 0.5f) : 0;
 }
 
 extern "C" cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_params *p,
@@ -103,11 +129,20 @@ extern "C" cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_
 }
 
 extern "C" cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_params *p,
-                                         const struct be_render_setup *r, uint8_t *out,
-                                         cudaStream_t s)
+                                         const struct be_render_setup *r, unsigned *acc,
+                                         uint8_t *out, cudaStream_t s)
 {
-	dim3 block(16, 8), grid((r->W + 15) / 16, (r->H + 7) / 8);
+	const uint32_t n = r->H * r->W,
+	               chunks = (r->nsamples + GPU_RENDER_CHUNK - 1) / GPU_RENDER_CHUNK;
+	dim3 block(32, 4), grid((r->W + 31) / 32, (r->H + 3) / 4, chunks ? chunks : 1);
+	cudaError_t e = cudaMemsetAsync(acc, 0, (size_t)n * sizeof(unsigned), s);
 
-	k_render<<<grid, block, 0, s>>>(V, (int)p->Y, (int)p->X, (int)p->Z, *r, out);
+	if (e != cudaSuccess)
+		return e;
+	k_render_chunks<<<grid, block, 0, s>>>(V, (int)p->Y, (int)p->X, (int)p->Z, *r, acc);
+	e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	k_render_finish<<<(n + 255) / 256, 256, 0, s>>>(acc, n, out);
 	return cudaGetLastError();
 }

@@ -41,9 +41,10 @@ struct pl_volume {
 /*
  * A sink, called from the processing thread only, one volume at a time:
  *  - begin(epoch, out): say where the output of `epoch` goes: out->volume (cfg_out_voxels
- *    bytes, required) and, when wanted, out->lowres / out->full (be_output); the buffers stay
- *    the sink's and must stay valid until publish() or abort(). 0 or a negative errno with a
- *    message in err (the epoch is then dropped as processing_error).
+ *    bytes, required) and, when wanted, out->lowres / out->full / out->views /
+ *    out->median_depths (be_output); the buffers stay the sink's and must stay valid until
+ *    publish() or abort(). 0 or a negative errno with a message in err (the epoch is then
+ *    dropped as processing_error).
  *  - publish(meta): the output is complete. 0 or a negative errno with a message in err.
  *  - abort(): the epoch begun last is dropped (backend failure); give its buffers back.
  * Live reload and history resets never happen between begin and publish/abort.

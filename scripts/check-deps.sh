@@ -22,7 +22,8 @@ for pair in cc:build-essential make:build-essential pkg-config:pkg-config; do
 done
 # libraries: pkg-config module -> package (hdf5: Debian's serial HDF5, hdf5.pc)
 libs="libzmq:libzmq3-dev yaml-0.1:libyaml-dev fftw3f:libfftw3-dev libsystemd:libsystemd-dev
-	libpng:libpng-dev hdf5:libhdf5-dev json-c:libjson-c-dev"
+	libpng:libpng-dev hdf5:libhdf5-dev json-c:libjson-c-dev libwebsockets:libwebsockets-dev
+	zlib:zlib1g-dev"
 [ "$mode" = test ] && libs="$libs cmocka:libcmocka-dev"
 for pair in $libs; do
 	if command -v pkg-config >/dev/null 2>&1; then
@@ -31,6 +32,12 @@ for pair in $libs; do
 		need "${pair#*:}" # cannot tell without pkg-config: name them all
 	fi
 done
+# the browser tests: Debian's chromium, node and npm (tests/browser)
+if [ "$mode" = test ]; then
+	command -v chromium >/dev/null 2>&1 || need chromium
+	command -v node >/dev/null 2>&1 || need nodejs
+	command -v npm >/dev/null 2>&1 || need npm
+fi
 if [ "$mode" = test ]; then
 	if [ -x "$python" ] || command -v "$python" >/dev/null 2>&1; then
 		for pair in pytest:python3-pytest pytest_timeout:python3-pytest-timeout \

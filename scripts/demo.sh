@@ -26,6 +26,7 @@ INSTANCE=demo-$$-$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 RUN=$TMP/run
 mkdir -p "$RUN" "$OUT"
 DAEMON_PID=
+VIEW_PID=
 CHILD=
 
 # Run a tool in the background and wait for it, so that a signal to this script is handled at
@@ -45,6 +46,10 @@ cleanup() {
 	if [ -n "$CHILD" ]; then
 		kill -TERM "$CHILD" 2>/dev/null || true
 		wait "$CHILD" 2>/dev/null || true
+	fi
+	if [ -n "$VIEW_PID" ]; then
+		kill -TERM "$VIEW_PID" 2>/dev/null || true
+		wait "$VIEW_PID" 2>/dev/null || true
 	fi
 	if [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; then
 		"$BIN/volrec" stop -i "$INSTANCE" -r "$RUN" --timeout 20 >/dev/null 2>&1 ||
@@ -121,6 +126,20 @@ for _ in $(seq 1 100); do
 	sleep 0.2
 done
 cat "$TMP/status.txt"
+
+# the live web viewer, for as long as the demo runs (DEMO_VIEW_LISTEN: default any free
+# loopback port)
+if [ -x "$BIN/volrec-view" ]; then
+	"$BIN/volrec" view -c "$TMP/volrecd.yaml" --listen "${DEMO_VIEW_LISTEN:-127.0.0.1:0}" \
+		>"$TMP/view.out" 2>"$TMP/view.log" &
+	VIEW_PID=$!
+	for _ in $(seq 1 50); do
+		grep -q serving "$TMP/view.out" 2>/dev/null && break
+		sleep 0.1
+	done
+	echo
+	echo "== volrec view: open $(sed -n 's/.*serving \([^ ]*\) .*/\1/p' "$TMP/view.out") in a browser"
+fi
 
 echo
 echo "== volrec watch --seconds $SECONDS_WATCH"

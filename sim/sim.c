@@ -90,7 +90,8 @@ struct sim {
 	float *spec;         /* [K] one A-scan before quantization */
 	fftwf_plan plan;
 	bool mirror; /* phantom "mirror": one flat reflector of amplitude 1 ... */
-	uint32_t zm; /* ... at this depth bin (SIM_MIRROR_MM), phase 0 */
+	uint32_t zm; /* ... at this depth bin (mirror_mm), phase 0 */
+	bool tilted; /* phantom "tilted": the retina and a strong tilted reflector */
 };
 
 /* A column of the phantom at one lateral position and time. */
@@ -98,9 +99,10 @@ struct column {
 	double top[NLAYER + 1]; /* top of each layer, top[NLAYER] = bottom of the choroid */
 	double vtop[NVESSEL], vbot[NVESSEL];
 	int nv;
-	uint64_t hcol;  /* hash of the lateral scatterer cell */
-	uint64_t hflow; /* hash for blood (changes every epoch) */
-	double dz;      /* axial displacement of the phantom at this time, mm */
+	int32_t tilt_bin; /* "tilted": depth bin of the strong reflector here, else -1 */
+	uint64_t hcol;    /* hash of the lateral scatterer cell */
+	uint64_t hflow;   /* hash for blood (changes every epoch) */
+	double dz;        /* axial displacement of the phantom at this time, mm */
 };
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -195,9 +197,16 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 {
 	uint64_t bytes;
 
-	if (strcmp(p->phantom, "retina") != 0 && strcmp(p->phantom, "mirror") != 0)
+	if (strcmp(p->phantom, "retina") != 0 && strcmp(p->phantom, "mirror") != 0 &&
+	    strcmp(p->phantom, "tilted") != 0)
 		return fail(err, errlen, -EINVAL,
-		            "synth: unknown phantom '%s' (allowed: retina, mirror)", p->phantom);
+		            "synth: unknown phantom '%s' (allowed: retina, mirror, tilted)",
+		            p->phantom);
+	if (!(p->mirror_mm >= 0 && p->mirror_mm < SIM_DEPTH_MM))
+		return fail(err, errlen, -EINVAL,
+		            "synth: mirror depth %g mm out of range (0 for the default %g, or "
+		            "within (0, %g))",
+		            p->mirror_mm, SIM_MIRROR_MM, SIM_DEPTH_MM);
 	if (p->samples_per_ascan < 16 || p->samples_per_ascan > SIM_MAX_K)
 		return fail(err, errlen, -EINVAL,
 		            "synth: samples_per_ascan %u out of range (16..%u)",
@@ -313,7 +322,8 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->zhi = (uint32_t)floor(TISSUE_BOT_MM / s->dz);
 	s->zc = (int32_t)((s->zlo + s->zhi) / 2);
 	s->mirror = strcmp(p->phantom, "mirror") == 0;
-	s->zm = (uint32_t)lround(SIM_MIRROR_MM / s->dz);
+	s->zm = (uint32_t)lround((p->mirror_mm > 0 ? p->mirror_mm : SIM_MIRROR_MM) / s->dz);
+	s->tilted = strcmp(p->phantom, "tilted") == 0;
 
 	s->fs = p->sample_type == VOLREC_SAMPLE_F32    ? 65535.0
 	        : p->sample_type >= VOLREC_SAMPLE_U12P ? (double)(4095u >> p->bit_shift)
@@ -503,6 +513,15 @@ static void column_at(const struct sim *s, uint64_t epoch, double x, double y, s
 	double t = sim_epoch_time(s, epoch);
 	bool jumped = p->jump_epoch > 0 && epoch >= p->jump_epoch;
 	double th = (p->deg_per_s * t + (jumped ? p->jump_deg : 0)) * (M_PI / 180);
+
+	/* the tilted reflector stays in the lab frame: neither turned nor moved */
+	c->tilt_bin = -1;
+	if (s->tilted) {
+		double f = x / SIM_FOV_MM + 0.5; /* 0 at the left edge, 1 at the right */
+		f = f < 0 ? 0 : f > 1 ? 1 : f;
+		c->tilt_bin = (int32_t)lround(
+		        (SIM_TILT_TOP_MM + f * (SIM_TILT_BOT_MM - SIM_TILT_TOP_MM)) / s->dz);
+	}
 	double ct = cos(th), st = sin(th);
 	/* the phantom moved by (mx, my) and turned by th about its own centre: the lab point
 	 * (x, y) is the phantom point R(-th) (x - mx, y - my) */
@@ -611,6 +630,8 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 		g[n][0] = a * s->phasor[ph][0];
 		g[n][1] = a * s->phasor[ph][1];
 	}
+	if (c && c->tilt_bin >= 0)
+		g[((int64_t)c->tilt_bin - s->zc + K) % K][0] += (float)SIM_TILT_AMP;
 	fftwf_execute(s->plan);
 	/* ext[j + TAP_LO] = grid[j mod K] for j = -TAP_LO .. K + NTAP - TAP_LO - 1 */
 	for (uint32_t j = 0; j < K; j++) {
@@ -754,6 +775,10 @@ int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, uint32_t z
 				uint32_t ph;
 				o[z - z0] = column_amp(&c, z * dzo, &ph);
 			}
+			/* the tilted reflector, beyond the [0, 1] scale: saturated */
+			uint64_t zt = (uint64_t)(c.tilt_bin >= 0 ? c.tilt_bin : 0) * zero_pad;
+			if (c.tilt_bin >= 0 && zt >= z0 && zt < z1)
+				o[zt - z0] = 1.0f;
 		}
 	}
 	return 0;

@@ -21,6 +21,13 @@
 #define SIM_MAX_K        65536u
 #define SIM_MIRROR_MM    1.0 /* depth of the "mirror" phantom (bin K/4 of the K/2 bins) */
 #define SIM_AXIAL_MM     0.1 /* amplitude of the axial (depth) motion */
+/* The "tilted" phantom: the retina plus a strong flat reflector of amplitude SIM_TILT_AMP, in
+ * the lab frame (it does not turn with the retina), whose depth rises linearly from
+ * SIM_TILT_TOP_MM at the left edge of the field of view to SIM_TILT_BOT_MM at the right (nearest
+ * bin, phase 0): the fixed-pattern artifact of mean background subtraction (ALGORITHMS.md §1b) */
+#define SIM_TILT_AMP    8.0
+#define SIM_TILT_TOP_MM 0.60
+#define SIM_TILT_BOT_MM 1.40
 
 /* What the scanner produces. */
 struct sim_params {
@@ -33,8 +40,10 @@ struct sim_params {
 	bool bidirectional;   /* odd B-scans are scanned right to left */
 	double rate;          /* epochs per second of the motion clock (<= 0: SIM_DEFAULT_RATE) */
 	uint64_t seed;
-	char phantom[CFG_NAME_MAX]; /* "retina", or "mirror": one ideal flat reflector of
-	                             * amplitude 1 at SIM_MIRROR_MM, nearest bin (tests) */
+	char phantom[CFG_NAME_MAX]; /* "retina"; "mirror": one ideal flat reflector of
+	                             * amplitude 1 at mirror_mm, nearest bin (tests); "tilted":
+	                             * the retina and a strong tilted reflector (SIM_TILT_*) */
+	double mirror_mm;           /* depth of the mirror, (0, SIM_DEPTH_MM); 0: SIM_MIRROR_MM */
 	double deg_per_s;           /* rotation about the depth axis */
 	double shift_mm_per_s[3];   /* translation speed: lateral x, y (steady drift) and depth
 	                             * (back and forth within +-SIM_AXIAL_MM at this speed) */

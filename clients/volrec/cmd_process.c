@@ -30,6 +30,8 @@ static void process_usage(FILE *f)
 	        "quantization\n"
 	        "  /full     f32 [n][Y][X][Z]     with --full: the output before quantization\n"
 	        "  /epoch    u64 [n], /offset u32 [n][2] (ox, oy) of each volume\n"
+	        "  /median_depths u32 [n][ny]  with background.mode partial_median: the depths\n"
+	        "                             that took the median, per B-scan\n"
 	        "  attributes: geometry, stride, depth_range, zero_pad, epochs, backend, device,\n"
 	        "  config (the effective configuration as YAML)\n\n"
 	        "  -c, --config FILE   configuration (YAML)\n"
@@ -137,7 +139,8 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	struct pl_sink sink;
 	char err[CFG_ERR_MAX] = "";
 	uint64_t n, done;
-	double t0, elapsed;
+	double t0, elapsed, med_mean;
+	uint32_t med_max;
 	int ret = VR_EXIT_FAIL, rc;
 
 	cfg_defaults(&cfg);
@@ -218,6 +221,11 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	                             cfg.geometry.bscans_per_volume / elapsed
 	                   : 0.0,
 	       elapsed > 0 ? done / elapsed : 0.0, be_device(pl_backend(pl)), o.output);
+	if (proc_h5_median_depths(h5, &med_mean, &med_max))
+		printf("volrec process: partial_median (threshold %g): %.2f median depths per "
+		       "B-scan on average, at most %u, of %u\n",
+		       cfg.preprocess.background.threshold, med_mean, med_max,
+		       cfg_fft_len(&cfg) / 2);
 	ret = VR_EXIT_OK;
 out_h5:
 	if (proc_h5_close(h5) < 0 && ret == VR_EXIT_OK) {

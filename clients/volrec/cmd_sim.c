@@ -22,7 +22,7 @@ static void sim_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: volrec sim -c FILE -o OUT [-n EPOCHS] [--truth TRUTH.h5]\n"
-	        "                  [--format volrec|raw]\n\n"
+	        "                  [--format volrec|raw] [--mirror-mm D]\n\n"
 	        "Scan the synthetic retina phantom (source.synth: seed, phantom, motion, snr_db) "
 	        "at\n"
 	        "the configuration's geometry and write the raw spectra as a replay file. Epoch e "
@@ -39,6 +39,9 @@ static void sim_usage(FILE *f)
 	        "                       and YAML metadata naming the scanner's corrections) or "
 	        "raw\n"
 	        "                       (headerless samples, source.replay.format: raw)\n"
+	        "      --mirror-mm D    depth of the mirror phantom's reflector in mm, within\n"
+	        "                       (0, 2) (default 1.0: bin K/4); for k-linearization\n"
+	        "                       recordings at two depths (volrec calibrate --klin)\n"
 	        "      --truth FILE     also write HDF5 /truth f32 [n][Y][X][Z]: the ideal image\n"
 	        "                       amplitude in [0, 1] at every full-resolution position and\n"
 	        "                       output depth bin (depth_range, zero_pad), /epoch u64 [n],\n"
@@ -135,6 +138,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	        {"output", required_argument, NULL, 'o'},
 	        {"epochs", required_argument, NULL, 'n'},
 	        {"truth", required_argument, NULL, 't'},
+	        {"mirror-mm", required_argument, NULL, 'm'},
 	        {"format", required_argument, NULL, 'f'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
@@ -152,6 +156,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	char err[CFG_ERR_MAX], meta[2048];
 	long long n_arg = 0;
 	bool raw = false;
+	double mirror_mm = 0;
 	int c, rc, ret = VR_EXIT_FAIL;
 
 	cfg_defaults(&cfg);
@@ -177,6 +182,18 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		case 't':
 			truth_path = optarg;
 			break;
+		case 'm': {
+			char *end;
+			mirror_mm = strtod(optarg, &end);
+			if (*end || end == optarg || !(mirror_mm > 0 && mirror_mm < SIM_DEPTH_MM)) {
+				fprintf(stderr,
+				        "volrec sim: --mirror-mm %s: expected a depth in mm within "
+				        "(0, %g)\n",
+				        optarg, SIM_DEPTH_MM);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		}
 		case 'f':
 			if (!strcmp(optarg, "raw")) {
 				raw = true;
@@ -207,6 +224,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		return VR_EXIT_USAGE;
 	}
 	sim_params_from_config(&p, &cfg);
+	p.mirror_mm = mirror_mm;
 	rc = sim_create(&p, &sim, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "volrec sim: %s: %s\n", cfg_path, err);
@@ -235,11 +253,13 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	         "snr_db: %.17g\n"
 	         "rate: %.17g\n"
 	         "bit_shift: %u\n"
+	         "mirror_mm: %.17g\n"
 	         "# corrections that undo the scanner's k non-linearity and dispersion exactly\n"
 	         "resample_poly: [%.17g, %.17g, %.17g, %.17g]\n"
 	         "dispersion_coeffs: [%.17g, %.17g]\n",
 	         VOLREC_VERSION, p.phantom, (unsigned long long)p.seed, p.deg_per_s, p.snr_db,
-	         p.rate, p.bit_shift, poly[0], poly[1], poly[2], poly[3], disp[0], disp[1]);
+	         p.rate, p.bit_shift, mirror_mm > 0 ? mirror_mm : SIM_MIRROR_MM, poly[0], poly[1],
+	         poly[2], poly[3], disp[0], disp[1]);
 
 	memset(&info, 0, sizeof(info));
 	info.sample_type = p.sample_type;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `volrec process`'s HDF5 sink: one chunk per volume in growable datasets, the epoch and scan
- * offset of each volume, and the attributes that describe how they were made.
+ * offset of each volume, with background.mode partial_median the median depths of each B-scan,
+ * and the attributes that describe how they were made.
  */
 #include <errno.h>
 #include <hdf5.h>
@@ -23,6 +24,10 @@ struct proc_h5 {
 	uint64_t n, done;
 	uint64_t *epochs;
 	uint32_t *offsets;
+	uint32_t *md;      /* partial_median: [ny] host buffer the backend writes the counts into */
+	uint32_t *medians; /* partial_median: [n][ny] the counts of the volumes written */
+	uint64_t med_sum;  /* their sum */
+	uint32_t med_max;  /* their largest */
 	bool progress;
 	double t0, tshow;
 };
@@ -114,6 +119,10 @@ int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_back
 	h->epochs = calloc(n, sizeof(*h->epochs));
 	h->offsets = calloc(2 * n, sizeof(*h->offsets));
 	rc = h->epochs && h->offsets ? 0 : -ENOMEM;
+	if (rc == 0 && cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
+		h->medians = calloc((size_t)n * ny, sizeof(*h->medians));
+		rc = h->medians ? be_host_alloc(be, ny * sizeof(*h->md), (void **)&h->md) : -ENOMEM;
+	}
 	if (rc == 0)
 		rc = be_host_alloc(be, nvox, (void **)&h->vol);
 	if (rc == 0 && lowres)
@@ -158,6 +167,7 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 	out->volume = h->vol;
 	out->lowres = h->low;
 	out->full = h->full;
+	out->median_depths = h->md;
 	return 0;
 }
 
@@ -177,6 +187,11 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	h->epochs[i] = v->epoch;
 	h->offsets[2 * i] = v->ox;
 	h->offsets[2 * i + 1] = v->oy;
+	for (uint32_t b = 0; h->md && b < ny; b++) {
+		h->medians[i * ny + b] = h->md[b];
+		h->med_sum += h->md[b];
+		h->med_max = h->md[b] > h->med_max ? h->md[b] : h->med_max;
+	}
 	h->done = i + 1;
 	t = vr_mono_s();
 	if (h->progress && (t - h->tshow > 0.1 || h->done == h->n)) {
@@ -206,6 +221,37 @@ void proc_h5_sink(struct proc_h5 *h, struct pl_sink *sink)
 uint64_t proc_h5_done(const struct proc_h5 *h)
 {
 	return h->done;
+}
+
+bool proc_h5_median_depths(const struct proc_h5 *h, double *mean, uint32_t *max)
+{
+	const uint32_t ny = h->cfg->geometry.bscans_per_volume;
+
+	if (!h->md || !h->done)
+		return false;
+	*mean = (double)h->med_sum / ((double)h->done * ny);
+	*max = h->med_max;
+	return true;
+}
+
+/* /median_depths u32 [done][ny] (partial_median). */
+static int write_median_depths(struct proc_h5 *h)
+{
+	hsize_t dm[2] = {h->done, h->cfg->geometry.bscans_per_volume};
+	hid_t sp = H5Screate_simple(2, dm, NULL), ds = -1;
+	int rc = -EIO;
+
+	if (sp >= 0)
+		ds = H5Dcreate2(h->f, "median_depths", H5T_NATIVE_UINT32, sp, H5P_DEFAULT,
+		                H5P_DEFAULT, H5P_DEFAULT);
+	if (ds >= 0 && (h->done == 0 || H5Dwrite(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL,
+	                                         H5P_DEFAULT, h->medians) >= 0))
+		rc = 0;
+	if (ds >= 0)
+		H5Dclose(ds);
+	if (sp >= 0)
+		H5Sclose(sp);
+	return rc;
 }
 
 int proc_h5_finish(struct proc_h5 *h, const char *backend, const char *device, char *err,
@@ -244,6 +290,7 @@ int proc_h5_finish(struct proc_h5 *h, const char *backend, const char *device, c
 		H5Dclose(dof);
 	H5Sclose(sp1);
 	H5Sclose(sp2);
+	ok = ok && (!h->md || write_median_depths(h) == 0);
 	yaml = config_yaml(cfg);
 	ok = ok && yaml && vr_h5_attr_u32v(h->f, "geometry", geo, 3) == 0 &&
 	     vr_h5_attr_u32v(h->f, "stride", cfg->geometry.stride, 2) == 0 &&
@@ -282,6 +329,8 @@ int proc_h5_close(struct proc_h5 *h)
 	be_host_free(h->be, h->vol);
 	be_host_free(h->be, h->low);
 	be_host_free(h->be, h->full);
+	be_host_free(h->be, h->md);
+	free(h->medians);
 	free(h->epochs);
 	free(h->offsets);
 	free(h);

@@ -109,6 +109,22 @@ void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_
 	        tool_json_num(st, "geometry.volume.2", 0), tool_json_num(st, "geometry.slots", 0),
 	        eol);
 
+	if (tool_json_at(st, "preprocess.median_depths")) {
+		double mean = tool_json_num(st, "preprocess.median_depths.mean_per_bscan", NAN);
+		double depths = tool_json_num(st, "preprocess.median_depths.depths", 0);
+
+		if (isnan(mean))
+			fprintf(f, "  median    partial_median: no volume yet (of %.0f depths)%s",
+			        depths, eol);
+		else
+			fprintf(f,
+			        "  median    partial_median: %.2f median depths per B-scan, at "
+			        "most "
+			        "%.0f, of %.0f (last volume)%s",
+			        mean,
+			        tool_json_num(st, "preprocess.median_depths.max_per_bscan", 0),
+			        depths, eol);
+	}
 	fprintf(f, "  rates     %.2f volumes/s, %.2f epochs/s, %.4g A-scans/s, %.3f GVox/s%s",
 	        tool_json_num(st, "rates.volumes_per_s", 0),
 	        tool_json_num(st, "rates.epochs_per_s", 0),

@@ -25,10 +25,13 @@
 #define LOWRES_TOL      1e-4
 #define U8_MIN_FRACTION 0.999
 
-enum input { IN_RANDOM, IN_SIM };
+/* Random samples; random samples with strong lines at fixed and at A-scan-dependent depths
+ * (partial_median: depths where the median differs from the mean); the simulator. */
+enum input { IN_RANDOM, IN_LINES, IN_SIM };
 
-/* What a case changes in the running pipeline between epochs. */
-enum event { EV_NONE, EV_LIVE, EV_RESET, EV_GAP };
+/* What a case changes in the running pipeline between epochs (EV_LIVE_PM: into
+ * partial_median with threshold 3). */
+enum event { EV_NONE, EV_LIVE, EV_RESET, EV_GAP, EV_LIVE_PM };
 
 struct tcase {
 	const char *name;
@@ -307,6 +310,66 @@ static void c_sim_u12p(struct vr_config *c)
 	c->geometry.sample_type = CFG_SAMPLE_U12P;
 }
 
+/* partial_median (ALGORITHMS.md §1b) */
+static void c_pm_lines(struct vr_config *c)
+{
+	geom(c, 512, 64, 12, 2, 2, CFG_SAMPLE_U16);
+	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+}
+
+static void c_pm_lines_u12p(struct vr_config *c)
+{
+	geom(c, 512, 64, 12, 2, 2, CFG_SAMPLE_U12P);
+	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+}
+
+static void c_pm_lines_f32(struct vr_config *c)
+{
+	c->preprocess.zero_pad = 2;
+	geom(c, 400, 63, 10, 1, 1, CFG_SAMPLE_F32);
+	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+	c->preprocess.background.threshold = 4.0;
+	c->preprocess.resample.method = CFG_RS_CUBIC;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY;
+	double poly[4] = {1.0, 399 - 6.0, 8.0, -3.0};
+	memcpy(c->preprocess.resample.poly, poly, sizeof(poly));
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	c->preprocess.dispersion.coeffs[0] = 12.0;
+	c->preprocess.dispersion.coeffs[1] = -5.0;
+	c->preprocess.flip.z = true;
+	c->reconstruct.mode = CFG_RECON_NONE;
+}
+
+static void c_pm_sim_tilted(struct vr_config *c)
+{
+	geom(c, 1024, 64, 16, 2, 1, CFG_SAMPLE_U16);
+	snprintf(c->source.synth.phantom, sizeof(c->source.synth.phantom), "tilted");
+	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+	c->preprocess.resample.method = CFG_RS_CUBIC;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY; /* filled from the simulator */
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;   /* filled from the simulator */
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+}
+
+/* No depth above the threshold: the CUDA backend's partial_median equals the CPU's, which
+ * equals its bscan_mean (tests/unit/test_cpu.c). */
+static void c_pm_none_above(struct vr_config *c)
+{
+	geom(c, 512, 32, 8, 1, 1, CFG_SAMPLE_U16);
+	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+	c->preprocess.background.threshold = 1e6;
+}
+
+static void c_pm_paper_sim(struct vr_config *c)
+{
+	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
+	snprintf(c->source.synth.phantom, sizeof(c->source.synth.phantom), "tilted");
+	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+	c->preprocess.resample.method = CFG_RS_LINEAR;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY; /* filled from the simulator */
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;   /* filled from the simulator */
+}
+
 static void c_paper(struct vr_config *c)
 {
 	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
@@ -361,6 +424,17 @@ static const struct tcase cases[] = {
         {"async-sim-i16-spline-median-cumul", false, IN_SIM, 6, true, c_sim_spline_bidir, EV_NONE,
          true},
         {"paper-async-rand-u16-60x60x8192-s5", true, IN_RANDOM, 8, false, c_paper, EV_NONE, true},
+        {"pmedian-lines-u16-s2", false, IN_LINES, 6, true, c_pm_lines, EV_NONE, false},
+        {"pmedian-lines-u12p-s2", false, IN_LINES, 6, true, c_pm_lines_u12p, EV_NONE, false},
+        {"pmedian-lines-f32-odd-cubic-disp-zp2-flipz", false, IN_LINES, 4, true, c_pm_lines_f32,
+         EV_NONE, false},
+        {"pmedian-sim-tilted-cubic-disp-cumul", false, IN_SIM, 5, true, c_pm_sim_tilted, EV_NONE,
+         false},
+        {"pmedian-none-above-threshold", false, IN_LINES, 3, true, c_pm_none_above, EV_NONE, false},
+        {"pmedian-live-from-ascan-mean", false, IN_LINES, 6, true, c_default, EV_LIVE_PM, false},
+        {"async-pmedian-sim-tilted", false, IN_SIM, 6, true, c_pm_sim_tilted, EV_NONE, true},
+        {"paper-pmedian-sim-tilted-60x60x8192-s5", true, IN_SIM, 4, false, c_pm_paper_sim, EV_NONE,
+         false},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
@@ -448,6 +522,8 @@ static int host_table_check(void)
 struct outs {
 	uint8_t *vol;
 	float *low, *full;
+	uint32_t *md; /* [ny] median depths (partial_median) */
+	uint32_t ny;
 };
 
 static void outs_free(struct outs *o)
@@ -455,14 +531,19 @@ static void outs_free(struct outs *o)
 	free(o->vol);
 	free(o->low);
 	free(o->full);
+	free(o->md);
 }
 
-static int outs_alloc(struct outs *o, size_t vox, size_t low, size_t full)
+static int outs_alloc(struct outs *o, size_t vox, size_t low, size_t full, uint32_t ny)
 {
 	o->vol = malloc(vox);
 	o->low = malloc(low * sizeof(float));
 	o->full = full ? malloc(full * sizeof(float)) : NULL;
-	return o->vol && o->low && (!full || o->full) ? 0 : -ENOMEM;
+	o->md = malloc(ny * sizeof(uint32_t));
+	o->ny = ny;
+	if (o->md)
+		memset(o->md, 0xff, ny * sizeof(uint32_t)); /* must be overwritten */
+	return o->vol && o->low && o->md && (!full || o->full) ? 0 : -ENOMEM;
 }
 
 static void fill_random(const struct vr_config *c, uint8_t *raw, size_t bytes)
@@ -492,15 +573,81 @@ static void fill_random(const struct vr_config *c, uint8_t *raw, size_t bytes)
 	}
 }
 
+/* Pack v[0..n) (12-bit values, n even) as u12p or u12gv (ALGORITHMS.md §0). */
+static void pack12(const uint16_t *v, size_t n, bool gv, uint8_t *o)
+{
+	for (size_t i = 0; i < n; i += 2, o += 3) {
+		const uint32_t a = v[i], b = v[i + 1];
+		if (gv) {
+			o[0] = (uint8_t)(a >> 4);
+			o[1] = (uint8_t)((a & 0xf) | (b & 0xf) << 4);
+			o[2] = (uint8_t)(b >> 4);
+		} else {
+			o[0] = (uint8_t)a;
+			o[1] = (uint8_t)(a >> 8 | (b & 0xf) << 4);
+			o[2] = (uint8_t)(b >> 4);
+		}
+	}
+}
+
+/* Random u16/i16/f32/u12 samples around mid-scale with strong lines: three at fixed depths with an
+ * amplitude that changes from A-scan to A-scan, and in every other A-scan a "tilted
+ * reflector" whose depth moves with the A-scan index over a tenth of the spectrum's
+ * frequencies (ALGORITHMS.md §1b: fewer than half the depths carry lines, so sigma_bg is the
+ * noise's, and their sigma stands 40-80 times above it: the decisions have a wide margin). */
+static void fill_lines(const struct vr_config *c, uint8_t *raw, size_t bytes)
+{
+	const uint32_t K = c->geometry.samples_per_ascan, nx = c->geometry.ascans_per_bscan;
+	const enum cfg_sample t = c->geometry.sample_type;
+	const size_t nas = bytes / cfg_sample_bytes(t, K);
+	const double fixed[3] = {0.061, 0.137, 0.29}; /* cycles per sample */
+	uint16_t *row = cfg_sample_packed(t) ? malloc(K * sizeof(*row)) : NULL;
+
+	for (size_t r = 0; r < nas; r++) {
+		const uint32_t a = (uint32_t)(r % nx);
+		double amp[3], tilt = 0.05 + 0.1 * a / (double)nx, ta = a % 2 ? 8000 : 0;
+		for (int q = 0; q < 3; q++)
+			amp[q] = 3000.0 * rng_unit();
+		for (uint32_t k = 0; k < K; k++) {
+			double v = 400.0 * (rng_unit() - 0.5) + ta * cos(2 * M_PI * tilt * k);
+			for (int q = 0; q < 3; q++)
+				v += amp[q] * cos(2 * M_PI * fixed[q] * k + q);
+			const size_t i = r * K + k;
+			switch (c->geometry.sample_type) {
+			case CFG_SAMPLE_U16:
+				((uint16_t *)raw)[i] = (uint16_t)fmin(fmax(v + 30000.0, 0), 65535);
+				break;
+			case CFG_SAMPLE_I16:
+				((int16_t *)raw)[i] = (int16_t)fmin(fmax(v, -32768), 32767);
+				break;
+			case CFG_SAMPLE_U12P:
+			case CFG_SAMPLE_U12GV: /* a 12-bit digitizer: a 16th of the scale */
+				if (row)
+					row[k] = (uint16_t)fmin(fmax(v / 16 + 2048.0, 0), 4095);
+				break;
+			default:
+				((float *)raw)[i] = (float)(v + 500.0);
+				break;
+			}
+		}
+		if (row)
+			pack12(row, K, t == CFG_SAMPLE_U12GV, raw + cfg_sample_bytes(t, r * K));
+	}
+	free(row);
+}
+
 /* The raw input of epoch e: the simulator's B-scans at e's offset, or fresh random data. */
-static int make_input(struct sim *sim, const struct vr_config *c, uint64_t e, uint8_t *raw,
-                      char *err, size_t errlen)
+static int make_input(struct sim *sim, bool lines, const struct vr_config *c, uint64_t e,
+                      uint8_t *raw, char *err, size_t errlen)
 {
 	const uint32_t ny = c->geometry.bscans_per_volume;
 	const size_t bbytes = cfg_bscan_bytes(c);
 
 	if (!sim) {
-		fill_random(c, raw, bbytes * ny);
+		if (lines)
+			fill_lines(c, raw, bbytes * ny);
+		else
+			fill_random(c, raw, bbytes * ny);
 		return 0;
 	}
 	uint32_t ox, oy;
@@ -623,6 +770,8 @@ struct figures {
 	/* where the worst lowres difference is (worst epoch): index, values, the CPU A-scan's
 	 * largest value; and the worst difference among bins within 40 dB of their A-scan's
 	 * peak */
+	uint64_t md_mismatch; /* B-scans whose median depth counts differ */
+	uint64_t md_total;    /* median depths over all epochs and B-scans (CPU) */
 	uint64_t w_epoch;
 	size_t w_index;
 	float w_cpu, w_gpu, w_amax;
@@ -679,6 +828,10 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
 		if (d > f->u8_maxdiff)
 			f->u8_maxdiff = d;
 	}
+	for (uint32_t b = 0; b < c->ny; b++) {
+		f->md_mismatch += c->md[b] != g->md[b];
+		f->md_total += c->md[b];
+	}
 	double frac = (double)ok / (double)vox;
 	f->u8_frac = f->epochs ? fmin(f->u8_frac, frac) : frac;
 	if (full && c->full && g->full) {
@@ -699,7 +852,7 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
  * its outputs untouched until be_epoch_wait(e-1)); the CPU runs through the same wrappers
  * (the synchronous fallback). Also checks the one-epoch-in-flight errors once.
  */
-static int run_async(const struct vr_config *c, struct sim *sim, struct be_backend *cb,
+static int run_async(const struct vr_config *c, struct sim *sim, bool lines, struct be_backend *cb,
                      struct be_backend *gb, uint8_t *raw[2], struct outs oc[2], struct outs og[2],
                      size_t vox, size_t low, size_t full, unsigned epochs, struct figures *f,
                      char *err, size_t errlen)
@@ -714,11 +867,13 @@ static int run_async(const struct vr_config *c, struct sim *sim, struct be_backe
 	for (uint64_t e = 0; e <= epochs; e++) {
 		const unsigned k = (unsigned)(e % 2), pk = 1 - k;
 		if (e < epochs) {
-			rc = make_input(sim, c, e, raw[k], err, errlen);
+			rc = make_input(sim, lines, c, e, raw[k], err, errlen);
 			if (rc == 0)
 				rc = submit_all(cb, e, raw[k], bbytes, ny, err, errlen);
-			struct be_output o = {
-			        .volume = oc[k].vol, .lowres = oc[k].low, .full = oc[k].full};
+			struct be_output o = {.volume = oc[k].vol,
+			                      .lowres = oc[k].low,
+			                      .full = oc[k].full,
+			                      .median_depths = oc[k].md};
 			if (rc == 0)
 				rc = be_epoch_finish_async(cb, e, &o, err, errlen);
 			if (rc == 0)
@@ -737,8 +892,10 @@ static int run_async(const struct vr_config *c, struct sim *sim, struct be_backe
 			compare(&oc[pk], &og[pk], vox, low, full, nz, span, e - 1, f);
 		}
 		if (e < epochs) {
-			struct be_output o = {
-			        .volume = og[k].vol, .lowres = og[k].low, .full = og[k].full};
+			struct be_output o = {.volume = og[k].vol,
+			                      .lowres = og[k].low,
+			                      .full = og[k].full,
+			                      .median_depths = og[k].md};
 			rc = be_epoch_finish_async(gb, e, &o, err, errlen);
 			if (rc < 0)
 				goto out;
@@ -833,7 +990,10 @@ static int run_case(const struct tcase *tc, bool *pass)
 		}
 	} else {
 		uint64_t keep = rng_state;
-		fill_random(&c, raw, bbytes * ny);
+		if (tc->input == IN_LINES)
+			fill_lines(&c, raw, bbytes * ny);
+		else
+			fill_random(&c, raw, bbytes * ny);
 		rng_state = keep; /* epoch 0 gets the same data again below */
 	}
 	rc = calibrate_db(&c, raw, bbytes, err, sizeof(err));
@@ -849,9 +1009,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 	const size_t vox = cfg_out_voxels(&c);
 	const size_t low = (size_t)ny * c.geometry.ascans_per_bscan * cfg_nz(&c);
 	const size_t full = tc->want_full ? vox : 0;
-	if (outs_alloc(&oc, vox, low, full) < 0 || outs_alloc(&og, vox, low, full) < 0 ||
-	    (tc->async &&
-	     (outs_alloc(&oc2, vox, low, full) < 0 || outs_alloc(&og2, vox, low, full) < 0))) {
+	if (outs_alloc(&oc, vox, low, full, ny) < 0 || outs_alloc(&og, vox, low, full, ny) < 0 ||
+	    (tc->async && (outs_alloc(&oc2, vox, low, full, ny) < 0 ||
+	                   outs_alloc(&og2, vox, low, full, ny) < 0))) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory for the outputs");
 		goto out;
@@ -884,8 +1044,8 @@ static int run_case(const struct tcase *tc, bool *pass)
 	if (tc->async) {
 		uint8_t *raws[2] = {raw, raw2};
 		struct outs ocs[2] = {oc, oc2}, ogs[2] = {og, og2};
-		rc = run_async(&c, sim, cs, gs, raws, ocs, ogs, vox, low, full, tc->epochs, &f, err,
-		               sizeof(err));
+		rc = run_async(&c, sim, tc->input == IN_LINES, cs, gs, raws, ocs, ogs, vox, low,
+		               full, tc->epochs, &f, err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
 		goto report;
@@ -894,12 +1054,17 @@ static int run_case(const struct tcase *tc, bool *pass)
 	uint64_t e = 0;
 	for (unsigned i = 0; i < tc->epochs; i++, e++) {
 		if (i == tc->epochs / 2 && tc->ev != EV_NONE) {
-			if (tc->ev == EV_LIVE) {
+			if (tc->ev == EV_LIVE || tc->ev == EV_LIVE_PM) {
 				struct vr_config n;
 				rc = cfg_copy(&n, &c);
 				if (rc < 0)
 					goto out_unreg;
-				live_change(&n);
+				if (tc->ev == EV_LIVE) {
+					live_change(&n);
+				} else {
+					n.preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+					n.preprocess.background.threshold = 3.0;
+				}
 				rc = be_update_live(cs, &n, err, sizeof(err));
 				if (rc == 0)
 					rc = be_update_live(gs, &n, err, sizeof(err));
@@ -914,11 +1079,17 @@ static int run_case(const struct tcase *tc, bool *pass)
 				e += 3; /* epochs dropped: ages jump, the E map path again */
 			}
 		}
-		rc = make_input(sim, &c, e, raw, err, sizeof(err));
+		rc = make_input(sim, tc->input == IN_LINES, &c, e, raw, err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
-		struct be_output ocb = {.volume = oc.vol, .lowres = oc.low, .full = oc.full};
-		struct be_output ogb = {.volume = og.vol, .lowres = og.low, .full = og.full};
+		struct be_output ocb = {.volume = oc.vol,
+		                        .lowres = oc.low,
+		                        .full = oc.full,
+		                        .median_depths = oc.md};
+		struct be_output ogb = {.volume = og.vol,
+		                        .lowres = og.low,
+		                        .full = og.full,
+		                        .median_depths = og.md};
 		rc = run_epoch(cs, e, raw, bbytes, ny, &ocb, err, sizeof(err));
 		if (rc == 0)
 			rc = run_epoch(gs, e, raw, bbytes, ny, &ogb, err, sizeof(err));
@@ -928,14 +1099,28 @@ static int run_case(const struct tcase *tc, bool *pass)
 	}
 report:
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	*pass = f.low_rel <= LOWRES_TOL && f.u8_frac >= U8_MIN_FRACTION && f.u8_maxdiff <= 2 &&
-	        (!full || f.full_rel <= LOWRES_TOL) && f.low_spread > 0.01;
+	/* partial_median subtracts a per-depth median that nearly cancels bins far below their
+	 * A-scan's peak, where FFTW's and cuFFT's float32 rounding (~1e-7 of the peak's spectrum)
+	 * become relatively large (docs/gpu.md): there the 1e-4 limit holds for the bins within
+	 * 40 dB of their peak, and every bin stays within 5e-4 */
+	const bool pm = c.preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN;
+	const bool low_ok = pm ? f.low_rel_40db <= LOWRES_TOL && f.low_rel <= 5 * LOWRES_TOL
+	                       : f.low_rel <= LOWRES_TOL;
+	*pass = low_ok && f.u8_frac >= U8_MIN_FRACTION && f.u8_maxdiff <= 2 &&
+	        (!full || f.full_rel <= LOWRES_TOL) && f.low_spread > 0.01 && f.md_mismatch == 0;
 	printf("%-44s epochs %2u  lowres rel %.2e (<= %.0e)  u8 within 1 LSB %.5f%% (>= %.1f%%), "
 	       "max diff %d (<= 2)",
 	       tc->name, f.epochs, f.low_rel, LOWRES_TOL, 100.0 * f.u8_frac,
 	       100.0 * U8_MIN_FRACTION, f.u8_maxdiff);
 	if (full)
 		printf("  full rel %.2e (<= %.0e)", f.full_rel, LOWRES_TOL);
+	if (pm)
+		printf("  within 40 dB of the peak %.2e (<= %.0e), all bins <= %.0e",
+		       f.low_rel_40db, LOWRES_TOL, 5 * LOWRES_TOL);
+	if (pm || tc->ev == EV_LIVE_PM)
+		printf("  median depths %.1f per B-scan, %llu B-scans differ (0)",
+		       f.epochs ? (double)f.md_total / ((double)f.epochs * ny) : 0.0,
+		       (unsigned long long)f.md_mismatch);
 	printf("  spread %.3f  %.1fs  %s%s\n", f.low_spread,
 	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, *pass ? "PASS" : "FAIL",
 	       f.low_spread > 0.01 ? "" : " (degenerate input)");

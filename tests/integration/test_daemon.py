@@ -6,6 +6,7 @@ client, compared with `volrec process` on the same configuration."""
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import socket
@@ -535,6 +536,41 @@ def test_sigusr2_resets_history_and_sigusr1_logs_statistics(daemons):
         assert time.monotonic() < end, d.log_text()
         time.sleep(0.1)
     assert "ring_full" in d.log_text()
+
+
+def test_partial_median_counts_in_status_statistics_and_the_status_screen(daemons, bin_dir):
+    """The median depths of the last volume: in the status message (mean, max, of N/2 depths)
+    while the mode is partial_median, in the SIGUSR1 statistics and on `volrec status`; gone
+    from the status after a live switch to bscan_mean."""
+    d = daemons(**{"source.synth.phantom": "tilted",
+                   "preprocess.background": {"mode": "partial_median"}}).start()
+    d.subscribe()
+    d.ready()
+    d.vol()
+    st = d.status(lambda m: m.get("preprocess", {}).get("median_depths", {})
+                  .get("mean_per_bscan") is not None)
+    md = st["preprocess"]["median_depths"]
+    # the tilted reflector crosses about 50 of the 128 depths along each B-scan
+    assert md["depths"] == 128, md
+    assert 5 <= md["mean_per_bscan"] <= md["max_per_bscan"] < 128, md
+    d.signal(signal.SIGUSR1)
+    end = time.monotonic() + TIMEOUT
+    while "partial_median: median depths per B-scan" not in d.log_text():
+        assert time.monotonic() < end, d.log_text()[-3000:]
+        time.sleep(0.1)
+    r = subprocess.run([str(bin_dir / "volrec"), "status", "--instance", d.instance,
+                        "--run-dir", str(d.run_dir)], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"median    partial_median: [0-9.]+ median depths per B-scan, at most "
+                     r"[0-9]+, of 128", r.stdout), r.stdout
+    new = json.loads(json.dumps(d.cfg))
+    new["preprocess"]["background"] = {"mode": "bscan_mean"}
+    d.write_config(new)
+    d.signal(signal.SIGHUP)
+    assert d.event("reloaded")["structural"] is False
+    st = d.status(lambda m: "preprocess" not in m)
+    assert st["reload"]["result"] == "ok"
 
 
 # ---- journald ------------------------------------------------------------------------------

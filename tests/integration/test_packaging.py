@@ -186,7 +186,10 @@ def volrec_commands(src_dir):
 def command_options(src_dir, path):
     """The long and short options a subcommand accepts, read from its getopt_long call."""
     text = path.read_text()
-    if "getopt_long" not in text:  # reload and stop share tool_control.c
+    m = re.search(r"^ \* getopt: (\S+)$", text, re.M)  # a command that runs another program
+    if m:
+        text = (src_dir / m.group(1)).read_text()
+    elif "getopt_long" not in text:  # reload and stop share tool_control.c
         text = (src_dir / "clients/volrec/tool_control.c").read_text()
     longs = set(re.findall(r'\{"([a-z][a-z0-9-]*)",\s*(?:no|required|optional)_argument', text))
     if "TOOL_COMMON_LONGOPTS" in text:

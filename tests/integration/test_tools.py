@@ -208,7 +208,7 @@ def test_bad_option_exits_2(bin_dir):
 
 # ---- the processing helper: the tools do not link the processing stack (issue 12.6) --------
 
-PROCESSING = ["process", "sim", "bench"]
+PROCESSING = ["process", "sim", "bench", "calibrate"]
 
 
 def test_volrec_links_no_cuda_and_no_fftw(bin_dir):

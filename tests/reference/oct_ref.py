@@ -157,8 +157,24 @@ def interp_spline(x, p):
     return y.reshape(x.shape[:-1] + (len(p),))
 
 
-def preprocess(raw, cfg):
-    """One epoch: raw [ny][nx][K] -> L [ny][nx][nz], float64 in [0, 1]."""
+def partial_median(X, threshold):
+    """ALGORITHMS.md §1b on the spectra X [ny][nx][N/2] (complex): per B-scan and depth the
+    complex mean over the A-scans, sigma = sqrt(var Re + var Im) (population), sigma_bg = the
+    median of sigma over depth; where sigma > threshold * sigma_bg the medians of Re and Im over
+    the A-scans are subtracted, elsewhere the mean. Returns (X - C, depths that took the median
+    per B-scan)."""
+    mean = X.mean(axis=1)
+    sigma = np.sqrt(X.real.var(axis=1) + X.imag.var(axis=1))
+    sigma_bg = np.median(sigma, axis=1)
+    use_median = sigma > threshold * sigma_bg[:, None]
+    median = np.median(X.real, axis=1) + 1j * np.median(X.imag, axis=1)
+    C = np.where(use_median, median, mean)
+    return X - C[:, None, :], use_median.sum(axis=1)
+
+
+def preprocess(raw, cfg, stats=None):
+    """One epoch: raw [ny][nx][K] -> L [ny][nx][nz], float64 in [0, 1]. With background mode
+    partial_median, stats (a dict, if given) receives "median_depths" [ny]."""
     g = cfg["geometry"]
     pp = cfg.get("preprocess", {})
     K = g["samples_per_ascan"]
@@ -173,7 +189,7 @@ def preprocess(raw, cfg):
         x = s - np.median(s, axis=1, keepdims=True)
     elif mode == "reference":
         x = s - np.asarray(_get(pp, "background.reference_data"), dtype=np.float64)
-    elif mode == "none":
+    elif mode in ("none", "partial_median"):
         x = s
     else:
         raise ValueError(mode)
@@ -198,6 +214,10 @@ def preprocess(raw, cfg):
 
     N = K * pp.get("zero_pad", 1)
     X = np.fft.fft(y, n=N, axis=-1)[..., : N // 2]
+    if mode == "partial_median":
+        X, counts = partial_median(X, _get(pp, "background.threshold", 10.0))
+        if stats is not None:
+            stats["median_depths"] = counts
     d = 20 * np.log10(np.abs(X) + 1e-12)
     lo, hi = pp.get("db_range", [0, 100])
     v = np.clip((d - lo) / (hi - lo), 0, 1)

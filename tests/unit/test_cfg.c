@@ -290,7 +290,7 @@ static void test_enums_list_the_allowed_values(void **state)
 	load_bad("source: {replay: {format: hdf5}}\n", "1:27", "(one of: auto, raw)");
 	load_bad("geometry: {sample_type: u8}\n", "1:25", "(one of: u16, i16, f32, u12p, u12gv)");
 	load_bad("preprocess: {background: {mode: median}}\n", "1:33",
-	         "(one of: ascan_mean, bscan_mean, bscan_median, reference, none)");
+	         "(one of: ascan_mean, bscan_mean, bscan_median, reference, none, partial_median)");
 	load_bad("preprocess: {resample: {method: quintic}}\n", "1:33",
 	         "(one of: none, linear, cubic, spline)");
 	load_bad("reconstruct: {mode: fast}\n", "1:21",
@@ -691,7 +691,8 @@ static void test_structural_change(void **state)
 	        {"geometry: {bidirectional: true}\n", true},
 	        {"preprocess: {flip: {x: true}}\n", true},
 	        {"preprocess: {zero_pad: 2}\n", true},
-	        {"preprocess: {background: {mode: bscan_mean}}\n", true},
+	        {"preprocess: {background: {mode: bscan_mean}}\n", false},
+	        {"preprocess: {background: {mode: partial_median, threshold: 4}}\n", false},
 	        {"output: {slots: 8}\n", true},
 	        {"pipeline: {ring_bscans: 512}\n", true},
 	        {"source: {type: replay, replay: {path: /dev/null}}\n", true},

@@ -233,6 +233,7 @@ static const struct {
          "[1, 1000]"},
         {"view.slab", {NULL}, "[10, 20]"},
         {"view.position", {NULL}, "[1, 2, 3]"},
+        {"preprocess.background.threshold", {"preprocess.background.mode=partial_median"}, NULL},
         {"preprocess.background.reference",
          {"preprocess.background.mode=reference", "preprocess.background.reference=@table"},
          NULL},
@@ -492,6 +493,7 @@ static void test_set_names_unknown_and_structural_keys(void **state)
 	assert_int_equal(set1(&c, "geometry.stride", "[1, 1]", err, sizeof(err)), -EPERM);
 	assert_string_equal(err, "geometry.stride: is structural: a change needs the "
 	                         "configuration file and a reload (live keys: "
+	                         "preprocess.background.mode, preprocess.background.threshold, "
 	                         "preprocess.window, preprocess.dispersion, "
 	                         "preprocess.db_range, reconstruct, ipc.status_interval_ms, "
 	                         "log, view.slab, view.position, view.render)");

@@ -321,22 +321,22 @@ static void test_unpack12_hand_computed(void **s)
 	uint32_t s0, s1;
 
 	(void)s;
-	cpu_unpack12(p, false, &s0, &s1);
+	vr_unpack12(p, false, &s0, &s1);
 	assert_int_equal(s0, 0xdab);
 	assert_int_equal(s1, 0xefc);
-	cpu_unpack12(p, true, &s0, &s1);
+	vr_unpack12(p, true, &s0, &s1);
 	assert_int_equal(s0, 0xabd);
 	assert_int_equal(s1, 0xefc);
-	cpu_unpack12(q, false, &s0, &s1);
+	vr_unpack12(q, false, &s0, &s1);
 	assert_int_equal(s0, 0xfff);
 	assert_int_equal(s1, 0x000);
-	cpu_unpack12(q, true, &s0, &s1);
+	vr_unpack12(q, true, &s0, &s1);
 	assert_int_equal(s0, 0xfff);
 	assert_int_equal(s1, 0x000);
-	cpu_unpack12(r, false, &s0, &s1);
+	vr_unpack12(r, false, &s0, &s1);
 	assert_int_equal(s0, 0x000);
 	assert_int_equal(s1, 0xfff);
-	cpu_unpack12(r, true, &s0, &s1);
+	vr_unpack12(r, true, &s0, &s1);
 	assert_int_equal(s0, 0x000);
 	assert_int_equal(s1, 0xfff);
 }

@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The viewer's client of the daemon's control socket (docs/control.md): a ZeroMQ DEALER that
+ * talks to volrecd's ROUTER like a REQ would (an empty delimiter frame, then the JSON request),
+ * but with any number of requests in flight and never blocking: replies are matched to their
+ * browser by the request id the viewer puts in, and a request the daemon does not answer in
+ * time is answered with an error here.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <json-c/json.h>
+#include <zmq.h>
+
+#include "internal.h"
+
+#define VW_CTL_INFLIGHT  64      /* requests in flight, at most */
+#define VW_CTL_REPLY_MAX 1048576 /* bytes of a reply, at most */
+
+struct vw_pending {
+	uint64_t id;     /* 0: free */
+	uint64_t cookie; /* the caller's */
+	double deadline; /* CLOCK_MONOTONIC s */
+};
+
+struct vw_control {
+	void *zctx, *sock;
+	char endpoint[VW_PATH_MAX];
+	double timeout_s;
+	uint64_t next_id;
+	struct vw_pending p[VW_CTL_INFLIGHT];
+};
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **out)
+{
+	struct vw_control *c = calloc(1, sizeof(*c));
+	int one = 1, zero = 0, rc;
+	int64_t maxmsg = VW_CTL_REPLY_MAX;
+
+	if (!c)
+		return -ENOMEM;
+	snprintf(c->endpoint, sizeof(c->endpoint), "%s", endpoint);
+	c->timeout_s = timeout_s;
+	c->next_id = 1;
+	c->zctx = zmq_ctx_new();
+	if (!c->zctx) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+	if (!c->sock) {
+		rc = -zmq_errno();
+		zmq_ctx_term(c->zctx);
+		free(c);
+		return rc;
+	}
+	/* queue only to a daemon that is there: a set must not surprise anyone minutes later */
+	zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof(one));
+	zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+	if (zmq_connect(c->sock, endpoint)) {
+		rc = -zmq_errno();
+		zmq_close(c->sock);
+		zmq_ctx_term(c->zctx);
+		free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void vw_control_close(struct vw_control *c)
+{
+	if (!c)
+		return;
+	zmq_close(c->sock);
+	zmq_ctx_term(c->zctx);
+	free(c);
+}
+
+int vw_control_send(struct vw_control *c, const char *request_json, uint64_t cookie)
+{
+	struct json_object *o = json_tokener_parse(request_json);
+	struct vw_pending *slot = NULL;
+	char id[32];
+	const char *text;
+	int rc = 0;
+
+	if (!o || !json_object_is_type(o, json_type_object)) {
+		json_object_put(o);
+		return -EINVAL;
+	}
+	for (int i = 0; i < VW_CTL_INFLIGHT && !slot; i++)
+		if (!c->p[i].id)
+			slot = &c->p[i];
+	if (!slot) {
+		json_object_put(o);
+		return -ENOSPC;
+	}
+	snprintf(id, sizeof(id), "view-%" PRIu64, c->next_id);
+	json_object_object_add(o, "id", json_object_new_string(id));
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	if (zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    zmq_send(c->sock, text, strlen(text), ZMQ_DONTWAIT) < 0)
+		rc = zmq_errno() == EAGAIN ? -EAGAIN : -zmq_errno();
+	json_object_put(o);
+	if (rc)
+		return rc;
+	slot->id = c->next_id++;
+	slot->cookie = cookie;
+	slot->deadline = mono_s() + c->timeout_s;
+	return 0;
+}
+
+/* The pending request a reply's id names, NULL if none (late, or not ours). */
+static struct vw_pending *match(struct vw_control *c, struct json_object *reply)
+{
+	struct json_object *id;
+	const char *s;
+	uint64_t n;
+
+	if (!json_object_object_get_ex(reply, "id", &id) ||
+	    !json_object_is_type(id, json_type_string))
+		return NULL;
+	s = json_object_get_string(id);
+	if (sscanf(s, "view-%" SCNu64, &n) != 1)
+		return NULL;
+	for (int i = 0; i < VW_CTL_INFLIGHT; i++)
+		if (c->p[i].id == n)
+			return &c->p[i];
+	return NULL;
+}
+
+int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
+{
+	double now;
+	int left = 0;
+
+	for (;;) {
+		zmq_msg_t msg;
+		int more = 0;
+		size_t ml = sizeof(more);
+		struct json_object *reply, *ok, *err;
+		struct vw_pending *p;
+		char *text;
+
+		zmq_msg_init(&msg);
+		if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&msg);
+			break;
+		}
+		zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &ml);
+		if (zmq_msg_size(&msg) == 0 && more) { /* the delimiter: the body follows */
+			zmq_msg_close(&msg);
+			zmq_msg_init(&msg);
+			if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
+				zmq_msg_close(&msg);
+				break;
+			}
+		}
+		while (zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
+			zmq_msg_t x;
+
+			zmq_msg_init(&x);
+			zmq_msg_recv(&x, c->sock, 0);
+			zmq_msg_close(&x);
+		}
+		text = strndup(zmq_msg_data(&msg), zmq_msg_size(&msg));
+		zmq_msg_close(&msg);
+		reply = text ? json_tokener_parse(text) : NULL;
+		p = reply && json_object_is_type(reply, json_type_object) ? match(c, reply) : NULL;
+		if (p) {
+			bool is_ok = json_object_object_get_ex(reply, "ok", &ok) &&
+			             json_object_get_boolean(ok);
+			const char *e = !is_ok && json_object_object_get_ex(reply, "error", &err)
+			                        ? json_object_get_string(err)
+			                        : NULL;
+			uint64_t cookie = p->cookie;
+
+			p->id = 0;
+			done(ctx, cookie, is_ok, is_ok ? NULL : (e ? e : "refused"), text);
+		} else {
+			vw_log("control: dropped a reply that matches no request: %.200s",
+			       text ? text : "(out of memory)");
+		}
+		json_object_put(reply);
+		free(text);
+	}
+	now = mono_s();
+	for (int i = 0; i < VW_CTL_INFLIGHT; i++) {
+		char e[VW_PATH_MAX + 128];
+
+		if (!c->p[i].id)
+			continue;
+		if (now < c->p[i].deadline) {
+			left++;
+			continue;
+		}
+		c->p[i].id = 0;
+		snprintf(e, sizeof(e), "volrecd did not answer within %.1f s (control socket %s)",
+		         c->timeout_s, c->endpoint);
+		done(ctx, c->p[i].cookie, false, e, NULL);
+	}
+	return left;
+}

@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The viewer's feed thread: follows the daemon through libvolrec (waiting for it to start,
+ * following its restarts and structural reloads), and for the newest volume only — announced
+ * volumes that a newer one overtook are passed over — encodes the pictures some browser shows,
+ * once for all browsers, into the mailbox the server takes them from. Status and event
+ * messages go the same way. Never more than max_rate volumes per second.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <json-c/json.h>
+
+#include "internal.h"
+
+#define VW_TIMES 64 /* acquisition times remembered for pictures of older volumes */
+
+struct vw_times {
+	uint64_t vid[VW_TIMES], t_last[VW_TIMES], t_publish[VW_TIMES];
+	unsigned next;
+};
+
+static uint64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void times_put(struct vw_times *t, const struct volrec_view *v)
+{
+	unsigned i = t->next++ % VW_TIMES;
+
+	t->vid[i] = v->volume_id;
+	t->t_last[i] = v->t_last_ns;
+	t->t_publish[i] = v->t_publish_ns;
+}
+
+static bool times_get(const struct vw_times *t, uint64_t vid, uint64_t *last, uint64_t *pub)
+{
+	for (unsigned i = 0; i < VW_TIMES; i++)
+		if (t->vid[i] == vid && t->t_last[i]) {
+			*last = t->t_last[i];
+			*pub = t->t_publish[i];
+			return true;
+		}
+	return false;
+}
+
+/* Replace *slot with text (ownership taken), under the mailbox lock. */
+static void box_text(struct vw_feed *f, char **slot, char *text)
+{
+	pthread_mutex_lock(&f->box.lock);
+	free(*slot);
+	*slot = text;
+	f->box.dirty = true;
+	pthread_mutex_unlock(&f->box.lock);
+	f->wake(f->wake_ctx);
+}
+
+static void post_state(struct vw_feed *f, const char *state, const char *message)
+{
+	struct json_object *o = json_object_new_object();
+	char *text;
+
+	json_object_object_add(o, "state", json_object_new_string(state));
+	json_object_object_add(o, "message", json_object_new_string(message));
+	json_object_object_add(o, "instance", json_object_new_string(f->instance));
+	text = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	json_object_put(o);
+	if (text)
+		box_text(f, &f->box.state, text);
+}
+
+/* A daemon's status or event text, checked to be one JSON object before browsers get it. */
+static void post_json(struct vw_feed *f, char **slot, const char *text, size_t len)
+{
+	struct json_tokener *tok = json_tokener_new_ex(32);
+	struct json_object *o = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
+	char *copy = NULL;
+
+	if (o && json_object_is_type(o, json_type_object))
+		copy = strndup(text, len);
+	json_object_put(o);
+	if (tok)
+		json_tokener_free(tok);
+	if (copy)
+		box_text(f, slot, copy);
+}
+
+/* Sleep up to ms, in short steps, unless asked to stop. */
+static void nap(struct vw_feed *f, int ms)
+{
+	while (ms > 0 && !atomic_load(&f->stop)) {
+		struct timespec ts = {0, (ms < 50 ? ms : 50) * 1000000L};
+
+		nanosleep(&ts, NULL);
+		ms -= 50;
+	}
+}
+
+/* Encode the wanted pictures of the newest volume. */
+static void encode_latest(struct vw_feed *f, struct volrec_client *c, const struct vw_times *tm,
+                          uint64_t *last_render)
+{
+	struct vw_frame *fr[VOLREC_IMAGE_COUNT] = {0};
+	unsigned wanted = atomic_load(&f->wanted);
+	struct volrec_view v;
+	uint64_t t0 = now_ns(CLOCK_MONOTONIC), render_vid = 0;
+	bool any = false;
+	int rc;
+
+	rc = volrec_client_latest(c, &v);
+	if (rc)
+		return;
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+		struct volrec_image img;
+		struct vw_frame_meta m = {
+		        .epoch = v.epoch,
+		        .t_last_ns = v.t_last_ns,
+		        .t_publish_ns = v.t_publish_ns,
+		        .session_id = v.session_id,
+		        .shape = {v.ny, v.nx, v.nz},
+		};
+
+		if (!(wanted & (1u << k)) || volrec_view_image(c, &v, k, &img))
+			continue;
+		/* a render carried over from an older volume (every Nth on the CPU) is sent once */
+		if (k == VOLREC_IMAGE_RENDER) {
+			if (img.volume_id == *last_render)
+				continue;
+			render_vid = img.volume_id;
+		}
+		if (img.volume_id != v.volume_id &&
+		    !times_get(tm, img.volume_id, &m.t_last_ns, &m.t_publish_ns))
+			m.t_last_ns = m.t_publish_ns = 0; /* unknown: the page shows no age */
+		m.volume_id = img.volume_id;
+		m.t_read_ns = now_ns(CLOCK_REALTIME);
+		if (vw_frame_encode(&img, &m, &f->enc, &fr[k]))
+			fr[k] = NULL;
+		else
+			any = true;
+	}
+	rc = volrec_view_release(c, &v);
+	if (rc) {
+		/* overwritten while read: the pictures may mix two volumes */
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			vw_frame_free(fr[k]);
+		atomic_fetch_add(&f->st.torn, 1);
+		return;
+	}
+	if (render_vid)
+		*last_render = render_vid;
+	if (!any)
+		return;
+	pthread_mutex_lock(&f->box.lock);
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		if (fr[k]) {
+			vw_frame_free(f->box.frame[k]);
+			f->box.frame[k] = fr[k];
+		}
+	f->box.dirty = true;
+	pthread_mutex_unlock(&f->box.lock);
+	atomic_fetch_add(&f->st.volumes, 1);
+	atomic_fetch_add(&f->st.encode_ns, now_ns(CLOCK_MONOTONIC) - t0);
+	f->wake(f->wake_ctx);
+}
+
+static int open_client(struct vw_feed *f, struct volrec_client **out, int *last_rc)
+{
+	struct volrec_client_options o = {
+	        .run_dir = f->run_dir,
+	        .topics = VOLREC_SUB_VOL | VOLREC_SUB_STATUS | VOLREC_SUB_EVENT,
+	        .rcvhwm = 100,
+	};
+	char msg[VW_PATH_MAX + 256];
+	int rc = volrec_client_open_opts(f->instance, &o, out);
+
+	if (!rc) {
+		snprintf(msg, sizeof(msg), "reading volrecd '%s'", f->instance);
+		post_state(f, "connected", msg);
+		vw_log("connected to volrecd '%s' (%s)", f->instance, f->run_dir);
+		*last_rc = 0;
+		return 0;
+	}
+	if (rc != *last_rc) {
+		snprintf(msg, sizeof(msg), "waiting for volrecd '%s' in %s: %s", f->instance,
+		         f->run_dir, volrec_strerror(rc));
+		post_state(f, "waiting", msg);
+		vw_log("%s", msg);
+		*last_rc = rc;
+	}
+	return rc;
+}
+
+static void *feed_main(void *arg)
+{
+	struct vw_feed *f = arg;
+	struct volrec_client *c = NULL;
+	struct vw_times tm = {0};
+	uint64_t last_render = 0, session = 0, next_ok = 0, last_check = 0;
+	const uint64_t period = f->max_rate > 0 ? (uint64_t)(1e9 / f->max_rate) : 0;
+	bool pending = false, alive = true;
+	int last_rc = 1;
+
+	while (!atomic_load(&f->stop)) {
+		struct volrec_message m;
+		uint64_t now = now_ns(CLOCK_MONOTONIC);
+		int wait, rc;
+
+		if (!c) {
+			if (open_client(f, &c, &last_rc)) {
+				c = NULL;
+				nap(f, 250);
+				continue;
+			}
+			session = volrec_client_session(c);
+			pending = true; /* show what is there at once */
+			alive = true;
+		}
+		if (pending && now >= next_ok)
+			wait = 0;
+		else if (pending)
+			wait = (int)((next_ok - now) / 1000000u) + 1;
+		else
+			wait = 200;
+		rc = volrec_client_next_message(c, wait, &m);
+		if (!rc && m.type == VOLREC_MSG_VOL) {
+			times_put(&tm, &m.view);
+			if (pending)
+				atomic_fetch_add(&f->st.skipped, 1);
+			volrec_view_release(c, &m.view);
+			pending = true;
+			continue;
+		}
+		if (!rc) {
+			post_json(f, m.type == VOLREC_MSG_STATUS ? &f->box.status : &f->box.event,
+			          m.text, m.len);
+			continue;
+		}
+		if (rc == -ETIMEDOUT) {
+			struct volrec_segment_info info;
+
+			now = now_ns(CLOCK_MONOTONIC);
+			if (volrec_client_session(c) != session) {
+				session = volrec_client_session(c);
+				last_render = 0;
+				atomic_fetch_add(&f->st.remaps, 1);
+				vw_log("volrecd '%s' has a new session: following it", f->instance);
+			}
+			if (pending && now >= next_ok && atomic_load(&f->wanted)) {
+				pending = false;
+				encode_latest(f, c, &tm, &last_render);
+				next_ok = now + period;
+			} else if (pending && !atomic_load(&f->wanted)) {
+				pending = false;
+			}
+			if (now - last_check > 500000000u) {
+				last_check = now;
+				volrec_client_info(c, &info);
+				if (alive != (bool)info.writer_alive) {
+					alive = info.writer_alive;
+					post_state(f, alive ? "connected" : "stopped",
+					           alive ? "reading volrecd"
+					                 : "volrecd stopped: waiting for it to "
+					                   "come back");
+					vw_log("volrecd '%s' %s", f->instance,
+					       alive ? "is back" : "stopped; waiting for it");
+				}
+			}
+			continue;
+		}
+		if (rc == -EPROTO || rc == -EINTR || rc == -EAGAIN)
+			continue;
+		vw_log("reading volrecd '%s': %s (%s); reconnecting", f->instance,
+		       volrec_strerror(rc), volrec_client_error(c));
+		volrec_client_close(c);
+		c = NULL;
+		last_rc = 1;
+		nap(f, 250);
+	}
+	volrec_client_close(c);
+	return NULL;
+}
+
+int vw_feed_start(struct vw_feed *f)
+{
+	int rc = pthread_mutex_init(&f->box.lock, NULL);
+
+	if (rc)
+		return -rc;
+	rc = pthread_create(&f->thread, NULL, feed_main, f);
+	if (rc) {
+		pthread_mutex_destroy(&f->box.lock);
+		return -rc;
+	}
+	f->started = true;
+	return 0;
+}
+
+void vw_feed_stop(struct vw_feed *f)
+{
+	if (!f->started)
+		return;
+	atomic_store(&f->stop, true);
+	pthread_join(f->thread, NULL);
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		vw_frame_free(f->box.frame[k]);
+	free(f->box.status);
+	free(f->box.event);
+	free(f->box.state);
+	pthread_mutex_destroy(&f->box.lock);
+	f->started = false;
+}

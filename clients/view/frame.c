@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The viewer's picture frames (docs/viewer.md, "Picture frames"): a 128-byte little-endian
+ * header with the picture's volume, timestamps and view parameters, then its pixels raw or as
+ * a zlib stream, reduced by block maxima when a side is larger than a screen shows.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libwebsockets.h>
+#include <zlib.h>
+
+#include "internal.h"
+
+const size_t VW_PRE = LWS_PRE;
+
+static const char *const kind_names[VOLREC_IMAGE_COUNT] = {
+        [VOLREC_IMAGE_ENFACE_MEAN] = "enface_mean",
+        [VOLREC_IMAGE_ENFACE_MAX] = "enface_max",
+        [VOLREC_IMAGE_BSCAN] = "bscan",
+        [VOLREC_IMAGE_SLICE] = "slice",
+        [VOLREC_IMAGE_PLANE] = "plane",
+        [VOLREC_IMAGE_RENDER] = "render",
+};
+
+const char *vw_kind_name(unsigned kind)
+{
+	return kind < VOLREC_IMAGE_COUNT ? kind_names[kind] : NULL;
+}
+
+int vw_kind_from_name(const char *name)
+{
+	for (int k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		if (!strcmp(name, kind_names[k]))
+			return k;
+	return -1;
+}
+
+void vw_reduce_dims(uint32_t rows, uint32_t cols, uint32_t max_side, uint32_t *rstep,
+                    uint32_t *cstep, uint32_t *orows, uint32_t *ocols)
+{
+	uint32_t rs = 1, cs = 1;
+
+	if (max_side) {
+		rs = rows > max_side ? (rows + max_side - 1) / max_side : 1;
+		cs = cols > max_side ? (cols + max_side - 1) / max_side : 1;
+	}
+	*rstep = rs;
+	*cstep = cs;
+	*orows = (rows + rs - 1) / rs;
+	*ocols = (cols + cs - 1) / cs;
+}
+
+void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep, uint32_t cstep,
+                   uint8_t *dst)
+{
+	uint32_t orows = (rows + rstep - 1) / rstep, ocols = (cols + cstep - 1) / cstep;
+
+	memset(dst, 0, (size_t)orows * ocols);
+	for (uint32_t r = 0; r < rows; r++) {
+		const uint8_t *s = src + (size_t)r * cols;
+		uint8_t *d = dst + (size_t)(r / rstep) * ocols;
+
+		for (uint32_t c = 0; c < cols; c++)
+			if (s[c] > d[c / cstep])
+				d[c / cstep] = s[c];
+	}
+}
+
+static void put16(unsigned char *p, uint16_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void putf(unsigned char *p, float f)
+{
+	uint32_t v;
+
+	memcpy(&v, &f, sizeof(v));
+	put32(p, v);
+}
+
+void vw_frame_free(struct vw_frame *f)
+{
+	if (!f)
+		return;
+	free(f->buf);
+	free(f);
+}
+
+int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *m,
+                    const struct vw_encode_opts *o, struct vw_frame **out)
+{
+	uint32_t rs, cs, rows, cols;
+	size_t raw, cap, payload;
+	const uint8_t *pix = img->data;
+	uint8_t *reduced = NULL;
+	struct vw_frame *f;
+	unsigned char *h;
+	int enc = VW_ENC_RAW;
+
+	vw_reduce_dims(img->rows, img->cols, o->max_side, &rs, &cs, &rows, &cols);
+	raw = (size_t)rows * cols;
+	if (rs > 1 || cs > 1) {
+		reduced = malloc(raw ? raw : 1);
+		if (!reduced)
+			return -ENOMEM;
+		vw_reduce_max(img->data, img->rows, img->cols, rs, cs, reduced);
+		pix = reduced;
+	}
+	if (o->mode == VW_MODE_DEFLATE || (o->mode == VW_MODE_AUTO && raw > o->deflate_min))
+		enc = VW_ENC_DEFLATE;
+	cap = enc == VW_ENC_DEFLATE ? compressBound((uLong)raw) : raw;
+	if (cap < raw)
+		cap = raw;
+	f = calloc(1, sizeof(*f));
+	if (f)
+		f->buf = malloc(VW_PRE + VW_FRAME_HEADER + cap);
+	if (!f || !f->buf) {
+		vw_frame_free(f);
+		free(reduced);
+		return -ENOMEM;
+	}
+	h = f->buf + VW_PRE;
+	payload = raw;
+	if (enc == VW_ENC_DEFLATE) {
+		uLongf n = (uLongf)cap;
+
+		if (compress2(h + VW_FRAME_HEADER, &n, pix, (uLong)raw, o->level) != Z_OK) {
+			vw_frame_free(f);
+			free(reduced);
+			return -EIO;
+		}
+		payload = n;
+		/* auto: a picture deflate hardly shrinks (speckle) costs the browser for nothing */
+		if (o->mode == VW_MODE_AUTO && payload > raw - raw / 8)
+			enc = VW_ENC_RAW;
+	}
+	if (enc == VW_ENC_RAW) {
+		memcpy(h + VW_FRAME_HEADER, pix, raw);
+		payload = raw;
+	}
+	free(reduced);
+
+	memset(h, 0, VW_FRAME_HEADER);
+	put32(h + 0, VW_FRAME_MAGIC);
+	put16(h + 4, VW_FRAME_VERSION);
+	put16(h + 6, VW_FRAME_HEADER);
+	h[8] = (unsigned char)img->kind;
+	h[9] = (unsigned char)enc;
+	h[10] = (unsigned char)(rs > 255 ? 255 : rs);
+	h[11] = (unsigned char)(cs > 255 ? 255 : cs);
+	put32(h + 12, rows);
+	put32(h + 16, cols);
+	put32(h + 20, (uint32_t)payload);
+	put64(h + 24, img->volume_id);
+	put64(h + 32, m->epoch);
+	put64(h + 40, m->t_last_ns);
+	put64(h + 48, m->t_publish_ns);
+	put64(h + 56, m->t_read_ns);
+	put64(h + 64, m->session_id);
+	for (int a = 0; a < 3; a++)
+		put32(h + 72 + 4 * a, m->shape[a]);
+	put32(h + 84, img->slab[0]);
+	put32(h + 88, img->slab[1]);
+	for (int a = 0; a < 3; a++)
+		put32(h + 92 + 4 * a, img->position[a]);
+	putf(h + 104, img->angles_deg[0]);
+	putf(h + 108, img->angles_deg[1]);
+	for (int a = 0; a < 3; a++)
+		putf(h + 112 + 4 * a, img->spacing[a]);
+	putf(h + 124, img->step);
+
+	f->kind = img->kind;
+	f->volume_id = img->volume_id;
+	f->len = VW_FRAME_HEADER + payload;
+	f->raw_bytes = VW_FRAME_HEADER + raw;
+	*out = f;
+	return 0;
+}

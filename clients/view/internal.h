@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec view` (vw_): the web viewer. A feed thread reads the views of the newest volume
+ * through libvolrec and encodes each picture once into a WebSocket frame (frame.c, feed.c);
+ * the libwebsockets thread serves the page's assets and hands every browser the newest frame of
+ * each pane it shows when its socket can take one (server.c); `set` requests go to the daemon's
+ * control socket (control.c). The wire format is docs/viewer.md.
+ */
+#ifndef VOLREC_CLIENTS_VIEW_INTERNAL_H
+#define VOLREC_CLIENTS_VIEW_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "volrec/client.h"
+#include "volrec/protocol.h"
+
+#define VW_PATH_MAX 4096
+
+/* ---- frames (frame.c): the binary WebSocket message of one picture -------------------------- */
+
+#define VW_FRAME_MAGIC   UINT32_C(0x46565256) /* "VRVF" read as little-endian */
+#define VW_FRAME_VERSION 1
+#define VW_FRAME_HEADER  128 /* bytes before the payload */
+
+enum vw_encoding {
+	VW_ENC_RAW = 0,     /* rows * cols bytes, row-major */
+	VW_ENC_DEFLATE = 1, /* the same bytes as a zlib stream (RFC 1950) */
+};
+
+/* What the viewer chooses per picture. */
+enum vw_encoding_mode {
+	VW_MODE_AUTO,    /* deflate above deflate_min bytes when it saves an eighth, raw below */
+	VW_MODE_RAW,     /* always raw */
+	VW_MODE_DEFLATE, /* always deflate */
+};
+
+struct vw_encode_opts {
+	enum vw_encoding_mode mode;
+	uint32_t max_side;    /* pictures larger are reduced (max over blocks) to at most this */
+	uint32_t deflate_min; /* auto: raw up to this many bytes */
+	int level;            /* zlib level, 1 (fast) .. 9 */
+};
+
+/* What a frame says about the picture beside its pixels. */
+struct vw_frame_meta {
+	uint64_t volume_id;    /* the volume the picture shows */
+	uint64_t epoch;        /* epoch of the volume it was read with */
+	uint64_t t_last_ns;    /* CLOCK_REALTIME: last B-scan of the pictured volume acquired */
+	uint64_t t_publish_ns; /* it was published */
+	uint64_t t_read_ns;    /* the viewer took the picture */
+	uint64_t session_id;   /* the daemon's session */
+	uint32_t shape[3];     /* volume [Y, X, Z] */
+};
+
+/* One encoded picture: header and payload at buf + VW_PRE (room for the WebSocket header). */
+struct vw_frame {
+	uint32_t kind;   /* enum volrec_image_kind */
+	uint64_t serial; /* set by the server when it takes the frame (per kind, increasing) */
+	uint64_t volume_id;
+	size_t len;       /* header + payload bytes */
+	size_t raw_bytes; /* what the payload would be raw (bandwidth statistics) */
+	unsigned char *buf;
+};
+
+/* Encode picture img into a new frame (*out, freed with vw_frame_free). 0, -ENOMEM, or -EIO
+ * when zlib fails. */
+int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *m,
+                    const struct vw_encode_opts *o, struct vw_frame **out)
+        __attribute__((warn_unused_result));
+void vw_frame_free(struct vw_frame *f);
+/* Bytes of the reduced picture: rows x cols reduced by the smallest integer steps that bring
+ * both sides to at most max_side (0: no reduction). */
+void vw_reduce_dims(uint32_t rows, uint32_t cols, uint32_t max_side, uint32_t *rstep,
+                    uint32_t *cstep, uint32_t *orows, uint32_t *ocols);
+/* Reduce src (rows x cols) by rstep x cstep blocks, each to its maximum, into dst. */
+void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep, uint32_t cstep,
+                   uint8_t *dst);
+/* Name of a picture kind ("enface_mean", ...), NULL past the end; and back (-1 unknown). */
+const char *vw_kind_name(unsigned kind);
+int vw_kind_from_name(const char *name);
+
+/* Bytes the server reserves in front of a frame's header (LWS_PRE). */
+extern const size_t VW_PRE;
+
+/* ---- the feed thread (feed.c) --------------------------------------------------------------- */
+
+/* The mailbox between the feed thread and the server: the newest frame of each kind and the
+ * newest status text, replaced (never queued) until the server takes them. */
+struct vw_mailbox {
+	pthread_mutex_t lock;
+	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
+	char *status; /* daemon status JSON (malloc'ed) */
+	char *event;  /* newest daemon event JSON */
+	char *state;  /* the feed's connection state as a JSON object */
+	bool dirty;
+};
+
+struct vw_feed_stats {
+	atomic_uint_fast64_t volumes;   /* volumes whose pictures were encoded */
+	atomic_uint_fast64_t skipped;   /* announced volumes passed over for a newer one */
+	atomic_uint_fast64_t torn;      /* pictures dropped: overwritten while read */
+	atomic_uint_fast64_t remaps;    /* daemon sessions followed */
+	atomic_uint_fast64_t encode_ns; /* time spent encoding */
+};
+
+struct vw_feed {
+	char instance[VOLREC_INSTANCE_MAX + 1];
+	char run_dir[VW_PATH_MAX];
+	struct vw_encode_opts enc;
+	double max_rate;    /* volumes encoded per second, at most */
+	atomic_uint wanted; /* bit k: some browser shows picture kind k */
+	atomic_bool stop;
+	struct vw_mailbox box;
+	void (*wake)(void *ctx); /* called after the mailbox changed (any thread) */
+	void *wake_ctx;
+	struct vw_feed_stats st;
+	pthread_t thread;
+	bool started;
+};
+
+int vw_feed_start(struct vw_feed *f) __attribute__((warn_unused_result));
+void vw_feed_stop(struct vw_feed *f);
+
+/* ---- the control socket client (control.c), used from the server thread only --------------- */
+
+struct vw_control;
+
+/* Reply to one forwarded request: ok, the daemon's error text (NULL when ok) and the whole
+ * reply object as JSON text. */
+typedef void (*vw_control_done)(void *ctx, uint64_t cookie, bool ok, const char *error,
+                                const char *reply_json);
+
+/* Connect (lazily: nothing needs to listen yet) to the daemon's control endpoint. */
+int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **out)
+        __attribute__((warn_unused_result));
+void vw_control_close(struct vw_control *c);
+/* Send the request object text (without an id: the client adds its own) for cookie. 0, or
+ * -EAGAIN when the daemon's socket is not there (nothing listening), -ENOSPC with too many
+ * requests in flight, another negative errno on failure. */
+int vw_control_send(struct vw_control *c, const char *request_json, uint64_t cookie);
+/* Receive the replies that arrived and time out the requests that waited too long (done gets
+ * error "volrecd did not answer ..."). Returns the requests still in flight. */
+int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx);
+
+/* ---- the server (server.c) ------------------------------------------------------------------ */
+
+struct vw_tokens {
+	char view[256];    /* "" none */
+	char control[256]; /* "" none */
+};
+
+struct vw_server_opts {
+	char addr[256];                 /* listen address (numeric or "localhost"), "" all */
+	int port;                       /* 0: any free port */
+	bool loopback;                  /* addr is a loopback address */
+	const char *cert, *key;         /* TLS files, NULL: plain HTTP */
+	const struct vw_tokens *tokens; /* NULL: every loopback client may view and control */
+	const char *assets;             /* folder of the page's files */
+	const char *ctl_endpoint;       /* daemon's control socket */
+	const char *instance;
+	uint32_t max_message;  /* bytes of one browser message, at most */
+	uint32_t max_sessions; /* browsers at once, at most */
+};
+
+struct vw_server;
+
+int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struct vw_server **out)
+        __attribute__((warn_unused_result));
+/* The port actually listened on (port 0 given). */
+int vw_server_port(const struct vw_server *s);
+/* Serve until vw_server_stop (async-signal-safe) is called. */
+int vw_server_run(struct vw_server *s);
+void vw_server_stop(struct vw_server *s);
+void vw_server_destroy(struct vw_server *s);
+/* Wake the server thread (the feed's wake callback); any thread. */
+void vw_server_wake(void *server);
+
+/* ---- logging (main.c) ------------------------------------------------------------------------ */
+
+void vw_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

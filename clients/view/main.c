@@ -1,0 +1,518 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * volrec-view, run as `volrec view`: the live web viewer of a volrecd instance (volrec(1),
+ * docs/viewer.md). Parses the command line, finds the page's assets and the daemon's endpoints,
+ * checks that nothing but loopback is served without TLS and tokens, then runs the feed thread
+ * and the server until SIGINT/SIGTERM.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "internal.h"
+
+#ifndef VOLREC_VIEW_ASSETS
+#define VOLREC_VIEW_ASSETS "/usr/local/share/volrec/view"
+#endif
+
+#define VW_DEFAULT_LISTEN "127.0.0.1:8090"
+
+/* Exit codes of the volrec command (clients/volrec/commands.h). */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+static struct vw_server *g_server;
+
+void vw_log(const char *fmt, ...)
+{
+	char line[2048];
+	struct timespec ts;
+	struct tm tm;
+	va_list ap;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%02d:%02d:%02d.%03ld volrec view: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+	        ts.tv_nsec / 1000000, line);
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	if (g_server)
+		vw_server_stop(g_server);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec view [--listen ADDR:PORT] [-i NAME | -c FILE] [-r DIR]\n"
+	        "                   [--cert FILE --key FILE --token-file FILE] [OPTIONS]\n\n"
+	        "Serve a live web viewer of a volrecd instance: en-face, B-scan, slice and render\n"
+	        "panes, the daemon's rates and latency, and its view and dB-range controls.\n\n"
+	        "  -l, --listen ADDR:PORT  where to listen (default " VW_DEFAULT_LISTEN
+	        "; PORT 0: any\n"
+	        "                          free port). Any address but loopback needs --cert,\n"
+	        "                          --key and --token-file\n"
+	        "  -i, --instance NAME     daemon instance (default \"default\")\n"
+	        "  -r, --run-dir DIR       the daemon's ipc.run_dir (default $VOLREC_RUN_DIR, "
+	        "else\n"
+	        "                          /run/volrec)\n"
+	        "  -c, --config FILE       take instance and run_dir from volrecd's configuration\n"
+	        "      --cert FILE         TLS certificate (PEM); serves https and wss\n"
+	        "      --key FILE          its private key (PEM)\n"
+	        "      --token-file FILE   access tokens, lines 'view: TOKEN' and 'control: "
+	        "TOKEN'\n"
+	        "                          (not readable by others); requests without one get 401\n"
+	        "      --assets DIR        the page's files (default: beside the program, else\n"
+	        "                          " VOLREC_VIEW_ASSETS ")\n"
+	        "      --max-side N        reduce pictures to at most N pixels a side (block\n"
+	        "                          maxima; default 1024, at least 64)\n"
+	        "      --encoding MODE     auto (default: deflate for pictures over 16 KiB when "
+	        "it\n"
+	        "                          saves an eighth), raw or deflate\n"
+	        "      --max-rate HZ       encode at most HZ volumes per second (default 60)\n"
+	        "      --max-browsers N    browsers at once (default 16)\n"
+	        "  -h, --help              this text\n\n"
+	        "Exit status: 0 stopped by a signal, 1 failure, 2 usage or configuration error.\n"
+	        "More: man volrec.\n");
+}
+
+static bool addr_loopback(const char *a)
+{
+	struct in_addr v4;
+	struct in6_addr v6;
+
+	if (!strcmp(a, "localhost"))
+		return true;
+	if (inet_pton(AF_INET, a, &v4) == 1)
+		return (ntohl(v4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, a, &v6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&v6);
+	return false;
+}
+
+/* ADDR:PORT, [V6]:PORT or :PORT / *:PORT (every address). */
+static int parse_listen(const char *s, char *addr, size_t alen, int *port)
+{
+	const char *colon;
+	char *end;
+	long p;
+	size_t n;
+
+	if (s[0] == '[') {
+		const char *rb = strchr(s, ']');
+
+		if (!rb || rb[1] != ':')
+			return -EINVAL;
+		n = (size_t)(rb - s - 1);
+		colon = rb + 1;
+		if (n >= alen)
+			return -EINVAL;
+		memcpy(addr, s + 1, n);
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon)
+			return -EINVAL;
+		n = (size_t)(colon - s);
+		if (n >= alen)
+			return -EINVAL;
+		memcpy(addr, s, n);
+	}
+	addr[n] = 0;
+	if (!strcmp(addr, "*") || !strcmp(addr, "0.0.0.0") || !strcmp(addr, "::"))
+		addr[0] = 0;
+	errno = 0;
+	p = strtol(colon + 1, &end, 10);
+	if (errno || *end || end == colon + 1 || p < 0 || p > 65535)
+		return -EINVAL;
+	if (addr[0]) {
+		struct in_addr v4;
+		struct in6_addr v6;
+
+		if (strcmp(addr, "localhost") && inet_pton(AF_INET, addr, &v4) != 1 &&
+		    inet_pton(AF_INET6, addr, &v6) != 1)
+			return -EINVAL;
+	}
+	*port = (int)p;
+	return 0;
+}
+
+/* Lines "view: TOKEN" and "control: TOKEN"; '#' comments. The file must not be readable by
+ * others: the tokens are passwords. */
+static int read_tokens(const char *path, struct vw_tokens *t)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	struct stat st;
+	int n = 0;
+
+	memset(t, 0, sizeof(*t));
+	if (!f) {
+		fprintf(stderr, "volrec view: --token-file %s: %s\n", path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fileno(f), &st) == 0 && (st.st_mode & 0007)) {
+		fprintf(stderr,
+		        "volrec view: --token-file %s: readable by others (mode %03o): chmod o-rwx "
+		        "it\n",
+		        path, st.st_mode & 0777);
+		fclose(f);
+		return -EPERM;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line, *v, *e;
+		char *dst;
+
+		n++;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '#' || *p == '\n' || !*p)
+			continue;
+		v = strchr(p, ':');
+		if (!v)
+			goto bad;
+		*v++ = 0;
+		while (*v == ' ' || *v == '\t')
+			v++;
+		for (e = v + strlen(v);
+		     e > v && (e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\r' || e[-1] == '\t');)
+			*--e = 0;
+		if (!strcmp(p, "view"))
+			dst = t->view;
+		else if (!strcmp(p, "control"))
+			dst = t->control;
+		else
+			goto bad;
+		if (strlen(v) < 16 || strlen(v) >= sizeof(t->view) || strpbrk(v, " ;,\"\\")) {
+			fprintf(stderr,
+			        "volrec view: --token-file %s:%d: %s token: need 16 to %zu "
+			        "characters "
+			        "without spaces, ';', ',', quotes or backslashes\n",
+			        path, n, p, sizeof(t->view) - 1);
+			fclose(f);
+			return -EINVAL;
+		}
+		strcpy(dst, v);
+	}
+	fclose(f);
+	if (!t->view[0] && !t->control[0]) {
+		fprintf(stderr, "volrec view: --token-file %s: no 'view:' or 'control:' token\n",
+		        path);
+		return -EINVAL;
+	}
+	if (t->view[0] && !strcmp(t->view, t->control)) {
+		fprintf(stderr,
+		        "volrec view: --token-file %s: the view and control tokens are the "
+		        "same\n",
+		        path);
+		return -EINVAL;
+	}
+	return 0;
+bad:
+	fprintf(stderr, "volrec view: --token-file %s:%d: need 'view: TOKEN' or 'control: TOKEN'\n",
+	        path, n);
+	fclose(f);
+	return -EINVAL;
+}
+
+static bool is_dir_with_index(const char *dir)
+{
+	char p[PATH_MAX + 64];
+
+	snprintf(p, sizeof(p), "%s/index.html", dir);
+	return access(p, R_OK) == 0;
+}
+
+/* The assets: --assets, else beside the program (build tree: build/bin -> build/share;
+ * installed: <prefix>/libexec/volrec -> <prefix>/share), else the compiled-in folder. */
+static int find_assets(const char *given, char *out, size_t len)
+{
+	static const char *const rel[] = {"/../share/volrec/view", "/../../share/volrec/view"};
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (given) {
+		if (!is_dir_with_index(given)) {
+			fprintf(stderr, "volrec view: --assets %s: no index.html there\n", given);
+			return -ENOENT;
+		}
+		snprintf(out, len, "%s", given);
+		return 0;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		char *slash;
+
+		self[n] = 0;
+		slash = strrchr(self, '/');
+		if (slash) {
+			*slash = 0;
+			for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+				char cand[PATH_MAX + 32];
+				char real[PATH_MAX];
+
+				snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
+				if (is_dir_with_index(cand) && realpath(cand, real)) {
+					snprintf(out, len, "%s", real);
+					return 0;
+				}
+			}
+		}
+	}
+	if (is_dir_with_index(VOLREC_VIEW_ASSETS)) {
+		snprintf(out, len, "%s", VOLREC_VIEW_ASSETS);
+		return 0;
+	}
+	fprintf(stderr,
+	        "volrec view: the page's files are not installed (looked beside %s and "
+	        "in " VOLREC_VIEW_ASSETS "); --assets DIR names them\n",
+	        n > 0 ? self : "the program");
+	return -ENOENT;
+}
+
+static int parse_uint(const char *opt, const char *s, unsigned long min, unsigned long max,
+                      unsigned long *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || end == s || s[0] == '-' || v < min || v > max) {
+		fprintf(stderr, "volrec view: %s %s: need an integer from %lu to %lu\n", opt, s,
+		        min, max);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+enum {
+	OPT_CERT = 0x100,
+	OPT_KEY,
+	OPT_TOKENS,
+	OPT_ASSETS,
+	OPT_MAX_SIDE,
+	OPT_ENCODING,
+	OPT_MAX_RATE,
+	OPT_MAX_BROWSERS,
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	        {"listen", required_argument, NULL, 'l'},
+	        {"instance", required_argument, NULL, 'i'},
+	        {"run-dir", required_argument, NULL, 'r'},
+	        {"config", required_argument, NULL, 'c'},
+	        {"cert", required_argument, NULL, OPT_CERT},
+	        {"key", required_argument, NULL, OPT_KEY},
+	        {"token-file", required_argument, NULL, OPT_TOKENS},
+	        {"assets", required_argument, NULL, OPT_ASSETS},
+	        {"max-side", required_argument, NULL, OPT_MAX_SIDE},
+	        {"encoding", required_argument, NULL, OPT_ENCODING},
+	        {"max-rate", required_argument, NULL, OPT_MAX_RATE},
+	        {"max-browsers", required_argument, NULL, OPT_MAX_BROWSERS},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	const char *listen = VW_DEFAULT_LISTEN, *instance = NULL, *run_dir = NULL, *config = NULL;
+	const char *cert = NULL, *key = NULL, *token_file = NULL, *assets_opt = NULL;
+	static struct vw_feed feed;
+	static struct vw_tokens tokens;
+	struct vw_server_opts so = {.max_message = 4096, .max_sessions = 16};
+	char assets[VW_PATH_MAX], ctl[VW_PATH_MAX + 64];
+	unsigned long v;
+	struct sigaction sa;
+	int opt, rc;
+
+	feed.enc = (struct vw_encode_opts){
+	        .mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 16384, .level = 1};
+	feed.max_rate = 60;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "l:i:r:c:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'l':
+			listen = optarg;
+			break;
+		case 'i':
+			instance = optarg;
+			break;
+		case 'r':
+			run_dir = optarg;
+			break;
+		case 'c':
+			config = optarg;
+			break;
+		case OPT_CERT:
+			cert = optarg;
+			break;
+		case OPT_KEY:
+			key = optarg;
+			break;
+		case OPT_TOKENS:
+			token_file = optarg;
+			break;
+		case OPT_ASSETS:
+			assets_opt = optarg;
+			break;
+		case OPT_MAX_SIDE:
+			if (parse_uint("--max-side", optarg, 64, 65536, &v))
+				return EXIT_USAGE;
+			feed.enc.max_side = (uint32_t)v;
+			break;
+		case OPT_ENCODING:
+			if (!strcmp(optarg, "auto"))
+				feed.enc.mode = VW_MODE_AUTO;
+			else if (!strcmp(optarg, "raw"))
+				feed.enc.mode = VW_MODE_RAW;
+			else if (!strcmp(optarg, "deflate"))
+				feed.enc.mode = VW_MODE_DEFLATE;
+			else {
+				fprintf(stderr,
+				        "volrec view: --encoding %s: need auto, raw or deflate\n",
+				        optarg);
+				return EXIT_USAGE;
+			}
+			break;
+		case OPT_MAX_RATE:
+			if (parse_uint("--max-rate", optarg, 1, 1000, &v))
+				return EXIT_USAGE;
+			feed.max_rate = (double)v;
+			break;
+		case OPT_MAX_BROWSERS:
+			if (parse_uint("--max-browsers", optarg, 1, 1024, &v))
+				return EXIT_USAGE;
+			so.max_sessions = (uint32_t)v;
+			break;
+		case 'h':
+			usage(stdout);
+			return EXIT_OK;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "volrec view: unexpected argument '%s'\n", argv[optind]);
+		return EXIT_USAGE;
+	}
+	if (parse_listen(listen, so.addr, sizeof(so.addr), &so.port)) {
+		fprintf(stderr,
+		        "volrec view: --listen %s: need ADDR:PORT with a numeric address, "
+		        "localhost, [IPv6] or * (every address), and a port 0-65535\n",
+		        listen);
+		return EXIT_USAGE;
+	}
+	so.loopback = so.addr[0] && addr_loopback(so.addr);
+	if (!cert != !key) {
+		fprintf(stderr, "volrec view: --cert and --key go together\n");
+		return EXIT_USAGE;
+	}
+	if (!so.loopback && (!cert || !token_file)) {
+		fprintf(stderr,
+		        "volrec view: --listen %s is not a loopback address: serving it needs TLS "
+		        "(--cert, --key) and access tokens (--token-file)\n",
+		        listen);
+		return EXIT_USAGE;
+	}
+	if (cert && (access(cert, R_OK) || access(key, R_OK))) {
+		fprintf(stderr, "volrec view: %s %s: %s\n", access(cert, R_OK) ? "--cert" : "--key",
+		        access(cert, R_OK) ? cert : key, strerror(errno));
+		return EXIT_USAGE;
+	}
+	if (token_file && read_tokens(token_file, &tokens))
+		return EXIT_USAGE;
+
+	/* the instance: -c FILE, then -i/-r over it */
+	snprintf(feed.instance, sizeof(feed.instance), "default");
+	snprintf(feed.run_dir, sizeof(feed.run_dir), "%s",
+	         getenv("VOLREC_RUN_DIR") && *getenv("VOLREC_RUN_DIR") ? getenv("VOLREC_RUN_DIR")
+	                                                               : VOLREC_DEFAULT_RUN_DIR);
+	if (config) {
+		static struct vr_config cfg;
+		char err[CFG_ERR_MAX];
+
+		if (cfg_load(&cfg, config, err, sizeof(err))) {
+			fprintf(stderr, "volrec view: %s\n", err);
+			return EXIT_USAGE;
+		}
+		snprintf(feed.instance, sizeof(feed.instance), "%s", cfg.instance);
+		snprintf(feed.run_dir, sizeof(feed.run_dir), "%s", cfg.ipc.run_dir);
+		cfg_free(&cfg);
+	}
+	if (instance) {
+		if (strlen(instance) > VOLREC_INSTANCE_MAX ||
+		    strspn(instance,
+		           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+		           "_-") != strlen(instance) ||
+		    !instance[0]) {
+			fprintf(stderr,
+			        "volrec view: --instance %s: need 1 to %d of [A-Za-z0-9_-]\n",
+			        instance, VOLREC_INSTANCE_MAX);
+			return EXIT_USAGE;
+		}
+		snprintf(feed.instance, sizeof(feed.instance), "%s", instance);
+	}
+	if (run_dir)
+		snprintf(feed.run_dir, sizeof(feed.run_dir), "%s", run_dir);
+	if ((size_t)snprintf(ctl, sizeof(ctl), "ipc://%s/%s.ctl", feed.run_dir, feed.instance) >=
+	    sizeof(ctl)) {
+		fprintf(stderr, "volrec view: --run-dir %s: too long\n", feed.run_dir);
+		return EXIT_USAGE;
+	}
+	if (find_assets(assets_opt, assets, sizeof(assets)))
+		return EXIT_FAIL;
+
+	so.cert = cert;
+	so.key = key;
+	so.tokens = token_file ? &tokens : NULL;
+	so.assets = assets;
+	so.ctl_endpoint = ctl;
+	so.instance = feed.instance;
+	rc = vw_server_create(&so, &feed, &g_server);
+	if (rc)
+		return EXIT_FAIL;
+	feed.wake = vw_server_wake;
+	feed.wake_ctx = g_server;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if (vw_feed_start(&feed)) {
+		vw_log("cannot start the feed thread");
+		vw_server_destroy(g_server);
+		return EXIT_FAIL;
+	}
+	{
+		const char *host = so.addr[0] ? so.addr : "0.0.0.0";
+		bool v6 = strchr(host, ':') != NULL;
+
+		printf("volrec view: serving %s://%s%s%s:%d/ for volrecd '%s' (%s)%s\n",
+		       cert ? "https" : "http", v6 ? "[" : "", host, v6 ? "]" : "",
+		       vw_server_port(g_server), feed.instance, feed.run_dir,
+		       token_file ? "; add ?token=TOKEN" : "");
+		fflush(stdout);
+	}
+	vw_log("page from %s; control through %s", assets, ctl);
+	rc = vw_server_run(g_server);
+	vw_feed_stop(&feed);
+	vw_server_destroy(g_server);
+	g_server = NULL;
+	vw_log("stopped");
+	return rc ? EXIT_FAIL : EXIT_OK;
+}

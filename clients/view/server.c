@@ -1,0 +1,1028 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The viewer's server (libwebsockets, one thread): the page's assets over HTTP(S) and one
+ * WebSocket per browser (docs/viewer.md). Each browser gets, whenever its socket can take a
+ * message, the newest frame of each picture it shows that it has not had yet — a slow browser
+ * skips pictures, nothing queues up for it, and no browser waits for another. Access: tokens
+ * (URL argument, cookie or bearer header) when a token file is given; on loopback without one,
+ * any local page of the viewer's own origin.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <json-c/json.h>
+#include <libwebsockets.h>
+
+#include "internal.h"
+
+#define VW_ASSETS_MAX  64
+#define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
+#define VW_CTL_COOKIES 64
+#define VW_SUBPROTOCOL "volrec-view"
+#define VW_COOKIE      "volrec_token"
+
+enum vw_access { VW_DENIED, VW_VIEW, VW_CONTROL };
+
+struct vw_asset {
+	char url[128]; /* "/index.html" */
+	char path[VW_PATH_MAX];
+	const char *mime;
+};
+
+/* A text message with room for the WebSocket header in front. */
+struct vw_text {
+	size_t len;
+	unsigned char *buf; /* VW_PRE + len */
+};
+
+struct vw_session {
+	struct lws *wsi;
+	struct vw_session *next;
+	uint64_t uid; /* for control replies that arrive after a close */
+	enum vw_access access;
+	unsigned want;                     /* picture kinds shown */
+	uint64_t sent[VOLREC_IMAGE_COUNT]; /* serial of the last frame sent, per kind */
+	unsigned rr;                       /* next kind to look at first */
+	uint64_t status_sent, state_sent, event_sent;
+	struct vw_text q[VW_TEXT_QUEUE];
+	unsigned qhead, qlen;
+	char *rx; /* a message in fragments */
+	size_t rxlen;
+	bool rx_oversized, rx_binary;
+	uint64_t frames, bytes; /* sent */
+	bool hello;
+};
+
+struct vw_cookie {
+	uint64_t cookie;    /* 0: free */
+	uint64_t session;   /* vw_session.uid */
+	char client_id[96]; /* the browser's id, as JSON text */
+};
+
+struct vw_server {
+	struct lws_context *ctx;
+	struct lws_vhost *vh;
+	struct vw_server_opts o;
+	struct vw_tokens tokens;
+	bool have_tokens;
+	struct vw_feed *feed;
+	struct vw_control *ctl;
+	struct vw_asset assets[VW_ASSETS_MAX];
+	int nassets;
+	int port;
+	volatile sig_atomic_t stop;
+	struct vw_session *sessions;
+	uint32_t nsessions;
+	uint64_t next_uid, next_cookie;
+	struct vw_cookie cookies[VW_CTL_COOKIES];
+	lws_sorted_usec_list_t sul_ctl, sul_tick;
+	bool ctl_polling;
+	/* what the feed delivered, owned by this thread */
+	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
+	uint64_t serial[VOLREC_IMAGE_COUNT];
+	struct vw_text status, state, event;
+	uint64_t status_serial, state_serial, event_serial;
+	uint64_t frames_sent[VOLREC_IMAGE_COUNT], bytes_sent[VOLREC_IMAGE_COUNT];
+	uint64_t errors;
+};
+
+static struct vw_server *server_of(struct lws *wsi)
+{
+	return lws_context_user(lws_get_context(wsi));
+}
+
+/* ---- text messages ------------------------------------------------------------------------ */
+
+static int text_set(struct vw_text *t, const char *s)
+{
+	size_t len = strlen(s);
+	unsigned char *b = malloc(VW_PRE + len + 1);
+
+	if (!b)
+		return -ENOMEM;
+	memcpy(b + VW_PRE, s, len);
+	free(t->buf);
+	t->buf = b;
+	t->len = len;
+	return 0;
+}
+
+static void text_free(struct vw_text *t)
+{
+	free(t->buf);
+	t->buf = NULL;
+	t->len = 0;
+}
+
+/* Queue a JSON object for one browser (taking the reference). A browser that lets
+ * VW_TEXT_QUEUE replies pile up loses the oldest. */
+static void session_queue(struct vw_session *s, struct json_object *o)
+{
+	struct vw_text *t;
+
+	if (s->qlen == VW_TEXT_QUEUE) {
+		text_free(&s->q[s->qhead]);
+		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
+		s->qlen--;
+	}
+	t = &s->q[(s->qhead + s->qlen) % VW_TEXT_QUEUE];
+	if (!text_set(t, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)))
+		s->qlen++;
+	json_object_put(o);
+	lws_callback_on_writable(s->wsi);
+}
+
+static void session_error(struct vw_server *sv, struct vw_session *s, struct json_object *id,
+                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void session_error(struct vw_server *sv, struct vw_session *s, struct json_object *id,
+                          const char *fmt, ...)
+{
+	struct json_object *o = json_object_new_object();
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	sv->errors++;
+	vw_log("browser %" PRIu64 ": %s", s->uid, msg);
+	json_object_object_add(o, "type", json_object_new_string("error"));
+	if (id)
+		json_object_object_add(o, "id", json_object_get(id));
+	json_object_object_add(o, "error", json_object_new_string(msg));
+	session_queue(s, o);
+}
+
+/* ---- access --------------------------------------------------------------------------------- */
+
+static bool token_equal(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char d = la != lb;
+
+	/* constant time over the expected token */
+	for (size_t i = 0; i < lb; i++)
+		d |= (unsigned char)(b[i] ^ (i < la ? a[i] : 0));
+	return !d && lb;
+}
+
+/* The token a request carries: ?token=, the cookie, or Authorization: Bearer. */
+static bool request_token(struct lws *wsi, char *out, size_t len, bool *from_url)
+{
+	char buf[1024];
+	const char *v;
+	int n;
+
+	*from_url = false;
+	v = lws_get_urlarg_by_name(wsi, "token=", buf, (int)sizeof(buf));
+	if (v) {
+		snprintf(out, len, "%s", v);
+		*from_url = true;
+		return true;
+	}
+	n = lws_hdr_copy(wsi, buf, (int)sizeof(buf), WSI_TOKEN_HTTP_COOKIE);
+	if (n > 0) {
+		for (char *p = buf; p && *p;) {
+			char *end = strchr(p, ';');
+
+			while (*p == ' ')
+				p++;
+			if (!strncmp(p, VW_COOKIE "=", sizeof(VW_COOKIE))) {
+				size_t l = end ? (size_t)(end - p) : strlen(p);
+
+				l -= sizeof(VW_COOKIE);
+				snprintf(out, len, "%.*s", (int)l, p + sizeof(VW_COOKIE));
+				return true;
+			}
+			p = end ? end + 1 : NULL;
+		}
+	}
+	n = lws_hdr_copy(wsi, buf, (int)sizeof(buf), WSI_TOKEN_HTTP_AUTHORIZATION);
+	if (n > 7 && !strncasecmp(buf, "Bearer ", 7)) {
+		snprintf(out, len, "%s", buf + 7);
+		return true;
+	}
+	return false;
+}
+
+/* host[:port] of a Host or Origin header, lower case, without the scheme. */
+static void host_part(const char *s, char *out, size_t len)
+{
+	const char *p = strstr(s, "://");
+	size_t i = 0;
+
+	p = p ? p + 3 : s;
+	for (; *p && *p != '/' && i + 1 < len; p++)
+		out[i++] = (char)tolower((unsigned char)*p);
+	out[i] = 0;
+}
+
+static bool loopback_host(const char *hostport)
+{
+	char h[256];
+	char *colon;
+
+	snprintf(h, sizeof(h), "%s", hostport);
+	if (h[0] == '[')
+		return !strncmp(h, "[::1]", 5);
+	colon = strrchr(h, ':');
+	if (colon)
+		*colon = 0;
+	return !strcmp(h, "localhost") || !strncmp(h, "127.", 4);
+}
+
+/* Who may do what: the token's level; without tokens (loopback only), a request whose Host is
+ * a loopback name (no DNS rebinding) and, for WebSockets, whose Origin is the viewer's own
+ * (no other site's page driving the daemon through the user's browser). */
+static enum vw_access access_of(struct vw_server *sv, struct lws *wsi, bool websocket,
+                                bool *from_url, char *token, size_t tlen)
+{
+	char host[256] = "", origin[512] = "", oh[256];
+
+	*from_url = false;
+	token[0] = 0;
+	if (lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HOST) <= 0 &&
+	    lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HTTP_COLON_AUTHORITY) <= 0)
+		host[0] = 0;
+	if (websocket && lws_hdr_copy(wsi, origin, (int)sizeof(origin), WSI_TOKEN_ORIGIN) > 0) {
+		char hh[256];
+
+		host_part(origin, oh, sizeof(oh));
+		host_part(host, hh, sizeof(hh));
+		if (strcmp(oh, hh))
+			return VW_DENIED;
+	}
+	if (!sv->have_tokens)
+		return loopback_host(host) ? VW_CONTROL : VW_DENIED;
+	if (!request_token(wsi, token, tlen, from_url))
+		return VW_DENIED;
+	if (sv->tokens.control[0] && token_equal(token, sv->tokens.control))
+		return VW_CONTROL;
+	if (sv->tokens.view[0] && token_equal(token, sv->tokens.view))
+		return VW_VIEW;
+	return VW_DENIED;
+}
+
+/* 401 and nothing else: no body a browser could take for the page. */
+static int send_401(struct lws *wsi)
+{
+	unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start,
+	                                  *end = buf + sizeof(buf);
+
+	if (lws_add_http_header_status(wsi, HTTP_STATUS_UNAUTHORIZED, &p, end) ||
+	    lws_add_http_header_by_name(wsi, (const unsigned char *)"www-authenticate:",
+	                                (const unsigned char *)"Bearer realm=\"volrec\"", 21, &p,
+	                                end) ||
+	    lws_add_http_header_content_length(wsi, 0, &p, end) ||
+	    lws_finalize_http_header(wsi, &p, end))
+		return -1;
+	if (lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS) < 0)
+		return -1;
+	return 1;
+}
+
+/* ---- assets ----------------------------------------------------------------------------------- */
+
+static const char *mime_of(const char *name)
+{
+	static const struct {
+		const char *ext, *mime;
+	} t[] = {
+	        {".html", "text/html; charset=utf-8"},
+	        {".js", "text/javascript; charset=utf-8"},
+	        {".css", "text/css; charset=utf-8"},
+	        {".png", "image/png"},
+	        {".svg", "image/svg+xml"},
+	        {".ico", "image/x-icon"},
+	        {".json", "application/json"},
+	};
+	const char *dot = strrchr(name, '.');
+
+	for (size_t i = 0; dot && i < sizeof(t) / sizeof(t[0]); i++)
+		if (!strcmp(dot, t[i].ext))
+			return t[i].mime;
+	return "text/plain; charset=utf-8";
+}
+
+static bool plain_name(const char *n)
+{
+	if (n[0] == '.' || !n[0])
+		return false;
+	for (; *n; n++)
+		if (!isalnum((unsigned char)*n) && !strchr("._-", *n))
+			return false;
+	return true;
+}
+
+/* Every plain file of dir and its subfolders (two levels), served under its relative path. */
+static int assets_scan(struct vw_server *sv, const char *dir, const char *prefix, int depth)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return -errno;
+	while ((e = readdir(d))) {
+		char path[VW_PATH_MAX], url[128];
+		struct stat st;
+
+		if (!plain_name(e->d_name))
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path) ||
+		    (size_t)snprintf(url, sizeof(url), "%s/%s", prefix, e->d_name) >= sizeof(url) ||
+		    stat(path, &st))
+			continue;
+		if (S_ISDIR(st.st_mode) && depth < 2) {
+			assets_scan(sv, path, url, depth + 1);
+		} else if (S_ISREG(st.st_mode) && sv->nassets < VW_ASSETS_MAX) {
+			struct vw_asset *a = &sv->assets[sv->nassets++];
+
+			snprintf(a->url, sizeof(a->url), "%s", url);
+			snprintf(a->path, sizeof(a->path), "%s", path);
+			a->mime = mime_of(e->d_name);
+		}
+	}
+	closedir(d);
+	return 0;
+}
+
+static const struct vw_asset *asset_find(struct vw_server *sv, const char *url)
+{
+	if (!strcmp(url, "/") || !url[0])
+		url = "/index.html";
+	for (int i = 0; i < sv->nassets; i++)
+		if (!strcmp(sv->assets[i].url, url))
+			return &sv->assets[i];
+	return NULL;
+}
+
+static int serve_asset(struct vw_server *sv, struct lws *wsi, const char *url)
+{
+	unsigned char hdr[4096], *p = hdr, *end = hdr + sizeof(hdr);
+	char token[1024], cookie[1200];
+	const struct vw_asset *a;
+	bool from_url;
+	enum vw_access acc = access_of(sv, wsi, false, &from_url, token, sizeof(token));
+	int n;
+
+	if (acc == VW_DENIED) {
+		vw_log("http: 401 for %s (no valid token)", url);
+		return send_401(wsi) < 0 ? -1 : (lws_http_transaction_completed(wsi) ? -1 : 0);
+	}
+	a = asset_find(sv, url);
+	if (!a) {
+		if (lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, NULL))
+			return -1;
+		return lws_http_transaction_completed(wsi) ? -1 : 0;
+	}
+#define HDR(name, value)                                                                           \
+	lws_add_http_header_by_name(wsi, (const unsigned char *)(name),                            \
+	                            (const unsigned char *)(value), (int)strlen(value), &p, end)
+	if (HDR("cache-control:", "no-store") || HDR("x-content-type-options:", "nosniff") ||
+	    HDR("referrer-policy:", "no-referrer") || HDR("x-frame-options:", "DENY") ||
+	    HDR("content-security-policy:",
+	        "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
+	        "style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'"))
+		return -1;
+	/* a token from the address becomes a cookie, so that the assets and the socket carry it */
+	if (from_url) {
+		snprintf(cookie, sizeof(cookie),
+		         VW_COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict%s", token,
+		         sv->o.cert ? "; Secure" : "");
+		if (HDR("set-cookie:", cookie))
+			return -1;
+	}
+#undef HDR
+	n = lws_serve_http_file(wsi, a->path, a->mime, (const char *)hdr, (int)(p - hdr));
+	if (n < 0 || (n > 0 && lws_http_transaction_completed(wsi)))
+		return -1;
+	return 0;
+}
+
+/* ---- browser requests ------------------------------------------------------------------------ */
+
+static void update_wanted(struct vw_server *sv)
+{
+	unsigned m = 0;
+
+	for (struct vw_session *s = sv->sessions; s; s = s->next)
+		m |= s->want;
+	atomic_store(&sv->feed->wanted, m);
+}
+
+static struct vw_session *session_by_uid(struct vw_server *sv, uint64_t uid)
+{
+	for (struct vw_session *s = sv->sessions; s; s = s->next)
+		if (s->uid == uid)
+			return s;
+	return NULL;
+}
+
+static void on_control_reply(void *ctx, uint64_t cookie, bool ok, const char *error,
+                             const char *reply_json)
+{
+	struct vw_server *sv = ctx;
+	struct vw_cookie *ck = NULL;
+	struct vw_session *s;
+	struct json_object *o, *id, *r;
+
+	for (int i = 0; i < VW_CTL_COOKIES; i++)
+		if (sv->cookies[i].cookie == cookie)
+			ck = &sv->cookies[i];
+	if (!ck)
+		return;
+	ck->cookie = 0;
+	s = session_by_uid(sv, ck->session);
+	if (!error)
+		error = "";
+	if (!ok)
+		vw_log("control: %s", error);
+	if (!s)
+		return;
+	o = json_object_new_object();
+	json_object_object_add(o, "type", json_object_new_string("reply"));
+	id = json_tokener_parse(ck->client_id);
+	if (id || !strcmp(ck->client_id, "null"))
+		json_object_object_add(o, "id", id);
+	json_object_object_add(o, "ok", json_object_new_boolean(ok));
+	if (!ok)
+		json_object_object_add(o, "error", json_object_new_string(error));
+	r = reply_json ? json_tokener_parse(reply_json) : NULL;
+	if (r)
+		json_object_object_add(o, "reply", r);
+	session_queue(s, o);
+}
+
+static void ctl_poll_cb(lws_sorted_usec_list_t *sul)
+{
+	struct vw_server *sv = lws_container_of(sul, struct vw_server, sul_ctl);
+
+	if (vw_control_poll(sv->ctl, on_control_reply, sv) > 0)
+		lws_sul_schedule(sv->ctx, 0, &sv->sul_ctl, ctl_poll_cb, 5 * LWS_US_PER_MS);
+	else
+		sv->ctl_polling = false;
+}
+
+/* Forward a get or set to the daemon's control socket. */
+static void forward(struct vw_server *sv, struct vw_session *s, struct json_object *req,
+                    struct json_object *id)
+{
+	struct vw_cookie *ck = NULL;
+	const char *idtext =
+	        id ? json_object_to_json_string_ext(id, JSON_C_TO_STRING_PLAIN) : "null";
+	int rc;
+
+	if (strlen(idtext) >= sizeof(ck->client_id)) {
+		session_error(sv, s, NULL, "id: too long (at most %zu bytes of JSON)",
+		              sizeof(ck->client_id) - 1);
+		return;
+	}
+	for (int i = 0; i < VW_CTL_COOKIES && !ck; i++)
+		if (!sv->cookies[i].cookie)
+			ck = &sv->cookies[i];
+	if (!ck) {
+		session_error(sv, s, id, "too many control requests in flight; try again");
+		return;
+	}
+	rc = vw_control_send(sv->ctl, json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN),
+	                     ++sv->next_cookie);
+	if (rc == -EAGAIN) {
+		session_error(sv, s, id,
+		              "volrecd's control socket %s is not there (daemon stopped?)",
+		              sv->o.ctl_endpoint);
+		return;
+	}
+	if (rc) {
+		session_error(sv, s, id, "cannot send to volrecd's control socket: %s",
+		              strerror(-rc));
+		return;
+	}
+	ck->cookie = sv->next_cookie;
+	ck->session = s->uid;
+	snprintf(ck->client_id, sizeof(ck->client_id), "%s", idtext);
+	if (!sv->ctl_polling) {
+		sv->ctl_polling = true;
+		lws_sul_schedule(sv->ctx, 0, &sv->sul_ctl, ctl_poll_cb, 2 * LWS_US_PER_MS);
+	}
+}
+
+static void handle_subscribe(struct vw_server *sv, struct vw_session *s, struct json_object *msg,
+                             struct json_object *id)
+{
+	struct json_object *views;
+	unsigned want = 0;
+
+	if (!json_object_object_get_ex(msg, "views", &views) ||
+	    !json_object_is_type(views, json_type_array)) {
+		session_error(sv, s, id, "subscribe: views: need an array of picture names");
+		return;
+	}
+	for (size_t i = 0; i < json_object_array_length(views); i++) {
+		struct json_object *v = json_object_array_get_idx(views, i);
+		int k = json_object_is_type(v, json_type_string)
+		                ? vw_kind_from_name(json_object_get_string(v))
+		                : -1;
+
+		if (k < 0) {
+			session_error(sv, s, id,
+			              "subscribe: views[%zu]: unknown picture %s (enface_mean, "
+			              "enface_max, bscan, slice, plane, render)",
+			              i, json_object_to_json_string(v));
+			return;
+		}
+		want |= 1u << k;
+	}
+	/* a newly shown pane gets the newest picture at once */
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		if ((want & (1u << k)) && !(s->want & (1u << k)))
+			s->sent[k] = 0;
+	s->want = want;
+	update_wanted(sv);
+	lws_callback_on_writable(s->wsi);
+}
+
+static void handle_message(struct vw_server *sv, struct vw_session *s, const char *text, size_t len)
+{
+	struct json_tokener *tok = json_tokener_new_ex(16);
+	struct json_object *msg = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
+	struct json_object *type, *id = NULL, *values, *key;
+	const char *t;
+
+	if (!msg || !json_object_is_type(msg, json_type_object) ||
+	    json_tokener_get_error(tok) != json_tokener_success) {
+		session_error(sv, s, NULL, "message: not a JSON object%s%s",
+		              tok && json_tokener_get_error(tok) != json_tokener_success ? ": "
+		                                                                         : "",
+		              tok && json_tokener_get_error(tok) != json_tokener_success
+		                      ? json_tokener_error_desc(json_tokener_get_error(tok))
+		                      : "");
+		goto out;
+	}
+	json_object_object_get_ex(msg, "id", &id);
+	if (!json_object_object_get_ex(msg, "type", &type) ||
+	    !json_object_is_type(type, json_type_string)) {
+		session_error(sv, s, id,
+		              "message: type: missing or not a string (subscribe, set, get, ping)");
+		goto out;
+	}
+	t = json_object_get_string(type);
+	if (!strcmp(t, "subscribe")) {
+		handle_subscribe(sv, s, msg, id);
+	} else if (!strcmp(t, "ping")) {
+		struct json_object *o = json_object_new_object(), *tv;
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		json_object_object_add(o, "type", json_object_new_string("pong"));
+		if (id)
+			json_object_object_add(o, "id", json_object_get(id));
+		if (json_object_object_get_ex(msg, "t", &tv))
+			json_object_object_add(o, "t", json_object_get(tv));
+		json_object_object_add(
+		        o, "server_ns",
+		        json_object_new_int64((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec));
+		session_queue(s, o);
+	} else if (!strcmp(t, "set")) {
+		struct json_object *req;
+
+		if (s->access != VW_CONTROL) {
+			session_error(
+			        sv, s, id,
+			        "set: this viewer's token may only view (the control token may "
+			        "set)");
+			goto out;
+		}
+		if (!json_object_object_get_ex(msg, "values", &values) ||
+		    !json_object_is_type(values, json_type_object) ||
+		    !json_object_object_length(values)) {
+			session_error(sv, s, id,
+			              "set: values: need an object of one or more keys, e.g. "
+			              "{\"view.position\": [10, 20, 30]}");
+			goto out;
+		}
+		req = json_object_new_object();
+		json_object_object_add(req, "op", json_object_new_string("set"));
+		json_object_object_add(req, "values", json_object_get(values));
+		forward(sv, s, req, id);
+		json_object_put(req);
+	} else if (!strcmp(t, "get")) {
+		struct json_object *req = json_object_new_object();
+
+		json_object_object_add(req, "op", json_object_new_string("get"));
+		if (json_object_object_get_ex(msg, "key", &key)) {
+			if (!json_object_is_type(key, json_type_string)) {
+				json_object_put(req);
+				session_error(sv, s, id, "get: key: need a string");
+				goto out;
+			}
+			json_object_object_add(req, "key", json_object_get(key));
+		}
+		forward(sv, s, req, id);
+		json_object_put(req);
+	} else {
+		session_error(sv, s, id,
+		              "message: unknown type '%.64s' (subscribe, set, get, ping)", t);
+	}
+out:
+	json_object_put(msg);
+	if (tok)
+		json_tokener_free(tok);
+}
+
+/* ---- the feed's deliveries ----------------------------------------------------------------- */
+
+static void wrap_text(struct vw_text *t, uint64_t *serial, const char *type, const char *json)
+{
+	size_t n = strlen(json) + 64;
+	char *s = malloc(n);
+
+	if (!s)
+		return;
+	snprintf(s, n, "{\"type\":\"%s\",\"%s\":%s}", type, type, json);
+	if (!text_set(t, s))
+		(*serial)++;
+	free(s);
+}
+
+static void take_mailbox(struct vw_server *sv)
+{
+	struct vw_mailbox *b = &sv->feed->box;
+	struct vw_frame *fr[VOLREC_IMAGE_COUNT];
+	char *status, *state, *event;
+
+	pthread_mutex_lock(&b->lock);
+	if (!b->dirty) {
+		pthread_mutex_unlock(&b->lock);
+		return;
+	}
+	memcpy(fr, b->frame, sizeof(fr));
+	memset(b->frame, 0, sizeof(b->frame));
+	status = b->status, state = b->state, event = b->event;
+	b->status = b->state = b->event = NULL;
+	b->dirty = false;
+	pthread_mutex_unlock(&b->lock);
+
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		if (fr[k]) {
+			vw_frame_free(sv->frame[k]);
+			sv->frame[k] = fr[k];
+			fr[k]->serial = ++sv->serial[k];
+		}
+	if (status)
+		wrap_text(&sv->status, &sv->status_serial, "status", status);
+	if (state)
+		wrap_text(&sv->state, &sv->state_serial, "state", state);
+	if (event)
+		wrap_text(&sv->event, &sv->event_serial, "event", event);
+	free(status);
+	free(state);
+	free(event);
+	lws_callback_on_writable_all_protocol(sv->ctx,
+	                                      lws_vhost_name_to_protocol(sv->vh, VW_SUBPROTOCOL));
+}
+
+/* ---- writing ---------------------------------------------------------------------------------- */
+
+static int write_text(struct lws *wsi, struct vw_text *t)
+{
+	return lws_write(wsi, t->buf + VW_PRE, t->len, LWS_WRITE_TEXT) < (int)t->len ? -1 : 0;
+}
+
+/* One message to s: what it waits for most, then ask for the next turn if more is due. */
+static int session_write(struct vw_server *sv, struct vw_session *s)
+{
+	int rc = 0;
+	bool more;
+
+	if (!s->hello) {
+		struct json_object *o = json_object_new_object(), *v = json_object_new_array();
+
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			json_object_array_add(v, json_object_new_string(vw_kind_name(k)));
+		json_object_object_add(o, "type", json_object_new_string("hello"));
+		json_object_object_add(o, "protocol", json_object_new_int(VW_FRAME_VERSION));
+		json_object_object_add(o, "instance", json_object_new_string(sv->o.instance));
+		json_object_object_add(o, "control",
+		                       json_object_new_boolean(s->access == VW_CONTROL));
+		json_object_object_add(o, "views", v);
+		json_object_object_add(o, "max_message",
+		                       json_object_new_int((int)sv->o.max_message));
+		s->hello = true;
+		session_queue(s, o);
+	}
+	if (s->qlen) {
+		rc = write_text(s->wsi, &s->q[s->qhead]);
+		text_free(&s->q[s->qhead]);
+		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
+		s->qlen--;
+	} else if (s->state_sent != sv->state_serial && sv->state.buf) {
+		rc = write_text(s->wsi, &sv->state);
+		s->state_sent = sv->state_serial;
+	} else if (s->status_sent != sv->status_serial && sv->status.buf) {
+		rc = write_text(s->wsi, &sv->status);
+		s->status_sent = sv->status_serial;
+	} else if (s->event_sent != sv->event_serial && sv->event.buf) {
+		rc = write_text(s->wsi, &sv->event);
+		s->event_sent = sv->event_serial;
+	} else {
+		for (unsigned i = 0; i < VOLREC_IMAGE_COUNT; i++) {
+			unsigned k = (s->rr + i) % VOLREC_IMAGE_COUNT;
+			struct vw_frame *f = sv->frame[k];
+
+			if (!(s->want & (1u << k)) || !f || s->sent[k] == f->serial)
+				continue;
+			if (lws_write(s->wsi, f->buf + VW_PRE, f->len, LWS_WRITE_BINARY) <
+			    (int)f->len)
+				return -1;
+			s->sent[k] = f->serial;
+			s->frames++;
+			s->bytes += f->len;
+			sv->frames_sent[k]++;
+			sv->bytes_sent[k] += f->len;
+			s->rr = k + 1;
+			break;
+		}
+	}
+	if (rc)
+		return -1;
+	more = s->qlen || (s->state_sent != sv->state_serial && sv->state.buf) ||
+	       (s->status_sent != sv->status_serial && sv->status.buf) ||
+	       (s->event_sent != sv->event_serial && sv->event.buf);
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !more; k++)
+		more = (s->want & (1u << k)) && sv->frame[k] && s->sent[k] != sv->frame[k]->serial;
+	if (more)
+		lws_callback_on_writable(s->wsi);
+	return 0;
+}
+
+/* ---- callbacks ------------------------------------------------------------------------------- */
+
+static int confirm_upgrade(struct vw_server *sv, struct lws *wsi)
+{
+	char token[1024];
+	bool from_url;
+
+	if (access_of(sv, wsi, true, &from_url, token, sizeof(token)) != VW_DENIED)
+		return 0;
+	vw_log("websocket: 401 (no valid token, or a foreign origin)");
+	return send_401(wsi);
+}
+
+static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                   size_t len)
+{
+	struct vw_server *sv = server_of(wsi);
+
+	switch (reason) {
+	case LWS_CALLBACK_HTTP:
+		return serve_asset(sv, wsi, (const char *)in);
+	case LWS_CALLBACK_HTTP_FILE_COMPLETION:
+		return lws_http_transaction_completed(wsi) ? -1 : 0;
+	case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+		return confirm_upgrade(sv, wsi);
+	case LWS_CALLBACK_HTTP_BODY:
+		return -1; /* nothing here takes a body */
+	default:
+		break;
+	}
+	return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+static void session_close(struct vw_server *sv, struct vw_session *s)
+{
+	for (struct vw_session **pp = &sv->sessions; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			sv->nsessions--;
+			break;
+		}
+	while (s->qlen) {
+		text_free(&s->q[s->qhead]);
+		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
+		s->qlen--;
+	}
+	free(s->rx);
+	s->rx = NULL;
+	update_wanted(sv);
+}
+
+static int cb_ws(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                 size_t len)
+{
+	struct vw_server *sv = server_of(wsi);
+	struct vw_session *s = user;
+	char token[1024], peer[128] = "";
+	bool from_url;
+
+	switch (reason) {
+	case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+		return confirm_upgrade(sv, wsi);
+	case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+		if (sv->nsessions >= sv->o.max_sessions) {
+			vw_log("websocket: refused: %u browsers already (--max-browsers)",
+			       sv->nsessions);
+			return 1;
+		}
+		return access_of(sv, wsi, true, &from_url, token, sizeof(token)) == VW_DENIED;
+	case LWS_CALLBACK_ESTABLISHED:
+		memset(s, 0, sizeof(*s));
+		s->wsi = wsi;
+		s->uid = ++sv->next_uid;
+		s->access = access_of(sv, wsi, true, &from_url, token, sizeof(token));
+		if (s->access == VW_DENIED) /* cannot happen: filtered above */
+			return -1;
+		s->next = sv->sessions;
+		sv->sessions = s;
+		sv->nsessions++;
+		lws_get_peer_simple(wsi, peer, sizeof(peer));
+		vw_log("browser %" PRIu64 " connected from %s (%s)", s->uid, peer,
+		       s->access == VW_CONTROL ? "view and control" : "view only");
+		/* the current state and status at once */
+		s->state_sent = s->status_sent = s->event_sent = 0;
+		s->event_sent = sv->event_serial; /* old events are not news */
+		lws_callback_on_writable(wsi);
+		return 0;
+	case LWS_CALLBACK_CLOSED:
+		vw_log("browser %" PRIu64 " disconnected (%" PRIu64 " pictures, %" PRIu64
+		       " bytes sent)",
+		       s->uid, s->frames, s->bytes);
+		session_close(sv, s);
+		return 0;
+	case LWS_CALLBACK_SERVER_WRITEABLE:
+		return session_write(sv, s);
+	case LWS_CALLBACK_RECEIVE:
+		if (lws_frame_is_binary(wsi))
+			s->rx_binary = true;
+		if (!s->rx_oversized && !s->rx_binary) {
+			if (s->rxlen + len > sv->o.max_message) {
+				s->rx_oversized = true;
+			} else {
+				char *n = realloc(s->rx, s->rxlen + len + 1);
+
+				if (!n)
+					return -1;
+				s->rx = n;
+				memcpy(s->rx + s->rxlen, in, len);
+				s->rxlen += len;
+			}
+		}
+		if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi))
+			return 0;
+		if (s->rx_binary)
+			session_error(sv, s, NULL, "message: binary messages are not accepted");
+		else if (s->rx_oversized)
+			session_error(sv, s, NULL, "message: longer than %u bytes: ignored",
+			              sv->o.max_message);
+		else
+			handle_message(sv, s, s->rx, s->rxlen);
+		s->rxlen = 0;
+		s->rx_oversized = s->rx_binary = false;
+		return 0;
+	case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+		if (sv)
+			take_mailbox(sv);
+		return 0;
+	default:
+		break;
+	}
+	return 0;
+}
+
+static const struct lws_protocols protocols[] = {
+        {"http", cb_http, 0, 0, 0, NULL, 0},
+        {VW_SUBPROTOCOL, cb_ws, sizeof(struct vw_session), 4096, 0, NULL, 0},
+        {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+static void tick_cb(lws_sorted_usec_list_t *sul)
+{
+	struct vw_server *sv = lws_container_of(sul, struct vw_server, sul_tick);
+
+	take_mailbox(sv);
+	lws_sul_schedule(sv->ctx, 0, &sv->sul_tick, tick_cb, 250 * LWS_US_PER_MS);
+}
+
+static void lws_emit(int level, const char *line)
+{
+	size_t n = strlen(line);
+
+	while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		n--;
+	vw_log("libwebsockets%s: %.*s", level == LLL_ERR ? " error" : "", (int)n, line);
+}
+
+int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struct vw_server **out)
+{
+	struct lws_context_creation_info ci;
+	struct vw_server *sv = calloc(1, sizeof(*sv));
+	int rc;
+
+	if (!sv)
+		return -ENOMEM;
+	sv->o = *o;
+	sv->feed = feed;
+	if (o->tokens) {
+		sv->tokens = *o->tokens;
+		sv->have_tokens = true;
+	}
+	rc = assets_scan(sv, o->assets, "", 0);
+	if (rc || !asset_find(sv, "/")) {
+		vw_log("assets: %s has no index.html", o->assets);
+		free(sv);
+		return rc ? rc : -ENOENT;
+	}
+	rc = vw_control_open(o->ctl_endpoint, 3.0, &sv->ctl);
+	if (rc) {
+		vw_log("control socket %s: %s", o->ctl_endpoint, strerror(-rc));
+		free(sv);
+		return rc;
+	}
+	lws_set_log_level(LLL_ERR | LLL_WARN, lws_emit);
+	memset(&ci, 0, sizeof(ci));
+	ci.options = LWS_SERVER_OPTION_EXPLICIT_VHOSTS |
+	             (o->cert ? LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT : 0);
+	ci.user = sv;
+	ci.protocols = protocols;
+	ci.port = CONTEXT_PORT_NO_LISTEN;
+	sv->ctx = lws_create_context(&ci);
+	if (!sv->ctx) {
+		vw_control_close(sv->ctl);
+		free(sv);
+		return -EIO;
+	}
+	memset(&ci, 0, sizeof(ci));
+	ci.port = o->port;
+	ci.iface = o->addr[0] ? o->addr : NULL;
+	ci.protocols = protocols;
+	ci.vhost_name = "volrec-view";
+	ci.options = o->cert ? LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT : 0;
+	if (o->addr[0] && !strchr(o->addr, ':'))
+		ci.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+	ci.ssl_cert_filepath = o->cert;
+	ci.ssl_private_key_filepath = o->key;
+	ci.alpn = "http/1.1"; /* WebSockets over HTTP/1.1 upgrades, as on plain http */
+	ci.keepalive_timeout = 30;
+	ci.timeout_secs = 30;
+	sv->vh = lws_create_vhost(sv->ctx, &ci);
+	if (!sv->vh) {
+		vw_log("cannot listen on %s:%d%s", o->addr[0] ? o->addr : "*", o->port,
+		       o->cert ? " (or the certificate and key were refused)" : "");
+		lws_context_destroy(sv->ctx);
+		vw_control_close(sv->ctl);
+		free(sv);
+		return -EADDRNOTAVAIL;
+	}
+	sv->port = lws_get_vhost_listen_port(sv->vh);
+	lws_sul_schedule(sv->ctx, 0, &sv->sul_tick, tick_cb, 250 * LWS_US_PER_MS);
+	*out = sv;
+	return 0;
+}
+
+int vw_server_port(const struct vw_server *s)
+{
+	return s->port;
+}
+
+void vw_server_wake(void *server)
+{
+	struct vw_server *sv = server;
+
+	lws_cancel_service(sv->ctx);
+}
+
+int vw_server_run(struct vw_server *s)
+{
+	while (!s->stop)
+		if (lws_service(s->ctx, 0) < 0)
+			return -EIO;
+	return 0;
+}
+
+void vw_server_stop(struct vw_server *s)
+{
+	s->stop = 1;
+	lws_cancel_service(s->ctx);
+}
+
+void vw_server_destroy(struct vw_server *s)
+{
+	if (!s)
+		return;
+	lws_context_destroy(s->ctx);
+	vw_control_close(s->ctl);
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		vw_frame_free(s->frame[k]);
+	text_free(&s->status);
+	text_free(&s->state);
+	text_free(&s->event);
+	free(s);
+}

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: MIT
+// A line-oriented driver of Debian's chromium through playwright-core, for the viewer's tests
+// (tests/integration/test_view_browser.py) and benchmark (bench/view_bench.py). It reads one
+// JSON command per line on stdin and answers each with one JSON line on stdout:
+//   {"op": "open", "url": U, "width": W, "height": H}  -> {"ok": true, "page": N}
+//   {"op": "eval", "page": N, "expr": JS}               -> {"ok": true, "value": ...}
+//   {"op": "wait", "page": N, "expr": JS, "timeout_ms": T} (until expr is truthy)
+//   {"op": "click", "page": N, "selector": S, "x": fx, "y": fy}   (fractions of the element)
+//   {"op": "drag", "page": N, "selector": S, "from": [fx, fy], "to": [fx, fy]}
+//   {"op": "select", "page": N, "selector": S, "value": V}
+//   {"op": "fill", "page": N, "selector": S, "value": V}  (a range input, then "change")
+//   {"op": "screenshot", "page": N, "path": P}
+//   {"op": "close", "page": N}, {"op": "quit"}
+// The browser: /usr/bin/chromium (CHROMIUM overrides), headless, no sandbox (a container), no
+// GPU, no network beyond the page, a new empty profile; nothing is downloaded.
+'use strict';
+
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const readline = require('readline');
+const { chromium } = require('playwright-core');
+
+const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  '--no-proxy-server', '--ignore-certificate-errors', '--use-angle=swiftshader'];
+
+async function main() {
+  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'volrec-chromium-'));
+  const ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true, args: ARGS, ignoreHTTPSErrors: true, bypassCSP: true,
+    viewport: { width: 1280, height: 800 },
+  });
+  const pages = new Map();
+  let next = 1;
+  const errors = [];
+  const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
+
+  async function box(page, selector) {
+    const b = await page.locator(selector).first().boundingBox();
+    if (!b) throw new Error(`${selector}: not visible`);
+    return b;
+  }
+
+  const rl = readline.createInterface({ input: process.stdin });
+  for await (const line of rl) {
+    if (!line.trim()) continue;
+    let cmd;
+    try { cmd = JSON.parse(line); } catch (e) { out({ ok: false, error: `not JSON: ${line}` }); continue; }
+    try {
+      const page = cmd.page !== undefined ? pages.get(cmd.page) : null;
+      if (cmd.page !== undefined && !page) throw new Error(`no page ${cmd.page}`);
+      switch (cmd.op) {
+        case 'open': {
+          const p = await ctx.newPage();
+          if (cmd.width) await p.setViewportSize({ width: cmd.width, height: cmd.height || 800 });
+          p.on('pageerror', (e) => errors.push(String(e)));
+          p.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+          const resp = await p.goto(cmd.url, { waitUntil: 'load' });
+          const n = next++;
+          pages.set(n, p);
+          out({ ok: true, page: n, status: resp ? resp.status() : null });
+          break;
+        }
+        case 'eval':
+          out({ ok: true, value: await page.evaluate(cmd.expr) });
+          break;
+        case 'wait':
+          await page.waitForFunction(cmd.expr, null, { timeout: cmd.timeout_ms || 20000, polling: 50 });
+          out({ ok: true });
+          break;
+        case 'click': {
+          const b = await box(page, cmd.selector);
+          await page.mouse.click(b.x + b.width * cmd.x, b.y + b.height * cmd.y);
+          out({ ok: true });
+          break;
+        }
+        case 'drag': {
+          const b = await box(page, cmd.selector);
+          await page.mouse.move(b.x + b.width * cmd.from[0], b.y + b.height * cmd.from[1]);
+          await page.mouse.down();
+          await page.mouse.move(b.x + b.width * cmd.to[0], b.y + b.height * cmd.to[1], { steps: 8 });
+          await page.mouse.up();
+          out({ ok: true });
+          break;
+        }
+        case 'select':
+          await page.selectOption(cmd.selector, cmd.value);
+          out({ ok: true });
+          break;
+        case 'fill':
+          await page.$eval(cmd.selector, (el, v) => {
+            el.value = v;
+            el.dispatchEvent(new Event('change'));
+          }, String(cmd.value));
+          out({ ok: true });
+          break;
+        case 'screenshot':
+          await page.screenshot({ path: cmd.path });
+          out({ ok: true });
+          break;
+        case 'close':
+          await page.close();
+          pages.delete(cmd.page);
+          out({ ok: true });
+          break;
+        case 'errors':
+          out({ ok: true, value: errors.splice(0) });
+          break;
+        case 'quit':
+          out({ ok: true });
+          await ctx.close();
+          fs.rmSync(profile, { recursive: true, force: true });
+          return;
+        default:
+          throw new Error(`unknown op ${cmd.op}`);
+      }
+    } catch (e) {
+      out({ ok: false, error: String(e && e.message ? e.message : e) });
+    }
+  }
+  await ctx.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+}
+
+main().catch((e) => { process.stderr.write(`driver: ${e.stack || e}\n`); process.exit(1); });

@@ -1,0 +1,315 @@
+# SPDX-License-Identifier: MIT
+"""`volrec calibrate` on data with known answers: the simulator's mirror (known non-linear k and
+dispersion: the recovered corrections must give a point spread within 10 % of the one the exact
+corrections give), the simulator's tilted reflector (dispersion coefficients, the pixel order
+of a wavelength polynomial), a synthetic blocked-arm recording (reference spectrum and its shape
+check), the real sample of tests/data/oct-calibration-example (dispersion against the shipped
+table), and inputs that cannot support a calibration, each refused with its message."""
+import re
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+h5py = pytest.importorskip("h5py")
+
+K = 512
+DB = (0.0, 160.0)
+
+
+def run(bin_dir, *args):
+    return subprocess.run([str(bin_dir / "volrec"), *map(str, args)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def ok(p):
+    assert p.returncode == 0, f"stdout: {p.stdout}\nstderr: {p.stderr}"
+    return p.stdout
+
+
+def geometry(k, nx, ny):
+    return (f"geometry:\n  samples_per_ascan: {k}\n  ascans_per_bscan: {nx}\n"
+            f"  bscans_per_volume: {ny}\n  stride: [1, 1]\n")
+
+
+def simulate(bin_dir, tmp_path, name, phantom, geo, extra=()):
+    cfg = tmp_path / f"{name}-sim.yaml"
+    cfg.write_text(f"source:\n  type: synth\n  rate: 25\n  synth: {{seed: 11, phantom: "
+                   f"{phantom}, snr_db: 40}}\n" + geo)
+    rp = tmp_path / f"{name}.rp"
+    ok(run(bin_dir, "sim", "-c", cfg, "-o", rp, "-n", 1, *extra))
+    b = rp.read_bytes()
+    epochs, = struct.unpack_from("<Q", b, 32)
+    flags, meta_len = struct.unpack_from("<II", b, 48)
+    start = 64 + (8 * epochs if flags & 2 else 0)
+    meta = dict(line.split(":", 1) for line in b[start:start + meta_len].decode().splitlines()
+                if line and not line.startswith("#"))
+    return rp, meta["resample_poly"].strip(), meta["dispersion_coeffs"].strip()
+
+
+def process(bin_dir, tmp_path, rp, geo, name, pre):
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(f"backend: cpu\nsource:\n  type: replay\n  rate: 0\n  replay: {{path: {rp}}}\n"
+                   + geo + f"preprocess:\n  db_range: [{DB[0]}, {DB[1]}]\n" + pre
+                   + "reconstruct: {mode: none}\n")
+    out = tmp_path / f"{name}.h5"
+    ok(run(bin_dir, "process", "-c", cfg, "-o", out, "--lowres"))
+    with h5py.File(out, "r") as f:
+        return f["lowres"][:]
+
+
+def fwhm(a, lo, hi):
+    b = lo + int(np.argmax(a[lo:hi]))
+    half = a[b] / 2
+    z = b
+    while z > 0 and a[z - 1] >= half:
+        z -= 1
+    left = z - (a[z] - half) / (a[z] - a[z - 1]) if z > 0 else 0.0
+    z = b
+    while z + 1 < len(a) and a[z + 1] >= half:
+        z += 1
+    right = z + (a[z] - half) / (a[z] - a[z + 1]) if z + 1 < len(a) else len(a) - 1.0
+    return right - left, b
+
+
+def mirror_fwhm(low):
+    amp = 10.0 ** ((DB[0] + low.astype(np.float64) * (DB[1] - DB[0])) / 20.0)
+    w = [fwhm(a, K // 8, K // 2) for a in amp.reshape(-1, amp.shape[-1])]
+    return float(np.mean([x[0] for x in w])), sorted({x[1] for x in w})
+
+
+def number(pattern, text):
+    m = re.search(pattern, text)
+    assert m, f"'{pattern}' not in:\n{text}"
+    return [float(g) for g in m.groups()]
+
+
+@pytest.fixture
+def mirrors(bin_dir, tmp_path):
+    geo = geometry(K, 16, 4)
+    rp1, poly, disp = simulate(bin_dir, tmp_path, "mirror1", "mirror", geo)
+    rp2, _, _ = simulate(bin_dir, tmp_path, "mirror2", "mirror", geo, ("--mirror-mm", 0.6))
+    ideal, bins = mirror_fwhm(process(bin_dir, tmp_path, rp1, geo, "ideal",
+                                      f"  resample: {{method: cubic, poly: {poly}}}\n"
+                                      f"  dispersion: {{coeffs: {disp}}}\n"))
+    assert bins == [K // 4]
+    return geo, rp1, rp2, ideal
+
+
+def test_klin_two_depths_recover_the_point_spread(bin_dir, tmp_path, mirrors):
+    geo, rp1, rp2, ideal = mirrors
+    out = tmp_path / "klin2"
+    out.mkdir()
+    text = ok(run(bin_dir, "calibrate", "--klin", "-o", out, rp1, rp2))
+    a2, a3 = number(r"\[a2, a3\] = \[(\S+), (\S+)\] rad", text)
+    got, bins = mirror_fwhm(process(
+        bin_dir, tmp_path, rp1, geo, "klin2",
+        f"  resample: {{method: cubic, table: {out / 'resample_table.txt'}}}\n"
+        f"  dispersion: {{table: {out / 'dispersion_table.txt'}}}\n"))
+    print(f"mirror FWHM: ideal {ideal:.3f} bins, from --klin at two depths {got:.3f}; "
+          f"dispersion [{a2}, {a3}] (simulator: [30, -12])")
+    assert bins == [K // 4]
+    assert abs(got - ideal) <= 0.1 * ideal, (got, ideal)
+    assert abs(a2 - 30) < 5, a2
+    # the fragment is a valid configuration
+    frag = (out / "klin.yaml").read_text()
+    assert "table: resample_table.txt" in frag and "table: dispersion_table.txt" in frag
+    cfg = out / "check.yaml"
+    cfg.write_text(geo + frag)
+    ok(subprocess.run([str(bin_dir / "volrecd"), "--check", "-c", str(cfg)],
+                      capture_output=True, text=True, timeout=30))
+    assert (out / "klin.png").stat().st_size > 0
+
+
+def test_klin_one_depth_is_sharp_at_that_depth(bin_dir, tmp_path, mirrors):
+    geo, rp1, _, ideal = mirrors
+    out = tmp_path / "klin1"
+    out.mkdir()
+    text = ok(run(bin_dir, "calibrate", "--klin", "-o", out, rp1))
+    assert "one depth" in text and "dispersion_table" not in text
+    got, _ = mirror_fwhm(process(
+        bin_dir, tmp_path, rp1, geo, "klin1",
+        f"  resample: {{method: cubic, table: {out / 'resample_table.txt'}}}\n"))
+    print(f"mirror FWHM: ideal {ideal:.3f} bins, from --klin at one depth {got:.3f}")
+    assert abs(got - ideal) <= 0.1 * ideal, (got, ideal)
+
+
+@pytest.fixture
+def tilted(bin_dir, tmp_path):
+    geo = geometry(1024, 64, 4)
+    rp, poly, disp = simulate(bin_dir, tmp_path, "tilted", "tilted", geo)
+    return geo, rp, poly, disp
+
+
+def test_dispersion_on_the_tilted_reflector(bin_dir, tmp_path, tilted):
+    geo, rp, poly, _ = tilted
+    cfg = tmp_path / "disp.yaml"
+    cfg.write_text(geo + f"preprocess:\n  background: {{mode: bscan_mean}}\n"
+                   f"  resample: {{method: cubic, poly: {poly}}}\n")
+    text = ok(run(bin_dir, "calibrate", "--dispersion", "-c", cfg, "-o", tmp_path, rp))
+    before, = number(r"sharpness .*: (\S+) with the configured dispersion \(none\)", text)
+    a2, a3, after = number(r"\[a2, a3\] = \[(\S+), (\S+)\] rad: sharpness (\S+)", text)
+    print(f"tilted reflector: [a2, a3] = [{a2}, {a3}] (simulator: [30, -12]), sharpness "
+          f"{before} -> {after}")
+    assert abs(a2 - 30) < 1.5 and abs(a3 + 12) < 3, (a2, a3)
+    assert after > 1.5 * before
+    assert "coeffs: [" in (tmp_path / "dispersion.yaml").read_text()
+    assert len((tmp_path / "dispersion_table.txt").read_text().splitlines()) == 1024 + 1
+
+
+@pytest.mark.parametrize("sample_type", ["u12p", "u12gv"])
+def test_dispersion_on_packed_12bit_recordings(bin_dir, tmp_path, sample_type):
+    # a camera's packed 12-bit samples (ALGORITHMS.md section 0), read from the replay file
+    geo = geometry(1024, 64, 4) + f"  sample_type: {sample_type}\n"
+    rp, poly, _ = simulate(bin_dir, tmp_path, "tilted12", "tilted", geo)
+    cfg = tmp_path / "disp12.yaml"
+    cfg.write_text(geo + f"preprocess:\n  background: {{mode: bscan_mean}}\n"
+                   f"  resample: {{method: cubic, poly: {poly}}}\n")
+    text = ok(run(bin_dir, "calibrate", "--dispersion", "-c", cfg, "-o", tmp_path, rp))
+    before, = number(r"sharpness .*: (\S+) with the configured dispersion \(none\)", text)
+    a2, a3, after = number(r"\[a2, a3\] = \[(\S+), (\S+)\] rad: sharpness (\S+)", text)
+    print(f"tilted reflector, {sample_type}: [a2, a3] = [{a2}, {a3}] (simulator: [30, -12])")
+    assert abs(a2 - 30) < 1.5 and abs(a3 + 12) < 3, (a2, a3)
+    assert after > 1.5 * before
+
+
+def wavelength_poly(rp_poly, k):
+    """A cubic wavelength polynomial (nm) whose linear-k resampling undoes the simulator's
+    non-linearity: kappa linear in the simulator's linear-k coordinate u, 800 to 880 nm."""
+    c = [float(v) for v in rp_poly.strip("[]").split(",")]
+    j = np.arange(k)
+    pos = c[0] + c[1] * (j / (k - 1)) + c[2] * (j / (k - 1)) ** 2 + c[3] * (j / (k - 1)) ** 3
+    u = np.interp(np.arange(k), pos, j)  # linear-k coordinate of each pixel
+    kap = 2 * np.pi / 800 - (2 * np.pi / 800 - 2 * np.pi / 880) * u / (k - 1)
+    lam = 2 * np.pi / kap
+    return np.polynomial.polynomial.polyfit(j, lam, 3)
+
+
+@pytest.mark.parametrize("phantom", ["tilted", "retina"])
+def test_orientation_picks_the_sharper_pixel_order(bin_dir, tmp_path, phantom):
+    geo = geometry(1024, 64, 4)
+    rp, poly, disp = simulate(bin_dir, tmp_path, phantom, phantom, geo)
+    lam = wavelength_poly(poly, 1024)
+    M = 1023.0
+    rev = [lam[0] + lam[1] * M + lam[2] * M ** 2 + lam[3] * M ** 3,
+           -lam[1] - 2 * lam[2] * M - 3 * lam[3] * M ** 2, lam[2] + 3 * lam[3] * M, -lam[3]]
+    cfg = tmp_path / "orient.yaml"
+    cfg.write_text(geo + f"preprocess:\n  background: {{mode: bscan_mean}}\n"
+                   f"  dispersion: {{coeffs: {disp}}}\n")
+    for given, want in ((lam, "as given"), (rev, "reversed")):
+        arg = ",".join(f"{v:.12g}" for v in given)
+        text = ok(run(bin_dir, "calibrate", "--orientation", "-c", cfg, "--wavelength-nm", arg,
+                      "-o", tmp_path, rp))
+        print(text)
+        assert f"pixel order: {want}" in text
+        gain, = number(r"sharper by (\S+) %", text)
+        assert gain > 5
+        written = number(r"wavelength_nm: \[(\S+), (\S+), (\S+), (\S+)\]",
+                         (tmp_path / "orientation.yaml").read_text())
+        assert np.allclose(written, lam, rtol=1e-6, atol=1e-9)
+
+
+def test_reference_and_its_shape_check(bin_dir, tmp_path):
+    k, nx = 256, 32
+    rng = np.random.default_rng(1)
+    j = np.arange(k)
+    env = 20000 * np.exp(-0.5 * ((j - k / 2) / (0.3 * k)) ** 2) + 1000
+    blocked = (env + rng.normal(0, 30, (4 * nx, k))).astype("<u2")
+    blocked.tofile(tmp_path / "blocked.raw")
+    fringe = 800 * np.cos(2 * np.pi * 40 * j / k + rng.uniform(0, 6.3, (4 * nx, 1)))
+    (1.1 * env + fringe).astype("<u2").tofile(tmp_path / "same.raw")
+    shifted = 20000 * np.exp(-0.5 * ((j - 0.6 * k) / (0.3 * k)) ** 2) + 1000
+    (shifted + fringe).astype("<u2").tofile(tmp_path / "other.raw")
+    cfg = tmp_path / "ref.yaml"
+    cfg.write_text(geometry(k, nx, 4))
+    text = ok(run(bin_dir, "calibrate", "--reference", "-c", cfg, "-o", tmp_path,
+                  "--check", tmp_path / "same.raw", tmp_path / "blocked.raw"))
+    assert "matches the data's spectral shape" in text and "warning" not in text
+    ref = np.loadtxt(tmp_path / "reference.txt")
+    assert np.allclose(ref, blocked.astype(float).mean(axis=0), rtol=1e-6)
+    assert "mode: reference" in (tmp_path / "reference.yaml").read_text()
+    text = ok(run(bin_dir, "calibrate", "--reference", "-c", cfg, "-o", tmp_path,
+                  "--check", tmp_path / "other.raw", tmp_path / "blocked.raw"))
+    assert "warning: the reference does not match the data's spectral shape" in text
+
+
+REAL = "tests/data/oct-calibration-example"
+
+
+def test_dispersion_on_the_real_sample(bin_dir, tmp_path, src_dir):
+    d = src_dir / REAL
+    base = (f"geometry: {{samples_per_ascan: 1024, sample_type: f32, ascans_per_bscan: 100, "
+            f"bscans_per_volume: 10, stride: [1, 1], depth_range: [20, 300]}}\n"
+            f"preprocess:\n  background: {{mode: bscan_mean}}\n"
+            f"  resample: {{method: cubic, table: {d / 'klinear_indices.txt'}}}\n")
+    cfg = tmp_path / "real.yaml"
+    cfg.write_text(base + f"  dispersion: {{table: {d / 'dispersion_phase.txt'}}}\n")
+    text = ok(run(bin_dir, "calibrate", "--dispersion", "-c", cfg, "-n", 500, "-o", tmp_path,
+                  d / "volume_10x100x1024_f32le.raw"))
+    shipped, = number(r"sharpness .*: (\S+) with the configured dispersion \(table\)", text)
+    a2, a3, ours = number(r"\[a2, a3\] = \[(\S+), (\S+)\] rad: sharpness (\S+)", text)
+    table, = number(r"table with .*: (\S+) \(", text)
+    print(f"real sample: sharpness with the shipped table {shipped}, with [a2, a3] = "
+          f"[{a2}, {a3}] {ours}, with the a2..a5 table {table}")
+    assert ours >= shipped * 0.999
+    assert table >= ours
+
+
+# ---- refusals ------------------------------------------------------------------------------
+
+def test_klin_refuses_data_without_a_reflector(bin_dir, tmp_path):
+    geo = geometry(K, 16, 4)
+    rp, _, _ = simulate(bin_dir, tmp_path, "retina", "retina", geo)
+    p = run(bin_dir, "calibrate", "--klin", "-o", tmp_path, rp)
+    assert p.returncode == 1 and "no reflector peak" in p.stderr, p.stderr
+
+
+def test_klin_refuses_saturated_data(bin_dir, tmp_path, mirrors):
+    geo, rp1, _, _ = mirrors
+    b = rp1.read_bytes()
+    header_size, = struct.unpack_from("<I", b, 12)
+    s = np.frombuffer(b[header_size:], dtype="<u2").astype(float)
+    np.clip(s * 2.5, 0, 65535).astype("<u2").tofile(tmp_path / "sat.raw")
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(geo)
+    p = run(bin_dir, "calibrate", "--klin", "-c", cfg, "-o", tmp_path, tmp_path / "sat.raw")
+    assert p.returncode == 1 and "saturated" in p.stderr and "65535" in p.stderr, p.stderr
+
+
+def test_refusals_name_the_problem(bin_dir, tmp_path, mirrors):
+    geo, rp1, _, _ = mirrors
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(geo)
+    np.zeros((20, K), dtype="<u2").tofile(tmp_path / "few.raw")
+    cases = [
+        (["--dispersion", "-c", cfg, tmp_path / "few.raw"], 1, "too few A-scans"),
+        (["--klin", tmp_path / "few.raw"], 2 - 1, "give its geometry"),
+        (["--dispersion", rp1, rp1], 2, "two inputs only with --klin"),
+        ([rp1], 2, "say what to calibrate"),
+        (["--klin"], 2, "no input"),
+        (["--orientation", rp1], 2, "needs a wavelength polynomial"),
+        (["--klin", "--dispersion", rp1], 2, "choose one of"),
+        (["--klin", tmp_path / "missing.rp"], 1, "No such file"),
+        (["--klin", "--zmin", "0", rp1], 2, "--zmin 0"),
+        (["--dispersion", "--range", "-3", rp1], 2, "--range -3"),
+    ]
+    for args, code, msg in cases:
+        p = run(bin_dir, "calibrate", "-o", tmp_path, *args)
+        assert p.returncode == code and msg in p.stderr, (args, p.returncode, p.stderr)
+
+
+def test_hdf5_input(bin_dir, tmp_path, mirrors):
+    geo, rp1, _, _ = mirrors
+    b = rp1.read_bytes()
+    header_size, = struct.unpack_from("<I", b, 12)
+    s = np.frombuffer(b[header_size:], dtype="<u2").reshape(1, 4, 16, K)
+    with h5py.File(tmp_path / "raw.h5", "w") as f:
+        f["raw"] = s
+    text = ok(run(bin_dir, "calibrate", "--klin", "-o", tmp_path, tmp_path / "raw.h5"))
+    assert "hdf5, 512 samples x 16 A-scans, 4 B-scans" in text
+    assert "mirror at depth bin" in text
+    with h5py.File(tmp_path / "vol.h5", "w") as f:
+        f["volumes"] = np.zeros((1, 2, 2, 2), dtype="u1")
+    p = run(bin_dir, "calibrate", "--klin", "-o", tmp_path, tmp_path / "vol.h5")
+    assert p.returncode == 1 and "no dataset /raw" in p.stderr, p.stderr

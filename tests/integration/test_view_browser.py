@@ -1,0 +1,309 @@
+# SPDX-License-Identifier: MIT
+"""`volrec view` in a real browser (Debian's chromium through playwright-core): the page
+connects and draws all four panes with exactly the pictures libvolrec reads for the same
+volume, clicks and drags reach the daemon's control socket and come back in the next pictures,
+two browsers at once, a publisher restart followed without a reload, TLS with tokens (401
+without one) beyond loopback, and bad requests answered with errors without harm.
+
+The publisher is tests/view/view_testpub (views computed by cpu/views.c, control answered by
+daemon/vrd_ctl.c) until volrecd publishes views itself; VOLREC_VIEW_PUBLISHER=volrecd runs the
+same tests against the real daemon. A screenshot of the page lands in $VOLREC_BUILD/view.png
+(VOLREC_UPDATE_SCREENSHOT=1 also writes docs/images/view.png, the README's)."""
+import http.client
+import os
+import shutil
+import ssl
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import BUILD, SRC
+from viewkit import (ALL_DRAWN, Browser, Recorder, Viewer, make_publisher, pane, viridis,
+                     wait_for)
+
+PANES = {"enface": "enface_mean", "bscan": "bscan", "slice": "slice", "render": "render"}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    b = Browser()
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def live(build_dir, bin_dir):
+    """A publisher, a recorder of its pictures and a viewer on loopback."""
+    made = []
+    pub = make_publisher(build_dir).start()
+    made.append(pub)
+    rec = Recorder(build_dir, pub)
+    made.append(rec)
+    view = Viewer(bin_dir, pub)
+    made.append(view)
+    yield pub, rec, view
+    for m in reversed(made):
+        m.close()
+
+
+def expect_same_as_published(rec, got):
+    want, params = rec.picture(got["kind"], got["volumeId"])
+    assert got["pixels"].shape == want.shape, (got["kind"], got["pixels"].shape, want.shape)
+    np.testing.assert_array_equal(got["pixels"], want, err_msg=f"{got['kind']} decoded")
+    return want, params
+
+
+def canvas_red(got, transpose):
+    return got["canvas"][:, :, 0].T if transpose else got["canvas"][:, :, 0]
+
+
+def test_page_draws_all_four_panes_with_the_published_pictures(browser, live, tmp_path):
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    for name, kind in PANES.items():
+        got = pane(browser, page, name)
+        assert got["kind"] == kind
+        want, params = expect_same_as_published(rec, got)
+        # the canvas holds the picture: grey levels equal the values (B-scan/slice: depth down)
+        drawn = canvas_red(got, name in ("bscan", "slice"))
+        np.testing.assert_array_equal(drawn, want, err_msg=f"{name} canvas")
+        assert np.ptp(want) > 25, f"{name}: the test picture should have contrast"
+        assert list(got["position"]) == [int(x) for x in params["position"]] or kind == "render"
+    # the perceptual colormap is applied to the same values
+    browser.cmd("select", page=page, selector="#colormap", value="viridis")
+    browser.wait(page, "window.volrecView.panes.bscan.cmap === 'viridis'")
+    got = pane(browser, page, "bscan")
+    want, _ = expect_same_as_published(rec, got)
+    rgb = got["canvas"].transpose(1, 0, 2)
+    assert np.abs(rgb.astype(int) - viridis(want).astype(int)).max() <= 1
+    browser.cmd("select", page=page, selector="#colormap", value="gray")
+    # the screenshot with a rotated render, as an operator would look at it
+    assert browser.eval(page, "window.volrecView.set({'view.render.angles_deg': [35, 25]})")["ok"]
+    browser.wait(page, "window.volrecView.panes.render.shown.angles[0] === 35")
+    browser.eval(page, "new Promise(r => setTimeout(r, 1500))")  # a little history in the plots
+    shot = BUILD / "view.png"
+    browser.cmd("screenshot", page=page, path=str(shot))
+    if os.environ.get("VOLREC_UPDATE_SCREENSHOT") == "1":
+        (SRC / "docs" / "images").mkdir(exist_ok=True)
+        shutil.copy(shot, SRC / "docs" / "images" / "view.png")
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
+def test_clicking_the_enface_moves_the_bscan(browser, live):
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    Y, X = browser.eval(page, "window.volrecView.shape.slice(0, 2)")
+    z0 = browser.eval(page, "window.volrecView.position[2]")
+    y, x = int(0.75 * Y), int(0.2 * X)
+    browser.cmd("click", page=page, selector="canvas[data-pane=enface]", x=(x + 0.5) / X,
+                y=(y + 0.5) / Y)
+    # the daemon took it, and the next B-scan is the one at the new y
+    wait_for(lambda: pub.control.get("view.position") == [y, x, z0], what="the position set")
+    browser.wait(page, f"window.volrecView.panes.bscan.shown.position[0] === {y} && "
+                 f"window.volrecView.panes.slice.shown.position[1] === {x}")
+    got = pane(browser, page, "bscan")
+    want, params = expect_same_as_published(rec, got)
+    assert params["position"][:2] == [y, x]
+    browser.cmd("close", page=page)
+
+
+def test_db_range_and_slab_sliders_reach_the_daemon(browser, live):
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    browser.wait(page, "window.volrecView.replies.length >= 1")  # the initial get
+    browser.cmd("fill", page=page, selector="#db-lo", value=15)
+    wait_for(lambda: pub.control.get("preprocess.db_range")[0] == 15, what="db_range set")
+    browser.cmd("fill", page=page, selector="#db-hi", value=80)
+    wait_for(lambda: pub.control.get("preprocess.db_range") == [15, 80], what="db_range set")
+    browser.cmd("fill", page=page, selector="#slab-a", value=10)
+    wait_for(lambda: pub.control.get("view.slab")[0] == 10, what="slab set")
+    browser.wait(page, "window.volrecView.panes.enface.shown.slab[0] === 10")
+    expect_same_as_published(rec, pane(browser, page, "enface"))
+    browser.cmd("close", page=page)
+
+
+def test_dragging_the_render_rotates_it(browser, live):
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    before = pane(browser, page, "render")
+    browser.cmd("drag", page=page, selector="canvas[data-pane=render]", **{"from": [0.5, 0.5]},
+                to=[0.8, 0.3])
+    az, el = wait_for(lambda: (lambda a: a if a[0] > 5 and a[1] > 5 else None)(
+        pub.control.get("view.render.angles_deg")), what="the render angles set")
+    browser.wait(page, "(a => a[0] > 5 && a[1] > 5)(window.volrecView.panes.render.shown.angles)")
+    after = pane(browser, page, "render")
+    want, params = expect_same_as_published(rec, after)
+    assert params["angles"][0] > 5 and params["angles"][1] > 5
+    assert not np.array_equal(after["pixels"], before["pixels"]), "a rotated render differs"
+    browser.cmd("close", page=page)
+
+
+def test_two_browsers_see_each_others_changes(browser, live):
+    pub, rec, view = live
+    a, b = browser.open(view.url), browser.open(view.url)
+    for p in (a, b):
+        browser.wait(p, ALL_DRAWN)
+    Y, X = browser.eval(a, "window.volrecView.shape.slice(0, 2)")
+    y, x = int(0.1 * Y), int(0.9 * X)
+    browser.cmd("click", page=a, selector="canvas[data-pane=enface]", x=(x + 0.5) / X,
+                y=(y + 0.5) / Y)
+    browser.wait(b, f"window.volrecView.panes.bscan.shown.position[0] === {y} && "
+                 f"window.volrecView.panes.bscan.shown.position[1] === {x}")
+    for p in (a, b):
+        expect_same_as_published(rec, pane(browser, p, "slice"))
+    assert "browser 2 connected" in view.log_text()
+    for p in (a, b):
+        browser.cmd("close", page=p)
+
+
+def test_viewer_follows_a_publisher_restart(browser, live):
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    session = pane(browser, page, "bscan")["session"]
+    pub.stop()
+    browser.wait(page, "window.volrecView.daemon === 'stopped'")
+    pub.start()
+    browser.wait(page, f"window.volrecView.panes.bscan.shown.session !== '{session}' && "
+                 "window.volrecView.daemon === 'connected'", timeout_ms=30000)
+    browser.wait(page, "window.volrecView.connected")
+    assert browser.eval(page, "window.volrecView.errors.length") == 0
+    assert "new session" in view.log_text() or "is back" in view.log_text()
+    browser.cmd("close", page=page)
+
+
+def test_bad_messages_get_errors_and_nothing_else_breaks(browser, live):
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    send = "window.volrecView.ws.send(%s)"
+    for msg in ("'not json'", "JSON.stringify({type: 'launch'})", "'x'.repeat(5000)",
+                "new Uint8Array([1, 2, 3])", "JSON.stringify({type: 'subscribe', views: ['volume']})",
+                "JSON.stringify({type: 'set', values: {}})", "JSON.stringify([1, 2])"):
+        browser.eval(page, send % msg)
+    browser.wait(page, "window.volrecView.errors.length >= 7")
+    errors = browser.eval(page, "window.volrecView.errors.map(e => e.error)")
+    for part in ("not a JSON object", "unknown type 'launch'", "longer than 4096 bytes",
+                 "binary messages", "unknown picture", "values: need an object", "not a JSON object"):
+        assert any(part in e for e in errors), (part, errors)
+    # an invalid value: the daemon's own message comes back; nothing changed
+    r = browser.eval(page, "window.volrecView.set({'view.position': [9999, 0, 0]})")
+    assert not r["ok"] and "view.position" in r["error"], r
+    r = browser.eval(page, "window.volrecView.set({'geometry.stride': [2, 2]})")
+    assert not r["ok"], r
+    # still serving, to this page and to a new one
+    vid = browser.eval(page, "window.volrecView.panes.bscan.shown.volumeId")
+    browser.wait(page, f"window.volrecView.panes.bscan.shown.volumeId > {vid}")
+    other = browser.open(view.url)
+    browser.wait(other, ALL_DRAWN)
+    assert view.proc.poll() is None
+    log = view.log_text()
+    assert "unknown type 'launch'" in log and "binary messages" in log
+    for p in (page, other):
+        browser.cmd("close", page=p)
+
+
+# ---- beyond loopback: TLS and tokens ----------------------------------------------------------
+
+@pytest.fixture
+def tls(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=volrec-view-test", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# test tokens\nview: viewtoken-0123456789abcdef\n"
+                      "control: controltoken-0123456789abcdef\n")
+    tokens.chmod(0o600)
+    return cert, key, tokens
+
+
+def https(port, path, headers=None):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    c.request("GET", path, headers=headers or {})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, dict(r.getheaders()), body
+
+
+def test_beyond_loopback_needs_tls_and_tokens(browser, build_dir, bin_dir, tls):
+    cert, key, tokens = tls
+    pub = make_publisher(build_dir).start()
+    try:
+        r = subprocess.run([str(bin_dir / "volrec"), "view", "-i", pub.instance, "-r",
+                            str(pub.run_dir), "--listen", "0.0.0.0:0"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and "needs TLS" in r.stderr, r.stderr
+        tokens.chmod(0o644)
+        r = subprocess.run([str(bin_dir / "volrec"), "view", "-i", pub.instance, "-r",
+                            str(pub.run_dir), "--listen", "0.0.0.0:0", "--cert", str(cert),
+                            "--key", str(key), "--token-file", str(tokens)],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and "readable by others" in r.stderr, r.stderr
+        tokens.chmod(0o600)
+        view = Viewer(bin_dir, pub, "--cert", str(cert), "--key", str(key), "--token-file",
+                      str(tokens), listen="0.0.0.0:0")
+        try:
+            assert view.scheme == "https"
+            # no token, a wrong one, a WebSocket upgrade without one: 401 and nothing else
+            for path, hdrs in (("/", {}), ("/view.js", {}), ("/?token=wrong-0123456789abcdef", {}),
+                               ("/ws", {"Upgrade": "websocket", "Connection": "Upgrade",
+                                        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                                        "Sec-WebSocket-Version": "13",
+                                        "Sec-WebSocket-Protocol": "volrec-view"})):
+                status, headers, body = https(view.port, path, hdrs)
+                assert status == 401 and body == b"", (path, status, body[:100])
+            status, _, body = https(view.port, "/", {"Authorization":
+                                                     "Bearer viewtoken-0123456789abcdef"})
+            assert status == 200 and b"volrec view" in body
+            # a view token: the page works over https/wss, but may not set
+            page = browser.open(f"https://127.0.0.1:{view.port}/?token=viewtoken-0123456789abcdef")
+            browser.wait(page, ALL_DRAWN)
+            assert browser.eval(page, "window.volrecView.control") is False
+            r = browser.eval(page, "window.volrecView.set({'view.position': [1, 1, 1]})")
+            assert not r["ok"] and "may only view" in r["error"], r
+            browser.cmd("close", page=page)
+            # the control token may
+            page = browser.open(f"https://127.0.0.1:{view.port}/?token=controltoken-0123456789abcdef")
+            browser.wait(page, ALL_DRAWN)
+            r = browser.eval(page, "window.volrecView.set({'view.position': [1, 2, 3]})")
+            assert r["ok"], r
+            assert pub.control.get("view.position") == [1, 2, 3]
+            browser.cmd("close", page=page)
+        finally:
+            view.close()
+    finally:
+        pub.close()
+
+
+def test_loopback_without_tokens_refuses_foreign_hosts_and_origins(live):
+    pub, rec, view = live
+    c = http.client.HTTPConnection("127.0.0.1", view.port, timeout=10)
+    c.request("GET", "/", headers={"Host": "attacker.example:80"})  # DNS rebinding
+    r = c.getresponse()
+    assert r.status == 401 and r.read() == b""
+    c.close()
+    c = http.client.HTTPConnection("127.0.0.1", view.port, timeout=10)
+    c.request("GET", "/ws", headers={"Upgrade": "websocket", "Connection": "Upgrade",
+                                     "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                                     "Sec-WebSocket-Version": "13",
+                                     "Sec-WebSocket-Protocol": "volrec-view",
+                                     "Origin": "http://attacker.example"})
+    r = c.getresponse()
+    assert r.status == 401
+    c.close()
+    c = http.client.HTTPConnection("127.0.0.1", view.port, timeout=10)
+    c.request("GET", "/../../etc/passwd")
+    r = c.getresponse()
+    assert r.status in (400, 403, 404) and b"root:" not in r.read()
+    c.close()

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The web viewer's picture frames (clients/view/frame.c, docs/viewer.md): the header's fields
+ * at their documented offsets, raw and deflate payloads that give back the picture, and large
+ * pictures reduced by block maxima.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zlib.h>
+
+#include "vrtest.h"
+#include "../../clients/view/internal.h"
+
+static uint32_t rd32(const unsigned char *p)
+{
+	return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t rd64(const unsigned char *p)
+{
+	return rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
+
+static float rdf(const unsigned char *p)
+{
+	uint32_t v = rd32(p);
+	float f;
+
+	memcpy(&f, &v, sizeof(f));
+	return f;
+}
+
+static uint8_t *picture(uint32_t rows, uint32_t cols, unsigned seed)
+{
+	uint8_t *p = malloc((size_t)rows * cols);
+	uint64_t x = 0x9E3779B97F4A7C15u ^ seed;
+
+	for (size_t i = 0; i < (size_t)rows * cols; i++) { /* xorshift64: incompressible */
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (uint8_t)(x >> 24);
+	}
+	return p;
+}
+
+static struct volrec_image image(const uint8_t *pix, uint32_t rows, uint32_t cols)
+{
+	return (struct volrec_image){
+	        .data = pix,
+	        .kind = VOLREC_IMAGE_BSCAN,
+	        .rows = rows,
+	        .cols = cols,
+	        .volume_id = 0x1122334455667788u,
+	        .slab = {3, 40},
+	        .position = {5, 6, 7},
+	        .angles_deg = {30.5f, -15.25f},
+	        .spacing = {1.0f, 2.0f, 0.5f},
+	        .step = 0.25f,
+	};
+}
+
+static const struct vw_frame_meta META = {
+        .volume_id = 0x1122334455667788u,
+        .epoch = 99,
+        .t_last_ns = 1000,
+        .t_publish_ns = 2000,
+        .t_read_ns = 3000,
+        .session_id = 0xabcdefu,
+        .shape = {16, 32, 64},
+};
+
+static void test_header_fields_at_their_offsets(void **state)
+{
+	uint8_t *pix = picture(32, 64, 1);
+	struct volrec_image img = image(pix, 32, 64);
+	struct vw_encode_opts o = {.mode = VW_MODE_RAW, .max_side = 1024, .level = 1};
+	struct vw_frame *f;
+	const unsigned char *h;
+
+	(void)state;
+	assert_int_equal(vw_frame_encode(&img, &META, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	assert_int_equal(rd32(h), VW_FRAME_MAGIC);
+	assert_int_equal(h[4] | h[5] << 8, VW_FRAME_VERSION);
+	assert_int_equal(h[6] | h[7] << 8, VW_FRAME_HEADER);
+	assert_int_equal(h[8], VOLREC_IMAGE_BSCAN);
+	assert_int_equal(h[9], VW_ENC_RAW);
+	assert_int_equal(h[10], 1);
+	assert_int_equal(h[11], 1);
+	assert_int_equal(rd32(h + 12), 32);
+	assert_int_equal(rd32(h + 16), 64);
+	assert_int_equal(rd32(h + 20), 32 * 64);
+	assert_true(rd64(h + 24) == 0x1122334455667788u);
+	assert_int_equal(rd64(h + 32), 99);
+	assert_int_equal(rd64(h + 40), 1000);
+	assert_int_equal(rd64(h + 48), 2000);
+	assert_int_equal(rd64(h + 56), 3000);
+	assert_int_equal(rd64(h + 64), 0xabcdefu);
+	assert_int_equal(rd32(h + 72), 16);
+	assert_int_equal(rd32(h + 76), 32);
+	assert_int_equal(rd32(h + 80), 64);
+	assert_int_equal(rd32(h + 84), 3);
+	assert_int_equal(rd32(h + 88), 40);
+	assert_int_equal(rd32(h + 92), 5);
+	assert_int_equal(rd32(h + 96), 6);
+	assert_int_equal(rd32(h + 100), 7);
+	assert_true(rdf(h + 104) == 30.5f && rdf(h + 108) == -15.25f);
+	assert_true(rdf(h + 112) == 1.0f && rdf(h + 116) == 2.0f && rdf(h + 120) == 0.5f);
+	assert_true(rdf(h + 124) == 0.25f);
+	assert_int_equal(f->len, VW_FRAME_HEADER + 32 * 64);
+	assert_memory_equal(h + VW_FRAME_HEADER, pix, 32 * 64);
+	vw_frame_free(f);
+	free(pix);
+}
+
+static void test_deflate_payload_inflates_to_the_picture(void **state)
+{
+	uint32_t rows = 100, cols = 300;
+	uint8_t *pix = calloc((size_t)rows * cols, 1), *back = malloc((size_t)rows * cols);
+	struct volrec_image img;
+	struct vw_encode_opts o = {
+	        .mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 1024, .level = 1};
+	struct vw_frame *f;
+	uLongf n = (uLongf)rows * cols;
+	const unsigned char *h;
+
+	(void)state;
+	for (uint32_t r = 0; r < rows; r++) /* layers: compressible, like an OCT B-scan's air */
+		memset(pix + (size_t)r * cols + 100, (int)(r * 2), 50);
+	img = image(pix, rows, cols);
+	assert_int_equal(vw_frame_encode(&img, &META, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	assert_int_equal(h[9], VW_ENC_DEFLATE);
+	assert_true(rd32(h + 20) < rows * cols / 8);
+	assert_int_equal(f->len, VW_FRAME_HEADER + rd32(h + 20));
+	assert_int_equal(uncompress(back, &n, h + VW_FRAME_HEADER, rd32(h + 20)), Z_OK);
+	assert_int_equal(n, rows * cols);
+	assert_memory_equal(back, pix, (size_t)rows * cols);
+	vw_frame_free(f);
+	free(pix);
+	free(back);
+}
+
+static void test_auto_sends_incompressible_pictures_raw(void **state)
+{
+	uint8_t *pix = picture(200, 200, 7);
+	struct volrec_image img = image(pix, 200, 200);
+	struct vw_encode_opts o = {
+	        .mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 1024, .level = 1};
+	struct vw_frame *f;
+
+	(void)state;
+	assert_int_equal(vw_frame_encode(&img, &META, &o, &f), 0);
+	assert_int_equal(f->buf[VW_PRE + 9], VW_ENC_RAW);
+	assert_memory_equal(f->buf + VW_PRE + VW_FRAME_HEADER, pix, 200 * 200);
+	vw_frame_free(f);
+	free(pix);
+}
+
+static void test_large_pictures_are_reduced_by_block_maxima(void **state)
+{
+	uint32_t rows = 300, cols = 4096, rs, cs, orows, ocols;
+	uint8_t *pix = picture(rows, cols, 3);
+	struct volrec_image img = image(pix, rows, cols);
+	struct vw_encode_opts o = {.mode = VW_MODE_RAW, .max_side = 1024, .level = 1};
+	struct vw_frame *f;
+	const unsigned char *h, *d;
+
+	(void)state;
+	vw_reduce_dims(rows, cols, 1024, &rs, &cs, &orows, &ocols);
+	assert_int_equal(rs, 1);
+	assert_int_equal(cs, 4);
+	assert_int_equal(orows, 300);
+	assert_int_equal(ocols, 1024);
+	vw_reduce_dims(1000, 1030, 1024, &rs, &cs, &orows, &ocols);
+	assert_int_equal(cs, 2);
+	assert_int_equal(ocols, 515);
+	assert_int_equal(vw_frame_encode(&img, &META, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	d = h + VW_FRAME_HEADER;
+	assert_int_equal(h[10], 1);
+	assert_int_equal(h[11], 4);
+	assert_int_equal(rd32(h + 12), 300);
+	assert_int_equal(rd32(h + 16), 1024);
+	for (uint32_t r = 0; r < rows; r += 37)
+		for (uint32_t c = 0; c < 1024; c += 13) {
+			uint8_t m = 0;
+
+			for (uint32_t k = 0; k < 4; k++)
+				m = pix[(size_t)r * cols + 4 * c + k] > m
+				            ? pix[(size_t)r * cols + 4 * c + k]
+				            : m;
+			if (d[(size_t)r * 1024 + c] != m)
+				fail_msg("pixel (%u, %u): %u, block maximum %u", r, c,
+				         d[(size_t)r * 1024 + c], m);
+		}
+	vw_frame_free(f);
+	free(pix);
+}
+
+static void test_partial_edge_blocks_take_what_is_there(void **state)
+{
+	const uint8_t src[3 * 5] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 99};
+	uint8_t dst[2 * 3];
+	const uint8_t want[2 * 3] = {7, 9, 10, 12, 14, 99};
+
+	(void)state;
+	vw_reduce_max(src, 3, 5, 2, 2, dst);
+	assert_memory_equal(dst, want, sizeof(want));
+}
+
+static void test_kind_names_round_trip(void **state)
+{
+	(void)state;
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		assert_int_equal(vw_kind_from_name(vw_kind_name(k)), (int)k);
+	assert_string_equal(vw_kind_name(VOLREC_IMAGE_ENFACE_MAX), "enface_max");
+	assert_null(vw_kind_name(VOLREC_IMAGE_COUNT));
+	assert_int_equal(vw_kind_from_name("volume"), -1);
+}
+
+VR_TEST_GROUP(view_frame)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_header_fields_at_their_offsets),
+	        cmocka_unit_test(test_deflate_payload_inflates_to_the_picture),
+	        cmocka_unit_test(test_auto_sends_incompressible_pictures_raw),
+	        cmocka_unit_test(test_large_pictures_are_reduced_by_block_maxima),
+	        cmocka_unit_test(test_partial_edge_blocks_take_what_is_there),
+	        cmocka_unit_test(test_kind_names_round_trip),
+	};
+
+	return cmocka_run_group_tests_name("view_frame", tests, NULL, NULL);
+}
