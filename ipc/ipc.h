@@ -133,8 +133,9 @@ int ipc_writer_send_raw(struct ipc_writer *w, const char *topic, const void *bod
 /* Number of lease-table entries owned by live processes (connected readers). Any thread. */
 int ipc_writer_readers(struct ipc_writer *w);
 
-/* Slot data buffers for cudaHostRegister: *ptrs[i] (count entries, each size bytes, 2 MiB
- * aligned). The array is owned by the writer and valid until ipc_writer_close. */
+/* Slot data buffers for cudaHostRegister: *ptrs[i] (count entries, each size bytes: the volume
+ * and its views area when there is one; 2 MiB aligned). The array is owned by the writer and
+ * valid until ipc_writer_close. */
 void ipc_writer_slot_buffers(struct ipc_writer *w, void *const **ptrs, uint32_t *count,
                              size_t *size);
 

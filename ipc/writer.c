@@ -818,7 +818,8 @@ void ipc_writer_slot_buffers(struct ipc_writer *w, void *const **ptrs, uint32_t 
 {
 	*ptrs = w->slot_ptrs;
 	*count = w->slots;
-	*size = w->volume_bytes;
+	/* the volume and its views area: both are written by the backend's copies */
+	*size = w->views_bytes ? w->views_offset + w->views_bytes : w->volume_bytes;
 }
 
 void ipc_writer_stats(struct ipc_writer *w, struct ipc_writer_stats *st)

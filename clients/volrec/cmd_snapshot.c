@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `volrec snapshot`: PNG pictures of the newest volume (en-face mean and maximum projections,
- * the centre B-scan, the orthogonal slice through the centre and the en-face slice at the
- * brightest depth) with a JSON sidecar naming the volume and the geometry.
+ * `volrec snapshot`: PNG pictures of the newest volume from the views the daemon publishes
+ * beside it (ALGORITHMS.md §4: en-face mean and maximum over the slab, the B-scan, the
+ * orthogonal slice and the plane at view.position, the maximum-intensity render), with a JSON
+ * sidecar naming the volume, the geometry and each view's parameters. It computes nothing of
+ * its own: what it writes is what every client and the web viewer see.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -19,7 +21,7 @@
 #include "commands.h"
 #include "tools.h"
 
-#define SNAP_PICTURES 5
+#define SNAP_PICTURES 6
 
 static void snapshot_usage(FILE *f)
 {
@@ -29,20 +31,24 @@ static void snapshot_usage(FILE *f)
 	        "                       [-i NAME] [-r DIR] [-c FILE]\n\n"
 	        "Write 8-bit greyscale PNG pictures of the newest published volume [Y][X][Z] into "
 	        "DIR\n"
-	        "(created if missing; files of an earlier snapshot are replaced):\n"
-	        "  enface-mean_xXyY.png   mean over depth z (x across, y down)\n"
-	        "  enface-max_xXyY.png    maximum over depth z\n"
-	        "  bscan-yN_xXzZ.png      the centre B-scan, plane y = Y/2 (x across, depth z "
+	        "(created if missing; files of an earlier snapshot are replaced), taken from the "
+	        "views\n"
+	        "the daemon publishes beside each volume (view: section of its configuration; "
+	        "change\n"
+	        "them live with volrec set):\n"
+	        "  enface-mean_xXyY.png   mean over the depth slab view.slab (x across, y down)\n"
+	        "  enface-max_xXyY.png    maximum over the slab\n"
+	        "  bscan-yN_xXzZ.png      the B-scan at y = view.position[0] (x across, depth z "
 	        "down)\n"
-	        "  slice-xN_yYzZ.png      the orthogonal slice, plane x = X/2 (y across, z down)\n"
-	        "  enface-zN_xXyY.png     the en-face plane at the depth of maximum mean signal\n"
+	        "  slice-xN_yYzZ.png      the orthogonal slice at x = view.position[1] (y across, "
+	        "z "
+	        "down)\n"
+	        "  enface-zN_xXyY.png     the en-face plane at z = view.position[2]\n"
+	        "  render_wWhH.png        the maximum-intensity render (view.render.*)\n"
 	        "  snapshot.json          volume (session, sequence, epoch, offset, timestamps),\n"
 	        "                         shape, and per file: plane, size, scale, contrast "
 	        "range\n"
 	        "X, Y, Z (and N, the plane's index) are the numbers of the volume in the names.\n"
-	        "Depth planes flat across the field of view (max - min <= 4: the zero-delay "
-	        "line)\n"
-	        "are left out of the maximum projection and of the brightest-depth search.\n"
 	        "\n"
 	        "  -o, --output DIR     directory for the pictures (required)\n"
 	        "      --auto-contrast[=P]  stretch the P-th..(100-P)-th percentile to 0..255 "
@@ -62,8 +68,8 @@ static void snapshot_usage(FILE *f)
 }
 
 struct picture {
-	const char *kind; /* enface-mean, enface-max, bscan, slice, enface */
-	const char *what; /* description */
+	const char *kind; /* enface-mean, enface-max, bscan, slice, enface, render */
+	char what[160];   /* description */
 	char file[128];
 	char axes[8]; /* "xy", "xz", "yz" */
 	int index;    /* plane index, -1 for projections */
@@ -142,115 +148,62 @@ static uint32_t auto_scale(uint32_t w, uint32_t h)
 	return s ? s : 1;
 }
 
-/*
- * The five pictures of volume vol ([Y][X][Z] u8). Depth planes that are flat across the whole
- * field of view (max - min <= SNAP_FLAT: the zero-delay line, a saturated band) carry no
- * picture; they are left out of the maximum projection and of the search for the brightest
- * depth, which would otherwise be uniformly white. *nflat counts them.
- */
-#define SNAP_FLAT 4
-static int make_pictures(const uint8_t *vol, uint32_t Y, uint32_t X, uint32_t Z, struct picture *p,
-                         uint32_t *nflat)
+/* The picture of view kind k (a leased volume's, copied out) as floats in PNG orientation:
+ * the B-scan and slice are stored [x][z] and [y][z] and shown with depth down. */
+static int picture_from_view(const struct volrec_image *img, struct picture *p)
 {
-	double *zmean = calloc(Z, sizeof(*zmean));
-	uint8_t *zmin = malloc(Z), *zmax = calloc(Z, 1);
-	bool *flat = calloc(Z, sizeof(*flat));
-	uint32_t yc = Y / 2, xc = X / 2, zb = 0, n = 0;
-	int rc = -ENOMEM;
+	const uint32_t R = img->rows, C = img->cols;
+	bool depth_down = img->kind == VOLREC_IMAGE_BSCAN || img->kind == VOLREC_IMAGE_SLICE;
 
-	if (!zmean || !zmin || !zmax || !flat)
-		goto out;
-	p[0] = (struct picture){.kind = "enface-mean",
-	                        .what = "mean over depth",
-	                        .axes = "xy",
-	                        .index = -1,
-	                        .w = X,
-	                        .h = Y,
-	                        .scale = 1};
-	p[1] = (struct picture){.kind = "enface-max",
-	                        .what = "maximum over depth",
-	                        .axes = "xy",
-	                        .index = -1,
-	                        .w = X,
-	                        .h = Y,
-	                        .scale = 1};
-	p[2] = (struct picture){.kind = "bscan",
-	                        .what = "centre B-scan",
-	                        .axes = "xz",
-	                        .index = (int)yc,
-	                        .w = X,
-	                        .h = Z,
-	                        .scale = 1};
-	p[3] = (struct picture){.kind = "slice",
-	                        .what = "orthogonal slice",
-	                        .axes = "yz",
-	                        .index = (int)xc,
-	                        .w = Y,
-	                        .h = Z,
-	                        .scale = 1};
-	p[4] = (struct picture){.kind = "enface",
-	                        .what = "en-face plane at the brightest depth",
-	                        .axes = "xy",
-	                        .index = 0,
-	                        .w = X,
-	                        .h = Y,
-	                        .scale = 1};
-	for (int i = 0; i < SNAP_PICTURES; i++) {
-		p[i].v = malloc((size_t)p[i].w * p[i].h * sizeof(float));
-		if (!p[i].v)
-			goto out;
-	}
-	memset(zmin, 255, Z);
-	for (size_t i = 0; i < (size_t)Y * X; i++) {
-		const uint8_t *a = vol + i * Z;
+	p->w = depth_down ? R : C;
+	p->h = depth_down ? C : R;
+	p->v = malloc((size_t)R * C * sizeof(float));
+	if (!p->v)
+		return -ENOMEM;
+	for (uint32_t r = 0; r < R; r++)
+		for (uint32_t c = 0; c < C; c++)
+			p->v[depth_down ? (size_t)c * R + r : (size_t)r * C + c] =
+			        img->data[(size_t)r * C + c];
+	return 0;
+}
 
-		for (uint32_t z = 0; z < Z; z++) {
-			zmean[z] += a[z];
-			zmin[z] = a[z] < zmin[z] ? a[z] : zmin[z];
-			zmax[z] = a[z] > zmax[z] ? a[z] : zmax[z];
-		}
-	}
-	for (uint32_t z = 0; z < Z; z++) {
-		flat[z] = zmax[z] - zmin[z] <= SNAP_FLAT;
-		n += flat[z];
-	}
-	if (n == Z) { /* nothing but flat planes: use them all */
-		memset(flat, 0, Z * sizeof(*flat));
-		n = 0;
-	}
-	zb = Z;
-	for (uint32_t z = 0; z < Z; z++)
-		if (!flat[z] && (zb == Z || zmean[z] > zmean[zb]))
-			zb = z;
-	for (size_t i = 0; i < (size_t)Y * X; i++) {
-		const uint8_t *a = vol + i * Z;
-		uint32_t sum = 0, mx = 0;
+static void picture_describe(struct picture *p, const struct volrec_image *img)
+{
+	static const char *const kinds[] = {"enface-mean", "enface-max", "bscan",
+	                                    "slice",       "enface",     "render"};
+	static const char *const axes[] = {"xy", "xy", "xz", "yz", "xy", "rd"};
 
-		for (uint32_t z = 0; z < Z; z++) {
-			sum += a[z];
-			if (!flat[z] && a[z] > mx)
-				mx = a[z];
-		}
-		p[0].v[i] = (float)sum / (float)Z;
-		p[1].v[i] = (float)mx;
+	p->kind = kinds[img->kind];
+	p->scale = 1;
+	snprintf(p->axes, sizeof(p->axes), "%s", axes[img->kind]);
+	p->index = img->kind == VOLREC_IMAGE_BSCAN   ? (int)img->position[0]
+	           : img->kind == VOLREC_IMAGE_SLICE ? (int)img->position[1]
+	           : img->kind == VOLREC_IMAGE_PLANE ? (int)img->position[2]
+	                                             : -1;
+	switch (img->kind) {
+	case VOLREC_IMAGE_ENFACE_MEAN:
+		snprintf(p->what, sizeof(p->what), "mean over depths %u..%u", img->slab[0],
+		         img->slab[1] - 1);
+		break;
+	case VOLREC_IMAGE_ENFACE_MAX:
+		snprintf(p->what, sizeof(p->what), "maximum over depths %u..%u", img->slab[0],
+		         img->slab[1] - 1);
+		break;
+	case VOLREC_IMAGE_BSCAN:
+		snprintf(p->what, sizeof(p->what), "B-scan at y = %u", img->position[0]);
+		break;
+	case VOLREC_IMAGE_SLICE:
+		snprintf(p->what, sizeof(p->what), "orthogonal slice at x = %u", img->position[1]);
+		break;
+	case VOLREC_IMAGE_PLANE:
+		snprintf(p->what, sizeof(p->what), "en-face plane at z = %u", img->position[2]);
+		break;
+	default:
+		snprintf(p->what, sizeof(p->what),
+		         "maximum-intensity render at azimuth %g, elevation %g deg (volume #%llu)",
+		         img->angles_deg[0], img->angles_deg[1],
+		         (unsigned long long)img->volume_id);
 	}
-	for (uint32_t z = 0; z < Z; z++)
-		for (uint32_t x = 0; x < X; x++)
-			p[2].v[(size_t)z * X + x] = vol[((size_t)yc * X + x) * Z + z];
-	for (uint32_t z = 0; z < Z; z++)
-		for (uint32_t y = 0; y < Y; y++)
-			p[3].v[(size_t)z * Y + y] = vol[((size_t)y * X + xc) * Z + z];
-	for (size_t i = 0; i < (size_t)Y * X; i++)
-		p[4].v[i] = vol[i * Z + zb];
-	p[4].index = (int)zb;
-	*nflat = n;
-	rc = 0;
-out:
-	free(zmean);
-	free(zmin);
-	free(zmax);
-	free(flat);
-	return rc;
 }
 
 static void picture_names(struct picture *p, uint32_t Y, uint32_t X, uint32_t Z)
@@ -260,10 +213,11 @@ static void picture_names(struct picture *p, uint32_t Y, uint32_t X, uint32_t Z)
 	snprintf(p[2].file, sizeof(p[2].file), "bscan-y%d_x%uz%u.png", p[2].index, X, Z);
 	snprintf(p[3].file, sizeof(p[3].file), "slice-x%d_y%uz%u.png", p[3].index, Y, Z);
 	snprintf(p[4].file, sizeof(p[4].file), "enface-z%d_x%uy%u.png", p[4].index, X, Y);
+	snprintf(p[5].file, sizeof(p[5].file), "render_w%uh%u.png", p[5].w, p[5].h);
 }
 
 static struct json_object *sidecar(const struct tool_target *t, const struct volrec_view *v,
-                                   const struct picture *p, double pct, uint32_t nflat)
+                                   const struct picture *p, double pct)
 {
 	struct json_object *o = json_object_new_object(), *x, *files = json_object_new_array();
 
@@ -293,7 +247,6 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 	if (pct >= 0)
 		ADD(x, "percent", json_object_new_double(pct));
 	ADD(o, "contrast", x);
-	ADD(o, "flat_planes", json_object_new_int64(nflat));
 	for (int i = 0; i < SNAP_PICTURES; i++) {
 		struct json_object *f = json_object_new_object(), *a = json_object_new_array();
 		char axis[2][2] = {{p[i].axes[0], 0}, {p[i].axes[1], 0}};
@@ -330,11 +283,10 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 
 /* snapshot.json beside the pictures, written to a temporary name and renamed into place. */
 static int write_sidecar(const char *dir, const struct tool_target *t, const struct volrec_view *v,
-                         const struct picture *p, double pct, uint32_t nflat, char *err,
-                         size_t errlen)
+                         const struct picture *p, double pct, char *err, size_t errlen)
 {
 	char path[TOOL_PATH_MAX + 32], tmp[TOOL_PATH_MAX + 48];
-	struct json_object *o = sidecar(t, v, p, pct, nflat);
+	struct json_object *o = sidecar(t, v, p, pct);
 	const char *text;
 	FILE *f;
 	int rc = 0;
@@ -370,8 +322,8 @@ static int write_sidecar(const char *dir, const struct tool_target *t, const str
 	return 0;
 }
 
-/* Lease the newest volume and copy it out intact; waits up to deadline for one. */
-static int grab_latest(struct volrec_client *c, double deadline, uint8_t **out,
+/* Lease the newest volume and copy its views out intact; waits up to deadline for one. */
+static int grab_latest(struct volrec_client *c, double deadline, struct picture *pics,
                        struct volrec_view *meta)
 {
 	for (;;) {
@@ -386,23 +338,28 @@ static int grab_latest(struct volrec_client *c, double deadline, uint8_t **out,
 		}
 		if (rc)
 			return rc;
-		if (v.dtype != VOLREC_DTYPE_U8) {
-			volrec_view_release(c, &v);
-			return -ENOTSUP;
+		for (unsigned k = 0; k < SNAP_PICTURES && rc == 0; k++) {
+			struct volrec_image img;
+
+			rc = volrec_view_image(c, &v, k, &img);
+			if (rc == 0) {
+				picture_describe(&pics[k], &img);
+				rc = picture_from_view(&img, &pics[k]);
+			}
 		}
-		*out = malloc(v.bytes);
-		if (!*out) {
+		if (rc) {
 			volrec_view_release(c, &v);
-			return -ENOMEM;
+			return rc;
 		}
-		memcpy(*out, v.data, v.bytes);
 		if (volrec_view_release(c, &v) == 0) {
 			*meta = v;
 			meta->data = NULL;
 			return 0;
 		}
-		free(*out); /* torn: overwritten while copying; take the next newest */
-		*out = NULL;
+		for (int k = 0; k < SNAP_PICTURES; k++) { /* torn: overwritten while copying */
+			free(pics[k].v);
+			pics[k].v = NULL;
+		}
 	}
 }
 
@@ -423,12 +380,10 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	struct volrec_client *c = NULL;
 	struct volrec_view v = {0};
 	const char *dir = NULL;
-	uint8_t *vol = NULL;
 	double pct = -1, timeout = 5;
 	uint64_t scale = 0;
 	char err[TOOL_PATH_MAX + 256];
 	int opt, rc, status = VR_EXIT_FAIL;
-	uint32_t nflat = 0;
 
 	tool_target_init(&tg);
 	optind = 1;
@@ -509,7 +464,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	if (rc)
 		return rc;
 	tool_catch_signals();
-	rc = grab_latest(c, vr_mono_s() + timeout, &vol, &v);
+	rc = grab_latest(c, vr_mono_s() + timeout, pics, &v);
 	volrec_client_close(c);
 	if (rc == -ETIMEDOUT) {
 		fprintf(stderr,
@@ -518,9 +473,11 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		        d.pid, tg.instance, timeout);
 		return tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
 	}
-	if (rc == -ENOTSUP) {
+	if (rc == -ENOENT) {
 		fprintf(stderr,
-		        "volrec snapshot: the volumes are not u8 (output.dtype): not supported\n");
+		        "volrec snapshot: volrecd of instance '%s' publishes no views "
+		        "(view.enabled: false): the pictures are its views\n",
+		        tg.instance);
 		return VR_EXIT_FAIL;
 	}
 	if (rc) {
@@ -528,10 +485,6 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		return tool_exit_for(rc);
 	}
 
-	if (make_pictures(vol, v.ny, v.nx, v.nz, pics, &nflat)) {
-		fprintf(stderr, "volrec snapshot: out of memory\n");
-		goto out;
-	}
 	picture_names(pics, v.ny, v.nx, v.nz);
 	for (int i = 0; i < SNAP_PICTURES; i++) {
 		char path[TOOL_PATH_MAX + 160], desc[512];
@@ -557,7 +510,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 			goto out;
 		}
 	}
-	rc = write_sidecar(dir, &tg, &v, pics, pct, nflat, err, sizeof(err));
+	rc = write_sidecar(dir, &tg, &v, pics, pct, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "volrec snapshot: %s\n", err);
 		status = tool_exit_for_output(rc);
@@ -573,6 +526,5 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 out:
 	for (int i = 0; i < SNAP_PICTURES; i++)
 		free(pics[i].v);
-	free(vol);
 	return status;
 }

@@ -1107,7 +1107,8 @@ report:
 	const bool low_ok = pm ? f.low_rel_40db <= LOWRES_TOL && f.low_rel <= 5 * LOWRES_TOL
 	                       : f.low_rel <= LOWRES_TOL;
 	*pass = low_ok && f.u8_frac >= U8_MIN_FRACTION && f.u8_maxdiff <= 2 &&
-	        (!full || f.full_rel <= LOWRES_TOL) && f.low_spread > 0.01 && f.md_mismatch == 0;
+	        (!full || f.full_rel <= (pm ? 5 : 1) * LOWRES_TOL) && f.low_spread > 0.01 &&
+	        f.md_mismatch == 0;
 	printf("%-44s epochs %2u  lowres rel %.2e (<= %.0e)  u8 within 1 LSB %.5f%% (>= %.1f%%), "
 	       "max diff %d (<= 2)",
 	       tc->name, f.epochs, f.low_rel, LOWRES_TOL, 100.0 * f.u8_frac,

@@ -51,13 +51,14 @@ def test_published_views_equal_the_reference_of_the_same_volume(daemon):
     V, views, vid = views_of_next_volume(daemon)
     assert set(views) == {"enface_mean", "enface_max", "bscan", "slice", "plane", "render"}
     Y, X, Z = V.shape
-    mean, mx = views_ref.enface(V, 0, Z)
+    za, zb = daemon.cfg["view"]["slab"]
+    mean, mx = views_ref.enface(V, za, zb)
     bscan, slc, plane = views_ref.slices(V, Y // 2, X // 2, Z // 2)
     for name, want in (("enface_mean", mean), ("enface_max", mx), ("bscan", bscan),
                        ("slice", slc), ("plane", plane)):
         got, img = views[name]
         np.testing.assert_array_equal(got, want, err_msg=name)
-        assert img.volume_id == vid and img.slab == (0, Z)
+        assert img.volume_id == vid and img.slab == (za, zb)
         assert img.position == (Y // 2, X // 2, Z // 2)
     # the CPU daemon renders every 5th volume: compare the render with its own volume later
     got, img = views["render"]

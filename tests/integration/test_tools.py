@@ -38,6 +38,8 @@ def config(instance, run_dir, slots=4):
         "geometry": {"samples_per_ascan": 512, "sample_type": "u16", "ascans_per_bscan": 12,
                      "bscans_per_volume": 12, "stride": [3, 3]},
         "reconstruct": {"mode": "noncumulative"},
+        # the en-face views leave out the zero-delay line (bright at every position)
+        "view": {"slab": [8, 256]},
         "output": {"slots": slots},
         "pipeline": {"ring_bscans": 48, "overflow": "block"},
         "ipc": {"run_dir": str(run_dir), "status_interval_ms": 200},
@@ -817,7 +819,7 @@ def test_snapshot_pictures_decode_and_show_the_retina(daemon, tmp_path):
     side = json.loads((d / "snapshot.json").read_text())
     assert side["shape"] == {"Y": 36, "X": 36, "Z": 256} and side["sequence"] >= 1
     names = sorted(p.name for p in d.glob("*.png"))
-    assert len(names) == 5 and sorted(f["file"] for f in side["files"]) == names
+    assert len(names) == 6 and sorted(f["file"] for f in side["files"]) == names
     sizes = {}
     for f in side["files"]:
         img, text = read_png(d / f["file"])
@@ -828,6 +830,7 @@ def test_snapshot_pictures_decode_and_show_the_retina(daemon, tmp_path):
     assert sizes["bscan"] == (256, 36) and sizes["slice"] == (256, 36)
     assert sizes["enface-mean"] == (36, 36)
     assert "bscan-y18_x36z256.png" in names and "slice-x18_y36z256.png" in names
+    assert "enface-z128_x36y36.png" in names and sizes["render"] == (256, 256)
 
     # the B-scan's depth profile: the retina is a bright region well above the background,
     # made of several bands (layers) separated by darker ones
