@@ -243,8 +243,8 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	         VOLREC_VERSION, p.phantom, (unsigned long long)p.seed, p.deg_per_s,
 	         p.shift_mm_per_s[0], p.shift_mm_per_s[1], p.shift_mm_per_s[2],
 	         (unsigned long long)p.jump_epoch, p.jump_mm[0], p.jump_mm[1], p.jump_mm[2],
-	         p.jump_deg, p.snr_db,
-	         p.rate, p.bit_shift, poly[0], poly[1], poly[2], poly[3], disp[0], disp[1]);
+	         p.jump_deg, p.snr_db, p.rate, p.bit_shift, poly[0], poly[1], poly[2], poly[3],
+	         disp[0], disp[1]);
 
 	memset(&info, 0, sizeof(info));
 	info.sample_type = p.sample_type;
