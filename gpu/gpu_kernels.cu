@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "../backend/tables.h" /* BE_ADAPT_UNKNOWN */
 #include "gpu.h"
 
 #define GPU_THREADS 256
@@ -255,12 +256,126 @@ __global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le, fl
 	}
 }
 
+/* Temporal weight of age a in double (be_temporal_weight). */
+static __device__ __forceinline__ double gpu_temporal_d(const gpu_recon_params &p, long long age)
+{
+	if (p.temporal == CFG_TEMPORAL_EXP)
+		return exp(-(double)age / p.tau);
+	return fmax((double)p.S - (double)age, 0.0) / (double)p.S;
+}
+
 /* Temporal weight of age a, in double and rounded once, as the host table and the CPU do. */
 static __device__ __forceinline__ float gpu_temporal(const gpu_recon_params &p, long long age)
 {
-	if (p.temporal == CFG_TEMPORAL_EXP)
-		return (float)exp(-(double)age / p.tau);
-	return (float)(fmax((double)p.S - (double)age, 0.0) / (double)p.S);
+	return (float)gpu_temporal_d(p, age);
+}
+
+/* ---- adaptive mode (docs/algorithms.md §2b) ------------------------------------------------
+ * The double arithmetic below is written with __dadd_rn / __dmul_rn so that nothing is
+ * contracted into an FMA: the CPU reference rounds every product and sum, and so does this. */
+
+/*
+ * One thread per low-resolution sample c = y * nx + x (grid-strided), before the interlace:
+ * delta[z] = L[c][z] - B[s][z] at its full-resolution position s, its mean over the depth
+ * window [max(0, z - h), min(Z - 1, z + h)] as a running sum in double (the same additions
+ * and subtractions in the same order as cpu/recon.c), d = the mean over z of its square.
+ */
+__global__ void k_adapt_change(gpu_recon_params p, const float *__restrict__ le,
+                               const float *__restrict__ B, const long long *__restrict__ E,
+                               float *__restrict__ chg)
+{
+	const size_t ncols = (size_t)p.ny * p.nx;
+	const int Z = p.nz, h = p.adapt_h;
+	for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < ncols;
+	     c += (size_t)gridDim.x * blockDim.x) {
+		const size_t y = c / (size_t)p.nx, x = c - y * (size_t)p.nx;
+		const size_t s = (y * p.sy + p.oy) * (size_t)p.X + x * p.sx + p.ox;
+		if (E[s] < 0) {
+			chg[c] = (float)BE_ADAPT_UNKNOWN;
+			continue;
+		}
+		const float *l = le + c * Z, *m = B + s * Z;
+		double win = 0.0, acc = 0.0;
+		int lo = 0, hi = 0; /* the window [lo, hi) summed in win */
+		for (int z = 0; z < Z; z++) {
+			const int a = z > h ? z - h : 0, b = z + h + 1 < Z ? z + h + 1 : Z;
+			while (hi < b) {
+				win = __dadd_rn(win,
+				                (double)__fsub_rn(__ldg(&l[hi]), __ldg(&m[hi])));
+				hi++;
+			}
+			while (lo < a) {
+				win = __dsub_rn(win,
+				                (double)__fsub_rn(__ldg(&l[lo]), __ldg(&m[lo])));
+				lo++;
+			}
+			const double v = __ddiv_rn(win, (double)(b - a));
+			acc = __dadd_rn(acc, __dmul_rn(v, v));
+		}
+		chg[c] = (float)__ddiv_rn(acc, (double)Z);
+	}
+}
+
+/* The interpolation axes of this epoch: entry i < X for column i, X + i for row i
+ * (be_interp_axis: p = clamp((f - off) / s, 0, n - 1), i0 = min(floor p, n - 2), t = p - i0,
+ * n = 1: 0, 0, 0). */
+__global__ void k_adapt_axes(gpu_recon_params p, int4 *__restrict__ axy)
+{
+	const int n_all = p.X + p.Y;
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_all;
+	     i += gridDim.x * blockDim.x) {
+		const bool row = i >= p.X;
+		const int f = row ? i - p.X : i, off = row ? p.oy : p.ox, st = row ? p.sy : p.sx;
+		const int n = row ? p.ny : p.nx;
+		int i0 = 0, i1 = 0;
+		float t = 0.0f;
+		if (n >= 2) {
+			double q = __ddiv_rn((double)f - (double)off, (double)st);
+			q = fmin(fmax(q, 0.0), (double)(n - 1));
+			i0 = (int)floor(q);
+			if (i0 > n - 2)
+				i0 = n - 2;
+			i1 = i0 + 1;
+			t = (float)(q - (double)i0);
+		}
+		axy[i] = make_int4(i0, i1, __float_as_int(t), 0);
+	}
+}
+
+/*
+ * One thread per output column (Y, X), grid-strided, after the interlace: D = the bilinear
+ * interpolation of chg over the epoch's sample grid (double, from the float d and the float
+ * t of the axes), alpha = exp(-D / k2), and the temporal weight t(a) exp(-D a / (S k2)) of
+ * the column (0 where E < 0) into tmap, each rounded once to float.
+ */
+__global__ void k_adapt_weights(gpu_recon_params p, const long long *__restrict__ E,
+                                const float *__restrict__ chg, const int4 *__restrict__ axy,
+                                float *__restrict__ alpha, float *__restrict__ tmap)
+{
+	const size_t n = (size_t)p.Y * p.X;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const int Yc = (int)(i / (size_t)p.X), Xc = (int)(i - (size_t)Yc * p.X);
+		const int4 ry = axy[p.X + Yc], cx = axy[Xc];
+		const double ty = (double)__int_as_float(ry.z), tx = (double)__int_as_float(cx.z);
+		const float *c0 = chg + (size_t)ry.x * p.nx, *c1 = chg + (size_t)ry.y * p.nx;
+		const double omtx = 1.0 - tx;
+		const double r0 = __dadd_rn(__dmul_rn(omtx, (double)c0[cx.x]),
+		                            __dmul_rn(tx, (double)c0[cx.y]));
+		const double r1 = __dadd_rn(__dmul_rn(omtx, (double)c1[cx.x]),
+		                            __dmul_rn(tx, (double)c1[cx.y]));
+		const double D = __dadd_rn(__dmul_rn(1.0 - ty, r0), __dmul_rn(ty, r1));
+		alpha[i] = (float)exp(__ddiv_rn(-D, p.k2));
+		const long long e = E[i];
+		float t = 0.0f;
+		if (e >= 0) {
+			const double age = (double)(p.epoch - e);
+			const double f =
+			        exp(__ddiv_rn(__dmul_rn(-D, age), __dmul_rn((double)p.S, p.k2)));
+			t = (float)__dmul_rn(gpu_temporal_d(p, p.epoch - e), f);
+		}
+		tmap[i] = t;
+	}
 }
 
 __global__ void k_tmap(gpu_recon_params p, const long long *E, float *tmap)
@@ -291,7 +406,8 @@ static __device__ __forceinline__ float gpu_tcol(const gpu_recon_params &p,
  * Layout GPU_WCOL floats per column (gpu.h).
  */
 template <bool FAST>
-__global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap, float *__restrict__ W)
+__global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap,
+                          const float *__restrict__ alpha, float *__restrict__ W)
 {
 	const size_t n = (size_t)p.Y * p.X;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -327,7 +443,8 @@ __global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap, fl
 			o[k] = G > 0.0 ? (float)((double)cg[k] / G) : 0.0f;
 			o[9 + k] = T > 0.0 ? (float)((double)ct[k] / T) : 0.0f;
 		}
-		o[18] = o[19] = 0.0f;
+		o[18] = alpha ? alpha[i] : 0.0f;
+		o[19] = 0.0f;
 		float4 *w = (float4 *)(W + i * GPU_WCOL);
 #pragma unroll
 		for (int q = 0; q < GPU_WCOL / 4; q++)
@@ -375,12 +492,16 @@ static __device__ __forceinline__ void gpu_col_smooth(const gpu_recon_params &p,
  * C = sum_n wt_n s1_n) over the 9 neighbour columns in (dy, dx) order with the per-column
  * weights of k_weights (0 for skipped neighbours, which leaves the sums unchanged), then
  * out = 0.5 (A / gz_sum + C / nv) (sum) or A / gz_sum (product): the CPU reference's
- * expression.
+ * expression. ADAPT (docs/algorithms.md §2b, step 6-7): then out = alpha out + (1 - alpha) C'
+ * with alpha = W[18] and C' the bilinear interpolation of the four low-resolution columns
+ * of le around the column (axes axy), every product and sum rounded as cpu/recon.c does; the
+ * four columns are the same for a run of sx output columns, so their loads hit the cache.
  */
-template <bool SUM>
+template <bool SUM, bool ADAPT>
 __global__ void __launch_bounds__(GPU_RECON_THREADS, 8) /* 64 registers, no spills (sm_90) */
         k_recon(gpu_recon_params p, const float *__restrict__ B, const float *__restrict__ W,
-                int y0, int y1, int xrun, uint8_t *__restrict__ out8, float *__restrict__ outf)
+                const float *__restrict__ le, const int4 *__restrict__ axy, int y0, int y1,
+                int xrun, uint8_t *__restrict__ out8, float *__restrict__ outf)
 {
 	constexpr int R = GPU_RECON_ROWS;
 	const int lane = threadIdx.x & 31;
@@ -429,7 +550,25 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, 8) /* 64 registers, no spil
 				if (SUM)
 					C = fmaf(w[9 + n], s1[j + n / 3][n % 3], C);
 			}
-			const float o = SUM ? 0.5f * (A * igz + C * inz) : A * igz;
+			float o = SUM ? 0.5f * (A * igz + C * inz) : A * igz;
+			if (ADAPT && z < Z) {
+				const float a =
+				        SUM ? w[18]
+				            : __ldg(&W[((size_t)Yi * p.X + Xi) * GPU_WCOL + 18]);
+				const int4 ry = __ldg(&axy[p.X + Yi]), cx = __ldg(&axy[Xi]);
+				const float ty = __int_as_float(ry.z), tx = __int_as_float(cx.z);
+				const float w00 = __fmul_rn(1.0f - ty, 1.0f - tx);
+				const float w01 = __fmul_rn(1.0f - ty, tx);
+				const float w10 = __fmul_rn(ty, 1.0f - tx);
+				const float w11 = __fmul_rn(ty, tx);
+				const float *r0 = le + (size_t)ry.x * p.nx * Z + z;
+				const float *r1 = le + (size_t)ry.y * p.nx * Z + z;
+				float c = __fmul_rn(w00, __ldg(&r0[(size_t)cx.x * Z]));
+				c = __fadd_rn(c, __fmul_rn(w01, __ldg(&r0[(size_t)cx.y * Z])));
+				c = __fadd_rn(c, __fmul_rn(w10, __ldg(&r1[(size_t)cx.x * Z])));
+				c = __fadd_rn(c, __fmul_rn(w11, __ldg(&r1[(size_t)cx.y * Z])));
+				o = __fadd_rn(__fmul_rn(a, o), __fmul_rn(1.0f - a, c));
+			}
 			if (z < Z) {
 				const size_t i = ((size_t)Yi * p.X + Xi) * Z + z;
 				out8[i] = (uint8_t)fminf(fmaxf(floorf(255.0f * o + 0.5f), 0.0f),
@@ -593,19 +732,46 @@ extern "C" cudaError_t gpu_upload_constants(const float *ttab, size_t n, const f
 	return e;
 }
 
-extern "C" cudaError_t gpu_launch_weights(const gpu_recon_params *p, const float *tmap, float *W,
-                                          cudaStream_t s)
+extern "C" cudaError_t gpu_launch_weights(const gpu_recon_params *p, const float *tmap,
+                                          const float *alpha, float *W, cudaStream_t s)
 {
 	const unsigned g = gpu_blocks((size_t)p->Y * p->X);
 	if (p->fast)
-		k_weights<true><<<g, GPU_THREADS, 0, s>>>(*p, tmap, W);
+		k_weights<true><<<g, GPU_THREADS, 0, s>>>(*p, tmap, alpha, W);
 	else
-		k_weights<false><<<g, GPU_THREADS, 0, s>>>(*p, tmap, W);
+		k_weights<false><<<g, GPU_THREADS, 0, s>>>(*p, tmap, alpha, W);
+	return cudaGetLastError();
+}
+
+#define GPU_CHANGE_THREADS 32 /* one warp a block: the few samples spread over every SM */
+
+extern "C" cudaError_t gpu_launch_adapt_change(const gpu_recon_params *p, const float *le,
+                                               const float *B, const long long *E, float *chg,
+                                               cudaStream_t s)
+{
+	const size_t n = (size_t)p->ny * p->nx;
+	const size_t b = (n + GPU_CHANGE_THREADS - 1) / GPU_CHANGE_THREADS;
+	k_adapt_change<<<(unsigned)(b > 65536 ? 65536 : (b ? b : 1)), GPU_CHANGE_THREADS, 0, s>>>(
+	        *p, le, B, E, chg);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_adapt_weights(const gpu_recon_params *p, const long long *E,
+                                                const float *chg, int4 *axy, float *alpha,
+                                                float *tmap, cudaStream_t s)
+{
+	k_adapt_axes<<<gpu_blocks((size_t)p->X + p->Y), GPU_THREADS, 0, s>>>(*p, axy);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	k_adapt_weights<<<gpu_blocks((size_t)p->Y * p->X), GPU_THREADS, 0, s>>>(*p, E, chg, axy,
+	                                                                        alpha, tmap);
 	return cudaGetLastError();
 }
 
 extern "C" cudaError_t gpu_launch_recon(const gpu_recon_params *p, const float *B, const float *W,
-                                        int y0, int y1, uint8_t *out8, float *outf, cudaStream_t s)
+                                        const float *le, const int4 *axy, int y0, int y1,
+                                        uint8_t *out8, float *outf, cudaStream_t s)
 {
 	if (y1 <= y0 || p->X < 1 || p->nz < 1)
 		return cudaSuccess;
@@ -618,10 +784,20 @@ extern "C" cudaError_t gpu_launch_recon(const gpu_recon_params *p, const float *
 		xrun = (p->X + 65534) / 65535;
 	const unsigned zb = (unsigned)((p->nz + GPU_RECON_THREADS - 1) / GPU_RECON_THREADS);
 	const dim3 g(zb, (unsigned)tiles, (unsigned)((p->X + xrun - 1) / xrun));
-	if (p->product)
-		k_recon<false><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, y0, y1, xrun, out8, outf);
+	if (p->adaptive && (!le || !axy))
+		return cudaErrorInvalidValue;
+	if (p->adaptive && p->product)
+		k_recon<false, true><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, le, axy, y0, y1,
+		                                                     xrun, out8, outf);
+	else if (p->adaptive)
+		k_recon<true, true><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, le, axy, y0, y1, xrun,
+		                                                    out8, outf);
+	else if (p->product)
+		k_recon<false, false><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, le, axy, y0, y1,
+		                                                      xrun, out8, outf);
 	else
-		k_recon<true><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, y0, y1, xrun, out8, outf);
+		k_recon<true, false><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, le, axy, y0, y1,
+		                                                     xrun, out8, outf);
 	return cudaGetLastError();
 }
 
