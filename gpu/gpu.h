@@ -139,17 +139,20 @@ cudaError_t gpu_launch_interlace(const struct gpu_recon_params *p, const float *
 cudaError_t gpu_launch_tmap(const struct gpu_recon_params *p, const long long *E, float *tmap,
                             cudaStream_t s);
 /* Adaptive mode, before the interlace: the change measure chg[ny][nx] of each new sample of
- * le against the history B at its full-resolution position (E < 0 there: BE_ADAPT_UNKNOWN),
+ * le against the history B at its full-resolution position (E < 0 there: BE_ADAPT_UNKNOWN):
+ * the differences transposed into delta (scratch of ny * nx * nz floats, [nz][ny * nx]), then
  * one thread per sample with a running depth window, in double as cpu/recon.c computes it. */
 cudaError_t gpu_launch_adapt_change(const struct gpu_recon_params *p, const float *le,
-                                    const float *B, const long long *E, float *chg, cudaStream_t s);
+                                    const float *B, const long long *E, float *delta, float *chg,
+                                    cudaStream_t s);
 /* Adaptive mode, after the interlace: the epoch's interpolation axes axy[X + Y] (entry X for
  * column X, entry X + Y for row Y: {i0, i1, bits of t, 0}, be_interp_axis computed on the
- * device in double), then per column the history weight alpha[Y][X] and the temporal weights
- * tmap[Y][X] scaled by the change (t' of docs/algorithms.md §2b). */
+ * device in double) and aoff[X + Y] (the offsets of those columns and rows in L_e: i * Z for a
+ * column, i * nx * Z for a row), then per column the history weight alpha[Y][X] and the
+ * temporal weights tmap[Y][X] scaled by the change (t' of docs/algorithms.md §2b). */
 cudaError_t gpu_launch_adapt_weights(const struct gpu_recon_params *p, const long long *E,
-                                     const float *chg, int4 *axy, float *alpha, float *tmap,
-                                     cudaStream_t s);
+                                     const float *chg, int4 *axy, longlong2 *aoff, float *alpha,
+                                     float *tmap, cudaStream_t s);
 /* Upload the S x S table (row qe: weights by phase) and the 4 spatial weights by |d|^2. */
 cudaError_t gpu_upload_constants(const float *ttab, size_t n, const float g[4], cudaStream_t s);
 /* The per-column weights W[Y][X][GPU_WCOL] of this epoch, from the S x S table (p->fast)
@@ -159,10 +162,10 @@ cudaError_t gpu_launch_weights(const struct gpu_recon_params *p, const float *tm
                                const float *alpha, float *W, cudaStream_t s);
 /* The 3x3x3 kernel on rows [y0, y1) of B with the weights W: u8 into out8 (full volume
  * base), float into outf (full volume base, may be NULL). Adaptive (p->adaptive): blended
- * with the bilinear interpolation of le on the axes axy (gpu_launch_adapt_weights). */
+ * with the bilinear interpolation of le on the axes axy, aoff (gpu_launch_adapt_weights). */
 cudaError_t gpu_launch_recon(const struct gpu_recon_params *p, const float *B, const float *W,
-                             const float *le, const int4 *axy, int y0, int y1, uint8_t *out8,
-                             float *outf, cudaStream_t s);
+                             const float *le, const int4 *axy, const longlong2 *aoff, int y0,
+                             int y1, uint8_t *out8, float *outf, cudaStream_t s);
 /* Quantize n floats to u8 (mode none). */
 cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStream_t s);
 

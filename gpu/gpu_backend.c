@@ -63,14 +63,15 @@ struct gpu_state {
 	/* volumes */
 	float *le[2]; /* [ny][nx][nz] L_e: le[cur] receives the B-scans being submitted */
 	int cur;
-	float *P, *Q;  /* [Y][X][Z] B (M or previous output) and this epoch's float output */
-	long long *E;  /* [Y][X] */
-	float *tmap;   /* [Y][X] */
-	float *W;      /* [Y][X][GPU_WCOL] per-column weights of the epoch */
-	float *chg;    /* adaptive: [ny][nx] change measure of this epoch's samples */
-	float *alpha;  /* adaptive: [Y][X] history weight of each column */
-	int4 *axy;     /* adaptive: [X + Y] interpolation axes of this epoch */
-	uint8_t *out8; /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
+	float *P, *Q;    /* [Y][X][Z] B (M or previous output) and this epoch's float output */
+	long long *E;    /* [Y][X] */
+	float *tmap;     /* [Y][X] */
+	float *W;        /* [Y][X][GPU_WCOL] per-column weights of the epoch */
+	float *chg;      /* adaptive: [ny][nx] change measure of this epoch's samples */
+	float *alpha;    /* adaptive: [Y][X] history weight of each column */
+	int4 *axy;       /* adaptive: [X + Y] interpolation axes of this epoch */
+	longlong2 *aoff; /* adaptive: [X + Y] their offsets into L_e */
+	uint8_t *out8;   /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
 	 * into the slot's views area; vev closes them for epoch_wait */
@@ -362,6 +363,7 @@ static void gpu_destroy(void *vst)
 	cudaFree(st->chg);
 	cudaFree(st->alpha);
 	cudaFree(st->axy);
+	cudaFree(st->aoff);
 	cudaFree(st->out8);
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
@@ -549,7 +551,7 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	                 ? 2 * st->full_count * sizeof(float) + st->full_count +
 	                           cols * (sizeof(long long) + (2 + GPU_WCOL) * sizeof(float)) +
 	                           (size_t)st->ny * st->nx * sizeof(float) +
-	                           ((size_t)st->X + st->Y) * sizeof(int4)
+	                           ((size_t)st->X + st->Y) * (sizeof(int4) + sizeof(longlong2))
 	                 : st->le_count);
 	const size_t view_bytes =
 	        be_views_wanted(cfg) ? 3 * cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX : 0;
@@ -619,6 +621,10 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 		if (rc == 0)
 			rc = gpu_malloc((void **)&st->axy, ((size_t)st->X + st->Y) * sizeof(int4),
 			                "interpolation axes", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->aoff,
+			                ((size_t)st->X + st->Y) * sizeof(longlong2),
+			                "interpolation offsets", err, errlen);
 	}
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->out8, st->have_full ? st->full_count : st->le_count,
@@ -1092,13 +1098,14 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		   "cudaMemcpyToSymbolAsync(weights)");
 		/* adaptive (docs/algorithms.md §2b): the new samples against the history they
 		 * replace, before the interlace overwrites it */
-		if (adaptive)
-			CU(gpu_launch_adapt_change(&rp, le, st->P, st->E, st->chg, s0),
+		if (adaptive) /* Q is free until the slabs: its first ny * nx * nz floats serve
+		               * as the transposed differences' scratch */
+			CU(gpu_launch_adapt_change(&rp, le, st->P, st->E, st->Q, st->chg, s0),
 			   "change measure kernel");
 		CU(gpu_launch_interlace(&rp, le, st->P, st->E, s0), "interlace kernel");
 		if (adaptive)
-			CU(gpu_launch_adapt_weights(&rp, st->E, st->chg, st->axy, st->alpha,
-			                            st->tmap, s0),
+			CU(gpu_launch_adapt_weights(&rp, st->E, st->chg, st->axy, st->aoff,
+			                            st->alpha, st->tmap, s0),
 			   "adaptive weight kernel");
 		else if (!rp.fast)
 			CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0), "temporal weight kernel");
@@ -1121,8 +1128,8 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		if (none)
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
 		else
-			CU(gpu_launch_recon(&rp, st->P, st->W, le, st->axy, (int)y0, (int)y1,
-			                    st->out8, outf_dev, s),
+			CU(gpu_launch_recon(&rp, st->P, st->W, le, st->axy, st->aoff, (int)y0,
+			                    (int)y1, st->out8, outf_dev, s),
 			   "reconstruction kernel");
 		if (st->views && out->views)
 			CU(cudaEventRecord(st->kev[k % GPU_RSTREAMS], s), "cudaEventRecord");

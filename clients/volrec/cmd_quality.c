@@ -120,12 +120,13 @@ static double q_ssim(const double *a, const double *t, uint32_t R, uint32_t C, d
 enum q_row { Q_NEAREST, Q_LINEAR, Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_ROWS };
 
 static const char *const q_row_names[Q_ROWS] = {
-        "newest epoch, nearest", "newest epoch, linear", "noncumulative", "cumulative",
+        "newest epoch, nearest", "newest epoch, linear",
+        "noncumulative",         "cumulative",
         "product + exp tau=3",   "adaptive",
 };
 static const char *const q_row_keys[Q_ROWS] = {
-        "current_nearest", "current_linear", "noncumulative", "cumulative", "product_exp_tau3",
-        "adaptive",
+        "current_nearest", "current_linear",   "noncumulative",
+        "cumulative",      "product_exp_tau3", "adaptive",
 };
 
 struct q_score {
@@ -230,7 +231,8 @@ static void q_current(struct q_ctx *q, uint32_t ox, uint32_t oy, bool linear)
 			double px = floor(((double)X - ox) / q->sx + 0.5);
 			xs = px < 0 ? 0 : (px > q->nx - 1 ? q->nx - 1 : (uint32_t)px);
 			if (!linear) {
-				memcpy(o, q->low + ((size_t)ys * q->nx + xs) * Z, Z * sizeof(float));
+				memcpy(o, q->low + ((size_t)ys * q->nx + xs) * Z,
+				       Z * sizeof(float));
 				continue;
 			}
 			const float *c00 = q->low + ((size_t)y0 * q->nx + x0) * Z;
@@ -293,8 +295,9 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 						q->gs = g;
 						q->cap = nc;
 					}
-					q->gs[q->ngs++] = (float)((double)l[z] * (q->hi - q->lo) +
-					                          q->lo - 20.0 * log10((double)t[z]));
+					q->gs[q->ngs++] =
+					        (float)((double)l[z] * (q->hi - q->lo) + q->lo -
+					                20.0 * log10((double)t[z]));
 				}
 			}
 		q->done = i + 1;
@@ -407,7 +410,8 @@ static int q_truth_open(struct q_ctx *q, const char *path, char *err, size_t err
 		              "%s: /truth is [%llu][%llu][%llu][%llu], the configuration's volumes "
 		              "[%u][%u][%u]",
 		              path, (unsigned long long)d[0], (unsigned long long)d[1],
-		              (unsigned long long)d[2], (unsigned long long)d[3], q->Y, q->X, q->nz);
+		              (unsigned long long)d[2], (unsigned long long)d[3], q->Y, q->X,
+		              q->nz);
 	if (q->n == 0)
 		q->n = d[0];
 	if (q->n > d[0])
@@ -449,10 +453,14 @@ static struct json_object *q_num(double v)
 VR_COMMAND(quality, "score every reconstruction mode against a simulator's ground truth")
 {
 	static const struct option longopts[] = {
-	        {"config", required_argument, NULL, 'c'}, {"truth", required_argument, NULL, 't'},
-	        {"epochs", required_argument, NULL, 'n'}, {"skip", required_argument, NULL, 's'},
-	        {"json", required_argument, NULL, 'j'},   {"name", required_argument, NULL, 'N'},
-	        {"backend", required_argument, NULL, 'B'}, {"help", no_argument, NULL, 'h'},
+	        {"config", required_argument, NULL, 'c'},
+	        {"truth", required_argument, NULL, 't'},
+	        {"epochs", required_argument, NULL, 'n'},
+	        {"skip", required_argument, NULL, 's'},
+	        {"json", required_argument, NULL, 'j'},
+	        {"name", required_argument, NULL, 'N'},
+	        {"backend", required_argument, NULL, 'B'},
+	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
 	const char *cfg_path = NULL, *truth_path = NULL, *json_path = NULL, *backend = NULL;
@@ -533,8 +541,9 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		}
 	}
 	if (cfg.source.type != CFG_SOURCE_REPLAY) {
-		fprintf(stderr, "volrec quality: %s: source.type must be replay (the recording "
-		                "the truth belongs to)\n",
+		fprintf(stderr,
+		        "volrec quality: %s: source.type must be replay (the recording "
+		        "the truth belongs to)\n",
 		        cfg_path);
 		ret = VR_EXIT_USAGE;
 		goto out;
@@ -677,8 +686,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 			struct json_object *m = json_object_new_object();
 			struct json_object *pe = json_object_new_array();
 			struct json_object *se = json_object_new_array();
-			json_object_object_add(m, "psnr_db",
-			                       q_num(score[r].psnr_sum / score[r].n));
+			json_object_object_add(m, "psnr_db", q_num(score[r].psnr_sum / score[r].n));
 			json_object_object_add(m, "ssim", q_num(score[r].ssim_sum / score[r].n));
 			for (uint64_t e = 0; e < q.n; e++) {
 				json_object_array_add(pe, q_num(score[r].psnr[e]));
