@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# volrec build: `make`, `make test` (= check), `make demo`, `make bench`, `make install`.
+# volrec build: `make`, `make test` (= check), `make demo`, `make bench`, `make quality`, `make install`.
 # Options: O=dir (out-of-tree), V=1 (verbose), SANITIZER=address|undefined|thread,
 # CUDA=0 (force a CPU-only build), NVCC=path, CUDA_ARCHS="90 100" (device code, plus PTX of the
 # first), PREFIX=/usr/local, DESTDIR=.
@@ -200,7 +200,7 @@ PROGRAM_FILES := $(PROGRAMS:%=$(B)/bin/%)
 SHLIB_FILES := $(foreach s,$(SHLIBS),$(B)/lib/lib$(s).so.$($(s)_SOVERSION) $(B)/lib/lib$(s).so)
 TEST_FILES := $(TEST_PROGRAMS:%=$(B)/tests/%) $(B)/tests/unit_runner
 
-.PHONY: all test check unit pytest tests-build bench demo deps deps-check format format-check \
+.PHONY: all test check unit pytest tests-build bench demo deps deps-check format format-check quality \
 	clean install uninstall
 all: $(PROGRAM_FILES) $(SHLIB_FILES)
 tests-build: all $(TEST_FILES)
@@ -235,6 +235,11 @@ pytest: tests-build $(BROWSER_DEPS)
 		$(PYTEST_ARGS)
 
 test check: unit pytest
+
+# The standard quality table (docs/algorithms.md §2b): every reconstruction mode against the
+# simulator's ground truth, JSON into bench/results/.
+quality: all
+	$(Q)bench/quality.sh $(B) bench/results/quality-$$(hostname)-$$(date -u +%Y%m%dT%H%M%SZ).json
 
 format:
 	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

@@ -442,6 +442,21 @@ static void json_num(FILE *f, const char *k, double v, bool comma)
 		fprintf(f, "\"%s\":null%s", k, comma ? "," : "");
 }
 
+/* The selected noncumulative case of c's geometry (the reference of an adaptive case's
+ * rate, issue 18: >= 0.8 of it in the same run), -1 when none is selected. */
+static int same_geometry_noncumulative(const struct bcase *const *sel, int nsel,
+                                       const struct bcase *c)
+{
+	for (int j = 0; j < nsel; j++) {
+		const struct bcase *o = sel[j];
+		if (o->mode == CFG_RECON_NONCUMULATIVE && o->K == c->K && o->sample == c->sample &&
+		    o->nx == c->nx && o->ny == c->ny && o->stride == c->stride && o->z0 == c->z0 &&
+		    o->z1 == c->z1)
+			return j;
+	}
+	return -1;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -449,8 +464,11 @@ static void usage(FILE *f)
 	        "                 [--seconds S] [--warmup S] [--rate EPOCHS_PER_S] [--no-paced]\n"
 	        "                 [--no-max] [--overlap 0|1] [--views on|off] [--shm-dir DIR]\n"
 	        "                 [-o FILE]\n"
-	        "cases: tiny, classic-2048, classic-2048-u12p, paper (default: tiny "
-	        "classic-2048)\n");
+	        "cases:");
+	for (unsigned i = 0; i < bench_ncases; i++)
+		if (bench_cases[i].e2e_epochs)
+			fprintf(f, " %s", bench_cases[i].name);
+	fprintf(f, " (default: tiny classic-2048)\n");
 }
 
 int main(int argc, char **argv)
@@ -510,9 +528,10 @@ int main(int argc, char **argv)
 
 			if (!found || !found->e2e_epochs || nsel == 8) {
 				fprintf(stderr,
-				        "e2e_bench: --case %s: not one of tiny, classic-2048, "
-				        "classic-2048-u12p, paper\n",
+				        "e2e_bench: --case %s: not an end-to-end case (or more "
+				        "than 8)\n",
 				        optarg);
+				usage(stderr);
 				return 2;
 			}
 			sel[nsel++] = found;
@@ -695,6 +714,14 @@ int main(int argc, char **argv)
 			       r->lat_proc[0], r->lat_proc[1], r->lat_first[0], r->lat_first[1],
 			       r->drops_total, r->acquisition);
 		}
+	for (int i = 0; i < nsel; i++) {
+		int j = sel[i]->mode == CFG_RECON_ADAPTIVE
+		                ? same_geometry_noncumulative(sel, nsel, sel[i])
+		                : -1;
+		if (j >= 0 && res[j][0].vps > 0 && res[i][0].kind)
+			printf("%s / %s (max runs): %.3f (target >= 0.8)\n", sel[i]->name,
+			       sel[j]->name, res[i][0].vps / res[j][0].vps);
+	}
 	printf("limits: memcpy %.1f GB/s", limit_memcpy);
 	if (isfinite(limit_h2d))
 		printf(", pinned H2D %.1f GB/s, D2H (shm) %.1f GB/s, both ways %.1f GB/s each",
@@ -727,8 +754,20 @@ int main(int argc, char **argv)
 	json_num(f, "d2h_shm_gbs", limit_d2h, true);
 	json_num(f, "bidir_each_gbs", limit_bidir, false);
 	fprintf(f, "},\n\"targets\":{\"paper_volumes_per_s\":120,\"paper_p99_ms\":15,"
-	           "\"classic_ascans_per_s\":10000000,\"classic_u12p_ascans_per_s\":14000000},\n"
-	           "\"results\":[");
+	           "\"classic_ascans_per_s\":10000000,\"classic_u12p_ascans_per_s\":14000000,"
+	           "\"paper_adaptive_volumes_per_s\":100,"
+	           "\"adaptive_over_noncumulative\":0.8},\n\"adaptive_over_noncumulative\":{");
+	for (int i = 0, first = 1; i < nsel; i++) {
+		int j = sel[i]->mode == CFG_RECON_ADAPTIVE
+		                ? same_geometry_noncumulative(sel, nsel, sel[i])
+		                : -1;
+		if (j < 0 || !(res[j][0].vps > 0) || !res[i][0].kind)
+			continue;
+		fprintf(f, "%s\"%s/%s\":", first ? "" : ",", sel[i]->name, sel[j]->name);
+		fprintf(f, "%.4f", res[i][0].vps / res[j][0].vps);
+		first = 0;
+	}
+	fprintf(f, "},\n\"results\":[");
 	for (int i = 0, first = 1; i < nsel; i++)
 		for (int k = 0; k < 2; k++) {
 			const struct run_result *r = &res[i][k];

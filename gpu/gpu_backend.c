@@ -69,6 +69,10 @@ struct gpu_state {
 	long long *E;        /* [Y][X] */
 	float *tmap;         /* [Y][X] */
 	float *W;            /* [Y][X][GPU_WCOL] per-column weights of the epoch */
+	float *chg;          /* adaptive: [ny][nx] change measure of this epoch's samples */
+	float *alpha;        /* adaptive: [Y][X] history weight of each column */
+	int4 *axy;           /* adaptive: [X + Y] interpolation axes of this epoch */
+	longlong2 *aoff;     /* adaptive: [X + Y] their offsets into L_e */
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
@@ -91,6 +95,8 @@ struct gpu_state {
 	bool product;
 	enum cfg_temporal temporal;
 	double tau;
+	double tolerance; /* adaptive: kappa */
+	uint32_t adapt_h; /* adaptive: depth_half_window */
 	float g[4];
 	float *ttab; /* [S][S] (NULL when S*S > GPU_TTAB_MAX) */
 
@@ -224,13 +230,6 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 
 	if (rc < 0)
 		return rc;
-	if (cfg->reconstruct.mode == CFG_RECON_ADAPTIVE) {
-		/* docs/algorithms.md §2b: the CPU backend is the only one that has it so far */
-		snprintf(err, errlen,
-		         "reconstruct.mode: adaptive is not implemented by this backend yet (the "
-		         "cpu backend has it)");
-		return -EINVAL;
-	}
 	if (cfg->reconstruct.mode != CFG_RECON_NONE && !st->have_full) {
 		snprintf(err, errlen,
 		         "reconstruct.mode: %s needs the full-resolution volumes this backend was "
@@ -244,6 +243,8 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 	st->product = cfg->reconstruct.combine == CFG_COMBINE_PRODUCT;
 	st->temporal = cfg->reconstruct.temporal;
 	st->tau = cfg->reconstruct.tau;
+	st->tolerance = cfg->reconstruct.adaptive.tolerance;
+	st->adapt_h = cfg->reconstruct.adaptive.depth_half_window;
 	if (st->ttab) {
 		/* row qe, column phase p: age (qe - p) mod S */
 		for (uint32_t q = 0; q < st->S; q++)
@@ -373,6 +374,10 @@ static void gpu_destroy(void *vst)
 	cudaFree(st->E);
 	cudaFree(st->tmap);
 	cudaFree(st->W);
+	cudaFree(st->chg);
+	cudaFree(st->alpha);
+	cudaFree(st->axy);
+	cudaFree(st->aoff);
 	cudaFree(st->out8);
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
@@ -571,9 +576,12 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	const size_t cols = (size_t)st->Y * st->X;
 	const size_t volumes =
 	        2 * st->le_count * sizeof(float) +
-	        (st->have_full ? 2 * st->full_count * sizeof(float) + st->full_count +
-	                                 cols * (sizeof(long long) + (1 + GPU_WCOL) * sizeof(float))
-	                       : st->le_count);
+	        (st->have_full
+	                 ? 2 * st->full_count * sizeof(float) + st->full_count +
+	                           cols * (sizeof(long long) + (2 + GPU_WCOL) * sizeof(float)) +
+	                           (size_t)st->ny * st->nx * sizeof(float) +
+	                           ((size_t)st->X + st->Y) * (sizeof(int4) + sizeof(longlong2))
+	                 : st->le_count);
 	const size_t view_bytes =
 	        be_views_wanted(cfg) ? 3 * cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX : 0;
 	const size_t view_scratch =
@@ -637,6 +645,20 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 		if (rc == 0)
 			rc = gpu_malloc((void **)&st->W, cols * GPU_WCOL * sizeof(float),
 			                "column weights", err, errlen);
+		/* the adaptive mode's buffers whatever the mode: a live switch allocates nothing */
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->chg, (size_t)st->ny * st->nx * sizeof(float),
+			                "change measures", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->alpha, cols * sizeof(float),
+			                "history weights", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->axy, ((size_t)st->X + st->Y) * sizeof(int4),
+			                "interpolation axes", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->aoff,
+			                ((size_t)st->X + st->Y) * sizeof(longlong2),
+			                "interpolation offsets", err, errlen);
 	}
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->out8, st->have_full ? st->full_count : st->le_count,
@@ -1094,6 +1116,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	struct gpu_recon_params rp = {0};
 	float *outf_dev = NULL; /* device float output to copy to out->full */
 	const bool consecutive = st->have_last && epoch == st->last + 1;
+	const bool adaptive = st->mode == CFG_RECON_ADAPTIVE;
 
 	if (none) {
 		outf_dev = le;
@@ -1116,13 +1139,17 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		        .oy = (int)oy,
 		        .qe = (int)q,
 		        .epoch = (long long)epoch,
-		        /* steady state: the last S epochs were all processed, in order */
-		        .fast = st->ttab && run >= st->S,
+		        /* steady state: the last S epochs were all processed, in order (the
+		         * adaptive mode scales each column's weight: always the E map) */
+		        .fast = st->ttab && run >= st->S && !adaptive,
 		        .product = st->product,
 		        .temporal = (int)st->temporal,
 		        .tau = st->tau,
 		        /* as cpu/recon.c: gz(1) / gz(0) in float, its sums in double */
 		        .g1 = st->g[1] / st->g[0],
+		        .adaptive = adaptive,
+		        .adapt_h = (int)st->adapt_h,
+		        .k2 = st->tolerance * st->tolerance,
 		};
 		for (int nv = 1; nv <= 3; nv++) {
 			rp.inv_gz[nv - 1] = (float)(1.0 / (1.0 + (double)rp.g1 * (nv - 1)));
@@ -1134,10 +1161,21 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		memcpy(st->cpin + nt, st->g, 4 * sizeof(float));
 		CU(gpu_upload_constants(st->cpin, nt, st->cpin + nt, s0),
 		   "cudaMemcpyToSymbolAsync(weights)");
+		/* adaptive (docs/algorithms.md §2b): the new samples against the history they
+		 * replace, before the interlace overwrites it */
+		if (adaptive) /* Q is free until the slabs: its first ny * nx * nz floats serve
+		               * as the transposed differences' scratch */
+			CU(gpu_launch_adapt_change(&rp, le, st->P, st->E, st->Q, st->chg, s0),
+			   "change measure kernel");
 		CU(gpu_launch_interlace(&rp, le, st->P, st->E, s0), "interlace kernel");
-		if (!rp.fast)
+		if (adaptive)
+			CU(gpu_launch_adapt_weights(&rp, st->E, st->chg, st->axy, st->aoff,
+			                            st->alpha, st->tmap, s0),
+			   "adaptive weight kernel");
+		else if (!rp.fast)
 			CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0), "temporal weight kernel");
-		CU(gpu_launch_weights(&rp, st->tmap, st->W, s0), "column weight kernel");
+		CU(gpu_launch_weights(&rp, st->tmap, adaptive ? st->alpha : NULL, st->W, s0),
+		   "column weight kernel");
 		if (st->mode == CFG_RECON_CUMULATIVE || out->full)
 			outf_dev = st->Q;
 	}
@@ -1155,8 +1193,8 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		if (none)
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
 		else
-			CU(gpu_launch_recon(&rp, st->P, st->W, (int)y0, (int)y1, st->out8, outf_dev,
-			                    s),
+			CU(gpu_launch_recon(&rp, st->P, st->W, le, st->axy, st->aoff, (int)y0,
+			                    (int)y1, st->out8, outf_dev, s),
 			   "reconstruction kernel");
 		if (st->views && out->views)
 			CU(cudaEventRecord(st->kev[k % GPU_RSTREAMS], s), "cudaEventRecord");

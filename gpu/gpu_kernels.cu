@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "../backend/tables.h" /* BE_ADAPT_UNKNOWN */
 #include "gpu.h"
 
 #define GPU_THREADS 256
@@ -516,12 +517,190 @@ __global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le, fl
 	}
 }
 
+/* Temporal weight of age a in double (be_temporal_weight). */
+static __device__ __forceinline__ double gpu_temporal_d(const gpu_recon_params &p, long long age)
+{
+	if (p.temporal == CFG_TEMPORAL_EXP)
+		return exp(-(double)age / p.tau);
+	return fmax((double)p.S - (double)age, 0.0) / (double)p.S;
+}
+
 /* Temporal weight of age a, in double and rounded once, as the host table and the CPU do. */
 static __device__ __forceinline__ float gpu_temporal(const gpu_recon_params &p, long long age)
 {
-	if (p.temporal == CFG_TEMPORAL_EXP)
-		return (float)exp(-(double)age / p.tau);
-	return (float)(fmax((double)p.S - (double)age, 0.0) / (double)p.S);
+	return (float)gpu_temporal_d(p, age);
+}
+
+/* ---- adaptive mode (docs/algorithms.md §2b) ------------------------------------------------
+ * The double arithmetic below is written with __dadd_rn / __dmul_rn so that nothing is
+ * contracted into an FMA: the CPU reference rounds every product and sum, and so does this. */
+
+/* Full-resolution position of low-resolution sample c = y * nx + x at this epoch's offset. */
+static __device__ __forceinline__ size_t gpu_sample_pos(const gpu_recon_params &p, size_t c)
+{
+	const size_t y = c / (size_t)p.nx, x = c - y * (size_t)p.nx;
+	return (y * p.sy + p.oy) * (size_t)p.X + x * p.sx + p.ox;
+}
+
+#define GPU_TILE 32 /* transpose tile of k_adapt_delta */
+
+/*
+ * Before the interlace: delta[z][c] = L[c][z] - B[s][z] (float, as cpu/recon.c) for every
+ * low-resolution sample c at its full-resolution position s, transposed through shared memory
+ * so that both the reads (along z) and the writes (along c) are coalesced. Block (32, 8):
+ * tile (blockIdx.x: 32 samples) x (32 depths, grid-strided over blockIdx.y).
+ */
+__global__ void k_adapt_delta(gpu_recon_params p, const float *__restrict__ le,
+                              const float *__restrict__ B, float *__restrict__ delta)
+{
+	__shared__ float tile[GPU_TILE][GPU_TILE + 1];
+	const size_t ncols = (size_t)p.ny * p.nx, c0 = (size_t)blockIdx.x * GPU_TILE;
+	const int Z = p.nz;
+	for (int z0 = (int)blockIdx.y * GPU_TILE; z0 < Z; z0 += (int)gridDim.y * GPU_TILE) {
+		for (int k = threadIdx.y; k < GPU_TILE; k += blockDim.y) {
+			const size_t c = c0 + k;
+			const int z = z0 + (int)threadIdx.x;
+			if (c < ncols && z < Z)
+				tile[k][threadIdx.x] =
+				        __fsub_rn(__ldg(&le[c * Z + z]),
+				                  __ldg(&B[gpu_sample_pos(p, c) * Z + z]));
+		}
+		__syncthreads();
+		for (int k = threadIdx.y; k < GPU_TILE; k += blockDim.y) {
+			const size_t c = c0 + threadIdx.x;
+			const int z = z0 + k;
+			if (c < ncols && z < Z)
+				delta[(size_t)z * ncols + c] = tile[threadIdx.x][k];
+		}
+		__syncthreads();
+	}
+}
+
+/*
+ * One thread per low-resolution sample c (grid-strided), after k_adapt_delta: the mean b[z]
+ * of delta over the depth window [max(0, z - h), min(Z - 1, z + h)] as a running sum in
+ * double (the same additions and subtractions in the same order as cpu/recon.c), d = the mean
+ * over z of b[z]^2; BE_ADAPT_UNKNOWN where E < 0 (never written). The reads of a warp are 32
+ * consecutive samples of one depth (coalesced). Where the window is whole (2h + 1 bins) its
+ * mean is a product with the reciprocal and one Markstein correction (q + (win - q w) / w),
+ * within one double ulp of the CPU's quotient and free of the division's branches, so that
+ * the unrolled loop keeps its loads in flight; at the ends it is the division itself.
+ */
+__global__ void k_adapt_change(gpu_recon_params p, const float *__restrict__ delta,
+                               const long long *__restrict__ E, float *__restrict__ chg)
+{
+	const size_t ncols = (size_t)p.ny * p.nx;
+	const int Z = p.nz, h = p.adapt_h;
+	const double w = 2.0 * h + 1.0, rw = 1.0 / w;
+	for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < ncols;
+	     c += (size_t)gridDim.x * blockDim.x) {
+		if (E[gpu_sample_pos(p, c)] < 0) {
+			chg[c] = (float)BE_ADAPT_UNKNOWN;
+			continue;
+		}
+		const float *dc = delta + c;
+#define GPU_DELTA(z) ((double)__ldg(&dc[(size_t)(z)*ncols]))
+		double win = 0.0, acc = 0.0;
+		/* z = 0: the window [0, min(h + 1, Z)) */
+		const int b0 = h + 1 < Z ? h + 1 : Z;
+		for (int k = 0; k < b0; k++)
+			win = __dadd_rn(win, GPU_DELTA(k));
+		double v = __ddiv_rn(win, (double)b0);
+		acc = __dadd_rn(acc, __dmul_rn(v, v));
+		int z = 1;
+		/* the window grows (z <= h) or shrinks (z + h >= Z) at the ends */
+		for (; z < Z && (z <= h || z + h >= Z); z++) {
+			if (z + h < Z)
+				win = __dadd_rn(win, GPU_DELTA(z + h));
+			if (z > h)
+				win = __dsub_rn(win, GPU_DELTA(z - h - 1));
+			const int n = (z + h + 1 < Z ? z + h + 1 : Z) - (z > h ? z - h : 0);
+			v = __ddiv_rn(win, (double)n);
+			acc = __dadd_rn(acc, __dmul_rn(v, v));
+		}
+		/* whole window: one in, one out */
+#pragma unroll 8
+		for (; z + h < Z; z++) {
+			win = __dadd_rn(win, GPU_DELTA(z + h));
+			win = __dsub_rn(win, GPU_DELTA(z - h - 1));
+			const double q = __dmul_rn(win, rw);
+			v = __fma_rn(__fma_rn(-q, w, win), rw, q);
+			acc = __dadd_rn(acc, __dmul_rn(v, v));
+		}
+		for (; z < Z; z++) {
+			win = __dsub_rn(win, GPU_DELTA(z - h - 1));
+			v = __ddiv_rn(win, (double)(Z - (z - h)));
+			acc = __dadd_rn(acc, __dmul_rn(v, v));
+		}
+#undef GPU_DELTA
+		chg[c] = (float)__ddiv_rn(acc, (double)Z);
+	}
+}
+
+/* The interpolation axes of this epoch: entry i < X for column i, X + i for row i
+ * (be_interp_axis: p = clamp((f - off) / s, 0, n - 1), i0 = min(floor p, n - 2), t = p - i0,
+ * n = 1: 0, 0, 0). */
+__global__ void k_adapt_axes(gpu_recon_params p, int4 *__restrict__ axy,
+                             longlong2 *__restrict__ aoff)
+{
+	const int n_all = p.X + p.Y;
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_all;
+	     i += gridDim.x * blockDim.x) {
+		const bool row = i >= p.X;
+		const int f = row ? i - p.X : i, off = row ? p.oy : p.ox, st = row ? p.sy : p.sx;
+		const int n = row ? p.ny : p.nx;
+		int i0 = 0, i1 = 0;
+		float t = 0.0f;
+		if (n >= 2) {
+			double q = __ddiv_rn((double)f - (double)off, (double)st);
+			q = fmin(fmax(q, 0.0), (double)(n - 1));
+			i0 = (int)floor(q);
+			if (i0 > n - 2)
+				i0 = n - 2;
+			i1 = i0 + 1;
+			t = (float)(q - (double)i0);
+		}
+		axy[i] = make_int4(i0, i1, __float_as_int(t), 0);
+		/* offsets into L_e [ny][nx][Z]: a row's i * nx * Z, a column's i * Z */
+		const long long unit = row ? (long long)p.nx * p.nz : (long long)p.nz;
+		aoff[i] = make_longlong2(i0 * unit, i1 * unit);
+	}
+}
+
+/*
+ * One thread per output column (Y, X), grid-strided, after the interlace: D = the bilinear
+ * interpolation of chg over the epoch's sample grid (double, from the float d and the float
+ * t of the axes), alpha = exp(-D / k2), and the temporal weight t(a) exp(-D a / (S k2)) of
+ * the column (0 where E < 0) into tmap, each rounded once to float.
+ */
+__global__ void k_adapt_weights(gpu_recon_params p, const long long *__restrict__ E,
+                                const float *__restrict__ chg, const int4 *__restrict__ axy,
+                                float *__restrict__ alpha, float *__restrict__ tmap)
+{
+	const size_t n = (size_t)p.Y * p.X;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const int Yc = (int)(i / (size_t)p.X), Xc = (int)(i - (size_t)Yc * p.X);
+		const int4 ry = axy[p.X + Yc], cx = axy[Xc];
+		const double ty = (double)__int_as_float(ry.z), tx = (double)__int_as_float(cx.z);
+		const float *c0 = chg + (size_t)ry.x * p.nx, *c1 = chg + (size_t)ry.y * p.nx;
+		const double omtx = 1.0 - tx;
+		const double r0 = __dadd_rn(__dmul_rn(omtx, (double)c0[cx.x]),
+		                            __dmul_rn(tx, (double)c0[cx.y]));
+		const double r1 = __dadd_rn(__dmul_rn(omtx, (double)c1[cx.x]),
+		                            __dmul_rn(tx, (double)c1[cx.y]));
+		const double D = __dadd_rn(__dmul_rn(1.0 - ty, r0), __dmul_rn(ty, r1));
+		alpha[i] = (float)exp(__ddiv_rn(-D, p.k2));
+		const long long e = E[i];
+		float t = 0.0f;
+		if (e >= 0) {
+			const double age = (double)(p.epoch - e);
+			const double f =
+			        exp(__ddiv_rn(__dmul_rn(-D, age), __dmul_rn((double)p.S, p.k2)));
+			t = (float)__dmul_rn(gpu_temporal_d(p, p.epoch - e), f);
+		}
+		tmap[i] = t;
+	}
 }
 
 __global__ void k_tmap(gpu_recon_params p, const long long *E, float *tmap)
@@ -552,7 +731,8 @@ static __device__ __forceinline__ float gpu_tcol(const gpu_recon_params &p,
  * Layout GPU_WCOL floats per column (gpu.h).
  */
 template <bool FAST>
-__global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap, float *__restrict__ W)
+__global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap,
+                          const float *__restrict__ alpha, float *__restrict__ W)
 {
 	const size_t n = (size_t)p.Y * p.X;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -588,7 +768,8 @@ __global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap, fl
 			o[k] = G > 0.0 ? (float)((double)cg[k] / G) : 0.0f;
 			o[9 + k] = T > 0.0 ? (float)((double)ct[k] / T) : 0.0f;
 		}
-		o[18] = o[19] = 0.0f;
+		o[18] = alpha ? alpha[i] : 0.0f;
+		o[19] = 0.0f;
 		float4 *w = (float4 *)(W + i * GPU_WCOL);
 #pragma unroll
 		for (int q = 0; q < GPU_WCOL / 4; q++)
@@ -636,12 +817,18 @@ static __device__ __forceinline__ void gpu_col_smooth(const gpu_recon_params &p,
  * C = sum_n wt_n s1_n) over the 9 neighbour columns in (dy, dx) order with the per-column
  * weights of k_weights (0 for skipped neighbours, which leaves the sums unchanged), then
  * out = 0.5 (A / gz_sum + C / nv) (sum) or A / gz_sum (product): the CPU reference's
- * expression.
+ * expression. ADAPT (docs/algorithms.md §2b, step 6-7): then out = alpha out + (1 - alpha) C'
+ * with alpha = W[18] and C' the bilinear interpolation of the four low-resolution columns
+ * of le around the column (axes axy), every product and sum rounded as cpu/recon.c does; the
+ * four columns are the same for a run of sx output columns, so their loads hit the cache.
  */
-template <bool SUM>
-__global__ void __launch_bounds__(GPU_RECON_THREADS, 8) /* 64 registers, no spills (sm_90) */
+/* 64 registers, no spills (sm_90); ADAPT: 72 (7 blocks an SM), 9 % faster than 64 and a spill */
+template <bool SUM, bool ADAPT>
+__global__ void __launch_bounds__(GPU_RECON_THREADS, ADAPT ? 7 : 8)
         k_recon(gpu_recon_params p, const float *__restrict__ B, const float *__restrict__ W,
-                int y0, int y1, int xrun, uint8_t *__restrict__ out8, float *__restrict__ outf)
+                const float *__restrict__ le, const int4 *__restrict__ axy,
+                const longlong2 *__restrict__ aoff, int y0, int y1, int xrun,
+                uint8_t *__restrict__ out8, float *__restrict__ outf)
 {
 	constexpr int R = GPU_RECON_ROWS;
 	const int lane = threadIdx.x & 31;
@@ -668,6 +855,10 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, 8) /* 64 registers, no spil
 #pragma unroll
 		for (int r = 0; r < R + 2; r++)
 			gpu_col_smooth<SUM>(p, B, ya - 1 + r, Xi + 1, z, lane, sg[r][2], s1[r][2]);
+		/* adaptive: the column's two low-resolution columns, the same for every row */
+		longlong2 co = make_longlong2(0, 0);
+		if (ADAPT)
+			co = __ldg(&aoff[Xi]);
 #pragma unroll
 		for (int j = 0; j < R; j++) {
 			if (j >= nrow)
@@ -690,7 +881,25 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, 8) /* 64 registers, no spil
 				if (SUM)
 					C = fmaf(w[9 + n], s1[j + n / 3][n % 3], C);
 			}
-			const float o = SUM ? 0.5f * (A * igz + C * inz) : A * igz;
+			float o = SUM ? 0.5f * (A * igz + C * inz) : A * igz;
+			if (ADAPT && z < Z) {
+				const float a =
+				        SUM ? w[18]
+				            : __ldg(&W[((size_t)Yi * p.X + Xi) * GPU_WCOL + 18]);
+				const longlong2 ro = __ldg(&aoff[p.X + Yi]);
+				const float ty = __int_as_float(__ldg(&axy[p.X + Yi].z));
+				const float tx = __int_as_float(__ldg(&axy[Xi].z));
+				const float w00 = __fmul_rn(1.0f - ty, 1.0f - tx);
+				const float w01 = __fmul_rn(1.0f - ty, tx);
+				const float w10 = __fmul_rn(ty, 1.0f - tx);
+				const float w11 = __fmul_rn(ty, tx);
+				const float *lz = le + z;
+				float c = __fmul_rn(w00, __ldg(&lz[ro.x + co.x]));
+				c = __fadd_rn(c, __fmul_rn(w01, __ldg(&lz[ro.x + co.y])));
+				c = __fadd_rn(c, __fmul_rn(w10, __ldg(&lz[ro.y + co.x])));
+				c = __fadd_rn(c, __fmul_rn(w11, __ldg(&lz[ro.y + co.y])));
+				o = __fadd_rn(__fmul_rn(a, o), __fmul_rn(1.0f - a, c));
+			}
 			if (z < Z) {
 				const size_t i = ((size_t)Yi * p.X + Xi) * Z + z;
 				out8[i] = (uint8_t)fminf(fmaxf(floorf(255.0f * o + 0.5f), 0.0f),
@@ -903,18 +1112,53 @@ extern "C" cudaError_t gpu_upload_constants(const float *ttab, size_t n, const f
 	return e;
 }
 
-extern "C" cudaError_t gpu_launch_weights(const gpu_recon_params *p, const float *tmap, float *W,
-                                          cudaStream_t s)
+extern "C" cudaError_t gpu_launch_weights(const gpu_recon_params *p, const float *tmap,
+                                          const float *alpha, float *W, cudaStream_t s)
 {
 	const unsigned g = gpu_blocks((size_t)p->Y * p->X);
 	if (p->fast)
-		k_weights<true><<<g, GPU_THREADS, 0, s>>>(*p, tmap, W);
+		k_weights<true><<<g, GPU_THREADS, 0, s>>>(*p, tmap, alpha, W);
 	else
-		k_weights<false><<<g, GPU_THREADS, 0, s>>>(*p, tmap, W);
+		k_weights<false><<<g, GPU_THREADS, 0, s>>>(*p, tmap, alpha, W);
+	return cudaGetLastError();
+}
+
+#define GPU_CHANGE_THREADS 32 /* one warp a block: the few samples spread over every SM */
+
+extern "C" cudaError_t gpu_launch_adapt_change(const gpu_recon_params *p, const float *le,
+                                               const float *B, const long long *E, float *delta,
+                                               float *chg, cudaStream_t s)
+{
+	const size_t n = (size_t)p->ny * p->nx;
+	const size_t tx = (n + GPU_TILE - 1) / GPU_TILE, tz = (p->nz + GPU_TILE - 1) / GPU_TILE;
+	if (tx > 0x7fffffffu)
+		return cudaErrorInvalidValue;
+	const dim3 g((unsigned)tx, (unsigned)(tz > 65535 ? 65535 : (tz ? tz : 1)));
+	k_adapt_delta<<<g, dim3(GPU_TILE, 8), 0, s>>>(*p, le, B, delta);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	const size_t b = (n + GPU_CHANGE_THREADS - 1) / GPU_CHANGE_THREADS;
+	k_adapt_change<<<(unsigned)(b > 65536 ? 65536 : (b ? b : 1)), GPU_CHANGE_THREADS, 0, s>>>(
+	        *p, delta, E, chg);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_adapt_weights(const gpu_recon_params *p, const long long *E,
+                                                const float *chg, int4 *axy, longlong2 *aoff,
+                                                float *alpha, float *tmap, cudaStream_t s)
+{
+	k_adapt_axes<<<gpu_blocks((size_t)p->X + p->Y), GPU_THREADS, 0, s>>>(*p, axy, aoff);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	k_adapt_weights<<<gpu_blocks((size_t)p->Y * p->X), GPU_THREADS, 0, s>>>(*p, E, chg, axy,
+	                                                                        alpha, tmap);
 	return cudaGetLastError();
 }
 
 extern "C" cudaError_t gpu_launch_recon(const gpu_recon_params *p, const float *B, const float *W,
+                                        const float *le, const int4 *axy, const longlong2 *aoff,
                                         int y0, int y1, uint8_t *out8, float *outf, cudaStream_t s)
 {
 	if (y1 <= y0 || p->X < 1 || p->nz < 1)
@@ -928,10 +1172,20 @@ extern "C" cudaError_t gpu_launch_recon(const gpu_recon_params *p, const float *
 		xrun = (p->X + 65534) / 65535;
 	const unsigned zb = (unsigned)((p->nz + GPU_RECON_THREADS - 1) / GPU_RECON_THREADS);
 	const dim3 g(zb, (unsigned)tiles, (unsigned)((p->X + xrun - 1) / xrun));
-	if (p->product)
-		k_recon<false><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, y0, y1, xrun, out8, outf);
+	if (p->adaptive && (!le || !axy || !aoff))
+		return cudaErrorInvalidValue;
+	if (p->adaptive && p->product)
+		k_recon<false, true><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, le, axy, aoff, y0,
+		                                                     y1, xrun, out8, outf);
+	else if (p->adaptive)
+		k_recon<true, true><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, le, axy, aoff, y0, y1,
+		                                                    xrun, out8, outf);
+	else if (p->product)
+		k_recon<false, false><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, le, axy, aoff, y0,
+		                                                      y1, xrun, out8, outf);
 	else
-		k_recon<true><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, y0, y1, xrun, out8, outf);
+		k_recon<true, false><<<g, GPU_RECON_THREADS, 0, s>>>(*p, B, W, le, axy, aoff, y0,
+		                                                     y1, xrun, out8, outf);
 	return cudaGetLastError();
 }
 

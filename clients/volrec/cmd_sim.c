@@ -250,6 +250,8 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	         "phantom: %s\n"
 	         "seed: %llu\n"
 	         "deg_per_s: %.17g\n"
+	         "shift_mm_per_s: [%.17g, %.17g, %.17g]\n"
+	         "jump: {epoch: %llu, shift_mm: [%.17g, %.17g, %.17g], deg: %.17g}\n"
 	         "snr_db: %.17g\n"
 	         "rate: %.17g\n"
 	         "bit_shift: %u\n"
@@ -257,9 +259,12 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	         "# corrections that undo the scanner's k non-linearity and dispersion exactly\n"
 	         "resample_poly: [%.17g, %.17g, %.17g, %.17g]\n"
 	         "dispersion_coeffs: [%.17g, %.17g]\n",
-	         VOLREC_VERSION, p.phantom, (unsigned long long)p.seed, p.deg_per_s, p.snr_db,
-	         p.rate, p.bit_shift, mirror_mm > 0 ? mirror_mm : SIM_MIRROR_MM, poly[0], poly[1],
-	         poly[2], poly[3], disp[0], disp[1]);
+	         VOLREC_VERSION, p.phantom, (unsigned long long)p.seed, p.deg_per_s,
+	         p.shift_mm_per_s[0], p.shift_mm_per_s[1], p.shift_mm_per_s[2],
+	         (unsigned long long)p.jump_epoch, p.jump_mm[0], p.jump_mm[1], p.jump_mm[2],
+	         p.jump_deg, p.snr_db, p.rate, p.bit_shift,
+	         mirror_mm > 0 ? mirror_mm : SIM_MIRROR_MM, poly[0], poly[1], poly[2], poly[3],
+	         disp[0], disp[1]);
 
 	memset(&info, 0, sizeof(info));
 	info.sample_type = p.sample_type;

@@ -3,7 +3,8 @@
  * The CUDA backend against the CPU reference: for configurations covering every option, on
  * random raw inputs (u16/i16/f32) and on simulator output, at small and at the paper's
  * geometry, /lowres within 1e-4 relative and u8 within 1 LSB on >= 99.9 % of voxels, epoch by
- * epoch, through epoch_finish and through the asynchronous interface with interleaved epochs.
+ * epoch, through epoch_finish and through the asynchronous interface with interleaved epochs,
+ * every reconstruction mode (the motion-adaptive one on moving simulator scenes too).
  * First checks the host-side resampling tables (no device needed). Exit 0 all pass, 1 a
  * failure, 2 usage, 77 no CUDA device (skip).
  */
@@ -42,6 +43,7 @@ struct tcase {
 	void (*setup)(struct vr_config *c);
 	enum event ev; /* applied once, after epochs / 2 */
 	bool async;    /* epoch e+1 submitted while e is in flight (be_epoch_finish_async) */
+	void (*live)(struct vr_config *c); /* EV_LIVE's change (NULL: live_change) */
 };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -385,56 +387,139 @@ static void c_paper_sim(struct vr_config *c)
 	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
 }
 
+/* reconstruct.mode adaptive (docs/algorithms.md §2b) on random input: the change between
+ * epochs is noise of every size, so alpha takes every value between 0 and 1; sum combine */
+static void c_adaptive(struct vr_config *c)
+{
+	geom(c, 512, 24, 20, 2, 3, CFG_SAMPLE_U16);
+	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.tolerance = 0.2;
+}
+
+/* adaptive on packed 12-bit input */
+static void c_u12p_adaptive(struct vr_config *c)
+{
+	c_adaptive(c);
+	c->geometry.sample_type = CFG_SAMPLE_U12P;
+}
+
+/* adaptive with product combine, exp temporal weights, a window of 1 bin (h = 0) and an odd
+ * geometry with stride 3 x 1 (one row of offsets: ny = 1 along no axis, nx odd) */
+static void c_adaptive_product(struct vr_config *c)
+{
+	geom(c, 300, 23, 14, 3, 1, CFG_SAMPLE_I16);
+	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.combine = CFG_COMBINE_PRODUCT;
+	c->reconstruct.temporal = CFG_TEMPORAL_EXP;
+	c->reconstruct.tau = 2.0;
+	c->reconstruct.adaptive.depth_half_window = 0;
+	c->reconstruct.adaptive.tolerance = 0.3;
+}
+
+/* The simulator's retina turning, drifting laterally and axially, and jumping at epoch 7:
+ * the adaptive mode where part of the scene moved and part did not. */
+static void c_sim_adaptive_motion(struct vr_config *c)
+{
+	c_sim_small(c);
+	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->source.rate = 25;
+	c->source.synth.deg_per_s = 30;
+	c->source.synth.shift_mm_per_s[0] = 0.5;
+	c->source.synth.shift_mm_per_s[2] = 0.25;
+	c->source.synth.jump_epoch = 7;
+	c->source.synth.jump_mm[0] = 0.2;
+	c->source.synth.jump_mm[1] = 0.1;
+	c->source.synth.jump_deg = 4;
+}
+
+/* Live: noncumulative -> adaptive with another tolerance and window (history reset) */
+static void live_to_adaptive(struct vr_config *c)
+{
+	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.tolerance = 0.15;
+	c->reconstruct.adaptive.depth_half_window = 2;
+}
+
+static void c_paper_adaptive(struct vr_config *c)
+{
+	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
+	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+}
+
 static const struct tcase cases[] = {
-        {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE, false},
-        {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, false},
-        {"rand-f32-median-cubic-disp-product-exp", false, IN_RANDOM, 7, true, c_f32, EV_NONE,
-         false},
+        {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE, false, NULL},
+        {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, false,
+         NULL},
+        {"rand-f32-median-cubic-disp-product-exp", false, IN_RANDOM, 7, true, c_f32, EV_NONE, false,
+         NULL},
         {"rand-u16-ref-spline-wl-gauss-disptab-zp2", false, IN_RANDOM, 6, false, c_reference_spline,
-         EV_NONE, false},
+         EV_NONE, false, NULL},
         {"rand-u16-mode-none-tukey-zp4-bidir", false, IN_RANDOM, 3, true, c_none_tukey, EV_NONE,
-         false},
+         false, NULL},
         {"rand-u16-median-odd-spline-cumul-product", false, IN_RANDOM, 6, true, c_median_odd_spline,
-         EV_NONE, false},
+         EV_NONE, false, NULL},
         {"rand-i16-stride1-window-none-1-stream", false, IN_RANDOM, 4, false, c_stride1_one_stream,
-         EV_NONE, false},
+         EV_NONE, false, NULL},
         {"rand-u16-stride5-steady-exp", false, IN_RANDOM, 29, false, c_stride5_steady, EV_NONE,
-         false},
-        {"rand-u16-live-update", false, IN_RANDOM, 10, true, c_live, EV_LIVE, false},
-        {"rand-u16-live-update-mode-s1", false, IN_RANDOM, 6, true, c_live_s1, EV_LIVE, false},
-        {"rand-u16-reset-history", false, IN_RANDOM, 9, false, c_default, EV_RESET, false},
-        {"rand-u16-epoch-gap", false, IN_RANDOM, 12, false, c_default, EV_GAP, false},
-        {"sim-u16-bmean-cubic-disp", false, IN_SIM, 6, true, c_sim_small, EV_NONE, false},
+         false, NULL},
+        {"rand-u16-live-update", false, IN_RANDOM, 10, true, c_live, EV_LIVE, false, NULL},
+        {"rand-u16-live-update-mode-s1", false, IN_RANDOM, 6, true, c_live_s1, EV_LIVE, false,
+         NULL},
+        {"rand-u16-reset-history", false, IN_RANDOM, 9, false, c_default, EV_RESET, false, NULL},
+        {"rand-u16-epoch-gap", false, IN_RANDOM, 12, false, c_default, EV_GAP, false, NULL},
+        {"sim-u16-bmean-cubic-disp", false, IN_SIM, 6, true, c_sim_small, EV_NONE, false, NULL},
         {"sim-i16-spline-median-bidir-cumul", false, IN_SIM, 5, false, c_sim_spline_bidir, EV_NONE,
-         false},
-        {"rand-u12p-default", false, IN_RANDOM, 6, true, c_u12p, EV_NONE, false},
+         false, NULL},
+        {"rand-u12p-default", false, IN_RANDOM, 6, true, c_u12p, EV_NONE, false, NULL},
         {"rand-u12gv-shift-median-k300-none", false, IN_RANDOM, 3, true, c_u12gv_median, EV_NONE,
-         false},
+         false, NULL},
         {"rand-u12p-shift-bmean-linear-k1000", false, IN_RANDOM, 5, false, c_u12p_bmean_linear,
-         EV_NONE, false},
-        {"rand-u12gv-reference-k256", false, IN_RANDOM, 3, true, c_u12gv_ref, EV_NONE, false},
-        {"sim-u12p-bmean-cubic-disp", false, IN_SIM, 5, true, c_sim_u12p, EV_NONE, false},
-        {"async-rand-u12p-default", false, IN_RANDOM, 6, true, c_u12p, EV_NONE, true},
-        {"paper-rand-u16-60x60x8192-s5", true, IN_RANDOM, 27, false, c_paper, EV_NONE, false},
+         EV_NONE, false, NULL},
+        {"rand-u12gv-reference-k256", false, IN_RANDOM, 3, true, c_u12gv_ref, EV_NONE, false, NULL},
+        {"sim-u12p-bmean-cubic-disp", false, IN_SIM, 5, true, c_sim_u12p, EV_NONE, false, NULL},
+        {"async-rand-u12p-default", false, IN_RANDOM, 6, true, c_u12p, EV_NONE, true, NULL},
+        {"paper-rand-u16-60x60x8192-s5", true, IN_RANDOM, 27, false, c_paper, EV_NONE, false, NULL},
         {"paper-sim-u16-bmean-linear-disp-cumul", true, IN_SIM, 6, false, c_paper_sim, EV_NONE,
-         false},
-        {"async-rand-u16-default-full", false, IN_RANDOM, 9, true, c_default, EV_NONE, true},
-        {"async-rand-i16-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, true},
-        {"async-rand-u16-mode-none-full", false, IN_RANDOM, 5, true, c_none_tukey, EV_NONE, true},
+         false, NULL},
+        {"async-rand-u16-default-full", false, IN_RANDOM, 9, true, c_default, EV_NONE, true, NULL},
+        {"async-rand-i16-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, true, NULL},
+        {"async-rand-u16-mode-none-full", false, IN_RANDOM, 5, true, c_none_tukey, EV_NONE, true,
+         NULL},
         {"async-sim-i16-spline-median-cumul", false, IN_SIM, 6, true, c_sim_spline_bidir, EV_NONE,
-         true},
-        {"paper-async-rand-u16-60x60x8192-s5", true, IN_RANDOM, 8, false, c_paper, EV_NONE, true},
-        {"pmedian-lines-u16-s2", false, IN_LINES, 6, true, c_pm_lines, EV_NONE, false},
-        {"pmedian-lines-u12p-s2", false, IN_LINES, 6, true, c_pm_lines_u12p, EV_NONE, false},
+         true, NULL},
+        {"paper-async-rand-u16-60x60x8192-s5", true, IN_RANDOM, 8, false, c_paper, EV_NONE, true,
+         NULL},
+        {"rand-u16-adaptive", false, IN_RANDOM, 16, true, c_adaptive, EV_NONE, false, NULL},
+        {"rand-u12p-adaptive", false, IN_RANDOM, 16, true, c_u12p_adaptive, EV_NONE, false, NULL},
+        {"rand-i16-adaptive-product-exp-h0-s3x1", false, IN_RANDOM, 9, true, c_adaptive_product,
+         EV_NONE, false, NULL},
+        {"rand-u16-adaptive-reset-history", false, IN_RANDOM, 14, false, c_adaptive, EV_RESET,
+         false, NULL},
+        {"rand-u16-adaptive-epoch-gap", false, IN_RANDOM, 14, false, c_adaptive, EV_GAP, false,
+         NULL},
+        {"rand-u16-live-noncumulative-to-adaptive", false, IN_RANDOM, 18, true, c_default, EV_LIVE,
+         false, live_to_adaptive},
+        {"sim-u16-adaptive-rotation-shift-jump", false, IN_SIM, 12, true, c_sim_adaptive_motion,
+         EV_NONE, false, NULL},
+        {"async-sim-u16-adaptive-rotation-shift-jump", false, IN_SIM, 12, true,
+         c_sim_adaptive_motion, EV_NONE, true, NULL},
+        {"paper-rand-u16-adaptive-60x60x8192-s5", true, IN_RANDOM, 28, false, c_paper_adaptive,
+         EV_NONE, false, NULL},
+        {"paper-async-rand-u16-adaptive-60x60x8192-s5", true, IN_RANDOM, 28, false,
+         c_paper_adaptive, EV_NONE, true, NULL},
+        {"pmedian-lines-u16-s2", false, IN_LINES, 6, true, c_pm_lines, EV_NONE, false, NULL},
+        {"pmedian-lines-u12p-s2", false, IN_LINES, 6, true, c_pm_lines_u12p, EV_NONE, false, NULL},
         {"pmedian-lines-f32-odd-cubic-disp-zp2-flipz", false, IN_LINES, 4, true, c_pm_lines_f32,
-         EV_NONE, false},
+         EV_NONE, false, NULL},
         {"pmedian-sim-tilted-cubic-disp-cumul", false, IN_SIM, 5, true, c_pm_sim_tilted, EV_NONE,
-         false},
-        {"pmedian-none-above-threshold", false, IN_LINES, 3, true, c_pm_none_above, EV_NONE, false},
-        {"pmedian-live-from-ascan-mean", false, IN_LINES, 6, true, c_default, EV_LIVE_PM, false},
-        {"async-pmedian-sim-tilted", false, IN_SIM, 6, true, c_pm_sim_tilted, EV_NONE, true},
+         false, NULL},
+        {"pmedian-none-above-threshold", false, IN_LINES, 3, true, c_pm_none_above, EV_NONE, false,
+         NULL},
+        {"pmedian-live-from-ascan-mean", false, IN_LINES, 6, true, c_default, EV_LIVE_PM, false,
+         NULL},
+        {"async-pmedian-sim-tilted", false, IN_SIM, 6, true, c_pm_sim_tilted, EV_NONE, true, NULL},
         {"paper-pmedian-sim-tilted-60x60x8192-s5", true, IN_SIM, 4, false, c_pm_paper_sim, EV_NONE,
-         false},
+         false, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
@@ -1060,7 +1145,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 				if (rc < 0)
 					goto out_unreg;
 				if (tc->ev == EV_LIVE) {
-					live_change(&n);
+					(tc->live ? tc->live : live_change)(&n);
 				} else {
 					n.preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
 					n.preprocess.background.threshold = 3.0;

@@ -60,6 +60,26 @@ def test_sim_writes_the_documented_header(bin_dir, tmp_path):
     assert len(h["data"]) == 5 * 6 * 8 * 256 * 2
 
 
+def test_sim_records_every_motion_key_in_the_metadata(bin_dir, tmp_path):
+    yaml = pytest.importorskip("yaml")
+    cfg = tmp_path / "moving.yaml"
+    cfg.write_text("source:\n  type: synth\n  rate: 25\n  synth: {seed: 2, motion: {deg_per_s: "
+                   "1.5, shift_mm_per_s: [0.25, -0.125, 0.5], jump: {epoch: 3, shift_mm: "
+                   "[0.3, 0.1, 0.05], deg: 5}}}\n" + GEOMETRY)
+    r = run(bin_dir, "sim", "-c", cfg, "-o", tmp_path / "m.rp", "-n", 2)
+    assert r.returncode == 0, r.stderr
+    meta = yaml.safe_load(read_header(tmp_path / "m.rp")["meta"])
+    assert meta["deg_per_s"] == 1.5
+    assert meta["shift_mm_per_s"] == [0.25, -0.125, 0.5]
+    assert meta["jump"] == {"epoch": 3, "shift_mm": [0.3, 0.1, 0.05], "deg": 5}
+    # without motion the keys are there with zeros (a reader needs no defaults)
+    r = run(bin_dir, "sim", "-c", synth_cfg(tmp_path, name="still.yaml"), "-o",
+            tmp_path / "s.rp", "-n", 1)
+    assert r.returncode == 0, r.stderr
+    meta = yaml.safe_load(read_header(tmp_path / "s.rp")["meta"])
+    assert meta["shift_mm_per_s"] == [0, 0, 0] and meta["jump"]["epoch"] == 0
+
+
 def test_sim_is_deterministic_for_a_seed_and_raw_holds_the_same_samples(bin_dir, tmp_path):
     cfg = synth_cfg(tmp_path)
     for name, fmt in (("a.rp", "volrec"), ("b.rp", "volrec"), ("c.raw", "raw")):

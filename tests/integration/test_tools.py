@@ -258,6 +258,7 @@ def test_sim_and_process_through_the_helper_of_an_installed_tree(bin_dir, tmp_pa
     shutil.copy2(bin_dir / "volrec-process", prefix / "libexec/volrec/volrec-process")
     cfg = config("helper", tmp_path)
     cfg["geometry"].update(samples_per_ascan=256)
+    del cfg["view"]  # the default slab of a 128-deep volume
     (tmp_path / "c.yaml").write_text(json.dumps(cfg))
     env = {k: v for k, v in os.environ.items() if k != "VOLREC_EXEC_PATH"}
     r = subprocess.run([str(prefix / "bin/volrec"), "sim", "-c", str(tmp_path / "c.yaml"), "-o",

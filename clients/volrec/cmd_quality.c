@@ -1,0 +1,730 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec quality`: reconstruct a replay that has a ground truth (`volrec sim --truth`) in each
+ * reconstruction mode through the pipeline engine, and score every mode and the current-epoch
+ * baselines against the truth with PSNR and SSIM as docs/algorithms.md §3 defines them (the
+ * output brought into the truth's amplitude unit; means over the planes of constant y, then
+ * over the epochs from S on). Prints a table; --json writes the figures.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "backend/tables.h"
+#include "commands.h"
+#include "config/config.h"
+#include "pipeline/pipeline.h"
+
+static void quality_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec quality -c FILE -t TRUTH.h5 [-n EPOCHS] [--skip N] [--json OUT]\n"
+	        "                      [--name NAME] [--backend cpu|cuda|auto]\n\n"
+	        "Reconstruct the configured replay in every mode and score each against the\n"
+	        "ground truth of `volrec sim --truth`: PSNR (dB) and SSIM (7 x 7 window) with\n"
+	        "the output brought into the truth's amplitude unit (the gain: the median over\n"
+	        "the sampled voxels), per plane of constant y, means over the planes, then over\n"
+	        "the epochs from --skip on. Rows: the newest epoch alone (nearest sample, linear "
+	        "interpolation),\n"
+	        "noncumulative, cumulative, noncumulative with product combine and exp temporal\n"
+	        "weights (tau 3), and adaptive (reconstruct.adaptive of the configuration). The\n"
+	        "preprocessing (corrections, background, db_range) is the configuration's.\n\n"
+	        "  -c, --config FILE   configuration (YAML) whose source is the replay\n"
+	        "  -t, --truth FILE    its ground truth (HDF5 /truth f32 [n][Y][X][Z], /offset)\n"
+	        "  -n, --epochs N      epochs to score (default: all of the replay)\n"
+	        "      --skip N        epochs left out of the means (default S = sx*sy)\n"
+	        "      --json FILE     also write the figures as JSON (- for stdout)\n"
+	        "      --name NAME     the scene's name in the table and the JSON\n"
+	        "      --backend NAME  override the configuration's backend (cpu, cuda, auto)\n"
+	        "  -h, --help          this text\n\n"
+	        "Exit status: 0 done, 1 failure while running, 2 usage or configuration error.\n");
+}
+
+/* ---- the metric (docs/algorithms.md §3, tests/reference/quality_ref.py) ------------------- */
+
+#define Q_WIN 7 /* SSIM window */
+
+/* PSNR of two images of n values with data range 1 (inf when equal). */
+static double q_psnr(const double *a, const double *t, size_t n)
+{
+	double s = 0.0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = a[i] - t[i];
+		s += d * d;
+	}
+	return s > 0.0 ? 10.0 * log10((double)n / s) : INFINITY;
+}
+
+/* Integral image of f(a, t) over R x C into I[(R + 1) x (C + 1)]. */
+static void q_integral(const double *a, const double *t, uint32_t R, uint32_t C, int what,
+                       double *I)
+{
+	const size_t W = (size_t)C + 1;
+
+	for (size_t j = 0; j < W; j++)
+		I[j] = 0.0;
+	for (uint32_t r = 0; r < R; r++) {
+		double row = 0.0;
+		I[(r + 1) * W] = 0.0;
+		for (uint32_t c = 0; c < C; c++) {
+			size_t i = (size_t)r * C + c;
+			double v = what == 0   ? a[i]
+			           : what == 1 ? t[i]
+			           : what == 2 ? a[i] * a[i]
+			           : what == 3 ? t[i] * t[i]
+			                       : a[i] * t[i];
+			row += v;
+			I[(r + 1) * W + c + 1] = I[r * W + c + 1] + row;
+		}
+	}
+}
+
+/* SSIM (Wang et al. 2004) of two R x C images with data range 1: 7 x 7 uniform window, sample
+ * covariance, valid region, K1 = 0.01, K2 = 0.03; scratch holds 5 (R + 1)(C + 1) doubles. */
+static double q_ssim(const double *a, const double *t, uint32_t R, uint32_t C, double *scratch)
+{
+	const size_t W = (size_t)C + 1, plane = ((size_t)R + 1) * W;
+	const double n = Q_WIN * Q_WIN, cn = n / (n - 1.0);
+	const double c1 = 0.01 * 0.01, c2 = 0.03 * 0.03;
+	double *I[5], sum = 0.0;
+
+	for (int k = 0; k < 5; k++) {
+		I[k] = scratch + (size_t)k * plane;
+		q_integral(a, t, R, C, k, I[k]);
+	}
+	for (uint32_t r = 0; r + Q_WIN <= R; r++)
+		for (uint32_t c = 0; c + Q_WIN <= C; c++) {
+			double m[5];
+			for (int k = 0; k < 5; k++) {
+				const double *J = I[k];
+				m[k] = (J[(r + Q_WIN) * W + c + Q_WIN] - J[r * W + c + Q_WIN] -
+				        J[(r + Q_WIN) * W + c] + J[r * W + c]) /
+				       n;
+			}
+			double ux = m[0], uy = m[1];
+			double vx = cn * (m[2] - ux * ux), vy = cn * (m[3] - uy * uy);
+			double vxy = cn * (m[4] - ux * uy);
+			sum += (2 * ux * uy + c1) * (2 * vxy + c2) /
+			       ((ux * ux + uy * uy + c1) * (vx + vy + c2));
+		}
+	return sum / ((double)(R - Q_WIN + 1) * (C - Q_WIN + 1));
+}
+
+/* ---- the runs ----------------------------------------------------------------------------- */
+
+enum q_row { Q_NEAREST, Q_LINEAR, Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_ROWS };
+
+static const char *const q_row_names[Q_ROWS] = {
+        "newest epoch, nearest", "newest epoch, linear",
+        "noncumulative",         "cumulative",
+        "product + exp tau=3",   "adaptive",
+};
+static const char *const q_row_keys[Q_ROWS] = {
+        "current_nearest", "current_linear",   "noncumulative",
+        "cumulative",      "product_exp_tau3", "adaptive",
+};
+
+struct q_score {
+	double psnr_sum, ssim_sum;
+	unsigned n;
+	double *psnr, *ssim; /* [epochs] per epoch (NAN before --skip) */
+};
+
+struct q_ctx {
+	const struct vr_config *cfg; /* the run's configuration */
+	uint32_t nx, ny, nz, sx, sy, X, Y;
+	uint64_t n, skip, done;
+	double lo, hi;
+	/* the truth */
+	hid_t tf, tds, tspace;
+	uint32_t (*toff)[2]; /* [n] offsets of the truth file */
+	float *truth;        /* [Y][X][Z] of the epoch */
+	/* buffers the backend writes (be_host_alloc) */
+	struct be_backend *be;
+	uint8_t *vol;
+	float *low, *full;
+	/* pass 0: the gain samples; later passes: the scores */
+	bool gain_pass;
+	float *gs;
+	size_t ngs, cap;
+	double gain;
+	int row; /* the reconstruction's row; with lowres also the two baselines */
+	struct q_score *score;
+	double *pa, *pt, *scratch; /* plane [X][Z] output and truth in double; SSIM scratch */
+	float *cur;                /* [Y][X][Z] baseline volume */
+};
+
+static int q_truth_read(struct q_ctx *q, uint64_t e, char *err, size_t errlen)
+{
+	hsize_t start[4] = {e, 0, 0, 0}, count[4] = {1, q->Y, q->X, q->nz};
+	hid_t mem = H5Screate_simple(4, count, NULL);
+	int rc = 0;
+
+	if (mem < 0 ||
+	    H5Sselect_hyperslab(q->tspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
+	    H5Dread(q->tds, H5T_NATIVE_FLOAT, mem, q->tspace, H5P_DEFAULT, q->truth) < 0)
+		rc = vr_err(err, errlen, -EIO, "reading the truth of epoch %llu failed",
+		            (unsigned long long)e);
+	if (mem >= 0)
+		H5Sclose(mem);
+	return rc;
+}
+
+/* The output in the truth's unit: 10^((lo + v (hi - lo) - G) / 20) clipped to [0, 1], 0 where
+ * v = 0. */
+static double q_amplitude(const struct q_ctx *q, float v)
+{
+	if (!(v > 0.0f))
+		return 0.0;
+	double a = pow(10.0, (q->lo + (double)v * (q->hi - q->lo) - q->gain) / 20.0);
+	return a > 1.0 ? 1.0 : a;
+}
+
+/* Score the volume v [Y][X][Z] of epoch e (index i) into s. */
+static void q_score_volume(struct q_ctx *q, const float *v, uint64_t i, struct q_score *s)
+{
+	const size_t plane = (size_t)q->X * q->nz;
+	double p = 0.0, m = 0.0;
+
+	for (uint32_t y = 0; y < q->Y; y++) {
+		const float *vy = v + y * plane, *ty = q->truth + y * plane;
+		for (size_t k = 0; k < plane; k++) {
+			q->pa[k] = q_amplitude(q, vy[k]);
+			q->pt[k] = ty[k];
+		}
+		p += q_psnr(q->pa, q->pt, plane);
+		m += q_ssim(q->pa, q->pt, q->X, q->nz, q->scratch);
+	}
+	p /= q->Y;
+	m /= q->Y;
+	s->psnr[i] = p;
+	s->ssim[i] = m;
+	if (i >= q->skip) {
+		s->psnr_sum += p;
+		s->ssim_sum += m;
+		s->n++;
+	}
+}
+
+/* The newest epoch alone at full resolution (docs/algorithms.md §3): nearest sample, or the
+ * bilinear interpolation C of §2b. */
+static void q_current(struct q_ctx *q, uint32_t ox, uint32_t oy, bool linear)
+{
+	const uint32_t Z = q->nz;
+
+	for (uint32_t Y = 0; Y < q->Y; Y++) {
+		uint32_t y0, y1, ys;
+		float ty;
+		be_interp_axis(Y, oy, q->sy, q->ny, &y0, &y1, &ty);
+		double py = floor(((double)Y - oy) / q->sy + 0.5);
+		ys = py < 0 ? 0 : (py > q->ny - 1 ? q->ny - 1 : (uint32_t)py);
+		for (uint32_t X = 0; X < q->X; X++) {
+			float *o = q->cur + ((size_t)Y * q->X + X) * Z;
+			uint32_t x0, x1, xs;
+			float tx;
+			be_interp_axis(X, ox, q->sx, q->nx, &x0, &x1, &tx);
+			double px = floor(((double)X - ox) / q->sx + 0.5);
+			xs = px < 0 ? 0 : (px > q->nx - 1 ? q->nx - 1 : (uint32_t)px);
+			if (!linear) {
+				memcpy(o, q->low + ((size_t)ys * q->nx + xs) * Z,
+				       Z * sizeof(float));
+				continue;
+			}
+			const float *c00 = q->low + ((size_t)y0 * q->nx + x0) * Z;
+			const float *c01 = q->low + ((size_t)y0 * q->nx + x1) * Z;
+			const float *c10 = q->low + ((size_t)y1 * q->nx + x0) * Z;
+			const float *c11 = q->low + ((size_t)y1 * q->nx + x1) * Z;
+			const float w00 = (1.0f - ty) * (1.0f - tx), w01 = (1.0f - ty) * tx;
+			const float w10 = ty * (1.0f - tx), w11 = ty * tx;
+			for (uint32_t z = 0; z < Z; z++)
+				o[z] = w00 * c00[z] + w01 * c01[z] + w10 * c10[z] + w11 * c11[z];
+		}
+	}
+}
+
+static int q_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err, size_t errlen)
+{
+	struct q_ctx *q = ctx;
+
+	if (q->done >= q->n)
+		return vr_err(err, errlen, -ENOSPC, "epoch %llu is one more than the %llu asked",
+		              (unsigned long long)epoch, (unsigned long long)q->n);
+	out->volume = q->vol;
+	out->lowres = q->low;
+	out->full = q->full;
+	return 0;
+}
+
+static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t errlen)
+{
+	struct q_ctx *q = ctx;
+	const uint64_t i = q->done;
+	int rc;
+
+	if (v->epoch >= q->n || v->ox != q->toff[v->epoch][0] || v->oy != q->toff[v->epoch][1])
+		return vr_err(err, errlen, -EINVAL,
+		              "epoch %llu at offset (%u, %u): the truth file has %s",
+		              (unsigned long long)v->epoch, v->ox, v->oy,
+		              v->epoch >= q->n ? "fewer epochs" : "another offset there");
+	if (q->gain_pass) {
+		/* lowres dB - 20 log10(truth) where each sample lies, truth > 0.05, lowres > 0 */
+		rc = q_truth_read(q, v->epoch, err, errlen);
+		if (rc < 0)
+			return rc;
+		for (uint32_t y = 0; y < q->ny; y++)
+			for (uint32_t x = 0; x < q->nx; x++) {
+				const float *l = q->low + ((size_t)y * q->nx + x) * q->nz;
+				const float *t = q->truth + (((size_t)y * q->sy + v->oy) * q->X +
+				                             (size_t)x * q->sx + v->ox) *
+				                                    q->nz;
+				for (uint32_t z = 0; z < q->nz; z++) {
+					if (!(t[z] > 0.05f) || !(l[z] > 0.0f))
+						continue;
+					if (q->ngs == q->cap) {
+						size_t nc = q->cap ? 2 * q->cap : 65536;
+						float *g = realloc(q->gs, nc * sizeof(float));
+						if (!g)
+							return vr_err(err, errlen, -ENOMEM,
+							              "out of memory for the gain "
+							              "samples");
+						q->gs = g;
+						q->cap = nc;
+					}
+					q->gs[q->ngs++] =
+					        (float)((double)l[z] * (q->hi - q->lo) + q->lo -
+					                20.0 * log10((double)t[z]));
+				}
+			}
+		q->done = i + 1;
+		return 0;
+	}
+	rc = q_truth_read(q, v->epoch, err, errlen);
+	if (rc < 0)
+		return rc;
+	q_score_volume(q, q->full, v->epoch, &q->score[q->row]);
+	if (q->low) {
+		q_current(q, v->ox, v->oy, false);
+		q_score_volume(q, q->cur, v->epoch, &q->score[Q_NEAREST]);
+		q_current(q, v->ox, v->oy, true);
+		q_score_volume(q, q->cur, v->epoch, &q->score[Q_LINEAR]);
+	}
+	q->done = i + 1;
+	return 0;
+}
+
+static void q_abort(void *ctx)
+{
+	(void)ctx; /* the buffers are the sink's own */
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+	float x = *(const float *)a, y = *(const float *)b;
+	return (x > y) - (x < y);
+}
+
+static void print_event(void *ctx, const struct pl_event *ev)
+{
+	(void)ctx;
+	if (ev->level >= PL_NOTICE && (!ev->name || strcmp(ev->name, "source_ended")))
+		fprintf(stderr, "volrec quality: %s\n", ev->message);
+}
+
+/* One pass of the pipeline over the replay with cfg (a mode of the table, or mode none for the
+ * gain), into q. */
+static int q_pass(struct q_ctx *q, const struct vr_config *cfg, bool lowres, char *err,
+                  size_t errlen)
+{
+	struct pl_options po = {.cfg = cfg,
+	                        .src_flags = SRC_UNPACED | SRC_NO_LOOP,
+	                        .block = true,
+	                        .stop_on_fault = true,
+	                        .zero_copy = -1,
+	                        .on_event = print_event};
+	struct pl_pipeline *pl = NULL;
+	struct pl_sink sink = {.ctx = q, .begin = q_begin, .publish = q_publish, .abort = q_abort};
+	const size_t nlow = (size_t)q->ny * q->nx * q->nz;
+	int rc;
+
+	rc = pl_options_from_env(&po, err, errlen);
+	if (rc == 0)
+		rc = pl_open(&po, &pl, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (pl_source_epochs(pl) && q->n > pl_source_epochs(pl)) {
+		rc = vr_err(err, errlen, -EINVAL, "-n %llu: the replay holds %llu epochs",
+		            (unsigned long long)q->n, (unsigned long long)pl_source_epochs(pl));
+		goto out;
+	}
+	q->cfg = cfg;
+	q->be = pl_backend(pl);
+	q->done = 0;
+	q->low = q->full = NULL;
+	q->vol = NULL;
+	rc = be_host_alloc(q->be, cfg_out_voxels(cfg), (void **)&q->vol);
+	if (rc == 0 && lowres)
+		rc = be_host_alloc(q->be, nlow * sizeof(float), (void **)&q->low);
+	if (rc == 0 && cfg->reconstruct.mode != CFG_RECON_NONE)
+		rc = be_host_alloc(q->be, cfg_out_voxels(cfg) * sizeof(float), (void **)&q->full);
+	if (rc < 0) {
+		vr_err(err, errlen, rc, "out of memory for the output buffers");
+		goto out_free;
+	}
+	rc = pl_run(pl, &sink, q->n, err, errlen);
+	if (rc == 0 && q->done < q->n)
+		rc = vr_err(err, errlen, -EIO, "the source ended after %llu of %llu epochs",
+		            (unsigned long long)q->done, (unsigned long long)q->n);
+out_free:
+	be_host_free(q->be, q->vol);
+	be_host_free(q->be, q->low);
+	be_host_free(q->be, q->full);
+	q->vol = NULL;
+	q->low = q->full = NULL;
+out:
+	pl_close(pl);
+	return rc;
+}
+
+/* Open the truth file and check it against the configuration's geometry. */
+static int q_truth_open(struct q_ctx *q, const char *path, char *err, size_t errlen)
+{
+	hsize_t d[4];
+	hid_t od = -1, os = -1;
+	int rc = 0;
+
+	q->tf = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	if (q->tf < 0)
+		return vr_err(err, errlen, -ENOENT, "%s: cannot open as HDF5", path);
+	q->tds = H5Dopen2(q->tf, "truth", H5P_DEFAULT);
+	q->tspace = q->tds < 0 ? -1 : H5Dget_space(q->tds);
+	if (q->tspace < 0 || H5Sget_simple_extent_ndims(q->tspace) != 4 ||
+	    H5Sget_simple_extent_dims(q->tspace, d, NULL) < 0)
+		return vr_err(err, errlen, -EINVAL, "%s: no dataset /truth [n][Y][X][Z]", path);
+	if (d[1] != q->Y || d[2] != q->X || d[3] != q->nz)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: /truth is [%llu][%llu][%llu][%llu], the configuration's volumes "
+		              "[%u][%u][%u]",
+		              path, (unsigned long long)d[0], (unsigned long long)d[1],
+		              (unsigned long long)d[2], (unsigned long long)d[3], q->Y, q->X,
+		              q->nz);
+	if (q->n == 0)
+		q->n = d[0];
+	if (q->n > d[0])
+		return vr_err(err, errlen, -EINVAL, "-n %llu: %s holds %llu epochs",
+		              (unsigned long long)q->n, path, (unsigned long long)d[0]);
+	q->toff = calloc(d[0], sizeof(*q->toff));
+	if (!q->toff)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	od = H5Dopen2(q->tf, "offset", H5P_DEFAULT);
+	os = od < 0 ? -1 : H5Dget_space(od);
+	hsize_t od2[2];
+	if (os < 0 || H5Sget_simple_extent_ndims(os) != 2 ||
+	    H5Sget_simple_extent_dims(os, od2, NULL) < 0 || od2[0] != d[0] || od2[1] != 2 ||
+	    H5Dread(od, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, q->toff) < 0)
+		rc = vr_err(err, errlen, -EINVAL, "%s: no dataset /offset u32 [%llu][2]", path,
+		            (unsigned long long)d[0]);
+	if (os >= 0)
+		H5Sclose(os);
+	if (od >= 0)
+		H5Dclose(od);
+	return rc;
+}
+
+static void q_truth_close(struct q_ctx *q)
+{
+	if (q->tspace >= 0)
+		H5Sclose(q->tspace);
+	if (q->tds >= 0)
+		H5Dclose(q->tds);
+	if (q->tf >= 0)
+		H5Fclose(q->tf);
+}
+
+static struct json_object *q_num(double v)
+{
+	return isfinite(v) ? json_object_new_double(v) : json_object_new_null();
+}
+
+VR_COMMAND(quality, "score every reconstruction mode against a simulator's ground truth")
+{
+	static const struct option longopts[] = {
+	        {"config", required_argument, NULL, 'c'},
+	        {"truth", required_argument, NULL, 't'},
+	        {"epochs", required_argument, NULL, 'n'},
+	        {"skip", required_argument, NULL, 's'},
+	        {"json", required_argument, NULL, 'j'},
+	        {"name", required_argument, NULL, 'N'},
+	        {"backend", required_argument, NULL, 'B'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	const char *cfg_path = NULL, *truth_path = NULL, *json_path = NULL, *backend = NULL;
+	const char *name = NULL;
+	long long n_arg = 0, skip_arg = -1;
+	struct vr_config cfg, run;
+	struct q_ctx q = {.tf = -1, .tds = -1, .tspace = -1};
+	struct q_score score[Q_ROWS];
+	char err[CFG_ERR_MAX] = "";
+	int c, rc, ret = VR_EXIT_FAIL;
+
+	memset(score, 0, sizeof(score));
+	cfg_defaults(&cfg);
+	cfg_defaults(&run);
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "c:t:n:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			cfg_path = optarg;
+			break;
+		case 't':
+			truth_path = optarg;
+			break;
+		case 'n':
+		case 's': {
+			char *end;
+			errno = 0;
+			long long v = strtoll(optarg, &end, 10);
+			if (errno || *end || !*optarg || v < (c == 'n' ? 1 : 0) || v > 1000000) {
+				fprintf(stderr, "volrec quality: %s %s: expected %s\n",
+				        c == 'n' ? "-n" : "--skip", optarg,
+				        c == 'n' ? "1..1000000 epochs" : "0..1000000 epochs");
+				return VR_EXIT_USAGE;
+			}
+			*(c == 'n' ? &n_arg : &skip_arg) = v;
+			break;
+		}
+		case 'j':
+			json_path = optarg;
+			break;
+		case 'N':
+			name = optarg;
+			break;
+		case 'B':
+			backend = optarg;
+			break;
+		case 'h':
+			quality_usage(stdout);
+			return VR_EXIT_OK;
+		default:
+			quality_usage(stderr);
+			return VR_EXIT_USAGE;
+		}
+	}
+	if (!cfg_path || !truth_path || optind != argc) {
+		fprintf(stderr, "volrec quality: %s\n",
+		        optind != argc ? "unexpected arguments"
+		                       : "-c FILE and -t TRUTH.h5 are required");
+		quality_usage(stderr);
+		return VR_EXIT_USAGE;
+	}
+	if (cfg_load(&cfg, cfg_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "volrec quality: %s\n", err);
+		return VR_EXIT_USAGE;
+	}
+	if (backend) {
+		if (!strcmp(backend, "cpu"))
+			cfg.backend = CFG_BACKEND_CPU;
+		else if (!strcmp(backend, "cuda"))
+			cfg.backend = CFG_BACKEND_CUDA;
+		else if (!strcmp(backend, "auto"))
+			cfg.backend = CFG_BACKEND_AUTO;
+		else {
+			fprintf(stderr, "volrec quality: --backend %s: allowed cpu, cuda, auto\n",
+			        backend);
+			ret = VR_EXIT_USAGE;
+			goto out;
+		}
+	}
+	if (cfg.source.type != CFG_SOURCE_REPLAY) {
+		fprintf(stderr,
+		        "volrec quality: %s: source.type must be replay (the recording "
+		        "the truth belongs to)\n",
+		        cfg_path);
+		ret = VR_EXIT_USAGE;
+		goto out;
+	}
+	q.nx = cfg.geometry.ascans_per_bscan;
+	q.ny = cfg.geometry.bscans_per_volume;
+	q.nz = cfg_nz(&cfg);
+	q.sx = cfg.geometry.stride[0];
+	q.sy = cfg.geometry.stride[1];
+	q.X = q.nx * q.sx;
+	q.Y = q.ny * q.sy;
+	q.lo = cfg.preprocess.db_range[0];
+	q.hi = cfg.preprocess.db_range[1];
+	q.n = (uint64_t)n_arg;
+	q.skip = skip_arg >= 0 ? (uint64_t)skip_arg : cfg_stride_area(&cfg);
+	if (q.X < Q_WIN || q.nz < Q_WIN) {
+		fprintf(stderr,
+		        "volrec quality: volumes of %u x %u x %u: SSIM needs X and Z of at least "
+		        "%d\n",
+		        q.Y, q.X, q.nz, Q_WIN);
+		ret = VR_EXIT_USAGE;
+		goto out;
+	}
+	rc = q_truth_open(&q, truth_path, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "volrec quality: %s\n", err);
+		ret = VR_EXIT_USAGE;
+		goto out;
+	}
+	if (q.skip >= q.n) {
+		fprintf(stderr, "volrec quality: --skip %llu leaves none of the %llu epochs\n",
+		        (unsigned long long)q.skip, (unsigned long long)q.n);
+		ret = VR_EXIT_USAGE;
+		goto out;
+	}
+	const size_t vox = (size_t)q.Y * q.X * q.nz, plane = (size_t)q.X * q.nz;
+	q.truth = malloc(vox * sizeof(float));
+	q.cur = malloc(vox * sizeof(float));
+	q.pa = malloc(plane * sizeof(double));
+	q.pt = malloc(plane * sizeof(double));
+	q.scratch = malloc(5 * ((size_t)q.X + 1) * (q.nz + 1) * sizeof(double));
+	for (int r = 0; r < Q_ROWS; r++) {
+		score[r].psnr = malloc(q.n * sizeof(double));
+		score[r].ssim = malloc(q.n * sizeof(double));
+	}
+	if (!q.truth || !q.cur || !q.pa || !q.pt || !q.scratch || !score[Q_ROWS - 1].psnr ||
+	    !score[Q_ROWS - 1].ssim || !score[0].psnr) {
+		fprintf(stderr, "volrec quality: out of memory for %u x %u x %u volumes\n", q.Y,
+		        q.X, q.nz);
+		goto out;
+	}
+	q.score = score;
+
+	/* pass 0: the system gain G from the low-resolution volumes (mode none) */
+	rc = cfg_copy(&run, &cfg);
+	if (rc < 0) {
+		fprintf(stderr, "volrec quality: out of memory\n");
+		goto out;
+	}
+	run.reconstruct.mode = CFG_RECON_NONE;
+	q.gain_pass = true;
+	rc = q_pass(&q, &run, true, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "volrec quality: %s\n", err);
+		goto out;
+	}
+	if (q.ngs == 0) {
+		fprintf(stderr, "volrec quality: no sample where the truth exceeds 0.05 and the "
+		                "output is above the dB range's floor: no gain to calibrate\n");
+		goto out;
+	}
+	qsort(q.gs, q.ngs, sizeof(float), cmp_float);
+	q.gain = q.ngs % 2 ? q.gs[q.ngs / 2]
+	                   : 0.5 * ((double)q.gs[q.ngs / 2 - 1] + (double)q.gs[q.ngs / 2]);
+	q.gain_pass = false;
+
+	/* one pass per reconstruction row; the noncumulative one also scores the baselines */
+	static const enum q_row rows[] = {Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE};
+	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
+		const enum q_row r = rows[k];
+		cfg_free(&run);
+		cfg_defaults(&run);
+		rc = cfg_copy(&run, &cfg);
+		if (rc < 0) {
+			fprintf(stderr, "volrec quality: out of memory\n");
+			goto out;
+		}
+		run.reconstruct.mode = r == Q_CUMUL      ? CFG_RECON_CUMULATIVE
+		                       : r == Q_ADAPTIVE ? CFG_RECON_ADAPTIVE
+		                                         : CFG_RECON_NONCUMULATIVE;
+		run.reconstruct.combine = r == Q_PRODUCT ? CFG_COMBINE_PRODUCT : CFG_COMBINE_SUM;
+		run.reconstruct.temporal = r == Q_PRODUCT ? CFG_TEMPORAL_EXP : CFG_TEMPORAL_LINEAR;
+		if (r == Q_PRODUCT)
+			run.reconstruct.tau = 3.0;
+		q.row = r;
+		rc = q_pass(&q, &run, r == Q_NONCUM, err, sizeof(err));
+		if (rc < 0) {
+			fprintf(stderr, "volrec quality: %s: %s\n", q_row_names[r], err);
+			goto out;
+		}
+	}
+
+	/* the table */
+	printf("volrec quality%s%s: %llu epochs of %u x %u x %u (stride %ux%u), means over epochs "
+	       "%llu..%llu, gain %.3f dB, dB range [%g, %g]\n",
+	       name ? " " : "", name ? name : "", (unsigned long long)q.n, q.Y, q.X, q.nz, q.sx,
+	       q.sy, (unsigned long long)q.skip, (unsigned long long)q.n - 1, q.gain, q.lo, q.hi);
+	printf("%-24s %9s %7s\n", "mode", "PSNR dB", "SSIM");
+	for (int r = 0; r < Q_ROWS; r++)
+		printf("%-24s %9.2f %7.3f\n", q_row_names[r], score[r].psnr_sum / score[r].n,
+		       score[r].ssim_sum / score[r].n);
+	if (json_path) {
+		struct json_object *o = json_object_new_object(), *modes = json_object_new_object();
+		if (name)
+			json_object_object_add(o, "name", json_object_new_string(name));
+		json_object_object_add(o, "truth", json_object_new_string(truth_path));
+		json_object_object_add(o, "epochs", json_object_new_int64((int64_t)q.n));
+		json_object_object_add(o, "first_scored_epoch",
+		                       json_object_new_int64((int64_t)q.skip));
+		struct json_object *shape = json_object_new_array();
+		json_object_array_add(shape, json_object_new_int64(q.Y));
+		json_object_array_add(shape, json_object_new_int64(q.X));
+		json_object_array_add(shape, json_object_new_int64(q.nz));
+		json_object_object_add(o, "volume_shape", shape);
+		struct json_object *stride = json_object_new_array();
+		json_object_array_add(stride, json_object_new_int64(q.sx));
+		json_object_array_add(stride, json_object_new_int64(q.sy));
+		json_object_object_add(o, "stride", stride);
+		struct json_object *dbr = json_object_new_array();
+		json_object_array_add(dbr, json_object_new_double(q.lo));
+		json_object_array_add(dbr, json_object_new_double(q.hi));
+		json_object_object_add(o, "db_range", dbr);
+		json_object_object_add(o, "gain_db", json_object_new_double(q.gain));
+		json_object_object_add(o, "adaptive_tolerance",
+		                       json_object_new_double(cfg.reconstruct.adaptive.tolerance));
+		json_object_object_add(
+		        o, "adaptive_depth_half_window",
+		        json_object_new_int64(cfg.reconstruct.adaptive.depth_half_window));
+		for (int r = 0; r < Q_ROWS; r++) {
+			struct json_object *m = json_object_new_object();
+			struct json_object *pe = json_object_new_array();
+			struct json_object *se = json_object_new_array();
+			json_object_object_add(m, "psnr_db", q_num(score[r].psnr_sum / score[r].n));
+			json_object_object_add(m, "ssim", q_num(score[r].ssim_sum / score[r].n));
+			for (uint64_t e = 0; e < q.n; e++) {
+				json_object_array_add(pe, q_num(score[r].psnr[e]));
+				json_object_array_add(se, q_num(score[r].ssim[e]));
+			}
+			json_object_object_add(m, "psnr_db_per_epoch", pe);
+			json_object_object_add(m, "ssim_per_epoch", se);
+			json_object_object_add(modes, q_row_keys[r], m);
+		}
+		json_object_object_add(o, "modes", modes);
+		const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+		FILE *f = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
+		bool ok = f && fprintf(f, "%s\n", text) >= 0;
+		if (f && f != stdout && fclose(f))
+			ok = false;
+		json_object_put(o);
+		if (!ok) {
+			fprintf(stderr, "volrec quality: %s: writing failed\n", json_path);
+			goto out;
+		}
+	}
+	ret = VR_EXIT_OK;
+out:
+	q_truth_close(&q);
+	for (int r = 0; r < Q_ROWS; r++) {
+		free(score[r].psnr);
+		free(score[r].ssim);
+	}
+	free(q.toff);
+	free(q.gs);
+	free(q.truth);
+	free(q.cur);
+	free(q.pa);
+	free(q.pt);
+	free(q.scratch);
+	cfg_free(&run);
+	cfg_free(&cfg);
+	return ret;
+}
