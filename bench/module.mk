@@ -37,3 +37,13 @@ endif
 TEST_PROGRAMS += sim_bench
 sim_bench_SRCS := bench/sim_bench.c
 sim_bench_ARCHIVES := sim base
+
+# The endurance run (never part of `make test` or CI): volrecd at the calibrated highest rate
+# of this machine on the CPU backend with four readers and a recorder for SOAK_SECONDS
+# (default 30 minutes); writes bench/results/soak-<host>-<date>.json (bench/soak.py).
+SOAK_SECONDS ?= 1800
+SOAK_ARGS ?=
+.PHONY: soak
+soak: all $(B)/tests/soak_reader
+	$(call msg,SOAK,$(SOAK_SECONDS) s)
+	$(Q)SOAK_SECONDS=$(SOAK_SECONDS) $(PYTHON) bench/soak.py --build $(B) $(SOAK_ARGS)
