@@ -241,6 +241,7 @@ class Consumers:
         self.rec_volumes = 0
         self.rec_missed = 0
         self.rec_errors = []
+        self.rec_incomplete = 0  # files that list missed volumes (record exit 4)
         self.rec_path = None
         self.rec_since = None
 
@@ -268,8 +269,12 @@ class Consumers:
                 self.rec_missed += int(attrs.get("missed_volumes", 0))
         except (OSError, KeyError) as e:
             self.rec_errors.append("%s: %s" % (self.rec_path.name, e))
-        if rc != 0:
+        # exit 4: complete, but volumes were missed (it fell behind): they are in /missed and
+        # counted above, not an error
+        if rc not in (0, 4):
             self.rec_errors.append("record exit %d: %s" % (rc, err.strip()[-300:]))
+        elif rc == 4:
+            self.rec_incomplete += 1
         self.rec_files += 1
         self.rec_path.unlink(missing_ok=True)
 
@@ -312,7 +317,8 @@ class Consumers:
             self._check_recording(self.rec.returncode, err)
             self.rec = None
         recorder = {"files": self.rec_files, "volumes": self.rec_volumes,
-                    "missed_volumes": self.rec_missed, "errors": self.rec_errors,
+                    "missed_volumes": self.rec_missed, "files_with_missed": self.rec_incomplete,
+                    "errors": self.rec_errors,
                     "volumes_per_file": self.record_count}
         return readers, recorder
 
