@@ -917,11 +917,18 @@ def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_pa
         assert f.attrs["end"] in (b"interrupted", "interrupted")
         second = seq[ses == ses[-1]]
         assert (ses == ses[0]).sum() >= 4 and len(second) >= 3, (ses, seq)
-        assert list(np.diff(second)) == [1] * (len(second) - 1), second
-        # volumes of the new session the recorder did not get are listed, never silent
+        assert (np.diff(second.astype(np.int64)) >= 1).all(), second  # in order, none twice
+        # every volume of the new session up to the last recorded is in the file or listed in
+        # /missed (those published before the recorder got its first one, and any it missed
+        # falling behind on a loaded machine), never silent
         missed = f["missed"][:]
-        assert int(second[0]) - 1 == sum(int(m["last"] - m["first"] + 1) for m in missed
-                                         if m["session"] == ses[-1]), (second, missed)
+        listed = set(int(s) for s in second)
+        for m in missed:
+            if m["session"] == ses[-1]:
+                rng = set(range(int(m["first"]), int(m["last"]) + 1))
+                assert not rng & listed, (second, missed)
+                listed |= rng
+        assert listed == set(range(1, int(second[-1]) + 1)), (second, missed)
         assert all(f["volumes"][i].any() for i in range(n))
 
 
