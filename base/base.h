@@ -100,8 +100,8 @@ void vr_window_percentiles(const struct vr_window *w, const double *p, double *o
 bool vr_utf8_valid(const char *s, size_t len);
 /*
  * Copy the NUL-terminated string s into out (outlen > 0), replacing each byte that is not part
- * of valid UTF-8 by U+FFFD and each control character but tab/newline by U+FFFD; truncates at a
- * character boundary. For text that comes from a shim, a camera or a file and goes to JSON,
+ * of valid UTF-8 by U+FFFD and each control character (C0 but tab/newline, DEL, C1) by U+FFFD;
+ * truncates at a character boundary. For text that comes from a shim, a camera or a file and goes to JSON,
  * logs or terminals. Returns the number of replacements.
  */
 size_t vr_utf8_sanitize(const char *s, char *out, size_t outlen);

@@ -45,3 +45,13 @@ TEST_PROGRAMS += pmedian_bench
 pmedian_bench_SRCS := bench/pmedian_bench.c
 pmedian_bench_ARCHIVES = bench pl $(CORE_ARCHIVES)
 pmedian_bench_LDLIBS = -ljson-c $(CUDA_LDLIBS)
+
+# The endurance run (never part of `make test` or CI): volrecd at the calibrated highest rate
+# of this machine on the CPU backend with four readers and a recorder for SOAK_SECONDS
+# (default 30 minutes); writes bench/results/soak-<host>-<date>.json (bench/soak.py).
+SOAK_SECONDS ?= 1800
+SOAK_ARGS ?=
+.PHONY: soak
+soak: all $(B)/tests/soak_reader
+	$(call msg,SOAK,$(SOAK_SECONDS) s)
+	$(Q)SOAK_SECONDS=$(SOAK_SECONDS) $(PYTHON) bench/soak.py --build $(B) $(SOAK_ARGS)

@@ -120,12 +120,14 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		ipc_errf(err, errlen, "data segment endpoint list lies outside the header region");
 		return -EPROTO;
 	}
-	/* views (1.2): inside each slot, after the volume; bounded by the stride before summing */
+	/* views (1.2): inside each slot, after the volume; bounded by the stride before summing;
+	 * at least the header and its descriptors, which a client reads before any size it finds
+	 * there (a smaller area let volrec_view_image read past it: tests/fuzz/fuzz_views) */
 	if ((h->views_offset || h->views_bytes) &&
 	    (h->views_offset < h->volume_bytes || h->views_offset % 64 ||
 	     h->views_offset > h->slot_stride || h->views_bytes > h->slot_stride ||
 	     h->views_offset + h->views_bytes > h->slot_stride ||
-	     h->views_bytes < sizeof(struct volrec_views_header))) {
+	     h->views_bytes < VOLREC_VIEWS_DATA_OFFSET)) {
 		ipc_errf(err, errlen,
 		         "data segment views area is inconsistent (offset %llu, %llu bytes, volume "
 		         "%llu bytes, stride %llu)",

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "h5vol.h"
+#include "h5vol_vfd.h"
 
 #define H5VOL_SMALL_ROW  8192u /* rows smaller than this are chunked H5VOL_CHUNK_ROWS at once */
 #define H5VOL_CHUNK_ROWS 1024u
@@ -31,15 +32,15 @@ struct h5vol {
 	hid_t f;
 	struct h5vol_ds *fld;
 	size_t nfld;
-	uint64_t count;      /* volumes written */
-	size_t volume_bytes; /* bytes of one h5vol_append */
-	int fd;              /* the sec2 driver's descriptor (HDF5 owns it) */
-	uint64_t reserved;   /* [0, reserved) of the file is allocated on the disk */
-	off_t size;          /* file size after the last flush */
-	bool no_fallocate;   /* the file system cannot reserve: check statvfs instead */
-	bool broken;         /* a write or flush failed: HDF5's state may not reach the disk */
-	uint64_t flushed;    /* volumes in the file as of the last successful flush */
-	haddr_t flushed_eoa; /* HDF5's end of allocation then */
+	uint64_t count;         /* volumes written */
+	size_t volume_bytes;    /* bytes of one h5vol_append */
+	int fd;                 /* the sec2 driver's descriptor (HDF5 owns it) */
+	uint64_t reserved;      /* [0, reserved) of the file is allocated on the disk */
+	bool no_fallocate;      /* the file system cannot reserve: check statvfs instead */
+	bool broken;            /* a write or flush failed: HDF5's state may not reach the disk */
+	int fault;              /* the error that broke it */
+	uint64_t flushed;       /* volumes in the file as of the last successful flush */
+	struct h5vol_journal j; /* the file as of that flush, for putting it back (h5vol_vfd.h) */
 };
 
 /* The errno an HDF5 call left (the sec2 driver's system call), as a negative errno. */
@@ -143,25 +144,28 @@ static int reserve(struct h5vol *w, size_t bytes, char *err, size_t errlen)
 	return 0;
 }
 
-/* Flush, and forget the reservation past the end of the file if HDF5 truncated it. */
+/*
+ * Flush, then commit the journal: the file as it is now is the one a later failure goes back
+ * to. (The driver never makes the file shorter between volumes, so the space reserved past its
+ * end stays reserved.)
+ */
 static int flush(struct h5vol *w, char *err, size_t errlen)
 {
-	struct stat st;
+	haddr_t eoa;
 
 	errno = 0;
 	if (H5Fflush(w->f, H5F_SCOPE_LOCAL) < 0) {
 		w->broken = true;
-		return fail_errno(err, errlen, errno, "%s: flush failed", w->path);
+		return w->fault = fail_errno(err, errlen, errno, "%s: flush failed", w->path);
 	}
+	if (H5Fget_eoa(w->f, &eoa) < 0) {
+		w->broken = true;
+		return w->fault = vr_err(err, errlen, -EIO, "%s: cannot read the end of allocation",
+		                         w->path);
+	}
+	/* the file as it is now is the one to go back to */
+	h5vol_journal_commit(&w->j, (uint64_t)eoa);
 	w->flushed = w->count;
-	if (H5Fget_eoa(w->f, &w->flushed_eoa) < 0)
-		w->flushed_eoa = HADDR_UNDEF;
-	if (fstat(w->fd, &st) == 0) {
-		/* a truncation frees what lay beyond the new end, our reservation included */
-		if (st.st_size < w->size && (uint64_t)st.st_size < w->reserved)
-			w->reserved = (uint64_t)st.st_size;
-		w->size = st.st_size;
-	}
 	return 0;
 }
 
@@ -264,15 +268,15 @@ int h5vol_create(const char *path, bool replace, const struct h5vol_field *field
 	}
 	snprintf(w->path, sizeof(w->path), "%s", path);
 	w->f = -1;
+	w->j.fd = -1;
 	w->nfld = nfields;
 	for (size_t i = 0; i < nfields; i++)
 		w->fld[i].ds = w->fld[i].type = -1;
 
-	fapl = H5Pcreate(H5P_FILE_ACCESS);
+	/* the journaling driver; strong close: closing the file closes whatever is open in it */
+	fapl = h5vol_vfd_fapl(&w->j);
 	errno = 0;
-	/* strong close: closing the file closes whatever is still open in it */
-	if (fapl < 0 || H5Pset_fapl_sec2(fapl) < 0 ||
-	    H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+	if (fapl < 0) {
 		rc = vr_err(err, errlen, -EIO, "%s: cannot set up the HDF5 file access", path);
 		goto out_fail;
 	}
@@ -286,6 +290,11 @@ int h5vol_create(const char *path, bool replace, const struct h5vol_field *field
 		goto out_fail;
 	}
 	w->fd = *(int *)handle;
+	w->j.fd = fcntl(w->fd, F_DUPFD_CLOEXEC, 0);
+	if (w->j.fd < 0) {
+		rc = vr_err_errno(err, errlen, -errno, "%s: cannot keep a descriptor", path);
+		goto out_fail;
+	}
 	for (size_t i = 0; i < nfields; i++) {
 		struct h5vol_ds *d = &w->fld[i];
 		size_t n = 1;
@@ -354,7 +363,7 @@ int h5vol_append(struct h5vol *w, const void *const *rows, char *err, size_t err
 
 			/* whatever HDF5 holds now may not reach the disk: the file stays as flushed */
 			w->broken = true;
-			rc = h5_errno(e);
+			rc = w->fault = h5_errno(e);
 			if (h5vol_is_nospace(rc))
 				return nospace(w, rc, w->volume_bytes + H5VOL_MARGIN, err, errlen);
 			return fail_errno(err, errlen, e, "%s: writing a volume failed", w->path);
@@ -380,6 +389,7 @@ int h5vol_log(struct h5vol *w, size_t field, const void *row, char *err, size_t 
 		int e = errno;
 
 		w->broken = true;
+		w->fault = h5_errno(e);
 		if (h5vol_is_nospace(h5_errno(e)))
 			return nospace(w, h5_errno(e), d->row_bytes + H5VOL_MARGIN, err, errlen);
 		return fail_errno(err, errlen, e, "%s: writing a row failed", w->path);
@@ -396,7 +406,8 @@ int h5vol_truncate(struct h5vol *w, uint64_t n, char *err, size_t errlen)
 	for (size_t i = 0; i < w->nfld; i++)
 		if (!w->fld[i].log && set_rows(&w->fld[i], n)) {
 			w->broken = true;
-			return vr_err(err, errlen, -EIO, "%s: cannot shrink the datasets", w->path);
+			return w->fault = vr_err(err, errlen, -EIO,
+			                         "%s: cannot shrink the datasets", w->path);
 		}
 	w->count = n;
 	return flush(w, err, errlen);
@@ -415,51 +426,57 @@ bool h5vol_broken(const struct h5vol *w)
 }
 
 /*
- * After a failed write or flush, HDF5's cache may hold metadata that would not fit on the disk,
- * or would point past what is there: closing would write part of it and break the file. Leave
- * HDF5 alone instead (the program exits without H5close) and cut the file back to its end at
- * the last flush: it holds the volumes flushed then, as they were flushed.
+ * After a failed write, flush or close, HDF5's cache may hold metadata that would not fit on the
+ * disk, and part of what it rewrote in place may be on the disk already (the superblock, object
+ * headers, chunk indexes pointing at blocks never written): closing would write more of it. Put
+ * the file back as of the last flush instead (the journal: the old bytes of every write since,
+ * then cut to its end then), refuse whatever HDF5 writes later, and leave HDF5 alone (the
+ * program exits without H5close): the file holds the volumes flushed then, as they were flushed.
+ * `what` says what failed, code is its error (returned when the file could be put back).
  */
-static int abandon(struct h5vol *w, char *err, size_t errlen)
+static int abandon(struct h5vol *w, const char *what, int code, char *err, size_t errlen)
 {
-	struct stat st;
+	int rc = h5vol_journal_restore(&w->j);
 
-	if (w->flushed_eoa != HADDR_UNDEF && fstat(w->fd, &st) == 0 &&
-	    (uint64_t)st.st_size > (uint64_t)w->flushed_eoa)
-		(void)ftruncate(w->fd, (off_t)w->flushed_eoa);
-	return vr_err(err, errlen, -EIO,
-	              "%s: not closed after the write error; it holds the %llu volumes written "
-	              "before it, without its closing attributes",
-	              w->path, (unsigned long long)w->flushed);
+	if (rc)
+		return vr_err_errno(
+		        err, errlen, rc,
+		        "%s: %s, and putting it back as of its last flush failed (it may "
+		        "not be readable)",
+		        w->path, what);
+	return vr_err(err, errlen, code < 0 ? code : -EIO,
+	              "%s: %s; it holds the %llu volumes written before it, without its closing "
+	              "attributes",
+	              w->path, what, (unsigned long long)w->flushed);
 }
 
 int h5vol_close(struct h5vol *w, char *err, size_t errlen)
 {
-	int rc = 0, e;
+	int rc = 0, e = 0;
 
 	if (!w)
 		return 0;
 	if (w->broken) {
-		rc = abandon(w, err, errlen);
-		free(w->fld);
-		free(w);
-		return rc;
+		rc = abandon(w, "not closed after the write error", w->fault, err, errlen);
+		goto out_free;
 	}
 	for (size_t i = 0; i < w->nfld; i++) {
 		errno = 0;
-		if (w->fld[i].ds >= 0 && H5Dclose(w->fld[i].ds) < 0 && !rc)
-			rc = fail_errno(err, errlen, errno, "%s: closing a dataset failed",
-			                w->path);
+		if (w->fld[i].ds >= 0 && H5Dclose(w->fld[i].ds) < 0 && !rc) {
+			e = errno;
+			rc = fail_errno(err, errlen, e, "%s: closing a dataset failed", w->path);
+		}
 		if (w->fld[i].type >= 0)
 			H5Tclose(w->fld[i].type);
 	}
 	if (w->f >= 0) {
 		errno = 0;
 		if (H5Fclose(w->f) < 0) {
-			e = errno;
-			if (!rc)
+			if (!rc) {
+				e = errno;
 				rc = fail_errno(err, errlen, e, "closing %s failed", w->path);
-		} else if (w->reserved) {
+			}
+		} else if (!rc && w->reserved) {
 			/* give back what was reserved past the end and not used */
 			int fd = open(w->path, O_WRONLY | O_CLOEXEC);
 			struct stat st;
@@ -472,6 +489,16 @@ int h5vol_close(struct h5vol *w, char *err, size_t errlen)
 				close(fd);
 		}
 	}
+	if (rc && w->j.mark) {
+		/* part of the close may be on the disk: back to the last flush */
+		char why[128];
+
+		snprintf(why, sizeof(why), "closing it failed (%s)",
+		         e > 0 ? strerror(e) : "HDF5 error");
+		rc = abandon(w, why, rc, err, errlen);
+	}
+out_free:
+	h5vol_journal_free(&w->j);
 	free(w->fld);
 	free(w);
 	return rc;

@@ -11,7 +11,9 @@
  * not written (-ENOSPC/-EDQUOT/-EFBIG) and the file can still be closed in the space already
  * held. After each volume everything is flushed (H5Fflush). At close the unused reservation is
  * given back. On file systems without fallocate the free space is checked instead (statvfs),
- * which another process filling the disk can still beat.
+ * which another process filling the disk can still beat. The file is written through a driver
+ * with an undo journal (h5vol_vfd.h): a write that fails half way through a volume, a flush or
+ * the close is undone, and the file is put back as of its last flush.
  */
 #ifndef VOLREC_CLIENTS_H5VOL_H
 #define VOLREC_CLIENTS_H5VOL_H
@@ -75,8 +77,8 @@ uint64_t h5vol_log_count(const struct h5vol *w, size_t field);
  * volume was not written and the file holds the ones before it, and err says how much was
  * needed. Flushes the file after the volume. A write or flush that fails after the reservation
  * (a file system without fallocate, or one that cannot keep its promise) leaves the writer
- * broken (h5vol_broken): the file is then kept as of its last flush, and h5vol_close cuts it
- * back there instead of closing it. After any error the writer is good for h5vol_close only.
+ * broken (h5vol_broken): h5vol_close then puts the file back as of its last flush (the
+ * journal) instead of closing it. After any error the writer is good for h5vol_close only.
  */
 int h5vol_append(struct h5vol *w, const void *const *rows, char *err, size_t errlen) VR_MUST_CHECK;
 
@@ -97,10 +99,11 @@ int h5vol_flush(struct h5vol *w, char *err, size_t errlen) VR_MUST_CHECK;
 
 /*
  * Close the datasets and the file and give back the reservation. NULL is fine. Returns 0 when
- * the file was closed cleanly, else a negative errno with the message in err; after a failure
- * (and for a broken writer, which is not closed but cut back to its last flush) HDF5 may still
- * hold the file, and the caller must not call H5close() (h5vol_init removed the library's own
- * exit handler for this reason).
+ * the file was closed cleanly, else a negative errno with the message in err (the error of
+ * the write that failed, e.g. -ENOSPC, when the file could be put back as of its last flush,
+ * which happens for a broken writer and for a close that failed). After a failure HDF5 may
+ * still hold the file, and the caller must not call H5close() (h5vol_init removed the
+ * library's own exit handler for this reason).
  */
 int h5vol_close(struct h5vol *w, char *err, size_t errlen);
 

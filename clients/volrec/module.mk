@@ -6,7 +6,7 @@
 VOLREC_HELPER_CMDS := process sim bench quality calibrate
 VOLREC_HELPER_CMD_SRCS := $(wildcard $(VOLREC_HELPER_CMDS:%=clients/volrec/cmd_%.c))
 VOLREC_CMD_SRCS := $(filter-out $(VOLREC_HELPER_CMD_SRCS),$(wildcard clients/volrec/cmd_*.c))
-VOLREC_H5_SRCS := clients/volrec/h5attr.c clients/volrec/h5vol.c
+VOLREC_H5_SRCS := clients/volrec/h5attr.c clients/volrec/h5vol.c clients/volrec/h5vol_vfd.c
 # Where the installed helper lives; compiled in as the last place to look.
 VOLREC_HELPER_DIR = $(or $(LIBEXECDIR),$(PREFIX)/libexec)/volrec
 

@@ -41,3 +41,33 @@ seg[:256] = hdr
 eps = b"ipc:///run/volrec/default.pub\0\0"
 seg[512:512 + len(eps)] = eps
 write("ipc/shm-header-4k.bin", bytes(seg))
+
+
+# Views area (fuzz_views): a valid area of the harness's 8 x 8 x 8 u8 volume, its six pictures
+# (8 x 8 each, the render 16 x 16), after the two bytes that give the harness the area's size
+# (n: (n % 1024 + 1) * 64 bytes); the same with no picture present; and cut to 1 KiB.
+def views_area(present):
+    count, desc, data_offset = 6, 96, 640
+    head = struct.pack("<IIIIQQ", 0x57454956, count, desc, 0, 0, 0)
+    descs, pics, off = b"", b"", data_offset
+    for k in range(count):
+        rows, cols = (16, 16) if k == 5 else (8, 8)
+        d = struct.pack("<IIIIQQIIIIIIffffffQQ", k, present, rows, cols, off, 3, 0, 8, 4, 4, 4,
+                        0, 30.0, 20.0, 1.0, 1.0, 1.0, 0.5, 0, 0)
+        assert len(d) == desc
+        descs += d
+        pics += bytes((k * 31 + i) & 0xFF for i in range(rows * cols))
+        pics += b"\0" * (-(rows * cols) % 64)
+        off = data_offset + len(pics)
+    a = head + descs
+    return a + b"\0" * (data_offset - len(a)) + pics
+
+
+def views_seed(area, size):
+    return struct.pack("<H", size // 64 - 1) + area
+
+
+valid = views_area(1)
+write("views/valid.bin", views_seed(valid, (len(valid) + 63) // 64 * 64))
+write("views/not-present.bin", views_seed(views_area(0), (len(valid) + 63) // 64 * 64))
+write("views/cut-to-1k.bin", views_seed(valid, 1024))

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: MIT
-# Fuzz harnesses (libFuzzer, clang): the three parsers of untrusted input (docs/fuzzing.md).
-#   make fuzz           build $(B)/fuzz/fuzz_* and run each for FUZZ_SECONDS, fail on a finding
+# Fuzz harnesses (libFuzzer, clang): the parsers of untrusted input (docs/fuzzing.md).
+#   make fuzz           build $(B)/fuzz/fuzz_* and run each for FUZZ_SECONDS (or FUZZ_RUNS
+#                       executions), one after the other in one process, fail on a finding
 #   make fuzz-regress   run each harness once over its seed corpus only (part of `make test`;
 #                       skipped with a message where clang cannot link libFuzzer)
 # The harnesses compile the parsing code themselves with clang (coverage, ASan, UBSan); they
 # do not use the archives, which the configured CC builds.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?=
 FUZZ_ARGS ?=
-FUZZ_HARNESSES := cfg replay ipc
+FUZZ_HARNESSES := cfg replay ipc ctl text views
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter \
 	-pthread -MMD -MP $(FUZZ_SAN) -fsanitize=fuzzer-no-link
@@ -19,14 +21,30 @@ fuzz_replay_SRCS = tests/fuzz/fuzz_replay.c $(src_SRCS) $(sim_SRCS) $(cfg_SRCS) 
 fuzz_replay_LIBS = -lyaml -ldl -lfftw3f_threads -lfftw3f -ljson-c -lm
 fuzz_ipc_SRCS = tests/fuzz/fuzz_ipc.c ipc/proto.c
 fuzz_ipc_LIBS =
+fuzz_ctl_SRCS = tests/fuzz/fuzz_ctl.c daemon/vrd_ctl.c $(cfg_SRCS) $(base_SRCS)
+fuzz_ctl_LIBS = -lzmq -ljson-c -lyaml -lm
+fuzz_text_SRCS = tests/fuzz/fuzz_text.c $(src_SRCS) $(sim_SRCS) $(cfg_SRCS) $(base_SRCS)
+fuzz_text_LIBS = $(fuzz_replay_LIBS)
+fuzz_views_SRCS = tests/fuzz/fuzz_views.c ipc/proto.c
+fuzz_views_LIBS = -lzmq
 # Seed corpora (read only): the committed seeds of each harness, then existing examples.
 fuzz_cfg_SEEDS = tests/fuzz/seeds/cfg config/examples tests/config/bad
 fuzz_replay_SEEDS = tests/fuzz/seeds/replay tests/replay/bad
 fuzz_ipc_SEEDS = tests/fuzz/seeds/ipc
+fuzz_ctl_SEEDS = tests/fuzz/seeds/ctl
+fuzz_text_SEEDS = tests/fuzz/seeds/text
+fuzz_views_SEEDS = tests/fuzz/seeds/views
 # libFuzzer options per harness (-max_len: a replay seed holds a 4 KiB header and data).
 fuzz_cfg_OPTS = -dict=tests/fuzz/cfg.dict
 fuzz_replay_OPTS = -max_len=16384
 fuzz_ipc_OPTS = -max_len=4096
+fuzz_ctl_OPTS = -dict=tests/fuzz/ctl.dict -max_len=4096
+fuzz_text_OPTS = -max_len=1024
+fuzz_views_OPTS = -max_len=4096
+# The shell case that sets opts and seeds for harness $$h in the recipes below.
+fuzz_rparen := )
+fuzz_case = case $$h in $(foreach h,$(FUZZ_HARNESSES),$(h)$(fuzz_rparen) \
+	opts='$(fuzz_$(h)_OPTS)'; seeds='$(fuzz_$(h)_SEEDS)';;) esac
 
 fuzz_obj = $(patsubst %.c,$(B)/fuzz/obj/%.o,$(1))
 
@@ -58,12 +76,10 @@ fuzz:
 	$(Q)$(fuzz_probe) || { echo "fuzz: $(FUZZ_CC) cannot link libFuzzer (install clang and libclang-rt-dev)" >&2; exit 1; }
 	$(Q)$(MAKE) --no-print-directory fuzz-build
 	$(Q)set -e; for h in $(FUZZ_HARNESSES); do \
-		printf '  %-7s %s\n' FUZZ "fuzz_$$h for $(FUZZ_SECONDS) s"; \
+		printf '  %-7s %s\n' FUZZ "fuzz_$$h for $(if $(FUZZ_RUNS),$(FUZZ_RUNS) executions,$(FUZZ_SECONDS) s)"; \
 		mkdir -p $(B)/fuzz/corpus/$$h $(B)/fuzz/artifacts; \
-		case $$h in cfg) opts='$(fuzz_cfg_OPTS)'; seeds='$(fuzz_cfg_SEEDS)';; \
-			replay) opts='$(fuzz_replay_OPTS)'; seeds='$(fuzz_replay_SEEDS)';; \
-			ipc) opts='$(fuzz_ipc_OPTS)'; seeds='$(fuzz_ipc_SEEDS)';; esac; \
-		$(B)/fuzz/fuzz_$$h $$opts -max_total_time=$(FUZZ_SECONDS) -timeout=1 \
+		$(fuzz_case); \
+		$(B)/fuzz/fuzz_$$h $$opts $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_SECONDS)) -timeout=1 \
 			-rss_limit_mb=2048 -print_final_stats=1 \
 			-artifact_prefix=$(B)/fuzz/artifacts/$$h- $(FUZZ_ARGS) \
 			$(B)/fuzz/corpus/$$h $$seeds > $(B)/fuzz/$$h.log 2>&1 || \
@@ -78,9 +94,7 @@ fuzz-regress:
 	else \
 		$(MAKE) --no-print-directory fuzz-build && \
 		for h in $(FUZZ_HARNESSES); do \
-			case $$h in cfg) opts='$(fuzz_cfg_OPTS)'; seeds='$(fuzz_cfg_SEEDS)';; \
-				replay) opts='$(fuzz_replay_OPTS)'; seeds='$(fuzz_replay_SEEDS)';; \
-				ipc) opts='$(fuzz_ipc_OPTS)'; seeds='$(fuzz_ipc_SEEDS)';; esac; \
+			$(fuzz_case); \
 			printf '  %-7s %s\n' FUZZ "fuzz_$$h over its seeds"; \
 			$(B)/fuzz/fuzz_$$h $$opts -runs=0 -timeout=30 \
 				-artifact_prefix=$(B)/fuzz/regress-$$h- $$seeds > $(B)/fuzz/regress-$$h.log 2>&1 || \

@@ -582,6 +582,170 @@ def test_record_without_reservation_keeps_its_flushed_volumes_when_a_write_fails
         assert all(f["volumes"][i].any() for i in range(n))
 
 
+FAULT_AT_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+/*
+ * Faults at the VR_FAULT_AT-th call that writes, reserves or resizes the file VR_FAULT_FILE
+ * (pwrite, write, fallocate, ftruncate). VR_FAULT_MODE=fill: another process takes every byte
+ * left on its file system right before that call (a file of its own, VR_FAULT_HOG); =fail:
+ * the first write from that call on fails with ENOSPC, once (a file system that cannot keep
+ * its promise, or one without fallocate where the other process came first). At exit the
+ * number of calls goes to VR_FAULT_CALLS.
+ */
+static long calls, at = -1;
+static int armed;
+
+static int target(int fd)
+{
+	char link[64], path[PATH_MAX];
+	const char *want = getenv("VR_FAULT_FILE");
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	if (!want || n < 0)
+		return 0;
+	path[n] = 0;
+	return !strcmp(path, want);
+}
+
+static void fill(void)
+{
+	int (*real)(int, int, off_t, off_t) = dlsym(RTLD_NEXT, "fallocate");
+	int fd = open(getenv("VR_FAULT_HOG"), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	off_t off = 0, step = 1 << 20;
+
+	while (fd >= 0 && step >= 4096) {
+		if (real(fd, 0, off, step) == 0)
+			off += step;
+		else
+			step /= 2;
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+/* 1: this call fails with ENOSPC */
+static int fault(int fd, int writes)
+{
+	if (!target(fd))
+		return 0;
+	if (at < 0)
+		at = getenv("VR_FAULT_AT") ? atol(getenv("VR_FAULT_AT")) : 0;
+	if (++calls == at) {
+		if (!strcmp(getenv("VR_FAULT_MODE"), "fill"))
+			fill();
+		else
+			armed = 1;
+	}
+	if (armed && writes) {
+		armed = 0;
+		errno = ENOSPC;
+		return 1;
+	}
+	return 0;
+}
+
+__attribute__((destructor)) static void report(void)
+{
+	FILE *f = getenv("VR_FAULT_CALLS") ? fopen(getenv("VR_FAULT_CALLS"), "w") : NULL;
+
+	if (f) {
+		fprintf(f, "%ld\n", calls);
+		fclose(f);
+	}
+}
+
+#define REAL(name, ...) static __typeof__(name) *real; if (!real) real = dlsym(RTLD_NEXT, #name)
+ssize_t pwrite(int fd, const void *b, size_t n, off_t o)
+{ REAL(pwrite); return fault(fd, 1) ? -1 : real(fd, b, n, o); }
+ssize_t pwrite64(int fd, const void *b, size_t n, off_t o)
+{ REAL(pwrite64); return fault(fd, 1) ? -1 : real(fd, b, n, o); }
+ssize_t write(int fd, const void *b, size_t n)
+{ REAL(write); return fault(fd, 1) ? -1 : real(fd, b, n); }
+int fallocate(int fd, int m, off_t o, off_t l)
+{ REAL(fallocate); fault(fd, 0); return real(fd, m, o, l); }
+int fallocate64(int fd, int m, off_t o, off_t l)
+{ REAL(fallocate64); fault(fd, 0); return real(fd, m, o, l); }
+int ftruncate(int fd, off_t l)
+{ REAL(ftruncate); fault(fd, 0); return real(fd, l); }
+int ftruncate64(int fd, off_t l)
+{ REAL(ftruncate64); fault(fd, 0); return real(fd, l); }
+"""
+
+
+@pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
+                    reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+@pytest.mark.parametrize("mode", ["fill", "fail"])
+def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(daemon, small_disk,
+                                                                            tmp_path, mode):
+    """Issue 13.1, in every timing: the disk fills (fill), or a write fails (fail), at each
+    write, reservation or resize of a 3-volume recording in turn. Whatever was hit, the file is
+    readable and holds every volume flushed before (a write failing half way through HDF5's
+    flush left metadata rewritten in place that pointed past the file's end: "addr
+    overflow"); only a failure while the file is being created may leave no file."""
+    so, src = tmp_path / "fault.so", tmp_path / "fault.c"
+    src.write_text(FAULT_AT_C)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out, calls = small_disk / "rec.h5", tmp_path / "calls"
+
+    def record(at):
+        for p in small_disk.iterdir():
+            p.unlink()
+        env = dict(os.environ, LD_PRELOAD=str(so), VR_FAULT_FILE=str(out), VR_FAULT_AT=str(at),
+                   VR_FAULT_MODE=mode, VR_FAULT_HOG=str(small_disk / "hog"),
+                   VR_FAULT_CALLS=str(calls))
+        return subprocess.run([str(daemon.bin / "volrec"), "record", "-o", str(out), "-n", "3",
+                               "-i", daemon.instance, "-r", str(daemon.run_dir)],
+                              capture_output=True, text=True, timeout=TIMEOUT, env=env)
+
+    r = record(0)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    total = int(calls.read_text())
+    assert total >= 20, total  # a reservation, the data and the metadata of each volume
+    kept = []
+    for at in range(1, total + 1):
+        r = record(at)
+        what = f"fault at call {at} of {total} ({mode}): exit {r.returncode}: {r.stderr}"
+        if r.returncode == 0:  # this run took fewer calls: nothing was hit
+            n = 3
+        else:
+            assert r.returncode == 8, what
+            if not out.exists():  # failed while creating it: nothing left behind
+                assert "disk full" in r.stderr or f"{out}: " in r.stderr, what
+                kept.append(None)
+                continue
+            m = re.search(r"it holds the (\d+) volumes", r.stderr)
+            n = int(m.group(1)) if m else None
+        try:
+            with h5py.File(out, "r") as f:
+                vols = f["volumes"]
+                if n is None:  # closed properly after the disk filled
+                    n = int(f.attrs["volumes"])
+                    assert f.attrs["end"] in (b"disk full", "disk full"), what
+                assert vols.shape == (n, 36, 36, 256), (vols.shape, what)
+                for k in ("sequence", "session", "epoch", "t_publish_ns", "flags"):
+                    assert f[k].shape == (n,), (k, what)
+                assert list(np.diff(f["sequence"][:])) == [1] * max(0, n - 1), what
+                assert all(vols[i].any() for i in range(n)), what
+        except OSError as e:
+            pytest.fail(f"unreadable: {e}; {what}")
+        kept.append(n)
+    # the faults met every stage: before the first volume, between, and after the last
+    assert kept.count(None) <= 6, kept
+    assert {0, 1, 2} <= set(kept), kept
+
+
 def test_record_file_is_readable_after_the_recorder_is_killed(daemon, tmp_path):
     """Flushed after every volume: a SIGKILL loses at most the volume being written."""
     out = tmp_path / "killed.h5"
@@ -756,11 +920,18 @@ def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_pa
         assert f.attrs["end"] in (b"interrupted", "interrupted")
         second = seq[ses == ses[-1]]
         assert (ses == ses[0]).sum() >= 4 and len(second) >= 3, (ses, seq)
-        assert list(np.diff(second)) == [1] * (len(second) - 1), second
-        # volumes of the new session the recorder did not get are listed, never silent
+        assert (np.diff(second.astype(np.int64)) >= 1).all(), second  # in order, none twice
+        # every volume of the new session up to the last recorded is in the file or listed in
+        # /missed (those published before the recorder got its first one, and any it missed
+        # falling behind on a loaded machine), never silent
         missed = f["missed"][:]
-        assert int(second[0]) - 1 == sum(int(m["last"] - m["first"] + 1) for m in missed
-                                         if m["session"] == ses[-1]), (second, missed)
+        listed = set(int(s) for s in second)
+        for m in missed:
+            if m["session"] == ses[-1]:
+                rng = set(range(int(m["first"]), int(m["last"]) + 1))
+                assert not rng & listed, (second, missed)
+                listed |= rng
+        assert listed == set(range(1, int(second[-1]) + 1)), (second, missed)
         assert all(f["volumes"][i].any() for i in range(n))
 
 

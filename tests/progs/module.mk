@@ -4,3 +4,8 @@ TEST_PROGRAMS += vrd_reader
 vrd_reader_SRCS = tests/progs/vrd_reader.c
 vrd_reader_ARCHIVES = $(CLIENT_ARCHIVES)
 vrd_reader_LDLIBS = -lzmq
+# soak_reader: volumes compared with the first of the same replayed epoch (bench/soak.py).
+TEST_PROGRAMS += soak_reader
+soak_reader_SRCS = tests/progs/soak_reader.c
+soak_reader_ARCHIVES = $(CLIENT_ARCHIVES)
+soak_reader_LDLIBS = -lzmq

@@ -88,6 +88,16 @@ static void test_utf8_sanitize_replaces_bad_bytes(void **state)
 	/* truncation never splits a character */
 	assert_int_equal(vr_utf8_sanitize("\xc3\xa9\xc3\xa9", out, 4), 0);
 	assert_string_equal(out, "\xc3\xa9");
+	/* DEL and the C1 controls (CSI U+009B: a terminal's ESC [) are control characters too
+	 * (found by tests/fuzz/fuzz_text); U+00A0 is not */
+	assert_int_equal(vr_utf8_sanitize("a\x7f"
+	                                  "b\xc2\x9b"
+	                                  "31m\xc2\xa0",
+	                                  out, sizeof(out)),
+	                 2);
+	assert_string_equal(out, "a\xef\xbf\xbd"
+	                         "b\xef\xbf\xbd"
+	                         "31m\xc2\xa0");
 }
 
 static void test_scan_offset_rasters_over_the_strides(void **state)

@@ -598,6 +598,31 @@ static void test_segment_layout_sums_do_not_wrap(void **state)
 	free(h);
 }
 
+/* A views area too small for its header and descriptors is refused at open: the client reads
+ * the descriptors before any picture size (found by tests/fuzz/fuzz_views: an area of 128
+ * bytes at the end of the mapping was read 480 bytes past it). */
+static void test_views_area_holds_its_descriptors(void **state)
+{
+	const size_t size = 3 * VOLREC_SLOT_ALIGN;
+	struct volrec_shm_header *h = calloc(1, 4096);
+	char msg[512];
+
+	(void)state;
+	assert_non_null(h);
+	valid_segment_header(h);
+	h->views_bytes = VOLREC_VIEWS_DATA_OFFSET;
+	h->views_offset = h->slot_stride - h->views_bytes;
+	assert_int_equal(ipc_shm_validate(h, size, msg, sizeof(msg)), 0);
+	h->views_bytes = 128;
+	h->views_offset = h->slot_stride - h->views_bytes;
+	assert_int_equal(ipc_shm_validate(h, size, msg, sizeof(msg)), -EPROTO);
+	assert_non_null(strstr(msg, "views area is inconsistent"));
+	h->views_bytes = VOLREC_VIEWS_DATA_OFFSET - 64;
+	h->views_offset = h->slot_stride - h->views_bytes;
+	assert_int_equal(ipc_shm_validate(h, size, msg, sizeof(msg)), -EPROTO);
+	free(h);
+}
+
 static void test_malformed_messages_rejected_then_good_one_read(void **state)
 {
 	struct fx *f = *state;
@@ -1137,6 +1162,7 @@ VR_TEST_GROUP(ipc)
 	        T(test_client_mapping_is_read_only),
 	        T(test_wrong_version_segment_rejected),
 	        cmocka_unit_test(test_segment_layout_sums_do_not_wrap),
+	        cmocka_unit_test(test_views_area_holds_its_descriptors),
 	        T(test_malformed_messages_rejected_then_good_one_read),
 	        T(test_vol_message_beyond_latest_rejected),
 	        T(test_client_follows_new_session),

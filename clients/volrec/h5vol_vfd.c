@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: MIT */
+/* h5vol's file driver: sec2's pread/pwrite with an undo journal of in-place writes (h5vol_vfd.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <H5FDpublic.h>
+
+#include "h5vol_vfd.h"
+
+#if H5_VERS_MAJOR != 1 || H5_VERS_MINOR != 10
+#error "h5vol_vfd.c implements the file driver interface of HDF5 1.10 (Debian 12)"
+#endif
+
+/* the largest address: what fits in off_t, as sec2 has it */
+#define VFD_MAXADDR (((haddr_t)1 << (8 * sizeof(off_t) - 1)) - 1)
+
+struct h5vol_undo {
+	uint64_t addr;
+	size_t len;
+	unsigned char *old;
+};
+
+struct vfd_info {
+	struct h5vol_journal *j;
+};
+
+struct vfd_file {
+	H5FD_t pub; /* first: HDF5's part */
+	int fd;
+	haddr_t eoa, eof;
+	dev_t dev;
+	ino_t ino;
+	struct h5vol_journal *j;
+};
+
+static const H5FD_class_t vfd_class;
+static hid_t vfd_id = H5I_INVALID_HID;
+
+static ssize_t pread_all(int fd, void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	while (len) {
+		ssize_t n = pwrite(fd, buf, len > (size_t)SSIZE_MAX ? (size_t)SSIZE_MAX : len,
+		                   (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		buf = (const char *)buf + n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Keep the old bytes of [addr, addr + len) (all below the mark). 0 or a negative errno. */
+static int journal_save(struct h5vol_journal *j, int fd, uint64_t addr, size_t len)
+{
+	struct h5vol_undo *u;
+	ssize_t got;
+
+	if (j->n == j->cap) {
+		size_t cap = j->cap ? 2 * j->cap : 64;
+
+		u = realloc(j->undo, cap * sizeof(*u));
+		if (!u)
+			return -ENOMEM;
+		j->undo = u;
+		j->cap = cap;
+	}
+	u = &j->undo[j->n];
+	u->old = malloc(len);
+	if (!u->old)
+		return -ENOMEM;
+	got = pread_all(fd, u->old, len, addr);
+	if (got < 0) {
+		int e = -errno;
+
+		free(u->old);
+		return e;
+	}
+	memset(u->old + got, 0, len - (size_t)got); /* past the end: the file held zeros */
+	u->addr = addr;
+	u->len = len;
+	j->bytes += len;
+	j->n++;
+	return 0;
+}
+
+static void journal_drop(struct h5vol_journal *j)
+{
+	for (size_t i = 0; i < j->n; i++)
+		free(j->undo[i].old);
+	j->n = 0;
+	j->bytes = 0;
+}
+
+void h5vol_journal_commit(struct h5vol_journal *j, uint64_t end)
+{
+	journal_drop(j);
+	j->mark = end;
+	j->error = 0;
+}
+
+int h5vol_journal_restore(struct h5vol_journal *j)
+{
+	int rc = j->error;
+
+	j->frozen = true;
+	if (j->fd < 0)
+		return -EBADF;
+	for (size_t i = j->n; i-- > 0 && !rc;)
+		rc = pwrite_all(j->fd, j->undo[i].old, j->undo[i].len, j->undo[i].addr);
+	if (!rc && ftruncate(j->fd, (off_t)j->mark) < 0)
+		rc = -errno;
+	if (!rc)
+		journal_drop(j);
+	return rc;
+}
+
+void h5vol_journal_free(struct h5vol_journal *j)
+{
+	journal_drop(j);
+	free(j->undo);
+	j->undo = NULL;
+	j->cap = 0;
+	if (j->fd >= 0)
+		close(j->fd);
+	j->fd = -1;
+}
+
+/* ---- the driver's callbacks ---------------------------------------------------------- */
+
+static H5FD_t *vfd_open(const char *name, unsigned flags, hid_t fapl, haddr_t maxaddr)
+{
+	const struct vfd_info *info = H5Pget_driver_info(fapl);
+	struct vfd_file *f;
+	struct stat st;
+	int o = O_CLOEXEC | ((flags & H5F_ACC_RDWR) ? O_RDWR : O_RDONLY);
+
+	if (!name || !*name || maxaddr == 0 || maxaddr == HADDR_UNDEF || maxaddr > VFD_MAXADDR ||
+	    !info || !info->j) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (flags & H5F_ACC_TRUNC)
+		o |= O_TRUNC;
+	if (flags & H5F_ACC_CREAT)
+		o |= O_CREAT;
+	if (flags & H5F_ACC_EXCL)
+		o |= O_EXCL;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	f->fd = open(name, o, 0666);
+	if (f->fd < 0 || fstat(f->fd, &st) < 0) {
+		int e = errno;
+
+		if (f->fd >= 0)
+			close(f->fd);
+		free(f);
+		errno = e;
+		return NULL;
+	}
+	f->eof = (haddr_t)st.st_size;
+	f->dev = st.st_dev;
+	f->ino = st.st_ino;
+	f->j = info->j;
+	return &f->pub;
+}
+
+static herr_t vfd_close(H5FD_t *file)
+{
+	struct vfd_file *f = (struct vfd_file *)file;
+	int rc = close(f->fd);
+
+	free(f);
+	return rc < 0 ? -1 : 0;
+}
+
+static int vfd_cmp(const H5FD_t *a, const H5FD_t *b)
+{
+	const struct vfd_file *f = (const struct vfd_file *)a, *g = (const struct vfd_file *)b;
+
+	if (f->dev != g->dev)
+		return f->dev < g->dev ? -1 : 1;
+	if (f->ino != g->ino)
+		return f->ino < g->ino ? -1 : 1;
+	return 0;
+}
+
+/* sec2's features (H5Fget_eoa asks for SUPPORTS_SWMR_IO: plain POSIX I/O, as sec2) */
+static herr_t vfd_query(const H5FD_t *file, unsigned long *flags)
+{
+	if (flags)
+		*flags = H5FD_FEAT_AGGREGATE_METADATA | H5FD_FEAT_ACCUMULATE_METADATA |
+		         H5FD_FEAT_DATA_SIEVE | H5FD_FEAT_AGGREGATE_SMALLDATA |
+		         H5FD_FEAT_POSIX_COMPAT_HANDLE | H5FD_FEAT_SUPPORTS_SWMR_IO;
+	return 0;
+}
+
+static haddr_t vfd_get_eoa(const H5FD_t *file, H5FD_mem_t type)
+{
+	return ((const struct vfd_file *)file)->eoa;
+}
+
+static herr_t vfd_set_eoa(H5FD_t *file, H5FD_mem_t type, haddr_t addr)
+{
+	((struct vfd_file *)file)->eoa = addr;
+	return 0;
+}
+
+static haddr_t vfd_get_eof(const H5FD_t *file, H5FD_mem_t type)
+{
+	return ((const struct vfd_file *)file)->eof;
+}
+
+static herr_t vfd_get_handle(H5FD_t *file, hid_t fapl, void **handle)
+{
+	if (!handle)
+		return -1;
+	*handle = &((struct vfd_file *)file)->fd;
+	return 0;
+}
+
+static herr_t vfd_read(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, size_t size,
+                       void *buf)
+{
+	struct vfd_file *f = (struct vfd_file *)file;
+	ssize_t got;
+
+	if (addr == HADDR_UNDEF || addr > VFD_MAXADDR || size > VFD_MAXADDR - addr ||
+	    addr + size > f->eoa) {
+		errno = EINVAL;
+		return -1;
+	}
+	got = pread_all(f->fd, buf, size, addr);
+	if (got < 0)
+		return -1;
+	memset((char *)buf + got, 0, size - (size_t)got); /* past the end of the file: zeros */
+	return 0;
+}
+
+static herr_t vfd_write(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, size_t size,
+                        const void *buf)
+{
+	struct vfd_file *f = (struct vfd_file *)file;
+	struct h5vol_journal *j = f->j;
+	int rc;
+
+	if (j->frozen) {
+		errno = EIO;
+		return -1;
+	}
+	if (addr == HADDR_UNDEF || addr > VFD_MAXADDR || size > VFD_MAXADDR - addr ||
+	    addr + size > f->eoa) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (addr < j->mark) {
+		size_t len = addr + size > j->mark ? (size_t)(j->mark - addr) : size;
+
+		rc = journal_save(j, f->fd, addr, len);
+		if (rc) {
+			/* without the old bytes the file could not be put back: refuse the write */
+			j->error = rc;
+			errno = -rc;
+			return -1;
+		}
+	}
+	rc = pwrite_all(f->fd, buf, size, addr);
+	if (rc) {
+		errno = -rc;
+		return -1;
+	}
+	j->writes++;
+	if (addr + size > f->eof)
+		f->eof = addr + size;
+	return 0;
+}
+
+/*
+ * HDF5 makes the file as long as its end of allocation when it flushes and closes. Between
+ * volumes it is only ever made longer: cutting it (HDF5 gives space at its end back) would also
+ * give back the space h5vol reserved past the end (fallocate KEEP_SIZE) to whoever takes it
+ * first. At close it is cut to the end of allocation.
+ */
+static herr_t vfd_truncate(H5FD_t *file, hid_t dxpl, hbool_t closing)
+{
+	struct vfd_file *f = (struct vfd_file *)file;
+
+	if (f->j->frozen) {
+		errno = EIO;
+		return -1;
+	}
+	if (f->eoa > f->eof || (closing && f->eoa < f->eof)) {
+		if (ftruncate(f->fd, (off_t)f->eoa) < 0)
+			return -1;
+		f->eof = f->eoa;
+	}
+	return 0;
+}
+
+static const H5FD_class_t vfd_class = {
+        .name = "volrec_journal",
+        .maxaddr = VFD_MAXADDR,
+        .fc_degree = H5F_CLOSE_WEAK,
+        .fapl_size = sizeof(struct vfd_info),
+        .open = vfd_open,
+        .close = vfd_close,
+        .cmp = vfd_cmp,
+        .query = vfd_query,
+        .get_eoa = vfd_get_eoa,
+        .set_eoa = vfd_set_eoa,
+        .get_eof = vfd_get_eof,
+        .get_handle = vfd_get_handle,
+        .read = vfd_read,
+        .write = vfd_write,
+        .truncate = vfd_truncate,
+        .fl_map = H5FD_FLMAP_DICHOTOMY,
+};
+
+hid_t h5vol_vfd_fapl(struct h5vol_journal *j)
+{
+	struct vfd_info info = {j};
+	hid_t fapl;
+
+	if (vfd_id < 0 || H5Iis_valid(vfd_id) <= 0)
+		vfd_id = H5FDregister(&vfd_class);
+	if (vfd_id < 0)
+		return H5I_INVALID_HID;
+	fapl = H5Pcreate(H5P_FILE_ACCESS);
+	if (fapl < 0)
+		return H5I_INVALID_HID;
+	if (H5Pset_driver(fapl, vfd_id, &info) < 0 ||
+	    H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+		H5Pclose(fapl);
+		return H5I_INVALID_HID;
+	}
+	return fapl;
+}

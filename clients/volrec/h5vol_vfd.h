@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The file driver of h5vol (h5vol.c only): HDF5's sec2 driver (pread/pwrite on one descriptor)
+ * with an undo journal. HDF5 rewrites its metadata in place when it flushes (the superblock
+ * with its end of allocation, object headers, chunk indexes), so a flush that fails half way
+ * leaves a file whose metadata points at blocks that were never written, or past its end
+ * (h5py: "addr overflow"); cutting the file back cannot undo what was overwritten. The driver
+ * therefore keeps the old bytes of every write below the commit mark (the end of the file as of
+ * the last flush that succeeded) until the next commit; restoring writes them back and cuts the
+ * file to the mark: the file is then exactly as it was after that flush. Restoring only
+ * overwrites bytes the file already holds, so it needs no new space on the disk.
+ */
+#ifndef VOLREC_CLIENTS_H5VOL_VFD_H
+#define VOLREC_CLIENTS_H5VOL_VFD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hdf5.h>
+
+#include "base/base.h"
+
+struct h5vol_undo;
+
+struct h5vol_journal {
+	uint64_t mark;           /* [0, mark) is the file as of the last commit */
+	struct h5vol_undo *undo; /* old bytes of the writes below the mark since, oldest first */
+	size_t n, cap;
+	size_t bytes; /* held in undo */
+	int fd;      /* a descriptor of the file of our own (restore works after HDF5 closed its) */
+	int error;   /* a write below the mark whose old bytes could not be kept (-errno) */
+	bool frozen; /* restored: every later write is refused (EIO) and reaches nothing */
+	uint64_t writes; /* writes that reached the file (for tests and messages) */
+};
+
+/* A file access property list for path: the journaling driver writing through j (which must
+ * outlive the file: the caller's) and HDF5's strong close. H5I_INVALID_HID on failure. */
+hid_t h5vol_vfd_fapl(struct h5vol_journal *j);
+
+/* Everything written so far is the file now: the mark moves to end (HDF5's end of allocation
+ * after a successful flush) and the old bytes are forgotten. */
+void h5vol_journal_commit(struct h5vol_journal *j, uint64_t end);
+
+/*
+ * Put the file back as of the last commit: the old bytes written back, newest first, and the
+ * file cut to the mark; later writes are refused. 0, or a negative errno when that could not be
+ * done (the journal lost a write: j->error; or a write back failed).
+ */
+int h5vol_journal_restore(struct h5vol_journal *j) VR_MUST_CHECK;
+
+/* Free the old bytes and close j->fd (when >= 0). */
+void h5vol_journal_free(struct h5vol_journal *j);
+
+#endif
