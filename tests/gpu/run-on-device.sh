@@ -69,9 +69,9 @@ step libraries 10 1 bash -c "! ldd '$B/tests/gpu_equal' '$B/tests/gpu_bench' | g
 step equal-small 60 1 "$B/tests/gpu_equal" --small
 step equal-paper 140 1 "$B/tests/gpu_equal" --paper
 step bench 75 1 "$B/tests/gpu_bench" --json "$OUT/bench.json" --commit "$COMMIT" --seconds 3
-step memcheck 90 1 "$SAN" --tool memcheck --leak-check full --error-exitcode 1 \
+step memcheck 240 1 "$SAN" --tool memcheck --leak-check full --error-exitcode 1 \
 	"$B/tests/gpu_equal" --small
-step racecheck 90 1 "$SAN" --tool racecheck --racecheck-report all --error-exitcode 1 \
+step racecheck 420 1 "$SAN" --tool racecheck --racecheck-report all --error-exitcode 1 \
 	"$B/tests/gpu_equal" --small
 # Kernel durations at the paper geometry (the first figure of the benchmark): 300 launches
 # after the first 100 (past the first epoch's preprocessing, into the reconstruction),
