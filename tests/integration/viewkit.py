@@ -87,7 +87,7 @@ def daemon_config(instance, run_dir, geometry=(48, 48, 256), rate=10.0, render_e
         "view": {"render": {"size": [render_side, render_side], "every": render_every}},
         "output": {"slots": slots},
         "pipeline": {"ring_bscans": 4 * Y // 3, "overflow": overflow},
-        "ipc": {"run_dir": str(run_dir), "status_interval_ms": 200},
+        "ipc": {"run_dir": str(run_dir), "status_interval_ms": 1000},
         "log": {"level": "info"},
     }
 
@@ -279,7 +279,7 @@ class Browser:
     def eval(self, page, expr):
         return self.cmd("eval", page=page, expr=expr).get("value")
 
-    def wait(self, page, expr, timeout_ms=20000):
+    def wait(self, page, expr, timeout_ms=30000):
         return self.cmd("wait", page=page, expr=expr, timeout_ms=timeout_ms)
 
     def close(self):

@@ -298,7 +298,7 @@
     if (typeof uPlot === 'undefined') return;
     const w = $('plot-rate').clientWidth || 300;
     const axes = [{ stroke: '#8a949e', grid: { stroke: '#2c333b' }, values: (u, v) => v.map((s) => `${s.toFixed(0)}s`) },
-      { stroke: '#8a949e', grid: { stroke: '#2c333b' } }];
+      { stroke: '#8a949e', grid: { stroke: '#2c333b' }, space: 18 }]; // y: a tick every 18 px at least
     plotRate = new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes, legend: { live: false },
       series: [{}, { label: 'volumes/s', stroke: '#4fc3f7' }, { label: 'pictures/s (4 panes)', stroke: '#81c784' }] },
     [[], [], []], $('plot-rate'));
