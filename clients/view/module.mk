@@ -29,18 +29,6 @@ all: $(VIEW_ASSETS_OUT)
 UNIT_SRCS += tests/unit/test_view_frame.c
 UNIT_ARCHIVES += view
 
-# The stand-in publisher of the browser tests: volumes with views, a status topic and a control
-# socket answered by volrecd's own request handling (daemon/vrd_ctl.c), until volrecd publishes
-# views itself (tests/view/README.md).
-TEST_PROGRAMS += view_testpub view_record
-view_testpub_SRCS := tests/view/view_testpub.c daemon/vrd_ctl.c
-view_testpub_ARCHIVES = $(CORE_ARCHIVES) ipc
-view_testpub_LDLIBS = -lzmq $(HDF5_LIBS) $(CUDA_LDLIBS)
-# Records the pictures of every volume into files, for comparison with what a browser drew.
-view_record_SRCS := tests/view/view_record.c
-view_record_ARCHIVES = $(CLIENT_ARCHIVES)
-view_record_LDLIBS := -lzmq
-
 .PHONY: install-view uninstall-view
 INSTALL_RULES += install-view
 install-view: all

@@ -12,25 +12,25 @@
 //   {"op": "screenshot", "page": N, "path": P}
 //   {"op": "close", "page": N}, {"op": "quit"}
 // The browser: /usr/bin/chromium (CHROMIUM overrides), headless, no sandbox (a container), no
-// GPU, no network beyond the page, a new empty profile; nothing is downloaded.
+// GPU, no network beyond the page, a new empty profile; nothing is downloaded. Each page opens
+// in its own browser context (its own window, cookies and storage), as if each were another
+// person's browser.
 'use strict';
 
-const fs = require('fs');
-const os = require('os');
-const path = require('path');
 const readline = require('readline');
 const { chromium } = require('playwright-core');
 
 const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  '--no-proxy-server', '--ignore-certificate-errors', '--use-angle=swiftshader'];
+  '--no-proxy-server', '--ignore-certificate-errors', '--use-angle=swiftshader',
+  // every page is drawn as if it were on its own screen: no throttled animation frames or
+  // timers for the windows behind the newest
+  '--disable-background-timer-throttling', '--disable-backgrounding-occluded-windows',
+  '--disable-renderer-backgrounding'];
 
 async function main() {
-  const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'volrec-chromium-'));
-  const ctx = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    headless: true, args: ARGS, ignoreHTTPSErrors: true, bypassCSP: true,
-    viewport: { width: 1280, height: 800 },
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true, args: ARGS,
   });
   const pages = new Map();
   let next = 1;
@@ -53,6 +53,9 @@ async function main() {
       if (cmd.page !== undefined && !page) throw new Error(`no page ${cmd.page}`);
       switch (cmd.op) {
         case 'open': {
+          const ctx = await browser.newContext({
+            ignoreHTTPSErrors: true, bypassCSP: true, viewport: { width: 1280, height: 800 },
+          });
           const p = await ctx.newPage();
           if (cmd.width) await p.setViewportSize({ width: cmd.width, height: cmd.height || 800 });
           p.on('pageerror', (e) => errors.push(String(e)));
@@ -101,7 +104,7 @@ async function main() {
           out({ ok: true });
           break;
         case 'close':
-          await page.close();
+          await page.context().close();
           pages.delete(cmd.page);
           out({ ok: true });
           break;
@@ -110,8 +113,7 @@ async function main() {
           break;
         case 'quit':
           out({ ok: true });
-          await ctx.close();
-          fs.rmSync(profile, { recursive: true, force: true });
+          await browser.close();
           return;
         default:
           throw new Error(`unknown op ${cmd.op}`);
@@ -120,8 +122,7 @@ async function main() {
       out({ ok: false, error: String(e && e.message ? e.message : e) });
     }
   }
-  await ctx.close();
-  fs.rmSync(profile, { recursive: true, force: true });
+  await browser.close();
 }
 
 main().catch((e) => { process.stderr.write(`driver: ${e.stack || e}\n`); process.exit(1); });

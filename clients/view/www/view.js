@@ -292,13 +292,13 @@
     return `${+v.toFixed(v < 10 ? 2 : 1)}${unit || ''}`;
   };
   const series = { t: [], vps: [], pics: [], lat99: [], drawn: [] };
-  let plotRate = null, plotLat = null, lastPicCount = 0, lastPicT = performance.now();
+  let plotRate = null, plotLat = null;
 
   function makePlots() {
     if (typeof uPlot === 'undefined') return;
     const w = $('plot-rate').clientWidth || 300;
     const axes = [{ stroke: '#8a949e', grid: { stroke: '#2c333b' }, values: (u, v) => v.map((s) => `${s.toFixed(0)}s`) },
-      { stroke: '#8a949e', grid: { stroke: '#2c333b' } }];
+      { stroke: '#8a949e', grid: { stroke: '#2c333b' }, space: 18 }]; // y: a tick every 18 px at least
     plotRate = new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes, legend: { live: false },
       series: [{}, { label: 'volumes/s', stroke: '#4fc3f7' }, { label: 'pictures/s (4 panes)', stroke: '#81c784' }] },
     [[], [], []], $('plot-rate'));
@@ -314,6 +314,15 @@
     return v.length ? v[Math.floor(0.5 * (v.length - 1))] : null;
   }
 
+  // Pictures drawn per second over the last 2 s: a status interval (a fraction of a second)
+  // holds too few pictures for a steady figure.
+  function recentPicturesPerS() {
+    const spanMs = 2000, since = performance.now() - spanMs;
+    let n = 0;
+    for (let i = state.latencies.length - 1; i >= 0 && state.latencies[i].t >= since; i--) n++;
+    return n / (spanMs / 1000);
+  }
+
   function onStatus(st) {
     state.status = st;
     const r = st.rates || {}, lat = (st.latency_ms || {}).acquire_to_publish || {};
@@ -326,9 +335,7 @@
     const drawn = recentDrawn();
     $('s-drawn').textContent = drawn === null ? '–' : `${drawn.toFixed(0)} ms`;
     const now = performance.now() / 1000;
-    const pics = state.latencies.length, dt = now - lastPicT / 1000;
-    const pps = dt > 0 ? (pics - lastPicCount) / dt : 0;
-    lastPicCount = pics; lastPicT = performance.now();
+    const pps = recentPicturesPerS();
     series.t.push(now); series.vps.push(r.volumes_per_s ?? null); series.pics.push(pps);
     series.lat99.push(lat.p99 ?? null); series.drawn.push(drawn);
     while (series.t.length && series.t[0] < now - 60) for (const k of Object.keys(series)) series[k].shift();
