@@ -15,6 +15,7 @@ also writes docs/images/view.png, the README's); the others a smaller volume (48
 render 96 x 96 every volume) that two shared cores process quickly."""
 import http.client
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -343,7 +344,9 @@ def test_beyond_loopback_needs_tls_and_tokens(browser, build_dir, bin_dir, tls):
             browser.wait(page, ALL_DRAWN)
             r = browser.eval(page, "window.volrecView.set({'view.position': [1, 2, 3]})")
             assert r["ok"], r
-            assert pub.control.get("view.position") == [1, 2, 3]
+            # the daemon applies a set with its next volume; get shows it from then on
+            wait_for(lambda: pub.control.get("view.position") == [1, 2, 3],
+                     what="the control token's set")
             browser.cmd("close", page=page)
         finally:
             view.close()
@@ -372,3 +375,38 @@ def test_loopback_without_tokens_refuses_foreign_hosts_and_origins(live):
     r = c.getresponse()
     assert r.status in (400, 403, 404) and b"root:" not in r.read()
     c.close()
+
+
+# ---- make demo ---------------------------------------------------------------------------------
+
+def test_make_demo_serves_the_viewer(browser, src_dir, build_dir, tmp_path):
+    """scripts/demo.sh (what `make demo` runs) prints the viewer's URL; a browser opening it
+    while the demo runs sees the demo daemon's four panes; the viewer stops with the demo."""
+    env = dict(os.environ, DEMO_SECONDS="15", DEMO_OUT=str(tmp_path / "demo"))
+    p = subprocess.Popen([str(src_dir / "scripts" / "demo.sh"), str(build_dir)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        seen = ""
+        for line in p.stdout:
+            seen += line
+            if line.startswith("== volrec view: open "):
+                break
+        m = re.match(r"== volrec view: open (http://127\.0\.0\.1:\d+/) in a browser", line)
+        assert m, seen
+        page = browser.open(m.group(1))
+        browser.wait(page, ALL_DRAWN)
+        assert browser.eval(page, "window.volrecView.shape") == [96, 96, 256]
+        assert browser.eval(page, "window.volrecView.daemon") == "connected"
+        browser.wait(page, "window.volrecView.daemon === 'stopped' || "
+                     "!window.volrecView.connected", timeout_ms=120000)
+        browser.cmd("close", page=page)
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, seen + out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    # the viewer went with the demo: nothing listens on its port any more
+    port = int(m.group(1).rsplit(":", 1)[1].strip("/"))
+    with pytest.raises(ConnectionRefusedError):
+        http.client.HTTPConnection("127.0.0.1", port, timeout=5).request("GET", "/")
