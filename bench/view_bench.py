@@ -48,7 +48,8 @@ STATS_JS = """(() => {
   const v = window.volrecView, out = {};
   for (const [k, r] of Object.entries(v.received)) out[k] = {frames: r.frames, bytes: r.bytes};
   return {received: out, now: performance.now(),
-          latencies: v.latencies.slice(-8000).map(l => [l.kind, l.ms, l.arrivedToDrawnMs, l.pubMs, l.t])};
+          latencies: v.latencies.slice(-8000).map(
+            l => [l.kind, l.ms, l.arrivedToDrawnMs, l.pubMs, l.t])};
 })()"""
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -175,7 +176,8 @@ def panes(first, last, dt):
 
 def with_sockets(view, meter, n, seconds):
     """The daemon's rate with n WebSocket clients that only count the pictures."""
-    p = subprocess.Popen(["node", "--experimental-websocket", str(SRC / "bench" / "view_sockets.js"),
+    p = subprocess.Popen(["node", "--experimental-websocket",
+                          str(SRC / "bench" / "view_sockets.js"),
                           f"ws://127.0.0.1:{view.port}/ws", str(n), str(seconds)],
                          stdout=subprocess.PIPE, text=True)
     try:
@@ -278,8 +280,7 @@ def main():
                 f"ratio_sockets_{a.browsers}_to_alone": round(
                     phases[f"sockets_{a.browsers}"]["daemon"]["volumes_per_s"] / alone, 3)
                 if alone else None},
-            "one_browser": {"panes": one["pages"][0]["panes"],
-                            "acq_to_drawn_ms_all_panes": one["pages"][0]["acq_to_drawn_ms_all_panes"]},
+            "one_browser": one["pages"][0],
             "phases": phases,
         }
         print(json.dumps({k: v for k, v in result.items() if k not in ("phases", "config")},

@@ -10,9 +10,11 @@ harm. No test needs a controlled picture: the retina's layers, vessels and air g
 contrast, and a picture is checked against the daemon's own, whatever it shows.
 
 The first test runs the demo's configuration (96 x 96 x 256, render 256 x 256 every 5th
-volume, epochs dropped when processing falls behind, as `make demo` runs it) and leaves a screenshot in $VOLREC_BUILD/view.png (VOLREC_UPDATE_SCREENSHOT=1
-also writes docs/images/view.png, the README's); the others a smaller volume (48 x 48 x 256,
-render 96 x 96 every volume) that two shared cores process quickly."""
+volume, epochs dropped when processing falls behind, as `make demo` runs it) and leaves a
+screenshot in $VOLREC_BUILD/view.png (VOLREC_UPDATE_SCREENSHOT=1 also writes
+docs/images/view.png, the README's); the others a smaller volume (48 x 48 x 256, render 96 x 96
+every volume) that two shared cores process quickly; the last opens the viewer `make demo`
+starts."""
 import http.client
 import os
 import re

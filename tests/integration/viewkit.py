@@ -114,9 +114,10 @@ class DaemonPublisher:
     def start(self):
         """Start volrecd; return once it has published a volume."""
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
-        self.proc = subprocess.Popen([str(self.bin_dir / "volrecd"), "-c", str(self.config_path)],
-                                     stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
-                                     env=env)
+        with open(self.log, "ab") as log:  # the daemon keeps its own descriptor
+            self.proc = subprocess.Popen([str(self.bin_dir / "volrecd"), "-c",
+                                          str(self.config_path)],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env)
 
         def published():
             assert self.proc.poll() is None, f"volrecd exited:\n{self.log_text()[-3000:]}"
@@ -162,10 +163,10 @@ class Viewer:
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="vwv", dir="/tmp"))
         self.err = self.dir / "view.err"
         self.out = self.dir / "view.out"
-        self.proc = subprocess.Popen(
-            [str(pathlib.Path(bin_dir) / "volrec"), "view", "-i", pub.instance, "-r",
-             str(pub.run_dir), "--listen", listen, *extra],
-            stdout=open(self.out, "wb"), stderr=open(self.err, "wb"))
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(
+                [str(pathlib.Path(bin_dir) / "volrec"), "view", "-i", pub.instance, "-r",
+                 str(pub.run_dir), "--listen", listen, *extra], stdout=out, stderr=err)
         m = wait_for(lambda: re.search(r"serving (https?)://([^ ]+):(\d+)/", self.out.read_text())
                      or self.proc.poll() is not None, what="the viewer's URL")
         assert self.proc.poll() is None, self.log_text()
