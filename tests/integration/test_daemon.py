@@ -788,8 +788,20 @@ def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
     st = d.status(lambda m: m["watchdog"]["pings"] >= 2)
     assert st["watchdog"]["enabled"] is True and st["watchdog"]["usec"] == 300000
     # a hung driver: acquire() blocks 6 s, ignoring its timeout
-    control.write_text("stall 6000\n")
-    d.status(lambda m: m["watchdog"]["withheld"] >= 1)
+    control.write_text("stall 8000\n")
+    # epochs already in the ring are still processed (progress: pings); under a slow build one
+    # may be busy past a tick. The stall has settled once two pings in a row were withheld.
+    base = d.status(lambda m: m["watchdog"]["withheld"] >= 1)["watchdog"]
+
+    def settled(m):
+        nonlocal base
+        w = m["watchdog"]
+        if w["pings"] != base["pings"]:
+            base = w
+            return False
+        return w["withheld"] >= base["withheld"] + 2
+
+    d.status(settled)
     d.read_notes()
     n = len(d.notes)
     time.sleep(1.0)
