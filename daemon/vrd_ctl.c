@@ -160,6 +160,13 @@ static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 		for (i = 0; i < n; i++)
 			free(copies[i]);
 	}
+	if (rc == -EBUSY) {
+		/* one change at a time: the client may send the same request again shortly */
+		o = reply_new(false, id);
+		json_object_object_add(o, "error", json_object_new_string(err));
+		json_object_object_add(o, "retry", json_object_new_boolean(true));
+		return reply_text(o);
+	}
 	if (rc < 0)
 		return reply_error(id, "%s", err);
 	o = reply_new(true, id);

@@ -10,11 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
 #include <zmq.h>
 
+#include "base/base.h"
 #include "commands.h"
 #include "tools.h"
 
@@ -199,8 +201,19 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 		json_object_object_add(req, "values", vals);
 	}
 	rc = tool_target_finish(&tg, cmd);
-	if (rc == VR_EXIT_OK)
-		rc = ctl_request(&tg, cmd, req, timeout, &reply);
+	if (rc == VR_EXIT_OK) {
+		/* a set refused only because another change is being applied is sent again */
+		double end = vr_mono_s() + timeout;
+		struct json_object *retry;
+
+		while ((rc = ctl_request(&tg, cmd, req, timeout, &reply)) == VR_EXIT_OK &&
+		       json_object_object_get_ex(reply, "retry", &retry) &&
+		       json_object_get_boolean(retry) && vr_mono_s() + 0.05 < end) {
+			json_object_put(reply);
+			reply = NULL;
+			nanosleep(&(struct timespec){.tv_nsec = 50000000}, NULL);
+		}
+	}
 	json_object_put(req);
 	if (rc != VR_EXIT_OK)
 		return rc;

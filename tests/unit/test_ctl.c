@@ -185,6 +185,13 @@ static void test_service_refusal_is_reported(void **state)
 	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]}}", &refused);
 	assert_true(refused);
 	assert_string_equal(field(o, "error"), "service: cannot apply now");
+	assert_true(json_object_get_boolean(json_object_object_get(o, "retry")));
+	json_object_put(o);
+	/* any other refusal is final: no "retry" */
+	F.fail_apply = -ENOMEM;
+	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]}}", &refused);
+	assert_true(refused);
+	assert_null(json_object_object_get(o, "retry"));
 	json_object_put(o);
 }
 

@@ -372,10 +372,23 @@
     }
   }
 
+  // A set the daemon refused only because another change was being applied ("retry": true) is
+  // sent again 50 ms later, for up to 5 s, unless a newer set of the same keys was made since.
+  const setGeneration = new Map();
+  let setSequence = 0;
   async function set(values) {
-    const r = await request({ type: 'set', values });
-    if (!r.ok) note(r.error || 'refused');
-    return r;
+    const gen = ++setSequence, keys = Object.keys(values), deadline = performance.now() + 5000;
+    keys.forEach((k) => setGeneration.set(k, gen));
+    for (;;) {
+      const r = await request({ type: 'set', values });
+      const busy = !r.ok && r.reply && r.reply.retry === true;
+      if (!busy || performance.now() > deadline) {
+        if (!r.ok) note(r.error || 'refused');
+        return r;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      if (keys.some((k) => setGeneration.get(k) !== gen)) return { ok: false, superseded: true };
+    }
   }
 
   function picturePoint(p, ev) {
