@@ -107,6 +107,18 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 		            g->n, ny);
 		goto fail;
 	}
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess) {
+		cudaGetLastError();
+		ndev = 0;
+	}
+	for (uint32_t k = 0; k < g->n; k++)
+		if (g->devs[k] >= ndev) {
+			rc = vr_err(err, errlen, -ENODEV,
+			            "gpu.devices[%u]: %d, but only %d CUDA device(s) present%s", k,
+			            g->devs[k], ndev, ndev ? "" : " (none)");
+			goto fail;
+		}
 	used = (size_t)snprintf(g->device, sizeof(g->device), "%u CUDA devices:", g->n);
 	for (uint32_t k = 0; k < g->n; k++) {
 		const struct gpu_part p = {k, g->n, (uint32_t)((uint64_t)k * ny / g->n),
