@@ -19,13 +19,13 @@
 #include "gpu.h"
 
 struct gpu_multi {
-	uint32_t n;                              /* parts (entries of gpu.devices) */
-	int devs[CFG_GPU_DEVICES_MAX];           /* their CUDA devices */
+	uint32_t n;                    /* parts (entries of gpu.devices) */
+	int devs[CFG_GPU_DEVICES_MAX]; /* their CUDA devices */
 	struct gpu_state *part[CFG_GPU_DEVICES_MAX];
-	uint32_t lo[CFG_GPU_DEVICES_MAX];        /* B-scans each part preprocesses: [lo, hi) */
+	uint32_t lo[CFG_GPU_DEVICES_MAX]; /* B-scans each part preprocesses: [lo, hi) */
 	uint32_t hi[CFG_GPU_DEVICES_MAX];
-	char device[2048];                       /* be_device */
-	enum cfg_recon_mode mode;                /* in force */
+	char device[2048];        /* be_device */
+	enum cfg_recon_mode mode; /* in force */
 
 	/* views: the parameters in force, the last combined render and what it shows */
 	bool views;
@@ -72,8 +72,8 @@ static int gm_fail(const struct gpu_multi *g, uint32_t k, int rc, const char *ms
 	}
 	if (!strncmp(msg, own, sizeof(own) - 1))
 		msg += sizeof(own) - 1;
-	return vr_err(err, errlen, rc, "cuda backend: gpu.devices[%u] (CUDA device %d, %s): %s",
-	              k, g->devs[k], name, msg);
+	return vr_err(err, errlen, rc, "cuda backend: gpu.devices[%u] (CUDA device %d, %s): %s", k,
+	              g->devs[k], name, msg);
 }
 
 static void gm_destroy(void *vg)

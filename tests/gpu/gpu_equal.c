@@ -818,8 +818,8 @@ static bool same_outs(const struct outs *o, const struct outs *m, size_t vox, si
 	}
 	for (uint32_t b = 0; b < o->ny; b++)
 		if (o->md[b] != m->md[b]) {
-			snprintf(why, len, "median depths of B-scan %u: one device %u, several %u", b,
-			         o->md[b], m->md[b]);
+			snprintf(why, len, "median depths of B-scan %u: one device %u, several %u",
+			         b, o->md[b], m->md[b]);
 			return false;
 		}
 	return true;
@@ -1563,9 +1563,8 @@ static int multi_error_checks(void)
 	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
 	snprintf(want, sizeof(want), "gpu.devices[1] (CUDA device %d, ", multi_devs[0]);
 	/* named once, by the composite (the part's own "cuda backend: " left out) */
-	ok = rc == -ENOMEM && strstr(err, want) && strstr(err, prop.name) &&
-	     strstr(err, "free") && !strncmp(err, "cuda backend: ", 14) &&
-	     !strstr(err + 1, "cuda backend");
+	ok = rc == -ENOMEM && strstr(err, want) && strstr(err, prop.name) && strstr(err, "free") &&
+	     !strncmp(err, "cuda backend: ", 14) && !strstr(err + 1, "cuda backend");
 	printf("error-multi-device-named: %s: %s\n", err, ok ? "PASS" : "FAIL");
 	fails += !ok;
 	if (rc == 0)
@@ -1703,7 +1702,8 @@ static int views_checks(void)
 					break;
 				for (size_t j = 0; j < vox && !mdiff; j++)
 					if (vol[j] != mvol[j]) {
-						printf("%s epoch %llu: %u devices: voxel %zu: %u, one "
+						printf("%s epoch %llu: %u devices: voxel %zu: %u, "
+						       "one "
 						       "device %u\n",
 						       v->name, (unsigned long long)e, multi_n, j,
 						       mvol[j], vol[j]);
@@ -1711,7 +1711,8 @@ static int views_checks(void)
 					}
 				for (size_t j = 0; j < abytes && !mdiff; j++)
 					if (area[j] != marea[j]) {
-						printf("%s epoch %llu: %u devices: views byte %zu: %u, "
+						printf("%s epoch %llu: %u devices: views byte %zu: "
+						       "%u, "
 						       "one device %u\n",
 						       v->name, (unsigned long long)e, multi_n, j,
 						       marea[j], area[j]);
@@ -1812,8 +1813,8 @@ int main(int argc, char **argv)
 			multi_n = 0;
 			for (;;) {
 				long d = strtol(p, &end, 10);
-				if (end == p || d < 0 || d > 255 || multi_n == CFG_GPU_DEVICES_MAX ||
-				    (*end && *end != ',')) {
+				if (end == p || d < 0 || d > 255 ||
+				    multi_n == CFG_GPU_DEVICES_MAX || (*end && *end != ',')) {
 					fprintf(stderr,
 					        "gpu_equal: --devices %s: expected 2 to %d device "
 					        "ordinals 0-255 separated by commas\n",
@@ -1826,7 +1827,8 @@ int main(int argc, char **argv)
 				p = end + 1;
 			}
 			if (multi_n < 2) {
-				fprintf(stderr, "gpu_equal: --devices %s: name 2 devices at least\n",
+				fprintf(stderr,
+				        "gpu_equal: --devices %s: name 2 devices at least\n",
 				        argv[i]);
 				return 2;
 			}
@@ -1838,7 +1840,8 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 			        "usage: gpu_equal [--small | --paper] [--case NAME] [--list] "
 			        "[--devices D0,D1,...]\n"
-			        "  CUDA backend vs CPU reference (--devices: over those devices, also "
+			        "  CUDA backend vs CPU reference (--devices: over those devices, "
+			        "also "
 			        "vs one device bit for bit); exit 0 pass, 1 fail, 77 no device\n");
 			return 2;
 		}
@@ -1849,7 +1852,8 @@ int main(int argc, char **argv)
 		return fails ? 1 : 77;
 	}
 	if (multi_n)
-		printf("CUDA side: gpu.devices with %u entries (first %d), compared with the CPU and "
+		printf("CUDA side: gpu.devices with %u entries (first %d), compared with the CPU "
+		       "and "
 		       "with device %d alone\n",
 		       multi_n, multi_devs[0], multi_devs[0]);
 	if (!only)
