@@ -2,7 +2,8 @@
 /*
  * Backend selection, the one part above cpu/ and gpu/ (its own archive, beopen): `cpu`,
  * `cuda`, or `auto` (CUDA when compiled in and a usable device exists, else the CPU with a
- * note saying why), and the CUDA queries benchmarks need without including gpu/gpu.h.
+ * note saying why; CUDA over several devices when gpu.devices names more than one), and the
+ * CUDA queries benchmarks need without including gpu/gpu.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +22,15 @@ bool be_have_cuda(void)
 #endif
 }
 
+#ifdef VOLREC_HAVE_CUDA
+/* One device's backend, or the composite when gpu.devices names several. */
+static const struct be_ops *be_cuda_table(const struct vr_config *cfg)
+{
+	int devs[CFG_GPU_DEVICES_MAX];
+	return cfg_gpu_devices(cfg, devs) > 1 ? &be_cuda_multi_ops : &be_cuda_ops;
+}
+#endif
+
 int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, size_t notelen,
             char *err, size_t errlen)
 {
@@ -31,7 +41,7 @@ int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, si
 		return be_create(&be_cpu_ops, cfg, out, err, errlen);
 	case CFG_BACKEND_CUDA:
 #ifdef VOLREC_HAVE_CUDA
-		return be_create(&be_cuda_ops, cfg, out, err, errlen);
+		return be_create(be_cuda_table(cfg), cfg, out, err, errlen);
 #else
 		return vr_err(err, errlen, -ENOTSUP,
 		              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
@@ -40,7 +50,7 @@ int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, si
 	default: {
 #ifdef VOLREC_HAVE_CUDA
 		char why[512];
-		int rc = be_create(&be_cuda_ops, cfg, out, why, sizeof(why));
+		int rc = be_create(be_cuda_table(cfg), cfg, out, why, sizeof(why));
 		if (rc == 0)
 			return 0;
 		if (note && notelen)

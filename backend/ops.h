@@ -66,6 +66,8 @@ struct be_ops {
 extern const struct be_ops be_cpu_ops;
 #ifdef VOLREC_HAVE_CUDA
 extern const struct be_ops be_cuda_ops;
+/* gpu.devices with more than one entry: the volume divided between devices (docs/gpu.md) */
+extern const struct be_ops be_cuda_multi_ops;
 #endif
 
 /*

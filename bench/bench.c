@@ -657,7 +657,107 @@ int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench
 	return 0;
 }
 
+int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn fn, void *ctx,
+                       struct bench_figs *figs, char *err, size_t errlen)
+{
+	const struct bench_case *paper = bench_case_find("paper");
+	double link[CFG_GPU_DEVICES_MAX], sum = 0, host;
+	struct bench_result r, r1;
+	struct vr_config c;
+	char name[64], note[160];
+	int rc;
+
+	if (n < 1 || n > CFG_GPU_DEVICES_MAX)
+		return vr_err(err, errlen, -EINVAL, "gpu.devices: %u entries (1 to %d)", n,
+		              CFG_GPU_DEVICES_MAX);
+	if (be_cuda_devices() == 0)
+		return vr_err(err, errlen, -ENODEV, "no CUDA device");
+	host = bench_host_memcpy_gbs((size_t)1 << 30, 5);
+	say(fn, ctx, "host memory: memcpy of 1 GiB %.1f GB/s", host);
+	bench_add(figs, "host_memcpy", host, "GB/s", 0, 0,
+	          "memcpy 1 GiB, best of 5: host memory bandwidth, the limit once several "
+	          "links write into one host");
+	for (unsigned k = 0; k < n; k++) {
+		struct be_bandwidth bw;
+		bool seen = false;
+		for (unsigned j = 0; j < k; j++)
+			if (devs[j] == devs[k]) {
+				link[k] = link[j];
+				seen = true;
+			}
+		if (!seen) {
+			rc = be_cuda_bandwidth(devs[k], 256u << 20, 10, &bw, err, errlen);
+			if (rc < 0)
+				return rc;
+			link[k] = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
+			sum += link[k];
+		}
+		say(fn, ctx, "gpu.devices[%u] = device %d: D2H into registered shm %.1f GB/s%s", k,
+		    devs[k], link[k], seen ? " (the link of an earlier entry)" : "");
+		snprintf(name, sizeof(name), "device%u_d2h_registered_shm", k);
+		snprintf(note, sizeof(note), "CUDA device %d%s", devs[k],
+		         seen ? ", shared with an earlier entry" : "");
+		bench_add(figs, name, link[k], "GB/s", 0, 0, note);
+	}
+	bench_add(figs, "links_d2h_sum", sum, "GB/s", 0, host,
+	          "D2H limits of the distinct devices' links together; limit: host memcpy");
+
+	bench_case_config(paper, CFG_BACKEND_CUDA, &c);
+	c.gpu.device = devs[0];
+	rc = bench_run(&c, 30, 1, seconds, 2, &r1, err, errlen);
+	c.gpu.ndevices = n;
+	for (unsigned k = 0; k < n; k++)
+		c.gpu.devices[k] = devs[k];
+	if (rc == 0)
+		rc = bench_run(&c, 30, 1, seconds, 2, &r, err, errlen);
+	const uint32_t ny = c.geometry.bscans_per_volume;
+	cfg_free(&c);
+	if (rc < 0)
+		return rc;
+	say(fn, ctx, "%s over %u devices: %.1f volumes/s pipelined (device %d alone: %.1f, %.2fx)",
+	    paper->title, n, r.epochs_per_s, devs[0], r1.epochs_per_s,
+	    r.epochs_per_s / r1.epochs_per_s);
+	say(fn, ctx, "  %s", r.device);
+	bench_add(figs, "volrec_paper_volumes_per_s_devices", r.epochs_per_s, "volumes/s", 0,
+	          sum * 1e9 / (double)r.out_bytes,
+	          "pipelined over gpu.devices; limit: the distinct links' D2H limits together");
+	bench_add(figs, "volrec_paper_volumes_per_s_one_device", r1.epochs_per_s, "volumes/s", 0,
+	          link[0] * 1e9 / (double)r1.out_bytes, "the first entry's device alone, same run");
+	bench_add(figs, "volrec_paper_devices_over_one", r.epochs_per_s / r1.epochs_per_s, "",
+	          n >= 2 ? 1.8 : 0, n,
+	          "several devices / one (target >= 1.8 on 2 distinct GPUs; a GPU named twice "
+	          "shares its link: about 1)");
+	for (unsigned k = 0; k < n; k++) {
+		/* part k copies the rows of the B-scans [k ny / n, (k + 1) ny / n) */
+		const uint64_t b0 = (uint64_t)k * ny / n, b1 = (uint64_t)(k + 1) * ny / n;
+		const double gbs =
+		        r.epochs_per_s * (double)r.out_bytes * (double)(b1 - b0) / (double)ny / 1e9;
+		snprintf(name, sizeof(name), "device%u_paper_d2h", k);
+		snprintf(note, sizeof(note),
+		         "gpu.devices[%u] = device %d: its slab (B-scans %llu-%llu) per second; "
+		         "limit: its link",
+		         k, devs[k], (unsigned long long)b0, (unsigned long long)(b1 - 1));
+		bench_add(figs, name, gbs, "GB/s", 0, link[k], note);
+		say(fn, ctx, "  gpu.devices[%u] = device %d: %.1f GB/s of its link's %.1f", k,
+		    devs[k], gbs, link[k]);
+	}
+	return 0;
+}
+
 #else
+
+int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn fn, void *ctx,
+                       struct bench_figs *figs, char *err, size_t errlen)
+{
+	(void)devs;
+	(void)n;
+	(void)seconds;
+	(void)fn;
+	(void)ctx;
+	(void)figs;
+	return vr_err(err, errlen, -ENOTSUP,
+	              "backend: cuda: this volrec was built without CUDA (use cpu or auto)");
+}
 
 int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench_figs *figs,
                char *device, size_t devlen, char *err, size_t errlen)
@@ -674,3 +774,28 @@ int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench
 }
 
 #endif
+
+double bench_host_memcpy_gbs(size_t bytes, int reps)
+{
+	char *a = malloc(bytes), *b = malloc(bytes);
+	double best = 0;
+
+	if (!a || !b) {
+		free(a);
+		free(b);
+		return NAN;
+	}
+	memset(a, 1, bytes);
+	memset(b, 2, bytes);
+	for (int i = 0; i < reps; i++) {
+		double t = vr_mono_s();
+		memcpy(b, a, bytes);
+		t = vr_mono_s() - t;
+		if (t > 0 && (double)bytes / t / 1e9 > best)
+			best = (double)bytes / t / 1e9;
+		a[i] = b[bytes - 1 - (size_t)i]; /* the copy is used */
+	}
+	free(a);
+	free(b);
+	return best;
+}

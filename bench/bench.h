@@ -62,7 +62,7 @@ struct bench_fig {
 	bool lower_is_better;
 };
 
-#define BENCH_MAX_FIGS 32
+#define BENCH_MAX_FIGS 64
 
 struct bench_figs {
 	struct bench_fig fig[BENCH_MAX_FIGS];
@@ -121,5 +121,19 @@ typedef void (*bench_say_fn)(void *ctx, const char *line);
 VR_MUST_CHECK int bench_cuda(int dev, double seconds, bench_say_fn say, void *ctx,
                              struct bench_figs *figs, char *device, size_t devlen, char *err,
                              size_t errlen);
+
+/*
+ * The paper case over several CUDA devices (gpu.devices = devs[0..n)): host memory bandwidth
+ * (memcpy of 1 GiB, the next limit once several links feed one host), D2H into registered shm
+ * of each entry's device (a device named twice shares one link), then the case pipelined over
+ * the list and on devs[0] alone, same run: the total rate beside the sum of the distinct links'
+ * limits, each entry's D2H rate (its slab's bytes) beside its link, and the ratio to one
+ * device. Appends to figs; errors as bench_cuda.
+ */
+VR_MUST_CHECK int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn say,
+                                     void *ctx, struct bench_figs *figs, char *err, size_t errlen);
+/* Host memory bandwidth: memcpy of bytes between two buffers, best of reps, in GB/s (NAN when
+ * the buffers cannot be had). */
+double bench_host_memcpy_gbs(size_t bytes, int reps);
 
 #endif

@@ -54,6 +54,8 @@ static struct {
 	int views; /* view.enabled of the daemon: 1 (default) or 0 */
 	double seconds, warmup, rate;
 	bool paced, maxrun;
+	int devs[CFG_GPU_DEVICES_MAX]; /* --devices: gpu.devices of the daemon (ndevs 0: absent) */
+	unsigned ndevs;
 } opt = {.views = 1,
          .backend = "auto",
          .shm_dir = "/dev/shm",
@@ -106,6 +108,9 @@ static int write_config(const char *path, const struct bcase *c, const char *ins
 		cfg.source.replay.loop = true;
 	}
 	cfg.output.slots = 4;
+	cfg.gpu.ndevices = opt.ndevs;
+	for (unsigned k = 0; k < opt.ndevs; k++)
+		cfg.gpu.devices[k] = opt.devs[k];
 	cfg.view.enabled = opt.views;
 	cfg.pipeline.ring_bscans = 4 * c->ny;
 	cfg.pipeline.overflow = block ? CFG_OVERFLOW_BLOCK : CFG_OVERFLOW_DROP_EPOCH;
@@ -463,7 +468,7 @@ static void usage(FILE *f)
 	        "usage: e2e_bench [--build DIR] [--backend cpu|cuda|auto] [--case NAME]...\n"
 	        "                 [--seconds S] [--warmup S] [--rate EPOCHS_PER_S] [--no-paced]\n"
 	        "                 [--no-max] [--overlap 0|1] [--views on|off] [--shm-dir DIR]\n"
-	        "                 [-o FILE]\n"
+	        "                 [--devices D0,D1,...] [-o FILE]\n"
 	        "cases:");
 	for (unsigned i = 0; i < bench_ncases; i++)
 		if (bench_cases[i].e2e_epochs)
@@ -485,12 +490,14 @@ int main(int argc, char **argv)
 	                                   {"shm-dir", required_argument, NULL, 'd'},
 	                                   {"views", required_argument, NULL, 'V'},
 	                                   {"output", required_argument, NULL, 'o'},
+	                                   {"devices", required_argument, NULL, 'D'},
 	                                   {"help", no_argument, NULL, 'h'},
 	                                   {NULL, 0, NULL, 0}};
 	const struct bcase *sel[8];
 	struct run_result res[8][2];
 	int nsel = 0, ch, status = 0;
 	double limit_h2d = NAN, limit_d2h = NAN, limit_bidir = NAN, limit_memcpy = NAN;
+	double link_d2h[CFG_GPU_DEVICES_MAX]; /* --devices: each entry's device's D2H limit */
 	char work[] = "/tmp/vre2eXXXXXX", host[128] = "unknown", date[32], commit[64] = "unknown";
 	char outpath[PATH_MAX];
 	const char *device = "null";
@@ -578,6 +585,25 @@ int main(int argc, char **argv)
 		case 'o':
 			opt.output = optarg;
 			break;
+		case 'D': {
+			/* gpu.devices of the daemon: comma-separated ordinals */
+			char *p = optarg, *dend;
+			for (opt.ndevs = 0;; p = dend + 1) {
+				long d = strtol(p, &dend, 10);
+				if (dend == p || d < 0 || d > 255 ||
+				    opt.ndevs == CFG_GPU_DEVICES_MAX || (*dend && *dend != ',')) {
+					fprintf(stderr,
+					        "e2e_bench: --devices %s: up to %d device ordinals "
+					        "0-255 separated by commas\n",
+					        optarg, CFG_GPU_DEVICES_MAX);
+					return 2;
+				}
+				opt.devs[opt.ndevs++] = (int)d;
+				if (!*dend)
+					break;
+			}
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -622,12 +648,44 @@ int main(int argc, char **argv)
 	if (strcmp(opt.backend, "cpu") && be_cuda_devices() > 0) {
 		struct be_bandwidth bw;
 		char err[512];
-		if (be_cuda_bandwidth(0, (size_t)256 << 20, 5, &bw, err, sizeof(err)) == 0) {
+		if (be_cuda_bandwidth(opt.ndevs ? opt.devs[0] : 0, (size_t)256 << 20, 5, &bw, err,
+		                      sizeof(err)) == 0) {
 			limit_h2d = bw.h2d_gbs;
 			limit_d2h = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
 			limit_bidir = bw.bidir_gbs;
 		} else {
 			fprintf(stderr, "e2e_bench: PCIe bandwidth not measured: %s\n", err);
+		}
+		/* several devices: each distinct device's link, the limits of the whole the sums
+		 * over distinct devices (an ordinal named twice shares its link) */
+		if (opt.ndevs > 1 && isfinite(limit_d2h)) {
+			double h2d = 0, d2h = 0, bidir = 0;
+			for (unsigned k = 0; k < opt.ndevs; k++) {
+				bool seen = false;
+				for (unsigned j = 0; j < k && !seen; j++)
+					if (opt.devs[j] == opt.devs[k]) {
+						link_d2h[k] = link_d2h[j];
+						seen = true;
+					}
+				if (seen)
+					continue;
+				if (be_cuda_bandwidth(opt.devs[k], (size_t)256 << 20, 5, &bw, err,
+				                      sizeof(err)) < 0) {
+					fprintf(stderr,
+					        "e2e_bench: PCIe bandwidth of device %d not "
+					        "measured: %s\n",
+					        opt.devs[k], err);
+					h2d = d2h = bidir = NAN;
+					break;
+				}
+				link_d2h[k] = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
+				h2d += bw.h2d_gbs;
+				d2h += link_d2h[k];
+				bidir += bw.bidir_gbs;
+			}
+			limit_h2d = h2d;
+			limit_d2h = d2h;
+			limit_bidir = bidir;
 		}
 	}
 
@@ -724,8 +782,13 @@ int main(int argc, char **argv)
 	}
 	printf("limits: memcpy %.1f GB/s", limit_memcpy);
 	if (isfinite(limit_h2d))
-		printf(", pinned H2D %.1f GB/s, D2H (shm) %.1f GB/s, both ways %.1f GB/s each",
-		       limit_h2d, limit_d2h, limit_bidir);
+		printf(", pinned H2D %.1f GB/s, D2H (shm) %.1f GB/s, both ways %.1f GB/s each%s",
+		       limit_h2d, limit_d2h, limit_bidir,
+		       opt.ndevs > 1 ? " (the distinct devices' links together)" : "");
+	if (opt.ndevs > 1 && isfinite(limit_d2h))
+		for (unsigned k = 0; k < opt.ndevs; k++)
+			printf("\n  gpu.devices[%u] = device %d: D2H (shm) %.1f GB/s", k,
+			       opt.devs[k], link_d2h[k]);
 	printf("\nlatencies in ms: proc = the vol message's processing latency (last B-scan "
 	       "acquired -> volume written); first = first B-scan acquired -> vol received\n");
 
@@ -752,7 +815,14 @@ int main(int argc, char **argv)
 	json_num(f, "memcpy_gbs", limit_memcpy, true);
 	json_num(f, "h2d_pinned_gbs", limit_h2d, true);
 	json_num(f, "d2h_shm_gbs", limit_d2h, true);
-	json_num(f, "bidir_each_gbs", limit_bidir, false);
+	json_num(f, "bidir_each_gbs", limit_bidir, opt.ndevs > 1 && isfinite(limit_d2h));
+	if (opt.ndevs > 1 && isfinite(limit_d2h)) {
+		fprintf(f, "\"devices\":[");
+		for (unsigned k = 0; k < opt.ndevs; k++)
+			fprintf(f, "%s{\"device\":%d,\"d2h_shm_gbs\":%.6g}", k ? "," : "",
+			        opt.devs[k], link_d2h[k]);
+		fprintf(f, "]");
+	}
 	fprintf(f, "},\n\"targets\":{\"paper_volumes_per_s\":120,\"paper_p99_ms\":15,"
 	           "\"classic_ascans_per_s\":10000000,\"classic_u12p_ascans_per_s\":14000000,"
 	           "\"paper_adaptive_volumes_per_s\":100,"
@@ -798,6 +868,22 @@ int main(int argc, char **argv)
 			        ",",
 			        r->volumes, r->missed, r->torn);
 			json_num(f, "volumes_per_s", r->vps, true);
+			if (opt.ndevs > 1 && isfinite(limit_d2h)) {
+				/* each entry's slab (rows of B-scans [k ny / n, (k + 1) ny / n))
+				 * per second over its link */
+				fprintf(f, "\"device_d2h_gbs\":[");
+				for (unsigned d = 0; d < opt.ndevs; d++) {
+					const uint64_t b0 = (uint64_t)d * c->ny / opt.ndevs,
+					               b1 = (uint64_t)(d + 1) * c->ny / opt.ndevs;
+					fprintf(f,
+					        "%s{\"device\":%d,\"gbs\":%.6g,\"limit_gbs\":%.6g}",
+					        d ? "," : "", opt.devs[d],
+					        r->vps * (double)out_voxels(c) * (double)(b1 - b0) /
+					                (double)c->ny / 1e9,
+					        link_d2h[d]);
+				}
+				fprintf(f, "],");
+			}
 			json_num(f, "ascans_per_s", r->ascans_s, true);
 			json_num(f, "gvox_per_s", r->gvox_s, true);
 			json_num(f, "input_gbs", r->in_gbs, true);

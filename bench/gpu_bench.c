@@ -3,8 +3,9 @@
  * Benchmark of the CUDA backend (a benchmark, not a test): runs bench_cuda (bench/bench.c, the
  * same measurement `volrec bench --backend cuda` makes: pinned copy bandwidths as the physical
  * limits, then the cases `paper` and `classic-2048` through the pipeline engine, pipelined and
- * serialized) and prints its table and JSON. Exit 0 measured, 1 failure, 2 usage, 77 no CUDA
- * device.
+ * serialized) and prints its table and JSON; with --devices, also the paper case over several
+ * devices (bench_cuda_devices: host memory bandwidth, each link's limit, per-device and total
+ * rates). Exit 0 measured, 1 failure, 2 usage, 77 no CUDA device.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -64,7 +65,8 @@ int main(int argc, char **argv)
 {
 	const char *json = NULL, *commit = "unknown";
 	double seconds = 3.0;
-	int dev = 0;
+	int dev = 0, devs[CFG_GPU_DEVICES_MAX];
+	unsigned ndevs = 0;
 	char err[1024] = "", devname[256] = "";
 	static struct bench_figs figs;
 	int rc;
@@ -78,10 +80,27 @@ int main(int argc, char **argv)
 			seconds = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--device") && i + 1 < argc)
 			dev = atoi(argv[++i]);
-		else {
+		else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+			/* gpu.devices: comma-separated ordinals */
+			char *p = argv[++i], *end;
+			for (ndevs = 0;; p = end + 1) {
+				long d = strtol(p, &end, 10);
+				if (end == p || d < 0 || d > 255 || ndevs == CFG_GPU_DEVICES_MAX ||
+				    (*end && *end != ',')) {
+					fprintf(stderr,
+					        "gpu_bench: --devices %s: expected up to %d device "
+					        "ordinals 0-255 separated by commas\n",
+					        argv[i], CFG_GPU_DEVICES_MAX);
+					return 2;
+				}
+				devs[ndevs++] = (int)d;
+				if (!*end)
+					break;
+			}
+		} else {
 			fprintf(stderr,
 			        "usage: gpu_bench [--json FILE] [--commit ID] [--seconds S] "
-			        "[--device N]\n");
+			        "[--device N] [--devices D0,D1,...]\n");
 			return 2;
 		}
 	}
@@ -95,6 +114,9 @@ int main(int argc, char **argv)
 		printf("SKIP: %s\n", err);
 		return 77;
 	}
+	if (rc == 0 && ndevs)
+		rc = bench_cuda_devices(devs, ndevs, seconds, say_stdout, NULL, &figs, err,
+		                        sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "gpu_bench: %s\n", err);
 		return 1;

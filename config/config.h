@@ -13,10 +13,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define CFG_PATH_MAX 4096
-#define CFG_NAME_MAX 64
-#define CFG_MAX_PUB  8
-#define CFG_ERR_MAX  1024
+#define CFG_PATH_MAX        4096
+#define CFG_NAME_MAX        64
+#define CFG_MAX_PUB         8
+#define CFG_ERR_MAX         1024
+#define CFG_GPU_DEVICES_MAX 8 /* entries of gpu.devices */
 
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
 enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
@@ -76,6 +77,10 @@ struct vr_config {
 	struct {
 		int device;  /* CUDA device ordinal, >= 0 */
 		int streams; /* 1..32 */
+		/* gpu.devices: the devices that share the work (duplicates allowed); ndevices 0
+		 * when the key is absent, which means [device] (cfg_gpu_devices) */
+		int devices[CFG_GPU_DEVICES_MAX];
+		uint32_t ndevices;
 	} gpu;
 
 	struct {
@@ -233,6 +238,18 @@ static inline size_t cfg_ascan_bytes(const struct vr_config *c)
 static inline size_t cfg_bscan_bytes(const struct vr_config *c)
 {
 	return (size_t)c->geometry.ascans_per_bscan * cfg_ascan_bytes(c);
+}
+/* The CUDA devices cfg uses, in order, into devs: gpu.devices, or [gpu.device] when that key is
+ * absent. \return their number (1..CFG_GPU_DEVICES_MAX). */
+static inline uint32_t cfg_gpu_devices(const struct vr_config *c, int devs[CFG_GPU_DEVICES_MAX])
+{
+	if (!c->gpu.ndevices) {
+		devs[0] = c->gpu.device;
+		return 1;
+	}
+	for (uint32_t i = 0; i < c->gpu.ndevices; i++)
+		devs[i] = c->gpu.devices[i];
+	return c->gpu.ndevices;
 }
 /* Output volume size [Y, X, Z] (the low-resolution one when mode is none). */
 static inline void cfg_out_dims(const struct vr_config *c, uint32_t dims[3])

@@ -90,6 +90,14 @@ static void put_value(FILE *out, const struct cfg_key *k, const struct vr_config
 		}
 		fputc(']', out);
 		break;
+	case CFG_T_INTS: {
+		uint32_t n = *(const uint32_t *)((const char *)c + k->count);
+		fputc('[', out);
+		for (uint32_t i = 0; i < n && i < k->n; i++)
+			fprintf(out, "%s%d", i ? ", " : "", ((const int *)p)[i]);
+		fputc(']', out);
+		break;
+	}
 	case CFG_T_LIST: {
 		uint32_t n = *(const uint32_t *)((const char *)c + k->count);
 		if (flow || !n)

@@ -44,6 +44,7 @@ enum cfg_type {
 	CFG_T_U32S,  /* exactly n uint32_t in [min, max] */
 	CFG_T_F64S,  /* exactly n finite doubles in [min, max] */
 	CFG_T_LIST,  /* up to n strings into char[n][CFG_PATH_MAX], uint32_t count at count */
+	CFG_T_INTS, /* 1 to n ints in [min, max] into int[n], uint32_t count at count (0: absent) */
 };
 
 enum cfg_reload {
@@ -56,16 +57,16 @@ struct cfg_key {
 	enum cfg_type type;
 	enum cfg_reload reload;
 	size_t off, size;         /* the destination in struct vr_config */
-	size_t n;                 /* _U32S, _F64S: elements; _LIST: capacity */
-	size_t count;             /* _LIST: offset of the count */
+	size_t n;                 /* _U32S, _F64S: elements; _LIST, _INTS: capacity */
+	size_t count;             /* _LIST, _INTS: offset of the count */
 	double min, max;          /* numbers and their elements */
 	bool gt_min;              /* min itself is excluded */
 	const char *const *names; /* _ENUM, _NAME: NULL-terminated, in enum order */
-	const char *shape;        /* _U32S, _F64S: how the sequence reads ("[lo, hi] in dB") */
-	double def[4];            /* default of numbers, booleans, enums and their elements */
-	const char *sdef;         /* default of strings */
-	size_t when;              /* nonzero: the key holds a value only when the int here... */
-	int when_is;              /* ...is this (which of exclusive keys validation found) */
+	const char *shape; /* _U32S, _F64S, _INTS: how the sequence reads ("[lo, hi] in dB") */
+	double def[4];     /* default of numbers, booleans, enums and their elements */
+	const char *sdef;  /* default of strings */
+	size_t when;       /* nonzero: the key holds a value only when the int here... */
+	int when_is;       /* ...is this (which of exclusive keys validation found) */
 	/* A live key: NULL, or why going from a to b is structural after all (NULL: it is not). */
 	const char *(*structural_if)(const struct vr_config *a, const struct vr_config *b);
 };

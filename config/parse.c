@@ -470,6 +470,37 @@ static int walk_str_list(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *d
 	return 0;
 }
 
+static int walk_int_list(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *doc,
+                         const char *path, const struct cfg_key *k)
+{
+	char got[64], child[CFG_KEY_MAX];
+	int *dst = cfg_at(ctx->cfg, k);
+	size_t count;
+
+	if (n->type != YAML_SEQUENCE_NODE)
+		return cfg_error_at(ctx, -EINVAL, node_mark(n), path,
+		                    "expected a sequence of 1 to %zu integers %s, got %s", k->n,
+		                    k->shape, describe(n, got, sizeof(got)));
+	count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+	if (count < 1 || count > k->n)
+		return cfg_error_at(ctx, count ? -E2BIG : -EINVAL, node_mark(n), path,
+		                    "has %zu entries (1 to %zu integers %s)", count, k->n,
+		                    k->shape);
+	for (size_t i = 0; i < count; i++) {
+		yaml_node_t *it = yaml_document_get_node(doc, n->data.sequence.items.start[i]);
+		long long v;
+		index_path(child, sizeof(child), path, i);
+		int rc = record(ctx, child, it);
+		if (!rc)
+			rc = get_integer(ctx, it, child, k, &v);
+		if (rc)
+			return rc;
+		dst[i] = (int)v;
+	}
+	*(uint32_t *)((char *)ctx->cfg + k->count) = (uint32_t)count;
+	return 0;
+}
+
 /* The value n of key k (written at path) into ctx->cfg. */
 static int walk_value(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, const char *path,
                       const struct cfg_key *k)
@@ -514,6 +545,9 @@ static int walk_value(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n,
 		return walk_seq(ctx, n, doc, path, k);
 	case CFG_T_LIST:
 		return walk_str_list(ctx, n, doc, path, k);
+	case CFG_T_INTS:
+		cfg_key_reset(k, ctx->cfg); /* a shorter list leaves no entries behind */
+		return walk_int_list(ctx, n, doc, path, k);
 	case CFG_T_ARGS:
 		cfg_key_reset(k, ctx->cfg);
 		return get_args(ctx, doc, n, path, dst);

@@ -75,6 +75,8 @@ static const char *output_size(const struct vr_config *a, const struct vr_config
 #define U64_AS(p, f, d, r)              {KEY(p, U64, r), AT(uint64_t, f), .def = {d}}
 #define LIST(f, cnt, r)                 {KEY(#f, LIST, r), AT_N(char *, f), \
                                          .count = _Generic(FIELD(cnt), uint32_t: offsetof(struct vr_config, cnt))}
+#define INTS(f, cnt, lo, hi, sh, r)     {KEY(#f, INTS, r), AT_N(int, f), .min = lo, .max = hi, .shape = sh, \
+                                         .count = _Generic(FIELD(cnt), uint32_t: offsetof(struct vr_config, cnt))}
 /* clang-format on */
 
 /*
@@ -92,6 +94,8 @@ const struct cfg_key cfg_keys[] = {
         ENUM(backend, backend_names, CFG_BACKEND_AUTO, STRUCTURAL),
         INT(gpu.device, 0, 255, 0, STRUCTURAL),
         INT(gpu.streams, 1, 32, 4, STRUCTURAL),
+        INTS(gpu.devices, gpu.ndevices, 0, 255, "[d0, d1, ...] of CUDA device ordinals",
+             STRUCTURAL),
         INT(cpu.threads, 0, 256, 0, STRUCTURAL),
         ENUM(source.type, source_names, CFG_SOURCE_SYNTH, STRUCTURAL),
         F64(source.rate, 0, 100000, 25, STRUCTURAL),
@@ -272,6 +276,8 @@ bool cfg_key_present(const struct cfg_key *k, const struct vr_config *c)
 		return *(const char *)cfg_at(c, k) != '\0';
 	if (k->type == CFG_T_TABLE)
 		return ((const struct cfg_table *)cfg_at(c, k))->path[0] != '\0';
+	if (k->type == CFG_T_INTS)
+		return *(const uint32_t *)((const char *)c + k->count) != 0;
 	return true;
 }
 
@@ -307,6 +313,11 @@ bool cfg_key_equal(const struct cfg_key *k, const struct vr_config *a, const str
 				return false;
 		return true;
 	}
+	case CFG_T_INTS: {
+		uint32_t n = *(const uint32_t *)((const char *)a + k->count);
+		return n == *(const uint32_t *)((const char *)b + k->count) && n <= k->n &&
+		       !memcmp(x, y, n * sizeof(int));
+	}
 	case CFG_T_F64:
 		return *(const double *)x == *(const double *)y;
 	default: /* integers, booleans, enums, sequences: no padding inside */
@@ -325,7 +336,7 @@ void cfg_key_reset(const struct cfg_key *k, struct vr_config *c)
 	memset(p, 0, k->size);
 	if (k->type == CFG_T_ARGS)
 		*(char **)p = args_empty;
-	else if (k->type == CFG_T_LIST)
+	else if (k->type == CFG_T_LIST || k->type == CFG_T_INTS)
 		*(uint32_t *)((char *)c + k->count) = 0;
 	else if (k->sdef)
 		snprintf(p, k->size, "%s", k->sdef);

@@ -197,10 +197,59 @@ cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStr
 cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_params *p, uint8_t *mean,
                               uint8_t *mx, uint8_t *plane, cudaStream_t s);
 /* The MIP render [H][W] of V with the camera r (be_render_setup of p) into out; acc is
- * H * W words of scratch on the device. */
+ * H * W words of scratch on the device. Only the samples whose trilinear interpolation starts
+ * at a row y in [ry0, ry1) count (rows ry0 .. ry1 of V are read; [0, Y) is the whole render):
+ * the maximum of the renders of row ranges that cover [0, Y) is the render of the whole. */
 cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_params *p,
-                              const struct be_render_setup *r, unsigned *acc, uint8_t *out,
-                              cudaStream_t s);
+                              const struct be_render_setup *r, uint32_t ry0, uint32_t ry1,
+                              unsigned *acc, uint8_t *out, cudaStream_t s);
+
+/* ---- one part of several devices (gpu_backend.c for gpu_multi.c) -------------------------
+ * The composite backend over gpu.devices (gpu_multi.c, be_cuda_multi_ops) owns one ordinary
+ * CUDA backend state per entry, each a part: part k of n reconstructs the output rows of the
+ * B-scans [b0, b1) (rows [b0 sy, b1 sy) of a reconstructed volume, [b0, b1) in mode none),
+ * preprocesses the B-scans those rows need ([blo, bhi): gpu_part_bscans) and copies only its
+ * rows, its B-scans' low-resolution rows and median counts, and its rows of the views into the
+ * caller's buffers; its render covers the samples that start in its rows (gpu_part_render).
+ * It is driven through be_cuda_ops' functions on the state gpu_part_create gives. */
+
+struct gpu_state;
+
+struct gpu_part {
+	uint32_t index, count; /* part index of count (count 1: the whole volume) */
+	uint32_t b0, b1;       /* its B-scans' rows: [b0, b1) */
+};
+
+/* Create part *part of cfg on CUDA device cfg->gpu.device (be_cuda_ops.create's contract). */
+__attribute__((warn_unused_result)) int gpu_part_create(const struct vr_config *cfg,
+                                                        const struct gpu_part *part,
+                                                        struct gpu_state **st, char *err,
+                                                        size_t errlen);
+/* The B-scans the part preprocesses: [*lo, *hi). */
+void gpu_part_bscans(const struct gpu_state *st, uint32_t *lo, uint32_t *hi);
+/* The device's name (cudaGetDeviceProperties). */
+const char *gpu_part_name(const struct gpu_state *st);
+/* Whether a B-scan of the epoch being submitted failed on this part (its epoch_finish reports
+ * it). */
+bool gpu_part_failed(const struct gpu_state *st);
+/* Drop the epoch being submitted without finishing it (another part failed): wait for its
+ * queued preprocessing; the part's history is as if the epoch never came. \return 0 or the
+ * CUDA error with err. */
+int gpu_part_drop(struct gpu_state *st, char *err, size_t errlen);
+/* The part's render of the epoch last waited for ([H][W] maxima of its rows, host memory), or
+ * NULL when that epoch asked for none. */
+const uint8_t *gpu_part_render(const struct gpu_state *st);
+/* Output rows of the part when mode none is in force (none) or not: the rows it owns
+ * [*r0, *r1) and those its state must hold from the other parts after each cumulative epoch
+ * (its halo): [*h0, *r0) and [*r1, *h1). */
+void gpu_part_rows(const struct gpu_state *st, bool none, uint32_t *r0, uint32_t *r1, uint32_t *h0,
+                   uint32_t *h1);
+/* Copy row y of src's history (the cumulative output it just made) into dst's, queued on dst;
+ * gpu_part_halo_wait(dst) waits for dst's copies, which must land before src's next epoch
+ * writes its history. Both between epochs. \return 0 or the CUDA error with err. */
+int gpu_part_halo(struct gpu_state *dst, const struct gpu_state *src, uint32_t y, char *err,
+                  size_t errlen);
+int gpu_part_halo_wait(struct gpu_state *dst, char *err, size_t errlen);
 
 /* ---- benchmark helpers (gpu_bench.c) ----------------------------------------------------- */
 

@@ -40,6 +40,13 @@ struct gpu_state {
 	struct vr_config cfg; /* deep copy of the configuration in force */
 	int dev;
 	char device[256];
+	char name[256]; /* cudaGetDeviceProperties' name */
+
+	/* the part of the volume this state computes (gpu.h; count 1: all of it) */
+	struct gpu_part part;
+	uint32_t blo, bhi;   /* the B-scans it preprocesses: [blo, bhi) */
+	uint8_t *h_render;   /* count > 1: pinned [RENDER_MAX^2], its render of the last epoch */
+	bool h_render_valid; /* that epoch asked for a render */
 
 	/* geometry */
 	uint32_t K, N, nx, ny, nz, z0, sx, sy, S, X, Y;
@@ -357,6 +364,8 @@ static void gpu_destroy(void *vst)
 		cudaStreamDestroy(st->vs);
 	cudaFree(st->d_views);
 	cudaFree(st->d_racc);
+	if (st->h_render)
+		cudaFreeHost(st->h_render);
 	if (st->cpin)
 		cudaFreeHost(st->cpin);
 	cudaFree(st->d_rs_idx);
@@ -450,7 +459,21 @@ static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t er
 	return gpu_cuda_check(cudaMalloc(p, n ? n : 1), buf, err, errlen);
 }
 
-static int gpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
+/* The B-scans part p needs for its rows and their one-row halo in every mode: the rows above
+ * and below it whose history its 3x3x3 kernel reads, the row below that its render
+ * interpolates into (and that row's own neighbours), and the low-resolution rows the adaptive
+ * mode interpolates for all of them (one more B-scan at each end; two below with stride 1). */
+static void gpu_part_range(const struct gpu_part *p, uint32_t ny, uint32_t sy, uint32_t *lo,
+                           uint32_t *hi)
+{
+	const uint32_t below = sy == 1 ? 3 : 2;
+
+	*lo = p->count == 1 || p->b0 == 0 ? 0 : p->b0 - 1;
+	*hi = p->count == 1 || ny - p->b1 <= below ? ny : p->b1 + below;
+}
+
+int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
+                    struct gpu_state **out, char *err, size_t errlen)
 {
 	struct gpu_state *st = NULL;
 	struct cudaDeviceProp prop;
@@ -489,6 +512,14 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 		return -EINVAL;
 	}
 
+	if (part->count < 1 || part->index >= part->count || part->b0 >= part->b1 ||
+	    part->b1 > cfg->geometry.bscans_per_volume) {
+		snprintf(err, errlen,
+		         "cuda backend: part %u of %u: B-scans [%u, %u) not within [0, %u)",
+		         part->index, part->count, part->b0, part->b1,
+		         cfg->geometry.bscans_per_volume);
+		return -EINVAL;
+	}
 	st = calloc(1, sizeof(*st));
 	if (!st) {
 		snprintf(err, errlen, "cuda backend: out of host memory");
@@ -496,6 +527,8 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	}
 	cfg_defaults(&st->cfg);
 	st->dev = cfg->gpu.device;
+	st->part = *part;
+	snprintf(st->name, sizeof(st->name), "%s", prop.name);
 	rc = cfg_copy(&st->cfg, cfg);
 	if (rc < 0) {
 		snprintf(err, errlen, "cuda backend: out of host memory copying the configuration");
@@ -526,6 +559,7 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	st->full_count = (size_t)st->Y * st->X * st->nz;
 	st->have_full = cfg->reconstruct.mode != CFG_RECON_NONE || st->S == 1;
 	st->ns = cfg->gpu.streams;
+	gpu_part_range(&st->part, st->ny, st->sy, &st->blo, &st->bhi);
 
 	rc = gpu_tables_build(cfg, &st->tab, err, errlen);
 	if (rc < 0)
@@ -663,6 +697,13 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->out8, st->have_full ? st->full_count : st->le_count,
 		                "u8 volume", err, errlen);
+	/* a part never receives the B-scans outside [blo, bhi): their rows of L_e stay zero */
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_cuda_check(cudaMemset(st->le[i], 0, st->le_count * sizeof(float)),
+		                    "cudaMemset(L_e)", err, errlen);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_cuda_check(cudaMemset(st->counts[i], 0, st->ny * sizeof(unsigned)),
+		                    "cudaMemset(median depth counts)", err, errlen);
 	if (rc < 0)
 		goto fail;
 	if (st->have_full) {
@@ -712,6 +753,12 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 			rc = gpu_cuda_check(
 			        cudaEventCreateWithFlags(&st->kev[j], cudaEventDisableTiming),
 			        "cudaEventCreate", err, errlen);
+		if (rc == 0 && st->part.count > 1)
+			rc = gpu_cuda_check(
+			        cudaHostAlloc((void **)&st->h_render,
+			                      (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX,
+			                      cudaHostAllocDefault),
+			        "cudaHostAlloc(render)", err, errlen);
 	}
 	if (rc == 0)
 		rc = gpu_cuda_check(
@@ -828,10 +875,21 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 		                    err, errlen);
 	if (rc < 0)
 		goto fail;
-	*state = st;
+	*out = st;
 	return 0;
 fail:
 	gpu_destroy(st);
+	return rc;
+}
+
+static int gpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
+{
+	const struct gpu_part whole = {0, 1, 0, cfg->geometry.bscans_per_volume};
+	struct gpu_state *st;
+	int rc = gpu_part_create(cfg, &whole, &st, err, errlen);
+
+	if (rc == 0)
+		*state = st;
 	return rc;
 }
 
@@ -1006,14 +1064,44 @@ static uint32_t gpu_slab_rows(uint32_t rows)
 	return r > 65532 ? 65532 : r;
 }
 
+/* The output rows of this state's part for the mode in force: its own [*r0, *r1) and those it
+ * computes, *rc: one more below (the first row of the next part) for the render's
+ * interpolation. The whole volume: [0, rows) for all three. */
+static void gpu_own_rows(const struct gpu_state *st, bool none, uint32_t *r0, uint32_t *r1,
+                         uint32_t *rc)
+{
+	const uint32_t s = none ? 1 : st->sy, rows = none ? st->ny : st->Y;
+
+	*r0 = st->part.b0 * s;
+	*r1 = st->part.b1 * s;
+	*rc = st->part.count > 1 && *r1 < rows ? *r1 + 1 : *r1;
+}
+
+void gpu_part_rows(const struct gpu_state *st, bool none, uint32_t *r0, uint32_t *r1, uint32_t *h0,
+                   uint32_t *h1)
+{
+	const uint32_t rows = none ? st->ny : st->Y;
+	uint32_t rc;
+
+	gpu_own_rows(st, none, r0, r1, &rc);
+	/* the kernel of the rows [r0, rc) reads the history of [r0 - 1, rc + 1) */
+	*h0 = *r0 ? *r0 - 1 : 0;
+	*h1 = rc < rows ? rc + 1 : rows;
+}
+
 /* The views of this epoch's u8 volume (ALGORITHMS.md §4) on st->vs, once the kernels of
  * all nslabs slabs ran (not their copies: the views overlap the volume's D2H), copied into
- * out->views; the render only when out->view_mask asks for it, else the last one again. */
+ * out->views; the render only when out->view_mask asks for it, else the last one again.
+ * A part of several (gpu.h) computes and copies the rows [r0, r1) of the en-face pictures,
+ * the slice and the plane, the B-scan when it lies there, and its render into h_render; the
+ * composite writes the render and the header. */
 static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, uint32_t nslabs,
-                            char *err, size_t errlen)
+                            uint32_t r0, uint32_t r1, char *err, size_t errlen)
 {
 	const struct be_view_params *p = &st->vp;
-	const size_t cols = (size_t)p->Y * p->X;
+	const size_t cols = (size_t)p->Y * p->X, pcols = (size_t)(r1 - r0) * p->X;
+	const size_t row0 = (size_t)r0 * p->X;
+	const bool part = st->part.count > 1;
 	uint8_t *area = out->views, *d_mean = st->d_views, *d_max = d_mean + cols;
 	uint8_t *d_plane = d_max + cols, *d_render = d_plane + cols;
 	uint64_t off[BE_VIEW_COUNT], vid[BE_VIEW_COUNT];
@@ -1026,15 +1114,29 @@ static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, u
 	be_views_offsets(p->Y, p->X, p->Z, off);
 	for (int v = 0; v < BE_VIEW_COUNT; v++)
 		vid[v] = out->volume_id;
-	if (m & ((1u << BE_VIEW_ENFACE_MEAN) | (1u << BE_VIEW_ENFACE_MAX) | (1u << BE_VIEW_PLANE)))
-		CU(gpu_launch_enface(st->out8, p, d_mean, d_max, d_plane, st->vs),
+	if (m &
+	    ((1u << BE_VIEW_ENFACE_MEAN) | (1u << BE_VIEW_ENFACE_MAX) | (1u << BE_VIEW_PLANE))) {
+		/* the rows [r0, r1) as a volume of their own */
+		struct be_view_params rp = *p;
+		rp.Y = r1 - r0;
+		CU(gpu_launch_enface(st->out8 + row0 * p->Z, &rp, d_mean + row0, d_max + row0,
+		                     d_plane + row0, st->vs),
 		   "en-face kernel");
+	}
+	st->h_render_valid = false;
 	if (m & (1u << BE_VIEW_RENDER)) {
-		CU(gpu_launch_render(st->out8, p, &st->vrs, st->d_racc, d_render, st->vs),
+		CU(gpu_launch_render(st->out8, p, &st->vrs, r0, r1, st->d_racc, d_render, st->vs),
 		   "render kernel");
 		st->last_rp = *p;
 		st->last_render_id = out->volume_id;
-		st->have_render = true;
+		st->have_render = !part;
+		if (part) {
+			CU(cudaMemcpyAsync(st->h_render, d_render,
+			                   (size_t)p->render_h * p->render_w,
+			                   cudaMemcpyDeviceToHost, st->vs),
+			   "cudaMemcpyAsync(render, device to host)");
+			st->h_render_valid = true;
+		}
 	}
 	static const enum be_view from_dev[] = {BE_VIEW_ENFACE_MEAN, BE_VIEW_ENFACE_MAX,
 	                                        BE_VIEW_PLANE};
@@ -1042,12 +1144,12 @@ static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, u
 		enum be_view v = from_dev[i];
 		if (!(m & (1u << v)))
 			continue;
-		CU(cudaMemcpyAsync(area + off[v], st->d_views + (size_t)i * cols, cols,
-		                   cudaMemcpyDeviceToHost, st->vs),
+		CU(cudaMemcpyAsync(area + off[v] + row0, st->d_views + (size_t)i * cols + row0,
+		                   pcols, cudaMemcpyDeviceToHost, st->vs),
 		   "cudaMemcpyAsync(view, device to host)");
 		present |= 1u << v;
 	}
-	if (m & (1u << BE_VIEW_BSCAN)) {
+	if ((m & (1u << BE_VIEW_BSCAN)) && p->position[0] >= r0 && p->position[0] < r1) {
 		CU(cudaMemcpyAsync(area + off[BE_VIEW_BSCAN],
 		                   st->out8 + (size_t)p->position[0] * p->X * p->Z,
 		                   (size_t)p->X * p->Z, cudaMemcpyDeviceToHost, st->vs),
@@ -1055,11 +1157,15 @@ static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, u
 		present |= 1u << BE_VIEW_BSCAN;
 	}
 	if (m & (1u << BE_VIEW_SLICE)) {
-		CU(cudaMemcpy2DAsync(area + off[BE_VIEW_SLICE], p->Z,
-		                     st->out8 + (size_t)p->position[1] * p->Z, (size_t)p->X * p->Z,
-		                     p->Z, p->Y, cudaMemcpyDeviceToHost, st->vs),
+		CU(cudaMemcpy2DAsync(area + off[BE_VIEW_SLICE] + (size_t)r0 * p->Z, p->Z,
+		                     st->out8 + (row0 + p->position[1]) * p->Z, (size_t)p->X * p->Z,
+		                     p->Z, r1 - r0, cudaMemcpyDeviceToHost, st->vs),
 		   "cudaMemcpy2DAsync(slice, device to host)");
 		present |= 1u << BE_VIEW_SLICE;
+	}
+	if (part) {
+		CU(cudaEventRecord(st->vev, st->vs), "cudaEventRecord(views)");
+		goto out;
 	}
 	if (st->have_render) {
 		CU(cudaMemcpyAsync(area + off[BE_VIEW_RENDER], d_render,
@@ -1111,7 +1217,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	}
 
 	const bool none = st->mode == CFG_RECON_NONE;
-	const uint32_t rows = none ? st->ny : st->Y, rowx = none ? st->nx : st->X;
+	const uint32_t rowx = none ? st->nx : st->X;
 	const size_t row_vox = (size_t)rowx * Z;
 	struct gpu_recon_params rp = {0};
 	float *outf_dev = NULL; /* device float output to copy to out->full */
@@ -1183,12 +1289,16 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	for (int j = 1; j < GPU_RSTREAMS; j++)
 		CU(cudaStreamWaitEvent(st->rs[j], st->ev_ready, 0), "cudaStreamWaitEvent");
 
-	/* slabs of rows: compute, then copy down on the same stream */
-	const uint32_t sr = gpu_slab_rows(rows);
+	/* slabs of rows: compute, then copy down on the same stream (a part: its rows and the
+	 * one below, copying its own) */
+	uint32_t r0, r1, rcomp;
+	gpu_own_rows(st, none, &r0, &r1, &rcomp);
+	const uint32_t sr = gpu_slab_rows(rcomp - r0);
 	uint32_t k = 0;
-	for (uint32_t y0 = 0; y0 < rows; y0 += sr, k++) {
-		const uint32_t y1 = y0 + sr < rows ? y0 + sr : rows;
+	for (uint32_t y0 = r0; y0 < rcomp; y0 += sr, k++) {
+		const uint32_t y1 = y0 + sr < rcomp ? y0 + sr : rcomp, yc = y1 < r1 ? y1 : r1;
 		const size_t off = (size_t)y0 * row_vox, n = (size_t)(y1 - y0) * row_vox;
+		const size_t nc = y0 < yc ? (size_t)(yc - y0) * row_vox : 0;
 		cudaStream_t s = st->rs[k % GPU_RSTREAMS];
 		if (none)
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
@@ -1198,26 +1308,30 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 			   "reconstruction kernel");
 		if (st->views && out->views)
 			CU(cudaEventRecord(st->kev[k % GPU_RSTREAMS], s), "cudaEventRecord");
-		if (out->volume)
-			CU(cudaMemcpyAsync(out->volume + off, st->out8 + off, n,
+		if (out->volume && nc)
+			CU(cudaMemcpyAsync(out->volume + off, st->out8 + off, nc,
 			                   cudaMemcpyDeviceToHost, s),
 			   "cudaMemcpyAsync(u8 volume, device to host)");
-		if (out->full)
-			CU(cudaMemcpyAsync(out->full + off, outf_dev + off, n * sizeof(float),
+		if (out->full && nc)
+			CU(cudaMemcpyAsync(out->full + off, outf_dev + off, nc * sizeof(float),
 			                   cudaMemcpyDeviceToHost, s),
 			   "cudaMemcpyAsync(float volume, device to host)");
 	}
+	/* the part's B-scans of L_e and of the median counts */
+	const uint32_t b0 = st->part.b0, nb = st->part.b1 - st->part.b0;
+	const size_t lrow = (size_t)st->nx * st->nz;
 	if (out->lowres)
-		CU(cudaMemcpyAsync(out->lowres, le, st->le_count * sizeof(float),
-		                   cudaMemcpyDeviceToHost, st->rs[k % GPU_RSTREAMS]),
+		CU(cudaMemcpyAsync(out->lowres + b0 * lrow, le + b0 * lrow,
+		                   nb * lrow * sizeof(float), cudaMemcpyDeviceToHost,
+		                   st->rs[k % GPU_RSTREAMS]),
 		   "cudaMemcpyAsync(low-resolution volume, device to host)");
 	if (out->median_depths && st->prep.background == CFG_BG_PARTIAL_MEDIAN)
-		CU(cudaMemcpyAsync(out->median_depths, st->counts[st->cur],
-		                   st->ny * sizeof(unsigned), cudaMemcpyDeviceToHost,
+		CU(cudaMemcpyAsync(out->median_depths + b0, st->counts[st->cur] + b0,
+		                   nb * sizeof(unsigned), cudaMemcpyDeviceToHost,
 		                   st->rs[(k + 1) % GPU_RSTREAMS]),
 		   "cudaMemcpyAsync(median depth counts, device to host)");
 	else if (out->median_depths)
-		memset(out->median_depths, 0, st->ny * sizeof(*out->median_depths));
+		memset(out->median_depths + b0, 0, nb * sizeof(*out->median_depths));
 	for (int j = 0; j < GPU_RSTREAMS; j++)
 		CU(cudaEventRecord(st->rev[j], st->rs[j]), "cudaEventRecord");
 	if (st->views && out->views) {
@@ -1226,7 +1340,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 			snprintf(err, errlen, "cuda backend: views: %s", st->views_why);
 			goto out;
 		}
-		rc = gpu_views_launch(st, out, k, err, errlen);
+		rc = gpu_views_launch(st, out, k, r0, r1, err, errlen);
 		if (rc < 0)
 			goto out;
 	}
@@ -1391,6 +1505,62 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 out:
 	cfg_free(&copy);
 	gpu_tables_free(&nt);
+	return rc;
+}
+
+/* ---- one part of several devices (gpu.h, gpu_multi.c) ------------------------------------- */
+
+void gpu_part_bscans(const struct gpu_state *st, uint32_t *lo, uint32_t *hi)
+{
+	*lo = st->blo;
+	*hi = st->bhi;
+}
+
+const char *gpu_part_name(const struct gpu_state *st)
+{
+	return st->name;
+}
+
+bool gpu_part_failed(const struct gpu_state *st)
+{
+	return st->sticky != 0;
+}
+
+int gpu_part_drop(struct gpu_state *st, char *err, size_t errlen)
+{
+	int rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
+
+	if (rc == 0)
+		rc = gpu_sync_all(st, err, errlen);
+	return rc;
+}
+
+const uint8_t *gpu_part_render(const struct gpu_state *st)
+{
+	return st->h_render_valid ? st->h_render : NULL;
+}
+
+int gpu_part_halo(struct gpu_state *dst, const struct gpu_state *src, uint32_t y, char *err,
+                  size_t errlen)
+{
+	const size_t n = (size_t)dst->X * dst->nz, off = (size_t)y * n;
+	int rc = gpu_cuda_check(cudaSetDevice(dst->dev), "cudaSetDevice", err, errlen);
+
+	/* rs[0] runs dst's next epoch from its interlace on: the row is in place before */
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaMemcpyPeerAsync(dst->P + off, dst->dev, src->P + off,
+		                                        src->dev, n * sizeof(float), dst->rs[0]),
+		                    "cudaMemcpyPeerAsync(cumulative halo row)", err, errlen);
+	return rc;
+}
+
+int gpu_part_halo_wait(struct gpu_state *dst, char *err, size_t errlen)
+{
+	int rc = gpu_cuda_check(cudaSetDevice(dst->dev), "cudaSetDevice", err, errlen);
+
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaStreamSynchronize(dst->rs[0]),
+		                    "cudaStreamSynchronize(cumulative halo rows)", err, errlen);
 	return rc;
 }
 

@@ -53,9 +53,10 @@ __device__ __forceinline__ float vox(const uint8_t *V, int X, int Z, int y, int 
 #define GPU_RENDER_CHUNK 64
 
 /* The maximum over the samples of chunk blockIdx.z of pixel (i, j), as the bits of a
- * non-negative float (which order like the floats), into acc with atomicMax. */
-__global__ void k_render_chunks(const uint8_t *__restrict__ V, int Y, int X, int Z,
-                                struct be_render_setup r, unsigned *acc)
+ * non-negative float (which order like the floats), into acc with atomicMax; only the samples
+ * whose interpolation starts at a row in [ry0, ry1) (reading rows ry0 .. ry1). */
+__global__ void k_render_chunks(const uint8_t *__restrict__ V, int Y, int X, int Z, int ry0,
+                                int ry1, struct be_render_setup r, unsigned *acc)
 {
 	const int j = blockIdx.x * blockDim.x + threadIdx.x;
 	const int i = blockIdx.y * blockDim.y + threadIdx.y;
@@ -88,6 +89,8 @@ __global__ void k_render_chunks(const uint8_t *__restrict__ V, int Y, int X, int
 			continue;
 		int x0 = min((int)q[0], X - 1), y0 = min((int)q[1], Y - 1),
 		    z0 = min((int)q[2], Z - 1);
+		if (y0 < ry0 || y0 >= ry1)
+			continue;
 		int x1 = min(x0 + 1, X - 1), y1 = min(y0 + 1, Y - 1), z1 = min(z0 + 1, Z - 1);
 		float fx = q[0] - x0, fy = q[1] - y0, fz = q[2] - z0;
 		float c00 = vox(V, X, Z, y0, x0, z0), c01 = vox(V, X, Z, y0, x1, z0);
@@ -129,8 +132,8 @@ extern "C" cudaError_t gpu_launch_enface(const uint8_t *V, const struct be_view_
 }
 
 extern "C" cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_params *p,
-                                         const struct be_render_setup *r, unsigned *acc,
-                                         uint8_t *out, cudaStream_t s)
+                                         const struct be_render_setup *r, uint32_t ry0,
+                                         uint32_t ry1, unsigned *acc, uint8_t *out, cudaStream_t s)
 {
 	const uint32_t n = r->H * r->W,
 	               chunks = (r->nsamples + GPU_RENDER_CHUNK - 1) / GPU_RENDER_CHUNK;
@@ -139,7 +142,8 @@ extern "C" cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_
 
 	if (e != cudaSuccess)
 		return e;
-	k_render_chunks<<<grid, block, 0, s>>>(V, (int)p->Y, (int)p->X, (int)p->Z, *r, acc);
+	k_render_chunks<<<grid, block, 0, s>>>(V, (int)p->Y, (int)p->X, (int)p->Z, (int)ry0,
+	                                       (int)ry1, *r, acc);
 	e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;

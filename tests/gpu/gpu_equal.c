@@ -5,6 +5,9 @@
  * geometry, /lowres within 1e-4 relative and u8 within 1 LSB on >= 99.9 % of voxels, epoch by
  * epoch, through epoch_finish and through the asynchronous interface with interleaved epochs,
  * every reconstruction mode (the motion-adaptive one on moving simulator scenes too).
+ * With --devices LIST (gpu.devices, e.g. 0,0: one GPU used as two) the CUDA side is the
+ * backend over those devices, compared with the CPU as above and with one device bit for bit
+ * (volume, L_e, float volume, median counts, every view).
  * First checks the host-side resampling tables (no device needed). Exit 0 all pass, 1 a
  * failure, 2 usage, 77 no CUDA device (skip).
  */
@@ -47,6 +50,18 @@ struct tcase {
 };
 
 /* ---- helpers ------------------------------------------------------------------------------ */
+
+/* --devices: the CUDA side runs over these (multi_n 0: one device, gpu.device) */
+static int multi_devs[CFG_GPU_DEVICES_MAX];
+static uint32_t multi_n;
+
+/* c over the --devices list. */
+static void set_devices(struct vr_config *c)
+{
+	c->gpu.ndevices = multi_n;
+	for (uint32_t i = 0; i < multi_n; i++)
+		c->gpu.devices[i] = multi_devs[i];
+}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -760,6 +775,66 @@ static int open_backend(struct vr_config *c, enum cfg_backend kind, struct be_ba
 	return rc;
 }
 
+/* Open the CUDA backend over the --devices list for c. */
+static int open_multi(struct vr_config *c, struct be_backend **be, char *err, size_t errlen)
+{
+	struct vr_config m;
+	int rc = cfg_copy(&m, c);
+
+	if (rc < 0)
+		return rc;
+	set_devices(&m);
+	rc = open_backend(&m, CFG_BACKEND_CUDA, be, err, errlen);
+	cfg_free(&m);
+	return rc;
+}
+
+/* Whether the outputs of several devices (m) equal one device's (o) bit for bit; the first
+ * difference into why. */
+static bool same_outs(const struct outs *o, const struct outs *m, size_t vox, size_t low,
+                      size_t full, char *why, size_t len)
+{
+	for (size_t i = 0; i < vox; i++)
+		if (o->vol[i] != m->vol[i]) {
+			snprintf(why, len, "u8 voxel %zu: one device %u, several %u", i, o->vol[i],
+			         m->vol[i]);
+			return false;
+		}
+	if (memcmp(o->low, m->low, low * sizeof(float))) {
+		size_t i = 0;
+		while (i < low && !memcmp(&o->low[i], &m->low[i], sizeof(float)))
+			i++;
+		snprintf(why, len, "lowres %zu: one device %.9g, several %.9g", i, o->low[i],
+		         m->low[i]);
+		return false;
+	}
+	if (full && memcmp(o->full, m->full, full * sizeof(float))) {
+		size_t i = 0;
+		while (i < full && !memcmp(&o->full[i], &m->full[i], sizeof(float)))
+			i++;
+		snprintf(why, len, "float voxel %zu: one device %.9g, several %.9g", i, o->full[i],
+		         m->full[i]);
+		return false;
+	}
+	for (uint32_t b = 0; b < o->ny; b++)
+		if (o->md[b] != m->md[b]) {
+			snprintf(why, len, "median depths of B-scan %u: one device %u, several %u",
+			         b, o->md[b], m->md[b]);
+			return false;
+		}
+	return true;
+}
+
+/* Fill outputs with a pattern that no backend writes, so that a part left out shows. */
+static void outs_poison(struct outs *o, size_t vox, size_t low, size_t full)
+{
+	memset(o->vol, 0xa5, vox);
+	memset(o->low, 0xff, low * sizeof(float));
+	if (full)
+		memset(o->full, 0xff, full * sizeof(float));
+	memset(o->md, 0xff, o->ny * sizeof(uint32_t));
+}
+
 /* Submit every B-scan of epoch e in an interleaved order (any order is allowed). */
 static int submit_all(struct be_backend *be, uint64_t e, const uint8_t *raw, size_t bbytes,
                       uint32_t ny, char *err, size_t errlen)
@@ -861,7 +936,23 @@ struct figures {
 	size_t w_index;
 	float w_cpu, w_gpu, w_amax;
 	double low_rel_40db;
+	/* --devices: epochs whose outputs differ from one device's, and the first difference */
+	unsigned multi_bad;
+	char multi_why[256];
 };
+
+/* --devices: one epoch of several devices (m) against one device (o). */
+static void compare_multi(const struct outs *o, const struct outs *m, size_t vox, size_t low,
+                          size_t full, uint64_t epoch, struct figures *f)
+{
+	char why[200];
+
+	if (same_outs(o, m, vox, low, full, why, sizeof(why)))
+		return;
+	if (!f->multi_bad++)
+		snprintf(f->multi_why, sizeof(f->multi_why), "epoch %llu: %s",
+		         (unsigned long long)epoch, why);
+}
 
 /* Compare one epoch's outputs; nz and db_span (hi - lo of the dB range) locate the worst
  * lowres difference in its A-scan. */
@@ -938,9 +1029,10 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
  * (the synchronous fallback). Also checks the one-epoch-in-flight errors once.
  */
 static int run_async(const struct vr_config *c, struct sim *sim, bool lines, struct be_backend *cb,
-                     struct be_backend *gb, uint8_t *raw[2], struct outs oc[2], struct outs og[2],
-                     size_t vox, size_t low, size_t full, unsigned epochs, struct figures *f,
-                     char *err, size_t errlen)
+                     struct be_backend *gb, struct be_backend *sb, uint8_t *raw[2],
+                     struct outs oc[2], struct outs og[2], struct outs os[2], size_t vox,
+                     size_t low, size_t full, unsigned epochs, struct figures *f, char *err,
+                     size_t errlen)
 {
 	const uint32_t ny = c->geometry.bscans_per_volume, nz = cfg_nz(c);
 	const size_t bbytes = cfg_bscan_bytes(c);
@@ -963,6 +1055,15 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 				rc = be_epoch_finish_async(cb, e, &o, err, errlen);
 			if (rc == 0)
 				rc = be_epoch_wait(cb, e, err, errlen);
+			/* --devices: one device, synchronously as the CPU */
+			struct be_output so = {.volume = os[k].vol,
+			                       .lowres = os[k].low,
+			                       .full = os[k].full,
+			                       .median_depths = os[k].md};
+			if (rc == 0 && sb)
+				rc = submit_all(sb, e, raw[k], bbytes, ny, err, errlen);
+			if (rc == 0 && sb)
+				rc = be_epoch_finish(sb, e, &so, err, errlen);
 			/* the CUDA backend: e's B-scans while e-1 is still in flight */
 			if (rc == 0)
 				rc = submit_all(gb, e, raw[k], bbytes, ny, err, errlen);
@@ -975,8 +1076,12 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 			if (rc < 0)
 				goto out;
 			compare(&oc[pk], &og[pk], vox, low, full, nz, span, e - 1, f);
+			if (sb)
+				compare_multi(&os[pk], &og[pk], vox, low, full, e - 1, f);
 		}
 		if (e < epochs) {
+			if (sb)
+				outs_poison(&og[k], vox, low, full);
 			struct be_output o = {.volume = og[k].vol,
 			                      .lowres = og[k].low,
 			                      .full = og[k].full,
@@ -1016,9 +1121,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 {
 	struct vr_config c;
 	struct sim *sim = NULL;
-	struct be_backend *cs = NULL, *gs = NULL;
+	struct be_backend *cs = NULL, *gs = NULL, *ms = NULL, *xs;
 	uint8_t *raw = NULL, *raw2 = NULL;
-	struct outs oc = {0}, og = {0}, oc2 = {0}, og2 = {0};
+	struct outs oc = {0}, og = {0}, oc2 = {0}, og2 = {0}, os = {0}, os2 = {0};
 	struct figures f = {0};
 	char err[1024] = "";
 	int rc;
@@ -1030,6 +1135,8 @@ static int run_case(const struct tcase *tc, bool *pass)
 	tc->setup(&c);
 	cfg_view_defaults(&c);
 	c.backend = CFG_BACKEND_CPU;
+	if (multi_n) /* the one device compared with is the list's first */
+		c.gpu.device = multi_devs[0];
 	const uint32_t ny = c.geometry.bscans_per_volume, sx = c.geometry.stride[0],
 	               sy = c.geometry.stride[1];
 	const size_t bbytes = cfg_bscan_bytes(&c);
@@ -1091,12 +1198,21 @@ static int run_case(const struct tcase *tc, bool *pass)
 	rc = open_backend(&c, CFG_BACKEND_CUDA, &gs, err, sizeof(err));
 	if (rc < 0)
 		goto out;
+	/* --devices: several devices against the CPU, and against one device (gs) */
+	if (multi_n) {
+		rc = open_multi(&c, &ms, err, sizeof(err));
+		if (rc < 0)
+			goto out;
+	}
+	xs = ms ? ms : gs;
 	const size_t vox = cfg_out_voxels(&c);
 	const size_t low = (size_t)ny * c.geometry.ascans_per_bscan * cfg_nz(&c);
 	const size_t full = tc->want_full ? vox : 0;
 	if (outs_alloc(&oc, vox, low, full, ny) < 0 || outs_alloc(&og, vox, low, full, ny) < 0 ||
 	    (tc->async && (outs_alloc(&oc2, vox, low, full, ny) < 0 ||
-	                   outs_alloc(&og2, vox, low, full, ny) < 0))) {
+	                   outs_alloc(&og2, vox, low, full, ny) < 0)) ||
+	    (ms && (outs_alloc(&os, vox, low, full, ny) < 0 ||
+	            (tc->async && outs_alloc(&os2, vox, low, full, ny) < 0)))) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory for the outputs");
 		goto out;
@@ -1123,14 +1239,28 @@ static int run_case(const struct tcase *tc, bool *pass)
 				goto out_unreg;
 			}
 		}
+		/* several devices: registered memory is every device's (registering again is
+		 * harmless), and so is what host_alloc gives */
+		if (ms) {
+			rc = be_host_register(ms, raw, bbytes * ny);
+			if (rc == 0 && raw2)
+				rc = be_host_register(ms, raw2, bbytes * ny);
+			if (rc == 0)
+				rc = be_host_alloc(ms, bbytes, &pin);
+			if (rc < 0) {
+				snprintf(err, sizeof(err), "%s", be_last_error(ms));
+				goto out_unreg;
+			}
+			be_host_free(ms, pin);
+		}
 	}
 	const double span = c.preprocess.db_range[1] - c.preprocess.db_range[0];
 
 	if (tc->async) {
 		uint8_t *raws[2] = {raw, raw2};
-		struct outs ocs[2] = {oc, oc2}, ogs[2] = {og, og2};
-		rc = run_async(&c, sim, tc->input == IN_LINES, cs, gs, raws, ocs, ogs, vox, low,
-		               full, tc->epochs, &f, err, sizeof(err));
+		struct outs ocs[2] = {oc, oc2}, ogs[2] = {og, og2}, oss[2] = {os, os2};
+		rc = run_async(&c, sim, tc->input == IN_LINES, cs, xs, ms ? gs : NULL, raws, ocs,
+		               ogs, oss, vox, low, full, tc->epochs, &f, err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
 		goto report;
@@ -1153,12 +1283,18 @@ static int run_case(const struct tcase *tc, bool *pass)
 				rc = be_update_live(cs, &n, err, sizeof(err));
 				if (rc == 0)
 					rc = be_update_live(gs, &n, err, sizeof(err));
+				if (rc == 0 && ms) {
+					set_devices(&n);
+					rc = be_update_live(ms, &n, err, sizeof(err));
+				}
 				cfg_free(&n);
 				if (rc < 0)
 					goto out_unreg;
 			} else if (tc->ev == EV_RESET) {
 				be_reset_history(cs);
 				be_reset_history(gs);
+				if (ms)
+					be_reset_history(ms);
 				e = 0;
 			} else {
 				e += 3; /* epochs dropped: ages jump, the E map path again */
@@ -1175,12 +1311,22 @@ static int run_case(const struct tcase *tc, bool *pass)
 		                        .lowres = og.low,
 		                        .full = og.full,
 		                        .median_depths = og.md};
+		struct be_output osb = {.volume = os.vol,
+		                        .lowres = os.low,
+		                        .full = os.full,
+		                        .median_depths = os.md};
+		if (ms)
+			outs_poison(&og, vox, low, full);
 		rc = run_epoch(cs, e, raw, bbytes, ny, &ocb, err, sizeof(err));
 		if (rc == 0)
-			rc = run_epoch(gs, e, raw, bbytes, ny, &ogb, err, sizeof(err));
+			rc = run_epoch(xs, e, raw, bbytes, ny, &ogb, err, sizeof(err));
+		if (rc == 0 && ms)
+			rc = run_epoch(gs, e, raw, bbytes, ny, &osb, err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
 		compare(&oc, &og, vox, low, full, cfg_nz(&c), span, e, &f);
+		if (ms)
+			compare_multi(&os, &og, vox, low, full, e, &f);
 	}
 report:
 	clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -1193,7 +1339,7 @@ report:
 	                       : f.low_rel <= LOWRES_TOL;
 	*pass = low_ok && f.u8_frac >= U8_MIN_FRACTION && f.u8_maxdiff <= 2 &&
 	        (!full || f.full_rel <= (pm ? 5 : 1) * LOWRES_TOL) && f.low_spread > 0.01 &&
-	        f.md_mismatch == 0;
+	        f.md_mismatch == 0 && f.multi_bad == 0;
 	printf("%-44s epochs %2u  lowres rel %.2e (<= %.0e)  u8 within 1 LSB %.5f%% (>= %.1f%%), "
 	       "max diff %d (<= 2)",
 	       tc->name, f.epochs, f.low_rel, LOWRES_TOL, 100.0 * f.u8_frac,
@@ -1207,6 +1353,9 @@ report:
 		printf("  median depths %.1f per B-scan, %llu B-scans differ (0)",
 		       f.epochs ? (double)f.md_total / ((double)f.epochs * ny) : 0.0,
 		       (unsigned long long)f.md_mismatch);
+	if (ms)
+		printf("  %u devices: %u epoch(s) differ from one device (0)%s%s", multi_n,
+		       f.multi_bad, f.multi_bad ? ", first: " : "", f.multi_why);
 	printf("  spread %.3f  %.1fs  %s%s\n", f.low_spread,
 	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, *pass ? "PASS" : "FAIL",
 	       f.low_spread > 0.01 ? "" : " (degenerate input)");
@@ -1229,12 +1378,15 @@ out_unreg:
 out:
 	if (rc < 0)
 		printf("%-44s FAIL: %s\n", tc->name, err);
+	be_close(ms);
 	be_close(gs);
 	be_close(cs);
 	outs_free(&oc);
 	outs_free(&og);
 	outs_free(&oc2);
 	outs_free(&og2);
+	outs_free(&os);
+	outs_free(&os2);
 	free(raw);
 	free(raw2);
 	sim_destroy(sim);
@@ -1351,6 +1503,76 @@ static int error_checks(void)
 	return fails;
 }
 
+/* The backend over several devices (--devices) refuses what it cannot do, and a failure on one
+ * device names it: its index in gpu.devices, its ordinal and its name. */
+static int multi_error_checks(void)
+{
+	struct vr_config c;
+	struct be_backend *st = NULL;
+	char err[1024] = "";
+	int fails = 0, rc;
+	bool ok;
+
+	cfg_defaults(&c);
+	geom(&c, 256, 8, 8, 1, 1, CFG_SAMPLE_U16);
+	set_devices(&c);
+	c.gpu.devices[multi_n - 1] = 200;
+	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+	char want[64];
+	snprintf(want, sizeof(want), "gpu.devices[%u]: 200, but only", multi_n - 1);
+	ok = rc == -ENODEV && strstr(err, want);
+	printf("error-multi-bad-device: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_close(st);
+
+	/* more devices than B-scans */
+	cfg_free(&c);
+	cfg_defaults(&c);
+	geom(&c, 256, 8, multi_n - 1, 1, 1, CFG_SAMPLE_U16);
+	set_devices(&c);
+	st = NULL;
+	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+	ok = rc == -EINVAL && strstr(err, "gpu.devices: ") && strstr(err, "B-scans per volume");
+	printf("error-multi-more-devices-than-bscans: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_close(st);
+
+	/* a geometry that fits one device's free memory but not twice: with the list's first
+	 * device repeated, the second part finds too little and says which it is */
+	size_t freeb = 0, totalb = 0;
+	struct cudaDeviceProp prop;
+	if (cudaSetDevice(multi_devs[0]) != cudaSuccess ||
+	    cudaMemGetInfo(&freeb, &totalb) != cudaSuccess ||
+	    cudaGetDeviceProperties(&prop, multi_devs[0]) != cudaSuccess) {
+		printf("error-multi-device-named: cannot query device %d: FAIL\n", multi_devs[0]);
+		cfg_free(&c);
+		return fails + 1;
+	}
+	/* mode none, stride 1: about 18 bytes of device memory per voxel; 60 % of free */
+	const uint32_t K = 256, nx = 1024, nz = K / 2;
+	uint64_t ny = (uint64_t)((double)freeb * 0.6 / (18.0 * nx * nz));
+	cfg_free(&c);
+	cfg_defaults(&c);
+	geom(&c, K, nx, (uint32_t)(ny < 65536 ? ny : 65536), 1, 1, CFG_SAMPLE_U16);
+	c.reconstruct.mode = CFG_RECON_NONE;
+	c.gpu.ndevices = 2;
+	c.gpu.devices[0] = c.gpu.devices[1] = multi_devs[0];
+	st = NULL;
+	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+	snprintf(want, sizeof(want), "gpu.devices[1] (CUDA device %d, ", multi_devs[0]);
+	/* named once, by the composite (the part's own "cuda backend: " left out) */
+	ok = rc == -ENOMEM && strstr(err, want) && strstr(err, prop.name) && strstr(err, "free") &&
+	     !strncmp(err, "cuda backend: ", 14) && !strstr(err + 1, "cuda backend");
+	printf("error-multi-device-named: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_close(st);
+	cfg_free(&c);
+	return fails;
+}
+
 /* ---- views ------------------------------------------------------------------------------ */
 
 struct vcase {
@@ -1414,10 +1636,12 @@ static int views_checks(void)
 	for (size_t k = 0; k < sizeof(vc) / sizeof(vc[0]); k++) {
 		const struct vcase *v = &vc[k];
 		struct vr_config c;
-		struct be_backend *gs = NULL;
+		struct be_backend *gs = NULL, *ms = NULL;
 		struct be_view_params p;
 		struct be_render_setup rs;
 		uint8_t *raw = NULL, *vol = NULL, *area = NULL, *ref[BE_VIEW_COUNT] = {0};
+		uint8_t *mvol = NULL, *marea = NULL; /* --devices: several devices' */
+		bool mdiff = false;
 		uint64_t off[BE_VIEW_COUNT];
 		char err[1024] = "";
 		int rc, maxd = 0;
@@ -1426,6 +1650,8 @@ static int views_checks(void)
 
 		cfg_defaults(&c);
 		geom(&c, v->K, v->nx, v->ny, v->sx, v->sy, CFG_SAMPLE_U16);
+		if (multi_n)
+			c.gpu.device = multi_devs[0];
 		c.reconstruct.mode = v->mode;
 		c.view.enabled = true;
 		memcpy(c.view.slab, v->slab, sizeof(v->slab));
@@ -1440,6 +1666,13 @@ static int views_checks(void)
 		const size_t abytes = volrec_views_bytes(p.Y, p.X, p.Z);
 		if (rc == 0)
 			rc = open_backend(&c, CFG_BACKEND_CUDA, &gs, err, sizeof(err));
+		if (rc == 0 && multi_n) {
+			rc = open_multi(&c, &ms, err, sizeof(err));
+			mvol = malloc(vox);
+			marea = aligned_alloc(64, (abytes + 63) / 64 * 64);
+			if (rc == 0 && (!mvol || !marea))
+				rc = -ENOMEM;
+		}
 		raw = malloc(bbytes * v->ny);
 		vol = malloc(vox);
 		area = aligned_alloc(64, (abytes + 63) / 64 * 64);
@@ -1457,6 +1690,35 @@ static int views_checks(void)
 			rc = run_epoch(gs, e, raw, bbytes, v->ny, &out, err, sizeof(err));
 			if (rc < 0)
 				break;
+			if (ms) {
+				/* several devices: the same volume and views area, byte for byte */
+				struct be_output mo = out;
+				mo.volume = mvol;
+				mo.views = marea;
+				memset(marea, 0xee, abytes);
+				memset(mvol, 0xa5, vox);
+				rc = run_epoch(ms, e, raw, bbytes, v->ny, &mo, err, sizeof(err));
+				if (rc < 0)
+					break;
+				for (size_t j = 0; j < vox && !mdiff; j++)
+					if (vol[j] != mvol[j]) {
+						printf("%s epoch %llu: %u devices: voxel %zu: %u, "
+						       "one "
+						       "device %u\n",
+						       v->name, (unsigned long long)e, multi_n, j,
+						       mvol[j], vol[j]);
+						mdiff = true;
+					}
+				for (size_t j = 0; j < abytes && !mdiff; j++)
+					if (area[j] != marea[j]) {
+						printf("%s epoch %llu: %u devices: views byte %zu: "
+						       "%u, "
+						       "one device %u\n",
+						       v->name, (unsigned long long)e, multi_n, j,
+						       marea[j], area[j]);
+						mdiff = true;
+					}
+			}
 			be_render_setup(&p, &rs);
 			if (e == 0)
 				cpu_views_compute(vol, &p, &rs, ref);
@@ -1507,13 +1769,20 @@ static int views_checks(void)
 			printf("%s: %s\n", v->name, err);
 			ok = false;
 		}
-		ok = ok && maxd <= 1;
+		ok = ok && maxd <= 1 && !mdiff;
 		printf("%s: %ux%ux%u, render %ux%u at [%g, %g]: projections/slices exact, render "
 		       "max "
-		       "|diff| %d (%zu pixels differ), carried render: %s\n",
+		       "|diff| %d (%zu pixels differ), carried render%s: %s\n",
 		       v->name, p.Y, p.X, p.Z, p.render_h, p.render_w, p.angles_deg[0],
-		       p.angles_deg[1], maxd, rdiff, ok ? "PASS" : "FAIL");
+		       p.angles_deg[1], maxd, rdiff,
+		       ms ? (mdiff ? ", several devices differ from one"
+		                   : ", several devices equal to one byte for byte")
+		          : "",
+		       ok ? "PASS" : "FAIL");
 		fails += !ok;
+		be_close(ms);
+		free(mvol);
+		free(marea);
 		be_close(gs);
 		cfg_free(&c);
 		free(raw);
@@ -1538,15 +1807,42 @@ int main(int argc, char **argv)
 			paper = true;
 		} else if (!strcmp(argv[i], "--case") && i + 1 < argc) {
 			only = argv[++i];
+		} else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
+			/* a comma-separated list of CUDA device ordinals: gpu.devices */
+			char *p = argv[++i], *end;
+			multi_n = 0;
+			for (;;) {
+				long d = strtol(p, &end, 10);
+				if (end == p || d < 0 || d > 255 ||
+				    multi_n == CFG_GPU_DEVICES_MAX || (*end && *end != ',')) {
+					fprintf(stderr,
+					        "gpu_equal: --devices %s: expected 2 to %d device "
+					        "ordinals 0-255 separated by commas\n",
+					        argv[i], CFG_GPU_DEVICES_MAX);
+					return 2;
+				}
+				multi_devs[multi_n++] = (int)d;
+				if (!*end)
+					break;
+				p = end + 1;
+			}
+			if (multi_n < 2) {
+				fprintf(stderr,
+				        "gpu_equal: --devices %s: name 2 devices at least\n",
+				        argv[i]);
+				return 2;
+			}
 		} else if (!strcmp(argv[i], "--list")) {
 			for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
 				printf("%s%s\n", cases[k].name, cases[k].paper ? " (paper)" : "");
 			return 0;
 		} else {
 			fprintf(stderr,
-			        "usage: gpu_equal [--small | --paper] [--case NAME] [--list]\n"
-			        "  CUDA backend vs CPU reference; exit 0 pass, 1 fail, 77 no "
-			        "device\n");
+			        "usage: gpu_equal [--small | --paper] [--case NAME] [--list] "
+			        "[--devices D0,D1,...]\n"
+			        "  CUDA backend vs CPU reference (--devices: over those devices, "
+			        "also "
+			        "vs one device bit for bit); exit 0 pass, 1 fail, 77 no device\n");
 			return 2;
 		}
 	}
@@ -1555,8 +1851,15 @@ int main(int argc, char **argv)
 		printf("SKIP: no CUDA device\n");
 		return fails ? 1 : 77;
 	}
+	if (multi_n)
+		printf("CUDA side: gpu.devices with %u entries (first %d), compared with the CPU "
+		       "and "
+		       "with device %d alone\n",
+		       multi_n, multi_devs[0], multi_devs[0]);
 	if (!only)
 		fails += error_checks();
+	if (!only && multi_n)
+		fails += multi_error_checks();
 	if (!only || !strncmp(only, "views", 5))
 		fails += views_checks();
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {

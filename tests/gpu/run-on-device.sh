@@ -4,7 +4,11 @@
 # list, gpu_equal (small and paper geometry), compute-sanitizer memcheck and racecheck on the
 # small set, the benchmark (JSON), an ncu summary of the kernel times (OUTDIR/kernels.txt) and
 # an nsys summary of the kernels and copies when time allows.
-# Usage, from the repository root: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR=build-gpu]
+# Usage, from the repository root: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR=build-gpu] [STEPS]
+# STEPS: all (default), or multi: the backend over several devices (gpu.devices, docs/gpu.md
+# "Several GPUs") only: gpu_equal with one GPU used as two and as three (an uneven split)
+# against one device bit for bit and against the CPU, memcheck of that, and gpu_bench
+# --devices; on a host with several GPUs also over the distinct GPUs.
 # Needs the prebuilt BUILD_DIR/tests/{gpu_equal,gpu_bench} and .devlibs/lib (bundle-libs.sh).
 # Writes OUTDIR/*.log, OUTDIR/bench.json, OUTDIR/kernels.txt and OUTDIR/summary.txt; exit 0
 # when every required step passed.
@@ -12,6 +16,14 @@ set -u
 
 OUT=${1:?usage: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR]}
 B=${2:-build-gpu}
+STEPS=${3:-all}
+case $STEPS in
+all | multi) ;;
+*)
+	echo "STEPS: all or multi, not $STEPS" >&2
+	exit 2
+	;;
+esac
 BUDGET=${VOLREC_DEVICE_BUDGET_S:-480} # optional steps are skipped beyond this many seconds
 mkdir -p "$OUT" || exit 1
 OUT=$(cd "$OUT" && pwd)
@@ -66,6 +78,39 @@ step devices 20 1 nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current \
 	--format=csv >>"$OUT/devices.log" 2>&1
 step libraries 10 1 bash -c "! ldd '$B/tests/gpu_equal' '$B/tests/gpu_bench' | grep 'not found'"
+if [ "$STEPS" = multi ]; then
+	# one GPU used as two and three: equal to one device bit for bit, and to the CPU
+	step equal-small-x2 120 1 "$B/tests/gpu_equal" --small --devices 0,0
+	step equal-small-x3 150 1 "$B/tests/gpu_equal" --small --devices 0,0,0
+	step equal-paper-x2 240 1 "$B/tests/gpu_equal" --paper --devices 0,0
+	NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+	if [ "$NGPU" -ge 2 ]; then
+		LIST=$(seq -s, 0 $((NGPU > 4 ? 3 : NGPU - 1)))
+		step equal-small-gpus 120 1 "$B/tests/gpu_equal" --small --devices "$LIST"
+		step equal-paper-gpus 240 1 "$B/tests/gpu_equal" --paper --devices "$LIST"
+		step bench-gpus 150 1 "$B/tests/gpu_bench" --json "$OUT/bench-gpus.json" \
+			--commit "$COMMIT" --seconds 3 --devices "$LIST"
+	fi
+	step bench-x2 150 0 "$B/tests/gpu_bench" --json "$OUT/bench-x2.json" --commit "$COMMIT" \
+		--seconds 2 --devices 0,0
+	step memcheck-x2 300 0 "$SAN" --tool memcheck --leak-check full --error-exitcode 1 \
+		"$B/tests/gpu_equal" --small --devices 0,0
+	{
+		echo "volrec CUDA backend, several devices: $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $COMMIT"
+		head -n 3 "$OUT/devices.log" | tail -n +2
+		printf '%s\n' "${SUMMARY[@]}"
+		echo "-- gpu_equal --devices (last lines):"
+		grep -hE 'PASS|FAIL|SKIP' "$OUT"/equal-*.log 2>/dev/null | tail -n 60
+		echo "-- benchmark:"
+		sed -n '/^figure/,$p' "$OUT"/bench-*.log 2>/dev/null
+		grep -h 'ERROR SUMMARY' "$OUT/memcheck-x2.log" 2>/dev/null
+		echo "total $(($(date +%s) - T0)) s; $FAILED required step(s) failed"
+	} >"$OUT/summary.txt"
+	echo
+	cat "$OUT/summary.txt"
+	[ "$FAILED" = 0 ]
+	exit
+fi
 step equal-small 60 1 "$B/tests/gpu_equal" --small
 step equal-paper 140 1 "$B/tests/gpu_equal" --paper
 step bench 75 1 "$B/tests/gpu_bench" --json "$OUT/bench.json" --commit "$COMMIT" --seconds 3

@@ -814,6 +814,88 @@ static void test_relative_paths_resolve_against_the_file(void **state)
 	cfg_free(&c);
 }
 
+/* ---- gpu.devices ------------------------------------------------------------------------- */
+
+static void test_gpu_devices_default_to_gpu_device(void **state)
+{
+	struct vr_config c;
+	int d[CFG_GPU_DEVICES_MAX];
+
+	load_ok(&c, "gpu: {device: 3}\n");
+	assert_int_equal(c.gpu.ndevices, 0); /* absent: the dump leaves it out */
+	assert_int_equal(cfg_gpu_devices(&c, d), 1);
+	assert_int_equal(d[0], 3);
+	cfg_free(&c);
+}
+
+static void test_gpu_devices_keep_order_and_duplicates(void **state)
+{
+	struct vr_config c;
+	int d[CFG_GPU_DEVICES_MAX];
+
+	load_ok(&c, "gpu:\n  device: 5\n  devices: [2, 0, 0, 7, 1, 1, 255, 0]\n");
+	assert_int_equal(cfg_gpu_devices(&c, d), 8);
+	const int want[8] = {2, 0, 0, 7, 1, 1, 255, 0};
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(d[i], want[i]);
+	cfg_free(&c);
+	load_ok(&c, "gpu: {devices: [0, 0]}\n");
+	assert_int_equal(cfg_gpu_devices(&c, d), 2);
+	assert_int_equal(d[0], 0);
+	assert_int_equal(d[1], 0);
+	cfg_free(&c);
+}
+
+static void test_gpu_devices_errors_are_precise(void **state)
+{
+	load_bad("gpu: {devices: []}\n", "1:16",
+	         "gpu.devices: has 0 entries (1 to 8 integers [d0, d1, ...] of CUDA device "
+	         "ordinals)");
+	load_bad("gpu: {devices: [0, 1, 2, 3, 4, 5, 6, 7, 0]}\n", "1:16",
+	         "gpu.devices: has 9 entries (1 to 8 integers");
+	load_bad("gpu: {devices: [0, -1]}\n", "1:20",
+	         "gpu.devices[1]: -1 is out of range (an integer from 0 to 255)");
+	load_bad("gpu: {devices: [0, 256]}\n", "1:20", "gpu.devices[1]: 256 is out of range");
+	load_bad("gpu: {devices: [0, 1.5]}\n", "1:20",
+	         "gpu.devices[1]: expected an integer from 0 to 255, got '1.5'");
+	load_bad("gpu: {devices: 0}\n", "1:16",
+	         "gpu.devices: expected a sequence of 1 to 8 integers");
+	load_bad("gpu: {devices: }\n", "1:16", "gpu.devices: expected a sequence");
+}
+
+static void test_gpu_devices_dump_reload_and_structural(void **state)
+{
+	struct vr_config a, b, c;
+	char err[CFG_ERR_MAX] = "", buf[128];
+	char *text = NULL;
+	size_t len = 0;
+
+	load_ok(&a, "gpu: {devices: [0, 0, 1]}\n");
+	FILE *f = open_memstream(&text, &len);
+	assert_non_null(f);
+	assert_int_equal(cfg_dump(&a, f), 0);
+	assert_int_equal(fclose(f), 0);
+	assert_non_null(strstr(text, "devices: [0, 0, 1]"));
+	assert_int_equal(cfg_load_string(&b, text, "dump.yaml", err, sizeof(err)), 0);
+	assert_true(cfg_equal(&a, &b));
+	free(text);
+	assert_int_equal(cfg_get_key(&a, "gpu.devices", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "[0, 0, 1]");
+	load_ok(&c, "gpu: {devices: [0, 0]}\n");
+	assert_true(cfg_is_structural_change(&a, &c));
+	const char *path = "gpu.devices", *value = "[0]";
+	assert_int_equal(cfg_set_keys(&a, &path, &value, 1, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "gpu.devices"));
+	assert_int_equal(cfg_override_keys(&a, &path, &value, 1, err, sizeof(err)), 0);
+	assert_int_equal(a.gpu.ndevices, 1);
+	cfg_free(&a);
+	cfg_free(&b);
+	cfg_free(&c);
+	cfg_defaults(&a);
+	assert_int_equal(cfg_get_key(&a, "gpu.devices", buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "~");
+}
+
 VR_TEST_GROUP(cfg)
 {
 	const struct CMUnitTest tests[] = {
@@ -840,6 +922,10 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_enum_names),
 	        cmocka_unit_test(test_load_reports_missing_file),
 	        cmocka_unit_test(test_relative_paths_resolve_against_the_file),
+	        cmocka_unit_test(test_gpu_devices_default_to_gpu_device),
+	        cmocka_unit_test(test_gpu_devices_keep_order_and_duplicates),
+	        cmocka_unit_test(test_gpu_devices_errors_are_precise),
+	        cmocka_unit_test(test_gpu_devices_dump_reload_and_structural),
 	};
 	return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

@@ -142,6 +142,8 @@ static size_t expected_size(const struct cfg_key *k)
 		return k->n * sizeof(double);
 	case CFG_T_LIST:
 		return k->n * CFG_PATH_MAX;
+	case CFG_T_INTS:
+		return k->n * sizeof(int);
 	case CFG_T_TABLE:
 		return sizeof(struct cfg_table);
 	case CFG_T_ARGS:
@@ -182,6 +184,10 @@ static void test_every_key_is_classified_and_well_formed(void **state)
 			assert_true(count_names(k->names) >= 1);
 			if (k->type == CFG_T_ENUM)
 				assert_true(k->def[0] >= 0 && k->def[0] < count_names(k->names));
+			break;
+		case CFG_T_INTS:
+			assert_non_null(k->shape);
+			assert_true(k->n >= 1 && k->min < k->max);
 			break;
 		case CFG_T_U32S:
 		case CFG_T_F64S:
@@ -311,6 +317,9 @@ static void other_value(const struct cfg_key *k, const struct vr_config *c, char
 		return;
 	case CFG_T_LIST:
 		snprintf(buf, len, "[\"ipc://%s/x.pub\", \"tcp://127.0.0.1:5555\"]", tmp_dir);
+		return;
+	case CFG_T_INTS: /* absent by default: a list that repeats an entry */
+		snprintf(buf, len, "[%.0f, %.0f, %.0f]", k->min + 1, k->min, k->min + 1);
 		return;
 	case CFG_T_U32S:
 	case CFG_T_F64S:
