@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The base layer every module may use (prefix vr_): clocks, the scan-offset schedule, packed
- * 12-bit samples, error text, percentiles over a bounded window of samples, UTF-8 checking, and
- * small helpers for JSON through json-c.
- * Nothing here logs or allocates behind the caller's back except where a function says so.
+ * 12-bit samples, error text, percentiles over a bounded window of samples, UTF-8 checking,
+ * small helpers for JSON through json-c, and option values and usage errors of command lines.
+ * Nothing here logs, prints or allocates behind the caller's back except where a function says
+ * so (the vr_cli_ helpers print the usage errors of a main()).
  */
 #ifndef VOLREC_BASE_H
 #define VOLREC_BASE_H
@@ -12,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 /* A function whose result must be looked at (curl's WARN_UNUSED_RESULT). */
@@ -105,5 +107,27 @@ bool vr_utf8_valid(const char *s, size_t len);
  * logs or terminals. Returns the number of replacements.
  */
 size_t vr_utf8_sanitize(const char *s, char *out, size_t outlen);
+
+/* ---- command lines ------------------------------------------------------------------------ */
+
+/* Strict option values: a whole number in [min, max] (digits only, no sign), seconds > 0 (zero:
+ * >= 0) and at most 1e7. 0, or -EINVAL with *out untouched. */
+int vr_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int vr_parse_seconds(const char *s, bool zero, double *out);
+
+/*
+ * For the main() of programs and subcommands, the only code that prints (prog starts each
+ * message: "volrec status", "volrec view", ...). The value arg of option opt as above, or
+ * "PROG: OPT ARG: need NEED" (seconds: "need seconds > 0" or ">= 0") on stderr and -EINVAL.
+ */
+int vr_cli_u64(const char *prog, const char *opt, const char *arg, uint64_t min, uint64_t max,
+               const char *need, uint64_t *out);
+int vr_cli_seconds(const char *prog, const char *opt, const char *arg, bool zero, double *out);
+/* What getopt_long's loop does with -h/--help (opt 'h': the usage on stdout, returns exit
+ * status 0) and with an option the program does not know (on stderr, returns 2). */
+int vr_cli_usage(void (*usage)(FILE *f), int opt);
+/* 0 when getopt_long took every argument (optind == argc), else "PROG: unexpected argument
+ * 'ARG'" on stderr and -EINVAL. */
+int vr_cli_args_done(const char *prog, int argc, char **argv);
 
 #endif
