@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 #include <time.h>
 
 /* A function whose result must be looked at (curl's WARN_UNUSED_RESULT). */
@@ -41,6 +42,20 @@ static inline double vr_mono_s(void)
 }
 /* Sleep for ns nanoseconds on CLOCK_MONOTONIC, resuming after signals. */
 void vr_sleep_ns(uint64_t ns);
+/* Sleep until CLOCK_MONOTONIC reads t ns (absolute: no drift over a schedule), resuming after
+ * signals. */
+void vr_sleep_until_ns(uint64_t t);
+
+/* ---- files -------------------------------------------------------------------------------- */
+
+/* Read n bytes at off of fd, resuming after signals and short reads: the bytes read (fewer than
+ * n only where the file ends), or a negative errno. */
+ssize_t vr_pread_upto(int fd, void *buf, size_t n, uint64_t off);
+/* As vr_pread_upto, all n bytes: 0, -ENODATA when the file ends first, or a negative errno. */
+int vr_pread_full(int fd, void *buf, size_t n, uint64_t off);
+/* The folder of the running program (/proc/self/exe less its last component) into dir (len
+ * bytes): 0, or a negative errno. */
+int vr_self_dir(char *dir, size_t len);
 
 /* ---- the scan-offset schedule ------------------------------------------------------------ */
 

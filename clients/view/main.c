@@ -243,7 +243,7 @@ static int find_assets(const char *given, char *out, size_t len)
 {
 	static const char *const rel[] = {"/../share/volrec/view", "/../../share/volrec/view"};
 	char self[PATH_MAX];
-	ssize_t n;
+	int rc;
 
 	if (given) {
 		if (!is_dir_with_index(given)) {
@@ -253,24 +253,15 @@ static int find_assets(const char *given, char *out, size_t len)
 		snprintf(out, len, "%s", given);
 		return 0;
 	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		char *slash;
+	rc = vr_self_dir(self, sizeof(self));
+	for (size_t i = 0; !rc && i < VR_ARRAY_SIZE(rel); i++) {
+		char cand[PATH_MAX + 32];
+		char real[PATH_MAX];
 
-		self[n] = 0;
-		slash = strrchr(self, '/');
-		if (slash) {
-			*slash = 0;
-			for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-				char cand[PATH_MAX + 32];
-				char real[PATH_MAX];
-
-				snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
-				if (is_dir_with_index(cand) && realpath(cand, real)) {
-					snprintf(out, len, "%s", real);
-					return 0;
-				}
-			}
+		snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
+		if (is_dir_with_index(cand) && realpath(cand, real)) {
+			snprintf(out, len, "%s", real);
+			return 0;
 		}
 	}
 	if (is_dir_with_index(VOLREC_VIEW_ASSETS)) {
@@ -280,7 +271,7 @@ static int find_assets(const char *given, char *out, size_t len)
 	fprintf(stderr,
 	        "volrec view: the page's files are not installed (looked beside %s and "
 	        "in " VOLREC_VIEW_ASSETS "); --assets DIR names them\n",
-	        n > 0 ? self : "the program");
+	        !rc ? self : "the program");
 	return -ENOENT;
 }
 
