@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The base layer every module may use (prefix vr_): clocks, the scan-offset schedule, packed
- * 12-bit samples, error text, percentiles over a bounded window of samples, UTF-8 checking, and
- * small helpers for JSON through json-c.
- * Nothing here logs or allocates behind the caller's back except where a function says so.
+ * 12-bit samples, error text, percentiles over a bounded window of samples, UTF-8 checking,
+ * small helpers for JSON through json-c, and option values and usage errors of command lines.
+ * Nothing here logs, prints or allocates behind the caller's back except where a function says
+ * so (the vr_cli_ helpers print the usage errors of a main()).
  */
 #ifndef VOLREC_BASE_H
 #define VOLREC_BASE_H
@@ -12,6 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 #include <time.h>
 
 /* A function whose result must be looked at (curl's WARN_UNUSED_RESULT). */
@@ -39,6 +42,20 @@ static inline double vr_mono_s(void)
 }
 /* Sleep for ns nanoseconds on CLOCK_MONOTONIC, resuming after signals. */
 void vr_sleep_ns(uint64_t ns);
+/* Sleep until CLOCK_MONOTONIC reads t ns (absolute: no drift over a schedule), resuming after
+ * signals. */
+void vr_sleep_until_ns(uint64_t t);
+
+/* ---- files -------------------------------------------------------------------------------- */
+
+/* Read n bytes at off of fd, resuming after signals and short reads: the bytes read (fewer than
+ * n only where the file ends), or a negative errno. */
+ssize_t vr_pread_upto(int fd, void *buf, size_t n, uint64_t off);
+/* As vr_pread_upto, all n bytes: 0, -ENODATA when the file ends first, or a negative errno. */
+int vr_pread_full(int fd, void *buf, size_t n, uint64_t off);
+/* The folder of the running program (/proc/self/exe less its last component) into dir (len
+ * bytes): 0, or a negative errno. */
+int vr_self_dir(char *dir, size_t len);
 
 /* ---- the scan-offset schedule ------------------------------------------------------------ */
 
@@ -105,5 +122,27 @@ bool vr_utf8_valid(const char *s, size_t len);
  * logs or terminals. Returns the number of replacements.
  */
 size_t vr_utf8_sanitize(const char *s, char *out, size_t outlen);
+
+/* ---- command lines ------------------------------------------------------------------------ */
+
+/* Strict option values: a whole number in [min, max] (digits only, no sign), seconds > 0 (zero:
+ * >= 0) and at most 1e7. 0, or -EINVAL with *out untouched. */
+int vr_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int vr_parse_seconds(const char *s, bool zero, double *out);
+
+/*
+ * For the main() of programs and subcommands, the only code that prints (prog starts each
+ * message: "volrec status", "volrec view", ...). The value arg of option opt as above, or
+ * "PROG: OPT ARG: need NEED" (seconds: "need seconds > 0" or ">= 0") on stderr and -EINVAL.
+ */
+int vr_cli_u64(const char *prog, const char *opt, const char *arg, uint64_t min, uint64_t max,
+               const char *need, uint64_t *out);
+int vr_cli_seconds(const char *prog, const char *opt, const char *arg, bool zero, double *out);
+/* What getopt_long's loop does with -h/--help (opt 'h': the usage on stdout, returns exit
+ * status 0) and with an option the program does not know (on stderr, returns 2). */
+int vr_cli_usage(void (*usage)(FILE *f), int opt);
+/* 0 when getopt_long took every argument (optind == argc), else "PROG: unexpected argument
+ * 'ARG'" on stderr and -EINVAL. */
+int vr_cli_args_done(const char *prog, int argc, char **argv);
 
 #endif

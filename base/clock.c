@@ -20,3 +20,12 @@ void vr_sleep_ns(uint64_t ns)
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 }
+
+void vr_sleep_until_ns(uint64_t t)
+{
+	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
+	                      .tv_nsec = (long)(t % 1000000000ull)};
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}

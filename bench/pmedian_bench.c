@@ -142,12 +142,8 @@ int main(int argc, char **argv)
 		case 'd':
 			dev = strtol(optarg, &end, 10);
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
-			usage(stderr);
-			return 2;
+			return vr_cli_usage(usage, c);
 		}
 		if (end && (*end || end == optarg)) {
 			fprintf(stderr, "pmedian_bench: '%s' is not a number\n", optarg);

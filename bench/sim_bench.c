@@ -10,13 +10,7 @@
 #include <time.h>
 
 #include "sim/sim.h"
-
-static double now(clockid_t clk)
-{
-	struct timespec ts;
-	clock_gettime(clk, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "base/base.h"
 
 int main(int argc, char **argv)
 {
@@ -47,7 +41,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t ascans = 0, e = 0;
-	double t0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID), t;
+	double t0 = vr_now_ns(CLOCK_MONOTONIC) * 1e-9,
+	       c0 = vr_now_ns(CLOCK_PROCESS_CPUTIME_ID) * 1e-9, t;
 	do {
 		uint32_t ox, oy;
 		vr_scan_offset(e, p.stride_x, p.stride_y, &ox, &oy);
@@ -59,9 +54,9 @@ int main(int argc, char **argv)
 			ascans += p.ascans_per_bscan;
 		}
 		e++;
-		t = now(CLOCK_MONOTONIC) - t0;
+		t = vr_now_ns(CLOCK_MONOTONIC) * 1e-9 - t0;
 	} while (t < secs);
-	double cpu = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+	double cpu = vr_now_ns(CLOCK_PROCESS_CPUTIME_ID) * 1e-9 - c0;
 	printf("sim_bench: K %u, %u x %u A-scans per epoch, one thread: %.0f A-scans/s of CPU "
 	       "time (%.2f epochs/s), %.0f A-scans/s of wall time\n",
 	       p.samples_per_ascan, p.ascans_per_bscan, p.bscans_per_volume, ascans / cpu, e / cpu,

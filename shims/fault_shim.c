@@ -23,6 +23,7 @@
 
 #include "volrec/shim.h"
 #include "args.h"
+#include "base/base.h"
 
 #define ALLOWED                                                                                    \
 	"fail_open, fail_configure, fail_start, fail_every, timeout_every, stall_ms, "             \
@@ -90,29 +91,6 @@ static int unhex(const char *hex, char *out, size_t outlen)
 	}
 	out[n] = 0;
 	return 0;
-}
-
-static uint64_t now_ns(clockid_t clk)
-{
-	struct timespec ts;
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ms(uint64_t ms)
-{
-	struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
-	                      .tv_nsec = (long)(ms % 1000) * 1000000};
-	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-		;
-}
-
-static void sleep_until(uint64_t t)
-{
-	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
-	                      .tv_nsec = (long)(t % 1000000000ull)};
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-		;
 }
 
 static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
@@ -252,7 +230,7 @@ static int shim_start(void *h)
 		return fail(s, -EINVAL, "fault shim: start() before configure()");
 	if (s->fail_start)
 		return fail(s, -EIO, "fault shim: start failed on request (fail_start: true)");
-	s->t0 = now_ns(CLOCK_MONOTONIC);
+	s->t0 = vr_now_ns(CLOCK_MONOTONIC);
 	s->n = 0;
 	s->started = true;
 	return 0;
@@ -341,34 +319,34 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	}
 	if (s->pend_timeouts) {
 		s->pend_timeouts--;
-		sleep_ms(timeout_ms > 0 ? (uint64_t)timeout_ms : 0);
+		vr_sleep_ns((timeout_ms > 0 ? (uint64_t)timeout_ms : 0) * 1000000ull);
 		return -ETIMEDOUT;
 	}
 	if (s->pend_stalls) {
 		s->pend_stalls--;
-		sleep_ms(s->pend_stall_ms); /* a hung driver: ignores timeout_ms */
+		vr_sleep_ns(s->pend_stall_ms * 1000000ull); /* a hung driver: ignores timeout_ms */
 	}
 	if (s->fail_every && s->calls % s->fail_every == 0)
 		return fail(s, -EIO, "fault shim: injected error (fail_every: %llu, call %llu)",
 		            (unsigned long long)s->fail_every, (unsigned long long)s->calls);
 	if (s->timeout_every && s->calls % s->timeout_every == 0) {
-		sleep_ms(timeout_ms > 0 ? (uint64_t)timeout_ms : 0);
+		vr_sleep_ns((timeout_ms > 0 ? (uint64_t)timeout_ms : 0) * 1000000ull);
 		return -ETIMEDOUT;
 	}
 	if (s->stall_ms && !s->stalled_once && s->n == s->stall_after) {
 		s->stalled_once = true;
-		sleep_ms(s->stall_ms);
+		vr_sleep_ns(s->stall_ms * 1000000ull);
 	}
 	if (s->period_ns) {
-		uint64_t now = now_ns(CLOCK_MONOTONIC), due = s->t0 + (s->n + 1) * s->period_ns;
+		uint64_t now = vr_now_ns(CLOCK_MONOTONIC), due = s->t0 + (s->n + 1) * s->period_ns;
 		if (now > due + s->geo.bscans_per_volume * s->period_ns)
 			s->t0 = now - (s->n + 1) * s->period_ns; /* far behind: rebase */
 		else if (due > now && timeout_ms >= 0 &&
 		         due - now > (uint64_t)timeout_ms * 1000000ull) {
-			sleep_ms((uint64_t)timeout_ms);
+			vr_sleep_ns((uint64_t)timeout_ms * 1000000ull);
 			return -ETIMEDOUT;
 		} else if (due > now) {
-			sleep_until(due);
+			vr_sleep_until_ns(due);
 		}
 	}
 	for (uint32_t a = 0; a < s->geo.ascans_per_bscan; a++)
@@ -379,7 +357,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	}
 	s->n++;
 	if (meta) {
-		meta->timestamp_ns = now_ns(CLOCK_REALTIME);
+		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = s->epoch;
 		meta->bscan = s->b;
 		meta->flags = 0;

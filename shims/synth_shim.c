@@ -15,6 +15,7 @@
 #include "volrec/shim.h"
 #include "args.h"
 #include "sim/sim.h"
+#include "base/base.h"
 
 #define ALLOWED "seed, deg_per_s, snr_db, phantom, bit_shift, motion_rate"
 
@@ -55,21 +56,6 @@ static int fail(struct synth_shim *s, int code, const char *fmt, ...)
 	va_end(ap);
 	s->code = code;
 	return code;
-}
-
-static uint64_t now_ns(clockid_t clk)
-{
-	struct timespec ts;
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_until(uint64_t t)
-{
-	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
-	                      .tv_nsec = (long)(t % 1000000000ull)};
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-		;
 }
 
 static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
@@ -181,7 +167,7 @@ static int shim_start(void *h)
 
 	if (!s->sim)
 		return fail(s, -EINVAL, "synth shim: start() before configure()");
-	s->t0 = now_ns(CLOCK_MONOTONIC);
+	s->t0 = vr_now_ns(CLOCK_MONOTONIC);
 	s->n = 0;
 	s->started = true;
 	return 0;
@@ -201,14 +187,14 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	uint64_t due = 0;
 	if (s->period_ns) {
 		/* a free-running camera: B-scan n ends at t0 + (n + 1) * period */
-		uint64_t now = now_ns(CLOCK_MONOTONIC);
+		uint64_t now = vr_now_ns(CLOCK_MONOTONIC);
 		due = s->t0 + (s->n + 1) * s->period_ns;
 		if (now > due + s->geo.bscans_per_volume * s->period_ns) {
 			s->t0 = now - (s->n + 1) * s->period_ns; /* far behind: rebase */
 			due = now;
 		}
 		if (timeout_ms >= 0 && due > now + (uint64_t)timeout_ms * 1000000ull) {
-			sleep_until(now + (uint64_t)timeout_ms * 1000000ull);
+			vr_sleep_until_ns(now + (uint64_t)timeout_ms * 1000000ull);
 			return -ETIMEDOUT;
 		}
 	}
@@ -227,10 +213,10 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		return fail(s, rc, "synth shim: B-scan %u of epoch %llu failed", s->b,
 		            (unsigned long long)s->epoch);
 	if (due)
-		sleep_until(due);
+		vr_sleep_until_ns(due);
 	s->n++;
 	if (meta) {
-		meta->timestamp_ns = now_ns(CLOCK_REALTIME);
+		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = s->epoch;
 		meta->bscan = s->b;
 		meta->flags = 0;

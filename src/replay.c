@@ -241,24 +241,6 @@ int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 	return 0;
 }
 
-/* Read exactly n bytes at off: 0, -ENODATA at the end of the file, or a negative errno. */
-static int read_at(int fd, void *buf, size_t n, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ENODATA;
-		done += (size_t)r;
-	}
-	return 0;
-}
-
 /* Open path read-only as a regular file; *st its status. */
 static int open_file(const char *path, int *fd_out, struct stat *st, char *err, size_t errlen)
 {
@@ -290,7 +272,7 @@ static int read_header(int fd, uint64_t size, uint8_t **buf, size_t *len, char *
 
 	if (!b)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
-	rc = read_at(fd, b, n, 0);
+	rc = vr_pread_full(fd, b, n, 0);
 	if (rc == 0 && n == SRC_REPLAY_FIXED_SIZE && !memcmp(b, SRC_REPLAY_MAGIC, 8)) {
 		uint64_t want = rd32(b + 12);
 		if (want > SRC_REPLAY_HEADER_MAX)
@@ -304,7 +286,7 @@ static int read_header(int fd, uint64_t size, uint8_t **buf, size_t *len, char *
 				return vr_err(err, errlen, -ENOMEM, "out of memory");
 			}
 			b = nb;
-			rc = read_at(fd, b + n, want - n, n);
+			rc = vr_pread_full(fd, b + n, want - n, n);
 			n = want;
 		}
 	}
@@ -490,7 +472,7 @@ static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	rc = replay_next(r, timeout_ms, meta, &pos);
 	if (rc)
 		return rc;
-	rc = read_at(r->fd, buf, r->bscan_bytes, r->data_off + pos);
+	rc = vr_pread_full(r->fd, buf, r->bscan_bytes, r->data_off + pos);
 	if (rc == -ENODATA)
 		return src_fail(
 		        &r->com, -ESTALE,

@@ -58,24 +58,6 @@ static const char *class_name(unsigned c)
 	return c == ELFCLASS64 ? "64-bit" : c == ELFCLASS32 ? "32-bit" : "unknown class";
 }
 
-/* Read exactly n bytes at off, or say why not. */
-static int read_at(int fd, void *buf, size_t n, off_t off)
-{
-	size_t done = 0;
-
-	while (done < n) {
-		ssize_t r = pread(fd, (char *)buf + done, n - done, off + (off_t)done);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ENODATA;
-		done += (size_t)r;
-	}
-	return 0;
-}
-
 /* The file checks of src_shim_check (messages name path). */
 static int check_file(const char *path, char *err, size_t errlen)
 {
@@ -99,7 +81,7 @@ static int check_file(const char *path, char *err, size_t errlen)
 		goto out;
 	}
 	size = (uint64_t)st.st_size;
-	rc = size >= EI_NIDENT ? read_at(fd, ident, EI_NIDENT, 0) : -ENODATA;
+	rc = size >= EI_NIDENT ? vr_pread_full(fd, ident, EI_NIDENT, 0) : -ENODATA;
 	if (rc == -ENODATA || (rc == 0 && memcmp(ident, ELFMAG, SELFMAG) != 0)) {
 		rc = vr_err(err, errlen, -ENOEXEC,
 		            "shim %s: not an ELF shared object (%llu bytes, no ELF magic)", path,
@@ -124,7 +106,7 @@ static int check_file(const char *path, char *err, size_t errlen)
 		            (unsigned long long)size, sizeof(eh));
 		goto out;
 	}
-	rc = read_at(fd, &eh, sizeof(eh), 0);
+	rc = vr_pread_full(fd, &eh, sizeof(eh), 0);
 	if (rc) {
 		rc = vr_err_errno(err, errlen, rc, "shim %s: reading the ELF header", path);
 		goto out;
@@ -177,7 +159,7 @@ static int check_file(const char *path, char *err, size_t errlen)
 		rc = vr_err(err, errlen, -ENOMEM, "shim %s: out of memory", path);
 		goto out;
 	}
-	rc = read_at(fd, ph, eh.e_phnum * sizeof(*ph), (off_t)eh.e_phoff);
+	rc = vr_pread_full(fd, ph, eh.e_phnum * sizeof(*ph), eh.e_phoff);
 	if (rc) {
 		rc = vr_err_errno(err, errlen, rc, "shim %s: reading the program headers", path);
 		goto out;

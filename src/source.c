@@ -42,15 +42,6 @@ const char *src_sample_name(uint32_t t)
 	}
 }
 
-static void sleep_until(uint64_t t)
-{
-	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
-	                      .tv_nsec = (long)(t % 1000000000ull)};
-
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-		;
-}
-
 void src_pacer_init(struct src_pacer *p, double rate, uint64_t slack_items)
 {
 	memset(p, 0, sizeof(*p));
@@ -93,10 +84,10 @@ int src_pacer_wait(struct src_pacer *p, int timeout_ms)
 	if (due <= now)
 		return 0;
 	if (timeout_ms >= 0 && due - now > (uint64_t)timeout_ms * 1000000ull) {
-		sleep_until(now + (uint64_t)timeout_ms * 1000000ull);
+		vr_sleep_until_ns(now + (uint64_t)timeout_ms * 1000000ull);
 		return -ETIMEDOUT;
 	}
-	sleep_until(due);
+	vr_sleep_until_ns(due);
 	return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 #define VW_CTL_INFLIGHT  64      /* requests in flight, at most */
 #define VW_CTL_REPLY_MAX 1048576 /* bytes of a reply, at most */
@@ -34,14 +35,6 @@ struct vw_control {
 	uint64_t next_id;
 	struct vw_pending p[VW_CTL_INFLIGHT];
 };
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **out)
 {
@@ -120,7 +113,7 @@ int vw_control_send(struct vw_control *c, const char *request_json, uint64_t coo
 		return rc;
 	slot->id = c->next_id++;
 	slot->cookie = cookie;
-	slot->deadline = mono_s() + c->timeout_s;
+	slot->deadline = vr_mono_s() + c->timeout_s;
 	return 0;
 }
 
@@ -198,7 +191,7 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 		json_object_put(reply);
 		free(text);
 	}
-	now = mono_s();
+	now = vr_mono_s();
 	for (int i = 0; i < VW_CTL_INFLIGHT; i++) {
 		char e[VW_PATH_MAX + 128];
 

@@ -15,6 +15,7 @@
 #include <json-c/json.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 #define VW_TIMES 64 /* acquisition times remembered for pictures of older volumes */
 
@@ -22,14 +23,6 @@ struct vw_times {
 	uint64_t vid[VW_TIMES], t_last[VW_TIMES], t_publish[VW_TIMES];
 	unsigned next;
 };
-
-static uint64_t now_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void times_put(struct vw_times *t, const struct volrec_view *v)
 {
@@ -110,7 +103,7 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	struct vw_frame *fr[VOLREC_IMAGE_COUNT] = {0};
 	unsigned wanted = atomic_load(&f->wanted);
 	struct volrec_view v;
-	uint64_t t0 = now_ns(CLOCK_MONOTONIC), render_vid = 0;
+	uint64_t t0 = vr_now_ns(CLOCK_MONOTONIC), render_vid = 0;
 	bool any = false;
 	int rc;
 
@@ -139,7 +132,7 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 		    !times_get(tm, img.volume_id, &m.t_last_ns, &m.t_publish_ns))
 			m.t_last_ns = m.t_publish_ns = 0; /* unknown: the page shows no age */
 		m.volume_id = img.volume_id;
-		m.t_read_ns = now_ns(CLOCK_REALTIME);
+		m.t_read_ns = vr_now_ns(CLOCK_REALTIME);
 		if (vw_frame_encode(&img, &m, &f->enc, &fr[k]))
 			fr[k] = NULL;
 		else
@@ -166,7 +159,7 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	f->box.dirty = true;
 	pthread_mutex_unlock(&f->box.lock);
 	atomic_fetch_add(&f->st.volumes, 1);
-	atomic_fetch_add(&f->st.encode_ns, now_ns(CLOCK_MONOTONIC) - t0);
+	atomic_fetch_add(&f->st.encode_ns, vr_now_ns(CLOCK_MONOTONIC) - t0);
 	f->wake(f->wake_ctx);
 }
 
@@ -209,7 +202,7 @@ static void *feed_main(void *arg)
 
 	while (!atomic_load(&f->stop)) {
 		struct volrec_message m;
-		uint64_t now = now_ns(CLOCK_MONOTONIC);
+		uint64_t now = vr_now_ns(CLOCK_MONOTONIC);
 		int wait, rc;
 
 		if (!c) {
@@ -245,7 +238,7 @@ static void *feed_main(void *arg)
 		if (rc == -ETIMEDOUT) {
 			struct volrec_segment_info info;
 
-			now = now_ns(CLOCK_MONOTONIC);
+			now = vr_now_ns(CLOCK_MONOTONIC);
 			if (volrec_client_session(c) != session) {
 				session = volrec_client_session(c);
 				last_render = 0;

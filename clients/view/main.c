@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "config/config.h"
 #include "internal.h"
 
@@ -242,7 +243,7 @@ static int find_assets(const char *given, char *out, size_t len)
 {
 	static const char *const rel[] = {"/../share/volrec/view", "/../../share/volrec/view"};
 	char self[PATH_MAX];
-	ssize_t n;
+	int rc;
 
 	if (given) {
 		if (!is_dir_with_index(given)) {
@@ -252,24 +253,15 @@ static int find_assets(const char *given, char *out, size_t len)
 		snprintf(out, len, "%s", given);
 		return 0;
 	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		char *slash;
+	rc = vr_self_dir(self, sizeof(self));
+	for (size_t i = 0; !rc && i < VR_ARRAY_SIZE(rel); i++) {
+		char cand[PATH_MAX + 32];
+		char real[PATH_MAX];
 
-		self[n] = 0;
-		slash = strrchr(self, '/');
-		if (slash) {
-			*slash = 0;
-			for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-				char cand[PATH_MAX + 32];
-				char real[PATH_MAX];
-
-				snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
-				if (is_dir_with_index(cand) && realpath(cand, real)) {
-					snprintf(out, len, "%s", real);
-					return 0;
-				}
-			}
+		snprintf(cand, sizeof(cand), "%s%s", self, rel[i]);
+		if (is_dir_with_index(cand) && realpath(cand, real)) {
+			snprintf(out, len, "%s", real);
+			return 0;
 		}
 	}
 	if (is_dir_with_index(VOLREC_VIEW_ASSETS)) {
@@ -279,25 +271,8 @@ static int find_assets(const char *given, char *out, size_t len)
 	fprintf(stderr,
 	        "volrec view: the page's files are not installed (looked beside %s and "
 	        "in " VOLREC_VIEW_ASSETS "); --assets DIR names them\n",
-	        n > 0 ? self : "the program");
+	        !rc ? self : "the program");
 	return -ENOENT;
-}
-
-static int parse_uint(const char *opt, const char *s, unsigned long min, unsigned long max,
-                      unsigned long *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || *end || end == s || s[0] == '-' || v < min || v > max) {
-		fprintf(stderr, "volrec view: %s %s: need an integer from %lu to %lu\n", opt, s,
-		        min, max);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
 }
 
 enum {
@@ -335,7 +310,7 @@ int main(int argc, char **argv)
 	static struct vw_tokens tokens;
 	struct vw_server_opts so = {.max_message = 4096, .max_sessions = 16};
 	char assets[VW_PATH_MAX], ctl[VW_PATH_MAX + 64];
-	unsigned long v;
+	uint64_t v;
 	struct sigaction sa;
 	int opt, rc;
 
@@ -370,7 +345,8 @@ int main(int argc, char **argv)
 			assets_opt = optarg;
 			break;
 		case OPT_MAX_SIDE:
-			if (parse_uint("--max-side", optarg, 64, 65536, &v))
+			if (vr_cli_u64("volrec view", "--max-side", optarg, 64, 65536,
+			               "an integer from 64 to 65536", &v))
 				return EXIT_USAGE;
 			feed.enc.max_side = (uint32_t)v;
 			break;
@@ -389,27 +365,23 @@ int main(int argc, char **argv)
 			}
 			break;
 		case OPT_MAX_RATE:
-			if (parse_uint("--max-rate", optarg, 1, 1000, &v))
+			if (vr_cli_u64("volrec view", "--max-rate", optarg, 1, 1000,
+			               "an integer from 1 to 1000", &v))
 				return EXIT_USAGE;
 			feed.max_rate = (double)v;
 			break;
 		case OPT_MAX_BROWSERS:
-			if (parse_uint("--max-browsers", optarg, 1, 1024, &v))
+			if (vr_cli_u64("volrec view", "--max-browsers", optarg, 1, 1024,
+			               "an integer from 1 to 1024", &v))
 				return EXIT_USAGE;
 			so.max_sessions = (uint32_t)v;
 			break;
-		case 'h':
-			usage(stdout);
-			return EXIT_OK;
 		default:
-			usage(stderr);
-			return EXIT_USAGE;
+			return vr_cli_usage(usage, opt);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec view: unexpected argument '%s'\n", argv[optind]);
+	if (vr_cli_args_done("volrec view", argc, argv))
 		return EXIT_USAGE;
-	}
 	if (parse_listen(listen, so.addr, sizeof(so.addr), &so.port)) {
 		fprintf(stderr,
 		        "volrec view: --listen %s: need ADDR:PORT with a numeric address, "

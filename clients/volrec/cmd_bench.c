@@ -351,6 +351,7 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 	char err[CFG_ERR_MAX] = "";
 	int c, rc;
 	long nt = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t v;
 
 	b.threads = nt > 0 ? (unsigned)(nt > 256 ? 256 : nt) : 1;
 	optind = 1;
@@ -366,16 +367,11 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 			}
 			b.backend = optarg;
 			break;
-		case 't': {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > 256) {
-				fprintf(stderr, "volrec bench: -t %s: allowed 1..256\n", optarg);
+		case 't':
+			if (vr_cli_u64("volrec bench", "-t", optarg, 1, 256, "1 to 256", &v))
 				return VR_EXIT_USAGE;
-			}
 			b.threads = (unsigned)v;
 			break;
-		}
 		case 'o':
 			json = optarg;
 			break;
@@ -388,18 +384,12 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 		case 'M':
 			medium = false;
 			break;
-		case 'h':
-			bench_usage(stdout);
-			return VR_EXIT_OK;
 		default:
-			bench_usage(stderr);
-			return VR_EXIT_USAGE;
+			return vr_cli_usage(bench_usage, c);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec bench: unexpected argument '%s'\n", argv[optind]);
+	if (vr_cli_args_done("volrec bench", argc, argv))
 		return VR_EXIT_USAGE;
-	}
 
 	rc = bench_resolve(&b, err, sizeof(err));
 	if (rc < 0) {

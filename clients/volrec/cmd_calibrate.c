@@ -82,22 +82,6 @@ static void calibrate_usage(FILE *f)
 	        "2 usage or configuration error.\n");
 }
 
-/* A whole number in [min, max] (no sign, nothing after it). */
-static int parse_count(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static int parse_list(const char *s, double *v, int n)
 {
 	char *end;
@@ -159,11 +143,9 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			o->check = optarg;
 			break;
 		case O_ZMIN:
-			if (parse_count(optarg, 1, 1u << 20, &u) < 0) {
-				fprintf(stderr, "volrec calibrate: --zmin %s: need a bin >= 1\n",
-				        optarg);
+			if (vr_cli_u64("volrec calibrate", "--zmin", optarg, 1, 1u << 20,
+			               "a bin >= 1", &u))
 				return VR_EXIT_USAGE;
-			}
 			o->zmin = (uint32_t)u;
 			break;
 		case O_WL:
@@ -207,21 +189,16 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			o->outdir = optarg;
 			break;
 		case 'n':
-			if (parse_count(optarg, 1, 1u << 24, &u) < 0) {
-				fprintf(stderr,
-				        "volrec calibrate: -n %s: need a number of A-scans in "
-				        "1..%u\n",
-				        optarg, 1u << 24);
+			if (vr_cli_u64("volrec calibrate", "-n", optarg, 1, 1u << 24,
+			               "a number of A-scans in 1..16777216", &u))
 				return VR_EXIT_USAGE;
-			}
 			o->max_ascans = (size_t)u;
 			break;
 		case 'h':
 			calibrate_usage(stdout);
 			return -1;
 		default:
-			calibrate_usage(stderr);
-			return VR_EXIT_USAGE;
+			return vr_cli_usage(calibrate_usage, c);
 		}
 		if (op != OP_NONE) {
 			if (o->op != OP_NONE && o->op != op) {

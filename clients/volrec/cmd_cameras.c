@@ -57,19 +57,12 @@ VR_COMMAND(cameras, "list the GenICam cameras found (id, model, pixel formats, f
 		case 's':
 			shim = optarg;
 			break;
-		case 'h':
-			usage(stdout);
-			return VR_EXIT_OK;
 		default:
-			usage(stderr);
-			return VR_EXIT_USAGE;
+			return vr_cli_usage(usage, c);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec cameras: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return VR_EXIT_USAGE;
-	}
+	if (vr_cli_args_done("volrec cameras", argc, argv))
+		return vr_cli_usage(usage, '?');
 	if (!shim) {
 		snprintf(path, sizeof(path), "%s/genicam-shim.so",
 		         dir && dir[0] ? dir : VOLREC_SHIMDIR);

@@ -135,30 +135,22 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 	struct tool_target tg;
 	struct json_object *req, *reply = NULL, *v;
 	double timeout = 5;
+	char prog[16];
 	int opt, rc;
 
+	snprintf(prog, sizeof(prog), "volrec %s", cmd);
 	tool_target_init(&tg);
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "i:r:c:t:h", longopts, NULL)) != -1) {
-		rc = tool_target_option(&tg, cmd, opt, optarg);
-		if (rc < 0)
-			return VR_EXIT_USAGE;
-		if (rc)
-			continue;
+	while ((opt = tool_getopt(&tg, cmd, argc, argv, "i:r:c:t:h", longopts)) != -1) {
 		switch (opt) {
 		case 't':
-			if (tool_parse_seconds(optarg, &timeout)) {
-				fprintf(stderr, "volrec %s: --timeout %s: need seconds > 0\n", cmd,
-				        optarg);
+			if (vr_cli_seconds(prog, "--timeout", optarg, false, &timeout))
 				return VR_EXIT_USAGE;
-			}
 			break;
-		case 'h':
-			ctl_usage(stdout, cmd);
-			return VR_EXIT_OK;
-		default:
-			ctl_usage(stderr, cmd);
+		case TOOL_OPT_ERROR:
 			return VR_EXIT_USAGE;
+		default:
+			ctl_usage(opt == 'h' ? stdout : stderr, cmd);
+			return opt == 'h' ? VR_EXIT_OK : VR_EXIT_USAGE;
 		}
 	}
 	req = json_object_new_object();

@@ -73,20 +73,11 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 		case 'o':
 			o->output = optarg;
 			break;
-		case 'n': {
-			char *end;
-			errno = 0;
-			unsigned long long v = strtoull(optarg, &end, 10);
-			if (errno || *end || !*optarg || optarg[0] == '-' || v == 0) {
-				fprintf(stderr,
-				        "volrec process: -n %s: need a whole number of epochs >= "
-				        "1\n",
-				        optarg);
+		case 'n':
+			if (vr_cli_u64("volrec process", "-n", optarg, 1, UINT64_MAX,
+			               "a whole number of epochs >= 1", &o->epochs))
 				return VR_EXIT_USAGE;
-			}
-			o->epochs = v;
 			break;
-		}
 		case 'L':
 			o->lowres = true;
 			break;
@@ -100,14 +91,11 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 			process_usage(stdout);
 			return -1;
 		default:
-			process_usage(stderr);
-			return VR_EXIT_USAGE;
+			return vr_cli_usage(process_usage, c);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec process: unexpected argument '%s'\n", argv[optind]);
+	if (vr_cli_args_done("volrec process", argc, argv))
 		return VR_EXIT_USAGE;
-	}
 	if (!o->config || !o->output) {
 		fprintf(stderr, "volrec process: -c FILE and -o OUT.h5 are required\n");
 		process_usage(stderr);

@@ -467,7 +467,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	};
 	const char *cfg_path = NULL, *truth_path = NULL, *json_path = NULL, *backend = NULL;
 	const char *name = NULL;
-	long long n_arg = 0, skip_arg = -1;
+	uint64_t n_arg = 0, skip_arg = UINT64_MAX; /* UINT64_MAX: --skip not given */
 	struct vr_config cfg, run;
 	struct q_ctx q = {.tf = -1, .tds = -1, .tspace = -1};
 	struct q_score score[Q_ROWS];
@@ -487,19 +487,15 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 			truth_path = optarg;
 			break;
 		case 'n':
-		case 's': {
-			char *end;
-			errno = 0;
-			long long v = strtoll(optarg, &end, 10);
-			if (errno || *end || !*optarg || v < (c == 'n' ? 1 : 0) || v > 1000000) {
-				fprintf(stderr, "volrec quality: %s %s: expected %s\n",
-				        c == 'n' ? "-n" : "--skip", optarg,
-				        c == 'n' ? "1..1000000 epochs" : "0..1000000 epochs");
+			if (vr_cli_u64("volrec quality", "-n", optarg, 1, 1000000,
+			               "1..1000000 epochs", &n_arg))
 				return VR_EXIT_USAGE;
-			}
-			*(c == 'n' ? &n_arg : &skip_arg) = v;
 			break;
-		}
+		case 's':
+			if (vr_cli_u64("volrec quality", "--skip", optarg, 0, 1000000,
+			               "0..1000000 epochs", &skip_arg))
+				return VR_EXIT_USAGE;
+			break;
 		case 'j':
 			json_path = optarg;
 			break;
@@ -509,12 +505,8 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		case 'B':
 			backend = optarg;
 			break;
-		case 'h':
-			quality_usage(stdout);
-			return VR_EXIT_OK;
 		default:
-			quality_usage(stderr);
-			return VR_EXIT_USAGE;
+			return vr_cli_usage(quality_usage, c);
 		}
 	}
 	if (!cfg_path || !truth_path || optind != argc) {
@@ -559,8 +551,8 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	q.Y = q.ny * q.sy;
 	q.lo = cfg.preprocess.db_range[0];
 	q.hi = cfg.preprocess.db_range[1];
-	q.n = (uint64_t)n_arg;
-	q.skip = skip_arg >= 0 ? (uint64_t)skip_arg : cfg_stride_area(&cfg);
+	q.n = n_arg;
+	q.skip = skip_arg != UINT64_MAX ? skip_arg : cfg_stride_area(&cfg);
 	if (q.X < Q_WIN || q.nz < Q_WIN) {
 		fprintf(stderr,
 		        "volrec quality: volumes of %u x %u x %u: SSIM needs X and Z of at least "

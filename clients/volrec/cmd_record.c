@@ -499,54 +499,36 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 
 	h5vol_init();
 	tool_target_init(&tg);
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "i:r:c:o:n:s:fw:h", longopts, NULL)) != -1) {
-		rc = tool_target_option(&tg, "record", opt, optarg);
-		if (rc < 0)
-			return VR_EXIT_USAGE;
-		if (rc)
-			continue;
+	while ((opt = tool_getopt(&tg, "record", argc, argv, "i:r:c:o:n:s:fw:h", longopts)) != -1) {
 		switch (opt) {
 		case 'o':
 			r.path = optarg;
 			break;
 		case 'n':
-			if (tool_parse_u64(optarg, 1, UINT64_MAX, &count)) {
-				fprintf(stderr, "volrec record: -n %s: need a whole number >= 1\n",
-				        optarg);
+			if (vr_cli_u64("volrec record", "-n", optarg, 1, UINT64_MAX,
+			               "a whole number >= 1", &count))
 				return VR_EXIT_USAGE;
-			}
 			break;
 		case 's':
-			if (tool_parse_seconds(optarg, &seconds)) {
-				fprintf(stderr, "volrec record: --seconds %s: need seconds > 0\n",
-				        optarg);
+			if (vr_cli_seconds("volrec record", "--seconds", optarg, false, &seconds))
 				return VR_EXIT_USAGE;
-			}
 			break;
 		case 'f':
 			force = true;
 			break;
 		case 'w':
-			if (tool_parse_wait(optarg, &restart_wait)) {
-				fprintf(stderr,
-				        "volrec record: --restart-wait %s: need seconds >= 0\n",
-				        optarg);
+			if (vr_cli_seconds("volrec record", "--restart-wait", optarg, true,
+			                   &restart_wait))
 				return VR_EXIT_USAGE;
-			}
 			break;
-		case 'h':
-			record_usage(stdout);
-			return VR_EXIT_OK;
-		default:
-			record_usage(stderr);
+		case TOOL_OPT_ERROR:
 			return VR_EXIT_USAGE;
+		default:
+			return vr_cli_usage(record_usage, opt);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec record: unexpected argument '%s'\n", argv[optind]);
+	if (vr_cli_args_done("volrec record", argc, argv))
 		return VR_EXIT_USAGE;
-	}
 	if (!r.path || !*r.path || strlen(r.path) >= TOOL_PATH_MAX) {
 		fprintf(stderr, "volrec record: -o FILE.h5 is required (see --help)\n");
 		return VR_EXIT_USAGE;

@@ -154,7 +154,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	float *tvol = NULL;
 	void *buf = NULL;
 	char err[CFG_ERR_MAX], meta[2048];
-	long long n_arg = 0;
+	uint64_t n_arg = 0;
 	bool raw = false;
 	double mirror_mm = 0;
 	int c, rc, ret = VR_EXIT_FAIL;
@@ -169,16 +169,11 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		case 'o':
 			out = optarg;
 			break;
-		case 'n': {
-			char *end;
-			n_arg = strtoll(optarg, &end, 10);
-			if (*end || n_arg < 1 || n_arg > 1000000) {
-				fprintf(stderr, "volrec sim: -n %s: expected 1..1000000 epochs\n",
-				        optarg);
+		case 'n':
+			if (vr_cli_u64("volrec sim", "-n", optarg, 1, 1000000, "1..1000000 epochs",
+			               &n_arg))
 				return VR_EXIT_USAGE;
-			}
 			break;
-		}
 		case 't':
 			truth_path = optarg;
 			break;
@@ -203,12 +198,8 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 				return VR_EXIT_USAGE;
 			}
 			break;
-		case 'h':
-			sim_usage(stdout);
-			return VR_EXIT_OK;
 		default:
-			sim_usage(stderr);
-			return VR_EXIT_USAGE;
+			return vr_cli_usage(sim_usage, c);
 		}
 	}
 	if (!cfg_path || !out || optind != argc) {
@@ -232,7 +223,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		goto out;
 	}
 	const uint32_t sx = p.stride_x, sy = p.stride_y, ny = p.bscans_per_volume;
-	const uint64_t n = n_arg ? (uint64_t)n_arg : (uint64_t)sx * sy;
+	const uint64_t n = n_arg ? n_arg : (uint64_t)sx * sy;
 	offsets = calloc(n, sizeof(*offsets));
 	buf = malloc(sim_bscan_bytes(sim));
 	if (!offsets || !buf) {

@@ -386,13 +386,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	int opt, rc, status = VR_EXIT_FAIL;
 
 	tool_target_init(&tg);
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "i:r:c:o:t:h", longopts, NULL)) != -1) {
-		rc = tool_target_option(&tg, "snapshot", opt, optarg);
-		if (rc < 0)
-			return VR_EXIT_USAGE;
-		if (rc)
-			continue;
+	while ((opt = tool_getopt(&tg, "snapshot", argc, argv, "i:r:c:o:t:h", longopts)) != -1) {
 		switch (opt) {
 		case 'o':
 			dir = optarg;
@@ -416,32 +410,22 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		case 'S':
 			if (!strcmp(optarg, "auto"))
 				scale = 0;
-			else if (tool_parse_u64(optarg, 1, 16, &scale)) {
-				fprintf(stderr,
-				        "volrec snapshot: --scale %s: need 1 to 16, or auto\n",
-				        optarg);
+			else if (vr_cli_u64("volrec snapshot", "--scale", optarg, 1, 16,
+			                    "1 to 16, or auto", &scale))
 				return VR_EXIT_USAGE;
-			}
 			break;
 		case 't':
-			if (tool_parse_seconds(optarg, &timeout)) {
-				fprintf(stderr, "volrec snapshot: --timeout %s: need seconds > 0\n",
-				        optarg);
+			if (vr_cli_seconds("volrec snapshot", "--timeout", optarg, false, &timeout))
 				return VR_EXIT_USAGE;
-			}
 			break;
-		case 'h':
-			snapshot_usage(stdout);
-			return VR_EXIT_OK;
-		default:
-			snapshot_usage(stderr);
+		case TOOL_OPT_ERROR:
 			return VR_EXIT_USAGE;
+		default:
+			return vr_cli_usage(snapshot_usage, opt);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec snapshot: unexpected argument '%s'\n", argv[optind]);
+	if (vr_cli_args_done("volrec snapshot", argc, argv))
 		return VR_EXIT_USAGE;
-	}
 	if (!dir || !*dir) {
 		fprintf(stderr, "volrec snapshot: -o DIR is required (see --help)\n");
 		return VR_EXIT_USAGE;

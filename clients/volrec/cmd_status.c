@@ -48,36 +48,23 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 	int opt, rc;
 
 	tool_target_init(&tg);
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "i:r:c:t:h", longopts, NULL)) != -1) {
-		rc = tool_target_option(&tg, "status", opt, optarg);
-		if (rc < 0)
-			return VR_EXIT_USAGE;
-		if (rc)
-			continue;
+	while ((opt = tool_getopt(&tg, "status", argc, argv, "i:r:c:t:h", longopts)) != -1) {
 		switch (opt) {
 		case 'j':
 			json = true;
 			break;
 		case 't':
-			if (tool_parse_seconds(optarg, &timeout)) {
-				fprintf(stderr, "volrec status: --timeout %s: need seconds > 0\n",
-				        optarg);
+			if (vr_cli_seconds("volrec status", "--timeout", optarg, false, &timeout))
 				return VR_EXIT_USAGE;
-			}
 			break;
-		case 'h':
-			status_usage(stdout);
-			return VR_EXIT_OK;
-		default:
-			status_usage(stderr);
+		case TOOL_OPT_ERROR:
 			return VR_EXIT_USAGE;
+		default:
+			return vr_cli_usage(status_usage, opt);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec status: unexpected argument '%s'\n", argv[optind]);
+	if (vr_cli_args_done("volrec status", argc, argv))
 		return VR_EXIT_USAGE;
-	}
 	rc = tool_target_finish(&tg, "status");
 	if (rc)
 		return rc;

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `volrec view`: runs the web viewer volrec-view (clients/view/), a program of its own so
- * that `volrec` does not link libwebsockets. It is found, first match, in $VOLREC_EXEC_PATH
- * (when set, only there), beside the running volrec (the build tree), in
- * <prefix>/libexec/volrec/ for a volrec in <prefix>/bin/, and in VOLREC_VIEW_DIR.
+ * that `volrec` does not link libwebsockets, found where the processing helper is
+ * (tool_program_find), installed in VOLREC_VIEW_DIR.
  * getopt: clients/view/main.c
  */
 #include <errno.h>
@@ -14,53 +13,19 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "helper.h"
 
 #ifndef VOLREC_VIEW_DIR
 #define VOLREC_VIEW_DIR "/usr/local/libexec/volrec"
 #endif
 #define VIEW_PROGRAM "volrec-view"
 
-static int candidate(char *out, size_t len, const char *dir, const char *sub)
-{
-	if ((size_t)snprintf(out, len, "%s%s/" VIEW_PROGRAM, dir, sub) >= len)
-		return -ENAMETOOLONG;
-	return access(out, X_OK) ? -ENOENT : 0;
-}
-
-static int find_view(char *path, size_t len)
-{
-	const char *env = getenv("VOLREC_EXEC_PATH");
-	char self[PATH_MAX];
-	ssize_t n;
-
-	if (env && *env)
-		return candidate(path, len, env, "");
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		char *slash;
-
-		self[n] = 0;
-		slash = strrchr(self, '/');
-		if (slash) {
-			*slash = 0;
-			if (!candidate(path, len, self, ""))
-				return 0;
-			slash = strrchr(self, '/');
-			if (slash) {
-				*slash = 0;
-				if (!candidate(path, len, self, "/libexec/volrec"))
-					return 0;
-			}
-		}
-	}
-	return candidate(path, len, VOLREC_VIEW_DIR, "");
-}
-
 VR_COMMAND(view, "serve a live web viewer of the daemon's views (browser, any number)")
 {
-	char path[PATH_MAX];
+	char path[PATH_MAX], tried[3 * PATH_MAX + 64];
 
-	if (find_view(path, sizeof(path))) {
+	if (tool_program_find(VIEW_PROGRAM, VOLREC_VIEW_DIR, path, sizeof(path), tried,
+	                      sizeof(tried))) {
 		fprintf(stderr,
 		        "volrec view: the viewer " VIEW_PROGRAM
 		        " is not installed (looked beside volrec, in <prefix>/libexec/volrec and "

@@ -196,49 +196,30 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 
 	tool_target_init(&tg);
 	memset(&w, 0, sizeof(w));
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "i:r:c:n:s:w:h", longopts, NULL)) != -1) {
-		rc = tool_target_option(&tg, "watch", opt, optarg);
-		if (rc < 0)
-			return VR_EXIT_USAGE;
-		if (rc)
-			continue;
+	while ((opt = tool_getopt(&tg, "watch", argc, argv, "i:r:c:n:s:w:h", longopts)) != -1) {
 		switch (opt) {
 		case 'n':
-			if (tool_parse_u64(optarg, 1, UINT64_MAX, &count)) {
-				fprintf(stderr,
-				        "volrec watch: --count %s: need a whole number >= 1\n",
-				        optarg);
+			if (vr_cli_u64("volrec watch", "--count", optarg, 1, UINT64_MAX,
+			               "a whole number >= 1", &count))
 				return VR_EXIT_USAGE;
-			}
 			break;
 		case 's':
-			if (tool_parse_seconds(optarg, &seconds)) {
-				fprintf(stderr, "volrec watch: --seconds %s: need seconds > 0\n",
-				        optarg);
+			if (vr_cli_seconds("volrec watch", "--seconds", optarg, false, &seconds))
 				return VR_EXIT_USAGE;
-			}
 			break;
 		case 'w':
-			if (tool_parse_wait(optarg, &restart_wait)) {
-				fprintf(stderr,
-				        "volrec watch: --restart-wait %s: need seconds >= 0\n",
-				        optarg);
+			if (vr_cli_seconds("volrec watch", "--restart-wait", optarg, true,
+			                   &restart_wait))
 				return VR_EXIT_USAGE;
-			}
 			break;
-		case 'h':
-			watch_usage(stdout);
-			return VR_EXIT_OK;
-		default:
-			watch_usage(stderr);
+		case TOOL_OPT_ERROR:
 			return VR_EXIT_USAGE;
+		default:
+			return vr_cli_usage(watch_usage, opt);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec watch: unexpected argument '%s'\n", argv[optind]);
+	if (vr_cli_args_done("volrec watch", argc, argv))
 		return VR_EXIT_USAGE;
-	}
 	rc = tool_target_finish(&tg, "watch");
 	if (rc)
 		return rc;

@@ -9,6 +9,8 @@
 #ifndef VOLREC_CLIENTS_COMMANDS_H
 #define VOLREC_CLIENTS_COMMANDS_H
 
+#include "base/base.h" /* vr_cli_: the usage errors every subcommand prints alike */
+
 #define VR_COMMAND(name, summary) int cmd_##name(int argc, char **argv)
 
 enum {

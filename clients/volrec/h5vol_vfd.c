@@ -41,24 +41,6 @@ struct vfd_file {
 static const H5FD_class_t vfd_class;
 static hid_t vfd_id = H5I_INVALID_HID;
 
-static ssize_t pread_all(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		if (n == 0)
-			break;
-		done += (size_t)n;
-	}
-	return (ssize_t)done;
-}
-
 static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
 	while (len) {
@@ -97,12 +79,10 @@ static int journal_save(struct h5vol_journal *j, int fd, uint64_t addr, size_t l
 	u->old = malloc(len);
 	if (!u->old)
 		return -ENOMEM;
-	got = pread_all(fd, u->old, len, addr);
+	got = vr_pread_upto(fd, u->old, len, addr);
 	if (got < 0) {
-		int e = -errno;
-
 		free(u->old);
-		return e;
+		return (int)got;
 	}
 	memset(u->old + got, 0, len - (size_t)got); /* past the end: the file held zeros */
 	u->addr = addr;
@@ -259,9 +239,11 @@ static herr_t vfd_read(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, 
 		errno = EINVAL;
 		return -1;
 	}
-	got = pread_all(f->fd, buf, size, addr);
-	if (got < 0)
+	got = vr_pread_upto(f->fd, buf, size, addr);
+	if (got < 0) {
+		errno = (int)-got;
 		return -1;
+	}
 	memset((char *)buf + got, 0, size - (size_t)got); /* past the end of the file: zeros */
 	return 0;
 }

@@ -22,12 +22,12 @@
 #define VOLREC_HELPER_DIR "/usr/local/libexec/volrec"
 #endif
 
-static bool candidate(char *out, size_t len, const char *dir, const char *sub, char *tried,
-                      size_t tlen)
+static bool candidate(char *out, size_t len, const char *dir, const char *sub, const char *name,
+                      char *tried, size_t tlen)
 {
 	size_t n = strlen(tried);
 
-	if ((size_t)snprintf(out, len, "%s%s/" VOLREC_HELPER, dir, sub) >= len)
+	if ((size_t)snprintf(out, len, "%s%s/%s", dir, sub, name) >= len)
 		return false;
 	if (access(out, X_OK) == 0)
 		return true;
@@ -36,35 +36,27 @@ static bool candidate(char *out, size_t len, const char *dir, const char *sub, c
 	return false;
 }
 
-int tool_helper_find(char *path, size_t len, char *tried, size_t tlen)
+int tool_program_find(const char *name, const char *dir, char *path, size_t len, char *tried,
+                      size_t tlen)
 {
 	const char *env = getenv("VOLREC_EXEC_PATH");
-	char self[PATH_MAX];
-	ssize_t n;
+	char self[PATH_MAX], *slash;
 
 	tried[0] = '\0';
 	if (env && *env)
-		return candidate(path, len, env, "", tried, tlen) ? 0 : -ENOENT;
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		char *slash;
-
-		self[n] = '\0';
+		return candidate(path, len, env, "", name, tried, tlen) ? 0 : -ENOENT;
+	if (!vr_self_dir(self, sizeof(self))) {
+		if (candidate(path, len, self, "", name, tried, tlen))
+			return 0;
+		/* <prefix>/bin/volrec -> <prefix>/libexec/volrec/ */
 		slash = strrchr(self, '/');
 		if (slash) {
 			*slash = '\0';
-			if (candidate(path, len, self, "", tried, tlen))
+			if (candidate(path, len, self, "/libexec/volrec", name, tried, tlen))
 				return 0;
-			/* <prefix>/bin/volrec -> <prefix>/libexec/volrec/ */
-			slash = strrchr(self, '/');
-			if (slash) {
-				*slash = '\0';
-				if (candidate(path, len, self, "/libexec/volrec", tried, tlen))
-					return 0;
-			}
 		}
 	}
-	return candidate(path, len, VOLREC_HELPER_DIR, "", tried, tlen) ? 0 : -ENOENT;
+	return candidate(path, len, dir, "", name, tried, tlen) ? 0 : -ENOENT;
 }
 
 int tool_helper_exec(int argc, char **argv)
@@ -72,7 +64,8 @@ int tool_helper_exec(int argc, char **argv)
 	char path[PATH_MAX], tried[3 * PATH_MAX + 64];
 	char **args;
 
-	if (tool_helper_find(path, sizeof(path), tried, sizeof(tried))) {
+	if (tool_program_find(VOLREC_HELPER, VOLREC_HELPER_DIR, path, sizeof(path), tried,
+	                      sizeof(tried))) {
 		fprintf(stderr,
 		        "volrec %s: needs the processing helper " VOLREC_HELPER
 		        ", which is not installed (looked for %s; VOLREC_EXEC_PATH=DIR names its "

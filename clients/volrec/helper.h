@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The processing helper `volrec-process` that `volrec` runs for process, sim, bench, ...
- * (helper.c: where it is looked for). */
+/* The processing helper `volrec-process` that `volrec` runs for process, sim, bench, ...,
+ * and where `volrec` looks for the programs it runs (helper.c). */
 #ifndef VOLREC_CLIENTS_HELPER_H
 #define VOLREC_CLIENTS_HELPER_H
 
@@ -9,8 +9,15 @@
 
 #define VOLREC_HELPER "volrec-process"
 
-/* The helper's path into path (len bytes): 0, or -ENOENT with the places looked at in tried. */
-int tool_helper_find(char *path, size_t len, char *tried, size_t tlen);
+/*
+ * Where `volrec` finds the programs it runs (the helper, the viewer volrec-view): the program
+ * name, first match, in $VOLREC_EXEC_PATH (when set, only there), beside the running volrec
+ * (the build tree), in <prefix>/libexec/volrec/ for a volrec in <prefix>/bin/, and in dir (the
+ * installed place). 0 with its path in path (len bytes), or -ENOENT with the places looked at
+ * in tried.
+ */
+int tool_program_find(const char *name, const char *dir, char *path, size_t len, char *tried,
+                      size_t tlen);
 
 /* Run `volrec-process argv[0] argv[1..argc)` in place of this process; returns only on failure
  * (after printing why), with the exit status to use. */

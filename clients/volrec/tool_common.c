@@ -23,6 +23,7 @@
 void tool_target_init(struct tool_target *t)
 {
 	memset(t, 0, sizeof(*t));
+	optind = 1;
 }
 
 static bool instance_valid(const char *s)
@@ -40,7 +41,7 @@ static bool instance_valid(const char *s)
 	return true;
 }
 
-int tool_target_option(struct tool_target *t, const char *cmd, int opt, const char *arg)
+static int target_option(struct tool_target *t, const char *cmd, int opt, const char *arg)
 {
 	switch (opt) {
 	case 'i':
@@ -75,6 +76,18 @@ int tool_target_option(struct tool_target *t, const char *cmd, int opt, const ch
 	default:
 		return 0;
 	}
+}
+
+int tool_getopt(struct tool_target *t, const char *cmd, int argc, char **argv,
+                const char *optstring, const struct option *longopts)
+{
+	int opt, rc;
+
+	do {
+		opt = getopt_long(argc, argv, optstring, longopts, NULL);
+		rc = opt == -1 ? 0 : target_option(t, cmd, opt, optarg);
+	} while (rc > 0);
+	return rc < 0 ? TOOL_OPT_ERROR : opt;
 }
 
 int tool_target_finish(struct tool_target *t, const char *cmd)
@@ -112,46 +125,6 @@ double tool_status_timeout(const struct tool_target *t)
 	double s = 2.5 * t->status_interval_s;
 
 	return s > 3.0 ? s : 3.0;
-}
-
-int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (!s || !*s || *s == '-' || *s == '+')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v < min || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-static int parse_seconds(const char *s, bool zero, double *out)
-{
-	char *end;
-	double v;
-
-	if (!s || !*s)
-		return -EINVAL;
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno || *end || !isfinite(v) || v < 0 || (v == 0 && !zero) || v > 1e7)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-int tool_parse_seconds(const char *s, double *out)
-{
-	return parse_seconds(s, false, out);
-}
-
-int tool_parse_wait(const char *s, double *out)
-{
-	return parse_seconds(s, true, out);
 }
 
 /* ---- the daemon ---------------------------------------------------------------------------- */

@@ -33,36 +33,26 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
 	double timeout = ctl->default_timeout, ready, t_sig;
+	char prog[64];
 	int opt, rc;
 
 	tool_target_init(&tg);
-	optind = 1;
-	while ((opt = getopt_long(argc, argv, "i:r:c:t:h", longopts, NULL)) != -1) {
-		rc = tool_target_option(&tg, ctl->name, opt, optarg);
-		if (rc < 0)
-			return VR_EXIT_USAGE;
-		if (rc)
-			continue;
+	snprintf(prog, sizeof(prog), "volrec %s", ctl->name);
+	while ((opt = tool_getopt(&tg, ctl->name, argc, argv, "i:r:c:t:h", longopts)) != -1) {
 		switch (opt) {
 		case 't':
-			if (tool_parse_seconds(optarg, &timeout)) {
-				fprintf(stderr, "volrec %s: --timeout %s: need seconds > 0\n",
-				        ctl->name, optarg);
+			if (vr_cli_seconds(prog, "--timeout", optarg, false, &timeout))
 				return VR_EXIT_USAGE;
-			}
 			break;
-		case 'h':
-			control_usage(stdout, ctl);
-			return VR_EXIT_OK;
-		default:
-			control_usage(stderr, ctl);
+		case TOOL_OPT_ERROR:
 			return VR_EXIT_USAGE;
+		default:
+			control_usage(opt == 'h' ? stdout : stderr, ctl);
+			return opt == 'h' ? VR_EXIT_OK : VR_EXIT_USAGE;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "volrec %s: unexpected argument '%s'\n", ctl->name, argv[optind]);
+	if (vr_cli_args_done(prog, argc, argv))
 		return VR_EXIT_USAGE;
-	}
 	rc = tool_target_finish(&tg, ctl->name);
 	if (rc)
 		return rc;

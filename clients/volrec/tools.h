@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <getopt.h>
+
 #include "base/base.h"
 #include "volrec/client.h"
 #include "volrec/protocol.h"
@@ -51,22 +53,23 @@ enum {
 	"running for the instance, 6 the daemon's shared memory not ready in time, 7\n"            \
 	"permission denied (shared memory, pid file, signal)"
 
+/* Empty t and start reading a command line (optind = 1). */
 void tool_target_init(struct tool_target *t);
-/* Handle one of the common options (-i/-r/-c or their long forms); returns 1 if it was one,
- * 0 if not, or -1 after printing a usage error. */
-int tool_target_option(struct tool_target *t, const char *cmd, int opt, const char *arg);
+/* A code of tool_getopt: a common option's value was wrong, the message printed. */
+#define TOOL_OPT_ERROR (-2)
+/*
+ * getopt_long over a tool's command line (optstring with "i:r:c:", longopts with
+ * TOOL_COMMON_LONGOPTS) that applies the common options to t itself: returns the tool's next
+ * own option, -1 after the last option, or TOOL_OPT_ERROR (exit with VR_EXIT_USAGE).
+ */
+int tool_getopt(struct tool_target *t, const char *cmd, int argc, char **argv,
+                const char *optstring, const struct option *longopts);
 /* Apply -c (cfg_load) and fill the defaults. Prints the error; returns a VR_EXIT_ code. */
 int tool_target_finish(struct tool_target *t, const char *cmd);
 
 /* How long to wait for a status message by default: 2.5 intervals when -c gave the interval,
  * else 3 s (the default interval is 1 s). */
 double tool_status_timeout(const struct tool_target *t);
-
-/* Strict number parsing for options: 0 or -EINVAL. */
-int tool_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
-int tool_parse_seconds(const char *s, double *out);
-/* As tool_parse_seconds, 0 allowed. */
-int tool_parse_wait(const char *s, double *out);
 
 /* ---- the daemon ---------------------------------------------------------------------------- */
 

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 #define OWN                                                                                        \
 	"camera, pixel_format, buffers, packet_size, packet_socket, packet_resend, "               \
@@ -88,13 +89,6 @@ static int fail(struct gc_shim *s, int code, const char *fmt, ...)
 	va_end(ap);
 	s->code = code;
 	return code;
-}
-
-static uint64_t now_ns(clockid_t clk)
-{
-	struct timespec ts;
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void on_control_lost(ArvDevice *dev, gpointer data)
@@ -735,7 +729,7 @@ static bool frame_complete(const struct gc_shim *s, ArvBuffer *b)
 static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
                       struct volrec_shim_meta *meta)
 {
-	const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	const uint64_t t0 = vr_now_ns(CLOCK_MONOTONIC);
 	const uint64_t limit = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
 	const uint64_t ny = s->geo.bscans_per_volume;
 
@@ -770,7 +764,7 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			}
 			if (meta) {
 				uint64_t ts = *out ? arv_buffer_get_system_timestamp(*out) : 0;
-				meta->timestamp_ns = ts ? ts : now_ns(CLOCK_REALTIME);
+				meta->timestamp_ns = ts ? ts : vr_now_ns(CLOCK_REALTIME);
 				meta->epoch = s->next_pos / ny;
 				meta->bscan = (uint32_t)(s->next_pos % ny);
 				meta->flags = flag;
@@ -783,7 +777,7 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			            "genicam: camera %s: control lost (no heartbeat answer: "
 			            "disconnected, powered off or taken over)",
 			            s->cam_id);
-		uint64_t el = now_ns(CLOCK_MONOTONIC) - t0;
+		uint64_t el = vr_now_ns(CLOCK_MONOTONIC) - t0;
 		if (el >= limit)
 			return fail(s, -ETIMEDOUT,
 			            "genicam: camera %s: no frame within %d ms (trigger wiring, "
@@ -852,7 +846,7 @@ static const void *deliver(struct gc_shim *s, ArvBuffer *b, void *dst)
 /* Mono8: take a free slot for a widened copy, waiting up to timeout_ms for a release. */
 static int take_slot(struct gc_shim *s, int timeout_ms, uint32_t *out)
 {
-	const uint64_t t0 = now_ns(CLOCK_MONOTONIC);
+	const uint64_t t0 = vr_now_ns(CLOCK_MONOTONIC);
 
 	for (;;) {
 		for (uint32_t i = 0; i < s->nbuf; i++) {
@@ -863,7 +857,7 @@ static int take_slot(struct gc_shim *s, int timeout_ms, uint32_t *out)
 			}
 		}
 		if (timeout_ms >= 0 &&
-		    now_ns(CLOCK_MONOTONIC) - t0 >= (uint64_t)timeout_ms * 1000000ull)
+		    vr_now_ns(CLOCK_MONOTONIC) - t0 >= (uint64_t)timeout_ms * 1000000ull)
 			return fail(
 			        s, -ETIMEDOUT,
 			        "genicam: all %u B-scan buffers are held (the caller holds more "

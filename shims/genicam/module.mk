@@ -9,7 +9,7 @@ SHLIBS += volrec_genicam_shim
 volrec_genicam_shim_SRCS := shims/genicam/genicam_shim.c shims/genicam/camera.c \
 	shims/genicam/fake.c shims/args.c
 volrec_genicam_shim_ARCHIVES := sim base
-# only what it uses of base (vr_scan_offset): no libjson-c in the shim
+# only what it uses of base (vr_scan_offset, the clock): no libjson-c in the shim
 volrec_genicam_shim_LDLIBS := -Wl,--as-needed $(ARAVIS_LIBS) -lyaml -Wl,-z,nodelete
 volrec_genicam_shim_SOVERSION := 1
 volrec_genicam_shim_VERSION_SCRIPT := shims/genicam/genicam.map

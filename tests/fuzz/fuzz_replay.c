@@ -16,27 +16,21 @@
 #include "config/config.h"
 #include "sim/sim.h"
 #include "src/source.h"
+#include "tests/replay/geometry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int rofd = -1;
 static char memfd_path[64];
 
-/* The geometry of tests/replay/make_bad.py: K 64, 4 A-scans, 3 B-scans, stride [2, 1], u16. */
+/* The memfd as a replay file in the geometry of tests/replay/make_bad.py. */
 static void small_cfg(struct vr_config *c, enum cfg_replay_format format, bool loop)
 {
-	cfg_defaults(c);
+	test_replay_geometry(c);
 	c->source.type = CFG_SOURCE_REPLAY;
-	c->source.rate = 0;
 	c->source.replay.format = format;
 	c->source.replay.loop = loop;
 	snprintf(c->source.replay.path, sizeof(c->source.replay.path), "%s", memfd_path);
-	c->geometry.samples_per_ascan = 64;
-	c->geometry.ascans_per_bscan = 4;
-	c->geometry.bscans_per_volume = 3;
-	c->geometry.stride[0] = 2;
-	c->geometry.stride[1] = 1;
-	c->geometry.depth_range[1] = 32;
 }
 
 static void fail(const char *what, const char *msg)

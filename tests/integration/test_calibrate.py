@@ -12,6 +12,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from simkit import mirror_fwhm, scanner_corrections
+
 h5py = pytest.importorskip("h5py")
 
 K = 512
@@ -39,13 +41,7 @@ def simulate(bin_dir, tmp_path, name, phantom, geo, extra=()):
                    f"{phantom}, snr_db: 40}}\n" + geo)
     rp = tmp_path / f"{name}.rp"
     ok(run(bin_dir, "sim", "-c", cfg, "-o", rp, "-n", 1, *extra))
-    b = rp.read_bytes()
-    epochs, = struct.unpack_from("<Q", b, 32)
-    flags, meta_len = struct.unpack_from("<II", b, 48)
-    start = 64 + (8 * epochs if flags & 2 else 0)
-    meta = dict(line.split(":", 1) for line in b[start:start + meta_len].decode().splitlines()
-                if line and not line.startswith("#"))
-    return rp, meta["resample_poly"].strip(), meta["dispersion_coeffs"].strip()
+    return (rp, *scanner_corrections(rp))
 
 
 def process(bin_dir, tmp_path, rp, geo, name, pre):
@@ -57,26 +53,6 @@ def process(bin_dir, tmp_path, rp, geo, name, pre):
     ok(run(bin_dir, "process", "-c", cfg, "-o", out, "--lowres"))
     with h5py.File(out, "r") as f:
         return f["lowres"][:]
-
-
-def fwhm(a, lo, hi):
-    b = lo + int(np.argmax(a[lo:hi]))
-    half = a[b] / 2
-    z = b
-    while z > 0 and a[z - 1] >= half:
-        z -= 1
-    left = z - (a[z] - half) / (a[z] - a[z - 1]) if z > 0 else 0.0
-    z = b
-    while z + 1 < len(a) and a[z + 1] >= half:
-        z += 1
-    right = z + (a[z] - half) / (a[z] - a[z + 1]) if z + 1 < len(a) else len(a) - 1.0
-    return right - left, b
-
-
-def mirror_fwhm(low):
-    amp = 10.0 ** ((DB[0] + low.astype(np.float64) * (DB[1] - DB[0])) / 20.0)
-    w = [fwhm(a, K // 8, K // 2) for a in amp.reshape(-1, amp.shape[-1])]
-    return float(np.mean([x[0] for x in w])), sorted({x[1] for x in w})
 
 
 def number(pattern, text):
@@ -92,7 +68,7 @@ def mirrors(bin_dir, tmp_path):
     rp2, _, _ = simulate(bin_dir, tmp_path, "mirror2", "mirror", geo, ("--mirror-mm", 0.6))
     ideal, bins = mirror_fwhm(process(bin_dir, tmp_path, rp1, geo, "ideal",
                                       f"  resample: {{method: cubic, poly: {poly}}}\n"
-                                      f"  dispersion: {{coeffs: {disp}}}\n"))
+                                      f"  dispersion: {{coeffs: {disp}}}\n"), DB, K)
     assert bins == [K // 4]
     return geo, rp1, rp2, ideal
 
@@ -106,7 +82,7 @@ def test_klin_two_depths_recover_the_point_spread(bin_dir, tmp_path, mirrors):
     got, bins = mirror_fwhm(process(
         bin_dir, tmp_path, rp1, geo, "klin2",
         f"  resample: {{method: cubic, table: {out / 'resample_table.txt'}}}\n"
-        f"  dispersion: {{table: {out / 'dispersion_table.txt'}}}\n"))
+        f"  dispersion: {{table: {out / 'dispersion_table.txt'}}}\n"), DB, K)
     print(f"mirror FWHM: ideal {ideal:.3f} bins, from --klin at two depths {got:.3f}; "
           f"dispersion [{a2}, {a3}] (simulator: [30, -12])")
     assert bins == [K // 4]
@@ -130,7 +106,7 @@ def test_klin_one_depth_is_sharp_at_that_depth(bin_dir, tmp_path, mirrors):
     assert "one depth" in text and "dispersion_table" not in text
     got, _ = mirror_fwhm(process(
         bin_dir, tmp_path, rp1, geo, "klin1",
-        f"  resample: {{method: cubic, table: {out / 'resample_table.txt'}}}\n"))
+        f"  resample: {{method: cubic, table: {out / 'resample_table.txt'}}}\n"), DB, K)
     print(f"mirror FWHM: ideal {ideal:.3f} bins, from --klin at one depth {got:.3f}")
     assert abs(got - ideal) <= 0.1 * ideal, (got, ideal)
 

@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 import zmq
 
+from daemonkit import remove_segments
+
 TIMEOUT = 30.0  # generous: the test machine is small and loaded
 
 
@@ -119,11 +121,7 @@ class Daemon:
         self._reading = False
         self._reader.join()
         self.notify.close()
-        for name in (f"volrec.{self.instance}", f"volrec.{self.instance}.readers"):
-            try:
-                os.unlink(f"/dev/shm/{name}")
-            except FileNotFoundError:
-                pass
+        remove_segments(self.instance)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- sd_notify ---------------------------------------------------------------------------

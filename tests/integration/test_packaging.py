@@ -189,12 +189,13 @@ def command_options(src_dir, path):
     m = re.search(r"^ \* getopt: (\S+)$", text, re.M)  # a command that runs another program
     if m:
         text = (src_dir / m.group(1)).read_text()
-    elif "getopt_long" not in text:  # reload and stop share tool_control.c
+    elif not re.search(r"getopt_long|tool_getopt", text):  # reload and stop share tool_control.c
         text = (src_dir / "clients/volrec/tool_control.c").read_text()
     longs = set(re.findall(r'\{"([a-z][a-z0-9-]*)",\s*(?:no|required|optional)_argument', text))
     if "TOOL_COMMON_LONGOPTS" in text:
         longs |= {"instance", "run-dir", "config"}
-    m = re.search(r'getopt_long\([^,]+,[^,]+,\s*"([^"]*)"', text)
+    # getopt_long(argc, argv, "OPTS", ...) or tool_getopt(&tg, cmd, argc, argv, "OPTS", ...)
+    m = re.search(r'(?:getopt_long\((?:[^,]+,){2}|tool_getopt\((?:[^,]+,){4})\s*"([^"]*)"', text)
     assert m, f"no getopt_long optstring in {path}"
     shorts = set(re.sub(r"[^A-Za-z]", "", m.group(1)))
     return longs, shorts

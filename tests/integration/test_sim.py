@@ -8,6 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from simkit import scanner_corrections, truth_correlation
+
 h5py = pytest.importorskip("h5py")
 
 GEOMETRY = """
@@ -124,13 +126,7 @@ def test_truth_has_the_full_resolution_shape(bin_dir, tmp_path):
 
 
 def correlation_with_truth(bin_dir, tmp_path, corrections):
-    poly = dispersion = ""
-    meta = read_header(tmp_path / "a.rp")["meta"]
-    for line in meta.splitlines():
-        if line.startswith("resample_poly:"):
-            poly = line.split(":", 1)[1].strip()
-        if line.startswith("dispersion_coeffs:"):
-            dispersion = line.split(":", 1)[1].strip()
+    poly, dispersion = scanner_corrections(tmp_path / "a.rp")
     pre = "preprocess:\n  db_range: [40, 110]\n"
     if corrections:
         pre += f"  resample: {{method: cubic, poly: {poly}}}\n"
@@ -144,13 +140,7 @@ def correlation_with_truth(bin_dir, tmp_path, corrections):
         pytest.fail(r.stderr)
     with h5py.File(out, "r") as f, h5py.File(tmp_path / "t.h5", "r") as g:
         low, off, t = f["lowres"][:], f["offset"][:], g["truth"][:]
-    cs = []
-    for e in range(low.shape[0]):
-        ox, oy = off[e]
-        tt = t[e, oy::2, ox::2, :]
-        m = tt > 0
-        cs.append(np.corrcoef(low[e][m], np.log10(tt[m]))[0, 1])
-    return min(cs)
+    return truth_correlation(low, off, t, 2)
 
 
 def test_processing_with_the_scanners_corrections_recovers_the_truth(bin_dir, tmp_path):

@@ -3,11 +3,11 @@
 corrections the scanner reports (ALGORITHMS.md §1: resample, window, exp(-i·phi) on the linear-k
 index): each correction narrows a single reflector's peak (the `mirror` phantom, FWHM of |X|)
 and raises the retina image's correlation with the ground truth of `volrec sim --truth`."""
-import struct
 import subprocess
 
-import numpy as np
 import pytest
+
+from simkit import mirror_fwhm, scanner_corrections, truth_correlation
 
 h5py = pytest.importorskip("h5py")
 
@@ -35,15 +35,7 @@ def simulate(bin_dir, tmp_path, phantom, geo, epochs, truth=False):
         args += ["--truth", tmp_path / f"{phantom}-truth.h5"]
     r = run(bin_dir, *args)
     assert r.returncode == 0, r.stderr
-    # the corrections the scanner reports, from the replay file's YAML metadata
-    b = rp.read_bytes()
-    # docs/replay-format.md: epochs u64 at 32, flags u32 at 48, metadata_len u32 at 52
-    epochs_, = struct.unpack_from("<Q", b, 32)
-    flags, meta_len = struct.unpack_from("<II", b, 48)
-    start = 64 + (8 * epochs_ if flags & 2 else 0)
-    meta = dict(line.split(":", 1) for line in b[start:start + meta_len].decode().splitlines()
-                if line and not line.startswith("#"))
-    return rp, meta["resample_poly"].strip(), meta["dispersion_coeffs"].strip()
+    return (rp, *scanner_corrections(rp))  # the corrections the scanner reports
 
 
 def process(bin_dir, tmp_path, rp, geo, name, resample=None, dispersion=None, db=DB):
@@ -63,39 +55,14 @@ def process(bin_dir, tmp_path, rp, geo, name, resample=None, dispersion=None, db
         return f["lowres"][:], f["offset"][:]
 
 
-def fwhm(a, lo, hi):
-    """Full width at half maximum (bins) of the highest peak of |X| = a within [lo, hi),
-    linearly interpolated between bins at both half-maximum crossings."""
-    b = lo + int(np.argmax(a[lo:hi]))
-    half = a[b] / 2
-    z = b
-    while z > 0 and a[z - 1] >= half:
-        z -= 1
-    left = z - (a[z] - half) / (a[z] - a[z - 1]) if z > 0 else 0.0
-    z = b
-    while z + 1 < len(a) and a[z + 1] >= half:
-        z += 1
-    right = z + (a[z] - half) / (a[z] - a[z + 1]) if z + 1 < len(a) else len(a) - 1.0
-    return right - left, b
-
-
-def mirror_fwhm(low):
-    """Mean FWHM and the peak bins of every A-scan of lowres [n][ny][nx][nz] (dB-normalized)."""
-    amp = 10.0 ** ((DB[0] + low.astype(np.float64) * (DB[1] - DB[0])) / 20.0)
-    amp = amp.reshape(-1, amp.shape[-1])
-    # the mirror sits at bin K/4; the fixed coherent artefact at K/64 and the DC stay below K/8
-    w = [fwhm(a, K // 8, K // 2) for a in amp]
-    return float(np.mean([x[0] for x in w])), sorted({x[1] for x in w})
-
-
 def test_each_correction_narrows_a_single_reflector(bin_dir, tmp_path):
     if not (bin_dir / "volrec").exists():
         pytest.skip("volrec not built")
     geo = geometry(K, 6, 2, 1)
     rp, poly, disp = simulate(bin_dir, tmp_path, "mirror", geo, 2)
-    none, _ = mirror_fwhm(process(bin_dir, tmp_path, rp, geo, "none")[0])
-    rs, _ = mirror_fwhm(process(bin_dir, tmp_path, rp, geo, "rs", poly)[0])
-    both, bins = mirror_fwhm(process(bin_dir, tmp_path, rp, geo, "both", poly, disp)[0])
+    none, _ = mirror_fwhm(process(bin_dir, tmp_path, rp, geo, "none")[0], DB, K)
+    rs, _ = mirror_fwhm(process(bin_dir, tmp_path, rp, geo, "rs", poly)[0], DB, K)
+    both, bins = mirror_fwhm(process(bin_dir, tmp_path, rp, geo, "both", poly, disp)[0], DB, K)
     print(f"mirror FWHM (bins): no correction {none:.3f}, resampling only {rs:.3f}, "
           f"resampling and dispersion {both:.3f} (corrections {poly}, {disp})")
     # measured (K = 512, Hann): 14.7, 4.5, 2.39; the ideal of a Hann window times the
@@ -104,18 +71,6 @@ def test_each_correction_narrows_a_single_reflector(bin_dir, tmp_path):
     assert both < 0.75 * rs, (rs, both)
     assert both < 2.5, both
     assert bins == [K // 4], bins  # fully corrected, the mirror is at its depth (1.0 mm)
-
-
-def truth_correlation(low, off, truth, stride):
-    """Worst over epochs of the correlation of lowres (dB scale) with log10 of the truth at the
-    epoch's scan positions, over the voxels where the truth is non-zero."""
-    cs = []
-    for e in range(low.shape[0]):
-        ox, oy = off[e]
-        t = truth[e, oy::stride, ox::stride, :]
-        m = t > 0
-        cs.append(np.corrcoef(low[e][m], np.log10(t[m]))[0, 1])
-    return min(cs)
 
 
 def test_each_correction_brings_the_retina_closer_to_the_truth(bin_dir, tmp_path):

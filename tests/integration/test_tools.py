@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import volrec
+from daemonkit import remove_segments
 
 TIMEOUT = 60.0  # generous: the test machine is small and loaded
 
@@ -107,11 +108,7 @@ class Daemon:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
-        for name in (f"volrec.{self.instance}", f"volrec.{self.instance}.readers"):
-            try:
-                os.unlink(f"/dev/shm/{name}")
-            except FileNotFoundError:
-                pass
+        remove_segments(self.instance)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import zmq
 
 import volrec
+from daemonkit import remove_segments
 
 SRC = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT = 30.0
@@ -148,11 +149,7 @@ class DaemonPublisher:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for name in (f"volrec.{self.instance}", f"volrec.{self.instance}.readers"):
-            try:
-                os.unlink(f"/dev/shm/{name}")
-            except FileNotFoundError:
-                pass
+        remove_segments(self.instance)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

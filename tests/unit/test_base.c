@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The base layer: error text, percentiles, the sample window, UTF-8 checks. */
+/* The base layer: error text, percentiles, the sample window, UTF-8 checks, option values. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -100,21 +100,53 @@ static void test_utf8_sanitize_replaces_bad_bytes(void **state)
 	                         "31m\xc2\xa0");
 }
 
+/* The raster of docs/algorithms.md: x fastest, one cycle every sx * sy epochs. */
 static void test_scan_offset_rasters_over_the_strides(void **state)
 {
+	static const struct {
+		uint64_t epoch;
+		uint32_t sx, sy, ox, oy;
+	} t[] = {
+	        {0, 5, 5, 0, 0},  {1, 5, 5, 1, 0},  {7, 5, 5, 2, 1},
+	        {24, 5, 5, 4, 4}, {25, 5, 5, 0, 0}, {0, 3, 2, 0, 0},
+	        {4, 3, 2, 1, 1},  {5, 3, 2, 2, 1},  {6 * 1000003ull + 5, 3, 2, 2, 1},
+	        {7, 1, 1, 0, 0},  {7, 0, 0, 0, 0},
+	};
 	uint32_t ox, oy;
 
 	(void)state;
-	vr_scan_offset(0, 3, 2, &ox, &oy);
-	assert_true(ox == 0 && oy == 0);
-	vr_scan_offset(4, 3, 2, &ox, &oy);
-	assert_true(ox == 1 && oy == 1);
-	vr_scan_offset(6 * 1000003ull + 5, 3, 2, &ox, &oy);
-	assert_true(ox == 2 && oy == 1);
-	vr_scan_offset(7, 1, 1, &ox, &oy);
-	assert_true(ox == 0 && oy == 0);
-	vr_scan_offset(7, 0, 0, &ox, &oy);
-	assert_true(ox == 0 && oy == 0);
+	for (size_t i = 0; i < VR_ARRAY_SIZE(t); i++) {
+		vr_scan_offset(t[i].epoch, t[i].sx, t[i].sy, &ox, &oy);
+		assert_int_equal(ox, t[i].ox);
+		assert_int_equal(oy, t[i].oy);
+	}
+}
+
+static void test_option_values_are_strict(void **state)
+{
+	uint64_t u = 7;
+	double s = 7;
+
+	(void)state;
+	assert_int_equal(vr_parse_u64("16", 1, 16, &u), 0);
+	assert_int_equal(u, 16);
+	assert_int_equal(vr_parse_u64("17", 1, 16, &u), -EINVAL);
+	assert_int_equal(vr_parse_u64("0", 1, 16, &u), -EINVAL);
+	assert_int_equal(vr_parse_u64("+3", 1, 16, &u), -EINVAL);
+	assert_int_equal(vr_parse_u64("-3", 0, UINT64_MAX, &u), -EINVAL);
+	assert_int_equal(vr_parse_u64("3x", 1, 16, &u), -EINVAL);
+	assert_int_equal(vr_parse_u64("", 0, 16, &u), -EINVAL);
+	assert_int_equal(vr_parse_u64("18446744073709551616", 0, UINT64_MAX, &u), -EINVAL);
+	assert_int_equal(u, 16);
+	assert_int_equal(vr_parse_seconds("0.25", false, &s), 0);
+	assert_true(s == 0.25);
+	assert_int_equal(vr_parse_seconds("0", false, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("0", true, &s), 0);
+	assert_true(s == 0);
+	assert_int_equal(vr_parse_seconds("-1", true, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("nan", true, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("1e8", true, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("2s", true, &s), -EINVAL);
 }
 
 VR_TEST_GROUP(base)
@@ -126,6 +158,7 @@ VR_TEST_GROUP(base)
 	        cmocka_unit_test(test_utf8_validity),
 	        cmocka_unit_test(test_utf8_sanitize_replaces_bad_bytes),
 	        cmocka_unit_test(test_scan_offset_rasters_over_the_strides),
+	        cmocka_unit_test(test_option_values_are_strict),
 	};
 	return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }

@@ -94,24 +94,6 @@ static void other_seed_or_epoch_gives_other_bscans(void **state)
 	sim_destroy(b);
 }
 
-static void scan_offset_follows_algorithms_md(void **state)
-{
-	uint32_t ox, oy;
-
-	vr_scan_offset(0, 5, 5, &ox, &oy);
-	assert_true(ox == 0 && oy == 0);
-	vr_scan_offset(1, 5, 5, &ox, &oy);
-	assert_true(ox == 1 && oy == 0);
-	vr_scan_offset(7, 5, 5, &ox, &oy);
-	assert_true(ox == 2 && oy == 1);
-	vr_scan_offset(24, 5, 5, &ox, &oy);
-	assert_true(ox == 4 && oy == 4);
-	vr_scan_offset(25, 5, 5, &ox, &oy);
-	assert_true(ox == 0 && oy == 0);
-	vr_scan_offset(5, 3, 2, &ox, &oy);
-	assert_true(ox == 2 && oy == 1);
-}
-
 /* A-scan (b, a) at offset (ox, oy) of a strided scan is the full-resolution A-scan
  * (b*sy + oy, a*sx + ox) of an unstrided scan of the same field (noiseless, same epoch). */
 static void offset_ascans_land_at_full_resolution_positions(void **state)
@@ -475,7 +457,6 @@ VR_TEST_GROUP(sim)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(same_seed_gives_same_bscans_in_any_order),
 	        cmocka_unit_test(other_seed_or_epoch_gives_other_bscans),
-	        cmocka_unit_test(scan_offset_follows_algorithms_md),
 	        cmocka_unit_test(offset_ascans_land_at_full_resolution_positions),
 	        cmocka_unit_test(bidirectional_reverses_odd_bscans),
 	        cmocka_unit_test(shot_noise_matches_snr_db),

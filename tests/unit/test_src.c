@@ -15,6 +15,7 @@
 #include "vrtest.h"
 #include "src/internal.h"
 #include "sim/sim.h"
+#include "tests/replay/geometry.h"
 
 static char tmpdir[256];
 
@@ -31,18 +32,11 @@ static int teardown_tmp(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-/* The geometry of tests/replay/make_bad.py: K 64, 4 A-scans, 3 B-scans, stride [2, 1], u16. */
+/* The geometry of tests/replay/make_bad.py, synthetic scanner seed 3. */
 static void small_cfg(struct vr_config *c)
 {
-	cfg_defaults(c);
-	c->source.rate = 0;
+	test_replay_geometry(c);
 	c->source.synth.seed = 3;
-	c->geometry.samples_per_ascan = 64;
-	c->geometry.ascans_per_bscan = 4;
-	c->geometry.bscans_per_volume = 3;
-	c->geometry.stride[0] = 2;
-	c->geometry.stride[1] = 1;
-	c->geometry.depth_range[1] = 32;
 }
 
 static double mono(void)

@@ -20,6 +20,7 @@
 
 #include "vrtest.h"
 #include "src/internal.h"
+#include "tests/replay/geometry.h"
 
 #define BB (4u * 64u * 2u) /* bytes of one B-scan of the small geometry */
 
@@ -41,19 +42,6 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-/* K 64, 4 A-scans, 3 B-scans, stride [2, 1], u16, unpaced. */
-static void small_cfg(struct vr_config *c)
-{
-	cfg_defaults(c);
-	c->source.rate = 0;
-	c->geometry.samples_per_ascan = 64;
-	c->geometry.ascans_per_bscan = 4;
-	c->geometry.bscans_per_volume = 3;
-	c->geometry.stride[0] = 2;
-	c->geometry.stride[1] = 1;
-	c->geometry.depth_range[1] = 32;
-}
-
 static void open_ok(const struct vr_config *c, unsigned flags, struct src_source *s)
 {
 	char err[CFG_ERR_MAX] = "";
@@ -73,7 +61,7 @@ static void fails_with(const struct src_source *s, int rc, int want, const char 
 
 static void shim_cfg(struct vr_config *c, const char *lib, const char *args)
 {
-	small_cfg(c);
+	test_replay_geometry(c);
 	c->source.type = CFG_SOURCE_SHIM;
 	snprintf(c->source.shim.library, sizeof(c->source.shim.library), "%s/lib/lib%s.so",
 	         vrtest_build_dir(), lib);
@@ -99,7 +87,7 @@ static void wrappers_enforce_the_call_order(void **state)
 	const void *p;
 
 	(void)state;
-	small_cfg(&c);
+	test_replay_geometry(&c);
 	open_ok(&c, SRC_UNPACED, &s);
 	fails_with(&s, src_acquire(&s, buf, sizeof(buf), 10, NULL), -EINVAL,
 	           "synth synth: acquire() before start()");
@@ -136,7 +124,7 @@ static void wrappers_keep_copy_and_reference_apart(void **state)
 	uint32_t n;
 
 	(void)state;
-	small_cfg(&c);
+	test_replay_geometry(&c);
 	c.source.type = CFG_SOURCE_REPLAY;
 	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s/order.vrr", dir);
 	assert_int_equal(src_replay_writer_open(c.source.replay.path, false, &info, NULL, NULL, &w,
@@ -358,7 +346,7 @@ static void write_replay(const char *path)
 
 static void replay_cfg(struct vr_config *c, const char *path)
 {
-	small_cfg(c);
+	test_replay_geometry(c);
 	c->source.type = CFG_SOURCE_REPLAY;
 	snprintf(c->source.replay.path, sizeof(c->source.replay.path), "%s", path);
 }

@@ -13,24 +13,18 @@
 
 #include "vrtest.h"
 #include "src/internal.h"
+#include "tests/replay/geometry.h"
 
 #define EPOCHS 3u
 
 static char dir[256];
 static char path[PATH_MAX];
 
-/* K 64, 4 A-scans, 3 B-scans, stride [2, 1], u16: small and quick. */
+/* The replay file at path in the geometry of tests/replay: small and quick. */
 static void zc_cfg(struct vr_config *c, bool loop)
 {
-	cfg_defaults(c);
+	test_replay_geometry(c);
 	c->source.type = CFG_SOURCE_REPLAY;
-	c->source.rate = 0;
-	c->geometry.samples_per_ascan = 64;
-	c->geometry.ascans_per_bscan = 4;
-	c->geometry.bscans_per_volume = 3;
-	c->geometry.stride[0] = 2;
-	c->geometry.stride[1] = 1;
-	c->geometry.depth_range[1] = 32;
 	c->source.replay.loop = loop;
 	snprintf(c->source.replay.path, sizeof(c->source.replay.path), "%s", path);
 }

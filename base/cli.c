@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Command lines (base.h): strict option values, and the usage errors that the main() of every
+ * program and subcommand prints the same way.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "base.h"
+
+int vr_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int vr_parse_seconds(const char *s, bool zero, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s)
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !isfinite(v) || v < 0 || (v == 0 && !zero) || v > 1e7)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int vr_cli_u64(const char *prog, const char *opt, const char *arg, uint64_t min, uint64_t max,
+               const char *need, uint64_t *out)
+{
+	if (!vr_parse_u64(arg, min, max, out))
+		return 0;
+	fprintf(stderr, "%s: %s %s: need %s\n", prog, opt, arg, need);
+	return -EINVAL;
+}
+
+int vr_cli_seconds(const char *prog, const char *opt, const char *arg, bool zero, double *out)
+{
+	if (!vr_parse_seconds(arg, zero, out))
+		return 0;
+	fprintf(stderr, "%s: %s %s: need seconds %s 0\n", prog, opt, arg, zero ? ">=" : ">");
+	return -EINVAL;
+}
+
+int vr_cli_usage(void (*usage)(FILE *f), int opt)
+{
+	usage(opt == 'h' ? stdout : stderr);
+	return opt == 'h' ? 0 : 2;
+}
+
+int vr_cli_args_done(const char *prog, int argc, char **argv)
+{
+	if (optind >= argc)
+		return 0;
+	fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+	return -EINVAL;
+}
