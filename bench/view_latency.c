@@ -41,7 +41,7 @@ struct kind_stats {
 static struct {
 	char url[1024], host[300], addr[256], path[1100];
 	int port;
-	bool tls, insecure, inflate;
+	bool inflate;
 	double seconds, warmup, timeout;
 	unsigned want;
 	char subscribe[256];
@@ -305,6 +305,15 @@ static struct json_object *num(double v)
 	return json_object_new_double_s(v, s);
 }
 
+static struct json_object *pair(uint32_t a, uint32_t b)
+{
+	struct json_object *v = json_object_new_array();
+
+	json_object_array_add(v, json_object_new_int64(a));
+	json_object_array_add(v, json_object_new_int64(b));
+	return v;
+}
+
 /* {p50, p99, max, n} of one field of samples s[0..n). */
 static struct json_object *pcts(const struct sample *s, size_t n, size_t field)
 {
@@ -357,14 +366,8 @@ static struct json_object *report(double dt)
 		json_object_object_add(p, "bytes", json_object_new_int64((int64_t)k->bytes));
 		json_object_object_add(p, "bytes_per_s", num((double)k->bytes / dt));
 		json_object_object_add(p, "deflated", json_object_new_int64((int64_t)k->deflated));
-		x = json_object_new_array();
-		json_object_array_add(x, json_object_new_int64(k->rows));
-		json_object_array_add(x, json_object_new_int64(k->cols));
-		json_object_object_add(p, "shape", x);
-		x = json_object_new_array();
-		json_object_array_add(x, json_object_new_int64(k->rstep));
-		json_object_array_add(x, json_object_new_int64(k->cstep));
-		json_object_object_add(p, "reduced_by", x);
+		json_object_object_add(p, "shape", pair(k->rows, k->cols));
+		json_object_object_add(p, "reduced_by", pair(k->rstep, k->cstep));
 		json_object_object_add(p, "acq_to_received_ms", pcts(k->s, k->n, 0));
 		json_object_object_add(p, "publish_to_received_ms", pcts(k->s, k->n, 1));
 		json_object_object_add(p, "viewer_read_to_received_ms", pcts(k->s, k->n, 2));
@@ -404,34 +407,28 @@ static struct json_object *report(double dt)
 	json_object_object_add(d, "drops",
 	                       num(status_num(r.st_last, "drops", "total") -
 	                           status_num(r.st_first, "drops", "total")));
-	if (r.st_last) {
-		const char *keep[] = {"backend", "source", "geometry", "latency_ms", "rates"};
-
-		for (size_t i = 0; i < VR_ARRAY_SIZE(keep); i++)
-			if (json_object_object_get_ex(r.st_last, keep[i], &x))
-				json_object_object_add(d, keep[i], json_object_get(x));
-	}
+	if (r.st_last && json_object_object_get_ex(r.st_last, "latency_ms", &x))
+		json_object_object_add(d, "latency_ms", json_object_get(x));
 	json_object_object_add(o, "daemon", d);
 	return o;
 }
 
-/* ws://HOST[:PORT][/PATH] or wss://...; HOST may be [v6]. */
+/* ws://HOST[:PORT][/PATH]; HOST may be [v6]. */
 static int parse_url(const char *u, const char *token)
 {
 	const char *p = u, *h, *e;
 	long port;
 
-	r.tls = !strncmp(u, "wss://", 6);
-	if (strncmp(u, "ws://", 5) && !r.tls)
+	if (strncmp(u, "ws://", 5))
 		return -EINVAL;
-	p += r.tls ? 6 : 5;
+	p += 5;
 	h = p;
 	e = *p == '[' ? strchr(p, ']') : p + strcspn(p, ":/?#");
 	if (!e || e == h || (size_t)(e - h) >= sizeof(r.addr))
 		return -EINVAL;
 	e += *p == '[';
 	snprintf(r.addr, sizeof(r.addr), "%.*s", (int)(e - h - 2 * (*p == '[')), h + (*p == '['));
-	port = r.tls ? 443 : 80;
+	port = 80;
 	if (*e == ':') {
 		char *end;
 
@@ -453,19 +450,22 @@ static int parse_url(const char *u, const char *token)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: view_latency [--url ws://127.0.0.1:8090/ws] [--token T] [--insecure]\n"
+	fprintf(f, "usage: view_latency [--url ws://127.0.0.1:8090/ws] [--token T]\n"
 	           "                    [--seconds S] [--warmup S] [--timeout S] [--inflate]\n"
 	           "                    [--views enface_mean,bscan,slice,render]\n");
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-	        {"url", required_argument, NULL, 'u'},     {"token", required_argument, NULL, 't'},
-	        {"seconds", required_argument, NULL, 's'}, {"warmup", required_argument, NULL, 'w'},
-	        {"timeout", required_argument, NULL, 'T'}, {"views", required_argument, NULL, 'v'},
-	        {"inflate", no_argument, NULL, 'i'},       {"insecure", no_argument, NULL, 'k'},
-	        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {{"url", required_argument, NULL, 'u'},
+	                                     {"token", required_argument, NULL, 't'},
+	                                     {"seconds", required_argument, NULL, 's'},
+	                                     {"warmup", required_argument, NULL, 'w'},
+	                                     {"timeout", required_argument, NULL, 'T'},
+	                                     {"views", required_argument, NULL, 'v'},
+	                                     {"inflate", no_argument, NULL, 'i'},
+	                                     {"help", no_argument, NULL, 'h'},
+	                                     {NULL, 0, NULL, 0}};
 	const char *url = "ws://127.0.0.1:8090/ws", *token = NULL;
 	const char *views = "enface_mean,bscan,slice,render";
 	static const struct lws_protocols protocols[] = {
@@ -491,9 +491,6 @@ int main(int argc, char **argv)
 			break;
 		case 'i':
 			r.inflate = true;
-			break;
-		case 'k':
-			r.insecure = true;
 			break;
 		case 's':
 		case 'w':
@@ -531,7 +528,8 @@ int main(int argc, char **argv)
 	}
 	if (strlen(url) >= 1000 || parse_url(url, token)) {
 		fprintf(stderr,
-		        "view_latency: --url %s: need ws://HOST[:PORT][/PATH] or wss://...\n", url);
+		        "view_latency: --url %s: need ws://HOST[:PORT][/PATH] (loopback: no TLS)\n",
+		        url);
 		return 2;
 	}
 	for (const char *p = views; *p;) {
@@ -567,7 +565,6 @@ int main(int argc, char **argv)
 	memset(&ci, 0, sizeof(ci));
 	ci.port = CONTEXT_PORT_NO_LISTEN;
 	ci.protocols = protocols;
-	ci.options = r.tls ? LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT : 0;
 	r.ctx = lws_create_context(&ci);
 	if (!r.ctx) {
 		fprintf(stderr, "view_latency: libwebsockets: cannot create its context\n");
@@ -580,12 +577,6 @@ int main(int argc, char **argv)
 	cc.path = r.path;
 	cc.host = r.host;
 	cc.protocol = "volrec-view";
-	cc.ssl_connection =
-	        r.tls ? LCCSCF_USE_SSL |
-	                        (r.insecure ? LCCSCF_ALLOW_SELFSIGNED |
-	                                              LCCSCF_SKIP_SERVER_CERT_HOSTNAME_CHECK
-	                                    : 0)
-	              : 0;
 	r.t0 = vr_mono_s();
 	if (!lws_client_connect_via_info(&cc) && r.phase != 3) {
 		char why[300] = "";
