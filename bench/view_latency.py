@@ -10,7 +10,8 @@ after --warmup, stops everything and writes one JSON object to -o. Python's stan
 only: it runs on a GPU host that has neither numpy nor pyzmq.
 
   bench/view_latency.py --build build --backend cpu --case demo -o FILE
-  bench/view_latency.py --build build-dev --backend cuda --case paper --rate 120 --seconds 10 -o FILE
+  bench/view_latency.py --build build-dev --backend cuda --case paper --rate 120 \
+      --seconds 10 -o FILE
 
 Cases: demo (scripts/demo.sh: 32 x 32 A-scans of 1024 samples, stride 3, depth [96, 352),
 96 x 96 x 256 volumes from the synthetic retina at 10/s); paper (bench/cases.c 'paper': 60 x 60
@@ -136,7 +137,8 @@ def tail(path, n=3000):
 
 
 def machine():
-    m = {"host": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release()}
+    m = {"host": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
+         "loadavg_1min": round(os.getloadavg()[0], 2)}
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -248,7 +250,8 @@ def run(a):
             "commit": os.environ.get("VOLREC_GIT_COMMIT"),
             "machine": dict(machine(), device=backend.get("device")),
             "case": a.case, "backend": backend.get("name", a.backend), "source": source,
-            "rate_hz": cfg["source"]["rate"], "volume": (last or {}).get("geometry", {}).get("volume"),
+            "rate_hz": cfg["source"]["rate"],
+            "volume": (last or {}).get("geometry", {}).get("volume"),
             "seconds": a.seconds, "warmup_s": a.warmup, "viewer_args": a.view_arg,
             "measured_at": "the viewer's WebSocket on the daemon's host (bench/view_latency.c, "
                            "no browser): acquisition (t_last_ns) to the picture's last byte "
