@@ -51,8 +51,7 @@ CASES = {
              "render_every": 1, "render_side": 96},
     "paper": {"geometry": {"samples_per_ascan": 8192, "sample_type": "u16", "ascans_per_bscan": 60,
                            "bscans_per_volume": 60, "stride": [5, 5], "depth_range": [0, 4096]},
-              "preprocess": {}, "source": "replay", "rate": 120, "ring_bscans": 240,
-              "epochs": 25},
+              "preprocess": {}, "source": "replay", "rate": 120, "ring_bscans": 240},
 }
 
 
@@ -180,10 +179,21 @@ def run(a):
         source = a.source or case["source"]
         if source == "replay":
             replay = pathlib.Path(a.shm_dir) / f"{instance}.vrr"
+            g = case["geometry"]
+            epochs = g["stride"][0] * g["stride"][1]  # one interlacing cycle, looped
+            y, x = g["bscans_per_volume"] * g["stride"][1], g["ascans_per_bscan"] * g["stride"][0]
+            need = (epochs * g["bscans_per_volume"] * g["ascans_per_bscan"]
+                    * g["samples_per_ascan"] * 2 + 5 * y * x * (g["depth_range"][1]
+                                                               - g["depth_range"][0]))
+            free = shutil.disk_usage(a.shm_dir).free
+            if free < need:
+                raise RuntimeError(f"{a.shm_dir} has {free / 1e9:.2f} GB free; the replay file "
+                                   f"and the daemon's slots need {need / 1e9:.2f} GB "
+                                   "(--shm-dir)")
             sim_cfg = write(work / "sim.yaml", config(a.case, a, "vwlsim", run_dir))
             t = time.monotonic()
             p = subprocess.run([str(volrec), "sim", "-c", str(sim_cfg), "-o", str(replay), "-n",
-                                str(case.get("epochs", 25))], capture_output=True, text=True)
+                                str(epochs)], capture_output=True, text=True)
             if p.returncode:
                 raise RuntimeError(f"volrec sim failed ({p.returncode}): {p.stderr.strip()}")
             log(f"replay file {replay} written in {time.monotonic() - t:.1f} s")
