@@ -55,3 +55,12 @@ SOAK_ARGS ?=
 soak: all $(B)/tests/soak_reader
 	$(call msg,SOAK,$(SOAK_SECONDS) s)
 	$(Q)SOAK_SECONDS=$(SOAK_SECONDS) $(PYTHON) bench/soak.py --build $(B) $(SOAK_ARGS)
+
+# Acquisition -> picture received at the web viewer's WebSocket, in C (no browser, no Python
+# packages needed on a GPU host): bench/view_latency.py runs volrecd, `volrec view` and it
+# (docs/viewer.md, "Performance"). Built by `make all`.
+TEST_PROGRAMS += view_latency
+view_latency_SRCS := bench/view_latency.c
+view_latency_ARCHIVES = view base
+view_latency_LDLIBS := -lwebsockets -lz -ljson-c -lm
+all: $(B)/tests/view_latency
