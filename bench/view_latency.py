@@ -234,13 +234,19 @@ def run(a):
         url = f"ws://127.0.0.1:{port}/ws"
         cmd = [str(client), "--url", url, "--seconds", str(a.seconds), "--warmup",
                str(a.warmup), "--views", a.views] + (["--inflate"] if a.inflate else [])
-        log(f"{' '.join(cmd)}")
-        p = subprocess.run(cmd, capture_output=True, text=True,
-                           timeout=a.seconds + a.warmup + 120)
-        if p.returncode:
-            raise RuntimeError(f"view_latency failed ({p.returncode}): {p.stderr.strip()}\n"
-                               f"the viewer's log:\n{tail(view_err)}")
-        got = json.loads(p.stdout)
+        log(f"{' '.join(cmd)}" + (f" (x{a.clients} at once)" if a.clients > 1 else ""))
+        # --clients N: N sockets at once, as N browsers would be; the first one's figures are
+        # the report's, every one's in "clients"
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(a.clients)]
+        outs = []
+        for p in procs:
+            out, err = p.communicate(timeout=a.seconds + a.warmup + 120)
+            if p.returncode:
+                raise RuntimeError(f"view_latency failed ({p.returncode}): {err.strip()}\n"
+                                   f"the viewer's log:\n{tail(view_err)}")
+            outs.append(json.loads(out))
+        got = outs[0]
         last = status(volrec, cfg_path)
         stop(viewer, "volrec view")
         rc = subprocess.run([str(volrec), "stop", "-c", str(cfg_path), "--timeout", "30"],
@@ -275,6 +281,10 @@ def run(a):
                              "publish_to_received_ms": v["publish_to_received_ms"]}
                          for k, v in got["pictures"].items()},
             "acq_to_received_ms_all": every,
+            "clients": [{"pictures_per_s": {k: v["pictures_per_s"] for k, v in o["pictures"].items()},
+                         "acq_to_received_ms_all": o["acq_to_received_ms_all"],
+                         "daemon_volumes_per_s": o["daemon"].get("volumes_per_s")}
+                        for o in outs],
             "target": {"acq_to_drawn_p99_ms": 50,
                        "met_at_socket": every["p99"] is not None and every["p99"] <= 50},
             "config": cfg,
@@ -310,6 +320,8 @@ def main():
     ap.add_argument("--warmup", type=float, default=3)
     ap.add_argument("--views", default="enface_mean,bscan,slice,render")
     ap.add_argument("--inflate", action="store_true", help="the client inflates deflated pictures")
+    ap.add_argument("--clients", type=int, default=1,
+                    help="sockets at once, each subscribed like one page (default 1)")
     ap.add_argument("--view-arg", action="append", default=[],
                     help="an argument for `volrec view` (repeat), e.g. --view-arg=--max-rate=120")
     ap.add_argument("--no-alone", action="store_true", help="skip the daemon-alone phase")
@@ -321,6 +333,8 @@ def main():
     a = ap.parse_args()
     if not a.seconds > 0 or not a.warmup >= 0:
         ap.error("--seconds must be > 0 and --warmup >= 0")
+    if not 1 <= a.clients <= 16:
+        ap.error("--clients must be 1 to 16 (the viewer's --max-browsers default)")
     try:
         result = run(a)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
