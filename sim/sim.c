@@ -178,15 +178,16 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 
 void sim_params_from_geometry(struct sim_params *p, const struct volrec_shim_geometry *g)
 {
-	memset(p, 0, sizeof(*p));
-	p->samples_per_ascan = g->samples_per_ascan;
-	p->ascans_per_bscan = g->ascans_per_bscan;
-	p->bscans_per_volume = g->bscans_per_volume;
-	p->stride_x = g->stride_x;
-	p->stride_y = g->stride_y;
-	p->sample_type = g->sample_type;
-	p->bidirectional = g->bidirectional;
-	p->rate = g->rate;
+	*p = (struct sim_params){
+	        .samples_per_ascan = g->samples_per_ascan,
+	        .ascans_per_bscan = g->ascans_per_bscan,
+	        .bscans_per_volume = g->bscans_per_volume,
+	        .stride_x = g->stride_x,
+	        .stride_y = g->stride_y,
+	        .sample_type = g->sample_type,
+	        .bidirectional = g->bidirectional,
+	        .rate = g->rate,
+	};
 }
 
 static double nl_h(double v)
