@@ -41,6 +41,24 @@ static inline void ipc_store32(uint32_t *p, uint32_t v, memory_order o)
 	atomic_store_explicit(IPC_A32(p), v, o);
 }
 
+/*
+ * Copy the description of a volume between the layouts that carry it under the same field names:
+ * struct ipc_volume_meta, the slot header, the vol message and struct volrec_view. The sequence
+ * is not copied (the slot header keeps it as its seqlock), nor drops_before (not on the wire).
+ */
+#define IPC_META_COPY(dst, src)                                                                    \
+	do {                                                                                       \
+		(dst)->volume_id = (src)->volume_id;                                               \
+		(dst)->epoch = (src)->epoch;                                                       \
+		(dst)->offset_x = (src)->offset_x;                                                 \
+		(dst)->offset_y = (src)->offset_y;                                                 \
+		(dst)->t_first_ns = (src)->t_first_ns;                                             \
+		(dst)->t_last_ns = (src)->t_last_ns;                                               \
+		(dst)->t_publish_ns = (src)->t_publish_ns;                                         \
+		(dst)->latency_ns = (src)->latency_ns;                                             \
+		(dst)->flags = (src)->flags;                                                       \
+	} while (0)
+
 static inline uint64_t ipc_now_ns(clockid_t clk)
 {
 	struct timespec ts;

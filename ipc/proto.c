@@ -144,32 +144,14 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 
 void ipc_slot_meta_store(struct volrec_slot_header *sh, const struct ipc_volume_meta *m)
 {
-	sh->volume_id = m->volume_id;
-	sh->epoch = m->epoch;
-	sh->offset_x = m->offset_x;
-	sh->offset_y = m->offset_y;
-	sh->t_first_ns = m->t_first_ns;
-	sh->t_last_ns = m->t_last_ns;
-	sh->t_publish_ns = m->t_publish_ns;
-	sh->latency_ns = m->latency_ns;
-	sh->flags = m->flags;
+	IPC_META_COPY(sh, m);
 }
 
 void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
                         struct ipc_volume_meta *m)
 {
-	*m = (struct ipc_volume_meta){
-	        .volume_id = sh->volume_id,
-	        .epoch = sh->epoch,
-	        .offset_x = sh->offset_x,
-	        .offset_y = sh->offset_y,
-	        .t_first_ns = sh->t_first_ns,
-	        .t_last_ns = sh->t_last_ns,
-	        .latency_ns = sh->latency_ns,
-	        .flags = sh->flags,
-	        .sequence = sequence,
-	        .t_publish_ns = sh->t_publish_ns,
-	};
+	*m = (struct ipc_volume_meta){.sequence = sequence};
+	IPC_META_COPY(m, sh);
 }
 
 void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct volrec_vol_msg)])
@@ -183,21 +165,13 @@ void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct vol
 	        .slot = v->slot,
 	        .session_id = v->session_id,
 	        .sequence = m->sequence,
-	        .volume_id = m->volume_id,
-	        .epoch = m->epoch,
 	        .ny = v->shape.ny,
 	        .nx = v->shape.nx,
 	        .nz = v->shape.nz,
 	        .dtype = v->shape.dtype,
-	        .offset_x = m->offset_x,
-	        .offset_y = m->offset_y,
-	        .t_first_ns = m->t_first_ns,
-	        .t_last_ns = m->t_last_ns,
-	        .t_publish_ns = m->t_publish_ns,
-	        .latency_ns = m->latency_ns,
-	        .flags = m->flags,
 	};
 
+	IPC_META_COPY(&w, m);
 	/* the struct is the little-endian wire layout (no padding, asserted in protocol.h) */
 	memcpy(out, &w, sizeof(w));
 }
@@ -249,16 +223,8 @@ int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, si
 	        .session_id = t.session_id,
 	        .slot = t.slot,
 	        .shape = {.ny = t.ny, .nx = t.nx, .nz = t.nz, .dtype = t.dtype},
-	        .meta = {.volume_id = t.volume_id,
-	                 .epoch = t.epoch,
-	                 .offset_x = t.offset_x,
-	                 .offset_y = t.offset_y,
-	                 .t_first_ns = t.t_first_ns,
-	                 .t_last_ns = t.t_last_ns,
-	                 .latency_ns = t.latency_ns,
-	                 .flags = t.flags,
-	                 .sequence = t.sequence,
-	                 .t_publish_ns = t.t_publish_ns},
+	        .meta = {.sequence = t.sequence},
 	};
+	IPC_META_COPY(&v->meta, &t);
 	return 0;
 }

@@ -439,18 +439,10 @@ static void view_fill(const struct volrec_client *c, uint32_t slot, const struct
 	        .nz = h->nz,
 	        .dtype = h->dtype,
 	        .slot = slot,
-	        .flags = m->flags,
 	        .session_id = c->s.id,
 	        .sequence = m->sequence,
-	        .volume_id = m->volume_id,
-	        .epoch = m->epoch,
-	        .offset_x = m->offset_x,
-	        .offset_y = m->offset_y,
-	        .t_first_ns = m->t_first_ns,
-	        .t_last_ns = m->t_last_ns,
-	        .t_publish_ns = m->t_publish_ns,
-	        .latency_ns = m->latency_ns,
 	};
+	IPC_META_COPY(v, m);
 }
 
 /* Read the description of volume n from slot under its seqlock: 0, or -EAGAIN if the slot does

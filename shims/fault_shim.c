@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 
 #include "volrec/shim.h"
 #include "args.h"
+#include "common.h"
 #include "base/base.h"
 
 #define ALLOWED                                                                                    \
@@ -34,16 +34,13 @@ struct fault_shim {
 	bool fail_configure, fail_start;
 	uint64_t fail_every, timeout_every, stall_ms, stall_after;
 	char control[SHIM_ARG_VAL_MAX];
-	char text[64]; /* text_hex: appended to every error text */
 	struct volrec_shim_geometry geo;
 	void *ascan; /* one A-scan of samples */
 	size_t ascan_bytes;
-	uint64_t period_ns;
+	struct shim_pacer pace;
 	bool configured, started;
-	uint64_t t0, n; /* schedule origin, B-scans delivered */
-	uint64_t calls; /* acquire() calls */
-	uint64_t epoch;
-	uint32_t b;
+	uint64_t calls;      /* acquire() calls */
+	struct shim_pos pos; /* of the next B-scan */
 	bool pend; /* set_scan_offset came in the middle of an epoch: applies at the next one */
 	uint64_t pend_epoch;
 	bool stalled_once;
@@ -52,26 +49,8 @@ struct fault_shim {
 	struct timespec last_mtime;
 	uint64_t pend_errors, pend_timeouts, pend_stalls, pend_stall_ms, pend_returns;
 	long long pend_value; /* "return V": what acquire() returns, buffer untouched */
-	int code;
-	char msg[512];
+	struct shim_err err;  /* err.suffix: text_hex, appended to every error text */
 };
-
-static __thread char open_msg[512];
-
-static int fail(struct fault_shim *s, int code, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-static int fail(struct fault_shim *s, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(s->msg, sizeof(s->msg) - sizeof(s->text), fmt, ap);
-	va_end(ap);
-	size_t n = strlen(s->msg);
-	snprintf(s->msg + n, sizeof(s->msg) - n, "%s", s->text);
-	s->code = code;
-	return code;
-}
 
 /* Decode hex bytes ("ff 41" or "ff41") into out (NUL-terminated); -EINVAL when malformed. */
 static int unhex(const char *hex, char *out, size_t outlen)
@@ -102,10 +81,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	int rc;
 
 	s = calloc(1, sizeof(*s));
-	if (!s) {
-		snprintf(open_msg, sizeof(open_msg), "fault shim: out of memory");
-		return -ENOMEM;
-	}
+	if (!s)
+		return shim_open_fail(-ENOMEM, "fault shim: out of memory");
 	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
 	if (!rc)
 		rc = shim_args_bool(&args, "fail_open", &fail_open, err, sizeof(err));
@@ -133,7 +110,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc)
 		rc = shim_args_str(&args, "text_hex", text_hex, sizeof(text_hex), err, sizeof(err));
 	if (!rc && (unhex(device_hex, device, sizeof(device)) ||
-	            unhex(text_hex, s->text, sizeof(s->text)))) {
+	            unhex(text_hex, s->err.suffix, sizeof(s->err.suffix)))) {
 		snprintf(err, sizeof(err), "device_hex, text_hex: pairs of hex digits, not 00");
 		rc = -EINVAL;
 	}
@@ -144,9 +121,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = -EIO;
 	}
 	if (rc) {
-		snprintf(open_msg, sizeof(open_msg), "fault shim: %s", err);
 		free(s);
-		return rc;
+		return shim_open_fail(rc, "fault shim: %s", err);
 	}
 	snprintf(info->name, sizeof(info->name), "fault-shim");
 	snprintf(info->version, sizeof(info->version), "%s", VOLREC_VERSION);
@@ -193,17 +169,17 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	struct fault_shim *s = h;
 
 	if (s->fail_configure)
-		return fail(s, -EINVAL,
-		            "fault shim: configure failed on request (fail_configure: "
-		            "true)");
+		return shim_fail(&s->err, -EINVAL,
+		                 "fault shim: configure failed on request (fail_configure: "
+		                 "true)");
 	if (g->sample_type > VOLREC_SAMPLE_F32 || !g->samples_per_ascan || !g->ascans_per_bscan ||
 	    !g->bscans_per_volume)
-		return fail(s, -EINVAL, "fault shim: cannot deliver this geometry");
+		return shim_fail(&s->err, -EINVAL, "fault shim: cannot deliver this geometry");
 	free(s->ascan);
 	s->geo = *g;
 	if (make_ascan(s))
-		return fail(s, -ENOMEM, "fault shim: out of memory");
-	s->period_ns = g->rate > 0 ? (uint64_t)(1e9 / (g->rate * g->bscans_per_volume) + 0.5) : 0;
+		return shim_fail(&s->err, -ENOMEM, "fault shim: out of memory");
+	shim_pacer_init(&s->pace, g);
 	s->configured = true;
 	return 0;
 }
@@ -213,8 +189,9 @@ static int shim_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t o
 	struct fault_shim *s = h;
 
 	if (ox >= s->geo.stride_x || oy >= s->geo.stride_y)
-		return fail(s, -EINVAL, "fault shim: offset (%u, %u) outside stride [%u, %u]", ox,
-		            oy, s->geo.stride_x, s->geo.stride_y);
+		return shim_fail(&s->err, -EINVAL,
+		                 "fault shim: offset (%u, %u) outside stride [%u, %u]", ox, oy,
+		                 s->geo.stride_x, s->geo.stride_y);
 	/* the epoch told applies from its first B-scan: in the middle of an epoch (after a
 	 * failed acquire) the rest of the current one comes first */
 	s->pend = true;
@@ -227,11 +204,11 @@ static int shim_start(void *h)
 	struct fault_shim *s = h;
 
 	if (!s->configured)
-		return fail(s, -EINVAL, "fault shim: start() before configure()");
+		return shim_fail(&s->err, -EINVAL, "fault shim: start() before configure()");
 	if (s->fail_start)
-		return fail(s, -EIO, "fault shim: start failed on request (fail_start: true)");
-	s->t0 = vr_now_ns(CLOCK_MONOTONIC);
-	s->n = 0;
+		return shim_fail(&s->err, -EIO,
+		                 "fault shim: start failed on request (fail_start: true)");
+	shim_pacer_start(&s->pace);
 	s->started = true;
 	return 0;
 }
@@ -282,10 +259,10 @@ static int poll_control(struct fault_shim *s)
 		s->pend_stall_ms = a;
 		s->pend_stalls = got >= 3 ? b : 1;
 	} else {
-		return fail(s, -EINVAL,
-		            "fault shim: control file %s: unknown command '%s' (ok, error N, "
-		            "timeout N, stall MS [N], return V [N])",
-		            s->control, buf);
+		return shim_fail(&s->err, -EINVAL,
+		                 "fault shim: control file %s: unknown command '%s' (ok, error N, "
+		                 "timeout N, stall MS [N], return V [N])",
+		                 s->control, buf);
 	}
 	return 0;
 }
@@ -294,15 +271,16 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
                         struct volrec_shim_meta *meta)
 {
 	struct fault_shim *s = h;
+	uint64_t due;
 	size_t need;
 	int rc;
 
 	if (!s->started)
-		return fail(s, -EINVAL, "fault shim: acquire() before start()");
+		return shim_fail(&s->err, -EINVAL, "fault shim: acquire() before start()");
 	need = s->ascan_bytes * s->geo.ascans_per_bscan;
 	if (size < need)
-		return fail(s, -EINVAL, "fault shim: buffer of %zu bytes, a B-scan is %zu", size,
-		            need);
+		return shim_fail(&s->err, -EINVAL,
+		                 "fault shim: buffer of %zu bytes, a B-scan is %zu", size, need);
 	s->calls++;
 	rc = poll_control(s);
 	if (rc)
@@ -314,8 +292,9 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	}
 	if (s->pend_errors) {
 		s->pend_errors--;
-		return fail(s, -EIO, "fault shim: injected error (control file; %llu more)",
-		            (unsigned long long)s->pend_errors);
+		return shim_fail(&s->err, -EIO,
+		                 "fault shim: injected error (control file; %llu more)",
+		                 (unsigned long long)s->pend_errors);
 	}
 	if (s->pend_timeouts) {
 		s->pend_timeouts--;
@@ -327,45 +306,30 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		vr_sleep_ns(s->pend_stall_ms * 1000000ull); /* a hung driver: ignores timeout_ms */
 	}
 	if (s->fail_every && s->calls % s->fail_every == 0)
-		return fail(s, -EIO, "fault shim: injected error (fail_every: %llu, call %llu)",
-		            (unsigned long long)s->fail_every, (unsigned long long)s->calls);
+		return shim_fail(&s->err, -EIO,
+		                 "fault shim: injected error (fail_every: %llu, call %llu)",
+		                 (unsigned long long)s->fail_every, (unsigned long long)s->calls);
 	if (s->timeout_every && s->calls % s->timeout_every == 0) {
 		vr_sleep_ns((timeout_ms > 0 ? (uint64_t)timeout_ms : 0) * 1000000ull);
 		return -ETIMEDOUT;
 	}
-	if (s->stall_ms && !s->stalled_once && s->n == s->stall_after) {
+	if (s->stall_ms && !s->stalled_once && s->pace.n == s->stall_after) {
 		s->stalled_once = true;
 		vr_sleep_ns(s->stall_ms * 1000000ull);
 	}
-	if (s->period_ns) {
-		uint64_t now = vr_now_ns(CLOCK_MONOTONIC), due = s->t0 + (s->n + 1) * s->period_ns;
-		if (now > due + s->geo.bscans_per_volume * s->period_ns)
-			s->t0 = now - (s->n + 1) * s->period_ns; /* far behind: rebase */
-		else if (due > now && timeout_ms >= 0 &&
-		         due - now > (uint64_t)timeout_ms * 1000000ull) {
-			vr_sleep_ns((uint64_t)timeout_ms * 1000000ull);
-			return -ETIMEDOUT;
-		} else if (due > now) {
-			vr_sleep_until_ns(due);
-		}
-	}
+	rc = shim_pacer_due(&s->pace, timeout_ms, &due);
+	if (rc)
+		return rc;
+	if (due)
+		vr_sleep_until_ns(due);
 	for (uint32_t a = 0; a < s->geo.ascans_per_bscan; a++)
 		memcpy((uint8_t *)buf + a * s->ascan_bytes, s->ascan, s->ascan_bytes);
-	if (s->b == 0 && s->pend) {
-		s->epoch = s->pend_epoch;
+	if (s->pos.b == 0 && s->pend) {
+		s->pos.epoch = s->pend_epoch;
 		s->pend = false;
 	}
-	s->n++;
-	if (meta) {
-		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
-		meta->epoch = s->epoch;
-		meta->bscan = s->b;
-		meta->flags = 0;
-	}
-	if (++s->b == s->geo.bscans_per_volume) {
-		s->b = 0;
-		s->epoch++;
-	}
+	s->pace.n++;
+	shim_pos_deliver(&s->pos, &s->geo, meta);
 	return 0;
 }
 
@@ -390,9 +354,7 @@ static const char *shim_strerror(void *h, int code)
 {
 	struct fault_shim *s = h;
 
-	if (!s)
-		return open_msg[0] ? open_msg : NULL;
-	return code && code == s->code ? s->msg : NULL;
+	return shim_err_text(s ? &s->err : NULL, code);
 }
 
 static const struct volrec_shim_ops ops = {

@@ -2,13 +2,13 @@
 # never linked into it. libvolrec_synth_shim.so is the template for a real frame grabber;
 # libvolrec_fault_shim.so injects errors, timeouts and stalls for the daemon's tests.
 SHLIBS += volrec_synth_shim volrec_fault_shim
-volrec_synth_shim_SRCS := shims/synth_shim.c shims/args.c
+volrec_synth_shim_SRCS := shims/synth_shim.c shims/args.c shims/common.c
 volrec_synth_shim_ARCHIVES := sim base
 # only what it uses of base (vr_scan_offset, the clock): no libjson-c in the shims
 volrec_synth_shim_LDLIBS := -Wl,--as-needed -lyaml
 volrec_synth_shim_SOVERSION := 1
 volrec_synth_shim_VERSION_SCRIPT := shims/shim.map
-volrec_fault_shim_SRCS := shims/fault_shim.c shims/args.c
+volrec_fault_shim_SRCS := shims/fault_shim.c shims/args.c shims/common.c
 volrec_fault_shim_ARCHIVES := base
 volrec_fault_shim_LDLIBS := -Wl,--as-needed -lyaml
 volrec_fault_shim_SOVERSION := 1

@@ -6,7 +6,6 @@
  * args: {seed: 1, deg_per_s: 0.25, snr_db: 40, phantom: retina, bit_shift: 0, motion_rate: 0}
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 
 #include "volrec/shim.h"
 #include "args.h"
+#include "common.h"
 #include "sim/sim.h"
 #include "base/base.h"
 
@@ -29,34 +29,16 @@ struct synth_shim {
 	/* from configure() */
 	struct sim *sim;
 	struct volrec_shim_geometry geo;
-	uint64_t period_ns; /* per B-scan, 0 = free running */
+	struct shim_pacer pace;
 	/* acquisition */
 	bool started;
-	uint64_t t0, n; /* schedule origin (CLOCK_MONOTONIC ns), B-scans delivered */
-	uint64_t epoch;
-	uint32_t b, ox, oy;
+	struct shim_pos pos; /* of the next B-scan */
+	uint32_t ox, oy;
 	bool pend;
 	uint64_t pend_epoch;
 	uint32_t pend_ox, pend_oy;
-	int code; /* last error code and its text */
-	char msg[512];
+	struct shim_err err;
 };
-
-/* open() failed: no handle to keep the text in. */
-static __thread char open_msg[512];
-
-static int fail(struct synth_shim *s, int code, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-static int fail(struct synth_shim *s, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
-	va_end(ap);
-	s->code = code;
-	return code;
-}
 
 static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
 {
@@ -66,10 +48,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	int rc;
 
 	s = calloc(1, sizeof(*s));
-	if (!s) {
-		snprintf(open_msg, sizeof(open_msg), "synth shim: out of memory");
-		return -ENOMEM;
-	}
+	if (!s)
+		return shim_open_fail(-ENOMEM, "synth shim: out of memory");
 	s->seed = 1;
 	s->deg_per_s = 0.25;
 	s->snr_db = 40;
@@ -93,9 +73,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc)
 		rc = shim_args_check_unused(&args, ALLOWED, err, sizeof(err));
 	if (rc) {
-		snprintf(open_msg, sizeof(open_msg), "synth shim: %s", err);
 		free(s);
-		return rc;
+		return shim_open_fail(rc, "synth shim: %s", err);
 	}
 	snprintf(info->name, sizeof(info->name), "synth-shim");
 	snprintf(info->version, sizeof(info->version), "%s", VOLREC_VERSION);
@@ -113,31 +92,25 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	char err[256];
 	int rc;
 
-	memset(&p, 0, sizeof(p));
-	p.samples_per_ascan = g->samples_per_ascan;
-	p.ascans_per_bscan = g->ascans_per_bscan;
-	p.bscans_per_volume = g->bscans_per_volume;
-	p.stride_x = g->stride_x;
-	p.stride_y = g->stride_y;
-	p.sample_type = g->sample_type;
-	p.bidirectional = g->bidirectional;
+	sim_params_from_geometry(&p, g);
 	p.bit_shift = (uint32_t)s->bit_shift;
-	p.rate = s->motion_rate > 0 ? s->motion_rate : g->rate;
+	if (s->motion_rate > 0)
+		p.rate = s->motion_rate;
 	p.seed = s->seed;
 	snprintf(p.phantom, sizeof(p.phantom), "%s", s->phantom);
 	p.deg_per_s = s->deg_per_s;
 	p.snr_db = s->snr_db;
 	if (s->started)
-		return fail(s, -EBUSY, "synth shim: configure() while started");
+		return shim_fail(&s->err, -EBUSY, "synth shim: configure() while started");
 	sim_destroy(s->sim);
 	s->sim = NULL;
 	rc = sim_create(&p, &s->sim, err, sizeof(err));
 	if (rc)
-		return fail(s, rc, "synth shim: %s", err);
+		return shim_fail(&s->err, rc, "synth shim: %s", err);
 	s->geo = *g;
-	s->period_ns = g->rate > 0 ? (uint64_t)(1e9 / (g->rate * g->bscans_per_volume) + 0.5) : 0;
-	s->epoch = 0;
-	s->b = 0;
+	shim_pacer_init(&s->pace, g);
+	s->pos.epoch = 0;
+	s->pos.b = 0;
 	s->pend = false;
 	return 0;
 }
@@ -147,13 +120,16 @@ static int shim_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t o
 	struct synth_shim *s = h;
 
 	if (!s->sim)
-		return fail(s, -EINVAL, "synth shim: set_scan_offset() before configure()");
+		return shim_fail(&s->err, -EINVAL,
+		                 "synth shim: set_scan_offset() before configure()");
 	if (ox >= s->geo.stride_x || oy >= s->geo.stride_y)
-		return fail(s, -EINVAL, "synth shim: offset (%u, %u) outside stride [%u, %u]", ox,
-		            oy, s->geo.stride_x, s->geo.stride_y);
-	if (s->b != 0 && epoch == s->epoch)
-		return fail(s, -EBUSY, "synth shim: epoch %llu is already being acquired",
-		            (unsigned long long)epoch);
+		return shim_fail(&s->err, -EINVAL,
+		                 "synth shim: offset (%u, %u) outside stride [%u, %u]", ox, oy,
+		                 s->geo.stride_x, s->geo.stride_y);
+	if (s->pos.b != 0 && epoch == s->pos.epoch)
+		return shim_fail(&s->err, -EBUSY,
+		                 "synth shim: epoch %llu is already being acquired",
+		                 (unsigned long long)epoch);
 	s->pend = true;
 	s->pend_epoch = epoch;
 	s->pend_ox = ox;
@@ -166,9 +142,8 @@ static int shim_start(void *h)
 	struct synth_shim *s = h;
 
 	if (!s->sim)
-		return fail(s, -EINVAL, "synth shim: start() before configure()");
-	s->t0 = vr_now_ns(CLOCK_MONOTONIC);
-	s->n = 0;
+		return shim_fail(&s->err, -EINVAL, "synth shim: start() before configure()");
+	shim_pacer_start(&s->pace);
 	s->started = true;
 	return 0;
 }
@@ -180,51 +155,34 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	int rc;
 
 	if (!s->started)
-		return fail(s, -EINVAL, "synth shim: acquire() before start()");
+		return shim_fail(&s->err, -EINVAL, "synth shim: acquire() before start()");
 	if (size < sim_bscan_bytes(s->sim))
-		return fail(s, -EINVAL, "synth shim: buffer of %zu bytes, a B-scan is %zu", size,
-		            sim_bscan_bytes(s->sim));
-	uint64_t due = 0;
-	if (s->period_ns) {
-		/* a free-running camera: B-scan n ends at t0 + (n + 1) * period */
-		uint64_t now = vr_now_ns(CLOCK_MONOTONIC);
-		due = s->t0 + (s->n + 1) * s->period_ns;
-		if (now > due + s->geo.bscans_per_volume * s->period_ns) {
-			s->t0 = now - (s->n + 1) * s->period_ns; /* far behind: rebase */
-			due = now;
-		}
-		if (timeout_ms >= 0 && due > now + (uint64_t)timeout_ms * 1000000ull) {
-			vr_sleep_until_ns(now + (uint64_t)timeout_ms * 1000000ull);
-			return -ETIMEDOUT;
-		}
-	}
-	if (s->b == 0) {
+		return shim_fail(&s->err, -EINVAL,
+		                 "synth shim: buffer of %zu bytes, a B-scan is %zu", size,
+		                 sim_bscan_bytes(s->sim));
+	uint64_t due;
+	rc = shim_pacer_due(&s->pace, timeout_ms, &due);
+	if (rc)
+		return rc;
+	if (s->pos.b == 0) {
 		if (s->pend) {
-			s->epoch = s->pend_epoch;
+			s->pos.epoch = s->pend_epoch;
 			s->ox = s->pend_ox;
 			s->oy = s->pend_oy;
 		} else {
-			vr_scan_offset(s->epoch, s->geo.stride_x, s->geo.stride_y, &s->ox, &s->oy);
+			vr_scan_offset(s->pos.epoch, s->geo.stride_x, s->geo.stride_y, &s->ox,
+			               &s->oy);
 		}
 		s->pend = false;
 	}
-	rc = sim_bscan(s->sim, s->epoch, s->ox, s->oy, s->b, buf, size);
+	rc = sim_bscan(s->sim, s->pos.epoch, s->ox, s->oy, s->pos.b, buf, size);
 	if (rc)
-		return fail(s, rc, "synth shim: B-scan %u of epoch %llu failed", s->b,
-		            (unsigned long long)s->epoch);
+		return shim_fail(&s->err, rc, "synth shim: B-scan %u of epoch %llu failed",
+		                 s->pos.b, (unsigned long long)s->pos.epoch);
 	if (due)
-		vr_sleep_until_ns(due);
-	s->n++;
-	if (meta) {
-		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
-		meta->epoch = s->epoch;
-		meta->bscan = s->b;
-		meta->flags = 0;
-	}
-	if (++s->b == s->geo.bscans_per_volume) {
-		s->b = 0;
-		s->epoch++;
-	}
+		vr_sleep_until_ns(due); /* the camera's B-scan ends then */
+	s->pace.n++;
+	shim_pos_deliver(&s->pos, &s->geo, meta);
 	return 0;
 }
 
@@ -249,9 +207,7 @@ static const char *shim_strerror(void *h, int code)
 {
 	struct synth_shim *s = h;
 
-	if (!s)
-		return open_msg[0] ? open_msg : NULL;
-	return code && code == s->code ? s->msg : NULL;
+	return shim_err_text(s ? &s->err : NULL, code);
 }
 
 static const struct volrec_shim_ops ops = {

@@ -176,6 +176,20 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	p->snr_db = cfg->source.synth.snr_db;
 }
 
+void sim_params_from_geometry(struct sim_params *p, const struct volrec_shim_geometry *g)
+{
+	*p = (struct sim_params){
+	        .samples_per_ascan = g->samples_per_ascan,
+	        .ascans_per_bscan = g->ascans_per_bscan,
+	        .bscans_per_volume = g->bscans_per_volume,
+	        .stride_x = g->stride_x,
+	        .stride_y = g->stride_y,
+	        .sample_type = g->sample_type,
+	        .bidirectional = g->bidirectional,
+	        .rate = g->rate,
+	};
+}
+
 static double nl_h(double v)
 {
 	return v + NL_A * v * (1 - v) + NL_B * v * (1 - v) * (2 * v - 1);

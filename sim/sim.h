@@ -58,6 +58,8 @@ struct sim;
 
 /* Fill p from the configuration's geometry and source.synth keys. */
 void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg);
+/* Fill p from a source's geometry g (sample type and rate included); every other key 0. */
+void sim_params_from_geometry(struct sim_params *p, const struct volrec_shim_geometry *g);
 
 /*
  * Build a scanner (tables, FFT plan, scratch). On failure returns -EINVAL/-ENOMEM with a

@@ -154,16 +154,11 @@ int gc_fake_attach(ArvCamera *camera, const struct gc_fake_params *p,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	memset(&sp, 0, sizeof(sp));
-	sp.samples_per_ascan = g->samples_per_ascan;
-	sp.ascans_per_bscan = g->ascans_per_bscan;
-	sp.bscans_per_volume = g->bscans_per_volume;
-	sp.stride_x = g->stride_x;
-	sp.stride_y = g->stride_y;
-	sp.bidirectional = g->bidirectional;
+	sim_params_from_geometry(&sp, g);
 	sp.sample_type = f->sample_type;
 	sp.bit_shift = f->sample_type == VOLREC_SAMPLE_U16 ? 16 - f->bits : 0;
-	sp.rate = p->motion_rate > 0 ? p->motion_rate : g->rate;
+	if (p->motion_rate > 0)
+		sp.rate = p->motion_rate;
 	sp.seed = p->seed;
 	snprintf(sp.phantom, sizeof(sp.phantom), "%s", p->phantom);
 	sp.deg_per_s = p->deg_per_s;

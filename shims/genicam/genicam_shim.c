@@ -11,7 +11,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,24 +71,8 @@ struct gc_shim {
 	uint64_t incomplete; /* incomplete frames not yet reported */
 	atomic_uint_fast64_t refs;
 
-	int code; /* last error and its text */
-	char msg[GC_MSG_MAX];
+	struct shim_err err; /* last error and its text */
 };
-
-static __thread char open_msg[GC_MSG_MAX];
-
-static int fail(struct gc_shim *s, int code, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-static int fail(struct gc_shim *s, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
-	va_end(ap);
-	s->code = code;
-	return code;
-}
 
 static void on_control_lost(ArvDevice *dev, gpointer data)
 {
@@ -127,10 +110,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	int rc;
 
 	s = calloc(1, sizeof(*s));
-	if (!s) {
-		snprintf(open_msg, sizeof(open_msg), "genicam: out of memory");
-		return -ENOMEM;
-	}
+	if (!s)
+		return shim_open_fail(-ENOMEM, "genicam: out of memory");
 	s->packet_resend = true;
 	s->set_geometry = true;
 	s->fake.seed = 1;
@@ -221,10 +202,11 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	}
 	s->cam = arv_camera_new(s->want[0] ? s->want : NULL, &ge);
 	if (!s->cam) {
-		rc = not_found(s->want, ge, open_msg, sizeof(open_msg));
+		char msg[GC_MSG_MAX];
+		rc = not_found(s->want, ge, msg, sizeof(msg));
 		g_clear_error(&ge);
 		free(s);
-		return rc;
+		return shim_open_fail(rc, "%s", msg);
 	}
 	snprintf(s->cam_id, sizeof(s->cam_id), "%s",
 	         s->want[0] || !arv_camera_get_device_id(s->cam, NULL)
@@ -273,7 +255,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	return 0;
 
 out_msg:
-	snprintf(open_msg, sizeof(open_msg), "genicam: %s", err);
+	shim_open_fail(rc, "genicam: %s", err);
 	if (s->cam) {
 		if (s->lost_handler)
 			g_signal_handler_disconnect(arv_camera_get_device(s->cam), s->lost_handler);
@@ -303,25 +285,26 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 	int rc = 0;
 
 	if (g->sample_type == VOLREC_SAMPLE_I16 || g->sample_type == VOLREC_SAMPLE_F32)
-		return fail(s, -EINVAL,
-		            "genicam: no camera pixel format delivers geometry.sample_type %s (u16 "
-		            "for Mono8..Mono16, u12p for Mono12p, u12gv for Mono12Packed)",
-		            type_name(g->sample_type));
+		return shim_fail(
+		        &s->err, -EINVAL,
+		        "genicam: no camera pixel format delivers geometry.sample_type %s (u16 "
+		        "for Mono8..Mono16, u12p for Mono12p, u12gv for Mono12Packed)",
+		        type_name(g->sample_type));
 	ArvPixelFormat cur = arv_camera_get_pixel_format(s->cam, &ge);
 	if (ge) {
-		rc = fail(s, -EIO, "genicam: camera %s: reading PixelFormat: %s", s->cam_id,
-		          ge->message);
+		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: reading PixelFormat: %s",
+		               s->cam_id, ge->message);
 		g_clear_error(&ge);
 		return rc;
 	}
 	f = gc_format_by_code(cur);
 	if (s->pixel_format[0]) {
 		if (!f || f->sample_type != g->sample_type)
-			return fail(s, -EINVAL,
-			            "genicam: shim.args.pixel_format %s delivers %s, "
-			            "geometry.sample_type is %s",
-			            s->pixel_format, f ? type_name(f->sample_type) : "?",
-			            type_name(g->sample_type));
+			return shim_fail(&s->err, -EINVAL,
+			                 "genicam: shim.args.pixel_format %s delivers %s, "
+			                 "geometry.sample_type is %s",
+			                 s->pixel_format, f ? type_name(f->sample_type) : "?",
+			                 type_name(g->sample_type));
 		s->fmt = f;
 		return 0;
 	}
@@ -352,18 +335,19 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 	}
 	g_free(avail);
 	if (!pick)
-		return fail(s, -EINVAL,
-		            "genicam: camera %s offers no pixel format for geometry.sample_type %s "
-		            "(%s needed; it offers: %s)",
-		            s->cam_id, type_name(g->sample_type),
-		            g->sample_type == VOLREC_SAMPLE_U16    ? "Mono8..Mono16"
-		            : g->sample_type == VOLREC_SAMPLE_U12P ? "Mono12p"
-		                                                   : "Mono12Packed",
-		            list);
+		return shim_fail(
+		        &s->err, -EINVAL,
+		        "genicam: camera %s offers no pixel format for geometry.sample_type %s "
+		        "(%s needed; it offers: %s)",
+		        s->cam_id, type_name(g->sample_type),
+		        g->sample_type == VOLREC_SAMPLE_U16    ? "Mono8..Mono16"
+		        : g->sample_type == VOLREC_SAMPLE_U12P ? "Mono12p"
+		                                               : "Mono12Packed",
+		        list);
 	arv_camera_set_pixel_format(s->cam, pick->code, &ge);
 	if (ge) {
-		rc = fail(s, -EIO, "genicam: camera %s refused PixelFormat %s: %s", s->cam_id,
-		          pick->name, ge->message);
+		rc = shim_fail(&s->err, -EIO, "genicam: camera %s refused PixelFormat %s: %s",
+		               s->cam_id, pick->name, ge->message);
 		g_clear_error(&ge);
 		return rc;
 	}
@@ -391,15 +375,15 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 		hinc = hinc > 0 ? hinc : 1;
 		if ((gint64)g->samples_per_ascan < wmin || (gint64)g->samples_per_ascan > wmax ||
 		    (g->samples_per_ascan - (uint32_t)wmin) % (uint32_t)winc)
-			return fail(
-			        s, -EINVAL,
+			return shim_fail(
+			        &s->err, -EINVAL,
 			        "genicam: camera %s: geometry.samples_per_ascan %u does not fit "
 			        "the camera's Width (%d..%d, increment %d)",
 			        s->cam_id, g->samples_per_ascan, wmin, wmax, winc);
 		if ((gint64)g->ascans_per_bscan < hmin || (gint64)g->ascans_per_bscan > hmax ||
 		    (g->ascans_per_bscan - (uint32_t)hmin) % (uint32_t)hinc)
-			return fail(
-			        s, -EINVAL,
+			return shim_fail(
+			        &s->err, -EINVAL,
 			        "genicam: camera %s: geometry.ascans_per_bscan %u does not fit the "
 			        "camera's Height, the lines per frame (%d..%d, increment %d)",
 			        s->cam_id, g->ascans_per_bscan, hmin, hmax, hinc);
@@ -412,16 +396,16 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 	if (ge)
 		goto failed;
 	if ((uint32_t)w != g->samples_per_ascan || (uint32_t)h != g->ascans_per_bscan)
-		return fail(
-		        s, -EINVAL,
+		return shim_fail(
+		        &s->err, -EINVAL,
 		        "genicam: camera %s delivers frames of %d x %d pixels, the geometry "
 		        "needs %u x %u (Width = samples_per_ascan, Height = ascans_per_bscan)%s",
 		        s->cam_id, w, h, g->samples_per_ascan, g->ascans_per_bscan,
 		        s->set_geometry ? "" : "; set_geometry is false");
 	return 0;
 failed:
-	rc = fail(s, -EIO, "genicam: camera %s: setting the frame to %u x %u pixels: %s", s->cam_id,
-	          g->samples_per_ascan, g->ascans_per_bscan, ge->message);
+	rc = shim_fail(&s->err, -EIO, "genicam: camera %s: setting the frame to %u x %u pixels: %s",
+	               s->cam_id, g->samples_per_ascan, g->ascans_per_bscan, ge->message);
 	g_clear_error(&ge);
 	return rc;
 }
@@ -478,15 +462,15 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	int rc;
 
 	if (s->started)
-		return fail(s, -EBUSY, "genicam: configure() while started");
+		return shim_fail(&s->err, -EBUSY, "genicam: configure() while started");
 	stream_free(s);
 	s->configured = false;
 	if (!g->samples_per_ascan || !g->ascans_per_bscan || !g->bscans_per_volume)
-		return fail(s, -EINVAL, "genicam: empty geometry");
+		return shim_fail(&s->err, -EINVAL, "genicam: empty geometry");
 	if ((g->sample_type == VOLREC_SAMPLE_U12P || g->sample_type == VOLREC_SAMPLE_U12GV) &&
 	    g->samples_per_ascan % 2)
-		return fail(s, -EINVAL, "genicam: samples_per_ascan %u is odd with %s",
-		            g->samples_per_ascan, type_name(g->sample_type));
+		return shim_fail(&s->err, -EINVAL, "genicam: samples_per_ascan %u is odd with %s",
+		                 g->samples_per_ascan, type_name(g->sample_type));
 	rc = choose_format(s, g);
 	if (!rc)
 		rc = set_frame_size(s, g);
@@ -507,17 +491,17 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		else if (s->packet_size < 0 || s->packet_size == 0)
 			arv_camera_gv_auto_packet_size(s->cam, &ge);
 		if (ge) {
-			rc = fail(s, -EIO, "genicam: camera %s: packet size %s: %s", s->cam_id,
-			          s->packet_size > 0 ? "refused" : "negotiation failed",
-			          ge->message);
+			rc = shim_fail(
+			        &s->err, -EIO, "genicam: camera %s: packet size %s: %s", s->cam_id,
+			        s->packet_size > 0 ? "refused" : "negotiation failed", ge->message);
 			g_clear_error(&ge);
 			return rc;
 		}
 	}
 	payload = arv_camera_get_payload(s->cam, &ge);
 	if (ge) {
-		rc = fail(s, -EIO, "genicam: camera %s: reading PayloadSize: %s", s->cam_id,
-		          ge->message);
+		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: reading PayloadSize: %s",
+		               s->cam_id, ge->message);
 		g_clear_error(&ge);
 		return rc;
 	}
@@ -528,8 +512,8 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	s->frame_bytes =
 	        s->fmt->widen ? (size_t)g->samples_per_ascan * g->ascans_per_bscan : s->bscan_bytes;
 	if (payload < s->frame_bytes)
-		return fail(
-		        s, -EINVAL,
+		return shim_fail(
+		        &s->err, -EINVAL,
 		        "genicam: camera %s: PayloadSize %zu bytes is less than a frame of %u x "
 		        "%u %s pixels (%zu bytes)",
 		        s->cam_id, payload, g->samples_per_ascan, g->ascans_per_bscan, s->fmt->name,
@@ -547,8 +531,8 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	                 -1, 0);
 	if (s->region == MAP_FAILED) {
 		s->region = NULL;
-		return fail(s, -ENOMEM, "genicam: cannot map %zu bytes of stream buffers",
-		            s->region_size);
+		return shim_fail(&s->err, -ENOMEM,
+		                 "genicam: cannot map %zu bytes of stream buffers", s->region_size);
 	}
 	s->dummy = s->region + (size_t)s->nbuf * (s->stride + s->out_stride);
 	s->bufs = calloc(s->nbuf, sizeof(*s->bufs));
@@ -556,14 +540,14 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	s->slot = calloc(s->nbuf, sizeof(*s->slot));
 	if (!s->bufs || !s->out || !s->slot) {
 		stream_free(s);
-		return fail(s, -ENOMEM, "genicam: out of memory");
+		return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
 	}
 	for (uint32_t i = 0; i < s->nbuf; i++) {
 		s->bufs[i] = arv_buffer_new_full(s->stride, s->region + (size_t)i * s->stride,
 		                                 GUINT_TO_POINTER(i + 1), NULL);
 		if (!s->bufs[i]) {
 			stream_free(s);
-			return fail(s, -ENOMEM, "genicam: out of memory");
+			return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
 		}
 	}
 	if (s->fake.synth) {
@@ -571,13 +555,13 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		rc = gc_fake_attach(s->cam, &s->fake, g, s->fmt, &s->fk, err, sizeof(err));
 		if (rc) {
 			stream_free(s);
-			return fail(s, rc, "genicam: %s", err);
+			return shim_fail(&s->err, rc, "genicam: %s", err);
 		}
 	}
 	s->stream = arv_camera_create_stream(s->cam, NULL, NULL, &ge);
 	if (!s->stream) {
-		rc = fail(s, -EIO, "genicam: camera %s: cannot create the stream: %s", s->cam_id,
-		          ge ? ge->message : "unknown error");
+		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: cannot create the stream: %s",
+		               s->cam_id, ge ? ge->message : "unknown error");
 		g_clear_error(&ge);
 		stream_free(s);
 		return rc;
@@ -606,7 +590,7 @@ static int shim_ref_regions(void *h, struct volrec_shim_region *regions, uint32_
 	struct gc_shim *s = h;
 
 	if (!s->configured)
-		return fail(s, -EINVAL, "genicam: ref_regions() before configure()");
+		return shim_fail(&s->err, -EINVAL, "genicam: ref_regions() before configure()");
 	if (max >= 1) {
 		regions[0].base = s->region;
 		regions[0].size = s->region_size;
@@ -621,20 +605,21 @@ static int shim_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t o
 	uint64_t ny;
 
 	if (!s->configured)
-		return fail(s, -EINVAL, "genicam: set_scan_offset() before configure()");
+		return shim_fail(&s->err, -EINVAL, "genicam: set_scan_offset() before configure()");
 	if (ox >= s->geo.stride_x || oy >= s->geo.stride_y)
-		return fail(s, -EINVAL, "genicam: offset (%u, %u) outside stride [%u, %u]", ox, oy,
-		            s->geo.stride_x, s->geo.stride_y);
+		return shim_fail(&s->err, -EINVAL,
+		                 "genicam: offset (%u, %u) outside stride [%u, %u]", ox, oy,
+		                 s->geo.stride_x, s->geo.stride_y);
 	ny = s->geo.bscans_per_volume;
 	if (epoch * ny < s->next_pos) {
 		if (s->next_pos % ny && s->next_pos / ny == epoch)
-			return fail(s, -EBUSY, "genicam: epoch %" PRIu64 " is being acquired",
-			            epoch);
+			return shim_fail(&s->err, -EBUSY,
+			                 "genicam: epoch %" PRIu64 " is being acquired", epoch);
 		if (s->started)
-			return fail(s, -EINVAL,
-			            "genicam: epoch %" PRIu64 " told after epoch %" PRIu64
-			            " began: a camera cannot go back",
-			            epoch, s->next_pos / ny);
+			return shim_fail(&s->err, -EINVAL,
+			                 "genicam: epoch %" PRIu64 " told after epoch %" PRIu64
+			                 " began: a camera cannot go back",
+			                 epoch, s->next_pos / ny);
 	}
 	/* frames of the epochs skipped are discarded as they arrive; the scanner follows the
 	 * frame count (docs/cameras.md), so the position, not the told offset, is what counts */
@@ -658,7 +643,7 @@ static int shim_start(void *h)
 	int rc;
 
 	if (!s->configured)
-		return fail(s, -EINVAL, "genicam: start() before configure()");
+		return shim_fail(&s->err, -EINVAL, "genicam: start() before configure()");
 	if (s->fk) {
 		/* the in-process Fake camera fills whatever is queued: no fill may run while the
 		 * frame count restarts */
@@ -683,8 +668,8 @@ static int shim_start(void *h)
 	}
 	arv_camera_start_acquisition(s->cam, &ge);
 	if (ge) {
-		rc = fail(s, -EIO, "genicam: camera %s: AcquisitionStart failed: %s", s->cam_id,
-		          ge->message);
+		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: AcquisitionStart failed: %s",
+		               s->cam_id, ge->message);
 		g_clear_error(&ge);
 		return rc;
 	}
@@ -748,8 +733,8 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 					s->incomplete--;
 				if (!s->marks) {
 					uint64_t pos = s->next_pos++;
-					return fail(
-					        s, -EIO,
+					return shim_fail(
+					        &s->err, -EIO,
 					        "genicam: camera %s: the frame of epoch %" PRIu64
 					        " B-scan %" PRIu64 " %s",
 					        s->cam_id, pos / ny, pos % ny,
@@ -773,16 +758,17 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			return 0;
 		}
 		if (atomic_load(&s->control_lost))
-			return fail(s, -ENODEV,
-			            "genicam: camera %s: control lost (no heartbeat answer: "
-			            "disconnected, powered off or taken over)",
-			            s->cam_id);
+			return shim_fail(&s->err, -ENODEV,
+			                 "genicam: camera %s: control lost (no heartbeat answer: "
+			                 "disconnected, powered off or taken over)",
+			                 s->cam_id);
 		uint64_t el = vr_now_ns(CLOCK_MONOTONIC) - t0;
 		if (el >= limit)
-			return fail(s, -ETIMEDOUT,
-			            "genicam: camera %s: no frame within %d ms (trigger wiring, "
-			            "TriggerMode, frame rate, or the network: docs/cameras.md)",
-			            s->cam_id, timeout_ms);
+			return shim_fail(
+			        &s->err, -ETIMEDOUT,
+			        "genicam: camera %s: no frame within %d ms (trigger wiring, "
+			        "TriggerMode, frame rate, or the network: docs/cameras.md)",
+			        s->cam_id, timeout_ms);
 		uint64_t wait_us = (limit - el) / 1000;
 		ArvBuffer *b = arv_stream_timeout_pop_buffer(s->stream,
 		                                             wait_us > 100000 ? 100000 : wait_us);
@@ -810,10 +796,10 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 				s->have_last = false;
 				s->incomplete = 0;
 				requeue(s, b);
-				return fail(s, -EIO,
-				            "genicam: camera %s: frame id went from %" PRIu64
-				            " to %" PRIu64 " (the camera restarted its count)",
-				            s->cam_id, last, id);
+				return shim_fail(&s->err, -EIO,
+				                 "genicam: camera %s: frame id went from %" PRIu64
+				                 " to %" PRIu64 " (the camera restarted its count)",
+				                 s->cam_id, last, id);
 			}
 			pos = s->last_pos + d;
 		}
@@ -858,8 +844,8 @@ static int take_slot(struct gc_shim *s, int timeout_ms, uint32_t *out)
 		}
 		if (timeout_ms >= 0 &&
 		    vr_now_ns(CLOCK_MONOTONIC) - t0 >= (uint64_t)timeout_ms * 1000000ull)
-			return fail(
-			        s, -ETIMEDOUT,
+			return shim_fail(
+			        &s->err, -ETIMEDOUT,
 			        "genicam: all %u B-scan buffers are held (the caller holds more "
 			        "than shim.args.buffers)",
 			        s->nbuf);
@@ -876,10 +862,10 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	int rc;
 
 	if (!s->started)
-		return fail(s, -EINVAL, "genicam: acquire() before start()");
+		return shim_fail(&s->err, -EINVAL, "genicam: acquire() before start()");
 	if (size < s->bscan_bytes)
-		return fail(s, -EINVAL, "genicam: buffer of %zu bytes, a B-scan is %zu", size,
-		            s->bscan_bytes);
+		return shim_fail(&s->err, -EINVAL, "genicam: buffer of %zu bytes, a B-scan is %zu",
+		                 size, s->bscan_bytes);
 	rc = next_bscan(s, timeout_ms, &b, meta);
 	if (rc || !b)
 		return rc;
@@ -896,9 +882,9 @@ static int shim_acquire_ref(void *h, const void **bscan, int timeout_ms,
 	int rc;
 
 	if (!s->started)
-		return fail(s, -EINVAL, "genicam: acquire_ref() before start()");
+		return shim_fail(&s->err, -EINVAL, "genicam: acquire_ref() before start()");
 	if (!bscan)
-		return fail(s, -EINVAL, "genicam: acquire_ref() without a pointer");
+		return shim_fail(&s->err, -EINVAL, "genicam: acquire_ref() without a pointer");
 	uint32_t slot = 0;
 	if (s->fmt->widen) {
 		rc = take_slot(s, timeout_ms, &slot);
@@ -932,29 +918,35 @@ static int shim_release_ref(void *h, const void *p)
 	size_t off, slot;
 
 	if (!atomic_load(&s->refs))
-		return fail(s, -EINVAL, "genicam: release_ref(%p) with no reference held", p);
+		return shim_fail(&s->err, -EINVAL,
+		                 "genicam: release_ref(%p) with no reference held", p);
 	if (q == s->dummy) {
 		atomic_fetch_sub(&s->refs, 1);
 		return 0;
 	}
 	if (!q || q < s->region || q >= s->dummy)
-		return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan of this shim", p);
+		return shim_fail(&s->err, -EINVAL,
+		                 "genicam: release_ref(%p): not a B-scan of this shim", p);
 	off = (size_t)(q - s->region);
 	if (!s->fmt->widen) {
 		if (off % s->stride)
-			return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan start", p);
+			return shim_fail(&s->err, -EINVAL,
+			                 "genicam: release_ref(%p): not a B-scan start", p);
 		slot = off / s->stride;
 		if (atomic_load(&s->out[slot]) != 1)
-			return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan held", p);
+			return shim_fail(&s->err, -EINVAL,
+			                 "genicam: release_ref(%p): not a B-scan held", p);
 		atomic_fetch_sub(&s->refs, 1);
 		requeue(s, s->bufs[slot]);
 		return 0;
 	}
 	if (q < s->region + (size_t)s->nbuf * s->stride)
-		return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan start", p);
+		return shim_fail(&s->err, -EINVAL, "genicam: release_ref(%p): not a B-scan start",
+		                 p);
 	off -= (size_t)s->nbuf * s->stride;
 	if (off % s->out_stride || !atomic_load(&s->slot[off / s->out_stride]))
-		return fail(s, -EINVAL, "genicam: release_ref(%p): not a B-scan held", p);
+		return shim_fail(&s->err, -EINVAL, "genicam: release_ref(%p): not a B-scan held",
+		                 p);
 	atomic_store(&s->slot[off / s->out_stride], 0);
 	atomic_fetch_sub(&s->refs, 1);
 	return 0;
@@ -971,8 +963,8 @@ static int shim_stop(void *h)
 	s->started = false;
 	arv_camera_stop_acquisition(s->cam, &ge);
 	if (ge) {
-		rc = fail(s, -EIO, "genicam: camera %s: AcquisitionStop failed: %s", s->cam_id,
-		          ge->message);
+		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: AcquisitionStop failed: %s",
+		               s->cam_id, ge->message);
 		g_clear_error(&ge);
 	}
 	return rc;
@@ -999,9 +991,7 @@ static const char *shim_strerror(void *h, int code)
 {
 	struct gc_shim *s = h;
 
-	if (!s)
-		return open_msg[0] ? open_msg : NULL;
-	return code && code == s->code ? s->msg : NULL;
+	return shim_err_text(s ? &s->err : NULL, code);
 }
 
 static const struct volrec_shim_ops ops = {

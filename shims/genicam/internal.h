@@ -17,8 +17,9 @@
 
 #include "volrec/shim.h"
 #include "../args.h"
+#include "../common.h"
 
-#define GC_MSG_MAX 1024
+#define GC_MSG_MAX SHIM_MSG_MAX
 
 /* The pixel formats volrec takes and what they become (enum volrec_sample_type). */
 struct gc_format {

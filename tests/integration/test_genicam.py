@@ -9,7 +9,6 @@ import contextlib
 import fcntl
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import tempfile
@@ -18,13 +17,12 @@ import time
 import numpy as np
 import pytest
 
+from conftest import BUILD
 from test_daemon import (  # noqa: F401  (fixtures used by name)
     TIMEOUT, daemons, drops_identity, read_records)
 
 h5py = pytest.importorskip("h5py")
 
-BUILD = pathlib.Path(os.environ.get("VOLREC_BUILD", pathlib.Path(__file__).resolve().parents[2]
-                                    / "build"))
 SHIM_DIR = BUILD / "lib" / "volrec"
 FAKE_GV = shutil.which("arv-fake-gv-camera-0.8")
 

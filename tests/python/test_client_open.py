@@ -5,6 +5,7 @@ dead daemon left behind (item 8: refused as libvolrec's writer-alive test refuse
 Segments are made by hand in /dev/shm, initialized later by a thread of the test."""
 import ctypes
 import errno
+import itertools
 import os
 import pathlib
 import random
@@ -21,6 +22,20 @@ from volrec import _protocol as proto
 NY, NX, NZ, SLOTS, READERS = 2, 3, 4, 2, 4
 MIB2 = proto.SLOT_ALIGN
 SEGMENT_SIZE = MIB2 + SLOTS * MIB2
+
+_names = itertools.count()
+
+
+@pytest.fixture
+def instance(tmp_path):
+    """A fresh instance name; its segments in /dev/shm are removed afterwards."""
+    name = "pyt%d-%d" % (os.getpid(), next(_names))
+    yield name
+    for suffix in ("", ".readers"):
+        try:
+            os.unlink("/dev/shm/volrec." + name + suffix)
+        except FileNotFoundError:
+            pass
 
 
 def shm(instance, suffix=""):

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/* Error texts, pacing and B-scan positions of the example shims (common.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "base/base.h"
+
+/* open() failed: no handle to keep the text in. */
+static __thread char open_msg[SHIM_MSG_MAX];
+
+int shim_fail(struct shim_err *e, int code, const char *fmt, ...)
+{
+	size_t n;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg) - strlen(e->suffix), fmt, ap);
+	va_end(ap);
+	n = strlen(e->msg);
+	snprintf(e->msg + n, sizeof(e->msg) - n, "%s", e->suffix);
+	e->code = code;
+	return code;
+}
+
+int shim_open_fail(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(open_msg, sizeof(open_msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *shim_err_text(const struct shim_err *e, int code)
+{
+	if (!e)
+		return open_msg[0] ? open_msg : NULL;
+	return code && code == e->code ? e->msg : NULL;
+}
+
+void shim_pacer_init(struct shim_pacer *p, const struct volrec_shim_geometry *g)
+{
+	p->period_ns = g->rate > 0 ? (uint64_t)(1e9 / (g->rate * g->bscans_per_volume) + 0.5) : 0;
+	p->slack_ns = g->bscans_per_volume * p->period_ns;
+}
+
+void shim_pacer_start(struct shim_pacer *p)
+{
+	p->t0 = vr_now_ns(CLOCK_MONOTONIC);
+	p->n = 0;
+}
+
+int shim_pacer_due(struct shim_pacer *p, int timeout_ms, uint64_t *due)
+{
+	uint64_t now, t;
+
+	*due = 0;
+	if (!p->period_ns)
+		return 0;
+	now = vr_now_ns(CLOCK_MONOTONIC);
+	t = p->t0 + (p->n + 1) * p->period_ns;
+	if (now > t + p->slack_ns) {
+		p->t0 = now - (p->n + 1) * p->period_ns; /* far behind: rebase */
+		t = now;
+	}
+	if (timeout_ms >= 0 && t > now + (uint64_t)timeout_ms * 1000000ull) {
+		vr_sleep_until_ns(now + (uint64_t)timeout_ms * 1000000ull);
+		return -ETIMEDOUT;
+	}
+	*due = t;
+	return 0;
+}
+
+void shim_pos_deliver(struct shim_pos *pos, const struct volrec_shim_geometry *g,
+                      struct volrec_shim_meta *meta)
+{
+	if (meta) {
+		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
+		meta->epoch = pos->epoch;
+		meta->bscan = pos->b;
+		meta->flags = 0;
+	}
+	if (++pos->b == g->bscans_per_volume) {
+		pos->b = 0;
+		pos->epoch++;
+	}
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the example shims share besides their arguments (args.h): the text of the last error,
+ * which strerror() hands back, the pacing of a free-running camera, and the position of the
+ * next B-scan with the metadata acquire() reports for it.
+ */
+#ifndef VOLREC_SHIMS_COMMON_H
+#define VOLREC_SHIMS_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "volrec/shim.h"
+
+#define SHIM_MSG_MAX 1024
+
+/* The last error of a handle: its code and text. */
+struct shim_err {
+	int code;
+	char suffix[64]; /* appended to every text ("" for none) */
+	char msg[SHIM_MSG_MAX];
+};
+
+/* Keep the text and code of an error of handle e; returns code. */
+int shim_fail(struct shim_err *e, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+/* Keep the text of a failed open(), where no handle holds it (per thread); returns code. */
+int shim_open_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* strerror(): the text of code when it is e's last error; with e NULL, that of the last failed
+ * open() of this thread. NULL when there is none (volrec falls back to strerror(-code)). */
+const char *shim_err_text(const struct shim_err *e, int code);
+
+/* A free-running camera's clock: B-scan n ends at t0 + (n + 1) * period. */
+struct shim_pacer {
+	uint64_t period_ns; /* per B-scan, 0 = free running */
+	uint64_t slack_ns;  /* further behind than this (one epoch): the schedule restarts */
+	uint64_t t0, n;     /* schedule origin (CLOCK_MONOTONIC ns), B-scans delivered */
+};
+
+/* The period of geometry g's B-scans (g->rate epochs/s, 0: free running). */
+void shim_pacer_init(struct shim_pacer *p, const struct volrec_shim_geometry *g);
+/* Start the schedule now. */
+void shim_pacer_start(struct shim_pacer *p);
+/* When the next B-scan is due (CLOCK_MONOTONIC ns, 0 when free running) into *due: far behind,
+ * the schedule restarts and it is due now. -ETIMEDOUT, after sleeping timeout_ms, when it is
+ * due later than that (timeout_ms < 0: no limit). */
+int shim_pacer_due(struct shim_pacer *p, int timeout_ms, uint64_t *due);
+
+/* The position of the next B-scan: epoch and index within it. */
+struct shim_pos {
+	uint64_t epoch;
+	uint32_t b;
+};
+
+/* One B-scan of geometry g delivered at pos: fill meta (may be NULL) with it and the time now,
+ * and step pos on to the next one. */
+void shim_pos_deliver(struct shim_pos *pos, const struct volrec_shim_geometry *g,
+                      struct volrec_shim_meta *meta);
+
+#endif
