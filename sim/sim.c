@@ -389,8 +389,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 		}
 		double u = v * (K - 1);
 		s->u[i] = u;
-		double e = (u - (K - 1) / 2.0) / (0.3 * K);
-		double env = exp(-0.5 * e * e);
+		double env = sim_envelope_k(s, u);
 		s->env[i] = (float)env;
 		double fpn = s->dc * 0.004 * gauss64(mix64(fpkey + i)) +
 		             0.6 * s->amp * env * cos(2 * M_PI * u * zfp / K);
@@ -485,6 +484,13 @@ double sim_pixel_k(const struct sim *s, uint32_t i)
 double sim_envelope(const struct sim *s, uint32_t i)
 {
 	return i < s->K ? s->env[i] : NAN;
+}
+
+double sim_envelope_k(const struct sim *s, double u)
+{
+	double e = (u - (s->K - 1) / 2.0) / (0.3 * s->K);
+
+	return exp(-0.5 * e * e);
 }
 
 double sim_unit_amplitude(const struct sim *s)
@@ -766,34 +772,89 @@ int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t 
 	return 0;
 }
 
-int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, uint32_t z0, uint32_t z1,
-              float *out)
+/* The phasors of one column at the scanner's depth bins 0..K-1 into g (what ascan() puts
+ * on its demodulated grid, here at the bins themselves). */
+static void column_phasors(const struct sim *s, const struct column *c, fftwf_complex *g)
 {
-	if (zero_pad < 1 || zero_pad > 16 || z0 >= z1 || z1 > s->K * zero_pad / 2)
+	memset(g, 0, sizeof(*g) * s->K);
+	if (s->mirror) {
+		g[s->zm][0] = 1;
+		return;
+	}
+	for (uint32_t z = s->zlo; z <= s->zhi; z++) {
+		uint32_t ph;
+		float a = column_amp(c, z * s->dz, &ph);
+		if (a == 0)
+			continue;
+		g[z][0] = a * s->phasor[ph][0];
+		g[z][1] = a * s->phasor[ph][1];
+	}
+	if (c->tilt_bin >= 0)
+		g[c->tilt_bin][0] += (float)SIM_TILT_AMP;
+}
+
+int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, const float *window,
+              uint32_t z0, uint32_t z1, float *out)
+{
+	const uint32_t K = s->K, N = K * zero_pad;
+	fftwf_complex *g, *x;
+	fftwf_plan back = NULL, fwd = NULL;
+	float *ew;
+	double norm = 0;
+	int rc = 0;
+
+	if (!window || zero_pad < 1 || zero_pad > 16 || z0 >= z1 || z1 > N / 2)
 		return -EINVAL;
-	size_t nz = z1 - z0;
-	double dzo = s->dz / zero_pad;
+	g = fftwf_alloc_complex(K);
+	x = fftwf_alloc_complex(N);
+	ew = malloc(K * sizeof(*ew));
+	if (g && x && ew) {
+		back = fftwf_plan_dft_1d((int)K, g, g, FFTW_BACKWARD, FFTW_ESTIMATE);
+		fwd = fftwf_plan_dft_1d((int)N, x, x, FFTW_FORWARD, FFTW_ESTIMATE);
+	}
+	if (!back || !fwd) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t j = 0; j < K; j++) {
+		double w = window[j] * sim_envelope_k(s, j);
+		ew[j] = (float)w;
+		norm += w;
+	}
+	if (!(norm > 0)) {
+		rc = -EINVAL; /* an all-zero window images nothing */
+		goto out;
+	}
+	const size_t nz = z1 - z0;
+	const float inv = (float)(1 / norm);
 	for (uint32_t Yf = 0; Yf < s->Y; Yf++) {
 		for (uint32_t Xf = 0; Xf < s->X; Xf++) {
 			struct column c;
-			double x, y;
+			double xm, ym;
 			float *o = out + ((size_t)Yf * s->X + Xf) * nz;
-			if (s->mirror) {
-				for (uint32_t z = z0; z < z1; z++)
-					o[z - z0] = z == s->zm * zero_pad ? 1.0f : 0.0f;
-				continue;
+			lab_xy(s, Yf, Xf, &xm, &ym);
+			column_at(s, epoch, xm, ym, &c);
+			column_phasors(s, &c, g);
+			fftwf_execute(back); /* g[j] = sum_m c[m] exp(+2 pi i j m / K) */
+			memset(x, 0, sizeof(*x) * N);
+			for (uint32_t j = 0; j < K; j++) {
+				x[j][0] = ew[j] * g[j][0];
+				x[j][1] = ew[j] * g[j][1];
 			}
-			lab_xy(s, Yf, Xf, &x, &y);
-			column_at(s, epoch, x, y, &c);
+			fftwf_execute(fwd);
 			for (uint32_t z = z0; z < z1; z++) {
-				uint32_t ph;
-				o[z - z0] = column_amp(&c, z * dzo, &ph);
+				float a = hypotf(x[z][0], x[z][1]) * inv;
+				o[z - z0] = a < 1 ? a : 1;
 			}
-			/* the tilted reflector, beyond the [0, 1] scale: saturated */
-			uint64_t zt = (uint64_t)(c.tilt_bin >= 0 ? c.tilt_bin : 0) * zero_pad;
-			if (c.tilt_bin >= 0 && zt >= z0 && zt < z1)
-				o[zt - z0] = 1.0f;
 		}
 	}
-	return 0;
+out:
+	if (back)
+		fftwf_destroy_plan(back);
+	if (fwd)
+		fftwf_destroy_plan(fwd);
+	fftwf_free(g);
+	fftwf_free(x);
+	free(ew);
+	return rc;
 }

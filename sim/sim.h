@@ -85,13 +85,27 @@ VR_MUST_CHECK int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t
                             void *buf, size_t size);
 
 /*
- * Ground truth of `epoch`: the ideal image amplitude (reflectivity amplitude with speckle,
- * shadows and attenuation, in [0, 1]) at every full-resolution position and output depth bin
- * z0..z1-1 of an FFT of length K * zero_pad. out is [Y][X][z1 - z0] floats, Y = ny * sy,
- * X = nx * sx, indexed by the output volume's (y, x) (no flips). -EINVAL for a bad range.
+ * Ground truth of `epoch`: what a noise-free full-resolution scan of the same instant shows
+ * through the ideal processing chain, as an image amplitude at every full-resolution position
+ * and output depth bin z0..z1-1 of an FFT of length N = K * zero_pad. Per position, the
+ * phantom's phasors c[m] (amplitude and speckle phase of depth bin m of the scanner's K / 2
+ * bins, exactly those sim_bscan scans) give the linear-k spectrum
+ * S[j] = window[j] * E(j) * sum_m c[m] exp(2 pi i j m / K), j = 0..K-1, with E the source
+ * envelope as a function of linear k (sim_envelope_k); then, zero-padded to N,
+ * X[z] = sum_j S[j] exp(-2 pi i j z / N) and out = min(|X[z]| / sum_j window[j] E(j), 1):
+ * a unit reflector at bin m reads 1 at z = m * zero_pad, its point-spread function elsewhere.
+ * No noise, no background, no k non-linearity, no dispersion, no conjugate image, no log.
+ * window[K] is the processing's spectral window (preprocess.window, be_window_fill).
+ * out is [Y][X][z1 - z0] floats, Y = ny * sy, X = nx * sx, indexed by the output volume's
+ * (y, x) (no flips). -EINVAL for a bad range or no window, -ENOMEM when the FFT cannot be
+ * planned or its buffers allocated.
  */
-VR_MUST_CHECK int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, uint32_t z0,
-                            uint32_t z1, float *out);
+VR_MUST_CHECK int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad,
+                            const float *window, uint32_t z0, uint32_t z1, float *out);
+
+/* The source envelope at linear-k index u (0..K-1): exp(-(u - (K - 1) / 2)^2 / (2 (0.3 K)^2)),
+ * the factor E of sim_truth; sim_envelope(i) is the same at pixel i's u. */
+double sim_envelope_k(const struct sim *s, double u);
 
 /* Resampling positions that undo the k non-linearity, as preprocess.resample.poly
  * [c0, c1, c2, c3] (exact: the scanner's non-linearity is defined by this cubic). */

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "h5attr.h"
+#include "backend/tables.h"
 #include "config/config.h"
 #include "sim/sim.h"
 #include "src/source.h"
@@ -42,10 +43,12 @@ static void sim_usage(FILE *f)
 	        "      --mirror-mm D    depth of the mirror phantom's reflector in mm, within\n"
 	        "                       (0, 2) (default 1.0: bin K/4); for k-linearization\n"
 	        "                       recordings at two depths (volrec calibrate --klin)\n"
-	        "      --truth FILE     also write HDF5 /truth f32 [n][Y][X][Z]: the ideal image\n"
-	        "                       amplitude in [0, 1] at every full-resolution position and\n"
-	        "                       output depth bin (depth_range, zero_pad), /epoch u64 [n],\n"
-	        "                       /offset u32 [n][2]\n"
+	        "      --truth FILE     also write HDF5 /truth f32 [n][Y][X][Z]: the image a\n"
+	        "                       noise-free full-resolution scan of each epoch gives\n"
+	        "                       through the ideal chain (preprocess.window, FFT with\n"
+	        "                       zero_pad, magnitude; a unit reflector reads 1, clipped\n"
+	        "                       to [0, 1]) at every position and output depth bin\n"
+	        "                       (depth_range), /epoch u64 [n], /offset u32 [n][2]\n"
 	        "  -h, --help           this text\n\n"
 	        "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n");
 }
@@ -101,6 +104,12 @@ static int truth_open(struct truth_file *t, const char *path, uint64_t n, uint32
 		rc = vr_h5_attr_u32v(t->dset, "depth_range", cfg->geometry.depth_range, 2);
 	if (!rc)
 		rc = vr_h5_attr_u32v(t->dset, "zero_pad", &cfg->preprocess.zero_pad, 1);
+	if (!rc)
+		rc = vr_h5_attr_str(t->dset, "window",
+		                    cfg_window_name(cfg->preprocess.window.type));
+	if (!rc)
+		rc = vr_h5_attr(t->dset, "window_param", H5T_NATIVE_DOUBLE, 0,
+		                &cfg->preprocess.window.param);
 	return rc;
 }
 
@@ -151,7 +160,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	struct vr_config cfg;
 	struct sim *sim = NULL;
 	uint32_t(*offsets)[2] = NULL;
-	float *tvol = NULL;
+	float *tvol = NULL, *twin = NULL;
 	void *buf = NULL;
 	char err[CFG_ERR_MAX], meta[2048];
 	uint64_t n_arg = 0;
@@ -277,12 +286,16 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	const uint32_t z0 = cfg.geometry.depth_range[0], z1 = cfg.geometry.depth_range[1];
 	if (truth_path) {
 		tvol = malloc((size_t)Y * X * (z1 - z0) * sizeof(float));
-		if (!tvol) {
+		twin = malloc(p.samples_per_ascan * sizeof(float));
+		if (!tvol || !twin) {
 			fprintf(stderr,
 			        "volrec sim: out of memory for a %u x %u x %u truth volume\n", Y, X,
 			        z1 - z0);
 			goto out;
 		}
+		/* the truth is imaged through the spectral window the processing applies */
+		be_window_fill(cfg.preprocess.window.type, cfg.preprocess.window.param,
+		               p.samples_per_ascan, twin);
 		if (truth_open(&truth, truth_path, n, Y, X, z1 - z0, &cfg)) {
 			fprintf(stderr, "volrec sim: %s: cannot create the HDF5 file\n",
 			        truth_path);
@@ -308,7 +321,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 			}
 		}
 		if (truth_path) {
-			if (sim_truth(sim, e, cfg.preprocess.zero_pad, z0, z1, tvol) ||
+			if (sim_truth(sim, e, cfg.preprocess.zero_pad, twin, z0, z1, tvol) ||
 			    truth_write(&truth, e, tvol)) {
 				fprintf(stderr,
 				        "volrec sim: %s: writing the truth of epoch %llu "
@@ -359,6 +372,7 @@ out:
 			remove(truth_path);
 	}
 	free(tvol);
+	free(twin);
 	free(buf);
 	free(offsets);
 	sim_destroy(sim);
