@@ -46,11 +46,12 @@ def mirror_fwhm(low, db, k):
 
 def truth_correlation(low, off, truth, stride):
     """Worst over epochs of the correlation of lowres (dB scale) with log10 of the truth at the
-    epoch's scan positions (offsets off), over the voxels where the truth is non-zero."""
+    epoch's scan positions (offsets off), over the voxels where the truth exceeds 0.01 (-40 dB
+    of a unit reflector: tissue, not the point-spread function's tails)."""
     cs = []
     for e in range(low.shape[0]):
         ox, oy = off[e]
         t = truth[e, oy::stride, ox::stride, :]
-        m = t > 0
+        m = t > 0.01
         cs.append(np.corrcoef(low[e][m], np.log10(t[m]))[0, 1])
     return min(cs)
