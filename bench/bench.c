@@ -657,13 +657,70 @@ int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench
 	return 0;
 }
 
+/* One case over gpu.devices and on the first entry's device alone, same run: figures
+ * "<tag>_volumes_per_s_devices", "<tag>_volumes_per_s_one_device", "<tag>_devices_over_one",
+ * "device<k>_<tag>_d2h" (each entry's slab per second beside its link). */
+static int devices_case(const char *case_name, const char *tag, const int *devs, unsigned n,
+                        const double *link, double sum, double seconds, bench_say_fn fn, void *ctx,
+                        struct bench_figs *figs, char *err, size_t errlen)
+{
+	const struct bench_case *bc = bench_case_find(case_name);
+	struct bench_result r, r1;
+	struct vr_config c;
+	char name[96], note[200];
+	int rc;
+
+	bench_case_config(bc, CFG_BACKEND_CUDA, &c);
+	c.gpu.device = devs[0];
+	rc = bench_run(&c, 30, 1, seconds, 2, &r1, err, errlen);
+	c.gpu.ndevices = n;
+	for (unsigned k = 0; k < n; k++)
+		c.gpu.devices[k] = devs[k];
+	if (rc == 0)
+		rc = bench_run(&c, 30, 1, seconds, 2, &r, err, errlen);
+	const uint32_t ny = c.geometry.bscans_per_volume;
+	cfg_free(&c);
+	if (rc < 0)
+		return rc;
+	say(fn, ctx, "%s over %u devices: %.1f volumes/s pipelined (device %d alone: %.1f, %.2fx)",
+	    bc->title, n, r.epochs_per_s, devs[0], r1.epochs_per_s,
+	    r.epochs_per_s / r1.epochs_per_s);
+	say(fn, ctx, "  %s", r.device);
+	snprintf(name, sizeof(name), "%s_volumes_per_s_devices", tag);
+	snprintf(note, sizeof(note),
+	         "%s pipelined over gpu.devices (%.1f GB/s); limit: the distinct links' D2H limits "
+	         "together",
+	         bc->title, r.epochs_per_s * (double)r.out_bytes / 1e9);
+	bench_add(figs, name, r.epochs_per_s, "volumes/s", 0, sum * 1e9 / (double)r.out_bytes,
+	          note);
+	snprintf(name, sizeof(name), "%s_volumes_per_s_one_device", tag);
+	bench_add(figs, name, r1.epochs_per_s, "volumes/s", 0, link[0] * 1e9 / (double)r1.out_bytes,
+	          "the first entry's device alone, same run");
+	snprintf(name, sizeof(name), "%s_devices_over_one", tag);
+	bench_add(figs, name, r.epochs_per_s / r1.epochs_per_s, "", n >= 2 ? 1.8 : 0, n,
+	          "several devices / one (target >= 1.8 on 2 distinct GPUs; a GPU named twice "
+	          "shares its link: about 1)");
+	for (unsigned k = 0; k < n; k++) {
+		/* part k copies the rows of the B-scans [k ny / n, (k + 1) ny / n) */
+		const uint64_t b0 = (uint64_t)k * ny / n, b1 = (uint64_t)(k + 1) * ny / n;
+		const double gbs =
+		        r.epochs_per_s * (double)r.out_bytes * (double)(b1 - b0) / (double)ny / 1e9;
+		snprintf(name, sizeof(name), "device%u_%s_d2h", k, tag);
+		snprintf(note, sizeof(note),
+		         "gpu.devices[%u] = device %d: its slab (B-scans %llu-%llu) per second; "
+		         "limit: its link",
+		         k, devs[k], (unsigned long long)b0, (unsigned long long)(b1 - 1));
+		bench_add(figs, name, gbs, "GB/s", 0, link[k], note);
+		say(fn, ctx, "  gpu.devices[%u] = device %d: %.1f GB/s of its link's %.1f", k,
+		    devs[k], gbs, link[k]);
+	}
+	return 0;
+}
+
 int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn fn, void *ctx,
                        struct bench_figs *figs, char *err, size_t errlen)
 {
-	const struct bench_case *paper = bench_case_find("paper");
 	double link[CFG_GPU_DEVICES_MAX], sum = 0, host;
-	struct bench_result r, r1;
-	struct vr_config c;
 	char name[64], note[160];
 	int rc;
 
@@ -702,46 +759,14 @@ int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn
 	bench_add(figs, "links_d2h_sum", sum, "GB/s", 0, host,
 	          "D2H limits of the distinct devices' links together; limit: host memcpy");
 
-	bench_case_config(paper, CFG_BACKEND_CUDA, &c);
-	c.gpu.device = devs[0];
-	rc = bench_run(&c, 30, 1, seconds, 2, &r1, err, errlen);
-	c.gpu.ndevices = n;
-	for (unsigned k = 0; k < n; k++)
-		c.gpu.devices[k] = devs[k];
+	/* the paper's geometry (target: >= 1.8x one GPU on two), then 600 x 600 x 2048 at
+	 * stride 5 (737 MB a volume; target: >= 0.85 of the links' D2H limits together) */
+	rc = devices_case("paper", "volrec_paper", devs, n, link, sum, seconds, fn, ctx, figs, err,
+	                  errlen);
 	if (rc == 0)
-		rc = bench_run(&c, 30, 1, seconds, 2, &r, err, errlen);
-	const uint32_t ny = c.geometry.bscans_per_volume;
-	cfg_free(&c);
-	if (rc < 0)
-		return rc;
-	say(fn, ctx, "%s over %u devices: %.1f volumes/s pipelined (device %d alone: %.1f, %.2fx)",
-	    paper->title, n, r.epochs_per_s, devs[0], r1.epochs_per_s,
-	    r.epochs_per_s / r1.epochs_per_s);
-	say(fn, ctx, "  %s", r.device);
-	bench_add(figs, "volrec_paper_volumes_per_s_devices", r.epochs_per_s, "volumes/s", 0,
-	          sum * 1e9 / (double)r.out_bytes,
-	          "pipelined over gpu.devices; limit: the distinct links' D2H limits together");
-	bench_add(figs, "volrec_paper_volumes_per_s_one_device", r1.epochs_per_s, "volumes/s", 0,
-	          link[0] * 1e9 / (double)r1.out_bytes, "the first entry's device alone, same run");
-	bench_add(figs, "volrec_paper_devices_over_one", r.epochs_per_s / r1.epochs_per_s, "",
-	          n >= 2 ? 1.8 : 0, n,
-	          "several devices / one (target >= 1.8 on 2 distinct GPUs; a GPU named twice "
-	          "shares its link: about 1)");
-	for (unsigned k = 0; k < n; k++) {
-		/* part k copies the rows of the B-scans [k ny / n, (k + 1) ny / n) */
-		const uint64_t b0 = (uint64_t)k * ny / n, b1 = (uint64_t)(k + 1) * ny / n;
-		const double gbs =
-		        r.epochs_per_s * (double)r.out_bytes * (double)(b1 - b0) / (double)ny / 1e9;
-		snprintf(name, sizeof(name), "device%u_paper_d2h", k);
-		snprintf(note, sizeof(note),
-		         "gpu.devices[%u] = device %d: its slab (B-scans %llu-%llu) per second; "
-		         "limit: its link",
-		         k, devs[k], (unsigned long long)b0, (unsigned long long)(b1 - 1));
-		bench_add(figs, name, gbs, "GB/s", 0, link[k], note);
-		say(fn, ctx, "  gpu.devices[%u] = device %d: %.1f GB/s of its link's %.1f", k,
-		    devs[k], gbs, link[k]);
-	}
-	return 0;
+		rc = devices_case("large-600", "volrec_600", devs, n, link, sum, seconds, fn, ctx,
+		                  figs, err, errlen);
+	return rc;
 }
 
 #else

@@ -38,6 +38,10 @@ const struct bench_case bench_cases[] = {
 	 .K = 8192, .nx = 60, .ny = 60, .stride = 5, .z1 = 4096,
 	 .mode = CFG_RECON_NONCUMULATIVE,
 	 .e2e_epochs = 25, .paced_rate = 120, .target_vps = 120, .target_p99_ms = 15},
+	/* a volume beyond one link: 737 MB, for gpu.devices (gpu_bench --devices) */
+	{.name = "large-600", .title = "VolRec 120x120x4096 s5 -> 600x600x2048",
+	 .K = 4096, .nx = 120, .ny = 120, .stride = 5, .z1 = 2048,
+	 .mode = CFG_RECON_NONCUMULATIVE},
 	/* issue 18: reconstruct.mode adaptive at the paper's geometry, >= 100 volumes/s end to
 	 * end and >= 0.8 of `paper` (noncumulative) measured in the same run */
 	{.name = "paper-adaptive", .title = "VolRec adaptive 60x60x8192 s5 -> 300x300x4096",
