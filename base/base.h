@@ -129,6 +129,9 @@ size_t vr_utf8_sanitize(const char *s, char *out, size_t outlen);
  * >= 0) and at most 1e7. 0, or -EINVAL with *out untouched. */
 int vr_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int vr_parse_seconds(const char *s, bool zero, double *out);
+/* A comma-separated list of 1..max_n integers 0..max ("0,1,1"): into out[], *n entries; 0 or
+ * -EINVAL (empty, an empty item, a sign, a value above max, more than max_n). */
+int vr_parse_ordinals(const char *s, unsigned max, int *out, unsigned max_n, unsigned *n);
 
 /*
  * For the main() of programs and subcommands, the only code that prints (prog starts each

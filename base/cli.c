@@ -3,10 +3,12 @@
  * Command lines (base.h): strict option values, and the usage errors that the main() of every
  * program and subcommand prints the same way.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base.h"
 
@@ -15,13 +17,40 @@ int vr_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 	unsigned long long v;
 	char *end;
 
-	if (!s || !*s || *s == '-' || *s == '+')
+	if (!s || !isdigit((unsigned char)*s)) /* no sign, no leading space */
 		return -EINVAL;
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (errno || *end || v < min || v > max)
 		return -EINVAL;
 	*out = v;
+	return 0;
+}
+
+int vr_parse_ordinals(const char *s, unsigned max, int *out, unsigned max_n, unsigned *n)
+{
+	unsigned k = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	for (const char *p = s;;) {
+		char item[24];
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		uint64_t v;
+
+		if (k == max_n || len == 0 || len >= sizeof(item))
+			return -EINVAL;
+		memcpy(item, p, len);
+		item[len] = '\0';
+		if (vr_parse_u64(item, 0, max, &v))
+			return -EINVAL;
+		out[k++] = (int)v;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	*n = k;
 	return 0;
 }
 

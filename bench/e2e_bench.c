@@ -585,25 +585,17 @@ int main(int argc, char **argv)
 		case 'o':
 			opt.output = optarg;
 			break;
-		case 'D': {
+		case 'D':
 			/* gpu.devices of the daemon: comma-separated ordinals */
-			char *p = optarg, *dend;
-			for (opt.ndevs = 0;; p = dend + 1) {
-				long d = strtol(p, &dend, 10);
-				if (dend == p || d < 0 || d > 255 ||
-				    opt.ndevs == CFG_GPU_DEVICES_MAX || (*dend && *dend != ',')) {
-					fprintf(stderr,
-					        "e2e_bench: --devices %s: up to %d device ordinals "
-					        "0-255 separated by commas\n",
-					        optarg, CFG_GPU_DEVICES_MAX);
-					return 2;
-				}
-				opt.devs[opt.ndevs++] = (int)d;
-				if (!*dend)
-					break;
+			if (vr_parse_ordinals(optarg, 255, opt.devs, CFG_GPU_DEVICES_MAX,
+			                      &opt.ndevs)) {
+				fprintf(stderr,
+				        "e2e_bench: --devices %s: up to %d device ordinals 0-255 "
+				        "separated by commas\n",
+				        optarg, CFG_GPU_DEVICES_MAX);
+				return 2;
 			}
 			break;
-		}
 		case 'h':
 			usage(stdout);
 			return 0;

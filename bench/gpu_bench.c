@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "bench.h"
 
 static void say_stdout(void *ctx, const char *line)
@@ -82,20 +83,14 @@ int main(int argc, char **argv)
 			dev = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
 			/* gpu.devices: comma-separated ordinals */
-			char *p = argv[++i], *end;
-			for (ndevs = 0;; p = end + 1) {
-				long d = strtol(p, &end, 10);
-				if (end == p || d < 0 || d > 255 || ndevs == CFG_GPU_DEVICES_MAX ||
-				    (*end && *end != ',')) {
-					fprintf(stderr,
-					        "gpu_bench: --devices %s: expected up to %d device "
-					        "ordinals 0-255 separated by commas\n",
-					        argv[i], CFG_GPU_DEVICES_MAX);
-					return 2;
-				}
-				devs[ndevs++] = (int)d;
-				if (!*end)
-					break;
+			i++;
+			if (vr_parse_ordinals(argv[i], 255, devs, CFG_GPU_DEVICES_MAX, &ndevs)) {
+				fprintf(stderr,
+				        "gpu_bench: --devices %s: expected up to %d device "
+				        "ordinals "
+				        "0-255 separated by commas\n",
+				        argv[i], CFG_GPU_DEVICES_MAX);
+				return 2;
 			}
 		} else {
 			fprintf(stderr,

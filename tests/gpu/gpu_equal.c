@@ -21,6 +21,7 @@
 #include <volrec/protocol.h>
 
 #include "backend/backend.h"
+#include "base/base.h"
 #include "cpu/internal.h"
 #include "config/config.h"
 #include "gpu/gpu.h"
@@ -1814,22 +1815,14 @@ int main(int argc, char **argv)
 			only = argv[++i];
 		} else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
 			/* a comma-separated list of CUDA device ordinals: gpu.devices */
-			char *p = argv[++i], *end;
-			multi_n = 0;
-			for (;;) {
-				long d = strtol(p, &end, 10);
-				if (end == p || d < 0 || d > 255 ||
-				    multi_n == CFG_GPU_DEVICES_MAX || (*end && *end != ',')) {
-					fprintf(stderr,
-					        "gpu_equal: --devices %s: expected 2 to %d device "
-					        "ordinals 0-255 separated by commas\n",
-					        argv[i], CFG_GPU_DEVICES_MAX);
-					return 2;
-				}
-				multi_devs[multi_n++] = (int)d;
-				if (!*end)
-					break;
-				p = end + 1;
+			i++;
+			if (vr_parse_ordinals(argv[i], 255, multi_devs, CFG_GPU_DEVICES_MAX,
+			                      &multi_n)) {
+				fprintf(stderr,
+				        "gpu_equal: --devices %s: expected 2 to %d device ordinals "
+				        "0-255 separated by commas\n",
+				        argv[i], CFG_GPU_DEVICES_MAX);
+				return 2;
 			}
 			if (multi_n < 2) {
 				fprintf(stderr,

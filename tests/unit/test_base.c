@@ -135,6 +135,7 @@ static void test_option_values_are_strict(void **state)
 	assert_int_equal(vr_parse_u64("+3", 1, 16, &u), -EINVAL);
 	assert_int_equal(vr_parse_u64("-3", 0, UINT64_MAX, &u), -EINVAL);
 	assert_int_equal(vr_parse_u64("3x", 1, 16, &u), -EINVAL);
+	assert_int_equal(vr_parse_u64(" 3", 1, 16, &u), -EINVAL);
 	assert_int_equal(vr_parse_u64("", 0, 16, &u), -EINVAL);
 	assert_int_equal(vr_parse_u64("18446744073709551616", 0, UINT64_MAX, &u), -EINVAL);
 	assert_int_equal(u, 16);
@@ -149,6 +150,35 @@ static void test_option_values_are_strict(void **state)
 	assert_int_equal(vr_parse_seconds("2s", true, &s), -EINVAL);
 }
 
+static void test_ordinal_lists(void **state)
+{
+	int v[3] = {-1, -1, -1};
+	unsigned n = 9;
+
+	(void)state;
+	assert_int_equal(vr_parse_ordinals("0,1,1", 255, v, 3, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(v[0], 0);
+	assert_int_equal(v[1], 1);
+	assert_int_equal(v[2], 1);
+	assert_int_equal(vr_parse_ordinals("7", 255, v, 3, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(v[0], 7);
+	n = 9;
+	/* too many, out of range, empty items, signs, junk: refused, n untouched */
+	assert_int_equal(vr_parse_ordinals("0,1,2,3", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals("256", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals("", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals("0,", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals(",0", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals("0,,1", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals("-1", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals("+1", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals("1x", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(vr_parse_ordinals("0, 1", 255, v, 3, &n), -EINVAL);
+	assert_int_equal(n, 9);
+}
+
 VR_TEST_GROUP(base)
 {
 	const struct CMUnitTest tests[] = {
@@ -159,6 +189,7 @@ VR_TEST_GROUP(base)
 	        cmocka_unit_test(test_utf8_sanitize_replaces_bad_bytes),
 	        cmocka_unit_test(test_scan_offset_rasters_over_the_strides),
 	        cmocka_unit_test(test_option_values_are_strict),
+	        cmocka_unit_test(test_ordinal_lists),
 	};
 	return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }
