@@ -476,7 +476,6 @@ int main(int argc, char **argv)
 	int ch;
 
 	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		char *end;
 		double v;
 
 		switch (ch) {
@@ -495,8 +494,8 @@ int main(int argc, char **argv)
 		case 's':
 		case 'w':
 		case 'T':
-			v = strtod(optarg, &end);
-			if (end == optarg || *end || !(v >= (ch == 'w' ? 0 : 0.1)) || v > 86400) {
+			if (vr_parse_seconds(optarg, ch == 'w', &v) || (ch != 'w' && v < 0.1) ||
+			    v > 86400) {
 				fprintf(stderr,
 				        "view_latency: --%s %s: need seconds%s (at most 86400)\n",
 				        ch == 's'   ? "seconds"
