@@ -161,6 +161,7 @@ struct vr_config {
 		struct {
 			double tolerance; /* kappa: change scale, normalized units (> 0) */
 			uint32_t depth_half_window; /* h: 2h + 1 z bins averaged before comparing */
+			double speckle_tolerance;   /* kappa_s: bin-wise change scale (0: off) */
 		} adaptive;
 	} reconstruct;
 

@@ -136,6 +136,7 @@ static void cpu_destroy(void *vst)
 	free(st->inv_nz);
 	free(st->chg);
 	free(st->alpha);
+	free(st->beta);
 	free(st);
 }
 
@@ -286,8 +287,9 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	ALLOC(st->tcol, cols);
 	ALLOC(st->inv_gz, st->nz);
 	ALLOC(st->inv_nz, st->nz);
-	ALLOC(st->chg, (size_t)st->ny * st->nx);
+	ALLOC(st->chg, 2 * (size_t)st->ny * st->nx);
 	ALLOC(st->alpha, cols);
+	ALLOC(st->beta, cols);
 	st->workers = calloc(st->nthreads, sizeof(*st->workers));
 	if (!st->workers)
 		goto out_nomem;

@@ -42,6 +42,7 @@ struct cpu_params {
 	double tau;
 	double tolerance;    /* adaptive: kappa */
 	uint32_t depth_half; /* adaptive: 2 depth_half + 1 z bins averaged */
+	double speckle_tol;  /* adaptive: kappa_s (0: the exact history column is never used) */
 	float gxy[9];        /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
 	float gz[3];         /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
 };
@@ -106,8 +107,9 @@ struct cpu_state {
 	float *tcol;        /* [Y][X] temporal weight of this epoch */
 	float *inv_gz;      /* [Z] 1 / sum of gz over the valid dz at z */
 	float *inv_nz;      /* [Z] 1 / number of valid dz at z */
-	float *chg;         /* adaptive: [ny][nx] change measure d of this epoch's samples */
+	float *chg;         /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
 	float *alpha;       /* adaptive: [Y][X] weight of the history estimate */
+	float *beta;        /* adaptive: [Y][X] weight of the column's own history sample */
 	bool have_prev;     /* cumulative: ovol holds a previous output */
 
 	char device[128];

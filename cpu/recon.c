@@ -18,13 +18,16 @@ struct recon_ctx {
 	uint32_t ox, oy; /* adaptive: the epoch's scan offset */
 };
 
-/* adaptive (docs/algorithms.md §2b): blend the history estimate res of column (yy, xx) with
- * the linear interpolation of the current epoch, weighted by alpha. */
+/* adaptive (docs/algorithms.md §2b): the history estimate res of column (yy, xx) blended
+ * with the column's own history sample by beta, then with the linear interpolation of the
+ * current epoch by alpha. */
 static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *ctx, uint32_t yy,
                            uint32_t xx, float *res)
 {
 	const uint32_t Z = st->nz;
-	const float a = st->alpha[(size_t)yy * st->X + xx], b = 1.0f - a;
+	const size_t i = (size_t)yy * st->X + xx;
+	const float a = st->alpha[i], b = 1.0f - a, bt = st->beta[i], bh = 1.0f - bt;
+	const float *m = st->bvol + i * Z;
 	uint32_t y0, y1, x0, x1;
 	float ty, tx;
 
@@ -39,22 +42,31 @@ static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *c
 
 	for (uint32_t z = 0; z < Z; z++) {
 		float c = w00 * c00[z] + w01 * c01[z] + w10 * c10[z] + w11 * c11[z];
-		res[z] = a * res[z] + b * c;
+		float h = bt * m[z] + bh * res[z];
+		res[z] = a * h + b * c;
 	}
 }
 
-/* adaptive: the change measure d of low-res sample (y, x) against the history at its
- * full-resolution position, before the interlace overwrites it. */
+/* adaptive: the change measures of low-res sample (y, x) against the history at its
+ * full-resolution position, before the interlace overwrites it: d (depth-windowed) as the
+ * result, d1 (bin by bin) into *d1. */
 static float adaptive_change(const struct cpu_state *st, const float *L, uint32_t y, uint32_t x,
-                             size_t full)
+                             size_t full, float *d1)
 {
 	const uint32_t Z = st->nz, h = st->p.depth_half;
 	const float *l = L + ((size_t)y * st->nx + x) * Z, *m = st->bvol + full * Z;
-	double win = 0.0, acc = 0.0;
+	double win = 0.0, acc = 0.0, acc1 = 0.0;
 	uint32_t lo = 0, hi = 0; /* the window [lo, hi) summed in win */
 
-	if (st->E[full] < 0)
+	if (st->E[full] < 0) {
+		*d1 = (float)BE_ADAPT_UNKNOWN;
 		return (float)BE_ADAPT_UNKNOWN;
+	}
+	for (uint32_t z = 0; z < Z; z++) {
+		double b1 = (double)(l[z] - m[z]);
+		acc1 += b1 * b1;
+	}
+	*d1 = (float)(acc1 / (double)Z);
 	for (uint32_t z = 0; z < Z; z++) {
 		uint32_t a = z > h ? z - h : 0, b = z + h + 1 < Z ? z + h + 1 : Z;
 		while (hi < b) {
@@ -77,10 +89,11 @@ static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
 	struct cpu_state *st = w->st;
 	uint32_t y = (uint32_t)item;
 
+	const size_t n = (size_t)st->ny * st->nx;
 	for (uint32_t x = 0; x < st->nx; x++) {
 		size_t fy = (size_t)y * st->sy + ctx->oy, fx = (size_t)x * st->sx + ctx->ox;
-		st->chg[(size_t)y * st->nx + x] =
-		        adaptive_change(st, ctx->L, y, x, fy * st->X + fx);
+		size_t c = (size_t)y * st->nx + x;
+		st->chg[c] = adaptive_change(st, ctx->L, y, x, fy * st->X + fx, &st->chg[n + c]);
 	}
 }
 
@@ -234,7 +247,8 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 			st->E[fy * X + fx] = (int64_t)e;
 		}
 
-	const double k2 = p->tolerance * p->tolerance;
+	const double k2 = p->tolerance * p->tolerance, ks2 = p->speckle_tol * p->speckle_tol;
+	const size_t nlow = (size_t)st->ny * st->nx;
 	for (uint32_t y = 0; y < Y; y++) {
 		uint32_t y0 = 0, y1 = 0, x0, x1;
 		float ty = 0.0f, tx;
@@ -243,20 +257,29 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 		for (uint32_t x = 0; x < X; x++) {
 			size_t i = (size_t)y * X + x;
 			float t = 0.0f;
-			double D = 0.0;
+			double D = 0.0, D1 = 0.0;
 			if (adaptive) {
 				const float *c0 = st->chg + (size_t)y0 * st->nx;
 				const float *c1 = st->chg + (size_t)y1 * st->nx;
 				be_interp_axis(x, ox, st->sx, st->nx, &x0, &x1, &tx);
 				D = (1.0 - ty) * ((1.0 - tx) * c0[x0] + (double)tx * c0[x1]) +
 				    (double)ty * ((1.0 - tx) * c1[x0] + (double)tx * c1[x1]);
+				c0 += nlow;
+				c1 += nlow;
+				D1 = (1.0 - ty) * ((1.0 - tx) * c0[x0] + (double)tx * c0[x1]) +
+				     (double)ty * ((1.0 - tx) * c1[x0] + (double)tx * c1[x1]);
 				st->alpha[i] = (float)exp(-D / k2);
+				st->beta[i] = 0.0f;
 			}
 			if (st->E[i] >= 0) {
 				double age = (double)((int64_t)e - st->E[i]);
 				double tw = be_temporal_weight(p->temporal, S, p->tau, age);
-				if (adaptive)
+				if (adaptive) {
 					tw *= exp(-D * age / ((double)S * k2));
+					if (ks2 > 0.0)
+						st->beta[i] =
+						        (float)exp(-D1 * age / ((double)S * ks2));
+				}
 				t = (float)tw;
 			}
 			st->tcol[i] = t;

@@ -156,6 +156,7 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 	p->tau = cfg->reconstruct.tau;
 	p->tolerance = cfg->reconstruct.adaptive.tolerance;
 	p->depth_half = cfg->reconstruct.adaptive.depth_half_window;
+	p->speckle_tol = cfg->reconstruct.adaptive.speckle_tolerance;
 	for (int dy = -1; dy <= 1; dy++)
 		for (int dx = -1; dx <= 1; dx++)
 			p->gxy[(dy + 1) * 3 + dx + 1] = be_spatial_weight(

@@ -142,13 +142,14 @@ struct gpu_recon_params {
 	bool adaptive;
 	int adapt_h; /* depth_half_window h: 2h + 1 bins averaged */
 	double k2;   /* tolerance^2 */
+	double ks2;  /* speckle_tolerance^2 (0: beta = 0) */
 };
 
 /* Per-column weights of the reconstruction (gpu_launch_weights): for output column (Y, X),
  * neighbour column n = (dy + 1) * 3 + dx + 1: [n] = g_n / sum g (sum) or g_n t_n / sum g t
  * (product), [9 + n] = t_n / sum t (sum only), 0 for a neighbour outside the volume or with
  * t_n = 0; [18] the adaptive mode's history weight alpha of the column (0 otherwise), [19]
- * padding (float4 loads). */
+ * its weight beta of the column's own history sample (0 otherwise). */
 #define GPU_WCOL 20
 /* Output rows per thread of the reconstruction kernel; slabs are multiples of it. */
 #define GPU_RECON_ROWS 4
@@ -159,10 +160,11 @@ cudaError_t gpu_launch_interlace(const struct gpu_recon_params *p, const float *
 /* Temporal weight map tmap[Y][X] from E (the E path). */
 cudaError_t gpu_launch_tmap(const struct gpu_recon_params *p, const long long *E, float *tmap,
                             cudaStream_t s);
-/* Adaptive mode, before the interlace: the change measure chg[ny][nx] of each new sample of
- * le against the history B at its full-resolution position (E < 0 there: BE_ADAPT_UNKNOWN):
- * the differences transposed into delta (scratch of ny * nx * nz floats, [nz][ny * nx]), then
- * one thread per sample with a running depth window, in double as cpu/recon.c computes it. */
+/* Adaptive mode, before the interlace: the change measures chg[2][ny][nx] (d, then d1) of each
+ * new sample of le against the history B at its full-resolution position (E < 0 there:
+ * BE_ADAPT_UNKNOWN): the differences transposed into delta (scratch of ny * nx * nz floats,
+ * [nz][ny * nx]), then one thread per sample with a running depth window (d) and the bin-wise
+ * sum (d1), in double as cpu/recon.c computes them. */
 cudaError_t gpu_launch_adapt_change(const struct gpu_recon_params *p, const float *le,
                                     const float *B, const long long *E, float *delta, float *chg,
                                     cudaStream_t s);
@@ -170,20 +172,22 @@ cudaError_t gpu_launch_adapt_change(const struct gpu_recon_params *p, const floa
  * column X, entry X + Y for row Y: {i0, i1, bits of t, 0}, be_interp_axis computed on the
  * device in double) and aoff[X + Y] (the offsets of those columns and rows in L_e: i * Z for a
  * column, i * nx * Z for a row), then per column the history weight alpha[Y][X] and the
- * temporal weights tmap[Y][X] scaled by the change (t' of docs/algorithms.md §2b). */
+ * temporal weights tmap[Y][X] scaled by the change (t' of docs/algorithms.md §2b), and the
+ * weight beta[Y][X] of each column's own history sample. */
 cudaError_t gpu_launch_adapt_weights(const struct gpu_recon_params *p, const long long *E,
                                      const float *chg, int4 *axy, longlong2 *aoff, float *alpha,
-                                     float *tmap, cudaStream_t s);
+                                     float *beta, float *tmap, cudaStream_t s);
 /* Upload the S x S table (row qe: weights by phase) and the 4 spatial weights by |d|^2. */
 cudaError_t gpu_upload_constants(const float *ttab, size_t n, const float g[4], cudaStream_t s);
 /* The per-column weights W[Y][X][GPU_WCOL] of this epoch, from the S x S table (p->fast)
- * or from tmap, in double as the CPU reference computes them; alpha (adaptive, else NULL)
- * goes into [18]. */
+ * or from tmap, in double as the CPU reference computes them; alpha and beta (adaptive, else
+ * NULL) go into [18] and [19]. */
 cudaError_t gpu_launch_weights(const struct gpu_recon_params *p, const float *tmap,
-                               const float *alpha, float *W, cudaStream_t s);
+                               const float *alpha, const float *beta, float *W, cudaStream_t s);
 /* The 3x3x3 kernel on rows [y0, y1) of B with the weights W: u8 into out8 (full volume
  * base), float into outf (full volume base, may be NULL). Adaptive (p->adaptive): blended
- * with the bilinear interpolation of le on the axes axy, aoff (gpu_launch_adapt_weights). */
+ * with the column of B by W[19], then with the bilinear interpolation of le on the axes axy,
+ * aoff (gpu_launch_adapt_weights) by W[18]. */
 cudaError_t gpu_launch_recon(const struct gpu_recon_params *p, const float *B, const float *W,
                              const float *le, const int4 *axy, const longlong2 *aoff, int y0,
                              int y1, uint8_t *out8, float *outf, cudaStream_t s);

@@ -78,6 +78,7 @@ struct gpu_state {
 	float *W;            /* [Y][X][GPU_WCOL] per-column weights of the epoch */
 	float *chg;          /* adaptive: [ny][nx] change measure of this epoch's samples */
 	float *alpha;        /* adaptive: [Y][X] history weight of each column */
+	float *beta;         /* adaptive: [Y][X] weight of each column's own history sample */
 	int4 *axy;           /* adaptive: [X + Y] interpolation axes of this epoch */
 	longlong2 *aoff;     /* adaptive: [X + Y] their offsets into L_e */
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
@@ -102,8 +103,9 @@ struct gpu_state {
 	bool product;
 	enum cfg_temporal temporal;
 	double tau;
-	double tolerance; /* adaptive: kappa */
-	uint32_t adapt_h; /* adaptive: depth_half_window */
+	double tolerance;   /* adaptive: kappa */
+	uint32_t adapt_h;   /* adaptive: depth_half_window */
+	double speckle_tol; /* adaptive: kappa_s */
 	float g[4];
 	float *ttab; /* [S][S] (NULL when S*S > GPU_TTAB_MAX) */
 
@@ -252,6 +254,7 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 	st->tau = cfg->reconstruct.tau;
 	st->tolerance = cfg->reconstruct.adaptive.tolerance;
 	st->adapt_h = cfg->reconstruct.adaptive.depth_half_window;
+	st->speckle_tol = cfg->reconstruct.adaptive.speckle_tolerance;
 	if (st->ttab) {
 		/* row qe, column phase p: age (qe - p) mod S */
 		for (uint32_t q = 0; q < st->S; q++)
@@ -385,6 +388,7 @@ static void gpu_destroy(void *vst)
 	cudaFree(st->W);
 	cudaFree(st->chg);
 	cudaFree(st->alpha);
+	cudaFree(st->beta);
 	cudaFree(st->axy);
 	cudaFree(st->aoff);
 	cudaFree(st->out8);
@@ -681,11 +685,15 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			                "column weights", err, errlen);
 		/* the adaptive mode's buffers whatever the mode: a live switch allocates nothing */
 		if (rc == 0)
-			rc = gpu_malloc((void **)&st->chg, (size_t)st->ny * st->nx * sizeof(float),
+			rc = gpu_malloc((void **)&st->chg,
+			                2 * (size_t)st->ny * st->nx * sizeof(float),
 			                "change measures", err, errlen);
 		if (rc == 0)
 			rc = gpu_malloc((void **)&st->alpha, cols * sizeof(float),
 			                "history weights", err, errlen);
+		if (rc == 0)
+			rc = gpu_malloc((void **)&st->beta, cols * sizeof(float),
+			                "history sample weights", err, errlen);
 		if (rc == 0)
 			rc = gpu_malloc((void **)&st->axy, ((size_t)st->X + st->Y) * sizeof(int4),
 			                "interpolation axes", err, errlen);
@@ -1256,6 +1264,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		        .adaptive = adaptive,
 		        .adapt_h = (int)st->adapt_h,
 		        .k2 = st->tolerance * st->tolerance,
+		        .ks2 = st->speckle_tol * st->speckle_tol,
 		};
 		for (int nv = 1; nv <= 3; nv++) {
 			rp.inv_gz[nv - 1] = (float)(1.0 / (1.0 + (double)rp.g1 * (nv - 1)));
@@ -1276,11 +1285,12 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		CU(gpu_launch_interlace(&rp, le, st->P, st->E, s0), "interlace kernel");
 		if (adaptive)
 			CU(gpu_launch_adapt_weights(&rp, st->E, st->chg, st->axy, st->aoff,
-			                            st->alpha, st->tmap, s0),
+			                            st->alpha, st->beta, st->tmap, s0),
 			   "adaptive weight kernel");
 		else if (!rp.fast)
 			CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0), "temporal weight kernel");
-		CU(gpu_launch_weights(&rp, st->tmap, adaptive ? st->alpha : NULL, st->W, s0),
+		CU(gpu_launch_weights(&rp, st->tmap, adaptive ? st->alpha : NULL,
+		                      adaptive ? st->beta : NULL, st->W, s0),
 		   "column weight kernel");
 		if (st->mode == CFG_RECON_CUMULATIVE || out->full)
 			outf_dev = st->Q;

@@ -596,10 +596,19 @@ __global__ void k_adapt_change(gpu_recon_params p, const float *__restrict__ del
 	     c += (size_t)gridDim.x * blockDim.x) {
 		if (E[gpu_sample_pos(p, c)] < 0) {
 			chg[c] = (float)BE_ADAPT_UNKNOWN;
+			chg[ncols + c] = (float)BE_ADAPT_UNKNOWN;
 			continue;
 		}
 		const float *dc = delta + c;
 #define GPU_DELTA(z) ((double)__ldg(&dc[(size_t)(z)*ncols]))
+		/* d1: the bin-wise mean square, summed in the CPU's order */
+		double acc1 = 0.0;
+#pragma unroll 8
+		for (int k = 0; k < Z; k++) {
+			const double b1 = GPU_DELTA(k);
+			acc1 = __dadd_rn(acc1, __dmul_rn(b1, b1));
+		}
+		chg[ncols + c] = (float)__ddiv_rn(acc1, (double)Z);
 		double win = 0.0, acc = 0.0;
 		/* z = 0: the window [0, min(h + 1, Z)) */
 		const int b0 = h + 1 < Z ? h + 1 : Z;
@@ -671,12 +680,15 @@ __global__ void k_adapt_axes(gpu_recon_params p, int4 *__restrict__ axy,
  * One thread per output column (Y, X), grid-strided, after the interlace: D = the bilinear
  * interpolation of chg over the epoch's sample grid (double, from the float d and the float
  * t of the axes), alpha = exp(-D / k2), and the temporal weight t(a) exp(-D a / (S k2)) of
- * the column (0 where E < 0) into tmap, each rounded once to float.
+ * the column (0 where E < 0) into tmap, each rounded once to float; likewise D1 from the
+ * bin-wise measures (chg + ny nx) and beta = exp(-D1 a / (S ks2)) (0 where E < 0 or ks2 = 0).
  */
 __global__ void k_adapt_weights(gpu_recon_params p, const long long *__restrict__ E,
                                 const float *__restrict__ chg, const int4 *__restrict__ axy,
-                                float *__restrict__ alpha, float *__restrict__ tmap)
+                                float *__restrict__ alpha, float *__restrict__ beta,
+                                float *__restrict__ tmap)
 {
+	const size_t nlow = (size_t)p.ny * p.nx;
 	const size_t n = (size_t)p.Y * p.X;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -690,16 +702,26 @@ __global__ void k_adapt_weights(gpu_recon_params p, const long long *__restrict_
 		const double r1 = __dadd_rn(__dmul_rn(omtx, (double)c1[cx.x]),
 		                            __dmul_rn(tx, (double)c1[cx.y]));
 		const double D = __dadd_rn(__dmul_rn(1.0 - ty, r0), __dmul_rn(ty, r1));
+		const float *s0 = c0 + nlow, *s1 = c1 + nlow;
+		const double q0 = __dadd_rn(__dmul_rn(omtx, (double)s0[cx.x]),
+		                            __dmul_rn(tx, (double)s0[cx.y]));
+		const double q1 = __dadd_rn(__dmul_rn(omtx, (double)s1[cx.x]),
+		                            __dmul_rn(tx, (double)s1[cx.y]));
+		const double D1 = __dadd_rn(__dmul_rn(1.0 - ty, q0), __dmul_rn(ty, q1));
 		alpha[i] = (float)exp(__ddiv_rn(-D, p.k2));
 		const long long e = E[i];
-		float t = 0.0f;
+		float t = 0.0f, bt = 0.0f;
 		if (e >= 0) {
 			const double age = (double)(p.epoch - e);
 			const double f =
 			        exp(__ddiv_rn(__dmul_rn(-D, age), __dmul_rn((double)p.S, p.k2)));
 			t = (float)__dmul_rn(gpu_temporal_d(p, p.epoch - e), f);
+			if (p.ks2 > 0.0)
+				bt = (float)exp(__ddiv_rn(__dmul_rn(-D1, age),
+				                          __dmul_rn((double)p.S, p.ks2)));
 		}
 		tmap[i] = t;
+		beta[i] = bt;
 	}
 }
 
@@ -732,7 +754,8 @@ static __device__ __forceinline__ float gpu_tcol(const gpu_recon_params &p,
  */
 template <bool FAST>
 __global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap,
-                          const float *__restrict__ alpha, float *__restrict__ W)
+                          const float *__restrict__ alpha, const float *__restrict__ beta,
+                          float *__restrict__ W)
 {
 	const size_t n = (size_t)p.Y * p.X;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -769,7 +792,7 @@ __global__ void k_weights(gpu_recon_params p, const float *__restrict__ tmap,
 			o[9 + k] = T > 0.0 ? (float)((double)ct[k] / T) : 0.0f;
 		}
 		o[18] = alpha ? alpha[i] : 0.0f;
-		o[19] = 0.0f;
+		o[19] = beta ? beta[i] : 0.0f;
 		float4 *w = (float4 *)(W + i * GPU_WCOL);
 #pragma unroll
 		for (int q = 0; q < GPU_WCOL / 4; q++)
@@ -886,6 +909,11 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, ADAPT ? 7 : 8)
 				const float a =
 				        SUM ? w[18]
 				            : __ldg(&W[((size_t)Yi * p.X + Xi) * GPU_WCOL + 18]);
+				const float bt =
+				        SUM ? w[19]
+				            : __ldg(&W[((size_t)Yi * p.X + Xi) * GPU_WCOL + 19]);
+				const float m = __ldg(&B[((size_t)Yi * p.X + Xi) * Z + z]);
+				o = __fadd_rn(__fmul_rn(bt, m), __fmul_rn(1.0f - bt, o));
 				const longlong2 ro = __ldg(&aoff[p.X + Yi]);
 				const float ty = __int_as_float(__ldg(&axy[p.X + Yi].z));
 				const float tx = __int_as_float(__ldg(&axy[Xi].z));
@@ -1113,13 +1141,14 @@ extern "C" cudaError_t gpu_upload_constants(const float *ttab, size_t n, const f
 }
 
 extern "C" cudaError_t gpu_launch_weights(const gpu_recon_params *p, const float *tmap,
-                                          const float *alpha, float *W, cudaStream_t s)
+                                          const float *alpha, const float *beta, float *W,
+                                          cudaStream_t s)
 {
 	const unsigned g = gpu_blocks((size_t)p->Y * p->X);
 	if (p->fast)
-		k_weights<true><<<g, GPU_THREADS, 0, s>>>(*p, tmap, alpha, W);
+		k_weights<true><<<g, GPU_THREADS, 0, s>>>(*p, tmap, alpha, beta, W);
 	else
-		k_weights<false><<<g, GPU_THREADS, 0, s>>>(*p, tmap, alpha, W);
+		k_weights<false><<<g, GPU_THREADS, 0, s>>>(*p, tmap, alpha, beta, W);
 	return cudaGetLastError();
 }
 
@@ -1146,14 +1175,15 @@ extern "C" cudaError_t gpu_launch_adapt_change(const gpu_recon_params *p, const 
 
 extern "C" cudaError_t gpu_launch_adapt_weights(const gpu_recon_params *p, const long long *E,
                                                 const float *chg, int4 *axy, longlong2 *aoff,
-                                                float *alpha, float *tmap, cudaStream_t s)
+                                                float *alpha, float *beta, float *tmap,
+                                                cudaStream_t s)
 {
 	k_adapt_axes<<<gpu_blocks((size_t)p->X + p->Y), GPU_THREADS, 0, s>>>(*p, axy, aoff);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;
 	k_adapt_weights<<<gpu_blocks((size_t)p->Y * p->X), GPU_THREADS, 0, s>>>(*p, E, chg, axy,
-	                                                                        alpha, tmap);
+	                                                                        alpha, beta, tmap);
 	return cudaGetLastError();
 }
 

@@ -419,7 +419,8 @@ static void c_u12p_adaptive(struct vr_config *c)
 	c->geometry.sample_type = CFG_SAMPLE_U12P;
 }
 
-/* adaptive with product combine, exp temporal weights, a window of 1 bin (h = 0) and an odd
+/* adaptive with product combine, exp temporal weights, a window of 1 bin (h = 0), a wide
+ * speckle tolerance and an odd
  * geometry with stride 3 x 1 (one row of offsets: ny = 1 along no axis, nx odd) */
 static void c_adaptive_product(struct vr_config *c)
 {
@@ -430,6 +431,7 @@ static void c_adaptive_product(struct vr_config *c)
 	c->reconstruct.tau = 2.0;
 	c->reconstruct.adaptive.depth_half_window = 0;
 	c->reconstruct.adaptive.tolerance = 0.3;
+	c->reconstruct.adaptive.speckle_tolerance = 0.5; /* beta between 0 and 1 on random data */
 }
 
 /* The simulator's retina turning, drifting laterally and axially, and jumping at epoch 7:
@@ -448,12 +450,14 @@ static void c_sim_adaptive_motion(struct vr_config *c)
 	c->source.synth.jump_deg = 4;
 }
 
-/* Live: noncumulative -> adaptive with another tolerance and window (history reset) */
+/* Live: noncumulative -> adaptive with another tolerance and window, without the exact
+ * history samples (history reset) */
 static void live_to_adaptive(struct vr_config *c)
 {
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
 	c->reconstruct.adaptive.tolerance = 0.15;
 	c->reconstruct.adaptive.depth_half_window = 2;
+	c->reconstruct.adaptive.speckle_tolerance = 0;
 }
 
 static void c_paper_adaptive(struct vr_config *c)
