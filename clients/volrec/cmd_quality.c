@@ -676,6 +676,9 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		json_object_object_add(
 		        o, "adaptive_depth_half_window",
 		        json_object_new_int64(cfg.reconstruct.adaptive.depth_half_window));
+		json_object_object_add(
+		        o, "adaptive_speckle_tolerance",
+		        json_object_new_double(cfg.reconstruct.adaptive.speckle_tolerance));
 		for (int r = 0; r < Q_ROWS; r++) {
 			struct json_object *m = json_object_new_object();
 			struct json_object *pe = json_object_new_array();
