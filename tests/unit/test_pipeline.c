@@ -394,19 +394,11 @@ static struct pl_sink memsink_sink(struct memsink *m)
 
 static void test_config(struct vr_config *c, enum cfg_source type)
 {
-	cfg_defaults(c);
-	c->backend = CFG_BACKEND_CPU;
-	c->cpu.threads = 1;
+	vrtest_cpu_config(c, K, CFG_SAMPLE_U16, NX, NY, 1);
 	c->source.type = type;
 	c->source.rate = 0;
 	c->source.shim.timeout_ms = 200;
-	c->geometry.samples_per_ascan = K;
-	c->geometry.sample_type = CFG_SAMPLE_U16;
-	c->geometry.ascans_per_bscan = NX;
-	c->geometry.bscans_per_volume = NY;
 	c->geometry.stride[0] = c->geometry.stride[1] = 2;
-	c->geometry.depth_range[0] = 0;
-	c->geometry.depth_range[1] = K / 2;
 	c->reconstruct.mode = CFG_RECON_NONCUMULATIVE;
 	c->pipeline.ring_bscans = 4 * NY;
 	c->pipeline.overflow = CFG_OVERFLOW_DROP_EPOCH;
