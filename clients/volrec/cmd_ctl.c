@@ -3,6 +3,7 @@
  * `volrec get [KEY]` and `volrec set KEY=VALUE ...`: the daemon's control socket
  * (ipc://<run_dir>/<instance>.ctl, docs/control.md). A set is validated by the daemon exactly
  * like the configuration file, all keys or none, and applied between volumes.
+ * getopt: clients/volrec/tool_common.c
  */
 #include <errno.h>
 #include <getopt.h>
