@@ -185,7 +185,7 @@ $(foreach p,$(TEST_PROGRAMS),$(eval $(call link_rule,$(p),$(B)/tests/$(p))))
 $(foreach s,$(SHLIBS),$(eval $(call shlib_rule,$(s))))
 
 # ---- the cmocka runner: every tests/unit/*.c with VR_TEST_GROUP(name) -----------------------
-unit_runner_SRCS := tests/unit/main.c $(UNIT_SRCS)
+unit_runner_SRCS := tests/unit/main.c tests/unit/vrtest.c $(UNIT_SRCS)
 unit_runner_ARCHIVES := $(sort $(UNIT_ARCHIVES))
 unit_runner_LDLIBS := -lcmocka
 $(B)/gen/unit_groups.h: $(UNIT_SRCS) Makefile

@@ -248,6 +248,24 @@ int be_recon_check(const struct vr_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+int be_levels_check(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	double lo = cfg->preprocess.db_range[0], hi = cfg->preprocess.db_range[1];
+
+	if (!(cfg->preprocess.background.threshold >= 0) ||
+	    !isfinite(cfg->preprocess.background.threshold)) {
+		snprintf(err, errlen,
+		         "preprocess.background.threshold: %g, need a finite value >= 0",
+		         cfg->preprocess.background.threshold);
+		return -EINVAL;
+	}
+	if (!(hi > lo) || !isfinite(lo) || !isfinite(hi)) {
+		snprintf(err, errlen, "preprocess.db_range: [%g, %g], need lo < hi", lo, hi);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 float be_spatial_weight(double sigma, unsigned d2)
 {
 	double s2 = 2.0 * sigma * sigma;

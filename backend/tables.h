@@ -48,6 +48,11 @@ void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *wi
 __attribute__((warn_unused_result)) int be_recon_check(const struct vr_config *cfg, char *err,
                                                        size_t errlen);
 
+/* Check the preprocessing values both backends map to levels: background.threshold finite and
+ * >= 0, db_range finite with lo < hi; -EINVAL with a message naming the key otherwise. */
+__attribute__((warn_unused_result)) int be_levels_check(const struct vr_config *cfg, char *err,
+                                                        size_t errlen);
+
 /* Unnormalized Gaussian spatial weight exp(-d2 / (2 sigma^2)) of a neighbour at squared
  * distance d2 = dx^2 + dy^2 (+ dz^2) (ALGORITHMS.md §2.3), as float; a sigma whose 2 sigma^2
  * is not > 0 counts as 1. */

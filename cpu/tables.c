@@ -86,20 +86,12 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 		if (rc < 0)
 			return rc;
 	}
-	if (!(hi > lo) || !isfinite(lo) || !isfinite(hi)) {
-		snprintf(err, errlen, "preprocess.db_range: [%g, %g], need lo < hi", lo, hi);
-		return -EINVAL;
-	}
+	rc = be_levels_check(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
 	rc = be_recon_check(cfg, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (!(cfg->preprocess.background.threshold >= 0) ||
-	    !isfinite(cfg->preprocess.background.threshold)) {
-		snprintf(err, errlen,
-		         "preprocess.background.threshold: %g, need a finite value >= 0",
-		         cfg->preprocess.background.threshold);
-		return -EINVAL;
-	}
 	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && !st->pm_ready) {
 		snprintf(err, errlen,
 		         "cpu backend: partial_median buffers are not allocated (cpu_pm_alloc)");

@@ -440,19 +440,7 @@ static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t err
 		         (unsigned long long)nx);
 		return -EINVAL;
 	}
-	if (!(cfg->preprocess.background.threshold >= 0) ||
-	    !isfinite(cfg->preprocess.background.threshold)) {
-		snprintf(err, errlen,
-		         "preprocess.background.threshold: %g, need a finite value >= 0",
-		         cfg->preprocess.background.threshold);
-		return -EINVAL;
-	}
-	if (!(cfg->preprocess.db_range[1] > cfg->preprocess.db_range[0])) {
-		snprintf(err, errlen, "preprocess.db_range: [%g, %g], need lo < hi",
-		         cfg->preprocess.db_range[0], cfg->preprocess.db_range[1]);
-		return -EINVAL;
-	}
-	return 0;
+	return be_levels_check(cfg, err, errlen);
 }
 
 /* Allocate n bytes of device memory into *p, naming it in the message on failure. */

@@ -3,6 +3,7 @@
  * `volrec get [KEY]` and `volrec set KEY=VALUE ...`: the daemon's control socket
  * (ipc://<run_dir>/<instance>.ctl, docs/control.md). A set is validated by the daemon exactly
  * like the configuration file, all keys or none, and applied between volumes.
+ * getopt: clients/volrec/tool_common.c
  */
 #include <errno.h>
 #include <getopt.h>
@@ -104,8 +105,10 @@ static int ctl_checked(struct json_object *reply, const char *cmd)
 	return VR_EXIT_REJECTED;
 }
 
-static void ctl_usage(FILE *f, const char *cmd)
+static void ctl_usage(FILE *f, const void *ctx)
 {
+	const char *cmd = ctx;
+
 	if (!strcmp(cmd, "get"))
 		fprintf(f, "usage: volrec get [options] [KEY]\n"
 		           "Print the running daemon's effective configuration, or one key or "
@@ -128,31 +131,15 @@ static void ctl_usage(FILE *f, const char *cmd)
 
 static int ctl_main(int argc, char **argv, const char *cmd)
 {
-	static const struct option longopts[] = {TOOL_COMMON_LONGOPTS,
-	                                         {"timeout", required_argument, NULL, 't'},
-	                                         {"help", no_argument, NULL, 'h'},
-	                                         {NULL, 0, NULL, 0}};
 	struct tool_target tg;
 	struct json_object *req, *reply = NULL, *v;
 	double timeout = 5;
-	char prog[16];
-	int opt, rc;
+	int rc;
 
-	snprintf(prog, sizeof(prog), "volrec %s", cmd);
 	tool_target_init(&tg);
-	while ((opt = tool_getopt(&tg, cmd, argc, argv, "i:r:c:t:h", longopts)) != -1) {
-		switch (opt) {
-		case 't':
-			if (vr_cli_seconds(prog, "--timeout", optarg, false, &timeout))
-				return VR_EXIT_USAGE;
-			break;
-		case TOOL_OPT_ERROR:
-			return VR_EXIT_USAGE;
-		default:
-			ctl_usage(opt == 'h' ? stdout : stderr, cmd);
-			return opt == 'h' ? VR_EXIT_OK : VR_EXIT_USAGE;
-		}
-	}
+	rc = tool_timeout_args(&tg, cmd, argc, argv, &timeout, ctl_usage, cmd);
+	if (rc != TOOL_ARGS_GO_ON)
+		return rc;
 	req = json_object_new_object();
 	if (!strcmp(cmd, "get")) {
 		if (argc - optind > 1) {

@@ -3,6 +3,7 @@
  * `volrec reload`: SIGHUP to the instance's volrecd (verified through /proc), then wait for the
  * `reloaded` or `reload_rejected` event (or, if a rebuild made it unreachable, the status
  * messages' reload result) and say which.
+ * getopt: clients/volrec/tool_common.c
  */
 #include <errno.h>
 #include <signal.h>

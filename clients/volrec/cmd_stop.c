@@ -2,6 +2,7 @@
 /*
  * `volrec stop`: SIGTERM to the instance's volrecd (verified through /proc), then wait until the
  * process is gone, printing its `stopping` event.
+ * getopt: clients/volrec/tool_common.c
  */
 #include <errno.h>
 #include <signal.h>

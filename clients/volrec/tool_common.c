@@ -90,6 +90,35 @@ int tool_getopt(struct tool_target *t, const char *cmd, int argc, char **argv,
 	return rc < 0 ? TOOL_OPT_ERROR : opt;
 }
 
+int tool_timeout_args(struct tool_target *t, const char *cmd, int argc, char **argv,
+                      double *timeout, void (*usage)(FILE *f, const void *ctx), const void *ctx)
+{
+	static const struct option longopts[] = {
+	        TOOL_COMMON_LONGOPTS,
+	        {"timeout", required_argument, NULL, 't'},
+	        {"help", no_argument, NULL, 'h'},
+	        {NULL, 0, NULL, 0},
+	};
+	char prog[64];
+	int opt;
+
+	snprintf(prog, sizeof(prog), "volrec %s", cmd);
+	while ((opt = tool_getopt(t, cmd, argc, argv, "i:r:c:t:h", longopts)) != -1) {
+		switch (opt) {
+		case 't':
+			if (vr_cli_seconds(prog, "--timeout", optarg, false, timeout))
+				return VR_EXIT_USAGE;
+			break;
+		case TOOL_OPT_ERROR:
+			return VR_EXIT_USAGE;
+		default:
+			usage(opt == 'h' ? stdout : stderr, ctx);
+			return opt == 'h' ? VR_EXIT_OK : VR_EXIT_USAGE;
+		}
+	}
+	return TOOL_ARGS_GO_ON;
+}
+
 int tool_target_finish(struct tool_target *t, const char *cmd)
 {
 	if (t->config[0]) {

@@ -12,8 +12,10 @@
 #include "commands.h"
 #include "tools.h"
 
-static void control_usage(FILE *f, const struct tool_control *ctl)
+static void control_usage(FILE *f, const void *ctx)
 {
+	const struct tool_control *ctl = ctx;
+
 	fprintf(f,
 	        "usage: volrec %s [--timeout S] [-i NAME] [-r DIR] [-c FILE]\n\n%s\n"
 	        "  -t, --timeout S      wait at most S seconds for the confirmation (default "
@@ -23,34 +25,18 @@ static void control_usage(FILE *f, const struct tool_control *ctl)
 
 int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 {
-	static const struct option longopts[] = {
-	        TOOL_COMMON_LONGOPTS,
-	        {"timeout", required_argument, NULL, 't'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
-	};
 	struct tool_target tg;
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
 	double timeout = ctl->default_timeout, ready, t_sig;
 	char prog[64];
-	int opt, rc;
+	int rc;
 
 	tool_target_init(&tg);
 	snprintf(prog, sizeof(prog), "volrec %s", ctl->name);
-	while ((opt = tool_getopt(&tg, ctl->name, argc, argv, "i:r:c:t:h", longopts)) != -1) {
-		switch (opt) {
-		case 't':
-			if (vr_cli_seconds(prog, "--timeout", optarg, false, &timeout))
-				return VR_EXIT_USAGE;
-			break;
-		case TOOL_OPT_ERROR:
-			return VR_EXIT_USAGE;
-		default:
-			control_usage(opt == 'h' ? stdout : stderr, ctl);
-			return opt == 'h' ? VR_EXIT_OK : VR_EXIT_USAGE;
-		}
-	}
+	rc = tool_timeout_args(&tg, ctl->name, argc, argv, &timeout, control_usage, ctl);
+	if (rc != TOOL_ARGS_GO_ON)
+		return rc;
 	if (vr_cli_args_done(prog, argc, argv))
 		return VR_EXIT_USAGE;
 	rc = tool_target_finish(&tg, ctl->name);

@@ -64,6 +64,16 @@ void tool_target_init(struct tool_target *t);
  */
 int tool_getopt(struct tool_target *t, const char *cmd, int argc, char **argv,
                 const char *optstring, const struct option *longopts);
+/* What tool_timeout_args returns when the tool goes on. */
+#define TOOL_ARGS_GO_ON (-1)
+/*
+ * The options of a tool whose only own one is -t/--timeout SECONDS: the common ones into t, the
+ * timeout into *timeout; usage(f, ctx) prints the tool's help. Returns TOOL_ARGS_GO_ON with
+ * optind at the first operand, else the exit status to end with (0 after --help, VR_EXIT_USAGE
+ * after a wrong option, its message printed).
+ */
+int tool_timeout_args(struct tool_target *t, const char *cmd, int argc, char **argv,
+                      double *timeout, void (*usage)(FILE *f, const void *ctx), const void *ctx);
 /* Apply -c (cfg_load) and fill the defaults. Prints the error; returns a VR_EXIT_ code. */
 int tool_target_finish(struct tool_target *t, const char *cmd);
 

@@ -186,11 +186,10 @@ def volrec_commands(src_dir):
 def command_options(src_dir, path):
     """The long and short options a subcommand accepts, read from its getopt_long call."""
     text = path.read_text()
-    m = re.search(r"^ \* getopt: (\S+)$", text, re.M)  # a command that runs another program
+    # a command that runs another program, or whose options another file parses
+    m = re.search(r"^ \* getopt: (\S+)$", text, re.M)
     if m:
         text = (src_dir / m.group(1)).read_text()
-    elif not re.search(r"getopt_long|tool_getopt", text):  # reload and stop share tool_control.c
-        text = (src_dir / "clients/volrec/tool_control.c").read_text()
     longs = set(re.findall(r'\{"([a-z][a-z0-9-]*)",\s*(?:no|required|optional)_argument', text))
     if "TOOL_COMMON_LONGOPTS" in text:
         longs |= {"instance", "run-dir", "config"}

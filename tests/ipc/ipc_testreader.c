@@ -137,13 +137,9 @@ int main(int argc, char **argv)
 	int opt, rc;
 
 	while ((opt = getopt(argc, argv, "i:r:m:k:")) != -1) {
+		if (ipc_test_target_option(opt, &instance, &run_dir))
+			continue;
 		switch (opt) {
-		case 'i':
-			instance = optarg;
-			break;
-		case 'r':
-			run_dir = optarg;
-			break;
 		case 'm':
 			mode = optarg;
 			break;

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <getopt.h>
+
 #include "tests/ipc/ipc_testutil.h"
 
 #define PAT_SEQ  UINT64_C(0x9E3779B97F4A7C15)
@@ -45,4 +47,13 @@ void ipc_test_instance(char *out, size_t len, const char *prefix)
 	static unsigned counter;
 
 	snprintf(out, len, "%s-%d-%u", prefix, (int)getpid(), counter++);
+}
+
+bool ipc_test_target_option(int opt, const char **instance, const char **run_dir)
+{
+	if (opt == 'i')
+		*instance = optarg;
+	else if (opt == 'r')
+		*run_dir = optarg;
+	return opt == 'i' || opt == 'r';
 }

@@ -19,6 +19,9 @@ void ipc_test_options(struct ipc_writer_options *o, const char *instance, const 
  * u64 word i = seq * 0x9E3779B97F4A7C15 + i * 0xBF58476D1CE4E5B9 (mod 2^64). */
 void ipc_test_fill(void *data, size_t bytes, uint64_t seq);
 bool ipc_test_verify(const void *data, size_t bytes, uint64_t seq);
+/* The options both test programs take: -i INSTANCE and -r RUN_DIR into *instance and *run_dir
+ * (optarg, referenced). True when opt was one of them. */
+bool ipc_test_target_option(int opt, const char **instance, const char **run_dir);
 /* A unique instance name for this process: prefix-<pid>-<counter>. */
 void ipc_test_instance(char *out, size_t len, const char *prefix);
 

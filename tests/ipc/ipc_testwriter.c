@@ -47,13 +47,9 @@ int main(int argc, char **argv)
 	int opt, rc;
 
 	while ((opt = getopt(argc, argv, "i:r:n:s:g:m:w:R:G")) != -1) {
+		if (ipc_test_target_option(opt, &instance, &run_dir))
+			continue;
 		switch (opt) {
-		case 'i':
-			instance = optarg;
-			break;
-		case 'r':
-			run_dir = optarg;
-			break;
 		case 'n':
 			count = strtoul(optarg, NULL, 10);
 			break;

@@ -23,18 +23,6 @@ static const struct {
         {NULL, NULL},
 };
 
-const char *vrtest_src_dir(void)
-{
-	const char *s = getenv("VOLREC_SRC");
-	return s && *s ? s : ".";
-}
-
-const char *vrtest_build_dir(void)
-{
-	const char *s = getenv("VOLREC_BUILD");
-	return s && *s ? s : "build";
-}
-
 static int wanted(const char *name, int argc, char **argv)
 {
 	if (argc < 2)

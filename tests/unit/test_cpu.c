@@ -16,17 +16,8 @@
 
 static void base_config(struct vr_config *c, uint32_t K, uint32_t nx, uint32_t ny)
 {
-	cfg_defaults(c);
-	c->backend = CFG_BACKEND_CPU;
-	c->cpu.threads = 2;
-	c->geometry.samples_per_ascan = K;
-	c->geometry.sample_type = CFG_SAMPLE_F32;
+	vrtest_cpu_config(c, K, CFG_SAMPLE_F32, nx, ny, 2);
 	c->geometry.bit_shift = 0;
-	c->geometry.ascans_per_bscan = nx;
-	c->geometry.bscans_per_volume = ny;
-	c->geometry.stride[0] = c->geometry.stride[1] = 1;
-	c->geometry.depth_range[0] = 0;
-	c->geometry.depth_range[1] = K / 2;
 	c->geometry.bidirectional = false;
 	c->preprocess.background.mode = CFG_BG_ASCAN_MEAN;
 	c->preprocess.resample.method = CFG_RS_NONE;

@@ -12,16 +12,7 @@
 
 static void async_config(struct vr_config *c)
 {
-	cfg_defaults(c);
-	c->backend = CFG_BACKEND_CPU;
-	c->cpu.threads = 1;
-	c->geometry.samples_per_ascan = 64;
-	c->geometry.sample_type = CFG_SAMPLE_U16;
-	c->geometry.ascans_per_bscan = 4;
-	c->geometry.bscans_per_volume = 3;
-	c->geometry.stride[0] = c->geometry.stride[1] = 1;
-	c->geometry.depth_range[0] = 0;
-	c->geometry.depth_range[1] = 32;
+	vrtest_cpu_config(c, 64, CFG_SAMPLE_U16, 4, 3, 1);
 	c->reconstruct.mode = CFG_RECON_NONCUMULATIVE;
 }
 

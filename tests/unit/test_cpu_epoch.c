@@ -19,17 +19,8 @@ static uint16_t raw[2][NY][NX * K]; /* two different data sets */
 
 static void small_config(struct vr_config *c)
 {
-	cfg_defaults(c);
-	c->backend = CFG_BACKEND_CPU;
-	c->cpu.threads = 1;
-	c->geometry.samples_per_ascan = K;
-	c->geometry.sample_type = CFG_SAMPLE_U16;
-	c->geometry.ascans_per_bscan = NX;
-	c->geometry.bscans_per_volume = NY;
+	vrtest_cpu_config(c, K, CFG_SAMPLE_U16, NX, NY, 1);
 	c->geometry.stride[0] = 2; /* history matters: epochs interlace */
-	c->geometry.stride[1] = 1;
-	c->geometry.depth_range[0] = 0;
-	c->geometry.depth_range[1] = K / 2;
 	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
 }
 

@@ -18,16 +18,7 @@ enum { K = 256, NX = 64, NY = 2, NZ = K / 2, LINE = 40 };
 
 static void pm_config(struct vr_config *c, enum cfg_background mode, double threshold)
 {
-	cfg_defaults(c);
-	c->backend = CFG_BACKEND_CPU;
-	c->cpu.threads = 2;
-	c->geometry.samples_per_ascan = K;
-	c->geometry.sample_type = CFG_SAMPLE_F32;
-	c->geometry.ascans_per_bscan = NX;
-	c->geometry.bscans_per_volume = NY;
-	c->geometry.stride[0] = c->geometry.stride[1] = 1;
-	c->geometry.depth_range[0] = 0;
-	c->geometry.depth_range[1] = NZ;
+	vrtest_cpu_config(c, K, CFG_SAMPLE_F32, NX, NY, 2); /* depth range [0, NZ) */
 	c->preprocess.background.mode = mode;
 	c->preprocess.background.threshold = threshold;
 	c->preprocess.window.type = CFG_WIN_NONE; /* integer-bin cosines stay in their bin */

@@ -82,17 +82,18 @@ static uint32_t publish(struct fx *f)
 	return s.index;
 }
 
-static struct volrec_client *open_client(struct fx *f)
+/* A client of f's writer with options o (run_dir set here), returned once its subscription
+ * has reached the publisher (ZeroMQ joins asynchronously); o must subscribe to events. */
+static struct volrec_client *open_client_with(struct fx *f, struct volrec_client_options *o)
 {
-	struct volrec_client_options o = {.run_dir = f->run_dir,
-	                                  .topics = VOLREC_SUB_VOL | VOLREC_SUB_EVENT};
 	struct volrec_client *c = NULL;
 	struct volrec_message msg;
-	int rc = volrec_client_open_opts(f->instance, &o, &c);
+	int rc;
 
+	o->run_dir = f->run_dir;
+	rc = volrec_client_open_opts(f->instance, o, &c);
 	if (rc)
 		fail_msg("volrec_client_open: %d %s", rc, volrec_strerror(rc));
-	/* wait until the subscription reached the publisher (ZeroMQ joins asynchronously) */
 	for (int i = 0; i < 400; i++) {
 		assert_int_equal(ipc_writer_send_event(f->w, "{\"event\":\"sync\"}"), 0);
 		rc = volrec_client_next_message(c, 25, &msg);
@@ -104,6 +105,39 @@ static struct volrec_client *open_client(struct fx *f)
 	while (volrec_client_next_message(c, 20, &msg) == 0)
 		assert_int_equal(msg.type, VOLREC_MSG_EVENT);
 	return c;
+}
+
+static struct volrec_client *open_client(struct fx *f)
+{
+	struct volrec_client_options o = {.topics = VOLREC_SUB_VOL | VOLREC_SUB_EVENT};
+
+	return open_client_with(f, &o);
+}
+
+/* Publish volume seq; c's next one is it, with the pattern and none missed. Returns its slot. */
+static uint32_t publish_and_read(struct fx *f, struct volrec_client *c, uint64_t seq)
+{
+	struct volrec_view v;
+	uint32_t slot = publish(f);
+
+	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
+	assert_int_equal(v.sequence, seq);
+	assert_int_equal(v.slot, slot);
+	assert_true(ipc_test_verify(v.data, v.bytes, seq));
+	assert_int_equal(v.missed, 0);
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	return slot;
+}
+
+/* A raw vol message that c must refuse with -EPROTO and an error text holding what. */
+static void send_refused(struct fx *f, struct volrec_client *c, const void *msg, size_t size,
+                         const char *what)
+{
+	struct volrec_view v;
+
+	assert_int_equal(ipc_writer_send_raw(f->w, "vol", msg, size), 0);
+	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
+	assert_non_null(strstr(volrec_client_error(c), what));
 }
 
 static void test_vol_message_roundtrip_and_rejects(void **state)
@@ -326,42 +360,70 @@ static void test_all_leased_writer_overwrites_and_readers_see_torn(void **state)
 	assert_true(torn >= 2);
 }
 
-static void test_dead_reader_lease_reclaimed(void **state)
-{
-	struct fx *f = *state;
-	int go[2], ready[2], status;
-	uint32_t s1, s2, s4, s5;
-	char b = 0;
+/* A forked reader that, once told, leases the latest volume and holds it until killed. */
+struct leaser {
 	pid_t pid;
+	int go[2], ready[2];
+};
 
-	assert_int_equal(pipe(go), 0);
-	assert_int_equal(pipe(ready), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
+static void leaser_fork(struct fx *f, struct leaser *l)
+{
+	char b = 0;
+
+	assert_int_equal(pipe(l->go), 0);
+	assert_int_equal(pipe(l->ready), 0);
+	l->pid = fork();
+	assert_true(l->pid >= 0);
+	if (l->pid == 0) {
 		struct volrec_client *c;
 		struct volrec_view v;
-		if (read(go[0], &b, 1) != 1 || volrec_client_open(f->instance, f->run_dir, &c) ||
+		if (read(l->go[0], &b, 1) != 1 || volrec_client_open(f->instance, f->run_dir, &c) ||
 		    volrec_client_latest(c, &v))
 			_exit(1);
 		b = (char)v.slot;
-		if (write(ready[1], &b, 1) != 1)
+		if (write(l->ready[1], &b, 1) != 1)
 			_exit(1);
 		pause(); /* hold the lease until killed */
 		_exit(0);
 	}
+}
+
+/* Tell the reader to lease; it must lease slot. */
+static void leaser_lease(struct leaser *l, uint32_t slot)
+{
+	char b = 0;
+
+	assert_int_equal(write(l->go[1], &b, 1), 1);
+	assert_int_equal(read(l->ready[0], &b, 1), 1);
+	assert_int_equal(b, (char)slot);
+}
+
+static void leaser_close(struct leaser *l)
+{
+	close(l->go[0]);
+	close(l->go[1]);
+	close(l->ready[0]);
+	close(l->ready[1]);
+}
+
+static void test_dead_reader_lease_reclaimed(void **state)
+{
+	struct fx *f = *state;
+	struct leaser l;
+	uint32_t s1, s2, s4, s5;
+	int status;
+
+	leaser_fork(f, &l);
 	open_writer(f);
 	s1 = publish(f);
-	assert_int_equal(write(go[1], &b, 1), 1);
-	assert_int_equal(read(ready[0], &b, 1), 1);
-	assert_int_equal(b, (char)s1);
+	leaser_lease(&l, s1);
 	assert_int_equal(ipc_writer_readers(f->w), 1);
 	s2 = publish(f);
 	publish(f);
 	s4 = publish(f);
 	assert_int_equal(s4, s2); /* s1 leased by the live child */
-	kill(pid, SIGKILL);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
+	kill(l.pid, SIGKILL);
+	assert_int_equal(waitpid(l.pid, &status, 0), l.pid);
 	/* reclaimed at once (well within 1 s): the oldest, s1, is taken again */
 	assert_int_equal(ipc_writer_readers(f->w), 0);
 	s5 = publish(f);
@@ -371,10 +433,7 @@ static void test_dead_reader_lease_reclaimed(void **state)
 		ipc_writer_stats(f->w, &ws);
 		assert_int_equal(ws.dead_leases, 1);
 	}
-	close(go[0]);
-	close(go[1]);
-	close(ready[0]);
-	close(ready[1]);
+	leaser_close(&l);
 }
 
 /*
@@ -385,45 +444,27 @@ static void test_dead_reader_lease_reclaimed(void **state)
 static void test_lease_liveness_follows_the_lock_not_the_pid(void **state)
 {
 	struct fx *f = *state;
-	int go[2], ready[2], status;
+	struct leaser l;
 	struct ipc_writer_stats ws;
 	uint32_t s1, s2, s3;
 	siginfo_t si;
-	char b = 0;
-	pid_t pid;
+	int status;
 
-	assert_int_equal(pipe(go), 0);
-	assert_int_equal(pipe(ready), 0);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		struct volrec_client *c;
-		struct volrec_view v;
-		if (read(go[0], &b, 1) != 1 || volrec_client_open(f->instance, f->run_dir, &c) ||
-		    volrec_client_latest(c, &v))
-			_exit(1);
-		b = (char)v.slot;
-		if (write(ready[1], &b, 1) != 1)
-			_exit(1);
-		pause();
-		_exit(0);
-	}
+	leaser_fork(f, &l);
 	open_writer(f);
 	s1 = publish(f);
-	assert_int_equal(write(go[1], &b, 1), 1);
-	assert_int_equal(read(ready[0], &b, 1), 1);
-	assert_int_equal(b, (char)s1);
+	leaser_lease(&l, s1);
 	s2 = publish(f);
 	s3 = publish(f);
 	assert_int_equal(publish(f), s2); /* s1 leased by the live child */
-	kill(pid, SIGKILL);
+	kill(l.pid, SIGKILL);
 	/* wait until it has exited, but leave it a zombie (not reaped) */
 	memset(&si, 0, sizeof(si));
-	assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
-	assert_int_equal(si.si_pid, pid);
+	assert_int_equal(waitid(P_PID, (id_t)l.pid, &si, WEXITED | WNOWAIT), 0);
+	assert_int_equal(si.si_pid, l.pid);
 	assert_int_equal(ipc_writer_readers(f->w), 0);
 	assert_int_equal(publish(f), s1); /* the zombie's lease went with its lock */
-	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_int_equal(waitpid(l.pid, &status, 0), l.pid);
 	ipc_writer_stats(f->w, &ws);
 	assert_int_equal(ws.dead_leases, 1);
 
@@ -448,10 +489,7 @@ static void test_lease_liveness_follows_the_lock_not_the_pid(void **state)
 		munmap(lm, lsz);
 		close(fd);
 	}
-	close(go[0]);
-	close(go[1]);
-	close(ready[0]);
-	close(ready[1]);
+	leaser_close(&l);
 }
 
 static void on_segv(int sig)
@@ -627,25 +665,17 @@ static void test_malformed_messages_rejected_then_good_one_read(void **state)
 {
 	struct fx *f = *state;
 	struct volrec_client *c;
-	struct volrec_view v;
 	struct volrec_vol_msg m = {0};
 	struct volrec_client_stats st;
 
 	open_writer(f);
 	c = open_client(f);
-	assert_int_equal(ipc_writer_send_raw(f->w, "vol", "garbage", 7), 0);
-	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
-	assert_non_null(strstr(volrec_client_error(c), "too short"));
+	send_refused(f, c, "garbage", 7, "too short");
 	m.magic = VOLREC_VOL_MAGIC;
 	m.major = 9;
 	m.size = sizeof(m);
-	assert_int_equal(ipc_writer_send_raw(f->w, "vol", &m, sizeof(m)), 0);
-	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
-	assert_non_null(strstr(volrec_client_error(c), "major version 9"));
-	publish(f);
-	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
-	assert_true(ipc_test_verify(v.data, v.bytes, 1));
-	assert_int_equal(volrec_view_release(c, &v), 0);
+	send_refused(f, c, &m, sizeof(m), "major version 9");
+	publish_and_read(f, c, 1);
 	volrec_client_stats(c, &st);
 	assert_int_equal(st.rejected, 2);
 	volrec_client_close(c);
@@ -660,7 +690,6 @@ static void test_vol_message_beyond_latest_rejected(void **state)
 {
 	struct fx *f = *state;
 	struct volrec_client *c;
-	struct volrec_view v;
 	struct ipc_vol m = {0};
 	struct volrec_client_stats st;
 	unsigned char buf[sizeof(struct volrec_vol_msg)];
@@ -669,25 +698,14 @@ static void test_vol_message_beyond_latest_rejected(void **state)
 	c = open_client(f);
 	m.session_id = ipc_writer_session(f->w);
 	m.shape = f->o.shape;
-	m.slot = publish(f); /* volume 1: the slot reads 2 */
-	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
-	assert_int_equal(v.sequence, 1);
-	assert_int_equal(volrec_view_release(c, &v), 0);
+	m.slot = publish_and_read(f, c, 1);        /* volume 1: the slot reads 2 */
 	m.meta.sequence = (UINT64_C(1) << 63) + 1; /* 2n wraps to 2 */
 	ipc_vol_encode(&m, buf);
-	assert_int_equal(ipc_writer_send_raw(f->w, "vol", buf, sizeof(buf)), 0);
-	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
-	assert_non_null(strstr(volrec_client_error(c), "not published"));
+	send_refused(f, c, buf, sizeof(buf), "not published");
 	m.meta.sequence = 5; /* not published yet */
 	ipc_vol_encode(&m, buf);
-	assert_int_equal(ipc_writer_send_raw(f->w, "vol", buf, sizeof(buf)), 0);
-	assert_int_equal(volrec_client_next(c, 5000, &v), -EPROTO);
-	publish(f);
-	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
-	assert_int_equal(v.sequence, 2);
-	assert_true(ipc_test_verify(v.data, v.bytes, 2));
-	assert_int_equal(v.missed, 0);
-	assert_int_equal(volrec_view_release(c, &v), 0);
+	send_refused(f, c, buf, sizeof(buf), "not published");
+	publish_and_read(f, c, 2); /* not old news, none missed */
 	volrec_client_stats(c, &st);
 	assert_int_equal(st.rejected, 2);
 	assert_int_equal(st.missed, 0);
@@ -1108,19 +1126,11 @@ static void test_notifications_lost_at_hwm_are_counted_by_the_reader(void **stat
 	struct ipc_writer_stats ws;
 	struct volrec_message msg;
 	const int n = 20000;
-	int rc = -ETIMEDOUT;
+	int rc;
 
 	f->o.hwm = 2;
 	open_writer(f);
-	o.run_dir = f->run_dir;
-	assert_int_equal(volrec_client_open_opts(f->instance, &o, &c), 0);
-	for (int i = 0; i < 400 && rc == -ETIMEDOUT; i++) {
-		assert_int_equal(ipc_writer_send_event(f->w, "{\"event\":\"sync\"}"), 0);
-		rc = volrec_client_next_message(c, 25, &msg);
-	}
-	assert_int_equal(rc, 0);
-	while (volrec_client_next_message(c, 50, &msg) == 0)
-		;
+	c = open_client_with(f, &o);
 	for (int i = 0; i < n; i++)
 		publish(f); /* the reader does not read meanwhile */
 	ipc_writer_stats(f->w, &ws);

@@ -264,6 +264,14 @@ static void script_release(struct script *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* When delivered == at, fail the next n calls with rc. */
+static void script_fail(struct script *s, uint64_t at, unsigned n, int rc)
+{
+	s->fail_at = at;
+	s->fails = n;
+	s->fail_rc = rc;
+}
+
 static void script_free(struct script *s)
 {
 	free(s->data);
@@ -386,35 +394,73 @@ static struct pl_sink memsink_sink(struct memsink *m)
 
 static void test_config(struct vr_config *c, enum cfg_source type)
 {
-	cfg_defaults(c);
-	c->backend = CFG_BACKEND_CPU;
-	c->cpu.threads = 1;
+	vrtest_cpu_config(c, K, CFG_SAMPLE_U16, NX, NY, 1);
 	c->source.type = type;
 	c->source.rate = 0;
 	c->source.shim.timeout_ms = 200;
-	c->geometry.samples_per_ascan = K;
-	c->geometry.sample_type = CFG_SAMPLE_U16;
-	c->geometry.ascans_per_bscan = NX;
-	c->geometry.bscans_per_volume = NY;
 	c->geometry.stride[0] = c->geometry.stride[1] = 2;
-	c->geometry.depth_range[0] = 0;
-	c->geometry.depth_range[1] = K / 2;
 	c->reconstruct.mode = CFG_RECON_NONCUMULATIVE;
 	c->pipeline.ring_bscans = 4 * NY;
 	c->pipeline.overflow = CFG_OVERFLOW_DROP_EPOCH;
 }
 
-static struct pl_options test_options(const struct vr_config *c, struct script *s,
-                                      struct memsink *m, int depth)
+/* One pipeline over the scripted source into a memsink. */
+struct run {
+	struct vr_config c;
+	struct script s;
+	struct memsink m;
+	struct pl_options o; /* depth 1 until the test says otherwise */
+	struct pl_pipeline *pl;
+	struct pl_sink sink;
+	char err[512];
+};
+
+/* The test configuration on source type, the script (zero-copy or not), the sink and the
+ * options; the test adjusts any of them, then calls run_open. */
+static void run_init(struct run *r, enum cfg_source type, bool zc)
 {
-	return (struct pl_options){.cfg = c,
-	                           .depth = depth,
+	test_config(&r->c, type);
+	script_init(&r->s, zc);
+	memsink_init(&r->m, &r->c);
+	r->o = (struct pl_options){.cfg = &r->c,
+	                           .depth = 1,
 	                           .zero_copy = -1,
 	                           .on_event = ms_event,
-	                           .event_ctx = m,
+	                           .event_ctx = &r->m,
 	                           .source_open = sc_open,
 	                           .source_close = sc_src_close,
-	                           .source_ctx = s};
+	                           .source_ctx = &r->s};
+	r->pl = NULL;
+	r->err[0] = '\0';
+}
+
+static void run_open(struct run *r)
+{
+	assert_int_equal(pl_open(&r->o, &r->pl, r->err, sizeof(r->err)), 0);
+	r->sink = memsink_sink(&r->m);
+}
+
+/* pl_run over n epochs; its return code. */
+static int run_epochs(struct run *r, unsigned n)
+{
+	return pl_run(r->pl, &r->sink, n, r->err, sizeof(r->err));
+}
+
+static void run_start(struct run *r)
+{
+	assert_int_equal(pl_start(r->pl, &r->sink, r->err, sizeof(r->err)), 0);
+}
+
+/* Closes the pipeline (if still open), checks that it gave every reference back, frees all. */
+static void run_free(struct run *r)
+{
+	if (r->pl)
+		pl_close(r->pl);
+	r->pl = NULL;
+	assert_int_equal(r->s.refs, 0);
+	memsink_free(&r->m);
+	script_free(&r->s);
+	cfg_free(&r->c);
 }
 
 /* acquired == processed + in ring + the drops of acquired B-scans */
@@ -428,6 +474,15 @@ static void assert_identity(const struct pl_stats *st)
 	assert_int_equal(st->c.acquired, sum);
 }
 
+/* Stops r's pipeline (if started) and checks the drop identity with an empty ring. */
+static void run_stop_and_check(struct run *r, struct pl_stats *st)
+{
+	pl_stop(r->pl);
+	pl_stats(r->pl, st);
+	assert_identity(st);
+	assert_int_equal(st->c.in_ring, 0);
+}
+
 static void wait_volumes(struct memsink *m, unsigned n)
 {
 	for (int i = 0; i < 20000 && ms_volumes(m) < n; i++)
@@ -435,32 +490,28 @@ static void wait_volumes(struct memsink *m, unsigned n)
 	assert_true(ms_volumes(m) >= n);
 }
 
-/* Volumes of epochs 0..n-1, run to completion (pl_run) at depth with the given path. */
-static void reference_run(int depth, bool zc, unsigned n, struct memsink *m)
+static void wait_event(struct memsink *m, const char *name)
 {
-	struct vr_config c;
-	struct script s;
-	struct pl_pipeline *pl = NULL;
-	struct pl_options o;
-	struct pl_sink sink;
-	char err[512] = "";
+	while (ms_count(m, name) == 0)
+		usleep(2000);
+}
 
-	test_config(&c, CFG_SOURCE_SYNTH);
-	script_init(&s, zc);
-	memsink_init(m, &c);
-	o = test_options(&c, &s, m, depth);
-	assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
-	assert_string_equal(pl_acquisition(pl), zc ? "zero-copy" : "copy");
-	assert_int_equal(pl_depth(pl), depth);
-	sink = memsink_sink(m);
-	assert_int_equal(pl_run(pl, &sink, n, err, sizeof(err)), 0);
-	assert_int_equal(m->n, n);
+/* Volumes of epochs 0..n-1, run to completion (pl_run) at depth with the given path, in
+ * ref->m; the pipeline is closed, run_free(ref) frees the rest. */
+static void reference_run(int depth, bool zc, unsigned n, struct run *ref)
+{
+	run_init(ref, CFG_SOURCE_SYNTH, zc);
+	ref->o.depth = depth;
+	run_open(ref);
+	assert_string_equal(pl_acquisition(ref->pl), zc ? "zero-copy" : "copy");
+	assert_int_equal(pl_depth(ref->pl), depth);
+	assert_int_equal(run_epochs(ref, n), 0);
+	assert_int_equal(ref->m.n, n);
 	for (unsigned i = 0; i < n; i++)
-		assert_int_equal(m->meta[i].epoch, i);
-	pl_close(pl);
-	assert_int_equal(s.refs, 0);
-	script_free(&s);
-	cfg_free(&c);
+		assert_int_equal(ref->m.meta[i].epoch, i);
+	pl_close(ref->pl);
+	ref->pl = NULL;
+	assert_int_equal(ref->s.refs, 0);
 }
 
 /* ---- the ring ------------------------------------------------------------------------------ */
@@ -511,7 +562,7 @@ static void test_ring_reserve_commit_claim_release(void **st)
 
 static void test_depth_1_and_2_copy_and_zero_copy_give_identical_volumes(void **st)
 {
-	struct memsink ref, m;
+	struct run ref, r;
 	const unsigned n = 10;
 	(void)st;
 
@@ -520,53 +571,37 @@ static void test_depth_1_and_2_copy_and_zero_copy_give_identical_volumes(void **
 		for (int zc = 0; zc <= 1; zc++) {
 			if (depth == 1 && !zc)
 				continue;
-			reference_run(depth, zc, n, &m);
+			reference_run(depth, zc, n, &r);
 			for (unsigned i = 0; i < n; i++) {
-				assert_memory_equal(m.vols[i], ref.vols[i], ref.vox);
-				assert_int_equal(m.meta[i].ox, ref.meta[i].ox);
-				assert_int_equal(m.meta[i].oy, ref.meta[i].oy);
+				assert_memory_equal(r.m.vols[i], ref.m.vols[i], ref.m.vox);
+				assert_int_equal(r.m.meta[i].ox, ref.m.meta[i].ox);
+				assert_int_equal(r.m.meta[i].oy, ref.m.meta[i].oy);
 			}
-			memsink_free(&m);
+			run_free(&r);
 		}
 	/* and the volumes are not all alike (the comparison means something) */
-	assert_memory_not_equal(ref.vols[0], ref.vols[1], ref.vox);
-	memsink_free(&ref);
+	assert_memory_not_equal(ref.m.vols[0], ref.m.vols[1], ref.m.vox);
+	run_free(&ref);
 }
 
 /* ---- drops ------------------------------------------------------------------------------------ */
 
 static void drops_run(enum cfg_source type, int depth, struct pl_stats *st)
 {
-	struct vr_config c;
-	struct script s;
-	struct memsink m;
-	struct pl_pipeline *pl = NULL;
-	struct pl_options o;
-	struct pl_sink sink;
-	char err[512] = "";
+	struct run r;
 
-	test_config(&c, type);
-	c.pipeline.ring_bscans = 2 * NY;
-	script_init(&s, depth == 2);
-	memsink_init(&m, &c);
-	m.publish_sleep_ms = 20; /* processing much slower than the unpaced source */
-	o = test_options(&c, &s, &m, depth);
-	assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
-	sink = memsink_sink(&m);
-	assert_int_equal(pl_start(pl, &sink, err, sizeof(err)), 0);
-	wait_volumes(&m, 6);
-	pl_stats(pl, st);
+	run_init(&r, type, depth == 2);
+	r.c.pipeline.ring_bscans = 2 * NY;
+	r.m.publish_sleep_ms = 20; /* processing much slower than the unpaced source */
+	r.o.depth = depth;
+	run_open(&r);
+	run_start(&r);
+	wait_volumes(&r.m, 6);
+	pl_stats(r.pl, st);
 	assert_identity(st);
-	pl_stop(pl);
-	pl_stats(pl, st);
-	assert_identity(st);
-	assert_int_equal(st->c.in_ring, 0);
-	assert_int_equal(st->c.processed, (uint64_t)m.n * NY);
-	pl_close(pl);
-	assert_int_equal(s.refs, 0);
-	memsink_free(&m);
-	script_free(&s);
-	cfg_free(&c);
+	run_stop_and_check(&r, st);
+	assert_int_equal(st->c.processed, (uint64_t)r.m.n * NY);
+	run_free(&r);
 }
 
 static void test_a_hardware_source_faster_than_processing_drops_exactly(void **unused)
@@ -596,43 +631,22 @@ static void test_unpaced_synth_and_replay_wait_instead_of_dropping(void **unused
 
 /* ---- faults ----------------------------------------------------------------------------------- */
 
-struct live_run {
-	struct vr_config c;
-	struct script s;
-	struct memsink m;
-	struct pl_pipeline *pl;
-};
-
-static void live_start(struct live_run *r, int depth, bool zc, void (*setup)(struct live_run *))
+/* A paced hardware source, started at depth; setup (if any) adjusts the run before it opens. */
+static void live_start(struct run *r, int depth, bool zc, void (*setup)(struct run *))
 {
-	struct pl_options o;
-	struct pl_sink sink;
-	char err[512] = "";
-
-	test_config(&r->c, CFG_SOURCE_SHIM);
-	script_init(&r->s, zc);
-	memsink_init(&r->m, &r->c);
+	run_init(r, CFG_SOURCE_SHIM, zc);
 	r->s.pace_us = 500;
 	if (setup)
 		setup(r);
-	o = test_options(&r->c, &r->s, &r->m, depth);
-	r->pl = NULL;
-	assert_int_equal(pl_open(&o, &r->pl, err, sizeof(err)), 0);
-	sink = memsink_sink(&r->m);
-	assert_int_equal(pl_start(r->pl, &sink, err, sizeof(err)), 0);
+	r->o.depth = depth;
+	run_open(r);
+	run_start(r);
 }
 
-static void live_finish(struct live_run *r, struct pl_stats *st)
+static void live_finish(struct run *r, struct pl_stats *st)
 {
-	pl_stop(r->pl);
-	pl_stats(r->pl, st);
-	assert_identity(st);
-	assert_int_equal(st->c.in_ring, 0);
-	pl_close(r->pl);
-	assert_int_equal(r->s.refs, 0);
-	memsink_free(&r->m);
-	script_free(&r->s);
-	cfg_free(&r->c);
+	run_stop_and_check(r, st);
+	run_free(r);
 }
 
 /* Every published volume of epochs [from, to) equals the reference volume of its epoch. */
@@ -647,23 +661,20 @@ static void assert_volumes_match(struct memsink *m, struct memsink *ref, uint64_
 	}
 }
 
-static void errors_mid_epoch(struct live_run *r)
+static void errors_mid_epoch(struct run *r)
 {
-	r->s.fail_at = 3 * NY + 1; /* in the middle of epoch 3 */
-	r->s.fails = 3;
-	r->s.fail_rc = -EIO;
+	script_fail(&r->s, 3 * NY + 1, 3, -EIO); /* in the middle of epoch 3 */
 }
 
 static void test_source_errors_back_off_then_recover(void **unused)
 {
-	struct live_run r;
+	struct run r;
 	struct pl_stats st;
 	(void)unused;
 
 	for (int depth = 1; depth <= 2; depth++) {
 		live_start(&r, depth, depth == 2, errors_mid_epoch);
-		while (ms_count(&r.m, "source_recovered") == 0)
-			usleep(2000);
+		wait_event(&r.m, "source_recovered");
 		wait_volumes(&r.m, 8);
 		pl_stats(r.pl, &st);
 		assert_int_equal(st.c.drops[PL_DROP_SOURCE_ERROR], 3);
@@ -682,22 +693,19 @@ static void test_source_errors_back_off_then_recover(void **unused)
 	}
 }
 
-static void errors_reopen(struct live_run *r)
+static void errors_reopen(struct run *r)
 {
-	r->s.fail_at = 2 * NY;
-	r->s.fails = 5;
-	r->s.fail_rc = -ETIMEDOUT;
+	script_fail(&r->s, 2 * NY, 5, -ETIMEDOUT);
 }
 
 static void test_five_faults_in_a_row_reopen_the_source(void **unused)
 {
-	struct live_run r;
+	struct run r;
 	struct pl_stats st;
 	(void)unused;
 
 	live_start(&r, 1, false, errors_reopen);
-	while (ms_count(&r.m, "source_recovered") == 0)
-		usleep(2000);
+	wait_event(&r.m, "source_recovered");
 	pl_stats(r.pl, &st);
 	assert_int_equal(st.c.drops[PL_DROP_SOURCE_TIMEOUT], 5);
 	assert_int_equal(st.c.source_reopens, 1);
@@ -706,23 +714,21 @@ static void test_five_faults_in_a_row_reopen_the_source(void **unused)
 	live_finish(&r, &st);
 }
 
-static void renumber(struct live_run *r)
+static void renumber(struct run *r)
 {
 	r->s.renumber_at = 2 * NY + 1; /* epoch 2, B-scan 1 says it is B-scan 2 */
 }
 
 static void test_a_misnumbered_bscan_cuts_its_epoch_and_is_a_fault(void **unused)
 {
-	struct memsink ref;
-	struct live_run r;
+	struct run ref, r;
 	struct pl_stats st;
 	(void)unused;
 
 	reference_run(1, false, 24, &ref);
 	for (int depth = 1; depth <= 2; depth++) {
 		live_start(&r, depth, depth == 2, renumber);
-		while (ms_count(&r.m, "source_recovered") == 0)
-			usleep(2000);
+		wait_event(&r.m, "source_recovered");
 		wait_volumes(&r.m, 10);
 		pl_stats(r.pl, &st);
 		assert_int_equal(st.c.source_faults, 1);
@@ -731,97 +737,68 @@ static void test_a_misnumbered_bscan_cuts_its_epoch_and_is_a_fault(void **unused
 			assert_int_not_equal(r.m.meta[i].epoch, 2);
 		/* before the fault the volumes equal the reference; once the history holds no
 		 * gap any more, too */
-		assert_volumes_match(&r.m, &ref, 0, 2);
-		assert_volumes_match(&r.m, &ref, 2 + 2 * S, UINT64_MAX);
+		assert_volumes_match(&r.m, &ref.m, 0, 2);
+		assert_volumes_match(&r.m, &ref.m, 2 + 2 * S, UINT64_MAX);
 		live_finish(&r, &st);
 	}
-	memsink_free(&ref);
+	run_free(&ref);
 }
 
 static void test_offline_the_first_fault_ends_the_run_with_its_message(void **unused)
 {
-	struct vr_config c;
-	struct script s;
-	struct memsink m;
-	struct pl_pipeline *pl = NULL;
-	struct pl_options o;
-	struct pl_sink sink;
-	char err[512] = "";
+	struct run r;
 	(void)unused;
 
-	test_config(&c, CFG_SOURCE_REPLAY);
-	script_init(&s, false);
-	memsink_init(&m, &c);
-	s.renumber_at = NY + 2;
-	o = test_options(&c, &s, &m, 1);
-	o.stop_on_fault = true;
-	o.block = true;
-	assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
-	sink = memsink_sink(&m);
-	assert_int_equal(pl_run(pl, &sink, 10, err, sizeof(err)), -EPROTO);
-	assert_non_null(strstr(err, "delivered epoch 1 B-scan 3 where epoch 1 B-scan 2 was due"));
-	assert_int_equal(m.n, 1);
-	assert_int_equal(ms_count(&m, "source_fault"), 0); /* returned, not announced */
-	pl_close(pl);
-	memsink_free(&m);
-	script_free(&s);
-	cfg_free(&c);
+	run_init(&r, CFG_SOURCE_REPLAY, false);
+	r.s.renumber_at = NY + 2;
+	r.o.stop_on_fault = true;
+	r.o.block = true;
+	run_open(&r);
+	assert_int_equal(run_epochs(&r, 10), -EPROTO);
+	assert_non_null(strstr(r.err, "delivered epoch 1 B-scan 3 where epoch 1 B-scan 2 was due"));
+	assert_int_equal(r.m.n, 1);
+	assert_int_equal(ms_count(&r.m, "source_fault"), 0); /* returned, not announced */
+	run_free(&r);
 }
 
 /* ---- B-scans the source marks lost or incomplete ---------------------------------------------- */
 
-/* pl_run over epochs 0..n-1 of a hardware source that never waits for room (block), with
- * the script's marks set up by the caller; stop_on_fault too: a mark must not end the run. */
-static void marks_run(int depth, bool zc, unsigned n, struct script *s, struct memsink *m,
-                      struct pl_stats *st)
+/* Opens r (its script's marks set up by the caller) as a hardware source that never waits
+ * for room (block), with stop_on_fault too: a mark must not end the run. */
+static void marks_open(struct run *r, int depth)
 {
-	struct vr_config c;
-	struct pl_pipeline *pl = NULL;
-	struct pl_options o;
-	struct pl_sink sink;
-	char err[512] = "";
-
-	test_config(&c, CFG_SOURCE_SHIM);
-	memsink_init(m, &c);
-	o = test_options(&c, s, m, depth);
-	o.src_flags = SRC_DROP_MARKS;
-	o.block = true;
-	o.stop_on_fault = true;
-	assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
-	sink = memsink_sink(m);
-	assert_int_equal(pl_run(pl, &sink, n, err, sizeof(err)), 0);
-	pl_stats(pl, st);
-	assert_identity(st);
-	assert_int_equal(st->c.in_ring, 0);
-	pl_close(pl);
-	assert_int_equal(s->refs, 0);
-	cfg_free(&c);
+	r->o.depth = depth;
+	r->o.src_flags = SRC_DROP_MARKS;
+	r->o.block = true;
+	r->o.stop_on_fault = true;
+	run_open(r);
 }
 
 static void test_marked_bscans_drop_their_epoch_without_a_fault(void **unused)
 {
 	const unsigned n = 5 + 2 * S + 3;
-	struct memsink ref;
+	struct run ref;
 	(void)unused;
 
 	reference_run(1, false, n, &ref);
 	for (int depth = 1; depth <= 2; depth++)
 		for (int zc = 0; zc <= 1; zc++) {
-			struct script s;
-			struct memsink m;
+			struct run r;
 			struct pl_stats st;
 
-			script_init(&s, zc);
-			s.mark_at[0] = 3 * NY + 1; /* epoch 3, B-scan 1: after B-scan 0 came */
-			s.mark_flags[0] = VOLREC_SHIM_META_LOST;
-			s.mark_at[1] = 5 * NY; /* epoch 5, B-scan 0 */
-			s.mark_flags[1] = VOLREC_SHIM_META_INCOMPLETE;
-			marks_run(depth, zc, n, &s, &m, &st);
+			run_init(&r, CFG_SOURCE_SHIM, zc);
+			r.s.mark_at[0] = 3 * NY + 1; /* epoch 3, B-scan 1: after B-scan 0 came */
+			r.s.mark_flags[0] = VOLREC_SHIM_META_LOST;
+			r.s.mark_at[1] = 5 * NY; /* epoch 5, B-scan 0 */
+			r.s.mark_flags[1] = VOLREC_SHIM_META_INCOMPLETE;
+			marks_open(&r, depth);
+			assert_int_equal(run_epochs(&r, n), 0);
+			run_stop_and_check(&r, &st);
 			/* each mark is counted once by its cause, never as acquired */
 			assert_int_equal(st.c.drops[PL_DROP_SOURCE_LOST], 1);
 			assert_int_equal(st.c.drops[PL_DROP_SOURCE_INCOMPLETE], 1);
-			assert_int_equal(st.c.acquired + 2, s.delivered);
-			assert_int_equal(s.delivered, (uint64_t)n * NY);
+			assert_int_equal(st.c.acquired + 2, r.s.delivered);
+			assert_int_equal(r.s.delivered, (uint64_t)n * NY);
 			/* the other B-scans of both epochs: acquired, dropped as incomplete_epoch
 			 * (epoch 3: B-scans 0 and 2, epoch 5: 1 and 2) */
 			assert_int_equal(st.c.drops[PL_DROP_INCOMPLETE_EPOCH], 4);
@@ -830,91 +807,62 @@ static void test_marked_bscans_drop_their_epoch_without_a_fault(void **unused)
 			/* not a fault: no back-off, no event, the run went on */
 			assert_int_equal(st.c.source_faults, 0);
 			assert_false(st.degraded);
-			assert_int_equal(ms_count(&m, "source_fault"), 0);
-			assert_int_equal(ms_count(&m, "source_recovered"), 0);
-			assert_int_equal(m.n, n - 2);
-			for (unsigned i = 0; i < m.n; i++)
-				assert_true(m.meta[i].epoch != 3 && m.meta[i].epoch != 5);
+			assert_int_equal(ms_count(&r.m, "source_fault"), 0);
+			assert_int_equal(ms_count(&r.m, "source_recovered"), 0);
+			assert_int_equal(r.m.n, n - 2);
+			for (unsigned i = 0; i < r.m.n; i++)
+				assert_true(r.m.meta[i].epoch != 3 && r.m.meta[i].epoch != 5);
 			/* the volumes published before the gap and after the history is whole
 			 * again equal the reference */
-			assert_volumes_match(&m, &ref, 0, 3);
-			assert_volumes_match(&m, &ref, 5 + 2 * S, UINT64_MAX);
-			memsink_free(&m);
-			script_free(&s);
+			assert_volumes_match(&r.m, &ref.m, 0, 3);
+			assert_volumes_match(&r.m, &ref.m, 5 + 2 * S, UINT64_MAX);
+			run_free(&r);
 		}
-	memsink_free(&ref);
+	run_free(&ref);
 }
 
 static void test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault(void **unused)
 {
-	struct vr_config c;
-	struct script s;
-	struct memsink m;
-	struct pl_pipeline *pl = NULL;
-	struct pl_options o;
-	struct pl_sink sink;
+	struct run r;
 	struct pl_stats st;
-	char err[512] = "";
 	(void)unused;
 
-	test_config(&c, CFG_SOURCE_SHIM);
-	script_init(&s, false);
-	memsink_init(&m, &c);
-	s.mark_at[0] = s.renumber_at = NY + 1; /* epoch 1 B-scan 1, lost, says it is B-scan 2 */
-	s.mark_flags[0] = VOLREC_SHIM_META_LOST;
-	o = test_options(&c, &s, &m, 1);
-	o.src_flags = SRC_DROP_MARKS;
-	o.block = true;
-	o.stop_on_fault = true;
-	assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
-	sink = memsink_sink(&m);
-	assert_int_equal(pl_run(pl, &sink, 4, err, sizeof(err)), -EPROTO);
-	assert_non_null(strstr(err, "delivered epoch 1 B-scan 2 where epoch 1 B-scan 1 was due"));
-	pl_stats(pl, &st);
+	run_init(&r, CFG_SOURCE_SHIM, false);
+	r.s.mark_at[0] = r.s.renumber_at = NY + 1; /* epoch 1 B-scan 1, lost, says it is B-scan 2 */
+	r.s.mark_flags[0] = VOLREC_SHIM_META_LOST;
+	marks_open(&r, 1);
+	assert_int_equal(run_epochs(&r, 4), -EPROTO);
+	assert_non_null(strstr(r.err, "delivered epoch 1 B-scan 2 where epoch 1 B-scan 1 was due"));
+	pl_stats(r.pl, &st);
 	assert_identity(&st);
 	assert_int_equal(st.c.drops[PL_DROP_SOURCE_LOST], 0);
-	assert_int_equal(m.n, 1);
-	pl_close(pl);
-	memsink_free(&m);
-	script_free(&s);
-	cfg_free(&c);
+	assert_int_equal(r.m.n, 1);
+	run_free(&r);
 }
 
 /* ---- sinks ------------------------------------------------------------------------------------ */
 
 static void test_sink_failures_drop_the_epoch_as_processing_error(void **unused)
 {
-	struct vr_config c;
-	struct script s;
-	struct memsink m;
-	struct pl_pipeline *pl = NULL;
-	struct pl_options o;
-	struct pl_sink sink;
+	struct run r;
 	struct pl_stats st;
-	char err[512] = "";
 	(void)unused;
 
 	for (int depth = 1; depth <= 2; depth++) {
-		test_config(&c, CFG_SOURCE_SYNTH);
-		script_init(&s, false);
-		memsink_init(&m, &c);
-		m.begin_fail_epoch = 2;
-		m.publish_fail_epoch = 4;
-		o = test_options(&c, &s, &m, depth);
-		assert_int_equal(pl_open(&o, &pl, err, sizeof(err)), 0);
-		sink = memsink_sink(&m);
-		assert_int_equal(pl_run(pl, &sink, 7, err, sizeof(err)), 0);
-		pl_stats(pl, &st);
+		run_init(&r, CFG_SOURCE_SYNTH, false);
+		r.m.begin_fail_epoch = 2;
+		r.m.publish_fail_epoch = 4;
+		r.o.depth = depth;
+		run_open(&r);
+		assert_int_equal(run_epochs(&r, 7), 0);
+		pl_stats(r.pl, &st);
 		assert_identity(&st);
 		assert_int_equal(st.c.drops[PL_DROP_PROCESSING_ERROR], 2 * NY);
 		assert_int_equal(st.c.epochs_published, 5);
-		assert_int_equal(m.n, 5);
-		assert_int_equal(ms_count(&m, "processing_error"), 2);
-		assert_int_equal(m.aborts, 0); /* the backend never failed after begin */
-		pl_close(pl);
-		memsink_free(&m);
-		script_free(&s);
-		cfg_free(&c);
+		assert_int_equal(r.m.n, 5);
+		assert_int_equal(ms_count(&r.m, "processing_error"), 2);
+		assert_int_equal(r.m.aborts, 0); /* the backend never failed after begin */
+		run_free(&r);
 	}
 }
 
@@ -922,7 +870,7 @@ static void test_sink_failures_drop_the_epoch_as_processing_error(void **unused)
 
 static void test_live_update_and_history_reset_between_epochs(void **unused)
 {
-	struct live_run r;
+	struct run r;
 	struct vr_config next;
 	struct pl_stats st;
 	uint64_t ticket = 0;
@@ -946,8 +894,7 @@ static void test_live_update_and_history_reset_between_epochs(void **unused)
 	/* reset: event, and the next volume says so */
 	at = ms_volumes(&r.m);
 	pl_request_reset(r.pl);
-	while (ms_count(&r.m, "history_reset") == 0)
-		usleep(1000);
+	wait_event(&r.m, "history_reset");
 	wait_volumes(&r.m, at + 3);
 	pthread_mutex_lock(&r.m.mu);
 	{
@@ -965,27 +912,23 @@ static void test_live_update_and_history_reset_between_epochs(void **unused)
 	live_finish(&r, &st);
 }
 
-static void cut_after_submit(struct live_run *r)
+static void cut_after_submit(struct run *r)
 {
 	/* epoch 4: B-scans 0 and 1 come, processing (depth 2) submits them, then acquire fails */
 	r->s.sleep_at = 4 * NY + 2;
 	r->s.sleep_ms = 100;
-	r->s.fail_at = 4 * NY + 2;
-	r->s.fails = 1;
-	r->s.fail_rc = -EIO;
+	script_fail(&r->s, 4 * NY + 2, 1, -EIO);
 }
 
 static void test_depth_2_finishes_an_epoch_cut_after_submission_and_resets(void **unused)
 {
-	struct live_run r;
+	struct run r;
 	struct pl_stats st;
 	(void)unused;
 
 	live_start(&r, 2, true, cut_after_submit);
-	while (ms_count(&r.m, "source_recovered") == 0)
-		usleep(2000);
-	while (ms_count(&r.m, "incomplete_epoch") == 0)
-		usleep(2000);
+	wait_event(&r.m, "source_recovered");
+	wait_event(&r.m, "incomplete_epoch");
 	wait_volumes(&r.m, 6);
 	assert_int_equal(ms_count(&r.m, "history_reset"), 1);
 	pthread_mutex_lock(&r.m.mu);
@@ -1005,7 +948,7 @@ static void test_depth_2_finishes_an_epoch_cut_after_submission_and_resets(void 
 
 /* ---- stopping, strings ------------------------------------------------------------------------ */
 
-static void stall_soon(struct live_run *r)
+static void stall_soon(struct run *r)
 {
 	r->s.stall_at = 2 * NY + 1;
 	r->c.source.shim.timeout_ms = 100;
@@ -1013,7 +956,7 @@ static void stall_soon(struct live_run *r)
 
 static void test_stop_does_not_wait_for_a_hung_source(void **unused)
 {
-	struct live_run r;
+	struct run r;
 	double t0, dt;
 	(void)unused;
 
@@ -1029,28 +972,25 @@ static void test_stop_does_not_wait_for_a_hung_source(void **unused)
 	assert_int_equal(ms_count(&r.m, "source_abandoned"), 1);
 	/* the source comes back later: the abandoned thread frees the pipeline then */
 	pl_close(r.pl);
+	r.pl = NULL;
 	script_release(&r.s);
 	pthread_mutex_lock(&r.s.mu);
 	while (r.s.closes == 0)
 		pthread_cond_wait(&r.s.cv, &r.s.mu);
 	pthread_mutex_unlock(&r.s.mu);
 	usleep(20000); /* the thread's last steps after closing the source */
-	memsink_free(&r.m);
-	script_free(&r.s);
-	cfg_free(&r.c);
+	run_free(&r);
 }
 
-static void bad_strings(struct live_run *r)
+static void bad_strings(struct run *r)
 {
 	r->s.bad_utf8 = true;
-	r->s.fail_at = NY;
-	r->s.fails = 1;
-	r->s.fail_rc = -EIO;
+	script_fail(&r->s, NY, 1, -EIO);
 }
 
 static void test_source_strings_reach_stats_and_events_as_utf8(void **unused)
 {
-	struct live_run r;
+	struct run r;
 	struct volrec_shim_info info;
 	struct pl_stats st;
 	(void)unused;
@@ -1060,8 +1000,7 @@ static void test_source_strings_reach_stats_and_events_as_utf8(void **unused)
 	assert_true(vr_utf8_valid(info.name, strlen(info.name)));
 	assert_true(vr_utf8_valid(info.device, strlen(info.device)));
 	assert_non_null(strstr(info.name, "scr"));
-	while (ms_count(&r.m, "source_recovered") == 0)
-		usleep(2000);
+	wait_event(&r.m, "source_recovered");
 	assert_false(r.m.bad_text);
 	live_finish(&r, &st);
 }

@@ -12,10 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vrtest.h"
-#include "src/internal.h"
+#include "srctest.h"
 #include "sim/sim.h"
-#include "tests/replay/geometry.h"
 
 static char tmpdir[256];
 
@@ -44,14 +42,6 @@ static double mono(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void open_ok(const struct vr_config *c, unsigned flags, struct src_source *s)
-{
-	char err[CFG_ERR_MAX] = "";
-	int rc = src_open(c, flags, s, err, sizeof(err));
-	if (rc)
-		fail_msg("src_open: %s (%d)", err, rc);
 }
 
 static void open_fails(const struct vr_config *c, unsigned flags, const char *frag1,
@@ -144,7 +134,7 @@ static void replay_header_round_trips(void **state)
 	small_cfg(&c);
 	c.source.type = CFG_SOURCE_REPLAY;
 	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
-	open_ok(&c, SRC_UNPACED | SRC_NO_LOOP, &s);
+	srctest_open_ok(&c, SRC_UNPACED | SRC_NO_LOOP, &s);
 	assert_int_equal(s.epochs, 4);
 	assert_string_equal(s.info.name, "replay");
 	assert_int_equal(src_start(&s), 0);
@@ -177,7 +167,7 @@ static void replay_loops_and_follows_told_epochs(void **state)
 	small_cfg(&c);
 	c.source.type = CFG_SOURCE_REPLAY;
 	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_start(&s), 0);
 	for (uint32_t i = 0; i < 6 * 3 + 1; i++) {
 		assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
@@ -214,10 +204,10 @@ static void file_with_offsets_loops_only_over_whole_offset_cycles(void **state)
 	c.source.type = CFG_SOURCE_REPLAY;
 	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
 	open_fails(&c, 0, "not a whole number of 2-epoch offset cycles, so it cannot loop", path);
-	open_ok(&c, SRC_NO_LOOP, &s);
+	srctest_open_ok(&c, SRC_NO_LOOP, &s);
 	src_close(&s);
 	c.source.replay.loop = false;
-	open_ok(&c, 0, &s);
+	srctest_open_ok(&c, 0, &s);
 	src_close(&s);
 }
 
@@ -234,7 +224,7 @@ static void raw_files_need_a_whole_number_of_epochs(void **state)
 	c.source.type = CFG_SOURCE_REPLAY;
 	c.source.replay.format = CFG_REPLAY_RAW;
 	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(s.epochs, 3);
 	uint8_t *buf = malloc(bb);
 	assert_int_equal(src_start(&s), 0);
@@ -291,7 +281,7 @@ static void malformed_corpus_is_rejected(void **state)
 	small_cfg(&c);
 	c.source.type = CFG_SOURCE_REPLAY;
 	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
-	open_ok(&c, 0, &s);
+	srctest_open_ok(&c, 0, &s);
 	src_close(&s);
 }
 
@@ -309,7 +299,7 @@ static void synth_source_delivers_the_scanners_bscans_at_told_offsets(void **sta
 	assert_int_equal(sim_create(&p, &sim, err, sizeof(err)), 0);
 	size_t bb = sim_bscan_bytes(sim);
 	uint8_t *buf = malloc(bb), *ref = malloc(bb);
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(s.epochs, 0);
 	assert_int_equal(src_acquire(&s, buf, bb, 100, &m), -EINVAL); /* not started */
 	assert_non_null(strstr(src_strerror(&s, -EINVAL), "before start()"));
@@ -345,7 +335,7 @@ static void synth_is_paced_at_the_rate_and_times_out(void **state)
 
 	small_cfg(&c);
 	c.source.rate = 100; /* 300 B-scans/s: 10 B-scans take at least 33 ms */
-	open_ok(&c, 0, &s);
+	srctest_open_ok(&c, 0, &s);
 	assert_int_equal(src_start(&s), 0);
 	double t0 = mono();
 	for (int i = 0; i < 10; i++)
@@ -356,7 +346,7 @@ static void synth_is_paced_at_the_rate_and_times_out(void **state)
 	src_close(&s);
 
 	c.source.rate = 0.1; /* one B-scan every 3.3 s */
-	open_ok(&c, 0, &s);
+	srctest_open_ok(&c, 0, &s);
 	assert_int_equal(src_start(&s), 0);
 	t0 = mono();
 	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 20, NULL), -ETIMEDOUT);
@@ -364,19 +354,10 @@ static void synth_is_paced_at_the_rate_and_times_out(void **state)
 	src_close(&s);
 
 	/* unpaced: the same rate does not hold anything back */
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_start(&s), 0);
 	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 0, NULL), 0);
 	src_close(&s);
-}
-
-static void shim_cfg(struct vr_config *c, const char *lib, const char *args)
-{
-	small_cfg(c);
-	c->source.type = CFG_SOURCE_SHIM;
-	snprintf(c->source.shim.library, sizeof(c->source.shim.library), "%s/lib/lib%s.so",
-	         vrtest_build_dir(), lib);
-	c->source.shim.args_yaml = (char *)args;
 }
 
 static void synth_shim_equals_the_builtin_synth(void **state)
@@ -385,12 +366,12 @@ static void synth_shim_equals_the_builtin_synth(void **state)
 	struct src_source s, t;
 	uint8_t x[4 * 64 * 2], y[4 * 64 * 2];
 
-	shim_cfg(&c, "volrec_synth_shim", "{seed: 3, deg_per_s: 0.25, snr_db: 40}");
+	srctest_shim_cfg(&c, "volrec_synth_shim", "{seed: 3, deg_per_s: 0.25, snr_db: 40}");
 	c.source.rate = 25;
 	small_cfg(&b);
 	b.source.rate = 25;
-	open_ok(&c, SRC_UNPACED, &s);
-	open_ok(&b, SRC_UNPACED, &t);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&b, SRC_UNPACED, &t);
 	assert_non_null(s.dl);
 	assert_string_equal(s.info.name, "synth-shim");
 	assert_int_equal(src_start(&s), 0);
@@ -405,9 +386,9 @@ static void synth_shim_equals_the_builtin_synth(void **state)
 	src_close(&s);
 	src_close(&t);
 
-	shim_cfg(&c, "volrec_synth_shim", "{seed: 3, colour: blue}");
+	srctest_shim_cfg(&c, "volrec_synth_shim", "{seed: 3, colour: blue}");
 	open_fails(&c, 0, "unknown key 'colour'", "libvolrec_synth_shim.so");
-	shim_cfg(&c, "volrec_synth_shim", "{seed: [1, 2]}");
+	srctest_shim_cfg(&c, "volrec_synth_shim", "{seed: [1, 2]}");
 	open_fails(&c, 0, "open(args) failed", "lists are not accepted");
 }
 
@@ -419,13 +400,13 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 	char ctl[PATH_MAX], args[PATH_MAX + 64];
 	int rc;
 
-	shim_cfg(&c, "volrec_fault_shim", "{fail_open: true}");
+	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_open: true}");
 	open_fails(&c, 0, "fail_open: true", "libvolrec_fault_shim.so: open(args) failed");
-	shim_cfg(&c, "volrec_fault_shim", "{fail_configure: true}");
+	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_configure: true}");
 	open_fails(&c, 0, "configure(K 64, nx 4, ny 3, u16, stride [2, 1]", "fail_configure");
 
-	shim_cfg(&c, "volrec_fault_shim", "{fail_every: 3, timeout_every: 5}");
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_every: 3, timeout_every: 5}");
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_start(&s), 0);
 	for (int i = 1; i <= 6; i++) {
 		rc = src_acquire(&s, buf, sizeof(buf), 1, NULL);
@@ -437,8 +418,8 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 
 	snprintf(ctl, sizeof(ctl), "%s/control", tmpdir);
 	snprintf(args, sizeof(args), "{control_file: '%s'}", ctl);
-	shim_cfg(&c, "volrec_fault_shim", args);
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_shim_cfg(&c, "volrec_fault_shim", args);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_start(&s), 0);
 	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), 0);
 	FILE *f = fopen(ctl, "w");
@@ -474,19 +455,19 @@ static void broken_shims_are_rejected_naming_the_fault(void **state)
 {
 	struct vr_config c;
 
-	shim_cfg(&c, "volrec_test_bad_abi", "{}");
+	srctest_shim_cfg(&c, "volrec_test_bad_abi", "{}");
 	open_fails(&c, 0, "ABI version 2, this volrec speaks version 1", "bad_abi.so");
-	shim_cfg(&c, "volrec_test_bad_size", "{}");
+	srctest_shim_cfg(&c, "volrec_test_bad_size", "{}");
 	open_fails(&c, 0, "function table is 16 bytes", "bad_size.so");
-	shim_cfg(&c, "volrec_test_bad_null_acquire", "{}");
+	srctest_shim_cfg(&c, "volrec_test_bad_null_acquire", "{}");
 	open_fails(&c, 0, "function table has no acquire()", "bad_null_acquire.so");
-	shim_cfg(&c, "volrec_test_bad_no_entry", "{}");
+	srctest_shim_cfg(&c, "volrec_test_bad_no_entry", "{}");
 	open_fails(&c, 0, "no symbol volrec_shim_entry", "bad_no_entry.so");
-	shim_cfg(&c, "volrec_test_bad_null_table", "{}");
+	srctest_shim_cfg(&c, "volrec_test_bad_null_table", "{}");
 	open_fails(&c, 0, "volrec_shim_entry() returned NULL", "bad_null_table.so");
-	shim_cfg(&c, "volrec_no_such_shim", "{}");
+	srctest_shim_cfg(&c, "volrec_no_such_shim", "{}");
 	open_fails(&c, 0, "cannot open: No such file or directory", "libvolrec_no_such_shim.so");
-	shim_cfg(&c, "x", "{}");
+	srctest_shim_cfg(&c, "x", "{}");
 	c.source.shim.library[0] = 0;
 	open_fails(&c, 0, "source.shim.library is not set", NULL);
 }

@@ -18,9 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "vrtest.h"
-#include "src/internal.h"
-#include "tests/replay/geometry.h"
+#include "srctest.h"
 
 #define BB (4u * 64u * 2u) /* bytes of one B-scan of the small geometry */
 
@@ -42,14 +40,6 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-static void open_ok(const struct vr_config *c, unsigned flags, struct src_source *s)
-{
-	char err[CFG_ERR_MAX] = "";
-	int rc = src_open(c, flags, s, err, sizeof(err));
-	if (rc)
-		fail_msg("src_open: %s (%d)", err, rc);
-}
-
 /* rc is want and src_strerror(s, rc) holds frag. */
 static void fails_with(const struct src_source *s, int rc, int want, const char *frag)
 {
@@ -57,15 +47,6 @@ static void fails_with(const struct src_source *s, int rc, int want, const char 
 
 	if (rc != want || !strstr(t, frag))
 		fail_msg("got %d '%s', expected %d with '%s'", rc, t, want, frag);
-}
-
-static void shim_cfg(struct vr_config *c, const char *lib, const char *args)
-{
-	test_replay_geometry(c);
-	c->source.type = CFG_SOURCE_SHIM;
-	snprintf(c->source.shim.library, sizeof(c->source.shim.library), "%s/lib/lib%s.so",
-	         vrtest_build_dir(), lib);
-	c->source.shim.args_yaml = (char *)args;
 }
 
 static void write_text(const char *path, const char *text)
@@ -88,7 +69,7 @@ static void wrappers_enforce_the_call_order(void **state)
 
 	(void)state;
 	test_replay_geometry(&c);
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	fails_with(&s, src_acquire(&s, buf, sizeof(buf), 10, NULL), -EINVAL,
 	           "synth synth: acquire() before start()");
 	fails_with(&s, src_ref_regions(&s, NULL, 0, &n), -EOPNOTSUPP, "no zero-copy calls");
@@ -106,7 +87,8 @@ static void wrappers_enforce_the_call_order(void **state)
 	src_close(&closed); /* a zeroed struct is fine */
 }
 
-static void wrappers_keep_copy_and_reference_apart(void **state)
+/* A replay file of 2 epochs at path; B-scan i is filled with the byte i + 1. */
+static void write_replay(const char *path)
 {
 	struct src_replay_info info = {.sample_type = VOLREC_SAMPLE_U16,
 	                               .samples_per_ascan = 64,
@@ -116,25 +98,46 @@ static void wrappers_keep_copy_and_reference_apart(void **state)
 	                               .stride_x = 2,
 	                               .stride_y = 1};
 	struct src_replay_writer *w;
+	char err[CFG_ERR_MAX];
+	uint8_t b[BB];
+
+	if (src_replay_writer_open(path, false, &info, NULL, "x: 1\n", &w, err, sizeof(err)))
+		fail_msg("%s", err);
+	for (int i = 0; i < 6; i++) {
+		memset(b, i + 1, sizeof(b));
+		assert_int_equal(src_replay_writer_bscan(w, b, sizeof(b), err, sizeof(err)), 0);
+	}
+	assert_int_equal(src_replay_writer_close(w, err, sizeof(err)), 0);
+}
+
+static void replay_cfg(struct vr_config *c, const char *path)
+{
+	test_replay_geometry(c);
+	c->source.type = CFG_SOURCE_REPLAY;
+	snprintf(c->source.replay.path, sizeof(c->source.replay.path), "%s", path);
+}
+
+/* The replay file dir/name (path) of write_replay, opened unpaced by c. */
+static void replay_open(const char *name, char path[PATH_MAX], struct vr_config *c,
+                        struct src_source *s)
+{
+	snprintf(path, PATH_MAX, "%s/%s", dir, name);
+	write_replay(path);
+	replay_cfg(c, path);
+	srctest_open_ok(c, SRC_UNPACED, s);
+}
+
+static void wrappers_keep_copy_and_reference_apart(void **state)
+{
 	struct vr_config c;
 	struct src_source s;
-	char err[CFG_ERR_MAX];
+	char path[PATH_MAX];
 	uint8_t buf[BB] = {0};
 	const void *p;
 	uint32_t n;
 
 	(void)state;
-	test_replay_geometry(&c);
-	c.source.type = CFG_SOURCE_REPLAY;
-	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s/order.vrr", dir);
-	assert_int_equal(src_replay_writer_open(c.source.replay.path, false, &info, NULL, NULL, &w,
-	                                        err, sizeof(err)),
-	                 0);
-	for (int i = 0; i < 6; i++)
-		assert_int_equal(src_replay_writer_bscan(w, buf, sizeof(buf), err, sizeof(err)), 0);
-	assert_int_equal(src_replay_writer_close(w, err, sizeof(err)), 0);
-
-	open_ok(&c, SRC_UNPACED, &s);
+	replay_open("order.vrr", path, &c, &s);
 	assert_int_equal(src_start(&s), 0);
 	fails_with(&s, src_ref_regions(&s, NULL, 0, &n), -EINVAL, "ref_regions() after start()");
 	fails_with(&s, src_acquire_ref(&s, &p, 0, NULL), -EINVAL,
@@ -142,7 +145,7 @@ static void wrappers_keep_copy_and_reference_apart(void **state)
 	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 0, NULL), 0);
 	src_close(&s);
 
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_ref_regions(&s, NULL, 0, &n), 0);
 	assert_int_equal(src_start(&s), 0);
 	assert_int_equal(src_acquire_ref(&s, &p, 0, NULL), 0);
@@ -155,19 +158,29 @@ static void wrappers_keep_copy_and_reference_apart(void **state)
 
 /* ---- shims: positive returns, texts that are not UTF-8 ----------------------------------- */
 
-static void shim_returning_a_positive_value_is_an_error(void **state)
+/* The fault shim, unpaced, commanded through the file dir/name (ctl, which reads "ok" now),
+ * with the further args extra ("" or ", key: value, ..."). */
+static void fault_shim_open(const char *name, const char *extra, char ctl[PATH_MAX],
+                            struct src_source *s)
 {
 	struct vr_config c;
+	char args[2 * PATH_MAX];
+
+	snprintf(ctl, PATH_MAX, "%s/%s", dir, name);
+	snprintf(args, sizeof(args), "{control_file: '%s'%s}", ctl, extra);
+	write_text(ctl, "ok\n");
+	srctest_shim_cfg(&c, "volrec_fault_shim", args);
+	srctest_open_ok(&c, SRC_UNPACED, s);
+}
+
+static void shim_returning_a_positive_value_is_an_error(void **state)
+{
 	struct src_source s;
 	uint8_t buf[BB];
-	char ctl[PATH_MAX], args[PATH_MAX + 64];
+	char ctl[PATH_MAX];
 
 	(void)state;
-	snprintf(ctl, sizeof(ctl), "%s/control", dir);
-	snprintf(args, sizeof(args), "{control_file: '%s'}", ctl);
-	write_text(ctl, "ok\n");
-	shim_cfg(&c, "volrec_fault_shim", args);
-	open_ok(&c, SRC_UNPACED, &s);
+	fault_shim_open("control", "", ctl, &s);
 	assert_int_equal(src_start(&s), 0);
 	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 10, NULL), 0);
 	write_text(ctl, "return 5 2\n");
@@ -184,21 +197,15 @@ static void shim_returning_a_positive_value_is_an_error(void **state)
 
 static void shim_texts_reach_callers_as_valid_utf8(void **state)
 {
-	struct vr_config c;
 	struct src_source s;
 	uint8_t buf[BB];
-	char ctl[PATH_MAX], args[PATH_MAX + 128];
+	char ctl[PATH_MAX];
 	const char *t;
 
 	(void)state;
-	snprintf(ctl, sizeof(ctl), "%s/control-utf8", dir);
 	/* "A", a lone continuation byte, "(" after a broken lead byte, a bell, an overlong '/' */
-	snprintf(args, sizeof(args),
-	         "{control_file: '%s', device_hex: '41 80 c3 28 07 c0 af', text_hex: 'fe ff'}",
-	         ctl);
-	write_text(ctl, "ok\n");
-	shim_cfg(&c, "volrec_fault_shim", args);
-	open_ok(&c, SRC_UNPACED, &s);
+	fault_shim_open("control-utf8", ", device_hex: '41 80 c3 28 07 c0 af', text_hex: 'fe ff'",
+	                ctl, &s);
 	assert_true(vr_utf8_valid(s.info.device, strlen(s.info.device)));
 	assert_string_equal(s.info.device, "A\xef\xbf\xbd\xef\xbf\xbd(\xef\xbf\xbd\xef\xbf\xbd"
 	                                   "\xef\xbf\xbd");
@@ -247,7 +254,7 @@ static void shim_file_refused(const char *path, const char *frag)
 	char err[CFG_ERR_MAX] = "";
 	int rc;
 
-	shim_cfg(&c, "x", "{}");
+	srctest_shim_cfg(&c, "x", "{}");
 	snprintf(c.source.shim.library, sizeof(c.source.shim.library), "%s", path);
 	rc = src_open(&c, 0, &s, err, sizeof(err));
 	if (rc >= 0 || !strstr(err, frag) || !strstr(err, path))
@@ -321,36 +328,6 @@ static void a_shim_that_crashes_its_loader_is_reported_by_the_check(void **state
 
 /* ---- replay files that change under the source --------------------------------------------- */
 
-/* A replay file of 2 epochs at path; B-scan i is filled with the byte i + 1. */
-static void write_replay(const char *path)
-{
-	struct src_replay_info info = {.sample_type = VOLREC_SAMPLE_U16,
-	                               .samples_per_ascan = 64,
-	                               .ascans_per_bscan = 4,
-	                               .bscans_per_volume = 3,
-	                               .epochs = 2,
-	                               .stride_x = 2,
-	                               .stride_y = 1};
-	struct src_replay_writer *w;
-	char err[CFG_ERR_MAX];
-	uint8_t b[BB];
-
-	if (src_replay_writer_open(path, false, &info, NULL, "x: 1\n", &w, err, sizeof(err)))
-		fail_msg("%s", err);
-	for (int i = 0; i < 6; i++) {
-		memset(b, i + 1, sizeof(b));
-		assert_int_equal(src_replay_writer_bscan(w, b, sizeof(b), err, sizeof(err)), 0);
-	}
-	assert_int_equal(src_replay_writer_close(w, err, sizeof(err)), 0);
-}
-
-static void replay_cfg(struct vr_config *c, const char *path)
-{
-	test_replay_geometry(c);
-	c->source.type = CFG_SOURCE_REPLAY;
-	snprintf(c->source.replay.path, sizeof(c->source.replay.path), "%s", path);
-}
-
 static void replay_file_that_shrinks_is_a_fault_not_a_crash(void **state)
 {
 	char path[PATH_MAX];
@@ -361,11 +338,8 @@ static void replay_file_that_shrinks_is_a_fault_not_a_crash(void **state)
 	char err[CFG_ERR_MAX];
 
 	(void)state;
-	snprintf(path, sizeof(path), "%s/shrinks.vrr", dir);
-	write_replay(path);
+	replay_open("shrinks.vrr", path, &c, &s);
 	assert_int_equal(src_replay_probe(path, &info, err, sizeof(err)), 0);
-	replay_cfg(&c, path);
-	open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_start(&s), 0);
 	assert_int_equal(src_acquire(&s, buf, sizeof(buf), 0, NULL), 0);
 	assert_int_equal(buf[0], 1);
@@ -377,7 +351,7 @@ static void replay_file_that_shrinks_is_a_fault_not_a_crash(void **state)
 
 	/* shrunk between epochs: noticed before the next epoch is handed out */
 	write_replay(path);
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_start(&s), 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(src_acquire(&s, buf, sizeof(buf), 0, NULL), 0);
@@ -400,11 +374,8 @@ static void replay_file_modified_or_replaced_is_a_fault(void **state)
 	struct timespec ts[2] = {{.tv_sec = 1000000, .tv_nsec = 0}, {.tv_sec = 1000000}};
 
 	(void)state;
-	snprintf(path, sizeof(path), "%s/changes.vrr", dir);
 	snprintf(other, sizeof(other), "%s/changes.vrr.tmp", dir);
-	write_replay(path);
-	replay_cfg(&c, path);
-	open_ok(&c, SRC_UNPACED, &s);
+	replay_open("changes.vrr", path, &c, &s);
 	assert_int_equal(src_start(&s), 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(src_acquire(&s, buf, sizeof(buf), 0, NULL), 0);
@@ -415,7 +386,7 @@ static void replay_file_modified_or_replaced_is_a_fault(void **state)
 
 	/* written again by the replay writer (volrec sim -o): a new file renamed over the path,
 	 * so the open one stays whole and the change is told */
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_start(&s), 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(src_acquire(&s, buf, sizeof(buf), 0, NULL), 0);
@@ -423,7 +394,7 @@ static void replay_file_modified_or_replaced_is_a_fault(void **state)
 	fails_with(&s, src_acquire(&s, buf, sizeof(buf), 0, NULL), -ESTALE,
 	           "the path now names another file");
 	src_close(&s);
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	src_close(&s);
 	/* nothing left beside it */
 	snprintf(other, sizeof(other), "%s/changes.vrr.tmp-%ld-0", dir, (long)getpid());
@@ -451,10 +422,7 @@ static void replay_refs_hold_the_file_until_released(void **state)
 	pid_t pid;
 
 	(void)state;
-	snprintf(path, sizeof(path), "%s/leased.vrr", dir);
-	write_replay(path);
-	replay_cfg(&c, path);
-	open_ok(&c, SRC_UNPACED, &s);
+	replay_open("leased.vrr", path, &c, &s);
 	rc = src_ref_regions(&s, &reg, 1, &n);
 	if (rc == -EINVAL || rc == -ENOLCK || rc == -ENOSYS) {
 		/* a file system without leases: zero-copy is refused, saying why */
@@ -501,7 +469,7 @@ static void replay_refs_hold_the_file_until_released(void **state)
 	write_replay(path);
 	int wfd = open(path, O_WRONLY | O_CLOEXEC);
 	assert_true(wfd >= 0);
-	open_ok(&c, SRC_UNPACED, &s);
+	srctest_open_ok(&c, SRC_UNPACED, &s);
 	fails_with(&s, src_ref_regions(&s, NULL, 0, &n), -EAGAIN, "(the file is open for writing)");
 	close(wfd);
 	src_close(&s);
