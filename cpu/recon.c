@@ -97,6 +97,15 @@ static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
 	}
 }
 
+/* adaptive: a change measure at a column, the bilinear interpolation (in double) of rows c0,
+ * c1 of the sample grid between columns x0, x1. */
+static double change_at(const float *c0, const float *c1, uint32_t x0, uint32_t x1, float tx,
+                        float ty)
+{
+	return (1.0 - ty) * ((1.0 - tx) * c0[x0] + (double)tx * c0[x1]) +
+	       (double)ty * ((1.0 - tx) * c1[x0] + (double)tx * c1[x1]);
+}
+
 /* z-smoothed copies of column (r, c) of B: sg = sum gz(dz) B[z+dz], s1 = sum B[z+dz]. */
 static void smooth_column(const struct cpu_state *st, uint32_t r, uint32_t c, float *sg, float *s1)
 {
@@ -262,12 +271,8 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 				const float *c0 = st->chg + (size_t)y0 * st->nx;
 				const float *c1 = st->chg + (size_t)y1 * st->nx;
 				be_interp_axis(x, ox, st->sx, st->nx, &x0, &x1, &tx);
-				D = (1.0 - ty) * ((1.0 - tx) * c0[x0] + (double)tx * c0[x1]) +
-				    (double)ty * ((1.0 - tx) * c1[x0] + (double)tx * c1[x1]);
-				c0 += nlow;
-				c1 += nlow;
-				D1 = (1.0 - ty) * ((1.0 - tx) * c0[x0] + (double)tx * c0[x1]) +
-				     (double)ty * ((1.0 - tx) * c1[x0] + (double)tx * c1[x1]);
+				D = change_at(c0, c1, x0, x1, tx, ty);
+				D1 = change_at(c0 + nlow, c1 + nlow, x0, x1, tx, ty);
 				st->alpha[i] = (float)exp(-D / k2);
 				st->beta[i] = 0.0f;
 			}

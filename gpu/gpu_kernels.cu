@@ -676,6 +676,19 @@ __global__ void k_adapt_axes(gpu_recon_params p, int4 *__restrict__ axy,
 	}
 }
 
+/* A change measure at a column: the bilinear interpolation of rows c0, c1 of the sample
+ * grid between columns cx.x, cx.y, in double, rounded as cpu/recon.c's change_at. */
+static __device__ __forceinline__ double gpu_change_at(const float *c0, const float *c1, int4 cx,
+                                                       double tx, double ty)
+{
+	const double omtx = 1.0 - tx;
+	const double r0 =
+	        __dadd_rn(__dmul_rn(omtx, (double)c0[cx.x]), __dmul_rn(tx, (double)c0[cx.y]));
+	const double r1 =
+	        __dadd_rn(__dmul_rn(omtx, (double)c1[cx.x]), __dmul_rn(tx, (double)c1[cx.y]));
+	return __dadd_rn(__dmul_rn(1.0 - ty, r0), __dmul_rn(ty, r1));
+}
+
 /*
  * One thread per output column (Y, X), grid-strided, after the interlace: D = the bilinear
  * interpolation of chg over the epoch's sample grid (double, from the float d and the float
@@ -696,18 +709,8 @@ __global__ void k_adapt_weights(gpu_recon_params p, const long long *__restrict_
 		const int4 ry = axy[p.X + Yc], cx = axy[Xc];
 		const double ty = (double)__int_as_float(ry.z), tx = (double)__int_as_float(cx.z);
 		const float *c0 = chg + (size_t)ry.x * p.nx, *c1 = chg + (size_t)ry.y * p.nx;
-		const double omtx = 1.0 - tx;
-		const double r0 = __dadd_rn(__dmul_rn(omtx, (double)c0[cx.x]),
-		                            __dmul_rn(tx, (double)c0[cx.y]));
-		const double r1 = __dadd_rn(__dmul_rn(omtx, (double)c1[cx.x]),
-		                            __dmul_rn(tx, (double)c1[cx.y]));
-		const double D = __dadd_rn(__dmul_rn(1.0 - ty, r0), __dmul_rn(ty, r1));
-		const float *s0 = c0 + nlow, *s1 = c1 + nlow;
-		const double q0 = __dadd_rn(__dmul_rn(omtx, (double)s0[cx.x]),
-		                            __dmul_rn(tx, (double)s0[cx.y]));
-		const double q1 = __dadd_rn(__dmul_rn(omtx, (double)s1[cx.x]),
-		                            __dmul_rn(tx, (double)s1[cx.y]));
-		const double D1 = __dadd_rn(__dmul_rn(1.0 - ty, q0), __dmul_rn(ty, q1));
+		const double D = gpu_change_at(c0, c1, cx, tx, ty);
+		const double D1 = gpu_change_at(c0 + nlow, c1 + nlow, cx, tx, ty);
 		alpha[i] = (float)exp(__ddiv_rn(-D, p.k2));
 		const long long e = E[i];
 		float t = 0.0f, bt = 0.0f;
