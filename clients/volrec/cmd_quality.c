@@ -27,10 +27,11 @@ static void quality_usage(FILE *f)
 	        "usage: volrec quality -c FILE -t TRUTH.h5 [-n EPOCHS] [--skip N] [--json OUT]\n"
 	        "                      [--name NAME] [--backend cpu|cuda|auto]\n\n"
 	        "Reconstruct the configured replay in every mode and score each against the\n"
-	        "ground truth of `volrec sim --truth`: PSNR (dB) and SSIM (7 x 7 window) with\n"
-	        "the output brought into the truth's amplitude unit (the gain: the median over\n"
-	        "the sampled voxels), per plane of constant y, means over the planes, then over\n"
-	        "the epochs from --skip on. Rows: the newest epoch alone (nearest sample, linear "
+	        "ground truth of `volrec sim --truth`: PSNR (dB) and SSIM (7 x 7 window) in two\n"
+	        "units: the output brought into the truth's amplitude (the gain: the median over\n"
+	        "the sampled voxels), and the truth brought into the output's normalized dB\n"
+	        "image; per plane of constant y, means over the planes, then over the epochs\n"
+	        "from --skip on. Rows: the newest epoch alone (nearest sample, linear "
 	        "interpolation),\n"
 	        "noncumulative, cumulative, noncumulative with product combine and exp temporal\n"
 	        "weights (tau 3), and adaptive (reconstruct.adaptive of the configuration). The\n"
@@ -131,10 +132,16 @@ static const char *const q_row_keys[Q_ROWS] = {
         "cumulative",      "product_exp_tau3", "adaptive",
 };
 
+/* The two units a volume is compared in (docs/algorithms.md §3): the truth's image amplitude,
+ * and the normalized dB image the output is published in. */
+enum q_domain { Q_AMPLITUDE, Q_IMAGE, Q_DOMAINS };
+
 struct q_score {
-	double psnr_sum, ssim_sum;
-	unsigned n;
-	double *psnr, *ssim; /* [epochs] per epoch (NAN before --skip) */
+	unsigned n; /* epochs in the means */
+	struct {
+		double psnr_sum, ssim_sum;
+		double *psnr, *ssim; /* [epochs] per epoch */
+	} d[Q_DOMAINS];
 };
 
 struct q_ctx {
@@ -146,6 +153,7 @@ struct q_ctx {
 	hid_t tf, tds, tspace;
 	uint32_t (*toff)[2]; /* [n] offsets of the truth file */
 	float *truth;        /* [Y][X][Z] of the epoch */
+	float *truth_img;    /* [Y][X][Z] the truth as a normalized dB image (q_truth_image) */
 	/* buffers the backend writes (be_host_alloc) */
 	struct be_backend *be;
 	uint8_t *vol;
@@ -187,30 +195,52 @@ static double q_amplitude(const struct q_ctx *q, float v)
 	return a > 1.0 ? 1.0 : a;
 }
 
-/* Score the volume v [Y][X][Z] of epoch e (index i) into s. */
+/* The truth in the output's unit, the normalized dB image: (20 log10 t + G - lo) / (hi - lo)
+ * clipped to [0, 1], 0 where t = 0; into q->truth_img. */
+static void q_truth_image(struct q_ctx *q)
+{
+	const size_t vox = (size_t)q->Y * q->X * q->nz;
+
+	for (size_t k = 0; k < vox; k++) {
+		double t = q->truth[k], v = 0.0;
+		if (t > 0.0)
+			v = (20.0 * log10(t) + q->gain - q->lo) / (q->hi - q->lo);
+		q->truth_img[k] = (float)(v < 0.0 ? 0.0 : v > 1.0 ? 1.0 : v);
+	}
+}
+
+/* Score the volume v [Y][X][Z] of epoch e (index i) into s, in both units. */
 static void q_score_volume(struct q_ctx *q, const float *v, uint64_t i, struct q_score *s)
 {
 	const size_t plane = (size_t)q->X * q->nz;
-	double p = 0.0, m = 0.0;
+	double p[Q_DOMAINS] = {0.0}, m[Q_DOMAINS] = {0.0};
 
 	for (uint32_t y = 0; y < q->Y; y++) {
-		const float *vy = v + y * plane, *ty = q->truth + y * plane;
-		for (size_t k = 0; k < plane; k++) {
-			q->pa[k] = q_amplitude(q, vy[k]);
-			q->pt[k] = ty[k];
+		const float *vy = v + y * plane;
+		for (int d = 0; d < Q_DOMAINS; d++) {
+			const float *ty = (d == Q_IMAGE ? q->truth_img : q->truth) + y * plane;
+			for (size_t k = 0; k < plane; k++) {
+				double a = vy[k] > 0.0f ? vy[k] : 0.0;
+				q->pa[k] =
+				        d == Q_IMAGE ? (a > 1.0 ? 1.0 : a) : q_amplitude(q, vy[k]);
+				q->pt[k] = ty[k];
+			}
+			p[d] += q_psnr(q->pa, q->pt, plane);
+			m[d] += q_ssim(q->pa, q->pt, q->X, q->nz, q->scratch);
 		}
-		p += q_psnr(q->pa, q->pt, plane);
-		m += q_ssim(q->pa, q->pt, q->X, q->nz, q->scratch);
 	}
-	p /= q->Y;
-	m /= q->Y;
-	s->psnr[i] = p;
-	s->ssim[i] = m;
-	if (i >= q->skip) {
-		s->psnr_sum += p;
-		s->ssim_sum += m;
+	for (int d = 0; d < Q_DOMAINS; d++) {
+		p[d] /= q->Y;
+		m[d] /= q->Y;
+		s->d[d].psnr[i] = p[d];
+		s->d[d].ssim[i] = m[d];
+		if (i >= q->skip) {
+			s->d[d].psnr_sum += p[d];
+			s->d[d].ssim_sum += m[d];
+		}
+	}
+	if (i >= q->skip)
 		s->n++;
-	}
 }
 
 /* The newest epoch alone at full resolution (docs/algorithms.md §3): nearest sample, or the
@@ -308,6 +338,7 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 	rc = q_truth_read(q, v->epoch, err, errlen);
 	if (rc < 0)
 		return rc;
+	q_truth_image(q);
 	q_score_volume(q, q->full, v->epoch, &q->score[q->row]);
 	if (q->low) {
 		q_current(q, v->ox, v->oy, false);
@@ -452,6 +483,23 @@ static struct json_object *q_num(double v)
 	return isfinite(v) ? json_object_new_double(v) : json_object_new_null();
 }
 
+/* {"psnr_db", "ssim", "psnr_db_per_epoch", "ssim_per_epoch"} of one row in unit d. */
+static struct json_object *q_json_scores(const struct q_score *s, enum q_domain d, uint64_t n)
+{
+	struct json_object *m = json_object_new_object();
+	struct json_object *pe = json_object_new_array(), *se = json_object_new_array();
+
+	json_object_object_add(m, "psnr_db", q_num(s->d[d].psnr_sum / s->n));
+	json_object_object_add(m, "ssim", q_num(s->d[d].ssim_sum / s->n));
+	for (uint64_t e = 0; e < n; e++) {
+		json_object_array_add(pe, q_num(s->d[d].psnr[e]));
+		json_object_array_add(se, q_num(s->d[d].ssim[e]));
+	}
+	json_object_object_add(m, "psnr_db_per_epoch", pe);
+	json_object_object_add(m, "ssim_per_epoch", se);
+	return m;
+}
+
 VR_COMMAND(quality, "score every reconstruction mode against a simulator's ground truth")
 {
 	static const struct option longopts[] = {
@@ -575,16 +623,19 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	}
 	const size_t vox = (size_t)q.Y * q.X * q.nz, plane = (size_t)q.X * q.nz;
 	q.truth = malloc(vox * sizeof(float));
+	q.truth_img = malloc(vox * sizeof(float));
 	q.cur = malloc(vox * sizeof(float));
 	q.pa = malloc(plane * sizeof(double));
 	q.pt = malloc(plane * sizeof(double));
 	q.scratch = malloc(5 * ((size_t)q.X + 1) * (q.nz + 1) * sizeof(double));
-	for (int r = 0; r < Q_ROWS; r++) {
-		score[r].psnr = malloc(q.n * sizeof(double));
-		score[r].ssim = malloc(q.n * sizeof(double));
-	}
-	if (!q.truth || !q.cur || !q.pa || !q.pt || !q.scratch || !score[Q_ROWS - 1].psnr ||
-	    !score[Q_ROWS - 1].ssim || !score[0].psnr) {
+	bool scores_ok = true;
+	for (int r = 0; r < Q_ROWS; r++)
+		for (int d = 0; d < Q_DOMAINS; d++) {
+			score[r].d[d].psnr = malloc(q.n * sizeof(double));
+			score[r].d[d].ssim = malloc(q.n * sizeof(double));
+			scores_ok = scores_ok && score[r].d[d].psnr && score[r].d[d].ssim;
+		}
+	if (!q.truth || !q.truth_img || !q.cur || !q.pa || !q.pt || !q.scratch || !scores_ok) {
 		fprintf(stderr, "volrec quality: out of memory for %u x %u x %u volumes\n", q.Y,
 		        q.X, q.nz);
 		goto out;
@@ -645,10 +696,14 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	       "%llu..%llu, gain %.3f dB, dB range [%g, %g]\n",
 	       name ? " " : "", name ? name : "", (unsigned long long)q.n, q.Y, q.X, q.nz, q.sx,
 	       q.sy, (unsigned long long)q.skip, (unsigned long long)q.n - 1, q.gain, q.lo, q.hi);
-	printf("%-24s %9s %7s\n", "mode", "PSNR dB", "SSIM");
+	printf("%-24s %17s   %17s\n", "", "amplitude", "dB image");
+	printf("%-24s %9s %7s   %9s %7s\n", "mode", "PSNR dB", "SSIM", "PSNR dB", "SSIM");
 	for (int r = 0; r < Q_ROWS; r++)
-		printf("%-24s %9.2f %7.3f\n", q_row_names[r], score[r].psnr_sum / score[r].n,
-		       score[r].ssim_sum / score[r].n);
+		printf("%-24s %9.2f %7.3f   %9.2f %7.3f\n", q_row_names[r],
+		       score[r].d[Q_AMPLITUDE].psnr_sum / score[r].n,
+		       score[r].d[Q_AMPLITUDE].ssim_sum / score[r].n,
+		       score[r].d[Q_IMAGE].psnr_sum / score[r].n,
+		       score[r].d[Q_IMAGE].ssim_sum / score[r].n);
 	if (json_path) {
 		struct json_object *o = json_object_new_object(), *modes = json_object_new_object();
 		if (name)
@@ -680,17 +735,8 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		        o, "adaptive_speckle_tolerance",
 		        json_object_new_double(cfg.reconstruct.adaptive.speckle_tolerance));
 		for (int r = 0; r < Q_ROWS; r++) {
-			struct json_object *m = json_object_new_object();
-			struct json_object *pe = json_object_new_array();
-			struct json_object *se = json_object_new_array();
-			json_object_object_add(m, "psnr_db", q_num(score[r].psnr_sum / score[r].n));
-			json_object_object_add(m, "ssim", q_num(score[r].ssim_sum / score[r].n));
-			for (uint64_t e = 0; e < q.n; e++) {
-				json_object_array_add(pe, q_num(score[r].psnr[e]));
-				json_object_array_add(se, q_num(score[r].ssim[e]));
-			}
-			json_object_object_add(m, "psnr_db_per_epoch", pe);
-			json_object_object_add(m, "ssim_per_epoch", se);
+			struct json_object *m = q_json_scores(&score[r], Q_AMPLITUDE, q.n);
+			json_object_object_add(m, "image", q_json_scores(&score[r], Q_IMAGE, q.n));
 			json_object_object_add(modes, q_row_keys[r], m);
 		}
 		json_object_object_add(o, "modes", modes);
@@ -708,13 +754,15 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	ret = VR_EXIT_OK;
 out:
 	q_truth_close(&q);
-	for (int r = 0; r < Q_ROWS; r++) {
-		free(score[r].psnr);
-		free(score[r].ssim);
-	}
+	for (int r = 0; r < Q_ROWS; r++)
+		for (int d = 0; d < Q_DOMAINS; d++) {
+			free(score[r].d[d].psnr);
+			free(score[r].d[d].ssim);
+		}
 	free(q.toff);
 	free(q.gs);
 	free(q.truth);
+	free(q.truth_img);
 	free(q.cur);
 	free(q.pa);
 	free(q.pt);

@@ -87,13 +87,16 @@ def test_quality_metric_equals_the_numpy_reference(bin_dir, tmp_path, scene):
     assert abs(got["gain_db"] - gain) < GAIN_TOL
 
     def compare(key, vols):
-        ref = q.per_epoch(vols, truth, DB, gain)
-        m = got["modes"][key]
+        compare_unit(key, vols, "amplitude", got["modes"][key])
+        compare_unit(key, vols, "image", got["modes"][key]["image"])
+
+    def compare_unit(key, vols, unit, m):
+        ref = q.per_epoch(vols, truth, DB, gain, unit=unit)
         p_ref = np.array([p for p, _ in ref])
         s_ref = np.array([s for _, s in ref])
         p_got = np.array(m["psnr_db_per_epoch"], float)
         s_got = np.array(m["ssim_per_epoch"], float)
-        print(f"{key}: PSNR {m['psnr_db']:.4f} (ref {p_ref[S:].mean():.4f}), SSIM "
+        print(f"{key} ({unit}): PSNR {m['psnr_db']:.4f} (ref {p_ref[S:].mean():.4f}), SSIM "
               f"{m['ssim']:.5f} (ref {s_ref[S:].mean():.5f}); worst epoch: "
               f"{np.abs(p_got - p_ref).max():.2e} dB, {np.abs(s_got - s_ref).max():.2e}")
         assert np.abs(p_got - p_ref).max() < PSNR_TOL
@@ -110,8 +113,14 @@ def test_quality_metric_equals_the_numpy_reference(bin_dir, tmp_path, scene):
     compare("cumulative", process(bin_dir, tmp_path, rp, "cumulative")[0])
     # the rows differ: a metric that ignored its input would pass the comparisons above only
     # if every row were equal
-    psnr = {k: v["psnr_db"] for k, v in got["modes"].items()}
-    assert len({round(v, 3) for v in psnr.values()}) == len(psnr), psnr
+    for unit in ("amplitude", "image"):
+        psnr = {k: (v["image"] if unit == "image" else v)["psnr_db"]
+                for k, v in got["modes"].items()}
+        assert len({round(v, 3) for v in psnr.values()}) == len(psnr), (unit, psnr)
+    # and the units differ: the dB image is not the amplitude under another name (cumulative
+    # mode's smoothed speckle keeps the dB image's structure, not the amplitude's)
+    m = got["modes"]["cumulative"]
+    assert m["image"]["ssim"] - m["ssim"] > 0.1, (m["ssim"], m["image"]["ssim"])
 
 
 def test_quality_refuses_a_truth_of_another_geometry(bin_dir, tmp_path, scene):

@@ -9,7 +9,9 @@ covariance, over the valid region (scikit-image's defaults). The reconstruction 
 the truth's own unit, the image amplitude: a normalized value v > 0 becomes
 10^((lo + v (hi - lo) - G) / 20) clipped to [0, 1], v = 0 (at or below the dB range) becomes 0;
 the system gain G (dB) is the median of lowres dB - 20 log10(truth) over the voxels each epoch
-sampled where the truth exceeds 0.05 and lowres is above the range's floor."""
+sampled where the truth exceeds 0.05 and lowres is above the range's floor. The second unit
+is the output's own, the normalized dB image: the truth becomes (20 log10 t + G - lo) / (hi - lo)
+clipped to [0, 1] (0 where t = 0) and the output is clipped to [0, 1]."""
 import numpy as np
 
 
@@ -85,7 +87,22 @@ def amplitude(v, db, gain):
     return np.where(v > 0, np.clip(10 ** ((lo + v * (hi - lo) - gain) / 20), 0, 1), 0.0)
 
 
-def per_epoch(full, truth, db, gain, first=0):
-    """[(PSNR, SSIM)] of each epoch from `first` on."""
+def truth_image(t, db, gain):
+    """The truth in the output's unit, the normalized dB image: (20 log10 t + G - lo) /
+    (hi - lo) clipped to [0, 1], 0 where t = 0."""
+    lo, hi = db
+    t = np.asarray(t, np.float64)
+    with np.errstate(divide="ignore"):
+        v = np.where(t > 0, (20 * np.log10(np.where(t > 0, t, 1)) + gain - lo) / (hi - lo), 0)
+    return np.clip(v, 0, 1).astype(np.float32).astype(np.float64)
+
+
+def per_epoch(full, truth, db, gain, first=0, unit="amplitude"):
+    """[(PSNR, SSIM)] of each epoch from `first` on, in the truth's amplitude (unit
+    "amplitude") or in the output's normalized dB image ("image")."""
+    if unit == "image":
+        return [volume_metrics(np.clip(np.asarray(full[e], np.float64), 0, 1),
+                               truth_image(truth[e], db, gain))
+                for e in range(first, full.shape[0])]
     return [volume_metrics(amplitude(full[e], db, gain), truth[e])
             for e in range(first, full.shape[0])]
