@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Error texts, pacing and B-scan positions of the example shims (common.h). */
+/* Error texts, the ABI entry, pacing and B-scan positions of the example shims (common.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,6 +41,16 @@ const char *shim_err_text(const struct shim_err *e, int code)
 	if (!e)
 		return open_msg[0] ? open_msg : NULL;
 	return code && code == e->code ? e->msg : NULL;
+}
+
+const char *shim_strerror(void *h, int code)
+{
+	return shim_err_text(h, code); /* the handle begins with its struct shim_err */
+}
+
+const struct volrec_shim_ops *volrec_shim_entry(void)
+{
+	return &shim_ops;
 }
 
 void shim_pacer_init(struct shim_pacer *p, const struct volrec_shim_geometry *g)

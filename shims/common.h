@@ -31,6 +31,25 @@ int shim_open_fail(int code, const char *fmt, ...) __attribute__((format(printf,
  * open() of this thread. NULL when there is none (volrec falls back to strerror(-code)). */
 const char *shim_err_text(const struct shim_err *e, int code);
 
+/*
+ * The shim ABI table (volrec/shim.h) of one shim. Each shim's handle begins with its struct
+ * shim_err (checked by SHIM_HANDLE_CHECK), so that one strerror() serves every shim. A shim
+ * defines its calls as static functions of the names below and its table as
+ *   const struct volrec_shim_ops shim_ops = { SHIM_OPS_BASE, ...optional calls... };
+ * which volrec_shim_entry() (common.c, the one symbol a shim exports) hands out.
+ */
+#define SHIM_OPS_BASE                                                                              \
+	.abi_version = VOLREC_SHIM_ABI_VERSION, .struct_size = sizeof(struct volrec_shim_ops),     \
+	.open = shim_open, .configure = shim_configure, .set_scan_offset = shim_set_scan_offset,   \
+	.start = shim_start, .acquire = shim_acquire, .stop = shim_stop, .close = shim_close,      \
+	.strerror = shim_strerror
+#define SHIM_HANDLE_CHECK(type)                                                                    \
+	_Static_assert(offsetof(type, err) == 0, #type ": struct shim_err must come first")
+
+extern const struct volrec_shim_ops shim_ops;
+/* strerror() of every shim: shim_err_text() of the handle's struct shim_err. */
+const char *shim_strerror(void *h, int code);
+
 /* A free-running camera's clock: B-scan n ends at t0 + (n + 1) * period. */
 struct shim_pacer {
 	uint64_t period_ns; /* per B-scan, 0 = free running */

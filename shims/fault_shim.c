@@ -31,6 +31,8 @@
 #define CONTROL_MAX 256
 
 struct fault_shim {
+	struct shim_err
+	        err; /* first (shim_strerror); err.suffix: text_hex, appended to every error text */
 	bool fail_configure, fail_start;
 	uint64_t fail_every, timeout_every, stall_ms, stall_after;
 	char control[SHIM_ARG_VAL_MAX];
@@ -49,8 +51,8 @@ struct fault_shim {
 	struct timespec last_mtime;
 	uint64_t pend_errors, pend_timeouts, pend_stalls, pend_stall_ms, pend_returns;
 	long long pend_value; /* "return V": what acquire() returns, buffer untouched */
-	struct shim_err err;  /* err.suffix: text_hex, appended to every error text */
 };
+SHIM_HANDLE_CHECK(struct fault_shim);
 
 /* Decode hex bytes ("ff 41" or "ff41") into out (NUL-terminated); -EINVAL when malformed. */
 static int unhex(const char *hex, char *out, size_t outlen)
@@ -350,27 +352,4 @@ static void shim_close(void *h)
 	free(s);
 }
 
-static const char *shim_strerror(void *h, int code)
-{
-	struct fault_shim *s = h;
-
-	return shim_err_text(s ? &s->err : NULL, code);
-}
-
-static const struct volrec_shim_ops ops = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .open = shim_open,
-        .configure = shim_configure,
-        .set_scan_offset = shim_set_scan_offset,
-        .start = shim_start,
-        .acquire = shim_acquire,
-        .stop = shim_stop,
-        .close = shim_close,
-        .strerror = shim_strerror,
-};
-
-const struct volrec_shim_ops *volrec_shim_entry(void)
-{
-	return &ops;
-}
+const struct volrec_shim_ops shim_ops = {SHIM_OPS_BASE};
