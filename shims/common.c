@@ -53,37 +53,9 @@ const struct volrec_shim_ops *volrec_shim_entry(void)
 	return &shim_ops;
 }
 
-void shim_pacer_init(struct shim_pacer *p, const struct volrec_shim_geometry *g)
+void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g)
 {
-	p->period_ns = g->rate > 0 ? (uint64_t)(1e9 / (g->rate * g->bscans_per_volume) + 0.5) : 0;
-	p->slack_ns = g->bscans_per_volume * p->period_ns;
-}
-
-void shim_pacer_start(struct shim_pacer *p)
-{
-	p->t0 = vr_now_ns(CLOCK_MONOTONIC);
-	p->n = 0;
-}
-
-int shim_pacer_due(struct shim_pacer *p, int timeout_ms, uint64_t *due)
-{
-	uint64_t now, t;
-
-	*due = 0;
-	if (!p->period_ns)
-		return 0;
-	now = vr_now_ns(CLOCK_MONOTONIC);
-	t = p->t0 + (p->n + 1) * p->period_ns;
-	if (now > t + p->slack_ns) {
-		p->t0 = now - (p->n + 1) * p->period_ns; /* far behind: rebase */
-		t = now;
-	}
-	if (timeout_ms >= 0 && t > now + (uint64_t)timeout_ms * 1000000ull) {
-		vr_sleep_until_ns(now + (uint64_t)timeout_ms * 1000000ull);
-		return -ETIMEDOUT;
-	}
-	*due = t;
-	return 0;
+	vr_pacer_init(p, g->rate * g->bscans_per_volume, g->bscans_per_volume);
 }
 
 void shim_pos_deliver(struct shim_pos *pos, const struct volrec_shim_geometry *g,

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "volrec/shim.h"
 
 #define SHIM_MSG_MAX 1024
@@ -50,21 +51,9 @@ extern const struct volrec_shim_ops shim_ops;
 /* strerror() of every shim: shim_err_text() of the handle's struct shim_err. */
 const char *shim_strerror(void *h, int code);
 
-/* A free-running camera's clock: B-scan n ends at t0 + (n + 1) * period. */
-struct shim_pacer {
-	uint64_t period_ns; /* per B-scan, 0 = free running */
-	uint64_t slack_ns;  /* further behind than this (one epoch): the schedule restarts */
-	uint64_t t0, n;     /* schedule origin (CLOCK_MONOTONIC ns), B-scans delivered */
-};
-
-/* The period of geometry g's B-scans (g->rate epochs/s, 0: free running). */
-void shim_pacer_init(struct shim_pacer *p, const struct volrec_shim_geometry *g);
-/* Start the schedule now. */
-void shim_pacer_start(struct shim_pacer *p);
-/* When the next B-scan is due (CLOCK_MONOTONIC ns, 0 when free running) into *due: far behind,
- * the schedule restarts and it is due now. -ETIMEDOUT, after sleeping timeout_ms, when it is
- * due later than that (timeout_ms < 0: no limit). */
-int shim_pacer_due(struct shim_pacer *p, int timeout_ms, uint64_t *due);
+/* A free-running camera's clock (base.h's vr_pacer): the B-scans of geometry g at g->rate
+ * epochs/s (0: free running), one epoch of slack. */
+void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g);
 
 /* The position of the next B-scan: epoch and index within it. */
 struct shim_pos {

@@ -39,7 +39,7 @@ struct fault_shim {
 	struct volrec_shim_geometry geo;
 	void *ascan; /* one A-scan of samples */
 	size_t ascan_bytes;
-	struct shim_pacer pace;
+	struct vr_pacer pace;
 	bool configured, started;
 	uint64_t calls;      /* acquire() calls */
 	struct shim_pos pos; /* of the next B-scan */
@@ -210,7 +210,7 @@ static int shim_start(void *h)
 	if (s->fail_start)
 		return shim_fail(&s->err, -EIO,
 		                 "fault shim: start failed on request (fail_start: true)");
-	shim_pacer_start(&s->pace);
+	vr_pacer_start(&s->pace);
 	s->started = true;
 	return 0;
 }
@@ -319,7 +319,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		s->stalled_once = true;
 		vr_sleep_ns(s->stall_ms * 1000000ull);
 	}
-	rc = shim_pacer_due(&s->pace, timeout_ms, &due);
+	rc = vr_pacer_due(&s->pace, timeout_ms, &due);
 	if (rc)
 		return rc;
 	if (due)
@@ -330,7 +330,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		s->pos.epoch = s->pend_epoch;
 		s->pend = false;
 	}
-	s->pace.n++;
+	vr_pacer_done(&s->pace);
 	shim_pos_deliver(&s->pos, &s->geo, meta);
 	return 0;
 }

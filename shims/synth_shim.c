@@ -31,7 +31,7 @@ struct synth_shim {
 	/* from configure() */
 	struct sim *sim;
 	struct volrec_shim_geometry geo;
-	struct shim_pacer pace;
+	struct vr_pacer pace;
 	/* acquisition */
 	bool started;
 	struct shim_pos pos; /* of the next B-scan */
@@ -145,7 +145,7 @@ static int shim_start(void *h)
 
 	if (!s->sim)
 		return shim_fail(&s->err, -EINVAL, "synth shim: start() before configure()");
-	shim_pacer_start(&s->pace);
+	vr_pacer_start(&s->pace);
 	s->started = true;
 	return 0;
 }
@@ -163,7 +163,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		                 "synth shim: buffer of %zu bytes, a B-scan is %zu", size,
 		                 sim_bscan_bytes(s->sim));
 	uint64_t due;
-	rc = shim_pacer_due(&s->pace, timeout_ms, &due);
+	rc = vr_pacer_due(&s->pace, timeout_ms, &due);
 	if (rc)
 		return rc;
 	if (s->pos.b == 0) {
@@ -183,7 +183,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		                 s->pos.b, (unsigned long long)s->pos.epoch);
 	if (due)
 		vr_sleep_until_ns(due); /* the camera's B-scan ends then */
-	s->pace.n++;
+	vr_pacer_done(&s->pace);
 	shim_pos_deliver(&s->pos, &s->geo, meta);
 	return 0;
 }

@@ -378,7 +378,7 @@ static int replay_start(void *h)
 {
 	struct replay *r = h;
 
-	src_pacer_start(&r->com.pacer);
+	vr_pacer_start(&r->com.pacer);
 	return 0;
 }
 
@@ -432,7 +432,7 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 	if (!r->loop && epoch >= r->epochs)
 		return src_fail(&r->com, -ENODATA, "replay %s: end of file after %llu epochs",
 		                r->path, (unsigned long long)r->epochs);
-	rc = src_pacer_wait(&r->com.pacer, timeout_ms);
+	rc = vr_pacer_wait(&r->com.pacer, timeout_ms);
 	if (rc)
 		return rc;
 	if (r->b == 0) {
@@ -444,7 +444,7 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 	}
 	uint64_t fe = r->epoch % r->epochs;
 	*pos = (fe * r->geo.bscans_per_volume + r->b) * r->bscan_bytes;
-	src_pacer_done(&r->com.pacer);
+	vr_pacer_done(&r->com.pacer);
 	if (meta) {
 		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = r->epoch;
@@ -795,8 +795,8 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 			goto out_free;
 	}
 	posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	src_pacer_init(&r->com.pacer, r->geo.rate * r->geo.bscans_per_volume,
-	               r->geo.bscans_per_volume);
+	vr_pacer_init(&r->com.pacer, r->geo.rate * r->geo.bscans_per_volume,
+	              r->geo.bscans_per_volume);
 	src->impl = src_replay_ops;
 	src->handle = r;
 	src->dl = NULL;
