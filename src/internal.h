@@ -24,6 +24,9 @@ struct src_common {
 	struct vr_pacer pacer; /* of the B-scans */
 };
 
+/* strerror() of the built-in sources: the text of code when it is the last error of handle h
+ * (which starts with its struct src_common), else NULL. */
+const char *src_common_strerror(void *h, int code);
 /* Record a precise text for code and return code. */
 int src_fail(struct src_common *c, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));

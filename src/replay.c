@@ -44,6 +44,7 @@ struct replay {
 	uint64_t pend_epoch;
 	_Atomic uint64_t refs; /* acquire_ref() references not yet released */
 };
+_Static_assert(offsetof(struct replay, com) == 0, "src_common_strerror() reads com");
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -640,13 +641,6 @@ static void replay_close(void *h)
 	free(r);
 }
 
-static const char *replay_strerror(void *h, int code)
-{
-	struct replay *r = h;
-
-	return r && code && code == r->com.msg_code ? r->com.msg : NULL;
-}
-
 const struct volrec_shim_ops src_replay_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
@@ -657,7 +651,7 @@ const struct volrec_shim_ops src_replay_ops = {
         .acquire = replay_acquire,
         .stop = replay_stop,
         .close = replay_close,
-        .strerror = replay_strerror,
+        .strerror = src_common_strerror,
         .ref_regions = replay_ref_regions,
         .acquire_ref = replay_acquire_ref,
         .release_ref = replay_release_ref,

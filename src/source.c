@@ -24,6 +24,13 @@ int src_fail(struct src_common *c, int code, const char *fmt, ...)
 	return code;
 }
 
+const char *src_common_strerror(void *h, int code)
+{
+	const struct src_common *c = h;
+
+	return c && code && code == c->msg_code ? c->msg : NULL;
+}
+
 const char *src_sample_name(uint32_t t)
 {
 	switch (t) {

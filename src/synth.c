@@ -22,6 +22,7 @@ struct synth {
 	uint64_t pend_epoch;
 	uint32_t pend_ox, pend_oy;
 };
+_Static_assert(offsetof(struct synth, com) == 0, "src_common_strerror() reads com");
 
 static int synth_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
 {
@@ -131,13 +132,6 @@ static void synth_close(void *h)
 	free(s);
 }
 
-static const char *synth_strerror(void *h, int code)
-{
-	struct synth *s = h;
-
-	return s && code && code == s->com.msg_code ? s->com.msg : NULL;
-}
-
 const struct volrec_shim_ops src_synth_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
@@ -148,7 +142,7 @@ const struct volrec_shim_ops src_synth_ops = {
         .acquire = synth_acquire,
         .stop = synth_stop,
         .close = synth_close,
-        .strerror = synth_strerror,
+        .strerror = src_common_strerror,
 };
 
 int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
