@@ -46,6 +46,32 @@ void vr_sleep_ns(uint64_t ns);
  * signals. */
 void vr_sleep_until_ns(uint64_t t);
 
+/* A schedule of items at a fixed period on CLOCK_MONOTONIC (absolute times: no drift): the
+ * n-th item since t0 is due at t0 + (n + 1) * period. A source paces its B-scans with it. */
+struct vr_pacer {
+	uint64_t period_ns; /* per item, 0: unpaced (every item is due at once) */
+	uint64_t slack_ns; /* further behind than this, the schedule restarts instead of bursting */
+	uint64_t t0, n;    /* origin (CLOCK_MONOTONIC ns), items delivered since */
+};
+
+/* rate items per second (<= 0: unpaced), slack_items periods of slack. */
+void vr_pacer_init(struct vr_pacer *p, double rate, uint64_t slack_items);
+/* Start the schedule now. */
+void vr_pacer_start(struct vr_pacer *p);
+/* When the next item is due (CLOCK_MONOTONIC ns, 0 when unpaced) into *due; far behind, the
+ * schedule restarts and it is due now. -ETIMEDOUT, after sleeping timeout_ms, when it is due
+ * later than that (timeout_ms < 0: no limit). */
+int vr_pacer_due(struct vr_pacer *p, int timeout_ms, uint64_t *due);
+/* vr_pacer_due, then sleep until the item is due. */
+int vr_pacer_wait(struct vr_pacer *p, int timeout_ms);
+/* Ns from now until the next item is due (0 when it is due). */
+uint64_t vr_pacer_due_in(const struct vr_pacer *p);
+/* One more item delivered. */
+static inline void vr_pacer_done(struct vr_pacer *p)
+{
+	p->n++;
+}
+
 /* ---- files -------------------------------------------------------------------------------- */
 
 /* Read n bytes at off of fd, resuming after signals and short reads: the bytes read (fewer than

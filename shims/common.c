@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Error texts, pacing and B-scan positions of the example shims (common.h). */
+/* Error texts, the ABI entry, pacing and B-scan positions of the example shims (common.h). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,37 +43,19 @@ const char *shim_err_text(const struct shim_err *e, int code)
 	return code && code == e->code ? e->msg : NULL;
 }
 
-void shim_pacer_init(struct shim_pacer *p, const struct volrec_shim_geometry *g)
+const char *shim_strerror(void *h, int code)
 {
-	p->period_ns = g->rate > 0 ? (uint64_t)(1e9 / (g->rate * g->bscans_per_volume) + 0.5) : 0;
-	p->slack_ns = g->bscans_per_volume * p->period_ns;
+	return shim_err_text(h, code); /* the handle begins with its struct shim_err */
 }
 
-void shim_pacer_start(struct shim_pacer *p)
+const struct volrec_shim_ops *volrec_shim_entry(void)
 {
-	p->t0 = vr_now_ns(CLOCK_MONOTONIC);
-	p->n = 0;
+	return &shim_ops;
 }
 
-int shim_pacer_due(struct shim_pacer *p, int timeout_ms, uint64_t *due)
+void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g)
 {
-	uint64_t now, t;
-
-	*due = 0;
-	if (!p->period_ns)
-		return 0;
-	now = vr_now_ns(CLOCK_MONOTONIC);
-	t = p->t0 + (p->n + 1) * p->period_ns;
-	if (now > t + p->slack_ns) {
-		p->t0 = now - (p->n + 1) * p->period_ns; /* far behind: rebase */
-		t = now;
-	}
-	if (timeout_ms >= 0 && t > now + (uint64_t)timeout_ms * 1000000ull) {
-		vr_sleep_until_ns(now + (uint64_t)timeout_ms * 1000000ull);
-		return -ETIMEDOUT;
-	}
-	*due = t;
-	return 0;
+	vr_pacer_init(p, g->rate * g->bscans_per_volume, g->bscans_per_volume);
 }
 
 void shim_pos_deliver(struct shim_pos *pos, const struct volrec_shim_geometry *g,

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "volrec/shim.h"
 
 #define SHIM_MSG_MAX 1024
@@ -31,21 +32,28 @@ int shim_open_fail(int code, const char *fmt, ...) __attribute__((format(printf,
  * open() of this thread. NULL when there is none (volrec falls back to strerror(-code)). */
 const char *shim_err_text(const struct shim_err *e, int code);
 
-/* A free-running camera's clock: B-scan n ends at t0 + (n + 1) * period. */
-struct shim_pacer {
-	uint64_t period_ns; /* per B-scan, 0 = free running */
-	uint64_t slack_ns;  /* further behind than this (one epoch): the schedule restarts */
-	uint64_t t0, n;     /* schedule origin (CLOCK_MONOTONIC ns), B-scans delivered */
-};
+/*
+ * The shim ABI table (volrec/shim.h) of one shim. Each shim's handle begins with its struct
+ * shim_err (checked by SHIM_HANDLE_CHECK), so that one strerror() serves every shim. A shim
+ * defines its calls as static functions of the names below and its table as
+ *   const struct volrec_shim_ops shim_ops = { SHIM_OPS_BASE, ...optional calls... };
+ * which volrec_shim_entry() (common.c, the one symbol a shim exports) hands out.
+ */
+#define SHIM_OPS_BASE                                                                              \
+	.abi_version = VOLREC_SHIM_ABI_VERSION, .struct_size = sizeof(struct volrec_shim_ops),     \
+	.open = shim_open, .configure = shim_configure, .set_scan_offset = shim_set_scan_offset,   \
+	.start = shim_start, .acquire = shim_acquire, .stop = shim_stop, .close = shim_close,      \
+	.strerror = shim_strerror
+#define SHIM_HANDLE_CHECK(type)                                                                    \
+	_Static_assert(offsetof(type, err) == 0, #type ": struct shim_err must come first")
 
-/* The period of geometry g's B-scans (g->rate epochs/s, 0: free running). */
-void shim_pacer_init(struct shim_pacer *p, const struct volrec_shim_geometry *g);
-/* Start the schedule now. */
-void shim_pacer_start(struct shim_pacer *p);
-/* When the next B-scan is due (CLOCK_MONOTONIC ns, 0 when free running) into *due: far behind,
- * the schedule restarts and it is due now. -ETIMEDOUT, after sleeping timeout_ms, when it is
- * due later than that (timeout_ms < 0: no limit). */
-int shim_pacer_due(struct shim_pacer *p, int timeout_ms, uint64_t *due);
+extern const struct volrec_shim_ops shim_ops;
+/* strerror() of every shim: shim_err_text() of the handle's struct shim_err. */
+const char *shim_strerror(void *h, int code);
+
+/* A free-running camera's clock (base.h's vr_pacer): the B-scans of geometry g at g->rate
+ * epochs/s (0: free running), one epoch of slack. */
+void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g);
 
 /* The position of the next B-scan: epoch and index within it. */
 struct shim_pos {

@@ -31,13 +31,15 @@
 #define CONTROL_MAX 256
 
 struct fault_shim {
+	struct shim_err
+	        err; /* first (shim_strerror); err.suffix: text_hex, appended to every error text */
 	bool fail_configure, fail_start;
 	uint64_t fail_every, timeout_every, stall_ms, stall_after;
 	char control[SHIM_ARG_VAL_MAX];
 	struct volrec_shim_geometry geo;
 	void *ascan; /* one A-scan of samples */
 	size_t ascan_bytes;
-	struct shim_pacer pace;
+	struct vr_pacer pace;
 	bool configured, started;
 	uint64_t calls;      /* acquire() calls */
 	struct shim_pos pos; /* of the next B-scan */
@@ -49,8 +51,8 @@ struct fault_shim {
 	struct timespec last_mtime;
 	uint64_t pend_errors, pend_timeouts, pend_stalls, pend_stall_ms, pend_returns;
 	long long pend_value; /* "return V": what acquire() returns, buffer untouched */
-	struct shim_err err;  /* err.suffix: text_hex, appended to every error text */
 };
+SHIM_HANDLE_CHECK(struct fault_shim);
 
 /* Decode hex bytes ("ff 41" or "ff41") into out (NUL-terminated); -EINVAL when malformed. */
 static int unhex(const char *hex, char *out, size_t outlen)
@@ -208,7 +210,7 @@ static int shim_start(void *h)
 	if (s->fail_start)
 		return shim_fail(&s->err, -EIO,
 		                 "fault shim: start failed on request (fail_start: true)");
-	shim_pacer_start(&s->pace);
+	vr_pacer_start(&s->pace);
 	s->started = true;
 	return 0;
 }
@@ -317,7 +319,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		s->stalled_once = true;
 		vr_sleep_ns(s->stall_ms * 1000000ull);
 	}
-	rc = shim_pacer_due(&s->pace, timeout_ms, &due);
+	rc = vr_pacer_due(&s->pace, timeout_ms, &due);
 	if (rc)
 		return rc;
 	if (due)
@@ -328,7 +330,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		s->pos.epoch = s->pend_epoch;
 		s->pend = false;
 	}
-	s->pace.n++;
+	vr_pacer_done(&s->pace);
 	shim_pos_deliver(&s->pos, &s->geo, meta);
 	return 0;
 }
@@ -350,27 +352,4 @@ static void shim_close(void *h)
 	free(s);
 }
 
-static const char *shim_strerror(void *h, int code)
-{
-	struct fault_shim *s = h;
-
-	return shim_err_text(s ? &s->err : NULL, code);
-}
-
-static const struct volrec_shim_ops ops = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .open = shim_open,
-        .configure = shim_configure,
-        .set_scan_offset = shim_set_scan_offset,
-        .start = shim_start,
-        .acquire = shim_acquire,
-        .stop = shim_stop,
-        .close = shim_close,
-        .strerror = shim_strerror,
-};
-
-const struct volrec_shim_ops *volrec_shim_entry(void)
-{
-	return &ops;
-}
+const struct volrec_shim_ops shim_ops = {SHIM_OPS_BASE};

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libvolrec_synth_shim.so: the synthetic scanner as a frame-grabber shim. It is the template
- * for a real grabber (docs/shim.md): every ABI call is here, with the pacing a free-running
- * camera would impose, the scan offset of each epoch, timeouts, and error texts.
+ * for a real grabber (docs/shim.md): every ABI call is here (strerror() and the entry are in
+ * common.c), with the pacing a free-running camera would impose, the scan offset of each epoch,
+ * timeouts, and error texts.
  * args: {seed: 1, deg_per_s: 0.25, snr_db: 40, phantom: retina, bit_shift: 0, motion_rate: 0}
  */
 #include <errno.h>
@@ -20,6 +21,7 @@
 #define ALLOWED "seed, deg_per_s, snr_db, phantom, bit_shift, motion_rate"
 
 struct synth_shim {
+	struct shim_err err; /* last error and its text; first (shim_strerror) */
 	/* from open() */
 	uint64_t seed;
 	double deg_per_s, snr_db;
@@ -29,7 +31,7 @@ struct synth_shim {
 	/* from configure() */
 	struct sim *sim;
 	struct volrec_shim_geometry geo;
-	struct shim_pacer pace;
+	struct vr_pacer pace;
 	/* acquisition */
 	bool started;
 	struct shim_pos pos; /* of the next B-scan */
@@ -37,8 +39,8 @@ struct synth_shim {
 	bool pend;
 	uint64_t pend_epoch;
 	uint32_t pend_ox, pend_oy;
-	struct shim_err err;
 };
+SHIM_HANDLE_CHECK(struct synth_shim);
 
 static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
 {
@@ -143,7 +145,7 @@ static int shim_start(void *h)
 
 	if (!s->sim)
 		return shim_fail(&s->err, -EINVAL, "synth shim: start() before configure()");
-	shim_pacer_start(&s->pace);
+	vr_pacer_start(&s->pace);
 	s->started = true;
 	return 0;
 }
@@ -161,7 +163,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		                 "synth shim: buffer of %zu bytes, a B-scan is %zu", size,
 		                 sim_bscan_bytes(s->sim));
 	uint64_t due;
-	rc = shim_pacer_due(&s->pace, timeout_ms, &due);
+	rc = vr_pacer_due(&s->pace, timeout_ms, &due);
 	if (rc)
 		return rc;
 	if (s->pos.b == 0) {
@@ -181,7 +183,7 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		                 s->pos.b, (unsigned long long)s->pos.epoch);
 	if (due)
 		vr_sleep_until_ns(due); /* the camera's B-scan ends then */
-	s->pace.n++;
+	vr_pacer_done(&s->pace);
 	shim_pos_deliver(&s->pos, &s->geo, meta);
 	return 0;
 }
@@ -203,27 +205,4 @@ static void shim_close(void *h)
 	free(s);
 }
 
-static const char *shim_strerror(void *h, int code)
-{
-	struct synth_shim *s = h;
-
-	return shim_err_text(s ? &s->err : NULL, code);
-}
-
-static const struct volrec_shim_ops ops = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .open = shim_open,
-        .configure = shim_configure,
-        .set_scan_offset = shim_set_scan_offset,
-        .start = shim_start,
-        .acquire = shim_acquire,
-        .stop = shim_stop,
-        .close = shim_close,
-        .strerror = shim_strerror,
-};
-
-const struct volrec_shim_ops *volrec_shim_entry(void)
-{
-	return &ops;
-}
+const struct volrec_shim_ops shim_ops = {SHIM_OPS_BASE};

@@ -16,35 +16,20 @@
 
 #define SRC_MSG_MAX 512
 
-/* Paces deliveries at a fixed period on CLOCK_MONOTONIC (absolute sleeps, no drift). */
-struct src_pacer {
-	bool paced;      /* false: every item is due at once */
-	uint64_t period; /* ns per item */
-	uint64_t t0;     /* CLOCK_MONOTONIC ns of the schedule's origin */
-	uint64_t n;      /* items delivered since t0 */
-	uint64_t slack;  /* how far behind the schedule may fall before it is rebased */
-};
-
 /* What the built-in sources share: the handle of each starts with it. */
 struct src_common {
 	const char *kind;      /* "synth", "replay" (messages) */
 	int msg_code;          /* code the text below belongs to (0: none) */
 	char msg[SRC_MSG_MAX]; /* precise text for the last error returned */
-	struct src_pacer pacer;
+	struct vr_pacer pacer; /* of the B-scans */
 };
 
+/* strerror() of the built-in sources: the text of code when it is the last error of handle h
+ * (which starts with its struct src_common), else NULL. */
+const char *src_common_strerror(void *h, int code);
 /* Record a precise text for code and return code. */
 int src_fail(struct src_common *c, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
-/* rate items per second; rate <= 0 means unpaced. slack_items: see struct src_pacer. */
-void src_pacer_init(struct src_pacer *p, double rate, uint64_t slack_items);
-void src_pacer_start(struct src_pacer *p);
-/* Sleep until the next item is due. -ETIMEDOUT (after sleeping timeout_ms) when it is due
- * later than timeout_ms from now (timeout_ms < 0: no limit). */
-int src_pacer_wait(struct src_pacer *p, int timeout_ms);
-/* Ns from now until the next item is due (0 when due). */
-uint64_t src_pacer_due_in(const struct src_pacer *p);
-void src_pacer_done(struct src_pacer *p);
 
 /* Geometry of cfg as told to configure(); rate 0 when unpaced. */
 void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_config *cfg,

@@ -44,6 +44,7 @@ struct replay {
 	uint64_t pend_epoch;
 	_Atomic uint64_t refs; /* acquire_ref() references not yet released */
 };
+_Static_assert(offsetof(struct replay, com) == 0, "src_common_strerror() reads com");
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -378,7 +379,7 @@ static int replay_start(void *h)
 {
 	struct replay *r = h;
 
-	src_pacer_start(&r->com.pacer);
+	vr_pacer_start(&r->com.pacer);
 	return 0;
 }
 
@@ -432,7 +433,7 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 	if (!r->loop && epoch >= r->epochs)
 		return src_fail(&r->com, -ENODATA, "replay %s: end of file after %llu epochs",
 		                r->path, (unsigned long long)r->epochs);
-	rc = src_pacer_wait(&r->com.pacer, timeout_ms);
+	rc = vr_pacer_wait(&r->com.pacer, timeout_ms);
 	if (rc)
 		return rc;
 	if (r->b == 0) {
@@ -444,7 +445,7 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 	}
 	uint64_t fe = r->epoch % r->epochs;
 	*pos = (fe * r->geo.bscans_per_volume + r->b) * r->bscan_bytes;
-	src_pacer_done(&r->com.pacer);
+	vr_pacer_done(&r->com.pacer);
 	if (meta) {
 		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = r->epoch;
@@ -640,13 +641,6 @@ static void replay_close(void *h)
 	free(r);
 }
 
-static const char *replay_strerror(void *h, int code)
-{
-	struct replay *r = h;
-
-	return r && code && code == r->com.msg_code ? r->com.msg : NULL;
-}
-
 const struct volrec_shim_ops src_replay_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
@@ -657,7 +651,7 @@ const struct volrec_shim_ops src_replay_ops = {
         .acquire = replay_acquire,
         .stop = replay_stop,
         .close = replay_close,
-        .strerror = replay_strerror,
+        .strerror = src_common_strerror,
         .ref_regions = replay_ref_regions,
         .acquire_ref = replay_acquire_ref,
         .release_ref = replay_release_ref,
@@ -795,8 +789,8 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 			goto out_free;
 	}
 	posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	src_pacer_init(&r->com.pacer, r->geo.rate * r->geo.bscans_per_volume,
-	               r->geo.bscans_per_volume);
+	vr_pacer_init(&r->com.pacer, r->geo.rate * r->geo.bscans_per_volume,
+	              r->geo.bscans_per_volume);
 	src->impl = src_replay_ops;
 	src->handle = r;
 	src->dl = NULL;

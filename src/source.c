@@ -24,6 +24,13 @@ int src_fail(struct src_common *c, int code, const char *fmt, ...)
 	return code;
 }
 
+const char *src_common_strerror(void *h, int code)
+{
+	const struct src_common *c = h;
+
+	return c && code && code == c->msg_code ? c->msg : NULL;
+}
+
 const char *src_sample_name(uint32_t t)
 {
 	switch (t) {
@@ -40,60 +47,6 @@ const char *src_sample_name(uint32_t t)
 	default:
 		return "unknown";
 	}
-}
-
-void src_pacer_init(struct src_pacer *p, double rate, uint64_t slack_items)
-{
-	memset(p, 0, sizeof(*p));
-	p->paced = rate > 0;
-	if (p->paced) {
-		p->period = (uint64_t)(1e9 / rate + 0.5);
-		if (!p->period)
-			p->period = 1;
-		p->slack = slack_items * p->period;
-	}
-}
-
-void src_pacer_start(struct src_pacer *p)
-{
-	p->t0 = vr_now_ns(CLOCK_MONOTONIC);
-	p->n = 0;
-}
-
-uint64_t src_pacer_due_in(const struct src_pacer *p)
-{
-	if (!p->paced)
-		return 0;
-	uint64_t due = p->t0 + (p->n + 1) * p->period, now = vr_now_ns(CLOCK_MONOTONIC);
-	return due > now ? due - now : 0;
-}
-
-int src_pacer_wait(struct src_pacer *p, int timeout_ms)
-{
-	uint64_t now, due;
-
-	if (!p->paced)
-		return 0;
-	now = vr_now_ns(CLOCK_MONOTONIC);
-	due = p->t0 + (p->n + 1) * p->period;
-	if (now > due + p->slack) {
-		/* far behind (the consumer stalled): restart the schedule instead of bursting */
-		p->t0 = now - (p->n + 1) * p->period;
-		return 0;
-	}
-	if (due <= now)
-		return 0;
-	if (timeout_ms >= 0 && due - now > (uint64_t)timeout_ms * 1000000ull) {
-		vr_sleep_until_ns(now + (uint64_t)timeout_ms * 1000000ull);
-		return -ETIMEDOUT;
-	}
-	vr_sleep_until_ns(due);
-	return 0;
-}
-
-void src_pacer_done(struct src_pacer *p)
-{
-	p->n++;
 }
 
 void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_config *cfg,

@@ -22,6 +22,7 @@ struct synth {
 	uint64_t pend_epoch;
 	uint32_t pend_ox, pend_oy;
 };
+_Static_assert(offsetof(struct synth, com) == 0, "src_common_strerror() reads com");
 
 static int synth_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
 {
@@ -66,7 +67,7 @@ static int synth_start(void *h)
 {
 	struct synth *s = h;
 
-	src_pacer_start(&s->com.pacer);
+	vr_pacer_start(&s->com.pacer);
 	return 0;
 }
 
@@ -79,9 +80,9 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	if (size < sim_bscan_bytes(s->sim))
 		return src_fail(&s->com, -EINVAL, "synth: buffer of %zu bytes, a B-scan is %zu",
 		                size, sim_bscan_bytes(s->sim));
-	if (src_pacer_due_in(&s->com.pacer) >
+	if (vr_pacer_due_in(&s->com.pacer) >
 	    (timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull)) {
-		rc = src_pacer_wait(&s->com.pacer, timeout_ms);
+		rc = vr_pacer_wait(&s->com.pacer, timeout_ms);
 		if (rc)
 			return rc;
 	}
@@ -99,9 +100,9 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	if (rc)
 		return src_fail(&s->com, rc, "synth: B-scan %u of epoch %llu failed", s->b,
 		                (unsigned long long)s->epoch);
-	rc = src_pacer_wait(&s->com.pacer, -1);
+	rc = vr_pacer_wait(&s->com.pacer, -1);
 	(void)rc;
-	src_pacer_done(&s->com.pacer);
+	vr_pacer_done(&s->com.pacer);
 	if (meta) {
 		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = s->epoch;
@@ -131,13 +132,6 @@ static void synth_close(void *h)
 	free(s);
 }
 
-static const char *synth_strerror(void *h, int code)
-{
-	struct synth *s = h;
-
-	return s && code && code == s->com.msg_code ? s->com.msg : NULL;
-}
-
 const struct volrec_shim_ops src_synth_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
@@ -148,7 +142,7 @@ const struct volrec_shim_ops src_synth_ops = {
         .acquire = synth_acquire,
         .stop = synth_stop,
         .close = synth_close,
-        .strerror = synth_strerror,
+        .strerror = src_common_strerror,
 };
 
 int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
@@ -167,8 +161,8 @@ int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_sourc
 	rc = sim_create(&p, &s->sim, err, errlen);
 	if (rc)
 		goto out_free;
-	src_pacer_init(&s->com.pacer, s->geo.rate * s->geo.bscans_per_volume,
-	               s->geo.bscans_per_volume);
+	vr_pacer_init(&s->com.pacer, s->geo.rate * s->geo.bscans_per_volume,
+	              s->geo.bscans_per_volume);
 	src->impl = src_synth_ops;
 	src->handle = s;
 	src->dl = NULL;

@@ -479,10 +479,8 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	static const struct option longopts[] = {
 	        TOOL_COMMON_LONGOPTS,
 	        {"output", required_argument, NULL, 'o'},
-	        {"count", required_argument, NULL, 'n'},
-	        {"seconds", required_argument, NULL, 's'},
+	        TOOL_RUN_LONGOPTS,
 	        {"force", no_argument, NULL, 'f'},
-	        {"restart-wait", required_argument, NULL, 'w'},
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
@@ -490,41 +488,32 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	struct tool_target tg;
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
-	uint64_t count = 0;
-	double seconds = 0, restart_wait = -1, t0, next_progress = 0, away_since = 0;
-	bool force = false, tty = isatty(STDERR_FILENO), stopping = false;
+	struct tool_run run;
+	double next_progress = 0;
+	bool force = false, tty = isatty(STDERR_FILENO);
 	const char *end = "count reached", *nl;
 	uint8_t *buf = NULL;
 	int opt, rc, status = VR_EXIT_OK, pid;
 
 	h5vol_init();
 	tool_target_init(&tg);
+	tool_run_init(&run);
 	while ((opt = tool_getopt(&tg, "record", argc, argv, "i:r:c:o:n:s:fw:h", longopts)) != -1) {
 		switch (opt) {
 		case 'o':
 			r.path = optarg;
 			break;
-		case 'n':
-			if (vr_cli_u64("volrec record", "-n", optarg, 1, UINT64_MAX,
-			               "a whole number >= 1", &count))
-				return VR_EXIT_USAGE;
-			break;
-		case 's':
-			if (vr_cli_seconds("volrec record", "--seconds", optarg, false, &seconds))
-				return VR_EXIT_USAGE;
-			break;
 		case 'f':
 			force = true;
-			break;
-		case 'w':
-			if (vr_cli_seconds("volrec record", "--restart-wait", optarg, true,
-			                   &restart_wait))
-				return VR_EXIT_USAGE;
 			break;
 		case TOOL_OPT_ERROR:
 			return VR_EXIT_USAGE;
 		default:
-			return vr_cli_usage(record_usage, opt);
+			rc = tool_run_option(&run, "record", opt, optarg);
+			if (rc < 0)
+				return VR_EXIT_USAGE;
+			if (!rc)
+				return vr_cli_usage(record_usage, opt);
 		}
 	}
 	if (vr_cli_args_done("volrec record", argc, argv))
@@ -574,15 +563,15 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	}
 	tool_catch_signals();
 	nl = "";
-	t0 = vr_mono_s();
+	run.t0 = vr_mono_s();
 	for (;;) {
 		struct volrec_message m;
 		double now = vr_mono_s();
 		int wait_ms = 200;
 
-		if (count && h5vol_count(r.w) >= count)
+		if (run.count && h5vol_count(r.w) >= run.count)
 			break;
-		if (seconds && now - t0 >= seconds) {
+		if (tool_run_time_up(&run, now)) {
 			end = "time reached";
 			break;
 		}
@@ -595,39 +584,40 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			        "\rvolrec record: %" PRIu64 " volumes (#%" PRIu64 "), %" PRIu64
 			        " missed, %.1f MB, %.0f s%s\033[K",
 			        h5vol_count(r.w), r.last_seq, r.nmissed,
-			        (double)h5vol_count(r.w) * r.Y * r.X * r.Z / 1e6, now - t0,
-			        away_since ? ", waiting for the daemon" : "");
+			        (double)h5vol_count(r.w) * r.Y * r.X * r.Z / 1e6, now - run.t0,
+			        run.away_since ? ", waiting for the daemon" : "");
 			next_progress = now + 0.25;
 		}
 		nl = tty ? "\n" : "";
-		if (seconds && (t0 + seconds - now) * 1000 < wait_ms)
-			wait_ms = (int)((t0 + seconds - now) * 1000) + 1;
+		wait_ms = tool_run_wait_ms(&run, now, wait_ms);
 		rc = volrec_client_next_message(c, wait_ms, &m);
 		if (rc == -ETIMEDOUT || rc == -EINTR || rc == -EAGAIN || rc == -EPROTO) {
 			if (rc != -ETIMEDOUT)
 				continue;
 			/* quiet: is the daemon still there, gone, or back? */
-			if (!away_since && !tool_pid_is_volrecd(pid) && !(pid = daemon_pid(&tg))) {
-				away_since = now;
-				if (restart_wait == 0)
-					goto gone;
+			bool running = (!run.away_since && tool_pid_is_volrecd(pid)) ||
+			               (pid = daemon_pid(&tg));
+
+			switch (tool_run_presence(&run, running, now)) {
+			case TOOL_DAEMON_GONE:
+				goto gone;
+			case TOOL_DAEMON_AWAY:
 				fprintf(stderr,
 				        "%svolrec record: volrecd of instance '%s' %s; waiting for "
 				        "it "
 				        "to come back%s\n",
-				        nl, tg.instance, stopping ? "stopped" : "went away",
-				        restart_wait > 0 ? " (--restart-wait)"
-				                         : " (Ctrl-C to end)");
-			} else if (away_since && (pid = daemon_pid(&tg))) {
+				        nl, tg.instance, run.stopping ? "stopped" : "went away",
+				        run.restart_wait > 0 ? " (--restart-wait)"
+				                             : " (Ctrl-C to end)");
+				break;
+			case TOOL_DAEMON_BACK:
 				fprintf(stderr,
 				        "%svolrec record: volrecd of instance '%s' is back (pid "
 				        "%d)\n",
 				        nl, tg.instance, pid);
-				away_since = 0;
-				stopping = false;
-			} else if (away_since && restart_wait > 0 &&
-			           now - away_since >= restart_wait) {
-				goto gone;
+				break;
+			case TOOL_DAEMON_SAME:
+				break;
 			}
 			continue;
 		}
@@ -670,7 +660,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			if (ev) {
 				tool_json_str(ev, "event", name, sizeof(name));
 				if (!strcmp(name, "stopping"))
-					stopping = true;
+					run.stopping = true;
 				json_object_put(ev);
 			}
 			continue;
@@ -699,13 +689,10 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			}
 			memcpy(buf, v.data, v.bytes);
 			torn = volrec_view_release(c, &m.view) == VOLREC_ETORN;
-			if (away_since) {
+			if (tool_run_presence(&run, true, vr_mono_s()) == TOOL_DAEMON_BACK)
 				fprintf(stderr,
 				        "%svolrec record: volrecd of instance '%s' is back\n", nl,
 				        tg.instance);
-				away_since = 0;
-				stopping = false;
-			}
 			if (r.last_session == v.session_id) {
 				first = r.last_seq + 1;
 			} else {
@@ -738,10 +725,10 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	}
 	if (0) {
 	gone:
-		end = stopping ? "the daemon stopped" : "the daemon went away";
+		end = run.stopping ? "the daemon stopped" : "the daemon went away";
 		fprintf(stderr, "%svolrec record: volrecd of instance '%s' %s%s\n", nl, tg.instance,
-		        stopping ? "stopped" : "went away",
-		        restart_wait > 0 ? " and did not come back within --restart-wait" : "");
+		        run.stopping ? "stopped" : "went away",
+		        run.restart_wait > 0 ? " and did not come back within --restart-wait" : "");
 		status = VR_EXIT_NO_DAEMON;
 	}
 out:

@@ -54,9 +54,7 @@ struct watch {
 	int nseqs;
 	struct volrec_view last; /* copy of the last view (data pointer not used) */
 	uint64_t seen, torn;
-	bool stopping;     /* the daemon announced `stopping` */
-	double away_since; /* vr_mono_s() when the daemon was found gone, 0 while it runs */
-	double t0;
+	struct tool_run run; /* the limits, the start, whether the daemon is away */
 };
 
 static void take_status(struct watch *w, const char *text, size_t len)
@@ -93,7 +91,7 @@ static void take_event(struct watch *w, const char *text, size_t len)
 	tool_event_line(ev, line, sizeof(line));
 	tool_json_str(ev, "event", name, sizeof(name));
 	if (!strcmp(name, "stopping"))
-		w->stopping = true;
+		w->run.stopping = true;
 	add_event(w, line);
 	json_object_put(ev);
 }
@@ -131,14 +129,14 @@ static void draw(struct watch *w, struct volrec_client *c, const struct tool_dae
 	if (!w->tty) {
 		char state[32] = "?";
 
-		if (w->away_since)
+		if (w->run.away_since)
 			snprintf(state, sizeof(state), "no daemon");
 		else if (w->st)
 			tool_json_str(w->st, "state", state, sizeof(state));
 		printf("%.1f s: %s; volume #%" PRIu64 " epoch %" PRIu64 " offset (%d, %d) "
 		       "latency %.2f ms; %.2f volumes/s; latency p50/p99 %.2f/%.2f ms; drops %.0f; "
 		       "readers %.0f; seen %" PRIu64 ", missed %" PRIu64 ", torn %" PRIu64 "\n",
-		       vr_mono_s() - w->t0, state, w->last.sequence, w->last.epoch,
+		       vr_mono_s() - w->run.t0, state, w->last.sequence, w->last.epoch,
 		       w->last.offset_x, w->last.offset_y, (double)w->last.latency_ns / 1e6,
 		       w->st ? tool_json_num(w->st, "rates.volumes_per_s", 0) : 0,
 		       w->st ? tool_json_num(w->st, "latency_ms.acquire_to_publish.p50", 0) : 0,
@@ -166,12 +164,13 @@ static void draw(struct watch *w, struct volrec_client *c, const struct tool_dae
 	printf("%s", eol);
 	printf("  watcher   %" PRIu64 " volumes seen, %" PRIu64 " missed, %" PRIu64
 	       " torn, %.0f s%s",
-	       w->seen, cs.missed, w->torn, vr_mono_s() - w->t0, eol);
+	       w->seen, cs.missed, w->torn, vr_mono_s() - w->run.t0, eol);
 	for (int i = 0; i < w->nevents; i++)
 		printf("  %s %s%s", i ? "         " : "events   ", w->events[i], eol);
-	if (w->away_since)
+	if (w->run.away_since)
 		printf("  DAEMON    %s %.0f s ago; waiting for it to come back%s",
-		       w->stopping ? "stopped" : "went away", vr_mono_s() - w->away_since, eol);
+		       w->run.stopping ? "stopped" : "went away", vr_mono_s() - w->run.away_since,
+		       eol);
 	printf("  (Ctrl-C to quit)%s\033[J", eol);
 	fflush(stdout);
 }
@@ -180,9 +179,7 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 {
 	static const struct option longopts[] = {
 	        TOOL_COMMON_LONGOPTS,
-	        {"count", required_argument, NULL, 'n'},
-	        {"seconds", required_argument, NULL, 's'},
-	        {"restart-wait", required_argument, NULL, 'w'},
+	        TOOL_RUN_LONGOPTS,
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
@@ -190,33 +187,18 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
 	struct watch w;
-	uint64_t count = 0;
-	double seconds = 0, restart_wait = -1, next_draw;
+	double next_draw;
 	int opt, rc, status = VR_EXIT_OK;
 
 	tool_target_init(&tg);
 	memset(&w, 0, sizeof(w));
+	tool_run_init(&w.run);
 	while ((opt = tool_getopt(&tg, "watch", argc, argv, "i:r:c:n:s:w:h", longopts)) != -1) {
-		switch (opt) {
-		case 'n':
-			if (vr_cli_u64("volrec watch", "--count", optarg, 1, UINT64_MAX,
-			               "a whole number >= 1", &count))
-				return VR_EXIT_USAGE;
-			break;
-		case 's':
-			if (vr_cli_seconds("volrec watch", "--seconds", optarg, false, &seconds))
-				return VR_EXIT_USAGE;
-			break;
-		case 'w':
-			if (vr_cli_seconds("volrec watch", "--restart-wait", optarg, true,
-			                   &restart_wait))
-				return VR_EXIT_USAGE;
-			break;
-		case TOOL_OPT_ERROR:
+		rc = opt == TOOL_OPT_ERROR ? -1 : tool_run_option(&w.run, "watch", opt, optarg);
+		if (rc < 0)
 			return VR_EXIT_USAGE;
-		default:
+		if (!rc)
 			return vr_cli_usage(watch_usage, opt);
-		}
 	}
 	if (vr_cli_args_done("volrec watch", argc, argv))
 		return VR_EXIT_USAGE;
@@ -233,10 +215,10 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 
 	tool_catch_signals();
 	w.tty = isatty(STDOUT_FILENO);
-	w.t0 = vr_mono_s();
+	w.run.t0 = vr_mono_s();
 	if (w.tty)
 		fputs("\033[H\033[2J", stdout);
-	next_draw = w.t0 + 1.0;
+	next_draw = w.run.t0 + 1.0;
 	for (;;) {
 		struct volrec_message m;
 		double now = vr_mono_s();
@@ -244,33 +226,32 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 
 		if (tool_interrupted())
 			break;
-		if (seconds && now - w.t0 >= seconds)
+		if (tool_run_time_up(&w.run, now))
 			break;
-		if (count && w.seen >= count)
+		if (w.run.count && w.seen >= w.run.count)
 			break;
 		if (now >= next_draw) {
 			/* an error looking (permissions) is not "gone" */
 			bool running = tool_daemon_find(&tg, &d) != 0 || d.pid;
 
-			if (!running && !w.away_since) {
-				w.away_since = now;
-				if (restart_wait == 0)
-					goto gone;
+			char line[96];
+
+			switch (tool_run_presence(&w.run, running, now)) {
+			case TOOL_DAEMON_GONE:
+				goto gone;
+			case TOOL_DAEMON_AWAY:
 				own_event(&w,
-				          w.stopping
+				          w.run.stopping
 				                  ? "volrecd stopped: waiting for it to come back"
 				                  : "volrecd went away (no stopping event seen): "
 				                    "waiting for it to come back");
-			} else if (running && w.away_since) {
-				char line[96];
-
+				break;
+			case TOOL_DAEMON_BACK:
 				snprintf(line, sizeof(line), "volrecd is back (pid %d)", d.pid);
 				own_event(&w, line);
-				w.away_since = 0;
-				w.stopping = false;
-			} else if (!running && restart_wait > 0 &&
-			           now - w.away_since >= restart_wait) {
-				goto gone;
+				break;
+			case TOOL_DAEMON_SAME:
+				break;
 			}
 			draw(&w, c, &d);
 			next_draw += 1.0;
@@ -279,8 +260,7 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 			continue;
 		}
 		wait_ms = (int)((next_draw - now) * 1000) + 1;
-		if (seconds && (w.t0 + seconds - now) * 1000 < wait_ms)
-			wait_ms = (int)((w.t0 + seconds - now) * 1000) + 1;
+		wait_ms = tool_run_wait_ms(&w.run, now, wait_ms);
 		rc = volrec_client_next_message(c, wait_ms, &m);
 		if (rc == -ETIMEDOUT || rc == -EINTR || rc == -EAGAIN || rc == -EPROTO)
 			continue;
@@ -310,8 +290,8 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 gone:
 	draw(&w, c, &d);
 	fprintf(stderr, "volrec watch: volrecd of instance '%s' %s\n", tg.instance,
-	        w.stopping ? "stopped" : "is gone (no stopping event seen)");
-	status = w.stopping ? VR_EXIT_OK : VR_EXIT_NO_DAEMON;
+	        w.run.stopping ? "stopped" : "is gone (no stopping event seen)");
+	status = w.run.stopping ? VR_EXIT_OK : VR_EXIT_NO_DAEMON;
 out:
 	volrec_client_close(c);
 	json_object_put(w.st);

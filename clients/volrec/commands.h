@@ -9,6 +9,8 @@
 #ifndef VOLREC_CLIENTS_COMMANDS_H
 #define VOLREC_CLIENTS_COMMANDS_H
 
+#include <stdio.h>
+
 #include "base/base.h" /* vr_cli_: the usage errors every subcommand prints alike */
 
 #define VR_COMMAND(name, summary) int cmd_##name(int argc, char **argv)
@@ -24,5 +26,21 @@ enum {
 	VR_EXIT_PERM = 7,       /* permission denied (shared memory, pid file, signal, output) */
 	VR_EXIT_NOSPACE = 8,    /* output stopped: disk full or file size limit (file closed) */
 };
+
+/* A program's table of subcommands, ended by one with name NULL. */
+struct vr_command {
+	const char *name;
+	const char *summary;
+	int (*run)(int argc, char **argv); /* NULL: run by vr_command_main's other() */
+};
+
+/*
+ * The main() of `volrec` and `volrec-process` (dispatch.c): with argv[1] --help, -h or help,
+ * usage(stdout) and 0; --version prints "PROG VERSION"; else the command argv[1] names runs
+ * with argv + 1 (through other() when its run is NULL). No or an unknown command: usage(stderr)
+ * and VR_EXIT_USAGE. Returns the exit status.
+ */
+int vr_command_main(const char *prog, const struct vr_command *cmds, void (*usage)(FILE *f),
+                    int (*other)(int argc, char **argv), int argc, char **argv);
 
 #endif

@@ -6,7 +6,6 @@
  * (helper.c says where it looks); it can also be run that way by hand.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "commands.h"
 
@@ -14,14 +13,11 @@
 #include "volrec_helper_commands.h"
 #undef COMMAND
 
-static const struct {
-	const char *name;
-	int (*run)(int argc, char **argv);
-} commands[] = {
-#define COMMAND(name, summary) {#name, cmd_##name},
+static const struct vr_command commands[] = {
+#define COMMAND(name, summary) {#name, summary, cmd_##name},
 #include "volrec_helper_commands.h"
 #undef COMMAND
-        {NULL, NULL},
+        {NULL, NULL, NULL},
 };
 
 static void usage(FILE *f)
@@ -36,22 +32,5 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		usage(stderr);
-		return VR_EXIT_USAGE;
-	}
-	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		usage(stdout);
-		return VR_EXIT_OK;
-	}
-	if (!strcmp(argv[1], "--version")) {
-		printf("volrec-process %s\n", VOLREC_VERSION);
-		return VR_EXIT_OK;
-	}
-	for (size_t i = 0; commands[i].name; i++)
-		if (!strcmp(argv[1], commands[i].name))
-			return commands[i].run(argc - 1, argv + 1);
-	fprintf(stderr, "volrec-process: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return VR_EXIT_USAGE;
+	return vr_command_main("volrec-process", commands, usage, NULL, argc, argv);
 }

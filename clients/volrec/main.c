@@ -6,7 +6,6 @@
  * so that this program does not link the processing stack.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "commands.h"
 #include "helper.h"
@@ -16,11 +15,7 @@
 #undef COMMAND
 
 /* run NULL: a command of the helper */
-static const struct {
-	const char *name;
-	const char *summary;
-	int (*run)(int argc, char **argv);
-} commands[] = {
+static const struct vr_command commands[] = {
 #define COMMAND(name, summary) {#name, summary, cmd_##name},
 #include "volrec_commands.h"
 #undef COMMAND
@@ -46,23 +41,5 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
-		usage(stderr);
-		return VR_EXIT_USAGE;
-	}
-	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-		usage(stdout);
-		return VR_EXIT_OK;
-	}
-	if (!strcmp(argv[1], "--version")) {
-		printf("volrec %s\n", VOLREC_VERSION);
-		return VR_EXIT_OK;
-	}
-	for (size_t i = 0; commands[i].name; i++)
-		if (!strcmp(argv[1], commands[i].name))
-			return commands[i].run ? commands[i].run(argc - 1, argv + 1)
-			                       : tool_helper_exec(argc - 1, argv + 1);
-	fprintf(stderr, "volrec: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return VR_EXIT_USAGE;
+	return vr_command_main("volrec", commands, usage, tool_helper_exec, argc, argv);
 }

@@ -11,13 +11,14 @@ VOLREC_H5_SRCS := clients/volrec/h5attr.c clients/volrec/h5vol.c clients/volrec/
 VOLREC_HELPER_DIR = $(or $(LIBEXECDIR),$(PREFIX)/libexec)/volrec
 
 PROGRAMS += volrec volrec-process
-volrec_SRCS = clients/volrec/main.c clients/volrec/helper.c $(wildcard clients/volrec/tool_*.c) \
+volrec_SRCS = clients/volrec/main.c clients/volrec/dispatch.c clients/volrec/helper.c $(wildcard clients/volrec/tool_*.c) \
 	$(VOLREC_CMD_SRCS) $(VOLREC_H5_SRCS)
 volrec_ARCHIVES = $(CLIENT_ARCHIVES) cfg base
 volrec_LDLIBS = $(HDF5_LIBS) -lpng -lzmq -ljson-c
 # process_*.c: what the processing subcommands share (the HDF5 sink of `process`, the
 # recording loader and image engine of `calibrate`)
-volrec-process_SRCS = clients/volrec/helper_main.c $(VOLREC_HELPER_CMD_SRCS) \
+volrec-process_SRCS = clients/volrec/helper_main.c clients/volrec/dispatch.c \
+	$(VOLREC_HELPER_CMD_SRCS) \
 	$(wildcard clients/volrec/process_*.c) $(VOLREC_H5_SRCS) clients/volrec/tool_png.c
 volrec-process_ARCHIVES = bench pl $(CORE_ARCHIVES)
 volrec-process_LDLIBS = $(HDF5_LIBS) -lpng -lfftw3 -ljson-c $(CUDA_LDLIBS)

@@ -405,3 +405,58 @@ int tool_interrupt_signal(void)
 {
 	return interrupted;
 }
+
+void tool_run_init(struct tool_run *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->restart_wait = -1;
+	r->t0 = vr_mono_s();
+}
+
+int tool_run_option(struct tool_run *r, const char *cmd, int opt, const char *arg)
+{
+	char prog[64];
+
+	snprintf(prog, sizeof(prog), "volrec %s", cmd);
+	switch (opt) {
+	case 'n':
+		return vr_cli_u64(prog, "--count", arg, 1, UINT64_MAX, "a whole number >= 1",
+		                  &r->count)
+		               ? -1
+		               : 1;
+	case 's':
+		return vr_cli_seconds(prog, "--seconds", arg, false, &r->seconds) ? -1 : 1;
+	case 'w':
+		return vr_cli_seconds(prog, "--restart-wait", arg, true, &r->restart_wait) ? -1 : 1;
+	default:
+		return 0;
+	}
+}
+
+bool tool_run_time_up(const struct tool_run *r, double now)
+{
+	return r->seconds && now - r->t0 >= r->seconds;
+}
+
+int tool_run_wait_ms(const struct tool_run *r, double now, int wait_ms)
+{
+	if (r->seconds && (r->t0 + r->seconds - now) * 1000 < wait_ms)
+		wait_ms = (int)((r->t0 + r->seconds - now) * 1000) + 1;
+	return wait_ms;
+}
+
+enum tool_presence tool_run_presence(struct tool_run *r, bool running, double now)
+{
+	if (!running && !r->away_since) {
+		r->away_since = now;
+		return r->restart_wait == 0 ? TOOL_DAEMON_GONE : TOOL_DAEMON_AWAY;
+	}
+	if (running && r->away_since) {
+		r->away_since = 0;
+		r->stopping = false;
+		return TOOL_DAEMON_BACK;
+	}
+	if (!running && r->restart_wait > 0 && now - r->away_since >= r->restart_wait)
+		return TOOL_DAEMON_GONE;
+	return TOOL_DAEMON_SAME;
+}

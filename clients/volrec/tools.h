@@ -122,6 +122,43 @@ int tool_exit_for(int err);
  * EFBIG -> 8, EACCES/EPERM -> 7, anything else (a missing directory included) -> 1. */
 int tool_exit_for_output(int err);
 
+/* ---- a tool that follows the daemon for a while (record, watch) ------------------------- */
+
+#define TOOL_RUN_LONGOPTS                                                                          \
+	{"count", required_argument, NULL, 'n'}, {"seconds", required_argument, NULL, 's'},        \
+	{                                                                                          \
+		"restart-wait", required_argument, NULL, 'w'                                       \
+	}
+
+struct tool_run {
+	uint64_t count;      /* -n/--count: end after this many volumes, 0: no limit */
+	double seconds;      /* -s/--seconds: end this long after t0, 0: no limit */
+	double restart_wait; /* -w/--restart-wait: wait this long for a daemon gone, -1: forever */
+	double t0;           /* vr_mono_s() at the start */
+	double away_since;   /* vr_mono_s() when the daemon was found gone, 0 while it runs */
+	bool stopping;       /* the daemon announced `stopping` */
+};
+
+/* No limits, t0 now. */
+void tool_run_init(struct tool_run *r);
+/* An option of tool_getopt: 1 when it was -n, -s or -w (its value into r), 0 when it is none
+ * of them, -1 (message printed) when its value is wrong. */
+int tool_run_option(struct tool_run *r, const char *cmd, int opt, const char *arg);
+/* True when --seconds have passed at now. */
+bool tool_run_time_up(const struct tool_run *r, double now);
+/* wait_ms, cut to what is left of --seconds at now. */
+int tool_run_wait_ms(const struct tool_run *r, double now, int wait_ms);
+
+/* What tool_run_presence saw change. */
+enum tool_presence {
+	TOOL_DAEMON_SAME, /* nothing */
+	TOOL_DAEMON_AWAY, /* it went away: wait for it */
+	TOOL_DAEMON_BACK, /* it came back */
+	TOOL_DAEMON_GONE, /* away for longer than --restart-wait: end */
+};
+/* Whether the daemon runs at now: keep r->away_since and r->stopping and say what changed. */
+enum tool_presence tool_run_presence(struct tool_run *r, bool running, double now);
+
 /* SIGINT/SIGTERM set a flag instead of killing the tool (so files get closed). */
 void tool_catch_signals(void);
 bool tool_interrupted(void);

@@ -30,6 +30,7 @@
 #define GAP64_MAX (1u << 30)
 
 struct gc_shim {
+	struct shim_err err; /* last error and its text; first (shim_strerror) */
 	/* from open() */
 	char want[256];   /* camera id asked for ("" = the first one found) */
 	char cam_id[256]; /* the camera's id */
@@ -70,9 +71,8 @@ struct gc_shim {
 	uint64_t held_pos;
 	uint64_t incomplete; /* incomplete frames not yet reported */
 	atomic_uint_fast64_t refs;
-
-	struct shim_err err; /* last error and its text */
 };
+SHIM_HANDLE_CHECK(struct gc_shim);
 
 static void on_control_lost(ArvDevice *dev, gpointer data)
 {
@@ -987,33 +987,12 @@ static void shim_close(void *h)
 	free(s);
 }
 
-static const char *shim_strerror(void *h, int code)
-{
-	struct gc_shim *s = h;
-
-	return shim_err_text(s ? &s->err : NULL, code);
-}
-
-static const struct volrec_shim_ops ops = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .open = shim_open,
-        .configure = shim_configure,
-        .set_scan_offset = shim_set_scan_offset,
-        .start = shim_start,
-        .acquire = shim_acquire,
-        .stop = shim_stop,
-        .close = shim_close,
-        .strerror = shim_strerror,
+const struct volrec_shim_ops shim_ops = {
+        SHIM_OPS_BASE,
         .ref_regions = shim_ref_regions,
         .acquire_ref = shim_acquire_ref,
         .release_ref = shim_release_ref,
 };
-
-const struct volrec_shim_ops *volrec_shim_entry(void)
-{
-	return &ops;
-}
 
 /* `volrec cameras` (clients/volrec/cmd_cameras.c) loads this shim and calls this: the cameras
  * found, as text or JSON; fake adds Aravis's in-process Fake camera. */

@@ -202,7 +202,7 @@ def test_no_daemon_exits_3(bin_dir, tmp_path, cmd):
 def test_bad_option_exits_2(bin_dir):
     r = subprocess.run([str(bin_dir / "volrec"), "record", "-n", "zero"], capture_output=True,
                        text=True)
-    assert r.returncode == 2 and "-n zero" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--count zero" in r.stderr, r.stderr
 
 
 # ---- the processing helper: the tools do not link the processing stack (issue 12.6) --------

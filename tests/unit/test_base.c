@@ -179,6 +179,36 @@ static void test_ordinal_lists(void **state)
 	assert_int_equal(n, 9);
 }
 
+static void test_pacer_schedules_and_restarts(void **state)
+{
+	struct vr_pacer p;
+	uint64_t due, now;
+
+	(void)state;
+	vr_pacer_init(&p, 0, 4); /* unpaced: every item due at once */
+	vr_pacer_start(&p);
+	assert_int_equal(vr_pacer_due(&p, 0, &due), 0);
+	assert_int_equal(due, 0);
+	assert_int_equal(vr_pacer_due_in(&p), 0);
+
+	vr_pacer_init(&p, 1, 4); /* 1 s a period, 4 s of slack */
+	assert_int_equal(p.period_ns, 1000000000);
+	assert_int_equal(p.slack_ns, 4000000000);
+	vr_pacer_start(&p);
+	now = vr_mono_ns();
+	assert_int_equal(vr_pacer_due(&p, 0, &due), -ETIMEDOUT); /* due in ~1 s */
+	assert_int_equal(vr_pacer_due(&p, -1, &due), 0);
+	assert_true(due > now && due <= p.t0 + p.period_ns);
+	assert_true(vr_pacer_due_in(&p) > 0);
+	/* far behind the schedule: it restarts, the item is due at once */
+	p.t0 -= 10 * p.period_ns;
+	now = vr_mono_ns();
+	assert_int_equal(vr_pacer_due(&p, 0, &due), 0);
+	assert_true(due >= now && due <= vr_mono_ns());
+	vr_pacer_done(&p);
+	assert_int_equal(p.n, 1);
+}
+
 VR_TEST_GROUP(base)
 {
 	const struct CMUnitTest tests[] = {
@@ -190,6 +220,7 @@ VR_TEST_GROUP(base)
 	        cmocka_unit_test(test_scan_offset_rasters_over_the_strides),
 	        cmocka_unit_test(test_option_values_are_strict),
 	        cmocka_unit_test(test_ordinal_lists),
+	        cmocka_unit_test(test_pacer_schedules_and_restarts),
 	};
 	return cmocka_run_group_tests_name("base", tests, NULL, NULL);
 }
