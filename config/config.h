@@ -104,6 +104,7 @@ struct vr_config {
 			double jump_mm[3];          /* motion.jump.shift_mm: x, y, depth */
 			double jump_deg;            /* motion.jump.deg */
 			double snr_db;
+			double beam_um; /* lateral resolution (FWHM, um); 0 = pencil beam */
 		} synth;
 		struct {
 			char library[CFG_PATH_MAX];

@@ -113,6 +113,7 @@ const struct cfg_key cfg_keys[] = {
                 "[x, y, depth] in mm", STRUCTURAL),
         F64_AS("source.synth.motion.jump.deg", source.synth.jump_deg, -360, 360, 0, STRUCTURAL),
         F64(source.synth.snr_db, 0, 150, 40, STRUCTURAL),
+        F64(source.synth.beam_um, 0, 500, 0, STRUCTURAL),
         PATH(source.shim.library, "", STRUCTURAL),
         ARGS_AS("source.shim.args", source.shim.args_yaml, STRUCTURAL),
         INT(source.shim.timeout_ms, 1, 600000, 1000, STRUCTURAL),

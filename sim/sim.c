@@ -29,6 +29,7 @@
 #define TISSUE_BOT_MM 1.45  /* ... or below these depths (keeps the k band narrow) */
 #define CELL_XY_MM    0.006 /* lateral scatterer cell */
 #define CELL_Z_MM     0.003 /* axial scatterer cell */
+#define BEAM_CELLS    96    /* most scatterer cells one beam sums (beam_um > 0) */
 
 /* Non-linearity: pixel position of linear-k index j is (K-1) * h(j / (K-1)),
  * h(v) = v + NL_A v (1 - v) + NL_B v (1 - v) (2v - 1). */
@@ -103,6 +104,11 @@ struct column {
 	uint64_t hcol;    /* hash of the lateral scatterer cell */
 	uint64_t hflow;   /* hash for blood (changes every epoch) */
 	double dz;        /* axial displacement of the phantom at this time, mm */
+	/* beam_um > 0: the scatterer cells under the beam, each with its hash, its blood hash and
+	 * its amplitude weight (the weights' squares sum to 1) */
+	int ncell;
+	uint64_t chash[BEAM_CELLS], cflow[BEAM_CELLS];
+	float cw[BEAM_CELLS];
 };
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -174,6 +180,7 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	p->jump_epoch = cfg->source.synth.jump_epoch;
 	p->jump_deg = cfg->source.synth.jump_deg;
 	p->snr_db = cfg->source.synth.snr_db;
+	p->beam_um = cfg->source.synth.beam_um;
 }
 
 void sim_params_from_geometry(struct sim_params *p, const struct volrec_shim_geometry *g)
@@ -243,6 +250,10 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 	if (p->bit_shift > (p->sample_type >= VOLREC_SAMPLE_U12P ? 11u : 15u))
 		return fail(err, errlen, -EINVAL, "synth: bit_shift %u out of range (0..%u)",
 		            p->bit_shift, p->sample_type >= VOLREC_SAMPLE_U12P ? 11u : 15u);
+	if (!(p->beam_um >= 0 && p->beam_um <= SIM_BEAM_MAX_UM))
+		return fail(err, errlen, -EINVAL,
+		            "synth: beam_um %g out of range (0 for a pencil beam, up to %g)",
+		            p->beam_um, SIM_BEAM_MAX_UM);
 	if (!isfinite(p->deg_per_s) || !isfinite(p->snr_db) || !isfinite(p->rate) || p->rate < 0)
 		return fail(err, errlen, -EINVAL,
 		            "synth: rate %g, deg_per_s %g and snr_db %g must be finite (rate >= 0)",
@@ -527,6 +538,12 @@ static double axial_bounce(double dist)
 	return dist < 0 ? -v : v;
 }
 
+static uint64_t cell_hash(uint64_t seed, int64_t ix, int64_t iy)
+{
+	return mix64(seed ^ mix64((uint64_t)ix * 0x9e3779b97f4a7c15ull) ^
+	             mix64((uint64_t)iy * 0xc2b2ae3d27d4eb4full + 0x165667b19e3779f9ull));
+}
+
 static void column_at(const struct sim *s, uint64_t epoch, double x, double y, struct column *c)
 {
 	const struct sim_params *p = &s->p;
@@ -585,31 +602,69 @@ static void column_at(const struct sim *s, uint64_t epoch, double x, double y, s
 			c->nv++;
 		}
 	}
-	int64_t ix = (int64_t)floor(xp / CELL_XY_MM), iy = (int64_t)floor(yp / CELL_XY_MM);
-	c->hcol = mix64(s->p.seed ^ mix64((uint64_t)ix * 0x9e3779b97f4a7c15ull) ^
-	                mix64((uint64_t)iy * 0xc2b2ae3d27d4eb4full + 0x165667b19e3779f9ull));
-	c->hflow = mix64(c->hcol ^ mix64(epoch + 0x27d4eb2f165667c5ull));
+	uint64_t fkey = mix64(epoch + 0x27d4eb2f165667c5ull);
+	c->ncell = 0;
+	if (!(p->beam_um > 0)) {
+		int64_t ix = (int64_t)floor(xp / CELL_XY_MM), iy = (int64_t)floor(yp / CELL_XY_MM);
+		c->hcol = cell_hash(p->seed, ix, iy);
+		c->hflow = mix64(c->hcol ^ fkey);
+		return;
+	}
+	/* A Gaussian beam of intensity FWHM beam_um: amplitude weight exp(-2 ln2 r^2 / FWHM^2)
+	 * of each scatterer cell (a lattice of pitch FWHM / 3, fixed in the phantom) within
+	 * 1.2 FWHM of the beam's axis, at the cell's centre. */
+	double fw = p->beam_um * 1e-3, cell = fw / 3, rmax = 1.2 * fw, sum2 = 0;
+	int64_t x0 = (int64_t)floor((xp - rmax) / cell), x1 = (int64_t)floor((xp + rmax) / cell);
+	int64_t y0 = (int64_t)floor((yp - rmax) / cell), y1 = (int64_t)floor((yp + rmax) / cell);
+	for (int64_t iy = y0; iy <= y1; iy++) {
+		for (int64_t ix = x0; ix <= x1; ix++) {
+			double ddx = (ix + 0.5) * cell - xp, ddy = (iy + 0.5) * cell - yp;
+			double r2 = ddx * ddx + ddy * ddy;
+			if (r2 > rmax * rmax || c->ncell == BEAM_CELLS)
+				continue;
+			double w = exp(-2 * M_LN2 * r2 / (fw * fw));
+			c->chash[c->ncell] = cell_hash(p->seed, ix, iy);
+			c->cflow[c->ncell] = mix64(c->chash[c->ncell] ^ fkey);
+			c->cw[c->ncell] = (float)w;
+			sum2 += w * w;
+			c->ncell++;
+		}
+	}
+	for (int i = 0; i < c->ncell; i++)
+		c->cw[i] = (float)(c->cw[i] / sqrt(sum2));
 }
 
-/* Amplitude in [0, 1] and speckle phase index at depth d (mm) of a column. */
-static inline float column_amp(const struct column *c, double d, uint32_t *phase)
+/* One scatterer cell's speckle at axial cell iz: magnitude in [0.25, 1) and phase index. */
+static inline double cell_speckle(uint64_t h, int64_t iz, uint32_t *phase)
+{
+	uint64_t k = mix64(h ^ ((uint64_t)iz * 0xd6e8feb86659fd93ull));
+
+	*phase = (uint32_t)(k & (NPHASOR - 1));
+	return 0.25 + 0.75 * (double)(k >> 40) * (1.0 / 16777216.0);
+}
+
+/* The complex reflectivity at depth d (mm) of a column into *re, *im; false where there is
+ * none. The structure (layer, vessels, shadows) is that on the beam's axis; the speckle is
+ * one scatterer cell's (pencil beam) or the weighted sum of the cells under the beam. */
+static inline bool column_field(const struct sim *s, const struct column *c, double d, float *re,
+                                float *im)
 {
 	double r, att, shadow = 1;
-	uint64_t h;
+	bool blood = false;
+	uint32_t ph;
 	int l;
 
 	if (d < TISSUE_TOP_MM || d > TISSUE_BOT_MM)
-		return 0;
+		return false;
 	d -= c->dz; /* depth in the phantom's own frame */
 	if (d < c->top[0] || d >= c->top[NLAYER])
-		return 0;
+		return false;
 	for (l = 0; l < NLAYER - 1 && d >= c->top[l + 1]; l++)
 		;
 	r = layer_refl[l];
 	if (l == NLAYER - 1)
 		r *= expf((float)(-(d - c->top[l]) * (1 / 0.08)));
 	att = expf((float)(-(d - c->top[0]) * (1 / 1.2)));
-	h = c->hcol;
 	for (int v = 0; v < c->nv; v++) {
 		if (d >= c->vbot[v]) {
 			shadow *= 0.2;
@@ -618,15 +673,27 @@ static inline float column_amp(const struct column *c, double d, uint32_t *phase
 				r = 0.85; /* vessel wall */
 			} else {
 				r = 0.20; /* flowing blood: speckle decorrelates every epoch */
-				h = c->hflow;
+				blood = true;
 			}
 		}
 	}
 	int64_t iz = (int64_t)(d * (1 / CELL_Z_MM)); /* d > 0: truncation is floor */
-	uint64_t k = mix64(h ^ ((uint64_t)iz * 0xd6e8feb86659fd93ull));
-	double m = 0.25 + 0.75 * (double)(k >> 40) * (1.0 / 16777216.0);
-	*phase = (uint32_t)(k & (NPHASOR - 1));
-	return (float)(sqrt(r) * att * shadow * m);
+	if (c->ncell == 0) {
+		double m = cell_speckle(blood ? c->hflow : c->hcol, iz, &ph);
+		float a = (float)(sqrt(r) * att * shadow * m);
+		*re = a * s->phasor[ph][0];
+		*im = a * s->phasor[ph][1];
+		return a != 0;
+	}
+	double sr = 0, si = 0, a = sqrt(r) * att * shadow;
+	for (int i = 0; i < c->ncell; i++) {
+		double m = c->cw[i] * cell_speckle(blood ? c->cflow[i] : c->chash[i], iz, &ph);
+		sr += m * s->phasor[ph][0];
+		si += m * s->phasor[ph][1];
+	}
+	*re = (float)(a * sr);
+	*im = (float)(a * si);
+	return a != 0;
 }
 
 /* One A-scan's spectrum (before quantization) into s->spec. */
@@ -642,13 +709,12 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 		c = NULL; /* the mirror is the same at every position */
 	}
 	for (uint32_t z = s->zlo; c && z <= s->zhi; z++) {
-		uint32_t ph;
-		float a = column_amp(c, z * s->dz, &ph);
-		if (a == 0)
+		float re, im;
+		if (!column_field(s, c, z * s->dz, &re, &im))
 			continue;
 		uint32_t n = (uint32_t)(((int64_t)z - s->zc + K) % K);
-		g[n][0] = a * s->phasor[ph][0];
-		g[n][1] = a * s->phasor[ph][1];
+		g[n][0] = re;
+		g[n][1] = im;
 	}
 	if (c && c->tilt_bin >= 0)
 		g[((int64_t)c->tilt_bin - s->zc + K) % K][0] += (float)SIM_TILT_AMP;
@@ -782,12 +848,11 @@ static void column_phasors(const struct sim *s, const struct column *c, fftwf_co
 		return;
 	}
 	for (uint32_t z = s->zlo; z <= s->zhi; z++) {
-		uint32_t ph;
-		float a = column_amp(c, z * s->dz, &ph);
-		if (a == 0)
+		float re, im;
+		if (!column_field(s, c, z * s->dz, &re, &im))
 			continue;
-		g[z][0] = a * s->phasor[ph][0];
-		g[z][1] = a * s->phasor[ph][1];
+		g[z][0] = re;
+		g[z][1] = im;
 	}
 	if (c->tilt_bin >= 0)
 		g[c->tilt_bin][0] += (float)SIM_TILT_AMP;

@@ -21,6 +21,7 @@
 #define SIM_MAX_K        65536u
 #define SIM_MIRROR_MM    1.0 /* depth of the "mirror" phantom (bin K/4 of the K/2 bins) */
 #define SIM_AXIAL_MM     0.1 /* amplitude of the axial (depth) motion */
+#define SIM_BEAM_MAX_UM  500.0 /* widest beam_um (lateral resolution, FWHM) */
 /* The "tilted" phantom: the retina plus a strong flat reflector of amplitude SIM_TILT_AMP, in
  * the lab frame (it does not turn with the retina), whose depth rises linearly from
  * SIM_TILT_TOP_MM at the left edge of the field of view to SIM_TILT_BOT_MM at the right (nearest
@@ -51,6 +52,8 @@ struct sim_params {
 	double jump_mm[3];          /* ... this much (x, y, depth; mm) ... */
 	double jump_deg; /* ... and turned by this much: a patient who moved, then stays */
 	double snr_db;   /* see sim_noise_sigma() */
+	double beam_um;  /* lateral resolution, intensity FWHM in um; 0: a pencil beam (each
+	                  * position sees only its own 6 um scatterer cell) */
 	bool noiseless;  /* no shot noise (tests) */
 };
 

@@ -253,6 +253,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	         "shift_mm_per_s: [%.17g, %.17g, %.17g]\n"
 	         "jump: {epoch: %llu, shift_mm: [%.17g, %.17g, %.17g], deg: %.17g}\n"
 	         "snr_db: %.17g\n"
+	         "beam_um: %.17g\n"
 	         "rate: %.17g\n"
 	         "bit_shift: %u\n"
 	         "mirror_mm: %.17g\n"
@@ -262,7 +263,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	         VOLREC_VERSION, p.phantom, (unsigned long long)p.seed, p.deg_per_s,
 	         p.shift_mm_per_s[0], p.shift_mm_per_s[1], p.shift_mm_per_s[2],
 	         (unsigned long long)p.jump_epoch, p.jump_mm[0], p.jump_mm[1], p.jump_mm[2],
-	         p.jump_deg, p.snr_db, p.rate, p.bit_shift,
+	         p.jump_deg, p.snr_db, p.beam_um, p.rate, p.bit_shift,
 	         mirror_mm > 0 ? mirror_mm : SIM_MIRROR_MM, poly[0], poly[1], poly[2], poly[3],
 	         disp[0], disp[1]);
 

@@ -620,7 +620,7 @@ static void test_get_key(void **state)
 	assert_int_equal(cfg_get_key(&c, "source.synth", text, sizeof(text)), 0);
 	assert_string_equal(text, "{seed: 1, phantom: retina, motion: {deg_per_s: 0.25, "
 	                          "shift_mm_per_s: [0, 0, 0], jump: {epoch: 0, shift_mm: [0, 0, "
-	                          "0], deg: 0}}, snr_db: 40}");
+	                          "0], deg: 0}}, snr_db: 40, beam_um: 0}");
 	assert_int_equal(cfg_get_key(&c, "", text, sizeof(text)), 0);
 	assert_memory_equal(text, "{instance: \"default\", backend: auto, gpu: {device: 0, ", 51);
 	assert_int_equal(cfg_get_key(&c, "geometry.strid", text, sizeof(text)), -ENOENT);
