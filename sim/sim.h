@@ -19,8 +19,8 @@
 #define SIM_FOV_MM       3.0  /* lateral field of view (square), mm */
 #define SIM_DEPTH_MM     2.0  /* optical depth covered by the K/2 depth bins, mm */
 #define SIM_MAX_K        65536u
-#define SIM_MIRROR_MM    1.0 /* depth of the "mirror" phantom (bin K/4 of the K/2 bins) */
-#define SIM_AXIAL_MM     0.1 /* amplitude of the axial (depth) motion */
+#define SIM_MIRROR_MM    1.0   /* depth of the "mirror" phantom (bin K/4 of the K/2 bins) */
+#define SIM_AXIAL_MM     0.1   /* amplitude of the axial (depth) motion */
 #define SIM_BEAM_MAX_UM  500.0 /* widest beam_um (lateral resolution, FWHM) */
 /* The "tilted" phantom: the retina plus a strong flat reflector of amplitude SIM_TILT_AMP, in
  * the lab frame (it does not turn with the retina), whose depth rises linearly from
