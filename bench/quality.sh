@@ -6,12 +6,16 @@
 # (3 deg/epoch), drifting laterally (30 um/epoch) and axially (20 um/epoch), and jumping at
 # epoch 40; each recording reconstructed in every mode by `volrec quality` with the scanner's
 # own corrections, background bscan_mean and db_range [70, 100]; the scenes' JSON gathered.
+# The scanner's lateral resolution is QUALITY_BEAM_UM (source.synth.beam_um, default 150: the
+# 50 um full-resolution pitch samples the beam at its Nyquist rate, as clinical scanners do;
+# 0 is the pencil beam of the tables before it existed, docs/algorithms.md §2b).
 # Usage: bench/quality.sh BUILD_DIR OUT.json   (QUALITY_BACKEND=cpu|cuda|auto, default cpu)
 set -eu
 B=${1:?usage: bench/quality.sh BUILD_DIR OUT.json}
 OUT=${2:?usage: bench/quality.sh BUILD_DIR OUT.json}
 V=$B/bin/volrec
 BACKEND=${QUALITY_BACKEND:-cpu}
+BEAM=${QUALITY_BEAM_UM:-150}
 EPOCHS=75
 W=$(mktemp -d "${TMPDIR:-/tmp}/vrquality.XXXXXX")
 trap 'rm -rf "$W"' EXIT
@@ -32,7 +36,8 @@ scene() {
 	name=$1
 	{
 		printf 'source:\n  type: synth\n  rate: 25\n'
-		printf '  synth: {seed: 1, phantom: retina, motion: {%s}, snr_db: 40}\n' "$2"
+		printf '  synth: {seed: 1, phantom: retina, motion: {%s}, snr_db: 40, beam_um: %s}\n' \
+			"$2" "$BEAM"
 		geometry
 	} >"$W/$name-sim.yaml"
 	"$V" sim -c "$W/$name-sim.yaml" -o "$W/$name.rp" -n $EPOCHS --truth "$W/$name-truth.h5" \
@@ -65,8 +70,9 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 {
 	printf '{"benchmark":"volrec quality: PSNR/SSIM against the simulator'"'"'s truth '
 	printf '(docs/algorithms.md §3), 60x60x128, stride 5, S = 25, 75 epochs, means over '
-	printf 'epochs 25-74","host":"%s","date":"%s","commit":"%s","backend":"%s",\n"scenes":[' \
+	printf 'epochs 25-74","host":"%s","date":"%s","commit":"%s","backend":"%s",' \
 		"$(hostname)" "$(date -u +%Y%m%dT%H%M%SZ)" "$commit" "$BACKEND"
+	printf '"beam_um":%s,\n"scenes":[' "$BEAM"
 	sep=''
 	for s in static rotation-slow-0.3deg rotation-fast-3deg lateral-30um axial-20um jump-at-40; do
 		printf '%s\n' "$sep"

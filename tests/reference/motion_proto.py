@@ -1,0 +1,198 @@
+# SPDX-License-Identifier: MIT
+"""numpy prototype of motion-compensated history (docs/algorithms.md §2b, "Next: motion
+compensation"): not a volrec mode yet. Each history sample is kept with the rigid pose of its
+epoch (rotation about the depth axis, lateral and axial shift); the output at a full-resolution
+column gathers, from every interlacing phase, the sample whose tissue point is now nearest to it,
+weighted by a Gaussian of that distance; the pose of each epoch is estimated by registering the
+new low-resolution samples against the previous output.
+
+Estimation, per epoch e (after `warm` epochs):
+  - axial: the shift of the epoch's mean A-scan against the previous epoch's (cross-correlation
+    over +-4 bins, parabolic peak);
+  - lateral (theta, tx, ty): from the alpha-beta prediction, a search over rotation increments,
+    then Levenberg-Marquardt on the residual between the new samples' depth bands (NB means over
+    Z, after the axial shift) and the previous output's bands, bilinearly interpolated where the
+    same tissue stood at e - 1;
+  - the prediction's velocity follows the innovation with gain gb.
+
+Usage: motion_proto.py LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH]   (`volrec process --lowres` of a
+reconstruct.mode none configuration, and `volrec sim --truth`; with DEG_PER_EPOCH the pose is the
+known rotation instead of the estimate: the oracle bound)."""
+import sys
+
+import numpy as np
+
+from quality_ref import current_linear, gain_db, per_epoch
+
+
+def rot(th):
+    c, s = np.cos(th), np.sin(th)
+    return np.array([[c, -s], [s, c]])
+
+
+class MotionCompensated:
+    def __init__(self, ny, nx, Z, sx=5, sy=5, NB=8, sigma=0.45, rc=1.5, iters=6, ga=1.0,
+                 gb=0.3, warm=5, search=(0, -0.5, 0.5, -1, 1, -2, 2, -3, 3, -4, 4, -6, 6),
+                 oracle=None):
+        self.ny, self.nx, self.Z, self.sx, self.sy = ny, nx, Z, sx, sy
+        self.S, self.Y, self.X = sx * sy, ny * sy, nx * sx
+        self.NB, self.sigma, self.rc, self.iters = NB, sigma, rc, iters
+        self.ga, self.gb, self.warm, self.search, self.oracle = ga, gb, warm, search, oracle
+        self.ph = {}        # phase -> {pose, L}: the newest samples of each phase
+        self.poses = []     # (theta rad, tx px, ty px, tz bins) of every epoch
+        self.vel = np.zeros(4)
+        self.prof = None    # previous epoch's mean A-scan
+        self.Ob = None      # previous output's depth bands
+        yy, xx = np.meshgrid(np.arange(self.Y) + 0.5 - self.Y / 2,
+                             np.arange(self.X) + 0.5 - self.X / 2, indexing="ij")
+        self.grid = np.stack([xx, yy], -1)   # centred lab coordinates of the columns
+
+    def bands(self, V):
+        return V.reshape(V.shape[:-1] + (self.NB, -1)).mean(-1)
+
+    def node_pos(self, q, iy, ix):
+        ox, oy = q % self.sx, q // self.sx
+        return np.stack([ix * self.sx + ox + 0.5 - self.X / 2,
+                         iy * self.sy + oy + 0.5 - self.Y / 2], -1)
+
+    @staticmethod
+    def map_to(P, pose_e, pose_E):
+        """Lab position at epoch E of the tissue at lab position P at epoch e."""
+        u = (P - pose_e[1:3]) @ rot(pose_e[0])
+        return u @ rot(pose_E[0]).T + pose_E[1:3]
+
+    @staticmethod
+    def zshift(V, dz):
+        """V[..., z - dz], linear in z, 0 outside: tissue moved down by dz bins."""
+        if abs(dz) < 1e-9:
+            return V
+        Z = V.shape[-1]
+        z = np.arange(Z) - dz
+        z0 = np.floor(z).astype(int)
+        t = z - z0
+        a = np.take(V, np.clip(z0, 0, Z - 1), -1)
+        b = np.take(V, np.clip(z0 + 1, 0, Z - 1), -1)
+        return np.where((z0 >= 0) & (z0 + 1 < Z), a * (1 - t) + b * t, 0)
+
+    def gather(self, pose):
+        """The history at every column: Gaussian-weighted nearest node of each phase."""
+        w0 = np.exp(-self.rc ** 2 / (2 * self.sigma ** 2))
+        num, den = 0, 0
+        for q, h in self.ph.items():
+            ox, oy = q % self.sx, q // self.sx
+            PE = self.map_to(self.grid, pose, h["pose"])
+            gx, gy = PE[..., 0] + self.X / 2 - 0.5, PE[..., 1] + self.Y / 2 - 0.5
+            ix = np.round((gx - ox) / self.sx).astype(int)
+            iy = np.round((gy - oy) / self.sy).astype(int)
+            inside = (ix >= 0) & (ix < self.nx) & (iy >= 0) & (iy < self.ny)
+            ix, iy = np.clip(ix, 0, self.nx - 1), np.clip(iy, 0, self.ny - 1)
+            dx, dy = gx - (ix * self.sx + ox), gy - (iy * self.sy + oy)
+            w = np.maximum(np.exp(-(dx * dx + dy * dy) / (2 * self.sigma ** 2)) - w0, 0) * inside
+            num = num + w[..., None] * self.zshift(h["L"][iy, ix], pose[3] - h["pose"][3])
+            den = den + w
+        return num, den
+
+    def residual(self, Be, P, pose):
+        PE = self.map_to(P, pose, self.poses[-1])
+        gx, gy = PE[..., 0] + self.X / 2 - 0.5, PE[..., 1] + self.Y / 2 - 0.5
+        x0, y0 = np.floor(gx).astype(int), np.floor(gy).astype(int)
+        tx, ty = gx - x0, gy - y0
+        ok = (x0 >= 0) & (x0 + 1 < self.X) & (y0 >= 0) & (y0 + 1 < self.Y)
+        x0, y0 = np.clip(x0, 0, self.X - 2), np.clip(y0, 0, self.Y - 2)
+        O = self.Ob
+        pr = (O[y0, x0] * ((1 - tx) * (1 - ty))[..., None] + O[y0, x0 + 1] * (tx * (1 - ty))[..., None]
+              + O[y0 + 1, x0] * ((1 - tx) * ty)[..., None] + O[y0 + 1, x0 + 1] * (tx * ty)[..., None])
+        return np.where(ok[..., None], Be - pr, 0).ravel(), ok
+
+    def estimate(self, e, L, q):
+        prof = L.mean((0, 1))
+        if not self.poses:
+            self.prof = prof
+            return np.zeros(4)
+        pose = self.poses[-1] + self.vel
+        pred = pose.copy()
+        a, b = prof - prof.mean(), self.prof - self.prof.mean()
+        Z = self.Z
+        cc = [np.sum(a[max(0, k):Z + min(0, k)] * b[max(0, -k):Z - max(0, k)]) for k in range(-4, 5)]
+        k = int(np.argmax(cc))
+        dz = k - 4.0
+        if 0 < k < 8 and cc[k - 1] - 2 * cc[k] + cc[k + 1] < 0:
+            dz += 0.5 * (cc[k - 1] - cc[k + 1]) / (cc[k - 1] - 2 * cc[k] + cc[k + 1])
+        pose[3] = self.poses[-1][3] + dz
+        self.prof = prof
+        if len(self.ph) < self.warm:
+            return pose
+        Be = self.bands(self.zshift(L, -dz))
+        P = self.node_pos(q, *np.meshgrid(np.arange(self.ny), np.arange(self.nx), indexing="ij"))
+        best = None
+        for dth in np.deg2rad(self.search):
+            pp = pose.copy()
+            pp[0] += dth
+            r, ok = self.residual(Be, P, pp)
+            c = (r @ r) / max(ok.sum(), 1)
+            if best is None or c < best[0]:
+                best = (c, pp)
+        pose = best[1]
+        r0, _ = self.residual(Be, P, pose)
+        c0, lam = r0 @ r0, 1e-2
+        for _ in range(self.iters):
+            J = []
+            for j, h in enumerate((1e-3, 1e-2, 1e-2)):
+                pp = pose.copy()
+                pp[j] += h
+                J.append((self.residual(Be, P, pp)[0] - r0) / h)
+            J = np.stack(J, 1)
+            A, g = J.T @ J, J.T @ r0
+            for _ in range(6):
+                d = np.clip(-np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-9), g),
+                            [-0.02, -1, -1], [0.02, 1, 1])
+                pp = pose.copy()
+                pp[:3] += d
+                r1, _ = self.residual(Be, P, pp)
+                c1 = r1 @ r1
+                if c1 < c0:
+                    break
+                lam *= 10
+            if c1 >= c0:
+                break
+            pose, r0, c0, lam = pp, r1, c1, max(lam / 10, 1e-4)
+            if np.abs(d).max() < 1e-5:
+                break
+        inn = pose - pred
+        self.vel = self.vel + self.gb * inn
+        return pred + self.ga * inn
+
+    def step(self, e, L, off):
+        ox, oy = off
+        q = oy * self.sx + ox
+        pose = np.array(self.oracle(e), float) if self.oracle else self.estimate(e, L, q)
+        self.poses.append(pose)
+        self.ph[q] = {"pose": pose.copy(), "L": L}
+        num, den = self.gather(pose)
+        C = current_linear(L, ox, oy, self.sx, self.sy)
+        out = (num + 1e-3 * C) / (den + 1e-3)[..., None]
+        self.Ob = self.bands(out)
+        return out
+
+
+def main():
+    import h5py
+    with h5py.File(sys.argv[2]) as f:
+        T = f["truth"][:]
+    with h5py.File(sys.argv[1]) as f:
+        L, off = f["lowres"][:].astype(np.float64), f["offset"][:]
+    db = (70, 100)
+    n, ny, nx, Z = L.shape
+    oracle = None
+    if len(sys.argv) > 3:
+        dpe = float(sys.argv[3])
+        oracle = lambda e: (np.deg2rad(dpe * e), 0, 0, 0)  # noqa: E731
+    m = MotionCompensated(ny, nx, Z, oracle=oracle)
+    O = np.stack([m.step(e, L[e], off[e]) for e in range(n)])
+    r = per_epoch(np.clip(O, 0, 1), T, db, gain_db(L, off, T, db, 5, 5), first=25)
+    print(f"motion-compensated: {np.mean([a for a, b in r]):.2f} dB / "
+          f"{np.mean([b for a, b in r]):.3f}")
+
+
+if __name__ == "__main__":
+    main()
