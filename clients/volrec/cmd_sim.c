@@ -53,22 +53,6 @@ static void sim_usage(FILE *f)
 	        "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n");
 }
 
-/* Write a whole small dataset. */
-static int h5_write(hid_t file, const char *name, hid_t ftype, hid_t mtype, int rank,
-                    const hsize_t *dims, const void *data)
-{
-	hid_t sp = H5Screate_simple(rank, dims, NULL);
-	hid_t d = sp < 0 ? -1
-	                 : H5Dcreate2(file, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = d >= 0 && H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -EIO;
-
-	if (d >= 0)
-		H5Dclose(d);
-	if (sp >= 0)
-		H5Sclose(sp);
-	return rc;
-}
-
 struct truth_file {
 	hid_t file, space, dset;
 	hsize_t dims[4];
@@ -344,11 +328,11 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		for (uint64_t e = 0; ep && e < n; e++)
 			ep[e] = e;
 		if (!rc)
-			rc = h5_write(truth.file, "epoch", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, &d1,
-			              ep);
+			rc = vr_h5_dataset(truth.file, "epoch", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1,
+			                   &d1, ep);
 		if (!rc)
-			rc = h5_write(truth.file, "offset", H5T_STD_U32LE, H5T_NATIVE_UINT32, 2, d2,
-			              offsets);
+			rc = vr_h5_dataset(truth.file, "offset", H5T_STD_U32LE, H5T_NATIVE_UINT32,
+			                   2, d2, offsets);
 		free(ep);
 		if (rc || truth_close(&truth)) {
 			fprintf(stderr, "volrec sim: %s: writing HDF5 failed\n", truth_path);
