@@ -518,15 +518,14 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	memset(score, 0, sizeof(score));
 	cfg_defaults(&cfg);
 	cfg_defaults(&run);
+	const struct vr_cli_str strs[] = {{'c', &cfg_path},
+	                                  {'t', &truth_path},
+	                                  {'j', &json_path},
+	                                  {'N', &name},
+	                                  {'B', &backend}};
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:t:n:h", longopts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "c:t:n:h", longopts, strs)) != -1) {
 		switch (c) {
-		case 'c':
-			cfg_path = optarg;
-			break;
-		case 't':
-			truth_path = optarg;
-			break;
 		case 'n':
 			if (vr_cli_u64("volrec quality", "-n", optarg, 1, 1000000,
 			               "1..1000000 epochs", &n_arg))
@@ -536,15 +535,6 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 			if (vr_cli_u64("volrec quality", "--skip", optarg, 0, 1000000,
 			               "0..1000000 epochs", &skip_arg))
 				return VR_EXIT_USAGE;
-			break;
-		case 'j':
-			json_path = optarg;
-			break;
-		case 'N':
-			name = optarg;
-			break;
-		case 'B':
-			backend = optarg;
 			break;
 		default:
 			return vr_cli_usage(quality_usage, c);

@@ -153,22 +153,14 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	int c, rc, ret = VR_EXIT_FAIL;
 
 	cfg_defaults(&cfg);
+	const struct vr_cli_str strs[] = {{'c', &cfg_path}, {'o', &out}, {'t', &truth_path}};
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:o:n:h", longopts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
 		switch (c) {
-		case 'c':
-			cfg_path = optarg;
-			break;
-		case 'o':
-			out = optarg;
-			break;
 		case 'n':
 			if (vr_cli_u64("volrec sim", "-n", optarg, 1, 1000000, "1..1000000 epochs",
 			               &n_arg))
 				return VR_EXIT_USAGE;
-			break;
-		case 't':
-			truth_path = optarg;
 			break;
 		case 'm': {
 			char *end;
