@@ -174,4 +174,19 @@ int vr_cli_usage(void (*usage)(FILE *f), int opt);
  * 'ARG'" on stderr and -EINVAL. */
 int vr_cli_args_done(const char *prog, int argc, char **argv);
 
+/* The options of a main() whose value is kept as it is given: getopt_long's code of each, and
+ * where its value goes. */
+struct vr_cli_str {
+	int opt;
+	const char **dst;
+};
+struct option;
+/* getopt_long that stores the value of each option of strs[0..n) itself: returns the program's
+ * next other option (for its switch), or -1 after the last one. */
+int vr_cli_getopt(int argc, char **argv, const char *optstring, const struct option *longopts,
+                  const struct vr_cli_str *strs, size_t n);
+/* The same over a whole array strs. */
+#define VR_CLI_GETOPT(argc, argv, optstring, longopts, strs)                                       \
+	vr_cli_getopt(argc, argv, optstring, longopts, strs, sizeof(strs) / sizeof((strs)[0]))
+
 #endif

@@ -412,33 +412,6 @@ out:
 	return rc;
 }
 
-/* memcpy bandwidth (GB/s, best of 5) over 256 MiB: the CPU's physical limit figure. */
-static double memcpy_gbs(void)
-{
-	size_t sz = (size_t)256 << 20;
-	char *a = malloc(sz), *b = malloc(sz);
-	double best = 0;
-
-	if (!a || !b) {
-		free(a);
-		free(b);
-		return NAN;
-	}
-	memset(a, 1, sz);
-	memset(b, 2, sz);
-	for (int i = 0; i < 5; i++) {
-		double t = vr_mono_s();
-		memcpy(b, a, sz);
-		t = vr_mono_s() - t;
-		if (t > 0 && sz / t / 1e9 > best)
-			best = (double)sz / t / 1e9;
-		a[i] = b[sz - 1 - i];
-	}
-	free(a);
-	free(b);
-	return best;
-}
-
 static void json_num(FILE *f, const char *k, double v, bool comma)
 {
 	if (isfinite(v))
@@ -460,6 +433,15 @@ static int same_geometry_noncumulative(const struct bcase *const *sel, int nsel,
 			return j;
 	}
 	return -1;
+}
+
+/* True when arg of --name is a or b, else says so. */
+static bool one_of(const char *name, const char *arg, const char *a, const char *b)
+{
+	if (!strcmp(arg, a) || !strcmp(arg, b))
+		return true;
+	fprintf(stderr, "e2e_bench: --%s %s: %s or %s\n", name, arg, a, b);
+	return false;
 }
 
 static void usage(FILE *f)
@@ -515,7 +497,8 @@ int main(int argc, char **argv)
 			snprintf(opt.build, sizeof(opt.build), "%s", self);
 		}
 	}
-	while ((ch = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
+	const struct vr_cli_str strs[] = {{'d', &opt.shm_dir}, {'o', &opt.output}};
+	while ((ch = VR_CLI_GETOPT(argc, argv, "o:h", lo, strs)) != -1) {
 		char *end = NULL;
 		switch (ch) {
 		case 'b':
@@ -566,24 +549,14 @@ int main(int argc, char **argv)
 			opt.maxrun = false;
 			break;
 		case 'v':
-			if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
-				fprintf(stderr, "e2e_bench: --overlap %s: 0 or 1\n", optarg);
+			if (!one_of("overlap", optarg, "0", "1"))
 				return 2;
-			}
 			opt.overlap = optarg;
 			break;
-		case 'd':
-			opt.shm_dir = optarg;
-			break;
 		case 'V':
-			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-				fprintf(stderr, "e2e_bench: --views %s: on or off\n", optarg);
+			if (!one_of("views", optarg, "on", "off"))
 				return 2;
-			}
 			opt.views = !strcmp(optarg, "on");
-			break;
-		case 'o':
-			opt.output = optarg;
 			break;
 		case 'D':
 			/* gpu.devices of the daemon: comma-separated ordinals */
@@ -636,7 +609,8 @@ int main(int argc, char **argv)
 	}
 
 	/* the physical limit, measured before the daemon runs */
-	limit_memcpy = memcpy_gbs();
+	/* memcpy bandwidth (GB/s, best of 5) over 256 MiB: the CPU's physical limit figure */
+	limit_memcpy = bench_host_memcpy_gbs((size_t)256 << 20, 5);
 	if (strcmp(opt.backend, "cpu") && be_cuda_devices() > 0) {
 		struct be_bandwidth bw;
 		char err[512];

@@ -114,33 +114,22 @@ int main(int argc, char **argv)
 	long ny = 16, nx = 1024, K = 1024, dev = 0;
 	char err[1024] = "", device[256] = "";
 	int c;
+	const struct vr_cli_str strs[] = {{'b', &backend}, {'j', &json}, {'c', &commit}};
 
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "h", longopts, strs)) != -1) {
 		char *end = NULL;
 		switch (c) {
-		case 'b':
-			backend = optarg;
-			break;
-		case 'j':
-			json = optarg;
-			break;
-		case 'c':
-			commit = optarg;
-			break;
 		case 's':
 			seconds = strtod(optarg, &end);
 			break;
 		case 'y':
-			ny = strtol(optarg, &end, 10);
-			break;
 		case 'x':
-			nx = strtol(optarg, &end, 10);
-			break;
 		case 'k':
-			K = strtol(optarg, &end, 10);
-			break;
 		case 'd':
-			dev = strtol(optarg, &end, 10);
+			*(c == 'y'   ? &ny
+			  : c == 'x' ? &nx
+			  : c == 'k' ? &K
+			             : &dev) = strtol(optarg, &end, 10);
 			break;
 		default:
 			return vr_cli_usage(usage, c);

@@ -474,20 +474,12 @@ int main(int argc, char **argv)
 	struct lws_client_connect_info cc;
 	struct json_object *out;
 	int ch;
+	const struct vr_cli_str strs[] = {{'u', &url}, {'t', &token}, {'v', &views}};
 
-	while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((ch = VR_CLI_GETOPT(argc, argv, "h", opts, strs)) != -1) {
 		double v;
 
 		switch (ch) {
-		case 'u':
-			url = optarg;
-			break;
-		case 't':
-			token = optarg;
-			break;
-		case 'v':
-			views = optarg;
-			break;
 		case 'i':
 			r.inflate = true;
 			break;

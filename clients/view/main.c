@@ -310,6 +310,14 @@ int main(int argc, char **argv)
 	static struct vw_tokens tokens;
 	struct vw_server_opts so = {.max_message = 4096, .max_sessions = 16};
 	char assets[VW_PATH_MAX], ctl[VW_PATH_MAX + 64];
+	const struct vr_cli_str strs[] = {{'l', &listen},
+	                                  {'i', &instance},
+	                                  {'r', &run_dir},
+	                                  {'c', &config},
+	                                  {OPT_CERT, &cert},
+	                                  {OPT_KEY, &key},
+	                                  {OPT_TOKENS, &token_file},
+	                                  {OPT_ASSETS, &assets_opt}};
 	uint64_t v;
 	struct sigaction sa;
 	int opt, rc;
@@ -318,32 +326,8 @@ int main(int argc, char **argv)
 	        .mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 16384, .level = 1};
 	feed.max_rate = 60;
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "l:i:r:c:h", longopts, NULL)) != -1) {
+	while ((opt = VR_CLI_GETOPT(argc, argv, "l:i:r:c:h", longopts, strs)) != -1) {
 		switch (opt) {
-		case 'l':
-			listen = optarg;
-			break;
-		case 'i':
-			instance = optarg;
-			break;
-		case 'r':
-			run_dir = optarg;
-			break;
-		case 'c':
-			config = optarg;
-			break;
-		case OPT_CERT:
-			cert = optarg;
-			break;
-		case OPT_KEY:
-			key = optarg;
-			break;
-		case OPT_TOKENS:
-			token_file = optarg;
-			break;
-		case OPT_ASSETS:
-			assets_opt = optarg;
-			break;
 		case OPT_MAX_SIDE:
 			if (vr_cli_u64("volrec view", "--max-side", optarg, 64, 65536,
 			               "an integer from 64 to 65536", &v))

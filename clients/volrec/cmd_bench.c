@@ -354,8 +354,9 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 	uint64_t v;
 
 	b.threads = nt > 0 ? (unsigned)(nt > 256 ? 256 : nt) : 1;
+	const struct vr_cli_str strs[] = {{'o', &json}, {'C', &commit}};
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "t:o:h", longopts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "t:o:h", longopts, strs)) != -1) {
 		switch (c) {
 		case 'B':
 			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") &&
@@ -371,12 +372,6 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 			if (vr_cli_u64("volrec bench", "-t", optarg, 1, 256, "1 to 256", &v))
 				return VR_EXIT_USAGE;
 			b.threads = (unsigned)v;
-			break;
-		case 'o':
-			json = optarg;
-			break;
-		case 'C':
-			commit = optarg;
 			break;
 		case 'q':
 			b.min_seconds = 0.5;

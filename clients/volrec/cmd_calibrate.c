@@ -122,9 +122,11 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 	int c;
 	double v[2];
 	uint64_t u;
+	const struct vr_cli_str strs[] = {
+	        {O_CHECK, &o->check}, {'c', &o->config}, {'o', &o->outdir}};
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:o:n:h", longopts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
 		enum cal_op op = OP_NONE;
 		switch (c) {
 		case O_REF:
@@ -138,9 +140,6 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			break;
 		case O_DISP:
 			op = OP_DISPERSION;
-			break;
-		case O_CHECK:
-			o->check = optarg;
 			break;
 		case O_ZMIN:
 			if (vr_cli_u64("volrec calibrate", "--zmin", optarg, 1, 1u << 20,
@@ -181,12 +180,6 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			o->z0 = (uint32_t)v[0];
 			o->z1 = (uint32_t)v[1];
 			o->depth_set = true;
-			break;
-		case 'c':
-			o->config = optarg;
-			break;
-		case 'o':
-			o->outdir = optarg;
 			break;
 		case 'n':
 			if (vr_cli_u64("volrec calibrate", "-n", optarg, 1, 1u << 24,

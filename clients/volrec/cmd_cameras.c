@@ -44,18 +44,16 @@ VR_COMMAND(cameras, "list the GenICam cameras found (id, model, pixel formats, f
 	const char *shim = NULL, *dir = getenv("VOLREC_SHIM_DIR");
 	void *dl;
 	int c, rc;
+	const struct vr_cli_str strs[] = {{'s', &shim}};
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "", opts, strs)) != -1) {
 		switch (c) {
 		case 'j':
 			json = true;
 			break;
 		case 'f':
 			fake = true;
-			break;
-		case 's':
-			shim = optarg;
 			break;
 		default:
 			return vr_cli_usage(usage, c);

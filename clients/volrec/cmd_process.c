@@ -63,16 +63,11 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 	        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
 	};
 	int c;
+	const struct vr_cli_str strs[] = {{'c', &o->config}, {'o', &o->output}, {'B', &o->backend}};
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:o:n:h", longopts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
 		switch (c) {
-		case 'c':
-			o->config = optarg;
-			break;
-		case 'o':
-			o->output = optarg;
-			break;
 		case 'n':
 			if (vr_cli_u64("volrec process", "-n", optarg, 1, UINT64_MAX,
 			               "a whole number of epochs >= 1", &o->epochs))
@@ -83,9 +78,6 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 			break;
 		case 'F':
 			o->full = true;
-			break;
-		case 'B':
-			o->backend = optarg;
 			break;
 		case 'h':
 			process_usage(stdout);

@@ -19,6 +19,7 @@
 #include "backend/tables.h"
 #include "commands.h"
 #include "config/config.h"
+#include "h5attr.h"
 #include "pipeline/pipeline.h"
 
 static void quality_usage(FILE *f)
@@ -461,21 +462,13 @@ static int q_truth_open(struct q_ctx *q, const char *path, char *err, size_t err
 	    H5Dread(od, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, q->toff) < 0)
 		rc = vr_err(err, errlen, -EINVAL, "%s: no dataset /offset u32 [%llu][2]", path,
 		            (unsigned long long)d[0]);
-	if (os >= 0)
-		H5Sclose(os);
-	if (od >= 0)
-		H5Dclose(od);
+	VR_H5_CLOSE(os, od);
 	return rc;
 }
 
 static void q_truth_close(struct q_ctx *q)
 {
-	if (q->tspace >= 0)
-		H5Sclose(q->tspace);
-	if (q->tds >= 0)
-		H5Dclose(q->tds);
-	if (q->tf >= 0)
-		H5Fclose(q->tf);
+	VR_H5_CLOSE(q->tspace, q->tds, q->tf);
 }
 
 static struct json_object *q_num(double v)
@@ -525,15 +518,14 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	memset(score, 0, sizeof(score));
 	cfg_defaults(&cfg);
 	cfg_defaults(&run);
+	const struct vr_cli_str strs[] = {{'c', &cfg_path},
+	                                  {'t', &truth_path},
+	                                  {'j', &json_path},
+	                                  {'N', &name},
+	                                  {'B', &backend}};
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:t:n:h", longopts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "c:t:n:h", longopts, strs)) != -1) {
 		switch (c) {
-		case 'c':
-			cfg_path = optarg;
-			break;
-		case 't':
-			truth_path = optarg;
-			break;
 		case 'n':
 			if (vr_cli_u64("volrec quality", "-n", optarg, 1, 1000000,
 			               "1..1000000 epochs", &n_arg))
@@ -543,15 +535,6 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 			if (vr_cli_u64("volrec quality", "--skip", optarg, 0, 1000000,
 			               "0..1000000 epochs", &skip_arg))
 				return VR_EXIT_USAGE;
-			break;
-		case 'j':
-			json_path = optarg;
-			break;
-		case 'N':
-			name = optarg;
-			break;
-		case 'B':
-			backend = optarg;
 			break;
 		default:
 			return vr_cli_usage(quality_usage, c);

@@ -506,8 +506,6 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 		case 'f':
 			force = true;
 			break;
-		case TOOL_OPT_ERROR:
-			return VR_EXIT_USAGE;
 		default:
 			rc = tool_run_option(&run, "record", opt, optarg);
 			if (rc < 0)

@@ -53,22 +53,6 @@ static void sim_usage(FILE *f)
 	        "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n");
 }
 
-/* Write a whole small dataset. */
-static int h5_write(hid_t file, const char *name, hid_t ftype, hid_t mtype, int rank,
-                    const hsize_t *dims, const void *data)
-{
-	hid_t sp = H5Screate_simple(rank, dims, NULL);
-	hid_t d = sp < 0 ? -1
-	                 : H5Dcreate2(file, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = d >= 0 && H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -EIO;
-
-	if (d >= 0)
-		H5Dclose(d);
-	if (sp >= 0)
-		H5Sclose(sp);
-	return rc;
-}
-
 struct truth_file {
 	hid_t file, space, dset;
 	hsize_t dims[4];
@@ -169,22 +153,14 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	int c, rc, ret = VR_EXIT_FAIL;
 
 	cfg_defaults(&cfg);
+	const struct vr_cli_str strs[] = {{'c', &cfg_path}, {'o', &out}, {'t', &truth_path}};
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "c:o:n:h", longopts, NULL)) != -1) {
+	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
 		switch (c) {
-		case 'c':
-			cfg_path = optarg;
-			break;
-		case 'o':
-			out = optarg;
-			break;
 		case 'n':
 			if (vr_cli_u64("volrec sim", "-n", optarg, 1, 1000000, "1..1000000 epochs",
 			               &n_arg))
 				return VR_EXIT_USAGE;
-			break;
-		case 't':
-			truth_path = optarg;
 			break;
 		case 'm': {
 			char *end;
@@ -345,11 +321,11 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		for (uint64_t e = 0; ep && e < n; e++)
 			ep[e] = e;
 		if (!rc)
-			rc = h5_write(truth.file, "epoch", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1, &d1,
-			              ep);
+			rc = vr_h5_dataset(truth.file, "epoch", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1,
+			                   &d1, ep);
 		if (!rc)
-			rc = h5_write(truth.file, "offset", H5T_STD_U32LE, H5T_NATIVE_UINT32, 2, d2,
-			              offsets);
+			rc = vr_h5_dataset(truth.file, "offset", H5T_STD_U32LE, H5T_NATIVE_UINT32,
+			                   2, d2, offsets);
 		free(ep);
 		if (rc || truth_close(&truth)) {
 			fprintf(stderr, "volrec sim: %s: writing HDF5 failed\n", truth_path);

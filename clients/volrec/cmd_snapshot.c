@@ -380,12 +380,13 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	struct volrec_client *c = NULL;
 	struct volrec_view v = {0};
 	const char *dir = NULL;
-	double pct = -1, timeout = 5;
+	double pct = -1;
 	uint64_t scale = 0;
 	char err[TOOL_PATH_MAX + 256];
 	int opt, rc, status = VR_EXIT_FAIL;
 
 	tool_target_init(&tg);
+	tg.timeout = 5;
 	while ((opt = tool_getopt(&tg, "snapshot", argc, argv, "i:r:c:o:t:h", longopts)) != -1) {
 		switch (opt) {
 		case 'o':
@@ -414,14 +415,8 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 			                    "1 to 16, or auto", &scale))
 				return VR_EXIT_USAGE;
 			break;
-		case 't':
-			if (vr_cli_seconds("volrec snapshot", "--timeout", optarg, false, &timeout))
-				return VR_EXIT_USAGE;
-			break;
-		case TOOL_OPT_ERROR:
-			return VR_EXIT_USAGE;
 		default:
-			return vr_cli_usage(snapshot_usage, opt);
+			return tool_usage(snapshot_usage, opt);
 		}
 	}
 	if (vr_cli_args_done("volrec snapshot", argc, argv))
@@ -448,13 +443,13 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	if (rc)
 		return rc;
 	tool_catch_signals();
-	rc = grab_latest(c, vr_mono_s() + timeout, pics, &v);
+	rc = grab_latest(c, vr_mono_s() + tg.timeout, pics, &v);
 	volrec_client_close(c);
 	if (rc == -ETIMEDOUT) {
 		fprintf(stderr,
 		        "volrec snapshot: volrecd (pid %d) of instance '%s' published no volume "
 		        "within %.1f s\n",
-		        d.pid, tg.instance, timeout);
+		        d.pid, tg.instance, tg.timeout);
 		return tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
 	}
 	if (rc == -ENOENT) {

@@ -42,7 +42,7 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
 	struct json_object *st;
-	double timeout = 0;
+	double timeout;
 	bool json = false;
 	char *text = NULL;
 	int opt, rc;
@@ -53,14 +53,8 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 		case 'j':
 			json = true;
 			break;
-		case 't':
-			if (vr_cli_seconds("volrec status", "--timeout", optarg, false, &timeout))
-				return VR_EXIT_USAGE;
-			break;
-		case TOOL_OPT_ERROR:
-			return VR_EXIT_USAGE;
 		default:
-			return vr_cli_usage(status_usage, opt);
+			return tool_usage(status_usage, opt);
 		}
 	}
 	if (vr_cli_args_done("volrec status", argc, argv))
@@ -68,8 +62,7 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 	rc = tool_target_finish(&tg, "status");
 	if (rc)
 		return rc;
-	if (!timeout)
-		timeout = tool_status_timeout(&tg);
+	timeout = tg.timeout ? tg.timeout : tool_status_timeout(&tg);
 
 	rc = tool_daemon_require(&tg, "status", &d);
 	if (rc)

@@ -194,7 +194,7 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 	memset(&w, 0, sizeof(w));
 	tool_run_init(&w.run);
 	while ((opt = tool_getopt(&tg, "watch", argc, argv, "i:r:c:n:s:w:h", longopts)) != -1) {
-		rc = opt == TOOL_OPT_ERROR ? -1 : tool_run_option(&w.run, "watch", opt, optarg);
+		rc = tool_run_option(&w.run, "watch", opt, optarg);
 		if (rc < 0)
 			return VR_EXIT_USAGE;
 		if (!rc)

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * HDF5 attribute writers shared by the `volrec` subcommands that write files (process, sim,
- * record). Each returns 0 or -EIO; an existing attribute of the same name is replaced.
+ * HDF5 helpers shared by the `volrec` subcommands that read and write files (process, sim,
+ * record, quality, calibrate): attribute writers (each returns 0 or -EIO; an existing attribute
+ * of the same name is replaced), closing identifiers and writing one row of a dataset.
  */
 #ifndef VOLREC_CLIENTS_H5ATTR_H
 #define VOLREC_CLIENTS_H5ATTR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <hdf5.h>
@@ -17,5 +19,21 @@ int vr_h5_attr_str(hid_t obj, const char *name, const char *s);
 int vr_h5_attr_u32(hid_t obj, const char *name, uint32_t v);
 int vr_h5_attr_u32v(hid_t obj, const char *name, const uint32_t *v, hsize_t n);
 int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v);
+
+/* A new dataset name of rank dims[] and file type ftype, written whole from data of memory
+ * type mtype (data NULL: left unwritten): 0 or -EIO. */
+int vr_h5_dataset(hid_t file, const char *name, hid_t ftype, hid_t mtype, int rank,
+                  const hsize_t *dims, const void *data);
+
+/* Close each of ids[0..n) that is not negative (a file, dataset, dataspace, datatype, property
+ * list or attribute), in that order: 0, or -EIO when a close failed. */
+int vr_h5_close(const hid_t *ids, size_t n);
+#define VR_H5_CLOSE(...)                                                                           \
+	vr_h5_close((const hid_t[]){__VA_ARGS__}, sizeof((hid_t[]){__VA_ARGS__}) / sizeof(hid_t))
+
+/* Write row i (rank dims[], one [dims...] block) of the dataset ds [rows][dims...] of type, which
+ * has that row already: 0, or -EIO with errno the write's. */
+int vr_h5_write_row(hid_t ds, hid_t type, unsigned rank, uint64_t i, const hsize_t *dims,
+                    const void *row);
 
 #endif

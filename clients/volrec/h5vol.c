@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "h5attr.h"
 #include "h5vol.h"
 #include "h5vol_vfd.h"
 
@@ -186,12 +187,7 @@ static hid_t create_dataset(hid_t f, const struct h5vol_field *fl, size_t row_by
 	if (sp >= 0 && pl >= 0 && apl >= 0 && H5Pset_chunk(pl, (int)fl->rank + 1, chunk) >= 0 &&
 	    H5Pset_chunk_cache(apl, 0, 0, 1.0) >= 0)
 		ds = H5Dcreate2(f, fl->name, fl->type, sp, H5P_DEFAULT, pl, apl);
-	if (apl >= 0)
-		H5Pclose(apl);
-	if (pl >= 0)
-		H5Pclose(pl);
-	if (sp >= 0)
-		H5Sclose(sp);
+	VR_H5_CLOSE(apl, pl, sp);
 	return ds;
 }
 
@@ -205,28 +201,9 @@ static int set_rows(const struct h5vol_ds *d, uint64_t n)
 /* Grow d to i + 1 rows and write row i. errno is the write's when it fails. */
 static int write_row(const struct h5vol_ds *d, uint64_t i, const void *row)
 {
-	hsize_t start[4] = {i, 0, 0, 0}, count[4] = {1, d->dims[0], d->dims[1], d->dims[2]};
-	hid_t fs = -1, ms = -1;
-	int rc = -EIO;
-
 	if (set_rows(d, i + 1))
 		return -EIO;
-	fs = H5Dget_space(d->ds);
-	ms = H5Screate_simple((int)d->rank + 1, count, NULL);
-	if (fs >= 0 && ms >= 0 &&
-	    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-	    H5Dwrite(d->ds, d->type, ms, fs, H5P_DEFAULT, row) >= 0)
-		rc = 0;
-	{
-		int e = errno;
-
-		if (ms >= 0)
-			H5Sclose(ms);
-		if (fs >= 0)
-			H5Sclose(fs);
-		errno = e;
-	}
-	return rc;
+	return vr_h5_write_row(d->ds, d->type, d->rank, i, d->dims, row);
 }
 
 /* ---- the writer ----------------------------------------------------------------------- */

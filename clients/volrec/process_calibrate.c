@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "calibrate.h"
+#include "h5attr.h"
 #include "src/source.h"
 
 /* ---- loading ------------------------------------------------------------------------------ */
@@ -245,16 +246,7 @@ out_io:
 	rc = vr_err(err, errlen, -EIO, "%s: reading /raw failed", d->path);
 out:
 	free(buf);
-	if (ms >= 0)
-		H5Sclose(ms);
-	if (ty >= 0)
-		H5Tclose(ty);
-	if (sp >= 0)
-		H5Sclose(sp);
-	if (ds >= 0)
-		H5Dclose(ds);
-	if (f >= 0)
-		H5Fclose(f);
+	VR_H5_CLOSE(ms, ty, sp, ds, f);
 	return rc;
 }
 

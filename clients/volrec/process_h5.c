@@ -41,28 +41,8 @@ static hid_t h5_volumes(hid_t f, const char *name, hid_t type, uint64_t n, const
 
 	if (sp >= 0 && pl >= 0 && H5Pset_chunk(pl, 4, chunk) >= 0)
 		ds = H5Dcreate2(f, name, type, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
-	if (pl >= 0)
-		H5Pclose(pl);
-	if (sp >= 0)
-		H5Sclose(sp);
+	VR_H5_CLOSE(pl, sp);
 	return ds;
-}
-
-static int h5_write_volume(hid_t ds, hid_t type, uint64_t e, const hsize_t d[3], const void *buf)
-{
-	hsize_t start[4] = {e, 0, 0, 0}, count[4] = {1, d[0], d[1], d[2]};
-	hid_t fs = H5Dget_space(ds), ms = H5Screate_simple(4, count, NULL);
-	int rc = -EIO;
-
-	if (fs >= 0 && ms >= 0 &&
-	    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
-	    H5Dwrite(ds, type, ms, fs, H5P_DEFAULT, buf) >= 0)
-		rc = 0;
-	if (ms >= 0)
-		H5Sclose(ms);
-	if (fs >= 0)
-		H5Sclose(fs);
-	return rc;
 }
 
 static int h5_shrink(hid_t ds, uint64_t n, const hsize_t d[3])
@@ -179,9 +159,9 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	uint64_t i = h->done;
 	double t;
 
-	if (h5_write_volume(h->ds_vol, H5T_NATIVE_UINT8, i, h->dvol, h->vol) < 0 ||
-	    (h->low && h5_write_volume(h->ds_low, H5T_NATIVE_FLOAT, i, h->dlow, h->low) < 0) ||
-	    (h->full && h5_write_volume(h->ds_full, H5T_NATIVE_FLOAT, i, h->dvol, h->full) < 0))
+	if (vr_h5_write_row(h->ds_vol, H5T_NATIVE_UINT8, 3, i, h->dvol, h->vol) < 0 ||
+	    (h->low && vr_h5_write_row(h->ds_low, H5T_NATIVE_FLOAT, 3, i, h->dlow, h->low) < 0) ||
+	    (h->full && vr_h5_write_row(h->ds_full, H5T_NATIVE_FLOAT, 3, i, h->dvol, h->full) < 0))
 		return vr_err(err, errlen, -EIO, "%s: writing volume %llu failed", h->path,
 		              (unsigned long long)v->epoch);
 	h->epochs[i] = v->epoch;
@@ -234,26 +214,6 @@ bool proc_h5_median_depths(const struct proc_h5 *h, double *mean, uint32_t *max)
 	return true;
 }
 
-/* /median_depths u32 [done][ny] (partial_median). */
-static int write_median_depths(struct proc_h5 *h)
-{
-	hsize_t dm[2] = {h->done, h->cfg->geometry.bscans_per_volume};
-	hid_t sp = H5Screate_simple(2, dm, NULL), ds = -1;
-	int rc = -EIO;
-
-	if (sp >= 0)
-		ds = H5Dcreate2(h->f, "median_depths", H5T_NATIVE_UINT32, sp, H5P_DEFAULT,
-		                H5P_DEFAULT, H5P_DEFAULT);
-	if (ds >= 0 && (h->done == 0 || H5Dwrite(ds, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL,
-	                                         H5P_DEFAULT, h->medians) >= 0))
-		rc = 0;
-	if (ds >= 0)
-		H5Dclose(ds);
-	if (sp >= 0)
-		H5Sclose(sp);
-	return rc;
-}
-
 int proc_h5_finish(struct proc_h5 *h, const char *backend, const char *device, char *err,
                    size_t errlen)
 {
@@ -264,7 +224,7 @@ int proc_h5_finish(struct proc_h5 *h, const char *backend, const char *device, c
 	                   cfg->geometry.bscans_per_volume};
 	uint32_t depth[2] = {cfg->geometry.depth_range[0], cfg->geometry.depth_range[1]};
 	uint32_t shape[3] = {(uint32_t)h->dvol[0], (uint32_t)h->dvol[1], (uint32_t)h->dvol[2]};
-	hid_t sp1, sp2, de, dof;
+	hsize_t dm[2] = {done, cfg->geometry.bscans_per_volume};
 	char *yaml;
 	bool ok;
 
@@ -274,23 +234,13 @@ int proc_h5_finish(struct proc_h5 *h, const char *backend, const char *device, c
 	                    (h->low && h5_shrink(h->ds_low, done, h->dlow) < 0) ||
 	                    (h->full && h5_shrink(h->ds_full, done, h->dvol) < 0)))
 		return vr_err(err, errlen, -EIO, "%s: cannot resize the datasets", h->path);
-	sp1 = H5Screate_simple(1, &dn, NULL);
-	sp2 = H5Screate_simple(2, d2, NULL);
-	de = H5Dcreate2(h->f, "epoch", H5T_NATIVE_UINT64, sp1, H5P_DEFAULT, H5P_DEFAULT,
-	                H5P_DEFAULT);
-	dof = H5Dcreate2(h->f, "offset", H5T_NATIVE_UINT32, sp2, H5P_DEFAULT, H5P_DEFAULT,
-	                 H5P_DEFAULT);
-	ok = de >= 0 && dof >= 0 &&
-	     (done == 0 ||
-	      (H5Dwrite(de, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->epochs) >= 0 &&
-	       H5Dwrite(dof, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->offsets) >= 0));
-	if (de >= 0)
-		H5Dclose(de);
-	if (dof >= 0)
-		H5Dclose(dof);
-	H5Sclose(sp1);
-	H5Sclose(sp2);
-	ok = ok && (!h->md || write_median_depths(h) == 0);
+	/* /epoch u64 [done], /offset u32 [done][2], /median_depths u32 [done][ny] (partial_median) */
+	ok = vr_h5_dataset(h->f, "epoch", H5T_NATIVE_UINT64, H5T_NATIVE_UINT64, 1, &dn,
+	                   done ? h->epochs : NULL) == 0 &&
+	     vr_h5_dataset(h->f, "offset", H5T_NATIVE_UINT32, H5T_NATIVE_UINT32, 2, d2,
+	                   done ? h->offsets : NULL) == 0 &&
+	     (!h->md || vr_h5_dataset(h->f, "median_depths", H5T_NATIVE_UINT32, H5T_NATIVE_UINT32,
+	                              2, dm, done ? h->medians : NULL) == 0);
 	yaml = config_yaml(cfg);
 	ok = ok && yaml && vr_h5_attr_u32v(h->f, "geometry", geo, 3) == 0 &&
 	     vr_h5_attr_u32v(h->f, "stride", cfg->geometry.stride, 2) == 0 &&
@@ -318,12 +268,7 @@ int proc_h5_close(struct proc_h5 *h)
 
 	if (!h)
 		return 0;
-	if (h->ds_full >= 0)
-		H5Dclose(h->ds_full);
-	if (h->ds_low >= 0)
-		H5Dclose(h->ds_low);
-	if (h->ds_vol >= 0)
-		H5Dclose(h->ds_vol);
+	VR_H5_CLOSE(h->ds_full, h->ds_low, h->ds_vol);
 	if (h->f >= 0 && H5Fclose(h->f) < 0)
 		rc = -EIO;
 	be_host_free(h->be, h->vol);

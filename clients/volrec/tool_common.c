@@ -41,6 +41,17 @@ static bool instance_valid(const char *s)
 	return true;
 }
 
+/* A path option's value arg into dst[n]: 1, or -1 after "volrec CMD: NEED". */
+static int set_path(char *dst, size_t n, const char *cmd, const char *need, const char *arg)
+{
+	if (!*arg || strlen(arg) >= n) {
+		fprintf(stderr, "volrec %s: %s\n", cmd, need);
+		return -1;
+	}
+	snprintf(dst, n, "%s", arg);
+	return 1;
+}
+
 static int target_option(struct tool_target *t, const char *cmd, int opt, const char *arg)
 {
 	switch (opt) {
@@ -58,21 +69,19 @@ static int target_option(struct tool_target *t, const char *cmd, int opt, const 
 		return 1;
 	case 'r':
 	case TOOL_OPT_RUN_DIR:
-		if (!*arg || strlen(arg) >= sizeof(t->run_dir)) {
-			fprintf(stderr, "volrec %s: --run-dir: need a directory path\n", cmd);
-			return -1;
-		}
-		snprintf(t->run_dir, sizeof(t->run_dir), "%s", arg);
-		t->run_dir_set = true;
-		return 1;
+		t->run_dir_set = true; /* (a wrong one ends the tool) */
+		return set_path(t->run_dir, sizeof(t->run_dir), cmd,
+		                "--run-dir: need a directory path", arg);
 	case 'c':
 	case TOOL_OPT_CONFIG:
-		if (!*arg || strlen(arg) >= sizeof(t->config)) {
-			fprintf(stderr, "volrec %s: -c: need a configuration file\n", cmd);
-			return -1;
-		}
-		snprintf(t->config, sizeof(t->config), "%s", arg);
-		return 1;
+		return set_path(t->config, sizeof(t->config), cmd, "-c: need a configuration file",
+		                arg);
+	case 't': {
+		char prog[64];
+
+		snprintf(prog, sizeof(prog), "volrec %s", cmd);
+		return vr_cli_seconds(prog, "--timeout", arg, false, &t->timeout) ? -1 : 1;
+	}
 	default:
 		return 0;
 	}
@@ -99,24 +108,22 @@ int tool_timeout_args(struct tool_target *t, const char *cmd, int argc, char **a
 	        {"help", no_argument, NULL, 'h'},
 	        {NULL, 0, NULL, 0},
 	};
-	char prog[64];
-	int opt;
+	int opt = tool_getopt(t, cmd, argc, argv, "i:r:c:t:h", longopts);
 
-	snprintf(prog, sizeof(prog), "volrec %s", cmd);
-	while ((opt = tool_getopt(t, cmd, argc, argv, "i:r:c:t:h", longopts)) != -1) {
-		switch (opt) {
-		case 't':
-			if (vr_cli_seconds(prog, "--timeout", optarg, false, timeout))
-				return VR_EXIT_USAGE;
-			break;
-		case TOOL_OPT_ERROR:
-			return VR_EXIT_USAGE;
-		default:
-			usage(opt == 'h' ? stdout : stderr, ctx);
-			return opt == 'h' ? VR_EXIT_OK : VR_EXIT_USAGE;
-		}
+	if (opt == TOOL_OPT_ERROR)
+		return VR_EXIT_USAGE;
+	if (opt != -1) {
+		usage(opt == 'h' ? stdout : stderr, ctx);
+		return opt == 'h' ? VR_EXIT_OK : VR_EXIT_USAGE;
 	}
+	if (t->timeout)
+		*timeout = t->timeout;
 	return TOOL_ARGS_GO_ON;
+}
+
+int tool_usage(void (*usage)(FILE *f), int opt)
+{
+	return opt == TOOL_OPT_ERROR ? VR_EXIT_USAGE : vr_cli_usage(usage, opt);
 }
 
 int tool_target_finish(struct tool_target *t, const char *cmd)
@@ -296,38 +303,23 @@ int tool_daemon_require(const struct tool_target *t, const char *cmd, struct too
 	return VR_EXIT_OK;
 }
 
+/* What both mappings share: 0 -> 0, EACCES/EPERM -> 7, anything else 1. */
+static int exit_for_common(int err)
+{
+	return !err ? VR_EXIT_OK : err == -EACCES || err == -EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
+}
+
 int tool_exit_for(int err)
 {
-	switch (err) {
-	case 0:
-		return VR_EXIT_OK;
-	case -ENOENT:
-		return VR_EXIT_NO_DAEMON;
-	case -EACCES:
-	case -EPERM:
-		return VR_EXIT_PERM;
-	case -ETIMEDOUT:
-		return VR_EXIT_TIMEOUT;
-	default:
-		return VR_EXIT_FAIL;
-	}
+	return err == -ENOENT      ? VR_EXIT_NO_DAEMON
+	       : err == -ETIMEDOUT ? VR_EXIT_TIMEOUT
+	                           : exit_for_common(err);
 }
 
 int tool_exit_for_output(int err)
 {
-	switch (err) {
-	case 0:
-		return VR_EXIT_OK;
-	case -EACCES:
-	case -EPERM:
-		return VR_EXIT_PERM;
-	case -ENOSPC:
-	case -EFBIG:
-	case -EDQUOT:
-		return VR_EXIT_NOSPACE;
-	default:
-		return VR_EXIT_FAIL;
-	}
+	return err == -ENOSPC || err == -EFBIG || err == -EDQUOT ? VR_EXIT_NOSPACE
+	                                                         : exit_for_common(err);
 }
 
 int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topics, int rcvhwm,
@@ -419,6 +411,8 @@ int tool_run_option(struct tool_run *r, const char *cmd, int opt, const char *ar
 
 	snprintf(prog, sizeof(prog), "volrec %s", cmd);
 	switch (opt) {
+	case TOOL_OPT_ERROR:
+		return -1;
 	case 'n':
 		return vr_cli_u64(prog, "--count", arg, 1, UINT64_MAX, "a whole number >= 1",
 		                  &r->count)

@@ -26,6 +26,7 @@ struct tool_target {
 	char run_dir[TOOL_PATH_MAX]; /* --run-dir, default $VOLREC_RUN_DIR or /run/volrec */
 	char config[TOOL_PATH_MAX];  /* -c FILE, "" when not given */
 	double status_interval_s;    /* from -c (ipc.status_interval_ms), else 0 */
+	double timeout;              /* -t/--timeout SECONDS of the tools that have it, else 0 */
 	bool instance_set, run_dir_set;
 };
 
@@ -59,11 +60,15 @@ void tool_target_init(struct tool_target *t);
 #define TOOL_OPT_ERROR (-2)
 /*
  * getopt_long over a tool's command line (optstring with "i:r:c:", longopts with
- * TOOL_COMMON_LONGOPTS) that applies the common options to t itself: returns the tool's next
- * own option, -1 after the last option, or TOOL_OPT_ERROR (exit with VR_EXIT_USAGE).
+ * TOOL_COMMON_LONGOPTS) that applies the common options to t itself, and -t/--timeout SECONDS
+ * (into t->timeout) where optstring has "t:": returns the tool's next own option, -1 after the
+ * last option, or TOOL_OPT_ERROR (exit with VR_EXIT_USAGE).
  */
 int tool_getopt(struct tool_target *t, const char *cmd, int argc, char **argv,
                 const char *optstring, const struct option *longopts);
+/* The end of a tool's switch over tool_getopt: VR_EXIT_USAGE after TOOL_OPT_ERROR, else as
+ * vr_cli_usage (the help after -h, exit 0; a usage error after an option the tool lacks). */
+int tool_usage(void (*usage)(FILE *f), int opt);
 /* What tool_timeout_args returns when the tool goes on. */
 #define TOOL_ARGS_GO_ON (-1)
 /*
@@ -142,7 +147,7 @@ struct tool_run {
 /* No limits, t0 now. */
 void tool_run_init(struct tool_run *r);
 /* An option of tool_getopt: 1 when it was -n, -s or -w (its value into r), 0 when it is none
- * of them, -1 (message printed) when its value is wrong. */
+ * of them, -1 (message printed) when its value is wrong or opt is TOOL_OPT_ERROR. */
 int tool_run_option(struct tool_run *r, const char *cmd, int opt, const char *arg);
 /* True when --seconds have passed at now. */
 bool tool_run_time_up(const struct tool_run *r, double now);

@@ -396,27 +396,22 @@
     return [(ev.clientX - r.left) / r.width, (ev.clientY - r.top) / r.height];
   }
 
-  state.panes.enface.canvas.addEventListener('click', (ev) => {
-    const sh = state.shape, pos = state.position;
-    if (!sh || !pos || !state.control) return;
-    const [u, v] = picturePoint(state.panes.enface, ev);
-    const x = Math.min(sh[1] - 1, Math.max(0, Math.floor(u * sh[1])));
-    const y = Math.min(sh[0] - 1, Math.max(0, Math.floor(v * sh[0])));
-    state.position = [y, x, pos[2]];
-    requestDraw();
-    set({ 'view.position': [y, x, pos[2]] });
-  });
-
-  state.panes.bscan.canvas.addEventListener('click', (ev) => {
-    const sh = state.shape, pos = state.position;
-    if (!sh || !pos || !state.control) return;
-    const [u, v] = picturePoint(state.panes.bscan, ev);
-    const x = Math.min(sh[1] - 1, Math.max(0, Math.floor(u * sh[1])));
-    const z = Math.min(sh[2] - 1, Math.max(0, Math.floor(v * sh[2])));
-    state.position = [pos[0], x, z];
-    requestDraw();
-    set({ 'view.position': [pos[0], x, z] });
-  });
+  // A click on a picture moves the view's position: place(u, v, shape, position) gives the new
+  // one from the point (0..1 across and down); cell(t, n) is the index of t of n.
+  function onPictureClick(pane, place) {
+    pane.canvas.addEventListener('click', (ev) => {
+      const sh = state.shape, pos = state.position;
+      if (!sh || !pos || !state.control) return;
+      const [u, v] = picturePoint(pane, ev);
+      const p = place(u, v, sh, pos);
+      state.position = p;
+      requestDraw();
+      set({ 'view.position': [...p] });
+    });
+  }
+  const cell = (t, n) => Math.min(n - 1, Math.max(0, Math.floor(t * n)));
+  onPictureClick(state.panes.enface, (u, v, sh, pos) => [cell(v, sh[0]), cell(u, sh[1]), pos[2]]);
+  onPictureClick(state.panes.bscan, (u, v, sh, pos) => [pos[0], cell(u, sh[1]), cell(v, sh[2])]);
 
   // Render rotation: one set in flight, the newest angles sent when it is answered.
   async function sendAngles(a) {
