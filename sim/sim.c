@@ -129,23 +129,7 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	p->bscans_per_volume = cfg->geometry.bscans_per_volume;
 	p->stride_x = cfg->geometry.stride[0];
 	p->stride_y = cfg->geometry.stride[1];
-	switch (cfg->geometry.sample_type) {
-	case CFG_SAMPLE_U16:
-		p->sample_type = VOLREC_SAMPLE_U16;
-		break;
-	case CFG_SAMPLE_I16:
-		p->sample_type = VOLREC_SAMPLE_I16;
-		break;
-	case CFG_SAMPLE_U12P:
-		p->sample_type = VOLREC_SAMPLE_U12P;
-		break;
-	case CFG_SAMPLE_U12GV:
-		p->sample_type = VOLREC_SAMPLE_U12GV;
-		break;
-	default:
-		p->sample_type = VOLREC_SAMPLE_F32;
-		break;
-	}
+	p->sample_type = cfg_sample_abi(cfg->geometry.sample_type);
 	p->bit_shift = cfg->geometry.bit_shift;
 	p->bidirectional = cfg->geometry.bidirectional;
 	p->rate = cfg->source.rate;

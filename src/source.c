@@ -56,23 +56,7 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 	g->samples_per_ascan = cfg->geometry.samples_per_ascan;
 	g->ascans_per_bscan = cfg->geometry.ascans_per_bscan;
 	g->bscans_per_volume = cfg->geometry.bscans_per_volume;
-	switch (cfg->geometry.sample_type) {
-	case CFG_SAMPLE_U16:
-		g->sample_type = VOLREC_SAMPLE_U16;
-		break;
-	case CFG_SAMPLE_I16:
-		g->sample_type = VOLREC_SAMPLE_I16;
-		break;
-	case CFG_SAMPLE_U12P:
-		g->sample_type = VOLREC_SAMPLE_U12P;
-		break;
-	case CFG_SAMPLE_U12GV:
-		g->sample_type = VOLREC_SAMPLE_U12GV;
-		break;
-	default:
-		g->sample_type = VOLREC_SAMPLE_F32;
-		break;
-	}
+	g->sample_type = cfg_sample_abi(cfg->geometry.sample_type);
 	g->stride_x = cfg->geometry.stride[0];
 	g->stride_y = cfg->geometry.stride[1];
 	g->bidirectional = cfg->geometry.bidirectional;
