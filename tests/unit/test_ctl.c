@@ -98,6 +98,17 @@ static const char *field(struct json_object *o, const char *name)
 	return json_object_get_string(v);
 }
 
+/* Ask text and expect a refusal whose error contains fragment. */
+static void ask_refused(const char *text, const char *fragment)
+{
+	bool refused;
+	struct json_object *o = ask(text, &refused);
+
+	assert_true(refused);
+	assert_non_null(strstr(field(o, "error"), fragment));
+	json_object_put(o);
+}
+
 static void test_get_one_key_and_the_whole_configuration(void **state)
 {
 	bool refused;
@@ -113,10 +124,7 @@ static void test_get_one_key_and_the_whole_configuration(void **state)
 	assert_false(refused);
 	assert_non_null(strstr(field(o, "config"), "db_range"));
 	json_object_put(o);
-	o = ask("{\"op\":\"get\",\"key\":\"preprocess.nope\"}", &refused);
-	assert_true(refused);
-	assert_non_null(strstr(field(o, "error"), "preprocess.nope: unknown key"));
-	json_object_put(o);
+	ask_refused("{\"op\":\"get\",\"key\":\"preprocess.nope\"}", "preprocess.nope: unknown key");
 }
 
 static void test_set_applies_live_keys_with_yaml_or_json_values(void **state)
@@ -143,22 +151,14 @@ static void test_set_applies_live_keys_with_yaml_or_json_values(void **state)
 
 static void test_set_is_all_or_none_with_the_files_messages(void **state)
 {
-	bool refused;
-	struct json_object *o;
-
 	(void)state;
-	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90],"
-	        "\"preprocess.zero_pad\":3}}",
-	        &refused);
-	assert_true(refused);
-	assert_non_null(strstr(field(o, "error"), "preprocess.zero_pad"));
-	json_object_put(o);
+	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90],"
+	            "\"preprocess.zero_pad\":3}}",
+	            "preprocess.zero_pad");
 	assert_int_equal(F.applied, 0);
 	assert_true(F.cfg.preprocess.db_range[0] == 0 && F.cfg.preprocess.db_range[1] == 100);
-	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[50,50]}}", &refused);
-	assert_true(refused);
-	assert_non_null(strstr(field(o, "error"), "preprocess.db_range: [50, 50] is empty"));
-	json_object_put(o);
+	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[50,50]}}",
+	            "preprocess.db_range: [50, 50] is empty");
 }
 
 static void test_set_refuses_structural_keys(void **state)
@@ -273,18 +273,13 @@ static void test_set_with_too_many_keys_is_refused(void **state)
 {
 	char req[8192];
 	size_t len = (size_t)snprintf(req, sizeof(req), "{\"op\":\"set\",\"values\":{");
-	bool refused;
-	struct json_object *o;
 
 	(void)state;
 	for (int i = 0; i <= VRD_CTL_MAX_KEYS; i++)
 		len += (size_t)snprintf(req + len, sizeof(req) - len, "%s\"k%d\":1", i ? "," : "",
 		                        i);
 	snprintf(req + len, sizeof(req) - len, "}}");
-	o = ask(req, &refused);
-	assert_true(refused);
-	assert_non_null(strstr(field(o, "error"), "more than"));
-	json_object_put(o);
+	ask_refused(req, "more than");
 }
 
 VR_TEST_GROUP(ctl)
