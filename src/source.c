@@ -31,6 +31,32 @@ const char *src_common_strerror(void *h, int code)
 	return c && code && code == c->msg_code ? c->msg : NULL;
 }
 
+int src_common_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
+{
+	(void)args_yaml;
+	(void)info;
+	(void)handle;
+	return -EOPNOTSUPP; /* built-ins are opened by src_open() from the configuration */
+}
+
+int src_common_configure(struct src_common *c, const struct volrec_shim_geometry *have,
+                         const struct volrec_shim_geometry *g, const char *path)
+{
+	if (memcmp(g, have, offsetof(struct volrec_shim_geometry, rate)) != 0)
+		return src_fail(
+		        c, -EINVAL,
+		        "%s%s%s: configure() with a geometry other than the configuration's "
+		        "(a new geometry needs a new source)",
+		        c->kind, path ? " " : "", path ? path : "");
+	return 0;
+}
+
+int src_common_stop(void *h)
+{
+	(void)h;
+	return 0;
+}
+
 const char *src_sample_name(uint32_t t)
 {
 	switch (t) {
