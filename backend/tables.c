@@ -215,6 +215,22 @@ int be_table_check(const struct cfg_table *t, uint32_t K, const char *key, char 
 	return 0;
 }
 
+int be_reference_table_check(const struct vr_config *cfg, uint32_t K, char *err, size_t errlen)
+{
+	if (cfg->preprocess.background.mode != CFG_BG_REFERENCE)
+		return 0;
+	return be_table_check(&cfg->preprocess.background.reference, K,
+	                      "preprocess.background.reference", err, errlen);
+}
+
+int be_dispersion_table_check(const struct vr_config *cfg, uint32_t K, char *err, size_t errlen)
+{
+	if (cfg->preprocess.dispersion.kind != CFG_DISP_TABLE)
+		return 0;
+	return be_table_check(&cfg->preprocess.dispersion.table, K, "preprocess.dispersion.table",
+	                      err, errlen);
+}
+
 void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *win, float *re,
                         float *im)
 {

@@ -37,6 +37,13 @@ void be_resample_weights(enum cfg_resample method, double pos, uint32_t K, int32
 __attribute__((warn_unused_result)) int be_table_check(const struct cfg_table *t, uint32_t K,
                                                        const char *key, char *err, size_t errlen);
 
+/* be_table_check of preprocess.background.reference when the background mode is reference,
+ * and of preprocess.dispersion.table when the dispersion kind is table (else 0). */
+__attribute__((warn_unused_result)) int
+be_reference_table_check(const struct vr_config *cfg, uint32_t K, char *err, size_t errlen);
+__attribute__((warn_unused_result)) int
+be_dispersion_table_check(const struct vr_config *cfg, uint32_t K, char *err, size_t errlen);
+
 /* Dispersion phasors win[j] * exp(-i phi[j]) (ALGORITHMS.md §1.4) into re[0..K-1] and
  * im[0..K-1], phi from preprocess.dispersion (coeffs, or a table already accepted by
  * be_table_check). Only for a dispersion kind other than none. */

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "volrec/shim.h"
+
 #define CFG_PATH_MAX        4096
 #define CFG_NAME_MAX        64
 #define CFG_MAX_PUB         8
@@ -320,19 +322,42 @@ __attribute__((warn_unused_result)) int cfg_dump(const struct vr_config *cfg, FI
  */
 bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config *b);
 
-/* Names of enum values as written in YAML, for messages and dumps. */
-const char *cfg_backend_name(enum cfg_backend v);
-const char *cfg_source_name(enum cfg_source v);
-const char *cfg_sample_name(enum cfg_sample v);
-const char *cfg_background_name(enum cfg_background v);
-const char *cfg_resample_name(enum cfg_resample v);
-const char *cfg_window_name(enum cfg_window v);
-const char *cfg_recon_mode_name(enum cfg_recon_mode v);
-const char *cfg_temporal_name(enum cfg_temporal v);
-const char *cfg_combine_name(enum cfg_combine v);
-const char *cfg_replay_format_name(enum cfg_replay_format v);
-const char *cfg_overflow_name(enum cfg_overflow v);
-const char *cfg_log_level_name(enum cfg_log_level v);
+/* The enums with names as written in YAML: X(stem, type) for each; cfg_<stem>_name(v) gives
+ * the name of a value, for messages and dumps. */
+#define CFG_NAMED_ENUMS(X)                                                                         \
+	X(backend, enum cfg_backend)                                                               \
+	X(source, enum cfg_source)                                                                 \
+	X(replay_format, enum cfg_replay_format)                                                   \
+	X(sample, enum cfg_sample)                                                                 \
+	X(background, enum cfg_background)                                                         \
+	X(resample, enum cfg_resample)                                                             \
+	X(window, enum cfg_window)                                                                 \
+	X(recon_mode, enum cfg_recon_mode)                                                         \
+	X(temporal, enum cfg_temporal)                                                             \
+	X(combine, enum cfg_combine)                                                               \
+	X(overflow, enum cfg_overflow)                                                             \
+	X(log_level, enum cfg_log_level)
+#define CFG_NAME_DECL(stem, type) const char *cfg_##stem##_name(type v);
+CFG_NAMED_ENUMS(CFG_NAME_DECL)
+#undef CFG_NAME_DECL
+
+/* The shim ABI's sample type of a configured one (inline: the simulator and the example shims
+ * use it without linking the configuration). */
+static inline uint32_t cfg_sample_abi(enum cfg_sample v)
+{
+	switch (v) {
+	case CFG_SAMPLE_U16:
+		return VOLREC_SAMPLE_U16;
+	case CFG_SAMPLE_I16:
+		return VOLREC_SAMPLE_I16;
+	case CFG_SAMPLE_U12P:
+		return VOLREC_SAMPLE_U12P;
+	case CFG_SAMPLE_U12GV:
+		return VOLREC_SAMPLE_U12GV;
+	default:
+		return VOLREC_SAMPLE_F32;
+	}
+}
 
 /* Whether a and b hold the same configuration (tables and shim args compared by content;
  * source_file ignored). */

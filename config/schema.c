@@ -450,20 +450,10 @@ static const char *name_of(const char *const *names, int v)
 	return "?";
 }
 
-#define NAME_FN(fn, type, names)                                                                   \
-	const char *fn(type v)                                                                     \
+#define NAME_FN(stem, type)                                                                        \
+	const char *cfg_##stem##_name(type v)                                                      \
 	{                                                                                          \
-		return name_of(names, (int)v);                                                     \
+		return name_of(stem##_names, (int)v);                                              \
 	}
-NAME_FN(cfg_backend_name, enum cfg_backend, backend_names)
-NAME_FN(cfg_source_name, enum cfg_source, source_names)
-NAME_FN(cfg_replay_format_name, enum cfg_replay_format, replay_format_names)
-NAME_FN(cfg_sample_name, enum cfg_sample, sample_names)
-NAME_FN(cfg_background_name, enum cfg_background, background_names)
-NAME_FN(cfg_resample_name, enum cfg_resample, resample_names)
-NAME_FN(cfg_window_name, enum cfg_window, window_names)
-NAME_FN(cfg_recon_mode_name, enum cfg_recon_mode, recon_mode_names)
-NAME_FN(cfg_temporal_name, enum cfg_temporal, temporal_names)
-NAME_FN(cfg_combine_name, enum cfg_combine, combine_names)
-NAME_FN(cfg_overflow_name, enum cfg_overflow, overflow_names)
-NAME_FN(cfg_log_level_name, enum cfg_log_level, log_level_names)
+CFG_NAMED_ENUMS(NAME_FN)
+#undef NAME_FN

@@ -238,6 +238,24 @@ int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
 			goto out_nomem;                                                            \
 	} while (0)
 
+/* What the live keys set up, at create and at each live update: the partial median's
+ * buffers when it is on, the parameters and the views. */
+static int cpu_live_setup(struct cpu_state *st, const struct vr_config *cfg, char *err,
+                          size_t errlen)
+{
+	int rc;
+
+	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
+		rc = cpu_pm_alloc(st, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	rc = cpu_params_build(st, cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	return cpu_views_setup(st, cfg, err, errlen);
+}
+
 static int cpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
 {
 	struct cpu_state *st;
@@ -310,15 +328,7 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 			goto out_nomem;
 	}
 	memset(st->pm_count, 0, st->ny * sizeof(*st->pm_count));
-	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
-		rc = cpu_pm_alloc(st, err, errlen);
-		if (rc < 0)
-			goto out_destroy;
-	}
-	rc = cpu_params_build(st, cfg, err, errlen);
-	if (rc < 0)
-		goto out_destroy;
-	rc = cpu_views_setup(st, cfg, err, errlen);
+	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
 
@@ -433,15 +443,7 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 		         "needs a rebuild, not a live update");
 		return -EINVAL;
 	}
-	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
-		rc = cpu_pm_alloc(st, err, errlen);
-		if (rc < 0)
-			return rc;
-	}
-	rc = cpu_params_build(st, cfg, err, errlen);
-	if (rc < 0)
-		return rc;
-	rc = cpu_views_setup(st, cfg, err, errlen);
+	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (st->p.mode != old)

@@ -138,6 +138,20 @@ static void fill_ring_row(const struct cpu_state *st, struct cpu_worker *w, uint
 			              slot + (size_t)c * 2 * Z + Z);
 }
 
+/* out[z] = sum over i < n (n >= 1, in order of i) of w[i] * s[i][z], the weights first
+ * divided by norm in place. */
+static void weighted_sum(float *out, float *w, double norm, const float *const *s, unsigned n,
+                         uint32_t Z)
+{
+	for (unsigned i = 0; i < n; i++)
+		w[i] = (float)(w[i] / norm);
+	for (uint32_t z = 0; z < Z; z++)
+		out[z] = w[0] * s[0][z];
+	for (unsigned i = 1; i < n; i++)
+		for (uint32_t z = 0; z < Z; z++)
+			out[z] += w[i] * s[i][z];
+}
+
 static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 {
 	struct recon_ctx *ctx = vctx;
@@ -196,21 +210,9 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 			if (n == 0) {
 				memset(res, 0, Z * sizeof(float));
 			} else {
-				for (unsigned i = 0; i < n; i++)
-					cg[i] = (float)(cg[i] / G);
-				for (uint32_t z = 0; z < Z; z++)
-					A[z] = cg[0] * sg[0][z];
-				for (unsigned i = 1; i < n; i++)
-					for (uint32_t z = 0; z < Z; z++)
-						A[z] += cg[i] * sg[i][z];
+				weighted_sum(A, cg, G, sg, n, Z);
 				if (sum) {
-					for (unsigned i = 0; i < n; i++)
-						ct[i] = (float)(ct[i] / T);
-					for (uint32_t z = 0; z < Z; z++)
-						C[z] = ct[0] * s1[0][z];
-					for (unsigned i = 1; i < n; i++)
-						for (uint32_t z = 0; z < Z; z++)
-							C[z] += ct[i] * s1[i][z];
+					weighted_sum(C, ct, T, s1, n, Z);
 					for (uint32_t z = 0; z < Z; z++)
 						res[z] = 0.5f * (A[z] * st->inv_gz[z] +
 						                 C[z] * st->inv_nz[z]);

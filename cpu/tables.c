@@ -69,23 +69,17 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 	int rc;
 
 	/* validate everything first, so that a failure leaves the old tables in place */
-	if (cfg->preprocess.background.mode == CFG_BG_REFERENCE) {
-		rc = be_table_check(&cfg->preprocess.background.reference, K,
-		                    "preprocess.background.reference", err, errlen);
-		if (rc < 0)
-			return rc;
-	}
+	rc = be_reference_table_check(cfg, K, err, errlen);
+	if (rc < 0)
+		return rc;
 	if (cfg->preprocess.resample.method != CFG_RS_NONE) {
 		rc = be_positions(cfg, K, st->pos_tmp, err, errlen);
 		if (rc < 0)
 			return rc;
 	}
-	if (cfg->preprocess.dispersion.kind == CFG_DISP_TABLE) {
-		rc = be_table_check(&cfg->preprocess.dispersion.table, K,
-		                    "preprocess.dispersion.table", err, errlen);
-		if (rc < 0)
-			return rc;
-	}
+	rc = be_dispersion_table_check(cfg, K, err, errlen);
+	if (rc < 0)
+		return rc;
 	rc = be_levels_check(cfg, err, errlen);
 	if (rc < 0)
 		return rc;

@@ -86,6 +86,18 @@ static int gpu_time_copies(int ns, void *const *dst, void *const *src,
 	return 0;
 }
 
+/* GB/s (1e9 bytes) of the best of reps copies of bytes, one way (kind). */
+static int gpu_copy_gbs(void *dst, void *src, enum cudaMemcpyKind kind, size_t bytes, int reps,
+                        cudaStream_t *s, cudaEvent_t *ev, double *gbs, char *err, size_t errlen)
+{
+	double ms;
+	int rc = gpu_time_copies(1, &dst, &src, &kind, bytes, reps, s, ev, &ms, err, errlen);
+
+	if (rc == 0)
+		*gbs = bytes / (ms * 1e6);
+	return rc;
+}
+
 int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, char *err,
                         size_t errlen)
 {
@@ -133,22 +145,13 @@ int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw
 	memset(h0, 1, bytes);
 	memset(h1, 2, bytes);
 
-	{
-		void *dst[1] = {d0}, *src[1] = {h0};
-		enum cudaMemcpyKind k[1] = {cudaMemcpyHostToDevice};
-		rc = gpu_time_copies(1, dst, src, k, bytes, reps, s, ev, &ms, err, errlen);
-		if (rc < 0)
-			goto out;
-		bw->h2d_gbs = bytes / (ms * 1e6);
-	}
-	{
-		void *dst[1] = {h1}, *src[1] = {d1};
-		enum cudaMemcpyKind k[1] = {cudaMemcpyDeviceToHost};
-		rc = gpu_time_copies(1, dst, src, k, bytes, reps, s, ev, &ms, err, errlen);
-		if (rc < 0)
-			goto out;
-		bw->d2h_gbs = bytes / (ms * 1e6);
-	}
+	rc = gpu_copy_gbs(d0, h0, cudaMemcpyHostToDevice, bytes, reps, s, ev, &bw->h2d_gbs, err,
+	                  errlen);
+	if (rc == 0)
+		rc = gpu_copy_gbs(h1, d1, cudaMemcpyDeviceToHost, bytes, reps, s, ev, &bw->d2h_gbs,
+		                  err, errlen);
+	if (rc < 0)
+		goto out;
 	{
 		void *dst[2] = {d0, h1}, *src[2] = {h0, d1};
 		enum cudaMemcpyKind k[2] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost};
@@ -196,14 +199,8 @@ int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw
 	if (rc < 0)
 		goto out;
 	registered = true;
-	{
-		void *dst[1] = {shm}, *src[1] = {d1};
-		enum cudaMemcpyKind k[1] = {cudaMemcpyDeviceToHost};
-		rc = gpu_time_copies(1, dst, src, k, bytes, reps, s, ev, &ms, err, errlen);
-		if (rc < 0)
-			goto out;
-		bw->d2h_shm_gbs = bytes / (ms * 1e6);
-	}
+	rc = gpu_copy_gbs(shm, d1, cudaMemcpyDeviceToHost, bytes, reps, s, ev, &bw->d2h_shm_gbs,
+	                  err, errlen);
 out:
 	if (registered)
 		cudaHostUnregister(shm);

@@ -170,12 +170,9 @@ int gpu_tables_live(const struct vr_config *cfg, struct gpu_tables *t, char *err
 	float *win = NULL, *dc = NULL, *ds = NULL;
 	int rc;
 
-	if (cfg->preprocess.dispersion.kind == CFG_DISP_TABLE) {
-		rc = be_table_check(&cfg->preprocess.dispersion.table, K,
-		                    "preprocess.dispersion.table", err, errlen);
-		if (rc < 0)
-			return rc;
-	}
+	rc = be_dispersion_table_check(cfg, K, err, errlen);
+	if (rc < 0)
+		return rc;
 	win = malloc(sizeof(float) * K);
 	if (!win)
 		goto oom;

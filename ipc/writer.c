@@ -282,6 +282,21 @@ static void *map_aligned(int fd, size_t size)
 	return m;
 }
 
+/* Create the shared memory object name, which must not exist yet, with mode: its descriptor in
+ * *fd (-1 on failure). */
+static int shm_create(const char *name, mode_t mode, int *fd, char *err, size_t errlen)
+{
+	int rc;
+
+	*fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+	if (*fd < 0) {
+		rc = -errno;
+		ipc_errf(err, errlen, "cannot create shared memory %s: %s", name, strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
 static int ofd_lock(int fd, short type, off_t start, off_t len, int cmd)
 {
 	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len};
@@ -378,13 +393,9 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 		}
 	w->session = session;
 
-	w->data_fd = shm_open(w->data_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
-	if (w->data_fd < 0) {
-		rc = -errno;
-		ipc_errf(err, errlen, "cannot create shared memory %s: %s", w->data_name,
-		         strerror(errno));
+	rc = shm_create(w->data_name, 0640, &w->data_fd, err, errlen);
+	if (rc)
 		return rc;
-	}
 	if (fchmod(w->data_fd, 0640) || ofd_lock(w->data_fd, F_WRLCK, 0, 1, F_OFD_SETLK)) {
 		rc = -errno;
 		ipc_errf(err, errlen, "cannot set up %s: %s", w->data_name, strerror(errno));
@@ -435,13 +446,9 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	ipc_store64(&h->magic, VOLREC_SHM_MAGIC, memory_order_release);
 
 	w->lmap_size = sizeof(*lh) + (size_t)o->max_readers * sizeof(struct volrec_lease_entry);
-	w->lease_fd = shm_open(w->lease_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0660);
-	if (w->lease_fd < 0) {
-		rc = -errno;
-		ipc_errf(err, errlen, "cannot create shared memory %s: %s", w->lease_name,
-		         strerror(errno));
+	rc = shm_create(w->lease_name, 0660, &w->lease_fd, err, errlen);
+	if (rc)
 		return rc;
-	}
 	if (fchmod(w->lease_fd, 0660) || ftruncate(w->lease_fd, (off_t)w->lmap_size)) {
 		rc = -errno;
 		ipc_errf(err, errlen, "cannot size %s: %s", w->lease_name, strerror(errno));

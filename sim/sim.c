@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,20 +110,6 @@ struct column {
 	float cw[BEAM_CELLS];
 };
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return rc;
-}
-
 static inline uint64_t mix64(uint64_t z)
 {
 	z += 0x9e3779b97f4a7c15ull;
@@ -150,23 +135,7 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	p->bscans_per_volume = cfg->geometry.bscans_per_volume;
 	p->stride_x = cfg->geometry.stride[0];
 	p->stride_y = cfg->geometry.stride[1];
-	switch (cfg->geometry.sample_type) {
-	case CFG_SAMPLE_U16:
-		p->sample_type = VOLREC_SAMPLE_U16;
-		break;
-	case CFG_SAMPLE_I16:
-		p->sample_type = VOLREC_SAMPLE_I16;
-		break;
-	case CFG_SAMPLE_U12P:
-		p->sample_type = VOLREC_SAMPLE_U12P;
-		break;
-	case CFG_SAMPLE_U12GV:
-		p->sample_type = VOLREC_SAMPLE_U12GV;
-		break;
-	default:
-		p->sample_type = VOLREC_SAMPLE_F32;
-		break;
-	}
+	p->sample_type = cfg_sample_abi(cfg->geometry.sample_type);
 	p->bit_shift = cfg->geometry.bit_shift;
 	p->bidirectional = cfg->geometry.bidirectional;
 	p->rate = cfg->source.rate;
@@ -220,57 +189,59 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 
 	if (strcmp(p->phantom, "retina") != 0 && strcmp(p->phantom, "mirror") != 0 &&
 	    strcmp(p->phantom, "tilted") != 0)
-		return fail(err, errlen, -EINVAL,
-		            "synth: unknown phantom '%s' (allowed: retina, mirror, tilted)",
-		            p->phantom);
+		return vr_err(err, errlen, -EINVAL,
+		              "synth: unknown phantom '%s' (allowed: retina, mirror, tilted)",
+		              p->phantom);
 	if (!(p->mirror_mm >= 0 && p->mirror_mm < SIM_DEPTH_MM))
-		return fail(err, errlen, -EINVAL,
-		            "synth: mirror depth %g mm out of range (0 for the default %g, or "
-		            "within (0, %g))",
-		            p->mirror_mm, SIM_MIRROR_MM, SIM_DEPTH_MM);
+		return vr_err(err, errlen, -EINVAL,
+		              "synth: mirror depth %g mm out of range (0 for the default %g, or "
+		              "within (0, %g))",
+		              p->mirror_mm, SIM_MIRROR_MM, SIM_DEPTH_MM);
 	if (p->samples_per_ascan < 16 || p->samples_per_ascan > SIM_MAX_K)
-		return fail(err, errlen, -EINVAL,
-		            "synth: samples_per_ascan %u out of range (16..%u)",
-		            p->samples_per_ascan, SIM_MAX_K);
+		return vr_err(err, errlen, -EINVAL,
+		              "synth: samples_per_ascan %u out of range (16..%u)",
+		              p->samples_per_ascan, SIM_MAX_K);
 	if (!p->ascans_per_bscan || !p->bscans_per_volume || p->ascans_per_bscan > 65536 ||
 	    p->bscans_per_volume > 65536)
-		return fail(
+		return vr_err(
 		        err, errlen, -EINVAL,
 		        "synth: ascans_per_bscan %u / bscans_per_volume %u out of range (1..65536)",
 		        p->ascans_per_bscan, p->bscans_per_volume);
 	if (!p->stride_x || !p->stride_y || p->stride_x > 64 || p->stride_y > 64)
-		return fail(err, errlen, -EINVAL, "synth: stride [%u, %u] out of range (1..64)",
-		            p->stride_x, p->stride_y);
+		return vr_err(err, errlen, -EINVAL, "synth: stride [%u, %u] out of range (1..64)",
+		              p->stride_x, p->stride_y);
 	if (p->sample_type > VOLREC_SAMPLE_U12GV)
-		return fail(err, errlen, -EINVAL, "synth: unknown sample type %u", p->sample_type);
+		return vr_err(err, errlen, -EINVAL, "synth: unknown sample type %u",
+		              p->sample_type);
 	if (p->sample_type >= VOLREC_SAMPLE_U12P && p->samples_per_ascan % 2)
-		return fail(err, errlen, -EINVAL,
-		            "synth: samples_per_ascan %u is odd with a packed 12-bit sample type",
-		            p->samples_per_ascan);
+		return vr_err(err, errlen, -EINVAL,
+		              "synth: samples_per_ascan %u is odd with a packed 12-bit sample type",
+		              p->samples_per_ascan);
 	if (p->bit_shift > (p->sample_type >= VOLREC_SAMPLE_U12P ? 11u : 15u))
-		return fail(err, errlen, -EINVAL, "synth: bit_shift %u out of range (0..%u)",
-		            p->bit_shift, p->sample_type >= VOLREC_SAMPLE_U12P ? 11u : 15u);
+		return vr_err(err, errlen, -EINVAL, "synth: bit_shift %u out of range (0..%u)",
+		              p->bit_shift, p->sample_type >= VOLREC_SAMPLE_U12P ? 11u : 15u);
 	if (!(p->beam_um >= 0 && p->beam_um <= SIM_BEAM_MAX_UM))
-		return fail(err, errlen, -EINVAL,
-		            "synth: beam_um %g out of range (0 for a pencil beam, up to %g)",
-		            p->beam_um, SIM_BEAM_MAX_UM);
+		return vr_err(err, errlen, -EINVAL,
+		              "synth: beam_um %g out of range (0 for a pencil beam, up to %g)",
+		              p->beam_um, SIM_BEAM_MAX_UM);
 	if (!isfinite(p->deg_per_s) || !isfinite(p->snr_db) || !isfinite(p->rate) || p->rate < 0)
-		return fail(err, errlen, -EINVAL,
-		            "synth: rate %g, deg_per_s %g and snr_db %g must be finite (rate >= 0)",
-		            p->rate, p->deg_per_s, p->snr_db);
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "synth: rate %g, deg_per_s %g and snr_db %g must be finite (rate >= 0)",
+		        p->rate, p->deg_per_s, p->snr_db);
 	for (int i = 0; i < 3; i++)
 		if (!isfinite(p->shift_mm_per_s[i]) || !isfinite(p->jump_mm[i]) ||
 		    !isfinite(p->jump_deg))
-			return fail(
+			return vr_err(
 			        err, errlen, -EINVAL,
 			        "synth: motion shift_mm_per_s, jump shift_mm and jump deg must be "
 			        "finite");
 	bytes = (uint64_t)p->ascans_per_bscan *
 	        volrec_sample_bytes(p->sample_type, p->samples_per_ascan);
 	if (bytes > (1ull << 31))
-		return fail(err, errlen, -EINVAL,
-		            "synth: one B-scan would be %llu bytes (max 2 GiB)",
-		            (unsigned long long)bytes);
+		return vr_err(err, errlen, -EINVAL,
+		              "synth: one B-scan would be %llu bytes (max 2 GiB)",
+		              (unsigned long long)bytes);
 	return 0;
 }
 
@@ -336,7 +307,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return fail(err, errlen, -ENOMEM, "synth: out of memory");
+		return vr_err(err, errlen, -ENOMEM, "synth: out of memory");
 	s->p = *p;
 	K = s->K = p->samples_per_ascan;
 	s->X = p->ascans_per_bscan * p->stride_x;
@@ -370,12 +341,12 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->grid = fftwf_alloc_complex(K);
 	if (!s->u || !s->env || !s->base || !s->nsd || !s->tap0 || !s->tapw || !s->rot ||
 	    !s->ext_re || !s->ext_im || !s->spec || !s->grid) {
-		rc = fail(err, errlen, -ENOMEM, "synth: out of memory for K = %u tables", K);
+		rc = vr_err(err, errlen, -ENOMEM, "synth: out of memory for K = %u tables", K);
 		goto out_free;
 	}
 	s->plan = fftwf_plan_dft_1d((int)K, s->grid, s->grid, FFTW_BACKWARD, FFTW_ESTIMATE);
 	if (!s->plan) {
-		rc = fail(err, errlen, -ENOMEM, "synth: FFTW could not plan a %u-point FFT", K);
+		rc = vr_err(err, errlen, -ENOMEM, "synth: FFTW could not plan a %u-point FFT", K);
 		goto out_free;
 	}
 

@@ -31,6 +31,16 @@ const char *src_common_strerror(void *h, int code);
 int src_fail(struct src_common *c, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
+/* open() of the built-ins' ops tables: -EOPNOTSUPP, src_open() opens them from the
+ * configuration. */
+int src_common_open(const char *args_yaml, struct volrec_shim_info *info, void **handle);
+/* configure() of a built-in whose geometry from the configuration is have: g must be the same
+ * (its rate aside), else -EINVAL and a message naming c->kind and path (may be NULL). */
+int src_common_configure(struct src_common *c, const struct volrec_shim_geometry *have,
+                         const struct volrec_shim_geometry *g, const char *path);
+/* stop() of the built-ins: nothing to stop. */
+int src_common_stop(void *h);
+
 /* Geometry of cfg as told to configure(); rate 0 when unpaced. */
 void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_config *cfg,
                               unsigned flags);

@@ -325,24 +325,10 @@ int src_replay_probe(const char *path, struct src_replay_info *info, char *err, 
 
 /* ---- the source ---------------------------------------------------------------------------- */
 
-static int replay_open_abi(const char *args_yaml, struct volrec_shim_info *info, void **handle)
-{
-	(void)args_yaml;
-	(void)info;
-	(void)handle;
-	return -EOPNOTSUPP; /* built-ins are opened by src_open() from the configuration */
-}
-
 static int replay_configure(void *h, const struct volrec_shim_geometry *g)
 {
 	struct replay *r = h;
-
-	if (memcmp(g, &r->geo, offsetof(struct volrec_shim_geometry, rate)) != 0)
-		return src_fail(&r->com, -EINVAL,
-		                "replay %s: configure() with a geometry other than the "
-		                "configuration's (a new geometry needs a new source)",
-		                r->path);
-	return 0;
+	return src_common_configure(&r->com, &r->geo, g, r->path);
 }
 
 static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
@@ -621,12 +607,6 @@ static int replay_release_ref(void *h, const void *bscan)
 	return 0;
 }
 
-static int replay_stop(void *h)
-{
-	(void)h;
-	return 0;
-}
-
 static void replay_close(void *h)
 {
 	struct replay *r = h;
@@ -644,12 +624,12 @@ static void replay_close(void *h)
 const struct volrec_shim_ops src_replay_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
-        .open = replay_open_abi,
+        .open = src_common_open,
         .configure = replay_configure,
         .set_scan_offset = replay_set_scan_offset,
         .start = replay_start,
         .acquire = replay_acquire,
-        .stop = replay_stop,
+        .stop = src_common_stop,
         .close = replay_close,
         .strerror = src_common_strerror,
         .ref_regions = replay_ref_regions,

@@ -190,22 +190,21 @@ out:
 /* Name of the first NULL function pointer of a table, or NULL when all are set. */
 static const char *missing_function(const struct volrec_shim_ops *t)
 {
-	if (!t->open)
-		return "open";
-	if (!t->configure)
-		return "configure";
-	if (!t->set_scan_offset)
-		return "set_scan_offset";
-	if (!t->start)
-		return "start";
-	if (!t->acquire)
-		return "acquire";
-	if (!t->stop)
-		return "stop";
-	if (!t->close)
-		return "close";
-	if (!t->strerror)
-		return "strerror";
+	/* the name returned is the member's own */
+#define REQUIRED(f)                                                                                \
+	do {                                                                                       \
+		if (!t->f)                                                                         \
+			return #f;                                                                 \
+	} while (0)
+	REQUIRED(open);
+	REQUIRED(configure);
+	REQUIRED(set_scan_offset);
+	REQUIRED(start);
+	REQUIRED(acquire);
+	REQUIRED(stop);
+	REQUIRED(close);
+	REQUIRED(strerror);
+#undef REQUIRED
 	return NULL;
 }
 

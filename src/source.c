@@ -31,6 +31,32 @@ const char *src_common_strerror(void *h, int code)
 	return c && code && code == c->msg_code ? c->msg : NULL;
 }
 
+int src_common_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
+{
+	(void)args_yaml;
+	(void)info;
+	(void)handle;
+	return -EOPNOTSUPP; /* built-ins are opened by src_open() from the configuration */
+}
+
+int src_common_configure(struct src_common *c, const struct volrec_shim_geometry *have,
+                         const struct volrec_shim_geometry *g, const char *path)
+{
+	if (memcmp(g, have, offsetof(struct volrec_shim_geometry, rate)) != 0)
+		return src_fail(
+		        c, -EINVAL,
+		        "%s%s%s: configure() with a geometry other than the configuration's "
+		        "(a new geometry needs a new source)",
+		        c->kind, path ? " " : "", path ? path : "");
+	return 0;
+}
+
+int src_common_stop(void *h)
+{
+	(void)h;
+	return 0;
+}
+
 const char *src_sample_name(uint32_t t)
 {
 	switch (t) {
@@ -56,23 +82,7 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 	g->samples_per_ascan = cfg->geometry.samples_per_ascan;
 	g->ascans_per_bscan = cfg->geometry.ascans_per_bscan;
 	g->bscans_per_volume = cfg->geometry.bscans_per_volume;
-	switch (cfg->geometry.sample_type) {
-	case CFG_SAMPLE_U16:
-		g->sample_type = VOLREC_SAMPLE_U16;
-		break;
-	case CFG_SAMPLE_I16:
-		g->sample_type = VOLREC_SAMPLE_I16;
-		break;
-	case CFG_SAMPLE_U12P:
-		g->sample_type = VOLREC_SAMPLE_U12P;
-		break;
-	case CFG_SAMPLE_U12GV:
-		g->sample_type = VOLREC_SAMPLE_U12GV;
-		break;
-	default:
-		g->sample_type = VOLREC_SAMPLE_F32;
-		break;
-	}
+	g->sample_type = cfg_sample_abi(cfg->geometry.sample_type);
 	g->stride_x = cfg->geometry.stride[0];
 	g->stride_y = cfg->geometry.stride[1];
 	g->bidirectional = cfg->geometry.bidirectional;

@@ -24,23 +24,10 @@ struct synth {
 };
 _Static_assert(offsetof(struct synth, com) == 0, "src_common_strerror() reads com");
 
-static int synth_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
-{
-	(void)args_yaml;
-	(void)info;
-	(void)handle;
-	return -EOPNOTSUPP; /* built-ins are opened by src_open() from the configuration */
-}
-
 static int synth_configure(void *h, const struct volrec_shim_geometry *g)
 {
 	struct synth *s = h;
-
-	if (memcmp(g, &s->geo, offsetof(struct volrec_shim_geometry, rate)) != 0)
-		return src_fail(&s->com, -EINVAL,
-		                "synth: configure() with a geometry other than the configuration's "
-		                "(a new geometry needs a new source)");
-	return 0;
+	return src_common_configure(&s->com, &s->geo, g, NULL);
 }
 
 static int synth_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
@@ -116,12 +103,6 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	return 0;
 }
 
-static int synth_stop(void *h)
-{
-	(void)h;
-	return 0;
-}
-
 static void synth_close(void *h)
 {
 	struct synth *s = h;
@@ -135,12 +116,12 @@ static void synth_close(void *h)
 const struct volrec_shim_ops src_synth_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
-        .open = synth_open,
+        .open = src_common_open,
         .configure = synth_configure,
         .set_scan_offset = synth_set_scan_offset,
         .start = synth_start,
         .acquire = synth_acquire,
-        .stop = synth_stop,
+        .stop = src_common_stop,
         .close = synth_close,
         .strerror = src_common_strerror,
 };

@@ -118,14 +118,21 @@ def tilted(bin_dir, tmp_path):
     return geo, rp, poly, disp
 
 
-def test_dispersion_on_the_tilted_reflector(bin_dir, tmp_path, tilted):
-    geo, rp, poly, _ = tilted
-    cfg = tmp_path / "disp.yaml"
+def calibrate_dispersion(bin_dir, tmp_path, geo, rp, poly, name):
+    """volrec calibrate --dispersion of rp, resampled with poly (config tmp_path/name):
+    (sharpness before, a2, a3, sharpness after)."""
+    cfg = tmp_path / name
     cfg.write_text(geo + f"preprocess:\n  background: {{mode: bscan_mean}}\n"
                    f"  resample: {{method: cubic, poly: {poly}}}\n")
     text = ok(run(bin_dir, "calibrate", "--dispersion", "-c", cfg, "-o", tmp_path, rp))
     before, = number(r"sharpness .*: (\S+) with the configured dispersion \(none\)", text)
     a2, a3, after = number(r"\[a2, a3\] = \[(\S+), (\S+)\] rad: sharpness (\S+)", text)
+    return before, a2, a3, after
+
+
+def test_dispersion_on_the_tilted_reflector(bin_dir, tmp_path, tilted):
+    geo, rp, poly, _ = tilted
+    before, a2, a3, after = calibrate_dispersion(bin_dir, tmp_path, geo, rp, poly, "disp.yaml")
     print(f"tilted reflector: [a2, a3] = [{a2}, {a3}] (simulator: [30, -12]), sharpness "
           f"{before} -> {after}")
     assert abs(a2 - 30) < 1.5 and abs(a3 + 12) < 3, (a2, a3)
@@ -139,12 +146,7 @@ def test_dispersion_on_packed_12bit_recordings(bin_dir, tmp_path, sample_type):
     # a camera's packed 12-bit samples (ALGORITHMS.md section 0), read from the replay file
     geo = geometry(1024, 64, 4) + f"  sample_type: {sample_type}\n"
     rp, poly, _ = simulate(bin_dir, tmp_path, "tilted12", "tilted", geo)
-    cfg = tmp_path / "disp12.yaml"
-    cfg.write_text(geo + f"preprocess:\n  background: {{mode: bscan_mean}}\n"
-                   f"  resample: {{method: cubic, poly: {poly}}}\n")
-    text = ok(run(bin_dir, "calibrate", "--dispersion", "-c", cfg, "-o", tmp_path, rp))
-    before, = number(r"sharpness .*: (\S+) with the configured dispersion \(none\)", text)
-    a2, a3, after = number(r"\[a2, a3\] = \[(\S+), (\S+)\] rad: sharpness (\S+)", text)
+    before, a2, a3, after = calibrate_dispersion(bin_dir, tmp_path, geo, rp, poly, "disp12.yaml")
     print(f"tilted reflector, {sample_type}: [a2, a3] = [{a2}, {a3}] (simulator: [30, -12])")
     assert abs(a2 - 30) < 1.5 and abs(a3 + 12) < 3, (a2, a3)
     assert after > 1.5 * before

@@ -154,10 +154,5 @@ def test_malformed_requests_get_errors_and_the_daemon_keeps_publishing(daemon):
         s.send(b'{"op":"status"}')
         assert json.loads(s.recv())["ok"] is True
     s.close()
-    c = volrec.Client(daemon.instance, run_dir=str(daemon.run_dir))
-    try:
-        with c.next_volume(10.0):
-            pass
-    finally:
-        c.close()
+    daemon.one_volume(10.0)
     assert daemon.proc.poll() is None

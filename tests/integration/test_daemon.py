@@ -103,6 +103,10 @@ class Daemon:
                                      env=env, stdout=self.log, stderr=self.log)
         return self
 
+    def serve(self, env_extra=None):
+        """Start, subscribe to the publisher and wait for READY=1: a daemon publishing."""
+        return self.start(env_extra).subscribe().ready()
+
     def signal(self, sig):
         self.proc.send_signal(sig)
 
@@ -252,9 +256,7 @@ def drops_identity(st):
 # ---- start, notify protocol, status --------------------------------------------------------
 
 def test_ready_status_and_pid_file(daemons):
-    d = daemons().start()
-    d.subscribe()
-    d.ready()
+    d = daemons().serve()
     i = d.wait_note("STATUS")
     assert d.notes[i]["STATUS"].startswith(("running", "starting", "degraded")), d.notes[i]
     # rates cover the last status interval: on a slow machine the first interval can end
@@ -283,9 +285,7 @@ def test_ready_status_and_pid_file(daemons):
 
 
 def test_sigterm_stops_cleanly_and_unlinks_shm(daemons):
-    d = daemons().start()
-    d.subscribe()
-    d.ready()
+    d = daemons().serve()
     d.vol()
     assert os.path.exists(f"/dev/shm/volrec.{d.instance}")
     # the effective configuration for clients, as `volrecd --check` prints it
@@ -393,9 +393,7 @@ def test_c_and_python_clients_match_volrec_process(daemons, bin_dir):
 # ---- reload -------------------------------------------------------------------------------
 
 def test_live_reload_changes_the_next_volumes(daemons, bin_dir):
-    d = daemons().start()
-    d.subscribe()
-    d.ready()
+    d = daemons().serve()
     d.vol()
     new = json.loads(json.dumps(d.cfg))
     new["preprocess"]["db_range"] = [0, 60]
@@ -428,9 +426,7 @@ def test_live_reload_changes_the_next_volumes(daemons, bin_dir):
 
 
 def test_invalid_reload_is_rejected_and_publishing_goes_on(daemons):
-    d = daemons().start()
-    d.subscribe()
-    d.ready()
+    d = daemons().serve()
     before = d.vol()
     bad = json.loads(json.dumps(d.cfg))
     bad["preprocess"]["db_range"] = [50, 10]
@@ -456,9 +452,7 @@ def test_invalid_reload_is_rejected_and_publishing_goes_on(daemons):
 
 
 def test_structural_reload_starts_a_new_session_clients_follow(daemons):
-    d = daemons().start()
-    d.subscribe()
-    d.ready()
+    d = daemons().serve()
     reader, out = d.reader(1000, 12, name="follow")
     first = d.vol()
     new = json.loads(json.dumps(d.cfg))
@@ -520,9 +514,7 @@ def test_sigkill_then_restart_clients_recover(daemons):
 # ---- history reset, statistics -------------------------------------------------------------
 
 def test_sigusr2_resets_history_and_sigusr1_logs_statistics(daemons):
-    d = daemons().start()
-    d.subscribe()
-    d.ready()
+    d = daemons().serve()
     d.vol()
     d.signal(signal.SIGUSR2)
     d.event("history_reset")
@@ -541,9 +533,7 @@ def test_partial_median_counts_in_status_statistics_and_the_status_screen(daemon
     while the mode is partial_median, in the SIGUSR1 statistics and on `volrec status`; gone
     from the status after a live switch to bscan_mean."""
     d = daemons(**{"source.synth.phantom": "tilted",
-                   "preprocess.background": {"mode": "partial_median"}}).start()
-    d.subscribe()
-    d.ready()
+                   "preprocess.background": {"mode": "partial_median"}}).serve()
     d.vol()
     st = d.status(lambda m: m.get("preprocess", {}).get("median_depths", {})
                   .get("mean_per_bscan") is not None)
@@ -639,9 +629,7 @@ def test_source_faster_than_processing_drops_are_counted_exactly(daemons):
     # a source paced far faster than processing (rate 0 would block: see the next test), the
     # smallest ring (two epochs): acquisition outruns processing
     d = daemons(**{"source.rate": 100000, "pipeline.ring_bscans": 24,
-                   "pipeline.overflow": "drop_epoch"}).start()
-    d.subscribe()
-    d.ready()
+                   "pipeline.overflow": "drop_epoch"}).serve()
     st = d.status(lambda m: m["drops"]["ring_full"] > 0 and m["volumes_published"] >= 3)
     for _ in range(5):
         st = d.status()
@@ -674,9 +662,7 @@ def test_unpaced_synth_and_replay_wait_for_processing_instead_of_dropping(daemon
         d.cfg["source"] = {"type": "replay", "rate": 0,
                            "replay": {"path": str(rp), "loop": True}}
         d.write_config(d.cfg)
-    d.start()
-    d.subscribe()
-    d.ready()
+    d.serve()
     first = d.vol()
     st = d.status(lambda m: m["volumes_published"] >= 10)
     assert st["drops"]["total"] == 0, st["drops"]
@@ -746,9 +732,7 @@ def shim_daemon(daemons, build_dir, timeout_ms=300, **over):
 
 def test_shim_errors_and_stalls_degrade_then_recover(daemons, build_dir):
     d, control = shim_daemon(daemons, build_dir)
-    d.start()
-    d.subscribe()
-    d.ready()
+    d.serve()
     st = d.status(lambda m: m["volumes_published"] >= 1)
     assert st["source"]["type"] == "shim" and st["source"]["name"]
     control.write_text("error 4\n")
@@ -778,9 +762,7 @@ def test_shim_errors_and_stalls_degrade_then_recover(daemons, build_dir):
 
 def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
     d, control = shim_daemon(daemons, build_dir)
-    d.start(env_extra={"WATCHDOG_USEC": "300000"})
-    d.subscribe()
-    d.ready()
+    d.serve(env_extra={"WATCHDOG_USEC": "300000"})
     d.wait_note("WATCHDOG", "1")
     i = d.wait_note("WATCHDOG", "1", after=len(d.notes))
     st = d.status(lambda m: m["watchdog"]["pings"] >= 2)
@@ -817,9 +799,7 @@ def test_sigterm_with_a_hung_acquire_stops_within_a_second_past_its_timeout(daem
     # a hung driver: acquire() blocks 20 s, ignoring its 300 ms timeout; SIGTERM must not wait
     # for it: the daemon stops within timeout + 1 s (plus draining) and says so in its log
     d, control = shim_daemon(daemons, build_dir)
-    d.start()
-    d.subscribe()
-    d.ready()
+    d.serve()
     d.vol()
     control.write_text("stall 20000\n")
     time.sleep(1.0)  # the shim reads the control file before an acquire and stalls in it

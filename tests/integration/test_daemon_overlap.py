@@ -30,9 +30,7 @@ def overlap_mode(monkeypatch):
 
 
 def test_overlap_mode_is_announced(daemons):
-    d = daemons().start()
-    d.subscribe()
-    d.ready()
+    d = daemons().serve()
     d.vol()
     assert "pipeline: overlap" in d.log_text()
     d.signal(signal.SIGTERM)
@@ -51,9 +49,7 @@ def test_overlap_source_errors_cut_epochs_exactly(daemons, build_dir):
     # (usually) already submitted: that epoch is finished without being published, its
     # B-scans counted as incomplete_epoch, and the history reset before the next volume
     d, control = shim_daemon(daemons, build_dir)
-    d.start()
-    d.subscribe()
-    d.ready()
+    d.serve()
     d.status(lambda m: m["volumes_published"] >= 2)
     control.write_text("error 4\n")
     d.event("source_fault")

@@ -28,9 +28,7 @@ def published(d):
 @pytest.mark.parametrize("zero_copy", [None, "0"])
 def test_replay_file_truncated_under_the_daemon_is_a_fault_then_recovers(daemons, bin_dir,
                                                                          zero_copy):
-    d = replay_daemon(daemons, bin_dir, **{"source.rate": 20}).start(env(zero_copy))
-    d.subscribe()
-    d.ready()
+    d = replay_daemon(daemons, bin_dir, **{"source.rate": 20}).serve(env(zero_copy))
     st = d.status(lambda m: m["volumes_published"] >= 2)
     assert st["source"]["acquisition"] == ("zero-copy" if zero_copy is None else "copy")
     path = pathlib.Path(d.cfg["source"]["replay"]["path"])
@@ -60,9 +58,7 @@ def test_replay_file_truncated_under_the_daemon_is_a_fault_then_recovers(daemons
 
 
 def test_volrec_sim_over_a_replayed_file_switches_the_daemon_to_it(daemons, bin_dir):
-    d = replay_daemon(daemons, bin_dir, **{"source.rate": 20}).start()
-    d.subscribe()
-    d.ready()
+    d = replay_daemon(daemons, bin_dir, **{"source.rate": 20}).serve()
     d.status(lambda m: m["volumes_published"] >= 2)
     path = pathlib.Path(d.cfg["source"]["replay"]["path"])
     inode = path.stat().st_ino
@@ -85,9 +81,7 @@ def test_volrec_sim_over_a_replayed_file_switches_the_daemon_to_it(daemons, bin_
 
 def test_shim_returning_a_positive_value_is_a_source_fault(daemons, build_dir):
     d, control = shim_daemon(daemons, build_dir)
-    d.start()
-    d.subscribe()
-    d.ready()
+    d.serve()
     d.status(lambda m: m["volumes_published"] >= 1)
     control.write_text("return 5 3\n")
     ev = d.event("source_fault")
@@ -103,9 +97,7 @@ def test_status_is_utf8_when_the_shims_texts_are_not(daemons, build_dir):
     d, control = shim_daemon(daemons, build_dir)
     d.cfg["source"]["shim"]["args"].update({"device_hex": "41 ff c3 28 42", "text_hex": "fe"})
     d.write_config(d.cfg)
-    d.start()
-    d.subscribe()
-    d.ready()
+    d.serve()
     # wait_message decodes every status as strict UTF-8 JSON
     st = d.status(lambda m: m["volumes_published"] >= 1)
     assert st["source"]["device"] == "A\ufffd\ufffd(B", st["source"]

@@ -126,9 +126,7 @@ def test_zero_copy_env_value_is_checked(daemons, bin_dir):
 
 def test_shim_without_the_extension_copies(daemons, build_dir):
     d, _ = shim_daemon(daemons, build_dir)
-    d.start()
-    d.subscribe()
-    d.ready()
+    d.serve()
     st = d.status(lambda m: m["volumes_published"] >= 2)
     assert st["source"]["acquisition"] == "copy"
     assert "acquisition: copy into the ring (source fault-shim has no zero-copy calls)" in \

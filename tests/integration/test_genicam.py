@@ -296,9 +296,7 @@ def gv_daemon(daemons, cam, **args):
                               bscans_per_volume=8)
     over["reconstruct.mode"] = "none"
     d = daemons(**over)
-    d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
-    d.subscribe()
-    d.ready()
+    d.serve(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
     return d
 
 

@@ -69,15 +69,20 @@ class Daemon:
         while True:
             assert self.proc.poll() is None, self.log_text()
             try:
-                c = volrec.Client(self.instance, run_dir=str(self.run_dir))
-                try:
-                    with c.next_volume(5.0):
-                        break
-                finally:
-                    c.close()
+                self.one_volume(5.0)
+                break
             except (volrec.NoDaemon, volrec.Timeout, BlockingIOError):
                 assert time.monotonic() < deadline, self.log_text()
                 time.sleep(0.1)
+
+    def one_volume(self, timeout):
+        """Connect a client and wait for the next volume (timeout seconds)."""
+        c = volrec.Client(self.instance, run_dir=str(self.run_dir))
+        try:
+            with c.next_volume(timeout):
+                pass
+        finally:
+            c.close()
 
     def stop(self):
         """SIGTERM, and wait until it is gone."""
@@ -102,6 +107,12 @@ class Daemon:
         return subprocess.run([str(self.bin / "volrec"), *args, "-i", self.instance,
                                "-r", str(self.run_dir)], capture_output=True, text=True,
                               timeout=timeout, **kw)
+
+    def volrec_popen(self, *args, **kw):
+        """Start `volrec ARGS -i INSTANCE -r RUN_DIR`, its output piped as text."""
+        return subprocess.Popen([str(self.bin / "volrec"), *args, "-i", self.instance,
+                                 "-r", str(self.run_dir)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
     def close(self):
         if self.proc.poll() is None:
@@ -351,9 +362,7 @@ def test_record_equals_what_a_client_received(daemon, tmp_path):
     got = {}
     c = volrec.Client(daemon.instance, run_dir=str(daemon.run_dir))
     try:
-        rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-n", "10",
-                                "-i", daemon.instance, "-r", str(daemon.run_dir)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rec = daemon.volrec_popen("record", "-o", str(out), "-n", "10")
         deadline = time.monotonic() + TIMEOUT
         while rec.poll() is None or len(got) < 5:
             assert time.monotonic() < deadline
@@ -399,9 +408,7 @@ def test_record_equals_what_a_client_received(daemon, tmp_path):
 
 def test_record_reports_missed_volumes_when_stalled(daemon, tmp_path):
     out = tmp_path / "stalled.h5"
-    rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "6",
-                            "-i", daemon.instance, "-r", str(daemon.run_dir)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rec = daemon.volrec_popen("record", "-o", str(out), "-s", "6")
     def published():
         # the data segment header's latest published sequence (docs/protocol.md: offset 88)
         with open(f"/dev/shm/volrec.{daemon.instance}", "rb") as shm:
@@ -484,9 +491,7 @@ def test_record_keeps_every_volume_when_another_process_fills_the_disk(daemon, s
     got = {}
     c = volrec.Client(daemon.instance, run_dir=str(daemon.run_dir))
     try:
-        rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
-                                "-i", daemon.instance, "-r", str(daemon.run_dir)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rec = daemon.volrec_popen("record", "-o", str(out), "-s", "120")
         hog = None
         deadline = time.monotonic() + TIMEOUT
         while rec.poll() is None:
@@ -561,10 +566,8 @@ def test_record_without_reservation_keeps_its_flushed_volumes_when_a_write_fails
                        text=True)
     assert r.returncode == 0, r.stderr
     out = small_disk / "rec.h5"
-    rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
-                            "-i", daemon.instance, "-r", str(daemon.run_dir)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=dict(os.environ, LD_PRELOAD=str(so)))
+    rec = daemon.volrec_popen("record", "-o", str(out), "-s", "120",
+                              env=dict(os.environ, LD_PRELOAD=str(so)))
     wait_for_size(out, 3 * 36 * 36 * 256, rec)
     subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'hog'}", "bs=64k"],
                    capture_output=True)
@@ -702,9 +705,7 @@ def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(da
         env = dict(os.environ, LD_PRELOAD=str(so), VR_FAULT_FILE=str(out), VR_FAULT_AT=str(at),
                    VR_FAULT_MODE=mode, VR_FAULT_HOG=str(small_disk / "hog"),
                    VR_FAULT_CALLS=str(calls))
-        return subprocess.run([str(daemon.bin / "volrec"), "record", "-o", str(out), "-n", "3",
-                               "-i", daemon.instance, "-r", str(daemon.run_dir)],
-                              capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        return daemon.volrec("record", "-o", str(out), "-n", "3", env=env)
 
     r = record(0)
     assert r.returncode == 0, (r.returncode, r.stderr)
@@ -746,9 +747,7 @@ def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(da
 def test_record_file_is_readable_after_the_recorder_is_killed(daemon, tmp_path):
     """Flushed after every volume: a SIGKILL loses at most the volume being written."""
     out = tmp_path / "killed.h5"
-    rec = subprocess.Popen([str(daemon.bin / "volrec"), "record", "-o", str(out), "-s", "120",
-                            "-i", daemon.instance, "-r", str(daemon.run_dir)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rec = daemon.volrec_popen("record", "-o", str(out), "-s", "120")
     wait_for_size(out, 4 * 36 * 36 * 256, rec)
     rec.kill()
     rec.communicate(timeout=TIMEOUT)

@@ -307,29 +307,23 @@ static void test_unpack12_hand_computed(void **s)
 {
 	/* b0 b1 b2 = AB CD EF: Mono12p s0 = AB | D << 8, s1 = C | EF << 4; Mono12Packed
 	 * s0 = AB << 4 | D, s1 = EF << 4 | C */
-	const uint8_t p[3] = {0xab, 0xcd, 0xef}, q[3] = {0xff, 0x0f, 0x00},
-	              r[3] = {0x00, 0xf0, 0xff};
+	static const struct {
+		uint8_t b[3];
+		bool gv;
+		uint32_t s0, s1;
+	} cases[] = {
+	        {{0xab, 0xcd, 0xef}, false, 0xdab, 0xefc}, {{0xab, 0xcd, 0xef}, true, 0xabd, 0xefc},
+	        {{0xff, 0x0f, 0x00}, false, 0xfff, 0x000}, {{0xff, 0x0f, 0x00}, true, 0xfff, 0x000},
+	        {{0x00, 0xf0, 0xff}, false, 0x000, 0xfff}, {{0x00, 0xf0, 0xff}, true, 0x000, 0xfff},
+	};
 	uint32_t s0, s1;
 
 	(void)s;
-	vr_unpack12(p, false, &s0, &s1);
-	assert_int_equal(s0, 0xdab);
-	assert_int_equal(s1, 0xefc);
-	vr_unpack12(p, true, &s0, &s1);
-	assert_int_equal(s0, 0xabd);
-	assert_int_equal(s1, 0xefc);
-	vr_unpack12(q, false, &s0, &s1);
-	assert_int_equal(s0, 0xfff);
-	assert_int_equal(s1, 0x000);
-	vr_unpack12(q, true, &s0, &s1);
-	assert_int_equal(s0, 0xfff);
-	assert_int_equal(s1, 0x000);
-	vr_unpack12(r, false, &s0, &s1);
-	assert_int_equal(s0, 0x000);
-	assert_int_equal(s1, 0xfff);
-	vr_unpack12(r, true, &s0, &s1);
-	assert_int_equal(s0, 0x000);
-	assert_int_equal(s1, 0xfff);
+	for (size_t i = 0; i < VR_ARRAY_SIZE(cases); i++) {
+		vr_unpack12(cases[i].b, cases[i].gv, &s0, &s1);
+		assert_int_equal(s0, cases[i].s0);
+		assert_int_equal(s1, cases[i].s1);
+	}
 }
 
 /* Pack v[0..n) (12-bit values, n even) as u12p or u12gv. */

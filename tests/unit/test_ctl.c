@@ -98,77 +98,78 @@ static const char *field(struct json_object *o, const char *name)
 	return json_object_get_string(v);
 }
 
-static void test_get_one_key_and_the_whole_configuration(void **state)
+/* The reply to text, parsed: a refusal when refusal is true, else an acceptance. */
+static struct json_object *ask_for(const char *text, bool refusal)
 {
 	bool refused;
+	struct json_object *o = ask(text, &refused);
+
+	if (refused != refusal)
+		fail_msg("%s: %s", refused ? "refused" : "not refused",
+		         json_object_to_json_string(o));
+	return o;
+}
+
+/* Ask text and expect a refusal whose error contains fragment. */
+static void ask_refused(const char *text, const char *fragment)
+{
+	struct json_object *o = ask_for(text, true);
+
+	assert_non_null(strstr(field(o, "error"), fragment));
+	json_object_put(o);
+}
+
+static void test_get_one_key_and_the_whole_configuration(void **state)
+{
 	struct json_object *o;
 
 	(void)state;
-	o = ask("{\"op\":\"get\",\"key\":\"preprocess.db_range\",\"id\":\"a1\"}", &refused);
-	assert_false(refused);
+	o = ask_for("{\"op\":\"get\",\"key\":\"preprocess.db_range\",\"id\":\"a1\"}", false);
 	assert_string_equal(field(o, "value"), "[0, 100]");
 	assert_string_equal(field(o, "id"), "a1");
 	json_object_put(o);
-	o = ask("{\"op\":\"get\"}", &refused);
-	assert_false(refused);
+	o = ask_for("{\"op\":\"get\"}", false);
 	assert_non_null(strstr(field(o, "config"), "db_range"));
 	json_object_put(o);
-	o = ask("{\"op\":\"get\",\"key\":\"preprocess.nope\"}", &refused);
-	assert_true(refused);
-	assert_non_null(strstr(field(o, "error"), "preprocess.nope: unknown key"));
-	json_object_put(o);
+	ask_refused("{\"op\":\"get\",\"key\":\"preprocess.nope\"}", "preprocess.nope: unknown key");
 }
 
 static void test_set_applies_live_keys_with_yaml_or_json_values(void **state)
 {
-	bool refused;
 	struct json_object *o;
 
 	(void)state;
-	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90],"
-	        "\"preprocess.window.type\":\"tukey\"}}",
-	        &refused);
-	if (refused)
-		fail_msg("refused: %s", field(o, "error"));
+	o = ask_for("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90],"
+	            "\"preprocess.window.type\":\"tukey\"}}",
+	            false);
 	json_object_put(o);
 	assert_int_equal(F.applied, 1);
 	assert_int_equal(F.last_uid, 1234);
 	assert_true(F.cfg.preprocess.db_range[0] == 20 && F.cfg.preprocess.db_range[1] == 90);
 	/* a JSON string is YAML text */
-	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":\"[10, 80]\"}}", &refused);
-	assert_false(refused);
+	o = ask_for("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":\"[10, 80]\"}}", false);
 	json_object_put(o);
 	assert_true(F.cfg.preprocess.db_range[0] == 10 && F.cfg.preprocess.db_range[1] == 80);
 }
 
 static void test_set_is_all_or_none_with_the_files_messages(void **state)
 {
-	bool refused;
-	struct json_object *o;
-
 	(void)state;
-	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90],"
-	        "\"preprocess.zero_pad\":3}}",
-	        &refused);
-	assert_true(refused);
-	assert_non_null(strstr(field(o, "error"), "preprocess.zero_pad"));
-	json_object_put(o);
+	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90],"
+	            "\"preprocess.zero_pad\":3}}",
+	            "preprocess.zero_pad");
 	assert_int_equal(F.applied, 0);
 	assert_true(F.cfg.preprocess.db_range[0] == 0 && F.cfg.preprocess.db_range[1] == 100);
-	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[50,50]}}", &refused);
-	assert_true(refused);
-	assert_non_null(strstr(field(o, "error"), "preprocess.db_range: [50, 50] is empty"));
-	json_object_put(o);
+	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[50,50]}}",
+	            "preprocess.db_range: [50, 50] is empty");
 }
 
 static void test_set_refuses_structural_keys(void **state)
 {
-	bool refused;
 	struct json_object *o;
 
 	(void)state;
-	o = ask("{\"op\":\"set\",\"values\":{\"geometry.stride\":[3,3]}}", &refused);
-	assert_true(refused);
+	o = ask_for("{\"op\":\"set\",\"values\":{\"geometry.stride\":[3,3]}}", true);
 	assert_non_null(strstr(field(o, "error"), "geometry.stride"));
 	assert_non_null(strstr(field(o, "error"), "reload"));
 	json_object_put(o);
@@ -177,36 +178,30 @@ static void test_set_refuses_structural_keys(void **state)
 
 static void test_service_refusal_is_reported(void **state)
 {
-	bool refused;
 	struct json_object *o;
 
 	(void)state;
 	F.fail_apply = -EBUSY;
-	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]}}", &refused);
-	assert_true(refused);
+	o = ask_for("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]}}", true);
 	assert_string_equal(field(o, "error"), "service: cannot apply now");
 	assert_true(json_object_get_boolean(json_object_object_get(o, "retry")));
 	json_object_put(o);
 	/* any other refusal is final: no "retry" */
 	F.fail_apply = -ENOMEM;
-	o = ask("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]}}", &refused);
-	assert_true(refused);
+	o = ask_for("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]}}", true);
 	assert_null(json_object_object_get(o, "retry"));
 	json_object_put(o);
 }
 
 static void test_reset_history_and_status(void **state)
 {
-	bool refused;
 	struct json_object *o, *st;
 
 	(void)state;
-	o = ask("{\"op\":\"reset_history\"}", &refused);
-	assert_false(refused);
+	o = ask_for("{\"op\":\"reset_history\"}", false);
 	json_object_put(o);
 	assert_int_equal(F.resets, 1);
-	o = ask("{\"op\":\"status\"}", &refused);
-	assert_false(refused);
+	o = ask_for("{\"op\":\"status\"}", false);
 	assert_true(json_object_object_get_ex(o, "status", &st));
 	assert_non_null(json_object_object_get(st, "volumes_per_s"));
 	json_object_put(o);
@@ -273,18 +268,13 @@ static void test_set_with_too_many_keys_is_refused(void **state)
 {
 	char req[8192];
 	size_t len = (size_t)snprintf(req, sizeof(req), "{\"op\":\"set\",\"values\":{");
-	bool refused;
-	struct json_object *o;
 
 	(void)state;
 	for (int i = 0; i <= VRD_CTL_MAX_KEYS; i++)
 		len += (size_t)snprintf(req + len, sizeof(req) - len, "%s\"k%d\":1", i ? "," : "",
 		                        i);
 	snprintf(req + len, sizeof(req) - len, "}}");
-	o = ask(req, &refused);
-	assert_true(refused);
-	assert_non_null(strstr(field(o, "error"), "more than"));
-	json_object_put(o);
+	ask_refused(req, "more than");
 }
 
 VR_TEST_GROUP(ctl)

@@ -183,27 +183,18 @@ static int sc_ref_regions(void *h, struct volrec_shim_region *r, uint32_t max, u
 	return 0;
 }
 
+/* The calls of the copying source; the zero-copy one adds the extension's. */
+#define SC_OPS_COPY                                                                                \
+	.abi_version = VOLREC_SHIM_ABI_VERSION, .struct_size = sizeof(struct volrec_shim_ops),     \
+	.set_scan_offset = sc_set_scan_offset, .start = sc_start, .acquire = sc_acquire,           \
+	.stop = sc_stop, .close = sc_close
 static const struct volrec_shim_ops sc_ops_zc = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .set_scan_offset = sc_set_scan_offset,
-        .start = sc_start,
-        .acquire = sc_acquire,
-        .stop = sc_stop,
-        .close = sc_close,
+        SC_OPS_COPY,
         .ref_regions = sc_ref_regions,
         .acquire_ref = sc_acquire_ref,
         .release_ref = sc_release_ref,
 };
-static const struct volrec_shim_ops sc_ops_copy = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .set_scan_offset = sc_set_scan_offset,
-        .start = sc_start,
-        .acquire = sc_acquire,
-        .stop = sc_stop,
-        .close = sc_close,
-};
+static const struct volrec_shim_ops sc_ops_copy = {SC_OPS_COPY};
 
 static int sc_open(void *ctx, const struct vr_config *cfg, unsigned flags, struct src_source *src,
                    char *err, size_t errlen)

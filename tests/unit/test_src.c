@@ -37,6 +37,14 @@ static void small_cfg(struct vr_config *c)
 	c->source.synth.seed = 3;
 }
 
+/* small_cfg() replaying path. */
+static void replay_cfg(struct vr_config *c, const char *path)
+{
+	small_cfg(c);
+	c->source.type = CFG_SOURCE_REPLAY;
+	snprintf(c->source.replay.path, sizeof(c->source.replay.path), "%s", path);
+}
+
 static double mono(void)
 {
 	struct timespec ts;
@@ -131,9 +139,7 @@ static void replay_header_round_trips(void **state)
 	struct src_source s;
 	struct volrec_shim_meta m;
 	uint8_t *buf = malloc(bb);
-	small_cfg(&c);
-	c.source.type = CFG_SOURCE_REPLAY;
-	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	replay_cfg(&c, path);
 	srctest_open_ok(&c, SRC_UNPACED | SRC_NO_LOOP, &s);
 	assert_int_equal(s.epochs, 4);
 	assert_string_equal(s.info.name, "replay");
@@ -164,9 +170,7 @@ static void replay_loops_and_follows_told_epochs(void **state)
 	snprintf(path, sizeof(path), "%s/loop.rp", tmpdir);
 	uint8_t *data = write_file(path, false, 2, true, NULL, &bb);
 	uint8_t *buf = malloc(bb);
-	small_cfg(&c);
-	c.source.type = CFG_SOURCE_REPLAY;
-	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	replay_cfg(&c, path);
 	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(src_start(&s), 0);
 	for (uint32_t i = 0; i < 6 * 3 + 1; i++) {
@@ -200,9 +204,7 @@ static void file_with_offsets_loops_only_over_whole_offset_cycles(void **state)
 
 	snprintf(path, sizeof(path), "%s/odd.rp", tmpdir);
 	free(write_file(path, false, 3, true, NULL, &bb)); /* 3 epochs, S = 2 */
-	small_cfg(&c);
-	c.source.type = CFG_SOURCE_REPLAY;
-	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	replay_cfg(&c, path);
 	open_fails(&c, 0, "not a whole number of 2-epoch offset cycles, so it cannot loop", path);
 	srctest_open_ok(&c, SRC_NO_LOOP, &s);
 	src_close(&s);
@@ -220,10 +222,8 @@ static void raw_files_need_a_whole_number_of_epochs(void **state)
 
 	snprintf(path, sizeof(path), "%s/x.raw", tmpdir);
 	uint8_t *data = write_file(path, true, 3, false, NULL, &bb);
-	small_cfg(&c);
-	c.source.type = CFG_SOURCE_REPLAY;
+	replay_cfg(&c, path);
 	c.source.replay.format = CFG_REPLAY_RAW;
-	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
 	srctest_open_ok(&c, SRC_UNPACED, &s);
 	assert_int_equal(s.epochs, 3);
 	uint8_t *buf = malloc(bb);
@@ -278,9 +278,7 @@ static void malformed_corpus_is_rejected(void **state)
 	struct src_source s;
 	snprintf(path, sizeof(path), "%s/good.rp", tmpdir);
 	free(write_file(path, false, 2, true, "a: 1\n", &bb));
-	small_cfg(&c);
-	c.source.type = CFG_SOURCE_REPLAY;
-	snprintf(c.source.replay.path, sizeof(c.source.replay.path), "%s", path);
+	replay_cfg(&c, path);
 	srctest_open_ok(&c, 0, &s);
 	src_close(&s);
 }
