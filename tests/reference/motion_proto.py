@@ -15,13 +15,18 @@ Estimation, per epoch e (after `warm` epochs):
     same tissue stood at e - 1;
   - the prediction's velocity follows the innovation with gain gb.
 
-Usage: motion_proto.py LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH]   (`volrec process --lowres` of a
-reconstruct.mode none configuration, and `volrec sim --truth`; with DEG_PER_EPOCH the pose is the
-known rotation instead of the estimate: the oracle bound)."""
+With kappa > 0 the output is blended with the newest epoch, interpolated, where the new samples
+disagree with what the compensated history predicts for them (the adaptive mode's change test,
+depth window 9, alpha = exp(-D / kappa^2)).
+
+Usage: motion_proto.py LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec process --lowres`
+of a reconstruct.mode none configuration, and `volrec sim --truth`; with DEG_PER_EPOCH the pose
+is the known rotation instead of the estimate: the oracle bound)."""
 import sys
 
 import numpy as np
 
+from adaptive_proto import zbox
 from quality_ref import current_linear, gain_db, per_epoch
 
 
@@ -33,11 +38,12 @@ def rot(th):
 class MotionCompensated:
     def __init__(self, ny, nx, Z, sx=5, sy=5, NB=8, sigma=0.45, rc=1.5, iters=6, ga=1.0,
                  gb=0.3, warm=5, search=(0, -0.5, 0.5, -1, 1, -2, 2, -3, 3, -4, 4, -6, 6),
-                 oracle=None):
+                 oracle=None, kappa=0.0):
         self.ny, self.nx, self.Z, self.sx, self.sy = ny, nx, Z, sx, sy
         self.S, self.Y, self.X = sx * sy, ny * sy, nx * sx
         self.NB, self.sigma, self.rc, self.iters = NB, sigma, rc, iters
         self.ga, self.gb, self.warm, self.search, self.oracle = ga, gb, warm, search, oracle
+        self.kappa = kappa  # > 0: blend with the newest epoch where the samples disagree
         self.ph = {}        # phase -> {pose, L}: the newest samples of each phase
         self.poses = []     # (theta rad, tx px, ty px, tz bins) of every epoch
         self.vel = np.zeros(4)
@@ -74,13 +80,17 @@ class MotionCompensated:
         b = np.take(V, np.clip(z0 + 1, 0, Z - 1), -1)
         return np.where((z0 >= 0) & (z0 + 1 < Z), a * (1 - t) + b * t, 0)
 
-    def gather(self, pose):
-        """The history at every column: Gaussian-weighted nearest node of each phase."""
+    def gather(self, pose, P=None, skip=None):
+        """The history at lab points P (default: every column): Gaussian-weighted nearest
+        node of each phase but `skip`."""
         w0 = np.exp(-self.rc ** 2 / (2 * self.sigma ** 2))
         num, den = 0, 0
+        P = self.grid if P is None else P
         for q, h in self.ph.items():
+            if q == skip:
+                continue
             ox, oy = q % self.sx, q // self.sx
-            PE = self.map_to(self.grid, pose, h["pose"])
+            PE = self.map_to(P, pose, h["pose"])
             gx, gy = PE[..., 0] + self.X / 2 - 0.5, PE[..., 1] + self.Y / 2 - 0.5
             ix = np.round((gx - ox) / self.sx).astype(int)
             iy = np.round((gy - oy) / self.sy).astype(int)
@@ -167,10 +177,22 @@ class MotionCompensated:
         q = oy * self.sx + ox
         pose = np.array(self.oracle(e), float) if self.oracle else self.estimate(e, L, q)
         self.poses.append(pose)
+        D = None
+        if self.kappa and self.ph:
+            # the adaptive mode's change test, against the compensated history's prediction
+            P = self.node_pos(q, *np.meshgrid(np.arange(self.ny), np.arange(self.nx),
+                                              indexing="ij"))
+            pn, pd = self.gather(pose, P, skip=q)
+            b = zbox(L - pn / np.maximum(pd, 1e-12)[..., None], 9)
+            d = np.where(pd > 0.05, np.mean(b * b, -1), 1e6)
+            D = current_linear(d[..., None], ox, oy, self.sx, self.sy)[..., 0]
         self.ph[q] = {"pose": pose.copy(), "L": L}
         num, den = self.gather(pose)
         C = current_linear(L, ox, oy, self.sx, self.sy)
         out = (num + 1e-3 * C) / (den + 1e-3)[..., None]
+        if D is not None:
+            a = np.exp(-D / self.kappa ** 2)[..., None]
+            out = a * out + (1 - a) * C
         self.Ob = self.bands(out)
         return out
 
@@ -184,10 +206,11 @@ def main():
     db = (70, 100)
     n, ny, nx, Z = L.shape
     oracle = None
-    if len(sys.argv) > 3:
+    if len(sys.argv) > 3 and sys.argv[3] != "-":
         dpe = float(sys.argv[3])
         oracle = lambda e: (np.deg2rad(dpe * e), 0, 0, 0)  # noqa: E731
-    m = MotionCompensated(ny, nx, Z, oracle=oracle)
+    kappa = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
+    m = MotionCompensated(ny, nx, Z, oracle=oracle, kappa=kappa)
     O = np.stack([m.step(e, L[e], off[e]) for e in range(n)])
     r = per_epoch(np.clip(O, 0, 1), T, db, gain_db(L, off, T, db, 5, 5), first=25)
     print(f"motion-compensated: {np.mean([a for a, b in r]):.2f} dB / "
