@@ -187,11 +187,8 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 				return VR_EXIT_USAGE;
 			o->max_ascans = (size_t)u;
 			break;
-		case 'h':
-			calibrate_usage(stdout);
-			return -1;
 		default:
-			return vr_cli_usage(calibrate_usage, c);
+			return vr_command_usage(calibrate_usage, c);
 		}
 		if (op != OP_NONE) {
 			if (o->op != OP_NONE && o->op != op) {

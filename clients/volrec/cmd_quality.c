@@ -540,13 +540,9 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 			return vr_cli_usage(quality_usage, c);
 		}
 	}
-	if (!cfg_path || !truth_path || optind != argc) {
-		fprintf(stderr, "volrec quality: %s\n",
-		        optind != argc ? "unexpected arguments"
-		                       : "-c FILE and -t TRUTH.h5 are required");
-		quality_usage(stderr);
+	if (vr_command_required("quality", cfg_path && truth_path,
+	                        "-c FILE and -t TRUTH.h5 are required", argc, quality_usage))
 		return VR_EXIT_USAGE;
-	}
 	if (cfg_load(&cfg, cfg_path, err, sizeof(err)) < 0) {
 		fprintf(stderr, "volrec quality: %s\n", err);
 		return VR_EXIT_USAGE;
