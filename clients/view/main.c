@@ -312,8 +312,7 @@ int main(int argc, char **argv)
 	        {"encoding", required_argument, NULL, OPT_ENCODING},
 	        {"max-rate", required_argument, NULL, OPT_MAX_RATE},
 	        {"max-browsers", required_argument, NULL, OPT_MAX_BROWSERS},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	const char *listen = VW_DEFAULT_LISTEN, *instance = NULL, *run_dir = NULL, *config = NULL;
 	const char *cert = NULL, *key = NULL, *token_file = NULL, *assets_opt = NULL;

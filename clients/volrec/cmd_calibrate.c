@@ -116,8 +116,7 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 	        {"config", required_argument, NULL, 'c'},
 	        {"output", required_argument, NULL, 'o'},
 	        {"max-ascans", required_argument, NULL, 'n'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	int c;
 	double v[2];

@@ -477,12 +477,9 @@ static int daemon_pid(const struct tool_target *t)
 VR_COMMAND(record, "write every published volume into HDF5, reporting any it missed")
 {
 	static const struct option longopts[] = {
-	        TOOL_COMMON_LONGOPTS,
-	        {"output", required_argument, NULL, 'o'},
-	        TOOL_RUN_LONGOPTS,
-	        {"force", no_argument, NULL, 'f'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        TOOL_COMMON_LONGOPTS, {"output", required_argument, NULL, 'o'},
+	        TOOL_RUN_LONGOPTS,    {"force", no_argument, NULL, 'f'},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct rec r = {.missed_type = -1};
 	struct tool_target tg;

@@ -133,8 +133,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	        {"truth", required_argument, NULL, 't'},
 	        {"mirror-mm", required_argument, NULL, 'm'},
 	        {"format", required_argument, NULL, 'f'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	const char *cfg_path = NULL, *out = NULL, *truth_path = NULL;
 	struct truth_file truth = {-1, -1, -1, {0}};

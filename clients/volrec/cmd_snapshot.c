@@ -400,8 +400,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	        {"auto-contrast", optional_argument, NULL, 'A'},
 	        {"scale", required_argument, NULL, 'S'},
 	        {"timeout", required_argument, NULL, 't'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct picture pics[SNAP_PICTURES] = {0};
 	struct tool_target tg;

@@ -35,8 +35,7 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 	        TOOL_COMMON_LONGOPTS,
 	        {"json", no_argument, NULL, 'j'},
 	        {"timeout", required_argument, NULL, 't'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct tool_target tg;
 	struct tool_daemon d;

@@ -180,8 +180,7 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 	static const struct option longopts[] = {
 	        TOOL_COMMON_LONGOPTS,
 	        TOOL_RUN_LONGOPTS,
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct tool_target tg;
 	struct tool_daemon d;

@@ -105,8 +105,7 @@ int tool_timeout_args(struct tool_target *t, const char *cmd, int argc, char **a
 	static const struct option longopts[] = {
 	        TOOL_COMMON_LONGOPTS,
 	        {"timeout", required_argument, NULL, 't'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	int opt = tool_getopt(t, cmd, argc, argv, "i:r:c:t:h", longopts);
 
