@@ -189,4 +189,12 @@ int vr_cli_getopt(int argc, char **argv, const char *optstring, const struct opt
 #define VR_CLI_GETOPT(argc, argv, optstring, longopts, strs)                                       \
 	vr_cli_getopt(argc, argv, optstring, longopts, strs, sizeof(strs) / sizeof((strs)[0]))
 
+/* The end of the getopt_long table of a main(): -h/--help (see vr_cli_usage) and the
+ * terminating entry. */
+#define VR_CLI_LONGOPTS_END                                                                        \
+	{"help", no_argument, NULL, 'h'},                                                          \
+	{                                                                                          \
+		NULL, 0, NULL, 0                                                                   \
+	}
+
 #endif

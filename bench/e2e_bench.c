@@ -473,8 +473,7 @@ int main(int argc, char **argv)
 	                                   {"views", required_argument, NULL, 'V'},
 	                                   {"output", required_argument, NULL, 'o'},
 	                                   {"devices", required_argument, NULL, 'D'},
-	                                   {"help", no_argument, NULL, 'h'},
-	                                   {NULL, 0, NULL, 0}};
+	                                   VR_CLI_LONGOPTS_END};
 	const struct bcase *sel[8];
 	struct run_result res[8][2];
 	int nsel = 0, ch, status = 0;

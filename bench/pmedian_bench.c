@@ -106,8 +106,7 @@ int main(int argc, char **argv)
 	        {"samples", required_argument, NULL, 'k'},
 	        {"device", required_argument, NULL, 'd'},
 	        {"commit", required_argument, NULL, 'c'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	const char *json = NULL, *commit = "unknown", *backend = "cuda";
 	double seconds = 3.0;

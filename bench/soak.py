@@ -46,6 +46,8 @@ import tempfile
 import time
 import uuid
 
+import benchkit  # bench/, beside this script
+
 SRC = pathlib.Path(__file__).resolve().parents[1]
 
 GEOMETRY = {"samples_per_ascan": 256, "sample_type": "u16", "ascans_per_bscan": 12,
@@ -205,13 +207,7 @@ class Daemon:
         raise RuntimeError("volrecd published nothing within %d s" % timeout_s)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        benchkit.stop(self.proc)
         self.sub.close()
         self.ctx.term()
         self.log.close()

@@ -457,15 +457,11 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {{"url", required_argument, NULL, 'u'},
-	                                     {"token", required_argument, NULL, 't'},
-	                                     {"seconds", required_argument, NULL, 's'},
-	                                     {"warmup", required_argument, NULL, 'w'},
-	                                     {"timeout", required_argument, NULL, 'T'},
-	                                     {"views", required_argument, NULL, 'v'},
-	                                     {"inflate", no_argument, NULL, 'i'},
-	                                     {"help", no_argument, NULL, 'h'},
-	                                     {NULL, 0, NULL, 0}};
+	static const struct option opts[] = {
+	        {"url", required_argument, NULL, 'u'},     {"token", required_argument, NULL, 't'},
+	        {"seconds", required_argument, NULL, 's'}, {"warmup", required_argument, NULL, 'w'},
+	        {"timeout", required_argument, NULL, 'T'}, {"views", required_argument, NULL, 'v'},
+	        {"inflate", no_argument, NULL, 'i'},       VR_CLI_LONGOPTS_END};
 	const char *url = "ws://127.0.0.1:8090/ws", *token = NULL;
 	const char *views = "enface_mean,bscan,slice,render";
 	static const struct lws_protocols protocols[] = {

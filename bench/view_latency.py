@@ -27,13 +27,14 @@ import pathlib
 import platform
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+
+import benchkit  # bench/, beside this script
 
 SRC = pathlib.Path(__file__).resolve().parents[1]
 
@@ -149,14 +150,8 @@ def machine():
 
 
 def stop(proc, name, timeout=30.0):
-    if proc and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            log(f"{name} did not stop within {timeout:g} s after SIGTERM: killed")
-            proc.kill()
-            proc.wait()
+    benchkit.stop(proc, timeout,
+                  lambda: log(f"{name} did not stop within {timeout:g} s after SIGTERM: killed"))
 
 
 def run(a):

@@ -275,6 +275,17 @@ static int find_assets(const char *given, char *out, size_t len)
 	return -ENOENT;
 }
 
+/* The value of an integer option in [min, max], or its message ("need an integer from MIN to
+ * MAX") and -EINVAL. */
+static int int_option(const char *opt, const char *arg, uint64_t min, uint64_t max, uint64_t *v)
+{
+	char need[64];
+
+	snprintf(need, sizeof(need), "an integer from %llu to %llu", (unsigned long long)min,
+	         (unsigned long long)max);
+	return vr_cli_u64("volrec view", opt, arg, min, max, need, v);
+}
+
 enum {
 	OPT_CERT = 0x100,
 	OPT_KEY,
@@ -301,8 +312,7 @@ int main(int argc, char **argv)
 	        {"encoding", required_argument, NULL, OPT_ENCODING},
 	        {"max-rate", required_argument, NULL, OPT_MAX_RATE},
 	        {"max-browsers", required_argument, NULL, OPT_MAX_BROWSERS},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	const char *listen = VW_DEFAULT_LISTEN, *instance = NULL, *run_dir = NULL, *config = NULL;
 	const char *cert = NULL, *key = NULL, *token_file = NULL, *assets_opt = NULL;
@@ -329,8 +339,7 @@ int main(int argc, char **argv)
 	while ((opt = VR_CLI_GETOPT(argc, argv, "l:i:r:c:h", longopts, strs)) != -1) {
 		switch (opt) {
 		case OPT_MAX_SIDE:
-			if (vr_cli_u64("volrec view", "--max-side", optarg, 64, 65536,
-			               "an integer from 64 to 65536", &v))
+			if (int_option("--max-side", optarg, 64, 65536, &v))
 				return EXIT_USAGE;
 			feed.enc.max_side = (uint32_t)v;
 			break;
@@ -349,14 +358,12 @@ int main(int argc, char **argv)
 			}
 			break;
 		case OPT_MAX_RATE:
-			if (vr_cli_u64("volrec view", "--max-rate", optarg, 1, 1000,
-			               "an integer from 1 to 1000", &v))
+			if (int_option("--max-rate", optarg, 1, 1000, &v))
 				return EXIT_USAGE;
 			feed.max_rate = (double)v;
 			break;
 		case OPT_MAX_BROWSERS:
-			if (vr_cli_u64("volrec view", "--max-browsers", optarg, 1, 1024,
-			               "an integer from 1 to 1024", &v))
+			if (int_option("--max-browsers", optarg, 1, 1024, &v))
 				return EXIT_USAGE;
 			so.max_sessions = (uint32_t)v;
 			break;

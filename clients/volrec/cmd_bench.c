@@ -342,8 +342,7 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 	        {"commit", required_argument, NULL, 'C'},
 	        {"quick", no_argument, NULL, 'q'},
 	        {"no-medium", no_argument, NULL, 'M'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct bench b = {.backend = "cpu", .min_seconds = 3.0};
 	const char *json = NULL, *commit = getenv("VOLREC_GIT_COMMIT");

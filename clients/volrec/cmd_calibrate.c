@@ -116,8 +116,7 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 	        {"config", required_argument, NULL, 'c'},
 	        {"output", required_argument, NULL, 'o'},
 	        {"max-ascans", required_argument, NULL, 'n'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	int c;
 	double v[2];
@@ -187,11 +186,8 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 				return VR_EXIT_USAGE;
 			o->max_ascans = (size_t)u;
 			break;
-		case 'h':
-			calibrate_usage(stdout);
-			return -1;
 		default:
-			return vr_cli_usage(calibrate_usage, c);
+			return vr_command_usage(calibrate_usage, c);
 		}
 		if (op != OP_NONE) {
 			if (o->op != OP_NONE && o->op != op) {
@@ -410,6 +406,17 @@ static int engine_open(const struct cal_ctx *x, const struct vr_config *base,
 	return VR_EXIT_OK;
 }
 
+/* engine_open on cfg with its background of mode a or b replaced by mode instead (in cfg too):
+ * the background a calibration's pictures are made with. */
+static int engine_open_bg(const struct cal_ctx *x, struct vr_config *cfg, const struct cal_data *d,
+                          enum cfg_background a, enum cfg_background b, enum cfg_background instead,
+                          struct cal_engine *e)
+{
+	if (cfg->preprocess.background.mode == a || cfg->preprocess.background.mode == b)
+		cfg->preprocess.background.mode = instead;
+	return engine_open(x, cfg, d, e);
+}
+
 static int engine_run(struct cal_engine *e, const struct vr_config *v, double *amp, double *s)
 {
 	char err[1024];
@@ -433,6 +440,19 @@ static void mean_profile(const double *amp, size_t n, uint32_t nh, double *prof)
 
 /* ---- --reference -------------------------------------------------------------------------- */
 
+/* The mean of d's A-scans (K values, to free), or NULL without memory. */
+static double *mean_spectrum(const struct cal_data *d)
+{
+	double *m = calloc(d->K, sizeof(double));
+
+	if (!m)
+		return NULL;
+	for (size_t a = 0; a < d->n; a++)
+		for (uint32_t k = 0; k < d->K; k++)
+			m[k] += d->s[a * d->K + k] / (double)d->n;
+	return m;
+}
+
 static int op_reference(struct cal_ctx *x)
 {
 	struct cal_data d = {0}, chk = {0};
@@ -445,14 +465,11 @@ static int op_reference(struct cal_ctx *x)
 	if (ret)
 		return ret;
 	const uint32_t K = d.K;
-	r = calloc(K, sizeof(double));
+	r = mean_spectrum(&d);
 	if (!r) {
 		ret = VR_EXIT_FAIL;
 		goto out;
 	}
-	for (size_t a = 0; a < d.n; a++)
-		for (uint32_t k = 0; k < K; k++)
-			r[k] += d.s[a * K + k] / (double)d.n;
 	/* stability: rms deviation of the A-scans from the mean, relative to its mean level */
 	double dev = 0, lvl = 0;
 	for (uint32_t k = 0; k < K; k++)
@@ -490,14 +507,11 @@ static int op_reference(struct cal_ctx *x)
 			ret = VR_EXIT_FAIL;
 			goto out;
 		}
-		double *m = calloc(K, sizeof(double)), srr = 0, sdr = 0, sdd = 0, res = 0;
+		double *m = mean_spectrum(&chk), srr = 0, sdr = 0, sdd = 0, res = 0;
 		if (!m) {
 			ret = VR_EXIT_FAIL;
 			goto out;
 		}
-		for (size_t a = 0; a < chk.n; a++)
-			for (uint32_t k = 0; k < K; k++)
-				m[k] += chk.s[a * K + k] / (double)chk.n;
 		for (uint32_t k = 0; k < K; k++) {
 			srr += r[k] * r[k];
 			sdr += m[k] * r[k];
@@ -539,11 +553,8 @@ static int op_reference(struct cal_ctx *x)
 	/* picture: the configured background (ascan_mean when it was none or the reference
 	 * itself) | the new reference */
 	struct vr_config base = x->cfg;
-	if (base.preprocess.background.mode == CFG_BG_NONE ||
-	    base.preprocess.background.mode == CFG_BG_REFERENCE)
-		base.preprocess.background.mode = CFG_BG_ASCAN_MEAN;
 	base.preprocess.background.reference.data = NULL;
-	ret = engine_open(x, &base, shown, &e);
+	ret = engine_open_bg(x, &base, shown, CFG_BG_NONE, CFG_BG_REFERENCE, CFG_BG_ASCAN_MEAN, &e);
 	if (ret)
 		goto out;
 	const size_t na = shown->n * e.nh;
@@ -989,10 +1000,7 @@ static int op_orientation(struct cal_ctx *x)
 	base.preprocess.resample.method = CFG_RS_NONE;
 	base.preprocess.resample.positions = CFG_RSPOS_NONE;
 	base.preprocess.resample.table.data = NULL;
-	if (base.preprocess.background.mode == CFG_BG_ASCAN_MEAN ||
-	    base.preprocess.background.mode == CFG_BG_NONE)
-		base.preprocess.background.mode = CFG_BG_BSCAN_MEAN;
-	ret = engine_open(x, &base, &d, &e);
+	ret = engine_open_bg(x, &base, &d, CFG_BG_ASCAN_MEAN, CFG_BG_NONE, CFG_BG_BSCAN_MEAN, &e);
 	if (ret)
 		goto out;
 	ret = VR_EXIT_FAIL;
@@ -1143,10 +1151,7 @@ static int op_dispersion(struct cal_ctx *x)
 	if (ret)
 		return ret;
 	struct vr_config base = x->cfg;
-	if (base.preprocess.background.mode == CFG_BG_ASCAN_MEAN ||
-	    base.preprocess.background.mode == CFG_BG_NONE)
-		base.preprocess.background.mode = CFG_BG_BSCAN_MEAN;
-	ret = engine_open(x, &base, &d, &e);
+	ret = engine_open_bg(x, &base, &d, CFG_BG_ASCAN_MEAN, CFG_BG_NONE, CFG_BG_BSCAN_MEAN, &e);
 	if (ret)
 		goto out;
 	ret = VR_EXIT_FAIL;

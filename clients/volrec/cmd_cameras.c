@@ -36,8 +36,7 @@ VR_COMMAND(cameras, "list the GenICam cameras found (id, model, pixel formats, f
 	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
 	                                     {"fake", no_argument, NULL, 'f'},
 	                                     {"shim", required_argument, NULL, 's'},
-	                                     {"help", no_argument, NULL, 'h'},
-	                                     {NULL, 0, NULL, 0}};
+	                                     VR_CLI_LONGOPTS_END};
 	int (*list)(FILE *, int, int, char *, size_t);
 	bool json = false, fake = false;
 	char path[4096], err[1024] = "";

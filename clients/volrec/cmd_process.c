@@ -79,11 +79,8 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 		case 'F':
 			o->full = true;
 			break;
-		case 'h':
-			process_usage(stdout);
-			return -1;
 		default:
-			return vr_cli_usage(process_usage, c);
+			return vr_command_usage(process_usage, c);
 		}
 	}
 	if (vr_cli_args_done("volrec process", argc, argv))

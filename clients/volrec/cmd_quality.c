@@ -496,15 +496,10 @@ static struct json_object *q_json_scores(const struct q_score *s, enum q_domain 
 VR_COMMAND(quality, "score every reconstruction mode against a simulator's ground truth")
 {
 	static const struct option longopts[] = {
-	        {"config", required_argument, NULL, 'c'},
-	        {"truth", required_argument, NULL, 't'},
-	        {"epochs", required_argument, NULL, 'n'},
-	        {"skip", required_argument, NULL, 's'},
-	        {"json", required_argument, NULL, 'j'},
-	        {"name", required_argument, NULL, 'N'},
-	        {"backend", required_argument, NULL, 'B'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        {"config", required_argument, NULL, 'c'},  {"truth", required_argument, NULL, 't'},
+	        {"epochs", required_argument, NULL, 'n'},  {"skip", required_argument, NULL, 's'},
+	        {"json", required_argument, NULL, 'j'},    {"name", required_argument, NULL, 'N'},
+	        {"backend", required_argument, NULL, 'B'}, VR_CLI_LONGOPTS_END,
 	};
 	const char *cfg_path = NULL, *truth_path = NULL, *json_path = NULL, *backend = NULL;
 	const char *name = NULL;
@@ -540,13 +535,9 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 			return vr_cli_usage(quality_usage, c);
 		}
 	}
-	if (!cfg_path || !truth_path || optind != argc) {
-		fprintf(stderr, "volrec quality: %s\n",
-		        optind != argc ? "unexpected arguments"
-		                       : "-c FILE and -t TRUTH.h5 are required");
-		quality_usage(stderr);
+	if (vr_command_required("quality", cfg_path && truth_path,
+	                        "-c FILE and -t TRUTH.h5 are required", argc, quality_usage))
 		return VR_EXIT_USAGE;
-	}
 	if (cfg_load(&cfg, cfg_path, err, sizeof(err)) < 0) {
 		fprintf(stderr, "volrec quality: %s\n", err);
 		return VR_EXIT_USAGE;

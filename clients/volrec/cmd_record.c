@@ -477,12 +477,9 @@ static int daemon_pid(const struct tool_target *t)
 VR_COMMAND(record, "write every published volume into HDF5, reporting any it missed")
 {
 	static const struct option longopts[] = {
-	        TOOL_COMMON_LONGOPTS,
-	        {"output", required_argument, NULL, 'o'},
-	        TOOL_RUN_LONGOPTS,
-	        {"force", no_argument, NULL, 'f'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        TOOL_COMMON_LONGOPTS, {"output", required_argument, NULL, 'o'},
+	        TOOL_RUN_LONGOPTS,    {"force", no_argument, NULL, 'f'},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct rec r = {.missed_type = -1};
 	struct tool_target tg;
@@ -498,7 +495,8 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	h5vol_init();
 	tool_target_init(&tg);
 	tool_run_init(&run);
-	while ((opt = tool_getopt(&tg, "record", argc, argv, "i:r:c:o:n:s:fw:h", longopts)) != -1) {
+	while ((opt = tool_run_getopt(&tg, &run, "record", argc, argv, "i:r:c:o:n:s:fw:h",
+	                              longopts)) != -1) {
 		switch (opt) {
 		case 'o':
 			r.path = optarg;
@@ -507,11 +505,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			force = true;
 			break;
 		default:
-			rc = tool_run_option(&run, "record", opt, optarg);
-			if (rc < 0)
-				return VR_EXIT_USAGE;
-			if (!rc)
-				return vr_cli_usage(record_usage, opt);
+			return tool_usage(record_usage, opt);
 		}
 	}
 	if (vr_cli_args_done("volrec record", argc, argv))

@@ -132,7 +132,6 @@ VR_COMMAND(reload, "reload the daemon's configuration (SIGHUP) and report the ou
 	                "printed) and runs\non the previous one, 6 also: no confirmation within "
 	                "the timeout",
 	        .signal = SIGHUP,
-	        .default_timeout = 30,
 	        .confirm = reload_confirm,
 	};
 

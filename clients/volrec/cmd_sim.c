@@ -133,8 +133,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	        {"truth", required_argument, NULL, 't'},
 	        {"mirror-mm", required_argument, NULL, 'm'},
 	        {"format", required_argument, NULL, 'f'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	const char *cfg_path = NULL, *out = NULL, *truth_path = NULL;
 	struct truth_file truth = {-1, -1, -1, {0}};
@@ -187,13 +186,9 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 			return vr_cli_usage(sim_usage, c);
 		}
 	}
-	if (!cfg_path || !out || optind != argc) {
-		fprintf(stderr, "volrec sim: %s\n",
-		        optind != argc ? "unexpected arguments"
-		                       : "-c FILE and -o FILE are required");
-		sim_usage(stderr);
+	if (vr_command_required("sim", cfg_path && out, "-c FILE and -o FILE are required", argc,
+	                        sim_usage))
 		return VR_EXIT_USAGE;
-	}
 	rc = cfg_load(&cfg, cfg_path, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "volrec sim: %s\n", err);

@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -216,6 +217,40 @@ static void picture_names(struct picture *p, uint32_t Y, uint32_t X, uint32_t Z)
 	snprintf(p[5].file, sizeof(p[5].file), "render_w%uh%u.png", p[5].w, p[5].h);
 }
 
+/* A volume's 64-bit fields in the sidecar: the key, where the field is in struct volrec_view. */
+struct view_u64 {
+	const char *key;
+	size_t off;
+};
+#define VIEW_U64(key, field)                                                                       \
+	{                                                                                          \
+		key, offsetof(struct volrec_view, field)                                           \
+	}
+static const struct view_u64 view_ids[] = {
+        VIEW_U64("session", session_id),
+        VIEW_U64("sequence", sequence),
+        VIEW_U64("volume_id", volume_id),
+        VIEW_U64("epoch", epoch),
+};
+static const struct view_u64 view_times[] = {
+        VIEW_U64("t_first_ns", t_first_ns),
+        VIEW_U64("t_last_ns", t_last_ns),
+        VIEW_U64("t_publish_ns", t_publish_ns),
+        VIEW_U64("latency_ns", latency_ns),
+};
+
+/* The fields f[0..n) of v into o, in that order. */
+static void add_u64s(struct json_object *o, const struct volrec_view *v, const struct view_u64 *f,
+                     size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t u;
+
+		memcpy(&u, (const char *)v + f[i].off, sizeof(u));
+		json_object_object_add(o, f[i].key, json_object_new_uint64(u));
+	}
+}
+
 static struct json_object *sidecar(const struct tool_target *t, const struct volrec_view *v,
                                    const struct picture *p, double pct)
 {
@@ -223,19 +258,13 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 
 #define ADD(obj, key, val) json_object_object_add(obj, key, val)
 	ADD(o, "instance", json_object_new_string(t->instance));
-	ADD(o, "session", json_object_new_uint64(v->session_id));
-	ADD(o, "sequence", json_object_new_uint64(v->sequence));
-	ADD(o, "volume_id", json_object_new_uint64(v->volume_id));
-	ADD(o, "epoch", json_object_new_uint64(v->epoch));
+	add_u64s(o, v, view_ids, sizeof(view_ids) / sizeof(view_ids[0]));
 	x = json_object_new_array();
 	json_object_array_add(x, json_object_new_int(v->offset_x));
 	json_object_array_add(x, json_object_new_int(v->offset_y));
 	ADD(o, "offset", x);
 	ADD(o, "flags", json_object_new_int64(v->flags));
-	ADD(o, "t_first_ns", json_object_new_uint64(v->t_first_ns));
-	ADD(o, "t_last_ns", json_object_new_uint64(v->t_last_ns));
-	ADD(o, "t_publish_ns", json_object_new_uint64(v->t_publish_ns));
-	ADD(o, "latency_ns", json_object_new_uint64(v->latency_ns));
+	add_u64s(o, v, view_times, sizeof(view_times) / sizeof(view_times[0]));
 	x = json_object_new_object();
 	ADD(x, "Y", json_object_new_int64(v->ny));
 	ADD(x, "X", json_object_new_int64(v->nx));
@@ -371,8 +400,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	        {"auto-contrast", optional_argument, NULL, 'A'},
 	        {"scale", required_argument, NULL, 'S'},
 	        {"timeout", required_argument, NULL, 't'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct picture pics[SNAP_PICTURES] = {0};
 	struct tool_target tg;

@@ -35,8 +35,7 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 	        TOOL_COMMON_LONGOPTS,
 	        {"json", no_argument, NULL, 'j'},
 	        {"timeout", required_argument, NULL, 't'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct tool_target tg;
 	struct tool_daemon d;
@@ -57,16 +56,10 @@ VR_COMMAND(status, "state, rates, latency and drops of a running daemon")
 			return tool_usage(status_usage, opt);
 		}
 	}
-	if (vr_cli_args_done("volrec status", argc, argv))
-		return VR_EXIT_USAGE;
-	rc = tool_target_finish(&tg, "status");
+	rc = tool_target_daemon(&tg, "status", argc, argv, &d);
 	if (rc)
 		return rc;
 	timeout = tg.timeout ? tg.timeout : tool_status_timeout(&tg);
-
-	rc = tool_daemon_require(&tg, "status", &d);
-	if (rc)
-		return rc;
 	/* no lease: status must work when ipc.max_readers readers are connected */
 	rc = tool_client_open(&tg, "status", VOLREC_SUB_STATUS | VOLREC_OPEN_NO_LEASE, 0, &c);
 	if (rc)

@@ -80,7 +80,6 @@ VR_COMMAND(stop, "stop a running daemon (SIGTERM) and wait until it is gone")
 	                     "means "
 	                     "it is gone",
 	        .signal = SIGTERM,
-	        .default_timeout = 30,
 	        .confirm = stop_confirm,
 	};
 

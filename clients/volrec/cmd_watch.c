@@ -180,8 +180,7 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 	static const struct option longopts[] = {
 	        TOOL_COMMON_LONGOPTS,
 	        TOOL_RUN_LONGOPTS,
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	struct tool_target tg;
 	struct tool_daemon d;
@@ -193,19 +192,10 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 	tool_target_init(&tg);
 	memset(&w, 0, sizeof(w));
 	tool_run_init(&w.run);
-	while ((opt = tool_getopt(&tg, "watch", argc, argv, "i:r:c:n:s:w:h", longopts)) != -1) {
-		rc = tool_run_option(&w.run, "watch", opt, optarg);
-		if (rc < 0)
-			return VR_EXIT_USAGE;
-		if (!rc)
-			return vr_cli_usage(watch_usage, opt);
-	}
-	if (vr_cli_args_done("volrec watch", argc, argv))
-		return VR_EXIT_USAGE;
-	rc = tool_target_finish(&tg, "watch");
-	if (rc)
-		return rc;
-	rc = tool_daemon_require(&tg, "watch", &d);
+	opt = tool_run_getopt(&tg, &w.run, "watch", argc, argv, "i:r:c:n:s:w:h", longopts);
+	if (opt != -1)
+		return tool_usage(watch_usage, opt);
+	rc = tool_target_daemon(&tg, "watch", argc, argv, &d);
 	if (rc)
 		return rc;
 	rc = tool_client_open(&tg, "watch", VOLREC_SUB_VOL | VOLREC_SUB_STATUS | VOLREC_SUB_EVENT,

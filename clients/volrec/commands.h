@@ -43,4 +43,13 @@ struct vr_command {
 int vr_command_main(const char *prog, const struct vr_command *cmds, void (*usage)(FILE *f),
                     int (*other)(int argc, char **argv), int argc, char **argv);
 
+/* The end of the switch of a command that ends itself after --help (process, calibrate): opt
+ * 'h' prints usage(stdout) and returns -1, any other as vr_cli_usage. */
+int vr_command_usage(void (*usage)(FILE *f), int opt);
+/* After the options of a command that takes no operand: 0 when given (its required options
+ * are) and getopt took every argument; else "volrec CMD: unexpected arguments" or "volrec CMD:
+ * MISSING" (what is required), the usage on stderr, and VR_EXIT_USAGE. */
+int vr_command_required(const char *cmd, bool given, const char *missing, int argc,
+                        void (*usage)(FILE *f));
+
 #endif

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The main() of `volrec` and of its helper `volrec-process`: run the subcommand argv[1] names. */
+/* The main() of `volrec` and of its helper `volrec-process`: run the subcommand argv[1] names;
+ * the ends of the option parsing the subcommands share. */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +27,24 @@ int vr_command_main(const char *prog, const struct vr_command *cmds, void (*usag
 			return cmds[i].run ? cmds[i].run(argc - 1, argv + 1)
 			                   : other(argc - 1, argv + 1);
 	fprintf(stderr, "%s: unknown command '%s'\n", prog, argv[1]);
+	usage(stderr);
+	return VR_EXIT_USAGE;
+}
+
+int vr_command_usage(void (*usage)(FILE *f), int opt)
+{
+	if (opt != 'h')
+		return vr_cli_usage(usage, opt);
+	usage(stdout);
+	return -1;
+}
+
+int vr_command_required(const char *cmd, bool given, const char *missing, int argc,
+                        void (*usage)(FILE *f))
+{
+	if (given && optind == argc)
+		return 0;
+	fprintf(stderr, "volrec %s: %s\n", cmd, optind != argc ? "unexpected arguments" : missing);
 	usage(stderr);
 	return VR_EXIT_USAGE;
 }

@@ -105,8 +105,7 @@ int tool_timeout_args(struct tool_target *t, const char *cmd, int argc, char **a
 	static const struct option longopts[] = {
 	        TOOL_COMMON_LONGOPTS,
 	        {"timeout", required_argument, NULL, 't'},
-	        {"help", no_argument, NULL, 'h'},
-	        {NULL, 0, NULL, 0},
+	        VR_CLI_LONGOPTS_END,
 	};
 	int opt = tool_getopt(t, cmd, argc, argv, "i:r:c:t:h", longopts);
 
@@ -154,6 +153,19 @@ int tool_target_finish(struct tool_target *t, const char *cmd)
 		         env && *env ? env : VOLREC_DEFAULT_RUN_DIR);
 	}
 	return VR_EXIT_OK;
+}
+
+int tool_target_daemon(struct tool_target *t, const char *cmd, int argc, char **argv,
+                       struct tool_daemon *d)
+{
+	char prog[64];
+	int rc;
+
+	snprintf(prog, sizeof(prog), "volrec %s", cmd);
+	if (vr_cli_args_done(prog, argc, argv))
+		return VR_EXIT_USAGE;
+	rc = tool_target_finish(t, cmd);
+	return rc ? rc : tool_daemon_require(t, cmd, d);
 }
 
 double tool_status_timeout(const struct tool_target *t)
@@ -405,14 +417,14 @@ void tool_run_init(struct tool_run *r)
 	r->t0 = vr_mono_s();
 }
 
-int tool_run_option(struct tool_run *r, const char *cmd, int opt, const char *arg)
+/* An option of tool_getopt: 1 when it was -n, -s or -w (its value into r), 0 when it is none
+ * of them, -1 (message printed) when its value is wrong. */
+static int run_option(struct tool_run *r, const char *cmd, int opt, const char *arg)
 {
 	char prog[64];
 
 	snprintf(prog, sizeof(prog), "volrec %s", cmd);
 	switch (opt) {
-	case TOOL_OPT_ERROR:
-		return -1;
 	case 'n':
 		return vr_cli_u64(prog, "--count", arg, 1, UINT64_MAX, "a whole number >= 1",
 		                  &r->count)
@@ -425,6 +437,18 @@ int tool_run_option(struct tool_run *r, const char *cmd, int opt, const char *ar
 	default:
 		return 0;
 	}
+}
+
+int tool_run_getopt(struct tool_target *t, struct tool_run *r, const char *cmd, int argc,
+                    char **argv, const char *optstring, const struct option *longopts)
+{
+	int opt, rc;
+
+	do {
+		opt = tool_getopt(t, cmd, argc, argv, optstring, longopts);
+		rc = opt < 0 ? 0 : run_option(r, cmd, opt, optarg);
+	} while (rc > 0);
+	return rc < 0 ? TOOL_OPT_ERROR : opt;
 }
 
 bool tool_run_time_up(const struct tool_run *r, double now)

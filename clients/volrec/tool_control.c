@@ -20,7 +20,7 @@ static void control_usage(FILE *f, const void *ctx)
 	        "usage: volrec %s [--timeout S] [-i NAME] [-r DIR] [-c FILE]\n\n%s\n"
 	        "  -t, --timeout S      wait at most S seconds for the confirmation (default "
 	        "%.0f)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP "%s.\n",
-	        ctl->name, ctl->help, ctl->default_timeout, ctl->exit_help);
+	        ctl->name, ctl->help, TOOL_CONTROL_TIMEOUT, ctl->exit_help);
 }
 
 int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
@@ -28,21 +28,14 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv)
 	struct tool_target tg;
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
-	double timeout = ctl->default_timeout, ready, t_sig;
-	char prog[64];
+	double timeout = TOOL_CONTROL_TIMEOUT, ready, t_sig;
 	int rc;
 
 	tool_target_init(&tg);
-	snprintf(prog, sizeof(prog), "volrec %s", ctl->name);
 	rc = tool_timeout_args(&tg, ctl->name, argc, argv, &timeout, control_usage, ctl);
 	if (rc != TOOL_ARGS_GO_ON)
 		return rc;
-	if (vr_cli_args_done(prog, argc, argv))
-		return VR_EXIT_USAGE;
-	rc = tool_target_finish(&tg, ctl->name);
-	if (rc)
-		return rc;
-	rc = tool_daemon_require(&tg, ctl->name, &d);
+	rc = tool_target_daemon(&tg, ctl->name, argc, argv, &d);
 	if (rc)
 		return rc;
 

@@ -114,6 +114,10 @@ bool tool_pid_is_volrecd(int pid);
  * VR_EXIT_FAIL.
  */
 int tool_daemon_require(const struct tool_target *t, const char *cmd, struct tool_daemon *d);
+/* After a tool's options: no operand left (vr_cli_args_done), tool_target_finish, then
+ * tool_daemon_require into d. Prints the error; returns a VR_EXIT_ code. */
+int tool_target_daemon(struct tool_target *t, const char *cmd, int argc, char **argv,
+                       struct tool_daemon *d);
 
 /* Open a libvolrec client on t with the given topics; prints the error and returns a VR_EXIT_
  * code (VR_EXIT_OK with *out set). */
@@ -146,9 +150,10 @@ struct tool_run {
 
 /* No limits, t0 now. */
 void tool_run_init(struct tool_run *r);
-/* An option of tool_getopt: 1 when it was -n, -s or -w (its value into r), 0 when it is none
- * of them, -1 (message printed) when its value is wrong or opt is TOOL_OPT_ERROR. */
-int tool_run_option(struct tool_run *r, const char *cmd, int opt, const char *arg);
+/* tool_getopt that also takes -n, -s and -w (TOOL_RUN_LONGOPTS) into r: the tool's next own
+ * option, -1 after the last option, or TOOL_OPT_ERROR (a wrong value, its message printed). */
+int tool_run_getopt(struct tool_target *t, struct tool_run *r, const char *cmd, int argc,
+                    char **argv, const char *optstring, const struct option *longopts);
 /* True when --seconds have passed at now. */
 bool tool_run_time_up(const struct tool_run *r, double now);
 /* wait_ms, cut to what is left of --seconds at now. */
@@ -171,13 +176,14 @@ int tool_interrupt_signal(void);
 
 /* ---- signalling the daemon (tool_control.c) ---------------------------------------------- */
 
+/* How long reload and stop wait for the confirmation by default (-t/--timeout), seconds. */
+#define TOOL_CONTROL_TIMEOUT 30.0
 /* A command that signals the daemon and waits for its confirmation (reload, stop). */
 struct tool_control {
-	const char *name;       /* subcommand */
-	const char *help;       /* paragraph for --help */
-	const char *exit_help;  /* appended to the exit-status list */
-	int signal;             /* sent to volrecd */
-	double default_timeout; /* seconds */
+	const char *name;      /* subcommand */
+	const char *help;      /* paragraph for --help */
+	const char *exit_help; /* appended to the exit-status list */
+	int signal;            /* sent to volrecd */
 	/* Wait until deadline (vr_mono_s() clock) for the confirmation; c may be NULL (no
 	 * subscription). Prints the outcome; returns the exit status. */
 	int (*confirm)(const struct tool_control *ctl, const struct tool_target *t, int pid,
