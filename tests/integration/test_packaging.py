@@ -193,8 +193,12 @@ def command_options(src_dir, path):
     longs = set(re.findall(r'\{"([a-z][a-z0-9-]*)",\s*(?:no|required|optional)_argument', text))
     if "TOOL_COMMON_LONGOPTS" in text:
         longs |= {"instance", "run-dir", "config"}
-    # getopt_long(argc, argv, "OPTS", ...) or tool_getopt(&tg, cmd, argc, argv, "OPTS", ...)
-    m = re.search(r'(?:getopt_long\((?:[^,]+,){2}|tool_getopt\((?:[^,]+,){4})\s*"([^"]*)"', text)
+    if "VR_CLI_LONGOPTS_END" in text:
+        longs.add("help")
+    # getopt_long(argc, argv, "OPTS", ...), VR_CLI_GETOPT(argc, argv, "OPTS", ...),
+    # tool_getopt(&tg, cmd, argc, argv, "OPTS", ...) or tool_run_getopt(&tg, &run, cmd, ...)
+    m = re.search(r'(?:(?:getopt_long|VR_CLI_GETOPT)\((?:[^,]+,){2}|tool_getopt\((?:[^,]+,){4}'
+                  r'|tool_run_getopt\((?:[^,]+,){5})\s*"([^"]*)"', text)
     assert m, f"no getopt_long optstring in {path}"
     shorts = set(re.sub(r"[^A-Za-z]", "", m.group(1)))
     return longs, shorts
