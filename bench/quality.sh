@@ -59,12 +59,11 @@ scene() {
 	echo
 }
 
-scene static 'deg_per_s: 0'
-scene rotation-slow-0.3deg 'deg_per_s: 7.5'
-scene rotation-fast-3deg 'deg_per_s: 75'
-scene lateral-30um 'shift_mm_per_s: [0.75, 0, 0]'
-scene axial-20um 'shift_mm_per_s: [0, 0, 0.5]'
-scene jump-at-40 'jump: {epoch: 40, shift_mm: [0.3, 0.1, 0.05], deg: 5}'
+# the scenes, NAME|MOTION a line (bench/quality-scenes)
+names=$(grep -v '^#' "$(dirname "$0")/quality-scenes" | cut -d'|' -f1)
+for name in $names; do
+	scene "$name" "$(grep "^$name|" "$(dirname "$0")/quality-scenes" | cut -d'|' -f2-)"
+done
 
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 {
@@ -74,7 +73,7 @@ commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 		"$(hostname)" "$(date -u +%Y%m%dT%H%M%SZ)" "$commit" "$BACKEND"
 	printf '"beam_um":%s,\n"scenes":[' "$BEAM"
 	sep=''
-	for s in static rotation-slow-0.3deg rotation-fast-3deg lateral-30um axial-20um jump-at-40; do
+	for s in $names; do
 		printf '%s\n' "$sep"
 		cat "$W/$s.json" | tr -d '\n'
 		sep=','

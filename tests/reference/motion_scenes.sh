@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # The scenes of docs/algorithms.md §2b ("Next: motion compensation"), scored by the numpy
-# prototype tests/reference/motion_proto.py: the standard table's six motions (bench/quality.sh)
+# prototype tests/reference/motion_proto.py: the standard table's six motions (bench/quality-scenes)
 # with the scanner's 150 um beam, each recorded with `volrec sim --truth`, turned into /lowres by
 # `volrec process` (reconstruct.mode none, the scanner's corrections, background bscan_mean,
 # db_range [70, 100]), then reconstructed by the prototype with the estimated pose.
@@ -39,10 +39,8 @@ scene() {
 		"$W/$name-low.h5" "$W/$name-truth.h5" - "$KAPPA"
 }
 
-scene static 'deg_per_s: 0'
-scene rotation-slow-0.3deg 'deg_per_s: 7.5'
-scene rotation-fast-3deg 'deg_per_s: 75'
-scene lateral-30um 'shift_mm_per_s: [0.75, 0, 0]'
-scene axial-20um 'shift_mm_per_s: [0, 0, 0.5]'
-scene jump-at-40 'jump: {epoch: 40, shift_mm: [0.3, 0.1, 0.05], deg: 5}'
+S=$HERE/../../bench/quality-scenes
+for name in $(grep -v '^#' "$S" | cut -d'|' -f1); do
+	scene "$name" "$(grep "^$name|" "$S" | cut -d'|' -f2-)"
+done
 echo "files in $W"
