@@ -153,6 +153,7 @@ static int reserve(struct h5vol *w, size_t bytes, char *err, size_t errlen)
 static int flush(struct h5vol *w, char *err, size_t errlen)
 {
 	haddr_t eoa;
+	int rc;
 
 	errno = 0;
 	if (H5Fflush(w->f, H5F_SCOPE_LOCAL) < 0) {
@@ -164,8 +165,12 @@ static int flush(struct h5vol *w, char *err, size_t errlen)
 		return w->fault = vr_err(err, errlen, -EIO, "%s: cannot read the end of allocation",
 		                         w->path);
 	}
-	/* the file as it is now is the one to go back to */
-	h5vol_journal_commit(&w->j, (uint64_t)eoa);
+	/* the in-place writes reach the file; then it is the one to go back to */
+	rc = h5vol_journal_commit(&w->j, (uint64_t)eoa);
+	if (rc) {
+		w->broken = true;
+		return w->fault = fail_errno(err, errlen, -rc, "%s: flush failed", w->path);
+	}
 	w->flushed = w->count;
 	return 0;
 }
@@ -453,6 +458,9 @@ int h5vol_close(struct h5vol *w, char *err, size_t errlen)
 				e = errno;
 				rc = fail_errno(err, errlen, e, "closing %s failed", w->path);
 			}
+		} else if (!rc && (e = -h5vol_journal_commit(&w->j, w->j.mark)) > 0) {
+			/* the close's in-place writes (h5vol_vfd.h) */
+			rc = fail_errno(err, errlen, e, "closing %s failed", w->path);
 		} else if (!rc && w->reserved) {
 			/* give back what was reserved past the end and not used */
 			int fd = open(w->path, O_WRONLY | O_CLOEXEC);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* h5vol's file driver: sec2's pread/pwrite with an undo journal of in-place writes (h5vol_vfd.h). */
+/* h5vol's file driver: sec2's pread/pwrite; in-place writes held to the commit, with an undo
+ * journal (h5vol_vfd.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,10 +20,11 @@
 /* the largest address: what fits in off_t, as sec2 has it */
 #define VFD_MAXADDR (((haddr_t)1 << (8 * sizeof(off_t) - 1)) - 1)
 
-struct h5vol_undo {
+struct h5vol_span {
 	uint64_t addr;
 	size_t len;
-	unsigned char *old;
+	unsigned char *buf; /* undo: the old bytes; held: the new ones */
+	H5FD_mem_t type;    /* held: what HDF5 wrote there */
 };
 
 struct vfd_info {
@@ -60,31 +62,41 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* Room for one more span in *v (n used, *cap allocated). 0 or -ENOMEM. */
+static int spans_grow(struct h5vol_span **v, size_t n, size_t *cap)
+{
+	struct h5vol_span *u;
+	size_t c;
+
+	if (n < *cap)
+		return 0;
+	c = *cap ? 2 * *cap : 64;
+	u = realloc(*v, c * sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	*v = u;
+	*cap = c;
+	return 0;
+}
+
 /* Keep the old bytes of [addr, addr + len) (all below the mark). 0 or a negative errno. */
 static int journal_save(struct h5vol_journal *j, int fd, uint64_t addr, size_t len)
 {
-	struct h5vol_undo *u;
+	struct h5vol_span *u;
 	ssize_t got;
 
-	if (j->n == j->cap) {
-		size_t cap = j->cap ? 2 * j->cap : 64;
-
-		u = realloc(j->undo, cap * sizeof(*u));
-		if (!u)
-			return -ENOMEM;
-		j->undo = u;
-		j->cap = cap;
-	}
-	u = &j->undo[j->n];
-	u->old = malloc(len);
-	if (!u->old)
+	if (spans_grow(&j->undo, j->n, &j->cap))
 		return -ENOMEM;
-	got = vr_pread_upto(fd, u->old, len, addr);
+	u = &j->undo[j->n];
+	u->buf = malloc(len);
+	if (!u->buf)
+		return -ENOMEM;
+	got = vr_pread_upto(fd, u->buf, len, addr);
 	if (got < 0) {
-		free(u->old);
+		free(u->buf);
 		return (int)got;
 	}
-	memset(u->old + got, 0, len - (size_t)got); /* past the end: the file held zeros */
+	memset(u->buf + got, 0, len - (size_t)got); /* past the end: the file held zeros */
 	u->addr = addr;
 	u->len = len;
 	j->bytes += len;
@@ -95,16 +107,175 @@ static int journal_save(struct h5vol_journal *j, int fd, uint64_t addr, size_t l
 static void journal_drop(struct h5vol_journal *j)
 {
 	for (size_t i = 0; i < j->n; i++)
-		free(j->undo[i].old);
+		free(j->undo[i].buf);
 	j->n = 0;
 	j->bytes = 0;
 }
 
-void h5vol_journal_commit(struct h5vol_journal *j, uint64_t end)
+static void held_drop(struct h5vol_journal *j)
 {
+	for (size_t i = 0; i < j->nheld; i++)
+		free(j->held[i].buf);
+	j->nheld = 0;
+}
+
+/*
+ * Hold a write of [addr, addr + len) below the mark. The held spans stay disjoint: the ones it
+ * overlaps are merged into it, its bytes over theirs. 0 or -ENOMEM.
+ */
+static int held_add(struct h5vol_journal *j, H5FD_mem_t type, uint64_t addr, size_t len,
+                    const void *buf)
+{
+	uint64_t lo = addr, hi = addr + len;
+	unsigned char *b;
+	size_t k = 0;
+
+	for (size_t i = 0; i < j->nheld; i++) {
+		const struct h5vol_span *h = &j->held[i];
+
+		if (h->addr < addr + len && h->addr + h->len > addr) {
+			lo = h->addr < lo ? h->addr : lo;
+			hi = h->addr + h->len > hi ? h->addr + h->len : hi;
+		}
+	}
+	if (spans_grow(&j->held, j->nheld, &j->capheld))
+		return -ENOMEM;
+	b = malloc((size_t)(hi - lo));
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < j->nheld; i++) {
+		struct h5vol_span *h = &j->held[i];
+
+		if (h->addr < addr + len && h->addr + h->len > addr) {
+			memcpy(b + (h->addr - lo), h->buf, h->len);
+			free(h->buf);
+			if (h->type == H5FD_MEM_OHDR || h->type == H5FD_MEM_SUPER)
+				type = h->type; /* (the order below keeps to the stricter one) */
+		} else {
+			j->held[k++] = *h;
+		}
+	}
+	memcpy(b + (addr - lo), buf, len);
+	j->held[k++] = (struct h5vol_span){lo, (size_t)(hi - lo), b, type};
+	j->nheld = k;
+	return 0;
+}
+
+/* The held bytes over what was read of [addr, addr + size). */
+static void held_overlay(const struct h5vol_journal *j, uint64_t addr, size_t size, void *buf)
+{
+	for (size_t i = 0; i < j->nheld; i++) {
+		const struct h5vol_span *h = &j->held[i];
+		uint64_t lo = h->addr > addr ? h->addr : addr;
+		uint64_t hi = h->addr + h->len < addr + size ? h->addr + h->len : addr + size;
+
+		if (lo < hi)
+			memcpy((char *)buf + (lo - addr), h->buf + (lo - h->addr),
+			       (size_t)(hi - lo));
+	}
+}
+
+/* Held spans past end are gone with the file's tail: cut them there. */
+static void held_cut(struct h5vol_journal *j, uint64_t end)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < j->nheld; i++) {
+		struct h5vol_span *h = &j->held[i];
+
+		if (h->addr >= end) {
+			free(h->buf);
+			continue;
+		}
+		if (h->addr + h->len > end)
+			h->len = (size_t)(end - h->addr);
+		j->held[k++] = *h;
+	}
+	j->nheld = k;
+}
+
+/* The commit's order: the superblock first, then from the end of the file down; the object
+ * headers last (h5vol_journal_commit). */
+static int held_order(const void *a, const void *b)
+{
+	const struct h5vol_span *x = a, *y = b;
+	int px = x->type == H5FD_MEM_SUPER ? 0 : x->type == H5FD_MEM_OHDR ? 2 : 1;
+	int py = y->type == H5FD_MEM_SUPER ? 0 : y->type == H5FD_MEM_OHDR ? 2 : 1;
+
+	if (px != py)
+		return px < py ? -1 : 1;
+	if (x->addr == y->addr)
+		return 0;
+	return x->addr > y->addr ? -1 : 1;
+}
+
+/* Write [addr, addr + len) from buf, its old bytes kept. 0 or a negative errno. */
+static int commit_write(struct h5vol_journal *j, uint64_t addr, size_t len, const void *buf)
+{
+	int rc = journal_save(j, j->fd, addr, len);
+
+	if (rc) {
+		j->error = rc;
+		return rc;
+	}
+	rc = pwrite_all(j->fd, buf, len, addr);
+	if (!rc)
+		j->writes++;
+	return rc;
+}
+
+/*
+ * The object headers held[first, nheld) (sorted, after all else) in one write over the range
+ * they span, the bytes between them as the file holds them: every dataset's new extent at once.
+ */
+static int commit_headers(struct h5vol_journal *j, size_t first)
+{
+	uint64_t lo = UINT64_MAX, hi = 0;
+	unsigned char *b;
+	ssize_t got;
+	int rc;
+
+	if (first == j->nheld)
+		return 0;
+	for (size_t i = first; i < j->nheld; i++) {
+		lo = j->held[i].addr < lo ? j->held[i].addr : lo;
+		hi = j->held[i].addr + j->held[i].len > hi ? j->held[i].addr + j->held[i].len : hi;
+	}
+	b = malloc((size_t)(hi - lo));
+	if (!b)
+		return -ENOMEM;
+	got = vr_pread_upto(j->fd, b, (size_t)(hi - lo), lo);
+	if (got < 0) {
+		free(b);
+		return (int)got;
+	}
+	memset(b + got, 0, (size_t)(hi - lo) - (size_t)got);
+	for (size_t i = first; i < j->nheld; i++)
+		memcpy(b + (j->held[i].addr - lo), j->held[i].buf, j->held[i].len);
+	rc = commit_write(j, lo, (size_t)(hi - lo), b);
+	free(b);
+	return rc;
+}
+
+int h5vol_journal_commit(struct h5vol_journal *j, uint64_t end)
+{
+	size_t i = 0;
+	int rc = 0;
+
+	if (j->frozen)
+		return -EIO;
+	qsort(j->held, j->nheld, sizeof(*j->held), held_order);
+	for (; i < j->nheld && !rc && j->held[i].type != H5FD_MEM_OHDR; i++)
+		rc = commit_write(j, j->held[i].addr, j->held[i].len, j->held[i].buf);
+	if (!rc)
+		rc = commit_headers(j, i);
+	held_drop(j);
+	if (rc)
+		return rc;
 	journal_drop(j);
 	j->mark = end;
 	j->error = 0;
+	return 0;
 }
 
 int h5vol_journal_restore(struct h5vol_journal *j)
@@ -114,8 +285,9 @@ int h5vol_journal_restore(struct h5vol_journal *j)
 	j->frozen = true;
 	if (j->fd < 0)
 		return -EBADF;
+	held_drop(j);
 	for (size_t i = j->n; i-- > 0 && !rc;)
-		rc = pwrite_all(j->fd, j->undo[i].old, j->undo[i].len, j->undo[i].addr);
+		rc = pwrite_all(j->fd, j->undo[i].buf, j->undo[i].len, j->undo[i].addr);
 	if (!rc && ftruncate(j->fd, (off_t)j->mark) < 0)
 		rc = -errno;
 	if (!rc)
@@ -126,9 +298,11 @@ int h5vol_journal_restore(struct h5vol_journal *j)
 void h5vol_journal_free(struct h5vol_journal *j)
 {
 	journal_drop(j);
+	held_drop(j);
 	free(j->undo);
-	j->undo = NULL;
-	j->cap = 0;
+	free(j->held);
+	j->undo = j->held = NULL;
+	j->cap = j->capheld = 0;
 	if (j->fd >= 0)
 		close(j->fd);
 	j->fd = -1;
@@ -194,13 +368,17 @@ static int vfd_cmp(const H5FD_t *a, const H5FD_t *b)
 	return 0;
 }
 
-/* sec2's features (H5Fget_eoa asks for SUPPORTS_SWMR_IO: plain POSIX I/O, as sec2) */
+/*
+ * sec2's features (H5Fget_eoa asks for SUPPORTS_SWMR_IO: plain POSIX I/O, as sec2) less the
+ * metadata accumulator: it would join the superblock and the object headers beside it into one
+ * write, which the commit could then not order.
+ */
 static herr_t vfd_query(const H5FD_t *file, unsigned long *flags)
 {
 	if (flags)
-		*flags = H5FD_FEAT_AGGREGATE_METADATA | H5FD_FEAT_ACCUMULATE_METADATA |
-		         H5FD_FEAT_DATA_SIEVE | H5FD_FEAT_AGGREGATE_SMALLDATA |
-		         H5FD_FEAT_POSIX_COMPAT_HANDLE | H5FD_FEAT_SUPPORTS_SWMR_IO;
+		*flags = H5FD_FEAT_AGGREGATE_METADATA | H5FD_FEAT_DATA_SIEVE |
+		         H5FD_FEAT_AGGREGATE_SMALLDATA | H5FD_FEAT_POSIX_COMPAT_HANDLE |
+		         H5FD_FEAT_SUPPORTS_SWMR_IO;
 	return 0;
 }
 
@@ -245,6 +423,7 @@ static herr_t vfd_read(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, 
 		return -1;
 	}
 	memset((char *)buf + got, 0, size - (size_t)got); /* past the end of the file: zeros */
+	held_overlay(f->j, addr, size, buf);
 	return 0;
 }
 
@@ -267,14 +446,19 @@ static herr_t vfd_write(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr,
 	if (addr < j->mark) {
 		size_t len = addr + size > j->mark ? (size_t)(j->mark - addr) : size;
 
-		rc = journal_save(j, f->fd, addr, len);
+		/* in place: held to the commit */
+		rc = held_add(j, type, addr, len, buf);
 		if (rc) {
-			/* without the old bytes the file could not be put back: refuse the write */
-			j->error = rc;
 			errno = -rc;
 			return -1;
 		}
+		addr += len;
+		buf = (const char *)buf + len;
+		size -= len;
+		if (!size)
+			return 0;
 	}
+	/* new blocks: nothing on the file references them before the commit */
 	rc = pwrite_all(f->fd, buf, size, addr);
 	if (rc) {
 		errno = -rc;
@@ -304,6 +488,7 @@ static herr_t vfd_truncate(H5FD_t *file, hid_t dxpl, hbool_t closing)
 		if (ftruncate(f->fd, (off_t)f->eoa) < 0)
 			return -1;
 		f->eof = f->eoa;
+		held_cut(f->j, f->eoa);
 	}
 	return 0;
 }

@@ -9,6 +9,18 @@
  * the last flush that succeeded) until the next commit; restoring writes them back and cuts the
  * file to the mark: the file is then exactly as it was after that flush. Restoring only
  * overwrites bytes the file already holds, so it needs no new space on the disk.
+ *
+ * A process that is killed (SIGKILL, the OOM killer) restores nothing, and HDF5 writes its
+ * metadata in address order: the object headers (a dataset's extent) before the chunk indexes
+ * past them, so a kill inside a flush could leave an extent that counts a row whose chunk is not
+ * indexed (a row of zeros), or a superblock whose end of allocation does not cover what the
+ * headers point at ("addr overflow"). The driver therefore holds every write below the mark in
+ * memory (reads see it) and makes them at the commit, after the new blocks past the mark, which
+ * nothing on the file references yet: the superblock first (the file is already as long as its
+ * new end of allocation), then the rest from the end of the file down (chunk indexes), then all
+ * object headers in one write over the range they span. A kill during the commit leaves chunks
+ * that are indexed but not yet counted: the file holds every row of the last commit, or every
+ * row of this one, in every dataset alike.
  */
 #ifndef VOLREC_CLIENTS_H5VOL_VFD_H
 #define VOLREC_CLIENTS_H5VOL_VFD_H
@@ -21,13 +33,15 @@
 
 #include "base/base.h"
 
-struct h5vol_undo;
+struct h5vol_span;
 
 struct h5vol_journal {
 	uint64_t mark;           /* [0, mark) is the file as of the last commit */
-	struct h5vol_undo *undo; /* old bytes of the writes below the mark since, oldest first */
+	struct h5vol_span *undo; /* old bytes of the writes below the mark since, oldest first */
 	size_t n, cap;
-	size_t bytes; /* held in undo */
+	size_t bytes;            /* held in undo */
+	struct h5vol_span *held; /* the writes below the mark not yet made, disjoint */
+	size_t nheld, capheld;
 	int fd;      /* a descriptor of the file of our own (restore works after HDF5 closed its) */
 	int error;   /* a write below the mark whose old bytes could not be kept (-errno) */
 	bool frozen; /* restored: every later write is refused (EIO) and reaches nothing */
@@ -38,9 +52,13 @@ struct h5vol_journal {
  * outlive the file: the caller's) and HDF5's strong close. H5I_INVALID_HID on failure. */
 hid_t h5vol_vfd_fapl(struct h5vol_journal *j);
 
-/* Everything written so far is the file now: the mark moves to end (HDF5's end of allocation
- * after a successful flush) and the old bytes are forgotten. */
-void h5vol_journal_commit(struct h5vol_journal *j, uint64_t end);
+/*
+ * Everything written so far is the file now: the held writes reach the file (in the order above,
+ * their old bytes kept), then the mark moves to end (HDF5's end of allocation after a successful
+ * flush) and the old bytes are forgotten. 0, or a negative errno when a held write failed (the
+ * mark stays: h5vol_journal_restore puts the file back).
+ */
+int h5vol_journal_commit(struct h5vol_journal *j, uint64_t end) VR_MUST_CHECK;
 
 /*
  * Put the file back as of the last commit: the old bytes written back, newest first, and the
@@ -49,7 +67,7 @@ void h5vol_journal_commit(struct h5vol_journal *j, uint64_t end);
  */
 int h5vol_journal_restore(struct h5vol_journal *j) VR_MUST_CHECK;
 
-/* Free the old bytes and close j->fd (when >= 0). */
+/* Free the old bytes and the held writes, and close j->fd (when >= 0). */
 void h5vol_journal_free(struct h5vol_journal *j);
 
 #endif
