@@ -1,10 +1,16 @@
 # SPDX-License-Identifier: MIT
 """numpy prototype of motion-compensated history (docs/algorithms.md §2b, "Next: motion
 compensation"): not a volrec mode yet. Each history sample is kept with the rigid pose of its
-epoch (rotation about the depth axis, lateral and axial shift); the output at a full-resolution
-column gathers, from every interlacing phase, the sample whose tissue point is now nearest to it,
-weighted by a Gaussian of that distance; the pose of each epoch is estimated by registering the
-new low-resolution samples against the previous output.
+epoch (rotation about the depth axis, lateral and axial shift); the pose of each epoch is
+estimated by registering the new low-resolution samples against the previous output.
+
+The output at a full-resolution column (default, "kriging"): of the samples of the last H
+epochs of every interlacing phase, the one per epoch whose tissue point now lies nearest to the
+column; of those the M nearest within R pitches; their ordinary-kriging weights under a
+Gaussian correlation of length ell pitches and a nugget lam (the weights that sum to 1 and
+minimise the expected squared error of a field of that correlation); each sample shifted
+axially by the pose difference. With --nearest (the first version): the newest sample of each
+phase only, weighted by a Gaussian of its distance (sigma 0.45, cut at rc = 1.5 pitches).
 
 Estimation, per epoch e (after `warm` epochs):
   - axial: the shift of the epoch's mean A-scan against the previous epoch's (cross-correlation
@@ -19,9 +25,9 @@ With kappa > 0 the output is blended with the newest epoch, interpolated, where 
 disagree with what the compensated history predicts for them (the adaptive mode's change test,
 depth window 9, alpha = exp(-D / kappa^2)).
 
-Usage: motion_proto.py LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec process --lowres`
-of a reconstruct.mode none configuration, and `volrec sim --truth`; with DEG_PER_EPOCH the pose
-is the known rotation instead of the estimate: the oracle bound)."""
+Usage: motion_proto.py [--nearest] LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec
+process --lowres` of a reconstruct.mode none configuration, and `volrec sim --truth`; with
+DEG_PER_EPOCH the pose is the known rotation instead of the estimate: the oracle bound)."""
 import sys
 
 import numpy as np
@@ -38,12 +44,14 @@ def rot(th):
 class MotionCompensated:
     def __init__(self, ny, nx, Z, sx=5, sy=5, NB=8, sigma=0.45, rc=1.5, iters=6, ga=1.0,
                  gb=0.3, warm=5, search=(0, -0.5, 0.5, -1, 1, -2, 2, -3, 3, -4, 4, -6, 6),
-                 oracle=None, kappa=0.0):
+                 oracle=None, kappa=0.0, kriging=True, ell=1.3, lam=0.1, M=20, R=2.0, H=2):
         self.ny, self.nx, self.Z, self.sx, self.sy = ny, nx, Z, sx, sy
         self.S, self.Y, self.X = sx * sy, ny * sy, nx * sx
         self.NB, self.sigma, self.rc, self.iters = NB, sigma, rc, iters
         self.ga, self.gb, self.warm, self.search, self.oracle = ga, gb, warm, search, oracle
         self.kappa = kappa  # > 0: blend with the newest epoch where the samples disagree
+        self.kriging, self.ell, self.lam, self.M, self.R, self.H = kriging, ell, lam, M, R, H
+        self.hist = []      # (phase, {pose, L}) of the last H * S epochs, oldest first
         self.ph = {}        # phase -> {pose, L}: the newest samples of each phase
         self.poses = []     # (theta rad, tx px, ty px, tz bins) of every epoch
         self.vel = np.zeros(4)
@@ -101,6 +109,40 @@ class MotionCompensated:
             num = num + w[..., None] * self.zshift(h["L"][iy, ix], pose[3] - h["pose"][3])
             den = den + w
         return num, den
+
+    def krige(self, pose):
+        """The output by ordinary kriging of the history (see the top), and the number of
+        samples each column used."""
+        P = self.grid.reshape(-1, 2)
+        n = P.shape[0]
+        cp, cd, cv = [], [], []
+        for q, h in self.hist:
+            ox, oy = q % self.sx, q // self.sx
+            PE = self.map_to(P, pose, h["pose"])
+            gx, gy = PE[:, 0] + self.X / 2 - 0.5, PE[:, 1] + self.Y / 2 - 0.5
+            ix = np.clip(np.round((gx - ox) / self.sx).astype(int), 0, self.nx - 1)
+            iy = np.clip(np.round((gy - oy) / self.sy).astype(int), 0, self.ny - 1)
+            cur = self.map_to(self.node_pos(q, iy, ix), h["pose"], pose)
+            cp.append(cur)
+            cd.append(np.hypot(*(cur - P).T))
+            cv.append(self.zshift(h["L"][iy, ix], pose[3] - h["pose"][3]))
+        cp, cd, cv = np.stack(cp, 1), np.stack(cd, 1), np.stack(cv, 1)
+        M = min(self.M, cp.shape[1])
+        idx = np.argsort(cd, 1)[:, :M]
+        sp = np.take_along_axis(cp, idx[..., None], 1)
+        sd = np.take_along_axis(cd, idx, 1)
+        sv = np.take_along_axis(cv, idx[..., None], 1)
+        ok = sd < self.R
+        corr = lambda d2: np.exp(-d2 / (2 * self.ell ** 2))  # noqa: E731
+        K = corr(((sp[:, :, None] - sp[:, None]) ** 2).sum(-1)) + self.lam * np.eye(M)
+        A = np.zeros((n, M + 1, M + 1))
+        A[:, :M, :M] = np.where(ok[:, :, None] & ok[:, None], K, np.eye(M))
+        A[:, :M, M] = A[:, M, :M] = ok
+        A[~ok.any(1), M, M] = 1
+        b = np.concatenate([np.where(ok, corr(sd ** 2), 0), np.ones((n, 1))], 1)
+        w = np.where(ok, np.linalg.solve(A, b[..., None])[:, :M, 0], 0)
+        out = np.einsum("nm,nmz->nz", w, sv).reshape(self.Y, self.X, -1)
+        return out, ok.sum(1).reshape(self.Y, self.X)
 
     def residual(self, Be, P, pose):
         PE = self.map_to(P, pose, self.poses[-1])
@@ -187,9 +229,14 @@ class MotionCompensated:
             d = np.where(pd > 0.05, np.mean(b * b, -1), 1e6)
             D = current_linear(d[..., None], ox, oy, self.sx, self.sy)[..., 0]
         self.ph[q] = {"pose": pose.copy(), "L": L}
-        num, den = self.gather(pose)
+        self.hist = (self.hist + [(q, self.ph[q])])[-self.S * self.H:]
         C = current_linear(L, ox, oy, self.sx, self.sy)
-        out = (num + 1e-3 * C) / (den + 1e-3)[..., None]
+        if self.kriging:
+            out, used = self.krige(pose)
+            out = np.where((used > 0)[..., None], out, C)
+        else:
+            num, den = self.gather(pose)
+            out = (num + 1e-3 * C) / (den + 1e-3)[..., None]
         if D is not None:
             a = np.exp(-D / self.kappa ** 2)[..., None]
             out = a * out + (1 - a) * C
@@ -199,6 +246,10 @@ class MotionCompensated:
 
 def main():
     import h5py
+    args = sys.argv[1:]
+    nearest = "--nearest" in args
+    args = [a for a in args if a != "--nearest"]
+    sys.argv[1:] = args
     with h5py.File(sys.argv[2]) as f:
         T = f["truth"][:]
     with h5py.File(sys.argv[1]) as f:
@@ -210,7 +261,8 @@ def main():
         dpe = float(sys.argv[3])
         oracle = lambda e: (np.deg2rad(dpe * e), 0, 0, 0)  # noqa: E731
     kappa = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-    m = MotionCompensated(ny, nx, Z, oracle=oracle, kappa=kappa)
+    first = dict(kriging=False, H=1, ga=1.0, gb=0.3) if nearest else dict(ga=0.5, gb=0.1)
+    m = MotionCompensated(ny, nx, Z, oracle=oracle, kappa=kappa, **first)
     O = np.stack([m.step(e, L[e], off[e]) for e in range(n)])
     r = per_epoch(np.clip(O, 0, 1), T, db, gain_db(L, off, T, db, 5, 5), first=25)
     print(f"motion-compensated: {np.mean([a for a, b in r]):.2f} dB / "

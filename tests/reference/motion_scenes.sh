@@ -6,7 +6,8 @@
 # `volrec process` (reconstruct.mode none, the scanner's corrections, background bscan_mean,
 # db_range [70, 100]), then reconstructed by the prototype with the estimated pose.
 # Usage: tests/reference/motion_scenes.sh BUILD_DIR [WORK_DIR]   (MOTION_BEAM_UM, default 150;
-# MOTION_KAPPA, default 0: the prototype's change test off; PYTHON, default python3, with numpy and h5py)
+# MOTION_KAPPA, default 0: the prototype's change test off; MOTION_ARGS, e.g. --nearest for the
+# first gather; PYTHON, default python3, with numpy and h5py)
 set -eu
 B=${1:?usage: tests/reference/motion_scenes.sh BUILD_DIR [WORK_DIR]}
 V=$B/bin/volrec
@@ -36,7 +37,7 @@ scene() {
 	"$V" process -c "$W/$name.yaml" -o "$W/$name-low.h5" --lowres >/dev/null
 	printf '%-22s ' "$name"
 	PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" "$HERE/motion_proto.py" \
-		"$W/$name-low.h5" "$W/$name-truth.h5" - "$KAPPA"
+		${MOTION_ARGS:-} "$W/$name-low.h5" "$W/$name-truth.h5" - "$KAPPA"
 }
 
 S=$HERE/../../bench/quality-scenes
