@@ -264,7 +264,8 @@ int h5vol_journal_commit(struct h5vol_journal *j, uint64_t end)
 
 	if (j->frozen)
 		return -EIO;
-	qsort(j->held, j->nheld, sizeof(*j->held), held_order);
+	if (j->nheld > 1)
+		qsort(j->held, j->nheld, sizeof(*j->held), held_order);
 	for (; i < j->nheld && !rc && j->held[i].type != H5FD_MEM_OHDR; i++)
 		rc = commit_write(j, j->held[i].addr, j->held[i].len, j->held[i].buf);
 	if (!rc)
