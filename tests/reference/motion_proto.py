@@ -12,7 +12,8 @@ minimise the expected squared error of a field of that correlation); each sample
 axially by the pose difference. With --nearest (the first version): the newest sample of each
 phase only, weighted by a Gaussian of its distance (sigma 0.45, cut at rc = 1.5 pitches).
 
-Estimation, per epoch e (after `warm` epochs):
+Estimation, per epoch e (after `warm` epochs), against the previous output's depth bands
+blurred laterally (sigma `blur` pitches, --blur S; default 0, unblurred):
   - axial: the shift of the epoch's mean A-scan against the previous epoch's (cross-correlation
     over +-4 bins, parabolic peak);
   - lateral (theta, tx, ty): from the alpha-beta prediction, a search over rotation increments,
@@ -25,7 +26,7 @@ With kappa > 0 the output is blended with the newest epoch, interpolated, where 
 disagree with what the compensated history predicts for them (the adaptive mode's change test,
 depth window 9, alpha = exp(-D / kappa^2)).
 
-Usage: motion_proto.py [--nearest] LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec
+Usage: motion_proto.py [--nearest] [--blur S] LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec
 process --lowres` of a reconstruct.mode none configuration, and `volrec sim --truth`; with
 DEG_PER_EPOCH the pose is the known rotation instead of the estimate: the oracle bound)."""
 import sys
@@ -44,7 +45,8 @@ def rot(th):
 class MotionCompensated:
     def __init__(self, ny, nx, Z, sx=5, sy=5, NB=8, sigma=0.45, rc=1.5, iters=6, ga=1.0,
                  gb=0.3, warm=5, search=(0, -0.5, 0.5, -1, 1, -2, 2, -3, 3, -4, 4, -6, 6),
-                 oracle=None, kappa=0.0, kriging=True, ell=1.3, lam=0.1, M=20, R=2.0, H=2):
+                 oracle=None, kappa=0.0, kriging=True, ell=1.3, lam=0.1, M=20, R=2.0, H=2,
+                 blur=0.0):
         self.ny, self.nx, self.Z, self.sx, self.sy = ny, nx, Z, sx, sy
         self.S, self.Y, self.X = sx * sy, ny * sy, nx * sx
         self.NB, self.sigma, self.rc, self.iters = NB, sigma, rc, iters
@@ -52,6 +54,7 @@ class MotionCompensated:
         self.kappa = kappa  # > 0: blend with the newest epoch where the samples disagree
         self.kriging, self.ell, self.lam, self.M, self.R, self.H = kriging, ell, lam, M, R, H
         self.hist = []      # (phase, {pose, L}) of the last H * S epochs, oldest first
+        self.blur = blur    # the registration's reference: the output's bands, this blurred
         self.ph = {}        # phase -> {pose, L}: the newest samples of each phase
         self.poses = []     # (theta rad, tx px, ty px, tz bins) of every epoch
         self.vel = np.zeros(4)
@@ -143,6 +146,17 @@ class MotionCompensated:
         w = np.where(ok, np.linalg.solve(A, b[..., None])[:, :M, 0], 0)
         out = np.einsum("nm,nmz->nz", w, sv).reshape(self.Y, self.X, -1)
         return out, ok.sum(1).reshape(self.Y, self.X)
+
+    def blurred(self, O):
+        """O (Y, X, NB) through a lateral Gaussian of sigma self.blur pitches (edges repeated)."""
+        if not self.blur:
+            return O
+        r = int(np.ceil(3 * self.blur))
+        k = np.exp(-np.arange(-r, r + 1) ** 2 / (2 * self.blur ** 2))
+        k /= k.sum()
+        p = np.pad(O, ((r, r), (r, r), (0, 0)), mode="edge")
+        t = sum(k[i] * p[i:i + O.shape[0]] for i in range(2 * r + 1))
+        return sum(k[i] * t[:, i:i + O.shape[1]] for i in range(2 * r + 1))
 
     def residual(self, Be, P, pose):
         PE = self.map_to(P, pose, self.poses[-1])
@@ -240,7 +254,7 @@ class MotionCompensated:
         if D is not None:
             a = np.exp(-D / self.kappa ** 2)[..., None]
             out = a * out + (1 - a) * C
-        self.Ob = self.bands(out)
+        self.Ob = self.blurred(self.bands(out))
         return out
 
 
@@ -249,6 +263,11 @@ def main():
     args = sys.argv[1:]
     nearest = "--nearest" in args
     args = [a for a in args if a != "--nearest"]
+    blur = 0.0
+    if "--blur" in args:
+        i = args.index("--blur")
+        blur = float(args[i + 1])
+        del args[i:i + 2]
     sys.argv[1:] = args
     with h5py.File(sys.argv[2]) as f:
         T = f["truth"][:]
@@ -262,6 +281,7 @@ def main():
         oracle = lambda e: (np.deg2rad(dpe * e), 0, 0, 0)  # noqa: E731
     kappa = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     first = dict(kriging=False, H=1, ga=1.0, gb=0.3) if nearest else dict(ga=0.5, gb=0.1)
+    first["blur"] = blur
     m = MotionCompensated(ny, nx, Z, oracle=oracle, kappa=kappa, **first)
     O = np.stack([m.step(e, L[e], off[e]) for e in range(n)])
     r = per_epoch(np.clip(O, 0, 1), T, db, gain_db(L, off, T, db, 5, 5), first=25)
