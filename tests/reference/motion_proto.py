@@ -13,7 +13,9 @@ axially by the pose difference. With --nearest (the first version): the newest s
 phase only, weighted by a Gaussian of its distance (sigma 0.45, cut at rc = 1.5 pitches).
 
 Estimation, per epoch e (after `warm` epochs), against the previous output's depth bands
-blurred laterally (sigma `blur` pitches, --blur S; default 0, unblurred):
+kriged without the newest `exclude` epochs (--exclude N, default 4: the epochs whose samples
+the scan pattern lines up with the new ones at one pitch an epoch) and blurred laterally (sigma
+`blur` pitches, --blur S, default 0.8); --nearest registers against its own output, unblurred:
   - axial: the shift of the epoch's mean A-scan against the previous epoch's (cross-correlation
     over +-4 bins, parabolic peak);
   - lateral (theta, tx, ty): from the alpha-beta prediction, a search over rotation increments,
@@ -26,7 +28,7 @@ With kappa > 0 the output is blended with the newest epoch, interpolated, where 
 disagree with what the compensated history predicts for them (the adaptive mode's change test,
 depth window 9, alpha = exp(-D / kappa^2)).
 
-Usage: motion_proto.py [--nearest] [--blur S] LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec
+Usage: motion_proto.py [--nearest] [--blur S] [--exclude N] LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec
 process --lowres` of a reconstruct.mode none configuration, and `volrec sim --truth`; with
 DEG_PER_EPOCH the pose is the known rotation instead of the estimate: the oracle bound)."""
 import sys
@@ -46,7 +48,7 @@ class MotionCompensated:
     def __init__(self, ny, nx, Z, sx=5, sy=5, NB=8, sigma=0.45, rc=1.5, iters=6, ga=1.0,
                  gb=0.3, warm=5, search=(0, -0.5, 0.5, -1, 1, -2, 2, -3, 3, -4, 4, -6, 6),
                  oracle=None, kappa=0.0, kriging=True, ell=1.3, lam=0.1, M=20, R=2.0, H=2,
-                 blur=0.0):
+                 blur=0.8, exclude=4):
         self.ny, self.nx, self.Z, self.sx, self.sy = ny, nx, Z, sx, sy
         self.S, self.Y, self.X = sx * sy, ny * sy, nx * sx
         self.NB, self.sigma, self.rc, self.iters = NB, sigma, rc, iters
@@ -54,7 +56,8 @@ class MotionCompensated:
         self.kappa = kappa  # > 0: blend with the newest epoch where the samples disagree
         self.kriging, self.ell, self.lam, self.M, self.R, self.H = kriging, ell, lam, M, R, H
         self.hist = []      # (phase, {pose, L}) of the last H * S epochs, oldest first
-        self.blur = blur    # the registration's reference: the output's bands, this blurred
+        self.blur = blur    # the registration's reference: the output's bands, this blurred,
+        self.exclude = exclude  # and kriged without the newest `exclude` epochs
         self.ph = {}        # phase -> {pose, L}: the newest samples of each phase
         self.poses = []     # (theta rad, tx px, ty px, tz bins) of every epoch
         self.vel = np.zeros(4)
@@ -113,13 +116,13 @@ class MotionCompensated:
             den = den + w
         return num, den
 
-    def krige(self, pose):
+    def krige(self, pose, hist=None):
         """The output by ordinary kriging of the history (see the top), and the number of
         samples each column used."""
         P = self.grid.reshape(-1, 2)
         n = P.shape[0]
         cp, cd, cv = [], [], []
-        for q, h in self.hist:
+        for q, h in self.hist if hist is None else hist:
             ox, oy = q % self.sx, q // self.sx
             PE = self.map_to(P, pose, h["pose"])
             gx, gy = PE[:, 0] + self.X / 2 - 0.5, PE[:, 1] + self.Y / 2 - 0.5
@@ -254,7 +257,11 @@ class MotionCompensated:
         if D is not None:
             a = np.exp(-D / self.kappa ** 2)[..., None]
             out = a * out + (1 - a) * C
-        self.Ob = self.blurred(self.bands(out))
+        ref = out
+        if self.kriging and self.exclude and len(self.hist) > self.exclude + 5:
+            ref, used = self.krige(pose, hist=self.hist[:-self.exclude])
+            ref = np.where((used > 0)[..., None], ref, C)
+        self.Ob = self.blurred(self.bands(ref))
         return out
 
 
@@ -263,11 +270,12 @@ def main():
     args = sys.argv[1:]
     nearest = "--nearest" in args
     args = [a for a in args if a != "--nearest"]
-    blur = 0.0
-    if "--blur" in args:
-        i = args.index("--blur")
-        blur = float(args[i + 1])
-        del args[i:i + 2]
+    opt = {}
+    for name in ("--blur", "--exclude"):
+        if name in args:
+            i = args.index(name)
+            opt[name[2:]] = float(args[i + 1]) if name == "--blur" else int(args[i + 1])
+            del args[i:i + 2]
     sys.argv[1:] = args
     with h5py.File(sys.argv[2]) as f:
         T = f["truth"][:]
@@ -280,8 +288,8 @@ def main():
         dpe = float(sys.argv[3])
         oracle = lambda e: (np.deg2rad(dpe * e), 0, 0, 0)  # noqa: E731
     kappa = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-    first = dict(kriging=False, H=1, ga=1.0, gb=0.3) if nearest else dict(ga=0.5, gb=0.1)
-    first["blur"] = blur
+    first = dict(kriging=False, H=1, ga=1.0, gb=0.3, blur=0) if nearest else dict(ga=0.5, gb=0.1)
+    first.update(opt)
     m = MotionCompensated(ny, nx, Z, oracle=oracle, kappa=kappa, **first)
     O = np.stack([m.step(e, L[e], off[e]) for e in range(n)])
     r = per_epoch(np.clip(O, 0, 1), T, db, gain_db(L, off, T, db, 5, 5), first=25)
