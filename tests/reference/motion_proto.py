@@ -16,19 +16,24 @@ Estimation, per epoch e (after `warm` epochs), against the previous output's dep
 kriged without the newest `exclude` epochs (--exclude N, default 4: the epochs whose samples
 the scan pattern lines up with the new ones at one pitch an epoch) and blurred laterally (sigma
 `blur` pitches, --blur S, default 0.8); --nearest registers against its own output, unblurred:
-  - axial: the shift of the epoch's mean A-scan against the previous epoch's (cross-correlation
-    over +-4 bins, parabolic peak);
+  - axial: the mean over the last `nax` epochs (default 4) of their axial pose plus the shift of
+    this epoch's mean A-scan against theirs (cross-correlation over +-6 bins, parabolic peak),
+    taken as measured (no alpha-beta); with --nearest (nax 0) the previous epoch's only, over
+    +-4 bins, filtered as below;
   - lateral (theta, tx, ty): from the alpha-beta prediction, a search over rotation increments,
     then Levenberg-Marquardt on the residual between the new samples' depth bands (NB means over
     Z, after the axial shift) and the previous output's bands, bilinearly interpolated where the
     same tissue stood at e - 1;
-  - the prediction's velocity follows the innovation with gain gb.
+  - the prediction's velocity follows the innovation with gain gb;
+  - where the registration's residual per sample exceeds `reset` (default 3) times its median
+    over the last 10 epochs, the history is dropped (the chain of poses is lost: the patient
+    moved at once) and rebuilt from this epoch on; with --nearest never.
 
 With kappa > 0 the output is blended with the newest epoch, interpolated, where the new samples
 disagree with what the compensated history predicts for them (the adaptive mode's change test,
 depth window 9, alpha = exp(-D / kappa^2)).
 
-Usage: motion_proto.py [--nearest] [--blur S] [--exclude N] LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec
+Usage: motion_proto.py [--nearest] [--blur S] [--exclude N] [--nax N] [--reset F] LOWRES.h5 TRUTH.h5 [DEG_PER_EPOCH|- [KAPPA]]   (`volrec
 process --lowres` of a reconstruct.mode none configuration, and `volrec sim --truth`; with
 DEG_PER_EPOCH the pose is the known rotation instead of the estimate: the oracle bound)."""
 import sys
@@ -48,7 +53,7 @@ class MotionCompensated:
     def __init__(self, ny, nx, Z, sx=5, sy=5, NB=8, sigma=0.45, rc=1.5, iters=6, ga=1.0,
                  gb=0.3, warm=5, search=(0, -0.5, 0.5, -1, 1, -2, 2, -3, 3, -4, 4, -6, 6),
                  oracle=None, kappa=0.0, kriging=True, ell=1.3, lam=0.1, M=20, R=2.0, H=2,
-                 blur=0.8, exclude=4):
+                 blur=0.8, exclude=4, nax=4, reset=3.0):
         self.ny, self.nx, self.Z, self.sx, self.sy = ny, nx, Z, sx, sy
         self.S, self.Y, self.X = sx * sy, ny * sy, nx * sx
         self.NB, self.sigma, self.rc, self.iters = NB, sigma, rc, iters
@@ -62,6 +67,12 @@ class MotionCompensated:
         self.poses = []     # (theta rad, tx px, ty px, tz bins) of every epoch
         self.vel = np.zeros(4)
         self.prof = None    # previous epoch's mean A-scan
+        self.profs = []     # (mean A-scan, axial pose) of the last epochs
+        self.reset = reset  # residual factor that drops the history (0: never)
+        self.clog = []      # the registration's residual per sample, since the last reset
+        self.lost = False
+        self.resets = []    # epochs where the history was dropped
+        self.nax = nax      # 0: the first version's axial estimate (one epoch, +-4, filtered)
         self.Ob = None      # previous output's depth bands
         yy, xx = np.meshgrid(np.arange(self.Y) + 0.5 - self.Y / 2,
                              np.arange(self.X) + 0.5 - self.X / 2, indexing="ij")
@@ -173,6 +184,19 @@ class MotionCompensated:
               + O[y0 + 1, x0] * ((1 - tx) * ty)[..., None] + O[y0 + 1, x0 + 1] * (tx * ty)[..., None])
         return np.where(ok[..., None], Be - pr, 0).ravel(), ok
 
+    def zxcorr(self, a, b):
+        """The shift (bins) of mean A-scan a against b: cross-correlation over +-6 bins (+-4
+        with nax 0), parabolic peak."""
+        Z, r = self.Z, 6 if self.nax else 4
+        a, b = a - a.mean(), b - b.mean()
+        cc = [np.sum(a[max(0, k):Z + min(0, k)] * b[max(0, -k):Z - max(0, k)])
+              for k in range(-r, r + 1)]
+        k = int(np.argmax(cc))
+        d = k - float(r)
+        if 0 < k < 2 * r and cc[k - 1] - 2 * cc[k] + cc[k + 1] < 0:
+            d += 0.5 * (cc[k - 1] - cc[k + 1]) / (cc[k - 1] - 2 * cc[k] + cc[k + 1])
+        return d
+
     def estimate(self, e, L, q):
         prof = L.mean((0, 1))
         if not self.poses:
@@ -180,13 +204,11 @@ class MotionCompensated:
             return np.zeros(4)
         pose = self.poses[-1] + self.vel
         pred = pose.copy()
-        a, b = prof - prof.mean(), self.prof - self.prof.mean()
-        Z = self.Z
-        cc = [np.sum(a[max(0, k):Z + min(0, k)] * b[max(0, -k):Z - max(0, k)]) for k in range(-4, 5)]
-        k = int(np.argmax(cc))
-        dz = k - 4.0
-        if 0 < k < 8 and cc[k - 1] - 2 * cc[k] + cc[k + 1] < 0:
-            dz += 0.5 * (cc[k - 1] - cc[k + 1]) / (cc[k - 1] - 2 * cc[k] + cc[k + 1])
+        # axial: the mean of the shifts against the last `nax` epochs' mean A-scans, unfiltered
+        ests = [self.poses[-1][3] + self.zxcorr(prof, self.prof)]
+        for p, tz in self.profs[-self.nax:-1] if self.nax > 1 else []:
+            ests.append(tz + self.zxcorr(prof, p))
+        dz = float(np.mean(ests)) - self.poses[-1][3]
         pose[3] = self.poses[-1][3] + dz
         self.prof = prof
         if len(self.ph) < self.warm:
@@ -227,15 +249,26 @@ class MotionCompensated:
             pose, r0, c0, lam = pp, r1, c1, max(lam / 10, 1e-4)
             if np.abs(d).max() < 1e-5:
                 break
+        # a registration that leaves `reset` times its usual residual: the pose chain is lost
+        # (the patient moved at once): the history is dropped at this epoch
+        _, ok = self.residual(Be, P, pose)
+        cn = c0 / max(ok.sum(), 1)
+        if self.reset and len(self.clog) > 5 and cn > self.reset * np.median(self.clog[-10:]):
+            self.lost, self.clog = True, []
+        self.clog.append(cn)
         inn = pose - pred
         self.vel = self.vel + self.gb * inn
-        return pred + self.ga * inn
+        out = pred + self.ga * inn
+        if self.nax:
+            out[3], self.vel[3] = pose[3], 0.0  # the axial estimate as measured
+        return out
 
     def step(self, e, L, off):
         ox, oy = off
         q = oy * self.sx + ox
         pose = np.array(self.oracle(e), float) if self.oracle else self.estimate(e, L, q)
         self.poses.append(pose)
+        self.profs = (self.profs + [(L.mean((0, 1)), pose[3])])[-10:]
         D = None
         if self.kappa and self.ph:
             # the adaptive mode's change test, against the compensated history's prediction
@@ -245,6 +278,9 @@ class MotionCompensated:
             b = zbox(L - pn / np.maximum(pd, 1e-12)[..., None], 9)
             d = np.where(pd > 0.05, np.mean(b * b, -1), 1e6)
             D = current_linear(d[..., None], ox, oy, self.sx, self.sy)[..., 0]
+        if self.lost:
+            self.ph, self.hist, self.vel, self.lost = {}, [], np.zeros(4), False
+            self.resets.append(e)
         self.ph[q] = {"pose": pose.copy(), "L": L}
         self.hist = (self.hist + [(q, self.ph[q])])[-self.S * self.H:]
         C = current_linear(L, ox, oy, self.sx, self.sy)
@@ -271,10 +307,10 @@ def main():
     nearest = "--nearest" in args
     args = [a for a in args if a != "--nearest"]
     opt = {}
-    for name in ("--blur", "--exclude"):
+    for name, kind in (("--blur", float), ("--exclude", int), ("--nax", int), ("--reset", float)):
         if name in args:
             i = args.index(name)
-            opt[name[2:]] = float(args[i + 1]) if name == "--blur" else int(args[i + 1])
+            opt[name[2:]] = kind(args[i + 1])
             del args[i:i + 2]
     sys.argv[1:] = args
     with h5py.File(sys.argv[2]) as f:
@@ -288,13 +324,14 @@ def main():
         dpe = float(sys.argv[3])
         oracle = lambda e: (np.deg2rad(dpe * e), 0, 0, 0)  # noqa: E731
     kappa = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
-    first = dict(kriging=False, H=1, ga=1.0, gb=0.3, blur=0) if nearest else dict(ga=0.5, gb=0.1)
+    first = dict(kriging=False, H=1, ga=1.0, gb=0.3, blur=0, nax=0, reset=0) if nearest else dict(ga=0.5, gb=0.1)
     first.update(opt)
     m = MotionCompensated(ny, nx, Z, oracle=oracle, kappa=kappa, **first)
     O = np.stack([m.step(e, L[e], off[e]) for e in range(n)])
     r = per_epoch(np.clip(O, 0, 1), T, db, gain_db(L, off, T, db, 5, 5), first=25)
+    dropped = f" (history dropped at epochs {m.resets})" if m.resets else ""
     print(f"motion-compensated: {np.mean([a for a, b in r]):.2f} dB / "
-          f"{np.mean([b for a, b in r]):.3f}")
+          f"{np.mean([b for a, b in r]):.3f}{dropped}")
 
 
 if __name__ == "__main__":
