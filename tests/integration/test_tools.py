@@ -686,6 +686,16 @@ int ftruncate64(int fd, off_t l)
 """
 
 
+def fault_shim(tmp_path):
+    """FAULT_AT_C built as a preloadable library in tmp_path."""
+    so, src = tmp_path / "fault.so", tmp_path / "fault.c"
+    src.write_text(FAULT_AT_C)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return so
+
+
 @pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
                     reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
 @pytest.mark.parametrize("mode", ["fill", "fail"])
@@ -696,11 +706,7 @@ def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(da
     readable and holds every volume flushed before (a write failing half way through HDF5's
     flush left metadata rewritten in place that pointed past the file's end: "addr
     overflow"); only a failure while the file is being created may leave no file."""
-    so, src = tmp_path / "fault.so", tmp_path / "fault.c"
-    src.write_text(FAULT_AT_C)
-    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    so = fault_shim(tmp_path)
     out, calls = small_disk / "rec.h5", tmp_path / "calls"
 
     def record(at):
@@ -789,11 +795,7 @@ def test_record_file_is_whole_whichever_write_the_recorder_is_killed_before(daem
     leave a dataset's extent counting a row whose chunk was not indexed yet: a row of zeros).
     Once the file has been created, it is readable whatever the moment, and every row it
     counts is whole."""
-    so, src = tmp_path / "fault.so", tmp_path / "fault.c"
-    src.write_text(FAULT_AT_C)
-    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    so = fault_shim(tmp_path)
     out, calls = tmp_path / "rec.h5", tmp_path / "calls"
 
     def record(at):
