@@ -17,6 +17,9 @@
 #error "h5vol_vfd.c implements the file driver interface of HDF5 1.10 (Debian 12)"
 #endif
 
+/* the largest range of object headers written at once (h5vol_journal_commit) */
+#define VFD_HEADERS_MAX (256u * 1024u)
+
 /* the largest address: what fits in off_t, as sec2 has it */
 #define VFD_MAXADDR (((haddr_t)1 << (8 * sizeof(off_t) - 1)) - 1)
 
@@ -240,6 +243,16 @@ static int commit_headers(struct h5vol_journal *j, size_t first)
 	for (size_t i = first; i < j->nheld; i++) {
 		lo = j->held[i].addr < lo ? j->held[i].addr : lo;
 		hi = j->held[i].addr + j->held[i].len > hi ? j->held[i].addr + j->held[i].len : hi;
+	}
+	if (hi - lo > VFD_HEADERS_MAX) {
+		/* headers far apart (a continuation block of the root group's attributes at the
+		 * close): one by one, from the end of the file down */
+		for (size_t i = first; i < j->nheld; i++) {
+			rc = commit_write(j, j->held[i].addr, j->held[i].len, j->held[i].buf);
+			if (rc)
+				return rc;
+		}
+		return 0;
 	}
 	b = malloc((size_t)(hi - lo));
 	if (!b)

@@ -18,7 +18,8 @@
  * memory (reads see it) and makes them at the commit, after the new blocks past the mark, which
  * nothing on the file references yet: the superblock first (the file is already as long as its
  * new end of allocation), then the rest from the end of the file down (chunk indexes), then all
- * object headers in one write over the range they span. A kill during the commit leaves chunks
+ * object headers in one write over the range they span (the datasets' headers lie together at
+ * the file's start; headers more than 256 KiB apart, as at the close, go one by one). A kill during the commit leaves chunks
  * that are indexed but not yet counted: the file holds every row of the last commit, or every
  * row of this one, in every dataset alike.
  */
