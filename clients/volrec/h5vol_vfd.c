@@ -283,6 +283,9 @@ int h5vol_journal_commit(struct h5vol_journal *j, uint64_t end)
 		rc = commit_write(j, j->held[i].addr, j->held[i].len, j->held[i].buf);
 	if (!rc)
 		rc = commit_headers(j, i);
+	if (!rc && j->cut && ftruncate(j->fd, (off_t)j->cut) < 0)
+		rc = -errno;
+	j->cut = 0;
 	held_drop(j);
 	if (rc)
 		return rc;
@@ -498,9 +501,13 @@ static herr_t vfd_truncate(H5FD_t *file, hid_t dxpl, hbool_t closing)
 		errno = EIO;
 		return -1;
 	}
-	if (f->eoa > f->eof || (closing && f->eoa < f->eof)) {
+	if (f->eoa > f->eof) {
 		if (ftruncate(f->fd, (off_t)f->eoa) < 0)
 			return -1;
+		f->eof = f->eoa;
+	} else if (closing && f->eoa < f->eof) {
+		/* after the held writes (the file as committed may still use its tail) */
+		f->j->cut = f->eoa;
 		f->eof = f->eoa;
 		held_cut(f->j, f->eoa);
 	}

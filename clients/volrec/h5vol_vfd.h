@@ -42,6 +42,7 @@ struct h5vol_journal {
 	size_t n, cap;
 	size_t bytes;            /* held in undo */
 	struct h5vol_span *held; /* the writes below the mark not yet made, disjoint */
+	uint64_t cut; /* the close's new end of file, cut at the commit after the held writes */
 	size_t nheld, capheld;
 	int fd;      /* a descriptor of the file of our own (restore works after HDF5 closed its) */
 	int error;   /* a write below the mark whose old bytes could not be kept (-errno) */
