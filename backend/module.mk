@@ -3,6 +3,6 @@
 # be_open (archive beopen, above cpu and gpu: it knows both). The daemon and tools link
 # CORE_ARCHIVES.
 ARCHIVES += be beopen
-be_SRCS := backend/backend.c backend/tables.c backend/views.c
+be_SRCS := backend/backend.c backend/motion.c backend/tables.c backend/views.c
 beopen_SRCS := backend/open.c $(wildcard backend/bench.c)
 UNIT_SRCS += tests/unit/test_tables.c

@@ -55,7 +55,8 @@ enum cfg_recon_mode {
 	CFG_RECON_NONE,
 	CFG_RECON_NONCUMULATIVE,
 	CFG_RECON_CUMULATIVE,
-	CFG_RECON_ADAPTIVE, /* docs/algorithms.md §2b */
+	CFG_RECON_ADAPTIVE,    /* docs/algorithms.md §2b */
+	CFG_RECON_COMPENSATED, /* docs/algorithms.md §2c */
 };
 enum cfg_temporal { CFG_TEMPORAL_LINEAR, CFG_TEMPORAL_EXP };
 enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };

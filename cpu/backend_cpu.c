@@ -137,6 +137,7 @@ static void cpu_destroy(void *vst)
 	free(st->chg);
 	free(st->alpha);
 	free(st->beta);
+	cpu_motion_free(st);
 	free(st);
 }
 
@@ -150,6 +151,8 @@ static void cpu_reset_history(void *vst)
 	memset(st->bvol, 0, cols * st->nz * sizeof(float));
 	memset(st->ovol, 0, cols * st->nz * sizeof(float));
 	st->have_prev = false;
+	if (st->motion)
+		be_motion_reset(st->motion);
 }
 
 static unsigned cpu_count_threads(int want)
@@ -245,6 +248,11 @@ static int cpu_live_setup(struct cpu_state *st, const struct vr_config *cfg, cha
 {
 	int rc;
 
+	if (cfg->reconstruct.mode == CFG_RECON_COMPENSATED) {
+		rc = cpu_motion_alloc(st, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
 	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
 		rc = cpu_pm_alloc(st, err, errlen);
 		if (rc < 0)
@@ -415,8 +423,13 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 
 	L = out->lowres ? out->lowres : st->lowres;
 	cpu_preprocess_epoch(st, L, out);
-	if (st->p.mode != CFG_RECON_NONE)
+	if (st->p.mode == CFG_RECON_COMPENSATED) {
+		int rc = cpu_motion_epoch(st, epoch, L, out, err, errlen);
+		if (rc < 0)
+			return rc;
+	} else if (st->p.mode != CFG_RECON_NONE) {
 		cpu_recon_epoch(st, epoch, L, out);
+	}
 	if (out->median_depths) {
 		for (uint32_t b = 0; b < st->ny; b++)
 			out->median_depths[b] =

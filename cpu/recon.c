@@ -18,32 +18,41 @@ struct recon_ctx {
 	uint32_t ox, oy; /* adaptive: the epoch's scan offset */
 };
 
+void cpu_current_column(const struct cpu_state *st, const float *L, uint32_t ox, uint32_t oy,
+                        uint32_t yy, uint32_t xx, float *c)
+{
+	const uint32_t Z = st->nz;
+	uint32_t y0, y1, x0, x1;
+	float ty, tx;
+
+	be_interp_axis(yy, oy, st->sy, st->ny, &y0, &y1, &ty);
+	be_interp_axis(xx, ox, st->sx, st->nx, &x0, &x1, &tx);
+	const float *c00 = L + ((size_t)y0 * st->nx + x0) * Z;
+	const float *c01 = L + ((size_t)y0 * st->nx + x1) * Z;
+	const float *c10 = L + ((size_t)y1 * st->nx + x0) * Z;
+	const float *c11 = L + ((size_t)y1 * st->nx + x1) * Z;
+	const float w00 = (1.0f - ty) * (1.0f - tx), w01 = (1.0f - ty) * tx;
+	const float w10 = ty * (1.0f - tx), w11 = ty * tx;
+
+	for (uint32_t z = 0; z < Z; z++)
+		c[z] = w00 * c00[z] + w01 * c01[z] + w10 * c10[z] + w11 * c11[z];
+}
+
 /* adaptive (docs/algorithms.md §2b): the history estimate res of column (yy, xx) blended
  * with the column's own history sample by beta, then with the linear interpolation of the
- * current epoch by alpha. */
+ * current epoch (into scratch c) by alpha. */
 static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *ctx, uint32_t yy,
-                           uint32_t xx, float *res)
+                           uint32_t xx, float *res, float *c)
 {
 	const uint32_t Z = st->nz;
 	const size_t i = (size_t)yy * st->X + xx;
 	const float a = st->alpha[i], b = 1.0f - a, bt = st->beta[i], bh = 1.0f - bt;
 	const float *m = st->bvol + i * Z;
-	uint32_t y0, y1, x0, x1;
-	float ty, tx;
 
-	be_interp_axis(yy, ctx->oy, st->sy, st->ny, &y0, &y1, &ty);
-	be_interp_axis(xx, ctx->ox, st->sx, st->nx, &x0, &x1, &tx);
-	const float *c00 = ctx->L + ((size_t)y0 * st->nx + x0) * Z;
-	const float *c01 = ctx->L + ((size_t)y0 * st->nx + x1) * Z;
-	const float *c10 = ctx->L + ((size_t)y1 * st->nx + x0) * Z;
-	const float *c11 = ctx->L + ((size_t)y1 * st->nx + x1) * Z;
-	const float w00 = (1.0f - ty) * (1.0f - tx), w01 = (1.0f - ty) * tx;
-	const float w10 = ty * (1.0f - tx), w11 = ty * tx;
-
+	cpu_current_column(st, ctx->L, ctx->ox, ctx->oy, yy, xx, c);
 	for (uint32_t z = 0; z < Z; z++) {
-		float c = w00 * c00[z] + w01 * c01[z] + w10 * c10[z] + w11 * c11[z];
 		float h = bt * m[z] + bh * res[z];
-		res[z] = a * h + b * c;
+		res[z] = a * h + b * c[z];
 	}
 }
 
@@ -222,7 +231,7 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 				}
 			}
 			if (p->mode == CFG_RECON_ADAPTIVE)
-				adaptive_blend(st, ctx, yy, xx, res);
+				adaptive_blend(st, ctx, yy, xx, res, C);
 			if (cum && ctx->out->full)
 				memcpy(ctx->out->full + o, res, Z * sizeof(float));
 			if (ctx->out->volume) {

@@ -239,6 +239,12 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 
 	if (rc < 0)
 		return rc;
+	if (cfg->reconstruct.mode == CFG_RECON_COMPENSATED) {
+		snprintf(err, errlen,
+		         "reconstruct.mode: compensated runs on the cpu backend only so far "
+		         "(docs/algorithms.md §2c)");
+		return -EINVAL;
+	}
 	if (cfg->reconstruct.mode != CFG_RECON_NONE && !st->have_full) {
 		snprintf(err, errlen,
 		         "reconstruct.mode: %s needs the full-resolution volumes this backend was "

@@ -121,16 +121,27 @@ static double q_ssim(const double *a, const double *t, uint32_t R, uint32_t C, d
 
 /* ---- the runs ----------------------------------------------------------------------------- */
 
-enum q_row { Q_NEAREST, Q_LINEAR, Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_ROWS };
+enum q_row {
+	Q_NEAREST,
+	Q_LINEAR,
+	Q_NONCUM,
+	Q_CUMUL,
+	Q_PRODUCT,
+	Q_ADAPTIVE,
+	Q_COMPENSATED,
+	Q_ROWS
+};
 
 static const char *const q_row_names[Q_ROWS] = {
         "newest epoch, nearest", "newest epoch, linear",
         "noncumulative",         "cumulative",
         "product + exp tau=3",   "adaptive",
+        "compensated",
 };
 static const char *const q_row_keys[Q_ROWS] = {
         "current_nearest", "current_linear",   "noncumulative",
         "cumulative",      "product_exp_tau3", "adaptive",
+        "compensated",
 };
 
 /* The two units a volume is compared in (docs/algorithms.md §3): the truth's image amplitude,
@@ -640,7 +651,8 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	q.gain_pass = false;
 
 	/* one pass per reconstruction row; the noncumulative one also scores the baselines */
-	static const enum q_row rows[] = {Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE};
+	static const enum q_row rows[] = {Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE,
+	                                  Q_COMPENSATED};
 	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
 		const enum q_row r = rows[k];
 		cfg_free(&run);
@@ -650,9 +662,10 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 			fprintf(stderr, "volrec quality: out of memory\n");
 			goto out;
 		}
-		run.reconstruct.mode = r == Q_CUMUL      ? CFG_RECON_CUMULATIVE
-		                       : r == Q_ADAPTIVE ? CFG_RECON_ADAPTIVE
-		                                         : CFG_RECON_NONCUMULATIVE;
+		run.reconstruct.mode = r == Q_CUMUL         ? CFG_RECON_CUMULATIVE
+		                       : r == Q_ADAPTIVE    ? CFG_RECON_ADAPTIVE
+		                       : r == Q_COMPENSATED ? CFG_RECON_COMPENSATED
+		                                            : CFG_RECON_NONCUMULATIVE;
 		run.reconstruct.combine = r == Q_PRODUCT ? CFG_COMBINE_PRODUCT : CFG_COMBINE_SUM;
 		run.reconstruct.temporal = r == Q_PRODUCT ? CFG_TEMPORAL_EXP : CFG_TEMPORAL_LINEAR;
 		if (r == Q_PRODUCT)

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Motion-compensated reconstruction (reconstruct.mode compensated, docs/algorithms.md §2c):
+ * the backend-independent part. The host estimates the rigid pose of every epoch (rotation
+ * about the depth axis, lateral and axial shift) by registering the new low-resolution samples
+ * against the previous output, keeps the poses of the last H epochs of every interlacing
+ * phase, and tells the backend, per epoch, where each history epoch's samples now lie
+ * (be_motion_entry). Each output column is then the ordinary-kriging combination of the
+ * nearest compensated samples (be_motion_column, the same code on the host and the device).
+ */
+#ifndef VOLREC_BACKEND_MOTION_H
+#define VOLREC_BACKEND_MOTION_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define BE_MOTION_HD __host__ __device__
+#else
+#define BE_MOTION_HD
+#endif
+
+#define BE_MOTION_H      2    /* epochs of history per interlacing phase */
+#define BE_MOTION_M      20   /* samples per column at most */
+#define BE_MOTION_R      2.0  /* ... within this distance (full-resolution pitches) */
+#define BE_MOTION_ELL    1.3  /* Gaussian correlation length of the kriging (pitches) */
+#define BE_MOTION_NUGGET 0.1  /* its nugget */
+#define BE_MOTION_NB     8    /* depth bands of the registration */
+#define BE_MOTION_BLUR   0.8  /* lateral blur of the registration's reference (pitches) */
+#define BE_MOTION_EXCL   4    /* newest epochs left out of the reference */
+#define BE_MOTION_WARM   5    /* phases seen before the lateral registration starts */
+#define BE_MOTION_NAX    4    /* epochs whose mean A-scans make the axial estimate */
+#define BE_MOTION_ZR     6    /* axial search range (bins) */
+#define BE_MOTION_RESET  3.0  /* residual factor over its median that drops the history */
+#define BE_MOTION_GA     0.5  /* alpha-beta gains of the pose prediction */
+#define BE_MOTION_GB     0.1
+
+struct be_motion_pose {
+	double th;     /* rotation about the depth axis (rad) */
+	double tx, ty; /* lateral shift (full-resolution pixels) */
+	double tz;     /* axial shift (bins, tissue moved deeper for > 0) */
+};
+
+/* Where the samples of one history epoch lie now, for the pose of this epoch: history point
+ * h maps to the current frame as R(-phi)(h - hx, hy) + (px, py), current point p to the
+ * history frame as R(phi)(p - (px, py)) + (hx, hy), with c = cos(phi), s = sin(phi), phi the
+ * history epoch's rotation minus the current one; lab coordinates are centred (column X is
+ * at X + 0.5 - Xn / 2). Its samples are shifted in depth by dz = tz(now) - tz(then):
+ * k = floor(dz), fa = dz - k, fb = 1 - fa (docs/algorithms.md §2c). */
+struct be_motion_entry {
+	uint32_t ox, oy; /* the epoch's scan offset */
+	uint32_t slot;   /* where the backend keeps its low-resolution volume */
+	int32_t k;
+	float fa, fb;
+	double c, s, hx, hy, px, py;
+};
+
+struct be_motion_geom {
+	uint32_t nx, ny, sx, sy, X, Y, Z;
+};
+
+/* The samples one column combines: n <= BE_MOTION_M, each an entry index, a low-resolution
+ * A-scan index (y * nx + x) and its kriging weight. n = 0: no sample within BE_MOTION_R. */
+struct be_motion_pick {
+	uint32_t n;
+	uint32_t entry[BE_MOTION_M];
+	uint32_t node[BE_MOTION_M];
+	float w[BE_MOTION_M];
+};
+
+/* Solve a x = b for the n x n matrix a (row-major, overwritten; b overwritten by x) by
+ * Gaussian elimination with partial pivoting, in double. \return false when singular. */
+BE_MOTION_HD static inline bool be_motion_solve(double *a, double *b, uint32_t n)
+{
+	for (uint32_t c = 0; c < n; c++) {
+		uint32_t p = c;
+		for (uint32_t r = c + 1; r < n; r++)
+			if (fabs(a[r * n + c]) > fabs(a[p * n + c]))
+				p = r;
+		if (!(fabs(a[p * n + c]) > 0.0))
+			return false;
+		if (p != c) {
+			for (uint32_t j = c; j < n; j++) {
+				double t = a[c * n + j];
+				a[c * n + j] = a[p * n + j];
+				a[p * n + j] = t;
+			}
+			double t = b[c];
+			b[c] = b[p];
+			b[p] = t;
+		}
+		for (uint32_t r = c + 1; r < n; r++) {
+			double f = a[r * n + c] / a[c * n + c];
+			if (f == 0.0)
+				continue;
+			for (uint32_t j = c + 1; j < n; j++)
+				a[r * n + j] -= f * a[c * n + j];
+			b[r] -= f * b[c];
+		}
+	}
+	for (uint32_t c = n; c-- > 0;) {
+		double v = b[c];
+		for (uint32_t j = c + 1; j < n; j++)
+			v -= a[c * n + j] * b[j];
+		b[c] = v / a[c * n + c];
+	}
+	return true;
+}
+
+/*
+ * The samples of column (yc, xc) and their weights (docs/algorithms.md §2c): from each of the
+ * ne entries, the sample of its epoch whose tissue point now lies nearest to the column (the
+ * column mapped into the epoch's frame, the nearest node of its scan offset, that node mapped
+ * back); of those the BE_MOTION_M nearest closer than BE_MOTION_R (ties: the earlier entry),
+ * with their ordinary-kriging weights under the correlation exp(-d^2 / (2 ell^2)) and the
+ * nugget. All in double, the weights stored as float.
+ */
+BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
+                                                 const struct be_motion_entry *en, uint32_t ne,
+                                                 uint32_t yc, uint32_t xc,
+                                                 struct be_motion_pick *pk)
+{
+	const double hX = (double)g->X / 2.0, hY = (double)g->Y / 2.0;
+	const double Px = (double)xc + 0.5 - hX, Py = (double)yc + 0.5 - hY;
+	const double i2l = 1.0 / (2.0 * BE_MOTION_ELL * BE_MOTION_ELL);
+	double d[BE_MOTION_M], cx[BE_MOTION_M], cy[BE_MOTION_M];
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; j < ne; j++) {
+		const struct be_motion_entry *e = &en[j];
+		double vx = Px - e->px, vy = Py - e->py;
+		double gx = e->c * vx - e->s * vy + e->hx + hX - 0.5;
+		double gy = e->s * vx + e->c * vy + e->hy + hY - 0.5;
+		double fx = rint((gx - (double)e->ox) / (double)g->sx);
+		double fy = rint((gy - (double)e->oy) / (double)g->sy);
+		fx = fx < 0.0 ? 0.0 : fx > (double)(g->nx - 1) ? (double)(g->nx - 1) : fx;
+		fy = fy < 0.0 ? 0.0 : fy > (double)(g->ny - 1) ? (double)(g->ny - 1) : fy;
+		uint32_t ix = (uint32_t)fx, iy = (uint32_t)fy;
+		double ux = (double)(ix * g->sx + e->ox) + 0.5 - hX - e->hx;
+		double uy = (double)(iy * g->sy + e->oy) + 0.5 - hY - e->hy;
+		double qx = e->c * ux + e->s * uy + e->px;
+		double qy = -e->s * ux + e->c * uy + e->py;
+		double dd = sqrt((qx - Px) * (qx - Px) + (qy - Py) * (qy - Py));
+		if (!(dd < BE_MOTION_R))
+			continue;
+		if (n == BE_MOTION_M && !(dd < d[n - 1]))
+			continue;
+		uint32_t i = n < BE_MOTION_M ? n++ : n - 1;
+		while (i > 0 && dd < d[i - 1]) {
+			d[i] = d[i - 1];
+			cx[i] = cx[i - 1];
+			cy[i] = cy[i - 1];
+			pk->entry[i] = pk->entry[i - 1];
+			pk->node[i] = pk->node[i - 1];
+			i--;
+		}
+		d[i] = dd;
+		cx[i] = qx;
+		cy[i] = qy;
+		pk->entry[i] = j;
+		pk->node[i] = iy * g->nx + ix;
+	}
+	pk->n = n;
+	if (n == 0)
+		return;
+
+	double a[(BE_MOTION_M + 1) * (BE_MOTION_M + 1)], b[BE_MOTION_M + 1];
+	const uint32_t m = n + 1;
+	for (uint32_t i = 0; i < n; i++) {
+		for (uint32_t j = 0; j < n; j++) {
+			double dx = cx[i] - cx[j], dy = cy[i] - cy[j];
+			a[i * m + j] = exp(-(dx * dx + dy * dy) * i2l) + (i == j ? BE_MOTION_NUGGET : 0.0);
+		}
+		a[i * m + n] = 1.0;
+		a[n * m + i] = 1.0;
+		b[i] = exp(-d[i] * d[i] * i2l);
+	}
+	a[n * m + n] = 0.0;
+	b[n] = 1.0;
+	if (!be_motion_solve(a, b, m)) {
+		/* cannot happen with a nugget > 0; the nearest sample alone then */
+		pk->n = 1;
+		pk->w[0] = 1.0f;
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		pk->w[i] = (float)b[i];
+}
+
+/* Sample z of low-resolution A-scan l (Z bins) shifted in depth by entry e's dz: l[z - dz],
+ * linear between the two bins around it, 0 where a bin it needs lies outside [0, Z). */
+BE_MOTION_HD static inline float be_motion_shifted(const struct be_motion_entry *e, const float *l,
+                                                   uint32_t z, uint32_t Z)
+{
+	int64_t i = (int64_t)z - e->k; /* l[i - 1] * fa + l[i] * fb */
+	if (e->fa == 0.0f)
+		return i >= 0 && i < (int64_t)Z ? l[i] : 0.0f;
+	if (i < 1 || i >= (int64_t)Z)
+		return 0.0f;
+	return e->fa * l[i - 1] + e->fb * l[i];
+}
+
+/* ---- the host's estimator (backend/motion.c) ----------------------------------------------- */
+
+struct be_motion;
+
+/* For g with scan offsets of S = sx * sy phases. \return NULL when out of memory. */
+struct be_motion *be_motion_create(const struct be_motion_geom *g);
+void be_motion_destroy(struct be_motion *m);
+/* Forget every pose and the history (reset_history, a change of mode). */
+void be_motion_reset(struct be_motion *m);
+
+/* The slots the backend keeps low-resolution volumes in: BE_MOTION_H * S. */
+uint32_t be_motion_slots(const struct be_motion *m);
+
+/* Bands of low-resolution volume L shifted in depth by -dz, for the registration: Be[node][b]
+ * = the mean over band b's bins of the shifted A-scan (band b: bins [b Z / NB, (b + 1) Z / NB)). */
+typedef int (*be_motion_bands_fn)(void *ctx, double dz, float *Be);
+
+/*
+ * Epoch e at scan offset (ox, oy): estimate its pose from the mean A-scan prof[Z] (double) and
+ * the bands (computed through bands(ctx, dz, Be) when the registration runs), record it, and
+ * give the slot its low-resolution volume goes to (*slot) and the entries the output combines
+ * (en, *ne; at most be_motion_slots) and the reference (the first *nref of them; 0: the
+ * reference is the output itself). \return 0, or bands's error.
+ */
+int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double *prof,
+                    be_motion_bands_fn bands, void *ctx, uint32_t *slot,
+                    struct be_motion_entry *en, uint32_t *ne, uint32_t *nref);
+
+/* The reference bands of this epoch's output (Y x X x NB floats, the columns kriged from the
+ * first nref entries, or the output, in bands): kept, blurred, for the next registration. */
+void be_motion_set_reference(struct be_motion *m, const float *ob);
+
+/* The pose of the last epoch, and the epochs since the last history drop (for tests and logs). */
+struct be_motion_pose be_motion_last_pose(const struct be_motion *m);
+uint64_t be_motion_drops(const struct be_motion *m);
+
+/* Host helpers over a low-resolution volume L [ny][nx][Z] in host memory: the mean A-scan
+ * (double) and the shifted bands of be_motion_bands_fn. */
+void be_motion_profile(const struct be_motion_geom *g, const float *L, double *prof);
+void be_motion_bands(const struct be_motion_geom *g, const float *L, double dz, float *Be);
+
+/* The entry-like shift of dz (k, fa, fb of struct be_motion_entry). */
+void be_motion_shift_of(double dz, struct be_motion_entry *e);
+
+#endif

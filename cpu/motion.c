@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reconstruct.mode compensated on the CPU (docs/algorithms.md §2c): the host estimator of
+ * backend/motion.c gives the epoch's pose and where each history epoch's samples lie now;
+ * each output column is the kriging combination of its nearest compensated samples
+ * (be_motion_column), and the registration's reference is the same combination without the
+ * newest epochs, in depth bands.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend/tables.h"
+#include "internal.h"
+
+struct motion_ctx {
+	const struct be_output *out;
+	const float *L;
+	uint32_t ox, oy;
+};
+
+int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen)
+{
+	if (st->motion)
+		return 0;
+	struct be_motion_geom g = {.nx = st->nx, .ny = st->ny, .sx = st->sx, .sy = st->sy,
+	                           .X = st->X, .Y = st->Y, .Z = st->nz};
+	struct be_motion *m = be_motion_create(&g);
+	uint32_t slots = m ? be_motion_slots(m) : 0;
+	float *hist = m ? calloc((size_t)slots * st->ny * st->nx * st->nz, sizeof(float)) : NULL;
+	float *ref = calloc((size_t)st->Y * st->X * BE_MOTION_NB, sizeof(float));
+	struct be_motion_entry *en = calloc(slots ? slots : 1, sizeof(*en));
+	double *prof = calloc(st->nz, sizeof(double));
+
+	if (!m || !hist || !ref || !en || !prof) {
+		be_motion_destroy(m);
+		free(hist);
+		free(ref);
+		free(en);
+		free(prof);
+		snprintf(err, errlen,
+		         "cpu backend: out of memory for the compensated mode's history (%u epochs "
+		         "of %ux%ux%u)",
+		         BE_MOTION_H * st->S, st->nx, st->ny, st->nz);
+		return -ENOMEM;
+	}
+	st->motion = m;
+	st->mhist = hist;
+	st->mref = ref;
+	st->ment = en;
+	st->mprof = prof;
+	return 0;
+}
+
+void cpu_motion_free(struct cpu_state *st)
+{
+	be_motion_destroy(st->motion);
+	free(st->mhist);
+	free(st->mref);
+	free(st->ment);
+	free(st->mprof);
+	st->motion = NULL;
+}
+
+static int motion_bands(void *vctx, double dz, float *Be)
+{
+	const struct cpu_state *st = vctx;
+	struct be_motion_geom g = {.nx = st->nx, .ny = st->ny, .sx = st->sx, .sy = st->sy,
+	                           .X = st->X, .Y = st->Y, .Z = st->nz};
+
+	be_motion_bands(&g, st->mcur, dz, Be);
+	return 0;
+}
+
+/* Column (yy, xx) combined from entries en[0..ne) into res; false when no sample lies near. */
+static bool combine(const struct cpu_state *st, const struct be_motion_geom *g, uint32_t ne,
+                    uint32_t yy, uint32_t xx, float *res)
+{
+	const size_t vol = (size_t)st->ny * st->nx * st->nz;
+	struct be_motion_pick pk;
+
+	be_motion_column(g, st->ment, ne, yy, xx, &pk);
+	if (pk.n == 0)
+		return false;
+	for (uint32_t z = 0; z < st->nz; z++) {
+		float s = 0.0f;
+		for (uint32_t i = 0; i < pk.n; i++) {
+			const struct be_motion_entry *e = &st->ment[pk.entry[i]];
+			const float *l = st->mhist + e->slot * vol + (size_t)pk.node[i] * st->nz;
+			s += pk.w[i] * be_motion_shifted(e, l, z, st->nz);
+		}
+		res[z] = s;
+	}
+	return true;
+}
+
+static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
+{
+	const struct motion_ctx *ctx = vctx;
+	const struct cpu_state *st = w->st;
+	const uint32_t X = st->X, Z = st->nz, yy = (uint32_t)item;
+	const struct be_motion_geom g = {.nx = st->nx, .ny = st->ny, .sx = st->sx, .sy = st->sy,
+	                                 .X = st->X, .Y = st->Y, .Z = st->nz};
+	float *A = w->acc, *C = w->acc + Z;
+
+	for (uint32_t xx = 0; xx < X; xx++) {
+		size_t o = ((size_t)yy * X + xx) * Z;
+		float *res = ctx->out->full ? ctx->out->full + o : A;
+		if (!combine(st, &g, st->mne, yy, xx, res))
+			cpu_current_column(st, ctx->L, ctx->ox, ctx->oy, yy, xx, res);
+		if (ctx->out->volume) {
+			uint8_t *q = ctx->out->volume + o;
+			for (uint32_t z = 0; z < Z; z++)
+				q[z] = cpu_quantize(res[z]);
+		}
+		/* the registration's reference, in bands */
+		const float *ref = res;
+		if (st->mnref > 0) {
+			if (!combine(st, &g, st->mnref, yy, xx, C))
+				cpu_current_column(st, ctx->L, ctx->ox, ctx->oy, yy, xx, C);
+			ref = C;
+		}
+		float *ob = st->mref + ((size_t)yy * X + xx) * BE_MOTION_NB;
+		for (uint32_t b = 0; b < BE_MOTION_NB; b++) {
+			uint32_t z0 = b * Z / BE_MOTION_NB, z1 = (b + 1) * Z / BE_MOTION_NB;
+			double s = 0.0;
+			for (uint32_t z = z0; z < z1; z++)
+				s += ref[z];
+			ob[b] = z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
+		}
+	}
+}
+
+int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L,
+                     const struct be_output *out, char *err, size_t errlen)
+{
+	const struct be_motion_geom g = {.nx = st->nx, .ny = st->ny, .sx = st->sx, .sy = st->sy,
+	                                 .X = st->X, .Y = st->Y, .Z = st->nz};
+	const size_t vol = (size_t)st->ny * st->nx * st->nz;
+	uint32_t ox, oy, slot;
+	int rc;
+
+	vr_scan_offset(e, st->sx, st->sy, &ox, &oy);
+	be_motion_profile(&g, L, st->mprof);
+	st->mcur = L;
+	rc = be_motion_epoch(st->motion, ox, oy, st->mprof, motion_bands, st, &slot, st->ment,
+	                     &st->mne, &st->mnref);
+	if (rc < 0) {
+		snprintf(err, errlen, "cpu backend: compensated mode: pose estimate failed");
+		return rc;
+	}
+	memcpy(st->mhist + slot * vol, L, vol * sizeof(float));
+
+	struct motion_ctx ctx = {.out = out, .L = L, .ox = ox, .oy = oy};
+	cpu_parallel(st, st->Y, motion_rows, &ctx);
+	be_motion_set_reference(st->motion, st->mref);
+	return 0;
+}
