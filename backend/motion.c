@@ -22,7 +22,7 @@ struct hist_entry {
 
 struct be_motion {
 	struct be_motion_geom g;
-	uint32_t S, nslots, nn; /* nn: ny * nx * NB band values */
+	uint32_t S, nslots, nn;  /* nn: ny * nx * NB band values */
 	struct hist_entry *hist; /* oldest first */
 	uint32_t nh;
 	uint8_t *seen; /* [S] phases seen since the history began */
@@ -34,7 +34,7 @@ struct be_motion {
 	uint32_t nprof;
 	double clog[CLOG]; /* registration residuals since the last drop, newest last */
 	uint32_t nclog;
-	bool lost;
+	bool lost, off;
 	uint64_t drops;
 	float *ob, *tmp; /* [Y][X][NB] the reference (blurred), scratch */
 	bool have_ob;
@@ -108,6 +108,11 @@ void be_motion_reset(struct be_motion *m)
 	m->nclog = 0;
 	m->lost = false;
 	m->have_ob = false;
+}
+
+void be_motion_set_estimate(struct be_motion *m, bool on)
+{
+	m->off = !on;
 }
 
 uint32_t be_motion_slots(const struct be_motion *m)
@@ -239,8 +244,9 @@ static double residual(const struct be_motion *m, uint32_t ox, uint32_t oy,
 			const float *o11 = o10 + BE_MOTION_NB;
 			const float *bn = m->be + node * BE_MOTION_NB;
 			for (uint32_t b = 0; b < BE_MOTION_NB; b++) {
-				double pr = o00[b] * ((1 - tx) * (1 - ty)) + o01[b] * (tx * (1 - ty)) +
-				            o10[b] * ((1 - tx) * ty) + o11[b] * (tx * ty);
+				double pr = o00[b] * ((1 - tx) * (1 - ty)) +
+				            o01[b] * (tx * (1 - ty)) + o10[b] * ((1 - tx) * ty) +
+				            o11[b] * (tx * ty);
 				rn[b] = bn[b] - pr;
 				sum += rn[b] * rn[b];
 			}
@@ -349,7 +355,7 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 {
 	const uint32_t Z = m->g.Z;
 
-	if (!m->have_last) {
+	if (!m->have_last || m->off) {
 		memset(out, 0, sizeof(*out));
 		return 0;
 	}
@@ -405,8 +411,8 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 }
 
 int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double *prof,
-                    be_motion_bands_fn bands, void *ctx, uint32_t *slot,
-                    struct be_motion_entry *en, uint32_t *ne, uint32_t *nref)
+                    be_motion_bands_fn bands, void *ctx, uint32_t *slot, struct be_motion_entry *en,
+                    uint32_t *ne, uint32_t *nref)
 {
 	const uint32_t Z = m->g.Z;
 	struct be_motion_pose pose;

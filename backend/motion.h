@@ -22,19 +22,19 @@
 #define BE_MOTION_HD
 #endif
 
-#define BE_MOTION_H      2    /* epochs of history per interlacing phase */
-#define BE_MOTION_M      20   /* samples per column at most */
-#define BE_MOTION_R      2.0  /* ... within this distance (full-resolution pitches) */
-#define BE_MOTION_ELL    1.3  /* Gaussian correlation length of the kriging (pitches) */
-#define BE_MOTION_NUGGET 0.1  /* its nugget */
-#define BE_MOTION_NB     8    /* depth bands of the registration */
-#define BE_MOTION_BLUR   0.8  /* lateral blur of the registration's reference (pitches) */
-#define BE_MOTION_EXCL   4    /* newest epochs left out of the reference */
-#define BE_MOTION_WARM   5    /* phases seen before the lateral registration starts */
-#define BE_MOTION_NAX    4    /* epochs whose mean A-scans make the axial estimate */
-#define BE_MOTION_ZR     6    /* axial search range (bins) */
-#define BE_MOTION_RESET  3.0  /* residual factor over its median that drops the history */
-#define BE_MOTION_GA     0.5  /* alpha-beta gains of the pose prediction */
+#define BE_MOTION_H      2   /* epochs of history per interlacing phase */
+#define BE_MOTION_M      20  /* samples per column at most */
+#define BE_MOTION_R      2.0 /* ... within this distance (full-resolution pitches) */
+#define BE_MOTION_ELL    1.3 /* Gaussian correlation length of the kriging (pitches) */
+#define BE_MOTION_NUGGET 0.1 /* its nugget */
+#define BE_MOTION_NB     8   /* depth bands of the registration */
+#define BE_MOTION_BLUR   0.8 /* lateral blur of the registration's reference (pitches) */
+#define BE_MOTION_EXCL   4   /* newest epochs left out of the reference */
+#define BE_MOTION_WARM   5   /* phases seen before the lateral registration starts */
+#define BE_MOTION_NAX    4   /* epochs whose mean A-scans make the axial estimate */
+#define BE_MOTION_ZR     6   /* axial search range (bins) */
+#define BE_MOTION_RESET  3.0 /* residual factor over its median that drops the history */
+#define BE_MOTION_GA     0.5 /* alpha-beta gains of the pose prediction */
 #define BE_MOTION_GB     0.1
 
 struct be_motion_pose {
@@ -171,7 +171,8 @@ BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t j = 0; j < n; j++) {
 			double dx = cx[i] - cx[j], dy = cy[i] - cy[j];
-			a[i * m + j] = exp(-(dx * dx + dy * dy) * i2l) + (i == j ? BE_MOTION_NUGGET : 0.0);
+			a[i * m + j] =
+			        exp(-(dx * dx + dy * dy) * i2l) + (i == j ? BE_MOTION_NUGGET : 0.0);
 		}
 		a[i * m + n] = 1.0;
 		a[n * m + i] = 1.0;
@@ -212,6 +213,11 @@ void be_motion_destroy(struct be_motion *m);
 /* Forget every pose and the history (reset_history, a change of mode). */
 void be_motion_reset(struct be_motion *m);
 
+/* on (the default): estimate every epoch's pose; off: every pose is 0, the history is
+ * combined where it was scanned (reconstruct.compensated.estimate_pose). Takes effect at the
+ * next epoch. */
+void be_motion_set_estimate(struct be_motion *m, bool on);
+
 /* The slots the backend keeps low-resolution volumes in: BE_MOTION_H * S. */
 uint32_t be_motion_slots(const struct be_motion *m);
 
@@ -227,8 +233,8 @@ typedef int (*be_motion_bands_fn)(void *ctx, double dz, float *Be);
  * reference is the output itself). \return 0, or bands's error.
  */
 int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double *prof,
-                    be_motion_bands_fn bands, void *ctx, uint32_t *slot,
-                    struct be_motion_entry *en, uint32_t *ne, uint32_t *nref);
+                    be_motion_bands_fn bands, void *ctx, uint32_t *slot, struct be_motion_entry *en,
+                    uint32_t *ne, uint32_t *nref);
 
 /* The reference bands of this epoch's output (Y x X x NB floats, the columns kriged from the
  * first nref entries, or the output, in bands): kept, blurred, for the next registration. */

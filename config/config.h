@@ -167,6 +167,9 @@ struct vr_config {
 			uint32_t depth_half_window; /* h: 2h + 1 z bins averaged before comparing */
 			double speckle_tolerance;   /* kappa_s: bin-wise change scale (0: off) */
 		} adaptive;
+		struct {
+			bool estimate_pose; /* false: every pose 0 (no compensation) */
+		} compensated;
 	} reconstruct;
 
 	struct {

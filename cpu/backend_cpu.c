@@ -252,6 +252,7 @@ static int cpu_live_setup(struct cpu_state *st, const struct vr_config *cfg, cha
 		rc = cpu_motion_alloc(st, err, errlen);
 		if (rc < 0)
 			return rc;
+		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
 	}
 	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
 		rc = cpu_pm_alloc(st, err, errlen);

@@ -114,12 +114,12 @@ struct cpu_state {
 	bool have_prev;     /* cumulative: ovol holds a previous output */
 	/* compensated (cpu/motion.c; NULL until that mode is first used) */
 	struct be_motion *motion;
-	float *mhist;                /* [slots][ny][nx][nz] low-resolution volumes of the history */
-	float *mref;                 /* [Y][X][NB] the registration's reference of this epoch */
+	float *mhist; /* [slots][ny][nx][nz] low-resolution volumes of the history */
+	float *mref;  /* [Y][X][NB] the registration's reference of this epoch */
 	struct be_motion_entry *ment; /* [slots] this epoch's entries */
-	uint32_t mne, mnref;         /* entries of the output, of the reference */
-	double *mprof;               /* [nz] this epoch's mean A-scan */
-	const float *mcur;           /* this epoch's L while its pose is estimated */
+	uint32_t mne, mnref;          /* entries of the output, of the reference */
+	double *mprof;                /* [nz] this epoch's mean A-scan */
+	const float *mcur;            /* this epoch's L while its pose is estimated */
 
 	char device[128];
 };
@@ -153,8 +153,8 @@ void cpu_current_column(const struct cpu_state *st, const float *L, uint32_t ox,
  * -ENOMEM with err), free it, and reconstruct epoch e from L into out (0, or an error). */
 int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen);
 void cpu_motion_free(struct cpu_state *st);
-int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L,
-                     const struct be_output *out, char *err, size_t errlen);
+int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out,
+                     char *err, size_t errlen);
 
 /* Run fn(worker, item) for item = 0..n-1 on the state's threads. */
 void cpu_parallel(struct cpu_state *st, size_t n,

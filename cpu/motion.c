@@ -24,8 +24,13 @@ int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen)
 {
 	if (st->motion)
 		return 0;
-	struct be_motion_geom g = {.nx = st->nx, .ny = st->ny, .sx = st->sx, .sy = st->sy,
-	                           .X = st->X, .Y = st->Y, .Z = st->nz};
+	struct be_motion_geom g = {.nx = st->nx,
+	                           .ny = st->ny,
+	                           .sx = st->sx,
+	                           .sy = st->sy,
+	                           .X = st->X,
+	                           .Y = st->Y,
+	                           .Z = st->nz};
 	struct be_motion *m = be_motion_create(&g);
 	uint32_t slots = m ? be_motion_slots(m) : 0;
 	float *hist = m ? calloc((size_t)slots * st->ny * st->nx * st->nz, sizeof(float)) : NULL;
@@ -66,8 +71,13 @@ void cpu_motion_free(struct cpu_state *st)
 static int motion_bands(void *vctx, double dz, float *Be)
 {
 	const struct cpu_state *st = vctx;
-	struct be_motion_geom g = {.nx = st->nx, .ny = st->ny, .sx = st->sx, .sy = st->sy,
-	                           .X = st->X, .Y = st->Y, .Z = st->nz};
+	struct be_motion_geom g = {.nx = st->nx,
+	                           .ny = st->ny,
+	                           .sx = st->sx,
+	                           .sy = st->sy,
+	                           .X = st->X,
+	                           .Y = st->Y,
+	                           .Z = st->nz};
 
 	be_motion_bands(&g, st->mcur, dz, Be);
 	return 0;
@@ -100,8 +110,13 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 	const struct motion_ctx *ctx = vctx;
 	const struct cpu_state *st = w->st;
 	const uint32_t X = st->X, Z = st->nz, yy = (uint32_t)item;
-	const struct be_motion_geom g = {.nx = st->nx, .ny = st->ny, .sx = st->sx, .sy = st->sy,
-	                                 .X = st->X, .Y = st->Y, .Z = st->nz};
+	const struct be_motion_geom g = {.nx = st->nx,
+	                                 .ny = st->ny,
+	                                 .sx = st->sx,
+	                                 .sy = st->sy,
+	                                 .X = st->X,
+	                                 .Y = st->Y,
+	                                 .Z = st->nz};
 	float *A = w->acc, *C = w->acc + Z;
 
 	for (uint32_t xx = 0; xx < X; xx++) {
@@ -132,11 +147,16 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 	}
 }
 
-int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L,
-                     const struct be_output *out, char *err, size_t errlen)
+int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out,
+                     char *err, size_t errlen)
 {
-	const struct be_motion_geom g = {.nx = st->nx, .ny = st->ny, .sx = st->sx, .sy = st->sy,
-	                                 .X = st->X, .Y = st->Y, .Z = st->nz};
+	const struct be_motion_geom g = {.nx = st->nx,
+	                                 .ny = st->ny,
+	                                 .sx = st->sx,
+	                                 .sy = st->sy,
+	                                 .X = st->X,
+	                                 .Y = st->Y,
+	                                 .Z = st->nz};
 	const size_t vol = (size_t)st->ny * st->nx * st->nz;
 	uint32_t ox, oy, slot;
 	int rc;

@@ -121,16 +121,7 @@ static double q_ssim(const double *a, const double *t, uint32_t R, uint32_t C, d
 
 /* ---- the runs ----------------------------------------------------------------------------- */
 
-enum q_row {
-	Q_NEAREST,
-	Q_LINEAR,
-	Q_NONCUM,
-	Q_CUMUL,
-	Q_PRODUCT,
-	Q_ADAPTIVE,
-	Q_COMPENSATED,
-	Q_ROWS
-};
+enum q_row { Q_NEAREST, Q_LINEAR, Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_COMPENSATED, Q_ROWS };
 
 static const char *const q_row_names[Q_ROWS] = {
         "newest epoch, nearest", "newest epoch, linear",
@@ -139,9 +130,8 @@ static const char *const q_row_names[Q_ROWS] = {
         "compensated",
 };
 static const char *const q_row_keys[Q_ROWS] = {
-        "current_nearest", "current_linear",   "noncumulative",
-        "cumulative",      "product_exp_tau3", "adaptive",
-        "compensated",
+        "current_nearest",  "current_linear", "noncumulative", "cumulative",
+        "product_exp_tau3", "adaptive",       "compensated",
 };
 
 /* The two units a volume is compared in (docs/algorithms.md §3): the truth's image amplitude,
@@ -651,8 +641,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	q.gain_pass = false;
 
 	/* one pass per reconstruction row; the noncumulative one also scores the baselines */
-	static const enum q_row rows[] = {Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE,
-	                                  Q_COMPENSATED};
+	static const enum q_row rows[] = {Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_COMPENSATED};
 	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
 		const enum q_row r = rows[k];
 		cfg_free(&run);
