@@ -371,7 +371,7 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	double tz = 0.0;
 	for (uint32_t i = m->nprof - na; i < m->nprof; i++)
 		tz += m->ptz[i] + zxcorr(prof, m->profs + (size_t)i * Z, Z, m->ac);
-	if (na > 0)
+	if (na > 0 && isfinite(tz))
 		pose.tz = tz / na;
 	double dz = pose.tz - m->last.tz;
 	if (m->nseen < BE_MOTION_WARM || !m->have_ob) {
@@ -382,6 +382,15 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	if (rc < 0)
 		return rc;
 	double cn = register_lateral(m, ox, oy, &pose);
+	if (!isfinite(pose.th) || !isfinite(pose.tx) || !isfinite(pose.ty) || !isfinite(cn)) {
+		/* cannot happen on finite samples; keep the prediction and start over */
+		double z = pose.tz;
+		*out = pred;
+		out->tz = z;
+		m->lost = true;
+		m->nclog = 0;
+		return 0;
+	}
 	/* a registration that leaves RESET times its usual residual: the chain of poses is lost
 	 * (the patient moved at once), the history is dropped at this epoch */
 	if (m->nclog > 5) {

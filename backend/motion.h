@@ -135,8 +135,8 @@ BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
 		double gy = e->s * vx + e->c * vy + e->hy + hY - 0.5;
 		double fx = rint((gx - (double)e->ox) / (double)g->sx);
 		double fy = rint((gy - (double)e->oy) / (double)g->sy);
-		fx = fx < 0.0 ? 0.0 : fx > (double)(g->nx - 1) ? (double)(g->nx - 1) : fx;
-		fy = fy < 0.0 ? 0.0 : fy > (double)(g->ny - 1) ? (double)(g->ny - 1) : fy;
+		fx = fx >= 0.0 ? (fx > (double)(g->nx - 1) ? (double)(g->nx - 1) : fx) : 0.0;
+		fy = fy >= 0.0 ? (fy > (double)(g->ny - 1) ? (double)(g->ny - 1) : fy) : 0.0;
 		uint32_t ix = (uint32_t)fx, iy = (uint32_t)fy;
 		double ux = (double)(ix * g->sx + e->ox) + 0.5 - hX - e->hx;
 		double uy = (double)(iy * g->sy + e->oy) + 0.5 - hY - e->hy;
