@@ -36,8 +36,8 @@ static uint32_t still_entries(struct be_motion_entry *en, double rot, double shi
 
 static void test_still_column_takes_its_own_node_and_weights_sum_to_one(void **state)
 {
-	const struct be_motion_geom g = {.nx = 12, .ny = 12, .sx = 5, .sy = 5, .X = 60, .Y = 60,
-	                                 .Z = 16};
+	const struct be_motion_geom g = {
+	        .nx = 12, .ny = 12, .sx = 5, .sy = 5, .X = 60, .Y = 60, .Z = 16};
 	struct be_motion_entry en[2 * BE_MOTION_H * 25];
 	struct be_motion_pick pk;
 	uint32_t ne = still_entries(en, 0.0, 0.0);
@@ -74,8 +74,8 @@ static void test_still_column_takes_its_own_node_and_weights_sum_to_one(void **s
 
 static void test_a_shifted_history_is_picked_where_its_tissue_lies_now(void **state)
 {
-	const struct be_motion_geom g = {.nx = 12, .ny = 12, .sx = 5, .sy = 5, .X = 60, .Y = 60,
-	                                 .Z = 16};
+	const struct be_motion_geom g = {
+	        .nx = 12, .ny = 12, .sx = 5, .sy = 5, .X = 60, .Y = 60, .Z = 16};
 	struct be_motion_entry en[2 * BE_MOTION_H * 25];
 	struct be_motion_pick a, b;
 
@@ -121,8 +121,8 @@ static void test_depth_shift(void **state)
 
 static void test_history_slots_and_reset(void **state)
 {
-	const struct be_motion_geom g = {.nx = 4, .ny = 3, .sx = 2, .sy = 1, .X = 8, .Y = 3,
-	                                 .Z = 16};
+	const struct be_motion_geom g = {
+	        .nx = 4, .ny = 3, .sx = 2, .sy = 1, .X = 8, .Y = 3, .Z = 16};
 	struct be_motion *m = be_motion_create(&g);
 	struct be_motion_entry en[4];
 	double prof[16];
@@ -136,9 +136,8 @@ static void test_history_slots_and_reset(void **state)
 		prof[z] = z == 8 ? 1.0 : 0.0;
 	be_motion_set_estimate(m, false);
 	for (uint32_t e = 0; e < 9; e++) {
-		assert_int_equal(be_motion_epoch(m, e % 2, 0, prof, NULL, NULL, &slot, en, &ne,
-		                                 &nref),
-		                 0);
+		assert_int_equal(
+		        be_motion_epoch(m, e % 2, 0, prof, NULL, NULL, &slot, en, &ne, &nref), 0);
 		be_motion_set_reference(m, ob);
 		assert_true(slot < 4);
 		assert_int_equal(ne, e + 1 < 4 ? e + 1 : 4);
