@@ -48,6 +48,12 @@ const struct bench_case bench_cases[] = {
 	 .K = 8192, .nx = 60, .ny = 60, .stride = 5, .z1 = 4096,
 	 .mode = CFG_RECON_ADAPTIVE,
 	 .e2e_epochs = 25, .paced_rate = 100, .target_vps = 100, .target_p99_ms = 15},
+	/* reconstruct.mode compensated (docs/algorithms.md §2c) at the paper's geometry: the host's
+	 * pose estimate per epoch and the kriging of up to 20 history samples per voxel */
+	{.name = "paper-compensated", .title = "VolRec compensated 60x60x8192 s5 -> 300x300x4096",
+	 .K = 8192, .nx = 60, .ny = 60, .stride = 5, .z1 = 4096,
+	 .mode = CFG_RECON_COMPENSATED,
+	 .e2e_epochs = 25, .paced_rate = 100, .target_vps = 100, .target_p99_ms = 15},
 };
 /* clang-format on */
 const unsigned bench_ncases = VR_ARRAY_SIZE(bench_cases);

@@ -16,6 +16,7 @@
 #include <cufft.h>
 
 #include "../config/config.h"
+#include "../backend/motion.h"
 #include "../backend/views.h"
 
 #ifdef __cplusplus
@@ -194,6 +195,45 @@ cudaError_t gpu_launch_recon(const struct gpu_recon_params *p, const float *B, c
 /* Quantize n floats to u8 (mode none). */
 cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStream_t s);
 
+/* ---- compensated mode (docs/algorithms.md §2c), gpu_kernels.cu ---------------------------
+ * The host estimator (backend/motion.c) is fed by the device reductions below; the output
+ * combines the history slots hist [slots][ny][nx][nz] with the kriging weights of
+ * be_motion_column, computed on the device. */
+
+/* Chunks of A-scans of the mean A-scan's partial sums (summed in chunk order afterwards). */
+#define GPU_PROF_CHUNKS 64
+
+/* The mean A-scan prof[nz] (double) of L_e [n][nz] (n = ny * nx A-scans): per depth, sums in
+ * double over GPU_PROF_CHUNKS chunks of A-scans into part [chunks][nz], then the chunks in
+ * order, divided by n. */
+cudaError_t gpu_launch_motion_profile(const float *le, size_t n, int nz, double *part, double *prof,
+                                      cudaStream_t s);
+/* be_motion_bands on the device: Be[node][b] of L_e shifted by the entry-like shift e (k, fa,
+ * fb; be_motion_shift_of(-dz)), each band summed in double in the CPU's order. */
+cudaError_t gpu_launch_motion_bands(const float *le, size_t n, int nz,
+                                    const struct be_motion_entry *e, float *Be, cudaStream_t s);
+/* The interpolation axes axy, aoff of this epoch (gpu_launch_adapt_weights' first kernel). */
+cudaError_t gpu_launch_axes(const struct gpu_recon_params *p, int4 *axy, longlong2 *aoff,
+                            cudaStream_t s);
+/* The picks of the output columns of rows [y0, y1): pk from the entries en[0..ne), and pkr
+ * from en[0..nref) when nref > 0 (be_motion_column, one thread per column). */
+cudaError_t gpu_launch_motion_picks(const struct be_motion_geom *g,
+                                    const struct be_motion_entry *en, uint32_t ne, uint32_t nref,
+                                    int y0, int y1, struct be_motion_pick *pk,
+                                    struct be_motion_pick *pkr, cudaStream_t s);
+/* The output of rows [y0, y1): per column the kriging combination of its picks pk over the
+ * history (where it has none, the bilinear interpolation of le on the axes axy, aoff), every
+ * product and sum rounded as cpu/motion.c rounds them, u8 into out8 and float into outf (may
+ * be NULL), and the registration's reference bands ob [Y][X][BE_MOTION_NB]: the band means
+ * (double) of the combination of the picks pkr, or of the output where pkr is NULL. */
+cudaError_t gpu_launch_motion(const struct gpu_recon_params *p, const float *hist,
+                              const struct be_motion_entry *en, const struct be_motion_pick *pk,
+                              const struct be_motion_pick *pkr, const float *le, const int4 *axy,
+                              const longlong2 *aoff, int y0, int y1, uint8_t *out8, float *outf,
+                              float *ob, cudaStream_t s);
+/* Local memory per thread of the picks kernel (be_motion_column's arrays), for the budget. */
+#define GPU_MOTION_LMEM 6144
+
 /* ---- views (gpu_views.cu), ALGORITHMS.md §4 -------------------------------------------- */
 
 /* En-face mean and max over p->slab and the plane at p->position[2], each [Y][X] on the device
@@ -254,6 +294,10 @@ void gpu_part_rows(const struct gpu_state *st, bool none, uint32_t *r0, uint32_t
 int gpu_part_halo(struct gpu_state *dst, const struct gpu_state *src, uint32_t y, char *err,
                   size_t errlen);
 int gpu_part_halo_wait(struct gpu_state *dst, char *err, size_t errlen);
+
+/* The compensated mode's estimator of a state (NULL until that mode is first used), for tests:
+ * be_motion_last_pose. */
+const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 
 /* ---- benchmark helpers (gpu_bench.c) ----------------------------------------------------- */
 

@@ -83,6 +83,24 @@ struct gpu_state {
 	longlong2 *aoff;     /* adaptive: [X + Y] their offsets into L_e */
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 
+	/* compensated (docs/algorithms.md §2c): allocated when the mode is first used */
+	struct be_motion *motion;
+	uint32_t mslots;
+	uint32_t mne, mnref;            /* entries of the output, of the reference */
+	float *mhist;                   /* [slots][ny][nx][nz] low-resolution volumes */
+	struct be_motion_entry *d_ment; /* [slots] this epoch's entries (h_ment: pinned) */
+	struct be_motion_entry *h_ment;
+	struct be_motion_pick *mpk;  /* [Y][X] picks of the output columns */
+	struct be_motion_pick *mpkr; /* [Y][X] picks of the reference */
+	float *d_mob, *h_mob;        /* [Y][X][NB] the reference bands (h_mob: pinned) */
+	float *d_mbe, *h_mbe;        /* [ny][nx][NB] the bands of a registration */
+	double *d_mpart, *d_mprof;   /* [GPU_PROF_CHUNKS + 1][nz]: partial sums, mean A-scan */
+	double *h_mprof;             /* [nz] pinned */
+	bool mref_pending;           /* h_mob holds the last epoch's reference, not yet set */
+	const float *mcur;           /* L_e of the epoch whose pose is being estimated */
+	char merr[384];              /* a failure of the bands callback */
+	size_t lmem_threads;         /* resident threads of the device (local memory) */
+
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
 	 * into the slot's views area; vev closes them for epoch_wait */
 	bool views;
@@ -239,10 +257,13 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 
 	if (rc < 0)
 		return rc;
-	if (cfg->reconstruct.mode == CFG_RECON_COMPENSATED) {
-		snprintf(err, errlen,
-		         "reconstruct.mode: compensated runs on the cpu backend only so far "
-		         "(docs/algorithms.md §2c)");
+	if (cfg->reconstruct.mode == CFG_RECON_COMPENSATED && st->part.count > 1) {
+		snprintf(
+		        err, errlen,
+		        "reconstruct.mode: compensated runs on one CUDA device, not over the %u of "
+		        "gpu.devices (its pose estimate needs every B-scan of the epoch): use "
+		        "gpu.device",
+		        st->part.count);
 		return -EINVAL;
 	}
 	if (cfg->reconstruct.mode != CFG_RECON_NONE && !st->have_full) {
@@ -315,6 +336,48 @@ out:
 }
 
 /* ---- life cycle --------------------------------------------------------------------------- */
+
+/* Device memory of the compensated mode (docs/algorithms.md §2c): the history of BE_MOTION_H
+ * epochs per phase, the entries, the picks of the output and of the reference, the bands, the
+ * mean A-scan's sums, and the local memory of the picks kernel on every resident thread. */
+static size_t gpu_motion_bytes(const struct gpu_state *st)
+{
+	const size_t slots = (size_t)BE_MOTION_H * st->S, cols = (size_t)st->Y * st->X;
+	const size_t nodes = (size_t)st->ny * st->nx;
+
+	return slots * st->le_count * sizeof(float) + slots * sizeof(struct be_motion_entry) +
+	       2 * cols * sizeof(struct be_motion_pick) + cols * BE_MOTION_NB * sizeof(float) +
+	       nodes * BE_MOTION_NB * sizeof(float) +
+	       (GPU_PROF_CHUNKS + 1) * (size_t)st->nz * sizeof(double) +
+	       st->lmem_threads * GPU_MOTION_LMEM;
+}
+
+static void gpu_motion_free(struct gpu_state *st)
+{
+	be_motion_destroy(st->motion);
+	st->motion = NULL;
+	cudaFree(st->mhist);
+	cudaFree(st->d_ment);
+	cudaFree(st->mpk);
+	cudaFree(st->mpkr);
+	cudaFree(st->d_mob);
+	cudaFree(st->d_mbe);
+	cudaFree(st->d_mpart);
+	if (st->h_ment)
+		cudaFreeHost(st->h_ment);
+	if (st->h_mob)
+		cudaFreeHost(st->h_mob);
+	if (st->h_mbe)
+		cudaFreeHost(st->h_mbe);
+	if (st->h_mprof)
+		cudaFreeHost(st->h_mprof);
+	st->mhist = NULL;
+	st->d_ment = st->h_ment = NULL;
+	st->mpk = st->mpkr = NULL;
+	st->d_mob = st->h_mob = st->d_mbe = st->h_mbe = NULL;
+	st->d_mpart = st->d_mprof = st->h_mprof = NULL;
+	st->mref_pending = false;
+}
 
 static void gpu_destroy(void *vst)
 {
@@ -398,6 +461,7 @@ static void gpu_destroy(void *vst)
 	cudaFree(st->axy);
 	cudaFree(st->aoff);
 	cudaFree(st->out8);
+	gpu_motion_free(st);
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
 	cfg_free(&st->cfg);
@@ -455,6 +519,93 @@ static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t er
 	char buf[160];
 	snprintf(buf, sizeof(buf), "cudaMalloc(%s, %zu bytes)", what, n);
 	return gpu_cuda_check(cudaMalloc(p, n ? n : 1), buf, err, errlen);
+}
+
+/* Allocate the compensated mode's buffers (nothing when they exist), with the device's free
+ * memory checked first: -ENOMEM with the size it needs. The device must be current. */
+static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
+{
+	const struct be_motion_geom g = {.nx = st->nx,
+	                                 .ny = st->ny,
+	                                 .sx = st->sx,
+	                                 .sy = st->sy,
+	                                 .X = st->X,
+	                                 .Y = st->Y,
+	                                 .Z = st->nz};
+	const size_t slots = (size_t)BE_MOTION_H * st->S, cols = (size_t)st->Y * st->X;
+	const size_t nodes = (size_t)st->ny * st->nx, need = gpu_motion_bytes(st);
+	size_t freeb = 0, totalb = 0;
+	int rc;
+
+	if (st->motion)
+		return 0;
+	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
+	if (rc < 0)
+		return rc;
+	if (need > freeb) {
+		snprintf(err, errlen,
+		         "reconstruct.mode: compensated on gpu.device %d (%s): its history of %zu "
+		         "low-resolution volumes (%ux%ux%u) needs %.2f GiB of device memory, only "
+		         "%.2f GiB of %.2f GiB free",
+		         st->dev, st->name, slots, st->nx, st->ny, st->nz, gpu_gib(need),
+		         gpu_gib(freeb), gpu_gib(totalb));
+		return -ENOMEM;
+	}
+	st->motion = be_motion_create(&g);
+	if (!st->motion) {
+		snprintf(err, errlen, "cuda backend: out of host memory for the compensated mode");
+		return -ENOMEM;
+	}
+	st->mslots = be_motion_slots(st->motion);
+	rc = gpu_malloc((void **)&st->mhist, slots * st->le_count * sizeof(float),
+	                "compensated history", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_ment, slots * sizeof(struct be_motion_entry),
+		                "compensated entries", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->mpk, cols * sizeof(struct be_motion_pick),
+		                "kriging picks", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->mpkr, cols * sizeof(struct be_motion_pick),
+		                "reference picks", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_mob, cols * BE_MOTION_NB * sizeof(float),
+		                "reference bands", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_mbe, nodes * BE_MOTION_NB * sizeof(float),
+		                "registration bands", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_mpart,
+		                (GPU_PROF_CHUNKS + 1) * (size_t)st->nz * sizeof(double),
+		                "mean A-scan sums", err, errlen);
+	if (rc == 0) {
+		st->d_mprof = st->d_mpart + (size_t)GPU_PROF_CHUNKS * st->nz;
+		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_ment,
+		                                  slots * sizeof(struct be_motion_entry),
+		                                  cudaHostAllocDefault),
+		                    "cudaHostAlloc(compensated entries)", err, errlen);
+	}
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_mob,
+		                                  cols * BE_MOTION_NB * sizeof(float),
+		                                  cudaHostAllocDefault),
+		                    "cudaHostAlloc(reference bands)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_mbe,
+		                                  nodes * BE_MOTION_NB * sizeof(float),
+		                                  cudaHostAllocDefault),
+		                    "cudaHostAlloc(registration bands)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_mprof, st->nz * sizeof(double),
+		                                  cudaHostAllocDefault),
+		                    "cudaHostAlloc(mean A-scan)", err, errlen);
+	/* no slot is read before it is written; zeros keep a stray read harmless */
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaMemset(st->mhist, 0, slots * st->le_count * sizeof(float)),
+		                    "cudaMemset(compensated history)", err, errlen);
+	if (rc < 0)
+		gpu_motion_free(st);
+	return rc;
 }
 
 /* The B-scans part p needs for its rows and their one-row halo in every mode: the rows above
@@ -557,6 +708,7 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	st->full_count = (size_t)st->Y * st->X * st->nz;
 	st->have_full = cfg->reconstruct.mode != CFG_RECON_NONE || st->S == 1;
 	st->ns = cfg->gpu.streams;
+	st->lmem_threads = (size_t)prop.multiProcessorCount * prop.maxThreadsPerMultiProcessor;
 	gpu_part_range(&st->part, st->ny, st->sy, &st->blo, &st->bhi);
 
 	rc = gpu_tables_build(cfg, &st->tab, err, errlen);
@@ -618,18 +770,23 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	        be_views_wanted(cfg) ? 3 * cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX : 0;
 	const size_t view_scratch =
 	        view_bytes ? (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX * sizeof(unsigned) : 0;
+	const size_t motion = st->mode == CFG_RECON_COMPENSATED ? gpu_motion_bytes(st) : 0;
 	const size_t need = per_stream * st->ns + tables + volumes + view_bytes + view_scratch +
-	                    (64u << 20); /* + context */
+	                    motion + (64u << 20); /* + context */
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
 	if (rc < 0)
 		goto fail;
 	if (need > freeb) {
+		char extra[64] = "";
+		if (motion)
+			snprintf(extra, sizeof(extra), ", compensated history %.2f GiB",
+			         gpu_gib(motion));
 		snprintf(err, errlen,
 		         "gpu.device %d (%s): this geometry needs %.2f GiB of device memory "
-		         "(volumes %.2f GiB, %d streams x %.3f GiB), only %.2f GiB of %.2f GiB "
+		         "(volumes %.2f GiB, %d streams x %.3f GiB%s), only %.2f GiB of %.2f GiB "
 		         "free",
 		         st->dev, prop.name, gpu_gib(need), gpu_gib(volumes), st->ns,
-		         gpu_gib(per_stream), gpu_gib(freeb), gpu_gib(totalb));
+		         gpu_gib(per_stream), extra, gpu_gib(freeb), gpu_gib(totalb));
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -850,6 +1007,13 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			                     errlen);
 		if (rc < 0)
 			goto fail;
+	}
+
+	if (st->mode == CFG_RECON_COMPENSATED) {
+		rc = gpu_motion_alloc(st, err, errlen);
+		if (rc < 0)
+			goto fail;
+		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
 	}
 
 	/* preprocessing parameters and the live tables */
@@ -1183,6 +1347,78 @@ out:
 	return rc;
 }
 
+/* ---- compensated mode (docs/algorithms.md §2c) ------------------------------------------- */
+
+/* be_motion_bands_fn: the bands of the epoch's L_e (st->mcur) shifted by -dz, computed on
+ * reconstruction stream 0 and copied back (the host's registration waits for them). */
+static int gpu_motion_bands(void *ctx, double dz, float *Be)
+{
+	struct gpu_state *st = ctx;
+	const size_t nb = (size_t)st->ny * st->nx * BE_MOTION_NB;
+	char *err = st->merr;
+	const size_t errlen = sizeof(st->merr);
+	struct be_motion_entry e;
+	int rc;
+
+	be_motion_shift_of(-dz, &e);
+	CU(gpu_launch_motion_bands(st->mcur, (size_t)st->ny * st->nx, (int)st->nz, &e, st->d_mbe,
+	                           st->rs[0]),
+	   "registration bands kernel");
+	CU(cudaMemcpyAsync(st->h_mbe, st->d_mbe, nb * sizeof(float), cudaMemcpyDeviceToHost,
+	                   st->rs[0]),
+	   "cudaMemcpyAsync(registration bands, device to host)");
+	CU(cudaStreamSynchronize(st->rs[0]), "cudaStreamSynchronize(registration bands)");
+	memcpy(Be, st->h_mbe, nb * sizeof(float));
+out:
+	return rc;
+}
+
+/*
+ * The host's part of a compensated epoch, on reconstruction stream 0 once it waits for the
+ * epoch's B-scans: the mean A-scan of le (device) and, while the device computes it, the last
+ * epoch's reference handed to the estimator (its copy landed in epoch_wait); then the pose
+ * (be_motion_epoch, host, with the bands from the device when it registers), le copied into
+ * the history slot it names, the entries uploaded and the interpolation axes of the epoch's
+ * fallback. The slabs (gpu_epoch_finish_async) then compute the picks and the output.
+ */
+static int gpu_motion_prepare(struct gpu_state *st, const struct gpu_recon_params *rp,
+                              const float *le, char *err, size_t errlen)
+{
+	cudaStream_t s0 = st->rs[0];
+	uint32_t slot = 0;
+	int rc;
+
+	CU(gpu_launch_motion_profile(le, (size_t)st->ny * st->nx, (int)st->nz, st->d_mpart,
+	                             st->d_mprof, s0),
+	   "mean A-scan kernel");
+	CU(cudaMemcpyAsync(st->h_mprof, st->d_mprof, st->nz * sizeof(double),
+	                   cudaMemcpyDeviceToHost, s0),
+	   "cudaMemcpyAsync(mean A-scan, device to host)");
+	if (st->mref_pending) {
+		be_motion_set_reference(st->motion, st->h_mob);
+		st->mref_pending = false;
+	}
+	CU(cudaStreamSynchronize(s0), "cudaStreamSynchronize(mean A-scan)");
+	st->mcur = le;
+	st->merr[0] = '\0';
+	rc = be_motion_epoch(st->motion, (uint32_t)rp->ox, (uint32_t)rp->oy, st->h_mprof,
+	                     gpu_motion_bands, st, &slot, st->h_ment, &st->mne, &st->mnref);
+	if (rc < 0) {
+		snprintf(err, errlen, "cuda backend: compensated mode: pose estimate: %s",
+		         st->merr[0] ? st->merr : "failed");
+		goto out;
+	}
+	CU(cudaMemcpyAsync(st->mhist + (size_t)slot * st->le_count, le,
+	                   st->le_count * sizeof(float), cudaMemcpyDeviceToDevice, s0),
+	   "cudaMemcpyAsync(history slot)");
+	CU(cudaMemcpyAsync(st->d_ment, st->h_ment, st->mne * sizeof(*st->h_ment),
+	                   cudaMemcpyHostToDevice, s0),
+	   "cudaMemcpyAsync(compensated entries, host to device)");
+	CU(gpu_launch_axes(rp, st->axy, st->aoff, s0), "interpolation axes kernel");
+out:
+	return rc;
+}
+
 /*
  * Queue epoch e: reconstruction streams wait for the preprocessing of its B-scans (events
  * recorded now, so B-scans of the next epoch submitted later are not waited for), then the
@@ -1225,6 +1461,14 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	float *outf_dev = NULL; /* device float output to copy to out->full */
 	const bool consecutive = st->have_last && epoch == st->last + 1;
 	const bool adaptive = st->mode == CFG_RECON_ADAPTIVE;
+	const bool comp = st->mode == CFG_RECON_COMPENSATED;
+	const struct be_motion_geom mg = {.nx = st->nx,
+	                                  .ny = st->ny,
+	                                  .sx = st->sx,
+	                                  .sy = st->sy,
+	                                  .X = st->X,
+	                                  .Y = st->Y,
+	                                  .Z = st->nz};
 
 	if (none) {
 		outf_dev = le;
@@ -1264,28 +1508,37 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 			rp.inv_gz[nv - 1] = (float)(1.0 / (1.0 + (double)rp.g1 * (nv - 1)));
 			rp.inv_nz[nv - 1] = 1.0f / (float)nv;
 		}
-		/* the previous upload from cpin finished: its epoch was waited for */
-		if (nt)
-			memcpy(st->cpin, st->ttab, nt * sizeof(float));
-		memcpy(st->cpin + nt, st->g, 4 * sizeof(float));
-		CU(gpu_upload_constants(st->cpin, nt, st->cpin + nt, s0),
-		   "cudaMemcpyToSymbolAsync(weights)");
-		/* adaptive (docs/algorithms.md §2b): the new samples against the history they
-		 * replace, before the interlace overwrites it */
-		if (adaptive) /* Q is free until the slabs: its first ny * nx * nz floats serve
-		               * as the transposed differences' scratch */
-			CU(gpu_launch_adapt_change(&rp, le, st->P, st->E, st->Q, st->chg, s0),
-			   "change measure kernel");
-		CU(gpu_launch_interlace(&rp, le, st->P, st->E, s0), "interlace kernel");
-		if (adaptive)
-			CU(gpu_launch_adapt_weights(&rp, st->E, st->chg, st->axy, st->aoff,
-			                            st->alpha, st->beta, st->tmap, s0),
-			   "adaptive weight kernel");
-		else if (!rp.fast)
-			CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0), "temporal weight kernel");
-		CU(gpu_launch_weights(&rp, st->tmap, adaptive ? st->alpha : NULL,
-		                      adaptive ? st->beta : NULL, st->W, s0),
-		   "column weight kernel");
+		if (comp) {
+			/* compensated (docs/algorithms.md §2c): its own history, not B */
+			rc = gpu_motion_prepare(st, &rp, le, err, errlen);
+			if (rc < 0)
+				goto out;
+		} else {
+			/* the previous upload from cpin finished: its epoch was waited for */
+			if (nt)
+				memcpy(st->cpin, st->ttab, nt * sizeof(float));
+			memcpy(st->cpin + nt, st->g, 4 * sizeof(float));
+			CU(gpu_upload_constants(st->cpin, nt, st->cpin + nt, s0),
+			   "cudaMemcpyToSymbolAsync(weights)");
+			/* adaptive (docs/algorithms.md §2b): the new samples against the history
+			 * they replace, before the interlace overwrites it */
+			if (adaptive) /* Q is free until the slabs: its first ny * nx * nz floats
+			               * serve as the transposed differences' scratch */
+				CU(gpu_launch_adapt_change(&rp, le, st->P, st->E, st->Q, st->chg,
+				                           s0),
+				   "change measure kernel");
+			CU(gpu_launch_interlace(&rp, le, st->P, st->E, s0), "interlace kernel");
+			if (adaptive)
+				CU(gpu_launch_adapt_weights(&rp, st->E, st->chg, st->axy, st->aoff,
+				                            st->alpha, st->beta, st->tmap, s0),
+				   "adaptive weight kernel");
+			else if (!rp.fast)
+				CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0),
+				   "temporal weight kernel");
+			CU(gpu_launch_weights(&rp, st->tmap, adaptive ? st->alpha : NULL,
+			                      adaptive ? st->beta : NULL, st->W, s0),
+			   "column weight kernel");
+		}
 		if (st->mode == CFG_RECON_CUMULATIVE || out->full)
 			outf_dev = st->Q;
 	}
@@ -1304,12 +1557,28 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		const size_t off = (size_t)y0 * row_vox, n = (size_t)(y1 - y0) * row_vox;
 		const size_t nc = y0 < yc ? (size_t)(yc - y0) * row_vox : 0;
 		cudaStream_t s = st->rs[k % GPU_RSTREAMS];
-		if (none)
+		if (none) {
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
-		else
+		} else if (comp) {
+			/* the picks of the slab's columns, then their output and reference
+			 * bands, copied down with the slab */
+			const size_t ob0 = (size_t)y0 * st->X * BE_MOTION_NB;
+			CU(gpu_launch_motion_picks(&mg, st->d_ment, st->mne, st->mnref, (int)y0,
+			                           (int)y1, st->mpk, st->mpkr, s),
+			   "kriging weight kernel");
+			CU(gpu_launch_motion(&rp, st->mhist, st->d_ment, st->mpk,
+			                     st->mnref ? st->mpkr : NULL, le, st->axy, st->aoff,
+			                     (int)y0, (int)y1, st->out8, outf_dev, st->d_mob, s),
+			   "compensated reconstruction kernel");
+			CU(cudaMemcpyAsync(st->h_mob + ob0, st->d_mob + ob0,
+			                   (size_t)(y1 - y0) * st->X * BE_MOTION_NB * sizeof(float),
+			                   cudaMemcpyDeviceToHost, s),
+			   "cudaMemcpyAsync(reference bands, device to host)");
+		} else {
 			CU(gpu_launch_recon(&rp, st->P, st->W, le, st->axy, st->aoff, (int)y0,
 			                    (int)y1, st->out8, outf_dev, s),
 			   "reconstruction kernel");
+		}
 		if (st->views && out->views)
 			CU(cudaEventRecord(st->kev[k % GPU_RSTREAMS], s), "cudaEventRecord");
 		if (out->volume && nc)
@@ -1355,6 +1624,8 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		st->P = st->Q;
 		st->Q = t;
 	}
+	if (comp) /* handed to the estimator at the next epoch, once its copy landed */
+		st->mref_pending = true;
 	if (!none) {
 		st->run = consecutive ? st->run + 1 : 1;
 		st->have_last = true;
@@ -1407,6 +1678,9 @@ static void gpu_reset_history_impl(struct gpu_state *st)
 
 	st->have_last = false;
 	st->run = 0;
+	st->mref_pending = false;
+	if (st->motion)
+		be_motion_reset(st->motion);
 	if (!st->have_full)
 		return;
 	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, sizeof(err));
@@ -1483,6 +1757,10 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
 	if (rc == 0)
 		rc = gpu_sync_all(st, err, errlen);
+	/* into compensated: its history is allocated now (or the update fails, the mode in
+	 * force unchanged) */
+	if (rc == 0 && cfg->reconstruct.mode == CFG_RECON_COMPENSATED)
+		rc = gpu_motion_alloc(st, err, errlen);
 	if (rc < 0)
 		goto out;
 	/* commit: swap the new tables in (the old ones are freed below) and upload them */
@@ -1496,6 +1774,8 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 		rc = gpu_prep_upload(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out;
+	if (st->motion) /* from the next epoch (cpu_live_setup likewise) */
+		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
 	cfg_free(&st->cfg);
 	st->cfg = copy;
 	cfg_defaults(&copy);
@@ -1537,6 +1817,11 @@ int gpu_part_drop(struct gpu_state *st, char *err, size_t errlen)
 	if (rc == 0)
 		rc = gpu_sync_all(st, err, errlen);
 	return rc;
+}
+
+const struct be_motion *gpu_part_motion(const struct gpu_state *st)
+{
+	return st->motion;
 }
 
 const uint8_t *gpu_part_render(const struct gpu_state *st)

@@ -949,6 +949,206 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, ADAPT ? 7 : 8)
 	}
 }
 
+/* ---- compensated mode (docs/algorithms.md §2c; cpu/motion.c) -------------------------------
+ * Products and sums of floats are written with __fmul_rn / __fadd_rn, as cpu/motion.c and
+ * be_motion_shifted round them (no FMA contraction). */
+
+/* Grid (ceil(nz / threads), chunks): part[c][z] = the sum in double of le[i][z] over the
+ * A-scans i of chunk c, in order (depth-contiguous threads: coalesced rows). */
+__global__ void k_motion_profile(const float *__restrict__ le, size_t n, int nz, size_t per,
+                                 double *__restrict__ part)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x;
+	if (z >= nz)
+		return;
+	const size_t i0 = blockIdx.y * per, i1 = i0 + per < n ? i0 + per : n;
+	double s = 0.0;
+	for (size_t i = i0; i < i1; i++)
+		s += (double)__ldg(&le[i * nz + z]);
+	part[(size_t)blockIdx.y * nz + z] = s;
+}
+
+__global__ void k_motion_profile_sum(const double *__restrict__ part, int chunks, size_t n, int nz,
+                                     double *__restrict__ prof)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x;
+	if (z >= nz)
+		return;
+	double s = 0.0;
+	for (int c = 0; c < chunks; c++)
+		s += part[(size_t)c * nz + z];
+	prof[z] = s / (double)n;
+}
+
+/* be_motion_shifted with its products rounded separately. */
+static __device__ __forceinline__ float gpu_shifted(const float *__restrict__ l, int k, float fa,
+                                                    float fb, int z, int Z)
+{
+	const long long i = (long long)z - k;
+	if (fa == 0.0f)
+		return i >= 0 && i < Z ? __ldg(&l[i]) : 0.0f;
+	if (i < 1 || i >= Z)
+		return 0.0f;
+	return __fadd_rn(__fmul_rn(fa, __ldg(&l[i - 1])), __fmul_rn(fb, __ldg(&l[i])));
+}
+
+/* One thread per (A-scan, band), grid-strided: be_motion_bands' sum over the band's bins in
+ * double, in order, so that the bands equal the host's bit for bit. */
+__global__ void k_motion_bands(const float *__restrict__ le, size_t n, int nz, int k, float fa,
+                               float fb, float *__restrict__ Be)
+{
+	const size_t nb = n * BE_MOTION_NB;
+	for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < nb;
+	     t += (size_t)gridDim.x * blockDim.x) {
+		const size_t node = t / BE_MOTION_NB;
+		const int b = (int)(t - node * BE_MOTION_NB);
+		const int z0 = (int)((long long)b * nz / BE_MOTION_NB);
+		const int z1 = (int)((long long)(b + 1) * nz / BE_MOTION_NB);
+		const float *l = le + node * nz;
+		double s = 0.0;
+		for (int z = z0; z < z1; z++)
+			s += (double)gpu_shifted(l, k, fa, fb, z, nz);
+		Be[t] = z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
+	}
+}
+
+/* One thread per output column of rows [y0, y1), grid-strided: its picks (be_motion_column,
+ * the host's code) over the ne entries, and over the first nref when nref > 0. */
+__global__ void __launch_bounds__(64)
+        k_motion_picks(be_motion_geom g, const be_motion_entry *__restrict__ en, uint32_t ne,
+                       uint32_t nref, int y0, int y1, be_motion_pick *__restrict__ pk,
+                       be_motion_pick *__restrict__ pkr)
+{
+	const size_t n = (size_t)(y1 - y0) * g.X;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const uint32_t yy = y0 + (uint32_t)(i / g.X), xx = (uint32_t)(i % g.X);
+		const size_t col = (size_t)yy * g.X + xx;
+		be_motion_pick q;
+		be_motion_column(&g, en, ne, yy, xx, &q);
+		pk[col] = q;
+		if (nref > 0) {
+			be_motion_column(&g, en, nref, yy, xx, &q);
+			pkr[col] = q;
+		}
+	}
+}
+
+#define GPU_MOTION_TX 4 /* output columns of a block of k_motion along X */
+#define GPU_MOTION_TY 4 /* ... and along Y */
+
+/* The newest epoch at column (yy, xx), depth z: the bilinear interpolation of le on the axes,
+ * rounded as cpu_current_column. */
+static __device__ __forceinline__ float
+gpu_current(const gpu_recon_params &p, const float *__restrict__ le, const int4 *__restrict__ axy,
+            const longlong2 *__restrict__ aoff, int yy, int xx, int z)
+{
+	const longlong2 ro = __ldg(&aoff[p.X + yy]), co = __ldg(&aoff[xx]);
+	const float ty = __int_as_float(__ldg(&axy[p.X + yy].z));
+	const float tx = __int_as_float(__ldg(&axy[xx].z));
+	const float w00 = __fmul_rn(1.0f - ty, 1.0f - tx);
+	const float w01 = __fmul_rn(1.0f - ty, tx);
+	const float w10 = __fmul_rn(ty, 1.0f - tx);
+	const float w11 = __fmul_rn(ty, tx);
+	const float *lz = le + z;
+	float c = __fmul_rn(w00, __ldg(&lz[ro.x + co.x]));
+	c = __fadd_rn(c, __fmul_rn(w01, __ldg(&lz[ro.x + co.y])));
+	c = __fadd_rn(c, __fmul_rn(w10, __ldg(&lz[ro.y + co.x])));
+	return __fadd_rn(c, __fmul_rn(w11, __ldg(&lz[ro.y + co.y])));
+}
+
+/* The samples of one column's picks, in shared memory: A-scan, shift, weight. */
+struct gpu_motion_taps {
+	const float *l[BE_MOTION_M];
+	int k[BE_MOTION_M];
+	float fa[BE_MOTION_M], fb[BE_MOTION_M], w[BE_MOTION_M];
+	int n;
+};
+
+/* The kriging combination of taps t at depth z, summed in pick order as cpu/motion.c. */
+static __device__ __forceinline__ float gpu_combine(const gpu_motion_taps &t, int z, int Z)
+{
+	float s = 0.0f;
+	for (int i = 0; i < t.n; i++)
+		s = __fadd_rn(
+		        s, __fmul_rn(t.w[i], gpu_shifted(t.l[i], t.k[i], t.fa[i], t.fb[i], z, Z)));
+	return s;
+}
+
+/*
+ * Grid (tiles of GPU_MOTION_TY x GPU_MOTION_TX output columns of rows [y0, y1), BE_MOTION_NB
+ * bands), GPU_THREADS threads over the band's depths: the bands are the slowest index, so that
+ * the blocks that run together read the same depths of neighbouring history A-scans (L2). Per
+ * column of the tile: its picks into shared memory, the output at the band's depths (the
+ * combination, or the newest epoch's interpolation where it has no sample), quantized as
+ * cpu_quantize, and the reference band: the mean in double of the output or of the
+ * combination of the reference picks (block sum; its order differs from the CPU's only
+ * below the double's rounding, which the float result absorbs).
+ */
+__global__ void __launch_bounds__(GPU_THREADS)
+        k_motion(gpu_recon_params p, const float *__restrict__ hist,
+                 const be_motion_entry *__restrict__ en, const be_motion_pick *__restrict__ pk,
+                 const be_motion_pick *__restrict__ pkr, const float *__restrict__ le,
+                 const int4 *__restrict__ axy, const longlong2 *__restrict__ aoff, int y0, int y1,
+                 int tiles_x, uint8_t *__restrict__ out8, float *__restrict__ outf,
+                 float *__restrict__ ob)
+{
+	__shared__ gpu_motion_taps tp[2];
+	__shared__ double red[GPU_THREADS / 32 + 1];
+	const int Z = p.nz, b = blockIdx.y;
+	const int z0 = (int)((long long)b * Z / BE_MOTION_NB);
+	const int z1 = (int)((long long)(b + 1) * Z / BE_MOTION_NB);
+	const int ty = blockIdx.x / tiles_x, tx = blockIdx.x - ty * tiles_x;
+	const size_t vol = (size_t)p.ny * p.nx * Z;
+	const bool own = pkr == NULL; /* the reference is the output itself */
+
+	for (int j = 0; j < GPU_MOTION_TY * GPU_MOTION_TX; j++) {
+		const int yy = y0 + ty * GPU_MOTION_TY + j / GPU_MOTION_TX;
+		const int xx = tx * GPU_MOTION_TX + j % GPU_MOTION_TX;
+		if (yy >= y1 || xx >= p.X) /* the same for the whole block */
+			continue;
+		const size_t col = (size_t)yy * p.X + xx;
+		if (threadIdx.x < 2 * BE_MOTION_M) {
+			const int r = threadIdx.x / BE_MOTION_M, i = threadIdx.x % BE_MOTION_M;
+			if (r == 0 || !own) {
+				const be_motion_pick *q = (r ? pkr : pk) + col;
+				const int n = (int)q->n;
+				if (i == 0)
+					tp[r].n = n;
+				if (i < n) {
+					const be_motion_entry *e = &en[q->entry[i]];
+					tp[r].l[i] = hist + e->slot * vol + (size_t)q->node[i] * Z;
+					tp[r].k[i] = e->k;
+					tp[r].fa[i] = e->fa;
+					tp[r].fb[i] = e->fb;
+					tp[r].w[i] = q->w[i];
+				}
+			}
+		}
+		__syncthreads();
+		double acc = 0.0;
+		for (int z = z0 + (int)threadIdx.x; z < z1; z += blockDim.x) {
+			const float o = tp[0].n > 0 ? gpu_combine(tp[0], z, Z)
+			                            : gpu_current(p, le, axy, aoff, yy, xx, z);
+			const size_t i = col * Z + z;
+			/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
+			out8[i] = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o), 0.5f));
+			if (outf)
+				outf[i] = o;
+			float r = o;
+			if (!own)
+				r = tp[1].n > 0 ? gpu_combine(tp[1], z, Z)
+				                : gpu_current(p, le, axy, aoff, yy, xx, z);
+			acc += (double)r;
+		}
+		const double s = gpu_block_sum(acc, red);
+		if (threadIdx.x == 0)
+			ob[col * BE_MOTION_NB + b] =
+			        z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
+		/* gpu_block_sum ends with a barrier: the taps may be overwritten */
+	}
+}
+
 __global__ void k_quantize(const float *in, uint8_t *out, size_t n)
 {
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
@@ -1225,5 +1425,70 @@ extern "C" cudaError_t gpu_launch_recon(const gpu_recon_params *p, const float *
 extern "C" cudaError_t gpu_launch_quantize(const float *in, uint8_t *out, size_t n, cudaStream_t s)
 {
 	k_quantize<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(in, out, n);
+	return cudaGetLastError();
+}
+
+/* ---- compensated mode ------------------------------------------------------------------------ */
+
+extern "C" cudaError_t gpu_launch_motion_profile(const float *le, size_t n, int nz, double *part,
+                                                 double *prof, cudaStream_t s)
+{
+	if (n == 0 || nz < 1)
+		return cudaErrorInvalidValue;
+	const int chunks = n < GPU_PROF_CHUNKS ? (int)n : GPU_PROF_CHUNKS;
+	const size_t per = (n + chunks - 1) / chunks;
+	const unsigned zb = (unsigned)((nz + GPU_THREADS - 1) / GPU_THREADS);
+	k_motion_profile<<<dim3(zb, (unsigned)chunks), GPU_THREADS, 0, s>>>(le, n, nz, per, part);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	/* the chunks that per leaves empty sum to 0 */
+	k_motion_profile_sum<<<zb, GPU_THREADS, 0, s>>>(part, chunks, n, nz, prof);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_motion_bands(const float *le, size_t n, int nz,
+                                               const be_motion_entry *e, float *Be, cudaStream_t s)
+{
+	k_motion_bands<<<gpu_blocks(n * BE_MOTION_NB), GPU_THREADS, 0, s>>>(le, n, nz, e->k, e->fa,
+	                                                                    e->fb, Be);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_axes(const gpu_recon_params *p, int4 *axy, longlong2 *aoff,
+                                       cudaStream_t s)
+{
+	k_adapt_axes<<<gpu_blocks((size_t)p->X + p->Y), GPU_THREADS, 0, s>>>(*p, axy, aoff);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_motion_picks(const be_motion_geom *g, const be_motion_entry *en,
+                                               uint32_t ne, uint32_t nref, int y0, int y1,
+                                               be_motion_pick *pk, be_motion_pick *pkr,
+                                               cudaStream_t s)
+{
+	if (y1 <= y0)
+		return cudaSuccess;
+	const size_t n = (size_t)(y1 - y0) * g->X, b = (n + 63) / 64;
+	k_motion_picks<<<(unsigned)(b > 65536 ? 65536 : b), 64, 0, s>>>(*g, en, ne, nref, y0, y1,
+	                                                                pk, pkr);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_motion(const gpu_recon_params *p, const float *hist,
+                                         const be_motion_entry *en, const be_motion_pick *pk,
+                                         const be_motion_pick *pkr, const float *le,
+                                         const int4 *axy, const longlong2 *aoff, int y0, int y1,
+                                         uint8_t *out8, float *outf, float *ob, cudaStream_t s)
+{
+	if (y1 <= y0 || p->X < 1)
+		return cudaSuccess;
+	const size_t tx = (p->X + GPU_MOTION_TX - 1) / GPU_MOTION_TX;
+	const size_t tyn = (size_t)(y1 - y0 + GPU_MOTION_TY - 1) / GPU_MOTION_TY;
+	if (tx * tyn > 0x7fffffffu)
+		return cudaErrorInvalidValue;
+	const dim3 g((unsigned)(tx * tyn), BE_MOTION_NB);
+	k_motion<<<g, GPU_THREADS, 0, s>>>(*p, hist, en, pk, pkr, le, axy, aoff, y0, y1, (int)tx,
+	                                   out8, outf, ob);
 	return cudaGetLastError();
 }

@@ -4,7 +4,12 @@
  * random raw inputs (u16/i16/f32) and on simulator output, at small and at the paper's
  * geometry, /lowres within 1e-4 relative and u8 within 1 LSB on >= 99.9 % of voxels, epoch by
  * epoch, through epoch_finish and through the asynchronous interface with interleaved epochs,
- * every reconstruction mode (the motion-adaptive one on moving simulator scenes too).
+ * every reconstruction mode (the motion-adaptive and motion-compensated ones on moving
+ * simulator scenes too). The compensated mode's poses come from the host's estimator fed by
+ * device reductions (the registration bands equal the host's bit for bit, the mean A-scan
+ * within the rounding of its double sums) and its kriging weights from the same code in double
+ * on the device (exp and contractions within a few double ulps, rounded to float): its
+ * outputs meet the limits above, and its poses must agree within POSE_TOL.
  * With --devices LIST (gpu.devices, e.g. 0,0: one GPU used as two) the CUDA side is the
  * backend over those devices, compared with the CPU as above and with one device bit for bit
  * (volume, L_e, float volume, median counts, every view).
@@ -21,6 +26,8 @@
 #include <volrec/protocol.h>
 
 #include "backend/backend.h"
+#include "backend/motion.h"
+#include "backend/ops.h"
 #include "base/base.h"
 #include "cpu/internal.h"
 #include "config/config.h"
@@ -29,6 +36,7 @@
 
 #define LOWRES_TOL      1e-4
 #define U8_MIN_FRACTION 0.999
+#define POSE_TOL        1e-5 /* compensated: rad (rotation), pixels and bins (shifts) */
 
 /* Random samples; random samples with strong lines at fixed and at A-scan-dependent depths
  * (partial_median: depths where the median differs from the mean); the simulator. */
@@ -466,6 +474,47 @@ static void c_paper_adaptive(struct vr_config *c)
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
 }
 
+/* reconstruct.mode compensated (docs/algorithms.md §2c) on random input: stride 2 x 3, 12
+ * history slots, so that from epoch 10 on the reference is kriged from the older entries
+ * (nref > 0); the registration runs on noise from epoch 5 */
+static void c_compensated(struct vr_config *c)
+{
+	geom(c, 512, 24, 20, 2, 3, CFG_SAMPLE_U16);
+	c->reconstruct.mode = CFG_RECON_COMPENSATED;
+}
+
+/* compensated without the pose estimate (reconstruct.compensated.estimate_pose false) */
+static void c_compensated_pose_off(struct vr_config *c)
+{
+	c_compensated(c);
+	c->reconstruct.compensated.estimate_pose = false;
+}
+
+/* The simulator's retina turning, drifting and jumping (c_sim_adaptive_motion) under the
+ * compensated mode, at stride 3 x 2 (nref > 0 from epoch 10) and with the jump at epoch 12,
+ * when the residual test has the history it needs to drop the history. */
+static void c_sim_compensated_motion(struct vr_config *c)
+{
+	c_sim_adaptive_motion(c);
+	c->geometry.ascans_per_bscan = 24;
+	c->geometry.stride[0] = 3;
+	c->geometry.stride[1] = 2;
+	c->reconstruct.mode = CFG_RECON_COMPENSATED;
+	c->source.synth.jump_epoch = 12;
+}
+
+/* Live: noncumulative -> compensated (its history allocated by the update) */
+static void live_to_compensated(struct vr_config *c)
+{
+	c->reconstruct.mode = CFG_RECON_COMPENSATED;
+}
+
+static void c_paper_compensated(struct vr_config *c)
+{
+	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
+	c->reconstruct.mode = CFG_RECON_COMPENSATED;
+}
+
 static const struct tcase cases[] = {
         {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE, false, NULL},
         {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, false,
@@ -527,6 +576,23 @@ static const struct tcase cases[] = {
          EV_NONE, false, NULL},
         {"paper-async-rand-u16-adaptive-60x60x8192-s5", true, IN_RANDOM, 28, false,
          c_paper_adaptive, EV_NONE, true, NULL},
+        {"rand-u16-compensated", false, IN_RANDOM, 16, true, c_compensated, EV_NONE, false, NULL},
+        {"rand-u16-compensated-pose-off", false, IN_RANDOM, 12, true, c_compensated_pose_off,
+         EV_NONE, false, NULL},
+        {"rand-u16-compensated-reset-history", false, IN_RANDOM, 20, false, c_compensated, EV_RESET,
+         false, NULL},
+        {"rand-u16-live-noncumulative-to-compensated", false, IN_RANDOM, 24, true, c_default,
+         EV_LIVE, false, live_to_compensated},
+        {"sim-u16-compensated-rotation-shift-jump", false, IN_SIM, 20, true,
+         c_sim_compensated_motion, EV_NONE, false, NULL},
+        {"async-sim-u16-compensated-rotation-shift-jump", false, IN_SIM, 20, true,
+         c_sim_compensated_motion, EV_NONE, true, NULL},
+        {"async-rand-u16-compensated", false, IN_RANDOM, 14, true, c_compensated, EV_NONE, true,
+         NULL},
+        {"paper-rand-u16-compensated-60x60x8192-s5", true, IN_RANDOM, 14, false,
+         c_paper_compensated, EV_NONE, false, NULL},
+        {"paper-async-rand-u16-compensated-60x60x8192-s5", true, IN_RANDOM, 12, false,
+         c_paper_compensated, EV_NONE, true, NULL},
         {"pmedian-lines-u16-s2", false, IN_LINES, 6, true, c_pm_lines, EV_NONE, false, NULL},
         {"pmedian-lines-u12p-s2", false, IN_LINES, 6, true, c_pm_lines_u12p, EV_NONE, false, NULL},
         {"pmedian-lines-f32-odd-cubic-disp-zp2-flipz", false, IN_LINES, 4, true, c_pm_lines_f32,
@@ -944,7 +1010,34 @@ struct figures {
 	/* --devices: epochs whose outputs differ from one device's, and the first difference */
 	unsigned multi_bad;
 	char multi_why[256];
+	/* compensated: epochs whose poses were compared, the largest difference, where */
+	unsigned poses;
+	double pose_diff;
+	uint64_t pose_epoch;
+	struct be_motion_pose pose_cpu, pose_gpu;
 };
+
+/* compensated: the pose of the epoch both backends just finished, compared (nothing when
+ * either has no estimator yet, or the CUDA side is several devices). */
+static void compare_pose(struct be_backend *cb, struct be_backend *gb, uint64_t epoch,
+                         struct figures *f)
+{
+	const struct cpu_state *cst = be_impl_state(cb);
+	const struct be_motion *gm = multi_n ? NULL : gpu_part_motion(be_impl_state(gb));
+
+	if (!cst->motion || !gm)
+		return;
+	const struct be_motion_pose a = be_motion_last_pose(cst->motion);
+	const struct be_motion_pose b = be_motion_last_pose(gm);
+	const double d = fmax(fmax(fabs(a.th - b.th), fabs(a.tx - b.tx)),
+	                      fmax(fabs(a.ty - b.ty), fabs(a.tz - b.tz)));
+	if (!f->poses++ || d > f->pose_diff || d != d) {
+		f->pose_diff = d != d ? INFINITY : d;
+		f->pose_epoch = epoch;
+		f->pose_cpu = a;
+		f->pose_gpu = b;
+	}
+}
 
 /* --devices: one epoch of several devices (m) against one device (o). */
 static void compare_multi(const struct outs *o, const struct outs *m, size_t vox, size_t low,
@@ -1096,6 +1189,8 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 				goto out;
 			inflight = true;
 			infl_e = e;
+			/* the pose is estimated when the epoch is queued */
+			compare_pose(cb, gb, e, f);
 			if (e == 1) {
 				/* one epoch in flight: a second finish and a wrong wait are refused */
 				char e2[256] = "";
@@ -1335,6 +1430,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 		if (rc < 0)
 			goto out_unreg;
 		compare(&oc, &og, vox, low, full, cfg_nz(&c), span, e, &f);
+		compare_pose(cs, gs, e, &f);
 		if (ms)
 			compare_multi(&os, &og, vox, low, full, e, &f);
 	}
@@ -1349,7 +1445,7 @@ report:
 	                       : f.low_rel <= LOWRES_TOL;
 	*pass = low_ok && f.u8_frac >= U8_MIN_FRACTION && f.u8_maxdiff <= 2 &&
 	        (!full || f.full_rel <= (pm ? 5 : 1) * LOWRES_TOL) && f.low_spread > 0.01 &&
-	        f.md_mismatch == 0 && f.multi_bad == 0;
+	        f.md_mismatch == 0 && f.multi_bad == 0 && (!f.poses || f.pose_diff <= POSE_TOL);
 	printf("%-44s epochs %2u  lowres rel %.2e (<= %.0e)  u8 within 1 LSB %.5f%% (>= %.1f%%), "
 	       "max diff %d (<= 2)",
 	       tc->name, f.epochs, f.low_rel, LOWRES_TOL, 100.0 * f.u8_frac,
@@ -1363,12 +1459,21 @@ report:
 		printf("  median depths %.1f per B-scan, %llu B-scans differ (0)",
 		       f.epochs ? (double)f.md_total / ((double)f.epochs * ny) : 0.0,
 		       (unsigned long long)f.md_mismatch);
+	if (f.poses)
+		printf("  poses of %u epochs within %.1e (<= %.0e)", f.poses, f.pose_diff,
+		       POSE_TOL);
 	if (ms)
 		printf("  %u devices: %u epoch(s) differ from one device (0)%s%s", multi_n,
 		       f.multi_bad, f.multi_bad ? ", first: " : "", f.multi_why);
 	printf("  spread %.3f  %.1fs  %s%s\n", f.low_spread,
 	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, *pass ? "PASS" : "FAIL",
 	       f.low_spread > 0.01 ? "" : " (degenerate input)");
+	if (f.poses && f.pose_diff > 0)
+		printf("  largest pose difference: epoch %llu: cpu (%.9g rad, %.9g, %.9g px, %.9g "
+		       "bins) cuda (%.9g rad, %.9g, %.9g px, %.9g bins)\n",
+		       (unsigned long long)f.pose_epoch, f.pose_cpu.th, f.pose_cpu.tx,
+		       f.pose_cpu.ty, f.pose_cpu.tz, f.pose_gpu.th, f.pose_gpu.tx, f.pose_gpu.ty,
+		       f.pose_gpu.tz);
 	if (f.epochs && f.low_rel > 1e-5) {
 		/* where the two differ most: [b][a][z] of L_e, and how far below its A-scan's
 		 * peak that bin lies */
@@ -1460,6 +1565,51 @@ static int error_checks(void)
 	fails += !ok;
 	if (rc == 0)
 		be_close(st);
+
+	/* a live switch into compensated whose history (2 S low-resolution volumes, as much as
+	 * the two float volumes) does not fit beside the volumes: refused with its size, the
+	 * mode in force kept (its next update still applies) */
+	size_t freeb = 0, totalb = 0;
+	if (cudaSetDevice(c.gpu.device) == cudaSuccess &&
+	    cudaMemGetInfo(&freeb, &totalb) == cudaSuccess) {
+		/* stride 4 x 4, 128 depths: about 9.5 bytes of device memory per output voxel,
+		 * 60 % of the free memory */
+		const uint32_t nx = 64, nz = 128;
+		uint64_t ny = (uint64_t)((double)freeb * 0.6 / (9.5 * nx * 16.0 * nz));
+		cfg_free(&c);
+		cfg_defaults(&c);
+		geom(&c, 2 * nz, nx, (uint32_t)(ny < 65536 ? ny : 65536), 4, 4, CFG_SAMPLE_U16);
+		c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
+		st = NULL;
+		err[0] = '\0';
+		rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+		ok = rc == 0;
+		if (rc == 0) {
+			struct vr_config n;
+			ok = cfg_copy(&n, &c) == 0;
+			if (ok) {
+				n.reconstruct.mode = CFG_RECON_COMPENSATED;
+				rc = be_update_live(st, &n, err, sizeof(err));
+				ok = rc == -ENOMEM && strstr(err, "compensated") &&
+				     strstr(err, "needs") && strstr(err, "GiB");
+				n.reconstruct.mode = CFG_RECON_CUMULATIVE;
+				char e2[256] = "";
+				if (ok && be_update_live(st, &n, e2, sizeof(e2)) != 0) {
+					ok = false;
+					snprintf(err, sizeof(err), "then cumulative: %s", e2);
+				}
+				cfg_free(&n);
+			}
+			be_close(st);
+		}
+		printf("error-live-compensated-memory: %s: %s\n", err, ok ? "PASS" : "FAIL");
+		fails += !ok;
+	} else {
+		cudaGetLastError();
+		printf("error-live-compensated-memory: cannot query device %d: FAIL\n",
+		       c.gpu.device);
+		fails++;
+	}
 
 	cfg_free(&c);
 	cfg_defaults(&c);
@@ -1579,8 +1729,35 @@ static int multi_error_checks(void)
 	fails += !ok;
 	if (rc == 0)
 		be_close(st);
+
+	/* compensated needs every B-scan of an epoch on one device: refused, naming gpu.devices */
+	cfg_free(&c);
+	cfg_defaults(&c);
+	geom(&c, 256, 8, 8, 2, 2, CFG_SAMPLE_U16);
+	c.reconstruct.mode = CFG_RECON_COMPENSATED;
+	set_devices(&c);
+	st = NULL;
+	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+	ok = rc == -EINVAL && strstr(err, "compensated") && strstr(err, "gpu.devices");
+	printf("error-multi-compensated: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_close(st);
 	cfg_free(&c);
 	return fails;
+}
+
+/* Whether case tc runs the compensated mode (one device only). */
+static bool case_compensated(const struct tcase *tc)
+{
+	struct vr_config c;
+	bool r;
+
+	cfg_defaults(&c);
+	tc->setup(&c);
+	r = c.reconstruct.mode == CFG_RECON_COMPENSATED || tc->live == live_to_compensated;
+	cfg_free(&c);
+	return r;
 }
 
 /* ---- views ------------------------------------------------------------------------------ */
@@ -1870,6 +2047,12 @@ int main(int argc, char **argv)
 		if (only ? strcmp(only, tc->name) != 0
 		         : (small && tc->paper) || (paper && !tc->paper))
 			continue;
+		if (multi_n && case_compensated(tc)) {
+			printf("%-44s SKIP: compensated runs on one device "
+			       "(error-multi-compensated)\n",
+			       tc->name);
+			continue;
+		}
 		run_case(tc, &pass);
 		fails += !pass;
 	}
