@@ -35,7 +35,7 @@
 #define BE_MOTION_ZR     6   /* axial search range (bins) */
 #define BE_MOTION_RESET  3.0 /* residual factor over its median that drops the history */
 #define BE_MOTION_GA     0.5 /* alpha-beta gains of the pose prediction */
-#define BE_MOTION_GB     0.1
+#define BE_MOTION_GB     0.05
 
 struct be_motion_pose {
 	double th;     /* rotation about the depth axis (rad) */

@@ -7,6 +7,7 @@
  * newest epochs, in depth bands.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +101,8 @@ static bool combine(const struct cpu_state *st, const struct be_motion_geom *g, 
 			const float *l = st->mhist + e->slot * vol + (size_t)pk.node[i] * st->nz;
 			s += pk.w[i] * be_motion_shifted(e, l, z, st->nz);
 		}
-		res[z] = s;
+		/* kriging weights may be negative: clamped to the normalized range */
+		res[z] = fminf(fmaxf(s, 0.0f), 1.0f);
 	}
 	return true;
 }

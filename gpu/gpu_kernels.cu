@@ -1072,7 +1072,8 @@ static __device__ __forceinline__ float gpu_combine(const gpu_motion_taps &t, in
 	for (int i = 0; i < t.n; i++)
 		s = __fadd_rn(
 		        s, __fmul_rn(t.w[i], gpu_shifted(t.l[i], t.k[i], t.fa[i], t.fb[i], z, Z)));
-	return s;
+	/* kriging weights may be negative: clamped to the normalized range (cpu/motion.c) */
+	return fminf(fmaxf(s, 0.0f), 1.0f);
 }
 
 /*
