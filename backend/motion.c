@@ -41,6 +41,7 @@ struct be_motion {
 	float *be;               /* [nn] this epoch's bands */
 	double *r0, *r1, *rj[3]; /* [nn] residuals */
 	double *ac;              /* [Z] scratch */
+	double *acc;             /* [X * NB] scratch of the blur */
 };
 
 struct be_motion *be_motion_create(const struct be_motion_geom *g)
@@ -65,8 +66,9 @@ struct be_motion *be_motion_create(const struct be_motion_geom *g)
 	for (int j = 0; j < 3; j++)
 		m->rj[j] = calloc(m->nn, sizeof(double));
 	m->ac = calloc(g->Z, sizeof(double));
+	m->acc = calloc((size_t)g->X * BE_MOTION_NB, sizeof(double));
 	if (!m->hist || !m->seen || !m->profs || !m->ob || !m->tmp || !m->be || !m->r0 || !m->r1 ||
-	    !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac) {
+	    !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac || !m->acc) {
 		be_motion_destroy(m);
 		return NULL;
 	}
@@ -88,6 +90,7 @@ void be_motion_destroy(struct be_motion *m)
 	for (int j = 0; j < 3; j++)
 		free(m->rj[j]);
 	free(m->ac);
+	free(m->acc);
 	free(m);
 }
 
@@ -498,28 +501,40 @@ void be_motion_set_reference(struct be_motion *m, const float *ob)
 		ks += k[i + r] = exp(-(double)(i * i) / (2.0 * BE_MOTION_BLUR * BE_MOTION_BLUR));
 	for (int i = 0; i <= 2 * r; i++)
 		k[i] /= ks;
-	/* along Y into tmp, then along X into ob; edges repeated */
-	for (uint32_t y = 0; y < g->Y; y++)
-		for (uint32_t x = 0; x < g->X; x++)
-			for (size_t b = 0; b < NB; b++) {
-				double s = 0.0;
-				for (int i = -r; i <= r; i++) {
-					int64_t yy = (int64_t)y + i;
-					yy = yy < 0 ? 0 : yy >= g->Y ? g->Y - 1 : yy;
-					s += k[i + r] * ob[((size_t)yy * g->X + x) * NB + b];
-				}
-				m->tmp[((size_t)y * g->X + x) * NB + b] = (float)s;
+	/* along Y into tmp, then along X into ob; edges repeated; each output summed over the
+	 * taps in order, in double (rows at a time, so that the loops vectorize) */
+	const size_t row = (size_t)g->X * NB;
+	double *acc = m->acc;
+	for (uint32_t y = 0; y < g->Y; y++) {
+		for (size_t j = 0; j < row; j++)
+			acc[j] = 0.0;
+		for (int i = -r; i <= r; i++) {
+			int64_t yy = (int64_t)y + i;
+			yy = yy < 0 ? 0 : yy >= g->Y ? g->Y - 1 : yy;
+			const float *src = ob + (size_t)yy * row;
+			const double kk = k[i + r];
+			for (size_t j = 0; j < row; j++)
+				acc[j] += kk * src[j];
+		}
+		float *dst = m->tmp + (size_t)y * row;
+		for (size_t j = 0; j < row; j++)
+			dst[j] = (float)acc[j];
+	}
+	for (uint32_t y = 0; y < g->Y; y++) {
+		const float *src = m->tmp + (size_t)y * row;
+		float *dst = m->ob + (size_t)y * row;
+		for (uint32_t x = 0; x < g->X; x++) {
+			double a[BE_MOTION_NB] = {0};
+			for (int i = -r; i <= r; i++) {
+				int64_t xx = (int64_t)x + i;
+				xx = xx < 0 ? 0 : xx >= g->X ? g->X - 1 : xx;
+				const float *c = src + (size_t)xx * NB;
+				for (size_t b = 0; b < NB; b++)
+					a[b] += k[i + r] * c[b];
 			}
-	for (uint32_t y = 0; y < g->Y; y++)
-		for (uint32_t x = 0; x < g->X; x++)
-			for (size_t b = 0; b < NB; b++) {
-				double s = 0.0;
-				for (int i = -r; i <= r; i++) {
-					int64_t xx = (int64_t)x + i;
-					xx = xx < 0 ? 0 : xx >= g->X ? g->X - 1 : xx;
-					s += k[i + r] * m->tmp[((size_t)y * g->X + xx) * NB + b];
-				}
-				m->ob[((size_t)y * g->X + x) * NB + b] = (float)s;
-			}
+			for (size_t b = 0; b < NB; b++)
+				dst[(size_t)x * NB + b] = (float)a[b];
+		}
+	}
 	m->have_ob = true;
 }

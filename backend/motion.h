@@ -62,9 +62,12 @@ struct be_motion_geom {
 };
 
 /* The samples one column combines: n <= BE_MOTION_M, each an entry index, a low-resolution
- * A-scan index (y * nx + x) and its kriging weight. n = 0: no sample within BE_MOTION_R. */
+ * A-scan index (y * nx + x) and its kriging weight; a, the weight of their combination
+ * against the newest epoch's interpolation (1 where a sample lies well inside the cut, 0
+ * where none lies inside: n = 0). */
 struct be_motion_pick {
 	uint32_t n;
+	float a;
 	uint32_t entry[BE_MOTION_M];
 	uint32_t node[BE_MOTION_M];
 	float w[BE_MOTION_M];
@@ -109,13 +112,27 @@ BE_MOTION_HD static inline bool be_motion_solve(double *a, double *b, uint32_t n
 	return true;
 }
 
+/* Taper of a sample at distance u (in units of the column's cut distance): 1 up to 0.8,
+ * then (1 - v^2)^2 with v = (u - 0.8) / 0.2, 0 from 1 on. */
+BE_MOTION_HD static inline double be_motion_taper(double u)
+{
+	if (u <= 0.8)
+		return 1.0;
+	if (u >= 1.0)
+		return 0.0;
+	double v = (u - 0.8) / 0.2, t = 1.0 - v * v;
+	return t * t;
+}
+
 /*
  * The samples of column (yc, xc) and their weights (docs/algorithms.md §2c): from each of the
  * ne entries, the sample of its epoch whose tissue point now lies nearest to the column (the
  * column mapped into the epoch's frame, the nearest node of its scan offset, that node mapped
- * back); of those the BE_MOTION_M nearest closer than BE_MOTION_R (ties: the earlier entry),
- * with their ordinary-kriging weights under the correlation exp(-d^2 / (2 ell^2)) and the
- * nugget. All in double, the weights stored as float.
+ * back); of those the BE_MOTION_M nearest closer than the cut D = min(BE_MOTION_R, sx / 2,
+ * sy / 2, the distance of the (M + 1)-th nearest) (ties: the earlier entry), with their
+ * ordinary-kriging weights under the correlation exp(-d^2 / (2 ell^2)) and a nugget that
+ * grows to infinity as a sample nears the cut (BE_MOTION_NUGGET / taper(d / D)), so that the
+ * weights change continuously with the poses. All in double, the weights stored as float.
  */
 BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
                                                  const struct be_motion_entry *en, uint32_t ne,
@@ -125,9 +142,14 @@ BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
 	const double hX = (double)g->X / 2.0, hY = (double)g->Y / 2.0;
 	const double Px = (double)xc + 0.5 - hX, Py = (double)yc + 0.5 - hY;
 	const double i2l = 1.0 / (2.0 * BE_MOTION_ELL * BE_MOTION_ELL);
-	double d[BE_MOTION_M], cx[BE_MOTION_M], cy[BE_MOTION_M];
+	double rc = BE_MOTION_R;
+	double d[BE_MOTION_M + 1], cx[BE_MOTION_M + 1], cy[BE_MOTION_M + 1];
+	uint32_t en_i[BE_MOTION_M + 1], nd_i[BE_MOTION_M + 1];
 	uint32_t n = 0;
 
+	/* beyond half a stride the nearest node of an epoch jumps: the cut stays inside */
+	rc = 0.5 * g->sx < rc ? 0.5 * g->sx : rc;
+	rc = 0.5 * g->sy < rc ? 0.5 * g->sy : rc;
 	for (uint32_t j = 0; j < ne; j++) {
 		const struct be_motion_entry *e = &en[j];
 		double vx = Px - e->px, vy = Py - e->py;
@@ -143,26 +165,45 @@ BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
 		double qx = e->c * ux + e->s * uy + e->px;
 		double qy = -e->s * ux + e->c * uy + e->py;
 		double dd = sqrt((qx - Px) * (qx - Px) + (qy - Py) * (qy - Py));
-		if (!(dd < BE_MOTION_R))
+		if (!(dd < rc))
 			continue;
-		if (n == BE_MOTION_M && !(dd < d[n - 1]))
+		if (n == BE_MOTION_M + 1 && !(dd < d[n - 1]))
 			continue;
-		uint32_t i = n < BE_MOTION_M ? n++ : n - 1;
+		uint32_t i = n < BE_MOTION_M + 1 ? n++ : n - 1;
 		while (i > 0 && dd < d[i - 1]) {
 			d[i] = d[i - 1];
 			cx[i] = cx[i - 1];
 			cy[i] = cy[i - 1];
-			pk->entry[i] = pk->entry[i - 1];
-			pk->node[i] = pk->node[i - 1];
+			en_i[i] = en_i[i - 1];
+			nd_i[i] = nd_i[i - 1];
 			i--;
 		}
 		d[i] = dd;
 		cx[i] = qx;
 		cy[i] = qy;
-		pk->entry[i] = j;
-		pk->node[i] = iy * g->nx + ix;
+		en_i[i] = j;
+		nd_i[i] = iy * g->nx + ix;
 	}
+	/* the cut: the (M + 1)-th nearest when there is one; the samples the taper leaves */
+	const double D = n == BE_MOTION_M + 1 ? d[BE_MOTION_M] : rc;
+	double tp[BE_MOTION_M], rest = 1.0;
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < n && i < BE_MOTION_M; i++) {
+		double t = be_motion_taper(d[i] / D);
+		if (!(t > 0.0))
+			continue;
+		d[k] = d[i];
+		cx[k] = cx[i];
+		cy[k] = cy[i];
+		pk->entry[k] = en_i[i];
+		pk->node[k] = nd_i[i];
+		tp[k] = t;
+		rest *= 1.0 - t;
+		k++;
+	}
+	n = k;
 	pk->n = n;
+	pk->a = (float)(1.0 - rest);
 	if (n == 0)
 		return;
 
@@ -171,8 +212,8 @@ BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t j = 0; j < n; j++) {
 			double dx = cx[i] - cx[j], dy = cy[i] - cy[j];
-			a[i * m + j] =
-			        exp(-(dx * dx + dy * dy) * i2l) + (i == j ? BE_MOTION_NUGGET : 0.0);
+			a[i * m + j] = exp(-(dx * dx + dy * dy) * i2l) +
+			               (i == j ? BE_MOTION_NUGGET / tp[i] : 0.0);
 		}
 		a[i * m + n] = 1.0;
 		a[n * m + i] = 1.0;

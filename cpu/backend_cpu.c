@@ -330,7 +330,7 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 		ALLOC(w->spl_m, K);
 		ALLOC(w->med, st->nx);
 		ALLOC(w->ring, 3 * (size_t)st->X * 2 * st->nz);
-		ALLOC(w->acc, 2 * (size_t)st->nz);
+		ALLOC(w->acc, 3 * (size_t)st->nz); /* recon: 2; compensated: 3 */
 		w->fin = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		w->fout = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		if (!w->fin || !w->fout)

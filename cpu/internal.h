@@ -62,7 +62,7 @@ struct cpu_worker {
 	fftwf_complex *fin;  /* FFT input, CPU_BATCH x N complex (or real) */
 	fftwf_complex *fout; /* FFT output, CPU_BATCH x N complex */
 	float *ring;         /* recon: 3 rows x X x 2 x Z z-smoothed columns */
-	float *acc;          /* recon: 2 x Z accumulators */
+	float *acc;          /* recon: 2 x Z accumulators (compensated: 3) */
 	/* partial_median (cpu_pm_alloc; NULL until that mode is first used) */
 	fftwf_complex *spec; /* [nx][nh] the B-scan's spectra */
 	double *pm_acc;      /* [4][nh] shifted sums of Re, Im, Re^2, Im^2 over the A-scans */

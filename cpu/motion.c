@@ -84,16 +84,24 @@ static int motion_bands(void *vctx, double dz, float *Be)
 	return 0;
 }
 
-/* Column (yy, xx) combined from entries en[0..ne) into res; false when no sample lies near. */
-static bool combine(const struct cpu_state *st, const struct be_motion_geom *g, uint32_t ne,
-                    uint32_t yy, uint32_t xx, float *res)
+/* Column (yy, xx) from entries en[0..ne) into res (docs/algorithms.md §2c): the kriging
+ * combination, clamped to [0, 1], blended by the pick's a with the newest epoch's
+ * interpolation (cur: scratch for it). */
+static void column(const struct cpu_state *st, const struct motion_ctx *ctx,
+                   const struct be_motion_geom *g, uint32_t ne, uint32_t yy, uint32_t xx,
+                   float *res, float *cur)
 {
 	const size_t vol = (size_t)st->ny * st->nx * st->nz;
 	struct be_motion_pick pk;
 
 	be_motion_column(g, st->ment, ne, yy, xx, &pk);
-	if (pk.n == 0)
-		return false;
+	if (pk.a < 1.0f)
+		cpu_current_column(st, ctx->L, ctx->ox, ctx->oy, yy, xx, cur);
+	if (pk.n == 0) {
+		memcpy(res, cur, st->nz * sizeof(float));
+		return;
+	}
+	const float a = pk.a, b = 1.0f - a;
 	for (uint32_t z = 0; z < st->nz; z++) {
 		float s = 0.0f;
 		for (uint32_t i = 0; i < pk.n; i++) {
@@ -102,9 +110,9 @@ static bool combine(const struct cpu_state *st, const struct be_motion_geom *g, 
 			s += pk.w[i] * be_motion_shifted(e, l, z, st->nz);
 		}
 		/* kriging weights may be negative: clamped to the normalized range */
-		res[z] = fminf(fmaxf(s, 0.0f), 1.0f);
+		s = fminf(fmaxf(s, 0.0f), 1.0f);
+		res[z] = a < 1.0f ? a * s + b * cur[z] : s;
 	}
-	return true;
 }
 
 static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
@@ -119,13 +127,12 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 	                                 .X = st->X,
 	                                 .Y = st->Y,
 	                                 .Z = st->nz};
-	float *A = w->acc, *C = w->acc + Z;
+	float *A = w->acc, *C = w->acc + Z, *cur = w->acc + 2 * (size_t)Z;
 
 	for (uint32_t xx = 0; xx < X; xx++) {
 		size_t o = ((size_t)yy * X + xx) * Z;
 		float *res = ctx->out->full ? ctx->out->full + o : A;
-		if (!combine(st, &g, st->mne, yy, xx, res))
-			cpu_current_column(st, ctx->L, ctx->ox, ctx->oy, yy, xx, res);
+		column(st, ctx, &g, st->mne, yy, xx, res, cur);
 		if (ctx->out->volume) {
 			uint8_t *q = ctx->out->volume + o;
 			for (uint32_t z = 0; z < Z; z++)
@@ -134,8 +141,7 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 		/* the registration's reference, in bands */
 		const float *ref = res;
 		if (st->mnref > 0) {
-			if (!combine(st, &g, st->mnref, yy, xx, C))
-				cpu_current_column(st, ctx->L, ctx->ox, ctx->oy, yy, xx, C);
+			column(st, ctx, &g, st->mnref, yy, xx, C, cur);
 			ref = C;
 		}
 		float *ob = st->mref + ((size_t)yy * X + xx) * BE_MOTION_NB;

@@ -1063,6 +1063,7 @@ struct gpu_motion_taps {
 	int k[BE_MOTION_M];
 	float fa[BE_MOTION_M], fb[BE_MOTION_M], w[BE_MOTION_M];
 	int n;
+	float a; /* the combination's weight against the newest epoch */
 };
 
 /* The kriging combination of taps t at depth z, summed in pick order as cpu/motion.c. */
@@ -1074,6 +1075,22 @@ static __device__ __forceinline__ float gpu_combine(const gpu_motion_taps &t, in
 		        s, __fmul_rn(t.w[i], gpu_shifted(t.l[i], t.k[i], t.fa[i], t.fb[i], z, Z)));
 	/* kriging weights may be negative: clamped to the normalized range (cpu/motion.c) */
 	return fminf(fmaxf(s, 0.0f), 1.0f);
+}
+
+/* The value of column (yy, xx) at depth z (cpu/motion.c column()): the combination blended by
+ * a with the newest epoch's interpolation, rounded as the CPU. */
+static __device__ __forceinline__ float
+gpu_motion_value(const gpu_motion_taps &t, const gpu_recon_params &p, const float *__restrict__ le,
+                 const int4 *__restrict__ axy, const longlong2 *__restrict__ aoff, int yy, int xx,
+                 int z)
+{
+	if (t.n == 0)
+		return gpu_current(p, le, axy, aoff, yy, xx, z);
+	const float s = gpu_combine(t, z, p.nz);
+	if (!(t.a < 1.0f))
+		return s;
+	const float c = gpu_current(p, le, axy, aoff, yy, xx, z);
+	return __fadd_rn(__fmul_rn(t.a, s), __fmul_rn(__fsub_rn(1.0f, t.a), c));
 }
 
 /*
@@ -1114,8 +1131,10 @@ __global__ void __launch_bounds__(GPU_THREADS)
 			if (r == 0 || !own) {
 				const be_motion_pick *q = (r ? pkr : pk) + col;
 				const int n = (int)q->n;
-				if (i == 0)
+				if (i == 0) {
 					tp[r].n = n;
+					tp[r].a = q->a;
+				}
 				if (i < n) {
 					const be_motion_entry *e = &en[q->entry[i]];
 					tp[r].l[i] = hist + e->slot * vol + (size_t)q->node[i] * Z;
@@ -1129,8 +1148,7 @@ __global__ void __launch_bounds__(GPU_THREADS)
 		__syncthreads();
 		double acc = 0.0;
 		for (int z = z0 + (int)threadIdx.x; z < z1; z += blockDim.x) {
-			const float o = tp[0].n > 0 ? gpu_combine(tp[0], z, Z)
-			                            : gpu_current(p, le, axy, aoff, yy, xx, z);
+			const float o = gpu_motion_value(tp[0], p, le, axy, aoff, yy, xx, z);
 			const size_t i = col * Z + z;
 			/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
 			out8[i] = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o), 0.5f));
@@ -1138,8 +1156,7 @@ __global__ void __launch_bounds__(GPU_THREADS)
 				outf[i] = o;
 			float r = o;
 			if (!own)
-				r = tp[1].n > 0 ? gpu_combine(tp[1], z, Z)
-				                : gpu_current(p, le, axy, aoff, yy, xx, z);
+				r = gpu_motion_value(tp[1], p, le, axy, aoff, yy, xx, z);
 			acc += (double)r;
 		}
 		const double s = gpu_block_sum(acc, red);
