@@ -36,7 +36,9 @@
 
 #define LOWRES_TOL      1e-4
 #define U8_MIN_FRACTION 0.999
-#define POSE_TOL        1e-5 /* compensated: rad (rotation), pixels and bins (shifts) */
+#define POSE_TOL                                                                                   \
+	5e-5 /* compensated: rad (rotation), pixels and bins (shifts);
+                              * measured 3.7e-6 on the simulator (H200) */
 
 /* Random samples; random samples with strong lines at fixed and at A-scan-dependent depths
  * (partial_median: depths where the median differs from the mean); the simulator. */
@@ -476,17 +478,13 @@ static void c_paper_adaptive(struct vr_config *c)
 
 /* reconstruct.mode compensated (docs/algorithms.md §2c) on random input: stride 2 x 3, 12
  * history slots, so that from epoch 10 on the reference is kriged from the older entries
- * (nref > 0); the registration runs on noise from epoch 5 */
+ * (nref > 0). Without the pose estimate (estimate_pose false): a registration of noise is
+ * ill-conditioned, so that the last-digit differences of the device's reductions move its
+ * result by more than the tolerances; the simulator's cases below estimate the poses. */
 static void c_compensated(struct vr_config *c)
 {
 	geom(c, 512, 24, 20, 2, 3, CFG_SAMPLE_U16);
 	c->reconstruct.mode = CFG_RECON_COMPENSATED;
-}
-
-/* compensated without the pose estimate (reconstruct.compensated.estimate_pose false) */
-static void c_compensated_pose_off(struct vr_config *c)
-{
-	c_compensated(c);
 	c->reconstruct.compensated.estimate_pose = false;
 }
 
@@ -507,12 +505,14 @@ static void c_sim_compensated_motion(struct vr_config *c)
 static void live_to_compensated(struct vr_config *c)
 {
 	c->reconstruct.mode = CFG_RECON_COMPENSATED;
+	c->reconstruct.compensated.estimate_pose = false; /* random input: c_compensated */
 }
 
 static void c_paper_compensated(struct vr_config *c)
 {
 	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
 	c->reconstruct.mode = CFG_RECON_COMPENSATED;
+	c->reconstruct.compensated.estimate_pose = false; /* random input: c_compensated */
 }
 
 static const struct tcase cases[] = {
@@ -576,9 +576,21 @@ static const struct tcase cases[] = {
          EV_NONE, false, NULL},
         {"paper-async-rand-u16-adaptive-60x60x8192-s5", true, IN_RANDOM, 28, false,
          c_paper_adaptive, EV_NONE, true, NULL},
-        {"rand-u16-compensated", false, IN_RANDOM, 16, true, c_compensated, EV_NONE, false, NULL},
-        {"rand-u16-compensated-pose-off", false, IN_RANDOM, 12, true, c_compensated_pose_off,
+        {"pmedian-lines-u16-s2", false, IN_LINES, 6, true, c_pm_lines, EV_NONE, false, NULL},
+        {"pmedian-lines-u12p-s2", false, IN_LINES, 6, true, c_pm_lines_u12p, EV_NONE, false, NULL},
+        {"pmedian-lines-f32-odd-cubic-disp-zp2-flipz", false, IN_LINES, 4, true, c_pm_lines_f32,
          EV_NONE, false, NULL},
+        {"pmedian-sim-tilted-cubic-disp-cumul", false, IN_SIM, 5, true, c_pm_sim_tilted, EV_NONE,
+         false, NULL},
+        {"pmedian-none-above-threshold", false, IN_LINES, 3, true, c_pm_none_above, EV_NONE, false,
+         NULL},
+        {"pmedian-live-from-ascan-mean", false, IN_LINES, 6, true, c_default, EV_LIVE_PM, false,
+         NULL},
+        {"async-pmedian-sim-tilted", false, IN_SIM, 6, true, c_pm_sim_tilted, EV_NONE, true, NULL},
+        {"paper-pmedian-sim-tilted-60x60x8192-s5", true, IN_SIM, 4, false, c_pm_paper_sim, EV_NONE,
+         false, NULL},
+        /* compensated last: the cases before draw the same random inputs as before it existed */
+        {"rand-u16-compensated", false, IN_RANDOM, 16, true, c_compensated, EV_NONE, false, NULL},
         {"rand-u16-compensated-reset-history", false, IN_RANDOM, 20, false, c_compensated, EV_RESET,
          false, NULL},
         {"rand-u16-live-noncumulative-to-compensated", false, IN_RANDOM, 24, true, c_default,
@@ -593,19 +605,6 @@ static const struct tcase cases[] = {
          c_paper_compensated, EV_NONE, false, NULL},
         {"paper-async-rand-u16-compensated-60x60x8192-s5", true, IN_RANDOM, 12, false,
          c_paper_compensated, EV_NONE, true, NULL},
-        {"pmedian-lines-u16-s2", false, IN_LINES, 6, true, c_pm_lines, EV_NONE, false, NULL},
-        {"pmedian-lines-u12p-s2", false, IN_LINES, 6, true, c_pm_lines_u12p, EV_NONE, false, NULL},
-        {"pmedian-lines-f32-odd-cubic-disp-zp2-flipz", false, IN_LINES, 4, true, c_pm_lines_f32,
-         EV_NONE, false, NULL},
-        {"pmedian-sim-tilted-cubic-disp-cumul", false, IN_SIM, 5, true, c_pm_sim_tilted, EV_NONE,
-         false, NULL},
-        {"pmedian-none-above-threshold", false, IN_LINES, 3, true, c_pm_none_above, EV_NONE, false,
-         NULL},
-        {"pmedian-live-from-ascan-mean", false, IN_LINES, 6, true, c_default, EV_LIVE_PM, false,
-         NULL},
-        {"async-pmedian-sim-tilted", false, IN_SIM, 6, true, c_pm_sim_tilted, EV_NONE, true, NULL},
-        {"paper-pmedian-sim-tilted-60x60x8192-s5", true, IN_SIM, 4, false, c_pm_paper_sim, EV_NONE,
-         false, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
