@@ -28,6 +28,14 @@ struct h5vol_span {
 	size_t len;
 	unsigned char *buf; /* undo: the old bytes; held: the new ones */
 	H5FD_mem_t type;    /* held: what HDF5 wrote there */
+	uint64_t order;     /* held object headers far apart: header_order() */
+};
+
+/* an object header chunk: the file's bytes HDF5 has written as one, and when it first did */
+struct h5vol_header {
+	uint64_t addr;
+	uint64_t len;
+	uint64_t born; /* h5vol_journal.born at its first write */
 };
 
 struct vfd_info {
@@ -123,6 +131,60 @@ static void held_drop(struct h5vol_journal *j)
 }
 
 /*
+ * An object header chunk [addr, addr + len) is written: note when it was first (the chunks it
+ * overlaps become one, as old as the oldest). HDF5 numbers the chunks of a header in the order
+ * it creates them (a new one goes last; h5vol creates its file and never reopens it), which is
+ * the order in which the driver first sees them written. 0 or -ENOMEM.
+ */
+static int header_note(struct h5vol_journal *j, uint64_t addr, size_t len)
+{
+	uint64_t lo = addr, hi = addr + len, born = j->born + 1;
+	size_t k = 0;
+
+	for (size_t i = 0; i < j->nhdr; i++) {
+		const struct h5vol_header *h = &j->hdr[i];
+
+		if (h->addr <= addr && h->addr + h->len >= addr + len)
+			return 0; /* (the usual case: a chunk written again) */
+		if (h->addr < hi && h->addr + h->len > lo) {
+			lo = h->addr < lo ? h->addr : lo;
+			hi = h->addr + h->len > hi ? h->addr + h->len : hi;
+			born = h->born < born ? h->born : born;
+		} else {
+			j->hdr[k++] = *h;
+		}
+	}
+	if (k == j->nhdr && k == j->caphdr) {
+		size_t c = j->caphdr ? 2 * j->caphdr : 64;
+		struct h5vol_header *u = realloc(j->hdr, c * sizeof(*u));
+
+		if (!u)
+			return -ENOMEM;
+		j->hdr = u;
+		j->caphdr = c;
+	}
+	if (born > j->born)
+		j->born = born;
+	j->hdr[k++] = (struct h5vol_header){lo, hi - lo, born};
+	j->nhdr = k;
+	return 0;
+}
+
+/* When the header chunk at [addr, addr + len) was first written (0: never seen). */
+static uint64_t header_born(const struct h5vol_journal *j, uint64_t addr, size_t len)
+{
+	uint64_t born = 0;
+
+	for (size_t i = 0; i < j->nhdr; i++) {
+		const struct h5vol_header *h = &j->hdr[i];
+
+		if (h->addr < addr + len && h->addr + h->len > addr && (!born || h->born < born))
+			born = h->born;
+	}
+	return born;
+}
+
+/*
  * Hold a write of [addr, addr + len) below the mark. The held spans stay disjoint: the ones it
  * overlaps are merged into it, its bytes over theirs. 0 or -ENOMEM.
  */
@@ -159,7 +221,7 @@ static int held_add(struct h5vol_journal *j, H5FD_mem_t type, uint64_t addr, siz
 		}
 	}
 	memcpy(b + (addr - lo), buf, len);
-	j->held[k++] = (struct h5vol_span){lo, (size_t)(hi - lo), b, type};
+	j->held[k++] = (struct h5vol_span){lo, (size_t)(hi - lo), b, type, 0};
 	j->nheld = k;
 	return 0;
 }
@@ -212,6 +274,34 @@ static int held_order(const void *a, const void *b)
 	return x->addr > y->addr ? -1 : 1;
 }
 
+/*
+ * The place of an object header chunk in the commit when the chunks cannot go in one write: first
+ * the chunks new since the last commit (nothing on the file points at them yet), the newest first
+ * (an older one may point at it); then the others as HDF5 created them, the oldest first. HDF5
+ * moves a message only into an earlier chunk of its header (condensing the header after a message
+ * was removed: an attribute rewritten), so the chunk it moves to is written before the one it
+ * leaves: a kill in between leaves the message twice, never nowhere.
+ */
+static uint64_t header_order(const struct h5vol_journal *j, const struct h5vol_span *h)
+{
+	uint64_t born = header_born(j, h->addr, h->len);
+
+	if (!born || born > j->born_mark)
+		return born ? UINT64_MAX / 2 - born : 0;
+	return UINT64_MAX / 2 + born;
+}
+
+static int order_cmp(const void *a, const void *b)
+{
+	const struct h5vol_span *x = a, *y = b;
+
+	if (x->order != y->order)
+		return x->order < y->order ? -1 : 1;
+	if (x->addr == y->addr)
+		return 0;
+	return x->addr < y->addr ? -1 : 1;
+}
+
 /* Write [addr, addr + len) from buf, its old bytes kept. 0 or a negative errno. */
 static int commit_write(struct h5vol_journal *j, uint64_t addr, size_t len, const void *buf)
 {
@@ -228,31 +318,21 @@ static int commit_write(struct h5vol_journal *j, uint64_t addr, size_t len, cons
 }
 
 /*
- * The object headers held[first, nheld) (sorted, after all else) in one write over the range
- * they span, the bytes between them as the file holds them: every dataset's new extent at once.
+ * The object headers held[first, last) in one write over the range they span, the bytes between
+ * them as the file holds them.
  */
-static int commit_headers(struct h5vol_journal *j, size_t first)
+static int commit_range(struct h5vol_journal *j, size_t first, size_t last)
 {
 	uint64_t lo = UINT64_MAX, hi = 0;
 	unsigned char *b;
 	ssize_t got;
 	int rc;
 
-	if (first == j->nheld)
-		return 0;
-	for (size_t i = first; i < j->nheld; i++) {
+	if (last == first + 1)
+		return commit_write(j, j->held[first].addr, j->held[first].len, j->held[first].buf);
+	for (size_t i = first; i < last; i++) {
 		lo = j->held[i].addr < lo ? j->held[i].addr : lo;
 		hi = j->held[i].addr + j->held[i].len > hi ? j->held[i].addr + j->held[i].len : hi;
-	}
-	if (hi - lo > VFD_HEADERS_MAX) {
-		/* headers far apart (a continuation block of the root group's attributes at the
-		 * close): one by one, from the end of the file down */
-		for (size_t i = first; i < j->nheld; i++) {
-			rc = commit_write(j, j->held[i].addr, j->held[i].len, j->held[i].buf);
-			if (rc)
-				return rc;
-		}
-		return 0;
 	}
 	b = malloc((size_t)(hi - lo));
 	if (!b)
@@ -263,10 +343,57 @@ static int commit_headers(struct h5vol_journal *j, size_t first)
 		return (int)got;
 	}
 	memset(b + got, 0, (size_t)(hi - lo) - (size_t)got);
-	for (size_t i = first; i < j->nheld; i++)
+	for (size_t i = first; i < last; i++)
 		memcpy(b + (j->held[i].addr - lo), j->held[i].buf, j->held[i].len);
 	rc = commit_write(j, lo, (size_t)(hi - lo), b);
 	free(b);
+	return rc;
+}
+
+/*
+ * The object headers held[first, nheld) (after all else): in one write when they lie within
+ * VFD_HEADERS_MAX (every dataset's new extent at once: the datasets' headers lie together at the
+ * file's start). Chunks far apart (the root group's attributes at the close: a chunk added after
+ * the first volume, one at the end) go in header_order(), the old ones that lie close together
+ * in that order still in one write.
+ */
+static int commit_headers(struct h5vol_journal *j, size_t first)
+{
+	uint64_t lo = UINT64_MAX, hi = 0;
+	size_t i;
+	int rc = 0;
+
+	if (first == j->nheld)
+		return 0;
+	for (i = first; i < j->nheld; i++) {
+		lo = j->held[i].addr < lo ? j->held[i].addr : lo;
+		hi = j->held[i].addr + j->held[i].len > hi ? j->held[i].addr + j->held[i].len : hi;
+	}
+	if (hi - lo <= VFD_HEADERS_MAX)
+		return commit_range(j, first, j->nheld);
+	for (i = first; i < j->nheld; i++)
+		j->held[i].order = header_order(j, &j->held[i]);
+	qsort(j->held + first, j->nheld - first, sizeof(*j->held), order_cmp);
+	for (i = first; i < j->nheld && !rc;) {
+		size_t k = i + 1;
+
+		lo = j->held[i].addr;
+		hi = lo + j->held[i].len;
+		/* old chunks next in the order and near: together */
+		while (j->held[i].order > UINT64_MAX / 2 && k < j->nheld) {
+			const struct h5vol_span *h = &j->held[k];
+			uint64_t l = h->addr < lo ? h->addr : lo;
+			uint64_t e = h->addr + h->len > hi ? h->addr + h->len : hi;
+
+			if (e - l > VFD_HEADERS_MAX)
+				break;
+			lo = l;
+			hi = e;
+			k++;
+		}
+		rc = commit_range(j, i, k);
+		i = k;
+	}
 	return rc;
 }
 
@@ -291,6 +418,7 @@ int h5vol_journal_commit(struct h5vol_journal *j, uint64_t end)
 		return rc;
 	journal_drop(j);
 	j->mark = end;
+	j->born_mark = j->born;
 	j->error = 0;
 	return 0;
 }
@@ -318,8 +446,11 @@ void h5vol_journal_free(struct h5vol_journal *j)
 	held_drop(j);
 	free(j->undo);
 	free(j->held);
+	free(j->hdr);
 	j->undo = j->held = NULL;
+	j->hdr = NULL;
 	j->cap = j->capheld = 0;
+	j->nhdr = j->caphdr = 0;
 	if (j->fd >= 0)
 		close(j->fd);
 	j->fd = -1;
@@ -459,6 +590,13 @@ static herr_t vfd_write(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr,
 	    addr + size > f->eoa) {
 		errno = EINVAL;
 		return -1;
+	}
+	if (type == H5FD_MEM_OHDR) {
+		rc = header_note(j, addr, size);
+		if (rc) {
+			errno = -rc;
+			return -1;
+		}
 	}
 	if (addr < j->mark) {
 		size_t len = addr + size > j->mark ? (size_t)(j->mark - addr) : size;

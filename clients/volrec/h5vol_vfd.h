@@ -19,9 +19,20 @@
  * nothing on the file references yet: the superblock first (the file is already as long as its
  * new end of allocation), then the rest from the end of the file down (chunk indexes), then all
  * object headers in one write over the range they span (the datasets' headers lie together at
- * the file's start; headers more than 256 KiB apart, as at the close, go one by one). A kill during the commit leaves chunks
- * that are indexed but not yet counted: the file holds every row of the last commit, or every
- * row of this one, in every dataset alike.
+ * the file's start). A kill during the commit leaves chunks that are indexed but not yet
+ * counted: the file holds every row of the last commit, or every row of this one, in every
+ * dataset alike.
+ *
+ * At the close the recorder rewrites the root group's attributes; HDF5 removes the old ones and
+ * condenses the group's object header, moving messages (its symbol table among them) into the
+ * space freed in earlier chunks of that header, which lie more than 256 KiB apart (the chunk of
+ * the attributes written after the first volume, one added at the end or in space freed long
+ * before). Those chunks cannot go in one write, and one by one from the end of the file down a
+ * kill between them left a message in neither chunk (h5py: "message type not found" opening any
+ * dataset). They go in an order in which every step is a header HDF5 reads: the chunks new since
+ * the last commit first (nothing on the file points at them), then the others in the order HDF5
+ * created them (a message moves only into an earlier chunk: a kill in between leaves it twice,
+ * never nowhere); the driver notes when it first saw each header chunk written.
  */
 #ifndef VOLREC_CLIENTS_H5VOL_VFD_H
 #define VOLREC_CLIENTS_H5VOL_VFD_H
@@ -35,6 +46,7 @@
 #include "base/base.h"
 
 struct h5vol_span;
+struct h5vol_header;
 
 struct h5vol_journal {
 	uint64_t mark;           /* [0, mark) is the file as of the last commit */
@@ -44,6 +56,10 @@ struct h5vol_journal {
 	struct h5vol_span *held; /* the writes below the mark not yet made, disjoint */
 	uint64_t cut; /* the close's new end of file, cut at the commit after the held writes */
 	size_t nheld, capheld;
+	struct h5vol_header *hdr; /* the object header chunks written so far, when first */
+	size_t nhdr, caphdr;
+	uint64_t born;      /* chunks noted in hdr */
+	uint64_t born_mark; /* born as of the last commit: the chunks the file may point at */
 	int fd;      /* a descriptor of the file of our own (restore works after HDF5 closed its) */
 	int error;   /* a write below the mark whose old bytes could not be kept (-errno) */
 	bool frozen; /* restored: every later write is refused (EIO) and reaches nothing */
