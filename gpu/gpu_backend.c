@@ -551,6 +551,17 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		         gpu_gib(freeb), gpu_gib(totalb));
 		return -ENOMEM;
 	}
+	/* the picks kernel's local memory reserved once for every resident thread: otherwise the
+	 * driver grows the reservation at each of its launches and shrinks it after, a
+	 * device-wide synchronization each time */
+	size_t stack = 0;
+	rc = gpu_cuda_check(cudaDeviceGetLimit(&stack, cudaLimitStackSize),
+	                    "cudaDeviceGetLimit(stack size)", err, errlen);
+	if (rc == 0 && stack < GPU_MOTION_LMEM)
+		rc = gpu_cuda_check(cudaDeviceSetLimit(cudaLimitStackSize, GPU_MOTION_LMEM),
+		                    "cudaDeviceSetLimit(stack size, compensated picks)", err, errlen);
+	if (rc < 0)
+		return rc;
 	st->motion = be_motion_create(&g);
 	if (!st->motion) {
 		snprintf(err, errlen, "cuda backend: out of host memory for the compensated mode");
