@@ -523,15 +523,21 @@ static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t er
 
 /* Allocate the compensated mode's buffers (nothing when they exist), with the device's free
  * memory checked first: -ENOMEM with the size it needs. The device must be current. */
+/* The geometry of the estimator and the picks (backend/motion.h). */
+static struct be_motion_geom gpu_motion_geom(const struct gpu_state *st)
+{
+	return (struct be_motion_geom){.nx = st->nx,
+	                               .ny = st->ny,
+	                               .sx = st->sx,
+	                               .sy = st->sy,
+	                               .X = st->X,
+	                               .Y = st->Y,
+	                               .Z = st->nz};
+}
+
 static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 {
-	const struct be_motion_geom g = {.nx = st->nx,
-	                                 .ny = st->ny,
-	                                 .sx = st->sx,
-	                                 .sy = st->sy,
-	                                 .X = st->X,
-	                                 .Y = st->Y,
-	                                 .Z = st->nz};
+	const struct be_motion_geom g = gpu_motion_geom(st);
 	const size_t slots = (size_t)BE_MOTION_H * st->S, cols = (size_t)st->Y * st->X;
 	const size_t nodes = (size_t)st->ny * st->nx, need = gpu_motion_bytes(st);
 	size_t freeb = 0, totalb = 0;
@@ -559,7 +565,8 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 	                    "cudaDeviceGetLimit(stack size)", err, errlen);
 	if (rc == 0 && stack < GPU_MOTION_LMEM)
 		rc = gpu_cuda_check(cudaDeviceSetLimit(cudaLimitStackSize, GPU_MOTION_LMEM),
-		                    "cudaDeviceSetLimit(stack size, compensated picks)", err, errlen);
+		                    "cudaDeviceSetLimit(stack size, compensated picks)", err,
+		                    errlen);
 	if (rc < 0)
 		return rc;
 	st->motion = be_motion_create(&g);
@@ -1473,13 +1480,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	const bool consecutive = st->have_last && epoch == st->last + 1;
 	const bool adaptive = st->mode == CFG_RECON_ADAPTIVE;
 	const bool comp = st->mode == CFG_RECON_COMPENSATED;
-	const struct be_motion_geom mg = {.nx = st->nx,
-	                                  .ny = st->ny,
-	                                  .sx = st->sx,
-	                                  .sy = st->sy,
-	                                  .X = st->X,
-	                                  .Y = st->Y,
-	                                  .Z = st->nz};
+	const struct be_motion_geom mg = gpu_motion_geom(st);
 
 	if (none) {
 		outf_dev = le;
