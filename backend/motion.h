@@ -61,6 +61,22 @@ struct be_motion_geom {
 	uint32_t nx, ny, sx, sy, X, Y, Z;
 };
 
+/* The geometry of nx x ny samples at stride sx x sy, Z depths. */
+static inline struct be_motion_geom be_motion_geom_of(uint32_t nx, uint32_t ny, uint32_t sx,
+                                                      uint32_t sy, uint32_t Z)
+{
+	struct be_motion_geom g;
+
+	g.nx = nx;
+	g.ny = ny;
+	g.sx = sx;
+	g.sy = sy;
+	g.X = nx * sx;
+	g.Y = ny * sy;
+	g.Z = Z;
+	return g;
+}
+
 /* The samples one column combines: n <= BE_MOTION_M, each an entry index, a low-resolution
  * A-scan index (y * nx + x) and its kriging weight; a, the weight of their combination
  * against the newest epoch's interpolation (1 where a sample lies well inside the cut, 0

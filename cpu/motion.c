@@ -15,18 +15,6 @@
 #include "../backend/tables.h"
 #include "internal.h"
 
-/* The geometry of the estimator and the picks (backend/motion.h). */
-static struct be_motion_geom cpu_motion_geom(const struct cpu_state *st)
-{
-	return (struct be_motion_geom){.nx = st->nx,
-	                               .ny = st->ny,
-	                               .sx = st->sx,
-	                               .sy = st->sy,
-	                               .X = st->X,
-	                               .Y = st->Y,
-	                               .Z = st->nz};
-}
-
 struct motion_ctx {
 	const struct be_output *out;
 	const float *L;
@@ -37,7 +25,7 @@ int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen)
 {
 	if (st->motion)
 		return 0;
-	const struct be_motion_geom g = cpu_motion_geom(st);
+	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
 	struct be_motion *m = be_motion_create(&g);
 	uint32_t slots = m ? be_motion_slots(m) : 0;
 	float *hist = m ? calloc((size_t)slots * st->ny * st->nx * st->nz, sizeof(float)) : NULL;
@@ -78,7 +66,7 @@ void cpu_motion_free(struct cpu_state *st)
 static int motion_bands(void *vctx, double dz, float *Be)
 {
 	const struct cpu_state *st = vctx;
-	const struct be_motion_geom g = cpu_motion_geom(st);
+	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
 
 	be_motion_bands(&g, st->mcur, dz, Be);
 	return 0;
@@ -120,7 +108,7 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 	const struct motion_ctx *ctx = vctx;
 	const struct cpu_state *st = w->st;
 	const uint32_t X = st->X, Z = st->nz, yy = (uint32_t)item;
-	const struct be_motion_geom g = cpu_motion_geom(st);
+	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
 	float *A = w->acc, *C = w->acc + Z, *cur = w->acc + 2 * (size_t)Z;
 
 	for (uint32_t xx = 0; xx < X; xx++) {
@@ -152,7 +140,7 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out,
                      char *err, size_t errlen)
 {
-	const struct be_motion_geom g = cpu_motion_geom(st);
+	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
 	const size_t vol = (size_t)st->ny * st->nx * st->nz;
 	uint32_t ox, oy, slot;
 	int rc;

@@ -523,21 +523,9 @@ static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t er
 
 /* Allocate the compensated mode's buffers (nothing when they exist), with the device's free
  * memory checked first: -ENOMEM with the size it needs. The device must be current. */
-/* The geometry of the estimator and the picks (backend/motion.h). */
-static struct be_motion_geom gpu_motion_geom(const struct gpu_state *st)
-{
-	return (struct be_motion_geom){.nx = st->nx,
-	                               .ny = st->ny,
-	                               .sx = st->sx,
-	                               .sy = st->sy,
-	                               .X = st->X,
-	                               .Y = st->Y,
-	                               .Z = st->nz};
-}
-
 static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 {
-	const struct be_motion_geom g = gpu_motion_geom(st);
+	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
 	const size_t slots = (size_t)BE_MOTION_H * st->S, cols = (size_t)st->Y * st->X;
 	const size_t nodes = (size_t)st->ny * st->nx, need = gpu_motion_bytes(st);
 	size_t freeb = 0, totalb = 0;
@@ -1480,7 +1468,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	const bool consecutive = st->have_last && epoch == st->last + 1;
 	const bool adaptive = st->mode == CFG_RECON_ADAPTIVE;
 	const bool comp = st->mode == CFG_RECON_COMPENSATED;
-	const struct be_motion_geom mg = gpu_motion_geom(st);
+	const struct be_motion_geom mg = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
 
 	if (none) {
 		outf_dev = le;

@@ -849,6 +849,26 @@ static __device__ __forceinline__ void gpu_col_smooth(const gpu_recon_params &p,
  * four columns are the same for a run of sx output columns, so their loads hit the cache.
  */
 /* 64 registers, no spills (sm_90); ADAPT: 72 (7 blocks an SM), 9 % faster than 64 and a spill */
+/* The newest epoch at column (yy, xx), depth z: the bilinear interpolation of le on the axes,
+ * rounded as cpu_current_column. */
+static __device__ __forceinline__ float
+gpu_current(const gpu_recon_params &p, const float *__restrict__ le, const int4 *__restrict__ axy,
+            const longlong2 *__restrict__ aoff, int yy, int xx, int z)
+{
+	const longlong2 ro = __ldg(&aoff[p.X + yy]), co = __ldg(&aoff[xx]);
+	const float ty = __int_as_float(__ldg(&axy[p.X + yy].z));
+	const float tx = __int_as_float(__ldg(&axy[xx].z));
+	const float w00 = __fmul_rn(1.0f - ty, 1.0f - tx);
+	const float w01 = __fmul_rn(1.0f - ty, tx);
+	const float w10 = __fmul_rn(ty, 1.0f - tx);
+	const float w11 = __fmul_rn(ty, tx);
+	const float *lz = le + z;
+	float c = __fmul_rn(w00, __ldg(&lz[ro.x + co.x]));
+	c = __fadd_rn(c, __fmul_rn(w01, __ldg(&lz[ro.x + co.y])));
+	c = __fadd_rn(c, __fmul_rn(w10, __ldg(&lz[ro.y + co.x])));
+	return __fadd_rn(c, __fmul_rn(w11, __ldg(&lz[ro.y + co.y])));
+}
+
 template <bool SUM, bool ADAPT>
 __global__ void __launch_bounds__(GPU_RECON_THREADS, ADAPT ? 7 : 8)
         k_recon(gpu_recon_params p, const float *__restrict__ B, const float *__restrict__ W,
@@ -881,10 +901,6 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, ADAPT ? 7 : 8)
 #pragma unroll
 		for (int r = 0; r < R + 2; r++)
 			gpu_col_smooth<SUM>(p, B, ya - 1 + r, Xi + 1, z, lane, sg[r][2], s1[r][2]);
-		/* adaptive: the column's two low-resolution columns, the same for every row */
-		longlong2 co = make_longlong2(0, 0);
-		if (ADAPT)
-			co = __ldg(&aoff[Xi]);
 #pragma unroll
 		for (int j = 0; j < R; j++) {
 			if (j >= nrow)
@@ -917,18 +933,7 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, ADAPT ? 7 : 8)
 				            : __ldg(&W[((size_t)Yi * p.X + Xi) * GPU_WCOL + 19]);
 				const float m = __ldg(&B[((size_t)Yi * p.X + Xi) * Z + z]);
 				o = __fadd_rn(__fmul_rn(bt, m), __fmul_rn(1.0f - bt, o));
-				const longlong2 ro = __ldg(&aoff[p.X + Yi]);
-				const float ty = __int_as_float(__ldg(&axy[p.X + Yi].z));
-				const float tx = __int_as_float(__ldg(&axy[Xi].z));
-				const float w00 = __fmul_rn(1.0f - ty, 1.0f - tx);
-				const float w01 = __fmul_rn(1.0f - ty, tx);
-				const float w10 = __fmul_rn(ty, 1.0f - tx);
-				const float w11 = __fmul_rn(ty, tx);
-				const float *lz = le + z;
-				float c = __fmul_rn(w00, __ldg(&lz[ro.x + co.x]));
-				c = __fadd_rn(c, __fmul_rn(w01, __ldg(&lz[ro.x + co.y])));
-				c = __fadd_rn(c, __fmul_rn(w10, __ldg(&lz[ro.y + co.x])));
-				c = __fadd_rn(c, __fmul_rn(w11, __ldg(&lz[ro.y + co.y])));
+				const float c = gpu_current(p, le, axy, aoff, Yi, Xi, z);
 				o = __fadd_rn(__fmul_rn(a, o), __fmul_rn(1.0f - a, c));
 			}
 			if (z < Z) {
@@ -1036,26 +1041,6 @@ __global__ void __launch_bounds__(64)
 
 #define GPU_MOTION_TX 4 /* output columns of a block of k_motion along X */
 #define GPU_MOTION_TY 4 /* ... and along Y */
-
-/* The newest epoch at column (yy, xx), depth z: the bilinear interpolation of le on the axes,
- * rounded as cpu_current_column. */
-static __device__ __forceinline__ float
-gpu_current(const gpu_recon_params &p, const float *__restrict__ le, const int4 *__restrict__ axy,
-            const longlong2 *__restrict__ aoff, int yy, int xx, int z)
-{
-	const longlong2 ro = __ldg(&aoff[p.X + yy]), co = __ldg(&aoff[xx]);
-	const float ty = __int_as_float(__ldg(&axy[p.X + yy].z));
-	const float tx = __int_as_float(__ldg(&axy[xx].z));
-	const float w00 = __fmul_rn(1.0f - ty, 1.0f - tx);
-	const float w01 = __fmul_rn(1.0f - ty, tx);
-	const float w10 = __fmul_rn(ty, 1.0f - tx);
-	const float w11 = __fmul_rn(ty, tx);
-	const float *lz = le + z;
-	float c = __fmul_rn(w00, __ldg(&lz[ro.x + co.x]));
-	c = __fadd_rn(c, __fmul_rn(w01, __ldg(&lz[ro.x + co.y])));
-	c = __fadd_rn(c, __fmul_rn(w10, __ldg(&lz[ro.y + co.x])));
-	return __fadd_rn(c, __fmul_rn(w11, __ldg(&lz[ro.y + co.y])));
-}
 
 /* The samples of one column's picks, in shared memory: A-scan, shift, weight. */
 struct gpu_motion_taps {

@@ -4,7 +4,6 @@ nothing moves (each position's own sample, unsmoothed), recovery after a sudden 
 much worse than interpolating the newest epoch alone at any speed. Each property is also shown to
 fail without the adaptation (noncumulative, or speckle_tolerance 0), or with it reduced to the
 newest epoch (a tiny tolerance)."""
-import subprocess
 import sys
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 h5py = pytest.importorskip("h5py")
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "reference"))
 import quality_ref as q  # noqa: E402
+from simkit import geometry_yaml, newest_linear, process_scene, record_scene  # noqa: E402,E501
 
 K, NX, NY, ST = 128, 8, 8, 3  # 24 x 24 x 64 output, S = 9
 S = ST * ST
@@ -20,44 +20,23 @@ DB = (70.0, 100.0)
 POLY, DISP = "[0, 137.16, 0, -10.16]", "[30, -12]"  # the scanner's corrections for K = 128
 
 
-def run(bin_dir, *args):
-    r = subprocess.run([str(bin_dir / "volrec"), *map(str, args)], capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return r
-
-
-def geometry():
-    return (f"geometry:\n  samples_per_ascan: {K}\n  ascans_per_bscan: {NX}\n"
-            f"  bscans_per_volume: {NY}\n  stride: [{ST}, {ST}]\n")
+GEOMETRY = geometry_yaml(K, NX, NY, ST)
 
 
 def scan(bin_dir, tmp_path, name, motion, epochs):
-    cfg = tmp_path / f"{name}-sim.yaml"
-    cfg.write_text("source:\n  type: synth\n  rate: 25\n  synth: {seed: 3, phantom: retina, "
-                   f"motion: {{{motion}}}, snr_db: 40}}\n" + geometry())
-    rp, truth = tmp_path / f"{name}.rp", tmp_path / f"{name}-truth.h5"
-    run(bin_dir, "sim", "-c", cfg, "-o", rp, "-n", epochs, "--truth", truth)
-    with h5py.File(truth, "r") as f:
-        return rp, f["truth"][:]
+    synth = {"seed": 3, "phantom": "retina", "motion": f"{{{motion}}}", "snr_db": 40,
+             "epochs": epochs}
+    return record_scene(bin_dir, tmp_path, name, GEOMETRY, synth)
 
 
 def process(bin_dir, tmp_path, rp, mode, extra=""):
-    cfg = tmp_path / f"{rp.stem}-{mode}.yaml"
-    cfg.write_text(f"backend: cpu\nsource:\n  type: replay\n  rate: 0\n  replay: {{path: {rp}}}\n"
-                   + geometry() + "preprocess:\n  background: {mode: bscan_mean}\n"
-                   f"  resample: {{method: cubic, poly: {POLY}}}\n"
-                   f"  dispersion: {{coeffs: {DISP}}}\n  db_range: [{DB[0]}, {DB[1]}]\n"
-                   f"reconstruct: {{mode: {mode}{extra}}}\n")
-    out = tmp_path / f"{rp.stem}-{mode}.h5"
-    run(bin_dir, "process", "-c", cfg, "-o", out, "--lowres", "--full")
-    with h5py.File(out, "r") as f:
-        return f["full"][:], f["lowres"][:], f["offset"][:]
+    tag = f"{mode}{abs(hash(extra)) % 100000 if extra else ''}"
+    return process_scene(bin_dir, tmp_path, rp, GEOMETRY, (POLY, DISP), DB,
+                         f"mode: {mode}{extra}", tag)
 
 
 def baseline(low, off):
-    return np.stack([q.current_linear(low[e], off[e][0], off[e][1], ST, ST)
-                     for e in range(low.shape[0])])
+    return newest_linear(low, off, ST)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ full resolution, the 150 um beam): no loss where nothing moves, recovery after a
 and never much worse than interpolating the newest epoch alone at any speed. The last two are
 also shown to fail without the adaptation (reconstruct.compensated.estimate_pose false: the
 history combined where it was scanned)."""
-import subprocess
 import sys
 
 import numpy as np
@@ -14,55 +13,27 @@ import pytest
 h5py = pytest.importorskip("h5py")
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "reference"))
 import quality_ref as q  # noqa: E402
+from simkit import (geometry_yaml, newest_linear, process_scene, record_scene,  # noqa: E402
+                    scanner_corrections)
 
 K, NX, NY, ST = 256, 12, 12, 5
 S = ST * ST
 DB = (70.0, 100.0)
 
 
-def run(bin_dir, *args):
-    r = subprocess.run([str(bin_dir / "volrec"), *map(str, args)], capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return r
-
-
-def geometry():
-    return (f"geometry:\n  samples_per_ascan: {K}\n  ascans_per_bscan: {NX}\n"
-            f"  bscans_per_volume: {NY}\n  stride: [{ST}, {ST}]\n  depth_range: [0, 128]\n")
-
-
-def corrections(rp):
-    """The scanner's resampling polynomial and dispersion from the replay's metadata."""
-    meta = rp.read_bytes()[:65536].decode("latin-1")
-    get = lambda key: next(ln.split(":", 1)[1].strip() for ln in meta.splitlines()  # noqa: E731
-                           if ln.startswith(key + ":"))
-    return get("resample_poly"), get("dispersion_coeffs")
+GEOMETRY = geometry_yaml(K, NX, NY, ST, (0, 128))
 
 
 def scan(bin_dir, tmp_path, name, motion, epochs):
-    cfg = tmp_path / f"{name}-sim.yaml"
-    cfg.write_text("source:\n  type: synth\n  rate: 25\n  synth: {seed: 1, phantom: retina, "
-                   f"motion: {{{motion}}}, snr_db: 40, beam_um: 150}}\n" + geometry())
-    rp, truth = tmp_path / f"{name}.rp", tmp_path / f"{name}-truth.h5"
-    run(bin_dir, "sim", "-c", cfg, "-o", rp, "-n", epochs, "--truth", truth)
-    with h5py.File(truth, "r") as f:
-        return rp, f["truth"][:]
+    synth = {"seed": 1, "phantom": "retina", "motion": f"{{{motion}}}", "snr_db": 40,
+             "beam_um": 150, "epochs": epochs}
+    return record_scene(bin_dir, tmp_path, name, GEOMETRY, synth)
 
 
 def process(bin_dir, tmp_path, rp, mode, extra=""):
-    poly, disp = corrections(rp)
-    tag = f"{mode}{abs(hash(extra)) % 1000 if extra else ''}"
-    cfg = tmp_path / f"{rp.stem}-{tag}.yaml"
-    cfg.write_text(f"backend: cpu\nsource:\n  type: replay\n  rate: 0\n  replay: {{path: {rp}}}\n"
-                   + geometry() + "preprocess:\n  background: {mode: bscan_mean}\n"
-                   f"  resample: {{method: cubic, poly: {poly}}}\n"
-                   f"  dispersion: {{coeffs: {disp}}}\n  db_range: [{DB[0]}, {DB[1]}]\n"
-                   f"reconstruct: {{mode: {mode}{extra}}}\n")
-    out = tmp_path / f"{rp.stem}-{tag}.h5"
-    run(bin_dir, "process", "-c", cfg, "-o", out, "--lowres", "--full")
-    with h5py.File(out, "r") as f:
-        return f["full"][:], f["lowres"][:], f["offset"][:]
+    tag = f"{mode}{'-pose-off' if 'estimate_pose: false' in extra else ''}"
+    return process_scene(bin_dir, tmp_path, rp, GEOMETRY, scanner_corrections(rp), DB,
+                         f"mode: {mode}{extra}", tag)
 
 
 OFF = ", compensated: {estimate_pose: false}"
@@ -72,11 +43,6 @@ def series(full, truth, low, off):
     """Amplitude PSNR (dB) of every epoch (ALGORITHMS.md §3)."""
     gain = q.gain_db(low, off, truth, DB, ST, ST)
     return np.array([p for p, _ in q.per_epoch(np.clip(full, 0, 1), truth, DB, gain)])
-
-
-def newest_linear(low, off):
-    return np.stack([q.current_linear(low[e], off[e][0], off[e][1], ST, ST)
-                     for e in range(low.shape[0])])
 
 
 @pytest.fixture
@@ -108,7 +74,7 @@ def test_compensated_recovers_within_five_epochs_after_a_jump(bin_dir, tmp_path,
     for name, extra in (("compensated", ""), ("pose 0", OFF)):
         full, low, off = process(bin_dir, tmp_path, rp, "compensated", extra)
         res[name] = series(full, truth, low, off)
-    lin = series(newest_linear(low, off), truth, low, off)
+    lin = series(newest_linear(low, off, ST), truth, low, off)
     before = res["compensated"][jump - 10:jump].mean()
     print("PSNR dB around the jump (epochs jump-2..jump+12):",
           {m: np.round(v[jump - 2:jump + 13], 2).tolist() for m, v in res.items()},
@@ -139,7 +105,7 @@ def test_compensated_is_never_much_worse_than_the_newest_epoch_alone(bin_dir, tm
         for mode, extra in (("compensated", ""), ("pose 0", OFF)):
             full, low, off = process(bin_dir, tmp_path, rp, "compensated", extra)
             if lin is None:
-                lin = series(newest_linear(low, off), truth, low, off)[S:].mean()
+                lin = series(newest_linear(low, off, ST), truth, low, off)[S:].mean()
             p = series(full, truth, low, off)[S:].mean()
             worst[mode] = min(worst.get(mode, np.inf), p - lin)
             if name.startswith("rotation"):
