@@ -36,11 +36,8 @@ struct be_motion {
 	uint32_t nclog;
 	bool lost, off;
 	uint64_t drops;
-	/* [Y][X][NB] the references (blurred) of the last epoch and of the one before it (the one
-	 * the registration uses), with the poses they were made at; scratch */
-	float *ob, *ob2, *tmp;
-	struct be_motion_pose refpose, refpose2;
-	bool have_ob, have_ob2;
+	float *ob, *tmp; /* [Y][X][NB] the reference (blurred), scratch */
+	bool have_ob;
 	float *be;               /* [nn] this epoch's bands */
 	double *r0, *r1, *rj[3]; /* [nn] residuals */
 	double *ac;              /* [Z] scratch */
@@ -62,7 +59,6 @@ struct be_motion *be_motion_create(const struct be_motion_geom *g)
 	m->seen = calloc(m->S, 1);
 	m->profs = calloc((size_t)PROFS * g->Z, sizeof(double));
 	m->ob = calloc(cols, sizeof(float));
-	m->ob2 = calloc(cols, sizeof(float));
 	m->tmp = calloc(cols, sizeof(float));
 	m->be = calloc(m->nn, sizeof(float));
 	m->r0 = calloc(m->nn, sizeof(double));
@@ -71,8 +67,8 @@ struct be_motion *be_motion_create(const struct be_motion_geom *g)
 		m->rj[j] = calloc(m->nn, sizeof(double));
 	m->ac = calloc(g->Z, sizeof(double));
 	m->acc = calloc((size_t)g->X * BE_MOTION_NB, sizeof(double));
-	if (!m->hist || !m->seen || !m->profs || !m->ob || !m->ob2 || !m->tmp || !m->be || !m->r0 ||
-	    !m->r1 || !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac || !m->acc) {
+	if (!m->hist || !m->seen || !m->profs || !m->ob || !m->tmp || !m->be || !m->r0 || !m->r1 ||
+	    !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac || !m->acc) {
 		be_motion_destroy(m);
 		return NULL;
 	}
@@ -87,7 +83,6 @@ void be_motion_destroy(struct be_motion *m)
 	free(m->seen);
 	free(m->profs);
 	free(m->ob);
-	free(m->ob2);
 	free(m->tmp);
 	free(m->be);
 	free(m->r0);
@@ -115,7 +110,7 @@ void be_motion_reset(struct be_motion *m)
 	m->nprof = 0;
 	m->nclog = 0;
 	m->lost = false;
-	m->have_ob = m->have_ob2 = false;
+	m->have_ob = false;
 }
 
 void be_motion_set_estimate(struct be_motion *m, bool on)
@@ -217,17 +212,15 @@ static double zxcorr(const double *a, const double *b, uint32_t Z, double *ac)
 	return d;
 }
 
-/* Residual of this epoch's bands against the reference of the epoch before the last, for
- * pose p: per band value, the band minus that reference bilinearly interpolated where the
- * same tissue stood when it was made (0 where that lies outside). \return the sum of
- * squares; *nok the nodes inside. */
+/* Residual of this epoch's bands against the reference, for pose p: per band value, the band
+ * minus the reference bilinearly interpolated where the same tissue stood at the last epoch
+ * (0 where that lies outside). \return the sum of squares; *nok the nodes inside. */
 static double residual(const struct be_motion *m, uint32_t ox, uint32_t oy,
                        const struct be_motion_pose *p, double *r, uint32_t *nok)
 {
 	const struct be_motion_geom *g = &m->g;
 	const double hX = g->X / 2.0, hY = g->Y / 2.0;
-	const struct be_motion_pose rp = m->refpose2;
-	const double c = cos(rp.th - p->th), s = sin(rp.th - p->th);
+	const double c = cos(m->last.th - p->th), s = sin(m->last.th - p->th);
 	double sum = 0.0;
 	uint32_t ok = 0;
 
@@ -236,8 +229,8 @@ static double residual(const struct be_motion *m, uint32_t ox, uint32_t oy,
 			size_t node = (size_t)iy * g->nx + ix;
 			double vx = (double)(ix * g->sx + ox) + 0.5 - hX - p->tx;
 			double vy = (double)(iy * g->sy + oy) + 0.5 - hY - p->ty;
-			double gx = c * vx - s * vy + rp.tx + hX - 0.5;
-			double gy = s * vx + c * vy + rp.ty + hY - 0.5;
+			double gx = c * vx - s * vy + m->last.tx + hX - 0.5;
+			double gy = s * vx + c * vy + m->last.ty + hY - 0.5;
 			double fx = floor(gx), fy = floor(gy);
 			double *rn = r + node * BE_MOTION_NB;
 			if (!(fx >= 0.0 && fx + 1.0 < g->X && fy >= 0.0 && fy + 1.0 < g->Y)) {
@@ -248,7 +241,7 @@ static double residual(const struct be_motion *m, uint32_t ox, uint32_t oy,
 			ok++;
 			size_t x0 = (size_t)fx, y0 = (size_t)fy;
 			double tx = gx - fx, ty = gy - fy;
-			const float *o00 = m->ob2 + (y0 * g->X + x0) * BE_MOTION_NB;
+			const float *o00 = m->ob + (y0 * g->X + x0) * BE_MOTION_NB;
 			const float *o01 = o00 + BE_MOTION_NB;
 			const float *o10 = o00 + (size_t)g->X * BE_MOTION_NB;
 			const float *o11 = o10 + BE_MOTION_NB;
@@ -383,9 +376,8 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 		tz += m->ptz[i] + zxcorr(prof, m->profs + (size_t)i * Z, Z, m->ac);
 	if (na > 0 && isfinite(tz))
 		pose.tz = tz / na;
-	/* the bands in the depth of the reference the registration compares them with */
-	double dz = pose.tz - m->refpose2.tz;
-	if (m->nseen < BE_MOTION_WARM || !m->have_ob2) {
+	double dz = pose.tz - m->last.tz;
+	if (m->nseen < BE_MOTION_WARM || !m->have_ob) {
 		*out = pose;
 		return 0;
 	}
@@ -509,14 +501,6 @@ void be_motion_set_reference(struct be_motion *m, const float *ob)
 		ks += k[i + r] = exp(-(double)(i * i) / (2.0 * BE_MOTION_BLUR * BE_MOTION_BLUR));
 	for (int i = 0; i <= 2 * r; i++)
 		k[i] /= ks;
-	/* the last reference becomes the one the next registration uses (so that it can run
-	 * while this epoch's output is still being made: docs/algorithms.md §2c) */
-	float *t = m->ob2;
-	m->ob2 = m->ob;
-	m->ob = t;
-	m->refpose2 = m->refpose;
-	m->have_ob2 = m->have_ob;
-	m->refpose = m->last;
 	/* along Y into tmp, then along X into ob; edges repeated; each output summed over the
 	 * taps in order, in double (rows at a time, so that the loops vectorize) */
 	const size_t row = (size_t)g->X * NB;

@@ -60,7 +60,7 @@ def test_compensated_loses_nothing_where_nothing_moves(bin_dir, tmp_path, need_v
         p[name] = series(full, truth, low, off)[S:].mean()
     print("static PSNR dB:", {m: round(float(v), 2) for m, v in p.items()})
     # the estimator's noise where nothing moves costs less than 0.75 dB against the pose known
-    # to be 0 (measured: 0.43 dB), and the kriged history gains on noncumulative's smoothing
+    # to be 0 (measured: 0.44 dB), and the kriged history gains on noncumulative's smoothing
     # (2.9 dB measured; asserted: 2)
     assert abs(p["compensated"] - p["pose 0"]) < 0.75, p
     assert p["compensated"] > p["noncumulative"] + 2.0, p
@@ -97,7 +97,7 @@ SPEEDS = {
 
 def test_compensated_is_never_much_worse_than_the_newest_epoch_alone(bin_dir, tmp_path,
                                                                      need_volrec):
-    margin = 1.0  # dB of mean PSNR over the epochs after the first cycle (measured worst: -0.19, the axial drift)
+    margin = 1.0  # dB of mean PSNR over the epochs after the first cycle (measured worst: -0.31, the axial drift)
     worst, rot = {}, {}
     for i, (name, motion) in enumerate(SPEEDS.items()):
         rp, truth = scan(bin_dir, tmp_path, f"m{i}", motion, 2 * S)
@@ -113,5 +113,5 @@ def test_compensated_is_never_much_worse_than_the_newest_epoch_alone(bin_dir, tm
             print(f"{name}: {mode} {p:.2f} dB, newest epoch linear {lin:.2f} dB")
     assert worst["compensated"] > -margin, worst
     assert worst["pose 0"] < -margin, worst
-    # where it pays: the rotations gain at least 4 dB on the newest epoch (measured 4.9, 4.6)
+    # where it pays: the rotations gain at least 4 dB on the newest epoch (measured 4.8, 4.3)
     assert min(v for (n, m), v in rot.items() if m == "compensated") > 4.0, rot
