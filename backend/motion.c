@@ -35,7 +35,6 @@ struct be_motion {
 	double clog[CLOG]; /* registration residuals since the last drop, newest last */
 	uint32_t nclog;
 	bool lost, off;
-	uint64_t drops;
 	float *ob, *tmp; /* [Y][X][NB] the reference (blurred), scratch */
 	bool have_ob;
 	float *be;               /* [nn] this epoch's bands */
@@ -126,11 +125,6 @@ uint32_t be_motion_slots(const struct be_motion *m)
 struct be_motion_pose be_motion_last_pose(const struct be_motion *m)
 {
 	return m->last;
-}
-
-uint64_t be_motion_drops(const struct be_motion *m)
-{
-	return m->drops;
 }
 
 void be_motion_shift_of(double dz, struct be_motion_entry *e)
@@ -444,7 +438,6 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	if (m->lost) {
 		drop_history(m);
 		m->lost = false;
-		m->drops++;
 	}
 
 	/* the slot: a free one, or the oldest entry's */

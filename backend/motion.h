@@ -297,9 +297,8 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
  * first nref entries, or the output, in bands): kept, blurred, for the next registration. */
 void be_motion_set_reference(struct be_motion *m, const float *ob);
 
-/* The pose of the last epoch, and the epochs since the last history drop (for tests and logs). */
+/* The pose of the last epoch (for tests). */
 struct be_motion_pose be_motion_last_pose(const struct be_motion *m);
-uint64_t be_motion_drops(const struct be_motion *m);
 
 /* Host helpers over a low-resolution volume L [ny][nx][Z] in host memory: the mean A-scan
  * (double) and the shifted bands of be_motion_bands_fn. */
