@@ -7,13 +7,35 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "motion.h"
 
 #define PROFS 10 /* mean A-scans kept */
 #define CLOG  10 /* registration residuals the drop test looks at */
+#define CHUNKS                                                                                     \
+	16       /* the registration's sums: partial sums over these parts of the node rows,
+                   * added in order, so that the result does not depend on the threads */
+#define NSRCH 13 /* rotations of the search */
+#define POOL  4  /* helper threads at most */
+
+struct be_motion;
+
+/* Helper threads that run the parts of a job (fn(m, part, arg) for part < n) with the caller. */
+struct pool {
+	pthread_t t[POOL];
+	unsigned nt;
+	pthread_mutex_t mu;
+	pthread_cond_t cv, done;
+	void (*fn)(struct be_motion *m, unsigned part, void *arg);
+	void *arg;
+	unsigned n, next, busy;
+	uint64_t gen;
+	bool quit;
+};
 
 struct hist_entry {
 	uint32_t ox, oy, slot;
@@ -40,8 +62,113 @@ struct be_motion {
 	float *be;               /* [nn] this epoch's bands */
 	double *r0, *r1, *rj[3]; /* [nn] residuals */
 	double *ac;              /* [Z] scratch */
-	double *acc;             /* [X * NB] scratch of the blur */
+	double *acc;             /* [CHUNKS][X * NB] scratch of the blur */
+	struct pool pool;
+	bool pool_ok;
 };
+
+/* ---- the helper threads ---------------------------------------------------------------- */
+
+/* Take parts of the current job until none is left; mu held on entry and exit. */
+static void pool_work(struct be_motion *m, struct pool *p)
+{
+	while (p->next < p->n) {
+		unsigned part = p->next++;
+		p->busy++;
+		pthread_mutex_unlock(&p->mu);
+		p->fn(m, part, p->arg);
+		pthread_mutex_lock(&p->mu);
+		if (--p->busy == 0 && p->next == p->n)
+			pthread_cond_broadcast(&p->done);
+	}
+}
+
+static void *pool_main(void *arg)
+{
+	struct be_motion *m = arg;
+	struct pool *p = &m->pool;
+	uint64_t seen = 0;
+
+	pthread_mutex_lock(&p->mu);
+	while (!p->quit) {
+		if (p->gen != seen) {
+			seen = p->gen;
+			pool_work(m, p);
+			continue;
+		}
+		pthread_cond_wait(&p->cv, &p->mu);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+/* Run fn over parts [0, n) on the helpers and the caller; returns when all are done. */
+static void pool_run(struct be_motion *m, void (*fn)(struct be_motion *, unsigned, void *),
+                     void *arg, unsigned n)
+{
+	struct pool *p = &m->pool;
+
+	if (!m->pool_ok || p->nt == 0) {
+		for (unsigned i = 0; i < n; i++)
+			fn(m, i, arg);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->fn = fn;
+	p->arg = arg;
+	p->n = n;
+	p->next = 0;
+	p->busy = 0;
+	p->gen++;
+	pthread_cond_broadcast(&p->cv);
+	pool_work(m, p);
+	while (p->busy > 0 || p->next < p->n)
+		pthread_cond_wait(&p->done, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_start(struct be_motion *m, struct pool *p)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned want = cpus > 1 ? (unsigned)(cpus - 1) : 0;
+
+	want = want > POOL ? POOL : want;
+	p->nt = 0;
+	if (pthread_mutex_init(&p->mu, NULL))
+		return;
+	if (pthread_cond_init(&p->cv, NULL)) {
+		pthread_mutex_destroy(&p->mu);
+		return;
+	}
+	if (pthread_cond_init(&p->done, NULL)) {
+		pthread_cond_destroy(&p->cv);
+		pthread_mutex_destroy(&p->mu);
+		return;
+	}
+	m->pool_ok = true;
+	/* threads that cannot start leave their share to the others: the result is the same */
+	for (unsigned i = 0; i < want; i++)
+		if (pthread_create(&p->t[p->nt], NULL, pool_main, m) == 0)
+			p->nt++;
+}
+
+static void pool_stop(struct be_motion *m)
+{
+	struct pool *p = &m->pool;
+
+	if (!m->pool_ok)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->quit = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	for (unsigned i = 0; i < p->nt; i++)
+		pthread_join(p->t[i], NULL);
+	pthread_cond_destroy(&p->done);
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+	m->pool_ok = false;
+}
 
 struct be_motion *be_motion_create(const struct be_motion_geom *g)
 {
@@ -65,12 +192,13 @@ struct be_motion *be_motion_create(const struct be_motion_geom *g)
 	for (int j = 0; j < 3; j++)
 		m->rj[j] = calloc(m->nn, sizeof(double));
 	m->ac = calloc(g->Z, sizeof(double));
-	m->acc = calloc((size_t)g->X * BE_MOTION_NB, sizeof(double));
+	m->acc = calloc((size_t)CHUNKS * g->X * BE_MOTION_NB, sizeof(double));
 	if (!m->hist || !m->seen || !m->profs || !m->ob || !m->tmp || !m->be || !m->r0 || !m->r1 ||
 	    !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac || !m->acc) {
 		be_motion_destroy(m);
 		return NULL;
 	}
+	pool_start(m, &m->pool);
 	return m;
 }
 
@@ -78,6 +206,7 @@ void be_motion_destroy(struct be_motion *m)
 {
 	if (!m)
 		return;
+	pool_stop(m);
 	free(m->hist);
 	free(m->seen);
 	free(m->profs);
@@ -157,10 +286,18 @@ void be_motion_profile(const struct be_motion_geom *g, const float *L, double *p
 
 void be_motion_bands(const struct be_motion_geom *g, const float *L, double dz, float *Be)
 {
-	const size_t n = (size_t)g->ny * g->nx;
 	struct be_motion_entry e;
 
 	be_motion_shift_of(-dz, &e);
+	be_motion_entry_bands(g, L, &e, Be);
+}
+
+void be_motion_entry_bands(const struct be_motion_geom *g, const float *L,
+                           const struct be_motion_entry *ep, float *Be)
+{
+	const size_t n = (size_t)g->ny * g->nx;
+	const struct be_motion_entry e = *ep;
+
 	for (size_t i = 0; i < n; i++) {
 		const float *l = L + i * g->Z;
 		for (uint32_t b = 0; b < BE_MOTION_NB; b++) {
@@ -206,11 +343,13 @@ static double zxcorr(const double *a, const double *b, uint32_t Z, double *ac)
 	return d;
 }
 
-/* Residual of this epoch's bands against the reference, for pose p: per band value, the band
- * minus the reference bilinearly interpolated where the same tissue stood at the last epoch
- * (0 where that lies outside). \return the sum of squares; *nok the nodes inside. */
-static double residual(const struct be_motion *m, uint32_t ox, uint32_t oy,
-                       const struct be_motion_pose *p, double *r, uint32_t *nok)
+/* Residual of this epoch's bands against the reference for pose p over node rows [iy0, iy1):
+ * per band value, the band minus the reference bilinearly interpolated where the same tissue
+ * stood at the last epoch (0 where that lies outside), into r when not NULL. *sum: the sum of
+ * squares; *nok: the nodes inside. */
+static void residual_rows(const struct be_motion *m, uint32_t ox, uint32_t oy,
+                          const struct be_motion_pose *p, double *r, uint32_t iy0, uint32_t iy1,
+                          double *sum_out, uint32_t *nok)
 {
 	const struct be_motion_geom *g = &m->g;
 	const double hX = g->X / 2.0, hY = g->Y / 2.0;
@@ -218,7 +357,7 @@ static double residual(const struct be_motion *m, uint32_t ox, uint32_t oy,
 	double sum = 0.0;
 	uint32_t ok = 0;
 
-	for (uint32_t iy = 0; iy < g->ny; iy++)
+	for (uint32_t iy = iy0; iy < iy1; iy++)
 		for (uint32_t ix = 0; ix < g->nx; ix++) {
 			size_t node = (size_t)iy * g->nx + ix;
 			double vx = (double)(ix * g->sx + ox) + 0.5 - hX - p->tx;
@@ -226,9 +365,9 @@ static double residual(const struct be_motion *m, uint32_t ox, uint32_t oy,
 			double gx = c * vx - s * vy + m->last.tx + hX - 0.5;
 			double gy = s * vx + c * vy + m->last.ty + hY - 0.5;
 			double fx = floor(gx), fy = floor(gy);
-			double *rn = r + node * BE_MOTION_NB;
+			double *rn = r ? r + node * BE_MOTION_NB : NULL;
 			if (!(fx >= 0.0 && fx + 1.0 < g->X && fy >= 0.0 && fy + 1.0 < g->Y)) {
-				for (uint32_t b = 0; b < BE_MOTION_NB; b++)
+				for (uint32_t b = 0; rn && b < BE_MOTION_NB; b++)
 					rn[b] = 0.0;
 				continue;
 			}
@@ -244,12 +383,71 @@ static double residual(const struct be_motion *m, uint32_t ox, uint32_t oy,
 				double pr = o00[b] * ((1 - tx) * (1 - ty)) +
 				            o01[b] * (tx * (1 - ty)) + o10[b] * ((1 - tx) * ty) +
 				            o11[b] * (tx * ty);
-				rn[b] = bn[b] - pr;
-				sum += rn[b] * rn[b];
+				double v = bn[b] - pr;
+				if (rn)
+					rn[b] = v;
+				sum += v * v;
 			}
 		}
+	*sum_out = sum;
 	*nok = ok;
-	return sum;
+}
+
+/* The node rows of part k of CHUNKS. */
+static void part_rows(const struct be_motion *m, unsigned k, uint32_t *iy0, uint32_t *iy1)
+{
+	*iy0 = (uint32_t)((uint64_t)k * m->g.ny / CHUNKS);
+	*iy1 = (uint32_t)((uint64_t)(k + 1) * m->g.ny / CHUNKS);
+}
+
+/* The residuals of np poses (the first one's values into r, when not NULL), by parts. */
+struct res_job {
+	uint32_t ox, oy;
+	const struct be_motion_pose *poses;
+	unsigned np;
+	double *r;
+	double sum[NSRCH][CHUNKS];
+	uint32_t ok[NSRCH][CHUNKS];
+};
+
+static void res_part(struct be_motion *m, unsigned k, void *arg)
+{
+	struct res_job *j = arg;
+	uint32_t iy0, iy1;
+
+	part_rows(m, k, &iy0, &iy1);
+	for (unsigned i = 0; i < j->np; i++)
+		residual_rows(m, j->ox, j->oy, &j->poses[i], i == 0 ? j->r : NULL, iy0, iy1,
+		              &j->sum[i][k], &j->ok[i][k]);
+}
+
+/* The residual of this epoch's bands for each of np poses (sum of squares in cost[i], the
+ * nodes inside in nok[i]; the first pose's values into r when not NULL): the parts' sums
+ * added in order. */
+static void residuals(struct be_motion *m, uint32_t ox, uint32_t oy,
+                      const struct be_motion_pose *poses, unsigned np, double *r, double *cost,
+                      uint32_t *nok)
+{
+	struct res_job j = {.ox = ox, .oy = oy, .poses = poses, .np = np, .r = r};
+
+	pool_run(m, res_part, &j, CHUNKS);
+	for (unsigned i = 0; i < np; i++) {
+		cost[i] = 0.0;
+		nok[i] = 0;
+		for (unsigned k = 0; k < CHUNKS; k++) {
+			cost[i] += j.sum[i][k];
+			nok[i] += j.ok[i][k];
+		}
+	}
+}
+
+static double residual(struct be_motion *m, uint32_t ox, uint32_t oy,
+                       const struct be_motion_pose *p, double *r, uint32_t *nok)
+{
+	double c;
+
+	residuals(m, ox, oy, p, 1, r, &c, nok);
+	return c;
 }
 
 static double *pose_at(struct be_motion_pose *p, int j)
@@ -257,50 +455,82 @@ static double *pose_at(struct be_motion_pose *p, int j)
 	return j == 0 ? &p->th : j == 1 ? &p->tx : &p->ty;
 }
 
+static const double jac_step[3] = {1e-3, 1e-2, 1e-2};
+
+/* The Jacobian by forward differences at the poses pp[j] (rj = (r(pp[j]) - r0) / step) and
+ * its normal equations A = J^T J, gr = J^T r0, by parts. */
+struct jac_job {
+	uint32_t ox, oy;
+	struct be_motion_pose pp[3];
+	double A[CHUNKS][9], gr[CHUNKS][3];
+};
+
+static void jac_part(struct be_motion *m, unsigned k, void *arg)
+{
+	struct jac_job *j = arg;
+	uint32_t iy0, iy1, nj;
+	double unused;
+
+	part_rows(m, k, &iy0, &iy1);
+	const size_t i0 = (size_t)iy0 * m->g.nx * BE_MOTION_NB,
+	             i1 = (size_t)iy1 * m->g.nx * BE_MOTION_NB;
+	for (int d = 0; d < 3; d++) {
+		residual_rows(m, j->ox, j->oy, &j->pp[d], m->rj[d], iy0, iy1, &unused, &nj);
+		for (size_t i = i0; i < i1; i++)
+			m->rj[d][i] = (m->rj[d][i] - m->r0[i]) / jac_step[d];
+	}
+	for (int a = 0; a < 3; a++) {
+		for (int b = 0; b < 3; b++) {
+			double s = 0.0;
+			for (size_t i = i0; i < i1; i++)
+				s += m->rj[a][i] * m->rj[b][i];
+			j->A[k][a * 3 + b] = s;
+		}
+		double s = 0.0;
+		for (size_t i = i0; i < i1; i++)
+			s += m->rj[a][i] * m->r0[i];
+		j->gr[k][a] = s;
+	}
+}
+
 /* Rotation and lateral shift from start: a search over rotation increments, then
  * Levenberg-Marquardt on (th, tx, ty). \return the residual per node at the result. */
 static double register_lateral(struct be_motion *m, uint32_t ox, uint32_t oy,
                                struct be_motion_pose *pose)
 {
-	static const double search[] = {0, -0.5, 0.5, -1, 1, -2, 2, -3, 3, -4, 4, -6, 6};
-	static const double step[3] = {1e-3, 1e-2, 1e-2}, lim[3] = {0.02, 1.0, 1.0};
-	struct be_motion_pose best = *pose;
-	double bc = INFINITY;
-	uint32_t nok;
+	static const double search[NSRCH] = {0, -0.5, 0.5, -1, 1, -2, 2, -3, 3, -4, 4, -6, 6};
+	static const double lim[3] = {0.02, 1.0, 1.0};
+	struct be_motion_pose best = *pose, cand[NSRCH];
+	double bc = INFINITY, cost[NSRCH];
+	uint32_t nok, nk[NSRCH];
 
-	for (size_t i = 0; i < sizeof(search) / sizeof(search[0]); i++) {
-		struct be_motion_pose pp = *pose;
-		pp.th += search[i] * M_PI / 180.0;
-		double c = residual(m, ox, oy, &pp, m->r0, &nok);
-		c /= nok > 0 ? nok : 1;
+	for (size_t i = 0; i < NSRCH; i++) {
+		cand[i] = *pose;
+		cand[i].th += search[i] * M_PI / 180.0;
+	}
+	residuals(m, ox, oy, cand, NSRCH, NULL, cost, nk);
+	for (size_t i = 0; i < NSRCH; i++) {
+		double c = cost[i] / (nk[i] > 0 ? nk[i] : 1);
 		if (c < bc) {
 			bc = c;
-			best = pp;
+			best = cand[i];
 		}
 	}
 	*pose = best;
 	double c0 = residual(m, ox, oy, pose, m->r0, &nok), lam = 1e-2;
 	for (int it = 0; it < 6; it++) {
 		double A[9] = {0}, gr[3] = {0};
+		struct jac_job jj = {.ox = ox, .oy = oy};
 		for (int j = 0; j < 3; j++) {
-			struct be_motion_pose pp = *pose;
-			uint32_t nj;
-			*pose_at(&pp, j) += step[j];
-			(void)residual(m, ox, oy, &pp, m->rj[j], &nj);
-			for (uint32_t i = 0; i < m->nn; i++)
-				m->rj[j][i] = (m->rj[j][i] - m->r0[i]) / step[j];
+			jj.pp[j] = *pose;
+			*pose_at(&jj.pp[j], j) += jac_step[j];
 		}
-		for (int a = 0; a < 3; a++) {
-			for (int b = 0; b < 3; b++) {
-				double s = 0.0;
-				for (uint32_t i = 0; i < m->nn; i++)
-					s += m->rj[a][i] * m->rj[b][i];
-				A[a * 3 + b] = s;
-			}
-			double s = 0.0;
-			for (uint32_t i = 0; i < m->nn; i++)
-				s += m->rj[a][i] * m->r0[i];
-			gr[a] = s;
+		pool_run(m, jac_part, &jj, CHUNKS);
+		for (unsigned k = 0; k < CHUNKS; k++) {
+			for (int a = 0; a < 9; a++)
+				A[a] += jj.A[k][a];
+			for (int a = 0; a < 3; a++)
+				gr[a] += jj.gr[k][a];
 		}
 		double c1 = INFINITY, d[3] = {0};
 		struct be_motion_pose pp = *pose;
@@ -483,37 +713,41 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	return 0;
 }
 
-void be_motion_set_reference(struct be_motion *m, const float *ob)
-{
-	const struct be_motion_geom *g = &m->g;
-	const int r = (int)ceil(3.0 * BE_MOTION_BLUR);
-	double k[64], ks = 0.0;
-	const size_t NB = BE_MOTION_NB;
+/* The reference's blur (docs/algorithms.md §2c), rows [part] of CHUNKS: along Y into tmp,
+ * then those rows along X into ob; edges repeated; each output summed over the taps in order,
+ * in double (rows at a time, so that the loops vectorize). */
+struct blur_job {
+	const float *in;
+	double k[64];
+	int r;
+};
 
-	for (int i = -r; i <= r; i++)
-		ks += k[i + r] = exp(-(double)(i * i) / (2.0 * BE_MOTION_BLUR * BE_MOTION_BLUR));
-	for (int i = 0; i <= 2 * r; i++)
-		k[i] /= ks;
-	/* along Y into tmp, then along X into ob; edges repeated; each output summed over the
-	 * taps in order, in double (rows at a time, so that the loops vectorize) */
-	const size_t row = (size_t)g->X * NB;
-	double *acc = m->acc;
-	for (uint32_t y = 0; y < g->Y; y++) {
-		for (size_t j = 0; j < row; j++)
-			acc[j] = 0.0;
+static void blur_part(struct be_motion *m, unsigned part, void *arg)
+{
+	const struct blur_job *j = arg;
+	const struct be_motion_geom *g = &m->g;
+	const int r = j->r;
+	const size_t NB = BE_MOTION_NB, row = (size_t)g->X * NB;
+	const uint32_t y0 = (uint32_t)((uint64_t)part * g->Y / CHUNKS);
+	const uint32_t y1 = (uint32_t)((uint64_t)(part + 1) * g->Y / CHUNKS);
+	double *acc = m->acc + part * row;
+
+	for (uint32_t y = y0; y < y1; y++) {
+		for (size_t i = 0; i < row; i++)
+			acc[i] = 0.0;
 		for (int i = -r; i <= r; i++) {
 			int64_t yy = (int64_t)y + i;
 			yy = yy < 0 ? 0 : yy >= g->Y ? g->Y - 1 : yy;
-			const float *src = ob + (size_t)yy * row;
-			const double kk = k[i + r];
-			for (size_t j = 0; j < row; j++)
-				acc[j] += kk * src[j];
+			const float *src = j->in + (size_t)yy * row;
+			const double kk = j->k[i + r];
+			for (size_t q = 0; q < row; q++)
+				acc[q] += kk * src[q];
 		}
 		float *dst = m->tmp + (size_t)y * row;
-		for (size_t j = 0; j < row; j++)
-			dst[j] = (float)acc[j];
+		for (size_t q = 0; q < row; q++)
+			dst[q] = (float)acc[q];
 	}
-	for (uint32_t y = 0; y < g->Y; y++) {
+	for (uint32_t y = y0; y < y1; y++) {
 		const float *src = m->tmp + (size_t)y * row;
 		float *dst = m->ob + (size_t)y * row;
 		for (uint32_t x = 0; x < g->X; x++) {
@@ -523,11 +757,24 @@ void be_motion_set_reference(struct be_motion *m, const float *ob)
 				xx = xx < 0 ? 0 : xx >= g->X ? g->X - 1 : xx;
 				const float *c = src + (size_t)xx * NB;
 				for (size_t b = 0; b < NB; b++)
-					a[b] += k[i + r] * c[b];
+					a[b] += j->k[i + r] * c[b];
 			}
 			for (size_t b = 0; b < NB; b++)
 				dst[(size_t)x * NB + b] = (float)a[b];
 		}
 	}
+}
+
+void be_motion_set_reference(struct be_motion *m, const float *ob)
+{
+	struct blur_job j = {.in = ob, .r = (int)ceil(3.0 * BE_MOTION_BLUR)};
+	double ks = 0.0;
+
+	for (int i = -j.r; i <= j.r; i++)
+		ks += j.k[i + j.r] =
+		        exp(-(double)(i * i) / (2.0 * BE_MOTION_BLUR * BE_MOTION_BLUR));
+	for (int i = 0; i <= 2 * j.r; i++)
+		j.k[i] /= ks;
+	pool_run(m, blur_part, &j, CHUNKS);
 	m->have_ob = true;
 }

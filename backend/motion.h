@@ -260,6 +260,62 @@ BE_MOTION_HD static inline float be_motion_shifted(const struct be_motion_entry 
 	return e->fa * l[i - 1] + e->fb * l[i];
 }
 
+/* Products and sums in double rounded one by one, on the device as on the host (no FMA
+ * contraction: the host's C is compiled without it). */
+#ifdef __CUDA_ARCH__
+#define BE_MOTION_DMUL(a, b) __dmul_rn((a), (b))
+#define BE_MOTION_DADD(a, b) __dadd_rn((a), (b))
+#else
+#define BE_MOTION_DMUL(a, b) ((a) * (b))
+#define BE_MOTION_DADD(a, b) ((a) + (b))
+#endif
+
+/* The newest epoch's bilinear interpolation at a column, in bands (cb[NB], double): the four
+ * A-scans' bands b00 .. b11 (of the epoch's entry bands) with the weights of
+ * cpu_current_column (float, from the axes' ty, tx), summed in double. */
+BE_MOTION_HD static inline void be_motion_current_bands(const float *b00, const float *b01,
+                                                        const float *b10, const float *b11,
+                                                        float ty, float tx, double *cb)
+{
+	const float w00 = (1.0f - ty) * (1.0f - tx), w01 = (1.0f - ty) * tx;
+	const float w10 = ty * (1.0f - tx), w11 = ty * tx;
+
+	for (uint32_t b = 0; b < BE_MOTION_NB; b++) {
+		double v = BE_MOTION_DMUL((double)w00, (double)b00[b]);
+		v = BE_MOTION_DADD(v, BE_MOTION_DMUL((double)w01, (double)b01[b]));
+		v = BE_MOTION_DADD(v, BE_MOTION_DMUL((double)w10, (double)b10[b]));
+		cb[b] = BE_MOTION_DADD(v, BE_MOTION_DMUL((double)w11, (double)b11[b]));
+	}
+}
+
+/*
+ * The registration's reference at a column, in bands (docs/algorithms.md §2c, "Reference"),
+ * from its reference picks pk: K[b] = sum over the picks, in order, of w_i times the band b of
+ * the picked entry's node (eb: the entry bands, [entry][nodes][NB]), in double and not
+ * clamped; blended by a with the newest epoch's interpolation in bands cb where a < 1, cb
+ * alone where the column has no pick. Stored as float.
+ */
+BE_MOTION_HD static inline void be_motion_ref_column(const struct be_motion_pick *pk,
+                                                     const float *eb, size_t nodes,
+                                                     const double *cb, float *ob)
+{
+	const double a = (double)pk->a, ra = 1.0 - a;
+
+	for (uint32_t b = 0; b < BE_MOTION_NB; b++) {
+		double s = 0.0;
+		for (uint32_t i = 0; i < pk->n; i++) {
+			const float *e =
+			        eb + ((size_t)pk->entry[i] * nodes + pk->node[i]) * BE_MOTION_NB;
+			s = BE_MOTION_DADD(s, BE_MOTION_DMUL((double)pk->w[i], (double)e[b]));
+		}
+		double v = pk->n == 0 ? cb[b]
+		           : pk->a < 1.0f
+		                   ? BE_MOTION_DADD(BE_MOTION_DMUL(a, s), BE_MOTION_DMUL(ra, cb[b]))
+		                   : s;
+		ob[b] = (float)v;
+	}
+}
+
 /* ---- the host's estimator (backend/motion.c) ----------------------------------------------- */
 
 struct be_motion;
@@ -304,6 +360,12 @@ struct be_motion_pose be_motion_last_pose(const struct be_motion *m);
  * (double) and the shifted bands of be_motion_bands_fn. */
 void be_motion_profile(const struct be_motion_geom *g, const float *L, double *prof);
 void be_motion_bands(const struct be_motion_geom *g, const float *L, double dz, float *Be);
+
+/* The entry bands Be[node][b] of low-resolution volume L shifted as entry e: the mean over
+ * band b's bins of be_motion_shifted (double, stored float); be_motion_bands is this with the
+ * shift of -dz. */
+void be_motion_entry_bands(const struct be_motion_geom *g, const float *L,
+                           const struct be_motion_entry *e, float *Be);
 
 /* The entry-like shift of dz (k, fa, fb of struct be_motion_entry). */
 void be_motion_shift_of(double dz, struct be_motion_entry *e);

@@ -116,6 +116,7 @@ struct cpu_state {
 	struct be_motion *motion;
 	float *mhist; /* [slots][ny][nx][nz] low-resolution volumes of the history */
 	float *mref;  /* [Y][X][NB] the registration's reference of this epoch */
+	float *meb;   /* [slots][ny][nx][NB] the entry bands of this epoch's entries */
 	struct be_motion_entry *ment; /* [slots] this epoch's entries */
 	uint32_t mne, mnref;          /* entries of the output, of the reference */
 	double *mprof;                /* [nz] this epoch's mean A-scan */

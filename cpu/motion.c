@@ -30,13 +30,16 @@ int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen)
 	uint32_t slots = m ? be_motion_slots(m) : 0;
 	float *hist = m ? calloc((size_t)slots * st->ny * st->nx * st->nz, sizeof(float)) : NULL;
 	float *ref = calloc((size_t)st->Y * st->X * BE_MOTION_NB, sizeof(float));
+	float *eb =
+	        calloc((size_t)(slots ? slots : 1) * st->ny * st->nx * BE_MOTION_NB, sizeof(float));
 	struct be_motion_entry *en = calloc(slots ? slots : 1, sizeof(*en));
 	double *prof = calloc(st->nz, sizeof(double));
 
-	if (!m || !hist || !ref || !en || !prof) {
+	if (!m || !hist || !ref || !eb || !en || !prof) {
 		be_motion_destroy(m);
 		free(hist);
 		free(ref);
+		free(eb);
 		free(en);
 		free(prof);
 		snprintf(err, errlen,
@@ -48,6 +51,7 @@ int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen)
 	st->motion = m;
 	st->mhist = hist;
 	st->mref = ref;
+	st->meb = eb;
 	st->ment = en;
 	st->mprof = prof;
 	return 0;
@@ -58,6 +62,7 @@ void cpu_motion_free(struct cpu_state *st)
 	be_motion_destroy(st->motion);
 	free(st->mhist);
 	free(st->mref);
+	free(st->meb);
 	free(st->ment);
 	free(st->mprof);
 	st->motion = NULL;
@@ -103,13 +108,37 @@ static void column(const struct cpu_state *st, const struct motion_ctx *ctx,
 	}
 }
 
+/* The reference bands of column (yy, xx) from the entry bands (be_motion_ref_column); the
+ * newest epoch's interpolation from its own entry's bands (the last entry: dz = 0). */
+static void ref_column(const struct cpu_state *st, const struct motion_ctx *ctx,
+                       const struct be_motion_geom *g, uint32_t yy, uint32_t xx, float *ob)
+{
+	const size_t nodes = (size_t)st->ny * st->nx;
+	struct be_motion_pick pk;
+	double cb[BE_MOTION_NB] = {0};
+
+	be_motion_column(g, st->ment, st->mnref, yy, xx, &pk);
+	if (pk.n == 0 || pk.a < 1.0f) {
+		const float *b0 = st->meb + (size_t)(st->mne - 1) * nodes * BE_MOTION_NB;
+		uint32_t y0, y1, x0, x1;
+		float ty, tx;
+		be_interp_axis(yy, ctx->oy, st->sy, st->ny, &y0, &y1, &ty);
+		be_interp_axis(xx, ctx->ox, st->sx, st->nx, &x0, &x1, &tx);
+		be_motion_current_bands(b0 + ((size_t)y0 * st->nx + x0) * BE_MOTION_NB,
+		                        b0 + ((size_t)y0 * st->nx + x1) * BE_MOTION_NB,
+		                        b0 + ((size_t)y1 * st->nx + x0) * BE_MOTION_NB,
+		                        b0 + ((size_t)y1 * st->nx + x1) * BE_MOTION_NB, ty, tx, cb);
+	}
+	be_motion_ref_column(&pk, st->meb, nodes, cb, ob);
+}
+
 static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 {
 	const struct motion_ctx *ctx = vctx;
 	const struct cpu_state *st = w->st;
 	const uint32_t X = st->X, Z = st->nz, yy = (uint32_t)item;
 	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
-	float *A = w->acc, *C = w->acc + Z, *cur = w->acc + 2 * (size_t)Z;
+	float *A = w->acc, *cur = w->acc + 2 * (size_t)Z;
 
 	for (uint32_t xx = 0; xx < X; xx++) {
 		size_t o = ((size_t)yy * X + xx) * Z;
@@ -120,21 +149,33 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 			for (uint32_t z = 0; z < Z; z++)
 				q[z] = cpu_quantize(res[z]);
 		}
-		/* the registration's reference, in bands */
-		const float *ref = res;
-		if (st->mnref > 0) {
-			column(st, ctx, &g, st->mnref, yy, xx, C, cur);
-			ref = C;
-		}
 		float *ob = st->mref + ((size_t)yy * X + xx) * BE_MOTION_NB;
+		if (st->mnref > 0) {
+			/* the registration's reference, from the entry bands */
+			ref_column(st, ctx, &g, yy, xx, ob);
+			continue;
+		}
+		/* before there are enough entries: the output itself, in bands */
 		for (uint32_t b = 0; b < BE_MOTION_NB; b++) {
 			uint32_t z0 = b * Z / BE_MOTION_NB, z1 = (b + 1) * Z / BE_MOTION_NB;
 			double s = 0.0;
 			for (uint32_t z = z0; z < z1; z++)
-				s += ref[z];
+				s += res[z];
 			ob[b] = z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
 		}
 	}
+}
+
+/* The entry bands of entry item (docs/algorithms.md §2c, "Reference"). */
+static void motion_entry_bands(struct cpu_worker *w, size_t item, void *vctx)
+{
+	const struct cpu_state *st = w->st;
+	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
+	const struct be_motion_entry *e = &st->ment[item];
+	const size_t vol = (size_t)st->ny * st->nx * st->nz;
+
+	be_motion_entry_bands(&g, st->mhist + e->slot * vol, e,
+	                      st->meb + item * (size_t)st->ny * st->nx * BE_MOTION_NB);
 }
 
 int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out,
@@ -157,6 +198,8 @@ int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 	memcpy(st->mhist + slot * vol, L, vol * sizeof(float));
 
 	struct motion_ctx ctx = {.out = out, .L = L, .ox = ox, .oy = oy};
+	if (st->mnref > 0) /* every entry's: the last one's (dz = 0) for the fallback */
+		cpu_parallel(st, st->mne, motion_entry_bands, NULL);
 	cpu_parallel(st, st->Y, motion_rows, &ctx);
 	be_motion_set_reference(st->motion, st->mref);
 	return 0;

@@ -224,13 +224,21 @@ cudaError_t gpu_launch_motion_picks(const struct be_motion_geom *g,
 /* The output of rows [y0, y1): per column the kriging combination of its picks pk over the
  * history (where it has none, the bilinear interpolation of le on the axes axy, aoff), every
  * product and sum rounded as cpu/motion.c rounds them, u8 into out8 and float into outf (may
- * be NULL), and the registration's reference bands ob [Y][X][BE_MOTION_NB]: the band means
- * (double) of the combination of the picks pkr, or of the output where pkr is NULL. */
+ * be NULL); when ob is not NULL, the output's band means (double) into ob [Y][X][NB] (the
+ * reference before there are enough entries). */
 cudaError_t gpu_launch_motion(const struct gpu_recon_params *p, const float *hist,
                               const struct be_motion_entry *en, const struct be_motion_pick *pk,
-                              const struct be_motion_pick *pkr, const float *le, const int4 *axy,
-                              const longlong2 *aoff, int y0, int y1, uint8_t *out8, float *outf,
-                              float *ob, cudaStream_t s);
+                              const float *le, const int4 *axy, const longlong2 *aoff, int y0,
+                              int y1, uint8_t *out8, float *outf, float *ob, cudaStream_t s);
+/* The entry bands eb [ne][n][NB] of the ne entries en (be_motion_entry_bands of each entry's
+ * slot of hist, n A-scans of nz bins each). */
+cudaError_t gpu_launch_motion_ebands(const float *hist, const struct be_motion_entry *en,
+                                     uint32_t ne, size_t n, int nz, float *eb, cudaStream_t s);
+/* The reference bands ob [Y][X][NB] of every column (be_motion_ref_column) from the reference
+ * picks pkr, the entry bands eb of ne entries (the last: this epoch) and the axes axy. */
+cudaError_t gpu_launch_motion_ref(const struct be_motion_geom *g, const struct be_motion_pick *pkr,
+                                  const float *eb, uint32_t ne, const int4 *axy, float *ob,
+                                  cudaStream_t s);
 /* Local memory per thread of the picks kernel (be_motion_column's arrays), for the budget. */
 #define GPU_MOTION_LMEM 6144
 

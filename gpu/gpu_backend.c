@@ -96,10 +96,20 @@ struct gpu_state {
 	float *d_mbe, *h_mbe;        /* [ny][nx][NB] the bands of a registration */
 	double *d_mpart, *d_mprof;   /* [GPU_PROF_CHUNKS + 1][nz]: partial sums, mean A-scan */
 	double *h_mprof;             /* [nz] pinned */
+	float *d_meb;                /* [slots][ny][nx][NB] the entry bands of this epoch */
 	bool mref_pending;           /* h_mob holds the last epoch's reference, not yet set */
+	bool mref_event;             /* ... at mev_ref (from the entry bands), not at the end */
 	const float *mcur;           /* L_e of the epoch whose pose is being estimated */
-	char merr[384];              /* a failure of the bands callback */
-	size_t lmem_threads;         /* resident threads of the device (local memory) */
+	cudaStream_t mstream;        /* the next epoch's pose estimate while one is in flight */
+	cudaStream_t mcs;            /* the stream of the registration's bands (mstream or rs[0]) */
+	cudaEvent_t mev_ref;         /* the reference bands copied down */
+	bool mpre;                   /* the pose of epoch mpre_epoch is estimated (mslot) */
+	uint64_t mpre_epoch;
+	uint32_t mslot;
+	uint64_t sub_epoch; /* the epoch B-scans are being submitted for, and how many */
+	uint32_t sub_n;
+	char merr[384];      /* a failure of the bands callback */
+	size_t lmem_threads; /* resident threads of the device (local memory) */
 
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
 	 * into the slot's views area; vev closes them for epoch_wait */
@@ -347,13 +357,25 @@ static size_t gpu_motion_bytes(const struct gpu_state *st)
 
 	return slots * st->le_count * sizeof(float) + slots * sizeof(struct be_motion_entry) +
 	       2 * cols * sizeof(struct be_motion_pick) + cols * BE_MOTION_NB * sizeof(float) +
-	       nodes * BE_MOTION_NB * sizeof(float) +
+	       (slots + 1) * nodes * BE_MOTION_NB * sizeof(float) +
 	       (GPU_PROF_CHUNKS + 1) * (size_t)st->nz * sizeof(double) +
 	       st->lmem_threads * GPU_MOTION_LMEM;
 }
 
 static void gpu_motion_free(struct gpu_state *st)
 {
+	if (st->mstream) {
+		cudaStreamSynchronize(st->mstream);
+		cudaStreamDestroy(st->mstream);
+	}
+	if (st->mev_ref)
+		cudaEventDestroy(st->mev_ref);
+	st->mstream = NULL;
+	st->mev_ref = NULL;
+	cudaFree(st->d_meb);
+	st->d_meb = NULL;
+	st->mpre = false;
+	st->mref_event = false;
 	be_motion_destroy(st->motion);
 	st->motion = NULL;
 	cudaFree(st->mhist);
@@ -580,6 +602,15 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_mbe, nodes * BE_MOTION_NB * sizeof(float),
 		                "registration bands", err, errlen);
+	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float),
+		                "entry bands", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaStreamCreateWithFlags(&st->mstream, cudaStreamNonBlocking),
+		                    "cudaStreamCreate(pose estimate)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_ref, cudaEventDisableTiming),
+		                    "cudaEventCreate(reference bands)", err, errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_mpart,
 		                (GPU_PROF_CHUNKS + 1) * (size_t)st->nz * sizeof(double),
@@ -1158,6 +1189,11 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	if (rc < 0)
 		goto out;
 
+	if (st->sub_n == 0 || st->sub_epoch != epoch) {
+		st->sub_epoch = epoch;
+		st->sub_n = 0;
+	}
+	st->sub_n++;
 	struct gpu_stream *g = &st->st[bscan % (uint32_t)st->ns];
 	const struct gpu_prep_tables t = {
 	        .rs_idx = st->d_rs_idx,
@@ -1217,6 +1253,13 @@ static int gpu_sync_all(struct gpu_state *st, char *err, size_t errlen)
 	for (int j = 0; j < GPU_RSTREAMS; j++) {
 		r = gpu_cuda_check(cudaStreamSynchronize(st->rs[j]),
 		                   "cudaStreamSynchronize(reconstruction)", rc ? NULL : err,
+		                   rc ? 0 : errlen);
+		if (r < 0 && rc == 0)
+			rc = r;
+	}
+	if (st->mstream) {
+		r = gpu_cuda_check(cudaStreamSynchronize(st->mstream),
+		                   "cudaStreamSynchronize(pose estimate)", rc ? NULL : err,
 		                   rc ? 0 : errlen);
 		if (r < 0 && rc == 0)
 			rc = r;
@@ -1368,59 +1411,123 @@ static int gpu_motion_bands(void *ctx, double dz, float *Be)
 
 	be_motion_shift_of(-dz, &e);
 	CU(gpu_launch_motion_bands(st->mcur, (size_t)st->ny * st->nx, (int)st->nz, &e, st->d_mbe,
-	                           st->rs[0]),
+	                           st->mcs),
 	   "registration bands kernel");
 	CU(cudaMemcpyAsync(st->h_mbe, st->d_mbe, nb * sizeof(float), cudaMemcpyDeviceToHost,
-	                   st->rs[0]),
+	                   st->mcs),
 	   "cudaMemcpyAsync(registration bands, device to host)");
-	CU(cudaStreamSynchronize(st->rs[0]), "cudaStreamSynchronize(registration bands)");
+	CU(cudaStreamSynchronize(st->mcs), "cudaStreamSynchronize(registration bands)");
 	memcpy(Be, st->h_mbe, nb * sizeof(float));
 out:
 	return rc;
 }
 
 /*
- * The host's part of a compensated epoch, on reconstruction stream 0 once it waits for the
- * epoch's B-scans: the mean A-scan of le (device) and, while the device computes it, the last
- * epoch's reference handed to the estimator (its copy landed in epoch_wait); then the pose
- * (be_motion_epoch, host, with the bands from the device when it registers), le copied into
- * the history slot it names, the entries uploaded and the interpolation axes of the epoch's
- * fallback. The slabs (gpu_epoch_finish_async) then compute the picks and the output.
+ * The pose of a compensated epoch at offset (ox, oy) from its L_e le, on stream sm (which has
+ * waited for the epoch's B-scans): the mean A-scan (device) and, while the device computes it,
+ * the last epoch's reference handed to the estimator when its copy landed; then the pose
+ * (be_motion_epoch, host, with the bands from the device when it registers): the history slot
+ * (st->mslot), the entries (h_ment, mne, mnref).
  */
-static int gpu_motion_prepare(struct gpu_state *st, const struct gpu_recon_params *rp,
-                              const float *le, char *err, size_t errlen)
+static int gpu_motion_pose(struct gpu_state *st, uint32_t ox, uint32_t oy, const float *le,
+                           cudaStream_t sm, char *err, size_t errlen)
 {
-	cudaStream_t s0 = st->rs[0];
-	uint32_t slot = 0;
 	int rc;
 
 	CU(gpu_launch_motion_profile(le, (size_t)st->ny * st->nx, (int)st->nz, st->d_mpart,
-	                             st->d_mprof, s0),
+	                             st->d_mprof, sm),
 	   "mean A-scan kernel");
 	CU(cudaMemcpyAsync(st->h_mprof, st->d_mprof, st->nz * sizeof(double),
-	                   cudaMemcpyDeviceToHost, s0),
+	                   cudaMemcpyDeviceToHost, sm),
 	   "cudaMemcpyAsync(mean A-scan, device to host)");
 	if (st->mref_pending) {
 		be_motion_set_reference(st->motion, st->h_mob);
 		st->mref_pending = false;
 	}
-	CU(cudaStreamSynchronize(s0), "cudaStreamSynchronize(mean A-scan)");
+	CU(cudaStreamSynchronize(sm), "cudaStreamSynchronize(mean A-scan)");
 	st->mcur = le;
+	st->mcs = sm;
 	st->merr[0] = '\0';
-	rc = be_motion_epoch(st->motion, (uint32_t)rp->ox, (uint32_t)rp->oy, st->h_mprof,
-	                     gpu_motion_bands, st, &slot, st->h_ment, &st->mne, &st->mnref);
-	if (rc < 0) {
+	rc = be_motion_epoch(st->motion, ox, oy, st->h_mprof, gpu_motion_bands, st, &st->mslot,
+	                     st->h_ment, &st->mne, &st->mnref);
+	if (rc < 0)
 		snprintf(err, errlen, "cuda backend: compensated mode: pose estimate: %s",
 		         st->merr[0] ? st->merr : "failed");
-		goto out;
-	}
-	CU(cudaMemcpyAsync(st->mhist + (size_t)slot * st->le_count, le,
+out:
+	return rc;
+}
+
+/*
+ * The device's part of a compensated epoch before its slabs, on reconstruction stream 0: le
+ * copied into the history slot of its pose, the entries uploaded, the interpolation axes; then,
+ * once there are enough entries for a reference of its own, the entry bands, the reference's
+ * picks and bands, copied down and marked by mev_ref, so that the next epoch's registration
+ * can start while this one's output is gathered and copied.
+ */
+static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params *rp,
+                            const float *le, char *err, size_t errlen)
+{
+	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
+	const size_t nodes = (size_t)st->ny * st->nx;
+	cudaStream_t s0 = st->rs[0];
+	int rc;
+
+	CU(cudaMemcpyAsync(st->mhist + (size_t)st->mslot * st->le_count, le,
 	                   st->le_count * sizeof(float), cudaMemcpyDeviceToDevice, s0),
 	   "cudaMemcpyAsync(history slot)");
 	CU(cudaMemcpyAsync(st->d_ment, st->h_ment, st->mne * sizeof(*st->h_ment),
 	                   cudaMemcpyHostToDevice, s0),
 	   "cudaMemcpyAsync(compensated entries, host to device)");
 	CU(gpu_launch_axes(rp, st->axy, st->aoff, s0), "interpolation axes kernel");
+	st->mref_event = st->mnref > 0;
+	if (!st->mref_event)
+		return 0;
+	CU(gpu_launch_motion_ebands(st->mhist, st->d_ment, st->mne, nodes, (int)st->nz, st->d_meb,
+	                            s0),
+	   "entry bands kernel");
+	CU(gpu_launch_motion_picks(&g, st->d_ment, st->mnref, 0, 0, (int)st->Y, st->mpkr, NULL, s0),
+	   "reference kriging weight kernel");
+	CU(gpu_launch_motion_ref(&g, st->mpkr, st->d_meb, st->mne, st->axy, st->d_mob, s0),
+	   "reference bands kernel");
+	CU(cudaMemcpyAsync(st->h_mob, st->d_mob,
+	                   (size_t)st->Y * st->X * BE_MOTION_NB * sizeof(float),
+	                   cudaMemcpyDeviceToHost, s0),
+	   "cudaMemcpyAsync(reference bands, device to host)");
+	CU(cudaEventRecord(st->mev_ref, s0), "cudaEventRecord(reference bands)");
+out:
+	return rc;
+}
+
+/*
+ * While epoch e is in flight (epoch_wait): once its reference bands landed, hand them to the
+ * estimator; then, when every B-scan of the next epoch was submitted, estimate that epoch's
+ * pose on the pose stream (after its B-scans' preprocessing), so that its finish only queues
+ * the device's work. A failure is reported by the next finish.
+ */
+static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	if (!st->motion || st->mode != CFG_RECON_COMPENSATED || !st->mref_event)
+		return 0;
+	CU(cudaEventSynchronize(st->mev_ref), "cudaEventSynchronize(reference bands)");
+	if (st->mref_pending) {
+		be_motion_set_reference(st->motion, st->h_mob);
+		st->mref_pending = false;
+	}
+	if (st->sticky || st->mpre || st->sub_n != st->ny || st->sub_epoch <= epoch)
+		return 0;
+	uint32_t ox, oy;
+	vr_scan_offset(st->sub_epoch, st->sx, st->sy, &ox, &oy);
+	for (int i = 0; i < st->ns; i++) {
+		CU(cudaEventRecord(st->st[i].ev, st->st[i].s), "cudaEventRecord");
+		CU(cudaStreamWaitEvent(st->mstream, st->st[i].ev, 0), "cudaStreamWaitEvent");
+	}
+	rc = gpu_motion_pose(st, ox, oy, st->le[st->cur], st->mstream, err, errlen);
+	if (rc == 0) {
+		st->mpre = true;
+		st->mpre_epoch = st->sub_epoch;
+	}
 out:
 	return rc;
 }
@@ -1509,8 +1616,21 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 			rp.inv_nz[nv - 1] = 1.0f / (float)nv;
 		}
 		if (comp) {
-			/* compensated (docs/algorithms.md §2c): its own history, not B */
-			rc = gpu_motion_prepare(st, &rp, le, err, errlen);
+			/* compensated (docs/algorithms.md §2c): its own history, not B; the pose
+			 * estimated ahead (epoch_wait of the last epoch) or now */
+			if (st->mpre && st->mpre_epoch != epoch) {
+				/* estimated for an epoch that did not come next (the pipeline
+				 * finishes the epochs whose B-scans it submitted, so this does not
+				 * happen): the estimator moved past it, start afresh */
+				be_motion_reset(st->motion);
+				st->mref_pending = false;
+				st->mpre = false;
+			}
+			if (!st->mpre)
+				rc = gpu_motion_pose(st, ox, oy, le, s0, err, errlen);
+			st->mpre = false;
+			if (rc == 0)
+				rc = gpu_motion_queue(st, &rp, le, err, errlen);
 			if (rc < 0)
 				goto out;
 		} else {
@@ -1563,17 +1683,19 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 			/* the picks of the slab's columns, then their output and reference
 			 * bands, copied down with the slab */
 			const size_t ob0 = (size_t)y0 * st->X * BE_MOTION_NB;
-			CU(gpu_launch_motion_picks(&mg, st->d_ment, st->mne, st->mnref, (int)y0,
-			                           (int)y1, st->mpk, st->mpkr, s),
+			CU(gpu_launch_motion_picks(&mg, st->d_ment, st->mne, 0, (int)y0, (int)y1,
+			                           st->mpk, NULL, s),
 			   "kriging weight kernel");
-			CU(gpu_launch_motion(&rp, st->mhist, st->d_ment, st->mpk,
-			                     st->mnref ? st->mpkr : NULL, le, st->axy, st->aoff,
-			                     (int)y0, (int)y1, st->out8, outf_dev, st->d_mob, s),
+			CU(gpu_launch_motion(&rp, st->mhist, st->d_ment, st->mpk, le, st->axy,
+			                     st->aoff, (int)y0, (int)y1, st->out8, outf_dev,
+			                     st->mref_event ? NULL : st->d_mob, s),
 			   "compensated reconstruction kernel");
-			CU(cudaMemcpyAsync(st->h_mob + ob0, st->d_mob + ob0,
-			                   (size_t)(y1 - y0) * st->X * BE_MOTION_NB * sizeof(float),
-			                   cudaMemcpyDeviceToHost, s),
-			   "cudaMemcpyAsync(reference bands, device to host)");
+			if (!st->mref_event) /* the reference is the output itself */
+				CU(cudaMemcpyAsync(st->h_mob + ob0, st->d_mob + ob0,
+				                   (size_t)(y1 - y0) * st->X * BE_MOTION_NB *
+				                           sizeof(float),
+				                   cudaMemcpyDeviceToHost, s),
+				   "cudaMemcpyAsync(reference bands, device to host)");
 		} else {
 			CU(gpu_launch_recon(&rp, st->P, st->W, le, st->axy, st->aoff, (int)y0,
 			                    (int)y1, st->out8, outf_dev, s),
@@ -1645,6 +1767,11 @@ static int gpu_epoch_wait(void *vst, uint64_t epoch, char *err, size_t errlen)
 	int rc = 0, r;
 
 	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", msg, sizeof(msg));
+	if (rc == 0) {
+		r = gpu_motion_ahead(st, epoch, msg, sizeof(msg));
+		if (r < 0) /* the next epoch's: reported by its finish */
+			gpu_set_sticky(st, r, "%s", msg);
+	}
 	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
 		r = gpu_cuda_check(cudaEventSynchronize(st->rev[j]),
 		                   "cudaEventSynchronize(reconstruction)", msg, sizeof(msg));
@@ -1679,6 +1806,8 @@ static void gpu_reset_history_impl(struct gpu_state *st)
 	st->have_last = false;
 	st->run = 0;
 	st->mref_pending = false;
+	st->mref_event = false;
+	st->mpre = false;
 	if (st->motion)
 		be_motion_reset(st->motion);
 	if (!st->have_full)

@@ -1017,6 +1017,55 @@ __global__ void k_motion_bands(const float *__restrict__ le, size_t n, int nz, i
 	}
 }
 
+/* One thread per (entry, A-scan, band), grid-strided: the entry bands of the ne entries
+ * (be_motion_entry_bands: each entry's history slot shifted as the entry says, each band
+ * summed in double in the CPU's order). */
+__global__ void k_motion_ebands(const float *__restrict__ hist,
+                                const be_motion_entry *__restrict__ en, uint32_t ne, size_t n,
+                                int nz, float *__restrict__ eb)
+{
+	const size_t per = n * BE_MOTION_NB, all = per * ne, vol = n * (size_t)nz;
+	for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < all;
+	     t += (size_t)gridDim.x * blockDim.x) {
+		const size_t j = t / per, r = t - j * per, node = r / BE_MOTION_NB;
+		const int b = (int)(r - node * BE_MOTION_NB);
+		const be_motion_entry e = en[j];
+		const int z0 = (int)((long long)b * nz / BE_MOTION_NB);
+		const int z1 = (int)((long long)(b + 1) * nz / BE_MOTION_NB);
+		const float *l = hist + e.slot * vol + node * nz;
+		double s = 0.0;
+		for (int z = z0; z < z1; z++)
+			s += (double)gpu_shifted(l, e.k, e.fa, e.fb, z, nz);
+		eb[t] = z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
+	}
+}
+
+/* One thread per output column, grid-strided: the registration's reference bands from the
+ * reference picks pkr and the entry bands eb of ne entries (be_motion_ref_column; the newest
+ * epoch's interpolation from the last entry's bands on the axes axy). */
+__global__ void k_motion_ref(be_motion_geom g, const be_motion_pick *__restrict__ pkr,
+                             const float *__restrict__ eb, uint32_t ne,
+                             const int4 *__restrict__ axy, float *__restrict__ ob)
+{
+	const size_t cols = (size_t)g.Y * g.X, nodes = (size_t)g.ny * g.nx;
+	const float *b0 = eb + (size_t)(ne - 1) * nodes * BE_MOTION_NB;
+	for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < cols;
+	     c += (size_t)gridDim.x * blockDim.x) {
+		const uint32_t yy = (uint32_t)(c / g.X), xx = (uint32_t)(c % g.X);
+		const be_motion_pick *q = pkr + c;
+		double cb[BE_MOTION_NB] = {0};
+		if (q->n == 0 || q->a < 1.0f) {
+			const int4 ay = axy[g.X + yy], ax = axy[xx];
+			const size_t y0 = (size_t)ay.x * g.nx, y1 = (size_t)ay.y * g.nx;
+			be_motion_current_bands(
+			        b0 + (y0 + ax.x) * BE_MOTION_NB, b0 + (y0 + ax.y) * BE_MOTION_NB,
+			        b0 + (y1 + ax.x) * BE_MOTION_NB, b0 + (y1 + ax.y) * BE_MOTION_NB,
+			        __int_as_float(ay.z), __int_as_float(ax.z), cb);
+		}
+		be_motion_ref_column(q, eb, nodes, cb, ob + c * BE_MOTION_NB);
+	}
+}
+
 /* One thread per output column of rows [y0, y1), grid-strided: its picks (be_motion_column,
  * the host's code) over the ne entries, and over the first nref when nref > 0. */
 __global__ void __launch_bounds__(64)
@@ -1084,26 +1133,24 @@ gpu_motion_value(const gpu_motion_taps &t, const gpu_recon_params &p, const floa
  * the blocks that run together read the same depths of neighbouring history A-scans (L2). Per
  * column of the tile: its picks into shared memory, the output at the band's depths (the
  * combination, or the newest epoch's interpolation where it has no sample), quantized as
- * cpu_quantize, and the reference band: the mean in double of the output or of the
- * combination of the reference picks (block sum; its order differs from the CPU's only
- * below the double's rounding, which the float result absorbs).
+ * cpu_quantize, and, when ob is not NULL (the reference is the output itself), the output's
+ * band mean in double (block sum; its order differs from the CPU's only below the double's
+ * rounding, which the float result absorbs).
  */
 __global__ void __launch_bounds__(GPU_THREADS)
         k_motion(gpu_recon_params p, const float *__restrict__ hist,
                  const be_motion_entry *__restrict__ en, const be_motion_pick *__restrict__ pk,
-                 const be_motion_pick *__restrict__ pkr, const float *__restrict__ le,
-                 const int4 *__restrict__ axy, const longlong2 *__restrict__ aoff, int y0, int y1,
-                 int tiles_x, uint8_t *__restrict__ out8, float *__restrict__ outf,
-                 float *__restrict__ ob)
+                 const float *__restrict__ le, const int4 *__restrict__ axy,
+                 const longlong2 *__restrict__ aoff, int y0, int y1, int tiles_x,
+                 uint8_t *__restrict__ out8, float *__restrict__ outf, float *__restrict__ ob)
 {
-	__shared__ gpu_motion_taps tp[2];
+	__shared__ gpu_motion_taps tp;
 	__shared__ double red[GPU_THREADS / 32 + 1];
 	const int Z = p.nz, b = blockIdx.y;
 	const int z0 = (int)((long long)b * Z / BE_MOTION_NB);
 	const int z1 = (int)((long long)(b + 1) * Z / BE_MOTION_NB);
 	const int ty = blockIdx.x / tiles_x, tx = blockIdx.x - ty * tiles_x;
 	const size_t vol = (size_t)p.ny * p.nx * Z;
-	const bool own = pkr == NULL; /* the reference is the output itself */
 
 	for (int j = 0; j < GPU_MOTION_TY * GPU_MOTION_TX; j++) {
 		const int yy = y0 + ty * GPU_MOTION_TY + j / GPU_MOTION_TX;
@@ -1111,44 +1158,43 @@ __global__ void __launch_bounds__(GPU_THREADS)
 		if (yy >= y1 || xx >= p.X) /* the same for the whole block */
 			continue;
 		const size_t col = (size_t)yy * p.X + xx;
-		if (threadIdx.x < 2 * BE_MOTION_M) {
-			const int r = threadIdx.x / BE_MOTION_M, i = threadIdx.x % BE_MOTION_M;
-			if (r == 0 || !own) {
-				const be_motion_pick *q = (r ? pkr : pk) + col;
-				const int n = (int)q->n;
-				if (i == 0) {
-					tp[r].n = n;
-					tp[r].a = q->a;
-				}
-				if (i < n) {
-					const be_motion_entry *e = &en[q->entry[i]];
-					tp[r].l[i] = hist + e->slot * vol + (size_t)q->node[i] * Z;
-					tp[r].k[i] = e->k;
-					tp[r].fa[i] = e->fa;
-					tp[r].fb[i] = e->fb;
-					tp[r].w[i] = q->w[i];
-				}
+		if (threadIdx.x < BE_MOTION_M) {
+			const int i = threadIdx.x;
+			const be_motion_pick *q = pk + col;
+			const int n = (int)q->n;
+			if (i == 0) {
+				tp.n = n;
+				tp.a = q->a;
+			}
+			if (i < n) {
+				const be_motion_entry *e = &en[q->entry[i]];
+				tp.l[i] = hist + e->slot * vol + (size_t)q->node[i] * Z;
+				tp.k[i] = e->k;
+				tp.fa[i] = e->fa;
+				tp.fb[i] = e->fb;
+				tp.w[i] = q->w[i];
 			}
 		}
 		__syncthreads();
 		double acc = 0.0;
 		for (int z = z0 + (int)threadIdx.x; z < z1; z += blockDim.x) {
-			const float o = gpu_motion_value(tp[0], p, le, axy, aoff, yy, xx, z);
+			const float o = gpu_motion_value(tp, p, le, axy, aoff, yy, xx, z);
 			const size_t i = col * Z + z;
 			/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
 			out8[i] = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o), 0.5f));
 			if (outf)
 				outf[i] = o;
-			float r = o;
-			if (!own)
-				r = gpu_motion_value(tp[1], p, le, axy, aoff, yy, xx, z);
-			acc += (double)r;
+			acc += (double)o;
 		}
-		const double s = gpu_block_sum(acc, red);
-		if (threadIdx.x == 0)
-			ob[col * BE_MOTION_NB + b] =
-			        z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
-		/* gpu_block_sum ends with a barrier: the taps may be overwritten */
+		if (ob) {
+			const double s = gpu_block_sum(acc, red);
+			if (threadIdx.x == 0)
+				ob[col * BE_MOTION_NB + b] =
+				        z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
+			/* gpu_block_sum ends with a barrier: the taps may be overwritten */
+		} else {
+			__syncthreads();
+		}
 	}
 }
 
@@ -1480,9 +1526,9 @@ extern "C" cudaError_t gpu_launch_motion_picks(const be_motion_geom *g, const be
 
 extern "C" cudaError_t gpu_launch_motion(const gpu_recon_params *p, const float *hist,
                                          const be_motion_entry *en, const be_motion_pick *pk,
-                                         const be_motion_pick *pkr, const float *le,
-                                         const int4 *axy, const longlong2 *aoff, int y0, int y1,
-                                         uint8_t *out8, float *outf, float *ob, cudaStream_t s)
+                                         const float *le, const int4 *axy, const longlong2 *aoff,
+                                         int y0, int y1, uint8_t *out8, float *outf, float *ob,
+                                         cudaStream_t s)
 {
 	if (y1 <= y0 || p->X < 1)
 		return cudaSuccess;
@@ -1491,7 +1537,29 @@ extern "C" cudaError_t gpu_launch_motion(const gpu_recon_params *p, const float 
 	if (tx * tyn > 0x7fffffffu)
 		return cudaErrorInvalidValue;
 	const dim3 g((unsigned)(tx * tyn), BE_MOTION_NB);
-	k_motion<<<g, GPU_THREADS, 0, s>>>(*p, hist, en, pk, pkr, le, axy, aoff, y0, y1, (int)tx,
-	                                   out8, outf, ob);
+	k_motion<<<g, GPU_THREADS, 0, s>>>(*p, hist, en, pk, le, axy, aoff, y0, y1, (int)tx, out8,
+	                                   outf, ob);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_motion_ebands(const float *hist, const be_motion_entry *en,
+                                                uint32_t ne, size_t n, int nz, float *eb,
+                                                cudaStream_t s)
+{
+	if (ne == 0 || n == 0)
+		return cudaSuccess;
+	k_motion_ebands<<<gpu_blocks(n * BE_MOTION_NB * ne), GPU_THREADS, 0, s>>>(hist, en, ne, n,
+	                                                                          nz, eb);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_motion_ref(const be_motion_geom *g, const be_motion_pick *pkr,
+                                             const float *eb, uint32_t ne, const int4 *axy,
+                                             float *ob, cudaStream_t s)
+{
+	if (ne == 0)
+		return cudaErrorInvalidValue;
+	const size_t n = (size_t)g->Y * g->X, b = (n + 127) / 128;
+	k_motion_ref<<<(unsigned)(b > 65536 ? 65536 : b), 128, 0, s>>>(*g, pkr, eb, ne, axy, ob);
 	return cudaGetLastError();
 }
