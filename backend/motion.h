@@ -140,6 +140,32 @@ BE_MOTION_HD static inline double be_motion_taper(double u)
 	return t * t;
 }
 
+/* The sample of entry e whose tissue point now lies nearest to the lab point (Px, Py) of a
+ * column: the point carried into the entry's frame, its nearest node of the entry's offset
+ * (clamped to the grid), that node carried back to now (*qx, *qy; its index *node).
+ * \return its distance to (Px, Py). */
+BE_MOTION_HD static inline double be_motion_candidate(const struct be_motion_geom *g,
+                                                      const struct be_motion_entry *e, double Px,
+                                                      double Py, double *qx, double *qy,
+                                                      uint32_t *node)
+{
+	const double hX = (double)g->X / 2.0, hY = (double)g->Y / 2.0;
+	double vx = Px - e->px, vy = Py - e->py;
+	double gx = e->c * vx - e->s * vy + e->hx + hX - 0.5;
+	double gy = e->s * vx + e->c * vy + e->hy + hY - 0.5;
+	double fx = rint((gx - (double)e->ox) / (double)g->sx);
+	double fy = rint((gy - (double)e->oy) / (double)g->sy);
+	fx = fx >= 0.0 ? (fx > (double)(g->nx - 1) ? (double)(g->nx - 1) : fx) : 0.0;
+	fy = fy >= 0.0 ? (fy > (double)(g->ny - 1) ? (double)(g->ny - 1) : fy) : 0.0;
+	uint32_t ix = (uint32_t)fx, iy = (uint32_t)fy;
+	double ux = (double)(ix * g->sx + e->ox) + 0.5 - hX - e->hx;
+	double uy = (double)(iy * g->sy + e->oy) + 0.5 - hY - e->hy;
+	*qx = e->c * ux + e->s * uy + e->px;
+	*qy = -e->s * ux + e->c * uy + e->py;
+	*node = iy * g->nx + ix;
+	return sqrt((*qx - Px) * (*qx - Px) + (*qy - Py) * (*qy - Py));
+}
+
 /*
  * The samples of column (yc, xc) and their weights (docs/algorithms.md §2c): from each of the
  * ne entries, the sample of its epoch whose tissue point now lies nearest to the column (the
@@ -167,20 +193,9 @@ BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
 	rc = 0.5 * g->sx < rc ? 0.5 * g->sx : rc;
 	rc = 0.5 * g->sy < rc ? 0.5 * g->sy : rc;
 	for (uint32_t j = 0; j < ne; j++) {
-		const struct be_motion_entry *e = &en[j];
-		double vx = Px - e->px, vy = Py - e->py;
-		double gx = e->c * vx - e->s * vy + e->hx + hX - 0.5;
-		double gy = e->s * vx + e->c * vy + e->hy + hY - 0.5;
-		double fx = rint((gx - (double)e->ox) / (double)g->sx);
-		double fy = rint((gy - (double)e->oy) / (double)g->sy);
-		fx = fx >= 0.0 ? (fx > (double)(g->nx - 1) ? (double)(g->nx - 1) : fx) : 0.0;
-		fy = fy >= 0.0 ? (fy > (double)(g->ny - 1) ? (double)(g->ny - 1) : fy) : 0.0;
-		uint32_t ix = (uint32_t)fx, iy = (uint32_t)fy;
-		double ux = (double)(ix * g->sx + e->ox) + 0.5 - hX - e->hx;
-		double uy = (double)(iy * g->sy + e->oy) + 0.5 - hY - e->hy;
-		double qx = e->c * ux + e->s * uy + e->px;
-		double qy = -e->s * ux + e->c * uy + e->py;
-		double dd = sqrt((qx - Px) * (qx - Px) + (qy - Py) * (qy - Py));
+		double qx, qy;
+		uint32_t node;
+		const double dd = be_motion_candidate(g, &en[j], Px, Py, &qx, &qy, &node);
 		if (!(dd < rc))
 			continue;
 		if (n == BE_MOTION_M + 1 && !(dd < d[n - 1]))
@@ -198,7 +213,7 @@ BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
 		cx[i] = qx;
 		cy[i] = qy;
 		en_i[i] = j;
-		nd_i[i] = iy * g->nx + ix;
+		nd_i[i] = node;
 	}
 	/* the cut: the (M + 1)-th nearest when there is one; the samples the taper leaves */
 	const double D = n == BE_MOTION_M + 1 ? d[BE_MOTION_M] : rc;
@@ -226,10 +241,11 @@ BE_MOTION_HD static inline void be_motion_column(const struct be_motion_geom *g,
 	double a[(BE_MOTION_M + 1) * (BE_MOTION_M + 1)], b[BE_MOTION_M + 1];
 	const uint32_t m = n + 1;
 	for (uint32_t i = 0; i < n; i++) {
-		for (uint32_t j = 0; j < n; j++) {
+		/* symmetric: each pair's exp once; on the diagonal exp(0) = 1 */
+		a[i * m + i] = 1.0 + BE_MOTION_NUGGET / tp[i];
+		for (uint32_t j = i + 1; j < n; j++) {
 			double dx = cx[i] - cx[j], dy = cy[i] - cy[j];
-			a[i * m + j] = exp(-(dx * dx + dy * dy) * i2l) +
-			               (i == j ? BE_MOTION_NUGGET / tp[i] : 0.0);
+			a[i * m + j] = a[j * m + i] = exp(-(dx * dx + dy * dy) * i2l);
 		}
 		a[i * m + n] = 1.0;
 		a[n * m + i] = 1.0;

@@ -93,17 +93,22 @@ struct gpu_state {
 	struct be_motion_pick *mpk;  /* [Y][X] picks of the output columns */
 	struct be_motion_pick *mpkr; /* [Y][X] picks of the reference */
 	float *d_mob, *h_mob;        /* [Y][X][NB] the reference bands (h_mob: pinned) */
-	float *d_mbe, *h_mbe;        /* [ny][nx][NB] the bands of a registration */
-	double *d_mpart, *d_mprof;   /* [GPU_PROF_CHUNKS + 1][nz]: partial sums, mean A-scan */
-	double *h_mprof;             /* [nz] pinned */
-	float *d_meb;                /* [slots][ny][nx][NB] the entry bands of this epoch */
-	bool mref_pending;           /* h_mob holds the last epoch's reference, not yet set */
-	bool mref_event;             /* ... at mev_ref (from the entry bands), not at the end */
-	const float *mcur;           /* L_e of the epoch whose pose is being estimated */
-	cudaStream_t mstream;        /* the next epoch's pose estimate while one is in flight */
-	cudaStream_t mcs;            /* the stream of the registration's bands (mstream or rs[0]) */
-	cudaEvent_t mev_ref;         /* the reference bands copied down */
-	bool mpre;                   /* the pose of epoch mpre_epoch is estimated (mslot) */
+	float *h_mbe;                /* [ny][nx][NB] the bands of a registration (mapped) */
+	double *d_mpart;             /* [GPU_PROF_CHUNKS][nz]: the mean A-scan's partial sums */
+	double *h_mprof;             /* [nz] the mean A-scan (mapped) */
+	/* the device's pointers to the mapped host buffers: kernels write the small results the
+	 * host's estimate waits for straight into host memory, not through the copy engine that
+	 * the epoch in flight keeps busy */
+	float *dm_be;
+	double *dm_prof;
+	float *d_meb;         /* [slots][ny][nx][NB] the entry bands of this epoch */
+	bool mref_pending;    /* h_mob holds the last epoch's reference, not yet set */
+	bool mref_event;      /* ... at mev_ref (from the entry bands), not at the end */
+	const float *mcur;    /* L_e of the epoch whose pose is being estimated */
+	cudaStream_t mstream; /* the next epoch's pose estimate while one is in flight */
+	cudaStream_t mcs;     /* the stream of the registration's bands (mstream or rs[0]) */
+	cudaEvent_t mev_ref;  /* the reference bands copied down */
+	bool mpre;            /* the pose of epoch mpre_epoch is estimated (mslot) */
 	uint64_t mpre_epoch;
 	uint32_t mslot;
 	uint64_t sub_epoch; /* the epoch B-scans are being submitted for, and how many */
@@ -347,6 +352,19 @@ out:
 
 /* ---- life cycle --------------------------------------------------------------------------- */
 
+/* A stream of the device's highest priority: the preprocessing of the next epoch's B-scans
+ * and its pose estimate run ahead of the epoch in flight's reconstruction, whose output the
+ * host is not waiting for yet (the compensated mode estimates the next pose meanwhile). */
+static cudaError_t gpu_stream_urgent(cudaStream_t *s)
+{
+	int least = 0, greatest = 0;
+	cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+
+	if (e != cudaSuccess)
+		return e;
+	return cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, greatest);
+}
+
 /* Device memory of the compensated mode (docs/algorithms.md §2c): the history of BE_MOTION_H
  * epochs per phase, the entries, the picks of the output and of the reference, the bands, the
  * mean A-scan's sums, and the local memory of the picks kernel on every resident thread. */
@@ -357,8 +375,8 @@ static size_t gpu_motion_bytes(const struct gpu_state *st)
 
 	return slots * st->le_count * sizeof(float) + slots * sizeof(struct be_motion_entry) +
 	       2 * cols * sizeof(struct be_motion_pick) + cols * BE_MOTION_NB * sizeof(float) +
-	       (slots + 1) * nodes * BE_MOTION_NB * sizeof(float) +
-	       (GPU_PROF_CHUNKS + 1) * (size_t)st->nz * sizeof(double) +
+	       slots * nodes * BE_MOTION_NB * sizeof(float) +
+	       GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double) +
 	       st->lmem_threads * GPU_MOTION_LMEM;
 }
 
@@ -383,7 +401,6 @@ static void gpu_motion_free(struct gpu_state *st)
 	cudaFree(st->mpk);
 	cudaFree(st->mpkr);
 	cudaFree(st->d_mob);
-	cudaFree(st->d_mbe);
 	cudaFree(st->d_mpart);
 	if (st->h_ment)
 		cudaFreeHost(st->h_ment);
@@ -396,8 +413,8 @@ static void gpu_motion_free(struct gpu_state *st)
 	st->mhist = NULL;
 	st->d_ment = st->h_ment = NULL;
 	st->mpk = st->mpkr = NULL;
-	st->d_mob = st->h_mob = st->d_mbe = st->h_mbe = NULL;
-	st->d_mpart = st->d_mprof = st->h_mprof = NULL;
+	st->d_mob = st->h_mob = st->h_mbe = st->dm_be = NULL;
+	st->d_mpart = st->h_mprof = st->dm_prof = NULL;
 	st->mref_pending = false;
 }
 
@@ -600,23 +617,19 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		rc = gpu_malloc((void **)&st->d_mob, cols * BE_MOTION_NB * sizeof(float),
 		                "reference bands", err, errlen);
 	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_mbe, nodes * BE_MOTION_NB * sizeof(float),
-		                "registration bands", err, errlen);
-	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float),
 		                "entry bands", err, errlen);
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaStreamCreateWithFlags(&st->mstream, cudaStreamNonBlocking),
+		rc = gpu_cuda_check(gpu_stream_urgent(&st->mstream),
 		                    "cudaStreamCreate(pose estimate)", err, errlen);
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_ref, cudaEventDisableTiming),
 		                    "cudaEventCreate(reference bands)", err, errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_mpart,
-		                (GPU_PROF_CHUNKS + 1) * (size_t)st->nz * sizeof(double),
+		                GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double),
 		                "mean A-scan sums", err, errlen);
 	if (rc == 0) {
-		st->d_mprof = st->d_mpart + (size_t)GPU_PROF_CHUNKS * st->nz;
 		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_ment,
 		                                  slots * sizeof(struct be_motion_entry),
 		                                  cudaHostAllocDefault),
@@ -630,12 +643,18 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_mbe,
 		                                  nodes * BE_MOTION_NB * sizeof(float),
-		                                  cudaHostAllocDefault),
+		                                  cudaHostAllocMapped),
 		                    "cudaHostAlloc(registration bands)", err, errlen);
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_mprof, st->nz * sizeof(double),
-		                                  cudaHostAllocDefault),
+		                                  cudaHostAllocMapped),
 		                    "cudaHostAlloc(mean A-scan)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaHostGetDevicePointer((void **)&st->dm_be, st->h_mbe, 0),
+		                    "cudaHostGetDevicePointer(registration bands)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaHostGetDevicePointer((void **)&st->dm_prof, st->h_mprof, 0),
+		                    "cudaHostGetDevicePointer(mean A-scan)", err, errlen);
 	/* no slot is read before it is written; zeros keep a stray read harmless */
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaMemset(st->mhist, 0, slots * st->le_count * sizeof(float)),
@@ -969,8 +988,7 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	for (int i = 0; i < st->ns; i++) {
 		struct gpu_stream *g = &st->st[i];
 		size_t w1 = 0, w2 = 0;
-		rc = gpu_cuda_check(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking),
-		                    "cudaStreamCreate", err, errlen);
+		rc = gpu_cuda_check(gpu_stream_urgent(&g->s), "cudaStreamCreate", err, errlen);
 		if (rc == 0)
 			rc = gpu_cuda_check(
 			        cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming),
@@ -1410,12 +1428,9 @@ static int gpu_motion_bands(void *ctx, double dz, float *Be)
 	int rc;
 
 	be_motion_shift_of(-dz, &e);
-	CU(gpu_launch_motion_bands(st->mcur, (size_t)st->ny * st->nx, (int)st->nz, &e, st->d_mbe,
+	CU(gpu_launch_motion_bands(st->mcur, (size_t)st->ny * st->nx, (int)st->nz, &e, st->dm_be,
 	                           st->mcs),
 	   "registration bands kernel");
-	CU(cudaMemcpyAsync(st->h_mbe, st->d_mbe, nb * sizeof(float), cudaMemcpyDeviceToHost,
-	                   st->mcs),
-	   "cudaMemcpyAsync(registration bands, device to host)");
 	CU(cudaStreamSynchronize(st->mcs), "cudaStreamSynchronize(registration bands)");
 	memcpy(Be, st->h_mbe, nb * sizeof(float));
 out:
@@ -1435,11 +1450,8 @@ static int gpu_motion_pose(struct gpu_state *st, uint32_t ox, uint32_t oy, const
 	int rc;
 
 	CU(gpu_launch_motion_profile(le, (size_t)st->ny * st->nx, (int)st->nz, st->d_mpart,
-	                             st->d_mprof, sm),
+	                             st->dm_prof, sm),
 	   "mean A-scan kernel");
-	CU(cudaMemcpyAsync(st->h_mprof, st->d_mprof, st->nz * sizeof(double),
-	                   cudaMemcpyDeviceToHost, sm),
-	   "cudaMemcpyAsync(mean A-scan, device to host)");
 	if (st->mref_pending) {
 		be_motion_set_reference(st->motion, st->h_mob);
 		st->mref_pending = false;
@@ -1489,6 +1501,7 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 	   "reference kriging weight kernel");
 	CU(gpu_launch_motion_ref(&g, st->mpkr, st->d_meb, st->mne, st->axy, st->d_mob, s0),
 	   "reference bands kernel");
+	/* the copy engine is free of this epoch's volume yet: the reference lands first */
 	CU(cudaMemcpyAsync(st->h_mob, st->d_mob,
 	                   (size_t)st->Y * st->X * BE_MOTION_NB * sizeof(float),
 	                   cudaMemcpyDeviceToHost, s0),

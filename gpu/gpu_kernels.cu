@@ -1017,26 +1017,34 @@ __global__ void k_motion_bands(const float *__restrict__ le, size_t n, int nz, i
 	}
 }
 
-/* One thread per (entry, A-scan, band), grid-strided: the entry bands of the ne entries
- * (be_motion_entry_bands: each entry's history slot shifted as the entry says, each band
- * summed in double in the CPU's order). */
+/* One warp per (entry, A-scan), grid-strided over warps: the entry bands of the ne entries
+ * (be_motion_entry_bands of each entry's history slot, shifted as the entry says). Each band's
+ * bins are summed in double by the lanes (bins lane, lane + 32, ... in order), then over the
+ * lanes: the order differs from the CPU's only below the double's rounding, which the float
+ * result absorbs. */
 __global__ void k_motion_ebands(const float *__restrict__ hist,
                                 const be_motion_entry *__restrict__ en, uint32_t ne, size_t n,
                                 int nz, float *__restrict__ eb)
 {
-	const size_t per = n * BE_MOTION_NB, all = per * ne, vol = n * (size_t)nz;
-	for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < all;
-	     t += (size_t)gridDim.x * blockDim.x) {
-		const size_t j = t / per, r = t - j * per, node = r / BE_MOTION_NB;
-		const int b = (int)(r - node * BE_MOTION_NB);
+	const int lane = threadIdx.x & 31;
+	const size_t vol = n * (size_t)nz, all = n * ne;
+	const size_t warps = (size_t)gridDim.x * blockDim.x / 32;
+	for (size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < all; w += warps) {
+		const size_t j = w / n, node = w - j * n;
 		const be_motion_entry e = en[j];
-		const int z0 = (int)((long long)b * nz / BE_MOTION_NB);
-		const int z1 = (int)((long long)(b + 1) * nz / BE_MOTION_NB);
 		const float *l = hist + e.slot * vol + node * nz;
-		double s = 0.0;
-		for (int z = z0; z < z1; z++)
-			s += (double)gpu_shifted(l, e.k, e.fa, e.fb, z, nz);
-		eb[t] = z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
+		for (int b = 0; b < BE_MOTION_NB; b++) {
+			const int z0 = (int)((long long)b * nz / BE_MOTION_NB);
+			const int z1 = (int)((long long)(b + 1) * nz / BE_MOTION_NB);
+			double s = 0.0;
+			for (int z = z0 + lane; z < z1; z += 32)
+				s += (double)gpu_shifted(l, e.k, e.fa, e.fb, z, nz);
+			for (int o = 16; o > 0; o >>= 1)
+				s += __shfl_xor_sync(0xffffffffu, s, o);
+			if (lane == 0)
+				eb[w * BE_MOTION_NB + b] =
+				        z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
+		}
 	}
 }
 
@@ -1066,6 +1074,216 @@ __global__ void k_motion_ref(be_motion_geom g, const be_motion_pick *__restrict_
 	}
 }
 
+#define GPU_PICK_WARPS 4   /* warps (columns at a time) of a block of k_motion_picks_w */
+#define GPU_PICK_MAXE  128 /* entries it takes at most (more: k_motion_picks) */
+
+/* A warp's shared memory in k_motion_picks_w: the entries' samples, the column's picks, its
+ * kriging system. */
+struct gpu_pick_ws {
+	double cd[GPU_PICK_MAXE], cqx[GPU_PICK_MAXE], cqy[GPU_PICK_MAXE];
+	uint32_t cnode[GPU_PICK_MAXE];
+	double d[BE_MOTION_M + 1], cx[BE_MOTION_M + 1], cy[BE_MOTION_M + 1], tp[BE_MOTION_M];
+	uint32_t en[BE_MOTION_M + 1], nd[BE_MOTION_M + 1];
+	double a[(BE_MOTION_M + 1) * (BE_MOTION_M + 1)], b[BE_MOTION_M + 1];
+};
+
+/*
+ * be_motion_column by a warp, one output column of rows [y0, y1) at a time (grid-strided),
+ * with the same result: each lane the samples of entries lane, lane + 32, ...
+ * (be_motion_candidate); the M + 1 nearest by distance, then entry (the insertion sort's
+ * order), each placed by its rank; the taper; the kriging system's rows built by the lanes
+ * and solved by Gaussian elimination with partial pivoting, a lane a row, every product and
+ * sum rounded as the host's (no contraction); the back substitution on one lane.
+ */
+__global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
+        k_motion_picks_w(be_motion_geom g, const be_motion_entry *__restrict__ en, uint32_t ne,
+                         int y0, int y1, be_motion_pick *__restrict__ pk)
+{
+	__shared__ gpu_pick_ws wsa[GPU_PICK_WARPS];
+	const unsigned FULL = 0xffffffffu;
+	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+	gpu_pick_ws &w = wsa[wid];
+	const size_t cols = (size_t)(y1 - y0) * g.X, nw = (size_t)gridDim.x * GPU_PICK_WARPS;
+	const double hX = (double)g.X / 2.0, hY = (double)g.Y / 2.0;
+	const double i2l = 1.0 / (2.0 * BE_MOTION_ELL * BE_MOTION_ELL);
+	double rc = BE_MOTION_R;
+	rc = 0.5 * g.sx < rc ? 0.5 * g.sx : rc;
+	rc = 0.5 * g.sy < rc ? 0.5 * g.sy : rc;
+
+	for (size_t c = (size_t)blockIdx.x * GPU_PICK_WARPS + wid; c < cols; c += nw) {
+		const uint32_t yy = y0 + (uint32_t)(c / g.X), xx = (uint32_t)(c % g.X);
+		const double Px = (double)xx + 0.5 - hX, Py = (double)yy + 0.5 - hY;
+		be_motion_pick *q = pk + (size_t)yy * g.X + xx;
+		/* 1. every entry's sample (beyond the cut: infinitely far) */
+		uint32_t inside = 0;
+		for (uint32_t j0 = 0; j0 < ne; j0 += 32) {
+			const uint32_t j = j0 + lane;
+			double dd = INFINITY;
+			if (j < ne) {
+				double qx, qy;
+				uint32_t node;
+				dd = be_motion_candidate(&g, &en[j], Px, Py, &qx, &qy, &node);
+				dd = dd < rc ? dd : INFINITY;
+				w.cqx[j] = qx;
+				w.cqy[j] = qy;
+				w.cnode[j] = node;
+				w.cd[j] = dd;
+			}
+			inside += __popc(__ballot_sync(FULL, dd < INFINITY));
+		}
+		__syncwarp();
+		/* 2. the M + 1 nearest, in order of distance, then entry */
+		const uint32_t n = inside < BE_MOTION_M + 1 ? inside : BE_MOTION_M + 1;
+		for (uint32_t j = lane; j < ne; j += 32) {
+			const double dj = w.cd[j];
+			if (!(dj < INFINITY))
+				continue;
+			uint32_t r = 0;
+			for (uint32_t i = 0; i < ne && r < BE_MOTION_M + 1; i++)
+				r += w.cd[i] < dj || (w.cd[i] == dj && i < j);
+			if (r < BE_MOTION_M + 1) {
+				w.d[r] = dj;
+				w.cx[r] = w.cqx[j];
+				w.cy[r] = w.cqy[j];
+				w.en[r] = j;
+				w.nd[r] = w.cnode[j];
+			}
+		}
+		__syncwarp();
+		/* 3. the cut and the taper: the samples it leaves, in order */
+		const double D = n == BE_MOTION_M + 1 ? w.d[BE_MOTION_M] : rc;
+		const bool mine = (uint32_t)lane < n && lane < BE_MOTION_M;
+		double t = 0.0, dl = 0.0, xl = 0.0, yl = 0.0;
+		uint32_t el = 0, nl = 0;
+		if (mine) {
+			dl = w.d[lane];
+			xl = w.cx[lane];
+			yl = w.cy[lane];
+			el = w.en[lane];
+			nl = w.nd[lane];
+			t = be_motion_taper(dl / D);
+		}
+		const unsigned keep = __ballot_sync(FULL, mine && t > 0.0);
+		const uint32_t nk = __popc(keep);
+		__syncwarp();
+		if (keep & (1u << lane)) {
+			const int k = __popc(keep & ((1u << lane) - 1u));
+			w.d[k] = dl;
+			w.cx[k] = xl;
+			w.cy[k] = yl;
+			w.en[k] = el;
+			w.nd[k] = nl;
+			w.tp[k] = t;
+		}
+		__syncwarp();
+		if (lane == 0) {
+			double rest = 1.0;
+			for (uint32_t i = 0; i < nk; i++)
+				rest *= 1.0 - w.tp[i];
+			q->n = nk;
+			q->a = (float)(1.0 - rest);
+		}
+		if (nk == 0)
+			continue;
+		/* 4. the system: row i on lane i, the constraint's row on lane nk */
+		const uint32_t m = nk + 1;
+		if ((uint32_t)lane < nk) {
+			const int i = lane;
+			for (uint32_t j = 0; j < nk; j++) {
+				double v;
+				if (j == (uint32_t)i) {
+					v = __dadd_rn(1.0, __ddiv_rn(BE_MOTION_NUGGET, w.tp[i]));
+				} else {
+					const double dx = __dsub_rn(w.cx[i], w.cx[j]);
+					const double dy = __dsub_rn(w.cy[i], w.cy[j]);
+					v = exp(__dmul_rn(
+					        -__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)),
+					        i2l));
+				}
+				w.a[i * m + j] = v;
+			}
+			w.a[i * m + nk] = 1.0;
+			w.b[i] = exp(__dmul_rn(__dmul_rn(-w.d[i], w.d[i]), i2l));
+		} else if ((uint32_t)lane == nk) {
+			for (uint32_t j = 0; j < nk; j++)
+				w.a[nk * m + j] = 1.0;
+			w.a[nk * m + nk] = 0.0;
+			w.b[nk] = 1.0;
+		}
+		__syncwarp();
+		/* 5. elimination with partial pivoting (be_motion_solve), a lane a row */
+		bool ok = true;
+		for (uint32_t cc = 0; cc < m; cc++) {
+			double pv = (uint32_t)lane >= cc && (uint32_t)lane < m
+			                    ? fabs(w.a[lane * m + cc])
+			                    : -1.0;
+			uint32_t pr = lane;
+			for (int o = 16; o > 0; o >>= 1) {
+				const double ov = __shfl_xor_sync(FULL, pv, o);
+				const uint32_t orr = __shfl_xor_sync(FULL, pr, o);
+				if (ov > pv || (ov == pv && orr < pr)) {
+					pv = ov;
+					pr = orr;
+				}
+			}
+			if (!(pv > 0.0)) {
+				ok = false;
+				break;
+			}
+			if (pr != cc) {
+				for (uint32_t j = cc + lane; j < m; j += 32) {
+					const double tt = w.a[cc * m + j];
+					w.a[cc * m + j] = w.a[pr * m + j];
+					w.a[pr * m + j] = tt;
+				}
+				if (lane == 0) {
+					const double tt = w.b[cc];
+					w.b[cc] = w.b[pr];
+					w.b[pr] = tt;
+				}
+			}
+			__syncwarp();
+			const uint32_t r = lane;
+			if (r > cc && r < m) {
+				const double f = __ddiv_rn(w.a[r * m + cc], w.a[cc * m + cc]);
+				if (f != 0.0) {
+					for (uint32_t j = cc + 1; j < m; j++)
+						w.a[r * m + j] =
+						        __dsub_rn(w.a[r * m + j],
+						                  __dmul_rn(f, w.a[cc * m + j]));
+					w.b[r] = __dsub_rn(w.b[r], __dmul_rn(f, w.b[cc]));
+				}
+			}
+			__syncwarp();
+		}
+		if (!ok) {
+			/* cannot happen with a nugget > 0; the nearest sample alone then */
+			if (lane == 0) {
+				q->n = 1;
+				q->entry[0] = w.en[0];
+				q->node[0] = w.nd[0];
+				q->w[0] = 1.0f;
+			}
+			__syncwarp();
+			continue;
+		}
+		if (lane == 0)
+			for (uint32_t cc = m; cc-- > 0;) {
+				double v = w.b[cc];
+				for (uint32_t j = cc + 1; j < m; j++)
+					v = __dsub_rn(v, __dmul_rn(w.a[cc * m + j], w.b[j]));
+				w.b[cc] = __ddiv_rn(v, w.a[cc * m + cc]);
+			}
+		__syncwarp();
+		if ((uint32_t)lane < nk) {
+			q->entry[lane] = w.en[lane];
+			q->node[lane] = w.nd[lane];
+			q->w[lane] = (float)w.b[lane];
+		}
+		__syncwarp();
+	}
+}
+
 /* One thread per output column of rows [y0, y1), grid-strided: its picks (be_motion_column,
  * the host's code) over the ne entries, and over the first nref when nref > 0. */
 __global__ void __launch_bounds__(64)
@@ -1087,9 +1305,6 @@ __global__ void __launch_bounds__(64)
 		}
 	}
 }
-
-#define GPU_MOTION_TX 4 /* output columns of a block of k_motion along X */
-#define GPU_MOTION_TY 4 /* ... and along Y */
 
 /* The samples of one column's picks, in shared memory: A-scan, shift, weight. */
 struct gpu_motion_taps {
@@ -1128,72 +1343,206 @@ gpu_motion_value(const gpu_motion_taps &t, const gpu_recon_params &p, const floa
 }
 
 /*
- * Grid (tiles of GPU_MOTION_TY x GPU_MOTION_TX output columns of rows [y0, y1), BE_MOTION_NB
- * bands), GPU_THREADS threads over the band's depths: the bands are the slowest index, so that
- * the blocks that run together read the same depths of neighbouring history A-scans (L2). Per
- * column of the tile: its picks into shared memory, the output at the band's depths (the
- * combination, or the newest epoch's interpolation where it has no sample), quantized as
- * cpu_quantize, and, when ob is not NULL (the reference is the output itself), the output's
- * band mean in double (block sum; its order differs from the CPU's only below the double's
- * rounding, which the float result absorbs).
+ * Grid (output columns of rows [y0, y1), BE_MOTION_NB bands), GPU_THREADS threads over the
+ * band's depths: the bands are the slowest index, so that the blocks that run together read
+ * the same depths of neighbouring history A-scans (L2); one column a block, so that blocks are
+ * short and the next epoch's urgent preprocessing finds room between them. The column's picks
+ * into shared memory; then the output at the band's depths (the combination, or the newest
+ * epoch's interpolation where it has no sample), quantized as cpu_quantize, and, when ob is
+ * not NULL (the reference is the output itself), the output's band mean in double (block sum;
+ * its order differs from the CPU's only below the double's rounding, which the float result
+ * absorbs).
  */
 __global__ void __launch_bounds__(GPU_THREADS)
         k_motion(gpu_recon_params p, const float *__restrict__ hist,
                  const be_motion_entry *__restrict__ en, const be_motion_pick *__restrict__ pk,
                  const float *__restrict__ le, const int4 *__restrict__ axy,
-                 const longlong2 *__restrict__ aoff, int y0, int y1, int tiles_x,
-                 uint8_t *__restrict__ out8, float *__restrict__ outf, float *__restrict__ ob)
+                 const longlong2 *__restrict__ aoff, int y0, uint8_t *__restrict__ out8,
+                 float *__restrict__ outf, float *__restrict__ ob)
 {
 	__shared__ gpu_motion_taps tp;
 	__shared__ double red[GPU_THREADS / 32 + 1];
 	const int Z = p.nz, b = blockIdx.y;
 	const int z0 = (int)((long long)b * Z / BE_MOTION_NB);
 	const int z1 = (int)((long long)(b + 1) * Z / BE_MOTION_NB);
-	const int ty = blockIdx.x / tiles_x, tx = blockIdx.x - ty * tiles_x;
-	const size_t vol = (size_t)p.ny * p.nx * Z;
+	const int yy = y0 + (int)(blockIdx.x / (unsigned)p.X);
+	const int xx = (int)(blockIdx.x % (unsigned)p.X);
+	const size_t vol = (size_t)p.ny * p.nx * Z, col = (size_t)yy * p.X + xx;
 
-	for (int j = 0; j < GPU_MOTION_TY * GPU_MOTION_TX; j++) {
-		const int yy = y0 + ty * GPU_MOTION_TY + j / GPU_MOTION_TX;
-		const int xx = tx * GPU_MOTION_TX + j % GPU_MOTION_TX;
-		if (yy >= y1 || xx >= p.X) /* the same for the whole block */
-			continue;
-		const size_t col = (size_t)yy * p.X + xx;
-		if (threadIdx.x < BE_MOTION_M) {
-			const int i = threadIdx.x;
-			const be_motion_pick *q = pk + col;
-			const int n = (int)q->n;
-			if (i == 0) {
-				tp.n = n;
-				tp.a = q->a;
-			}
-			if (i < n) {
-				const be_motion_entry *e = &en[q->entry[i]];
-				tp.l[i] = hist + e->slot * vol + (size_t)q->node[i] * Z;
-				tp.k[i] = e->k;
-				tp.fa[i] = e->fa;
-				tp.fb[i] = e->fb;
-				tp.w[i] = q->w[i];
-			}
+	if (threadIdx.x < BE_MOTION_M) {
+		const int i = threadIdx.x;
+		const be_motion_pick *c = pk + col;
+		const int n = (int)c->n;
+		if (i == 0) {
+			tp.n = n;
+			tp.a = c->a;
 		}
-		__syncthreads();
-		double acc = 0.0;
-		for (int z = z0 + (int)threadIdx.x; z < z1; z += blockDim.x) {
-			const float o = gpu_motion_value(tp, p, le, axy, aoff, yy, xx, z);
-			const size_t i = col * Z + z;
-			/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
-			out8[i] = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o), 0.5f));
-			if (outf)
-				outf[i] = o;
-			acc += (double)o;
+		if (i < n) {
+			const be_motion_entry *e = &en[c->entry[i]];
+			tp.l[i] = hist + e->slot * vol + (size_t)c->node[i] * Z;
+			tp.k[i] = e->k;
+			tp.fa[i] = e->fa;
+			tp.fb[i] = e->fb;
+			tp.w[i] = c->w[i];
 		}
-		if (ob) {
-			const double s = gpu_block_sum(acc, red);
-			if (threadIdx.x == 0)
-				ob[col * BE_MOTION_NB + b] =
-				        z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
-			/* gpu_block_sum ends with a barrier: the taps may be overwritten */
+	}
+	__syncthreads();
+	double acc = 0.0;
+	for (int z = z0 + (int)threadIdx.x; z < z1; z += blockDim.x) {
+		const float o = gpu_motion_value(tp, p, le, axy, aoff, yy, xx, z);
+		const size_t i = col * Z + z;
+		/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
+		out8[i] = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o), 0.5f));
+		if (outf)
+			outf[i] = o;
+		acc += (double)o;
+	}
+	if (ob) { /* the same for the whole block */
+		const double s = gpu_block_sum(acc, red);
+		if (threadIdx.x == 0)
+			ob[col * BE_MOTION_NB + b] =
+			        z1 > z0 ? (float)(s / (double)(z1 - z0)) : 0.0f;
+	}
+}
+
+#define GPU_MOTION4_T 64 /* threads a column of k_motion4, 4 depths each */
+
+/*
+ * k_motion for Z a multiple of 32 (every band's depths a multiple of 4, every A-scan 16-byte
+ * aligned): GPU_THREADS / GPU_MOTION4_T columns a block, 4 consecutive depths a thread. A
+ * tap's 5 samples around them come from two aligned 16-byte loads (the tap's shift is the
+ * same for the whole warp, so is their place in the 8 loaded), or one by one at the A-scan's
+ * ends; every value is gpu_shifted's and is summed, clamped and blended as k_motion does.
+ */
+__global__ void __launch_bounds__(GPU_THREADS)
+        k_motion4(gpu_recon_params p, const float *__restrict__ hist,
+                  const be_motion_entry *__restrict__ en, const be_motion_pick *__restrict__ pk,
+                  const float *__restrict__ le, const int4 *__restrict__ axy,
+                  const longlong2 *__restrict__ aoff, int y0, int ncols, uint8_t *__restrict__ out8,
+                  float *__restrict__ outf, float *__restrict__ ob)
+{
+	constexpr int CPB = GPU_THREADS / GPU_MOTION4_T;
+	__shared__ gpu_motion_taps tps[CPB];
+	__shared__ double red[GPU_THREADS / 32];
+	const int Z = p.nz, b = blockIdx.y, cj = threadIdx.x / GPU_MOTION4_T;
+	const int t = threadIdx.x % GPU_MOTION4_T;
+	const int z0 = (int)((long long)b * Z / BE_MOTION_NB);
+	const int z1 = (int)((long long)(b + 1) * Z / BE_MOTION_NB);
+	const int c = blockIdx.x * CPB + cj;
+	const bool have = c < ncols; /* the same for a column's threads */
+	const int yy = y0 + c / p.X, xx = c % p.X;
+	const size_t vol = (size_t)p.ny * p.nx * Z, col = (size_t)yy * p.X + xx;
+	gpu_motion_taps &tp = tps[cj];
+
+	if (have && t < BE_MOTION_M) {
+		const be_motion_pick *q = pk + col;
+		const int n = (int)q->n;
+		if (t == 0) {
+			tp.n = n;
+			tp.a = q->a;
+		}
+		if (t < n) {
+			const be_motion_entry *e = &en[q->entry[t]];
+			tp.l[t] = hist + e->slot * vol + (size_t)q->node[t] * Z;
+			tp.k[t] = e->k;
+			tp.fa[t] = e->fa;
+			tp.fb[t] = e->fb;
+			tp.w[t] = q->w[t];
+		}
+	}
+	__syncthreads();
+	double acc = 0.0;
+	for (int z = z0 + 4 * t; have && z < z1; z += 4 * GPU_MOTION4_T) {
+		float o[4];
+		if (tp.n == 0) {
+			for (int j = 0; j < 4; j++)
+				o[j] = gpu_current(p, le, axy, aoff, yy, xx, z + j);
 		} else {
-			__syncthreads();
+			float sm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			for (int i = 0; i < tp.n; i++) {
+				const float *l = tp.l[i];
+				const int k = tp.k[i];
+				const float fa = tp.fa[i], fb = tp.fb[i], wi = tp.w[i];
+				const int e0 =
+				        z - k - 1; /* l[e0 .. e0 + 4]: the bins around z .. z + 3 */
+				float v[4];
+				if (e0 >= 0 && e0 + 4 < Z) {
+					const int a0 = e0 & ~3, r = e0 - a0;
+					const float4 A =
+					        __ldg(reinterpret_cast<const float4 *>(l + a0));
+					const float4 B =
+					        __ldg(reinterpret_cast<const float4 *>(l + a0 + 4));
+					float x[5];
+					switch (r) {
+					case 0:
+						x[0] = A.x, x[1] = A.y, x[2] = A.z, x[3] = A.w,
+						x[4] = B.x;
+						break;
+					case 1:
+						x[0] = A.y, x[1] = A.z, x[2] = A.w, x[3] = B.x,
+						x[4] = B.y;
+						break;
+					case 2:
+						x[0] = A.z, x[1] = A.w, x[2] = B.x, x[3] = B.y,
+						x[4] = B.z;
+						break;
+					default:
+						x[0] = A.w, x[1] = B.x, x[2] = B.y, x[3] = B.z,
+						x[4] = B.w;
+						break;
+					}
+					for (int j = 0; j < 4; j++)
+						v[j] = fa == 0.0f
+						               ? x[j + 1]
+						               : __fadd_rn(__fmul_rn(fa, x[j]),
+						                           __fmul_rn(fb, x[j + 1]));
+				} else {
+					for (int j = 0; j < 4; j++)
+						v[j] = gpu_shifted(l, k, fa, fb, z + j, Z);
+				}
+				for (int j = 0; j < 4; j++)
+					sm[j] = __fadd_rn(sm[j], __fmul_rn(wi, v[j]));
+			}
+			for (int j = 0; j < 4; j++) {
+				/* kriging weights may be negative: clamped (cpu/motion.c) */
+				const float sv = fminf(fmaxf(sm[j], 0.0f), 1.0f);
+				if (tp.a < 1.0f) {
+					const float cv =
+					        gpu_current(p, le, axy, aoff, yy, xx, z + j);
+					o[j] = __fadd_rn(__fmul_rn(tp.a, sv),
+					                 __fmul_rn(__fsub_rn(1.0f, tp.a), cv));
+				} else {
+					o[j] = sv;
+				}
+			}
+		}
+		uchar4 q8;
+		/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
+		q8.x = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[0]), 0.5f));
+		q8.y = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[1]), 0.5f));
+		q8.z = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[2]), 0.5f));
+		q8.w = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[3]), 0.5f));
+		*reinterpret_cast<uchar4 *>(out8 + col * Z + z) = q8;
+		if (outf)
+			*reinterpret_cast<float4 *>(outf + col * Z + z) =
+			        make_float4(o[0], o[1], o[2], o[3]);
+		acc += (double)o[0];
+		acc += (double)o[1];
+		acc += (double)o[2];
+		acc += (double)o[3];
+	}
+	if (ob) { /* the output's band mean: per warp, then the column's two warps */
+		for (int off = 16; off > 0; off >>= 1)
+			acc += __shfl_down_sync(0xffffffffu, acc, off);
+		if ((threadIdx.x & 31) == 0)
+			red[threadIdx.x >> 5] = acc;
+		__syncthreads();
+		if (have && t == 0) {
+			double sum = 0.0;
+			for (int w = 0; w < GPU_MOTION4_T / 32; w++)
+				sum += red[cj * (GPU_MOTION4_T / 32) + w];
+			ob[col * BE_MOTION_NB + b] =
+			        z1 > z0 ? (float)(sum / (double)(z1 - z0)) : 0.0f;
 		}
 	}
 }
@@ -1518,7 +1867,14 @@ extern "C" cudaError_t gpu_launch_motion_picks(const be_motion_geom *g, const be
 {
 	if (y1 <= y0)
 		return cudaSuccess;
-	const size_t n = (size_t)(y1 - y0) * g->X, b = (n + 63) / 64;
+	const size_t n = (size_t)(y1 - y0) * g->X;
+	if (ne <= GPU_PICK_MAXE && nref == 0) {
+		const size_t b = (n + GPU_PICK_WARPS - 1) / GPU_PICK_WARPS;
+		k_motion_picks_w<<<(unsigned)(b > 65536 ? 65536 : b), 32 * GPU_PICK_WARPS, 0, s>>>(
+		        *g, en, ne, y0, y1, pk);
+		return cudaGetLastError();
+	}
+	const size_t b = (n + 63) / 64;
 	k_motion_picks<<<(unsigned)(b > 65536 ? 65536 : b), 64, 0, s>>>(*g, en, ne, nref, y0, y1,
 	                                                                pk, pkr);
 	return cudaGetLastError();
@@ -1532,13 +1888,18 @@ extern "C" cudaError_t gpu_launch_motion(const gpu_recon_params *p, const float 
 {
 	if (y1 <= y0 || p->X < 1)
 		return cudaSuccess;
-	const size_t tx = (p->X + GPU_MOTION_TX - 1) / GPU_MOTION_TX;
-	const size_t tyn = (size_t)(y1 - y0 + GPU_MOTION_TY - 1) / GPU_MOTION_TY;
-	if (tx * tyn > 0x7fffffffu)
+	const size_t cols = (size_t)(y1 - y0) * p->X;
+	if (cols > 0x7fffffffu)
 		return cudaErrorInvalidValue;
-	const dim3 g((unsigned)(tx * tyn), BE_MOTION_NB);
-	k_motion<<<g, GPU_THREADS, 0, s>>>(*p, hist, en, pk, le, axy, aoff, y0, y1, (int)tx, out8,
-	                                   outf, ob);
+	if (p->nz % 32 == 0) {
+		constexpr int CPB = GPU_THREADS / GPU_MOTION4_T;
+		const dim3 g4((unsigned)((cols + CPB - 1) / CPB), BE_MOTION_NB);
+		k_motion4<<<g4, GPU_THREADS, 0, s>>>(*p, hist, en, pk, le, axy, aoff, y0, (int)cols,
+		                                     out8, outf, ob);
+		return cudaGetLastError();
+	}
+	const dim3 g((unsigned)cols, BE_MOTION_NB);
+	k_motion<<<g, GPU_THREADS, 0, s>>>(*p, hist, en, pk, le, axy, aoff, y0, out8, outf, ob);
 	return cudaGetLastError();
 }
 
@@ -1548,8 +1909,7 @@ extern "C" cudaError_t gpu_launch_motion_ebands(const float *hist, const be_moti
 {
 	if (ne == 0 || n == 0)
 		return cudaSuccess;
-	k_motion_ebands<<<gpu_blocks(n * BE_MOTION_NB * ne), GPU_THREADS, 0, s>>>(hist, en, ne, n,
-	                                                                          nz, eb);
+	k_motion_ebands<<<gpu_blocks(n * ne * 32), GPU_THREADS, 0, s>>>(hist, en, ne, n, nz, eb);
 	return cudaGetLastError();
 }
 
