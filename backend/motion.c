@@ -45,8 +45,10 @@ struct hist_entry {
 struct be_motion {
 	struct be_motion_geom g;
 	uint32_t S, nslots, nn;  /* nn: ny * nx * NB band values */
+	uint32_t cap;            /* entries at most: BE_MOTION_H * S */
 	struct hist_entry *hist; /* oldest first */
 	uint32_t nh;
+	uint8_t *prev; /* [nslots] the slots the last epoch's entries named */
 	uint8_t *seen; /* [S] phases seen since the history began */
 	uint32_t nseen;
 	bool have_last;
@@ -178,10 +180,12 @@ struct be_motion *be_motion_create(const struct be_motion_geom *g)
 		return NULL;
 	m->g = *g;
 	m->S = g->sx * g->sy;
-	m->nslots = BE_MOTION_H * m->S;
+	m->cap = BE_MOTION_H * m->S;
+	m->nslots = BE_MOTION_SLOTS(m->S);
 	m->nn = g->ny * g->nx * BE_MOTION_NB;
 	size_t cols = (size_t)g->Y * g->X * BE_MOTION_NB;
 	m->hist = calloc(m->nslots, sizeof(*m->hist));
+	m->prev = calloc(m->nslots, 1);
 	m->seen = calloc(m->S, 1);
 	m->profs = calloc((size_t)PROFS * g->Z, sizeof(double));
 	m->ob = calloc(cols, sizeof(float));
@@ -193,8 +197,8 @@ struct be_motion *be_motion_create(const struct be_motion_geom *g)
 		m->rj[j] = calloc(m->nn, sizeof(double));
 	m->ac = calloc(g->Z, sizeof(double));
 	m->acc = calloc((size_t)CHUNKS * g->X * BE_MOTION_NB, sizeof(double));
-	if (!m->hist || !m->seen || !m->profs || !m->ob || !m->tmp || !m->be || !m->r0 || !m->r1 ||
-	    !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac || !m->acc) {
+	if (!m->hist || !m->prev || !m->seen || !m->profs || !m->ob || !m->tmp || !m->be ||
+	    !m->r0 || !m->r1 || !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac || !m->acc) {
 		be_motion_destroy(m);
 		return NULL;
 	}
@@ -208,6 +212,7 @@ void be_motion_destroy(struct be_motion *m)
 		return;
 	pool_stop(m);
 	free(m->hist);
+	free(m->prev);
 	free(m->seen);
 	free(m->profs);
 	free(m->ob);
@@ -233,6 +238,7 @@ static void drop_history(struct be_motion *m)
 void be_motion_reset(struct be_motion *m)
 {
 	drop_history(m);
+	memset(m->prev, 0, m->nslots);
 	m->have_last = false;
 	memset(&m->last, 0, sizeof(m->last));
 	m->nprof = 0;
@@ -670,20 +676,19 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 		m->lost = false;
 	}
 
-	/* the slot: a free one, or the oldest entry's */
-	uint32_t s = 0;
-	if (m->nh == m->nslots) {
-		s = m->hist[0].slot;
+	/* the oldest entry leaves a full history; the slot: the first that no entry holds and
+	 * that the last epoch's entries did not name (that epoch may still be read) */
+	if (m->nh == m->cap) {
 		memmove(m->hist, m->hist + 1, (m->nh - 1) * sizeof(*m->hist));
 		m->nh--;
-	} else {
-		for (bool used = true; used; s++) {
-			used = false;
-			for (uint32_t i = 0; i < m->nh && !used; i++)
-				used = m->hist[i].slot == s;
-			if (!used)
-				break;
-		}
+	}
+	uint32_t s = 0;
+	for (; s < m->nslots; s++) {
+		bool used = m->prev[s];
+		for (uint32_t i = 0; i < m->nh && !used; i++)
+			used = m->hist[i].slot == s;
+		if (!used)
+			break;
 	}
 	m->hist[m->nh++] = (struct hist_entry){.ox = ox, .oy = oy, .slot = s, .pose = pose};
 	uint32_t q = oy * m->g.sx + ox;
@@ -708,6 +713,9 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 		e->py = pose.ty;
 		be_motion_shift_of(pose.tz - h->pose.tz, e);
 	}
+	memset(m->prev, 0, m->nslots);
+	for (uint32_t i = 0; i < m->nh; i++)
+		m->prev[m->hist[i].slot] = 1;
 	*ne = m->nh;
 	*nref = m->nh > BE_MOTION_EXCL + 5 ? m->nh - BE_MOTION_EXCL : 0;
 	return 0;

@@ -347,7 +347,11 @@ void be_motion_reset(struct be_motion *m);
  * next epoch. */
 void be_motion_set_estimate(struct be_motion *m, bool on);
 
-/* The slots the backend keeps low-resolution volumes in: BE_MOTION_H * S. */
+/* The slots a backend keeps low-resolution volumes in, for S scan offsets: one more than the
+ * history holds, so that an epoch's volume never goes to a slot the epoch before it reads (a
+ * backend can store it while that epoch is still being reconstructed). */
+#define BE_MOTION_SLOTS(S) (BE_MOTION_H * (S) + 1)
+/* BE_MOTION_SLOTS of the estimator's geometry. */
 uint32_t be_motion_slots(const struct be_motion *m);
 
 /* Bands of low-resolution volume L shifted in depth by -dz, for the registration: Be[node][b]

@@ -79,8 +79,9 @@ struct gpu_state {
 	float *chg;          /* adaptive: [ny][nx] change measure of this epoch's samples */
 	float *alpha;        /* adaptive: [Y][X] history weight of each column */
 	float *beta;         /* adaptive: [Y][X] weight of each column's own history sample */
-	int4 *axy;           /* adaptive: [X + Y] interpolation axes of this epoch */
-	longlong2 *aoff;     /* adaptive: [X + Y] their offsets into L_e */
+	int4 *axy;           /* adaptive: [2][X + Y] interpolation axes of this epoch */
+	longlong2 *aoff;     /* adaptive: [2][X + Y] their offsets into L_e (compensated: the
+	                      * second half for every other epoch, see mbuf) */
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 
 	/* compensated (docs/algorithms.md §2c): allocated when the mode is first used */
@@ -88,7 +89,7 @@ struct gpu_state {
 	uint32_t mslots;
 	uint32_t mne, mnref;            /* entries of the output, of the reference */
 	float *mhist;                   /* [slots][ny][nx][nz] low-resolution volumes */
-	struct be_motion_entry *d_ment; /* [slots] this epoch's entries (h_ment: pinned) */
+	struct be_motion_entry *d_ment; /* [2][slots] entries (h_ment: pinned, [slots]) */
 	struct be_motion_entry *h_ment;
 	struct be_motion_pick *mpk;  /* [Y][X] picks of the output columns */
 	struct be_motion_pick *mpkr; /* [Y][X] picks of the reference */
@@ -111,6 +112,13 @@ struct gpu_state {
 	bool mpre;            /* the pose of epoch mpre_epoch is estimated (mslot) */
 	uint64_t mpre_epoch;
 	uint32_t mslot;
+	/* the device's work before the slabs of epoch mq_epoch queued ahead on mstream (its end:
+	 * mev_pre); its entries and axes in half mbuf of d_ment, axy and aoff, so that the epoch
+	 * in flight keeps reading its own */
+	bool mqueued;
+	uint64_t mq_epoch;
+	unsigned mbuf;
+	cudaEvent_t mev_pre;
 	uint64_t sub_epoch; /* the epoch B-scans are being submitted for, and how many */
 	uint32_t sub_n;
 	char merr[384];      /* a failure of the bands callback */
@@ -370,10 +378,10 @@ static cudaError_t gpu_stream_urgent(cudaStream_t *s)
  * mean A-scan's sums, and the local memory of the picks kernel on every resident thread. */
 static size_t gpu_motion_bytes(const struct gpu_state *st)
 {
-	const size_t slots = (size_t)BE_MOTION_H * st->S, cols = (size_t)st->Y * st->X;
+	const size_t slots = BE_MOTION_SLOTS((size_t)st->S), cols = (size_t)st->Y * st->X;
 	const size_t nodes = (size_t)st->ny * st->nx;
 
-	return slots * st->le_count * sizeof(float) + slots * sizeof(struct be_motion_entry) +
+	return slots * st->le_count * sizeof(float) + 2 * slots * sizeof(struct be_motion_entry) +
 	       2 * cols * sizeof(struct be_motion_pick) + cols * BE_MOTION_NB * sizeof(float) +
 	       slots * nodes * BE_MOTION_NB * sizeof(float) +
 	       GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double) +
@@ -388,6 +396,10 @@ static void gpu_motion_free(struct gpu_state *st)
 	}
 	if (st->mev_ref)
 		cudaEventDestroy(st->mev_ref);
+	if (st->mev_pre)
+		cudaEventDestroy(st->mev_pre);
+	st->mev_pre = NULL;
+	st->mqueued = false;
 	st->mstream = NULL;
 	st->mev_ref = NULL;
 	cudaFree(st->d_meb);
@@ -565,7 +577,7 @@ static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t er
 static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 {
 	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
-	const size_t slots = (size_t)BE_MOTION_H * st->S, cols = (size_t)st->Y * st->X;
+	const size_t slots = BE_MOTION_SLOTS((size_t)st->S), cols = (size_t)st->Y * st->X;
 	const size_t nodes = (size_t)st->ny * st->nx, need = gpu_motion_bytes(st);
 	size_t freeb = 0, totalb = 0;
 	int rc;
@@ -605,7 +617,7 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 	rc = gpu_malloc((void **)&st->mhist, slots * st->le_count * sizeof(float),
 	                "compensated history", err, errlen);
 	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_ment, slots * sizeof(struct be_motion_entry),
+		rc = gpu_malloc((void **)&st->d_ment, 2 * slots * sizeof(struct be_motion_entry),
 		                "compensated entries", err, errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->mpk, cols * sizeof(struct be_motion_pick),
@@ -625,6 +637,9 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_ref, cudaEventDisableTiming),
 		                    "cudaEventCreate(reference bands)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_pre, cudaEventDisableTiming),
+		                    "cudaEventCreate(compensated epoch queued)", err, errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_mpart,
 		                GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double),
@@ -902,11 +917,12 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			rc = gpu_malloc((void **)&st->beta, cols * sizeof(float),
 			                "history sample weights", err, errlen);
 		if (rc == 0)
-			rc = gpu_malloc((void **)&st->axy, ((size_t)st->X + st->Y) * sizeof(int4),
+			rc = gpu_malloc((void **)&st->axy,
+			                2 * ((size_t)st->X + st->Y) * sizeof(int4),
 			                "interpolation axes", err, errlen);
 		if (rc == 0)
 			rc = gpu_malloc((void **)&st->aoff,
-			                ((size_t)st->X + st->Y) * sizeof(longlong2),
+			                2 * ((size_t)st->X + st->Y) * sizeof(longlong2),
 			                "interpolation offsets", err, errlen);
 	}
 	if (rc == 0)
@@ -1469,44 +1485,64 @@ out:
 	return rc;
 }
 
+/* This epoch's half of the compensated mode's double buffers (gpu_motion_queue). */
+static struct be_motion_entry *gpu_ment(const struct gpu_state *st)
+{
+	return st->d_ment + (size_t)st->mbuf * st->mslots;
+}
+
+static int4 *gpu_maxy(const struct gpu_state *st)
+{
+	return st->axy + (size_t)st->mbuf * (st->X + st->Y);
+}
+
+static longlong2 *gpu_maoff(const struct gpu_state *st)
+{
+	return st->aoff + (size_t)st->mbuf * (st->X + st->Y);
+}
+
 /*
- * The device's part of a compensated epoch before its slabs, on reconstruction stream 0: le
- * copied into the history slot of its pose, the entries uploaded, the interpolation axes; then,
- * once there are enough entries for a reference of its own, the entry bands, the reference's
- * picks and bands, copied down and marked by mev_ref, so that the next epoch's registration
- * can start while this one's output is gathered and copied.
+ * The device's part of a compensated epoch before its slabs, on stream sq: le copied into the
+ * history slot of its pose, the entries uploaded and the interpolation axes (into the half of
+ * the buffers the last epoch did not use); then, once there are enough entries for a reference
+ * of its own, the entry bands, the reference's picks and bands, copied down and marked by
+ * mev_ref, so that the next epoch's registration can start while this one's output is
+ * gathered and copied. mev_pre marks the end. None of it touches what the epoch before reads
+ * (its slot is not this one's: BE_MOTION_SLOTS), so it may run while that epoch is in flight.
  */
 static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params *rp,
-                            const float *le, char *err, size_t errlen)
+                            const float *le, cudaStream_t sq, char *err, size_t errlen)
 {
 	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
 	const size_t nodes = (size_t)st->ny * st->nx;
-	cudaStream_t s0 = st->rs[0];
 	int rc;
 
+	st->mbuf ^= 1u;
 	CU(cudaMemcpyAsync(st->mhist + (size_t)st->mslot * st->le_count, le,
-	                   st->le_count * sizeof(float), cudaMemcpyDeviceToDevice, s0),
+	                   st->le_count * sizeof(float), cudaMemcpyDeviceToDevice, sq),
 	   "cudaMemcpyAsync(history slot)");
-	CU(cudaMemcpyAsync(st->d_ment, st->h_ment, st->mne * sizeof(*st->h_ment),
-	                   cudaMemcpyHostToDevice, s0),
+	CU(cudaMemcpyAsync(gpu_ment(st), st->h_ment, st->mne * sizeof(*st->h_ment),
+	                   cudaMemcpyHostToDevice, sq),
 	   "cudaMemcpyAsync(compensated entries, host to device)");
-	CU(gpu_launch_axes(rp, st->axy, st->aoff, s0), "interpolation axes kernel");
+	CU(gpu_launch_axes(rp, gpu_maxy(st), gpu_maoff(st), sq), "interpolation axes kernel");
 	st->mref_event = st->mnref > 0;
-	if (!st->mref_event)
-		return 0;
-	CU(gpu_launch_motion_ebands(st->mhist, st->d_ment, st->mne, nodes, (int)st->nz, st->d_meb,
-	                            s0),
-	   "entry bands kernel");
-	CU(gpu_launch_motion_picks(&g, st->d_ment, st->mnref, 0, 0, (int)st->Y, st->mpkr, NULL, s0),
-	   "reference kriging weight kernel");
-	CU(gpu_launch_motion_ref(&g, st->mpkr, st->d_meb, st->mne, st->axy, st->d_mob, s0),
-	   "reference bands kernel");
-	/* the copy engine is free of this epoch's volume yet: the reference lands first */
-	CU(cudaMemcpyAsync(st->h_mob, st->d_mob,
-	                   (size_t)st->Y * st->X * BE_MOTION_NB * sizeof(float),
-	                   cudaMemcpyDeviceToHost, s0),
-	   "cudaMemcpyAsync(reference bands, device to host)");
-	CU(cudaEventRecord(st->mev_ref, s0), "cudaEventRecord(reference bands)");
+	if (st->mref_event) {
+		CU(gpu_launch_motion_ebands(st->mhist, gpu_ment(st), st->mne, nodes, (int)st->nz,
+		                            st->d_meb, sq),
+		   "entry bands kernel");
+		CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mnref, 0, 0, (int)st->Y, st->mpkr,
+		                           NULL, sq),
+		   "reference kriging weight kernel");
+		CU(gpu_launch_motion_ref(&g, st->mpkr, st->d_meb, st->mne, gpu_maxy(st), st->d_mob,
+		                         sq),
+		   "reference bands kernel");
+		CU(cudaMemcpyAsync(st->h_mob, st->d_mob,
+		                   (size_t)st->Y * st->X * BE_MOTION_NB * sizeof(float),
+		                   cudaMemcpyDeviceToHost, sq),
+		   "cudaMemcpyAsync(reference bands, device to host)");
+		CU(cudaEventRecord(st->mev_ref, sq), "cudaEventRecord(reference bands)");
+	}
+	CU(cudaEventRecord(st->mev_pre, sq), "cudaEventRecord(compensated epoch queued)");
 out:
 	return rc;
 }
@@ -1537,9 +1573,24 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 		CU(cudaStreamWaitEvent(st->mstream, st->st[i].ev, 0), "cudaStreamWaitEvent");
 	}
 	rc = gpu_motion_pose(st, ox, oy, st->le[st->cur], st->mstream, err, errlen);
+	if (rc < 0)
+		goto out;
+	st->mpre = true;
+	st->mpre_epoch = st->sub_epoch;
+	/* and its device work before the slabs (the axes' parameters of its offset) */
+	const struct gpu_recon_params rq = {.nx = (int)st->nx,
+	                                    .ny = (int)st->ny,
+	                                    .nz = (int)st->nz,
+	                                    .sx = (int)st->sx,
+	                                    .sy = (int)st->sy,
+	                                    .X = (int)st->X,
+	                                    .Y = (int)st->Y,
+	                                    .ox = (int)ox,
+	                                    .oy = (int)oy};
+	rc = gpu_motion_queue(st, &rq, st->le[st->cur], st->mstream, err, errlen);
 	if (rc == 0) {
-		st->mpre = true;
-		st->mpre_epoch = st->sub_epoch;
+		st->mqueued = true;
+		st->mq_epoch = st->sub_epoch;
 	}
 out:
 	return rc;
@@ -1631,19 +1682,26 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		if (comp) {
 			/* compensated (docs/algorithms.md §2c): its own history, not B; the pose
 			 * estimated ahead (epoch_wait of the last epoch) or now */
-			if (st->mpre && st->mpre_epoch != epoch) {
-				/* estimated for an epoch that did not come next (the pipeline
-				 * finishes the epochs whose B-scans it submitted, so this does not
-				 * happen): the estimator moved past it, start afresh */
-				be_motion_reset(st->motion);
-				st->mref_pending = false;
-				st->mpre = false;
+			if (st->mqueued && st->mq_epoch == epoch) {
+				/* estimated and queued ahead: the slabs wait for that work */
+				CU(cudaStreamWaitEvent(s0, st->mev_pre, 0),
+				   "cudaStreamWaitEvent(compensated epoch queued)");
+			} else {
+				if ((st->mpre && st->mpre_epoch != epoch) || st->mqueued) {
+					/* estimated for an epoch that did not come next (the
+					 * pipeline finishes the epochs whose B-scans it submitted, so
+					 * this does not happen): the estimator moved past it, start
+					 * afresh */
+					be_motion_reset(st->motion);
+					st->mref_pending = false;
+					st->mpre = false;
+				}
+				if (!st->mpre)
+					rc = gpu_motion_pose(st, ox, oy, le, s0, err, errlen);
+				if (rc == 0)
+					rc = gpu_motion_queue(st, &rp, le, s0, err, errlen);
 			}
-			if (!st->mpre)
-				rc = gpu_motion_pose(st, ox, oy, le, s0, err, errlen);
-			st->mpre = false;
-			if (rc == 0)
-				rc = gpu_motion_queue(st, &rp, le, err, errlen);
+			st->mpre = st->mqueued = false;
 			if (rc < 0)
 				goto out;
 		} else {
@@ -1696,12 +1754,13 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 			/* the picks of the slab's columns, then their output and reference
 			 * bands, copied down with the slab */
 			const size_t ob0 = (size_t)y0 * st->X * BE_MOTION_NB;
-			CU(gpu_launch_motion_picks(&mg, st->d_ment, st->mne, 0, (int)y0, (int)y1,
+			CU(gpu_launch_motion_picks(&mg, gpu_ment(st), st->mne, 0, (int)y0, (int)y1,
 			                           st->mpk, NULL, s),
 			   "kriging weight kernel");
-			CU(gpu_launch_motion(&rp, st->mhist, st->d_ment, st->mpk, le, st->axy,
-			                     st->aoff, (int)y0, (int)y1, st->out8, outf_dev,
-			                     st->mref_event ? NULL : st->d_mob, s),
+			CU(gpu_launch_motion(&rp, st->mhist, gpu_ment(st), st->mpk, le,
+			                     gpu_maxy(st), gpu_maoff(st), (int)y0, (int)y1,
+			                     st->out8, outf_dev, st->mref_event ? NULL : st->d_mob,
+			                     s),
 			   "compensated reconstruction kernel");
 			if (!st->mref_event) /* the reference is the output itself */
 				CU(cudaMemcpyAsync(st->h_mob + ob0, st->d_mob + ob0,
@@ -1821,6 +1880,7 @@ static void gpu_reset_history_impl(struct gpu_state *st)
 	st->mref_pending = false;
 	st->mref_event = false;
 	st->mpre = false;
+	st->mqueued = false;
 	if (st->motion)
 		be_motion_reset(st->motion);
 	if (!st->have_full)

@@ -124,14 +124,15 @@ static void test_history_slots_and_reset(void **state)
 	const struct be_motion_geom g = {
 	        .nx = 4, .ny = 3, .sx = 2, .sy = 1, .X = 8, .Y = 3, .Z = 16};
 	struct be_motion *m = be_motion_create(&g);
-	struct be_motion_entry en[4];
+	struct be_motion_entry en[5];
 	double prof[16];
-	uint32_t slot, ne, nref, seen = 0;
+	uint32_t slot, ne, nref, seen = 0, prev = 0;
 	float ob[8 * 3 * BE_MOTION_NB] = {0};
 
 	(void)state;
 	assert_non_null(m);
-	assert_int_equal(be_motion_slots(m), BE_MOTION_H * 2);
+	/* one more than the history: an epoch's slot is never one the epoch before read */
+	assert_int_equal(be_motion_slots(m), BE_MOTION_H * 2 + 1);
 	for (int z = 0; z < 16; z++)
 		prof[z] = z == 8 ? 1.0 : 0.0;
 	be_motion_set_estimate(m, false);
@@ -139,18 +140,22 @@ static void test_history_slots_and_reset(void **state)
 		assert_int_equal(
 		        be_motion_epoch(m, e % 2, 0, prof, NULL, NULL, &slot, en, &ne, &nref), 0);
 		be_motion_set_reference(m, ob);
-		assert_true(slot < 4);
+		assert_true(slot < 5);
+		assert_false(prev & (1u << slot));
 		assert_int_equal(ne, e + 1 < 4 ? e + 1 : 4);
 		assert_int_equal(en[ne - 1].slot, slot); /* the newest last */
 		assert_int_equal(en[ne - 1].ox, e % 2);
 		assert_int_equal(nref, 0); /* fewer than EXCL + 5 entries */
 		seen |= 1u << slot;
+		prev = 0;
 		/* every slot in use is a different one */
-		for (uint32_t i = 0; i < ne; i++)
+		for (uint32_t i = 0; i < ne; i++) {
+			prev |= 1u << en[i].slot;
 			for (uint32_t j = i + 1; j < ne; j++)
 				assert_int_not_equal(en[i].slot, en[j].slot);
+		}
 	}
-	assert_int_equal(seen, 0xf);
+	assert_int_equal(seen, 0x1f);
 	struct be_motion_pose p = be_motion_last_pose(m);
 	assert_true(p.th == 0.0 && p.tx == 0.0 && p.ty == 0.0 && p.tz == 0.0);
 	be_motion_reset(m);
