@@ -91,7 +91,7 @@ struct gpu_state {
 	float *mhist;                   /* [slots][ny][nx][nz] low-resolution volumes */
 	struct be_motion_entry *d_ment; /* [2][slots] entries (h_ment: pinned, [slots]) */
 	struct be_motion_entry *h_ment;
-	struct be_motion_pick *mpk;  /* [Y][X] picks of the output columns */
+	struct be_motion_pick *mpk;  /* [2][Y][X] picks of the output columns (half mbuf) */
 	struct be_motion_pick *mpkr; /* [Y][X] picks of the reference */
 	float *d_mob, *h_mob;        /* [Y][X][NB] the reference bands (h_mob: pinned) */
 	float *h_mbe;                /* [ny][nx][NB] the bands of a registration (mapped) */
@@ -107,6 +107,7 @@ struct gpu_state {
 	bool mref_event;      /* ... at mev_ref (from the entry bands), not at the end */
 	const float *mcur;    /* L_e of the epoch whose pose is being estimated */
 	cudaStream_t mstream; /* the next epoch's pose estimate while one is in flight */
+	cudaStream_t mqs;     /* ... and its device work before the slabs (background) */
 	cudaStream_t mcs;     /* the stream of the registration's bands (mstream or rs[0]) */
 	cudaEvent_t mev_ref;  /* the reference bands copied down */
 	bool mpre;            /* the pose of epoch mpre_epoch is estimated (mslot) */
@@ -360,17 +361,24 @@ out:
 
 /* ---- life cycle --------------------------------------------------------------------------- */
 
-/* A stream of the device's highest priority: the preprocessing of the next epoch's B-scans
- * and its pose estimate run ahead of the epoch in flight's reconstruction, whose output the
- * host is not waiting for yet (the compensated mode estimates the next pose meanwhile). */
-static cudaError_t gpu_stream_urgent(cudaStream_t *s)
+/* Stream priorities: the preprocessing of the next epoch's B-scans and its pose estimate
+ * (urgent) run ahead of the epoch in flight's reconstruction, whose output the host is not
+ * waiting for yet, and that runs ahead of the next compensated epoch's work queued early
+ * (background), which only has to be done by the time that epoch is finished. */
+enum gpu_prio { GPU_PRIO_URGENT, GPU_PRIO_RECON, GPU_PRIO_BACKGROUND };
+
+static cudaError_t gpu_stream_prio(cudaStream_t *s, enum gpu_prio level)
 {
 	int least = 0, greatest = 0;
 	cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
 
 	if (e != cudaSuccess)
 		return e;
-	return cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, greatest);
+	/* a greater priority is a lower number */
+	int p = level == GPU_PRIO_URGENT  ? greatest
+	        : level == GPU_PRIO_RECON ? (least - 1 > greatest ? least - 1 : least)
+	                                  : least;
+	return cudaStreamCreateWithPriority(s, cudaStreamNonBlocking, p);
 }
 
 /* Device memory of the compensated mode (docs/algorithms.md §2c): the history of BE_MOTION_H
@@ -382,7 +390,7 @@ static size_t gpu_motion_bytes(const struct gpu_state *st)
 	const size_t nodes = (size_t)st->ny * st->nx;
 
 	return slots * st->le_count * sizeof(float) + 2 * slots * sizeof(struct be_motion_entry) +
-	       2 * cols * sizeof(struct be_motion_pick) + cols * BE_MOTION_NB * sizeof(float) +
+	       3 * cols * sizeof(struct be_motion_pick) + cols * BE_MOTION_NB * sizeof(float) +
 	       slots * nodes * BE_MOTION_NB * sizeof(float) +
 	       GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double) +
 	       st->lmem_threads * GPU_MOTION_LMEM;
@@ -394,6 +402,11 @@ static void gpu_motion_free(struct gpu_state *st)
 		cudaStreamSynchronize(st->mstream);
 		cudaStreamDestroy(st->mstream);
 	}
+	if (st->mqs) {
+		cudaStreamSynchronize(st->mqs);
+		cudaStreamDestroy(st->mqs);
+	}
+	st->mqs = NULL;
 	if (st->mev_ref)
 		cudaEventDestroy(st->mev_ref);
 	if (st->mev_pre)
@@ -620,7 +633,7 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		rc = gpu_malloc((void **)&st->d_ment, 2 * slots * sizeof(struct be_motion_entry),
 		                "compensated entries", err, errlen);
 	if (rc == 0)
-		rc = gpu_malloc((void **)&st->mpk, cols * sizeof(struct be_motion_pick),
+		rc = gpu_malloc((void **)&st->mpk, 2 * cols * sizeof(struct be_motion_pick),
 		                "kriging picks", err, errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->mpkr, cols * sizeof(struct be_motion_pick),
@@ -632,8 +645,11 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		rc = gpu_malloc((void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float),
 		                "entry bands", err, errlen);
 	if (rc == 0)
-		rc = gpu_cuda_check(gpu_stream_urgent(&st->mstream),
+		rc = gpu_cuda_check(gpu_stream_prio(&st->mstream, GPU_PRIO_URGENT),
 		                    "cudaStreamCreate(pose estimate)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cuda_check(gpu_stream_prio(&st->mqs, GPU_PRIO_BACKGROUND),
+		                    "cudaStreamCreate(compensated epoch ahead)", err, errlen);
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_ref, cudaEventDisableTiming),
 		                    "cudaEventCreate(reference bands)", err, errlen);
@@ -952,7 +968,7 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->ev_ready, cudaEventDisableTiming),
 	                    "cudaEventCreate", err, errlen);
 	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
-		rc = gpu_cuda_check(cudaStreamCreateWithFlags(&st->rs[j], cudaStreamNonBlocking),
+		rc = gpu_cuda_check(gpu_stream_prio(&st->rs[j], GPU_PRIO_RECON),
 		                    "cudaStreamCreate(reconstruction)", err, errlen);
 		if (rc == 0)
 			rc = gpu_cuda_check(
@@ -1004,7 +1020,8 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	for (int i = 0; i < st->ns; i++) {
 		struct gpu_stream *g = &st->st[i];
 		size_t w1 = 0, w2 = 0;
-		rc = gpu_cuda_check(gpu_stream_urgent(&g->s), "cudaStreamCreate", err, errlen);
+		rc = gpu_cuda_check(gpu_stream_prio(&g->s, GPU_PRIO_URGENT), "cudaStreamCreate",
+		                    err, errlen);
 		if (rc == 0)
 			rc = gpu_cuda_check(
 			        cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming),
@@ -1291,9 +1308,12 @@ static int gpu_sync_all(struct gpu_state *st, char *err, size_t errlen)
 		if (r < 0 && rc == 0)
 			rc = r;
 	}
-	if (st->mstream) {
-		r = gpu_cuda_check(cudaStreamSynchronize(st->mstream),
-		                   "cudaStreamSynchronize(pose estimate)", rc ? NULL : err,
+	cudaStream_t ms[2] = {st->mstream, st->mqs};
+	for (int j = 0; j < 2; j++) {
+		if (!ms[j])
+			continue;
+		r = gpu_cuda_check(cudaStreamSynchronize(ms[j]),
+		                   "cudaStreamSynchronize(compensated ahead)", rc ? NULL : err,
 		                   rc ? 0 : errlen);
 		if (r < 0 && rc == 0)
 			rc = r;
@@ -1491,6 +1511,11 @@ static struct be_motion_entry *gpu_ment(const struct gpu_state *st)
 	return st->d_ment + (size_t)st->mbuf * st->mslots;
 }
 
+static struct be_motion_pick *gpu_mpk(const struct gpu_state *st)
+{
+	return st->mpk + (size_t)st->mbuf * st->Y * st->X;
+}
+
 static int4 *gpu_maxy(const struct gpu_state *st)
 {
 	return st->axy + (size_t)st->mbuf * (st->X + st->Y);
@@ -1542,6 +1567,9 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 		   "cudaMemcpyAsync(reference bands, device to host)");
 		CU(cudaEventRecord(st->mev_ref, sq), "cudaEventRecord(reference bands)");
 	}
+	CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mne, 0, 0, (int)st->Y, gpu_mpk(st), NULL,
+	                           sq),
+	   "kriging weight kernel");
 	CU(cudaEventRecord(st->mev_pre, sq), "cudaEventRecord(compensated epoch queued)");
 out:
 	return rc;
@@ -1571,6 +1599,7 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 	for (int i = 0; i < st->ns; i++) {
 		CU(cudaEventRecord(st->st[i].ev, st->st[i].s), "cudaEventRecord");
 		CU(cudaStreamWaitEvent(st->mstream, st->st[i].ev, 0), "cudaStreamWaitEvent");
+		CU(cudaStreamWaitEvent(st->mqs, st->st[i].ev, 0), "cudaStreamWaitEvent");
 	}
 	rc = gpu_motion_pose(st, ox, oy, st->le[st->cur], st->mstream, err, errlen);
 	if (rc < 0)
@@ -1587,7 +1616,7 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 	                                    .Y = (int)st->Y,
 	                                    .ox = (int)ox,
 	                                    .oy = (int)oy};
-	rc = gpu_motion_queue(st, &rq, st->le[st->cur], st->mstream, err, errlen);
+	rc = gpu_motion_queue(st, &rq, st->le[st->cur], st->mqs, err, errlen);
 	if (rc == 0) {
 		st->mqueued = true;
 		st->mq_epoch = st->sub_epoch;
@@ -1639,7 +1668,6 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	const bool consecutive = st->have_last && epoch == st->last + 1;
 	const bool adaptive = st->mode == CFG_RECON_ADAPTIVE;
 	const bool comp = st->mode == CFG_RECON_COMPENSATED;
-	const struct be_motion_geom mg = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
 
 	if (none) {
 		outf_dev = le;
@@ -1751,13 +1779,11 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		if (none) {
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
 		} else if (comp) {
-			/* the picks of the slab's columns, then their output and reference
-			 * bands, copied down with the slab */
+			/* the output of the slab's columns from their picks (queued before
+			 * the slabs); before there are enough entries for a reference, the
+			 * output's bands too, copied down with the slab */
 			const size_t ob0 = (size_t)y0 * st->X * BE_MOTION_NB;
-			CU(gpu_launch_motion_picks(&mg, gpu_ment(st), st->mne, 0, (int)y0, (int)y1,
-			                           st->mpk, NULL, s),
-			   "kriging weight kernel");
-			CU(gpu_launch_motion(&rp, st->mhist, gpu_ment(st), st->mpk, le,
+			CU(gpu_launch_motion(&rp, st->mhist, gpu_ment(st), gpu_mpk(st), le,
 			                     gpu_maxy(st), gpu_maoff(st), (int)y0, (int)y1,
 			                     st->out8, outf_dev, st->mref_event ? NULL : st->d_mob,
 			                     s),
