@@ -91,16 +91,12 @@ struct gpu_state {
 	float *mhist;                   /* [slots][ny][nx][nz] low-resolution volumes */
 	struct be_motion_entry *d_ment; /* [2][slots] entries (h_ment: pinned, [slots]) */
 	struct be_motion_entry *h_ment;
-	struct be_motion_pick *mpk;        /* [2][Y][X] picks of the output columns (half mbuf) */
-	struct be_motion_pick *mpkr;       /* [Y][X] picks of the reference */
-	float *d_mob, *h_mob;              /* [Y][X][NB] the reference bands (h_mob: pinned) */
-	float *d_mtmp;                     /* [Y][X][NB] scratch of their blur */
-	double mblur[BE_MOTION_BLUR_TAPS]; /* its taps (be_motion_blur_taps) */
-	int mblur_r;
-	bool mref_blurred; /* h_mob was blurred on the device (from the entry bands) */
-	float *h_mbe;      /* [ny][nx][NB] the bands of a registration (mapped) */
-	double *d_mpart;   /* [GPU_PROF_CHUNKS][nz]: the mean A-scan's partial sums */
-	double *h_mprof;   /* [nz] the mean A-scan (mapped) */
+	struct be_motion_pick *mpk;  /* [2][Y][X] picks of the output columns (half mbuf) */
+	struct be_motion_pick *mpkr; /* [Y][X] picks of the reference */
+	float *d_mob, *h_mob;        /* [Y][X][NB] the reference bands (h_mob: pinned) */
+	float *h_mbe;                /* [ny][nx][NB] the bands of a registration (mapped) */
+	double *d_mpart;             /* [GPU_PROF_CHUNKS][nz]: the mean A-scan's partial sums */
+	double *h_mprof;             /* [nz] the mean A-scan (mapped) */
 	/* the device's pointers to the mapped host buffers: kernels write the small results the
 	 * host's estimate waits for straight into host memory, not through the copy engine that
 	 * the epoch in flight keeps busy */
@@ -394,7 +390,7 @@ static size_t gpu_motion_bytes(const struct gpu_state *st)
 	const size_t nodes = (size_t)st->ny * st->nx;
 
 	return slots * st->le_count * sizeof(float) + 2 * slots * sizeof(struct be_motion_entry) +
-	       3 * cols * sizeof(struct be_motion_pick) + 2 * cols * BE_MOTION_NB * sizeof(float) +
+	       3 * cols * sizeof(struct be_motion_pick) + cols * BE_MOTION_NB * sizeof(float) +
 	       slots * nodes * BE_MOTION_NB * sizeof(float) +
 	       GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double) +
 	       st->lmem_threads * GPU_MOTION_LMEM;
@@ -430,8 +426,6 @@ static void gpu_motion_free(struct gpu_state *st)
 	cudaFree(st->mpk);
 	cudaFree(st->mpkr);
 	cudaFree(st->d_mob);
-	cudaFree(st->d_mtmp);
-	st->d_mtmp = NULL;
 	cudaFree(st->d_mpart);
 	if (st->h_ment)
 		cudaFreeHost(st->h_ment);
@@ -647,10 +641,6 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_mob, cols * BE_MOTION_NB * sizeof(float),
 		                "reference bands", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_mtmp, cols * BE_MOTION_NB * sizeof(float),
-		                "reference blur", err, errlen);
-	be_motion_blur_taps(st->mblur, &st->mblur_r);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float),
 		                "entry bands", err, errlen);
@@ -1483,19 +1473,6 @@ out:
 	return rc;
 }
 
-/* The last epoch's reference bands, once landed in h_mob, to the estimator (blurred there
- * unless the device blurred them). */
-static void gpu_motion_hand_reference(struct gpu_state *st)
-{
-	if (!st->mref_pending)
-		return;
-	if (st->mref_blurred)
-		be_motion_set_reference_blurred(st->motion, st->h_mob);
-	else
-		be_motion_set_reference(st->motion, st->h_mob);
-	st->mref_pending = false;
-}
-
 /*
  * The pose of a compensated epoch at offset (ox, oy) from its L_e le, on stream sm (which has
  * waited for the epoch's B-scans): the mean A-scan (device) and, while the device computes it,
@@ -1511,7 +1488,10 @@ static int gpu_motion_pose(struct gpu_state *st, uint32_t ox, uint32_t oy, const
 	CU(gpu_launch_motion_profile(le, (size_t)st->ny * st->nx, (int)st->nz, st->d_mpart,
 	                             st->dm_prof, sm),
 	   "mean A-scan kernel");
-	gpu_motion_hand_reference(st);
+	if (st->mref_pending) {
+		be_motion_set_reference(st->motion, st->h_mob);
+		st->mref_pending = false;
+	}
 	CU(cudaStreamSynchronize(sm), "cudaStreamSynchronize(mean A-scan)");
 	st->mcur = le;
 	st->mcs = sm;
@@ -1581,8 +1561,6 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 		CU(gpu_launch_motion_ref(&g, st->mpkr, st->d_meb, st->mne, gpu_maxy(st), st->d_mob,
 		                         sq),
 		   "reference bands kernel");
-		CU(gpu_launch_motion_blur(&g, st->mblur, st->mblur_r, st->d_mob, st->d_mtmp, sq),
-		   "reference blur kernels");
 		CU(cudaMemcpyAsync(st->h_mob, st->d_mob,
 		                   (size_t)st->Y * st->X * BE_MOTION_NB * sizeof(float),
 		                   cudaMemcpyDeviceToHost, sq),
@@ -1610,7 +1588,10 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 	if (!st->motion || st->mode != CFG_RECON_COMPENSATED || !st->mref_event)
 		return 0;
 	CU(cudaEventSynchronize(st->mev_ref), "cudaEventSynchronize(reference bands)");
-	gpu_motion_hand_reference(st);
+	if (st->mref_pending) {
+		be_motion_set_reference(st->motion, st->h_mob);
+		st->mref_pending = false;
+	}
 	if (st->sticky || st->mpre || st->sub_n != st->ny || st->sub_epoch <= epoch)
 		return 0;
 	uint32_t ox, oy;
@@ -1863,10 +1844,8 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		st->P = st->Q;
 		st->Q = t;
 	}
-	if (comp) { /* handed to the estimator at the next epoch, once its copy landed */
+	if (comp) /* handed to the estimator at the next epoch, once its copy landed */
 		st->mref_pending = true;
-		st->mref_blurred = st->mref_event;
-	}
 	if (!none) {
 		st->run = consecutive ? st->run + 1 : 1;
 		st->have_last = true;

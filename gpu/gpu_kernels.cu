@@ -1284,53 +1284,6 @@ __global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
 	}
 }
 
-/* The reference's blur taps (be_motion_blur_taps), by value. */
-struct gpu_blur_taps {
-	double k[BE_MOTION_BLUR_TAPS];
-	int r;
-};
-
-/* be_motion_set_reference's blur along Y: one thread per value of [Y][X * NB], each summed
- * over the taps in order in double, every product and sum rounded as the host's. */
-__global__ void k_motion_blur_y(gpu_blur_taps t, const float *__restrict__ in, int Y, int row,
-                                float *__restrict__ out)
-{
-	const size_t n = (size_t)Y * row;
-	for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n;
-	     q += (size_t)gridDim.x * blockDim.x) {
-		const int y = (int)(q / row), j = (int)(q - (size_t)y * row);
-		double acc = 0.0;
-		for (int i = -t.r; i <= t.r; i++) {
-			int yy = y + i;
-			yy = yy < 0 ? 0 : yy >= Y ? Y - 1 : yy;
-			acc = __dadd_rn(acc,
-			                __dmul_rn(t.k[i + t.r], (double)in[(size_t)yy * row + j]));
-		}
-		out[q] = (float)acc;
-	}
-}
-
-/* ... and along X, over [Y][X][NB]. */
-__global__ void k_motion_blur_x(gpu_blur_taps t, const float *__restrict__ in, int Y, int X,
-                                float *__restrict__ out)
-{
-	const size_t n = (size_t)Y * X * BE_MOTION_NB;
-	for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n;
-	     q += (size_t)gridDim.x * blockDim.x) {
-		const size_t yx = q / BE_MOTION_NB;
-		const int b = (int)(q - yx * BE_MOTION_NB), y = (int)(yx / X), x = (int)(yx % X);
-		double a = 0.0;
-		for (int i = -t.r; i <= t.r; i++) {
-			int xx = x + i;
-			xx = xx < 0 ? 0 : xx >= X ? X - 1 : xx;
-			a = __dadd_rn(
-			        a, __dmul_rn(t.k[i + t.r],
-			                     (double)in[((size_t)y * X + xx) * BE_MOTION_NB + b]));
-		}
-		out[q] = (float)a;
-	}
-}
-
 /* One thread per output column of rows [y0, y1), grid-strided: its picks (be_motion_column,
  * the host's code) over the ne entries, and over the first nref when nref > 0. */
 __global__ void __launch_bounds__(64)
@@ -1968,24 +1921,5 @@ extern "C" cudaError_t gpu_launch_motion_ref(const be_motion_geom *g, const be_m
 		return cudaErrorInvalidValue;
 	const size_t n = (size_t)g->Y * g->X, b = (n + 127) / 128;
 	k_motion_ref<<<(unsigned)(b > 65536 ? 65536 : b), 128, 0, s>>>(*g, pkr, eb, ne, axy, ob);
-	return cudaGetLastError();
-}
-
-extern "C" cudaError_t gpu_launch_motion_blur(const be_motion_geom *g, const double *k, int r,
-                                              float *ob, float *tmp, cudaStream_t s)
-{
-	gpu_blur_taps t;
-	if (r < 0 || 2 * r + 1 > BE_MOTION_BLUR_TAPS)
-		return cudaErrorInvalidValue;
-	for (int i = 0; i <= 2 * r; i++)
-		t.k[i] = k[i];
-	t.r = r;
-	const size_t n = (size_t)g->Y * g->X * BE_MOTION_NB;
-	k_motion_blur_y<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(t, ob, (int)g->Y,
-	                                                      (int)(g->X * BE_MOTION_NB), tmp);
-	cudaError_t e = cudaGetLastError();
-	if (e != cudaSuccess)
-		return e;
-	k_motion_blur_x<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(t, tmp, (int)g->Y, (int)g->X, ob);
 	return cudaGetLastError();
 }
