@@ -164,6 +164,61 @@ static void test_history_slots_and_reset(void **state)
 	be_motion_destroy(m);
 }
 
+/* The reference from entry bands (be_motion_entry_bands, be_motion_ref_column) is the band
+ * mean of the per-depth combination where that is not clamped, blended with the newest
+ * epoch's bands by a, or those bands alone where the column has no pick. */
+static void test_reference_from_entry_bands(void **state)
+{
+	enum { NXR = 3, NYR = 2, ZR = 24 };
+	const struct be_motion_geom g = {
+	        .nx = NXR, .ny = NYR, .sx = 2, .sy = 2, .X = 6, .Y = 4, .Z = ZR};
+	const size_t nodes = NXR * NYR, nb = nodes * BE_MOTION_NB;
+	static float L[2][NYR * NXR * ZR], eb[2 * NYR * NXR * BE_MOTION_NB];
+	struct be_motion_entry en[2];
+	struct be_motion_pick pk = {0};
+	const double cb[BE_MOTION_NB] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8};
+	float ob[BE_MOTION_NB];
+
+	(void)state;
+	srand(7);
+	for (int h = 0; h < 2; h++)
+		for (size_t i = 0; i < nodes * ZR; i++)
+			L[h][i] = (float)rand() / (float)RAND_MAX;
+	be_motion_shift_of(1.25, &en[0]);
+	be_motion_shift_of(-2.0, &en[1]);
+	for (int h = 0; h < 2; h++)
+		be_motion_entry_bands(&g, L[h], &en[h], eb + h * nb);
+	pk.n = 2;
+	pk.a = 1.0f;
+	pk.entry[0] = 1;
+	pk.node[0] = 4;
+	pk.w[0] = 0.7f;
+	pk.entry[1] = 0;
+	pk.node[1] = 2;
+	pk.w[1] = 0.3f;
+	be_motion_ref_column(&pk, eb, nodes, cb, ob);
+	for (uint32_t b = 0; b < BE_MOTION_NB; b++) {
+		const uint32_t z0 = b * ZR / BE_MOTION_NB, z1 = (b + 1) * ZR / BE_MOTION_NB;
+		double want = 0.0;
+		for (uint32_t z = z0; z < z1; z++)
+			want += 0.7 * be_motion_shifted(&en[1], L[1] + 4 * ZR, z, ZR) +
+			        0.3 * be_motion_shifted(&en[0], L[0] + 2 * ZR, z, ZR);
+		want /= (double)(z1 - z0);
+		assert_true(fabs(ob[b] - want) < 1e-6);
+	}
+	/* blended with the newest epoch's bands by a */
+	float ob1[BE_MOTION_NB];
+	pk.a = 0.25f;
+	be_motion_ref_column(&pk, eb, nodes, cb, ob1);
+	for (uint32_t b = 0; b < BE_MOTION_NB; b++)
+		assert_true(fabs(ob1[b] - (0.25 * ob[b] + 0.75 * cb[b])) < 1e-6);
+	/* no pick: the newest epoch's bands alone */
+	pk.n = 0;
+	be_motion_ref_column(&pk, eb, nodes, cb, ob1);
+	for (uint32_t b = 0; b < BE_MOTION_NB; b++)
+		assert_true(ob1[b] == (float)cb[b]);
+}
+
 /* ---- the CPU backend: a live switch into the mode, and reset_history ------------------------ */
 
 enum { K = 64, NX = 6, NY = 6 };
@@ -249,6 +304,7 @@ VR_TEST_GROUP(cpu_motion)
 	        cmocka_unit_test(test_a_shifted_history_is_picked_where_its_tissue_lies_now),
 	        cmocka_unit_test(test_depth_shift),
 	        cmocka_unit_test(test_history_slots_and_reset),
+	        cmocka_unit_test(test_reference_from_entry_bands),
 	        cmocka_unit_test(test_live_switch_and_reset_start_as_a_new_backend),
 	};
 	return cmocka_run_group_tests_name("cpu_motion", tests, NULL, NULL);
