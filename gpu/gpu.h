@@ -215,11 +215,12 @@ cudaError_t gpu_launch_motion_bands(const float *le, size_t n, int nz,
 /* The interpolation axes axy, aoff of this epoch (gpu_launch_adapt_weights' first kernel). */
 cudaError_t gpu_launch_axes(const struct gpu_recon_params *p, int4 *axy, longlong2 *aoff,
                             cudaStream_t s);
-/* The picks pk of the output columns of rows [y0, y1) from the entries en[0..ne)
- * (be_motion_column's result: a warp per column up to 128 entries, else a thread). */
+/* The picks of the output columns of rows [y0, y1): pk from the entries en[0..ne), and pkr
+ * from en[0..nref) when nref > 0 (be_motion_column, one thread per column). */
 cudaError_t gpu_launch_motion_picks(const struct be_motion_geom *g,
-                                    const struct be_motion_entry *en, uint32_t ne, int y0, int y1,
-                                    struct be_motion_pick *pk, cudaStream_t s);
+                                    const struct be_motion_entry *en, uint32_t ne, uint32_t nref,
+                                    int y0, int y1, struct be_motion_pick *pk,
+                                    struct be_motion_pick *pkr, cudaStream_t s);
 /* The output of rows [y0, y1): per column the kriging combination of its picks pk over the
  * history (where it has none, the bilinear interpolation of le on the axes axy, aoff), every
  * product and sum rounded as cpu/motion.c rounds them, u8 into out8 and float into outf (may

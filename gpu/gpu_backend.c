@@ -1555,8 +1555,8 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 		CU(gpu_launch_motion_ebands(st->mhist, gpu_ment(st), st->mne, nodes, (int)st->nz,
 		                            st->d_meb, sq),
 		   "entry bands kernel");
-		CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mnref, 0, (int)st->Y, st->mpkr,
-		                           sq),
+		CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mnref, 0, 0, (int)st->Y, st->mpkr,
+		                           NULL, sq),
 		   "reference kriging weight kernel");
 		CU(gpu_launch_motion_ref(&g, st->mpkr, st->d_meb, st->mne, gpu_maxy(st), st->d_mob,
 		                         sq),
@@ -1567,7 +1567,8 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 		   "cudaMemcpyAsync(reference bands, device to host)");
 		CU(cudaEventRecord(st->mev_ref, sq), "cudaEventRecord(reference bands)");
 	}
-	CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mne, 0, (int)st->Y, gpu_mpk(st), sq),
+	CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mne, 0, 0, (int)st->Y, gpu_mpk(st), NULL,
+	                           sq),
 	   "kriging weight kernel");
 	CU(cudaEventRecord(st->mev_pre, sq), "cudaEventRecord(compensated epoch queued)");
 out:

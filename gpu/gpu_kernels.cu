@@ -1285,18 +1285,24 @@ __global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
 }
 
 /* One thread per output column of rows [y0, y1), grid-strided: its picks (be_motion_column,
- * the host's code) over the ne entries (more than k_motion_picks_w takes). */
+ * the host's code) over the ne entries, and over the first nref when nref > 0. */
 __global__ void __launch_bounds__(64)
         k_motion_picks(be_motion_geom g, const be_motion_entry *__restrict__ en, uint32_t ne,
-                       int y0, int y1, be_motion_pick *__restrict__ pk)
+                       uint32_t nref, int y0, int y1, be_motion_pick *__restrict__ pk,
+                       be_motion_pick *__restrict__ pkr)
 {
 	const size_t n = (size_t)(y1 - y0) * g.X;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		const uint32_t yy = y0 + (uint32_t)(i / g.X), xx = (uint32_t)(i % g.X);
+		const size_t col = (size_t)yy * g.X + xx;
 		be_motion_pick q;
 		be_motion_column(&g, en, ne, yy, xx, &q);
-		pk[(size_t)yy * g.X + xx] = q;
+		pk[col] = q;
+		if (nref > 0) {
+			be_motion_column(&g, en, nref, yy, xx, &q);
+			pkr[col] = q;
+		}
 	}
 }
 
@@ -1308,29 +1314,6 @@ struct gpu_motion_taps {
 	int n;
 	float a; /* the combination's weight against the newest epoch */
 };
-
-/* Tap i of a column's picks q into shared memory (the count and a with tap 0): its history
- * A-scan (slots of vol floats, A-scans of Z), shift and weight. */
-static __device__ __forceinline__ void gpu_motion_load_tap(gpu_motion_taps &tp,
-                                                           const be_motion_pick *__restrict__ q,
-                                                           const be_motion_entry *__restrict__ en,
-                                                           const float *__restrict__ hist,
-                                                           size_t vol, int Z, int i)
-{
-	const int n = (int)q->n;
-	if (i == 0) {
-		tp.n = n;
-		tp.a = q->a;
-	}
-	if (i < n) {
-		const be_motion_entry *e = &en[q->entry[i]];
-		tp.l[i] = hist + e->slot * vol + (size_t)q->node[i] * Z;
-		tp.k[i] = e->k;
-		tp.fa[i] = e->fa;
-		tp.fb[i] = e->fb;
-		tp.w[i] = q->w[i];
-	}
-}
 
 /* The kriging combination of taps t at depth z, summed in pick order as cpu/motion.c. */
 static __device__ __forceinline__ float gpu_combine(const gpu_motion_taps &t, int z, int Z)
@@ -1386,8 +1369,23 @@ __global__ void __launch_bounds__(GPU_THREADS)
 	const int xx = (int)(blockIdx.x % (unsigned)p.X);
 	const size_t vol = (size_t)p.ny * p.nx * Z, col = (size_t)yy * p.X + xx;
 
-	if (threadIdx.x < BE_MOTION_M)
-		gpu_motion_load_tap(tp, pk + col, en, hist, vol, Z, threadIdx.x);
+	if (threadIdx.x < BE_MOTION_M) {
+		const int i = threadIdx.x;
+		const be_motion_pick *c = pk + col;
+		const int n = (int)c->n;
+		if (i == 0) {
+			tp.n = n;
+			tp.a = c->a;
+		}
+		if (i < n) {
+			const be_motion_entry *e = &en[c->entry[i]];
+			tp.l[i] = hist + e->slot * vol + (size_t)c->node[i] * Z;
+			tp.k[i] = e->k;
+			tp.fa[i] = e->fa;
+			tp.fb[i] = e->fb;
+			tp.w[i] = c->w[i];
+		}
+	}
 	__syncthreads();
 	double acc = 0.0;
 	for (int z = z0 + (int)threadIdx.x; z < z1; z += blockDim.x) {
@@ -1436,8 +1434,22 @@ __global__ void __launch_bounds__(GPU_THREADS)
 	const size_t vol = (size_t)p.ny * p.nx * Z, col = (size_t)yy * p.X + xx;
 	gpu_motion_taps &tp = tps[cj];
 
-	if (have && t < BE_MOTION_M)
-		gpu_motion_load_tap(tp, pk + col, en, hist, vol, Z, t);
+	if (have && t < BE_MOTION_M) {
+		const be_motion_pick *q = pk + col;
+		const int n = (int)q->n;
+		if (t == 0) {
+			tp.n = n;
+			tp.a = q->a;
+		}
+		if (t < n) {
+			const be_motion_entry *e = &en[q->entry[t]];
+			tp.l[t] = hist + e->slot * vol + (size_t)q->node[t] * Z;
+			tp.k[t] = e->k;
+			tp.fa[t] = e->fa;
+			tp.fb[t] = e->fb;
+			tp.w[t] = q->w[t];
+		}
+	}
 	__syncthreads();
 	double acc = 0.0;
 	for (int z = z0 + 4 * t; have && z < z1; z += 4 * GPU_MOTION4_T) {
@@ -1849,20 +1861,22 @@ extern "C" cudaError_t gpu_launch_axes(const gpu_recon_params *p, int4 *axy, lon
 }
 
 extern "C" cudaError_t gpu_launch_motion_picks(const be_motion_geom *g, const be_motion_entry *en,
-                                               uint32_t ne, int y0, int y1, be_motion_pick *pk,
+                                               uint32_t ne, uint32_t nref, int y0, int y1,
+                                               be_motion_pick *pk, be_motion_pick *pkr,
                                                cudaStream_t s)
 {
 	if (y1 <= y0)
 		return cudaSuccess;
 	const size_t n = (size_t)(y1 - y0) * g->X;
-	if (ne <= GPU_PICK_MAXE) {
+	if (ne <= GPU_PICK_MAXE && nref == 0) {
 		const size_t b = (n + GPU_PICK_WARPS - 1) / GPU_PICK_WARPS;
 		k_motion_picks_w<<<(unsigned)(b > 65536 ? 65536 : b), 32 * GPU_PICK_WARPS, 0, s>>>(
 		        *g, en, ne, y0, y1, pk);
 		return cudaGetLastError();
 	}
 	const size_t b = (n + 63) / 64;
-	k_motion_picks<<<(unsigned)(b > 65536 ? 65536 : b), 64, 0, s>>>(*g, en, ne, y0, y1, pk);
+	k_motion_picks<<<(unsigned)(b > 65536 ? 65536 : b), 64, 0, s>>>(*g, en, ne, nref, y0, y1,
+	                                                                pk, pkr);
 	return cudaGetLastError();
 }
 
