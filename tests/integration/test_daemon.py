@@ -217,8 +217,10 @@ class Daemon:
         return proc, out
 
 
-def read_records(path):
-    """The vrd_reader output: a list of (header dict, numpy volume)."""
+def read_records(path, growing=False):
+    """The vrd_reader output: a list of (header dict, numpy volume). growing: the reader is
+    still writing it, so a last record may be cut short (it is left out); otherwise every
+    record must be whole."""
     if not pathlib.Path(path).exists():
         return []
     data = pathlib.Path(path).read_bytes()
@@ -226,6 +228,9 @@ def read_records(path):
     while off + 64 <= len(data):
         ses, seq, epoch, vid, nbytes, ny, nx, nz, flags = struct.unpack_from("<QQQQQIIII", data, off)
         off += 64
+        if off + nbytes > len(data):
+            assert growing, f"{path}: record {len(recs)} cut short ({len(data) - off} of {nbytes} bytes)"
+            break
         vol = np.frombuffer(data, np.uint8, nbytes, off).reshape(ny, nx, nz)
         off += nbytes
         recs.append(({"session": ses, "sequence": seq, "epoch": epoch, "flags": flags}, vol))
@@ -486,7 +491,7 @@ def test_sigkill_then_restart_clients_recover(daemons):
     d.ready()
     reader, out = d.reader(1000, 10, name="survivor")
     deadline = time.monotonic() + TIMEOUT
-    while not read_records(out) and time.monotonic() < deadline:
+    while not read_records(out, growing=True) and time.monotonic() < deadline:
         time.sleep(0.1)
     import volrec
     c = volrec.Client(d.instance, run_dir=str(d.run_dir), open_timeout=TIMEOUT)
