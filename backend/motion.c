@@ -20,7 +20,7 @@
 	16       /* the registration's sums: partial sums over these parts of the node rows,
                    * added in order, so that the result does not depend on the threads */
 #define NSRCH 13 /* rotations of the search */
-#define POOL  4  /* helper threads at most */
+#define POOL  8  /* helper threads at most */
 
 struct be_motion;
 
@@ -726,7 +726,7 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
  * in double (rows at a time, so that the loops vectorize). */
 struct blur_job {
 	const float *in;
-	double k[64];
+	double k[BE_MOTION_BLUR_TAPS];
 	int r;
 };
 
@@ -773,16 +773,29 @@ static void blur_part(struct be_motion *m, unsigned part, void *arg)
 	}
 }
 
-void be_motion_set_reference(struct be_motion *m, const float *ob)
+void be_motion_blur_taps(double *k, int *r)
 {
-	struct blur_job j = {.in = ob, .r = (int)ceil(3.0 * BE_MOTION_BLUR)};
+	const int rr = (int)ceil(3.0 * BE_MOTION_BLUR);
 	double ks = 0.0;
 
-	for (int i = -j.r; i <= j.r; i++)
-		ks += j.k[i + j.r] =
-		        exp(-(double)(i * i) / (2.0 * BE_MOTION_BLUR * BE_MOTION_BLUR));
-	for (int i = 0; i <= 2 * j.r; i++)
-		j.k[i] /= ks;
+	for (int i = -rr; i <= rr; i++)
+		ks += k[i + rr] = exp(-(double)(i * i) / (2.0 * BE_MOTION_BLUR * BE_MOTION_BLUR));
+	for (int i = 0; i <= 2 * rr; i++)
+		k[i] /= ks;
+	*r = rr;
+}
+
+void be_motion_set_reference(struct be_motion *m, const float *ob)
+{
+	struct blur_job j = {.in = ob};
+
+	be_motion_blur_taps(j.k, &j.r);
 	pool_run(m, blur_part, &j, CHUNKS);
+	m->have_ob = true;
+}
+
+void be_motion_set_reference_blurred(struct be_motion *m, const float *ob)
+{
+	memcpy(m->ob, ob, (size_t)m->g.Y * m->g.X * BE_MOTION_NB * sizeof(float));
 	m->have_ob = true;
 }

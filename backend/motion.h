@@ -119,9 +119,11 @@ BE_MOTION_HD static inline bool be_motion_solve(double *a, double *b, uint32_t n
 			b[r] -= f * b[c];
 		}
 	}
+	/* from the last unknown back, each row subtracting the known ones from the last back
+	 * (so that a device can hand each unknown to every row above as soon as it is known) */
 	for (uint32_t c = n; c-- > 0;) {
 		double v = b[c];
-		for (uint32_t j = c + 1; j < n; j++)
+		for (uint32_t j = n; --j > c;)
 			v -= a[c * n + j] * b[j];
 		b[c] = v / a[c * n + c];
 	}
@@ -372,6 +374,15 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 /* The reference bands of this epoch's output (Y x X x NB floats, the columns kriged from the
  * first nref entries, or the output, in bands): kept, blurred, for the next registration. */
 void be_motion_set_reference(struct be_motion *m, const float *ob);
+/* The same with ob already blurred (by be_motion_blur's taps, each output summed over the taps
+ * in order in double, along Y then along X, as be_motion_set_reference does): a backend that
+ * blurs on its device. */
+void be_motion_set_reference_blurred(struct be_motion *m, const float *ob);
+
+/* The reference's blur: the normalized Gaussian taps k[0 .. 2r] (k[i + r] at offset i) of
+ * BE_MOTION_BLUR, r = ceil(3 BE_MOTION_BLUR) (*r; k holds at least BE_MOTION_BLUR_TAPS). */
+#define BE_MOTION_BLUR_TAPS 64
+void be_motion_blur_taps(double *k, int *r);
 
 /* The pose of the last epoch (for tests). */
 struct be_motion_pose be_motion_last_pose(const struct be_motion *m);

@@ -239,6 +239,13 @@ cudaError_t gpu_launch_motion_ebands(const float *hist, const struct be_motion_e
 cudaError_t gpu_launch_motion_ref(const struct be_motion_geom *g, const struct be_motion_pick *pkr,
                                   const float *eb, uint32_t ne, const int4 *axy, float *ob,
                                   cudaStream_t s);
+/* The reference bands ob [Y][X][NB] blurred into out as be_motion_set_reference blurs them,
+ * with the taps k[0 .. 2r] of be_motion_blur_taps (bit for bit; tmp: scratch of ob's size;
+ * out may be mapped host memory). */
+cudaError_t gpu_launch_motion_blur(const struct be_motion_geom *g, const double *k, int r,
+                                   const float *ob, float *tmp, float *out, cudaStream_t s);
+/* n floats from src to dst by a kernel (on the stream's priority, not the copy engines). */
+cudaError_t gpu_launch_copy(const float *src, float *dst, size_t n, cudaStream_t s);
 /* Local memory per thread of the picks kernel (be_motion_column's arrays), for the budget. */
 #define GPU_MOTION_LMEM 6144
 

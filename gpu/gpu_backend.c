@@ -56,9 +56,13 @@ struct gpu_state {
 	int ns;
 	struct gpu_stream *st; /* preprocessing streams */
 	/* reconstruction streams: rs[0] waits for the preprocessing, interlaces and sets the
-	 * weights, then ev_ready; slabs go round-robin; rev[j] closes epoch's work on rs[j] */
-	cudaStream_t rs[GPU_RSTREAMS];
-	cudaEvent_t rev[GPU_RSTREAMS];
+	 * weights, then ev_ready; slabs go round-robin; rev[j] closes epoch's work on rs[j]
+	 * and cs[j]. A slab's copy down goes on cs[j], after its kernel (cev[j]): the next
+	 * slab's kernel on rs[j] does not wait for that copy, so the kernels finish early and
+	 * the copy engine streams the volume while other work (the next compensated epoch's)
+	 * has the device */
+	cudaStream_t rs[GPU_RSTREAMS], cs[GPU_RSTREAMS];
+	cudaEvent_t rev[GPU_RSTREAMS], cev[GPU_RSTREAMS];
 	cudaEvent_t ev_ready;
 	float *cpin; /* pinned [S*S + 4]: the weight table and c_g, source of the upload */
 
@@ -91,16 +95,20 @@ struct gpu_state {
 	float *mhist;                   /* [slots][ny][nx][nz] low-resolution volumes */
 	struct be_motion_entry *d_ment; /* [2][slots] entries (h_ment: pinned, [slots]) */
 	struct be_motion_entry *h_ment;
-	struct be_motion_pick *mpk;  /* [2][Y][X] picks of the output columns (half mbuf) */
-	struct be_motion_pick *mpkr; /* [Y][X] picks of the reference */
-	float *d_mob, *h_mob;        /* [Y][X][NB] the reference bands (h_mob: pinned) */
-	float *h_mbe;                /* [ny][nx][NB] the bands of a registration (mapped) */
-	double *d_mpart;             /* [GPU_PROF_CHUNKS][nz]: the mean A-scan's partial sums */
-	double *h_mprof;             /* [nz] the mean A-scan (mapped) */
+	struct be_motion_pick *mpk;        /* [2][Y][X] picks of the output columns (half mbuf) */
+	struct be_motion_pick *mpkr;       /* [Y][X] picks of the reference */
+	float *d_mob, *h_mob;              /* [Y][X][NB] the reference bands (h_mob: mapped) */
+	float *d_mtmp;                     /* [Y][X][NB] scratch of their blur */
+	double mblur[BE_MOTION_BLUR_TAPS]; /* its taps (be_motion_blur_taps) */
+	int mblur_r;
+	bool mref_blurred; /* h_mob was blurred on the device (from the entry bands) */
+	float *h_mbe;      /* [ny][nx][NB] the bands of a registration (mapped) */
+	double *d_mpart;   /* [GPU_PROF_CHUNKS][nz]: the mean A-scan's partial sums */
+	double *h_mprof;   /* [nz] the mean A-scan (mapped) */
 	/* the device's pointers to the mapped host buffers: kernels write the small results the
 	 * host's estimate waits for straight into host memory, not through the copy engine that
 	 * the epoch in flight keeps busy */
-	float *dm_be;
+	float *dm_be, *dm_ob;
 	double *dm_prof;
 	float *d_meb;         /* [slots][ny][nx][NB] the entry bands of this epoch */
 	bool mref_pending;    /* h_mob holds the last epoch's reference, not yet set */
@@ -109,7 +117,7 @@ struct gpu_state {
 	cudaStream_t mstream; /* the next epoch's pose estimate while one is in flight */
 	cudaStream_t mqs;     /* ... and its device work before the slabs (background) */
 	cudaStream_t mcs;     /* the stream of the registration's bands (mstream or rs[0]) */
-	cudaEvent_t mev_ref;  /* the reference bands copied down */
+	cudaEvent_t mev_ref;  /* the reference bands (blurred) written to h_mob */
 	bool mpre;            /* the pose of epoch mpre_epoch is estimated (mslot) */
 	uint64_t mpre_epoch;
 	uint32_t mslot;
@@ -390,7 +398,7 @@ static size_t gpu_motion_bytes(const struct gpu_state *st)
 	const size_t nodes = (size_t)st->ny * st->nx;
 
 	return slots * st->le_count * sizeof(float) + 2 * slots * sizeof(struct be_motion_entry) +
-	       3 * cols * sizeof(struct be_motion_pick) + cols * BE_MOTION_NB * sizeof(float) +
+	       3 * cols * sizeof(struct be_motion_pick) + 2 * cols * BE_MOTION_NB * sizeof(float) +
 	       slots * nodes * BE_MOTION_NB * sizeof(float) +
 	       GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double) +
 	       st->lmem_threads * GPU_MOTION_LMEM;
@@ -426,6 +434,8 @@ static void gpu_motion_free(struct gpu_state *st)
 	cudaFree(st->mpk);
 	cudaFree(st->mpkr);
 	cudaFree(st->d_mob);
+	cudaFree(st->d_mtmp);
+	st->d_mtmp = NULL;
 	cudaFree(st->d_mpart);
 	if (st->h_ment)
 		cudaFreeHost(st->h_ment);
@@ -438,7 +448,7 @@ static void gpu_motion_free(struct gpu_state *st)
 	st->mhist = NULL;
 	st->d_ment = st->h_ment = NULL;
 	st->mpk = st->mpkr = NULL;
-	st->d_mob = st->h_mob = st->h_mbe = st->dm_be = NULL;
+	st->d_mob = st->h_mob = st->h_mbe = st->dm_be = st->dm_ob = NULL;
 	st->d_mpart = st->h_mprof = st->dm_prof = NULL;
 	st->mref_pending = false;
 }
@@ -478,14 +488,21 @@ static void gpu_destroy(void *vst)
 		}
 		free(st->st);
 	}
-	for (int j = 0; j < GPU_RSTREAMS; j++)
+	for (int j = 0; j < GPU_RSTREAMS; j++) {
 		if (st->rs[j])
 			cudaStreamSynchronize(st->rs[j]);
+		if (st->cs[j])
+			cudaStreamSynchronize(st->cs[j]);
+	}
 	for (int j = 0; j < GPU_RSTREAMS; j++) {
 		if (st->rev[j])
 			cudaEventDestroy(st->rev[j]);
+		if (st->cev[j])
+			cudaEventDestroy(st->cev[j]);
 		if (st->rs[j])
 			cudaStreamDestroy(st->rs[j]);
+		if (st->cs[j])
+			cudaStreamDestroy(st->cs[j]);
 	}
 	if (st->ev_ready)
 		cudaEventDestroy(st->ev_ready);
@@ -585,6 +602,34 @@ static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t er
 	return gpu_cuda_check(cudaMalloc(p, n ? n : 1), buf, err, errlen);
 }
 
+/*
+ * The backend uses more streams (preprocessing, reconstruction, copies, views, the compensated
+ * mode's) than the 8 hardware work queues CUDA gives a context by default; streams that share
+ * a queue wait for each other's work (a pose estimate behind a volume's copies). Unless the
+ * user set CUDA_DEVICE_MAX_CONNECTIONS, it is raised to 32 (the most) before any CUDA call:
+ * at load time, while the process has one thread.
+ */
+__attribute__((constructor)) static void gpu_connections(void)
+{
+	setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
+/* n bytes of pinned host memory mapped into the device's address space: *h for the host, *d
+ * for kernels (which write small results there without the copy engines). */
+static int gpu_host_mapped(void **h, void **d, size_t n, const char *what, char *err, size_t errlen)
+{
+	char buf[160];
+	int rc;
+
+	snprintf(buf, sizeof(buf), "cudaHostAlloc(%s, %zu bytes, mapped)", what, n);
+	rc = gpu_cuda_check(cudaHostAlloc(h, n, cudaHostAllocMapped), buf, err, errlen);
+	if (rc == 0) {
+		snprintf(buf, sizeof(buf), "cudaHostGetDevicePointer(%s)", what);
+		rc = gpu_cuda_check(cudaHostGetDevicePointer(d, *h, 0), buf, err, errlen);
+	}
+	return rc;
+}
+
 /* Allocate the compensated mode's buffers (nothing when they exist), with the device's free
  * memory checked first: -ENOMEM with the size it needs. The device must be current. */
 static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
@@ -642,6 +687,10 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		rc = gpu_malloc((void **)&st->d_mob, cols * BE_MOTION_NB * sizeof(float),
 		                "reference bands", err, errlen);
 	if (rc == 0)
+		rc = gpu_malloc((void **)&st->d_mtmp, cols * BE_MOTION_NB * sizeof(float),
+		                "reference blur", err, errlen);
+	be_motion_blur_taps(st->mblur, &st->mblur_r);
+	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float),
 		                "entry bands", err, errlen);
 	if (rc == 0)
@@ -667,25 +716,16 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		                    "cudaHostAlloc(compensated entries)", err, errlen);
 	}
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_mob,
-		                                  cols * BE_MOTION_NB * sizeof(float),
-		                                  cudaHostAllocDefault),
-		                    "cudaHostAlloc(reference bands)", err, errlen);
+		rc = gpu_host_mapped((void **)&st->h_mob, (void **)&st->dm_ob,
+		                     cols * BE_MOTION_NB * sizeof(float), "reference bands", err,
+		                     errlen);
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_mbe,
-		                                  nodes * BE_MOTION_NB * sizeof(float),
-		                                  cudaHostAllocMapped),
-		                    "cudaHostAlloc(registration bands)", err, errlen);
+		rc = gpu_host_mapped((void **)&st->h_mbe, (void **)&st->dm_be,
+		                     nodes * BE_MOTION_NB * sizeof(float), "registration bands",
+		                     err, errlen);
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_mprof, st->nz * sizeof(double),
-		                                  cudaHostAllocMapped),
-		                    "cudaHostAlloc(mean A-scan)", err, errlen);
-	if (rc == 0)
-		rc = gpu_cuda_check(cudaHostGetDevicePointer((void **)&st->dm_be, st->h_mbe, 0),
-		                    "cudaHostGetDevicePointer(registration bands)", err, errlen);
-	if (rc == 0)
-		rc = gpu_cuda_check(cudaHostGetDevicePointer((void **)&st->dm_prof, st->h_mprof, 0),
-		                    "cudaHostGetDevicePointer(mean A-scan)", err, errlen);
+		rc = gpu_host_mapped((void **)&st->h_mprof, (void **)&st->dm_prof,
+		                     st->nz * sizeof(double), "mean A-scan", err, errlen);
 	/* no slot is read before it is written; zeros keep a stray read harmless */
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaMemset(st->mhist, 0, slots * st->le_count * sizeof(float)),
@@ -971,8 +1011,15 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		rc = gpu_cuda_check(gpu_stream_prio(&st->rs[j], GPU_PRIO_RECON),
 		                    "cudaStreamCreate(reconstruction)", err, errlen);
 		if (rc == 0)
+			rc = gpu_cuda_check(gpu_stream_prio(&st->cs[j], GPU_PRIO_RECON),
+			                    "cudaStreamCreate(volume copies)", err, errlen);
+		if (rc == 0)
 			rc = gpu_cuda_check(
 			        cudaEventCreateWithFlags(&st->rev[j], cudaEventDisableTiming),
+			        "cudaEventCreate", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(
+			        cudaEventCreateWithFlags(&st->cev[j], cudaEventDisableTiming),
 			        "cudaEventCreate", err, errlen);
 	}
 	st->views = be_views_wanted(cfg);
@@ -1307,6 +1354,11 @@ static int gpu_sync_all(struct gpu_state *st, char *err, size_t errlen)
 		                   rc ? 0 : errlen);
 		if (r < 0 && rc == 0)
 			rc = r;
+		r = gpu_cuda_check(cudaStreamSynchronize(st->cs[j]),
+		                   "cudaStreamSynchronize(volume copies)", rc ? NULL : err,
+		                   rc ? 0 : errlen);
+		if (r < 0 && rc == 0)
+			rc = r;
 	}
 	cudaStream_t ms[2] = {st->mstream, st->mqs};
 	for (int j = 0; j < 2; j++) {
@@ -1473,6 +1525,19 @@ out:
 	return rc;
 }
 
+/* The last epoch's reference bands, once landed in h_mob, to the estimator (blurred there
+ * unless the device blurred them). */
+static void gpu_motion_hand_reference(struct gpu_state *st)
+{
+	if (!st->mref_pending)
+		return;
+	if (st->mref_blurred)
+		be_motion_set_reference_blurred(st->motion, st->h_mob);
+	else
+		be_motion_set_reference(st->motion, st->h_mob);
+	st->mref_pending = false;
+}
+
 /*
  * The pose of a compensated epoch at offset (ox, oy) from its L_e le, on stream sm (which has
  * waited for the epoch's B-scans): the mean A-scan (device) and, while the device computes it,
@@ -1488,10 +1553,7 @@ static int gpu_motion_pose(struct gpu_state *st, uint32_t ox, uint32_t oy, const
 	CU(gpu_launch_motion_profile(le, (size_t)st->ny * st->nx, (int)st->nz, st->d_mpart,
 	                             st->dm_prof, sm),
 	   "mean A-scan kernel");
-	if (st->mref_pending) {
-		be_motion_set_reference(st->motion, st->h_mob);
-		st->mref_pending = false;
-	}
+	gpu_motion_hand_reference(st);
 	CU(cudaStreamSynchronize(sm), "cudaStreamSynchronize(mean A-scan)");
 	st->mcur = le;
 	st->mcs = sm;
@@ -1527,13 +1589,17 @@ static longlong2 *gpu_maoff(const struct gpu_state *st)
 }
 
 /*
- * The device's part of a compensated epoch before its slabs, on stream sq: le copied into the
+ * The device's part of a compensated epoch before its slabs. On stream sq: le copied into the
  * history slot of its pose, the entries uploaded and the interpolation axes (into the half of
  * the buffers the last epoch did not use); then, once there are enough entries for a reference
- * of its own, the entry bands, the reference's picks and bands, copied down and marked by
- * mev_ref, so that the next epoch's registration can start while this one's output is
- * gathered and copied. mev_pre marks the end. None of it touches what the epoch before reads
- * (its slot is not this one's: BE_MOTION_SLOTS), so it may run while that epoch is in flight.
+ * of its own, the entry bands, the reference's picks and bands, blurred into mapped host
+ * memory and marked by mev_ref, so that the next epoch's registration can start while this
+ * one's output is gathered and copied. Kernels, not the copy engines, move these data: the
+ * copy engines are busy with the epoch in flight's volume, and the next registration waits
+ * for the reference. Then the output's picks; mev_pre marks the end. None of it touches what
+ * the epoch before reads (its slot is not this one's: BE_MOTION_SLOTS), so it may run while
+ * that epoch is in flight (the CUDA backend queues it on a stream below the reconstruction's
+ * priority: measured, this order and priority give the highest rate).
  */
 static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params *rp,
                             const float *le, cudaStream_t sq, char *err, size_t errlen)
@@ -1543,9 +1609,8 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 	int rc;
 
 	st->mbuf ^= 1u;
-	CU(cudaMemcpyAsync(st->mhist + (size_t)st->mslot * st->le_count, le,
-	                   st->le_count * sizeof(float), cudaMemcpyDeviceToDevice, sq),
-	   "cudaMemcpyAsync(history slot)");
+	CU(gpu_launch_copy(le, st->mhist + (size_t)st->mslot * st->le_count, st->le_count, sq),
+	   "history slot copy kernel");
 	CU(cudaMemcpyAsync(gpu_ment(st), st->h_ment, st->mne * sizeof(*st->h_ment),
 	                   cudaMemcpyHostToDevice, sq),
 	   "cudaMemcpyAsync(compensated entries, host to device)");
@@ -1561,10 +1626,9 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 		CU(gpu_launch_motion_ref(&g, st->mpkr, st->d_meb, st->mne, gpu_maxy(st), st->d_mob,
 		                         sq),
 		   "reference bands kernel");
-		CU(cudaMemcpyAsync(st->h_mob, st->d_mob,
-		                   (size_t)st->Y * st->X * BE_MOTION_NB * sizeof(float),
-		                   cudaMemcpyDeviceToHost, sq),
-		   "cudaMemcpyAsync(reference bands, device to host)");
+		CU(gpu_launch_motion_blur(&g, st->mblur, st->mblur_r, st->d_mob, st->d_mtmp,
+		                          st->dm_ob, sq),
+		   "reference blur kernels");
 		CU(cudaEventRecord(st->mev_ref, sq), "cudaEventRecord(reference bands)");
 	}
 	CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mne, 0, 0, (int)st->Y, gpu_mpk(st), NULL,
@@ -1588,10 +1652,7 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 	if (!st->motion || st->mode != CFG_RECON_COMPENSATED || !st->mref_event)
 		return 0;
 	CU(cudaEventSynchronize(st->mev_ref), "cudaEventSynchronize(reference bands)");
-	if (st->mref_pending) {
-		be_motion_set_reference(st->motion, st->h_mob);
-		st->mref_pending = false;
-	}
+	gpu_motion_hand_reference(st);
 	if (st->sticky || st->mpre || st->sub_n != st->ny || st->sub_epoch <= epoch)
 		return 0;
 	uint32_t ox, oy;
@@ -1801,13 +1862,19 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		}
 		if (st->views && out->views)
 			CU(cudaEventRecord(st->kev[k % GPU_RSTREAMS], s), "cudaEventRecord");
+		cudaStream_t cpy = st->cs[k % GPU_RSTREAMS];
+		if ((out->volume || out->full) && nc) {
+			CU(cudaEventRecord(st->cev[k % GPU_RSTREAMS], s), "cudaEventRecord");
+			CU(cudaStreamWaitEvent(cpy, st->cev[k % GPU_RSTREAMS], 0),
+			   "cudaStreamWaitEvent(slab kernel)");
+		}
 		if (out->volume && nc)
 			CU(cudaMemcpyAsync(out->volume + off, st->out8 + off, nc,
-			                   cudaMemcpyDeviceToHost, s),
+			                   cudaMemcpyDeviceToHost, cpy),
 			   "cudaMemcpyAsync(u8 volume, device to host)");
 		if (out->full && nc)
 			CU(cudaMemcpyAsync(out->full + off, outf_dev + off, nc * sizeof(float),
-			                   cudaMemcpyDeviceToHost, s),
+			                   cudaMemcpyDeviceToHost, cpy),
 			   "cudaMemcpyAsync(float volume, device to host)");
 	}
 	/* the part's B-scans of L_e and of the median counts */
@@ -1825,8 +1892,12 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		   "cudaMemcpyAsync(median depth counts, device to host)");
 	else if (out->median_depths)
 		memset(out->median_depths + b0, 0, nb * sizeof(*out->median_depths));
-	for (int j = 0; j < GPU_RSTREAMS; j++)
-		CU(cudaEventRecord(st->rev[j], st->rs[j]), "cudaEventRecord");
+	for (int j = 0; j < GPU_RSTREAMS; j++) {
+		/* rev[j]: after rs[j]'s work and cs[j]'s copies */
+		CU(cudaEventRecord(st->cev[j], st->rs[j]), "cudaEventRecord");
+		CU(cudaStreamWaitEvent(st->cs[j], st->cev[j], 0), "cudaStreamWaitEvent");
+		CU(cudaEventRecord(st->rev[j], st->cs[j]), "cudaEventRecord");
+	}
 	if (st->views && out->views) {
 		if (!st->views_valid) {
 			rc = -EINVAL;
@@ -1844,8 +1915,10 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		st->P = st->Q;
 		st->Q = t;
 	}
-	if (comp) /* handed to the estimator at the next epoch, once its copy landed */
+	if (comp) { /* handed to the estimator at the next epoch, once its copy landed */
 		st->mref_pending = true;
+		st->mref_blurred = st->mref_event;
+	}
 	if (!none) {
 		st->run = consecutive ? st->run + 1 : 1;
 		st->have_last = true;

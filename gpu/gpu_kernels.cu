@@ -1085,15 +1085,54 @@ struct gpu_pick_ws {
 	double d[BE_MOTION_M + 1], cx[BE_MOTION_M + 1], cy[BE_MOTION_M + 1], tp[BE_MOTION_M];
 	uint32_t en[BE_MOTION_M + 1], nd[BE_MOTION_M + 1];
 	double a[(BE_MOTION_M + 1) * (BE_MOTION_M + 1)], b[BE_MOTION_M + 1];
+	double f[BE_MOTION_M + 1]; /* the elimination's row factors */
 };
+
+/* Pair pi of the ordering (0,1), (0,2), (1,2), (0,3), ... (i < j, by j then i) into *i, *j. */
+static __device__ void gpu_pick_pair(uint32_t pi, uint32_t *i, uint32_t *j)
+{
+	uint32_t jj = (uint32_t)((1.0f + sqrtf(1.0f + 8.0f * (float)pi)) * 0.5f);
+	while (jj * (jj - 1) / 2 > pi)
+		jj--;
+	while ((jj + 1) * jj / 2 <= pi)
+		jj++;
+	*j = jj;
+	*i = pi - jj * (jj - 1) / 2;
+}
+
+/* The lane holding the greatest of the lanes' v (non-negative: their bit patterns order as
+ * the numbers do), the lowest such lane on ties (be_motion_solve's first maximum); *ok: that
+ * maximum is above 0. */
+static __device__ uint32_t gpu_pivot_row(double v, bool *ok)
+{
+	const unsigned FULL = 0xffffffffu;
+	const unsigned long long u = (unsigned long long)__double_as_longlong(v);
+	const unsigned hi = (unsigned)(u >> 32), lo = (unsigned)u;
+#if __CUDA_ARCH__ >= 800
+	const unsigned mh = __reduce_max_sync(FULL, hi);
+	const unsigned ml = __reduce_max_sync(FULL, hi == mh ? lo : 0u);
+#else
+	unsigned mh = hi, ml;
+	for (int o = 16; o > 0; o >>= 1)
+		mh = max(mh, __shfl_xor_sync(FULL, mh, o));
+	ml = hi == mh ? lo : 0u;
+	for (int o = 16; o > 0; o >>= 1)
+		ml = max(ml, __shfl_xor_sync(FULL, ml, o));
+#endif
+	const unsigned win = __ballot_sync(FULL, hi == mh && lo == ml);
+	*ok = (mh | ml) != 0u;
+	return (uint32_t)(__ffs((int)win) - 1);
+}
 
 /*
  * be_motion_column by a warp, one output column of rows [y0, y1) at a time (grid-strided),
  * with the same result: each lane the samples of entries lane, lane + 32, ...
  * (be_motion_candidate); the M + 1 nearest by distance, then entry (the insertion sort's
- * order), each placed by its rank; the taper; the kriging system's rows built by the lanes
- * and solved by Gaussian elimination with partial pivoting, a lane a row, every product and
- * sum rounded as the host's (no contraction); the back substitution on one lane.
+ * order), each placed by its rank; the taper; the kriging system (its pairs spread over the
+ * lanes) solved by Gaussian elimination with partial pivoting (the pivot by a warp reduction,
+ * the updates a column a lane) and the back substitution (a row a lane, each unknown handed
+ * to the rows above as soon as it is known), every product and sum rounded as the host's (no
+ * contraction).
  */
 __global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
         k_motion_picks_w(be_motion_geom g, const be_motion_entry *__restrict__ en, uint32_t ne,
@@ -1185,51 +1224,42 @@ __global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
 		}
 		if (nk == 0)
 			continue;
-		/* 4. the system: row i on lane i, the constraint's row on lane nk */
-		const uint32_t m = nk + 1;
+		/* 4. the system, symmetric: each pair's exp once (gpu_pick_pair: the pairs i < j
+		 * with j < nk are the first nk (nk - 1) / 2), spread over the lanes; lane i its
+		 * diagonal, right-hand side and border, lane nk the constraint's row */
+		const uint32_t m = nk + 1, np = nk * (nk - 1) / 2;
+		for (uint32_t pi = lane; pi < np; pi += 32) {
+			uint32_t i, j;
+			gpu_pick_pair(pi, &i, &j);
+			const double dx = __dsub_rn(w.cx[i], w.cx[j]);
+			const double dy = __dsub_rn(w.cy[i], w.cy[j]);
+			const double v = exp(
+			        __dmul_rn(-__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), i2l));
+			w.a[i * m + j] = v;
+			w.a[j * m + i] = v;
+		}
 		if ((uint32_t)lane < nk) {
 			const int i = lane;
-			for (uint32_t j = 0; j < nk; j++) {
-				double v;
-				if (j == (uint32_t)i) {
-					v = __dadd_rn(1.0, __ddiv_rn(BE_MOTION_NUGGET, w.tp[i]));
-				} else {
-					const double dx = __dsub_rn(w.cx[i], w.cx[j]);
-					const double dy = __dsub_rn(w.cy[i], w.cy[j]);
-					v = exp(__dmul_rn(
-					        -__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)),
-					        i2l));
-				}
-				w.a[i * m + j] = v;
-			}
+			w.a[i * m + i] = __dadd_rn(1.0, __ddiv_rn(BE_MOTION_NUGGET, w.tp[i]));
 			w.a[i * m + nk] = 1.0;
+			w.a[nk * m + i] = 1.0;
 			w.b[i] = exp(__dmul_rn(__dmul_rn(-w.d[i], w.d[i]), i2l));
 		} else if ((uint32_t)lane == nk) {
-			for (uint32_t j = 0; j < nk; j++)
-				w.a[nk * m + j] = 1.0;
 			w.a[nk * m + nk] = 0.0;
 			w.b[nk] = 1.0;
 		}
 		__syncwarp();
-		/* 5. elimination with partial pivoting (be_motion_solve), a lane a row */
+		/* 5. elimination with partial pivoting (be_motion_solve): the pivot by a reduction
+		 * over the rows' lanes; each row's factor on its lane, then the updates a column a
+		 * lane (each value's operations as the host's, in any order) */
 		bool ok = true;
 		for (uint32_t cc = 0; cc < m; cc++) {
-			double pv = (uint32_t)lane >= cc && (uint32_t)lane < m
-			                    ? fabs(w.a[lane * m + cc])
-			                    : -1.0;
-			uint32_t pr = lane;
-			for (int o = 16; o > 0; o >>= 1) {
-				const double ov = __shfl_xor_sync(FULL, pv, o);
-				const uint32_t orr = __shfl_xor_sync(FULL, pr, o);
-				if (ov > pv || (ov == pv && orr < pr)) {
-					pv = ov;
-					pr = orr;
-				}
-			}
-			if (!(pv > 0.0)) {
-				ok = false;
+			const uint32_t pr = gpu_pivot_row((uint32_t)lane >= cc && (uint32_t)lane < m
+			                                          ? fabs(w.a[lane * m + cc])
+			                                          : 0.0,
+			                                  &ok);
+			if (!ok)
 				break;
-			}
 			if (pr != cc) {
 				for (uint32_t j = cc + lane; j < m; j += 32) {
 					const double tt = w.a[cc * m + j];
@@ -1241,17 +1271,23 @@ __global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
 					w.b[cc] = w.b[pr];
 					w.b[pr] = tt;
 				}
+				__syncwarp();
+			}
+			if ((uint32_t)lane > cc && (uint32_t)lane < m) {
+				const double f = __ddiv_rn(w.a[lane * m + cc], w.a[cc * m + cc]);
+				w.f[lane] = f;
+				if (f != 0.0)
+					w.b[lane] = __dsub_rn(w.b[lane], __dmul_rn(f, w.b[cc]));
 			}
 			__syncwarp();
-			const uint32_t r = lane;
-			if (r > cc && r < m) {
-				const double f = __ddiv_rn(w.a[r * m + cc], w.a[cc * m + cc]);
-				if (f != 0.0) {
-					for (uint32_t j = cc + 1; j < m; j++)
-						w.a[r * m + j] =
-						        __dsub_rn(w.a[r * m + j],
-						                  __dmul_rn(f, w.a[cc * m + j]));
-					w.b[r] = __dsub_rn(w.b[r], __dmul_rn(f, w.b[cc]));
+			const uint32_t j = cc + 1 + lane;
+			if (j < m) {
+				const double acj = w.a[cc * m + j];
+				for (uint32_t r = cc + 1; r < m; r++) {
+					const double f = w.f[r];
+					if (f != 0.0)
+						w.a[r * m + j] = __dsub_rn(w.a[r * m + j],
+						                           __dmul_rn(f, acj));
 				}
 			}
 			__syncwarp();
@@ -1267,20 +1303,72 @@ __global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
 			__syncwarp();
 			continue;
 		}
-		if (lane == 0)
-			for (uint32_t cc = m; cc-- > 0;) {
-				double v = w.b[cc];
-				for (uint32_t j = cc + 1; j < m; j++)
-					v = __dsub_rn(v, __dmul_rn(w.a[cc * m + j], w.b[j]));
-				w.b[cc] = __ddiv_rn(v, w.a[cc * m + cc]);
-			}
-		__syncwarp();
+		/* 6. back substitution (be_motion_solve): row r on lane r subtracts the unknowns
+		 * from the last one back, each as soon as it is known */
+		double v = (uint32_t)lane < m ? w.b[lane] : 0.0;
+		for (uint32_t cc = m; cc-- > 0;) {
+			double x = 0.0;
+			if ((uint32_t)lane == cc)
+				x = __ddiv_rn(v, w.a[cc * m + cc]);
+			x = __shfl_sync(FULL, x, (int)cc);
+			if ((uint32_t)lane < cc)
+				v = __dsub_rn(v, __dmul_rn(w.a[lane * m + cc], x));
+			else if ((uint32_t)lane == cc)
+				v = x;
+		}
 		if ((uint32_t)lane < nk) {
 			q->entry[lane] = w.en[lane];
 			q->node[lane] = w.nd[lane];
-			q->w[lane] = (float)w.b[lane];
+			q->w[lane] = (float)v;
 		}
 		__syncwarp();
+	}
+}
+
+/* The reference's blur taps (be_motion_blur_taps), by value. */
+struct gpu_blur_taps {
+	double k[BE_MOTION_BLUR_TAPS];
+	int r;
+};
+
+/* be_motion_set_reference's blur along Y: one thread per value of [Y][X * NB], each summed
+ * over the taps in order in double, every product and sum rounded as the host's. */
+__global__ void k_motion_blur_y(gpu_blur_taps t, const float *__restrict__ in, int Y, int row,
+                                float *__restrict__ out)
+{
+	const size_t n = (size_t)Y * row;
+	for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n;
+	     q += (size_t)gridDim.x * blockDim.x) {
+		const int y = (int)(q / row), j = (int)(q - (size_t)y * row);
+		double acc = 0.0;
+		for (int i = -t.r; i <= t.r; i++) {
+			int yy = y + i;
+			yy = yy < 0 ? 0 : yy >= Y ? Y - 1 : yy;
+			acc = __dadd_rn(acc,
+			                __dmul_rn(t.k[i + t.r], (double)in[(size_t)yy * row + j]));
+		}
+		out[q] = (float)acc;
+	}
+}
+
+/* ... and along X, over [Y][X][NB]. */
+__global__ void k_motion_blur_x(gpu_blur_taps t, const float *__restrict__ in, int Y, int X,
+                                float *__restrict__ out)
+{
+	const size_t n = (size_t)Y * X * BE_MOTION_NB;
+	for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < n;
+	     q += (size_t)gridDim.x * blockDim.x) {
+		const size_t yx = q / BE_MOTION_NB;
+		const int b = (int)(q - yx * BE_MOTION_NB), y = (int)(yx / X), x = (int)(yx % X);
+		double a = 0.0;
+		for (int i = -t.r; i <= t.r; i++) {
+			int xx = x + i;
+			xx = xx < 0 ? 0 : xx >= X ? X - 1 : xx;
+			a = __dadd_rn(
+			        a, __dmul_rn(t.k[i + t.r],
+			                     (double)in[((size_t)y * X + xx) * BE_MOTION_NB + b]));
+		}
+		out[q] = (float)a;
 	}
 }
 
@@ -1552,6 +1640,22 @@ __global__ void k_quantize(const float *in, uint8_t *out, size_t n)
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
 		out[i] = (uint8_t)fminf(fmaxf(floorf(255.0f * in[i] + 0.5f), 0.0f), 255.0f);
+}
+
+/* dst[i] = src[i], i < n: in float4 when v4 (both 16-byte aligned, n a multiple of 4). */
+__global__ void k_copy(const float *__restrict__ src, float *__restrict__ dst, size_t n, bool v4)
+{
+	const size_t step = (size_t)gridDim.x * blockDim.x;
+	size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (v4) {
+		const float4 *s4 = reinterpret_cast<const float4 *>(src);
+		float4 *d4 = reinterpret_cast<float4 *>(dst);
+		for (; i < n / 4; i += step)
+			d4[i] = s4[i];
+	} else {
+		for (; i < n; i += step)
+			dst[i] = src[i];
+	}
 }
 
 /* ---- launchers ----------------------------------------------------------------------------- */
@@ -1921,5 +2025,33 @@ extern "C" cudaError_t gpu_launch_motion_ref(const be_motion_geom *g, const be_m
 		return cudaErrorInvalidValue;
 	const size_t n = (size_t)g->Y * g->X, b = (n + 127) / 128;
 	k_motion_ref<<<(unsigned)(b > 65536 ? 65536 : b), 128, 0, s>>>(*g, pkr, eb, ne, axy, ob);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_motion_blur(const be_motion_geom *g, const double *k, int r,
+                                              const float *ob, float *tmp, float *out,
+                                              cudaStream_t s)
+{
+	gpu_blur_taps t;
+	if (r < 0 || 2 * r + 1 > BE_MOTION_BLUR_TAPS)
+		return cudaErrorInvalidValue;
+	for (int i = 0; i <= 2 * r; i++)
+		t.k[i] = k[i];
+	t.r = r;
+	const size_t n = (size_t)g->Y * g->X * BE_MOTION_NB;
+	k_motion_blur_y<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(t, ob, (int)g->Y,
+	                                                      (int)(g->X * BE_MOTION_NB), tmp);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	k_motion_blur_x<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(t, tmp, (int)g->Y, (int)g->X, out);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_copy(const float *src, float *dst, size_t n, cudaStream_t s)
+{
+	const bool v4 = ((uintptr_t)src | (uintptr_t)dst) % 16 == 0 && n % 4 == 0;
+	const size_t m = v4 ? n / 4 : n;
+	k_copy<<<gpu_blocks(m) < 2048 ? gpu_blocks(m) : 2048, GPU_THREADS, 0, s>>>(src, dst, n, v4);
 	return cudaGetLastError();
 }
