@@ -8,10 +8,8 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "motion.h"
@@ -26,22 +24,7 @@
 
 struct be_motion;
 
-#define POOL_SPIN_NS                                                                               \
-	200000 /* a helper waits this long for the next job, the caller for the last parts,     \
-	        * before sleeping: a registration runs dozens of short jobs in a row, and a       \
-	        * sleeping thread takes tens of microseconds to wake */
-
-#if defined(__x86_64__) || defined(__i386__)
-#define POOL_RELAX() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define POOL_RELAX() __asm__ __volatile__("yield")
-#else
-#define POOL_RELAX() ((void)0)
-#endif
-
-/* Helper threads that run the parts of a job (fn(m, part, arg) for part < n) with the caller.
- * Everything is under mu; agen and left mirror gen and the parts not finished, for the
- * threads that spin before they sleep. */
+/* Helper threads that run the parts of a job (fn(m, part, arg) for part < n) with the caller. */
 struct pool {
 	pthread_t t[POOL];
 	unsigned nt;
@@ -52,8 +35,6 @@ struct pool {
 	unsigned n, next, busy;
 	uint64_t gen;
 	bool quit;
-	atomic_uint_fast64_t agen;
-	atomic_uint left;
 };
 
 struct hist_entry {
@@ -78,8 +59,7 @@ struct be_motion {
 	double clog[CLOG]; /* registration residuals since the last drop, newest last */
 	uint32_t nclog;
 	bool lost, off;
-	float *ob, *tmp;  /* [Y][X][NB] the reference (blurred), scratch */
-	const float *ref; /* the reference registered against: ob, or a backend's buffer */
+	float *ob, *tmp; /* [Y][X][NB] the reference (blurred), scratch */
 	bool have_ob;
 	float *be;               /* [nn] this epoch's bands */
 	double *r0, *r1, *rj[3]; /* [nn] residuals */
@@ -100,41 +80,9 @@ static void pool_work(struct be_motion *m, struct pool *p)
 		pthread_mutex_unlock(&p->mu);
 		p->fn(m, part, p->arg);
 		pthread_mutex_lock(&p->mu);
-		atomic_fetch_sub_explicit(&p->left, 1, memory_order_release);
 		if (--p->busy == 0 && p->next == p->n)
 			pthread_cond_broadcast(&p->done);
 	}
-}
-
-static uint64_t pool_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Spin (mu not held) until still(p, v) is false or POOL_SPIN_NS have passed. */
-static void pool_spin(struct pool *p, bool (*still)(struct pool *, uint64_t), uint64_t v)
-{
-	const uint64_t t0 = pool_now_ns();
-
-	for (unsigned i = 1; still(p, v); i++) {
-		POOL_RELAX();
-		if (i % 256 == 0 && pool_now_ns() - t0 > POOL_SPIN_NS)
-			return;
-	}
-}
-
-static bool pool_no_job(struct pool *p, uint64_t seen)
-{
-	return atomic_load_explicit(&p->agen, memory_order_acquire) == seen;
-}
-
-static bool pool_parts_left(struct pool *p, uint64_t unused)
-{
-	(void)unused;
-	return atomic_load_explicit(&p->left, memory_order_acquire) != 0;
 }
 
 static void *pool_main(void *arg)
@@ -150,11 +98,7 @@ static void *pool_main(void *arg)
 			pool_work(m, p);
 			continue;
 		}
-		pthread_mutex_unlock(&p->mu);
-		pool_spin(p, pool_no_job, seen);
-		pthread_mutex_lock(&p->mu);
-		if (p->gen == seen && !p->quit)
-			pthread_cond_wait(&p->cv, &p->mu);
+		pthread_cond_wait(&p->cv, &p->mu);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -178,17 +122,10 @@ static void pool_run(struct be_motion *m, void (*fn)(struct be_motion *, unsigne
 	p->next = 0;
 	p->busy = 0;
 	p->gen++;
-	atomic_store_explicit(&p->left, n, memory_order_relaxed);
-	atomic_store_explicit(&p->agen, p->gen, memory_order_release);
 	pthread_cond_broadcast(&p->cv);
 	pool_work(m, p);
-	while (p->busy > 0 || p->next < p->n) {
-		pthread_mutex_unlock(&p->mu);
-		pool_spin(p, pool_parts_left, 0);
-		pthread_mutex_lock(&p->mu);
-		if (p->busy > 0 || p->next < p->n)
-			pthread_cond_wait(&p->done, &p->mu);
-	}
+	while (p->busy > 0 || p->next < p->n)
+		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
 }
 
@@ -199,8 +136,6 @@ static void pool_start(struct be_motion *m, struct pool *p)
 
 	want = want > POOL ? POOL : want;
 	p->nt = 0;
-	atomic_init(&p->agen, 0);
-	atomic_init(&p->left, 0);
 	if (pthread_mutex_init(&p->mu, NULL))
 		return;
 	if (pthread_cond_init(&p->cv, NULL)) {
@@ -227,7 +162,6 @@ static void pool_stop(struct be_motion *m)
 		return;
 	pthread_mutex_lock(&p->mu);
 	p->quit = true;
-	atomic_store_explicit(&p->agen, p->gen + 1, memory_order_release); /* ends the spins */
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	for (unsigned i = 0; i < p->nt; i++)
@@ -446,7 +380,7 @@ static void residual_rows(const struct be_motion *m, uint32_t ox, uint32_t oy,
 			ok++;
 			size_t x0 = (size_t)fx, y0 = (size_t)fy;
 			double tx = gx - fx, ty = gy - fy;
-			const float *o00 = m->ref + (y0 * g->X + x0) * BE_MOTION_NB;
+			const float *o00 = m->ob + (y0 * g->X + x0) * BE_MOTION_NB;
 			const float *o01 = o00 + BE_MOTION_NB;
 			const float *o10 = o00 + (size_t)g->X * BE_MOTION_NB;
 			const float *o11 = o10 + BE_MOTION_NB;
@@ -857,12 +791,11 @@ void be_motion_set_reference(struct be_motion *m, const float *ob)
 
 	be_motion_blur_taps(j.k, &j.r);
 	pool_run(m, blur_part, &j, CHUNKS);
-	m->ref = m->ob;
 	m->have_ob = true;
 }
 
 void be_motion_set_reference_blurred(struct be_motion *m, const float *ob)
 {
-	m->ref = ob;
+	memcpy(m->ob, ob, (size_t)m->g.Y * m->g.X * BE_MOTION_NB * sizeof(float));
 	m->have_ob = true;
 }

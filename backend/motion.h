@@ -376,8 +376,7 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 void be_motion_set_reference(struct be_motion *m, const float *ob);
 /* The same with ob already blurred (by be_motion_blur's taps, each output summed over the taps
  * in order in double, along Y then along X, as be_motion_set_reference does): a backend that
- * blurs on its device. ob is borrowed, not copied: it must hold the reference unchanged until
- * the next be_motion_epoch returns (or the next set_reference / reset). */
+ * blurs on its device. */
 void be_motion_set_reference_blurred(struct be_motion *m, const float *ob);
 
 /* The reference's blur: the normalized Gaussian taps k[0 .. 2r] (k[i + r] at offset i) of
