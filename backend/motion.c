@@ -53,7 +53,6 @@ struct be_motion {
 	uint32_t nseen;
 	bool have_last;
 	struct be_motion_pose last, vel;
-	double tz_now; /* the axial pose of the epoch being estimated, once known */
 	double *profs; /* [PROFS][Z] mean A-scans of the last epochs, oldest first */
 	double ptz[PROFS];
 	uint32_t nprof;
@@ -256,22 +255,6 @@ void be_motion_set_estimate(struct be_motion *m, bool on)
 uint32_t be_motion_slots(const struct be_motion *m)
 {
 	return m->nslots;
-}
-
-uint32_t be_motion_entries_ahead(const struct be_motion *m, struct be_motion_entry *en)
-{
-	/* as be_motion_epoch keeps the history: the oldest entry leaves a full one */
-	const uint32_t i0 = m->nh == m->cap ? 1 : 0;
-
-	for (uint32_t i = i0; i < m->nh; i++) {
-		struct be_motion_entry *e = &en[i - i0];
-		memset(e, 0, sizeof(*e));
-		e->ox = m->hist[i].ox;
-		e->oy = m->hist[i].oy;
-		e->slot = m->hist[i].slot;
-		be_motion_shift_of(m->tz_now - m->hist[i].pose.tz, e);
-	}
-	return m->nh - i0;
 }
 
 struct be_motion_pose be_motion_last_pose(const struct be_motion *m)
@@ -624,7 +607,6 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	if (na > 0 && isfinite(tz))
 		pose.tz = tz / na;
 	double dz = pose.tz - m->last.tz;
-	m->tz_now = pose.tz;
 	if (m->nseen < BE_MOTION_WARM || !m->have_ob) {
 		*out = pose;
 		return 0;

@@ -384,13 +384,6 @@ void be_motion_set_reference_blurred(struct be_motion *m, const float *ob);
 #define BE_MOTION_BLUR_TAPS 64
 void be_motion_blur_taps(double *k, int *r);
 
-/* From a be_motion_bands_fn (that is, while be_motion_epoch registers, its axial pose known):
- * the history entries the epoch will have, but for its own (which comes last), if its
- * registration drops nothing: their slots and depth shifts (the other fields are not set),
- * oldest first. A backend can compute their entry bands while the host registers, then keep
- * them where be_motion_epoch's entries have the same slots and shifts. \return their number. */
-uint32_t be_motion_entries_ahead(const struct be_motion *m, struct be_motion_entry *en);
-
 /* The pose of the last epoch (for tests). */
 struct be_motion_pose be_motion_last_pose(const struct be_motion *m);
 

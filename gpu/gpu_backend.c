@@ -93,14 +93,12 @@ struct gpu_state {
 	uint32_t mslots;
 	uint32_t mne, mnref;            /* entries of the output, of the reference */
 	float *mhist;                   /* [slots][ny][nx][nz] low-resolution volumes */
-	struct be_motion_entry *d_ment; /* [3][slots] entries (h_ment: pinned, [2][slots]) */
-	struct be_motion_entry *h_ment; /* ... the third and second: the entries ahead */
-	uint32_t mahead;                /* entries ahead whose bands are in d_meb (0: none) */
-	cudaStream_t mqstream;       /* the stream of the epoch's device work (gpu_motion_queue) */
-	struct be_motion_pick *mpk;  /* [2][Y][X] picks of the output columns (half mbuf) */
-	struct be_motion_pick *mpkr; /* [Y][X] picks of the reference */
-	float *d_mob, *h_mob;        /* [Y][X][NB] the reference bands (h_mob: mapped) */
-	float *d_mtmp;               /* [Y][X][NB] scratch of their blur */
+	struct be_motion_entry *d_ment; /* [2][slots] entries (h_ment: pinned, [slots]) */
+	struct be_motion_entry *h_ment;
+	struct be_motion_pick *mpk;        /* [2][Y][X] picks of the output columns (half mbuf) */
+	struct be_motion_pick *mpkr;       /* [Y][X] picks of the reference */
+	float *d_mob, *h_mob;              /* [Y][X][NB] the reference bands (h_mob: mapped) */
+	float *d_mtmp;                     /* [Y][X][NB] scratch of their blur */
 	double mblur[BE_MOTION_BLUR_TAPS]; /* its taps (be_motion_blur_taps) */
 	int mblur_r;
 	bool mref_blurred; /* h_mob was blurred on the device (from the entry bands) */
@@ -399,7 +397,7 @@ static size_t gpu_motion_bytes(const struct gpu_state *st)
 	const size_t slots = BE_MOTION_SLOTS((size_t)st->S), cols = (size_t)st->Y * st->X;
 	const size_t nodes = (size_t)st->ny * st->nx;
 
-	return slots * st->le_count * sizeof(float) + 3 * slots * sizeof(struct be_motion_entry) +
+	return slots * st->le_count * sizeof(float) + 2 * slots * sizeof(struct be_motion_entry) +
 	       3 * cols * sizeof(struct be_motion_pick) + 2 * cols * BE_MOTION_NB * sizeof(float) +
 	       slots * nodes * BE_MOTION_NB * sizeof(float) +
 	       GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double) +
@@ -677,7 +675,7 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 	rc = gpu_malloc((void **)&st->mhist, slots * st->le_count * sizeof(float),
 	                "compensated history", err, errlen);
 	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_ment, 3 * slots * sizeof(struct be_motion_entry),
+		rc = gpu_malloc((void **)&st->d_ment, 2 * slots * sizeof(struct be_motion_entry),
 		                "compensated entries", err, errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->mpk, 2 * cols * sizeof(struct be_motion_pick),
@@ -713,7 +711,7 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		                "mean A-scan sums", err, errlen);
 	if (rc == 0) {
 		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_ment,
-		                                  2 * slots * sizeof(struct be_motion_entry),
+		                                  slots * sizeof(struct be_motion_entry),
 		                                  cudaHostAllocDefault),
 		                    "cudaHostAlloc(compensated entries)", err, errlen);
 	}
@@ -1521,18 +1519,6 @@ static int gpu_motion_bands(void *ctx, double dz, float *Be)
 	CU(gpu_launch_motion_bands(st->mcur, (size_t)st->ny * st->nx, (int)st->nz, &e, st->dm_be,
 	                           st->mcs),
 	   "registration bands kernel");
-	/* while the host registers: the entry bands of the history the epoch will keep (its
-	 * axial pose is known), on the stream of the epoch's device work, before it */
-	struct be_motion_entry *ha = st->h_ment + st->mslots, *da = st->d_ment + 2 * st->mslots;
-	const uint32_t na = be_motion_entries_ahead(st->motion, ha);
-	if (na > BE_MOTION_EXCL + 4) {
-		CU(cudaMemcpyAsync(da, ha, na * sizeof(*ha), cudaMemcpyHostToDevice, st->mqstream),
-		   "cudaMemcpyAsync(entries ahead, host to device)");
-		CU(gpu_launch_motion_ebands(st->mhist, da, na, (size_t)st->ny * st->nx, (int)st->nz,
-		                            st->d_meb, st->mqstream),
-		   "entry bands kernel (ahead)");
-		st->mahead = na;
-	}
 	CU(cudaStreamSynchronize(st->mcs), "cudaStreamSynchronize(registration bands)");
 	memcpy(Be, st->h_mbe, nb * sizeof(float));
 out:
@@ -1557,17 +1543,13 @@ static void gpu_motion_hand_reference(struct gpu_state *st)
  * waited for the epoch's B-scans): the mean A-scan (device) and, while the device computes it,
  * the last epoch's reference handed to the estimator when its copy landed; then the pose
  * (be_motion_epoch, host, with the bands from the device when it registers): the history slot
- * (st->mslot), the entries (h_ment, mne, mnref). sq: the stream the epoch's device work will
- * go on (gpu_motion_queue), where the entry bands of the history start while the host
- * registers (st->mahead).
+ * (st->mslot), the entries (h_ment, mne, mnref).
  */
 static int gpu_motion_pose(struct gpu_state *st, uint32_t ox, uint32_t oy, const float *le,
-                           cudaStream_t sm, cudaStream_t sq, char *err, size_t errlen)
+                           cudaStream_t sm, char *err, size_t errlen)
 {
 	int rc;
 
-	st->mqstream = sq;
-	st->mahead = 0;
 	CU(gpu_launch_motion_profile(le, (size_t)st->ny * st->nx, (int)st->nz, st->d_mpart,
 	                             st->dm_prof, sm),
 	   "mean A-scan kernel");
@@ -1634,20 +1616,9 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 	   "cudaMemcpyAsync(compensated entries, host to device)");
 	CU(gpu_launch_axes(rp, gpu_maxy(st), gpu_maoff(st), sq), "interpolation axes kernel");
 	st->mref_event = st->mnref > 0;
-	if (sq != st->mqstream)
-		st->mahead = 0; /* (not the stream they went on: not ordered before this work) */
 	if (st->mref_event) {
-		/* the entry bands computed ahead hold where the entries are those (the registration
-		 * dropped nothing): then only the epoch's own */
-		const struct be_motion_entry *ha = st->h_ment + st->mslots;
-		uint32_t from = st->mahead + 1 == st->mne ? st->mahead : 0;
-		for (uint32_t i = 0; i < from; i++)
-			if (ha[i].slot != st->h_ment[i].slot || ha[i].k != st->h_ment[i].k ||
-			    ha[i].fa != st->h_ment[i].fa || ha[i].fb != st->h_ment[i].fb)
-				from = 0;
-		CU(gpu_launch_motion_ebands(st->mhist, gpu_ment(st) + from, st->mne - from, nodes,
-		                            (int)st->nz,
-		                            st->d_meb + (size_t)from * nodes * BE_MOTION_NB, sq),
+		CU(gpu_launch_motion_ebands(st->mhist, gpu_ment(st), st->mne, nodes, (int)st->nz,
+		                            st->d_meb, sq),
 		   "entry bands kernel");
 		CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mnref, 0, 0, (int)st->Y, st->mpkr,
 		                           NULL, sq),
@@ -1691,7 +1662,7 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 		CU(cudaStreamWaitEvent(st->mstream, st->st[i].ev, 0), "cudaStreamWaitEvent");
 		CU(cudaStreamWaitEvent(st->mqs, st->st[i].ev, 0), "cudaStreamWaitEvent");
 	}
-	rc = gpu_motion_pose(st, ox, oy, st->le[st->cur], st->mstream, st->mqs, err, errlen);
+	rc = gpu_motion_pose(st, ox, oy, st->le[st->cur], st->mstream, err, errlen);
 	if (rc < 0)
 		goto out;
 	st->mpre = true;
@@ -1815,7 +1786,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 					st->mpre = false;
 				}
 				if (!st->mpre)
-					rc = gpu_motion_pose(st, ox, oy, le, s0, s0, err, errlen);
+					rc = gpu_motion_pose(st, ox, oy, le, s0, err, errlen);
 				if (rc == 0)
 					rc = gpu_motion_queue(st, &rp, le, s0, err, errlen);
 			}

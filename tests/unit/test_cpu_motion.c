@@ -164,66 +164,6 @@ static void test_history_slots_and_reset(void **state)
 	be_motion_destroy(m);
 }
 
-/* be_motion_entries_ahead, called from the bands callback while an epoch registers, gives the
- * slots and depth shifts of the entries be_motion_epoch then returns (but the epoch's own),
- * also once the history is full and the oldest entry leaves. */
-struct ahead_rec {
-	struct be_motion *m;
-	struct be_motion_entry en[16];
-	uint32_t n, calls;
-};
-
-static int ahead_bands(void *ctx, double dz, float *Be)
-{
-	struct ahead_rec *r = ctx;
-
-	(void)dz;
-	for (uint32_t i = 0; i < 4 * 3 * BE_MOTION_NB; i++)
-		Be[i] = (float)((i * 37u) % 11u) / 11.0f;
-	r->n = be_motion_entries_ahead(r->m, r->en);
-	r->calls++;
-	return 0;
-}
-
-static void test_entries_ahead_are_the_epochs_entries(void **state)
-{
-	const struct be_motion_geom g = {
-	        .nx = 4, .ny = 3, .sx = 3, .sy = 2, .X = 12, .Y = 6, .Z = 32};
-	struct be_motion *m = be_motion_create(&g);
-	struct be_motion_entry en[16];
-	struct ahead_rec r = {.m = m};
-	double prof[32];
-	uint32_t slot, ne, nref, checked = 0, full = 0;
-	float ob[12 * 6 * BE_MOTION_NB];
-
-	(void)state;
-	assert_non_null(m);
-	for (uint32_t i = 0; i < 12 * 6 * BE_MOTION_NB; i++)
-		ob[i] = (float)((i * 13u) % 7u) / 7.0f;
-	for (uint32_t e = 0; e < 30; e++) {
-		/* a peak that moves in depth: the axial pose changes */
-		for (int z = 0; z < 32; z++)
-			prof[z] = exp(-0.5 * pow(z - 12.0 - 3.0 * sin(0.7 * e), 2.0));
-		const uint32_t calls = r.calls;
-		assert_int_equal(be_motion_epoch(m, e % 3, (e / 3) % 2, prof, ahead_bands, &r,
-		                                 &slot, en, &ne, &nref),
-		                 0);
-		be_motion_set_reference(m, ob);
-		if (r.calls == calls || ne != r.n + 1)
-			continue; /* no registration, or the history was dropped */
-		for (uint32_t i = 0; i < r.n; i++) {
-			assert_int_equal(r.en[i].slot, en[i].slot);
-			assert_int_equal(r.en[i].k, en[i].k);
-			assert_true(r.en[i].fa == en[i].fa && r.en[i].fb == en[i].fb);
-		}
-		checked++;
-		full += ne == BE_MOTION_H * 6;
-	}
-	assert_true(checked >= 10);
-	assert_true(full >= 5);
-	be_motion_destroy(m);
-}
-
 /* The reference from entry bands (be_motion_entry_bands, be_motion_ref_column) is the band
  * mean of the per-depth combination where that is not clamped, blended with the newest
  * epoch's bands by a, or those bands alone where the column has no pick. */
@@ -365,7 +305,6 @@ VR_TEST_GROUP(cpu_motion)
 	        cmocka_unit_test(test_depth_shift),
 	        cmocka_unit_test(test_history_slots_and_reset),
 	        cmocka_unit_test(test_reference_from_entry_bands),
-	        cmocka_unit_test(test_entries_ahead_are_the_epochs_entries),
 	        cmocka_unit_test(test_live_switch_and_reset_start_as_a_new_backend),
 	};
 	return cmocka_run_group_tests_name("cpu_motion", tests, NULL, NULL);
