@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,13 +47,19 @@ struct fault_shim {
 	bool pend; /* set_scan_offset came in the middle of an epoch: applies at the next one */
 	uint64_t pend_epoch;
 	bool stalled_once;
-	/* control file state */
+};
+SHIM_HANDLE_CHECK(struct fault_shim);
+
+/* The control file's state, one for the process (under ctl_mu): a shim that the daemon reopens
+ * after faults goes on with the command in progress rather than arming it again. */
+static struct fault_ctl {
+	char path[SHIM_ARG_VAL_MAX];
 	char last_cmd[CONTROL_MAX];
 	struct timespec last_mtime;
 	uint64_t pend_errors, pend_timeouts, pend_stalls, pend_stall_ms, pend_returns;
 	long long pend_value; /* "return V": what acquire() returns, buffer untouched */
-};
-SHIM_HANDLE_CHECK(struct fault_shim);
+} ctl;
+static pthread_mutex_t ctl_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* Decode hex bytes ("ff 41" or "ff41") into out (NUL-terminated); -EINVAL when malformed. */
 static int unhex(const char *hex, char *out, size_t outlen)
@@ -215,9 +222,11 @@ static int shim_start(void *h)
 	return 0;
 }
 
-/* Read the control file; a changed content or mtime (re)arms its command. */
+/* Read the control file; a changed content or mtime (re)arms its command. ctl_mu held. */
 static int poll_control(struct fault_shim *s)
 {
+	struct fault_ctl *c = &ctl;
+
 	char buf[CONTROL_MAX];
 	struct stat st;
 	ssize_t n;
@@ -225,6 +234,10 @@ static int poll_control(struct fault_shim *s)
 
 	if (!s->control[0])
 		return 0;
+	if (strcmp(c->path, s->control)) { /* another file: nothing of the last one holds */
+		memset(c, 0, sizeof(*c));
+		snprintf(c->path, sizeof(c->path), "%s", s->control);
+	}
 	fd = open(s->control, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return 0; /* no file: no command */
@@ -238,28 +251,28 @@ static int poll_control(struct fault_shim *s)
 		return 0;
 	buf[n] = 0;
 	buf[strcspn(buf, "\n")] = 0;
-	if (!strcmp(buf, s->last_cmd) && st.st_mtim.tv_sec == s->last_mtime.tv_sec &&
-	    st.st_mtim.tv_nsec == s->last_mtime.tv_nsec)
+	if (!strcmp(buf, c->last_cmd) && st.st_mtim.tv_sec == c->last_mtime.tv_sec &&
+	    st.st_mtim.tv_nsec == c->last_mtime.tv_nsec)
 		return 0;
-	snprintf(s->last_cmd, sizeof(s->last_cmd), "%s", buf);
-	s->last_mtime = st.st_mtim;
+	snprintf(c->last_cmd, sizeof(c->last_cmd), "%s", buf);
+	c->last_mtime = st.st_mtim;
 
 	unsigned long long a = 1, b = 1;
 	long long v = 0;
 	char word[16] = "";
 	int got = sscanf(buf, "%15s %llu %llu", word, &a, &b);
 	if (got <= 0 || !strcmp(word, "ok")) {
-		s->pend_errors = s->pend_timeouts = s->pend_stalls = s->pend_returns = 0;
+		c->pend_errors = c->pend_timeouts = c->pend_stalls = c->pend_returns = 0;
 	} else if (!strcmp(word, "return") && (got = sscanf(buf, "%*s %lld %llu", &v, &b)) >= 1) {
-		s->pend_value = v;
-		s->pend_returns = got >= 2 ? b : 1;
+		c->pend_value = v;
+		c->pend_returns = got >= 2 ? b : 1;
 	} else if (!strcmp(word, "error")) {
-		s->pend_errors = got >= 2 ? a : 1;
+		c->pend_errors = got >= 2 ? a : 1;
 	} else if (!strcmp(word, "timeout")) {
-		s->pend_timeouts = got >= 2 ? a : 1;
+		c->pend_timeouts = got >= 2 ? a : 1;
 	} else if (!strcmp(word, "stall") && got >= 2) {
-		s->pend_stall_ms = a;
-		s->pend_stalls = got >= 3 ? b : 1;
+		c->pend_stall_ms = a;
+		c->pend_stalls = got >= 3 ? b : 1;
 	} else {
 		return shim_fail(&s->err, -EINVAL,
 		                 "fault shim: control file %s: unknown command '%s' (ok, error N, "
@@ -284,29 +297,41 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		return shim_fail(&s->err, -EINVAL,
 		                 "fault shim: buffer of %zu bytes, a B-scan is %zu", size, need);
 	s->calls++;
+	/* the control file's command: what this acquire does, decided under ctl_mu */
+	uint64_t stall_ms = 0, left = 0;
+	long long value = 0;
+	enum { CTL_NONE, CTL_RETURN, CTL_ERROR, CTL_TIMEOUT } what = CTL_NONE;
+	pthread_mutex_lock(&ctl_mu);
 	rc = poll_control(s);
+	if (rc == 0 && ctl.pend_returns) {
+		ctl.pend_returns--;
+		what = CTL_RETURN;
+		value = ctl.pend_value;
+	} else if (rc == 0 && ctl.pend_errors) {
+		left = --ctl.pend_errors;
+		what = CTL_ERROR;
+	} else if (rc == 0 && ctl.pend_timeouts) {
+		ctl.pend_timeouts--;
+		what = CTL_TIMEOUT;
+	} else if (rc == 0 && ctl.pend_stalls) {
+		ctl.pend_stalls--;
+		stall_ms = ctl.pend_stall_ms;
+	}
+	pthread_mutex_unlock(&ctl_mu);
 	if (rc)
 		return rc;
-	if (s->pend_returns) {
-		/* a broken driver: returns what it was told, buffer untouched */
-		s->pend_returns--;
-		return (int)s->pend_value;
-	}
-	if (s->pend_errors) {
-		s->pend_errors--;
+	if (what == CTL_RETURN) /* a broken driver: returns what it was told, buffer untouched */
+		return (int)value;
+	if (what == CTL_ERROR)
 		return shim_fail(&s->err, -EIO,
 		                 "fault shim: injected error (control file; %llu more)",
-		                 (unsigned long long)s->pend_errors);
-	}
-	if (s->pend_timeouts) {
-		s->pend_timeouts--;
+		                 (unsigned long long)left);
+	if (what == CTL_TIMEOUT) {
 		vr_sleep_ns((timeout_ms > 0 ? (uint64_t)timeout_ms : 0) * 1000000ull);
 		return -ETIMEDOUT;
 	}
-	if (s->pend_stalls) {
-		s->pend_stalls--;
-		vr_sleep_ns(s->pend_stall_ms * 1000000ull); /* a hung driver: ignores timeout_ms */
-	}
+	if (stall_ms)
+		vr_sleep_ns(stall_ms * 1000000ull); /* a hung driver: ignores timeout_ms */
 	if (s->fail_every && s->calls % s->fail_every == 0)
 		return shim_fail(&s->err, -EIO,
 		                 "fault shim: injected error (fail_every: %llu, call %llu)",
