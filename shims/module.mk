@@ -10,7 +10,8 @@ volrec_synth_shim_SOVERSION := 1
 volrec_synth_shim_VERSION_SCRIPT := shims/shim.map
 volrec_fault_shim_SRCS := shims/fault_shim.c shims/args.c shims/common.c
 volrec_fault_shim_ARCHIVES := base
-volrec_fault_shim_LDLIBS := -Wl,--as-needed -lyaml
+# nodelete: the control file's state (process-wide) survives the daemon's reopen of the shim
+volrec_fault_shim_LDLIBS := -Wl,--as-needed -lyaml -Wl,-z,nodelete
 volrec_fault_shim_SOVERSION := 1
 volrec_fault_shim_VERSION_SCRIPT := shims/shim.map
 

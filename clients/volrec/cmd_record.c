@@ -664,6 +664,14 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			uint64_t first = 1;
 			bool torn;
 
+			if (!r.have_status) {
+				/* the recording starts after the daemon's first status message: it
+				 * names the geometry of the volumes (a restart before it came would
+				 * otherwise go unchecked) */
+				volrec_view_release(c, &m.view);
+				continue;
+			}
+
 			if (v.ny != r.Y || v.nx != r.X || v.nz != r.Z ||
 			    v.dtype != VOLREC_DTYPE_U8) {
 				volrec_view_release(c, &m.view);
