@@ -744,7 +744,14 @@ def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(da
                 assert vols.shape == (n, 36, 36, 256), (vols.shape, what)
                 for k in ("sequence", "session", "epoch", "t_publish_ns", "flags"):
                     assert f[k].shape == (n,), (k, what)
-                assert list(np.diff(f["sequence"][:])) == [1] * max(0, n - 1), what
+                # in order; a volume the recorder missed (it fell behind on a loaded
+                # machine: under TSan) is a gap listed in /missed, never a silent one
+                seq = [int(x) for x in f["sequence"][:]]
+                gaps = set(range(seq[0], seq[-1] + 1)) - set(seq) if seq else set()
+                listed = set()
+                for m in f["missed"][:] if "missed" in f else []:
+                    listed |= set(range(int(m["first"]), int(m["last"]) + 1))
+                assert all(b > a for a, b in zip(seq, seq[1:])) and gaps <= listed, what
                 assert all(vols[i].any() for i in range(n)), what
         except OSError as e:
             pytest.fail(f"unreadable: {e}; {what}")
