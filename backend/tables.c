@@ -255,10 +255,12 @@ void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *wi
 int be_recon_check(const struct vr_config *cfg, char *err, size_t errlen)
 {
 	if (cfg->reconstruct.mode != CFG_RECON_NONE &&
-	    (!(cfg->reconstruct.spatial_sigma > 0) ||
+	    (!(cfg->reconstruct.spatial_sigma >= CFG_SPATIAL_SIGMA_MIN) ||
 	     (cfg->reconstruct.temporal == CFG_TEMPORAL_EXP && !(cfg->reconstruct.tau > 0)))) {
-		snprintf(err, errlen, "reconstruct: spatial_sigma (%g) and tau (%g) must be > 0",
-		         cfg->reconstruct.spatial_sigma, cfg->reconstruct.tau);
+		snprintf(err, errlen,
+		         "reconstruct: spatial_sigma (%g) must be >= %g and tau (%g) > 0",
+		         cfg->reconstruct.spatial_sigma, CFG_SPATIAL_SIGMA_MIN,
+		         cfg->reconstruct.tau);
 		return -EINVAL;
 	}
 	return 0;
@@ -284,11 +286,7 @@ int be_levels_check(const struct vr_config *cfg, char *err, size_t errlen)
 
 float be_spatial_weight(double sigma, unsigned d2)
 {
-	double s2 = 2.0 * sigma * sigma;
-
-	if (!(s2 > 0))
-		s2 = 2.0;
-	return (float)exp(-(double)d2 / s2);
+	return (float)exp(-(double)d2 / (2.0 * sigma * sigma));
 }
 
 double be_temporal_weight(enum cfg_temporal temporal, uint32_t S, double tau, double age)

@@ -50,7 +50,8 @@ be_dispersion_table_check(const struct vr_config *cfg, uint32_t K, char *err, si
 void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *win, float *re,
                         float *im);
 
-/* Check the reconstruction parameters the weights need (spatial_sigma > 0, and tau > 0 with
+/* Check the reconstruction parameters the weights need (spatial_sigma >= CFG_SPATIAL_SIGMA_MIN,
+ * and tau > 0 with
  * temporal exp) when reconstruct.mode is not none; -EINVAL with a message otherwise. */
 __attribute__((warn_unused_result)) int be_recon_check(const struct vr_config *cfg, char *err,
                                                        size_t errlen);
@@ -61,8 +62,8 @@ __attribute__((warn_unused_result)) int be_levels_check(const struct vr_config *
                                                         size_t errlen);
 
 /* Unnormalized Gaussian spatial weight exp(-d2 / (2 sigma^2)) of a neighbour at squared
- * distance d2 = dx^2 + dy^2 (+ dz^2) (ALGORITHMS.md §2.3), as float; a sigma whose 2 sigma^2
- * is not > 0 counts as 1. */
+ * distance d2 = dx^2 + dy^2 (+ dz^2) (ALGORITHMS.md §2.3), as float; sigma as be_recon_check
+ * accepts it. */
 float be_spatial_weight(double sigma, unsigned d2);
 
 /* Temporal weight of an A-scan written age epochs ago (ALGORITHMS.md §2.3), in double:

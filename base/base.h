@@ -48,13 +48,15 @@ void vr_sleep_until_ns(uint64_t t);
 
 /* A schedule of items at a fixed period on CLOCK_MONOTONIC (absolute times: no drift): the
  * n-th item since t0 is due at t0 + (n + 1) * period. A source paces its B-scans with it. */
+#define VR_PACER_MAX_NS 1000000000000000000ull /* the longest period: about 32 years */
 struct vr_pacer {
 	uint64_t period_ns; /* per item, 0: unpaced (every item is due at once) */
 	uint64_t slack_ns; /* further behind than this, the schedule restarts instead of bursting */
 	uint64_t t0, n;    /* origin (CLOCK_MONOTONIC ns), items delivered since */
 };
 
-/* rate items per second (<= 0: unpaced), slack_items periods of slack. */
+/* rate items per second (<= 0: unpaced; a period longer than VR_PACER_MAX_NS is that long),
+ * slack_items periods of slack (at most VR_PACER_MAX_NS). */
 void vr_pacer_init(struct vr_pacer *p, double rate, uint64_t slack_items);
 /* Start the schedule now. */
 void vr_pacer_start(struct vr_pacer *p);

@@ -35,11 +35,26 @@ void vr_pacer_init(struct vr_pacer *p, double rate, uint64_t slack_items)
 {
 	memset(p, 0, sizeof(*p));
 	if (rate > 0) {
-		p->period_ns = (uint64_t)(1e9 / rate + 0.5);
+		/* a period beyond VR_PACER_MAX_NS (the rate may be any positive double) is that
+		 * long: the schedule's sums stay far from overflowing */
+		double per = 1e9 / rate + 0.5, slack = per * (double)slack_items;
+
+		p->period_ns = per >= VR_PACER_MAX_NS ? VR_PACER_MAX_NS : (uint64_t)per;
 		if (!p->period_ns)
 			p->period_ns = 1;
-		p->slack_ns = slack_items * p->period_ns;
+		p->slack_ns = slack >= VR_PACER_MAX_NS ? VR_PACER_MAX_NS
+		                                       : slack_items * p->period_ns;
 	}
+}
+
+/* The due time of item n + 1, saturated (a period of VR_PACER_MAX_NS after many items). */
+static uint64_t pacer_next(const struct vr_pacer *p)
+{
+	uint64_t k = p->n + 1;
+
+	if (k > (UINT64_MAX / 4 - p->t0) / p->period_ns)
+		return UINT64_MAX / 4;
+	return p->t0 + k * p->period_ns;
 }
 
 void vr_pacer_start(struct vr_pacer *p)
@@ -56,10 +71,12 @@ int vr_pacer_due(struct vr_pacer *p, int timeout_ms, uint64_t *due)
 	if (!p->period_ns)
 		return 0;
 	now = vr_now_ns(CLOCK_MONOTONIC);
-	t = p->t0 + (p->n + 1) * p->period_ns;
+	t = pacer_next(p);
 	if (now > t + p->slack_ns) {
-		/* far behind (the consumer stalled): restart the schedule */
-		p->t0 = now - (p->n + 1) * p->period_ns;
+		/* far behind (the consumer stalled): restart the schedule (one period back
+		 * at most: then the item is due now however many came before) */
+		p->t0 = now - p->period_ns;
+		p->n = 0;
 		t = now;
 	}
 	if (timeout_ms >= 0 && t > now + (uint64_t)timeout_ms * 1000000ull) {
@@ -86,7 +103,7 @@ uint64_t vr_pacer_due_in(const struct vr_pacer *p)
 
 	if (!p->period_ns)
 		return 0;
-	due = p->t0 + (p->n + 1) * p->period_ns;
+	due = pacer_next(p);
 	now = vr_now_ns(CLOCK_MONOTONIC);
 	return due > now ? due - now : 0;
 }

@@ -20,6 +20,13 @@
 #define CFG_MAX_PUB         8
 #define CFG_ERR_MAX         1024
 #define CFG_GPU_DEVICES_MAX 8 /* entries of gpu.devices */
+/* The smallest reconstruct.spatial_sigma: the 3x3x3 kernel's weights stay normal floats (a
+ * smaller sigma weighs the neighbours below 4e-6 of the centre anyway; below about 0.07 they
+ * underflowed to 0 and a column without a sample of its own had no weight: NaN) */
+#define CFG_SPATIAL_SIGMA_MIN 0.2
+/* The slowest paced source.rate (epochs/s; 0 is unpaced): one epoch every 100 s. Slower, a
+ * B-scan's wait and the acquisition's timeout outgrow any stop or stall detection */
+#define CFG_RATE_MIN 0.01
 
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
 enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
@@ -158,7 +165,7 @@ struct vr_config {
 
 	struct {
 		enum cfg_recon_mode mode;
-		double spatial_sigma; /* > 0 */
+		double spatial_sigma; /* >= CFG_SPATIAL_SIGMA_MIN */
 		enum cfg_temporal temporal;
 		double tau; /* > 0 */
 		enum cfg_combine combine;

@@ -147,7 +147,7 @@ const struct cfg_key cfg_keys[] = {
         BOOL(preprocess.flip.z, false, STRUCTURAL),
         ENUM(reconstruct.mode, recon_mode_names, CFG_RECON_NONCUMULATIVE, LIVE,
              .structural_if = output_size),
-        F64(reconstruct.spatial_sigma, 0, 100, 1, LIVE, .gt_min = true),
+        F64(reconstruct.spatial_sigma, CFG_SPATIAL_SIGMA_MIN, 100, 1, LIVE),
         ENUM(reconstruct.temporal, temporal_names, CFG_TEMPORAL_LINEAR, LIVE),
         F64(reconstruct.tau, 0, 1e6, 5, LIVE, .gt_min = true),
         ENUM(reconstruct.combine, combine_names, CFG_COMBINE_SUM, LIVE),

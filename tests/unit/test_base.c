@@ -207,6 +207,21 @@ static void test_pacer_schedules_and_restarts(void **state)
 	assert_true(due >= now && due <= vr_mono_ns());
 	vr_pacer_done(&p);
 	assert_int_equal(p.n, 1);
+
+	/* any positive rate paces: a period beyond the longest one is that long (1e-12 items a
+	 * second used to overflow the period to 0 and run unpaced) */
+	const double tiny[] = {1e-12, 5e-324, 1e-9};
+	for (size_t i = 0; i < VR_ARRAY_SIZE(tiny); i++) {
+		vr_pacer_init(&p, tiny[i], 1u << 20);
+		assert_int_equal(p.period_ns, VR_PACER_MAX_NS);
+		assert_int_equal(p.slack_ns, VR_PACER_MAX_NS);
+		vr_pacer_start(&p);
+		assert_int_equal(vr_pacer_due(&p, 0, &due), -ETIMEDOUT);
+		assert_true(vr_pacer_due_in(&p) > VR_PACER_MAX_NS / 2);
+		p.n = UINT64_MAX / 2; /* the due time saturates instead of wrapping round */
+		assert_int_equal(vr_pacer_due(&p, 0, &due), -ETIMEDOUT);
+		assert_true(vr_pacer_due_in(&p) > VR_PACER_MAX_NS / 2);
+	}
 }
 
 VR_TEST_GROUP(base)

@@ -249,9 +249,14 @@ static void test_integer_ranges_are_inclusive(void **state)
 static void test_float_ranges(void **state)
 {
 	load_bad("reconstruct: {spatial_sigma: 0}\n", "1:30",
-	         "reconstruct.spatial_sigma: 0 is out of range (a number greater than 0");
+	         "reconstruct.spatial_sigma: 0 is out of range (a number from 0.2 to 100");
+	load_bad("reconstruct: {spatial_sigma: 0.05}\n", "1:30",
+	         "reconstruct.spatial_sigma: 0.05 is out of range (a number from 0.2 to 100");
 	load_bad("reconstruct: {tau: -0.5}\n", "1:20", "reconstruct.tau: -0.5 is out of range");
 	load_bad("source: {rate: -1}\n", "1:16", "source.rate: -1 is out of range");
+	/* a positive rate below the slowest pace used to run unpaced (its period overflowed) */
+	load_bad("source: {rate: 1e-12}\n", "1:16",
+	         "source.rate: 1e-12 epochs/s is below the slowest pace, 0.01");
 	load_bad("source: {rate: nan}\n", "1:16", "not a finite number");
 	load_bad("source: {rate: .inf}\n", "1:16", "expected a number");
 	load_bad("source: {rate: 0x10}\n", "1:16", "expected a number");

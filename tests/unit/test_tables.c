@@ -4,6 +4,7 @@
  * temporal and spatial weights, dispersion phasors, and the table checks' messages.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -61,8 +62,8 @@ static void test_spatial_weights(void **state)
 	assert_float_equal(be_spatial_weight(1.0, 0), 1.0f, 0);
 	assert_float_equal(be_spatial_weight(1.0, 2), (float)exp(-1.0), 0);
 	assert_float_equal(be_spatial_weight(0.5, 1), (float)exp(-2.0), 0);
-	/* a sigma without a positive 2 sigma^2 counts as 1 */
-	assert_float_equal(be_spatial_weight(0.0, 3), (float)exp(-1.5), 0);
+	/* the smallest sigma: the farthest neighbour's weight is still a normal float */
+	assert_true(be_spatial_weight(CFG_SPATIAL_SIGMA_MIN, 3) >= FLT_MIN);
 }
 
 static void test_dispersion_without_phase_is_the_window(void **state)
@@ -119,7 +120,12 @@ static void test_recon_check(void **state)
 	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
 	c.reconstruct.spatial_sigma = 0;
 	assert_int_equal(be_recon_check(&c, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "spatial_sigma (0)"));
+	assert_non_null(strstr(err, "spatial_sigma (0) must be >= 0.2"));
+	c.reconstruct.spatial_sigma = 0.19;
+	assert_int_equal(be_recon_check(&c, err, sizeof(err)), -EINVAL);
+	c.reconstruct.spatial_sigma = CFG_SPATIAL_SIGMA_MIN;
+	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
+	c.reconstruct.spatial_sigma = 0;
 	c.reconstruct.mode = CFG_RECON_NONE;
 	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
 }
