@@ -42,8 +42,8 @@ void vr_pacer_init(struct vr_pacer *p, double rate, uint64_t slack_items)
 		p->period_ns = per >= VR_PACER_MAX_NS ? VR_PACER_MAX_NS : (uint64_t)per;
 		if (!p->period_ns)
 			p->period_ns = 1;
-		p->slack_ns = slack >= VR_PACER_MAX_NS ? VR_PACER_MAX_NS
-		                                       : slack_items * p->period_ns;
+		p->slack_ns =
+		        slack >= VR_PACER_MAX_NS ? VR_PACER_MAX_NS : slack_items * p->period_ns;
 	}
 }
 

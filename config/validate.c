@@ -206,10 +206,11 @@ static int check_source(struct cfg_ctx *ctx)
 	struct vr_config *c = ctx->cfg;
 
 	if (c->source.rate > 0 && c->source.rate < CFG_RATE_MIN)
-		return cfg_error(ctx, -ERANGE, "source.rate",
-		                 "%g epochs/s is below the slowest pace, %g (one epoch every %g s); "
-		                 "0 is as fast as the pipeline takes them",
-		                 c->source.rate, CFG_RATE_MIN, 1 / CFG_RATE_MIN);
+		return cfg_error(
+		        ctx, -ERANGE, "source.rate",
+		        "%g epochs/s is below the slowest pace, %g (one epoch every %g s); "
+		        "0 is as fast as the pipeline takes them",
+		        c->source.rate, CFG_RATE_MIN, 1 / CFG_RATE_MIN);
 	if (c->source.type == CFG_SOURCE_REPLAY) {
 		if (!c->source.replay.path[0])
 			return cfg_error(ctx, -EINVAL, "source.replay.path",
