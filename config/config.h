@@ -363,6 +363,15 @@ static inline uint32_t cfg_sample_abi(enum cfg_sample v)
 	}
 }
 
+/*
+ * The rule for preprocess.resample.wavelength_nm: the cubic l[0] + l[1] i + l[2] i^2 + l[3] i^3
+ * gives positive, finite wavelengths, strictly monotone over the pixels i = 0..k-1. Returns 0,
+ * or -ERANGE / -EINVAL with what is wrong in err ("gives a wavelength of -5 nm at pixel 0
+ * (...)", without the key).
+ */
+__attribute__((warn_unused_result)) int cfg_wavelength_check(const double l[4], uint32_t k,
+                                                             char *err, size_t errlen);
+
 /* Whether a and b hold the same configuration (tables and shim args compared by content;
  * source_file ignored). */
 bool cfg_equal(const struct vr_config *a, const struct vr_config *b);

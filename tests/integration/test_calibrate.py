@@ -55,6 +55,25 @@ def process(bin_dir, tmp_path, rp, geo, name, pre):
         return f["lowres"][:]
 
 
+def replay(path, spectra):
+    """Write spectra [ny][nx][K] (u16 or f32) as a one-epoch volrec replay file
+    (docs/replay-format.md: a 64-byte header, no metadata)."""
+    ny, nx, k = spectra.shape
+    code = {np.dtype("<u2"): 0, np.dtype("<f4"): 2}[spectra.dtype]
+    path.write_bytes(b"VOLRECRP" + struct.pack("<6IQ4I8x", 1, 64, code, k, nx, ny, 1, 1, 1, 0, 0)
+                     + spectra.tobytes())
+    return path
+
+
+def spectra(k, nx, ny, dtype="<u2"):
+    """[ny][nx][k] spectra of a reflector over noise, well inside the digitizer's range."""
+    rng = np.random.default_rng(3)
+    j = np.arange(k)
+    env = 20000 * np.exp(-0.5 * ((j - k / 2) / (0.3 * k)) ** 2) + 1000
+    s = env * (1 + 0.3 * np.cos(2 * np.pi * 0.2 * j)) + rng.normal(0, 30, (ny, nx, k))
+    return s.astype(dtype)
+
+
 def number(pattern, text):
     m = re.search(pattern, text)
     assert m, f"'{pattern}' not in:\n{text}"
@@ -291,3 +310,18 @@ def test_hdf5_input(bin_dir, tmp_path, mirrors):
         f["volumes"] = np.zeros((1, 2, 2, 2), dtype="u1")
     p = run(bin_dir, "calibrate", "--klin", "-o", tmp_path, tmp_path / "vol.h5")
     assert p.returncode == 1 and "no dataset /raw" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("poly, msg", [
+    ("-5,0,0,0", "gives a wavelength of -5 nm at pixel 0"),
+    ("0,0,0,0", "gives a wavelength of 0 nm at pixel 0"),
+    ("800,1,-0.01,0", "is not strictly monotone at pixel 51"),  # its maximum at pixel 50
+])
+def test_orientation_refuses_an_unusable_wavelength_polynomial(bin_dir, tmp_path, poly, msg):
+    rp = replay(tmp_path / "s.rp", spectra(64, 16, 4))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", "--orientation", "--wavelength-nm", poly, "-o", out, rp)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert f"--wavelength-nm {poly}: {msg}" in p.stderr, p.stderr
+    assert not list(out.iterdir())
