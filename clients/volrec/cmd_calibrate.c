@@ -538,20 +538,9 @@ static int op_reference(struct cal_ctx *x)
 			printf("confidence: the reference matches the data's spectral shape\n");
 		shown = &chk;
 	}
-	ret = write_table(x, "reference.txt", r, K, "volrec calibrate --reference: mean spectrum");
-	if (ret)
-		goto out;
-	snprintf(yaml, sizeof(yaml),
-	         "# volrec calibrate --reference %s: mean of %zu A-scans\n"
-	         "preprocess:\n  background:\n    mode: reference\n    reference: "
-	         "reference.txt\n",
-	         d.path, d.n);
-	ret = write_text(x, "reference.yaml", yaml);
-	if (ret)
-		goto out;
-
 	/* picture: the configured background (ascan_mean when it was none or the reference
-	 * itself) | the new reference */
+	 * itself) | the new reference; the files are written once the backend has taken the
+	 * reference (it checks the table as volrecd does) */
 	struct vr_config base = x->cfg;
 	base.preprocess.background.reference.data = NULL;
 	ret = engine_open_bg(x, &base, shown, CFG_BG_NONE, CFG_BG_REFERENCE, CFG_BG_ASCAN_MEAN, &e);
@@ -588,9 +577,20 @@ static int op_reference(struct cal_ctx *x)
 		       zz, 10 * log10(lb / shown->n + 1e-300),
 		       cfg_background_name(base.preprocess.background.mode),
 		       10 * log10(la / shown->n + 1e-300));
+		ret = write_table(x, "reference.txt", r, K,
+		                  "volrec calibrate --reference: mean spectrum");
+	}
+	if (!ret) {
+		snprintf(yaml, sizeof(yaml),
+		         "# volrec calibrate --reference %s: mean of %zu A-scans\n"
+		         "preprocess:\n  background:\n    mode: reference\n    reference: "
+		         "reference.txt\n",
+		         d.path, d.n);
+		ret = write_text(x, "reference.yaml", yaml);
+	}
+	if (!ret)
 		ret = write_png(x, "reference.png", &e, before, after,
 		                "volrec calibrate --reference: before | after");
-	}
 out:
 	cal_engine_close(&e);
 	free(before);

@@ -325,3 +325,35 @@ def test_orientation_refuses_an_unusable_wavelength_polynomial(bin_dir, tmp_path
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     assert f"--wavelength-nm {poly}: {msg}" in p.stderr, p.stderr
     assert not list(out.iterdir())
+
+
+@pytest.mark.parametrize("op", ["--reference", "--dispersion"])
+@pytest.mark.parametrize("fmt, bad", [("replay", np.inf), ("replay", np.nan), ("hdf5", np.nan)])
+def test_non_finite_samples_are_refused_naming_the_sample(bin_dir, tmp_path, op, fmt, bad):
+    s = spectra(64, 16, 4, "<f4")
+    s[2, 5, 7] = bad
+    if fmt == "replay":
+        path = replay(tmp_path / "s.rp", s)
+    else:
+        path = tmp_path / "s.h5"
+        with h5py.File(path, "w") as f:
+            f["raw"] = s
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", op, "-o", out, path)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"{path}: sample 7 of A-scan 5 of B-scan 2 (counted from 0) is {bad}" in p.stderr, \
+        p.stderr
+    assert not list(out.iterdir())
+
+
+def test_reference_writes_nothing_when_the_backend_cannot_take_it(bin_dir, tmp_path):
+    # the reference is computed, then the picture's run fails (depths beyond N/2 = 32): no
+    # reference.txt or reference.yaml may be left behind
+    rp = replay(tmp_path / "s.rp", spectra(64, 16, 4))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", "--reference", "--depth", "40,50", "-o", out, rp)
+    assert p.returncode == 2 and "--depth: [40, 50) is empty or beyond 32" in p.stderr, \
+        (p.returncode, p.stderr)
+    assert not list(out.iterdir())
