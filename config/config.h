@@ -21,6 +21,11 @@
 #define CFG_ERR_MAX         1024
 #define CFG_GPU_DEVICES_MAX 8 /* entries of gpu.devices */
 
+/* The ranges of geometry.samples_per_ascan (K) and geometry.ascans_per_bscan (nx, from 1). */
+#define CFG_K_MIN  16
+#define CFG_K_MAX  65536
+#define CFG_NX_MAX 65536
+
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
 enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
 enum cfg_replay_format { CFG_REPLAY_AUTO, CFG_REPLAY_RAW };

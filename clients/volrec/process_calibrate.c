@@ -95,6 +95,27 @@ static int convert(struct cal_data *d, const void *in, uint32_t sh, char *err, s
 	return 0;
 }
 
+/* Take K samples per A-scan and nx A-scans per B-scan as a replay or HDF5 file gives them,
+ * within the ranges volrecd can be configured with (geometry.samples_per_ascan,
+ * geometry.ascans_per_bscan; a raw file's come from the configuration, checked alike), before
+ * they are narrowed to 32 bits. */
+static int set_geometry(struct cal_data *d, uint64_t K, uint64_t nx, char *err, size_t errlen)
+{
+	if (K < CFG_K_MIN || K > CFG_K_MAX)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: %llu samples per A-scan, outside %u..%u (the range of "
+		              "geometry.samples_per_ascan)",
+		              d->path, (unsigned long long)K, CFG_K_MIN, CFG_K_MAX);
+	if (nx < 1 || nx > CFG_NX_MAX)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: %llu A-scans per B-scan, outside 1..%u (the range of "
+		              "geometry.ascans_per_bscan)",
+		              d->path, (unsigned long long)nx, CFG_NX_MAX);
+	d->K = (uint32_t)K;
+	d->nx = (uint32_t)nx;
+	return 0;
+}
+
 static int read_at(int fd, void *buf, size_t len, off_t off)
 {
 	uint8_t *p = buf;
@@ -202,14 +223,24 @@ static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max
 		            d->path);
 		goto out;
 	}
-	d->K = (uint32_t)dims[rank - 1];
-	d->nx = (uint32_t)dims[rank - 2];
-	d->available = 1;
+	/* the dimensions are checked before they are multiplied or narrowed */
+	size_t available = 1, samples;
+	bool ovf = false;
 	for (int i = 0; i < rank - 1; i++)
-		d->available *= dims[i];
-	if (rank == 2 && cfg && cfg->geometry.ascans_per_bscan <= d->available)
-		d->nx = cfg->geometry.ascans_per_bscan; /* a flat [A-scans][K] list */
-	if (d->K < 16 || d->nx < 1 || d->available < d->nx) {
+		ovf |= __builtin_mul_overflow(available, dims[i], &available);
+	ovf |= __builtin_mul_overflow(available, dims[rank - 1], &samples);
+	if (ovf) {
+		rc = vr_err(err, errlen, -EINVAL, "%s: /raw holds 2^64 samples or more", d->path);
+		goto out;
+	}
+	hsize_t nx = dims[rank - 2];
+	if (rank == 2 && cfg && cfg->geometry.ascans_per_bscan <= available)
+		nx = cfg->geometry.ascans_per_bscan; /* a flat [A-scans][K] list */
+	rc = set_geometry(d, dims[rank - 1], nx, err, errlen);
+	if (rc < 0)
+		goto out;
+	d->available = available;
+	if (d->available < d->nx) {
 		rc = vr_err(err, errlen, -EINVAL,
 		            "%s: /raw of %u samples x %u A-scans is too small", d->path, d->K,
 		            d->nx);
@@ -281,14 +312,15 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 	if (!memcmp(magic, SRC_REPLAY_MAGIC, 8)) {
 		struct src_replay_info info;
 		rc = src_replay_probe(path, &info, err, errlen);
+		if (rc == 0)
+			rc = set_geometry(d, info.samples_per_ascan, info.ascans_per_bscan, err,
+			                  errlen);
 		if (rc < 0) {
 			close(fd);
 			return rc;
 		}
 		d->format = "replay";
 		d->type = from_shim_type(info.sample_type);
-		d->K = info.samples_per_ascan;
-		d->nx = info.ascans_per_bscan;
 		d->available = (size_t)info.epochs * info.bscans_per_volume * info.ascans_per_bscan;
 		if (cfg && cfg->geometry.sample_type != CFG_SAMPLE_F32 && d->type != CFG_SAMPLE_F32)
 			sh = cfg->geometry.bit_shift;

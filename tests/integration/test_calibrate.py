@@ -357,3 +357,29 @@ def test_reference_writes_nothing_when_the_backend_cannot_take_it(bin_dir, tmp_p
     assert p.returncode == 2 and "--depth: [40, 50) is empty or beyond 32" in p.stderr, \
         (p.returncode, p.stderr)
     assert not list(out.iterdir())
+
+
+@pytest.mark.parametrize("fmt, shape, what", [
+    ("replay", (4, 16, 1), "1 samples per A-scan, outside 16..65536"),
+    ("replay", (4, 16, 2), "2 samples per A-scan, outside 16..65536"),
+    ("replay", (4, 16, 15), "15 samples per A-scan, outside 16..65536"),
+    ("replay", (1, 16, 131072), "131072 samples per A-scan, outside 16..65536"),
+    ("replay", (1, 65537, 16), "65537 A-scans per B-scan, outside 1..65536"),
+    ("hdf5", (2, 16, 2**32 + 64), "4294967360 samples per A-scan, outside 16..65536"),
+    ("hdf5", (2, 2**32 + 1, 64), "4294967297 A-scans per B-scan, outside 1..65536"),
+    ("hdf5", (2**60, 16, 64), "/raw holds 2^64 samples or more"),
+])
+def test_geometry_beyond_the_configuration_is_refused(bin_dir, tmp_path, fmt, shape, what):
+    # volrecd cannot be configured with such a K or nx: no table of that length may be written
+    if fmt == "replay":
+        path = replay(tmp_path / "s.rp", spectra(shape[2], shape[1], shape[0]))
+    else:
+        path = tmp_path / "s.h5"
+        with h5py.File(path, "w") as f:  # chunked and never written: no storage
+            f.create_dataset("raw", shape=shape, dtype="<u2", chunks=(1, 1, 64))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", "--reference", "-o", out, path)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"{path}: {what}" in p.stderr, p.stderr
+    assert not list(out.iterdir())
