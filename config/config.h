@@ -28,6 +28,11 @@
  * B-scan's wait and the acquisition's timeout outgrow any stop or stall detection */
 #define CFG_RATE_MIN 0.01
 
+/* The ranges of geometry.samples_per_ascan (K) and geometry.ascans_per_bscan (nx, from 1). */
+#define CFG_K_MIN  16
+#define CFG_K_MAX  65536
+#define CFG_NX_MAX 65536
+
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
 enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
 enum cfg_replay_format { CFG_REPLAY_AUTO, CFG_REPLAY_RAW };
@@ -369,6 +374,15 @@ static inline uint32_t cfg_sample_abi(enum cfg_sample v)
 		return VOLREC_SAMPLE_F32;
 	}
 }
+
+/*
+ * The rule for preprocess.resample.wavelength_nm: the cubic l[0] + l[1] i + l[2] i^2 + l[3] i^3
+ * gives positive, finite wavelengths, strictly monotone over the pixels i = 0..k-1. Returns 0,
+ * or -ERANGE / -EINVAL with what is wrong in err ("gives a wavelength of -5 nm at pixel 0
+ * (...)", without the key).
+ */
+__attribute__((warn_unused_result)) int cfg_wavelength_check(const double l[4], uint32_t k,
+                                                             char *err, size_t errlen);
 
 /* Whether a and b hold the same configuration (tables and shim args compared by content;
  * source_file ignored). */

@@ -343,6 +343,36 @@ static int check_geometry(struct cfg_ctx *ctx)
 	return 0;
 }
 
+int cfg_wavelength_check(const double l[4], uint32_t k, char *err, size_t errlen)
+{
+	double prev = 0, dir = 0;
+
+	for (uint32_t i = 0; i < k; i++) {
+		double x = i, lam = l[0] + x * (l[1] + x * (l[2] + x * l[3]));
+		if (!(lam > 0) || !isfinite(lam)) {
+			snprintf(err, errlen,
+			         "gives a wavelength of %g nm at pixel %u (positive wavelengths, "
+			         "strictly monotone over the %u pixels)",
+			         lam, i, k);
+			return -ERANGE;
+		}
+		if (i) {
+			double d = lam - prev;
+			if (d == 0 || (dir != 0 && (d > 0) != (dir > 0))) {
+				snprintf(err, errlen,
+				         "is not strictly monotone at pixel %u (%.10g nm after "
+				         "%.10g nm; strictly increasing or decreasing over all "
+				         "%u pixels)",
+				         i, lam, prev, k);
+				return -EINVAL;
+			}
+			dir = d;
+		}
+		prev = lam;
+	}
+	return 0;
+}
+
 static int check_resample(struct cfg_ctx *ctx)
 {
 	struct vr_config *c = ctx->cfg;
@@ -397,30 +427,10 @@ static int check_resample(struct cfg_ctx *ctx)
 		}
 		return 0;
 	case CFG_RSPOS_WAVELENGTH: {
-		const double *l = c->preprocess.resample.wavelength_nm;
-		double prev = 0, dir = 0;
-		for (uint32_t i = 0; i < k; i++) {
-			double x = i, lam = l[0] + x * (l[1] + x * (l[2] + x * l[3]));
-			if (!(lam > 0) || !isfinite(lam))
-				return cfg_error(
-				        ctx, -ERANGE, "preprocess.resample.wavelength_nm",
-				        "gives a wavelength of %g nm at pixel %u (positive "
-				        "wavelengths, strictly monotone over the %u pixels)",
-				        lam, i, k);
-			if (i) {
-				double d = lam - prev;
-				if (d == 0 || (dir != 0 && (d > 0) != (dir > 0)))
-					return cfg_error(
-					        ctx, -EINVAL, "preprocess.resample.wavelength_nm",
-					        "is not strictly monotone at pixel %u (%.10g nm "
-					        "after %.10g nm; strictly increasing or "
-					        "decreasing over all %u pixels)",
-					        i, lam, prev, k);
-				dir = d;
-			}
-			prev = lam;
-		}
-		return 0;
+		char why[CFG_ERR_MAX];
+		int rc = cfg_wavelength_check(c->preprocess.resample.wavelength_nm, k, why,
+		                              sizeof(why));
+		return rc ? cfg_error(ctx, rc, "preprocess.resample.wavelength_nm", "%s", why) : 0;
 	}
 	default:
 		return 0;

@@ -32,8 +32,9 @@ struct cal_data {
  * Load up to max_ascans A-scans (whole B-scans, at least one) of path: a replay file (its
  * header gives the geometry), an HDF5 file with a dataset /raw ([..][nx][K], u16, i16 or f32)
  * or a headerless raw file (geometry and sample type from cfg, which must then be given).
- * cfg may be NULL; when given, its K (and nx for raw files) must match. Returns 0, or a
- * negative errno with the message (naming the file) in err. Free with cal_data_free.
+ * cfg may be NULL; when given, its K (and nx for raw files) must match. A float sample that is
+ * not finite is refused. Returns 0, or a negative errno with the message (naming the file) in
+ * err. Free with cal_data_free.
  */
 int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_ascans,
                   struct cal_data *d, char *err, size_t errlen);

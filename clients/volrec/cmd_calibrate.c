@@ -538,20 +538,9 @@ static int op_reference(struct cal_ctx *x)
 			printf("confidence: the reference matches the data's spectral shape\n");
 		shown = &chk;
 	}
-	ret = write_table(x, "reference.txt", r, K, "volrec calibrate --reference: mean spectrum");
-	if (ret)
-		goto out;
-	snprintf(yaml, sizeof(yaml),
-	         "# volrec calibrate --reference %s: mean of %zu A-scans\n"
-	         "preprocess:\n  background:\n    mode: reference\n    reference: "
-	         "reference.txt\n",
-	         d.path, d.n);
-	ret = write_text(x, "reference.yaml", yaml);
-	if (ret)
-		goto out;
-
 	/* picture: the configured background (ascan_mean when it was none or the reference
-	 * itself) | the new reference */
+	 * itself) | the new reference; the files are written once the backend has taken the
+	 * reference (it checks the table as volrecd does) */
 	struct vr_config base = x->cfg;
 	base.preprocess.background.reference.data = NULL;
 	ret = engine_open_bg(x, &base, shown, CFG_BG_NONE, CFG_BG_REFERENCE, CFG_BG_ASCAN_MEAN, &e);
@@ -588,9 +577,20 @@ static int op_reference(struct cal_ctx *x)
 		       zz, 10 * log10(lb / shown->n + 1e-300),
 		       cfg_background_name(base.preprocess.background.mode),
 		       10 * log10(la / shown->n + 1e-300));
+		ret = write_table(x, "reference.txt", r, K,
+		                  "volrec calibrate --reference: mean spectrum");
+	}
+	if (!ret) {
+		snprintf(yaml, sizeof(yaml),
+		         "# volrec calibrate --reference %s: mean of %zu A-scans\n"
+		         "preprocess:\n  background:\n    mode: reference\n    reference: "
+		         "reference.txt\n",
+		         d.path, d.n);
+		ret = write_text(x, "reference.yaml", yaml);
+	}
+	if (!ret)
 		ret = write_png(x, "reference.png", &e, before, after,
 		                "volrec calibrate --reference: before | after");
-	}
 out:
 	cal_engine_close(&e);
 	free(before);
@@ -989,6 +989,14 @@ static int op_orientation(struct cal_ctx *x)
 	ret = load_input(x, x->o.inputs[0], CAL_MIN_ASCANS_METRIC, &d);
 	if (ret)
 		return ret;
+	/* --wavelength-nm by the rule of the configuration key, over the recording's K pixels
+	 * (known once its header is read; the polynomial of -c passed that rule in cfg_load) */
+	if (x->o.wl_set && cfg_wavelength_check(l, d.K, err, sizeof(err)) < 0) {
+		fprintf(stderr, "volrec calibrate: --wavelength-nm %.10g,%.10g,%.10g,%.10g: %s\n",
+		        l[0], l[1], l[2], l[3], err);
+		ret = VR_EXIT_USAGE;
+		goto out;
+	}
 	const double M = d.K - 1.0;
 	/* the same polynomial in the other pixel order: lambda'(i) = lambda(M - i) */
 	r[0] = l[0] + l[1] * M + l[2] * M * M + l[3] * M * M * M;
@@ -1017,12 +1025,13 @@ static int op_orientation(struct cal_ctx *x)
 	const enum cfg_resample method = x->cfg.preprocess.resample.method != CFG_RS_NONE
 	                                         ? x->cfg.preprocess.resample.method
 	                                         : CFG_RS_CUBIC;
+	int rc = 0;
 	for (int o = 0; o < 2; o++) {
 		struct vr_config v = e.cfg;
 		v.preprocess.resample.method = method;
 		v.preprocess.resample.positions = CFG_RSPOS_WAVELENGTH;
 		memcpy(v.preprocess.resample.wavelength_nm, o ? r : l, sizeof(l));
-		int rc = cal_engine_run(&e, &v, o ? a2 : a1, &s[o], err, sizeof(err));
+		rc = cal_engine_run(&e, &v, o ? a2 : a1, &s[o], err, sizeof(err));
 		if (rc < 0) {
 			printf("pixel order %s: not usable: %s\n", o ? "reversed" : "as given",
 			       err);
@@ -1035,6 +1044,7 @@ static int op_orientation(struct cal_ctx *x)
 	if (s[0] < 0 && s[1] < 0) {
 		fprintf(stderr, "volrec calibrate: the polynomial is unusable in either pixel "
 		                "order\n");
+		ret = rc == -EINVAL ? VR_EXIT_USAGE : VR_EXIT_FAIL;
 		goto out;
 	}
 	const int win = s[1] > s[0] ? 1 : 0;

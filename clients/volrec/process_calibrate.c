@@ -20,40 +20,6 @@
 
 /* ---- loading ------------------------------------------------------------------------------ */
 
-/* Convert n samples of type t (little-endian, as stored; n even for the packed types) into
- * out, integers shifted right by sh (floor); count the samples at the limits of an integer
- * digitizer. */
-static void convert(const void *in, enum cfg_sample t, uint32_t sh, size_t n, float *out,
-                    size_t *at_max, size_t *at_min, double *vmax, double *vmin)
-{
-	double hi = -INFINITY, lo = INFINITY;
-
-	for (size_t i = 0; i < n; i++) {
-		double v;
-		if (t == CFG_SAMPLE_U16) {
-			v = (double)(((const uint16_t *)in)[i] >> sh);
-		} else if (t == CFG_SAMPLE_I16) {
-			v = (double)((int32_t)((const int16_t *)in)[i] >> sh);
-		} else if (cfg_sample_packed(t)) {
-			uint32_t s[2];
-			vr_unpack12((const uint8_t *)in + i / 2 * 3, t == CFG_SAMPLE_U12GV, &s[0],
-			            &s[1]);
-			v = (double)(s[i % 2] >> sh);
-		} else {
-			v = ((const float *)in)[i];
-		}
-		out[i] = (float)v;
-		hi = v > hi ? v : hi;
-		lo = v < lo ? v : lo;
-	}
-	*vmax = hi;
-	*vmin = lo;
-	for (size_t i = 0; i < n; i++) {
-		*at_max += out[i] == (float)hi;
-		*at_min += out[i] == (float)lo;
-	}
-}
-
 /* Saturation of integer data: the share of samples at the largest (smallest, for signed) value,
  * when that value is a full scale 2^b - 1 (or -2^b) of some bit depth b in 8..16. */
 static void saturation(struct cal_data *d, size_t at_max, size_t at_min, double vmax, double vmin,
@@ -84,6 +50,70 @@ static void saturation(struct cal_data *d, size_t at_max, size_t at_min, double 
 		d->saturated = (double)at_min / (double)total;
 		d->limit = 0;
 	}
+}
+
+/* Convert the n x K samples in `in` (as stored: little-endian, type d->type; K even for the
+ * packed types) into d->s, integers shifted right by sh (floor), and measure their saturation.
+ * Float samples must be finite: -EINVAL with err naming the first that is not. */
+static int convert(struct cal_data *d, const void *in, uint32_t sh, char *err, size_t errlen)
+{
+	const enum cfg_sample t = d->type;
+	const size_t n = d->n * d->K;
+	double hi = -INFINITY, lo = INFINITY;
+	size_t at_max = 0, at_min = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double v;
+		if (t == CFG_SAMPLE_U16) {
+			v = (double)(((const uint16_t *)in)[i] >> sh);
+		} else if (t == CFG_SAMPLE_I16) {
+			v = (double)((int32_t)((const int16_t *)in)[i] >> sh);
+		} else if (cfg_sample_packed(t)) {
+			uint32_t s[2];
+			vr_unpack12((const uint8_t *)in + i / 2 * 3, t == CFG_SAMPLE_U12GV, &s[0],
+			            &s[1]);
+			v = (double)(s[i % 2] >> sh);
+		} else {
+			v = ((const float *)in)[i];
+			if (!isfinite(v)) {
+				const size_t a = i / d->K;
+				return vr_err(err, errlen, -EINVAL,
+				              "%s: sample %zu of A-scan %zu of B-scan %zu (counted "
+				              "from 0) is %g: the samples must be finite numbers",
+				              d->path, i % d->K, a % d->nx, a / d->nx, v);
+			}
+		}
+		d->s[i] = (float)v;
+		hi = v > hi ? v : hi;
+		lo = v < lo ? v : lo;
+	}
+	for (size_t i = 0; i < n; i++) {
+		at_max += d->s[i] == (float)hi;
+		at_min += d->s[i] == (float)lo;
+	}
+	saturation(d, at_max, at_min, hi, lo, sh);
+	return 0;
+}
+
+/* Take K samples per A-scan and nx A-scans per B-scan as a replay or HDF5 file gives them,
+ * within the ranges volrecd can be configured with (geometry.samples_per_ascan,
+ * geometry.ascans_per_bscan; a raw file's come from the configuration, checked alike), before
+ * they are narrowed to 32 bits. */
+static int set_geometry(struct cal_data *d, uint64_t K, uint64_t nx, char *err, size_t errlen)
+{
+	if (K < CFG_K_MIN || K > CFG_K_MAX)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: %llu samples per A-scan, outside %u..%u (the range of "
+		              "geometry.samples_per_ascan)",
+		              d->path, (unsigned long long)K, CFG_K_MIN, CFG_K_MAX);
+	if (nx < 1 || nx > CFG_NX_MAX)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: %llu A-scans per B-scan, outside 1..%u (the range of "
+		              "geometry.ascans_per_bscan)",
+		              d->path, (unsigned long long)nx, CFG_NX_MAX);
+	d->K = (uint32_t)K;
+	d->nx = (uint32_t)nx;
+	return 0;
 }
 
 static int read_at(int fd, void *buf, size_t len, off_t off)
@@ -117,8 +147,6 @@ static int load_flat(struct cal_data *d, int fd, off_t off, uint32_t sh, char *e
 {
 	const size_t count = d->n * d->K, bytes = cfg_sample_bytes(d->type, count);
 	void *buf = malloc(bytes);
-	size_t at_max = 0, at_min = 0;
-	double vmax, vmin;
 	int rc;
 
 	d->s = malloc(count * sizeof(float));
@@ -132,10 +160,9 @@ static int load_flat(struct cal_data *d, int fd, off_t off, uint32_t sh, char *e
 		free(buf);
 		return vr_err_errno(err, errlen, rc, "%s: reading the samples", d->path);
 	}
-	convert(buf, d->type, sh, count, d->s, &at_max, &at_min, &vmax, &vmin);
-	saturation(d, at_max, at_min, vmax, vmin, sh);
+	rc = convert(d, buf, sh, err, errlen);
 	free(buf);
-	return 0;
+	return rc;
 }
 
 static enum cfg_sample from_shim_type(uint32_t t)
@@ -196,14 +223,24 @@ static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max
 		            d->path);
 		goto out;
 	}
-	d->K = (uint32_t)dims[rank - 1];
-	d->nx = (uint32_t)dims[rank - 2];
-	d->available = 1;
+	/* the dimensions are checked before they are multiplied or narrowed */
+	size_t available = 1, samples;
+	bool ovf = false;
 	for (int i = 0; i < rank - 1; i++)
-		d->available *= dims[i];
-	if (rank == 2 && cfg && cfg->geometry.ascans_per_bscan <= d->available)
-		d->nx = cfg->geometry.ascans_per_bscan; /* a flat [A-scans][K] list */
-	if (d->K < 16 || d->nx < 1 || d->available < d->nx) {
+		ovf |= __builtin_mul_overflow(available, dims[i], &available);
+	ovf |= __builtin_mul_overflow(available, dims[rank - 1], &samples);
+	if (ovf) {
+		rc = vr_err(err, errlen, -EINVAL, "%s: /raw holds 2^64 samples or more", d->path);
+		goto out;
+	}
+	hsize_t nx = dims[rank - 2];
+	if (rank == 2 && cfg && cfg->geometry.ascans_per_bscan <= available)
+		nx = cfg->geometry.ascans_per_bscan; /* a flat [A-scans][K] list */
+	rc = set_geometry(d, dims[rank - 1], nx, err, errlen);
+	if (rc < 0)
+		goto out;
+	d->available = available;
+	if (d->available < d->nx) {
 		rc = vr_err(err, errlen, -EINVAL,
 		            "%s: /raw of %u samples x %u A-scans is too small", d->path, d->K,
 		            d->nx);
@@ -234,13 +271,7 @@ static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max
 		if (ms < 0 || H5Dread(ds, mem, ms, sp, H5P_DEFAULT, buf) < 0)
 			goto out_io;
 	}
-	{
-		size_t at_max = 0, at_min = 0;
-		double vmax, vmin;
-		convert(buf, d->type, sh, d->n * d->K, d->s, &at_max, &at_min, &vmax, &vmin);
-		saturation(d, at_max, at_min, vmax, vmin, sh);
-	}
-	rc = 0;
+	rc = convert(d, buf, sh, err, errlen);
 	goto out;
 out_io:
 	rc = vr_err(err, errlen, -EIO, "%s: reading /raw failed", d->path);
@@ -281,14 +312,15 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 	if (!memcmp(magic, SRC_REPLAY_MAGIC, 8)) {
 		struct src_replay_info info;
 		rc = src_replay_probe(path, &info, err, errlen);
+		if (rc == 0)
+			rc = set_geometry(d, info.samples_per_ascan, info.ascans_per_bscan, err,
+			                  errlen);
 		if (rc < 0) {
 			close(fd);
 			return rc;
 		}
 		d->format = "replay";
 		d->type = from_shim_type(info.sample_type);
-		d->K = info.samples_per_ascan;
-		d->nx = info.ascans_per_bscan;
 		d->available = (size_t)info.epochs * info.bscans_per_volume * info.ascans_per_bscan;
 		if (cfg && cfg->geometry.sample_type != CFG_SAMPLE_F32 && d->type != CFG_SAMPLE_F32)
 			sh = cfg->geometry.bit_shift;

@@ -55,6 +55,25 @@ def process(bin_dir, tmp_path, rp, geo, name, pre):
         return f["lowres"][:]
 
 
+def replay(path, spectra):
+    """Write spectra [ny][nx][K] (u16 or f32) as a one-epoch volrec replay file
+    (docs/replay-format.md: a 64-byte header, no metadata)."""
+    ny, nx, k = spectra.shape
+    code = {np.dtype("<u2"): 0, np.dtype("<f4"): 2}[spectra.dtype]
+    path.write_bytes(b"VOLRECRP" + struct.pack("<6IQ4I8x", 1, 64, code, k, nx, ny, 1, 1, 1, 0, 0)
+                     + spectra.tobytes())
+    return path
+
+
+def spectra(k, nx, ny, dtype="<u2"):
+    """[ny][nx][k] spectra of a reflector over noise, well inside the digitizer's range."""
+    rng = np.random.default_rng(3)
+    j = np.arange(k)
+    env = 20000 * np.exp(-0.5 * ((j - k / 2) / (0.3 * k)) ** 2) + 1000
+    s = env * (1 + 0.3 * np.cos(2 * np.pi * 0.2 * j)) + rng.normal(0, 30, (ny, nx, k))
+    return s.astype(dtype)
+
+
 def number(pattern, text):
     m = re.search(pattern, text)
     assert m, f"'{pattern}' not in:\n{text}"
@@ -291,3 +310,76 @@ def test_hdf5_input(bin_dir, tmp_path, mirrors):
         f["volumes"] = np.zeros((1, 2, 2, 2), dtype="u1")
     p = run(bin_dir, "calibrate", "--klin", "-o", tmp_path, tmp_path / "vol.h5")
     assert p.returncode == 1 and "no dataset /raw" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("poly, msg", [
+    ("-5,0,0,0", "gives a wavelength of -5 nm at pixel 0"),
+    ("0,0,0,0", "gives a wavelength of 0 nm at pixel 0"),
+    ("800,1,-0.01,0", "is not strictly monotone at pixel 51"),  # its maximum at pixel 50
+])
+def test_orientation_refuses_an_unusable_wavelength_polynomial(bin_dir, tmp_path, poly, msg):
+    rp = replay(tmp_path / "s.rp", spectra(64, 16, 4))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", "--orientation", "--wavelength-nm", poly, "-o", out, rp)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert f"--wavelength-nm {poly}: {msg}" in p.stderr, p.stderr
+    assert not list(out.iterdir())
+
+
+@pytest.mark.parametrize("op", ["--reference", "--dispersion"])
+@pytest.mark.parametrize("fmt, bad", [("replay", np.inf), ("replay", np.nan), ("hdf5", np.nan)])
+def test_non_finite_samples_are_refused_naming_the_sample(bin_dir, tmp_path, op, fmt, bad):
+    s = spectra(64, 16, 4, "<f4")
+    s[2, 5, 7] = bad
+    if fmt == "replay":
+        path = replay(tmp_path / "s.rp", s)
+    else:
+        path = tmp_path / "s.h5"
+        with h5py.File(path, "w") as f:
+            f["raw"] = s
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", op, "-o", out, path)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"{path}: sample 7 of A-scan 5 of B-scan 2 (counted from 0) is {bad}" in p.stderr, \
+        p.stderr
+    assert not list(out.iterdir())
+
+
+def test_reference_writes_nothing_when_the_backend_cannot_take_it(bin_dir, tmp_path):
+    # the reference is computed, then the picture's run fails (depths beyond N/2 = 32): no
+    # reference.txt or reference.yaml may be left behind
+    rp = replay(tmp_path / "s.rp", spectra(64, 16, 4))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", "--reference", "--depth", "40,50", "-o", out, rp)
+    assert p.returncode == 2 and "--depth: [40, 50) is empty or beyond 32" in p.stderr, \
+        (p.returncode, p.stderr)
+    assert not list(out.iterdir())
+
+
+@pytest.mark.parametrize("fmt, shape, what", [
+    ("replay", (4, 16, 1), "1 samples per A-scan, outside 16..65536"),
+    ("replay", (4, 16, 2), "2 samples per A-scan, outside 16..65536"),
+    ("replay", (4, 16, 15), "15 samples per A-scan, outside 16..65536"),
+    ("replay", (1, 16, 131072), "131072 samples per A-scan, outside 16..65536"),
+    ("replay", (1, 65537, 16), "65537 A-scans per B-scan, outside 1..65536"),
+    ("hdf5", (2, 16, 2**32 + 64), "4294967360 samples per A-scan, outside 16..65536"),
+    ("hdf5", (2, 2**32 + 1, 64), "4294967297 A-scans per B-scan, outside 1..65536"),
+    ("hdf5", (2**60, 16, 64), "/raw holds 2^64 samples or more"),
+])
+def test_geometry_beyond_the_configuration_is_refused(bin_dir, tmp_path, fmt, shape, what):
+    # volrecd cannot be configured with such a K or nx: no table of that length may be written
+    if fmt == "replay":
+        path = replay(tmp_path / "s.rp", spectra(shape[2], shape[1], shape[0]))
+    else:
+        path = tmp_path / "s.h5"
+        with h5py.File(path, "w") as f:  # chunked and never written: no storage
+            f.create_dataset("raw", shape=shape, dtype="<u2", chunks=(1, 1, 64))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", "--reference", "-o", out, path)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"{path}: {what}" in p.stderr, p.stderr
+    assert not list(out.iterdir())
