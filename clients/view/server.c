@@ -7,6 +7,7 @@
  * (URL argument, cookie or bearer header) when a token file is given; on loopback without one,
  * any local page of the viewer's own origin.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <libwebsockets.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 #define VW_ASSETS_MAX  64
 #define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
@@ -226,18 +228,35 @@ static void host_part(const char *s, char *out, size_t len)
 	out[i] = 0;
 }
 
+/*
+ * Whether a Host header names this machine's loopback: exactly localhost, [::1] or a dotted
+ * IPv4 address in 127.0.0.0/8, in any case, with an optional port. A name that only looks like
+ * one (127.attacker.example, 127.0.0.1.nip.io) is a DNS name that may point anywhere.
+ */
 static bool loopback_host(const char *hostport)
 {
 	char h[256];
-	char *colon;
+	char *port;
+	struct in_addr a;
+	uint64_t pn;
+	size_t n = strlen(hostport);
 
-	snprintf(h, sizeof(h), "%s", hostport);
-	if (h[0] == '[')
-		return !strncmp(h, "[::1]", 5);
-	colon = strrchr(h, ':');
-	if (colon)
-		*colon = 0;
-	return !strcmp(h, "localhost") || !strncmp(h, "127.", 4);
+	if (!n || n >= sizeof(h))
+		return false;
+	for (size_t i = 0; i <= n; i++)
+		h[i] = (char)tolower((unsigned char)hostport[i]);
+	port = h[0] == '[' ? strchr(h, ']') : h;
+	if (!port)
+		return false;
+	port = strchr(port, ':');
+	if (port) {
+		if (vr_parse_u64(port + 1, 0, 65535, &pn))
+			return false;
+		*port = 0;
+	}
+	if (!strcmp(h, "localhost") || !strcmp(h, "[::1]"))
+		return true;
+	return inet_pton(AF_INET, h, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
 /* Who may do what: the token's level; without tokens (loopback only), a request whose Host is

@@ -388,6 +388,50 @@ def test_loopback_without_tokens_refuses_foreign_hosts_and_origins(live):
     c.close()
 
 
+@pytest.fixture(scope="module")
+def served(build_dir, bin_dir):
+    """volrecd and a viewer on loopback without tokens, for the tests that speak HTTP and the
+    WebSocket protocol themselves (no browser, no recorder): (daemon, viewer)."""
+    pub = DaemonPublisher(build_dir)
+    try:
+        pub.start()
+        view = Viewer(bin_dir, pub)
+        try:
+            yield pub, view
+        finally:
+            view.close()
+    finally:
+        pub.close()
+
+
+def http_status(port, path, headers):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        r.read()
+        return r.status
+    finally:
+        c.close()
+
+
+def test_loopback_without_tokens_takes_only_loopback_names_as_host(served):
+    """The Host must be localhost, [::1] or a 127.0.0.0/8 address, in any case, with or without
+    a port: a DNS name that only begins like one may resolve anywhere (DNS rebinding)."""
+    _, view = served
+    port = view.port
+    for host in ("localhost", f"LOCALHOST:{port}", f"127.0.0.1:{port}", "127.1.2.3",
+                 f"[::1]:{port}", "[::1]"):
+        status = http_status(port, "/", {"Host": host})
+        assert status == 200, (host, status)
+    for host in (f"127.attacker.example:{port}", "127.0.0.1.nip.io", f"127.0.0.1.nip.io:{port}",
+                 f"[::1]evil.example:{port}", "[::1].attacker.example",
+                 "localhost.attacker.example", f"127.0.0.1:{port}x", f"localhost:{port}:{port}", "127.1", "0x7f.0.0.1",
+                 "128.0.0.1", "[::2]"):
+        status = http_status(port, "/", {"Host": host})
+        assert status == 401, (host, status)
+
+
 # ---- make demo ---------------------------------------------------------------------------------
 
 def test_make_demo_serves_the_viewer(browser, src_dir, build_dir, tmp_path):
