@@ -103,14 +103,23 @@ static struct vw_server *server_of(struct lws *wsi)
 
 /* ---- text messages ------------------------------------------------------------------------ */
 
+/* Set t to s, made valid UTF-8: a browser closes the socket over a text message that is not,
+ * so each byte that is not part of a character becomes U+FFFD. */
 static int text_set(struct vw_text *t, const char *s)
 {
 	size_t len = strlen(s);
-	unsigned char *b = malloc(VW_PRE + len + 1);
+	bool valid = vr_utf8_valid(s, len);
+	size_t cap = valid ? len + 1 : 3 * len + 1; /* U+FFFD: 3 bytes for 1 */
+	unsigned char *b = malloc(VW_PRE + cap);
 
 	if (!b)
 		return -ENOMEM;
-	memcpy(b + VW_PRE, s, len);
+	if (valid) {
+		memcpy(b + VW_PRE, s, len);
+	} else {
+		vr_utf8_sanitize(s, (char *)b + VW_PRE, cap);
+		len = strlen((char *)b + VW_PRE);
+	}
 	free(t->buf);
 	t->buf = b;
 	t->len = len;
@@ -149,12 +158,14 @@ static void session_error(struct vw_server *sv, struct vw_session *s, struct jso
                           const char *fmt, ...)
 {
 	struct json_object *o = json_object_new_object();
-	char msg[512];
+	char raw[2048], msg[512];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
+	/* at most 511 bytes cut at a character (so never past raw's own cut at 2047) */
+	vr_utf8_sanitize(raw, msg, sizeof(msg));
 	sv->errors++;
 	vw_log("browser %" PRIu64 ": %s", s->uid, msg);
 	json_object_object_add(o, "type", json_object_new_string("error"));
@@ -569,6 +580,14 @@ static void handle_subscribe(struct vw_server *sv, struct vw_session *s, struct 
 	lws_callback_on_writable(s->wsi);
 }
 
+/* Whether a request's id may go back to the browser in the reply: valid UTF-8 if a string. */
+static bool id_echoable(struct json_object *id)
+{
+	return id &&
+	       (!json_object_is_type(id, json_type_string) ||
+	        vr_utf8_valid(json_object_get_string(id), (size_t)json_object_get_string_len(id)));
+}
+
 static void handle_message(struct vw_server *sv, struct vw_session *s, const char *text, size_t len)
 {
 	struct json_tokener *tok = json_tokener_new_ex(16);
@@ -576,6 +595,13 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 	struct json_object *type, *id = NULL, *values, *key;
 	const char *t;
 
+	if (msg && json_object_is_type(msg, json_type_object))
+		json_object_object_get_ex(msg, "id", &id);
+	if (!vr_utf8_valid(text, len)) {
+		/* refused here: the daemon's error could not say whose request it was */
+		session_error(sv, s, id_echoable(id) ? id : NULL, "message: not valid UTF-8 text");
+		goto out;
+	}
 	if (!msg || !json_object_is_type(msg, json_type_object) ||
 	    json_tokener_get_error(tok) != json_tokener_success) {
 		session_error(sv, s, NULL, "message: not a JSON object%s%s",
@@ -586,7 +612,6 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		                      : "");
 		goto out;
 	}
-	json_object_object_get_ex(msg, "id", &id);
 	if (!json_object_object_get_ex(msg, "type", &type) ||
 	    !json_object_is_type(type, json_type_string)) {
 		session_error(sv, s, id,
@@ -648,8 +673,11 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		forward(sv, s, req, id);
 		json_object_put(req);
 	} else {
-		session_error(sv, s, id,
-		              "message: unknown type '%.64s' (subscribe, set, get, ping)", t);
+		char shown[65]; /* its first 64 bytes, cut at a character */
+
+		vr_utf8_sanitize(t, shown, sizeof(shown));
+		session_error(sv, s, id, "message: unknown type '%s' (subscribe, set, get, ping)",
+		              shown);
 	}
 out:
 	json_object_put(msg);

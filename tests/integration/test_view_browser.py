@@ -16,6 +16,7 @@ docs/images/view.png, the README's); the others a smaller volume (48 x 48 x 256,
 every volume) that two shared cores process quickly; the last opens the viewer `make demo`
 starts."""
 import http.client
+import json
 import os
 import re
 import shutil
@@ -26,8 +27,8 @@ import numpy as np
 import pytest
 
 from conftest import BUILD, SRC
-from viewkit import (ALL_DRAWN, Browser, DaemonPublisher, Recorder, Viewer, pane, viridis,
-                     wait_for)
+from viewkit import (ALL_DRAWN, Browser, DaemonPublisher, RawSocket, Recorder, Viewer, pane,
+                     viridis, wait_for)
 
 PANES = {"enface": "enface_mean", "bscan": "bscan", "slice": "slice", "render": "render"}
 
@@ -426,10 +427,60 @@ def test_loopback_without_tokens_takes_only_loopback_names_as_host(served):
         assert status == 200, (host, status)
     for host in (f"127.attacker.example:{port}", "127.0.0.1.nip.io", f"127.0.0.1.nip.io:{port}",
                  f"[::1]evil.example:{port}", "[::1].attacker.example",
-                 "localhost.attacker.example", f"127.0.0.1:{port}x", f"localhost:{port}:{port}", "127.1", "0x7f.0.0.1",
-                 "128.0.0.1", "[::2]"):
+                 "localhost.attacker.example", f"127.0.0.1:{port}x", f"localhost:{port}:{port}",
+                 "127.1", "0x7f.0.0.1", "128.0.0.1", "[::2]"):
         status = http_status(port, "/", {"Host": host})
         assert status == 401, (host, status)
+
+
+@pytest.fixture
+def sock(served):
+    """A WebSocket to the served viewer, spoken by hand, after its hello."""
+    ws = RawSocket(served[1].port)
+    assert ws.status == 101, ws.status
+    ws.message(lambda m: m["type"] == "hello")
+    yield ws
+    ws.close()
+
+
+def test_errors_are_valid_utf8_cut_at_a_character(sock):
+    """A browser drops its whole socket over a text message that is not UTF-8: an error that
+    quotes what the browser sent is cut at a character, wherever the cut falls."""
+    for i, name in enumerate(("é" * 300, "x" + "é" * 300)):
+        sock.send(json.dumps({"type": name, "id": f"type{i}"}, ensure_ascii=False))
+        e = sock.reply(f"type{i}")
+        assert e["type"] == "error" and e["error"].startswith(
+            "message: unknown type '" + name[:31]), e
+        sock.send(json.dumps({"type": "subscribe", "views": [name], "id": f"view{i}"},
+                             ensure_ascii=False))
+        e = sock.reply(f"view{i}")
+        assert e["type"] == "error" and "unknown picture \"" + name[:100] in e["error"], e
+        assert len(e["error"].encode()) < 512, len(e["error"].encode())
+    sock.send('{"type": "ping", "id": "alive"}')
+    assert sock.reply("alive")["type"] == "pong"
+
+
+def test_text_that_is_not_utf8_is_refused_with_the_requests_id(sock):
+    """Text that is not UTF-8 never reaches the daemon (whose error could not say whose request
+    it was, leaving the browser to a false "did not answer" 3 s later): an error at once, with
+    the request's id when it has one that can be sent back."""
+    sock.send(b'{"type": "set", "values": {"view.\xff": 1}, "id": "set1"}')
+    e = sock.reply("set1", timeout=1.5)
+    assert e["type"] == "error" and e["error"] == "message: not valid UTF-8 text", e
+    sock.send(b'{"type": "\xc3", "id": 7}')
+    e = sock.reply(7)
+    assert e["type"] == "error" and e["error"] == "message: not valid UTF-8 text", e
+    sock.send(b'{"type": "ping", "id": "\xe9t\xe9"}')  # Latin-1: an id that cannot go back
+    e = sock.message(lambda m: m["type"] == "error")
+    assert "id" not in e and e["error"] == "message: not valid UTF-8 text", e
+    sock.send(b'\xff\xfe')
+    e = sock.message(lambda m: m["type"] == "error")
+    assert "id" not in e and e["error"] == "message: not valid UTF-8 text", e
+    # a valid key the daemon does not know: its own error, with the id
+    sock.send(json.dumps({"type": "set", "values": {"view.é": 1}, "id": "set2"},
+                         ensure_ascii=False))
+    r = sock.reply("set2")
+    assert r["type"] == "reply" and not r["ok"] and "view.é" in r["error"], r
 
 
 # ---- make demo ---------------------------------------------------------------------------------
