@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,8 @@
 #define VW_ASSETS_MAX  64
 #define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
 #define VW_CTL_COOKIES 64
+#define VW_JSON_DEPTH  16                 /* nesting of a browser's message, at most */
+#define VW_EXACT_INT   (INT64_C(1) << 53) /* integers JavaScript's numbers hold exactly */
 #define VW_SUBPROTOCOL "volrec-view"
 #define VW_COOKIE      "volrec_token"
 
@@ -580,36 +583,129 @@ static void handle_subscribe(struct vw_server *sv, struct vw_session *s, struct 
 	lws_callback_on_writable(s->wsi);
 }
 
-/* Whether a request's id may go back to the browser in the reply: valid UTF-8 if a string. */
-static bool id_echoable(struct json_object *id)
+/* Whether a value the browser sent may be echoed into JSON that the browser's JSON.parse reads
+ * back as it was: a UTF-8 string, a finite number, an integer JavaScript holds exactly. */
+static bool echoable(struct json_object *v)
 {
-	return id &&
-	       (!json_object_is_type(id, json_type_string) ||
-	        vr_utf8_valid(json_object_get_string(id), (size_t)json_object_get_string_len(id)));
+	int64_t i;
+
+	switch (json_object_get_type(v)) {
+	case json_type_string:
+		return vr_utf8_valid(json_object_get_string(v),
+		                     (size_t)json_object_get_string_len(v));
+	case json_type_double:
+		return isfinite(json_object_get_double(v));
+	case json_type_int:
+		i = json_object_get_int64(v); /* a uint64 past INT64_MAX reads INT64_MAX */
+		return i >= -VW_EXACT_INT && i <= VW_EXACT_INT;
+	default:
+		return false;
+	}
+}
+
+/* Whether every number in o is finite: json-c reads NaN, Infinity and 1e999 even when strict. */
+static bool all_finite(struct json_object *o)
+{
+	switch (json_object_get_type(o)) {
+	case json_type_double:
+		return isfinite(json_object_get_double(o));
+	case json_type_array:
+		for (size_t i = 0; i < json_object_array_length(o); i++)
+			if (!all_finite(json_object_array_get_idx(o, i)))
+				return false;
+		return true;
+	case json_type_object: {
+		json_object_object_foreach(o, k, v)
+		{
+			(void)k;
+			if (!all_finite(v))
+				return false;
+		}
+		return true;
+	}
+	default:
+		return true;
+	}
+}
+
+/* Offset of the first single quote outside a string in text, or len: json-c reads
+ * single-quoted keys even when strict. */
+static size_t single_quote_at(const char *text, size_t len)
+{
+	bool in_string = false;
+
+	for (size_t i = 0; i < len; i++) {
+		if (in_string && text[i] == '\\')
+			i++;
+		else if (text[i] == '"')
+			in_string = !in_string;
+		else if (!in_string && text[i] == '\'')
+			return i;
+	}
+	return len;
+}
+
+/* Parse a browser's message: strict JSON, the whole text one object. NULL with why in err. */
+static struct json_object *parse_message(const char *text, size_t len, char *err, size_t errlen)
+{
+	struct json_tokener *tok = json_tokener_new_ex(VW_JSON_DEPTH);
+	struct json_object *msg = NULL;
+	enum json_tokener_error e;
+	size_t end, q;
+
+	if (!tok) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS);
+	msg = json_tokener_parse_ex(tok, text, (int)len);
+	e = json_tokener_get_error(tok);
+	end = json_tokener_get_parse_end(tok);
+	json_tokener_free(tok);
+	while (e == json_tokener_success && end < len && text[end] && strchr(" \t\r\n", text[end]))
+		end++;
+	if (e == json_tokener_continue)
+		snprintf(err, errlen, "unexpected end of text");
+	else if (e != json_tokener_success)
+		snprintf(err, errlen, "%s at byte %zu", json_tokener_error_desc(e), end);
+	else if (end < len)
+		snprintf(err, errlen, "more text after the object, at byte %zu", end);
+	else if (!json_object_is_type(msg, json_type_object))
+		snprintf(err, errlen, "a JSON %s", json_type_to_name(json_object_get_type(msg)));
+	else if ((q = single_quote_at(text, len)) < len)
+		snprintf(err, errlen, "a single quote at byte %zu (strings take double quotes)", q);
+	else if (!all_finite(msg))
+		snprintf(err, errlen,
+		         "a number that is not finite (NaN, Infinity, or out of range)");
+	else
+		return msg;
+	json_object_put(msg);
+	return NULL;
 }
 
 static void handle_message(struct vw_server *sv, struct vw_session *s, const char *text, size_t len)
 {
-	struct json_tokener *tok = json_tokener_new_ex(16);
-	struct json_object *msg = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
+	char why[128];
+	struct json_object *msg = parse_message(text, len, why, sizeof(why));
 	struct json_object *type, *id = NULL, *values, *key;
 	const char *t;
 
-	if (msg && json_object_is_type(msg, json_type_object))
-		json_object_object_get_ex(msg, "id", &id);
 	if (!vr_utf8_valid(text, len)) {
 		/* refused here: the daemon's error could not say whose request it was */
-		session_error(sv, s, id_echoable(id) ? id : NULL, "message: not valid UTF-8 text");
+		if (msg)
+			json_object_object_get_ex(msg, "id", &id);
+		session_error(sv, s, id && echoable(id) ? id : NULL,
+		              "message: not valid UTF-8 text");
 		goto out;
 	}
-	if (!msg || !json_object_is_type(msg, json_type_object) ||
-	    json_tokener_get_error(tok) != json_tokener_success) {
-		session_error(sv, s, NULL, "message: not a JSON object%s%s",
-		              tok && json_tokener_get_error(tok) != json_tokener_success ? ": "
-		                                                                         : "",
-		              tok && json_tokener_get_error(tok) != json_tokener_success
-		                      ? json_tokener_error_desc(json_tokener_get_error(tok))
-		                      : "");
+	if (!msg) {
+		session_error(sv, s, NULL, "message: not a JSON object: %s", why);
+		goto out;
+	}
+	if (json_object_object_get_ex(msg, "id", &id) && !echoable(id)) {
+		session_error(sv, s, NULL,
+		              "message: id: need a string or a finite number (an integer within "
+		              "+-2^53)");
 		goto out;
 	}
 	if (!json_object_object_get_ex(msg, "type", &type) ||
@@ -622,14 +718,22 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 	if (!strcmp(t, "subscribe")) {
 		handle_subscribe(sv, s, msg, id);
 	} else if (!strcmp(t, "ping")) {
-		struct json_object *o = json_object_new_object(), *tv;
+		struct json_object *o = json_object_new_object(), *tv = NULL;
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
 		json_object_object_add(o, "type", json_object_new_string("pong"));
 		if (id)
 			json_object_object_add(o, "id", json_object_get(id));
-		if (json_object_object_get_ex(msg, "t", &tv))
+		if (json_object_object_get_ex(msg, "t", &tv) && !echoable(tv)) {
+			json_object_put(o);
+			session_error(
+			        sv, s, id,
+			        "ping: t: need a string or a finite number (an integer within "
+			        "+-2^53)");
+			goto out;
+		}
+		if (tv)
 			json_object_object_add(o, "t", json_object_get(tv));
 		json_object_object_add(
 		        o, "server_ns",
@@ -681,8 +785,6 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 	}
 out:
 	json_object_put(msg);
-	if (tok)
-		json_tokener_free(tok);
 }
 
 /* ---- the feed's deliveries ----------------------------------------------------------------- */

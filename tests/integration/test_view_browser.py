@@ -483,6 +483,55 @@ def test_text_that_is_not_utf8_is_refused_with_the_requests_id(sock):
     assert r["type"] == "reply" and not r["ok"] and "view.é" in r["error"], r
 
 
+def test_only_strict_json_is_taken(sock):
+    """A message is one strict JSON object and nothing else: lenient JSON is refused with what
+    is wrong and nothing is done (a NaN or Infinity would otherwise come back in a pong that the
+    browser's JSON.parse cannot read)."""
+    for text, why in (
+            ('{"type": "ping", "id": 1} xyz', "more text after the object, at byte 26"),
+            ('{"type": "ping", "id": 1}{"type": "ping", "id": 2}',
+             "more text after the object, at byte 25"),
+            ('{"type": "ping", "id": 1}\u0000', "more text after the object, at byte 25"),
+            ("{'type': \"ping\", \"id\": 1}", "a single quote at byte 1"),
+            ('{"type": "ping", "id": 1,}', "at byte 25"),
+            ('{"type": "ping", "id": 1, "t": NaN}', "a number that is not finite"),
+            ('{"type": "ping", "id": 1, "t": -Infinity}', "a number that is not finite"),
+            ('{"type": "ping", "id": 1, "t": [1e999]}', "a number that is not finite"),
+            ('[{"type": "ping", "id": 1}]', "a JSON array"),
+            ("", "unexpected end of text"),
+            ('{"type": "ping", "id": ', "unexpected end of text")):
+        sock.send(text)
+        e = sock.message(lambda m: m["type"] in ("error", "pong"))
+        assert e["type"] == "error" and "id" not in e, (text, e)
+        assert e["error"].startswith("message: not a JSON object: ") and why in e["error"], \
+            (text, e)
+    sock.send('{"type": "ping", "id": "spaces"} \r\n')  # whitespace after the object is JSON
+    assert sock.reply("spaces")["type"] == "pong"
+
+
+def test_ids_and_times_go_back_only_as_json_a_browser_reads(sock):
+    """An id or a ping's t is echoed: it must be a string or a finite number JavaScript holds
+    exactly; anything else is refused, never echoed changed or unreadable."""
+    for text in ('{"type": "ping", "id": 123456789012345678901234567890}',
+                 '{"type": "ping", "id": 9007199254740993}',
+                 '{"type": "get", "key": "view.slab", "id": true}',
+                 '{"type": "get", "key": "view.slab", "id": null}',
+                 '{"type": "set", "values": {"view.slab": [8, 256]}, "id": {"n": 1}}'):
+        sock.send(text)
+        e = sock.message(lambda m: m["type"] in ("error", "pong", "reply"))
+        assert e["type"] == "error" and "id" not in e, (text, e)
+        assert e["error"].startswith("message: id: need a string or a finite number"), (text, e)
+    sock.send('{"type": "ping", "id": "big t", "t": 123456789012345678901234567890}')
+    e = sock.reply("big t")
+    assert e["type"] == "error" and e["error"].startswith("ping: t: need a string"), e
+    sock.send('{"type": "ping", "id": 2.5, "t": 1700000000000.25}')
+    p = sock.reply(2.5)
+    assert p["type"] == "pong" and p["t"] == 1700000000000.25, p
+    sock.send('{"type": "get", "key": "view.slab", "id": -9007199254740992}')
+    r = sock.reply(-9007199254740992)
+    assert r["type"] == "reply" and r["ok"], r
+
+
 # ---- make demo ---------------------------------------------------------------------------------
 
 def test_make_demo_serves_the_viewer(browser, src_dir, build_dir, tmp_path):
