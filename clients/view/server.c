@@ -305,16 +305,18 @@ static enum vw_access access_of(struct vw_server *sv, struct lws *wsi, bool webs
 	return VW_DENIED;
 }
 
-/* 401 and nothing else: no body a browser could take for the page. */
-static int send_401(struct lws *wsi)
+/* A status and nothing else, no body a browser could take for the page; a 401 asks for a
+ * bearer token. */
+static int send_empty(struct lws *wsi, unsigned status)
 {
 	unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start,
 	                                  *end = buf + sizeof(buf);
 
-	if (lws_add_http_header_status(wsi, HTTP_STATUS_UNAUTHORIZED, &p, end) ||
-	    lws_add_http_header_by_name(wsi, (const unsigned char *)"www-authenticate:",
-	                                (const unsigned char *)"Bearer realm=\"volrec\"", 21, &p,
-	                                end) ||
+	if (lws_add_http_header_status(wsi, status, &p, end) ||
+	    (status == HTTP_STATUS_UNAUTHORIZED &&
+	     lws_add_http_header_by_name(wsi, (const unsigned char *)"www-authenticate:",
+	                                 (const unsigned char *)"Bearer realm=\"volrec\"", 21, &p,
+	                                 end)) ||
 	    lws_add_http_header_content_length(wsi, 0, &p, end) ||
 	    lws_finalize_http_header(wsi, &p, end))
 		return -1;
@@ -409,7 +411,9 @@ static int serve_asset(struct vw_server *sv, struct lws *wsi, const char *url)
 
 	if (acc == VW_DENIED) {
 		vw_log("http: 401 for %s (no valid token)", url);
-		return send_401(wsi) < 0 ? -1 : (lws_http_transaction_completed(wsi) ? -1 : 0);
+		return send_empty(wsi, HTTP_STATUS_UNAUTHORIZED) < 0
+		               ? -1
+		               : (lws_http_transaction_completed(wsi) ? -1 : 0);
 	}
 	a = asset_find(sv, url);
 	if (!a) {
@@ -915,15 +919,45 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 
 /* ---- callbacks ------------------------------------------------------------------------------- */
 
+/* Whether a Sec-WebSocket-Protocol list names this viewer's subprotocol. */
+static bool offers_subprotocol(const char *list)
+{
+	size_t n = strlen(VW_SUBPROTOCOL);
+
+	for (const char *p = list; *p;) {
+		p += strspn(p, " \t,");
+		if (!strncmp(p, VW_SUBPROTOCOL, n) && strchr(" \t,", p[n]))
+			return true;
+		p += strcspn(p, ",");
+	}
+	return false;
+}
+
+/*
+ * An upgrade is a browser's session only on /ws with the volrec-view subprotocol: any other
+ * would be bound to the HTTP protocol, accepted and then ignored, and not counted against
+ * --max-browsers. 401 without access, 400 for the rest.
+ */
 static int confirm_upgrade(struct vw_server *sv, struct lws *wsi)
 {
-	char token[1024];
+	char token[1024], path[256] = "", proto[256] = "", shown[2][64];
 	bool from_url;
 
-	if (access_of(sv, wsi, true, &from_url, token, sizeof(token)) != VW_DENIED)
+	if (access_of(sv, wsi, true, &from_url, token, sizeof(token)) == VW_DENIED) {
+		vw_log("websocket: 401 (no valid token, or a foreign origin)");
+		return send_empty(wsi, HTTP_STATUS_UNAUTHORIZED);
+	}
+	if (lws_hdr_copy(wsi, path, (int)sizeof(path), WSI_TOKEN_GET_URI) < 0)
+		path[0] = 0;
+	if (lws_hdr_copy(wsi, proto, (int)sizeof(proto), WSI_TOKEN_PROTOCOL) < 0)
+		proto[0] = 0;
+	if (!strcmp(path, "/ws") && offers_subprotocol(proto))
 		return 0;
-	vw_log("websocket: 401 (no valid token, or a foreign origin)");
-	return send_401(wsi);
+	vr_utf8_sanitize(path, shown[0], sizeof(shown[0]));
+	vr_utf8_sanitize(proto, shown[1], sizeof(shown[1]));
+	vw_log("websocket: 400 for path '%s', subprotocols '%s' (need /ws and " VW_SUBPROTOCOL ")",
+	       shown[0], shown[1]);
+	return send_empty(wsi, HTTP_STATUS_BAD_REQUEST);
 }
 
 static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,

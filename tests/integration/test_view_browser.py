@@ -532,6 +532,35 @@ def test_ids_and_times_go_back_only_as_json_a_browser_reads(sock):
     assert r["type"] == "reply" and r["ok"], r
 
 
+def test_websocket_needs_its_path_and_subprotocol(served, bin_dir):
+    """Only /ws with the volrec-view subprotocol is a browser's session: any other upgrade is
+    refused (400) instead of accepted and ignored, so none escapes --max-browsers."""
+    pub, _ = served
+    view = Viewer(bin_dir, pub, "--max-browsers", "1")
+    held = []
+    try:
+        for path, protocol in (("/ws", None), ("/ws", "bogus"), ("/ws", "http"),
+                               ("/ws", "volrec-view-2"), ("/", "volrec-view"),
+                               ("/index.html", "volrec-view"), ("/wsx", "volrec-view")):
+            ws = RawSocket(view.port, path=path, protocol=protocol)
+            held.append(ws)
+            assert ws.status == 400, (path, protocol, ws.status)
+        ws = RawSocket(view.port, protocol="bogus, volrec-view")
+        held.append(ws)
+        assert ws.status == 101, ws.status
+        assert ws.message(lambda m: m["type"] == "hello")["control"] is True
+        # the one browser allowed is there: a second is refused, with or without subprotocol
+        for protocol in ("volrec-view", None):
+            ws = RawSocket(view.port, protocol=protocol)
+            held.append(ws)
+            assert ws.status != 101, (protocol, ws.status)
+        assert "400 for path '/ws', subprotocols 'bogus'" in view.log_text()
+    finally:
+        for ws in held:
+            ws.close()
+        view.close()
+
+
 # ---- make demo ---------------------------------------------------------------------------------
 
 def test_make_demo_serves_the_viewer(browser, src_dir, build_dir, tmp_path):
