@@ -28,6 +28,7 @@
 
 #define VW_ASSETS_MAX  64
 #define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
+#define VW_INFLIGHT    8  /* a browser's requests whose replies it has not had, at most */
 #define VW_CTL_COOKIES 64
 #define VW_JSON_DEPTH  16                 /* nesting of a browser's message, at most */
 #define VW_EXACT_INT   (INT64_C(1) << 53) /* integers JavaScript's numbers hold exactly */
@@ -59,7 +60,9 @@ struct vw_session {
 	uint64_t status_sent, state_sent, event_sent;
 	struct vw_text q[VW_TEXT_QUEUE];
 	unsigned qhead, qlen;
-	char *rx; /* a message in fragments */
+	unsigned pending; /* requests at volrecd: each holds one slot of q for its reply */
+	bool rx_paused;   /* q and pending full: the browser's messages wait in its socket */
+	char *rx;         /* a message in fragments */
 	size_t rxlen;
 	bool rx_oversized, rx_binary;
 	uint64_t frames, bytes; /* sent */
@@ -136,21 +139,35 @@ static void text_free(struct vw_text *t)
 	t->len = 0;
 }
 
-/* Queue a JSON object for one browser (taking the reference). A browser that lets
- * VW_TEXT_QUEUE replies pile up loses the oldest. */
+/* Slots of s's queue taken: texts waiting and replies due from volrecd. */
+static unsigned session_load(const struct vw_session *s)
+{
+	return s->qlen + s->pending;
+}
+
+/*
+ * Queue a JSON object for one browser (taking the reference). Nothing queued is dropped: a
+ * browser gets at most VW_INFLIGHT requests answered ahead of its reading (more are refused
+ * with an error), and once even the errors fill the queue its messages are left unread in its
+ * socket until it reads what it was sent.
+ */
 static void session_queue(struct vw_session *s, struct json_object *o)
 {
 	struct vw_text *t;
 
-	if (s->qlen == VW_TEXT_QUEUE) {
-		text_free(&s->q[s->qhead]);
-		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
-		s->qlen--;
+	if (s->qlen == VW_TEXT_QUEUE) { /* cannot happen: reading stops first */
+		vw_log("browser %" PRIu64 ": reply queue full: a message dropped", s->uid);
+		json_object_put(o);
+		return;
 	}
 	t = &s->q[(s->qhead + s->qlen) % VW_TEXT_QUEUE];
 	if (!text_set(t, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)))
 		s->qlen++;
 	json_object_put(o);
+	if (session_load(s) >= VW_TEXT_QUEUE && !s->rx_paused) {
+		s->rx_paused = true;
+		lws_rx_flow_control(s->wsi, 0);
+	}
 	lws_callback_on_writable(s->wsi);
 }
 
@@ -485,6 +502,7 @@ static void on_control_reply(void *ctx, uint64_t cookie, bool ok, const char *er
 		vw_log("control: %s", error);
 	if (!s)
 		return;
+	s->pending--; /* its slot becomes the reply's */
 	o = json_object_new_object();
 	json_object_object_add(o, "type", json_object_new_string("reply"));
 	id = json_tokener_parse(ck->client_id);
@@ -545,6 +563,7 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	}
 	ck->cookie = sv->next_cookie;
 	ck->session = s->uid;
+	s->pending++;
 	snprintf(ck->client_id, sizeof(ck->client_id), "%s", idtext);
 	if (!sv->ctl_polling) {
 		sv->ctl_polling = true;
@@ -712,6 +731,11 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		              "+-2^53)");
 		goto out;
 	}
+	if (session_load(s) >= VW_INFLIGHT) {
+		session_error(sv, s, id, "too many requests in flight (%d); wait for the replies",
+		              VW_INFLIGHT);
+		goto out;
+	}
 	if (!json_object_object_get_ex(msg, "type", &type) ||
 	    !json_object_is_type(type, json_type_string)) {
 		session_error(sv, s, id,
@@ -853,6 +877,7 @@ static int write_text(struct lws *wsi, struct vw_text *t)
 /* One message to s: what it waits for most, then ask for the next turn if more is due. */
 static int session_write(struct vw_server *sv, struct vw_session *s)
 {
+	struct vw_text hello = {0};
 	int rc = 0;
 	bool more;
 
@@ -870,13 +895,20 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 		json_object_object_add(o, "max_message",
 		                       json_object_new_int((int)sv->o.max_message));
 		s->hello = true;
-		session_queue(s, o);
-	}
-	if (s->qlen) {
+		rc = text_set(&hello, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+		json_object_put(o);
+		if (!rc)
+			rc = write_text(s->wsi, &hello);
+		text_free(&hello);
+	} else if (s->qlen) {
 		rc = write_text(s->wsi, &s->q[s->qhead]);
 		text_free(&s->q[s->qhead]);
 		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
 		s->qlen--;
+		if (s->rx_paused && session_load(s) < VW_TEXT_QUEUE) {
+			s->rx_paused = false;
+			lws_rx_flow_control(s->wsi, 1);
+		}
 	} else if (s->state_sent != sv->state_serial && sv->state.buf) {
 		rc = write_text(s->wsi, &sv->state);
 		s->state_sent = sv->state_serial;

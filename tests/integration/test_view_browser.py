@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 
@@ -559,6 +560,54 @@ def test_websocket_needs_its_path_and_subprotocol(served, bin_dir):
         for ws in held:
             ws.close()
         view.close()
+
+
+BUSY = "too many requests in flight (8); wait for the replies"
+
+
+def test_a_burst_of_requests_loses_no_reply(served, sock):
+    """A browser that sends faster than it is answered gets, for every request, its reply or
+    an error saying it has too many in flight: none is dropped, and its requests never take
+    the control socket from another browser."""
+    burst = []
+    for i in range(40):
+        burst.append(json.dumps({"type": "get", "key": "view.slab", "id": f"get{i}"}))
+        burst.append(json.dumps({"type": "launch", "id": f"bad{i}"}))
+    sock.send(*burst)
+    other = RawSocket(served[1].port)
+    other.message(lambda m: m["type"] == "hello")
+    other.send('{"type": "set", "values": {"view.slab": [8, 256]}, "id": "other"}')
+    got = {}
+    while len(got) < len(burst):
+        m = sock.message(lambda m: m["type"] in ("reply", "error"))
+        assert m.get("id") not in got, (m, got.get(m.get("id")))
+        got[m["id"]] = m
+    for i in range(40):
+        r, e = got[f"get{i}"], got[f"bad{i}"]
+        assert (r["type"] == "reply" and r["ok"]) or r.get("error") == BUSY, r
+        assert "unknown type 'launch'" in e["error"] or e["error"] == BUSY, e
+    r = other.reply("other")
+    other.close()
+    assert r["type"] == "reply" and r["ok"], r
+    assert "dropped" not in served[1].log_text()
+
+
+def test_requests_beyond_eight_in_flight_are_refused_at_once(served, sock):
+    """With eight requests of a browser waiting at the daemon (stopped here), its ninth is
+    refused at once with its id; the eight are answered when the daemon goes on."""
+    pub, _ = served
+    pub.proc.send_signal(signal.SIGSTOP)
+    try:
+        sock.send(*(json.dumps({"type": "get", "key": "view.slab", "id": f"held{i}"})
+                    for i in range(10)))
+        for i in (8, 9):
+            e = sock.reply(f"held{i}", timeout=2.0)
+            assert e["type"] == "error" and e["error"] == BUSY, e
+    finally:
+        pub.proc.send_signal(signal.SIGCONT)
+    for i in range(8):
+        r = sock.reply(f"held{i}")
+        assert r["type"] == "reply", r
 
 
 # ---- make demo ---------------------------------------------------------------------------------

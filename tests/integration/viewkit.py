@@ -281,8 +281,8 @@ class RawSocket:
         reply, _, self.buf = self.buf.partition(b"\r\n\r\n")
         self.status = int(reply.split(b" ", 2)[1]) if reply else 0
 
-    def send(self, payload, opcode=1):
-        """One masked frame (text unless told), payload str or bytes."""
+    @staticmethod
+    def _frame(payload, opcode):
         if isinstance(payload, str):
             payload = payload.encode()
         n, mask = len(payload), os.urandom(4)
@@ -291,7 +291,11 @@ class RawSocket:
             head += bytes([0x80 | n])
         else:
             head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
-        self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+        return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+    def send(self, *payloads, opcode=1):
+        """Masked frames (text unless told), each payload str or bytes, in one write."""
+        self.sock.sendall(b"".join(self._frame(p, opcode) for p in payloads))
 
     def _need(self, n, end):
         while len(self.buf) < n:
