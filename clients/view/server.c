@@ -7,10 +7,12 @@
  * (URL argument, cookie or bearer header) when a token file is given; on loopback without one,
  * any local page of the viewer's own origin.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +24,14 @@
 #include <libwebsockets.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 #define VW_ASSETS_MAX  64
 #define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
+#define VW_INFLIGHT    8  /* a browser's requests whose replies it has not had, at most */
 #define VW_CTL_COOKIES 64
+#define VW_JSON_DEPTH  16                 /* nesting of a browser's message, at most */
+#define VW_EXACT_INT   (INT64_C(1) << 53) /* integers JavaScript's numbers hold exactly */
 #define VW_SUBPROTOCOL "volrec-view"
 #define VW_COOKIE      "volrec_token"
 
@@ -54,7 +60,9 @@ struct vw_session {
 	uint64_t status_sent, state_sent, event_sent;
 	struct vw_text q[VW_TEXT_QUEUE];
 	unsigned qhead, qlen;
-	char *rx; /* a message in fragments */
+	unsigned pending; /* requests at volrecd: each holds one slot of q for its reply */
+	bool rx_paused;   /* q and pending full: the browser's messages wait in its socket */
+	char *rx;         /* a message in fragments */
 	size_t rxlen;
 	bool rx_oversized, rx_binary;
 	uint64_t frames, bytes; /* sent */
@@ -101,14 +109,23 @@ static struct vw_server *server_of(struct lws *wsi)
 
 /* ---- text messages ------------------------------------------------------------------------ */
 
+/* Set t to s, made valid UTF-8: a browser closes the socket over a text message that is not,
+ * so each byte that is not part of a character becomes U+FFFD. */
 static int text_set(struct vw_text *t, const char *s)
 {
 	size_t len = strlen(s);
-	unsigned char *b = malloc(VW_PRE + len + 1);
+	bool valid = vr_utf8_valid(s, len);
+	size_t cap = valid ? len + 1 : 3 * len + 1; /* U+FFFD: 3 bytes for 1 */
+	unsigned char *b = malloc(VW_PRE + cap);
 
 	if (!b)
 		return -ENOMEM;
-	memcpy(b + VW_PRE, s, len);
+	if (valid) {
+		memcpy(b + VW_PRE, s, len);
+	} else {
+		vr_utf8_sanitize(s, (char *)b + VW_PRE, cap);
+		len = strlen((char *)b + VW_PRE);
+	}
 	free(t->buf);
 	t->buf = b;
 	t->len = len;
@@ -122,21 +139,35 @@ static void text_free(struct vw_text *t)
 	t->len = 0;
 }
 
-/* Queue a JSON object for one browser (taking the reference). A browser that lets
- * VW_TEXT_QUEUE replies pile up loses the oldest. */
+/* Slots of s's queue taken: texts waiting and replies due from volrecd. */
+static unsigned session_load(const struct vw_session *s)
+{
+	return s->qlen + s->pending;
+}
+
+/*
+ * Queue a JSON object for one browser (taking the reference). Nothing queued is dropped: a
+ * browser gets at most VW_INFLIGHT requests answered ahead of its reading (more are refused
+ * with an error), and once even the errors fill the queue its messages are left unread in its
+ * socket until it reads what it was sent.
+ */
 static void session_queue(struct vw_session *s, struct json_object *o)
 {
 	struct vw_text *t;
 
-	if (s->qlen == VW_TEXT_QUEUE) {
-		text_free(&s->q[s->qhead]);
-		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
-		s->qlen--;
+	if (s->qlen == VW_TEXT_QUEUE) { /* cannot happen: reading stops first */
+		vw_log("browser %" PRIu64 ": reply queue full: a message dropped", s->uid);
+		json_object_put(o);
+		return;
 	}
 	t = &s->q[(s->qhead + s->qlen) % VW_TEXT_QUEUE];
 	if (!text_set(t, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)))
 		s->qlen++;
 	json_object_put(o);
+	if (session_load(s) >= VW_TEXT_QUEUE && !s->rx_paused) {
+		s->rx_paused = true;
+		lws_rx_flow_control(s->wsi, 0);
+	}
 	lws_callback_on_writable(s->wsi);
 }
 
@@ -147,12 +178,14 @@ static void session_error(struct vw_server *sv, struct vw_session *s, struct jso
                           const char *fmt, ...)
 {
 	struct json_object *o = json_object_new_object();
-	char msg[512];
+	char raw[2048], msg[512];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
+	/* at most 511 bytes cut at a character (so never past raw's own cut at 2047) */
+	vr_utf8_sanitize(raw, msg, sizeof(msg));
 	sv->errors++;
 	vw_log("browser %" PRIu64 ": %s", s->uid, msg);
 	json_object_object_add(o, "type", json_object_new_string("error"));
@@ -226,18 +259,35 @@ static void host_part(const char *s, char *out, size_t len)
 	out[i] = 0;
 }
 
+/*
+ * Whether a Host header names this machine's loopback: exactly localhost, [::1] or a dotted
+ * IPv4 address in 127.0.0.0/8, in any case, with an optional port. A name that only looks like
+ * one (127.attacker.example, 127.0.0.1.nip.io) is a DNS name that may point anywhere.
+ */
 static bool loopback_host(const char *hostport)
 {
 	char h[256];
-	char *colon;
+	char *port;
+	struct in_addr a;
+	uint64_t pn;
+	size_t n = strlen(hostport);
 
-	snprintf(h, sizeof(h), "%s", hostport);
-	if (h[0] == '[')
-		return !strncmp(h, "[::1]", 5);
-	colon = strrchr(h, ':');
-	if (colon)
-		*colon = 0;
-	return !strcmp(h, "localhost") || !strncmp(h, "127.", 4);
+	if (!n || n >= sizeof(h))
+		return false;
+	for (size_t i = 0; i <= n; i++)
+		h[i] = (char)tolower((unsigned char)hostport[i]);
+	port = h[0] == '[' ? strchr(h, ']') : h;
+	if (!port)
+		return false;
+	port = strchr(port, ':');
+	if (port) {
+		if (vr_parse_u64(port + 1, 0, 65535, &pn))
+			return false;
+		*port = 0;
+	}
+	if (!strcmp(h, "localhost") || !strcmp(h, "[::1]"))
+		return true;
+	return inet_pton(AF_INET, h, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
 /* Who may do what: the token's level; without tokens (loopback only), a request whose Host is
@@ -272,16 +322,18 @@ static enum vw_access access_of(struct vw_server *sv, struct lws *wsi, bool webs
 	return VW_DENIED;
 }
 
-/* 401 and nothing else: no body a browser could take for the page. */
-static int send_401(struct lws *wsi)
+/* A status and nothing else, no body a browser could take for the page; a 401 asks for a
+ * bearer token. */
+static int send_empty(struct lws *wsi, unsigned status)
 {
 	unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start,
 	                                  *end = buf + sizeof(buf);
 
-	if (lws_add_http_header_status(wsi, HTTP_STATUS_UNAUTHORIZED, &p, end) ||
-	    lws_add_http_header_by_name(wsi, (const unsigned char *)"www-authenticate:",
-	                                (const unsigned char *)"Bearer realm=\"volrec\"", 21, &p,
-	                                end) ||
+	if (lws_add_http_header_status(wsi, status, &p, end) ||
+	    (status == HTTP_STATUS_UNAUTHORIZED &&
+	     lws_add_http_header_by_name(wsi, (const unsigned char *)"www-authenticate:",
+	                                 (const unsigned char *)"Bearer realm=\"volrec\"", 21, &p,
+	                                 end)) ||
 	    lws_add_http_header_content_length(wsi, 0, &p, end) ||
 	    lws_finalize_http_header(wsi, &p, end))
 		return -1;
@@ -376,7 +428,9 @@ static int serve_asset(struct vw_server *sv, struct lws *wsi, const char *url)
 
 	if (acc == VW_DENIED) {
 		vw_log("http: 401 for %s (no valid token)", url);
-		return send_401(wsi) < 0 ? -1 : (lws_http_transaction_completed(wsi) ? -1 : 0);
+		return send_empty(wsi, HTTP_STATUS_UNAUTHORIZED) < 0
+		               ? -1
+		               : (lws_http_transaction_completed(wsi) ? -1 : 0);
 	}
 	a = asset_find(sv, url);
 	if (!a) {
@@ -448,6 +502,7 @@ static void on_control_reply(void *ctx, uint64_t cookie, bool ok, const char *er
 		vw_log("control: %s", error);
 	if (!s)
 		return;
+	s->pending--; /* its slot becomes the reply's */
 	o = json_object_new_object();
 	json_object_object_add(o, "type", json_object_new_string("reply"));
 	id = json_tokener_parse(ck->client_id);
@@ -508,6 +563,7 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	}
 	ck->cookie = sv->next_cookie;
 	ck->session = s->uid;
+	s->pending++;
 	snprintf(ck->client_id, sizeof(ck->client_id), "%s", idtext);
 	if (!sv->ctl_polling) {
 		sv->ctl_polling = true;
@@ -550,24 +606,136 @@ static void handle_subscribe(struct vw_server *sv, struct vw_session *s, struct 
 	lws_callback_on_writable(s->wsi);
 }
 
+/* Whether a value the browser sent may be echoed into JSON that the browser's JSON.parse reads
+ * back as it was: a UTF-8 string, a finite number, an integer JavaScript holds exactly. */
+static bool echoable(struct json_object *v)
+{
+	int64_t i;
+
+	switch (json_object_get_type(v)) {
+	case json_type_string:
+		return vr_utf8_valid(json_object_get_string(v),
+		                     (size_t)json_object_get_string_len(v));
+	case json_type_double:
+		return isfinite(json_object_get_double(v));
+	case json_type_int:
+		i = json_object_get_int64(v); /* a uint64 past INT64_MAX reads INT64_MAX */
+		return i >= -VW_EXACT_INT && i <= VW_EXACT_INT;
+	default:
+		return false;
+	}
+}
+
+/* Whether every number in o is finite: json-c reads NaN, Infinity and 1e999 even when strict. */
+static bool all_finite(struct json_object *o)
+{
+	switch (json_object_get_type(o)) {
+	case json_type_double:
+		return isfinite(json_object_get_double(o));
+	case json_type_array:
+		for (size_t i = 0; i < json_object_array_length(o); i++)
+			if (!all_finite(json_object_array_get_idx(o, i)))
+				return false;
+		return true;
+	case json_type_object: {
+		json_object_object_foreach(o, k, v)
+		{
+			(void)k;
+			if (!all_finite(v))
+				return false;
+		}
+		return true;
+	}
+	default:
+		return true;
+	}
+}
+
+/* Offset of the first single quote outside a string in text, or len: json-c reads
+ * single-quoted keys even when strict. */
+static size_t single_quote_at(const char *text, size_t len)
+{
+	bool in_string = false;
+
+	for (size_t i = 0; i < len; i++) {
+		if (in_string && text[i] == '\\')
+			i++;
+		else if (text[i] == '"')
+			in_string = !in_string;
+		else if (!in_string && text[i] == '\'')
+			return i;
+	}
+	return len;
+}
+
+/* Parse a browser's message: strict JSON, the whole text one object. NULL with why in err. */
+static struct json_object *parse_message(const char *text, size_t len, char *err, size_t errlen)
+{
+	struct json_tokener *tok = json_tokener_new_ex(VW_JSON_DEPTH);
+	struct json_object *msg = NULL;
+	enum json_tokener_error e;
+	size_t end, q;
+
+	if (!tok) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS);
+	msg = json_tokener_parse_ex(tok, text, (int)len);
+	e = json_tokener_get_error(tok);
+	end = json_tokener_get_parse_end(tok);
+	json_tokener_free(tok);
+	while (e == json_tokener_success && end < len && text[end] && strchr(" \t\r\n", text[end]))
+		end++;
+	if (e == json_tokener_continue)
+		snprintf(err, errlen, "unexpected end of text");
+	else if (e != json_tokener_success)
+		snprintf(err, errlen, "%s at byte %zu", json_tokener_error_desc(e), end);
+	else if (end < len)
+		snprintf(err, errlen, "more text after the object, at byte %zu", end);
+	else if (!json_object_is_type(msg, json_type_object))
+		snprintf(err, errlen, "a JSON %s", json_type_to_name(json_object_get_type(msg)));
+	else if ((q = single_quote_at(text, len)) < len)
+		snprintf(err, errlen, "a single quote at byte %zu (strings take double quotes)", q);
+	else if (!all_finite(msg))
+		snprintf(err, errlen,
+		         "a number that is not finite (NaN, Infinity, or out of range)");
+	else
+		return msg;
+	json_object_put(msg);
+	return NULL;
+}
+
 static void handle_message(struct vw_server *sv, struct vw_session *s, const char *text, size_t len)
 {
-	struct json_tokener *tok = json_tokener_new_ex(16);
-	struct json_object *msg = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
+	char why[128];
+	struct json_object *msg = parse_message(text, len, why, sizeof(why));
 	struct json_object *type, *id = NULL, *values, *key;
 	const char *t;
 
-	if (!msg || !json_object_is_type(msg, json_type_object) ||
-	    json_tokener_get_error(tok) != json_tokener_success) {
-		session_error(sv, s, NULL, "message: not a JSON object%s%s",
-		              tok && json_tokener_get_error(tok) != json_tokener_success ? ": "
-		                                                                         : "",
-		              tok && json_tokener_get_error(tok) != json_tokener_success
-		                      ? json_tokener_error_desc(json_tokener_get_error(tok))
-		                      : "");
+	if (!vr_utf8_valid(text, len)) {
+		/* refused here: the daemon's error could not say whose request it was */
+		if (msg)
+			json_object_object_get_ex(msg, "id", &id);
+		session_error(sv, s, id && echoable(id) ? id : NULL,
+		              "message: not valid UTF-8 text");
 		goto out;
 	}
-	json_object_object_get_ex(msg, "id", &id);
+	if (!msg) {
+		session_error(sv, s, NULL, "message: not a JSON object: %s", why);
+		goto out;
+	}
+	if (json_object_object_get_ex(msg, "id", &id) && !echoable(id)) {
+		session_error(sv, s, NULL,
+		              "message: id: need a string or a finite number (an integer within "
+		              "+-2^53)");
+		goto out;
+	}
+	if (session_load(s) >= VW_INFLIGHT) {
+		session_error(sv, s, id, "too many requests in flight (%d); wait for the replies",
+		              VW_INFLIGHT);
+		goto out;
+	}
 	if (!json_object_object_get_ex(msg, "type", &type) ||
 	    !json_object_is_type(type, json_type_string)) {
 		session_error(sv, s, id,
@@ -578,14 +746,22 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 	if (!strcmp(t, "subscribe")) {
 		handle_subscribe(sv, s, msg, id);
 	} else if (!strcmp(t, "ping")) {
-		struct json_object *o = json_object_new_object(), *tv;
+		struct json_object *o = json_object_new_object(), *tv = NULL;
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
 		json_object_object_add(o, "type", json_object_new_string("pong"));
 		if (id)
 			json_object_object_add(o, "id", json_object_get(id));
-		if (json_object_object_get_ex(msg, "t", &tv))
+		if (json_object_object_get_ex(msg, "t", &tv) && !echoable(tv)) {
+			json_object_put(o);
+			session_error(
+			        sv, s, id,
+			        "ping: t: need a string or a finite number (an integer within "
+			        "+-2^53)");
+			goto out;
+		}
+		if (tv)
 			json_object_object_add(o, "t", json_object_get(tv));
 		json_object_object_add(
 		        o, "server_ns",
@@ -629,13 +805,14 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		forward(sv, s, req, id);
 		json_object_put(req);
 	} else {
-		session_error(sv, s, id,
-		              "message: unknown type '%.64s' (subscribe, set, get, ping)", t);
+		char shown[65]; /* its first 64 bytes, cut at a character */
+
+		vr_utf8_sanitize(t, shown, sizeof(shown));
+		session_error(sv, s, id, "message: unknown type '%s' (subscribe, set, get, ping)",
+		              shown);
 	}
 out:
 	json_object_put(msg);
-	if (tok)
-		json_tokener_free(tok);
 }
 
 /* ---- the feed's deliveries ----------------------------------------------------------------- */
@@ -700,6 +877,7 @@ static int write_text(struct lws *wsi, struct vw_text *t)
 /* One message to s: what it waits for most, then ask for the next turn if more is due. */
 static int session_write(struct vw_server *sv, struct vw_session *s)
 {
+	struct vw_text hello = {0};
 	int rc = 0;
 	bool more;
 
@@ -717,13 +895,20 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 		json_object_object_add(o, "max_message",
 		                       json_object_new_int((int)sv->o.max_message));
 		s->hello = true;
-		session_queue(s, o);
-	}
-	if (s->qlen) {
+		rc = text_set(&hello, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+		json_object_put(o);
+		if (!rc)
+			rc = write_text(s->wsi, &hello);
+		text_free(&hello);
+	} else if (s->qlen) {
 		rc = write_text(s->wsi, &s->q[s->qhead]);
 		text_free(&s->q[s->qhead]);
 		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
 		s->qlen--;
+		if (s->rx_paused && session_load(s) < VW_TEXT_QUEUE) {
+			s->rx_paused = false;
+			lws_rx_flow_control(s->wsi, 1);
+		}
 	} else if (s->state_sent != sv->state_serial && sv->state.buf) {
 		rc = write_text(s->wsi, &sv->state);
 		s->state_sent = sv->state_serial;
@@ -766,15 +951,45 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 
 /* ---- callbacks ------------------------------------------------------------------------------- */
 
+/* Whether a Sec-WebSocket-Protocol list names this viewer's subprotocol. */
+static bool offers_subprotocol(const char *list)
+{
+	size_t n = strlen(VW_SUBPROTOCOL);
+
+	for (const char *p = list; *p;) {
+		p += strspn(p, " \t,");
+		if (!strncmp(p, VW_SUBPROTOCOL, n) && strchr(" \t,", p[n]))
+			return true;
+		p += strcspn(p, ",");
+	}
+	return false;
+}
+
+/*
+ * An upgrade is a browser's session only on /ws with the volrec-view subprotocol: any other
+ * would be bound to the HTTP protocol, accepted and then ignored, and not counted against
+ * --max-browsers. 401 without access, 400 for the rest.
+ */
 static int confirm_upgrade(struct vw_server *sv, struct lws *wsi)
 {
-	char token[1024];
+	char token[1024], path[256] = "", proto[256] = "", shown[2][64];
 	bool from_url;
 
-	if (access_of(sv, wsi, true, &from_url, token, sizeof(token)) != VW_DENIED)
+	if (access_of(sv, wsi, true, &from_url, token, sizeof(token)) == VW_DENIED) {
+		vw_log("websocket: 401 (no valid token, or a foreign origin)");
+		return send_empty(wsi, HTTP_STATUS_UNAUTHORIZED);
+	}
+	if (lws_hdr_copy(wsi, path, (int)sizeof(path), WSI_TOKEN_GET_URI) < 0)
+		path[0] = 0;
+	if (lws_hdr_copy(wsi, proto, (int)sizeof(proto), WSI_TOKEN_PROTOCOL) < 0)
+		proto[0] = 0;
+	if (!strcmp(path, "/ws") && offers_subprotocol(proto))
 		return 0;
-	vw_log("websocket: 401 (no valid token, or a foreign origin)");
-	return send_401(wsi);
+	vr_utf8_sanitize(path, shown[0], sizeof(shown[0]));
+	vr_utf8_sanitize(proto, shown[1], sizeof(shown[1]));
+	vw_log("websocket: 400 for path '%s', subprotocols '%s' (need /ws and " VW_SUBPROTOCOL ")",
+	       shown[0], shown[1]);
+	return send_empty(wsi, HTTP_STATUS_BAD_REQUEST);
 }
 
 static int cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,

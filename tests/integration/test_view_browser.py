@@ -16,9 +16,11 @@ docs/images/view.png, the README's); the others a smaller volume (48 x 48 x 256,
 every volume) that two shared cores process quickly; the last opens the viewer `make demo`
 starts."""
 import http.client
+import json
 import os
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 
@@ -26,8 +28,8 @@ import numpy as np
 import pytest
 
 from conftest import BUILD, SRC
-from viewkit import (ALL_DRAWN, Browser, DaemonPublisher, Recorder, Viewer, pane, viridis,
-                     wait_for)
+from viewkit import (ALL_DRAWN, Browser, DaemonPublisher, RawSocket, Recorder, Viewer, pane,
+                     viridis, wait_for)
 
 PANES = {"enface": "enface_mean", "bscan": "bscan", "slice": "slice", "render": "render"}
 
@@ -386,6 +388,226 @@ def test_loopback_without_tokens_refuses_foreign_hosts_and_origins(live):
     r = c.getresponse()
     assert r.status in (400, 403, 404) and b"root:" not in r.read()
     c.close()
+
+
+@pytest.fixture(scope="module")
+def served(build_dir, bin_dir):
+    """volrecd and a viewer on loopback without tokens, for the tests that speak HTTP and the
+    WebSocket protocol themselves (no browser, no recorder): (daemon, viewer)."""
+    pub = DaemonPublisher(build_dir)
+    try:
+        pub.start()
+        view = Viewer(bin_dir, pub)
+        try:
+            yield pub, view
+        finally:
+            view.close()
+    finally:
+        pub.close()
+
+
+def http_status(port, path, headers):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        r.read()
+        return r.status
+    finally:
+        c.close()
+
+
+def test_loopback_without_tokens_takes_only_loopback_names_as_host(served):
+    """The Host must be localhost, [::1] or a 127.0.0.0/8 address, in any case, with or without
+    a port: a DNS name that only begins like one may resolve anywhere (DNS rebinding)."""
+    _, view = served
+    port = view.port
+    for host in ("localhost", f"LOCALHOST:{port}", f"127.0.0.1:{port}", "127.1.2.3",
+                 f"[::1]:{port}", "[::1]"):
+        status = http_status(port, "/", {"Host": host})
+        assert status == 200, (host, status)
+    for host in (f"127.attacker.example:{port}", "127.0.0.1.nip.io", f"127.0.0.1.nip.io:{port}",
+                 f"[::1]evil.example:{port}", "[::1].attacker.example",
+                 "localhost.attacker.example", f"127.0.0.1:{port}x", f"localhost:{port}:{port}",
+                 "127.1", "0x7f.0.0.1", "128.0.0.1", "[::2]"):
+        status = http_status(port, "/", {"Host": host})
+        assert status == 401, (host, status)
+
+
+@pytest.fixture
+def sock(served):
+    """A WebSocket to the served viewer, spoken by hand, after its hello."""
+    ws = RawSocket(served[1].port)
+    assert ws.status == 101, ws.status
+    ws.message(lambda m: m["type"] == "hello")
+    yield ws
+    ws.close()
+
+
+def test_errors_are_valid_utf8_cut_at_a_character(sock):
+    """A browser drops its whole socket over a text message that is not UTF-8: an error that
+    quotes what the browser sent is cut at a character, wherever the cut falls."""
+    for i, name in enumerate(("é" * 300, "x" + "é" * 300)):
+        sock.send(json.dumps({"type": name, "id": f"type{i}"}, ensure_ascii=False))
+        e = sock.reply(f"type{i}")
+        assert e["type"] == "error" and e["error"].startswith(
+            "message: unknown type '" + name[:31]), e
+        sock.send(json.dumps({"type": "subscribe", "views": [name], "id": f"view{i}"},
+                             ensure_ascii=False))
+        e = sock.reply(f"view{i}")
+        assert e["type"] == "error" and "unknown picture \"" + name[:100] in e["error"], e
+        assert len(e["error"].encode()) < 512, len(e["error"].encode())
+    sock.send('{"type": "ping", "id": "alive"}')
+    assert sock.reply("alive")["type"] == "pong"
+
+
+def test_text_that_is_not_utf8_is_refused_with_the_requests_id(sock):
+    """Text that is not UTF-8 never reaches the daemon (whose error could not say whose request
+    it was, leaving the browser to a false "did not answer" 3 s later): an error at once, with
+    the request's id when it has one that can be sent back."""
+    sock.send(b'{"type": "set", "values": {"view.\xff": 1}, "id": "set1"}')
+    e = sock.reply("set1", timeout=1.5)
+    assert e["type"] == "error" and e["error"] == "message: not valid UTF-8 text", e
+    sock.send(b'{"type": "\xc3", "id": 7}')
+    e = sock.reply(7)
+    assert e["type"] == "error" and e["error"] == "message: not valid UTF-8 text", e
+    sock.send(b'{"type": "ping", "id": "\xe9t\xe9"}')  # Latin-1: an id that cannot go back
+    e = sock.message(lambda m: m["type"] == "error")
+    assert "id" not in e and e["error"] == "message: not valid UTF-8 text", e
+    sock.send(b'\xff\xfe')
+    e = sock.message(lambda m: m["type"] == "error")
+    assert "id" not in e and e["error"] == "message: not valid UTF-8 text", e
+    # a valid key the daemon does not know: its own error, with the id
+    sock.send(json.dumps({"type": "set", "values": {"view.é": 1}, "id": "set2"},
+                         ensure_ascii=False))
+    r = sock.reply("set2")
+    assert r["type"] == "reply" and not r["ok"] and "view.é" in r["error"], r
+
+
+def test_only_strict_json_is_taken(sock):
+    """A message is one strict JSON object and nothing else: lenient JSON is refused with what
+    is wrong and nothing is done (a NaN or Infinity would otherwise come back in a pong that the
+    browser's JSON.parse cannot read)."""
+    for text, why in (
+            ('{"type": "ping", "id": 1} xyz', "more text after the object, at byte 26"),
+            ('{"type": "ping", "id": 1}{"type": "ping", "id": 2}',
+             "more text after the object, at byte 25"),
+            ('{"type": "ping", "id": 1}\u0000', "more text after the object, at byte 25"),
+            ("{'type': \"ping\", \"id\": 1}", "a single quote at byte 1"),
+            ('{"type": "ping", "id": 1,}', "at byte 25"),
+            ('{"type": "ping", "id": 1, "t": NaN}', "a number that is not finite"),
+            ('{"type": "ping", "id": 1, "t": -Infinity}', "a number that is not finite"),
+            ('{"type": "ping", "id": 1, "t": [1e999]}', "a number that is not finite"),
+            ('[{"type": "ping", "id": 1}]', "a JSON array"),
+            ("", "unexpected end of text"),
+            ('{"type": "ping", "id": ', "unexpected end of text")):
+        sock.send(text)
+        e = sock.message(lambda m: m["type"] in ("error", "pong"))
+        assert e["type"] == "error" and "id" not in e, (text, e)
+        assert e["error"].startswith("message: not a JSON object: ") and why in e["error"], \
+            (text, e)
+    sock.send('{"type": "ping", "id": "spaces"} \r\n')  # whitespace after the object is JSON
+    assert sock.reply("spaces")["type"] == "pong"
+
+
+def test_ids_and_times_go_back_only_as_json_a_browser_reads(sock):
+    """An id or a ping's t is echoed: it must be a string or a finite number JavaScript holds
+    exactly; anything else is refused, never echoed changed or unreadable."""
+    for text in ('{"type": "ping", "id": 123456789012345678901234567890}',
+                 '{"type": "ping", "id": 9007199254740993}',
+                 '{"type": "get", "key": "view.slab", "id": true}',
+                 '{"type": "get", "key": "view.slab", "id": null}',
+                 '{"type": "set", "values": {"view.slab": [8, 256]}, "id": {"n": 1}}'):
+        sock.send(text)
+        e = sock.message(lambda m: m["type"] in ("error", "pong", "reply"))
+        assert e["type"] == "error" and "id" not in e, (text, e)
+        assert e["error"].startswith("message: id: need a string or a finite number"), (text, e)
+    sock.send('{"type": "ping", "id": "big t", "t": 123456789012345678901234567890}')
+    e = sock.reply("big t")
+    assert e["type"] == "error" and e["error"].startswith("ping: t: need a string"), e
+    sock.send('{"type": "ping", "id": 2.5, "t": 1700000000000.25}')
+    p = sock.reply(2.5)
+    assert p["type"] == "pong" and p["t"] == 1700000000000.25, p
+    sock.send('{"type": "get", "key": "view.slab", "id": -9007199254740992}')
+    r = sock.reply(-9007199254740992)
+    assert r["type"] == "reply" and r["ok"], r
+
+
+def test_websocket_needs_its_path_and_subprotocol(served, bin_dir):
+    """Only /ws with the volrec-view subprotocol is a browser's session: any other upgrade is
+    refused (400) instead of accepted and ignored, so none escapes --max-browsers."""
+    pub, _ = served
+    view = Viewer(bin_dir, pub, "--max-browsers", "1")
+    held = []
+    try:
+        for path, protocol in (("/ws", None), ("/ws", "bogus"), ("/ws", "http"),
+                               ("/ws", "volrec-view-2"), ("/", "volrec-view"),
+                               ("/index.html", "volrec-view"), ("/wsx", "volrec-view")):
+            ws = RawSocket(view.port, path=path, protocol=protocol)
+            held.append(ws)
+            assert ws.status == 400, (path, protocol, ws.status)
+        ws = RawSocket(view.port, protocol="bogus, volrec-view")
+        held.append(ws)
+        assert ws.status == 101, ws.status
+        assert ws.message(lambda m: m["type"] == "hello")["control"] is True
+        # the one browser allowed is there: a second is refused, with or without subprotocol
+        for protocol in ("volrec-view", None):
+            ws = RawSocket(view.port, protocol=protocol)
+            held.append(ws)
+            assert ws.status != 101, (protocol, ws.status)
+        assert "400 for path '/ws', subprotocols 'bogus'" in view.log_text()
+    finally:
+        for ws in held:
+            ws.close()
+        view.close()
+
+
+BUSY = "too many requests in flight (8); wait for the replies"
+
+
+def test_a_burst_of_requests_loses_no_reply(served, sock):
+    """A browser that sends faster than it is answered gets, for every request, its reply or
+    an error saying it has too many in flight: none is dropped, and its requests never take
+    the control socket from another browser."""
+    burst = []
+    for i in range(40):
+        burst.append(json.dumps({"type": "get", "key": "view.slab", "id": f"get{i}"}))
+        burst.append(json.dumps({"type": "launch", "id": f"bad{i}"}))
+    sock.send(*burst)
+    other = RawSocket(served[1].port)
+    other.message(lambda m: m["type"] == "hello")
+    other.send('{"type": "set", "values": {"view.slab": [8, 256]}, "id": "other"}')
+    got = {}
+    while len(got) < len(burst):
+        m = sock.message(lambda m: m["type"] in ("reply", "error"))
+        assert m.get("id") not in got, (m, got.get(m.get("id")))
+        got[m["id"]] = m
+    for i in range(40):
+        r, e = got[f"get{i}"], got[f"bad{i}"]
+        assert (r["type"] == "reply" and r["ok"]) or r.get("error") == BUSY, r
+        assert "unknown type 'launch'" in e["error"] or e["error"] == BUSY, e
+    r = other.reply("other")
+    other.close()
+    assert r["type"] == "reply" and r["ok"], r
+    assert "dropped" not in served[1].log_text()
+
+
+def test_requests_beyond_eight_in_flight_are_refused_at_once(served, sock):
+    """With eight requests of a browser waiting at the daemon (stopped here), its ninth is
+    refused at once with its id; the eight are answered when the daemon goes on."""
+    pub, _ = served
+    pub.proc.send_signal(signal.SIGSTOP)
+    try:
+        sock.send(*(json.dumps({"type": "get", "key": "view.slab", "id": f"held{i}"})
+                    for i in range(10)))
+        for i in (8, 9):
+            e = sock.reply(f"held{i}", timeout=2.0)
+            assert e["type"] == "error" and e["error"] == BUSY, e
+    finally:
+        pub.proc.send_signal(signal.SIGCONT)
+    for i in range(8):
+        r = sock.reply(f"held{i}")
+        assert r["type"] == "reply", r
 
 
 # ---- make demo ---------------------------------------------------------------------------------

@@ -3,12 +3,15 @@
 backend, synthetic retina), the viewer (`volrec view`), a recorder of the published pictures
 through the Python client (volume.views[...]) and a real browser (Debian's chromium through
 playwright-core, tests/browser/driver.js)."""
+import base64
 import json
 import os
 import pathlib
 import re
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -247,6 +250,100 @@ class Recorder:
     def close(self):
         self.running = False
         self.thread.join(timeout=10)
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+class RawSocket:
+    """A WebSocket to the viewer spoken by hand (RFC 6455), for what a browser cannot send:
+    invalid UTF-8, any Host, path or subprotocol. Reads text messages as a browser does: not
+    UTF-8, or not JSON (NaN and Infinity included), is an AssertionError."""
+
+    def __init__(self, port, path="/ws", protocol="volrec-view", host=None, origin=None):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        key = base64.b64encode(os.urandom(16)).decode()
+        head = {"Host": host or f"127.0.0.1:{port}", "Upgrade": "websocket",
+                "Connection": "Upgrade", "Sec-WebSocket-Key": key, "Sec-WebSocket-Version": "13"}
+        if protocol:
+            head["Sec-WebSocket-Protocol"] = protocol
+        if origin:
+            head["Origin"] = origin
+        self.sock.sendall((f"GET {path} HTTP/1.1\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in head.items()) + "\r\n").encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            d = self.sock.recv(4096)
+            if not d:
+                break
+            self.buf += d
+        reply, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        self.status = int(reply.split(b" ", 2)[1]) if reply else 0
+
+    @staticmethod
+    def _frame(payload, opcode):
+        if isinstance(payload, str):
+            payload = payload.encode()
+        n, mask = len(payload), os.urandom(4)
+        head = bytes([0x80 | opcode])
+        if n < 126:
+            head += bytes([0x80 | n])
+        else:
+            head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+        return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+    def send(self, *payloads, opcode=1):
+        """Masked frames (text unless told), each payload str or bytes, in one write."""
+        self.sock.sendall(b"".join(self._frame(p, opcode) for p in payloads))
+
+    def _need(self, n, end):
+        while len(self.buf) < n:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                raise TimeoutError
+            d = self.sock.recv(65536)
+            if not d:
+                raise EOFError("the viewer closed the connection")
+            self.buf += d
+
+    def frame(self, timeout=TIMEOUT):
+        """(opcode, payload) of the viewer's next frame."""
+        end = time.monotonic() + timeout
+        self._need(2, end)
+        n, off = self.buf[1] & 0x7f, 2
+        if n == 126:
+            self._need(4, end)
+            n, off = int.from_bytes(self.buf[2:4], "big"), 4
+        elif n == 127:
+            self._need(10, end)
+            n, off = int.from_bytes(self.buf[2:10], "big"), 10
+        self._need(off + n, end)
+        op, payload, self.buf = self.buf[0] & 0x0f, self.buf[off:off + n], self.buf[off + n:]
+        return op, payload
+
+    def message(self, pred=lambda m: True, timeout=TIMEOUT):
+        """The next text message (a dict) for which pred holds; pictures and others skipped."""
+        end = time.monotonic() + timeout
+        while True:
+            op, payload = self.frame(max(end - time.monotonic(), 0))
+            assert op != 8, f"the viewer closed the connection: {payload!r}"
+            if op != 1:
+                continue
+            try:
+                m = json.loads(payload.decode("utf-8"), parse_constant=_no_constant)
+            except ValueError as e:
+                raise AssertionError(f"a text message a browser cannot read ({e}): "
+                                     f"{payload[:300]!r}") from None
+            if pred(m):
+                return m
+
+    def reply(self, id, timeout=TIMEOUT):
+        """The reply, error or pong that carries this id."""
+        return self.message(lambda m: m.get("id") == id and m["type"] != "hello", timeout)
+
+    def close(self):
+        self.sock.close()
 
 
 class Browser:
