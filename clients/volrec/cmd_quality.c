@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -39,19 +40,24 @@ static void quality_usage(FILE *f)
 	        "compensated (reconstruct.compensated of the configuration). The\n"
 	        "preprocessing (corrections, background, db_range) is the configuration's.\n\n"
 	        "  -c, --config FILE   configuration (YAML) whose source is the replay\n"
-	        "  -t, --truth FILE    its ground truth (HDF5 /truth f32 [n][Y][X][Z], /offset)\n"
-	        "  -n, --epochs N      epochs to score (default: all of the replay)\n"
+	        "  -t, --truth FILE    its ground truth (HDF5 /truth f32 [n][Y][X][Z], amplitudes\n"
+	        "                      from 0 to 1, /offset; the settings volrec sim writes\n"
+	        "                      beside it must be the configuration's)\n"
+	        "  -n, --epochs N      epochs to score (default: all of the replay, which must\n"
+	        "                      be as many as the truth's)\n"
 	        "      --skip N        epochs left out of the means (default S = sx*sy)\n"
 	        "      --json FILE     also write the figures as JSON (- for stdout)\n"
 	        "      --name NAME     the scene's name in the table and the JSON\n"
 	        "      --backend NAME  override the configuration's backend (cpu, cuda, auto)\n"
 	        "  -h, --help          this text\n\n"
-	        "Exit status: 0 done, 1 failure while running, 2 usage or configuration error.\n");
+	        "Exit status: 0 done, 1 failure while running, 2 usage or configuration error,\n"
+	        "or a truth that does not belong to the replay.\n");
 }
 
 /* ---- the metric (docs/algorithms.md §3, tests/reference/quality_ref.py) ------------------- */
 
-#define Q_WIN 7 /* SSIM window */
+#define Q_WIN        7       /* SSIM window */
+#define Q_EPOCHS_MAX 1000000 /* -n and the truth's epochs, at most */
 
 /* PSNR of two images of n values with data range 1 (inf when equal). */
 static double q_psnr(const double *a, const double *t, size_t n)
@@ -151,8 +157,11 @@ struct q_ctx {
 	const struct vr_config *cfg; /* the run's configuration */
 	uint32_t nx, ny, nz, sx, sy, X, Y;
 	uint64_t n, skip, done;
+	bool n_given;   /* -n given; else n is the truth's epochs, which must be the replay's */
+	bool bad_input; /* the failure is the truth file's or the replay's (exit 2) */
 	double lo, hi;
 	/* the truth */
+	const char *tpath;
 	hid_t tf, tds, tspace;
 	uint32_t (*toff)[2]; /* [n] offsets of the truth file */
 	float *truth;        /* [Y][X][Z] of the epoch */
@@ -181,10 +190,21 @@ static int q_truth_read(struct q_ctx *q, uint64_t e, char *err, size_t errlen)
 	if (mem < 0 ||
 	    H5Sselect_hyperslab(q->tspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
 	    H5Dread(q->tds, H5T_NATIVE_FLOAT, mem, q->tspace, H5P_DEFAULT, q->truth) < 0)
-		rc = vr_err(err, errlen, -EIO, "reading the truth of epoch %llu failed",
-		            (unsigned long long)e);
+		rc = vr_err(err, errlen, -EIO, "%s: reading the truth of epoch %llu failed",
+		            q->tpath, (unsigned long long)e);
 	if (mem >= 0)
 		H5Sclose(mem);
+	/* an amplitude in [0, 1] (volrec sim --truth): anything else scores nonsense */
+	const size_t vox = (size_t)q->Y * q->X * q->nz;
+	for (size_t i = 0; rc == 0 && i < vox; i++)
+		if (!(q->truth[i] >= 0.0f && q->truth[i] <= 1.0f)) {
+			const size_t z = i % q->nz, x = i / q->nz % q->X, y = i / q->nz / q->X;
+			q->bad_input = true;
+			rc = vr_err(err, errlen, -EINVAL,
+			            "%s: /truth[%llu][%zu][%zu][%zu] is %g: the truth is an "
+			            "amplitude from 0 to 1",
+			            q->tpath, (unsigned long long)e, y, x, z, (double)q->truth[i]);
+		}
 	return rc;
 }
 
@@ -392,7 +412,17 @@ static int q_pass(struct q_ctx *q, const struct vr_config *cfg, bool lowres, cha
 		rc = pl_open(&po, &pl, err, errlen);
 	if (rc < 0)
 		return rc;
+	if (!q->n_given && pl_source_epochs(pl) && q->n != pl_source_epochs(pl)) {
+		q->bad_input = true;
+		rc = vr_err(err, errlen, -EINVAL,
+		            "%s holds %llu epochs, the replay %llu (-n N scores the first N of "
+		            "both)",
+		            q->tpath, (unsigned long long)q->n,
+		            (unsigned long long)pl_source_epochs(pl));
+		goto out;
+	}
 	if (pl_source_epochs(pl) && q->n > pl_source_epochs(pl)) {
+		q->bad_input = true;
 		rc = vr_err(err, errlen, -EINVAL, "-n %llu: the replay holds %llu epochs",
 		            (unsigned long long)q->n, (unsigned long long)pl_source_epochs(pl));
 		goto out;
@@ -426,21 +456,112 @@ out:
 	return rc;
 }
 
+/* Attribute name of the truth dataset, n values read as type into v: 1, 0 where the file has
+ * none (a truth not written by volrec sim), -1 where it has another shape or type class. */
+static int q_truth_attr(hid_t ds, const char *name, hid_t type, hsize_t n, void *v)
+{
+	if (H5Aexists(ds, name) <= 0)
+		return 0;
+	hid_t a = H5Aopen(ds, name, H5P_DEFAULT), sp = a < 0 ? -1 : H5Aget_space(a);
+	hid_t t = a < 0 ? -1 : H5Aget_type(a);
+	hssize_t np = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+	int rc = np == (hssize_t)(n ? n : 1) && H5Tget_class(t) == H5Tget_class(type) &&
+	                         H5Aread(a, type, v) >= 0
+	                 ? 1
+	                 : -1;
+	VR_H5_CLOSE(t, sp, a);
+	return rc;
+}
+
+/* The settings volrec sim wrote beside the truth (the geometry and the preprocessing that shape
+ * the volumes it belongs to) against the configuration: 0, or -EINVAL naming the first that
+ * differs. A truth without them is taken as it is. */
+static int q_truth_settings(struct q_ctx *q, const struct vr_config *cfg, char *err, size_t errlen)
+{
+	const uint32_t geo[3] = {cfg->geometry.samples_per_ascan, cfg->geometry.ascans_per_bscan,
+	                         cfg->geometry.bscans_per_volume};
+	const struct {
+		const char *name, *key;
+		const uint32_t *want;
+		hsize_t n;
+	} u32[] = {
+	        {"samples_ascans_bscans", "geometry", geo, 3},
+	        {"stride", "geometry.stride", cfg->geometry.stride, 2},
+	        {"depth_range", "geometry.depth_range", cfg->geometry.depth_range, 2},
+	        {"zero_pad", "preprocess.zero_pad", &cfg->preprocess.zero_pad, 1},
+	};
+	for (size_t i = 0; i < VR_ARRAY_SIZE(u32); i++) {
+		uint32_t got[3] = {0};
+		int r = q_truth_attr(q->tds, u32[i].name, H5T_NATIVE_UINT32, u32[i].n, got);
+		if (r < 0)
+			return vr_err(err, errlen, -EINVAL,
+			              "%s: /truth attribute %s is not %llu unsigned integer(s)",
+			              q->tpath, u32[i].name, (unsigned long long)u32[i].n);
+		if (r && memcmp(got, u32[i].want, u32[i].n * sizeof(uint32_t))) {
+			char g[48] = "", w[48] = "";
+			for (hsize_t k = 0; k < u32[i].n; k++) {
+				snprintf(g + strlen(g), sizeof(g) - strlen(g), "%s%u",
+				         k ? ", " : "", got[k]);
+				snprintf(w + strlen(w), sizeof(w) - strlen(w), "%s%u",
+				         k ? ", " : "", u32[i].want[k]);
+			}
+			return vr_err(err, errlen, -EINVAL,
+			              "%s: /truth was made with %s [%s], the configuration's %s is "
+			              "[%s]: not the truth of this recording",
+			              q->tpath, u32[i].name, g, u32[i].key, w);
+		}
+	}
+	double param = 0;
+	int r = q_truth_attr(q->tds, "window_param", H5T_NATIVE_DOUBLE, 0, &param);
+	if (r < 0 || (r && param != cfg->preprocess.window.param))
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: /truth was made with window_param %g, the configuration's "
+		              "preprocess.window.param is %g",
+		              q->tpath, param, cfg->preprocess.window.param);
+	if (H5Aexists(q->tds, "window") > 0) {
+		hid_t a = H5Aopen(q->tds, "window", H5P_DEFAULT), t = a < 0 ? -1 : H5Aget_type(a);
+		char w[32] = "";
+		/* a fixed-length string (vr_h5_attr_str), read as the file stores it */
+		r = t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) == 0 &&
+		    H5Tget_size(t) < sizeof(w) && H5Aread(a, t, w) >= 0;
+		VR_H5_CLOSE(t, a);
+		w[sizeof(w) - 1] = '\0';
+		const char *want = cfg_window_name(cfg->preprocess.window.type);
+		if (!r || strcmp(w, want))
+			return vr_err(err, errlen, -EINVAL,
+			              "%s: /truth was made with window '%s', the configuration's "
+			              "preprocess.window.type is '%s'",
+			              q->tpath, r ? w : "(unreadable)", want);
+	}
+	return 0;
+}
+
 /* Open the truth file and check it against the configuration's geometry. */
-static int q_truth_open(struct q_ctx *q, const char *path, char *err, size_t errlen)
+static int q_truth_open(struct q_ctx *q, const struct vr_config *cfg, const char *path, char *err,
+                        size_t errlen)
 {
 	hsize_t d[4];
-	hid_t od = -1, os = -1;
+	hid_t od = -1, os = -1, ty;
 	int rc = 0;
 
+	q->tpath = path;
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* the messages below say what is wrong */
 	q->tf = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 	if (q->tf < 0)
-		return vr_err(err, errlen, -ENOENT, "%s: cannot open as HDF5", path);
+		return vr_err(err, errlen, -ENOENT, "%s: cannot open as HDF5 (%s)", path,
+		              access(path, R_OK) ? strerror(errno) : "not an HDF5 file");
 	q->tds = H5Dopen2(q->tf, "truth", H5P_DEFAULT);
 	q->tspace = q->tds < 0 ? -1 : H5Dget_space(q->tds);
 	if (q->tspace < 0 || H5Sget_simple_extent_ndims(q->tspace) != 4 ||
 	    H5Sget_simple_extent_dims(q->tspace, d, NULL) < 0)
 		return vr_err(err, errlen, -EINVAL, "%s: no dataset /truth [n][Y][X][Z]", path);
+	ty = H5Dget_type(q->tds);
+	rc = H5Tget_class(ty) == H5T_FLOAT;
+	H5Tclose(ty);
+	if (!rc)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: /truth is not floating point (an amplitude from 0 to 1)", path);
+	rc = 0;
 	if (d[1] != q->Y || d[2] != q->X || d[3] != q->nz)
 		return vr_err(err, errlen, -EINVAL,
 		              "%s: /truth is [%llu][%llu][%llu][%llu], the configuration's volumes "
@@ -448,6 +569,15 @@ static int q_truth_open(struct q_ctx *q, const char *path, char *err, size_t err
 		              path, (unsigned long long)d[0], (unsigned long long)d[1],
 		              (unsigned long long)d[2], (unsigned long long)d[3], q->Y, q->X,
 		              q->nz);
+	if (d[0] == 0)
+		return vr_err(err, errlen, -EINVAL, "%s: /truth holds no epochs", path);
+	if (d[0] > Q_EPOCHS_MAX)
+		return vr_err(err, errlen, -EINVAL, "%s: /truth holds %llu epochs, more than %d",
+		              path, (unsigned long long)d[0], Q_EPOCHS_MAX);
+	rc = q_truth_settings(q, cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	q->n_given = q->n != 0;
 	if (q->n == 0)
 		q->n = d[0];
 	if (q->n > d[0])
@@ -524,7 +654,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	while ((c = VR_CLI_GETOPT(argc, argv, "c:t:n:h", longopts, strs)) != -1) {
 		switch (c) {
 		case 'n':
-			if (vr_cli_u64("volrec quality", "-n", optarg, 1, 1000000,
+			if (vr_cli_u64("volrec quality", "-n", optarg, 1, Q_EPOCHS_MAX,
 			               "1..1000000 epochs", &n_arg))
 				return VR_EXIT_USAGE;
 			break;
@@ -585,7 +715,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		ret = VR_EXIT_USAGE;
 		goto out;
 	}
-	rc = q_truth_open(&q, truth_path, err, sizeof(err));
+	rc = q_truth_open(&q, &cfg, truth_path, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec quality: %s\n", err);
 		ret = VR_EXIT_USAGE;
@@ -629,6 +759,8 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	rc = q_pass(&q, &run, true, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec quality: %s\n", err);
+		if (q.bad_input)
+			ret = VR_EXIT_USAGE;
 		goto out;
 	}
 	if (q.ngs == 0) {
@@ -664,6 +796,8 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		rc = q_pass(&q, &run, r == Q_NONCUM, err, sizeof(err));
 		if (rc < 0) {
 			fprintf(stderr, "volrec quality: %s: %s\n", q_row_names[r], err);
+			if (q.bad_input)
+				ret = VR_EXIT_USAGE;
 			goto out;
 		}
 	}

@@ -142,3 +142,74 @@ def test_quality_refuses_a_missing_truth_and_bad_options(bin_dir, tmp_path, scen
     r = run(bin_dir, "quality", "-c", cfg, "-t", tmp_path / "truth.h5", "--skip", EPOCHS,
             ok=False)
     assert r.returncode == 2 and "leaves none" in r.stderr, r.stderr
+
+
+def corrupt_truth(truth, out, change):
+    """A copy of the truth file with change(f) applied to it."""
+    out.write_bytes(truth.read_bytes())
+    with h5py.File(out, "r+") as f:
+        change(f)
+    return out
+
+
+def test_quality_refuses_a_truth_that_does_not_belong_to_the_replay(bin_dir, tmp_path, scene):
+    """Values outside [0, 1], another type, another epoch count or another recording's settings
+    scored nonsense (inf/nan dB, or a better figure for the wrong truth) with exit 0."""
+    rp, truth = scene
+    cfg = config(tmp_path, rp, "q")
+
+    def refused(name, change, want, *args):
+        bad = corrupt_truth(truth, tmp_path / f"{name}.h5", change)
+        r = run(bin_dir, "quality", "-c", cfg, "-t", bad, *args, ok=False)
+        assert r.returncode == 2 and want in r.stderr, (name, r.returncode, r.stderr)
+        assert "HDF5-DIAG" not in r.stderr, r.stderr  # the message says it, not HDF5's stack
+        assert f"{name}.h5" in r.stderr, r.stderr
+
+    def value(v, e=3, at=(1, 2, 5)):
+        def change(f):
+            f["truth"][(e,) + at] = v
+        return change
+
+    refused("nan", value(np.nan), "/truth[3][1][2][5] is nan")
+    refused("inf", value(np.inf), "is inf")
+    refused("above", value(1.5), "is 1.5: the truth is an amplitude from 0 to 1")
+    refused("below", value(-0.25, e=EPOCHS - 1), f"/truth[{EPOCHS - 1}][1][2][5] is -0.25")
+
+    def to_u8(f):
+        data = f["truth"][:]
+        attrs = dict(f["truth"].attrs)
+        del f["truth"]
+        f["truth"] = (data * 255).astype(np.uint8)
+        for k, v in attrs.items():
+            f["truth"].attrs[k] = v
+    refused("u8", to_u8, "/truth is not floating point")
+
+    def fewer(f):
+        data, off = f["truth"][: EPOCHS - 2], f["offset"][: EPOCHS - 2]
+        attrs = dict(f["truth"].attrs)
+        del f["truth"], f["offset"]
+        f["truth"], f["offset"] = data, off
+        for k, v in attrs.items():
+            f["truth"].attrs[k] = v
+    refused("fewer", fewer, f"holds {EPOCHS - 2} epochs, the replay {EPOCHS}")
+    # -n scores the first N of both
+    bad = corrupt_truth(truth, tmp_path / "fewer-n.h5", fewer)
+    r = run(bin_dir, "quality", "-c", cfg, "-t", bad, "-n", EPOCHS - 2)
+    assert f"{EPOCHS - 2} epochs of 24 x 24 x 64" in r.stdout, r.stdout
+
+    def attr(k, v):
+        def change(f):
+            f["truth"].attrs[k] = v
+        return change
+    refused("depth", attr("depth_range", np.array([32, 96], np.uint32)),
+            "made with depth_range [32, 96], the configuration's geometry.depth_range is "
+            "[0, 64]")
+    refused("pad", attr("zero_pad", np.array([2], np.uint32)), "zero_pad [2]")
+    refused("param", attr("window_param", 0.5), "made with window_param 0.5")
+    refused("window", attr("window", np.bytes_(b"tukey")),
+            "made with window 'tukey', the configuration's preprocess.window.type is 'hann'")
+
+    def empty(f):
+        del f["truth"]
+        f.create_dataset("truth", (0, 24, 24, 64), np.float32)
+    refused("empty", empty, "/truth holds no epochs")
