@@ -5,10 +5,12 @@
  * and the attributes that describe how they were made.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "h5attr.h"
 #include "process.h"
@@ -114,6 +116,15 @@ int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_back
 		vr_err(err, errlen, rc, "out of memory for the buffers");
 		goto fail;
 	}
+	/* the file itself first, for a precise errno (HDF5 reports its own stack, not the
+	 * cause) */
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	if (fd < 0) {
+		rc = vr_err_errno(err, errlen, -errno, "cannot create %s", path);
+		goto fail;
+	}
+	close(fd);
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 	h->f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
 	if (h->f < 0) {
 		rc = vr_err(err, errlen, -EIO, "%s: cannot create the HDF5 file", path);
