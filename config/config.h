@@ -27,6 +27,9 @@
 /* The slowest paced source.rate (epochs/s; 0 is unpaced): one epoch every 100 s. Slower, a
  * B-scan's wait and the acquisition's timeout outgrow any stop or stall detection */
 #define CFG_RATE_MIN 0.01
+/* Levels of YAML collections a file or a set's value may nest: the schema's sections, and
+ * source.shim.args' own 32 */
+#define CFG_YAML_DEPTH_MAX 64
 
 /* The ranges of geometry.samples_per_ascan (K) and geometry.ascans_per_bscan (nx, from 1). */
 #define CFG_K_MIN  16

@@ -151,6 +151,10 @@ bool cfg_given(const struct cfg_ctx *ctx, const char *key);
 /* Parse the document of parser into ctx->cfg (types, ranges, enums, unknown and duplicate
  * keys); record every key's mark. */
 int cfg_parse_document(struct cfg_ctx *ctx, yaml_parser_t *parser);
+/* 0, or -EINVAL at the first collection nested deeper than CFG_YAML_DEPTH_MAX in text (before
+ * the document is loaded, which would take time growing with the square of the nesting); a
+ * syntax error is left to the load. */
+int cfg_depth_check(struct cfg_ctx *ctx, const unsigned char *text, size_t len, const char *key);
 /* Parse one value (YAML text) of the key or section at path into ctx->cfg. */
 int cfg_parse_value(struct cfg_ctx *ctx, const char *path, const char *text);
 /* Cross-field checks, defaults that depend on other keys, files and tables. */

@@ -652,6 +652,38 @@ static int no_more(struct cfg_ctx *ctx, yaml_parser_t *parser, const char *key)
 	return rc;
 }
 
+int cfg_depth_check(struct cfg_ctx *ctx, const unsigned char *text, size_t len, const char *key)
+{
+	yaml_parser_t parser;
+	yaml_event_t ev;
+	int depth = 0, rc = 0;
+	bool end = false;
+
+	if (!yaml_parser_initialize(&parser))
+		return cfg_error(ctx, -ENOMEM, key, "out of memory");
+	yaml_parser_set_input_string(&parser, text, len);
+	/* event by event, stopping at the first level too deep: libyaml's scanner takes time
+	 * that grows with the square of the nesting (100000 levels: 23 s) */
+	while (!rc && !end && yaml_parser_parse(&parser, &ev)) {
+		if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+			if (++depth > CFG_YAML_DEPTH_MAX)
+				rc = cfg_error_at(ctx, -EINVAL,
+				                  (struct cfg_mark){ev.start_mark.line + 1,
+				                                    ev.start_mark.column + 1},
+				                  key, "nested more than %d levels deep",
+				                  CFG_YAML_DEPTH_MAX);
+		} else if (ev.type == YAML_SEQUENCE_END_EVENT ||
+		           ev.type == YAML_MAPPING_END_EVENT) {
+			depth--;
+		}
+		end = ev.type == YAML_STREAM_END_EVENT;
+		yaml_event_delete(&ev);
+	}
+	/* a syntax error: the document's load reports it */
+	yaml_parser_delete(&parser);
+	return rc;
+}
+
 int cfg_parse_document(struct cfg_ctx *ctx, yaml_parser_t *parser)
 {
 	yaml_document_t doc;
@@ -681,6 +713,9 @@ int cfg_parse_value(struct cfg_ctx *ctx, const char *path, const char *text)
 	yaml_node_t *n;
 	int rc;
 
+	rc = cfg_depth_check(ctx, (const unsigned char *)text, strlen(text), path);
+	if (rc < 0)
+		return rc;
 	if (!yaml_parser_initialize(&parser))
 		return cfg_error(ctx, -ENOMEM, path, "out of memory");
 	yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));

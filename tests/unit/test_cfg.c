@@ -246,6 +246,43 @@ static void test_integer_ranges_are_inclusive(void **state)
 	load_bad("source: {shim: {timeout_ms: 600001}}\n", "1:29", "source.shim.timeout_ms");
 }
 
+/* "x: " and n nested flow sequences */
+static char *nested(int n)
+{
+	char *t = malloc(4 + 2 * (size_t)n + 2);
+
+	assert_non_null(t);
+	strcpy(t, "x: ");
+	memset(t + 3, '[', (size_t)n);
+	memset(t + 3 + n, ']', (size_t)n);
+	strcpy(t + 3 + 2 * n, "\n");
+	return t;
+}
+
+/* Nesting is bounded before the document is loaded (libyaml's time grows with its square: a
+ * 1 MiB file of brackets took minutes); a value of a set the same. */
+static void test_yaml_nesting_is_bounded(void **state)
+{
+	struct vr_config c;
+	char err[CFG_ERR_MAX], *t;
+
+	(void)state;
+	t = nested(CFG_YAML_DEPTH_MAX); /* the root mapping and 63 more: the last one too many */
+	load_bad(t, "1:67", "(syntax): nested more than 64 levels deep");
+	free(t);
+	t = nested(CFG_YAML_DEPTH_MAX - 1); /* deep enough, and refused for what it says */
+	load_bad(t, "1:1", "x: unknown key");
+	free(t);
+	t = nested(200000);
+	load_bad(t, "1:67", "nested more than 64 levels deep");
+	cfg_defaults(&c);
+	const char *path = "preprocess.db_range", *value = t + 3;
+	assert_int_equal(cfg_set_keys(&c, &path, &value, 1, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "preprocess.db_range: nested more than 64 levels deep"));
+	free(t);
+	cfg_free(&c);
+}
+
 static void test_float_ranges(void **state)
 {
 	load_bad("reconstruct: {spatial_sigma: 0}\n", "1:30",
@@ -911,6 +948,7 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_values_are_parsed),
 	        cmocka_unit_test(test_integer_ranges_are_inclusive),
 	        cmocka_unit_test(test_float_ranges),
+	        cmocka_unit_test(test_yaml_nesting_is_bounded),
 	        cmocka_unit_test(test_types_are_strict),
 	        cmocka_unit_test(test_enums_list_the_allowed_values),
 	        cmocka_unit_test(test_unknown_and_duplicate_keys),
