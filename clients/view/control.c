@@ -193,7 +193,7 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 	}
 	now = vr_mono_s();
 	for (int i = 0; i < VW_CTL_INFLIGHT; i++) {
-		char e[VW_PATH_MAX + 128];
+		char e[VW_PATH_MAX + 192];
 
 		if (!c->p[i].id)
 			continue;
@@ -202,7 +202,9 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 			continue;
 		}
 		c->p[i].id = 0;
-		snprintf(e, sizeof(e), "volrecd did not answer within %.1f s (control socket %s)",
+		snprintf(e, sizeof(e),
+		         "volrecd did not answer within %.1f s (control socket %s); a daemon that "
+		         "is only slow may still apply the request: get the value to know",
 		         c->timeout_s, c->endpoint);
 		done(ctx, c->p[i].cookie, false, e, NULL);
 	}
