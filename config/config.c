@@ -123,7 +123,7 @@ static int load_buffer(struct vr_config *cfg, const unsigned char *buf, size_t l
 		                    "the directory name %s is too long", base_dir);
 	snprintf(ctx.base_dir, sizeof(ctx.base_dir), "%s", base_dir);
 
-	rc = cfg_depth_check(&ctx, buf, len, "(syntax)");
+	rc = cfg_yaml_precheck(&ctx, buf, len, "(syntax)");
 	if (rc < 0)
 		return rc;
 	if (!yaml_parser_initialize(&parser))

@@ -152,9 +152,10 @@ bool cfg_given(const struct cfg_ctx *ctx, const char *key);
  * keys); record every key's mark. */
 int cfg_parse_document(struct cfg_ctx *ctx, yaml_parser_t *parser);
 /* 0, or -EINVAL at the first collection nested deeper than CFG_YAML_DEPTH_MAX in text (before
- * the document is loaded, which would take time growing with the square of the nesting); a
- * syntax error is left to the load. */
-int cfg_depth_check(struct cfg_ctx *ctx, const unsigned char *text, size_t len, const char *key);
+ * the document is loaded, which would take time growing with the square of the nesting) or the
+ * first explicit tag (!!str 4 is the string "4", which the schema would read as 4); a syntax
+ * error is left to the load. */
+int cfg_yaml_precheck(struct cfg_ctx *ctx, const unsigned char *text, size_t len, const char *key);
 /* Parse one value (YAML text) of the key or section at path into ctx->cfg. */
 int cfg_parse_value(struct cfg_ctx *ctx, const char *path, const char *text);
 /* Cross-field checks, defaults that depend on other keys, files and tables. */

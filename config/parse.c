@@ -652,7 +652,22 @@ static int no_more(struct cfg_ctx *ctx, yaml_parser_t *parser, const char *key)
 	return rc;
 }
 
-int cfg_depth_check(struct cfg_ctx *ctx, const unsigned char *text, size_t len, const char *key)
+/* The tag written on the event, or NULL where it has none of its own (implicit) */
+static const char *explicit_tag(const yaml_event_t *ev)
+{
+	const yaml_char_t *t = NULL;
+
+	if (ev->type == YAML_SCALAR_EVENT && !ev->data.scalar.plain_implicit &&
+	    !ev->data.scalar.quoted_implicit)
+		t = ev->data.scalar.tag;
+	else if (ev->type == YAML_SEQUENCE_START_EVENT && !ev->data.sequence_start.implicit)
+		t = ev->data.sequence_start.tag;
+	else if (ev->type == YAML_MAPPING_START_EVENT && !ev->data.mapping_start.implicit)
+		t = ev->data.mapping_start.tag;
+	return (const char *)t;
+}
+
+int cfg_yaml_precheck(struct cfg_ctx *ctx, const unsigned char *text, size_t len, const char *key)
 {
 	yaml_parser_t parser;
 	yaml_event_t ev;
@@ -662,15 +677,23 @@ int cfg_depth_check(struct cfg_ctx *ctx, const unsigned char *text, size_t len, 
 	if (!yaml_parser_initialize(&parser))
 		return cfg_error(ctx, -ENOMEM, key, "out of memory");
 	yaml_parser_set_input_string(&parser, text, len);
-	/* event by event, stopping at the first level too deep: libyaml's scanner takes time
-	 * that grows with the square of the nesting (100000 levels: 23 s) */
+	/* event by event, stopping at the first level too deep (libyaml's scanner takes time
+	 * that grows with the square of the nesting: 100000 levels, 23 s) or the first tag */
 	while (!rc && !end && yaml_parser_parse(&parser, &ev)) {
-		if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+		const struct cfg_mark m = {ev.start_mark.line + 1, ev.start_mark.column + 1};
+		const char *tag = explicit_tag(&ev);
+
+		if (tag) /* "!!str 4" reads as the string "4", which the schema takes as 4 */
+			rc = cfg_error_at(
+			        ctx, -EINVAL, m, key,
+			        "the tag %s is not accepted: a value is written as its type "
+			        "(4, 0.5, true, name, \"text\")",
+			        tag);
+		else if (ev.type == YAML_SEQUENCE_START_EVENT ||
+		         ev.type == YAML_MAPPING_START_EVENT) {
 			if (++depth > CFG_YAML_DEPTH_MAX)
-				rc = cfg_error_at(ctx, -EINVAL,
-				                  (struct cfg_mark){ev.start_mark.line + 1,
-				                                    ev.start_mark.column + 1},
-				                  key, "nested more than %d levels deep",
+				rc = cfg_error_at(ctx, -EINVAL, m, key,
+				                  "nested more than %d levels deep",
 				                  CFG_YAML_DEPTH_MAX);
 		} else if (ev.type == YAML_SEQUENCE_END_EVENT ||
 		           ev.type == YAML_MAPPING_END_EVENT) {
@@ -713,7 +736,7 @@ int cfg_parse_value(struct cfg_ctx *ctx, const char *path, const char *text)
 	yaml_node_t *n;
 	int rc;
 
-	rc = cfg_depth_check(ctx, (const unsigned char *)text, strlen(text), path);
+	rc = cfg_yaml_precheck(ctx, (const unsigned char *)text, strlen(text), path);
 	if (rc < 0)
 		return rc;
 	if (!yaml_parser_initialize(&parser))

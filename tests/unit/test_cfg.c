@@ -261,7 +261,7 @@ static char *nested(int n)
 
 /* Nesting is bounded before the document is loaded (libyaml's time grows with its square: a
  * 1 MiB file of brackets took minutes); a value of a set the same. */
-static void test_yaml_nesting_is_bounded(void **state)
+static void test_yaml_nesting_is_bounded_and_tags_refused(void **state)
 {
 	struct vr_config c;
 	char err[CFG_ERR_MAX], *t;
@@ -273,6 +273,12 @@ static void test_yaml_nesting_is_bounded(void **state)
 	t = nested(CFG_YAML_DEPTH_MAX - 1); /* deep enough, and refused for what it says */
 	load_bad(t, "1:1", "x: unknown key");
 	free(t);
+	/* explicit tags: "!!str 4" was taken as 4, "!!str true" as true */
+	load_bad("cpu: {threads: !!str 4}\n", "1:16",
+	         "the tag tag:yaml.org,2002:str is not accepted");
+	load_bad("source:\n  replay: {loop: !!bool true}\n", "2:18", "tag:yaml.org,2002:bool");
+	load_bad("preprocess: !!map {zero_pad: 2}\n", "1:13", "is not accepted");
+	load_bad("a: !local x\n", "1:4", "the tag !local is not accepted");
 	t = nested(200000);
 	load_bad(t, "1:67", "nested more than 64 levels deep");
 	cfg_defaults(&c);
@@ -948,7 +954,7 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_values_are_parsed),
 	        cmocka_unit_test(test_integer_ranges_are_inclusive),
 	        cmocka_unit_test(test_float_ranges),
-	        cmocka_unit_test(test_yaml_nesting_is_bounded),
+	        cmocka_unit_test(test_yaml_nesting_is_bounded_and_tags_refused),
 	        cmocka_unit_test(test_types_are_strict),
 	        cmocka_unit_test(test_enums_list_the_allowed_values),
 	        cmocka_unit_test(test_unknown_and_duplicate_keys),
