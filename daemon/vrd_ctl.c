@@ -76,17 +76,18 @@ static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 	int rc;
 
 	if (json_object_object_get_ex(req, "key", &key)) {
-		char value[CFG_ERR_MAX * 4];
+		char err[CFG_ERR_MAX];
 
 		if (!json_object_is_type(key, json_type_string))
 			return reply_error(id, "get: key must be a string (a key path such as "
 			                       "preprocess.db_range)");
-		rc = cfg_get_key(cfg, json_object_get_string(key), value, sizeof(value));
+		rc = cfg_get_key(cfg, json_object_get_string(key), &text, err, sizeof(err));
 		if (rc < 0)
-			return reply_error(id, "%s", value);
+			return reply_error(id, "%s", err);
 		o = reply_new(true, id);
 		json_object_object_add(o, "key", json_object_get(key));
-		json_object_object_add(o, "value", json_object_new_string(value));
+		json_object_object_add(o, "value", json_object_new_string(text));
+		free(text);
 		return reply_text(o);
 	}
 	{

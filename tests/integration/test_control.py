@@ -74,6 +74,24 @@ def test_get_prints_one_key_or_the_whole_configuration(daemon):
     assert r.returncode == 5 and "preprocess.nope: unknown key" in r.stderr, r
 
 
+def test_get_prints_values_longer_than_4_kib_whole(bin_dir):
+    d = Daemon(bin_dir)
+    try:
+        table = d.dir / "long"
+        while len(str(table)) < 3900:
+            table = table / ("d" * 200)
+        table.mkdir(parents=True)
+        table = table / "dispersion.txt"
+        table.write_text("0\n" * d.cfg["geometry"]["samples_per_ascan"])
+        d.cfg["preprocess"] = {"dispersion": {"table": str(table)}}
+        d.restart(d.cfg)
+        for key in ("preprocess.dispersion.table", "preprocess"):
+            r = d.volrec("get", key)
+            assert r.returncode == 0 and '"%s"' % table in r.stdout, (key, r.stderr)
+    finally:
+        d.close()
+
+
 def test_set_reaches_the_views_of_the_next_volumes(daemon):
     t0 = time.monotonic()
     r = daemon.volrec("set", "view.render.angles_deg=[30,15]", "view.position=[3,4,5]",

@@ -134,6 +134,28 @@ static void test_get_one_key_and_the_whole_configuration(void **state)
 	ask_refused("{\"op\":\"get\",\"key\":\"preprocess.nope\"}", "preprocess.nope: unknown key");
 }
 
+static void test_get_returns_values_longer_than_4_kib_whole(void **state)
+{
+	char want[CFG_PATH_MAX + 2];
+	struct json_object *o;
+	size_t n = sizeof(F.cfg.ipc.run_dir) - 1;
+
+	(void)state;
+	memset(F.cfg.ipc.run_dir, 'd', n);
+	F.cfg.ipc.run_dir[0] = '/';
+	F.cfg.ipc.run_dir[n] = '\0';
+	snprintf(want, sizeof(want), "\"%s\"", F.cfg.ipc.run_dir);
+	o = ask_for("{\"op\":\"get\",\"key\":\"ipc.run_dir\"}", false);
+	assert_string_equal(field(o, "value"), want);
+	json_object_put(o);
+	o = ask_for("{\"op\":\"get\",\"key\":\"ipc\"}", false);
+	assert_non_null(strstr(field(o, "value"), want));
+	json_object_put(o);
+	o = ask_for("{\"op\":\"get\",\"key\":\"\"}", false);
+	assert_non_null(strstr(field(o, "value"), want));
+	json_object_put(o);
+}
+
 static void test_set_applies_live_keys_with_yaml_or_json_values(void **state)
 {
 	struct json_object *o;
@@ -282,6 +304,8 @@ VR_TEST_GROUP(ctl)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_get_one_key_and_the_whole_configuration, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_get_returns_values_longer_than_4_kib_whole,
+	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_set_applies_live_keys_with_yaml_or_json_values,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_set_is_all_or_none_with_the_files_messages,
