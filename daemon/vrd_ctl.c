@@ -185,8 +185,7 @@ static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t len,
                      const struct vrd_ctl_peer *peer, bool *refused)
 {
-	struct json_tokener *tok;
-	struct json_object *req = NULL, *op, *idv;
+	struct json_object *req, *op, *idv;
 	const char *id = NULL, *name;
 	char *reply = NULL, err[CFG_ERR_MAX];
 	int rc;
@@ -197,26 +196,9 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 		                   VRD_CTL_MAX_REQUEST);
 	if (!vr_utf8_valid(request, len))
 		return reply_error(NULL, "request is not UTF-8 text");
-	tok = json_tokener_new_ex(16);
-	if (!tok)
-		return NULL;
-	req = json_tokener_parse_ex(tok, request, (int)len);
-	if (!req || json_tokener_get_error(tok) != json_tokener_success ||
-	    json_tokener_get_parse_end(tok) != len) {
-		enum json_tokener_error e = json_tokener_get_error(tok);
-
-		json_tokener_free(tok);
-		json_object_put(req);
-		return reply_error(NULL, "request is not one JSON object: %s",
-		                   e == json_tokener_continue  ? "unexpected end of text"
-		                   : e == json_tokener_success ? "text after the object"
-		                                               : json_tokener_error_desc(e));
-	}
-	json_tokener_free(tok);
-	if (!json_object_is_type(req, json_type_object)) {
-		json_object_put(req);
-		return reply_error(NULL, "request is not a JSON object ({\"op\": ...})");
-	}
+	req = vr_json_parse_object(request, len, VRD_CTL_MAX_DEPTH, err, sizeof(err));
+	if (!req)
+		return reply_error(NULL, "request is not one JSON object: %s", err);
 	if (json_object_object_get_ex(req, "id", &idv) &&
 	    json_object_is_type(idv, json_type_string))
 		id = json_object_get_string(idv);

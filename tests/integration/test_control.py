@@ -165,6 +165,18 @@ def test_malformed_requests_get_errors_and_the_daemon_keeps_publishing(daemon):
         s.send(req)
         reply = json.loads(s.recv())
         assert reply["ok"] is False and reply["error"], (req[:40], reply)
+    # strict JSON: what json-c reads leniently is refused, with where and why
+    for req, why in ((b"{'op':'get'}", "a single quote at byte 1"),
+                     (b'{"op":"get",}', "unexpected character at byte 12"),
+                     (b'{"op":"set","values":{"view.render.every":4,}}', "unexpected character"),
+                     (b'{"op":"get"} x', "more text after the object, at byte 13"),
+                     (b'{"op":"get"}{"op":"get"}', "more text after the object, at byte 12"),
+                     (b'{"op":"set","values":{"view.render.every":NaN}}', "not finite")):
+        s.send(req)
+        reply = json.loads(s.recv())
+        assert reply == {"ok": False, "error": reply["error"]}, (req, reply)
+        assert reply["error"].startswith("request is not one JSON object: ") and \
+            why in reply["error"], (req, reply)
     s.send_multipart([b'{"op":"get"}', b"extra"])
     assert json.loads(s.recv())["ok"] is False
     # a flood of good requests is answered too
