@@ -157,9 +157,10 @@ struct json_object;
 /*
  * Parse text[0..len) as exactly one JSON object, strictly: json-c's strict tokener at most depth
  * levels deep, whitespace only after the object, and refused as well what json-c 0.16 reads
- * even when strict: single quotes, NaN, Infinity and out-of-range numbers. Returns the object
- * (a new reference: json_object_put it), or NULL with why in err ("a single quote at byte 1
- * (strings take double quotes)"). Does not check UTF-8 (vr_utf8_valid).
+ * even when strict: single quotes, NaN, Infinity and out-of-range numbers, a key given twice
+ * in one object (json-c keeps the last) and a string holding U+0000 (json-c cuts keys there).
+ * Returns the object (a new reference: json_object_put it), or NULL with why in err ("duplicate
+ * key 'op' at byte 14 (each key once)"). Does not check UTF-8 (vr_utf8_valid).
  */
 struct json_object *vr_json_parse_object(const char *text, size_t len, int depth, char *err,
                                          size_t errlen);

@@ -171,12 +171,22 @@ def test_malformed_requests_get_errors_and_the_daemon_keeps_publishing(daemon):
                      (b'{"op":"set","values":{"view.render.every":4,}}', "unexpected character"),
                      (b'{"op":"get"} x', "more text after the object, at byte 13"),
                      (b'{"op":"get"}{"op":"get"}', "more text after the object, at byte 12"),
-                     (b'{"op":"set","values":{"view.render.every":NaN}}', "not finite")):
+                     (b'{"op":"set","values":{"view.render.every":NaN}}', "not finite"),
+                     # json-c keeps the last of two equal keys and cuts keys at U+0000
+                     (b'{"op":"set","values":{"view.render.every":"zzz","view.render.every":4}}',
+                      "duplicate key 'view.render.every' at byte 48"),
+                     (b'{"op":"set","op":"get"}', "duplicate key 'op' at byte 12"),
+                     (b'{"op":"set","values":{"view.render.every\\u0000; rm -rf":5}}',
+                      "the key at byte 22 holds U+0000 (NUL) after 'view.render.every'"),
+                     (b'{"op":"get\\u0000xyz"}', "the string at byte 6 holds U+0000"),
+                     (b'{"op":"get","key":"view.render.every\\u0000junk"}', "holds U+0000")):
         s.send(req)
         reply = json.loads(s.recv())
         assert reply == {"ok": False, "error": reply["error"]}, (req, reply)
         assert reply["error"].startswith("request is not one JSON object: ") and \
             why in reply["error"], (req, reply)
+    r = daemon.volrec("get", "view.render.every")
+    assert r.returncode == 0 and r.stdout.strip() not in ("4", "5"), r
     s.send_multipart([b'{"op":"get"}', b"extra"])
     assert json.loads(s.recv())["ok"] is False
     # a flood of good requests is answered too

@@ -260,6 +260,19 @@ static void test_json_is_one_strict_object(void **state)
 	assert_json("{\"a\":'x'}", "a single quote at byte 5");
 }
 
+static void test_json_refuses_duplicate_keys_and_nul_in_strings(void **state)
+{
+	(void)state;
+	assert_json("{\"a\":1,\"a\":2}", "duplicate key 'a' at byte 7 (each key once)");
+	assert_json("{\"a\":1,\"\\u0061\":2}", "duplicate key 'a' at byte 7");
+	assert_json("{\"b\":1,\"c\":[{\"b\":2,\"b\":3}]}", "duplicate key 'b' at byte 19");
+	/* the same key in different objects, and a key equal to a value, are fine */
+	assert_json("{\"b\":{\"b\":1},\"c\":[{\"b\":2},{\"b\":\"b\"}],\"d\":\"b\"}", NULL);
+	assert_json("{\"a\\u0000b\":1}", "the key at byte 1 holds U+0000 (NUL) after 'a'");
+	assert_json("{\"a\":[\"x\\u0000\"]}", "the string at byte 6 holds U+0000 (NUL) after 'x'");
+	assert_json("{\"a\":\"\\u00e9\\n\\\"\"}", NULL);
+}
+
 VR_TEST_GROUP(base)
 {
 	const struct CMUnitTest tests[] = {
@@ -269,6 +282,7 @@ VR_TEST_GROUP(base)
 	        cmocka_unit_test(test_utf8_validity),
 	        cmocka_unit_test(test_utf8_sanitize_replaces_bad_bytes),
 	        cmocka_unit_test(test_json_is_one_strict_object),
+	        cmocka_unit_test(test_json_refuses_duplicate_keys_and_nul_in_strings),
 	        cmocka_unit_test(test_scan_offset_rasters_over_the_strides),
 	        cmocka_unit_test(test_option_values_are_strict),
 	        cmocka_unit_test(test_ordinal_lists),

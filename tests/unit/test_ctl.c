@@ -268,6 +268,47 @@ static void test_bad_requests_get_error_replies(void **state)
 	assert_int_equal(F.applied, 0);
 }
 
+static void test_duplicate_keys_are_refused_in_any_object(void **state)
+{
+	(void)state;
+	ask_refused("{\"op\":\"set\",\"values\":{\"view.render.every\":\"zzz\","
+	            "\"view.render.every\":4}}",
+	            "not one JSON object: duplicate key 'view.render.every' at byte 48");
+	ask_refused("{\"op\":\"set\",\"op\":\"get\"}", "duplicate key 'op' at byte 12");
+	ask_refused("{\"op\":\"get\",\"key\":\"log\",\"key\":\"preprocess\"}",
+	            "duplicate key 'key'");
+	ask_refused("{\"op\":\"get\",\"id\":\"a\",\"\\u0069d\":\"b\"}", "duplicate key 'id'");
+	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.window\":{\"type\":\"hann\","
+	            "\"type\":\"tukey\"}}}",
+	            "duplicate key 'type'");
+	assert_int_equal(F.applied, 0);
+}
+
+static void test_strings_holding_nul_are_refused(void **state)
+{
+	static const char *const reqs[] = {
+	        "{\"op\":\"set\",\"values\":{\"view.render.every\\u0000; rm -rf\":5}}",
+	        "{\"op\":\"set\",\"values\":{\"preprocess.window.type\":\"tukey\\u0000x\"}}",
+	        "{\"op\":\"get\\u0000xyz\"}",
+	        "{\"op\":\"get\",\"key\":\"view.render.every\\u0000junk\"}",
+	        "{\"op\":\"status\",\"id\":\"a\\u0000b\"}",
+	        "{\"op\\u0000\":\"status\"}",
+	};
+	bool refused;
+
+	(void)state;
+	for (size_t i = 0; i < VR_ARRAY_SIZE(reqs); i++) {
+		struct json_object *o = ask(reqs[i], &refused);
+
+		if (!refused || !strstr(field(o, "error"), "holds U+0000 (NUL)") ||
+		    json_object_object_get(o, "id"))
+			fail_msg("request '%s': refused %d, reply %s", reqs[i], refused,
+			         json_object_to_json_string(o));
+		json_object_put(o);
+	}
+	assert_int_equal(F.applied, 0);
+}
+
 static void test_oversized_and_deep_requests_are_refused(void **state)
 {
 	size_t n = VRD_CTL_MAX_REQUEST + 10, depth = 10000;
@@ -321,6 +362,10 @@ VR_TEST_GROUP(ctl)
 	        cmocka_unit_test_setup_teardown(test_service_refusal_is_reported, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_reset_history_and_status, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_bad_requests_get_error_replies, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_duplicate_keys_are_refused_in_any_object,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_strings_holding_nul_are_refused, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_oversized_and_deep_requests_are_refused, setup,
 	                                        teardown),
