@@ -187,6 +187,19 @@ def test_malformed_requests_get_errors_and_the_daemon_keeps_publishing(daemon):
             why in reply["error"], (req, reply)
     r = daemon.volrec("get", "view.render.every")
     assert r.returncode == 0 and r.stdout.strip() not in ("4", "5"), r
+    # unknown fields and an id that is not a string are refused, not ignored
+    for req, why in ((b'{"op":"get","kye":"view.render.every"}',
+                      "get: unknown field 'kye' (it takes op, id and key)"),
+                     (b'{"op":"reset_history","values":{"x":1}}',
+                      "reset_history: unknown field 'values' (it takes op, id)"),
+                     (b'{"op":"get","id":5}', "id: must be a string")):
+        s.send(req)
+        reply = json.loads(s.recv())
+        assert reply == {"ok": False, "error": reply["error"]} and why in reply["error"], \
+            (req, reply)
+    s.send(b'{"op":"get","key":"preprocess.db_range","id":"q1"}')
+    reply = json.loads(s.recv())
+    assert reply["ok"] is True and reply["id"] == "q1", reply
     s.send_multipart([b'{"op":"get"}', b"extra"])
     assert json.loads(s.recv())["ok"] is False
     # a flood of good requests is answered too

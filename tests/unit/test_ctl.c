@@ -309,6 +309,44 @@ static void test_strings_holding_nul_are_refused(void **state)
 	assert_int_equal(F.applied, 0);
 }
 
+static void test_unknown_fields_are_refused_per_op(void **state)
+{
+	(void)state;
+	ask_refused("{\"op\":\"get\",\"kye\":\"view.render.every\"}",
+	            "get: unknown field 'kye' (it takes op, id and key)");
+	ask_refused("{\"op\":\"get\",\"values\":{}}", "get: unknown field 'values'");
+	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]},\"key\":\"x\"}",
+	            "set: unknown field 'key' (it takes op, id and values)");
+	ask_refused("{\"op\":\"reset_history\",\"values\":{\"x\":1}}",
+	            "reset_history: unknown field 'values' (it takes op, id)");
+	ask_refused("{\"id\":\"a\",\"op\":\"status\",\"verbose\":true}",
+	            "status: unknown field 'verbose' (it takes op, id)");
+	assert_int_equal(F.applied, 0);
+	assert_int_equal(F.resets, 0);
+}
+
+static void test_an_id_that_is_not_a_string_is_refused_and_not_echoed(void **state)
+{
+	static const char *const reqs[] = {
+	        "{\"op\":\"get\",\"id\":5}",
+	        "{\"op\":\"reset_history\",\"id\":null}",
+	        "{\"op\":\"status\",\"id\":[\"a\"]}",
+	        "{\"id\":{\"x\":\"a\"},\"op\":\"get\"}",
+	};
+
+	(void)state;
+	for (size_t i = 0; i < VR_ARRAY_SIZE(reqs); i++) {
+		struct json_object *o = ask_for(reqs[i], true);
+
+		if (!strstr(field(o, "error"), "id: must be a string (echoed in the reply), not a "
+		                               "JSON ") ||
+		    json_object_object_get(o, "id"))
+			fail_msg("request '%s': reply %s", reqs[i], json_object_to_json_string(o));
+		json_object_put(o);
+	}
+	assert_int_equal(F.resets, 0);
+}
+
 static void test_oversized_and_deep_requests_are_refused(void **state)
 {
 	size_t n = VRD_CTL_MAX_REQUEST + 10, depth = 10000;
@@ -367,6 +405,10 @@ VR_TEST_GROUP(ctl)
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_strings_holding_nul_are_refused, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_unknown_fields_are_refused_per_op, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_an_id_that_is_not_a_string_is_refused_and_not_echoed, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_oversized_and_deep_requests_are_refused, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_set_with_too_many_keys_is_refused, setup,
