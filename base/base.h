@@ -2,7 +2,7 @@
 /*
  * The base layer every module may use (prefix vr_): clocks, the scan-offset schedule, packed
  * 12-bit samples, error text, percentiles over a bounded window of samples, UTF-8 checking,
- * small helpers for JSON through json-c, and option values and usage errors of command lines.
+ * strict JSON through json-c, and option values and usage errors of command lines.
  * Nothing here logs, prints or allocates behind the caller's back except where a function says
  * so (the vr_cli_ helpers print the usage errors of a main()).
  */
@@ -150,6 +150,20 @@ bool vr_utf8_valid(const char *s, size_t len);
  * logs or terminals. Returns the number of replacements.
  */
 size_t vr_utf8_sanitize(const char *s, char *out, size_t outlen);
+
+/* ---- JSON --------------------------------------------------------------------------------- */
+
+struct json_object;
+/*
+ * Parse text[0..len) as exactly one JSON object, strictly: json-c's strict tokener at most depth
+ * levels deep, whitespace only after the object, and refused as well what json-c 0.16 reads
+ * even when strict: single quotes, NaN, Infinity and out-of-range numbers, a key given twice
+ * in one object (json-c keeps the last) and a string holding U+0000 (json-c cuts keys there).
+ * Returns the object (a new reference: json_object_put it), or NULL with why in err ("duplicate
+ * key 'op' at byte 14 (each key once)"). Does not check UTF-8 (vr_utf8_valid).
+ */
+struct json_object *vr_json_parse_object(const char *text, size_t len, int depth, char *err,
+                                         size_t errlen);
 
 /* ---- command lines ------------------------------------------------------------------------ */
 

@@ -418,11 +418,12 @@ __attribute__((warn_unused_result)) int cfg_override_keys(struct vr_config *cfg,
 /*
  * One key's value as YAML flow text ("[0, 100]", "hann", "\"/run/volrec\""), or a whole section
  * when path names one ("{type: hann, param: 0.4}"; "" is the whole configuration); an optional
- * key that is not set reads "~". Returns 0, -ENOSPC when outlen is too small, or -ENOENT for
- * an unknown path, with out then holding "key.path: unknown key (allowed ...: ...)".
+ * key that is not set reads "~". The text, of any length, into *text (malloc'ed: the caller
+ * frees it). Returns 0, or -ENOENT for an unknown path ("key.path: unknown key (allowed ...:
+ * ...)" in err) or -ENOMEM, *text then untouched.
  */
 __attribute__((warn_unused_result)) int cfg_get_key(const struct vr_config *cfg, const char *path,
-                                                    char *out, size_t outlen);
+                                                    char **text, char *err, size_t errlen);
 
 /* Whether path names a live key, or a section of live keys only. */
 bool cfg_key_is_live(const char *path);

@@ -182,20 +182,21 @@ int cfg_dump(const struct vr_config *c, FILE *out)
 	return 0;
 }
 
-int cfg_get_key(const struct vr_config *cfg, const char *path, char *out, size_t outlen)
+int cfg_get_key(const struct vr_config *cfg, const char *path, char **text, char *err,
+                size_t errlen)
 {
 	const struct cfg_key *k = cfg_key_find(path);
-	char *text = NULL;
+	char *buf = NULL;
 	size_t len = 0;
 	FILE *f;
 
 	if (!k && !cfg_is_section(path)) {
-		cfg_unknown_key(path, out, outlen);
+		cfg_unknown_key(path, err, errlen);
 		return -ENOENT;
 	}
-	f = open_memstream(&text, &len);
+	f = open_memstream(&buf, &len);
 	if (!f)
-		return -ENOMEM;
+		goto out_nomem;
 	if (!k)
 		put_section(f, cfg, path, -1);
 	else if (cfg_key_present(k, cfg))
@@ -203,12 +204,12 @@ int cfg_get_key(const struct vr_config *cfg, const char *path, char *out, size_t
 	else
 		fputc('~', f);
 	if (fclose(f)) {
-		free(text);
-		return -ENOMEM;
+		free(buf);
+		goto out_nomem;
 	}
-	int rc = len < outlen ? 0 : -ENOSPC;
-	if (!rc)
-		memcpy(out, text, len + 1);
-	free(text);
-	return rc;
+	*text = buf;
+	return 0;
+out_nomem:
+	snprintf(err, errlen, "%s: out of memory for its value", *path ? path : "configuration");
+	return -ENOMEM;
 }

@@ -67,7 +67,8 @@ static const char *value_text(struct json_object *v)
 	return json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
 }
 
-static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id)
+static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
+                    const struct vrd_ctl_peer *peer)
 {
 	const struct vr_config *cfg = svc->config(svc->ctx);
 	struct json_object *key, *o;
@@ -75,18 +76,20 @@ static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 	size_t len = 0;
 	int rc;
 
+	(void)peer;
 	if (json_object_object_get_ex(req, "key", &key)) {
-		char value[CFG_ERR_MAX * 4];
+		char err[CFG_ERR_MAX];
 
 		if (!json_object_is_type(key, json_type_string))
 			return reply_error(id, "get: key must be a string (a key path such as "
 			                       "preprocess.db_range)");
-		rc = cfg_get_key(cfg, json_object_get_string(key), value, sizeof(value));
+		rc = cfg_get_key(cfg, json_object_get_string(key), &text, err, sizeof(err));
 		if (rc < 0)
-			return reply_error(id, "%s", value);
+			return reply_error(id, "%s", err);
 		o = reply_new(true, id);
 		json_object_object_add(o, "key", json_object_get(key));
-		json_object_object_add(o, "value", json_object_new_string(value));
+		json_object_object_add(o, "value", json_object_new_string(text));
+		free(text);
 		return reply_text(o);
 	}
 	{
@@ -181,14 +184,46 @@ static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 	return reply_text(o);
 }
 
+static char *op_reset_history(const struct vrd_ctl_ops *svc, struct json_object *req,
+                              const char *id, const struct vrd_ctl_peer *peer)
+{
+	char err[CFG_ERR_MAX];
+
+	(void)req;
+	if (svc->reset_history(svc->ctx, peer, err, sizeof(err)) < 0)
+		return reply_error(id, "%s", err);
+	return reply_text(reply_new(true, id));
+}
+
+static char *op_status(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
+                       const struct vrd_ctl_peer *peer)
+{
+	struct json_object *o = reply_new(true, id), *st = svc->status(svc->ctx);
+
+	(void)req, (void)peer;
+	json_object_object_add(o, "status", st ? st : json_object_new_object());
+	return reply_text(o);
+}
+
+/* The ops: each takes op, id and its one field (NULL: none); any other field is refused. */
+static const struct {
+	const char *name, *field;
+	char *(*answer)(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
+	                const struct vrd_ctl_peer *peer);
+} OPS[] = {
+        {"get", "key", op_get},
+        {"set", "values", op_set},
+        {"reset_history", NULL, op_reset_history},
+        {"status", NULL, op_status},
+};
+
 char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t len,
                      const struct vrd_ctl_peer *peer, bool *refused)
 {
-	struct json_tokener *tok;
-	struct json_object *req = NULL, *op, *idv;
+	struct json_object *req, *op, *idv;
 	const char *id = NULL, *name;
-	char *reply = NULL, err[CFG_ERR_MAX];
-	int rc;
+	char *reply = NULL, err[CFG_ERR_MAX], shown[68];
+	size_t i;
 
 	*refused = true;
 	if (len > VRD_CTL_MAX_REQUEST)
@@ -196,54 +231,47 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 		                   VRD_CTL_MAX_REQUEST);
 	if (!vr_utf8_valid(request, len))
 		return reply_error(NULL, "request is not UTF-8 text");
-	tok = json_tokener_new_ex(16);
-	if (!tok)
-		return NULL;
-	req = json_tokener_parse_ex(tok, request, (int)len);
-	if (!req || json_tokener_get_error(tok) != json_tokener_success ||
-	    json_tokener_get_parse_end(tok) != len) {
-		enum json_tokener_error e = json_tokener_get_error(tok);
-
-		json_tokener_free(tok);
-		json_object_put(req);
-		return reply_error(NULL, "request is not one JSON object: %s",
-		                   e == json_tokener_continue  ? "unexpected end of text"
-		                   : e == json_tokener_success ? "text after the object"
-		                                               : json_tokener_error_desc(e));
-	}
-	json_tokener_free(tok);
-	if (!json_object_is_type(req, json_type_object)) {
-		json_object_put(req);
-		return reply_error(NULL, "request is not a JSON object ({\"op\": ...})");
-	}
-	if (json_object_object_get_ex(req, "id", &idv) &&
-	    json_object_is_type(idv, json_type_string))
+	req = vr_json_parse_object(request, len, VRD_CTL_MAX_DEPTH, err, sizeof(err));
+	if (!req)
+		return reply_error(NULL, "request is not one JSON object: %s", err);
+	if (json_object_object_get_ex(req, "id", &idv)) {
+		if (!json_object_is_type(idv, json_type_string)) {
+			reply = reply_error(NULL,
+			                    "id: must be a string (echoed in the reply), not a "
+			                    "JSON %s",
+			                    json_type_to_name(json_object_get_type(idv)));
+			goto out;
+		}
 		id = json_object_get_string(idv);
+	}
 	if (!json_object_object_get_ex(req, "op", &op) ||
 	    !json_object_is_type(op, json_type_string)) {
-		reply = reply_error(id, "op: missing (get, set, reset_history or status)");
+		reply = reply_error(id, "op: missing or not a string (get, set, reset_history or "
+		                        "status)");
 		goto out;
 	}
 	name = json_object_get_string(op);
-	if (!strcmp(name, "get")) {
-		reply = op_get(svc, req, id);
-	} else if (!strcmp(name, "set")) {
-		reply = op_set(svc, req, id, peer);
-	} else if (!strcmp(name, "reset_history")) {
-		rc = svc->reset_history(svc->ctx, peer, err, sizeof(err));
-		reply = rc < 0 ? reply_error(id, "%s", err) : reply_text(reply_new(true, id));
-	} else if (!strcmp(name, "status")) {
-		struct json_object *o = reply_new(true, id), *st = svc->status(svc->ctx);
-
-		json_object_object_add(o, "status", st ? st : json_object_new_object());
-		reply = reply_text(o);
-	} else {
-		char clean[128];
-
-		vr_utf8_sanitize(name, clean, sizeof(clean));
+	for (i = 0; i < VR_ARRAY_SIZE(OPS) && strcmp(name, OPS[i].name); i++)
+		;
+	if (i == VR_ARRAY_SIZE(OPS)) {
+		vr_utf8_sanitize(name, shown, sizeof(shown));
 		reply = reply_error(id, "op: '%s' is unknown (get, set, reset_history or status)",
-		                    clean);
+		                    shown);
+		goto out;
 	}
+	json_object_object_foreach(req, k, v)
+	{
+		(void)v;
+		if (strcmp(k, "op") && strcmp(k, "id") &&
+		    (!OPS[i].field || strcmp(k, OPS[i].field))) {
+			vr_utf8_sanitize(k, shown, sizeof(shown));
+			reply = reply_error(id, "%s: unknown field '%s' (it takes op, id%s%s)",
+			                    name, shown, OPS[i].field ? " and " : "",
+			                    OPS[i].field ? OPS[i].field : "");
+			goto out;
+		}
+	}
+	reply = OPS[i].answer(svc, req, id, peer);
 out:
 	if (reply)
 		*refused = strncmp(reply, "{\"ok\":false", 11) == 0;

@@ -20,6 +20,7 @@
 #define VRD_CTL_MAX_REQUEST 65536      /* bytes: larger requests get an error reply */
 #define VRD_CTL_HARD_LIMIT  (1u << 20) /* bytes: beyond this libzmq drops the connection */
 #define VRD_CTL_MAX_KEYS    32         /* keys in one set */
+#define VRD_CTL_MAX_DEPTH   16         /* nesting of a request, at most */
 #define VRD_CTL_BURST       16         /* requests answered per vrd_ctl_process call */
 
 /* Who sent a request. */

@@ -626,90 +626,10 @@ static bool echoable(struct json_object *v)
 	}
 }
 
-/* Whether every number in o is finite: json-c reads NaN, Infinity and 1e999 even when strict. */
-static bool all_finite(struct json_object *o)
-{
-	switch (json_object_get_type(o)) {
-	case json_type_double:
-		return isfinite(json_object_get_double(o));
-	case json_type_array:
-		for (size_t i = 0; i < json_object_array_length(o); i++)
-			if (!all_finite(json_object_array_get_idx(o, i)))
-				return false;
-		return true;
-	case json_type_object: {
-		json_object_object_foreach(o, k, v)
-		{
-			(void)k;
-			if (!all_finite(v))
-				return false;
-		}
-		return true;
-	}
-	default:
-		return true;
-	}
-}
-
-/* Offset of the first single quote outside a string in text, or len: json-c reads
- * single-quoted keys even when strict. */
-static size_t single_quote_at(const char *text, size_t len)
-{
-	bool in_string = false;
-
-	for (size_t i = 0; i < len; i++) {
-		if (in_string && text[i] == '\\')
-			i++;
-		else if (text[i] == '"')
-			in_string = !in_string;
-		else if (!in_string && text[i] == '\'')
-			return i;
-	}
-	return len;
-}
-
-/* Parse a browser's message: strict JSON, the whole text one object. NULL with why in err. */
-static struct json_object *parse_message(const char *text, size_t len, char *err, size_t errlen)
-{
-	struct json_tokener *tok = json_tokener_new_ex(VW_JSON_DEPTH);
-	struct json_object *msg = NULL;
-	enum json_tokener_error e;
-	size_t end, q;
-
-	if (!tok) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_ALLOW_TRAILING_CHARS);
-	msg = json_tokener_parse_ex(tok, text, (int)len);
-	e = json_tokener_get_error(tok);
-	end = json_tokener_get_parse_end(tok);
-	json_tokener_free(tok);
-	while (e == json_tokener_success && end < len && text[end] && strchr(" \t\r\n", text[end]))
-		end++;
-	if (e == json_tokener_continue)
-		snprintf(err, errlen, "unexpected end of text");
-	else if (e != json_tokener_success)
-		snprintf(err, errlen, "%s at byte %zu", json_tokener_error_desc(e), end);
-	else if (end < len)
-		snprintf(err, errlen, "more text after the object, at byte %zu", end);
-	else if (!json_object_is_type(msg, json_type_object))
-		snprintf(err, errlen, "a JSON %s", json_type_to_name(json_object_get_type(msg)));
-	else if ((q = single_quote_at(text, len)) < len)
-		snprintf(err, errlen, "a single quote at byte %zu (strings take double quotes)", q);
-	else if (!all_finite(msg))
-		snprintf(err, errlen,
-		         "a number that is not finite (NaN, Infinity, or out of range)");
-	else
-		return msg;
-	json_object_put(msg);
-	return NULL;
-}
-
 static void handle_message(struct vw_server *sv, struct vw_session *s, const char *text, size_t len)
 {
 	char why[128];
-	struct json_object *msg = parse_message(text, len, why, sizeof(why));
+	struct json_object *msg = vr_json_parse_object(text, len, VW_JSON_DEPTH, why, sizeof(why));
 	struct json_object *type, *id = NULL, *values, *key;
 	const char *t;
 

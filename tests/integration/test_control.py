@@ -74,6 +74,24 @@ def test_get_prints_one_key_or_the_whole_configuration(daemon):
     assert r.returncode == 5 and "preprocess.nope: unknown key" in r.stderr, r
 
 
+def test_get_prints_values_longer_than_4_kib_whole(bin_dir):
+    d = Daemon(bin_dir)
+    try:
+        table = d.dir / "long"
+        while len(str(table)) < 3900:
+            table = table / ("d" * 200)
+        table.mkdir(parents=True)
+        table = table / "dispersion.txt"
+        table.write_text("0\n" * d.cfg["geometry"]["samples_per_ascan"])
+        d.cfg["preprocess"] = {"dispersion": {"table": str(table)}}
+        d.restart(d.cfg)
+        for key in ("preprocess.dispersion.table", "preprocess"):
+            r = d.volrec("get", key)
+            assert r.returncode == 0 and '"%s"' % table in r.stdout, (key, r.stderr)
+    finally:
+        d.close()
+
+
 def test_set_reaches_the_views_of_the_next_volumes(daemon):
     t0 = time.monotonic()
     r = daemon.volrec("set", "view.render.angles_deg=[30,15]", "view.position=[3,4,5]",
@@ -147,6 +165,41 @@ def test_malformed_requests_get_errors_and_the_daemon_keeps_publishing(daemon):
         s.send(req)
         reply = json.loads(s.recv())
         assert reply["ok"] is False and reply["error"], (req[:40], reply)
+    # strict JSON: what json-c reads leniently is refused, with where and why
+    for req, why in ((b"{'op':'get'}", "a single quote at byte 1"),
+                     (b'{"op":"get",}', "unexpected character at byte 12"),
+                     (b'{"op":"set","values":{"view.render.every":4,}}', "unexpected character"),
+                     (b'{"op":"get"} x', "more text after the object, at byte 13"),
+                     (b'{"op":"get"}{"op":"get"}', "more text after the object, at byte 12"),
+                     (b'{"op":"set","values":{"view.render.every":NaN}}', "not finite"),
+                     # json-c keeps the last of two equal keys and cuts keys at U+0000
+                     (b'{"op":"set","values":{"view.render.every":"zzz","view.render.every":4}}',
+                      "duplicate key 'view.render.every' at byte 48"),
+                     (b'{"op":"set","op":"get"}', "duplicate key 'op' at byte 12"),
+                     (b'{"op":"set","values":{"view.render.every\\u0000; rm -rf":5}}',
+                      "the key at byte 22 holds U+0000 (NUL) after 'view.render.every'"),
+                     (b'{"op":"get\\u0000xyz"}', "the string at byte 6 holds U+0000"),
+                     (b'{"op":"get","key":"view.render.every\\u0000junk"}', "holds U+0000")):
+        s.send(req)
+        reply = json.loads(s.recv())
+        assert reply == {"ok": False, "error": reply["error"]}, (req, reply)
+        assert reply["error"].startswith("request is not one JSON object: ") and \
+            why in reply["error"], (req, reply)
+    r = daemon.volrec("get", "view.render.every")
+    assert r.returncode == 0 and r.stdout.strip() not in ("4", "5"), r
+    # unknown fields and an id that is not a string are refused, not ignored
+    for req, why in ((b'{"op":"get","kye":"view.render.every"}',
+                      "get: unknown field 'kye' (it takes op, id and key)"),
+                     (b'{"op":"reset_history","values":{"x":1}}',
+                      "reset_history: unknown field 'values' (it takes op, id)"),
+                     (b'{"op":"get","id":5}', "id: must be a string")):
+        s.send(req)
+        reply = json.loads(s.recv())
+        assert reply == {"ok": False, "error": reply["error"]} and why in reply["error"], \
+            (req, reply)
+    s.send(b'{"op":"get","key":"preprocess.db_range","id":"q1"}')
+    reply = json.loads(s.recv())
+    assert reply["ok"] is True and reply["id"] == "q1", reply
     s.send_multipart([b'{"op":"get"}', b"extra"])
     assert json.loads(s.recv())["ok"] is False
     # a flood of good requests is answered too

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The base layer: error text, percentiles, the sample window, UTF-8 checks, option values. */
+/* The base layer: error text, percentiles, the sample window, UTF-8 checks, strict JSON, option
+ * values. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+
+#include <json-c/json.h>
 
 #include "vrtest.h"
 #include "../../base/base.h"
@@ -224,6 +227,52 @@ static void test_pacer_schedules_and_restarts(void **state)
 	}
 }
 
+/* vr_json_parse_object refuses text with the message fragment want; NULL want: accepts it. */
+static void assert_json(const char *text, const char *want)
+{
+	char err[128] = "";
+	struct json_object *o = vr_json_parse_object(text, strlen(text), 4, err, sizeof(err));
+
+	if (want && (o || !strstr(err, want)))
+		fail_msg("'%s': %s '%s', expected a refusal with '%s'", text,
+		         o ? "accepted" : "refused with", err, want);
+	if (!want && !o)
+		fail_msg("'%s': refused with '%s', expected it accepted", text, err);
+	json_object_put(o);
+}
+
+static void test_json_is_one_strict_object(void **state)
+{
+	(void)state;
+	assert_json("{\"a\": [1, {\"b\": \"it's\"}]} \r\n", NULL);
+	assert_json("", "unexpected end of text");
+	assert_json("{\"a\":1", "unexpected end of text");
+	assert_json("[1]", "a JSON array");
+	assert_json("{\"a\":1,}", "unexpected character at byte 7");
+	assert_json("{\"a\":[1,]}", "unexpected character at byte 8");
+	assert_json("{\"a\":1} x", "more text after the object, at byte 8");
+	assert_json("{\"a\":1}{}", "more text after the object, at byte 7");
+	assert_json("{'a':1}", "a single quote at byte 1");
+	assert_json("{\"a\":NaN}", "not finite");
+	assert_json("{\"a\":[-Infinity]}", "not finite");
+	assert_json("{\"a\":1e999}", "not finite");
+	assert_json("{\"a\":[[[[1]]]]}", "nesting too deep at byte 8");
+	assert_json("{\"a\":'x'}", "a single quote at byte 5");
+}
+
+static void test_json_refuses_duplicate_keys_and_nul_in_strings(void **state)
+{
+	(void)state;
+	assert_json("{\"a\":1,\"a\":2}", "duplicate key 'a' at byte 7 (each key once)");
+	assert_json("{\"a\":1,\"\\u0061\":2}", "duplicate key 'a' at byte 7");
+	assert_json("{\"b\":1,\"c\":[{\"b\":2,\"b\":3}]}", "duplicate key 'b' at byte 19");
+	/* the same key in different objects, and a key equal to a value, are fine */
+	assert_json("{\"b\":{\"b\":1},\"c\":[{\"b\":2},{\"b\":\"b\"}],\"d\":\"b\"}", NULL);
+	assert_json("{\"a\\u0000b\":1}", "the key at byte 1 holds U+0000 (NUL) after 'a'");
+	assert_json("{\"a\":[\"x\\u0000\"]}", "the string at byte 6 holds U+0000 (NUL) after 'x'");
+	assert_json("{\"a\":\"\\u00e9\\n\\\"\"}", NULL);
+}
+
 VR_TEST_GROUP(base)
 {
 	const struct CMUnitTest tests[] = {
@@ -232,6 +281,8 @@ VR_TEST_GROUP(base)
 	        cmocka_unit_test(test_window_keeps_the_latest_samples),
 	        cmocka_unit_test(test_utf8_validity),
 	        cmocka_unit_test(test_utf8_sanitize_replaces_bad_bytes),
+	        cmocka_unit_test(test_json_is_one_strict_object),
+	        cmocka_unit_test(test_json_refuses_duplicate_keys_and_nul_in_strings),
 	        cmocka_unit_test(test_scan_offset_rasters_over_the_strides),
 	        cmocka_unit_test(test_option_values_are_strict),
 	        cmocka_unit_test(test_ordinal_lists),

@@ -914,7 +914,7 @@ static void test_gpu_devices_errors_are_precise(void **state)
 static void test_gpu_devices_dump_reload_and_structural(void **state)
 {
 	struct vr_config a, b, c;
-	char err[CFG_ERR_MAX] = "", buf[128];
+	char err[CFG_ERR_MAX] = "";
 	char *text = NULL;
 	size_t len = 0;
 
@@ -927,8 +927,9 @@ static void test_gpu_devices_dump_reload_and_structural(void **state)
 	assert_int_equal(cfg_load_string(&b, text, "dump.yaml", err, sizeof(err)), 0);
 	assert_true(cfg_equal(&a, &b));
 	free(text);
-	assert_int_equal(cfg_get_key(&a, "gpu.devices", buf, sizeof(buf)), 0);
-	assert_string_equal(buf, "[0, 0, 1]");
+	assert_int_equal(cfg_get_key(&a, "gpu.devices", &text, err, sizeof(err)), 0);
+	assert_string_equal(text, "[0, 0, 1]");
+	free(text);
 	load_ok(&c, "gpu: {devices: [0, 0]}\n");
 	assert_true(cfg_is_structural_change(&a, &c));
 	const char *path = "gpu.devices", *value = "[0]";
@@ -940,8 +941,9 @@ static void test_gpu_devices_dump_reload_and_structural(void **state)
 	cfg_free(&b);
 	cfg_free(&c);
 	cfg_defaults(&a);
-	assert_int_equal(cfg_get_key(&a, "gpu.devices", buf, sizeof(buf)), 0);
-	assert_string_equal(buf, "~");
+	assert_int_equal(cfg_get_key(&a, "gpu.devices", &text, err, sizeof(err)), 0);
+	assert_string_equal(text, "~");
+	free(text);
 }
 
 VR_TEST_GROUP(cfg)

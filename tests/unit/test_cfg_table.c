@@ -112,6 +112,28 @@ static void assert_round_trip(const struct vr_config *c, const char *what)
 	free(text);
 }
 
+/* cfg_get_key's text of path in c (malloc'ed: the caller frees it); fails the test on an
+ * error, with its message. */
+static char *get_text(const struct vr_config *c, const char *path)
+{
+	char err[CFG_ERR_MAX] = "", *text = NULL;
+	int rc = cfg_get_key(c, path, &text, err, sizeof(err));
+
+	if (rc)
+		fail_msg("get %s: %d: %s", path, rc, err);
+	return text;
+}
+
+/* cfg_get_key of path in c reads want. */
+static void assert_get(const struct vr_config *c, const char *path, const char *want)
+{
+	char *text = get_text(c, path);
+
+	if (strcmp(text, want))
+		fail_msg("get %s: '%s', expected '%s'", path, text, want);
+	free(text);
+}
+
 static size_t count_names(const char *const *names)
 {
 	size_t n = 0;
@@ -342,7 +364,7 @@ static void test_each_key_round_trips_and_is_classified_alone(void **state)
 	for (size_t i = 0; i < cfg_nkeys; i++) {
 		const struct cfg_key *k = &cfg_keys[i];
 		const char *base[3] = {NULL}, *fixed = NULL;
-		char value[1024], text[4096], err[CFG_ERR_MAX];
+		char value[1024], *text, err[CFG_ERR_MAX];
 		struct vr_config a, b, c;
 		size_t nbase = 0;
 
@@ -387,12 +409,13 @@ static void test_each_key_round_trips_and_is_classified_alone(void **state)
 		assert_int_equal(cfg_is_structural_change(&b, &a), structural);
 
 		/* cfg_get_key's text sets the same value again */
-		assert_int_equal(cfg_get_key(&b, k->path, text, sizeof(text)), 0);
+		text = get_text(&b, k->path);
 		assert_int_equal(cfg_copy(&c, &a), 0);
 		v = text;
 		rc = cfg_override_keys(&c, &p, &v, 1, err, sizeof(err));
 		if (rc || !cfg_equal(&b, &c))
 			print_error("%s: get gave '%s', set back: %s\n", k->path, text, err);
+		free(text);
 		assert_int_equal(rc, 0);
 		assert_true(cfg_equal(&b, &c));
 		cfg_free(&c);
@@ -556,7 +579,7 @@ static void test_set_is_all_or_nothing(void **state)
 
 static void test_set_of_a_section_replaces_it(void **state)
 {
-	char err[CFG_ERR_MAX], text[256], yaml[512];
+	char err[CFG_ERR_MAX], yaml[512];
 	struct vr_config c;
 
 	/* a key set alone keeps its neighbours; a section set leaves out returns to defaults */
@@ -565,14 +588,13 @@ static void test_set_of_a_section_replaces_it(void **state)
 	assert_true(c.preprocess.window.param == 0.4);
 	assert_int_equal(set1(&c, "preprocess.window", "{type: tukey}", err, sizeof(err)), 0);
 	assert_true(c.preprocess.window.param == 0.5);
-	assert_int_equal(cfg_get_key(&c, "preprocess.window", text, sizeof(text)), 0);
-	assert_string_equal(text, "{type: tukey, param: 0.5}");
+	assert_get(&c, "preprocess.window", "{type: tukey, param: 0.5}");
 	assert_int_equal(set1(&c, "reconstruct", "{mode: cumulative, tau: 3}", err, sizeof(err)),
 	                 0);
-	assert_int_equal(cfg_get_key(&c, "reconstruct", text, sizeof(text)), 0);
-	assert_string_equal(text, "{mode: cumulative, spatial_sigma: 1, temporal: linear, tau: 3, "
-	                          "combine: sum, adaptive: {tolerance: 0.1, depth_half_window: 4, "
-	                          "speckle_tolerance: 0.05}, compensated: {estimate_pose: true}}");
+	assert_get(&c, "reconstruct",
+	           "{mode: cumulative, spatial_sigma: 1, temporal: linear, tau: 3, "
+	           "combine: sum, adaptive: {tolerance: 0.1, depth_half_window: 4, "
+	           "speckle_tolerance: 0.05}, compensated: {estimate_pose: true}}");
 	cfg_free(&c);
 
 	/* dispersion coefficients -> a table: one section, as coeffs and table exclude each
@@ -592,8 +614,7 @@ static void test_set_of_a_section_replaces_it(void **state)
 	assert_string_equal(c.preprocess.dispersion.table.path, table1);
 	assert_int_equal(c.preprocess.dispersion.table.len, 2048);
 	assert_true(c.preprocess.dispersion.table.data[1] == 0.001);
-	assert_int_equal(cfg_get_key(&c, "preprocess.dispersion.coeffs", text, sizeof(text)), 0);
-	assert_string_equal(text, "~");
+	assert_get(&c, "preprocess.dispersion.coeffs", "~");
 	/* a table already loaded is not read again when another key changes */
 	unlink(yaml);
 	assert_int_equal(set1(&c, "preprocess.db_range", "[1, 2]", err, sizeof(err)), 0);
@@ -603,33 +624,29 @@ static void test_set_of_a_section_replaces_it(void **state)
 
 static void test_get_key(void **state)
 {
-	char text[8192], small[4];
+	char err[CFG_ERR_MAX], *text;
 	struct vr_config c;
 
 	cfg_defaults(&c);
-	assert_int_equal(cfg_get_key(&c, "preprocess.db_range", text, sizeof(text)), 0);
-	assert_string_equal(text, "[0, 100]");
-	assert_int_equal(cfg_get_key(&c, "ipc.run_dir", text, sizeof(text)), 0);
-	assert_string_equal(text, "\"/run/volrec\"");
-	assert_int_equal(cfg_get_key(&c, "ipc.pub", text, sizeof(text)), 0);
-	assert_string_equal(text, "[]");
-	assert_int_equal(cfg_get_key(&c, "ipc.curve_secret_key", text, sizeof(text)), 0);
-	assert_string_equal(text, "~");
-	assert_int_equal(cfg_get_key(&c, "preprocess.dispersion", text, sizeof(text)), 0);
-	assert_string_equal(text, "{}");
-	assert_int_equal(cfg_get_key(&c, "source.synth", text, sizeof(text)), 0);
-	assert_string_equal(text, "{seed: 1, phantom: retina, motion: {deg_per_s: 0.25, "
-	                          "shift_mm_per_s: [0, 0, 0], jump: {epoch: 0, shift_mm: [0, 0, "
-	                          "0], deg: 0}}, snr_db: 40, beam_um: 0}");
-	assert_int_equal(cfg_get_key(&c, "", text, sizeof(text)), 0);
+	assert_get(&c, "preprocess.db_range", "[0, 100]");
+	assert_get(&c, "ipc.run_dir", "\"/run/volrec\"");
+	assert_get(&c, "ipc.pub", "[]");
+	assert_get(&c, "ipc.curve_secret_key", "~");
+	assert_get(&c, "preprocess.dispersion", "{}");
+	assert_get(&c, "source.synth",
+	           "{seed: 1, phantom: retina, motion: {deg_per_s: 0.25, "
+	           "shift_mm_per_s: [0, 0, 0], jump: {epoch: 0, shift_mm: [0, 0, "
+	           "0], deg: 0}}, snr_db: 40, beam_um: 0}");
+	text = get_text(&c, "");
 	assert_memory_equal(text, "{instance: \"default\", backend: auto, gpu: {device: 0, ", 51);
-	assert_int_equal(cfg_get_key(&c, "geometry.strid", text, sizeof(text)), -ENOENT);
-	assert_string_equal(text, "geometry.strid: unknown key (allowed in geometry: "
-	                          "samples_per_ascan, sample_type, bit_shift, ascans_per_bscan, "
-	                          "bscans_per_volume, stride, depth_range, bidirectional)");
-	assert_int_equal(cfg_get_key(&c, "log.level", small, sizeof(small)), -ENOSPC);
-	assert_int_equal(cfg_get_key(&c, "log.level", text, 5), 0);
-	assert_string_equal(text, "info");
+	free(text);
+	text = NULL;
+	assert_int_equal(cfg_get_key(&c, "geometry.strid", &text, err, sizeof(err)), -ENOENT);
+	assert_null(text);
+	assert_string_equal(err, "geometry.strid: unknown key (allowed in geometry: "
+	                         "samples_per_ascan, sample_type, bit_shift, ascans_per_bscan, "
+	                         "bscans_per_volume, stride, depth_range, bidirectional)");
+	assert_get(&c, "log.level", "info");
 	assert_true(cfg_key_is_live("log.level") && cfg_key_is_live("reconstruct"));
 	assert_false(cfg_key_is_live("preprocess") || cfg_key_is_live("geometry.stride") ||
 	             cfg_key_is_live("") || cfg_key_is_live("nothing"));

@@ -134,6 +134,28 @@ static void test_get_one_key_and_the_whole_configuration(void **state)
 	ask_refused("{\"op\":\"get\",\"key\":\"preprocess.nope\"}", "preprocess.nope: unknown key");
 }
 
+static void test_get_returns_values_longer_than_4_kib_whole(void **state)
+{
+	char want[CFG_PATH_MAX + 2];
+	struct json_object *o;
+	size_t n = sizeof(F.cfg.ipc.run_dir) - 1;
+
+	(void)state;
+	memset(F.cfg.ipc.run_dir, 'd', n);
+	F.cfg.ipc.run_dir[0] = '/';
+	F.cfg.ipc.run_dir[n] = '\0';
+	snprintf(want, sizeof(want), "\"%s\"", F.cfg.ipc.run_dir);
+	o = ask_for("{\"op\":\"get\",\"key\":\"ipc.run_dir\"}", false);
+	assert_string_equal(field(o, "value"), want);
+	json_object_put(o);
+	o = ask_for("{\"op\":\"get\",\"key\":\"ipc\"}", false);
+	assert_non_null(strstr(field(o, "value"), want));
+	json_object_put(o);
+	o = ask_for("{\"op\":\"get\",\"key\":\"\"}", false);
+	assert_non_null(strstr(field(o, "value"), want));
+	json_object_put(o);
+}
+
 static void test_set_applies_live_keys_with_yaml_or_json_values(void **state)
 {
 	struct json_object *o;
@@ -214,8 +236,15 @@ static void test_bad_requests_get_error_replies(void **state)
 	} cases[] = {
 	        {"", "not one JSON object"},
 	        {"{", "not one JSON object"},
-	        {"[1,2]", "not a JSON object"},
-	        {"{\"op\":\"get\"} trailing", "not one JSON object"},
+	        {"[1,2]", "not one JSON object: a JSON array"},
+	        {"{\"op\":\"get\"} trailing",
+	         "not one JSON object: more text after the object, at byte 13"},
+	        {"{\"op\":\"get\"}{}", "more text after the object, at byte 12"},
+	        {"{'op':'get'}", "not one JSON object: a single quote at byte 1"},
+	        {"{\"op\":\"get\",}", "not one JSON object: unexpected character at byte 12"},
+	        {"{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90,]}}",
+	         "unexpected character"},
+	        {"{\"op\":\"set\",\"values\":{\"view.render.every\":NaN}}", "not finite"},
 	        {"{}", "op: missing"},
 	        {"{\"op\":5}", "op: missing"},
 	        {"{\"op\":\"fly\"}", "op: 'fly' is unknown"},
@@ -237,6 +266,85 @@ static void test_bad_requests_get_error_replies(void **state)
 		json_object_put(o);
 	}
 	assert_int_equal(F.applied, 0);
+}
+
+static void test_duplicate_keys_are_refused_in_any_object(void **state)
+{
+	(void)state;
+	ask_refused("{\"op\":\"set\",\"values\":{\"view.render.every\":\"zzz\","
+	            "\"view.render.every\":4}}",
+	            "not one JSON object: duplicate key 'view.render.every' at byte 48");
+	ask_refused("{\"op\":\"set\",\"op\":\"get\"}", "duplicate key 'op' at byte 12");
+	ask_refused("{\"op\":\"get\",\"key\":\"log\",\"key\":\"preprocess\"}",
+	            "duplicate key 'key'");
+	ask_refused("{\"op\":\"get\",\"id\":\"a\",\"\\u0069d\":\"b\"}", "duplicate key 'id'");
+	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.window\":{\"type\":\"hann\","
+	            "\"type\":\"tukey\"}}}",
+	            "duplicate key 'type'");
+	assert_int_equal(F.applied, 0);
+}
+
+static void test_strings_holding_nul_are_refused(void **state)
+{
+	static const char *const reqs[] = {
+	        "{\"op\":\"set\",\"values\":{\"view.render.every\\u0000; rm -rf\":5}}",
+	        "{\"op\":\"set\",\"values\":{\"preprocess.window.type\":\"tukey\\u0000x\"}}",
+	        "{\"op\":\"get\\u0000xyz\"}",
+	        "{\"op\":\"get\",\"key\":\"view.render.every\\u0000junk\"}",
+	        "{\"op\":\"status\",\"id\":\"a\\u0000b\"}",
+	        "{\"op\\u0000\":\"status\"}",
+	};
+	bool refused;
+
+	(void)state;
+	for (size_t i = 0; i < VR_ARRAY_SIZE(reqs); i++) {
+		struct json_object *o = ask(reqs[i], &refused);
+
+		if (!refused || !strstr(field(o, "error"), "holds U+0000 (NUL)") ||
+		    json_object_object_get(o, "id"))
+			fail_msg("request '%s': refused %d, reply %s", reqs[i], refused,
+			         json_object_to_json_string(o));
+		json_object_put(o);
+	}
+	assert_int_equal(F.applied, 0);
+}
+
+static void test_unknown_fields_are_refused_per_op(void **state)
+{
+	(void)state;
+	ask_refused("{\"op\":\"get\",\"kye\":\"view.render.every\"}",
+	            "get: unknown field 'kye' (it takes op, id and key)");
+	ask_refused("{\"op\":\"get\",\"values\":{}}", "get: unknown field 'values'");
+	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]},\"key\":\"x\"}",
+	            "set: unknown field 'key' (it takes op, id and values)");
+	ask_refused("{\"op\":\"reset_history\",\"values\":{\"x\":1}}",
+	            "reset_history: unknown field 'values' (it takes op, id)");
+	ask_refused("{\"id\":\"a\",\"op\":\"status\",\"verbose\":true}",
+	            "status: unknown field 'verbose' (it takes op, id)");
+	assert_int_equal(F.applied, 0);
+	assert_int_equal(F.resets, 0);
+}
+
+static void test_an_id_that_is_not_a_string_is_refused_and_not_echoed(void **state)
+{
+	static const char *const reqs[] = {
+	        "{\"op\":\"get\",\"id\":5}",
+	        "{\"op\":\"reset_history\",\"id\":null}",
+	        "{\"op\":\"status\",\"id\":[\"a\"]}",
+	        "{\"id\":{\"x\":\"a\"},\"op\":\"get\"}",
+	};
+
+	(void)state;
+	for (size_t i = 0; i < VR_ARRAY_SIZE(reqs); i++) {
+		struct json_object *o = ask_for(reqs[i], true);
+
+		if (!strstr(field(o, "error"), "id: must be a string (echoed in the reply), not a "
+		                               "JSON ") ||
+		    json_object_object_get(o, "id"))
+			fail_msg("request '%s': reply %s", reqs[i], json_object_to_json_string(o));
+		json_object_put(o);
+	}
+	assert_int_equal(F.resets, 0);
 }
 
 static void test_oversized_and_deep_requests_are_refused(void **state)
@@ -282,6 +390,8 @@ VR_TEST_GROUP(ctl)
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_get_one_key_and_the_whole_configuration, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_get_returns_values_longer_than_4_kib_whole,
+	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_set_applies_live_keys_with_yaml_or_json_values,
 	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_set_is_all_or_none_with_the_files_messages,
@@ -291,6 +401,14 @@ VR_TEST_GROUP(ctl)
 	        cmocka_unit_test_setup_teardown(test_reset_history_and_status, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_bad_requests_get_error_replies, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_duplicate_keys_are_refused_in_any_object,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_strings_holding_nul_are_refused, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_unknown_fields_are_refused_per_op, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(
+	                test_an_id_that_is_not_a_string_is_refused_and_not_echoed, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_oversized_and_deep_requests_are_refused, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_set_with_too_many_keys_is_refused, setup,
