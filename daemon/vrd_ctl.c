@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * volrecd's control socket (vrd_ctl.h, docs/control.md): bounded JSON requests over a ZeroMQ
- * REP socket, validated exactly like the configuration file (cfg_set_keys), answered without
+ * ROUTER socket, validated exactly like the configuration file (cfg_set_keys), answered without
  * ever blocking the service loop; acquisition and processing run in their own threads.
  */
 #include <errno.h>
