@@ -139,7 +139,7 @@ static int check_keys_and_strings(const char *text, size_t len, int depth, char 
 				str = text + i + 1;
 				n = end - i - 2;
 			}
-			if (escaped && strlen(str) != n) {
+			if (escaped ? strlen(str) != n : memchr(str, '\0', n) != NULL) {
 				vr_utf8_sanitize(str, shown, sizeof(shown));
 				rc = vr_err(err, errlen, -EINVAL,
 				            "the %s at byte %zu holds U+0000 (NUL) after '%s'",

@@ -271,6 +271,12 @@ static void test_json_refuses_duplicate_keys_and_nul_in_strings(void **state)
 	assert_json("{\"a\\u0000b\":1}", "the key at byte 1 holds U+0000 (NUL) after 'a'");
 	assert_json("{\"a\":[\"x\\u0000\"]}", "the string at byte 6 holds U+0000 (NUL) after 'x'");
 	assert_json("{\"a\":\"\\u00e9\\n\\\"\"}", NULL);
+	/* a raw NUL byte inside a string, unescaped: json-c's text ends there */
+	static const char raw[] = "{\"a\":\"x\0y\"}";
+	char err[128] = "";
+	struct json_object *o = vr_json_parse_object(raw, sizeof(raw) - 1, 4, err, sizeof(err));
+	assert_null(o);
+	assert_non_null(strstr(err, "unexpected end of data at byte 8"));
 }
 
 VR_TEST_GROUP(base)
