@@ -167,10 +167,12 @@ static int source_open(struct pl_pipeline *pl, char *err, size_t errlen)
 
 static void source_close(struct pl_pipeline *pl)
 {
+	char err[MSG_MAX];
+
 	if (pl->opt.source_close)
 		pl->opt.source_close(pl->opt.source_ctx, &pl->src);
-	else
-		src_close(&pl->src);
+	else if (src_close_checked(&pl->src, err, sizeof(err)) < 0)
+		emit(pl, "source_fault", PL_WARNING, false, "%s (closed all the same)", err);
 	memset(&pl->src, 0, sizeof(pl->src));
 }
 

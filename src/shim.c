@@ -235,7 +235,9 @@ static int load(const char *lib, void **dl_out, struct volrec_shim_ops *table, c
 	int rc, n;
 
 	dlerror();
-	dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	/* never unloaded (RTLD_NODELETE): a thread a shim started and did not end in close()
+	 * would run on in unmapped code; a reopen finds the library as it was */
+	dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
 	if (!dl)
 		return vr_err(err, errlen, -ENOENT, "shim %s: dlopen failed: %s", lib, dlerror());
 	*(void **)&entry = dlsym(dl, VOLREC_SHIM_ENTRY);

@@ -6,6 +6,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -91,12 +92,22 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 }
 
 /* Sanitize a string field of fixed size in place. */
+/* A source's text as one line of valid UTF-8 into out: a newline or tab a shim wrote would
+ * start a line of the log that seems to be volrecd's own, or break the status's layout. */
+static void one_line(const char *s, char *out, size_t outlen)
+{
+	vr_utf8_sanitize(s, out, outlen);
+	for (char *p = out; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' ';
+}
+
 static void sanitize_field(char *f, size_t size)
 {
 	char tmp[256];
 
 	f[size - 1] = 0;
-	vr_utf8_sanitize(f, tmp, size < sizeof(tmp) ? size : sizeof(tmp));
+	one_line(f, tmp, size < sizeof(tmp) ? size : sizeof(tmp));
 	memcpy(f, tmp, strlen(tmp) + 1);
 }
 
@@ -128,11 +139,12 @@ int src_open(const struct vr_config *cfg, unsigned flags, struct src_source *src
 		/* messages quote paths and shim texts: keep them valid UTF-8 */
 		if (err && errlen) {
 			char tmp[CFG_ERR_MAX];
-			vr_utf8_sanitize(err, tmp, sizeof(tmp));
+			one_line(err, tmp, sizeof(tmp));
 			snprintf(err, errlen, "%s", tmp);
 		}
 		return rc;
 	}
+	s.open = true;
 	sanitize_field(s.info.name, sizeof(s.info.name));
 	sanitize_field(s.info.version, sizeof(s.info.version));
 	sanitize_field(s.info.device, sizeof(s.info.device));
@@ -140,18 +152,32 @@ int src_open(const struct vr_config *cfg, unsigned flags, struct src_source *src
 	return 0;
 }
 
-void src_close(struct src_source *src)
+int src_close_checked(struct src_source *src, char *err, size_t errlen)
 {
+	int rc = 0;
+
 	if (!src || !src->impl.close)
-		return;
-	if (src->handle) {
-		if (src->started)
-			src->impl.stop(src->handle);
+		return 0;
+	if (src->open) { /* a shim's open() may succeed with a NULL handle */
+		if (src->started) {
+			rc = src_stop(src);
+			if (rc < 0)
+				vr_err(err, errlen, rc, "source %s: stop: %s", src->info.name,
+				       src_strerror(src, rc));
+		}
 		src->impl.close(src->handle);
 	}
 	if (src->dl)
 		dlclose(src->dl);
 	memset(src, 0, sizeof(*src));
+	return rc;
+}
+
+void src_close(struct src_source *src)
+{
+	char err[8];
+
+	(void)src_close_checked(src, err, sizeof(err));
 }
 
 /* ---- the wrappers: every call to a source goes through one of these ------------------------ */
@@ -321,8 +347,9 @@ const char *src_strerror(const struct src_source *src, int code)
 	else if (src && src->impl.strerror)
 		t = src->impl.strerror(src->handle, code);
 	if (!t)
-		t = strerror(code < 0 ? -code : code);
-	/* a shim's text, a path: whatever the bytes, what leaves here is valid UTF-8 */
-	vr_utf8_sanitize(t, text, sizeof(text));
+		t = code == INT_MIN ? "unknown error" : strerror(code < 0 ? -code : code);
+	/* a shim's text, a path: whatever the bytes, what leaves here is one line of valid
+	 * UTF-8 */
+	one_line(t, text, sizeof(text));
 	return text;
 }

@@ -32,6 +32,7 @@ struct src_source {
 	void *handle;                 /* the source's own state */
 	void *dl;                     /* dlopen handle for shims, NULL for built-ins */
 	const char *kind;             /* "synth", "replay", "shim" (messages) */
+	bool open;                    /* opened: close() is due (the handle may be NULL) */
 	bool started;                 /* between src_start() and src_stop() */
 	bool by_copy, by_ref;         /* src_acquire() / src_acquire_ref() used */
 	bool regions;                 /* src_ref_regions() succeeded */
@@ -48,8 +49,11 @@ struct src_source {
 VR_MUST_CHECK int src_open(const struct vr_config *cfg, unsigned flags, struct src_source *src,
                            char *err, size_t errlen);
 
-/* Stop (if started) and close the source, unload a shim. Accepts a zeroed struct. */
+/* Stop (if started) and close the source. Accepts a zeroed struct. */
 void src_close(struct src_source *src);
+/* The same: 0, or stop()'s error (the source is closed all the same) with a message naming the
+ * source in err. */
+int src_close_checked(struct src_source *src, char *err, size_t errlen);
 
 /*
  * The calls of include/volrec/shim.h, each 0 or a negative errno (a source that returns a

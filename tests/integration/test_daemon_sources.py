@@ -146,3 +146,36 @@ def test_broken_shim_files_are_reported_by_check_and_at_start(daemons, bin_dir, 
     d.write_config(d.cfg)
     r = check(bin_dir, d.config_path)
     assert r.returncode == 2 and "killed the loading process with signal 7" in r.stderr, r
+
+
+def test_shim_texts_stay_on_one_line_of_the_log(daemons, build_dir):
+    """A newline in a shim's text started a log line that seemed volrecd's own."""
+    d, control = shim_daemon(daemons, build_dir)
+    fake = "volrecd[x]: error: FAKE LINE".encode().hex(" ")
+    d.cfg["source"]["shim"]["args"].update({"device_hex": f"41 0a {fake}",
+                                             "text_hex": f"0a {fake} 09 0d"})
+    d.write_config(d.cfg)
+    d.serve()
+    st = d.status(lambda m: m["volumes_published"] >= 1)
+    assert st["source"]["device"].startswith("A volrecd[x]: error: FAKE LINE"), st["source"]
+    control.write_text("error 2\n")
+    ev = d.event("source_fault")
+    assert "\n" not in ev["message"] and "injected error" in ev["message"], ev
+    assert " volrecd[x]: error: FAKE LINE" in ev["message"], ev
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+    lines = d.log_text().splitlines()
+    assert not [ln for ln in lines if ln.startswith("volrecd[x]")], lines
+
+
+def test_a_failing_stop_is_logged_and_the_shim_closed_all_the_same(daemons, build_dir):
+    d, _ = shim_daemon(daemons, build_dir)
+    d.cfg["source"]["shim"]["args"]["fail_stop"] = True
+    d.write_config(d.cfg)
+    d.serve()
+    d.status(lambda m: m["volumes_published"] >= 1)
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0, d.log_text()[-3000:]
+    log = d.log_text()
+    assert ("stop: fault shim: stop failed on request (fail_stop: true) (closed all the same)"
+            in log), log[-3000:]

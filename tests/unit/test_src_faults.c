@@ -87,6 +87,50 @@ static void wrappers_enforce_the_call_order(void **state)
 	src_close(&closed); /* a zeroed struct is fine */
 }
 
+static int null_stop_calls, null_close_calls;
+
+static int null_stop(void *h)
+{
+	assert_null(h);
+	null_stop_calls++;
+	return -EIO;
+}
+
+static void null_close(void *h)
+{
+	assert_null(h);
+	null_close_calls++;
+}
+
+static int null_acquire(void *h, void *buf, size_t size, int timeout_ms,
+                        struct volrec_shim_meta *meta)
+{
+	(void)h, (void)buf, (void)size, (void)timeout_ms, (void)meta;
+	return -EIO;
+}
+
+/* A shim whose open() succeeded with a NULL handle is stopped and closed all the same (the
+ * NULL was taken for "never opened": neither was called); stop()'s error is reported. */
+static void a_null_handle_is_stopped_and_closed(void **state)
+{
+	struct src_source s = {
+	        .impl = {.stop = null_stop, .close = null_close, .acquire = null_acquire},
+	        .kind = "shim",
+	        .open = true,
+	        .started = true};
+	char err[256] = "";
+
+	(void)state;
+	snprintf(s.info.name, sizeof(s.info.name), "nullish");
+	assert_int_equal(src_close_checked(&s, err, sizeof(err)), -EIO);
+	assert_int_equal(null_stop_calls, 1);
+	assert_int_equal(null_close_calls, 1);
+	assert_non_null(strstr(err, "source nullish: stop: Input/output error"));
+	assert_false(s.open); /* zeroed: a second close does nothing */
+	src_close(&s);
+	assert_int_equal(null_close_calls, 1);
+}
+
 /* A replay file of 2 epochs at path; B-scan i is filled with the byte i + 1. */
 static void write_replay(const char *path)
 {
@@ -479,6 +523,7 @@ VR_TEST_GROUP(src_faults)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(wrappers_enforce_the_call_order),
+	        cmocka_unit_test(a_null_handle_is_stopped_and_closed),
 	        cmocka_unit_test(wrappers_keep_copy_and_reference_apart),
 	        cmocka_unit_test(shim_returning_a_positive_value_is_an_error),
 	        cmocka_unit_test(shim_texts_reach_callers_as_valid_utf8),
