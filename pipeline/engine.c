@@ -501,6 +501,45 @@ static void cut_epoch(struct pl_pipeline *pl)
 	pl->c.drops[PL_DROP_INCOMPLETE_EPOCH] += n;
 }
 
+/* The epoch being acquired cannot be whole: cut it (unless it is dropped already) and drop
+ * the rest of it, acquired so that positions stay aligned, as incomplete_epoch. mu held. */
+static void drop_rest(struct pl_pipeline *pl, bool *dropping, enum pl_drop *why)
+{
+	if (*dropping)
+		return;
+	cut_epoch(pl);
+	*dropping = true;
+	*why = PL_DROP_INCOMPLETE_EPOCH;
+}
+
+/*
+ * The source lost data before B-scan b of epoch e (VOLREC_SHIM_META_DROPPED_BEFORE; the
+ * B-scan itself is data): counted, with an event, the first of a series (epochs in a row
+ * with such marks) at warning and the rest at debug. After B-scan 0 the epoch's history has
+ * a gap: it is cut as if that position were lost (returns true); on B-scan 0 the epoch is
+ * whole, and its volume says that the history before it has a gap.
+ */
+static bool source_gap(struct pl_pipeline *pl, uint64_t e, uint32_t b, bool *series)
+{
+	enum pl_level level = *series ? PL_DEBUG : PL_WARNING;
+
+	pthread_mutex_lock(&pl->mu);
+	pl->c.source_gaps++;
+	pthread_mutex_unlock(&pl->mu);
+	if (b > 0)
+		emit(pl, "source_gap", level, !*series,
+		     "source %s: data lost before epoch %llu B-scan %u (dropped_before): the "
+		     "epoch is cut short",
+		     pl->src.info.name, (unsigned long long)e, b);
+	else
+		emit(pl, "source_gap", level, !*series,
+		     "source %s: data lost before epoch %llu (dropped_before): its volume is "
+		     "flagged dropped_before",
+		     pl->src.info.name, (unsigned long long)e);
+	*series = true;
+	return b > 0;
+}
+
 /* Whether a failed acquire means the replay file ended (nothing more will come). */
 static bool source_ended(const struct pl_pipeline *pl, int rc)
 {
@@ -514,14 +553,14 @@ static void *acq_main(void *arg)
 {
 	struct pl_pipeline *pl = arg;
 	const struct vr_config *cfg = &pl->cfg;
-	bool started = false, recovering = false, resync = false;
+	bool started = false, recovering = false, resync = false, gap_series = false;
 	unsigned streak = 0;
 	int backoff_ms = 0;
 	uint64_t e = 0;
 
 	while (1) {
 		uint32_t ox, oy, b, discards = 0;
-		bool dropping = false, cut = false;
+		bool dropping = false, cut = false, gapped = false;
 		enum pl_drop dropping_why = PL_DROP_RING_FULL; /* of the rest of a dropped epoch */
 		char msg[MSG_MAX];
 		int rc;
@@ -678,21 +717,24 @@ static void *acq_main(void *arg)
 				break;
 			}
 			resync = false;
+			if (meta.flags & VOLREC_SHIM_META_DROPPED_BEFORE) {
+				gapped = true;
+				if (source_gap(pl, e, b, &gap_series)) {
+					pthread_mutex_lock(&pl->mu);
+					drop_rest(pl, &dropping, &dropping_why);
+					pthread_mutex_unlock(&pl->mu);
+				}
+			}
 			if (meta.flags & (VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)) {
 				/* the source has no data for this position (docs/shim.md): not a
-				 * fault, but the epoch cannot be whole; the rest of it is acquired,
-				 * positions staying aligned, and dropped */
+				 * fault, but the epoch cannot be whole */
 				pthread_mutex_lock(&pl->mu);
 				if (pl->zc)
 					release_one(pl, data);
 				pl->c.drops[meta.flags & VOLREC_SHIM_META_LOST
 				                    ? PL_DROP_SOURCE_LOST
 				                    : PL_DROP_SOURCE_INCOMPLETE]++;
-				if (!dropping) {
-					cut_epoch(pl);
-					dropping = true;
-					dropping_why = PL_DROP_INCOMPLETE_EPOCH;
-				}
+				drop_rest(pl, &dropping, &dropping_why);
 				pthread_mutex_unlock(&pl->mu);
 				b++;
 				continue;
@@ -706,6 +748,7 @@ static void *acq_main(void *arg)
 			} else {
 				en->data = data;
 				en->ref = pl->zc;
+				en->gap_before = b == 0 && gapped;
 				en->epoch = e;
 				en->bscan = b;
 				en->t_mono_ns = vr_mono_ns();
@@ -733,6 +776,8 @@ static void *acq_main(void *arg)
 			}
 			break; /* stopping */
 		}
+		if (!gapped)
+			gap_series = false; /* a whole epoch without data lost before it */
 		if (recovering || streak) {
 			/* a whole epoch came through after faults: the source is back */
 			bool was;
@@ -958,7 +1003,8 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 	v.latency_ns = v.t_done_mono_ns > el->t_mono_ns ? v.t_done_mono_ns - el->t_mono_ns : 0;
 	v.preprocess_ms = fl->pre_ms;
 	v.reconstruct_ms = (double)(v.t_done_mono_ns - fl->t_fin) / 1e6;
-	v.flags = pl->reset_flag ? VOLREC_FLAG_RESET : 0;
+	v.flags = (pl->reset_flag ? VOLREC_FLAG_RESET : 0) |
+	          (e0->gap_before ? VOLREC_FLAG_DROPPED_BEFORE : 0);
 	rc = pl->sink.publish(pl->sink.ctx, &v, err, errlen);
 	if (rc < 0)
 		return rc;

@@ -35,7 +35,9 @@ struct pl_volume {
 	uint64_t latency_ns;     /* last B-scan acquired -> output complete */
 	double preprocess_ms;    /* time spent submitting the epoch's B-scans */
 	double reconstruct_ms;   /* epoch finish -> output complete */
-	uint32_t flags;          /* VOLREC_FLAG_RESET: the first volume after a history reset */
+	uint32_t flags;          /* VOLREC_FLAG_RESET: the first volume after a history reset;
+	                          * VOLREC_FLAG_DROPPED_BEFORE: the source lost data before its
+	                          * first B-scan (epochs skipped are for the sink to tell) */
 };
 
 /*
@@ -156,7 +158,8 @@ void pl_request_reset(struct pl_pipeline *pl);
 enum pl_drop {
 	PL_DROP_RING_FULL,         /* acquired, no room in the ring: the epoch dropped */
 	PL_DROP_INCOMPLETE_EPOCH,  /* acquired, but its epoch was cut short (fault, stop, a B-scan
-	                            * numbered otherwise than due, or one marked lost/incomplete) */
+	                            * numbered otherwise than due, one marked lost/incomplete, or
+	                            * data lost before a B-scan after the first) */
 	PL_DROP_PROCESSING_ERROR,  /* acquired, but the backend or the sink failed on its epoch */
 	PL_DROP_SOURCE_ERROR,      /* acquire() failed: a B-scan never acquired */
 	PL_DROP_SOURCE_TIMEOUT,    /* acquire() timed out: a B-scan never acquired */
@@ -188,6 +191,8 @@ struct pl_counters {
 	uint64_t drops[PL_DROP_COUNT];
 	uint64_t epochs_started, epochs_published;
 	uint64_t source_faults, source_reopens;
+	uint64_t source_gaps; /* B-scans the source marked VOLREC_SHIM_META_DROPPED_BEFORE (data
+	                       * lost before them): acquired, counted as any other */
 	uint32_t in_ring, ring_size; /* acquired B-scans held in the ring now / capacity */
 };
 

@@ -39,8 +39,8 @@ struct script {
 	int fail_rc;
 	uint64_t renumber_at; /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
 	uint64_t stall_at;    /* when delivered == stall_at: block until released */
-	uint64_t mark_at[2];  /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
-	uint32_t mark_flags[2];
+	uint64_t mark_at[4];  /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
+	uint32_t mark_flags[4];
 	bool stalling, released;
 	uint64_t sleep_at; /* when delivered == sleep_at: sleep sleep_ms first */
 	unsigned sleep_ms;
@@ -126,7 +126,7 @@ static int sc_next(struct script *s, const void **p, struct volrec_shim_meta *me
 	meta->epoch = s->epoch;
 	meta->bscan = s->b;
 	meta->flags = 0;
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 4; i++)
 		if (d == s->mark_at[i])
 			meta->flags = s->mark_flags[i];
 	if (d == s->renumber_at)
@@ -240,7 +240,8 @@ static void script_init(struct script *s, bool zc)
 	pthread_cond_init(&s->cv, NULL);
 	s->zc = zc;
 	s->fail_at = s->renumber_at = s->stall_at = s->sleep_at = UINT64_MAX;
-	s->mark_at[0] = s->mark_at[1] = UINT64_MAX;
+	for (int i = 0; i < 4; i++)
+		s->mark_at[i] = UINT64_MAX;
 	s->data = malloc((size_t)S * NY * NX * K * sizeof(uint16_t));
 	assert_non_null(s->data);
 	for (size_t i = 0; i < (size_t)S * NY * NX * K; i++)
@@ -283,6 +284,7 @@ struct memsink {
 	unsigned aborts, publish_sleep_ms;
 	/* events */
 	char names[256][32];
+	enum pl_level levels[256];
 	unsigned nev;
 	bool bad_text; /* an event message that was not valid UTF-8 */
 };
@@ -331,8 +333,10 @@ static void ms_event(void *ctx, const struct pl_event *ev)
 	pthread_mutex_lock(&m->mu);
 	if (!vr_utf8_valid(ev->message, strlen(ev->message)))
 		m->bad_text = true;
-	if (ev->name && m->nev < 256)
+	if (ev->name && m->nev < 256) {
+		m->levels[m->nev] = ev->level;
 		snprintf(m->names[m->nev++], sizeof(m->names[0]), "%s", ev->name);
+	}
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -343,6 +347,18 @@ static unsigned ms_count(struct memsink *m, const char *name)
 	pthread_mutex_lock(&m->mu);
 	for (unsigned i = 0; i < m->nev; i++)
 		n += !strcmp(m->names[i], name);
+	pthread_mutex_unlock(&m->mu);
+	return n;
+}
+
+/* How many events name had at level. */
+static unsigned ms_count_at(struct memsink *m, const char *name, enum pl_level level)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&m->mu);
+	for (unsigned i = 0; i < m->nev; i++)
+		n += !strcmp(m->names[i], name) && m->levels[i] == level;
 	pthread_mutex_unlock(&m->mu);
 	return n;
 }
@@ -812,6 +828,49 @@ static void test_marked_bscans_drop_their_epoch_without_a_fault(void **unused)
 	run_free(&ref);
 }
 
+static void test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume(void **unused)
+{
+	const unsigned n = 10;
+	(void)unused;
+
+	for (int depth = 1; depth <= 2; depth++)
+		for (int zc = 0; zc <= 1; zc++) {
+			struct run r;
+			struct pl_stats st;
+
+			run_init(&r, CFG_SOURCE_SHIM, zc);
+			r.s.mark_at[0] = 3 * NY + 1; /* epoch 3, B-scan 1: cut */
+			r.s.mark_at[1] = 5 * NY;     /* epochs 5 and 6, B-scan 0: flagged */
+			r.s.mark_at[2] = 6 * NY;
+			for (int i = 0; i < 3; i++)
+				r.s.mark_flags[i] = VOLREC_SHIM_META_DROPPED_BEFORE;
+			marks_open(&r, depth);
+			assert_int_equal(run_epochs(&r, n), 0);
+			run_stop_and_check(&r, &st);
+			assert_int_equal(st.c.source_gaps, 3);
+			/* the marked B-scans are data: all acquired; epoch 3 dropped whole */
+			assert_int_equal(st.c.acquired, r.s.delivered);
+			assert_int_equal(st.c.drops[PL_DROP_INCOMPLETE_EPOCH], NY);
+			assert_int_equal(st.c.processed, (uint64_t)(n - 1) * NY);
+			assert_int_equal(st.c.source_faults, 0);
+			assert_false(st.degraded);
+			assert_int_equal(r.m.n, n - 1);
+			for (unsigned i = 0; i < r.m.n; i++) {
+				uint64_t e = r.m.meta[i].epoch;
+				bool flagged = r.m.meta[i].flags & VOLREC_FLAG_DROPPED_BEFORE;
+
+				assert_int_not_equal(e, 3);
+				if (flagged != (e == 5 || e == 6))
+					fail_msg("epoch %llu: DROPPED_BEFORE %d",
+					         (unsigned long long)e, flagged);
+			}
+			/* two series (epoch 4 came whole in between): 3 and 5 warn, 6 is debug */
+			assert_int_equal(ms_count_at(&r.m, "source_gap", PL_WARNING), 2);
+			assert_int_equal(ms_count_at(&r.m, "source_gap", PL_DEBUG), 1);
+			run_free(&r);
+		}
+}
+
 static void test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault(void **unused)
 {
 	struct run r;
@@ -1008,6 +1067,7 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_a_misnumbered_bscan_cuts_its_epoch_and_is_a_fault),
 	        cmocka_unit_test(test_offline_the_first_fault_ends_the_run_with_its_message),
 	        cmocka_unit_test(test_marked_bscans_drop_their_epoch_without_a_fault),
+	        cmocka_unit_test(test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume),
 	        cmocka_unit_test(test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault),
 	        cmocka_unit_test(test_sink_failures_drop_the_epoch_as_processing_error),
 	        cmocka_unit_test(test_live_update_and_history_reset_between_epochs),
