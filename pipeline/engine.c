@@ -102,6 +102,13 @@ struct pl_pipeline {
 	uint64_t reset_req, reset_done;
 	bool reset_flag; /* the next published volume is the first after a history reset */
 
+	/* the source call acquisition is inside, for pl_stats and pl_stop to name (under mu) */
+	const char *call;   /* "acquire()", "open()", ...; NULL between calls */
+	uint64_t call_ns;   /* when it began (CLOCK_MONOTONIC) */
+	bool call_late;     /* reported as not returning past its timeout (once per call) */
+	bool late_returned; /* a late call returned: degraded until a whole epoch comes (set
+	                     * and cleared by acquisition only) */
+
 	/* watchdog marks */
 	_Atomic uint64_t proc_epochs, acq_returns;
 	_Atomic bool proc_waiting;
@@ -350,6 +357,17 @@ static bool sleep_or_stop(struct pl_pipeline *pl, int ms)
 	return pl->stop_acq;
 }
 
+/* Before each call into the source from acquisition: which one, since when (pl_stats reports
+ * it when it does not return in time, pl_stop names it when it gives up on it). */
+static void call_enter(struct pl_pipeline *pl, const char *what)
+{
+	pthread_mutex_lock(&pl->mu);
+	pl->call = what;
+	pl->call_ns = vr_mono_ns();
+	pl->call_late = false;
+	pthread_mutex_unlock(&pl->mu);
+}
+
 /* After each call into the source: whether pl_stop gave up waiting for it (then nothing but
  * the lock may be touched any more). */
 static bool acq_abandoned(struct pl_pipeline *pl)
@@ -358,6 +376,11 @@ static bool acq_abandoned(struct pl_pipeline *pl)
 
 	pthread_mutex_lock(&pl->mu);
 	ab = pl->abandoned;
+	if (!ab) {
+		pl->late_returned |= pl->call_late;
+		pl->call = NULL;
+		pl->call_late = false;
+	}
 	pthread_mutex_unlock(&pl->mu);
 	atomic_fetch_add(&pl->acq_returns, 1);
 	return ab;
@@ -383,9 +406,11 @@ static int source_reopen(struct pl_pipeline *pl)
 		(void)set_regions(pl, NULL, 0, err, sizeof(err));
 	}
 	if (pl->src_is_open) {
+		call_enter(pl, "stop()/close()");
 		source_close(pl);
 		pl->src_is_open = false;
 	}
+	call_enter(pl, "open()");
 	rc = source_open(pl, err, sizeof(err));
 	if (rc < 0) {
 		emit(pl, "source_fault", PL_WARNING, false, "source: reopening failed: %s", err);
@@ -397,6 +422,7 @@ static int source_reopen(struct pl_pipeline *pl)
 		struct volrec_shim_region *regs = NULL;
 		uint32_t n = 0;
 
+		call_enter(pl, "ref_regions()");
 		if (src_has_refs(&pl->src))
 			rc = source_regions(pl, &regs, &n, err, sizeof(err));
 		else
@@ -407,6 +433,7 @@ static int source_reopen(struct pl_pipeline *pl)
 		if (rc < 0) {
 			emit(pl, "source_fault", PL_WARNING, false,
 			     "source: reopened, but zero-copy acquisition cannot resume: %s", err);
+			call_enter(pl, "stop()/close()");
 			source_close(pl);
 			return rc;
 		}
@@ -584,8 +611,10 @@ static void *acq_main(void *arg)
 
 		vr_scan_offset(e, cfg->geometry.stride[0], cfg->geometry.stride[1], &ox, &oy);
 		atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
+		call_enter(pl, "set_scan_offset()");
 		rc = pl_src_set_scan_offset(&pl->src, e, ox, oy);
 		if (rc == 0 && !started) {
+			call_enter(pl, "start()");
 			rc = pl_src_start(&pl->src);
 			started = rc == 0;
 		}
@@ -631,6 +660,7 @@ static void *acq_main(void *arg)
 			pthread_mutex_unlock(&pl->mu);
 
 			atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
+			call_enter(pl, pl->zc ? "acquire_ref()" : "acquire()");
 			if (pl->zc) {
 				rc = pl_src_acquire_ref(&pl->src, &data, pl->timeout_ms, &meta);
 				if (rc == 0 && !ref_inside(pl, data)) {
@@ -778,7 +808,7 @@ static void *acq_main(void *arg)
 		}
 		if (!gapped)
 			gap_series = false; /* a whole epoch without data lost before it */
-		if (recovering || streak) {
+		if (recovering || streak || pl->late_returned) {
 			/* a whole epoch came through after faults: the source is back */
 			bool was;
 
@@ -792,6 +822,7 @@ static void *acq_main(void *arg)
 				     "source: acquiring again after a fault");
 			recovering = false;
 			streak = 0;
+			pl->late_returned = false;
 		}
 		e++;
 	}
@@ -1391,7 +1422,7 @@ fail:
 void pl_stop(struct pl_pipeline *pl)
 {
 	struct timespec deadline;
-	char name[sizeof(pl->src_info.name)] = "";
+	char name[sizeof(pl->src_info.name)] = "", call[32] = "";
 	bool abandon = false;
 
 	if (!pl || !pl->started || pl->stopped)
@@ -1411,16 +1442,16 @@ void pl_stop(struct pl_pipeline *pl)
 			pl->abandoned = true;
 			cut_epoch(pl);
 			snprintf(name, sizeof(name), "%s", pl->src_info.name);
+			snprintf(call, sizeof(call), "%s", pl->call ? pl->call : "a call");
 		}
 	}
 	pthread_mutex_unlock(&pl->mu);
 	if (abandon) {
 		pthread_detach(pl->acq_thr);
 		emit(pl, "source_abandoned", PL_WARNING, false,
-		     "stopping: source %s has not returned from acquire() %d ms after the stop "
-		     "request (timeout %d ms + %d ms): stopping without it (the source is left "
-		     "open)",
-		     name, pl->timeout_ms + STOP_GRACE_MS, pl->timeout_ms, STOP_GRACE_MS);
+		     "stopping: source %s has not returned from %s %d ms after the stop request "
+		     "(timeout %d ms + %d ms): stopping without it (the source is left open)",
+		     name, call, pl->timeout_ms + STOP_GRACE_MS, pl->timeout_ms, STOP_GRACE_MS);
 	} else if (pl->acq_started) {
 		pthread_join(pl->acq_thr, NULL);
 	}
@@ -1545,12 +1576,42 @@ void pl_request_reset(struct pl_pipeline *pl)
 
 /* ---- statistics --------------------------------------------------------------------------- */
 
+/*
+ * A source call that has not returned timeout_ms + STOP_GRACE_MS after it began (a driver
+ * ignoring its timeout) is a fault: counted, degraded, its text in msg; once per call. Returns
+ * whether it was the first fault of a series. mu held.
+ */
+static bool call_late(struct pl_pipeline *pl, bool *late, char *msg, size_t len)
+{
+	uint64_t ms, now = vr_mono_ns();
+	bool first;
+
+	*late = false;
+	if (!pl->call || pl->call_late || pl->abandoned)
+		return false;
+	ms = (now - pl->call_ns) / 1000000u;
+	if (ms <= (uint64_t)pl->timeout_ms + STOP_GRACE_MS)
+		return false;
+	snprintf(msg, len, "source %s: %s has not returned %llu ms after its timeout (%d ms)",
+	         pl->src_info.name, pl->call, (unsigned long long)(ms - (uint64_t)pl->timeout_ms),
+	         pl->timeout_ms);
+	*late = pl->call_late = true;
+	first = !pl->degraded;
+	pl->degraded = true;
+	pl->c.source_faults++;
+	vr_utf8_sanitize(msg, pl->fault, sizeof(pl->fault));
+	return first;
+}
+
 void pl_stats(struct pl_pipeline *pl, struct pl_stats *s)
 {
 	static const double p[2] = {50, 99};
+	char late_msg[MSG_MAX];
+	bool late, first;
 
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&pl->mu);
+	first = call_late(pl, &late, late_msg, sizeof(late_msg));
 	s->c = pl->c;
 	s->c.in_ring = pl->ring.ready;
 	for (int i = 0; i < PL_LAT_N; i++) {
@@ -1565,6 +1626,8 @@ void pl_stats(struct pl_pipeline *pl, struct pl_stats *s)
 	s->last_epoch = pl->last_epoch;
 	pthread_mutex_unlock(&pl->mu);
 	s->acq_state = atomic_load(&pl->acq_state);
+	if (late)
+		emit(pl, "source_fault", PL_WARNING, first, "%s", late_msg);
 }
 
 void pl_progress(struct pl_pipeline *pl, struct pl_progress *p)

@@ -71,8 +71,8 @@ struct pl_event {
 	const char *message; /* valid UTF-8, valid during the call only */
 };
 
-/* Called from the engine's threads (and from pl_open/pl_stop on the caller's): keep it short
- * and thread-safe; it must not call back into the pipeline. */
+/* Called from the engine's threads (and from pl_open/pl_stop/pl_stats on the caller's): keep it
+ * short and thread-safe; it must not call back into the pipeline. */
 typedef void (*pl_event_fn)(void *ctx, const struct pl_event *ev);
 
 /* ---- options ----------------------------------------------------------------------------- */
@@ -207,6 +207,12 @@ struct pl_stats {
 	enum pl_acq_state acq_state;
 	uint64_t last_epoch; /* epoch of the newest published volume */
 };
+/*
+ * Read the statistics. It also supervises the source: a call into it (acquire(), open() on a
+ * reopen, ...) that has not returned its timeout plus one second after it began is reported
+ * here, once per call, as a source fault (counted, degraded, event source_fault on the
+ * caller's thread); a driver that ignores its timeout is seen by whoever reads the status.
+ */
 void pl_stats(struct pl_pipeline *pl, struct pl_stats *s);
 
 /* Watchdog marks: progress counters read without the lock. */

@@ -39,6 +39,7 @@ struct script {
 	int fail_rc;
 	uint64_t renumber_at; /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
 	uint64_t stall_at;    /* when delivered == stall_at: block until released */
+	uint64_t stall_epoch; /* set_scan_offset(stall_epoch) blocks until released */
 	uint64_t mark_at[4];  /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
 	uint32_t mark_flags[4];
 	bool stalling, released;
@@ -66,6 +67,12 @@ static int sc_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
 	(void)ox;
 	(void)oy;
 	pthread_mutex_lock(&s->mu);
+	if (epoch == s->stall_epoch && !s->released) {
+		s->stalling = true;
+		pthread_cond_broadcast(&s->cv);
+		while (!s->released)
+			pthread_cond_wait(&s->cv, &s->mu);
+	}
 	s->pend = true;
 	s->pend_epoch = epoch;
 	pthread_mutex_unlock(&s->mu);
@@ -239,7 +246,7 @@ static void script_init(struct script *s, bool zc)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->zc = zc;
-	s->fail_at = s->renumber_at = s->stall_at = s->sleep_at = UINT64_MAX;
+	s->fail_at = s->renumber_at = s->stall_at = s->stall_epoch = s->sleep_at = UINT64_MAX;
 	for (int i = 0; i < 4; i++)
 		s->mark_at[i] = UINT64_MAX;
 	s->data = malloc((size_t)S * NY * NX * K * sizeof(uint16_t));
@@ -285,6 +292,7 @@ struct memsink {
 	/* events */
 	char names[256][32];
 	enum pl_level levels[256];
+	char texts[256][256];
 	unsigned nev;
 	bool bad_text; /* an event message that was not valid UTF-8 */
 };
@@ -335,6 +343,7 @@ static void ms_event(void *ctx, const struct pl_event *ev)
 		m->bad_text = true;
 	if (ev->name && m->nev < 256) {
 		m->levels[m->nev] = ev->level;
+		snprintf(m->texts[m->nev], sizeof(m->texts[0]), "%s", ev->message);
 		snprintf(m->names[m->nev++], sizeof(m->names[0]), "%s", ev->name);
 	}
 	pthread_mutex_unlock(&m->mu);
@@ -361,6 +370,18 @@ static unsigned ms_count_at(struct memsink *m, const char *name, enum pl_level l
 		n += !strcmp(m->names[i], name) && m->levels[i] == level;
 	pthread_mutex_unlock(&m->mu);
 	return n;
+}
+
+/* Whether an event name said text. */
+static bool ms_said(struct memsink *m, const char *name, const char *text)
+{
+	bool said = false;
+
+	pthread_mutex_lock(&m->mu);
+	for (unsigned i = 0; i < m->nev; i++)
+		said |= !strcmp(m->names[i], name) && strstr(m->texts[i], text);
+	pthread_mutex_unlock(&m->mu);
+	return said;
 }
 
 static unsigned ms_volumes(struct memsink *m)
@@ -1004,6 +1025,74 @@ static void stall_soon(struct run *r)
 	r->c.source.shim.timeout_ms = 100;
 }
 
+static void wait_stalling(struct script *s)
+{
+	pthread_mutex_lock(&s->mu);
+	while (!s->stalling)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void test_a_call_past_its_timeout_is_a_fault_until_it_returns(void **unused)
+{
+	struct run r;
+	struct pl_stats st;
+	double t0;
+	(void)unused;
+
+	live_start(&r, 2, false, stall_soon);
+	wait_stalling(&r.s);
+	t0 = vr_mono_s();
+	do {
+		usleep(20000);
+		pl_stats(r.pl, &st);
+	} while (!st.degraded && vr_mono_s() - t0 < 5.0);
+	/* reported once timeout 0.1 s + 1 s are over, as a fault naming the call */
+	assert_true(st.degraded);
+	assert_true(vr_mono_s() - t0 >= 1.0);
+	assert_int_equal(st.c.source_faults, 1);
+	assert_non_null(strstr(st.fault, "source script: acquire() has not returned"));
+	assert_true(ms_said(&r.m, "source_fault", "acquire() has not returned"));
+	/* once per call */
+	usleep(50000);
+	pl_stats(r.pl, &st);
+	assert_int_equal(st.c.source_faults, 1);
+	assert_int_equal(ms_count(&r.m, "source_fault"), 1);
+	/* the call returns with data: the source is back once a whole epoch came */
+	script_release(&r.s);
+	wait_event(&r.m, "source_recovered");
+	pl_stats(r.pl, &st);
+	assert_false(st.degraded);
+	assert_int_equal(st.c.source_faults, 1);
+	live_finish(&r, &st);
+}
+
+static void stall_set_scan_offset(struct run *r)
+{
+	r->s.stall_epoch = 2;
+	r->c.source.shim.timeout_ms = 100;
+}
+
+static void test_stop_names_the_call_it_gives_up_on(void **unused)
+{
+	struct run r;
+	(void)unused;
+
+	live_start(&r, 1, false, stall_set_scan_offset);
+	wait_stalling(&r.s);
+	pl_stop(r.pl);
+	assert_true(ms_said(&r.m, "source_abandoned", "has not returned from set_scan_offset()"));
+	pl_close(r.pl);
+	r.pl = NULL;
+	script_release(&r.s);
+	pthread_mutex_lock(&r.s.mu);
+	while (r.s.closes == 0)
+		pthread_cond_wait(&r.s.cv, &r.s.mu);
+	pthread_mutex_unlock(&r.s.mu);
+	usleep(20000); /* the thread's last steps after closing the source */
+	run_free(&r);
+}
+
 static void test_stop_does_not_wait_for_a_hung_source(void **unused)
 {
 	struct run r;
@@ -1073,6 +1162,8 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_live_update_and_history_reset_between_epochs),
 	        cmocka_unit_test(test_depth_2_finishes_an_epoch_cut_after_submission_and_resets),
 	        cmocka_unit_test(test_stop_does_not_wait_for_a_hung_source),
+	        cmocka_unit_test(test_a_call_past_its_timeout_is_a_fault_until_it_returns),
+	        cmocka_unit_test(test_stop_names_the_call_it_gives_up_on),
 	        cmocka_unit_test(test_source_strings_reach_stats_and_events_as_utf8),
 	};
 
