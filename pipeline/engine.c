@@ -587,6 +587,7 @@ static void *acq_main(void *arg)
 
 	while (1) {
 		uint32_t ox, oy, b, discards = 0;
+		const char *what; /* the call that failed */
 		bool dropping = false, cut = false, gapped = false;
 		enum pl_drop dropping_why = PL_DROP_RING_FULL; /* of the rest of a dropped epoch */
 		char msg[MSG_MAX];
@@ -612,16 +613,18 @@ static void *acq_main(void *arg)
 		vr_scan_offset(e, cfg->geometry.stride[0], cfg->geometry.stride[1], &ox, &oy);
 		atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
 		call_enter(pl, "set_scan_offset()");
+		what = "set_scan_offset";
 		rc = pl_src_set_scan_offset(&pl->src, e, ox, oy);
 		if (rc == 0 && !started) {
 			call_enter(pl, "start()");
+			what = "start";
 			rc = pl_src_start(&pl->src);
 			started = rc == 0;
 		}
 		if (acq_abandoned(pl))
 			goto out;
 		if (rc < 0) {
-			fault_text(pl, started ? "set_scan_offset" : "start", rc, msg, sizeof(msg));
+			fault_text(pl, what, rc, msg, sizeof(msg));
 			if (source_fault(pl, msg, rc, &streak, &backoff_ms, &started))
 				break;
 			e++;

@@ -37,10 +37,11 @@ struct script {
 	uint64_t fail_at; /* when delivered == fail_at: fail `fails` calls with fail_rc */
 	unsigned fails;
 	int fail_rc;
-	uint64_t renumber_at; /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
-	uint64_t stall_at;    /* when delivered == stall_at: block until released */
-	uint64_t stall_epoch; /* set_scan_offset(stall_epoch) blocks until released */
-	uint64_t mark_at[4];  /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
+	uint64_t renumber_at;  /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
+	uint64_t stall_at;     /* when delivered == stall_at: block until released */
+	uint64_t stall_epoch;  /* set_scan_offset(stall_epoch) blocks until released */
+	unsigned offset_fails; /* the next set_scan_offset calls that fail with -EIO */
+	uint64_t mark_at[4];   /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
 	uint32_t mark_flags[4];
 	bool stalling, released;
 	uint64_t sleep_at; /* when delivered == sleep_at: sleep sleep_ms first */
@@ -67,6 +68,11 @@ static int sc_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
 	(void)ox;
 	(void)oy;
 	pthread_mutex_lock(&s->mu);
+	if (s->offset_fails) {
+		s->offset_fails--;
+		pthread_mutex_unlock(&s->mu);
+		return -EIO;
+	}
 	if (epoch == s->stall_epoch && !s->released) {
 		s->stalling = true;
 		pthread_cond_broadcast(&s->cv);
@@ -789,6 +795,21 @@ static void test_offline_the_first_fault_ends_the_run_with_its_message(void **un
 	run_free(&r);
 }
 
+static void test_a_failing_set_scan_offset_before_start_is_named(void **unused)
+{
+	struct run r;
+	(void)unused;
+
+	run_init(&r, CFG_SOURCE_REPLAY, false);
+	r.s.offset_fails = 1; /* the first call, before start() */
+	r.o.stop_on_fault = true;
+	run_open(&r);
+	assert_int_equal(run_epochs(&r, 3), -EIO);
+	assert_non_null(strstr(r.err, "source script: set_scan_offset: "));
+	assert_false(r.s.started);
+	run_free(&r);
+}
+
 /* ---- B-scans the source marks lost or incomplete ---------------------------------------------- */
 
 /* Opens r (its script's marks set up by the caller) as a hardware source that never waits
@@ -1155,6 +1176,7 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_five_faults_in_a_row_reopen_the_source),
 	        cmocka_unit_test(test_a_misnumbered_bscan_cuts_its_epoch_and_is_a_fault),
 	        cmocka_unit_test(test_offline_the_first_fault_ends_the_run_with_its_message),
+	        cmocka_unit_test(test_a_failing_set_scan_offset_before_start_is_named),
 	        cmocka_unit_test(test_marked_bscans_drop_their_epoch_without_a_fault),
 	        cmocka_unit_test(test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume),
 	        cmocka_unit_test(test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault),
