@@ -119,6 +119,7 @@ struct pl_pipeline {
 	struct vr_window lat[PL_LAT_N];
 	bool degraded;
 	char fault[256];
+	bool release_failing; /* the last release_ref() failed */
 	uint64_t last_epoch;
 
 	pthread_t acq_thr, proc_thr;
@@ -288,14 +289,20 @@ static bool ref_inside(const struct pl_pipeline *pl, const void *p)
 	return false;
 }
 
-/* Give back a reference to the source (mu held: release_ref calls never overlap). */
+/* Give back a reference to the source (mu held: release_ref calls never overlap). A failure
+ * is counted; the first of a series (failures in a row) is logged at warning, the rest at
+ * debug: a shim failing every release would otherwise flood the log with one per B-scan. */
 static void release_one(struct pl_pipeline *pl, const void *p)
 {
 	int rc = pl_src_release_ref(&pl->src, p);
+	bool first = !pl->release_failing;
 
-	if (rc < 0)
-		emit(pl, "source_fault", PL_WARNING, false, "source %s: release_ref(%p): %s",
-		     pl->src.info.name, p, src_strerror(&pl->src, rc));
+	pl->release_failing = rc < 0;
+	if (rc == 0)
+		return;
+	pl->c.release_errors++;
+	emit(pl, "source_fault", first ? PL_WARNING : PL_DEBUG, false,
+	     "source %s: release_ref(%p): %s", pl->src.info.name, p, src_strerror(&pl->src, rc));
 }
 
 /* Release the references held by ring entries [from, from + n) from the tail (mu held). */

@@ -37,11 +37,12 @@ struct script {
 	uint64_t fail_at; /* when delivered == fail_at: fail `fails` calls with fail_rc */
 	unsigned fails;
 	int fail_rc;
-	uint64_t renumber_at;  /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
-	uint64_t stall_at;     /* when delivered == stall_at: block until released */
-	uint64_t stall_epoch;  /* set_scan_offset(stall_epoch) blocks until released */
-	unsigned offset_fails; /* the next set_scan_offset calls that fail with -EIO */
-	uint64_t mark_at[4];   /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
+	uint64_t renumber_at;   /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
+	uint64_t stall_at;      /* when delivered == stall_at: block until released */
+	uint64_t stall_epoch;   /* set_scan_offset(stall_epoch) blocks until released */
+	unsigned offset_fails;  /* the next set_scan_offset calls that fail with -EIO */
+	unsigned release_fails; /* the next release_ref calls that fail with -EINVAL */
+	uint64_t mark_at[4];    /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
 	uint32_t mark_flags[4];
 	bool stalling, released;
 	uint64_t sleep_at; /* when delivered == sleep_at: sleep sleep_ms first */
@@ -177,11 +178,17 @@ static int sc_release_ref(void *h, const void *p)
 {
 	struct script *s = h;
 
+	int rc = 0;
+
 	(void)p;
 	pthread_mutex_lock(&s->mu);
-	s->refs--;
+	s->refs--; /* given back even when it says otherwise: the engine never retries */
+	if (s->release_fails) {
+		s->release_fails--;
+		rc = -EINVAL;
+	}
 	pthread_mutex_unlock(&s->mu);
-	return 0;
+	return rc;
 }
 
 static int sc_ref_regions(void *h, struct volrec_shim_region *r, uint32_t max, uint32_t *count)
@@ -932,6 +939,28 @@ static void test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault(voi
 	run_free(&r);
 }
 
+static void test_release_ref_failures_are_counted_and_logged_once_per_series(void **unused)
+{
+	struct run r;
+	struct pl_stats st;
+	(void)unused;
+
+	run_init(&r, CFG_SOURCE_SYNTH, true);
+	r.s.release_fails = 2 * NY + 1; /* the first two epochs and one B-scan */
+	run_open(&r);
+	assert_string_equal(pl_acquisition(r.pl), "zero-copy");
+	assert_int_equal(run_epochs(&r, 5), 0);
+	run_stop_and_check(&r, &st);
+	assert_int_equal(st.c.release_errors, 2 * NY + 1);
+	/* not a fault: every epoch published, no back-off */
+	assert_int_equal(st.c.epochs_published, 5);
+	assert_int_equal(st.c.source_faults, 0);
+	assert_false(st.degraded);
+	assert_int_equal(ms_count_at(&r.m, "source_fault", PL_WARNING), 1);
+	assert_int_equal(ms_count_at(&r.m, "source_fault", PL_DEBUG), 2 * NY);
+	run_free(&r);
+}
+
 /* ---- sinks ------------------------------------------------------------------------------------ */
 
 static void test_sink_failures_drop_the_epoch_as_processing_error(void **unused)
@@ -1180,6 +1209,7 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_marked_bscans_drop_their_epoch_without_a_fault),
 	        cmocka_unit_test(test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume),
 	        cmocka_unit_test(test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault),
+	        cmocka_unit_test(test_release_ref_failures_are_counted_and_logged_once_per_series),
 	        cmocka_unit_test(test_sink_failures_drop_the_epoch_as_processing_error),
 	        cmocka_unit_test(test_live_update_and_history_reset_between_epochs),
 	        cmocka_unit_test(test_depth_2_finishes_an_epoch_cut_after_submission_and_resets),
