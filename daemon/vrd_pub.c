@@ -143,6 +143,9 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	 * it drops (ring full, incomplete, processing error, source fault): a gap is a drop */
 	uint64_t expected = pub->published ? pub->last_epoch + 1 : 0;
 	uint64_t gap = v->epoch > expected ? v->epoch - expected : 0;
+	/* the source lost data before the epoch's first B-scan: its history has a gap though no
+	 * epoch number was skipped (the writer sets VOLREC_FLAG_DROPPED_BEFORE from drops_before) */
+	uint64_t drops = gap ? gap : !!(v->flags & VOLREC_FLAG_DROPPED_BEFORE);
 	struct ipc_volume_meta meta = {
 	        .volume_id = atomic_fetch_add(&next_volume_id, 1),
 	        .epoch = v->epoch,
@@ -152,7 +155,7 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	        .t_last_ns = v->t_last_ns,
 	        .latency_ns = v->latency_ns,
 	        .flags = v->flags | (pub->views && pub->cur.views ? VOLREC_FLAG_VIEWS : 0),
-	        .drops_before = gap > UINT32_MAX ? UINT32_MAX : (uint32_t)gap,
+	        .drops_before = drops > UINT32_MAX ? UINT32_MAX : (uint32_t)drops,
 	};
 	int rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
 

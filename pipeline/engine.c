@@ -102,6 +102,13 @@ struct pl_pipeline {
 	uint64_t reset_req, reset_done;
 	bool reset_flag; /* the next published volume is the first after a history reset */
 
+	/* the source call acquisition is inside, for pl_stats and pl_stop to name (under mu) */
+	const char *call;   /* "acquire()", "open()", ...; NULL between calls */
+	uint64_t call_ns;   /* when it began (CLOCK_MONOTONIC) */
+	bool call_late;     /* reported as not returning past its timeout (once per call) */
+	bool late_returned; /* a late call returned: degraded until a whole epoch comes (set
+	                     * and cleared by acquisition only) */
+
 	/* watchdog marks */
 	_Atomic uint64_t proc_epochs, acq_returns;
 	_Atomic bool proc_waiting;
@@ -112,6 +119,7 @@ struct pl_pipeline {
 	struct vr_window lat[PL_LAT_N];
 	bool degraded;
 	char fault[256];
+	bool release_failing; /* the last release_ref() failed */
 	uint64_t last_epoch;
 
 	pthread_t acq_thr, proc_thr;
@@ -283,14 +291,20 @@ static bool ref_inside(const struct pl_pipeline *pl, const void *p)
 	return false;
 }
 
-/* Give back a reference to the source (mu held: release_ref calls never overlap). */
+/* Give back a reference to the source (mu held: release_ref calls never overlap). A failure
+ * is counted; the first of a series (failures in a row) is logged at warning, the rest at
+ * debug: a shim failing every release would otherwise flood the log with one per B-scan. */
 static void release_one(struct pl_pipeline *pl, const void *p)
 {
 	int rc = pl_src_release_ref(&pl->src, p);
+	bool first = !pl->release_failing;
 
-	if (rc < 0)
-		emit(pl, "source_fault", PL_WARNING, false, "source %s: release_ref(%p): %s",
-		     pl->src.info.name, p, src_strerror(&pl->src, rc));
+	pl->release_failing = rc < 0;
+	if (rc == 0)
+		return;
+	pl->c.release_errors++;
+	emit(pl, "source_fault", first ? PL_WARNING : PL_DEBUG, false,
+	     "source %s: release_ref(%p): %s", pl->src.info.name, p, src_strerror(&pl->src, rc));
 }
 
 /* Release the references held by ring entries [from, from + n) from the tail (mu held). */
@@ -352,6 +366,17 @@ static bool sleep_or_stop(struct pl_pipeline *pl, int ms)
 	return pl->stop_acq;
 }
 
+/* Before each call into the source from acquisition: which one, since when (pl_stats reports
+ * it when it does not return in time, pl_stop names it when it gives up on it). */
+static void call_enter(struct pl_pipeline *pl, const char *what)
+{
+	pthread_mutex_lock(&pl->mu);
+	pl->call = what;
+	pl->call_ns = vr_mono_ns();
+	pl->call_late = false;
+	pthread_mutex_unlock(&pl->mu);
+}
+
 /* After each call into the source: whether pl_stop gave up waiting for it (then nothing but
  * the lock may be touched any more). */
 static bool acq_abandoned(struct pl_pipeline *pl)
@@ -360,6 +385,11 @@ static bool acq_abandoned(struct pl_pipeline *pl)
 
 	pthread_mutex_lock(&pl->mu);
 	ab = pl->abandoned;
+	if (!ab) {
+		pl->late_returned |= pl->call_late;
+		pl->call = NULL;
+		pl->call_late = false;
+	}
 	pthread_mutex_unlock(&pl->mu);
 	atomic_fetch_add(&pl->acq_returns, 1);
 	return ab;
@@ -385,9 +415,11 @@ static int source_reopen(struct pl_pipeline *pl)
 		(void)set_regions(pl, NULL, 0, err, sizeof(err));
 	}
 	if (pl->src_is_open) {
+		call_enter(pl, "stop()/close()");
 		source_close(pl);
 		pl->src_is_open = false;
 	}
+	call_enter(pl, "open()");
 	rc = source_open(pl, err, sizeof(err));
 	if (rc < 0) {
 		emit(pl, "source_fault", PL_WARNING, false, "source: reopening failed: %s", err);
@@ -399,6 +431,7 @@ static int source_reopen(struct pl_pipeline *pl)
 		struct volrec_shim_region *regs = NULL;
 		uint32_t n = 0;
 
+		call_enter(pl, "ref_regions()");
 		if (src_has_refs(&pl->src))
 			rc = source_regions(pl, &regs, &n, err, sizeof(err));
 		else
@@ -409,6 +442,7 @@ static int source_reopen(struct pl_pipeline *pl)
 		if (rc < 0) {
 			emit(pl, "source_fault", PL_WARNING, false,
 			     "source: reopened, but zero-copy acquisition cannot resume: %s", err);
+			call_enter(pl, "stop()/close()");
 			source_close(pl);
 			return rc;
 		}
@@ -503,6 +537,45 @@ static void cut_epoch(struct pl_pipeline *pl)
 	pl->c.drops[PL_DROP_INCOMPLETE_EPOCH] += n;
 }
 
+/* The epoch being acquired cannot be whole: cut it (unless it is dropped already) and drop
+ * the rest of it, acquired so that positions stay aligned, as incomplete_epoch. mu held. */
+static void drop_rest(struct pl_pipeline *pl, bool *dropping, enum pl_drop *why)
+{
+	if (*dropping)
+		return;
+	cut_epoch(pl);
+	*dropping = true;
+	*why = PL_DROP_INCOMPLETE_EPOCH;
+}
+
+/*
+ * The source lost data before B-scan b of epoch e (VOLREC_SHIM_META_DROPPED_BEFORE; the
+ * B-scan itself is data): counted, with an event, the first of a series (epochs in a row
+ * with such marks) at warning and the rest at debug. After B-scan 0 the epoch's history has
+ * a gap: it is cut as if that position were lost (returns true); on B-scan 0 the epoch is
+ * whole, and its volume says that the history before it has a gap.
+ */
+static bool source_gap(struct pl_pipeline *pl, uint64_t e, uint32_t b, bool *series)
+{
+	enum pl_level level = *series ? PL_DEBUG : PL_WARNING;
+
+	pthread_mutex_lock(&pl->mu);
+	pl->c.source_gaps++;
+	pthread_mutex_unlock(&pl->mu);
+	if (b > 0)
+		emit(pl, "source_gap", level, !*series,
+		     "source %s: data lost before epoch %llu B-scan %u (dropped_before): the "
+		     "epoch is cut short",
+		     pl->src.info.name, (unsigned long long)e, b);
+	else
+		emit(pl, "source_gap", level, !*series,
+		     "source %s: data lost before epoch %llu (dropped_before): its volume is "
+		     "flagged dropped_before",
+		     pl->src.info.name, (unsigned long long)e);
+	*series = true;
+	return b > 0;
+}
+
 /* Whether a failed acquire means the replay file ended (nothing more will come). */
 static bool source_ended(const struct pl_pipeline *pl, int rc)
 {
@@ -516,14 +589,15 @@ static void *acq_main(void *arg)
 {
 	struct pl_pipeline *pl = arg;
 	const struct vr_config *cfg = &pl->cfg;
-	bool started = false, recovering = false, resync = false;
+	bool started = false, recovering = false, resync = false, gap_series = false;
 	unsigned streak = 0;
 	int backoff_ms = 0;
 	uint64_t e = 0;
 
 	while (1) {
 		uint32_t ox, oy, b, discards = 0;
-		bool dropping = false, cut = false;
+		const char *what; /* the call that failed */
+		bool dropping = false, cut = false, gapped = false;
 		enum pl_drop dropping_why = PL_DROP_RING_FULL; /* of the rest of a dropped epoch */
 		char msg[MSG_MAX];
 		int rc;
@@ -547,15 +621,19 @@ static void *acq_main(void *arg)
 
 		vr_scan_offset(e, cfg->geometry.stride[0], cfg->geometry.stride[1], &ox, &oy);
 		atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
+		call_enter(pl, "set_scan_offset()");
+		what = "set_scan_offset";
 		rc = pl_src_set_scan_offset(&pl->src, e, ox, oy);
 		if (rc == 0 && !started) {
+			call_enter(pl, "start()");
+			what = "start";
 			rc = pl_src_start(&pl->src);
 			started = rc == 0;
 		}
 		if (acq_abandoned(pl))
 			goto out;
 		if (rc < 0) {
-			fault_text(pl, started ? "set_scan_offset" : "start", rc, msg, sizeof(msg));
+			fault_text(pl, what, rc, msg, sizeof(msg));
 			if (source_fault(pl, msg, rc, &streak, &backoff_ms, &started))
 				break;
 			e++;
@@ -594,6 +672,7 @@ static void *acq_main(void *arg)
 			pthread_mutex_unlock(&pl->mu);
 
 			atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
+			call_enter(pl, pl->zc ? "acquire_ref()" : "acquire()");
 			if (pl->zc) {
 				rc = pl_src_acquire_ref(&pl->src, &data, pl->timeout_ms, &meta);
 				if (rc == 0 && !ref_inside(pl, data)) {
@@ -680,21 +759,24 @@ static void *acq_main(void *arg)
 				break;
 			}
 			resync = false;
+			if (meta.flags & VOLREC_SHIM_META_DROPPED_BEFORE) {
+				gapped = true;
+				if (source_gap(pl, e, b, &gap_series)) {
+					pthread_mutex_lock(&pl->mu);
+					drop_rest(pl, &dropping, &dropping_why);
+					pthread_mutex_unlock(&pl->mu);
+				}
+			}
 			if (meta.flags & (VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)) {
 				/* the source has no data for this position (docs/shim.md): not a
-				 * fault, but the epoch cannot be whole; the rest of it is acquired,
-				 * positions staying aligned, and dropped */
+				 * fault, but the epoch cannot be whole */
 				pthread_mutex_lock(&pl->mu);
 				if (pl->zc)
 					release_one(pl, data);
 				pl->c.drops[meta.flags & VOLREC_SHIM_META_LOST
 				                    ? PL_DROP_SOURCE_LOST
 				                    : PL_DROP_SOURCE_INCOMPLETE]++;
-				if (!dropping) {
-					cut_epoch(pl);
-					dropping = true;
-					dropping_why = PL_DROP_INCOMPLETE_EPOCH;
-				}
+				drop_rest(pl, &dropping, &dropping_why);
 				pthread_mutex_unlock(&pl->mu);
 				b++;
 				continue;
@@ -708,6 +790,7 @@ static void *acq_main(void *arg)
 			} else {
 				en->data = data;
 				en->ref = pl->zc;
+				en->gap_before = b == 0 && gapped;
 				en->epoch = e;
 				en->bscan = b;
 				en->t_mono_ns = vr_mono_ns();
@@ -735,7 +818,9 @@ static void *acq_main(void *arg)
 			}
 			break; /* stopping */
 		}
-		if (recovering || streak) {
+		if (!gapped)
+			gap_series = false; /* a whole epoch without data lost before it */
+		if (recovering || streak || pl->late_returned) {
 			/* a whole epoch came through after faults: the source is back */
 			bool was;
 
@@ -749,6 +834,7 @@ static void *acq_main(void *arg)
 				     "source: acquiring again after a fault");
 			recovering = false;
 			streak = 0;
+			pl->late_returned = false;
 		}
 		e++;
 	}
@@ -960,7 +1046,8 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 	v.latency_ns = v.t_done_mono_ns > el->t_mono_ns ? v.t_done_mono_ns - el->t_mono_ns : 0;
 	v.preprocess_ms = fl->pre_ms;
 	v.reconstruct_ms = (double)(v.t_done_mono_ns - fl->t_fin) / 1e6;
-	v.flags = pl->reset_flag ? VOLREC_FLAG_RESET : 0;
+	v.flags = (pl->reset_flag ? VOLREC_FLAG_RESET : 0) |
+	          (e0->gap_before ? VOLREC_FLAG_DROPPED_BEFORE : 0);
 	rc = pl->sink.publish(pl->sink.ctx, &v, err, errlen);
 	if (rc < 0)
 		return rc;
@@ -1347,7 +1434,7 @@ fail:
 void pl_stop(struct pl_pipeline *pl)
 {
 	struct timespec deadline;
-	char name[sizeof(pl->src_info.name)] = "";
+	char name[sizeof(pl->src_info.name)] = "", call[32] = "";
 	bool abandon = false;
 
 	if (!pl || !pl->started || pl->stopped)
@@ -1367,16 +1454,16 @@ void pl_stop(struct pl_pipeline *pl)
 			pl->abandoned = true;
 			cut_epoch(pl);
 			snprintf(name, sizeof(name), "%s", pl->src_info.name);
+			snprintf(call, sizeof(call), "%s", pl->call ? pl->call : "a call");
 		}
 	}
 	pthread_mutex_unlock(&pl->mu);
 	if (abandon) {
 		pthread_detach(pl->acq_thr);
 		emit(pl, "source_abandoned", PL_WARNING, false,
-		     "stopping: source %s has not returned from acquire() %d ms after the stop "
-		     "request (timeout %d ms + %d ms): stopping without it (the source is left "
-		     "open)",
-		     name, pl->timeout_ms + STOP_GRACE_MS, pl->timeout_ms, STOP_GRACE_MS);
+		     "stopping: source %s has not returned from %s %d ms after the stop request "
+		     "(timeout %d ms + %d ms): stopping without it (the source is left open)",
+		     name, call, pl->timeout_ms + STOP_GRACE_MS, pl->timeout_ms, STOP_GRACE_MS);
 	} else if (pl->acq_started) {
 		pthread_join(pl->acq_thr, NULL);
 	}
@@ -1501,12 +1588,42 @@ void pl_request_reset(struct pl_pipeline *pl)
 
 /* ---- statistics --------------------------------------------------------------------------- */
 
+/*
+ * A source call that has not returned timeout_ms + STOP_GRACE_MS after it began (a driver
+ * ignoring its timeout) is a fault: counted, degraded, its text in msg; once per call. Returns
+ * whether it was the first fault of a series. mu held.
+ */
+static bool call_late(struct pl_pipeline *pl, bool *late, char *msg, size_t len)
+{
+	uint64_t ms, now = vr_mono_ns();
+	bool first;
+
+	*late = false;
+	if (!pl->call || pl->call_late || pl->abandoned)
+		return false;
+	ms = (now - pl->call_ns) / 1000000u;
+	if (ms <= (uint64_t)pl->timeout_ms + STOP_GRACE_MS)
+		return false;
+	snprintf(msg, len, "source %s: %s has not returned %llu ms after its timeout (%d ms)",
+	         pl->src_info.name, pl->call, (unsigned long long)(ms - (uint64_t)pl->timeout_ms),
+	         pl->timeout_ms);
+	*late = pl->call_late = true;
+	first = !pl->degraded;
+	pl->degraded = true;
+	pl->c.source_faults++;
+	vr_utf8_sanitize(msg, pl->fault, sizeof(pl->fault));
+	return first;
+}
+
 void pl_stats(struct pl_pipeline *pl, struct pl_stats *s)
 {
 	static const double p[2] = {50, 99};
+	char late_msg[MSG_MAX];
+	bool late, first;
 
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_lock(&pl->mu);
+	first = call_late(pl, &late, late_msg, sizeof(late_msg));
 	s->c = pl->c;
 	s->c.in_ring = pl->ring.ready;
 	for (int i = 0; i < PL_LAT_N; i++) {
@@ -1521,6 +1638,8 @@ void pl_stats(struct pl_pipeline *pl, struct pl_stats *s)
 	s->last_epoch = pl->last_epoch;
 	pthread_mutex_unlock(&pl->mu);
 	s->acq_state = atomic_load(&pl->acq_state);
+	if (late)
+		emit(pl, "source_fault", PL_WARNING, first, "%s", late_msg);
 }
 
 void pl_progress(struct pl_pipeline *pl, struct pl_progress *p)

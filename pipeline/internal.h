@@ -15,6 +15,7 @@ struct pl_entry {
 	const void *data; /* the B-scan handed to the backend: buf, or (zero-copy) a reference
 	                     * into the source's memory, released with release_ref() */
 	bool ref;         /* data is a reference not yet released */
+	bool gap_before;  /* B-scan 0 the source marked VOLREC_SHIM_META_DROPPED_BEFORE */
 	uint64_t epoch;   /* epoch and B-scan index it holds */
 	uint32_t bscan;
 	uint64_t t_mono_ns; /* when acquire() returned it (CLOCK_MONOTONIC) */

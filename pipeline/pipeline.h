@@ -35,7 +35,9 @@ struct pl_volume {
 	uint64_t latency_ns;     /* last B-scan acquired -> output complete */
 	double preprocess_ms;    /* time spent submitting the epoch's B-scans */
 	double reconstruct_ms;   /* epoch finish -> output complete */
-	uint32_t flags;          /* VOLREC_FLAG_RESET: the first volume after a history reset */
+	uint32_t flags;          /* VOLREC_FLAG_RESET: the first volume after a history reset;
+	                          * VOLREC_FLAG_DROPPED_BEFORE: the source lost data before its
+	                          * first B-scan (epochs skipped are for the sink to tell) */
 };
 
 /*
@@ -69,8 +71,8 @@ struct pl_event {
 	const char *message; /* valid UTF-8, valid during the call only */
 };
 
-/* Called from the engine's threads (and from pl_open/pl_stop on the caller's): keep it short
- * and thread-safe; it must not call back into the pipeline. */
+/* Called from the engine's threads (and from pl_open/pl_stop/pl_stats on the caller's): keep it
+ * short and thread-safe; it must not call back into the pipeline. */
 typedef void (*pl_event_fn)(void *ctx, const struct pl_event *ev);
 
 /* ---- options ----------------------------------------------------------------------------- */
@@ -156,7 +158,8 @@ void pl_request_reset(struct pl_pipeline *pl);
 enum pl_drop {
 	PL_DROP_RING_FULL,         /* acquired, no room in the ring: the epoch dropped */
 	PL_DROP_INCOMPLETE_EPOCH,  /* acquired, but its epoch was cut short (fault, stop, a B-scan
-	                            * numbered otherwise than due, or one marked lost/incomplete) */
+	                            * numbered otherwise than due, one marked lost/incomplete, or
+	                            * data lost before a B-scan after the first) */
 	PL_DROP_PROCESSING_ERROR,  /* acquired, but the backend or the sink failed on its epoch */
 	PL_DROP_SOURCE_ERROR,      /* acquire() failed: a B-scan never acquired */
 	PL_DROP_SOURCE_TIMEOUT,    /* acquire() timed out: a B-scan never acquired */
@@ -188,6 +191,9 @@ struct pl_counters {
 	uint64_t drops[PL_DROP_COUNT];
 	uint64_t epochs_started, epochs_published;
 	uint64_t source_faults, source_reopens;
+	uint64_t release_errors; /* release_ref() calls that failed (not faults: data flows on) */
+	uint64_t source_gaps;    /* B-scans the source marked VOLREC_SHIM_META_DROPPED_BEFORE (data
+	                       * lost before them): acquired, counted as any other */
 	uint32_t in_ring, ring_size; /* acquired B-scans held in the ring now / capacity */
 };
 
@@ -202,6 +208,12 @@ struct pl_stats {
 	enum pl_acq_state acq_state;
 	uint64_t last_epoch; /* epoch of the newest published volume */
 };
+/*
+ * Read the statistics. It also supervises the source: a call into it (acquire(), open() on a
+ * reopen, ...) that has not returned its timeout plus one second after it began is reported
+ * here, once per call, as a source fault (counted, degraded, event source_fault on the
+ * caller's thread); a driver that ignores its timeout is seen by whoever reads the status.
+ */
 void pl_stats(struct pl_pipeline *pl, struct pl_stats *s);
 
 /* Watchdog marks: progress counters read without the lock. */

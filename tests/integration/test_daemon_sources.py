@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """volrecd when its source misbehaves: a replay file truncated, restored or rewritten under the
-running daemon (by copy and zero-copy), a shim returning a positive value, a shim whose texts
-are not UTF-8, and shim files that are not loadable (volrecd --check and start). Each is a
+running daemon (by copy and zero-copy), a shim returning a positive value, an acquire() hung past
+its timeout, a shim whose texts are not UTF-8, and shim files that are not loadable (volrecd --check and start). Each is a
 source fault or an error message, never a crash."""
 import json
 import os
@@ -89,6 +89,27 @@ def test_shim_returning_a_positive_value_is_a_source_fault(daemons, build_dir):
             "(0 or a negative errno)") in ev["message"], ev
     d.event("source_recovered")
     d.status(lambda m: m["state"] == "running" and m["drops"]["source_error"] == 3)
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+
+
+def test_an_acquire_hung_past_its_timeout_degrades_the_daemon_until_it_returns(daemons,
+                                                                              build_dir):
+    # a hung driver: acquire() blocks 3 s, ignoring its 300 ms timeout
+    d, control = shim_daemon(daemons, build_dir)
+    d.serve()
+    d.status(lambda m: m["volumes_published"] >= 1)
+    control.write_text("stall 3000\n")
+    ev = d.event("source_fault")
+    assert "source fault-shim: acquire() has not returned" in ev["message"], ev
+    assert "after its timeout (300 ms)" in ev["message"], ev
+    st = d.status(lambda m: m["state"] == "degraded")
+    assert st["faults"]["source"] == 1, st["faults"]
+    assert "acquire() has not returned" in st["faults"]["message"], st["faults"]
+    # it returns with data: running again, no further fault
+    d.event("source_recovered")
+    st = d.status(lambda m: m["state"] == "running")
+    assert st["faults"]["source"] == 1 and st["drops"]["source_timeout"] == 0, st
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0
 

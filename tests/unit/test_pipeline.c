@@ -37,10 +37,13 @@ struct script {
 	uint64_t fail_at; /* when delivered == fail_at: fail `fails` calls with fail_rc */
 	unsigned fails;
 	int fail_rc;
-	uint64_t renumber_at; /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
-	uint64_t stall_at;    /* when delivered == stall_at: block until released */
-	uint64_t mark_at[2];  /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
-	uint32_t mark_flags[2];
+	uint64_t renumber_at;   /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
+	uint64_t stall_at;      /* when delivered == stall_at: block until released */
+	uint64_t stall_epoch;   /* set_scan_offset(stall_epoch) blocks until released */
+	unsigned offset_fails;  /* the next set_scan_offset calls that fail with -EIO */
+	unsigned release_fails; /* the next release_ref calls that fail with -EINVAL */
+	uint64_t mark_at[4];    /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
+	uint32_t mark_flags[4];
 	bool stalling, released;
 	uint64_t sleep_at; /* when delivered == sleep_at: sleep sleep_ms first */
 	unsigned sleep_ms;
@@ -66,6 +69,17 @@ static int sc_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
 	(void)ox;
 	(void)oy;
 	pthread_mutex_lock(&s->mu);
+	if (s->offset_fails) {
+		s->offset_fails--;
+		pthread_mutex_unlock(&s->mu);
+		return -EIO;
+	}
+	if (epoch == s->stall_epoch && !s->released) {
+		s->stalling = true;
+		pthread_cond_broadcast(&s->cv);
+		while (!s->released)
+			pthread_cond_wait(&s->cv, &s->mu);
+	}
 	s->pend = true;
 	s->pend_epoch = epoch;
 	pthread_mutex_unlock(&s->mu);
@@ -126,7 +140,7 @@ static int sc_next(struct script *s, const void **p, struct volrec_shim_meta *me
 	meta->epoch = s->epoch;
 	meta->bscan = s->b;
 	meta->flags = 0;
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 4; i++)
 		if (d == s->mark_at[i])
 			meta->flags = s->mark_flags[i];
 	if (d == s->renumber_at)
@@ -164,11 +178,17 @@ static int sc_release_ref(void *h, const void *p)
 {
 	struct script *s = h;
 
+	int rc = 0;
+
 	(void)p;
 	pthread_mutex_lock(&s->mu);
-	s->refs--;
+	s->refs--; /* given back even when it says otherwise: the engine never retries */
+	if (s->release_fails) {
+		s->release_fails--;
+		rc = -EINVAL;
+	}
 	pthread_mutex_unlock(&s->mu);
-	return 0;
+	return rc;
 }
 
 static int sc_ref_regions(void *h, struct volrec_shim_region *r, uint32_t max, uint32_t *count)
@@ -239,8 +259,9 @@ static void script_init(struct script *s, bool zc)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->zc = zc;
-	s->fail_at = s->renumber_at = s->stall_at = s->sleep_at = UINT64_MAX;
-	s->mark_at[0] = s->mark_at[1] = UINT64_MAX;
+	s->fail_at = s->renumber_at = s->stall_at = s->stall_epoch = s->sleep_at = UINT64_MAX;
+	for (int i = 0; i < 4; i++)
+		s->mark_at[i] = UINT64_MAX;
 	s->data = malloc((size_t)S * NY * NX * K * sizeof(uint16_t));
 	assert_non_null(s->data);
 	for (size_t i = 0; i < (size_t)S * NY * NX * K; i++)
@@ -283,6 +304,8 @@ struct memsink {
 	unsigned aborts, publish_sleep_ms;
 	/* events */
 	char names[256][32];
+	enum pl_level levels[256];
+	char texts[256][256];
 	unsigned nev;
 	bool bad_text; /* an event message that was not valid UTF-8 */
 };
@@ -331,8 +354,11 @@ static void ms_event(void *ctx, const struct pl_event *ev)
 	pthread_mutex_lock(&m->mu);
 	if (!vr_utf8_valid(ev->message, strlen(ev->message)))
 		m->bad_text = true;
-	if (ev->name && m->nev < 256)
+	if (ev->name && m->nev < 256) {
+		m->levels[m->nev] = ev->level;
+		snprintf(m->texts[m->nev], sizeof(m->texts[0]), "%s", ev->message);
 		snprintf(m->names[m->nev++], sizeof(m->names[0]), "%s", ev->name);
+	}
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -345,6 +371,30 @@ static unsigned ms_count(struct memsink *m, const char *name)
 		n += !strcmp(m->names[i], name);
 	pthread_mutex_unlock(&m->mu);
 	return n;
+}
+
+/* How many events name had at level. */
+static unsigned ms_count_at(struct memsink *m, const char *name, enum pl_level level)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&m->mu);
+	for (unsigned i = 0; i < m->nev; i++)
+		n += !strcmp(m->names[i], name) && m->levels[i] == level;
+	pthread_mutex_unlock(&m->mu);
+	return n;
+}
+
+/* Whether an event name said text. */
+static bool ms_said(struct memsink *m, const char *name, const char *text)
+{
+	bool said = false;
+
+	pthread_mutex_lock(&m->mu);
+	for (unsigned i = 0; i < m->nev; i++)
+		said |= !strcmp(m->names[i], name) && strstr(m->texts[i], text);
+	pthread_mutex_unlock(&m->mu);
+	return said;
 }
 
 static unsigned ms_volumes(struct memsink *m)
@@ -752,6 +802,21 @@ static void test_offline_the_first_fault_ends_the_run_with_its_message(void **un
 	run_free(&r);
 }
 
+static void test_a_failing_set_scan_offset_before_start_is_named(void **unused)
+{
+	struct run r;
+	(void)unused;
+
+	run_init(&r, CFG_SOURCE_REPLAY, false);
+	r.s.offset_fails = 1; /* the first call, before start() */
+	r.o.stop_on_fault = true;
+	run_open(&r);
+	assert_int_equal(run_epochs(&r, 3), -EIO);
+	assert_non_null(strstr(r.err, "source script: set_scan_offset: "));
+	assert_false(r.s.started);
+	run_free(&r);
+}
+
 /* ---- B-scans the source marks lost or incomplete ---------------------------------------------- */
 
 /* Opens r (its script's marks set up by the caller) as a hardware source that never waits
@@ -812,6 +877,49 @@ static void test_marked_bscans_drop_their_epoch_without_a_fault(void **unused)
 	run_free(&ref);
 }
 
+static void test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume(void **unused)
+{
+	const unsigned n = 10;
+	(void)unused;
+
+	for (int depth = 1; depth <= 2; depth++)
+		for (int zc = 0; zc <= 1; zc++) {
+			struct run r;
+			struct pl_stats st;
+
+			run_init(&r, CFG_SOURCE_SHIM, zc);
+			r.s.mark_at[0] = 3 * NY + 1; /* epoch 3, B-scan 1: cut */
+			r.s.mark_at[1] = 5 * NY;     /* epochs 5 and 6, B-scan 0: flagged */
+			r.s.mark_at[2] = 6 * NY;
+			for (int i = 0; i < 3; i++)
+				r.s.mark_flags[i] = VOLREC_SHIM_META_DROPPED_BEFORE;
+			marks_open(&r, depth);
+			assert_int_equal(run_epochs(&r, n), 0);
+			run_stop_and_check(&r, &st);
+			assert_int_equal(st.c.source_gaps, 3);
+			/* the marked B-scans are data: all acquired; epoch 3 dropped whole */
+			assert_int_equal(st.c.acquired, r.s.delivered);
+			assert_int_equal(st.c.drops[PL_DROP_INCOMPLETE_EPOCH], NY);
+			assert_int_equal(st.c.processed, (uint64_t)(n - 1) * NY);
+			assert_int_equal(st.c.source_faults, 0);
+			assert_false(st.degraded);
+			assert_int_equal(r.m.n, n - 1);
+			for (unsigned i = 0; i < r.m.n; i++) {
+				uint64_t e = r.m.meta[i].epoch;
+				bool flagged = r.m.meta[i].flags & VOLREC_FLAG_DROPPED_BEFORE;
+
+				assert_int_not_equal(e, 3);
+				if (flagged != (e == 5 || e == 6))
+					fail_msg("epoch %llu: DROPPED_BEFORE %d",
+					         (unsigned long long)e, flagged);
+			}
+			/* two series (epoch 4 came whole in between): 3 and 5 warn, 6 is debug */
+			assert_int_equal(ms_count_at(&r.m, "source_gap", PL_WARNING), 2);
+			assert_int_equal(ms_count_at(&r.m, "source_gap", PL_DEBUG), 1);
+			run_free(&r);
+		}
+}
+
 static void test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault(void **unused)
 {
 	struct run r;
@@ -828,6 +936,28 @@ static void test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault(voi
 	assert_identity(&st);
 	assert_int_equal(st.c.drops[PL_DROP_SOURCE_LOST], 0);
 	assert_int_equal(r.m.n, 1);
+	run_free(&r);
+}
+
+static void test_release_ref_failures_are_counted_and_logged_once_per_series(void **unused)
+{
+	struct run r;
+	struct pl_stats st;
+	(void)unused;
+
+	run_init(&r, CFG_SOURCE_SYNTH, true);
+	r.s.release_fails = 2 * NY + 1; /* the first two epochs and one B-scan */
+	run_open(&r);
+	assert_string_equal(pl_acquisition(r.pl), "zero-copy");
+	assert_int_equal(run_epochs(&r, 5), 0);
+	run_stop_and_check(&r, &st);
+	assert_int_equal(st.c.release_errors, 2 * NY + 1);
+	/* not a fault: every epoch published, no back-off */
+	assert_int_equal(st.c.epochs_published, 5);
+	assert_int_equal(st.c.source_faults, 0);
+	assert_false(st.degraded);
+	assert_int_equal(ms_count_at(&r.m, "source_fault", PL_WARNING), 1);
+	assert_int_equal(ms_count_at(&r.m, "source_fault", PL_DEBUG), 2 * NY);
 	run_free(&r);
 }
 
@@ -945,6 +1075,74 @@ static void stall_soon(struct run *r)
 	r->c.source.shim.timeout_ms = 100;
 }
 
+static void wait_stalling(struct script *s)
+{
+	pthread_mutex_lock(&s->mu);
+	while (!s->stalling)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void test_a_call_past_its_timeout_is_a_fault_until_it_returns(void **unused)
+{
+	struct run r;
+	struct pl_stats st;
+	double t0;
+	(void)unused;
+
+	live_start(&r, 2, false, stall_soon);
+	wait_stalling(&r.s);
+	t0 = vr_mono_s();
+	do {
+		usleep(20000);
+		pl_stats(r.pl, &st);
+	} while (!st.degraded && vr_mono_s() - t0 < 5.0);
+	/* reported once timeout 0.1 s + 1 s are over, as a fault naming the call */
+	assert_true(st.degraded);
+	assert_true(vr_mono_s() - t0 >= 1.0);
+	assert_int_equal(st.c.source_faults, 1);
+	assert_non_null(strstr(st.fault, "source script: acquire() has not returned"));
+	assert_true(ms_said(&r.m, "source_fault", "acquire() has not returned"));
+	/* once per call */
+	usleep(50000);
+	pl_stats(r.pl, &st);
+	assert_int_equal(st.c.source_faults, 1);
+	assert_int_equal(ms_count(&r.m, "source_fault"), 1);
+	/* the call returns with data: the source is back once a whole epoch came */
+	script_release(&r.s);
+	wait_event(&r.m, "source_recovered");
+	pl_stats(r.pl, &st);
+	assert_false(st.degraded);
+	assert_int_equal(st.c.source_faults, 1);
+	live_finish(&r, &st);
+}
+
+static void stall_set_scan_offset(struct run *r)
+{
+	r->s.stall_epoch = 2;
+	r->c.source.shim.timeout_ms = 100;
+}
+
+static void test_stop_names_the_call_it_gives_up_on(void **unused)
+{
+	struct run r;
+	(void)unused;
+
+	live_start(&r, 1, false, stall_set_scan_offset);
+	wait_stalling(&r.s);
+	pl_stop(r.pl);
+	assert_true(ms_said(&r.m, "source_abandoned", "has not returned from set_scan_offset()"));
+	pl_close(r.pl);
+	r.pl = NULL;
+	script_release(&r.s);
+	pthread_mutex_lock(&r.s.mu);
+	while (r.s.closes == 0)
+		pthread_cond_wait(&r.s.cv, &r.s.mu);
+	pthread_mutex_unlock(&r.s.mu);
+	usleep(20000); /* the thread's last steps after closing the source */
+	run_free(&r);
+}
+
 static void test_stop_does_not_wait_for_a_hung_source(void **unused)
 {
 	struct run r;
@@ -1007,12 +1205,17 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_five_faults_in_a_row_reopen_the_source),
 	        cmocka_unit_test(test_a_misnumbered_bscan_cuts_its_epoch_and_is_a_fault),
 	        cmocka_unit_test(test_offline_the_first_fault_ends_the_run_with_its_message),
+	        cmocka_unit_test(test_a_failing_set_scan_offset_before_start_is_named),
 	        cmocka_unit_test(test_marked_bscans_drop_their_epoch_without_a_fault),
+	        cmocka_unit_test(test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume),
 	        cmocka_unit_test(test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault),
+	        cmocka_unit_test(test_release_ref_failures_are_counted_and_logged_once_per_series),
 	        cmocka_unit_test(test_sink_failures_drop_the_epoch_as_processing_error),
 	        cmocka_unit_test(test_live_update_and_history_reset_between_epochs),
 	        cmocka_unit_test(test_depth_2_finishes_an_epoch_cut_after_submission_and_resets),
 	        cmocka_unit_test(test_stop_does_not_wait_for_a_hung_source),
+	        cmocka_unit_test(test_a_call_past_its_timeout_is_a_fault_until_it_returns),
+	        cmocka_unit_test(test_stop_names_the_call_it_gives_up_on),
 	        cmocka_unit_test(test_source_strings_reach_stats_and_events_as_utf8),
 	};
 
