@@ -1123,6 +1123,21 @@ static void stall_set_scan_offset(struct run *r)
 	r->c.source.shim.timeout_ms = 100;
 }
 
+/* Close a pipeline whose acquisition thread was abandoned in a stalled source call, let the
+ * source return, and free the run once that thread closed the source. */
+static void abandoned_free(struct run *r)
+{
+	pl_close(r->pl);
+	r->pl = NULL;
+	script_release(&r->s);
+	pthread_mutex_lock(&r->s.mu);
+	while (r->s.closes == 0)
+		pthread_cond_wait(&r->s.cv, &r->s.mu);
+	pthread_mutex_unlock(&r->s.mu);
+	usleep(20000); /* the thread's last steps after closing the source */
+	run_free(r);
+}
+
 static void test_stop_names_the_call_it_gives_up_on(void **unused)
 {
 	struct run r;
@@ -1132,15 +1147,7 @@ static void test_stop_names_the_call_it_gives_up_on(void **unused)
 	wait_stalling(&r.s);
 	pl_stop(r.pl);
 	assert_true(ms_said(&r.m, "source_abandoned", "has not returned from set_scan_offset()"));
-	pl_close(r.pl);
-	r.pl = NULL;
-	script_release(&r.s);
-	pthread_mutex_lock(&r.s.mu);
-	while (r.s.closes == 0)
-		pthread_cond_wait(&r.s.cv, &r.s.mu);
-	pthread_mutex_unlock(&r.s.mu);
-	usleep(20000); /* the thread's last steps after closing the source */
-	run_free(&r);
+	abandoned_free(&r);
 }
 
 static void test_stop_does_not_wait_for_a_hung_source(void **unused)
@@ -1160,15 +1167,7 @@ static void test_stop_does_not_wait_for_a_hung_source(void **unused)
 	assert_true(dt >= 1.0 && dt < 3.0); /* timeout 0.1 s + 1 s, not the stall */
 	assert_int_equal(ms_count(&r.m, "source_abandoned"), 1);
 	/* the source comes back later: the abandoned thread frees the pipeline then */
-	pl_close(r.pl);
-	r.pl = NULL;
-	script_release(&r.s);
-	pthread_mutex_lock(&r.s.mu);
-	while (r.s.closes == 0)
-		pthread_cond_wait(&r.s.cv, &r.s.mu);
-	pthread_mutex_unlock(&r.s.mu);
-	usleep(20000); /* the thread's last steps after closing the source */
-	run_free(&r);
+	abandoned_free(&r);
 }
 
 static void bad_strings(struct run *r)
