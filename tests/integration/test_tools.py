@@ -725,7 +725,9 @@ def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(da
     for at in range(1, total + 1):
         r = record(at)
         what = f"fault at call {at} of {total} ({mode}): exit {r.returncode}: {r.stderr}"
-        if r.returncode == 0:  # this run took fewer calls: nothing was hit
+        # this run took fewer calls: nothing was hit (4: it finished, a volume it missed on a
+        # loaded machine listed in /missed, and its calls were others: under TSan)
+        if r.returncode in (0, 4):
             n = 3
         else:
             assert r.returncode == 8, what
@@ -831,7 +833,7 @@ def test_record_file_is_whole_whichever_write_the_recorder_is_killed_before(daem
         time.sleep(delay)
         r = record(at)
         what = f"killed before call {at} of {total}"
-        if r.returncode == 0:
+        if r.returncode in (0, 4):  # finished (4: with a volume missed under load, listed)
             return fewer
         assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr, what)
         try:
