@@ -119,6 +119,18 @@ static void ask_refused(const char *text, const char *fragment)
 	json_object_put(o);
 }
 
+/* Ask each of reqs[0..n) and expect a refusal whose error contains fragment, with no id. */
+static void refused_without_id(const char *const *reqs, size_t n, const char *fragment)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *o = ask_for(reqs[i], true);
+
+		if (!strstr(field(o, "error"), fragment) || json_object_object_get(o, "id"))
+			fail_msg("request '%s': reply %s", reqs[i], json_object_to_json_string(o));
+		json_object_put(o);
+	}
+}
+
 static void test_get_one_key_and_the_whole_configuration(void **state)
 {
 	struct json_object *o;
@@ -294,18 +306,9 @@ static void test_strings_holding_nul_are_refused(void **state)
 	        "{\"op\":\"status\",\"id\":\"a\\u0000b\"}",
 	        "{\"op\\u0000\":\"status\"}",
 	};
-	bool refused;
 
 	(void)state;
-	for (size_t i = 0; i < VR_ARRAY_SIZE(reqs); i++) {
-		struct json_object *o = ask(reqs[i], &refused);
-
-		if (!refused || !strstr(field(o, "error"), "holds U+0000 (NUL)") ||
-		    json_object_object_get(o, "id"))
-			fail_msg("request '%s': refused %d, reply %s", reqs[i], refused,
-			         json_object_to_json_string(o));
-		json_object_put(o);
-	}
+	refused_without_id(reqs, VR_ARRAY_SIZE(reqs), "holds U+0000 (NUL)");
 	assert_int_equal(F.applied, 0);
 }
 
@@ -335,15 +338,8 @@ static void test_an_id_that_is_not_a_string_is_refused_and_not_echoed(void **sta
 	};
 
 	(void)state;
-	for (size_t i = 0; i < VR_ARRAY_SIZE(reqs); i++) {
-		struct json_object *o = ask_for(reqs[i], true);
-
-		if (!strstr(field(o, "error"), "id: must be a string (echoed in the reply), not a "
-		                               "JSON ") ||
-		    json_object_object_get(o, "id"))
-			fail_msg("request '%s': reply %s", reqs[i], json_object_to_json_string(o));
-		json_object_put(o);
-	}
+	refused_without_id(reqs, VR_ARRAY_SIZE(reqs),
+	                   "id: must be a string (echoed in the reply), not a JSON ");
 	assert_int_equal(F.resets, 0);
 }
 
