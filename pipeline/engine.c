@@ -847,8 +847,10 @@ out:
 
 		pl->acq_exited = true;
 		pthread_mutex_unlock(&pl->mu);
-		if (free_now)
+		if (free_now) {
+			pl->opt.on_event = NULL; /* the driver is gone: nobody to tell */
 			pipeline_free(pl);
+		}
 		return NULL;
 	}
 	if (atomic_load(&pl->acq_state) != PL_ACQ_ENDED)
@@ -1431,6 +1433,104 @@ fail:
 	return rc;
 }
 
+/*
+ * Close the source from the caller's thread (pl_stop, pipeline_free) without letting a stop()
+ * or close() that ignores every deadline hold it: the calls run on a helper thread with the
+ * source copied, and are waited for at most the source timeout plus STOP_GRACE_MS; then the
+ * caller goes on without them (event source_abandoned, the source is left open) and the
+ * helper frees its copy if they ever return.
+ */
+struct closer {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct src_source src;
+	void (*close_fn)(void *ctx, struct src_source *src); /* pl_options.source_close or NULL */
+	void *ctx;
+	bool done, abandoned;
+	int rc;
+	char err[MSG_MAX];
+};
+
+static void closer_free(struct closer *c)
+{
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+static void closer_run(struct closer *c)
+{
+	if (c->close_fn)
+		c->close_fn(c->ctx, &c->src);
+	else
+		c->rc = src_close_checked(&c->src, c->err, sizeof(c->err));
+}
+
+static void *closer_main(void *arg)
+{
+	struct closer *c = arg;
+	bool abandoned;
+
+	closer_run(c);
+	pthread_mutex_lock(&c->mu);
+	c->done = true;
+	abandoned = c->abandoned;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	if (abandoned)
+		closer_free(c);
+	return NULL;
+}
+
+static void source_close_bounded(struct pl_pipeline *pl)
+{
+	struct closer *c = calloc(1, sizeof(*c));
+	struct timespec deadline;
+	pthread_t thr;
+	bool done;
+
+	if (!c) {
+		source_close(pl); /* no memory for the helper: close here, unbounded */
+		return;
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	cond_init_mono(&c->cv);
+	c->src = pl->src;
+	c->close_fn = pl->opt.source_close;
+	c->ctx = pl->opt.source_ctx;
+	memset(&pl->src, 0, sizeof(pl->src));
+	if (pthread_create(&thr, NULL, closer_main, c) != 0) {
+		closer_run(c); /* no thread: close here, unbounded */
+	} else {
+		deadline_in(&deadline, pl->timeout_ms + STOP_GRACE_MS);
+		pthread_mutex_lock(&c->mu);
+		while (!c->done)
+			if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) == ETIMEDOUT)
+				break;
+		done = c->done;
+		c->abandoned = !done;
+		pthread_mutex_unlock(&c->mu);
+		if (!done) {
+			char name[sizeof(pl->src_info.name)];
+
+			pthread_detach(thr);
+			pthread_mutex_lock(&pl->mu);
+			snprintf(name, sizeof(name), "%s", pl->src_info.name);
+			pthread_mutex_unlock(&pl->mu);
+			emit(pl, "source_abandoned", PL_WARNING, false,
+			     "stopping: source %s has not returned from stop()/close() %d ms after "
+			     "it was called (timeout %d ms + %d ms): going on without it (the "
+			     "source is left open)",
+			     name, pl->timeout_ms + STOP_GRACE_MS, pl->timeout_ms, STOP_GRACE_MS);
+			return;
+		}
+		pthread_join(thr, NULL);
+	}
+	if (c->rc < 0)
+		emit(pl, "source_fault", PL_WARNING, false, "%s (closed all the same)", c->err);
+	closer_free(c);
+}
+
 void pl_stop(struct pl_pipeline *pl)
 {
 	struct timespec deadline;
@@ -1469,7 +1569,7 @@ void pl_stop(struct pl_pipeline *pl)
 	}
 	if (pl->src_is_open && !pl->zc && !abandon) {
 		/* zero-copy: processing still reads the source's memory; closed in pl_close */
-		source_close(pl);
+		source_close_bounded(pl);
 		pl->src_is_open = false;
 	}
 	pthread_mutex_lock(&pl->mu);
@@ -1510,7 +1610,7 @@ static void pipeline_free(struct pl_pipeline *pl)
 		regions_unregister(pl);
 	free(pl->reg_new);
 	if (pl->src_is_open)
-		source_close(pl);
+		source_close_bounded(pl);
 	if (pl->be) {
 		be_host_free(pl->be, pl->ring_mem);
 		be_host_free(pl->be, pl->scratch);

@@ -128,6 +128,8 @@ VR_MUST_CHECK int pl_start(struct pl_pipeline *pl, const struct pl_sink *sink, c
  * calls is waited for at most its timeout plus one second: then the pipeline stops without it
  * (event "source_abandoned"); what that call may still touch (the pipeline, its ring, the
  * source, the backend) stays allocated until it returns, and is freed then if pl_close came.
+ * The source's stop() and close() (here, or in pl_close after zero-copy) have the same bound:
+ * past it the source is left open, its calls running on a thread of their own.
  */
 void pl_stop(struct pl_pipeline *pl);
 /* Free everything (stops first if needed); the sink must be done with the backend before. */

@@ -3,7 +3,8 @@
  * libvolrec_fault_shim.so: a test shim that injects failures on command, so the daemon's
  * fault handling (retry, back-off, degraded status, recovery) can be tested for real.
  * Data: every A-scan is the same fixed spectrum (three reflectors), paced at the rate.
- * args (all optional): fail_open, fail_configure, fail_start, fail_stop (bool); fail_every N and
+ * args (all optional): fail_open, fail_configure, fail_start, fail_stop (bool); stall_stop_ms M
+ * (stop() blocks M ms, like a driver that ignores every deadline); fail_every N and
  * timeout_every N (every Nth acquire fails with -EIO / times out); stall_ms M with
  * stall_after N (acquire N+1 blocks M ms, once); control_file PATH (see docs/shim.md: "ok",
  * "error N", "timeout N", "stall MS [N]", "return V [N]", read before every acquire);
@@ -27,15 +28,15 @@
 #include "base/base.h"
 
 #define ALLOWED                                                                                    \
-	"fail_open, fail_configure, fail_start, fail_stop, fail_every, timeout_every, stall_ms, "  \
-	"stall_after, control_file, device_hex, text_hex"
+	"fail_open, fail_configure, fail_start, fail_stop, stall_stop_ms, fail_every, "            \
+	"timeout_every, stall_ms, stall_after, control_file, device_hex, text_hex"
 #define CONTROL_MAX 256
 
 struct fault_shim {
 	struct shim_err
 	        err; /* first (shim_strerror); err.suffix: text_hex, appended to every error text */
 	bool fail_configure, fail_start, fail_stop;
-	uint64_t fail_every, timeout_every, stall_ms, stall_after;
+	uint64_t fail_every, timeout_every, stall_ms, stall_after, stall_stop_ms;
 	char control[SHIM_ARG_VAL_MAX];
 	struct volrec_shim_geometry geo;
 	void *ascan; /* one A-scan of samples */
@@ -101,6 +102,9 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = shim_args_bool(&args, "fail_start", &s->fail_start, err, sizeof(err));
 	if (!rc)
 		rc = shim_args_bool(&args, "fail_stop", &s->fail_stop, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_u64(&args, "stall_stop_ms", 0, 3600000, &s->stall_stop_ms, err,
+		                   sizeof(err));
 	if (!rc)
 		rc = shim_args_u64(&args, "fail_every", 0, UINT32_MAX, &s->fail_every, err,
 		                   sizeof(err));
@@ -366,6 +370,13 @@ static int shim_stop(void *h)
 {
 	struct fault_shim *s = h;
 	s->started = false;
+	if (s->stall_stop_ms) {
+		struct timespec ts = {.tv_sec = (time_t)(s->stall_stop_ms / 1000),
+		                      .tv_nsec = (long)(s->stall_stop_ms % 1000) * 1000000L};
+
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 	if (s->fail_stop)
 		return shim_fail(&s->err, -EIO,
 		                 "fault shim: stop failed on request (fail_stop: true)");

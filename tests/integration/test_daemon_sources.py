@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """volrecd when its source misbehaves: a replay file truncated, restored or rewritten under the
 running daemon (by copy and zero-copy), a shim returning a positive value, an acquire() hung past
-its timeout, a shim whose texts are not UTF-8, and shim files that are not loadable (volrecd --check and start). Each is a
+its timeout, a stop() hung past it, a shim whose texts are not UTF-8, and shim files that are not loadable (volrecd --check and start). Each is a
 source fault or an error message, never a crash."""
 import json
 import os
@@ -200,3 +200,30 @@ def test_a_failing_stop_is_logged_and_the_shim_closed_all_the_same(daemons, buil
     log = d.log_text()
     assert ("stop: fault shim: stop failed on request (fail_stop: true) (closed all the same)"
             in log), log[-3000:]
+
+
+def test_a_stop_hung_past_its_timeout_holds_neither_reload_nor_sigterm(daemons, build_dir):
+    # a driver whose stop() blocks 60 s, ignoring its 300 ms timeout
+    d, _ = shim_daemon(daemons, build_dir)
+    d.cfg["source"]["shim"]["args"]["stall_stop_ms"] = 60000
+    d.write_config(d.cfg)
+    d.serve()
+    first = d.vol()
+    # a structural reload stops the source: it goes on without it after 300 ms + 1 s
+    new = json.loads(json.dumps(d.cfg))
+    new["geometry"]["ascans_per_bscan"] = 15
+    d.write_config(new)
+    t0 = time.monotonic()
+    d.signal(signal.SIGHUP)
+    # (the old publisher is closed by then: the warning is in the log)
+    d.vol(lambda m: m["session"] != first["session"])
+    assert time.monotonic() - t0 < 10
+    assert ("warning: stopping: source fault-shim has not returned from stop()/close() 1300 ms"
+            in d.log_text()), d.log_text()[-3000:]
+    assert d.status()["reload"]["result"] == "ok"
+    # and SIGTERM too
+    t0 = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0, d.log_text()[-3000:]
+    assert time.monotonic() - t0 < 10
+    assert d.log_text().count("has not returned from stop()/close()") == 2, d.log_text()[-3000:]

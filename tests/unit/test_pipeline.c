@@ -40,6 +40,7 @@ struct script {
 	uint64_t renumber_at;   /* when delivered == renumber_at: one B-scan numbered bscan + 1 */
 	uint64_t stall_at;      /* when delivered == stall_at: block until released */
 	uint64_t stall_epoch;   /* set_scan_offset(stall_epoch) blocks until released */
+	bool stall_close;       /* closing the source blocks until released */
 	unsigned offset_fails;  /* the next set_scan_offset calls that fail with -EIO */
 	unsigned release_fails; /* the next release_ref calls that fail with -EINVAL */
 	uint64_t mark_at[4];    /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
@@ -247,6 +248,12 @@ static void sc_src_close(void *ctx, struct src_source *src)
 	struct script *s = ctx;
 
 	pthread_mutex_lock(&s->mu);
+	if (s->stall_close && !s->released) {
+		s->stalling = true;
+		pthread_cond_broadcast(&s->cv);
+		while (!s->released)
+			pthread_cond_wait(&s->cv, &s->mu);
+	}
 	s->closes++;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
@@ -1170,6 +1177,46 @@ static void test_stop_does_not_wait_for_a_hung_source(void **unused)
 	abandoned_free(&r);
 }
 
+static void stall_close(struct run *r)
+{
+	r->s.stall_close = true;
+	r->c.source.shim.timeout_ms = 100;
+}
+
+/* A source whose stop()/close() never returns holds neither pl_stop (copy) nor pl_close
+ * (zero-copy, closed after processing): both go on after timeout + 1 s, and the source is
+ * closed for real, with nothing else touched, when it returns. */
+static void test_close_does_not_wait_for_a_hung_source(void **unused)
+{
+	for (int zc = 0; zc <= 1; zc++) {
+		struct run r;
+		struct pl_stats st;
+		double t0, dt;
+
+		live_start(&r, 2, zc, stall_close);
+		wait_volumes(&r.m, 2);
+		t0 = vr_mono_s();
+		run_stop_and_check(&r, &st);
+		pl_close(r.pl);
+		r.pl = NULL;
+		dt = vr_mono_s() - t0;
+		assert_true(dt >= 1.0 && dt < 3.0); /* timeout 0.1 s + 1 s, not the stall */
+		assert_true(r.s.stalling);
+		assert_int_equal(ms_count(&r.m, "source_abandoned"), 1);
+		assert_true(
+		        ms_said(&r.m, "source_abandoned", "has not returned from stop()/close()"));
+		assert_int_equal(r.s.closes, 0);
+		script_release(&r.s);
+		pthread_mutex_lock(&r.s.mu);
+		while (r.s.closes == 0)
+			pthread_cond_wait(&r.s.cv, &r.s.mu);
+		pthread_mutex_unlock(&r.s.mu);
+		usleep(20000); /* the helper's last steps after closing the source */
+		assert_int_equal(ms_count(&r.m, "source_abandoned"), 1);
+		run_free(&r);
+	}
+}
+
 static void bad_strings(struct run *r)
 {
 	r->s.bad_utf8 = true;
@@ -1215,6 +1262,7 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_stop_does_not_wait_for_a_hung_source),
 	        cmocka_unit_test(test_a_call_past_its_timeout_is_a_fault_until_it_returns),
 	        cmocka_unit_test(test_stop_names_the_call_it_gives_up_on),
+	        cmocka_unit_test(test_close_does_not_wait_for_a_hung_source),
 	        cmocka_unit_test(test_source_strings_reach_stats_and_events_as_utf8),
 	};
 
