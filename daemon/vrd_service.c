@@ -454,6 +454,7 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset_u64(o, "reopens", snap->c.source_reopens);
 	jset_u64(o, "dropped_before", snap->c.source_gaps);
 	jset_u64(o, "release_ref", snap->c.release_errors);
+	jset_u64(o, "timestamps", snap->c.bad_timestamps);
 	jset(o, "degraded", json_object_new_boolean(snap->degraded));
 	jset(o, "message", jstr(snap->fault));
 	jset(st, "faults", o);
@@ -544,16 +545,17 @@ static void log_statistics(struct service *s)
 	        "statistics: state %s, uptime %.1f s, B-scans acquired %" PRIu64
 	        " processed %" PRIu64 " in ring %u/%u; epochs started %" PRIu64
 	        " published %" PRIu64 "; drops: %s; source faults %" PRIu64 " reopens %" PRIu64
-	        " dropped_before %" PRIu64 " release_ref errors %" PRIu64
+	        " dropped_before %" PRIu64 " release_ref errors %" PRIu64 " timestamps off %" PRIu64
 	        "; latency ms p50/p99: acquire->publish %s, preprocess %s, reconstruct %s, "
 	        "publish %s; readers %d; rates %.1f volumes/s "
 	        "%.3g A-scans/s; watchdog pings %" PRIu64 " withheld %" PRIu64 "%s",
 	        shown_state(s, &snap), (double)(vr_mono_ns() - s->started_ns) / 1e9,
 	        snap.c.acquired, snap.c.processed, snap.c.in_ring, snap.c.ring_size,
 	        snap.c.epochs_started, snap.c.epochs_published, drops, snap.c.source_faults,
-	        snap.c.source_reopens, snap.c.source_gaps, snap.c.release_errors, lat[0], lat[1],
-	        lat[2], lat[3], vrd_pub_readers(vrd_pipeline_pub(s->pl)), s->rates[2], s->rates[0],
-	        s->wd_pings, s->wd_missed, median);
+	        snap.c.source_reopens, snap.c.source_gaps, snap.c.release_errors,
+	        snap.c.bad_timestamps, lat[0], lat[1], lat[2], lat[3],
+	        vrd_pub_readers(vrd_pipeline_pub(s->pl)), s->rates[2], s->rates[0], s->wd_pings,
+	        s->wd_missed, median);
 }
 
 /* ---- watchdog ---------------------------------------------------------------------------- */

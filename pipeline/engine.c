@@ -44,6 +44,10 @@ const char *const pl_lat_names[PL_LAT_N] = {
 #define REGIONS_MAX      4096u /* most regions a source may report */
 #define STOP_GRACE_MS    1000  /* a stuck source call is waited for its timeout plus this */
 #define MSG_MAX          1024
+/* A source timestamp further than this from CLOCK_REALTIME is not used (the clock is) */
+#define TS_SKEW_MAX_NS (60ull * 1000000000ull)
+#define META_KNOWN                                                                                 \
+	(VOLREC_SHIM_META_DROPPED_BEFORE | VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)
 
 struct pl_pipeline {
 	struct pl_options opt;
@@ -120,6 +124,7 @@ struct pl_pipeline {
 	bool degraded;
 	char fault[256];
 	bool release_failing; /* the last release_ref() failed */
+	bool ts_failing;      /* the last B-scan's timestamp was not used */
 	uint64_t last_epoch;
 
 	pthread_t acq_thr, proc_thr;
@@ -305,6 +310,61 @@ static void release_one(struct pl_pipeline *pl, const void *p)
 	pl->c.release_errors++;
 	emit(pl, "source_fault", first ? PL_WARNING : PL_DEBUG, false,
 	     "source %s: release_ref(%p): %s", pl->src.info.name, p, src_strerror(&pl->src, rc));
+}
+
+/*
+ * Whether the flags of a delivered B-scan can be taken as the source says: no bit that shim.h
+ * does not define, and a B-scan marked lost or incomplete only when the marks were offered
+ * (VOLREC_SHIM_GEOMETRY_MARKS); else -EPROTO with the message in msg.
+ */
+static int meta_check(const struct pl_pipeline *pl, const struct volrec_shim_meta *m, char *msg,
+                      size_t len)
+{
+	uint32_t marks = VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE;
+
+	if (m->flags & ~META_KNOWN) {
+		snprintf(msg, len,
+		         "source %s: epoch %llu B-scan %u: meta.flags 0x%x has bits 0x%x that "
+		         "volrec does not know (known: 0x%x): the B-scan is not used",
+		         pl->src.info.name, (unsigned long long)m->epoch, m->bscan, m->flags,
+		         m->flags & ~META_KNOWN, META_KNOWN);
+		return -EPROTO;
+	}
+	if ((m->flags & marks) && !(pl->opt.src_flags & SRC_DROP_MARKS)) {
+		snprintf(msg, len,
+		         "source %s: epoch %llu B-scan %u marked %s (meta.flags 0x%x), but the "
+		         "marks "
+		         "were not offered (geometry.flags has no VOLREC_SHIM_GEOMETRY_MARKS): a "
+		         "loss must be returned as an error here",
+		         pl->src.info.name, (unsigned long long)m->epoch, m->bscan,
+		         m->flags & VOLREC_SHIM_META_LOST ? "lost" : "incomplete", m->flags);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/*
+ * The acquisition time of a B-scan: the source's timestamp, or the clock when it gave none or
+ * one further than TS_SKEW_MAX_NS from the clock (counted; the first of a series of such
+ * B-scans in a row is logged at warning, the rest at debug). mu held.
+ */
+static uint64_t acq_time(struct pl_pipeline *pl, const struct volrec_shim_meta *m)
+{
+	uint64_t now = vr_real_ns();
+	bool first = !pl->ts_failing;
+
+	pl->ts_failing = m->timestamp_ns && (m->timestamp_ns > now + TS_SKEW_MAX_NS ||
+	                                     m->timestamp_ns + TS_SKEW_MAX_NS < now);
+	if (!pl->ts_failing)
+		return m->timestamp_ns ? m->timestamp_ns : now;
+	pl->c.bad_timestamps++;
+	emit(pl, "source_fault", first ? PL_WARNING : PL_DEBUG, false,
+	     "source %s: epoch %llu B-scan %u: meta.timestamp_ns %llu is %.0f s from the clock "
+	     "(CLOCK_REALTIME ns expected, at most %llu s away): the clock is used",
+	     pl->src.info.name, (unsigned long long)m->epoch, m->bscan,
+	     (unsigned long long)m->timestamp_ns, ((double)m->timestamp_ns - (double)now) / 1e9,
+	     (unsigned long long)(TS_SKEW_MAX_NS / 1000000000ull));
+	return now;
 }
 
 /* Release the references held by ring entries [from, from + n) from the tail (mu held). */
@@ -700,6 +760,13 @@ static void *acq_main(void *arg)
 				         "expected)",
 				         pl->src.info.name, rc);
 				rc = -EPROTO;
+			} else if (rc == 0 && meta_check(pl, &meta, msg, sizeof(msg)) < 0) {
+				if (pl->zc) {
+					pthread_mutex_lock(&pl->mu);
+					release_one(pl, data);
+					pthread_mutex_unlock(&pl->mu);
+				}
+				rc = -EPROTO;
 			} else if (rc < 0) {
 				fault_text(pl,
 				           rc == -ETIMEDOUT ? "acquire timed out"
@@ -794,8 +861,7 @@ static void *acq_main(void *arg)
 				en->epoch = e;
 				en->bscan = b;
 				en->t_mono_ns = vr_mono_ns();
-				en->t_real_ns =
-				        meta.timestamp_ns ? meta.timestamp_ns : vr_real_ns();
+				en->t_real_ns = acq_time(pl, &meta);
 				pl_ring_commit(&pl->ring);
 				pl->acq_got++;
 				if (pl->depth > 1 || pl->acq_got == pl->ny)

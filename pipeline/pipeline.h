@@ -194,6 +194,7 @@ struct pl_counters {
 	uint64_t epochs_started, epochs_published;
 	uint64_t source_faults, source_reopens;
 	uint64_t release_errors; /* release_ref() calls that failed (not faults: data flows on) */
+	uint64_t bad_timestamps; /* B-scans whose meta.timestamp_ns was off the clock (not used) */
 	uint64_t source_gaps;    /* B-scans the source marked VOLREC_SHIM_META_DROPPED_BEFORE (data
 	                       * lost before them): acquired, counted as any other */
 	uint32_t in_ring, ring_size; /* acquired B-scans held in the ring now / capacity */

@@ -7,7 +7,8 @@
  * (stop() blocks M ms, like a driver that ignores every deadline); fail_every N and
  * timeout_every N (every Nth acquire fails with -EIO / times out); stall_ms M with
  * stall_after N (acquire N+1 blocks M ms, once); control_file PATH (see docs/shim.md: "ok",
- * "error N", "timeout N", "stall MS [N]", "return V [N]", read before every acquire);
+ * "error N", "timeout N", "stall MS [N]", "return V [N]", "flags F [N]", "timestamp T [N]",
+ * read before every acquire);
  * device_hex and text_hex (bytes in hex, e.g. "ff 41": the info device string, and a suffix
  * of every error text, so that texts that are not UTF-8 can be tested).
  */
@@ -58,6 +59,8 @@ static struct fault_ctl {
 	char last_cmd[CONTROL_MAX];
 	struct timespec last_mtime;
 	uint64_t pend_errors, pend_timeouts, pend_stalls, pend_stall_ms, pend_returns;
+	uint64_t pend_flags_n, pend_flags; /* "flags F [N]": meta.flags of the next N B-scans */
+	uint64_t pend_ts_n, pend_ts;       /* "timestamp T [N]": their meta.timestamp_ns */
 	long long pend_value; /* "return V": what acquire() returns, buffer untouched */
 } ctl;
 static pthread_mutex_t ctl_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -269,6 +272,7 @@ static int poll_control(struct fault_shim *s)
 	int got = sscanf(buf, "%15s %llu %llu", word, &a, &b);
 	if (got <= 0 || !strcmp(word, "ok")) {
 		c->pend_errors = c->pend_timeouts = c->pend_stalls = c->pend_returns = 0;
+		c->pend_flags_n = c->pend_ts_n = 0;
 	} else if (!strcmp(word, "return") && (got = sscanf(buf, "%*s %lld %llu", &v, &b)) >= 1) {
 		c->pend_value = v;
 		c->pend_returns = got >= 2 ? b : 1;
@@ -276,13 +280,20 @@ static int poll_control(struct fault_shim *s)
 		c->pend_errors = got >= 2 ? a : 1;
 	} else if (!strcmp(word, "timeout")) {
 		c->pend_timeouts = got >= 2 ? a : 1;
+	} else if (!strcmp(word, "flags") && got >= 2) {
+		c->pend_flags = a;
+		c->pend_flags_n = got >= 3 ? b : 1;
+	} else if (!strcmp(word, "timestamp") && got >= 2) {
+		c->pend_ts = a;
+		c->pend_ts_n = got >= 3 ? b : 1;
 	} else if (!strcmp(word, "stall") && got >= 2) {
 		c->pend_stall_ms = a;
 		c->pend_stalls = got >= 3 ? b : 1;
 	} else {
 		return shim_fail(&s->err, -EINVAL,
 		                 "fault shim: control file %s: unknown command '%s' (ok, error N, "
-		                 "timeout N, stall MS [N], return V [N])",
+		                 "timeout N, stall MS [N], return V [N], flags F [N], timestamp T "
+		                 "[N])",
 		                 s->control, buf);
 	}
 	return 0;
@@ -304,7 +315,8 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		                 "fault shim: buffer of %zu bytes, a B-scan is %zu", size, need);
 	s->calls++;
 	/* the control file's command: what this acquire does, decided under ctl_mu */
-	uint64_t stall_ms = 0, left = 0;
+	uint64_t stall_ms = 0, left = 0, flags = 0, ts = 0;
+	bool set_flags = false, set_ts = false;
 	long long value = 0;
 	enum { CTL_NONE, CTL_RETURN, CTL_ERROR, CTL_TIMEOUT } what = CTL_NONE;
 	pthread_mutex_lock(&ctl_mu);
@@ -322,6 +334,16 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	} else if (rc == 0 && ctl.pend_stalls) {
 		ctl.pend_stalls--;
 		stall_ms = ctl.pend_stall_ms;
+	}
+	if (rc == 0 && what == CTL_NONE && ctl.pend_flags_n) {
+		ctl.pend_flags_n--;
+		flags = ctl.pend_flags;
+		set_flags = true;
+	}
+	if (rc == 0 && what == CTL_NONE && ctl.pend_ts_n) {
+		ctl.pend_ts_n--;
+		ts = ctl.pend_ts;
+		set_ts = true;
 	}
 	pthread_mutex_unlock(&ctl_mu);
 	if (rc)
@@ -363,6 +385,10 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	}
 	vr_pacer_done(&s->pace);
 	shim_pos_deliver(&s->pos, &s->geo, meta);
+	if (set_flags)
+		meta->flags = (uint32_t)flags;
+	if (set_ts)
+		meta->timestamp_ns = ts;
 	return 0;
 }
 

@@ -204,7 +204,8 @@ class Daemon:
             f = struct.unpack_from("<IHHII QQQQ IIII ii QQQQ I", b, 0)
             return {"slot": f[4], "session": f[5], "sequence": f[6], "volume_id": f[7],
                     "epoch": f[8], "ny": f[9], "nx": f[10], "nz": f[11], "offset": (f[13], f[14]),
-                    "latency_ns": f[18], "flags": f[19]}
+                    "t_first_ns": f[15], "t_last_ns": f[16], "latency_ns": f[18],
+                    "flags": f[19]}
         raw = self.wait_message("vol", lambda b: pred(dec(b)), timeout)
         return dec(raw)
 

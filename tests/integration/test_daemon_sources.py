@@ -227,3 +227,27 @@ def test_a_stop_hung_past_its_timeout_holds_neither_reload_nor_sigterm(daemons, 
     assert d.wait_exit() == 0, d.log_text()[-3000:]
     assert time.monotonic() - t0 < 10
     assert d.log_text().count("has not returned from stop()/close()") == 2, d.log_text()[-3000:]
+
+
+def test_meta_the_daemon_cannot_take_is_a_fault_or_replaced(daemons, build_dir):
+    d, control = shim_daemon(daemons, build_dir)
+    d.serve()
+    d.status(lambda m: m["volumes_published"] >= 1)
+    # a flag shim.h does not define: a fault naming it, the B-scan not used
+    control.write_text("flags 64\n")
+    ev = d.event("source_fault")
+    assert "meta.flags 0x40 has bits 0x40 that volrec does not know" in ev["message"], ev
+    d.event("source_recovered")
+    st = d.status(lambda m: m["state"] == "running")
+    assert st["faults"]["source"] == 1 and st["drops"]["source_error"] == 1, st
+    # timestamps in microseconds: the clock is used, counted, one warning for the series
+    control.write_text("timestamp 1700000000000000 5\n")
+    st = d.status(lambda m: m["faults"]["timestamps"] == 5)
+    assert st["faults"]["source"] == 1 and st["state"] == "running", st
+    vol = d.vol()
+    assert abs(vol["t_first_ns"] / 1e9 - time.time()) < 60, vol
+    log = d.log_text()
+    assert log.count("warning: source fault-shim: epoch") == 2, log[-3000:]  # flags, series
+    assert "the clock is used" in log
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0

@@ -45,6 +45,9 @@ struct script {
 	unsigned release_fails; /* the next release_ref calls that fail with -EINVAL */
 	uint64_t mark_at[4];    /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
 	uint32_t mark_flags[4];
+	uint64_t ts_at; /* delivered in [ts_at, ts_at + ts_n): meta.timestamp_ns = ts_value */
+	unsigned ts_n;
+	uint64_t ts_value;
 	bool stalling, released;
 	uint64_t sleep_at; /* when delivered == sleep_at: sleep sleep_ms first */
 	unsigned sleep_ms;
@@ -137,7 +140,7 @@ static int sc_next(struct script *s, const void **p, struct volrec_shim_meta *me
 		s->pend = false;
 	}
 	*p = script_bscan(s, s->epoch, s->b);
-	meta->timestamp_ns = vr_real_ns();
+	meta->timestamp_ns = d >= s->ts_at && d - s->ts_at < s->ts_n ? s->ts_value : vr_real_ns();
 	meta->epoch = s->epoch;
 	meta->bscan = s->b;
 	meta->flags = 0;
@@ -267,6 +270,7 @@ static void script_init(struct script *s, bool zc)
 	pthread_cond_init(&s->cv, NULL);
 	s->zc = zc;
 	s->fail_at = s->renumber_at = s->stall_at = s->stall_epoch = s->sleep_at = UINT64_MAX;
+	s->ts_at = UINT64_MAX;
 	for (int i = 0; i < 4; i++)
 		s->mark_at[i] = UINT64_MAX;
 	s->data = malloc((size_t)S * NY * NX * K * sizeof(uint16_t));
@@ -884,6 +888,75 @@ static void test_marked_bscans_drop_their_epoch_without_a_fault(void **unused)
 	run_free(&ref);
 }
 
+/* Flags a source may not set: bits shim.h does not define (any driver), and the lost or
+ * incomplete marks when they were not offered (volrec process). Each is a fault naming the
+ * flags; the B-scan is not used, the run goes on. */
+static void test_flags_the_source_may_not_set_are_faults(void **unused)
+{
+	(void)unused;
+	for (int zc = 0; zc <= 1; zc++)
+		for (int offered = 0; offered <= 1; offered++) {
+			struct run r;
+			struct pl_stats st;
+
+			run_init(&r, CFG_SOURCE_SHIM, zc);
+			r.s.pace_us = 500;
+			r.s.mark_at[0] = 2 * NY + 1;
+			r.s.mark_flags[0] = offered ? 0x80u : VOLREC_SHIM_META_LOST;
+			r.o.src_flags = offered ? SRC_DROP_MARKS : 0;
+			run_open(&r);
+			run_start(&r);
+			wait_event(&r.m, "source_recovered");
+			wait_volumes(&r.m, 5);
+			pl_stats(r.pl, &st);
+			assert_int_equal(st.c.source_faults, 1);
+			assert_int_equal(st.c.drops[PL_DROP_SOURCE_ERROR], 1);
+			assert_int_equal(st.c.drops[PL_DROP_SOURCE_LOST], 0);
+			assert_true(ms_said(
+			        &r.m, "source_fault",
+			        offered ? "meta.flags 0x80 has bits 0x80 that volrec does "
+			                  "not know"
+			                : "marked lost (meta.flags 0x2), but the marks were "
+			                  "not offered"));
+			for (unsigned i = 0; i < r.m.n; i++)
+				assert_true(r.m.meta[i].epoch != 2);
+			live_finish(&r, &st);
+		}
+}
+
+/* A timestamp far from the clock (a device clock, microseconds) is not used: the clock is,
+ * counted, and one warning for the series. */
+static void test_timestamps_off_the_clock_are_replaced_and_counted(void **unused)
+{
+	const uint64_t bad[] = {1000, UINT64_MAX - 5};
+
+	(void)unused;
+	for (int i = 0; i < 2; i++) {
+		struct run r;
+		struct pl_stats st;
+		uint64_t t0 = vr_real_ns();
+
+		run_init(&r, CFG_SOURCE_SYNTH, i);
+		r.s.ts_at = NY;
+		r.s.ts_n = 2 * NY;
+		r.s.ts_value = bad[i];
+		run_open(&r);
+		assert_int_equal(run_epochs(&r, 5), 0);
+		run_stop_and_check(&r, &st);
+		assert_int_equal(r.m.n, 5);
+		assert_int_equal(st.c.bad_timestamps, 2 * NY);
+		assert_int_equal(st.c.source_faults, 0);
+		for (unsigned v = 0; v < r.m.n; v++) {
+			assert_true(r.m.meta[v].t_first_ns >= t0);
+			assert_true(r.m.meta[v].t_last_ns <= vr_real_ns());
+		}
+		assert_int_equal(ms_count_at(&r.m, "source_fault", PL_WARNING), 1);
+		assert_int_equal(ms_count_at(&r.m, "source_fault", PL_DEBUG), 2 * NY - 1);
+		assert_true(ms_said(&r.m, "source_fault", "the clock is used"));
+		run_free(&r);
+	}
+}
+
 static void test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume(void **unused)
 {
 	const unsigned n = 10;
@@ -1254,6 +1327,8 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_a_failing_set_scan_offset_before_start_is_named),
 	        cmocka_unit_test(test_marked_bscans_drop_their_epoch_without_a_fault),
 	        cmocka_unit_test(test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume),
+	        cmocka_unit_test(test_flags_the_source_may_not_set_are_faults),
+	        cmocka_unit_test(test_timestamps_off_the_clock_are_replaced_and_counted),
 	        cmocka_unit_test(test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault),
 	        cmocka_unit_test(test_release_ref_failures_are_counted_and_logged_once_per_series),
 	        cmocka_unit_test(test_sink_failures_drop_the_epoch_as_processing_error),
