@@ -91,6 +91,8 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 /* Stop the source, drain what is complete, publish it, free everything. NULL is fine. */
 void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm);
 struct pl_pipeline *vrd_pipeline_engine(struct vrd_pipeline *vp);
+/* Sources a stop left inside one of their calls (event source_abandoned) in this process. */
+unsigned vrd_pipeline_abandoned(void);
 struct vrd_pub *vrd_pipeline_pub(struct vrd_pipeline *vp);
 
 /* ---- events and the service (vrd_service.c) ---- */

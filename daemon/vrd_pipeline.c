@@ -4,7 +4,9 @@
  * the shared-memory sink (vrd_pub.c), and turns its events into log lines and `event` messages.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -12,6 +14,9 @@ struct vrd_pipeline {
 	struct pl_pipeline *pl;
 	struct vrd_pub *pub;
 };
+
+/* Sources left inside a call by a stop (event source_abandoned), in this process */
+static atomic_uint abandoned;
 
 static void on_event(void *ctx, const struct pl_event *ev)
 {
@@ -21,6 +26,8 @@ static void on_event(void *ctx, const struct pl_event *ev)
 	};
 
 	(void)ctx;
+	if (ev->name && !strcmp(ev->name, "source_abandoned"))
+		atomic_fetch_add(&abandoned, 1);
 	if (ev->announce)
 		vrd_event(ev->name, prio[ev->level], ev->message, NULL);
 	else
@@ -68,6 +75,11 @@ void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm)
 	vrd_pub_close(vp->pub, unlink_shm); /* before the backend it registered with goes */
 	pl_close(vp->pl);
 	free(vp);
+}
+
+unsigned vrd_pipeline_abandoned(void)
+{
+	return atomic_load(&abandoned);
 }
 
 struct pl_pipeline *vrd_pipeline_engine(struct vrd_pipeline *vp)

@@ -622,6 +622,10 @@ static void reload_accepted(struct service *s, bool structural)
 
 static void ctl_open(struct service *s);
 
+#define STUCK_NOTE                                                                                 \
+	" (the previous source never returned from a call and may still hold its device: "         \
+	"exiting, so that a restart frees it)"
+
 /* Returns 0, or -1 when neither the new nor the old configuration can run (fatal). */
 static int reload_start(struct service *s)
 {
@@ -662,8 +666,10 @@ static int reload_start(struct service *s)
 	{
 		struct vrd_pipeline *pl = NULL;
 		bool unlink_old = !s->cur.ipc.keep_shm;
+		unsigned abandoned;
 
 		set_event_pub(NULL);
+		abandoned = vrd_pipeline_abandoned();
 		vrd_pipeline_stop(s->pl, unlink_old);
 		s->pl = NULL;
 		if (strcmp(s->cur.instance, next.instance) ||
@@ -681,9 +687,12 @@ static int reload_start(struct service *s)
 			cfg_free(&next);
 			rc = vrd_pipeline_start(&s->cur, &pl, err, sizeof(err));
 			if (rc < 0) {
+				bool stuck = vrd_pipeline_abandoned() != abandoned;
+
 				vrd_log(LOG_ERR, "fatal",
-				        "cannot rebuild with the previous configuration either: %s",
-				        err);
+				        "cannot rebuild with the previous configuration either: "
+				        "%s%s",
+				        err, stuck ? STUCK_NOTE : "");
 				return -1;
 			}
 			s->pl = pl;

@@ -3,7 +3,8 @@
  * libvolrec_fault_shim.so: a test shim that injects failures on command, so the daemon's
  * fault handling (retry, back-off, degraded status, recovery) can be tested for real.
  * Data: every A-scan is the same fixed spectrum (three reflectors), paced at the rate.
- * args (all optional): fail_open, fail_configure, fail_start, fail_stop (bool); stall_stop_ms M
+ * args (all optional): fail_open, fail_configure, fail_start, fail_stop, exclusive (bool: open()
+ * fails with -EBUSY while another handle is open, like a device one process holds); stall_stop_ms M
  * (stop() blocks M ms, like a driver that ignores every deadline); fail_every N and
  * timeout_every N (every Nth acquire fails with -EIO / times out); stall_ms M with
  * stall_after N (acquire N+1 blocks M ms, once); control_file PATH (see docs/shim.md: "ok",
@@ -29,7 +30,7 @@
 #include "base/base.h"
 
 #define ALLOWED                                                                                    \
-	"fail_open, fail_configure, fail_start, fail_stop, stall_stop_ms, fail_every, "            \
+	"fail_open, fail_configure, fail_start, fail_stop, exclusive, stall_stop_ms, fail_every, " \
 	"timeout_every, stall_ms, stall_after, control_file, device_hex, text_hex"
 #define CONTROL_MAX 256
 
@@ -49,6 +50,7 @@ struct fault_shim {
 	bool pend; /* set_scan_offset came in the middle of an epoch: applies at the next one */
 	uint64_t pend_epoch;
 	bool stalled_once;
+	bool exclusive; /* holds the one exclusive open */
 };
 SHIM_HANDLE_CHECK(struct fault_shim);
 
@@ -64,6 +66,7 @@ static struct fault_ctl {
 	long long pend_value; /* "return V": what acquire() returns, buffer untouched */
 } ctl;
 static pthread_mutex_t ctl_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool exclusive_held; /* under ctl_mu */
 
 /* Decode hex bytes ("ff 41" or "ff41") into out (NUL-terminated); -EINVAL when malformed. */
 static int unhex(const char *hex, char *out, size_t outlen)
@@ -106,6 +109,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc)
 		rc = shim_args_bool(&args, "fail_stop", &s->fail_stop, err, sizeof(err));
 	if (!rc)
+		rc = shim_args_bool(&args, "exclusive", &s->exclusive, err, sizeof(err));
+	if (!rc)
 		rc = shim_args_u64(&args, "stall_stop_ms", 0, 3600000, &s->stall_stop_ms, err,
 		                   sizeof(err));
 	if (!rc)
@@ -137,6 +142,19 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc && fail_open) {
 		snprintf(err, sizeof(err), "open failed on request (fail_open: true)");
 		rc = -EIO;
+	}
+	if (!rc && s->exclusive) {
+		pthread_mutex_lock(&ctl_mu);
+		if (exclusive_held) {
+			snprintf(err, sizeof(err),
+			         "device busy: another handle has it open "
+			         "(exclusive: true)");
+			rc = -EBUSY;
+		}
+		exclusive_held = true;
+		pthread_mutex_unlock(&ctl_mu);
+		if (rc)
+			s->exclusive = false; /* not ours to give back */
 	}
 	if (rc) {
 		free(s);
@@ -415,6 +433,11 @@ static void shim_close(void *h)
 
 	if (!s)
 		return;
+	if (s->exclusive) {
+		pthread_mutex_lock(&ctl_mu);
+		exclusive_held = false;
+		pthread_mutex_unlock(&ctl_mu);
+	}
 	free(s->ascan);
 	free(s);
 }

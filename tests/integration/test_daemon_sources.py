@@ -217,7 +217,7 @@ def test_a_stop_hung_past_its_timeout_holds_neither_reload_nor_sigterm(daemons, 
     d.signal(signal.SIGHUP)
     # (the old publisher is closed by then: the warning is in the log)
     d.vol(lambda m: m["session"] != first["session"])
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 20  # not the 60 s stall
     assert ("warning: stopping: source fault-shim has not returned from stop()/close() 1300 ms"
             in d.log_text()), d.log_text()[-3000:]
     assert d.status()["reload"]["result"] == "ok"
@@ -225,7 +225,7 @@ def test_a_stop_hung_past_its_timeout_holds_neither_reload_nor_sigterm(daemons, 
     t0 = time.monotonic()
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0, d.log_text()[-3000:]
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 20  # not the 60 s stall
     assert d.log_text().count("has not returned from stop()/close()") == 2, d.log_text()[-3000:]
 
 
@@ -239,15 +239,40 @@ def test_meta_the_daemon_cannot_take_is_a_fault_or_replaced(daemons, build_dir):
     assert "meta.flags 0x40 has bits 0x40 that volrec does not know" in ev["message"], ev
     d.event("source_recovered")
     st = d.status(lambda m: m["state"] == "running")
-    assert st["faults"]["source"] == 1 and st["drops"]["source_error"] == 1, st
-    # timestamps in microseconds: the clock is used, counted, one warning for the series
+    assert st["faults"]["source"] >= 1 and st["drops"]["source_error"] >= 1, st
+    # timestamps in microseconds: the clock is used, counted, one warning for the series, no
+    # fault
     control.write_text("timestamp 1700000000000000 5\n")
     st = d.status(lambda m: m["faults"]["timestamps"] == 5)
-    assert st["faults"]["source"] == 1 and st["state"] == "running", st
     vol = d.vol()
     assert abs(vol["t_first_ns"] / 1e9 - time.time()) < 60, vol
     log = d.log_text()
     assert log.count("warning: source fault-shim: epoch") == 2, log[-3000:]  # flags, series
-    assert "the clock is used" in log
+    assert log.count("meta.timestamp_ns 1700000000000000 is") == 5, log[-3000:]
+    assert "the clock is used" in log and "timestamp_ns" not in st["faults"]["message"]
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0
+
+
+def test_reload_while_a_hung_call_holds_an_exclusive_device_exits_1_and_says_why(daemons,
+                                                                                 build_dir):
+    # a device that opens once, whose driver hangs in acquire(): the stop leaves it inside the
+    # call, so neither the new nor the old configuration can open it again
+    d, control = shim_daemon(daemons, build_dir)
+    d.cfg["source"]["shim"]["args"]["exclusive"] = True
+    d.write_config(d.cfg)
+    d.serve()
+    d.status(lambda m: m["volumes_published"] >= 1)
+    control.write_text("stall 60000\n")
+    d.event("source_fault")
+    new = json.loads(json.dumps(d.cfg))
+    new["geometry"]["ascans_per_bscan"] = 15
+    d.write_config(new)
+    d.signal(signal.SIGHUP)
+    assert d.wait_exit() == 1, d.log_text()[-3000:]
+    log = d.log_text()
+    assert "has not returned from acquire()" in log, log[-3000:]
+    assert "device busy: another handle has it open (exclusive: true)" in log, log[-3000:]
+    assert ("error: cannot rebuild with the previous configuration either: " in log
+            and "the previous source never returned from a call and may still hold its device"
+            in log), log[-3000:]
