@@ -82,8 +82,8 @@ static struct json_object *string_decode(struct json_tokener *tok, const char *t
 
 /*
  * Walk text, valid JSON of at most depth levels, for what json-c's tree cannot show: a key given
- * twice in one object (json-c keeps the last) and a string holding U+0000 (json-c cuts keys at
- * it). 0, or -EINVAL with why in err; -ENOMEM.
+ * twice in one object (json-c keeps the last), a string holding U+0000 (json-c cuts keys at
+ * it) and a raw control character inside a string (json-c takes it, JSON does not). 0, or -EINVAL with why in err; -ENOMEM.
  */
 static int check_keys_and_strings(const char *text, size_t len, int depth, char *err, size_t errlen)
 {
@@ -126,6 +126,18 @@ static int check_keys_and_strings(const char *text, size_t len, int depth, char 
 			for (after = end; after < len && strchr(" \t\r\n", text[after]); after++)
 				;
 			is_key = top >= 0 && keys[top] && after < len && text[after] == ':';
+			for (size_t k = i + 1; k + 1 < end && !rc; k++)
+				if ((unsigned char)text[k] < 0x20)
+					rc = vr_err(
+					        err, errlen, -EINVAL,
+					        "the %s at byte %zu holds a raw control character "
+					        "U+%04X at byte %zu (JSON wants it escaped: "
+					        "\\u%04X)",
+					        is_key ? "key" : "string", i,
+					        (unsigned)(unsigned char)text[k], k,
+					        (unsigned)(unsigned char)text[k]);
+			if (rc)
+				break;
 			if (escaped) {
 				s = string_decode(tok, text, i, end);
 				if (!s) {

@@ -271,6 +271,11 @@ static void test_json_refuses_duplicate_keys_and_nul_in_strings(void **state)
 	assert_json("{\"a\\u0000b\":1}", "the key at byte 1 holds U+0000 (NUL) after 'a'");
 	assert_json("{\"a\":[\"x\\u0000\"]}", "the string at byte 6 holds U+0000 (NUL) after 'x'");
 	assert_json("{\"a\":\"\\u00e9\\n\\\"\"}", NULL);
+	/* raw control characters: json-c takes them, JSON does not */
+	assert_json("{\"a\":\"x\ty\"}",
+	            "the string at byte 5 holds a raw control character U+0009 at byte 7");
+	assert_json("{\"a\nb\":1}", "the key at byte 1 holds a raw control character U+000A");
+	assert_json("{\"a\":[\"\x1f\"]}", "U+001F at byte 7 (JSON wants it escaped: \\u001F)");
 	/* a raw NUL byte inside a string, unescaped: json-c's text ends there */
 	static const char raw[] = "{\"a\":\"x\0y\"}";
 	char err[128] = "";
