@@ -25,6 +25,16 @@ def published(d):
     return d.status()["volumes_published"]
 
 
+def serving_shim(daemons, build_dir, **args):
+    """A daemon on the fault shim with these args, serving, its first volume published."""
+    d, control = shim_daemon(daemons, build_dir)
+    d.cfg["source"]["shim"]["args"].update(args)
+    d.write_config(d.cfg)
+    d.serve()
+    d.status(lambda m: m["volumes_published"] >= 1)
+    return d, control
+
+
 @pytest.mark.parametrize("zero_copy", [None, "0"])
 def test_replay_file_truncated_under_the_daemon_is_a_fault_then_recovers(daemons, bin_dir,
                                                                          zero_copy):
@@ -80,9 +90,7 @@ def test_volrec_sim_over_a_replayed_file_switches_the_daemon_to_it(daemons, bin_
 
 
 def test_shim_returning_a_positive_value_is_a_source_fault(daemons, build_dir):
-    d, control = shim_daemon(daemons, build_dir)
-    d.serve()
-    d.status(lambda m: m["volumes_published"] >= 1)
+    d, control = serving_shim(daemons, build_dir)
     control.write_text("return 5 3\n")
     ev = d.event("source_fault")
     assert ("shim fault-shim: acquire() returned 5: positive values are not allowed "
@@ -96,9 +104,7 @@ def test_shim_returning_a_positive_value_is_a_source_fault(daemons, build_dir):
 def test_an_acquire_hung_past_its_timeout_degrades_the_daemon_until_it_returns(daemons,
                                                                               build_dir):
     # a hung driver: acquire() blocks 3 s, ignoring its 300 ms timeout
-    d, control = shim_daemon(daemons, build_dir)
-    d.serve()
-    d.status(lambda m: m["volumes_published"] >= 1)
+    d, control = serving_shim(daemons, build_dir)
     control.write_text("stall 3000\n")
     ev = d.event("source_fault")
     assert "source fault-shim: acquire() has not returned" in ev["message"], ev
@@ -190,11 +196,7 @@ def test_shim_texts_stay_on_one_line_of_the_log(daemons, build_dir):
 
 
 def test_a_failing_stop_is_logged_and_the_shim_closed_all_the_same(daemons, build_dir):
-    d, _ = shim_daemon(daemons, build_dir)
-    d.cfg["source"]["shim"]["args"]["fail_stop"] = True
-    d.write_config(d.cfg)
-    d.serve()
-    d.status(lambda m: m["volumes_published"] >= 1)
+    d, _ = serving_shim(daemons, build_dir, fail_stop=True)
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0, d.log_text()[-3000:]
     log = d.log_text()
@@ -204,10 +206,7 @@ def test_a_failing_stop_is_logged_and_the_shim_closed_all_the_same(daemons, buil
 
 def test_a_stop_hung_past_its_timeout_holds_neither_reload_nor_sigterm(daemons, build_dir):
     # a driver whose stop() blocks 60 s, ignoring its 300 ms timeout
-    d, _ = shim_daemon(daemons, build_dir)
-    d.cfg["source"]["shim"]["args"]["stall_stop_ms"] = 60000
-    d.write_config(d.cfg)
-    d.serve()
+    d, _ = serving_shim(daemons, build_dir, stall_stop_ms=60000)
     first = d.vol()
     # a structural reload stops the source: it goes on without it after 300 ms + 1 s
     new = json.loads(json.dumps(d.cfg))
@@ -230,9 +229,7 @@ def test_a_stop_hung_past_its_timeout_holds_neither_reload_nor_sigterm(daemons, 
 
 
 def test_meta_the_daemon_cannot_take_is_a_fault_or_replaced(daemons, build_dir):
-    d, control = shim_daemon(daemons, build_dir)
-    d.serve()
-    d.status(lambda m: m["volumes_published"] >= 1)
+    d, control = serving_shim(daemons, build_dir)
     # a flag shim.h does not define: a fault naming it, the B-scan not used
     control.write_text("flags 64\n")
     ev = d.event("source_fault")
@@ -258,11 +255,7 @@ def test_reload_while_a_hung_call_holds_an_exclusive_device_exits_1_and_says_why
                                                                                  build_dir):
     # a device that opens once, whose driver hangs in acquire(): the stop leaves it inside the
     # call, so neither the new nor the old configuration can open it again
-    d, control = shim_daemon(daemons, build_dir)
-    d.cfg["source"]["shim"]["args"]["exclusive"] = True
-    d.write_config(d.cfg)
-    d.serve()
-    d.status(lambda m: m["volumes_published"] >= 1)
+    d, control = serving_shim(daemons, build_dir, exclusive=True)
     control.write_text("stall 60000\n")
     d.event("source_fault")
     new = json.loads(json.dumps(d.cfg))
