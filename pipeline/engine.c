@@ -46,6 +46,9 @@ const char *const pl_lat_names[PL_LAT_N] = {
 #define MSG_MAX          1024
 /* A source timestamp further than this from CLOCK_REALTIME is not used (the clock is) */
 #define TS_SKEW_MAX_NS (60ull * 1000000000ull)
+/* Bytes after each copy buffer a source is given, checked after every acquire() */
+#define GUARD_BYTES 64u
+#define SLOT_ALIGN  64u
 #define META_KNOWN                                                                                 \
 	(VOLREC_SHIM_META_DROPPED_BEFORE | VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)
 
@@ -66,8 +69,9 @@ struct pl_pipeline {
 	uint64_t epochs; /* pl_run: acquire epochs 0..epochs-1, then end (0: until pl_stop) */
 	bool block;      /* wait for room instead of dropping */
 
-	void *ring_mem; /* copying path: the ring's B-scans (host_alloc) */
-	void *scratch;  /* where B-scans of a dropped epoch land */
+	void *ring_mem;    /* copying path: the ring's B-scans (host_alloc) */
+	void *scratch;     /* where B-scans of a dropped epoch land */
+	size_t slot_bytes; /* ring stride: a B-scan, its guard, aligned to SLOT_ALIGN */
 	struct pl_ring ring;
 	bool zc;                            /* zero-copy: entries are references (fixed) */
 	char zc_why[512];                   /* why the copying path runs */
@@ -310,6 +314,33 @@ static void release_one(struct pl_pipeline *pl, const void *p)
 	pl->c.release_errors++;
 	emit(pl, "source_fault", first ? PL_WARNING : PL_DEBUG, false,
 	     "source %s: release_ref(%p): %s", pl->src.info.name, p, src_strerror(&pl->src, rc));
+}
+
+/* The guard after a copy buffer of n bytes: a pattern acquire() must leave as it is. */
+static void guard_set(void *buf, size_t n)
+{
+	for (unsigned i = 0; i < GUARD_BYTES; i++)
+		((uint8_t *)buf)[n + i] = (uint8_t)(0xa5u ^ (i * 29u));
+}
+
+/* Whether the guard after buf[0, n) is intact; else restore it and say where it was hit. */
+static bool guard_check(struct pl_pipeline *pl, void *buf, const struct volrec_shim_meta *m,
+                        char *msg, size_t len)
+{
+	const uint8_t *g = (const uint8_t *)buf + pl->bscan_bytes;
+	unsigned i = 0;
+
+	while (i < GUARD_BYTES && g[i] == (uint8_t)(0xa5u ^ (i * 29u)))
+		i++;
+	if (i == GUARD_BYTES)
+		return true;
+	guard_set(buf, pl->bscan_bytes);
+	snprintf(msg, len,
+	         "source %s: acquire() wrote past the %zu bytes of its buffer (byte %zu changed; "
+	         "epoch %llu B-scan %u): the B-scan is not used",
+	         pl->src.info.name, pl->bscan_bytes, pl->bscan_bytes + i,
+	         (unsigned long long)m->epoch, m->bscan);
+	return false;
 }
 
 /*
@@ -759,6 +790,9 @@ static void *acq_main(void *arg)
 				         "source %s: acquire() returned %d (0 or a negative errno "
 				         "expected)",
 				         pl->src.info.name, rc);
+				rc = -EPROTO;
+			} else if (rc == 0 && !pl->zc &&
+			           !guard_check(pl, buf, &meta, msg, sizeof(msg))) {
 				rc = -EPROTO;
 			} else if (rc == 0 && meta_check(pl, &meta, msg, sizeof(msg)) < 0) {
 				if (pl->zc) {
@@ -1428,12 +1462,14 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 	if (note[0])
 		emit(pl, NULL, PL_NOTICE, false, "%s", note);
 	choose_depth(pl);
-	rc = be_host_alloc(pl->be, pl->bscan_bytes, &pl->scratch);
+	pl->slot_bytes = (pl->bscan_bytes + GUARD_BYTES + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+	rc = be_host_alloc(pl->be, pl->slot_bytes, &pl->scratch);
 	if (rc < 0) {
 		vr_err_errno(err, errlen, rc, "pipeline: allocating a scratch B-scan (%zu bytes)",
-		             pl->bscan_bytes);
+		             pl->slot_bytes);
 		goto fail;
 	}
+	guard_set(pl->scratch, pl->bscan_bytes);
 	rc = source_open(pl, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -1443,7 +1479,7 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 
 	choose_acquisition(pl);
 	if (!pl->zc) {
-		size_t bytes = pl->bscan_bytes * pl->ring.size;
+		size_t bytes = pl->slot_bytes * pl->ring.size;
 
 		rc = be_host_alloc(pl->be, bytes, &pl->ring_mem);
 		if (rc < 0) {
@@ -1453,8 +1489,10 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 			             pl->ring.size, bytes);
 			goto fail;
 		}
-		for (uint32_t i = 0; i < pl->ring.size; i++)
-			pl->ring.e[i].buf = (char *)pl->ring_mem + (size_t)i * pl->bscan_bytes;
+		for (uint32_t i = 0; i < pl->ring.size; i++) {
+			pl->ring.e[i].buf = (char *)pl->ring_mem + (size_t)i * pl->slot_bytes;
+			guard_set(pl->ring.e[i].buf, pl->bscan_bytes);
+		}
 	}
 	*out = pl;
 	return 0;

@@ -45,6 +45,9 @@ struct script {
 	unsigned release_fails; /* the next release_ref calls that fail with -EINVAL */
 	uint64_t mark_at[4];    /* when delivered == mark_at[i]: meta.flags = mark_flags[i] */
 	uint32_t mark_flags[4];
+	uint64_t overrun_at; /* the acquire() delivering B-scan overrun_at writes overrun bytes past
+	                      * its buffer */
+	unsigned overrun;
 	uint64_t ts_at; /* delivered in [ts_at, ts_at + ts_n): meta.timestamp_ns = ts_value */
 	unsigned ts_n;
 	uint64_t ts_value;
@@ -163,12 +166,17 @@ static int sc_next(struct script *s, const void **p, struct volrec_shim_meta *me
 static int sc_acquire(void *h, void *buf, size_t size, int timeout_ms,
                       struct volrec_shim_meta *meta)
 {
+	struct script *s = h;
 	const void *p;
-	int rc = sc_next(h, &p, meta);
+	uint64_t d = s->delivered; /* only this thread moves it */
+	int rc = sc_next(s, &p, meta);
 
 	(void)timeout_ms;
-	if (rc == 0)
+	if (rc == 0) {
 		memcpy(buf, p, size);
+		if (d == s->overrun_at)
+			memset((char *)buf + size, 0x33, s->overrun);
+	}
 	return rc;
 }
 
@@ -270,7 +278,7 @@ static void script_init(struct script *s, bool zc)
 	pthread_cond_init(&s->cv, NULL);
 	s->zc = zc;
 	s->fail_at = s->renumber_at = s->stall_at = s->stall_epoch = s->sleep_at = UINT64_MAX;
-	s->ts_at = UINT64_MAX;
+	s->ts_at = s->overrun_at = UINT64_MAX;
 	for (int i = 0; i < 4; i++)
 		s->mark_at[i] = UINT64_MAX;
 	s->data = malloc((size_t)S * NY * NX * K * sizeof(uint16_t));
@@ -924,6 +932,42 @@ static void test_flags_the_source_may_not_set_are_faults(void **unused)
 		}
 }
 
+/* A source that writes past the buffer it was given (1 byte, or the whole guard): a fault
+ * naming the byte, the B-scan not used, the neighbouring B-scans whole. */
+static void test_a_write_past_the_buffer_is_a_fault(void **unused)
+{
+	const unsigned n = 5 + S;
+	struct run ref;
+	(void)unused;
+
+	reference_run(1, false, n, &ref);
+	for (unsigned over = 1; over <= 64; over += 63) {
+		struct run r;
+		struct pl_stats st;
+		char want[96];
+
+		run_init(&r, CFG_SOURCE_SHIM, false);
+		r.s.overrun_at = 2 * NY + 1;
+		r.s.overrun = over;
+		r.o.block = true;
+		run_open(&r);
+		assert_int_equal(run_epochs(&r, n), 0);
+		run_stop_and_check(&r, &st);
+		assert_int_equal(st.c.source_faults, 1);
+		assert_int_equal(st.c.drops[PL_DROP_SOURCE_ERROR], 1);
+		snprintf(want, sizeof(want),
+		         "acquire() wrote past the %u bytes of its buffer (byte %u", NX * K * 2,
+		         NX * K * 2);
+		assert_true(ms_said(&r.m, "source_fault", want));
+		for (unsigned i = 0; i < r.m.n; i++)
+			assert_true(r.m.meta[i].epoch != 2);
+		assert_volumes_match(&r.m, &ref.m, 0, 2);
+		assert_volumes_match(&r.m, &ref.m, 3 + S, UINT64_MAX);
+		run_free(&r);
+	}
+	run_free(&ref);
+}
+
 /* A timestamp far from the clock (a device clock, microseconds) is not used: the clock is,
  * counted, and one warning for the series. */
 static void test_timestamps_off_the_clock_are_replaced_and_counted(void **unused)
@@ -1328,6 +1372,7 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_marked_bscans_drop_their_epoch_without_a_fault),
 	        cmocka_unit_test(test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume),
 	        cmocka_unit_test(test_flags_the_source_may_not_set_are_faults),
+	        cmocka_unit_test(test_a_write_past_the_buffer_is_a_fault),
 	        cmocka_unit_test(test_timestamps_off_the_clock_are_replaced_and_counted),
 	        cmocka_unit_test(test_a_marked_bscan_numbered_otherwise_than_due_is_still_a_fault),
 	        cmocka_unit_test(test_release_ref_failures_are_counted_and_logged_once_per_series),
