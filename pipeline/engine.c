@@ -48,7 +48,7 @@ const char *const pl_lat_names[PL_LAT_N] = {
 #define TS_SKEW_MAX_NS (60ull * 1000000000ull)
 /* Bytes after each copy buffer a source is given, checked after every acquire() */
 #define GUARD_BYTES 64u
-#define SLOT_ALIGN  64u
+#define SLOT_ALIGN  4096u /* page: DMA from the ring as aligned as before */
 #define META_KNOWN                                                                                 \
 	(VOLREC_SHIM_META_DROPPED_BEFORE | VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)
 
