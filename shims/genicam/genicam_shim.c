@@ -81,6 +81,15 @@ static void on_control_lost(ArvDevice *dev, gpointer data)
 	atomic_store(&s->control_lost, true);
 }
 
+/* The key as given in shim.args, NULL when absent. */
+static const struct shim_arg *arg_given(const struct shim_args *args, const char *key)
+{
+	for (size_t i = 0; i < args->n; i++)
+		if (!strcmp(args->a[i].key, key))
+			return &args->a[i];
+	return NULL;
+}
+
 /* "camera 'X' not found (found: A, B)" */
 static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 {
@@ -124,6 +133,12 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc)
 		rc = shim_args_str(&args, "pixel_format", s->pixel_format, sizeof(s->pixel_format),
 		                   err, sizeof(err));
+	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
+		snprintf(err, sizeof(err),
+		         "shim.args.PixelFormat: given besides pixel_format (the same setting: "
+		         "give one of them)");
+		rc = -EINVAL;
+	}
 	if (!rc && !s->pixel_format[0]) /* the feature's own name means the same */
 		rc = shim_args_str(&args, "PixelFormat", s->pixel_format, sizeof(s->pixel_format),
 		                   err, sizeof(err));

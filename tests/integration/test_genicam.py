@@ -244,6 +244,10 @@ BAD = {
                         "(1..2048"),
     "height_from_args": ({"camera": "Fake_1", "Height": 10}, {},
                          "shim.args.Height: the frame size comes from the geometry"),
+    "pixel_format_twice": ({"camera": "Fake_1", "pixel_format": "Mono16",
+                            "PixelFormat": "Mono8"}, {},
+                           "shim.args.PixelFormat: given besides pixel_format (the same "
+                           "setting: give one of them)"),
     "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
                            "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
 }
