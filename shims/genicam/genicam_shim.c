@@ -202,6 +202,21 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = -EINVAL;
 		goto out_msg;
 	}
+	if (!s->fake.synth) {
+		static const char *const synth_only[] = {"seed", "deg_per_s", "snr_db", "phantom",
+		                                         "motion_rate"};
+		for (size_t i = 0; i < sizeof(synth_only) / sizeof(synth_only[0]); i++) {
+			const struct shim_arg *a = arg_given(&args, synth_only[i]);
+			if (!a)
+				continue;
+			snprintf(err, sizeof(err),
+			         "shim.args.%s (line %u): only with simulate: synth (it sets the "
+			         "Fake camera's synthetic spectra; simulate is none)",
+			         a->key, a->line);
+			rc = -EINVAL;
+			goto out_msg;
+		}
+	}
 	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format)) {
 		snprintf(err, sizeof(err),
 		         "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",

@@ -248,6 +248,9 @@ BAD = {
                             "PixelFormat": "Mono8"}, {},
                            "shim.args.PixelFormat: given besides pixel_format (the same "
                            "setting: give one of them)"),
+    "synth_arg_without_simulate": ({"camera": "Fake_1", "snr_db": 30}, {},
+                                   "only with simulate: synth (it sets the Fake camera's "
+                                   "synthetic spectra; simulate is none)"),
     "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
                            "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
 }
