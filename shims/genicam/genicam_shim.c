@@ -250,6 +250,25 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = -EINVAL;
 		goto out_msg;
 	}
+	if (!arv_camera_is_gv_device(s->cam)) {
+		static const char *const gv_only[] = {"packet_size", "socket_buffer",
+		                                      "packet_socket", "packet_resend"};
+		for (size_t i = 0; i < sizeof(gv_only) / sizeof(gv_only[0]); i++) {
+			const struct shim_arg *a = arg_given(&args, gv_only[i]);
+			if (!a)
+				continue;
+			snprintf(err, sizeof(err),
+			         "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
+			         "(%s), the key applies only there",
+			         a->key, a->line, s->cam_id,
+			         arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
+			         : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
+			                 ? "Aravis's in-process Fake camera"
+			                 : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
+			rc = -EINVAL;
+			goto out_msg;
+		}
+	}
 	s->lost_handler = g_signal_connect(arv_camera_get_device(s->cam), "control-lost",
 	                                   G_CALLBACK(on_control_lost), s);
 	rc = gc_features_apply(s->cam, &args, s->cam_id, err, sizeof(err));

@@ -251,6 +251,9 @@ BAD = {
     "synth_arg_without_simulate": ({"camera": "Fake_1", "snr_db": 30}, {},
                                    "only with simulate: synth (it sets the Fake camera's "
                                    "synthetic spectra; simulate is none)"),
+    "gige_arg_on_other_camera": ({"camera": "Fake_1", "packet_size": 8192}, {},
+                                 "camera Fake_1 is not a GigE Vision camera (Aravis's "
+                                 "in-process Fake camera), the key applies only there"),
     "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
                            "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
 }
