@@ -254,6 +254,12 @@ BAD = {
     "gige_arg_on_other_camera": ({"camera": "Fake_1", "packet_size": 8192}, {},
                                  "camera Fake_1 is not a GigE Vision camera (Aravis's "
                                  "in-process Fake camera), the key applies only there"),
+    "acquisition_mode_from_args": ({"camera": "Fake_1", "AcquisitionMode": "SingleFrame"}, {},
+                                   "shim.args.AcquisitionMode: the shim sets it (Continuous"),
+    # features the shim writes itself: a value given would be overwritten without a word
+    "packet_size_feature_from_args": ({"camera": "Fake_1", "GevSCPSPacketSize": 1500}, {},
+                                      "shim.args.GevSCPSPacketSize: the packet size is "
+                                      "shim.args.packet_size"),
     "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
                            "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
 }
