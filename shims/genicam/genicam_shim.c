@@ -521,8 +521,17 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		return shim_fail(&s->err, -EINVAL, "genicam: samples_per_ascan %u is odd with %s",
 		                 g->samples_per_ascan, type_name(g->sample_type));
 	rc = choose_format(s, g);
-	if (!rc)
-		rc = set_frame_size(s, g);
+	if (rc)
+		return rc;
+	/* the Fake camera's own test pattern fills Mono8 and Mono16 only: other frames would
+	 * arrive complete but never written */
+	if (ARV_IS_FAKE_DEVICE(dev) && !s->fake.synth && s->fmt->code != ARV_PIXEL_FORMAT_MONO_8 &&
+	    s->fmt->code != ARV_PIXEL_FORMAT_MONO_16)
+		return shim_fail(&s->err, -EINVAL,
+		                 "genicam: camera %s fills %s frames only with simulate: synth "
+		                 "(its own test pattern is Mono8 or Mono16)",
+		                 s->cam_id, s->fmt->name);
+	rc = set_frame_size(s, g);
 	if (rc)
 		return rc;
 	arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
@@ -752,8 +761,8 @@ static bool frame_complete(const struct gc_shim *s, ArvBuffer *b)
 	    arv_buffer_get_image_pixel_format(b) != s->fmt->code)
 		return false;
 	arv_buffer_get_data(b, &got);
-	/* 0: not reported (the in-process Fake camera's own fill patterns leave it so) */
-	return got == 0 || got >= s->frame_bytes;
+	/* 0: nothing received, except from the synthetic fill (fake.c), which cannot set it */
+	return got >= s->frame_bytes || (got == 0 && s->fk);
 }
 
 /*

@@ -260,6 +260,10 @@ BAD = {
     "packet_size_feature_from_args": ({"camera": "Fake_1", "GevSCPSPacketSize": 1500}, {},
                                       "shim.args.GevSCPSPacketSize: the packet size is "
                                       "shim.args.packet_size"),
+    "fake_camera_unfilled_format": ({"camera": "Fake_1", "pixel_format": "Mono12p"},
+                                    {"sample_type": "u12p"},
+                                    "camera Fake_1 fills Mono12p frames only with simulate: "
+                                    "synth (its own test pattern is Mono8 or Mono16)"),
     "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
                            "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
 }
