@@ -250,6 +250,16 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = -EINVAL;
 		goto out_msg;
 	}
+	/* GigE Vision gives one application control: without it every write times out */
+	if (arv_camera_is_gv_device(s->cam) &&
+	    !arv_gv_device_is_controller(ARV_GV_DEVICE(arv_camera_get_device(s->cam)))) {
+		snprintf(err, sizeof(err),
+		         "camera %s is controlled by another application (GigE Vision control "
+		         "privilege refused: a viewer, another volrecd, or another host holds it)",
+		         s->cam_id);
+		rc = -EBUSY;
+		goto out_msg;
+	}
 	if (!arv_camera_is_gv_device(s->cam)) {
 		static const char *const gv_only[] = {"packet_size", "socket_buffer",
 		                                      "packet_socket", "packet_resend"};

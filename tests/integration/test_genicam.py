@@ -309,13 +309,17 @@ def ramp_consistent(vols):
     return None
 
 
-def gv_daemon(daemons, cam, **args):
+def gv_config(cam, **args):
     a = {"camera": cam, "pixel_format": "Mono8", "AcquisitionFrameRate": 100}
     a.update(args)
     over = daemon_shim_config(a, timeout_ms=500, samples_per_ascan=256, ascans_per_bscan=32,
                               bscans_per_volume=8)
     over["reconstruct.mode"] = "none"
-    d = daemons(**over)
+    return over
+
+
+def gv_daemon(daemons, cam, **args):
+    d = daemons(**gv_config(cam, **args))
     d.serve(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
     return d
 
@@ -372,3 +376,20 @@ def test_gv_camera_killed_and_restarted_is_a_fault_then_recovers(daemons, bin_di
         proc, out = d.reader(3, TIMEOUT)
         assert proc.wait(timeout=TIMEOUT + 10) == 0, proc.stderr.read() + d.log_text()[-2000:]
         assert ramp_consistent(read_records(out)) is None
+
+
+@needs_gv
+def test_gv_camera_controlled_by_another_application_is_named_at_start(daemons, bin_dir):
+    """GigE Vision gives one application control of a camera: a second volrecd (or a vendor
+    viewer left open) is refused at start with that reason, and the first one goes on."""
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        first = gv_daemon(daemons, cam)
+        first.vol()
+        second = daemons(**gv_config(cam))
+        second.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        assert second.wait_exit() != 0
+        assert (f"genicam: camera {cam} is controlled by another application"
+                in second.log_text()), second.log_text()[-2000:]
+        published = first.status()["volumes_published"]
+        st = first.status(lambda m: m["volumes_published"] >= published + 2)
+        assert st["state"] == "running" and st["faults"]["source"] == 0, st
