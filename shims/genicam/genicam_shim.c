@@ -109,6 +109,39 @@ static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 	return -ENODEV;
 }
 
+/* -ENOTUNIQ naming them when want ("" = any) matches more than one camera found, by id,
+ * physical id (MAC) or address: Aravis would open one of them without a word. */
+static int check_unique(const char *want, char *err, size_t errlen)
+{
+	char list[512] = "";
+	size_t len = 0;
+	unsigned n, hits = 0;
+
+	arv_update_device_list();
+	n = arv_get_n_devices();
+	for (unsigned i = 0; i < n; i++) {
+		if (want[0] && g_strcmp0(want, arv_get_device_id(i)) &&
+		    g_strcmp0(want, arv_get_device_physical_id(i)) &&
+		    g_strcmp0(want, arv_get_device_address(i)))
+			continue;
+		if (len < sizeof(list))
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
+			                        hits ? ", " : "", arv_get_device_id(i));
+		hits++;
+	}
+	if (hits < 2)
+		return 0;
+	if (!want[0])
+		snprintf(err, errlen,
+		         "shim.args.camera: absent, and %u cameras are found (%s): name one", hits,
+		         list);
+	else
+		snprintf(err, errlen,
+		         "shim.args.camera: '%s' matches %u cameras (%s): give the id of one", want,
+		         hits, list);
+	return -ENOTUNIQ;
+}
+
 static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
 {
 	struct gc_shim *s;
@@ -230,6 +263,9 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		if (rc)
 			goto out_msg;
 	}
+	rc = check_unique(s->want, err, sizeof(err));
+	if (rc)
+		goto out_msg;
 	s->cam = arv_camera_new(s->want[0] ? s->want : NULL, &ge);
 	if (!s->cam) {
 		char msg[GC_MSG_MAX];

@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -393,3 +394,18 @@ def test_gv_camera_controlled_by_another_application_is_named_at_start(daemons, 
         published = first.status()["volumes_published"]
         st = first.status(lambda m: m["volumes_published"] >= published + 2)
         assert st["state"] == "running" and st["faults"]["source"] == 0, st
+
+
+@needs_gv
+def test_no_camera_named_with_several_found_is_refused(daemons, bin_dir):
+    """Without `camera`, the shim takes the one camera found; with several it names them
+    instead of opening whichever Aravis lists first."""
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        # simulate: synth adds Aravis's in-process Fake camera to the GigE Vision one
+        d = daemons(**daemon_shim_config({"simulate": "synth"}))
+        d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        assert d.wait_exit() != 0
+        log = d.log_text()
+        m = re.search(r"genicam: shim\.args\.camera: absent, and \d+ cameras are found "
+                      r"\(([^)]*)\): name one", log)
+        assert m and cam in m.group(1) and "Fake_1" in m.group(1), log[-2000:]
