@@ -110,8 +110,9 @@ static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 }
 
 /* -ENOTUNIQ naming them when want ("" = any) matches more than one camera found, by id,
- * physical id (MAC) or address: Aravis would open one of them without a word. */
-static int check_unique(const char *want, char *err, size_t errlen)
+ * physical id (MAC) or address: Aravis would open one of them without a word. The id of the
+ * one camera matched goes to id ("" when none). */
+static int check_unique(const char *want, char *id, size_t idlen, char *err, size_t errlen)
 {
 	char list[512] = "";
 	size_t len = 0;
@@ -127,6 +128,8 @@ static int check_unique(const char *want, char *err, size_t errlen)
 		if (len < sizeof(list))
 			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
 			                        hits ? ", " : "", arv_get_device_id(i));
+		if (!hits)
+			snprintf(id, idlen, "%s", arv_get_device_id(i) ? arv_get_device_id(i) : "");
 		hits++;
 	}
 	if (hits < 2)
@@ -263,7 +266,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		if (rc)
 			goto out_msg;
 	}
-	rc = check_unique(s->want, err, sizeof(err));
+	rc = check_unique(s->want, s->cam_id, sizeof(s->cam_id), err, sizeof(err));
 	if (rc)
 		goto out_msg;
 	s->cam = arv_camera_new(s->want[0] ? s->want : NULL, &ge);
@@ -274,10 +277,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		free(s);
 		return shim_open_fail(rc, "%s", msg);
 	}
-	snprintf(s->cam_id, sizeof(s->cam_id), "%s",
-	         s->want[0] || !arv_camera_get_device_id(s->cam, NULL)
-	                 ? s->want
-	                 : arv_camera_get_device_id(s->cam, NULL));
+	/* the id `camera:` takes: the one asked for, else the one camera found */
+	if (s->want[0])
+		snprintf(s->cam_id, sizeof(s->cam_id), "%s", s->want);
+	else if (!s->cam_id[0])
+		snprintf(s->cam_id, sizeof(s->cam_id), "%s",
+		         arv_camera_get_device_id(s->cam, NULL)
+		                 ? arv_camera_get_device_id(s->cam, NULL)
+		                 : "?");
 	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))) {
 		snprintf(err, sizeof(err),
 		         "shim.args.simulate: synth needs Aravis's in-process Fake camera "

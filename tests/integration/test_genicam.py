@@ -409,3 +409,15 @@ def test_no_camera_named_with_several_found_is_refused(daemons, bin_dir):
         m = re.search(r"genicam: shim\.args\.camera: absent, and \d+ cameras are found "
                       r"\(([^)]*)\): name one", log)
         assert m and cam in m.group(1) and "Fake_1" in m.group(1), log[-2000:]
+
+
+@needs_gv
+def test_the_one_camera_found_is_named_by_its_id(daemons, bin_dir):
+    """Without `camera`, messages name the camera by the id `camera:` takes (as `volrec
+    cameras` lists it), not by its DeviceID feature."""
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        d = daemons(**daemon_shim_config({"AcquisitionFrameRate": 5000}))
+        d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        assert d.wait_exit() != 0
+        assert (f"shim.args.AcquisitionFrameRate: 5000 is out of range for camera {cam} "
+                in d.log_text()), d.log_text()[-2000:]
