@@ -801,21 +801,48 @@ static uint64_t id_step(struct gc_shim *s, uint64_t last, uint64_t id)
 	return id + 65535 - last;
 }
 
-/* A frame Aravis says is complete and that has the shape configured. */
-static bool frame_complete(const struct gc_shim *s, ArvBuffer *b)
+/* A frame Aravis says is complete and that has the shape configured; else why not, in why. */
+static bool frame_complete(const struct gc_shim *s, ArvBuffer *b, char *why, size_t whylen)
 {
+	static const char *const status[] = {"complete",
+	                                     "cleared",
+	                                     "timed out waiting for its packets",
+	                                     "missing packets",
+	                                     "a packet of another frame",
+	                                     "larger than the buffer (PayloadSize)",
+	                                     "still filling",
+	                                     "aborted"};
+	ArvBufferStatus st = arv_buffer_get_status(b);
+	ArvBufferPayloadType pt = arv_buffer_get_payload_type(b);
 	size_t got = 0;
 
-	if (arv_buffer_get_status(b) != ARV_BUFFER_STATUS_SUCCESS ||
-	    arv_buffer_get_payload_type(b) != ARV_BUFFER_PAYLOAD_TYPE_IMAGE)
+	if (st != ARV_BUFFER_STATUS_SUCCESS) {
+		if (st >= 0 && (size_t)st < sizeof(status) / sizeof(status[0]))
+			snprintf(why, whylen, "%s", status[st]);
+		else
+			snprintf(why, whylen, "buffer status %d", (int)st);
 		return false;
+	}
+	if (pt != ARV_BUFFER_PAYLOAD_TYPE_IMAGE) {
+		snprintf(why, whylen,
+		         "payload type %d, not a plain image (chunk data is not taken)", (int)pt);
+		return false;
+	}
+	const struct gc_format *f = gc_format_by_code(arv_buffer_get_image_pixel_format(b));
 	if ((uint32_t)arv_buffer_get_image_width(b) != s->geo.samples_per_ascan ||
-	    (uint32_t)arv_buffer_get_image_height(b) != s->geo.ascans_per_bscan ||
-	    arv_buffer_get_image_pixel_format(b) != s->fmt->code)
+	    (uint32_t)arv_buffer_get_image_height(b) != s->geo.ascans_per_bscan || f != s->fmt) {
+		snprintf(why, whylen, "%d x %d pixels %s, configured %u x %u %s",
+		         arv_buffer_get_image_width(b), arv_buffer_get_image_height(b),
+		         f ? f->name : "(a format volrec does not take)", s->geo.samples_per_ascan,
+		         s->geo.ascans_per_bscan, s->fmt->name);
 		return false;
+	}
 	arv_buffer_get_data(b, &got);
 	/* 0: nothing received, except from the synthetic fill (fake.c), which cannot set it */
-	return got >= s->frame_bytes || (got == 0 && s->fk);
+	if (got >= s->frame_bytes || (got == 0 && s->fk))
+		return true;
+	snprintf(why, whylen, "%zu of %zu bytes received", got, s->frame_bytes);
+	return false;
 }
 
 /*
@@ -828,6 +855,8 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 	const uint64_t t0 = vr_now_ns(CLOCK_MONOTONIC);
 	const uint64_t limit = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
 	const uint64_t ny = s->geo.bscans_per_volume;
+	uint64_t bad = 0; /* incomplete frames in this call */
+	char why[160] = "";
 
 	*out = NULL;
 	for (;;) {
@@ -874,6 +903,11 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			                 "disconnected, powered off or taken over)",
 			                 s->cam_id);
 		uint64_t el = vr_now_ns(CLOCK_MONOTONIC) - t0;
+		if (el >= limit && bad)
+			return shim_fail(&s->err, -EIO,
+			                 "genicam: camera %s: %" PRIu64
+			                 " frame%s within %d ms, none complete (the last: %s)",
+			                 s->cam_id, bad, bad == 1 ? "" : "s", timeout_ms, why);
 		if (el >= limit)
 			return shim_fail(
 			        &s->err, -ETIMEDOUT,
@@ -887,8 +921,9 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			continue;
 		uint32_t i = GPOINTER_TO_UINT(arv_buffer_get_user_data(b)) - 1;
 		atomic_store(&s->out[i], 1);
-		if (!frame_complete(s, b)) {
+		if (!frame_complete(s, b, why, sizeof(why))) {
 			s->incomplete++;
+			bad++;
 			requeue(s, b);
 			continue;
 		}

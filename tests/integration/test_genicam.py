@@ -421,3 +421,16 @@ def test_the_one_camera_found_is_named_by_its_id(daemons, bin_dir):
         assert d.wait_exit() != 0
         assert (f"shim.args.AcquisitionFrameRate: 5000 is out of range for camera {cam} "
                 in d.log_text()), d.log_text()[-2000:]
+
+
+@needs_gv
+def test_gv_frames_arriving_only_incomplete_are_a_fault_that_says_so(daemons, bin_dir):
+    """Frames that arrive but are never complete (90 % of the packets lost, no resend) are a
+    source fault naming them and why, not a timeout blaming the trigger or the network."""
+    with fake_gv_camera(bin_dir, lost_per_thousand=900) as (cam, _, _):
+        d = daemons(**gv_config(cam, packet_resend=False, AcquisitionFrameRate=200))
+        d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)}).subscribe()
+        ev = d.event("source_fault")
+        assert re.search(rf"genicam: camera {cam}: \d+ frames? within 500 ms, none complete "
+                         r"\(the last: (missing packets|timed out)", ev["message"]), ev
+        assert "trigger wiring" not in ev["message"], ev
