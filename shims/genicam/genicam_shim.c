@@ -25,6 +25,7 @@
 	"camera, pixel_format, buffers, packet_size, packet_socket, packet_resend, "               \
 	"socket_buffer, set_geometry, simulate, seed, deg_per_s, snr_db, phantom, motion_rate"
 #define PAGE      4096u
+#define BUF_MIN   16u
 #define BUF_MAX   4096u
 #define GAP16_MAX 32767u /* largest frame-id step told apart from a restart (16-bit ids) */
 #define GAP64_MAX (1u << 30)
@@ -208,6 +209,13 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		                      sizeof(err));
 	if (rc)
 		goto out_msg;
+	if (s->buffers && s->buffers < BUF_MIN) {
+		snprintf(err, sizeof(err),
+		         "shim.args.buffers: %" PRIu64 " is too few (0 = 3 epochs, else %u..%u)",
+		         s->buffers, BUF_MIN, BUF_MAX);
+		rc = -ERANGE;
+		goto out_msg;
+	}
 	s->packet_size = psize == UINT64_MAX ? -1 : (int64_t)psize;
 	if (psize != UINT64_MAX && psize && psize < 576) {
 		snprintf(err, sizeof(err),
@@ -630,8 +638,8 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		        s->cam_id, payload, g->samples_per_ascan, g->ascans_per_bscan, s->fmt->name,
 		        s->frame_bytes);
 	s->nbuf = s->buffers ? (uint32_t)s->buffers : 3 * g->bscans_per_volume;
-	if (s->nbuf < 16)
-		s->nbuf = 16;
+	if (s->nbuf < BUF_MIN)
+		s->nbuf = BUF_MIN;
 	if (s->nbuf > BUF_MAX)
 		s->nbuf = BUF_MAX;
 	s->stride = (payload + PAGE - 1) / PAGE * PAGE;

@@ -265,6 +265,8 @@ BAD = {
                                     {"sample_type": "u12p"},
                                     "camera Fake_1 fills Mono12p frames only with simulate: "
                                     "synth (its own test pattern is Mono8 or Mono16)"),
+    "too_few_buffers": ({"camera": "Fake_1", "buffers": 5}, {},
+                        "shim.args.buffers: 5 is too few (0 = 3 epochs, else 16..4096)"),
     "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
                            "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
 }
