@@ -845,6 +845,15 @@ static bool frame_complete(const struct gc_shim *s, ArvBuffer *b, char *why, siz
 		         s->geo.ascans_per_bscan, s->fmt->name);
 		return false;
 	}
+	gint xpad = 0, ypad = 0;
+	arv_buffer_get_image_padding(b, &xpad, &ypad);
+	if (xpad) { /* lines not back to back: every A-scan after the first would be shifted */
+		snprintf(why, whylen,
+		         "%d bytes of padding after each line (not taken: the camera's line "
+		         "padding must be off)",
+		         xpad);
+		return false;
+	}
 	arv_buffer_get_data(b, &got);
 	/* 0: nothing received, except from the synthetic fill (fake.c), which cannot set it */
 	if (got >= s->frame_bytes || (got == 0 && s->fk))
