@@ -595,8 +595,18 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	rc = set_frame_size(s, g);
 	if (rc)
 		return rc;
-	arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
-	g_clear_error(&ge); /* a camera without AcquisitionMode streams continuously anyway */
+	/* a camera without AcquisitionMode streams continuously anyway; one that has it must
+	 * take Continuous, or it would stop after a frame or a few */
+	if (arv_device_get_feature(dev, "AcquisitionMode")) {
+		arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
+		if (ge) {
+			rc = shim_fail(&s->err, -EIO,
+			               "genicam: camera %s refused AcquisitionMode Continuous: %s",
+			               s->cam_id, ge->message);
+			g_clear_error(&ge);
+			return rc;
+		}
+	}
 	if (arv_camera_is_gv_device(s->cam)) {
 		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
 		bool lo = is_loopback(gv);
