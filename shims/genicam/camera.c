@@ -253,6 +253,15 @@ int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *cam
 			        "shim.args.%s: the frame size comes from the geometry (Width = "
 			        "geometry.samples_per_ascan, Height = geometry.ascans_per_bscan)",
 			        a->key);
+		/* written by the shim at configure(): a value given here would be overwritten */
+		if (!strcmp(a->key, "AcquisitionMode"))
+			return say(err, errlen, -EINVAL,
+			           "shim.args.AcquisitionMode: the shim sets it (Continuous: "
+			           "the camera streams until volrecd stops it)");
+		if (!strcmp(a->key, "GevSCPSPacketSize"))
+			return say(err, errlen, -EINVAL,
+			           "shim.args.GevSCPSPacketSize: the packet size is "
+			           "shim.args.packet_size (negotiated when absent)");
 		rc = apply_one(dev, a, camera_id, err, errlen);
 		if (rc)
 			return rc;

@@ -25,6 +25,7 @@
 	"camera, pixel_format, buffers, packet_size, packet_socket, packet_resend, "               \
 	"socket_buffer, set_geometry, simulate, seed, deg_per_s, snr_db, phantom, motion_rate"
 #define PAGE      4096u
+#define BUF_MIN   16u
 #define BUF_MAX   4096u
 #define GAP16_MAX 32767u /* largest frame-id step told apart from a restart (16-bit ids) */
 #define GAP64_MAX (1u << 30)
@@ -81,6 +82,15 @@ static void on_control_lost(ArvDevice *dev, gpointer data)
 	atomic_store(&s->control_lost, true);
 }
 
+/* The key as given in shim.args, NULL when absent. */
+static const struct shim_arg *arg_given(const struct shim_args *args, const char *key)
+{
+	for (size_t i = 0; i < args->n; i++)
+		if (!strcmp(args->a[i].key, key))
+			return &args->a[i];
+	return NULL;
+}
+
 /* "camera 'X' not found (found: A, B)" */
 static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 {
@@ -98,6 +108,42 @@ static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 	         n ? "found: " : "no GenICam camera found", list, "", ge ? "; Aravis: " : "",
 	         ge ? ge->message : "");
 	return -ENODEV;
+}
+
+/* -ENOTUNIQ naming them when want ("" = any) matches more than one camera found, by id,
+ * physical id (MAC) or address: Aravis would open one of them without a word. The id of the
+ * one camera matched goes to id ("" when none). */
+static int check_unique(const char *want, char *id, size_t idlen, char *err, size_t errlen)
+{
+	char list[512] = "";
+	size_t len = 0;
+	unsigned n, hits = 0;
+
+	arv_update_device_list();
+	n = arv_get_n_devices();
+	for (unsigned i = 0; i < n; i++) {
+		if (want[0] && g_strcmp0(want, arv_get_device_id(i)) &&
+		    g_strcmp0(want, arv_get_device_physical_id(i)) &&
+		    g_strcmp0(want, arv_get_device_address(i)))
+			continue;
+		if (len < sizeof(list))
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
+			                        hits ? ", " : "", arv_get_device_id(i));
+		if (!hits)
+			snprintf(id, idlen, "%s", arv_get_device_id(i) ? arv_get_device_id(i) : "");
+		hits++;
+	}
+	if (hits < 2)
+		return 0;
+	if (!want[0])
+		snprintf(err, errlen,
+		         "shim.args.camera: absent, and %u cameras are found (%s): name one", hits,
+		         list);
+	else
+		snprintf(err, errlen,
+		         "shim.args.camera: '%s' matches %u cameras (%s): give the id of one", want,
+		         hits, list);
+	return -ENOTUNIQ;
 }
 
 static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
@@ -124,6 +170,12 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc)
 		rc = shim_args_str(&args, "pixel_format", s->pixel_format, sizeof(s->pixel_format),
 		                   err, sizeof(err));
+	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
+		snprintf(err, sizeof(err),
+		         "shim.args.PixelFormat: given besides pixel_format (the same setting: "
+		         "give one of them)");
+		rc = -EINVAL;
+	}
 	if (!rc && !s->pixel_format[0]) /* the feature's own name means the same */
 		rc = shim_args_str(&args, "PixelFormat", s->pixel_format, sizeof(s->pixel_format),
 		                   err, sizeof(err));
@@ -157,6 +209,13 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		                      sizeof(err));
 	if (rc)
 		goto out_msg;
+	if (s->buffers && s->buffers < BUF_MIN) {
+		snprintf(err, sizeof(err),
+		         "shim.args.buffers: %" PRIu64 " is too few (0 = 3 epochs, else %u..%u)",
+		         s->buffers, BUF_MIN, BUF_MAX);
+		rc = -ERANGE;
+		goto out_msg;
+	}
 	s->packet_size = psize == UINT64_MAX ? -1 : (int64_t)psize;
 	if (psize != UINT64_MAX && psize && psize < 576) {
 		snprintf(err, sizeof(err),
@@ -187,6 +246,21 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = -EINVAL;
 		goto out_msg;
 	}
+	if (!s->fake.synth) {
+		static const char *const synth_only[] = {"seed", "deg_per_s", "snr_db", "phantom",
+		                                         "motion_rate"};
+		for (size_t i = 0; i < sizeof(synth_only) / sizeof(synth_only[0]); i++) {
+			const struct shim_arg *a = arg_given(&args, synth_only[i]);
+			if (!a)
+				continue;
+			snprintf(err, sizeof(err),
+			         "shim.args.%s (line %u): only with simulate: synth (it sets the "
+			         "Fake camera's synthetic spectra; simulate is none)",
+			         a->key, a->line);
+			rc = -EINVAL;
+			goto out_msg;
+		}
+	}
 	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format)) {
 		snprintf(err, sizeof(err),
 		         "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
@@ -200,6 +274,9 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		if (rc)
 			goto out_msg;
 	}
+	rc = check_unique(s->want, s->cam_id, sizeof(s->cam_id), err, sizeof(err));
+	if (rc)
+		goto out_msg;
 	s->cam = arv_camera_new(s->want[0] ? s->want : NULL, &ge);
 	if (!s->cam) {
 		char msg[GC_MSG_MAX];
@@ -208,10 +285,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		free(s);
 		return shim_open_fail(rc, "%s", msg);
 	}
-	snprintf(s->cam_id, sizeof(s->cam_id), "%s",
-	         s->want[0] || !arv_camera_get_device_id(s->cam, NULL)
-	                 ? s->want
-	                 : arv_camera_get_device_id(s->cam, NULL));
+	/* the id `camera:` takes: the one asked for, else the one camera found */
+	if (s->want[0])
+		snprintf(s->cam_id, sizeof(s->cam_id), "%s", s->want);
+	else if (!s->cam_id[0])
+		snprintf(s->cam_id, sizeof(s->cam_id), "%s",
+		         arv_camera_get_device_id(s->cam, NULL)
+		                 ? arv_camera_get_device_id(s->cam, NULL)
+		                 : "?");
 	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))) {
 		snprintf(err, sizeof(err),
 		         "shim.args.simulate: synth needs Aravis's in-process Fake camera "
@@ -219,6 +300,35 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		         s->cam_id);
 		rc = -EINVAL;
 		goto out_msg;
+	}
+	/* GigE Vision gives one application control: without it every write times out */
+	if (arv_camera_is_gv_device(s->cam) &&
+	    !arv_gv_device_is_controller(ARV_GV_DEVICE(arv_camera_get_device(s->cam)))) {
+		snprintf(err, sizeof(err),
+		         "camera %s is controlled by another application (GigE Vision control "
+		         "privilege refused: a viewer, another volrecd, or another host holds it)",
+		         s->cam_id);
+		rc = -EBUSY;
+		goto out_msg;
+	}
+	if (!arv_camera_is_gv_device(s->cam)) {
+		static const char *const gv_only[] = {"packet_size", "socket_buffer",
+		                                      "packet_socket", "packet_resend"};
+		for (size_t i = 0; i < sizeof(gv_only) / sizeof(gv_only[0]); i++) {
+			const struct shim_arg *a = arg_given(&args, gv_only[i]);
+			if (!a)
+				continue;
+			snprintf(err, sizeof(err),
+			         "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
+			         "(%s), the key applies only there",
+			         a->key, a->line, s->cam_id,
+			         arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
+			         : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
+			                 ? "Aravis's in-process Fake camera"
+			                 : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
+			rc = -EINVAL;
+			goto out_msg;
+		}
 	}
 	s->lost_handler = g_signal_connect(arv_camera_get_device(s->cam), "control-lost",
 	                                   G_CALLBACK(on_control_lost), s);
@@ -472,12 +582,31 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		return shim_fail(&s->err, -EINVAL, "genicam: samples_per_ascan %u is odd with %s",
 		                 g->samples_per_ascan, type_name(g->sample_type));
 	rc = choose_format(s, g);
-	if (!rc)
-		rc = set_frame_size(s, g);
 	if (rc)
 		return rc;
-	arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
-	g_clear_error(&ge); /* a camera without AcquisitionMode streams continuously anyway */
+	/* the Fake camera's own test pattern fills Mono8 and Mono16 only: other frames would
+	 * arrive complete but never written */
+	if (ARV_IS_FAKE_DEVICE(dev) && !s->fake.synth && s->fmt->code != ARV_PIXEL_FORMAT_MONO_8 &&
+	    s->fmt->code != ARV_PIXEL_FORMAT_MONO_16)
+		return shim_fail(&s->err, -EINVAL,
+		                 "genicam: camera %s fills %s frames only with simulate: synth "
+		                 "(its own test pattern is Mono8 or Mono16)",
+		                 s->cam_id, s->fmt->name);
+	rc = set_frame_size(s, g);
+	if (rc)
+		return rc;
+	/* a camera without AcquisitionMode streams continuously anyway; one that has it must
+	 * take Continuous, or it would stop after a frame or a few */
+	if (arv_device_get_feature(dev, "AcquisitionMode")) {
+		arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
+		if (ge) {
+			rc = shim_fail(&s->err, -EIO,
+			               "genicam: camera %s refused AcquisitionMode Continuous: %s",
+			               s->cam_id, ge->message);
+			g_clear_error(&ge);
+			return rc;
+		}
+	}
 	if (arv_camera_is_gv_device(s->cam)) {
 		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
 		bool lo = is_loopback(gv);
@@ -519,8 +648,8 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		        s->cam_id, payload, g->samples_per_ascan, g->ascans_per_bscan, s->fmt->name,
 		        s->frame_bytes);
 	s->nbuf = s->buffers ? (uint32_t)s->buffers : 3 * g->bscans_per_volume;
-	if (s->nbuf < 16)
-		s->nbuf = 16;
+	if (s->nbuf < BUF_MIN)
+		s->nbuf = BUF_MIN;
 	if (s->nbuf > BUF_MAX)
 		s->nbuf = BUF_MAX;
 	s->stride = (payload + PAGE - 1) / PAGE * PAGE;
@@ -690,21 +819,57 @@ static uint64_t id_step(struct gc_shim *s, uint64_t last, uint64_t id)
 	return id + 65535 - last;
 }
 
-/* A frame Aravis says is complete and that has the shape configured. */
-static bool frame_complete(const struct gc_shim *s, ArvBuffer *b)
+/* A frame Aravis says is complete and that has the shape configured; else why not, in why. */
+static bool frame_complete(const struct gc_shim *s, ArvBuffer *b, char *why, size_t whylen)
 {
+	static const char *const status[] = {"complete",
+	                                     "cleared",
+	                                     "timed out waiting for its packets",
+	                                     "missing packets",
+	                                     "a packet of another frame",
+	                                     "larger than the buffer (PayloadSize)",
+	                                     "still filling",
+	                                     "aborted"};
+	ArvBufferStatus st = arv_buffer_get_status(b);
+	ArvBufferPayloadType pt = arv_buffer_get_payload_type(b);
 	size_t got = 0;
 
-	if (arv_buffer_get_status(b) != ARV_BUFFER_STATUS_SUCCESS ||
-	    arv_buffer_get_payload_type(b) != ARV_BUFFER_PAYLOAD_TYPE_IMAGE)
+	if (st != ARV_BUFFER_STATUS_SUCCESS) {
+		if (st >= 0 && (size_t)st < sizeof(status) / sizeof(status[0]))
+			snprintf(why, whylen, "%s", status[st]);
+		else
+			snprintf(why, whylen, "buffer status %d", (int)st);
 		return false;
+	}
+	if (pt != ARV_BUFFER_PAYLOAD_TYPE_IMAGE) {
+		snprintf(why, whylen,
+		         "payload type %d, not a plain image (chunk data is not taken)", (int)pt);
+		return false;
+	}
+	const struct gc_format *f = gc_format_by_code(arv_buffer_get_image_pixel_format(b));
 	if ((uint32_t)arv_buffer_get_image_width(b) != s->geo.samples_per_ascan ||
-	    (uint32_t)arv_buffer_get_image_height(b) != s->geo.ascans_per_bscan ||
-	    arv_buffer_get_image_pixel_format(b) != s->fmt->code)
+	    (uint32_t)arv_buffer_get_image_height(b) != s->geo.ascans_per_bscan || f != s->fmt) {
+		snprintf(why, whylen, "%d x %d pixels %s, configured %u x %u %s",
+		         arv_buffer_get_image_width(b), arv_buffer_get_image_height(b),
+		         f ? f->name : "(a format volrec does not take)", s->geo.samples_per_ascan,
+		         s->geo.ascans_per_bscan, s->fmt->name);
 		return false;
+	}
+	gint xpad = 0, ypad = 0;
+	arv_buffer_get_image_padding(b, &xpad, &ypad);
+	if (xpad) { /* lines not back to back: every A-scan after the first would be shifted */
+		snprintf(why, whylen,
+		         "%d bytes of padding after each line (not taken: the camera's line "
+		         "padding must be off)",
+		         xpad);
+		return false;
+	}
 	arv_buffer_get_data(b, &got);
-	/* 0: not reported (the in-process Fake camera's own fill patterns leave it so) */
-	return got == 0 || got >= s->frame_bytes;
+	/* 0: nothing received, except from the synthetic fill (fake.c), which cannot set it */
+	if (got >= s->frame_bytes || (got == 0 && s->fk))
+		return true;
+	snprintf(why, whylen, "%zu of %zu bytes received", got, s->frame_bytes);
+	return false;
 }
 
 /*
@@ -717,6 +882,8 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 	const uint64_t t0 = vr_now_ns(CLOCK_MONOTONIC);
 	const uint64_t limit = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
 	const uint64_t ny = s->geo.bscans_per_volume;
+	uint64_t bad = 0; /* incomplete frames in this call */
+	char why[160] = "";
 
 	*out = NULL;
 	for (;;) {
@@ -763,6 +930,11 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			                 "disconnected, powered off or taken over)",
 			                 s->cam_id);
 		uint64_t el = vr_now_ns(CLOCK_MONOTONIC) - t0;
+		if (el >= limit && bad)
+			return shim_fail(&s->err, -EIO,
+			                 "genicam: camera %s: %" PRIu64
+			                 " frame%s within %d ms, none complete (the last: %s)",
+			                 s->cam_id, bad, bad == 1 ? "" : "s", timeout_ms, why);
 		if (el >= limit)
 			return shim_fail(
 			        &s->err, -ETIMEDOUT,
@@ -776,8 +948,9 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			continue;
 		uint32_t i = GPOINTER_TO_UINT(arv_buffer_get_user_data(b)) - 1;
 		atomic_store(&s->out[i], 1);
-		if (!frame_complete(s, b)) {
+		if (!frame_complete(s, b, why, sizeof(why))) {
 			s->incomplete++;
+			bad++;
 			requeue(s, b);
 			continue;
 		}

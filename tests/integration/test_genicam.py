@@ -9,6 +9,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -244,6 +245,28 @@ BAD = {
                         "(1..2048"),
     "height_from_args": ({"camera": "Fake_1", "Height": 10}, {},
                          "shim.args.Height: the frame size comes from the geometry"),
+    "pixel_format_twice": ({"camera": "Fake_1", "pixel_format": "Mono16",
+                            "PixelFormat": "Mono8"}, {},
+                           "shim.args.PixelFormat: given besides pixel_format (the same "
+                           "setting: give one of them)"),
+    "synth_arg_without_simulate": ({"camera": "Fake_1", "snr_db": 30}, {},
+                                   "only with simulate: synth (it sets the Fake camera's "
+                                   "synthetic spectra; simulate is none)"),
+    "gige_arg_on_other_camera": ({"camera": "Fake_1", "packet_size": 8192}, {},
+                                 "camera Fake_1 is not a GigE Vision camera (Aravis's "
+                                 "in-process Fake camera), the key applies only there"),
+    "acquisition_mode_from_args": ({"camera": "Fake_1", "AcquisitionMode": "SingleFrame"}, {},
+                                   "shim.args.AcquisitionMode: the shim sets it (Continuous"),
+    # features the shim writes itself: a value given would be overwritten without a word
+    "packet_size_feature_from_args": ({"camera": "Fake_1", "GevSCPSPacketSize": 1500}, {},
+                                      "shim.args.GevSCPSPacketSize: the packet size is "
+                                      "shim.args.packet_size"),
+    "fake_camera_unfilled_format": ({"camera": "Fake_1", "pixel_format": "Mono12p"},
+                                    {"sample_type": "u12p"},
+                                    "camera Fake_1 fills Mono12p frames only with simulate: "
+                                    "synth (its own test pattern is Mono8 or Mono16)"),
+    "too_few_buffers": ({"camera": "Fake_1", "buffers": 5}, {},
+                        "shim.args.buffers: 5 is too few (0 = 3 epochs, else 16..4096)"),
     "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
                            "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
 }
@@ -289,13 +312,17 @@ def ramp_consistent(vols):
     return None
 
 
-def gv_daemon(daemons, cam, **args):
+def gv_config(cam, **args):
     a = {"camera": cam, "pixel_format": "Mono8", "AcquisitionFrameRate": 100}
     a.update(args)
     over = daemon_shim_config(a, timeout_ms=500, samples_per_ascan=256, ascans_per_bscan=32,
                               bscans_per_volume=8)
     over["reconstruct.mode"] = "none"
-    d = daemons(**over)
+    return over
+
+
+def gv_daemon(daemons, cam, **args):
+    d = daemons(**gv_config(cam, **args))
     d.serve(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
     return d
 
@@ -352,3 +379,60 @@ def test_gv_camera_killed_and_restarted_is_a_fault_then_recovers(daemons, bin_di
         proc, out = d.reader(3, TIMEOUT)
         assert proc.wait(timeout=TIMEOUT + 10) == 0, proc.stderr.read() + d.log_text()[-2000:]
         assert ramp_consistent(read_records(out)) is None
+
+
+@needs_gv
+def test_gv_camera_controlled_by_another_application_is_named_at_start(daemons, bin_dir):
+    """GigE Vision gives one application control of a camera: a second volrecd (or a vendor
+    viewer left open) is refused at start with that reason, and the first one goes on."""
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        first = gv_daemon(daemons, cam)
+        first.vol()
+        second = daemons(**gv_config(cam))
+        second.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        assert second.wait_exit() != 0
+        assert (f"genicam: camera {cam} is controlled by another application"
+                in second.log_text()), second.log_text()[-2000:]
+        published = first.status()["volumes_published"]
+        st = first.status(lambda m: m["volumes_published"] >= published + 2)
+        assert st["state"] == "running" and st["faults"]["source"] == 0, st
+
+
+@needs_gv
+def test_no_camera_named_with_several_found_is_refused(daemons, bin_dir):
+    """Without `camera`, the shim takes the one camera found; with several it names them
+    instead of opening whichever Aravis lists first."""
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        # simulate: synth adds Aravis's in-process Fake camera to the GigE Vision one
+        d = daemons(**daemon_shim_config({"simulate": "synth"}))
+        d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        assert d.wait_exit() != 0
+        log = d.log_text()
+        m = re.search(r"genicam: shim\.args\.camera: absent, and \d+ cameras are found "
+                      r"\(([^)]*)\): name one", log)
+        assert m and cam in m.group(1) and "Fake_1" in m.group(1), log[-2000:]
+
+
+@needs_gv
+def test_the_one_camera_found_is_named_by_its_id(daemons, bin_dir):
+    """Without `camera`, messages name the camera by the id `camera:` takes (as `volrec
+    cameras` lists it), not by its DeviceID feature."""
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        d = daemons(**daemon_shim_config({"AcquisitionFrameRate": 5000}))
+        d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        assert d.wait_exit() != 0
+        assert (f"shim.args.AcquisitionFrameRate: 5000 is out of range for camera {cam} "
+                in d.log_text()), d.log_text()[-2000:]
+
+
+@needs_gv
+def test_gv_frames_arriving_only_incomplete_are_a_fault_that_says_so(daemons, bin_dir):
+    """Frames that arrive but are never complete (90 % of the packets lost, no resend) are a
+    source fault naming them and why, not a timeout blaming the trigger or the network."""
+    with fake_gv_camera(bin_dir, lost_per_thousand=900) as (cam, _, _):
+        d = daemons(**gv_config(cam, packet_resend=False, AcquisitionFrameRate=200))
+        d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)}).subscribe()
+        ev = d.event("source_fault")
+        assert re.search(rf"genicam: camera {cam}: \d+ frames? within 500 ms, none complete "
+                         r"\(the last: (missing packets|timed out)", ev["message"]), ev
+        assert "trigger wiring" not in ev["message"], ev
