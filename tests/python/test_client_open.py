@@ -270,3 +270,47 @@ def test_a_sigkilled_writers_segment_is_refused_and_latest_stops(instance, build
         for f in run_dir.iterdir():
             f.unlink()
         run_dir.rmdir()
+
+
+# ---- a malformed header ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("views_offset,views_bytes", [
+    (MIB2 - 64, proto.VIEWS_DATA_OFFSET),  # past the slot: the next slot's bytes
+    (SLOTS * MIB2, proto.VIEWS_DATA_OFFSET),  # past the end of the segment
+    (0, proto.VIEWS_DATA_OFFSET),  # over the volume itself
+    (64, 64),  # smaller than the header and descriptors read from it
+    (96, proto.VIEWS_DATA_OFFSET),  # not 64-aligned
+])
+def test_open_refuses_a_views_area_outside_its_slot_as_libvolrec_does(instance, build_dir,
+                                                                      views_offset,
+                                                                      views_bytes):
+    """A views area the pictures would be read from another slot, the volume or past the
+    segment's end is a ProtocolError naming it, as libvolrec's ipc_shm_validate refuses it
+    (-EPROTO), not a picture of other bytes."""
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    write_at(shm(instance), 0, header(session, views_offset=views_offset,
+                                      views_bytes=views_bytes))
+    with pytest.raises(volrec.ProtocolError, match="views area is inconsistent"):
+        volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0)
+    lib_path = build_dir / "lib/libvolrec.so.0"
+    if os.environ.get("VOLREC_SANITIZER") or not lib_path.exists():
+        return
+    lib = ctypes.CDLL(str(lib_path))
+    lib.volrec_client_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                       ctypes.POINTER(ctypes.c_void_p)]
+    lib.volrec_client_close.argtypes = [ctypes.c_void_p]
+    handle = ctypes.c_void_p()
+    rc = lib.volrec_client_open(instance.encode(), b"/nonexistent", ctypes.byref(handle))
+    if rc == 0:
+        lib.volrec_client_close(handle)
+    assert rc == -errno.EPROTO, "libvolrec open: %d" % rc
+
+
+def test_open_accepts_a_views_area_inside_its_slot(instance):
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    write_at(shm(instance), 0, header(session, views_offset=64,
+                                      views_bytes=proto.VIEWS_DATA_OFFSET))
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        assert c.session_id == session
