@@ -314,3 +314,46 @@ def test_open_accepts_a_views_area_inside_its_slot(instance):
                                       views_bytes=proto.VIEWS_DATA_OFFSET))
     with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
         assert c.session_id == session
+
+
+# ---- arguments of the wrong type or value ---------------------------------------------------
+
+@pytest.mark.parametrize("kw,error,what", [
+    (dict(open_timeout=float("nan")), ValueError, "open_timeout"),
+    (dict(open_timeout=-1), ValueError, "open_timeout"),
+    (dict(open_timeout="1"), TypeError, "open_timeout"),
+    (dict(open_timeout=None), TypeError, "open_timeout"),
+    (dict(rcvhwm=-1), ValueError, "rcvhwm"),
+    (dict(rcvhwm=1.5), ValueError, "rcvhwm"),
+    (dict(topics="vol"), TypeError, "topics"),
+    (dict(topics=("vol", "volumes")), ValueError, "topic 'volumes'"),
+])
+def test_client_arguments_of_a_wrong_type_or_value_name_the_argument(instance, kw, error, what):
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    with pytest.raises(error, match=what):
+        volrec.Client(instance, run_dir="/nonexistent", **kw)
+
+
+@pytest.mark.parametrize("call", ["next_message", "next_volume"])
+@pytest.mark.parametrize("timeout,error", [
+    (float("nan"), ValueError), (float("inf"), ValueError), (-1.0, ValueError),
+    ("1", TypeError), (True, TypeError),
+])
+def test_a_wrong_timeout_is_refused_at_once(instance, call, timeout, error):
+    """A NaN timeout used to make next_message poll forever at full speed."""
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    result = []
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        def run():
+            try:
+                getattr(c, call)(timeout)
+                result.append(None)
+            except BaseException as e:  # noqa: B902 - what it raised is the result
+                result.append(e)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(5.0)
+        assert not t.is_alive(), "%s(%r) still waiting after 5 s" % (call, timeout)
+    assert isinstance(result[0], error) and "timeout" in str(result[0]), repr(result[0])
