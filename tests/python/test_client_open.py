@@ -10,6 +10,7 @@ import os
 import pathlib
 import random
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -357,3 +358,59 @@ def test_a_wrong_timeout_is_refused_at_once(instance, call, timeout, error):
         t.join(5.0)
         assert not t.is_alive(), "%s(%r) still waiting after 5 s" % (call, timeout)
     assert isinstance(result[0], error) and "timeout" in str(result[0]), repr(result[0])
+
+
+# ---- views that do not fit their volume -----------------------------------------------------
+
+VIEWS_OFFSET = 64  # after the 2 x 3 x 4 volume
+VIEW_DIMS = {"enface_mean": (NY, NX), "enface_max": (NY, NX), "bscan": (NX, NZ),
+             "slice": (NY, NZ), "plane": (NY, NX), "render": (4, 6)}
+
+
+def publish_with_views(instance, session, **broken):
+    """A live segment whose slot 0 holds volume 1 with views, picture fields overridden by
+    broken = {kind: {field: value}}."""
+    views_bytes = proto.VIEWS_DATA_OFFSET + 64 * len(proto.IMAGE_KINDS)
+    create(instance, "live", session)
+    write_at(shm(instance), 0, header(session, views_offset=VIEWS_OFFSET, views_bytes=views_bytes,
+                                      latest_sequence=1, latest_slot=0))
+    write_at(shm(instance), proto.SHM_HEADER.size,
+             proto.SLOT_HEADER.pack(sequence=2, volume_id=1, flags=proto.FLAG_VIEWS))
+    area = MIB2 + VIEWS_OFFSET
+    descs = b""
+    for k, name in enumerate(proto.IMAGE_KINDS):
+        fields = dict(kind=k, present=1, rows=VIEW_DIMS[name][0], cols=VIEW_DIMS[name][1],
+                      offset=proto.VIEWS_DATA_OFFSET + 64 * k, slab_zb=NZ, position_y=NY - 1,
+                      position_x=NX - 1, position_z=NZ - 1)
+        fields.update(broken.get(name, {}))
+        descs += proto.IMAGE_DESC.pack(**fields)
+    write_at(shm(instance), area,
+             proto.VIEWS_HEADER.pack(magic=proto.VIEWS_MAGIC, count=len(proto.IMAGE_KINDS),
+                                     desc_size=proto.IMAGE_DESC.size) + descs)
+
+
+def test_views_of_a_volume_are_read(instance):
+    publish_with_views(instance, random.getrandbits(63) | 1)
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        with c.latest() as vol:
+            assert {k: v.shape for k, v in vol.views.items()} == VIEW_DIMS
+
+
+@pytest.mark.parametrize("broken,what", [
+    (dict(bscan=dict(rows=0)), "bscan of 0 x 4 pixels"),
+    (dict(slice=dict(rows=NZ, cols=NY)), "slice of 4 x 2 pixels"),
+    (dict(render=dict(cols=0)), "render of 4 x 0 pixels"),
+    (dict(plane=dict(position_z=NZ)), "plane at \\[y 1, x 2, z 4\\]"),
+    (dict(enface_max=dict(slab_za=2, slab_zb=2)), "depths \\[2, 2\\)"),
+])
+def test_a_picture_that_does_not_fit_its_volume_is_a_protocol_error(instance, broken, what):
+    """As libvolrec's volrec_view_image: a picture of another size than its kind's for the
+    volume, or of a plane or slab outside it, is malformed, not a picture to show; the slot is
+    not left leased."""
+    publish_with_views(instance, random.getrandbits(63) | 1, **broken)
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        with pytest.raises(volrec.ProtocolError, match=what):
+            c.latest()
+        lease = proto.LEASE_HEADER.size + proto.LEASE_ENTRY.offset["slot"]
+        slot = struct.unpack_from("<I", shm(instance, ".readers").read_bytes(), lease)[0]
+        assert slot == proto.SLOT_NONE, "slot %d left leased" % slot

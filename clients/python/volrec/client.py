@@ -249,8 +249,13 @@ class Client:
         if s.slot_seq(slot) != 2 * seq:
             s.unlease()
             return None
-        views = (read_views(s.map, off + h["views_offset"], h["views_bytes"])
-                 if h["views_bytes"] and sh["flags"] & FLAG_VIEWS else Views({}))
+        try:
+            views = (read_views(s.map, off + h["views_offset"], h["views_bytes"],
+                                (h["ny"], h["nx"], h["nz"]))
+                     if h["views_bytes"] and sh["flags"] & FLAG_VIEWS else Views({}))
+        except ProtocolError:
+            s.unlease()  # the volume is not handed out: its slot is not held either
+            raise
         arr.__dict__.update(views=views)
         arr.__dict__.update(sequence=seq, slot=slot, session_id=s.id,
                             volume_id=sh["volume_id"], epoch=sh["epoch"],
