@@ -216,6 +216,22 @@ def test_bad_option_exits_2(bin_dir):
     assert r.returncode == 2 and "--count zero" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("option,value,need", [
+    ("-s", "2e7", "need a decimal number of seconds > 0 and at most 10000000"),
+    ("-s", "0x10", "need a decimal number of seconds > 0"),
+    ("-s", " 5", "need a decimal number of seconds > 0"),
+    ("-w", "inf", "need a decimal number of seconds >= 0 and at most 10000000"),
+    ("-n", "0", "need a whole number >= 1"),
+])
+def test_bad_option_value_names_the_range(bin_dir, option, value, need):
+    """A value out of range or in a spelling strtod takes but an operator would not mean
+    (hexadecimal, a leading space) is a usage error that says what is needed."""
+    r = subprocess.run([str(bin_dir / "volrec"), "record", "-o", "/nonexistent/x.h5", option,
+                        value, "-i", "no-such-instance"], capture_output=True, text=True)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "%s: need" % value in r.stderr and need in r.stderr, r.stderr
+
+
 # ---- the processing helper: the tools do not link the processing stack (issue 12.6) --------
 
 PROCESSING = ["process", "sim", "bench", "calibrate"]
