@@ -49,8 +49,9 @@ def config(instance, run_dir, slots=4):
 
 
 class Daemon:
-    def __init__(self, bin_dir, slots=4):
+    def __init__(self, bin_dir, slots=4, env=None):
         self.bin = pathlib.Path(bin_dir)
+        self.env = env  # of the volrecd process, None: ours
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="vrt", dir="/tmp"))
         self.run_dir = self.dir / "run"
         self.run_dir.mkdir()
@@ -64,7 +65,7 @@ class Daemon:
     def start(self):
         """Start volrecd on the configuration file; ready once a volume is published."""
         self.proc = subprocess.Popen([str(self.bin / "volrecd"), "-c", str(self.config)],
-                                     stdout=self.log, stderr=self.log)
+                                     stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.monotonic() + TIMEOUT
         while True:
             assert self.proc.poll() is None, self.log_text()
@@ -1061,6 +1062,87 @@ def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_pa
                 listed |= rng
         assert listed == set(range(1, int(second[-1]) + 1)), (second, missed)
         assert all(f["volumes"][i].any() for i in range(n))
+
+
+# volrecd's `vol` notifications vanish while the file $VOLREC_TEST_MUTE exists (the volumes are
+# still published in the segment): what a daemon closing its socket (ZMQ_LINGER 0) or killed
+# before they went out leaves a subscriber
+MUTE_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static __thread int muting; /* the body of a muted vol message comes next */
+
+int zmq_send(void *s, const void *buf, size_t len, int flags)
+{
+    static int (*real)(void *, const void *, size_t, int);
+    const char *mute = getenv("VOLREC_TEST_MUTE");
+
+    if (!real)
+        real = (int (*)(void *, const void *, size_t, int))dlsym(RTLD_NEXT, "zmq_send");
+    if (muting) {
+        muting = 0;
+        return (int)len;
+    }
+    if (mute && len == 3 && !memcmp(buf, "vol", 3) && (flags & 2 /* ZMQ_SNDMORE */) &&
+        access(mute, F_OK) == 0) {
+        muting = 1;
+        return (int)len;
+    }
+    return real(s, buf, len, flags);
+}
+"""
+
+
+@pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
+                    reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+@pytest.mark.parametrize("how", ["restart", "gone"])
+def test_record_reports_volumes_published_but_never_announced_before_the_daemon_left(
+        bin_dir, tmp_path, how):
+    """The volumes a session published after the last one the recorder got, whose
+    notifications never came before the daemon stopped (and came back with a new session, or
+    not within --restart-wait), are listed in /missed (reason 1) and said on stderr: they used
+    to be lost without a trace, the recording complete (exit 0)."""
+    so, src, mute = tmp_path / "mute.so", tmp_path / "mute.c", tmp_path / "mute"
+    src.write_text(MUTE_C)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = Daemon(bin_dir, env=dict(os.environ, LD_PRELOAD=str(so), VOLREC_TEST_MUTE=str(mute)))
+    out = tmp_path / "tail.h5"
+    try:
+        rec, err = record_proc(d, out, "-s", "600", *(["-w", "2"] if how == "gone" else []))
+        try:
+            wait_for_size(out, 4 * 36 * 36 * 256, rec)
+            mute.touch()
+            time.sleep(1.0)  # some 25 volumes published, none announced
+            d.stop()
+            mute.unlink()
+            if how == "restart":
+                err.wait_for(r"stopped; waiting for it to come back")
+                d.start()
+                err.wait_for(r"recording continues")
+                time.sleep(1.0)
+        finally:
+            if how == "restart":
+                rec.send_signal(signal.SIGINT)
+        stdout = record_end(rec, err)
+    finally:
+        d.close()
+    assert rec.returncode == (4 if how == "restart" else 3), (rec.returncode, stdout,
+                                                                err.text())
+    with h5py.File(out, "r") as f:
+        ses, seq, missed = f["session"][:], f["sequence"][:], f["missed"][:]
+        last = seq[ses == ses[0]].max()
+        tail = [m for m in missed if m["session"] == ses[0] and m["first"] == last + 1]
+        assert len(tail) == 1 and tail[0]["reason"] == 1, (last, missed)
+        assert tail[0]["last"] >= last + 10, (last, tail)
+        assert f.attrs["missed_volumes"] >= tail[0]["last"] - last, f.attrs["missed_volumes"]
+    assert re.search(r"volumes #%d-#%d of session [0-9a-f]+ missed \(published, but never "
+                     r"announced" % (last + 1, tail[0]["last"]), err.text()), err.text()
 
 
 @pytest.mark.parametrize("change", ["shape", "stride"])
