@@ -238,6 +238,61 @@ def test_bad_option_value_names_the_range(bin_dir, option, value, need):
 PROCESSING = ["process", "sim", "bench", "calibrate"]
 
 
+@pytest.fixture
+def fake_daemon(tmp_path):
+    """A process named volrecd (a copy of sleep) with a pid file, and a data segment of its
+    instance written by the test: (instance, run_dir, pid)."""
+    exe, run_dir = tmp_path / "volrecd", tmp_path / "run"
+    shutil.copy("/bin/sleep", exe)
+    run_dir.mkdir()
+    p = subprocess.Popen([str(exe), "600"])
+    instance = "tf" + uuid.uuid4().hex[:10]
+    (run_dir / (instance + ".pid")).write_text("%d\n" % p.pid)
+    yield instance, run_dir, p.pid
+    p.kill()
+    p.wait()
+    remove_segments(instance)
+
+
+def segment_header(pid, **over):
+    """A data segment header of a live daemon pid: 4 x 4 x 4 u8 volumes in 2 slots."""
+    from volrec import _protocol as proto
+    mib2 = proto.SLOT_ALIGN
+    fields = dict(magic=proto.SHM_MAGIC, major=proto.PROTO_MAJOR, minor=proto.PROTO_MINOR,
+                  header_size=proto.SHM_HEADER.size, session_id=77, ny=4, nx=4, nz=4,
+                  dtype=proto.DTYPE_U8, slot_count=2, slot_header_size=proto.SLOT_HEADER.size,
+                  slot_table_offset=proto.SHM_HEADER.size, data_offset=mib2,
+                  slot_stride=mib2, volume_bytes=64, segment_size=3 * mib2,
+                  latest_slot=proto.SLOT_NONE, writer_pid=pid, state=proto.STATE_LIVE,
+                  max_readers=4)
+    fields.update(over)
+    return proto.SHM_HEADER.pack(**fields)
+
+
+@pytest.mark.parametrize("cmd", ["status", "watch", "record", "snapshot"])
+@pytest.mark.parametrize("over,why", [
+    (dict(major=2), r"data segment speaks protocol version 2\.\d+; this client supports "
+                    r"major version 1 only"),
+    (dict(slot_stride=4096), r"data segment layout is inconsistent"),
+])
+def test_a_segment_of_another_version_or_corrupt_is_named(bin_dir, fake_daemon, tmp_path, cmd,
+                                                          over, why):
+    """A tool that meets a segment of another protocol major version, or with a layout that
+    does not add up, says which (libvolrec's own words), not only "protocol error"."""
+    instance, run_dir, pid = fake_daemon
+    seg = pathlib.Path("/dev/shm/volrec." + instance)
+    with open(seg, "wb") as f:
+        f.truncate(3 * 2 * 1024 * 1024)
+        f.write(segment_header(pid, **over))
+    args = {"record": ["-o", str(tmp_path / "x.h5")], "snapshot": ["-o", str(tmp_path / "s")],
+            "watch": ["-n", "1"]}.get(cmd, [])
+    r = subprocess.run([str(bin_dir / "volrec"), cmd, *args, "-i", instance, "-r",
+                        str(run_dir)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert re.search(r"volrec %s: cannot read instance '%s' \(/dev/shm/volrec\.%s\): %s"
+                     % (cmd, instance, instance, why), r.stderr), r.stderr
+
+
 def test_volrec_links_no_cuda_and_no_fftw(bin_dir):
     libs = subprocess.run(["ldd", str(bin_dir / "volrec")], capture_output=True, text=True,
                           check=True).stdout
