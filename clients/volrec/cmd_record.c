@@ -694,6 +694,9 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				        "%svolrec record: %s: stopping; %s holds the %" PRIu64
 				        " volumes recorded before\n",
 				        nl, r.err, r.path, h5vol_count(r.w));
+				if (r.last_session != r.changed && rec_miss_tail(&r, nl))
+					fprintf(stderr, "%svolrec record: %s: %s\n", nl, r.path,
+					        r.err);
 				status = VR_EXIT_FAIL;
 				end = "geometry changed";
 				break;
@@ -738,6 +741,9 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				        "before\n",
 				        nl, v.ny, v.nx, v.nz, v.dtype, r.Y, r.X, r.Z, v.session_id,
 				        r.path, h5vol_count(r.w));
+				if (v.session_id != r.last_session && rec_miss_tail(&r, nl))
+					fprintf(stderr, "%svolrec record: %s: %s\n", nl, r.path,
+					        r.err);
 				status = VR_EXIT_FAIL;
 				end = "geometry changed";
 				break;

@@ -1154,13 +1154,13 @@ int zmq_send(void *s, const void *buf, size_t len, int flags)
 
 @pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
                     reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
-@pytest.mark.parametrize("how", ["restart", "gone"])
+@pytest.mark.parametrize("how", ["restart", "gone", "geometry"])
 def test_record_reports_volumes_published_but_never_announced_before_the_daemon_left(
         bin_dir, tmp_path, how):
     """The volumes a session published after the last one the recorder got, whose
-    notifications never came before the daemon stopped (and came back with a new session, or
-    not within --restart-wait), are listed in /missed (reason 1) and said on stderr: they used
-    to be lost without a trace, the recording complete (exit 0)."""
+    notifications never came before the daemon stopped (and came back with a new session, of
+    the same geometry or not, or not within --restart-wait), are listed in /missed (reason 1)
+    and said on stderr: they used to be lost without a trace, the recording complete (exit 0)."""
     so, src, mute = tmp_path / "mute.so", tmp_path / "mute.c", tmp_path / "mute"
     src.write_text(MUTE_C)
     r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
@@ -1181,14 +1181,20 @@ def test_record_reports_volumes_published_but_never_announced_before_the_daemon_
                 d.start()
                 err.wait_for(r"recording continues")
                 time.sleep(1.0)
+            elif how == "geometry":  # the same volumes, another reconstruction
+                err.wait_for(r"stopped; waiting for it to come back")
+                d.cfg["geometry"].update(ascans_per_bscan=18, bscans_per_volume=18,
+                                         stride=[2, 2])
+                d.write(d.cfg)
+                d.start()
         finally:
             if how == "restart":
                 rec.send_signal(signal.SIGINT)
         stdout = record_end(rec, err)
     finally:
         d.close()
-    assert rec.returncode == (4 if how == "restart" else 3), (rec.returncode, stdout,
-                                                                err.text())
+    assert rec.returncode == {"restart": 4, "gone": 3, "geometry": 1}[how], (
+        rec.returncode, stdout, err.text())
     with h5py.File(out, "r") as f:
         ses, seq, missed = f["session"][:], f["sequence"][:], f["missed"][:]
         last = seq[ses == ses[0]].max()
