@@ -168,7 +168,9 @@ struct json_object *vr_json_parse_object(const char *text, size_t len, int depth
 /* ---- command lines ------------------------------------------------------------------------ */
 
 /* Strict option values: a whole number in [min, max] (digits only, no sign), seconds > 0 (zero:
- * >= 0) and at most 1e7. 0, or -EINVAL with *out untouched. */
+ * >= 0) and at most VR_SECONDS_MAX (a decimal number: no sign, space, hexadecimal, inf or nan).
+ * 0, or -EINVAL with *out untouched. */
+#define VR_SECONDS_MAX 1e7
 int vr_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int vr_parse_seconds(const char *s, bool zero, double *out);
 /* A comma-separated list of 1..max_n integers 0..max ("0,1,1"): into out[], *n entries; 0 or
@@ -178,7 +180,8 @@ int vr_parse_ordinals(const char *s, unsigned max, int *out, unsigned max_n, uns
 /*
  * For the main() of programs and subcommands, the only code that prints (prog starts each
  * message: "volrec status", "volrec view", ...). The value arg of option opt as above, or
- * "PROG: OPT ARG: need NEED" (seconds: "need seconds > 0" or ">= 0") on stderr and -EINVAL.
+ * "PROG: OPT ARG: need NEED" (seconds: "need a decimal number of seconds > 0 (or >= 0) and at
+ * most 10000000") on stderr and -EINVAL.
  */
 int vr_cli_u64(const char *prog, const char *opt, const char *arg, uint64_t min, uint64_t max,
                const char *need, uint64_t *out);

@@ -59,11 +59,13 @@ int vr_parse_seconds(const char *s, bool zero, double *out)
 	char *end;
 	double v;
 
-	if (!s || !*s)
+	/* a decimal number: no leading space or sign, no hexadecimal, inf or nan (strtod takes
+	 * them all) */
+	if (!s || !(isdigit((unsigned char)*s) || *s == '.') || strpbrk(s, "xX"))
 		return -EINVAL;
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || *end || !isfinite(v) || v < 0 || (v == 0 && !zero) || v > 1e7)
+	if (errno || *end || !isfinite(v) || v < 0 || (v == 0 && !zero) || v > VR_SECONDS_MAX)
 		return -EINVAL;
 	*out = v;
 	return 0;
@@ -82,7 +84,8 @@ int vr_cli_seconds(const char *prog, const char *opt, const char *arg, bool zero
 {
 	if (!vr_parse_seconds(arg, zero, out))
 		return 0;
-	fprintf(stderr, "%s: %s %s: need seconds %s 0\n", prog, opt, arg, zero ? ">=" : ">");
+	fprintf(stderr, "%s: %s %s: need a decimal number of seconds %s 0 and at most %.0f\n", prog,
+	        opt, arg, zero ? ">=" : ">", VR_SECONDS_MAX);
 	return -EINVAL;
 }
 

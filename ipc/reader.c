@@ -753,12 +753,65 @@ int volrec_view_release(struct volrec_client *c, struct volrec_view *view)
 	return rc;
 }
 
+/* Whether picture d (present) has the size and parameters of its kind for volume Y x X x Z
+ * (protocol.md §2.5): what a daemon writes; a reader would divide by a zero size or name a
+ * plane outside the volume otherwise. Says what is wrong in why. */
+static bool image_fits(const struct volrec_image_desc *d, uint32_t Y, uint32_t X, uint32_t Z,
+                       char *why, size_t len)
+{
+	static const char *const names[] = {"enface_mean", "enface_max", "bscan",
+	                                    "slice",       "plane",      "render"};
+	uint32_t rows = Y, cols = X;
+	bool slab = false, ok;
+
+	switch (d->kind) {
+	case VOLREC_IMAGE_ENFACE_MEAN:
+	case VOLREC_IMAGE_ENFACE_MAX:
+		slab = true;
+		break;
+	case VOLREC_IMAGE_BSCAN:
+		rows = X, cols = Z;
+		break;
+	case VOLREC_IMAGE_SLICE:
+		cols = Z;
+		break;
+	case VOLREC_IMAGE_RENDER:
+		ok = d->rows >= 1 && d->cols >= 1 && d->rows <= VOLREC_RENDER_MAX &&
+		     d->cols <= VOLREC_RENDER_MAX;
+		if (!ok)
+			snprintf(why, len, "render of %u x %u pixels (1 to %d a side)", d->rows,
+			         d->cols, VOLREC_RENDER_MAX);
+		return ok;
+	default:
+		break;
+	}
+	if (d->rows != rows || d->cols != cols) {
+		snprintf(why, len, "%s of %u x %u pixels for a %u x %u x %u volume (%u x %u)",
+		         names[d->kind], d->rows, d->cols, Y, X, Z, rows, cols);
+		return false;
+	}
+	if (slab && !(d->slab_za < d->slab_zb && d->slab_zb <= Z)) {
+		snprintf(why, len, "%s over depths [%u, %u) outside 0..%u", names[d->kind],
+		         d->slab_za, d->slab_zb, Z);
+		return false;
+	}
+	if ((d->kind == VOLREC_IMAGE_BSCAN && d->position_y >= Y) ||
+	    (d->kind == VOLREC_IMAGE_SLICE && d->position_x >= X) ||
+	    (d->kind == VOLREC_IMAGE_PLANE && d->position_z >= Z)) {
+		snprintf(why, len, "%s at [y %u, x %u, z %u] outside the %u x %u x %u volume",
+		         names[d->kind], d->position_y, d->position_x, d->position_z, Y, X, Z);
+		return false;
+	}
+	return true;
+}
+
 int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, unsigned kind,
                       struct volrec_image *img)
 {
 	const struct volrec_shm_header *h;
 	const struct volrec_views_header *vh;
-	const struct volrec_image_desc *d;
+	struct volrec_image_desc dd, *d = &dd;
+	char why[160];
 	uint64_t end;
 
 	if (!c || !view || !img || kind >= VOLREC_IMAGE_COUNT)
@@ -769,7 +822,9 @@ int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, u
 	if (!h->views_bytes || !(view->flags & VOLREC_FLAG_VIEWS))
 		return cl_fail(c, -ENOENT, "the daemon publishes no views (view.enabled: false?)");
 	vh = (const struct volrec_views_header *)((const char *)view->data + h->views_offset);
-	d = (const struct volrec_image_desc *)(vh + 1) + kind;
+	/* a copy: what is checked is what is handed out, even if a writer forced to overwrite
+	 * the slot (every slot leased) changes the descriptor meanwhile */
+	memcpy(&dd, (const struct volrec_image_desc *)(vh + 1) + kind, sizeof(dd));
 	if (vh->magic != VOLREC_VIEWS_MAGIC || vh->count < VOLREC_IMAGE_COUNT ||
 	    vh->desc_size != sizeof(*d) || d->kind != kind ||
 	    __builtin_add_overflow(d->offset, (uint64_t)d->rows * d->cols, &end) ||
@@ -778,6 +833,8 @@ int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, u
 	if (!d->present)
 		return cl_fail(c, -ENOENT, "picture %u was not computed for volume %llu", kind,
 		               (unsigned long long)view->volume_id);
+	if (!image_fits(d, h->ny, h->nx, h->nz, why, sizeof(why)))
+		return cl_fail(c, -EPROTO, "malformed views area in slot %u: %s", view->slot, why);
 	*img = (struct volrec_image){
 	        .data = (const uint8_t *)vh + d->offset,
 	        .kind = kind,

@@ -7,12 +7,14 @@
  * completed readable when the disk fills up (h5vol.h).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <hdf5.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,7 +88,9 @@ static void record_usage(FILE *f)
 	        "recorded;\n"
 	        "                reason 1 = never received (overwritten before the recorder got "
 	        "it:\n"
-	        "                it fell behind, or published while the daemon restarted), 2 = "
+	        "                it fell behind, or published while the daemon restarted or "
+	        "never\n"
+	        "                announced before it went away), 2 = "
 	        "torn\n"
 	        "                (overwritten while being copied)\n"
 	        "  attributes: shape [Y, X, Z], instance, volumes, missed_volumes, sessions, "
@@ -138,6 +142,8 @@ struct rec {
 	uint64_t checked;       /* the last session whose status showed that geometry */
 	uint64_t changed;       /* the session whose status showed another one */
 	uint64_t volumes;       /* volumes in the file when it was closed */
+	int seg_fd;             /* the data segment of session seg_session, kept open: -1 none */
+	uint64_t seg_session;
 	char err[1024];
 };
 
@@ -220,22 +226,71 @@ static int rec_open(struct rec *r, bool force)
 	return rc;
 }
 
-/* Note sequences [first, last] of session as missing: stderr and /missed. */
+/* Note sequences [first, last] of session as missing: stderr (unless said already) and
+ * /missed. */
 static int rec_miss(struct rec *r, uint64_t session, uint64_t first, uint64_t last,
-                    enum rec_reason why)
+                    enum rec_reason why, bool said)
 {
 	struct rec_missed m = {session, first, last, (uint8_t)why};
 
 	r->nmissed += last - first + 1;
-	if (first == last)
+	if (!said && first == last)
 		fprintf(stderr, "volrec record: volume #%" PRIu64 " missed (%s)\n", first,
 		        why == REC_TORN ? "torn: overwritten while being copied"
 		                        : "never received: overwritten before the recorder got it");
-	else
+	else if (!said)
 		fprintf(stderr, "volrec record: volumes #%" PRIu64 "-#%" PRIu64 " missed (%s)\n",
 		        first, last,
 		        why == REC_TORN ? "torn" : "never received: the recorder fell behind");
 	return h5vol_log(r->w, F_MISSED, &m, r->err, sizeof(r->err));
+}
+
+/* Keep the instance's data segment open while it holds session (the one recorded from now
+ * on), so that what it published can still be read once the daemon is gone or replaced. */
+static void rec_follow_segment(struct rec *r, const char *instance, uint64_t session)
+{
+	char name[VOLREC_INSTANCE_MAX + 16];
+	struct volrec_shm_header h;
+	int fd;
+
+	if (r->seg_fd >= 0)
+		close(r->seg_fd);
+	r->seg_fd = -1;
+	r->seg_session = 0;
+	snprintf(name, sizeof(name), "%s%s", VOLREC_SHM_PREFIX, instance);
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) || h.magic != VOLREC_SHM_MAGIC ||
+	    h.session_id != session) {
+		close(fd);
+		return;
+	}
+	r->seg_fd = fd;
+	r->seg_session = session;
+}
+
+/*
+ * The volumes the session recorded last published after the last one the recorder got (their
+ * notifications never came: the daemon went away, or was replaced by a new session, before
+ * they went out) are missing: stderr and /missed, reason 1. 0 or a negative errno (r->err).
+ */
+static int rec_miss_tail(struct rec *r, const char *nl)
+{
+	struct volrec_shm_header h;
+	uint64_t first = r->last_seq + 1;
+
+	if (r->seg_fd < 0 || !r->last_session || r->seg_session != r->last_session ||
+	    pread(r->seg_fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    h.session_id != r->last_session || h.latest_sequence < first)
+		return 0;
+	r->last_seq = h.latest_sequence;
+	fprintf(stderr,
+	        "%svolrec record: volumes #%" PRIu64 "-#%" PRIu64 " of session %016" PRIx64
+	        " missed (published, but never announced to the recorder before the daemon "
+	        "went away or restarted)\n",
+	        nl, first, h.latest_sequence, r->last_session);
+	return rec_miss(r, r->last_session, first, h.latest_sequence, REC_GAP, true);
 }
 
 static int rec_write(struct rec *r, const struct volrec_view *v, const void *data)
@@ -481,7 +536,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	        TOOL_RUN_LONGOPTS,    {"force", no_argument, NULL, 'f'},
 	        VR_CLI_LONGOPTS_END,
 	};
-	struct rec r = {.missed_type = -1};
+	struct rec r = {.missed_type = -1, .seg_fd = -1};
 	struct tool_target tg;
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
@@ -639,6 +694,9 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				        "%svolrec record: %s: stopping; %s holds the %" PRIu64
 				        " volumes recorded before\n",
 				        nl, r.err, r.path, h5vol_count(r.w));
+				if (r.last_session != r.changed && rec_miss_tail(&r, nl))
+					fprintf(stderr, "%svolrec record: %s: %s\n", nl, r.path,
+					        r.err);
 				status = VR_EXIT_FAIL;
 				end = "geometry changed";
 				break;
@@ -683,6 +741,9 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				        "before\n",
 				        nl, v.ny, v.nx, v.nz, v.dtype, r.Y, r.X, r.Z, v.session_id,
 				        r.path, h5vol_count(r.w));
+				if (v.session_id != r.last_session && rec_miss_tail(&r, nl))
+					fprintf(stderr, "%svolrec record: %s: %s\n", nl, r.path,
+					        r.err);
 				status = VR_EXIT_FAIL;
 				end = "geometry changed";
 				break;
@@ -709,12 +770,18 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				r.sessions++;
 			}
 			rc = 0;
-			if (v.sequence > first)
-				rc = rec_miss(&r, v.session_id, first, v.sequence - 1, REC_GAP);
+			if (r.last_session != v.session_id) {
+				rc = rec_miss_tail(&r, nl);
+				rec_follow_segment(&r, tg.instance, v.session_id);
+			}
+			if (!rc && v.sequence > first)
+				rc = rec_miss(&r, v.session_id, first, v.sequence - 1, REC_GAP,
+				              false);
 			r.last_session = v.session_id;
 			r.last_seq = v.sequence;
 			if (!rc && torn)
-				rc = rec_miss(&r, v.session_id, v.sequence, v.sequence, REC_TORN);
+				rc = rec_miss(&r, v.session_id, v.sequence, v.sequence, REC_TORN,
+				              false);
 			else if (!rc)
 				rc = rec_write(&r, &v, buf);
 			if (rc) {
@@ -726,6 +793,9 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	if (0) {
 	gone:
 		end = run.stopping ? "the daemon stopped" : "the daemon went away";
+		rc = rec_miss_tail(&r, nl);
+		if (rc)
+			fprintf(stderr, "%svolrec record: %s: %s\n", nl, r.path, r.err);
 		fprintf(stderr, "%svolrec record: volrecd of instance '%s' %s%s\n", nl, tg.instance,
 		        run.stopping ? "stopped" : "went away",
 		        run.restart_wait > 0 ? " and did not come back within --restart-wait" : "");
@@ -736,6 +806,8 @@ out:
 		fprintf(stderr, "\r\033[K");
 	volrec_client_close(c);
 	free(buf);
+	if (r.seg_fd >= 0)
+		close(r.seg_fd);
 	rc = rec_close(&r, end, status == VR_EXIT_OK && r.nmissed == 0);
 	if (rc) {
 		fprintf(stderr, "volrec record: %s\n", r.err);

@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "config/config.h"
+#include "ipc/ipc.h"
 #include "tools.h"
 
 void tool_target_init(struct tool_target *t)
@@ -334,9 +335,37 @@ int tool_exit_for_output(int err)
 	                                                         : exit_for_common(err);
 }
 
+/* What is wrong with the data segment of instance, into why: false when it validates (the
+ * protocol error was elsewhere: its lease table) or cannot be looked at. */
+static bool segment_problem(const char *instance, char *why, size_t len)
+{
+	char name[VOLREC_INSTANCE_MAX + 16];
+	struct stat st;
+	void *map;
+	int fd, rc;
+
+	snprintf(name, sizeof(name), "%s%s", VOLREC_SHM_PREFIX, instance);
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return false;
+	if (fstat(fd, &st) || st.st_size <= 0) {
+		close(fd);
+		return false;
+	}
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (map == MAP_FAILED)
+		return false;
+	rc = ipc_shm_validate(map, (size_t)st.st_size, why, len);
+	munmap(map, (size_t)st.st_size);
+	return rc == -EPROTO;
+}
+
 int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topics, int rcvhwm,
                      struct volrec_client **out)
 {
+	char why[256];
+
 	struct volrec_client_options o = {
 	        .run_dir = t->run_dir, .topics = topics, .rcvhwm = rcvhwm};
 	int rc = volrec_client_open_opts(t->instance, &o, out);
@@ -364,6 +393,16 @@ int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topi
 		        "(not ready after 2 s); try again\n",
 		        cmd, t->instance);
 		return VR_EXIT_TIMEOUT;
+	case -EPROTO:
+		if (!segment_problem(t->instance, why, sizeof(why)))
+			snprintf(
+			        why, sizeof(why),
+			        "its lease table /dev/shm/volrec.%s.readers is of another protocol "
+			        "version or malformed",
+			        t->instance);
+		fprintf(stderr, "volrec %s: cannot read instance '%s' (/dev/shm/volrec.%s): %s\n",
+		        cmd, t->instance, t->instance, why);
+		break;
 	case -EUSERS:
 		fprintf(stderr,
 		        "volrec %s: every reader entry of instance '%s' is taken: raise "

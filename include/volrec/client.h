@@ -127,7 +127,9 @@ struct volrec_image {
 /*
  * Picture `kind` of the volume `view` holds (from volrec_client_next/latest, leased). Returns 0
  * and fills *img; -ENOENT when the daemon publishes no views or did not compute this one;
- * -EINVAL for an unknown kind or a view without data; -EPROTO for a malformed views area. As
+ * -EINVAL for an unknown kind or a view without data; -EPROTO for a malformed views area (a
+ * picture outside it, or not of its kind's size for the volume, or of a slab or position
+ * outside the volume). As
  * for the volume, call volrec_view_check after reading the pixels to know they were intact.
  */
 int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, unsigned kind,

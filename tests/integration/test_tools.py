@@ -49,8 +49,9 @@ def config(instance, run_dir, slots=4):
 
 
 class Daemon:
-    def __init__(self, bin_dir, slots=4):
+    def __init__(self, bin_dir, slots=4, env=None):
         self.bin = pathlib.Path(bin_dir)
+        self.env = env  # of the volrecd process, None: ours
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="vrt", dir="/tmp"))
         self.run_dir = self.dir / "run"
         self.run_dir.mkdir()
@@ -64,7 +65,7 @@ class Daemon:
     def start(self):
         """Start volrecd on the configuration file; ready once a volume is published."""
         self.proc = subprocess.Popen([str(self.bin / "volrecd"), "-c", str(self.config)],
-                                     stdout=self.log, stderr=self.log)
+                                     stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.monotonic() + TIMEOUT
         while True:
             assert self.proc.poll() is None, self.log_text()
@@ -216,9 +217,80 @@ def test_bad_option_exits_2(bin_dir):
     assert r.returncode == 2 and "--count zero" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("option,value,need", [
+    ("-s", "2e7", "need a decimal number of seconds > 0 and at most 10000000"),
+    ("-s", "0x10", "need a decimal number of seconds > 0"),
+    ("-s", " 5", "need a decimal number of seconds > 0"),
+    ("-w", "inf", "need a decimal number of seconds >= 0 and at most 10000000"),
+    ("-n", "0", "need a whole number >= 1"),
+])
+def test_bad_option_value_names_the_range(bin_dir, option, value, need):
+    """A value out of range or in a spelling strtod takes but an operator would not mean
+    (hexadecimal, a leading space) is a usage error that says what is needed."""
+    r = subprocess.run([str(bin_dir / "volrec"), "record", "-o", "/nonexistent/x.h5", option,
+                        value, "-i", "no-such-instance"], capture_output=True, text=True)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "%s: need" % value in r.stderr and need in r.stderr, r.stderr
+
+
 # ---- the processing helper: the tools do not link the processing stack (issue 12.6) --------
 
 PROCESSING = ["process", "sim", "bench", "calibrate"]
+
+
+@pytest.fixture
+def fake_daemon(tmp_path):
+    """A process named volrecd (a copy of sleep) with a pid file, and a data segment of its
+    instance written by the test: (instance, run_dir, pid)."""
+    exe, run_dir = tmp_path / "volrecd", tmp_path / "run"
+    shutil.copy("/bin/sleep", exe)
+    run_dir.mkdir()
+    p = subprocess.Popen([str(exe), "600"])
+    instance = "tf" + uuid.uuid4().hex[:10]
+    (run_dir / (instance + ".pid")).write_text("%d\n" % p.pid)
+    yield instance, run_dir, p.pid
+    p.kill()
+    p.wait()
+    remove_segments(instance)
+
+
+def segment_header(pid, **over):
+    """A data segment header of a live daemon pid: 4 x 4 x 4 u8 volumes in 2 slots."""
+    from volrec import _protocol as proto
+    mib2 = proto.SLOT_ALIGN
+    fields = dict(magic=proto.SHM_MAGIC, major=proto.PROTO_MAJOR, minor=proto.PROTO_MINOR,
+                  header_size=proto.SHM_HEADER.size, session_id=77, ny=4, nx=4, nz=4,
+                  dtype=proto.DTYPE_U8, slot_count=2, slot_header_size=proto.SLOT_HEADER.size,
+                  slot_table_offset=proto.SHM_HEADER.size, data_offset=mib2,
+                  slot_stride=mib2, volume_bytes=64, segment_size=3 * mib2,
+                  latest_slot=proto.SLOT_NONE, writer_pid=pid, state=proto.STATE_LIVE,
+                  max_readers=4)
+    fields.update(over)
+    return proto.SHM_HEADER.pack(**fields)
+
+
+@pytest.mark.parametrize("cmd", ["status", "watch", "record", "snapshot"])
+@pytest.mark.parametrize("over,why", [
+    (dict(major=2), r"data segment speaks protocol version 2\.\d+; this client supports "
+                    r"major version 1 only"),
+    (dict(slot_stride=4096), r"data segment layout is inconsistent"),
+])
+def test_a_segment_of_another_version_or_corrupt_is_named(bin_dir, fake_daemon, tmp_path, cmd,
+                                                          over, why):
+    """A tool that meets a segment of another protocol major version, or with a layout that
+    does not add up, says which (libvolrec's own words), not only "protocol error"."""
+    instance, run_dir, pid = fake_daemon
+    seg = pathlib.Path("/dev/shm/volrec." + instance)
+    with open(seg, "wb") as f:
+        f.truncate(3 * 2 * 1024 * 1024)
+        f.write(segment_header(pid, **over))
+    args = {"record": ["-o", str(tmp_path / "x.h5")], "snapshot": ["-o", str(tmp_path / "s")],
+            "watch": ["-n", "1"]}.get(cmd, [])
+    r = subprocess.run([str(bin_dir / "volrec"), cmd, *args, "-i", instance, "-r",
+                        str(run_dir)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert re.search(r"volrec %s: cannot read instance '%s' \(/dev/shm/volrec\.%s\): %s"
+                     % (cmd, instance, instance, why), r.stderr), r.stderr
 
 
 def test_volrec_links_no_cuda_and_no_fftw(bin_dir):
@@ -1045,6 +1117,93 @@ def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_pa
                 listed |= rng
         assert listed == set(range(1, int(second[-1]) + 1)), (second, missed)
         assert all(f["volumes"][i].any() for i in range(n))
+
+
+# volrecd's `vol` notifications vanish while the file $VOLREC_TEST_MUTE exists (the volumes are
+# still published in the segment): what a daemon closing its socket (ZMQ_LINGER 0) or killed
+# before they went out leaves a subscriber
+MUTE_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static __thread int muting; /* the body of a muted vol message comes next */
+
+int zmq_send(void *s, const void *buf, size_t len, int flags)
+{
+    static int (*real)(void *, const void *, size_t, int);
+    const char *mute = getenv("VOLREC_TEST_MUTE");
+
+    if (!real)
+        real = (int (*)(void *, const void *, size_t, int))dlsym(RTLD_NEXT, "zmq_send");
+    if (muting) {
+        muting = 0;
+        return (int)len;
+    }
+    if (mute && len == 3 && !memcmp(buf, "vol", 3) && (flags & 2 /* ZMQ_SNDMORE */) &&
+        access(mute, F_OK) == 0) {
+        muting = 1;
+        return (int)len;
+    }
+    return real(s, buf, len, flags);
+}
+"""
+
+
+@pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
+                    reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+@pytest.mark.parametrize("how", ["restart", "gone", "geometry"])
+def test_record_reports_volumes_published_but_never_announced_before_the_daemon_left(
+        bin_dir, tmp_path, how):
+    """The volumes a session published after the last one the recorder got, whose
+    notifications never came before the daemon stopped (and came back with a new session, of
+    the same geometry or not, or not within --restart-wait), are listed in /missed (reason 1)
+    and said on stderr: they used to be lost without a trace, the recording complete (exit 0)."""
+    so, src, mute = tmp_path / "mute.so", tmp_path / "mute.c", tmp_path / "mute"
+    src.write_text(MUTE_C)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = Daemon(bin_dir, env=dict(os.environ, LD_PRELOAD=str(so), VOLREC_TEST_MUTE=str(mute)))
+    out = tmp_path / "tail.h5"
+    try:
+        rec, err = record_proc(d, out, "-s", "600", *(["-w", "2"] if how == "gone" else []))
+        try:
+            wait_for_size(out, 4 * 36 * 36 * 256, rec)
+            mute.touch()
+            time.sleep(1.0)  # some 25 volumes published, none announced
+            d.stop()
+            mute.unlink()
+            if how == "restart":
+                err.wait_for(r"stopped; waiting for it to come back")
+                d.start()
+                err.wait_for(r"recording continues")
+                time.sleep(1.0)
+            elif how == "geometry":  # the same volumes, another reconstruction
+                err.wait_for(r"stopped; waiting for it to come back")
+                d.cfg["geometry"].update(ascans_per_bscan=18, bscans_per_volume=18,
+                                         stride=[2, 2])
+                d.write(d.cfg)
+                d.start()
+        finally:
+            if how == "restart":
+                rec.send_signal(signal.SIGINT)
+        stdout = record_end(rec, err)
+    finally:
+        d.close()
+    assert rec.returncode == {"restart": 4, "gone": 3, "geometry": 1}[how], (
+        rec.returncode, stdout, err.text())
+    with h5py.File(out, "r") as f:
+        ses, seq, missed = f["session"][:], f["sequence"][:], f["missed"][:]
+        last = seq[ses == ses[0]].max()
+        tail = [m for m in missed if m["session"] == ses[0] and m["first"] == last + 1]
+        assert len(tail) == 1 and tail[0]["reason"] == 1, (last, missed)
+        assert tail[0]["last"] >= last + 10, (last, tail)
+        assert f.attrs["missed_volumes"] >= tail[0]["last"] - last, f.attrs["missed_volumes"]
+    assert re.search(r"volumes #%d-#%d of session [0-9a-f]+ missed \(published, but never "
+                     r"announced" % (last + 1, tail[0]["last"]), err.text()), err.text()
 
 
 @pytest.mark.parametrize("change", ["shape", "stride"])

@@ -10,6 +10,7 @@ import os
 import pathlib
 import random
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -270,3 +271,146 @@ def test_a_sigkilled_writers_segment_is_refused_and_latest_stops(instance, build
         for f in run_dir.iterdir():
             f.unlink()
         run_dir.rmdir()
+
+
+# ---- a malformed header ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("views_offset,views_bytes", [
+    (MIB2 - 64, proto.VIEWS_DATA_OFFSET),  # past the slot: the next slot's bytes
+    (SLOTS * MIB2, proto.VIEWS_DATA_OFFSET),  # past the end of the segment
+    (0, proto.VIEWS_DATA_OFFSET),  # over the volume itself
+    (64, 64),  # smaller than the header and descriptors read from it
+    (96, proto.VIEWS_DATA_OFFSET),  # not 64-aligned
+])
+def test_open_refuses_a_views_area_outside_its_slot_as_libvolrec_does(instance, build_dir,
+                                                                      views_offset,
+                                                                      views_bytes):
+    """A views area the pictures would be read from another slot, the volume or past the
+    segment's end is a ProtocolError naming it, as libvolrec's ipc_shm_validate refuses it
+    (-EPROTO), not a picture of other bytes."""
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    write_at(shm(instance), 0, header(session, views_offset=views_offset,
+                                      views_bytes=views_bytes))
+    with pytest.raises(volrec.ProtocolError, match="views area is inconsistent"):
+        volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0)
+    lib_path = build_dir / "lib/libvolrec.so.0"
+    if os.environ.get("VOLREC_SANITIZER") or not lib_path.exists():
+        return
+    lib = ctypes.CDLL(str(lib_path))
+    lib.volrec_client_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                       ctypes.POINTER(ctypes.c_void_p)]
+    lib.volrec_client_close.argtypes = [ctypes.c_void_p]
+    handle = ctypes.c_void_p()
+    rc = lib.volrec_client_open(instance.encode(), b"/nonexistent", ctypes.byref(handle))
+    if rc == 0:
+        lib.volrec_client_close(handle)
+    assert rc == -errno.EPROTO, "libvolrec open: %d" % rc
+
+
+def test_open_accepts_a_views_area_inside_its_slot(instance):
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    write_at(shm(instance), 0, header(session, views_offset=64,
+                                      views_bytes=proto.VIEWS_DATA_OFFSET))
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        assert c.session_id == session
+
+
+# ---- arguments of the wrong type or value ---------------------------------------------------
+
+@pytest.mark.parametrize("kw,error,what", [
+    (dict(open_timeout=float("nan")), ValueError, "open_timeout"),
+    (dict(open_timeout=-1), ValueError, "open_timeout"),
+    (dict(open_timeout="1"), TypeError, "open_timeout"),
+    (dict(open_timeout=None), TypeError, "open_timeout"),
+    (dict(rcvhwm=-1), ValueError, "rcvhwm"),
+    (dict(rcvhwm=1.5), ValueError, "rcvhwm"),
+    (dict(topics="vol"), TypeError, "topics"),
+    (dict(topics=("vol", "volumes")), ValueError, "topic 'volumes'"),
+])
+def test_client_arguments_of_a_wrong_type_or_value_name_the_argument(instance, kw, error, what):
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    with pytest.raises(error, match=what):
+        volrec.Client(instance, run_dir="/nonexistent", **kw)
+
+
+@pytest.mark.parametrize("call", ["next_message", "next_volume"])
+@pytest.mark.parametrize("timeout,error", [
+    (float("nan"), ValueError), (float("inf"), ValueError), (-1.0, ValueError),
+    ("1", TypeError), (True, TypeError),
+])
+def test_a_wrong_timeout_is_refused_at_once(instance, call, timeout, error):
+    """A NaN timeout used to make next_message poll forever at full speed."""
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    result = []
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        def run():
+            try:
+                getattr(c, call)(timeout)
+                result.append(None)
+            except BaseException as e:  # noqa: B902 - what it raised is the result
+                result.append(e)
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(5.0)
+        assert not t.is_alive(), "%s(%r) still waiting after 5 s" % (call, timeout)
+    assert isinstance(result[0], error) and "timeout" in str(result[0]), repr(result[0])
+
+
+# ---- views that do not fit their volume -----------------------------------------------------
+
+VIEWS_OFFSET = 64  # after the 2 x 3 x 4 volume
+VIEW_DIMS = {"enface_mean": (NY, NX), "enface_max": (NY, NX), "bscan": (NX, NZ),
+             "slice": (NY, NZ), "plane": (NY, NX), "render": (4, 6)}
+
+
+def publish_with_views(instance, session, **broken):
+    """A live segment whose slot 0 holds volume 1 with views, picture fields overridden by
+    broken = {kind: {field: value}}."""
+    views_bytes = proto.VIEWS_DATA_OFFSET + 64 * len(proto.IMAGE_KINDS)
+    create(instance, "live", session)
+    write_at(shm(instance), 0, header(session, views_offset=VIEWS_OFFSET, views_bytes=views_bytes,
+                                      latest_sequence=1, latest_slot=0))
+    write_at(shm(instance), proto.SHM_HEADER.size,
+             proto.SLOT_HEADER.pack(sequence=2, volume_id=1, flags=proto.FLAG_VIEWS))
+    area = MIB2 + VIEWS_OFFSET
+    descs = b""
+    for k, name in enumerate(proto.IMAGE_KINDS):
+        fields = dict(kind=k, present=1, rows=VIEW_DIMS[name][0], cols=VIEW_DIMS[name][1],
+                      offset=proto.VIEWS_DATA_OFFSET + 64 * k, slab_zb=NZ, position_y=NY - 1,
+                      position_x=NX - 1, position_z=NZ - 1)
+        fields.update(broken.get(name, {}))
+        descs += proto.IMAGE_DESC.pack(**fields)
+    write_at(shm(instance), area,
+             proto.VIEWS_HEADER.pack(magic=proto.VIEWS_MAGIC, count=len(proto.IMAGE_KINDS),
+                                     desc_size=proto.IMAGE_DESC.size) + descs)
+
+
+def test_views_of_a_volume_are_read(instance):
+    publish_with_views(instance, random.getrandbits(63) | 1)
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        with c.latest() as vol:
+            assert {k: v.shape for k, v in vol.views.items()} == VIEW_DIMS
+
+
+@pytest.mark.parametrize("broken,what", [
+    (dict(bscan=dict(rows=0)), "bscan of 0 x 4 pixels"),
+    (dict(slice=dict(rows=NZ, cols=NY)), "slice of 4 x 2 pixels"),
+    (dict(render=dict(cols=0)), "render of 4 x 0 pixels"),
+    (dict(plane=dict(position_z=NZ)), "plane at \\[y 1, x 2, z 4\\]"),
+    (dict(enface_max=dict(slab_za=2, slab_zb=2)), "depths \\[2, 2\\)"),
+])
+def test_a_picture_that_does_not_fit_its_volume_is_a_protocol_error(instance, broken, what):
+    """As libvolrec's volrec_view_image: a picture of another size than its kind's for the
+    volume, or of a plane or slab outside it, is malformed, not a picture to show; the slot is
+    not left leased."""
+    publish_with_views(instance, random.getrandbits(63) | 1, **broken)
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        with pytest.raises(volrec.ProtocolError, match=what):
+            c.latest()
+        lease = proto.LEASE_HEADER.size + proto.LEASE_ENTRY.offset["slot"]
+        slot = struct.unpack_from("<I", shm(instance, ".readers").read_bytes(), lease)[0]
+        assert slot == proto.SLOT_NONE, "slot %d left leased" % slot

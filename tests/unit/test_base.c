@@ -151,6 +151,17 @@ static void test_option_values_are_strict(void **state)
 	assert_int_equal(vr_parse_seconds("nan", true, &s), -EINVAL);
 	assert_int_equal(vr_parse_seconds("1e8", true, &s), -EINVAL);
 	assert_int_equal(vr_parse_seconds("2s", true, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("1e7", true, &s), 0);
+	assert_true(s == 1e7);
+	assert_int_equal(vr_parse_seconds(".5", false, &s), 0);
+	assert_true(s == 0.5);
+	/* strtod's other spellings are not a number of seconds */
+	assert_int_equal(vr_parse_seconds(" 5", true, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("+5", true, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("0x10", true, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("inf", true, &s), -EINVAL);
+	assert_int_equal(vr_parse_seconds("", true, &s), -EINVAL);
+	assert_true(s == 0.5);
 }
 
 static void test_ordinal_lists(void **state)

@@ -661,6 +661,121 @@ static void test_views_area_holds_its_descriptors(void **state)
 	free(h);
 }
 
+/* The views of an 8 x 16 x 32 volume as a daemon writes them (protocol.md §2.5), a render of
+ * 4 x 6, every picture present. */
+static void views_write(void *area)
+{
+	static const uint32_t dims[VOLREC_IMAGE_COUNT][2] = {{8, 16}, {8, 16}, {16, 32},
+	                                                     {8, 32}, {8, 16}, {4, 6}};
+	struct volrec_views_header *vh = area;
+	struct volrec_image_desc *d = (struct volrec_image_desc *)(vh + 1);
+	uint64_t off = VOLREC_VIEWS_DATA_OFFSET;
+
+	memset(area, 0, VOLREC_VIEWS_DATA_OFFSET);
+	vh->magic = VOLREC_VIEWS_MAGIC;
+	vh->count = VOLREC_IMAGE_COUNT;
+	vh->desc_size = sizeof(*d);
+	for (uint32_t k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+		d[k].kind = k;
+		d[k].present = 1;
+		d[k].rows = dims[k][0];
+		d[k].cols = dims[k][1];
+		d[k].offset = off;
+		d[k].slab_zb = 32;
+		d[k].position_y = 7;
+		d[k].position_x = 15;
+		d[k].position_z = 31;
+		off += ((uint64_t)dims[k][0] * dims[k][1] + 63) / 64 * 64;
+	}
+}
+
+/* Publish a volume with views, broken by breaking(descriptors) (NULL: none); c's next volume
+ * is it, held. */
+static void publish_views(struct fx *f, struct volrec_client *c, struct volrec_view *v,
+                          void (*breaking)(struct volrec_image_desc *d))
+{
+	struct ipc_slot_ref s;
+	struct ipc_volume_meta m = {.flags = VOLREC_FLAG_VIEWS};
+
+	assert_int_equal(ipc_writer_begin(f->w, &s), 0);
+	assert_non_null(s.views);
+	views_write(s.views);
+	if (breaking)
+		breaking((struct volrec_image_desc *)((struct volrec_views_header *)s.views + 1));
+	assert_int_equal(ipc_writer_publish(f->w, &s, &m), 0);
+	assert_int_equal(volrec_client_next(c, 5000, v), 0);
+}
+
+static void bscan_no_rows(struct volrec_image_desc *d)
+{
+	d[VOLREC_IMAGE_BSCAN].rows = 0;
+}
+static void slice_transposed(struct volrec_image_desc *d)
+{
+	d[VOLREC_IMAGE_SLICE].rows = 32;
+	d[VOLREC_IMAGE_SLICE].cols = 8;
+}
+static void render_no_cols(struct volrec_image_desc *d)
+{
+	d[VOLREC_IMAGE_RENDER].cols = 0;
+}
+static void plane_outside(struct volrec_image_desc *d)
+{
+	d[VOLREC_IMAGE_PLANE].position_z = 32;
+}
+static void slab_outside(struct volrec_image_desc *d)
+{
+	d[VOLREC_IMAGE_ENFACE_MAX].slab_zb = 33;
+}
+
+/* A picture whose size is not its kind's for the volume (a 0-row B-scan, a slice [Z][Y]), a
+ * render of no pixels, a plane or slab outside the volume is -EPROTO naming it, not a picture:
+ * `volrec snapshot` divided by a zero size (SIGFPE) and named files after planes that do not
+ * exist. The other pictures of the same volume stay readable. */
+static void test_view_image_refuses_pictures_that_do_not_fit_the_volume(void **state)
+{
+	static const struct {
+		void (*breaking)(struct volrec_image_desc *d);
+		unsigned kind;
+		const char *what;
+	} cases[] = {
+	        {bscan_no_rows, VOLREC_IMAGE_BSCAN, "bscan of 0 x 32 pixels"},
+	        {slice_transposed, VOLREC_IMAGE_SLICE, "slice of 32 x 8 pixels"},
+	        {render_no_cols, VOLREC_IMAGE_RENDER, "render of 4 x 0 pixels"},
+	        {plane_outside, VOLREC_IMAGE_PLANE, "plane at [y 7, x 15, z 32]"},
+	        {slab_outside, VOLREC_IMAGE_ENFACE_MAX, "depths [0, 33)"},
+	};
+	struct fx *f = *state;
+	struct volrec_client *c;
+	struct volrec_view v;
+	struct volrec_image img;
+
+	f->o.views = true;
+	open_writer(f);
+	c = open_client(f);
+	publish_views(f, c, &v, NULL);
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		assert_int_equal(volrec_view_image(c, &v, k, &img), 0);
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		publish_views(f, c, &v, cases[i].breaking);
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+			int rc = volrec_view_image(c, &v, k, &img);
+
+			if (k != cases[i].kind) {
+				assert_int_equal(rc, 0);
+				continue;
+			}
+			assert_int_equal(rc, -EPROTO);
+			if (!strstr(volrec_client_error(c), cases[i].what))
+				fail_msg("case %zu: '%s' does not say '%s'", i,
+				         volrec_client_error(c), cases[i].what);
+		}
+		assert_int_equal(volrec_view_release(c, &v), 0);
+	}
+	volrec_client_close(c);
+}
+
 static void test_malformed_messages_rejected_then_good_one_read(void **state)
 {
 	struct fx *f = *state;
@@ -1173,6 +1288,7 @@ VR_TEST_GROUP(ipc)
 	        T(test_wrong_version_segment_rejected),
 	        cmocka_unit_test(test_segment_layout_sums_do_not_wrap),
 	        cmocka_unit_test(test_views_area_holds_its_descriptors),
+	        T(test_view_image_refuses_pictures_that_do_not_fit_the_volume),
 	        T(test_malformed_messages_rejected_then_good_one_read),
 	        T(test_vol_message_beyond_latest_rejected),
 	        T(test_client_follows_new_session),

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 from ._protocol import (DTYPES, LEASE_ENTRY, LEASE_HEADER, LEASE_MAGIC, MAX_READERS, MAX_SLOTS,
                         PROTO_MAJOR, SHM_HEADER, SHM_LEASE_SUFFIX, SHM_MAGIC, SHM_PREFIX,
                         SLOT_ALIGN, SLOT_HEADER, SLOT_NONE, STATE_CLOSED, STATE_INIT,
-                        STATE_LIVE)
+                        STATE_LIVE, VIEWS_DATA_OFFSET)
 from .errors import NoDaemon, NotReady, ProtocolError, StaleSegment, VolrecError
 
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory objects
@@ -87,6 +87,14 @@ def validate_header(h: Dict[str, int], size: int, state: int, name: str) -> None
                                 or h["endpoints_offset"] + h["endpoints_size"]
                                 > h["data_offset"]):
         raise ProtocolError("data segment endpoint list lies outside the header region")
+    # views (1.2): inside each slot, after the volume, at least the header and descriptors
+    # (else a picture would be read from the next slot, or past the end of the segment)
+    vo, vb = h["views_offset"], h["views_bytes"]
+    if (vo or vb) and (vo < h["volume_bytes"] or vo % 64 or vo + vb > h["slot_stride"]
+                       or vb < VIEWS_DATA_OFFSET):
+        raise ProtocolError("data segment views area is inconsistent (offset %d, %d bytes, "
+                            "volume %d bytes, stride %d)"
+                            % (vo, vb, h["volume_bytes"], h["slot_stride"]))
 
 
 class Session:

@@ -5,6 +5,8 @@ daemon across restarts and rebuilds (docs/protocol.md §2.3, §4; docs/clients.m
 from __future__ import annotations
 
 import errno
+import math
+import numbers
 import os
 import re
 import time
@@ -24,6 +26,21 @@ __all__ = ["Client", "Lease", "VolumeArray"]
 _INSTANCE = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 _TOPICS = (TOPIC_VOL, TOPIC_STATUS, TOPIC_EVENT)
 _SESSION_AT = SHM_HEADER.offset["session_id"]
+
+
+def _seconds(name: str, value: Any, none_ok: bool = True) -> Optional[float]:
+    """A timeout argument: None (where none_ok: wait forever) or a finite number >= 0 of
+    seconds. TypeError or ValueError naming the argument otherwise (a NaN used to make
+    next_message spin forever)."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("%s must be a number of seconds%s, not %r"
+                        % (name, " or None" if none_ok else "", value))
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError("%s must be a finite number of seconds >= 0, not %r" % (name, value))
+    return v
 
 
 class VolumeArray(np.ndarray):  # type: ignore[type-arg]
@@ -96,6 +113,13 @@ class Client:
         if not isinstance(instance, str) or not _INSTANCE.match(instance):
             raise ValueError("instance %r is not a valid name ([A-Za-z0-9_-]{1,63})"
                              % (instance,))
+        open_s = _seconds("open_timeout", open_timeout, none_ok=False)
+        if isinstance(rcvhwm, bool) or not isinstance(rcvhwm, int) or rcvhwm < 0:
+            raise ValueError("rcvhwm must be a whole number >= 0 (0: no limit), not %r"
+                             % (rcvhwm,))
+        if isinstance(topics, (str, bytes)):
+            raise TypeError("topics must be a sequence of topic names (vol, status, event), "
+                            "not the string %r" % (topics,))
         topics = tuple(topics)
         for t in topics:
             if t not in _TOPICS:
@@ -117,7 +141,7 @@ class Client:
         sub.setsockopt(zmq.LINGER, 0)
         for t in self._topics:
             sub.setsockopt(zmq.SUBSCRIBE, t.encode())
-        deadline = time.monotonic() + open_timeout
+        deadline = time.monotonic() + (open_s or 0.0)
         try:
             while True:
                 try:
@@ -225,8 +249,13 @@ class Client:
         if s.slot_seq(slot) != 2 * seq:
             s.unlease()
             return None
-        views = (read_views(s.map, off + h["views_offset"], h["views_bytes"])
-                 if h["views_bytes"] and sh["flags"] & FLAG_VIEWS else Views({}))
+        try:
+            views = (read_views(s.map, off + h["views_offset"], h["views_bytes"],
+                                (h["ny"], h["nx"], h["nz"]))
+                     if h["views_bytes"] and sh["flags"] & FLAG_VIEWS else Views({}))
+        except ProtocolError:
+            s.unlease()  # the volume is not handed out: its slot is not held either
+            raise
         arr.__dict__.update(views=views)
         arr.__dict__.update(sequence=seq, slot=slot, session_id=s.id,
                             volume_id=sh["volume_id"], epoch=sh["epoch"],
@@ -265,6 +294,7 @@ class Client:
         """Next message of a subscribed topic: ("vol", lease) where lease is a context
         manager giving the VolumeArray, or ("status"|"event", json_text). Raises Timeout,
         ProtocolError (a malformed message was dropped), Busy."""
+        timeout = _seconds("timeout", timeout)
         if self._held is not None:
             raise Busy("a volume is still held; leave its with block first")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -329,6 +359,7 @@ class Client:
 
     def next_volume(self, timeout: Optional[float] = None) -> Lease:
         """Wait for the next volume; use as `with client.next_volume(1.0) as vol:`."""
+        timeout = _seconds("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

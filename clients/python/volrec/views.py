@@ -8,8 +8,8 @@ from typing import Any, Dict, Iterator, Mapping, Tuple
 
 import numpy as np
 
-from ._protocol import (IMAGE_COUNT, IMAGE_DESC, IMAGE_KINDS, VIEWS_DATA_OFFSET, VIEWS_HEADER,
-                        VIEWS_MAGIC)
+from ._protocol import (IMAGE_COUNT, IMAGE_DESC, IMAGE_KINDS, RENDER_MAX, VIEWS_DATA_OFFSET,
+                        VIEWS_HEADER, VIEWS_MAGIC)
 from .errors import ProtocolError
 
 __all__ = ["ImageArray", "Views"]
@@ -55,8 +55,31 @@ class Views(Mapping[str, ImageArray]):
         return len(self._images)
 
 
-def read_views(buf: Any, area: int, size: int) -> Views:
-    """The pictures of the views area at buf[area:area + size]; ProtocolError if malformed."""
+def _misfit(name: str, d: Dict[str, Any], shape: Tuple[int, int, int]) -> str:
+    """What is wrong with present picture d of a Y x X x Z volume (protocol.md §2.5), as
+    libvolrec's volrec_view_image says it; "" when it fits."""
+    y, x, z = shape
+    rows, cols = d["rows"], d["cols"]
+    if name == "render":
+        if not (1 <= rows <= RENDER_MAX and 1 <= cols <= RENDER_MAX):
+            return "render of %d x %d pixels (1 to %d a side)" % (rows, cols, RENDER_MAX)
+        return ""
+    want = {"bscan": (x, z), "slice": (y, z)}.get(name, (y, x))
+    if (rows, cols) != want:
+        return "%s of %d x %d pixels for a %d x %d x %d volume (%d x %d)" % (
+            name, rows, cols, y, x, z, want[0], want[1])
+    if name.startswith("enface_") and not d["slab_za"] < d["slab_zb"] <= z:
+        return "%s over depths [%d, %d) outside 0..%d" % (name, d["slab_za"], d["slab_zb"], z)
+    if ((name == "bscan" and d["position_y"] >= y) or (name == "slice" and d["position_x"] >= x)
+            or (name == "plane" and d["position_z"] >= z)):
+        return "%s at [y %d, x %d, z %d] outside the %d x %d x %d volume" % (
+            name, d["position_y"], d["position_x"], d["position_z"], y, x, z)
+    return ""
+
+
+def read_views(buf: Any, area: int, size: int, shape: Tuple[int, int, int]) -> Views:
+    """The pictures of the views area at buf[area:area + size] of a volume of shape (Y, X, Z);
+    ProtocolError if malformed, a picture that does not fit the volume included."""
     if size < VIEWS_DATA_OFFSET:
         raise ProtocolError("views area of %d bytes is too small" % size)
     h = VIEWS_HEADER.unpack(buf, area)
@@ -73,6 +96,9 @@ def read_views(buf: Any, area: int, size: int) -> Views:
                                 % (name, d["offset"], d["rows"], d["cols"], size))
         if not d["present"]:
             continue
+        why = _misfit(name, d, shape)
+        if why:
+            raise ProtocolError("malformed views area: %s" % why)
         img = np.frombuffer(buf, dtype=np.uint8, count=n, offset=area + d["offset"]).reshape(
             d["rows"], d["cols"]).view(ImageArray)
         img.__dict__.update(kind=name, volume_id=d["volume_id"],
