@@ -205,8 +205,9 @@ int tool_wait_status(struct volrec_client *c, double timeout_s, char **text)
 
 		if (left <= 0)
 			return -ETIMEDOUT;
-		rc = volrec_client_next_message(c, (int)(left * 1000) + 1, &m);
-		if (rc == -EAGAIN || rc == -EPROTO)
+		/* at most a second per wait: the deadline may lie past what int ms can hold */
+		rc = volrec_client_next_message(c, left > 1.0 ? 1000 : (int)(left * 1000) + 1, &m);
+		if (rc == -EAGAIN || rc == -EPROTO || (rc == -ETIMEDOUT && vr_mono_s() < deadline))
 			continue;
 		if (rc)
 			return rc;
