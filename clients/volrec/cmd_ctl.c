@@ -174,6 +174,14 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 				return VR_EXIT_USAGE;
 			}
 			snprintf(key, sizeof(key), "%.*s", (int)(eq - argv[i]), argv[i]);
+			if (json_object_object_get_ex(vals, key, NULL)) {
+				/* the configuration refuses a key given twice: so does set */
+				fprintf(stderr, "volrec set: %s given twice (each key once)\n",
+				        key);
+				json_object_put(req);
+				json_object_put(vals);
+				return VR_EXIT_USAGE;
+			}
 			json_object_object_add(vals, key, json_object_new_string(eq + 1));
 		}
 		json_object_object_add(req, "op", json_object_new_string("set"));

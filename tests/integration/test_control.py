@@ -124,6 +124,8 @@ def test_set_is_all_or_none_with_the_files_messages(daemon):
     assert r.returncode == 5 and "reload" in r.stderr and "geometry.stride" in r.stderr, r
     r = daemon.volrec("set", "nonsense")
     assert r.returncode == 2 and "KEY=VALUE" in r.stderr, r
+    r = daemon.volrec("set", "view.slab=[1,2]", "preprocess.db_range=[5,95]", "view.slab=[2,3]")
+    assert r.returncode == 2 and "volrec set: view.slab given twice (each key once)" in r.stderr, r
 
 
 def test_a_reload_drops_runtime_sets_and_says_so(daemon):
