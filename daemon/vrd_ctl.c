@@ -205,7 +205,8 @@ static char *op_status(const struct vrd_ctl_ops *svc, struct json_object *req, c
 	return reply_text(o);
 }
 
-/* The ops: each takes op, id and its one field (NULL: none); any other field is refused. */
+/* The ops: each takes op, id, expires_ms and its one field (NULL: none); any other field is
+ * refused. */
 static const struct {
 	const char *name, *field;
 	char *(*answer)(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
@@ -216,6 +217,41 @@ static const struct {
         {"reset_history", NULL, op_reset_history},
         {"status", NULL, op_status},
 };
+
+/*
+ * A request that carries expires_ms (CLOCK_MONOTONIC milliseconds: the socket is ipc://, on
+ * this machine) and is read after it is refused, nothing done, so that a client that gave up
+ * waiting knows it was not applied. The refusal, or NULL to go on.
+ */
+static char *expired(struct json_object *req, const char *id, const char *op)
+{
+	struct json_object *e;
+	double at, now = (double)vr_mono_ns() / 1e6;
+	struct json_object *o;
+
+	if (!json_object_object_get_ex(req, "expires_ms", &e))
+		return NULL;
+	if (!json_object_is_type(e, json_type_int) && !json_object_is_type(e, json_type_double))
+		return reply_error(id,
+		                   "expires_ms: must be a number (CLOCK_MONOTONIC ms), not a "
+		                   "JSON %s",
+		                   json_type_to_name(json_object_get_type(e)));
+	at = json_object_get_double(e);
+	if (now <= at)
+		return NULL;
+	o = reply_new(false, id);
+	{
+		char msg[256];
+
+		snprintf(msg, sizeof(msg),
+		         "%s: expired %.0f ms before volrecd read it (expires_ms %.0f, now %.0f): "
+		         "not applied",
+		         op, now - at, at, now);
+		json_object_object_add(o, "error", json_object_new_string(msg));
+	}
+	json_object_object_add(o, "expired", json_object_new_boolean(true));
+	return reply_text(o);
+}
 
 char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t len,
                      const struct vrd_ctl_peer *peer, bool *refused)
@@ -262,16 +298,19 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 	json_object_object_foreach(req, k, v)
 	{
 		(void)v;
-		if (strcmp(k, "op") && strcmp(k, "id") &&
+		if (strcmp(k, "op") && strcmp(k, "id") && strcmp(k, "expires_ms") &&
 		    (!OPS[i].field || strcmp(k, OPS[i].field))) {
 			vr_utf8_sanitize(k, shown, sizeof(shown));
-			reply = reply_error(id, "%s: unknown field '%s' (it takes op, id%s%s)",
-			                    name, shown, OPS[i].field ? " and " : "",
-			                    OPS[i].field ? OPS[i].field : "");
+			reply = reply_error(
+			        id, "%s: unknown field '%s' (it takes op, id, expires_ms%s%s)",
+			        name, shown, OPS[i].field ? " and " : "",
+			        OPS[i].field ? OPS[i].field : "");
 			goto out;
 		}
 	}
-	reply = OPS[i].answer(svc, req, id, peer);
+	reply = expired(req, id, name);
+	if (!reply)
+		reply = OPS[i].answer(svc, req, id, peer);
 out:
 	if (reply)
 		*refused = strncmp(reply, "{\"ok\":false", 11) == 0;

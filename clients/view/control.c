@@ -22,6 +22,9 @@
 #define VW_CTL_INFLIGHT  64      /* requests in flight, at most */
 #define VW_CTL_REPLY_MAX 1048576 /* bytes of a reply, at most */
 
+/* A request volrecd read before it expired is answered at once: waited this much longer */
+#define REPLY_GRACE_S 1.0
+
 struct vw_pending {
 	uint64_t id;     /* 0: free */
 	uint64_t cookie; /* the caller's */
@@ -89,6 +92,7 @@ int vw_control_send(struct vw_control *c, const char *request_json, uint64_t coo
 	struct vw_pending *slot = NULL;
 	char id[32];
 	const char *text;
+	double expires;
 	int rc = 0;
 
 	if (!o || !json_object_is_type(o, json_type_object)) {
@@ -104,6 +108,9 @@ int vw_control_send(struct vw_control *c, const char *request_json, uint64_t coo
 	}
 	snprintf(id, sizeof(id), "view-%" PRIu64, c->next_id);
 	json_object_object_add(o, "id", json_object_new_string(id));
+	/* volrecd refuses it unread past this: a request it does not answer is not applied */
+	expires = vr_mono_s() + c->timeout_s;
+	json_object_object_add(o, "expires_ms", json_object_new_int64((int64_t)(expires * 1000)));
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 	if (zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
 	    zmq_send(c->sock, text, strlen(text), ZMQ_DONTWAIT) < 0)
@@ -113,7 +120,7 @@ int vw_control_send(struct vw_control *c, const char *request_json, uint64_t coo
 		return rc;
 	slot->id = c->next_id++;
 	slot->cookie = cookie;
-	slot->deadline = vr_mono_s() + c->timeout_s;
+	slot->deadline = expires + REPLY_GRACE_S;
 	return 0;
 }
 
@@ -203,8 +210,8 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 		}
 		c->p[i].id = 0;
 		snprintf(e, sizeof(e),
-		         "volrecd did not answer within %.1f s (control socket %s); a daemon that "
-		         "is only slow may still apply the request: get the value to know",
+		         "volrecd did not read the request within %.1f s (control socket %s): it "
+		         "expired unread and is not applied",
 		         c->timeout_s, c->endpoint);
 		done(ctx, c->p[i].cookie, false, e, NULL);
 	}

@@ -138,12 +138,14 @@ typedef void (*vw_control_done)(void *ctx, uint64_t cookie, bool ok, const char 
 int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **out)
         __attribute__((warn_unused_result));
 void vw_control_close(struct vw_control *c);
-/* Send the request object text (without an id: the client adds its own) for cookie. 0, or
+/* Send the request object text (without an id: the client adds its own, and expires_ms, the
+ * end of the timeout) for cookie. 0, or
  * -EAGAIN when the daemon's socket is not there (nothing listening), -ENOSPC with too many
  * requests in flight, another negative errno on failure. */
 int vw_control_send(struct vw_control *c, const char *request_json, uint64_t cookie);
-/* Receive the replies that arrived and time out the requests that waited too long (done gets
- * error "volrecd did not answer ..."). Returns the requests still in flight. */
+/* Receive the replies that arrived and time out the requests volrecd did not read before they
+ * expired (done gets error "volrecd did not read the request ..."; volrecd refuses them if it
+ * reads them later). Returns the requests still in flight. */
 int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx);
 
 /* ---- the server (server.c) ------------------------------------------------------------------ */

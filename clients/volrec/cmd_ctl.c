@@ -30,7 +30,8 @@ static int ctl_request(const struct tool_target *t, const char *cmd, struct json
 {
 	char path[TOOL_PATH_MAX + 96], ep[sizeof(path) + 8];
 	const char *text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
-	int linger = 0, ms = (int)(timeout * 1000.0), rc = VR_EXIT_FAIL, n;
+	/* a request volrecd read in time is answered at once: wait a second beyond its expiry */
+	int linger = 0, ms = (int)(timeout * 1000.0) + 1000, rc = VR_EXIT_FAIL, n;
 	struct stat st;
 	void *ctx = NULL, *s = NULL;
 	zmq_msg_t m;
@@ -65,8 +66,9 @@ static int ctl_request(const struct tool_target *t, const char *cmd, struct json
 	n = zmq_msg_recv(&m, s, 0);
 	if (n < 0) {
 		fprintf(stderr,
-		        "volrec %s: no answer from volrecd of instance '%s' within %.1f s\n", cmd,
-		        t->instance, timeout);
+		        "volrec %s: volrecd of instance '%s' did not read the request within %.1f "
+		        "s: it expired unread and is not applied\n",
+		        cmd, t->instance, timeout);
 		rc = VR_EXIT_TIMEOUT;
 	} else {
 		{
@@ -192,6 +194,10 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 		/* a set refused only because another change is being applied is sent again */
 		double end = vr_mono_s() + timeout;
 		struct json_object *retry;
+
+		/* volrecd refuses it unread past the timeout: no answer means not applied */
+		json_object_object_add(req, "expires_ms",
+		                       json_object_new_int64((int64_t)(end * 1000)));
 
 		while ((rc = ctl_request(&tg, cmd, req, timeout, &reply)) == VR_EXIT_OK &&
 		       json_object_object_get_ex(reply, "retry", &retry) &&

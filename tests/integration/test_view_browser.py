@@ -23,6 +23,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -608,6 +609,40 @@ def test_requests_beyond_eight_in_flight_are_refused_at_once(served, sock):
     for i in range(8):
         r = sock.reply(f"held{i}")
         assert r["type"] == "reply", r
+
+
+def test_a_set_the_daemon_reads_too_late_is_refused_and_said_not_applied(served, sock):
+    """A set the daemon does not read within the viewer's 3 s (stopped here) is answered
+    "expired unread, not applied"; when the daemon goes on and reads it, it refuses it: the
+    value in force stays what it was."""
+    pub, _ = served
+    sock.send(json.dumps({"type": "get", "key": "view.slab", "id": "before"}))
+    before = sock.reply("before")
+    assert before["type"] == "reply" and before["ok"], before
+    pub.proc.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        sock.send(json.dumps({"type": "set", "values": {"view.slab": [3, 7]}, "id": "late"}))
+        e = sock.reply("late", timeout=10.0)
+        assert not e["ok"] and "expired unread and is not applied" in e["error"], e
+        assert 3.0 <= time.monotonic() - t0 < 8.0
+    finally:
+        pub.proc.send_signal(signal.SIGCONT)
+    time.sleep(1.0)  # a set is applied between volumes: time for one it had taken
+    sock.send(json.dumps({"type": "get", "key": "view.slab", "id": "after"}))
+    after = sock.reply("after")
+    assert after["reply"]["value"] == before["reply"]["value"], (before, after)
+    # the same set read in time is applied
+    sock.send(json.dumps({"type": "set", "values": {"view.slab": [3, 7]}, "id": "in-time"}))
+    r = sock.reply("in-time")
+    assert r["ok"], r
+    deadline = time.monotonic() + 10
+    while True:
+        sock.send(json.dumps({"type": "get", "key": "view.slab", "id": "now"}))
+        if sock.reply("now")["reply"]["value"] == "[3, 7]":
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
 
 
 # ---- make demo ---------------------------------------------------------------------------------

@@ -316,16 +316,48 @@ static void test_unknown_fields_are_refused_per_op(void **state)
 {
 	(void)state;
 	ask_refused("{\"op\":\"get\",\"kye\":\"view.render.every\"}",
-	            "get: unknown field 'kye' (it takes op, id and key)");
+	            "get: unknown field 'kye' (it takes op, id, expires_ms and key)");
 	ask_refused("{\"op\":\"get\",\"values\":{}}", "get: unknown field 'values'");
 	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]},\"key\":\"x\"}",
-	            "set: unknown field 'key' (it takes op, id and values)");
+	            "set: unknown field 'key' (it takes op, id, expires_ms and values)");
 	ask_refused("{\"op\":\"reset_history\",\"values\":{\"x\":1}}",
-	            "reset_history: unknown field 'values' (it takes op, id)");
+	            "reset_history: unknown field 'values' (it takes op, id, expires_ms)");
 	ask_refused("{\"id\":\"a\",\"op\":\"status\",\"verbose\":true}",
-	            "status: unknown field 'verbose' (it takes op, id)");
+	            "status: unknown field 'verbose' (it takes op, id, expires_ms)");
 	assert_int_equal(F.applied, 0);
 	assert_int_equal(F.resets, 0);
+}
+
+/* A request read after its expires_ms (CLOCK_MONOTONIC ms) is refused, nothing done; one read
+ * in time is answered as usual. */
+static void test_a_request_read_after_it_expired_is_not_applied(void **state)
+{
+	char req[256];
+	double now = (double)vr_mono_ns() / 1e6;
+	struct json_object *o, *e;
+
+	(void)state;
+	snprintf(req, sizeof(req),
+	         "{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]},\"id\":\"s\","
+	         "\"expires_ms\":%.0f}",
+	         now - 1500);
+	o = ask_for(req, true);
+	assert_non_null(strstr(field(o, "error"), "set: expired "));
+	assert_non_null(strstr(field(o, "error"), "ms before volrecd read it"));
+	assert_true(json_object_object_get_ex(o, "expired", &e) && json_object_get_boolean(e));
+	assert_string_equal(field(o, "id"), "s");
+	json_object_put(o);
+	assert_int_equal(F.applied, 0);
+	ask_refused("{\"op\":\"reset_history\",\"expires_ms\":1}", "reset_history: expired");
+	assert_int_equal(F.resets, 0);
+	ask_refused("{\"op\":\"status\",\"expires_ms\":\"soon\"}",
+	            "expires_ms: must be a number (CLOCK_MONOTONIC ms), not a JSON string");
+	snprintf(req, sizeof(req),
+	         "{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]},"
+	         "\"expires_ms\":%.0f}",
+	         now + 60000);
+	json_object_put(ask_for(req, false));
+	assert_int_equal(F.applied, 1);
 }
 
 static void test_an_id_that_is_not_a_string_is_refused_and_not_echoed(void **state)
@@ -403,6 +435,8 @@ VR_TEST_GROUP(ctl)
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_unknown_fields_are_refused_per_op, setup,
 	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_a_request_read_after_it_expired_is_not_applied,
+	                                        setup, teardown),
 	        cmocka_unit_test_setup_teardown(
 	                test_an_id_that_is_not_a_string_is_refused_and_not_echoed, setup, teardown),
 	        cmocka_unit_test_setup_teardown(test_oversized_and_deep_requests_are_refused, setup,
