@@ -52,7 +52,8 @@ def random_raw(rng, shape, sample_type, bit_shift):
     return (rng.normal(500.0, 800.0, size=shape)).astype("<f4")
 
 
-# name -> (overrides, epochs). Geometry defaults: K=64, 6 A-scans x 4 B-scans, u16.
+# name -> (overrides, epochs). Geometry defaults: K=64, 6 A-scans x 4 B-scans, u16; a case
+# that gives another samples_per_ascan gives its depth_range too.
 CASES = {
     "classic": ({}, 2),
     "bscan_mean_linear_table": ({"preprocess": {"background": {"mode": "bscan_mean"},
@@ -110,6 +111,27 @@ CASES = {
                                     "reconstruct": {"mode": "cumulative", "temporal": "exp",
                                                     "tau": 2.0, "combine": "product"}}, 8),
     "noncumulative_1x1": ({"reconstruct": {"mode": "noncumulative", "spatial_sigma": 1.5}}, 3),
+    # edges: A-scans of 27 bytes (odd offsets, the last pair of each A-scan), odd nx
+    "u12p_K18_odd_nx_bscan_median": ({"geometry": {"sample_type": "u12p", "bit_shift": 3,
+                                                   "samples_per_ascan": 18, "depth_range": [0, 9],
+                                                   "ascans_per_bscan": 7},
+                                      "preprocess": {"background": {"mode": "bscan_median"}}}, 1),
+    "u12gv_K18_odd_nx": ({"geometry": {"sample_type": "u12gv", "samples_per_ascan": 18,
+                                       "depth_range": [0, 9], "ascans_per_bscan": 5}}, 1),
+    "odd_K_flip_z_crop_end": ({"geometry": {"samples_per_ascan": 17, "depth_range": [5, 8]},
+                               "preprocess": {"flip": {"z": True}}}, 1),
+    "zero_pad_2_flip_z_last_bins": ({"preprocess": {"zero_pad": 2, "flip": {"z": True},
+                                                    "dispersion": {"coeffs": [5.0, 2.0]}},
+                                     "geometry": {"depth_range": [50, 64]}}, 1),
+    "zero_pad_4_last_bin": ({"preprocess": {"zero_pad": 4}, "geometry": {"depth_range": [127, 128]}},
+                            1),
+    "noncumulative_3x1_one_depth": ({"geometry": {"stride": [3, 1], "depth_range": [10, 11]},
+                                     "reconstruct": {"mode": "noncumulative"}}, 4),
+    "cumulative_bidirectional_odd_nx_1x3_flip_x": ({"geometry": {"stride": [1, 3],
+                                                                 "ascans_per_bscan": 5,
+                                                                 "bidirectional": True},
+                                                    "preprocess": {"flip": {"x": True}},
+                                                    "reconstruct": {"mode": "cumulative"}}, 4),
 }
 
 
@@ -129,32 +151,33 @@ def build_case(tmp_path, name, over, epochs):
     }
     cfg = merge(base, over)
     g = cfg["geometry"]
+    nk = g["samples_per_ascan"]  # K, or the case's own
     pp = cfg["preprocess"]
     ref = json.loads(json.dumps(cfg))  # the reference sees the data instead of file names
     # tables: written as files for volrec, given as arrays to the reference
     rs = pp.get("resample", {})
     if rs.get("table") == "T":
-        table = np.clip(np.arange(K) + 2.5 * np.sin(np.arange(K) * np.pi / (K - 1))
-                        + rng.uniform(-0.3, 0.3, K), -0.5, K - 0.5)
+        table = np.clip(np.arange(nk) + 2.5 * np.sin(np.arange(nk) * np.pi / (nk - 1))
+                        + rng.uniform(-0.3, 0.3, nk), -0.5, nk - 0.5)
         table = np.sort(table)
         np.savetxt(tmp_path / "table.txt", table, fmt="%.9f")
         rs["table"] = "table.txt"
         ref["preprocess"]["resample"]["table"] = table
     disp = pp.get("dispersion", {})
     if disp.get("table") == "D":
-        v = np.arange(K) / (K - 1) - 0.5
-        phase = 30.0 * v ** 2 - 10.0 * v ** 3 + rng.uniform(-0.2, 0.2, K)
+        v = np.arange(nk) / (nk - 1) - 0.5
+        phase = 30.0 * v ** 2 - 10.0 * v ** 3 + rng.uniform(-0.2, 0.2, nk)
         np.savetxt(tmp_path / "phase.txt", phase, fmt="%.9f")
         disp["table"] = "phase.txt"
         ref["preprocess"]["dispersion"]["table"] = phase
     bg = pp.get("background", {})
     if bg.get("reference") == "R":
-        r = rng.uniform(1500, 2500, K)
+        r = rng.uniform(1500, 2500, nk)
         np.savetxt(tmp_path / "reference.txt", r, fmt="%.9f")
         bg["reference"] = "reference.txt"
         ref["preprocess"]["background"]["reference_data"] = r
 
-    shape = (epochs, g["bscans_per_volume"], g["ascans_per_bscan"], K)
+    shape = (epochs, g["bscans_per_volume"], g["ascans_per_bscan"], nk)
     raw = random_raw(rng, shape, g["sample_type"], g.get("bit_shift", 0))
     raw.tofile(tmp_path / "input.raw")
     # JSON is YAML: the configuration file is written as a flow mapping

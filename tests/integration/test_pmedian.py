@@ -92,6 +92,10 @@ CASES = {
         "resample": {"method": "cubic", "poly": [1.0, 185.0, 6.0, -3.0]},
         "dispersion": {"coeffs": [12.0, -5.0]}, "zero_pad": 2, "window": {"type": "hamming"},
         "db_range": [40.0, 140.0]}),
+    # the smallest geometry: K = 16, three A-scans (an odd count: the median is the middle one)
+    "u16_K16_nx3_ny1": ("u16", 16, 3, 1, {"background": {"mode": "partial_median",
+                                                         "threshold": 0.5},
+                                          "db_range": [40.0, 140.0]}),
 }
 
 
