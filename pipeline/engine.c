@@ -749,6 +749,7 @@ static void *acq_main(void *arg)
 		for (b = 0; b < pl->ny;) {
 			struct volrec_shim_meta meta = {0};
 			const void *data = NULL;
+			uint64_t t_real;
 			struct pl_entry *en;
 			void *buf;
 
@@ -884,6 +885,7 @@ static void *acq_main(void *arg)
 			}
 			pthread_mutex_lock(&pl->mu);
 			pl->c.acquired++;
+			t_real = acq_time(pl, &meta); /* checked whether kept or dropped */
 			if (dropping) {
 				if (pl->zc)
 					release_one(pl, data);
@@ -895,7 +897,7 @@ static void *acq_main(void *arg)
 				en->epoch = e;
 				en->bscan = b;
 				en->t_mono_ns = vr_mono_ns();
-				en->t_real_ns = acq_time(pl, &meta);
+				en->t_real_ns = t_real;
 				pl_ring_commit(&pl->ring);
 				pl->acq_got++;
 				if (pl->depth > 1 || pl->acq_got == pl->ny)
