@@ -316,11 +316,16 @@ static void release_one(struct pl_pipeline *pl, const void *p)
 	     "source %s: release_ref(%p): %s", pl->src.info.name, p, src_strerror(&pl->src, rc));
 }
 
-/* The guard after a copy buffer of n bytes: a pattern acquire() must leave as it is. */
+/* Byte i of the guard after a copy buffer: a pattern acquire() must leave as it is. */
+static uint8_t guard_byte(unsigned i)
+{
+	return (uint8_t)(0xa5u ^ (i * 29u));
+}
+
 static void guard_set(void *buf, size_t n)
 {
 	for (unsigned i = 0; i < GUARD_BYTES; i++)
-		((uint8_t *)buf)[n + i] = (uint8_t)(0xa5u ^ (i * 29u));
+		((uint8_t *)buf)[n + i] = guard_byte(i);
 }
 
 /* Whether the guard after buf[0, n) is intact; else restore it and say where it was hit. */
@@ -330,7 +335,7 @@ static bool guard_check(struct pl_pipeline *pl, void *buf, const struct volrec_s
 	const uint8_t *g = (const uint8_t *)buf + pl->bscan_bytes;
 	unsigned i = 0;
 
-	while (i < GUARD_BYTES && g[i] == (uint8_t)(0xa5u ^ (i * 29u)))
+	while (i < GUARD_BYTES && g[i] == guard_byte(i))
 		i++;
 	if (i == GUARD_BYTES)
 		return true;
@@ -364,8 +369,8 @@ static int meta_check(const struct pl_pipeline *pl, const struct volrec_shim_met
 	if ((m->flags & marks) && !(pl->opt.src_flags & SRC_DROP_MARKS)) {
 		snprintf(msg, len,
 		         "source %s: epoch %llu B-scan %u marked %s (meta.flags 0x%x), but the "
-		         "marks "
-		         "were not offered (geometry.flags has no VOLREC_SHIM_GEOMETRY_MARKS): a "
+		         "marks were not offered (geometry.flags has no "
+		         "VOLREC_SHIM_GEOMETRY_MARKS): a "
 		         "loss must be returned as an error here",
 		         pl->src.info.name, (unsigned long long)m->epoch, m->bscan,
 		         m->flags & VOLREC_SHIM_META_LOST ? "lost" : "incomplete", m->flags);
