@@ -478,23 +478,29 @@ def test_record_equals_what_a_client_received(daemon, tmp_path):
     assert same >= 5, f"only {same} of the recorded volumes were seen by the client"
 
 
+def published(daemon):
+    """The data segment header's latest published sequence (docs/protocol.md: offset 88)."""
+    with open(f"/dev/shm/volrec.{daemon.instance}", "rb") as shm:
+        shm.seek(88)
+        return struct.unpack("<Q", shm.read(8))[0]
+
+
+def wait_published(daemon, n):
+    """Until the daemon has published n more volumes, however fast or slow this machine is."""
+    s0, deadline = published(daemon), time.monotonic() + TIMEOUT
+    while published(daemon) < s0 + n:
+        assert time.monotonic() < deadline, "the daemon stopped publishing"
+        time.sleep(0.05)
+
+
 def test_record_reports_missed_volumes_when_stalled(daemon, tmp_path):
     out = tmp_path / "stalled.h5"
     rec = daemon.volrec_popen("record", "-o", str(out), "-s", "6")
-    def published():
-        # the data segment header's latest published sequence (docs/protocol.md: offset 88)
-        with open(f"/dev/shm/volrec.{daemon.instance}", "rb") as shm:
-            shm.seek(88)
-            return struct.unpack("<Q", shm.read(8))[0]
-
     time.sleep(1.0)
     rec.send_signal(signal.SIGSTOP)
     # stalled while the daemon publishes 12 volumes into its 4 slots: at least 7 of them are
     # overwritten before the recorder can copy them (however fast or slow this machine is)
-    s0, deadline = published(), time.monotonic() + TIMEOUT
-    while published() < s0 + 12:
-        assert time.monotonic() < deadline, "the daemon stopped publishing"
-        time.sleep(0.05)
+    wait_published(daemon, 12)
     rec.send_signal(signal.SIGCONT)
     stdout, stderr = rec.communicate(timeout=TIMEOUT)
     assert rec.returncode == 4, (rec.returncode, stdout, stderr)
@@ -1173,7 +1179,7 @@ def test_record_reports_volumes_published_but_never_announced_before_the_daemon_
         try:
             wait_for_size(out, 4 * 36 * 36 * 256, rec)
             mute.touch()
-            time.sleep(1.0)  # some 25 volumes published, none announced
+            wait_published(d, 12)  # published, none announced
             d.stop()
             mute.unlink()
             if how == "restart":
