@@ -97,6 +97,15 @@ struct be_bandwidth {
  */
 VR_MUST_CHECK int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw,
                                     char *err, size_t errlen);
+/*
+ * The links of the distinct CUDA devices devs[0..n) at once: every device copies bytes D2H
+ * into its part of one registered host buffer (*d2h_gbs, GB/s of all together), then H2D and
+ * D2H at once (*both_gbs, each way, all together): what several links can move into one host,
+ * whose memory they share. \return as be_cuda_bandwidth.
+ */
+VR_MUST_CHECK int be_cuda_links_bandwidth(const int *devs, unsigned n, size_t bytes, int reps,
+                                          double *d2h_gbs, double *both_gbs, char *err,
+                                          size_t errlen);
 
 /* ---- the wrappers (backend/backend.c): every caller goes through these ----------------------- */
 

@@ -93,3 +93,27 @@ int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, 
 	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
 #endif
 }
+
+int be_cuda_links_bandwidth(const int *devs, unsigned n, size_t bytes, int reps, double *d2h_gbs,
+                            double *both_gbs, char *err, size_t errlen)
+{
+#ifdef VOLREC_HAVE_CUDA
+	const int present = gpu_device_count();
+
+	for (unsigned k = 0; k < n; k++)
+		if (devs[k] < 0 || devs[k] >= present)
+			return vr_err(err, errlen, -ENODEV,
+			              "cuda backend: device %d: %d CUDA device(s) present", devs[k],
+			              present);
+	return gpu_bench_links(devs, n, bytes, reps, d2h_gbs, both_gbs, err, errlen);
+#else
+	(void)devs;
+	(void)n;
+	(void)bytes;
+	(void)reps;
+	(void)d2h_gbs;
+	(void)both_gbs;
+	return vr_err(err, errlen, -ENOTSUP,
+	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
+#endif
+}

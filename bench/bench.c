@@ -661,8 +661,9 @@ int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench
  * "<tag>_volumes_per_s_devices", "<tag>_volumes_per_s_one_device", "<tag>_devices_over_one",
  * "device<k>_<tag>_d2h" (each entry's slab per second beside its link). */
 static int devices_case(const char *case_name, const char *tag, const int *devs, unsigned n,
-                        const double *link, double sum, double seconds, bench_say_fn fn, void *ctx,
-                        struct bench_figs *figs, char *err, size_t errlen)
+                        const double *link, double sum, double together, double seconds,
+                        bench_say_fn fn, void *ctx, struct bench_figs *figs, char *err,
+                        size_t errlen)
 {
 	const struct bench_case *bc = bench_case_find(case_name);
 	struct bench_result r, r1;
@@ -693,6 +694,10 @@ static int devices_case(const char *case_name, const char *tag, const int *devs,
 	         bc->title, r.epochs_per_s * (double)r.out_bytes / 1e9);
 	bench_add(figs, name, r.epochs_per_s, "volumes/s", 0, sum * 1e9 / (double)r.out_bytes,
 	          note);
+	snprintf(name, sizeof(name), "%s_d2h_devices", tag);
+	bench_add(figs, name, r.epochs_per_s * (double)r.out_bytes / 1e9, "GB/s", 0, together,
+	          "the volumes' D2H over gpu.devices; limit: the distinct links' D2H at once "
+	          "into one host buffer (links_d2h_together), same run");
 	snprintf(name, sizeof(name), "%s_volumes_per_s_one_device", tag);
 	bench_add(figs, name, r1.epochs_per_s, "volumes/s", 0, link[0] * 1e9 / (double)r1.out_bytes,
 	          "the first entry's device alone, same run");
@@ -758,14 +763,27 @@ int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn
 	}
 	bench_add(figs, "links_d2h_sum", sum, "GB/s", 0, host,
 	          "D2H limits of the distinct devices' links together; limit: host memcpy");
+	double together = 0, both = 0;
+	rc = be_cuda_links_bandwidth(devs, n, 512u << 20, 5, &together, &both, err, errlen);
+	if (rc < 0)
+		return rc;
+	say(fn, ctx,
+	    "the distinct links at once into one host buffer: D2H %.1f GB/s (%.2f of their sum), "
+	    "both ways %.1f GB/s each",
+	    together, together / sum, both);
+	bench_add(figs, "links_d2h_together", together, "GB/s", 0, sum,
+	          "every distinct device copies 512 MiB D2H at once into its part of one "
+	          "registered host buffer, best of 5; limit: the links' D2H limits measured alone");
+	bench_add(figs, "links_both_ways_together", both, "GB/s", 0, sum,
+	          "the same with 512 MiB H2D at once on every link, each way");
 
 	/* the paper's geometry (target: >= 1.8x one GPU on two), then 600 x 600 x 2048 at
 	 * stride 5 (737 MB a volume; target: >= 0.85 of the links' D2H limits together) */
-	rc = devices_case("paper", "volrec_paper", devs, n, link, sum, seconds, fn, ctx, figs, err,
-	                  errlen);
+	rc = devices_case("paper", "volrec_paper", devs, n, link, sum, together, seconds, fn, ctx,
+	                  figs, err, errlen);
 	if (rc == 0)
-		rc = devices_case("large-600", "volrec_600", devs, n, link, sum, seconds, fn, ctx,
-		                  figs, err, errlen);
+		rc = devices_case("large-600", "volrec_600", devs, n, link, sum, together, seconds,
+		                  fn, ctx, figs, err, errlen);
 	return rc;
 }
 

@@ -292,9 +292,14 @@ const char *gpu_part_name(const struct gpu_state *st);
  * it). */
 bool gpu_part_failed(const struct gpu_state *st);
 /* Drop the epoch being submitted without finishing it (another part failed): wait for its
- * queued preprocessing; the part's history is as if the epoch never came. \return 0 or the
- * CUDA error with err. */
+ * queued preprocessing; the part's history is as if the epoch never came, unless it was queued
+ * ahead (gpu_part_ahead: the caller then resets every part's history). \return 0 or the CUDA
+ * error with err. */
 int gpu_part_drop(struct gpu_state *st, char *err, size_t errlen);
+/* With epoch in flight on every part and none failed: queue the next epoch ahead on this part
+ * (as one device does in its epoch_wait), before waiting for any part. \return whether the
+ * part's history changed: queued, or failed (reported by the next finish) and reset. */
+bool gpu_part_ahead(struct gpu_state *st, uint64_t epoch);
 /* The part's render of the epoch last waited for ([H][W] maxima of its rows, host memory), or
  * NULL when that epoch asked for none. */
 const uint8_t *gpu_part_render(const struct gpu_state *st);
@@ -326,6 +331,12 @@ __attribute__((warn_unused_result)) int gpu_bench_bandwidth(int dev, size_t byte
                                                             size_t errlen);
 /* Whether /dev/shm has room for bytes more (containers often give it 64 MiB). */
 bool gpu_shm_fits(size_t bytes);
+/* The links of the distinct devices devs[0..n) together: each copies bytes D2H into its part of
+ * one registered host buffer at once (*d2h_gbs: GB/s of them all), then H2D and D2H at once
+ * (*both_gbs: each way, of them all). Best of reps, timed on the host. */
+__attribute__((warn_unused_result)) int gpu_bench_links(const int *devs, unsigned n, size_t bytes,
+                                                        int reps, double *d2h_gbs, double *both_gbs,
+                                                        char *err, size_t errlen);
 /* Number of CUDA devices (0 when none or no driver). */
 int gpu_device_count(void);
 

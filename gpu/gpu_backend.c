@@ -64,6 +64,16 @@ struct gpu_state {
 	cudaStream_t rs[GPU_RSTREAMS], cs[GPU_RSTREAMS];
 	cudaEvent_t rev[GPU_RSTREAMS], cev[GPU_RSTREAMS];
 	cudaEvent_t ev_ready;
+	/* sev[k]: slab k's kernel ran (its copies wait for it); aev[j]: the epoch's last slab on
+	 * rs[j] ran (the next epoch's interlace waits for them) */
+	cudaEvent_t sev[GPU_SLABS], aev[GPU_RSTREAMS];
+	/* the next epoch queued ahead up to its slabs (gpu_queue_ahead) into out8, the last
+	 * epoch's volume then in out8b; inflight_full: the epoch in flight copies the float
+	 * output */
+	bool ahead, inflight_full;
+	uint64_t ahead_epoch;
+	struct gpu_recon_params ahead_rp;
+	uint32_t ahead_slabs;
 	float *cpin; /* pinned [S*S + 4]: the weight table and c_g, source of the upload */
 
 	/* tables: host and device */
@@ -87,6 +97,7 @@ struct gpu_state {
 	longlong2 *aoff;     /* adaptive: [2][X + Y] their offsets into L_e (compensated: the
 	                      * second half for every other epoch, see mbuf) */
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
+	uint8_t *out8b;      /* the same, spare: NULL when memory is short (no queue ahead) */
 
 	/* compensated (docs/algorithms.md §2c): allocated when the mode is first used */
 	struct be_motion *motion;
@@ -499,6 +510,8 @@ static void gpu_destroy(void *vst)
 			cudaEventDestroy(st->rev[j]);
 		if (st->cev[j])
 			cudaEventDestroy(st->cev[j]);
+		if (st->aev[j])
+			cudaEventDestroy(st->aev[j]);
 		if (st->rs[j])
 			cudaStreamDestroy(st->rs[j]);
 		if (st->cs[j])
@@ -542,6 +555,10 @@ static void gpu_destroy(void *vst)
 	cudaFree(st->axy);
 	cudaFree(st->aoff);
 	cudaFree(st->out8);
+	cudaFree(st->out8b);
+	for (int k = 0; k < GPU_SLABS; k++)
+		if (st->sev[k])
+			cudaEventDestroy(st->sev[k]);
 	gpu_motion_free(st);
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
@@ -903,6 +920,9 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
 	if (rc < 0)
 		goto fail;
+	const size_t out8_bytes = st->have_full ? st->full_count : st->le_count;
+	const char *ahead_env = getenv("VOLREC_CUDA_AHEAD");
+	const bool spare = need + out8_bytes <= freeb && !(ahead_env && !strcmp(ahead_env, "0"));
 	if (need > freeb) {
 		char extra[64] = "";
 		if (motion)
@@ -982,8 +1002,12 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			                "interpolation offsets", err, errlen);
 	}
 	if (rc == 0)
-		rc = gpu_malloc((void **)&st->out8, st->have_full ? st->full_count : st->le_count,
-		                "u8 volume", err, errlen);
+		rc = gpu_malloc((void **)&st->out8, out8_bytes, "u8 volume", err, errlen);
+	/* the spare u8 volume of the queue ahead, where memory allows it */
+	if (rc == 0 && spare && cudaMalloc((void **)&st->out8b, out8_bytes) != cudaSuccess) {
+		cudaGetLastError();
+		st->out8b = NULL;
+	}
 	/* a part never receives the B-scans outside [blo, bhi): their rows of L_e stay zero */
 	for (int i = 0; rc == 0 && i < 2; i++)
 		rc = gpu_cuda_check(cudaMemset(st->le[i], 0, st->le_count * sizeof(float)),
@@ -1021,7 +1045,14 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			rc = gpu_cuda_check(
 			        cudaEventCreateWithFlags(&st->cev[j], cudaEventDisableTiming),
 			        "cudaEventCreate", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(
+			        cudaEventCreateWithFlags(&st->aev[j], cudaEventDisableTiming),
+			        "cudaEventCreate", err, errlen);
 	}
+	for (int k = 0; rc == 0 && k < GPU_SLABS; k++)
+		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->sev[k], cudaEventDisableTiming),
+		                    "cudaEventCreate", err, errlen);
 	st->views = be_views_wanted(cfg);
 	if (rc == 0 && st->views) {
 		be_view_params_from_cfg(cfg, &st->vp);
@@ -1686,168 +1717,169 @@ out:
 	return rc;
 }
 
-/*
- * Queue epoch e: reconstruction streams wait for the preprocessing of its B-scans (events
- * recorded now, so B-scans of the next epoch submitted later are not waited for), then the
- * interlace of le[cur] into B and the weights on rs[0], then the slabs round-robin on the
- * reconstruction streams, each slab's D2H right after its kernel on the same stream. The next
- * epoch's B-scans go into the other L_e. Only one epoch is in flight: the next one is queued
- * after epoch_wait(e), so its kernels never overwrite a buffer e still copies from.
- */
-static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_output *out, char *err,
-                                  size_t errlen)
+/* The reconstruction parameters of epoch e after the last epoch queued (st->last, st->run). */
+static void gpu_recon_params_of(const struct gpu_state *st, uint64_t epoch,
+                                struct gpu_recon_params *rp)
 {
-	struct gpu_state *st = vst;
-	const uint32_t Z = st->nz;
-	int rc;
+	const bool adaptive = st->mode == CFG_RECON_ADAPTIVE;
+	const bool consecutive = st->have_last && epoch == st->last + 1;
+	const uint64_t run = consecutive ? st->run + 1 : 1;
+	uint32_t ox, oy;
 
-	/* a failure of bscan_submit or reset_history: reported here, the epoch is dropped */
-	if (st->sticky) {
-		snprintf(err, errlen, "cuda backend: %s", st->sticky_msg);
-		rc = st->sticky;
-		st->sticky = 0;
-		gpu_sync_all(st, NULL, 0);
-		return rc;
+	vr_scan_offset(epoch, st->sx, st->sy, &ox, &oy);
+	*rp = (struct gpu_recon_params){
+	        .nx = (int)st->nx,
+	        .ny = (int)st->ny,
+	        .nz = (int)st->nz,
+	        .sx = (int)st->sx,
+	        .sy = (int)st->sy,
+	        .S = (int)st->S,
+	        .X = (int)st->X,
+	        .Y = (int)st->Y,
+	        .ox = (int)ox,
+	        .oy = (int)oy,
+	        .qe = (int)(oy * st->sx + ox), /* epoch mod S */
+	        .epoch = (long long)epoch,
+	        /* steady state: the last S epochs were all processed, in order (the adaptive
+	         * mode scales each column's weight: always the E map) */
+	        .fast = st->ttab && run >= st->S && !adaptive,
+	        .product = st->product,
+	        .temporal = (int)st->temporal,
+	        .tau = st->tau,
+	        /* as cpu/recon.c: gz(1) / gz(0) in float, its sums in double */
+	        .g1 = st->g[1] / st->g[0],
+	        .adaptive = adaptive,
+	        .adapt_h = (int)st->adapt_h,
+	        .k2 = st->tolerance * st->tolerance,
+	        .ks2 = st->speckle_tol * st->speckle_tol,
+	};
+	for (int nv = 1; nv <= 3; nv++) {
+		rp->inv_gz[nv - 1] = (float)(1.0 / (1.0 + (double)rp->g1 * (nv - 1)));
+		rp->inv_nz[nv - 1] = 1.0f / (float)nv;
 	}
-	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
-	if (rc < 0)
-		goto out;
+}
 
-	/* rs[0] waits for every preprocessing stream's B-scans of this epoch */
+/*
+ * Epoch e's work before its slabs, on rs[0]: after the preprocessing of its B-scans (events
+ * recorded now, so B-scans of the next epoch submitted later are not waited for) and after the
+ * slabs' kernels of the epoch before (aev: e may be queued ahead while that epoch's volume
+ * still streams down, and its interlace overwrites the history those kernels read), the
+ * interlace of le[cur] into B and the weights (compensated: the pose and its device work);
+ * then ev_ready, which the slabs wait for. *rp: e's parameters.
+ */
+static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_params *rp,
+                         char *err, size_t errlen)
+{
 	cudaStream_t s0 = st->rs[0];
 	float *le = st->le[st->cur];
+	int rc = 0;
+
 	for (int i = 0; i < st->ns; i++) {
 		CU(cudaEventRecord(st->st[i].ev, st->st[i].s), "cudaEventRecord");
 		CU(cudaStreamWaitEvent(s0, st->st[i].ev, 0), "cudaStreamWaitEvent");
 	}
-
-	const bool none = st->mode == CFG_RECON_NONE;
-	const uint32_t rowx = none ? st->nx : st->X;
-	const size_t row_vox = (size_t)rowx * Z;
-	struct gpu_recon_params rp = {0};
-	float *outf_dev = NULL; /* device float output to copy to out->full */
-	const bool consecutive = st->have_last && epoch == st->last + 1;
-	const bool adaptive = st->mode == CFG_RECON_ADAPTIVE;
-	const bool comp = st->mode == CFG_RECON_COMPENSATED;
-
-	if (none) {
-		outf_dev = le;
-	} else {
-		uint32_t ox, oy;
-		vr_scan_offset(epoch, st->sx, st->sy, &ox, &oy);
-		const uint32_t q = oy * st->sx + ox; /* epoch mod S */
-		const uint64_t run = consecutive ? st->run + 1 : 1;
-		const size_t nt = st->ttab ? (size_t)st->S * st->S : 0;
-		rp = (struct gpu_recon_params){
-		        .nx = (int)st->nx,
-		        .ny = (int)st->ny,
-		        .nz = (int)Z,
-		        .sx = (int)st->sx,
-		        .sy = (int)st->sy,
-		        .S = (int)st->S,
-		        .X = (int)st->X,
-		        .Y = (int)st->Y,
-		        .ox = (int)ox,
-		        .oy = (int)oy,
-		        .qe = (int)q,
-		        .epoch = (long long)epoch,
-		        /* steady state: the last S epochs were all processed, in order (the
-		         * adaptive mode scales each column's weight: always the E map) */
-		        .fast = st->ttab && run >= st->S && !adaptive,
-		        .product = st->product,
-		        .temporal = (int)st->temporal,
-		        .tau = st->tau,
-		        /* as cpu/recon.c: gz(1) / gz(0) in float, its sums in double */
-		        .g1 = st->g[1] / st->g[0],
-		        .adaptive = adaptive,
-		        .adapt_h = (int)st->adapt_h,
-		        .k2 = st->tolerance * st->tolerance,
-		        .ks2 = st->speckle_tol * st->speckle_tol,
-		};
-		for (int nv = 1; nv <= 3; nv++) {
-			rp.inv_gz[nv - 1] = (float)(1.0 / (1.0 + (double)rp.g1 * (nv - 1)));
-			rp.inv_nz[nv - 1] = 1.0f / (float)nv;
-		}
-		if (comp) {
-			/* compensated (docs/algorithms.md §2c): its own history, not B; the pose
-			 * estimated ahead (epoch_wait of the last epoch) or now */
-			if (st->mqueued && st->mq_epoch == epoch) {
-				/* estimated and queued ahead: the slabs wait for that work */
-				CU(cudaStreamWaitEvent(s0, st->mev_pre, 0),
-				   "cudaStreamWaitEvent(compensated epoch queued)");
-			} else {
-				if ((st->mpre && st->mpre_epoch != epoch) || st->mqueued) {
-					/* estimated for an epoch that did not come next (the
-					 * pipeline finishes the epochs whose B-scans it submitted, so
-					 * this does not happen): the estimator moved past it, start
-					 * afresh */
-					be_motion_reset(st->motion);
-					st->mref_pending = false;
-					st->mpre = false;
-				}
-				if (!st->mpre)
-					rc = gpu_motion_pose(st, ox, oy, le, s0, err, errlen);
-				if (rc == 0)
-					rc = gpu_motion_queue(st, &rp, le, s0, err, errlen);
-			}
-			st->mpre = st->mqueued = false;
-			if (rc < 0)
-				goto out;
+	for (int j = 1; j < GPU_RSTREAMS; j++)
+		CU(cudaStreamWaitEvent(s0, st->aev[j], 0),
+		   "cudaStreamWaitEvent(the last epoch's slabs)");
+	*rp = (struct gpu_recon_params){0};
+	if (st->mode == CFG_RECON_NONE)
+		goto ready;
+	gpu_recon_params_of(st, epoch, rp);
+	if (st->mode == CFG_RECON_COMPENSATED) {
+		/* compensated (docs/algorithms.md §2c): its own history, not B; the pose estimated
+		 * ahead (epoch_wait of the last epoch) or now */
+		if (st->mqueued && st->mq_epoch == epoch) {
+			/* estimated and queued ahead: the slabs wait for that work */
+			CU(cudaStreamWaitEvent(s0, st->mev_pre, 0),
+			   "cudaStreamWaitEvent(compensated epoch queued)");
 		} else {
-			/* the previous upload from cpin finished: its epoch was waited for */
-			if (nt)
-				memcpy(st->cpin, st->ttab, nt * sizeof(float));
-			memcpy(st->cpin + nt, st->g, 4 * sizeof(float));
-			CU(gpu_upload_constants(st->cpin, nt, st->cpin + nt, s0),
-			   "cudaMemcpyToSymbolAsync(weights)");
-			/* adaptive (docs/algorithms.md §2b): the new samples against the history
-			 * they replace, before the interlace overwrites it */
-			if (adaptive) /* Q is free until the slabs: its first ny * nx * nz floats
-			               * serve as the transposed differences' scratch */
-				CU(gpu_launch_adapt_change(&rp, le, st->P, st->E, st->Q, st->chg,
-				                           s0),
-				   "change measure kernel");
-			CU(gpu_launch_interlace(&rp, le, st->P, st->E, s0), "interlace kernel");
-			if (adaptive)
-				CU(gpu_launch_adapt_weights(&rp, st->E, st->chg, st->axy, st->aoff,
-				                            st->alpha, st->beta, st->tmap, s0),
-				   "adaptive weight kernel");
-			else if (!rp.fast)
-				CU(gpu_launch_tmap(&rp, st->E, st->tmap, s0),
-				   "temporal weight kernel");
-			CU(gpu_launch_weights(&rp, st->tmap, adaptive ? st->alpha : NULL,
-			                      adaptive ? st->beta : NULL, st->W, s0),
-			   "column weight kernel");
+			if ((st->mpre && st->mpre_epoch != epoch) || st->mqueued) {
+				/* estimated for an epoch that did not come next (the pipeline
+				 * finishes the epochs whose B-scans it submitted, so this does not
+				 * happen): the estimator moved past it, start afresh */
+				be_motion_reset(st->motion);
+				st->mref_pending = false;
+				st->mpre = false;
+			}
+			if (!st->mpre)
+				rc = gpu_motion_pose(st, (uint32_t)rp->ox, (uint32_t)rp->oy, le, s0,
+				                     err, errlen);
+			if (rc == 0)
+				rc = gpu_motion_queue(st, rp, le, s0, err, errlen);
 		}
-		if (st->mode == CFG_RECON_CUMULATIVE || out->full)
-			outf_dev = st->Q;
+		st->mpre = st->mqueued = false;
+		if (rc < 0)
+			goto out;
+		goto ready;
 	}
+	/* the last upload from cpin (at the last epoch's ev_ready) finished before it is
+	 * overwritten: that epoch may still be in flight */
+	CU(cudaEventSynchronize(st->ev_ready), "cudaEventSynchronize(weights upload)");
+	const size_t nt = st->ttab ? (size_t)st->S * st->S : 0;
+	if (nt)
+		memcpy(st->cpin, st->ttab, nt * sizeof(float));
+	memcpy(st->cpin + nt, st->g, 4 * sizeof(float));
+	CU(gpu_upload_constants(st->cpin, nt, st->cpin + nt, s0),
+	   "cudaMemcpyToSymbolAsync(weights)");
+	/* adaptive (docs/algorithms.md §2b): the new samples against the history they replace,
+	 * before the interlace overwrites it */
+	if (rp->adaptive) /* Q is free until the slabs: its first ny * nx * nz floats serve as
+	                   * the transposed differences' scratch */
+		CU(gpu_launch_adapt_change(rp, le, st->P, st->E, st->Q, st->chg, s0),
+		   "change measure kernel");
+	CU(gpu_launch_interlace(rp, le, st->P, st->E, s0), "interlace kernel");
+	if (rp->adaptive)
+		CU(gpu_launch_adapt_weights(rp, st->E, st->chg, st->axy, st->aoff, st->alpha,
+		                            st->beta, st->tmap, s0),
+		   "adaptive weight kernel");
+	else if (!rp->fast)
+		CU(gpu_launch_tmap(rp, st->E, st->tmap, s0), "temporal weight kernel");
+	CU(gpu_launch_weights(rp, st->tmap, rp->adaptive ? st->alpha : NULL,
+	                      rp->adaptive ? st->beta : NULL, st->W, s0),
+	   "column weight kernel");
+ready:
 	CU(cudaEventRecord(st->ev_ready, s0), "cudaEventRecord");
 	for (int j = 1; j < GPU_RSTREAMS; j++)
 		CU(cudaStreamWaitEvent(st->rs[j], st->ev_ready, 0), "cudaStreamWaitEvent");
+out:
+	return rc;
+}
 
-	/* slabs of rows: compute, then copy down on the same stream (a part: its rows and the
-	 * one below, copying its own) */
-	uint32_t r0, r1, rcomp;
+/* The slabs of rows of the epoch gpu_queue_pre prepared (a part: its rows and the one below)
+ * round-robin on the reconstruction streams, into st->out8 and, unless NULL, the float output
+ * outf; sev[k] after slab k's kernel (its copies wait for it), kev for the views, aev[j] after
+ * the last on rs[j]. *nslabs: how many. */
+static int gpu_queue_slabs(struct gpu_state *st, const struct gpu_recon_params *rp, float *outf,
+                           uint32_t *nslabs, char *err, size_t errlen)
+{
+	const bool none = st->mode == CFG_RECON_NONE;
+	const size_t row_vox = (size_t)(none ? st->nx : st->X) * st->nz;
+	float *le = st->le[st->cur];
+	uint32_t r0, r1, rcomp, k = 0;
+	int rc = 0;
+
 	gpu_own_rows(st, none, &r0, &r1, &rcomp);
 	const uint32_t sr = gpu_slab_rows(rcomp - r0);
-	uint32_t k = 0;
 	for (uint32_t y0 = r0; y0 < rcomp; y0 += sr, k++) {
-		const uint32_t y1 = y0 + sr < rcomp ? y0 + sr : rcomp, yc = y1 < r1 ? y1 : r1;
+		const uint32_t y1 = y0 + sr < rcomp ? y0 + sr : rcomp;
 		const size_t off = (size_t)y0 * row_vox, n = (size_t)(y1 - y0) * row_vox;
-		const size_t nc = y0 < yc ? (size_t)(yc - y0) * row_vox : 0;
 		cudaStream_t s = st->rs[k % GPU_RSTREAMS];
+		if (k >= GPU_SLABS) {
+			rc = -EINVAL;
+			snprintf(err, errlen, "cuda backend: more than %d slabs of %u rows",
+			         GPU_SLABS, sr);
+			goto out;
+		}
 		if (none) {
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
-		} else if (comp) {
-			/* the output of the slab's columns from their picks (queued before
-			 * the slabs); before there are enough entries for a reference, the
-			 * output's bands too, copied down with the slab */
+		} else if (st->mode == CFG_RECON_COMPENSATED) {
+			/* the output of the slab's columns from their picks (queued before the
+			 * slabs); before there are enough entries for a reference, the output's
+			 * bands too, copied down with the slab */
 			const size_t ob0 = (size_t)y0 * st->X * BE_MOTION_NB;
-			CU(gpu_launch_motion(&rp, st->mhist, gpu_ment(st), gpu_mpk(st), le,
+			CU(gpu_launch_motion(rp, st->mhist, gpu_ment(st), gpu_mpk(st), le,
 			                     gpu_maxy(st), gpu_maoff(st), (int)y0, (int)y1,
-			                     st->out8, outf_dev, st->mref_event ? NULL : st->d_mob,
-			                     s),
+			                     st->out8, outf, st->mref_event ? NULL : st->d_mob, s),
 			   "compensated reconstruction kernel");
 			if (!st->mref_event) /* the reference is the output itself */
 				CU(cudaMemcpyAsync(st->h_mob + ob0, st->d_mob + ob0,
@@ -1856,24 +1888,49 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 				                   cudaMemcpyDeviceToHost, s),
 				   "cudaMemcpyAsync(reference bands, device to host)");
 		} else {
-			CU(gpu_launch_recon(&rp, st->P, st->W, le, st->axy, st->aoff, (int)y0,
-			                    (int)y1, st->out8, outf_dev, s),
+			CU(gpu_launch_recon(rp, st->P, st->W, le, st->axy, st->aoff, (int)y0,
+			                    (int)y1, st->out8, outf, s),
 			   "reconstruction kernel");
 		}
-		if (st->views && out->views)
+		CU(cudaEventRecord(st->sev[k], s), "cudaEventRecord");
+		if (st->views)
 			CU(cudaEventRecord(st->kev[k % GPU_RSTREAMS], s), "cudaEventRecord");
+	}
+	for (int j = 0; j < GPU_RSTREAMS; j++)
+		CU(cudaEventRecord(st->aev[j], st->rs[j]), "cudaEventRecord");
+	*nslabs = k;
+out:
+	return rc;
+}
+
+/* The copies of the epoch whose nslabs slabs were queued into out: each slab's rows of its own
+ * on cs[k mod 3] once its kernel ran (the next slab's kernel does not wait for that copy), the
+ * part's B-scans of L_e and of the median counts, the views; rev[j] closes the epoch's work on
+ * rs[j] and cs[j]. */
+static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, const float *outf,
+                            uint32_t nslabs, char *err, size_t errlen)
+{
+	const bool none = st->mode == CFG_RECON_NONE;
+	const size_t row_vox = (size_t)(none ? st->nx : st->X) * st->nz;
+	uint32_t r0, r1, rcomp, k = 0;
+	int rc = 0;
+
+	gpu_own_rows(st, none, &r0, &r1, &rcomp);
+	const uint32_t sr = gpu_slab_rows(rcomp - r0);
+	for (uint32_t y0 = r0; y0 < rcomp && k < nslabs; y0 += sr, k++) {
+		const uint32_t y1 = y0 + sr < rcomp ? y0 + sr : rcomp, yc = y1 < r1 ? y1 : r1;
+		const size_t off = (size_t)y0 * row_vox;
+		const size_t nc = y0 < yc ? (size_t)(yc - y0) * row_vox : 0;
 		cudaStream_t cpy = st->cs[k % GPU_RSTREAMS];
-		if ((out->volume || out->full) && nc) {
-			CU(cudaEventRecord(st->cev[k % GPU_RSTREAMS], s), "cudaEventRecord");
-			CU(cudaStreamWaitEvent(cpy, st->cev[k % GPU_RSTREAMS], 0),
-			   "cudaStreamWaitEvent(slab kernel)");
-		}
-		if (out->volume && nc)
+		if (!(out->volume || out->full) || !nc)
+			continue;
+		CU(cudaStreamWaitEvent(cpy, st->sev[k], 0), "cudaStreamWaitEvent(slab kernel)");
+		if (out->volume)
 			CU(cudaMemcpyAsync(out->volume + off, st->out8 + off, nc,
 			                   cudaMemcpyDeviceToHost, cpy),
 			   "cudaMemcpyAsync(u8 volume, device to host)");
-		if (out->full && nc)
-			CU(cudaMemcpyAsync(out->full + off, outf_dev + off, nc * sizeof(float),
+		if (out->full)
+			CU(cudaMemcpyAsync(out->full + off, outf + off, nc * sizeof(float),
 			                   cudaMemcpyDeviceToHost, cpy),
 			   "cudaMemcpyAsync(float volume, device to host)");
 	}
@@ -1881,7 +1938,7 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	const uint32_t b0 = st->part.b0, nb = st->part.b1 - st->part.b0;
 	const size_t lrow = (size_t)st->nx * st->nz;
 	if (out->lowres)
-		CU(cudaMemcpyAsync(out->lowres + b0 * lrow, le + b0 * lrow,
+		CU(cudaMemcpyAsync(out->lowres + b0 * lrow, st->le[st->cur] + b0 * lrow,
 		                   nb * lrow * sizeof(float), cudaMemcpyDeviceToHost,
 		                   st->rs[k % GPU_RSTREAMS]),
 		   "cudaMemcpyAsync(low-resolution volume, device to host)");
@@ -1904,10 +1961,57 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 			snprintf(err, errlen, "cuda backend: views: %s", st->views_why);
 			goto out;
 		}
-		rc = gpu_views_launch(st, out, k, r0, r1, err, errlen);
-		if (rc < 0)
-			goto out;
+		rc = gpu_views_launch(st, out, nslabs, r0, r1, err, errlen);
 	}
+out:
+	return rc;
+}
+
+/*
+ * Queue epoch e: its work before the slabs, the slabs, their copies into out (the float output
+ * from Q in the cumulative mode or when out asks for it; mode none: L_e itself). When e was
+ * queued ahead (gpu_queue_ahead) only its copies remain, and its slabs again if out asks for
+ * the float output they were queued without. The next epoch's B-scans go into the other L_e.
+ */
+static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_output *out, char *err,
+                                  size_t errlen)
+{
+	struct gpu_state *st = vst;
+	const bool ahead = st->ahead && st->ahead_epoch == epoch;
+	int rc;
+
+	st->ahead = false;
+	/* a failure of bscan_submit, reset_history or the queue ahead: reported here, the
+	 * epoch is dropped */
+	if (st->sticky) {
+		snprintf(err, errlen, "cuda backend: %s", st->sticky_msg);
+		rc = st->sticky;
+		st->sticky = 0;
+		gpu_sync_all(st, NULL, 0);
+		return rc;
+	}
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
+	if (rc < 0)
+		goto out;
+
+	const bool none = st->mode == CFG_RECON_NONE;
+	float *outf = none ? st->le[st->cur]
+	                   : (st->mode == CFG_RECON_CUMULATIVE || out->full ? st->Q : NULL);
+	struct gpu_recon_params rp;
+	uint32_t nslabs = 0;
+	if (ahead) {
+		nslabs = st->ahead_slabs;
+		if (outf && !none)
+			rc = gpu_queue_slabs(st, &st->ahead_rp, outf, &nslabs, err, errlen);
+	} else {
+		rc = gpu_queue_pre(st, epoch, &rp, err, errlen);
+		if (rc == 0)
+			rc = gpu_queue_slabs(st, &rp, none ? NULL : outf, &nslabs, err, errlen);
+	}
+	if (rc == 0)
+		rc = gpu_queue_copies(st, out, outf, nslabs, err, errlen);
+	if (rc < 0)
+		goto out;
 
 	/* queued: the host-side state moves on to the next epoch */
 	if (st->mode == CFG_RECON_CUMULATIVE) {
@@ -1915,20 +2019,59 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		st->P = st->Q;
 		st->Q = t;
 	}
-	if (comp) { /* handed to the estimator at the next epoch, once its copy landed */
+	if (st->mode == CFG_RECON_COMPENSATED) { /* handed to the estimator at the next epoch,
+	                                          * once its copy landed */
 		st->mref_pending = true;
 		st->mref_blurred = st->mref_event;
 	}
 	if (!none) {
-		st->run = consecutive ? st->run + 1 : 1;
+		st->run = st->have_last && epoch == st->last + 1 ? st->run + 1 : 1;
 		st->have_last = true;
 		st->last = epoch;
 	}
+	st->inflight_full = out->full != NULL;
 	st->cur ^= 1;
 out:
 	if (rc < 0)
 		gpu_sync_all(st, NULL, 0);
 	return rc;
+}
+
+/*
+ * Epoch e is in flight and every B-scan of the next one was submitted: queue the next one's
+ * work up to its slabs' kernels now, into the spare u8 volume, so that it runs while e's volume
+ * streams down; its copies and views follow at its finish. Not in the cumulative mode (the
+ * output is the next history), nor the compensated one (its own work ahead:
+ * gpu_motion_ahead), nor after an epoch that copies the float output (Q, the adaptive mode's
+ * scratch), nor without the spare volume or with VOLREC_CUDA_AHEAD=0. A failure resets the
+ * history (the interlace may have run) and is reported by the next epoch's finish.
+ */
+static void gpu_reset_history_impl(struct gpu_state *st);
+
+static void gpu_queue_ahead(struct gpu_state *st, uint64_t epoch)
+{
+	char msg[384];
+	int rc;
+
+	if (!st->out8b || st->ahead || st->sticky || st->inflight_full ||
+	    st->sub_n != st->bhi - st->blo || st->sub_epoch <= epoch ||
+	    (st->mode != CFG_RECON_NONCUMULATIVE && st->mode != CFG_RECON_ADAPTIVE &&
+	     st->mode != CFG_RECON_NONE))
+		return;
+	uint8_t *t = st->out8;
+	st->out8 = st->out8b;
+	st->out8b = t;
+	rc = gpu_queue_pre(st, st->sub_epoch, &st->ahead_rp, msg, sizeof(msg));
+	if (rc == 0)
+		rc = gpu_queue_slabs(st, &st->ahead_rp, NULL, &st->ahead_slabs, msg, sizeof(msg));
+	if (rc < 0) {
+		gpu_reset_history_impl(st);
+		gpu_set_sticky(st, rc, "epoch %llu queued ahead: %s",
+		               (unsigned long long)st->sub_epoch, msg);
+		return;
+	}
+	st->ahead = true;
+	st->ahead_epoch = st->sub_epoch;
 }
 
 static int gpu_epoch_wait(void *vst, uint64_t epoch, char *err, size_t errlen)
@@ -1942,6 +2085,8 @@ static int gpu_epoch_wait(void *vst, uint64_t epoch, char *err, size_t errlen)
 		r = gpu_motion_ahead(st, epoch, msg, sizeof(msg));
 		if (r < 0) /* the next epoch's: reported by its finish */
 			gpu_set_sticky(st, r, "%s", msg);
+		else if (st->part.count <= 1) /* parts: gpu_part_ahead, all before any waits */
+			gpu_queue_ahead(st, epoch);
 	}
 	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
 		r = gpu_cuda_check(cudaEventSynchronize(st->rev[j]),
@@ -1974,6 +2119,7 @@ static void gpu_reset_history_impl(struct gpu_state *st)
 	char err[256];
 	int rc;
 
+	st->ahead = false;
 	st->have_last = false;
 	st->run = 0;
 	st->mref_pending = false;
@@ -2115,9 +2261,20 @@ int gpu_part_drop(struct gpu_state *st, char *err, size_t errlen)
 {
 	int rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
 
+	st->ahead = false;
 	if (rc == 0)
 		rc = gpu_sync_all(st, err, errlen);
 	return rc;
+}
+
+bool gpu_part_ahead(struct gpu_state *st, uint64_t epoch)
+{
+	if (cudaSetDevice(st->dev) != cudaSuccess) {
+		cudaGetLastError(); /* the wait that follows reports the device */
+		return false;
+	}
+	gpu_queue_ahead(st, epoch);
+	return st->ahead || st->sticky; /* queued, or failed and reset the history */
 }
 
 const struct be_motion *gpu_part_motion(const struct gpu_state *st)

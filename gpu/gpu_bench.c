@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../backend/backend.h"
@@ -218,5 +219,125 @@ out:
 	cudaFree(d1);
 	cudaFreeHost(h0);
 	cudaFreeHost(h1);
+	return rc;
+}
+
+/* Seconds of one round: every device's copies queued, then all waited for (host clock). */
+static int gpu_links_round(unsigned n, const int *dev, void *const *d2h_dst, void *const *d2h_src,
+                           void *const *h2d_dst, void *const *h2d_src, size_t bytes,
+                           cudaStream_t *s, double *sec, char *err, size_t errlen)
+{
+	struct timespec t0, t1;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (unsigned k = 0; rc == 0 && k < n; k++) {
+		rc = gpu_cuda_check(cudaSetDevice(dev[k]), "cudaSetDevice", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaMemcpyAsync(d2h_dst[k], d2h_src[k], bytes,
+			                                    cudaMemcpyDeviceToHost, s[2 * k]),
+			                    "cudaMemcpyAsync(D2H)", err, errlen);
+		if (rc == 0 && h2d_dst)
+			rc = gpu_cuda_check(cudaMemcpyAsync(h2d_dst[k], h2d_src[k], bytes,
+			                                    cudaMemcpyHostToDevice, s[2 * k + 1]),
+			                    "cudaMemcpyAsync(H2D)", err, errlen);
+	}
+	for (unsigned k = 0; k < n; k++) {
+		int r = gpu_cuda_check(cudaStreamSynchronize(s[2 * k]), "cudaStreamSynchronize",
+		                       rc ? NULL : err, rc ? 0 : errlen);
+		if (r == 0)
+			r = gpu_cuda_check(cudaStreamSynchronize(s[2 * k + 1]),
+			                   "cudaStreamSynchronize", rc ? NULL : err,
+			                   rc ? 0 : errlen);
+		if (r < 0 && rc == 0)
+			rc = r;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	*sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	return rc;
+}
+
+int gpu_bench_links(const int *devs, unsigned n, size_t bytes, int reps, double *d2h_gbs,
+                    double *both_gbs, char *err, size_t errlen)
+{
+	int dev[CFG_GPU_DEVICES_MAX];
+	void *dsrc[CFG_GPU_DEVICES_MAX] = {0}, *ddst[CFG_GPU_DEVICES_MAX] = {0};
+	void *hsrc[CFG_GPU_DEVICES_MAX] = {0}, *hdst[CFG_GPU_DEVICES_MAX];
+	cudaStream_t s[2 * CFG_GPU_DEVICES_MAX] = {0};
+	unsigned m = 0;
+	uint8_t *host = MAP_FAILED;
+	bool registered = false;
+	int rc = 0;
+
+	if (bytes == 0 || reps < 1 || n < 1 || n > CFG_GPU_DEVICES_MAX)
+		return vr_err(err, errlen, -EINVAL,
+		              "cuda links bandwidth: size, repetitions and devices must be "
+		              "positive (at most %d devices)",
+		              CFG_GPU_DEVICES_MAX);
+	for (unsigned k = 0; k < n; k++) { /* each distinct device once */
+		bool seen = false;
+		for (unsigned j = 0; j < m; j++)
+			seen |= dev[j] == devs[k];
+		if (!seen)
+			dev[m++] = devs[k];
+	}
+	/* one host buffer, a part for each link, as the slot the parts of a volume copy into */
+	host = mmap(NULL, m * bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (host == MAP_FAILED)
+		return vr_err(err, errlen, -errno, "mmap(MAP_SHARED | MAP_ANONYMOUS, %zu): %s",
+		              m * bytes, strerror(errno));
+	memset(host, 0, m * bytes);
+	rc = gpu_cuda_check(cudaHostRegister(host, m * bytes, cudaHostRegisterPortable),
+	                    "cudaHostRegister(links buffer)", err, errlen);
+	registered = rc == 0;
+	for (unsigned k = 0; rc == 0 && k < m; k++) {
+		hdst[k] = host + k * bytes;
+		rc = gpu_cuda_check(cudaSetDevice(dev[k]), "cudaSetDevice", err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaMalloc(&dsrc[k], bytes), "cudaMalloc(links buffer)",
+			                    err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaMalloc(&ddst[k], bytes), "cudaMalloc(links buffer)",
+			                    err, errlen);
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaHostAlloc(&hsrc[k], bytes, cudaHostAllocPortable),
+			                    "cudaHostAlloc(links buffer)", err, errlen);
+		for (int i = 0; rc == 0 && i < 2; i++)
+			rc = gpu_cuda_check(
+			        cudaStreamCreateWithFlags(&s[2 * k + i], cudaStreamNonBlocking),
+			        "cudaStreamCreate", err, errlen);
+		if (rc == 0)
+			memset(hsrc[k], 1, bytes);
+	}
+	double best = 1e300, best2 = 1e300, sec;
+	for (int r = 0; rc == 0 && r < reps + 1; r++) { /* round 0 warms up */
+		rc = gpu_links_round(m, dev, hdst, dsrc, NULL, NULL, bytes, s, &sec, err, errlen);
+		if (rc == 0 && r > 0 && sec < best)
+			best = sec;
+	}
+	for (int r = 0; rc == 0 && r < reps + 1; r++) {
+		rc = gpu_links_round(m, dev, hdst, dsrc, ddst, hsrc, bytes, s, &sec, err, errlen);
+		if (rc == 0 && r > 0 && sec < best2)
+			best2 = sec;
+	}
+	if (rc == 0) {
+		*d2h_gbs = (double)m * bytes / (best * 1e9);
+		*both_gbs = (double)m * bytes / (best2 * 1e9);
+	}
+	for (unsigned k = 0; k < m; k++) {
+		if (cudaSetDevice(dev[k]) != cudaSuccess)
+			continue;
+		for (int i = 0; i < 2; i++)
+			if (s[2 * k + i])
+				cudaStreamDestroy(s[2 * k + i]);
+		cudaFree(dsrc[k]);
+		cudaFree(ddst[k]);
+		if (hsrc[k])
+			cudaFreeHost(hsrc[k]);
+	}
+	cudaGetLastError();
+	if (registered)
+		cudaHostUnregister(host);
+	munmap(host, m * bytes);
 	return rc;
 }

@@ -39,6 +39,7 @@ struct gpu_multi {
 	struct be_output out;
 	struct be_view_params out_vp;
 	bool out_cumulative;
+	bool ahead; /* the next epoch was queued ahead on some part (gpu_part_ahead) */
 };
 
 /* The per-part configuration: cfg on device devs[k] alone. */
@@ -200,6 +201,15 @@ static int gm_bscan_submit(void *vg, uint64_t epoch, uint32_t bscan, const void 
 	return rc;
 }
 
+static void gm_reset_history(void *vg)
+{
+	struct gpu_multi *g = vg;
+
+	g->ahead = false;
+	for (uint32_t k = 0; k < g->n; k++)
+		be_cuda_ops.reset_history(g->part[k]);
+}
+
 /* A B-scan of the epoch failed on some part: every part drops the epoch (the failed ones
  * report why), so that their histories stay alike. \return the first part's failure. */
 static int gm_drop_failed(struct gpu_multi *g, uint64_t epoch, char *err, size_t errlen)
@@ -207,7 +217,9 @@ static int gm_drop_failed(struct gpu_multi *g, uint64_t epoch, char *err, size_t
 	const struct be_output none = {0};
 	char msg[1024];
 	int rc = 0;
+	const bool ahead = g->ahead;
 
+	g->ahead = false;
 	for (uint32_t k = 0; k < g->n; k++) {
 		int r;
 		msg[0] = '\0';
@@ -221,15 +233,9 @@ static int gm_drop_failed(struct gpu_multi *g, uint64_t epoch, char *err, size_t
 		if (r < 0 && rc == 0)
 			rc = gm_fail(g, k, r, msg, err, errlen);
 	}
+	if (ahead) /* some parts interlaced it already: every history starts afresh alike */
+		gm_reset_history(g);
 	return rc;
-}
-
-static void gm_reset_history(void *vg)
-{
-	struct gpu_multi *g = vg;
-
-	for (uint32_t k = 0; k < g->n; k++)
-		be_cuda_ops.reset_history(g->part[k]);
 }
 
 static int gm_epoch_finish_async(void *vg, uint64_t epoch, const struct be_output *out, char *err,
@@ -242,6 +248,7 @@ static int gm_epoch_finish_async(void *vg, uint64_t epoch, const struct be_outpu
 	for (uint32_t k = 0; k < g->n; k++)
 		if (gpu_part_failed(g->part[k]))
 			return gm_drop_failed(g, epoch, err, errlen);
+	g->ahead = false;
 	for (uint32_t k = 0; k < g->n; k++) {
 		msg[0] = '\0';
 		rc = be_cuda_ops.epoch_finish_async(g->part[k], epoch, out, msg, sizeof(msg));
@@ -339,7 +346,14 @@ static int gm_epoch_wait(void *vg, uint64_t epoch, char *err, size_t errlen)
 	struct gpu_multi *g = vg;
 	char msg[1024];
 	int rc = 0;
+	bool failed = false;
 
+	/* the next epoch queued ahead on every part before any wait, so that no part waits
+	 * for another's volume to start its own */
+	for (uint32_t k = 0; k < g->n; k++)
+		failed |= gpu_part_failed(g->part[k]);
+	for (uint32_t k = 0; k < g->n && !failed && !g->out_cumulative; k++)
+		g->ahead |= gpu_part_ahead(g->part[k], epoch);
 	for (uint32_t k = 0; k < g->n; k++) {
 		msg[0] = '\0';
 		int r = be_cuda_ops.epoch_wait(g->part[k], epoch, msg, sizeof(msg));

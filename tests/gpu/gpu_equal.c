@@ -46,7 +46,11 @@ enum input { IN_RANDOM, IN_LINES, IN_SIM };
 
 /* What a case changes in the running pipeline between epochs (EV_LIVE_PM: into
  * partial_median with threshold 3). */
-enum event { EV_NONE, EV_LIVE, EV_RESET, EV_GAP, EV_LIVE_PM };
+/* EV_FULL_SOME (async cases): the float output on epochs e % 3 == 2 only, so that the CUDA
+ * backend's queue ahead (an epoch's slabs queued while the last one's volume streams down, not
+ * after an epoch that copies the float output) runs, runs without the float output the epoch
+ * then asks for, and does not run */
+enum event { EV_NONE, EV_LIVE, EV_RESET, EV_GAP, EV_LIVE_PM, EV_FULL_SOME };
 
 struct tcase {
 	const char *name;
@@ -55,7 +59,7 @@ struct tcase {
 	unsigned epochs;
 	bool want_full; /* also ask for the float output volume */
 	void (*setup)(struct vr_config *c);
-	enum event ev; /* applied once, after epochs / 2 */
+	enum event ev; /* applied once, after epochs / 2 (but EV_FULL_SOME) */
 	bool async;    /* epoch e+1 submitted while e is in flight (be_epoch_finish_async) */
 	void (*live)(struct vr_config *c); /* EV_LIVE's change (NULL: live_change) */
 };
@@ -605,6 +609,15 @@ static const struct tcase cases[] = {
          c_paper_compensated, EV_NONE, false, NULL},
         {"paper-async-rand-u16-compensated-60x60x8192-s5", true, IN_RANDOM, 12, false,
          c_paper_compensated, EV_NONE, true, NULL},
+        /* the queue ahead (EV_FULL_SOME) last, for the same reason */
+        {"async-rand-u16-default-ahead", false, IN_RANDOM, 10, true, c_default, EV_FULL_SOME, true,
+         NULL},
+        {"async-rand-u16-mode-none-ahead", false, IN_RANDOM, 7, true, c_none_tukey, EV_FULL_SOME,
+         true, NULL},
+        {"async-sim-u16-adaptive-rotation-shift-jump-ahead", false, IN_SIM, 12, true,
+         c_sim_adaptive_motion, EV_FULL_SOME, true, NULL},
+        {"async-pmedian-sim-tilted-ahead", false, IN_SIM, 7, true, c_pm_sim_tilted, EV_FULL_SOME,
+         true, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
@@ -1128,8 +1141,8 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
 static int run_async(const struct vr_config *c, struct sim *sim, bool lines, struct be_backend *cb,
                      struct be_backend *gb, struct be_backend *sb, uint8_t *raw[2],
                      struct outs oc[2], struct outs og[2], struct outs os[2], size_t vox,
-                     size_t low, size_t full, unsigned epochs, struct figures *f, char *err,
-                     size_t errlen)
+                     size_t low, size_t full, bool full_some, unsigned epochs, struct figures *f,
+                     char *err, size_t errlen)
 {
 	const uint32_t ny = c->geometry.bscans_per_volume, nz = cfg_nz(c);
 	const size_t bbytes = cfg_bscan_bytes(c);
@@ -1140,13 +1153,15 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 
 	for (uint64_t e = 0; e <= epochs; e++) {
 		const unsigned k = (unsigned)(e % 2), pk = 1 - k;
+		const bool fe = !full_some || e % 3 == 2;       /* e asks for the float output */
+		const bool fp = !full_some || (e + 2) % 3 == 2; /* e - 1 did */
 		if (e < epochs) {
 			rc = make_input(sim, lines, c, e, raw[k], err, errlen);
 			if (rc == 0)
 				rc = submit_all(cb, e, raw[k], bbytes, ny, err, errlen);
 			struct be_output o = {.volume = oc[k].vol,
 			                      .lowres = oc[k].low,
-			                      .full = oc[k].full,
+			                      .full = fe ? oc[k].full : NULL,
 			                      .median_depths = oc[k].md};
 			if (rc == 0)
 				rc = be_epoch_finish_async(cb, e, &o, err, errlen);
@@ -1155,7 +1170,7 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 			/* --devices: one device, synchronously as the CPU */
 			struct be_output so = {.volume = os[k].vol,
 			                       .lowres = os[k].low,
-			                       .full = os[k].full,
+			                       .full = fe ? os[k].full : NULL,
 			                       .median_depths = os[k].md};
 			if (rc == 0 && sb)
 				rc = submit_all(sb, e, raw[k], bbytes, ny, err, errlen);
@@ -1172,16 +1187,16 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 			rc = be_epoch_wait(gb, e - 1, err, errlen);
 			if (rc < 0)
 				goto out;
-			compare(&oc[pk], &og[pk], vox, low, full, nz, span, e - 1, f);
+			compare(&oc[pk], &og[pk], vox, low, fp ? full : 0, nz, span, e - 1, f);
 			if (sb)
-				compare_multi(&os[pk], &og[pk], vox, low, full, e - 1, f);
+				compare_multi(&os[pk], &og[pk], vox, low, fp ? full : 0, e - 1, f);
 		}
 		if (e < epochs) {
 			if (sb)
 				outs_poison(&og[k], vox, low, full);
 			struct be_output o = {.volume = og[k].vol,
 			                      .lowres = og[k].low,
-			                      .full = og[k].full,
+			                      .full = fe ? og[k].full : NULL,
 			                      .median_depths = og[k].md};
 			rc = be_epoch_finish_async(gb, e, &o, err, errlen);
 			if (rc < 0)
@@ -1364,7 +1379,8 @@ static int run_case(const struct tcase *tc, bool *pass)
 		uint8_t *raws[2] = {raw, raw2};
 		struct outs ocs[2] = {oc, oc2}, ogs[2] = {og, og2}, oss[2] = {os, os2};
 		rc = run_async(&c, sim, tc->input == IN_LINES, cs, xs, ms ? gs : NULL, raws, ocs,
-		               ogs, oss, vox, low, full, tc->epochs, &f, err, sizeof(err));
+		               ogs, oss, vox, low, full, tc->ev == EV_FULL_SOME, tc->epochs, &f,
+		               err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
 		goto report;
