@@ -2040,11 +2040,11 @@ out:
 /*
  * Epoch e is in flight and every B-scan of the next one was submitted: queue the next one's
  * work up to its slabs' kernels now, into the spare u8 volume, so that it runs while e's volume
- * streams down; its copies and views follow at its finish. Not in the cumulative mode (the
- * output is the next history), nor the compensated one (its own work ahead:
- * gpu_motion_ahead), nor after an epoch that copies the float output (Q, the adaptive mode's
- * scratch), nor without the spare volume or with VOLREC_CUDA_AHEAD=0. A failure resets the
- * history (the interlace may have run) and is reported by the next epoch's finish.
+ * streams down; its copies and views follow at its finish. The compensated mode's slabs follow
+ * its own work ahead (gpu_motion_ahead) when that was queued. Not in the cumulative mode (the
+ * output is the next history), nor after an epoch that copies the float output (Q, the
+ * adaptive mode's scratch), nor without the spare volume or with VOLREC_CUDA_AHEAD=0. A failure
+ * resets the history (the interlace may have run) and is reported by the next epoch's finish.
  */
 static void gpu_reset_history_impl(struct gpu_state *st);
 
@@ -2053,10 +2053,15 @@ static void gpu_queue_ahead(struct gpu_state *st, uint64_t epoch)
 	char msg[384];
 	int rc;
 
+	/* compensated: its pose estimated and its work before the slabs queued ahead already
+	 * (gpu_motion_ahead), with a reference of its own (the slabs do not write the bands) */
+	const bool comp = st->mode == CFG_RECON_COMPENSATED && st->mqueued &&
+	                  st->mq_epoch == st->sub_epoch && st->mref_event;
+
 	if (!st->out8b || st->ahead || st->sticky || st->inflight_full ||
 	    st->sub_n != st->bhi - st->blo || st->sub_epoch <= epoch ||
 	    (st->mode != CFG_RECON_NONCUMULATIVE && st->mode != CFG_RECON_ADAPTIVE &&
-	     st->mode != CFG_RECON_NONE))
+	     st->mode != CFG_RECON_NONE && !comp))
 		return;
 	uint8_t *t = st->out8;
 	st->out8 = st->out8b;

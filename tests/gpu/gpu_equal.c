@@ -618,6 +618,8 @@ static const struct tcase cases[] = {
          c_sim_adaptive_motion, EV_FULL_SOME, true, NULL},
         {"async-pmedian-sim-tilted-ahead", false, IN_SIM, 7, true, c_pm_sim_tilted, EV_FULL_SOME,
          true, NULL},
+        {"async-sim-u16-compensated-rotation-shift-jump-ahead", false, IN_SIM, 20, true,
+         c_sim_compensated_motion, EV_FULL_SOME, true, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
