@@ -921,8 +921,16 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	if (rc < 0)
 		goto fail;
 	const size_t out8_bytes = st->have_full ? st->full_count : st->le_count;
+	/* the queue ahead: VOLREC_CUDA_AHEAD=0 turns it off (for comparisons) */
 	const char *ahead_env = getenv("VOLREC_CUDA_AHEAD");
-	const bool spare = need + out8_bytes <= freeb && !(ahead_env && !strcmp(ahead_env, "0"));
+	if (ahead_env && strcmp(ahead_env, "0") && strcmp(ahead_env, "1")) {
+		snprintf(err, errlen, "cuda backend: VOLREC_CUDA_AHEAD=%.32s: expected 0 or 1",
+		         ahead_env);
+		rc = -EINVAL;
+		goto fail;
+	}
+	const bool ahead_off = ahead_env && !strcmp(ahead_env, "0");
+	const bool spare = need + out8_bytes <= freeb && !ahead_off;
 	if (need > freeb) {
 		char extra[64] = "";
 		if (motion)
@@ -1003,10 +1011,16 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	}
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->out8, out8_bytes, "u8 volume", err, errlen);
-	/* the spare u8 volume of the queue ahead, where memory allows it */
+	/* the spare u8 volume of the queue ahead, where memory allows it (be_device says when
+	 * it is off) */
 	if (rc == 0 && spare && cudaMalloc((void **)&st->out8b, out8_bytes) != cudaSuccess) {
 		cudaGetLastError();
 		st->out8b = NULL;
+	}
+	if (rc == 0 && !st->out8b) {
+		const size_t used = strlen(st->device);
+		snprintf(st->device + used, sizeof(st->device) - used, ", queue ahead off (%s)",
+		         ahead_off ? "VOLREC_CUDA_AHEAD=0" : "no room for a second u8 volume");
 	}
 	/* a part never receives the B-scans outside [blo, bhi): their rows of L_e stay zero */
 	for (int i = 0; rc == 0 && i < 2; i++)
