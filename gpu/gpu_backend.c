@@ -1684,53 +1684,6 @@ out:
 	return rc;
 }
 
-/*
- * While epoch e is in flight (epoch_wait): once its reference bands landed, hand them to the
- * estimator; then, when every B-scan of the next epoch was submitted, estimate that epoch's
- * pose on the pose stream (after its B-scans' preprocessing), so that its finish only queues
- * the device's work. A failure is reported by the next finish.
- */
-static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, size_t errlen)
-{
-	int rc = 0;
-
-	if (!st->motion || st->mode != CFG_RECON_COMPENSATED || !st->mref_event)
-		return 0;
-	CU(cudaEventSynchronize(st->mev_ref), "cudaEventSynchronize(reference bands)");
-	gpu_motion_hand_reference(st);
-	if (st->sticky || st->mpre || st->sub_n != st->ny || st->sub_epoch <= epoch)
-		return 0;
-	uint32_t ox, oy;
-	vr_scan_offset(st->sub_epoch, st->sx, st->sy, &ox, &oy);
-	for (int i = 0; i < st->ns; i++) {
-		CU(cudaEventRecord(st->st[i].ev, st->st[i].s), "cudaEventRecord");
-		CU(cudaStreamWaitEvent(st->mstream, st->st[i].ev, 0), "cudaStreamWaitEvent");
-		CU(cudaStreamWaitEvent(st->mqs, st->st[i].ev, 0), "cudaStreamWaitEvent");
-	}
-	rc = gpu_motion_pose(st, ox, oy, st->le[st->cur], st->mstream, err, errlen);
-	if (rc < 0)
-		goto out;
-	st->mpre = true;
-	st->mpre_epoch = st->sub_epoch;
-	/* and its device work before the slabs (the axes' parameters of its offset) */
-	const struct gpu_recon_params rq = {.nx = (int)st->nx,
-	                                    .ny = (int)st->ny,
-	                                    .nz = (int)st->nz,
-	                                    .sx = (int)st->sx,
-	                                    .sy = (int)st->sy,
-	                                    .X = (int)st->X,
-	                                    .Y = (int)st->Y,
-	                                    .ox = (int)ox,
-	                                    .oy = (int)oy};
-	rc = gpu_motion_queue(st, &rq, st->le[st->cur], st->mqs, err, errlen);
-	if (rc == 0) {
-		st->mqueued = true;
-		st->mq_epoch = st->sub_epoch;
-	}
-out:
-	return rc;
-}
-
 /* The reconstruction parameters of epoch e after the last epoch queued (st->last, st->run). */
 static void gpu_recon_params_of(const struct gpu_state *st, uint64_t epoch,
                                 struct gpu_recon_params *rp)
@@ -1771,6 +1724,45 @@ static void gpu_recon_params_of(const struct gpu_state *st, uint64_t epoch,
 		rp->inv_gz[nv - 1] = (float)(1.0 / (1.0 + (double)rp->g1 * (nv - 1)));
 		rp->inv_nz[nv - 1] = 1.0f / (float)nv;
 	}
+}
+
+/*
+ * While epoch e is in flight (epoch_wait): once its reference bands landed, hand them to the
+ * estimator; then, when every B-scan of the next epoch was submitted, estimate that epoch's
+ * pose on the pose stream (after its B-scans' preprocessing), so that its finish only queues
+ * the device's work. A failure is reported by the next finish.
+ */
+static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	if (!st->motion || st->mode != CFG_RECON_COMPENSATED || !st->mref_event)
+		return 0;
+	CU(cudaEventSynchronize(st->mev_ref), "cudaEventSynchronize(reference bands)");
+	gpu_motion_hand_reference(st);
+	if (st->sticky || st->mpre || st->sub_n != st->ny || st->sub_epoch <= epoch)
+		return 0;
+	struct gpu_recon_params rq; /* the axes' parameters of its offset */
+	gpu_recon_params_of(st, st->sub_epoch, &rq);
+	for (int i = 0; i < st->ns; i++) {
+		CU(cudaEventRecord(st->st[i].ev, st->st[i].s), "cudaEventRecord");
+		CU(cudaStreamWaitEvent(st->mstream, st->st[i].ev, 0), "cudaStreamWaitEvent");
+		CU(cudaStreamWaitEvent(st->mqs, st->st[i].ev, 0), "cudaStreamWaitEvent");
+	}
+	rc = gpu_motion_pose(st, (uint32_t)rq.ox, (uint32_t)rq.oy, st->le[st->cur], st->mstream,
+	                     err, errlen);
+	if (rc < 0)
+		goto out;
+	st->mpre = true;
+	st->mpre_epoch = st->sub_epoch;
+	/* and its device work before the slabs */
+	rc = gpu_motion_queue(st, &rq, st->le[st->cur], st->mqs, err, errlen);
+	if (rc == 0) {
+		st->mqueued = true;
+		st->mq_epoch = st->sub_epoch;
+	}
+out:
+	return rc;
 }
 
 /*
