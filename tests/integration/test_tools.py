@@ -1097,7 +1097,8 @@ def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_pa
         d.start()
         err.wait_for(r"the daemon restarted or rebuilt \(session [0-9a-f]+, same volume shape\): "
                      r"recording continues")
-        time.sleep(1.5)
+        # some volumes of the new session in the file, however slow this machine is
+        wait_for_size(out, out.stat().st_size + 4 * 36 * 36 * 256, rec)
     finally:
         rec.send_signal(signal.SIGINT)
     stdout = record_end(rec, err)
