@@ -496,7 +496,7 @@ def wait_published(daemon, n):
 def test_record_reports_missed_volumes_when_stalled(daemon, tmp_path):
     out = tmp_path / "stalled.h5"
     rec = daemon.volrec_popen("record", "-o", str(out), "-s", "6")
-    time.sleep(1.0)
+    wait_for_size(out, 36 * 36 * 256, rec)  # recording: its first volume is in the file
     rec.send_signal(signal.SIGSTOP)
     # stalled while the daemon publishes 12 volumes into its 4 slots: at least 7 of them are
     # overwritten before the recorder can copy them (however fast or slow this machine is)
