@@ -25,6 +25,7 @@ import volrec
 from daemonkit import remove_segments
 
 TIMEOUT = 60.0  # generous: the test machine is small and loaded
+VOLUME_BYTES = 36 * 36 * 256  # one u8 output volume of config(): 36 x 36 x 256
 
 
 def config(instance, run_dir, slots=4):
@@ -496,7 +497,7 @@ def wait_published(daemon, n):
 def test_record_reports_missed_volumes_when_stalled(daemon, tmp_path):
     out = tmp_path / "stalled.h5"
     rec = daemon.volrec_popen("record", "-o", str(out), "-s", "6")
-    wait_for_size(out, 36 * 36 * 256, rec)  # recording: its first volume is in the file
+    wait_for_size(out, VOLUME_BYTES, rec)  # recording: its first volume is in the file
     rec.send_signal(signal.SIGSTOP)
     # stalled while the daemon publishes 12 volumes into its 4 slots: at least 7 of them are
     # overwritten before the recorder can copy them (however fast or slow this machine is)
@@ -574,7 +575,7 @@ def test_record_keeps_every_volume_when_another_process_fills_the_disk(daemon, s
         deadline = time.monotonic() + TIMEOUT
         while rec.poll() is None:
             assert time.monotonic() < deadline, "the recorder did not stop on a full disk"
-            if hog is None and out.exists() and out.stat().st_size > 3 * 36 * 36 * 256:
+            if hog is None and out.exists() and out.stat().st_size > 3 * VOLUME_BYTES:
                 # another process takes every byte left, at once
                 hog = subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'hog'}",
                                       "bs=64k"], capture_output=True, text=True)
@@ -646,7 +647,7 @@ def test_record_without_reservation_keeps_its_flushed_volumes_when_a_write_fails
     out = small_disk / "rec.h5"
     rec = daemon.volrec_popen("record", "-o", str(out), "-s", "120",
                               env=dict(os.environ, LD_PRELOAD=str(so)))
-    wait_for_size(out, 3 * 36 * 36 * 256, rec)
+    wait_for_size(out, 3 * VOLUME_BYTES, rec)
     subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'hog'}", "bs=64k"],
                    capture_output=True)
     stdout, stderr = rec.communicate(timeout=TIMEOUT)
@@ -872,7 +873,7 @@ def test_record_file_is_readable_after_the_recorder_is_killed(daemon, tmp_path):
     for k in range(20):
         out = tmp_path / f"killed{k}.h5"
         rec = daemon.volrec_popen("record", "-o", str(out), "-s", "120")
-        wait_for_size(out, 2 * 36 * 36 * 256, rec)
+        wait_for_size(out, 2 * VOLUME_BYTES, rec)
         time.sleep(rng.uniform(0, 0.25))
         rec.kill()
         rec.communicate(timeout=TIMEOUT)
@@ -1093,14 +1094,14 @@ def test_record_continues_into_the_same_file_across_a_restart(own_daemon, tmp_pa
     out = tmp_path / "restart.h5"
     rec, err = record_proc(d, out, "-s", "600")
     try:
-        wait_for_size(out, 4 * 36 * 36 * 256, rec)
+        wait_for_size(out, 4 * VOLUME_BYTES, rec)
         d.stop()
         err.wait_for(r"volrecd of instance '\w+' stopped; waiting for it to come back")
         d.start()
         err.wait_for(r"the daemon restarted or rebuilt \(session [0-9a-f]+, same volume shape\): "
                      r"recording continues")
         # some volumes of the new session in the file, however slow this machine is
-        wait_for_size(out, out.stat().st_size + 4 * 36 * 36 * 256, rec)
+        wait_for_size(out, out.stat().st_size + 4 * VOLUME_BYTES, rec)
     finally:
         rec.send_signal(signal.SIGINT)
     stdout = record_end(rec, err)
@@ -1180,7 +1181,7 @@ def test_record_reports_volumes_published_but_never_announced_before_the_daemon_
     try:
         rec, err = record_proc(d, out, "-s", "600", *(["-w", "2"] if how == "gone" else []))
         try:
-            wait_for_size(out, 4 * 36 * 36 * 256, rec)
+            wait_for_size(out, 4 * VOLUME_BYTES, rec)
             mute.touch()
             wait_published(d, 12)  # published, none announced
             d.stop()
@@ -1231,7 +1232,7 @@ def test_record_stops_when_the_daemon_comes_back_with_another_geometry(own_daemo
     out = tmp_path / "geometry.h5"
     rec, err = record_proc(d, out, "-s", "600")
     try:
-        wait_for_size(out, 4 * 36 * 36 * 256, rec)
+        wait_for_size(out, 4 * VOLUME_BYTES, rec)
         d.restart(cfg)
         err.wait_for(why)
         stdout = record_end(rec, err)
@@ -1252,7 +1253,7 @@ def test_record_restart_wait_ends_a_recording_whose_daemon_is_gone(own_daemon, t
     d = own_daemon
     out = tmp_path / "gone.h5"
     rec, err = record_proc(d, out, "-s", "600", "--restart-wait", "1")
-    wait_for_size(out, 3 * 36 * 36 * 256, rec)
+    wait_for_size(out, 3 * VOLUME_BYTES, rec)
     d.stop()
     stdout = record_end(rec, err)
     assert rec.returncode == 3, (rec.returncode, stdout, err.text())
