@@ -91,7 +91,6 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 	g->rate = (flags & SRC_UNPACED) ? 0 : cfg->source.rate;
 }
 
-/* Sanitize a string field of fixed size in place. */
 /* A source's text as one line of valid UTF-8 into out: a newline or tab a shim wrote would
  * start a line of the log that seems to be volrecd's own, or break the status's layout. */
 static void one_line(const char *s, char *out, size_t outlen)
@@ -102,6 +101,7 @@ static void one_line(const char *s, char *out, size_t outlen)
 			*p = ' ';
 }
 
+/* Sanitize a string field of fixed size in place. */
 static void sanitize_field(char *f, size_t size)
 {
 	char tmp[256];

@@ -93,8 +93,11 @@ static void check_source(void)
 	s.impl.acquire = fake_acquire;
 	s.kind = "shim";
 	s.started = true;
-	/* src_open keeps the info strings this way (sanitize_field) */
+	/* src_open keeps the info strings this way (sanitize_field: one line of valid UTF-8) */
 	vr_utf8_sanitize(text, s.info.name, sizeof(s.info.name));
+	for (char *p = s.info.name; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' ';
 	t = src_strerror(&s, -5);
 	if (!clean(t) && !vr_utf8_valid(t, strlen(t)))
 		fail("src_strerror gave invalid UTF-8 for a shim's text");

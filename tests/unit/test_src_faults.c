@@ -247,12 +247,14 @@ static void shim_texts_reach_callers_as_valid_utf8(void **state)
 	const char *t;
 
 	(void)state;
-	/* "A", a lone continuation byte, "(" after a broken lead byte, a bell, an overlong '/' */
-	fault_shim_open("control-utf8", ", device_hex: '41 80 c3 28 07 c0 af', text_hex: 'fe ff'",
-	                ctl, &s);
+	/* "A", a lone continuation byte, "(" after a broken lead byte, a bell, an overlong '/',
+	 * then "B" and "C" after a newline and a tab (one line: each a space) */
+	fault_shim_open("control-utf8",
+	                ", device_hex: '41 80 c3 28 07 c0 af 0a 42 09 43', text_hex: 'fe ff'", ctl,
+	                &s);
 	assert_true(vr_utf8_valid(s.info.device, strlen(s.info.device)));
 	assert_string_equal(s.info.device, "A\xef\xbf\xbd\xef\xbf\xbd(\xef\xbf\xbd\xef\xbf\xbd"
-	                                   "\xef\xbf\xbd");
+	                                   "\xef\xbf\xbd B C");
 	assert_string_equal(s.info.name, "fault-shim");
 	assert_int_equal(src_start(&s), 0);
 	write_text(ctl, "error 1\n");
