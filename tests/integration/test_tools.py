@@ -502,7 +502,7 @@ def wait_published(daemon, n):
 
 def test_record_reports_missed_volumes_when_stalled(daemon, tmp_path):
     out = tmp_path / "stalled.h5"
-    rec = daemon.volrec_popen("record", "-o", str(out), "-s", "6")
+    rec = daemon.volrec_popen("record", "-o", str(out), "-n", "60")  # no time limit
     wait_for_size(out, VOLUME_BYTES, rec)  # recording: its first volume is in the file
     rec.send_signal(signal.SIGSTOP)
     # stalled while the daemon publishes SLOTS + 8 volumes into its SLOTS slots: at least 7 of
