@@ -75,8 +75,6 @@ VR_MUST_CHECK int be_open(const struct vr_config *cfg, struct be_backend **out, 
                           size_t notelen, char *err, size_t errlen);
 /* Close be (NULL is allowed), waiting for an epoch still in flight. */
 void be_close(struct be_backend *be);
-/* Whether this build has the CUDA backend compiled in. */
-bool be_have_cuda(void);
 /* Number of CUDA devices (0 when none, no driver, or a build without CUDA). */
 int be_cuda_devices(void);
 

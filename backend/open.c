@@ -13,15 +13,6 @@
 #include "../gpu/gpu.h"
 #endif
 
-bool be_have_cuda(void)
-{
-#ifdef VOLREC_HAVE_CUDA
-	return true;
-#else
-	return false;
-#endif
-}
-
 #ifdef VOLREC_HAVE_CUDA
 /* One device's backend, or the composite when gpu.devices names several. */
 static const struct be_ops *be_cuda_table(const struct vr_config *cfg)

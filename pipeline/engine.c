@@ -1861,11 +1861,6 @@ void pl_progress(struct pl_pipeline *pl, struct pl_progress *p)
 	p->acq_state = atomic_load(&pl->acq_state);
 }
 
-const struct vr_config *pl_config(struct pl_pipeline *pl)
-{
-	return &pl->cfg;
-}
-
 int pl_depth(struct pl_pipeline *pl)
 {
 	return pl->depth;

@@ -230,8 +230,7 @@ void pl_progress(struct pl_pipeline *pl, struct pl_progress *p);
 
 /* ---- what runs --------------------------------------------------------------------------- */
 
-const struct vr_config *pl_config(struct pl_pipeline *pl); /* the copy in force */
-int pl_depth(struct pl_pipeline *pl);                      /* 1 or 2 */
+int pl_depth(struct pl_pipeline *pl); /* 1 or 2 */
 /* "zero-copy" (references into the source's registered buffers) or "copy" (into the ring). */
 const char *pl_acquisition(struct pl_pipeline *pl);
 /* What the source said about itself in open(), strings made valid UTF-8 (it may be reopened). */
