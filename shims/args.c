@@ -137,68 +137,51 @@ static struct shim_arg *find(struct shim_args *args, const char *key)
 	return NULL;
 }
 
-int shim_args_u64(struct shim_args *args, const char *key, uint64_t min, uint64_t max,
-                  uint64_t *out, char *err, size_t errlen)
+/* The value of sp->key, when given, into its destination. */
+static int get_one(struct shim_args *args, const struct shim_arg_spec *sp, char *err, size_t errlen)
 {
-	struct shim_arg *a = find(args, key);
+	struct shim_arg *a = find(args, sp->key);
 	char *end;
 
 	if (!a)
 		return 0;
 	errno = 0;
-	unsigned long long v = strtoull(a->val, &end, 0);
-	if (errno || end == a->val || *end || a->val[0] == '-' || v < min || v > max)
-		return fail(err, errlen, "args: line %u: %s: '%s' is not an integer in %llu..%llu",
-		            a->line, key, a->val, (unsigned long long)min, (unsigned long long)max);
-	*out = v;
+	if (sp->u64) {
+		unsigned long long v = strtoull(a->val, &end, 0);
+		if (errno || end == a->val || *end || a->val[0] == '-' || v > sp->max)
+			return fail(err, errlen,
+			            "args: line %u: %s: '%s' is not an integer in 0..%llu", a->line,
+			            sp->key, a->val, (unsigned long long)sp->max);
+		*sp->u64 = v;
+	} else if (sp->dbl) {
+		double v = strtod(a->val, &end);
+		if (errno || end == a->val || *end || !isfinite(v) || v < sp->lo || v > sp->hi)
+			return fail(err, errlen,
+			            "args: line %u: %s: '%s' is not a number in %g..%g", a->line,
+			            sp->key, a->val, sp->lo, sp->hi);
+		*sp->dbl = v;
+	} else if (sp->flag) {
+		if (strcmp(a->val, "true") && strcmp(a->val, "false"))
+			return fail(err, errlen, "args: line %u: %s: '%s' is not true or false",
+			            a->line, sp->key, a->val);
+		*sp->flag = !strcmp(a->val, "true");
+	} else {
+		if (strlen(a->val) >= sp->max)
+			return fail(err, errlen, "args: line %u: %s: value too long (max %zu)",
+			            a->line, sp->key, (size_t)sp->max - 1);
+		strcpy(sp->str, a->val);
+	}
 	return 0;
 }
 
-int shim_args_double(struct shim_args *args, const char *key, double min, double max, double *out,
-                     char *err, size_t errlen)
-{
-	struct shim_arg *a = find(args, key);
-	char *end;
-
-	if (!a)
-		return 0;
-	errno = 0;
-	double v = strtod(a->val, &end);
-	if (errno || end == a->val || *end || !isfinite(v) || v < min || v > max)
-		return fail(err, errlen, "args: line %u: %s: '%s' is not a number in %g..%g",
-		            a->line, key, a->val, min, max);
-	*out = v;
-	return 0;
-}
-
-int shim_args_bool(struct shim_args *args, const char *key, bool *out, char *err, size_t errlen)
-{
-	struct shim_arg *a = find(args, key);
-
-	if (!a)
-		return 0;
-	if (!strcmp(a->val, "true"))
-		*out = true;
-	else if (!strcmp(a->val, "false"))
-		*out = false;
-	else
-		return fail(err, errlen, "args: line %u: %s: '%s' is not true or false", a->line,
-		            key, a->val);
-	return 0;
-}
-
-int shim_args_str(struct shim_args *args, const char *key, char *out, size_t outlen, char *err,
+int shim_args_get(struct shim_args *args, const struct shim_arg_spec *spec, size_t n, char *err,
                   size_t errlen)
 {
-	struct shim_arg *a = find(args, key);
+	int rc = 0;
 
-	if (!a)
-		return 0;
-	if (strlen(a->val) >= outlen)
-		return fail(err, errlen, "args: line %u: %s: value too long (max %zu)", a->line,
-		            key, outlen - 1);
-	strcpy(out, a->val);
-	return 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = get_one(args, &spec[i], err, errlen);
+	return rc;
 }
 
 int shim_args_check_unused(const struct shim_args *args, const char *allowed, char *err,

@@ -164,49 +164,41 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	s->fake.deg_per_s = 0.25;
 	s->fake.snr_db = 40;
 	snprintf(s->fake.phantom, sizeof(s->fake.phantom), "retina");
+	const struct shim_arg_spec names[] = {
+	        {"camera", .str = s->want, .max = sizeof(s->want)},
+	        {"pixel_format", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
+	};
+	/* the feature's own name means the same as pixel_format */
+	const struct shim_arg_spec feature[] = {
+	        {"PixelFormat", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
+	};
+	const struct shim_arg_spec spec[] = {
+	        {"buffers", .u64 = &s->buffers, .max = BUF_MAX},
+	        {"packet_size", .u64 = &psize, .max = 65535},
+	        {"packet_socket", .str = sock, .max = sizeof(sock)},
+	        {"packet_resend", .flag = &s->packet_resend},
+	        {"socket_buffer", .u64 = &s->socket_buffer, .max = 1u << 30},
+	        {"set_geometry", .flag = &s->set_geometry},
+	        {"simulate", .str = sim, .max = sizeof(sim)},
+	        {"seed", .u64 = &s->fake.seed, .max = UINT64_MAX},
+	        {"deg_per_s", .dbl = &s->fake.deg_per_s, .lo = -3600, .hi = 3600},
+	        {"snr_db", .dbl = &s->fake.snr_db, .lo = -20, .hi = 200},
+	        {"phantom", .str = s->fake.phantom, .max = sizeof(s->fake.phantom)},
+	        {"motion_rate", .dbl = &s->fake.motion_rate, .lo = 0, .hi = 1e6},
+	};
 	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_str(&args, "camera", s->want, sizeof(s->want), err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "pixel_format", s->pixel_format, sizeof(s->pixel_format),
-		                   err, sizeof(err));
+		rc = shim_args_get(&args, names, VR_ARRAY_SIZE(names), err, sizeof(err));
 	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
 		snprintf(err, sizeof(err),
 		         "shim.args.PixelFormat: given besides pixel_format (the same setting: "
 		         "give one of them)");
 		rc = -EINVAL;
 	}
-	if (!rc && !s->pixel_format[0]) /* the feature's own name means the same */
-		rc = shim_args_str(&args, "PixelFormat", s->pixel_format, sizeof(s->pixel_format),
-		                   err, sizeof(err));
+	if (!rc && !s->pixel_format[0])
+		rc = shim_args_get(&args, feature, 1, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_u64(&args, "buffers", 0, BUF_MAX, &s->buffers, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "packet_size", 0, 65535, &psize, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "packet_socket", sock, sizeof(sock), err, sizeof(err));
-	if (!rc)
-		rc = shim_args_bool(&args, "packet_resend", &s->packet_resend, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "socket_buffer", 0, 1u << 30, &s->socket_buffer, err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_bool(&args, "set_geometry", &s->set_geometry, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "simulate", sim, sizeof(sim), err, sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "seed", 0, UINT64_MAX, &s->fake.seed, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "deg_per_s", -3600, 3600, &s->fake.deg_per_s, err,
-		                      sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "snr_db", -20, 200, &s->fake.snr_db, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "phantom", s->fake.phantom, sizeof(s->fake.phantom), err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "motion_rate", 0, 1e6, &s->fake.motion_rate, err,
-		                      sizeof(err));
+		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (rc)
 		goto out_msg;
 	if (s->buffers && s->buffers < BUF_MIN) {
