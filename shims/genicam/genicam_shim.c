@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,8 @@ struct gc_shim {
 	atomic_uint_fast64_t refs;
 };
 SHIM_HANDLE_CHECK(struct gc_shim);
+
+static void shim_close(void *h);
 
 static void on_control_lost(ArvDevice *dev, gpointer data)
 {
@@ -358,12 +361,26 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 
 out_msg:
 	shim_open_fail(rc, "genicam: %s", err);
-	if (s->cam) {
-		if (s->lost_handler)
-			g_signal_handler_disconnect(arv_camera_get_device(s->cam), s->lost_handler);
-		g_object_unref(s->cam);
-	}
-	free(s);
+	shim_close(s);
+	return rc;
+}
+
+/* Keep the error of a failed Aravis call, "genicam: camera ID<what>: <Aravis's text>", and
+ * clear *ge; returns -EIO. */
+static int aravis_fail(struct gc_shim *s, GError **ge, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static int aravis_fail(struct gc_shim *s, GError **ge, const char *fmt, ...)
+{
+	char what[256];
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	rc = shim_fail(&s->err, -EIO, "genicam: camera %s%s: %s", s->cam_id, what,
+	               *ge ? (*ge)->message : "unknown error");
+	g_clear_error(ge);
 	return rc;
 }
 
@@ -384,7 +401,6 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 	const struct gc_format *f;
 	const char **avail;
 	guint n = 0;
-	int rc = 0;
 
 	if (g->sample_type == VOLREC_SAMPLE_I16 || g->sample_type == VOLREC_SAMPLE_F32)
 		return shim_fail(
@@ -393,12 +409,8 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 		        "for Mono8..Mono16, u12p for Mono12p, u12gv for Mono12Packed)",
 		        type_name(g->sample_type));
 	ArvPixelFormat cur = arv_camera_get_pixel_format(s->cam, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: reading PixelFormat: %s",
-		               s->cam_id, ge->message);
-		g_clear_error(&ge);
-		return rc;
-	}
+	if (ge)
+		return aravis_fail(s, &ge, ": reading PixelFormat");
 	f = gc_format_by_code(cur);
 	if (s->pixel_format[0]) {
 		if (!f || f->sample_type != g->sample_type)
@@ -447,12 +459,8 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 		                                               : "Mono12Packed",
 		        list);
 	arv_camera_set_pixel_format(s->cam, pick->code, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s refused PixelFormat %s: %s",
-		               s->cam_id, pick->name, ge->message);
-		g_clear_error(&ge);
-		return rc;
-	}
+	if (ge)
+		return aravis_fail(s, &ge, " refused PixelFormat %s", pick->name);
 	s->fmt = pick;
 	return 0;
 }
@@ -461,7 +469,6 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 {
 	GError *ge = NULL;
 	gint wmin = 0, wmax = 0, hmin = 0, hmax = 0, winc = 1, hinc = 1, x, y, w = 0, h = 0;
-	int rc;
 
 	if (s->set_geometry) {
 		arv_camera_get_width_bounds(s->cam, &wmin, &wmax, &ge);
@@ -506,10 +513,8 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 		        s->set_geometry ? "" : "; set_geometry is false");
 	return 0;
 failed:
-	rc = shim_fail(&s->err, -EIO, "genicam: camera %s: setting the frame to %u x %u pixels: %s",
-	               s->cam_id, g->samples_per_ascan, g->ascans_per_bscan, ge->message);
-	g_clear_error(&ge);
-	return rc;
+	return aravis_fail(s, &ge, ": setting the frame to %u x %u pixels", g->samples_per_ascan,
+	                   g->ascans_per_bscan);
 }
 
 static void stream_free(struct gc_shim *s)
@@ -591,13 +596,8 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	 * take Continuous, or it would stop after a frame or a few */
 	if (arv_device_get_feature(dev, "AcquisitionMode")) {
 		arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
-		if (ge) {
-			rc = shim_fail(&s->err, -EIO,
-			               "genicam: camera %s refused AcquisitionMode Continuous: %s",
-			               s->cam_id, ge->message);
-			g_clear_error(&ge);
-			return rc;
-		}
+		if (ge)
+			return aravis_fail(s, &ge, " refused AcquisitionMode Continuous");
 	}
 	if (arv_camera_is_gv_device(s->cam)) {
 		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
@@ -611,21 +611,13 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 			arv_camera_gv_set_packet_size(s->cam, (gint)s->packet_size, &ge);
 		else if (s->packet_size < 0 || s->packet_size == 0)
 			arv_camera_gv_auto_packet_size(s->cam, &ge);
-		if (ge) {
-			rc = shim_fail(
-			        &s->err, -EIO, "genicam: camera %s: packet size %s: %s", s->cam_id,
-			        s->packet_size > 0 ? "refused" : "negotiation failed", ge->message);
-			g_clear_error(&ge);
-			return rc;
-		}
+		if (ge)
+			return aravis_fail(s, &ge, ": packet size %s",
+			                   s->packet_size > 0 ? "refused" : "negotiation failed");
 	}
 	payload = arv_camera_get_payload(s->cam, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: reading PayloadSize: %s",
-		               s->cam_id, ge->message);
-		g_clear_error(&ge);
-		return rc;
-	}
+	if (ge)
+		return aravis_fail(s, &ge, ": reading PayloadSize");
 	s->geo = *g;
 	s->marks = g->flags & VOLREC_SHIM_GEOMETRY_MARKS;
 	s->bscan_bytes = volrec_sample_bytes(g->sample_type,
@@ -681,9 +673,7 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	}
 	s->stream = arv_camera_create_stream(s->cam, NULL, NULL, &ge);
 	if (!s->stream) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: cannot create the stream: %s",
-		               s->cam_id, ge ? ge->message : "unknown error");
-		g_clear_error(&ge);
+		rc = aravis_fail(s, &ge, ": cannot create the stream");
 		stream_free(s);
 		return rc;
 	}
@@ -761,7 +751,6 @@ static int shim_start(void *h)
 	struct gc_shim *s = h;
 	GError *ge = NULL;
 	ArvBuffer *b;
-	int rc;
 
 	if (!s->configured)
 		return shim_fail(&s->err, -EINVAL, "genicam: start() before configure()");
@@ -788,12 +777,8 @@ static int shim_start(void *h)
 		arv_stream_start_thread(s->stream);
 	}
 	arv_camera_start_acquisition(s->cam, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: AcquisitionStart failed: %s",
-		               s->cam_id, ge->message);
-		g_clear_error(&ge);
-		return rc;
-	}
+	if (ge)
+		return aravis_fail(s, &ge, ": AcquisitionStart failed");
 	s->started = true;
 	return 0;
 }
@@ -1127,11 +1112,8 @@ static int shim_stop(void *h)
 		return 0;
 	s->started = false;
 	arv_camera_stop_acquisition(s->cam, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: AcquisitionStop failed: %s",
-		               s->cam_id, ge->message);
-		g_clear_error(&ge);
-	}
+	if (ge)
+		rc = aravis_fail(s, &ge, ": AcquisitionStop failed");
 	return rc;
 }
 
