@@ -119,22 +119,19 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (!rc && (unhex(device_hex, device, sizeof(device)) ||
 	            unhex(text_hex, s->err.suffix, sizeof(s->err.suffix)))) {
-		snprintf(err, sizeof(err), "device_hex, text_hex: pairs of hex digits, not 00");
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "device_hex, text_hex: pairs of hex digits, not 00");
 	}
 	if (!rc)
 		rc = shim_args_check_unused(&args, ALLOWED, err, sizeof(err));
-	if (!rc && fail_open) {
-		snprintf(err, sizeof(err), "open failed on request (fail_open: true)");
-		rc = -EIO;
-	}
+	if (!rc && fail_open)
+		rc = vr_err(err, sizeof(err), -EIO, "open failed on request (fail_open: true)");
 	if (!rc && s->exclusive) {
 		pthread_mutex_lock(&ctl_mu);
 		if (exclusive_held) {
-			snprintf(err, sizeof(err),
-			         "device busy: another handle has it open "
-			         "(exclusive: true)");
-			rc = -EBUSY;
+			rc = vr_err(err, sizeof(err), -EBUSY,
+			            "device busy: another handle has it open "
+			            "(exclusive: true)");
 		}
 		exclusive_held = true;
 		pthread_mutex_unlock(&ctl_mu);

@@ -193,10 +193,9 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc)
 		rc = shim_args_get(&args, names, VR_ARRAY_SIZE(names), err, sizeof(err));
 	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
-		snprintf(err, sizeof(err),
-		         "shim.args.PixelFormat: given besides pixel_format (the same setting: "
-		         "give one of them)");
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.PixelFormat: given besides pixel_format (the same setting: "
+		            "give one of them)");
 	}
 	if (!rc && !s->pixel_format[0])
 		rc = shim_args_get(&args, feature, 1, err, sizeof(err));
@@ -205,19 +204,17 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (rc)
 		goto out_msg;
 	if (s->buffers && s->buffers < BUF_MIN) {
-		snprintf(err, sizeof(err),
-		         "shim.args.buffers: %" PRIu64 " is too few (0 = 3 epochs, else %u..%u)",
-		         s->buffers, BUF_MIN, BUF_MAX);
-		rc = -ERANGE;
+		rc = vr_err(err, sizeof(err), -ERANGE,
+		            "shim.args.buffers: %" PRIu64 " is too few (0 = 3 epochs, else %u..%u)",
+		            s->buffers, BUF_MIN, BUF_MAX);
 		goto out_msg;
 	}
 	s->packet_size = psize == UINT64_MAX ? -1 : (int64_t)psize;
 	if (psize != UINT64_MAX && psize && psize < 576) {
-		snprintf(err, sizeof(err),
-		         "shim.args.packet_size: %" PRIu64 " is too small (0 = negotiate, else "
-		         "576..65535 bytes)",
-		         psize);
-		rc = -ERANGE;
+		rc = vr_err(err, sizeof(err), -ERANGE,
+		            "shim.args.packet_size: %" PRIu64 " is too small (0 = negotiate, else "
+		            "576..65535 bytes)",
+		            psize);
 		goto out_msg;
 	}
 	if (!strcmp(sock, "auto"))
@@ -227,18 +224,16 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	else if (!strcmp(sock, "false") || !strcmp(sock, "off"))
 		s->packet_socket = 0;
 	else {
-		snprintf(err, sizeof(err),
-		         "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
-		         sock);
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
+		            sock);
 		goto out_msg;
 	}
 	if (!strcmp(sim, "synth"))
 		s->fake.synth = true;
 	else if (strcmp(sim, "none")) {
-		snprintf(err, sizeof(err),
-		         "shim.args.simulate: '%s' is not allowed (none or synth)", sim);
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.simulate: '%s' is not allowed (none or synth)", sim);
 		goto out_msg;
 	}
 	if (!s->fake.synth) {
@@ -248,19 +243,18 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 			const struct shim_arg *a = arg_given(&args, synth_only[i]);
 			if (!a)
 				continue;
-			snprintf(err, sizeof(err),
-			         "shim.args.%s (line %u): only with simulate: synth (it sets the "
-			         "Fake camera's synthetic spectra; simulate is none)",
-			         a->key, a->line);
-			rc = -EINVAL;
+			rc = vr_err(
+			        err, sizeof(err), -EINVAL,
+			        "shim.args.%s (line %u): only with simulate: synth (it sets the "
+			        "Fake camera's synthetic spectra; simulate is none)",
+			        a->key, a->line);
 			goto out_msg;
 		}
 	}
 	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format)) {
-		snprintf(err, sizeof(err),
-		         "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
-		         s->pixel_format, gc_format_names());
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
+		            s->pixel_format, gc_format_names());
 		goto out_msg;
 	}
 
@@ -289,21 +283,20 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		                 ? arv_camera_get_device_id(s->cam, NULL)
 		                 : "?");
 	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))) {
-		snprintf(err, sizeof(err),
-		         "shim.args.simulate: synth needs Aravis's in-process Fake camera "
-		         "(camera: Fake_1), camera %s is a real one",
-		         s->cam_id);
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.simulate: synth needs Aravis's in-process Fake camera "
+		            "(camera: Fake_1), camera %s is a real one",
+		            s->cam_id);
 		goto out_msg;
 	}
 	/* GigE Vision gives one application control: without it every write times out */
 	if (arv_camera_is_gv_device(s->cam) &&
 	    !arv_gv_device_is_controller(ARV_GV_DEVICE(arv_camera_get_device(s->cam)))) {
-		snprintf(err, sizeof(err),
-		         "camera %s is controlled by another application (GigE Vision control "
-		         "privilege refused: a viewer, another volrecd, or another host holds it)",
-		         s->cam_id);
-		rc = -EBUSY;
+		rc = vr_err(
+		        err, sizeof(err), -EBUSY,
+		        "camera %s is controlled by another application (GigE Vision control "
+		        "privilege refused: a viewer, another volrecd, or another host holds it)",
+		        s->cam_id);
 		goto out_msg;
 	}
 	if (!arv_camera_is_gv_device(s->cam)) {
@@ -313,15 +306,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 			const struct shim_arg *a = arg_given(&args, gv_only[i]);
 			if (!a)
 				continue;
-			snprintf(err, sizeof(err),
-			         "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
-			         "(%s), the key applies only there",
-			         a->key, a->line, s->cam_id,
-			         arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
-			         : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
-			                 ? "Aravis's in-process Fake camera"
-			                 : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
-			rc = -EINVAL;
+			rc = vr_err(err, sizeof(err), -EINVAL,
+			            "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
+			            "(%s), the key applies only there",
+			            a->key, a->line, s->cam_id,
+			            arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
+			            : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
+			                    ? "Aravis's in-process Fake camera"
+			                    : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
 			goto out_msg;
 		}
 	}
@@ -335,11 +327,10 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (s->pixel_format[0]) {
 		arv_camera_set_pixel_format_from_string(s->cam, s->pixel_format, &ge);
 		if (ge) {
-			snprintf(err, sizeof(err),
-			         "shim.args.pixel_format: camera %s refused %s: %s", s->cam_id,
-			         s->pixel_format, ge->message);
+			rc = vr_err(err, sizeof(err), -EINVAL,
+			            "shim.args.pixel_format: camera %s refused %s: %s", s->cam_id,
+			            s->pixel_format, ge->message);
 			g_clear_error(&ge);
-			rc = -EINVAL;
 			goto out_msg;
 		}
 	}
