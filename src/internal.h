@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private declarations of the sources module (src_): the state every built-in source shares
- * (pacing, last error text), the three openers src_open dispatches to, and the replay header
- * parser the unit tests call directly.
+ * (pacing, last error text) and the three openers src_open dispatches to.
  */
 #ifndef VOLREC_SRC_INTERNAL_H
 #define VOLREC_SRC_INTERNAL_H
