@@ -410,94 +410,60 @@ static int get_args(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n, c
 
 /* ---- keys, mappings and sequences ------------------------------------------------------- */
 
+/* The sequence n of key k: exactly k->n numbers (_U32S, _F64S), up to k->n strings (_LIST) or
+ * 1 to k->n integers (_INTS); the length of a list goes to k->count. */
 static int walk_seq(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *doc, const char *path,
                     const struct cfg_key *k)
 {
-	char got[64], child[CFG_KEY_MAX];
-	const char *what = k->type == CFG_T_F64S ? "numbers" : "integers";
+	char got[64], want[256], child[CFG_KEY_MAX];
+	bool list = k->type == CFG_T_LIST || k->type == CFG_T_INTS;
 	size_t count;
 
+	if (k->type == CFG_T_LIST)
+		snprintf(want, sizeof(want), "at most %zu strings", k->n);
+	else if (k->type == CFG_T_INTS)
+		snprintf(want, sizeof(want), "1 to %zu integers %s", k->n, k->shape);
+	else
+		snprintf(want, sizeof(want), "%zu %s %s", k->n,
+		         k->type == CFG_T_F64S ? "numbers" : "integers", k->shape);
 	if (n->type != YAML_SEQUENCE_NODE)
 		return cfg_error_at(ctx, -EINVAL, node_mark(n), path,
-		                    "expected a sequence of %zu %s %s, got %s", k->n, what,
-		                    k->shape, describe(n, got, sizeof(got)));
+		                    "expected a sequence of %s, got %s", want,
+		                    describe(n, got, sizeof(got)));
 	count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-	if (count != k->n)
+	if (k->type == CFG_T_LIST && count > k->n)
+		return cfg_error_at(ctx, -E2BIG, node_mark(n), path,
+		                    "has %zu entries (at most %zu)", count, k->n);
+	if (k->type == CFG_T_INTS && (count < 1 || count > k->n))
+		return cfg_error_at(ctx, count ? -E2BIG : -EINVAL, node_mark(n), path,
+		                    "has %zu entries (%s)", count, want);
+	if (!list && count != k->n)
 		return cfg_error_at(ctx, -EINVAL, node_mark(n), path,
-		                    "has %zu element%s (exactly %zu %s %s)", count,
-		                    count == 1 ? "" : "s", k->n, what, k->shape);
+		                    "has %zu element%s (exactly %s)", count, count == 1 ? "" : "s",
+		                    want);
 	for (size_t i = 0; i < count; i++) {
 		yaml_node_t *it = yaml_document_get_node(doc, n->data.sequence.items.start[i]);
+		void *dst = cfg_at(ctx->cfg, k);
 		long long v;
 		int rc;
 		index_path(child, sizeof(child), path, i);
 		rc = record(ctx, child, it);
 		if (!rc && k->type == CFG_T_F64S)
-			rc = get_double(ctx, it, child, k, (double *)cfg_at(ctx->cfg, k) + i);
-		else if (!rc && !(rc = get_integer(ctx, it, child, k, &v)))
-			((uint32_t *)cfg_at(ctx->cfg, k))[i] = (uint32_t)v;
+			rc = get_double(ctx, it, child, k, (double *)dst + i);
+		else if (!rc && k->type == CFG_T_LIST)
+			rc = get_string(ctx, it, child, ((char(*)[CFG_PATH_MAX])dst)[i],
+			                CFG_PATH_MAX);
+		else if (!rc && !(rc = get_integer(ctx, it, child, k, &v))) {
+			if (k->type == CFG_T_INTS)
+				((int *)dst)[i] = (int)v;
+			else
+				((uint32_t *)dst)[i] = (uint32_t)v;
+		}
 		if (rc)
 			return rc;
 	}
-	return 0;
-}
-
-static int walk_str_list(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *doc,
-                         const char *path, const struct cfg_key *k)
-{
-	char got[64], child[CFG_KEY_MAX];
-	char(*dst)[CFG_PATH_MAX] = cfg_at(ctx->cfg, k);
-	size_t count;
-
-	if (n->type != YAML_SEQUENCE_NODE)
-		return cfg_error_at(ctx, -EINVAL, node_mark(n), path,
-		                    "expected a sequence of at most %zu strings, got %s", k->n,
-		                    describe(n, got, sizeof(got)));
-	count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-	if (count > k->n)
-		return cfg_error_at(ctx, -E2BIG, node_mark(n), path,
-		                    "has %zu entries (at most %zu)", count, k->n);
-	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *it = yaml_document_get_node(doc, n->data.sequence.items.start[i]);
-		index_path(child, sizeof(child), path, i);
-		int rc = record(ctx, child, it);
-		if (!rc)
-			rc = get_string(ctx, it, child, dst[i], CFG_PATH_MAX);
-		if (rc)
-			return rc;
-	}
-	*(uint32_t *)((char *)ctx->cfg + k->count) = (uint32_t)count;
-	return 0;
-}
-
-static int walk_int_list(struct cfg_ctx *ctx, yaml_node_t *n, yaml_document_t *doc,
-                         const char *path, const struct cfg_key *k)
-{
-	char got[64], child[CFG_KEY_MAX];
-	int *dst = cfg_at(ctx->cfg, k);
-	size_t count;
-
-	if (n->type != YAML_SEQUENCE_NODE)
-		return cfg_error_at(ctx, -EINVAL, node_mark(n), path,
-		                    "expected a sequence of 1 to %zu integers %s, got %s", k->n,
-		                    k->shape, describe(n, got, sizeof(got)));
-	count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-	if (count < 1 || count > k->n)
-		return cfg_error_at(ctx, count ? -E2BIG : -EINVAL, node_mark(n), path,
-		                    "has %zu entries (1 to %zu integers %s)", count, k->n,
-		                    k->shape);
-	for (size_t i = 0; i < count; i++) {
-		yaml_node_t *it = yaml_document_get_node(doc, n->data.sequence.items.start[i]);
-		long long v;
-		index_path(child, sizeof(child), path, i);
-		int rc = record(ctx, child, it);
-		if (!rc)
-			rc = get_integer(ctx, it, child, k, &v);
-		if (rc)
-			return rc;
-		dst[i] = (int)v;
-	}
-	*(uint32_t *)((char *)ctx->cfg + k->count) = (uint32_t)count;
+	if (list)
+		*(uint32_t *)((char *)ctx->cfg + k->count) = (uint32_t)count;
 	return 0;
 }
 
@@ -540,14 +506,13 @@ static int walk_value(struct cfg_ctx *ctx, yaml_document_t *doc, yaml_node_t *n,
 		else if (!rc)
 			snprintf(dst, k->size, "%s", k->names[ev]);
 		return rc;
-	case CFG_T_U32S:
-	case CFG_T_F64S:
-		return walk_seq(ctx, n, doc, path, k);
-	case CFG_T_LIST:
-		return walk_str_list(ctx, n, doc, path, k);
 	case CFG_T_INTS:
 		cfg_key_reset(k, ctx->cfg); /* a shorter list leaves no entries behind */
-		return walk_int_list(ctx, n, doc, path, k);
+		                            /* fall through */
+	case CFG_T_U32S:
+	case CFG_T_F64S:
+	case CFG_T_LIST:
+		return walk_seq(ctx, n, doc, path, k);
 	case CFG_T_ARGS:
 		cfg_key_reset(k, ctx->cfg);
 		return get_args(ctx, doc, n, path, dst);

@@ -162,13 +162,15 @@ static int check_readable(struct cfg_ctx *ctx, const char *key, const char *path
 	return 0;
 }
 
-/* The later (in the file) of two given keys. */
-static const char *later(const struct cfg_ctx *ctx, const char *a, const char *b)
+/* Keys a and b given together where one is allowed: -EINVAL at the later of them in the file,
+ * naming the other, hint saying what is allowed. */
+static int given_together(struct cfg_ctx *ctx, const char *a, const char *b, const char *hint)
 {
 	struct cfg_mark ma = cfg_mark_of(ctx, a), mb = cfg_mark_of(ctx, b);
-	if (ma.line != mb.line)
-		return ma.line > mb.line ? a : b;
-	return ma.col > mb.col ? a : b;
+	bool b_later = ma.line != mb.line ? mb.line > ma.line : mb.col >= ma.col;
+
+	return cfg_error(ctx, -EINVAL, b_later ? b : a, "given together with %s (%s)",
+	                 b_later ? a : b, hint);
 }
 
 static int mul_check(uint64_t *acc, uint64_t v)
@@ -392,10 +394,8 @@ static int check_resample(struct cfg_ctx *ctx)
 			                 "given but preprocess.resample.method is none (set a "
 			                 "method: linear, cubic or spline; or remove this key)");
 		if (first)
-			return cfg_error(ctx, -EINVAL, later(ctx, first, keys[i]),
-			                 "given together with %s (exactly one of table, poly, "
-			                 "wavelength_nm)",
-			                 later(ctx, first, keys[i]) == first ? keys[i] : first);
+			return given_together(ctx, first, keys[i],
+			                      "exactly one of table, poly, wavelength_nm");
 		first = keys[i];
 		c->preprocess.resample.positions = kinds[i];
 		given++;
@@ -481,14 +481,9 @@ static int check_preprocess(struct cfg_ctx *ctx)
 	/* dispersion */
 	bool co = cfg_given(ctx, "preprocess.dispersion.coeffs");
 	bool tab = cfg_given(ctx, "preprocess.dispersion.table");
-	if (co && tab) {
-		const char *l =
-		        later(ctx, "preprocess.dispersion.coeffs", "preprocess.dispersion.table");
-		return cfg_error(
-		        ctx, -EINVAL, l, "given together with %s (coeffs or table, not both)",
-		        strcmp(l, "preprocess.dispersion.table") ? "preprocess.dispersion.table"
-		                                                 : "preprocess.dispersion.coeffs");
-	}
+	if (co && tab)
+		return given_together(ctx, "preprocess.dispersion.coeffs",
+		                      "preprocess.dispersion.table", "coeffs or table, not both");
 	c->preprocess.dispersion.kind = co ? CFG_DISP_COEFFS : tab ? CFG_DISP_TABLE : CFG_DISP_NONE;
 	if (tab) {
 		rc = table_load(ctx, &c->preprocess.dispersion.table, k,
@@ -646,16 +641,13 @@ static int check_view(struct cfg_ctx *ctx)
 
 int cfg_validate(struct cfg_ctx *ctx)
 {
-	int rc = check_instance(ctx);
-	if (!rc)
-		rc = check_geometry(ctx);
-	if (!rc)
-		rc = check_source(ctx);
-	if (!rc)
-		rc = check_preprocess(ctx);
-	if (!rc)
-		rc = check_ipc(ctx);
-	if (!rc)
-		rc = check_view(ctx);
+	static int (*const checks[])(struct cfg_ctx *) = {
+	        check_instance,   check_geometry, check_source,
+	        check_preprocess, check_ipc,      check_view,
+	};
+	int rc = 0;
+
+	for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]) && !rc; i++)
+		rc = checks[i](ctx);
 	return rc;
 }

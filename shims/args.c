@@ -5,27 +5,13 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
 #include "args.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return -EINVAL;
-}
+#include "base/base.h"
 
 int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t errlen)
 {
@@ -38,12 +24,12 @@ int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t 
 	if (!yaml || !*yaml)
 		return 0;
 	if (!yaml_parser_initialize(&p))
-		return fail(err, errlen, "args: cannot initialize the YAML parser");
+		return vr_err(err, errlen, -EINVAL, "args: cannot initialize the YAML parser");
 	yaml_parser_set_input_string(&p, (const unsigned char *)yaml, strlen(yaml));
 	while (!done) {
 		if (!yaml_parser_parse(&p, &ev)) {
-			rc = fail(err, errlen, "args: YAML error at line %zu: %s",
-			          p.problem_mark.line + 1, p.problem ? p.problem : "?");
+			rc = vr_err(err, errlen, -EINVAL, "args: YAML error at line %zu: %s",
+			            p.problem_mark.line + 1, p.problem ? p.problem : "?");
 			break;
 		}
 		switch (ev.type) {
@@ -52,10 +38,10 @@ int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t 
 			break;
 		case YAML_MAPPING_START_EVENT:
 			if (depth > 0) {
-				rc = fail(err, errlen,
-				          "args: line %zu: nested mappings are not "
-				          "accepted (flat key: value only)",
-				          ev.start_mark.line + 1);
+				rc = vr_err(err, errlen, -EINVAL,
+				            "args: line %zu: nested mappings are not "
+				            "accepted (flat key: value only)",
+				            ev.start_mark.line + 1);
 				done = 1;
 			}
 			depth++;
@@ -65,35 +51,36 @@ int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t 
 			depth--;
 			break;
 		case YAML_SEQUENCE_START_EVENT:
-			rc = fail(err, errlen, "args: line %zu: lists are not accepted",
-			          ev.start_mark.line + 1);
+			rc = vr_err(err, errlen, -EINVAL, "args: line %zu: lists are not accepted",
+			            ev.start_mark.line + 1);
 			done = 1;
 			break;
 		case YAML_SCALAR_EVENT: {
 			const char *v = (const char *)ev.data.scalar.value;
 			if (depth != 1) {
-				rc = fail(err, errlen,
-				          "args: must be a mapping, not the scalar '%s'", v);
+				rc = vr_err(err, errlen, -EINVAL,
+				            "args: must be a mapping, not the scalar '%s'", v);
 				done = 1;
 				break;
 			}
 			if (want_key) {
 				if (args->n == SHIM_ARGS_MAX) {
-					rc = fail(err, errlen, "args: more than %d keys",
-					          SHIM_ARGS_MAX);
+					rc = vr_err(err, errlen, -EINVAL, "args: more than %d keys",
+					            SHIM_ARGS_MAX);
 					done = 1;
 					break;
 				}
 				if (strlen(v) >= SHIM_ARG_KEY_MAX) {
-					rc = fail(err, errlen, "args: key '%.32s...' too long", v);
+					rc = vr_err(err, errlen, -EINVAL,
+					            "args: key '%.32s...' too long", v);
 					done = 1;
 					break;
 				}
 				for (size_t i = 0; i < args->n; i++)
 					if (!strcmp(args->a[i].key, v)) {
-						rc = fail(err, errlen,
-						          "args: line %zu: duplicate key '%s'",
-						          ev.start_mark.line + 1, v);
+						rc = vr_err(err, errlen, -EINVAL,
+						            "args: line %zu: duplicate key '%s'",
+						            ev.start_mark.line + 1, v);
 						done = 1;
 					}
 				if (done)
@@ -102,8 +89,9 @@ int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t 
 				args->a[args->n].line = (unsigned)ev.start_mark.line + 1;
 			} else {
 				if (strlen(v) >= SHIM_ARG_VAL_MAX) {
-					rc = fail(err, errlen, "args: value of '%s' too long",
-					          args->a[args->n].key);
+					rc = vr_err(err, errlen, -EINVAL,
+					            "args: value of '%s' too long",
+					            args->a[args->n].key);
 					done = 1;
 					break;
 				}
@@ -114,7 +102,7 @@ int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t 
 			break;
 		}
 		case YAML_ALIAS_EVENT:
-			rc = fail(err, errlen, "args: aliases are not accepted");
+			rc = vr_err(err, errlen, -EINVAL, "args: aliases are not accepted");
 			done = 1;
 			break;
 		default:
@@ -137,68 +125,53 @@ static struct shim_arg *find(struct shim_args *args, const char *key)
 	return NULL;
 }
 
-int shim_args_u64(struct shim_args *args, const char *key, uint64_t min, uint64_t max,
-                  uint64_t *out, char *err, size_t errlen)
+/* The value of sp->key, when given, into its destination. */
+static int get_one(struct shim_args *args, const struct shim_arg_spec *sp, char *err, size_t errlen)
 {
-	struct shim_arg *a = find(args, key);
+	struct shim_arg *a = find(args, sp->key);
 	char *end;
 
 	if (!a)
 		return 0;
 	errno = 0;
-	unsigned long long v = strtoull(a->val, &end, 0);
-	if (errno || end == a->val || *end || a->val[0] == '-' || v < min || v > max)
-		return fail(err, errlen, "args: line %u: %s: '%s' is not an integer in %llu..%llu",
-		            a->line, key, a->val, (unsigned long long)min, (unsigned long long)max);
-	*out = v;
+	if (sp->u64) {
+		unsigned long long v = strtoull(a->val, &end, 0);
+		if (errno || end == a->val || *end || a->val[0] == '-' || v > sp->max)
+			return vr_err(err, errlen, -EINVAL,
+			              "args: line %u: %s: '%s' is not an integer in 0..%llu",
+			              a->line, sp->key, a->val, (unsigned long long)sp->max);
+		*sp->u64 = v;
+	} else if (sp->dbl) {
+		double v = strtod(a->val, &end);
+		if (errno || end == a->val || *end || !isfinite(v) || v < sp->lo || v > sp->hi)
+			return vr_err(err, errlen, -EINVAL,
+			              "args: line %u: %s: '%s' is not a number in %g..%g", a->line,
+			              sp->key, a->val, sp->lo, sp->hi);
+		*sp->dbl = v;
+	} else if (sp->flag) {
+		if (strcmp(a->val, "true") && strcmp(a->val, "false"))
+			return vr_err(err, errlen, -EINVAL,
+			              "args: line %u: %s: '%s' is not true or false", a->line,
+			              sp->key, a->val);
+		*sp->flag = !strcmp(a->val, "true");
+	} else {
+		if (strlen(a->val) >= sp->max)
+			return vr_err(err, errlen, -EINVAL,
+			              "args: line %u: %s: value too long (max %zu)", a->line,
+			              sp->key, (size_t)sp->max - 1);
+		strcpy(sp->str, a->val);
+	}
 	return 0;
 }
 
-int shim_args_double(struct shim_args *args, const char *key, double min, double max, double *out,
-                     char *err, size_t errlen)
-{
-	struct shim_arg *a = find(args, key);
-	char *end;
-
-	if (!a)
-		return 0;
-	errno = 0;
-	double v = strtod(a->val, &end);
-	if (errno || end == a->val || *end || !isfinite(v) || v < min || v > max)
-		return fail(err, errlen, "args: line %u: %s: '%s' is not a number in %g..%g",
-		            a->line, key, a->val, min, max);
-	*out = v;
-	return 0;
-}
-
-int shim_args_bool(struct shim_args *args, const char *key, bool *out, char *err, size_t errlen)
-{
-	struct shim_arg *a = find(args, key);
-
-	if (!a)
-		return 0;
-	if (!strcmp(a->val, "true"))
-		*out = true;
-	else if (!strcmp(a->val, "false"))
-		*out = false;
-	else
-		return fail(err, errlen, "args: line %u: %s: '%s' is not true or false", a->line,
-		            key, a->val);
-	return 0;
-}
-
-int shim_args_str(struct shim_args *args, const char *key, char *out, size_t outlen, char *err,
+int shim_args_get(struct shim_args *args, const struct shim_arg_spec *spec, size_t n, char *err,
                   size_t errlen)
 {
-	struct shim_arg *a = find(args, key);
+	int rc = 0;
 
-	if (!a)
-		return 0;
-	if (strlen(a->val) >= outlen)
-		return fail(err, errlen, "args: line %u: %s: value too long (max %zu)", a->line,
-		            key, outlen - 1);
-	strcpy(out, a->val);
-	return 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = get_one(args, &spec[i], err, errlen);
+	return rc;
 }
 
 int shim_args_check_unused(const struct shim_args *args, const char *allowed, char *err,
@@ -206,7 +179,8 @@ int shim_args_check_unused(const struct shim_args *args, const char *allowed, ch
 {
 	for (size_t i = 0; i < args->n; i++)
 		if (!args->a[i].used)
-			return fail(err, errlen, "args: line %u: unknown key '%s' (allowed: %s)",
-			            args->a[i].line, args->a[i].key, allowed);
+			return vr_err(err, errlen, -EINVAL,
+			              "args: line %u: unknown key '%s' (allowed: %s)",
+			              args->a[i].line, args->a[i].key, allowed);
 	return 0;
 }

@@ -30,14 +30,21 @@ struct shim_args {
  * of scalars (nested values, duplicate keys, too many or too long keys/values). */
 int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t errlen);
 
-/* Getters: 0 when absent (*out keeps its default), 0 when parsed, -EINVAL and a message
- * naming the key and value when malformed or out of [min, max]. */
-int shim_args_u64(struct shim_args *args, const char *key, uint64_t min, uint64_t max,
-                  uint64_t *out, char *err, size_t errlen);
-int shim_args_double(struct shim_args *args, const char *key, double min, double max, double *out,
-                     char *err, size_t errlen);
-int shim_args_bool(struct shim_args *args, const char *key, bool *out, char *err, size_t errlen);
-int shim_args_str(struct shim_args *args, const char *key, char *out, size_t outlen, char *err,
+/* One key for shim_args_get(): exactly one destination is set; it keeps its default when the
+ * key is absent. */
+struct shim_arg_spec {
+	const char *key;
+	uint64_t *u64; /* an integer in 0..max */
+	double *dbl;   /* a number in lo..hi */
+	bool *flag;    /* true or false */
+	char *str;     /* a string shorter than max bytes */
+	uint64_t max;
+	double lo, hi;
+};
+
+/* Fill the destinations of spec[0..n) in order: -EINVAL and a message naming the key and value
+ * at the first one malformed or out of range. */
+int shim_args_get(struct shim_args *args, const struct shim_arg_spec *spec, size_t n, char *err,
                   size_t errlen);
 /* -EINVAL naming the first key no getter asked for. */
 int shim_args_check_unused(const struct shim_args *args, const char *allowed, char *err,

@@ -36,16 +36,13 @@ int shim_open_fail(int code, const char *fmt, ...)
 	return code;
 }
 
-const char *shim_err_text(const struct shim_err *e, int code)
+const char *shim_strerror(void *h, int code)
 {
+	const struct shim_err *e = h; /* the handle begins with its struct shim_err */
+
 	if (!e)
 		return open_msg[0] ? open_msg : NULL;
 	return code && code == e->code ? e->msg : NULL;
-}
-
-const char *shim_strerror(void *h, int code)
-{
-	return shim_err_text(h, code); /* the handle begins with its struct shim_err */
 }
 
 const struct volrec_shim_ops *volrec_shim_entry(void)

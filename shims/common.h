@@ -28,9 +28,6 @@ int shim_fail(struct shim_err *e, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 /* Keep the text of a failed open(), where no handle holds it (per thread); returns code. */
 int shim_open_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* strerror(): the text of code when it is e's last error; with e NULL, that of the last failed
- * open() of this thread. NULL when there is none (volrec falls back to strerror(-code)). */
-const char *shim_err_text(const struct shim_err *e, int code);
 
 /*
  * The shim ABI table (volrec/shim.h) of one shim. Each shim's handle begins with its struct
@@ -48,7 +45,9 @@ const char *shim_err_text(const struct shim_err *e, int code);
 	_Static_assert(offsetof(type, err) == 0, #type ": struct shim_err must come first")
 
 extern const struct volrec_shim_ops shim_ops;
-/* strerror() of every shim: shim_err_text() of the handle's struct shim_err. */
+/* strerror() of every shim: the text of code when it is the handle's last error (the handle
+ * begins with its struct shim_err); with h NULL, that of the last failed open() of this
+ * thread. NULL when there is none (volrec falls back to strerror(-code)). */
 const char *shim_strerror(void *h, int code);
 
 /* A free-running camera's clock (base.h's vr_pacer): the B-scans of geometry g at g->rate

@@ -99,57 +99,39 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return shim_open_fail(-ENOMEM, "fault shim: out of memory");
+	const struct shim_arg_spec spec[] = {
+	        {"fail_open", .flag = &fail_open},
+	        {"fail_configure", .flag = &s->fail_configure},
+	        {"fail_start", .flag = &s->fail_start},
+	        {"fail_stop", .flag = &s->fail_stop},
+	        {"exclusive", .flag = &s->exclusive},
+	        {"stall_stop_ms", .u64 = &s->stall_stop_ms, .max = 3600000},
+	        {"fail_every", .u64 = &s->fail_every, .max = UINT32_MAX},
+	        {"timeout_every", .u64 = &s->timeout_every, .max = UINT32_MAX},
+	        {"stall_ms", .u64 = &s->stall_ms, .max = 3600000},
+	        {"stall_after", .u64 = &s->stall_after, .max = UINT32_MAX},
+	        {"control_file", .str = s->control, .max = sizeof(s->control)},
+	        {"device_hex", .str = device_hex, .max = sizeof(device_hex)},
+	        {"text_hex", .str = text_hex, .max = sizeof(text_hex)},
+	};
 	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_bool(&args, "fail_open", &fail_open, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_bool(&args, "fail_configure", &s->fail_configure, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_bool(&args, "fail_start", &s->fail_start, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_bool(&args, "fail_stop", &s->fail_stop, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_bool(&args, "exclusive", &s->exclusive, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "stall_stop_ms", 0, 3600000, &s->stall_stop_ms, err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "fail_every", 0, UINT32_MAX, &s->fail_every, err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "timeout_every", 0, UINT32_MAX, &s->timeout_every, err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "stall_ms", 0, 3600000, &s->stall_ms, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "stall_after", 0, UINT32_MAX, &s->stall_after, err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "control_file", s->control, sizeof(s->control), err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "device_hex", device_hex, sizeof(device_hex), err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "text_hex", text_hex, sizeof(text_hex), err, sizeof(err));
+		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (!rc && (unhex(device_hex, device, sizeof(device)) ||
 	            unhex(text_hex, s->err.suffix, sizeof(s->err.suffix)))) {
-		snprintf(err, sizeof(err), "device_hex, text_hex: pairs of hex digits, not 00");
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "device_hex, text_hex: pairs of hex digits, not 00");
 	}
 	if (!rc)
 		rc = shim_args_check_unused(&args, ALLOWED, err, sizeof(err));
-	if (!rc && fail_open) {
-		snprintf(err, sizeof(err), "open failed on request (fail_open: true)");
-		rc = -EIO;
-	}
+	if (!rc && fail_open)
+		rc = vr_err(err, sizeof(err), -EIO, "open failed on request (fail_open: true)");
 	if (!rc && s->exclusive) {
 		pthread_mutex_lock(&ctl_mu);
 		if (exclusive_held) {
-			snprintf(err, sizeof(err),
-			         "device busy: another handle has it open "
-			         "(exclusive: true)");
-			rc = -EBUSY;
+			rc = vr_err(err, sizeof(err), -EBUSY,
+			            "device busy: another handle has it open "
+			            "(exclusive: true)");
 		}
 		exclusive_held = true;
 		pthread_mutex_unlock(&ctl_mu);

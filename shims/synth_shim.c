@@ -56,22 +56,17 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	s->deg_per_s = 0.25;
 	s->snr_db = 40;
 	snprintf(s->phantom, sizeof(s->phantom), "retina");
+	const struct shim_arg_spec spec[] = {
+	        {"seed", .u64 = &s->seed, .max = UINT64_MAX},
+	        {"deg_per_s", .dbl = &s->deg_per_s, .lo = -3600, .hi = 3600},
+	        {"snr_db", .dbl = &s->snr_db, .lo = -20, .hi = 200},
+	        {"phantom", .str = s->phantom, .max = sizeof(s->phantom)},
+	        {"bit_shift", .u64 = &s->bit_shift, .max = 15},
+	        {"motion_rate", .dbl = &s->motion_rate, .lo = 0, .hi = 1e6},
+	};
 	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_u64(&args, "seed", 0, UINT64_MAX, &s->seed, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "deg_per_s", -3600, 3600, &s->deg_per_s, err,
-		                      sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "snr_db", -20, 200, &s->snr_db, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "phantom", s->phantom, sizeof(s->phantom), err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "bit_shift", 0, 15, &s->bit_shift, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "motion_rate", 0, 1e6, &s->motion_rate, err,
-		                      sizeof(err));
+		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (!rc)
 		rc = shim_args_check_unused(&args, ALLOWED, err, sizeof(err));
 	if (rc) {

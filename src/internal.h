@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private declarations of the sources module (src_): the state every built-in source shares
- * (pacing, last error text), the three openers src_open dispatches to, and the replay header
- * parser the unit tests call directly.
+ * (pacing, last error text) and the three openers src_open dispatches to.
  */
 #ifndef VOLREC_SRC_INTERNAL_H
 #define VOLREC_SRC_INTERNAL_H
@@ -56,16 +55,6 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 
 extern const struct volrec_shim_ops src_synth_ops;
 extern const struct volrec_shim_ops src_replay_ops;
-
-/*
- * Check a replay header held in buf (len bytes read from the file's start, at least
- * min(file_size, SRC_REPLAY_FIXED_SIZE + offset table + metadata) when those fit) against
- * docs/replay-format.md for a file of file_size bytes. On success fills *info and, when the
- * file has an offset table, checks each entry. Messages do not name the file (the caller
- * prefixes it).
- */
-int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
-                     struct src_replay_info *info, char *err, size_t errlen);
 
 const char *src_sample_name(uint32_t sample_type);
 

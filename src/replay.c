@@ -77,8 +77,15 @@ static void printable(char *dst, const uint8_t *src, size_t n)
 	dst[n] = 0;
 }
 
-int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
-                     struct src_replay_info *info, char *err, size_t errlen)
+/*
+ * Check a replay header held in buf (len bytes read from the file's start, at least
+ * min(file_size, SRC_REPLAY_FIXED_SIZE + offset table + metadata) when those fit) against
+ * docs/replay-format.md for a file of file_size bytes. On success fills *info and, when the
+ * file has an offset table, checks each entry. Messages do not name the file (the caller
+ * prefixes it).
+ */
+static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
+                            struct src_replay_info *info, char *err, size_t errlen)
 {
 	struct src_replay_info h;
 	uint64_t table, need, epoch_bytes, data;

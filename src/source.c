@@ -60,20 +60,10 @@ int src_common_stop(void *h)
 
 const char *src_sample_name(uint32_t t)
 {
-	switch (t) {
-	case VOLREC_SAMPLE_U16:
-		return "u16";
-	case VOLREC_SAMPLE_I16:
-		return "i16";
-	case VOLREC_SAMPLE_F32:
-		return "f32";
-	case VOLREC_SAMPLE_U12P:
-		return "u12p";
-	case VOLREC_SAMPLE_U12GV:
-		return "u12gv";
-	default:
-		return "unknown";
-	}
+	/* indexed by enum volrec_sample_type */
+	static const char *const names[] = {"u16", "i16", "f32", "u12p", "u12gv"};
+
+	return t < VR_ARRAY_SIZE(names) ? names[t] : "unknown";
 }
 
 void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_config *cfg,

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,18 +43,6 @@ const char *gc_format_names(void)
 {
 	return "Mono8, Mono10, Mono12, Mono14, Mono16 (as u16), Mono12p (as u12p), Mono12Packed "
 	       "(as u12gv)";
-}
-
-static int say(char *err, size_t errlen, int rc, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-static int say(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return rc;
 }
 
 /* ---- features ------------------------------------------------------------------------------ */
@@ -105,10 +92,11 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 	int rc = 0;
 
 	if (!node || !ARV_IS_GC_FEATURE_NODE(node))
-		return say(err, errlen, -EINVAL,
-		           "shim.args.%s (line %u): camera %s has no feature '%s' (and it is not "
-		           "an argument of the shim either)",
-		           a->key, a->line, cam, a->key);
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "shim.args.%s (line %u): camera %s has no feature '%s' (and it is not "
+		        "an argument of the shim either)",
+		        a->key, a->line, cam, a->key);
 	ArvGcFeatureNode *fn = ARV_GC_FEATURE_NODE(node);
 	if (!arv_gc_feature_node_is_implemented(fn, &ge) || ge)
 		goto unavailable;
@@ -116,10 +104,11 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 		goto unavailable;
 	ArvGcAccessMode mode = arv_gc_feature_node_get_actual_access_mode(fn);
 	if (mode == ARV_GC_ACCESS_MODE_RO || arv_gc_feature_node_is_locked(fn, NULL))
-		return say(err, errlen, -EACCES,
-		           "shim.args.%s: feature '%s' of camera %s is read-only now (locked, or "
-		           "only readable)",
-		           a->key, a->key, cam);
+		return vr_err(
+		        err, errlen, -EACCES,
+		        "shim.args.%s: feature '%s' of camera %s is read-only now (locked, or "
+		        "only readable)",
+		        a->key, a->key, cam);
 
 	if (ARV_IS_GC_ENUMERATION(node)) {
 		ArvGcEnumeration *en = ARV_GC_ENUMERATION(node);
@@ -139,15 +128,15 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 		if (ge)
 			goto failed;
 		if (!found)
-			return say(err, errlen, -EINVAL,
-			           "shim.args.%s: '%s' is not a value camera %s offers for '%s' "
-			           "(one of: %s)",
-			           a->key, a->val, cam, a->key, list);
+			return vr_err(err, errlen, -EINVAL,
+			              "shim.args.%s: '%s' is not a value camera %s offers for '%s' "
+			              "(one of: %s)",
+			              a->key, a->val, cam, a->key, list);
 		arv_gc_enumeration_set_string_value(en, a->val, &ge);
 	} else if (ARV_IS_GC_BOOLEAN(node)) {
 		bool v;
 		if (!parse_bool(a->val, &v))
-			return say(
+			return vr_err(
 			        err, errlen, -EINVAL,
 			        "shim.args.%s: '%s' is not a boolean (feature '%s' is a Boolean: "
 			        "true or false)",
@@ -158,16 +147,17 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 		const char *unit = arv_gc_float_get_unit(fl);
 		double v, lo, hi;
 		if (!parse_f64(a->val, &v))
-			return say(err, errlen, -EINVAL,
-			           "shim.args.%s: '%s' is not a number (feature '%s' is a Float)",
-			           a->key, a->val, a->key);
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "shim.args.%s: '%s' is not a number (feature '%s' is a Float)",
+			        a->key, a->val, a->key);
 		lo = arv_gc_float_get_min(fl, &ge);
 		if (!ge)
 			hi = arv_gc_float_get_max(fl, &ge);
 		if (ge)
 			goto failed;
 		if (v < lo || v > hi)
-			return say(
+			return vr_err(
 			        err, errlen, -ERANGE,
 			        "shim.args.%s: %g%s%s is out of range for camera %s (%g..%g%s%s)",
 			        a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam, lo, hi,
@@ -178,10 +168,10 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 		const char *unit = arv_gc_integer_get_unit(in);
 		int64_t v, lo, hi, inc = 1;
 		if (!parse_i64(a->val, &v))
-			return say(err, errlen, -EINVAL,
-			           "shim.args.%s: '%s' is not an integer (feature '%s' is an "
-			           "Integer)",
-			           a->key, a->val, a->key);
+			return vr_err(err, errlen, -EINVAL,
+			              "shim.args.%s: '%s' is not an integer (feature '%s' is an "
+			              "Integer)",
+			              a->key, a->val, a->key);
 		lo = arv_gc_integer_get_min(in, &ge);
 		if (!ge)
 			hi = arv_gc_integer_get_max(in, &ge);
@@ -190,17 +180,17 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 		if (ge)
 			goto failed;
 		if (v < lo || v > hi)
-			return say(err, errlen, -ERANGE,
-			           "shim.args.%s: %" PRId64 "%s%s is out of range for camera %s "
-			           "(%" PRId64 "..%" PRId64 "%s%s)",
-			           a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam, lo,
-			           hi, unit && *unit ? " " : "", unit ? unit : "");
+			return vr_err(err, errlen, -ERANGE,
+			              "shim.args.%s: %" PRId64 "%s%s is out of range for camera %s "
+			              "(%" PRId64 "..%" PRId64 "%s%s)",
+			              a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam,
+			              lo, hi, unit && *unit ? " " : "", unit ? unit : "");
 		if (inc > 1 && (v - lo) % inc)
-			return say(err, errlen, -ERANGE,
-			           "shim.args.%s: %" PRId64 " is not %" PRId64
-			           " plus a multiple of "
-			           "the increment %" PRId64 " on camera %s",
-			           a->key, v, lo, inc, cam);
+			return vr_err(err, errlen, -ERANGE,
+			              "shim.args.%s: %" PRId64 " is not %" PRId64
+			              " plus a multiple of "
+			              "the increment %" PRId64 " on camera %s",
+			              a->key, v, lo, inc, cam);
 		arv_gc_integer_set_value(in, v, &ge);
 	} else if (ARV_IS_GC_STRING(node)) {
 		ArvGcString *st = ARV_GC_STRING(node);
@@ -208,30 +198,31 @@ static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 		if (ge)
 			goto failed;
 		if ((gint64)strlen(a->val) > max)
-			return say(err, errlen, -ERANGE,
-			           "shim.args.%s: '%s' is longer than the %" PRId64
-			           " characters camera %s takes",
-			           a->key, a->val, (int64_t)max, cam);
+			return vr_err(err, errlen, -ERANGE,
+			              "shim.args.%s: '%s' is longer than the %" PRId64
+			              " characters camera %s takes",
+			              a->key, a->val, (int64_t)max, cam);
 		arv_gc_string_set_value(st, a->val, &ge);
 	} else {
-		return say(err, errlen, -EINVAL,
-		           "shim.args.%s: feature '%s' of camera %s is a %s, not a value the shim "
-		           "can set (Integer, Float, Enumeration, Boolean or String)",
-		           a->key, a->key, cam, G_OBJECT_TYPE_NAME(node));
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "shim.args.%s: feature '%s' of camera %s is a %s, not a value the shim "
+		        "can set (Integer, Float, Enumeration, Boolean or String)",
+		        a->key, a->key, cam, G_OBJECT_TYPE_NAME(node));
 	}
 	if (ge)
 		goto failed;
 	return 0;
 
 unavailable:
-	rc = say(err, errlen, -EINVAL,
-	         "shim.args.%s: feature '%s' of camera %s is not available%s%s", a->key, a->key,
-	         cam, ge ? ": " : " now (another feature disables it)", ge ? ge->message : "");
+	rc = vr_err(err, errlen, -EINVAL,
+	            "shim.args.%s: feature '%s' of camera %s is not available%s%s", a->key, a->key,
+	            cam, ge ? ": " : " now (another feature disables it)", ge ? ge->message : "");
 	g_clear_error(&ge);
 	return rc;
 failed:
-	rc = say(err, errlen, -EIO, "shim.args.%s: camera %s refused '%s' for '%s': %s", a->key,
-	         cam, a->val, a->key, ge ? ge->message : "unknown error");
+	rc = vr_err(err, errlen, -EIO, "shim.args.%s: camera %s refused '%s' for '%s': %s", a->key,
+	            cam, a->val, a->key, ge ? ge->message : "unknown error");
 	g_clear_error(&ge);
 	return rc;
 }
@@ -248,20 +239,20 @@ int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *cam
 		if (a->used)
 			continue; /* one of the shim's own arguments */
 		if (!strcmp(a->key, "Width") || !strcmp(a->key, "Height"))
-			return say(
+			return vr_err(
 			        err, errlen, -EINVAL,
 			        "shim.args.%s: the frame size comes from the geometry (Width = "
 			        "geometry.samples_per_ascan, Height = geometry.ascans_per_bscan)",
 			        a->key);
 		/* written by the shim at configure(): a value given here would be overwritten */
 		if (!strcmp(a->key, "AcquisitionMode"))
-			return say(err, errlen, -EINVAL,
-			           "shim.args.AcquisitionMode: the shim sets it (Continuous: "
-			           "the camera streams until volrecd stops it)");
+			return vr_err(err, errlen, -EINVAL,
+			              "shim.args.AcquisitionMode: the shim sets it (Continuous: "
+			              "the camera streams until volrecd stops it)");
 		if (!strcmp(a->key, "GevSCPSPacketSize"))
-			return say(err, errlen, -EINVAL,
-			           "shim.args.GevSCPSPacketSize: the packet size is "
-			           "shim.args.packet_size (negotiated when absent)");
+			return vr_err(err, errlen, -EINVAL,
+			              "shim.args.GevSCPSPacketSize: the packet size is "
+			              "shim.args.packet_size (negotiated when absent)");
 		rc = apply_one(dev, a, camera_id, err, errlen);
 		if (rc)
 			return rc;
@@ -380,6 +371,6 @@ int gc_cameras_list(FILE *out, bool json, bool fake, char *err, size_t errlen)
 	if (json)
 		fprintf(out, "%s]\n", n ? "\n" : "");
 	if (ferror(out))
-		return say(err, errlen, -EIO, "writing the camera list failed");
+		return vr_err(err, errlen, -EIO, "writing the camera list failed");
 	return 0;
 }

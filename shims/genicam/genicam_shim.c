@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +75,8 @@ struct gc_shim {
 	atomic_uint_fast64_t refs;
 };
 SHIM_HANDLE_CHECK(struct gc_shim);
+
+static void shim_close(void *h);
 
 static void on_control_lost(ArvDevice *dev, gpointer data)
 {
@@ -164,65 +167,54 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	s->fake.deg_per_s = 0.25;
 	s->fake.snr_db = 40;
 	snprintf(s->fake.phantom, sizeof(s->fake.phantom), "retina");
+	const struct shim_arg_spec names[] = {
+	        {"camera", .str = s->want, .max = sizeof(s->want)},
+	        {"pixel_format", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
+	};
+	/* the feature's own name means the same as pixel_format */
+	const struct shim_arg_spec feature[] = {
+	        {"PixelFormat", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
+	};
+	const struct shim_arg_spec spec[] = {
+	        {"buffers", .u64 = &s->buffers, .max = BUF_MAX},
+	        {"packet_size", .u64 = &psize, .max = 65535},
+	        {"packet_socket", .str = sock, .max = sizeof(sock)},
+	        {"packet_resend", .flag = &s->packet_resend},
+	        {"socket_buffer", .u64 = &s->socket_buffer, .max = 1u << 30},
+	        {"set_geometry", .flag = &s->set_geometry},
+	        {"simulate", .str = sim, .max = sizeof(sim)},
+	        {"seed", .u64 = &s->fake.seed, .max = UINT64_MAX},
+	        {"deg_per_s", .dbl = &s->fake.deg_per_s, .lo = -3600, .hi = 3600},
+	        {"snr_db", .dbl = &s->fake.snr_db, .lo = -20, .hi = 200},
+	        {"phantom", .str = s->fake.phantom, .max = sizeof(s->fake.phantom)},
+	        {"motion_rate", .dbl = &s->fake.motion_rate, .lo = 0, .hi = 1e6},
+	};
 	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_str(&args, "camera", s->want, sizeof(s->want), err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "pixel_format", s->pixel_format, sizeof(s->pixel_format),
-		                   err, sizeof(err));
+		rc = shim_args_get(&args, names, VR_ARRAY_SIZE(names), err, sizeof(err));
 	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
-		snprintf(err, sizeof(err),
-		         "shim.args.PixelFormat: given besides pixel_format (the same setting: "
-		         "give one of them)");
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.PixelFormat: given besides pixel_format (the same setting: "
+		            "give one of them)");
 	}
-	if (!rc && !s->pixel_format[0]) /* the feature's own name means the same */
-		rc = shim_args_str(&args, "PixelFormat", s->pixel_format, sizeof(s->pixel_format),
-		                   err, sizeof(err));
+	if (!rc && !s->pixel_format[0])
+		rc = shim_args_get(&args, feature, 1, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_u64(&args, "buffers", 0, BUF_MAX, &s->buffers, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "packet_size", 0, 65535, &psize, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "packet_socket", sock, sizeof(sock), err, sizeof(err));
-	if (!rc)
-		rc = shim_args_bool(&args, "packet_resend", &s->packet_resend, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "socket_buffer", 0, 1u << 30, &s->socket_buffer, err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_bool(&args, "set_geometry", &s->set_geometry, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "simulate", sim, sizeof(sim), err, sizeof(err));
-	if (!rc)
-		rc = shim_args_u64(&args, "seed", 0, UINT64_MAX, &s->fake.seed, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "deg_per_s", -3600, 3600, &s->fake.deg_per_s, err,
-		                      sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "snr_db", -20, 200, &s->fake.snr_db, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_str(&args, "phantom", s->fake.phantom, sizeof(s->fake.phantom), err,
-		                   sizeof(err));
-	if (!rc)
-		rc = shim_args_double(&args, "motion_rate", 0, 1e6, &s->fake.motion_rate, err,
-		                      sizeof(err));
+		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (rc)
 		goto out_msg;
 	if (s->buffers && s->buffers < BUF_MIN) {
-		snprintf(err, sizeof(err),
-		         "shim.args.buffers: %" PRIu64 " is too few (0 = 3 epochs, else %u..%u)",
-		         s->buffers, BUF_MIN, BUF_MAX);
-		rc = -ERANGE;
+		rc = vr_err(err, sizeof(err), -ERANGE,
+		            "shim.args.buffers: %" PRIu64 " is too few (0 = 3 epochs, else %u..%u)",
+		            s->buffers, BUF_MIN, BUF_MAX);
 		goto out_msg;
 	}
 	s->packet_size = psize == UINT64_MAX ? -1 : (int64_t)psize;
 	if (psize != UINT64_MAX && psize && psize < 576) {
-		snprintf(err, sizeof(err),
-		         "shim.args.packet_size: %" PRIu64 " is too small (0 = negotiate, else "
-		         "576..65535 bytes)",
-		         psize);
-		rc = -ERANGE;
+		rc = vr_err(err, sizeof(err), -ERANGE,
+		            "shim.args.packet_size: %" PRIu64 " is too small (0 = negotiate, else "
+		            "576..65535 bytes)",
+		            psize);
 		goto out_msg;
 	}
 	if (!strcmp(sock, "auto"))
@@ -232,18 +224,16 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	else if (!strcmp(sock, "false") || !strcmp(sock, "off"))
 		s->packet_socket = 0;
 	else {
-		snprintf(err, sizeof(err),
-		         "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
-		         sock);
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
+		            sock);
 		goto out_msg;
 	}
 	if (!strcmp(sim, "synth"))
 		s->fake.synth = true;
 	else if (strcmp(sim, "none")) {
-		snprintf(err, sizeof(err),
-		         "shim.args.simulate: '%s' is not allowed (none or synth)", sim);
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.simulate: '%s' is not allowed (none or synth)", sim);
 		goto out_msg;
 	}
 	if (!s->fake.synth) {
@@ -253,19 +243,18 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 			const struct shim_arg *a = arg_given(&args, synth_only[i]);
 			if (!a)
 				continue;
-			snprintf(err, sizeof(err),
-			         "shim.args.%s (line %u): only with simulate: synth (it sets the "
-			         "Fake camera's synthetic spectra; simulate is none)",
-			         a->key, a->line);
-			rc = -EINVAL;
+			rc = vr_err(
+			        err, sizeof(err), -EINVAL,
+			        "shim.args.%s (line %u): only with simulate: synth (it sets the "
+			        "Fake camera's synthetic spectra; simulate is none)",
+			        a->key, a->line);
 			goto out_msg;
 		}
 	}
 	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format)) {
-		snprintf(err, sizeof(err),
-		         "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
-		         s->pixel_format, gc_format_names());
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
+		            s->pixel_format, gc_format_names());
 		goto out_msg;
 	}
 
@@ -294,21 +283,20 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		                 ? arv_camera_get_device_id(s->cam, NULL)
 		                 : "?");
 	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))) {
-		snprintf(err, sizeof(err),
-		         "shim.args.simulate: synth needs Aravis's in-process Fake camera "
-		         "(camera: Fake_1), camera %s is a real one",
-		         s->cam_id);
-		rc = -EINVAL;
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.simulate: synth needs Aravis's in-process Fake camera "
+		            "(camera: Fake_1), camera %s is a real one",
+		            s->cam_id);
 		goto out_msg;
 	}
 	/* GigE Vision gives one application control: without it every write times out */
 	if (arv_camera_is_gv_device(s->cam) &&
 	    !arv_gv_device_is_controller(ARV_GV_DEVICE(arv_camera_get_device(s->cam)))) {
-		snprintf(err, sizeof(err),
-		         "camera %s is controlled by another application (GigE Vision control "
-		         "privilege refused: a viewer, another volrecd, or another host holds it)",
-		         s->cam_id);
-		rc = -EBUSY;
+		rc = vr_err(
+		        err, sizeof(err), -EBUSY,
+		        "camera %s is controlled by another application (GigE Vision control "
+		        "privilege refused: a viewer, another volrecd, or another host holds it)",
+		        s->cam_id);
 		goto out_msg;
 	}
 	if (!arv_camera_is_gv_device(s->cam)) {
@@ -318,15 +306,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 			const struct shim_arg *a = arg_given(&args, gv_only[i]);
 			if (!a)
 				continue;
-			snprintf(err, sizeof(err),
-			         "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
-			         "(%s), the key applies only there",
-			         a->key, a->line, s->cam_id,
-			         arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
-			         : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
-			                 ? "Aravis's in-process Fake camera"
-			                 : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
-			rc = -EINVAL;
+			rc = vr_err(err, sizeof(err), -EINVAL,
+			            "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
+			            "(%s), the key applies only there",
+			            a->key, a->line, s->cam_id,
+			            arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
+			            : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
+			                    ? "Aravis's in-process Fake camera"
+			                    : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
 			goto out_msg;
 		}
 	}
@@ -340,11 +327,10 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (s->pixel_format[0]) {
 		arv_camera_set_pixel_format_from_string(s->cam, s->pixel_format, &ge);
 		if (ge) {
-			snprintf(err, sizeof(err),
-			         "shim.args.pixel_format: camera %s refused %s: %s", s->cam_id,
-			         s->pixel_format, ge->message);
+			rc = vr_err(err, sizeof(err), -EINVAL,
+			            "shim.args.pixel_format: camera %s refused %s: %s", s->cam_id,
+			            s->pixel_format, ge->message);
 			g_clear_error(&ge);
-			rc = -EINVAL;
 			goto out_msg;
 		}
 	}
@@ -366,12 +352,26 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 
 out_msg:
 	shim_open_fail(rc, "genicam: %s", err);
-	if (s->cam) {
-		if (s->lost_handler)
-			g_signal_handler_disconnect(arv_camera_get_device(s->cam), s->lost_handler);
-		g_object_unref(s->cam);
-	}
-	free(s);
+	shim_close(s);
+	return rc;
+}
+
+/* Keep the error of a failed Aravis call, "genicam: camera ID<what>: <Aravis's text>", and
+ * clear *ge; returns -EIO. */
+static int aravis_fail(struct gc_shim *s, GError **ge, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static int aravis_fail(struct gc_shim *s, GError **ge, const char *fmt, ...)
+{
+	char what[256];
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	rc = shim_fail(&s->err, -EIO, "genicam: camera %s%s: %s", s->cam_id, what,
+	               *ge ? (*ge)->message : "unknown error");
+	g_clear_error(ge);
 	return rc;
 }
 
@@ -392,7 +392,6 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 	const struct gc_format *f;
 	const char **avail;
 	guint n = 0;
-	int rc = 0;
 
 	if (g->sample_type == VOLREC_SAMPLE_I16 || g->sample_type == VOLREC_SAMPLE_F32)
 		return shim_fail(
@@ -401,12 +400,8 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 		        "for Mono8..Mono16, u12p for Mono12p, u12gv for Mono12Packed)",
 		        type_name(g->sample_type));
 	ArvPixelFormat cur = arv_camera_get_pixel_format(s->cam, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: reading PixelFormat: %s",
-		               s->cam_id, ge->message);
-		g_clear_error(&ge);
-		return rc;
-	}
+	if (ge)
+		return aravis_fail(s, &ge, ": reading PixelFormat");
 	f = gc_format_by_code(cur);
 	if (s->pixel_format[0]) {
 		if (!f || f->sample_type != g->sample_type)
@@ -455,12 +450,8 @@ static int choose_format(struct gc_shim *s, const struct volrec_shim_geometry *g
 		                                               : "Mono12Packed",
 		        list);
 	arv_camera_set_pixel_format(s->cam, pick->code, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s refused PixelFormat %s: %s",
-		               s->cam_id, pick->name, ge->message);
-		g_clear_error(&ge);
-		return rc;
-	}
+	if (ge)
+		return aravis_fail(s, &ge, " refused PixelFormat %s", pick->name);
 	s->fmt = pick;
 	return 0;
 }
@@ -469,7 +460,6 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 {
 	GError *ge = NULL;
 	gint wmin = 0, wmax = 0, hmin = 0, hmax = 0, winc = 1, hinc = 1, x, y, w = 0, h = 0;
-	int rc;
 
 	if (s->set_geometry) {
 		arv_camera_get_width_bounds(s->cam, &wmin, &wmax, &ge);
@@ -514,10 +504,8 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 		        s->set_geometry ? "" : "; set_geometry is false");
 	return 0;
 failed:
-	rc = shim_fail(&s->err, -EIO, "genicam: camera %s: setting the frame to %u x %u pixels: %s",
-	               s->cam_id, g->samples_per_ascan, g->ascans_per_bscan, ge->message);
-	g_clear_error(&ge);
-	return rc;
+	return aravis_fail(s, &ge, ": setting the frame to %u x %u pixels", g->samples_per_ascan,
+	                   g->ascans_per_bscan);
 }
 
 static void stream_free(struct gc_shim *s)
@@ -599,13 +587,8 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	 * take Continuous, or it would stop after a frame or a few */
 	if (arv_device_get_feature(dev, "AcquisitionMode")) {
 		arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
-		if (ge) {
-			rc = shim_fail(&s->err, -EIO,
-			               "genicam: camera %s refused AcquisitionMode Continuous: %s",
-			               s->cam_id, ge->message);
-			g_clear_error(&ge);
-			return rc;
-		}
+		if (ge)
+			return aravis_fail(s, &ge, " refused AcquisitionMode Continuous");
 	}
 	if (arv_camera_is_gv_device(s->cam)) {
 		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
@@ -619,21 +602,13 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 			arv_camera_gv_set_packet_size(s->cam, (gint)s->packet_size, &ge);
 		else if (s->packet_size < 0 || s->packet_size == 0)
 			arv_camera_gv_auto_packet_size(s->cam, &ge);
-		if (ge) {
-			rc = shim_fail(
-			        &s->err, -EIO, "genicam: camera %s: packet size %s: %s", s->cam_id,
-			        s->packet_size > 0 ? "refused" : "negotiation failed", ge->message);
-			g_clear_error(&ge);
-			return rc;
-		}
+		if (ge)
+			return aravis_fail(s, &ge, ": packet size %s",
+			                   s->packet_size > 0 ? "refused" : "negotiation failed");
 	}
 	payload = arv_camera_get_payload(s->cam, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: reading PayloadSize: %s",
-		               s->cam_id, ge->message);
-		g_clear_error(&ge);
-		return rc;
-	}
+	if (ge)
+		return aravis_fail(s, &ge, ": reading PayloadSize");
 	s->geo = *g;
 	s->marks = g->flags & VOLREC_SHIM_GEOMETRY_MARKS;
 	s->bscan_bytes = volrec_sample_bytes(g->sample_type,
@@ -689,9 +664,7 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	}
 	s->stream = arv_camera_create_stream(s->cam, NULL, NULL, &ge);
 	if (!s->stream) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: cannot create the stream: %s",
-		               s->cam_id, ge ? ge->message : "unknown error");
-		g_clear_error(&ge);
+		rc = aravis_fail(s, &ge, ": cannot create the stream");
 		stream_free(s);
 		return rc;
 	}
@@ -769,7 +742,6 @@ static int shim_start(void *h)
 	struct gc_shim *s = h;
 	GError *ge = NULL;
 	ArvBuffer *b;
-	int rc;
 
 	if (!s->configured)
 		return shim_fail(&s->err, -EINVAL, "genicam: start() before configure()");
@@ -796,12 +768,8 @@ static int shim_start(void *h)
 		arv_stream_start_thread(s->stream);
 	}
 	arv_camera_start_acquisition(s->cam, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: AcquisitionStart failed: %s",
-		               s->cam_id, ge->message);
-		g_clear_error(&ge);
-		return rc;
-	}
+	if (ge)
+		return aravis_fail(s, &ge, ": AcquisitionStart failed");
 	s->started = true;
 	return 0;
 }
@@ -1135,11 +1103,8 @@ static int shim_stop(void *h)
 		return 0;
 	s->started = false;
 	arv_camera_stop_acquisition(s->cam, &ge);
-	if (ge) {
-		rc = shim_fail(&s->err, -EIO, "genicam: camera %s: AcquisitionStop failed: %s",
-		               s->cam_id, ge->message);
-		g_clear_error(&ge);
-	}
+	if (ge)
+		rc = aravis_fail(s, &ge, ": AcquisitionStop failed");
 	return rc;
 }
 
