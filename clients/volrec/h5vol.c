@@ -87,8 +87,8 @@ static int nospace(struct h5vol *w, int code, uint64_t need, char *err, size_t e
 	free_space(w->path, &mib);
 	if (code == -EDQUOT)
 		return vr_err(err, errlen, code,
-		              "disk quota exceeded (the next volume needs %.1f MiB with the "
-		              "file's metadata)",
+		              "disk quota exceeded (the next volume needs %.1f MiB with the file's "
+		              "metadata)",
 		              (double)need / 1048576.0);
 	return vr_err(err, errlen, code,
 	              "disk full (%.1f MiB free, the next volume needs %.1f MiB with the file's "
@@ -325,11 +325,6 @@ uint64_t h5vol_count(const struct h5vol *w)
 	return w->broken ? w->flushed : w->count;
 }
 
-uint64_t h5vol_log_count(const struct h5vol *w, size_t field)
-{
-	return field < w->nfld ? w->fld[field].rows : 0;
-}
-
 int h5vol_append(struct h5vol *w, const void *const *rows, char *err, size_t errlen)
 {
 	int rc = reserve(w, w->volume_bytes, err, errlen);
@@ -421,11 +416,10 @@ static int abandon(struct h5vol *w, const char *what, int code, char *err, size_
 	int rc = h5vol_journal_restore(&w->j);
 
 	if (rc)
-		return vr_err_errno(
-		        err, errlen, rc,
-		        "%s: %s, and putting it back as of its last flush failed (it may "
-		        "not be readable)",
-		        w->path, what);
+		return vr_err_errno(err, errlen, rc,
+		                    "%s: %s, and putting it back as of its last flush failed (it "
+		                    "may not be readable)",
+		                    w->path, what);
 	return vr_err(err, errlen, code < 0 ? code : -EIO,
 	              "%s: %s; it holds the %llu volumes written before it, without its closing "
 	              "attributes",

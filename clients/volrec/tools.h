@@ -91,7 +91,6 @@ double tool_status_timeout(const struct tool_target *t);
 /* What the tools can learn without talking to the daemon. */
 struct tool_daemon {
 	int pid;                         /* the running volrecd, 0 when none */
-	bool pid_from_file;              /* found through <run_dir>/<instance>.pid */
 	bool have_header;                /* the data segment exists and its header was read */
 	struct volrec_shm_header header; /* a copy of it */
 	char why[TOOL_PATH_MAX + 256];   /* when pid == 0: what was looked at */
@@ -172,7 +171,6 @@ enum tool_presence tool_run_presence(struct tool_run *r, bool running, double no
 /* SIGINT/SIGTERM set a flag instead of killing the tool (so files get closed). */
 void tool_catch_signals(void);
 bool tool_interrupted(void);
-int tool_interrupt_signal(void);
 
 /* ---- signalling the daemon (tool_control.c) ---------------------------------------------- */
 
