@@ -194,8 +194,9 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv);
 
 /* ---- JSON (tool_json.c): the daemon's status and event messages, read with json-c ------ */
 
-/* Parse one JSON object (a status or event message) of len bytes: a json-c object the caller
- * releases with json_object_put, or NULL with the reason (and byte offset) in err. */
+/* Parse one JSON object (a status or event message) of len bytes strictly, as
+ * vr_json_parse_object at json-c's default depth: a json-c object the caller releases with
+ * json_object_put, or NULL with the reason (and byte offset) in err. */
 struct json_object *tool_json_parse(const char *text, size_t len, char *err, size_t errlen);
 /* The value at a dotted path ("rates.volumes_per_s", "geometry.volume.0"), NULL if absent. */
 struct json_object *tool_json_at(struct json_object *o, const char *path);
