@@ -49,7 +49,6 @@ struct cal_engine {
 	uint32_t z0, z1; /* depth window of the sharpness metric */
 	float *low;      /* [n][nh] */
 	uint64_t epoch;
-	unsigned runs;
 };
 
 /*

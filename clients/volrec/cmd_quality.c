@@ -154,7 +154,6 @@ struct q_score {
 };
 
 struct q_ctx {
-	const struct vr_config *cfg; /* the run's configuration */
 	uint32_t nx, ny, nz, sx, sy, X, Y;
 	uint64_t n, skip, done;
 	bool n_given;   /* -n given; else n is the truth's epochs, which must be the replay's */
@@ -428,7 +427,6 @@ static int q_pass(struct q_ctx *q, const struct vr_config *cfg, bool lowres, cha
 		            (unsigned long long)q->n, (unsigned long long)pl_source_epochs(pl));
 		goto out;
 	}
-	q->cfg = cfg;
 	q->be = pl_backend(pl);
 	q->done = 0;
 	q->low = q->full = NULL;

@@ -481,7 +481,6 @@ int cal_engine_run(struct cal_engine *e, const struct vr_config *v, double *amp,
 	struct be_output o = {.lowres = e->low};
 	rc = be_epoch_finish(e->be, e->epoch, &o, err, errlen);
 	e->epoch++;
-	e->runs++;
 	if (rc < 0)
 		return rc;
 	double *a = amp ? amp : NULL;
