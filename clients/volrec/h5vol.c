@@ -135,13 +135,10 @@ static int reserve(struct h5vol *w, size_t bytes, char *err, size_t errlen)
 			                    w->path);
 		w->no_fallocate = true;
 	}
-	{
-		double mib;
-
-		free_space(w->path, &mib);
-		if (mib >= 0 && mib * 1048576.0 < (double)need)
-			return nospace(w, -ENOSPC, need, err, errlen);
-	}
+	double mib;
+	free_space(w->path, &mib);
+	if (mib >= 0 && mib * 1048576.0 < (double)need)
+		return nospace(w, -ENOSPC, need, err, errlen);
 	return 0;
 }
 
@@ -156,20 +153,16 @@ static int flush(struct h5vol *w, char *err, size_t errlen)
 	int rc;
 
 	errno = 0;
-	if (H5Fflush(w->f, H5F_SCOPE_LOCAL) < 0) {
-		w->broken = true;
-		return w->fault = fail_errno(err, errlen, errno, "%s: flush failed", w->path);
-	}
-	if (H5Fget_eoa(w->f, &eoa) < 0) {
-		w->broken = true;
-		return w->fault = vr_err(err, errlen, -EIO, "%s: cannot read the end of allocation",
-		                         w->path);
-	}
+	if (H5Fflush(w->f, H5F_SCOPE_LOCAL) < 0)
+		rc = fail_errno(err, errlen, errno, "%s: flush failed", w->path);
+	else if (H5Fget_eoa(w->f, &eoa) < 0)
+		rc = vr_err(err, errlen, -EIO, "%s: cannot read the end of allocation", w->path);
 	/* the in-place writes reach the file; then it is the one to go back to */
-	rc = h5vol_journal_commit(&w->j, (uint64_t)eoa);
+	else if ((rc = h5vol_journal_commit(&w->j, (uint64_t)eoa)) != 0)
+		rc = fail_errno(err, errlen, -rc, "%s: flush failed", w->path);
 	if (rc) {
 		w->broken = true;
-		return w->fault = fail_errno(err, errlen, -rc, "%s: flush failed", w->path);
+		return w->fault = rc;
 	}
 	w->flushed = w->count;
 	return 0;
