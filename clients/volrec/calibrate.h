@@ -49,7 +49,6 @@ struct cal_engine {
 	uint32_t z0, z1; /* depth window of the sharpness metric */
 	float *low;      /* [n][nh] */
 	uint64_t epoch;
-	unsigned runs;
 };
 
 /*
@@ -68,9 +67,6 @@ void cal_engine_close(struct cal_engine *e);
  */
 int cal_engine_run(struct cal_engine *e, const struct vr_config *v, double *amp, double *sharp,
                    char *err, size_t errlen);
-
-/* Sharpness S = mean over the A-scans of sum I^2 / (sum I)^2, I = amp^2 over [z0, z1). */
-double cal_sharpness(const double *amp, size_t n, uint32_t nh, uint32_t z0, uint32_t z1);
 
 /* Weighted least squares of y on the polynomial basis 1, x, .., x^deg (deg <= 9) by Householder
  * QR; w may be NULL (all 1). c[0..deg]. Returns 0, or -EINVAL when the system is singular. */

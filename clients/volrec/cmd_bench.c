@@ -268,13 +268,11 @@ static void print_table(const struct bench *b)
 	}
 	if (b->cuda)
 		printf("\nlimits: PCIe copies at the pinned bandwidths measured above (pipelined: "
-		       "H2D "
-		       "and D2H at once, serialized: one after the other); targets: DESIGN.md "
+		       "H2D and D2H at once, serialized: one after the other); targets: DESIGN.md "
 		       "section 10\n");
 	else
 		printf("\nlimits: memory streaming at the all-thread memcpy rate (a memcpy moves "
-		       "two "
-		       "bytes per byte copied)\n");
+		       "two bytes per byte copied)\n");
 }
 
 static void bench_usage(FILE *f)
@@ -358,13 +356,8 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 	while ((c = VR_CLI_GETOPT(argc, argv, "t:o:h", longopts, strs)) != -1) {
 		switch (c) {
 		case 'B':
-			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") &&
-			    strcmp(optarg, "auto")) {
-				fprintf(stderr,
-				        "volrec bench: --backend %s: allowed cpu, cuda, auto\n",
-				        optarg);
+			if (vr_command_backend("bench", optarg) < 0)
 				return VR_EXIT_USAGE;
-			}
 			b.backend = optarg;
 			break;
 		case 't':

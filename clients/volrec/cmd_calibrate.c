@@ -102,7 +102,8 @@ static int parse_list(const char *s, double *v, int n)
 
 static int parse_opts(int argc, char **argv, struct cal_opts *o)
 {
-	enum { O_REF = 0x200, O_CHECK, O_KLIN, O_ZMIN, O_ORIENT, O_WL, O_DISP, O_RANGE, O_DEPTH };
+	/* the four operations first, in the order of enum cal_op */
+	enum { O_REF = 0x200, O_KLIN, O_ORIENT, O_DISP, O_CHECK, O_ZMIN, O_WL, O_RANGE, O_DEPTH };
 	static const struct option longopts[] = {
 	        {"reference", no_argument, NULL, O_REF},
 	        {"check", required_argument, NULL, O_CHECK},
@@ -129,16 +130,10 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 		enum cal_op op = OP_NONE;
 		switch (c) {
 		case O_REF:
-			op = OP_REFERENCE;
-			break;
 		case O_KLIN:
-			op = OP_KLIN;
-			break;
 		case O_ORIENT:
-			op = OP_ORIENTATION;
-			break;
 		case O_DISP:
-			op = OP_DISPERSION;
+			op = (enum cal_op)(OP_REFERENCE + (c - O_REF));
 			break;
 		case O_ZMIN:
 			if (vr_cli_u64("volrec calibrate", "--zmin", optarg, 1, 1u << 20,
@@ -171,8 +166,7 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			    v[1] > 1 << 20 || v[0] != floor(v[0]) || v[1] != floor(v[1])) {
 				fprintf(stderr,
 				        "volrec calibrate: --depth %s: need two bins Z0,Z1 with Z0 "
-				        "< "
-				        "Z1\n",
+				        "< Z1\n",
 				        optarg);
 				return VR_EXIT_USAGE;
 			}
@@ -191,9 +185,8 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 		}
 		if (op != OP_NONE) {
 			if (o->op != OP_NONE && o->op != op) {
-				fprintf(stderr,
-				        "volrec calibrate: choose one of --reference, --klin, "
-				        "--orientation, --dispersion\n");
+				fprintf(stderr, "volrec calibrate: choose one of --reference, "
+				                "--klin, --orientation, --dispersion\n");
 				return VR_EXIT_USAGE;
 			}
 			o->op = op;
@@ -218,8 +211,8 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 		return VR_EXIT_USAGE;
 	}
 	if (o->ninputs == 2 && o->op != OP_KLIN) {
-		fprintf(stderr, "volrec calibrate: two inputs only with --klin (a mirror at two "
-		                "depths)\n");
+		fprintf(stderr,
+		        "volrec calibrate: two inputs only with --klin (a mirror at two depths)\n");
 		return VR_EXIT_USAGE;
 	}
 	if (o->check && o->op != OP_REFERENCE) {
@@ -349,7 +342,7 @@ static int load_input(const struct cal_ctx *x, const char *path, size_t min_asca
 
 	if (rc < 0) {
 		fprintf(stderr, "volrec calibrate: %s\n", err);
-		return rc == -EINVAL ? VR_EXIT_FAIL : VR_EXIT_FAIL;
+		return VR_EXIT_FAIL;
 	}
 	printf("%s: %s, %u samples x %u A-scans, %u B-scans used (%zu A-scans of %zu)\n", path,
 	       d->format, d->K, d->nx, d->nb, d->n, d->available);
@@ -428,6 +421,23 @@ static int engine_run(struct cal_engine *e, const struct vr_config *v, double *a
 	return VR_EXIT_OK;
 }
 
+/* Point t at data[len], named path (as written beside the YAML). */
+static void set_table(struct cfg_table *t, double *data, uint32_t len, const char *path)
+{
+	t->data = data;
+	t->len = len;
+	snprintf(t->path, sizeof(t->path), "%s", path);
+}
+
+/* phi(j) = a2 v^2 + a3 v^3 + a4 v^4 + a5 v^5, v = j/(K-1) - 0.5, for c = a2..a5, into t[K]. */
+static void disp_table(const double c[4], uint32_t K, double *t)
+{
+	for (uint32_t j = 0; j < K; j++) {
+		double q = (double)j / (K - 1) - 0.5, q2 = q * q;
+		t[j] = q2 * (c[0] + q * (c[1] + q * (c[2] + q * c[3])));
+	}
+}
+
 /* Mean amplitude profile over the A-scans into prof[nh]. */
 static void mean_profile(const double *amp, size_t n, uint32_t nh, double *prof)
 {
@@ -501,8 +511,7 @@ static int op_reference(struct cal_ctx *x)
 		if (chk.K != K) {
 			fprintf(stderr,
 			        "volrec calibrate: --check %s: %u samples per A-scan, the "
-			        "reference "
-			        "has %u\n",
+			        "reference has %u\n",
 			        chk.path, chk.K, K);
 			ret = VR_EXIT_FAIL;
 			goto out;
@@ -528,11 +537,9 @@ static int op_reference(struct cal_ctx *x)
 		if (rel > 0.02 || alpha < 0.8 || alpha > 1.25)
 			printf("warning: the reference does not match the data's spectral shape "
 			       "(%.2f %% rms, scale %.3f; good: below 2 %%, 0.8..1.25): "
-			       "subtracted, "
-			       "it leaves lines near zero delay. Record the reference in the same "
-			       "session and power as the data, or use background.mode bscan_mean "
-			       "or "
-			       "partial_median\n",
+			       "subtracted, it leaves lines near zero delay. Record the reference "
+			       "in the same session and power as the data, or use background.mode "
+			       "bscan_mean or partial_median\n",
 			       100 * rel, alpha);
 		else
 			printf("confidence: the reference matches the data's spectral shape\n");
@@ -557,10 +564,7 @@ static int op_reference(struct cal_ctx *x)
 	ret = engine_run(&e, &e.cfg, before, &sb);
 	struct vr_config v = e.cfg;
 	v.preprocess.background.mode = CFG_BG_REFERENCE;
-	v.preprocess.background.reference.data = r;
-	v.preprocess.background.reference.len = K;
-	snprintf(v.preprocess.background.reference.path,
-	         sizeof(v.preprocess.background.reference.path), "reference.txt");
+	set_table(&v.preprocess.background.reference, r, K, "reference.txt");
 	if (!ret)
 		ret = engine_run(&e, &v, after, &sa);
 	if (!ret) {
@@ -583,8 +587,10 @@ static int op_reference(struct cal_ctx *x)
 	if (!ret) {
 		snprintf(yaml, sizeof(yaml),
 		         "# volrec calibrate --reference %s: mean of %zu A-scans\n"
-		         "preprocess:\n  background:\n    mode: reference\n    reference: "
-		         "reference.txt\n",
+		         "preprocess:\n"
+		         "  background:\n"
+		         "    mode: reference\n"
+		         "    reference: reference.txt\n",
 		         d.path, d.n);
 		ret = write_text(x, "reference.yaml", yaml);
 	}
@@ -718,9 +724,8 @@ static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, str
 			ns++;
 		}
 	f->resid = ns ? sqrt(s2 / ns) : INFINITY;
-	printf("%s: mirror at depth bin %u of %u (FFT of %u samples), %.1f dB above the "
-	       "spectrum's median; fringe phase %.1f rad over the spectrum, fit residual %.3f "
-	       "rad rms\n",
+	printf("%s: mirror at depth bin %u of %u (FFT of %u samples), %.1f dB above the spectrum's "
+	       "median; fringe phase %.1f rad over the spectrum, fit residual %.3f rad rms\n",
 	       d->path, zp, half, K, f->snr_db,
 	       cal_polyval(f->c, CAL_PHASE_DEG, 1) - cal_polyval(f->c, CAL_PHASE_DEG, -1),
 	       f->resid);
@@ -892,16 +897,10 @@ static int op_klin(struct cal_ctx *x)
 	if (v.preprocess.resample.method == CFG_RS_NONE)
 		v.preprocess.resample.method = CFG_RS_CUBIC;
 	v.preprocess.resample.positions = CFG_RSPOS_TABLE;
-	v.preprocess.resample.table.data = pos;
-	v.preprocess.resample.table.len = K;
-	snprintf(v.preprocess.resample.table.path, sizeof(v.preprocess.resample.table.path),
-	         "resample_table.txt");
+	set_table(&v.preprocess.resample.table, pos, K, "resample_table.txt");
 	if (nd == 2) {
 		v.preprocess.dispersion.kind = CFG_DISP_TABLE;
-		v.preprocess.dispersion.table.data = psi;
-		v.preprocess.dispersion.table.len = K;
-		snprintf(v.preprocess.dispersion.table.path,
-		         sizeof(v.preprocess.dispersion.table.path), "dispersion_table.txt");
+		set_table(&v.preprocess.dispersion.table, psi, K, "dispersion_table.txt");
 	}
 	ret = engine_run(&e, &v, after, NULL);
 	if (ret)
@@ -915,8 +914,8 @@ static int op_klin(struct cal_ctx *x)
 	printf("point spread (mirror, %s window, mean over A-scans): FWHM %.2f bins at bin %u "
 	       "before, %.2f bins at bin %u after\n",
 	       cfg_window_name(e.cfg.preprocess.window.type), wb, pb, wa, pa);
-	printf("confidence: fringe %.1f dB above the median%s, phase fit residual %.3f "
-	       "rad rms%s; the point spread narrows %.2f x\n",
+	printf("confidence: fringe %.1f dB above the median%s, phase fit residual %.3f rad rms%s; "
+	       "the point spread narrows %.2f x\n",
 	       nd == 2 ? fmin(fr[0].snr_db, fr[1].snr_db) : fr[0].snr_db,
 	       nd == 2 ? " (weaker of the two)" : "", fmax(fr[0].resid, nd == 2 ? fr[1].resid : 0),
 	       nd == 2 ? " (worse of the two)" : "", wa > 0 ? wb / wa : 0.0);
@@ -925,25 +924,32 @@ static int op_klin(struct cal_ctx *x)
 	        x, "resample_table.txt", pos, K,
 	        "volrec calibrate --klin: resampling positions (preprocess.resample.table)");
 	if (!ret && nd == 2)
-		ret = write_table(
-		        x, "dispersion_table.txt", psi, K,
-		        "volrec calibrate --klin: dispersion phase in radians, exp(-i phi) "
-		        "(preprocess.dispersion.table)");
+		ret = write_table(x, "dispersion_table.txt", psi, K,
+		                  "volrec calibrate --klin: dispersion phase in radians, exp(-i "
+		                  "phi) (preprocess.dispersion.table)");
 	if (ret)
 		goto out;
 	if (nd == 2)
 		snprintf(yaml, sizeof(yaml),
 		         "# volrec calibrate --klin %s %s: mirror at bins %u and %u; FWHM %.2f -> "
-		         "%.2f bins\npreprocess:\n  resample:\n    method: %s\n    table: "
-		         "resample_table.txt\n  dispersion:\n    table: dispersion_table.txt\n"
+		         "%.2f bins\n"
+		         "preprocess:\n"
+		         "  resample:\n"
+		         "    method: %s\n"
+		         "    table: resample_table.txt\n"
+		         "  dispersion:\n"
+		         "    table: dispersion_table.txt\n"
 		         "    # or, as a cubic: coeffs: [%.6g, %.6g]\n",
 		         d[0].path, d[1].path, fr[0].peak, fr[1].peak, wb, wa,
 		         cfg_resample_name(v.preprocess.resample.method), coeffs[0], coeffs[1]);
 	else
 		snprintf(yaml, sizeof(yaml),
 		         "# volrec calibrate --klin %s: mirror at bin %u (one depth: dispersion "
-		         "folded in); FWHM %.2f -> %.2f bins\npreprocess:\n  resample:\n    "
-		         "method: %s\n    table: resample_table.txt\n",
+		         "folded in); FWHM %.2f -> %.2f bins\n"
+		         "preprocess:\n"
+		         "  resample:\n"
+		         "    method: %s\n"
+		         "    table: resample_table.txt\n",
 		         d[0].path, fr[0].peak, wb, wa,
 		         cfg_resample_name(v.preprocess.resample.method));
 	ret = write_text(x, "klin.yaml", yaml);
@@ -1038,19 +1044,17 @@ static int op_orientation(struct cal_ctx *x)
 			s[o] = -1;
 		}
 	}
-	printf("sharpness (%s, depths %u..%u): no resampling %.6g, as given %.6g, reversed "
-	       "%.6g\n",
+	printf("sharpness (%s, depths %u..%u): no resampling %.6g, as given %.6g, reversed %.6g\n",
 	       cfg_background_name(e.cfg.preprocess.background.mode), e.z0, e.z1, s0, s[0], s[1]);
 	if (s[0] < 0 && s[1] < 0) {
-		fprintf(stderr, "volrec calibrate: the polynomial is unusable in either pixel "
-		                "order\n");
+		fprintf(stderr,
+		        "volrec calibrate: the polynomial is unusable in either pixel order\n");
 		ret = rc == -EINVAL ? VR_EXIT_USAGE : VR_EXIT_FAIL;
 		goto out;
 	}
 	const int win = s[1] > s[0] ? 1 : 0;
 	const double gain = s[1 - win] > 0 ? s[win] / s[1 - win] - 1 : INFINITY;
-	printf("pixel order: %s (sharper by %.2f %% than %s; %+.2f %% against no "
-	       "resampling)\n",
+	printf("pixel order: %s (sharper by %.2f %% than %s; %+.2f %% against no resampling)\n",
 	       win ? "reversed" : "as given", 100 * gain, win ? "as given" : "reversed",
 	       100 * (s[win] / s0 - 1));
 	if (gain < 0.005)
@@ -1063,9 +1067,11 @@ static int op_orientation(struct cal_ctx *x)
 		       "polynomial may not describe this spectrometer\n");
 	const double *w = win ? r : l;
 	snprintf(yaml, sizeof(yaml),
-	         "# volrec calibrate --orientation %s: %s pixel order (sharpness %.6g vs "
-	         "%.6g)\npreprocess:\n  resample:\n    method: %s\n    wavelength_nm: [%.10g, "
-	         "%.10g, %.10g, %.10g]\n",
+	         "# volrec calibrate --orientation %s: %s pixel order (sharpness %.6g vs %.6g)\n"
+	         "preprocess:\n"
+	         "  resample:\n"
+	         "    method: %s\n"
+	         "    wavelength_nm: [%.10g, %.10g, %.10g, %.10g]\n",
 	         d.path, win ? "reversed" : "the given", s[win], s[1 - win],
 	         cfg_resample_name(method), w[0], w[1], w[2], w[3]);
 	ret = write_text(x, "orientation.yaml", yaml);
@@ -1102,10 +1108,7 @@ static int disp_eval(struct disp_search *s, const double c[4], double *out)
 		v->preprocess.dispersion.coeffs[0] = c[0];
 		v->preprocess.dispersion.coeffs[1] = c[1];
 	} else {
-		for (uint32_t j = 0; j < K; j++) {
-			double q = (double)j / (K - 1) - 0.5, q2 = q * q;
-			s->table[j] = q2 * (c[0] + q * (c[1] + q * (c[2] + q * c[3])));
-		}
+		disp_table(c, K, s->table);
 		v->preprocess.dispersion.kind = CFG_DISP_TABLE;
 		v->preprocess.dispersion.table.data = s->table;
 		v->preprocess.dispersion.table.len = K;
@@ -1207,14 +1210,13 @@ static int op_dispersion(struct cal_ctx *x)
 	const double s_coeffs = best;
 	double c3[4] = {c[0], c[1], 0, 0};
 	/* sensitivity: the metric 5 rad away in a2 and in a3 */
-	double sa2, sa3, t[4];
-	memcpy(t, c3, sizeof(t));
-	t[0] += 5;
-	ret = disp_eval(&s, t, &sa2);
-	memcpy(t, c3, sizeof(t));
-	t[1] += 5;
-	if (!ret)
-		ret = disp_eval(&s, t, &sa3);
+	double sa[2];
+	for (int i = 0; !ret && i < 2; i++) {
+		double t[4];
+		memcpy(t, c3, sizeof(t));
+		t[i] += 5;
+		ret = disp_eval(&s, t, &sa[i]);
+	}
 	/* the table alternative: 4th and 5th order terms, each by a 1-D search */
 	double c5[4] = {c[0], c[1], 0, 0}, best5 = best;
 	for (int r = 0; !ret && r < 2; r++) {
@@ -1226,10 +1228,7 @@ static int op_dispersion(struct cal_ctx *x)
 	}
 	if (ret)
 		goto out;
-	for (uint32_t j = 0; j < K; j++) {
-		double q = (double)j / (K - 1) - 0.5, q2 = q * q;
-		s.table[j] = q2 * (c5[0] + q * (c5[1] + q * (c5[2] + q * c5[3])));
-	}
+	disp_table(c5, K, s.table);
 	printf("sharpness (%s, depths %u..%u, %zu A-scans, %u evaluations): %.6g with the "
 	       "configured dispersion (%s)\n",
 	       cfg_background_name(e.cfg.preprocess.background.mode), e.z0, e.z1, d.n, s.evals,
@@ -1238,11 +1237,11 @@ static int op_dispersion(struct cal_ctx *x)
 	       "[a4, a5] = [%.4f, %.4f]: %.6g (%+.2f %%)\n",
 	       c[0], c[1], s_coeffs, 100 * (s_coeffs / s_before - 1), c5[2], c5[3], best5,
 	       100 * (best5 / s_before - 1));
-	printf("confidence: sharpness gain %.2f %%; the optimum is %s (5 rad off in a2: %+.2f "
-	       "%%, in a3: %+.2f %%)\n",
+	printf("confidence: sharpness gain %.2f %%; the optimum is %s (5 rad off in a2: %+.2f %%, "
+	       "in a3: %+.2f %%)\n",
 	       100 * (s_coeffs / s_before - 1),
-	       (sa2 < s_coeffs * 0.999 || sa3 < s_coeffs * 0.999) ? "distinct" : "flat",
-	       100 * (sa2 / s_coeffs - 1), 100 * (sa3 / s_coeffs - 1));
+	       (sa[0] < s_coeffs * 0.999 || sa[1] < s_coeffs * 0.999) ? "distinct" : "flat",
+	       100 * (sa[0] / s_coeffs - 1), 100 * (sa[1] / s_coeffs - 1));
 	if (s_coeffs < s_before * 1.001)
 		printf("warning: no gain over the configured dispersion (%s): it is already as "
 		       "good as a cubic can be\n",
@@ -1255,8 +1254,10 @@ static int op_dispersion(struct cal_ctx *x)
 		goto out;
 	snprintf(yaml, sizeof(yaml),
 	         "# volrec calibrate --dispersion %s: sharpness %.6g -> %.6g (%+.2f %%)\n"
-	         "# alternative: table: dispersion_table.txt (with a4 = %.6g, a5 = %.6g: "
-	         "%.6g)\npreprocess:\n  dispersion:\n    coeffs: [%.6f, %.6f]\n",
+	         "# alternative: table: dispersion_table.txt (with a4 = %.6g, a5 = %.6g: %.6g)\n"
+	         "preprocess:\n"
+	         "  dispersion:\n"
+	         "    coeffs: [%.6f, %.6f]\n",
 	         d.path, s_before, s_coeffs, 100 * (s_coeffs / s_before - 1), c5[2], c5[3], best5,
 	         c[0], c[1]);
 	ret = write_text(x, "dispersion.yaml", yaml);
@@ -1280,6 +1281,13 @@ out:
 }
 
 /* ---- the command -------------------------------------------------------------------------- */
+
+static int (*const ops[])(struct cal_ctx *x) = {
+        [OP_REFERENCE] = op_reference,
+        [OP_KLIN] = op_klin,
+        [OP_ORIENTATION] = op_orientation,
+        [OP_DISPERSION] = op_dispersion,
+};
 
 VR_COMMAND(calibrate, "measure reference, k-linearization, orientation or dispersion from data")
 {
@@ -1307,20 +1315,7 @@ VR_COMMAND(calibrate, "measure reference, k-linearization, orientation or disper
 		cfg_free(&x.cfg);
 		return VR_EXIT_USAGE;
 	}
-	switch (x.o.op) {
-	case OP_REFERENCE:
-		ret = op_reference(&x);
-		break;
-	case OP_KLIN:
-		ret = op_klin(&x);
-		break;
-	case OP_ORIENTATION:
-		ret = op_orientation(&x);
-		break;
-	default:
-		ret = op_dispersion(&x);
-		break;
-	}
+	ret = ops[x.o.op](&x);
 	cfg_free(&x.cfg);
 	return ret;
 }

@@ -71,19 +71,12 @@ static int ctl_request(const struct tool_target *t, const char *cmd, struct json
 		        cmd, t->instance, timeout);
 		rc = VR_EXIT_TIMEOUT;
 	} else {
-		{
-			struct json_tokener *tok = json_tokener_new();
-
-			*reply = tok ? json_tokener_parse_ex(tok, zmq_msg_data(&m), n) : NULL;
-			json_tokener_free(tok);
-		}
-		if (*reply && json_object_is_type(*reply, json_type_object)) {
+		*reply = vr_json_parse_object(zmq_msg_data(&m), (size_t)n,
+		                              JSON_TOKENER_DEFAULT_DEPTH, NULL, 0);
+		if (*reply)
 			rc = VR_EXIT_OK;
-		} else {
-			json_object_put(*reply);
-			*reply = NULL;
+		else
 			fprintf(stderr, "volrec %s: the daemon's answer is not JSON\n", cmd);
-		}
 	}
 	zmq_msg_close(&m);
 out:
@@ -134,7 +127,7 @@ static void ctl_usage(FILE *f, const void *ctx)
 static int ctl_main(int argc, char **argv, const char *cmd)
 {
 	struct tool_target tg;
-	struct json_object *req, *reply = NULL, *v;
+	struct json_object *req, *vals = NULL, *reply = NULL, *v;
 	double timeout = 5;
 	int rc;
 
@@ -146,21 +139,17 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 	if (!strcmp(cmd, "get")) {
 		if (argc - optind > 1) {
 			fprintf(stderr, "volrec get: one KEY at most (got %d)\n", argc - optind);
-			json_object_put(req);
-			return VR_EXIT_USAGE;
+			goto usage;
 		}
 		json_object_object_add(req, "op", json_object_new_string("get"));
 		if (optind < argc)
 			json_object_object_add(req, "key", json_object_new_string(argv[optind]));
 	} else {
-		struct json_object *vals = json_object_new_object();
-
+		vals = json_object_new_object();
 		if (optind == argc || argc - optind > CTL_MAX_KEYS) {
 			fprintf(stderr, "volrec set: give 1 to %d KEY=VALUE arguments\n",
 			        CTL_MAX_KEYS);
-			json_object_put(req);
-			json_object_put(vals);
-			return VR_EXIT_USAGE;
+			goto usage;
 		}
 		for (int i = optind; i < argc; i++) {
 			const char *eq = strchr(argv[i], '=');
@@ -171,18 +160,14 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 				        "volrec set: '%s' is not KEY=VALUE (for example "
 				        "preprocess.db_range=[20,90])\n",
 				        argv[i]);
-				json_object_put(req);
-				json_object_put(vals);
-				return VR_EXIT_USAGE;
+				goto usage;
 			}
 			snprintf(key, sizeof(key), "%.*s", (int)(eq - argv[i]), argv[i]);
 			if (json_object_object_get_ex(vals, key, NULL)) {
 				/* the configuration refuses a key given twice: so does set */
 				fprintf(stderr, "volrec set: %s given twice (each key once)\n",
 				        key);
-				json_object_put(req);
-				json_object_put(vals);
-				return VR_EXIT_USAGE;
+				goto usage;
 			}
 			json_object_object_add(vals, key, json_object_new_string(eq + 1));
 		}
@@ -223,6 +208,10 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 	}
 	json_object_put(reply);
 	return rc;
+usage:
+	json_object_put(req);
+	json_object_put(vals);
+	return VR_EXIT_USAGE;
 }
 
 VR_COMMAND(get, "print the running daemon's effective configuration or one key (control socket)")

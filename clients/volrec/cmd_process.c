@@ -130,18 +130,12 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		return VR_EXIT_USAGE;
 	}
 	if (o.backend) {
-		if (!strcmp(o.backend, "cpu"))
-			cfg.backend = CFG_BACKEND_CPU;
-		else if (!strcmp(o.backend, "cuda"))
-			cfg.backend = CFG_BACKEND_CUDA;
-		else if (!strcmp(o.backend, "auto"))
-			cfg.backend = CFG_BACKEND_AUTO;
-		else {
-			fprintf(stderr, "volrec process: --backend %s: allowed cpu, cuda, auto\n",
-			        o.backend);
+		int b = vr_command_backend("process", o.backend);
+		if (b < 0) {
 			ret = VR_EXIT_USAGE;
 			goto out_cfg;
 		}
+		cfg.backend = (enum cfg_backend)b;
 	}
 	/* the engine's diagnostics switches (docs/operations.md) apply here too */
 	po.cfg = &cfg;

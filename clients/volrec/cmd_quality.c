@@ -154,7 +154,6 @@ struct q_score {
 };
 
 struct q_ctx {
-	const struct vr_config *cfg; /* the run's configuration */
 	uint32_t nx, ny, nz, sx, sy, X, Y;
 	uint64_t n, skip, done;
 	bool n_given;   /* -n given; else n is the truth's epochs, which must be the replay's */
@@ -266,6 +265,14 @@ static void q_score_volume(struct q_ctx *q, const float *v, uint64_t i, struct q
 		s->n++;
 }
 
+/* The sample nearest to full-resolution position P on an axis of n samples at offset o, stride
+ * s. */
+static uint32_t q_nearest(uint32_t P, uint32_t o, uint32_t s, uint32_t n)
+{
+	double p = floor(((double)P - o) / s + 0.5);
+	return p < 0 ? 0 : (p > n - 1 ? n - 1 : (uint32_t)p);
+}
+
 /* The newest epoch alone at full resolution (docs/algorithms.md §3): nearest sample, or the
  * bilinear interpolation C of §2b. */
 static void q_current(struct q_ctx *q, uint32_t ox, uint32_t oy, bool linear)
@@ -273,18 +280,16 @@ static void q_current(struct q_ctx *q, uint32_t ox, uint32_t oy, bool linear)
 	const uint32_t Z = q->nz;
 
 	for (uint32_t Y = 0; Y < q->Y; Y++) {
-		uint32_t y0, y1, ys;
+		const uint32_t ys = q_nearest(Y, oy, q->sy, q->ny);
+		uint32_t y0, y1;
 		float ty;
 		be_interp_axis(Y, oy, q->sy, q->ny, &y0, &y1, &ty);
-		double py = floor(((double)Y - oy) / q->sy + 0.5);
-		ys = py < 0 ? 0 : (py > q->ny - 1 ? q->ny - 1 : (uint32_t)py);
 		for (uint32_t X = 0; X < q->X; X++) {
 			float *o = q->cur + ((size_t)Y * q->X + X) * Z;
-			uint32_t x0, x1, xs;
+			const uint32_t xs = q_nearest(X, ox, q->sx, q->nx);
+			uint32_t x0, x1;
 			float tx;
 			be_interp_axis(X, ox, q->sx, q->nx, &x0, &x1, &tx);
-			double px = floor(((double)X - ox) / q->sx + 0.5);
-			xs = px < 0 ? 0 : (px > q->nx - 1 ? q->nx - 1 : (uint32_t)px);
 			if (!linear) {
 				memcpy(o, q->low + ((size_t)ys * q->nx + xs) * Z,
 				       Z * sizeof(float));
@@ -326,11 +331,11 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 		              "epoch %llu at offset (%u, %u): the truth file has %s",
 		              (unsigned long long)v->epoch, v->ox, v->oy,
 		              v->epoch >= q->n ? "fewer epochs" : "another offset there");
+	rc = q_truth_read(q, v->epoch, err, errlen);
+	if (rc < 0)
+		return rc;
 	if (q->gain_pass) {
 		/* lowres dB - 20 log10(truth) where each sample lies, truth > 0.05, lowres > 0 */
-		rc = q_truth_read(q, v->epoch, err, errlen);
-		if (rc < 0)
-			return rc;
 		for (uint32_t y = 0; y < q->ny; y++)
 			for (uint32_t x = 0; x < q->nx; x++) {
 				const float *l = q->low + ((size_t)y * q->nx + x) * q->nz;
@@ -358,16 +363,11 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 		q->done = i + 1;
 		return 0;
 	}
-	rc = q_truth_read(q, v->epoch, err, errlen);
-	if (rc < 0)
-		return rc;
 	q_truth_image(q);
 	q_score_volume(q, q->full, v->epoch, &q->score[q->row]);
-	if (q->low) {
-		q_current(q, v->ox, v->oy, false);
-		q_score_volume(q, q->cur, v->epoch, &q->score[Q_NEAREST]);
-		q_current(q, v->ox, v->oy, true);
-		q_score_volume(q, q->cur, v->epoch, &q->score[Q_LINEAR]);
+	for (int lin = 0; q->low && lin < 2; lin++) {
+		q_current(q, v->ox, v->oy, lin);
+		q_score_volume(q, q->cur, v->epoch, &q->score[lin ? Q_LINEAR : Q_NEAREST]);
 	}
 	q->done = i + 1;
 	return 0;
@@ -414,11 +414,11 @@ static int q_pass(struct q_ctx *q, const struct vr_config *cfg, bool lowres, cha
 		return rc;
 	if (!q->n_given && pl_source_epochs(pl) && q->n != pl_source_epochs(pl)) {
 		q->bad_input = true;
-		rc = vr_err(err, errlen, -EINVAL,
-		            "%s holds %llu epochs, the replay %llu (-n N scores the first N of "
-		            "both)",
-		            q->tpath, (unsigned long long)q->n,
-		            (unsigned long long)pl_source_epochs(pl));
+		rc = vr_err(
+		        err, errlen, -EINVAL,
+		        "%s holds %llu epochs, the replay %llu (-n N scores the first N of both)",
+		        q->tpath, (unsigned long long)q->n,
+		        (unsigned long long)pl_source_epochs(pl));
 		goto out;
 	}
 	if (pl_source_epochs(pl) && q->n > pl_source_epochs(pl)) {
@@ -427,7 +427,6 @@ static int q_pass(struct q_ctx *q, const struct vr_config *cfg, bool lowres, cha
 		            (unsigned long long)q->n, (unsigned long long)pl_source_epochs(pl));
 		goto out;
 	}
-	q->cfg = cfg;
 	q->be = pl_backend(pl);
 	q->done = 0;
 	q->low = q->full = NULL;
@@ -608,6 +607,17 @@ static struct json_object *q_num(double v)
 	return isfinite(v) ? json_object_new_double(v) : json_object_new_null();
 }
 
+/* A JSON array of n values, integers or doubles. */
+static struct json_object *q_array(const double *v, size_t n, bool integers)
+{
+	struct json_object *a = json_object_new_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_object_array_add(a, integers ? json_object_new_int64((int64_t)v[i])
+		                                  : json_object_new_double(v[i]));
+	return a;
+}
+
 /* {"psnr_db", "ssim", "psnr_db_per_epoch", "ssim_per_epoch"} of one row in unit d. */
 static struct json_object *q_json_scores(const struct q_score *s, enum q_domain d, uint64_t n)
 {
@@ -675,23 +685,17 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		return VR_EXIT_USAGE;
 	}
 	if (backend) {
-		if (!strcmp(backend, "cpu"))
-			cfg.backend = CFG_BACKEND_CPU;
-		else if (!strcmp(backend, "cuda"))
-			cfg.backend = CFG_BACKEND_CUDA;
-		else if (!strcmp(backend, "auto"))
-			cfg.backend = CFG_BACKEND_AUTO;
-		else {
-			fprintf(stderr, "volrec quality: --backend %s: allowed cpu, cuda, auto\n",
-			        backend);
+		int b = vr_command_backend("quality", backend);
+		if (b < 0) {
 			ret = VR_EXIT_USAGE;
 			goto out;
 		}
+		cfg.backend = (enum cfg_backend)b;
 	}
 	if (cfg.source.type != CFG_SOURCE_REPLAY) {
 		fprintf(stderr,
-		        "volrec quality: %s: source.type must be replay (the recording "
-		        "the truth belongs to)\n",
+		        "volrec quality: %s: source.type must be replay (the recording the truth "
+		        "belongs to)\n",
 		        cfg_path);
 		ret = VR_EXIT_USAGE;
 		goto out;
@@ -823,19 +827,11 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		json_object_object_add(o, "epochs", json_object_new_int64((int64_t)q.n));
 		json_object_object_add(o, "first_scored_epoch",
 		                       json_object_new_int64((int64_t)q.skip));
-		struct json_object *shape = json_object_new_array();
-		json_object_array_add(shape, json_object_new_int64(q.Y));
-		json_object_array_add(shape, json_object_new_int64(q.X));
-		json_object_array_add(shape, json_object_new_int64(q.nz));
-		json_object_object_add(o, "volume_shape", shape);
-		struct json_object *stride = json_object_new_array();
-		json_object_array_add(stride, json_object_new_int64(q.sx));
-		json_object_array_add(stride, json_object_new_int64(q.sy));
-		json_object_object_add(o, "stride", stride);
-		struct json_object *dbr = json_object_new_array();
-		json_object_array_add(dbr, json_object_new_double(q.lo));
-		json_object_array_add(dbr, json_object_new_double(q.hi));
-		json_object_object_add(o, "db_range", dbr);
+		const double shape[] = {q.Y, q.X, q.nz}, stride[] = {q.sx, q.sy};
+		const double dbr[] = {q.lo, q.hi};
+		json_object_object_add(o, "volume_shape", q_array(shape, 3, true));
+		json_object_object_add(o, "stride", q_array(stride, 2, true));
+		json_object_object_add(o, "db_range", q_array(dbr, 2, false));
 		json_object_object_add(o, "gain_db", json_object_new_double(q.gain));
 		json_object_object_add(o, "adaptive_tolerance",
 		                       json_object_new_double(cfg.reconstruct.adaptive.tolerance));

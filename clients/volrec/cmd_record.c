@@ -58,8 +58,7 @@ static void record_usage(FILE *f)
 	        "DIR]\n"
 	        "                     [-c FILE]\n\n"
 	        "Subscribe to a running volrecd and write every volume it publishes into HDF5 "
-	        "until "
-	        "N\n"
+	        "until N\n"
 	        "volumes are written, S seconds have passed, or Ctrl-C (SIGINT) / SIGTERM. Each "
 	        "volume\n"
 	        "is copied out of its shared-memory slot and checked not overwritten meanwhile. "
@@ -68,8 +67,7 @@ static void record_usage(FILE *f)
 	        "volume completed, also when the disk fills up or the recorder is killed.\n"
 	        "The recording follows the daemon when it restarts or rebuilds (a new session): "
 	        "with\n"
-	        "the same geometry it continues into the same file; with another one it stops "
-	        "and\n"
+	        "the same geometry it continues into the same file; with another one it stops and\n"
 	        "says so (the file keeps the volumes of the first geometry).\n\n"
 	        "File layout (h5py: f['volumes'] is [n][Y][X][Z] uint8):\n"
 	        "  /volumes      u8  [n][Y][X][Z]  one chunk per volume, extendible\n"
@@ -82,16 +80,14 @@ static void record_usage(FILE *f)
 	        "  /t_first_ns, /t_last_ns, /t_publish_ns  u64 [n]  CLOCK_REALTIME ns: first and "
 	        "last\n"
 	        "                B-scan acquired, published\n"
-	        "  /latency_ns   u64 [n]   processing latency; /flags u32 [n] (2 reset, 4 "
-	        "epochs dropped before)\n"
+	        "  /latency_ns   u64 [n]   processing latency; /flags u32 [n] (2 reset, 4 epochs "
+	        "dropped before)\n"
 	        "  /missed       [m] {session, first, last, reason}: sequence ranges not "
 	        "recorded;\n"
 	        "                reason 1 = never received (overwritten before the recorder got "
 	        "it:\n"
-	        "                it fell behind, or published while the daemon restarted or "
-	        "never\n"
-	        "                announced before it went away), 2 = "
-	        "torn\n"
+	        "                it fell behind, or published while the daemon restarted or never\n"
+	        "                announced before it went away), 2 = torn\n"
 	        "                (overwritten while being copied)\n"
 	        "  attributes: shape [Y, X, Z], instance, volumes, missed_volumes, sessions, "
 	        "complete,\n"
@@ -131,7 +127,6 @@ struct rec_missed {
 struct rec {
 	const char *path;
 	struct h5vol *w;
-	hid_t missed_type;
 	uint32_t Y, X, Z;
 	uint64_t nmissed;  /* volumes missing */
 	uint64_t sessions; /* sessions recorded from */
@@ -287,8 +282,8 @@ static int rec_miss_tail(struct rec *r, const char *nl)
 	r->last_seq = h.latest_sequence;
 	fprintf(stderr,
 	        "%svolrec record: volumes #%" PRIu64 "-#%" PRIu64 " of session %016" PRIx64
-	        " missed (published, but never announced to the recorder before the daemon "
-	        "went away or restarted)\n",
+	        " missed (published, but never announced to the recorder before the daemon went "
+	        "away or restarted)\n",
 	        nl, first, h.latest_sequence, r->last_session);
 	return rec_miss(r, r->last_session, first, h.latest_sequence, REC_GAP, true);
 }
@@ -344,19 +339,21 @@ static void rec_status_attrs(struct rec *r, const char *text, struct json_object
 	        {"backend.device", "device"},
 	        {"config", "config_path"},
 	};
+	static const char *const pairs[] = {"stride", "depth_range"};
 	hid_t f = h5vol_file(r->w);
-	uint32_t stride[2], depth[2];
 	char s[1024];
 
 	attr_text(f, "status_json", text);
 	for (size_t i = 0; i < VR_ARRAY_SIZE(nums); i++)
 		vr_h5_attr_u64(f, strchr(nums[i], '.') + 1, tool_json_u64(st, nums[i], 0));
-	stride[0] = (uint32_t)tool_json_u64(st, "geometry.stride.0", 0);
-	stride[1] = (uint32_t)tool_json_u64(st, "geometry.stride.1", 0);
-	depth[0] = (uint32_t)tool_json_u64(st, "geometry.depth_range.0", 0);
-	depth[1] = (uint32_t)tool_json_u64(st, "geometry.depth_range.1", 0);
-	vr_h5_attr(f, "stride", H5T_NATIVE_UINT32, 2, stride);
-	vr_h5_attr(f, "depth_range", H5T_NATIVE_UINT32, 2, depth);
+	for (size_t i = 0; i < VR_ARRAY_SIZE(pairs); i++) {
+		uint32_t v[2];
+		for (int k = 0; k < 2; k++) {
+			snprintf(s, sizeof(s), "geometry.%s.%d", pairs[i], k);
+			v[k] = (uint32_t)tool_json_u64(st, s, 0);
+		}
+		vr_h5_attr(f, pairs[i], H5T_NATIVE_UINT32, 2, v);
+	}
 	for (size_t i = 0; i < VR_ARRAY_SIZE(strs); i++)
 		if (tool_json_str(st, strs[i][0], s, sizeof(s)))
 			vr_h5_attr_str(f, strs[i][1], s);
@@ -445,31 +442,23 @@ static int rec_start_attrs(struct rec *r, const struct tool_target *t)
 /* Write the summary attributes and close the file; 0 or a negative errno (message in r->err). */
 static int rec_close(struct rec *r, const char *end, bool complete)
 {
-	hid_t f;
+	int rc;
 
 	if (!r->w)
 		return 0;
-	if (h5vol_broken(r->w)) { /* the file stays as it was at its last flush */
-		int rc;
-
-		r->volumes = h5vol_count(r->w);
-		rc = h5vol_close(r->w, r->err, sizeof(r->err));
-		r->w = NULL;
-		return rc;
-	}
-	f = h5vol_file(r->w);
 	r->volumes = h5vol_count(r->w);
-	vr_h5_attr_u64(f, "volumes", r->volumes);
-	vr_h5_attr_u64(f, "missed_volumes", r->nmissed);
-	vr_h5_attr_u64(f, "sessions", r->sessions);
-	vr_h5_attr_str(f, "end", end);
-	vr_h5_attr_u64(f, "complete", complete ? 1 : 0);
-	{
-		int rc = h5vol_close(r->w, r->err, sizeof(r->err));
+	if (!h5vol_broken(r->w)) { /* a broken file stays as it was at its last flush */
+		hid_t f = h5vol_file(r->w);
 
-		r->w = NULL;
-		return rc;
+		vr_h5_attr_u64(f, "volumes", r->volumes);
+		vr_h5_attr_u64(f, "missed_volumes", r->nmissed);
+		vr_h5_attr_u64(f, "sessions", r->sessions);
+		vr_h5_attr_str(f, "end", end);
+		vr_h5_attr_u64(f, "complete", complete ? 1 : 0);
 	}
+	rc = h5vol_close(r->w, r->err, sizeof(r->err));
+	r->w = NULL;
+	return rc;
 }
 
 /*
@@ -536,7 +525,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	        TOOL_RUN_LONGOPTS,    {"force", no_argument, NULL, 'f'},
 	        VR_CLI_LONGOPTS_END,
 	};
-	struct rec r = {.missed_type = -1, .seg_fd = -1};
+	struct rec r = {.seg_fd = -1};
 	struct tool_target tg;
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
@@ -651,8 +640,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			case TOOL_DAEMON_AWAY:
 				fprintf(stderr,
 				        "%svolrec record: volrecd of instance '%s' %s; waiting for "
-				        "it "
-				        "to come back%s\n",
+				        "it to come back%s\n",
 				        nl, tg.instance, run.stopping ? "stopped" : "went away",
 				        run.restart_wait > 0 ? " (--restart-wait)"
 				                             : " (Ctrl-C to end)");
@@ -735,10 +723,9 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				volrec_view_release(c, &m.view);
 				fprintf(stderr,
 				        "%svolrec record: the daemon now publishes %u x %u x %u "
-				        "volumes "
-				        "of dtype %u (was %u x %u x %u u8, session %016" PRIx64
-				        "): stopping; %s holds the %" PRIu64 " volumes recorded "
-				        "before\n",
+				        "volumes of dtype %u (was %u x %u x %u u8, session "
+				        "%016" PRIx64 "): stopping; %s holds the %" PRIu64
+				        " volumes recorded before\n",
 				        nl, v.ny, v.nx, v.nz, v.dtype, r.Y, r.X, r.Z, v.session_id,
 				        r.path, h5vol_count(r.w));
 				if (v.session_id != r.last_session && rec_miss_tail(&r, nl))
@@ -762,9 +749,8 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				else
 					fprintf(stderr,
 					        "%svolrec record: the daemon restarted or rebuilt "
-					        "(session "
-					        "%016" PRIx64 ", same volume shape): recording "
-					        "continues\n",
+					        "(session %016" PRIx64
+					        ", same volume shape): recording continues\n",
 					        nl, v.session_id);
 				r.session_first = h5vol_count(r.w);
 				r.sessions++;

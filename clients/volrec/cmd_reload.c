@@ -63,8 +63,7 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 			if (!tool_pid_is_volrecd(pid)) {
 				fprintf(stderr,
 				        "volrec reload: volrecd (pid %d) of instance '%s' exited "
-				        "while "
-				        "reloading (see its log)\n",
+				        "while reloading (see its log)\n",
 				        pid, t->instance);
 				return VR_EXIT_FAIL;
 			}
@@ -128,9 +127,8 @@ VR_COMMAND(reload, "reload the daemon's configuration (SIGHUP) and report the ou
 	                "between epochs; structural changes rebuild the pipeline (a new "
 	                "session).\n",
 	        .exit_help =
-	                ",\n5 the daemon rejected the new configuration (its message is "
-	                "printed) and runs\non the previous one, 6 also: no confirmation within "
-	                "the timeout",
+	                ",\n5 the daemon rejected the new configuration (its message is printed) "
+	                "and runs\non the previous one, 6 also: no confirmation within the timeout",
 	        .signal = SIGHUP,
 	        .confirm = reload_confirm,
 	};

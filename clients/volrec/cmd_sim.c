@@ -296,8 +296,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 			if (sim_truth(sim, e, cfg.preprocess.zero_pad, twin, z0, z1, tvol) ||
 			    truth_write(&truth, e, tvol)) {
 				fprintf(stderr,
-				        "volrec sim: %s: writing the truth of epoch %llu "
-				        "failed\n",
+				        "volrec sim: %s: writing the truth of epoch %llu failed\n",
 				        truth_path, (unsigned long long)e);
 				goto out;
 			}

@@ -27,8 +27,8 @@
 static void snapshot_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: volrec snapshot -o DIR [--auto-contrast[=P]] [--scale N|auto] "
-	        "[--timeout S]\n"
+	        "usage: volrec snapshot -o DIR [--auto-contrast[=P]] [--scale N|auto] [--timeout "
+	        "S]\n"
 	        "                       [-i NAME] [-r DIR] [-c FILE]\n\n"
 	        "Write 8-bit greyscale PNG pictures of the newest published volume [Y][X][Z] into "
 	        "DIR\n"
@@ -42,15 +42,12 @@ static void snapshot_usage(FILE *f)
 	        "  bscan-yN_xXzZ.png      the B-scan at y = view.position[0] (x across, depth z "
 	        "down)\n"
 	        "  slice-xN_yYzZ.png      the orthogonal slice at x = view.position[1] (y across, "
-	        "z "
-	        "down)\n"
+	        "z down)\n"
 	        "  enface-zN_xXyY.png     the en-face plane at z = view.position[2]\n"
 	        "  render_wWhH.png        the maximum-intensity render (view.render.*)\n"
 	        "  snapshot.json          volume (session, sequence, epoch, offset, timestamps),\n"
-	        "                         shape, and per file: plane, size, scale, contrast "
-	        "range\n"
-	        "X, Y, Z (and N, the plane's index) are the numbers of the volume in the names.\n"
-	        "\n"
+	        "                         shape, and per file: plane, size, scale, contrast range\n"
+	        "X, Y, Z (and N, the plane's index) are the numbers of the volume in the names.\n\n"
 	        "  -o, --output DIR     directory for the pictures (required)\n"
 	        "      --auto-contrast[=P]  stretch the P-th..(100-P)-th percentile to 0..255 "
 	        "(default\n"
@@ -63,8 +60,7 @@ static void snapshot_usage(FILE *f)
 	        "  -t, --timeout S      wait at most S seconds for a volume (default "
 	        "5)\n" TOOL_COMMON_HELP "\n" TOOL_EXIT_HELP ",\n"
 	        "6 also: no volume published within the timeout, 7 also for DIR, 8 disk full (1 "
-	        "for "
-	        "other\n"
+	        "for other\n"
 	        "errors writing DIR).\n");
 }
 
@@ -102,20 +98,14 @@ static int contrast(struct picture *p, double pct)
 		p->hi = hi;
 		return 0;
 	}
-	{
-		float *s = malloc(n * sizeof(*s));
-		size_t a, b;
-
-		if (!s)
-			return -ENOMEM;
-		memcpy(s, p->v, n * sizeof(*s));
-		qsort(s, n, sizeof(*s), cmp_float);
-		a = (size_t)floor(pct / 100.0 * (double)(n - 1));
-		b = (size_t)ceil((100.0 - pct) / 100.0 * (double)(n - 1));
-		p->lo = s[a];
-		p->hi = s[b];
-		free(s);
-	}
+	float *s = malloc(n * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, p->v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), cmp_float);
+	p->lo = s[(size_t)floor(pct / 100.0 * (double)(n - 1))];
+	p->hi = s[(size_t)ceil((100.0 - pct) / 100.0 * (double)(n - 1))];
+	free(s);
 	return 0;
 }
 
@@ -183,11 +173,9 @@ static void picture_describe(struct picture *p, const struct volrec_image *img)
 	                                             : -1;
 	switch (img->kind) {
 	case VOLREC_IMAGE_ENFACE_MEAN:
-		snprintf(p->what, sizeof(p->what), "mean over depths %u..%u", img->slab[0],
-		         img->slab[1] - 1);
-		break;
 	case VOLREC_IMAGE_ENFACE_MAX:
-		snprintf(p->what, sizeof(p->what), "maximum over depths %u..%u", img->slab[0],
+		snprintf(p->what, sizeof(p->what), "%s over depths %u..%u",
+		         img->kind == VOLREC_IMAGE_ENFACE_MEAN ? "mean" : "maximum", img->slab[0],
 		         img->slab[1] - 1);
 		break;
 	case VOLREC_IMAGE_BSCAN:
@@ -222,21 +210,17 @@ struct view_u64 {
 	const char *key;
 	size_t off;
 };
-#define VIEW_U64(key, field)                                                                       \
-	{                                                                                          \
-		key, offsetof(struct volrec_view, field)                                           \
-	}
 static const struct view_u64 view_ids[] = {
-        VIEW_U64("session", session_id),
-        VIEW_U64("sequence", sequence),
-        VIEW_U64("volume_id", volume_id),
-        VIEW_U64("epoch", epoch),
+        {"session", offsetof(struct volrec_view, session_id)},
+        {"sequence", offsetof(struct volrec_view, sequence)},
+        {"volume_id", offsetof(struct volrec_view, volume_id)},
+        {"epoch", offsetof(struct volrec_view, epoch)},
 };
 static const struct view_u64 view_times[] = {
-        VIEW_U64("t_first_ns", t_first_ns),
-        VIEW_U64("t_last_ns", t_last_ns),
-        VIEW_U64("t_publish_ns", t_publish_ns),
-        VIEW_U64("latency_ns", latency_ns),
+        {"t_first_ns", offsetof(struct volrec_view, t_first_ns)},
+        {"t_last_ns", offsetof(struct volrec_view, t_last_ns)},
+        {"t_publish_ns", offsetof(struct volrec_view, t_publish_ns)},
+        {"latency_ns", offsetof(struct volrec_view, latency_ns)},
 };
 
 /* The fields f[0..n) of v into o, in that order. */
@@ -251,6 +235,16 @@ static void add_u64s(struct json_object *o, const struct volrec_view *v, const s
 	}
 }
 
+/* A JSON array of the two values a and b. */
+static struct json_object *pair(struct json_object *a, struct json_object *b)
+{
+	struct json_object *x = json_object_new_array();
+
+	json_object_array_add(x, a);
+	json_object_array_add(x, b);
+	return x;
+}
+
 static struct json_object *sidecar(const struct tool_target *t, const struct volrec_view *v,
                                    const struct picture *p, double pct)
 {
@@ -258,13 +252,10 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 
 #define ADD(obj, key, val) json_object_object_add(obj, key, val)
 	ADD(o, "instance", json_object_new_string(t->instance));
-	add_u64s(o, v, view_ids, sizeof(view_ids) / sizeof(view_ids[0]));
-	x = json_object_new_array();
-	json_object_array_add(x, json_object_new_int(v->offset_x));
-	json_object_array_add(x, json_object_new_int(v->offset_y));
-	ADD(o, "offset", x);
+	add_u64s(o, v, view_ids, VR_ARRAY_SIZE(view_ids));
+	ADD(o, "offset", pair(json_object_new_int(v->offset_x), json_object_new_int(v->offset_y)));
 	ADD(o, "flags", json_object_new_int64(v->flags));
-	add_u64s(o, v, view_times, sizeof(view_times) / sizeof(view_times[0]));
+	add_u64s(o, v, view_times, VR_ARRAY_SIZE(view_times));
 	x = json_object_new_object();
 	ADD(x, "Y", json_object_new_int64(v->ny));
 	ADD(x, "X", json_object_new_int64(v->nx));
@@ -277,15 +268,14 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 		ADD(x, "percent", json_object_new_double(pct));
 	ADD(o, "contrast", x);
 	for (int i = 0; i < SNAP_PICTURES; i++) {
-		struct json_object *f = json_object_new_object(), *a = json_object_new_array();
-		char axis[2][2] = {{p[i].axes[0], 0}, {p[i].axes[1], 0}};
+		struct json_object *f = json_object_new_object();
 
 		ADD(f, "file", json_object_new_string(p[i].file));
 		ADD(f, "kind", json_object_new_string(p[i].kind));
 		ADD(f, "what", json_object_new_string(p[i].what));
-		json_object_array_add(a, json_object_new_string(axis[0]));
-		json_object_array_add(a, json_object_new_string(axis[1]));
-		ADD(f, "axes", a);
+		ADD(f, "axes",
+		    pair(json_object_new_string_len(p[i].axes, 1),
+		         json_object_new_string_len(p[i].axes + 1, 1)));
 		if (p[i].index >= 0) {
 			/* the axis the plane is normal to: z for xy, y for xz, x for yz */
 			const char *normal = !strcmp(p[i].axes, "xy")   ? "z"
@@ -299,10 +289,8 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 		ADD(f, "width", json_object_new_int64((int64_t)p[i].w * p[i].scale));
 		ADD(f, "height", json_object_new_int64((int64_t)p[i].h * p[i].scale));
 		ADD(f, "scale", json_object_new_int64(p[i].scale));
-		a = json_object_new_array();
-		json_object_array_add(a, json_object_new_double(p[i].lo));
-		json_object_array_add(a, json_object_new_double(p[i].hi));
-		ADD(f, "range", a);
+		ADD(f, "range",
+		    pair(json_object_new_double(p[i].lo), json_object_new_double(p[i].hi)));
 		json_object_array_add(files, f);
 	}
 	ADD(o, "files", files);
@@ -523,8 +511,8 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		status = tool_exit_for_output(rc);
 		goto out;
 	}
-	printf("volume #%" PRIu64 " (epoch %" PRIu64 ", %u x %u x %u [Y][X][Z]) of instance '%s' "
-	       "-> %s/\n",
+	printf("volume #%" PRIu64 " (epoch %" PRIu64
+	       ", %u x %u x %u [Y][X][Z]) of instance '%s' -> %s/\n",
 	       v.sequence, v.epoch, v.ny, v.nx, v.nz, tg.instance, dir);
 	for (int i = 0; i < SNAP_PICTURES; i++)
 		printf("  %-28s %s\n", pics[i].file, pics[i].what);

@@ -26,8 +26,7 @@ static int stop_confirm(const struct tool_control *ctl, const struct tool_target
 		if (vr_mono_s() >= deadline) {
 			fprintf(stderr,
 			        "volrec stop: volrecd (pid %d) of instance '%s' is still running "
-			        "%.0f "
-			        "s after SIGTERM%s\n",
+			        "%.0f s after SIGTERM%s\n",
 			        pid, t->instance, timeout,
 			        said ? " (it said it is stopping: draining takes longer?)" : "");
 			return VR_EXIT_TIMEOUT;
@@ -77,8 +76,7 @@ VR_COMMAND(stop, "stop a running daemon (SIGTERM) and wait until it is gone")
 	                "Waits\n"
 	                "until the process is gone and prints its `stopping` event.\n",
 	        .exit_help = ",\n6 also: the process is still running when the timeout runs out; 0 "
-	                     "means "
-	                     "it is gone",
+	                     "means it is gone",
 	        .signal = SIGTERM,
 	        .confirm = stop_confirm,
 	};

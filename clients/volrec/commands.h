@@ -51,5 +51,8 @@ int vr_command_usage(void (*usage)(FILE *f), int opt);
  * MISSING" (what is required), the usage on stderr, and VR_EXIT_USAGE. */
 int vr_command_required(const char *cmd, bool given, const char *missing, int argc,
                         void (*usage)(FILE *f));
+/* The value of --backend NAME (cpu, cuda, auto) as an enum cfg_backend, or -1 after "volrec CMD:
+ * --backend NAME: allowed cpu, cuda, auto". */
+int vr_command_backend(const char *cmd, const char *name);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "config/config.h"
 
 int vr_command_main(const char *prog, const struct vr_command *cmds, void (*usage)(FILE *f),
                     int (*other)(int argc, char **argv), int argc, char **argv)
@@ -47,4 +48,13 @@ int vr_command_required(const char *cmd, bool given, const char *missing, int ar
 	fprintf(stderr, "volrec %s: %s\n", cmd, optind != argc ? "unexpected arguments" : missing);
 	usage(stderr);
 	return VR_EXIT_USAGE;
+}
+
+int vr_command_backend(const char *cmd, const char *name)
+{
+	for (int b = CFG_BACKEND_AUTO; b <= CFG_BACKEND_CPU; b++)
+		if (!strcmp(name, cfg_backend_name((enum cfg_backend)b)))
+			return b;
+	fprintf(stderr, "volrec %s: --backend %s: allowed cpu, cuda, auto\n", cmd, name);
+	return -1;
 }

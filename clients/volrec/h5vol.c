@@ -87,8 +87,8 @@ static int nospace(struct h5vol *w, int code, uint64_t need, char *err, size_t e
 	free_space(w->path, &mib);
 	if (code == -EDQUOT)
 		return vr_err(err, errlen, code,
-		              "disk quota exceeded (the next volume needs %.1f MiB with the "
-		              "file's metadata)",
+		              "disk quota exceeded (the next volume needs %.1f MiB with the file's "
+		              "metadata)",
 		              (double)need / 1048576.0);
 	return vr_err(err, errlen, code,
 	              "disk full (%.1f MiB free, the next volume needs %.1f MiB with the file's "
@@ -135,13 +135,10 @@ static int reserve(struct h5vol *w, size_t bytes, char *err, size_t errlen)
 			                    w->path);
 		w->no_fallocate = true;
 	}
-	{
-		double mib;
-
-		free_space(w->path, &mib);
-		if (mib >= 0 && mib * 1048576.0 < (double)need)
-			return nospace(w, -ENOSPC, need, err, errlen);
-	}
+	double mib;
+	free_space(w->path, &mib);
+	if (mib >= 0 && mib * 1048576.0 < (double)need)
+		return nospace(w, -ENOSPC, need, err, errlen);
 	return 0;
 }
 
@@ -156,20 +153,16 @@ static int flush(struct h5vol *w, char *err, size_t errlen)
 	int rc;
 
 	errno = 0;
-	if (H5Fflush(w->f, H5F_SCOPE_LOCAL) < 0) {
-		w->broken = true;
-		return w->fault = fail_errno(err, errlen, errno, "%s: flush failed", w->path);
-	}
-	if (H5Fget_eoa(w->f, &eoa) < 0) {
-		w->broken = true;
-		return w->fault = vr_err(err, errlen, -EIO, "%s: cannot read the end of allocation",
-		                         w->path);
-	}
+	if (H5Fflush(w->f, H5F_SCOPE_LOCAL) < 0)
+		rc = fail_errno(err, errlen, errno, "%s: flush failed", w->path);
+	else if (H5Fget_eoa(w->f, &eoa) < 0)
+		rc = vr_err(err, errlen, -EIO, "%s: cannot read the end of allocation", w->path);
 	/* the in-place writes reach the file; then it is the one to go back to */
-	rc = h5vol_journal_commit(&w->j, (uint64_t)eoa);
+	else if ((rc = h5vol_journal_commit(&w->j, (uint64_t)eoa)) != 0)
+		rc = fail_errno(err, errlen, -rc, "%s: flush failed", w->path);
 	if (rc) {
 		w->broken = true;
-		return w->fault = fail_errno(err, errlen, -rc, "%s: flush failed", w->path);
+		return w->fault = rc;
 	}
 	w->flushed = w->count;
 	return 0;
@@ -325,11 +318,6 @@ uint64_t h5vol_count(const struct h5vol *w)
 	return w->broken ? w->flushed : w->count;
 }
 
-uint64_t h5vol_log_count(const struct h5vol *w, size_t field)
-{
-	return field < w->nfld ? w->fld[field].rows : 0;
-}
-
 int h5vol_append(struct h5vol *w, const void *const *rows, char *err, size_t errlen)
 {
 	int rc = reserve(w, w->volume_bytes, err, errlen);
@@ -421,11 +409,10 @@ static int abandon(struct h5vol *w, const char *what, int code, char *err, size_
 	int rc = h5vol_journal_restore(&w->j);
 
 	if (rc)
-		return vr_err_errno(
-		        err, errlen, rc,
-		        "%s: %s, and putting it back as of its last flush failed (it may "
-		        "not be readable)",
-		        w->path, what);
+		return vr_err_errno(err, errlen, rc,
+		                    "%s: %s, and putting it back as of its last flush failed (it "
+		                    "may not be readable)",
+		                    w->path, what);
 	return vr_err(err, errlen, code < 0 ? code : -EIO,
 	              "%s: %s; it holds the %llu volumes written before it, without its closing "
 	              "attributes",

@@ -67,9 +67,8 @@ int h5vol_create(const char *path, bool replace, const struct h5vol_field *field
 hid_t h5vol_file(const struct h5vol *w);
 
 /* Volumes in the file: rows written so far of the per-volume fields (after an error: as of the
- * last flush), and rows of log field i. */
+ * last flush). */
 uint64_t h5vol_count(const struct h5vol *w);
-uint64_t h5vol_log_count(const struct h5vol *w, size_t field);
 
 /*
  * Append one volume: rows[i] is the row of field i (ignored for log fields, may be NULL there).

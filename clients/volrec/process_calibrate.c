@@ -446,7 +446,8 @@ void cal_engine_close(struct cal_engine *e)
 	memset(e, 0, sizeof(*e));
 }
 
-double cal_sharpness(const double *amp, size_t n, uint32_t nh, uint32_t z0, uint32_t z1)
+/* Sharpness S = mean over the A-scans of sum I^2 / (sum I)^2, I = amp^2 over [z0, z1). */
+static double cal_sharpness(const double *amp, size_t n, uint32_t nh, uint32_t z0, uint32_t z1)
 {
 	double s = 0;
 
@@ -480,7 +481,6 @@ int cal_engine_run(struct cal_engine *e, const struct vr_config *v, double *amp,
 	struct be_output o = {.lowres = e->low};
 	rc = be_epoch_finish(e->be, e->epoch, &o, err, errlen);
 	e->epoch++;
-	e->runs++;
 	if (rc < 0)
 		return rc;
 	double *a = amp ? amp : NULL;

@@ -267,7 +267,6 @@ int tool_daemon_find(const struct tool_target *t, struct tool_daemon *d)
 	d->have_header = hrc == 0;
 	if (pid && tool_pid_is_volrecd(pid)) {
 		d->pid = pid;
-		d->pid_from_file = true;
 		return 0;
 	}
 	if (d->have_header && d->header.state != VOLREC_STATE_CLOSED &&
@@ -281,11 +280,10 @@ int tool_daemon_find(const struct tool_target *t, struct tool_daemon *d)
 		snprintf(d->why, sizeof(d->why), "%s names pid %d, which is not a running volrecd",
 		         pidpath, pid);
 	else if (d->have_header)
-		snprintf(
-		        d->why, sizeof(d->why),
-		        "no %s, and the shared memory /dev/shm/volrec.%s was left by pid %d, which "
-		        "is not running",
-		        pidpath, t->instance, d->header.writer_pid);
+		snprintf(d->why, sizeof(d->why),
+		         "no %s, and the shared memory /dev/shm/volrec.%s was left by pid %d, "
+		         "which is not running",
+		         pidpath, t->instance, d->header.writer_pid);
 	else
 		snprintf(d->why, sizeof(d->why), "no %s and no shared memory /dev/shm/volrec.%s",
 		         pidpath, t->instance);
@@ -383,8 +381,7 @@ int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topi
 	case -EPERM:
 		fprintf(stderr,
 		        "volrec %s: permission denied opening /dev/shm/volrec.%s or its lease "
-		        "table "
-		        "(run as the daemon's user, root, or a member of group volrec)\n",
+		        "table (run as the daemon's user, root, or a member of group volrec)\n",
 		        cmd, t->instance);
 		break;
 	case -EAGAIN:
@@ -395,11 +392,10 @@ int tool_client_open(const struct tool_target *t, const char *cmd, unsigned topi
 		return VR_EXIT_TIMEOUT;
 	case -EPROTO:
 		if (!segment_problem(t->instance, why, sizeof(why)))
-			snprintf(
-			        why, sizeof(why),
-			        "its lease table /dev/shm/volrec.%s.readers is of another protocol "
-			        "version or malformed",
-			        t->instance);
+			snprintf(why, sizeof(why),
+			         "its lease table /dev/shm/volrec.%s.readers is of another "
+			         "protocol version or malformed",
+			         t->instance);
 		fprintf(stderr, "volrec %s: cannot read instance '%s' (/dev/shm/volrec.%s): %s\n",
 		        cmd, t->instance, t->instance, why);
 		break;
@@ -442,11 +438,6 @@ void tool_catch_signals(void)
 bool tool_interrupted(void)
 {
 	return interrupted != 0;
-}
-
-int tool_interrupt_signal(void)
-{
-	return interrupted;
 }
 
 void tool_run_init(struct tool_run *r)

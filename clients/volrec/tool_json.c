@@ -3,7 +3,6 @@
  * Reading the daemon's status and event messages (docs/operations.md) with json-c: dotted paths
  * into the parsed object, and strings made safe to print.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,41 +12,7 @@
 
 struct json_object *tool_json_parse(const char *text, size_t len, char *err, size_t errlen)
 {
-	struct json_tokener *tok;
-	struct json_object *o;
-	size_t end;
-
-	if (len > (size_t)INT32_MAX) {
-		vr_err(err, errlen, -EINVAL, "message of %zu bytes is too long", len);
-		return NULL;
-	}
-	tok = json_tokener_new();
-	if (!tok) {
-		vr_err(err, errlen, -ENOMEM, "out of memory");
-		return NULL;
-	}
-	json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
-	o = json_tokener_parse_ex(tok, text, (int)len);
-	end = json_tokener_get_parse_end(tok);
-	if (!o || json_tokener_get_error(tok) != json_tokener_success) {
-		enum json_tokener_error e = json_tokener_get_error(tok);
-
-		vr_err(err, errlen, -EINVAL, "malformed JSON at byte %zu: %s", end,
-		       e == json_tokener_continue ? "unexpected end" : json_tokener_error_desc(e));
-		json_object_put(o);
-		json_tokener_free(tok);
-		return NULL;
-	}
-	json_tokener_free(tok);
-	while (end < len && strchr(" \t\r\n", text[end]))
-		end++;
-	if (end < len || !json_object_is_type(o, json_type_object)) {
-		vr_err(err, errlen, -EINVAL, "malformed message at byte %zu: %s", end,
-		       end < len ? "text after the JSON object" : "not a JSON object");
-		json_object_put(o);
-		return NULL;
-	}
-	return o;
+	return vr_json_parse_object(text, len, JSON_TOKENER_DEFAULT_DEPTH, err, errlen);
 }
 
 struct json_object *tool_json_at(struct json_object *o, const char *path)

@@ -119,8 +119,7 @@ void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_
 		else
 			fprintf(f,
 			        "  median    partial_median: %.2f median depths per B-scan, at "
-			        "most "
-			        "%.0f, of %.0f (last volume)%s",
+			        "most %.0f, of %.0f (last volume)%s",
 			        mean,
 			        tool_json_num(st, "preprocess.median_depths.max_per_bscan", 0),
 			        depths, eol);

@@ -91,7 +91,6 @@ double tool_status_timeout(const struct tool_target *t);
 /* What the tools can learn without talking to the daemon. */
 struct tool_daemon {
 	int pid;                         /* the running volrecd, 0 when none */
-	bool pid_from_file;              /* found through <run_dir>/<instance>.pid */
 	bool have_header;                /* the data segment exists and its header was read */
 	struct volrec_shm_header header; /* a copy of it */
 	char why[TOOL_PATH_MAX + 256];   /* when pid == 0: what was looked at */
@@ -172,7 +171,6 @@ enum tool_presence tool_run_presence(struct tool_run *r, bool running, double no
 /* SIGINT/SIGTERM set a flag instead of killing the tool (so files get closed). */
 void tool_catch_signals(void);
 bool tool_interrupted(void);
-int tool_interrupt_signal(void);
 
 /* ---- signalling the daemon (tool_control.c) ---------------------------------------------- */
 
@@ -196,8 +194,9 @@ int tool_control_run(const struct tool_control *ctl, int argc, char **argv);
 
 /* ---- JSON (tool_json.c): the daemon's status and event messages, read with json-c ------ */
 
-/* Parse one JSON object (a status or event message) of len bytes: a json-c object the caller
- * releases with json_object_put, or NULL with the reason (and byte offset) in err. */
+/* Parse one JSON object (a status or event message) of len bytes strictly, as
+ * vr_json_parse_object at json-c's default depth: a json-c object the caller releases with
+ * json_object_put, or NULL with the reason (and byte offset) in err. */
 struct json_object *tool_json_parse(const char *text, size_t len, char *err, size_t errlen);
 /* The value at a dotted path ("rates.volumes_per_s", "geometry.volume.0"), NULL if absent. */
 struct json_object *tool_json_at(struct json_object *o, const char *path);
