@@ -423,12 +423,6 @@ size_t sim_bscan_bytes(const struct sim *s)
 	return s->abytes * s->p.ascans_per_bscan;
 }
 
-double sim_epoch_time(const struct sim *s, uint64_t epoch)
-{
-	double rate = s->p.rate > 0 ? s->p.rate : SIM_DEFAULT_RATE;
-	return (double)epoch / rate;
-}
-
 void sim_resample_poly(const struct sim *s, double poly[4])
 {
 	double k1 = s->K - 1;
@@ -480,11 +474,6 @@ double sim_unit_amplitude(const struct sim *s)
 	return s->amp;
 }
 
-double sim_dc_level(const struct sim *s)
-{
-	return s->dc;
-}
-
 double sim_noise_sigma(const struct sim *s)
 {
 	return s->sigma;
@@ -518,7 +507,8 @@ static uint64_t cell_hash(uint64_t seed, int64_t ix, int64_t iy)
 static void column_at(const struct sim *s, uint64_t epoch, double x, double y, struct column *c)
 {
 	const struct sim_params *p = &s->p;
-	double t = sim_epoch_time(s, epoch);
+	/* seconds of the motion clock */
+	double t = (double)epoch / (p->rate > 0 ? p->rate : SIM_DEFAULT_RATE);
 	bool jumped = p->jump_epoch > 0 && epoch >= p->jump_epoch;
 	double th = (p->deg_per_s * t + (jumped ? p->jump_deg : 0)) * (M_PI / 180);
 
