@@ -31,15 +31,25 @@
 /* The e2e cases of the one table (bench/cases.c). */
 #define bcase bench_case
 
+/* The latencies of each received `vol` (JSON keys in lat_keys). */
+enum lat {
+	LAT_PROC,  /* the `vol` latency field (last B-scan -> written) */
+	LAT_LAST,  /* last B-scan acquired -> received */
+	LAT_FIRST, /* first B-scan acquired -> received */
+	NLAT
+};
+
+static const char *const lat_keys[NLAT] = {"processing_latency_ms", "last_acquired_to_received_ms",
+                                           "first_acquired_to_received_ms"};
+
 struct run_result {
 	const char *kind; /* "max" or "paced" */
 	double rate;      /* source.rate */
 	double seconds;
 	uint64_t volumes, missed, torn;
 	double vps, ascans_s, gvox_s, in_gbs, out_gbs;
-	double lat_proc[2];  /* p50, p99: `vol` latency field (last B-scan -> written) */
-	double lat_last[2];  /* last B-scan acquired -> received */
-	double lat_first[2]; /* first B-scan acquired -> received */
+	/* p50, p99 of each enum lat, ms */
+	double lat[NLAT][2];
 	uint64_t drops_total, drops_ring_full, drops_other;
 	char drops_json[512];
 	char status_backend[512];
@@ -223,7 +233,7 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	struct volrec_client_options co = {0};
 	struct volrec_client *cl = NULL;
 	size_t cap = 1 << 16, n = 0;
-	double *lp = NULL, *ll = NULL, *lf = NULL;
+	double *lat[NLAT] = {NULL};
 	double t0 = 0, t_end, warm_end, deadline;
 	uint64_t warm_n = 0;
 	pid_t pid;
@@ -241,12 +251,12 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	rc = write_config(cfg, c, instance, run_dir, replay, false, rate, block);
 	if (rc < 0)
 		return rc;
-	lp = malloc(cap * sizeof(double));
-	ll = malloc(cap * sizeof(double));
-	lf = malloc(cap * sizeof(double));
-	if (!lp || !ll || !lf) {
-		rc = -ENOMEM;
-		goto out;
+	for (int j = 0; j < NLAT; j++) {
+		lat[j] = malloc(cap * sizeof(double));
+		if (!lat[j]) {
+			rc = -ENOMEM;
+			goto out;
+		}
 	}
 	{
 		char *argv[] = {bin, "-c", cfg, NULL};
@@ -316,23 +326,22 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 				warm_n++;
 			} else {
 				if (n == cap) {
-					double *a, *b, *d;
+					bool short_of_memory = false;
 					cap *= 2;
-					a = realloc(lp, cap * sizeof(double));
-					lp = a ? a : lp;
-					b = realloc(ll, cap * sizeof(double));
-					ll = b ? b : ll;
-					d = realloc(lf, cap * sizeof(double));
-					lf = d ? d : lf;
-					if (!a || !b || !d) {
+					for (int j = 0; j < NLAT; j++) {
+						double *a = realloc(lat[j], cap * sizeof(double));
+						lat[j] = a ? a : lat[j];
+						short_of_memory |= !a;
+					}
+					if (short_of_memory) {
 						rc = -ENOMEM;
 						volrec_view_release(cl, &m.view);
 						break;
 					}
 				}
-				lp[n] = (double)v->latency_ns / 1e6;
-				ll[n] = (double)(int64_t)(now_ns - v->t_last_ns) / 1e6;
-				lf[n] = (double)(int64_t)(now_ns - v->t_first_ns) / 1e6;
+				lat[LAT_PROC][n] = (double)v->latency_ns / 1e6;
+				lat[LAT_LAST][n] = (double)(int64_t)(now_ns - v->t_last_ns) / 1e6;
+				lat[LAT_FIRST][n] = (double)(int64_t)(now_ns - v->t_first_ns) / 1e6;
 				n++;
 				r->missed += v->missed;
 			}
@@ -372,12 +381,10 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 		r->in_gbs = r->vps * (double)in_bytes(c) / 1e9;
 		r->out_gbs = r->vps * (double)out_voxels(c) / 1e9;
 	}
-	r->lat_proc[0] = vr_percentile(lp, n, 50);
-	r->lat_proc[1] = vr_percentile(lp, n, 99);
-	r->lat_last[0] = vr_percentile(ll, n, 50);
-	r->lat_last[1] = vr_percentile(ll, n, 99);
-	r->lat_first[0] = vr_percentile(lf, n, 50);
-	r->lat_first[1] = vr_percentile(lf, n, 99);
+	for (int j = 0; j < NLAT; j++) {
+		r->lat[j][0] = vr_percentile(lat[j], n, 50);
+		r->lat[j][1] = vr_percentile(lat[j], n, 99);
+	}
 	{
 		struct json_object *st = status ? json_tokener_parse(status) : NULL;
 		struct json_object *st0 = status0 ? json_tokener_parse(status0) : NULL;
@@ -406,9 +413,8 @@ out:
 	volrec_client_close(cl);
 	free(status);
 	free(status0);
-	free(lp);
-	free(ll);
-	free(lf);
+	for (int j = 0; j < NLAT; j++)
+		free(lat[j]);
 	return rc;
 }
 
@@ -741,8 +747,8 @@ int main(int argc, char **argv)
 			printf("%-13s %-6s %7.1f %9.2f %11.4g %7.3f %9.2f %9.2f %9.2f %9.2f "
 			       "%7" PRIu64 " %-9s\n",
 			       sel[i]->name, r->kind, r->rate, r->vps, r->ascans_s, r->gvox_s,
-			       r->lat_proc[0], r->lat_proc[1], r->lat_first[0], r->lat_first[1],
-			       r->drops_total, r->acquisition);
+			       r->lat[LAT_PROC][0], r->lat[LAT_PROC][1], r->lat[LAT_FIRST][0],
+			       r->lat[LAT_FIRST][1], r->drops_total, r->acquisition);
 		}
 	for (int i = 0; i < nsel; i++) {
 		int j = motion_mode(sel[i]->mode) ? same_geometry_noncumulative(sel, nsel, sel[i])
@@ -860,18 +866,15 @@ int main(int argc, char **argv)
 			json_num(f, "output_gbs", r->out_gbs, true);
 			json_num(f, "pcie_limit_volumes_per_s", lim_vps, true);
 			json_num(f, "ratio_to_limit", r->vps / lim_vps, true);
-			fprintf(f, "\"processing_latency_ms\":{");
-			json_num(f, "p50", r->lat_proc[0], true);
-			json_num(f, "p99", r->lat_proc[1], false);
-			fprintf(f, "},\"last_acquired_to_received_ms\":{");
-			json_num(f, "p50", r->lat_last[0], true);
-			json_num(f, "p99", r->lat_last[1], false);
-			fprintf(f, "},\"first_acquired_to_received_ms\":{");
-			json_num(f, "p50", r->lat_first[0], true);
-			json_num(f, "p99", r->lat_first[1], false);
+			for (int j = 0; j < NLAT; j++) {
+				fprintf(f, "\"%s\":{", lat_keys[j]);
+				json_num(f, "p50", r->lat[j][0], true);
+				json_num(f, "p99", r->lat[j][1], false);
+				fprintf(f, "},");
+			}
 			fprintf(f,
-			        "},\"drops_in_window\":{\"total\":%" PRIu64
-			        ",\"ring_full\":%" PRIu64 ",\"other\":%" PRIu64
+			        "\"drops_in_window\":{\"total\":%" PRIu64 ",\"ring_full\":%" PRIu64
+			        ",\"other\":%" PRIu64
 			        "},\"daemon_drops_total\":%s,\"exit_status\":%d,\"acquisition\":\"%"
 			        "s\"",
 			        r->drops_total, r->drops_ring_full, r->drops_other, r->drops_json,
@@ -881,8 +884,9 @@ int main(int argc, char **argv)
 				        ",\"meets\":{\"volumes_per_s\":%s,\"p99_processing_ms\":%s,"
 				        "\"p99_first_acquired_ms\":%s}",
 				        r->vps >= c->target_vps ? "true" : "false",
-				        r->lat_proc[1] <= c->target_p99_ms ? "true" : "false",
-				        r->lat_first[1] <= c->target_p99_ms ? "true" : "false");
+				        r->lat[LAT_PROC][1] <= c->target_p99_ms ? "true" : "false",
+				        r->lat[LAT_FIRST][1] <= c->target_p99_ms ? "true"
+				                                                 : "false");
 			if (c->target_ascans)
 				fprintf(f, ",\"meets\":{\"ascans_per_s\":%s}",
 				        r->ascans_s >= c->target_ascans ? "true" : "false");
