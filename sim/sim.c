@@ -681,17 +681,10 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 		g[((int64_t)c->tilt_bin - s->zc + K) % K][0] += (float)SIM_TILT_AMP;
 	fftwf_execute(s->plan);
 	/* ext[j + TAP_LO] = grid[j mod K] for j = -TAP_LO .. K + NTAP - TAP_LO - 1 */
-	for (uint32_t j = 0; j < K; j++) {
-		ere[j + TAP_LO] = g[j][0];
-		eim[j + TAP_LO] = g[j][1];
-	}
-	for (int j = 0; j < TAP_LO; j++) {
-		ere[j] = g[K - TAP_LO + j][0];
-		eim[j] = g[K - TAP_LO + j][1];
-	}
-	for (int j = 0; j < NTAP - TAP_LO; j++) {
-		ere[K + TAP_LO + j] = g[j % K][0];
-		eim[K + TAP_LO + j] = g[j % K][1];
+	for (int64_t j = -TAP_LO; j < (int64_t)K + NTAP - TAP_LO; j++) {
+		const int64_t m = j < 0 ? j + K : j >= K ? j - K : j;
+		ere[j + TAP_LO] = g[m][0];
+		eim[j + TAP_LO] = g[m][1];
 	}
 	uint64_t st = nkey, rnd = 0;
 	for (uint32_t i = 0; i < K; i++) {
