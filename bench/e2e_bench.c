@@ -426,18 +426,14 @@ static void json_num(FILE *f, const char *k, double v, bool comma)
 		fprintf(f, "\"%s\":null%s", k, comma ? "," : "");
 }
 
-/* The selected noncumulative case of c's geometry (the reference of an adaptive case's
- * rate, issue 18: >= 0.8 of it in the same run), -1 when none is selected. */
-/* The motion-adaptive modes (docs/algorithms.md §2b, §2c): their rate is compared with the
- * noncumulative one of the same geometry (target >= 0.8). */
-static bool motion_mode(enum cfg_recon_mode m)
-{
-	return m == CFG_RECON_ADAPTIVE || m == CFG_RECON_COMPENSATED;
-}
-
+/* For a case c of a motion-adaptive mode (docs/algorithms.md §2b, §2c), the selected
+ * noncumulative case of c's geometry: the reference of c's rate (issue 18: >= 0.8 of it in the
+ * same run). -1 when c is of another mode or none is selected. */
 static int same_geometry_noncumulative(const struct bcase *const *sel, int nsel,
                                        const struct bcase *c)
 {
+	if (c->mode != CFG_RECON_ADAPTIVE && c->mode != CFG_RECON_COMPENSATED)
+		return -1;
 	for (int j = 0; j < nsel; j++) {
 		const struct bcase *o = sel[j];
 		if (o->mode == CFG_RECON_NONCUMULATIVE && o->K == c->K && o->sample == c->sample &&
@@ -751,8 +747,7 @@ int main(int argc, char **argv)
 			       r->lat[LAT_FIRST][1], r->drops_total, r->acquisition);
 		}
 	for (int i = 0; i < nsel; i++) {
-		int j = motion_mode(sel[i]->mode) ? same_geometry_noncumulative(sel, nsel, sel[i])
-		                                  : -1;
+		int j = same_geometry_noncumulative(sel, nsel, sel[i]);
 		if (j >= 0 && res[j][0].vps > 0 && res[i][0].kind)
 			printf("%s / %s (max runs): %.3f (target >= 0.8)\n", sel[i]->name,
 			       sel[j]->name, res[i][0].vps / res[j][0].vps);
@@ -805,12 +800,11 @@ int main(int argc, char **argv)
 	           "\"paper_adaptive_volumes_per_s\":100,\"paper_compensated_volumes_per_s\":100,"
 	           "\"adaptive_over_noncumulative\":0.8},\n\"adaptive_over_noncumulative\":{");
 	for (int i = 0, first = 1; i < nsel; i++) {
-		int j = motion_mode(sel[i]->mode) ? same_geometry_noncumulative(sel, nsel, sel[i])
-		                                  : -1;
+		int j = same_geometry_noncumulative(sel, nsel, sel[i]);
 		if (j < 0 || !(res[j][0].vps > 0) || !res[i][0].kind)
 			continue;
-		fprintf(f, "%s\"%s/%s\":", first ? "" : ",", sel[i]->name, sel[j]->name);
-		fprintf(f, "%.4f", res[i][0].vps / res[j][0].vps);
+		fprintf(f, "%s\"%s/%s\":%.4f", first ? "" : ",", sel[i]->name, sel[j]->name,
+		        res[i][0].vps / res[j][0].vps);
 		first = 0;
 	}
 	fprintf(f, "},\n\"results\":[");
@@ -822,12 +816,11 @@ int main(int argc, char **argv)
 			if (!r->kind)
 				continue;
 			if (isfinite(limit_d2h) && isfinite(limit_h2d))
-				lim_vps = fmin(fmin(limit_h2d * 1e9 / (double)in_bytes(c),
-				                    limit_d2h * 1e9 / (double)out_voxels(c)),
-				               limit_bidir * 1e9 /
-				                       (double)(in_bytes(c) > out_voxels(c)
-				                                        ? in_bytes(c)
-				                                        : out_voxels(c)));
+				lim_vps = fmin(
+				        fmin(limit_h2d * 1e9 / (double)in_bytes(c),
+				             limit_d2h * 1e9 / (double)out_voxels(c)),
+				        limit_bidir * 1e9 /
+				                fmax((double)in_bytes(c), (double)out_voxels(c)));
 			fprintf(f,
 			        "%s\n {\"case\":\"%s\",\"run\":\"%s\",\"sample_type\":\"%s\","
 			        "\"geometry\":{\"samples\":%u,"
