@@ -489,22 +489,14 @@ int main(int argc, char **argv)
 	double limit_h2d = NAN, limit_d2h = NAN, limit_bidir = NAN, limit_memcpy = NAN;
 	double link_d2h[CFG_GPU_DEVICES_MAX]; /* --devices: each entry's device's D2H limit */
 	char work[] = "/tmp/vre2eXXXXXX", host[128] = "unknown", date[32], commit[64] = "unknown";
-	char outpath[PATH_MAX];
+	char outpath[PATH_MAX], *up;
 	const char *device = "null";
 	time_t now = time(NULL);
 	FILE *f;
 
-	{
-		char self[PATH_MAX];
-		ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
-		if (k > 0) {
-			char *p;
-			self[k] = 0;
-			for (int i = 0; i < 2 && (p = strrchr(self, '/')); i++)
-				*p = 0;
-			snprintf(opt.build, sizeof(opt.build), "%s", self);
-		}
-	}
+	/* --build by default: the folder above this program's (build/tests/e2e_bench: build) */
+	if (vr_self_dir(opt.build, sizeof(opt.build)) == 0 && (up = strrchr(opt.build, '/')))
+		*up = 0;
 	const struct vr_cli_str strs[] = {{'d', &opt.shm_dir}, {'o', &opt.output}};
 	while ((ch = VR_CLI_GETOPT(argc, argv, "o:h", lo, strs)) != -1) {
 		char *end = NULL;
