@@ -237,17 +237,11 @@ static int shm_buf_open(struct shm_buf *b, size_t size, struct be_backend *be, c
                         size_t errlen)
 {
 	char name[64];
-	int fd, rc;
+	int fd = -1, rc;
 
 	memset(b, 0, sizeof(*b));
-	b->p = MAP_FAILED;
-	if (!shm_fits(size)) {
-		b->anonymous = true;
-		b->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (b->p == MAP_FAILED)
-			return vr_err_errno(err, errlen, -errno,
-			                    "mmap(MAP_SHARED | MAP_ANONYMOUS, %zu)", size);
-	} else {
+	b->anonymous = !shm_fits(size);
+	if (!b->anonymous) {
 		snprintf(name, sizeof(name), "/volrec-bench-%ld", (long)getpid());
 		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
 		if (fd < 0)
@@ -258,12 +252,15 @@ static int shm_buf_open(struct shm_buf *b, size_t size, struct be_backend *be, c
 			close(fd);
 			return vr_err_errno(err, errlen, rc, "ftruncate(%zu)", size);
 		}
-		b->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		rc = b->p == MAP_FAILED ? -errno : 0;
-		close(fd);
-		if (rc < 0)
-			return vr_err_errno(err, errlen, rc, "mmap(%zu)", size);
 	}
+	b->p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+	            MAP_SHARED | (b->anonymous ? MAP_ANONYMOUS : 0), fd, 0);
+	rc = b->p == MAP_FAILED ? -errno : 0;
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		return vr_err_errno(err, errlen, rc, "mmap(%s%zu)",
+		                    b->anonymous ? "MAP_SHARED | MAP_ANONYMOUS, " : "", size);
 	b->size = size;
 	memset(b->p, 0, size);
 	rc = be_host_register(be, b->p, size);
