@@ -441,7 +441,6 @@ void sim_resample_table(const struct sim *s, double *table)
 
 void sim_dispersion_coeffs(const struct sim *s, double coeffs[2])
 {
-	(void)s;
 	coeffs[0] = DISP_A2;
 	coeffs[1] = DISP_A3;
 }
