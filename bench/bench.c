@@ -68,8 +68,6 @@ static int mem_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy
 {
 	struct mem_src *m = h;
 
-	(void)ox;
-	(void)oy;
 	m->pend = true;
 	m->pend_epoch = epoch;
 	return 0;
@@ -108,7 +106,6 @@ static int mem_acquire_ref(void *h, const void **bscan, int timeout_ms,
 {
 	struct mem_src *m = h;
 
-	(void)timeout_ms;
 	if (!m->started)
 		return -EINVAL;
 	*bscan = m->data + (size_t)m->b * m->bscan_bytes;
@@ -130,8 +127,6 @@ static int mem_acquire(void *h, void *buf, size_t size, int timeout_ms,
 
 static int mem_release_ref(void *h, const void *bscan)
 {
-	(void)h;
-	(void)bscan;
 	return 0;
 }
 
@@ -179,7 +174,6 @@ static int mem_open(void *ctx, const struct vr_config *cfg, unsigned flags, stru
 	size_t bytes;
 	uint64_t s = 88172645463325252ull;
 
-	(void)flags;
 	if (!m)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	m->geo.bscans_per_volume = cfg->geometry.bscans_per_volume;
@@ -209,7 +203,6 @@ static int mem_open(void *ctx, const struct vr_config *cfg, unsigned flags, stru
 
 static void mem_src_close(void *ctx, struct src_source *src)
 {
-	(void)ctx;
 	mem_close(src->handle);
 	memset(src, 0, sizeof(*src));
 }
@@ -237,17 +230,11 @@ static int shm_buf_open(struct shm_buf *b, size_t size, struct be_backend *be, c
                         size_t errlen)
 {
 	char name[64];
-	int fd, rc;
+	int fd = -1, rc;
 
 	memset(b, 0, sizeof(*b));
-	b->p = MAP_FAILED;
-	if (!shm_fits(size)) {
-		b->anonymous = true;
-		b->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (b->p == MAP_FAILED)
-			return vr_err_errno(err, errlen, -errno,
-			                    "mmap(MAP_SHARED | MAP_ANONYMOUS, %zu)", size);
-	} else {
+	b->anonymous = !shm_fits(size);
+	if (!b->anonymous) {
 		snprintf(name, sizeof(name), "/volrec-bench-%ld", (long)getpid());
 		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
 		if (fd < 0)
@@ -258,12 +245,15 @@ static int shm_buf_open(struct shm_buf *b, size_t size, struct be_backend *be, c
 			close(fd);
 			return vr_err_errno(err, errlen, rc, "ftruncate(%zu)", size);
 		}
-		b->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		rc = b->p == MAP_FAILED ? -errno : 0;
-		close(fd);
-		if (rc < 0)
-			return vr_err_errno(err, errlen, rc, "mmap(%zu)", size);
 	}
+	b->p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+	            MAP_SHARED | (b->anonymous ? MAP_ANONYMOUS : 0), fd, 0);
+	rc = b->p == MAP_FAILED ? -errno : 0;
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		return vr_err_errno(err, errlen, rc, "mmap(%s%zu)",
+		                    b->anonymous ? "MAP_SHARED | MAP_ANONYMOUS, " : "", size);
 	b->size = size;
 	memset(b->p, 0, size);
 	rc = be_host_register(be, b->p, size);
@@ -308,9 +298,6 @@ static int timing_begin(void *ctx, uint64_t epoch, struct be_output *out, char *
 {
 	struct timing *t = ctx;
 
-	(void)epoch;
-	(void)err;
-	(void)errlen;
 	out->volume = t->out.p;
 	if (t->views_off) { /* as the daemon's sink: every view, the render every Nth volume */
 		out->views = (uint8_t *)t->out.p + t->views_off;
@@ -328,8 +315,6 @@ static int timing_publish(void *ctx, const struct pl_volume *v, char *err, size_
 	struct timing *t = ctx;
 	double now = (double)v->t_done_mono_ns * 1e-9;
 
-	(void)err;
-	(void)errlen;
 	pthread_mutex_lock(&t->mu);
 	if (!t->done) {
 		if (t->seen + 1 == t->warm)
@@ -353,7 +338,7 @@ static int timing_publish(void *ctx, const struct pl_volume *v, char *err, size_
 
 static void timing_abort(void *ctx)
 {
-	(void)ctx;
+	/* nothing to give back: every epoch writes into the one output buffer */
 }
 
 /* Engine events: failures end the measurement. */
@@ -429,7 +414,6 @@ int bench_run_raw(const struct vr_config *cfg, const void *raw, unsigned warm, u
 		t.render_every = cfg->view.render.every
 		                         ? cfg->view.render.every
 		                         : (be_caps(pl_backend(pl)) & BE_CAP_DEVICE ? 1 : 5);
-		r->views = true;
 		rc = shm_buf_open(&t.out, t.views_off + volrec_views_bytes(d[0], d[1], d[2]),
 		                  pl_backend(pl), err, errlen);
 	} else {
@@ -792,12 +776,6 @@ int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn
 int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn fn, void *ctx,
                        struct bench_figs *figs, char *err, size_t errlen)
 {
-	(void)devs;
-	(void)n;
-	(void)seconds;
-	(void)fn;
-	(void)ctx;
-	(void)figs;
 	return vr_err(err, errlen, -ENOTSUP,
 	              "backend: cuda: this volrec was built without CUDA (use cpu or auto)");
 }
@@ -805,13 +783,6 @@ int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn
 int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench_figs *figs,
                char *device, size_t devlen, char *err, size_t errlen)
 {
-	(void)dev;
-	(void)seconds;
-	(void)fn;
-	(void)ctx;
-	(void)figs;
-	(void)device;
-	(void)devlen;
 	return vr_err(err, errlen, -ENOTSUP,
 	              "backend: cuda: this volrec was built without CUDA (use cpu or auto)");
 }

@@ -83,8 +83,7 @@ struct bench_result {
 	double p50_ms, p99_ms;      /* latency: first B-scan acquired -> output in host memory */
 	size_t in_bytes, out_bytes; /* per epoch: raw input, u8 output volume */
 	unsigned epochs;            /* epochs timed */
-	bool views;           /* the views (ALGORITHMS.md §4) were computed for each volume */
-	double median_depths; /* per B-scan, mean over the timed epochs (partial_median) */
+	double median_depths;       /* per B-scan, mean over the timed epochs (partial_median) */
 	bool shm_anonymous; /* /dev/shm too small: output in a MAP_SHARED | MAP_ANONYMOUS mapping */
 	char device[256];   /* the backend's device description */
 };

@@ -31,15 +31,25 @@
 /* The e2e cases of the one table (bench/cases.c). */
 #define bcase bench_case
 
+/* The latencies of each received `vol` (JSON keys in lat_keys). */
+enum lat {
+	LAT_PROC,  /* the `vol` latency field (last B-scan -> written) */
+	LAT_LAST,  /* last B-scan acquired -> received */
+	LAT_FIRST, /* first B-scan acquired -> received */
+	NLAT
+};
+
+static const char *const lat_keys[NLAT] = {"processing_latency_ms", "last_acquired_to_received_ms",
+                                           "first_acquired_to_received_ms"};
+
 struct run_result {
 	const char *kind; /* "max" or "paced" */
 	double rate;      /* source.rate */
 	double seconds;
 	uint64_t volumes, missed, torn;
 	double vps, ascans_s, gvox_s, in_gbs, out_gbs;
-	double lat_proc[2];  /* p50, p99: `vol` latency field (last B-scan -> written) */
-	double lat_last[2];  /* last B-scan acquired -> received */
-	double lat_first[2]; /* first B-scan acquired -> received */
+	/* p50, p99 of each enum lat, ms */
+	double lat[NLAT][2];
 	uint64_t drops_total, drops_ring_full, drops_other;
 	char drops_json[512];
 	char status_backend[512];
@@ -223,7 +233,7 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	struct volrec_client_options co = {0};
 	struct volrec_client *cl = NULL;
 	size_t cap = 1 << 16, n = 0;
-	double *lp = NULL, *ll = NULL, *lf = NULL;
+	double *lat[NLAT] = {NULL};
 	double t0 = 0, t_end, warm_end, deadline;
 	uint64_t warm_n = 0;
 	pid_t pid;
@@ -241,12 +251,12 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	rc = write_config(cfg, c, instance, run_dir, replay, false, rate, block);
 	if (rc < 0)
 		return rc;
-	lp = malloc(cap * sizeof(double));
-	ll = malloc(cap * sizeof(double));
-	lf = malloc(cap * sizeof(double));
-	if (!lp || !ll || !lf) {
-		rc = -ENOMEM;
-		goto out;
+	for (int j = 0; j < NLAT; j++) {
+		lat[j] = malloc(cap * sizeof(double));
+		if (!lat[j]) {
+			rc = -ENOMEM;
+			goto out;
+		}
 	}
 	{
 		char *argv[] = {bin, "-c", cfg, NULL};
@@ -316,23 +326,22 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 				warm_n++;
 			} else {
 				if (n == cap) {
-					double *a, *b, *d;
+					bool short_of_memory = false;
 					cap *= 2;
-					a = realloc(lp, cap * sizeof(double));
-					lp = a ? a : lp;
-					b = realloc(ll, cap * sizeof(double));
-					ll = b ? b : ll;
-					d = realloc(lf, cap * sizeof(double));
-					lf = d ? d : lf;
-					if (!a || !b || !d) {
+					for (int j = 0; j < NLAT; j++) {
+						double *a = realloc(lat[j], cap * sizeof(double));
+						lat[j] = a ? a : lat[j];
+						short_of_memory |= !a;
+					}
+					if (short_of_memory) {
 						rc = -ENOMEM;
 						volrec_view_release(cl, &m.view);
 						break;
 					}
 				}
-				lp[n] = (double)v->latency_ns / 1e6;
-				ll[n] = (double)(int64_t)(now_ns - v->t_last_ns) / 1e6;
-				lf[n] = (double)(int64_t)(now_ns - v->t_first_ns) / 1e6;
+				lat[LAT_PROC][n] = (double)v->latency_ns / 1e6;
+				lat[LAT_LAST][n] = (double)(int64_t)(now_ns - v->t_last_ns) / 1e6;
+				lat[LAT_FIRST][n] = (double)(int64_t)(now_ns - v->t_first_ns) / 1e6;
 				n++;
 				r->missed += v->missed;
 			}
@@ -372,12 +381,10 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 		r->in_gbs = r->vps * (double)in_bytes(c) / 1e9;
 		r->out_gbs = r->vps * (double)out_voxels(c) / 1e9;
 	}
-	r->lat_proc[0] = vr_percentile(lp, n, 50);
-	r->lat_proc[1] = vr_percentile(lp, n, 99);
-	r->lat_last[0] = vr_percentile(ll, n, 50);
-	r->lat_last[1] = vr_percentile(ll, n, 99);
-	r->lat_first[0] = vr_percentile(lf, n, 50);
-	r->lat_first[1] = vr_percentile(lf, n, 99);
+	for (int j = 0; j < NLAT; j++) {
+		r->lat[j][0] = vr_percentile(lat[j], n, 50);
+		r->lat[j][1] = vr_percentile(lat[j], n, 99);
+	}
 	{
 		struct json_object *st = status ? json_tokener_parse(status) : NULL;
 		struct json_object *st0 = status0 ? json_tokener_parse(status0) : NULL;
@@ -406,9 +413,8 @@ out:
 	volrec_client_close(cl);
 	free(status);
 	free(status0);
-	free(lp);
-	free(ll);
-	free(lf);
+	for (int j = 0; j < NLAT; j++)
+		free(lat[j]);
 	return rc;
 }
 
@@ -420,18 +426,14 @@ static void json_num(FILE *f, const char *k, double v, bool comma)
 		fprintf(f, "\"%s\":null%s", k, comma ? "," : "");
 }
 
-/* The selected noncumulative case of c's geometry (the reference of an adaptive case's
- * rate, issue 18: >= 0.8 of it in the same run), -1 when none is selected. */
-/* The motion-adaptive modes (docs/algorithms.md §2b, §2c): their rate is compared with the
- * noncumulative one of the same geometry (target >= 0.8). */
-static bool motion_mode(enum cfg_recon_mode m)
-{
-	return m == CFG_RECON_ADAPTIVE || m == CFG_RECON_COMPENSATED;
-}
-
+/* For a case c of a motion-adaptive mode (docs/algorithms.md §2b, §2c), the selected
+ * noncumulative case of c's geometry: the reference of c's rate (issue 18: >= 0.8 of it in the
+ * same run). -1 when c is of another mode or none is selected. */
 static int same_geometry_noncumulative(const struct bcase *const *sel, int nsel,
                                        const struct bcase *c)
 {
+	if (c->mode != CFG_RECON_ADAPTIVE && c->mode != CFG_RECON_COMPENSATED)
+		return -1;
 	for (int j = 0; j < nsel; j++) {
 		const struct bcase *o = sel[j];
 		if (o->mode == CFG_RECON_NONCUMULATIVE && o->K == c->K && o->sample == c->sample &&
@@ -487,22 +489,14 @@ int main(int argc, char **argv)
 	double limit_h2d = NAN, limit_d2h = NAN, limit_bidir = NAN, limit_memcpy = NAN;
 	double link_d2h[CFG_GPU_DEVICES_MAX]; /* --devices: each entry's device's D2H limit */
 	char work[] = "/tmp/vre2eXXXXXX", host[128] = "unknown", date[32], commit[64] = "unknown";
-	char outpath[PATH_MAX];
+	char outpath[PATH_MAX], *up;
 	const char *device = "null";
 	time_t now = time(NULL);
 	FILE *f;
 
-	{
-		char self[PATH_MAX];
-		ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
-		if (k > 0) {
-			char *p;
-			self[k] = 0;
-			for (int i = 0; i < 2 && (p = strrchr(self, '/')); i++)
-				*p = 0;
-			snprintf(opt.build, sizeof(opt.build), "%s", self);
-		}
-	}
+	/* --build by default: the folder above this program's (build/tests/e2e_bench: build) */
+	if (vr_self_dir(opt.build, sizeof(opt.build)) == 0 && (up = strrchr(opt.build, '/')))
+		*up = 0;
 	const struct vr_cli_str strs[] = {{'d', &opt.shm_dir}, {'o', &opt.output}};
 	while ((ch = VR_CLI_GETOPT(argc, argv, "o:h", lo, strs)) != -1) {
 		char *end = NULL;
@@ -741,12 +735,11 @@ int main(int argc, char **argv)
 			printf("%-13s %-6s %7.1f %9.2f %11.4g %7.3f %9.2f %9.2f %9.2f %9.2f "
 			       "%7" PRIu64 " %-9s\n",
 			       sel[i]->name, r->kind, r->rate, r->vps, r->ascans_s, r->gvox_s,
-			       r->lat_proc[0], r->lat_proc[1], r->lat_first[0], r->lat_first[1],
-			       r->drops_total, r->acquisition);
+			       r->lat[LAT_PROC][0], r->lat[LAT_PROC][1], r->lat[LAT_FIRST][0],
+			       r->lat[LAT_FIRST][1], r->drops_total, r->acquisition);
 		}
 	for (int i = 0; i < nsel; i++) {
-		int j = motion_mode(sel[i]->mode) ? same_geometry_noncumulative(sel, nsel, sel[i])
-		                                  : -1;
+		int j = same_geometry_noncumulative(sel, nsel, sel[i]);
 		if (j >= 0 && res[j][0].vps > 0 && res[i][0].kind)
 			printf("%s / %s (max runs): %.3f (target >= 0.8)\n", sel[i]->name,
 			       sel[j]->name, res[i][0].vps / res[j][0].vps);
@@ -799,12 +792,11 @@ int main(int argc, char **argv)
 	           "\"paper_adaptive_volumes_per_s\":100,\"paper_compensated_volumes_per_s\":100,"
 	           "\"adaptive_over_noncumulative\":0.8},\n\"adaptive_over_noncumulative\":{");
 	for (int i = 0, first = 1; i < nsel; i++) {
-		int j = motion_mode(sel[i]->mode) ? same_geometry_noncumulative(sel, nsel, sel[i])
-		                                  : -1;
+		int j = same_geometry_noncumulative(sel, nsel, sel[i]);
 		if (j < 0 || !(res[j][0].vps > 0) || !res[i][0].kind)
 			continue;
-		fprintf(f, "%s\"%s/%s\":", first ? "" : ",", sel[i]->name, sel[j]->name);
-		fprintf(f, "%.4f", res[i][0].vps / res[j][0].vps);
+		fprintf(f, "%s\"%s/%s\":%.4f", first ? "" : ",", sel[i]->name, sel[j]->name,
+		        res[i][0].vps / res[j][0].vps);
 		first = 0;
 	}
 	fprintf(f, "},\n\"results\":[");
@@ -816,12 +808,11 @@ int main(int argc, char **argv)
 			if (!r->kind)
 				continue;
 			if (isfinite(limit_d2h) && isfinite(limit_h2d))
-				lim_vps = fmin(fmin(limit_h2d * 1e9 / (double)in_bytes(c),
-				                    limit_d2h * 1e9 / (double)out_voxels(c)),
-				               limit_bidir * 1e9 /
-				                       (double)(in_bytes(c) > out_voxels(c)
-				                                        ? in_bytes(c)
-				                                        : out_voxels(c)));
+				lim_vps = fmin(
+				        fmin(limit_h2d * 1e9 / (double)in_bytes(c),
+				             limit_d2h * 1e9 / (double)out_voxels(c)),
+				        limit_bidir * 1e9 /
+				                fmax((double)in_bytes(c), (double)out_voxels(c)));
 			fprintf(f,
 			        "%s\n {\"case\":\"%s\",\"run\":\"%s\",\"sample_type\":\"%s\","
 			        "\"geometry\":{\"samples\":%u,"
@@ -860,18 +851,15 @@ int main(int argc, char **argv)
 			json_num(f, "output_gbs", r->out_gbs, true);
 			json_num(f, "pcie_limit_volumes_per_s", lim_vps, true);
 			json_num(f, "ratio_to_limit", r->vps / lim_vps, true);
-			fprintf(f, "\"processing_latency_ms\":{");
-			json_num(f, "p50", r->lat_proc[0], true);
-			json_num(f, "p99", r->lat_proc[1], false);
-			fprintf(f, "},\"last_acquired_to_received_ms\":{");
-			json_num(f, "p50", r->lat_last[0], true);
-			json_num(f, "p99", r->lat_last[1], false);
-			fprintf(f, "},\"first_acquired_to_received_ms\":{");
-			json_num(f, "p50", r->lat_first[0], true);
-			json_num(f, "p99", r->lat_first[1], false);
+			for (int j = 0; j < NLAT; j++) {
+				fprintf(f, "\"%s\":{", lat_keys[j]);
+				json_num(f, "p50", r->lat[j][0], true);
+				json_num(f, "p99", r->lat[j][1], false);
+				fprintf(f, "},");
+			}
 			fprintf(f,
-			        "},\"drops_in_window\":{\"total\":%" PRIu64
-			        ",\"ring_full\":%" PRIu64 ",\"other\":%" PRIu64
+			        "\"drops_in_window\":{\"total\":%" PRIu64 ",\"ring_full\":%" PRIu64
+			        ",\"other\":%" PRIu64
 			        "},\"daemon_drops_total\":%s,\"exit_status\":%d,\"acquisition\":\"%"
 			        "s\"",
 			        r->drops_total, r->drops_ring_full, r->drops_other, r->drops_json,
@@ -881,8 +869,9 @@ int main(int argc, char **argv)
 				        ",\"meets\":{\"volumes_per_s\":%s,\"p99_processing_ms\":%s,"
 				        "\"p99_first_acquired_ms\":%s}",
 				        r->vps >= c->target_vps ? "true" : "false",
-				        r->lat_proc[1] <= c->target_p99_ms ? "true" : "false",
-				        r->lat_first[1] <= c->target_p99_ms ? "true" : "false");
+				        r->lat[LAT_PROC][1] <= c->target_p99_ms ? "true" : "false",
+				        r->lat[LAT_FIRST][1] <= c->target_p99_ms ? "true"
+				                                                 : "false");
 			if (c->target_ascans)
 				fprintf(f, ",\"meets\":{\"ascans_per_s\":%s}",
 				        r->ascans_s >= c->target_ascans ? "true" : "false");

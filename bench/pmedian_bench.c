@@ -43,13 +43,13 @@ static void usage(FILE *f)
 	           "  16 B-scans of 1024 A-scans x 1024 u16 samples per epoch\n");
 }
 
-/* Deterministic xorshift64. */
-static uint64_t pm_rng(uint64_t *s)
+/* Deterministic xorshift64, as a uniform number in [0, 1). */
+static double pm_uniform(uint64_t *s)
 {
 	*s ^= *s << 13;
 	*s ^= *s >> 7;
 	*s ^= *s << 17;
-	return *s;
+	return (double)(*s >> 11) / 9007199254740992.0;
 }
 
 /*
@@ -75,14 +75,12 @@ static void pm_fill(uint16_t *raw, uint32_t ny, uint32_t nx, uint32_t K, int lin
 	}
 	for (size_t r = 0; r < (size_t)ny * nx; r++) {
 		for (uint32_t k = 0; k < K; k++)
-			acc[k] = 30000.0 +
-			         40.0 * ((double)(pm_rng(&s) >> 11) / 9007199254740992.0 - 0.5);
+			acc[k] = 30000.0 + 40.0 * (pm_uniform(&s) - 0.5);
 		for (int m = 0; m < lines; m++) {
 			const uint32_t z =
 			        8 + (uint32_t)((uint64_t)m * (half - 16) / (uint64_t)lines);
-			const double amp = 200.0 * (double)(pm_rng(&s) >> 11) / 9007199254740992.0;
-			const double ph =
-			        2 * M_PI * (double)(pm_rng(&s) >> 11) / 9007199254740992.0;
+			const double amp = 200.0 * pm_uniform(&s);
+			const double ph = 2 * M_PI * pm_uniform(&s);
 			const double ca = amp * cos(ph), sa = amp * sin(ph);
 			/* amp cos(2 pi z k / K + ph), the angle reduced exactly in integers */
 			for (uint32_t k = 0, i = 0; k < K; k++, i = (i + z) % K)

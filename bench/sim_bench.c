@@ -6,7 +6,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "sim/sim.h"
@@ -14,22 +13,22 @@
 
 int main(int argc, char **argv)
 {
-	struct sim_params p;
+	const struct sim_params p = {
+	        .samples_per_ascan = argc > 1 ? (uint32_t)atoi(argv[1]) : 2048,
+	        .ascans_per_bscan = argc > 2 ? (uint32_t)atoi(argv[2]) : 60,
+	        .bscans_per_volume = argc > 3 ? (uint32_t)atoi(argv[3]) : 60,
+	        .stride_x = 5,
+	        .stride_y = 5,
+	        .sample_type = VOLREC_SAMPLE_U16,
+	        .rate = 25,
+	        .seed = 1,
+	        .phantom = "retina",
+	        .deg_per_s = 0.25,
+	        .snr_db = 40,
+	};
 	struct sim *s;
 	char err[256];
 	double secs = argc > 4 ? atof(argv[4]) : 2.0;
-
-	memset(&p, 0, sizeof(p));
-	p.samples_per_ascan = argc > 1 ? (uint32_t)atoi(argv[1]) : 2048;
-	p.ascans_per_bscan = argc > 2 ? (uint32_t)atoi(argv[2]) : 60;
-	p.bscans_per_volume = argc > 3 ? (uint32_t)atoi(argv[3]) : 60;
-	p.stride_x = p.stride_y = 5;
-	p.sample_type = VOLREC_SAMPLE_U16;
-	p.rate = 25;
-	p.seed = 1;
-	strcpy(p.phantom, "retina");
-	p.deg_per_s = 0.25;
-	p.snr_db = 40;
 	if (sim_create(&p, &s, err, sizeof(err))) {
 		fprintf(stderr, "sim_bench: %s\n", err);
 		return 1;
@@ -41,8 +40,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t ascans = 0, e = 0;
-	double t0 = vr_now_ns(CLOCK_MONOTONIC) * 1e-9,
-	       c0 = vr_now_ns(CLOCK_PROCESS_CPUTIME_ID) * 1e-9, t;
+	double t0 = vr_mono_s(), c0 = vr_now_ns(CLOCK_PROCESS_CPUTIME_ID) * 1e-9, t;
 	do {
 		uint32_t ox, oy;
 		vr_scan_offset(e, p.stride_x, p.stride_y, &ox, &oy);
@@ -54,7 +52,7 @@ int main(int argc, char **argv)
 			ascans += p.ascans_per_bscan;
 		}
 		e++;
-		t = vr_now_ns(CLOCK_MONOTONIC) * 1e-9 - t0;
+		t = vr_mono_s() - t0;
 	} while (t < secs);
 	double cpu = vr_now_ns(CLOCK_PROCESS_CPUTIME_ID) * 1e-9 - c0;
 	printf("sim_bench: K %u, %u x %u A-scans per epoch, one thread: %.0f A-scans/s of CPU "

@@ -98,9 +98,7 @@ def run_reader(instance, run_dir, seconds, period, mode):
                     h = hashlib.blake2b(memoryview(vol).cast("B"), digest_size=8).digest()
                     seq, epoch, flags, session = (vol.sequence, vol.epoch, vol.volume_flags,
                                                   vol.session_id)
-        except volrec.Timeout:
-            continue
-        except volrec.TornRead:
+        except (volrec.Timeout, volrec.TornRead):
             continue
         except volrec.VolrecError as e:
             errors += 1

@@ -59,6 +59,10 @@ def pct(v, q):
     return round(v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))], 2) if v else None
 
 
+def p50_p99(v, **more):
+    return {"p50": pct(v, 0.5), "p99": pct(v, 0.99), **more}
+
+
 def cpu_seconds(pid):
     """utime + stime of a process, in seconds (0 once it is gone)."""
     try:
@@ -163,15 +167,13 @@ def panes(first, last, dt):
             "pictures_per_s": round((r["frames"] - r0["frames"]) / dt, 2),
             "bytes_per_s": round((r["bytes"] - r0["bytes"]) / dt),
             "drawn_per_s": round(len(lat) / dt, 2),
-            "acq_to_drawn_ms": {"p50": pct(lat, 0.5), "p99": pct(lat, 0.99),
-                                "max": pct(lat, 1.0), "n": len(lat)},
-            "acq_to_publish_ms": {"p50": pct(acq_pub, 0.5), "p99": pct(acq_pub, 0.99)},
-            "publish_to_drawn_ms": {"p50": pct(pub, 0.5), "p99": pct(pub, 0.99)},
-            "arrived_to_drawn_ms": {"p50": pct([x[2] for x in mine], 0.5),
-                                    "p99": pct([x[2] for x in mine], 0.99)},
+            "acq_to_drawn_ms": p50_p99(lat, max=pct(lat, 1.0), n=len(lat)),
+            "acq_to_publish_ms": p50_p99(acq_pub),
+            "publish_to_drawn_ms": p50_p99(pub),
+            "arrived_to_drawn_ms": p50_p99([x[2] for x in mine]),
         }
     every = [x[1] for x in new]
-    return out, {"p50": pct(every, 0.5), "p99": pct(every, 0.99), "n": len(every)}
+    return out, p50_p99(every, n=len(every))
 
 
 def with_sockets(view, meter, n, seconds):

@@ -152,12 +152,11 @@ static void on_picture(const unsigned char *m, size_t len, uint64_t now)
 	                               ms_since(now, get64(m + 56))};
 }
 
-static void on_text(const char *text, size_t len)
+static void on_text(const char *text)
 {
 	struct json_object *o = json_tokener_parse(text), *t = NULL, *v = NULL;
 	const char *type;
 
-	(void)len;
 	if (!o || !json_object_object_get_ex(o, "type", &t))
 		return fail(1, "the viewer sent a text message that is not a typed JSON object");
 	type = json_object_get_string(t);
@@ -263,7 +262,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
 		if (lws_frame_is_binary(wsi))
 			on_picture(r.rx, r.rxlen, vr_real_ns());
 		else
-			on_text((const char *)r.rx, r.rxlen);
+			on_text((const char *)r.rx);
 		r.rxlen = 0;
 		if (r.phase == 1 && !r.subscribed)
 			lws_callback_on_writable(wsi);

@@ -423,12 +423,6 @@ size_t sim_bscan_bytes(const struct sim *s)
 	return s->abytes * s->p.ascans_per_bscan;
 }
 
-double sim_epoch_time(const struct sim *s, uint64_t epoch)
-{
-	double rate = s->p.rate > 0 ? s->p.rate : SIM_DEFAULT_RATE;
-	return (double)epoch / rate;
-}
-
 void sim_resample_poly(const struct sim *s, double poly[4])
 {
 	double k1 = s->K - 1;
@@ -447,7 +441,6 @@ void sim_resample_table(const struct sim *s, double *table)
 
 void sim_dispersion_coeffs(const struct sim *s, double coeffs[2])
 {
-	(void)s;
 	coeffs[0] = DISP_A2;
 	coeffs[1] = DISP_A3;
 }
@@ -478,11 +471,6 @@ double sim_envelope_k(const struct sim *s, double u)
 double sim_unit_amplitude(const struct sim *s)
 {
 	return s->amp;
-}
-
-double sim_dc_level(const struct sim *s)
-{
-	return s->dc;
 }
 
 double sim_noise_sigma(const struct sim *s)
@@ -518,7 +506,8 @@ static uint64_t cell_hash(uint64_t seed, int64_t ix, int64_t iy)
 static void column_at(const struct sim *s, uint64_t epoch, double x, double y, struct column *c)
 {
 	const struct sim_params *p = &s->p;
-	double t = sim_epoch_time(s, epoch);
+	/* seconds of the motion clock */
+	double t = (double)epoch / (p->rate > 0 ? p->rate : SIM_DEFAULT_RATE);
 	bool jumped = p->jump_epoch > 0 && epoch >= p->jump_epoch;
 	double th = (p->deg_per_s * t + (jumped ? p->jump_deg : 0)) * (M_PI / 180);
 
@@ -691,17 +680,10 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 		g[((int64_t)c->tilt_bin - s->zc + K) % K][0] += (float)SIM_TILT_AMP;
 	fftwf_execute(s->plan);
 	/* ext[j + TAP_LO] = grid[j mod K] for j = -TAP_LO .. K + NTAP - TAP_LO - 1 */
-	for (uint32_t j = 0; j < K; j++) {
-		ere[j + TAP_LO] = g[j][0];
-		eim[j + TAP_LO] = g[j][1];
-	}
-	for (int j = 0; j < TAP_LO; j++) {
-		ere[j] = g[K - TAP_LO + j][0];
-		eim[j] = g[K - TAP_LO + j][1];
-	}
-	for (int j = 0; j < NTAP - TAP_LO; j++) {
-		ere[K + TAP_LO + j] = g[j % K][0];
-		eim[K + TAP_LO + j] = g[j % K][1];
+	for (int64_t j = -TAP_LO; j < (int64_t)K + NTAP - TAP_LO; j++) {
+		const int64_t m = j < 0 ? j + K : j >= K ? j - K : j;
+		ere[j + TAP_LO] = g[m][0];
+		eim[j + TAP_LO] = g[m][1];
 	}
 	uint64_t st = nkey, rnd = 0;
 	for (uint32_t i = 0; i < K; i++) {

@@ -127,8 +127,6 @@ double sim_pixel_k(const struct sim *s, uint32_t i);
 double sim_envelope(const struct sim *s, uint32_t i);
 /* Interference amplitude (sample units) of a unit-amplitude reflector at the envelope peak. */
 double sim_unit_amplitude(const struct sim *s);
-/* DC level (sample units) at the envelope peak. */
-double sim_dc_level(const struct sim *s);
 /*
  * Shot-noise standard deviation at the envelope peak, in sample units (before quantization);
  * at pixel i it is sigma * sqrt(envelope(i)). Chosen so that a unit-amplitude reflector's peak
@@ -136,7 +134,5 @@ double sim_dc_level(const struct sim *s);
  * sigma = A * sqrt(K) / 2 * 10^(-snr_db / 20). 0 when noiseless.
  */
 double sim_noise_sigma(const struct sim *s);
-/* Seconds of the motion clock at epoch e (e / rate). */
-double sim_epoch_time(const struct sim *s, uint64_t epoch);
 
 #endif
