@@ -161,3 +161,18 @@ def test_the_comparison_can_fail(tmp_path, bin_dir):
     other = json.loads(json.dumps(cfg))
     other["preprocess"]["background"] = {"mode": "bscan_mean"}
     assert rel_error(low[0], oct_ref.preprocess(raw[0], other)) > 1e-3
+
+
+def test_benchmark_reports_the_median_depths_of_its_input(tmp_path, build_dir):
+    """pmedian_bench on the CPU backend, 1024 samples per A-scan (depth 512, shallower than the
+    default view positions): every case runs and counts the median depths its input was made
+    for (bscan_mean none; partial_median 0, 64, 256 and all N/2)."""
+    out = tmp_path / "pm.json"
+    p = subprocess.run([str(build_dir / "tests" / "pmedian_bench"), "--backend", "cpu",
+                        "--seconds", "0.05", "--bscans", "2", "--ascans", "64",
+                        "--samples", "1024", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    got = {c["name"]: c["median_depths_per_bscan"] for c in json.loads(out.read_text())["cases"]}
+    assert got == {"bscan_mean": 0, "partial_median_0": 0, "partial_median_64": 64,
+                   "partial_median_256": 256, "partial_median_all": 512}
