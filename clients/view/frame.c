@@ -211,10 +211,7 @@ int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *
 		putf(h + 112 + 4 * a, img->spacing[a]);
 	putf(h + 124, img->step);
 
-	f->kind = img->kind;
-	f->volume_id = img->volume_id;
 	f->len = VW_FRAME_HEADER + payload;
-	f->raw_bytes = VW_FRAME_HEADER + raw;
 	*out = f;
 	return 0;
 }
