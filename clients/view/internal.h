@@ -152,7 +152,6 @@ struct vw_tokens {
 struct vw_server_opts {
 	char addr[256];                 /* listen address (numeric or "localhost"), "" all */
 	int port;                       /* 0: any free port */
-	bool loopback;                  /* addr is a loopback address */
 	const char *cert, *key;         /* TLS files, NULL: plain HTTP */
 	const struct vw_tokens *tokens; /* NULL: every loopback client may view and control */
 	const char *assets;             /* folder of the page's files */
