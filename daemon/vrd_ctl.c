@@ -23,8 +23,6 @@ struct vrd_ctl {
 	char path[CFG_PATH_MAX]; /* the ipc socket file, removed on close */
 };
 
-static struct json_object *reply_fail(const char *id, const char *fmt, ...) VR_PRINTF(2, 3);
-
 static char *reply_text(struct json_object *o)
 {
 	char *s = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
@@ -44,7 +42,7 @@ static struct json_object *reply_new(bool ok, const char *id)
 }
 
 /* A refusal {"ok": false, "id", "error"}, to which a caller may add members. */
-static struct json_object *reply_fail(const char *id, const char *fmt, ...)
+VR_PRINTF(2, 3) static struct json_object *reply_fail(const char *id, const char *fmt, ...)
 {
 	char msg[CFG_ERR_MAX], clean[CFG_ERR_MAX];
 	struct json_object *o = reply_new(false, id);

@@ -94,21 +94,13 @@ void vrd_log_set_instance(const char *instance)
 
 static const char *prio_name(int prio)
 {
-	switch (prio) {
-	case LOG_EMERG:
-	case LOG_ALERT:
-	case LOG_CRIT:
-	case LOG_ERR:
-		return "error";
-	case LOG_WARNING:
-		return "warning";
-	case LOG_NOTICE:
-		return "notice";
-	case LOG_INFO:
-		return "info";
-	default:
-		return "debug";
-	}
+	static const char *const names[] = {
+	        [LOG_EMERG] = "error", [LOG_ALERT] = "error",     [LOG_CRIT] = "error",
+	        [LOG_ERR] = "error",   [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+	        [LOG_INFO] = "info",   [LOG_DEBUG] = "debug",
+	};
+
+	return prio >= 0 && prio <= LOG_DEBUG ? names[prio] : "debug";
 }
 
 void vrd_log_at(const char *file, int line, const char *func, int prio, const char *event,

@@ -179,18 +179,15 @@ static int read_tokens(const char *path, struct vw_tokens *t)
 		char *dst;
 
 		n++;
-		while (*p == ' ' || *p == '\t')
-			p++;
+		p += strspn(p, " \t");
 		if (*p == '#' || *p == '\n' || !*p)
 			continue;
 		v = strchr(p, ':');
 		if (!v)
 			goto bad;
 		*v++ = 0;
-		while (*v == ' ' || *v == '\t')
-			v++;
-		for (e = v + strlen(v);
-		     e > v && (e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\r' || e[-1] == '\t');)
+		v += strspn(v, " \t");
+		for (e = v + strlen(v); e > v && strchr("\n \r\t", e[-1]);)
 			*--e = 0;
 		if (!strcmp(p, "view"))
 			dst = t->view;
