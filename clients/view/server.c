@@ -527,13 +527,14 @@ static void ctl_poll_cb(lws_sorted_usec_list_t *sul)
 		sv->ctl_polling = false;
 }
 
-/* Forward a get or set to the daemon's control socket. */
-static void forward(struct vw_server *sv, struct vw_session *s, struct json_object *req,
-                    struct json_object *id)
+/* Forward {"op": op, field: value} (field NULL: op alone) to the daemon's control socket. */
+static void forward(struct vw_server *sv, struct vw_session *s, struct json_object *id,
+                    const char *op, const char *field, struct json_object *value)
 {
 	struct vw_cookie *ck = NULL;
 	const char *idtext =
 	        id ? json_object_to_json_string_ext(id, JSON_C_TO_STRING_PLAIN) : "null";
+	struct json_object *req;
 	int rc;
 
 	if (strlen(idtext) >= sizeof(ck->client_id)) {
@@ -548,8 +549,13 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 		session_error(sv, s, id, "too many control requests in flight; try again");
 		return;
 	}
+	req = json_object_new_object();
+	json_object_object_add(req, "op", json_object_new_string(op));
+	if (field)
+		json_object_object_add(req, field, json_object_get(value));
 	rc = vw_control_send(sv->ctl, json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN),
 	                     ++sv->next_cookie);
+	json_object_put(req);
 	if (rc == -EAGAIN) {
 		session_error(sv, s, id,
 		              "volrecd's control socket %s is not there (daemon stopped?)",
@@ -630,7 +636,7 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 {
 	char why[128];
 	struct json_object *msg = vr_json_parse_object(text, len, VW_JSON_DEPTH, why, sizeof(why));
-	struct json_object *type, *id = NULL, *values, *key;
+	struct json_object *type, *id = NULL, *values, *key = NULL;
 	const char *t;
 
 	if (!vr_utf8_valid(text, len)) {
@@ -688,8 +694,6 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		        json_object_new_int64((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec));
 		session_queue(s, o);
 	} else if (!strcmp(t, "set")) {
-		struct json_object *req;
-
 		if (s->access != VW_CONTROL) {
 			session_error(
 			        sv, s, id,
@@ -705,25 +709,14 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 			              "{\"view.position\": [10, 20, 30]}");
 			goto out;
 		}
-		req = json_object_new_object();
-		json_object_object_add(req, "op", json_object_new_string("set"));
-		json_object_object_add(req, "values", json_object_get(values));
-		forward(sv, s, req, id);
-		json_object_put(req);
+		forward(sv, s, id, "set", "values", values);
 	} else if (!strcmp(t, "get")) {
-		struct json_object *req = json_object_new_object();
-
-		json_object_object_add(req, "op", json_object_new_string("get"));
-		if (json_object_object_get_ex(msg, "key", &key)) {
-			if (!json_object_is_type(key, json_type_string)) {
-				json_object_put(req);
-				session_error(sv, s, id, "get: key: need a string");
-				goto out;
-			}
-			json_object_object_add(req, "key", json_object_get(key));
+		if (json_object_object_get_ex(msg, "key", &key) &&
+		    !json_object_is_type(key, json_type_string)) {
+			session_error(sv, s, id, "get: key: need a string");
+			goto out;
 		}
-		forward(sv, s, req, id);
-		json_object_put(req);
+		forward(sv, s, id, "get", key ? "key" : NULL, key);
 	} else {
 		char shown[65]; /* its first 64 bytes, cut at a character */
 
