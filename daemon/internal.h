@@ -39,7 +39,6 @@ enum vrd_parse_result vrd_options_parse(int argc, char **argv, struct vrd_option
 void vrd_log_init(const char *instance, enum cfg_log_level level);
 void vrd_log_set_level(enum cfg_log_level level);
 void vrd_log_set_instance(const char *instance);
-bool vrd_log_to_journal(void);
 /*
  * prio: a syslog priority (LOG_ERR ...); event: VOLREC_EVENT field or NULL. Thread-safe.
  * A macro, so that the journal's CODE_FILE, CODE_LINE and CODE_FUNC name the caller.

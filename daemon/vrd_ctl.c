@@ -21,10 +21,7 @@ struct vrd_ctl {
 	void *sock;
 	struct vrd_ctl_ops svc;
 	char path[CFG_PATH_MAX]; /* the ipc socket file, removed on close */
-	uint64_t answered, refused;
 };
-
-static char *reply_error(const char *id, const char *fmt, ...) VR_PRINTF(2, 3);
 
 static char *reply_text(struct json_object *o)
 {
@@ -44,7 +41,8 @@ static struct json_object *reply_new(bool ok, const char *id)
 	return o;
 }
 
-static char *reply_error(const char *id, const char *fmt, ...)
+/* A refusal {"ok": false, "id", "error"}, to which a caller may add members. */
+VR_PRINTF(2, 3) static struct json_object *reply_fail(const char *id, const char *fmt, ...)
 {
 	char msg[CFG_ERR_MAX], clean[CFG_ERR_MAX];
 	struct json_object *o = reply_new(false, id);
@@ -55,8 +53,10 @@ static char *reply_error(const char *id, const char *fmt, ...)
 	va_end(ap);
 	vr_utf8_sanitize(msg, clean, sizeof(clean));
 	json_object_object_add(o, "error", json_object_new_string(clean));
-	return reply_text(o);
+	return o;
 }
+
+#define reply_error(...) reply_text(reply_fail(__VA_ARGS__))
 
 /* The YAML text of a set value: a JSON string is YAML text as it stands ("hann", "[20, 90]");
  * any other JSON value is written as JSON, which YAML reads the same. */
@@ -113,10 +113,11 @@ static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, cons
                     const struct vrd_ctl_peer *peer)
 {
 	const char *paths[VRD_CTL_MAX_KEYS], *values[VRD_CTL_MAX_KEYS];
-	char err[CFG_ERR_MAX];
+	char *copies[VRD_CTL_MAX_KEYS], err[CFG_ERR_MAX];
 	struct json_object *vals, *o, *applied;
 	struct vr_config next;
-	size_t n = 0;
+	size_t n = 0, i;
+	bool oom;
 	int rc;
 
 	if (!json_object_object_get_ex(req, "values", &vals) ||
@@ -134,35 +135,23 @@ static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 	if (n == 0)
 		return reply_error(id, "set: no keys given");
 	/* value_text may return json-c's per-object buffer: copy each before the next call */
-	{
-		char *copies[VRD_CTL_MAX_KEYS];
-		size_t i;
-
-		for (i = 0; i < n; i++) {
-			struct json_object *jv = json_object_object_get(vals, paths[i]);
-
-			copies[i] = strdup(value_text(jv));
-			if (!copies[i])
-				break;
-			values[i] = copies[i];
-		}
-		if (i < n) {
-			while (i--)
-				free(copies[i]);
-			return NULL;
-		}
-		if (cfg_copy(&next, svc->config(svc->ctx)) < 0) {
-			for (i = 0; i < n; i++)
-				free(copies[i]);
-			return NULL;
-		}
+	for (i = 0; i < n; i++) {
+		copies[i] = strdup(value_text(json_object_object_get(vals, paths[i])));
+		if (!copies[i])
+			break;
+		values[i] = copies[i];
+	}
+	oom = i < n || cfg_copy(&next, svc->config(svc->ctx)) < 0;
+	if (!oom) {
 		rc = cfg_set_keys(&next, paths, values, n, err, sizeof(err));
 		if (rc == 0)
 			rc = svc->apply(svc->ctx, &next, paths, n, peer, err, sizeof(err));
 		cfg_free(&next);
-		for (i = 0; i < n; i++)
-			free(copies[i]);
 	}
+	while (i--)
+		free(copies[i]);
+	if (oom)
+		return NULL;
 	if (rc == -EBUSY) {
 		/* one change at a time: the client may send the same request again shortly */
 		o = reply_new(false, id);
@@ -174,7 +163,7 @@ static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 		return reply_error(id, "%s", err);
 	o = reply_new(true, id);
 	applied = json_object_new_array();
-	for (size_t i = 0; i < n; i++)
+	for (i = 0; i < n; i++)
 		json_object_array_add(applied, json_object_new_string(paths[i]));
 	json_object_object_add(o, "applied", applied);
 	json_object_object_add(o, "note",
@@ -225,9 +214,8 @@ static const struct {
  */
 static char *expired(struct json_object *req, const char *id, const char *op)
 {
-	struct json_object *e;
+	struct json_object *e, *o;
 	double at, now = (double)vr_mono_ns() / 1e6;
-	struct json_object *o;
 
 	if (!json_object_object_get_ex(req, "expires_ms", &e))
 		return NULL;
@@ -239,16 +227,10 @@ static char *expired(struct json_object *req, const char *id, const char *op)
 	at = json_object_get_double(e);
 	if (now <= at)
 		return NULL;
-	o = reply_new(false, id);
-	{
-		char msg[256];
-
-		snprintf(msg, sizeof(msg),
-		         "%s: expired %.0f ms before volrecd read it (expires_ms %.0f, now %.0f): "
-		         "not applied",
-		         op, now - at, at, now);
-		json_object_object_add(o, "error", json_object_new_string(msg));
-	}
+	o = reply_fail(id,
+	               "%s: expired %.0f ms before volrecd read it (expires_ms %.0f, now %.0f): "
+	               "not applied",
+	               op, now - at, at, now);
 	json_object_object_add(o, "expired", json_object_new_boolean(true));
 	return reply_text(o);
 }
@@ -449,17 +431,13 @@ int vrd_ctl_process(struct vrd_ctl *c)
 		body = delim ? 2 : 1;
 		if (n <= body || extra || n > body + 1) {
 			reply = reply_error(NULL, "a request is one frame holding one JSON object");
-			refused = true;
-			memset(&peer, 0, sizeof(peer));
 		} else {
 			peer_of(&parts[body], &peer);
 			reply = vrd_ctl_answer(&c->svc, zmq_msg_data(&parts[body]),
 			                       zmq_msg_size(&parts[body]), &peer, &refused);
 		}
-		if (!reply) {
+		if (!reply)
 			reply = strdup("{\"ok\":false,\"error\":\"out of memory\"}");
-			refused = true;
-		}
 		/* reply to the identity; a peer that is gone or slow loses its reply */
 		if (reply && zmq_send(c->sock, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]),
 		                      ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
@@ -470,19 +448,9 @@ int vrd_ctl_process(struct vrd_ctl *c)
 		free(reply);
 		for (int i = 0; i < n; i++)
 			zmq_msg_close(&parts[i]);
-		if (refused)
-			c->refused++;
-		else
-			c->answered++;
 		done++;
 	}
 	return done;
-}
-
-void vrd_ctl_counts(const struct vrd_ctl *c, uint64_t *answered, uint64_t *refused)
-{
-	*answered = c ? c->answered : 0;
-	*refused = c ? c->refused : 0;
 }
 
 void vrd_ctl_close(struct vrd_ctl *c)

@@ -59,8 +59,6 @@ VR_MUST_CHECK int vrd_ctl_open(void *zctx, const char *endpoint, const struct vr
 int vrd_ctl_fd(struct vrd_ctl *c);
 /* Answer up to VRD_CTL_BURST pending requests; never blocks. Returns how many were answered. */
 int vrd_ctl_process(struct vrd_ctl *c);
-/* Requests answered and refused since open (for status). */
-void vrd_ctl_counts(const struct vrd_ctl *c, uint64_t *answered, uint64_t *refused);
 /* Close the socket and remove its file. NULL is fine. */
 void vrd_ctl_close(struct vrd_ctl *c);
 

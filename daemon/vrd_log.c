@@ -22,9 +22,8 @@
 static struct {
 	pthread_mutex_t lock;
 	char instance[CFG_NAME_MAX];
-	int max_prio;  /* highest syslog priority number printed */
-	bool journal;  /* send with sd_journal_send */
-	bool detected; /* vrd_log_init ran */
+	int max_prio; /* highest syslog priority number printed */
+	bool journal; /* send with sd_journal_send */
 } logger = {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .instance = "",
@@ -76,7 +75,6 @@ void vrd_log_init(const char *instance, enum cfg_log_level level)
 		logger.journal =
 		        stderr_is_journal() || (sd_booted() > 0 && getenv("INVOCATION_ID") &&
 		                                !isatty(2) && !getenv("JOURNAL_STREAM"));
-	logger.detected = true;
 	pthread_mutex_unlock(&logger.lock);
 }
 
@@ -94,28 +92,15 @@ void vrd_log_set_instance(const char *instance)
 	pthread_mutex_unlock(&logger.lock);
 }
 
-bool vrd_log_to_journal(void)
-{
-	return logger.journal;
-}
-
 static const char *prio_name(int prio)
 {
-	switch (prio) {
-	case LOG_EMERG:
-	case LOG_ALERT:
-	case LOG_CRIT:
-	case LOG_ERR:
-		return "error";
-	case LOG_WARNING:
-		return "warning";
-	case LOG_NOTICE:
-		return "notice";
-	case LOG_INFO:
-		return "info";
-	default:
-		return "debug";
-	}
+	static const char *const names[] = {
+	        [LOG_EMERG] = "error", [LOG_ALERT] = "error",     [LOG_CRIT] = "error",
+	        [LOG_ERR] = "error",   [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+	        [LOG_INFO] = "info",   [LOG_DEBUG] = "debug",
+	};
+
+	return prio >= 0 && prio <= LOG_DEBUG ? names[prio] : "debug";
 }
 
 void vrd_log_at(const char *file, int line, const char *func, int prio, const char *event,
@@ -136,16 +121,11 @@ void vrd_log_at(const char *file, int line, const char *func, int prio, const ch
 		/* the caller's location, as sd_journal_send() records its own */
 		snprintf(code_file, sizeof(code_file), "CODE_FILE=%s", file);
 		snprintf(code_line, sizeof(code_line), "CODE_LINE=%d", line);
-		if (event && *event)
-			sd_journal_send_with_location(
-			        code_file, code_line, func, "MESSAGE=%s", msg, "PRIORITY=%d", prio,
-			        "SYSLOG_IDENTIFIER=volrecd", "VOLREC_INSTANCE=%s", logger.instance,
-			        "VOLREC_EVENT=%s", event, NULL);
-		else
-			sd_journal_send_with_location(code_file, code_line, func, "MESSAGE=%s", msg,
-			                              "PRIORITY=%d", prio,
-			                              "SYSLOG_IDENTIFIER=volrecd",
-			                              "VOLREC_INSTANCE=%s", logger.instance, NULL);
+		/* without an event the list ends (NULL) where VOLREC_EVENT would be */
+		sd_journal_send_with_location(
+		        code_file, code_line, func, "MESSAGE=%s", msg, "PRIORITY=%d", prio,
+		        "SYSLOG_IDENTIFIER=volrecd", "VOLREC_INSTANCE=%s", logger.instance,
+		        event && *event ? "VOLREC_EVENT=%s" : NULL, event, NULL);
 	} else {
 		fprintf(stderr, "volrecd[%s]: %s: %s\n", logger.instance, prio_name(prio), msg);
 	}

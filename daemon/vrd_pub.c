@@ -24,14 +24,12 @@ struct vrd_pub {
 	uint32_t nslots, nregistered;
 	struct ipc_slot_ref cur; /* slot being filled */
 	bool in_progress;
-	bool published;                /* a volume was published in this session */
-	uint64_t last_epoch;           /* epoch of the last one */
 	bool views;                    /* slots carry views */
 	_Atomic uint32_t render_every; /* set by the service thread (vrd_pub_update) */
 	uint32_t render_count;
 	uint32_t ny;                   /* B-scans per volume */
 	uint32_t *md;                  /* [ny] median depths per B-scan, from be_host_alloc */
-	pthread_mutex_t lock;          /* guards last */
+	pthread_mutex_t lock;          /* guards last (written by the processing thread only) */
 	struct vrd_median_depths last; /* of the last volume published */
 };
 
@@ -141,7 +139,7 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	struct vrd_pub *pub = ctx;
 	/* the pipeline numbers epochs from 0 in each session and skips the number of every epoch
 	 * it drops (ring full, incomplete, processing error, source fault): a gap is a drop */
-	uint64_t expected = pub->published ? pub->last_epoch + 1 : 0;
+	uint64_t expected = pub->last.have ? pub->last.epoch + 1 : 0;
 	uint64_t gap = v->epoch > expected ? v->epoch - expected : 0;
 	/* the source lost data before the epoch's first B-scan: its history has a gap though no
 	 * epoch number was skipped (the writer sets VOLREC_FLAG_DROPPED_BEFORE from drops_before) */
@@ -164,8 +162,6 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 		uint64_t sum = 0;
 		uint32_t max = 0;
 
-		pub->published = true;
-		pub->last_epoch = v->epoch;
 		for (uint32_t b = 0; b < pub->ny; b++) {
 			sum += pub->md[b];
 			max = pub->md[b] > max ? pub->md[b] : max;

@@ -829,9 +829,7 @@ static struct json_object *ctl_status(void *ctx)
 /* (Re)open the control socket of the instance in force; a failure is logged, not fatal. */
 static void ctl_open(struct service *s)
 {
-	static const struct vrd_ctl_ops ops_tbl = {NULL, ctl_config, ctl_apply, ctl_reset,
-	                                           ctl_status};
-	struct vrd_ctl_ops o = ops_tbl;
+	const struct vrd_ctl_ops o = {s, ctl_config, ctl_apply, ctl_reset, ctl_status};
 	char ep[CFG_PATH_MAX + CFG_NAME_MAX + 16], err[512];
 
 	vrd_ctl_close(s->ctl);
@@ -843,7 +841,6 @@ static void ctl_open(struct service *s)
 		        zmq_strerror(errno));
 		return;
 	}
-	o.ctx = s;
 	snprintf(ep, sizeof(ep), "ipc://%s/%s.ctl", s->cur.ipc.run_dir, s->cur.instance);
 	if (vrd_ctl_open(s->zctx, ep, &o, &s->ctl, err, sizeof(err)) < 0)
 		vrd_log(LOG_ERR, NULL, "%s: volrec get/set will not work", err);
@@ -894,7 +891,7 @@ static void reload_poll(struct service *s)
 int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 {
 	struct service s = {.config_path = config_path};
-	uint64_t next_status, next_wd = 0, status_ns;
+	uint64_t next_status, next_wd = 0;
 	bool stop = false, reload = false, ctl_more = false;
 	char err[CFG_ERR_MAX];
 	sigset_t mask;
@@ -945,15 +942,15 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	s.state = SVC_RUNNING;
 	s.prev_ns = vr_mono_ns();
 	{
-		struct volrec_shim_info info, *si = &info;
+		struct volrec_shim_info si;
 		char msg[1024];
 
-		pl_source_info(vrd_pipeline_engine(s.pl), &info);
+		pl_source_info(vrd_pipeline_engine(s.pl), &si);
 		snprintf(
 		        msg, sizeof(msg),
 		        "started: instance %s, source %s (%s), backend %s (%s), session %016" PRIx64
 		        "%s",
-		        s.cur.instance, cfg_source_name(s.cur.source.type), si->name,
+		        s.cur.instance, cfg_source_name(s.cur.source.type), si.name,
 		        be_name(pl_backend(vrd_pipeline_engine(s.pl))),
 		        be_device(pl_backend(vrd_pipeline_engine(s.pl))),
 		        vrd_pub_session(vrd_pipeline_pub(s.pl)),
@@ -962,8 +959,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	}
 	sd_notifyf(0, "READY=1\nMAINPID=%d\nSTATUS=running", (int)getpid());
 
-	status_ns = (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
-	next_status = vr_mono_ns() + status_ns;
+	next_status = vr_mono_ns() + (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
 	if (s.wd_enabled)
 		next_wd = vr_mono_ns() + s.wd_usec * 1000ull / 2;
 	while (!stop) {
@@ -1013,13 +1009,11 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 			reload = false;
 			if (reload_start(&s) < 0)
 				goto out_pid;
-			status_ns = (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
 		}
 		now = vr_mono_ns();
 		if (now >= next_status) {
 			send_status(&s, now);
-			status_ns = (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
-			next_status = now + status_ns;
+			next_status = now + (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
 		}
 		if (s.wd_enabled && now >= next_wd) {
 			watchdog_tick(&s);

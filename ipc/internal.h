@@ -66,16 +66,18 @@ static inline uint64_t ipc_now_ns(clockid_t clk)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-__attribute__((format(printf, 3, 4))) static inline void ipc_errf(char *err, size_t errlen,
-                                                                  const char *fmt, ...)
+/* Write the message into err (NULL or errlen 0: none) and return code. */
+__attribute__((format(printf, 4, 5))) static inline int ipc_errf(char *err, size_t errlen, int code,
+                                                                 const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
 }
 
 static inline struct volrec_slot_header *ipc_slot_header(const void *map, uint32_t i)

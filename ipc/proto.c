@@ -12,17 +12,10 @@
 
 bool ipc_instance_valid(const char *name)
 {
-	size_t n = 0;
+	static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+	size_t n = name ? strlen(name) : 0;
 
-	if (!name)
-		return false;
-	for (; name[n]; n++) {
-		char c = name[n];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '-'))
-			return false;
-	}
-	return n >= 1 && n <= VOLREC_INSTANCE_MAX;
+	return n >= 1 && n <= VOLREC_INSTANCE_MAX && strspn(name, ok) == n;
 }
 
 int ipc_shm_names(const char *instance, char *data, size_t dlen, char *lease, size_t llen)
@@ -45,56 +38,45 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 
 	/* Readiness first: the writer sizes the segment, fills the header, then stores the magic
 	 * (release) and later sets state live. Until then the segment is not ready, not wrong. */
-	if (size < sizeof(*h)) {
-		ipc_errf(
-		        err, errlen,
+	if (size < sizeof(*h))
+		return ipc_errf(
+		        err, errlen, -EAGAIN,
 		        "data segment is %zu bytes, smaller than its header (256): not initialized "
 		        "yet",
 		        size);
-		return -EAGAIN;
-	}
 	magic = ipc_load64(&h->magic, memory_order_acquire);
-	if (!magic) {
-		ipc_errf(err, errlen, "data segment is not initialized yet (magic still 0)");
-		return -EAGAIN;
-	}
-	if (magic != VOLREC_SHM_MAGIC) {
-		ipc_errf(err, errlen,
-		         "data segment has a bad magic 0x%016llx (not a volrec segment)",
-		         (unsigned long long)magic);
-		return -EPROTO;
-	}
-	if (h->major != VOLREC_PROTO_MAJOR) {
-		ipc_errf(err, errlen,
-		         "data segment speaks protocol version %u.%u; this client supports major "
-		         "version %d only",
-		         h->major, h->minor, VOLREC_PROTO_MAJOR);
-		return -EPROTO;
-	}
-	if (ipc_load32(&h->state, memory_order_acquire) == VOLREC_STATE_INIT) {
-		ipc_errf(err, errlen, "data segment is still being created");
-		return -EAGAIN;
-	}
+	if (!magic)
+		return ipc_errf(err, errlen, -EAGAIN,
+		                "data segment is not initialized yet (magic still 0)");
+	if (magic != VOLREC_SHM_MAGIC)
+		return ipc_errf(err, errlen, -EPROTO,
+		                "data segment has a bad magic 0x%016llx (not a volrec segment)",
+		                (unsigned long long)magic);
+	if (h->major != VOLREC_PROTO_MAJOR)
+		return ipc_errf(
+		        err, errlen, -EPROTO,
+		        "data segment speaks protocol version %u.%u; this client supports major "
+		        "version %d only",
+		        h->major, h->minor, VOLREC_PROTO_MAJOR);
+	if (ipc_load32(&h->state, memory_order_acquire) == VOLREC_STATE_INIT)
+		return ipc_errf(err, errlen, -EAGAIN, "data segment is still being created");
 	esz = volrec_dtype_size(h->dtype);
-	if (h->header_size < sizeof(*h) || h->header_size > h->data_offset) {
-		ipc_errf(err, errlen, "data segment header_size %u is invalid", h->header_size);
-		return -EPROTO;
-	}
-	if (!esz) {
-		ipc_errf(err, errlen, "data segment has an unknown dtype %u", h->dtype);
-		return -EPROTO;
-	}
+	if (h->header_size < sizeof(*h) || h->header_size > h->data_offset)
+		return ipc_errf(err, errlen, -EPROTO, "data segment header_size %u is invalid",
+		                h->header_size);
+	if (!esz)
+		return ipc_errf(err, errlen, -EPROTO, "data segment has an unknown dtype %u",
+		                h->dtype);
 	/* the product in 128 bits: a wrapped one let 2^22 x 2^21 x 2^21 pass as 0 bytes */
 	if (!h->ny || !h->nx || !h->nz || !h->slot_count || h->slot_count > VOLREC_MAX_SLOTS ||
 	    __builtin_mul_overflow((uint64_t)h->ny * h->nx, (uint64_t)h->nz * esz, &vbytes) ||
-	    h->volume_bytes != vbytes) {
-		ipc_errf(err, errlen,
-		         "data segment geometry is inconsistent (%u x %u x %u, dtype %u, %u slots, "
-		         "%llu bytes per volume)",
-		         h->ny, h->nx, h->nz, h->dtype, h->slot_count,
-		         (unsigned long long)h->volume_bytes);
-		return -EPROTO;
-	}
+	    h->volume_bytes != vbytes)
+		return ipc_errf(
+		        err, errlen, -EPROTO,
+		        "data segment geometry is inconsistent (%u x %u x %u, dtype %u, %u slots, "
+		        "%llu bytes per volume)",
+		        h->ny, h->nx, h->nz, h->dtype, h->slot_count,
+		        (unsigned long long)h->volume_bytes);
 	/* Offsets and the stride are bounded by the mapping before they take part in a sum, so
 	 * no sum below wraps (a wrapped one let a segment with data at 2^63 pass). */
 	table_end = h->slot_table_offset + (uint64_t)h->slot_count * h->slot_header_size;
@@ -105,21 +87,19 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	    table_end > h->data_offset || h->data_offset % VOLREC_SLOT_ALIGN ||
 	    h->slot_stride % VOLREC_SLOT_ALIGN || h->slot_stride < h->volume_bytes ||
 	    h->data_offset + (uint64_t)h->slot_count * h->slot_stride > h->segment_size ||
-	    h->segment_size > size) {
-		ipc_errf(err, errlen,
-		         "data segment layout is inconsistent (slot table at %llu, data at %llu, "
-		         "stride %llu, segment %llu of %zu bytes mapped)",
-		         (unsigned long long)h->slot_table_offset,
-		         (unsigned long long)h->data_offset, (unsigned long long)h->slot_stride,
-		         (unsigned long long)h->segment_size, size);
-		return -EPROTO;
-	}
+	    h->segment_size > size)
+		return ipc_errf(
+		        err, errlen, -EPROTO,
+		        "data segment layout is inconsistent (slot table at %llu, data at %llu, "
+		        "stride %llu, segment %llu of %zu bytes mapped)",
+		        (unsigned long long)h->slot_table_offset,
+		        (unsigned long long)h->data_offset, (unsigned long long)h->slot_stride,
+		        (unsigned long long)h->segment_size, size);
 	if (h->endpoints_size &&
 	    (h->endpoints_offset < table_end || h->endpoints_offset > h->data_offset ||
-	     h->endpoints_offset + h->endpoints_size > h->data_offset)) {
-		ipc_errf(err, errlen, "data segment endpoint list lies outside the header region");
-		return -EPROTO;
-	}
+	     h->endpoints_offset + h->endpoints_size > h->data_offset))
+		return ipc_errf(err, errlen, -EPROTO,
+		                "data segment endpoint list lies outside the header region");
 	/* views (1.2): inside each slot, after the volume; bounded by the stride before summing;
 	 * at least the header and its descriptors, which a client reads before any size it finds
 	 * there (a smaller area let volrec_view_image read past it: tests/fuzz/fuzz_views) */
@@ -127,18 +107,15 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	    (h->views_offset < h->volume_bytes || h->views_offset % 64 ||
 	     h->views_offset > h->slot_stride || h->views_bytes > h->slot_stride ||
 	     h->views_offset + h->views_bytes > h->slot_stride ||
-	     h->views_bytes < VOLREC_VIEWS_DATA_OFFSET)) {
-		ipc_errf(err, errlen,
-		         "data segment views area is inconsistent (offset %llu, %llu bytes, volume "
-		         "%llu bytes, stride %llu)",
-		         (unsigned long long)h->views_offset, (unsigned long long)h->views_bytes,
-		         (unsigned long long)h->volume_bytes, (unsigned long long)h->slot_stride);
-		return -EPROTO;
-	}
-	if (!h->session_id) {
-		ipc_errf(err, errlen, "data segment has a zero session id");
-		return -EPROTO;
-	}
+	     h->views_bytes < VOLREC_VIEWS_DATA_OFFSET))
+		return ipc_errf(
+		        err, errlen, -EPROTO,
+		        "data segment views area is inconsistent (offset %llu, %llu bytes, volume "
+		        "%llu bytes, stride %llu)",
+		        (unsigned long long)h->views_offset, (unsigned long long)h->views_bytes,
+		        (unsigned long long)h->volume_bytes, (unsigned long long)h->slot_stride);
+	if (!h->session_id)
+		return ipc_errf(err, errlen, -EPROTO, "data segment has a zero session id");
 	return 0;
 }
 
@@ -182,43 +159,35 @@ int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, si
 	uint32_t magic, size;
 	uint16_t major;
 
-	if (len < 12) {
-		ipc_errf(err, errlen, "vol message of %zu bytes is too short (at least %d)", len,
-		         VOLREC_VOL_MSG_MIN);
-		return -EPROTO;
-	}
+	if (len < 12)
+		return ipc_errf(err, errlen, -EPROTO,
+		                "vol message of %zu bytes is too short (at least %d)", len,
+		                VOLREC_VOL_MSG_MIN);
 	memcpy(&magic, buf, 4);
 	memcpy(&major, (const char *)buf + 4, 2);
 	memcpy(&size, (const char *)buf + 8, 4);
-	if (magic != VOLREC_VOL_MAGIC) {
-		ipc_errf(err, errlen, "vol message has a bad magic 0x%08x", magic);
-		return -EPROTO;
-	}
-	if (major != VOLREC_PROTO_MAJOR) {
-		ipc_errf(err, errlen,
-		         "vol message speaks protocol major version %u; this client supports %d "
-		         "only",
-		         major, VOLREC_PROTO_MAJOR);
-		return -EPROTO;
-	}
-	if (len < VOLREC_VOL_MSG_MIN || size < VOLREC_VOL_MSG_MIN || size != len) {
-		ipc_errf(
-		        err, errlen,
+	if (magic != VOLREC_VOL_MAGIC)
+		return ipc_errf(err, errlen, -EPROTO, "vol message has a bad magic 0x%08x", magic);
+	if (major != VOLREC_PROTO_MAJOR)
+		return ipc_errf(
+		        err, errlen, -EPROTO,
+		        "vol message speaks protocol major version %u; this client supports %d "
+		        "only",
+		        major, VOLREC_PROTO_MAJOR);
+	if (len < VOLREC_VOL_MSG_MIN || size < VOLREC_VOL_MSG_MIN || size != len)
+		return ipc_errf(
+		        err, errlen, -EPROTO,
 		        "vol message is malformed: %zu bytes received, size field %u (at least %d)",
 		        len, size, VOLREC_VOL_MSG_MIN);
-		return -EPROTO;
-	}
 	memset(&t, 0, sizeof(t));
 	memcpy(&t, buf, len < sizeof(t) ? len : sizeof(t));
-	if (!volrec_dtype_size(t.dtype) || !t.ny || !t.nx || !t.nz || !t.sequence ||
-	    !t.session_id) {
-		ipc_errf(err, errlen,
-		         "vol message is malformed: sequence %llu, session %016llx, geometry %u x "
-		         "%u x %u, dtype %u",
-		         (unsigned long long)t.sequence, (unsigned long long)t.session_id, t.ny,
-		         t.nx, t.nz, t.dtype);
-		return -EPROTO;
-	}
+	if (!volrec_dtype_size(t.dtype) || !t.ny || !t.nx || !t.nz || !t.sequence || !t.session_id)
+		return ipc_errf(
+		        err, errlen, -EPROTO,
+		        "vol message is malformed: sequence %llu, session %016llx, geometry %u x "
+		        "%u x %u, dtype %u",
+		        (unsigned long long)t.sequence, (unsigned long long)t.session_id, t.ny,
+		        t.nx, t.nz, t.dtype);
 	*v = (struct ipc_vol){
 	        .session_id = t.session_id,
 	        .slot = t.slot,

@@ -207,8 +207,7 @@ static int session_map(struct volrec_client *c, struct cl_session *s)
 		             c->lease_name);
 		goto out_unmap;
 	}
-	if (lh->header_size < sizeof(*lh) || lh->entry_size < sizeof(struct volrec_lease_entry) ||
-	    lh->header_size != sizeof(*lh) || lh->entry_size != sizeof(struct volrec_lease_entry) ||
+	if (lh->header_size != sizeof(*lh) || lh->entry_size != sizeof(struct volrec_lease_entry) ||
 	    !lh->entry_count || lh->entry_count > VOLREC_MAX_READERS ||
 	    lh->header_size + (uint64_t)lh->entry_count * lh->entry_size > s->lsize) {
 		rc = cl_fail(c, -EPROTO, "lease table %s has an inconsistent layout",

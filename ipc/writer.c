@@ -70,13 +70,7 @@ static bool tcp_is_loopback(const char *ep)
 		return true;
 	if (n == 5 && !strncmp(host, "[::1]", 5))
 		return true;
-	if (n >= 5 && !strncmp(host, "127.", 4)) {
-		for (size_t i = 4; i < n; i++)
-			if (!((host[i] >= '0' && host[i] <= '9') || host[i] == '.'))
-				return false;
-		return true;
-	}
-	return false;
+	return n >= 5 && !strncmp(host, "127.", 4) && strspn(host + 4, "0123456789.") >= n - 4;
 }
 
 /* Read a z85 key file (40 characters, whitespace around allowed) into 32 bytes. */
@@ -84,40 +78,32 @@ static int read_z85_key(const char *path, const char *what, uint8_t key[32], cha
                         size_t errlen)
 {
 	char buf[128], z[41];
-	size_t n, b = 0, e;
+	size_t n, b, e;
 	FILE *f;
 
-	if (!path[0]) {
-		ipc_errf(err, errlen,
-		         "ipc.%s: required for tcp:// endpoints beyond loopback (CURVE)", what);
-		return -EINVAL;
-	}
+	if (!path[0])
+		return ipc_errf(err, errlen, -EINVAL,
+		                "ipc.%s: required for tcp:// endpoints beyond loopback (CURVE)",
+		                what);
 	f = fopen(path, "re");
-	if (!f) {
-		int rc = -errno;
-		ipc_errf(err, errlen, "ipc.%s: cannot open %s: %s", what, path, strerror(errno));
-		return rc;
-	}
+	if (!f)
+		return ipc_errf(err, errlen, -errno, "ipc.%s: cannot open %s: %s", what, path,
+		                strerror(errno));
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[n] = 0;
-	while (b < n && (buf[b] == ' ' || buf[b] == '\n' || buf[b] == '\r' || buf[b] == '\t'))
-		b++;
-	e = n;
-	while (e > b && (buf[e - 1] == ' ' || buf[e - 1] == '\n' || buf[e - 1] == '\r' ||
-	                 buf[e - 1] == '\t'))
-		e--;
-	if (e - b != 40) {
-		ipc_errf(err, errlen, "ipc.%s: %s holds %zu characters, a z85 CURVE key has 40",
-		         what, path, e - b);
-		return -EINVAL;
-	}
+	b = strspn(buf, " \n\r\t");
+	for (e = n; e > b && buf[e - 1] && strchr(" \n\r\t", buf[e - 1]); e--)
+		;
+	if (e - b != 40)
+		return ipc_errf(err, errlen, -EINVAL,
+		                "ipc.%s: %s holds %zu characters, a z85 CURVE key has 40", what,
+		                path, e - b);
 	memcpy(z, buf + b, 40);
 	z[40] = 0;
-	if (!zmq_z85_decode(key, z)) {
-		ipc_errf(err, errlen, "ipc.%s: %s is not valid z85 text", what, path);
-		return -EINVAL;
-	}
+	if (!zmq_z85_decode(key, z))
+		return ipc_errf(err, errlen, -EINVAL, "ipc.%s: %s is not valid z85 text", what,
+		                path);
 	return 0;
 }
 
@@ -128,12 +114,10 @@ static int make_curve_socket(struct ipc_writer *w, const struct ipc_writer_optio
 	char pub_z[41], derived[41], sec_z[41];
 	int one = 1, rc;
 
-	if (!zmq_has("curve")) {
-		ipc_errf(err, errlen,
-		         "this libzmq was built without CURVE; tcp:// beyond loopback "
-		         "cannot be secured");
-		return -ENOTSUP;
-	}
+	if (!zmq_has("curve"))
+		return ipc_errf(err, errlen, -ENOTSUP,
+		                "this libzmq was built without CURVE; tcp:// beyond loopback "
+		                "cannot be secured");
 	rc = read_z85_key(o->curve_secret_key ? o->curve_secret_key : "", "curve_secret_key", sec,
 	                  err, errlen);
 	if (rc)
@@ -144,19 +128,15 @@ static int make_curve_socket(struct ipc_writer *w, const struct ipc_writer_optio
 		return rc;
 	zmq_z85_encode(sec_z, sec, 32);
 	zmq_z85_encode(pub_z, pub, 32);
-	if (zmq_curve_public(derived, sec_z) || strcmp(derived, pub_z)) {
-		ipc_errf(err, errlen,
-		         "ipc.curve_public_key (%s) does not belong to the secret key %s",
-		         o->curve_public_key, o->curve_secret_key);
-		return -EINVAL;
-	}
+	if (zmq_curve_public(derived, sec_z) || strcmp(derived, pub_z))
+		return ipc_errf(err, errlen, -EINVAL,
+		                "ipc.curve_public_key (%s) does not belong to the secret key %s",
+		                o->curve_public_key, o->curve_secret_key);
 	w->pub_curve = zmq_socket(w->zctx, ZMQ_PUB);
 	if (!w->pub_curve || zmq_setsockopt(w->pub_curve, ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
-	    zmq_setsockopt(w->pub_curve, ZMQ_CURVE_SECRETKEY, sec, 32)) {
-		rc = -zmq_errno();
-		ipc_errf(err, errlen, "cannot set up the CURVE publisher: %s", zmq_strerror(-rc));
-		return rc;
-	}
+	    zmq_setsockopt(w->pub_curve, ZMQ_CURVE_SECRETKEY, sec, 32))
+		return ipc_errf(err, errlen, -zmq_errno(), "cannot set up the CURVE publisher: %s",
+		                zmq_strerror(zmq_errno()));
 	return 0;
 }
 
@@ -181,12 +161,9 @@ static int chmod_ipc_socket(const char *ep, uint32_t i, char *err, size_t errlen
 
 	if (strncmp(ep, "ipc://", 6) || path[0] == '@')
 		return 0; /* not a file (tcp, inproc, abstract namespace) */
-	if (chmod(path, IPC_SOCK_MODE)) {
-		int rc = -errno;
-		ipc_errf(err, errlen, "ipc.pub[%u]: cannot set mode %o on %s: %s", i, IPC_SOCK_MODE,
-		         path, strerror(errno));
-		return rc;
-	}
+	if (chmod(path, IPC_SOCK_MODE))
+		return ipc_errf(err, errlen, -errno, "ipc.pub[%u]: cannot set mode %o on %s: %s", i,
+		                IPC_SOCK_MODE, path, strerror(errno));
 	return 0;
 }
 
@@ -197,26 +174,21 @@ static int bind_endpoints(struct ipc_writer *w, const struct ipc_writer_options 
 	uint32_t n = o->npub ? o->npub : 1;
 	int rc;
 
-	if (o->npub > IPC_MAX_PUB || (o->npub && !o->pub)) {
-		ipc_errf(err, errlen, "ipc.pub: %u endpoints, at most %d", o->npub, IPC_MAX_PUB);
-		return -EINVAL;
-	}
+	if (o->npub > IPC_MAX_PUB || (o->npub && !o->pub))
+		return ipc_errf(err, errlen, -EINVAL, "ipc.pub: %u endpoints, at most %d", o->npub,
+		                IPC_MAX_PUB);
 	if ((size_t)snprintf(def, sizeof(def), "ipc://%s/%s.pub", o->run_dir, o->instance) >=
-	    sizeof(def)) {
-		ipc_errf(err, errlen, "ipc.run_dir: %s is too long", o->run_dir);
-		return -ENAMETOOLONG;
-	}
+	    sizeof(def))
+		return ipc_errf(err, errlen, -ENAMETOOLONG, "ipc.run_dir: %s is too long",
+		                o->run_dir);
 	w->zctx = zmq_ctx_new();
-	if (!w->zctx) {
-		ipc_errf(err, errlen, "cannot create a ZeroMQ context: %s", zmq_strerror(errno));
-		return -ENOMEM;
-	}
+	if (!w->zctx)
+		return ipc_errf(err, errlen, -ENOMEM, "cannot create a ZeroMQ context: %s",
+		                zmq_strerror(errno));
 	w->pub = zmq_socket(w->zctx, ZMQ_PUB);
-	if (!w->pub || (rc = setup_socket_opts(w->pub, o->hwm))) {
-		ipc_errf(err, errlen, "cannot create the PUB socket: %s",
-		         zmq_strerror(zmq_errno()));
-		return -ENOMEM;
-	}
+	if (!w->pub || (rc = setup_socket_opts(w->pub, o->hwm)))
+		return ipc_errf(err, errlen, -ENOMEM, "cannot create the PUB socket: %s",
+		                zmq_strerror(zmq_errno()));
 	for (uint32_t i = 0; i < n; i++) {
 		const char *ep = o->npub ? o->pub[i] : def;
 		void *s = w->pub;
@@ -228,27 +200,22 @@ static int bind_endpoints(struct ipc_writer *w, const struct ipc_writer_options 
 				if (rc)
 					return rc;
 				rc = setup_socket_opts(w->pub_curve, o->hwm);
-				if (rc) {
-					ipc_errf(err, errlen,
-					         "cannot configure the CURVE socket: %s",
-					         zmq_strerror(-rc));
-					return rc;
-				}
+				if (rc)
+					return ipc_errf(err, errlen, rc,
+					                "cannot configure the CURVE socket: %s",
+					                zmq_strerror(-rc));
 			}
 			s = w->pub_curve;
 		} else if (strncmp(ep, "tcp://", 6) && strncmp(ep, "ipc://", 6) &&
-		           strncmp(ep, "inproc://", 9)) {
-			ipc_errf(err, errlen,
-			         "ipc.pub[%u]: '%s' is not an ipc://, tcp:// or inproc:// endpoint",
-			         i, ep);
-			return -EINVAL;
-		}
-		if (zmq_bind(s, ep)) {
-			rc = -zmq_errno();
-			ipc_errf(err, errlen, "ipc.pub[%u]: cannot bind %s: %s", i, ep,
-			         zmq_strerror(-rc));
-			return rc;
-		}
+		           strncmp(ep, "inproc://", 9))
+			return ipc_errf(
+			        err, errlen, -EINVAL,
+			        "ipc.pub[%u]: '%s' is not an ipc://, tcp:// or inproc:// endpoint",
+			        i, ep);
+		if (zmq_bind(s, ep))
+			return ipc_errf(err, errlen, -zmq_errno(),
+			                "ipc.pub[%u]: cannot bind %s: %s", i, ep,
+			                zmq_strerror(zmq_errno()));
 		if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, w->endpoints[i], &len))
 			snprintf(w->endpoints[i], sizeof(w->endpoints[i]), "%s", ep);
 		w->nendpoints = i + 1;
@@ -286,14 +253,10 @@ static void *map_aligned(int fd, size_t size)
  * *fd (-1 on failure). */
 static int shm_create(const char *name, mode_t mode, int *fd, char *err, size_t errlen)
 {
-	int rc;
-
 	*fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-	if (*fd < 0) {
-		rc = -errno;
-		ipc_errf(err, errlen, "cannot create shared memory %s: %s", name, strerror(errno));
-		return rc;
-	}
+	if (*fd < 0)
+		return ipc_errf(err, errlen, -errno, "cannot create shared memory %s: %s", name,
+		                strerror(errno));
 	return 0;
 }
 
@@ -316,40 +279,32 @@ static int take_instance(struct ipc_writer *w, const struct ipc_writer_options *
 	/* a run_dir we create gets its mode whatever the umask; an existing one is left as
 	 * its owner (tmpfiles.d, the operator) made it */
 	if (!mkdir(o->run_dir, IPC_DIR_MODE)) {
-		if (chmod(o->run_dir, IPC_DIR_MODE)) {
-			rc = -errno;
-			ipc_errf(err, errlen, "ipc.run_dir: cannot set mode %o on %s: %s",
-			         IPC_DIR_MODE, o->run_dir, strerror(errno));
-			return rc;
-		}
+		if (chmod(o->run_dir, IPC_DIR_MODE))
+			return ipc_errf(err, errlen, -errno,
+			                "ipc.run_dir: cannot set mode %o on %s: %s", IPC_DIR_MODE,
+			                o->run_dir, strerror(errno));
 	} else if (errno != EEXIST) {
-		rc = -errno;
-		ipc_errf(err, errlen, "ipc.run_dir: cannot create %s: %s", o->run_dir,
-		         strerror(errno));
-		return rc;
+		return ipc_errf(err, errlen, -errno, "ipc.run_dir: cannot create %s: %s",
+		                o->run_dir, strerror(errno));
 	}
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s.lock", o->run_dir, o->instance) >=
-	    sizeof(path)) {
-		ipc_errf(err, errlen, "ipc.run_dir: %s is too long", o->run_dir);
-		return -ENAMETOOLONG;
-	}
+	    sizeof(path))
+		return ipc_errf(err, errlen, -ENAMETOOLONG, "ipc.run_dir: %s is too long",
+		                o->run_dir);
 	w->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (w->lock_fd < 0) {
-		rc = -errno;
-		ipc_errf(err, errlen, "cannot open the instance lock %s: %s", path,
-		         strerror(errno));
-		return rc;
-	}
+	if (w->lock_fd < 0)
+		return ipc_errf(err, errlen, -errno, "cannot open the instance lock %s: %s", path,
+		                strerror(errno));
 	if (flock(w->lock_fd, LOCK_EX | LOCK_NB)) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		ssize_t n = pread(w->lock_fd, pidtxt, sizeof(pidtxt) - 1, 0);
 		pidtxt[n > 0 ? n : 0] = 0;
 		pidtxt[strcspn(pidtxt, "\n")] = 0;
-		ipc_errf(err, errlen,
-		         "instance '%s' already has a live writer (pid %s, lock %s); refusing to "
-		         "take its segments and socket",
-		         o->instance, pidtxt[0] ? pidtxt : "unknown", path);
-		return rc;
+		return ipc_errf(
+		        err, errlen, rc,
+		        "instance '%s' already has a live writer (pid %s, lock %s); refusing to "
+		        "take its segments and socket",
+		        o->instance, pidtxt[0] ? pidtxt : "unknown", path);
 	}
 	fd = shm_open(w->data_name, O_RDONLY | O_CLOEXEC, 0);
 	if (fd >= 0) {
@@ -358,11 +313,11 @@ static int take_instance(struct ipc_writer *w, const struct ipc_writer_options *
 			struct volrec_shm_header h = {0};
 			ssize_t n = pread(fd, &h, sizeof(h), 0);
 			close(fd);
-			ipc_errf(err, errlen,
-			         "shared memory %s is held by a live writer (pid %d, another "
-			         "run_dir?); refusing to take it over",
-			         w->data_name, n == (ssize_t)sizeof(h) ? h.writer_pid : -1);
-			return -EBUSY;
+			return ipc_errf(
+			        err, errlen, -EBUSY,
+			        "shared memory %s is held by a live writer (pid %d, another "
+			        "run_dir?); refusing to take it over",
+			        w->data_name, n == (ssize_t)sizeof(h) ? h.writer_pid : -1);
 		}
 		close(fd);
 	}
@@ -386,33 +341,25 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	ep_off = (table_end + 63) & ~(uint64_t)63;
 	w->map_size = VOLREC_SLOT_ALIGN + (size_t)o->slots * stride;
 	while (!session)
-		if (getrandom(&session, sizeof(session), 0) != sizeof(session)) {
-			rc = -errno;
-			ipc_errf(err, errlen, "getrandom: %s", strerror(errno));
-			return rc;
-		}
+		if (getrandom(&session, sizeof(session), 0) != sizeof(session))
+			return ipc_errf(err, errlen, -errno, "getrandom: %s", strerror(errno));
 	w->session = session;
 
 	rc = shm_create(w->data_name, 0640, &w->data_fd, err, errlen);
 	if (rc)
 		return rc;
-	if (fchmod(w->data_fd, 0640) || ofd_lock(w->data_fd, F_WRLCK, 0, 1, F_OFD_SETLK)) {
-		rc = -errno;
-		ipc_errf(err, errlen, "cannot set up %s: %s", w->data_name, strerror(errno));
-		return rc;
-	}
+	if (fchmod(w->data_fd, 0640) || ofd_lock(w->data_fd, F_WRLCK, 0, 1, F_OFD_SETLK))
+		return ipc_errf(err, errlen, -errno, "cannot set up %s: %s", w->data_name,
+		                strerror(errno));
 	rc = posix_fallocate(w->data_fd, 0, (off_t)w->map_size);
-	if (rc) {
-		ipc_errf(err, errlen, "cannot allocate %zu bytes of shared memory for %s: %s",
-		         w->map_size, w->data_name, strerror(rc));
-		return -rc;
-	}
+	if (rc)
+		return ipc_errf(err, errlen, -rc,
+		                "cannot allocate %zu bytes of shared memory for %s: %s",
+		                w->map_size, w->data_name, strerror(rc));
 	w->map = map_aligned(w->data_fd, w->map_size);
-	if (!w->map) {
-		rc = -errno;
-		ipc_errf(err, errlen, "cannot map %s: %s", w->data_name, strerror(errno));
-		return rc;
-	}
+	if (!w->map)
+		return ipc_errf(err, errlen, -errno, "cannot map %s: %s", w->data_name,
+		                strerror(errno));
 	/* Readers may map the segment from now on: every field is written before the magic,
 	 * which is stored last with release order (a reader loads it with acquire and sees a
 	 * complete header, or magic 0: not ready). state stays 0 (being created) until the
@@ -449,17 +396,15 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	rc = shm_create(w->lease_name, 0660, &w->lease_fd, err, errlen);
 	if (rc)
 		return rc;
-	if (fchmod(w->lease_fd, 0660) || ftruncate(w->lease_fd, (off_t)w->lmap_size)) {
-		rc = -errno;
-		ipc_errf(err, errlen, "cannot size %s: %s", w->lease_name, strerror(errno));
-		return rc;
-	}
+	if (fchmod(w->lease_fd, 0660) || ftruncate(w->lease_fd, (off_t)w->lmap_size))
+		return ipc_errf(err, errlen, -errno, "cannot size %s: %s", w->lease_name,
+		                strerror(errno));
 	w->lmap = mmap(NULL, w->lmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, w->lease_fd, 0);
 	if (w->lmap == MAP_FAILED) {
 		rc = -errno;
 		w->lmap = NULL;
-		ipc_errf(err, errlen, "cannot map %s: %s", w->lease_name, strerror(errno));
-		return rc;
+		return ipc_errf(err, errlen, rc, "cannot map %s: %s", w->lease_name,
+		                strerror(errno));
 	}
 	lh = w->lmap;
 	lh->major = VOLREC_PROTO_MAJOR;
@@ -480,43 +425,31 @@ static int check_options(const struct ipc_writer_options *o, size_t *bytes, char
 	const struct ipc_shape *g = &o->shape;
 	size_t esz = volrec_dtype_size(g->dtype);
 
-	if (!ipc_instance_valid(o->instance)) {
-		ipc_errf(err, errlen, "instance: '%s' is not a valid name ([A-Za-z0-9_-]{1,63})",
-		         o->instance ? o->instance : "(null)");
-		return -EINVAL;
-	}
-	if (!o->run_dir || !o->run_dir[0]) {
-		ipc_errf(err, errlen, "ipc.run_dir: empty");
-		return -EINVAL;
-	}
-	if (strlen(o->run_dir) >= PATH_MAX) {
-		ipc_errf(err, errlen, "ipc.run_dir: longer than %d bytes", PATH_MAX - 1);
-		return -ENAMETOOLONG;
-	}
-	if (!esz) {
-		ipc_errf(err, errlen, "output dtype %u is not one of u8 (1), u16 (2), f32 (3)",
-		         g->dtype);
-		return -EINVAL;
-	}
-	if (o->slots < 2 || o->slots > VOLREC_MAX_SLOTS) {
-		ipc_errf(err, errlen, "output.slots: %u, allowed 2..%d", o->slots,
-		         VOLREC_MAX_SLOTS);
-		return -EINVAL;
-	}
-	if (o->max_readers < 1 || o->max_readers > VOLREC_MAX_READERS) {
-		ipc_errf(err, errlen, "ipc.max_readers: %u, allowed 1..%d", o->max_readers,
-		         VOLREC_MAX_READERS);
-		return -EINVAL;
-	}
-	if (o->hwm < 1 || o->hwm > INT_MAX) {
-		ipc_errf(err, errlen, "ipc.hwm: %u, allowed 1..%d", o->hwm, INT_MAX);
-		return -EINVAL;
-	}
-	if (!g->ny || !g->nx || !g->nz || (uint64_t)g->ny * g->nx * g->nz > (UINT64_C(1) << 38)) {
-		ipc_errf(err, errlen, "volume geometry %u x %u x %u is empty or too large", g->ny,
-		         g->nx, g->nz);
-		return -EINVAL;
-	}
+	if (!ipc_instance_valid(o->instance))
+		return ipc_errf(err, errlen, -EINVAL,
+		                "instance: '%s' is not a valid name ([A-Za-z0-9_-]{1,63})",
+		                o->instance ? o->instance : "(null)");
+	if (!o->run_dir || !o->run_dir[0])
+		return ipc_errf(err, errlen, -EINVAL, "ipc.run_dir: empty");
+	if (strlen(o->run_dir) >= PATH_MAX)
+		return ipc_errf(err, errlen, -ENAMETOOLONG, "ipc.run_dir: longer than %d bytes",
+		                PATH_MAX - 1);
+	if (!esz)
+		return ipc_errf(err, errlen, -EINVAL,
+		                "output dtype %u is not one of u8 (1), u16 (2), f32 (3)", g->dtype);
+	if (o->slots < 2 || o->slots > VOLREC_MAX_SLOTS)
+		return ipc_errf(err, errlen, -EINVAL, "output.slots: %u, allowed 2..%d", o->slots,
+		                VOLREC_MAX_SLOTS);
+	if (o->max_readers < 1 || o->max_readers > VOLREC_MAX_READERS)
+		return ipc_errf(err, errlen, -EINVAL, "ipc.max_readers: %u, allowed 1..%d",
+		                o->max_readers, VOLREC_MAX_READERS);
+	if (o->hwm < 1 || o->hwm > INT_MAX)
+		return ipc_errf(err, errlen, -EINVAL, "ipc.hwm: %u, allowed 1..%d", o->hwm,
+		                INT_MAX);
+	if (!g->ny || !g->nx || !g->nz || (uint64_t)g->ny * g->nx * g->nz > (UINT64_C(1) << 38))
+		return ipc_errf(err, errlen, -EINVAL,
+		                "volume geometry %u x %u x %u is empty or too large", g->ny, g->nx,
+		                g->nz);
 	*bytes = (size_t)g->ny * g->nx * g->nz * esz;
 	return 0;
 }
@@ -525,23 +458,20 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
                     size_t errlen)
 {
 	struct ipc_writer *w;
-	size_t bytes;
+	size_t bytes = 0; /* written by check_options on success */
 	char *eps;
 	size_t off = 0;
 	int rc;
 
-	if (!o || !out) {
-		ipc_errf(err, errlen, "ipc_writer_open: no options or no result pointer");
-		return -EINVAL;
-	}
+	if (!o || !out)
+		return ipc_errf(err, errlen, -EINVAL,
+		                "ipc_writer_open: no options or no result pointer");
 	rc = check_options(o, &bytes, err, errlen);
 	if (rc)
 		return rc;
 	w = calloc(1, sizeof(*w));
-	if (!w) {
-		ipc_errf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
+	if (!w)
+		return ipc_errf(err, errlen, -ENOMEM, "out of memory");
 	w->lock_fd = w->data_fd = w->lease_fd = -1;
 	w->slots = o->slots;
 	w->max_readers = o->max_readers;
@@ -554,14 +484,13 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
 	pthread_mutex_init(&w->send_lock, NULL);
 	w->dead_seen = calloc(o->max_readers, sizeof(*w->dead_seen));
 	if (!w->dead_seen) {
-		rc = -ENOMEM;
-		ipc_errf(err, errlen, "out of memory");
+		rc = ipc_errf(err, errlen, -ENOMEM, "out of memory");
 		goto out_free;
 	}
 	rc = ipc_shm_names(o->instance, w->data_name, sizeof(w->data_name), w->lease_name,
 	                   sizeof(w->lease_name));
 	if (rc) {
-		ipc_errf(err, errlen, "instance '%s': name too long", o->instance);
+		ipc_errf(err, errlen, rc, "instance '%s': name too long", o->instance);
 		goto out_free;
 	}
 	rc = take_instance(w, o, err, errlen);
@@ -587,9 +516,8 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
 		char pidtxt[32];
 		int n = snprintf(pidtxt, sizeof(pidtxt), "%d\n", (int)getpid());
 		if (ftruncate(w->lock_fd, 0) || pwrite(w->lock_fd, pidtxt, (size_t)n, 0) != n) {
-			rc = -errno;
-			ipc_errf(err, errlen, "cannot write the instance lock file: %s",
-			         strerror(errno));
+			rc = ipc_errf(err, errlen, -errno,
+			              "cannot write the instance lock file: %s", strerror(errno));
 			goto out_free;
 		}
 	}

@@ -114,7 +114,7 @@ int vw_control_send(struct vw_control *c, const char *request_json, uint64_t coo
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 	if (zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
 	    zmq_send(c->sock, text, strlen(text), ZMQ_DONTWAIT) < 0)
-		rc = zmq_errno() == EAGAIN ? -EAGAIN : -zmq_errno();
+		rc = -zmq_errno();
 	json_object_put(o);
 	if (rc)
 		return rc;

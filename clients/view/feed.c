@@ -66,7 +66,7 @@ static void post_state(struct vw_feed *f, const char *state, const char *message
 	text = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 	json_object_put(o);
 	if (text)
-		box_text(f, &f->box.state, text);
+		box_text(f, &f->box.text[VW_STATE], text);
 }
 
 /* A daemon's status or event text, checked to be one JSON object before browsers get it. */
@@ -103,7 +103,7 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	struct vw_frame *fr[VOLREC_IMAGE_COUNT] = {0};
 	unsigned wanted = atomic_load(&f->wanted);
 	struct volrec_view v;
-	uint64_t t0 = vr_now_ns(CLOCK_MONOTONIC), render_vid = 0;
+	uint64_t render_vid = 0;
 	bool any = false;
 	int rc;
 
@@ -143,7 +143,6 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 		/* overwritten while read: the pictures may mix two volumes */
 		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
 			vw_frame_free(fr[k]);
-		atomic_fetch_add(&f->st.torn, 1);
 		return;
 	}
 	if (render_vid)
@@ -158,8 +157,6 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 		}
 	f->box.dirty = true;
 	pthread_mutex_unlock(&f->box.lock);
-	atomic_fetch_add(&f->st.volumes, 1);
-	atomic_fetch_add(&f->st.encode_ns, vr_now_ns(CLOCK_MONOTONIC) - t0);
 	f->wake(f->wake_ctx);
 }
 
@@ -224,14 +221,13 @@ static void *feed_main(void *arg)
 		rc = volrec_client_next_message(c, wait, &m);
 		if (!rc && m.type == VOLREC_MSG_VOL) {
 			times_put(&tm, &m.view);
-			if (pending)
-				atomic_fetch_add(&f->st.skipped, 1);
 			volrec_view_release(c, &m.view);
 			pending = true;
 			continue;
 		}
 		if (!rc) {
-			post_json(f, m.type == VOLREC_MSG_STATUS ? &f->box.status : &f->box.event,
+			post_json(f,
+			          &f->box.text[m.type == VOLREC_MSG_STATUS ? VW_STATUS : VW_EVENT],
 			          m.text, m.len);
 			continue;
 		}
@@ -242,7 +238,6 @@ static void *feed_main(void *arg)
 			if (volrec_client_session(c) != session) {
 				session = volrec_client_session(c);
 				last_render = 0;
-				atomic_fetch_add(&f->st.remaps, 1);
 				vw_log("volrecd '%s' has a new session: following it", f->instance);
 			}
 			if (pending && now >= next_ok && atomic_load(&f->wanted)) {
@@ -303,9 +298,8 @@ void vw_feed_stop(struct vw_feed *f)
 	pthread_join(f->thread, NULL);
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
 		vw_frame_free(f->box.frame[k]);
-	free(f->box.status);
-	free(f->box.event);
-	free(f->box.state);
+	for (unsigned t = 0; t < VW_TEXTS; t++)
+		free(f->box.text[t]);
 	pthread_mutex_destroy(&f->box.lock);
 	f->started = false;
 }

@@ -94,21 +94,10 @@ static int deflate_rle(const uint8_t *src, size_t len, int level, unsigned char 
 	return rc == Z_STREAM_END ? 0 : -EIO;
 }
 
-static void put16(unsigned char *p, uint16_t v)
+/* v as n little-endian bytes at p */
+static void put(unsigned char *p, uint64_t v, int n)
 {
-	p[0] = (unsigned char)v;
-	p[1] = (unsigned char)(v >> 8);
-}
-
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < n; i++)
 		p[i] = (unsigned char)(v >> (8 * i));
 }
 
@@ -117,7 +106,7 @@ static void putf(unsigned char *p, float f)
 	uint32_t v;
 
 	memcpy(&v, &f, sizeof(v));
-	put32(p, v);
+	put(p, v, 4);
 }
 
 void vw_frame_free(struct vw_frame *f)
@@ -183,38 +172,35 @@ int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *
 	free(reduced);
 
 	memset(h, 0, VW_FRAME_HEADER);
-	put32(h + 0, VW_FRAME_MAGIC);
-	put16(h + 4, VW_FRAME_VERSION);
-	put16(h + 6, VW_FRAME_HEADER);
+	put(h + 0, VW_FRAME_MAGIC, 4);
+	put(h + 4, VW_FRAME_VERSION, 2);
+	put(h + 6, VW_FRAME_HEADER, 2);
 	h[8] = (unsigned char)img->kind;
 	h[9] = (unsigned char)enc;
 	h[10] = (unsigned char)(rs > 255 ? 255 : rs);
 	h[11] = (unsigned char)(cs > 255 ? 255 : cs);
-	put32(h + 12, rows);
-	put32(h + 16, cols);
-	put32(h + 20, (uint32_t)payload);
-	put64(h + 24, img->volume_id);
-	put64(h + 32, m->epoch);
-	put64(h + 40, m->t_last_ns);
-	put64(h + 48, m->t_publish_ns);
-	put64(h + 56, m->t_read_ns);
-	put64(h + 64, m->session_id);
+	put(h + 12, rows, 4);
+	put(h + 16, cols, 4);
+	put(h + 20, (uint32_t)payload, 4);
+	put(h + 24, img->volume_id, 8);
+	put(h + 32, m->epoch, 8);
+	put(h + 40, m->t_last_ns, 8);
+	put(h + 48, m->t_publish_ns, 8);
+	put(h + 56, m->t_read_ns, 8);
+	put(h + 64, m->session_id, 8);
 	for (int a = 0; a < 3; a++)
-		put32(h + 72 + 4 * a, m->shape[a]);
-	put32(h + 84, img->slab[0]);
-	put32(h + 88, img->slab[1]);
+		put(h + 72 + 4 * a, m->shape[a], 4);
+	put(h + 84, img->slab[0], 4);
+	put(h + 88, img->slab[1], 4);
 	for (int a = 0; a < 3; a++)
-		put32(h + 92 + 4 * a, img->position[a]);
+		put(h + 92 + 4 * a, img->position[a], 4);
 	putf(h + 104, img->angles_deg[0]);
 	putf(h + 108, img->angles_deg[1]);
 	for (int a = 0; a < 3; a++)
 		putf(h + 112 + 4 * a, img->spacing[a]);
 	putf(h + 124, img->step);
 
-	f->kind = img->kind;
-	f->volume_id = img->volume_id;
 	f->len = VW_FRAME_HEADER + payload;
-	f->raw_bytes = VW_FRAME_HEADER + raw;
 	*out = f;
 	return 0;
 }

@@ -58,11 +58,8 @@ struct vw_frame_meta {
 
 /* One encoded picture: header and payload at buf + VW_PRE (room for the WebSocket header). */
 struct vw_frame {
-	uint32_t kind;   /* enum volrec_image_kind */
 	uint64_t serial; /* set by the server when it takes the frame (per kind, increasing) */
-	uint64_t volume_id;
-	size_t len;       /* header + payload bytes */
-	size_t raw_bytes; /* what the payload would be raw (bandwidth statistics) */
+	size_t len;      /* header + payload bytes */
 	unsigned char *buf;
 };
 
@@ -88,23 +85,21 @@ extern const size_t VW_PRE;
 
 /* ---- the feed thread (feed.c) --------------------------------------------------------------- */
 
+/* The texts a browser gets besides pictures, in the order it gets them when several are due. */
+enum vw_text_kind {
+	VW_STATE,  /* the feed's connection state as a JSON object */
+	VW_STATUS, /* daemon status JSON */
+	VW_EVENT,  /* newest daemon event JSON */
+	VW_TEXTS,
+};
+
 /* The mailbox between the feed thread and the server: the newest frame of each kind and the
- * newest status text, replaced (never queued) until the server takes them. */
+ * newest text of each kind, replaced (never queued) until the server takes them. */
 struct vw_mailbox {
 	pthread_mutex_t lock;
 	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
-	char *status; /* daemon status JSON (malloc'ed) */
-	char *event;  /* newest daemon event JSON */
-	char *state;  /* the feed's connection state as a JSON object */
+	char *text[VW_TEXTS]; /* malloc'ed */
 	bool dirty;
-};
-
-struct vw_feed_stats {
-	atomic_uint_fast64_t volumes;   /* volumes whose pictures were encoded */
-	atomic_uint_fast64_t skipped;   /* announced volumes passed over for a newer one */
-	atomic_uint_fast64_t torn;      /* pictures dropped: overwritten while read */
-	atomic_uint_fast64_t remaps;    /* daemon sessions followed */
-	atomic_uint_fast64_t encode_ns; /* time spent encoding */
 };
 
 struct vw_feed {
@@ -117,7 +112,6 @@ struct vw_feed {
 	struct vw_mailbox box;
 	void (*wake)(void *ctx); /* called after the mailbox changed (any thread) */
 	void *wake_ctx;
-	struct vw_feed_stats st;
 	pthread_t thread;
 	bool started;
 };
@@ -158,7 +152,6 @@ struct vw_tokens {
 struct vw_server_opts {
 	char addr[256];                 /* listen address (numeric or "localhost"), "" all */
 	int port;                       /* 0: any free port */
-	bool loopback;                  /* addr is a loopback address */
 	const char *cert, *key;         /* TLS files, NULL: plain HTTP */
 	const struct vw_tokens *tokens; /* NULL: every loopback client may view and control */
 	const char *assets;             /* folder of the page's files */

@@ -21,6 +21,7 @@
 #include "base/base.h"
 #include "config/config.h"
 #include "internal.h"
+#include "ipc/ipc.h"
 
 #ifndef VOLREC_VIEW_ASSETS
 #define VOLREC_VIEW_ASSETS "/usr/local/share/volrec/view"
@@ -178,18 +179,15 @@ static int read_tokens(const char *path, struct vw_tokens *t)
 		char *dst;
 
 		n++;
-		while (*p == ' ' || *p == '\t')
-			p++;
+		p += strspn(p, " \t");
 		if (*p == '#' || *p == '\n' || !*p)
 			continue;
 		v = strchr(p, ':');
 		if (!v)
 			goto bad;
 		*v++ = 0;
-		while (*v == ' ' || *v == '\t')
-			v++;
-		for (e = v + strlen(v);
-		     e > v && (e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\r' || e[-1] == '\t');)
+		v += strspn(v, " \t");
+		for (e = v + strlen(v); e > v && strchr("\n \r\t", e[-1]);)
 			*--e = 0;
 		if (!strcmp(p, "view"))
 			dst = t->view;
@@ -380,12 +378,11 @@ int main(int argc, char **argv)
 		        listen);
 		return EXIT_USAGE;
 	}
-	so.loopback = so.addr[0] && addr_loopback(so.addr);
 	if (!cert != !key) {
 		fprintf(stderr, "volrec view: --cert and --key go together\n");
 		return EXIT_USAGE;
 	}
-	if (!so.loopback && (!cert || !token_file)) {
+	if (!(so.addr[0] && addr_loopback(so.addr)) && (!cert || !token_file)) {
 		fprintf(stderr,
 		        "volrec view: --listen %s is not a loopback address: serving it needs TLS "
 		        "(--cert, --key) and access tokens (--token-file)\n",
@@ -418,11 +415,7 @@ int main(int argc, char **argv)
 		cfg_free(&cfg);
 	}
 	if (instance) {
-		if (strlen(instance) > VOLREC_INSTANCE_MAX ||
-		    strspn(instance,
-		           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-		           "_-") != strlen(instance) ||
-		    !instance[0]) {
+		if (!ipc_instance_valid(instance)) {
 			fprintf(stderr,
 			        "volrec view: --instance %s: need 1 to %d of [A-Za-z0-9_-]\n",
 			        instance, VOLREC_INSTANCE_MAX);

@@ -57,7 +57,7 @@ struct vw_session {
 	unsigned want;                     /* picture kinds shown */
 	uint64_t sent[VOLREC_IMAGE_COUNT]; /* serial of the last frame sent, per kind */
 	unsigned rr;                       /* next kind to look at first */
-	uint64_t status_sent, state_sent, event_sent;
+	uint64_t text_sent[VW_TEXTS];      /* serial of the last text sent, per kind */
 	struct vw_text q[VW_TEXT_QUEUE];
 	unsigned qhead, qlen;
 	unsigned pending; /* requests at volrecd: each holds one slot of q for its reply */
@@ -96,11 +96,12 @@ struct vw_server {
 	/* what the feed delivered, owned by this thread */
 	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
 	uint64_t serial[VOLREC_IMAGE_COUNT];
-	struct vw_text status, state, event;
-	uint64_t status_serial, state_serial, event_serial;
-	uint64_t frames_sent[VOLREC_IMAGE_COUNT], bytes_sent[VOLREC_IMAGE_COUNT];
-	uint64_t errors;
+	struct vw_text text[VW_TEXTS];
+	uint64_t text_serial[VW_TEXTS];
 };
+
+/* The type of each text's message, and the member that holds it. */
+static const char *const TEXT_TYPE[VW_TEXTS] = {"state", "status", "event"};
 
 static struct vw_server *server_of(struct lws *wsi)
 {
@@ -186,7 +187,6 @@ static void session_error(struct vw_server *sv, struct vw_session *s, struct jso
 	va_end(ap);
 	/* at most 511 bytes cut at a character (so never past raw's own cut at 2047) */
 	vr_utf8_sanitize(raw, msg, sizeof(msg));
-	sv->errors++;
 	vw_log("browser %" PRIu64 ": %s", s->uid, msg);
 	json_object_object_add(o, "type", json_object_new_string("error"));
 	if (id)
@@ -527,13 +527,14 @@ static void ctl_poll_cb(lws_sorted_usec_list_t *sul)
 		sv->ctl_polling = false;
 }
 
-/* Forward a get or set to the daemon's control socket. */
-static void forward(struct vw_server *sv, struct vw_session *s, struct json_object *req,
-                    struct json_object *id)
+/* Forward {"op": op, field: value} (field NULL: op alone) to the daemon's control socket. */
+static void forward(struct vw_server *sv, struct vw_session *s, struct json_object *id,
+                    const char *op, const char *field, struct json_object *value)
 {
 	struct vw_cookie *ck = NULL;
 	const char *idtext =
 	        id ? json_object_to_json_string_ext(id, JSON_C_TO_STRING_PLAIN) : "null";
+	struct json_object *req;
 	int rc;
 
 	if (strlen(idtext) >= sizeof(ck->client_id)) {
@@ -548,8 +549,13 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 		session_error(sv, s, id, "too many control requests in flight; try again");
 		return;
 	}
+	req = json_object_new_object();
+	json_object_object_add(req, "op", json_object_new_string(op));
+	if (field)
+		json_object_object_add(req, field, json_object_get(value));
 	rc = vw_control_send(sv->ctl, json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN),
 	                     ++sv->next_cookie);
+	json_object_put(req);
 	if (rc == -EAGAIN) {
 		session_error(sv, s, id,
 		              "volrecd's control socket %s is not there (daemon stopped?)",
@@ -630,7 +636,7 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 {
 	char why[128];
 	struct json_object *msg = vr_json_parse_object(text, len, VW_JSON_DEPTH, why, sizeof(why));
-	struct json_object *type, *id = NULL, *values, *key;
+	struct json_object *type, *id = NULL, *values, *key = NULL;
 	const char *t;
 
 	if (!vr_utf8_valid(text, len)) {
@@ -688,8 +694,6 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		        json_object_new_int64((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec));
 		session_queue(s, o);
 	} else if (!strcmp(t, "set")) {
-		struct json_object *req;
-
 		if (s->access != VW_CONTROL) {
 			session_error(
 			        sv, s, id,
@@ -705,25 +709,14 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 			              "{\"view.position\": [10, 20, 30]}");
 			goto out;
 		}
-		req = json_object_new_object();
-		json_object_object_add(req, "op", json_object_new_string("set"));
-		json_object_object_add(req, "values", json_object_get(values));
-		forward(sv, s, req, id);
-		json_object_put(req);
+		forward(sv, s, id, "set", "values", values);
 	} else if (!strcmp(t, "get")) {
-		struct json_object *req = json_object_new_object();
-
-		json_object_object_add(req, "op", json_object_new_string("get"));
-		if (json_object_object_get_ex(msg, "key", &key)) {
-			if (!json_object_is_type(key, json_type_string)) {
-				json_object_put(req);
-				session_error(sv, s, id, "get: key: need a string");
-				goto out;
-			}
-			json_object_object_add(req, "key", json_object_get(key));
+		if (json_object_object_get_ex(msg, "key", &key) &&
+		    !json_object_is_type(key, json_type_string)) {
+			session_error(sv, s, id, "get: key: need a string");
+			goto out;
 		}
-		forward(sv, s, req, id);
-		json_object_put(req);
+		forward(sv, s, id, "get", key ? "key" : NULL, key);
 	} else {
 		char shown[65]; /* its first 64 bytes, cut at a character */
 
@@ -754,7 +747,7 @@ static void take_mailbox(struct vw_server *sv)
 {
 	struct vw_mailbox *b = &sv->feed->box;
 	struct vw_frame *fr[VOLREC_IMAGE_COUNT];
-	char *status, *state, *event;
+	char *text[VW_TEXTS];
 
 	pthread_mutex_lock(&b->lock);
 	if (!b->dirty) {
@@ -763,8 +756,8 @@ static void take_mailbox(struct vw_server *sv)
 	}
 	memcpy(fr, b->frame, sizeof(fr));
 	memset(b->frame, 0, sizeof(b->frame));
-	status = b->status, state = b->state, event = b->event;
-	b->status = b->state = b->event = NULL;
+	memcpy(text, b->text, sizeof(text));
+	memset(b->text, 0, sizeof(b->text));
 	b->dirty = false;
 	pthread_mutex_unlock(&b->lock);
 
@@ -774,15 +767,11 @@ static void take_mailbox(struct vw_server *sv)
 			sv->frame[k] = fr[k];
 			fr[k]->serial = ++sv->serial[k];
 		}
-	if (status)
-		wrap_text(&sv->status, &sv->status_serial, "status", status);
-	if (state)
-		wrap_text(&sv->state, &sv->state_serial, "state", state);
-	if (event)
-		wrap_text(&sv->event, &sv->event_serial, "event", event);
-	free(status);
-	free(state);
-	free(event);
+	for (unsigned t = 0; t < VW_TEXTS; t++) {
+		if (text[t])
+			wrap_text(&sv->text[t], &sv->text_serial[t], TEXT_TYPE[t], text[t]);
+		free(text[t]);
+	}
 	lws_callback_on_writable_all_protocol(sv->ctx,
 	                                      lws_vhost_name_to_protocol(sv->vh, VW_SUBPROTOCOL));
 }
@@ -794,10 +783,29 @@ static int write_text(struct lws *wsi, struct vw_text *t)
 	return lws_write(wsi, t->buf + VW_PRE, t->len, LWS_WRITE_TEXT) < (int)t->len ? -1 : 0;
 }
 
+/* The first text s has not had yet, VW_TEXTS when none. */
+static unsigned text_due(const struct vw_server *sv, const struct vw_session *s)
+{
+	unsigned t = 0;
+
+	while (t < VW_TEXTS && (s->text_sent[t] == sv->text_serial[t] || !sv->text[t].buf))
+		t++;
+	return t;
+}
+
+/* Drop the oldest text of s's queue. */
+static void queue_pop(struct vw_session *s)
+{
+	text_free(&s->q[s->qhead]);
+	s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
+	s->qlen--;
+}
+
 /* One message to s: what it waits for most, then ask for the next turn if more is due. */
 static int session_write(struct vw_server *sv, struct vw_session *s)
 {
 	struct vw_text hello = {0};
+	unsigned t;
 	int rc = 0;
 	bool more;
 
@@ -822,22 +830,14 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 		text_free(&hello);
 	} else if (s->qlen) {
 		rc = write_text(s->wsi, &s->q[s->qhead]);
-		text_free(&s->q[s->qhead]);
-		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
-		s->qlen--;
+		queue_pop(s);
 		if (s->rx_paused && session_load(s) < VW_TEXT_QUEUE) {
 			s->rx_paused = false;
 			lws_rx_flow_control(s->wsi, 1);
 		}
-	} else if (s->state_sent != sv->state_serial && sv->state.buf) {
-		rc = write_text(s->wsi, &sv->state);
-		s->state_sent = sv->state_serial;
-	} else if (s->status_sent != sv->status_serial && sv->status.buf) {
-		rc = write_text(s->wsi, &sv->status);
-		s->status_sent = sv->status_serial;
-	} else if (s->event_sent != sv->event_serial && sv->event.buf) {
-		rc = write_text(s->wsi, &sv->event);
-		s->event_sent = sv->event_serial;
+	} else if ((t = text_due(sv, s)) < VW_TEXTS) {
+		rc = write_text(s->wsi, &sv->text[t]);
+		s->text_sent[t] = sv->text_serial[t];
 	} else {
 		for (unsigned i = 0; i < VOLREC_IMAGE_COUNT; i++) {
 			unsigned k = (s->rr + i) % VOLREC_IMAGE_COUNT;
@@ -851,17 +851,13 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 			s->sent[k] = f->serial;
 			s->frames++;
 			s->bytes += f->len;
-			sv->frames_sent[k]++;
-			sv->bytes_sent[k] += f->len;
 			s->rr = k + 1;
 			break;
 		}
 	}
 	if (rc)
 		return -1;
-	more = s->qlen || (s->state_sent != sv->state_serial && sv->state.buf) ||
-	       (s->status_sent != sv->status_serial && sv->status.buf) ||
-	       (s->event_sent != sv->event_serial && sv->event.buf);
+	more = s->qlen || text_due(sv, s) < VW_TEXTS;
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !more; k++)
 		more = (s->want & (1u << k)) && sv->frame[k] && s->sent[k] != sv->frame[k]->serial;
 	if (more)
@@ -940,11 +936,8 @@ static void session_close(struct vw_server *sv, struct vw_session *s)
 			sv->nsessions--;
 			break;
 		}
-	while (s->qlen) {
-		text_free(&s->q[s->qhead]);
-		s->qhead = (s->qhead + 1) % VW_TEXT_QUEUE;
-		s->qlen--;
-	}
+	while (s->qlen)
+		queue_pop(s);
 	free(s->rx);
 	s->rx = NULL;
 	update_wanted(sv);
@@ -981,9 +974,8 @@ static int cb_ws(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
 		lws_get_peer_simple(wsi, peer, sizeof(peer));
 		vw_log("browser %" PRIu64 " connected from %s (%s)", s->uid, peer,
 		       s->access == VW_CONTROL ? "view and control" : "view only");
-		/* the current state and status at once */
-		s->state_sent = s->status_sent = s->event_sent = 0;
-		s->event_sent = sv->event_serial; /* old events are not news */
+		/* the current state and status at once; old events are not news */
+		s->text_sent[VW_EVENT] = sv->text_serial[VW_EVENT];
 		lws_callback_on_writable(wsi);
 		return 0;
 	case LWS_CALLBACK_CLOSED:
@@ -1072,14 +1064,13 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 	rc = assets_scan(sv, o->assets, "", 0);
 	if (rc || !asset_find(sv, "/")) {
 		vw_log("assets: %s has no index.html", o->assets);
-		free(sv);
-		return rc ? rc : -ENOENT;
+		rc = rc ? rc : -ENOENT;
+		goto out_free;
 	}
 	rc = vw_control_open(o->ctl_endpoint, 3.0, &sv->ctl);
 	if (rc) {
 		vw_log("control socket %s: %s", o->ctl_endpoint, strerror(-rc));
-		free(sv);
-		return rc;
+		goto out_free;
 	}
 	lws_set_log_level(LLL_ERR | LLL_WARN, lws_emit);
 	memset(&ci, 0, sizeof(ci));
@@ -1090,9 +1081,8 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 	ci.port = CONTEXT_PORT_NO_LISTEN;
 	sv->ctx = lws_create_context(&ci);
 	if (!sv->ctx) {
-		vw_control_close(sv->ctl);
-		free(sv);
-		return -EIO;
+		rc = -EIO;
+		goto out_control;
 	}
 	memset(&ci, 0, sizeof(ci));
 	ci.port = o->port;
@@ -1112,14 +1102,18 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 		vw_log("cannot listen on %s:%d%s", o->addr[0] ? o->addr : "*", o->port,
 		       o->cert ? " (or the certificate and key were refused)" : "");
 		lws_context_destroy(sv->ctx);
-		vw_control_close(sv->ctl);
-		free(sv);
-		return -EADDRNOTAVAIL;
+		rc = -EADDRNOTAVAIL;
+		goto out_control;
 	}
 	sv->port = lws_get_vhost_listen_port(sv->vh);
 	lws_sul_schedule(sv->ctx, 0, &sv->sul_tick, tick_cb, 250 * LWS_US_PER_MS);
 	*out = sv;
 	return 0;
+out_control:
+	vw_control_close(sv->ctl);
+out_free:
+	free(sv);
+	return rc;
 }
 
 int vw_server_port(const struct vw_server *s)
@@ -1156,8 +1150,7 @@ void vw_server_destroy(struct vw_server *s)
 	vw_control_close(s->ctl);
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
 		vw_frame_free(s->frame[k]);
-	text_free(&s->status);
-	text_free(&s->state);
-	text_free(&s->event);
+	for (unsigned t = 0; t < VW_TEXTS; t++)
+		text_free(&s->text[t]);
 	free(s);
 }

@@ -299,12 +299,10 @@
     const w = $('plot-rate').clientWidth || 300;
     const axes = [{ stroke: '#8a949e', grid: { stroke: '#2c333b' }, values: (u, v) => v.map((s) => `${s.toFixed(0)}s`) },
       { stroke: '#8a949e', grid: { stroke: '#2c333b' }, space: 18 }]; // y: a tick every 18 px at least
-    plotRate = new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes, legend: { live: false },
-      series: [{}, { label: 'volumes/s', stroke: '#4fc3f7' }, { label: 'pictures/s (4 panes)', stroke: '#81c784' }] },
-    [[], [], []], $('plot-rate'));
-    plotLat = new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes, legend: { live: false },
-      series: [{}, { label: 'acq→publish p99', stroke: '#ffb74d' }, { label: 'acq→drawn', stroke: '#ef5350' }] },
-    [[], [], []], $('plot-lat'));
+    const plot = (id, ...lines) => new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes,
+      legend: { live: false }, series: [{}, ...lines] }, [[], [], []], $(id));
+    plotRate = plot('plot-rate', { label: 'volumes/s', stroke: '#4fc3f7' }, { label: 'pictures/s (4 panes)', stroke: '#81c784' });
+    plotLat = plot('plot-lat', { label: 'acq→publish p99', stroke: '#ffb74d' }, { label: 'acq→drawn', stroke: '#ef5350' });
   }
 
   function recentDrawn() {
@@ -441,25 +439,20 @@
   rc.addEventListener('pointerup', endDrag);
   rc.addEventListener('pointercancel', endDrag);
 
-  function dbChanged() {
-    let lo = +$('db-lo').value, hi = +$('db-hi').value;
-    if (lo >= hi) { if (this === $('db-lo')) lo = hi - 1; else hi = lo + 1; }
-    $('db-lo').value = lo; $('db-hi').value = hi;
-    $('db-text').textContent = `${lo}–${hi} dB`;
-    set({ 'preprocess.db_range': [lo, hi] });
+  // Two sliders of one range [lo, hi] of key: the one moved past the other pushes it along.
+  function rangeInputs(loId, hiId, textId, unit, key) {
+    function changed() {
+      let lo = +$(loId).value, hi = +$(hiId).value;
+      if (lo >= hi) { if (this === $(loId)) lo = hi - 1; else hi = lo + 1; }
+      $(loId).value = lo; $(hiId).value = hi;
+      $(textId).textContent = `${lo}–${hi}${unit}`;
+      set({ [key]: [lo, hi] });
+    }
+    $(loId).addEventListener('change', changed);
+    $(hiId).addEventListener('change', changed);
   }
-  $('db-lo').addEventListener('change', dbChanged);
-  $('db-hi').addEventListener('change', dbChanged);
-
-  function slabChanged() {
-    let a = +$('slab-a').value, b = +$('slab-b').value;
-    if (a >= b) { if (this === $('slab-a')) a = b - 1; else b = a + 1; }
-    $('slab-a').value = a; $('slab-b').value = b;
-    $('slab-text').textContent = `${a}–${b}`;
-    set({ 'view.slab': [a, b] });
-  }
-  $('slab-a').addEventListener('change', slabChanged);
-  $('slab-b').addEventListener('change', slabChanged);
+  rangeInputs('db-lo', 'db-hi', 'db-text', ' dB', 'preprocess.db_range');
+  rangeInputs('slab-a', 'slab-b', 'slab-text', '', 'view.slab');
 
   $('colormap').addEventListener('change', () => { state.colormap = $('colormap').value; requestDraw(); });
   $('enface-kind').addEventListener('change', () => { state.panes.enface.last = null; subscribe(); });
