@@ -150,7 +150,6 @@ static void cpu_reset_history(void *vst)
 		st->E[i] = -1;
 	memset(st->bvol, 0, cols * st->nz * sizeof(float));
 	memset(st->ovol, 0, cols * st->nz * sizeof(float));
-	st->have_prev = false;
 	if (st->motion)
 		be_motion_reset(st->motion);
 }
@@ -310,7 +309,6 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	for (unsigned t = 0; t < st->nthreads; t++) {
 		struct cpu_worker *w = &st->workers[t];
 		w->st = st;
-		w->id = t;
 		ALLOC(w->conv, K);
 		ALLOC(w->rsout, K);
 		ALLOC(w->dacc, K);

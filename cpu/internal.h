@@ -53,7 +53,6 @@ struct cpu_state;
 /* Per-thread scratch, allocated once. */
 struct cpu_worker {
 	struct cpu_state *st;
-	unsigned id;
 	float *conv;         /* [K] converted A-scan */
 	float *rsout;        /* [K] resampled A-scan */
 	double *dacc;        /* [K] B-scan mean accumulator */
@@ -111,7 +110,6 @@ struct cpu_state {
 	float *chg;         /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
 	float *alpha;       /* adaptive: [Y][X] weight of the history estimate */
 	float *beta;        /* adaptive: [Y][X] weight of the column's own history sample */
-	bool have_prev;     /* cumulative: ovol holds a previous output */
 	/* compensated (cpu/motion.c; NULL until that mode is first used) */
 	struct be_motion *motion;
 	float *mhist; /* [slots][ny][nx][nz] low-resolution volumes of the history */

@@ -319,6 +319,5 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 		float *t = st->bvol;
 		st->bvol = st->ovol;
 		st->ovol = t;
-		st->have_prev = true;
 	}
 }
