@@ -103,7 +103,6 @@ struct pl_pipeline {
 
 	/* requests applied by the processing thread between epochs */
 	struct vr_config live_cfg;
-	bool live_cfg_set;
 	uint64_t live_req, live_done;
 	int live_rc;
 	char live_err[512];
@@ -1151,7 +1150,6 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 	v.t_first_ns = e0->t_real_ns;
 	v.t_last_ns = el->t_real_ns;
 	v.t_first_mono_ns = e0->t_mono_ns;
-	v.t_last_mono_ns = el->t_mono_ns;
 	v.latency_ns = v.t_done_mono_ns > el->t_mono_ns ? v.t_done_mono_ns - el->t_mono_ns : 0;
 	v.preprocess_ms = fl->pre_ms;
 	v.reconstruct_ms = (double)(v.t_done_mono_ns - fl->t_fin) / 1e6;
@@ -1766,7 +1764,6 @@ int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint64_
 	cfg_free(&pl->live_cfg);
 	cfg_defaults(&pl->live_cfg);
 	rc = cfg_copy(&pl->live_cfg, cfg);
-	pl->live_cfg_set = rc == 0;
 	if (rc == 0) {
 		*ticket = ++pl->live_req;
 		pthread_cond_broadcast(&pl->cv_data);
