@@ -276,8 +276,7 @@ static int source_regions(struct pl_pipeline *pl, struct volrec_shim_region **ou
 		if (!regs[i].base || regs[i].size < pl->bscan_bytes) {
 			vr_err(err, errlen, -EPROTO,
 			       "source %s: ref_regions(): region %u (%zu bytes at %p) cannot hold "
-			       "a "
-			       "B-scan of %zu bytes",
+			       "a B-scan of %zu bytes",
 			       pl->src.info.name, i, regs[i].size, regs[i].base, pl->bscan_bytes);
 			free(regs);
 			return -EPROTO;
@@ -369,8 +368,7 @@ static int meta_check(const struct pl_pipeline *pl, const struct volrec_shim_met
 		snprintf(msg, len,
 		         "source %s: epoch %llu B-scan %u marked %s (meta.flags 0x%x), but the "
 		         "marks were not offered (geometry.flags has no "
-		         "VOLREC_SHIM_GEOMETRY_MARKS): a "
-		         "loss must be returned as an error here",
+		         "VOLREC_SHIM_GEOMETRY_MARKS): a loss must be returned as an error here",
 		         pl->src.info.name, (unsigned long long)m->epoch, m->bscan,
 		         m->flags & VOLREC_SHIM_META_LOST ? "lost" : "incomplete", m->flags);
 		return -EPROTO;
@@ -854,8 +852,7 @@ static void *acq_main(void *arg)
 				}
 				snprintf(msg, sizeof(msg),
 				         "source %s: delivered epoch %llu B-scan %u where epoch "
-				         "%llu "
-				         "B-scan %u was due",
+				         "%llu B-scan %u was due",
 				         pl->src.info.name, (unsigned long long)meta.epoch,
 				         meta.bscan, (unsigned long long)e, b);
 				cut = true;
@@ -1281,8 +1278,7 @@ static void *proc_main(void *arg)
 				pl->reset_flag = true;
 				emit(pl, "history_reset", PL_NOTICE, true,
 				     "reconstruction history reset: an epoch was cut short after "
-				     "its "
-				     "first B-scans were processed");
+				     "its first B-scans were processed");
 			}
 			emit(pl, "incomplete_epoch", PL_INFO, false,
 			     "epoch %llu cut short after %u of %u B-scans: not published",
