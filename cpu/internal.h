@@ -159,9 +159,11 @@ int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 void cpu_parallel(struct cpu_state *st, size_t n,
                   void (*fn)(struct cpu_worker *w, size_t item, void *ctx), void *ctx);
 
-static inline uint8_t cpu_quantize(float v)
+/* The u8 output q[0..n) of the normalized column v[0..n). */
+static inline void cpu_quantize(uint8_t *q, const float *v, uint32_t n)
 {
-	return (uint8_t)(int)(255.0f * v + 0.5f); /* v in [0, 1]: truncation is floor */
+	for (uint32_t z = 0; z < n; z++)
+		q[z] = (uint8_t)(int)(255.0f * v[z] + 0.5f); /* v in [0, 1]: truncation is floor */
 }
 
 /* The views of ALGORITHMS.md §4 of the u8 volume V (p checked by be_view_check, r from

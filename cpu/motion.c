@@ -143,11 +143,8 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 		size_t o = ((size_t)yy * X + xx) * Z;
 		float *res = ctx->out->full ? ctx->out->full + o : A;
 		column(st, ctx, &g, st->mne, yy, xx, res, cur);
-		if (ctx->out->volume) {
-			uint8_t *q = ctx->out->volume + o;
-			for (uint32_t z = 0; z < Z; z++)
-				q[z] = cpu_quantize(res[z]);
-		}
+		if (ctx->out->volume)
+			cpu_quantize(ctx->out->volume + o, res, Z);
 		float *ob = st->mref + ((size_t)yy * X + xx) * BE_MOTION_NB;
 		if (st->mnref > 0) {
 			/* the registration's reference, from the entry bands */
