@@ -376,7 +376,6 @@ static int cpu_host_alloc(void *vst, size_t size, void **ptr)
 {
 	void *p = xalloc(size);
 
-	(void)vst;
 	if (!p)
 		return -ENOMEM;
 	*ptr = p;
@@ -385,7 +384,6 @@ static int cpu_host_alloc(void *vst, size_t size, void **ptr)
 
 static void cpu_host_free(void *vst, void *ptr)
 {
-	(void)vst;
 	free(ptr);
 }
 
@@ -395,7 +393,6 @@ static int cpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 {
 	struct cpu_state *st = vst;
 
-	(void)epoch;
 	st->raw[bscan] = raw;
 	return 0;
 }
