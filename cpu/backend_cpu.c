@@ -401,9 +401,8 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
                             size_t errlen)
 {
 	struct cpu_state *st = vst;
-	float *L;
+	float *L = out->lowres ? out->lowres : st->lowres;
 
-	L = out->lowres ? out->lowres : st->lowres;
 	cpu_preprocess_epoch(st, L, out);
 	if (st->p.mode == CFG_RECON_COMPENSATED) {
 		int rc = cpu_motion_epoch(st, epoch, L, out, err, errlen);
