@@ -439,24 +439,16 @@ static int set_regions(struct pl_pipeline *pl, struct volrec_shim_region *regs, 
 
 /* ---- acquisition -------------------------------------------------------------------------- */
 
-static void deadline_in(struct timespec *ts, int ms)
+/* Wait on cv (a CLOCK_MONOTONIC one, mu held) until *flag is set or ms have passed. */
+static void wait_flag(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *flag, int ms)
 {
 	uint64_t t = vr_mono_ns() + (uint64_t)ms * 1000000ull;
+	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
+	                      .tv_nsec = (long)(t % 1000000000ull)};
 
-	ts->tv_sec = (time_t)(t / 1000000000ull);
-	ts->tv_nsec = (long)(t % 1000000000ull);
-}
-
-/* Sleep ms or until stop is asked (mu held). Returns true when stopping. */
-static bool sleep_or_stop(struct pl_pipeline *pl, int ms)
-{
-	struct timespec ts;
-
-	deadline_in(&ts, ms);
-	while (!pl->stop_acq)
-		if (pthread_cond_timedwait(&pl->cv_room, &pl->mu, &ts) == ETIMEDOUT)
+	while (!*flag)
+		if (pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT)
 			break;
-	return pl->stop_acq;
 }
 
 /* Before each call into the source from acquisition: which one, since when (pl_stats reports
@@ -588,7 +580,8 @@ static bool source_fault(struct pl_pipeline *pl, const char *msg, int rc, unsign
 		*backoff_ms = BACKOFF_MAX_MS;
 	atomic_store(&pl->acq_state, PL_ACQ_BACKOFF);
 	pthread_mutex_lock(&pl->mu);
-	stop = sleep_or_stop(pl, *backoff_ms);
+	wait_flag(&pl->cv_room, &pl->mu, &pl->stop_acq, *backoff_ms); /* or until stopping */
+	stop = pl->stop_acq;
 	pthread_mutex_unlock(&pl->mu);
 	atomic_fetch_add(&pl->acq_returns, 1);
 	if (stop)
@@ -1590,7 +1583,6 @@ static void *closer_main(void *arg)
 static void source_close_bounded(struct pl_pipeline *pl)
 {
 	struct closer *c = calloc(1, sizeof(*c));
-	struct timespec deadline;
 	pthread_t thr;
 	bool done;
 
@@ -1607,11 +1599,8 @@ static void source_close_bounded(struct pl_pipeline *pl)
 	if (pthread_create(&thr, NULL, closer_main, c) != 0) {
 		closer_run(c); /* no thread: close here, unbounded */
 	} else {
-		deadline_in(&deadline, pl->timeout_ms + STOP_GRACE_MS);
 		pthread_mutex_lock(&c->mu);
-		while (!c->done)
-			if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) == ETIMEDOUT)
-				break;
+		wait_flag(&c->cv, &c->mu, &c->done, pl->timeout_ms + STOP_GRACE_MS);
 		done = c->done;
 		c->abandoned = !done;
 		pthread_mutex_unlock(&c->mu);
@@ -1638,7 +1627,6 @@ static void source_close_bounded(struct pl_pipeline *pl)
 
 void pl_stop(struct pl_pipeline *pl)
 {
-	struct timespec deadline;
 	char name[sizeof(pl->src_info.name)] = "", call[32] = "";
 	bool abandon = false;
 
@@ -1650,10 +1638,7 @@ void pl_stop(struct pl_pipeline *pl)
 	pthread_cond_broadcast(&pl->cv_room);
 	if (pl->acq_started) {
 		/* a source call that ignores its timeout must not hold the stop */
-		deadline_in(&deadline, pl->timeout_ms + STOP_GRACE_MS);
-		while (!pl->acq_exited)
-			if (pthread_cond_timedwait(&pl->cv_done, &pl->mu, &deadline) == ETIMEDOUT)
-				break;
+		wait_flag(&pl->cv_done, &pl->mu, &pl->acq_exited, pl->timeout_ms + STOP_GRACE_MS);
 		if (!pl->acq_exited) {
 			abandon = true;
 			pl->abandoned = true;
