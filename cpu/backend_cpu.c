@@ -19,7 +19,6 @@ static pthread_mutex_t cpu_fftw_lock = PTHREAD_MUTEX_INITIALIZER;
 /* ---- threads ------------------------------------------------------------------------------ */
 
 struct par_job {
-	struct cpu_state *st;
 	size_t n;
 	atomic_size_t next;
 	void (*fn)(struct cpu_worker *w, size_t item, void *ctx);
@@ -48,7 +47,7 @@ static void *par_main(void *varg)
 void cpu_parallel(struct cpu_state *st, size_t n,
                   void (*fn)(struct cpu_worker *w, size_t item, void *ctx), void *ctx)
 {
-	struct par_job job = {.st = st, .n = n, .fn = fn, .ctx = ctx};
+	struct par_job job = {.n = n, .fn = fn, .ctx = ctx};
 	struct par_arg args[CPU_MAX_THREADS];
 	pthread_t tid[CPU_MAX_THREADS];
 	bool started[CPU_MAX_THREADS] = {false};
@@ -193,7 +192,9 @@ static int check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
+/* Allocate the per-thread partial_median buffers (once; nothing when they exist).
+ * \return 0, or -ENOMEM with a message in err. */
+static int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
 {
 	const size_t nh = st->nh;
 
