@@ -92,8 +92,7 @@ int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_b
 		be->have = calloc(
 		        cfg->geometry.bscans_per_volume ? cfg->geometry.bscans_per_volume : 1, 1);
 	if (!be || !be->have) {
-		if (be)
-			free(be);
+		free(be);
 		return vr_err(err, errlen, -ENOMEM, "%s backend: out of memory", ops->name);
 	}
 	be->ops = ops;

@@ -76,10 +76,6 @@ int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, 
 		              "cuda backend: device %d: %d CUDA device(s) present", dev, n);
 	return gpu_bench_bandwidth(dev, bytes, reps, bw, err, errlen);
 #else
-	(void)dev;
-	(void)bytes;
-	(void)reps;
-	(void)bw;
 	return vr_err(err, errlen, -ENOTSUP,
 	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
 #endif
@@ -98,12 +94,6 @@ int be_cuda_links_bandwidth(const int *devs, unsigned n, size_t bytes, int reps,
 			              present);
 	return gpu_bench_links(devs, n, bytes, reps, d2h_gbs, both_gbs, err, errlen);
 #else
-	(void)devs;
-	(void)n;
-	(void)bytes;
-	(void)reps;
-	(void)d2h_gbs;
-	(void)both_gbs;
 	return vr_err(err, errlen, -ENOTSUP,
 	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
 #endif

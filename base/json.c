@@ -72,14 +72,6 @@ static size_t string_end(const char *text, size_t len, size_t at, bool *escaped)
 	return i + 1;
 }
 
-/* The string token text[at..end), decoded by json-c (a new reference), or NULL. */
-static struct json_object *string_decode(struct json_tokener *tok, const char *text, size_t at,
-                                         size_t end)
-{
-	json_tokener_reset(tok);
-	return json_tokener_parse_ex(tok, text + at, (int)(end - at));
-}
-
 /*
  * Walk text, valid JSON of at most depth levels, for what json-c's tree cannot show: a key given
  * twice in one object (json-c keeps the last), a string holding U+0000 (json-c cuts keys at
@@ -139,7 +131,9 @@ static int check_keys_and_strings(const char *text, size_t len, int depth, char 
 			if (rc)
 				break;
 			if (escaped) {
-				s = string_decode(tok, text, i, end);
+				/* the string token, decoded by json-c (a new reference) */
+				json_tokener_reset(tok);
+				s = json_tokener_parse_ex(tok, text + i, (int)(end - i));
 				if (!s) {
 					rc = vr_err(err, errlen, -EINVAL,
 					            "a bad string at byte %zu", i);

@@ -13,20 +13,15 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static double rank(const double *sorted, size_t n, double p)
+double vr_percentile(double *v, size_t n, double p)
 {
 	double r = ceil(p / 100.0 * (double)n);
 	size_t i = r < 1.0 ? 0 : (size_t)r - 1;
 
-	return sorted[i < n ? i : n - 1];
-}
-
-double vr_percentile(double *v, size_t n, double p)
-{
 	if (n == 0)
 		return NAN;
 	qsort(v, n, sizeof(*v), cmp_double);
-	return rank(v, n, p);
+	return v[i < n ? i : n - 1];
 }
 
 void vr_window_add(struct vr_window *w, double x)
@@ -46,8 +41,6 @@ void vr_window_percentiles(const struct vr_window *w, const double *p, double *o
 
 	for (i = 0; i < w->n; i++)
 		tmp[i] = w->v[i];
-	if (w->n)
-		qsort(tmp, w->n, sizeof(*tmp), cmp_double);
 	for (i = 0; i < k; i++)
-		out[i] = w->n ? rank(tmp, w->n, p[i]) : NAN;
+		out[i] = vr_percentile(tmp, w->n, p[i]); /* sorts tmp once, then finds it sorted */
 }

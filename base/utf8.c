@@ -55,24 +55,17 @@ size_t vr_utf8_sanitize(const char *s, char *out, size_t outlen)
 
 	while (i < n) {
 		l = seq_len(p + i, n - i);
-		/* control characters: C0 but tab and newline, DEL, and C1 (U+0080..U+009F, which
-		 * holds CSI, U+009B, that terminals take for ESC [): one U+FFFD each */
-		if ((l == 1 && ((p[i] < 0x20 && p[i] != '\t' && p[i] != '\n') || p[i] == 0x7f)) ||
+		/* an invalid byte, and control characters: C0 but tab and newline, DEL, and C1
+		 * (U+0080..U+009F, which holds CSI, U+009B, that terminals take for ESC [): one
+		 * U+FFFD each */
+		if (l == 0 ||
+		    (l == 1 && ((p[i] < 0x20 && p[i] != '\t' && p[i] != '\n') || p[i] == 0x7f)) ||
 		    (l == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
 			if (o + 3 >= outlen)
 				break;
 			memcpy(out + o, repl, 3);
 			o += 3;
-			i += l;
-			bad++;
-			continue;
-		}
-		if (l == 0) {
-			if (o + 3 >= outlen)
-				break;
-			memcpy(out + o, repl, 3);
-			o += 3;
-			i++;
+			i += l ? l : 1;
 			bad++;
 			continue;
 		}

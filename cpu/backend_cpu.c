@@ -19,7 +19,6 @@ static pthread_mutex_t cpu_fftw_lock = PTHREAD_MUTEX_INITIALIZER;
 /* ---- threads ------------------------------------------------------------------------------ */
 
 struct par_job {
-	struct cpu_state *st;
 	size_t n;
 	atomic_size_t next;
 	void (*fn)(struct cpu_worker *w, size_t item, void *ctx);
@@ -48,7 +47,7 @@ static void *par_main(void *varg)
 void cpu_parallel(struct cpu_state *st, size_t n,
                   void (*fn)(struct cpu_worker *w, size_t item, void *ctx), void *ctx)
 {
-	struct par_job job = {.st = st, .n = n, .fn = fn, .ctx = ctx};
+	struct par_job job = {.n = n, .fn = fn, .ctx = ctx};
 	struct par_arg args[CPU_MAX_THREADS];
 	pthread_t tid[CPU_MAX_THREADS];
 	bool started[CPU_MAX_THREADS] = {false};
@@ -150,18 +149,14 @@ static void cpu_reset_history(void *vst)
 		st->E[i] = -1;
 	memset(st->bvol, 0, cols * st->nz * sizeof(float));
 	memset(st->ovol, 0, cols * st->nz * sizeof(float));
-	st->have_prev = false;
 	if (st->motion)
 		be_motion_reset(st->motion);
 }
 
 static unsigned cpu_count_threads(int want)
 {
-	long n;
+	long n = want > 0 ? want : sysconf(_SC_NPROCESSORS_ONLN);
 
-	if (want > 0)
-		return (unsigned)(want > CPU_MAX_THREADS ? CPU_MAX_THREADS : want);
-	n = sysconf(_SC_NPROCESSORS_ONLN);
 	if (n < 1)
 		n = 1;
 	return (unsigned)(n > CPU_MAX_THREADS ? CPU_MAX_THREADS : n);
@@ -172,40 +167,34 @@ static int check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
 	const __typeof__(cfg->geometry) *g = &cfg->geometry;
 	uint32_t zp = cfg->preprocess.zero_pad;
 
-	if (g->samples_per_ascan < 2 || g->ascans_per_bscan < 1 || g->bscans_per_volume < 1) {
-		snprintf(err, errlen,
-		         "geometry: samples_per_ascan %u (>= 2), ascans_per_bscan %u and "
-		         "bscans_per_volume %u (>= 1) out of range",
-		         g->samples_per_ascan, g->ascans_per_bscan, g->bscans_per_volume);
-		return -EINVAL;
-	}
-	if (zp != 1 && zp != 2 && zp != 4) {
-		snprintf(err, errlen, "preprocess.zero_pad: %u, allowed 1, 2 or 4", zp);
-		return -EINVAL;
-	}
-	if (g->stride[0] < 1 || g->stride[1] < 1) {
-		snprintf(err, errlen, "geometry.stride: [%u, %u], both must be >= 1", g->stride[0],
-		         g->stride[1]);
-		return -EINVAL;
-	}
-	if (g->depth_range[0] >= g->depth_range[1] || g->depth_range[1] > cfg_fft_len(cfg) / 2) {
-		snprintf(err, errlen, "geometry.depth_range: [%u, %u) not within [0, %u)",
-		         g->depth_range[0], g->depth_range[1], cfg_fft_len(cfg) / 2);
-		return -EINVAL;
-	}
-	if (g->sample_type != CFG_SAMPLE_F32 && g->bit_shift > 15) {
-		snprintf(err, errlen, "geometry.bit_shift: %u, allowed 0..15", g->bit_shift);
-		return -EINVAL;
-	}
-	if (cfg_sample_packed(g->sample_type) && g->samples_per_ascan % 2) {
-		snprintf(err, errlen, "geometry.samples_per_ascan: %u is odd with sample_type %s",
-		         g->samples_per_ascan, cfg_sample_name(g->sample_type));
-		return -EINVAL;
-	}
+	if (g->samples_per_ascan < 2 || g->ascans_per_bscan < 1 || g->bscans_per_volume < 1)
+		return vr_err(err, errlen, -EINVAL,
+		              "geometry: samples_per_ascan %u (>= 2), ascans_per_bscan %u and "
+		              "bscans_per_volume %u (>= 1) out of range",
+		              g->samples_per_ascan, g->ascans_per_bscan, g->bscans_per_volume);
+	if (zp != 1 && zp != 2 && zp != 4)
+		return vr_err(err, errlen, -EINVAL, "preprocess.zero_pad: %u, allowed 1, 2 or 4",
+		              zp);
+	if (g->stride[0] < 1 || g->stride[1] < 1)
+		return vr_err(err, errlen, -EINVAL, "geometry.stride: [%u, %u], both must be >= 1",
+		              g->stride[0], g->stride[1]);
+	if (g->depth_range[0] >= g->depth_range[1] || g->depth_range[1] > cfg_fft_len(cfg) / 2)
+		return vr_err(err, errlen, -EINVAL,
+		              "geometry.depth_range: [%u, %u) not within [0, %u)",
+		              g->depth_range[0], g->depth_range[1], cfg_fft_len(cfg) / 2);
+	if (g->sample_type != CFG_SAMPLE_F32 && g->bit_shift > 15)
+		return vr_err(err, errlen, -EINVAL, "geometry.bit_shift: %u, allowed 0..15",
+		              g->bit_shift);
+	if (cfg_sample_packed(g->sample_type) && g->samples_per_ascan % 2)
+		return vr_err(err, errlen, -EINVAL,
+		              "geometry.samples_per_ascan: %u is odd with sample_type %s",
+		              g->samples_per_ascan, cfg_sample_name(g->sample_type));
 	return 0;
 }
 
-int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
+/* Allocate the per-thread partial_median buffers (once; nothing when they exist).
+ * \return 0, or -ENOMEM with a message in err. */
+static int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
 {
 	const size_t nh = st->nh;
 
@@ -223,11 +212,11 @@ int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
 			w->pm_c = xalloc(2 * nh * sizeof(float));
 		if (!w->spec || !w->pm_acc || !w->pm_sig || !w->pm_c) {
 			/* what was allocated stays for a later try and is freed by destroy */
-			snprintf(err, errlen,
-			         "cpu backend: out of memory for partial_median (%u threads x %zu "
-			         "MiB of spectra)",
-			         st->nthreads, ((size_t)st->nx * nh * sizeof(fftwf_complex)) >> 20);
-			return -ENOMEM;
+			return vr_err(err, errlen, -ENOMEM,
+			              "cpu backend: out of memory for partial_median (%u threads x "
+			              "%zu MiB of spectra)",
+			              st->nthreads,
+			              ((size_t)st->nx * nh * sizeof(fftwf_complex)) >> 20);
 		}
 	}
 	st->pm_ready = true;
@@ -274,10 +263,8 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc < 0)
 		return rc;
 	st = calloc(1, sizeof(*st));
-	if (!st) {
-		snprintf(err, errlen, "cpu backend: out of memory");
-		return -ENOMEM;
-	}
+	if (!st)
+		return vr_err(err, errlen, -ENOMEM, "cpu backend: out of memory");
 	st->K = cfg->geometry.samples_per_ascan;
 	st->N = cfg_fft_len(cfg);
 	st->nh = st->N / 2;
@@ -323,7 +310,6 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	for (unsigned t = 0; t < st->nthreads; t++) {
 		struct cpu_worker *w = &st->workers[t];
 		w->st = st;
-		w->id = t;
 		ALLOC(w->conv, K);
 		ALLOC(w->rsout, K);
 		ALLOC(w->dacc, K);
@@ -358,9 +344,8 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 		                            NULL, 1, (int)N, FFTW_FORWARD, FFTW_ESTIMATE);
 		pthread_mutex_unlock(&cpu_fftw_lock);
 		if (!st->plan_r2c || !st->plan_c2c) {
-			snprintf(err, errlen,
-			         "cpu backend: FFTW could not plan %u-point transforms", N);
-			rc = -EINVAL;
+			rc = vr_err(err, errlen, -EINVAL,
+			            "cpu backend: FFTW could not plan %u-point transforms", N);
 			goto out_destroy;
 		}
 	}
@@ -375,9 +360,9 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	return 0;
 
 out_nomem:
-	snprintf(err, errlen, "cpu backend: out of memory for a %ux%ux%u (stride %ux%u) geometry",
-	         st->nx, st->ny, st->K, st->sx, st->sy);
-	rc = -ENOMEM;
+	rc = vr_err(err, errlen, -ENOMEM,
+	            "cpu backend: out of memory for a %ux%ux%u (stride %ux%u) geometry", st->nx,
+	            st->ny, st->K, st->sx, st->sy);
 out_destroy:
 	cpu_destroy(st);
 	return rc;
@@ -392,7 +377,6 @@ static int cpu_host_alloc(void *vst, size_t size, void **ptr)
 {
 	void *p = xalloc(size);
 
-	(void)vst;
 	if (!p)
 		return -ENOMEM;
 	*ptr = p;
@@ -401,7 +385,6 @@ static int cpu_host_alloc(void *vst, size_t size, void **ptr)
 
 static void cpu_host_free(void *vst, void *ptr)
 {
-	(void)vst;
 	free(ptr);
 }
 
@@ -411,7 +394,6 @@ static int cpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 {
 	struct cpu_state *st = vst;
 
-	(void)epoch;
 	st->raw[bscan] = raw;
 	return 0;
 }
@@ -420,9 +402,8 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
                             size_t errlen)
 {
 	struct cpu_state *st = vst;
-	float *L;
+	float *L = out->lowres ? out->lowres : st->lowres;
 
-	L = out->lowres ? out->lowres : st->lowres;
 	cpu_preprocess_epoch(st, L, out);
 	if (st->p.mode == CFG_RECON_COMPENSATED) {
 		int rc = cpu_motion_epoch(st, epoch, L, out, err, errlen);
@@ -451,12 +432,11 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	    cfg->geometry.stride[0] != st->sx || cfg->geometry.stride[1] != st->sy ||
 	    cfg->geometry.depth_range[0] != st->z0 || cfg_nz(cfg) != st->nz ||
 	    cfg->geometry.sample_type != st->sample_type || sh != st->bit_shift ||
-	    cpu_count_threads(cfg->cpu.threads) != st->nthreads) {
-		snprintf(err, errlen,
-		         "cpu backend: geometry, zero_pad, sample type or cpu.threads changed: "
-		         "needs a rebuild, not a live update");
-		return -EINVAL;
-	}
+	    cpu_count_threads(cfg->cpu.threads) != st->nthreads)
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "cpu backend: geometry, zero_pad, sample type or cpu.threads changed: "
+		        "needs a rebuild, not a live update");
 	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		return rc;

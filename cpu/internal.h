@@ -53,7 +53,6 @@ struct cpu_state;
 /* Per-thread scratch, allocated once. */
 struct cpu_worker {
 	struct cpu_state *st;
-	unsigned id;
 	float *conv;         /* [K] converted A-scan */
 	float *rsout;        /* [K] resampled A-scan */
 	double *dacc;        /* [K] B-scan mean accumulator */
@@ -111,7 +110,6 @@ struct cpu_state {
 	float *chg;         /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
 	float *alpha;       /* adaptive: [Y][X] weight of the history estimate */
 	float *beta;        /* adaptive: [Y][X] weight of the column's own history sample */
-	bool have_prev;     /* cumulative: ovol holds a previous output */
 	/* compensated (cpu/motion.c; NULL until that mode is first used) */
 	struct be_motion *motion;
 	float *mhist; /* [slots][ny][nx][nz] low-resolution volumes of the history */
@@ -127,10 +125,6 @@ struct cpu_state {
 
 /* Median of n values (reorders v); for even n the mean of the two middle ones. */
 float cpu_median(float *v, size_t n);
-
-/* Allocate the per-thread partial_median buffers (once; nothing when they exist).
- * \return 0, or -ENOMEM with a message in err (nothing changed then). */
-int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen);
 
 /* (Re)build the live tables of st->p from cfg; touches nothing on failure. */
 int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen);
@@ -161,13 +155,13 @@ int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 void cpu_parallel(struct cpu_state *st, size_t n,
                   void (*fn)(struct cpu_worker *w, size_t item, void *ctx), void *ctx);
 
-static inline uint8_t cpu_quantize(float v)
+/* The u8 output q[0..n) of the normalized column v[0..n). */
+static inline void cpu_quantize(uint8_t *q, const float *v, uint32_t n)
 {
-	return (uint8_t)(int)(255.0f * v + 0.5f); /* v in [0, 1]: truncation is floor */
+	for (uint32_t z = 0; z < n; z++)
+		q[z] = (uint8_t)(int)(255.0f * v[z] + 0.5f); /* v in [0, 1]: truncation is floor */
 }
 
-/* The views of ALGORITHMS.md §4 of the u8 volume V (p checked by be_view_check, r from
- * be_render_setup(p)) into out[v] (be_view_size bytes each; a NULL entry is skipped). */
 /* Set up st->views from cfg (create and live updates). \return 0 or -ENOMEM with the message
  * in err. */
 int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen);
@@ -175,6 +169,8 @@ int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err
  * -EINVAL when the view parameters lie outside the volume (message in err). */
 int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err, size_t errlen);
 void cpu_views_free(struct cpu_state *st);
+/* The views of ALGORITHMS.md §4 of the u8 volume V (p checked by be_view_check, r from
+ * be_render_setup(p)) into out[v] (be_view_size bytes each; a NULL entry is skipped). */
 void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
                        const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT]);
 

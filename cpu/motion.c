@@ -42,11 +42,10 @@ int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen)
 		free(eb);
 		free(en);
 		free(prof);
-		snprintf(err, errlen,
-		         "cpu backend: out of memory for the compensated mode's history (%u epochs "
-		         "of %ux%ux%u)",
-		         BE_MOTION_H * st->S, st->nx, st->ny, st->nz);
-		return -ENOMEM;
+		return vr_err(err, errlen, -ENOMEM,
+		              "cpu backend: out of memory for the compensated mode's history (%u "
+		              "epochs of %ux%ux%u)",
+		              BE_MOTION_H * st->S, st->nx, st->ny, st->nz);
 	}
 	st->motion = m;
 	st->mhist = hist;
@@ -144,11 +143,8 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 		size_t o = ((size_t)yy * X + xx) * Z;
 		float *res = ctx->out->full ? ctx->out->full + o : A;
 		column(st, ctx, &g, st->mne, yy, xx, res, cur);
-		if (ctx->out->volume) {
-			uint8_t *q = ctx->out->volume + o;
-			for (uint32_t z = 0; z < Z; z++)
-				q[z] = cpu_quantize(res[z]);
-		}
+		if (ctx->out->volume)
+			cpu_quantize(ctx->out->volume + o, res, Z);
 		float *ob = st->mref + ((size_t)yy * X + xx) * BE_MOTION_NB;
 		if (st->mnref > 0) {
 			/* the registration's reference, from the entry bands */
@@ -191,10 +187,9 @@ int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 	st->mcur = L;
 	rc = be_motion_epoch(st->motion, ox, oy, st->mprof, motion_bands, st, &slot, st->ment,
 	                     &st->mne, &st->mnref);
-	if (rc < 0) {
-		snprintf(err, errlen, "cpu backend: compensated mode: pose estimate failed");
-		return rc;
-	}
+	if (rc < 0)
+		return vr_err(err, errlen, rc,
+		              "cpu backend: compensated mode: pose estimate failed");
 	memcpy(st->mhist + slot * vol, L, vol * sizeof(float));
 
 	struct motion_ctx ctx = {.out = out, .L = L, .ox = ox, .oy = oy};

@@ -96,7 +96,6 @@ static void bscan_background(struct cpu_worker *w, size_t b, void *ctx)
 	float *bg = st->bgspec + b * st->K;
 	const uint32_t K = st->K, nx = st->nx;
 
-	(void)ctx;
 	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN) {
 		for (uint32_t k = 0; k < K; k++)
 			w->dacc[k] = 0.0;

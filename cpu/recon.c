@@ -234,11 +234,8 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 				adaptive_blend(st, ctx, yy, xx, res, C);
 			if (cum && ctx->out->full)
 				memcpy(ctx->out->full + o, res, Z * sizeof(float));
-			if (ctx->out->volume) {
-				uint8_t *q = ctx->out->volume + o;
-				for (uint32_t z = 0; z < Z; z++)
-					q[z] = cpu_quantize(res[z]);
-			}
+			if (ctx->out->volume)
+				cpu_quantize(ctx->out->volume + o, res, Z);
 		}
 	}
 }
@@ -319,6 +316,5 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 		float *t = st->bvol;
 		st->bvol = st->ovol;
 		st->ovol = t;
-		st->have_prev = true;
 	}
 }

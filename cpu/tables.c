@@ -86,16 +86,14 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 	rc = be_recon_check(cfg, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && !st->pm_ready) {
-		snprintf(err, errlen,
-		         "cpu backend: partial_median buffers are not allocated (cpu_pm_alloc)");
-		return -EINVAL;
-	}
-	if (cfg->preprocess.window.type == CFG_WIN_GAUSS && !(cfg->preprocess.window.param > 0)) {
-		snprintf(err, errlen, "preprocess.window.param: gauss sigma %g, must be > 0",
-		         cfg->preprocess.window.param);
-		return -EINVAL;
-	}
+	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && !st->pm_ready)
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "cpu backend: partial_median buffers are not allocated (cpu_pm_alloc)");
+	if (cfg->preprocess.window.type == CFG_WIN_GAUSS && !(cfg->preprocess.window.param > 0))
+		return vr_err(err, errlen, -EINVAL,
+		              "preprocess.window.param: gauss sigma %g, must be > 0",
+		              cfg->preprocess.window.param);
 
 	/* commit */
 	p->bg_mode = cfg->preprocess.background.mode;

@@ -103,7 +103,6 @@ struct pl_pipeline {
 
 	/* requests applied by the processing thread between epochs */
 	struct vr_config live_cfg;
-	bool live_cfg_set;
 	uint64_t live_req, live_done;
 	int live_rc;
 	char live_err[512];
@@ -277,8 +276,7 @@ static int source_regions(struct pl_pipeline *pl, struct volrec_shim_region **ou
 		if (!regs[i].base || regs[i].size < pl->bscan_bytes) {
 			vr_err(err, errlen, -EPROTO,
 			       "source %s: ref_regions(): region %u (%zu bytes at %p) cannot hold "
-			       "a "
-			       "B-scan of %zu bytes",
+			       "a B-scan of %zu bytes",
 			       pl->src.info.name, i, regs[i].size, regs[i].base, pl->bscan_bytes);
 			free(regs);
 			return -EPROTO;
@@ -370,8 +368,7 @@ static int meta_check(const struct pl_pipeline *pl, const struct volrec_shim_met
 		snprintf(msg, len,
 		         "source %s: epoch %llu B-scan %u marked %s (meta.flags 0x%x), but the "
 		         "marks were not offered (geometry.flags has no "
-		         "VOLREC_SHIM_GEOMETRY_MARKS): a "
-		         "loss must be returned as an error here",
+		         "VOLREC_SHIM_GEOMETRY_MARKS): a loss must be returned as an error here",
 		         pl->src.info.name, (unsigned long long)m->epoch, m->bscan,
 		         m->flags & VOLREC_SHIM_META_LOST ? "lost" : "incomplete", m->flags);
 		return -EPROTO;
@@ -442,24 +439,16 @@ static int set_regions(struct pl_pipeline *pl, struct volrec_shim_region *regs, 
 
 /* ---- acquisition -------------------------------------------------------------------------- */
 
-static void deadline_in(struct timespec *ts, int ms)
+/* Wait on cv (a CLOCK_MONOTONIC one, mu held) until *flag is set or ms have passed. */
+static void wait_flag(pthread_cond_t *cv, pthread_mutex_t *mu, const bool *flag, int ms)
 {
 	uint64_t t = vr_mono_ns() + (uint64_t)ms * 1000000ull;
+	struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull),
+	                      .tv_nsec = (long)(t % 1000000000ull)};
 
-	ts->tv_sec = (time_t)(t / 1000000000ull);
-	ts->tv_nsec = (long)(t % 1000000000ull);
-}
-
-/* Sleep ms or until stop is asked (mu held). Returns true when stopping. */
-static bool sleep_or_stop(struct pl_pipeline *pl, int ms)
-{
-	struct timespec ts;
-
-	deadline_in(&ts, ms);
-	while (!pl->stop_acq)
-		if (pthread_cond_timedwait(&pl->cv_room, &pl->mu, &ts) == ETIMEDOUT)
+	while (!*flag)
+		if (pthread_cond_timedwait(cv, mu, &ts) == ETIMEDOUT)
 			break;
-	return pl->stop_acq;
 }
 
 /* Before each call into the source from acquisition: which one, since when (pl_stats reports
@@ -591,7 +580,8 @@ static bool source_fault(struct pl_pipeline *pl, const char *msg, int rc, unsign
 		*backoff_ms = BACKOFF_MAX_MS;
 	atomic_store(&pl->acq_state, PL_ACQ_BACKOFF);
 	pthread_mutex_lock(&pl->mu);
-	stop = sleep_or_stop(pl, *backoff_ms);
+	wait_flag(&pl->cv_room, &pl->mu, &pl->stop_acq, *backoff_ms); /* or until stopping */
+	stop = pl->stop_acq;
 	pthread_mutex_unlock(&pl->mu);
 	atomic_fetch_add(&pl->acq_returns, 1);
 	if (stop)
@@ -855,8 +845,7 @@ static void *acq_main(void *arg)
 				}
 				snprintf(msg, sizeof(msg),
 				         "source %s: delivered epoch %llu B-scan %u where epoch "
-				         "%llu "
-				         "B-scan %u was due",
+				         "%llu B-scan %u was due",
 				         pl->src.info.name, (unsigned long long)meta.epoch,
 				         meta.bscan, (unsigned long long)e, b);
 				cut = true;
@@ -1151,7 +1140,6 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 	v.t_first_ns = e0->t_real_ns;
 	v.t_last_ns = el->t_real_ns;
 	v.t_first_mono_ns = e0->t_mono_ns;
-	v.t_last_mono_ns = el->t_mono_ns;
 	v.latency_ns = v.t_done_mono_ns > el->t_mono_ns ? v.t_done_mono_ns - el->t_mono_ns : 0;
 	v.preprocess_ms = fl->pre_ms;
 	v.reconstruct_ms = (double)(v.t_done_mono_ns - fl->t_fin) / 1e6;
@@ -1283,8 +1271,7 @@ static void *proc_main(void *arg)
 				pl->reset_flag = true;
 				emit(pl, "history_reset", PL_NOTICE, true,
 				     "reconstruction history reset: an epoch was cut short after "
-				     "its "
-				     "first B-scans were processed");
+				     "its first B-scans were processed");
 			}
 			emit(pl, "incomplete_epoch", PL_INFO, false,
 			     "epoch %llu cut short after %u of %u B-scans: not published",
@@ -1596,7 +1583,6 @@ static void *closer_main(void *arg)
 static void source_close_bounded(struct pl_pipeline *pl)
 {
 	struct closer *c = calloc(1, sizeof(*c));
-	struct timespec deadline;
 	pthread_t thr;
 	bool done;
 
@@ -1613,11 +1599,8 @@ static void source_close_bounded(struct pl_pipeline *pl)
 	if (pthread_create(&thr, NULL, closer_main, c) != 0) {
 		closer_run(c); /* no thread: close here, unbounded */
 	} else {
-		deadline_in(&deadline, pl->timeout_ms + STOP_GRACE_MS);
 		pthread_mutex_lock(&c->mu);
-		while (!c->done)
-			if (pthread_cond_timedwait(&c->cv, &c->mu, &deadline) == ETIMEDOUT)
-				break;
+		wait_flag(&c->cv, &c->mu, &c->done, pl->timeout_ms + STOP_GRACE_MS);
 		done = c->done;
 		c->abandoned = !done;
 		pthread_mutex_unlock(&c->mu);
@@ -1644,7 +1627,6 @@ static void source_close_bounded(struct pl_pipeline *pl)
 
 void pl_stop(struct pl_pipeline *pl)
 {
-	struct timespec deadline;
 	char name[sizeof(pl->src_info.name)] = "", call[32] = "";
 	bool abandon = false;
 
@@ -1656,10 +1638,7 @@ void pl_stop(struct pl_pipeline *pl)
 	pthread_cond_broadcast(&pl->cv_room);
 	if (pl->acq_started) {
 		/* a source call that ignores its timeout must not hold the stop */
-		deadline_in(&deadline, pl->timeout_ms + STOP_GRACE_MS);
-		while (!pl->acq_exited)
-			if (pthread_cond_timedwait(&pl->cv_done, &pl->mu, &deadline) == ETIMEDOUT)
-				break;
+		wait_flag(&pl->cv_done, &pl->mu, &pl->acq_exited, pl->timeout_ms + STOP_GRACE_MS);
 		if (!pl->acq_exited) {
 			abandon = true;
 			pl->abandoned = true;
@@ -1766,7 +1745,6 @@ int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint64_
 	cfg_free(&pl->live_cfg);
 	cfg_defaults(&pl->live_cfg);
 	rc = cfg_copy(&pl->live_cfg, cfg);
-	pl->live_cfg_set = rc == 0;
 	if (rc == 0) {
 		*ticket = ++pl->live_req;
 		pthread_cond_broadcast(&pl->cv_data);

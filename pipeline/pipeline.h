@@ -30,12 +30,12 @@ struct pl_volume {
 	uint32_t ox, oy;     /* scan offset of the epoch */
 	uint64_t t_first_ns; /* CLOCK_REALTIME: first B-scan acquired (the source's timestamp) */
 	uint64_t t_last_ns;  /* CLOCK_REALTIME: last B-scan acquired */
-	uint64_t t_first_mono_ns, t_last_mono_ns; /* CLOCK_MONOTONIC: when acquire() returned */
-	uint64_t t_done_mono_ns; /* CLOCK_MONOTONIC: the output was complete in host memory */
-	uint64_t latency_ns;     /* last B-scan acquired -> output complete */
-	double preprocess_ms;    /* time spent submitting the epoch's B-scans */
-	double reconstruct_ms;   /* epoch finish -> output complete */
-	uint32_t flags;          /* VOLREC_FLAG_RESET: the first volume after a history reset;
+	uint64_t t_first_mono_ns; /* CLOCK_MONOTONIC: when acquire() returned the first B-scan */
+	uint64_t t_done_mono_ns;  /* CLOCK_MONOTONIC: the output was complete in host memory */
+	uint64_t latency_ns;      /* last B-scan acquired -> output complete */
+	double preprocess_ms;     /* time spent submitting the epoch's B-scans */
+	double reconstruct_ms;    /* epoch finish -> output complete */
+	uint32_t flags;           /* VOLREC_FLAG_RESET: the first volume after a history reset;
 	                          * VOLREC_FLAG_DROPPED_BEFORE: the source lost data before its
 	                          * first B-scan (epochs skipped are for the sink to tell) */
 };
