@@ -130,15 +130,22 @@ static double q_ssim(const double *a, const double *t, uint32_t R, uint32_t C, d
 
 enum q_row { Q_NEAREST, Q_LINEAR, Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_COMPENSATED, Q_ROWS };
 
-static const char *const q_row_names[Q_ROWS] = {
-        "newest epoch, nearest", "newest epoch, linear",
-        "noncumulative",         "cumulative",
-        "product + exp tau=3",   "adaptive",
-        "compensated",
-};
-static const char *const q_row_keys[Q_ROWS] = {
-        "current_nearest",  "current_linear", "noncumulative", "cumulative",
-        "product_exp_tau3", "adaptive",       "compensated",
+/* Each row's name in the table and key in the JSON; the reconstruction rows' settings (the
+ * baselines are scored in the noncumulative pass). */
+static const struct {
+	const char *name, *key;
+	enum cfg_recon_mode mode;
+	enum cfg_combine combine;
+	enum cfg_temporal temporal;
+} q_rows[Q_ROWS] = {
+        [Q_NEAREST] = {"newest epoch, nearest", "current_nearest"},
+        [Q_LINEAR] = {"newest epoch, linear", "current_linear"},
+        [Q_NONCUM] = {"noncumulative", "noncumulative", CFG_RECON_NONCUMULATIVE},
+        [Q_CUMUL] = {"cumulative", "cumulative", CFG_RECON_CUMULATIVE},
+        [Q_PRODUCT] = {"product + exp tau=3", "product_exp_tau3", CFG_RECON_NONCUMULATIVE,
+                       CFG_COMBINE_PRODUCT, CFG_TEMPORAL_EXP},
+        [Q_ADAPTIVE] = {"adaptive", "adaptive", CFG_RECON_ADAPTIVE},
+        [Q_COMPENSATED] = {"compensated", "compensated", CFG_RECON_COMPENSATED},
 };
 
 /* The two units a volume is compared in (docs/algorithms.md §3): the truth's image amplitude,
@@ -778,28 +785,22 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	q.gain_pass = false;
 
 	/* one pass per reconstruction row; the noncumulative one also scores the baselines */
-	static const enum q_row rows[] = {Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_COMPENSATED};
-	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
-		const enum q_row r = rows[k];
+	for (int r = Q_NONCUM; r < Q_ROWS; r++) {
 		cfg_free(&run);
-		cfg_defaults(&run);
 		rc = cfg_copy(&run, &cfg);
 		if (rc < 0) {
 			fprintf(stderr, "volrec quality: out of memory\n");
 			goto out;
 		}
-		run.reconstruct.mode = r == Q_CUMUL         ? CFG_RECON_CUMULATIVE
-		                       : r == Q_ADAPTIVE    ? CFG_RECON_ADAPTIVE
-		                       : r == Q_COMPENSATED ? CFG_RECON_COMPENSATED
-		                                            : CFG_RECON_NONCUMULATIVE;
-		run.reconstruct.combine = r == Q_PRODUCT ? CFG_COMBINE_PRODUCT : CFG_COMBINE_SUM;
-		run.reconstruct.temporal = r == Q_PRODUCT ? CFG_TEMPORAL_EXP : CFG_TEMPORAL_LINEAR;
+		run.reconstruct.mode = q_rows[r].mode;
+		run.reconstruct.combine = q_rows[r].combine;
+		run.reconstruct.temporal = q_rows[r].temporal;
 		if (r == Q_PRODUCT)
 			run.reconstruct.tau = 3.0;
 		q.row = r;
 		rc = q_pass(&q, &run, r == Q_NONCUM, err, sizeof(err));
 		if (rc < 0) {
-			fprintf(stderr, "volrec quality: %s: %s\n", q_row_names[r], err);
+			fprintf(stderr, "volrec quality: %s: %s\n", q_rows[r].name, err);
 			if (q.bad_input)
 				ret = VR_EXIT_USAGE;
 			goto out;
@@ -814,7 +815,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	printf("%-24s %17s   %17s\n", "", "amplitude", "dB image");
 	printf("%-24s %9s %7s   %9s %7s\n", "mode", "PSNR dB", "SSIM", "PSNR dB", "SSIM");
 	for (int r = 0; r < Q_ROWS; r++)
-		printf("%-24s %9.2f %7.3f   %9.2f %7.3f\n", q_row_names[r],
+		printf("%-24s %9.2f %7.3f   %9.2f %7.3f\n", q_rows[r].name,
 		       score[r].d[Q_AMPLITUDE].psnr_sum / score[r].n,
 		       score[r].d[Q_AMPLITUDE].ssim_sum / score[r].n,
 		       score[r].d[Q_IMAGE].psnr_sum / score[r].n,
@@ -844,7 +845,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		for (int r = 0; r < Q_ROWS; r++) {
 			struct json_object *m = q_json_scores(&score[r], Q_AMPLITUDE, q.n);
 			json_object_object_add(m, "image", q_json_scores(&score[r], Q_IMAGE, q.n));
-			json_object_object_add(modes, q_row_keys[r], m);
+			json_object_object_add(modes, q_rows[r].key, m);
 		}
 		json_object_object_add(o, "modes", modes);
 		const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
@@ -866,14 +867,9 @@ out:
 			free(score[r].d[d].psnr);
 			free(score[r].d[d].ssim);
 		}
-	free(q.toff);
-	free(q.gs);
-	free(q.truth);
-	free(q.truth_img);
-	free(q.cur);
-	free(q.pa);
-	free(q.pt);
-	free(q.scratch);
+	void *bufs[] = {q.toff, q.gs, q.truth, q.truth_img, q.cur, q.pa, q.pt, q.scratch};
+	for (size_t i = 0; i < VR_ARRAY_SIZE(bufs); i++)
+		free(bufs[i]);
 	cfg_free(&run);
 	cfg_free(&cfg);
 	return ret;
