@@ -127,14 +127,17 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 
 	optind = 1;
 	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
-		enum cal_op op = OP_NONE;
+		if (c >= O_REF && c <= O_DISP) {
+			enum cal_op op = (enum cal_op)(OP_REFERENCE + (c - O_REF));
+			if (o->op != OP_NONE && o->op != op) {
+				fprintf(stderr, "volrec calibrate: choose one of --reference, "
+				                "--klin, --orientation, --dispersion\n");
+				return VR_EXIT_USAGE;
+			}
+			o->op = op;
+			continue;
+		}
 		switch (c) {
-		case O_REF:
-		case O_KLIN:
-		case O_ORIENT:
-		case O_DISP:
-			op = (enum cal_op)(OP_REFERENCE + (c - O_REF));
-			break;
 		case O_ZMIN:
 			if (vr_cli_u64("volrec calibrate", "--zmin", optarg, 1, 1u << 20,
 			               "a bin >= 1", &u))
@@ -182,14 +185,6 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			break;
 		default:
 			return vr_command_usage(calibrate_usage, c);
-		}
-		if (op != OP_NONE) {
-			if (o->op != OP_NONE && o->op != op) {
-				fprintf(stderr, "volrec calibrate: choose one of --reference, "
-				                "--klin, --orientation, --dispersion\n");
-				return VR_EXIT_USAGE;
-			}
-			o->op = op;
 		}
 	}
 	for (; optind < argc; optind++) {
@@ -336,8 +331,7 @@ static int load_input(const struct cal_ctx *x, const char *path, size_t min_asca
 		        "volrec calibrate: %s: %zu A-scans, too few A-scans for this calibration "
 		        "(at least %zu)\n",
 		        path, d->n, min_ascans);
-		cal_data_free(d);
-		return VR_EXIT_FAIL;
+		goto out_free;
 	}
 	if (d->saturated > CAL_MAX_SATURATED) {
 		fprintf(stderr,
@@ -345,10 +339,12 @@ static int load_input(const struct cal_ctx *x, const char *path, size_t min_asca
 		        "digitizer's limit %.0f (at most %.1f %% allowed); lower the source power "
 		        "or the exposure and record again\n",
 		        path, 100 * d->saturated, d->limit, 100 * CAL_MAX_SATURATED);
-		cal_data_free(d);
-		return VR_EXIT_FAIL;
+		goto out_free;
 	}
 	return VR_EXIT_OK;
+out_free:
+	cal_data_free(d);
+	return VR_EXIT_FAIL;
 }
 
 /* The metric's depth window: --depth, else N/64 (at least 4) to N/2 within the configured

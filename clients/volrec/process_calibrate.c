@@ -116,21 +116,12 @@ static int set_geometry(struct cal_data *d, uint64_t K, uint64_t nx, char *err, 
 	return 0;
 }
 
+/* vr_pread_full, a file that ends early reported as -EIO */
 static int read_at(int fd, void *buf, size_t len, off_t off)
 {
-	uint8_t *p = buf;
+	int rc = vr_pread_full(fd, buf, len, (uint64_t)off);
 
-	while (len) {
-		ssize_t r = pread(fd, p, len, off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		p += r;
-		len -= (size_t)r;
-		off += r;
-	}
-	return 0;
+	return rc == -ENODATA ? -EIO : rc;
 }
 
 /* How many whole B-scans of nx A-scans to load out of `available` A-scans. */
@@ -391,8 +382,7 @@ int cal_engine_open(struct cal_engine *e, const struct vr_config *base, const st
 	c->geometry.bscans_per_volume = d->nb;
 	c->geometry.stride[0] = c->geometry.stride[1] = 1;
 	c->geometry.bidirectional = false;
-	e->N = cfg_fft_len(c);
-	e->nh = e->N / 2;
+	e->nh = cfg_fft_len(c) / 2;
 	c->geometry.depth_range[0] = 0;
 	c->geometry.depth_range[1] = e->nh;
 	c->preprocess.db_range[0] = CAL_DB_LO;
