@@ -422,8 +422,7 @@ static void disp_table(const double c[4], uint32_t K, double *t)
 /* Mean amplitude profile over the A-scans into prof[nh]. */
 static void mean_profile(const double *amp, size_t n, uint32_t nh, double *prof)
 {
-	for (uint32_t z = 0; z < nh; z++)
-		prof[z] = 0;
+	memset(prof, 0, nh * sizeof(double));
 	for (size_t a = 0; a < n; a++)
 		for (uint32_t z = 0; z < nh; z++)
 			prof[z] += amp[a * nh + z] / (double)n;
@@ -738,16 +737,14 @@ static int invert_linear(const double *g, uint32_t K, double *p)
 
 static int op_klin(struct cal_ctx *x)
 {
-	struct cal_data d[2];
-	struct fringe fr[2];
+	struct cal_data d[2] = {0};
+	struct fringe fr[2] = {0};
 	struct cal_engine e = {0};
 	double *g = NULL, *pos = NULL, *psi = NULL, *before = NULL, *after = NULL, *prof = NULL;
 	const int nd = x->o.ninputs;
 	char yaml[12288];
 	int ret = VR_EXIT_FAIL;
 
-	memset(d, 0, sizeof(d));
-	memset(fr, 0, sizeof(fr));
 	for (int i = 0; i < nd; i++) {
 		ret = load_input(x, x->o.inputs[i], 8, &d[i]);
 		if (ret)

@@ -330,7 +330,6 @@ static int q_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err, 
 static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t errlen)
 {
 	struct q_ctx *q = ctx;
-	const uint64_t i = q->done;
 	int rc;
 
 	if (v->epoch >= q->n || v->ox != q->toff[v->epoch][0] || v->oy != q->toff[v->epoch][1])
@@ -367,7 +366,7 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 					                20.0 * log10((double)t[z]));
 				}
 			}
-		q->done = i + 1;
+		q->done++;
 		return 0;
 	}
 	q_truth_image(q);
@@ -376,7 +375,7 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 		q_current(q, v->ox, v->oy, lin);
 		q_score_volume(q, q->cur, v->epoch, &q->score[lin ? Q_LINEAR : Q_NEAREST]);
 	}
-	q->done = i + 1;
+	q->done++;
 	return 0;
 }
 
@@ -604,11 +603,6 @@ static int q_truth_open(struct q_ctx *q, const struct vr_config *cfg, const char
 	return rc;
 }
 
-static void q_truth_close(struct q_ctx *q)
-{
-	VR_H5_CLOSE(q->tspace, q->tds, q->tf);
-}
-
 static struct json_object *q_num(double v)
 {
 	return isfinite(v) ? json_object_new_double(v) : json_object_new_null();
@@ -655,11 +649,10 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	uint64_t n_arg = 0, skip_arg = UINT64_MAX; /* UINT64_MAX: --skip not given */
 	struct vr_config cfg, run;
 	struct q_ctx q = {.tf = -1, .tds = -1, .tspace = -1};
-	struct q_score score[Q_ROWS];
+	struct q_score score[Q_ROWS] = {0};
 	char err[CFG_ERR_MAX] = "";
 	int c, rc, ret = VR_EXIT_FAIL;
 
-	memset(score, 0, sizeof(score));
 	cfg_defaults(&cfg);
 	cfg_defaults(&run);
 	const struct vr_cli_str strs[] = {{'c', &cfg_path},
@@ -861,7 +854,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	}
 	ret = VR_EXIT_OK;
 out:
-	q_truth_close(&q);
+	VR_H5_CLOSE(q.tspace, q.tds, q.tf);
 	for (int r = 0; r < Q_ROWS; r++)
 		for (int d = 0; d < Q_DOMAINS; d++) {
 			free(score[r].d[d].psnr);
