@@ -21,14 +21,12 @@
 /* ---- loading ------------------------------------------------------------------------------ */
 
 /* Saturation of integer data: the share of samples at the largest (smallest, for signed) value,
- * when that value is a full scale 2^b - 1 (or -2^b) of some bit depth b in 8..16. */
+ * when that value is a full scale 2^b - 1 (or -2^b) of some bit depth b in 8..16 (else 0). */
 static void saturation(struct cal_data *d, size_t at_max, size_t at_min, double vmax, double vmin,
                        uint32_t sh)
 {
 	size_t total = d->n * d->K;
 
-	d->saturated = 0;
-	d->limit = 0;
 	if (d->type == CFG_SAMPLE_F32 || !total)
 		return;
 	for (int b = 8; b <= 16 - (int)sh; b++) {
