@@ -950,7 +950,7 @@ static int op_orientation(struct cal_ctx *x)
 {
 	struct cal_data d = {0};
 	struct cal_engine e = {0};
-	double *a0 = NULL, *a1 = NULL, *a2 = NULL;
+	double *a1 = NULL, *a2 = NULL;
 	char yaml[12288], err[1024];
 	double l[4], r[4];
 	int ret;
@@ -992,13 +992,12 @@ static int op_orientation(struct cal_ctx *x)
 		goto out;
 	ret = VR_EXIT_FAIL;
 	const size_t na = d.n * e.nh;
-	a0 = malloc(na * sizeof(double));
 	a1 = malloc(na * sizeof(double));
 	a2 = malloc(na * sizeof(double));
-	if (!a0 || !a1 || !a2)
+	if (!a1 || !a2)
 		goto out;
 	double s0 = 0, s[2] = {-1, -1};
-	ret = engine_run(&e, &e.cfg, a0, &s0);
+	ret = engine_run(&e, &e.cfg, NULL, &s0); /* no resampling: its sharpness only */
 	if (ret)
 		goto out;
 	const enum cfg_resample method = x->cfg.preprocess.resample.method != CFG_RS_NONE
@@ -1053,7 +1052,6 @@ static int op_orientation(struct cal_ctx *x)
 		                "volrec calibrate --orientation: other order | chosen order");
 out:
 	cal_engine_close(&e);
-	free(a0);
 	free(a1);
 	free(a2);
 	cal_data_free(&d);
