@@ -561,12 +561,11 @@ static int q_truth_open(struct q_ctx *q, const struct vr_config *cfg, const char
 	    H5Sget_simple_extent_dims(q->tspace, d, NULL) < 0)
 		return vr_err(err, errlen, -EINVAL, "%s: no dataset /truth [n][Y][X][Z]", path);
 	ty = H5Dget_type(q->tds);
-	rc = H5Tget_class(ty) == H5T_FLOAT;
+	const bool is_float = H5Tget_class(ty) == H5T_FLOAT;
 	H5Tclose(ty);
-	if (!rc)
+	if (!is_float)
 		return vr_err(err, errlen, -EINVAL,
 		              "%s: /truth is not floating point (an amplitude from 0 to 1)", path);
-	rc = 0;
 	if (d[1] != q->Y || d[2] != q->X || d[3] != q->nz)
 		return vr_err(err, errlen, -EINVAL,
 		              "%s: /truth is [%llu][%llu][%llu][%llu], the configuration's volumes "
