@@ -649,6 +649,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	struct vr_config cfg, run;
 	struct q_ctx q = {.tf = -1, .tds = -1, .tspace = -1};
 	struct q_score score[Q_ROWS] = {0};
+	double *per_epoch = NULL; /* psnr and ssim of every score, one block */
 	char err[CFG_ERR_MAX] = "";
 	int c, rc, ret = VR_EXIT_FAIL;
 
@@ -737,14 +738,13 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	q.pa = malloc(plane * sizeof(double));
 	q.pt = malloc(plane * sizeof(double));
 	q.scratch = malloc(5 * ((size_t)q.X + 1) * (q.nz + 1) * sizeof(double));
-	bool scores_ok = true;
-	for (int r = 0; r < Q_ROWS; r++)
+	per_epoch = malloc((size_t)Q_ROWS * Q_DOMAINS * 2 * q.n * sizeof(double));
+	for (int r = 0; per_epoch && r < Q_ROWS; r++)
 		for (int d = 0; d < Q_DOMAINS; d++) {
-			score[r].d[d].psnr = malloc(q.n * sizeof(double));
-			score[r].d[d].ssim = malloc(q.n * sizeof(double));
-			scores_ok = scores_ok && score[r].d[d].psnr && score[r].d[d].ssim;
+			score[r].d[d].psnr = per_epoch + ((size_t)r * Q_DOMAINS + d) * 2 * q.n;
+			score[r].d[d].ssim = score[r].d[d].psnr + q.n;
 		}
-	if (!q.truth || !q.truth_img || !q.cur || !q.pa || !q.pt || !q.scratch || !scores_ok) {
+	if (!q.truth || !q.truth_img || !q.cur || !q.pa || !q.pt || !q.scratch || !per_epoch) {
 		fprintf(stderr, "volrec quality: out of memory for %u x %u x %u volumes\n", q.Y,
 		        q.X, q.nz);
 		goto out;
@@ -854,12 +854,8 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	ret = VR_EXIT_OK;
 out:
 	VR_H5_CLOSE(q.tspace, q.tds, q.tf);
-	for (int r = 0; r < Q_ROWS; r++)
-		for (int d = 0; d < Q_DOMAINS; d++) {
-			free(score[r].d[d].psnr);
-			free(score[r].d[d].ssim);
-		}
-	void *bufs[] = {q.toff, q.gs, q.truth, q.truth_img, q.cur, q.pa, q.pt, q.scratch};
+	void *bufs[] = {q.toff, q.gs, q.truth,   q.truth_img, q.cur,
+	                q.pa,   q.pt, q.scratch, per_epoch};
 	for (size_t i = 0; i < VR_ARRAY_SIZE(bufs); i++)
 		free(bufs[i]);
 	cfg_free(&run);
