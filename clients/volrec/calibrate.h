@@ -45,7 +45,7 @@ struct cal_engine {
 	struct vr_config cfg; /* the base: the given configuration on the recording's geometry */
 	struct be_backend *be;
 	const struct cal_data *d;
-	uint32_t N, nh;
+	uint32_t nh;     /* depth bins: half the FFT length */
 	uint32_t z0, z1; /* depth window of the sharpness metric */
 	float *low;      /* [n][nh] */
 	uint64_t epoch;

@@ -127,14 +127,17 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 
 	optind = 1;
 	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
-		enum cal_op op = OP_NONE;
+		if (c >= O_REF && c <= O_DISP) {
+			enum cal_op op = (enum cal_op)(OP_REFERENCE + (c - O_REF));
+			if (o->op != OP_NONE && o->op != op) {
+				fprintf(stderr, "volrec calibrate: choose one of --reference, "
+				                "--klin, --orientation, --dispersion\n");
+				return VR_EXIT_USAGE;
+			}
+			o->op = op;
+			continue;
+		}
 		switch (c) {
-		case O_REF:
-		case O_KLIN:
-		case O_ORIENT:
-		case O_DISP:
-			op = (enum cal_op)(OP_REFERENCE + (c - O_REF));
-			break;
 		case O_ZMIN:
 			if (vr_cli_u64("volrec calibrate", "--zmin", optarg, 1, 1u << 20,
 			               "a bin >= 1", &u))
@@ -182,14 +185,6 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 			break;
 		default:
 			return vr_command_usage(calibrate_usage, c);
-		}
-		if (op != OP_NONE) {
-			if (o->op != OP_NONE && o->op != op) {
-				fprintf(stderr, "volrec calibrate: choose one of --reference, "
-				                "--klin, --orientation, --dispersion\n");
-				return VR_EXIT_USAGE;
-			}
-			o->op = op;
 		}
 	}
 	for (; optind < argc; optind++) {
@@ -241,8 +236,9 @@ static void out_path(const struct cal_ctx *x, char *buf, size_t len, const char 
 	snprintf(buf, len, "%s/%s", x->dir, name);
 }
 
-static int write_table(const struct cal_ctx *x, const char *name, const double *v, uint32_t n,
-                       const char *comment)
+/* Write DIR/name: text, or with v the table "# text" and v[n], one value a line. */
+static int write_file(const struct cal_ctx *x, const char *name, const char *text, const double *v,
+                      uint32_t n)
 {
 	char path[4200];
 	FILE *f;
@@ -250,31 +246,15 @@ static int write_table(const struct cal_ctx *x, const char *name, const double *
 	out_path(x, path, sizeof(path), name);
 	f = fopen(path, "w");
 	if (!f) {
-		fprintf(stderr, "volrec calibrate: %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "volrec calibrate: %s%s: %s\n", v ? "" : "writing ", path,
+		        strerror(errno));
 		return VR_EXIT_FAIL;
 	}
-	fprintf(f, "# %s\n", comment);
+	fprintf(f, v ? "# %s\n" : "%s", text);
 	for (uint32_t i = 0; i < n; i++)
 		fprintf(f, "%.10g\n", v[i]);
-	if (fclose(f) != 0) {
+	if (ferror(f) | (fclose(f) != 0)) {
 		fprintf(stderr, "volrec calibrate: writing %s: %s\n", path, strerror(errno));
-		return VR_EXIT_FAIL;
-	}
-	printf("  wrote %s\n", path);
-	return VR_EXIT_OK;
-}
-
-static int write_text(const struct cal_ctx *x, const char *name, const char *text)
-{
-	char path[4200];
-	FILE *f;
-
-	out_path(x, path, sizeof(path), name);
-	f = fopen(path, "w");
-	if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
-		fprintf(stderr, "volrec calibrate: writing %s: %s\n", path, strerror(errno));
-		if (f)
-			fclose(f);
 		return VR_EXIT_FAIL;
 	}
 	printf("  wrote %s\n", path);
@@ -351,8 +331,7 @@ static int load_input(const struct cal_ctx *x, const char *path, size_t min_asca
 		        "volrec calibrate: %s: %zu A-scans, too few A-scans for this calibration "
 		        "(at least %zu)\n",
 		        path, d->n, min_ascans);
-		cal_data_free(d);
-		return VR_EXIT_FAIL;
+		goto out_free;
 	}
 	if (d->saturated > CAL_MAX_SATURATED) {
 		fprintf(stderr,
@@ -360,10 +339,12 @@ static int load_input(const struct cal_ctx *x, const char *path, size_t min_asca
 		        "digitizer's limit %.0f (at most %.1f %% allowed); lower the source power "
 		        "or the exposure and record again\n",
 		        path, 100 * d->saturated, d->limit, 100 * CAL_MAX_SATURATED);
-		cal_data_free(d);
-		return VR_EXIT_FAIL;
+		goto out_free;
 	}
 	return VR_EXIT_OK;
+out_free:
+	cal_data_free(d);
+	return VR_EXIT_FAIL;
 }
 
 /* The metric's depth window: --depth, else N/64 (at least 4) to N/2 within the configured
@@ -441,8 +422,7 @@ static void disp_table(const double c[4], uint32_t K, double *t)
 /* Mean amplitude profile over the A-scans into prof[nh]. */
 static void mean_profile(const double *amp, size_t n, uint32_t nh, double *prof)
 {
-	for (uint32_t z = 0; z < nh; z++)
-		prof[z] = 0;
+	memset(prof, 0, nh * sizeof(double));
 	for (size_t a = 0; a < n; a++)
 		for (uint32_t z = 0; z < nh; z++)
 			prof[z] += amp[a * nh + z] / (double)n;
@@ -581,8 +561,8 @@ static int op_reference(struct cal_ctx *x)
 		       zz, 10 * log10(lb / shown->n + 1e-300),
 		       cfg_background_name(base.preprocess.background.mode),
 		       10 * log10(la / shown->n + 1e-300));
-		ret = write_table(x, "reference.txt", r, K,
-		                  "volrec calibrate --reference: mean spectrum");
+		ret = write_file(x, "reference.txt", "volrec calibrate --reference: mean spectrum",
+		                 r, K);
 	}
 	if (!ret) {
 		snprintf(yaml, sizeof(yaml),
@@ -592,7 +572,7 @@ static int op_reference(struct cal_ctx *x)
 		         "    mode: reference\n"
 		         "    reference: reference.txt\n",
 		         d.path, d.n);
-		ret = write_text(x, "reference.yaml", yaml);
+		ret = write_file(x, "reference.yaml", yaml, NULL, 0);
 	}
 	if (!ret)
 		ret = write_png(x, "reference.png", &e, before, after,
@@ -658,13 +638,10 @@ static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, str
 	for (uint32_t z = zmin; z < half - 1; z++)
 		if (mag[z] > mag[zp])
 			zp = z;
-	double *tmp = malloc((half - zmin) * sizeof(double));
-	if (!tmp)
-		goto out;
+	/* the median of mag[zmin..half), taken in xs (free until the phase is fitted) */
 	for (uint32_t z = zmin; z < half; z++)
-		tmp[z - zmin] = mag[z];
-	double med = vr_percentile(tmp, half - zmin, 50);
-	free(tmp);
+		xs[z - zmin] = mag[z];
+	double med = vr_percentile(xs, half - zmin, 50);
 	f->peak = zp;
 	f->snr_db = 20 * log10(mag[zp] / (med > 0 ? med : 1e-300));
 	if (!(f->snr_db >= CAL_MIN_PEAK_DB)) {
@@ -703,14 +680,10 @@ static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, str
 		}
 		xs[k] = 2.0 * k / (K - 1) - 1;
 	}
-	double *w = malloc(K * sizeof(double));
-	if (!w)
-		goto out;
+	/* the fit's weights |a|^2 go where the spectrum was (m, transformed already) */
 	for (uint32_t k = 0; k < K; k++)
-		w[k] = f->amp[k] * f->amp[k];
-	int rc = cal_polyfit(xs, ph, w, K, CAL_PHASE_DEG, f->c);
-	free(w);
-	if (rc < 0) {
+		m[k] = f->amp[k] * f->amp[k];
+	if (cal_polyfit(xs, ph, m, K, CAL_PHASE_DEG, f->c) < 0) {
 		fprintf(stderr, "volrec calibrate: %s: the fringe phase cannot be fitted\n",
 		        d->path);
 		goto out;
@@ -764,16 +737,14 @@ static int invert_linear(const double *g, uint32_t K, double *p)
 
 static int op_klin(struct cal_ctx *x)
 {
-	struct cal_data d[2];
-	struct fringe fr[2];
+	struct cal_data d[2] = {0};
+	struct fringe fr[2] = {0};
 	struct cal_engine e = {0};
 	double *g = NULL, *pos = NULL, *psi = NULL, *before = NULL, *after = NULL, *prof = NULL;
 	const int nd = x->o.ninputs;
 	char yaml[12288];
 	int ret = VR_EXIT_FAIL;
 
-	memset(d, 0, sizeof(d));
-	memset(fr, 0, sizeof(fr));
 	for (int i = 0; i < nd; i++) {
 		ret = load_input(x, x->o.inputs[i], 8, &d[i]);
 		if (ret)
@@ -920,13 +891,15 @@ static int op_klin(struct cal_ctx *x)
 	       nd == 2 ? " (weaker of the two)" : "", fmax(fr[0].resid, nd == 2 ? fr[1].resid : 0),
 	       nd == 2 ? " (worse of the two)" : "", wa > 0 ? wb / wa : 0.0);
 
-	ret = write_table(
-	        x, "resample_table.txt", pos, K,
-	        "volrec calibrate --klin: resampling positions (preprocess.resample.table)");
+	ret = write_file(
+	        x, "resample_table.txt",
+	        "volrec calibrate --klin: resampling positions (preprocess.resample.table)", pos,
+	        K);
 	if (!ret && nd == 2)
-		ret = write_table(x, "dispersion_table.txt", psi, K,
-		                  "volrec calibrate --klin: dispersion phase in radians, exp(-i "
-		                  "phi) (preprocess.dispersion.table)");
+		ret = write_file(x, "dispersion_table.txt",
+		                 "volrec calibrate --klin: dispersion phase in radians, exp(-i "
+		                 "phi) (preprocess.dispersion.table)",
+		                 psi, K);
 	if (ret)
 		goto out;
 	if (nd == 2)
@@ -952,7 +925,7 @@ static int op_klin(struct cal_ctx *x)
 		         "    table: resample_table.txt\n",
 		         d[0].path, fr[0].peak, wb, wa,
 		         cfg_resample_name(v.preprocess.resample.method));
-	ret = write_text(x, "klin.yaml", yaml);
+	ret = write_file(x, "klin.yaml", yaml, NULL, 0);
 	if (!ret)
 		ret = write_png(x, "klin.png", &e, before, after,
 		                "volrec calibrate --klin: before | after");
@@ -977,7 +950,7 @@ static int op_orientation(struct cal_ctx *x)
 {
 	struct cal_data d = {0};
 	struct cal_engine e = {0};
-	double *a0 = NULL, *a1 = NULL, *a2 = NULL;
+	double *a1 = NULL, *a2 = NULL;
 	char yaml[12288], err[1024];
 	double l[4], r[4];
 	int ret;
@@ -1019,13 +992,12 @@ static int op_orientation(struct cal_ctx *x)
 		goto out;
 	ret = VR_EXIT_FAIL;
 	const size_t na = d.n * e.nh;
-	a0 = malloc(na * sizeof(double));
 	a1 = malloc(na * sizeof(double));
 	a2 = malloc(na * sizeof(double));
-	if (!a0 || !a1 || !a2)
+	if (!a1 || !a2)
 		goto out;
 	double s0 = 0, s[2] = {-1, -1};
-	ret = engine_run(&e, &e.cfg, a0, &s0);
+	ret = engine_run(&e, &e.cfg, NULL, &s0); /* no resampling: its sharpness only */
 	if (ret)
 		goto out;
 	const enum cfg_resample method = x->cfg.preprocess.resample.method != CFG_RS_NONE
@@ -1074,13 +1046,12 @@ static int op_orientation(struct cal_ctx *x)
 	         "    wavelength_nm: [%.10g, %.10g, %.10g, %.10g]\n",
 	         d.path, win ? "reversed" : "the given", s[win], s[1 - win],
 	         cfg_resample_name(method), w[0], w[1], w[2], w[3]);
-	ret = write_text(x, "orientation.yaml", yaml);
+	ret = write_file(x, "orientation.yaml", yaml, NULL, 0);
 	if (!ret)
 		ret = write_png(x, "orientation.png", &e, win ? a1 : a2, win ? a2 : a1,
 		                "volrec calibrate --orientation: other order | chosen order");
 out:
 	cal_engine_close(&e);
-	free(a0);
 	free(a1);
 	free(a2);
 	cal_data_free(&d);
@@ -1247,9 +1218,10 @@ static int op_dispersion(struct cal_ctx *x)
 		       "good as a cubic can be\n",
 		       had);
 
-	ret = write_table(x, "dispersion_table.txt", s.table, K,
-	                  "volrec calibrate --dispersion: phase in radians, exp(-i phi), a2..a5 "
-	                  "polynomial (preprocess.dispersion.table)");
+	ret = write_file(x, "dispersion_table.txt",
+	                 "volrec calibrate --dispersion: phase in radians, exp(-i phi), a2..a5 "
+	                 "polynomial (preprocess.dispersion.table)",
+	                 s.table, K);
 	if (ret)
 		goto out;
 	snprintf(yaml, sizeof(yaml),
@@ -1260,7 +1232,7 @@ static int op_dispersion(struct cal_ctx *x)
 	         "    coeffs: [%.6f, %.6f]\n",
 	         d.path, s_before, s_coeffs, 100 * (s_coeffs / s_before - 1), c5[2], c5[3], best5,
 	         c[0], c[1]);
-	ret = write_text(x, "dispersion.yaml", yaml);
+	ret = write_file(x, "dispersion.yaml", yaml, NULL, 0);
 	if (ret)
 		goto out;
 	struct vr_config v = e.cfg;

@@ -130,15 +130,22 @@ static double q_ssim(const double *a, const double *t, uint32_t R, uint32_t C, d
 
 enum q_row { Q_NEAREST, Q_LINEAR, Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_COMPENSATED, Q_ROWS };
 
-static const char *const q_row_names[Q_ROWS] = {
-        "newest epoch, nearest", "newest epoch, linear",
-        "noncumulative",         "cumulative",
-        "product + exp tau=3",   "adaptive",
-        "compensated",
-};
-static const char *const q_row_keys[Q_ROWS] = {
-        "current_nearest",  "current_linear", "noncumulative", "cumulative",
-        "product_exp_tau3", "adaptive",       "compensated",
+/* Each row's name in the table and key in the JSON; the reconstruction rows' settings (the
+ * baselines are scored in the noncumulative pass). */
+static const struct {
+	const char *name, *key;
+	enum cfg_recon_mode mode;
+	enum cfg_combine combine;
+	enum cfg_temporal temporal;
+} q_rows[Q_ROWS] = {
+        [Q_NEAREST] = {"newest epoch, nearest", "current_nearest"},
+        [Q_LINEAR] = {"newest epoch, linear", "current_linear"},
+        [Q_NONCUM] = {"noncumulative", "noncumulative", CFG_RECON_NONCUMULATIVE},
+        [Q_CUMUL] = {"cumulative", "cumulative", CFG_RECON_CUMULATIVE},
+        [Q_PRODUCT] = {"product + exp tau=3", "product_exp_tau3", CFG_RECON_NONCUMULATIVE,
+                       CFG_COMBINE_PRODUCT, CFG_TEMPORAL_EXP},
+        [Q_ADAPTIVE] = {"adaptive", "adaptive", CFG_RECON_ADAPTIVE},
+        [Q_COMPENSATED] = {"compensated", "compensated", CFG_RECON_COMPENSATED},
 };
 
 /* The two units a volume is compared in (docs/algorithms.md §3): the truth's image amplitude,
@@ -323,7 +330,6 @@ static int q_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err, 
 static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t errlen)
 {
 	struct q_ctx *q = ctx;
-	const uint64_t i = q->done;
 	int rc;
 
 	if (v->epoch >= q->n || v->ox != q->toff[v->epoch][0] || v->oy != q->toff[v->epoch][1])
@@ -360,7 +366,7 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 					                20.0 * log10((double)t[z]));
 				}
 			}
-		q->done = i + 1;
+		q->done++;
 		return 0;
 	}
 	q_truth_image(q);
@@ -369,7 +375,7 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 		q_current(q, v->ox, v->oy, lin);
 		q_score_volume(q, q->cur, v->epoch, &q->score[lin ? Q_LINEAR : Q_NEAREST]);
 	}
-	q->done = i + 1;
+	q->done++;
 	return 0;
 }
 
@@ -555,12 +561,11 @@ static int q_truth_open(struct q_ctx *q, const struct vr_config *cfg, const char
 	    H5Sget_simple_extent_dims(q->tspace, d, NULL) < 0)
 		return vr_err(err, errlen, -EINVAL, "%s: no dataset /truth [n][Y][X][Z]", path);
 	ty = H5Dget_type(q->tds);
-	rc = H5Tget_class(ty) == H5T_FLOAT;
+	const bool is_float = H5Tget_class(ty) == H5T_FLOAT;
 	H5Tclose(ty);
-	if (!rc)
+	if (!is_float)
 		return vr_err(err, errlen, -EINVAL,
 		              "%s: /truth is not floating point (an amplitude from 0 to 1)", path);
-	rc = 0;
 	if (d[1] != q->Y || d[2] != q->X || d[3] != q->nz)
 		return vr_err(err, errlen, -EINVAL,
 		              "%s: /truth is [%llu][%llu][%llu][%llu], the configuration's volumes "
@@ -595,11 +600,6 @@ static int q_truth_open(struct q_ctx *q, const struct vr_config *cfg, const char
 		            (unsigned long long)d[0]);
 	VR_H5_CLOSE(os, od);
 	return rc;
-}
-
-static void q_truth_close(struct q_ctx *q)
-{
-	VR_H5_CLOSE(q->tspace, q->tds, q->tf);
 }
 
 static struct json_object *q_num(double v)
@@ -648,11 +648,11 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	uint64_t n_arg = 0, skip_arg = UINT64_MAX; /* UINT64_MAX: --skip not given */
 	struct vr_config cfg, run;
 	struct q_ctx q = {.tf = -1, .tds = -1, .tspace = -1};
-	struct q_score score[Q_ROWS];
+	struct q_score score[Q_ROWS] = {0};
+	double *per_epoch = NULL; /* psnr and ssim of every score, one block */
 	char err[CFG_ERR_MAX] = "";
 	int c, rc, ret = VR_EXIT_FAIL;
 
-	memset(score, 0, sizeof(score));
 	cfg_defaults(&cfg);
 	cfg_defaults(&run);
 	const struct vr_cli_str strs[] = {{'c', &cfg_path},
@@ -738,14 +738,13 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	q.pa = malloc(plane * sizeof(double));
 	q.pt = malloc(plane * sizeof(double));
 	q.scratch = malloc(5 * ((size_t)q.X + 1) * (q.nz + 1) * sizeof(double));
-	bool scores_ok = true;
-	for (int r = 0; r < Q_ROWS; r++)
+	per_epoch = malloc((size_t)Q_ROWS * Q_DOMAINS * 2 * q.n * sizeof(double));
+	for (int r = 0; per_epoch && r < Q_ROWS; r++)
 		for (int d = 0; d < Q_DOMAINS; d++) {
-			score[r].d[d].psnr = malloc(q.n * sizeof(double));
-			score[r].d[d].ssim = malloc(q.n * sizeof(double));
-			scores_ok = scores_ok && score[r].d[d].psnr && score[r].d[d].ssim;
+			score[r].d[d].psnr = per_epoch + ((size_t)r * Q_DOMAINS + d) * 2 * q.n;
+			score[r].d[d].ssim = score[r].d[d].psnr + q.n;
 		}
-	if (!q.truth || !q.truth_img || !q.cur || !q.pa || !q.pt || !q.scratch || !scores_ok) {
+	if (!q.truth || !q.truth_img || !q.cur || !q.pa || !q.pt || !q.scratch || !per_epoch) {
 		fprintf(stderr, "volrec quality: out of memory for %u x %u x %u volumes\n", q.Y,
 		        q.X, q.nz);
 		goto out;
@@ -778,28 +777,22 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	q.gain_pass = false;
 
 	/* one pass per reconstruction row; the noncumulative one also scores the baselines */
-	static const enum q_row rows[] = {Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_COMPENSATED};
-	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
-		const enum q_row r = rows[k];
+	for (int r = Q_NONCUM; r < Q_ROWS; r++) {
 		cfg_free(&run);
-		cfg_defaults(&run);
 		rc = cfg_copy(&run, &cfg);
 		if (rc < 0) {
 			fprintf(stderr, "volrec quality: out of memory\n");
 			goto out;
 		}
-		run.reconstruct.mode = r == Q_CUMUL         ? CFG_RECON_CUMULATIVE
-		                       : r == Q_ADAPTIVE    ? CFG_RECON_ADAPTIVE
-		                       : r == Q_COMPENSATED ? CFG_RECON_COMPENSATED
-		                                            : CFG_RECON_NONCUMULATIVE;
-		run.reconstruct.combine = r == Q_PRODUCT ? CFG_COMBINE_PRODUCT : CFG_COMBINE_SUM;
-		run.reconstruct.temporal = r == Q_PRODUCT ? CFG_TEMPORAL_EXP : CFG_TEMPORAL_LINEAR;
+		run.reconstruct.mode = q_rows[r].mode;
+		run.reconstruct.combine = q_rows[r].combine;
+		run.reconstruct.temporal = q_rows[r].temporal;
 		if (r == Q_PRODUCT)
 			run.reconstruct.tau = 3.0;
 		q.row = r;
 		rc = q_pass(&q, &run, r == Q_NONCUM, err, sizeof(err));
 		if (rc < 0) {
-			fprintf(stderr, "volrec quality: %s: %s\n", q_row_names[r], err);
+			fprintf(stderr, "volrec quality: %s: %s\n", q_rows[r].name, err);
 			if (q.bad_input)
 				ret = VR_EXIT_USAGE;
 			goto out;
@@ -814,7 +807,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	printf("%-24s %17s   %17s\n", "", "amplitude", "dB image");
 	printf("%-24s %9s %7s   %9s %7s\n", "mode", "PSNR dB", "SSIM", "PSNR dB", "SSIM");
 	for (int r = 0; r < Q_ROWS; r++)
-		printf("%-24s %9.2f %7.3f   %9.2f %7.3f\n", q_row_names[r],
+		printf("%-24s %9.2f %7.3f   %9.2f %7.3f\n", q_rows[r].name,
 		       score[r].d[Q_AMPLITUDE].psnr_sum / score[r].n,
 		       score[r].d[Q_AMPLITUDE].ssim_sum / score[r].n,
 		       score[r].d[Q_IMAGE].psnr_sum / score[r].n,
@@ -844,7 +837,7 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		for (int r = 0; r < Q_ROWS; r++) {
 			struct json_object *m = q_json_scores(&score[r], Q_AMPLITUDE, q.n);
 			json_object_object_add(m, "image", q_json_scores(&score[r], Q_IMAGE, q.n));
-			json_object_object_add(modes, q_row_keys[r], m);
+			json_object_object_add(modes, q_rows[r].key, m);
 		}
 		json_object_object_add(o, "modes", modes);
 		const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
@@ -860,20 +853,11 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	}
 	ret = VR_EXIT_OK;
 out:
-	q_truth_close(&q);
-	for (int r = 0; r < Q_ROWS; r++)
-		for (int d = 0; d < Q_DOMAINS; d++) {
-			free(score[r].d[d].psnr);
-			free(score[r].d[d].ssim);
-		}
-	free(q.toff);
-	free(q.gs);
-	free(q.truth);
-	free(q.truth_img);
-	free(q.cur);
-	free(q.pa);
-	free(q.pt);
-	free(q.scratch);
+	VR_H5_CLOSE(q.tspace, q.tds, q.tf);
+	void *bufs[] = {q.toff, q.gs, q.truth,   q.truth_img, q.cur,
+	                q.pa,   q.pt, q.scratch, per_epoch};
+	for (size_t i = 0; i < VR_ARRAY_SIZE(bufs); i++)
+		free(bufs[i]);
 	cfg_free(&run);
 	cfg_free(&cfg);
 	return ret;

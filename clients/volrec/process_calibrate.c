@@ -21,14 +21,12 @@
 /* ---- loading ------------------------------------------------------------------------------ */
 
 /* Saturation of integer data: the share of samples at the largest (smallest, for signed) value,
- * when that value is a full scale 2^b - 1 (or -2^b) of some bit depth b in 8..16. */
+ * when that value is a full scale 2^b - 1 (or -2^b) of some bit depth b in 8..16 (else 0). */
 static void saturation(struct cal_data *d, size_t at_max, size_t at_min, double vmax, double vmin,
                        uint32_t sh)
 {
 	size_t total = d->n * d->K;
 
-	d->saturated = 0;
-	d->limit = 0;
 	if (d->type == CFG_SAMPLE_F32 || !total)
 		return;
 	for (int b = 8; b <= 16 - (int)sh; b++) {
@@ -116,21 +114,12 @@ static int set_geometry(struct cal_data *d, uint64_t K, uint64_t nx, char *err, 
 	return 0;
 }
 
+/* vr_pread_full, a file that ends early reported as -EIO */
 static int read_at(int fd, void *buf, size_t len, off_t off)
 {
-	uint8_t *p = buf;
+	int rc = vr_pread_full(fd, buf, len, (uint64_t)off);
 
-	while (len) {
-		ssize_t r = pread(fd, p, len, off);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		p += r;
-		len -= (size_t)r;
-		off += r;
-	}
-	return 0;
+	return rc == -ENODATA ? -EIO : rc;
 }
 
 /* How many whole B-scans of nx A-scans to load out of `available` A-scans. */
@@ -165,21 +154,12 @@ static int load_flat(struct cal_data *d, int fd, off_t off, uint32_t sh, char *e
 	return rc;
 }
 
-static enum cfg_sample from_shim_type(uint32_t t)
-{
-	switch (t) {
-	case VOLREC_SAMPLE_U16:
-		return CFG_SAMPLE_U16;
-	case VOLREC_SAMPLE_I16:
-		return CFG_SAMPLE_I16;
-	case VOLREC_SAMPLE_U12P:
-		return CFG_SAMPLE_U12P;
-	case VOLREC_SAMPLE_U12GV:
-		return CFG_SAMPLE_U12GV;
-	default:
-		return CFG_SAMPLE_F32;
-	}
-}
+/* The configuration's sample type of a replay header's (src_replay_probe checked its range). */
+static const enum cfg_sample from_shim_type[] = {
+        [VOLREC_SAMPLE_U16] = CFG_SAMPLE_U16,     [VOLREC_SAMPLE_I16] = CFG_SAMPLE_I16,
+        [VOLREC_SAMPLE_F32] = CFG_SAMPLE_F32,     [VOLREC_SAMPLE_U12P] = CFG_SAMPLE_U12P,
+        [VOLREC_SAMPLE_U12GV] = CFG_SAMPLE_U12GV,
+};
 
 static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max_ascans, char *err,
                      size_t errlen)
@@ -286,6 +266,8 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 {
 	unsigned char magic[8] = {0};
 	struct stat sb;
+	uint32_t sh = 0;
+	off_t off = 0;
 	int fd, rc;
 
 	memset(d, 0, sizeof(*d));
@@ -294,13 +276,13 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 	if (fd < 0)
 		return vr_err_errno(err, errlen, -errno, "%s", path);
 	if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return vr_err(err, errlen, -EINVAL, "%s: not a regular file", path);
+		rc = vr_err(err, errlen, -EINVAL, "%s: not a regular file", path);
+		goto out_close;
 	}
 	rc = sb.st_size >= 8 ? read_at(fd, magic, 8, 0) : 0;
 	if (rc < 0) {
-		close(fd);
-		return vr_err_errno(err, errlen, rc, "%s", path);
+		rc = vr_err_errno(err, errlen, rc, "%s", path);
+		goto out_close;
 	}
 	if (!memcmp(magic, "\x89HDF\r\n\x1a\n", 8)) {
 		close(fd);
@@ -308,33 +290,27 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 		rc = load_hdf5(d, cfg, max_ascans, err, errlen);
 		goto check;
 	}
-	uint32_t sh = 0;
 	if (!memcmp(magic, SRC_REPLAY_MAGIC, 8)) {
 		struct src_replay_info info;
 		rc = src_replay_probe(path, &info, err, errlen);
 		if (rc == 0)
 			rc = set_geometry(d, info.samples_per_ascan, info.ascans_per_bscan, err,
 			                  errlen);
-		if (rc < 0) {
-			close(fd);
-			return rc;
-		}
+		if (rc < 0)
+			goto out_close;
 		d->format = "replay";
-		d->type = from_shim_type(info.sample_type);
+		d->type = from_shim_type[info.sample_type];
 		d->available = (size_t)info.epochs * info.bscans_per_volume * info.ascans_per_bscan;
 		if (cfg && cfg->geometry.sample_type != CFG_SAMPLE_F32 && d->type != CFG_SAMPLE_F32)
 			sh = cfg->geometry.bit_shift;
-		d->nb = bscans_to_load(d->available, d->nx, max_ascans);
-		d->n = (size_t)d->nb * d->nx;
-		rc = load_flat(d, fd, (off_t)info.header_size, sh, err, errlen);
+		off = (off_t)info.header_size;
 	} else {
 		if (!cfg) {
-			close(fd);
-			return vr_err(
-			        err, errlen, -EINVAL,
-			        "%s: a headerless raw file: give its geometry and sample type "
-			        "with -c FILE",
-			        path);
+			rc = vr_err(err, errlen, -EINVAL,
+			            "%s: a headerless raw file: give its geometry and sample type "
+			            "with -c FILE",
+			            path);
+			goto out_close;
 		}
 		d->format = "raw";
 		d->type = cfg->geometry.sample_type;
@@ -343,24 +319,17 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 		sh = d->type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
 		const size_t as = cfg_sample_bytes(d->type, d->K);
 		if (sb.st_size == 0 || (size_t)sb.st_size % as) {
-			close(fd);
-			return vr_err(
-			        err, errlen, -EINVAL,
-			        "%s: %lld bytes is not a whole number of %u-sample %s A-scans",
-			        path, (long long)sb.st_size, d->K, cfg_sample_name(d->type));
+			rc = vr_err(err, errlen, -EINVAL,
+			            "%s: %lld bytes is not a whole number of %u-sample %s A-scans",
+			            path, (long long)sb.st_size, d->K, cfg_sample_name(d->type));
+			goto out_close;
 		}
 		d->available = (size_t)sb.st_size / as;
-		d->nb = bscans_to_load(d->available, d->nx, max_ascans);
-		d->n = (size_t)d->nb * d->nx;
-		if (d->nb == 0) {
-			close(fd);
-			return vr_err(
-			        err, errlen, -EINVAL,
-			        "%s: %zu A-scans, fewer than one B-scan of %u (too few A-scans)",
-			        path, d->available, d->nx);
-		}
-		rc = load_flat(d, fd, 0, sh, err, errlen);
 	}
+	d->nb = bscans_to_load(d->available, d->nx, max_ascans);
+	d->n = (size_t)d->nb * d->nx;
+	/* no B-scan: refused below, after the check of K */
+	rc = d->nb ? load_flat(d, fd, off, sh, err, errlen) : 0;
 	close(fd);
 check:
 	if (rc == 0 && cfg && d->K != cfg->geometry.samples_per_ascan) {
@@ -374,6 +343,9 @@ check:
 		            d->available, d->nx);
 	if (rc < 0)
 		cal_data_free(d);
+	return rc;
+out_close:
+	close(fd);
 	return rc;
 }
 
@@ -408,8 +380,7 @@ int cal_engine_open(struct cal_engine *e, const struct vr_config *base, const st
 	c->geometry.bscans_per_volume = d->nb;
 	c->geometry.stride[0] = c->geometry.stride[1] = 1;
 	c->geometry.bidirectional = false;
-	e->N = cfg_fft_len(c);
-	e->nh = e->N / 2;
+	e->nh = cfg_fft_len(c) / 2;
 	c->geometry.depth_range[0] = 0;
 	c->geometry.depth_range[1] = e->nh;
 	c->preprocess.db_range[0] = CAL_DB_LO;
@@ -420,22 +391,22 @@ int cal_engine_open(struct cal_engine *e, const struct vr_config *base, const st
 	e->z0 = z0;
 	e->z1 = z1 && z1 <= e->nh ? z1 : e->nh;
 	if (e->z0 >= e->z1) {
-		cfg_free(c);
-		return vr_err(err, errlen, -EINVAL, "--depth: [%u, %u) is empty or beyond %u", z0,
-		              z1, e->nh);
+		rc = vr_err(err, errlen, -EINVAL, "--depth: [%u, %u) is empty or beyond %u", z0, z1,
+		            e->nh);
+		goto out_cfg;
 	}
 	e->low = malloc(d->n * e->nh * sizeof(float));
 	if (!e->low) {
-		cfg_free(c);
-		return vr_err(err, errlen, -ENOMEM, "out of memory for %zu A-scans", d->n);
+		rc = vr_err(err, errlen, -ENOMEM, "out of memory for %zu A-scans", d->n);
+		goto out_cfg;
 	}
 	rc = be_open(c, &e->be, NULL, 0, err, errlen);
-	if (rc < 0) {
-		free(e->low);
-		cfg_free(c);
-		return rc;
-	}
-	return 0;
+	if (rc == 0)
+		return 0;
+	free(e->low);
+out_cfg:
+	cfg_free(c);
+	return rc;
 }
 
 void cal_engine_close(struct cal_engine *e)
@@ -483,13 +454,11 @@ int cal_engine_run(struct cal_engine *e, const struct vr_config *v, double *amp,
 	e->epoch++;
 	if (rc < 0)
 		return rc;
-	double *a = amp ? amp : NULL;
-	bool own = false;
+	double *a = amp;
 	if (!a && sharp) {
 		a = malloc(d->n * e->nh * sizeof(double));
 		if (!a)
 			return vr_err(err, errlen, -ENOMEM, "out of memory");
-		own = true;
 	}
 	if (a) {
 		const double span = CAL_DB_HI - CAL_DB_LO;
@@ -498,7 +467,7 @@ int cal_engine_run(struct cal_engine *e, const struct vr_config *v, double *amp,
 	}
 	if (sharp)
 		*sharp = cal_sharpness(a, d->n, e->nh, e->z0, e->z1);
-	if (own)
+	if (a != amp)
 		free(a);
 	return 0;
 }
