@@ -13,6 +13,7 @@ from test_daemon import TIMEOUT, daemons, read_records  # noqa: F401  (fixtures 
 from test_daemon_zerocopy import env, replay_daemon
 
 EPOCHS = 9  # one offset cycle at stride [3, 3]
+SLOTS = 16  # more than EPOCHS: a reader that falls behind (a sanitizer) never loses a slot
 
 
 def process(bin_dir, d, overlap, zero_copy):
@@ -36,7 +37,7 @@ def test_process_and_daemon_make_bit_identical_volumes_from_a_replay_file(daemon
                                                                           overlap, zero_copy):
     # VolRec (interlacing and the temporal history) over a whole file read once (loop: false)
     d = replay_daemon(daemons, bin_dir, epochs=EPOCHS,
-                      **{"source.rate": 20, "source.replay.loop": False})
+                      **{"source.rate": 20, "source.replay.loop": False, "output.slots": SLOTS})
     d.start(env(overlap, zero_copy))
     d.ready()
     reader, out = d.reader(EPOCHS, TIMEOUT)
