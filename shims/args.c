@@ -174,9 +174,15 @@ int shim_args_get(struct shim_args *args, const struct shim_arg_spec *spec, size
 	return rc;
 }
 
-int shim_args_check_unused(const struct shim_args *args, const char *allowed, char *err,
-                           size_t errlen)
+int shim_args_check_unused(const struct shim_args *args, const struct shim_arg_spec *spec, size_t n,
+                           char *err, size_t errlen)
 {
+	char allowed[SHIM_ARGS_MAX * SHIM_ARG_KEY_MAX] = "";
+	size_t len = 0;
+
+	for (size_t i = 0; i < n && len < sizeof(allowed); i++)
+		len += (size_t)snprintf(allowed + len, sizeof(allowed) - len, "%s%s", i ? ", " : "",
+		                        spec[i].key);
 	for (size_t i = 0; i < args->n; i++)
 		if (!args->a[i].used)
 			return vr_err(err, errlen, -EINVAL,

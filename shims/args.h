@@ -46,8 +46,9 @@ struct shim_arg_spec {
  * at the first one malformed or out of range. */
 int shim_args_get(struct shim_args *args, const struct shim_arg_spec *spec, size_t n, char *err,
                   size_t errlen);
-/* -EINVAL naming the first key no getter asked for. */
-int shim_args_check_unused(const struct shim_args *args, const char *allowed, char *err,
-                           size_t errlen);
+/* -EINVAL naming the first key no getter asked for, and the keys of spec[0..n) as the allowed
+ * ones. */
+int shim_args_check_unused(const struct shim_args *args, const struct shim_arg_spec *spec, size_t n,
+                           char *err, size_t errlen);
 
 #endif

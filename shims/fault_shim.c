@@ -29,9 +29,6 @@
 #include "common.h"
 #include "base/base.h"
 
-#define ALLOWED                                                                                    \
-	"fail_open, fail_configure, fail_start, fail_stop, exclusive, stall_stop_ms, fail_every, " \
-	"timeout_every, stall_ms, stall_after, control_file, device_hex, text_hex"
 #define CONTROL_MAX 256
 
 struct fault_shim {
@@ -123,7 +120,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		            "device_hex, text_hex: pairs of hex digits, not 00");
 	}
 	if (!rc)
-		rc = shim_args_check_unused(&args, ALLOWED, err, sizeof(err));
+		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (!rc && fail_open)
 		rc = vr_err(err, sizeof(err), -EIO, "open failed on request (fail_open: true)");
 	if (!rc && s->exclusive) {

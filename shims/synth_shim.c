@@ -18,8 +18,6 @@
 #include "sim/sim.h"
 #include "base/base.h"
 
-#define ALLOWED "seed, deg_per_s, snr_db, phantom, bit_shift, motion_rate"
-
 struct synth_shim {
 	struct shim_err err; /* last error and its text; first (shim_strerror) */
 	/* from open() */
@@ -68,7 +66,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc)
 		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (!rc)
-		rc = shim_args_check_unused(&args, ALLOWED, err, sizeof(err));
+		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (rc) {
 		free(s);
 		return shim_open_fail(rc, "synth shim: %s", err);

@@ -22,9 +22,6 @@
 #include "internal.h"
 #include "base/base.h"
 
-#define OWN                                                                                        \
-	"camera, pixel_format, buffers, packet_size, packet_socket, packet_resend, "               \
-	"socket_buffer, set_geometry, simulate, seed, deg_per_s, snr_db, phantom, motion_rate"
 #define PAGE      4096u
 #define BUF_MIN   16u
 #define BUF_MAX   4096u
@@ -167,15 +164,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	s->fake.deg_per_s = 0.25;
 	s->fake.snr_db = 40;
 	snprintf(s->fake.phantom, sizeof(s->fake.phantom), "retina");
-	const struct shim_arg_spec names[] = {
-	        {"camera", .str = s->want, .max = sizeof(s->want)},
-	        {"pixel_format", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
-	};
 	/* the feature's own name means the same as pixel_format */
 	const struct shim_arg_spec feature[] = {
 	        {"PixelFormat", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
 	};
+	/* the shim's own keys: the first two are read before PixelFormat */
 	const struct shim_arg_spec spec[] = {
+	        {"camera", .str = s->want, .max = sizeof(s->want)},
+	        {"pixel_format", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
 	        {"buffers", .u64 = &s->buffers, .max = BUF_MAX},
 	        {"packet_size", .u64 = &psize, .max = 65535},
 	        {"packet_socket", .str = sock, .max = sizeof(sock)},
@@ -191,7 +187,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	};
 	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_get(&args, names, VR_ARRAY_SIZE(names), err, sizeof(err));
+		rc = shim_args_get(&args, spec, 2, err, sizeof(err));
 	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
 		rc = vr_err(err, sizeof(err), -EINVAL,
 		            "shim.args.PixelFormat: given besides pixel_format (the same setting: "
@@ -200,7 +196,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	if (!rc && !s->pixel_format[0])
 		rc = shim_args_get(&args, feature, 1, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
+		rc = shim_args_get(&args, spec + 2, VR_ARRAY_SIZE(spec) - 2, err, sizeof(err));
 	if (rc)
 		goto out_msg;
 	if (s->buffers && s->buffers < BUF_MIN) {
@@ -321,7 +317,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	                                   G_CALLBACK(on_control_lost), s);
 	rc = gc_features_apply(s->cam, &args, s->cam_id, err, sizeof(err));
 	if (!rc)
-		rc = shim_args_check_unused(&args, OWN, err, sizeof(err));
+		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (rc)
 		goto out_msg;
 	if (s->pixel_format[0]) {

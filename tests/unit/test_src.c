@@ -385,7 +385,8 @@ static void synth_shim_equals_the_builtin_synth(void **state)
 	src_close(&t);
 
 	srctest_shim_cfg(&c, "volrec_synth_shim", "{seed: 3, colour: blue}");
-	open_fails(&c, 0, "unknown key 'colour'", "libvolrec_synth_shim.so");
+	open_fails(&c, 0, "unknown key 'colour'",
+	           "(allowed: seed, deg_per_s, snr_db, phantom, bit_shift, motion_rate)");
 	srctest_shim_cfg(&c, "volrec_synth_shim", "{seed: [1, 2]}");
 	open_fails(&c, 0, "open(args) failed", "lists are not accepted");
 }
@@ -400,6 +401,11 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 
 	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_open: true}");
 	open_fails(&c, 0, "fail_open: true", "libvolrec_fault_shim.so: open(args) failed");
+	srctest_shim_cfg(&c, "volrec_fault_shim", "{stall_ms: 1,\n fail_often: true}");
+	open_fails(&c, 0, "line 2: unknown key 'fail_often'",
+	           "(allowed: fail_open, fail_configure, fail_start, fail_stop, exclusive, "
+	           "stall_stop_ms, fail_every, timeout_every, stall_ms, stall_after, control_file, "
+	           "device_hex, text_hex)");
 	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_configure: true}");
 	open_fails(&c, 0, "configure(K 64, nx 4, ny 3, u16, stride [2, 1]", "fail_configure");
 
