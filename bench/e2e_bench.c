@@ -569,12 +569,8 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
-			usage(stderr);
-			return 2;
+			return vr_cli_usage(usage, ch);
 		}
 	}
 	if (optind != argc) {

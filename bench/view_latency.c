@@ -493,18 +493,12 @@ int main(int argc, char **argv)
 			}
 			*(ch == 's' ? &r.seconds : ch == 'w' ? &r.warmup : &r.timeout) = v;
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
-			usage(stderr);
-			return 2;
+			return vr_cli_usage(usage, ch);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "view_latency: unexpected argument '%s'\n", argv[optind]);
+	if (vr_cli_args_done("view_latency", argc, argv))
 		return 2;
-	}
 	snprintf(r.url, sizeof(r.url), "%s", url);
 	if (token &&
 	    (!*token || strspn(token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

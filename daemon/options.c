@@ -68,10 +68,8 @@ enum vrd_parse_result vrd_options_parse(int argc, char **argv, struct vrd_option
 			goto out_usage;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+	if (vr_cli_args_done(prog, argc, argv))
 		goto out_usage;
-	}
 	if (!opt->config[0]) {
 		fprintf(stderr, "%s: -c needs a file name\n", prog);
 		goto out_usage;

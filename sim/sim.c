@@ -413,11 +413,6 @@ void sim_destroy(struct sim *s)
 	free(s);
 }
 
-const struct sim_params *sim_params(const struct sim *s)
-{
-	return &s->p;
-}
-
 size_t sim_bscan_bytes(const struct sim *s)
 {
 	return s->abytes * s->p.ascans_per_bscan;

@@ -73,8 +73,6 @@ VR_MUST_CHECK int sim_create(const struct sim_params *p, struct sim **out, char 
                              size_t errlen);
 void sim_destroy(struct sim *s); /* NULL is fine */
 
-const struct sim_params *sim_params(const struct sim *s);
-
 /* Bytes of one raw B-scan (nx * K * sample size). */
 size_t sim_bscan_bytes(const struct sim *s);
 

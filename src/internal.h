@@ -53,9 +53,6 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
                   size_t errlen);
 
-extern const struct volrec_shim_ops src_synth_ops;
-extern const struct volrec_shim_ops src_replay_ops;
-
 const char *src_sample_name(uint32_t sample_type);
 
 #endif

@@ -628,7 +628,7 @@ static void replay_close(void *h)
 	free(r);
 }
 
-const struct volrec_shim_ops src_replay_ops = {
+static const struct volrec_shim_ops src_replay_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
         .open = src_common_open,

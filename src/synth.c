@@ -113,7 +113,7 @@ static void synth_close(void *h)
 	free(s);
 }
 
-const struct volrec_shim_ops src_synth_ops = {
+static const struct volrec_shim_ops src_synth_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
         .open = src_common_open,

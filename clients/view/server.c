@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include <json-c/json.h>
 #include <libwebsockets.h>
@@ -673,9 +672,8 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		handle_subscribe(sv, s, msg, id);
 	} else if (!strcmp(t, "ping")) {
 		struct json_object *o = json_object_new_object(), *tv = NULL;
-		struct timespec ts;
+		const int64_t now_ns = (int64_t)vr_real_ns();
 
-		clock_gettime(CLOCK_REALTIME, &ts);
 		json_object_object_add(o, "type", json_object_new_string("pong"));
 		if (id)
 			json_object_object_add(o, "id", json_object_get(id));
@@ -689,9 +687,7 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		}
 		if (tv)
 			json_object_object_add(o, "t", json_object_get(tv));
-		json_object_object_add(
-		        o, "server_ns",
-		        json_object_new_int64((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec));
+		json_object_object_add(o, "server_ns", json_object_new_int64(now_ns));
 		session_queue(s, o);
 	} else if (!strcmp(t, "set")) {
 		if (s->access != VW_CONTROL) {

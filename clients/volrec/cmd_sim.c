@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "commands.h"
 #include "h5attr.h"
@@ -275,8 +274,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		}
 	}
 
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0 = vr_mono_s();
 	for (uint64_t e = 0; e < n; e++) {
 		for (uint32_t b = 0; b < ny; b++) {
 			rc = sim_bscan(sim, e, offsets[e][0], offsets[e][1], b, buf,
@@ -326,8 +324,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 			goto out;
 		}
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	double dt = vr_mono_s() - t0;
 	fprintf(stderr,
 	        "volrec sim: wrote %llu epochs of %u x %u A-scans x %u samples to %s (%s) in %.2f "
 	        "s%s%s\n",
