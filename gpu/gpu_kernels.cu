@@ -1403,6 +1403,35 @@ struct gpu_motion_taps {
 	float a; /* the combination's weight against the newest epoch */
 };
 
+/* Tap i (< BE_MOTION_M) of column pick c into t, by thread i of the column's threads; thread 0
+ * also writes the count and the blend weight. */
+static __device__ __forceinline__ void gpu_motion_load(gpu_motion_taps &t, int i,
+                                                       const be_motion_pick *__restrict__ c,
+                                                       const be_motion_entry *__restrict__ en,
+                                                       const float *__restrict__ hist, size_t vol,
+                                                       int Z)
+{
+	const int n = (int)c->n;
+	if (i == 0) {
+		t.n = n;
+		t.a = c->a;
+	}
+	if (i < n) {
+		const be_motion_entry *e = &en[c->entry[i]];
+		t.l[i] = hist + e->slot * vol + (size_t)c->node[i] * Z;
+		t.k[i] = e->k;
+		t.fa[i] = e->fa;
+		t.fb[i] = e->fb;
+		t.w[i] = c->w[i];
+	}
+}
+
+/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
+static __device__ __forceinline__ uint8_t gpu_quantize8(float v)
+{
+	return (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, v), 0.5f));
+}
+
 /* The kriging combination of taps t at depth z, summed in pick order as cpu/motion.c. */
 static __device__ __forceinline__ float gpu_combine(const gpu_motion_taps &t, int z, int Z)
 {
@@ -1457,30 +1486,14 @@ __global__ void __launch_bounds__(GPU_THREADS)
 	const int xx = (int)(blockIdx.x % (unsigned)p.X);
 	const size_t vol = (size_t)p.ny * p.nx * Z, col = (size_t)yy * p.X + xx;
 
-	if (threadIdx.x < BE_MOTION_M) {
-		const int i = threadIdx.x;
-		const be_motion_pick *c = pk + col;
-		const int n = (int)c->n;
-		if (i == 0) {
-			tp.n = n;
-			tp.a = c->a;
-		}
-		if (i < n) {
-			const be_motion_entry *e = &en[c->entry[i]];
-			tp.l[i] = hist + e->slot * vol + (size_t)c->node[i] * Z;
-			tp.k[i] = e->k;
-			tp.fa[i] = e->fa;
-			tp.fb[i] = e->fb;
-			tp.w[i] = c->w[i];
-		}
-	}
+	if (threadIdx.x < BE_MOTION_M)
+		gpu_motion_load(tp, threadIdx.x, pk + col, en, hist, vol, Z);
 	__syncthreads();
 	double acc = 0.0;
 	for (int z = z0 + (int)threadIdx.x; z < z1; z += blockDim.x) {
 		const float o = gpu_motion_value(tp, p, le, axy, aoff, yy, xx, z);
 		const size_t i = col * Z + z;
-		/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
-		out8[i] = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o), 0.5f));
+		out8[i] = gpu_quantize8(o);
 		if (outf)
 			outf[i] = o;
 		acc += (double)o;
@@ -1522,22 +1535,8 @@ __global__ void __launch_bounds__(GPU_THREADS)
 	const size_t vol = (size_t)p.ny * p.nx * Z, col = (size_t)yy * p.X + xx;
 	gpu_motion_taps &tp = tps[cj];
 
-	if (have && t < BE_MOTION_M) {
-		const be_motion_pick *q = pk + col;
-		const int n = (int)q->n;
-		if (t == 0) {
-			tp.n = n;
-			tp.a = q->a;
-		}
-		if (t < n) {
-			const be_motion_entry *e = &en[q->entry[t]];
-			tp.l[t] = hist + e->slot * vol + (size_t)q->node[t] * Z;
-			tp.k[t] = e->k;
-			tp.fa[t] = e->fa;
-			tp.fb[t] = e->fb;
-			tp.w[t] = q->w[t];
-		}
-	}
+	if (have && t < BE_MOTION_M)
+		gpu_motion_load(tp, t, pk + col, en, hist, vol, Z);
 	__syncthreads();
 	double acc = 0.0;
 	for (int z = z0 + 4 * t; have && z < z1; z += 4 * GPU_MOTION4_T) {
@@ -1605,11 +1604,10 @@ __global__ void __launch_bounds__(GPU_THREADS)
 			}
 		}
 		uchar4 q8;
-		/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
-		q8.x = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[0]), 0.5f));
-		q8.y = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[1]), 0.5f));
-		q8.z = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[2]), 0.5f));
-		q8.w = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[3]), 0.5f));
+		q8.x = gpu_quantize8(o[0]);
+		q8.y = gpu_quantize8(o[1]);
+		q8.z = gpu_quantize8(o[2]);
+		q8.w = gpu_quantize8(o[3]);
 		*reinterpret_cast<uchar4 *>(out8 + col * Z + z) = q8;
 		if (outf)
 			*reinterpret_cast<float4 *>(outf + col * Z + z) =
