@@ -16,6 +16,7 @@
 
 #include "../backend/ops.h"
 #include "../backend/tables.h"
+#include "../base/base.h"
 #include "gpu.h"
 
 #define GPU_MIN_CC_MAJOR 7
@@ -619,6 +620,23 @@ static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t er
 	return gpu_cuda_check(cudaMalloc(p, n ? n : 1), buf, err, errlen);
 }
 
+/* A device buffer for gpu_malloc_each: where its pointer goes, its size and its name. */
+struct gpu_buf {
+	void **p;
+	size_t n;
+	const char *what;
+};
+
+/* gpu_malloc of the n buffers b in order, up to the first failure (whose code it returns). */
+static int gpu_malloc_each(const struct gpu_buf *b, size_t n, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = gpu_malloc(b[i].p, b[i].n, b[i].what, err, errlen);
+	return rc;
+}
+
 /*
  * The backend uses more streams (preprocessing, reconstruction, copies, views, the compensated
  * mode's) than the 8 hardware work queues CUDA gives a context by default; streams that share
@@ -689,27 +707,18 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	st->mslots = be_motion_slots(st->motion);
-	rc = gpu_malloc((void **)&st->mhist, slots * st->le_count * sizeof(float),
-	                "compensated history", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_ment, 2 * slots * sizeof(struct be_motion_entry),
-		                "compensated entries", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->mpk, 2 * cols * sizeof(struct be_motion_pick),
-		                "kriging picks", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->mpkr, cols * sizeof(struct be_motion_pick),
-		                "reference picks", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_mob, cols * BE_MOTION_NB * sizeof(float),
-		                "reference bands", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_mtmp, cols * BE_MOTION_NB * sizeof(float),
-		                "reference blur", err, errlen);
 	be_motion_blur_taps(st->mblur, &st->mblur_r);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float),
-		                "entry bands", err, errlen);
+	const struct gpu_buf bufs[] = {
+	        {(void **)&st->mhist, slots * st->le_count * sizeof(float), "compensated history"},
+	        {(void **)&st->d_ment, 2 * slots * sizeof(struct be_motion_entry),
+	         "compensated entries"},
+	        {(void **)&st->mpk, 2 * cols * sizeof(struct be_motion_pick), "kriging picks"},
+	        {(void **)&st->mpkr, cols * sizeof(struct be_motion_pick), "reference picks"},
+	        {(void **)&st->d_mob, cols * BE_MOTION_NB * sizeof(float), "reference bands"},
+	        {(void **)&st->d_mtmp, cols * BE_MOTION_NB * sizeof(float), "reference blur"},
+	        {(void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float), "entry bands"},
+	};
+	rc = gpu_malloc_each(bufs, VR_ARRAY_SIZE(bufs), err, errlen);
 	if (rc == 0)
 		rc = gpu_cuda_check(gpu_stream_prio(&st->mstream, GPU_PRIO_URGENT),
 		                    "cudaStreamCreate(pose estimate)", err, errlen);
@@ -947,22 +956,15 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	}
 
 	/* tables, at their largest so that a live update never allocates */
-	rc = gpu_malloc((void **)&st->d_window, st->K * sizeof(float), "window", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_dre, st->K * sizeof(float), "dispersion", err,
-		                errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_dim, st->K * sizeof(float), "dispersion", err,
-		                errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_ref, st->K * sizeof(float), "reference", err,
-		                errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_rs_idx, st->K * sizeof(int32_t), "resample index",
-		                err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_rs_w, taps_max * st->K * sizeof(float),
-		                "resample weights", err, errlen);
+	const struct gpu_buf tabs[] = {
+	        {(void **)&st->d_window, st->K * sizeof(float), "window"},
+	        {(void **)&st->d_dre, st->K * sizeof(float), "dispersion"},
+	        {(void **)&st->d_dim, st->K * sizeof(float), "dispersion"},
+	        {(void **)&st->d_ref, st->K * sizeof(float), "reference"},
+	        {(void **)&st->d_rs_idx, st->K * sizeof(int32_t), "resample index"},
+	        {(void **)&st->d_rs_w, taps_max * st->K * sizeof(float), "resample weights"},
+	};
+	rc = gpu_malloc_each(tabs, VR_ARRAY_SIZE(tabs), err, errlen);
 	if (rc < 0)
 		goto fail;
 
@@ -975,39 +977,23 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		rc = gpu_malloc((void **)&st->counts[i], st->ny * sizeof(unsigned),
 		                "median depth counts", err, errlen);
 	if (rc == 0 && st->have_full) {
-		rc = gpu_malloc((void **)&st->P, st->full_count * sizeof(float), "B volume", err,
-		                errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->Q, st->full_count * sizeof(float),
-			                "output volume", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->E, cols * sizeof(long long), "E map", err,
-			                errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->tmap, cols * sizeof(float), "weight map", err,
-			                errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->W, cols * GPU_WCOL * sizeof(float),
-			                "column weights", err, errlen);
-		/* the adaptive mode's buffers whatever the mode: a live switch allocates nothing */
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->chg,
-			                2 * (size_t)st->ny * st->nx * sizeof(float),
-			                "change measures", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->alpha, cols * sizeof(float),
-			                "history weights", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->beta, cols * sizeof(float),
-			                "history sample weights", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->axy,
-			                2 * ((size_t)st->X + st->Y) * sizeof(int4),
-			                "interpolation axes", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->aoff,
-			                2 * ((size_t)st->X + st->Y) * sizeof(longlong2),
-			                "interpolation offsets", err, errlen);
+		const size_t axes = 2 * ((size_t)st->X + st->Y);
+		const struct gpu_buf full[] = {
+		        {(void **)&st->P, st->full_count * sizeof(float), "B volume"},
+		        {(void **)&st->Q, st->full_count * sizeof(float), "output volume"},
+		        {(void **)&st->E, cols * sizeof(long long), "E map"},
+		        {(void **)&st->tmap, cols * sizeof(float), "weight map"},
+		        {(void **)&st->W, cols * GPU_WCOL * sizeof(float), "column weights"},
+		        /* the adaptive mode's buffers whatever the mode: a live switch allocates
+		         * nothing */
+		        {(void **)&st->chg, 2 * (size_t)st->ny * st->nx * sizeof(float),
+		         "change measures"},
+		        {(void **)&st->alpha, cols * sizeof(float), "history weights"},
+		        {(void **)&st->beta, cols * sizeof(float), "history sample weights"},
+		        {(void **)&st->axy, axes * sizeof(int4), "interpolation axes"},
+		        {(void **)&st->aoff, axes * sizeof(longlong2), "interpolation offsets"},
+		};
+		rc = gpu_malloc_each(full, VR_ARRAY_SIZE(full), err, errlen);
 	}
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->out8, out8_bytes, "u8 volume", err, errlen);
@@ -1118,34 +1104,22 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			rc = gpu_cuda_check(
 			        cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming),
 			        "cudaEventCreate", err, errlen);
+		const struct gpu_buf bufs[] = {
+		        {&g->raw, st->bscan_bytes, "raw B-scan"},
+		        {(void **)&g->conv, (size_t)st->nx * st->K * sizeof(float),
+		         "converted B-scan"},
+		        {(void **)&g->col, st->K * sizeof(float), "column spectrum"},
+		        {&g->fin, fbytes, "FFT input"},
+		        {(void **)&g->fout, fbytes, "FFT output"},
+		        {(void **)&g->pm.part, 4 * GPU_PM_CHUNKS * half * sizeof(double),
+		         "partial_median sums"},
+		        {(void **)&g->pm.sig, half * sizeof(float), "partial_median sigma"},
+		        {(void **)&g->pm.list, half * sizeof(int), "partial_median depth list"},
+		        {(void **)&g->pm.nsel, sizeof(int), "partial_median count"},
+		        {(void **)&g->pm.C, half * sizeof(float2), "partial_median values"},
+		};
 		if (rc == 0)
-			rc = gpu_malloc(&g->raw, st->bscan_bytes, "raw B-scan", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->conv, (size_t)st->nx * st->K * sizeof(float),
-			                "converted B-scan", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->col, st->K * sizeof(float), "column spectrum",
-			                err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc(&g->fin, fbytes, "FFT input", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->fout, fbytes, "FFT output", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.part,
-			                4 * GPU_PM_CHUNKS * half * sizeof(double),
-			                "partial_median sums", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.sig, half * sizeof(float),
-			                "partial_median sigma", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.list, half * sizeof(int),
-			                "partial_median depth list", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.nsel, sizeof(int), "partial_median count",
-			                err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.C, half * sizeof(float2),
-			                "partial_median values", err, errlen);
+			rc = gpu_malloc_each(bufs, VR_ARRAY_SIZE(bufs), err, errlen);
 		if (rc == 0)
 			rc = gpu_cufft_check(cufftCreate(&g->r2c), "cufftCreate(R2C)", err, errlen);
 		if (rc < 0)
