@@ -416,6 +416,17 @@ static size_t gpu_motion_bytes(const struct gpu_state *st)
 	       st->lmem_threads * GPU_MOTION_LMEM;
 }
 
+/* cudaFree of the n device pointers p (NULL is a no-op), cudaFreeHost of the nh host pointers h
+ * that are not NULL. */
+static void gpu_free_each(void *const *p, size_t n, void *const *h, size_t nh)
+{
+	for (size_t i = 0; i < n; i++)
+		cudaFree(p[i]);
+	for (size_t i = 0; i < nh; i++)
+		if (h[i])
+			cudaFreeHost(h[i]);
+}
+
 static void gpu_motion_free(struct gpu_state *st)
 {
 	if (st->mstream) {
@@ -441,22 +452,11 @@ static void gpu_motion_free(struct gpu_state *st)
 	st->mref_event = false;
 	be_motion_destroy(st->motion);
 	st->motion = NULL;
-	cudaFree(st->mhist);
-	cudaFree(st->d_ment);
-	cudaFree(st->mpk);
-	cudaFree(st->mpkr);
-	cudaFree(st->d_mob);
-	cudaFree(st->d_mtmp);
+	void *const dev[] = {st->mhist, st->d_ment, st->mpk,    st->mpkr,
+	                     st->d_mob, st->d_mtmp, st->d_mpart};
+	void *const host[] = {st->h_ment, st->h_mob, st->h_mbe, st->h_mprof};
+	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
 	st->d_mtmp = NULL;
-	cudaFree(st->d_mpart);
-	if (st->h_ment)
-		cudaFreeHost(st->h_ment);
-	if (st->h_mob)
-		cudaFreeHost(st->h_mob);
-	if (st->h_mbe)
-		cudaFreeHost(st->h_mbe);
-	if (st->h_mprof)
-		cudaFreeHost(st->h_mprof);
 	st->mhist = NULL;
 	st->d_ment = st->h_ment = NULL;
 	st->mpk = st->mpkr = NULL;
@@ -482,17 +482,10 @@ static void gpu_destroy(void *vst)
 				cufftDestroy(g->r2c);
 			if (g->has_c2c)
 				cufftDestroy(g->c2c);
-			cudaFree(g->work);
-			cudaFree(g->raw);
-			cudaFree(g->conv);
-			cudaFree(g->col);
-			cudaFree(g->fin);
-			cudaFree(g->fout);
-			cudaFree(g->pm.part);
-			cudaFree(g->pm.sig);
-			cudaFree(g->pm.list);
-			cudaFree(g->pm.nsel);
-			cudaFree(g->pm.C);
+			void *const dev[] = {g->work,    g->raw,     g->conv,    g->col,
+			                     g->fin,     g->fout,    g->pm.part, g->pm.sig,
+			                     g->pm.list, g->pm.nsel, g->pm.C};
+			gpu_free_each(dev, VR_ARRAY_SIZE(dev), NULL, 0);
 			if (g->ev)
 				cudaEventDestroy(g->ev);
 			if (g->s)
@@ -529,34 +522,13 @@ static void gpu_destroy(void *vst)
 		cudaEventDestroy(st->vev);
 	if (st->vs)
 		cudaStreamDestroy(st->vs);
-	cudaFree(st->d_views);
-	cudaFree(st->d_racc);
-	if (st->h_render)
-		cudaFreeHost(st->h_render);
-	if (st->cpin)
-		cudaFreeHost(st->cpin);
-	cudaFree(st->d_rs_idx);
-	cudaFree(st->d_rs_w);
-	cudaFree(st->d_window);
-	cudaFree(st->d_dre);
-	cudaFree(st->d_dim);
-	cudaFree(st->d_ref);
-	cudaFree(st->le[0]);
-	cudaFree(st->le[1]);
-	cudaFree(st->counts[0]);
-	cudaFree(st->counts[1]);
-	cudaFree(st->P);
-	cudaFree(st->Q);
-	cudaFree(st->E);
-	cudaFree(st->tmap);
-	cudaFree(st->W);
-	cudaFree(st->chg);
-	cudaFree(st->alpha);
-	cudaFree(st->beta);
-	cudaFree(st->axy);
-	cudaFree(st->aoff);
-	cudaFree(st->out8);
-	cudaFree(st->out8b);
+	void *const dev[] = {st->d_views,   st->d_racc,    st->d_rs_idx, st->d_rs_w, st->d_window,
+	                     st->d_dre,     st->d_dim,     st->d_ref,    st->le[0],  st->le[1],
+	                     st->counts[0], st->counts[1], st->P,        st->Q,      st->E,
+	                     st->tmap,      st->W,         st->chg,      st->alpha,  st->beta,
+	                     st->axy,       st->aoff,      st->out8,     st->out8b};
+	void *const host[] = {st->h_render, st->cpin};
+	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
 	for (int k = 0; k < GPU_SLABS; k++)
 		if (st->sev[k])
 			cudaEventDestroy(st->sev[k]);
