@@ -148,17 +148,10 @@ __global__ void k_colmean(const typename gpu_sample<ST>::type *raw, int K, int n
 	col[k] = (float)(s / nx);
 }
 
-/* One block per k: bitonic sort of the column (padded with +inf to n2) in shared memory. */
-template <int ST>
-__global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int nx, int n2, int sh,
-                            float *col)
+/* Ascending bitonic sort of sv[0..n2) in shared memory by the block's threads (n2 a power of
+ * two); every thread returns after the last pass's __syncthreads. */
+static __device__ __forceinline__ void gpu_bitonic_sort(float *sv, int n2)
 {
-	extern __shared__ float sv[];
-	const int k = blockIdx.x;
-	for (int a = threadIdx.x; a < n2; a += blockDim.x)
-		sv[a] = a < nx ? gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh)
-		               : INFINITY;
-	__syncthreads();
 	for (int size = 2; size <= n2; size <<= 1) {
 		for (int stride = size >> 1; stride > 0; stride >>= 1) {
 			for (int i = threadIdx.x; i < (n2 >> 1); i += blockDim.x) {
@@ -173,6 +166,20 @@ __global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int
 			__syncthreads();
 		}
 	}
+}
+
+/* One block per k: bitonic sort of the column (padded with +inf to n2) in shared memory. */
+template <int ST>
+__global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int nx, int n2, int sh,
+                            float *col)
+{
+	extern __shared__ float sv[];
+	const int k = blockIdx.x;
+	for (int a = threadIdx.x; a < n2; a += blockDim.x)
+		sv[a] = a < nx ? gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh)
+		               : INFINITY;
+	__syncthreads();
+	gpu_bitonic_sort(sv, n2);
 	if (threadIdx.x == 0)
 		col[k] = 0.5f * (sv[(nx - 1) / 2] + sv[nx / 2]);
 }
@@ -448,20 +455,7 @@ __global__ void k_pm_select(const float *__restrict__ sig, int half, double t,
  * sort in shared memory; even nx: the mean of the two middle values in double, as cpu_median. */
 static __device__ float gpu_block_median(float *sv, int nx, int n2)
 {
-	for (int size = 2; size <= n2; size <<= 1) {
-		for (int stride = size >> 1; stride > 0; stride >>= 1) {
-			for (int i = threadIdx.x; i < (n2 >> 1); i += blockDim.x) {
-				int lo = 2 * stride * (i / stride) + (i % stride), hi = lo + stride;
-				bool asc = (lo & size) == 0;
-				float x = sv[lo], y = sv[hi];
-				if ((x > y) == asc) {
-					sv[lo] = y;
-					sv[hi] = x;
-				}
-			}
-			__syncthreads();
-		}
-	}
+	gpu_bitonic_sort(sv, n2);
 	const float m =
 	        nx % 2 ? sv[nx / 2] : (float)(((double)sv[nx / 2 - 1] + (double)sv[nx / 2]) / 2.0);
 	__syncthreads();
