@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "../backend/tables.h" /* BE_ADAPT_UNKNOWN */
 #include "gpu.h"
@@ -1658,33 +1659,40 @@ static unsigned gpu_blocks(size_t n)
 	return (unsigned)(b > 65536 ? 65536 : (b ? b : 1));
 }
 
+/* f(std::integral_constant<int, ST>()) for the raw sample type st (CFG_SAMPLE_F32 for any other
+ * value): a launcher names its kernel once for every sample type. */
+template <typename F> static void gpu_by_sample(int st, F f)
+{
+	switch (st) {
+	case CFG_SAMPLE_U16:
+		f(std::integral_constant<int, CFG_SAMPLE_U16>());
+		break;
+	case CFG_SAMPLE_I16:
+		f(std::integral_constant<int, CFG_SAMPLE_I16>());
+		break;
+	case CFG_SAMPLE_U12P:
+		f(std::integral_constant<int, CFG_SAMPLE_U12P>());
+		break;
+	case CFG_SAMPLE_U12GV:
+		f(std::integral_constant<int, CFG_SAMPLE_U12GV>());
+		break;
+	default:
+		f(std::integral_constant<int, CFG_SAMPLE_F32>());
+		break;
+	}
+}
+
 extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *raw, float *col,
                                           cudaStream_t s)
 {
 	if (p->background == CFG_BG_BSCAN_MEAN || p->background == CFG_BG_PARTIAL_MEDIAN) {
 		dim3 g((p->K + GPU_THREADS - 1) / GPU_THREADS);
-		switch (p->sample_type) {
-		case CFG_SAMPLE_U16:
-			k_colmean<CFG_SAMPLE_U16><<<g, GPU_THREADS, 0, s>>>(
-			        (const uint16_t *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		case CFG_SAMPLE_I16:
-			k_colmean<CFG_SAMPLE_I16><<<g, GPU_THREADS, 0, s>>>(
-			        (const int16_t *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		case CFG_SAMPLE_U12P:
-			k_colmean<CFG_SAMPLE_U12P><<<g, GPU_THREADS, 0, s>>>(
-			        (const uint8_t *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		case CFG_SAMPLE_U12GV:
-			k_colmean<CFG_SAMPLE_U12GV><<<g, GPU_THREADS, 0, s>>>(
-			        (const uint8_t *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		default:
-			k_colmean<CFG_SAMPLE_F32><<<g, GPU_THREADS, 0, s>>>(
-			        (const float *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		}
+		gpu_by_sample(p->sample_type, [&](auto st) {
+			constexpr int ST = decltype(st)::value;
+			using T = typename gpu_sample<ST>::type;
+			k_colmean<ST><<<g, GPU_THREADS, 0, s>>>((const T *)raw, p->K, p->nx,
+			                                        p->bit_shift, col);
+		});
 		return cudaGetLastError();
 	}
 	int n2 = 1;
@@ -1692,28 +1700,12 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 		n2 <<= 1;
 	const int threads = n2 / 2 < 32 ? 32 : (n2 / 2 > 1024 ? 1024 : n2 / 2);
 	const size_t shm = sizeof(float) * (size_t)n2;
-	switch (p->sample_type) {
-	case CFG_SAMPLE_U16:
-		k_colmedian<CFG_SAMPLE_U16><<<p->K, threads, shm, s>>>(
-		        (const uint16_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	case CFG_SAMPLE_I16:
-		k_colmedian<CFG_SAMPLE_I16><<<p->K, threads, shm, s>>>(
-		        (const int16_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	case CFG_SAMPLE_U12P:
-		k_colmedian<CFG_SAMPLE_U12P><<<p->K, threads, shm, s>>>(
-		        (const uint8_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	case CFG_SAMPLE_U12GV:
-		k_colmedian<CFG_SAMPLE_U12GV><<<p->K, threads, shm, s>>>(
-		        (const uint8_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	default:
-		k_colmedian<CFG_SAMPLE_F32><<<p->K, threads, shm, s>>>(
-		        (const float *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	}
+	gpu_by_sample(p->sample_type, [&](auto st) {
+		constexpr int ST = decltype(st)::value;
+		using T = typename gpu_sample<ST>::type;
+		k_colmedian<ST><<<p->K, threads, shm, s>>>((const T *)raw, p->K, p->nx, n2,
+		                                           p->bit_shift, col);
+	});
 	return cudaGetLastError();
 }
 
@@ -1752,28 +1744,13 @@ static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, co
 	/* rows of 16-byte multiples from a cudaMalloc'd (256-byte aligned) base; packed rows of
 	 * K % 8 == 0 samples are 12-byte multiples, read as 4-byte words */
 	const bool aligned = ((uintptr_t)raw & 15u) == 0;
-	switch (p->sample_type) {
-	case CFG_SAMPLE_U16:
-		k_convert<CFG_SAMPLE_U16, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const uint16_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
-		break;
-	case CFG_SAMPLE_I16:
-		k_convert<CFG_SAMPLE_I16, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const int16_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
-		break;
-	case CFG_SAMPLE_U12P:
-		k_convert<CFG_SAMPLE_U12P, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const uint8_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
-		break;
-	case CFG_SAMPLE_U12GV:
-		k_convert<CFG_SAMPLE_U12GV, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const uint8_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
-		break;
-	default:
-		k_convert<CFG_SAMPLE_F32, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const float *)raw, col, conv, fin, aligned && p->K % 4 == 0);
-		break;
-	}
+	gpu_by_sample(p->sample_type, [&](auto st) {
+		constexpr int ST = decltype(st)::value;
+		using T = typename gpu_sample<ST>::type;
+		const int vec = ST == CFG_SAMPLE_F32 ? 4 : 8;
+		k_convert<ST, DIRECT><<<g, GPU_THREADS, 0, s>>>(*p, *t, (const T *)raw, col, conv,
+		                                                fin, aligned && p->K % vec == 0);
+	});
 }
 
 extern "C" cudaError_t gpu_launch_convert(const gpu_prep_params *p, const gpu_prep_tables *t,
