@@ -584,6 +584,13 @@ static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t err
 	return be_levels_check(cfg, err, errlen);
 }
 
+/* A cudaEventDisableTiming event into *e, naming it in the message on failure. */
+static int gpu_event_new(cudaEvent_t *e, const char *what, char *err, size_t errlen)
+{
+	return gpu_cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), what, err,
+	                      errlen);
+}
+
 /* Allocate n bytes of device memory into *p, naming it in the message on failure. */
 static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t errlen)
 {
@@ -698,11 +705,10 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		rc = gpu_cuda_check(gpu_stream_prio(&st->mqs, GPU_PRIO_BACKGROUND),
 		                    "cudaStreamCreate(compensated epoch ahead)", err, errlen);
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_ref, cudaEventDisableTiming),
-		                    "cudaEventCreate(reference bands)", err, errlen);
+		rc = gpu_event_new(&st->mev_ref, "cudaEventCreate(reference bands)", err, errlen);
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_pre, cudaEventDisableTiming),
-		                    "cudaEventCreate(compensated epoch queued)", err, errlen);
+		rc = gpu_event_new(&st->mev_pre, "cudaEventCreate(compensated epoch queued)", err,
+		                   errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_mpart,
 		                GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double),
@@ -1001,8 +1007,7 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		if (rc < 0)
 			goto fail;
 	}
-	rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->ev_ready, cudaEventDisableTiming),
-	                    "cudaEventCreate", err, errlen);
+	rc = gpu_event_new(&st->ev_ready, "cudaEventCreate", err, errlen);
 	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
 		rc = gpu_cuda_check(gpu_stream_prio(&st->rs[j], GPU_PRIO_RECON),
 		                    "cudaStreamCreate(reconstruction)", err, errlen);
@@ -1010,21 +1015,14 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			rc = gpu_cuda_check(gpu_stream_prio(&st->cs[j], GPU_PRIO_RECON),
 			                    "cudaStreamCreate(volume copies)", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->rev[j], cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->rev[j], "cudaEventCreate", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->cev[j], cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->cev[j], "cudaEventCreate", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->aev[j], cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->aev[j], "cudaEventCreate", err, errlen);
 	}
 	for (int k = 0; rc == 0 && k < GPU_SLABS; k++)
-		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->sev[k], cudaEventDisableTiming),
-		                    "cudaEventCreate", err, errlen);
+		rc = gpu_event_new(&st->sev[k], "cudaEventCreate", err, errlen);
 	st->views = be_views_wanted(cfg);
 	if (rc == 0 && st->views) {
 		be_view_params_from_cfg(cfg, &st->vp);
@@ -1043,13 +1041,9 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			        cudaStreamCreateWithFlags(&st->vs, cudaStreamNonBlocking),
 			        "cudaStreamCreate(views)", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->vev, cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->vev, "cudaEventCreate", err, errlen);
 		for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->kev[j], cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->kev[j], "cudaEventCreate", err, errlen);
 		if (rc == 0 && st->part.count > 1)
 			rc = gpu_cuda_check(
 			        cudaHostAlloc((void **)&st->h_render,
@@ -1073,9 +1067,7 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		rc = gpu_cuda_check(gpu_stream_prio(&g->s, GPU_PRIO_URGENT), "cudaStreamCreate",
 		                    err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&g->ev, "cudaEventCreate", err, errlen);
 		const struct gpu_buf bufs[] = {
 		        {&g->raw, st->bscan_bytes, "raw B-scan"},
 		        {(void **)&g->conv, (size_t)st->nx * st->K * sizeof(float),
