@@ -16,6 +16,7 @@
 
 #include "../backend/ops.h"
 #include "../backend/tables.h"
+#include "../base/base.h"
 #include "gpu.h"
 
 #define GPU_MIN_CC_MAJOR 7
@@ -415,6 +416,17 @@ static size_t gpu_motion_bytes(const struct gpu_state *st)
 	       st->lmem_threads * GPU_MOTION_LMEM;
 }
 
+/* cudaFree of the n device pointers p (NULL is a no-op), cudaFreeHost of the nh host pointers h
+ * that are not NULL. */
+static void gpu_free_each(void *const *p, size_t n, void *const *h, size_t nh)
+{
+	for (size_t i = 0; i < n; i++)
+		cudaFree(p[i]);
+	for (size_t i = 0; i < nh; i++)
+		if (h[i])
+			cudaFreeHost(h[i]);
+}
+
 static void gpu_motion_free(struct gpu_state *st)
 {
 	if (st->mstream) {
@@ -440,22 +452,11 @@ static void gpu_motion_free(struct gpu_state *st)
 	st->mref_event = false;
 	be_motion_destroy(st->motion);
 	st->motion = NULL;
-	cudaFree(st->mhist);
-	cudaFree(st->d_ment);
-	cudaFree(st->mpk);
-	cudaFree(st->mpkr);
-	cudaFree(st->d_mob);
-	cudaFree(st->d_mtmp);
+	void *const dev[] = {st->mhist, st->d_ment, st->mpk,    st->mpkr,
+	                     st->d_mob, st->d_mtmp, st->d_mpart};
+	void *const host[] = {st->h_ment, st->h_mob, st->h_mbe, st->h_mprof};
+	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
 	st->d_mtmp = NULL;
-	cudaFree(st->d_mpart);
-	if (st->h_ment)
-		cudaFreeHost(st->h_ment);
-	if (st->h_mob)
-		cudaFreeHost(st->h_mob);
-	if (st->h_mbe)
-		cudaFreeHost(st->h_mbe);
-	if (st->h_mprof)
-		cudaFreeHost(st->h_mprof);
 	st->mhist = NULL;
 	st->d_ment = st->h_ment = NULL;
 	st->mpk = st->mpkr = NULL;
@@ -481,17 +482,10 @@ static void gpu_destroy(void *vst)
 				cufftDestroy(g->r2c);
 			if (g->has_c2c)
 				cufftDestroy(g->c2c);
-			cudaFree(g->work);
-			cudaFree(g->raw);
-			cudaFree(g->conv);
-			cudaFree(g->col);
-			cudaFree(g->fin);
-			cudaFree(g->fout);
-			cudaFree(g->pm.part);
-			cudaFree(g->pm.sig);
-			cudaFree(g->pm.list);
-			cudaFree(g->pm.nsel);
-			cudaFree(g->pm.C);
+			void *const dev[] = {g->work,    g->raw,     g->conv,    g->col,
+			                     g->fin,     g->fout,    g->pm.part, g->pm.sig,
+			                     g->pm.list, g->pm.nsel, g->pm.C};
+			gpu_free_each(dev, VR_ARRAY_SIZE(dev), NULL, 0);
 			if (g->ev)
 				cudaEventDestroy(g->ev);
 			if (g->s)
@@ -528,34 +522,13 @@ static void gpu_destroy(void *vst)
 		cudaEventDestroy(st->vev);
 	if (st->vs)
 		cudaStreamDestroy(st->vs);
-	cudaFree(st->d_views);
-	cudaFree(st->d_racc);
-	if (st->h_render)
-		cudaFreeHost(st->h_render);
-	if (st->cpin)
-		cudaFreeHost(st->cpin);
-	cudaFree(st->d_rs_idx);
-	cudaFree(st->d_rs_w);
-	cudaFree(st->d_window);
-	cudaFree(st->d_dre);
-	cudaFree(st->d_dim);
-	cudaFree(st->d_ref);
-	cudaFree(st->le[0]);
-	cudaFree(st->le[1]);
-	cudaFree(st->counts[0]);
-	cudaFree(st->counts[1]);
-	cudaFree(st->P);
-	cudaFree(st->Q);
-	cudaFree(st->E);
-	cudaFree(st->tmap);
-	cudaFree(st->W);
-	cudaFree(st->chg);
-	cudaFree(st->alpha);
-	cudaFree(st->beta);
-	cudaFree(st->axy);
-	cudaFree(st->aoff);
-	cudaFree(st->out8);
-	cudaFree(st->out8b);
+	void *const dev[] = {st->d_views,   st->d_racc,    st->d_rs_idx, st->d_rs_w, st->d_window,
+	                     st->d_dre,     st->d_dim,     st->d_ref,    st->le[0],  st->le[1],
+	                     st->counts[0], st->counts[1], st->P,        st->Q,      st->E,
+	                     st->tmap,      st->W,         st->chg,      st->alpha,  st->beta,
+	                     st->axy,       st->aoff,      st->out8,     st->out8b};
+	void *const host[] = {st->h_render, st->cpin};
+	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
 	for (int k = 0; k < GPU_SLABS; k++)
 		if (st->sev[k])
 			cudaEventDestroy(st->sev[k]);
@@ -611,12 +584,36 @@ static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t err
 	return be_levels_check(cfg, err, errlen);
 }
 
+/* A cudaEventDisableTiming event into *e, naming it in the message on failure. */
+static int gpu_event_new(cudaEvent_t *e, const char *what, char *err, size_t errlen)
+{
+	return gpu_cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), what, err,
+	                      errlen);
+}
+
 /* Allocate n bytes of device memory into *p, naming it in the message on failure. */
 static int gpu_malloc(void **p, size_t n, const char *what, char *err, size_t errlen)
 {
 	char buf[160];
 	snprintf(buf, sizeof(buf), "cudaMalloc(%s, %zu bytes)", what, n);
 	return gpu_cuda_check(cudaMalloc(p, n ? n : 1), buf, err, errlen);
+}
+
+/* A device buffer for gpu_malloc_each: where its pointer goes, its size and its name. */
+struct gpu_buf {
+	void **p;
+	size_t n;
+	const char *what;
+};
+
+/* gpu_malloc of the n buffers b in order, up to the first failure (whose code it returns). */
+static int gpu_malloc_each(const struct gpu_buf *b, size_t n, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = gpu_malloc(b[i].p, b[i].n, b[i].what, err, errlen);
+	return rc;
 }
 
 /*
@@ -689,27 +686,18 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	st->mslots = be_motion_slots(st->motion);
-	rc = gpu_malloc((void **)&st->mhist, slots * st->le_count * sizeof(float),
-	                "compensated history", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_ment, 2 * slots * sizeof(struct be_motion_entry),
-		                "compensated entries", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->mpk, 2 * cols * sizeof(struct be_motion_pick),
-		                "kriging picks", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->mpkr, cols * sizeof(struct be_motion_pick),
-		                "reference picks", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_mob, cols * BE_MOTION_NB * sizeof(float),
-		                "reference bands", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_mtmp, cols * BE_MOTION_NB * sizeof(float),
-		                "reference blur", err, errlen);
 	be_motion_blur_taps(st->mblur, &st->mblur_r);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float),
-		                "entry bands", err, errlen);
+	const struct gpu_buf bufs[] = {
+	        {(void **)&st->mhist, slots * st->le_count * sizeof(float), "compensated history"},
+	        {(void **)&st->d_ment, 2 * slots * sizeof(struct be_motion_entry),
+	         "compensated entries"},
+	        {(void **)&st->mpk, 2 * cols * sizeof(struct be_motion_pick), "kriging picks"},
+	        {(void **)&st->mpkr, cols * sizeof(struct be_motion_pick), "reference picks"},
+	        {(void **)&st->d_mob, cols * BE_MOTION_NB * sizeof(float), "reference bands"},
+	        {(void **)&st->d_mtmp, cols * BE_MOTION_NB * sizeof(float), "reference blur"},
+	        {(void **)&st->d_meb, slots * nodes * BE_MOTION_NB * sizeof(float), "entry bands"},
+	};
+	rc = gpu_malloc_each(bufs, VR_ARRAY_SIZE(bufs), err, errlen);
 	if (rc == 0)
 		rc = gpu_cuda_check(gpu_stream_prio(&st->mstream, GPU_PRIO_URGENT),
 		                    "cudaStreamCreate(pose estimate)", err, errlen);
@@ -717,11 +705,10 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		rc = gpu_cuda_check(gpu_stream_prio(&st->mqs, GPU_PRIO_BACKGROUND),
 		                    "cudaStreamCreate(compensated epoch ahead)", err, errlen);
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_ref, cudaEventDisableTiming),
-		                    "cudaEventCreate(reference bands)", err, errlen);
+		rc = gpu_event_new(&st->mev_ref, "cudaEventCreate(reference bands)", err, errlen);
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->mev_pre, cudaEventDisableTiming),
-		                    "cudaEventCreate(compensated epoch queued)", err, errlen);
+		rc = gpu_event_new(&st->mev_pre, "cudaEventCreate(compensated epoch queued)", err,
+		                   errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_mpart,
 		                GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double),
@@ -947,22 +934,15 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	}
 
 	/* tables, at their largest so that a live update never allocates */
-	rc = gpu_malloc((void **)&st->d_window, st->K * sizeof(float), "window", err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_dre, st->K * sizeof(float), "dispersion", err,
-		                errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_dim, st->K * sizeof(float), "dispersion", err,
-		                errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_ref, st->K * sizeof(float), "reference", err,
-		                errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_rs_idx, st->K * sizeof(int32_t), "resample index",
-		                err, errlen);
-	if (rc == 0)
-		rc = gpu_malloc((void **)&st->d_rs_w, taps_max * st->K * sizeof(float),
-		                "resample weights", err, errlen);
+	const struct gpu_buf tabs[] = {
+	        {(void **)&st->d_window, st->K * sizeof(float), "window"},
+	        {(void **)&st->d_dre, st->K * sizeof(float), "dispersion"},
+	        {(void **)&st->d_dim, st->K * sizeof(float), "dispersion"},
+	        {(void **)&st->d_ref, st->K * sizeof(float), "reference"},
+	        {(void **)&st->d_rs_idx, st->K * sizeof(int32_t), "resample index"},
+	        {(void **)&st->d_rs_w, taps_max * st->K * sizeof(float), "resample weights"},
+	};
+	rc = gpu_malloc_each(tabs, VR_ARRAY_SIZE(tabs), err, errlen);
 	if (rc < 0)
 		goto fail;
 
@@ -975,39 +955,23 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		rc = gpu_malloc((void **)&st->counts[i], st->ny * sizeof(unsigned),
 		                "median depth counts", err, errlen);
 	if (rc == 0 && st->have_full) {
-		rc = gpu_malloc((void **)&st->P, st->full_count * sizeof(float), "B volume", err,
-		                errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->Q, st->full_count * sizeof(float),
-			                "output volume", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->E, cols * sizeof(long long), "E map", err,
-			                errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->tmap, cols * sizeof(float), "weight map", err,
-			                errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->W, cols * GPU_WCOL * sizeof(float),
-			                "column weights", err, errlen);
-		/* the adaptive mode's buffers whatever the mode: a live switch allocates nothing */
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->chg,
-			                2 * (size_t)st->ny * st->nx * sizeof(float),
-			                "change measures", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->alpha, cols * sizeof(float),
-			                "history weights", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->beta, cols * sizeof(float),
-			                "history sample weights", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->axy,
-			                2 * ((size_t)st->X + st->Y) * sizeof(int4),
-			                "interpolation axes", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&st->aoff,
-			                2 * ((size_t)st->X + st->Y) * sizeof(longlong2),
-			                "interpolation offsets", err, errlen);
+		const size_t axes = 2 * ((size_t)st->X + st->Y);
+		const struct gpu_buf full[] = {
+		        {(void **)&st->P, st->full_count * sizeof(float), "B volume"},
+		        {(void **)&st->Q, st->full_count * sizeof(float), "output volume"},
+		        {(void **)&st->E, cols * sizeof(long long), "E map"},
+		        {(void **)&st->tmap, cols * sizeof(float), "weight map"},
+		        {(void **)&st->W, cols * GPU_WCOL * sizeof(float), "column weights"},
+		        /* the adaptive mode's buffers whatever the mode: a live switch allocates
+		         * nothing */
+		        {(void **)&st->chg, 2 * (size_t)st->ny * st->nx * sizeof(float),
+		         "change measures"},
+		        {(void **)&st->alpha, cols * sizeof(float), "history weights"},
+		        {(void **)&st->beta, cols * sizeof(float), "history sample weights"},
+		        {(void **)&st->axy, axes * sizeof(int4), "interpolation axes"},
+		        {(void **)&st->aoff, axes * sizeof(longlong2), "interpolation offsets"},
+		};
+		rc = gpu_malloc_each(full, VR_ARRAY_SIZE(full), err, errlen);
 	}
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->out8, out8_bytes, "u8 volume", err, errlen);
@@ -1043,8 +1007,7 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		if (rc < 0)
 			goto fail;
 	}
-	rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->ev_ready, cudaEventDisableTiming),
-	                    "cudaEventCreate", err, errlen);
+	rc = gpu_event_new(&st->ev_ready, "cudaEventCreate", err, errlen);
 	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
 		rc = gpu_cuda_check(gpu_stream_prio(&st->rs[j], GPU_PRIO_RECON),
 		                    "cudaStreamCreate(reconstruction)", err, errlen);
@@ -1052,21 +1015,14 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			rc = gpu_cuda_check(gpu_stream_prio(&st->cs[j], GPU_PRIO_RECON),
 			                    "cudaStreamCreate(volume copies)", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->rev[j], cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->rev[j], "cudaEventCreate", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->cev[j], cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->cev[j], "cudaEventCreate", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->aev[j], cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->aev[j], "cudaEventCreate", err, errlen);
 	}
 	for (int k = 0; rc == 0 && k < GPU_SLABS; k++)
-		rc = gpu_cuda_check(cudaEventCreateWithFlags(&st->sev[k], cudaEventDisableTiming),
-		                    "cudaEventCreate", err, errlen);
+		rc = gpu_event_new(&st->sev[k], "cudaEventCreate", err, errlen);
 	st->views = be_views_wanted(cfg);
 	if (rc == 0 && st->views) {
 		be_view_params_from_cfg(cfg, &st->vp);
@@ -1085,13 +1041,9 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			        cudaStreamCreateWithFlags(&st->vs, cudaStreamNonBlocking),
 			        "cudaStreamCreate(views)", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->vev, cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->vev, "cudaEventCreate", err, errlen);
 		for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&st->kev[j], cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&st->kev[j], "cudaEventCreate", err, errlen);
 		if (rc == 0 && st->part.count > 1)
 			rc = gpu_cuda_check(
 			        cudaHostAlloc((void **)&st->h_render,
@@ -1115,37 +1067,23 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		rc = gpu_cuda_check(gpu_stream_prio(&g->s, GPU_PRIO_URGENT), "cudaStreamCreate",
 		                    err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(
-			        cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming),
-			        "cudaEventCreate", err, errlen);
+			rc = gpu_event_new(&g->ev, "cudaEventCreate", err, errlen);
+		const struct gpu_buf bufs[] = {
+		        {&g->raw, st->bscan_bytes, "raw B-scan"},
+		        {(void **)&g->conv, (size_t)st->nx * st->K * sizeof(float),
+		         "converted B-scan"},
+		        {(void **)&g->col, st->K * sizeof(float), "column spectrum"},
+		        {&g->fin, fbytes, "FFT input"},
+		        {(void **)&g->fout, fbytes, "FFT output"},
+		        {(void **)&g->pm.part, 4 * GPU_PM_CHUNKS * half * sizeof(double),
+		         "partial_median sums"},
+		        {(void **)&g->pm.sig, half * sizeof(float), "partial_median sigma"},
+		        {(void **)&g->pm.list, half * sizeof(int), "partial_median depth list"},
+		        {(void **)&g->pm.nsel, sizeof(int), "partial_median count"},
+		        {(void **)&g->pm.C, half * sizeof(float2), "partial_median values"},
+		};
 		if (rc == 0)
-			rc = gpu_malloc(&g->raw, st->bscan_bytes, "raw B-scan", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->conv, (size_t)st->nx * st->K * sizeof(float),
-			                "converted B-scan", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->col, st->K * sizeof(float), "column spectrum",
-			                err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc(&g->fin, fbytes, "FFT input", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->fout, fbytes, "FFT output", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.part,
-			                4 * GPU_PM_CHUNKS * half * sizeof(double),
-			                "partial_median sums", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.sig, half * sizeof(float),
-			                "partial_median sigma", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.list, half * sizeof(int),
-			                "partial_median depth list", err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.nsel, sizeof(int), "partial_median count",
-			                err, errlen);
-		if (rc == 0)
-			rc = gpu_malloc((void **)&g->pm.C, half * sizeof(float2),
-			                "partial_median values", err, errlen);
+			rc = gpu_malloc_each(bufs, VR_ARRAY_SIZE(bufs), err, errlen);
 		if (rc == 0)
 			rc = gpu_cufft_check(cufftCreate(&g->r2c), "cufftCreate(R2C)", err, errlen);
 		if (rc < 0)

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 
 #include "../backend/tables.h" /* BE_ADAPT_UNKNOWN */
 #include "gpu.h"
@@ -148,17 +149,10 @@ __global__ void k_colmean(const typename gpu_sample<ST>::type *raw, int K, int n
 	col[k] = (float)(s / nx);
 }
 
-/* One block per k: bitonic sort of the column (padded with +inf to n2) in shared memory. */
-template <int ST>
-__global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int nx, int n2, int sh,
-                            float *col)
+/* Ascending bitonic sort of sv[0..n2) in shared memory by the block's threads (n2 a power of
+ * two); every thread returns after the last pass's __syncthreads. */
+static __device__ __forceinline__ void gpu_bitonic_sort(float *sv, int n2)
 {
-	extern __shared__ float sv[];
-	const int k = blockIdx.x;
-	for (int a = threadIdx.x; a < n2; a += blockDim.x)
-		sv[a] = a < nx ? gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh)
-		               : INFINITY;
-	__syncthreads();
 	for (int size = 2; size <= n2; size <<= 1) {
 		for (int stride = size >> 1; stride > 0; stride >>= 1) {
 			for (int i = threadIdx.x; i < (n2 >> 1); i += blockDim.x) {
@@ -173,6 +167,20 @@ __global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int
 			__syncthreads();
 		}
 	}
+}
+
+/* One block per k: bitonic sort of the column (padded with +inf to n2) in shared memory. */
+template <int ST>
+__global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int nx, int n2, int sh,
+                            float *col)
+{
+	extern __shared__ float sv[];
+	const int k = blockIdx.x;
+	for (int a = threadIdx.x; a < n2; a += blockDim.x)
+		sv[a] = a < nx ? gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh)
+		               : INFINITY;
+	__syncthreads();
+	gpu_bitonic_sort(sv, n2);
 	if (threadIdx.x == 0)
 		col[k] = 0.5f * (sv[(nx - 1) / 2] + sv[nx / 2]);
 }
@@ -448,20 +456,7 @@ __global__ void k_pm_select(const float *__restrict__ sig, int half, double t,
  * sort in shared memory; even nx: the mean of the two middle values in double, as cpu_median. */
 static __device__ float gpu_block_median(float *sv, int nx, int n2)
 {
-	for (int size = 2; size <= n2; size <<= 1) {
-		for (int stride = size >> 1; stride > 0; stride >>= 1) {
-			for (int i = threadIdx.x; i < (n2 >> 1); i += blockDim.x) {
-				int lo = 2 * stride * (i / stride) + (i % stride), hi = lo + stride;
-				bool asc = (lo & size) == 0;
-				float x = sv[lo], y = sv[hi];
-				if ((x > y) == asc) {
-					sv[lo] = y;
-					sv[hi] = x;
-				}
-			}
-			__syncthreads();
-		}
-	}
+	gpu_bitonic_sort(sv, n2);
 	const float m =
 	        nx % 2 ? sv[nx / 2] : (float)(((double)sv[nx / 2 - 1] + (double)sv[nx / 2]) / 2.0);
 	__syncthreads();
@@ -1403,6 +1398,35 @@ struct gpu_motion_taps {
 	float a; /* the combination's weight against the newest epoch */
 };
 
+/* Tap i (< BE_MOTION_M) of column pick c into t, by thread i of the column's threads; thread 0
+ * also writes the count and the blend weight. */
+static __device__ __forceinline__ void gpu_motion_load(gpu_motion_taps &t, int i,
+                                                       const be_motion_pick *__restrict__ c,
+                                                       const be_motion_entry *__restrict__ en,
+                                                       const float *__restrict__ hist, size_t vol,
+                                                       int Z)
+{
+	const int n = (int)c->n;
+	if (i == 0) {
+		t.n = n;
+		t.a = c->a;
+	}
+	if (i < n) {
+		const be_motion_entry *e = &en[c->entry[i]];
+		t.l[i] = hist + e->slot * vol + (size_t)c->node[i] * Z;
+		t.k[i] = e->k;
+		t.fa[i] = e->fa;
+		t.fb[i] = e->fb;
+		t.w[i] = c->w[i];
+	}
+}
+
+/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
+static __device__ __forceinline__ uint8_t gpu_quantize8(float v)
+{
+	return (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, v), 0.5f));
+}
+
 /* The kriging combination of taps t at depth z, summed in pick order as cpu/motion.c. */
 static __device__ __forceinline__ float gpu_combine(const gpu_motion_taps &t, int z, int Z)
 {
@@ -1457,30 +1481,14 @@ __global__ void __launch_bounds__(GPU_THREADS)
 	const int xx = (int)(blockIdx.x % (unsigned)p.X);
 	const size_t vol = (size_t)p.ny * p.nx * Z, col = (size_t)yy * p.X + xx;
 
-	if (threadIdx.x < BE_MOTION_M) {
-		const int i = threadIdx.x;
-		const be_motion_pick *c = pk + col;
-		const int n = (int)c->n;
-		if (i == 0) {
-			tp.n = n;
-			tp.a = c->a;
-		}
-		if (i < n) {
-			const be_motion_entry *e = &en[c->entry[i]];
-			tp.l[i] = hist + e->slot * vol + (size_t)c->node[i] * Z;
-			tp.k[i] = e->k;
-			tp.fa[i] = e->fa;
-			tp.fb[i] = e->fb;
-			tp.w[i] = c->w[i];
-		}
-	}
+	if (threadIdx.x < BE_MOTION_M)
+		gpu_motion_load(tp, threadIdx.x, pk + col, en, hist, vol, Z);
 	__syncthreads();
 	double acc = 0.0;
 	for (int z = z0 + (int)threadIdx.x; z < z1; z += blockDim.x) {
 		const float o = gpu_motion_value(tp, p, le, axy, aoff, yy, xx, z);
 		const size_t i = col * Z + z;
-		/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
-		out8[i] = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o), 0.5f));
+		out8[i] = gpu_quantize8(o);
 		if (outf)
 			outf[i] = o;
 		acc += (double)o;
@@ -1522,22 +1530,8 @@ __global__ void __launch_bounds__(GPU_THREADS)
 	const size_t vol = (size_t)p.ny * p.nx * Z, col = (size_t)yy * p.X + xx;
 	gpu_motion_taps &tp = tps[cj];
 
-	if (have && t < BE_MOTION_M) {
-		const be_motion_pick *q = pk + col;
-		const int n = (int)q->n;
-		if (t == 0) {
-			tp.n = n;
-			tp.a = q->a;
-		}
-		if (t < n) {
-			const be_motion_entry *e = &en[q->entry[t]];
-			tp.l[t] = hist + e->slot * vol + (size_t)q->node[t] * Z;
-			tp.k[t] = e->k;
-			tp.fa[t] = e->fa;
-			tp.fb[t] = e->fb;
-			tp.w[t] = q->w[t];
-		}
-	}
+	if (have && t < BE_MOTION_M)
+		gpu_motion_load(tp, t, pk + col, en, hist, vol, Z);
 	__syncthreads();
 	double acc = 0.0;
 	for (int z = z0 + 4 * t; have && z < z1; z += 4 * GPU_MOTION4_T) {
@@ -1605,11 +1599,10 @@ __global__ void __launch_bounds__(GPU_THREADS)
 			}
 		}
 		uchar4 q8;
-		/* cpu_quantize: truncation toward zero of 255 v + 0.5 */
-		q8.x = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[0]), 0.5f));
-		q8.y = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[1]), 0.5f));
-		q8.z = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[2]), 0.5f));
-		q8.w = (uint8_t)__float2int_rz(__fadd_rn(__fmul_rn(255.0f, o[3]), 0.5f));
+		q8.x = gpu_quantize8(o[0]);
+		q8.y = gpu_quantize8(o[1]);
+		q8.z = gpu_quantize8(o[2]);
+		q8.w = gpu_quantize8(o[3]);
 		*reinterpret_cast<uchar4 *>(out8 + col * Z + z) = q8;
 		if (outf)
 			*reinterpret_cast<float4 *>(outf + col * Z + z) =
@@ -1666,33 +1659,40 @@ static unsigned gpu_blocks(size_t n)
 	return (unsigned)(b > 65536 ? 65536 : (b ? b : 1));
 }
 
+/* f(std::integral_constant<int, ST>()) for the raw sample type st (CFG_SAMPLE_F32 for any other
+ * value): a launcher names its kernel once for every sample type. */
+template <typename F> static void gpu_by_sample(int st, F f)
+{
+	switch (st) {
+	case CFG_SAMPLE_U16:
+		f(std::integral_constant<int, CFG_SAMPLE_U16>());
+		break;
+	case CFG_SAMPLE_I16:
+		f(std::integral_constant<int, CFG_SAMPLE_I16>());
+		break;
+	case CFG_SAMPLE_U12P:
+		f(std::integral_constant<int, CFG_SAMPLE_U12P>());
+		break;
+	case CFG_SAMPLE_U12GV:
+		f(std::integral_constant<int, CFG_SAMPLE_U12GV>());
+		break;
+	default:
+		f(std::integral_constant<int, CFG_SAMPLE_F32>());
+		break;
+	}
+}
+
 extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *raw, float *col,
                                           cudaStream_t s)
 {
 	if (p->background == CFG_BG_BSCAN_MEAN || p->background == CFG_BG_PARTIAL_MEDIAN) {
 		dim3 g((p->K + GPU_THREADS - 1) / GPU_THREADS);
-		switch (p->sample_type) {
-		case CFG_SAMPLE_U16:
-			k_colmean<CFG_SAMPLE_U16><<<g, GPU_THREADS, 0, s>>>(
-			        (const uint16_t *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		case CFG_SAMPLE_I16:
-			k_colmean<CFG_SAMPLE_I16><<<g, GPU_THREADS, 0, s>>>(
-			        (const int16_t *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		case CFG_SAMPLE_U12P:
-			k_colmean<CFG_SAMPLE_U12P><<<g, GPU_THREADS, 0, s>>>(
-			        (const uint8_t *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		case CFG_SAMPLE_U12GV:
-			k_colmean<CFG_SAMPLE_U12GV><<<g, GPU_THREADS, 0, s>>>(
-			        (const uint8_t *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		default:
-			k_colmean<CFG_SAMPLE_F32><<<g, GPU_THREADS, 0, s>>>(
-			        (const float *)raw, p->K, p->nx, p->bit_shift, col);
-			break;
-		}
+		gpu_by_sample(p->sample_type, [&](auto st) {
+			constexpr int ST = decltype(st)::value;
+			using T = typename gpu_sample<ST>::type;
+			k_colmean<ST><<<g, GPU_THREADS, 0, s>>>((const T *)raw, p->K, p->nx,
+			                                        p->bit_shift, col);
+		});
 		return cudaGetLastError();
 	}
 	int n2 = 1;
@@ -1700,28 +1700,12 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 		n2 <<= 1;
 	const int threads = n2 / 2 < 32 ? 32 : (n2 / 2 > 1024 ? 1024 : n2 / 2);
 	const size_t shm = sizeof(float) * (size_t)n2;
-	switch (p->sample_type) {
-	case CFG_SAMPLE_U16:
-		k_colmedian<CFG_SAMPLE_U16><<<p->K, threads, shm, s>>>(
-		        (const uint16_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	case CFG_SAMPLE_I16:
-		k_colmedian<CFG_SAMPLE_I16><<<p->K, threads, shm, s>>>(
-		        (const int16_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	case CFG_SAMPLE_U12P:
-		k_colmedian<CFG_SAMPLE_U12P><<<p->K, threads, shm, s>>>(
-		        (const uint8_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	case CFG_SAMPLE_U12GV:
-		k_colmedian<CFG_SAMPLE_U12GV><<<p->K, threads, shm, s>>>(
-		        (const uint8_t *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	default:
-		k_colmedian<CFG_SAMPLE_F32><<<p->K, threads, shm, s>>>(
-		        (const float *)raw, p->K, p->nx, n2, p->bit_shift, col);
-		break;
-	}
+	gpu_by_sample(p->sample_type, [&](auto st) {
+		constexpr int ST = decltype(st)::value;
+		using T = typename gpu_sample<ST>::type;
+		k_colmedian<ST><<<p->K, threads, shm, s>>>((const T *)raw, p->K, p->nx, n2,
+		                                           p->bit_shift, col);
+	});
 	return cudaGetLastError();
 }
 
@@ -1760,28 +1744,13 @@ static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, co
 	/* rows of 16-byte multiples from a cudaMalloc'd (256-byte aligned) base; packed rows of
 	 * K % 8 == 0 samples are 12-byte multiples, read as 4-byte words */
 	const bool aligned = ((uintptr_t)raw & 15u) == 0;
-	switch (p->sample_type) {
-	case CFG_SAMPLE_U16:
-		k_convert<CFG_SAMPLE_U16, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const uint16_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
-		break;
-	case CFG_SAMPLE_I16:
-		k_convert<CFG_SAMPLE_I16, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const int16_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
-		break;
-	case CFG_SAMPLE_U12P:
-		k_convert<CFG_SAMPLE_U12P, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const uint8_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
-		break;
-	case CFG_SAMPLE_U12GV:
-		k_convert<CFG_SAMPLE_U12GV, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const uint8_t *)raw, col, conv, fin, aligned && p->K % 8 == 0);
-		break;
-	default:
-		k_convert<CFG_SAMPLE_F32, DIRECT><<<g, GPU_THREADS, 0, s>>>(
-		        *p, *t, (const float *)raw, col, conv, fin, aligned && p->K % 4 == 0);
-		break;
-	}
+	gpu_by_sample(p->sample_type, [&](auto st) {
+		constexpr int ST = decltype(st)::value;
+		using T = typename gpu_sample<ST>::type;
+		const int vec = ST == CFG_SAMPLE_F32 ? 4 : 8;
+		k_convert<ST, DIRECT><<<g, GPU_THREADS, 0, s>>>(*p, *t, (const T *)raw, col, conv,
+		                                                fin, aligned && p->K % vec == 0);
+	});
 }
 
 extern "C" cudaError_t gpu_launch_convert(const gpu_prep_params *p, const gpu_prep_tables *t,
