@@ -781,14 +781,7 @@ static void *acq_main(void *arg)
 				}
 				goto out;
 			}
-			if (rc > 0) {
-				snprintf(msg, sizeof(msg),
-				         "source %s: acquire() returned %d (0 or a negative errno "
-				         "expected)",
-				         pl->src.info.name, rc);
-				rc = -EPROTO;
-			} else if (rc == 0 && !pl->zc &&
-			           !guard_check(pl, buf, &meta, msg, sizeof(msg))) {
+			if (rc == 0 && !pl->zc && !guard_check(pl, buf, &meta, msg, sizeof(msg))) {
 				rc = -EPROTO;
 			} else if (rc == 0 && meta_check(pl, &meta, msg, sizeof(msg)) < 0) {
 				if (pl->zc) {
@@ -1160,13 +1153,11 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 /* A processing failure: reported, and with stop_on_fault the end of the run. mu not held. */
 static void processing_error(struct pl_pipeline *pl, uint64_t epoch, int rc, const char *err)
 {
-	char msg[MSG_MAX];
-
-	snprintf(msg, sizeof(msg), "epoch %llu dropped: %s", (unsigned long long)epoch, err);
 	if (pl->opt.stop_on_fault)
 		fail_run(pl, rc, err);
 	else
-		emit(pl, "processing_error", PL_ERR, false, "%s", msg);
+		emit(pl, "processing_error", PL_ERR, false, "epoch %llu dropped: %s",
+		     (unsigned long long)epoch, err);
 }
 
 /*
