@@ -296,8 +296,9 @@ static int be_finish_failed(struct be_backend *be, uint64_t epoch, char *err, si
 	return rc;
 }
 
-int be_epoch_finish(struct be_backend *be, uint64_t epoch, const struct be_output *out, char *err,
-                    size_t errlen)
+/* Finish the epoch being submitted, asynchronously when asked and the backend can. */
+static int be_finish(struct be_backend *be, uint64_t epoch, const struct be_output *out, bool async,
+                     char *err, size_t errlen)
 {
 	int rc = be_finish_check(be, epoch, out, err, errlen);
 
@@ -305,25 +306,25 @@ int be_epoch_finish(struct be_backend *be, uint64_t epoch, const struct be_outpu
 		return rc;
 	if (be->failed)
 		return be_finish_failed(be, epoch, err, errlen);
-	rc = be->ops->epoch_finish(be->state, epoch, out, err, errlen);
+	if (async && (be->ops->caps & BE_CAP_ASYNC))
+		rc = be->ops->epoch_finish_async(be->state, epoch, out, err, errlen);
+	else
+		rc = be->ops->epoch_finish(be->state, epoch, out, err, errlen);
 	be_finished(be);
 	return rc;
+}
+
+int be_epoch_finish(struct be_backend *be, uint64_t epoch, const struct be_output *out, char *err,
+                    size_t errlen)
+{
+	return be_finish(be, epoch, out, false, err, errlen);
 }
 
 int be_epoch_finish_async(struct be_backend *be, uint64_t epoch, const struct be_output *out,
                           char *err, size_t errlen)
 {
-	int rc = be_finish_check(be, epoch, out, err, errlen);
+	int rc = be_finish(be, epoch, out, true, err, errlen);
 
-	if (rc < 0)
-		return rc;
-	if (be->failed)
-		return be_finish_failed(be, epoch, err, errlen);
-	if (be->ops->caps & BE_CAP_ASYNC)
-		rc = be->ops->epoch_finish_async(be->state, epoch, out, err, errlen);
-	else
-		rc = be->ops->epoch_finish(be->state, epoch, out, err, errlen);
-	be_finished(be);
 	if (rc < 0)
 		return rc;
 	be->inflight = true;

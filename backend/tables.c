@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "base/base.h"
 #include "tables.h"
 
 #ifndef M_PI
@@ -75,19 +76,17 @@ int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, 
 
 	switch (rs->positions) {
 	case CFG_RSPOS_TABLE:
-		if (!rs->table.data || rs->table.len != K) {
-			snprintf(err, errlen,
-			         "preprocess.resample.table: %zu values loaded, %u needed (one per "
-			         "sample)",
-			         rs->table.data ? rs->table.len : (size_t)0, K);
-			return -EINVAL;
-		}
+		if (!rs->table.data || rs->table.len != K)
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "preprocess.resample.table: %zu values loaded, %u needed (one per "
+			        "sample)",
+			        rs->table.data ? rs->table.len : (size_t)0, K);
 		for (uint32_t j = 0; j < K; j++) {
-			if (!isfinite(rs->table.data[j])) {
-				snprintf(err, errlen,
-				         "preprocess.resample.table: value %u is not finite", j);
-				return -EINVAL;
-			}
+			if (!isfinite(rs->table.data[j]))
+				return vr_err(err, errlen, -EINVAL,
+				              "preprocess.resample.table: value %u is not finite",
+				              j);
 			p[j] = be_clampd(rs->table.data[j], 0.0, top);
 		}
 		return 0;
@@ -96,11 +95,9 @@ int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, 
 			double u = K > 1 ? (double)j / top : 0.0;
 			double v = rs->poly[0] +
 			           u * (rs->poly[1] + u * (rs->poly[2] + u * rs->poly[3]));
-			if (!isfinite(v)) {
-				snprintf(err, errlen,
-				         "preprocess.resample.poly: not finite at j=%u", j);
-				return -EINVAL;
-			}
+			if (!isfinite(v))
+				return vr_err(err, errlen, -EINVAL,
+				              "preprocess.resample.poly: not finite at j=%u", j);
 			p[j] = be_clampd(v, 0.0, top);
 		}
 		return 0;
@@ -115,27 +112,25 @@ int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, 
 		}
 		for (uint32_t ii = 0; ii < K; ii++) {
 			double lam = l[0] + ii * (l[1] + ii * (l[2] + ii * l[3]));
-			if (!(lam > 0.0) || !isfinite(lam)) {
-				snprintf(err, errlen,
-				         "preprocess.resample.wavelength_nm: lambda(%u) = %g nm, "
-				         "must be > 0 on every pixel",
-				         ii, lam);
-				return -EINVAL;
-			}
+			if (!(lam > 0.0) || !isfinite(lam))
+				return vr_err(
+				        err, errlen, -EINVAL,
+				        "preprocess.resample.wavelength_nm: lambda(%u) = %g nm, "
+				        "must be > 0 on every pixel",
+				        ii, lam);
 		}
 		/* target wavenumbers equally spaced from kappa(0) to kappa(K-1); p[j] by linear
 		 * inversion of the monotone kappa(i), walking i forward */
 		const double kap0 = be_kappa(l, 0), kapn = be_kappa(l, K - 1);
 		const double s = kapn > kap0 ? 1.0 : -1.0;
 		for (uint32_t ii = 0; ii + 1 < K; ii++) {
-			if (!(s * (be_kappa(l, ii + 1) - be_kappa(l, ii)) > 0.0)) {
-				snprintf(err, errlen,
-				         "preprocess.resample.wavelength_nm: wavenumber "
-				         "2*pi/lambda(i) is not strictly monotone (pixels %u and "
-				         "%u)",
-				         ii, ii + 1);
-				return -EINVAL;
-			}
+			if (!(s * (be_kappa(l, ii + 1) - be_kappa(l, ii)) > 0.0))
+				return vr_err(
+				        err, errlen, -EINVAL,
+				        "preprocess.resample.wavelength_nm: wavenumber "
+				        "2*pi/lambda(i) is not strictly monotone (pixels %u and "
+				        "%u)",
+				        ii, ii + 1);
 		}
 		for (uint32_t j = 0; j < K; j++) {
 			double kt = kap0 + (kapn - kap0) * (double)j / top;
@@ -148,11 +143,10 @@ int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, 
 	}
 	case CFG_RSPOS_NONE:
 	default:
-		snprintf(err, errlen,
-		         "preprocess.resample: method %s needs positions (table, poly or "
-		         "wavelength_nm)",
-		         cfg_resample_name(rs->method));
-		return -EINVAL;
+		return vr_err(err, errlen, -EINVAL,
+		              "preprocess.resample: method %s needs positions (table, poly or "
+		              "wavelength_nm)",
+		              cfg_resample_name(rs->method));
 	}
 }
 
@@ -201,17 +195,13 @@ void be_resample_weights(enum cfg_resample method, double pos, uint32_t K, int32
 
 int be_table_check(const struct cfg_table *t, uint32_t K, const char *key, char *err, size_t errlen)
 {
-	if (!t->data || t->len != K) {
-		snprintf(err, errlen, "%s: %zu values loaded from '%s', %u needed", key,
-		         t->data ? t->len : (size_t)0, t->path, K);
-		return -EINVAL;
-	}
+	if (!t->data || t->len != K)
+		return vr_err(err, errlen, -EINVAL, "%s: %zu values loaded from '%s', %u needed",
+		              key, t->data ? t->len : (size_t)0, t->path, K);
 	for (uint32_t j = 0; j < K; j++)
-		if (!isfinite(t->data[j])) {
-			snprintf(err, errlen, "%s: value %u of '%s' is not finite", key, j + 1,
-			         t->path);
-			return -EINVAL;
-		}
+		if (!isfinite(t->data[j]))
+			return vr_err(err, errlen, -EINVAL, "%s: value %u of '%s' is not finite",
+			              key, j + 1, t->path);
 	return 0;
 }
 
@@ -256,13 +246,11 @@ int be_recon_check(const struct vr_config *cfg, char *err, size_t errlen)
 {
 	if (cfg->reconstruct.mode != CFG_RECON_NONE &&
 	    (!(cfg->reconstruct.spatial_sigma >= CFG_SPATIAL_SIGMA_MIN) ||
-	     (cfg->reconstruct.temporal == CFG_TEMPORAL_EXP && !(cfg->reconstruct.tau > 0)))) {
-		snprintf(err, errlen,
-		         "reconstruct: spatial_sigma (%g) must be >= %g and tau (%g) > 0",
-		         cfg->reconstruct.spatial_sigma, CFG_SPATIAL_SIGMA_MIN,
-		         cfg->reconstruct.tau);
-		return -EINVAL;
-	}
+	     (cfg->reconstruct.temporal == CFG_TEMPORAL_EXP && !(cfg->reconstruct.tau > 0))))
+		return vr_err(err, errlen, -EINVAL,
+		              "reconstruct: spatial_sigma (%g) must be >= %g and tau (%g) > 0",
+		              cfg->reconstruct.spatial_sigma, CFG_SPATIAL_SIGMA_MIN,
+		              cfg->reconstruct.tau);
 	return 0;
 }
 
@@ -271,16 +259,13 @@ int be_levels_check(const struct vr_config *cfg, char *err, size_t errlen)
 	double lo = cfg->preprocess.db_range[0], hi = cfg->preprocess.db_range[1];
 
 	if (!(cfg->preprocess.background.threshold >= 0) ||
-	    !isfinite(cfg->preprocess.background.threshold)) {
-		snprintf(err, errlen,
-		         "preprocess.background.threshold: %g, need a finite value >= 0",
-		         cfg->preprocess.background.threshold);
-		return -EINVAL;
-	}
-	if (!(hi > lo) || !isfinite(lo) || !isfinite(hi)) {
-		snprintf(err, errlen, "preprocess.db_range: [%g, %g], need lo < hi", lo, hi);
-		return -EINVAL;
-	}
+	    !isfinite(cfg->preprocess.background.threshold))
+		return vr_err(err, errlen, -EINVAL,
+		              "preprocess.background.threshold: %g, need a finite value >= 0",
+		              cfg->preprocess.background.threshold);
+	if (!(hi > lo) || !isfinite(lo) || !isfinite(hi))
+		return vr_err(err, errlen, -EINVAL, "preprocess.db_range: [%g, %g], need lo < hi",
+		              lo, hi);
 	return 0;
 }
 

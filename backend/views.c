@@ -32,7 +32,9 @@ const char *be_view_name(enum be_view v)
 	return (unsigned)v < BE_VIEW_COUNT ? names[v] : "?";
 }
 
-void be_view_dims(const struct be_view_params *p, enum be_view v, uint32_t *rows, uint32_t *cols)
+/* Rows x columns of view v for these parameters. */
+static void view_dims(const struct be_view_params *p, enum be_view v, uint32_t *rows,
+                      uint32_t *cols)
 {
 	switch (v) {
 	case BE_VIEW_ENFACE_MEAN:
@@ -58,7 +60,7 @@ size_t be_view_size(const struct be_view_params *p, enum be_view v)
 {
 	uint32_t r, c;
 
-	be_view_dims(p, v, &r, &c);
+	view_dims(p, v, &r, &c);
 	return (size_t)r * c;
 }
 
@@ -193,7 +195,7 @@ void be_views_describe(void *area, const struct be_view_params *p, const struct 
 
 		d->kind = (uint32_t)v;
 		d->present = (present >> v) & 1u;
-		be_view_dims(q, (enum be_view)v, &d->rows, &d->cols);
+		view_dims(q, (enum be_view)v, &d->rows, &d->cols);
 		d->offset = off[v];
 		d->volume_id = vid[v];
 		d->slab_za = q->slab[0];

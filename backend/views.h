@@ -68,8 +68,6 @@ void be_views_offsets(uint32_t Y, uint32_t X, uint32_t Z, uint64_t off[BE_VIEW_C
 void be_views_describe(void *area, const struct be_view_params *p, const struct be_view_params *rp,
                        const uint64_t vid[BE_VIEW_COUNT], unsigned present);
 
-/* Rows x columns of view v for these parameters. */
-void be_view_dims(const struct be_view_params *p, enum be_view v, uint32_t *rows, uint32_t *cols);
 /* Bytes of view v. */
 size_t be_view_size(const struct be_view_params *p, enum be_view v);
 /* Name of view v ("enface_mean", ...). */

@@ -154,8 +154,7 @@ static char *op_set(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 		return NULL;
 	if (rc == -EBUSY) {
 		/* one change at a time: the client may send the same request again shortly */
-		o = reply_new(false, id);
-		json_object_object_add(o, "error", json_object_new_string(err));
+		o = reply_fail(id, "%s", err);
 		json_object_object_add(o, "retry", json_object_new_boolean(true));
 		return reply_text(o);
 	}

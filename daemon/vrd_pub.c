@@ -156,26 +156,23 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	        .drops_before = drops > UINT32_MAX ? UINT32_MAX : (uint32_t)drops,
 	};
 	int rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
+	uint64_t sum = 0;
+	uint32_t max = 0;
 
 	pub->in_progress = false;
-	if (rc == 0) {
-		uint64_t sum = 0;
-		uint32_t max = 0;
-
-		for (uint32_t b = 0; b < pub->ny; b++) {
-			sum += pub->md[b];
-			max = pub->md[b] > max ? pub->md[b] : max;
-		}
-		pthread_mutex_lock(&pub->lock);
-		pub->last.have = true;
-		pub->last.epoch = v->epoch;
-		pub->last.mean_per_bscan = pub->ny ? (double)sum / pub->ny : 0;
-		pub->last.max_per_bscan = max;
-		pthread_mutex_unlock(&pub->lock);
-	}
 	if (rc < 0)
 		return vr_err_errno(err, errlen, rc, "shm: publishing volume of epoch %llu",
 		                    (unsigned long long)v->epoch);
+	for (uint32_t b = 0; b < pub->ny; b++) {
+		sum += pub->md[b];
+		max = pub->md[b] > max ? pub->md[b] : max;
+	}
+	pthread_mutex_lock(&pub->lock);
+	pub->last.have = true;
+	pub->last.epoch = v->epoch;
+	pub->last.mean_per_bscan = pub->ny ? (double)sum / pub->ny : 0;
+	pub->last.max_per_bscan = max;
+	pthread_mutex_unlock(&pub->lock);
 	return 0;
 }
 

@@ -254,7 +254,7 @@ static int source_regions(struct pl_pipeline *pl, struct volrec_shim_region **ou
 	uint32_t count = 0, again = 0;
 	int rc;
 
-	rc = pl_src_ref_regions(&pl->src, NULL, 0, &count);
+	rc = src_ref_regions(&pl->src, NULL, 0, &count);
 	if (rc < 0)
 		return vr_err(err, errlen, rc, "source %s: ref_regions(): %s", pl->src.info.name,
 		              src_strerror(&pl->src, rc));
@@ -265,7 +265,7 @@ static int source_regions(struct pl_pipeline *pl, struct volrec_shim_region **ou
 	regs = calloc(count, sizeof(*regs));
 	if (!regs)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
-	rc = pl_src_ref_regions(&pl->src, regs, count, &again);
+	rc = src_ref_regions(&pl->src, regs, count, &again);
 	if (rc < 0 || again != count) {
 		free(regs);
 		return vr_err(err, errlen, rc < 0 ? rc : -EPROTO, "source %s: ref_regions(): %s",
@@ -303,7 +303,7 @@ static bool ref_inside(const struct pl_pipeline *pl, const void *p)
  * debug: a shim failing every release would otherwise flood the log with one per B-scan. */
 static void release_one(struct pl_pipeline *pl, const void *p)
 {
-	int rc = pl_src_release_ref(&pl->src, p);
+	int rc = src_release_ref(&pl->src, p);
 	bool first = !pl->release_failing;
 
 	pl->release_failing = rc < 0;
@@ -709,11 +709,11 @@ static void *acq_main(void *arg)
 		atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
 		call_enter(pl, "set_scan_offset()");
 		what = "set_scan_offset";
-		rc = pl_src_set_scan_offset(&pl->src, e, ox, oy);
+		rc = src_set_scan_offset(&pl->src, e, ox, oy);
 		if (rc == 0 && !started) {
 			call_enter(pl, "start()");
 			what = "start";
-			rc = pl_src_start(&pl->src);
+			rc = src_start(&pl->src);
 			started = rc == 0;
 		}
 		if (acq_abandoned(pl))
@@ -761,7 +761,7 @@ static void *acq_main(void *arg)
 			atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
 			call_enter(pl, pl->zc ? "acquire_ref()" : "acquire()");
 			if (pl->zc) {
-				rc = pl_src_acquire_ref(&pl->src, &data, pl->timeout_ms, &meta);
+				rc = src_acquire_ref(&pl->src, &data, pl->timeout_ms, &meta);
 				if (rc == 0 && !ref_inside(pl, data)) {
 					pthread_mutex_lock(&pl->mu);
 					release_one(pl, data);
@@ -769,8 +769,8 @@ static void *acq_main(void *arg)
 					rc = -EFAULT;
 				}
 			} else {
-				rc = pl_src_acquire(&pl->src, buf, pl->bscan_bytes, pl->timeout_ms,
-				                    &meta);
+				rc = src_acquire(&pl->src, buf, pl->bscan_bytes, pl->timeout_ms,
+				                 &meta);
 				data = buf;
 			}
 			if (acq_abandoned(pl)) {
@@ -781,14 +781,7 @@ static void *acq_main(void *arg)
 				}
 				goto out;
 			}
-			if (rc > 0) {
-				snprintf(msg, sizeof(msg),
-				         "source %s: acquire() returned %d (0 or a negative errno "
-				         "expected)",
-				         pl->src.info.name, rc);
-				rc = -EPROTO;
-			} else if (rc == 0 && !pl->zc &&
-			           !guard_check(pl, buf, &meta, msg, sizeof(msg))) {
+			if (rc == 0 && !pl->zc && !guard_check(pl, buf, &meta, msg, sizeof(msg))) {
 				rc = -EPROTO;
 			} else if (rc == 0 && meta_check(pl, &meta, msg, sizeof(msg)) < 0) {
 				if (pl->zc) {
@@ -1160,13 +1153,11 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 /* A processing failure: reported, and with stop_on_fault the end of the run. mu not held. */
 static void processing_error(struct pl_pipeline *pl, uint64_t epoch, int rc, const char *err)
 {
-	char msg[MSG_MAX];
-
-	snprintf(msg, sizeof(msg), "epoch %llu dropped: %s", (unsigned long long)epoch, err);
 	if (pl->opt.stop_on_fault)
 		fail_run(pl, rc, err);
 	else
-		emit(pl, "processing_error", PL_ERR, false, "%s", msg);
+		emit(pl, "processing_error", PL_ERR, false, "epoch %llu dropped: %s",
+		     (unsigned long long)epoch, err);
 }
 
 /*

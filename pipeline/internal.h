@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Private declarations of the pipeline engine (pl_): the raw ring and the calls into a source.
+ * Private declarations of the pipeline engine (pl_): the raw ring.
  */
 #ifndef VOLREC_PIPELINE_INTERNAL_H
 #define VOLREC_PIPELINE_INTERNAL_H
@@ -59,16 +59,5 @@ static inline uint32_t pl_ring_avail(const struct pl_ring *r)
 void pl_ring_claim(struct pl_ring *r, uint32_t n);
 /* Processing: give back the n oldest entries (n <= claimed); acquisition may reuse them. */
 void pl_ring_release(struct pl_ring *r, uint32_t n);
-
-/* ---- calls into the source ---------------------------------------------------------------- */
-
-/* The engine calls a source only through src/'s wrappers (src/source.h), which enforce the
- * shim ABI's call order and refuse positive returns once for every source. */
-#define pl_src_set_scan_offset src_set_scan_offset
-#define pl_src_start           src_start
-#define pl_src_acquire         src_acquire
-#define pl_src_acquire_ref     src_acquire_ref
-#define pl_src_release_ref     src_release_ref
-#define pl_src_ref_regions     src_ref_regions
 
 #endif
