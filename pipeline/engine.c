@@ -98,7 +98,11 @@ struct pl_pipeline {
 	bool stop_acq, acq_done, acq_exited, stop_proc;
 	bool abandoned;       /* pl_stop went on without the acquisition thread */
 	bool close_requested; /* abandoned, and pl_close was called: the thread frees pl */
-	int fail_rc;          /* stop_on_fault: the first fault or error */
+	/* on_event is called with ev_mu held, never once muted: pl_close mutes the events of an
+	 * acquisition thread it leaves behind, since its driver is gone when it returns */
+	pthread_mutex_t ev_mu;
+	bool muted;
+	int fail_rc; /* stop_on_fault: the first fault or error */
 	char fail_msg[MSG_MAX];
 
 	/* requests applied by the processing thread between epochs */
@@ -152,7 +156,10 @@ static void emit(struct pl_pipeline *pl, const char *name, enum pl_level level, 
 	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
 	vr_utf8_sanitize(raw, msg, sizeof(msg));
-	pl->opt.on_event(pl->opt.event_ctx, &ev);
+	pthread_mutex_lock(&pl->ev_mu);
+	if (!pl->muted)
+		pl->opt.on_event(pl->opt.event_ctx, &ev);
+	pthread_mutex_unlock(&pl->ev_mu);
 }
 
 /* Record the first failure of a stop_on_fault run and stop acquisition. mu not held. */
@@ -936,10 +943,8 @@ out:
 
 		pl->acq_exited = true;
 		pthread_mutex_unlock(&pl->mu);
-		if (free_now) {
-			pl->opt.on_event = NULL; /* the driver is gone: nobody to tell */
+		if (free_now)
 			pipeline_free(pl);
-		}
 		return NULL;
 	}
 	if (atomic_load(&pl->acq_state) != PL_ACQ_ENDED)
@@ -1406,6 +1411,7 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 	pl->opt = *o;
 	pl->opt.cfg = NULL;
 	pthread_mutex_init(&pl->mu, NULL);
+	pthread_mutex_init(&pl->ev_mu, NULL);
 	cond_init_mono(&pl->cv_room);
 	cond_init_mono(&pl->cv_done);
 	pthread_cond_init(&pl->cv_data, NULL);
@@ -1673,6 +1679,11 @@ void pl_close(struct pl_pipeline *pl)
 	/* a stuck acquisition thread may still touch pl, its ring and its source: it frees
 	 * everything itself if it ever returns */
 	later = pl->abandoned && !pl->acq_exited;
+	if (later) {
+		pthread_mutex_lock(&pl->ev_mu); /* waits for an event being told */
+		pl->muted = true;
+		pthread_mutex_unlock(&pl->ev_mu);
+	}
 	pl->close_requested = later;
 	pthread_mutex_unlock(&pl->mu);
 	if (!later)
@@ -1703,6 +1714,7 @@ static void pipeline_free(struct pl_pipeline *pl)
 	pthread_cond_destroy(&pl->cv_done);
 	pthread_cond_destroy(&pl->cv_room);
 	pthread_cond_destroy(&pl->cv_data);
+	pthread_mutex_destroy(&pl->ev_mu);
 	pthread_mutex_destroy(&pl->mu);
 	free(pl);
 }

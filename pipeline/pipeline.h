@@ -71,8 +71,9 @@ struct pl_event {
 	const char *message; /* valid UTF-8, valid during the call only */
 };
 
-/* Called from the engine's threads (and from pl_open/pl_stop/pl_stats on the caller's): keep it
- * short and thread-safe; it must not call back into the pipeline. */
+/* Called from the engine's threads (and from pl_open/pl_stop/pl_stats on the caller's), one
+ * call at a time and never once pl_close has returned, not even by an acquisition thread left
+ * in a source call: keep it short and thread-safe; it must not call back into the pipeline. */
 typedef void (*pl_event_fn)(void *ctx, const struct pl_event *ev);
 
 /* ---- options ----------------------------------------------------------------------------- */

@@ -1294,6 +1294,37 @@ static void test_stop_does_not_wait_for_a_hung_source(void **unused)
 	abandoned_free(&r);
 }
 
+/* A zero-copy call abandoned by pl_close returns a B-scan the source then refuses to take
+ * back: the engine counts nothing and tells nobody, since its driver is gone. */
+static void test_an_abandoned_zero_copy_call_reports_nothing_after_close(void **unused)
+{
+	struct run r;
+	unsigned nev;
+	(void)unused;
+
+	live_start(&r, 2, true, stall_soon);
+	wait_stalling(&r.s);
+	pl_close(r.pl);
+	r.pl = NULL;
+	assert_true(ms_said(&r.m, "source_abandoned", "has not returned from acquire_ref()"));
+	pthread_mutex_lock(&r.s.mu);
+	r.s.release_fails = 1000;
+	pthread_mutex_unlock(&r.s.mu);
+	pthread_mutex_lock(&r.m.mu);
+	nev = r.m.nev;
+	pthread_mutex_unlock(&r.m.mu);
+	script_release(&r.s);
+	pthread_mutex_lock(&r.s.mu);
+	while (r.s.closes == 0)
+		pthread_cond_wait(&r.s.cv, &r.s.mu);
+	pthread_mutex_unlock(&r.s.mu);
+	usleep(20000); /* the thread's last steps after closing the source */
+	pthread_mutex_lock(&r.m.mu);
+	assert_int_equal(r.m.nev, nev);
+	pthread_mutex_unlock(&r.m.mu);
+	run_free(&r);
+}
+
 static void stall_close(struct run *r)
 {
 	r->s.stall_close = true;
@@ -1381,6 +1412,7 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_live_update_and_history_reset_between_epochs),
 	        cmocka_unit_test(test_depth_2_finishes_an_epoch_cut_after_submission_and_resets),
 	        cmocka_unit_test(test_stop_does_not_wait_for_a_hung_source),
+	        cmocka_unit_test(test_an_abandoned_zero_copy_call_reports_nothing_after_close),
 	        cmocka_unit_test(test_a_call_past_its_timeout_is_a_fault_until_it_returns),
 	        cmocka_unit_test(test_stop_names_the_call_it_gives_up_on),
 	        cmocka_unit_test(test_close_does_not_wait_for_a_hung_source),
