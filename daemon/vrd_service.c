@@ -496,7 +496,7 @@ static void send_status(struct service *s, uint64_t now)
 	pl_stats(vrd_pipeline_engine(s->pl), &snap);
 	update_rates(s, &snap, now);
 	readers = vrd_pub_readers(vrd_pipeline_pub(s->pl));
-	st = status_json(s, &snap, readers < 0 ? 0 : readers, now);
+	st = status_json(s, &snap, readers, now);
 	text = json_object_to_json_string_ext(st, JSON_C_TO_STRING_PLAIN);
 	if (strlen(text) >= VOLREC_TEXT_MAX)
 		vrd_log(LOG_WARNING, NULL, "status: %zu bytes of JSON, more than %u: not sent",
@@ -504,7 +504,7 @@ static void send_status(struct service *s, uint64_t now)
 	else if (vrd_pub_send(vrd_pipeline_pub(s->pl), VOLREC_TOPIC_STATUS, text) < 0)
 		vrd_log(LOG_DEBUG, NULL, "status: not sent (publisher busy)");
 	json_object_put(st);
-	status_line(s, &snap, readers < 0 ? 0 : readers, line, sizeof(line));
+	status_line(s, &snap, readers, line, sizeof(line));
 	sd_notifyf(0, "STATUS=%s", line);
 }
 
@@ -819,11 +819,9 @@ static struct json_object *ctl_status(void *ctx)
 {
 	struct service *s = ctx;
 	struct pl_stats snap;
-	int readers;
 
 	pl_stats(vrd_pipeline_engine(s->pl), &snap);
-	readers = vrd_pub_readers(vrd_pipeline_pub(s->pl));
-	return status_json(s, &snap, readers < 0 ? 0 : readers, vr_mono_ns());
+	return status_json(s, &snap, vrd_pub_readers(vrd_pipeline_pub(s->pl)), vr_mono_ns());
 }
 
 /* (Re)open the control socket of the instance in force; a failure is logged, not fatal. */
