@@ -745,6 +745,7 @@ static void test_source_errors_back_off_then_recover(void **unused)
 		assert_int_equal(ms_count(&r.m, "source_fault"), 3);
 		assert_int_equal(ms_count(&r.m, "source_recovered"), 1);
 		/* epochs 3..5 were cut; the ones published are in order and complete */
+		pl_stop(r.pl); /* no volume comes while they are read */
 		for (unsigned i = 1; i < r.m.n; i++)
 			assert_true(r.m.meta[i].epoch > r.m.meta[i - 1].epoch);
 		for (unsigned i = 0; i < r.m.n; i++)
@@ -793,6 +794,7 @@ static void test_a_misnumbered_bscan_cuts_its_epoch_and_is_a_fault(void **unused
 		pl_stats(r.pl, &st);
 		assert_int_equal(st.c.source_faults, 1);
 		assert_true(st.c.drops[PL_DROP_INCOMPLETE_EPOCH] >= 2);
+		pl_stop(r.pl); /* no volume comes while they are read */
 		for (unsigned i = 0; i < r.m.n; i++)
 			assert_int_not_equal(r.m.meta[i].epoch, 2);
 		/* before the fault the volumes equal the reference; once the history holds no
@@ -926,6 +928,7 @@ static void test_flags_the_source_may_not_set_are_faults(void **unused)
 			                  "not know"
 			                : "marked lost (meta.flags 0x2), but the marks were "
 			                  "not offered"));
+			pl_stop(r.pl); /* no volume comes while they are read */
 			for (unsigned i = 0; i < r.m.n; i++)
 				assert_true(r.m.meta[i].epoch != 2);
 			live_finish(&r, &st);
