@@ -1250,18 +1250,24 @@ static void stall_set_scan_offset(struct run *r)
 	r->c.source.shim.timeout_ms = 100;
 }
 
+/* Let a stalled source call return and wait until the thread left in it closed the source. */
+static void release_until_closed(struct script *s)
+{
+	script_release(s);
+	pthread_mutex_lock(&s->mu);
+	while (s->closes == 0)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	usleep(20000); /* the thread's last steps after closing the source */
+}
+
 /* Close a pipeline whose acquisition thread was abandoned in a stalled source call, let the
  * source return, and free the run once that thread closed the source. */
 static void abandoned_free(struct run *r)
 {
 	pl_close(r->pl);
 	r->pl = NULL;
-	script_release(&r->s);
-	pthread_mutex_lock(&r->s.mu);
-	while (r->s.closes == 0)
-		pthread_cond_wait(&r->s.cv, &r->s.mu);
-	pthread_mutex_unlock(&r->s.mu);
-	usleep(20000); /* the thread's last steps after closing the source */
+	release_until_closed(&r->s);
 	run_free(r);
 }
 
@@ -1316,12 +1322,7 @@ static void test_an_abandoned_zero_copy_call_reports_nothing_after_close(void **
 	pthread_mutex_lock(&r.m.mu);
 	nev = r.m.nev;
 	pthread_mutex_unlock(&r.m.mu);
-	script_release(&r.s);
-	pthread_mutex_lock(&r.s.mu);
-	while (r.s.closes == 0)
-		pthread_cond_wait(&r.s.cv, &r.s.mu);
-	pthread_mutex_unlock(&r.s.mu);
-	usleep(20000); /* the thread's last steps after closing the source */
+	release_until_closed(&r.s);
 	pthread_mutex_lock(&r.m.mu);
 	assert_int_equal(r.m.nev, nev);
 	pthread_mutex_unlock(&r.m.mu);
@@ -1358,12 +1359,7 @@ static void test_close_does_not_wait_for_a_hung_source(void **unused)
 		pthread_mutex_lock(&r.s.mu);
 		assert_true(r.s.stalling && r.s.closes == 0);
 		pthread_mutex_unlock(&r.s.mu);
-		script_release(&r.s);
-		pthread_mutex_lock(&r.s.mu);
-		while (r.s.closes == 0)
-			pthread_cond_wait(&r.s.cv, &r.s.mu);
-		pthread_mutex_unlock(&r.s.mu);
-		usleep(20000); /* the helper's last steps after closing the source */
+		release_until_closed(&r.s);
 		assert_int_equal(ms_count(&r.m, "source_abandoned"), 1);
 		run_free(&r);
 	}
