@@ -506,6 +506,15 @@ static int op_reference(struct cal_ctx *x)
 			sdr += m[k] * r[k];
 			sdd += m[k] * m[k];
 		}
+		if (!(sdd > 0)) {
+			free(m);
+			fprintf(stderr,
+			        "volrec calibrate: --check %s: the spectrum is zero: no light "
+			        "reached the detector\n",
+			        chk.path);
+			ret = VR_EXIT_FAIL;
+			goto out;
+		}
 		const double alpha = sdr / srr;
 		for (uint32_t k = 0; k < K; k++)
 			res += (m[k] - alpha * r[k]) * (m[k] - alpha * r[k]);

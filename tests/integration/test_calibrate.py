@@ -383,3 +383,18 @@ def test_geometry_beyond_the_configuration_is_refused(bin_dir, tmp_path, fmt, sh
     assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
     assert f"{path}: {what}" in p.stderr, p.stderr
     assert not list(out.iterdir())
+
+
+def test_reference_check_of_a_dark_recording_is_refused(bin_dir, tmp_path):
+    # a --check recording without light: its fit to the reference was 0/0, reported as
+    # "shape differs by -nan % rms (correlation -nan)", and the reference was written
+    rp = replay(tmp_path / "s.rp", spectra(64, 16, 4))
+    dark = replay(tmp_path / "dark.rp", np.zeros((4, 16, 64), "<f4"))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", "--reference", "--check", dark, "-o", out, rp)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"--check {dark}: the spectrum is zero: no light reached the detector" in p.stderr, \
+        p.stderr
+    assert "nan" not in p.stdout
+    assert not list(out.iterdir())
