@@ -333,6 +333,15 @@ static int load_input(const struct cal_ctx *x, const char *path, size_t min_asca
 		        path, d->n, min_ascans);
 		goto out_free;
 	}
+	if (d->saturated > CAL_MAX_SATURATED && d->limit == 0) {
+		fprintf(stderr,
+		        "volrec calibrate: %s: %.2f %% of the samples sit at 0, the bottom of the "
+		        "digitizer's range (at most %.1f %% allowed): too little light, or a black "
+		        "level that clips the signal; check the source and the camera's offset and "
+		        "record again\n",
+		        path, 100 * d->saturated, 100 * CAL_MAX_SATURATED);
+		goto out_free;
+	}
 	if (d->saturated > CAL_MAX_SATURATED) {
 		fprintf(stderr,
 		        "volrec calibrate: %s: saturated: %.2f %% of the samples sit at the "

@@ -398,3 +398,16 @@ def test_reference_check_of_a_dark_recording_is_refused(bin_dir, tmp_path):
         p.stderr
     assert "nan" not in p.stdout
     assert not list(out.iterdir())
+
+
+def test_samples_at_zero_are_not_called_too_much_light(bin_dir, tmp_path):
+    # u16 samples stuck at 0 were "saturated ... lower the source power or the exposure": the
+    # opposite of what a recording without light needs
+    s = spectra(64, 16, 4)
+    s[:, :, :8] = 0
+    path = replay(tmp_path / "low.rp", s)
+    p = run(bin_dir, "calibrate", "--reference", "-o", tmp_path, path)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"{path}: 12.50 % of the samples sit at 0, the bottom of the digitizer's range" \
+        in p.stderr, p.stderr
+    assert "lower the source power" not in p.stderr, p.stderr
