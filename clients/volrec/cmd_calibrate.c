@@ -333,6 +333,15 @@ static int load_input(const struct cal_ctx *x, const char *path, size_t min_asca
 		        path, d->n, min_ascans);
 		goto out_free;
 	}
+	if (d->saturated > CAL_MAX_SATURATED && d->limit == 0) {
+		fprintf(stderr,
+		        "volrec calibrate: %s: %.2f %% of the samples sit at 0, the bottom of the "
+		        "digitizer's range (at most %.1f %% allowed): too little light, or a black "
+		        "level that clips the signal; check the source and the camera's offset and "
+		        "record again\n",
+		        path, 100 * d->saturated, 100 * CAL_MAX_SATURATED);
+		goto out_free;
+	}
 	if (d->saturated > CAL_MAX_SATURATED) {
 		fprintf(stderr,
 		        "volrec calibrate: %s: saturated: %.2f %% of the samples sit at the "
@@ -505,6 +514,15 @@ static int op_reference(struct cal_ctx *x)
 			srr += r[k] * r[k];
 			sdr += m[k] * r[k];
 			sdd += m[k] * m[k];
+		}
+		if (!(sdd > 0)) {
+			free(m);
+			fprintf(stderr,
+			        "volrec calibrate: --check %s: the spectrum is zero: no light "
+			        "reached the detector\n",
+			        chk.path);
+			ret = VR_EXIT_FAIL;
+			goto out;
 		}
 		const double alpha = sdr / srr;
 		for (uint32_t k = 0; k < K; k++)

@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "config/config.h"
+#include "h5vol.h"
 #include "pipeline/pipeline.h"
 #include "process.h"
 
@@ -43,7 +44,9 @@ static void process_usage(FILE *f)
 	        "      --full          also write /full\n"
 	        "      --backend NAME  override the configuration's backend (cpu, cuda, auto)\n"
 	        "  -h, --help          this text\n\n"
-	        "Exit status: 0 done, 1 failure while running, 2 usage or configuration error.\n");
+	        "Exit status: 0 done, 1 failure while running (OUT.h5 then holds the epochs\n"
+	        "processed before it, or is removed when it cannot be completed), 2 usage or\n"
+	        "configuration error.\n");
 }
 
 /* ---- the command ------------------------------------------------------------------------- */
@@ -118,12 +121,15 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	uint64_t n, done;
 	double t0, elapsed, med_mean;
 	uint32_t med_max;
+	bool failed, med_ok;
 	int ret = VR_EXIT_FAIL, rc;
 
 	cfg_defaults(&cfg);
 	rc = parse_opts(argc, argv, &o);
 	if (rc)
 		return rc < 0 ? VR_EXIT_OK : rc;
+	/* no exit handler: a file HDF5 failed to write or close would crash the process in it */
+	h5vol_init();
 
 	if (cfg_load(&cfg, o.config, err, sizeof(err)) < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
@@ -169,18 +175,32 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	rc = pl_run(pl, &sink, n, err, sizeof(err));
 	elapsed = vr_mono_s() - t0;
 	done = proc_h5_done(h5);
-	if (rc < 0) {
+	failed = rc < 0;
+	if (failed)
 		fprintf(stderr, "volrec process: %s\n", err);
-		goto out_h5;
-	}
-	if (done < n)
+	else if (done < n)
 		fprintf(stderr, "volrec process: the source ended after %llu epochs\n",
 		        (unsigned long long)done);
+	/* after a failure too: the file then holds the epochs processed before it */
 	rc = proc_h5_finish(h5, be_name(pl_backend(pl)), be_device(pl_backend(pl)), err,
 	                    sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
-		goto out_h5;
+		goto out_remove;
+	}
+	med_ok = proc_h5_median_depths(h5, &med_mean, &med_max);
+	rc = proc_h5_close(h5);
+	h5 = NULL;
+	if (rc < 0) {
+		fprintf(stderr, "volrec process: %s: closing failed\n", o.output);
+		goto out_remove;
+	}
+	H5close(); /* every HDF5 object is closed: the library may go */
+	if (failed) {
+		fprintf(stderr,
+		        "volrec process: %s holds the %llu epochs processed before the failure\n",
+		        o.output, (unsigned long long)done);
+		goto out_pl;
 	}
 	printf("volrec process: %llu epochs, %llu A-scans in %.3f s (%.0f A-scans/s, %.2f "
 	       "epochs/s) on %s -> %s\n",
@@ -192,17 +212,22 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	                             cfg.geometry.bscans_per_volume / elapsed
 	                   : 0.0,
 	       elapsed > 0 ? done / elapsed : 0.0, be_device(pl_backend(pl)), o.output);
-	if (proc_h5_median_depths(h5, &med_mean, &med_max))
+	if (med_ok)
 		printf("volrec process: partial_median (threshold %g): %.2f median depths per "
 		       "B-scan on average, at most %u, of %u\n",
 		       cfg.preprocess.background.threshold, med_mean, med_max,
 		       cfg_fft_len(&cfg) / 2);
 	ret = VR_EXIT_OK;
-out_h5:
-	if (proc_h5_close(h5) < 0 && ret == VR_EXIT_OK) {
-		fprintf(stderr, "volrec process: %s: closing failed\n", o.output);
-		ret = VR_EXIT_FAIL;
-	}
+	goto out_pl;
+out_remove:
+	/* HDF5 is not closed: a file it failed to write or close may still be open in it */
+	rc = h5 ? proc_h5_remove(h5) : unlink(o.output) < 0 ? -errno : 0;
+	if (rc < 0)
+		fprintf(stderr, "volrec process: %s could not be completed; removing it: %s\n",
+		        o.output, strerror(-rc));
+	else
+		fprintf(stderr, "volrec process: %s removed: it could not be completed\n",
+		        o.output);
 out_pl:
 	pl_close(pl);
 out_cfg:

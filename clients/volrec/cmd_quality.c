@@ -332,11 +332,17 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 	struct q_ctx *q = ctx;
 	int rc;
 
-	if (v->epoch >= q->n || v->ox != q->toff[v->epoch][0] || v->oy != q->toff[v->epoch][1])
+	if (v->epoch >= q->n)
+		return vr_err(err, errlen, -EINVAL, "epoch %llu is beyond the %llu scored",
+		              (unsigned long long)v->epoch, (unsigned long long)q->n);
+	if (v->ox != q->toff[v->epoch][0] || v->oy != q->toff[v->epoch][1]) {
+		q->bad_input = true; /* exit 2, as every truth that does not belong to the replay */
 		return vr_err(err, errlen, -EINVAL,
-		              "epoch %llu at offset (%u, %u): the truth file has %s",
-		              (unsigned long long)v->epoch, v->ox, v->oy,
-		              v->epoch >= q->n ? "fewer epochs" : "another offset there");
+		              "%s: epoch %llu was scanned at offset (%u, %u), the truth's /offset "
+		              "has (%u, %u) there: not the truth of this recording",
+		              q->tpath, (unsigned long long)v->epoch, v->ox, v->oy,
+		              q->toff[v->epoch][0], q->toff[v->epoch][1]);
+	}
 	rc = q_truth_read(q, v->epoch, err, errlen);
 	if (rc < 0)
 		return rc;

@@ -31,10 +31,14 @@ uint64_t proc_h5_done(const struct proc_h5 *h);
  * largest number of median depths per B-scan over the volumes written; false otherwise. */
 bool proc_h5_median_depths(const struct proc_h5 *h, double *mean, uint32_t *max);
 /* Trim the datasets to the volumes written, write /epoch, /offset, /median_depths and the
- * attributes (backend: its name and device) and flush. 0, or -EIO with the message in err. */
+ * attributes (backend: its name and device) and flush. 0, or -EIO with the message in err (also
+ * when a volume could not be written: the file cannot be completed). */
 VR_MUST_CHECK int proc_h5_finish(struct proc_h5 *h, const char *backend, const char *device,
                                  char *err, size_t errlen);
 /* Close the file and free the buffers; -EIO when closing failed. NULL is fine. */
 int proc_h5_close(struct proc_h5 *h);
+/* Close as proc_h5_close, then remove the file (a run that cannot be completed); 0, or the
+ * negative errno of unlink. NULL is fine. */
+int proc_h5_remove(struct proc_h5 *h);
 
 #endif

@@ -30,7 +30,8 @@ struct proc_h5 {
 	uint32_t *medians; /* partial_median: [n][ny] the counts of the volumes written */
 	uint64_t med_sum;  /* their sum */
 	uint32_t med_max;  /* their largest */
-	bool progress;
+	bool progress, created;
+	bool broken; /* a volume could not be written: the file cannot be completed */
 	double t0, tshow;
 };
 
@@ -124,6 +125,7 @@ int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_back
 		goto fail;
 	}
 	close(fd);
+	h->created = true;
 	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 	h->f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
 	if (h->f < 0) {
@@ -143,7 +145,7 @@ int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_back
 	*out = h;
 	return 0;
 fail:
-	proc_h5_close(h);
+	proc_h5_remove(h);
 	return rc;
 }
 
@@ -170,11 +172,17 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	uint64_t i = h->done;
 	double t;
 
+	/* the thread that publishes may not be the one that created the file: HDF5's error
+	 * printing is set per thread (the message says what failed) */
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 	if (vr_h5_write_row(h->ds_vol, H5T_NATIVE_UINT8, 3, i, h->dvol, h->vol) < 0 ||
 	    (h->low && vr_h5_write_row(h->ds_low, H5T_NATIVE_FLOAT, 3, i, h->dlow, h->low) < 0) ||
-	    (h->full && vr_h5_write_row(h->ds_full, H5T_NATIVE_FLOAT, 3, i, h->dvol, h->full) < 0))
+	    (h->full &&
+	     vr_h5_write_row(h->ds_full, H5T_NATIVE_FLOAT, 3, i, h->dvol, h->full) < 0)) {
+		h->broken = true;
 		return vr_err(err, errlen, -EIO, "%s: writing volume %llu failed", h->path,
 		              (unsigned long long)v->epoch);
+	}
 	h->epochs[i] = v->epoch;
 	h->offsets[2 * i] = v->ox;
 	h->offsets[2 * i + 1] = v->oy;
@@ -241,6 +249,8 @@ int proc_h5_finish(struct proc_h5 *h, const char *backend, const char *device, c
 
 	if (h->progress && done)
 		fputc('\n', stderr);
+	if (h->broken)
+		return vr_err(err, errlen, -EIO, "%s: a volume could not be written", h->path);
 	if (done < h->n && (h5_shrink(h->ds_vol, done, h->dvol) < 0 ||
 	                    (h->low && h5_shrink(h->ds_low, done, h->dlow) < 0) ||
 	                    (h->full && h5_shrink(h->ds_full, done, h->dvol) < 0)))
@@ -291,4 +301,19 @@ int proc_h5_close(struct proc_h5 *h)
 	free(h->offsets);
 	free(h);
 	return rc;
+}
+
+int proc_h5_remove(struct proc_h5 *h)
+{
+	char path[sizeof(h->path)];
+	bool created;
+
+	if (!h)
+		return 0;
+	created = h->created;
+	snprintf(path, sizeof(path), "%s", h->path);
+	proc_h5_close(h);
+	if (created && unlink(path) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
 }

@@ -383,3 +383,31 @@ def test_geometry_beyond_the_configuration_is_refused(bin_dir, tmp_path, fmt, sh
     assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
     assert f"{path}: {what}" in p.stderr, p.stderr
     assert not list(out.iterdir())
+
+
+def test_reference_check_of_a_dark_recording_is_refused(bin_dir, tmp_path):
+    # a --check recording without light: its fit to the reference was 0/0, reported as
+    # "shape differs by -nan % rms (correlation -nan)", and the reference was written
+    rp = replay(tmp_path / "s.rp", spectra(64, 16, 4))
+    dark = replay(tmp_path / "dark.rp", np.zeros((4, 16, 64), "<f4"))
+    out = tmp_path / "out"
+    out.mkdir()
+    p = run(bin_dir, "calibrate", "--reference", "--check", dark, "-o", out, rp)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"--check {dark}: the spectrum is zero: no light reached the detector" in p.stderr, \
+        p.stderr
+    assert "nan" not in p.stdout
+    assert not list(out.iterdir())
+
+
+def test_samples_at_zero_are_not_called_too_much_light(bin_dir, tmp_path):
+    # u16 samples stuck at 0 were "saturated ... lower the source power or the exposure": the
+    # opposite of what a recording without light needs
+    s = spectra(64, 16, 4)
+    s[:, :, :8] = 0
+    path = replay(tmp_path / "low.rp", s)
+    p = run(bin_dir, "calibrate", "--reference", "-o", tmp_path, path)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"{path}: 12.50 % of the samples sit at 0, the bottom of the digitizer's range" \
+        in p.stderr, p.stderr
+    assert "lower the source power" not in p.stderr, p.stderr

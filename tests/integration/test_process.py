@@ -10,6 +10,8 @@ peaks), averaged over all A-scans; plus the mean -6 dB width of each A-scan's br
 import json
 import os
 import re
+import resource
+import signal
 import subprocess
 
 import numpy as np
@@ -220,3 +222,58 @@ def test_truncated_path_is_reported(bin_dir, tmp_path):
     p = volrec(bin_dir, "process", "-c", cfg, "-o", tmp_path / "x.h5")
     assert p.returncode == 1
     assert "in.raw" in p.stderr
+
+
+def shim_config(tmp_path, build_dir, fail_every):
+    cfg = {
+        "backend": "cpu",
+        "source": {"type": "shim", "rate": 0,
+                   "shim": {"library": str(build_dir / "lib" / "libvolrec_fault_shim.so"),
+                            "args": {"fail_every": fail_every}}},
+        "geometry": {"samples_per_ascan": 64, "ascans_per_bscan": 8, "bscans_per_volume": 4,
+                     "stride": [1, 1]},
+        "preprocess": {"db_range": [0, 100]},
+    }
+    path = tmp_path / "shim.yaml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_a_failure_while_running_leaves_the_epochs_processed_before(bin_dir, build_dir,
+                                                                     tmp_path):
+    # the shim fails its 30th acquire(): 7 epochs of 4 B-scans are whole before it. The file
+    # kept 20 rows of /volumes, 13 of them zeros, and no /epoch or attributes, unannounced.
+    out = tmp_path / "o.h5"
+    p = volrec(bin_dir, "process", "-c", shim_config(tmp_path, build_dir, 30), "-o", out,
+               "-n", 20, "--lowres")
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert "injected error" in p.stderr, p.stderr
+    assert f"{out} holds the 7 epochs processed before the failure" in p.stderr, p.stderr
+    with h5py.File(out, "r") as f:
+        assert f["volumes"].shape == (7, 4, 8, 32) and f["lowres"].shape == (7, 4, 8, 32)
+        assert list(f["epoch"][:]) == list(range(7)) and f.attrs["epochs"] == 7
+        assert all(v.max() > 0 for v in f["volumes"][:])
+
+
+def test_a_file_that_cannot_be_written_is_removed(bin_dir, tmp_path):
+    # a file size limit stops the writing: the process crashed in HDF5's exit handler after
+    # "flush failed" (SIGSEGV) and left a file h5py could not open
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    cfg = raw_config(tmp_path, 2)
+    out = tmp_path / "o.h5"
+    src = tmp_path / "in.raw"
+    big = dict(json.loads(cfg.read_text()))
+    big["geometry"].update(samples_per_ascan=1024, ascans_per_bscan=32, bscans_per_volume=8,
+                           depth_range=[0, 512])
+    np.random.default_rng(1).integers(0, 4096, size=(8, 8, 32, 1024)).astype("<u2").tofile(src)
+    cfg.write_text(json.dumps(big))
+    p = subprocess.run([str(bin_dir / "volrec"), "process", "-c", str(cfg), "-o", str(out),
+                        "--full"], capture_output=True, text=True, timeout=120,
+                       preexec_fn=limit)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert f"{out} removed: it could not be completed" in p.stderr, p.stderr
+    assert "HDF5-DIAG" not in p.stderr, p.stderr
+    assert not out.exists()

@@ -209,6 +209,11 @@ def test_quality_refuses_a_truth_that_does_not_belong_to_the_replay(bin_dir, tmp
     refused("window", attr("window", np.bytes_(b"tukey")),
             "made with window 'tukey', the configuration's preprocess.window.type is 'hann'")
 
+    def offset(f):
+        f["offset"][5] = [0, 0]  # epoch 5 of stride 3 x 3 is scanned at (2, 1)
+    refused("offset", offset, "epoch 5 was scanned at offset (2, 1), the truth's /offset has "
+            "(0, 0) there: not the truth of this recording")
+
     def empty(f):
         del f["truth"]
         f.create_dataset("truth", (0, 24, 24, 64), np.float32)
