@@ -182,18 +182,11 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		fprintf(stderr, "volrec process: the source ended after %llu epochs\n",
 		        (unsigned long long)done);
 	/* after a failure too: the file then holds the epochs processed before it */
-	rc = proc_h5_finish(h5, be_name(pl_backend(pl)), be_device(pl_backend(pl)), err,
-	                    sizeof(err));
+	med_ok = proc_h5_median_depths(h5, &med_mean, &med_max);
+	rc = proc_h5_close(h5, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
-		goto out_remove;
-	}
-	med_ok = proc_h5_median_depths(h5, &med_mean, &med_max);
-	rc = proc_h5_close(h5);
-	h5 = NULL;
-	if (rc < 0) {
-		fprintf(stderr, "volrec process: %s: closing failed\n", o.output);
-		goto out_remove;
+		goto out_pl;
 	}
 	H5close(); /* every HDF5 object is closed: the library may go */
 	if (failed) {
@@ -218,16 +211,6 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		       cfg.preprocess.background.threshold, med_mean, med_max,
 		       cfg_fft_len(&cfg) / 2);
 	ret = VR_EXIT_OK;
-	goto out_pl;
-out_remove:
-	/* HDF5 is not closed: a file it failed to write or close may still be open in it */
-	rc = h5 ? proc_h5_remove(h5) : unlink(o.output) < 0 ? -errno : 0;
-	if (rc < 0)
-		fprintf(stderr, "volrec process: %s could not be completed; removing it: %s\n",
-		        o.output, strerror(-rc));
-	else
-		fprintf(stderr, "volrec process: %s removed: it could not be completed\n",
-		        o.output);
 out_pl:
 	pl_close(pl);
 out_cfg:

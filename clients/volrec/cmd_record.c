@@ -505,7 +505,7 @@ static int rec_failed(const struct rec *r, int rc, const char *nl, const char **
 {
 	bool full = tool_exit_for_output(rc) == VR_EXIT_NOSPACE;
 
-	fprintf(stderr, "%svolrec record: %s: %s: stopping\n", nl, r->path, r->err);
+	fprintf(stderr, "%svolrec record: %s: stopping\n", nl, r->err); /* h5vol names the file */
 	*end = full ? "disk full" : "write error";
 	return full ? VR_EXIT_NOSPACE : VR_EXIT_FAIL;
 }
@@ -683,8 +683,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				        " volumes recorded before\n",
 				        nl, r.err, r.path, h5vol_count(r.w));
 				if (r.last_session != r.changed && rec_miss_tail(&r, nl))
-					fprintf(stderr, "%svolrec record: %s: %s\n", nl, r.path,
-					        r.err);
+					fprintf(stderr, "%svolrec record: %s\n", nl, r.err);
 				status = VR_EXIT_FAIL;
 				end = "geometry changed";
 				break;
@@ -729,8 +728,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				        nl, v.ny, v.nx, v.nz, v.dtype, r.Y, r.X, r.Z, v.session_id,
 				        r.path, h5vol_count(r.w));
 				if (v.session_id != r.last_session && rec_miss_tail(&r, nl))
-					fprintf(stderr, "%svolrec record: %s: %s\n", nl, r.path,
-					        r.err);
+					fprintf(stderr, "%svolrec record: %s\n", nl, r.err);
 				status = VR_EXIT_FAIL;
 				end = "geometry changed";
 				break;
@@ -781,7 +779,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 		end = run.stopping ? "the daemon stopped" : "the daemon went away";
 		rc = rec_miss_tail(&r, nl);
 		if (rc)
-			fprintf(stderr, "%svolrec record: %s: %s\n", nl, r.path, r.err);
+			fprintf(stderr, "%svolrec record: %s\n", nl, r.err);
 		fprintf(stderr, "%svolrec record: volrecd of instance '%s' %s%s\n", nl, tg.instance,
 		        run.stopping ? "stopped" : "went away",
 		        run.restart_wait > 0 ? " and did not come back within --restart-wait" : "");

@@ -87,13 +87,13 @@ static int nospace(struct h5vol *w, int code, uint64_t need, char *err, size_t e
 	free_space(w->path, &mib);
 	if (code == -EDQUOT)
 		return vr_err(err, errlen, code,
-		              "disk quota exceeded (the next volume needs %.1f MiB with the file's "
-		              "metadata)",
-		              (double)need / 1048576.0);
+		              "%s: disk quota exceeded (the next volume needs %.1f MiB with the "
+		              "file's metadata)",
+		              w->path, (double)need / 1048576.0);
 	return vr_err(err, errlen, code,
-	              "disk full (%.1f MiB free, the next volume needs %.1f MiB with the file's "
-	              "metadata)",
-	              mib < 0 ? 0.0 : mib, (double)need / 1048576.0);
+	              "%s: disk full (%.1f MiB free, the next volume needs %.1f MiB with the "
+	              "file's metadata)",
+	              w->path, mib < 0 ? 0.0 : mib, (double)need / 1048576.0);
 }
 
 /* Make sure `bytes` more (and the margin) past HDF5's end of allocation are on the disk. */
@@ -109,9 +109,9 @@ static int reserve(struct h5vol *w, size_t bytes, char *err, size_t errlen)
 	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    target > (uint64_t)rl.rlim_cur)
 		return vr_err(err, errlen, -EFBIG,
-		              "file size limit reached (ulimit -f: %llu bytes; the file has %llu, "
-		              "the next volume needs %llu more with the file's metadata)",
-		              (unsigned long long)rl.rlim_cur, (unsigned long long)eoa,
+		              "%s: file size limit reached (ulimit -f: %llu bytes; the file has "
+		              "%llu, the next volume needs %llu more with the file's metadata)",
+		              w->path, (unsigned long long)rl.rlim_cur, (unsigned long long)eoa,
 		              (unsigned long long)need);
 	if (!w->no_fallocate) {
 		if (target <= w->reserved)
@@ -175,7 +175,8 @@ static hid_t create_dataset(hid_t f, const struct h5vol_field *fl, size_t row_by
 	hsize_t cur[4] = {0}, maxd[4] = {H5S_UNLIMITED}, chunk[4];
 	hid_t sp, pl, apl, ds = -1;
 
-	chunk[0] = row_bytes >= H5VOL_SMALL_ROW ? 1 : H5VOL_CHUNK_ROWS;
+	/* a volume is what a reader reads: one chunk, however small */
+	chunk[0] = fl->rank == 3 || row_bytes >= H5VOL_SMALL_ROW ? 1 : H5VOL_CHUNK_ROWS;
 	for (unsigned i = 0; i < fl->rank; i++)
 		cur[i + 1] = maxd[i + 1] = chunk[i + 1] = fl->dims[i];
 	sp = H5Screate_simple((int)fl->rank + 1, cur, maxd);

@@ -52,8 +52,9 @@ struct h5vol;
 void h5vol_init(void);
 
 /*
- * Create path with the fields' datasets, each of 0 rows: rows of 8 KiB or more are one chunk
- * each (h5py: f["volumes"].chunks == (1, Y, X, Z)), smaller rows are chunked 1024 at a time.
+ * Create path with the fields' datasets, each of 0 rows: volumes (rank 3) and rows of 8 KiB or
+ * more are one chunk each (h5py: f["volumes"].chunks == (1, Y, X, Z)), smaller rows are
+ * chunked 1024 at a time.
  * replace: truncate an existing file, else fail with -EEXIST. Returns 0 with *out
  * (the caller closes it with h5vol_close) or a negative errno (the file's errno: -ENOENT,
  * -EACCES, -EEXIST, -ENOSPC, ...; -EIO for an HDF5 error) with the message in err; nothing is

@@ -16,9 +16,11 @@
 struct proc_h5;
 
 /*
- * Create path (replaced) for n volumes of cfg's shape, with host buffers from be (which must
- * outlive the sink); lowres/full: also write those. progress: print a progress line on stderr
- * as volumes are written. 0, or a negative errno with the message in err.
+ * Create path (replaced) for up to n volumes of cfg's shape through h5vol (h5vol_init first),
+ * with the attributes that describe them (backend: be's name and device) and host buffers from
+ * be (which must outlive the sink); lowres/full: also write those. progress: print a progress
+ * line on stderr as volumes are written. 0, or a negative errno with the message in err and no
+ * file left behind.
  */
 VR_MUST_CHECK int proc_h5_create(const char *path, const struct vr_config *cfg,
                                  struct be_backend *be, uint64_t n, bool lowres, bool full,
@@ -30,15 +32,9 @@ uint64_t proc_h5_done(const struct proc_h5 *h);
 /* With background.mode partial_median and a volume written: true, and the mean and the
  * largest number of median depths per B-scan over the volumes written; false otherwise. */
 bool proc_h5_median_depths(const struct proc_h5 *h, double *mean, uint32_t *max);
-/* Trim the datasets to the volumes written, write /epoch, /offset, /median_depths and the
- * attributes (backend: its name and device) and flush. 0, or -EIO with the message in err (also
- * when a volume could not be written: the file cannot be completed). */
-VR_MUST_CHECK int proc_h5_finish(struct proc_h5 *h, const char *backend, const char *device,
-                                 char *err, size_t errlen);
-/* Close the file and free the buffers; -EIO when closing failed. NULL is fine. */
-int proc_h5_close(struct proc_h5 *h);
-/* Close as proc_h5_close, then remove the file (a run that cannot be completed); 0, or the
- * negative errno of unlink. NULL is fine. */
-int proc_h5_remove(struct proc_h5 *h);
+/* Write the attribute `epochs` (the volumes written) and close the file through h5vol_close,
+ * then free the buffers. 0, or a negative errno with the message in err (h5vol's: what failed
+ * and what the file holds now; after it the program must not call H5close). NULL is fine. */
+int proc_h5_close(struct proc_h5 *h, char *err, size_t errlen);
 
 #endif

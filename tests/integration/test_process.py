@@ -255,25 +255,40 @@ def test_a_failure_while_running_leaves_the_epochs_processed_before(bin_dir, bui
         assert all(v.max() > 0 for v in f["volumes"][:])
 
 
-def test_a_file_that_cannot_be_written_is_removed(bin_dir, tmp_path):
-    # a file size limit stops the writing: the process crashed in HDF5's exit handler after
-    # "flush failed" (SIGSEGV) and left a file h5py could not open
+def test_a_file_size_limit_keeps_the_volumes_written_before_it(bin_dir, tmp_path):
+    # the file size limit stops the writing part way: the process crashed in HDF5's exit handler
+    # after "flush failed" (SIGSEGV) and left a file h5py could not open. Written through h5vol,
+    # the volume that does not fit is not written, and the file is finished with those before.
     def limit():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 20, 8 << 20))
 
     cfg = raw_config(tmp_path, 2)
-    out = tmp_path / "o.h5"
     src = tmp_path / "in.raw"
     big = dict(json.loads(cfg.read_text()))
     big["geometry"].update(samples_per_ascan=1024, ascans_per_bscan=32, bscans_per_volume=8,
                            depth_range=[0, 512])
     np.random.default_rng(1).integers(0, 4096, size=(8, 8, 32, 1024)).astype("<u2").tofile(src)
     cfg.write_text(json.dumps(big))
-    p = subprocess.run([str(bin_dir / "volrec"), "process", "-c", str(cfg), "-o", str(out),
-                        "--full"], capture_output=True, text=True, timeout=120,
-                       preexec_fn=limit)
+    out, whole = tmp_path / "o.h5", tmp_path / "whole.h5"
+
+    def run(path, preexec_fn=None):
+        return subprocess.run([str(bin_dir / "volrec"), "process", "-c", str(cfg), "-o",
+                               str(path), "--full"], capture_output=True, text=True,
+                              timeout=120, preexec_fn=preexec_fn)
+
+    p = run(out, limit)
     assert p.returncode == 1, (p.returncode, p.stderr)
-    assert f"{out} removed: it could not be completed" in p.stderr, p.stderr
+    assert "file size limit reached" in p.stderr, p.stderr
     assert "HDF5-DIAG" not in p.stderr, p.stderr
-    assert not out.exists()
+    m = re.search(r"holds the (\d+) epochs processed before the failure", p.stderr)
+    assert m, p.stderr
+    n = int(m.group(1))
+    assert 1 <= n < 8, p.stderr
+    assert run(whole).returncode == 0
+    with h5py.File(out, "r") as f, h5py.File(whole, "r") as w:
+        assert f.attrs["epochs"] == n and list(f["epoch"][:]) == list(range(n))
+        assert f["volumes"].shape == (n, 16, 64, 512) and f["full"].shape[0] == n
+        assert np.array_equal(f["volumes"][:], w["volumes"][:n])
+        assert np.array_equal(f["full"][:], w["full"][:n])
+        assert np.array_equal(f["offset"][:], w["offset"][:n])
