@@ -45,8 +45,7 @@ static void process_usage(FILE *f)
 	        "      --backend NAME  override the configuration's backend (cpu, cuda, auto)\n"
 	        "  -h, --help          this text\n\n"
 	        "Exit status: 0 done, 1 failure while running (OUT.h5 then holds the epochs\n"
-	        "processed before it, or is removed when it cannot be completed), 2 usage or\n"
-	        "configuration error.\n");
+	        "processed before it; the message says so), 2 usage or configuration error.\n");
 }
 
 /* ---- the command ------------------------------------------------------------------------- */
