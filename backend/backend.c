@@ -171,7 +171,7 @@ void be_host_free(struct be_backend *be, void *ptr)
 		be->ops->host_free(be->state, ptr);
 }
 
-int be_host_register(struct be_backend *be, void *ptr, size_t size)
+int be_host_register(struct be_backend *be, void *ptr, size_t size, unsigned flags)
 {
 	int rc;
 
@@ -180,7 +180,7 @@ int be_host_register(struct be_backend *be, void *ptr, size_t size)
 		                 "host_register(%p, %zu bytes): no memory given", ptr, size);
 	if (!(be->ops->caps & BE_CAP_REGISTER))
 		return 0; /* the backend reads host memory as it is */
-	rc = be->ops->host_register(be->state, ptr, size);
+	rc = be->ops->host_register(be->state, ptr, size, flags);
 	if (rc < 0)
 		vr_err_errno(be->last_error, sizeof(be->last_error), rc,
 		             "%s backend: host_register(%p, %zu bytes)", be->ops->name, ptr, size);

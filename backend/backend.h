@@ -124,10 +124,14 @@ const char *be_last_error(const struct be_backend *be);
 VR_MUST_CHECK int be_host_alloc(struct be_backend *be, size_t size, void **ptr);
 /* Free what be_host_alloc gave (NULL is allowed). */
 void be_host_free(struct be_backend *be, void *ptr);
+#define BE_REG_DEVICE_READS                                                                        \
+	0x1u /* the backend only reads it: a source's memory, which may be \
+                                    a PROT_READ file mapping */
 /* Make caller-owned memory (a shm slot, a source's buffers) fast for transfers; does nothing
- * without BE_CAP_REGISTER. \return 0, -EINVAL when ptr is NULL or size 0, or the backend's
- * error (message in be_last_error). Undo with be_host_unregister before unmapping. */
-VR_MUST_CHECK int be_host_register(struct be_backend *be, void *ptr, size_t size);
+ * without BE_CAP_REGISTER. flags: 0 (the backend writes into it) or BE_REG_DEVICE_READS.
+ * \return 0, -EINVAL when ptr is NULL or size 0, or the backend's error (message in
+ * be_last_error). Undo with be_host_unregister before unmapping. */
+VR_MUST_CHECK int be_host_register(struct be_backend *be, void *ptr, size_t size, unsigned flags);
 /* Undo be_host_register (NULL is allowed). */
 void be_host_unregister(struct be_backend *be, void *ptr);
 

@@ -42,9 +42,9 @@ struct be_ops {
 	/* \return 0 and *ptr, or -ENOMEM; free accepts NULL. */
 	int (*host_alloc)(void *state, size_t size, void **ptr);
 	void (*host_free)(void *state, void *ptr);
-	/* BE_CAP_REGISTER only (NULL otherwise): ptr != NULL and size > 0.
+	/* BE_CAP_REGISTER only (NULL otherwise): ptr != NULL and size > 0; flags BE_REG_*.
 	 * \return 0 (also when already registered) or a negative errno. */
-	int (*host_register)(void *state, void *ptr, size_t size);
+	int (*host_register)(void *state, void *ptr, size_t size, unsigned flags);
 	void (*host_unregister)(void *state, void *ptr);
 	/* Queue B-scan b of epoch e (rules above). \return 0 or the backend's failure, whose
 	 * message the next epoch_finish reports. */

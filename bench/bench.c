@@ -256,7 +256,7 @@ static int shm_buf_open(struct shm_buf *b, size_t size, struct be_backend *be, c
 		                    b->anonymous ? "MAP_SHARED | MAP_ANONYMOUS, " : "", size);
 	b->size = size;
 	memset(b->p, 0, size);
-	rc = be_host_register(be, b->p, size);
+	rc = be_host_register(be, b->p, size, 0);
 	if (rc < 0)
 		return vr_err_errno(err, errlen, rc, "host_register(shm, %zu)", size);
 	b->registered = true;

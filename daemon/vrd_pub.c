@@ -82,7 +82,7 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 		goto fail;
 	ipc_writer_slot_buffers(pub->w, &pub->slots, &pub->nslots, &size);
 	for (uint32_t i = 0; i < pub->nslots; i++) {
-		rc = be_host_register(be, pub->slots[i], size);
+		rc = be_host_register(be, pub->slots[i], size, 0);
 		if (rc < 0) {
 			vr_err(err, errlen, rc, "shm slot %u: %s", i, be_last_error(be));
 			goto fail;

@@ -1204,30 +1204,26 @@ static void gpu_host_free(void *vst, void *ptr)
 		cudaFreeHost(ptr);
 }
 
-static int gpu_host_register(void *vst, void *ptr, size_t size)
+static int gpu_host_register(void *vst, void *ptr, size_t size, unsigned flags)
 {
 	struct gpu_state *st = vst;
+	unsigned how = cudaHostRegisterPortable;
+	int ro = 0;
 
 	if (!ptr || !size)
 		return -EINVAL;
 	cudaSetDevice(st->dev);
-	cudaError_t e = cudaHostRegister(ptr, size, cudaHostRegisterPortable);
-	if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
-		/* read-only memory (a source's PROT_READ file mapping) cannot be pinned for
-		 * writing: pin it for device reads only */
-		cudaGetLastError();
-		cudaError_t ro = cudaHostRegister(
-		        ptr, size, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-		if (ro == cudaSuccess || ro == cudaErrorHostMemoryAlreadyRegistered)
-			e = ro;
-		else
-			cudaGetLastError(); /* report the first refusal */
-	}
-	if (e == cudaErrorHostMemoryAlreadyRegistered) {
-		cudaGetLastError(); /* clear it: registering twice is harmless */
-		return 0;
-	}
-	return gpu_errno_of(e);
+	/* memory the device only reads (a source's, maybe a PROT_READ file mapping, which cannot
+	 * be pinned for writing) is pinned for reads where the device can */
+	if ((flags & BE_REG_DEVICE_READS) &&
+	    cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, st->dev) ==
+	            cudaSuccess &&
+	    ro)
+		how |= cudaHostRegisterReadOnly;
+	cudaError_t e = cudaHostRegister(ptr, size, how);
+	if (e != cudaSuccess)
+		cudaGetLastError(); /* not sticky: clear it for the next launch's check */
+	return e == cudaErrorHostMemoryAlreadyRegistered ? 0 : gpu_errno_of(e);
 }
 
 static void gpu_host_unregister(void *vst, void *ptr)

@@ -175,9 +175,9 @@ static void gm_host_free(void *vg, void *ptr)
 	be_cuda_ops.host_free(((struct gpu_multi *)vg)->part[0], ptr);
 }
 
-static int gm_host_register(void *vg, void *ptr, size_t size)
+static int gm_host_register(void *vg, void *ptr, size_t size, unsigned flags)
 {
-	return be_cuda_ops.host_register(((struct gpu_multi *)vg)->part[0], ptr, size);
+	return be_cuda_ops.host_register(((struct gpu_multi *)vg)->part[0], ptr, size, flags);
 }
 
 static void gm_host_unregister(void *vg, void *ptr)

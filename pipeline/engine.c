@@ -234,7 +234,8 @@ static int regions_register(struct pl_pipeline *pl, struct volrec_shim_region *r
                             char *err, size_t errlen)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		int rc = be_host_register(pl->be, (void *)regs[i].base, regs[i].size);
+		int rc = be_host_register(pl->be, (void *)regs[i].base, regs[i].size,
+		                          BE_REG_DEVICE_READS);
 
 		if (rc < 0) {
 			vr_err_errno(err, errlen, rc,

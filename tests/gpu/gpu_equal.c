@@ -1343,13 +1343,13 @@ static int run_case(const struct tcase *tc, bool *pass)
 		}
 		be_host_free(gs, pin);
 		/* and registration of caller memory (the raw buffer itself) */
-		rc = be_host_register(gs, raw, bbytes * ny);
+		rc = be_host_register(gs, raw, bbytes * ny, BE_REG_DEVICE_READS);
 		if (rc < 0) {
 			snprintf(err, sizeof(err), "%s", be_last_error(gs));
 			goto out;
 		}
 		if (raw2) {
-			rc = be_host_register(gs, raw2, bbytes * ny);
+			rc = be_host_register(gs, raw2, bbytes * ny, BE_REG_DEVICE_READS);
 			if (rc < 0) {
 				snprintf(err, sizeof(err), "%s", be_last_error(gs));
 				goto out_unreg;
@@ -1362,7 +1362,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 		if (ms) {
 			void *own = malloc(bbytes);
 
-			rc = own ? be_host_register(ms, own, bbytes) : -ENOMEM;
+			rc = own ? be_host_register(ms, own, bbytes, 0) : -ENOMEM;
 			if (rc == 0)
 				be_host_unregister(ms, own);
 			free(own);

@@ -326,8 +326,8 @@ static void test_tables_are_checked(void **state)
 	assert_non_null(strstr(be_device(r->be), "CPU: 1 threads"));
 	void *p = NULL;
 	assert_int_equal(be_host_alloc(r->be, 1000, &p), 0);
-	assert_int_equal(be_host_register(r->be, p, 1000), 0); /* nothing to do on the CPU */
-	assert_int_equal(be_host_register(r->be, NULL, 1000), -EINVAL);
+	assert_int_equal(be_host_register(r->be, p, 1000, 0), 0); /* nothing to do on the CPU */
+	assert_int_equal(be_host_register(r->be, NULL, 1000, 0), -EINVAL);
 	be_host_unregister(r->be, p);
 	be_host_free(r->be, p);
 }
