@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "calibrate.h"
 #include "commands.h"
@@ -223,33 +224,88 @@ static int parse_opts(int argc, char **argv, struct cal_opts *o)
 
 /* ---- context ---------------------------------------------------------------------------- */
 
+#define CAL_OUTPUTS 8 /* files one run writes, at most (--klin: 4) */
+
+/* A file written under a temporary name, renamed into place when the whole run succeeds. */
+struct cal_output {
+	char name[32];  /* "reference.txt" */
+	char note[128]; /* printed after "wrote DIR/name" */
+};
+
 struct cal_ctx {
 	struct cal_opts o;
 	struct vr_config cfg; /* -c or defaults */
 	bool have_cfg;
 	char dir[4096];
+	struct cal_output out[CAL_OUTPUTS];
+	unsigned nout;
 };
 
-/* Path of a file in the output directory. */
-static void out_path(const struct cal_ctx *x, char *buf, size_t len, const char *name)
+/* Path of a file in the output directory; staged: the temporary name it is written under. */
+static void out_path(const struct cal_ctx *x, char *buf, size_t len, const char *name, bool staged)
 {
-	snprintf(buf, len, "%s/%s", x->dir, name);
+	snprintf(buf, len, staged ? "%s/.%s.new" : "%s/%s", x->dir, name);
 }
 
-/* Write DIR/name: text, or with v the table "# text" and v[n], one value a line. */
-static int write_file(const struct cal_ctx *x, const char *name, const char *text, const double *v,
+/* Note DIR/name as written under its temporary name. */
+static void out_staged(struct cal_ctx *x, const char *name, const char *note)
+{
+	struct cal_output *o = &x->out[x->nout++];
+
+	snprintf(o->name, sizeof(o->name), "%s", name);
+	snprintf(o->note, sizeof(o->note), "%s", note);
+}
+
+/*
+ * The end of a run: when it succeeded (ret 0) put every file it wrote into place, else remove
+ * them, so that a run that fails leaves the previous outputs as they were and none of its own.
+ * Returns ret, or VR_EXIT_FAIL when a rename failed.
+ */
+static int out_finish(struct cal_ctx *x, int ret)
+{
+	char tmp[4200], path[4200];
+	struct stat sb;
+
+	/* what would stop a rename, before the first one: a directory in a file's place */
+	for (unsigned i = 0; ret == VR_EXIT_OK && i < x->nout; i++) {
+		out_path(x, path, sizeof(path), x->out[i].name, false);
+		if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+			fprintf(stderr, "volrec calibrate: %s is a directory: nothing written\n",
+			        path);
+			ret = VR_EXIT_FAIL;
+		}
+	}
+	for (unsigned i = 0; i < x->nout; i++) {
+		out_path(x, tmp, sizeof(tmp), x->out[i].name, true);
+		out_path(x, path, sizeof(path), x->out[i].name, false);
+		if (ret == VR_EXIT_OK && rename(tmp, path) < 0) {
+			fprintf(stderr, "volrec calibrate: renaming %s to %s: %s\n", tmp, path,
+			        strerror(errno));
+			ret = VR_EXIT_FAIL;
+		} else if (ret == VR_EXIT_OK) {
+			printf("  wrote %s%s\n", path, x->out[i].note);
+			continue;
+		}
+		unlink(tmp);
+	}
+	x->nout = 0;
+	return ret;
+}
+
+/* Write DIR/name (staged): text, or with v the table "# text" and v[n], one value a line. */
+static int write_file(struct cal_ctx *x, const char *name, const char *text, const double *v,
                       uint32_t n)
 {
 	char path[4200];
 	FILE *f;
 
-	out_path(x, path, sizeof(path), name);
+	out_path(x, path, sizeof(path), name, true);
 	f = fopen(path, "w");
 	if (!f) {
-		fprintf(stderr, "volrec calibrate: %s%s: %s\n", v ? "" : "writing ", path,
-		        strerror(errno));
+		fprintf(stderr, "volrec calibrate: writing %s: %s\n", path, strerror(errno));
 		return VR_EXIT_FAIL;
 	}
+	out_staged(x, name, "");
 	fprintf(f, v ? "# %s\n" : "%s", text);
 	for (uint32_t i = 0; i < n; i++)
 		fprintf(f, "%.10g\n", v[i]);
@@ -257,20 +313,19 @@ static int write_file(const struct cal_ctx *x, const char *name, const char *tex
 		fprintf(stderr, "volrec calibrate: writing %s: %s\n", path, strerror(errno));
 		return VR_EXIT_FAIL;
 	}
-	printf("  wrote %s\n", path);
 	return VR_EXIT_OK;
 }
 
 /* Before | after picture of the first B-scan: depth down, A-scans across, 20 log10 |X|
  * mapped to 0..255 between the 1st and 99.9th percentiles of the after image. */
-static int write_png(const struct cal_ctx *x, const char *name, const struct cal_engine *e,
+static int write_png(struct cal_ctx *x, const char *name, const struct cal_engine *e,
                      const double *before, const double *after, const char *what)
 {
 	const uint32_t nx = e->d->nx, nh = e->nh, z0 = e->z0, z1 = e->z1, H = z1 - z0;
 	const uint32_t W = 2 * nx + 4;
 	uint8_t *pix = calloc((size_t)W * H, 1);
 	double *v = malloc((size_t)nx * H * sizeof(double));
-	char path[4200], perr[512];
+	char path[4200], perr[512], note[128];
 	int rc;
 
 	if (!pix || !v) {
@@ -300,7 +355,7 @@ static int write_png(const struct cal_ctx *x, const char *name, const struct cal
 	for (uint32_t y = 0; y < H; y++)
 		for (uint32_t c = nx; c < nx + 4; c++)
 			pix[(size_t)y * W + c] = 255;
-	out_path(x, path, sizeof(path), name);
+	out_path(x, path, sizeof(path), name, true);
 	rc = tool_png_write(path, pix, W, H, what, perr, sizeof(perr));
 	free(pix);
 	free(v);
@@ -308,7 +363,8 @@ static int write_png(const struct cal_ctx *x, const char *name, const struct cal
 		fprintf(stderr, "volrec calibrate: %s\n", perr);
 		return VR_EXIT_FAIL;
 	}
-	printf("  wrote %s (B-scan 0: before | after, %.0f..%.0f dB)\n", path, lo, hi);
+	snprintf(note, sizeof(note), " (B-scan 0: before | after, %.0f..%.0f dB)", lo, hi);
+	out_staged(x, name, note);
 	return VR_EXIT_OK;
 }
 
@@ -1305,7 +1361,7 @@ VR_COMMAND(calibrate, "measure reference, k-linearization, orientation or disper
 		cfg_free(&x.cfg);
 		return VR_EXIT_USAGE;
 	}
-	ret = ops[x.o.op](&x);
+	ret = out_finish(&x, ops[x.o.op](&x));
 	cfg_free(&x.cfg);
 	return ret;
 }

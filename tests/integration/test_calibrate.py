@@ -411,3 +411,27 @@ def test_samples_at_zero_are_not_called_too_much_light(bin_dir, tmp_path):
     assert f"{path}: 12.50 % of the samples sit at 0, the bottom of the digitizer's range" \
         in p.stderr, p.stderr
     assert "lower the source power" not in p.stderr, p.stderr
+
+
+def test_a_run_that_fails_late_leaves_the_previous_outputs_as_they_were(bin_dir, tmp_path):
+    # the outputs were written one by one in place: when the picture could not be written (here
+    # a directory stands where reference.png goes), reference.txt had already been replaced and
+    # reference.yaml written. A run now writes under temporary names and puts its files in place
+    # only once all of them are written.
+    rp = replay(tmp_path / "s.rp", spectra(64, 16, 4))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "reference.txt").write_text("# the previous reference\n")
+    (out / "reference.png").mkdir()
+    p = run(bin_dir, "calibrate", "--reference", "-o", out, rp)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert f"{out / 'reference.png'} is a directory: nothing written" in p.stderr, p.stderr
+    assert (out / "reference.txt").read_text() == "# the previous reference\n"
+    assert sorted(x.name for x in out.iterdir()) == ["reference.png", "reference.txt"]
+    (out / "reference.png").rmdir()
+    p = run(bin_dir, "calibrate", "--reference", "-o", out, rp)
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in out.iterdir()) == ["reference.png", "reference.txt",
+                                                     "reference.yaml"]
+    assert (out / "reference.txt").read_text().startswith("# volrec calibrate --reference")
+    assert f"wrote {out / 'reference.png'} (B-scan 0: before | after" in p.stdout, p.stdout
