@@ -72,7 +72,7 @@ static void calibrate_usage(FILE *f)
 	        "  -c, --config FILE  configuration in force (geometry of raw files, sample type,\n"
 	        "                   bit shift, background, resampling, window, zero_pad)\n"
 	        "  -o, --output DIR where to write (default .)\n"
-	        "  -n, --max-ascans N  A-scans to use, whole B-scans (default 4096)\n"
+	        "  -n, --max-ascans N  A-scans to use, whole B-scans, at least one (default 4096)\n"
 	        "  --depth Z0,Z1    depth bins of the sharpness metric (default N/64 .. N/2)\n"
 	        "  -h, --help       this text\n\n"
 	        "Sharpness: the mean over A-scans of sum(I^2) / sum(I)^2, I = |X|^2 over the "
