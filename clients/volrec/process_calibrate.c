@@ -177,10 +177,14 @@ static int load_hdf5(struct cal_data *d, const struct vr_config *cfg, size_t max
 		return vr_err(err, errlen, -EINVAL, "%s: not a readable HDF5 file", d->path);
 	ds = H5Dopen2(f, "raw", H5P_DEFAULT);
 	if (ds < 0) {
-		rc = vr_err(err, errlen, -EINVAL,
-		            "%s: no dataset /raw (raw spectra [..][A-scans][samples]); this looks "
-		            "like processed volumes, which cannot be calibrated",
-		            d->path);
+		const bool raw = H5Lexists(f, "raw", H5P_DEFAULT) > 0;
+		const bool vols = !raw && H5Lexists(f, "volumes", H5P_DEFAULT) > 0;
+
+		rc = vr_err(err, errlen, -EINVAL, "%s: %s (raw spectra [..][A-scans][samples])%s",
+		            d->path, raw ? "/raw is not a dataset" : "no dataset /raw",
+		            vols ? "; it holds /volumes, processed volumes, which cannot be "
+		                   "calibrated"
+		                 : "");
 		goto out;
 	}
 	sp = H5Dget_space(ds);

@@ -310,6 +310,13 @@ def test_hdf5_input(bin_dir, tmp_path, mirrors):
         f["volumes"] = np.zeros((1, 2, 2, 2), dtype="u1")
     p = run(bin_dir, "calibrate", "--klin", "-o", tmp_path, tmp_path / "vol.h5")
     assert p.returncode == 1 and "no dataset /raw" in p.stderr, p.stderr
+    assert "it holds /volumes, processed volumes" in p.stderr, p.stderr
+    # a group named raw is not called processed volumes
+    with h5py.File(tmp_path / "group.h5", "w") as f:
+        f.create_group("raw")
+    p = run(bin_dir, "calibrate", "--klin", "-o", tmp_path, tmp_path / "group.h5")
+    assert p.returncode == 1 and "/raw is not a dataset" in p.stderr, p.stderr
+    assert "processed" not in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("poly, msg", [
