@@ -69,9 +69,9 @@ struct vw_session {
 };
 
 struct vw_cookie {
-	uint64_t cookie;    /* 0: free */
-	uint64_t session;   /* vw_session.uid */
-	char client_id[96]; /* the browser's id, as JSON text */
+	uint64_t cookie;               /* 0: free */
+	uint64_t session;              /* vw_session.uid */
+	struct json_object *client_id; /* the browser's id (a reference), NULL none */
 };
 
 struct vw_server {
@@ -494,19 +494,21 @@ static void on_control_reply(void *ctx, uint64_t cookie, bool ok, const char *er
 	if (!ck)
 		return;
 	ck->cookie = 0;
+	id = ck->client_id;
+	ck->client_id = NULL;
 	s = session_by_uid(sv, ck->session);
 	if (!error)
 		error = "";
 	if (!ok)
 		vw_log("control: %s", error);
-	if (!s)
+	if (!s) {
+		json_object_put(id);
 		return;
+	}
 	s->pending--; /* its slot becomes the reply's */
 	o = json_object_new_object();
 	json_object_object_add(o, "type", json_object_new_string("reply"));
-	id = json_tokener_parse(ck->client_id);
-	if (id || !strcmp(ck->client_id, "null"))
-		json_object_object_add(o, "id", id);
+	json_object_object_add(o, "id", id); /* null when the request had none */
 	json_object_object_add(o, "ok", json_object_new_boolean(ok));
 	if (!ok)
 		json_object_object_add(o, "error", json_object_new_string(error));
@@ -531,16 +533,9 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
                     const char *op, const char *field, struct json_object *value)
 {
 	struct vw_cookie *ck = NULL;
-	const char *idtext =
-	        id ? json_object_to_json_string_ext(id, JSON_C_TO_STRING_PLAIN) : "null";
 	struct json_object *req;
 	int rc;
 
-	if (strlen(idtext) >= sizeof(ck->client_id)) {
-		session_error(sv, s, NULL, "id: too long (at most %zu bytes of JSON)",
-		              sizeof(ck->client_id) - 1);
-		return;
-	}
 	for (int i = 0; i < VW_CTL_COOKIES && !ck; i++)
 		if (!sv->cookies[i].cookie)
 			ck = &sv->cookies[i];
@@ -569,7 +564,7 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	ck->cookie = sv->next_cookie;
 	ck->session = s->uid;
 	s->pending++;
-	snprintf(ck->client_id, sizeof(ck->client_id), "%s", idtext);
+	ck->client_id = json_object_get(id);
 	if (!sv->ctl_polling) {
 		sv->ctl_polling = true;
 		lws_sul_schedule(sv->ctx, 0, &sv->sul_ctl, ctl_poll_cb, 2 * LWS_US_PER_MS);
@@ -1148,5 +1143,7 @@ void vw_server_destroy(struct vw_server *s)
 		vw_frame_free(s->frame[k]);
 	for (unsigned t = 0; t < VW_TEXTS; t++)
 		text_free(&s->text[t]);
+	for (int i = 0; i < VW_CTL_COOKIES; i++)
+		json_object_put(s->cookies[i].client_id);
 	free(s);
 }

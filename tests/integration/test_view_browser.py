@@ -541,6 +541,12 @@ def test_ids_and_times_go_back_only_as_json_a_browser_reads(sock):
     sock.send('{"type": "ping", "id": "\\ud83d\\ude00", "t": "\\uD83D\\uDE00"}')
     p = sock.reply("\U0001F600")
     assert p["type"] == "pong" and p["t"] == "\U0001F600", p
+    # an id of any length that fits in a message comes back with the daemon's reply
+    for n in (96, 3000):
+        long_id = "i" * n
+        sock.send(json.dumps({"type": "get", "key": "view.slab", "id": long_id}))
+        r = sock.reply(long_id)
+        assert r["type"] == "reply" and r["ok"], r
 
 
 def test_websocket_needs_its_path_and_subprotocol(served, bin_dir):
