@@ -207,6 +207,26 @@ static bool token_equal(const char *a, const char *b)
 	return !d && lb;
 }
 
+/* The value of the viewer's cookie in the text of one Cookie header. */
+static bool cookie_token(const char *cookies, char *out, size_t len)
+{
+	for (const char *p = cookies; p && *p;) {
+		const char *end = strchr(p, ';');
+
+		while (*p == ' ')
+			p++;
+		if (!strncmp(p, VW_COOKIE "=", sizeof(VW_COOKIE))) {
+			size_t l = end ? (size_t)(end - p) : strlen(p);
+
+			l -= sizeof(VW_COOKIE);
+			snprintf(out, len, "%.*s", (int)l, p + sizeof(VW_COOKIE));
+			return true;
+		}
+		p = end ? end + 1 : NULL;
+	}
+	return false;
+}
+
 /* The token a request carries: ?token=, the cookie, or Authorization: Bearer. */
 static bool request_token(struct lws *wsi, char *out, size_t len, bool *from_url)
 {
@@ -218,25 +238,24 @@ static bool request_token(struct lws *wsi, char *out, size_t len, bool *from_url
 	v = lws_get_urlarg_by_name(wsi, "token=", buf, (int)sizeof(buf));
 	if (v) {
 		snprintf(out, len, "%s", v);
+		/* lws decodes a '+' of the query as a space; a token has none (read_tokens), but
+		 * base64 ones have '+' */
+		for (char *p = out; (p = strchr(p, ' '));)
+			*p = '+';
 		*from_url = true;
 		return true;
 	}
-	n = lws_hdr_copy(wsi, buf, (int)sizeof(buf), WSI_TOKEN_HTTP_COOKIE);
-	if (n > 0) {
-		for (char *p = buf; p && *p;) {
-			char *end = strchr(p, ';');
+	/* each Cookie header whole, however long: the other cookies of the host (of any of its
+	 * ports) come along */
+	for (int f = 0; (n = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_COOKIE, f)) > 0; f++) {
+		char *c = malloc((size_t)n + 1);
+		bool found = c &&
+		             lws_hdr_copy_fragment(wsi, c, n + 1, WSI_TOKEN_HTTP_COOKIE, f) >= 0 &&
+		             cookie_token(c, out, len);
 
-			while (*p == ' ')
-				p++;
-			if (!strncmp(p, VW_COOKIE "=", sizeof(VW_COOKIE))) {
-				size_t l = end ? (size_t)(end - p) : strlen(p);
-
-				l -= sizeof(VW_COOKIE);
-				snprintf(out, len, "%.*s", (int)l, p + sizeof(VW_COOKIE));
-				return true;
-			}
-			p = end ? end + 1 : NULL;
-		}
+		free(c);
+		if (found)
+			return true;
 	}
 	n = lws_hdr_copy(wsi, buf, (int)sizeof(buf), WSI_TOKEN_HTTP_AUTHORIZATION);
 	if (n > 7 && !strncasecmp(buf, "Bearer ", 7)) {

@@ -368,6 +368,44 @@ def test_beyond_loopback_needs_tls_and_tokens(browser, build_dir, bin_dir, tls):
         pub.close()
 
 
+def test_tokens_pass_in_base64_and_beside_other_cookies(build_dir, bin_dir, tls):
+    """A token made by `openssl rand -base64` (with '+', '/' and '=') works in the address as
+    the page is opened (?token=...), and the cookie it becomes is found beside other cookies of
+    the same host (cookies are per host, not per port: other services' come along), however
+    long the Cookie header; the upgrade to a WebSocket takes it the same way."""
+    cert, key, _ = tls
+    tokens = tls[2].parent / "b64-tokens"
+    view_token, control_token = "xY9/0+kQ2w/T+vR4jL8mN0pZ", "q8+Jz/3kAbc0123+456=="
+    tokens.write_text(f"view: {view_token}\ncontrol: {control_token}\n")
+    tokens.chmod(0o600)
+    pub = DaemonPublisher(build_dir)
+    try:
+        pub.start()
+        view = Viewer(bin_dir, pub, "--cert", str(cert), "--key", str(key), "--token-file",
+                      str(tokens), listen="0.0.0.0:0")
+        try:
+            for token in (view_token, control_token):
+                status, headers, _ = https(view.port, f"/?token={token}")
+                assert status == 200, (token, status)
+                assert f"volrec_token={token};" in headers["set-cookie"], headers
+            other = "session=" + "s" * 2000 + "; theme=dark"
+            upgrade = {"Upgrade": "websocket", "Connection": "Upgrade",
+                       "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                       "Sec-WebSocket-Version": "13", "Sec-WebSocket-Protocol": "volrec-view"}
+            for cookie in (f"{other}; volrec_token={control_token}",
+                           f"volrec_token={view_token}; {other}"):
+                status, _, body = https(view.port, "/view.js", {"Cookie": cookie})
+                assert status == 200 and body, (cookie[-60:], status)
+                status, _, _ = https(view.port, "/ws", {"Cookie": cookie, **upgrade})
+                assert status == 101, (cookie[-60:], status)
+            wrong = f"{other}; volrec_token=wrong-{view_token}"
+            assert https(view.port, "/view.js", {"Cookie": wrong})[0] == 401
+        finally:
+            view.close()
+    finally:
+        pub.close()
+
+
 def test_loopback_without_tokens_refuses_foreign_hosts_and_origins(live):
     pub, rec, view = live
     c = http.client.HTTPConnection("127.0.0.1", view.port, timeout=10)
