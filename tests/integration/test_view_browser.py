@@ -500,6 +500,22 @@ def test_errors_are_valid_utf8_cut_at_a_character(sock):
     assert sock.reply("alive")["type"] == "pong"
 
 
+def test_a_browsers_text_is_one_line_of_the_log(served, sock):
+    """What a browser sent and the viewer logs (an unknown type, a key the daemon's error
+    quotes) stays on its own line: a newline in it cannot start a line of the log that seems to
+    be the viewer's own."""
+    forged = "12:00:00.000 volrec view: browser 99 connected from"
+    sock.send(json.dumps({"type": f"x\n{forged}", "id": "nl"}))
+    e = sock.reply("nl")
+    assert e["type"] == "error" and f"'x\n{forged}" in e["error"], e  # the browser's own text
+    sock.send(json.dumps({"type": "set", "values": {f"view.\r\n{forged}\t": 1}, "id": "key"}))
+    r = sock.reply("key")
+    assert r["type"] == "reply" and not r["ok"], r
+    log = served[1].log_text()
+    assert f"unknown type 'x {forged}" in log, log[-2000:]
+    assert f"\n{forged}" not in log and "\r" not in log and "\t" not in log, log[-2000:]
+
+
 def test_text_that_is_not_utf8_is_refused_with_the_requests_id(sock):
     """Text that is not UTF-8 never reaches the daemon (whose error could not say whose request
     it was, leaving the browser to a false "did not answer" 3 s later): an error at once, with
