@@ -28,8 +28,7 @@
 #define VW_ASSETS_MAX  64
 #define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
 #define VW_INFLIGHT    8  /* a browser's requests whose replies it has not had, at most */
-#define VW_CTL_COOKIES 64
-#define VW_JSON_DEPTH  16                 /* nesting of a browser's message, at most */
+#define VW_JSON_DEPTH  16 /* nesting of a browser's message, at most */
 #define VW_EXACT_INT   (INT64_C(1) << 53) /* integers JavaScript's numbers hold exactly */
 #define VW_SUBPROTOCOL "volrec-view"
 #define VW_COOKIE      "volrec_token"
@@ -89,7 +88,8 @@ struct vw_server {
 	struct vw_session *sessions;
 	uint32_t nsessions;
 	uint64_t next_uid, next_cookie;
-	struct vw_cookie cookies[VW_CTL_COOKIES];
+	struct vw_cookie *cookies; /* VW_INFLIGHT per browser: every browser's requests fit */
+	unsigned ncookies;
 	lws_sorted_usec_list_t sul_ctl, sul_tick;
 	bool ctl_polling;
 	/* what the feed delivered, owned by this thread */
@@ -507,7 +507,7 @@ static void on_control_reply(void *ctx, uint64_t cookie, bool ok, const char *er
 	struct vw_session *s;
 	struct json_object *o, *id, *r;
 
-	for (int i = 0; i < VW_CTL_COOKIES; i++)
+	for (unsigned i = 0; i < sv->ncookies; i++)
 		if (sv->cookies[i].cookie == cookie)
 			ck = &sv->cookies[i];
 	if (!ck)
@@ -555,7 +555,7 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	struct json_object *req;
 	int rc;
 
-	for (int i = 0; i < VW_CTL_COOKIES && !ck; i++)
+	for (unsigned i = 0; i < sv->ncookies && !ck; i++)
 		if (!sv->cookies[i].cookie)
 			ck = &sv->cookies[i];
 	if (!ck) {
@@ -946,6 +946,16 @@ static void session_close(struct vw_server *sv, struct vw_session *s)
 			sv->nsessions--;
 			break;
 		}
+	/* its requests at volrecd: their slots are free for the browsers that remain */
+	for (unsigned i = 0; i < sv->ncookies; i++) {
+		struct vw_cookie *ck = &sv->cookies[i];
+
+		if (ck->cookie && ck->session == s->uid) {
+			vw_control_cancel(sv->ctl, ck->cookie);
+			json_object_put(ck->client_id);
+			memset(ck, 0, sizeof(*ck));
+		}
+	}
 	while (s->qlen)
 		queue_pop(s);
 	free(s->rx);
@@ -1077,7 +1087,13 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 		rc = rc ? rc : -ENOENT;
 		goto out_free;
 	}
-	rc = vw_control_open(o->ctl_endpoint, 3.0, &sv->ctl);
+	sv->ncookies = o->max_sessions * VW_INFLIGHT;
+	sv->cookies = calloc(sv->ncookies, sizeof(*sv->cookies));
+	if (!sv->cookies) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	rc = vw_control_open(o->ctl_endpoint, 3.0, sv->ncookies, &sv->ctl);
 	if (rc) {
 		vw_log("control socket %s: %s", o->ctl_endpoint, strerror(-rc));
 		goto out_free;
@@ -1122,6 +1138,7 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 out_control:
 	vw_control_close(sv->ctl);
 out_free:
+	free(sv->cookies);
 	free(sv);
 	return rc;
 }
@@ -1162,7 +1179,8 @@ void vw_server_destroy(struct vw_server *s)
 		vw_frame_free(s->frame[k]);
 	for (unsigned t = 0; t < VW_TEXTS; t++)
 		text_free(&s->text[t]);
-	for (int i = 0; i < VW_CTL_COOKIES; i++)
+	for (unsigned i = 0; i < s->ncookies; i++)
 		json_object_put(s->cookies[i].client_id);
+	free(s->cookies);
 	free(s);
 }

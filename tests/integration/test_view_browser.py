@@ -680,6 +680,40 @@ def test_requests_beyond_eight_in_flight_are_refused_at_once(served, sock):
         assert r["type"] == "reply", r
 
 
+def test_browsers_within_their_eight_are_never_refused_for_each_other(served, sock):
+    """Every browser may have its eight requests in flight at once: twelve browsers sending
+    eight each get 96 replies, and the requests of a browser that left while volrecd had not
+    answered them (stopped here) do not take the places of those that remain."""
+    pub, view = served
+    socks = [RawSocket(view.port) for _ in range(12)]
+    try:
+        for ws in socks:
+            ws.message(lambda m: m["type"] == "hello")
+        for ws in socks:
+            ws.send(*(json.dumps({"type": "get", "key": "view.slab", "id": i}) for i in range(8)))
+        for ws in socks:
+            for i in range(8):
+                r = ws.reply(i)
+                assert r["type"] == "reply" and r["ok"], r
+    finally:
+        for ws in socks:
+            ws.close()
+    pub.proc.send_signal(signal.SIGSTOP)
+    try:
+        for k in range(20):  # 160 requests left behind, more than all sixteen browsers' places
+            ws = RawSocket(view.port)
+            ws.message(lambda m: m["type"] == "hello")
+            ws.send(*(json.dumps({"type": "get", "key": "view.slab", "id": i}) for i in range(8)))
+            time.sleep(0.02)  # read by the viewer before the close
+            ws.close()
+        sock.send(json.dumps({"type": "get", "key": "view.slab", "id": "stays"}))
+        time.sleep(0.5)
+    finally:
+        pub.proc.send_signal(signal.SIGCONT)
+    r = sock.reply("stays")
+    assert r["type"] == "reply" and r["ok"], r
+
+
 def test_a_set_the_daemon_reads_too_late_is_refused_and_said_not_applied(served, sock):
     """A set the daemon does not read within the viewer's 3 s (stopped here) is answered
     "expired unread, not applied"; when the daemon goes on and reads it, it refuses it: the
