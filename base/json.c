@@ -4,6 +4,7 @@
  * in strict mode (single quotes, NaN and Infinity, duplicate keys, U+0000 inside strings), for
  * the requests of the control socket and the messages of the web viewer's browsers.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -72,6 +73,45 @@ static size_t string_end(const char *text, size_t len, size_t at, bool *escaped)
 	return i + 1;
 }
 
+/* The value of the 4 hex digits at s (valid JSON: they are there). */
+static unsigned hex4(const char *s)
+{
+	unsigned v = 0;
+
+	for (int i = 0; i < 4; i++)
+		v = v * 16 + (unsigned)(isdigit((unsigned char)s[i]) ? s[i] - '0'
+		                                                     : (s[i] | 0x20) - 'a' + 10);
+	return v;
+}
+
+/* Offset of the first \uD800-\uDFFF escape in the string token text[at, end) that is not one
+ * half of a pair (a high one followed by a low one), or end: json-c reads it as U+FFFD, so the
+ * string would silently become another one. */
+static size_t unpaired_surrogate_at(const char *text, size_t at, size_t end)
+{
+	for (size_t i = at + 1; i + 1 < end; i++) {
+		unsigned u;
+
+		if (text[i] != '\\')
+			continue;
+		if (text[i + 1] != 'u') {
+			i++;
+			continue;
+		}
+		u = hex4(text + i + 2);
+		if (u >= 0xdc00 && u <= 0xdfff)
+			return i;
+		if (u >= 0xd800 && u <= 0xdbff) {
+			if (i + 13 > end || text[i + 6] != '\\' || text[i + 7] != 'u' ||
+			    hex4(text + i + 8) < 0xdc00 || hex4(text + i + 8) > 0xdfff)
+				return i;
+			i += 6; /* the low half */
+		}
+		i += 5;
+	}
+	return end;
+}
+
 /*
  * Walk text, valid JSON of at most depth levels, for what json-c's tree cannot show: a key given
  * twice in one object (json-c keeps the last), a string holding U+0000 (json-c cuts keys at
@@ -92,7 +132,7 @@ static int check_keys_and_strings(const char *text, size_t len, int depth, char 
 	for (size_t i = 0; i < len && !rc; i++) {
 		struct json_object *s = NULL;
 		const char *str;
-		size_t end, n, after;
+		size_t end, n, after, u;
 		bool escaped, is_key;
 		char shown[68];
 
@@ -128,6 +168,12 @@ static int check_keys_and_strings(const char *text, size_t len, int depth, char 
 					        is_key ? "key" : "string", i,
 					        (unsigned)(unsigned char)text[k], k,
 					        (unsigned)(unsigned char)text[k]);
+			if (!rc && escaped && (u = unpaired_surrogate_at(text, i, end)) < end)
+				rc = vr_err(
+				        err, errlen, -EINVAL,
+				        "the %s at byte %zu holds an unpaired surrogate %.6s at "
+				        "byte %zu",
+				        is_key ? "key" : "string", i, text + u, u);
 			if (rc)
 				break;
 			if (escaped) {

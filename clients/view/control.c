@@ -19,7 +19,6 @@
 #include "internal.h"
 #include "base/base.h"
 
-#define VW_CTL_INFLIGHT  64      /* requests in flight, at most */
 #define VW_CTL_REPLY_MAX 1048576 /* bytes of a reply, at most */
 
 /* A request volrecd read before it expired is answered at once: waited this much longer */
@@ -36,10 +35,12 @@ struct vw_control {
 	char endpoint[VW_PATH_MAX];
 	double timeout_s;
 	uint64_t next_id;
-	struct vw_pending p[VW_CTL_INFLIGHT];
+	unsigned np; /* requests in flight, at most */
+	struct vw_pending *p;
 };
 
-int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **out)
+int vw_control_open(const char *endpoint, double timeout_s, unsigned max_inflight,
+                    struct vw_control **out)
 {
 	struct vw_control *c = calloc(1, sizeof(*c));
 	int one = 1, zero = 0, rc;
@@ -47,11 +48,18 @@ int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **
 
 	if (!c)
 		return -ENOMEM;
+	c->np = max_inflight;
+	c->p = calloc(max_inflight, sizeof(*c->p));
+	if (!c->p) {
+		free(c);
+		return -ENOMEM;
+	}
 	snprintf(c->endpoint, sizeof(c->endpoint), "%s", endpoint);
 	c->timeout_s = timeout_s;
 	c->next_id = 1;
 	c->zctx = zmq_ctx_new();
 	if (!c->zctx) {
+		free(c->p);
 		free(c);
 		return -ENOMEM;
 	}
@@ -59,6 +67,7 @@ int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **
 	if (!c->sock) {
 		rc = -zmq_errno();
 		zmq_ctx_term(c->zctx);
+		free(c->p);
 		free(c);
 		return rc;
 	}
@@ -70,6 +79,7 @@ int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **
 		rc = -zmq_errno();
 		zmq_close(c->sock);
 		zmq_ctx_term(c->zctx);
+		free(c->p);
 		free(c);
 		return rc;
 	}
@@ -83,6 +93,7 @@ void vw_control_close(struct vw_control *c)
 		return;
 	zmq_close(c->sock);
 	zmq_ctx_term(c->zctx);
+	free(c->p);
 	free(c);
 }
 
@@ -99,7 +110,7 @@ int vw_control_send(struct vw_control *c, const char *request_json, uint64_t coo
 		json_object_put(o);
 		return -EINVAL;
 	}
-	for (int i = 0; i < VW_CTL_INFLIGHT && !slot; i++)
+	for (unsigned i = 0; i < c->np && !slot; i++)
 		if (!c->p[i].id)
 			slot = &c->p[i];
 	if (!slot) {
@@ -124,23 +135,33 @@ int vw_control_send(struct vw_control *c, const char *request_json, uint64_t coo
 	return 0;
 }
 
-/* The pending request a reply's id names, NULL if none (late, or not ours). */
-static struct vw_pending *match(struct vw_control *c, struct json_object *reply)
+/* The pending request a reply's id names, NULL if none: *given_up tells whether it was one of
+ * ours that expired or was cancelled, rather than not ours at all. */
+static struct vw_pending *match(struct vw_control *c, struct json_object *reply, bool *given_up)
 {
 	struct json_object *id;
 	const char *s;
 	uint64_t n;
 
+	*given_up = false;
 	if (!json_object_object_get_ex(reply, "id", &id) ||
 	    !json_object_is_type(id, json_type_string))
 		return NULL;
 	s = json_object_get_string(id);
-	if (sscanf(s, "view-%" SCNu64, &n) != 1)
+	if (sscanf(s, "view-%" SCNu64, &n) != 1 || !n)
 		return NULL;
-	for (int i = 0; i < VW_CTL_INFLIGHT; i++)
+	for (unsigned i = 0; i < c->np; i++)
 		if (c->p[i].id == n)
 			return &c->p[i];
+	*given_up = n < c->next_id;
 	return NULL;
+}
+
+void vw_control_cancel(struct vw_control *c, uint64_t cookie)
+{
+	for (unsigned i = 0; i < c->np; i++)
+		if (c->p[i].id && c->p[i].cookie == cookie)
+			c->p[i].id = 0;
 }
 
 int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
@@ -154,6 +175,7 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 		size_t ml = sizeof(more);
 		struct json_object *reply, *ok, *err;
 		struct vw_pending *p;
+		bool given_up = false;
 		char *text;
 
 		zmq_msg_init(&msg);
@@ -180,7 +202,9 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 		text = strndup(zmq_msg_data(&msg), zmq_msg_size(&msg));
 		zmq_msg_close(&msg);
 		reply = text ? json_tokener_parse(text) : NULL;
-		p = reply && json_object_is_type(reply, json_type_object) ? match(c, reply) : NULL;
+		p = reply && json_object_is_type(reply, json_type_object)
+		            ? match(c, reply, &given_up)
+		            : NULL;
 		if (p) {
 			bool is_ok = json_object_object_get_ex(reply, "ok", &ok) &&
 			             json_object_get_boolean(ok);
@@ -191,7 +215,7 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 
 			p->id = 0;
 			done(ctx, cookie, is_ok, is_ok ? NULL : (e ? e : "refused"), text);
-		} else {
+		} else if (!given_up) {
 			vw_log("control: dropped a reply that matches no request: %.200s",
 			       text ? text : "(out of memory)");
 		}
@@ -199,7 +223,7 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 		free(text);
 	}
 	now = vr_mono_s();
-	for (int i = 0; i < VW_CTL_INFLIGHT; i++) {
+	for (unsigned i = 0; i < c->np; i++) {
 		char e[VW_PATH_MAX + 192];
 
 		if (!c->p[i].id)

@@ -128,15 +128,19 @@ struct vw_control;
 typedef void (*vw_control_done)(void *ctx, uint64_t cookie, bool ok, const char *error,
                                 const char *reply_json);
 
-/* Connect (lazily: nothing needs to listen yet) to the daemon's control endpoint. */
-int vw_control_open(const char *endpoint, double timeout_s, struct vw_control **out)
-        __attribute__((warn_unused_result));
+/* Connect (lazily: nothing needs to listen yet) to the daemon's control endpoint, for at most
+ * max_inflight requests in flight. */
+int vw_control_open(const char *endpoint, double timeout_s, unsigned max_inflight,
+                    struct vw_control **out) __attribute__((warn_unused_result));
 void vw_control_close(struct vw_control *c);
 /* Send the request object text (without an id: the client adds its own, and expires_ms, the
  * end of the timeout) for cookie. 0, or
  * -EAGAIN when the daemon's socket is not there (nothing listening), -ENOSPC with too many
  * requests in flight, another negative errno on failure. */
 int vw_control_send(struct vw_control *c, const char *request_json, uint64_t cookie);
+/* Forget the request sent for cookie (its browser left): its slot is free at once, and its
+ * reply, should volrecd still send one, is dropped. */
+void vw_control_cancel(struct vw_control *c, uint64_t cookie);
 /* Receive the replies that arrived and time out the requests volrecd did not read before they
  * expired (done gets error "volrecd did not read the request ..."; volrecd refuses them if it
  * reads them later). Returns the requests still in flight. */

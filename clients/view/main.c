@@ -34,9 +34,12 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 static struct vw_server *g_server;
 
+/* One line of the log, valid UTF-8: what a browser or the daemon wrote (a message's type, a
+ * key the daemon's error quotes) has its control characters as U+FFFD and its newlines and
+ * tabs as spaces, so that it cannot start a line that seems to be the viewer's own. */
 void vw_log(const char *fmt, ...)
 {
-	char line[2048];
+	char raw[2048], line[2048];
 	struct timespec ts;
 	struct tm tm;
 	va_list ap;
@@ -44,8 +47,12 @@ void vw_log(const char *fmt, ...)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	localtime_r(&ts.tv_sec, &tm);
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
+	vr_utf8_sanitize(raw, line, sizeof(line));
+	for (char *p = line; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' ';
 	fprintf(stderr, "%02d:%02d:%02d.%03ld volrec view: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
 	        ts.tv_nsec / 1000000, line);
 }

@@ -28,8 +28,7 @@
 #define VW_ASSETS_MAX  64
 #define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
 #define VW_INFLIGHT    8  /* a browser's requests whose replies it has not had, at most */
-#define VW_CTL_COOKIES 64
-#define VW_JSON_DEPTH  16                 /* nesting of a browser's message, at most */
+#define VW_JSON_DEPTH  16 /* nesting of a browser's message, at most */
 #define VW_EXACT_INT   (INT64_C(1) << 53) /* integers JavaScript's numbers hold exactly */
 #define VW_SUBPROTOCOL "volrec-view"
 #define VW_COOKIE      "volrec_token"
@@ -69,9 +68,9 @@ struct vw_session {
 };
 
 struct vw_cookie {
-	uint64_t cookie;    /* 0: free */
-	uint64_t session;   /* vw_session.uid */
-	char client_id[96]; /* the browser's id, as JSON text */
+	uint64_t cookie;               /* 0: free */
+	uint64_t session;              /* vw_session.uid */
+	struct json_object *client_id; /* the browser's id (a reference), NULL none */
 };
 
 struct vw_server {
@@ -89,7 +88,8 @@ struct vw_server {
 	struct vw_session *sessions;
 	uint32_t nsessions;
 	uint64_t next_uid, next_cookie;
-	struct vw_cookie cookies[VW_CTL_COOKIES];
+	struct vw_cookie *cookies; /* VW_INFLIGHT per browser: every browser's requests fit */
+	unsigned ncookies;
 	lws_sorted_usec_list_t sul_ctl, sul_tick;
 	bool ctl_polling;
 	/* what the feed delivered, owned by this thread */
@@ -207,6 +207,26 @@ static bool token_equal(const char *a, const char *b)
 	return !d && lb;
 }
 
+/* The value of the viewer's cookie in the text of one Cookie header. */
+static bool cookie_token(const char *cookies, char *out, size_t len)
+{
+	for (const char *p = cookies; p && *p;) {
+		const char *end = strchr(p, ';');
+
+		while (*p == ' ')
+			p++;
+		if (!strncmp(p, VW_COOKIE "=", sizeof(VW_COOKIE))) {
+			size_t l = end ? (size_t)(end - p) : strlen(p);
+
+			l -= sizeof(VW_COOKIE);
+			snprintf(out, len, "%.*s", (int)l, p + sizeof(VW_COOKIE));
+			return true;
+		}
+		p = end ? end + 1 : NULL;
+	}
+	return false;
+}
+
 /* The token a request carries: ?token=, the cookie, or Authorization: Bearer. */
 static bool request_token(struct lws *wsi, char *out, size_t len, bool *from_url)
 {
@@ -218,25 +238,24 @@ static bool request_token(struct lws *wsi, char *out, size_t len, bool *from_url
 	v = lws_get_urlarg_by_name(wsi, "token=", buf, (int)sizeof(buf));
 	if (v) {
 		snprintf(out, len, "%s", v);
+		/* lws decodes a '+' of the query as a space; a token has none (read_tokens), but
+		 * base64 ones have '+' */
+		for (char *p = out; (p = strchr(p, ' '));)
+			*p = '+';
 		*from_url = true;
 		return true;
 	}
-	n = lws_hdr_copy(wsi, buf, (int)sizeof(buf), WSI_TOKEN_HTTP_COOKIE);
-	if (n > 0) {
-		for (char *p = buf; p && *p;) {
-			char *end = strchr(p, ';');
+	/* each Cookie header whole, however long: the other cookies of the host (of any of its
+	 * ports) come along */
+	for (int f = 0; (n = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_COOKIE, f)) > 0; f++) {
+		char *c = malloc((size_t)n + 1);
+		bool found = c &&
+		             lws_hdr_copy_fragment(wsi, c, n + 1, WSI_TOKEN_HTTP_COOKIE, f) >= 0 &&
+		             cookie_token(c, out, len);
 
-			while (*p == ' ')
-				p++;
-			if (!strncmp(p, VW_COOKIE "=", sizeof(VW_COOKIE))) {
-				size_t l = end ? (size_t)(end - p) : strlen(p);
-
-				l -= sizeof(VW_COOKIE);
-				snprintf(out, len, "%.*s", (int)l, p + sizeof(VW_COOKIE));
-				return true;
-			}
-			p = end ? end + 1 : NULL;
-		}
+		free(c);
+		if (found)
+			return true;
 	}
 	n = lws_hdr_copy(wsi, buf, (int)sizeof(buf), WSI_TOKEN_HTTP_AUTHORIZATION);
 	if (n > 7 && !strncasecmp(buf, "Bearer ", 7)) {
@@ -488,25 +507,27 @@ static void on_control_reply(void *ctx, uint64_t cookie, bool ok, const char *er
 	struct vw_session *s;
 	struct json_object *o, *id, *r;
 
-	for (int i = 0; i < VW_CTL_COOKIES; i++)
+	for (unsigned i = 0; i < sv->ncookies; i++)
 		if (sv->cookies[i].cookie == cookie)
 			ck = &sv->cookies[i];
 	if (!ck)
 		return;
 	ck->cookie = 0;
+	id = ck->client_id;
+	ck->client_id = NULL;
 	s = session_by_uid(sv, ck->session);
 	if (!error)
 		error = "";
 	if (!ok)
 		vw_log("control: %s", error);
-	if (!s)
+	if (!s) {
+		json_object_put(id);
 		return;
+	}
 	s->pending--; /* its slot becomes the reply's */
 	o = json_object_new_object();
 	json_object_object_add(o, "type", json_object_new_string("reply"));
-	id = json_tokener_parse(ck->client_id);
-	if (id || !strcmp(ck->client_id, "null"))
-		json_object_object_add(o, "id", id);
+	json_object_object_add(o, "id", id); /* null when the request had none */
 	json_object_object_add(o, "ok", json_object_new_boolean(ok));
 	if (!ok)
 		json_object_object_add(o, "error", json_object_new_string(error));
@@ -531,17 +552,10 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
                     const char *op, const char *field, struct json_object *value)
 {
 	struct vw_cookie *ck = NULL;
-	const char *idtext =
-	        id ? json_object_to_json_string_ext(id, JSON_C_TO_STRING_PLAIN) : "null";
 	struct json_object *req;
 	int rc;
 
-	if (strlen(idtext) >= sizeof(ck->client_id)) {
-		session_error(sv, s, NULL, "id: too long (at most %zu bytes of JSON)",
-		              sizeof(ck->client_id) - 1);
-		return;
-	}
-	for (int i = 0; i < VW_CTL_COOKIES && !ck; i++)
+	for (unsigned i = 0; i < sv->ncookies && !ck; i++)
 		if (!sv->cookies[i].cookie)
 			ck = &sv->cookies[i];
 	if (!ck) {
@@ -569,7 +583,7 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	ck->cookie = sv->next_cookie;
 	ck->session = s->uid;
 	s->pending++;
-	snprintf(ck->client_id, sizeof(ck->client_id), "%s", idtext);
+	ck->client_id = json_object_get(id);
 	if (!sv->ctl_polling) {
 		sv->ctl_polling = true;
 		lws_sul_schedule(sv->ctx, 0, &sv->sul_ctl, ctl_poll_cb, 2 * LWS_US_PER_MS);
@@ -932,6 +946,16 @@ static void session_close(struct vw_server *sv, struct vw_session *s)
 			sv->nsessions--;
 			break;
 		}
+	/* its requests at volrecd: their slots are free for the browsers that remain */
+	for (unsigned i = 0; i < sv->ncookies; i++) {
+		struct vw_cookie *ck = &sv->cookies[i];
+
+		if (ck->cookie && ck->session == s->uid) {
+			vw_control_cancel(sv->ctl, ck->cookie);
+			json_object_put(ck->client_id);
+			memset(ck, 0, sizeof(*ck));
+		}
+	}
 	while (s->qlen)
 		queue_pop(s);
 	free(s->rx);
@@ -1063,7 +1087,13 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 		rc = rc ? rc : -ENOENT;
 		goto out_free;
 	}
-	rc = vw_control_open(o->ctl_endpoint, 3.0, &sv->ctl);
+	sv->ncookies = o->max_sessions * VW_INFLIGHT;
+	sv->cookies = calloc(sv->ncookies, sizeof(*sv->cookies));
+	if (!sv->cookies) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	rc = vw_control_open(o->ctl_endpoint, 3.0, sv->ncookies, &sv->ctl);
 	if (rc) {
 		vw_log("control socket %s: %s", o->ctl_endpoint, strerror(-rc));
 		goto out_free;
@@ -1108,6 +1138,7 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 out_control:
 	vw_control_close(sv->ctl);
 out_free:
+	free(sv->cookies);
 	free(sv);
 	return rc;
 }
@@ -1148,5 +1179,8 @@ void vw_server_destroy(struct vw_server *s)
 		vw_frame_free(s->frame[k]);
 	for (unsigned t = 0; t < VW_TEXTS; t++)
 		text_free(&s->text[t]);
+	for (unsigned i = 0; i < s->ncookies; i++)
+		json_object_put(s->cookies[i].client_id);
+	free(s->cookies);
 	free(s);
 }

@@ -368,6 +368,44 @@ def test_beyond_loopback_needs_tls_and_tokens(browser, build_dir, bin_dir, tls):
         pub.close()
 
 
+def test_tokens_pass_in_base64_and_beside_other_cookies(build_dir, bin_dir, tls):
+    """A token made by `openssl rand -base64` (with '+', '/' and '=') works in the address as
+    the page is opened (?token=...), and the cookie it becomes is found beside other cookies of
+    the same host (cookies are per host, not per port: other services' come along), however
+    long the Cookie header; the upgrade to a WebSocket takes it the same way."""
+    cert, key, _ = tls
+    tokens = tls[2].parent / "b64-tokens"
+    view_token, control_token = "xY9/0+kQ2w/T+vR4jL8mN0pZ", "q8+Jz/3kAbc0123+456=="
+    tokens.write_text(f"view: {view_token}\ncontrol: {control_token}\n")
+    tokens.chmod(0o600)
+    pub = DaemonPublisher(build_dir)
+    try:
+        pub.start()
+        view = Viewer(bin_dir, pub, "--cert", str(cert), "--key", str(key), "--token-file",
+                      str(tokens), listen="0.0.0.0:0")
+        try:
+            for token in (view_token, control_token):
+                status, headers, _ = https(view.port, f"/?token={token}")
+                assert status == 200, (token, status)
+                assert f"volrec_token={token};" in headers["set-cookie"], headers
+            other = "session=" + "s" * 2000 + "; theme=dark"
+            upgrade = {"Upgrade": "websocket", "Connection": "Upgrade",
+                       "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+                       "Sec-WebSocket-Version": "13", "Sec-WebSocket-Protocol": "volrec-view"}
+            for cookie in (f"{other}; volrec_token={control_token}",
+                           f"volrec_token={view_token}; {other}"):
+                status, _, body = https(view.port, "/view.js", {"Cookie": cookie})
+                assert status == 200 and body, (cookie[-60:], status)
+                status, _, _ = https(view.port, "/ws", {"Cookie": cookie, **upgrade})
+                assert status == 101, (cookie[-60:], status)
+            wrong = f"{other}; volrec_token=wrong-{view_token}"
+            assert https(view.port, "/view.js", {"Cookie": wrong})[0] == 401
+        finally:
+            view.close()
+    finally:
+        pub.close()
+
+
 def test_loopback_without_tokens_refuses_foreign_hosts_and_origins(live):
     pub, rec, view = live
     c = http.client.HTTPConnection("127.0.0.1", view.port, timeout=10)
@@ -462,6 +500,22 @@ def test_errors_are_valid_utf8_cut_at_a_character(sock):
     assert sock.reply("alive")["type"] == "pong"
 
 
+def test_a_browsers_text_is_one_line_of_the_log(served, sock):
+    """What a browser sent and the viewer logs (an unknown type, a key the daemon's error
+    quotes) stays on its own line: a newline in it cannot start a line of the log that seems to
+    be the viewer's own."""
+    forged = "12:00:00.000 volrec view: browser 99 connected from"
+    sock.send(json.dumps({"type": f"x\n{forged}", "id": "nl"}))
+    e = sock.reply("nl")
+    assert e["type"] == "error" and f"'x\n{forged}" in e["error"], e  # the browser's own text
+    sock.send(json.dumps({"type": "set", "values": {f"view.\r\n{forged}\t": 1}, "id": "key"}))
+    r = sock.reply("key")
+    assert r["type"] == "reply" and not r["ok"], r
+    log = served[1].log_text()
+    assert f"unknown type 'x {forged}" in log, log[-2000:]
+    assert f"\n{forged}" not in log and "\r" not in log and "\t" not in log, log[-2000:]
+
+
 def test_text_that_is_not_utf8_is_refused_with_the_requests_id(sock):
     """Text that is not UTF-8 never reaches the daemon (whose error could not say whose request
     it was, leaving the browser to a false "did not answer" 3 s later): an error at once, with
@@ -501,7 +555,12 @@ def test_only_strict_json_is_taken(sock):
             ('{"type": "ping", "id": 1, "t": [1e999]}', "a number that is not finite"),
             ('[{"type": "ping", "id": 1}]', "a JSON array"),
             ("", "unexpected end of text"),
-            ('{"type": "ping", "id": ', "unexpected end of text")):
+            ('{"type": "ping", "id": ', "unexpected end of text"),
+            # json-c reads an unpaired UTF-16 surrogate as U+FFFD: the id would come back
+            # changed (JavaScript's JSON.stringify writes a lone surrogate as this escape)
+            ('{"type": "ping", "id": "\\ud800"}', "an unpaired surrogate \\ud800 at byte 24"),
+            ('{"type": "ping", "id": "x", "t": "\\udc00\\ud83d"}',
+             "an unpaired surrogate \\udc00 at byte 34")):
         sock.send(text)
         e = sock.message(lambda m: m["type"] in ("error", "pong"))
         assert e["type"] == "error" and "id" not in e, (text, e)
@@ -532,6 +591,16 @@ def test_ids_and_times_go_back_only_as_json_a_browser_reads(sock):
     sock.send('{"type": "get", "key": "view.slab", "id": -9007199254740992}')
     r = sock.reply(-9007199254740992)
     assert r["type"] == "reply" and r["ok"], r
+    # a surrogate pair is one character, and comes back as it was sent
+    sock.send('{"type": "ping", "id": "\\ud83d\\ude00", "t": "\\uD83D\\uDE00"}')
+    p = sock.reply("\U0001F600")
+    assert p["type"] == "pong" and p["t"] == "\U0001F600", p
+    # an id of any length that fits in a message comes back with the daemon's reply
+    for n in (96, 3000):
+        long_id = "i" * n
+        sock.send(json.dumps({"type": "get", "key": "view.slab", "id": long_id}))
+        r = sock.reply(long_id)
+        assert r["type"] == "reply" and r["ok"], r
 
 
 def test_websocket_needs_its_path_and_subprotocol(served, bin_dir):
@@ -609,6 +678,40 @@ def test_requests_beyond_eight_in_flight_are_refused_at_once(served, sock):
     for i in range(8):
         r = sock.reply(f"held{i}")
         assert r["type"] == "reply", r
+
+
+def test_browsers_within_their_eight_are_never_refused_for_each_other(served, sock):
+    """Every browser may have its eight requests in flight at once: twelve browsers sending
+    eight each get 96 replies, and the requests of a browser that left while volrecd had not
+    answered them (stopped here) do not take the places of those that remain."""
+    pub, view = served
+    socks = [RawSocket(view.port) for _ in range(12)]
+    try:
+        for ws in socks:
+            ws.message(lambda m: m["type"] == "hello")
+        for ws in socks:
+            ws.send(*(json.dumps({"type": "get", "key": "view.slab", "id": i}) for i in range(8)))
+        for ws in socks:
+            for i in range(8):
+                r = ws.reply(i)
+                assert r["type"] == "reply" and r["ok"], r
+    finally:
+        for ws in socks:
+            ws.close()
+    pub.proc.send_signal(signal.SIGSTOP)
+    try:
+        for k in range(20):  # 160 requests left behind, more than all sixteen browsers' places
+            ws = RawSocket(view.port)
+            ws.message(lambda m: m["type"] == "hello")
+            ws.send(*(json.dumps({"type": "get", "key": "view.slab", "id": i}) for i in range(8)))
+            time.sleep(0.02)  # read by the viewer before the close
+            ws.close()
+        sock.send(json.dumps({"type": "get", "key": "view.slab", "id": "stays"}))
+        time.sleep(0.5)
+    finally:
+        pub.proc.send_signal(signal.SIGCONT)
+    r = sock.reply("stays")
+    assert r["type"] == "reply" and r["ok"], r
 
 
 def test_a_set_the_daemon_reads_too_late_is_refused_and_said_not_applied(served, sock):

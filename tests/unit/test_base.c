@@ -295,6 +295,25 @@ static void test_json_refuses_duplicate_keys_and_nul_in_strings(void **state)
 	assert_non_null(strstr(err, "unexpected end of data at byte 8"));
 }
 
+static void test_json_refuses_unpaired_surrogate_escapes(void **state)
+{
+	(void)state;
+	/* a pair is one character (U+1F600), in either case */
+	assert_json("{\"a\":\"\\ud83d\\ude00\"}", NULL);
+	assert_json("{\"a\":[\"x\\uD83D\\uDE00y\"]}", NULL);
+	assert_json("{\"a\":\"\\ufffd\\ud7ff\\ue000\"}", NULL);
+	/* an escaped backslash before a 'u' is no escape */
+	assert_json("{\"a\":\"\\\\ud800\"}", NULL);
+	/* json-c would read each of these as U+FFFD: the string would not be the one sent */
+	assert_json("{\"a\":\"\\ud800\"}", "the string at byte 5 holds an unpaired surrogate "
+	                                   "\\ud800 at byte 6");
+	assert_json("{\"a\":\"x\\uDC00\\ud83d\"}", "unpaired surrogate \\uDC00 at byte 7");
+	assert_json("{\"a\":\"\\ud83d\\u0041\"}", "unpaired surrogate \\ud83d at byte 6");
+	assert_json("{\"a\":\"\\ud83d\\ud83d\\ude00\"}", "unpaired surrogate \\ud83d at byte 6");
+	assert_json("{\"a\":\"\\ud83d\\n\"}", "unpaired surrogate \\ud83d at byte 6");
+	assert_json("{\"\\udfff\":1}", "the key at byte 1 holds an unpaired surrogate \\udfff");
+}
+
 VR_TEST_GROUP(base)
 {
 	const struct CMUnitTest tests[] = {
@@ -305,6 +324,7 @@ VR_TEST_GROUP(base)
 	        cmocka_unit_test(test_utf8_sanitize_replaces_bad_bytes),
 	        cmocka_unit_test(test_json_is_one_strict_object),
 	        cmocka_unit_test(test_json_refuses_duplicate_keys_and_nul_in_strings),
+	        cmocka_unit_test(test_json_refuses_unpaired_surrogate_escapes),
 	        cmocka_unit_test(test_scan_offset_rasters_over_the_strides),
 	        cmocka_unit_test(test_option_values_are_strict),
 	        cmocka_unit_test(test_ordinal_lists),
