@@ -321,9 +321,12 @@ static enum vw_access access_of(struct vw_server *sv, struct lws *wsi, bool webs
 	if (lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HOST) <= 0 &&
 	    lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HTTP_COLON_AUTHORITY) <= 0)
 		host[0] = 0;
-	if (websocket && lws_hdr_copy(wsi, origin, (int)sizeof(origin), WSI_TOKEN_ORIGIN) > 0) {
+	if (websocket && lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) > 0) {
 		char hh[256];
 
+		/* longer than any origin a browser sends: not the viewer's own */
+		if (lws_hdr_copy(wsi, origin, (int)sizeof(origin), WSI_TOKEN_ORIGIN) <= 0)
+			return VW_DENIED;
 		host_part(origin, oh, sizeof(oh));
 		host_part(host, hh, sizeof(hh));
 		if (strcmp(oh, hh))

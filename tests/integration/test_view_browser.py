@@ -422,6 +422,12 @@ def test_loopback_without_tokens_refuses_foreign_hosts_and_origins(live):
     r = c.getresponse()
     assert r.status == 401
     c.close()
+    # an Origin too long to copy skipped the check: refused as not the viewer's own
+    long_origin = "http://127.0.0.1:%d/" % view.port + "a" * 600
+    assert http_status(view.port, "/ws", {
+        "Upgrade": "websocket", "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13",
+        "Sec-WebSocket-Protocol": "volrec-view", "Origin": long_origin}) == 401
     c = http.client.HTTPConnection("127.0.0.1", view.port, timeout=10)
     c.request("GET", "/../../etc/passwd")
     r = c.getresponse()
