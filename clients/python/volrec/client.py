@@ -254,7 +254,10 @@ class Client:
                                 (h["ny"], h["nx"], h["nz"]))
                      if h["views_bytes"] and sh["flags"] & FLAG_VIEWS else Views({}))
         except ProtocolError:
+            overwritten = s.slot_seq(slot) != 2 * seq
             s.unlease()  # the volume is not handed out: its slot is not held either
+            if overwritten:
+                return None  # the writer was rewriting the views: a volume missed, not malformed
             raise
         arr.__dict__.update(views=views)
         arr.__dict__.update(sequence=seq, slot=slot, session_id=s.id,
