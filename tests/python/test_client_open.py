@@ -470,3 +470,21 @@ def test_a_client_dropped_without_close_gives_back_its_reader_entry(instance):
         del c
     with volrec.Client(instance, run_dir="/nonexistent") as c:
         assert c.session_id
+
+
+def test_a_volume_held_when_its_client_is_closed_says_so(instance):
+    """Closing the client while a volume is held used to make check() report a torn read and
+    latest() report Busy; the volume can no longer be checked, and the client is closed."""
+    publish_with_views(instance, random.getrandbits(63) | 1)
+    c = volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0)
+    lease = c.latest()
+    c.close()
+    for call in (lease.check, c.latest, lambda: c.next_message(0)):
+        with pytest.raises(volrec.VolrecError, match="is closed") as e:
+            call()
+        assert type(e.value) is volrec.VolrecError
+    with pytest.raises(volrec.VolrecError, match="closed while volume 1 was held"):
+        with lease:
+            pass
+    lease.release()  # released: nothing more to say
+    c.close()
