@@ -414,3 +414,77 @@ def test_a_picture_that_does_not_fit_its_volume_is_a_protocol_error(instance, br
         lease = proto.LEASE_HEADER.size + proto.LEASE_ENTRY.offset["slot"]
         slot = struct.unpack_from("<I", shm(instance, ".readers").read_bytes(), lease)[0]
         assert slot == proto.SLOT_NONE, "slot %d left leased" % slot
+
+
+def test_views_being_rewritten_while_leased_are_a_missed_volume_not_a_protocol_error(
+        instance, monkeypatch):
+    """The writer clears a slot's views area before it describes the new pictures; a reader
+    that leased the slot just before the writer took it reads that as a malformed area. The
+    sequence tells: the volume was overwritten, which is a miss (or the next volume), never a
+    ProtocolError."""
+    session = random.getrandbits(63) | 1
+    publish_with_views(instance, session)
+    data = shm(instance)
+    views_bytes = proto.VIEWS_DATA_OFFSET + 64 * len(proto.IMAGE_KINDS)
+    area0 = MIB2 + VIEWS_OFFSET
+    good = data.read_bytes()[area0:area0 + views_bytes]
+    original = volrec.client.read_views
+    calls = []
+
+    def writer_takes_slot_0(*args, **kw):
+        if not calls:  # volume 2 goes to slot 1; slot 0 is being rewritten, its views cleared
+            write_at(data, MIB2 + MIB2 + VIEWS_OFFSET, good)
+            write_at(data, proto.SHM_HEADER.size + proto.SLOT_HEADER.size,
+                     proto.SLOT_HEADER.pack(sequence=4, volume_id=2, flags=proto.FLAG_VIEWS))
+            write_at(data, 0, header(session, views_offset=VIEWS_OFFSET, views_bytes=views_bytes,
+                                     latest_sequence=2, latest_slot=1))
+            write_at(data, proto.SHM_HEADER.size, proto.SLOT_HEADER.pack(sequence=5))
+            write_at(data, area0, bytes(proto.VIEWS_DATA_OFFSET))
+        calls.append(args)
+        return original(*args, **kw)
+
+    monkeypatch.setattr(volrec.client, "read_views", writer_takes_slot_0)
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        with c.latest() as vol:
+            assert (vol.sequence, vol.slot, vol.volume_id) == (2, 1, 2)
+            assert sorted(vol.views) == sorted(proto.IMAGE_KINDS)
+        assert len(calls) == 2 and c.rejected == 0
+
+
+def test_an_endpoint_list_that_is_not_text_is_a_protocol_error(instance):
+    session = random.getrandbits(63) | 1
+    create(instance, "live", session)
+    table_end = proto.SHM_HEADER.size + SLOTS * proto.SLOT_HEADER.size
+    write_at(shm(instance), (table_end + 63) // 64 * 64, b"ipc://\xff\xfe/x.pub\0")
+    with pytest.raises(volrec.ProtocolError, match="endpoint list"):
+        volrec.Client(instance, run_dir="/nonexistent")
+
+
+def test_a_client_dropped_without_close_gives_back_its_reader_entry(instance):
+    """Each Client holds one of the ipc.max_readers entries (READERS here); one that is
+    dropped without close() used to keep it, and the slot it leased, until the process
+    exited, so a loop opening clients ran out of entries."""
+    create(instance, "live", random.getrandbits(63) | 1)
+    for _ in range(3 * READERS):
+        c = volrec.Client(instance, run_dir="/nonexistent")
+        del c
+    with volrec.Client(instance, run_dir="/nonexistent") as c:
+        assert c.session_id
+
+
+def test_a_volume_held_when_its_client_is_closed_says_so(instance):
+    """Closing the client while a volume is held used to make check() report a torn read and
+    latest() report Busy; the volume can no longer be checked, and the client is closed."""
+    publish_with_views(instance, random.getrandbits(63) | 1)
+    c = volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0)
+    lease = c.latest()
+    c.close()
+    for call in (lease.check, c.latest, lambda: c.next_message(0)):
+        with pytest.raises(volrec.VolrecError, match="is closed") as e:
+            call()
+        assert type(e.value) is volrec.VolrecError
+    with pytest.raises(volrec.VolrecError, match="closed while volume 1 was held"):
+        with lease:
+            pass
+    lease.release()  # released: nothing more to say
+    c.close()

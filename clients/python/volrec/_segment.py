@@ -105,6 +105,7 @@ class Session:
     u64: memoryview
     h: Dict[str, int]  # its header as read at open (the atomic fields: below)
     id: int  # its session id
+    _endpoints: List[str]  # the endpoint list, read at open
     lmap: mmap.mmap  # the lease table, read-write
     l32: memoryview
     l64: memoryview
@@ -135,6 +136,7 @@ class Session:
             self.h = SHM_HEADER.unpack(self.map)
             validate_header(self.h, size, state, self.data_name)
             self.id = self.h["session_id"]
+            self._endpoints = self._read_endpoints()
             self.check_writer()
             self._open_leases()
         except BaseException:
@@ -180,11 +182,18 @@ class Session:
                                   h["slot_table_offset"] + slot * h["slot_header_size"])
 
     def endpoints(self) -> List[str]:
+        return list(self._endpoints)
+
+    def _read_endpoints(self) -> List[str]:
         h = self.h
         if not h["endpoints_size"]:
             return []
         raw = bytes(self.map[h["endpoints_offset"]:h["endpoints_offset"] + h["endpoints_size"]])
-        return [e.decode() for e in raw.split(b"\0") if e]
+        try:
+            return [e.decode() for e in raw.split(b"\0") if e]
+        except UnicodeDecodeError as e:
+            raise ProtocolError("data segment %s has a malformed endpoint list (%s)"
+                                % (self.data_name, e.reason)) from None
 
     # -- the lease table
     def _open_leases(self) -> None:
@@ -257,6 +266,11 @@ class Session:
         if self.entry is not None:
             self._store32("slot", SLOT_NONE)
             self._store64("sequence", 0)
+
+    def __del__(self) -> None:
+        # a Client dropped without close() must not keep its reader entry (and the slot it
+        # leased) until the process exits: the table has ipc.max_readers entries
+        self.close()
 
     def close(self) -> None:
         """Leave the lease table and unmap; accepts a half-built session."""

@@ -82,13 +82,19 @@ class Lease:
         return self.array
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        torn = not self._client._release(self.array)
+        try:
+            torn = not self._client._release(self.array)
+        except VolrecError:
+            if exc_type is None:
+                raise
+            return
         if torn and exc_type is None:
             raise TornRead("torn read: volume %d in slot %d was overwritten while held"
                            % (self.array.sequence, self.array.slot))
 
     def check(self) -> None:
         """Raise TornRead if the volume has been overwritten since it was leased."""
+        self._client._session()  # VolrecError once the client is closed: nothing to check
         if not self._client._intact(self.array):
             raise TornRead("torn read: volume %d in slot %d was overwritten"
                            % (self.array.sequence, self.array.slot))
@@ -254,7 +260,10 @@ class Client:
                                 (h["ny"], h["nx"], h["nz"]))
                      if h["views_bytes"] and sh["flags"] & FLAG_VIEWS else Views({}))
         except ProtocolError:
+            overwritten = s.slot_seq(slot) != 2 * seq
             s.unlease()  # the volume is not handed out: its slot is not held either
+            if overwritten:
+                return None  # the writer was rewriting the views: a volume missed, not malformed
             raise
         arr.__dict__.update(views=views)
         arr.__dict__.update(sequence=seq, slot=slot, session_id=s.id,
@@ -274,6 +283,11 @@ class Client:
     def _release(self, arr: VolumeArray) -> bool:
         if self._held is not arr:
             return True
+        if self._s is None:
+            self._held = None
+            raise VolrecError("the client of instance '%s' was closed while volume %d was "
+                              "held: what was read cannot be checked" % (self.instance,
+                                                                         arr.sequence))
         ok = self._intact(arr)
         self._session().unlease()
         self._held = None
@@ -295,11 +309,12 @@ class Client:
         manager giving the VolumeArray, or ("status"|"event", json_text). Raises Timeout,
         ProtocolError (a malformed message was dropped), Busy."""
         timeout = _seconds("timeout", timeout)
+        sub = self._socket()
+        s = self._session()
         if self._held is not None:
             raise Busy("a volume is still held; leave its with block first")
         deadline = None if timeout is None else time.monotonic() + timeout
-        sub = self._socket()
-        self._session().heartbeat()
+        s.heartbeat()
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not sub.poll(None if left is None else int(left * 1000)):
@@ -371,6 +386,7 @@ class Client:
         """Lease the newest published volume from the segment header, without a message.
         Raises BlockingIOError (EAGAIN) when none is available yet, StaleSegment when the
         daemon that published into the segment died or stopped (and no new one replaced it)."""
+        self._session()  # VolrecError once closed
         if self._held is not None:
             raise Busy("a volume is still held; leave its with block first")
         if self._session_changed():
