@@ -345,7 +345,7 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 				n++;
 				r->missed += v->missed;
 			}
-			if (volrec_view_release(cl, &m.view) == -VOLREC_ETORN)
+			if (volrec_view_release(cl, &m.view) == VOLREC_ETORN)
 				r->torn++;
 		}
 	}

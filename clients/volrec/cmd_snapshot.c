@@ -364,11 +364,11 @@ static int grab_latest(struct volrec_client *c, double deadline, struct picture 
 				rc = picture_from_view(&img, &pics[k]);
 			}
 		}
-		if (rc) {
-			volrec_view_release(c, &v);
-			return rc;
-		}
-		if (volrec_view_release(c, &v) == 0) {
+		/* an error read from a slot overwritten meanwhile (the daemon clears its views area
+		 * first) is the torn read's, not the volume's: take the next one */
+		if (volrec_view_release(c, &v) != VOLREC_ETORN) {
+			if (rc)
+				return rc;
 			*meta = v;
 			meta->data = NULL;
 			return 0;
@@ -377,6 +377,8 @@ static int grab_latest(struct volrec_client *c, double deadline, struct picture 
 			free(pics[k].v);
 			pics[k].v = NULL;
 		}
+		if (vr_mono_s() > deadline || tool_interrupted())
+			return -ETIMEDOUT;
 	}
 }
 

@@ -13,6 +13,7 @@
 #ifndef VOLREC_CLIENT_H
 #define VOLREC_CLIENT_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,8 +23,9 @@ extern "C" {
 
 struct volrec_client;
 
-/* A torn read: the volume was overwritten while (or before) it was read. */
-#define VOLREC_ETORN ESTALE
+/* A torn read: the volume was overwritten while (or before) it was read. The value the calls
+ * return for it (volrec_view_check, volrec_view_release): compare with ==. */
+#define VOLREC_ETORN (-ESTALE)
 
 /* One published volume, as leased to the caller. All fields are copies except data. */
 struct volrec_view {
