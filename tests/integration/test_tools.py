@@ -1382,3 +1382,87 @@ def test_stop_as_another_user_is_permission_denied(daemon):
     assert r.returncode == 7, (r.returncode, r.stderr)
     assert "permission denied" in r.stderr.lower()
     assert daemon.proc.poll() is None
+
+
+SLOW_COPY_C = r"""
+/* The recorder's first copies of a whole volume wait VR_SLOW_MS first, holding the volume's
+ * lease: the daemon overwrites it meanwhile when its other slot is leased too. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void *(*real)(void *, const void *, size_t);
+static atomic_int left = -1;
+static size_t size;
+
+__attribute__((constructor)) static void init(void)
+{
+    real = (void *(*)(void *, const void *, size_t))dlsym(RTLD_NEXT, "memcpy");
+    size = (size_t)atol(getenv("VR_SLOW_BYTES") ? getenv("VR_SLOW_BYTES") : "0");
+    atomic_store(&left, atoi(getenv("VR_SLOW_COPIES") ? getenv("VR_SLOW_COPIES") : "0"));
+}
+
+void *memcpy(void *d, const void *s, size_t n)
+{
+    if (!real) { /* before init: byte by byte (built without optimization) */
+        for (size_t i = 0; i < n; i++)
+            ((volatile char *)d)[i] = ((const char *)s)[i];
+        return d;
+    }
+    if (n == size && atomic_fetch_sub(&left, 1) > 0) {
+        const char *ms = getenv("VR_SLOW_MS");
+        usleep(1000u * (unsigned)atoi(ms ? ms : "0"));
+    }
+    return real(d, s, n);
+}
+"""
+
+
+@pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") in ("address", "thread"),
+                    reason="the sanitizer's runtime, not the preloaded library, has memcpy")
+def test_record_lists_a_volume_overwritten_while_it_copied_it_as_torn(bin_dir, tmp_path):
+    """The daemon has 2 slots; a reader keeps leasing the newest volume while the recorder's
+    first copy of a volume waits 1 s holding its lease: both slots leased, the daemon
+    overwrites the older one, the recorder's. record compared volrec_view_release's -ESTALE
+    with VOLREC_ETORN, which was +ESTALE, and wrote the torn volume as a good one; it must go
+    into /missed as torn (reason 2) and no row of /volumes may be it."""
+    so, src = tmp_path / "slow.so", tmp_path / "slow.c"
+    src.write_text(SLOW_COPY_C)
+    r = subprocess.run(["cc", "-O0", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    d = Daemon(bin_dir, slots=2)
+    stop = threading.Event()
+
+    def hold_newest():
+        c = volrec.Client(d.instance, run_dir=str(d.run_dir))
+        try:
+            while not stop.is_set():
+                try:
+                    with c.latest():
+                        stop.wait(0.05)
+                except (volrec.VolrecError, BlockingIOError):
+                    stop.wait(0.01)
+        finally:
+            c.close()
+
+    holder = threading.Thread(target=hold_newest)
+    holder.start()
+    try:
+        out = tmp_path / "rec.h5"
+        env = dict(os.environ, LD_PRELOAD=str(so), VR_SLOW_BYTES=str(VOLUME_BYTES),
+                   VR_SLOW_COPIES="1", VR_SLOW_MS="1000")
+        r = d.volrec("record", "-o", str(out), "-n", "3", env=env)
+        assert r.returncode == 4, (r.returncode, r.stderr)
+        assert "torn: overwritten while being copied" in r.stderr, r.stderr
+        with h5py.File(out, "r") as f:
+            torn = [m for m in f["missed"][:] if m["reason"] == 2]
+            assert len(torn) == 1, f["missed"][:]
+            assert torn[0]["first"] not in set(f["sequence"][:]), (torn, f["sequence"][:])
+            assert f["volumes"].shape[0] == 3
+    finally:
+        stop.set()
+        holder.join()
+        d.close()
