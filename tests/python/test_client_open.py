@@ -472,6 +472,21 @@ def test_a_client_dropped_without_close_gives_back_its_reader_entry(instance):
         assert c.session_id
 
 
+def test_a_full_reader_table_is_readers_full(instance):
+    """libvolrec says -EUSERS; the package raised its base class, which a caller cannot tell
+    from the others."""
+    create(instance, "live", random.getrandbits(63) | 1)
+    clients = [volrec.Client(instance, run_dir="/nonexistent") for _ in range(READERS)]
+    try:
+        with pytest.raises(volrec.ReadersFull, match=f"all {READERS} reader entries"):
+            volrec.Client(instance, run_dir="/nonexistent")
+    finally:
+        for c in clients:
+            c.close()
+    with volrec.Client(instance, run_dir="/nonexistent") as c:  # one given back: open again
+        assert c.session_id
+
+
 def test_a_volume_held_when_its_client_is_closed_says_so(instance):
     """Closing the client while a volume is held used to make check() report a torn read and
     latest() report Busy; the volume can no longer be checked, and the client is closed."""

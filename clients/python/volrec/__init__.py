@@ -20,13 +20,13 @@ from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_DROPPED_BEFORE, FLAG_RESET
                         decode_vol)
 from .client import Client, Lease, VolumeArray
 from .views import ImageArray, Views
-from .errors import (Busy, NoDaemon, NotReady, ProtocolError, StaleSegment, Timeout, TornRead,
-                     VolrecError)
+from .errors import (Busy, NoDaemon, NotReady, ProtocolError, ReadersFull, StaleSegment, Timeout,
+                     TornRead, VolrecError)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "VolumeArray", "Lease", "ImageArray", "Views", "VolrecError", "NoDaemon", "StaleSegment", "NotReady",
-    "ProtocolError", "TornRead", "Timeout", "Busy", "PROTO_MAJOR", "PROTO_MINOR", "decode_vol",
+    "ProtocolError", "TornRead", "Timeout", "Busy", "ReadersFull", "PROTO_MAJOR", "PROTO_MINOR", "decode_vol",
 ]
 

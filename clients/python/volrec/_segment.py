@@ -16,7 +16,7 @@ from ._protocol import (DTYPES, LEASE_ENTRY, LEASE_HEADER, LEASE_MAGIC, MAX_READ
                         PROTO_MAJOR, SHM_HEADER, SHM_LEASE_SUFFIX, SHM_MAGIC, SHM_PREFIX,
                         SLOT_ALIGN, SLOT_HEADER, SLOT_NONE, STATE_CLOSED, STATE_INIT,
                         STATE_LIVE, VIEWS_DATA_OFFSET)
-from .errors import NoDaemon, NotReady, ProtocolError, StaleSegment, VolrecError
+from .errors import NoDaemon, NotReady, ProtocolError, ReadersFull, StaleSegment, VolrecError
 
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory objects
 
@@ -240,7 +240,7 @@ class Session:
             self._store64("heartbeat_ns", time.monotonic_ns())
             self._store32("pid", os.getpid())  # last: the entry is ours
             return
-        raise VolrecError("all %d reader entries of %s are taken (ipc.max_readers)"
+        raise ReadersFull("all %d reader entries of %s are taken (ipc.max_readers)"
                           % (count, name))
 
     def _store32(self, field: str, value: int) -> None:

@@ -4,7 +4,7 @@
 
 __all__ = [
     "VolrecError", "NoDaemon", "StaleSegment", "NotReady", "ProtocolError", "TornRead",
-    "Timeout", "Busy",
+    "Timeout", "Busy", "ReadersFull",
 ]
 
 
@@ -43,3 +43,8 @@ class Timeout(VolrecError, TimeoutError):
 class Busy(VolrecError):
     """A volume is still held by this client; release it (leave its with block) first
     (-EBUSY)."""
+
+
+class ReadersFull(VolrecError):
+    """Every reader entry of the instance's shared memory is taken: ipc.max_readers clients
+    are open (-EUSERS). Close one, or raise ipc.max_readers."""
