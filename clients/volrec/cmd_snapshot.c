@@ -402,6 +402,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	uint64_t scale = 0;
 	char err[TOOL_PATH_MAX + 256];
 	int opt, rc, status = VR_EXIT_FAIL;
+	bool made;
 
 	tool_target_init(&tg);
 	tg.timeout = 5;
@@ -450,16 +451,18 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	rc = tool_target_finish(&tg, "snapshot");
 	if (rc)
 		return rc;
-	if (mkdir(dir, 0777) < 0 && errno != EEXIST) {
+	/* first, so that a DIR that cannot be made says so before any wait */
+	made = mkdir(dir, 0777) == 0;
+	if (!made && errno != EEXIST) {
 		fprintf(stderr, "volrec snapshot: cannot create %s: %s\n", dir, strerror(errno));
 		return errno == EACCES || errno == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
 	}
-	rc = tool_daemon_require(&tg, "snapshot", &d);
-	if (rc)
-		return rc;
-	rc = tool_client_open(&tg, "snapshot", VOLREC_SUB_VOL, 0, &c);
-	if (rc)
-		return rc;
+	status = tool_daemon_require(&tg, "snapshot", &d);
+	if (status)
+		goto out;
+	status = tool_client_open(&tg, "snapshot", VOLREC_SUB_VOL, 0, &c);
+	if (status)
+		goto out;
 	tool_catch_signals();
 	rc = grab_latest(c, vr_mono_s() + tg.timeout, pics, &v);
 	volrec_client_close(c);
@@ -468,18 +471,21 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		        "volrec snapshot: volrecd (pid %d) of instance '%s' published no volume "
 		        "within %.1f s\n",
 		        d.pid, tg.instance, tg.timeout);
-		return tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
+		status = tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
+		goto out;
 	}
 	if (rc == -ENOENT) {
 		fprintf(stderr,
 		        "volrec snapshot: volrecd of instance '%s' publishes no views "
 		        "(view.enabled: false): the pictures are its views\n",
 		        tg.instance);
-		return VR_EXIT_FAIL;
+		status = VR_EXIT_FAIL;
+		goto out;
 	}
 	if (rc) {
 		fprintf(stderr, "volrec snapshot: cannot read a volume: %s\n", volrec_strerror(rc));
-		return tool_exit_for(rc);
+		status = tool_exit_for(rc);
+		goto out;
 	}
 
 	picture_names(pics, v.ny, v.nx, v.nz);
@@ -490,6 +496,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		pics[i].scale = scale ? (uint32_t)scale : auto_scale(pics[i].w, pics[i].h);
 		if (contrast(&pics[i], pct) || !(pix = render(&pics[i]))) {
 			fprintf(stderr, "volrec snapshot: out of memory\n");
+			status = VR_EXIT_FAIL;
 			goto out;
 		}
 		snprintf(path, sizeof(path), "%s/%s", dir, pics[i].file);
@@ -523,5 +530,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 out:
 	for (int i = 0; i < SNAP_PICTURES; i++)
 		free(pics[i].v);
+	if (status != VR_EXIT_OK && made)
+		rmdir(dir); /* the DIR this run made, when it stayed empty */
 	return status;
 }

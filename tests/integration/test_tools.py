@@ -986,6 +986,21 @@ def test_snapshot_output_errors_are_not_no_daemon(daemon, tmp_path):
     assert "Not a directory" in r.stderr and "no volrecd" not in r.stderr, r.stderr
 
 
+def test_snapshot_without_a_daemon_leaves_no_directory_behind(bin_dir, tmp_path):
+    # -o DIR is made first, so that an output error shows before any wait: a run that then
+    # found no daemon left the empty DIR behind
+    out = tmp_path / "shots"
+    r = subprocess.run([str(bin_dir / "volrec"), "snapshot", "-o", str(out), "-i", "nosuch",
+                        "-r", str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert not out.exists()
+    out.mkdir()  # a DIR that was there stays
+    r = subprocess.run([str(bin_dir / "volrec"), "snapshot", "-o", str(out), "-i", "nosuch",
+                        "-r", str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert out.is_dir()
+
+
 def test_record_refuses_to_replace_a_file(daemon, tmp_path):
     out = tmp_path / "exists.h5"
     out.write_bytes(b"precious")
