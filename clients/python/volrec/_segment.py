@@ -189,8 +189,12 @@ class Session:
         if not h["endpoints_size"]:
             return []
         raw = bytes(self.map[h["endpoints_offset"]:h["endpoints_offset"] + h["endpoints_size"]])
+        # as libvolrec reads it: NUL-terminated strings up to the first empty one; a last one
+        # without its NUL is not an endpoint
+        terminated = raw.split(b"\0")[:-1]
+        listed = terminated[:terminated.index(b"")] if b"" in terminated else terminated
         try:
-            return [e.decode() for e in raw.split(b"\0") if e]
+            return [e.decode() for e in listed]
         except UnicodeDecodeError as e:
             raise ProtocolError("data segment %s has a malformed endpoint list (%s)"
                                 % (self.data_name, e.reason)) from None
