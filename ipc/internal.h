@@ -1,17 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ipc_ private helpers shared by the writer and the client library: atomic access to the
- * protocol's shared fields, clocks, error formatting.
+ * protocol's shared fields and their layouts (clocks and error text: base/).
  */
 #ifndef VOLREC_IPC_INTERNAL_H
 #define VOLREC_IPC_INTERNAL_H
 
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "volrec/protocol.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the protocol is little-endian");
@@ -58,27 +57,6 @@ static inline void ipc_store32(uint32_t *p, uint32_t v, memory_order o)
 		(dst)->latency_ns = (src)->latency_ns;                                             \
 		(dst)->flags = (src)->flags;                                                       \
 	} while (0)
-
-static inline uint64_t ipc_now_ns(clockid_t clk)
-{
-	struct timespec ts;
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Write the message into err (NULL or errlen 0: none) and return code. */
-__attribute__((format(printf, 4, 5))) static inline int ipc_errf(char *err, size_t errlen, int code,
-                                                                 const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 static inline struct volrec_slot_header *ipc_slot_header(const void *map, uint32_t i)
 {

@@ -39,39 +39,39 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	/* Readiness first: the writer sizes the segment, fills the header, then stores the magic
 	 * (release) and later sets state live. Until then the segment is not ready, not wrong. */
 	if (size < sizeof(*h))
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, -EAGAIN,
 		        "data segment is %zu bytes, smaller than its header (256): not initialized "
 		        "yet",
 		        size);
 	magic = ipc_load64(&h->magic, memory_order_acquire);
 	if (!magic)
-		return ipc_errf(err, errlen, -EAGAIN,
-		                "data segment is not initialized yet (magic still 0)");
+		return vr_err(err, errlen, -EAGAIN,
+		              "data segment is not initialized yet (magic still 0)");
 	if (magic != VOLREC_SHM_MAGIC)
-		return ipc_errf(err, errlen, -EPROTO,
-		                "data segment has a bad magic 0x%016llx (not a volrec segment)",
-		                (unsigned long long)magic);
+		return vr_err(err, errlen, -EPROTO,
+		              "data segment has a bad magic 0x%016llx (not a volrec segment)",
+		              (unsigned long long)magic);
 	if (h->major != VOLREC_PROTO_MAJOR)
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, -EPROTO,
 		        "data segment speaks protocol version %u.%u; this client supports major "
 		        "version %d only",
 		        h->major, h->minor, VOLREC_PROTO_MAJOR);
 	if (ipc_load32(&h->state, memory_order_acquire) == VOLREC_STATE_INIT)
-		return ipc_errf(err, errlen, -EAGAIN, "data segment is still being created");
+		return vr_err(err, errlen, -EAGAIN, "data segment is still being created");
 	esz = volrec_dtype_size(h->dtype);
 	if (h->header_size < sizeof(*h) || h->header_size > h->data_offset)
-		return ipc_errf(err, errlen, -EPROTO, "data segment header_size %u is invalid",
-		                h->header_size);
+		return vr_err(err, errlen, -EPROTO, "data segment header_size %u is invalid",
+		              h->header_size);
 	if (!esz)
-		return ipc_errf(err, errlen, -EPROTO, "data segment has an unknown dtype %u",
-		                h->dtype);
+		return vr_err(err, errlen, -EPROTO, "data segment has an unknown dtype %u",
+		              h->dtype);
 	/* the product in 128 bits: a wrapped one let 2^22 x 2^21 x 2^21 pass as 0 bytes */
 	if (!h->ny || !h->nx || !h->nz || !h->slot_count || h->slot_count > VOLREC_MAX_SLOTS ||
 	    __builtin_mul_overflow((uint64_t)h->ny * h->nx, (uint64_t)h->nz * esz, &vbytes) ||
 	    h->volume_bytes != vbytes)
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, -EPROTO,
 		        "data segment geometry is inconsistent (%u x %u x %u, dtype %u, %u slots, "
 		        "%llu bytes per volume)",
@@ -88,7 +88,7 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	    h->slot_stride % VOLREC_SLOT_ALIGN || h->slot_stride < h->volume_bytes ||
 	    h->data_offset + (uint64_t)h->slot_count * h->slot_stride > h->segment_size ||
 	    h->segment_size > size)
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, -EPROTO,
 		        "data segment layout is inconsistent (slot table at %llu, data at %llu, "
 		        "stride %llu, segment %llu of %zu bytes mapped)",
@@ -98,8 +98,8 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	if (h->endpoints_size &&
 	    (h->endpoints_offset < table_end || h->endpoints_offset > h->data_offset ||
 	     h->endpoints_offset + h->endpoints_size > h->data_offset))
-		return ipc_errf(err, errlen, -EPROTO,
-		                "data segment endpoint list lies outside the header region");
+		return vr_err(err, errlen, -EPROTO,
+		              "data segment endpoint list lies outside the header region");
 	/* views (1.2): inside each slot, after the volume; bounded by the stride before summing;
 	 * at least the header and its descriptors, which a client reads before any size it finds
 	 * there (a smaller area let volrec_view_image read past it: tests/fuzz/fuzz_views) */
@@ -108,14 +108,14 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	     h->views_offset > h->slot_stride || h->views_bytes > h->slot_stride ||
 	     h->views_offset + h->views_bytes > h->slot_stride ||
 	     h->views_bytes < VOLREC_VIEWS_DATA_OFFSET))
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, -EPROTO,
 		        "data segment views area is inconsistent (offset %llu, %llu bytes, volume "
 		        "%llu bytes, stride %llu)",
 		        (unsigned long long)h->views_offset, (unsigned long long)h->views_bytes,
 		        (unsigned long long)h->volume_bytes, (unsigned long long)h->slot_stride);
 	if (!h->session_id)
-		return ipc_errf(err, errlen, -EPROTO, "data segment has a zero session id");
+		return vr_err(err, errlen, -EPROTO, "data segment has a zero session id");
 	return 0;
 }
 
@@ -160,29 +160,29 @@ int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, si
 	uint16_t major;
 
 	if (len < 12)
-		return ipc_errf(err, errlen, -EPROTO,
-		                "vol message of %zu bytes is too short (at least %d)", len,
-		                VOLREC_VOL_MSG_MIN);
+		return vr_err(err, errlen, -EPROTO,
+		              "vol message of %zu bytes is too short (at least %d)", len,
+		              VOLREC_VOL_MSG_MIN);
 	memcpy(&magic, buf, 4);
 	memcpy(&major, (const char *)buf + 4, 2);
 	memcpy(&size, (const char *)buf + 8, 4);
 	if (magic != VOLREC_VOL_MAGIC)
-		return ipc_errf(err, errlen, -EPROTO, "vol message has a bad magic 0x%08x", magic);
+		return vr_err(err, errlen, -EPROTO, "vol message has a bad magic 0x%08x", magic);
 	if (major != VOLREC_PROTO_MAJOR)
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, -EPROTO,
 		        "vol message speaks protocol major version %u; this client supports %d "
 		        "only",
 		        major, VOLREC_PROTO_MAJOR);
 	if (len < VOLREC_VOL_MSG_MIN || size < VOLREC_VOL_MSG_MIN || size != len)
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, -EPROTO,
 		        "vol message is malformed: %zu bytes received, size field %u (at least %d)",
 		        len, size, VOLREC_VOL_MSG_MIN);
 	memset(&t, 0, sizeof(t));
 	memcpy(&t, buf, len < sizeof(t) ? len : sizeof(t));
 	if (!volrec_dtype_size(t.dtype) || !t.ny || !t.nx || !t.nz || !t.sequence || !t.session_id)
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, -EPROTO,
 		        "vol message is malformed: sequence %llu, session %016llx, geometry %u x "
 		        "%u x %u, dtype %u",

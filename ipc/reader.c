@@ -60,7 +60,7 @@ struct volrec_client {
 
 static int64_t mono_ms(void)
 {
-	return (int64_t)(ipc_now_ns(CLOCK_MONOTONIC) / 1000000u);
+	return (int64_t)(vr_now_ns(CLOCK_MONOTONIC) / 1000000u);
 }
 
 __attribute__((format(printf, 3, 4))) static int cl_fail(struct volrec_client *c, int rc,
@@ -111,7 +111,7 @@ static int claim_entry(struct volrec_client *c, struct cl_session *s)
 		ipc_store32(&e->slot, VOLREC_SLOT_NONE, memory_order_seq_cst);
 		ipc_store64(&e->sequence, 0, memory_order_relaxed);
 		ipc_store64(&e->session_id, s->id, memory_order_relaxed);
-		ipc_store64(&e->heartbeat_ns, ipc_now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+		ipc_store64(&e->heartbeat_ns, vr_now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
 		ipc_store32(&e->pid, (uint32_t)getpid(), memory_order_seq_cst);
 		s->entry = e;
 		return 0;
@@ -474,7 +474,7 @@ static int lease_and_fill(struct volrec_client *c, uint32_t slot, uint64_t n, st
 		c->st.received++;
 		return 0;
 	}
-	ipc_store64(&e->heartbeat_ns, ipc_now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+	ipc_store64(&e->heartbeat_ns, vr_now_ns(CLOCK_MONOTONIC), memory_order_relaxed);
 	ipc_store64(&e->session_id, c->s.id, memory_order_relaxed);
 	ipc_store64(&e->sequence, n, memory_order_relaxed);
 	ipc_store32(&e->slot, slot, memory_order_seq_cst);
@@ -568,7 +568,7 @@ static int receive(struct volrec_client *c, int timeout_ms, struct volrec_messag
 	if (c->view_held)
 		return cl_fail(c, -EBUSY, "a view is still held; release it before the next one");
 	if (c->mapped && c->s.entry)
-		ipc_store64(&c->s.entry->heartbeat_ns, ipc_now_ns(CLOCK_MONOTONIC),
+		ipc_store64(&c->s.entry->heartbeat_ns, vr_now_ns(CLOCK_MONOTONIC),
 		            memory_order_relaxed);
 	for (;;) {
 		zmq_pollitem_t it = {.socket = c->sub, .events = ZMQ_POLLIN};

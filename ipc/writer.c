@@ -82,13 +82,13 @@ static int read_z85_key(const char *path, const char *what, uint8_t key[32], cha
 	FILE *f;
 
 	if (!path[0])
-		return ipc_errf(err, errlen, -EINVAL,
-		                "ipc.%s: required for tcp:// endpoints beyond loopback (CURVE)",
-		                what);
+		return vr_err(err, errlen, -EINVAL,
+		              "ipc.%s: required for tcp:// endpoints beyond loopback (CURVE)",
+		              what);
 	f = fopen(path, "re");
 	if (!f)
-		return ipc_errf(err, errlen, -errno, "ipc.%s: cannot open %s: %s", what, path,
-		                strerror(errno));
+		return vr_err(err, errlen, -errno, "ipc.%s: cannot open %s: %s", what, path,
+		              strerror(errno));
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[n] = 0;
@@ -96,14 +96,13 @@ static int read_z85_key(const char *path, const char *what, uint8_t key[32], cha
 	for (e = n; e > b && buf[e - 1] && strchr(" \n\r\t", buf[e - 1]); e--)
 		;
 	if (e - b != 40)
-		return ipc_errf(err, errlen, -EINVAL,
-		                "ipc.%s: %s holds %zu characters, a z85 CURVE key has 40", what,
-		                path, e - b);
+		return vr_err(err, errlen, -EINVAL,
+		              "ipc.%s: %s holds %zu characters, a z85 CURVE key has 40", what, path,
+		              e - b);
 	memcpy(z, buf + b, 40);
 	z[40] = 0;
 	if (!zmq_z85_decode(key, z))
-		return ipc_errf(err, errlen, -EINVAL, "ipc.%s: %s is not valid z85 text", what,
-		                path);
+		return vr_err(err, errlen, -EINVAL, "ipc.%s: %s is not valid z85 text", what, path);
 	return 0;
 }
 
@@ -115,9 +114,9 @@ static int make_curve_socket(struct ipc_writer *w, const struct ipc_writer_optio
 	int one = 1, rc;
 
 	if (!zmq_has("curve"))
-		return ipc_errf(err, errlen, -ENOTSUP,
-		                "this libzmq was built without CURVE; tcp:// beyond loopback "
-		                "cannot be secured");
+		return vr_err(err, errlen, -ENOTSUP,
+		              "this libzmq was built without CURVE; tcp:// beyond loopback "
+		              "cannot be secured");
 	rc = read_z85_key(o->curve_secret_key ? o->curve_secret_key : "", "curve_secret_key", sec,
 	                  err, errlen);
 	if (rc)
@@ -129,14 +128,14 @@ static int make_curve_socket(struct ipc_writer *w, const struct ipc_writer_optio
 	zmq_z85_encode(sec_z, sec, 32);
 	zmq_z85_encode(pub_z, pub, 32);
 	if (zmq_curve_public(derived, sec_z) || strcmp(derived, pub_z))
-		return ipc_errf(err, errlen, -EINVAL,
-		                "ipc.curve_public_key (%s) does not belong to the secret key %s",
-		                o->curve_public_key, o->curve_secret_key);
+		return vr_err(err, errlen, -EINVAL,
+		              "ipc.curve_public_key (%s) does not belong to the secret key %s",
+		              o->curve_public_key, o->curve_secret_key);
 	w->pub_curve = zmq_socket(w->zctx, ZMQ_PUB);
 	if (!w->pub_curve || zmq_setsockopt(w->pub_curve, ZMQ_CURVE_SERVER, &one, sizeof(one)) ||
 	    zmq_setsockopt(w->pub_curve, ZMQ_CURVE_SECRETKEY, sec, 32))
-		return ipc_errf(err, errlen, -zmq_errno(), "cannot set up the CURVE publisher: %s",
-		                zmq_strerror(zmq_errno()));
+		return vr_err(err, errlen, -zmq_errno(), "cannot set up the CURVE publisher: %s",
+		              zmq_strerror(zmq_errno()));
 	return 0;
 }
 
@@ -162,8 +161,8 @@ static int chmod_ipc_socket(const char *ep, uint32_t i, char *err, size_t errlen
 	if (strncmp(ep, "ipc://", 6) || path[0] == '@')
 		return 0; /* not a file (tcp, inproc, abstract namespace) */
 	if (chmod(path, IPC_SOCK_MODE))
-		return ipc_errf(err, errlen, -errno, "ipc.pub[%u]: cannot set mode %o on %s: %s", i,
-		                IPC_SOCK_MODE, path, strerror(errno));
+		return vr_err(err, errlen, -errno, "ipc.pub[%u]: cannot set mode %o on %s: %s", i,
+		              IPC_SOCK_MODE, path, strerror(errno));
 	return 0;
 }
 
@@ -175,20 +174,20 @@ static int bind_endpoints(struct ipc_writer *w, const struct ipc_writer_options 
 	int rc;
 
 	if (o->npub > IPC_MAX_PUB || (o->npub && !o->pub))
-		return ipc_errf(err, errlen, -EINVAL, "ipc.pub: %u endpoints, at most %d", o->npub,
-		                IPC_MAX_PUB);
+		return vr_err(err, errlen, -EINVAL, "ipc.pub: %u endpoints, at most %d", o->npub,
+		              IPC_MAX_PUB);
 	if ((size_t)snprintf(def, sizeof(def), "ipc://%s/%s.pub", o->run_dir, o->instance) >=
 	    sizeof(def))
-		return ipc_errf(err, errlen, -ENAMETOOLONG, "ipc.run_dir: %s is too long",
-		                o->run_dir);
+		return vr_err(err, errlen, -ENAMETOOLONG, "ipc.run_dir: %s is too long",
+		              o->run_dir);
 	w->zctx = zmq_ctx_new();
 	if (!w->zctx)
-		return ipc_errf(err, errlen, -ENOMEM, "cannot create a ZeroMQ context: %s",
-		                zmq_strerror(errno));
+		return vr_err(err, errlen, -ENOMEM, "cannot create a ZeroMQ context: %s",
+		              zmq_strerror(errno));
 	w->pub = zmq_socket(w->zctx, ZMQ_PUB);
 	if (!w->pub || (rc = setup_socket_opts(w->pub, o->hwm)))
-		return ipc_errf(err, errlen, -ENOMEM, "cannot create the PUB socket: %s",
-		                zmq_strerror(zmq_errno()));
+		return vr_err(err, errlen, -ENOMEM, "cannot create the PUB socket: %s",
+		              zmq_strerror(zmq_errno()));
 	for (uint32_t i = 0; i < n; i++) {
 		const char *ep = o->npub ? o->pub[i] : def;
 		void *s = w->pub;
@@ -201,21 +200,20 @@ static int bind_endpoints(struct ipc_writer *w, const struct ipc_writer_options 
 					return rc;
 				rc = setup_socket_opts(w->pub_curve, o->hwm);
 				if (rc)
-					return ipc_errf(err, errlen, rc,
-					                "cannot configure the CURVE socket: %s",
-					                zmq_strerror(-rc));
+					return vr_err(err, errlen, rc,
+					              "cannot configure the CURVE socket: %s",
+					              zmq_strerror(-rc));
 			}
 			s = w->pub_curve;
 		} else if (strncmp(ep, "tcp://", 6) && strncmp(ep, "ipc://", 6) &&
 		           strncmp(ep, "inproc://", 9))
-			return ipc_errf(
+			return vr_err(
 			        err, errlen, -EINVAL,
 			        "ipc.pub[%u]: '%s' is not an ipc://, tcp:// or inproc:// endpoint",
 			        i, ep);
 		if (zmq_bind(s, ep))
-			return ipc_errf(err, errlen, -zmq_errno(),
-			                "ipc.pub[%u]: cannot bind %s: %s", i, ep,
-			                zmq_strerror(zmq_errno()));
+			return vr_err(err, errlen, -zmq_errno(), "ipc.pub[%u]: cannot bind %s: %s",
+			              i, ep, zmq_strerror(zmq_errno()));
 		if (zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, w->endpoints[i], &len))
 			snprintf(w->endpoints[i], sizeof(w->endpoints[i]), "%s", ep);
 		w->nendpoints = i + 1;
@@ -255,8 +253,8 @@ static int shm_create(const char *name, mode_t mode, int *fd, char *err, size_t 
 {
 	*fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
 	if (*fd < 0)
-		return ipc_errf(err, errlen, -errno, "cannot create shared memory %s: %s", name,
-		                strerror(errno));
+		return vr_err(err, errlen, -errno, "cannot create shared memory %s: %s", name,
+		              strerror(errno));
 	return 0;
 }
 
@@ -280,27 +278,27 @@ static int take_instance(struct ipc_writer *w, const struct ipc_writer_options *
 	 * its owner (tmpfiles.d, the operator) made it */
 	if (!mkdir(o->run_dir, IPC_DIR_MODE)) {
 		if (chmod(o->run_dir, IPC_DIR_MODE))
-			return ipc_errf(err, errlen, -errno,
-			                "ipc.run_dir: cannot set mode %o on %s: %s", IPC_DIR_MODE,
-			                o->run_dir, strerror(errno));
+			return vr_err(err, errlen, -errno,
+			              "ipc.run_dir: cannot set mode %o on %s: %s", IPC_DIR_MODE,
+			              o->run_dir, strerror(errno));
 	} else if (errno != EEXIST) {
-		return ipc_errf(err, errlen, -errno, "ipc.run_dir: cannot create %s: %s",
-		                o->run_dir, strerror(errno));
+		return vr_err(err, errlen, -errno, "ipc.run_dir: cannot create %s: %s", o->run_dir,
+		              strerror(errno));
 	}
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s.lock", o->run_dir, o->instance) >=
 	    sizeof(path))
-		return ipc_errf(err, errlen, -ENAMETOOLONG, "ipc.run_dir: %s is too long",
-		                o->run_dir);
+		return vr_err(err, errlen, -ENAMETOOLONG, "ipc.run_dir: %s is too long",
+		              o->run_dir);
 	w->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (w->lock_fd < 0)
-		return ipc_errf(err, errlen, -errno, "cannot open the instance lock %s: %s", path,
-		                strerror(errno));
+		return vr_err(err, errlen, -errno, "cannot open the instance lock %s: %s", path,
+		              strerror(errno));
 	if (flock(w->lock_fd, LOCK_EX | LOCK_NB)) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		ssize_t n = pread(w->lock_fd, pidtxt, sizeof(pidtxt) - 1, 0);
 		pidtxt[n > 0 ? n : 0] = 0;
 		pidtxt[strcspn(pidtxt, "\n")] = 0;
-		return ipc_errf(
+		return vr_err(
 		        err, errlen, rc,
 		        "instance '%s' already has a live writer (pid %s, lock %s); refusing to "
 		        "take its segments and socket",
@@ -313,11 +311,10 @@ static int take_instance(struct ipc_writer *w, const struct ipc_writer_options *
 			struct volrec_shm_header h = {0};
 			ssize_t n = pread(fd, &h, sizeof(h), 0);
 			close(fd);
-			return ipc_errf(
-			        err, errlen, -EBUSY,
-			        "shared memory %s is held by a live writer (pid %d, another "
-			        "run_dir?); refusing to take it over",
-			        w->data_name, n == (ssize_t)sizeof(h) ? h.writer_pid : -1);
+			return vr_err(err, errlen, -EBUSY,
+			              "shared memory %s is held by a live writer (pid %d, another "
+			              "run_dir?); refusing to take it over",
+			              w->data_name, n == (ssize_t)sizeof(h) ? h.writer_pid : -1);
 		}
 		close(fd);
 	}
@@ -342,24 +339,24 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	w->map_size = VOLREC_SLOT_ALIGN + (size_t)o->slots * stride;
 	while (!session)
 		if (getrandom(&session, sizeof(session), 0) != sizeof(session))
-			return ipc_errf(err, errlen, -errno, "getrandom: %s", strerror(errno));
+			return vr_err(err, errlen, -errno, "getrandom: %s", strerror(errno));
 	w->session = session;
 
 	rc = shm_create(w->data_name, 0640, &w->data_fd, err, errlen);
 	if (rc)
 		return rc;
 	if (fchmod(w->data_fd, 0640) || ofd_lock(w->data_fd, F_WRLCK, 0, 1, F_OFD_SETLK))
-		return ipc_errf(err, errlen, -errno, "cannot set up %s: %s", w->data_name,
-		                strerror(errno));
+		return vr_err(err, errlen, -errno, "cannot set up %s: %s", w->data_name,
+		              strerror(errno));
 	rc = posix_fallocate(w->data_fd, 0, (off_t)w->map_size);
 	if (rc)
-		return ipc_errf(err, errlen, -rc,
-		                "cannot allocate %zu bytes of shared memory for %s: %s",
-		                w->map_size, w->data_name, strerror(rc));
+		return vr_err(err, errlen, -rc,
+		              "cannot allocate %zu bytes of shared memory for %s: %s", w->map_size,
+		              w->data_name, strerror(rc));
 	w->map = map_aligned(w->data_fd, w->map_size);
 	if (!w->map)
-		return ipc_errf(err, errlen, -errno, "cannot map %s: %s", w->data_name,
-		                strerror(errno));
+		return vr_err(err, errlen, -errno, "cannot map %s: %s", w->data_name,
+		              strerror(errno));
 	/* Readers may map the segment from now on: every field is written before the magic,
 	 * which is stored last with release order (a reader loads it with acquire and sees a
 	 * complete header, or magic 0: not ready). state stays 0 (being created) until the
@@ -384,7 +381,7 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	h->segment_size = w->map_size;
 	h->latest_slot = VOLREC_SLOT_NONE;
 	h->writer_pid = (int32_t)getpid();
-	h->created_ns = ipc_now_ns(CLOCK_REALTIME);
+	h->created_ns = vr_now_ns(CLOCK_REALTIME);
 	h->max_readers = o->max_readers;
 	h->endpoints_offset = ep_off;
 	h->endpoints_size = VOLREC_ENDPOINTS_MAX;
@@ -397,14 +394,13 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	if (rc)
 		return rc;
 	if (fchmod(w->lease_fd, 0660) || ftruncate(w->lease_fd, (off_t)w->lmap_size))
-		return ipc_errf(err, errlen, -errno, "cannot size %s: %s", w->lease_name,
-		                strerror(errno));
+		return vr_err(err, errlen, -errno, "cannot size %s: %s", w->lease_name,
+		              strerror(errno));
 	w->lmap = mmap(NULL, w->lmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, w->lease_fd, 0);
 	if (w->lmap == MAP_FAILED) {
 		rc = -errno;
 		w->lmap = NULL;
-		return ipc_errf(err, errlen, rc, "cannot map %s: %s", w->lease_name,
-		                strerror(errno));
+		return vr_err(err, errlen, rc, "cannot map %s: %s", w->lease_name, strerror(errno));
 	}
 	lh = w->lmap;
 	lh->major = VOLREC_PROTO_MAJOR;
@@ -426,30 +422,29 @@ static int check_options(const struct ipc_writer_options *o, size_t *bytes, char
 	size_t esz = volrec_dtype_size(g->dtype);
 
 	if (!ipc_instance_valid(o->instance))
-		return ipc_errf(err, errlen, -EINVAL,
-		                "instance: '%s' is not a valid name ([A-Za-z0-9_-]{1,63})",
-		                o->instance ? o->instance : "(null)");
+		return vr_err(err, errlen, -EINVAL,
+		              "instance: '%s' is not a valid name ([A-Za-z0-9_-]{1,63})",
+		              o->instance ? o->instance : "(null)");
 	if (!o->run_dir || !o->run_dir[0])
-		return ipc_errf(err, errlen, -EINVAL, "ipc.run_dir: empty");
+		return vr_err(err, errlen, -EINVAL, "ipc.run_dir: empty");
 	if (strlen(o->run_dir) >= PATH_MAX)
-		return ipc_errf(err, errlen, -ENAMETOOLONG, "ipc.run_dir: longer than %d bytes",
-		                PATH_MAX - 1);
+		return vr_err(err, errlen, -ENAMETOOLONG, "ipc.run_dir: longer than %d bytes",
+		              PATH_MAX - 1);
 	if (!esz)
-		return ipc_errf(err, errlen, -EINVAL,
-		                "output dtype %u is not one of u8 (1), u16 (2), f32 (3)", g->dtype);
+		return vr_err(err, errlen, -EINVAL,
+		              "output dtype %u is not one of u8 (1), u16 (2), f32 (3)", g->dtype);
 	if (o->slots < 2 || o->slots > VOLREC_MAX_SLOTS)
-		return ipc_errf(err, errlen, -EINVAL, "output.slots: %u, allowed 2..%d", o->slots,
-		                VOLREC_MAX_SLOTS);
+		return vr_err(err, errlen, -EINVAL, "output.slots: %u, allowed 2..%d", o->slots,
+		              VOLREC_MAX_SLOTS);
 	if (o->max_readers < 1 || o->max_readers > VOLREC_MAX_READERS)
-		return ipc_errf(err, errlen, -EINVAL, "ipc.max_readers: %u, allowed 1..%d",
-		                o->max_readers, VOLREC_MAX_READERS);
+		return vr_err(err, errlen, -EINVAL, "ipc.max_readers: %u, allowed 1..%d",
+		              o->max_readers, VOLREC_MAX_READERS);
 	if (o->hwm < 1 || o->hwm > INT_MAX)
-		return ipc_errf(err, errlen, -EINVAL, "ipc.hwm: %u, allowed 1..%d", o->hwm,
-		                INT_MAX);
+		return vr_err(err, errlen, -EINVAL, "ipc.hwm: %u, allowed 1..%d", o->hwm, INT_MAX);
 	if (!g->ny || !g->nx || !g->nz || (uint64_t)g->ny * g->nx * g->nz > (UINT64_C(1) << 38))
-		return ipc_errf(err, errlen, -EINVAL,
-		                "volume geometry %u x %u x %u is empty or too large", g->ny, g->nx,
-		                g->nz);
+		return vr_err(err, errlen, -EINVAL,
+		              "volume geometry %u x %u x %u is empty or too large", g->ny, g->nx,
+		              g->nz);
 	*bytes = (size_t)g->ny * g->nx * g->nz * esz;
 	return 0;
 }
@@ -464,14 +459,14 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
 	int rc;
 
 	if (!o || !out)
-		return ipc_errf(err, errlen, -EINVAL,
-		                "ipc_writer_open: no options or no result pointer");
+		return vr_err(err, errlen, -EINVAL,
+		              "ipc_writer_open: no options or no result pointer");
 	rc = check_options(o, &bytes, err, errlen);
 	if (rc)
 		return rc;
 	w = calloc(1, sizeof(*w));
 	if (!w)
-		return ipc_errf(err, errlen, -ENOMEM, "out of memory");
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	w->lock_fd = w->data_fd = w->lease_fd = -1;
 	w->slots = o->slots;
 	w->max_readers = o->max_readers;
@@ -484,13 +479,13 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
 	pthread_mutex_init(&w->send_lock, NULL);
 	w->dead_seen = calloc(o->max_readers, sizeof(*w->dead_seen));
 	if (!w->dead_seen) {
-		rc = ipc_errf(err, errlen, -ENOMEM, "out of memory");
+		rc = vr_err(err, errlen, -ENOMEM, "out of memory");
 		goto out_free;
 	}
 	rc = ipc_shm_names(o->instance, w->data_name, sizeof(w->data_name), w->lease_name,
 	                   sizeof(w->lease_name));
 	if (rc) {
-		ipc_errf(err, errlen, rc, "instance '%s': name too long", o->instance);
+		vr_err(err, errlen, rc, "instance '%s': name too long", o->instance);
 		goto out_free;
 	}
 	rc = take_instance(w, o, err, errlen);
@@ -516,8 +511,8 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
 		char pidtxt[32];
 		int n = snprintf(pidtxt, sizeof(pidtxt), "%d\n", (int)getpid());
 		if (ftruncate(w->lock_fd, 0) || pwrite(w->lock_fd, pidtxt, (size_t)n, 0) != n) {
-			rc = ipc_errf(err, errlen, -errno,
-			              "cannot write the instance lock file: %s", strerror(errno));
+			rc = vr_err(err, errlen, -errno, "cannot write the instance lock file: %s",
+			            strerror(errno));
 			goto out_free;
 		}
 	}
@@ -667,7 +662,7 @@ int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
 	        .meta = *meta,
 	};
 	m->sequence = slot->sequence;
-	m->t_publish_ns = ipc_now_ns(CLOCK_REALTIME);
+	m->t_publish_ns = vr_now_ns(CLOCK_REALTIME);
 	if (!m->latency_ns && m->t_last_ns && m->t_publish_ns > m->t_last_ns)
 		m->latency_ns = m->t_publish_ns - m->t_last_ns;
 	m->flags &= ~VOLREC_FLAG_DROPPED_BEFORE;

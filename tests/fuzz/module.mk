@@ -19,13 +19,13 @@ fuzz_cfg_SRCS = tests/fuzz/fuzz_cfg.c $(cfg_SRCS)
 fuzz_cfg_LIBS = -lyaml -lm
 fuzz_replay_SRCS = tests/fuzz/fuzz_replay.c $(src_SRCS) $(sim_SRCS) $(cfg_SRCS) $(base_SRCS)
 fuzz_replay_LIBS = -lyaml -ldl -lfftw3f_threads -lfftw3f -ljson-c -lm
-fuzz_ipc_SRCS = tests/fuzz/fuzz_ipc.c ipc/proto.c
+fuzz_ipc_SRCS = tests/fuzz/fuzz_ipc.c ipc/proto.c base/err.c base/clock.c
 fuzz_ipc_LIBS =
 fuzz_ctl_SRCS = tests/fuzz/fuzz_ctl.c daemon/vrd_ctl.c $(cfg_SRCS) $(base_SRCS)
 fuzz_ctl_LIBS = -lzmq -ljson-c -lyaml -lm
 fuzz_text_SRCS = tests/fuzz/fuzz_text.c $(src_SRCS) $(sim_SRCS) $(cfg_SRCS) $(base_SRCS)
 fuzz_text_LIBS = $(fuzz_replay_LIBS)
-fuzz_views_SRCS = tests/fuzz/fuzz_views.c ipc/proto.c
+fuzz_views_SRCS = tests/fuzz/fuzz_views.c ipc/proto.c base/err.c base/clock.c
 fuzz_views_LIBS = -lzmq
 # Seed corpora (read only): the committed seeds of each harness, then existing examples.
 fuzz_cfg_SEEDS = tests/fuzz/seeds/cfg config/examples tests/config/bad

@@ -82,7 +82,7 @@ static void reader_child(const char *instance, const char *run_dir, int ready_fd
 		if (m.type != VOLREC_MSG_VOL)
 			continue;
 		if (lat_fd >= 0) {
-			uint64_t lat = ipc_now_ns(CLOCK_REALTIME) - m.view.t_publish_ns;
+			uint64_t lat = vr_now_ns(CLOCK_REALTIME) - m.view.t_publish_ns;
 			if (write(lat_fd, &lat, sizeof(lat)) != sizeof(lat))
 				_exit(1);
 		}
@@ -194,16 +194,16 @@ static void publish_one(struct ipc_writer *w, uint64_t *cost_ns)
 	struct ipc_volume_meta m = {0};
 	uint64_t t0, t1, t2;
 
-	t0 = ipc_now_ns(CLOCK_MONOTONIC);
+	t0 = vr_now_ns(CLOCK_MONOTONIC);
 	if (ipc_writer_begin(w, &s))
 		abort();
-	t1 = ipc_now_ns(CLOCK_MONOTONIC);
+	t1 = vr_now_ns(CLOCK_MONOTONIC);
 	memset(s.data, (int)s.sequence, 64); /* touch it, as a producer would */
-	t2 = ipc_now_ns(CLOCK_MONOTONIC);
+	t2 = vr_now_ns(CLOCK_MONOTONIC);
 	if (ipc_writer_publish(w, &s, &m))
 		abort();
 	if (cost_ns)
-		*cost_ns = (t1 - t0) + (ipc_now_ns(CLOCK_MONOTONIC) - t2);
+		*cost_ns = (t1 - t0) + (vr_now_ns(CLOCK_MONOTONIC) - t2);
 }
 
 int main(int argc, char **argv)

@@ -1064,9 +1064,9 @@ static void test_opens_racing_a_writer_never_see_a_protocol_error(void **state)
 		assert_true(pids[i] >= 0);
 		if (pids[i] == 0) {
 			unsigned ok = 0, proto = 0;
-			double end = (double)ipc_now_ns(CLOCK_MONOTONIC) / 1e9 + 1.5;
+			double end = (double)vr_now_ns(CLOCK_MONOTONIC) / 1e9 + 1.5;
 
-			for (unsigned n = 0; (double)ipc_now_ns(CLOCK_MONOTONIC) / 1e9 < end; n++) {
+			for (unsigned n = 0; (double)vr_now_ns(CLOCK_MONOTONIC) / 1e9 < end; n++) {
 				struct volrec_client *c = NULL;
 				int rc;
 
@@ -1090,8 +1090,8 @@ static void test_opens_racing_a_writer_never_see_a_protocol_error(void **state)
 			_exit(proto ? 2 : 0);
 		}
 	}
-	t_end = (double)ipc_now_ns(CLOCK_MONOTONIC) / 1e9 + 1.6;
-	while ((double)ipc_now_ns(CLOCK_MONOTONIC) / 1e9 < t_end) {
+	t_end = (double)vr_now_ns(CLOCK_MONOTONIC) / 1e9 + 1.6;
+	while ((double)vr_now_ns(CLOCK_MONOTONIC) / 1e9 < t_end) {
 		open_writer(f);
 		ipc_writer_close(f->w, true);
 		f->w = NULL;
