@@ -10,10 +10,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../backend/backend.h"
+#include "../base/base.h"
 #include "gpu.h"
 
 bool gpu_shm_fits(size_t bytes)
@@ -227,10 +227,9 @@ static int gpu_links_round(unsigned n, const int *dev, void *const *d2h_dst, voi
                            void *const *h2d_dst, void *const *h2d_src, size_t bytes,
                            cudaStream_t *s, double *sec, char *err, size_t errlen)
 {
-	struct timespec t0, t1;
+	const double t0 = vr_mono_s();
 	int rc = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (unsigned k = 0; rc == 0 && k < n; k++) {
 		rc = gpu_cuda_check(cudaSetDevice(dev[k]), "cudaSetDevice", err, errlen);
 		if (rc == 0)
@@ -252,8 +251,7 @@ static int gpu_links_round(unsigned n, const int *dev, void *const *d2h_dst, voi
 		if (r < 0 && rc == 0)
 			rc = r;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	*sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	*sec = vr_mono_s() - t0;
 	return rc;
 }
 
