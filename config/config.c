@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "internal.h"
 
 /* ---- positions and messages ------------------------------------------------------------- */
@@ -151,11 +152,8 @@ int cfg_load_string(struct vr_config *cfg, const char *yaml, const char *name, c
 
 	cfg_defaults(cfg);
 	if (!getcwd(cwd, sizeof(cwd))) {
-		int rc = -errno;
-		if (err && errlen)
-			snprintf(err, errlen, "%s: cannot get the current directory: %s", name,
-			         strerror(-rc));
-		return rc;
+		return vr_err_errno(err, errlen, -errno, "%s: cannot get the current directory",
+		                    name);
 	}
 	return load_buffer(cfg, (const unsigned char *)yaml, strlen(yaml), name, cwd, err, errlen);
 }
@@ -171,34 +169,29 @@ int cfg_load(struct vr_config *cfg, const char *path, char *err, size_t errlen)
 	cfg_defaults(cfg);
 	f = fopen(path, "rb");
 	if (!f) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: cannot open the configuration file: %s", path,
-		         strerror(-rc));
-		return rc;
+		return vr_err_errno(err, errlen, -errno, "%s: cannot open the configuration file",
+		                    path);
 	}
 	buf = malloc(CFG_FILE_MAX + 1);
 	if (!buf) {
-		rc = -ENOMEM;
-		snprintf(err, errlen, "%s: out of memory", path);
+		rc = vr_err(err, errlen, -ENOMEM, "%s: out of memory", path);
 		goto out_close;
 	}
 	len = fread(buf, 1, CFG_FILE_MAX + 1, f);
 	if (ferror(f)) {
-		rc = -EIO;
-		snprintf(err, errlen, "%s: cannot read the configuration file: %s", path,
-		         strerror(errno));
+		rc = vr_err(err, errlen, -EIO, "%s: cannot read the configuration file: %s", path,
+		            strerror(errno));
 		goto out_free;
 	}
 	if (len > CFG_FILE_MAX) {
-		rc = -EFBIG;
-		snprintf(err, errlen, "%s: the configuration file is larger than %u bytes", path,
-		         CFG_FILE_MAX);
+		rc = vr_err(err, errlen, -EFBIG,
+		            "%s: the configuration file is larger than %u bytes", path,
+		            CFG_FILE_MAX);
 		goto out_free;
 	}
 	real = realpath(path, NULL);
 	if (!real) {
-		rc = -errno;
-		snprintf(err, errlen, "%s: cannot resolve the path: %s", path, strerror(-rc));
+		rc = vr_err_errno(err, errlen, -errno, "%s: cannot resolve the path", path);
 		goto out_free;
 	}
 	snprintf(dir, sizeof(dir), "%s", real);
@@ -297,9 +290,7 @@ static int set_keys(struct vr_config *cfg, const char *const *paths, const char 
 		err[0] = '\0';
 	if (!next || cfg_copy(next, cfg)) {
 		free(next);
-		if (err && errlen)
-			snprintf(err, errlen, "%s: out of memory", n ? paths[0] : "(set)");
-		return -ENOMEM;
+		return vr_err(err, errlen, -ENOMEM, "%s: out of memory", n ? paths[0] : "(set)");
 	}
 	ctx.cfg = next;
 	snprintf(ctx.base_dir, sizeof(ctx.base_dir), "%s", cfg->source_file);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "internal.h"
 
 static void put_quoted(FILE *out, const char *s)
@@ -210,6 +211,6 @@ int cfg_get_key(const struct vr_config *cfg, const char *path, char **text, char
 	*text = buf;
 	return 0;
 out_nomem:
-	snprintf(err, errlen, "%s: out of memory for its value", *path ? path : "configuration");
-	return -ENOMEM;
+	return vr_err(err, errlen, -ENOMEM, "%s: out of memory for its value",
+	              *path ? path : "configuration");
 }

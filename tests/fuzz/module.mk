@@ -15,7 +15,7 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter \
 	-pthread -MMD -MP $(FUZZ_SAN) -fsanitize=fuzzer-no-link
 
-fuzz_cfg_SRCS = tests/fuzz/fuzz_cfg.c $(cfg_SRCS)
+fuzz_cfg_SRCS = tests/fuzz/fuzz_cfg.c $(cfg_SRCS) base/err.c
 fuzz_cfg_LIBS = -lyaml -lm
 fuzz_replay_SRCS = tests/fuzz/fuzz_replay.c $(src_SRCS) $(sim_SRCS) $(cfg_SRCS) $(base_SRCS)
 fuzz_replay_LIBS = -lyaml -ldl -lfftw3f_threads -lfftw3f -ljson-c -lm
