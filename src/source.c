@@ -77,8 +77,10 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 	g->stride_x = cfg->geometry.stride[0];
 	g->stride_y = cfg->geometry.stride[1];
 	g->bidirectional = cfg->geometry.bidirectional;
-	g->flags = (flags & SRC_DROP_MARKS) ? VOLREC_SHIM_GEOMETRY_MARKS : 0;
+	g->flags = ((flags & SRC_DROP_MARKS) ? VOLREC_SHIM_GEOMETRY_MARKS : 0) |
+	           VOLREC_SHIM_GEOMETRY_HELD;
 	g->rate = (flags & SRC_UNPACED) ? 0 : cfg->source.rate;
+	g->held_bscans = cfg->pipeline.ring_bscans;
 }
 
 /* A source's text as one line of valid UTF-8 into out: a newline or tab a shim wrote would

@@ -66,6 +66,11 @@ struct volrec_shim_geometry {
 	uint32_t flags;             /* VOLREC_SHIM_GEOMETRY_*: what the caller understands (was
 	                             * `reserved`, always 0, before these flags) */
 	double rate;                /* requested epochs per second, 0 = free running */
+	/* Present only with VOLREC_SHIM_GEOMETRY_HELD in flags (a caller built against an
+	 * earlier header passes the struct without them): */
+	uint32_t held_bscans; /* B-scans the caller may hold by reference at once (acquire_ref
+	                       * without release_ref: volrecd's ring, pipeline.ring_bscans) */
+	uint32_t reserved;    /* 0 */
 };
 
 /* What the shim tells about itself in open(). */
@@ -79,6 +84,10 @@ struct volrec_shim_info {
 /* geometry.flags: the caller honours VOLREC_SHIM_META_LOST and VOLREC_SHIM_META_INCOMPLETE.
  * Without it a shim must not set them (it reports a loss as an error instead). */
 #define VOLREC_SHIM_GEOMETRY_MARKS 0x1u
+/* geometry.flags: held_bscans (and reserved) follow rate. A zero-copy shim sizes its buffers
+ * from it: fewer than held_bscans plus one epoch, and a caller that falls behind holds them
+ * all, so the source loses B-scans where the caller would have dropped epochs. */
+#define VOLREC_SHIM_GEOMETRY_HELD 0x2u
 
 #define VOLREC_SHIM_META_DROPPED_BEFORE 0x1u /* the grabber lost data before this B-scan */
 /* The B-scan due at (epoch, bscan) never arrived (a frame-id gap, the grabber had no buffer):

@@ -28,9 +28,9 @@
 #define GAP16_MAX 32767u /* largest frame-id step told apart from a restart (16-bit ids) */
 #define GAP64_MAX (1u << 30)
 
-/* volrecd's default pipeline.ring_bscans: in zero-copy acquisition every B-scan in its ring is
- * a stream buffer it holds, so the default buffer count covers that ring plus one epoch */
-#define RING_DEFAULT 256u
+/* B-scans a caller that does not say (no VOLREC_SHIM_GEOMETRY_HELD) may hold: volrecd's
+ * default pipeline.ring_bscans */
+#define HELD_DEFAULT 256u
 
 struct gc_shim {
 	struct shim_err err; /* last error and its text; first (shim_strerror) */
@@ -41,7 +41,7 @@ struct gc_shim {
 	gulong lost_handler;
 	atomic_bool control_lost;
 	char pixel_format[64];  /* asked for, "" = chosen from geometry.sample_type */
-	uint64_t buffers;       /* asked for, 0 = RING_DEFAULT + 1 epoch or 3 epochs */
+	uint64_t buffers;       /* asked for, 0 = held B-scans + 1 epoch, or 3 epochs */
 	int64_t packet_size;    /* -1: negotiate (GigE Vision) */
 	uint64_t socket_buffer; /* GigE Vision receive buffer, bytes; 0: 8 frames */
 	int packet_socket;      /* -1 auto (off on loopback), 0, 1 */
@@ -205,9 +205,9 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		goto out_msg;
 	if (s->buffers && s->buffers < BUF_MIN) {
 		rc = vr_err(err, sizeof(err), -ERANGE,
-		            "shim.args.buffers: %" PRIu64 " is too few (0 = %u + 1 epoch or 3 "
-		            "epochs, whichever is more; else %u..%u)",
-		            s->buffers, RING_DEFAULT, BUF_MIN, BUF_MAX);
+		            "shim.args.buffers: %" PRIu64 " is too few (0 = pipeline.ring_bscans + "
+		            "1 epoch or 3 epochs, whichever is more; else %u..%u)",
+		            s->buffers, BUF_MIN, BUF_MAX);
 		goto out_msg;
 	}
 	s->packet_size = psize == UINT64_MAX ? -1 : (int64_t)psize;
@@ -626,10 +626,12 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	if (s->buffers) {
 		s->nbuf = (uint32_t)s->buffers;
 	} else {
-		/* volrecd holds up to pipeline.ring_bscans buffers (256 by default) when
-		 * processing falls behind; with fewer the camera would run out of buffers and
-		 * lose frames, counted as source losses instead of the epochs the ring drops */
-		uint64_t n = (uint64_t)RING_DEFAULT + g->bscans_per_volume;
+		/* volrecd holds up to pipeline.ring_bscans buffers when processing falls
+		 * behind; with fewer the camera would run out of buffers and lose frames,
+		 * counted as source losses instead of the epochs the ring drops */
+		uint64_t held =
+		        (g->flags & VOLREC_SHIM_GEOMETRY_HELD) ? g->held_bscans : HELD_DEFAULT;
+		uint64_t n = held + g->bscans_per_volume;
 		if (n < 3 * (uint64_t)g->bscans_per_volume)
 			n = 3 * (uint64_t)g->bscans_per_volume;
 		s->nbuf = n > BUF_MAX ? BUF_MAX : (uint32_t)n;

@@ -266,8 +266,8 @@ BAD = {
                                     "camera Fake_1 fills Mono12p frames only with simulate: "
                                     "synth (its own test pattern is Mono8 or Mono16)"),
     "too_few_buffers": ({"camera": "Fake_1", "buffers": 5}, {},
-                        "shim.args.buffers: 5 is too few (0 = 256 + 1 epoch or 3 epochs, "
-                        "whichever is more; else 16..4096)"),
+                        "shim.args.buffers: 5 is too few (0 = pipeline.ring_bscans + 1 "
+                        "epoch or 3 epochs, whichever is more; else 16..4096)"),
     "frame_size_not_set": ({"camera": "Fake_1", "set_geometry": False}, {},
                            "delivers frames of 512 x 512 pixels, the geometry needs 256 x 16"),
 }
@@ -365,18 +365,21 @@ def test_gv_lost_packets_are_counted_drops_never_wrong_volumes(daemons, bin_dir)
 
 
 @needs_gv
-def test_gv_processing_behind_the_camera_drops_ring_epochs_not_camera_frames(daemons, bin_dir):
+@pytest.mark.parametrize("ring", [None, 512])
+def test_gv_processing_behind_the_camera_drops_ring_epochs_not_camera_frames(daemons, bin_dir,
+                                                                             ring):
     """Zero-copy: every B-scan in volrecd's ring is a stream buffer it holds. With processing
     slower than the camera (one thread, 2048 samples zero-padded 4x onto a 4 x 4 stride) the
-    default ring (256) fills and whole epochs are dropped as ring_full; the shim's default
-    buffers cover that ring plus an epoch, so the camera never runs out of buffers. Before,
-    3 epochs of buffers (24 here) were all held, and the camera's frames were lost and counted
-    as source_lost, as if the camera or the network had lost them."""
+    ring (the default 256, or 512) fills and whole epochs are dropped as ring_full; the shim's
+    default buffers cover the ring volrecd tells it plus an epoch, so the camera never runs out
+    of buffers. Before, 3 epochs of buffers (24 here), and then 256 + 1 epoch whatever the
+    ring, were all held, and the camera's frames were lost and counted as source_lost, as if
+    the camera or the network had lost them."""
     with fake_gv_camera(bin_dir) as (cam, _, _):
         over = gv_config(cam, AcquisitionFrameRate=300, packet_size=8192)
         over["geometry"].update(samples_per_ascan=2048, ascans_per_bscan=64, stride=[4, 4])
         over.update({"reconstruct.mode": "noncumulative", "preprocess.zero_pad": 4,
-                     "cpu.threads": 1, "pipeline.ring_bscans": None})
+                     "cpu.threads": 1, "pipeline.ring_bscans": ring})
         d = daemons(**over)
         d.serve(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
         try:
