@@ -13,12 +13,54 @@
 #include "args.h"
 #include "base/base.h"
 
-int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t errlen)
+/* Take scalar v as the next key: -EINVAL and a message when there are too many, it is too
+ * long, or (outside `features`) given before. */
+static int take_key(struct shim_args *args, const char *v, size_t line, bool listed, char *err,
+                    size_t errlen)
 {
+	if (args->n == SHIM_ARGS_MAX)
+		return vr_err(err, errlen, -EINVAL, "args: more than %d keys", SHIM_ARGS_MAX);
+	if (strlen(v) >= SHIM_ARG_KEY_MAX)
+		return vr_err(err, errlen, -EINVAL, "args: key '%.32s...' too long", v);
+	for (size_t i = 0; i < args->n && !listed; i++)
+		if (!args->a[i].listed && !strcmp(args->a[i].key, v))
+			return vr_err(err, errlen, -EINVAL, "args: line %zu: duplicate key '%s'",
+			              line, v);
+	strcpy(args->a[args->n].key, v);
+	args->a[args->n].line = (unsigned)line;
+	args->a[args->n].listed = listed;
+	return 0;
+}
+
+/* Take scalar v as the value of the key taken last. */
+static int take_value(struct shim_args *args, const char *v, char *err, size_t errlen)
+{
+	if (strlen(v) >= SHIM_ARG_VAL_MAX)
+		return vr_err(err, errlen, -EINVAL, "args: value of '%s' too long",
+		              args->a[args->n].key);
+	strcpy(args->a[args->n].val, v);
+	args->n++;
+	return 0;
+}
+
+/* Where the parser is in a `features` list. */
+enum list_state {
+	LIST_NONE,  /* not in it */
+	LIST_ITEMS, /* between its items */
+	LIST_KEY,   /* in an item, before its key */
+	LIST_VALUE, /* after the key */
+	LIST_DONE,  /* after the item's one pair */
+};
+
+int shim_args_parse(const char *yaml, unsigned flags, struct shim_args *args, char *err,
+                    size_t errlen)
+{
+	static const char item[] = " (each item of features is one 'Feature: value')";
 	yaml_parser_t p;
 	yaml_event_t ev;
-	int rc = 0, depth = 0, done = 0;
-	bool want_key = true, have_map = false;
+	int rc = 0, depth = 0;
+	bool want_key = true, had_list = false;
+	enum list_state list = LIST_NONE;
 
 	memset(args, 0, sizeof(*args));
 	if (!yaml || !*yaml)
@@ -26,99 +68,99 @@ int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t 
 	if (!yaml_parser_initialize(&p))
 		return vr_err(err, errlen, -EINVAL, "args: cannot initialize the YAML parser");
 	yaml_parser_set_input_string(&p, (const unsigned char *)yaml, strlen(yaml));
-	while (!done) {
+	while (!rc) {
 		if (!yaml_parser_parse(&p, &ev)) {
 			rc = vr_err(err, errlen, -EINVAL, "args: YAML error at line %zu: %s",
 			            p.problem_mark.line + 1, p.problem ? p.problem : "?");
 			break;
 		}
+		const size_t line = ev.start_mark.line + 1;
+		bool end = false;
+
 		switch (ev.type) {
 		case YAML_STREAM_END_EVENT:
-			done = 1;
+			end = true;
 			break;
 		case YAML_MAPPING_START_EVENT:
-			if (depth > 0) {
-				rc = vr_err(err, errlen, -EINVAL,
-				            "args: line %zu: nested mappings are not "
-				            "accepted (flat key: value only)",
-				            ev.start_mark.line + 1);
-				done = 1;
-			}
-			depth++;
-			have_map = true;
+			if (list == LIST_ITEMS)
+				list = LIST_KEY;
+			else if (depth++ > 0 || list != LIST_NONE)
+				rc = vr_err(
+				        err, errlen, -EINVAL,
+				        "args: line %zu: nested mappings are not accepted (flat "
+				        "key: value only)%s",
+				        line, list != LIST_NONE ? item : "");
 			break;
 		case YAML_MAPPING_END_EVENT:
-			depth--;
+			if (list == LIST_DONE)
+				list = LIST_ITEMS;
+			else if (list == LIST_KEY)
+				rc = vr_err(err, errlen, -EINVAL, "args: line %zu: an empty item%s",
+				            line, item);
+			else
+				depth--;
 			break;
 		case YAML_SEQUENCE_START_EVENT:
-			rc = vr_err(err, errlen, -EINVAL, "args: line %zu: lists are not accepted",
-			            ev.start_mark.line + 1);
-			done = 1;
+			if ((flags & SHIM_ARGS_FEATURE_LIST) && depth == 1 && !want_key &&
+			    list == LIST_NONE && !strcmp(args->a[args->n].key, "features")) {
+				if (had_list)
+					rc = vr_err(err, errlen, -EINVAL,
+					            "args: line %u: duplicate key 'features'",
+					            args->a[args->n].line);
+				list = LIST_ITEMS; /* the key is not kept: its items are */
+				had_list = true;
+				break;
+			}
+			rc = vr_err(err, errlen, -EINVAL,
+			            "args: line %zu: lists are not accepted%s", line,
+			            list != LIST_NONE ? item : "");
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+			list = LIST_NONE;
+			want_key = true;
 			break;
 		case YAML_SCALAR_EVENT: {
 			const char *v = (const char *)ev.data.scalar.value;
-			if (depth != 1) {
+
+			if (list == LIST_KEY) {
+				rc = take_key(args, v, line, true, err, errlen);
+				list = LIST_VALUE;
+			} else if (list == LIST_VALUE) {
+				rc = take_value(args, v, err, errlen);
+				list = LIST_DONE;
+			} else if (list != LIST_NONE) {
+				rc = vr_err(err, errlen, -EINVAL, "args: line %zu: %s%s", line,
+				            list == LIST_ITEMS ? "an item that is not a mapping"
+				                               : "an item with more than one key",
+				            item);
+			} else if (depth != 1) {
 				rc = vr_err(err, errlen, -EINVAL,
 				            "args: must be a mapping, not the scalar '%s'", v);
-				done = 1;
-				break;
-			}
-			if (want_key) {
-				if (args->n == SHIM_ARGS_MAX) {
-					rc = vr_err(err, errlen, -EINVAL, "args: more than %d keys",
-					            SHIM_ARGS_MAX);
-					done = 1;
-					break;
-				}
-				if (strlen(v) >= SHIM_ARG_KEY_MAX) {
-					rc = vr_err(err, errlen, -EINVAL,
-					            "args: key '%.32s...' too long", v);
-					done = 1;
-					break;
-				}
-				for (size_t i = 0; i < args->n; i++)
-					if (!strcmp(args->a[i].key, v)) {
-						rc = vr_err(err, errlen, -EINVAL,
-						            "args: line %zu: duplicate key '%s'",
-						            ev.start_mark.line + 1, v);
-						done = 1;
-					}
-				if (done)
-					break;
-				strcpy(args->a[args->n].key, v);
-				args->a[args->n].line = (unsigned)ev.start_mark.line + 1;
 			} else {
-				if (strlen(v) >= SHIM_ARG_VAL_MAX) {
-					rc = vr_err(err, errlen, -EINVAL,
-					            "args: value of '%s' too long",
-					            args->a[args->n].key);
-					done = 1;
-					break;
-				}
-				strcpy(args->a[args->n].val, v);
-				args->n++;
+				rc = want_key ? take_key(args, v, line, false, err, errlen)
+				              : take_value(args, v, err, errlen);
+				want_key = !want_key;
 			}
-			want_key = !want_key;
 			break;
 		}
 		case YAML_ALIAS_EVENT:
 			rc = vr_err(err, errlen, -EINVAL, "args: aliases are not accepted");
-			done = 1;
 			break;
 		default:
 			break;
 		}
 		yaml_event_delete(&ev);
+		if (end)
+			break;
 	}
 	yaml_parser_delete(&p);
-	(void)have_map; /* an empty document is fine; a scalar document was caught above */
 	return rc;
 }
 
 static struct shim_arg *find(struct shim_args *args, const char *key)
 {
 	for (size_t i = 0; i < args->n; i++)
-		if (!strcmp(args->a[i].key, key)) {
+		if (!args->a[i].listed && !strcmp(args->a[i].key, key)) {
 			args->a[i].used = true;
 			return &args->a[i];
 		}

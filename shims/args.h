@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Shim argument parsing shared by the example shims: source.shim.args arrives as a YAML
- * document holding one flat mapping of scalars, parsed here with libyaml.
+ * document holding one flat mapping of scalars, parsed here with libyaml; with
+ * SHIM_ARGS_FEATURE_LIST also a key `features` holding a list of one-key mappings.
  */
 #ifndef VOLREC_SHIMS_ARGS_H
 #define VOLREC_SHIMS_ARGS_H
@@ -19,6 +20,7 @@ struct shim_arg {
 	char val[SHIM_ARG_VAL_MAX];
 	unsigned line; /* 1-based line of the key in the document */
 	bool used;     /* set by the getters: unused keys are reported as unknown */
+	bool listed;   /* an item of `features` (repeats allowed; the getters skip it) */
 };
 
 struct shim_args {
@@ -26,9 +28,15 @@ struct shim_args {
 	size_t n;
 };
 
+/* flags of shim_args_parse: the key `features` may hold a list of `{key: value}` items, taken
+ * in order where the list stands (as entries with `listed` set; a key may repeat there) */
+#define SHIM_ARGS_FEATURE_LIST 0x1u
+
 /* Parse yaml ("{}" or NULL: no keys). -EINVAL and a message on anything but a flat mapping
- * of scalars (nested values, duplicate keys, too many or too long keys/values). */
-int shim_args_parse(const char *yaml, struct shim_args *args, char *err, size_t errlen);
+ * of scalars (nested values, duplicate keys, too many or too long keys/values), or with
+ * SHIM_ARGS_FEATURE_LIST a `features` that is not a list of one-key mappings of scalars. */
+int shim_args_parse(const char *yaml, unsigned flags, struct shim_args *args, char *err,
+                    size_t errlen);
 
 /* One key for shim_args_get(): exactly one destination is set; it keeps its default when the
  * key is absent. */

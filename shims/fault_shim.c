@@ -111,7 +111,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	        {"device_hex", .str = device_hex, .max = sizeof(device_hex)},
 	        {"text_hex", .str = text_hex, .max = sizeof(text_hex)},
 	};
-	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
+	rc = shim_args_parse(args_yaml, 0, &args, err, sizeof(err));
 	if (!rc)
 		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (!rc && (unhex(device_hex, device, sizeof(device)) ||

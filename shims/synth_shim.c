@@ -62,7 +62,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	        {"bit_shift", .u64 = &s->bit_shift, .max = 15},
 	        {"motion_rate", .dbl = &s->motion_rate, .lo = 0, .hi = 1e6},
 	};
-	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
+	rc = shim_args_parse(args_yaml, 0, &args, err, sizeof(err));
 	if (!rc)
 		rc = shim_args_get(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (!rc)

@@ -238,6 +238,19 @@ int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *cam
 
 		if (a->used)
 			continue; /* one of the shim's own arguments */
+		if (!a->listed && !strcmp(a->key, "features"))
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "shim.args.features (line %u): a list of 'Feature: value' "
+			        "items, written in order, e.g. [{TriggerSelector: LineStart}, "
+			        "{TriggerMode: On}]",
+			        a->line);
+		/* the shim's own setting, which it writes at configure() */
+		if (a->listed && !strcmp(a->key, "PixelFormat"))
+			return vr_err(err, errlen, -EINVAL,
+			              "shim.args.features (line %u): PixelFormat is shim.args."
+			              "pixel_format",
+			              a->line);
 		if (!strcmp(a->key, "Width") || !strcmp(a->key, "Height"))
 			return vr_err(
 			        err, errlen, -EINVAL,

@@ -86,11 +86,11 @@ static void on_control_lost(ArvDevice *dev, gpointer data)
 	atomic_store(&s->control_lost, true);
 }
 
-/* The key as given in shim.args, NULL when absent. */
+/* The key as given in shim.args (not an item of its features list), NULL when absent. */
 static const struct shim_arg *arg_given(const struct shim_args *args, const char *key)
 {
 	for (size_t i = 0; i < args->n; i++)
-		if (!strcmp(args->a[i].key, key))
+		if (!args->a[i].listed && !strcmp(args->a[i].key, key))
 			return &args->a[i];
 	return NULL;
 }
@@ -189,7 +189,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	        {"phantom", .str = s->fake.phantom, .max = sizeof(s->fake.phantom)},
 	        {"motion_rate", .dbl = &s->fake.motion_rate, .lo = 0, .hi = 1e6},
 	};
-	rc = shim_args_parse(args_yaml, &args, err, sizeof(err));
+	rc = shim_args_parse(args_yaml, SHIM_ARGS_FEATURE_LIST, &args, err, sizeof(err));
 	if (!rc)
 		rc = shim_args_get(&args, spec, 2, err, sizeof(err));
 	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {

@@ -265,6 +265,21 @@ BAD = {
                                     {"sample_type": "u12p"},
                                     "camera Fake_1 fills Mono12p frames only with simulate: "
                                     "synth (its own test pattern is Mono8 or Mono16)"),
+    "features_not_a_list": ({"camera": "Fake_1", "features": "TriggerMode"}, {},
+                            "shim.args.features (line 1): a list of 'Feature: value' items"),
+    "features_item_of_two_keys": ({"camera": "Fake_1", "features": [
+                                      {"TriggerSelector": "FrameStart", "TriggerMode": "On"}]},
+                                  {}, "an item with more than one key (each item of features "
+                                      "is one 'Feature: value')"),
+    "features_item_not_a_mapping": ({"camera": "Fake_1", "features": ["TriggerMode"]}, {},
+                                    "an item that is not a mapping (each item of features"),
+    "features_pixel_format": ({"camera": "Fake_1", "features": [{"PixelFormat": "Mono8"}]},
+                              {}, "PixelFormat is shim.args.pixel_format"),
+    "features_item_checked": ({"camera": "Fake_1", "features": [
+                                  {"TriggerSelector": "FrameStart"},
+                                  {"TriggerMode": "Sometimes"}]}, {},
+                              "'Sometimes' is not a value camera Fake_1 offers for "
+                              "'TriggerMode'"),
     "too_few_buffers": ({"camera": "Fake_1", "buffers": 5}, {},
                         "shim.args.buffers: 5 is too few (0 = pipeline.ring_bscans + 1 "
                         "epoch or 3 epochs, whichever is more; else 16..4096)"),
@@ -280,6 +295,31 @@ def test_bad_camera_settings_fail_at_start(daemons, name):
     d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
     assert d.wait_exit() != 0
     assert message in d.log_text(), d.log_text()[-2000:]
+
+
+def test_features_list_writes_its_items_in_order_repeats_included(daemons):
+    """A selector picks which trigger TriggerMode and TriggerSource set (FrameStart, LineStart,
+    ...): wiring two triggers writes them twice, which a mapping's unique keys cannot say. The
+    features list is written in order, repeats included: selectors re-selected, and the Fake
+    camera's AcquisitionFrameRate given twice, the last one counts (400 frames/s against 100,
+    8 B-scans a volume)."""
+    def epochs_per_s(first, last):
+        args = {"camera": "Fake_1", "features": [
+            {"TriggerSelector": "FrameStart"}, {"TriggerMode": "Off"},
+            {"TriggerSelector": "AcquisitionStart"}, {"TriggerMode": "Off"},
+            {"AcquisitionFrameRate": first}, {"TriggerSelector": "FrameStart"},
+            {"AcquisitionFrameRate": last}]}
+        d = daemons(**daemon_shim_config(args))
+        d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        d.subscribe()
+        st = d.status(lambda m: m["uptime_s"] > 3 and m["rates"]["epochs_per_s"] > 0)
+        assert st["faults"]["source"] == 0, st["faults"]
+        d.close()  # the next one runs alone
+        return st["rates"]["epochs_per_s"]
+
+    slow, fast = epochs_per_s(400, 100), epochs_per_s(100, 400)
+    assert fast > 2 * slow, (slow, fast)
+    print(f"epochs/s: {slow:.1f} with 100 frames/s last, {fast:.1f} with 400")
 
 
 def test_check_accepts_the_short_name_and_the_shim_reports_at_start(daemons, bin_dir):
