@@ -242,19 +242,48 @@ def test_viewer_follows_a_daemon_restart(browser, live):
     pub.stop()
     browser.wait(page, "window.volrecView.daemon === 'stopped'")
     pub.start()
-    browser.wait(page, f"window.volrecView.panes.bscan.shown.session !== '{session}' && "
-                 "window.volrecView.daemon === 'connected'", timeout_ms=30000)
+    browser.wait(page, f"(s => s && s.session !== '{session}')(window.volrecView.panes.bscan.shown)"
+                 " && window.volrecView.daemon === 'connected'", timeout_ms=30000)
     browser.wait(page, "window.volrecView.connected")
     # the same page, no reload: every pane shows the new session's pictures
     for name in PANES:
-        browser.wait(page, f"window.volrecView.panes.{name}.shown.session !== '{session}'",
-                     timeout_ms=30000)
+        browser.wait(page, f"(s => s && s.session !== '{session}')"
+                     f"(window.volrecView.panes.{name}.shown)", timeout_ms=30000)
         got, _, _ = shown_and_published(browser, page, name, rec)
         assert got["session"] != session
     assert len(rec.sessions) == 2, rec.sessions
-    assert browser.eval(page, "window.volrecView.errors.length") == 0
+    assert browser.eval(page, "window.volrecView.errors") == []
     assert "new session" in view.log_text() or "is back" in view.log_text()
     browser.cmd("close", page=page)
+
+
+def test_a_daemon_restarted_without_views_leaves_no_old_pictures(browser, live):
+    """volrecd restarted with view.enabled false publishes no pictures: the open page clears
+    the panes of the session before and says why, and a page opened then is not sent the
+    stopped daemon's pictures as if they were live."""
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    pub.stop()
+    browser.wait(page, "window.volrecView.daemon === 'stopped'")
+    pub.cfg["view"]["enabled"] = False
+    pub.config_path.write_text(json.dumps(pub.cfg, indent=1) + "\n")
+    pub.start()
+    browser.wait(page, "window.volrecView.daemon === 'connected' && "
+                 "Object.values(window.volrecView.panes).every(p => !p.shown)")
+    browser.wait(page, "document.getElementById('state').textContent === 'live, no pictures'")
+    assert "publishes no pictures (view.enabled: false)" in browser.eval(
+        page, "document.getElementById('state').title")
+    assert browser.eval(page, "document.getElementById('foot-bscan').textContent") == "–"
+    other = browser.open(view.url)
+    browser.wait(other, "window.volrecView.daemon === 'connected' && "
+                 "window.volrecView.received !== undefined")
+    browser.eval(other, "new Promise(r => setTimeout(r, 2000))")
+    assert browser.eval(other, "Object.keys(window.volrecView.received)") == []
+    assert browser.eval(page, "Object.values(window.volrecView.panes).some(p => p.shown)") is False
+    assert browser.cmd("errors")["value"] == []
+    for p in (page, other):
+        browser.cmd("close", page=p)
 
 
 def test_bad_messages_get_errors_and_nothing_else_breaks(browser, live):

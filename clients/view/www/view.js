@@ -15,7 +15,7 @@
     ws: null, connected: false, hello: null, control: false, daemon: 'connecting',
     colormap: 'gray', nextId: 1, pending: new Map(),
     panes: {}, latencies: [], received: {}, replies: [], errors: [], events: [],
-    status: null, position: null, shape: null, angles: [0, 0], slab: null, frameSeq: 0,
+    status: null, session: null, position: null, shape: null, angles: [0, 0], slab: null, frameSeq: 0,
   };
   window.volrecView = state;
 
@@ -104,6 +104,7 @@
     let pixels = new Uint8Array(buf, h.headerSize, h.payload);
     if (h.encoding === 1) pixels = await inflate(pixels);
     if (pixels.length !== h.rows * h.cols) { note(`${h.kind}: ${pixels.length} bytes for ${h.rows}×${h.cols}`); return; }
+    if (state.session && h.session !== state.session) return; // the session before's
     h.pixels = pixels;
     h.tArrived = performance.now();
     h.seq = seq;
@@ -205,6 +206,17 @@
     }
   }
 
+  // The daemon reads another session now: pictures of the one before are no longer shown (a
+  // daemon restarted without views, or with another geometry, sends none or others).
+  function clearPanes(session) {
+    for (const p of Object.values(state.panes)) {
+      if (!p.last || p.last.session === session) continue;
+      p.last = null; p.shown = null; p.dirty = false;
+      p.ctx.clearRect(0, 0, p.canvas.width, p.canvas.height);
+      $(`foot-${p.name}`).textContent = '–';
+    }
+  }
+
   function foot(p) {
     const h = p.last;
     const age = h.tLastNs > 0n ? `${(Number(nowNs() - h.tLastNs) / 1e6).toFixed(0)} ms` : '–';
@@ -259,11 +271,10 @@
         loadControls();
         break;
       case 'state': {
-        // a daemon back (perhaps restarted with another configuration) has its own dB range
-        const back = m.state.state === 'connected' && state.daemon !== 'connected';
         state.daemon = m.state.state;
         setState(m.state.state, m.state.message);
-        if (back && state.hello) loadControls();
+        if (m.state.session) { state.session = m.state.session; clearPanes(m.state.session); }
+        if (m.state.views === false) { $('state').textContent = 'live, no pictures'; note(m.state.message); }
         break;
       }
       case 'status':
@@ -272,8 +283,10 @@
       case 'event':
         state.events.push(m.event);
         if (m.event && m.event.message) note(`${m.event.event || 'event'}: ${m.event.message}`);
-        // another browser (or volrec set) changed the dB range: the sliders show the new one
-        if (m.event && (m.event.event !== 'set' || String(m.event.keys).includes('preprocess.db_range'))) loadControls();
+        // another browser (or volrec set, a reload, a daemon started again perhaps with another
+        // configuration) changed the dB range: the sliders show it
+        if (m.event && (m.event.event === 'reloaded' || m.event.event === 'started' ||
+            (m.event.event === 'set' && String(m.event.keys).includes('preprocess.db_range')))) loadControls();
         break;
       case 'reply':
       case 'error': {
