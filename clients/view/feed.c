@@ -7,6 +7,7 @@
  * messages go the same way. Never more than max_rate volumes per second.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,10 +64,40 @@ static void post_state(struct vw_feed *f, const char *state, const char *message
 	json_object_object_add(o, "state", json_object_new_string(state));
 	json_object_object_add(o, "message", json_object_new_string(message));
 	json_object_object_add(o, "instance", json_object_new_string(f->instance));
+	if (f->session) {
+		char hex[17];
+
+		/* hexadecimal, as the page writes a frame's session id */
+		snprintf(hex, sizeof(hex), "%" PRIx64, f->session);
+		json_object_object_add(o, "session", json_object_new_string(hex));
+		json_object_object_add(o, "views", json_object_new_boolean(!f->no_views));
+	}
 	text = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 	json_object_put(o);
 	if (text)
 		box_text(f, &f->box.text[VW_STATE], text);
+}
+
+/*
+ * The daemon's session is now this one: the pictures of the one before are dropped (a browser
+ * opened now would otherwise be sent a stopped daemon's pictures, a daemon restarted without
+ * views none to replace them), and the browsers are told, so they clear theirs.
+ */
+static void new_session(struct vw_feed *f, uint64_t session)
+{
+	if (session == f->session)
+		return;
+	pthread_mutex_lock(&f->box.lock);
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+		vw_frame_free(f->box.frame[k]);
+		f->box.frame[k] = NULL;
+	}
+	f->box.clear = f->session != 0;
+	f->box.dirty = true;
+	pthread_mutex_unlock(&f->box.lock);
+	f->session = session;
+	f->no_views = false;
+	post_state(f, "connected", "reading volrecd");
 }
 
 /* A daemon's status or event text, checked to be one JSON object before browsers get it. */
@@ -110,6 +141,15 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	rc = volrec_client_latest(c, &v);
 	if (rc)
 		return;
+	if (!(v.flags & VOLREC_FLAG_VIEWS) != f->no_views) {
+		f->no_views = !(v.flags & VOLREC_FLAG_VIEWS);
+		post_state(f, "connected",
+		           f->no_views ? "volrecd publishes no pictures (view.enabled: false)"
+		                       : "reading volrecd");
+		vw_log("volrecd '%s' %s", f->instance,
+		       f->no_views ? "publishes no pictures (view.enabled: false)"
+		                   : "publishes pictures");
+	}
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
 		struct volrec_image img;
 		struct vw_frame_meta m = {
@@ -209,6 +249,7 @@ static void *feed_main(void *arg)
 				continue;
 			}
 			session = volrec_client_session(c);
+			new_session(f, session);
 			pending = true; /* show what is there at once */
 			alive = true;
 		}
@@ -239,6 +280,7 @@ static void *feed_main(void *arg)
 				session = volrec_client_session(c);
 				last_render = 0;
 				vw_log("volrecd '%s' has a new session: following it", f->instance);
+				new_session(f, session);
 			}
 			if (pending && now >= next_ok && atomic_load(&f->wanted)) {
 				pending = false;

@@ -761,12 +761,15 @@ static void take_mailbox(struct vw_server *sv)
 	struct vw_mailbox *b = &sv->feed->box;
 	struct vw_frame *fr[VOLREC_IMAGE_COUNT];
 	char *text[VW_TEXTS];
+	bool clear;
 
 	pthread_mutex_lock(&b->lock);
 	if (!b->dirty) {
 		pthread_mutex_unlock(&b->lock);
 		return;
 	}
+	clear = b->clear;
+	b->clear = false;
 	memcpy(fr, b->frame, sizeof(fr));
 	memset(b->frame, 0, sizeof(b->frame));
 	memcpy(text, b->text, sizeof(text));
@@ -774,6 +777,10 @@ static void take_mailbox(struct vw_server *sv)
 	b->dirty = false;
 	pthread_mutex_unlock(&b->lock);
 
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && clear; k++) {
+		vw_frame_free(sv->frame[k]); /* the session before's: never sent again */
+		sv->frame[k] = NULL;
+	}
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
 		if (fr[k]) {
 			vw_frame_free(sv->frame[k]);

@@ -10,6 +10,7 @@
 //   {"op": "select", "page": N, "selector": S, "value": V}
 //   {"op": "fill", "page": N, "selector": S, "value": V}  (a range input, then "change")
 //   {"op": "screenshot", "page": N, "path": P}
+//   {"op": "resize", "page": N, "width": W, "height": H}  (the window: a "resize" event)
 //   {"op": "close", "page": N}, {"op": "quit"}
 // The browser: /usr/bin/chromium (CHROMIUM overrides), headless, no sandbox (a container), no
 // GPU, no network beyond the page, a new empty profile; nothing is downloaded. Each page opens
@@ -97,6 +98,10 @@ async function main() {
             el.value = v;
             el.dispatchEvent(new Event('change'));
           }, String(cmd.value));
+          out({ ok: true });
+          break;
+        case 'resize':
+          await page.setViewportSize({ width: cmd.width, height: cmd.height });
           out({ ok: true });
           break;
         case 'screenshot':

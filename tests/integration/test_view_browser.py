@@ -242,19 +242,48 @@ def test_viewer_follows_a_daemon_restart(browser, live):
     pub.stop()
     browser.wait(page, "window.volrecView.daemon === 'stopped'")
     pub.start()
-    browser.wait(page, f"window.volrecView.panes.bscan.shown.session !== '{session}' && "
-                 "window.volrecView.daemon === 'connected'", timeout_ms=30000)
+    browser.wait(page, f"(s => s && s.session !== '{session}')(window.volrecView.panes.bscan.shown)"
+                 " && window.volrecView.daemon === 'connected'", timeout_ms=30000)
     browser.wait(page, "window.volrecView.connected")
     # the same page, no reload: every pane shows the new session's pictures
     for name in PANES:
-        browser.wait(page, f"window.volrecView.panes.{name}.shown.session !== '{session}'",
-                     timeout_ms=30000)
+        browser.wait(page, f"(s => s && s.session !== '{session}')"
+                     f"(window.volrecView.panes.{name}.shown)", timeout_ms=30000)
         got, _, _ = shown_and_published(browser, page, name, rec)
         assert got["session"] != session
     assert len(rec.sessions) == 2, rec.sessions
-    assert browser.eval(page, "window.volrecView.errors.length") == 0
+    assert browser.eval(page, "window.volrecView.errors") == []
     assert "new session" in view.log_text() or "is back" in view.log_text()
     browser.cmd("close", page=page)
+
+
+def test_a_daemon_restarted_without_views_leaves_no_old_pictures(browser, live):
+    """volrecd restarted with view.enabled false publishes no pictures: the open page clears
+    the panes of the session before and says why, and a page opened then is not sent the
+    stopped daemon's pictures as if they were live."""
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    pub.stop()
+    browser.wait(page, "window.volrecView.daemon === 'stopped'")
+    pub.cfg["view"]["enabled"] = False
+    pub.config_path.write_text(json.dumps(pub.cfg, indent=1) + "\n")
+    pub.start()
+    browser.wait(page, "window.volrecView.daemon === 'connected' && "
+                 "Object.values(window.volrecView.panes).every(p => !p.shown)")
+    browser.wait(page, "document.getElementById('state').textContent === 'live, no pictures'")
+    assert "publishes no pictures (view.enabled: false)" in browser.eval(
+        page, "document.getElementById('state').title")
+    assert browser.eval(page, "document.getElementById('foot-bscan').textContent") == "–"
+    other = browser.open(view.url)
+    browser.wait(other, "window.volrecView.daemon === 'connected' && "
+                 "window.volrecView.received !== undefined")
+    browser.eval(other, "new Promise(r => setTimeout(r, 2000))")
+    assert browser.eval(other, "Object.keys(window.volrecView.received)") == []
+    assert browser.eval(page, "Object.values(window.volrecView.panes).some(p => p.shown)") is False
+    assert browser.cmd("errors")["value"] == []
+    for p in (page, other):
+        browser.cmd("close", page=p)
 
 
 def test_bad_messages_get_errors_and_nothing_else_breaks(browser, live):
@@ -287,6 +316,115 @@ def test_bad_messages_get_errors_and_nothing_else_breaks(browser, live):
     for p in (page, other):
         browser.cmd("close", page=p)
 
+
+
+def test_a_browser_s_db_range_follows_another_browsers_set(browser, live):
+    """The dB range set in one browser moves the other browser's sliders (the daemon's set
+    event): a change made there afterwards keeps the first browser's low end instead of sending
+    the value its sliders showed at load."""
+    pub, rec, view = live
+    a, b = browser.open(view.url), browser.open(view.url)
+    for p in (a, b):
+        browser.wait(p, ALL_DRAWN)
+        browser.wait(p, "window.volrecView.replies.length >= 1")  # the initial get
+    browser.cmd("fill", page=a, selector="#db-lo", value=15)
+    wait_for(lambda: volrec_get(pub, "preprocess.db_range") == "[15, 100]", what="db_range set")
+    browser.wait(b, "document.getElementById('db-lo').value === '15' && "
+                 "document.getElementById('db-text').textContent === '15–100 dB'")
+    browser.cmd("fill", page=b, selector="#db-hi", value=80)
+    wait_for(lambda: volrec_get(pub, "preprocess.db_range") == "[15, 80]", what="db_range set")
+    browser.wait(a, "document.getElementById('db-hi').value === '80'")
+    assert browser.cmd("errors")["value"] == []
+    for p in (a, b):
+        browser.cmd("close", page=p)
+
+
+@pytest.fixture
+def idle(build_dir, bin_dir):
+    """A viewer whose daemon is not running: the page is connected and gets no pictures but
+    those a test hands it (frames made in the page, as the viewer sends them)."""
+    pub = DaemonPublisher(build_dir)
+    try:
+        view = Viewer(bin_dir, pub)
+        try:
+            yield view
+        finally:
+            view.close()
+    finally:
+        pub.close()
+
+
+# window.frame(kind, volumeId, rows, cols, value, deflate): a picture frame (docs/viewer.md)
+# of rows x cols pixels of one value, acquired 5 ms ago, handed to the page as if received.
+FRAME_JS = """window.frame = async (kind, vid, rows, cols, value, deflate) => {
+  let payload = new Uint8Array(rows * cols).fill(value);
+  if (deflate) {
+    const s = new Blob([payload]).stream().pipeThrough(new CompressionStream('deflate'));
+    payload = new Uint8Array(await new Response(s).arrayBuffer());
+  }
+  const buf = new ArrayBuffer(128 + payload.length), d = new DataView(buf);
+  const now = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n;
+  d.setUint32(0, 0x46565256, true); d.setUint16(4, 1, true); d.setUint16(6, 128, true);
+  d.setUint8(8, ['enface_mean', 'enface_max', 'bscan', 'slice', 'plane', 'render'].indexOf(kind));
+  d.setUint8(9, deflate ? 1 : 0); d.setUint8(10, 1); d.setUint8(11, 1);
+  d.setUint32(12, rows, true); d.setUint32(16, cols, true); d.setUint32(20, payload.length, true);
+  d.setBigUint64(24, BigInt(vid), true); d.setBigUint64(40, now - 5000000n, true);
+  d.setBigUint64(48, now - 2000000n, true); d.setBigUint64(64, 0xabcn, true);
+  [rows, rows, cols].forEach((v, i) => d.setUint32(72 + 4 * i, v, true));
+  d.setUint32(88, cols, true);
+  new Uint8Array(buf, 128).set(payload);
+  return buf;
+}"""
+
+
+def test_a_picture_decoded_late_does_not_replace_a_newer_one(browser, idle):
+    """The viewer deflates a picture or sends it raw by what deflate saves, so a B-scan may
+    come deflated and the next raw: the raw one is ready at once, the deflated one only once
+    inflated. The pane shows the newer picture, and the crosshair the newer position."""
+    page = browser.open(idle.url)
+    browser.wait(page, "window.volrecView.hello")
+    browser.eval(page, FRAME_JS)
+    browser.eval(page, """(async () => {
+      const older = await window.frame('bscan', 41, 24, 64, 10, true);
+      const newer = await window.frame('bscan', 42, 24, 64, 200, false);
+      new DataView(newer).setUint32(92, 7, true);  // the newer one is at y0 = 7
+      window.volrecView.ws.onmessage({data: older});
+      window.volrecView.ws.onmessage({data: newer});
+    })()""")
+    browser.wait(page, "window.volrecView.received.bscan.frames === 2 && "
+                 "window.volrecView.panes.bscan.shown")
+    browser.eval(page, "new Promise(r => setTimeout(r, 500))")  # the older one inflated too
+    got = pane(browser, page, "bscan")
+    assert got["volumeId"] == 42 and (got["pixels"] == 200).all(), got["volumeId"]
+    assert browser.eval(page, "window.volrecView.position[0]") == 7
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
+def test_resizing_the_window_draws_again_without_counting_pictures(browser, idle):
+    """A resize draws the pictures shown at the new size; it is no new picture: neither the
+    acquisition-to-drawn latency nor the pictures per second count it."""
+    page = browser.open(idle.url, width=1280, height=800)
+    browser.wait(page, "window.volrecView.hello")
+    browser.eval(page, FRAME_JS)
+    browser.eval(page, """(async () => {
+      for (const [k, v] of [['enface_mean', 1], ['bscan', 2], ['slice', 3], ['render', 4]])
+        window.volrecView.ws.onmessage({data: await window.frame(k, 9, 16, 32, 50 * v, false)});
+    })()""")
+    browser.wait(page, ALL_DRAWN)
+    browser.wait(page, "window.volrecView.latencies.length === 4")
+    width = browser.eval(page, "window.volrecView.panes.bscan.canvas.width")
+    for w in (900, 1100, 700):
+        browser.cmd("resize", page=page, width=w, height=600)
+        browser.wait(page, f"window.volrecView.panes.bscan.canvas.width !== {width}")
+        width = browser.eval(page, "window.volrecView.panes.bscan.canvas.width")
+    browser.eval(page, "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+    assert browser.eval(page, "window.volrecView.latencies.length") == 4
+    got = pane(browser, page, "slice")  # still drawn, at the picture's values
+    assert got["volumeId"] == 9 and (got["canvas"][:, :, 0] == 150).all()
+    assert browser.eval(page, "window.volrecView.panes.slice.canvas.width") == width
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
 
 # ---- beyond loopback: TLS and tokens ----------------------------------------------------------
 

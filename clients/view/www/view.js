@@ -15,7 +15,7 @@
     ws: null, connected: false, hello: null, control: false, daemon: 'connecting',
     colormap: 'gray', nextId: 1, pending: new Map(),
     panes: {}, latencies: [], received: {}, replies: [], errors: [], events: [],
-    status: null, position: null, shape: null, angles: [0, 0], slab: null,
+    status: null, session: null, position: null, shape: null, angles: [0, 0], slab: null, frameSeq: 0,
   };
   window.volrecView = state;
 
@@ -86,27 +86,36 @@
     return new Uint8Array(await new Response(stream).arrayBuffer());
   }
 
+  // Whether the picture numbered seq is the newest yet to give what it says of a field.
+  const fieldSeq = {};
+  const newest = (field, seq) => (seq > (fieldSeq[field] || 0) ? (fieldSeq[field] = seq) : 0);
+
   const nowNs = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n;
 
   async function onFrame(buf) {
     const h = parseHeader(buf);
     if (!h || !h.kind) { note('a picture frame with a bad header was ignored'); return; }
+    // numbered as they arrive: a deflated picture is decoded asynchronously, a raw one at once,
+    // so an older picture may finish after a newer one and must not replace it
+    const seq = ++state.frameSeq;
     const rx = (state.received[h.kind] ||= { frames: 0, bytes: 0, t0: performance.now() });
     rx.frames++;
     rx.bytes += buf.byteLength;
     let pixels = new Uint8Array(buf, h.headerSize, h.payload);
     if (h.encoding === 1) pixels = await inflate(pixels);
     if (pixels.length !== h.rows * h.cols) { note(`${h.kind}: ${pixels.length} bytes for ${h.rows}×${h.cols}`); return; }
+    if (state.session && h.session !== state.session) return; // the session before's
     h.pixels = pixels;
     h.tArrived = performance.now();
-    state.shape = h.shape;
-    if (h.kind !== 'render') state.position = h.position;
-    if (h.kind === 'enface_mean' || h.kind === 'enface_max') state.slab = h.slab;
-    if (h.kind === 'render' && !dragging) state.angles = h.angles;
+    h.seq = seq;
+    if (newest('shape', seq)) state.shape = h.shape;
+    if (h.kind !== 'render' && newest('position', seq)) state.position = h.position;
+    if ((h.kind === 'enface_mean' || h.kind === 'enface_max') && newest('slab', seq)) state.slab = h.slab;
+    if (h.kind === 'render' && newest('angles', seq) && !dragging) state.angles = h.angles;
     for (const p of Object.values(state.panes)) {
       if (PANES[p.name].kind() !== h.kind) continue;
-      h.seq = ++p.arrivals;
-      if (p.last && p.last.seq > h.seq) continue; // a later one finished decoding first
+      if (p.last && p.last.seq > seq) continue; // a later one finished decoding first
+      p.arrivals++;
       p.last = h;
       p.dirty = true;
     }
@@ -197,6 +206,17 @@
     }
   }
 
+  // The daemon reads another session now: pictures of the one before are no longer shown (a
+  // daemon restarted without views, or with another geometry, sends none or others).
+  function clearPanes(session) {
+    for (const p of Object.values(state.panes)) {
+      if (!p.last || p.last.session === session) continue;
+      p.last = null; p.shown = null; p.dirty = false;
+      p.ctx.clearRect(0, 0, p.canvas.width, p.canvas.height);
+      $(`foot-${p.name}`).textContent = '–';
+    }
+  }
+
   function foot(p) {
     const h = p.last;
     const age = h.tLastNs > 0n ? `${(Number(nowNs() - h.tLastNs) / 1e6).toFixed(0)} ms` : '–';
@@ -210,7 +230,8 @@
       ` · ${h.encoding === 1 ? 'deflate' : 'raw'} ${(h.payload / 1024).toFixed(1)} KiB${extra}`;
   }
 
-  window.addEventListener('resize', () => { for (const p of Object.values(state.panes)) p.dirty = true; requestDraw(); });
+  // A resize draws the same pictures again at the new size: no new picture, no latency.
+  window.addEventListener('resize', requestDraw);
 
   // ---- messages -------------------------------------------------------------------------------
   function note(text) {
@@ -249,16 +270,23 @@
         subscribe();
         loadControls();
         break;
-      case 'state':
+      case 'state': {
         state.daemon = m.state.state;
         setState(m.state.state, m.state.message);
+        if (m.state.session) { state.session = m.state.session; clearPanes(m.state.session); }
+        if (m.state.views === false) { $('state').textContent = 'live, no pictures'; note(m.state.message); }
         break;
+      }
       case 'status':
         onStatus(m.status);
         break;
       case 'event':
         state.events.push(m.event);
         if (m.event && m.event.message) note(`${m.event.event || 'event'}: ${m.event.message}`);
+        // another browser (or volrec set, a reload, a daemon started again perhaps with another
+        // configuration) changed the dB range: the sliders show it
+        if (m.event && (m.event.event === 'reloaded' || m.event.event === 'started' ||
+            (m.event.event === 'set' && String(m.event.keys).includes('preprocess.db_range')))) loadControls();
         break;
       case 'reply':
       case 'error': {
@@ -350,7 +378,8 @@
 
   async function loadControls() {
     const r = await request({ type: 'get', key: 'preprocess.db_range' });
-    if (r.ok && r.reply && typeof r.reply.value === 'string') {
+    const held = document.activeElement === $('db-lo') || document.activeElement === $('db-hi');
+    if (r.ok && r.reply && typeof r.reply.value === 'string' && !held) {
       try {
         const v = JSON.parse(r.reply.value);
         $('db-lo').value = v[0]; $('db-hi').value = v[1];
