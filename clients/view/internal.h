@@ -99,7 +99,7 @@ struct vw_mailbox {
 	pthread_mutex_t lock;
 	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
 	char *text[VW_TEXTS]; /* malloc'ed */
-	bool clear; /* a new session: the server drops the pictures of the one before */
+	bool clear;           /* a new session: the server drops the pictures of the one before */
 	bool dirty;
 };
 
@@ -113,8 +113,9 @@ struct vw_feed {
 	struct vw_mailbox box;
 	void (*wake)(void *ctx); /* called after the mailbox changed (any thread) */
 	void *wake_ctx;
-	uint64_t session; /* the daemon's session the feed reads (0 before the first); feed thread */
-	bool no_views;    /* the session's volumes carry no views (view.enabled: false) */
+	uint64_t
+	        session; /* the daemon's session the feed reads (0 before the first); feed thread */
+	bool no_views;   /* the session's volumes carry no views (view.enabled: false) */
 	pthread_t thread;
 	bool started;
 };
