@@ -508,24 +508,25 @@ def test_a_volume_held_when_its_client_is_closed_says_so(instance):
 def test_the_endpoint_list_is_read_as_libvolrec_reads_it(instance, build_dir):
     """The list ends at its first empty string, and a last string without its NUL is not an
     endpoint: Python took the entries after an empty one and an unterminated one, and so could
-    connect where libvolrec would not."""
+    connect where libvolrec would not. libvolrec's choice is compared too where it can be
+    loaded (not a sanitized build)."""
     lib_path = build_dir / "lib/libvolrec.so.0"
-    if not lib_path.exists():
-        pytest.skip("libvolrec not built")
-    lib = ctypes.CDLL(str(lib_path))
+    lib = None
+    if not os.environ.get("VOLREC_SANITIZER") and lib_path.exists():
+        lib = ctypes.CDLL(str(lib_path))
 
-    class Info(ctypes.Structure):
-        _fields_ = [("session_id", ctypes.c_uint64), ("ny", ctypes.c_uint32),
-                    ("nx", ctypes.c_uint32), ("nz", ctypes.c_uint32),
-                    ("dtype", ctypes.c_uint32), ("slots", ctypes.c_uint32),
-                    ("max_readers", ctypes.c_uint32), ("writer_pid", ctypes.c_int32),
-                    ("writer_alive", ctypes.c_int), ("created_ns", ctypes.c_uint64),
-                    ("latest_sequence", ctypes.c_uint64), ("endpoint", ctypes.c_char_p)]
+        class Info(ctypes.Structure):
+            _fields_ = [("session_id", ctypes.c_uint64), ("ny", ctypes.c_uint32),
+                        ("nx", ctypes.c_uint32), ("nz", ctypes.c_uint32),
+                        ("dtype", ctypes.c_uint32), ("slots", ctypes.c_uint32),
+                        ("max_readers", ctypes.c_uint32), ("writer_pid", ctypes.c_int32),
+                        ("writer_alive", ctypes.c_int), ("created_ns", ctypes.c_uint64),
+                        ("latest_sequence", ctypes.c_uint64), ("endpoint", ctypes.c_char_p)]
 
-    lib.volrec_client_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
-                                       ctypes.POINTER(ctypes.c_void_p)]
-    lib.volrec_client_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(Info)]
-    lib.volrec_client_close.argtypes = [ctypes.c_void_p]
+        lib.volrec_client_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
+                                           ctypes.POINTER(ctypes.c_void_p)]
+        lib.volrec_client_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(Info)]
+        lib.volrec_client_close.argtypes = [ctypes.c_void_p]
     create(instance, "live", random.getrandbits(63) | 1)
     table_end = proto.SHM_HEADER.size + SLOTS * proto.SLOT_HEADER.size
     at = (table_end + 63) // 64 * 64
@@ -534,6 +535,10 @@ def test_the_endpoint_list_is_read_as_libvolrec_reads_it(instance, build_dir):
              tcp + b"ipc:///tmp/" + b"x" * (proto.ENDPOINTS_MAX - len(tcp) - 11)]
     for raw in cases:
         write_at(shm(instance), at, raw.ljust(proto.ENDPOINTS_MAX, b"\0"))
+        with volrec.Client(instance, run_dir="/nonexistent") as c:
+            assert c._endpoint == "tcp://127.0.0.1:5999", (raw[:40], c._endpoint)
+        if lib is None:
+            continue
         handle = ctypes.c_void_p()
         assert lib.volrec_client_open(instance.encode(), b"/nonexistent",
                                       ctypes.byref(handle)) == 0
@@ -541,6 +546,4 @@ def test_the_endpoint_list_is_read_as_libvolrec_reads_it(instance, build_dir):
         lib.volrec_client_info(handle, ctypes.byref(info))
         c_endpoint = info.endpoint.decode()
         lib.volrec_client_close(handle)
-        with volrec.Client(instance, run_dir="/nonexistent") as c:
-            assert c._endpoint == c_endpoint == "tcp://127.0.0.1:5999", (raw[:40], c._endpoint,
-                                                                        c_endpoint)
+        assert c_endpoint == "tcp://127.0.0.1:5999", (raw[:40], c_endpoint)
