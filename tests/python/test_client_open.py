@@ -183,27 +183,35 @@ def test_open_refuses_a_segment_whose_writer_is_not_alive(instance, state, pid, 
     assert "pid %d" % pid in str(e.value) and instance in str(e.value)
 
 
-def test_writer_alive_is_libvolrecs(instance, build_dir):
-    """Python refuses a segment exactly when libvolrec says its writer is not alive."""
-    if os.environ.get("VOLREC_SANITIZER"):
-        pytest.skip("a sanitized libvolrec cannot be loaded into python")
+class Info(ctypes.Structure):
+    """struct volrec_segment_info (include/volrec/client.h)."""
+    _fields_ = [("session_id", ctypes.c_uint64), ("ny", ctypes.c_uint32),
+                ("nx", ctypes.c_uint32), ("nz", ctypes.c_uint32),
+                ("dtype", ctypes.c_uint32), ("slots", ctypes.c_uint32),
+                ("max_readers", ctypes.c_uint32), ("writer_pid", ctypes.c_int32),
+                ("writer_alive", ctypes.c_int), ("created_ns", ctypes.c_uint64),
+                ("latest_sequence", ctypes.c_uint64), ("endpoint", ctypes.c_char_p)]
+
+
+def libvolrec(build_dir):
+    """The build's libvolrec with the open/info/close prototypes, or None where it cannot be
+    loaded into python (a sanitized build) or is not built."""
     lib_path = build_dir / "lib/libvolrec.so.0"
-    if not lib_path.exists():
-        pytest.skip("libvolrec not built")
+    if os.environ.get("VOLREC_SANITIZER") or not lib_path.exists():
+        return None
     lib = ctypes.CDLL(str(lib_path))
-
-    class Info(ctypes.Structure):
-        _fields_ = [("session_id", ctypes.c_uint64), ("ny", ctypes.c_uint32),
-                    ("nx", ctypes.c_uint32), ("nz", ctypes.c_uint32),
-                    ("dtype", ctypes.c_uint32), ("slots", ctypes.c_uint32),
-                    ("max_readers", ctypes.c_uint32), ("writer_pid", ctypes.c_int32),
-                    ("writer_alive", ctypes.c_int), ("created_ns", ctypes.c_uint64),
-                    ("latest_sequence", ctypes.c_uint64), ("endpoint", ctypes.c_char_p)]
-
     lib.volrec_client_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
                                        ctypes.POINTER(ctypes.c_void_p)]
     lib.volrec_client_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(Info)]
     lib.volrec_client_close.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def test_writer_alive_is_libvolrecs(instance, build_dir):
+    """Python refuses a segment exactly when libvolrec says its writer is not alive."""
+    lib = libvolrec(build_dir)
+    if lib is None:
+        pytest.skip("libvolrec not built, or sanitized (it cannot be loaded into python)")
     session = random.getrandbits(63) | 1
     create(instance, "live", session)
     cases = [(proto.STATE_LIVE, os.getpid()), (proto.STATE_LIVE, dead_pid()),
@@ -510,23 +518,7 @@ def test_the_endpoint_list_is_read_as_libvolrec_reads_it(instance, build_dir):
     endpoint: Python took the entries after an empty one and an unterminated one, and so could
     connect where libvolrec would not. libvolrec's choice is compared too where it can be
     loaded (not a sanitized build)."""
-    lib_path = build_dir / "lib/libvolrec.so.0"
-    lib = None
-    if not os.environ.get("VOLREC_SANITIZER") and lib_path.exists():
-        lib = ctypes.CDLL(str(lib_path))
-
-        class Info(ctypes.Structure):
-            _fields_ = [("session_id", ctypes.c_uint64), ("ny", ctypes.c_uint32),
-                        ("nx", ctypes.c_uint32), ("nz", ctypes.c_uint32),
-                        ("dtype", ctypes.c_uint32), ("slots", ctypes.c_uint32),
-                        ("max_readers", ctypes.c_uint32), ("writer_pid", ctypes.c_int32),
-                        ("writer_alive", ctypes.c_int), ("created_ns", ctypes.c_uint64),
-                        ("latest_sequence", ctypes.c_uint64), ("endpoint", ctypes.c_char_p)]
-
-        lib.volrec_client_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p,
-                                           ctypes.POINTER(ctypes.c_void_p)]
-        lib.volrec_client_info.argtypes = [ctypes.c_void_p, ctypes.POINTER(Info)]
-        lib.volrec_client_close.argtypes = [ctypes.c_void_p]
+    lib = libvolrec(build_dir)
     create(instance, "live", random.getrandbits(63) | 1)
     table_end = proto.SHM_HEADER.size + SLOTS * proto.SLOT_HEADER.size
     at = (table_end + 63) // 64 * 64
