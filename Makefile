@@ -54,8 +54,10 @@ endif
 
 PKGS := libzmq yaml-0.1 fftw3f libsystemd libpng json-c
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-HDF5_CFLAGS := -I/usr/include/hdf5/serial
-HDF5_LIBS := -L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5
+# HDF5 from its pkg-config module (Debian's libhdf5-dev: hdf5.pc, the serial build), so the
+# include and library folders are the distribution's, wherever it puts them.
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5 2>/dev/null)
+HDF5_LIBS := $(shell pkg-config --libs hdf5 2>/dev/null)
 
 CC ?= cc
 CPPFLAGS += -Iinclude -I. -D_GNU_SOURCE -DVOLREC_VERSION='"$(VERSION)"' $(PKG_CFLAGS) $(HDF5_CFLAGS)
