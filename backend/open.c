@@ -2,16 +2,13 @@
 /*
  * Backend selection, the one part above cpu/ and gpu/ (its own archive, beopen): `cpu`,
  * `cuda`, or `auto` (CUDA when compiled in and a usable device exists, else the CPU with a
- * note saying why; CUDA over several devices when gpu.devices names more than one), and the
- * CUDA queries benchmarks need without including gpu/gpu.h.
+ * note saying why; CUDA over several devices when gpu.devices names more than one). In a build
+ * without CUDA it also answers the CUDA queries of backend.h (gpu/gpu_bench.c otherwise).
  */
 #include <errno.h>
 #include <stdio.h>
 
 #include "ops.h"
-#ifdef VOLREC_HAVE_CUDA
-#include "../gpu/gpu.h"
-#endif
 
 #ifdef VOLREC_HAVE_CUDA
 /* One device's backend, or the composite when gpu.devices names several. */
@@ -56,45 +53,23 @@ int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, si
 	}
 }
 
+#ifndef VOLREC_HAVE_CUDA
+/* Without CUDA: no devices; gpu/gpu_bench.c defines these in a CUDA build. */
 int be_cuda_devices(void)
 {
-#ifdef VOLREC_HAVE_CUDA
-	return gpu_device_count();
-#else
 	return 0;
-#endif
 }
 
 int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, char *err,
                       size_t errlen)
 {
-#ifdef VOLREC_HAVE_CUDA
-	const int n = gpu_device_count();
-
-	if (dev < 0 || dev >= n)
-		return vr_err(err, errlen, -ENODEV,
-		              "cuda backend: device %d: %d CUDA device(s) present", dev, n);
-	return gpu_bench_bandwidth(dev, bytes, reps, bw, err, errlen);
-#else
 	return vr_err(err, errlen, -ENOTSUP,
 	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
-#endif
 }
 
 int be_cuda_links_bandwidth(const int *devs, unsigned n, size_t bytes, int reps, double *d2h_gbs,
                             double *both_gbs, char *err, size_t errlen)
 {
-#ifdef VOLREC_HAVE_CUDA
-	const int present = gpu_device_count();
-
-	for (unsigned k = 0; k < n; k++)
-		if (devs[k] < 0 || devs[k] >= present)
-			return vr_err(err, errlen, -ENODEV,
-			              "cuda backend: device %d: %d CUDA device(s) present", devs[k],
-			              present);
-	return gpu_bench_links(devs, n, bytes, reps, d2h_gbs, both_gbs, err, errlen);
-#else
-	return vr_err(err, errlen, -ENOTSUP,
-	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
-#endif
+	return be_cuda_bandwidth(0, bytes, reps, NULL, err, errlen);
 }
+#endif

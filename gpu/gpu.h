@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private declarations of the CUDA backend (gpu_): the host-side tables computed once per
- * configuration, the kernel launchers (gpu_kernels.cu), the error helpers and the benchmark
- * helpers. Only gpu/, tests/gpu/ and the backend selection (backend/open.c) include this
- * header; everyone else asks through backend.h (be_cuda_devices, be_cuda_bandwidth).
+ * configuration, the kernel launchers (gpu_kernels.cu) and the error helpers. Only gpu/ and
+ * tests/gpu/ include this header; everyone else asks through backend.h (be_open, be_cuda_devices,
+ * be_cuda_bandwidth) and ops.h (be_cuda_ops, be_cuda_multi_ops).
  */
 #ifndef VOLREC_GPU_H
 #define VOLREC_GPU_H
@@ -319,26 +319,8 @@ int gpu_part_halo_wait(struct gpu_state *dst, char *err, size_t errlen);
  * be_motion_last_pose. */
 const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 
-/* ---- benchmark helpers (gpu_bench.c) ----------------------------------------------------- */
-
-struct be_bandwidth; /* backend/backend.h */
-
-/* Measure the copy bandwidths on device dev with transfers of bytes (best of reps) into bw
- * (be_cuda_bandwidth's contract). On failure returns a negative errno with the message in
- * err. Frees everything it allocates. */
-__attribute__((warn_unused_result)) int gpu_bench_bandwidth(int dev, size_t bytes, int reps,
-                                                            struct be_bandwidth *bw, char *err,
-                                                            size_t errlen);
-/* Whether /dev/shm has room for bytes more (containers often give it 64 MiB). */
-bool gpu_shm_fits(size_t bytes);
-/* The links of the distinct devices devs[0..n) together: each copies bytes D2H into its part of
- * one registered host buffer at once (*d2h_gbs: GB/s of them all), then H2D and D2H at once
- * (*both_gbs: each way, of them all). Best of reps, timed on the host. */
-__attribute__((warn_unused_result)) int gpu_bench_links(const int *devs, unsigned n, size_t bytes,
-                                                        int reps, double *d2h_gbs, double *both_gbs,
-                                                        char *err, size_t errlen);
-/* Number of CUDA devices (0 when none or no driver). */
-int gpu_device_count(void);
+/* gpu_bench.c defines backend.h's be_cuda_devices, be_cuda_bandwidth and
+ * be_cuda_links_bandwidth (the copy bandwidths benchmarks compare with). */
 
 #ifdef __cplusplus
 }

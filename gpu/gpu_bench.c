@@ -16,7 +16,8 @@
 #include "../base/base.h"
 #include "gpu.h"
 
-bool gpu_shm_fits(size_t bytes)
+/* Whether /dev/shm has room for bytes more (containers often give it 64 MiB). */
+static bool gpu_shm_fits(size_t bytes)
 {
 	struct statvfs v;
 
@@ -25,7 +26,7 @@ bool gpu_shm_fits(size_t bytes)
 	return (unsigned long long)v.f_bavail * v.f_frsize >= bytes + (16u << 20);
 }
 
-int gpu_device_count(void)
+int be_cuda_devices(void)
 {
 	int n = 0;
 
@@ -34,6 +35,17 @@ int gpu_device_count(void)
 		return 0;
 	}
 	return n;
+}
+
+/* 0 when dev is a present CUDA device, else -ENODEV with the message in err. */
+static int gpu_check_device(int dev, char *err, size_t errlen)
+{
+	const int n = be_cuda_devices();
+
+	if (dev < 0 || dev >= n)
+		return vr_err(err, errlen, -ENODEV,
+		              "cuda backend: device %d: %d CUDA device(s) present", dev, n);
+	return 0;
 }
 
 /* Best time in ms of reps rounds of: copies on streams s[0..ns), each of bytes. */
@@ -99,8 +111,8 @@ static int gpu_copy_gbs(void *dst, void *src, enum cudaMemcpyKind kind, size_t b
 	return rc;
 }
 
-int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, char *err,
-                        size_t errlen)
+int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, char *err,
+                      size_t errlen)
 {
 	void *h0 = NULL, *h1 = NULL, *d0 = NULL, *d1 = NULL, *shm = MAP_FAILED;
 	bool registered = false;
@@ -114,6 +126,9 @@ int gpu_bench_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw
 		snprintf(err, errlen, "cuda bandwidth: size and repetitions must be positive");
 		return -EINVAL;
 	}
+	rc = gpu_check_device(dev, err, errlen);
+	if (rc < 0)
+		return rc;
 	memset(bw, 0, sizeof(*bw));
 	bw->bytes = bytes;
 	rc = gpu_cuda_check(cudaSetDevice(dev), "cudaSetDevice", err, errlen);
@@ -255,8 +270,8 @@ static int gpu_links_round(unsigned n, const int *dev, void *const *d2h_dst, voi
 	return rc;
 }
 
-int gpu_bench_links(const int *devs, unsigned n, size_t bytes, int reps, double *d2h_gbs,
-                    double *both_gbs, char *err, size_t errlen)
+int be_cuda_links_bandwidth(const int *devs, unsigned n, size_t bytes, int reps, double *d2h_gbs,
+                            double *both_gbs, char *err, size_t errlen)
 {
 	int dev[CFG_GPU_DEVICES_MAX];
 	void *dsrc[CFG_GPU_DEVICES_MAX] = {0}, *ddst[CFG_GPU_DEVICES_MAX] = {0};
@@ -274,6 +289,9 @@ int gpu_bench_links(const int *devs, unsigned n, size_t bytes, int reps, double 
 		              CFG_GPU_DEVICES_MAX);
 	for (unsigned k = 0; k < n; k++) { /* each distinct device once */
 		bool seen = false;
+		rc = gpu_check_device(devs[k], err, errlen);
+		if (rc < 0)
+			return rc;
 		for (unsigned j = 0; j < m; j++)
 			seen |= dev[j] == devs[k];
 		if (!seen)

@@ -2043,7 +2043,7 @@ int main(int argc, char **argv)
 		}
 	}
 	fails += host_table_check();
-	if (gpu_device_count() == 0) {
+	if (be_cuda_devices() == 0) {
 		printf("SKIP: no CUDA device\n");
 		return fails ? 1 : 77;
 	}
