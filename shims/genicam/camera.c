@@ -82,9 +82,7 @@ static bool parse_bool(const char *s, bool *v)
 	return false;
 }
 
-/* One feature: the node must exist, be implemented, available and writable, and the value fit
- * its type and range. Nothing is written unless all of that holds. */
-static int apply_one(ArvDevice *dev, const struct shim_arg *a, const char *cam, char *err,
+int gc_feature_apply(ArvDevice *dev, const struct shim_arg *a, const char *cam, char *err,
                      size_t errlen)
 {
 	ArvGcNode *node = arv_device_get_feature(dev, a->key);
@@ -237,7 +235,7 @@ int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *cam
 		int rc;
 
 		if (a->used)
-			continue; /* one of the shim's own arguments */
+			continue; /* one of the shim's own arguments, or OffsetX/OffsetY */
 		if (!a->listed && !strcmp(a->key, "features"))
 			return vr_err(
 			        err, errlen, -EINVAL,
@@ -266,7 +264,7 @@ int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *cam
 			return vr_err(err, errlen, -EINVAL,
 			              "shim.args.GevSCPSPacketSize: the packet size is "
 			              "shim.args.packet_size (negotiated when absent)");
-		rc = apply_one(dev, a, camera_id, err, errlen);
+		rc = gc_feature_apply(dev, a, camera_id, err, errlen);
 		if (rc)
 			return rc;
 		a->used = true;

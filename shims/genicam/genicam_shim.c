@@ -47,6 +47,10 @@ struct gc_shim {
 	int packet_socket;      /* -1 auto (off on loopback), 0, 1 */
 	bool packet_resend, set_geometry;
 	struct gc_fake_params fake;
+	/* OffsetX, OffsetY as given (the last when repeated; key "" when not given): their limits
+	 * follow Width and Height (SFNC: OffsetX <= WidthMax - Width), so configure() writes them
+	 * after the frame size, not in document order at open */
+	struct shim_arg offset[2];
 
 	/* from configure() */
 	bool configured;
@@ -320,6 +324,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	}
 	s->lost_handler = g_signal_connect(arv_camera_get_device(s->cam), "control-lost",
 	                                   G_CALLBACK(on_control_lost), s);
+	for (size_t i = 0; i < args.n; i++) {
+		struct shim_arg *a = &args.a[i];
+		int k = !strcmp(a->key, "OffsetX") ? 0 : !strcmp(a->key, "OffsetY") ? 1 : -1;
+		if (k >= 0 && !a->used) {
+			s->offset[k] = *a;
+			a->used = true;
+		}
+	}
 	rc = gc_features_apply(s->cam, &args, s->cam_id, err, sizeof(err));
 	if (!rc)
 		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
@@ -463,6 +475,13 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 	gint wmin = 0, wmax = 0, hmin = 0, hmax = 0, winc = 1, hinc = 1, x, y, w = 0, h = 0;
 
 	if (s->set_geometry) {
+		/* offsets 0 first: a camera's Width limit is what the current OffsetX leaves */
+		static const char *const off[2] = {"OffsetX", "OffsetY"};
+		for (int k = 0; k < 2 && !ge; k++)
+			if (arv_device_get_feature(arv_camera_get_device(s->cam), off[k]))
+				arv_camera_set_integer(s->cam, off[k], 0, &ge);
+		if (ge)
+			goto failed;
 		arv_camera_get_width_bounds(s->cam, &wmin, &wmax, &ge);
 		if (!ge)
 			arv_camera_get_height_bounds(s->cam, &hmin, &hmax, &ge);
@@ -492,6 +511,18 @@ static int set_frame_size(struct gc_shim *s, const struct volrec_shim_geometry *
 		                      (gint)g->ascans_per_bscan, &ge);
 		if (ge)
 			goto failed;
+	}
+	for (int k = 0; k < 2; k++) {
+		char msg[512];
+		int rc;
+		if (!s->offset[k].key[0])
+			continue;
+		rc = gc_feature_apply(arv_camera_get_device(s->cam), &s->offset[k], s->cam_id, msg,
+		                      sizeof(msg));
+		if (rc)
+			return shim_fail(&s->err, rc,
+			                 "genicam: %s (written after Width = %u, Height = %u)", msg,
+			                 g->samples_per_ascan, g->ascans_per_bscan);
 	}
 	arv_camera_get_region(s->cam, &x, &y, &w, &h, &ge);
 	if (ge)

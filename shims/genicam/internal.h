@@ -58,8 +58,13 @@ int gc_fake_attach(ArvCamera *camera, const struct gc_fake_params *p,
 void gc_fake_restart(struct gc_fake *fk, uint64_t pos);
 void gc_fake_free(ArvCamera *camera, struct gc_fake *fk);
 
-/* Apply every shim.args key that is not one of the shim's own (`own`, comma separated) as a
- * GenICam feature, in document order, each checked against the camera's node (exists,
+/* One feature: the node must exist, be implemented, available and writable, and the value fit
+ * its type and range. Nothing is written unless all of that holds; otherwise a negative errno
+ * and a message naming the feature (shim.args.KEY). */
+int gc_feature_apply(ArvDevice *dev, const struct shim_arg *a, const char *cam, char *err,
+                     size_t errlen);
+/* Apply every shim.args key not already used (the shim's own arguments and the region offsets
+ * are) as a GenICam feature, in document order, each checked against the camera's node (exists,
  * available, writable, type, range, enumeration entry). -EINVAL / -ERANGE / -EACCES and a
  * message naming the feature otherwise. */
 int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id, char *err,

@@ -6,6 +6,8 @@ volrecd and a reader, lost packets become counted drops and never wrong volumes,
 killed and started again is a source fault the daemon recovers from. Bad camera settings are
 refused at start with a message naming what is wrong."""
 import contextlib
+import ctypes
+import ctypes.util
 import fcntl
 import json
 import os
@@ -61,9 +63,10 @@ def cameras(bin_dir, *opts):
 
 
 @contextlib.contextmanager
-def fake_gv_camera(bin_dir, lost_per_thousand=0, serial=None):
+def fake_gv_camera(bin_dir, lost_per_thousand=0, serial=None, genicam=None):
     """arv-fake-gv-camera-0.8 on 127.0.0.1 (GigE Vision's port 3956 is one per address:
-    concurrent test runs take turns on a lock). Yields (camera id, restart function)."""
+    concurrent test runs take turns on a lock), with its own GenICam description or the one
+    in genicam. Yields (camera id, restart function, kill function)."""
     serial = serial or f"VR{os.getpid() % 100000}"
     lock = open(os.path.join(tempfile.gettempdir(), "volrec-fake-gv-camera.lock"), "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -72,7 +75,9 @@ def fake_gv_camera(bin_dir, lost_per_thousand=0, serial=None):
     def start():
         log = tempfile.TemporaryFile()
         p = subprocess.Popen([FAKE_GV, "-i", "127.0.0.1", "-s", serial,
-                              "-r", str(lost_per_thousand)], stdout=log, stderr=log)
+                              "-r", str(lost_per_thousand)]
+                             + (["-g", str(genicam)] if genicam else []),
+                             stdout=log, stderr=log)
         procs.append(p)
         end = time.monotonic() + 15
         while time.monotonic() < end:
@@ -504,3 +509,66 @@ def test_gv_frames_arriving_only_incomplete_are_a_fault_that_says_so(daemons, bi
         assert re.search(rf"genicam: camera {cam}: \d+ frames? within 500 ms, none complete "
                          r"\(the last: (missing packets|timed out)", ev["message"]), ev
         assert "trigger wiring" not in ev["message"], ev
+
+
+def fake_genicam_with_sfnc_region_limits(path):
+    """The Fake camera's GenICam description (from libaravis's resources, as its fake cameras
+    load it) with the region limits of SFNC cameras: OffsetX <= SensorWidth - Width and Width
+    <= SensorWidth - OffsetX (Y likewise), instead of the Fake camera's independent ones."""
+    arv = ctypes.CDLL(ctypes.util.find_library("aravis-0.8") or "libaravis-0.8.so.0")
+    gio = ctypes.CDLL(ctypes.util.find_library("gio-2.0") or "libgio-2.0.so.0")
+    gio.g_resources_lookup_data.restype = ctypes.c_void_p
+    gio.g_resources_lookup_data.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]
+    gio.g_bytes_get_data.restype = ctypes.c_void_p
+    gio.g_bytes_get_data.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+    del arv  # loaded for its resources
+    data = gio.g_resources_lookup_data(b"/org/aravis/arv-fake-camera.xml", 0, None)
+    if not data:
+        pytest.skip("libaravis has no /org/aravis/arv-fake-camera.xml resource")
+    n = ctypes.c_size_t()
+    xml = ctypes.string_at(gio.g_bytes_get_data(data, ctypes.byref(n)), n.value).decode()
+    knives = ""
+    for off, size, sensor in (("OffsetX", "Width", "SensorWidth"),
+                              ("OffsetY", "Height", "SensorHeight")):
+        for name, limited, other in ((off, off, size), (size, size, off)):
+            block = re.search(rf'<Integer Name="{name}" NameSpace="Standard">.*?</Integer>',
+                              xml, re.S)
+            assert block and f"<pMax>{sensor}</pMax>" in block.group(0), name
+            xml = xml.replace(block.group(0), block.group(0).replace(
+                f"<pMax>{sensor}</pMax>", f"<pMax>{limited}Limit</pMax>"))
+            knives += (f'<IntSwissKnife Name="{limited}Limit" NameSpace="Custom">'
+                       f'<pVariable Name="S">{sensor}</pVariable>'
+                       f'<pVariable Name="O">{other}</pVariable>'
+                       f'<Formula>S-O</Formula></IntSwissKnife>\n')
+    xml = xml.replace("</RegisterDescription>", knives + "</RegisterDescription>")
+    path.write_text(xml)
+    return path
+
+
+@needs_gv
+def test_gv_region_offsets_are_written_after_the_frame_size(daemons, bin_dir, tmp_path):
+    """On an SFNC camera the region offsets are limited by the frame size and the frame size
+    by the offsets. shim.args OffsetX is written after Width (the Fake camera's 512 pixels
+    leave 1536 for OffsetX; the geometry's 256 leave 1792), and a later run without OffsetX
+    sets the offsets to 0 before Width, where the last run's 1700 would leave Width 348."""
+    xml = fake_genicam_with_sfnc_region_limits(tmp_path / "sfnc-fake.xml")
+    with fake_gv_camera(bin_dir, genicam=xml) as (cam, _, _):
+        d = gv_daemon(daemons, cam, features=[{"OffsetX": 1700}, {"OffsetY": 100}])
+        d.vol()
+        st = d.status()
+        assert st["faults"]["source"] == 0 and st["state"] == "running", st
+        d.close()
+        over = gv_config(cam)
+        over["geometry"]["samples_per_ascan"] = 1024
+        d = daemons(**over)
+        d.serve(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        d.vol()
+        # an offset that does not fit beside the frame is named with the limit it had
+        bad = daemons(**gv_config(cam, OffsetX=1900))
+        d.close()
+        bad.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
+        assert bad.wait_exit() != 0
+        assert (f"shim.args.OffsetX: 1900 is out of range for camera {cam} (0..1792) "
+                "(written after Width = 256, Height = 32)") in bad.log_text(), \
+            bad.log_text()[-2000:]
+
