@@ -239,8 +239,15 @@ def test_viewer_follows_a_daemon_restart(browser, live):
     page = browser.open(view.url)
     browser.wait(page, ALL_DRAWN)
     session = pane(browser, page, "bscan")["session"]
+    browser.wait(page, "document.getElementById('s-vps').textContent !== '–'")
     pub.stop()
     browser.wait(page, "window.volrecView.daemon === 'stopped'")
+    # the last pictures stay, marked as not live; no rates without a daemon
+    text = "(id => document.getElementById(id).textContent)"
+    for rate in ("s-vps", "s-aps", "s-lat", "s-drawn"):
+        assert browser.eval(page, f"{text}('{rate}')") == "–", rate
+    for name in PANES:
+        assert "age – (volrecd stopped)" in browser.eval(page, f"{text}('foot-{name}')")
     pub.start()
     browser.wait(page, f"(s => s && s.session !== '{session}')(window.volrecView.panes.bscan.shown)"
                  " && window.volrecView.daemon === 'connected'", timeout_ms=30000)

@@ -219,7 +219,9 @@
 
   function foot(p) {
     const h = p.last;
-    const age = h.tLastNs > 0n ? `${(Number(nowNs() - h.tLastNs) / 1e6).toFixed(0)} ms` : '–';
+    // a picture of a daemon that stopped has no age to show: it is the last one, not live
+    const age = state.daemon !== 'connected' ? `– (volrecd ${state.daemon})`
+      : h.tLastNs > 0n ? `${(Number(nowNs() - h.tLastNs) / 1e6).toFixed(0)} ms` : '–';
     const red = h.rowStep > 1 || h.colStep > 1 ? ` (÷${h.rowStep}×${h.colStep})` : '';
     let extra = '';
     if (h.kind === 'render') extra = ` · az ${h.angles[0].toFixed(0)}° el ${h.angles[1].toFixed(0)}°`;
@@ -310,6 +312,10 @@
     el.textContent = s === 'connected' ? 'live' : s;
     el.title = text || '';
     if (s !== 'connected' && text) note(text);
+    if (s === 'connected') return;
+    // no daemon, no rates: the last figures would read as live ones
+    for (const id of ['s-vps', 's-aps', 's-lat', 's-drawn']) $(id).textContent = '–';
+    for (const p of Object.values(state.panes)) if (p.last) foot(p);
   }
 
   // ---- status and plots -------------------------------------------------------------------------
