@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/base.h"
 #include "../config/config.h"
 
 /* Fill win[0..K-1] with the window of ALGORITHMS.md §1.3 (docs/algorithms.md gives the
@@ -20,8 +21,8 @@ void be_window_fill(enum cfg_window type, double param, uint32_t K, float *win);
  * configured table, poly or wavelength_nm. Returns 0, or -EINVAL with a message in err
  * (a table of the wrong length, a non-finite value, a non-positive wavelength, a wavenumber
  * that is not strictly monotone, no positions given). */
-__attribute__((warn_unused_result)) int be_positions(const struct vr_config *cfg, uint32_t K,
-                                                     double *p, char *err, size_t errlen);
+VR_MUST_CHECK int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err,
+                               size_t errlen);
 
 /* Kernel weights of one output sample at position pos (in [0, K-1]) for method linear, cubic
  * or spline, in double: *base is the first input index and w[0..3] its weights.
@@ -34,15 +35,15 @@ void be_resample_weights(enum cfg_resample method, double pos, uint32_t K, int32
 
 /* Check that a loaded table file has K finite values; -EINVAL with a message naming key and
  * file otherwise. */
-__attribute__((warn_unused_result)) int be_table_check(const struct cfg_table *t, uint32_t K,
-                                                       const char *key, char *err, size_t errlen);
+VR_MUST_CHECK int be_table_check(const struct cfg_table *t, uint32_t K, const char *key, char *err,
+                                 size_t errlen);
 
 /* be_table_check of preprocess.background.reference when the background mode is reference,
  * and of preprocess.dispersion.table when the dispersion kind is table (else 0). */
-__attribute__((warn_unused_result)) int
-be_reference_table_check(const struct vr_config *cfg, uint32_t K, char *err, size_t errlen);
-__attribute__((warn_unused_result)) int
-be_dispersion_table_check(const struct vr_config *cfg, uint32_t K, char *err, size_t errlen);
+VR_MUST_CHECK int be_reference_table_check(const struct vr_config *cfg, uint32_t K, char *err,
+                                           size_t errlen);
+VR_MUST_CHECK int be_dispersion_table_check(const struct vr_config *cfg, uint32_t K, char *err,
+                                            size_t errlen);
 
 /* Dispersion phasors win[j] * exp(-i phi[j]) (ALGORITHMS.md §1.4) into re[0..K-1] and
  * im[0..K-1], phi from preprocess.dispersion (coeffs, or a table already accepted by
@@ -53,13 +54,11 @@ void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *wi
 /* Check the reconstruction parameters the weights need (spatial_sigma >= CFG_SPATIAL_SIGMA_MIN,
  * and tau > 0 with
  * temporal exp) when reconstruct.mode is not none; -EINVAL with a message otherwise. */
-__attribute__((warn_unused_result)) int be_recon_check(const struct vr_config *cfg, char *err,
-                                                       size_t errlen);
+VR_MUST_CHECK int be_recon_check(const struct vr_config *cfg, char *err, size_t errlen);
 
 /* Check the preprocessing values both backends map to levels: background.threshold finite and
  * >= 0, db_range finite with lo < hi; -EINVAL with a message naming the key otherwise. */
-__attribute__((warn_unused_result)) int be_levels_check(const struct vr_config *cfg, char *err,
-                                                        size_t errlen);
+VR_MUST_CHECK int be_levels_check(const struct vr_config *cfg, char *err, size_t errlen);
 
 /* Unnormalized Gaussian spatial weight exp(-d2 / (2 sigma^2)) of a neighbour at squared
  * distance d2 = dx^2 + dy^2 (+ dz^2) (ALGORITHMS.md §2.3), as float; sigma as be_recon_check

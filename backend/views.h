@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../base/base.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -75,8 +77,7 @@ const char *be_view_name(enum be_view v);
 
 /* Check p against its volume (slab, position inside, render size, spacing, step); -EINVAL with
  * a message naming the key (view.slab, view.position, ...) otherwise. Nothing is clamped. */
-int be_view_check(const struct be_view_params *p, char *err, size_t errlen)
-        __attribute__((warn_unused_result));
+int be_view_check(const struct be_view_params *p, char *err, size_t errlen) VR_MUST_CHECK;
 
 /* The render's camera for p (already checked). */
 void be_render_setup(const struct be_view_params *p, struct be_render_setup *r);

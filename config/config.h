@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/base.h"
 #include "volrec/shim.h"
 
 #define CFG_PATH_MAX        4096
@@ -316,23 +317,21 @@ void cfg_defaults(struct vr_config *cfg);
  * holding defaults only (nothing to free beyond cfg_free). The caller owns *cfg and frees it
  * with cfg_free().
  */
-__attribute__((warn_unused_result)) int cfg_load(struct vr_config *cfg, const char *path, char *err,
-                                                 size_t errlen);
+VR_MUST_CHECK int cfg_load(struct vr_config *cfg, const char *path, char *err, size_t errlen);
 
 /* Same as cfg_load, from a YAML string; name is used in messages instead of a file name and
  * relative paths resolve against the current directory. */
-__attribute__((warn_unused_result)) int cfg_load_string(struct vr_config *cfg, const char *yaml,
-                                                        const char *name, char *err, size_t errlen);
+VR_MUST_CHECK int cfg_load_string(struct vr_config *cfg, const char *yaml, const char *name,
+                                  char *err, size_t errlen);
 
 /* Free what cfg_load allocated (tables, shim args); leaves defaults behind. NULL is fine. */
 void cfg_free(struct vr_config *cfg);
 
 /* Deep copy (tables and strings duplicated). Returns 0 or -ENOMEM (dst then holds defaults). */
-__attribute__((warn_unused_result)) int cfg_copy(struct vr_config *dst,
-                                                 const struct vr_config *src);
+VR_MUST_CHECK int cfg_copy(struct vr_config *dst, const struct vr_config *src);
 
 /* Write the effective configuration as YAML that cfg_load accepts back. */
-__attribute__((warn_unused_result)) int cfg_dump(const struct vr_config *cfg, FILE *out);
+VR_MUST_CHECK int cfg_dump(const struct vr_config *cfg, FILE *out);
 
 /*
  * True when going from a to b needs a rebuild (geometry, slots, source, backend, devices,
@@ -384,8 +383,7 @@ static inline uint32_t cfg_sample_abi(enum cfg_sample v)
  * or -ERANGE / -EINVAL with what is wrong in err ("gives a wavelength of -5 nm at pixel 0
  * (...)", without the key).
  */
-__attribute__((warn_unused_result)) int cfg_wavelength_check(const double l[4], uint32_t k,
-                                                             char *err, size_t errlen);
+VR_MUST_CHECK int cfg_wavelength_check(const double l[4], uint32_t k, char *err, size_t errlen);
 
 /* Whether a and b hold the same configuration (tables and shim args compared by content;
  * source_file ignored). */
@@ -403,17 +401,14 @@ bool cfg_equal(const struct vr_config *a, const struct vr_config *b);
  * that resizes the output), is refused with -EPERM: it needs the configuration file and a
  * reload. Relative file names resolve against the directory of cfg->source_file.
  */
-__attribute__((warn_unused_result)) int cfg_set_keys(struct vr_config *cfg,
-                                                     const char *const *paths,
-                                                     const char *const *yaml_values, size_t n,
-                                                     char *err, size_t errlen);
+VR_MUST_CHECK int cfg_set_keys(struct vr_config *cfg, const char *const *paths,
+                               const char *const *yaml_values, size_t n, char *err, size_t errlen);
 
 /* The same for any key, structural ones included (command-line overrides of a configuration
  * that is not running yet); files named are checked again. */
-__attribute__((warn_unused_result)) int cfg_override_keys(struct vr_config *cfg,
-                                                          const char *const *paths,
-                                                          const char *const *yaml_values, size_t n,
-                                                          char *err, size_t errlen);
+VR_MUST_CHECK int cfg_override_keys(struct vr_config *cfg, const char *const *paths,
+                                    const char *const *yaml_values, size_t n, char *err,
+                                    size_t errlen);
 
 /*
  * One key's value as YAML flow text ("[0, 100]", "hann", "\"/run/volrec\""), or a whole section
@@ -422,8 +417,8 @@ __attribute__((warn_unused_result)) int cfg_override_keys(struct vr_config *cfg,
  * frees it). Returns 0, or -ENOENT for an unknown path ("key.path: unknown key (allowed ...:
  * ...)" in err) or -ENOMEM, *text then untouched.
  */
-__attribute__((warn_unused_result)) int cfg_get_key(const struct vr_config *cfg, const char *path,
-                                                    char **text, char *err, size_t errlen);
+VR_MUST_CHECK int cfg_get_key(const struct vr_config *cfg, const char *path, char **text, char *err,
+                              size_t errlen);
 
 /* Whether path names a live key, or a section of live keys only. */
 bool cfg_key_is_live(const char *path);

@@ -138,11 +138,11 @@ struct cfg_ctx {
 
 /* Write "NAME:LINE:COL: KEY: message" (without a NAME: "KEY: message") at the mark recorded
  * for key (or its nearest recorded ancestor, else the root) and return rc (a negative errno). */
-__attribute__((format(printf, 4, 5))) int cfg_error(struct cfg_ctx *ctx, int rc, const char *key,
-                                                    const char *fmt, ...);
+VR_PRINTF(4, 5) int cfg_error(struct cfg_ctx *ctx, int rc, const char *key, const char *fmt, ...);
 /* Same, at an explicit mark. */
-__attribute__((format(printf, 5, 6))) int
-cfg_error_at(struct cfg_ctx *ctx, int rc, struct cfg_mark m, const char *key, const char *fmt, ...);
+VR_PRINTF(5, 6)
+int cfg_error_at(struct cfg_ctx *ctx, int rc, struct cfg_mark m, const char *key, const char *fmt,
+                 ...);
 /* The mark recorded for key, or a zero mark when the key was not written. */
 struct cfg_mark cfg_mark_of(const struct cfg_ctx *ctx, const char *key);
 /* Whether key holds a value: written now, or (cfg_set_keys) held from before. */

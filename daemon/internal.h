@@ -14,6 +14,7 @@
 #include <json-c/json.h>
 
 #include "backend/backend.h"
+#include "base/base.h"
 #include "config/config.h"
 #include "ipc/ipc.h"
 #include "pipeline/pipeline.h"
@@ -46,7 +47,7 @@ void vrd_log_set_instance(const char *instance);
 #define vrd_log(prio, event, ...)                                                                  \
 	vrd_log_at(__FILE__, __LINE__, __func__, (prio), (event), __VA_ARGS__)
 void vrd_log_at(const char *file, int line, const char *func, int prio, const char *event,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+                const char *fmt, ...) VR_PRINTF(6, 7);
 
 /* ---- publishing adapter over ipc/ (vrd_pub.c) ---- */
 struct vrd_pub;
@@ -64,7 +65,7 @@ struct vrd_median_depths {
 /* Open the ipc writer for cfg's output shape and register its slots with be (which must
  * outlive it). On failure a negative errno and a message in err. */
 int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_pub **out,
-                 char *err, size_t errlen) __attribute__((warn_unused_result));
+                 char *err, size_t errlen) VR_MUST_CHECK;
 /* unlink_shm: remove the segments (false with ipc.keep_shm). NULL is fine. */
 void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm);
 /* The shared-memory sink of the pipeline: volumes into shm slots, announced as `vol`. */
@@ -86,7 +87,7 @@ struct vrd_pipeline;
  * environment switches VOLRECD_PIPELINE_OVERLAP and VOLRECD_ZERO_COPY apply. On failure
  * nothing is left and a message is in err. */
 int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, char *err,
-                       size_t errlen) __attribute__((warn_unused_result));
+                       size_t errlen) VR_MUST_CHECK;
 /* Stop the source, drain what is complete, publish it, free everything. NULL is fine. */
 void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm);
 struct pl_pipeline *vrd_pipeline_engine(struct vrd_pipeline *vp);

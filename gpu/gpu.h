@@ -49,11 +49,11 @@ struct gpu_tables {
 
 /* Compute every per-configuration table. On failure returns a negative errno with a message
  * in err and leaves t empty. Free with gpu_tables_free (accepts a zeroed struct). */
-__attribute__((warn_unused_result)) int
-gpu_tables_build(const struct vr_config *cfg, struct gpu_tables *t, char *err, size_t errlen);
+VR_MUST_CHECK int gpu_tables_build(const struct vr_config *cfg, struct gpu_tables *t, char *err,
+                                   size_t errlen);
 /* Only the live parts (window, dispersion) into an existing table set. */
-__attribute__((warn_unused_result)) int
-gpu_tables_live(const struct vr_config *cfg, struct gpu_tables *t, char *err, size_t errlen);
+VR_MUST_CHECK int gpu_tables_live(const struct vr_config *cfg, struct gpu_tables *t, char *err,
+                                  size_t errlen);
 void gpu_tables_free(struct gpu_tables *t);
 
 /* ---- errors (gpu_backend.c) -------------------------------------------------------------- */
@@ -280,10 +280,8 @@ struct gpu_part {
 };
 
 /* Create part *part of cfg on CUDA device cfg->gpu.device (be_cuda_ops.create's contract). */
-__attribute__((warn_unused_result)) int gpu_part_create(const struct vr_config *cfg,
-                                                        const struct gpu_part *part,
-                                                        struct gpu_state **st, char *err,
-                                                        size_t errlen);
+VR_MUST_CHECK int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
+                                  struct gpu_state **st, char *err, size_t errlen);
 /* The B-scans the part preprocesses: [*lo, *hi). */
 void gpu_part_bscans(const struct gpu_state *st, uint32_t *lo, uint32_t *hi);
 /* The device's name (cudaGetDeviceProperties). */

@@ -1239,8 +1239,7 @@ static void gpu_host_unregister(void *vst, void *ptr)
 
 /* ---- per B-scan --------------------------------------------------------------------------- */
 
-static void gpu_set_sticky(struct gpu_state *st, int rc, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+static void gpu_set_sticky(struct gpu_state *st, int rc, const char *fmt, ...) VR_PRINTF(3, 4);
 static void gpu_set_sticky(struct gpu_state *st, int rc, const char *fmt, ...)
 {
 	va_list ap;

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "volrec/protocol.h"
 
 #define IPC_MAX_PUB 8 /* endpoints one writer binds */
@@ -96,9 +97,8 @@ struct ipc_writer_stats {
  * gets mode 0660 whatever the umask. On success *out is owned by the caller (free with
  * ipc_writer_close); on failure returns a negative errno and a message in err.
  */
-__attribute__((warn_unused_result)) int ipc_writer_open(const struct ipc_writer_options *o,
-                                                        struct ipc_writer **out, char *err,
-                                                        size_t errlen);
+VR_MUST_CHECK int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
+                                  char *err, size_t errlen);
 
 /*
  * Pick the next slot to fill: never one in progress nor the newest published one; among the
@@ -106,17 +106,15 @@ __attribute__((warn_unused_result)) int ipc_writer_open(const struct ipc_writer_
  * sequence odd (readers of the old content then see a torn read). -EBUSY when no slot can be
  * taken (every other slot is already in progress). Call from one thread (the publish thread).
  */
-__attribute__((warn_unused_result)) int ipc_writer_begin(struct ipc_writer *w,
-                                                         struct ipc_slot_ref *slot);
+VR_MUST_CHECK int ipc_writer_begin(struct ipc_writer *w, struct ipc_slot_ref *slot);
 
 /*
  * Close the slot's sequence (even), update the header's latest, send `vol`. meta's sequence and
  * t_publish_ns are ignored (the writer sets them). The volume is visible to readers even if the
  * send fails (the failure is counted, 0 is still returned).
  */
-__attribute__((warn_unused_result)) int ipc_writer_publish(struct ipc_writer *w,
-                                                           struct ipc_slot_ref *slot,
-                                                           const struct ipc_volume_meta *meta);
+VR_MUST_CHECK int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
+                                     const struct ipc_volume_meta *meta);
 
 /* Give a slot back without publishing it (epoch dropped); its content is discarded. */
 void ipc_writer_abort(struct ipc_writer *w, struct ipc_slot_ref *slot);

@@ -63,8 +63,7 @@ static int64_t mono_ms(void)
 	return (int64_t)(vr_now_ns(CLOCK_MONOTONIC) / 1000000u);
 }
 
-__attribute__((format(printf, 3, 4))) static int cl_fail(struct volrec_client *c, int rc,
-                                                         const char *fmt, ...)
+VR_PRINTF(3, 4) static int cl_fail(struct volrec_client *c, int rc, const char *fmt, ...)
 {
 	va_list ap;
 

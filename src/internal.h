@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "../base/base.h"
 #include "source.h"
 
 #define SRC_MSG_MAX 512
@@ -27,8 +28,7 @@ struct src_common {
  * (which starts with its struct src_common), else NULL. */
 const char *src_common_strerror(void *h, int code);
 /* Record a precise text for code and return code. */
-int src_fail(struct src_common *c, int code, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+int src_fail(struct src_common *c, int code, const char *fmt, ...) VR_PRINTF(3, 4);
 
 /* open() of the built-ins' ops tables: -EOPNOTSUPP, src_open() opens them from the
  * configuration. */

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/base.h"
 #include "volrec/client.h"
 #include "volrec/protocol.h"
 
@@ -66,8 +67,7 @@ struct vw_frame {
 /* Encode picture img into a new frame (*out, freed with vw_frame_free). 0, -ENOMEM, or -EIO
  * when zlib fails. */
 int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *m,
-                    const struct vw_encode_opts *o, struct vw_frame **out)
-        __attribute__((warn_unused_result));
+                    const struct vw_encode_opts *o, struct vw_frame **out) VR_MUST_CHECK;
 void vw_frame_free(struct vw_frame *f);
 /* Bytes of the reduced picture: rows x cols reduced by the smallest integer steps that bring
  * both sides to at most max_side (0: no reduction). */
@@ -120,7 +120,7 @@ struct vw_feed {
 	bool started;
 };
 
-int vw_feed_start(struct vw_feed *f) __attribute__((warn_unused_result));
+int vw_feed_start(struct vw_feed *f) VR_MUST_CHECK;
 void vw_feed_stop(struct vw_feed *f);
 
 /* ---- the control socket client (control.c), used from the server thread only --------------- */
@@ -135,7 +135,7 @@ typedef void (*vw_control_done)(void *ctx, uint64_t cookie, bool ok, const char 
 /* Connect (lazily: nothing needs to listen yet) to the daemon's control endpoint, for at most
  * max_inflight requests in flight. */
 int vw_control_open(const char *endpoint, double timeout_s, unsigned max_inflight,
-                    struct vw_control **out) __attribute__((warn_unused_result));
+                    struct vw_control **out) VR_MUST_CHECK;
 void vw_control_close(struct vw_control *c);
 /* Send the request object text (without an id: the client adds its own, and expires_ms, the
  * end of the timeout) for cookie. 0, or
@@ -171,8 +171,8 @@ struct vw_server_opts {
 
 struct vw_server;
 
-int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struct vw_server **out)
-        __attribute__((warn_unused_result));
+int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed,
+                     struct vw_server **out) VR_MUST_CHECK;
 /* The port actually listened on (port 0 given). */
 int vw_server_port(const struct vw_server *s);
 /* Serve until vw_server_stop (async-signal-safe) is called. */
@@ -184,6 +184,6 @@ void vw_server_wake(void *server);
 
 /* ---- logging (main.c) ------------------------------------------------------------------------ */
 
-void vw_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void vw_log(const char *fmt, ...) VR_PRINTF(1, 2);
 
 #endif
