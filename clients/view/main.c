@@ -40,12 +40,12 @@ static struct vw_server *g_server;
 void vw_log(const char *fmt, ...)
 {
 	char raw[2048], line[2048];
-	struct timespec ts;
+	const uint64_t now = vr_real_ns();
+	const time_t sec = (time_t)(now / 1000000000u);
 	struct tm tm;
 	va_list ap;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	localtime_r(&ts.tv_sec, &tm);
+	localtime_r(&sec, &tm);
 	va_start(ap, fmt);
 	vsnprintf(raw, sizeof(raw), fmt, ap);
 	va_end(ap);
@@ -54,7 +54,7 @@ void vw_log(const char *fmt, ...)
 		if (*p == '\n' || *p == '\t')
 			*p = ' ';
 	fprintf(stderr, "%02d:%02d:%02d.%03ld volrec view: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-	        ts.tv_nsec / 1000000, line);
+	        (long)(now / 1000000u % 1000u), line);
 }
 
 static void on_signal(int sig)

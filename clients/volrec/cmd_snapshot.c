@@ -75,13 +75,6 @@ struct picture {
 	double lo, hi;
 };
 
-static int cmp_float(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-
-	return (x > y) - (x < y);
-}
-
 /* Contrast range: min..max, or the percentiles p..100-p. */
 static int contrast(struct picture *p, double pct)
 {
@@ -98,13 +91,13 @@ static int contrast(struct picture *p, double pct)
 		p->hi = hi;
 		return 0;
 	}
-	float *s = malloc(n * sizeof(*s));
+	double *s = malloc(n * sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	memcpy(s, p->v, n * sizeof(*s));
-	qsort(s, n, sizeof(*s), cmp_float);
-	p->lo = s[(size_t)floor(pct / 100.0 * (double)(n - 1))];
-	p->hi = s[(size_t)ceil((100.0 - pct) / 100.0 * (double)(n - 1))];
+	for (size_t i = 0; i < n; i++)
+		s[i] = p->v[i];
+	p->lo = vr_percentile(s, n, pct);
+	p->hi = vr_percentile(s, n, 100.0 - pct); /* s is sorted now */
 	free(s);
 	return 0;
 }
