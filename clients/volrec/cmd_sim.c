@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "h5attr.h"
+#include "h5vol.h"
 #include "backend/tables.h"
 #include "config/config.h"
 #include "sim/sim.h"
@@ -52,74 +53,44 @@ static void sim_usage(FILE *f)
 	        "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n");
 }
 
-struct truth_file {
-	hid_t file, space, dset;
-	hsize_t dims[4];
-};
+enum { T_TRUTH, T_EPOCH, T_OFFSET, T_COUNT };
 
-static int truth_open(struct truth_file *t, const char *path, uint64_t n, uint32_t Y, uint32_t X,
-                      uint32_t Z, const struct vr_config *cfg)
+/* The truth file through h5vol (the writer of record and process): /truth f32 [n][Y][X][Z]
+ * with the settings that shape it as attributes, /epoch, /offset; a row per epoch. */
+static int truth_open(struct h5vol **w, const char *path, uint32_t Y, uint32_t X, uint32_t Z,
+                      const struct vr_config *cfg, char *err, size_t errlen)
 {
-	hsize_t chunk[4] = {1, 1, X, Z};
-	hid_t dcpl;
+	const struct h5vol_field f[T_COUNT] = {
+	        [T_TRUTH] = {"truth", H5T_NATIVE_FLOAT, 3, {Y, X, Z}, false},
+	        [T_EPOCH] = {"epoch", H5T_NATIVE_UINT64, 0, {0}, false},
+	        [T_OFFSET] = {"offset", H5T_NATIVE_UINT32, 1, {2}, false},
+	};
+	const uint32_t geo[3] = {cfg->geometry.samples_per_ascan, cfg->geometry.ascans_per_bscan,
+	                         cfg->geometry.bscans_per_volume};
+	int rc = h5vol_create(path, true, f, T_COUNT, w, err, errlen);
+	hid_t d;
 
-	t->dims[0] = n;
-	t->dims[1] = Y;
-	t->dims[2] = X;
-	t->dims[3] = Z;
-	t->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-	if (t->file < 0)
-		return -EIO;
-	t->space = H5Screate_simple(4, t->dims, NULL);
-	dcpl = H5Pcreate(H5P_DATASET_CREATE);
-	H5Pset_chunk(dcpl, 4, chunk);
-	t->dset = H5Dcreate2(t->file, "truth", H5T_IEEE_F32LE, t->space, H5P_DEFAULT, dcpl,
-	                     H5P_DEFAULT);
-	H5Pclose(dcpl);
-	if (t->dset < 0)
-		return -EIO;
-	uint32_t geo[3] = {cfg->geometry.samples_per_ascan, cfg->geometry.ascans_per_bscan,
-	                   cfg->geometry.bscans_per_volume};
-	int rc = vr_h5_attr_u32v(t->dset, "samples_ascans_bscans", geo, 3);
+	if (rc)
+		return rc;
+	d = H5Dopen2(h5vol_file(*w), "truth", H5P_DEFAULT);
+	rc = d < 0 ? -EIO : vr_h5_attr_u32v(d, "samples_ascans_bscans", geo, 3);
 	if (!rc)
-		rc = vr_h5_attr_u32v(t->dset, "stride", cfg->geometry.stride, 2);
+		rc = vr_h5_attr_u32v(d, "stride", cfg->geometry.stride, 2);
 	if (!rc)
-		rc = vr_h5_attr_u32v(t->dset, "depth_range", cfg->geometry.depth_range, 2);
+		rc = vr_h5_attr_u32v(d, "depth_range", cfg->geometry.depth_range, 2);
 	if (!rc)
-		rc = vr_h5_attr_u32v(t->dset, "zero_pad", &cfg->preprocess.zero_pad, 1);
+		rc = vr_h5_attr_u32v(d, "zero_pad", &cfg->preprocess.zero_pad, 1);
 	if (!rc)
-		rc = vr_h5_attr_str(t->dset, "window",
-		                    cfg_window_name(cfg->preprocess.window.type));
+		rc = vr_h5_attr_str(d, "window", cfg_window_name(cfg->preprocess.window.type));
 	if (!rc)
-		rc = vr_h5_attr(t->dset, "window_param", H5T_NATIVE_DOUBLE, 0,
+		rc = vr_h5_attr(d, "window_param", H5T_NATIVE_DOUBLE, 0,
 		                &cfg->preprocess.window.param);
-	return rc;
-}
-
-static int truth_write(struct truth_file *t, uint64_t e, const float *vol)
-{
-	hsize_t start[4] = {e, 0, 0, 0}, count[4] = {1, t->dims[1], t->dims[2], t->dims[3]};
-	hid_t mem = H5Screate_simple(4, count, NULL);
-	int rc = 0;
-
-	if (H5Sselect_hyperslab(t->space, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
-	    H5Dwrite(t->dset, H5T_NATIVE_FLOAT, mem, t->space, H5P_DEFAULT, vol) < 0)
-		rc = -EIO;
-	H5Sclose(mem);
-	return rc;
-}
-
-static int truth_close(struct truth_file *t)
-{
-	int rc = 0;
-
-	if (t->dset >= 0 && H5Dclose(t->dset) < 0)
-		rc = -EIO;
-	if (t->space >= 0)
-		H5Sclose(t->space);
-	if (t->file >= 0 && H5Fclose(t->file) < 0)
-		rc = -EIO;
-	t->dset = t->space = t->file = -1;
+	if (d >= 0)
+		H5Dclose(d);
+	if (!rc)
+		rc = h5vol_flush(*w, err, errlen);
+	else
+		rc = vr_err(err, errlen, rc, "%s: writing the truth's attributes failed", path);
 	return rc;
 }
 
@@ -135,7 +106,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	        VR_CLI_LONGOPTS_END,
 	};
 	const char *cfg_path = NULL, *out = NULL, *truth_path = NULL;
-	struct truth_file truth = {-1, -1, -1, {0}};
+	struct h5vol *truth = NULL;
 	struct src_replay_writer *w = NULL;
 	struct src_replay_info info;
 	struct sim_params p;
@@ -150,6 +121,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	double mirror_mm = 0;
 	int c, rc, ret = VR_EXIT_FAIL;
 
+	h5vol_init();
 	cfg_defaults(&cfg);
 	const struct vr_cli_str strs[] = {{'c', &cfg_path}, {'o', &out}, {'t', &truth_path}};
 	optind = 1;
@@ -267,9 +239,8 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		/* the truth is imaged through the spectral window the processing applies */
 		be_window_fill(cfg.preprocess.window.type, cfg.preprocess.window.param,
 		               p.samples_per_ascan, twin);
-		if (truth_open(&truth, truth_path, n, Y, X, z1 - z0, &cfg)) {
-			fprintf(stderr, "volrec sim: %s: cannot create the HDF5 file\n",
-			        truth_path);
+		if (truth_open(&truth, truth_path, Y, X, z1 - z0, &cfg, err, sizeof(err))) {
+			fprintf(stderr, "volrec sim: %s\n", err);
 			goto out;
 		}
 	}
@@ -291,11 +262,15 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 			}
 		}
 		if (truth_path) {
-			if (sim_truth(sim, e, cfg.preprocess.zero_pad, twin, z0, z1, tvol) ||
-			    truth_write(&truth, e, tvol)) {
+			const void *rows[T_COUNT] = {tvol, &e, offsets[e]};
+			if (sim_truth(sim, e, cfg.preprocess.zero_pad, twin, z0, z1, tvol)) {
 				fprintf(stderr,
-				        "volrec sim: %s: writing the truth of epoch %llu failed\n",
+				        "volrec sim: %s: imaging the truth of epoch %llu failed\n",
 				        truth_path, (unsigned long long)e);
+				goto out;
+			}
+			if (h5vol_append(truth, rows, err, sizeof(err))) {
+				fprintf(stderr, "volrec sim: %s\n", err);
 				goto out;
 			}
 		}
@@ -307,20 +282,11 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		goto out;
 	}
 	if (truth_path) {
-		uint64_t *ep = malloc(n * sizeof(*ep));
-		hsize_t d1 = n, d2[2] = {n, 2};
-		rc = ep ? 0 : -ENOMEM;
-		for (uint64_t e = 0; ep && e < n; e++)
-			ep[e] = e;
-		if (!rc)
-			rc = vr_h5_dataset(truth.file, "epoch", H5T_STD_U64LE, H5T_NATIVE_UINT64, 1,
-			                   &d1, ep);
-		if (!rc)
-			rc = vr_h5_dataset(truth.file, "offset", H5T_STD_U32LE, H5T_NATIVE_UINT32,
-			                   2, d2, offsets);
-		free(ep);
-		if (rc || truth_close(&truth)) {
-			fprintf(stderr, "volrec sim: %s: writing HDF5 failed\n", truth_path);
+		rc = h5vol_close(truth, err, sizeof(err));
+		truth = NULL;
+		if (rc) {
+			fprintf(stderr, "volrec sim: %s\n", err);
+			remove(truth_path);
 			goto out;
 		}
 	}
@@ -334,10 +300,9 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	ret = VR_EXIT_OK;
 out:
 	src_replay_writer_abort(w);
-	if (truth.file >= 0) {
-		truth_close(&truth);
-		if (ret != VR_EXIT_OK)
-			remove(truth_path);
+	if (truth) {
+		h5vol_close(truth, NULL, 0);
+		remove(truth_path); /* unfinished */
 	}
 	free(tvol);
 	free(twin);

@@ -53,20 +53,6 @@ int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v)
 	return vr_h5_attr(obj, name, H5T_NATIVE_UINT64, 0, &v);
 }
 
-int vr_h5_dataset(hid_t file, const char *name, hid_t ftype, hid_t mtype, int rank,
-                  const hsize_t *dims, const void *data)
-{
-	hid_t sp = H5Screate_simple(rank, dims, NULL);
-	hid_t d = sp < 0 ? -1
-	                 : H5Dcreate2(file, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = d >= 0 && (!data || H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0)
-	                 ? 0
-	                 : -EIO;
-
-	VR_H5_CLOSE(d, sp);
-	return rc;
-}
-
 int vr_h5_close(const hid_t *ids, size_t n)
 {
 	static const struct {

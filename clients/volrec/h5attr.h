@@ -20,11 +20,6 @@ int vr_h5_attr_u32(hid_t obj, const char *name, uint32_t v);
 int vr_h5_attr_u32v(hid_t obj, const char *name, const uint32_t *v, hsize_t n);
 int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v);
 
-/* A new dataset name of rank dims[] and file type ftype, written whole from data of memory
- * type mtype (data NULL: left unwritten): 0 or -EIO. */
-int vr_h5_dataset(hid_t file, const char *name, hid_t ftype, hid_t mtype, int rank,
-                  const hsize_t *dims, const void *data);
-
 /* Close each of ids[0..n) that is not negative (a file, dataset, dataspace, datatype, property
  * list or attribute), in that order: 0, or -EIO when a close failed. */
 int vr_h5_close(const hid_t *ids, size_t n);
