@@ -109,11 +109,13 @@ endif
 # ARCHIVES += name; name_SRCS := ...; name_LDLIBS := ...    (static archive $(B)/lib/libname.a)
 # PROGRAMS += name; name_SRCS := ...; name_ARCHIVES := ...; name_LDLIBS := ...  ($(B)/bin/name)
 # SHLIBS += name; name_SRCS, name_ARCHIVES, name_LDLIBS, name_SOVERSION  ($(B)/lib/libname.so)
+# TEST_SHLIBS += name (like SHLIBS, for tests only: built by tests-build, not by all)
 # UNIT_SRCS += tests/unit/test_x.c; UNIT_ARCHIVES += ...  (linked into one cmocka runner)
 # TEST_PROGRAMS += name (like PROGRAMS, built into $(B)/tests/)
 ARCHIVES :=
 PROGRAMS :=
 SHLIBS :=
+TEST_SHLIBS :=
 UNIT_SRCS :=
 UNIT_ARCHIVES :=
 TEST_PROGRAMS :=
@@ -184,7 +186,7 @@ comma := ,
 $(foreach a,$(ARCHIVES),$(eval $(call archive_rule,$(a))))
 $(foreach p,$(PROGRAMS),$(eval $(call link_rule,$(p),$(B)/bin/$(p))))
 $(foreach p,$(TEST_PROGRAMS),$(eval $(call link_rule,$(p),$(B)/tests/$(p))))
-$(foreach s,$(SHLIBS),$(eval $(call shlib_rule,$(s))))
+$(foreach s,$(SHLIBS) $(TEST_SHLIBS),$(eval $(call shlib_rule,$(s))))
 
 # ---- the cmocka runner: every tests/unit/*.c with VR_TEST_GROUP(name) -----------------------
 unit_runner_SRCS := tests/unit/main.c tests/unit/vrtest.c $(UNIT_SRCS)
@@ -199,8 +201,9 @@ $(call obj,tests/unit/main.c): CPPFLAGS += -I$(B)/gen
 $(eval $(call link_rule,unit_runner,$(B)/tests/unit_runner))
 
 PROGRAM_FILES := $(PROGRAMS:%=$(B)/bin/%)
-SHLIB_FILES := $(foreach s,$(SHLIBS),$(B)/lib/lib$(s).so.$($(s)_SOVERSION) $(B)/lib/lib$(s).so)
-TEST_FILES := $(TEST_PROGRAMS:%=$(B)/tests/%) $(B)/tests/unit_runner
+shlib_files = $(foreach s,$(1),$(B)/lib/lib$(s).so.$($(s)_SOVERSION) $(B)/lib/lib$(s).so)
+SHLIB_FILES := $(call shlib_files,$(SHLIBS))
+TEST_FILES := $(TEST_PROGRAMS:%=$(B)/tests/%) $(B)/tests/unit_runner $(call shlib_files,$(TEST_SHLIBS))
 
 .PHONY: all test check unit pytest tests-build bench demo deps deps-check format format-check quality \
 	clean install uninstall

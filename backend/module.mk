@@ -4,7 +4,7 @@
 # CORE_ARCHIVES.
 ARCHIVES += be beopen
 be_SRCS := backend/backend.c backend/motion.c backend/tables.c backend/views.c
-beopen_SRCS := backend/open.c $(wildcard backend/bench.c)
+beopen_SRCS := backend/open.c
 UNIT_SRCS += tests/unit/test_tables.c
 # The compensated mode's host estimator runs once per epoch on the critical path: vectorize it.
 $(B)/obj/backend/motion.o: CFLAGS += -O3 -fno-math-errno

@@ -22,6 +22,7 @@ enum bench_pre {
 	BENCH_PRE_DEFAULT,   /* the configuration's defaults */
 	BENCH_PRE_CLASSIC,   /* background ascan_mean, hann, dispersion [2, -0.5], dB [20, 90] */
 	BENCH_PRE_CORRECTED, /* cubic resampling (poly) and dispersion [20, -5] */
+	BENCH_PRE_DEMO, /* scripts/demo.sh: bscan_mean, the simulator's k and dispersion undone */
 };
 
 /* One geometry and processing chain, measured by whichever benchmark lists it. */
@@ -39,6 +40,8 @@ struct bench_case {
 	double target_vps;    /* volumes/s target (DESIGN.md section 10; 0: none) */
 	double target_ascans; /* A-scans/s target (0: none) */
 	double target_p99_ms; /* processing latency p99 target (0: none) */
+	double target_over_nc; /* rate over the noncumulative case of its geometry, same run (0: none) */
+	const char *target_stem; /* e2e_bench's JSON: <stem>_volumes_per_s, ... (NULL: the name) */
 };
 
 extern const struct bench_case bench_cases[];
@@ -47,6 +50,14 @@ extern const unsigned bench_ncases;
 const struct bench_case *bench_case_find(const char *name);
 /* cfg: defaults, then the case's geometry, mode and preprocessing, on backend b. */
 void bench_case_config(const struct bench_case *c, enum cfg_backend b, struct vr_config *cfg);
+/*
+ * The case as JSON, for the benchmarks outside C (`volrec bench --print-case NAME`): name and
+ * title; "config", what bench_case_config sets as configuration file keys (the geometry,
+ * reconstruct.mode and pipeline.ring_bscans always, preprocessing keys that differ from the
+ * defaults); "e2e" (epochs, paced_rate) for an end-to-end case; "targets" where it has any.
+ * A new object (json_object_put it), or NULL when out of memory.
+ */
+struct json_object *bench_case_json(const struct bench_case *c);
 
 /* ---- figures ------------------------------------------------------------------------------- */
 

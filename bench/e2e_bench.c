@@ -51,11 +51,18 @@ struct run_result {
 	/* p50, p99 of each enum lat, ms */
 	double lat[NLAT][2];
 	uint64_t drops_total, drops_ring_full, drops_other;
-	char drops_json[512];
-	char status_backend[512];
+	struct json_object *drops; /* the status's "drops" at the end (a reference; NULL: none) */
+	struct json_object
+	        *backend;     /* the status's "backend" at the end (a reference; NULL: none) */
 	char acquisition[32]; /* status source.acquisition: "zero-copy" or "copy" */
 	int exit_status;
 	bool ok;
+};
+
+/* The physical limits measured before the daemon runs, GB/s (NAN: not measured). */
+struct limits {
+	double memcpy, h2d, d2h, bidir;
+	double link_d2h[CFG_GPU_DEVICES_MAX]; /* --devices: each entry's device's D2H limit */
 };
 
 static struct {
@@ -214,15 +221,6 @@ static uint64_t status_u64(struct json_object *st, const char *obj, const char *
 	struct json_object *v = status_get(st, obj, key);
 
 	return v ? json_object_get_uint64(v) : 0;
-}
-
-/* The object obj of a status message as compact JSON text ("null" when absent). */
-static void status_text(struct json_object *st, const char *obj, char *out, size_t len)
-{
-	struct json_object *o = status_get(st, obj, NULL);
-
-	snprintf(out, len, "%s",
-	         o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : "null");
 }
 
 static int run_daemon(const struct bcase *c, const char *work, const char *replay, double rate,
@@ -399,8 +397,8 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 			r->drops_ring_full = rf;
 			r->drops_other = r->drops_total - rf;
 		}
-		status_text(st, "drops", r->drops_json, sizeof(r->drops_json));
-		status_text(st, "backend", r->status_backend, sizeof(r->status_backend));
+		r->drops = json_object_get(status_get(st, "drops", NULL));
+		r->backend = json_object_get(status_get(st, "backend", NULL));
 		/* which acquisition path the daemon ran (docs/operations.md "Pipeline") */
 		snprintf(r->acquisition, sizeof(r->acquisition), "%s",
 		         acq ? json_object_get_string(acq) : "unknown");
@@ -416,14 +414,6 @@ out:
 	for (int j = 0; j < NLAT; j++)
 		free(lat[j]);
 	return rc;
-}
-
-static void json_num(FILE *f, const char *k, double v, bool comma)
-{
-	if (isfinite(v))
-		fprintf(f, "\"%s\":%.6g%s", k, v, comma ? "," : "");
-	else
-		fprintf(f, "\"%s\":null%s", k, comma ? "," : "");
 }
 
 /* For a case c of a motion-adaptive mode (docs/algorithms.md §2b, §2c), the selected
@@ -442,6 +432,204 @@ static int same_geometry_noncumulative(const struct bcase *const *sel, int nsel,
 			return j;
 	}
 	return -1;
+}
+
+/* The targets of the table's cases, each <stem>_<figure> (bench_case.target_stem), and
+ * adaptive_over_noncumulative: the motion-adaptive modes' rate over noncumulative (the lowest
+ * where their cases differ). */
+static struct json_object *targets_json(void)
+{
+	struct json_object *t = json_object_new_object();
+	double over_nc = 0;
+
+	for (unsigned i = 0; i < bench_ncases; i++) {
+		const struct bcase *c = &bench_cases[i];
+		const struct {
+			const char *figure;
+			double v;
+		} figs[] = {{"volumes_per_s", c->target_vps},
+		            {"p99_ms", c->target_p99_ms},
+		            {"ascans_per_s", c->target_ascans}};
+		char stem[64], key[96];
+
+		snprintf(stem, sizeof(stem), "%s", c->target_stem ? c->target_stem : c->name);
+		for (char *q = stem; *q; q++)
+			*q = *q == '-' ? '_' : *q;
+		for (unsigned j = 0; j < VR_ARRAY_SIZE(figs); j++)
+			if (figs[j].v > 0) {
+				snprintf(key, sizeof(key), "%s_%s", stem, figs[j].figure);
+				json_object_object_add(t, key, bench_json_num(figs[j].v, false));
+			}
+		if (c->target_over_nc > 0 && (over_nc == 0 || c->target_over_nc < over_nc))
+			over_nc = c->target_over_nc;
+	}
+	if (over_nc > 0)
+		json_object_object_add(t, "adaptive_over_noncumulative",
+		                       bench_json_num(over_nc, false));
+	return t;
+}
+
+static struct json_object *u32_pair(uint32_t a, uint32_t b)
+{
+	struct json_object *v = json_object_new_array();
+
+	json_object_array_add(v, json_object_new_int64(a));
+	json_object_array_add(v, json_object_new_int64(b));
+	return v;
+}
+
+/* One run r (k: 0 max, 1 paced) of case c: its setting, figures, latencies, drops, and whether
+ * it meets the case's targets. */
+static struct json_object *run_json(const struct bcase *c, int k, const struct run_result *r,
+                                    const struct limits *lim)
+{
+	struct json_object *o = json_object_new_object(), *g = json_object_new_object(), *d;
+	double lim_vps = NAN;
+
+	if (isfinite(lim->d2h) && isfinite(lim->h2d))
+		lim_vps = fmin(fmin(lim->h2d * 1e9 / (double)in_bytes(c),
+		                    lim->d2h * 1e9 / (double)out_voxels(c)),
+		               lim->bidir * 1e9 / fmax((double)in_bytes(c), (double)out_voxels(c)));
+	json_object_object_add(o, "case", json_object_new_string(c->name));
+	json_object_object_add(o, "run", json_object_new_string(r->kind));
+	json_object_object_add(o, "sample_type",
+	                       json_object_new_string(cfg_sample_name(c->sample)));
+	json_object_object_add(g, "samples", json_object_new_int64(c->K));
+	json_object_object_add(g, "ascans_per_bscan", json_object_new_int64(c->nx));
+	json_object_object_add(g, "bscans", json_object_new_int64(c->ny));
+	json_object_object_add(g, "stride", u32_pair(c->stride, c->stride));
+	json_object_object_add(g, "depth", u32_pair(c->z0, c->z1));
+	json_object_object_add(o, "geometry", g);
+	json_object_object_add(o, "mode", json_object_new_string(cfg_recon_mode_name(c->mode)));
+	json_object_object_add(o, "rate", bench_json_num(r->rate, false));
+	json_object_object_add(o, "overflow", json_object_new_string(k ? "drop_epoch" : "block"));
+	json_object_object_add(o, "seconds", bench_json_num(r->seconds, false));
+	json_object_object_add(o, "volumes", json_object_new_uint64(r->volumes));
+	json_object_object_add(o, "missed", json_object_new_uint64(r->missed));
+	json_object_object_add(o, "torn", json_object_new_uint64(r->torn));
+	json_object_object_add(o, "volumes_per_s", bench_json_num(r->vps, false));
+	if (opt.ndevs > 1 && isfinite(lim->d2h)) {
+		/* each entry's slab (rows of B-scans [k ny / n, (k + 1) ny / n)) per second over
+		 * its link */
+		struct json_object *devs = json_object_new_array();
+
+		for (unsigned n = 0; n < opt.ndevs; n++) {
+			const uint64_t b0 = (uint64_t)n * c->ny / opt.ndevs,
+			               b1 = (uint64_t)(n + 1) * c->ny / opt.ndevs;
+
+			d = json_object_new_object();
+			json_object_object_add(d, "device", json_object_new_int(opt.devs[n]));
+			json_object_object_add(
+			        d, "gbs",
+			        bench_json_num(r->vps * (double)out_voxels(c) * (double)(b1 - b0) /
+			                               (double)c->ny / 1e9,
+			                       false));
+			json_object_object_add(d, "limit_gbs",
+			                       bench_json_num(lim->link_d2h[n], false));
+			json_object_array_add(devs, d);
+		}
+		json_object_object_add(o, "device_d2h_gbs", devs);
+	}
+	json_object_object_add(o, "ascans_per_s", bench_json_num(r->ascans_s, false));
+	json_object_object_add(o, "gvox_per_s", bench_json_num(r->gvox_s, false));
+	json_object_object_add(o, "input_gbs", bench_json_num(r->in_gbs, false));
+	json_object_object_add(o, "output_gbs", bench_json_num(r->out_gbs, false));
+	json_object_object_add(o, "pcie_limit_volumes_per_s", bench_json_num(lim_vps, false));
+	json_object_object_add(o, "ratio_to_limit", bench_json_num(r->vps / lim_vps, false));
+	for (int j = 0; j < NLAT; j++) {
+		d = json_object_new_object();
+		json_object_object_add(d, "p50", bench_json_num(r->lat[j][0], false));
+		json_object_object_add(d, "p99", bench_json_num(r->lat[j][1], false));
+		json_object_object_add(o, lat_keys[j], d);
+	}
+	d = json_object_new_object();
+	json_object_object_add(d, "total", json_object_new_uint64(r->drops_total));
+	json_object_object_add(d, "ring_full", json_object_new_uint64(r->drops_ring_full));
+	json_object_object_add(d, "other", json_object_new_uint64(r->drops_other));
+	json_object_object_add(o, "drops_in_window", d);
+	json_object_object_add(o, "daemon_drops_total", json_object_get(r->drops));
+	json_object_object_add(o, "exit_status", json_object_new_int(r->exit_status));
+	json_object_object_add(o, "acquisition", json_object_new_string(r->acquisition));
+	if (c->target_vps || c->target_ascans) {
+		d = json_object_new_object();
+		if (c->target_vps) {
+			json_object_object_add(d, "volumes_per_s",
+			                       json_object_new_boolean(r->vps >= c->target_vps));
+			json_object_object_add(
+			        d, "p99_processing_ms",
+			        json_object_new_boolean(r->lat[LAT_PROC][1] <= c->target_p99_ms));
+			json_object_object_add(
+			        d, "p99_first_acquired_ms",
+			        json_object_new_boolean(r->lat[LAT_FIRST][1] <= c->target_p99_ms));
+		}
+		if (c->target_ascans)
+			json_object_object_add(
+			        d, "ascans_per_s",
+			        json_object_new_boolean(r->ascans_s >= c->target_ascans));
+		json_object_object_add(o, "meets", d);
+	}
+	return o;
+}
+
+/* The whole record: the run's setting, the limits, the table's targets, the ratios of the
+ * motion-adaptive modes to noncumulative, and every run. A new object. */
+static struct json_object *results_json(const char *host, const char *date, const char *commit,
+                                        struct json_object *device, const struct limits *lim,
+                                        const struct bcase *const *sel, int nsel,
+                                        struct run_result (*res)[2])
+{
+	struct json_object *o = json_object_new_object(), *l = json_object_new_object();
+	struct json_object *ratios = json_object_new_object(), *runs = json_object_new_array();
+
+	json_object_object_add(o, "benchmark",
+	                       json_object_new_string("volrecd end to end (C): replay in tmpfs -> "
+	                                              "vol received; run max: rate 0, overflow "
+	                                              "block; run paced: fixed rate, drop_epoch"));
+	json_object_object_add(o, "host", json_object_new_string(host));
+	json_object_object_add(o, "date", json_object_new_string(date));
+	json_object_object_add(o, "commit", json_object_new_string(commit));
+	json_object_object_add(o, "backend", json_object_new_string(opt.backend));
+	json_object_object_add(o, "overlap",
+	                       json_object_new_string(opt.overlap ? opt.overlap : "auto"));
+	json_object_object_add(o, "views", json_object_new_boolean(opt.views));
+	json_object_object_add(o, "cpus", json_object_new_int64(sysconf(_SC_NPROCESSORS_ONLN)));
+	json_object_object_add(o, "device", json_object_get(device));
+	json_object_object_add(l, "memcpy_gbs", bench_json_num(lim->memcpy, false));
+	json_object_object_add(l, "h2d_pinned_gbs", bench_json_num(lim->h2d, false));
+	json_object_object_add(l, "d2h_shm_gbs", bench_json_num(lim->d2h, false));
+	json_object_object_add(l, "bidir_each_gbs", bench_json_num(lim->bidir, false));
+	if (opt.ndevs > 1 && isfinite(lim->d2h)) {
+		struct json_object *devs = json_object_new_array();
+
+		for (unsigned k = 0; k < opt.ndevs; k++) {
+			struct json_object *d = json_object_new_object();
+
+			json_object_object_add(d, "device", json_object_new_int(opt.devs[k]));
+			json_object_object_add(d, "d2h_shm_gbs",
+			                       bench_json_num(lim->link_d2h[k], false));
+			json_object_array_add(devs, d);
+		}
+		json_object_object_add(l, "devices", devs);
+	}
+	json_object_object_add(o, "limits", l);
+	json_object_object_add(o, "targets", targets_json());
+	for (int i = 0; i < nsel; i++) {
+		int j = same_geometry_noncumulative(sel, nsel, sel[i]);
+		char key[128];
+
+		if (j < 0 || !(res[j][0].vps > 0) || !res[i][0].kind)
+			continue;
+		snprintf(key, sizeof(key), "%s/%s", sel[i]->name, sel[j]->name);
+		json_object_object_add(ratios, key,
+		                       bench_json_num(res[i][0].vps / res[j][0].vps, true));
+	}
+	json_object_object_add(o, "adaptive_over_noncumulative", ratios);
+	for (int i = 0; i < nsel; i++)
+		for (int k = 0; k < 2; k++)
+			if (res[i][k].kind)
+				json_object_array_add(runs, run_json(sel[i], k, &res[i][k], lim));
+	json_object_object_add(o, "results", runs);
+	return o;
 }
 
 /* True when arg of --name is a or b, else says so. */
@@ -486,13 +674,11 @@ int main(int argc, char **argv)
 	const struct bcase *sel[8];
 	struct run_result res[8][2];
 	int nsel = 0, ch, status = 0;
-	double limit_h2d = NAN, limit_d2h = NAN, limit_bidir = NAN, limit_memcpy = NAN;
-	double link_d2h[CFG_GPU_DEVICES_MAX]; /* --devices: each entry's device's D2H limit */
+	struct limits lim = {.memcpy = NAN, .h2d = NAN, .d2h = NAN, .bidir = NAN};
 	char work[] = "/tmp/vre2eXXXXXX", host[128] = "unknown", date[32], commit[64] = "unknown";
 	char outpath[PATH_MAX], *up;
-	const char *device = "null";
+	struct json_object *device = NULL;
 	time_t now = time(NULL);
-	FILE *f;
 
 	/* --build by default: the folder above this program's (build/tests/e2e_bench: build) */
 	if (vr_self_dir(opt.build, sizeof(opt.build)) == 0 && (up = strrchr(opt.build, '/')))
@@ -606,27 +792,27 @@ int main(int argc, char **argv)
 
 	/* the physical limit, measured before the daemon runs */
 	/* memcpy bandwidth (GB/s, best of 5) over 256 MiB: the CPU's physical limit figure */
-	limit_memcpy = bench_host_memcpy_gbs((size_t)256 << 20, 5);
+	lim.memcpy = bench_host_memcpy_gbs((size_t)256 << 20, 5);
 	if (strcmp(opt.backend, "cpu") && be_cuda_devices() > 0) {
 		struct be_bandwidth bw;
 		char err[512];
 		if (be_cuda_bandwidth(opt.ndevs ? opt.devs[0] : 0, (size_t)256 << 20, 5, &bw, err,
 		                      sizeof(err)) == 0) {
-			limit_h2d = bw.h2d_gbs;
-			limit_d2h = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
-			limit_bidir = bw.bidir_gbs;
+			lim.h2d = bw.h2d_gbs;
+			lim.d2h = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
+			lim.bidir = bw.bidir_gbs;
 		} else {
 			fprintf(stderr, "e2e_bench: PCIe bandwidth not measured: %s\n", err);
 		}
 		/* several devices: each distinct device's link, the limits of the whole the sums
 		 * over distinct devices (an ordinal named twice shares its link) */
-		if (opt.ndevs > 1 && isfinite(limit_d2h)) {
+		if (opt.ndevs > 1 && isfinite(lim.d2h)) {
 			double h2d = 0, d2h = 0, bidir = 0;
 			for (unsigned k = 0; k < opt.ndevs; k++) {
 				bool seen = false;
 				for (unsigned j = 0; j < k && !seen; j++)
 					if (opt.devs[j] == opt.devs[k]) {
-						link_d2h[k] = link_d2h[j];
+						lim.link_d2h[k] = lim.link_d2h[j];
 						seen = true;
 					}
 				if (seen)
@@ -640,14 +826,14 @@ int main(int argc, char **argv)
 					h2d = d2h = bidir = NAN;
 					break;
 				}
-				link_d2h[k] = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
+				lim.link_d2h[k] = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
 				h2d += bw.h2d_gbs;
-				d2h += link_d2h[k];
+				d2h += lim.link_d2h[k];
 				bidir += bw.bidir_gbs;
 			}
-			limit_h2d = h2d;
-			limit_d2h = d2h;
-			limit_bidir = bidir;
+			lim.h2d = h2d;
+			lim.d2h = d2h;
+			lim.bidir = bidir;
 		}
 	}
 
@@ -713,8 +899,8 @@ int main(int argc, char **argv)
 		}
 		unlink(replay);
 		for (int k = 0; k < 2; k++)
-			if (res[i][k].status_backend[0] && strcmp(res[i][k].status_backend, "null"))
-				device = res[i][k].status_backend;
+			if (res[i][k].backend)
+				device = res[i][k].backend;
 	}
 
 	/* the table */
@@ -737,18 +923,18 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nsel; i++) {
 		int j = same_geometry_noncumulative(sel, nsel, sel[i]);
 		if (j >= 0 && res[j][0].vps > 0 && res[i][0].kind)
-			printf("%s / %s (max runs): %.3f (target >= 0.8)\n", sel[i]->name,
-			       sel[j]->name, res[i][0].vps / res[j][0].vps);
+			printf("%s / %s (max runs): %.3f (target >= %g)\n", sel[i]->name,
+			       sel[j]->name, res[i][0].vps / res[j][0].vps, sel[i]->target_over_nc);
 	}
-	printf("limits: memcpy %.1f GB/s", limit_memcpy);
-	if (isfinite(limit_h2d))
+	printf("limits: memcpy %.1f GB/s", lim.memcpy);
+	if (isfinite(lim.h2d))
 		printf(", pinned H2D %.1f GB/s, D2H (shm) %.1f GB/s, both ways %.1f GB/s each%s",
-		       limit_h2d, limit_d2h, limit_bidir,
+		       lim.h2d, lim.d2h, lim.bidir,
 		       opt.ndevs > 1 ? " (the distinct devices' links together)" : "");
-	if (opt.ndevs > 1 && isfinite(limit_d2h))
+	if (opt.ndevs > 1 && isfinite(lim.d2h))
 		for (unsigned k = 0; k < opt.ndevs; k++)
 			printf("\n  gpu.devices[%u] = device %d: D2H (shm) %.1f GB/s", k,
-			       opt.devs[k], link_d2h[k]);
+			       opt.devs[k], lim.link_d2h[k]);
 	printf("\nlatencies in ms: proc = the vol message's processing latency (last B-scan "
 	       "acquired -> volume written); first = first B-scan acquired -> vol received\n");
 
@@ -758,133 +944,35 @@ int main(int argc, char **argv)
 	else
 		snprintf(outpath, sizeof(outpath), "bench/results/e2e-c-%s-%s-%s.json", opt.backend,
 		         host, date);
-	f = fopen(outpath, "w");
-	if (!f) {
-		fprintf(stderr, "e2e_bench: %s: %s\n", outpath, strerror(errno));
-		status = 1;
-		goto cleanup;
-	}
-	fprintf(f,
-	        "{\"benchmark\":\"volrecd end to end (C): replay in tmpfs -> vol received; run "
-	        "max: "
-	        "rate 0, overflow block; run paced: fixed rate, drop_epoch\",\n"
-	        "\"host\":\"%s\",\"date\":\"%s\",\"commit\":\"%s\",\"backend\":\"%s\",\"overlap\":"
-	        "\"%s\",\"views\":%s,\"cpus\":%ld,\n\"device\":%s,\n\"limits\":{",
-	        host, date, commit, opt.backend, opt.overlap ? opt.overlap : "auto",
-	        opt.views ? "true" : "false", sysconf(_SC_NPROCESSORS_ONLN), device);
-	json_num(f, "memcpy_gbs", limit_memcpy, true);
-	json_num(f, "h2d_pinned_gbs", limit_h2d, true);
-	json_num(f, "d2h_shm_gbs", limit_d2h, true);
-	json_num(f, "bidir_each_gbs", limit_bidir, opt.ndevs > 1 && isfinite(limit_d2h));
-	if (opt.ndevs > 1 && isfinite(limit_d2h)) {
-		fprintf(f, "\"devices\":[");
-		for (unsigned k = 0; k < opt.ndevs; k++)
-			fprintf(f, "%s{\"device\":%d,\"d2h_shm_gbs\":%.6g}", k ? "," : "",
-			        opt.devs[k], link_d2h[k]);
-		fprintf(f, "]");
-	}
-	fprintf(f, "},\n\"targets\":{\"paper_volumes_per_s\":120,\"paper_p99_ms\":15,"
-	           "\"classic_ascans_per_s\":10000000,\"classic_u12p_ascans_per_s\":14000000,"
-	           "\"paper_adaptive_volumes_per_s\":100,\"paper_compensated_volumes_per_s\":100,"
-	           "\"adaptive_over_noncumulative\":0.8},\n\"adaptive_over_noncumulative\":{");
-	for (int i = 0, first = 1; i < nsel; i++) {
-		int j = same_geometry_noncumulative(sel, nsel, sel[i]);
-		if (j < 0 || !(res[j][0].vps > 0) || !res[i][0].kind)
-			continue;
-		fprintf(f, "%s\"%s/%s\":%.4f", first ? "" : ",", sel[i]->name, sel[j]->name,
-		        res[i][0].vps / res[j][0].vps);
-		first = 0;
-	}
-	fprintf(f, "},\n\"results\":[");
-	for (int i = 0, first = 1; i < nsel; i++)
-		for (int k = 0; k < 2; k++) {
-			const struct run_result *r = &res[i][k];
-			const struct bcase *c = sel[i];
-			double lim_vps = NAN;
-			if (!r->kind)
-				continue;
-			if (isfinite(limit_d2h) && isfinite(limit_h2d))
-				lim_vps = fmin(
-				        fmin(limit_h2d * 1e9 / (double)in_bytes(c),
-				             limit_d2h * 1e9 / (double)out_voxels(c)),
-				        limit_bidir * 1e9 /
-				                fmax((double)in_bytes(c), (double)out_voxels(c)));
-			fprintf(f,
-			        "%s\n {\"case\":\"%s\",\"run\":\"%s\",\"sample_type\":\"%s\","
-			        "\"geometry\":{\"samples\":%u,"
-			        "\"ascans_per_bscan\":%u,\"bscans\":%u,\"stride\":[%u,%u],"
-			        "\"depth\":[%u,%"
-			        "u]},\"mode\":\"%s\",\"rate\":%g,\"overflow\":\"%s\",",
-			        first ? "" : ",", c->name, r->kind, cfg_sample_name(c->sample),
-			        c->K, c->nx, c->ny, c->stride, c->stride, c->z0, c->z1,
-			        cfg_recon_mode_name(c->mode), r->rate, k ? "drop_epoch" : "block");
-			first = 0;
-			json_num(f, "seconds", r->seconds, true);
-			fprintf(f,
-			        "\"volumes\":%" PRIu64 ",\"missed\":%" PRIu64 ",\"torn\":%" PRIu64
-			        ",",
-			        r->volumes, r->missed, r->torn);
-			json_num(f, "volumes_per_s", r->vps, true);
-			if (opt.ndevs > 1 && isfinite(limit_d2h)) {
-				/* each entry's slab (rows of B-scans [k ny / n, (k + 1) ny / n))
-				 * per second over its link */
-				fprintf(f, "\"device_d2h_gbs\":[");
-				for (unsigned d = 0; d < opt.ndevs; d++) {
-					const uint64_t b0 = (uint64_t)d * c->ny / opt.ndevs,
-					               b1 = (uint64_t)(d + 1) * c->ny / opt.ndevs;
-					fprintf(f,
-					        "%s{\"device\":%d,\"gbs\":%.6g,\"limit_gbs\":%.6g}",
-					        d ? "," : "", opt.devs[d],
-					        r->vps * (double)out_voxels(c) * (double)(b1 - b0) /
-					                (double)c->ny / 1e9,
-					        link_d2h[d]);
-				}
-				fprintf(f, "],");
-			}
-			json_num(f, "ascans_per_s", r->ascans_s, true);
-			json_num(f, "gvox_per_s", r->gvox_s, true);
-			json_num(f, "input_gbs", r->in_gbs, true);
-			json_num(f, "output_gbs", r->out_gbs, true);
-			json_num(f, "pcie_limit_volumes_per_s", lim_vps, true);
-			json_num(f, "ratio_to_limit", r->vps / lim_vps, true);
-			for (int j = 0; j < NLAT; j++) {
-				fprintf(f, "\"%s\":{", lat_keys[j]);
-				json_num(f, "p50", r->lat[j][0], true);
-				json_num(f, "p99", r->lat[j][1], false);
-				fprintf(f, "},");
-			}
-			fprintf(f,
-			        "\"drops_in_window\":{\"total\":%" PRIu64 ",\"ring_full\":%" PRIu64
-			        ",\"other\":%" PRIu64
-			        "},\"daemon_drops_total\":%s,\"exit_status\":%d,\"acquisition\":\"%"
-			        "s\"",
-			        r->drops_total, r->drops_ring_full, r->drops_other, r->drops_json,
-			        r->exit_status, r->acquisition);
-			if (c->target_vps)
-				fprintf(f,
-				        ",\"meets\":{\"volumes_per_s\":%s,\"p99_processing_ms\":%s,"
-				        "\"p99_first_acquired_ms\":%s}",
-				        r->vps >= c->target_vps ? "true" : "false",
-				        r->lat[LAT_PROC][1] <= c->target_p99_ms ? "true" : "false",
-				        r->lat[LAT_FIRST][1] <= c->target_p99_ms ? "true"
-				                                                 : "false");
-			if (c->target_ascans)
-				fprintf(f, ",\"meets\":{\"ascans_per_s\":%s}",
-				        r->ascans_s >= c->target_ascans ? "true" : "false");
-			fprintf(f, "}");
+	{
+		struct json_object *doc =
+		        results_json(host, date, commit, device, &lim, sel, nsel, res);
+		int err = doc ? 0 : ENOMEM;
+
+		errno = 0;
+		if (doc &&
+		    json_object_to_file_ext(outpath, doc,
+		                            JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+		                                    JSON_C_TO_STRING_NOSLASHESCAPE) < 0)
+			err = errno ? errno : EIO;
+		json_object_put(doc);
+		if (err) {
+			fprintf(stderr, "e2e_bench: %s: %s\n", outpath, strerror(err));
+			status = 1;
+		} else {
+			printf("wrote %s\n", outpath);
 		}
-	fprintf(f, "\n]}\n");
-	if (fclose(f)) {
-		fprintf(stderr, "e2e_bench: writing %s failed\n", outpath);
-		status = 1;
-	} else {
-		printf("wrote %s\n", outpath);
 	}
-cleanup : {
-	char cmd[PATH_MAX + 16];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", work);
-	if (system(cmd) != 0)
-		fprintf(stderr, "e2e_bench: could not remove %s\n", work);
-}
+	for (int i = 0; i < nsel; i++)
+		for (int k = 0; k < 2; k++) {
+			json_object_put(res[i][k].drops);
+			json_object_put(res[i][k].backend);
+		}
+	{
+		char cmd[PATH_MAX + 16];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", work);
+		if (system(cmd) != 0)
+			fprintf(stderr, "e2e_bench: could not remove %s\n", work);
+	}
 	return status;
 }

@@ -33,11 +33,6 @@ gpu_bench_ARCHIVES = bench pl $(CORE_ARCHIVES)
 gpu_bench_LDLIBS = -ljson-c $(CUDA_LDLIBS)
 endif
 
-# One-core generation speed of the synthetic scanner.
-TEST_PROGRAMS += sim_bench
-sim_bench_SRCS := bench/sim_bench.c
-sim_bench_ARCHIVES := sim base
-
 # Partial median line rate against the median depths per B-scan (Fig. 3 of Watanabe 2012), on
 # either backend through the engine: build/tests/pmedian_bench --backend cuda|cpu --json FILE
 # (docs/gpu.md).

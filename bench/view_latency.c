@@ -530,15 +530,19 @@ int main(int argc, char **argv)
 		r.want |= 1u << k;
 		p += n + (p[n] == ',');
 	}
-	snprintf(r.subscribe, sizeof(r.subscribe), "{\"type\":\"subscribe\",\"views\":[");
-	for (unsigned i = 0, first = 1; i < VOLREC_IMAGE_COUNT; i++)
-		if (r.want & 1u << i) {
-			snprintf(r.subscribe + strlen(r.subscribe),
-			         sizeof(r.subscribe) - strlen(r.subscribe), "%s\"%s\"",
-			         first ? "" : ",", vw_kind_name(i));
-			first = 0;
-		}
-	strcat(r.subscribe, "]}");
+	{
+		/* the page's subscribe message: {"type": "subscribe", "views": [...]} */
+		struct json_object *sub = json_object_new_object(), *v = json_object_new_array();
+
+		for (unsigned i = 0; i < VOLREC_IMAGE_COUNT; i++)
+			if (r.want & 1u << i)
+				json_object_array_add(v, json_object_new_string(vw_kind_name(i)));
+		json_object_object_add(sub, "type", json_object_new_string("subscribe"));
+		json_object_object_add(sub, "views", v);
+		snprintf(r.subscribe, sizeof(r.subscribe), "%s",
+		         json_object_to_json_string_ext(sub, JSON_C_TO_STRING_PLAIN));
+		json_object_put(sub);
+	}
 
 	signal(SIGPIPE, SIG_IGN);
 	lws_set_log_level(0, NULL);

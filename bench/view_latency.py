@@ -13,13 +13,16 @@ only: it runs on a GPU host that has neither numpy nor pyzmq.
   bench/view_latency.py --build build-dev --backend cuda --case paper --rate 120 \
       --seconds 10 -o FILE
 
-Cases: demo (scripts/demo.sh: 32 x 32 A-scans of 1024 samples, stride 3, depth [96, 352),
-96 x 96 x 256 volumes from the synthetic retina at 10/s); paper (bench/cases.c 'paper': 60 x 60
-A-scans of 8192 samples, stride 5, depth [0, 4096), 300 x 300 x 4096, replayed from a file
-`volrec sim` writes into --shm-dir, as bench/e2e_bench does, since the synthetic scanner cannot
-generate 120 such epochs a second on one core); tiny (16 x 16 A-scans, 48 x 48 x 256, render
-every volume: the tests)."""
+Cases: those of the one table, bench/cases.c, whose geometry and processing it takes from
+`volrec bench --print-case NAME`: demo (scripts/demo.sh: 32 x 32 A-scans of 1024 samples,
+stride 3, depth [96, 352), 96 x 96 x 256 volumes from the synthetic retina at 10/s); paper
+(60 x 60 A-scans of 8192 samples, stride 5, depth [0, 4096), 300 x 300 x 4096 at 120/s,
+replayed from a file `volrec sim` writes into --shm-dir, as bench/e2e_bench does, since the
+synthetic scanner cannot generate 120 such epochs a second on one core); tiny (12 x 12 A-scans
+of 256 samples, stride 3, 36 x 36 x 128, render every volume: the tests); any other case from
+the synthetic scanner at 10/s."""
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -38,53 +41,53 @@ import benchkit  # bench/, beside this script
 
 SRC = pathlib.Path(__file__).resolve().parents[1]
 
-# geometry, processing and source of each case; rate: its default source.rate
-DEMO_PRE = {"background": {"mode": "bscan_mean"},
-            "resample": {"method": "cubic", "poly": [0, 1104.84, 0, -81.84]},
-            "dispersion": {"coeffs": [30, -12]}}
-CASES = {
-    "demo": {"geometry": {"samples_per_ascan": 1024, "sample_type": "u16", "ascans_per_bscan": 32,
-                          "bscans_per_volume": 32, "stride": [3, 3], "depth_range": [96, 352]},
-             "preprocess": DEMO_PRE, "source": "synth", "rate": 10, "ring_bscans": 128},
-    "tiny": {"geometry": {"samples_per_ascan": 1024, "sample_type": "u16", "ascans_per_bscan": 16,
-                          "bscans_per_volume": 16, "stride": [3, 3], "depth_range": [96, 352]},
-             "preprocess": DEMO_PRE, "source": "synth", "rate": 10, "ring_bscans": 64,
-             "render_every": 1, "render_side": 96},
-    "paper": {"geometry": {"samples_per_ascan": 8192, "sample_type": "u16", "ascans_per_bscan": 60,
-                           "bscans_per_volume": 60, "stride": [5, 5], "depth_range": [0, 4096]},
-              "preprocess": {}, "source": "replay", "rate": 120, "ring_bscans": 240},
+# How this benchmark runs a case of bench/cases.c: its source, its default source.rate and the
+# render settings of the tests' case (geometry and processing come from the table).
+RUNS = {
+    "demo": {"source": "synth", "rate": 10},
+    "tiny": {"source": "synth", "rate": 10, "render_every": 1, "render_side": 96},
+    "paper": {"source": "replay", "rate": 120},
 }
+DEFAULT_RUN = {"source": "synth", "rate": 10}
 
 
 def log(msg):
     print(f"view_latency.py: {msg}", file=sys.stderr, flush=True)
 
 
+def load_case(volrec, name):
+    """The case called name of bench/cases.c, as `volrec bench --print-case` prints it."""
+    p = subprocess.run([str(volrec), "bench", "--print-case", name], capture_output=True,
+                       text=True, timeout=60)
+    if p.returncode:
+        raise RuntimeError(p.stderr.strip() or f"volrec bench --print-case: exit {p.returncode}")
+    return json.loads(p.stdout)
+
+
 def config(case, a, instance, run_dir, replay=None):
-    """volrecd's configuration (JSON is YAML) for the case, as the daemon will run it."""
-    c = CASES[case]
-    cfg = {
+    """volrecd's configuration (JSON is YAML) for the case (load_case's), as the daemon will run
+    it: the case's configuration keys, then this benchmark's source, output and publishing."""
+    run = RUNS.get(a.case, DEFAULT_RUN)
+    cfg = copy.deepcopy(case["config"])
+    cfg.update({
         "instance": instance,
         "backend": a.backend,
-        "source": {"type": "synth", "rate": a.rate if a.rate is not None else c["rate"],
+        "source": {"type": "synth", "rate": a.rate if a.rate is not None else run["rate"],
                    "synth": {"seed": 1, "phantom": "retina", "motion": {"deg_per_s": 0.25},
                              "snr_db": 40}},
-        "geometry": c["geometry"],
-        "preprocess": dict(c["preprocess"]),
-        "reconstruct": {"mode": "noncumulative"},
         "output": {"slots": 4},
-        "pipeline": {"ring_bscans": c["ring_bscans"], "overflow": "drop_epoch"},
         "ipc": {"run_dir": str(run_dir), "status_interval_ms": 500, "hwm": 1000},
         "log": {"level": "info"},
-    }
+    })
+    cfg.setdefault("pipeline", {})["overflow"] = "drop_epoch"
     if a.db_range:
-        cfg["preprocess"]["db_range"] = a.db_range
+        cfg.setdefault("preprocess", {})["db_range"] = a.db_range
     render = {}
-    every = a.render_every if a.render_every is not None else c.get("render_every")
+    every = a.render_every if a.render_every is not None else run.get("render_every")
     if every is not None:
         render["every"] = every
-    if c.get("render_side"):
-        render["size"] = [c["render_side"]] * 2
+    if run.get("render_side"):
+        render["size"] = [run["render_side"]] * 2
     if render:
         cfg["view"] = {"render": render}
     if replay:
@@ -162,7 +165,7 @@ def run(a):
     for p, what in ((volrec, "volrec"), (volrecd, "volrecd"), (client, "view_latency")):
         if p is None or not p.exists():
             raise RuntimeError(f"{build}: no {what} there (build it: make O={a.build} all)")
-    case = CASES[a.case]
+    case = load_case(volrec, a.case)
     # short paths: the ipc:// socket path must fit 107 bytes
     work = pathlib.Path(tempfile.mkdtemp(prefix="vwl", dir="/tmp"))
     run_dir = work / "run"
@@ -171,10 +174,10 @@ def run(a):
     replay = None
     daemon = viewer = None
     try:
-        source = a.source or case["source"]
+        source = a.source or RUNS.get(a.case, DEFAULT_RUN)["source"]
         if source == "replay":
             replay = pathlib.Path(a.shm_dir) / f"{instance}.vrr"
-            g = case["geometry"]
+            g = case["config"]["geometry"]
             epochs = g["stride"][0] * g["stride"][1]  # one interlacing cycle, looped
             y, x = g["bscans_per_volume"] * g["stride"][1], g["ascans_per_bscan"] * g["stride"][0]
             need = (epochs * g["bscans_per_volume"] * g["ascans_per_bscan"]
@@ -185,14 +188,14 @@ def run(a):
                 raise RuntimeError(f"{a.shm_dir} has {free / 1e9:.2f} GB free; the replay file "
                                    f"and the daemon's slots need {need / 1e9:.2f} GB "
                                    "(--shm-dir)")
-            sim_cfg = write(work / "sim.yaml", config(a.case, a, "vwlsim", run_dir))
+            sim_cfg = write(work / "sim.yaml", config(case, a, "vwlsim", run_dir))
             t = time.monotonic()
             p = subprocess.run([str(volrec), "sim", "-c", str(sim_cfg), "-o", str(replay), "-n",
                                 str(epochs)], capture_output=True, text=True)
             if p.returncode:
                 raise RuntimeError(f"volrec sim failed ({p.returncode}): {p.stderr.strip()}")
             log(f"replay file {replay} written in {time.monotonic() - t:.1f} s")
-        cfg = config(a.case, a, instance, run_dir, replay)
+        cfg = config(case, a, instance, run_dir, replay)
         cfg_path = write(work / "volrecd.yaml", cfg)
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         daemon_log = work / "volrecd.log"
@@ -306,7 +309,8 @@ def main():
     ap.add_argument("--build", default=os.environ.get("VOLREC_BUILD", str(SRC / "build")),
                     help="build tree with bin/volrecd, bin/volrec, tests/view_latency")
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "auto"])
-    ap.add_argument("--case", default="demo", choices=sorted(CASES))
+    ap.add_argument("--case", default="demo",
+                    help="a case of bench/cases.c (default demo; tiny: the tests', paper)")
     ap.add_argument("--rate", type=float, help="source.rate, epochs/s (default: the case's)")
     ap.add_argument("--source", choices=["synth", "replay"], help="default: the case's")
     ap.add_argument("--render-every", type=int, help="view.render.every (default: the daemon's)")

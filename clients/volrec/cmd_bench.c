@@ -279,7 +279,8 @@ static void bench_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: volrec bench [--backend cpu|cuda|auto] [-t THREADS] [-o FILE.json]\n"
-	        "                    [--commit ID] [--quick] [--no-medium]\n\n"
+	        "                    [--commit ID] [--quick] [--no-medium]\n"
+	        "       volrec bench --print-case NAME\n\n"
 	        "Measures, with synthetic inputs already in host memory, the pipeline engine on\n"
 	        "the backend --backend opens (default cpu; auto: CUDA when a device is present);\n"
 	        "the cases are those of e2e_bench (bench/cases.c).\n"
@@ -298,8 +299,37 @@ static void bench_usage(FILE *f)
 	        "  --quick          shorter measurements (about 0.5 s each)\n"
 	        "  --no-medium      CPU: leave out the 60x60x2048 VolRec case\n"
 	        "  --commit ID      git commit recorded in the JSON (default $VOLREC_GIT_COMMIT)\n"
+	        "  --print-case NAME  print the case NAME of bench/cases.c as JSON (its\n"
+	        "                   configuration keys, end-to-end run and targets) and exit,\n"
+	        "                   for the benchmarks in Python; an unknown NAME lists them\n"
 	        "Exit status: 0 done, 1 failure (--backend cuda without a usable device among\n"
 	        "them), 2 usage error.\n");
+}
+
+/* --print-case NAME: the case as JSON on stdout; a usage error listing the cases when no
+ * case has that name. */
+static int print_case(const char *name)
+{
+	const struct bench_case *c = bench_case_find(name);
+	struct json_object *o;
+
+	if (!c) {
+		fprintf(stderr, "volrec bench: --print-case %s: no such case (cases:", name);
+		for (unsigned i = 0; i < bench_ncases; i++)
+			fprintf(stderr, " %s", bench_cases[i].name);
+		fprintf(stderr, ")\n");
+		return VR_EXIT_USAGE;
+	}
+	o = bench_case_json(c);
+	if (!o) {
+		fprintf(stderr, "volrec bench: --print-case %s: %s\n", name, strerror(ENOMEM));
+		return VR_EXIT_FAIL;
+	}
+	printf("%s\n",
+	       json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+	                                                 JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(o);
+	return fflush(stdout) == 0 ? VR_EXIT_OK : VR_EXIT_FAIL;
 }
 
 static void say_stderr(void *ctx, const char *line)
@@ -340,10 +370,11 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 	        {"commit", required_argument, NULL, 'C'},
 	        {"quick", no_argument, NULL, 'q'},
 	        {"no-medium", no_argument, NULL, 'M'},
+	        {"print-case", required_argument, NULL, 'P'},
 	        VR_CLI_LONGOPTS_END,
 	};
 	struct bench b = {.backend = "cpu", .min_seconds = 3.0};
-	const char *json = NULL, *commit = getenv("VOLREC_GIT_COMMIT");
+	const char *json = NULL, *commit = getenv("VOLREC_GIT_COMMIT"), *print = NULL;
 	bool medium = true;
 	char err[CFG_ERR_MAX] = "";
 	int c, rc;
@@ -351,7 +382,7 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 	uint64_t v;
 
 	b.threads = nt > 0 ? (unsigned)(nt > 256 ? 256 : nt) : 1;
-	const struct vr_cli_str strs[] = {{'o', &json}, {'C', &commit}};
+	const struct vr_cli_str strs[] = {{'o', &json}, {'C', &commit}, {'P', &print}};
 	optind = 1;
 	while ((c = VR_CLI_GETOPT(argc, argv, "t:o:h", longopts, strs)) != -1) {
 		switch (c) {
@@ -377,6 +408,8 @@ VR_COMMAND(bench, "measure backend throughput against the hardware limits")
 	}
 	if (vr_cli_args_done("volrec bench", argc, argv))
 		return VR_EXIT_USAGE;
+	if (print)
+		return print_case(print);
 
 	rc = bench_resolve(&b, err, sizeof(err));
 	if (rc < 0) {

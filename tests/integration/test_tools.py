@@ -325,6 +325,36 @@ def test_processing_subcommands_run_through_the_helper(bin_dir, cmd):
     assert r.returncode == 2, (r.returncode, r.stderr)  # the helper's exit status comes through
 
 
+def test_bench_prints_a_case_of_the_one_table(bin_dir):
+    """`volrec bench --print-case NAME` prints the case of bench/cases.c as JSON, what the
+    benchmarks in Python take their geometries from: the configuration keys it sets (the
+    preprocessing only where it differs from the defaults), its end-to-end run, its targets."""
+    r = subprocess.run([str(bin_dir / "volrec"), "bench", "--print-case", "classic-2048"],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)
+    assert c["name"] == "classic-2048", c
+    assert c["config"]["geometry"] == {
+        "samples_per_ascan": 2048, "sample_type": "u16", "ascans_per_bscan": 1024,
+        "bscans_per_volume": 64, "stride": [1, 1], "depth_range": [0, 1024]}, c["config"]
+    # background ascan_mean and window hann are the defaults
+    assert c["config"]["preprocess"] == {"dispersion": {"coeffs": [2, -0.5]},
+                                         "db_range": [20, 90]}, c["config"]
+    assert c["config"]["reconstruct"] == {"mode": "none"}, c["config"]
+    assert c["config"]["pipeline"] == {"ring_bscans": 256}, c["config"]
+    assert c["e2e"] == {"epochs": 2, "paced_rate": 160}, c
+    assert c["targets"] == {"ascans_per_s": 10e6}, c
+
+
+def test_bench_print_case_of_an_unknown_name_lists_the_cases(bin_dir):
+    r = subprocess.run([str(bin_dir / "volrec"), "bench", "--print-case", "classic"],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "volrec bench: --print-case classic: no such case (cases: tiny demo classic-2048 " \
+        in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
 def test_volrec_help_lists_the_helpers_commands(bin_dir):
     r = subprocess.run([str(bin_dir / "volrec"), "--help"], capture_output=True, text=True)
     assert r.returncode == 0

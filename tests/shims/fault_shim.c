@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "volrec/shim.h"
-#include "args.h"
-#include "common.h"
+#include "shims/args.h"
+#include "shims/common.h"
 #include "base/base.h"
 
 #define CONTROL_MAX 256
