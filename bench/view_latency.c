@@ -61,7 +61,7 @@ static struct {
 	struct lws_context *ctx;
 } r = {.port = -1, .seconds = 10, .warmup = 2, .timeout = 30, .state = "unknown"};
 
-static void fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(int rc, const char *fmt, ...) VR_PRINTF(2, 3);
 static void fail(int rc, const char *fmt, ...)
 {
 	va_list ap;
