@@ -42,8 +42,7 @@ int be_open(const struct vr_config *cfg, struct be_backend **out, char *note, si
 		if (rc == 0)
 			return 0;
 		if (note && notelen)
-			snprintf(note, notelen,
-			         "CUDA backend unavailable (%s): using the CPU backend", why);
+			snprintf(note, notelen, "%s; using the CPU backend", why);
 #else
 		if (note && notelen)
 			snprintf(note, notelen, "built without CUDA: using the CPU backend");

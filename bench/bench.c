@@ -777,14 +777,14 @@ int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn
                        struct bench_figs *figs, char *err, size_t errlen)
 {
 	return vr_err(err, errlen, -ENOTSUP,
-	              "backend: cuda: this volrec was built without CUDA (use cpu or auto)");
+	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
 }
 
 int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench_figs *figs,
                char *device, size_t devlen, char *err, size_t errlen)
 {
 	return vr_err(err, errlen, -ENOTSUP,
-	              "backend: cuda: this volrec was built without CUDA (use cpu or auto)");
+	              "cuda backend: this volrec was built without CUDA (use cpu or auto)");
 }
 
 #endif

@@ -58,6 +58,17 @@ VR_PRINTF(2, 3) static struct json_object *reply_fail(const char *id, const char
 
 #define reply_error(...) reply_text(reply_fail(__VA_ARGS__))
 
+/* Whether reply (one JSON object, as every answer makes it) says "ok": false. */
+static bool reply_refused(const char *reply)
+{
+	struct json_object *o = json_tokener_parse(reply), *ok;
+	bool refused = o && json_object_object_get_ex(o, "ok", &ok) &&
+	               json_object_is_type(ok, json_type_boolean) && !json_object_get_boolean(ok);
+
+	json_object_put(o);
+	return refused;
+}
+
 /* The YAML text of a set value: a JSON string is YAML text as it stands ("hann", "[20, 90]");
  * any other JSON value is written as JSON, which YAML reads the same. */
 static const char *value_text(struct json_object *v)
@@ -294,7 +305,7 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 		reply = OPS[i].answer(svc, req, id, peer);
 out:
 	if (reply)
-		*refused = strncmp(reply, "{\"ok\":false", 11) == 0;
+		*refused = reply_refused(reply);
 	json_object_put(req);
 	return reply;
 }

@@ -780,8 +780,7 @@ static void set_done(struct service *s, int rc, const char *err)
 	if (s->set_peer.have_uid)
 		jset(extra, "uid", json_object_new_int64(s->set_peer.uid));
 	if (rc < 0) {
-		snprintf(msg, sizeof(msg), "set %s by %s: the backend refused it: %s", s->set_keys,
-		         who, err);
+		snprintf(msg, sizeof(msg), "set %s by %s: refused: %s", s->set_keys, who, err);
 		cfg_free(&s->next);
 		vrd_event("set_rejected", LOG_ERR, msg, extra);
 		return;
@@ -872,7 +871,7 @@ static void reload_poll(struct service *s)
 	if (rc < 0) {
 		char msg[600];
 
-		snprintf(msg, sizeof(msg), "%s: backend refused the live parameters: %s",
+		snprintf(msg, sizeof(msg), "%s: the live parameters were refused: %s",
 		         s->config_path, err);
 		cfg_free(&s->next);
 		reload_reject(s, msg);

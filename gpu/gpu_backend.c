@@ -1166,15 +1166,21 @@ fail:
 	return rc;
 }
 
+/* The one-device backend: its messages name it ("cuda backend: ..."), as the composite's do;
+ * the part's texts that do not (CUDA's, the device checks') get the name here. */
 static int gpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
 {
+	static const char own[] = "cuda backend: ";
 	const struct gpu_part whole = {0, 1, 0, cfg->geometry.bscans_per_volume};
 	struct gpu_state *st;
-	int rc = gpu_part_create(cfg, &whole, &st, err, errlen);
+	char msg[512] = "";
+	int rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
 
-	if (rc == 0)
+	if (rc == 0) {
 		*state = st;
-	return rc;
+		return 0;
+	}
+	return vr_err(err, errlen, rc, "%s%s", strncmp(msg, own, sizeof(own) - 1) ? own : "", msg);
 }
 
 static const char *gpu_device(void *vst)

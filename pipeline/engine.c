@@ -238,10 +238,8 @@ static int regions_register(struct pl_pipeline *pl, struct volrec_shim_region *r
 		                          BE_REG_DEVICE_READS);
 
 		if (rc < 0) {
-			vr_err_errno(err, errlen, rc,
-			             "backend %s: host_register of the source's region %u of %u "
-			             "(%zu bytes at %p)",
-			             be_name(pl->be), i, n, regs[i].size, regs[i].base);
+			vr_err(err, errlen, rc, "the source's region %u of %u: %s", i, n,
+			       be_last_error(pl->be));
 			while (i--)
 				be_host_unregister(pl->be, (void *)regs[i].base);
 			free(regs);
@@ -264,8 +262,7 @@ static int source_regions(struct pl_pipeline *pl, struct volrec_shim_region **ou
 
 	rc = src_ref_regions(&pl->src, NULL, 0, &count);
 	if (rc < 0)
-		return vr_err(err, errlen, rc, "source %s: ref_regions(): %s", pl->src.info.name,
-		              src_strerror(&pl->src, rc));
+		return vr_err(err, errlen, rc, "%s", src_strerror(&pl->src, rc));
 	if (count == 0 || count > REGIONS_MAX)
 		return vr_err(err, errlen, -EPROTO,
 		              "source %s: ref_regions() reports %u regions (1..%u expected)",
@@ -276,9 +273,11 @@ static int source_regions(struct pl_pipeline *pl, struct volrec_shim_region **ou
 	rc = src_ref_regions(&pl->src, regs, count, &again);
 	if (rc < 0 || again != count) {
 		free(regs);
-		return vr_err(err, errlen, rc < 0 ? rc : -EPROTO, "source %s: ref_regions(): %s",
-		              pl->src.info.name,
-		              rc < 0 ? src_strerror(&pl->src, rc) : "the region count changed");
+		if (rc < 0)
+			return vr_err(err, errlen, rc, "%s", src_strerror(&pl->src, rc));
+		return vr_err(err, errlen, -EPROTO,
+		              "source %s: ref_regions(): the region count changed",
+		              pl->src.info.name);
 	}
 	for (uint32_t i = 0; i < count; i++)
 		if (!regs[i].base || regs[i].size < pl->bscan_bytes) {
@@ -318,8 +317,8 @@ static void release_one(struct pl_pipeline *pl, const void *p)
 	if (rc == 0)
 		return;
 	pl->c.release_errors++;
-	emit(pl, "source_fault", first ? PL_WARNING : PL_DEBUG, false,
-	     "source %s: release_ref(%p): %s", pl->src.info.name, p, src_strerror(&pl->src, rc));
+	emit(pl, "source_fault", first ? PL_WARNING : PL_DEBUG, false, "%s (B-scan at %p)",
+	     src_strerror(&pl->src, rc), p);
 }
 
 /* Byte i of the guard after a copy buffer: a pattern acquire() must leave as it is. */
@@ -549,15 +548,16 @@ static int source_reopen(struct pl_pipeline *pl)
 	return 0;
 }
 
-/* The text of a failed source call; while the source cannot be reopened, why not. */
-static void fault_text(struct pl_pipeline *pl, const char *what, int rc, char *msg, size_t len)
+/* The text of a failed source call (src_strerror names the source and the call); while the
+ * source cannot be reopened, why not. */
+static void fault_text(struct pl_pipeline *pl, int rc, char *msg, size_t len)
 {
-	if (!pl->src_is_open && pl->reopen_err[0]) {
+	if (!pl->src_is_open && pl->reopen_err[0])
 		snprintf(msg, len, "source: reopening failed: %s", pl->reopen_err);
-		return;
-	}
-	snprintf(msg, len, "source %s: %s: %s", pl->src_is_open ? pl->src.info.name : "-", what,
-	         pl->src_is_open ? src_strerror(&pl->src, rc) : strerror(-rc));
+	else if (!pl->src_is_open)
+		snprintf(msg, len, "source: not open: %s", strerror(-rc));
+	else
+		snprintf(msg, len, "%s", src_strerror(&pl->src, rc));
 }
 
 /*
@@ -690,7 +690,6 @@ static void *acq_main(void *arg)
 
 	while (1) {
 		uint32_t ox, oy, b, discards = 0;
-		const char *what; /* the call that failed */
 		bool dropping = false, cut = false, gapped = false;
 		enum pl_drop dropping_why = PL_DROP_RING_FULL; /* of the rest of a dropped epoch */
 		char msg[MSG_MAX];
@@ -707,7 +706,7 @@ static void *acq_main(void *arg)
 		}
 		pthread_mutex_unlock(&pl->mu);
 		if (!pl->src_is_open) {
-			fault_text(pl, "open", -ENODEV, msg, sizeof(msg));
+			fault_text(pl, -ENODEV, msg, sizeof(msg));
 			if (source_fault(pl, msg, -ENODEV, &streak, &backoff_ms, &started))
 				break;
 			continue;
@@ -716,18 +715,16 @@ static void *acq_main(void *arg)
 		vr_scan_offset(e, cfg->geometry.stride[0], cfg->geometry.stride[1], &ox, &oy);
 		atomic_store(&pl->acq_state, PL_ACQ_ACQUIRING);
 		call_enter(pl, "set_scan_offset()");
-		what = "set_scan_offset";
 		rc = src_set_scan_offset(&pl->src, e, ox, oy);
 		if (rc == 0 && !started) {
 			call_enter(pl, "start()");
-			what = "start";
 			rc = src_start(&pl->src);
 			started = rc == 0;
 		}
 		if (acq_abandoned(pl))
 			goto out;
 		if (rc < 0) {
-			fault_text(pl, what, rc, msg, sizeof(msg));
+			fault_text(pl, rc, msg, sizeof(msg));
 			if (source_fault(pl, msg, rc, &streak, &backoff_ms, &started))
 				break;
 			e++;
@@ -798,14 +795,14 @@ static void *acq_main(void *arg)
 					pthread_mutex_unlock(&pl->mu);
 				}
 				rc = -EPROTO;
+			} else if (rc == -EFAULT && pl->zc) {
+				snprintf(msg, sizeof(msg),
+				         "source %s: acquire_ref() returned a B-scan outside the "
+				         "regions "
+				         "it reported",
+				         pl->src.info.name);
 			} else if (rc < 0) {
-				fault_text(pl,
-				           rc == -ETIMEDOUT ? "acquire timed out"
-				           : rc == -EFAULT && pl->zc
-				                   ? "acquire_ref returned a B-scan outside the "
-				                     "regions it reported"
-				                   : "acquire",
-				           rc, msg, sizeof(msg));
+				fault_text(pl, rc, msg, sizeof(msg));
 			}
 			if (rc < 0) {
 				pthread_mutex_lock(&pl->mu);
@@ -1057,9 +1054,7 @@ static void submit(struct pl_pipeline *pl, struct pl_flight *sb, uint32_t from, 
 
 		if (rc < 0) {
 			sb->failed = true;
-			vr_err_errno(sb->err, sizeof(sb->err), rc,
-			             "backend %s: submitting B-scan %u of epoch %llu",
-			             be_name(pl->be), en->bscan, (unsigned long long)en->epoch);
+			vr_err(sb->err, sizeof(sb->err), rc, "%s", be_last_error(pl->be));
 		}
 	}
 	sb->pre_ms += (double)(vr_mono_ns() - t0) / 1e6;

@@ -296,14 +296,26 @@ out_dlclose:
 	return rc;
 }
 
-/* A shim's text for code (handle may be NULL after a failed open), or strerror's. */
-static const char *shim_text(const struct volrec_shim_ops *t, void *h, int code)
+/*
+ * A shim's message for code (handle may be NULL after a failed open), after "PATH: CALL failed":
+ * the shim's own text names the shim (docs/shim.md), so it follows as it is; without one, the
+ * word "shim" before the path says what the file is, and strerror's text follows.
+ */
+static void shim_call_err(const struct volrec_shim_ops *t, void *h, int code, const char *lib,
+                          const char *call, char *err, size_t errlen)
 {
 	const char *s = code < 0 ? t->strerror(h, code) : NULL;
 
 	if (code > 0)
-		return "positive values are not allowed (0 or a negative errno)";
-	return s ? s : strerror(-code);
+		vr_err(err, errlen, -EPROTO,
+		       "shim %s: %s returned %d: positive values are not allowed (0 or a negative "
+		       "errno)",
+		       lib, call, code);
+	else if (s)
+		vr_err(err, errlen, code, "%s: %s failed: %s (%d)", lib, call, s, code);
+	else
+		vr_err(err, errlen, code, "shim %s: %s failed: %s (%d)", lib, call, strerror(-code),
+		       code);
 }
 
 int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
@@ -330,8 +342,7 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 	rc = table.open(cfg->source.shim.args_yaml ? cfg->source.shim.args_yaml : "{}", &info, &h);
 	if (rc) {
 		/* no handle: the shim's strerror gets NULL, as the ABI allows after a failure */
-		vr_err(err, errlen, rc, "shim %s: open(args) failed: %s (%d)", lib,
-		       shim_text(&table, h, rc), rc);
+		shim_call_err(&table, h, rc, lib, "open(args)", err, errlen);
 		if (h)
 			table.close(h);
 		rc = rc < 0 ? rc : -EPROTO;
@@ -340,13 +351,14 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 	src_geometry_from_config(&g, cfg, flags);
 	rc = table.configure(h, &g);
 	if (rc) {
-		vr_err(err, errlen, rc,
-		       "shim %s: configure(K %u, nx %u, ny %u, %s, stride [%u, %u]%s, rate %g) "
-		       "failed: %s (%d)",
-		       lib, g.samples_per_ascan, g.ascans_per_bscan, g.bscans_per_volume,
-		       src_sample_name(g.sample_type), g.stride_x, g.stride_y,
-		       g.bidirectional ? ", bidirectional" : "", g.rate, shim_text(&table, h, rc),
-		       rc);
+		char call[200];
+
+		snprintf(call, sizeof(call),
+		         "configure(K %u, nx %u, ny %u, %s, stride [%u, %u]%s, rate %g)",
+		         g.samples_per_ascan, g.ascans_per_bscan, g.bscans_per_volume,
+		         src_sample_name(g.sample_type), g.stride_x, g.stride_y,
+		         g.bidirectional ? ", bidirectional" : "", g.rate);
+		shim_call_err(&table, h, rc, lib, call, err, errlen);
 		rc = rc < 0 ? rc : -EPROTO;
 		goto out_close;
 	}

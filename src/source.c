@@ -154,8 +154,7 @@ int src_close_checked(struct src_source *src, char *err, size_t errlen)
 		if (src->started) {
 			rc = src_stop(src);
 			if (rc < 0)
-				vr_err(err, errlen, rc, "source %s: stop: %s", src->info.name,
-				       src_strerror(src, rc));
+				vr_err(err, errlen, rc, "%s", src_strerror(src, rc));
 		}
 		src->impl.close(src->handle);
 	}
@@ -180,17 +179,39 @@ void src_close(struct src_source *src)
 static _Thread_local struct {
 	const struct src_source *src;
 	int code;
-	char text[320];
+	char text[640];
 } wrap_msg;
+
+/* The last call made through a wrapper on this thread, for src_strerror(). */
+static _Thread_local struct {
+	const struct src_source *src;
+	const char *call;
+} last_call;
+
+/* How messages name the source: "shim NAME", "replay PATH", "synth". */
+static void who(const struct src_source *src, char *out, size_t len)
+{
+	const char *kind = src && src->kind ? src->kind : "source";
+
+	if (src && !strcmp(kind, "replay") && src->info.device[0])
+		snprintf(out, len, "replay %s", src->info.device);
+	else if (src && src->info.name[0] && strcmp(src->info.name, kind) != 0)
+		snprintf(out, len, "%s %s", kind, src->info.name);
+	else
+		snprintf(out, len, "%s", kind);
+}
 
 static int wrap_fail(const struct src_source *src, int code, const char *fmt, ...) VR_PRINTF(3, 4);
 static int wrap_fail(const struct src_source *src, int code, const char *fmt, ...)
 {
+	char name[300], text[320];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(wrap_msg.text, sizeof(wrap_msg.text), fmt, ap);
+	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
+	who(src, name, sizeof(name));
+	snprintf(wrap_msg.text, sizeof(wrap_msg.text), "%s: %s", name, text);
 	wrap_msg.src = src;
 	wrap_msg.code = code;
 	return code;
@@ -201,16 +222,18 @@ static int result(const struct src_source *src, const char *call, int rc)
 {
 	if (rc > 0)
 		return wrap_fail(src, -EPROTO,
-		                 "%s %s: %s() returned %d: positive values are not allowed (0 or a "
+		                 "%s() returned %d: positive values are not allowed (0 or a "
 		                 "negative errno)",
-		                 src->kind, src->info.name, call, rc);
+		                 call, rc);
 	return rc;
 }
 
-/* The source is open (not a zeroed or closed struct). */
+/* The source is open (not a zeroed or closed struct); remembers the call for src_strerror(). */
 static int check_open(const struct src_source *src, const char *call)
 {
 	wrap_msg.src = NULL;
+	last_call.src = src;
+	last_call.call = call;
 	if (!src || !src->impl.acquire)
 		return wrap_fail(src, -EBADF, "%s() on a source that is not open", call);
 	return 0;
@@ -233,8 +256,7 @@ int src_start(struct src_source *src)
 	if (rc)
 		return rc;
 	if (src->started)
-		return wrap_fail(src, -EINVAL, "%s %s: start() while started", src->kind,
-		                 src->info.name);
+		return wrap_fail(src, -EINVAL, "start() while started");
 	rc = result(src, "start", src->impl.start(src->handle));
 	if (rc == 0)
 		src->started = true;
@@ -259,14 +281,12 @@ static int acquire_allowed(struct src_source *src, const char *call, bool by_ref
 	if (rc)
 		return rc;
 	if (!src->started)
-		return wrap_fail(src, -EINVAL, "%s %s: %s() before start()", src->kind,
-		                 src->info.name, call);
+		return wrap_fail(src, -EINVAL, "%s() before start()", call);
 	if (by_ref ? src->by_copy : src->by_ref)
 		return wrap_fail(src, -EINVAL,
-		                 "%s %s: %s() after %s(): a source delivers by copy or by "
-		                 "reference, not both",
-		                 src->kind, src->info.name, call,
-		                 by_ref ? "acquire" : "acquire_ref");
+		                 "%s() after %s(): a source delivers by copy or by reference, "
+		                 "not both",
+		                 call, by_ref ? "acquire" : "acquire_ref");
 	return 0;
 }
 
@@ -294,11 +314,9 @@ int src_ref_regions(struct src_source *src, struct volrec_shim_region *regions, 
 	if (rc)
 		return rc;
 	if (!src_has_refs(src))
-		return wrap_fail(src, -EOPNOTSUPP, "%s %s: no zero-copy calls", src->kind,
-		                 src->info.name);
+		return wrap_fail(src, -EOPNOTSUPP, "ref_regions(): no zero-copy calls");
 	if (src->started)
-		return wrap_fail(src, -EINVAL, "%s %s: ref_regions() after start()", src->kind,
-		                 src->info.name);
+		return wrap_fail(src, -EINVAL, "ref_regions() after start()");
 	rc = result(src, "ref_regions", src->impl.ref_regions(src->handle, regions, max, count));
 	if (rc == 0)
 		src->regions = true;
@@ -313,8 +331,7 @@ int src_acquire_ref(struct src_source *src, const void **bscan, int timeout_ms,
 	if (rc)
 		return rc;
 	if (!src->regions)
-		return wrap_fail(src, -EINVAL, "%s %s: acquire_ref() before ref_regions()",
-		                 src->kind, src->info.name);
+		return wrap_fail(src, -EINVAL, "acquire_ref() before ref_regions()");
 	src->by_ref = true;
 	return result(src, "acquire_ref",
 	              src->impl.acquire_ref(src->handle, bscan, timeout_ms, meta));
@@ -323,6 +340,8 @@ int src_acquire_ref(struct src_source *src, const void **bscan, int timeout_ms,
 int src_release_ref(const struct src_source *src, const void *bscan)
 {
 	wrap_msg.src = NULL;
+	last_call.src = src;
+	last_call.call = "release_ref";
 	if (!src_has_refs(src))
 		return wrap_fail(src, -EOPNOTSUPP,
 		                 "release_ref() on a source without zero-copy calls");
@@ -332,16 +351,29 @@ int src_release_ref(const struct src_source *src, const void *bscan)
 const char *src_strerror(const struct src_source *src, int code)
 {
 	static _Thread_local char text[512];
+	const char *call = src && last_call.src == src ? last_call.call : NULL;
+	char raw[sizeof(wrap_msg.text) + 64], name[300];
 	const char *t = NULL;
 
-	if (src && wrap_msg.src == src && wrap_msg.code == code)
-		t = wrap_msg.text;
-	else if (src && src->impl.strerror)
-		t = src->impl.strerror(src->handle, code);
-	if (!t)
-		t = code == INT_MIN ? "unknown error" : strerror(code < 0 ? -code : code);
+	if (src && wrap_msg.src == src && wrap_msg.code == code) {
+		/* the wrapper's own text names the source and the call */
+		snprintf(raw, sizeof(raw), "%s", wrap_msg.text);
+	} else {
+		if (src && src->impl.strerror)
+			t = src->impl.strerror(src->handle, code);
+		if (t) {
+			/* the source's own text names the source (docs/shim.md): the call is
+			 * what adds information */
+			snprintf(raw, sizeof(raw), "%s%s%s", call ? call : "", call ? ": " : "", t);
+		} else {
+			t = code == INT_MIN ? "unknown error" : strerror(code < 0 ? -code : code);
+			who(src, name, sizeof(name));
+			snprintf(raw, sizeof(raw), "%s: %s%s%s", name, call ? call : "",
+			         call ? ": " : "", t);
+		}
+	}
 	/* a shim's text, a path: whatever the bytes, what leaves here is one line of valid
 	 * UTF-8 */
-	one_line(t, text, sizeof(text));
+	one_line(raw, text, sizeof(text));
 	return text;
 }

@@ -51,8 +51,8 @@ VR_MUST_CHECK int src_open(const struct vr_config *cfg, unsigned flags, struct s
 
 /* Stop (if started) and close the source. Accepts a zeroed struct. */
 void src_close(struct src_source *src);
-/* The same: 0, or stop()'s error (the source is closed all the same) with a message naming the
- * source in err. */
+/* The same: 0, or stop()'s error (the source is closed all the same) with its message
+ * (src_strerror) in err. */
 int src_close_checked(struct src_source *src, char *err, size_t errlen);
 
 /*
@@ -88,9 +88,12 @@ VR_MUST_CHECK int src_acquire_ref(struct src_source *src, const void **bscan, in
                                   struct volrec_shim_meta *meta);
 int src_release_ref(const struct src_source *src, const void *bscan);
 
-/* Message for a code one of the calls above returned on this thread: the source's own text
- * when it has one, valid UTF-8 (bytes that are not are replaced). Valid until the next
- * src_strerror() on this thread. */
+/* Message for a code one of the calls above returned on this thread, naming the source and
+ * the call once: the source's own text, which names the source, after the call ("acquire:
+ * fault shim: injected error ..."); the wrappers' own ("shim fault-shim: acquire() before
+ * start()"); without a text, the source, the call and strerror's ("shim fault-shim: acquire:
+ * Input/output error"). One line of valid UTF-8 (bytes that are not are replaced), valid
+ * until the next src_strerror() on this thread. */
 const char *src_strerror(const struct src_source *src, int code);
 
 /*

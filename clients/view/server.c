@@ -743,17 +743,21 @@ out:
 
 /* ---- the feed's deliveries ----------------------------------------------------------------- */
 
+/* The browser's message for a feed text: {"type": TYPE, TYPE: the text's JSON}. */
 static void wrap_text(struct vw_text *t, uint64_t *serial, const char *type, const char *json)
 {
-	size_t n = strlen(json) + 64;
-	char *s = malloc(n);
+	struct json_object *v = json_tokener_parse(json), *o;
 
-	if (!s)
+	if (!v) {
+		vw_log("%s: not JSON, not sent", type);
 		return;
-	snprintf(s, n, "{\"type\":\"%s\",\"%s\":%s}", type, type, json);
-	if (!text_set(t, s))
+	}
+	o = json_object_new_object();
+	json_object_object_add(o, "type", json_object_new_string(type));
+	json_object_object_add(o, type, v);
+	if (!text_set(t, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)))
 		(*serial)++;
-	free(s);
+	json_object_put(o);
 }
 
 static void take_mailbox(struct vw_server *sv)

@@ -2,18 +2,23 @@
 /*
  * `volrec cameras`: the GenICam cameras Aravis finds (id, vendor, model, serial, address,
  * current frame size and pixel format, the pixel formats offered and what volrec makes of
- * them), what an operator runs before pointing source.shim.args.camera at one. The listing is
- * the GenICam shim's own code (it exports volrec_genicam_cameras): `volrec` itself does not
- * link Aravis.
+ * them), what an operator runs before pointing source.shim.args.camera at one. The GenICam
+ * shim finds them (it exports volrec_genicam_cameras_v2, shims/genicam/cameras.h: each camera
+ * as a struct) and this writes them as text or JSON: `volrec` itself does not link Aravis.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <json-c/json.h>
+
 #include "commands.h"
+#include "shims/genicam/cameras.h"
+#include "volrec/shim.h"
 
 #ifndef VOLREC_SHIMDIR
 #define VOLREC_SHIMDIR "/usr/lib/volrec"
@@ -31,14 +36,120 @@ static void usage(FILE *f)
 	           "cannot be loaded.\n");
 }
 
+/* What the listing writes: text to stdout, or the JSON array it builds. */
+struct listing {
+	bool json;
+	unsigned n;                /* cameras listed */
+	struct json_object *array; /* --json */
+};
+
+/* A camera's string as valid UTF-8 without control characters ("" for NULL). */
+static const char *clean(const char *s, char *buf, size_t len)
+{
+	vr_utf8_sanitize(s ? s : "", buf, len);
+	return buf;
+}
+
+/* The sample type volrec takes a pixel format as, in the text listing (" (u12p)"). */
+static const char *taken_as(int sample_type)
+{
+	switch (sample_type) {
+	case VOLREC_SAMPLE_U16:
+		return " (u16)";
+	case VOLREC_SAMPLE_U12P:
+		return " (u12p)";
+	case VOLREC_SAMPLE_U12GV:
+		return " (u12gv)";
+	default:
+		return "";
+	}
+}
+
+static void jstr(struct json_object *o, const char *key, const char *s)
+{
+	char buf[512];
+
+	json_object_object_add(o, key, json_object_new_string(clean(s, buf, sizeof(buf))));
+}
+
+static int camera_json(const struct volrec_genicam_camera *c, struct listing *l)
+{
+	struct json_object *o = json_object_new_object(), *fmts;
+
+	if (!o || json_object_array_add(l->array, o)) {
+		json_object_put(o);
+		return -ENOMEM;
+	}
+	jstr(o, "id", c->id);
+	jstr(o, "vendor", c->vendor);
+	jstr(o, "model", c->model);
+	jstr(o, "serial", c->serial);
+	jstr(o, "protocol", c->protocol);
+	jstr(o, "address", c->address);
+	if (!c->opened) {
+		jstr(o, "error", c->error ? c->error : "cannot open");
+		return 0;
+	}
+	json_object_object_add(o, "width", json_object_new_int(c->width));
+	json_object_object_add(o, "height", json_object_new_int(c->height));
+	jstr(o, "pixel_format", c->pixel_format);
+	fmts = json_object_new_array();
+	json_object_object_add(o, "pixel_formats", fmts);
+	for (size_t k = 0; k < c->nformats; k++) {
+		char buf[256];
+
+		json_object_array_add(
+		        fmts, json_object_new_string(clean(c->formats[k].name, buf, sizeof(buf))));
+	}
+	return 0;
+}
+
+static void camera_text(const struct volrec_genicam_camera *c)
+{
+	char id[512], vendor[512], model[512], serial[512], protocol[256], address[256];
+	char buf[512];
+
+	printf("%s\n  vendor %s, model %s, serial %s, %s at %s\n", clean(c->id, id, sizeof(id)),
+	       clean(c->vendor, vendor, sizeof(vendor)), clean(c->model, model, sizeof(model)),
+	       clean(c->serial, serial, sizeof(serial)),
+	       clean(c->protocol, protocol, sizeof(protocol)),
+	       clean(c->address, address, sizeof(address)));
+	if (!c->opened) {
+		printf("  cannot open: %s\n",
+		       clean(c->error ? c->error : "unknown", buf, sizeof(buf)));
+		return;
+	}
+	printf("  frame %d x %d pixels (Width = samples per A-scan, Height = A-scans per B-scan), "
+	       "PixelFormat %s\n  pixel formats:",
+	       c->width, c->height,
+	       clean(c->pixel_format ? c->pixel_format : "?", buf, sizeof(buf)));
+	for (size_t k = 0; k < c->nformats; k++)
+		printf(" %s%s", clean(c->formats[k].name, buf, sizeof(buf)),
+		       taken_as(c->formats[k].sample_type));
+	printf("\n");
+}
+
+static int one_camera(const struct volrec_genicam_camera *c, void *ctx)
+{
+	struct listing *l = ctx;
+
+	l->n++;
+	if (l->json)
+		return camera_json(c, l);
+	camera_text(c);
+	return 0;
+}
+
 VR_COMMAND(cameras, "list the GenICam cameras found (id, model, pixel formats, frame size)")
 {
 	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
 	                                     {"fake", no_argument, NULL, 'f'},
 	                                     {"shim", required_argument, NULL, 's'},
 	                                     VR_CLI_LONGOPTS_END};
-	int (*list)(FILE *, int, int, char *, size_t);
-	bool json = false, fake = false;
+	int (*list)(bool, int (*)(const struct volrec_genicam_camera *, void *), void *, char *,
+	            size_t);
+	struct listing l = {0};
+	bool fake = false;
 	char path[4096], err[1024] = "";
 	const char *shim = NULL, *dir = getenv("VOLREC_SHIM_DIR");
 	void *dl;
@@ -49,7 +160,7 @@ VR_COMMAND(cameras, "list the GenICam cameras found (id, model, pixel formats, f
 	while ((c = VR_CLI_GETOPT(argc, argv, "", opts, strs)) != -1) {
 		switch (c) {
 		case 'j':
-			json = true;
+			l.json = true;
 			break;
 		case 'f':
 			fake = true;
@@ -73,19 +184,35 @@ VR_COMMAND(cameras, "list the GenICam cameras found (id, model, pixel formats, f
 		        dlerror());
 		return VR_EXIT_USAGE;
 	}
-	*(void **)&list = dlsym(dl, "volrec_genicam_cameras");
+	*(void **)&list = dlsym(dl, VOLREC_GENICAM_CAMERAS_SYMBOL);
 	if (!list) {
-		fprintf(stderr, "volrec cameras: %s has no volrec_genicam_cameras()\n", shim);
+		fprintf(stderr,
+		        "volrec cameras: %s has no " VOLREC_GENICAM_CAMERAS_SYMBOL "() (a shim of "
+		        "another volrec version?)\n",
+		        shim);
 		dlclose(dl);
 		return VR_EXIT_USAGE;
 	}
-	rc = list(stdout, json, fake, err, sizeof(err));
+	if (l.json && !(l.array = json_object_new_array())) {
+		fprintf(stderr, "volrec cameras: out of memory\n");
+		return VR_EXIT_FAIL;
+	}
+	rc = list(fake, one_camera, &l, err, sizeof(err));
+	if (rc == -ENOMEM && !err[0])
+		snprintf(err, sizeof(err), "out of memory");
+	if (!rc && l.json)
+		printf("%s\n", json_object_to_json_string_ext(
+		                       l.array, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED));
+	else if (!rc && l.n == 0)
+		printf("no GenICam camera found (GigE Vision: same subnet, firewall open for UDP "
+		       "3956; USB3 Vision: udev permissions)\n");
+	json_object_put(l.array);
 	if (fflush(stdout) == EOF && !rc) {
 		snprintf(err, sizeof(err), "writing to stdout failed");
 		rc = -1;
 	}
-	if (rc) {
-		fprintf(stderr, "volrec cameras: %s\n", err);
+	if (rc || ferror(stdout)) {
+		fprintf(stderr, "volrec cameras: %s\n", rc ? err : "writing to stdout failed");
 		return VR_EXIT_FAIL;
 	}
 	/* the shim stays loaded (linked -z nodelete: Aravis registers GObject types) */

@@ -2,7 +2,7 @@
 /*
  * The camera side of the GenICam shim: the pixel formats volrec takes, camera features from
  * shim.args each checked against its GenICam node before it is written, and the camera list
- * of `volrec cameras`.
+ * of `volrec cameras` (cameras.h: each camera as a struct; the command writes text or JSON).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -274,114 +274,64 @@ int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *cam
 
 /* ---- the camera list ----------------------------------------------------------------------- */
 
-static void json_str(FILE *out, const char *s)
-{
-	fputc('"', out);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
-	}
-	fputc('"', out);
-}
-
-int gc_cameras_list(FILE *out, bool json, bool fake, char *err, size_t errlen)
+int volrec_genicam_cameras_v2(bool fake,
+                              int (*fn)(const struct volrec_genicam_camera *camera, void *ctx),
+                              void *ctx, char *err, size_t errlen)
 {
 	unsigned n;
+	int rc = 0;
 
 	if (fake) {
-		int rc = gc_fake_enable(err, errlen);
+		rc = gc_fake_enable(err, errlen);
 		if (rc)
 			return rc;
 	}
 	arv_update_device_list();
 	n = arv_get_n_devices();
-	if (json)
-		fprintf(out, "[");
-	else if (n == 0)
-		fprintf(out, "no GenICam camera found (GigE Vision: same subnet, firewall open for "
-		             "UDP 3956; USB3 Vision: udev permissions)\n");
-	for (unsigned i = 0; i < n; i++) {
-		const char *id = arv_get_device_id(i);
+	for (unsigned i = 0; i < n && !rc; i++) {
+		struct volrec_genicam_camera c = {
+		        .id = arv_get_device_id(i),
+		        .vendor = arv_get_device_vendor(i),
+		        .model = arv_get_device_model(i),
+		        .serial = arv_get_device_serial_nbr(i),
+		        .protocol = arv_get_device_protocol(i),
+		        .address = arv_get_device_address(i),
+		};
+		struct volrec_genicam_format *offered = NULL;
 		GError *ge = NULL;
-		ArvCamera *cam = arv_camera_new(id, &ge);
-		const char *pf = NULL;
-		const char **fmts = NULL;
+		ArvCamera *cam = arv_camera_new(c.id, &ge);
+		const char **names = NULL;
 		guint nf = 0;
-		gint x = 0, y = 0, w = 0, h = 0;
+		gint x = 0, y = 0;
 
 		if (cam) {
-			pf = arv_camera_get_pixel_format_as_string(cam, NULL);
-			fmts = arv_camera_dup_available_pixel_formats_as_strings(cam, &nf, NULL);
-			arv_camera_get_region(cam, &x, &y, &w, &h, NULL);
-		}
-		if (json) {
-			fprintf(out, "%s\n {\"id\": ", i ? "," : "");
-			json_str(out, id);
-			fprintf(out, ", \"vendor\": ");
-			json_str(out, arv_get_device_vendor(i));
-			fprintf(out, ", \"model\": ");
-			json_str(out, arv_get_device_model(i));
-			fprintf(out, ", \"serial\": ");
-			json_str(out, arv_get_device_serial_nbr(i));
-			fprintf(out, ", \"protocol\": ");
-			json_str(out, arv_get_device_protocol(i));
-			fprintf(out, ", \"address\": ");
-			json_str(out, arv_get_device_address(i));
-			if (cam) {
-				fprintf(out,
-				        ", \"width\": %d, \"height\": %d, \"pixel_format\": ", w,
-				        h);
-				json_str(out, pf);
-				fprintf(out, ", \"pixel_formats\": [");
-				for (guint k = 0; k < nf; k++) {
-					fprintf(out, "%s", k ? ", " : "");
-					json_str(out, fmts[k]);
-				}
-				fprintf(out, "]");
-			} else {
-				fprintf(out, ", \"error\": ");
-				json_str(out, ge ? ge->message : "cannot open");
+			c.opened = true;
+			c.pixel_format = arv_camera_get_pixel_format_as_string(cam, NULL);
+			names = arv_camera_dup_available_pixel_formats_as_strings(cam, &nf, NULL);
+			arv_camera_get_region(cam, &x, &y, &c.width, &c.height, NULL);
+			offered = calloc(nf ? nf : 1, sizeof(*offered));
+			if (!offered) {
+				rc = vr_err(err, errlen, -ENOMEM, "genicam: out of memory");
+				goto next;
 			}
-			fprintf(out, "}");
+			for (guint k = 0; k < nf; k++) {
+				const struct gc_format *f = gc_format_by_name(names[k]);
+
+				offered[k].name = names[k];
+				offered[k].sample_type = f ? (int)f->sample_type : -1;
+			}
+			c.formats = offered;
+			c.nformats = nf;
 		} else {
-			fprintf(out, "%s\n  vendor %s, model %s, serial %s, %s at %s\n", id,
-			        arv_get_device_vendor(i), arv_get_device_model(i),
-			        arv_get_device_serial_nbr(i), arv_get_device_protocol(i),
-			        arv_get_device_address(i));
-			if (cam) {
-				fprintf(out,
-				        "  frame %d x %d pixels (Width = samples per A-scan, "
-				        "Height = A-scans per B-scan), PixelFormat %s\n  pixel "
-				        "formats:",
-				        w, h, pf ? pf : "?");
-				for (guint k = 0; k < nf; k++) {
-					const struct gc_format *f = gc_format_by_name(fmts[k]);
-					fprintf(out, " %s%s", fmts[k],
-					        f ? (f->sample_type == VOLREC_SAMPLE_U12P
-					                     ? " (u12p)"
-					             : f->sample_type == VOLREC_SAMPLE_U12GV
-					                     ? " (u12gv)"
-					                     : " (u16)")
-					          : "");
-				}
-				fprintf(out, "\n");
-			} else {
-				fprintf(out, "  cannot open: %s\n", ge ? ge->message : "unknown");
-			}
+			c.error = ge ? ge->message : NULL;
 		}
-		g_free(fmts);
+		rc = fn(&c, ctx);
+	next:
+		free(offered);
+		g_free(names);
 		g_clear_error(&ge);
 		if (cam)
 			g_object_unref(cam);
 	}
-	if (json)
-		fprintf(out, "%s]\n", n ? "\n" : "");
-	if (ferror(out))
-		return vr_err(err, errlen, -EIO, "writing the camera list failed");
-	return 0;
+	return rc;
 }

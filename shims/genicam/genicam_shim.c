@@ -1175,11 +1175,3 @@ const struct volrec_shim_ops shim_ops = {
         .acquire_ref = shim_acquire_ref,
         .release_ref = shim_release_ref,
 };
-
-/* `volrec cameras` (clients/volrec/cmd_cameras.c) loads this shim and calls this: the cameras
- * found, as text or JSON; fake adds Aravis's in-process Fake camera. */
-int volrec_genicam_cameras(FILE *out, int json, int fake, char *err, size_t errlen);
-int volrec_genicam_cameras(FILE *out, int json, int fake, char *err, size_t errlen)
-{
-	return gc_cameras_list(out, json, fake, err, errlen);
-}

@@ -18,6 +18,7 @@
 #include "volrec/shim.h"
 #include "../args.h"
 #include "../common.h"
+#include "cameras.h"
 
 #define GC_MSG_MAX SHIM_MSG_MAX
 
@@ -69,8 +70,5 @@ int gc_feature_apply(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
  * message naming the feature otherwise. */
 int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id, char *err,
                       size_t errlen);
-
-/* List the cameras Aravis finds (fake: the in-process Fake camera too) as text or JSON. */
-int gc_cameras_list(FILE *out, bool json, bool fake, char *err, size_t errlen);
 
 #endif

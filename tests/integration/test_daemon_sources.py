@@ -51,6 +51,9 @@ def test_replay_file_truncated_under_the_daemon_is_a_fault_then_recovers(daemons
     want = ("another process opened the file for writing or truncated it"
             if zero_copy is None else "while being replayed")
     assert want in ev["message"] and str(path) in ev["message"], ev
+    # the replay source names itself (and its file) once; the call it failed in comes first
+    assert ev["message"].startswith(("acquire: replay ", "acquire_ref: replay ")), ev
+    assert ev["message"].count(str(path)) == 1 and "source replay" not in ev["message"], ev
     st = d.status(lambda m: m["state"] == "degraded")
     assert st["faults"]["degraded"] is True
     # reopening fails, saying what is wrong with the file now
@@ -97,6 +100,20 @@ def test_shim_returning_a_positive_value_is_a_source_fault(daemons, build_dir):
             "(0 or a negative errno)") in ev["message"], ev
     d.event("source_recovered")
     d.status(lambda m: m["state"] == "running" and m["drops"]["source_error"] == 3)
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+
+
+def test_a_shims_error_names_the_shim_once_in_the_event_and_the_log(daemons, build_dir):
+    # the shim's text names the shim ("fault shim: ..."): volrecd adds the call, not the name
+    # again ("source fault-shim: acquire: fault shim: ..." before)
+    d, control = serving_shim(daemons, build_dir)
+    control.write_text("error 1\n")
+    ev = d.event("source_fault")
+    want = "acquire: fault shim: injected error (control file; 0 more)"
+    assert ev["message"] == want, ev
+    assert d.status(lambda m: m["state"] == "degraded")["faults"]["message"] == want
+    assert f"warning: {want}" in d.log_text(), d.log_text()[-3000:]
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0
 

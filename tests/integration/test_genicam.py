@@ -143,6 +143,33 @@ def test_cameras_lists_the_fake_camera_with_volrecs_formats(bin_dir):
     assert "Mono12p (u12p)" in text and "Mono12Packed (u12gv)" in text, text
 
 
+def test_cameras_says_a_shim_without_the_listing_lacks_it(bin_dir):
+    # a shim of another build (here one that is no GenICam shim at all) lacks the symbol of
+    # this volrec's listing: refused by name, not called with another layout
+    p = run([bin_dir / "volrec", "cameras", "--shim", BUILD / "lib" / "libvolrec_fault_shim.so"],
+            check=False)
+    assert p.returncode == 2, p
+    assert "has no volrec_genicam_cameras_v2()" in p.stderr, p.stderr
+
+
+def test_cameras_writes_valid_utf8_whatever_the_cameras_strings(bin_dir):
+    # a stand-in shim reports cameras whose strings are not UTF-8 and hold control characters:
+    # the JSON parses (strictly), each such byte a U+FFFD, and the text listing is UTF-8 too
+    shim = BUILD / "lib" / "libvolrec_test_cameras.so"
+    p = run([bin_dir / "volrec", "cameras", "--json", "--shim", shim])  # strict UTF-8
+    cams = json.loads(p.stdout)
+    assert cams[0] == {"id": "Acme-\ufffd\ufffd\"1\\", "vendor": "Acme\ufffd",
+                       "model": "LS\ufffd(", "serial": "\ufffd", "protocol": "GigEVision",
+                       "address": "192.0.2.7", "width": 2048, "height": 64,
+                       "pixel_format": "Mono12p",
+                       "pixel_formats": ["Mono12p", "Bayer\ufffd", "Mono8"]}, cams[0]
+    assert cams[1] == {"id": "Acme-2", "vendor": "", "model": "", "serial": "",
+                       "protocol": "USB3Vision", "address": "", "error": "busy \ufffd\n"}, cams[1]
+    text = run([bin_dir / "volrec", "cameras", "--shim", shim]).stdout
+    assert "pixel formats: Mono12p (u12p) Bayer\ufffd Mono8 (u16)\n" in text, text
+    assert "  cannot open: busy \ufffd\n" in text, text
+
+
 # ---- in-process: the synthetic scanner through the camera path ------------------------------
 
 # pixel format -> (geometry.sample_type, bit_shift of the replayed scanner: MonoN is the top N

@@ -18,3 +18,8 @@ $(foreach n,$(TEST_BAD_SHIMS),$(eval volrec_test_bad_$(n)_SRCS := tests/shims/ba
 # the unit tests dlopen these and the example shims from $(B)/lib
 $(B)/tests/unit_runner: | $(foreach s,$(TEST_BAD_SHIMS:%=volrec_test_bad_%) volrec_synth_shim \
 	volrec_fault_shim,$(B)/lib/lib$(s).so)
+
+# A stand-in for the GenICam shim's camera list, strings not UTF-8 (test_genicam.py).
+SHLIBS += volrec_test_cameras
+volrec_test_cameras_SRCS := tests/shims/cameras.c
+volrec_test_cameras_SOVERSION := 1

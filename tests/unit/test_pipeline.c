@@ -833,7 +833,7 @@ static void test_a_failing_set_scan_offset_before_start_is_named(void **unused)
 	r.o.stop_on_fault = true;
 	run_open(&r);
 	assert_int_equal(run_epochs(&r, 3), -EIO);
-	assert_non_null(strstr(r.err, "source script: set_scan_offset: "));
+	assert_non_null(strstr(r.err, "script: set_scan_offset: Input/output error"));
 	assert_false(r.s.started);
 	run_free(&r);
 }

@@ -67,6 +67,18 @@ static void open_fails(const struct vr_config *c, unsigned flags, const char *fr
 	assert_true(s.handle == (void *)0x5a5a5a5a5a5a5a5aull); /* untouched on failure */
 }
 
+/* src_open of c fails with the shim's own text ("fault shim: ..."), which names the shim: the
+ * message does not name it a second time ("shim PATH: ... fault shim: ..."). */
+static void open_names_the_shim_once(const struct vr_config *c)
+{
+	struct src_source s;
+	char err[CFG_ERR_MAX] = "";
+
+	assert_true(src_open(c, 0, &s, err, sizeof(err)) < 0);
+	if (!strstr(err, "fault shim: ") || !strncmp(err, "shim ", 5))
+		fail_msg("'%s' does not name the shim once", err);
+}
+
 /* Write a replay file of n epochs of synthetic B-scans; returns the data written. */
 static uint8_t *write_file(const char *path, bool raw, uint64_t n, bool offsets, const char *meta,
                            size_t *bscan_bytes)
@@ -153,7 +165,10 @@ static void replay_header_round_trips(void **state)
 	}
 	int rc = src_acquire(&s, buf, bb, 100, &m);
 	assert_int_equal(rc, -ENODATA);
-	assert_non_null(strstr(src_strerror(&s, rc), "end of file after 4 epochs"));
+	/* the replay source names itself once, the call adds what failed */
+	char want[PATH_MAX + 64];
+	snprintf(want, sizeof(want), "acquire: replay %s: end of file after 4 epochs", path);
+	assert_string_equal(src_strerror(&s, rc), want);
 	src_close(&s);
 	free(buf);
 	free(data);
@@ -400,7 +415,10 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 	int rc;
 
 	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_open: true}");
-	open_fails(&c, 0, "fail_open: true", "libvolrec_fault_shim.so: open(args) failed");
+	open_fails(
+	        &c, 0, "fail_open: true",
+	        "libvolrec_fault_shim.so: open(args) failed: fault shim: open failed on request");
+	open_names_the_shim_once(&c);
 	srctest_shim_cfg(&c, "volrec_fault_shim", "{stall_ms: 1,\n fail_often: true}");
 	open_fails(&c, 0, "line 2: unknown key 'fail_often'",
 	           "(allowed: fail_open, fail_configure, fail_start, fail_stop, exclusive, "
@@ -408,6 +426,7 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 	           "device_hex, text_hex)");
 	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_configure: true}");
 	open_fails(&c, 0, "configure(K 64, nx 4, ny 3, u16, stride [2, 1]", "fail_configure");
+	open_names_the_shim_once(&c);
 
 	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_every: 3, timeout_every: 5}");
 	srctest_open_ok(&c, SRC_UNPACED, &s);
@@ -415,8 +434,16 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 	for (int i = 1; i <= 6; i++) {
 		rc = src_acquire(&s, buf, sizeof(buf), 1, NULL);
 		assert_int_equal(rc, i % 3 == 0 ? -EIO : i == 5 ? -ETIMEDOUT : 0);
-		if (rc == -EIO)
-			assert_non_null(strstr(src_strerror(&s, rc), "fail_every: 3"));
+		/* the shim's text names the shim; without one, volrec names it */
+		if (rc == -EIO) {
+			char want[80];
+			snprintf(want, sizeof(want),
+			         "acquire: fault shim: injected error (fail_every: 3, call %d)", i);
+			assert_string_equal(src_strerror(&s, rc), want);
+		}
+		if (rc == -ETIMEDOUT)
+			assert_string_equal(src_strerror(&s, rc),
+			                    "shim fault-shim: acquire: Connection timed out");
 	}
 	src_close(&s);
 

@@ -71,7 +71,7 @@ static void wrappers_enforce_the_call_order(void **state)
 	test_replay_geometry(&c);
 	srctest_open_ok(&c, SRC_UNPACED, &s);
 	fails_with(&s, src_acquire(&s, buf, sizeof(buf), 10, NULL), -EINVAL,
-	           "synth synth: acquire() before start()");
+	           "synth: acquire() before start()");
 	fails_with(&s, src_ref_regions(&s, NULL, 0, &n), -EOPNOTSUPP, "no zero-copy calls");
 	assert_int_equal(src_start(&s), 0);
 	fails_with(&s, src_start(&s), -EINVAL, "start() while started");
@@ -125,7 +125,7 @@ static void a_null_handle_is_stopped_and_closed(void **state)
 	assert_int_equal(src_close_checked(&s, err, sizeof(err)), -EIO);
 	assert_int_equal(null_stop_calls, 1);
 	assert_int_equal(null_close_calls, 1);
-	assert_non_null(strstr(err, "source nullish: stop: Input/output error"));
+	assert_non_null(strstr(err, "shim nullish: stop: Input/output error"));
 	assert_false(s.open); /* zeroed: a second close does nothing */
 	src_close(&s);
 	assert_int_equal(null_close_calls, 1);
