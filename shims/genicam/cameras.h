@@ -29,7 +29,7 @@ struct volrec_genicam_camera {
 	bool opened;       /* false: it cannot be opened, error says why; the rest is unset */
 	const char *error; /* Aravis's message when !opened (NULL when it gave none) */
 	int width, height; /* the current frame: samples per A-scan, A-scans per B-scan */
-	const char *pixel_format;                     /* the current one, NULL when unknown */
+	const char *pixel_format;                    /* the current one, NULL when unknown */
 	const struct volrec_genicam_format *formats; /* those offered, nformats of them */
 	size_t nformats;
 };
@@ -40,8 +40,8 @@ struct volrec_genicam_camera {
  * return of fn ends the listing with that value. Returns 0, fn's value, or a negative errno
  * with a message in err.
  */
-int volrec_genicam_cameras_v2(bool fake, int (*fn)(const struct volrec_genicam_camera *camera,
-                                                   void *ctx),
+int volrec_genicam_cameras_v2(bool fake,
+                              int (*fn)(const struct volrec_genicam_camera *camera, void *ctx),
                               void *ctx, char *err, size_t errlen);
 
 #endif

@@ -7,8 +7,8 @@
 #include "shims/genicam/cameras.h"
 #include "volrec/shim.h"
 
-int volrec_genicam_cameras_v2(bool fake, int (*fn)(const struct volrec_genicam_camera *camera,
-                                                   void *ctx),
+int volrec_genicam_cameras_v2(bool fake,
+                              int (*fn)(const struct volrec_genicam_camera *camera, void *ctx),
                               void *ctx, char *err, size_t errlen)
 {
 	static const struct volrec_genicam_format formats[] = {

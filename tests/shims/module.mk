@@ -20,6 +20,6 @@ $(B)/tests/unit_runner: | $(foreach s,$(TEST_BAD_SHIMS:%=volrec_test_bad_%) volr
 	volrec_fault_shim,$(B)/lib/lib$(s).so)
 
 # A stand-in for the GenICam shim's camera list, strings not UTF-8 (test_genicam.py).
-SHLIBS += volrec_test_cameras
+TEST_SHLIBS += volrec_test_cameras
 volrec_test_cameras_SRCS := tests/shims/cameras.c
 volrec_test_cameras_SOVERSION := 1
