@@ -24,10 +24,9 @@ struct shim_err {
 };
 
 /* Keep the text and code of an error of handle e; returns code. */
-int shim_fail(struct shim_err *e, int code, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+int shim_fail(struct shim_err *e, int code, const char *fmt, ...) VR_PRINTF(3, 4);
 /* Keep the text of a failed open(), where no handle holds it (per thread); returns code. */
-int shim_open_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int shim_open_fail(int code, const char *fmt, ...) VR_PRINTF(2, 3);
 
 /*
  * The shim ABI table (volrec/shim.h) of one shim. Each shim's handle begins with its struct

@@ -172,7 +172,7 @@ static void session_queue(struct vw_session *s, struct json_object *o)
 }
 
 static void session_error(struct vw_server *sv, struct vw_session *s, struct json_object *id,
-                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+                          const char *fmt, ...) VR_PRINTF(4, 5);
 
 static void session_error(struct vw_server *sv, struct vw_session *s, struct json_object *id,
                           const char *fmt, ...)

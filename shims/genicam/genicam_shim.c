@@ -371,8 +371,7 @@ out_msg:
 
 /* Keep the error of a failed Aravis call, "genicam: camera ID<what>: <Aravis's text>", and
  * clear *ge; returns -EIO. */
-static int aravis_fail(struct gc_shim *s, GError **ge, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+static int aravis_fail(struct gc_shim *s, GError **ge, const char *fmt, ...) VR_PRINTF(3, 4);
 static int aravis_fail(struct gc_shim *s, GError **ge, const char *fmt, ...)
 {
 	char what[256];
