@@ -77,6 +77,20 @@ const struct bench_case *bench_case_find(const char *name)
 	return NULL;
 }
 
+/* A scanner with its corrections: cubic resampling at preprocess.resample.poly [0, p[0], p[1],
+ * p[2]] and dispersion coefficients [d2, d3]. */
+static void corrected(struct vr_config *cfg, const double p[3], double d2, double d3)
+{
+	cfg->preprocess.resample.method = CFG_RS_CUBIC;
+	cfg->preprocess.resample.positions = CFG_RSPOS_POLY;
+	cfg->preprocess.resample.poly[0] = 0;
+	for (int i = 0; i < 3; i++)
+		cfg->preprocess.resample.poly[i + 1] = p[i];
+	cfg->preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	cfg->preprocess.dispersion.coeffs[0] = d2;
+	cfg->preprocess.dispersion.coeffs[1] = d3;
+}
+
 void bench_case_config(const struct bench_case *c, enum cfg_backend b, struct vr_config *cfg)
 {
 	cfg_defaults(cfg);
@@ -103,27 +117,11 @@ void bench_case_config(const struct bench_case *c, enum cfg_backend b, struct vr
 		cfg->preprocess.db_range[1] = 90;
 		break;
 	case BENCH_PRE_CORRECTED:
-		cfg->preprocess.resample.method = CFG_RS_CUBIC;
-		cfg->preprocess.resample.positions = CFG_RSPOS_POLY;
-		cfg->preprocess.resample.poly[0] = 0;
-		cfg->preprocess.resample.poly[1] = c->K - 1;
-		cfg->preprocess.resample.poly[2] = 40;
-		cfg->preprocess.resample.poly[3] = -40;
-		cfg->preprocess.dispersion.kind = CFG_DISP_COEFFS;
-		cfg->preprocess.dispersion.coeffs[0] = 20;
-		cfg->preprocess.dispersion.coeffs[1] = -5;
+		corrected(cfg, (double[3]){c->K - 1, 40, -40}, 20, -5);
 		break;
 	case BENCH_PRE_DEMO:
 		cfg->preprocess.background.mode = CFG_BG_BSCAN_MEAN;
-		cfg->preprocess.resample.method = CFG_RS_CUBIC;
-		cfg->preprocess.resample.positions = CFG_RSPOS_POLY;
-		cfg->preprocess.resample.poly[0] = 0;
-		cfg->preprocess.resample.poly[1] = 1104.84;
-		cfg->preprocess.resample.poly[2] = 0;
-		cfg->preprocess.resample.poly[3] = -81.84;
-		cfg->preprocess.dispersion.kind = CFG_DISP_COEFFS;
-		cfg->preprocess.dispersion.coeffs[0] = 30;
-		cfg->preprocess.dispersion.coeffs[1] = -12;
+		corrected(cfg, (double[3]){1104.84, 0, -81.84}, 30, -12);
 		break;
 	case BENCH_PRE_DEFAULT:
 		break;
