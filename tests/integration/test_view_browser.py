@@ -346,6 +346,24 @@ def test_a_browser_s_db_range_follows_another_browsers_set(browser, live):
         browser.cmd("close", page=p)
 
 
+def test_db_range_beyond_the_sliders_default_span_is_kept(browser, live):
+    """A daemon's dB range outside the sliders' 0..150 or between their whole steps (set from
+    the file or volrec set) is shown as it is, and moving one end keeps the other exactly."""
+    pub, rec, view = live
+    page = browser.open(view.url)
+    browser.wait(page, ALL_DRAWN)
+    browser.wait(page, "window.volrecView.replies.length >= 1")  # the initial get
+    r = pub.volrec("set", "preprocess.db_range=[-12.5, 180.25]")
+    assert r.returncode == 0, r
+    browser.wait(page, "document.getElementById('db-lo').value === '-12.5' && "
+                 "document.getElementById('db-hi').value === '180.25'")
+    browser.cmd("fill", page=page, selector="#db-lo", value=10)
+    wait_for(lambda: volrec_get(pub, "preprocess.db_range") == "[10, 180.25]",
+             what="db_range set")
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
 @pytest.fixture
 def idle(build_dir, bin_dir):
     """A viewer whose daemon is not running: the page is connected and gets no pictures but

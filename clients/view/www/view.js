@@ -388,6 +388,13 @@
     if (r.ok && r.reply && typeof r.reply.value === 'string' && !held) {
       try {
         const v = JSON.parse(r.reply.value);
+        // the sliders reach the daemon's range whatever it is (the file allows -400..400 dB,
+        // fractions too): a value beyond them or between their steps is never changed silently
+        const fine = !Number.isInteger(v[0]) || !Number.isInteger(v[1]);
+        for (const id of ['db-lo', 'db-hi']) {
+          $(id).min = Math.min(0, Math.floor(v[0])); $(id).max = Math.max(150, Math.ceil(v[1]));
+          $(id).step = fine ? 'any' : '1';
+        }
         $('db-lo').value = v[0]; $('db-hi').value = v[1];
         $('db-text').textContent = `${v[0]}–${v[1]} dB`;
       } catch (e) { /* not a flow list: leave the sliders */ }
