@@ -3,6 +3,8 @@
 ARCHIVES += bench
 bench_SRCS := bench/bench.c bench/cases.c
 bench_LDLIBS := -ljson-c
+UNIT_SRCS += tests/unit/test_bench_cases.c
+UNIT_ARCHIVES += bench
 
 # `make bench` (never part of `make test`): runs `volrec bench` on the backend BENCH_BACKEND
 # (default auto: the CUDA suite when a device is present, the same figures as gpu_bench; else

@@ -207,12 +207,12 @@ VR_COMMAND(cameras, "list the GenICam cameras found (id, model, pixel formats, f
 		printf("no GenICam camera found (GigE Vision: same subnet, firewall open for UDP "
 		       "3956; USB3 Vision: udev permissions)\n");
 	json_object_put(l.array);
-	if (fflush(stdout) == EOF && !rc) {
+	if (!rc && (fflush(stdout) == EOF || ferror(stdout))) {
 		snprintf(err, sizeof(err), "writing to stdout failed");
-		rc = -1;
+		rc = -EIO;
 	}
-	if (rc || ferror(stdout)) {
-		fprintf(stderr, "volrec cameras: %s\n", rc ? err : "writing to stdout failed");
+	if (rc) {
+		fprintf(stderr, "volrec cameras: %s\n", err);
 		return VR_EXIT_FAIL;
 	}
 	/* the shim stays loaded (linked -z nodelete: Aravis registers GObject types) */
