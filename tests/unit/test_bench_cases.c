@@ -72,7 +72,8 @@ static void test_printed_case_is_the_whole_configuration(void **state)
 		if (cfg_override_keys(&got, k.paths, k.values, k.n, err, sizeof(err)))
 			fail_msg("case %s: %s", c->name, err);
 		if (!cfg_equal(&got, &want))
-			fail_msg("case %s: the printed keys do not give its configuration", c->name);
+			fail_msg("case %s: the printed keys do not give its configuration",
+			         c->name);
 		cfg_free(&got);
 		cfg_free(&want);
 		json_object_put(o);
