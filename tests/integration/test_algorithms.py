@@ -7,6 +7,7 @@ voxels of all epochs (a: volrec, b: reference), at most 1e-4 for /lowres and /fu
 equal within 1 LSB on at least 99.9 % of the voxels."""
 import json
 import pathlib
+import random
 import subprocess
 import sys
 import zlib
@@ -135,6 +136,58 @@ CASES = {
 }
 
 
+def random_configuration(seed, partial_median=False):
+    """One configuration of random options and edge geometry (odd K, one A-scan or B-scan,
+    any crop, strides to 3), with enough epochs to wrap the scan-offset schedule twice.
+    partial_median: in 15 % of the seeds (its threshold decisions are exact only away from
+    float rounding, so the pytest cases leave it to test_pmedian). Returns (overrides, epochs)."""
+    r = random.Random(seed)
+    st = r.choice(["u16", "i16", "f32", "u12p", "u12gv"])
+    k = r.choice([16, 17, 18, 24, 31, 32, 48, 64])
+    k += k % 2 if st in ("u12p", "u12gv") else 0
+    zp = r.choice([1, 1, 2, 4])
+    z0 = r.randrange(0, k * zp // 2)
+    g = {"samples_per_ascan": k, "sample_type": st,
+         "bit_shift": 0 if st == "f32" else r.choice([0, 0, 1, 3]),
+         "ascans_per_bscan": r.randint(1, 9), "bscans_per_volume": r.randint(1, 6),
+         "stride": [r.randint(1, 3), r.randint(1, 3)],
+         "depth_range": [z0, r.randrange(z0 + 1, k * zp // 2 + 1)],
+         "bidirectional": r.random() < 0.3}
+    bg = r.choice(["ascan_mean", "bscan_mean", "bscan_median", "reference", "none"])
+    pp = {"background": {"mode": bg}, "zero_pad": zp,
+          "window": {"type": r.choice(["hann", "hamming", "blackman", "none", "gauss", "tukey"])},
+          "flip": {"x": r.random() < 0.3, "z": r.random() < 0.3},
+          "db_range": [r.uniform(0, 40), r.uniform(60, 140)]}
+    if pp["window"]["type"] in ("gauss", "tukey"):
+        pp["window"]["param"] = r.uniform(0.1, 0.9)
+    if bg == "reference":
+        pp["background"]["reference"] = "R"
+    method = r.choice(["none", "linear", "cubic", "spline"])
+    if method != "none":
+        pp["resample"] = {"method": method, **r.choice([
+            {"table": "T"},
+            {"poly": [r.uniform(-1, 1), k - 1 + r.uniform(-2, 0), r.uniform(-3, 3),
+                      r.uniform(-1.5, 1.5)]},
+            {"wavelength_nm": [r.uniform(700, 900), r.choice([-1, 1]) * r.uniform(0.3, 1.0),
+                               r.uniform(-0.002, 0.002), 0.0]}])}
+    disp = r.choice(["none", "coeffs", "table"])
+    if disp == "coeffs":
+        pp["dispersion"] = {"coeffs": [r.uniform(-30, 30), r.uniform(-15, 15)]}
+    elif disp == "table":
+        pp["dispersion"] = {"table": "D"}
+    rc = {"mode": r.choice(["none", "noncumulative", "cumulative"])}
+    if rc["mode"] != "none":
+        rc.update(temporal=r.choice(["linear", "exp"]), combine=r.choice(["sum", "product"]),
+                  spatial_sigma=r.uniform(0.4, 2.0))
+        if rc["temporal"] == "exp":
+            rc["tau"] = r.uniform(0.5, 6)
+    s = g["stride"][0] * g["stride"][1]
+    epochs = r.randint(1, 2 * s + 1) if rc["mode"] != "none" else r.randint(1, 3)
+    if partial_median and r.random() < 0.15:
+        pp["background"] = {"mode": "partial_median", "threshold": r.uniform(1.5, 12)}
+    return {"geometry": g, "preprocess": pp, "reconstruct": rc}, epochs
+
+
 def build_case(tmp_path, name, over, epochs):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     base = {
@@ -193,30 +246,50 @@ def run_process(bin_dir, tmp_path, epochs, extra=()):
     return h5py.File(tmp_path / "out.h5", "r")
 
 
+def check_against_reference(name, f, ref, raw, epochs):
+    """/lowres, /full, /volumes and /offset of an open `volrec process` output against the
+    reference; returns a list of failures (empty when it matches)."""
+    low, full, vol, offsets = (f[k][:] for k in ("lowres", "full", "volumes", "offset"))
+    recon = oct_ref.Reconstructor(ref)
+    if low.shape[0] != epochs or vol.shape[0] != epochs:
+        return [f"{name}: {low.shape[0]} /lowres and {vol.shape[0]} volumes, not {epochs}"]
+    bad = []
+    for e in range(epochs):
+        want_low = oct_ref.preprocess(raw[e], ref)
+        want_full = recon(e, want_low)
+        if tuple(offsets[e]) != recon.offset(e):
+            bad.append(f"{name} epoch {e}: offset {tuple(offsets[e])}, not {recon.offset(e)}")
+        err_low = rel_error(low[e], want_low)
+        if err_low > REL_TOL:
+            bad.append(f"{name} epoch {e}: /lowres relative error {err_low:.3g}")
+        err_full = rel_error(full[e], want_full)
+        if err_full > REL_TOL:
+            bad.append(f"{name} epoch {e}: /full relative error {err_full:.3g}")
+        diff = np.abs(vol[e].astype(int) - oct_ref.quantize(want_full).astype(int))
+        frac = float(np.mean(diff <= 1))
+        if frac < U8_FRACTION or diff.max() > 2:
+            bad.append(f"{name} epoch {e}: u8 within 1 LSB on {100 * frac:.3f} %, "
+                       f"differs by up to {diff.max()}")
+    return bad
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_process_matches_reference(name, tmp_path, bin_dir):
     over, epochs = CASES[name]
     cfg, ref, raw = build_case(tmp_path, name, over, epochs)
     with run_process(bin_dir, tmp_path, epochs) as f:
-        low = f["lowres"][:]
-        full = f["full"][:]
-        vol = f["volumes"][:]
-        offsets = f["offset"][:]
-    recon = oct_ref.Reconstructor(ref)
-    assert low.shape[0] == epochs and vol.shape[0] == epochs
-    for e in range(epochs):
-        want_low = oct_ref.preprocess(raw[e], ref)
-        want_full = recon(e, want_low)
-        assert tuple(offsets[e]) == recon.offset(e)
-        err_low = rel_error(low[e], want_low)
-        assert err_low <= REL_TOL, f"{name} epoch {e}: /lowres relative error {err_low:.3g}"
-        err_full = rel_error(full[e], want_full)
-        assert err_full <= REL_TOL, f"{name} epoch {e}: /full relative error {err_full:.3g}"
-        q = oct_ref.quantize(want_full).astype(int)
-        diff = np.abs(vol[e].astype(int) - q)
-        frac = float(np.mean(diff <= 1))
-        assert frac >= U8_FRACTION, f"{name} epoch {e}: u8 within 1 LSB on {100 * frac:.3f} %"
-        assert diff.max() <= 2, f"{name} epoch {e}: u8 differs by {diff.max()}"
+        assert check_against_reference(name, f, ref, raw, epochs) == []
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_configuration_matches_reference(seed, tmp_path, bin_dir):
+    """Options combined at random over edge geometry (tests/integration/random_cases.py runs
+    the same configurations on a GPU)."""
+    over, epochs = random_configuration(seed)
+    name = f"random-{seed}"
+    cfg, ref, raw = build_case(tmp_path, name, over, epochs)
+    with run_process(bin_dir, tmp_path, epochs) as f:
+        assert check_against_reference(name, f, ref, raw, epochs) == [], json.dumps(over)
 
 
 def test_reference_unpacks_12_bit_by_hand():
