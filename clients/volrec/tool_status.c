@@ -59,11 +59,19 @@ static void fmt_lat(struct json_object *st, const char *stage, char *buf, size_t
 void tool_event_line(struct json_object *ev, char *buf, size_t len)
 {
 	char name[64], msg[600], when[16];
+	size_t n;
 
 	tool_json_str(ev, "event", name, sizeof(name));
 	tool_json_str(ev, "message", msg, sizeof(msg));
 	fmt_clock(tool_json_num(ev, "time", 0), when, sizeof(when));
-	snprintf(buf, len, "%s %s%s%s", when, name[0] ? name : "?", msg[0] ? ": " : "", msg);
+	/* a message that names its event already ("stopping: draining the pipeline", written so
+	 * for the log, which has no event column) is not prefixed with the name again */
+	n = strlen(name);
+	if (n && !strncmp(msg, name, n) && msg[n] == ':')
+		snprintf(buf, len, "%s %s", when, msg);
+	else
+		snprintf(buf, len, "%s %s%s%s", when, name[0] ? name : "?", msg[0] ? ": " : "",
+		         msg);
 }
 
 void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_header *h,

@@ -1082,7 +1082,8 @@ def test_watch_follows_a_daemon_restart(own_daemon):
         out.wait_for(r"volume #\d+")
         session0 = json.loads(d.volrec("status", "--json").stdout)["session"]
         d.stop()
-        out.wait_for(r"stopping: draining the pipeline")  # the daemon's event
+        # the daemon's event, its name said once
+        out.wait_for(r"\d\d:\d\d:\d\d stopping: draining the pipeline")
         out.wait_for(r"volrecd stopped: waiting for it to come back")
         d.start()
         out.wait_for(r"volrecd is back \(pid \d+\)")
