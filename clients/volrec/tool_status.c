@@ -64,10 +64,10 @@ void tool_event_line(struct json_object *ev, char *buf, size_t len)
 	tool_json_str(ev, "event", name, sizeof(name));
 	tool_json_str(ev, "message", msg, sizeof(msg));
 	fmt_clock(tool_json_num(ev, "time", 0), when, sizeof(when));
-	/* a message that names its event already ("stopping: draining the pipeline", written so
-	 * for the log, which has no event column) is not prefixed with the name again */
+	/* a message that names its event already ("stopping: draining the pipeline", "set KEYS by
+	 * WHO", written so for the log, which has no event column) is not prefixed with it again */
 	n = strlen(name);
-	if (n && !strncmp(msg, name, n) && msg[n] == ':')
+	if (n && !strncmp(msg, name, n) && (msg[n] == ':' || msg[n] == ' '))
 		snprintf(buf, len, "%s %s", when, msg);
 	else
 		snprintf(buf, len, "%s %s%s%s", when, name[0] ? name : "?", msg[0] ? ": " : "",

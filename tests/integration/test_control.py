@@ -112,6 +112,22 @@ def test_set_reaches_the_views_of_the_next_volumes(daemon):
     print("set -> views of a published volume in %.0f ms" % ms)
 
 
+def test_watch_shows_a_set_with_its_event_name_once(daemon):
+    from test_tools import Lines
+    w = subprocess.Popen([str(daemon.bin / "volrec"), "watch", "-i", daemon.instance, "-r",
+                          str(daemon.run_dir)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        out = Lines(w.stdout)
+        out.wait_for(r"volume #\d+")
+        assert daemon.volrec("set", "view.render.every=2").returncode == 0
+        out.wait_for(r"\d\d:\d\d:\d\d set view\.render\.every by ")
+        assert "set: set" not in out.text()
+    finally:
+        w.terminate()
+        w.wait(timeout=10)
+
+
 def test_set_is_all_or_none_with_the_files_messages(daemon):
     r = daemon.volrec("set", "preprocess.db_range=[10,80]", "preprocess.zero_pad=3")
     assert r.returncode == 5 and "preprocess.zero_pad" in r.stderr, r
