@@ -230,6 +230,8 @@ def test_two_browsers_see_each_others_changes(browser, live):
         got, _, params = shown_and_published(browser, p, "slice", rec)
         assert params["position"][:2] == [y, x]
     assert "browser 2 connected" in view.log_text()
+    # the daemon's event for the set, its name said once
+    browser.wait(b, "/^set view\\.position by /.test(document.getElementById('message').textContent)")
     for p in (a, b):
         browser.cmd("close", page=p)
 

@@ -240,6 +240,14 @@
     $('message').textContent = text;
   }
 
+  // "name: message", except where the message begins with its name already ("set KEYS by
+  // WHO", "stopping: draining the pipeline"): the daemon writes those for its log
+  function eventText(ev) {
+    const name = ev.event || 'event', msg = String(ev.message);
+    const named = msg.startsWith(name) && (msg[name.length] === ':' || msg[name.length] === ' ');
+    return named ? msg : `${name}: ${msg}`;
+  }
+
   function send(obj) {
     if (state.ws && state.ws.readyState === WebSocket.OPEN) { state.ws.send(JSON.stringify(obj)); return true; }
     return false;
@@ -284,7 +292,7 @@
         break;
       case 'event':
         state.events.push(m.event);
-        if (m.event && m.event.message) note(`${m.event.event || 'event'}: ${m.event.message}`);
+        if (m.event && m.event.message) note(eventText(m.event));
         // another browser (or volrec set, a reload, a daemon started again perhaps with another
         // configuration) changed the dB range: the sliders show it
         if (m.event && (m.event.event === 'reloaded' || m.event.event === 'started' ||
