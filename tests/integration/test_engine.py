@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: MIT
 """One engine: `volrec process` and volrecd run the same pipeline (pipeline/), so the volumes
 they make from the same replay file are bit-identical, whatever the depth (one epoch at a time,
-or two in flight) and the acquisition path (zero-copy references or copies) on either side."""
+or two in flight) and the acquisition path (zero-copy references or copies) on either side;
+also on random configurations of test_algorithms."""
 import json
+import random
 import subprocess
 
 import h5py
@@ -10,13 +12,14 @@ import numpy as np
 import pytest
 
 from test_daemon import TIMEOUT, daemons, read_records  # noqa: F401  (fixtures used by name)
+from test_algorithms import random_configuration
 from test_daemon_zerocopy import env, replay_daemon
 
 EPOCHS = 9  # one offset cycle at stride [3, 3]
 SLOTS = 16  # more than EPOCHS: a reader that falls behind (a sanitizer) never loses a slot
 
 
-def process(bin_dir, d, overlap, zero_copy):
+def process(bin_dir, d, overlap, zero_copy, epochs=EPOCHS):
     cfg = json.loads(json.dumps(d.cfg))
     path = d.dir / f"process-{overlap}-{zero_copy}.yaml"
     path.write_text(json.dumps(cfg))
@@ -27,7 +30,7 @@ def process(bin_dir, d, overlap, zero_copy):
                        capture_output=True, text=True, timeout=120, env={**os.environ, **e})
     assert r.returncode == 0, r.stderr
     with h5py.File(out, "r") as f:
-        assert list(f["epoch"][:]) == list(range(EPOCHS))
+        assert list(f["epoch"][:]) == list(range(epochs))
         return np.array(f["/volumes"])
 
 
@@ -51,5 +54,48 @@ def test_process_and_daemon_make_bit_identical_volumes_from_a_replay_file(daemon
     for h, vol in recs:
         assert vol.shape == ref.shape[1:]
         assert np.array_equal(vol, ref[h["epoch"]]), f"epoch {h['epoch']}"
+    d.signal(15)
+    assert d.wait_exit() == 0, d.log_text()
+
+
+def dotted(tree, prefix=""):
+    """{"a": {"b": 1}} -> {"a.b": 1}, the daemons fixture's overrides."""
+    out = {}
+    for k, v in tree.items():
+        out.update(dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+
+def needs_files(over):
+    pp = over["preprocess"]
+    return ("table" in pp.get("resample", {}) or "table" in pp.get("dispersion", {})
+            or "reference" in pp["background"])
+
+
+# test_algorithms' random configurations that need no table or reference file
+RANDOM = [s for s in range(40) if not needs_files(random_configuration(s)[0])][:8]
+
+
+@pytest.mark.parametrize("seed", RANDOM)
+def test_process_and_daemon_agree_on_random_configurations(daemons, bin_dir, seed):
+    """Edge geometry and option combinations (odd K, one A-scan or B-scan, packed samples,
+    crops, flips, bidirectional scans, strides to 3 x 3), depth and acquisition path drawn too."""
+    over, _ = random_configuration(seed)
+    r = random.Random(seed)
+    overlap, zero_copy = r.choice(["0", "1"]), r.choice(["0", "1"])
+    g = over["geometry"]
+    epochs = 2 * g["stride"][0] * g["stride"][1] + 1
+    d = replay_daemon(daemons, bin_dir, epochs=epochs,
+                      **dotted(over), **{"source.rate": 20, "source.replay.loop": False,
+                                         "output.slots": 2 * epochs})
+    d.start(env(overlap, zero_copy))
+    d.ready()
+    reader, out = d.reader(epochs, TIMEOUT)
+    stdout, stderr = reader.communicate(timeout=TIMEOUT + 10)
+    recs = read_records(out)
+    assert len(recs) >= epochs - 2, stdout + stderr
+    ref = process(bin_dir, d, overlap, zero_copy, epochs)
+    for h, vol in recs:
+        assert np.array_equal(vol, ref[h["epoch"]]), f"epoch {h['epoch']}: {json.dumps(over)}"
     d.signal(15)
     assert d.wait_exit() == 0, d.log_text()

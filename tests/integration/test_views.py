@@ -3,6 +3,7 @@
 implementation of ALGORITHMS.md §4 in tests/reference/views_ref.py: exact for the projections
 and slices, within 1 LSB for the render, on random volumes of odd sizes, several angles and
 anisotropic spacing; and the parameter checks' messages."""
+import random
 import subprocess
 import sys
 
@@ -57,24 +58,48 @@ CASES = [
 ]
 
 
+def check_views(build_dir, tmp_path, V, slab, pos, size, spacing, angles, step):
+    r, got = run_views(build_dir, tmp_path, V, slab, pos, size, spacing, angles, step)
+    assert r.returncode == 0, r.stderr
+    mean, mx = views_ref.enface(V, *slab)
+    bscan, slc, plane = views_ref.slices(V, *pos)
+    for name, want in (("enface_mean", mean), ("enface_max", mx), ("bscan", bscan),
+                       ("slice", slc), ("plane", plane)):
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+    ref = views_ref.render(V, *size, spacing, angles, step)
+    diff = np.abs(got["render"].astype(int) - ref.astype(int))
+    assert diff.max() <= 1, f"render differs by up to {diff.max()} at {np.argwhere(diff > 1)[:5]}"
+    assert (diff > 0).mean() < 0.01, "the render should almost everywhere be exact"
+    return ref
+
+
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[5]}" for c in CASES])
 def test_cpu_views_equal_the_reference(build_dir, tmp_path, case):
     shape, slab, pos, size, spacing, angles, step = case
     rng = np.random.default_rng(sum(shape) * 7 + int(angles[0]))
     for V in (rng.integers(0, 256, shape, dtype=np.uint8), smooth_volume(rng, *shape)):
-        r, got = run_views(build_dir, tmp_path, V, slab, pos, size, spacing, angles, step)
-        assert r.returncode == 0, r.stderr
-        mean, mx = views_ref.enface(V, *slab)
-        bscan, slc, plane = views_ref.slices(V, *pos)
-        for name, want in (("enface_mean", mean), ("enface_max", mx), ("bscan", bscan),
-                           ("slice", slc), ("plane", plane)):
-            np.testing.assert_array_equal(got[name], want, err_msg=name)
-        ref = views_ref.render(V, *size, spacing, angles, step)
-        diff = np.abs(got["render"].astype(int) - ref.astype(int))
-        assert diff.max() <= 1, f"render differs by up to {diff.max()} at {np.argwhere(diff > 1)[:5]}"
-        assert (diff > 0).mean() < 0.01, "the render should almost everywhere be exact"
+        ref = check_views(build_dir, tmp_path, V, slab, pos, size, spacing, angles, step)
         if min(shape) > 1:  # a volume one voxel thin is (correctly) almost invisible
             assert (ref > 0).sum() > 0.05 * ref.size, "the render sees the volume"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cpu_views_equal_the_reference_on_random_parameters(build_dir, tmp_path, seed):
+    """Sizes from one voxel up, any slab and position, render sizes from one pixel, spacing,
+    angles (quarter turns among them) and steps drawn at random."""
+    r = random.Random(seed)
+    Y, X, Z = r.randint(1, 24), r.randint(1, 24), r.randint(1, 48)
+    za = r.randrange(Z)
+    slab = (za, r.randrange(za + 1, Z + 1))
+    pos = (r.randrange(Y), r.randrange(X), r.randrange(Z))
+    size = (r.randint(1, 48), r.randint(1, 48))
+    spacing = tuple(r.choice([1.0, r.uniform(0.3, 3.0)]) for _ in range(3))
+    angles = (r.choice([0.0, 90.0, -90.0, 180.0, r.uniform(-180, 180)]),
+              r.choice([0.0, 90.0, -90.0, r.uniform(-90, 90)]))
+    step = r.choice([0.5 * min(spacing), r.uniform(0.1, 1.0)])
+    rng = np.random.default_rng(seed)
+    for V in (rng.integers(0, 256, (Y, X, Z), dtype=np.uint8), smooth_volume(rng, Y, X, Z)):
+        check_views(build_dir, tmp_path, V, slab, pos, size, spacing, angles, step)
 
 
 def test_enface_render_at_zero_angles_is_an_enface_mip(build_dir, tmp_path):
