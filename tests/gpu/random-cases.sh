@@ -7,7 +7,7 @@
 #   tests/gpu/random-cases.sh DIR [BUILD_DIR=build-gpu] [MEMCHECK=12] [BACKEND=cuda]
 # Exit 0 when every run succeeded on BACKEND (no fallback) and memcheck found no error.
 set -u
-DIR=$(cd "${1:?usage: tests/gpu/random-cases.sh DIR [BUILD_DIR] [MEMCHECK]}" && pwd) || exit 2
+DIR=$(cd "${1:?usage: tests/gpu/random-cases.sh DIR [BUILD_DIR] [MEMCHECK] [BACKEND]}" && pwd) || exit 2
 B=$(cd "${2:-build-gpu}" && pwd) || exit 2
 MEMCHECK=${3:-12}
 BACKEND=${4:-cuda}

@@ -138,7 +138,8 @@ CASES = {
 
 def random_configuration(seed, partial_median=False):
     """One configuration of random options and edge geometry (odd K, one A-scan or B-scan,
-    any crop, strides to 3), with enough epochs to wrap the scan-offset schedule twice.
+    any crop, strides to 3), with 1 to 2 S + 1 epochs under VolRec (S = the stride's offsets:
+    up to twice round the schedule) and 1 to 3 without it.
     partial_median: in 15 % of the seeds (its threshold decisions are exact only away from
     float rounding, so the pytest cases leave it to test_pmedian). Returns (overrides, epochs)."""
     r = random.Random(seed)

@@ -34,19 +34,26 @@ def process(bin_dir, d, overlap, zero_copy, epochs=EPOCHS):
         return np.array(f["/volumes"])
 
 
+def daemon_volumes(daemons, bin_dir, epochs, slots, overlap, zero_copy, **over):
+    """A daemon over a replay file of `epochs` read once (loop: false): it, and the volumes a
+    reader got from it (all but at most two)."""
+    d = replay_daemon(daemons, bin_dir, epochs=epochs, **over,
+                      **{"source.rate": 20, "source.replay.loop": False, "output.slots": slots})
+    d.start(env(overlap, zero_copy))
+    d.ready()
+    reader, out = d.reader(epochs, TIMEOUT)
+    stdout, stderr = reader.communicate(timeout=TIMEOUT + 10)
+    recs = read_records(out)
+    assert len(recs) >= epochs - 2, stdout + stderr
+    return d, recs
+
+
 @pytest.mark.parametrize("overlap", ["0", "1"])
 @pytest.mark.parametrize("zero_copy", ["1", "0"])
 def test_process_and_daemon_make_bit_identical_volumes_from_a_replay_file(daemons, bin_dir,
                                                                           overlap, zero_copy):
-    # VolRec (interlacing and the temporal history) over a whole file read once (loop: false)
-    d = replay_daemon(daemons, bin_dir, epochs=EPOCHS,
-                      **{"source.rate": 20, "source.replay.loop": False, "output.slots": SLOTS})
-    d.start(env(overlap, zero_copy))
-    d.ready()
-    reader, out = d.reader(EPOCHS, TIMEOUT)
-    stdout, stderr = reader.communicate(timeout=TIMEOUT + 10)
-    recs = read_records(out)
-    assert len(recs) >= EPOCHS - 2, stdout + stderr
+    # VolRec (interlacing and the temporal history)
+    d, recs = daemon_volumes(daemons, bin_dir, EPOCHS, SLOTS, overlap, zero_copy)
     other = "1" if overlap == "0" else "0"
     ref = process(bin_dir, d, overlap, zero_copy)
     ref_other = process(bin_dir, d, other, "1" if zero_copy == "0" else "0")
@@ -56,14 +63,6 @@ def test_process_and_daemon_make_bit_identical_volumes_from_a_replay_file(daemon
         assert np.array_equal(vol, ref[h["epoch"]]), f"epoch {h['epoch']}"
     d.signal(15)
     assert d.wait_exit() == 0, d.log_text()
-
-
-def dotted(tree, prefix=""):
-    """{"a": {"b": 1}} -> {"a.b": 1}, the daemons fixture's overrides."""
-    out = {}
-    for k, v in tree.items():
-        out.update(dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
-    return out
 
 
 def needs_files(over):
@@ -85,15 +84,8 @@ def test_process_and_daemon_agree_on_random_configurations(daemons, bin_dir, see
     overlap, zero_copy = r.choice(["0", "1"]), r.choice(["0", "1"])
     g = over["geometry"]
     epochs = 2 * g["stride"][0] * g["stride"][1] + 1
-    d = replay_daemon(daemons, bin_dir, epochs=epochs,
-                      **dotted(over), **{"source.rate": 20, "source.replay.loop": False,
-                                         "output.slots": 2 * epochs})
-    d.start(env(overlap, zero_copy))
-    d.ready()
-    reader, out = d.reader(epochs, TIMEOUT)
-    stdout, stderr = reader.communicate(timeout=TIMEOUT + 10)
-    recs = read_records(out)
-    assert len(recs) >= epochs - 2, stdout + stderr
+    # whole sections: the random ones give every key of the daemons' base geometry
+    d, recs = daemon_volumes(daemons, bin_dir, epochs, 2 * epochs, overlap, zero_copy, **over)
     ref = process(bin_dir, d, overlap, zero_copy, epochs)
     for h, vol in recs:
         assert np.array_equal(vol, ref[h["epoch"]]), f"epoch {h['epoch']}: {json.dumps(over)}"
