@@ -312,6 +312,14 @@ static int set_keys(struct vr_config *cfg, const char *const *paths, const char 
 		}
 		rc = cfg_parse_value(&ctx, paths[i], values[i] ? values[i] : "");
 	}
+	/* a key that names a file is never given over the wire (before validation, which would
+	 * open it): whoever may set must not make the daemon read a file of their choice */
+	for (size_t j = 0; j < cfg_nkeys && !rc && live_only; j++)
+		if ((cfg_keys[j].type == CFG_T_PATH || cfg_keys[j].type == CFG_T_TABLE) &&
+		    cfg_mark_of(&ctx, cfg_keys[j].path).line)
+			rc = cfg_error(&ctx, -EPERM, cfg_keys[j].path,
+			               "names a file: keys that name files are set in the "
+			               "configuration file and applied by a reload, never at run time");
 	/* a change that needs a rebuild is refused as such; a change of the output's size
 	 * (reconstruct.mode) also when validation failed only for what it would make of the keys
 	 * placed in the volume (view.position in a smaller volume) */

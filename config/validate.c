@@ -95,16 +95,15 @@ static int table_read(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const 
 		v = strtod(s, &end);
 		if (end == s || *end) {
 			rc = cfg_error(ctx, -EINVAL, key,
-			               "%s:%zu: '%.40s' is not a number (one "
-			               "number per line; blank lines and # comments allowed)",
-			               t->path, lineno, s);
+			               "%s:%zu: not a number (one number per line; blank lines "
+			               "and # comments allowed)",
+			               t->path, lineno);
 			goto out_free;
 		}
 		if (!isfinite(v)) {
 			rc = cfg_error(ctx, -ERANGE, key,
-			               "%s:%zu: '%.40s' is not a finite number "
-			               "(finite values only)",
-			               t->path, lineno, s);
+			               "%s:%zu: not a finite number (finite values only)",
+			               t->path, lineno);
 			goto out_free;
 		}
 		if (count < n)

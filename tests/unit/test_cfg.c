@@ -565,6 +565,44 @@ static void test_table_loads_with_comments_and_blank_lines(void **state)
 	assert_null(c.preprocess.resample.table.data);
 }
 
+/* A live set never names a file (the daemon would open whatever the client names, and a
+ * parse error would show its first line); the refusal comes before the file is opened. */
+static void test_set_refuses_keys_that_name_files(void **state)
+{
+	char path[256], yaml[1024], err[CFG_ERR_MAX];
+	struct vr_config c;
+	char *text = numbers(2048, 0, 1);
+	write_tmp(path, sizeof(path), "disp.txt", text);
+	free(text);
+	snprintf(yaml, sizeof(yaml), "preprocess: {dispersion: {table: %s}}\n", path);
+	load_ok(&c, yaml);
+	static const char *const cases[][2] = {
+	        {"preprocess.dispersion.table", "/etc/shadow"},
+	        {"preprocess.dispersion.table", "../../etc/passwd"},
+	        {"preprocess.dispersion.table", "/proc/self/maps"},
+	        {"preprocess.dispersion", "{table: /etc/passwd}"},
+	        {"preprocess", "{dispersion: {table: /etc/passwd}}"},
+	        {"preprocess.background.reference", "/etc/passwd"},
+	        {"source.replay.path", "/etc/passwd"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *p = cases[i][0], *v = cases[i][1];
+		assert_int_equal(cfg_set_keys(&c, &p, &v, 1, err, sizeof(err)), -EPERM);
+		assert_null(strstr(err, "root:"));
+		assert_null(strstr(err, "not a number"));
+	}
+	const char *p = "preprocess.dispersion.table", *v = "/etc/passwd";
+	assert_int_equal(cfg_set_keys(&c, &p, &v, 1, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "preprocess.dispersion.table: names a file"));
+	assert_string_equal(c.preprocess.dispersion.table.path, path); /* unchanged */
+	/* the section without its file key stays settable: coefficients replace the table */
+	p = "preprocess.dispersion";
+	v = "{coeffs: [1, 2]}";
+	assert_int_equal(cfg_set_keys(&c, &p, &v, 1, err, sizeof(err)), 0);
+	assert_true(c.preprocess.dispersion.coeffs[0] == 1 && c.preprocess.dispersion.coeffs[1] == 2);
+	cfg_free(&c);
+}
+
 static void test_table_errors_name_file_and_line(void **state)
 {
 	char path[256], yaml[1024], frag[512];
@@ -583,12 +621,12 @@ static void test_table_errors_name_file_and_line(void **state)
 
 	write_tmp(path, sizeof(path), "bad.txt", "1\n2\n3 4\n");
 	snprintf(yaml, sizeof(yaml), "preprocess: {dispersion: {table: %s}}\n", path);
-	snprintf(frag, sizeof(frag), "%s:3: '3 4' is not a number", path);
+	snprintf(frag, sizeof(frag), "%s:3: not a number (one number per line", path);
 	load_bad(yaml, "1:34", frag);
 
 	write_tmp(path, sizeof(path), "inf.txt", "1\ninf\n");
 	snprintf(yaml, sizeof(yaml), "preprocess: {dispersion: {table: %s}}\n", path);
-	snprintf(frag, sizeof(frag), "%s:2: 'inf' is not a finite number", path);
+	snprintf(frag, sizeof(frag), "%s:2: not a finite number", path);
 	load_bad(yaml, "1:34", frag);
 
 	write_tmp(path, sizeof(path), "empty.txt", "# nothing\n");
@@ -967,6 +1005,7 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_instance_and_endpoints),
 	        cmocka_unit_test(test_table_loads_with_comments_and_blank_lines),
 	        cmocka_unit_test(test_table_errors_name_file_and_line),
+	        cmocka_unit_test(test_set_refuses_keys_that_name_files),
 	        cmocka_unit_test(test_real_calibration_tables),
 	        cmocka_unit_test(test_dump_reads_back_equal),
 	        cmocka_unit_test(test_structural_change),
