@@ -41,6 +41,19 @@
 struct be_backend;
 
 /* What one finished epoch produces. Any pointer may be NULL when not wanted. */
+/*
+ * The render's budget and cost for one volume. A backend that measures its render (the CPU)
+ * stops it at deadline_ns (CLOCK_MONOTONIC; 0: none) and keeps its last picture: abandoned.
+ * One that does not (a device, whose render is bounded by the sample cap alone) leaves
+ * measured false.
+ */
+struct be_render_report {
+	uint64_t deadline_ns; /* in */
+	uint64_t ns;          /* out: time spent rendering */
+	bool measured;        /* out: ns and abandoned are meaningful */
+	bool abandoned;       /* out: the deadline came first; the last picture stays */
+};
+
 struct be_output {
 	uint8_t *volume; /* u8 output volume [Y][X][Z] (cfg_out_voxels bytes) */
 	float *lowres;   /* low-resolution volume L_e [ny][nx][nz], normalized floats */
@@ -51,6 +64,9 @@ struct be_output {
 	void *views;
 	uint64_t volume_id; /* this volume's id, recorded in its pictures */
 	unsigned view_mask;
+	/* When the render is asked for and this is not NULL: its time budget in, what it cost
+	 * out (docs/configuration.md "Render cost"). */
+	struct be_render_report *render;
 	/* [ny]: per B-scan, the depths that took the median (background.mode partial_median,
 	 * ALGORITHMS.md §1b); all 0 in the other modes. With BE_CAP_DEVICE, host memory from
 	 * be_host_alloc or registered with be_host_register is fastest. */

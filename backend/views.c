@@ -154,8 +154,7 @@ void be_view_params_from_cfg(const struct vr_config *cfg, struct be_view_params 
 	p->render_w = cfg->view.render.size[1];
 	p->angles_deg[0] = cfg->view.render.angles_deg[0];
 	p->angles_deg[1] = cfg->view.render.angles_deg[1];
-	p->step = cfg->view.render.step > 0 ? cfg->view.render.step
-	                                    : 0.5 * fmin(s[0], fmin(s[1], s[2]));
+	p->step = cfg_render_step(cfg);
 }
 
 bool be_views_wanted(const struct vr_config *cfg)

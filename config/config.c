@@ -5,6 +5,7 @@
  * in parse.c, cross-field checks in validate.c.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -317,9 +318,10 @@ static int set_keys(struct vr_config *cfg, const char *const *paths, const char 
 	for (size_t j = 0; j < cfg_nkeys && !rc && live_only; j++)
 		if ((cfg_keys[j].type == CFG_T_PATH || cfg_keys[j].type == CFG_T_TABLE) &&
 		    cfg_mark_of(&ctx, cfg_keys[j].path).line)
-			rc = cfg_error(&ctx, -EPERM, cfg_keys[j].path,
-			               "names a file: keys that name files are set in the "
-			               "configuration file and applied by a reload, never at run time");
+			rc = cfg_error(
+			        &ctx, -EPERM, cfg_keys[j].path,
+			        "names a file: keys that name files are set in the "
+			        "configuration file and applied by a reload, never at run time");
 	/* a change that needs a rebuild is refused as such; a change of the output's size
 	 * (reconstruct.mode) also when validation failed only for what it would make of the keys
 	 * placed in the volume (view.position in a smaller volume) */
@@ -353,4 +355,28 @@ int cfg_override_keys(struct vr_config *cfg, const char *const *paths,
                       const char *const *yaml_values, size_t n, char *err, size_t errlen)
 {
 	return set_keys(cfg, paths, yaml_values, n, false, err, errlen);
+}
+
+double cfg_render_diagonal(const struct vr_config *c)
+{
+	const double *s = c->view.render.spacing;
+	uint32_t d[3];
+
+	cfg_out_dims(c, d);
+	return sqrt((double)d[1] * s[0] * d[1] * s[0] + (double)d[0] * s[1] * d[0] * s[1] +
+	            (double)d[2] * s[2] * d[2] * s[2]);
+}
+double cfg_render_step(const struct vr_config *c)
+{
+	const double *s = c->view.render.spacing;
+	double D = cfg_render_diagonal(c), h, n;
+
+	if (c->view.render.step > 0)
+		return c->view.render.step;
+	h = 0.5 * fmin(s[0], fmin(s[1], s[2]));
+	n = floor((double)CFG_RENDER_SAMPLES_MAX /
+	          ((double)c->view.render.size[0] * c->view.render.size[1]));
+	if (n >= 1 && D / h > n)
+		h = D / n * (1.0 + 1e-12); /* ceil(D / h) == n */
+	return h;
 }

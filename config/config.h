@@ -36,6 +36,10 @@
 #define CFG_K_MIN  16
 #define CFG_K_MAX  65536
 #define CFG_NX_MAX 65536
+/* Samples of one render at most: rays (view.render.size) x samples along the volume's
+ * diagonal (docs/configuration.md "Render cost"); 2^30 allows the default 256 x 256 render of the
+ * paper's 300 x 300 x 4096 volume (5.4e8). */
+#define CFG_RENDER_SAMPLES_MAX (1ull << 30)
 
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
 enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
@@ -297,6 +301,11 @@ static inline void cfg_view_defaults(struct vr_config *c)
 	for (int a = 0; a < 3; a++)
 		c->view.position[a] = d[a] / 2;
 }
+/* The render's diagonal D in spacing units, and its sampling step: view.render.step, or for 0
+ * (auto) half the smallest spacing, made coarser where that would exceed
+ * CFG_RENDER_SAMPLES_MAX samples in one render (docs/configuration.md "Render cost"). */
+double cfg_render_diagonal(const struct vr_config *c);
+double cfg_render_step(const struct vr_config *c);
 /* Voxels of one output volume: Y * X * Z (the low-resolution one when mode is none). */
 static inline size_t cfg_out_voxels(const struct vr_config *c)
 {

@@ -102,8 +102,8 @@ static int table_read(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const 
 		}
 		if (!isfinite(v)) {
 			rc = cfg_error(ctx, -ERANGE, key,
-			               "%s:%zu: not a finite number (finite values only)",
-			               t->path, lineno);
+			               "%s:%zu: not a finite number (finite values only)", t->path,
+			               lineno);
 			goto out_free;
 		}
 		if (count < n)
@@ -621,12 +621,7 @@ static int check_view(struct cfg_ctx *ctx)
 		                 pos[0], pos[1], pos[2], d[0], d[1], d[2]);
 	}
 	{
-		const double *s = c->view.render.spacing;
-		double D =
-		        sqrt((double)d[1] * s[0] * d[1] * s[0] + (double)d[0] * s[1] * d[0] * s[1] +
-		             (double)d[2] * s[2] * d[2] * s[2]);
-		double h = c->view.render.step > 0 ? c->view.render.step
-		                                   : 0.5 * fmin(s[0], fmin(s[1], s[2]));
+		double D = cfg_render_diagonal(c), h = cfg_render_step(c);
 		if (D / h > 1e6)
 			return cfg_error(ctx, -ERANGE,
 			                 c->view.render.step > 0 ? "view.render.step"
@@ -634,6 +629,19 @@ static int check_view(struct cfg_ctx *ctx)
 			                 "%g samples along the volume's diagonal (%g / step %g; at "
 			                 "most 10^6)",
 			                 D / h, D, h);
+		/* the cost of one render: every ray samples the whole diagonal at most */
+		double cost = (double)c->view.render.size[0] * c->view.render.size[1] * ceil(D / h);
+		if (cost > (double)CFG_RENDER_SAMPLES_MAX)
+			return cfg_error(
+			        ctx, -ERANGE,
+			        cfg_given(ctx, "view.render.size") ? "view.render.size"
+			        : c->view.render.step > 0          ? "view.render.step"
+			                                           : "view.render.spacing",
+			        "a render of %u x %u rays of %.0f samples is %.3g samples, "
+			        "more than the %llu allowed (a smaller view.render.size or a "
+			        "larger view.render.step)",
+			        c->view.render.size[0], c->view.render.size[1], ceil(D / h), cost,
+			        (unsigned long long)CFG_RENDER_SAMPLES_MAX);
 	}
 	return 0;
 }

@@ -103,10 +103,19 @@ void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
 	if (out[BE_VIEW_BSCAN])
 		memcpy(out[BE_VIEW_BSCAN], V + (size_t)y0 * X * Z, (size_t)X * Z);
 	if (out[BE_VIEW_RENDER])
-		for (uint32_t i = 0; i < r->H; i++)
-			for (uint32_t j = 0; j < r->W; j++)
-				out[BE_VIEW_RENDER][(size_t)i * r->W + j] =
-				        render_pixel(V, p, r, i, j);
+		cpu_render(V, p, r, out[BE_VIEW_RENDER], 0);
+}
+
+bool cpu_render(const uint8_t *V, const struct be_view_params *p, const struct be_render_setup *r,
+                uint8_t *out, uint64_t deadline_ns)
+{
+	for (uint32_t i = 0; i < r->H; i++) {
+		if (deadline_ns && vr_mono_ns() >= deadline_ns)
+			return false;
+		for (uint32_t j = 0; j < r->W; j++)
+			out[(size_t)i * r->W + j] = render_pixel(V, p, r, i, j);
+	}
+	return true;
 }
 
 int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen)
@@ -129,7 +138,8 @@ int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err
 	be_render_setup(&v->p, &v->rs);
 	if (!v->last_render) {
 		v->last_render = calloc((size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX, 1);
-		if (!v->last_render)
+		v->next_render = calloc((size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX, 1);
+		if (!v->last_render || !v->next_render)
 			return vr_err(err, errlen, -ENOMEM,
 			              "cpu backend: out of memory for the views");
 	}
@@ -139,7 +149,9 @@ int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err
 void cpu_views_free(struct cpu_state *st)
 {
 	free(st->views.last_render);
+	free(st->views.next_render);
 	st->views.last_render = NULL;
+	st->views.next_render = NULL;
 }
 
 int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err, size_t errlen)
@@ -148,6 +160,7 @@ int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err
 	uint8_t *area = out->views, *pic[BE_VIEW_COUNT];
 	uint64_t off[BE_VIEW_COUNT], vid[BE_VIEW_COUNT];
 	unsigned present = 0;
+	bool want_render;
 
 	if (!v->enabled || !area || !out->volume)
 		return 0;
@@ -162,13 +175,29 @@ int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err
 		if (want && i != BE_VIEW_RENDER)
 			present |= 1u << i;
 	}
-	if (pic[BE_VIEW_RENDER])
-		pic[BE_VIEW_RENDER] = v->last_render;
+	want_render = pic[BE_VIEW_RENDER] != NULL;
+	pic[BE_VIEW_RENDER] = NULL;
 	cpu_views_compute(out->volume, &v->p, &v->rs, pic);
-	if (pic[BE_VIEW_RENDER]) {
-		v->last_p = v->p;
-		v->last_id = out->volume_id;
-		v->have_last = true;
+	if (want_render) {
+		/* into the spare picture: one stopped at its deadline leaves the last one whole */
+		struct be_render_report *rr = out->render;
+		uint64_t t0 = vr_mono_ns();
+		bool done = cpu_render(out->volume, &v->p, &v->rs, v->next_render,
+		                       rr ? rr->deadline_ns : 0);
+
+		if (rr) {
+			rr->ns = vr_mono_ns() - t0;
+			rr->measured = true;
+			rr->abandoned = !done;
+		}
+		if (done) {
+			uint8_t *t = v->last_render;
+			v->last_render = v->next_render;
+			v->next_render = t;
+			v->last_p = v->p;
+			v->last_id = out->volume_id;
+			v->have_last = true;
+		}
 	}
 	/* the render of this volume, or the last one computed (its own id and parameters) */
 	if (v->have_last) {

@@ -62,6 +62,16 @@ struct vrd_median_depths {
 	uint32_t depths;        /* of the N/2 depths each B-scan has */
 };
 
+/* The render's cost control (docs/configuration.md "Render cost"). */
+struct vrd_render_state {
+	uint32_t configured_every; /* view.render.every, resolved */
+	uint32_t every;            /* rendering every Nth volume now */
+	double last_ms;            /* the last render's time (measured backends) */
+	uint64_t abandoned;        /* renders stopped at their deadline */
+	bool degraded;             /* rendering less often than configured: reason says why */
+	char reason[320];
+};
+
 /* Open the ipc writer for cfg's output shape and register its slots with be (which must
  * outlive it). On failure a negative errno and a message in err. */
 int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_pub **out,
@@ -77,6 +87,8 @@ int vrd_pub_send(struct vrd_pub *pub, const char *topic, const char *json);
 int vrd_pub_readers(struct vrd_pub *pub);
 void vrd_pub_stats(struct vrd_pub *pub, struct ipc_writer_stats *st);
 uint64_t vrd_pub_session(struct vrd_pub *pub);
+/* The render's cost control now; any thread. */
+void vrd_pub_render_state(struct vrd_pub *pub, struct vrd_render_state *rs);
 /* The figures of the last volume published; any thread. */
 void vrd_pub_median_depths(struct vrd_pub *pub, struct vrd_median_depths *md);
 

@@ -9,6 +9,7 @@
  * keeps the last volume's figures for the status.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,11 +27,19 @@ struct vrd_pub {
 	bool in_progress;
 	bool views;                    /* slots carry views */
 	_Atomic uint32_t render_every; /* set by the service thread (vrd_pub_update) */
+	_Atomic bool render_reset;     /* likewise: new render settings, adapt afresh */
 	uint32_t render_count;
-	uint32_t ny;                   /* B-scans per volume */
-	uint32_t *md;                  /* [ny] median depths per B-scan, from be_host_alloc */
-	pthread_mutex_t lock;          /* guards last (written by the processing thread only) */
-	struct vrd_median_depths last; /* of the last volume published */
+	/* the render's cost control (processing thread; docs/configuration.md "Render cost") */
+	uint32_t every_eff;     /* render every every_eff-th volume (>= render_every) */
+	uint64_t last_begin_ns; /* of the previous volume */
+	double period_ns;       /* between two volumes, smoothed */
+	bool render_asked;      /* for the volume being filled */
+	struct be_render_report rr;
+	struct vrd_render_state render; /* guarded by lock */
+	uint32_t ny;                    /* B-scans per volume */
+	uint32_t *md;                   /* [ny] median depths per B-scan, from be_host_alloc */
+	pthread_mutex_t lock;           /* guards last (written by the processing thread only) */
+	struct vrd_median_depths last;  /* of the last volume published */
 };
 
 _Static_assert(CFG_MAX_PUB <= IPC_MAX_PUB, "every configured endpoint fits the writer");
@@ -110,6 +119,85 @@ void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm)
 	free(pub);
 }
 
+/* A render may take this share of the volume period, amortized over the volumes it spans; one
+ * render holds the processing thread at most RENDER_HOLD_MAX_NS (never less than
+ * RENDER_HOLD_MIN_NS). */
+#define RENDER_SHARE       0.5
+#define RENDER_HOLD_MIN_NS 200000000ull
+#define RENDER_HOLD_MAX_NS 500000000ull
+#define RENDER_EVERY_MAX   100000u
+
+/* Whether this volume gets a render; its deadline into pub->rr. Processing thread. */
+static bool render_due(struct vrd_pub *pub)
+{
+	uint64_t now = vr_mono_ns(), hold;
+	uint32_t every = atomic_load(&pub->render_every);
+
+	if (pub->last_begin_ns) {
+		double dt = (double)(now - pub->last_begin_ns);
+		pub->period_ns = pub->period_ns > 0 ? 0.9 * pub->period_ns + 0.1 * dt : dt;
+	}
+	pub->last_begin_ns = now;
+	if (atomic_exchange(&pub->render_reset, false) || pub->every_eff < every) {
+		pub->every_eff = every;
+		pthread_mutex_lock(&pub->lock);
+		pub->render.degraded = false;
+		pub->render.reason[0] = '\0';
+		pthread_mutex_unlock(&pub->lock);
+	}
+	if (pub->render_count++ % pub->every_eff)
+		return false;
+	hold = (uint64_t)(RENDER_SHARE * pub->period_ns * pub->every_eff);
+	hold = hold < RENDER_HOLD_MIN_NS   ? RENDER_HOLD_MIN_NS
+	       : hold > RENDER_HOLD_MAX_NS ? RENDER_HOLD_MAX_NS
+	                                   : hold;
+	pub->rr = (struct be_render_report){.deadline_ns = now + hold};
+	return true;
+}
+
+/* After a volume with a render: how often to render from now on. Processing thread. */
+static void render_done(struct vrd_pub *pub)
+{
+	const struct be_render_report *rr = &pub->rr;
+	uint32_t every = atomic_load(&pub->render_every), next = pub->every_eff;
+	double budget = RENDER_SHARE * pub->period_ns, need;
+	char why[sizeof(pub->render.reason)] = "";
+
+	if (!rr->measured)
+		return;
+	if (rr->abandoned) {
+		next = pub->every_eff > RENDER_EVERY_MAX / 2 ? RENDER_EVERY_MAX
+		                                             : 2 * pub->every_eff;
+		snprintf(
+		        why, sizeof(why),
+		        "view.render: a render did not finish within %.0f ms, its share of the "
+		        "processing: the picture shown is an older one; rendering every %u volumes "
+		        "(a smaller view.render.size or a larger view.render.step renders faster)",
+		        (double)(rr->deadline_ns - pub->last_begin_ns) / 1e6, next);
+	} else {
+		need = budget > 0 ? ceil((double)rr->ns / budget) : 1;
+		next = need <= every              ? every
+		       : need >= RENDER_EVERY_MAX ? RENDER_EVERY_MAX
+		                                  : (uint32_t)need;
+		if (next > every)
+			snprintf(why, sizeof(why),
+			         "view.render: a render takes %.1f ms, more than its share of %u "
+			         "volumes of %.1f ms: rendering every %u volumes instead of every "
+			         "%u "
+			         "(a smaller view.render.size or a larger view.render.step renders "
+			         "faster)",
+			         (double)rr->ns / 1e6, every, pub->period_ns / 1e6, next, every);
+	}
+	pub->every_eff = next;
+	pthread_mutex_lock(&pub->lock);
+	pub->render.every = next;
+	pub->render.last_ms = (double)rr->ns / 1e6;
+	pub->render.abandoned += rr->abandoned;
+	pub->render.degraded = why[0] != '\0';
+	snprintf(pub->render.reason, sizeof(pub->render.reason), "%s", why);
+	pthread_mutex_unlock(&pub->lock);
+}
+
 static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *err, size_t errlen)
 {
 	struct vrd_pub *pub = ctx;
@@ -125,10 +213,14 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 	 * one in between), recorded in its views */
 	out->volume_id = atomic_load(&next_volume_id);
 	if (pub->views && pub->cur.views) {
-		/* every view each volume; the render every Nth (view.render.every) */
+		/* every view each volume; the render every Nth (view.render.every, or less often
+		 * while renders cost more than their share of the volume period) */
 		out->views = pub->cur.views;
 		out->view_mask = (1u << BE_VIEW_COUNT) - 1;
-		if (pub->render_count++ % pub->render_every)
+		pub->render_asked = render_due(pub);
+		if (pub->render_asked)
+			out->render = &pub->rr;
+		else
 			out->view_mask &= ~(1u << BE_VIEW_RENDER);
 	}
 	return 0;
@@ -160,6 +252,9 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	uint32_t max = 0;
 
 	pub->in_progress = false;
+	if (pub->render_asked)
+		render_done(pub);
+	pub->render_asked = false;
 	if (rc < 0)
 		return vr_err_errno(err, errlen, rc, "shm: publishing volume of epoch %llu",
 		                    (unsigned long long)v->epoch);
@@ -183,6 +278,7 @@ static void sink_abort(void *ctx)
 	if (pub->in_progress)
 		ipc_writer_abort(pub->w, &pub->cur);
 	pub->in_progress = false;
+	pub->render_asked = false;
 }
 
 void vrd_pub_update(struct vrd_pub *pub, const struct vr_config *cfg)
@@ -192,6 +288,19 @@ void vrd_pub_update(struct vrd_pub *pub, const struct vr_config *cfg)
 	if (every == 0) /* auto: every volume on a device, every 5th on the CPU */
 		every = be_caps(pub->be) & BE_CAP_DEVICE ? 1 : 5;
 	pub->render_every = every;
+	atomic_store(&pub->render_reset, true);
+	pthread_mutex_lock(&pub->lock);
+	pub->render.configured_every = every;
+	if (pub->render.every < every || !pub->render.degraded)
+		pub->render.every = every;
+	pthread_mutex_unlock(&pub->lock);
+}
+
+void vrd_pub_render_state(struct vrd_pub *pub, struct vrd_render_state *rs)
+{
+	pthread_mutex_lock(&pub->lock);
+	*rs = pub->render;
+	pthread_mutex_unlock(&pub->lock);
 }
 
 void vrd_pub_sink(struct vrd_pub *pub, struct pl_sink *sink)

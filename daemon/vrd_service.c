@@ -142,7 +142,8 @@ struct service {
 	/* rates: the snapshot of the previous status */
 	struct pl_counters prev;
 	uint64_t prev_ns;
-	double rates[4]; /* A-scans/s, epochs/s, volumes/s, GVox/s */
+	double rates[4];          /* A-scans/s, epochs/s, volumes/s, GVox/s */
+	bool render_was_degraded; /* at the last status: an event when it changes */
 
 	/* watchdog */
 	bool wd_enabled;
@@ -160,9 +161,21 @@ static uint64_t total_drops(const struct pl_counters *c)
 	return n;
 }
 
+/* Whether the render runs less often than configured (its reason in rs). */
+static bool render_degraded(const struct service *s, struct vrd_render_state *rs)
+{
+	memset(rs, 0, sizeof(*rs));
+	if (!s->pl)
+		return false;
+	vrd_pub_render_state(vrd_pipeline_pub(s->pl), rs);
+	return rs->degraded;
+}
+
 static const char *shown_state(const struct service *s, const struct pl_stats *snap)
 {
-	if (s->state == SVC_RUNNING && snap->degraded)
+	struct vrd_render_state rs;
+
+	if (s->state == SVC_RUNNING && (snap->degraded || render_degraded(s, &rs)))
 		return "degraded";
 	return state_names[s->state];
 }
@@ -319,6 +332,7 @@ static void update_rates(struct service *s, const struct pl_stats *snap, uint64_
 static void status_line(struct service *s, const struct pl_stats *snap, int readers, char *buf,
                         size_t len)
 {
+	struct vrd_render_state rs;
 	int n = snprintf(buf, len,
 	                 "%s: %.1f volumes/s, %.3g A-scans/s, latency p50 %.1f ms p99 %.1f ms, "
 	                 "%" PRIu64 " volumes, %" PRIu64 " dropped B-scans, ring %u/%u, "
@@ -331,6 +345,8 @@ static void status_line(struct service *s, const struct pl_stats *snap, int read
 
 	if (n > 0 && (size_t)n < len && snap->degraded)
 		n += snprintf(buf + n, len - (size_t)n, "; %.200s", snap->fault);
+	if (n > 0 && (size_t)n < len && render_degraded(s, &rs))
+		n += snprintf(buf + n, len - (size_t)n, "; %.320s", rs.reason);
 	if (n > 0 && (size_t)n < len && !strcmp(s->reload_result, "rejected"))
 		snprintf(buf + n, len - (size_t)n, "; reload rejected: %.300s", s->reload_message);
 	for (char *p = buf; *p; p++)
@@ -458,6 +474,19 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset(o, "degraded", json_object_new_boolean(snap->degraded));
 	jset(o, "message", jstr(snap->fault));
 	jset(st, "faults", o);
+	{
+		struct vrd_render_state rs;
+		bool deg = render_degraded(s, &rs);
+
+		o = json_object_new_object();
+		jset_u64(o, "configured_every", rs.configured_every);
+		jset_u64(o, "every", rs.every);
+		jset(o, "last_ms", jnum(rs.last_ms));
+		jset_u64(o, "abandoned", rs.abandoned);
+		jset(o, "degraded", json_object_new_boolean(deg));
+		jset(o, "reason", deg ? jstr(rs.reason) : NULL);
+		jset(st, "render", o);
+	}
 	jset(st, "readers", json_object_new_int(readers));
 	o = json_object_new_object();
 	jset_u64(o, "lease_skips", ws.lease_skips);
@@ -496,6 +525,17 @@ static void send_status(struct service *s, uint64_t now)
 	pl_stats(vrd_pipeline_engine(s->pl), &snap);
 	update_rates(s, &snap, now);
 	readers = vrd_pub_readers(vrd_pipeline_pub(s->pl));
+	{
+		struct vrd_render_state rs;
+		bool deg = render_degraded(s, &rs);
+
+		if (deg != s->render_was_degraded)
+			vrd_event(deg ? "render_degraded" : "render_recovered",
+			          deg ? LOG_WARNING : LOG_NOTICE,
+			          deg ? rs.reason : "view.render: rendering as configured again",
+			          NULL);
+		s->render_was_degraded = deg;
+	}
 	st = status_json(s, &snap, readers, now);
 	text = json_object_to_json_string_ext(st, JSON_C_TO_STRING_PLAIN);
 	if (strlen(text) >= VOLREC_TEXT_MAX)

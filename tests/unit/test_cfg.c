@@ -4,6 +4,7 @@
  * positions, tables, the dump/load round trip, deep copies and the structural-change rule.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -599,8 +600,32 @@ static void test_set_refuses_keys_that_name_files(void **state)
 	p = "preprocess.dispersion";
 	v = "{coeffs: [1, 2]}";
 	assert_int_equal(cfg_set_keys(&c, &p, &v, 1, err, sizeof(err)), 0);
-	assert_true(c.preprocess.dispersion.coeffs[0] == 1 && c.preprocess.dispersion.coeffs[1] == 2);
+	assert_true(c.preprocess.dispersion.coeffs[0] == 1 &&
+	            c.preprocess.dispersion.coeffs[1] == 2);
 	cfg_free(&c);
+}
+
+/* One render costs at most CFG_RENDER_SAMPLES_MAX samples: an explicit step beyond it is
+ * refused, the automatic step grows to fit it (a legal geometry never fails for its views). */
+static void test_render_cost_is_capped(void **state)
+{
+	struct vr_config c;
+
+	load_ok(&c, "geometry: {samples_per_ascan: 65536, ascans_per_bscan: 1, "
+	            "bscans_per_volume: 1}\n");
+	double D = cfg_render_diagonal(&c), h = cfg_render_step(&c);
+	assert_true(h > 0.5);
+	assert_true(256.0 * 256.0 * ceil(D / h) <= (double)CFG_RENDER_SAMPLES_MAX);
+	cfg_free(&c);
+	load_ok(&c, "view: {render: {size: [64, 64]}}\n");
+	assert_true(cfg_render_step(&c) == 0.5); /* small enough: half the smallest spacing */
+	cfg_free(&c);
+	load_bad(
+	        "geometry: {samples_per_ascan: 4096, ascans_per_bscan: 60, bscans_per_volume: 60}\n"
+	        "view: {render: {size: [1024, 1024], step: 0.5}}\n",
+	        "2:23", "view.render.size: a render of 1024 x 1024 rays of");
+	load_bad("view: {render: {step: 0.01}}\n", "1:23",
+	         "view.render.step: a render of 256 x 256 rays of 110842 samples");
 }
 
 static void test_table_errors_name_file_and_line(void **state)
@@ -1006,6 +1031,7 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_table_loads_with_comments_and_blank_lines),
 	        cmocka_unit_test(test_table_errors_name_file_and_line),
 	        cmocka_unit_test(test_set_refuses_keys_that_name_files),
+	        cmocka_unit_test(test_render_cost_is_capped),
 	        cmocka_unit_test(test_real_calibration_tables),
 	        cmocka_unit_test(test_dump_reads_back_equal),
 	        cmocka_unit_test(test_structural_change),
