@@ -49,6 +49,14 @@ void vrd_log_set_instance(const char *instance);
 void vrd_log_at(const char *file, int line, const char *func, int prio, const char *event,
                 const char *fmt, ...) VR_PRINTF(6, 7);
 
+/* ---- file descriptors (vrd_limits.c) ---- */
+/* Raise the soft RLIMIT_NOFILE to the hard one and derive the bounds below; at start. */
+void vrd_limits_init(void);
+/* Control connections at once (at most VRD_CTL_MAX_CLIENTS). */
+unsigned vrd_limits_ctl_max(void);
+/* Connections each publisher socket keeps at once. */
+unsigned vrd_limits_pub_max(uint32_t max_readers);
+
 /* ---- publishing adapter over ipc/ (vrd_pub.c) ---- */
 struct vrd_pub;
 
@@ -69,6 +77,7 @@ struct vrd_render_state {
 	double last_ms;            /* the last render's time (measured backends) */
 	uint64_t abandoned;        /* renders stopped at their deadline */
 	bool degraded;             /* rendering less often than configured: reason says why */
+	bool overrun;              /* the last render was stopped at its hold limit */
 	char reason[320];
 };
 

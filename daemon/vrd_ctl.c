@@ -1,27 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * volrecd's control socket (vrd_ctl.h, docs/control.md): bounded JSON requests over a ZeroMQ
- * ROUTER socket, validated exactly like the configuration file (cfg_set_keys), answered without
- * ever blocking the service loop; acquisition and processing run in their own threads.
+ * volrecd's control requests (vrd_ctl.h, docs/control.md): bounded JSON requests, validated
+ * exactly like the configuration file (cfg_set_keys). The socket that carries them is
+ * vrd_ctl_sock.c.
  */
 #include <errno.h>
-#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <zmq.h>
 
 #include "vrd_ctl.h"
-
-struct vrd_ctl {
-	void *sock;
-	struct vrd_ctl_ops svc;
-	char path[CFG_PATH_MAX]; /* the ipc socket file, removed on close */
-};
 
 static char *reply_text(struct json_object *o)
 {
@@ -308,166 +296,4 @@ out:
 		*refused = reply_refused(reply);
 	json_object_put(req);
 	return reply;
-}
-
-int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *svc,
-                 struct vrd_ctl **out, char *err, size_t errlen)
-{
-	struct vrd_ctl *c;
-	int64_t maxmsg = VRD_CTL_HARD_LIMIT;
-	int linger = 0, rc;
-
-	if (strncmp(endpoint, "ipc://", 6))
-		return vr_err(
-		        err, errlen, -EINVAL,
-		        "control endpoint %s: only ipc:// is accepted (a tcp:// control socket "
-		        "needs CURVE and an allow-list of client keys)",
-		        endpoint);
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return vr_err(err, errlen, -ENOMEM, "control socket: out of memory");
-	c->svc = *svc;
-	snprintf(c->path, sizeof(c->path), "%s", endpoint + 6);
-	c->sock = zmq_socket(zctx, ZMQ_ROUTER);
-	if (!c->sock || zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg)) ||
-	    zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof(linger))) {
-		rc = vr_err(err, errlen, -ENOMEM, "control socket: %s", zmq_strerror(zmq_errno()));
-		goto out_free;
-	}
-	/* a stale socket file of a dead daemon would make bind fail with EADDRINUSE */
-	unlink(c->path);
-	if (zmq_bind(c->sock, endpoint)) {
-		rc = -zmq_errno();
-		vr_err(err, errlen, rc, "control socket: cannot bind %s: %s", endpoint,
-		       zmq_strerror(-rc));
-		goto out_free;
-	}
-	/* 0660 and the run_dir's group, whatever the umask (operators are in group volrec) */
-	{
-		char dir[CFG_PATH_MAX], *slash;
-		struct stat st;
-
-		snprintf(dir, sizeof(dir), "%s", c->path);
-		slash = strrchr(dir, '/');
-		if (slash)
-			*slash = '\0';
-		if (chmod(c->path, 0660) ||
-		    (slash && stat(dir, &st) == 0 && st.st_gid != getegid() &&
-		     chown(c->path, (uid_t)-1, st.st_gid))) {
-			rc = vr_err_errno(err, errlen, -errno,
-			                  "control socket %s: cannot set its mode", c->path);
-			goto out_free;
-		}
-	}
-	*out = c;
-	return 0;
-out_free:
-	if (c->sock)
-		zmq_close(c->sock);
-	free(c);
-	return rc;
-}
-
-int vrd_ctl_fd(struct vrd_ctl *c)
-{
-	int fd = -1;
-	size_t len = sizeof(fd);
-
-	if (zmq_getsockopt(c->sock, ZMQ_FD, &fd, &len))
-		return -1;
-	return fd;
-}
-
-static void peer_of(zmq_msg_t *m, struct vrd_ctl_peer *p)
-{
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
-	int fd = zmq_msg_get(m, ZMQ_SRCFD);
-
-	memset(p, 0, sizeof(*p));
-	if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
-		p->have_uid = true;
-		p->uid = cr.uid;
-		p->pid = cr.pid;
-	}
-}
-
-/* Receive the rest of a multipart message into parts (at most max; extra parts are counted in
- * *extra and dropped). */
-static int recv_parts(void *sock, zmq_msg_t *parts, int max, int *extra)
-{
-	int n = 0, more = 1;
-	size_t len;
-
-	*extra = 0;
-	while (more) {
-		zmq_msg_t tmp, *m = n < max ? &parts[n] : &tmp;
-
-		zmq_msg_init(m);
-		if (zmq_msg_recv(m, sock, ZMQ_DONTWAIT) < 0) {
-			zmq_msg_close(m);
-			break;
-		}
-		len = sizeof(more);
-		if (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &len))
-			more = 0;
-		if (n < max)
-			n++;
-		else {
-			zmq_msg_close(&tmp);
-			(*extra)++;
-		}
-	}
-	return n;
-}
-
-int vrd_ctl_process(struct vrd_ctl *c)
-{
-	int done = 0;
-
-	/* ROUTER: [peer identity][empty delimiter (REQ clients)][one JSON frame]; a ROUTER never
-	 * blocks and has no send/receive state to get stuck in when a peer goes away */
-	while (done < VRD_CTL_BURST) {
-		struct vrd_ctl_peer peer;
-		zmq_msg_t parts[3];
-		int n, extra, body;
-		bool refused, delim;
-		char *reply;
-
-		n = recv_parts(c->sock, parts, 3, &extra);
-		if (n == 0)
-			break;
-		delim = n >= 2 && zmq_msg_size(&parts[1]) == 0;
-		body = delim ? 2 : 1;
-		if (n <= body || extra || n > body + 1) {
-			reply = reply_error(NULL, "a request is one frame holding one JSON object");
-		} else {
-			peer_of(&parts[body], &peer);
-			reply = vrd_ctl_answer(&c->svc, zmq_msg_data(&parts[body]),
-			                       zmq_msg_size(&parts[body]), &peer, &refused);
-		}
-		if (!reply)
-			reply = strdup("{\"ok\":false,\"error\":\"out of memory\"}");
-		/* reply to the identity; a peer that is gone or slow loses its reply */
-		if (reply && zmq_send(c->sock, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]),
-		                      ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0) {
-			if (delim)
-				zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-			zmq_send(c->sock, reply, strlen(reply), ZMQ_DONTWAIT);
-		}
-		free(reply);
-		for (int i = 0; i < n; i++)
-			zmq_msg_close(&parts[i]);
-		done++;
-	}
-	return done;
-}
-
-void vrd_ctl_close(struct vrd_ctl *c)
-{
-	if (!c)
-		return;
-	zmq_close(c->sock);
-	unlink(c->path);
-	free(c);
 }

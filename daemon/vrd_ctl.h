@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The control socket of volrecd (DESIGN.md §5, docs/control.md): a ZeroMQ ROUTER socket on
- * ipc://<run_dir>/<instance>.ctl (0660, the run_dir's group) answering REQ clients' JSON
- * requests get, set, reset_history and status. This part parses, bounds and answers requests; what a request does
- * is the service's (callbacks), so that a set goes through the same live path as a reload.
+ * The control socket of volrecd (docs/control.md): a Unix SOCK_SEQPACKET socket at
+ * <run_dir>/<instance>.ctl (0660, the run_dir's group) answering JSON requests get, set,
+ * reset_history and status, one datagram each. This part parses, bounds and answers requests;
+ * what a request does is the service's (callbacks), so that a set goes through the same live
+ * path as a reload.
  */
 #ifndef VOLREC_DAEMON_VRD_CTL_H
 #define VOLREC_DAEMON_VRD_CTL_H
@@ -17,11 +18,11 @@
 #include "base/base.h"
 #include "config/config.h"
 
-#define VRD_CTL_MAX_REQUEST 65536      /* bytes: larger requests get an error reply */
-#define VRD_CTL_HARD_LIMIT  (1u << 20) /* bytes: beyond this libzmq drops the connection */
-#define VRD_CTL_MAX_KEYS    32         /* keys in one set */
-#define VRD_CTL_MAX_DEPTH   16         /* nesting of a request, at most */
-#define VRD_CTL_BURST       16         /* requests answered per vrd_ctl_process call */
+#define VRD_CTL_MAX_REQUEST 65536 /* bytes: larger requests get an error reply, unread */
+#define VRD_CTL_MAX_CLIENTS 64    /* connections at once, at most; more are refused, counted */
+#define VRD_CTL_MAX_KEYS    32    /* keys in one set */
+#define VRD_CTL_MAX_DEPTH   16    /* nesting of a request, at most */
+#define VRD_CTL_BURST       16    /* requests answered per vrd_ctl_process call */
 
 /* Who sent a request. */
 struct vrd_ctl_peer {
@@ -49,13 +50,13 @@ struct vrd_ctl_ops {
 
 struct vrd_ctl;
 
-/* Bind the control socket at endpoint (ipc://PATH: the socket file gets mode 0660 and the
- * group of its directory) in the ZeroMQ context zctx. On failure a negative errno and a
- * message in err. */
-VR_MUST_CHECK int vrd_ctl_open(void *zctx, const char *endpoint, const struct vrd_ctl_ops *ops,
-                               struct vrd_ctl **out, char *err, size_t errlen);
-/* The file descriptor to poll for POLLIN (ZMQ_FD: edge-triggered, so call vrd_ctl_process
- * whenever it is readable and on every loop turn). */
+/* Bind the control socket at path (the socket file gets mode 0660 and the group of its
+ * directory), keeping at most max_clients (<= VRD_CTL_MAX_CLIENTS) connections at once. On failure a negative errno and a message in err. */
+VR_MUST_CHECK int vrd_ctl_open(const char *path, unsigned max_clients,
+                               const struct vrd_ctl_ops *ops, struct vrd_ctl **out, char *err,
+                               size_t errlen);
+/* The file descriptor to poll for POLLIN (an epoll set, level-triggered: readable while a
+ * connection or a request waits). */
 int vrd_ctl_fd(struct vrd_ctl *c);
 /* Answer up to VRD_CTL_BURST pending requests; never blocks. Returns how many were answered. */
 int vrd_ctl_process(struct vrd_ctl *c);

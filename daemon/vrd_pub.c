@@ -64,6 +64,7 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 	        .curve_secret_key = cfg->ipc.curve_secret_key,
 	        .curve_public_key = cfg->ipc.curve_public_key,
 	        .views = be_views_wanted(cfg),
+	        .max_connections = vrd_limits_pub_max(cfg->ipc.max_readers),
 	};
 	size_t size;
 	int rc;
@@ -142,6 +143,7 @@ static bool render_due(struct vrd_pub *pub)
 		pub->every_eff = every;
 		pthread_mutex_lock(&pub->lock);
 		pub->render.degraded = false;
+		pub->render.overrun = false;
 		pub->render.reason[0] = '\0';
 		pthread_mutex_unlock(&pub->lock);
 	}
@@ -194,6 +196,7 @@ static void render_done(struct vrd_pub *pub)
 	pub->render.last_ms = (double)rr->ns / 1e6;
 	pub->render.abandoned += rr->abandoned;
 	pub->render.degraded = why[0] != '\0';
+	pub->render.overrun = rr->abandoned;
 	snprintf(pub->render.reason, sizeof(pub->render.reason), "%s", why);
 	pthread_mutex_unlock(&pub->lock);
 }

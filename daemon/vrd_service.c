@@ -21,8 +21,6 @@
 
 #include <systemd/sd-daemon.h>
 
-#include <zmq.h>
-
 #include "internal.h"
 #include "vrd_ctl.h"
 
@@ -136,7 +134,6 @@ struct service {
 	char reload_message[CFG_ERR_MAX];
 
 	/* the control socket (vrd_ctl.c) */
-	void *zctx;
 	struct vrd_ctl *ctl;
 
 	/* rates: the snapshot of the previous status */
@@ -144,6 +141,7 @@ struct service {
 	uint64_t prev_ns;
 	double rates[4];          /* A-scans/s, epochs/s, volumes/s, GVox/s */
 	bool render_was_degraded; /* at the last status: an event when it changes */
+	uint64_t pub_refused_logged, pub_refused_log_ns; /* publisher connections refused */
 
 	/* watchdog */
 	bool wd_enabled;
@@ -161,14 +159,16 @@ static uint64_t total_drops(const struct pl_counters *c)
 	return n;
 }
 
-/* Whether the render runs less often than configured (its reason in rs). */
+/* Whether the render overran its hold limit: the daemon's state is then degraded (rs has the
+ * reason). Rendering less often than configured to fit the volume period is not: status's
+ * render says so. */
 static bool render_degraded(const struct service *s, struct vrd_render_state *rs)
 {
 	memset(rs, 0, sizeof(*rs));
 	if (!s->pl)
 		return false;
 	vrd_pub_render_state(vrd_pipeline_pub(s->pl), rs);
-	return rs->degraded;
+	return rs->degraded && rs->overrun;
 }
 
 static const char *shown_state(const struct service *s, const struct pl_stats *snap)
@@ -483,8 +483,9 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 		jset_u64(o, "every", rs.every);
 		jset(o, "last_ms", jnum(rs.last_ms));
 		jset_u64(o, "abandoned", rs.abandoned);
-		jset(o, "degraded", json_object_new_boolean(deg));
-		jset(o, "reason", deg ? jstr(rs.reason) : NULL);
+		jset(o, "degraded", json_object_new_boolean(rs.degraded));
+		jset(o, "overrun", json_object_new_boolean(deg));
+		jset(o, "reason", rs.degraded ? jstr(rs.reason) : NULL);
 		jset(st, "render", o);
 	}
 	jset(st, "readers", json_object_new_int(readers));
@@ -492,6 +493,7 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset_u64(o, "lease_skips", ws.lease_skips);
 	jset_u64(o, "forced_overwrite", ws.forced_overwrite);
 	jset_u64(o, "send_errors", ws.send_errors);
+	jset_u64(o, "connections_refused", ws.connections_refused);
 	jset(st, "publisher", o);
 	jset(st, "uptime_s", jnum((double)(now - s->started_ns) / 1e9));
 	o = json_object_new_object();
@@ -532,9 +534,25 @@ static void send_status(struct service *s, uint64_t now)
 		if (deg != s->render_was_degraded)
 			vrd_event(deg ? "render_degraded" : "render_recovered",
 			          deg ? LOG_WARNING : LOG_NOTICE,
-			          deg ? rs.reason : "view.render: rendering as configured again",
+			          deg ? rs.reason
+			              : "view.render: renders finish within their limit again",
 			          NULL);
 		s->render_was_degraded = deg;
+	}
+	{
+		struct ipc_writer_stats ws;
+
+		/* once, then at most once a minute while more come */
+		vrd_pub_stats(vrd_pipeline_pub(s->pl), &ws);
+		if (ws.connections_refused > s->pub_refused_logged &&
+		    (!s->pub_refused_log_ns || now - s->pub_refused_log_ns >= 60000000000ull)) {
+			vrd_log(LOG_WARNING, NULL,
+			        "publisher: refused %" PRIu64 " connection(s) beyond the %u a "
+			        "publisher socket keeps at once (in all, since the session began)",
+			        ws.connections_refused, vrd_limits_pub_max(s->cur.ipc.max_readers));
+			s->pub_refused_logged = ws.connections_refused;
+			s->pub_refused_log_ns = now;
+		}
 	}
 	st = status_json(s, &snap, readers, now);
 	text = json_object_to_json_string_ext(st, JSON_C_TO_STRING_PLAIN);
@@ -867,31 +885,21 @@ static struct json_object *ctl_status(void *ctx)
 static void ctl_open(struct service *s)
 {
 	const struct vrd_ctl_ops o = {s, ctl_config, ctl_apply, ctl_reset, ctl_status};
-	char ep[CFG_PATH_MAX + CFG_NAME_MAX + 16], err[512];
+	char path[CFG_PATH_MAX + CFG_NAME_MAX + 16], err[512];
 
 	vrd_ctl_close(s->ctl);
 	s->ctl = NULL;
-	if (!s->zctx)
-		s->zctx = zmq_ctx_new();
-	if (!s->zctx) {
-		vrd_log(LOG_ERR, NULL, "control socket: no ZeroMQ context: %s",
-		        zmq_strerror(errno));
-		return;
-	}
-	snprintf(ep, sizeof(ep), "ipc://%s/%s.ctl", s->cur.ipc.run_dir, s->cur.instance);
-	if (vrd_ctl_open(s->zctx, ep, &o, &s->ctl, err, sizeof(err)) < 0)
+	snprintf(path, sizeof(path), "%s/%s.ctl", s->cur.ipc.run_dir, s->cur.instance);
+	if (vrd_ctl_open(path, vrd_limits_ctl_max(), &o, &s->ctl, err, sizeof(err)) < 0)
 		vrd_log(LOG_ERR, NULL, "%s: volrec get/set will not work", err);
 	else
-		vrd_log(LOG_INFO, NULL, "control socket %s", ep);
+		vrd_log(LOG_INFO, NULL, "control socket %s", path);
 }
 
 static void ctl_close(struct service *s)
 {
 	vrd_ctl_close(s->ctl);
 	s->ctl = NULL;
-	if (s->zctx)
-		zmq_ctx_term(s->zctx);
-	s->zctx = NULL;
 }
 
 static void reload_poll(struct service *s)
@@ -955,6 +963,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 		goto out_cfg;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	vrd_limits_init();
 	sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sfd < 0) {
 		vrd_log(LOG_ERR, NULL, "signalfd: %s", strerror(errno));

@@ -79,4 +79,15 @@ static inline off_t ipc_lease_entry_offset(uint32_t i)
 	       (off_t)i * (off_t)sizeof(struct volrec_lease_entry);
 }
 
+/* ---- connguard.c: a bound on the connections of a socket that binds ---- */
+struct ipc_connguard;
+/* Watch sock (of zctx) and shut down every connection accepted beyond max at once; name
+ * prefixes messages. 0, or a negative errno with a message in err. */
+int ipc_connguard_start(void *zctx, void *sock, const char *name, unsigned max,
+                        struct ipc_connguard **out, char *err, size_t errlen);
+/* Connections refused so far; any thread. */
+uint64_t ipc_connguard_refused(struct ipc_connguard *g);
+/* Stop watching (before the socket closes). NULL is fine. */
+void ipc_connguard_stop(struct ipc_connguard *g);
+
 #endif

@@ -38,6 +38,9 @@ struct ipc_writer_options {
 	const char *curve_secret_key; /* z85 key files, needed by tcp:// beyond loopback */
 	const char *curve_public_key;
 	bool views; /* reserve a views area in each slot (u8 volumes; protocol.h, views) */
+	/* connections each PUB socket keeps at once (more are shut down as they come, counted in
+	 * connections_refused); 0: no bound */
+	uint32_t max_connections;
 };
 
 /*
@@ -79,12 +82,13 @@ struct ipc_slot_ref {
 };
 
 struct ipc_writer_stats {
-	uint64_t published;        /* volumes published this session */
-	uint64_t aborted;          /* slots given back unpublished */
-	uint64_t lease_skips;      /* begin() passed over a slot a live reader held */
-	uint64_t forced_overwrite; /* begin() had to overwrite a leased slot (all were leased) */
-	uint64_t dead_leases;      /* leases found held by dead processes (ignored, reclaimed) */
-	uint64_t send_errors;      /* sends that failed (libzmq error other than a full queue) */
+	uint64_t published;           /* volumes published this session */
+	uint64_t aborted;             /* slots given back unpublished */
+	uint64_t lease_skips;         /* begin() passed over a slot a live reader held */
+	uint64_t forced_overwrite;    /* begin() had to overwrite a leased slot (all were leased) */
+	uint64_t dead_leases;         /* leases found held by dead processes (ignored, reclaimed) */
+	uint64_t send_errors;         /* sends that failed (libzmq error other than a full queue) */
+	uint64_t connections_refused; /* beyond max_connections, since the writer opened */
 };
 
 /*
@@ -147,6 +151,22 @@ const char *ipc_writer_endpoint(const struct ipc_writer *w, uint32_t i);
  * true (keep_shm false); releases the instance lock. Readers keep their mappings. NULL is fine.
  */
 void ipc_writer_close(struct ipc_writer *w, bool unlink);
+
+/* ---- the control socket's client side (ipc/ctl_wire.c, docs/control.md) ---- */
+
+#define IPC_CTL_REPLY_MAX (1u << 20) /* bytes of one reply, at most */
+
+/* Connect to volrecd's control socket at path (AF_UNIX, SOCK_SEQPACKET). The descriptor, or
+ * a negative errno (-ENOENT: no daemon; -EACCES: not in its group; -ECONNREFUSED: a stale
+ * file). */
+int ipc_ctl_connect(const char *path);
+/* Send one request (one datagram), never blocking: 0, or a negative errno (-EAGAIN: the
+ * daemon has not read the earlier ones; -EPIPE: it is gone). */
+int ipc_ctl_send(int fd, const char *json, size_t len);
+/* The next reply, waiting up to timeout_ms (0: not at all, -1: for ever): 0 and *out (NUL
+ * terminated, malloc'ed: the caller frees) of *len bytes; -EAGAIN none yet; -EPIPE the daemon
+ * closed the connection; -EMSGSIZE a reply over IPC_CTL_REPLY_MAX (discarded). */
+int ipc_ctl_recv(int fd, int timeout_ms, char **out, size_t *len);
 
 /* ---- shared with the reader side (ipc/proto.c) ---- */
 

@@ -49,8 +49,9 @@ struct ipc_writer {
 	uint32_t latest_slot;
 	uint32_t *dead_seen; /* per lease entry: dead pid already counted */
 	void *zctx;
-	void *pub;       /* plain PUB: ipc://, inproc://, loopback tcp:// */
-	void *pub_curve; /* CURVE server PUB: tcp:// beyond loopback */
+	void *pub;                      /* plain PUB: ipc://, inproc://, loopback tcp:// */
+	void *pub_curve;                /* CURVE server PUB: tcp:// beyond loopback */
+	struct ipc_connguard *guard[2]; /* of pub and pub_curve: connections at once, bounded */
 	char endpoints[IPC_MAX_PUB][IPC_EP_MAX];
 	uint32_t nendpoints;
 	pthread_mutex_t send_lock; /* guards the sockets and every counter of st */
@@ -141,10 +142,12 @@ static int make_curve_socket(struct ipc_writer *w, const struct ipc_writer_optio
 
 static int setup_socket_opts(void *s, uint32_t sndhwm)
 {
-	int hwm = (int)sndhwm, linger = 0;
+	/* a short listen queue: connections wait in the kernel, not as descriptors of ours */
+	int hwm = (int)sndhwm, linger = 0, backlog = 16;
 
 	if (zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm)) ||
-	    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)))
+	    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)) ||
+	    zmq_setsockopt(s, ZMQ_BACKLOG, &backlog, sizeof(backlog)))
 		return -zmq_errno();
 	return 0;
 }
@@ -219,6 +222,13 @@ static int bind_endpoints(struct ipc_writer *w, const struct ipc_writer_options 
 		w->nendpoints = i + 1;
 		rc = chmod_ipc_socket(w->endpoints[i], i, err, errlen);
 		if (rc)
+			return rc;
+	}
+	for (int k = 0; k < 2 && o->max_connections; k++) {
+		void *s = k ? w->pub_curve : w->pub;
+		if (s && (rc = ipc_connguard_start(w->zctx, s,
+		                                   k ? "the CURVE publisher" : "the publisher",
+		                                   o->max_connections, &w->guard[k], err, errlen)))
 			return rc;
 	}
 	return 0;
@@ -757,6 +767,8 @@ void ipc_writer_stats(struct ipc_writer *w, struct ipc_writer_stats *st)
 	pthread_mutex_lock(&w->send_lock);
 	*st = w->st;
 	pthread_mutex_unlock(&w->send_lock);
+	st->connections_refused =
+	        ipc_connguard_refused(w->guard[0]) + ipc_connguard_refused(w->guard[1]);
 }
 
 uint64_t ipc_writer_session(const struct ipc_writer *w)
@@ -775,6 +787,8 @@ void ipc_writer_close(struct ipc_writer *w, bool unlink)
 		return;
 	if (w->hdr)
 		ipc_store32(&w->hdr->state, VOLREC_STATE_CLOSED, memory_order_release);
+	ipc_connguard_stop(w->guard[0]);
+	ipc_connguard_stop(w->guard[1]);
 	if (w->pub)
 		zmq_close(w->pub);
 	if (w->pub_curve)

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The viewer's client of the daemon's control socket (docs/control.md): a ZeroMQ DEALER that
- * talks to volrecd's ROUTER like a REQ would (an empty delimiter frame, then the JSON request),
- * but with any number of requests in flight and never blocking: replies are matched to their
- * browser by the request id the viewer puts in, and a request the daemon does not answer in
- * time is answered with an error here.
+ * The viewer's client of the daemon's control socket (docs/control.md): one SOCK_SEQPACKET
+ * connection (ipc/ctl_wire.c), made when a request is sent and made again after the daemon
+ * restarted, with any number of requests in flight and never blocking: replies are matched to
+ * their browser by the request id the viewer puts in, and a request the daemon does not answer
+ * in time is answered with an error here.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,12 +14,11 @@
 #include <time.h>
 
 #include <json-c/json.h>
-#include <zmq.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "base/base.h"
-
-#define VW_CTL_REPLY_MAX 1048576 /* bytes of a reply, at most */
+#include "ipc/ipc.h"
 
 /* A request volrecd read before it expired is answered at once: waited this much longer */
 #define REPLY_GRACE_S 1.0
@@ -31,7 +30,8 @@ struct vw_pending {
 };
 
 struct vw_control {
-	void *zctx, *sock;
+	int fd;                 /* the connection, -1 until a request is sent */
+	char path[VW_PATH_MAX]; /* the socket file */
 	char endpoint[VW_PATH_MAX];
 	double timeout_s;
 	uint64_t next_id;
@@ -43,8 +43,6 @@ int vw_control_open(const char *endpoint, double timeout_s, unsigned max_infligh
                     struct vw_control **out)
 {
 	struct vw_control *c = calloc(1, sizeof(*c));
-	int one = 1, zero = 0, rc;
-	int64_t maxmsg = VW_CTL_REPLY_MAX;
 
 	if (!c)
 		return -ENOMEM;
@@ -55,34 +53,11 @@ int vw_control_open(const char *endpoint, double timeout_s, unsigned max_infligh
 		return -ENOMEM;
 	}
 	snprintf(c->endpoint, sizeof(c->endpoint), "%s", endpoint);
+	snprintf(c->path, sizeof(c->path), "%s",
+	         strncmp(endpoint, "ipc://", 6) ? endpoint : endpoint + 6);
 	c->timeout_s = timeout_s;
 	c->next_id = 1;
-	c->zctx = zmq_ctx_new();
-	if (!c->zctx) {
-		free(c->p);
-		free(c);
-		return -ENOMEM;
-	}
-	c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
-	if (!c->sock) {
-		rc = -zmq_errno();
-		zmq_ctx_term(c->zctx);
-		free(c->p);
-		free(c);
-		return rc;
-	}
-	/* queue only to a daemon that is there: a set must not surprise anyone minutes later */
-	zmq_setsockopt(c->sock, ZMQ_IMMEDIATE, &one, sizeof(one));
-	zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
-	zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
-	if (zmq_connect(c->sock, endpoint)) {
-		rc = -zmq_errno();
-		zmq_close(c->sock);
-		zmq_ctx_term(c->zctx);
-		free(c->p);
-		free(c);
-		return rc;
-	}
+	c->fd = -1;
 	*out = c;
 	return 0;
 }
@@ -91,10 +66,25 @@ void vw_control_close(struct vw_control *c)
 {
 	if (!c)
 		return;
-	zmq_close(c->sock);
-	zmq_ctx_term(c->zctx);
+	if (c->fd >= 0)
+		close(c->fd);
 	free(c->p);
 	free(c);
+}
+
+/* The connection, made now if there is none (a daemon that restarted has a new socket). */
+static int connection(struct vw_control *c)
+{
+	if (c->fd < 0)
+		c->fd = ipc_ctl_connect(c->path);
+	return c->fd;
+}
+
+static void disconnect(struct vw_control *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
 }
 
 int vw_control_send(struct vw_control *c, const char *request_json, uint64_t cookie)
@@ -123,9 +113,22 @@ int vw_control_send(struct vw_control *c, const char *request_json, uint64_t coo
 	expires = vr_mono_s() + c->timeout_s;
 	json_object_object_add(o, "expires_ms", json_object_new_int64((int64_t)(expires * 1000)));
 	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-	if (zmq_send(c->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-	    zmq_send(c->sock, text, strlen(text), ZMQ_DONTWAIT) < 0)
-		rc = -zmq_errno();
+	rc = connection(c);
+	if (rc >= 0) {
+		rc = ipc_ctl_send(c->fd, text, strlen(text));
+		if (rc == -EPIPE || rc == -ECONNRESET || rc == -ENOTCONN) {
+			/* the daemon restarted since: once more on a new connection */
+			disconnect(c);
+			rc = connection(c);
+			if (rc >= 0)
+				rc = ipc_ctl_send(c->fd, text, strlen(text));
+		}
+	}
+	/* nothing listening: as "not there" (the caller says the daemon is stopped) */
+	if (rc == -ENOENT || rc == -ECONNREFUSED) {
+		disconnect(c);
+		rc = -EAGAIN;
+	}
 	json_object_put(o);
 	if (rc)
 		return rc;
@@ -169,39 +172,25 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 	double now;
 	int left = 0;
 
-	for (;;) {
-		zmq_msg_t msg;
-		int more = 0;
-		size_t ml = sizeof(more);
+	while (c->fd >= 0) {
 		struct json_object *reply, *ok, *err;
 		struct vw_pending *p;
 		bool given_up = false;
-		char *text;
+		char *text = NULL;
+		size_t len;
+		int rc = ipc_ctl_recv(c->fd, 0, &text, &len);
 
-		zmq_msg_init(&msg);
-		if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
-			zmq_msg_close(&msg);
+		if (rc == -EAGAIN)
+			break;
+		if (rc == -EMSGSIZE) {
+			vw_log("control: dropped a reply larger than %u bytes", IPC_CTL_REPLY_MAX);
+			continue;
+		}
+		if (rc < 0) { /* the daemon went away: its replies with it (requests time out) */
+			disconnect(c);
 			break;
 		}
-		zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &ml);
-		if (zmq_msg_size(&msg) == 0 && more) { /* the delimiter: the body follows */
-			zmq_msg_close(&msg);
-			zmq_msg_init(&msg);
-			if (zmq_msg_recv(&msg, c->sock, ZMQ_DONTWAIT) < 0) {
-				zmq_msg_close(&msg);
-				break;
-			}
-		}
-		while (zmq_getsockopt(c->sock, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
-			zmq_msg_t x;
-
-			zmq_msg_init(&x);
-			zmq_msg_recv(&x, c->sock, 0);
-			zmq_msg_close(&x);
-		}
-		text = strndup(zmq_msg_data(&msg), zmq_msg_size(&msg));
-		zmq_msg_close(&msg);
-		reply = text ? json_tokener_parse(text) : NULL;
+		reply = json_tokener_parse(text);
 		p = reply && json_object_is_type(reply, json_type_object)
 		            ? match(c, reply, &given_up)
 		            : NULL;
@@ -216,8 +205,7 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx)
 			p->id = 0;
 			done(ctx, cookie, is_ok, is_ok ? NULL : (e ? e : "refused"), text);
 		} else if (!given_up) {
-			vw_log("control: dropped a reply that matches no request: %.200s",
-			       text ? text : "(out of memory)");
+			vw_log("control: dropped a reply that matches no request: %.200s", text);
 		}
 		json_object_put(reply);
 		free(text);

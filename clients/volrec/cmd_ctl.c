@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `volrec get [KEY]` and `volrec set KEY=VALUE ...`: the daemon's control socket
- * (ipc://<run_dir>/<instance>.ctl, docs/control.md). A set is validated by the daemon exactly
+ * (<run_dir>/<instance>.ctl, docs/control.md). A set is validated by the daemon exactly
  * like the configuration file, all keys or none, and applied between volumes.
  * getopt: clients/volrec/tool_common.c
  */
@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include <json-c/json.h>
-#include <zmq.h>
 
 #include "base/base.h"
+#include "ipc/ipc.h"
 #include "commands.h"
 #include "tools.h"
 
@@ -28,16 +28,15 @@
 static int ctl_request(const struct tool_target *t, const char *cmd, struct json_object *req,
                        double timeout, struct json_object **reply)
 {
-	char path[TOOL_PATH_MAX + 96], ep[sizeof(path) + 8];
-	const char *text = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+	char path[TOOL_PATH_MAX + 96], *text = NULL;
+	const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
 	/* a request volrecd read in time is answered at once: wait a second beyond its expiry */
-	int linger = 0, ms = (int)(timeout * 1000.0) + 1000, rc = VR_EXIT_FAIL, n;
+	int ms = (int)(timeout * 1000.0) + 1000, rc, fd;
+	uint64_t deadline;
+	size_t n;
 	struct stat st;
-	void *ctx = NULL, *s = NULL;
-	zmq_msg_t m;
 
 	snprintf(path, sizeof(path), "%s/%s.ctl", t->run_dir, t->instance);
-	snprintf(ep, sizeof(ep), "ipc://%s", path);
 	if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) {
 		fprintf(stderr,
 		        "volrec %s: no control socket %s: volrecd of instance '%s' is not "
@@ -52,39 +51,51 @@ static int ctl_request(const struct tool_target *t, const char *cmd, struct json
 		        cmd, path);
 		return VR_EXIT_PERM;
 	}
-	ctx = zmq_ctx_new();
-	s = ctx ? zmq_socket(ctx, ZMQ_REQ) : NULL;
-	if (!s || zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger)) ||
-	    zmq_setsockopt(s, ZMQ_RCVTIMEO, &ms, sizeof(ms)) ||
-	    zmq_setsockopt(s, ZMQ_SNDTIMEO, &ms, sizeof(ms)) || zmq_connect(s, ep) ||
-	    zmq_send(s, text, strlen(text), 0) < 0) {
-		fprintf(stderr, "volrec %s: cannot send to %s: %s\n", cmd, ep,
-		        zmq_strerror(zmq_errno()));
-		goto out;
+	fd = ipc_ctl_connect(path);
+	if (fd == -EACCES || fd == -EPERM) {
+		fprintf(stderr, "volrec %s: %s: permission denied (add yourself to its group)\n",
+		        cmd, path);
+		return VR_EXIT_PERM;
 	}
-	zmq_msg_init(&m);
-	n = zmq_msg_recv(&m, s, 0);
-	if (n < 0) {
+	if (fd < 0) {
+		fprintf(stderr,
+		        "volrec %s: cannot connect to %s: %s (is volrecd of instance '%s' "
+		        "running?)\n",
+		        cmd, path, strerror(-fd), t->instance);
+		return VR_EXIT_NO_DAEMON;
+	}
+	rc = ipc_ctl_send(fd, body, strlen(body));
+	if (rc < 0) {
+		fprintf(stderr, "volrec %s: cannot send to %s: %s\n", cmd, path, strerror(-rc));
+		close(fd);
+		return VR_EXIT_FAIL;
+	}
+	deadline = vr_mono_ns() + (uint64_t)ms * 1000000ull;
+	do {
+		uint64_t now = vr_mono_ns();
+		rc = ipc_ctl_recv(fd, now < deadline ? (int)((deadline - now) / 1000000ull) : 0,
+		                  &text, &n);
+	} while (rc == -EINTR);
+	close(fd);
+	if (rc == -EAGAIN) {
 		fprintf(stderr,
 		        "volrec %s: volrecd of instance '%s' did not read the request within %.1f "
 		        "s: it expired unread and is not applied\n",
 		        cmd, t->instance, timeout);
-		rc = VR_EXIT_TIMEOUT;
-	} else {
-		*reply = vr_json_parse_object(zmq_msg_data(&m), (size_t)n,
-		                              JSON_TOKENER_DEFAULT_DEPTH, NULL, 0);
-		if (*reply)
-			rc = VR_EXIT_OK;
-		else
-			fprintf(stderr, "volrec %s: the daemon's answer is not JSON\n", cmd);
+		return VR_EXIT_TIMEOUT;
 	}
-	zmq_msg_close(&m);
-out:
-	if (s)
-		zmq_close(s);
-	if (ctx)
-		zmq_ctx_term(ctx);
-	return rc;
+	if (rc < 0) {
+		fprintf(stderr, "volrec %s: no answer from %s: %s\n", cmd, path,
+		        rc == -EPIPE ? "the daemon closed the connection" : strerror(-rc));
+		return VR_EXIT_FAIL;
+	}
+	*reply = vr_json_parse_object(text, n, JSON_TOKENER_DEFAULT_DEPTH, NULL, 0);
+	free(text);
+	if (!*reply) {
+		fprintf(stderr, "volrec %s: the daemon's answer is not JSON\n", cmd);
+		return VR_EXIT_FAIL;
+	}
+	return VR_EXIT_OK;
 }
 
 /* VR_EXIT_OK when the reply says ok, else prints its error and returns VR_EXIT_REJECTED. */

@@ -1,15 +1,20 @@
 # SPDX-License-Identifier: MIT
 """What a member of the volrec group can ask of the control socket is bounded: a render whose
 cost exceeds the cap is refused, one below it that the CPU cannot afford degrades the render
-(status says why) and never the pipeline or the daemon's stop, and keys that name files are
-never set over the wire (nor does any message show a file's contents)."""
+(status says why) and never the pipeline or the daemon's stop, keys that name files are never
+set over the wire (nor does any message show a file's contents), connections beyond the bounds
+of the control socket and the publisher are refused without ending the daemon however few
+descriptors it may have, and no request, however many large datagrams, makes it grow."""
 import json
 import signal
+import socket
 import time
 
 import pytest
+import zmq
 
 import volrec
+from ctlwire import Wire, ctl_path
 from test_tools import TIMEOUT, Daemon
 
 
@@ -55,8 +60,8 @@ def test_a_costly_render_degrades_the_render_not_the_pipeline_nor_the_stop(bin_d
         r = d.volrec("set", "view.render.size=[1024,1024]", "view.render.step=0.27",
                      "view.render.every=1")
         assert r.returncode == 0, r
-        st = wait_status(d, lambda s: s["render"]["degraded"], "render degraded")
-        assert st["state"] == "degraded", st
+        st = wait_status(d, lambda s: s["render"]["overrun"], "render overrun")
+        assert st["state"] == "degraded" and st["render"]["degraded"], st
         assert st["render"]["every"] > 1 and st["render"]["configured_every"] == 1, st
         assert "view.render: a render" in st["render"]["reason"], st
         # the pipeline goes on: volumes keep coming, each within a few periods
@@ -66,16 +71,15 @@ def test_a_costly_render_degrades_the_render_not_the_pipeline_nor_the_stop(bin_d
         assert status(d)["volumes_published"] >= published + 10
         assert "warning: view.render: a render" in d.log_text()
         # a reverting set is applied, and the render is as configured again
-        r = d.volrec("set", "view.render.size=[64,64]", "view.render.step=0")
+        r = d.volrec("set", "view.render.size=[32,32]", "view.render.step=0")
         assert r.returncode == 0, r
-        st = wait_status(d, lambda s: not s["render"]["degraded"] and s["state"] == "running",
-                         "render as configured")
-        assert st["render"]["every"] == 1, st
+        st = wait_status(d, lambda s: not s["render"]["overrun"] and s["state"] == "running",
+                         "render within its limit")
+        assert "renders finish within their limit again" in d.log_text()
         # and a stop while a costly render is asked for ends within the unit's 30 s
         r = d.volrec("set", "view.render.size=[1024,1024]", "view.render.step=0.27")
         assert r.returncode == 0, r
-        wait_status(d, lambda s: s["render"]["abandoned"] > 0 or s["render"]["degraded"],
-                    "costly render again")
+        wait_status(d, lambda s: s["render"]["overrun"], "costly render again")
         t0 = time.monotonic()
         d.proc.send_signal(signal.SIGTERM)
         assert d.proc.wait(timeout=30) == 0, d.log_text()
@@ -106,3 +110,128 @@ def test_keys_that_name_files_are_never_set_over_the_wire(daemon, key, value, wh
             pass
     finally:
         c.close()
+
+
+class LimitedDaemon(Daemon):
+    """volrecd under a hard descriptor limit of `nofile` (prlimit), as a unit without
+    LimitNOFILE= or an operator's ulimit would start it."""
+
+    def __init__(self, bin_dir, nofile):
+        self.nofile = nofile
+        super().__init__(bin_dir)
+
+    def start(self):
+        real = self.bin
+        wrapper = self.dir / "bin"
+        wrapper.mkdir(exist_ok=True)
+        script = wrapper / "volrecd"
+        script.write_text("#!/bin/sh\nexec prlimit --nofile=%d:%d %s \"$@\"\n"
+                          % (self.nofile, self.nofile, real / "volrecd"))
+        script.chmod(0o755)
+        self.bin = wrapper
+        try:
+            super().start()
+        finally:
+            self.bin = real
+
+
+def alive_and_publishing(d):
+    assert d.proc.poll() is None, d.log_text()
+    d.one_volume(10.0)
+    r = d.volrec("get", "preprocess.db_range")
+    assert r.returncode == 0 and r.stdout.strip() == "[0, 100]", (r, d.log_text())
+
+
+def test_control_connections_beyond_the_bound_are_refused_not_fatal(bin_dir):
+    d = LimitedDaemon(bin_dir, 1024)
+    conns = []
+    try:
+        path = ctl_path(d.run_dir, d.instance)
+        refused = 0
+        for _ in range(1100):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                s.settimeout(10)
+                s.connect(path)
+            except OSError:  # the listen queue is full: refused by the kernel
+                s.close()
+                refused += 1
+                continue
+            conns.append(s)
+        # the daemon answers the refused ones with why, and closes them
+        deadline = time.monotonic() + TIMEOUT
+        while "control socket" not in d.log_text() or "refused" not in d.log_text():
+            assert time.monotonic() < deadline and d.proc.poll() is None, d.log_text()
+            time.sleep(0.1)
+        s = conns[-1]
+        s.settimeout(TIMEOUT)
+        reply = json.loads(s.recv(4096) or b"{}")
+        assert reply.get("ok") is False and "too many control connections" in reply["error"]
+        for s in conns:
+            s.close()
+        conns = []
+        alive_and_publishing(d)
+    finally:
+        for s in conns:
+            s.close()
+        d.close()
+
+
+def test_subscribers_beyond_the_bound_are_refused_not_fatal(bin_dir):
+    d = LimitedDaemon(bin_dir, 128)
+    ctx = zmq.Context()
+    subs = []
+    try:
+        ep = "ipc://%s/%s.pub" % (d.run_dir, d.instance)
+        for _ in range(300):
+            s = ctx.socket(zmq.SUB)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(ep)
+            subs.append(s)
+        # the publisher is full (a new subscriber would be refused too): ask the control
+        # socket, and see volumes published meanwhile
+        def ctl_status():
+            with Wire(ctl_path(d.run_dir, d.instance), TIMEOUT) as w:
+                r = w.request({"op": "status"})
+            assert r["ok"], r
+            return r["status"]
+
+        deadline = time.monotonic() + TIMEOUT
+        while ctl_status()["publisher"]["connections_refused"] == 0:
+            assert time.monotonic() < deadline and d.proc.poll() is None, d.log_text()
+            time.sleep(0.1)
+        n = ctl_status()["volumes_published"]
+        while ctl_status()["volumes_published"] < n + 5:
+            assert time.monotonic() < deadline and d.proc.poll() is None, d.log_text()
+            time.sleep(0.1)
+        for s in subs:
+            s.close()
+        subs = []
+        alive_and_publishing(d)
+        assert "publisher: refused" in d.log_text()
+    finally:
+        for s in subs:
+            s.close()
+        ctx.term()
+        d.close()
+
+
+def test_a_request_of_many_large_datagrams_leaves_the_daemon_small(daemon):
+    def rss_kib():
+        for line in open("/proc/%d/status" % daemon.proc.pid):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+
+    before = rss_kib()
+    big = b"x" * (150 * 1024)  # within the socket's datagram size, over the request bound
+    with Wire(ctl_path(daemon.run_dir, daemon.instance), TIMEOUT) as w:
+        for _ in range(800):
+            w.send(big)
+            reply = w.recv()
+            assert reply["ok"] is False and "request too large" in reply["error"], reply
+        # a datagram larger than a request may be is refused by the kernel at the sender
+        with pytest.raises(OSError):
+            w.send(b"y" * (16 << 20))
+        assert w.request({"op": "get", "key": "preprocess.db_range"})["ok"] is True
+    assert rss_kib() - before < 20 * 1024, (before, rss_kib())
+    alive_and_publishing(daemon)

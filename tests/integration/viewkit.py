@@ -22,6 +22,7 @@ import numpy as np
 import zmq
 
 import volrec
+from ctlwire import Wire, ctl_path
 from daemonkit import remove_segments
 
 SRC = pathlib.Path(__file__).resolve().parents[2]
@@ -40,22 +41,17 @@ def wait_for(pred, timeout=TIMEOUT, what="condition", step=0.05):
 
 
 class Control:
-    """volrecd's control socket: one REQ request at a time."""
+    """volrecd's control socket: one request at a time, each on a new connection."""
 
     def __init__(self, run_dir, instance):
-        self.endpoint = f"ipc://{run_dir}/{instance}.ctl"
+        self.endpoint = ctl_path(run_dir, instance)
 
     def ask(self, req, timeout=10.0):
-        s = zmq.Context.instance().socket(zmq.REQ)
-        s.setsockopt(zmq.LINGER, 0)
-        s.connect(self.endpoint)
         try:
-            s.send_string(json.dumps(req))
-            if not s.poll(int(timeout * 1000)):
-                raise AssertionError(f"no reply to {req} from {self.endpoint}")
-            return json.loads(s.recv())
-        finally:
-            s.close()
+            with Wire(self.endpoint, timeout) as w:
+                return w.request(req)
+        except (socket.timeout, TimeoutError):
+            raise AssertionError(f"no reply to {req} from {self.endpoint}")
 
     def get(self, key):
         r = self.ask({"op": "get", "key": key})
