@@ -58,6 +58,88 @@ def run(cmd, timeout=120, check=True):
     return p
 
 
+# ---- the shim ABI itself, from this process (include/volrec/shim.h) --------------------------
+
+SAMPLE_TYPES = {"u16": 0, "i16": 1, "f32": 2, "u12p": 3, "u12gv": 4}
+
+
+class _Geometry(ctypes.Structure):
+    _fields_ = [("samples_per_ascan", ctypes.c_uint32), ("ascans_per_bscan", ctypes.c_uint32),
+                ("bscans_per_volume", ctypes.c_uint32), ("sample_type", ctypes.c_uint32),
+                ("stride_x", ctypes.c_uint32), ("stride_y", ctypes.c_uint32),
+                ("bidirectional", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("rate", ctypes.c_double), ("held_bscans", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 64), ("version", ctypes.c_char * 32),
+                ("device", ctypes.c_char * 128), ("flags", ctypes.c_uint32)]
+
+
+class _Meta(ctypes.Structure):
+    _fields_ = [("timestamp_ns", ctypes.c_uint64), ("epoch", ctypes.c_uint64),
+                ("bscan", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
+
+
+_H = ctypes.c_void_p
+
+
+class _Ops(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
+        ("open", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(_Info),
+                                  ctypes.POINTER(_H))),
+        ("configure", ctypes.CFUNCTYPE(ctypes.c_int, _H, ctypes.POINTER(_Geometry))),
+        ("set_scan_offset", ctypes.CFUNCTYPE(ctypes.c_int, _H, ctypes.c_uint64,
+                                             ctypes.c_uint32, ctypes.c_uint32)),
+        ("start", ctypes.CFUNCTYPE(ctypes.c_int, _H)),
+        ("acquire", ctypes.CFUNCTYPE(ctypes.c_int, _H, ctypes.c_void_p, ctypes.c_size_t,
+                                     ctypes.c_int, ctypes.POINTER(_Meta))),
+        ("stop", ctypes.CFUNCTYPE(ctypes.c_int, _H)),
+        ("close", ctypes.CFUNCTYPE(None, _H)),
+        ("strerror", ctypes.CFUNCTYPE(ctypes.c_char_p, _H, ctypes.c_int)),
+    ]
+
+
+class ShimABI:
+    """A shim driven through its entry table as volrecd drives it, from this process."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.volrec_shim_entry.restype = ctypes.POINTER(_Ops)
+        self.ops = self.lib.volrec_shim_entry().contents
+
+    def open(self, args):
+        """(0, handle) or (negative errno, the shim's message)."""
+        h, info = _H(), _Info()
+        rc = self.ops.open(json.dumps(args).encode(), ctypes.byref(info), ctypes.byref(h))
+        return (rc, (self.ops.strerror(None, rc) or b"").decode(errors="replace")) if rc else (0, h)
+
+    def frames(self, args, sample_type, K, nx, ny, n):
+        """The first n B-scans (bytes) the shim delivers with these args and geometry."""
+        rc, h = self.open(args)
+        assert rc == 0, h
+        try:
+            g = _Geometry(K, nx, ny, sample_type, 1, 1, 0, 0, 25.0, 0, 0)
+            for step, call in (("configure", lambda: self.ops.configure(h, ctypes.byref(g))),
+                               ("set_scan_offset", lambda: self.ops.set_scan_offset(h, 0, 0, 0)),
+                               ("start", lambda: self.ops.start(h))):
+                rc = call()
+                assert rc == 0, f"{step}: {rc} {self.ops.strerror(h, rc)}"
+            size = nx * K * 2 if sample_type == 0 else nx * K // 2 * 3
+            out = []
+            for _ in range(n):
+                buf, meta = ctypes.create_string_buffer(size), _Meta()
+                rc = self.ops.acquire(h, buf, size, 5000, ctypes.byref(meta))
+                assert rc == 0 and meta.flags == 0, (rc, meta.flags, self.ops.strerror(h, rc))
+                out.append(buf.raw)
+            self.ops.stop(h)
+            return out
+        finally:
+            self.ops.close(h)
+
+
 def cameras(bin_dir, *opts):
     return json.loads(run([bin_dir / "volrec", "cameras", "--json", *opts]).stdout)
 
@@ -172,24 +254,25 @@ def test_cameras_writes_valid_utf8_whatever_the_cameras_strings(bin_dir):
 
 # ---- in-process: the synthetic scanner through the camera path ------------------------------
 
-# pixel format -> (geometry.sample_type, bit_shift of the replayed scanner: MonoN is the top N
-# bits of the scanner's 16-bit samples, right-aligned by the camera)
-FORMATS = {"Mono8": ("u16", 8), "Mono10": ("u16", 6), "Mono12": ("u16", 4),
-           "Mono14": ("u16", 2), "Mono16": ("u16", 0), "Mono12p": ("u12p", 0),
-           "Mono12Packed": ("u12gv", 0)}
+# pixel format -> (geometry.sample_type, the bits it keeps: MonoN is the top N bits of the
+# scanner's 16-bit samples, right-aligned by the camera)
+FORMATS = {"Mono8": ("u16", 8), "Mono10": ("u16", 10), "Mono12": ("u16", 12),
+           "Mono14": ("u16", 14), "Mono16": ("u16", 16), "Mono12p": ("u12p", 12),
+           "Mono12Packed": ("u12gv", 12)}
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_fake_camera_volumes_equal_replay_of_the_same_spectra(tmp_path, bin_dir, fmt):
-    sample_type, shift = FORMATS[fmt]
+    sample_type, bits = FORMATS[fmt]
     epochs = 5
-    # the same spectra written to a replay file by `volrec sim`
-    sim = base(tmp_path, sample_type)
-    sim["geometry"]["bit_shift"] = shift
+    # the scanner's 16-bit samples written to a replay file by `volrec sim`, read with
+    # geometry.bit_shift 16 - N: the preprocessing keeps their top N bits
+    sim = base(tmp_path, "u16")
     write(tmp_path / "sim.yaml", sim)
     run([bin_dir / "volrec", "sim", "-c", tmp_path / "sim.yaml", "-o", tmp_path / "sim.raw",
          "-n", epochs])
     rep = json.loads(json.dumps(sim))
+    rep["geometry"]["bit_shift"] = 16 - bits
     rep["source"] = {"type": "replay", "rate": 0,
                      "replay": {"path": str(tmp_path / "sim.raw"), "loop": False}}
     want = volumes(bin_dir, write(tmp_path / "rep.yaml", rep), tmp_path / "rep.h5", epochs)
@@ -205,6 +288,46 @@ def test_fake_camera_volumes_equal_replay_of_the_same_spectra(tmp_path, bin_dir,
     diff = np.argwhere(got != want)
     assert diff.size == 0, (f"{fmt}: {len(diff)} voxels differ, first at {diff[0]}: "
                             f"{got[tuple(diff[0])]} vs {want[tuple(diff[0])]}")
+
+
+def unpack12(raw, gv):
+    """Samples of Mono12p (gv False) or Mono12Packed (gv True) bytes, as include/volrec/shim.h
+    lays them out."""
+    b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.uint16)
+    if gv:
+        s0, s1 = b[:, 0] << 4 | (b[:, 1] & 0xF), b[:, 2] << 4 | b[:, 1] >> 4
+    else:
+        s0, s1 = b[:, 0] | (b[:, 1] & 0xF) << 8, b[:, 1] >> 4 | b[:, 2] << 4
+    return np.stack([s0, s1], axis=1).reshape(-1)
+
+
+def test_fake_camera_mono_n_is_the_top_n_bits_of_mono16(bin_dir):
+    """Frames taken through the shim ABI itself (no processing in between): every pixel
+    format of the simulated camera is Mono16 >> (16 - N), exactly, packed formats included."""
+    shim = ShimABI(SHIM_DIR / "genicam-shim.so")
+    K, nx, ny, frames = 256, 16, 8, 10
+
+    def frames_of(fmt):
+        sample_type, _ = FORMATS[fmt]
+        return shim.frames({"camera": "Fake_1", "simulate": "synth", "seed": 11,
+                            "pixel_format": fmt, "AcquisitionFrameRate": 400},
+                           SAMPLE_TYPES[sample_type], K, nx, ny, frames)
+
+    mono16 = [np.frombuffer(f, np.uint16) for f in frames_of("Mono16")]
+    assert np.std(mono16) > 100, "the comparison needs a signal"
+    for fmt, (sample_type, bits) in sorted(FORMATS.items()):
+        if fmt == "Mono16":
+            continue
+        for i, (raw, ref) in enumerate(zip(frames_of(fmt), mono16)):
+            if sample_type == "u16":
+                got = np.frombuffer(raw, np.uint16)
+            else:
+                got = unpack12(raw, sample_type == "u12gv")
+            want = ref >> (16 - bits)
+            bad = np.flatnonzero(got != want)
+            assert bad.size == 0, (f"{fmt} frame {i}: {bad.size} of {got.size} samples are "
+                                   f"not Mono16 >> {16 - bits}; first at {bad[0]}: "
+                                   f"{got[bad[0]]} vs {want[bad[0]]}")
 
 
 def daemon_shim_config(args, timeout_ms=3000, **geom):
@@ -234,12 +357,15 @@ def test_fake_camera_through_volrecd_equals_replay(daemons, tmp_path, bin_dir):
     d.subscribe()
     assert d.status()["source"]["acquisition"] == "zero-copy"
     last = max(r[0]["epoch"] for r in recs)
+    # the scanner's 16-bit samples, read with bit_shift 4: the top 12 bits, as Mono12p
     sim = json.loads(json.dumps(d.cfg))
     sim["source"] = {"type": "synth", "rate": 25, "synth": {"seed": 11}}
+    sim["geometry"].update(sample_type="u16", bit_shift=0)
     write(tmp_path / "sim.yaml", sim)
     run([bin_dir / "volrec", "sim", "-c", tmp_path / "sim.yaml", "-o", tmp_path / "sim.raw",
          "-n", last + 1])
     rep = json.loads(json.dumps(sim))
+    rep["geometry"]["bit_shift"] = 4
     rep["source"] = {"type": "replay", "rate": 0,
                      "replay": {"path": str(tmp_path / "sim.raw"), "loop": False}}
     want = volumes(bin_dir, write(tmp_path / "rep.yaml", rep), tmp_path / "rep.h5", last + 1)
