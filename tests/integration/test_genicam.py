@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -725,3 +726,63 @@ def test_gv_region_offsets_are_written_after_the_frame_size(daemons, bin_dir, tm
                 "(written after Width = 256, Height = 32)") in bad.log_text(), \
             bad.log_text()[-2000:]
 
+
+
+def gv_feature(cam, name):
+    """The value of feature name of GigE Vision camera cam, read from this process (no other
+    application may hold the camera)."""
+    arv = ctypes.CDLL(ctypes.util.find_library("aravis-0.8") or "libaravis-0.8.so.0")
+    gobj = ctypes.CDLL(ctypes.util.find_library("gobject-2.0") or "libgobject-2.0.so.0")
+    arv.arv_camera_new.restype = ctypes.c_void_p
+    arv.arv_camera_new.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    arv.arv_camera_get_device.restype = ctypes.c_void_p
+    arv.arv_camera_get_device.argtypes = [ctypes.c_void_p]
+    arv.arv_device_get_string_feature_value.restype = ctypes.c_char_p
+    arv.arv_device_get_string_feature_value.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                                        ctypes.c_void_p]
+    gobj.g_object_unref.argtypes = [ctypes.c_void_p]
+    camera = arv.arv_camera_new(cam.encode(), None)
+    assert camera, f"cannot open camera {cam}"
+    try:
+        value = arv.arv_device_get_string_feature_value(arv.arv_camera_get_device(camera),
+                                                        name.encode(), None)
+        return value.decode() if value is not None else None
+    finally:
+        gobj.g_object_unref(camera)
+
+
+@needs_gv
+@pytest.mark.parametrize("end", ["stop", "crash"])
+def test_gv_features_one_configuration_wrote_do_not_stay_for_the_next(daemons, bin_dir, tmp_path,
+                                                                       end):
+    """A camera keeps its registers across connections: a configuration with TriggerMode On
+    (never triggered: no frames) must not leave the next configuration, which names no
+    trigger, waiting for triggers. The shim puts back what it wrote when it closes, and after
+    a crash (SIGKILL) at the next open, from its undo file in RUNTIME_DIRECTORY."""
+    state = tmp_path / "state"
+    state.mkdir()
+    env_extra = {"VOLREC_SHIM_DIR": str(SHIM_DIR), "RUNTIME_DIRECTORY": str(state)}
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        before = gv_feature(cam, "TriggerMode")
+        assert before == "Off", before
+        d = daemons(**gv_config(cam, features=[{"TriggerMode": "On"}]))
+        d.serve(env_extra=env_extra)
+        d.status(lambda m: m["state"] == "degraded")  # triggered, and never triggered
+        undo = state / f"genicam-{cam}.undo"
+        if end == "stop":
+            d.signal(signal.SIGTERM)
+            assert d.wait_exit() == 0, d.log_text()[-2000:]
+            assert gv_feature(cam, "TriggerMode") == "Off", "not put back at close"
+        else:
+            d.signal(signal.SIGKILL)
+            d.wait_exit()
+            assert gv_feature(cam, "TriggerMode") == "On", "a killed daemon cannot put it back"
+        # the next configuration names no trigger: it acquires
+        d2 = daemons(**gv_config(cam))
+        d2.serve(env_extra=env_extra)
+        st = d2.status(lambda m: m["volumes_published"] >= 3 or m["faults"]["source"] > 0)
+        assert st["faults"]["source"] == 0, (st["faults"], d2.log_text()[-2000:])
+        d2.signal(signal.SIGTERM)
+        assert d2.wait_exit() == 0, d2.log_text()[-2000:]
+        assert gv_feature(cam, "TriggerMode") == "Off"
+        assert not undo.exists()
