@@ -727,10 +727,9 @@ def test_gv_region_offsets_are_written_after_the_frame_size(daemons, bin_dir, tm
             bad.log_text()[-2000:]
 
 
-
-def gv_feature(cam, name):
-    """The value of feature name of GigE Vision camera cam, read from this process (no other
-    application may hold the camera)."""
+def gv_feature(cam, name, integer=False):
+    """The value of feature name (a string, or with integer an integer) of GigE Vision camera
+    cam, read from this process (no other application may hold the camera)."""
     arv = ctypes.CDLL(ctypes.util.find_library("aravis-0.8") or "libaravis-0.8.so.0")
     gobj = ctypes.CDLL(ctypes.util.find_library("gobject-2.0") or "libgobject-2.0.so.0")
     arv.arv_camera_new.restype = ctypes.c_void_p
@@ -740,12 +739,17 @@ def gv_feature(cam, name):
     arv.arv_device_get_string_feature_value.restype = ctypes.c_char_p
     arv.arv_device_get_string_feature_value.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
                                                         ctypes.c_void_p]
+    arv.arv_device_get_integer_feature_value.restype = ctypes.c_int64
+    arv.arv_device_get_integer_feature_value.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                                         ctypes.c_void_p]
     gobj.g_object_unref.argtypes = [ctypes.c_void_p]
     camera = arv.arv_camera_new(cam.encode(), None)
     assert camera, f"cannot open camera {cam}"
     try:
-        value = arv.arv_device_get_string_feature_value(arv.arv_camera_get_device(camera),
-                                                        name.encode(), None)
+        dev = arv.arv_camera_get_device(camera)
+        if integer:
+            return arv.arv_device_get_integer_feature_value(dev, name.encode(), None)
+        value = arv.arv_device_get_string_feature_value(dev, name.encode(), None)
         return value.decode() if value is not None else None
     finally:
         gobj.g_object_unref(camera)
@@ -786,3 +790,43 @@ def test_gv_features_one_configuration_wrote_do_not_stay_for_the_next(daemons, b
         assert d2.wait_exit() == 0, d2.log_text()[-2000:]
         assert gv_feature(cam, "TriggerMode") == "Off"
         assert not undo.exists()
+
+
+USER_SETS = """
+<Enumeration Name="UserSetSelector" NameSpace="Standard">
+ <EnumEntry Name="Default" NameSpace="Standard"><Value>0</Value></EnumEntry>
+ <EnumEntry Name="UserSet1" NameSpace="Standard"><Value>1</Value></EnumEntry>
+ <pValue>UserSetSelectorRegister</pValue>
+</Enumeration>
+<Command Name="UserSetLoad" NameSpace="Standard">
+ <pValue>UserSetLoadRegister</pValue><CommandValue>1</CommandValue>
+</Command>
+""" + "".join(f"""<IntReg Name="{n}" NameSpace="Custom"><Address>{a}</Address><Length>4</Length>
+ <AccessMode>RW</AccessMode><pPort>Device</pPort><Sign>Unsigned</Sign>
+ <Endianess>BigEndian</Endianess></IntReg>
+""" for n, a in (("UserSetSelectorRegister", "0x500"), ("UserSetLoadRegister", "0x504")))
+
+
+@needs_gv
+def test_gv_camera_with_a_default_user_set_loads_it_at_open(daemons, bin_dir, tmp_path):
+    """A camera that has UserSetSelector 'Default' and UserSetLoad is reset by loading that
+    user set (here the Fake camera's description with both, on registers of its memory: the
+    load is seen as the command's value in its register), and nothing is remembered."""
+    xml = fake_genicam_with_sfnc_region_limits(tmp_path / "user-sets.xml")
+    xml.write_text(xml.read_text().replace("</RegisterDescription>",
+                                           USER_SETS + "</RegisterDescription>"))
+    state = tmp_path / "state"
+    state.mkdir()
+    with fake_gv_camera(bin_dir, genicam=xml) as (cam, _, _):
+        assert gv_feature(cam, "UserSetLoadRegister", integer=True) == 0
+        d = daemons(**gv_config(cam, features=[{"UserSetSelector": "UserSet1"}]))
+        d.serve(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR), "RUNTIME_DIRECTORY": str(state)})
+        d.vol()
+        assert os.listdir(state) == [], "a camera with a default user set needs no undo file"
+        d.signal(signal.SIGTERM)
+        assert d.wait_exit() == 0, d.log_text()[-2000:]
+        assert gv_feature(cam, "UserSetLoadRegister", integer=True) == 1, "UserSetLoad not run"
+        # Default was selected for the load, then the configuration chose UserSet1: a camera
+        # with user sets is reset at open, not at close
+        assert gv_feature(cam, "UserSetSelector") == "UserSet1"
+
