@@ -358,10 +358,16 @@ echo "restarted: MainPID $PID2, NRestarts $(prop NRestarts), STATUS=$(prop Statu
 
 # ---- a crash ----------------------------------------------------------------------------------
 section "SIGSEGV (a shim crashing in-process) -> the signal in the journal, a clean restart"
-[ "$(in_ct sh -c "grep '^Max open files' /proc/$PID2/limits")" != "" ] || fail "no limits of $PID2"
-nofile=$(in_ct sh -c "grep '^Max open files' /proc/$PID2/limits" | awk '{print $4 "/" $5}')
-echo "volrecd's open files limit (soft/hard): $nofile"
-[ "${nofile#*/}" = 65536 ] || fail "LimitNOFILE=65536 not in force: $nofile"
+# LimitNOFILE=65536, or as close as the container allows: systemd cannot raise a hard limit
+# above its own (a CI host's may be lower), and sets soft and hard alike
+nofile_of() { in_ct sh -c "grep '^Max open files' /proc/$1/limits" | awk '{print $4 "/" $5}'; }
+[ "$(prop LimitNOFILE)" = 65536 ] || fail "LimitNOFILE of the unit: $(prop LimitNOFILE)"
+cap=$(nofile_of 1)
+cap=${cap#*/}
+want=$((cap < 65536 ? cap : 65536))
+nofile=$(nofile_of "$PID2")
+echo "volrecd's open files limit (soft/hard): $nofile (the container's PID 1 hard limit: $cap)"
+[ "$nofile" = "$want/$want" ] || fail "LimitNOFILE=65536 not in force: $nofile, expected $want/$want"
 C4=$(cursor)
 restarts=$(prop NRestarts)
 in_ct sh -c "kill -s SEGV $PID2"
