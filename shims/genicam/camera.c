@@ -225,8 +225,8 @@ failed:
 	return rc;
 }
 
-int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id, char *err,
-                      size_t errlen)
+int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id,
+                      struct gc_undo *undo, char *err, size_t errlen)
 {
 	ArvDevice *dev = arv_camera_get_device(camera);
 
@@ -264,6 +264,12 @@ int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *cam
 			return vr_err(err, errlen, -EINVAL,
 			              "shim.args.GevSCPSPacketSize: the packet size is "
 			              "shim.args.packet_size (negotiated when absent)");
+		rc = gc_undo_remember(dev, undo, a->key);
+		if (rc)
+			return vr_err(
+			        err, errlen, rc,
+			        "shim.args.%s: cannot remember its value to put back (%s): %s",
+			        a->key, undo->path, strerror(-rc));
 		rc = gc_feature_apply(dev, a, camera_id, err, errlen);
 		if (rc)
 			return rc;

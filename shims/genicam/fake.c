@@ -22,7 +22,7 @@ struct gc_fake {
 	struct sim *sim;
 	struct volrec_shim_geometry g;
 	const struct gc_format *f;
-	uint16_t *tmp;            /* one B-scan as the scanner's u16 */
+	uint16_t *tmp;            /* one B-scan as the scanner's 16-bit samples */
 	atomic_uint_fast64_t pos; /* position of the next frame filled */
 	atomic_bool failed;
 };
@@ -97,6 +97,24 @@ int gc_fake_enable(char *err, size_t errlen)
 	return rc;
 }
 
+/* The top 12 bits of n (even) 16-bit samples, two in three bytes as include/volrec/shim.h
+ * lays out Mono12p (gv false) and Mono12Packed (gv true). */
+static void pack12(const uint16_t *in, size_t n, bool gv, uint8_t *o)
+{
+	for (size_t k = 0; k < n; k += 2, o += 3) {
+		const unsigned s0 = in[k] >> 4, s1 = in[k + 1] >> 4;
+
+		if (gv) {
+			o[0] = (uint8_t)(s0 >> 4);
+			o[1] = (uint8_t)((s0 & 0xf) | (s1 & 0xf) << 4);
+		} else {
+			o[0] = (uint8_t)s0;
+			o[1] = (uint8_t)((s0 >> 8) | (s1 & 0xf) << 4);
+		}
+		o[2] = (uint8_t)(s1 >> 4);
+	}
+}
+
 static void fill(ArvBuffer *buffer, void *data, guint32 exposure_us, guint32 gain,
                  ArvPixelFormat pixel_format)
 {
@@ -114,25 +132,22 @@ static void fill(ArvBuffer *buffer, void *data, guint32 exposure_us, guint32 gai
 	    (uint32_t)arv_buffer_get_image_height(buffer) != g->ascans_per_bscan)
 		return; /* reconfigured under us: the frame is refused as incomplete */
 	vr_scan_offset(e, g->stride_x, g->stride_y, &ox, &oy);
-	if (fk->f->sample_type != VOLREC_SAMPLE_U16) {
-		if (sim_bscan(fk->sim, e, ox, oy, b, dst,
-		              volrec_sample_bytes(fk->f->sample_type, n)))
-			atomic_store(&fk->failed, true);
-		return;
-	}
 	if (sim_bscan(fk->sim, e, ox, oy, b, fk->tmp, n * 2)) {
 		atomic_store(&fk->failed, true);
 		return;
 	}
-	/* the scanner left-aligns on a 16-bit word; the camera's MonoN is right-aligned */
+	/* every format is the top N bits of the scanner's 16-bit samples (truncated, as an
+	 * N-bit read-out of the same signal): Mono12 and Mono12p are Mono16 >> 4 exactly */
 	const unsigned sh = 16 - fk->f->bits;
 	if (fk->f->widen) {
 		for (size_t k = 0; k < n; k++)
 			dst[k] = (uint8_t)(fk->tmp[k] >> sh);
-	} else {
+	} else if (fk->f->sample_type == VOLREC_SAMPLE_U16) {
 		uint16_t *o = (uint16_t *)dst;
 		for (size_t k = 0; k < n; k++)
 			o[k] = (uint16_t)(fk->tmp[k] >> sh);
+	} else {
+		pack12(fk->tmp, n, fk->f->sample_type == VOLREC_SAMPLE_U12GV, dst);
 	}
 }
 
@@ -155,8 +170,9 @@ int gc_fake_attach(ArvCamera *camera, const struct gc_fake_params *p,
 		return -ENOMEM;
 	}
 	sim_params_from_geometry(&sp, g);
-	sp.sample_type = f->sample_type;
-	sp.bit_shift = f->sample_type == VOLREC_SAMPLE_U16 ? 16 - f->bits : 0;
+	/* the scanner digitizes at 16 bits; fill() takes each format's top bits */
+	sp.sample_type = VOLREC_SAMPLE_U16;
+	sp.bit_shift = 0;
 	if (p->motion_rate > 0)
 		sp.rate = p->motion_rate;
 	sp.seed = p->seed;

@@ -51,6 +51,7 @@ struct gc_shim {
 	 * follow Width and Height (SFNC: OffsetX <= WidthMax - Width), so configure() writes them
 	 * after the frame size, not in document order at open */
 	struct shim_arg offset[2];
+	struct gc_undo undo; /* the known state at open, and what to put back at close */
 
 	/* from configure() */
 	bool configured;
@@ -158,7 +159,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 {
 	struct gc_shim *s;
 	struct shim_args args;
-	char err[GC_MSG_MAX - 32], sock[16] = "auto", sim[16] = "none";
+	char err[GC_MSG_MAX - 32], sock[16] = "auto", sim[16] = "none", reset[16] = "auto";
+	char state_dir[PATH_MAX] = "";
 	uint64_t psize = UINT64_MAX;
 	GError *ge = NULL;
 	int rc;
@@ -166,8 +168,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return shim_open_fail(-ENOMEM, "genicam: out of memory");
+	s->undo.fd = -1;
 	s->packet_resend = true;
 	s->set_geometry = true;
+	/* systemd's RuntimeDirectory= (the first, when several): kept across a restart */
+	if (getenv("RUNTIME_DIRECTORY"))
+		snprintf(state_dir, sizeof(state_dir), "%.*s",
+		         (int)strcspn(getenv("RUNTIME_DIRECTORY"), ":"),
+		         getenv("RUNTIME_DIRECTORY"));
 	s->fake.seed = 1;
 	s->fake.deg_per_s = 0.25;
 	s->fake.snr_db = 40;
@@ -192,6 +200,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	        {"snr_db", .dbl = &s->fake.snr_db, .lo = -20, .hi = 200},
 	        {"phantom", .str = s->fake.phantom, .max = sizeof(s->fake.phantom)},
 	        {"motion_rate", .dbl = &s->fake.motion_rate, .lo = 0, .hi = 1e6},
+	        {"reset", .str = reset, .max = sizeof(reset)},
+	        {"state_dir", .str = state_dir, .max = sizeof(state_dir)},
 	};
 	rc = shim_args_parse(args_yaml, SHIM_ARGS_FEATURE_LIST, &args, err, sizeof(err));
 	if (!rc)
@@ -232,6 +242,11 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		rc = vr_err(err, sizeof(err), -EINVAL,
 		            "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
 		            sock);
+		goto out_msg;
+	}
+	if (strcmp(reset, "auto") && strcmp(reset, "none")) {
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.reset: '%s' is not allowed (auto or none)", reset);
 		goto out_msg;
 	}
 	if (!strcmp(sim, "synth"))
@@ -332,7 +347,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 			a->used = true;
 		}
 	}
-	rc = gc_features_apply(s->cam, &args, s->cam_id, err, sizeof(err));
+	/* a known state before anything is written: what an earlier run (or another
+	 * application) left in the camera does not carry over */
+	if (!strcmp(reset, "auto")) {
+		rc = gc_camera_reset(s->cam, s->cam_id, state_dir, &s->undo, err, sizeof(err));
+		if (rc)
+			goto out_msg;
+	}
+	rc = gc_features_apply(s->cam, &args, s->cam_id, &s->undo, err, sizeof(err));
 	if (!rc)
 		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
 	if (rc)
@@ -1161,6 +1183,7 @@ static void shim_close(void *h)
 		shim_stop(s);
 	stream_free(s);
 	if (s->cam) {
+		gc_undo_finish(s->cam, &s->undo, !atomic_load(&s->control_lost));
 		if (s->lost_handler)
 			g_signal_handler_disconnect(arv_camera_get_device(s->cam), s->lost_handler);
 		g_object_unref(s->cam);

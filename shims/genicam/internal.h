@@ -8,6 +8,7 @@
 #ifndef VOLREC_SHIMS_GENICAM_INTERNAL_H
 #define VOLREC_SHIMS_GENICAM_INTERNAL_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,6 +60,35 @@ int gc_fake_attach(ArvCamera *camera, const struct gc_fake_params *p,
 void gc_fake_restart(struct gc_fake *fk, uint64_t pos);
 void gc_fake_free(ArvCamera *camera, struct gc_fake *fk);
 
+/* A feature value the shim replaced, to put back. */
+struct gc_undo_entry {
+	char *key, *val; /* GLib strings; val as the camera's node gives it as text */
+};
+
+/* How the camera is put back in a known state (reset.c, docs/cameras.md). */
+struct gc_undo {
+	bool user_set;           /* the camera's default user set was loaded at open */
+	bool active;             /* remembering: the camera has no default user set */
+	char path[PATH_MAX];     /* the undo file ("" = kept in memory only) */
+	int fd;                  /* the undo file, appended to before each write; -1 */
+	struct gc_undo_entry *e; /* in the order written */
+	size_t n;
+};
+
+/* At open, before any feature is written: load the camera's default user set
+ * (UserSetSelector Default, UserSetLoad) where it has one; else put back what the undo file in
+ * state_dir (NULL or "": none) holds from a run that did not close, and start remembering.
+ * -EIO naming the camera when the user set fails to load. */
+int gc_camera_reset(ArvCamera *camera, const char *camera_id, const char *state_dir,
+                    struct gc_undo *u, char *err, size_t errlen);
+/* Before feature key is written: remember its value (in memory and in the undo file). 0, or a
+ * negative errno when the undo file cannot be written. */
+int gc_undo_remember(ArvDevice *dev, struct gc_undo *u, const char *key);
+/* At close: put the remembered values back in reverse order (selectors included, so each
+ * value goes back under the selector it was read under) and remove the undo file; when the
+ * camera is not reachable (control lost) the file stays for the next open. Frees u's memory. */
+void gc_undo_finish(ArvCamera *camera, struct gc_undo *u, bool reachable);
+
 /* One feature: the node must exist, be implemented, available and writable, and the value fit
  * its type and range. Nothing is written unless all of that holds; otherwise a negative errno
  * and a message naming the feature (shim.args.KEY). */
@@ -67,8 +97,8 @@ int gc_feature_apply(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 /* Apply every shim.args key not already used (the shim's own arguments and the region offsets
  * are) as a GenICam feature, in document order, each checked against the camera's node (exists,
  * available, writable, type, range, enumeration entry). -EINVAL / -ERANGE / -EACCES and a
- * message naming the feature otherwise. */
-int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id, char *err,
-                      size_t errlen);
+ * message naming the feature otherwise. Each value replaced is remembered in undo first. */
+int gc_features_apply(ArvCamera *camera, struct shim_args *args, const char *camera_id,
+                      struct gc_undo *undo, char *err, size_t errlen);
 
 #endif

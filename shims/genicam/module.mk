@@ -7,7 +7,7 @@ ifneq ($(ARAVIS_LIBS),)
 HAVE_ARAVIS := 1
 SHLIBS += volrec_genicam_shim
 volrec_genicam_shim_SRCS := shims/genicam/genicam_shim.c shims/genicam/camera.c \
-	shims/genicam/fake.c shims/args.c shims/common.c
+	shims/genicam/fake.c shims/genicam/reset.c shims/args.c shims/common.c
 volrec_genicam_shim_ARCHIVES := sim base
 # only what it uses of base (vr_scan_offset, the clock): no libjson-c in the shim
 volrec_genicam_shim_LDLIBS := -Wl,--as-needed $(ARAVIS_LIBS) -lyaml -Wl,-z,nodelete

@@ -286,3 +286,42 @@ def test_reload_while_a_hung_call_holds_an_exclusive_device_exits_1_and_says_why
     assert ("error: cannot rebuild with the previous configuration either: " in log
             and "the previous source never returned from a call and may still hold its device"
             in log), log[-3000:]
+
+
+def stale_leftovers(d):
+    """The dead daemon's pid, and what it left: run_dir files and /dev/shm segments."""
+    shm = sorted(n for n in os.listdir("/dev/shm") if n.startswith(f"volrec.{d.instance}"))
+    files = sorted(p.name for p in d.run_dir.iterdir() if p.name.startswith(d.instance + "."))
+    return files, shm
+
+
+@pytest.mark.parametrize("sig", ["SEGV", "ABRT"])
+def test_a_shim_crashing_after_start_leaves_nothing_a_restart_trips_on(daemons, build_dir, sig):
+    """A shim is in-process: when it crashes, volrecd dies of the signal (what the unit's exit
+    status tells the journal) and leaves its lock, socket, pid file and segments; a second
+    volrecd of the same instance starts cleanly over them and publishes."""
+    d, _ = shim_daemon(daemons, build_dir)
+    d.cfg["source"]["shim"]["args"].update(crash_after=40, crash_signal=sig)
+    d.write_config(d.cfg)
+    d.start()
+    rc = d.wait_exit()
+    if not os.environ.get("VOLREC_SANITIZER"):  # ASan reports a SEGV itself, then exits 1
+        assert rc == -getattr(signal, "SIG" + sig), (rc, d.log_text()[-2000:])
+    assert rc != 0, d.log_text()[-2000:]
+    dead_pid = d.proc.pid
+    files, shm = stale_leftovers(d)
+    assert {f"{d.instance}.{x}" for x in ("lock", "pid")} <= set(files), files
+    assert int((d.run_dir / f"{d.instance}.pid").read_text()) == dead_pid
+    assert f"volrec.{d.instance}" in shm, shm
+    # the same instance again, the shim no longer crashing
+    del d.cfg["source"]["shim"]["args"]["crash_after"]
+    d.write_config(d.cfg)
+    d.serve()
+    st = d.status(lambda m: m["volumes_published"] >= 2)
+    assert st["state"] == "running", st
+    assert int((d.run_dir / f"{d.instance}.pid").read_text()) == d.proc.pid != dead_pid
+    files, shm = stale_leftovers(d)
+    assert shm == [f"volrec.{d.instance}", f"volrec.{d.instance}.readers"], shm
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0, d.log_text()[-2000:]
+    assert stale_leftovers(d) == ([], []), d.log_text()[-2000:]

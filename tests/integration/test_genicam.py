@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -56,6 +57,88 @@ def run(cmd, timeout=120, check=True):
     if check:
         assert p.returncode == 0, f"{' '.join(map(str, cmd))}\n{p.stdout}\n{p.stderr}"
     return p
+
+
+# ---- the shim ABI itself, from this process (include/volrec/shim.h) --------------------------
+
+SAMPLE_TYPES = {"u16": 0, "i16": 1, "f32": 2, "u12p": 3, "u12gv": 4}
+
+
+class _Geometry(ctypes.Structure):
+    _fields_ = [("samples_per_ascan", ctypes.c_uint32), ("ascans_per_bscan", ctypes.c_uint32),
+                ("bscans_per_volume", ctypes.c_uint32), ("sample_type", ctypes.c_uint32),
+                ("stride_x", ctypes.c_uint32), ("stride_y", ctypes.c_uint32),
+                ("bidirectional", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("rate", ctypes.c_double), ("held_bscans", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 64), ("version", ctypes.c_char * 32),
+                ("device", ctypes.c_char * 128), ("flags", ctypes.c_uint32)]
+
+
+class _Meta(ctypes.Structure):
+    _fields_ = [("timestamp_ns", ctypes.c_uint64), ("epoch", ctypes.c_uint64),
+                ("bscan", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
+
+
+_H = ctypes.c_void_p
+
+
+class _Ops(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
+        ("open", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(_Info),
+                                  ctypes.POINTER(_H))),
+        ("configure", ctypes.CFUNCTYPE(ctypes.c_int, _H, ctypes.POINTER(_Geometry))),
+        ("set_scan_offset", ctypes.CFUNCTYPE(ctypes.c_int, _H, ctypes.c_uint64,
+                                             ctypes.c_uint32, ctypes.c_uint32)),
+        ("start", ctypes.CFUNCTYPE(ctypes.c_int, _H)),
+        ("acquire", ctypes.CFUNCTYPE(ctypes.c_int, _H, ctypes.c_void_p, ctypes.c_size_t,
+                                     ctypes.c_int, ctypes.POINTER(_Meta))),
+        ("stop", ctypes.CFUNCTYPE(ctypes.c_int, _H)),
+        ("close", ctypes.CFUNCTYPE(None, _H)),
+        ("strerror", ctypes.CFUNCTYPE(ctypes.c_char_p, _H, ctypes.c_int)),
+    ]
+
+
+class ShimABI:
+    """A shim driven through its entry table as volrecd drives it, from this process."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.volrec_shim_entry.restype = ctypes.POINTER(_Ops)
+        self.ops = self.lib.volrec_shim_entry().contents
+
+    def open(self, args):
+        """(0, handle) or (negative errno, the shim's message)."""
+        h, info = _H(), _Info()
+        rc = self.ops.open(json.dumps(args).encode(), ctypes.byref(info), ctypes.byref(h))
+        return (rc, (self.ops.strerror(None, rc) or b"").decode(errors="replace")) if rc else (0, h)
+
+    def frames(self, args, sample_type, K, nx, ny, n):
+        """The first n B-scans (bytes) the shim delivers with these args and geometry."""
+        rc, h = self.open(args)
+        assert rc == 0, h
+        try:
+            g = _Geometry(K, nx, ny, sample_type, 1, 1, 0, 0, 25.0, 0, 0)
+            for step, call in (("configure", lambda: self.ops.configure(h, ctypes.byref(g))),
+                               ("set_scan_offset", lambda: self.ops.set_scan_offset(h, 0, 0, 0)),
+                               ("start", lambda: self.ops.start(h))):
+                rc = call()
+                assert rc == 0, f"{step}: {rc} {self.ops.strerror(h, rc)}"
+            size = nx * K * 2 if sample_type == 0 else nx * K // 2 * 3
+            out = []
+            for _ in range(n):
+                buf, meta = ctypes.create_string_buffer(size), _Meta()
+                rc = self.ops.acquire(h, buf, size, 5000, ctypes.byref(meta))
+                assert rc == 0 and meta.flags == 0, (rc, meta.flags, self.ops.strerror(h, rc))
+                out.append(buf.raw)
+            self.ops.stop(h)
+            return out
+        finally:
+            self.ops.close(h)
 
 
 def cameras(bin_dir, *opts):
@@ -172,24 +255,25 @@ def test_cameras_writes_valid_utf8_whatever_the_cameras_strings(bin_dir):
 
 # ---- in-process: the synthetic scanner through the camera path ------------------------------
 
-# pixel format -> (geometry.sample_type, bit_shift of the replayed scanner: MonoN is the top N
-# bits of the scanner's 16-bit samples, right-aligned by the camera)
-FORMATS = {"Mono8": ("u16", 8), "Mono10": ("u16", 6), "Mono12": ("u16", 4),
-           "Mono14": ("u16", 2), "Mono16": ("u16", 0), "Mono12p": ("u12p", 0),
-           "Mono12Packed": ("u12gv", 0)}
+# pixel format -> (geometry.sample_type, the bits it keeps: MonoN is the top N bits of the
+# scanner's 16-bit samples, right-aligned by the camera)
+FORMATS = {"Mono8": ("u16", 8), "Mono10": ("u16", 10), "Mono12": ("u16", 12),
+           "Mono14": ("u16", 14), "Mono16": ("u16", 16), "Mono12p": ("u12p", 12),
+           "Mono12Packed": ("u12gv", 12)}
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_fake_camera_volumes_equal_replay_of_the_same_spectra(tmp_path, bin_dir, fmt):
-    sample_type, shift = FORMATS[fmt]
+    sample_type, bits = FORMATS[fmt]
     epochs = 5
-    # the same spectra written to a replay file by `volrec sim`
-    sim = base(tmp_path, sample_type)
-    sim["geometry"]["bit_shift"] = shift
+    # the scanner's 16-bit samples written to a replay file by `volrec sim`, read with
+    # geometry.bit_shift 16 - N: the preprocessing keeps their top N bits
+    sim = base(tmp_path, "u16")
     write(tmp_path / "sim.yaml", sim)
     run([bin_dir / "volrec", "sim", "-c", tmp_path / "sim.yaml", "-o", tmp_path / "sim.raw",
          "-n", epochs])
     rep = json.loads(json.dumps(sim))
+    rep["geometry"]["bit_shift"] = 16 - bits
     rep["source"] = {"type": "replay", "rate": 0,
                      "replay": {"path": str(tmp_path / "sim.raw"), "loop": False}}
     want = volumes(bin_dir, write(tmp_path / "rep.yaml", rep), tmp_path / "rep.h5", epochs)
@@ -205,6 +289,46 @@ def test_fake_camera_volumes_equal_replay_of_the_same_spectra(tmp_path, bin_dir,
     diff = np.argwhere(got != want)
     assert diff.size == 0, (f"{fmt}: {len(diff)} voxels differ, first at {diff[0]}: "
                             f"{got[tuple(diff[0])]} vs {want[tuple(diff[0])]}")
+
+
+def unpack12(raw, gv):
+    """Samples of Mono12p (gv False) or Mono12Packed (gv True) bytes, as include/volrec/shim.h
+    lays them out."""
+    b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.uint16)
+    if gv:
+        s0, s1 = b[:, 0] << 4 | (b[:, 1] & 0xF), b[:, 2] << 4 | b[:, 1] >> 4
+    else:
+        s0, s1 = b[:, 0] | (b[:, 1] & 0xF) << 8, b[:, 1] >> 4 | b[:, 2] << 4
+    return np.stack([s0, s1], axis=1).reshape(-1)
+
+
+def test_fake_camera_mono_n_is_the_top_n_bits_of_mono16(bin_dir):
+    """Frames taken through the shim ABI itself (no processing in between): every pixel
+    format of the simulated camera is Mono16 >> (16 - N), exactly, packed formats included."""
+    shim = ShimABI(SHIM_DIR / "genicam-shim.so")
+    K, nx, ny, frames = 256, 16, 8, 10
+
+    def frames_of(fmt):
+        sample_type, _ = FORMATS[fmt]
+        return shim.frames({"camera": "Fake_1", "simulate": "synth", "seed": 11,
+                            "pixel_format": fmt, "AcquisitionFrameRate": 400},
+                           SAMPLE_TYPES[sample_type], K, nx, ny, frames)
+
+    mono16 = [np.frombuffer(f, np.uint16) for f in frames_of("Mono16")]
+    assert np.std(mono16) > 100, "the comparison needs a signal"
+    for fmt, (sample_type, bits) in sorted(FORMATS.items()):
+        if fmt == "Mono16":
+            continue
+        for i, (raw, ref) in enumerate(zip(frames_of(fmt), mono16)):
+            if sample_type == "u16":
+                got = np.frombuffer(raw, np.uint16)
+            else:
+                got = unpack12(raw, sample_type == "u12gv")
+            want = ref >> (16 - bits)
+            bad = np.flatnonzero(got != want)
+            assert bad.size == 0, (f"{fmt} frame {i}: {bad.size} of {got.size} samples are "
+                                   f"not Mono16 >> {16 - bits}; first at {bad[0]}: "
+                                   f"{got[bad[0]]} vs {want[bad[0]]}")
 
 
 def daemon_shim_config(args, timeout_ms=3000, **geom):
@@ -234,12 +358,15 @@ def test_fake_camera_through_volrecd_equals_replay(daemons, tmp_path, bin_dir):
     d.subscribe()
     assert d.status()["source"]["acquisition"] == "zero-copy"
     last = max(r[0]["epoch"] for r in recs)
+    # the scanner's 16-bit samples, read with bit_shift 4: the top 12 bits, as Mono12p
     sim = json.loads(json.dumps(d.cfg))
     sim["source"] = {"type": "synth", "rate": 25, "synth": {"seed": 11}}
+    sim["geometry"].update(sample_type="u16", bit_shift=0)
     write(tmp_path / "sim.yaml", sim)
     run([bin_dir / "volrec", "sim", "-c", tmp_path / "sim.yaml", "-o", tmp_path / "sim.raw",
          "-n", last + 1])
     rep = json.loads(json.dumps(sim))
+    rep["geometry"]["bit_shift"] = 4
     rep["source"] = {"type": "replay", "rate": 0,
                      "replay": {"path": str(tmp_path / "sim.raw"), "loop": False}}
     want = volumes(bin_dir, write(tmp_path / "rep.yaml", rep), tmp_path / "rep.h5", last + 1)
@@ -598,4 +725,108 @@ def test_gv_region_offsets_are_written_after_the_frame_size(daemons, bin_dir, tm
         assert (f"shim.args.OffsetX: 1900 is out of range for camera {cam} (0..1792) "
                 "(written after Width = 256, Height = 32)") in bad.log_text(), \
             bad.log_text()[-2000:]
+
+
+def gv_feature(cam, name, integer=False):
+    """The value of feature name (a string, or with integer an integer) of GigE Vision camera
+    cam, read from this process (no other application may hold the camera)."""
+    arv = ctypes.CDLL(ctypes.util.find_library("aravis-0.8") or "libaravis-0.8.so.0")
+    gobj = ctypes.CDLL(ctypes.util.find_library("gobject-2.0") or "libgobject-2.0.so.0")
+    arv.arv_camera_new.restype = ctypes.c_void_p
+    arv.arv_camera_new.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    arv.arv_camera_get_device.restype = ctypes.c_void_p
+    arv.arv_camera_get_device.argtypes = [ctypes.c_void_p]
+    arv.arv_device_get_string_feature_value.restype = ctypes.c_char_p
+    arv.arv_device_get_string_feature_value.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                                        ctypes.c_void_p]
+    arv.arv_device_get_integer_feature_value.restype = ctypes.c_int64
+    arv.arv_device_get_integer_feature_value.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                                         ctypes.c_void_p]
+    gobj.g_object_unref.argtypes = [ctypes.c_void_p]
+    camera = arv.arv_camera_new(cam.encode(), None)
+    assert camera, f"cannot open camera {cam}"
+    try:
+        dev = arv.arv_camera_get_device(camera)
+        if integer:
+            return arv.arv_device_get_integer_feature_value(dev, name.encode(), None)
+        value = arv.arv_device_get_string_feature_value(dev, name.encode(), None)
+        return value.decode() if value is not None else None
+    finally:
+        gobj.g_object_unref(camera)
+
+
+@needs_gv
+@pytest.mark.parametrize("end", ["stop", "crash"])
+def test_gv_features_one_configuration_wrote_do_not_stay_for_the_next(daemons, bin_dir, tmp_path,
+                                                                       end):
+    """A camera keeps its registers across connections: a configuration with TriggerMode On
+    (never triggered: no frames) must not leave the next configuration, which names no
+    trigger, waiting for triggers. The shim puts back what it wrote when it closes, and after
+    a crash (SIGKILL) at the next open, from its undo file in RUNTIME_DIRECTORY."""
+    state = tmp_path / "state"
+    state.mkdir()
+    env_extra = {"VOLREC_SHIM_DIR": str(SHIM_DIR), "RUNTIME_DIRECTORY": str(state)}
+    with fake_gv_camera(bin_dir) as (cam, _, _):
+        before = gv_feature(cam, "TriggerMode")
+        assert before == "Off", before
+        d = daemons(**gv_config(cam, features=[{"TriggerMode": "On"}]))
+        d.serve(env_extra=env_extra)
+        d.status(lambda m: m["state"] == "degraded")  # triggered, and never triggered
+        undo = state / f"genicam-{cam}.undo"
+        if end == "stop":
+            d.signal(signal.SIGTERM)
+            assert d.wait_exit() == 0, d.log_text()[-2000:]
+            assert gv_feature(cam, "TriggerMode") == "Off", "not put back at close"
+        else:
+            d.signal(signal.SIGKILL)
+            d.wait_exit()
+            assert gv_feature(cam, "TriggerMode") == "On", "a killed daemon cannot put it back"
+        # the next configuration names no trigger: it acquires
+        d2 = daemons(**gv_config(cam))
+        d2.serve(env_extra=env_extra)
+        st = d2.status(lambda m: m["volumes_published"] >= 3 or m["faults"]["source"] > 0)
+        assert st["faults"]["source"] == 0, (st["faults"], d2.log_text()[-2000:])
+        d2.signal(signal.SIGTERM)
+        assert d2.wait_exit() == 0, d2.log_text()[-2000:]
+        assert gv_feature(cam, "TriggerMode") == "Off"
+        assert not undo.exists()
+
+
+USER_SETS = """
+<Enumeration Name="UserSetSelector" NameSpace="Standard">
+ <EnumEntry Name="Default" NameSpace="Standard"><Value>0</Value></EnumEntry>
+ <EnumEntry Name="UserSet1" NameSpace="Standard"><Value>1</Value></EnumEntry>
+ <pValue>UserSetSelectorRegister</pValue>
+</Enumeration>
+<Command Name="UserSetLoad" NameSpace="Standard">
+ <pValue>UserSetLoadRegister</pValue><CommandValue>1</CommandValue>
+</Command>
+""" + "".join(f"""<IntReg Name="{n}" NameSpace="Custom"><Address>{a}</Address><Length>4</Length>
+ <AccessMode>RW</AccessMode><pPort>Device</pPort><Sign>Unsigned</Sign>
+ <Endianess>BigEndian</Endianess></IntReg>
+""" for n, a in (("UserSetSelectorRegister", "0x500"), ("UserSetLoadRegister", "0x504")))
+
+
+@needs_gv
+def test_gv_camera_with_a_default_user_set_loads_it_at_open(daemons, bin_dir, tmp_path):
+    """A camera that has UserSetSelector 'Default' and UserSetLoad is reset by loading that
+    user set (here the Fake camera's description with both, on registers of its memory: the
+    load is seen as the command's value in its register), and nothing is remembered."""
+    xml = fake_genicam_with_sfnc_region_limits(tmp_path / "user-sets.xml")
+    xml.write_text(xml.read_text().replace("</RegisterDescription>",
+                                           USER_SETS + "</RegisterDescription>"))
+    state = tmp_path / "state"
+    state.mkdir()
+    with fake_gv_camera(bin_dir, genicam=xml) as (cam, _, _):
+        assert gv_feature(cam, "UserSetLoadRegister", integer=True) == 0
+        d = daemons(**gv_config(cam, features=[{"UserSetSelector": "UserSet1"}]))
+        d.serve(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR), "RUNTIME_DIRECTORY": str(state)})
+        d.vol()
+        assert os.listdir(state) == [], "a camera with a default user set needs no undo file"
+        d.signal(signal.SIGTERM)
+        assert d.wait_exit() == 0, d.log_text()[-2000:]
+        assert gv_feature(cam, "UserSetLoadRegister", integer=True) == 1, "UserSetLoad not run"
+        # Default was selected for the load, then the configuration chose UserSet1: a camera
+        # with user sets is reset at open, not at close
+        assert gv_feature(cam, "UserSetSelector") == "UserSet1"
 

@@ -3,6 +3,7 @@
 key; the systemd unit passes systemd-analyze verify and keeps its exposure figure."""
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -283,3 +284,80 @@ def test_libvolrec_man_page_documents_every_exported_function(src_dir, build_dir
     assert not undocumented, f"libvolrec(3) does not document: {undocumented}"
     listed = set(re.findall(r"\b(volrec_\w+)\(", synopsis))
     assert listed <= set(exported), f"documented but not exported: {sorted(listed - set(exported))}"
+
+
+# ---- the viewer's unit (packaging/systemd/volrec-view.service) -------------------------------
+
+def unit_lines(path):
+    """[(section, key, value)] of a unit file, continuation lines joined as systemd joins them."""
+    out, section, pending = [], None, ""
+    for raw in path.read_text().splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        out.append((section, key, value))
+    return out
+
+
+VIEW_FILES = {"view.crt": "--cert", "view.key": "--key", "view.tokens": "--token-file"}
+
+
+def view_exec_args(src_dir, creds, opts):
+    """The arguments the unit's ExecStart gives `volrec view`, with %d the folder creds and
+    VOLREC_VIEW_OPTS=opts (systemd's specifier and variable expansion done here)."""
+    lines = unit_lines(src_dir / "packaging/systemd/volrec-view.service")
+    start = [v for s, k, v in lines if (s, k) == ("Service", "ExecStart")]
+    assert len(start) == 1, start
+    cmd = start[0].replace("%d", str(creds)).replace("$VOLREC_VIEW_OPTS", opts)
+    argv = shlex.split(cmd.replace("$$", "$"))
+    # the viewer stands in as printf: one argument a line
+    argv = [a.replace("exec /usr/bin/volrec view", "exec printf '%s\\n'") for a in argv]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+def test_view_unit_hands_root_only_files_over_as_credentials(src_dir, tmp_path):
+    """The key and token files are mode 0600 root, which the service's own user cannot read:
+    systemd loads them (LoadCredential=, an absent file an empty default) and the viewer is
+    given the copies in its credentials directory, only those present."""
+    lines = unit_lines(src_dir / "packaging/systemd/volrec-view.service")
+    load = [v for s, k, v in lines if (s, k) == ("Service", "LoadCredential")]
+    default = [v for s, k, v in lines if (s, k) == ("Service", "SetCredential")]
+    for name in VIEW_FILES:
+        assert f"{name}:/etc/volrec/{name}" in load, load
+        assert f"{name}:\\n" in default, default
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    # no files: SetCredential's newline in each, the viewer on loopback as it was
+    for name in VIEW_FILES:
+        (creds / name).write_text("\n")
+    args = view_exec_args(src_dir, creds, "")
+    assert args == ["-c", "/etc/volrec/volrecd.yaml"], args
+    # the three files: each given from the credentials folder, the options after them
+    for name in VIEW_FILES:
+        (creds / name).write_text(f"contents of {name}\n")
+        (creds / name).chmod(0o400)
+    args = view_exec_args(src_dir, creds, "--listen 0.0.0.0:8443")
+    for name, opt in VIEW_FILES.items():
+        assert opt in args and args[args.index(opt) + 1] == str(creds / name), args
+    assert args[-2:] == ["--listen", "0.0.0.0:8443"], args
+
+
+def test_view_unit_passes_systemd_analyze_verify(src_dir, tmp_path):
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed")
+    path = tmp_path / "volrec-view.service"
+    path.write_text((src_dir / "packaging/systemd/volrec-view.service").read_text()
+                    .replace("After=volrecd.service ", "After="))
+    res = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "volrec-view.service" not in res.stderr, res.stdout + res.stderr

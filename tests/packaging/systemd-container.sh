@@ -4,8 +4,10 @@
 # a debootstrap --variant=minbase tree, no network) as root, installs the .debs of DEBDIR and
 # checks what only a real service manager shows: start reaches READY with the STATUS= line,
 # reload of a good file, reload of a bad file fails while the service keeps running, a
-# configuration error at start is not restarted, SIGSTOP -> watchdog kill -> restart, the
-# journal fields (VOLREC_*, CODE_* of the caller), stop, and purge leaves nothing.
+# configuration error at start is not restarted, SIGSTOP -> watchdog kill -> restart, a crash
+# (SIGSEGV) -> its signal in the journal and a clean restart, the descriptor limit, the journal
+# fields (VOLREC_*, CODE_* of the caller), the viewer unit serving TLS with root-only key and
+# token files (credentials), stop, and purge leaves nothing.
 #
 # Usage: tests/packaging/systemd-container.sh DEBDIR   (DEBDIR: the .debs, e.g. from
 #        tests/packaging/ci-packages.sh --build-only DEBDIR)
@@ -79,6 +81,7 @@ in_ct() {
 		LANG=C.UTF-8 SYSTEMD_PAGER=cat SYSTEMD_COLORS=0 DEBIAN_FRONTEND=noninteractive "$@"
 }
 prop() { in_ct systemctl show -P "$1" volrecd.service; }
+vprop() { in_ct systemctl show -P "$1" volrec-view.service; }
 # Wait up to $1 seconds for the shell condition $2 (evaluated here).
 wait_for() {
 	local end=$((SECONDS + $1))
@@ -272,6 +275,8 @@ in_ct getent passwd volrec || fail "the system user volrec was not created"
 for p in "${PKGS[@]}"; do in_ct dpkg -L "$p"; done | sort -u >"$WORK/installed.txt"
 echo "$(wc -l <"$WORK/installed.txt") paths installed"
 in_ct systemd-analyze verify --man=no volrecd.service || fail "systemd-analyze verify volrecd.service"
+in_ct systemd-analyze verify --man=no volrec-view.service ||
+	fail "systemd-analyze verify volrec-view.service"
 [ "$(prop UnitFileState)" = disabled ] || fail "the package enabled the service: $(prop UnitFileState)"
 cp "$WORK/root/etc/volrec/volrecd.yaml" "$WORK/volrecd.yaml.orig"
 set_config() { cat >"$WORK/root/etc/volrec/volrecd.yaml"; }
@@ -350,6 +355,93 @@ PID2=$(prop MainPID)
 [ "$PID2" != "$PID1" ] || fail "the main pid did not change"
 wait_for 30 '[[ "$(prop StatusText)" == *volumes/s* ]]' || fail "not running again: '$(prop StatusText)'"
 echo "restarted: MainPID $PID2, NRestarts $(prop NRestarts), STATUS=$(prop StatusText)"
+
+# ---- a crash ----------------------------------------------------------------------------------
+section "SIGSEGV (a shim crashing in-process) -> the signal in the journal, a clean restart"
+# LimitNOFILE=65536, or as close as the container allows: systemd cannot raise a hard limit
+# above its own (a CI host's may be lower), and sets soft and hard alike
+nofile_of() { in_ct sh -c "grep '^Max open files' /proc/$1/limits" | awk '{print $4 "/" $5}'; }
+[ "$(prop LimitNOFILE)" = 65536 ] || fail "LimitNOFILE of the unit: $(prop LimitNOFILE)"
+cap=$(nofile_of 1)
+cap=${cap#*/}
+want=$((cap < 65536 ? cap : 65536))
+nofile=$(nofile_of "$PID2")
+echo "volrecd's open files limit (soft/hard): $nofile (the container's PID 1 hard limit: $cap)"
+[ "$nofile" = "$want/$want" ] || fail "LimitNOFILE=65536 not in force: $nofile, expected $want/$want"
+C4=$(cursor)
+restarts=$(prop NRestarts)
+in_ct sh -c "kill -s SEGV $PID2"
+wait_for 60 '[ "$(prop NRestarts)" -gt "$restarts" ] && [ "$(prop SubState)" = running ]' ||
+	fail "no restart after SIGSEGV within 60 s: $(prop ActiveState)/$(prop SubState)"
+journal_after "$C4" cat unit=volrecd.service | grep -E 'Main process exited|Failed with result|Scheduled restart|started' || true
+journal_has 'status=11/SEGV' "$C4" cat unit=volrecd.service ||
+	fail "the journal does not say the daemon died of SIGSEGV"
+PID3=$(prop MainPID)
+[ "$PID3" != "$PID2" ] || fail "the main pid did not change after SIGSEGV"
+wait_for 30 '[[ "$(prop StatusText)" == *volumes/s* ]]' || fail "not running after SIGSEGV: '$(prop StatusText)'"
+# what the new daemon holds is its own: the pid file names it, one data and one lease segment
+[ "$(in_ct cat /run/volrec/default.pid)" = "$PID3" ] ||
+	fail "/run/volrec/default.pid is '$(in_ct cat /run/volrec/default.pid)', the daemon is $PID3"
+in_ct sh -c 'ls /dev/shm/' | grep '^volrec\.' | tee "$WORK/shm-after-crash.txt"
+[ "$(wc -l <"$WORK/shm-after-crash.txt")" = 2 ] || fail "shared memory after the crash: $(cat "$WORK/shm-after-crash.txt")"
+echo "restarted after SIGSEGV: MainPID $PID3, NRestarts $(prop NRestarts)"
+
+# ---- the viewer unit ---------------------------------------------------------------------------
+section "volrec-view with root-only TLS key and token file (LoadCredential=)"
+# the files as an operator installs them: owned by root, mode 0600 (the certificate 0644)
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=volrec-ct \
+	-keyout "$WORK/root/etc/volrec/view.key" -out "$WORK/root/etc/volrec/view.crt" >/dev/null 2>&1 ||
+	fail "openssl req"
+printf 'view: viewtoken-0123456789abcdef\ncontrol: controltoken-0123456789abcdef\n' \
+	>"$WORK/root/etc/volrec/view.tokens"
+chown 0:0 "$WORK/root/etc/volrec/view".*
+chmod 0600 "$WORK/root/etc/volrec/view.key" "$WORK/root/etc/volrec/view.tokens"
+chmod 0644 "$WORK/root/etc/volrec/view.crt"
+echo 'VOLREC_VIEW_OPTS=--listen 0.0.0.0:8443' >"$WORK/root/etc/default/volrec-view"
+https_get() { # PATH [TOKEN]: the status of an https request to the viewer in the container
+	in_ct python3 -c '
+import http.client, ssl, sys
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+c = http.client.HTTPSConnection("127.0.0.1", 8443, context=ctx, timeout=10)
+h = {"Authorization": "Bearer " + sys.argv[2]} if len(sys.argv) > 2 else {}
+c.request("GET", sys.argv[1], headers=h)
+print(c.getresponse().status)
+' "$@" 2>/dev/null
+}
+# the control: the same files named directly are out of the service user's reach
+in_ct mkdir -p /run/systemd/system/volrec-view.service.d
+in_ct sh -c 'printf "[Service]\nExecStart=\nExecStart=/usr/bin/volrec view -c /etc/volrec/volrecd.yaml --listen 0.0.0.0:8443 --cert /etc/volrec/view.crt --key /etc/volrec/view.key --token-file /etc/volrec/view.tokens\n" >/run/systemd/system/volrec-view.service.d/paths.conf'
+in_ct systemctl daemon-reload
+C5=$(cursor)
+in_ct systemctl start volrec-view || true
+wait_for 20 '[ "$(vprop ActiveState)" = failed ]' ||
+	fail "the viewer read the root-only key by its path: $(vprop ActiveState)/$(vprop SubState)"
+[ "$(vprop ExecMainStatus)" = 2 ] || fail "control: exit status $(vprop ExecMainStatus), expected 2"
+journal_has 'Permission denied' "$C5" cat unit=volrec-view.service ||
+	fail "control: no 'Permission denied' in the viewer's journal"
+echo "control: naming the files directly fails ($(journal_after "$C5" cat unit=volrec-view.service | grep -m1 'Permission denied'))"
+in_ct rm -r /run/systemd/system/volrec-view.service.d
+in_ct systemctl daemon-reload
+in_ct systemctl reset-failed volrec-view
+# the shipped unit: systemd hands the files over as credentials
+C6=$(cursor)
+in_ct systemctl start volrec-view || fail "systemctl start volrec-view"
+wait_for 30 '[ "$(https_get / viewtoken-0123456789abcdef)" = 200 ]' || {
+	journal_after "$C6" cat unit=volrec-view.service >&2
+	fail "volrec-view does not serve https with its token: $(vprop ActiveState)/$(vprop SubState)"
+}
+[ "$(https_get /)" = 401 ] || fail "volrec-view served a request without a token"
+[ "$(vprop ActiveState)/$(vprop SubState)" = active/running ] ||
+	fail "volrec-view: $(vprop ActiveState)/$(vprop SubState)"
+vpid=$(vprop MainPID)
+in_ct sh -c "tr '\\0' ' ' </proc/$vpid/cmdline; echo"
+in_ct sh -c "tr '\\0' ' ' </proc/$vpid/cmdline" | grep -q -- '--key /run/credentials/volrec-view.service/view.key' ||
+	fail "the viewer was not given its key from the credentials directory"
+echo "volrec-view serves https on 8443: 200 with the view token, 401 without"
+in_ct systemctl stop volrec-view || fail "systemctl stop volrec-view"
+rm -f "$WORK/root/etc/volrec/view".* "$WORK/root/etc/default/volrec-view"
 
 # ---- a configuration error at start ----------------------------------------------------------
 section "a configuration error at start is not restarted"

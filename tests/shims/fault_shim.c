@@ -11,12 +11,15 @@
  * "error N", "timeout N", "stall MS [N]", "return V [N]", "flags F [N]", "timestamp T [N]",
  * read before every acquire);
  * device_hex and text_hex (bytes in hex, e.g. "ff 41": the info device string, and a suffix
- * of every error text, so that texts that are not UTF-8 can be tested).
+ * of every error text, so that texts that are not UTF-8 can be tested); crash_after N with
+ * crash_signal SEGV or ABRT (default SEGV): acquire N+1 kills the process with that signal, as
+ * a driver crashing in-process would.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +39,8 @@ struct fault_shim {
 	        err; /* first (shim_strerror); err.suffix: text_hex, appended to every error text */
 	bool fail_configure, fail_start, fail_stop;
 	uint64_t fail_every, timeout_every, stall_ms, stall_after, stall_stop_ms;
+	uint64_t crash_after; /* acquire() calls before the crash (0: none) */
+	int crash_signal;     /* SIGSEGV or SIGABRT */
 	char control[SHIM_ARG_VAL_MAX];
 	struct volrec_shim_geometry geo;
 	void *ascan; /* one A-scan of samples */
@@ -91,6 +96,7 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	struct shim_args args;
 	bool fail_open = false;
 	char err[448], device_hex[256] = "", text_hex[128] = "", device[128] = "";
+	char crash_signal[8] = "SEGV";
 	int rc;
 
 	s = calloc(1, sizeof(*s));
@@ -110,6 +116,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	        {"control_file", .str = s->control, .max = sizeof(s->control)},
 	        {"device_hex", .str = device_hex, .max = sizeof(device_hex)},
 	        {"text_hex", .str = text_hex, .max = sizeof(text_hex)},
+	        {"crash_after", .u64 = &s->crash_after, .max = UINT32_MAX},
+	        {"crash_signal", .str = crash_signal, .max = sizeof(crash_signal)},
 	};
 	rc = shim_args_parse(args_yaml, 0, &args, err, sizeof(err));
 	if (!rc)
@@ -118,6 +126,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	            unhex(text_hex, s->err.suffix, sizeof(s->err.suffix)))) {
 		rc = vr_err(err, sizeof(err), -EINVAL,
 		            "device_hex, text_hex: pairs of hex digits, not 00");
+	}
+	if (!rc) {
+		s->crash_signal = !strcmp(crash_signal, "SEGV")   ? SIGSEGV
+		                  : !strcmp(crash_signal, "ABRT") ? SIGABRT
+		                                                  : 0;
+		if (!s->crash_signal)
+			rc = vr_err(err, sizeof(err), -EINVAL,
+			            "crash_signal: SEGV or ABRT, not '%s'", crash_signal);
 	}
 	if (!rc)
 		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
@@ -311,6 +327,8 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 		return shim_fail(&s->err, -EINVAL,
 		                 "fault shim: buffer of %zu bytes, a B-scan is %zu", size, need);
 	s->calls++;
+	if (s->crash_after && s->calls > s->crash_after)
+		raise(s->crash_signal); /* a driver crashing inside the daemon */
 	/* the control file's command: what this acquire does, decided under ctl_mu */
 	uint64_t stall_ms = 0, left = 0, flags = 0, ts = 0;
 	bool set_flags = false, set_ts = false;

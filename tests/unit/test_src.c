@@ -423,7 +423,7 @@ static void fault_shim_injects_errors_timeouts_and_stalls(void **state)
 	open_fails(&c, 0, "line 2: unknown key 'fail_often'",
 	           "(allowed: fail_open, fail_configure, fail_start, fail_stop, exclusive, "
 	           "stall_stop_ms, fail_every, timeout_every, stall_ms, stall_after, control_file, "
-	           "device_hex, text_hex)");
+	           "device_hex, text_hex, crash_after, crash_signal)");
 	srctest_shim_cfg(&c, "volrec_fault_shim", "{fail_configure: true}");
 	open_fails(&c, 0, "configure(K 64, nx 4, ny 3, u16, stride [2, 1]", "fail_configure");
 	open_names_the_shim_once(&c);
