@@ -31,7 +31,8 @@ static void check_echoable(struct json_object *v, const char *what)
 
 	switch (json_object_get_type(v)) {
 	case json_type_string:
-		if (!vr_utf8_valid(json_object_get_string(v), (size_t)json_object_get_string_len(v)))
+		if (!vr_utf8_valid(json_object_get_string(v),
+		                   (size_t)json_object_get_string_len(v)))
 			fail(what, "a string that is not UTF-8");
 		return;
 	case json_type_double:
