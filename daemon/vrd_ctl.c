@@ -233,10 +233,41 @@ static char *expired(struct json_object *req, const char *id, const char *op)
 	return reply_text(o);
 }
 
+/*
+ * A client that acts for someone else (the web viewer for a browser's token) names them in
+ * "via": a string of at most VRD_CTL_VIA_MAX - 1 bytes, kept with its control characters as
+ * U+FFFD and its newlines and tabs as spaces, which the log and the event add to the peer's
+ * uid. *who is the peer with it; returns the refusal, or NULL to go on.
+ */
+static char *via_of(struct json_object *req, const char *id, const struct vrd_ctl_peer *peer,
+                    struct vrd_ctl_peer *who)
+{
+	struct json_object *v;
+	size_t len;
+
+	*who = *peer;
+	who->via[0] = '\0';
+	if (!json_object_object_get_ex(req, "via", &v))
+		return NULL;
+	if (!json_object_is_type(v, json_type_string))
+		return reply_error(id,
+		                   "via: must be a string (who the request is for), not a JSON %s",
+		                   json_type_to_name(json_object_get_type(v)));
+	len = (size_t)json_object_get_string_len(v);
+	if (len >= sizeof(who->via))
+		return reply_error(id, "via: %zu bytes, at most %zu", len, sizeof(who->via) - 1);
+	vr_utf8_sanitize(json_object_get_string(v), who->via, sizeof(who->via));
+	for (char *p = who->via; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' '; /* one line of the log */
+	return NULL;
+}
+
 char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t len,
                      const struct vrd_ctl_peer *peer, bool *refused)
 {
 	struct json_object *req, *op, *idv;
+	struct vrd_ctl_peer who;
 	const char *id = NULL, *name;
 	char *reply = NULL, err[CFG_ERR_MAX], shown[68];
 	size_t i;
@@ -279,7 +310,7 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 	{
 		(void)v;
 		if (strcmp(k, "op") && strcmp(k, "id") && strcmp(k, "expires_ms") &&
-		    (!OPS[i].field || strcmp(k, OPS[i].field))) {
+		    strcmp(k, "via") && (!OPS[i].field || strcmp(k, OPS[i].field))) {
 			vr_utf8_sanitize(k, shown, sizeof(shown));
 			reply = reply_error(
 			        id, "%s: unknown field '%s' (it takes op, id, expires_ms%s%s)",
@@ -288,9 +319,11 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 			goto out;
 		}
 	}
-	reply = expired(req, id, name);
+	reply = via_of(req, id, peer, &who);
 	if (!reply)
-		reply = OPS[i].answer(svc, req, id, peer);
+		reply = expired(req, id, name);
+	if (!reply)
+		reply = OPS[i].answer(svc, req, id, &who);
 out:
 	if (reply)
 		*refused = reply_refused(reply);

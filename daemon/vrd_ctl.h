@@ -24,11 +24,14 @@
 #define VRD_CTL_MAX_DEPTH   16    /* nesting of a request, at most */
 #define VRD_CTL_BURST       16    /* requests answered per vrd_ctl_process call */
 
+#define VRD_CTL_VIA_MAX 96 /* bytes of a request's "via", at most */
+
 /* Who sent a request. */
 struct vrd_ctl_peer {
 	bool have_uid;
 	uid_t uid; /* over ipc://: the peer's uid (SO_PEERCRED) */
 	pid_t pid;
+	char via[VRD_CTL_VIA_MAX]; /* whom the peer asks for (the request's "via"), "" none */
 };
 
 /* What the service does for the control socket. Each returns 0 or a negative errno with a

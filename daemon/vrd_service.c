@@ -788,12 +788,15 @@ static const struct vr_config *ctl_config(void *ctx)
 	return &((struct service *)ctx)->cur;
 }
 
+/* "uid U (pid P)", and "via WHOM" when the peer asked for someone else (the web viewer names
+ * the browser's token). */
 static void peer_text(const struct vrd_ctl_peer *p, char *buf, size_t len)
 {
 	if (p->have_uid)
-		snprintf(buf, len, "uid %u (pid %d)", (unsigned)p->uid, (int)p->pid);
+		snprintf(buf, len, "uid %u (pid %d)%s%s", (unsigned)p->uid, (int)p->pid,
+		         p->via[0] ? " via " : "", p->via);
 	else
-		snprintf(buf, len, "an unknown peer");
+		snprintf(buf, len, "an unknown peer%s%s", p->via[0] ? " via " : "", p->via);
 }
 
 /* A `set` validated by the configuration's rules: applied like a live reload, between volumes;
@@ -830,13 +833,15 @@ static int ctl_apply(void *ctx, const struct vr_config *next, const char *const 
 /* The processing thread applied (or the backend refused) the pending `set`. */
 static void set_done(struct service *s, int rc, const char *err)
 {
-	char who[64], msg[2048];
+	char who[64 + VRD_CTL_VIA_MAX], msg[2048];
 	struct json_object *extra = json_object_new_object();
 
 	peer_text(&s->set_peer, who, sizeof(who));
 	jset(extra, "keys", jstr(s->set_keys));
 	if (s->set_peer.have_uid)
 		jset(extra, "uid", json_object_new_int64(s->set_peer.uid));
+	if (s->set_peer.via[0])
+		jset(extra, "via", jstr(s->set_peer.via));
 	if (rc < 0) {
 		snprintf(msg, sizeof(msg), "set %s by %s: refused: %s", s->set_keys, who, err);
 		cfg_free(&s->next);
@@ -863,7 +868,7 @@ static void set_done(struct service *s, int rc, const char *err)
 static int ctl_reset(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen)
 {
 	struct service *s = ctx;
-	char who[64];
+	char who[64 + VRD_CTL_VIA_MAX];
 
 	(void)err, (void)errlen;
 	peer_text(peer, who, sizeof(who));

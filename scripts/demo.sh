@@ -138,7 +138,9 @@ if [ -x "$BIN/volrec-view" ]; then
 		sleep 0.1
 	done
 	echo
+	# the address carries the control token made at start: without it the page only watches
 	echo "== volrec view: open $(sed -n 's/.*serving \([^ ]*\) .*/\1/p' "$TMP/view.out") in a browser"
+	echo "   (its ?token= lets the page control the daemon; without it the page only watches)"
 fi
 
 echo

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <json-c/json.h>
+
 #include "base/base.h"
 #include "volrec/client.h"
 #include "volrec/protocol.h"
@@ -152,16 +154,24 @@ int vw_control_poll(struct vw_control *c, vw_control_done done, void *ctx);
 
 /* ---- the server (server.c) ------------------------------------------------------------------ */
 
+#define VW_SUBPROTOCOL "volrec-view"
+#define VW_COOKIE      "volrec_token"
+#define VW_TOKEN_MIN   16 /* characters of a token, at least */
+#define VW_TOKEN_BYTES 32 /* random bytes of a generated token (256 bits) */
+
 struct vw_tokens {
-	char view[256];    /* "" none */
-	char control[256]; /* "" none */
+	char view[256];        /* "" none */
+	char control[256];     /* "" none */
+	char control_name[32]; /* what the daemon's log calls the control token */
 };
 
 struct vw_server_opts {
 	char addr[256];                 /* listen address (numeric or "localhost"), "" all */
 	int port;                       /* 0: any free port */
 	const char *cert, *key;         /* TLS files, NULL: plain HTTP */
-	const struct vw_tokens *tokens; /* NULL: every loopback client may view and control */
+	const struct vw_tokens *tokens; /* who may view and control */
+	bool open_view;                 /* loopback without a token file: any local page of the
+	                                   viewer's own origin may view without a token */
 	const char *assets;             /* folder of the page's files */
 	const char *ctl_endpoint;       /* daemon's control socket */
 	const char *instance;
@@ -182,8 +192,75 @@ void vw_server_destroy(struct vw_server *s);
 /* Wake the server thread (the feed's wake callback); any thread. */
 void vw_server_wake(void *server);
 
+/* ---- access (access.c): pure functions on the text of a request's headers ------------------ */
+
+/* Whether given is the expected token; constant time over the expected one, never for "". */
+bool vw_token_equal(const char *given, const char *expected);
+/* The value of the viewer's cookie (VW_COOKIE) in the text of one Cookie header, into out;
+ * false when there is none or it does not fit len. */
+bool vw_cookie_token(const char *cookies, char *out, size_t len);
+/* The token of an Authorization header "Bearer TOKEN" into out; false for any other. */
+bool vw_bearer_token(const char *authorization, char *out, size_t len);
+/* Whether a Host header names this machine's loopback: exactly localhost, [::1] or a dotted
+ * IPv4 address in 127.0.0.0/8, in any case, with an optional port. A name that only looks like
+ * one (127.attacker.example, 127.0.0.1.nip.io) is a DNS name that may point anywhere. */
+bool vw_loopback_host(const char *hostport);
+/* Whether an Origin header names the host[:port] of a Host header (in any case); an origin or
+ * host of 256 bytes or more is no match. */
+bool vw_same_origin(const char *origin, const char *host);
+/* Whether a Sec-WebSocket-Protocol list names VW_SUBPROTOCOL. */
+bool vw_offers_subprotocol(const char *list);
+/* Parse the text of a token file (len bytes): lines "view: TOKEN" and "control: TOKEN", '#'
+ * comments. 0 and *t, or -EINVAL and a message in err naming the line ("line 3: ..."). */
+int vw_tokens_parse(const char *text, size_t len, struct vw_tokens *t, char *err,
+                    size_t errlen) VR_MUST_CHECK;
+/* A new random token of VW_TOKEN_BYTES (getrandom), base64url without padding, into out
+ * (at least 44 bytes). 0, -ENOSPC, or getrandom's negative errno. */
+int vw_token_generate(char *out, size_t len) VR_MUST_CHECK;
+
+/* ---- browser messages (msg.c) ---------------------------------------------------------------- */
+
+enum vw_msg_type { VW_MSG_SUBSCRIBE, VW_MSG_SET, VW_MSG_GET, VW_MSG_PING };
+
+/* A browser's message, checked: what the server acts on. The json_object pointers are
+ * borrowed from root (vw_msg_free puts it). */
+struct vw_msg {
+	struct json_object *root;
+	enum vw_msg_type type;
+	struct json_object *id;     /* a string or exact number, NULL none */
+	unsigned views;             /* subscribe: bit k for picture kind k */
+	struct json_object *values; /* set: an object of one or more keys */
+	struct json_object *key;    /* get: a string, NULL the whole configuration */
+	struct json_object *t;      /* ping: a string or exact number, NULL none */
+};
+
+/* Parse and check one text message of len bytes (docs/viewer.md, the WebSocket protocol), at
+ * most depth levels of JSON deep. 0 and *m (vw_msg_free it); or -EINVAL, what is wrong in err
+ * (possibly cut, not yet sanitized) and, when the message's id could be read and may be echoed,
+ * m->id with m->root holding it (vw_msg_free it too). */
+int vw_msg_parse(const char *text, size_t len, int depth, struct vw_msg *m, char *err,
+                 size_t errlen) VR_MUST_CHECK;
+void vw_msg_free(struct vw_msg *m);
+
 /* ---- logging (main.c) ------------------------------------------------------------------------ */
 
+/* What rate-limited lines are about: at most VW_LOG_BURST lines of a kind per second, the rest
+ * counted and said in one line. */
+enum vw_log_kind {
+	VW_LOG_BROWSER,  /* a browser's message refused */
+	VW_LOG_HTTP,     /* a request or upgrade refused */
+	VW_LOG_CONTROL,  /* the daemon refused a forwarded request */
+	VW_LOG_SESSIONS, /* browsers connecting and leaving */
+	VW_LOG_LWS,      /* libwebsockets' own warnings and errors */
+	VW_LOG_KINDS,
+};
+#define VW_LOG_BURST 10
+
 void vw_log(const char *fmt, ...) VR_PRINTF(1, 2);
+/* vw_log, unless VW_LOG_BURST lines of this kind were logged in the last second. */
+void vw_log_limited(enum vw_log_kind kind, const char *fmt, ...) VR_PRINTF(2, 3);
+/* Say how many lines of each kind were left out in a second that has ended (called
+ * periodically, so that the count comes even when no more lines do). */
+void vw_log_flush(void);
 
 #endif

@@ -8,7 +8,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,24 +39,82 @@ static struct vw_server *g_server;
 /* One line of the log, valid UTF-8: what a browser or the daemon wrote (a message's type, a
  * key the daemon's error quotes) has its control characters as U+FFFD and its newlines and
  * tabs as spaces, so that it cannot start a line that seems to be the viewer's own. */
-void vw_log(const char *fmt, ...)
+static void log_line(const char *fmt, va_list ap)
 {
 	char raw[2048], line[2048];
 	const uint64_t now = vr_real_ns();
 	const time_t sec = (time_t)(now / 1000000000u);
 	struct tm tm;
-	va_list ap;
 
 	localtime_r(&sec, &tm);
-	va_start(ap, fmt);
 	vsnprintf(raw, sizeof(raw), fmt, ap);
-	va_end(ap);
 	vr_utf8_sanitize(raw, line, sizeof(line));
 	for (char *p = line; *p; p++)
 		if (*p == '\n' || *p == '\t')
 			*p = ' ';
 	fprintf(stderr, "%02d:%02d:%02d.%03ld volrec view: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
 	        (long)(now / 1000000u % 1000u), line);
+}
+
+void vw_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_line(fmt, ap);
+	va_end(ap);
+}
+
+/* Lines of each kind in the current second, and those left out of it. */
+static struct {
+	pthread_mutex_t lock;
+	uint64_t window_ns[VW_LOG_KINDS]; /* CLOCK_MONOTONIC start of the current second */
+	unsigned lines[VW_LOG_KINDS];     /* logged in it */
+	uint64_t left_out[VW_LOG_KINDS];  /* not logged in it */
+} g_limit = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static const char *const LOG_KIND[VW_LOG_KINDS] = {"refused browser message", "refused request",
+                                                   "control error", "browser connect and leave",
+                                                   "libwebsockets"};
+
+/* With g_limit.lock held: close the kind's second if it ended, saying what it left out. */
+static void limit_roll(enum vw_log_kind k, uint64_t now)
+{
+	if (now - g_limit.window_ns[k] < 1000000000u)
+		return;
+	if (g_limit.left_out[k])
+		vw_log("%" PRIu64 " more %s lines left out (at most %d a second)",
+		       g_limit.left_out[k], LOG_KIND[k], VW_LOG_BURST);
+	g_limit.window_ns[k] = now;
+	g_limit.lines[k] = 0;
+	g_limit.left_out[k] = 0;
+}
+
+void vw_log_limited(enum vw_log_kind kind, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&g_limit.lock);
+	limit_roll(kind, vr_mono_ns());
+	if (g_limit.lines[kind] < VW_LOG_BURST) {
+		g_limit.lines[kind]++;
+		va_start(ap, fmt);
+		log_line(fmt, ap);
+		va_end(ap);
+	} else {
+		g_limit.left_out[kind]++;
+	}
+	pthread_mutex_unlock(&g_limit.lock);
+}
+
+void vw_log_flush(void)
+{
+	const uint64_t now = vr_mono_ns();
+
+	pthread_mutex_lock(&g_limit.lock);
+	for (int k = 0; k < VW_LOG_KINDS; k++)
+		limit_roll((enum vw_log_kind)k, now);
+	pthread_mutex_unlock(&g_limit.lock);
 }
 
 static void on_signal(int sig)
@@ -84,7 +144,11 @@ static void usage(FILE *f)
 	        "      --key FILE          its private key (PEM)\n"
 	        "      --token-file FILE   access tokens, lines 'view: TOKEN' and 'control: "
 	        "TOKEN'\n"
-	        "                          (not readable by others); requests without one get 401\n"
+	        "                          (not readable by others); requests without one get "
+	        "401.\n"
+	        "                          Without it (loopback only) local pages may watch, and\n"
+	        "                          control needs the token made at start: open the\n"
+	        "                          address printed, http://ADDR:PORT/?token=...\n"
 	        "      --assets DIR        the page's files (default: beside the program, else\n"
 	        "                          " VOLREC_VIEW_ASSETS ")\n"
 	        "      --max-side N        reduce pictures to at most N pixels a side (block\n"
@@ -159,19 +223,20 @@ static int parse_listen(const char *s, char *addr, size_t alen, int *port)
 	return 0;
 }
 
-/* Lines "view: TOKEN" and "control: TOKEN"; '#' comments. The file must not be readable by
- * others: the tokens are passwords. */
+/* The token file: not readable by others (the tokens are passwords), at most 64 KiB, parsed
+ * by vw_tokens_parse. */
 static int read_tokens(const char *path, struct vw_tokens *t)
 {
+	char text[65536], err[256];
 	FILE *f = fopen(path, "r");
-	char line[512];
 	struct stat st;
-	int n = 0;
+	size_t n;
+	int rc;
 
-	memset(t, 0, sizeof(*t));
 	if (!f) {
-		fprintf(stderr, "volrec view: --token-file %s: %s\n", path, strerror(errno));
-		return -errno;
+		rc = -errno;
+		fprintf(stderr, "volrec view: --token-file %s: %s\n", path, strerror(-rc));
+		return rc;
 	}
 	if (fstat(fileno(f), &st) == 0 && (st.st_mode & 0007)) {
 		fprintf(stderr,
@@ -181,57 +246,18 @@ static int read_tokens(const char *path, struct vw_tokens *t)
 		fclose(f);
 		return -EPERM;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line, *v, *e;
-		char *dst;
-
-		n++;
-		p += strspn(p, " \t");
-		if (*p == '#' || *p == '\n' || !*p)
-			continue;
-		v = strchr(p, ':');
-		if (!v)
-			goto bad;
-		*v++ = 0;
-		v += strspn(v, " \t");
-		for (e = v + strlen(v); e > v && strchr("\n \r\t", e[-1]);)
-			*--e = 0;
-		if (!strcmp(p, "view"))
-			dst = t->view;
-		else if (!strcmp(p, "control"))
-			dst = t->control;
-		else
-			goto bad;
-		if (strlen(v) < 16 || strlen(v) >= sizeof(t->view) || strpbrk(v, " ;,\"\\")) {
-			fprintf(stderr,
-			        "volrec view: --token-file %s:%d: %s token: need 16 to %zu "
-			        "characters "
-			        "without spaces, ';', ',', quotes or backslashes\n",
-			        path, n, p, sizeof(t->view) - 1);
-			fclose(f);
-			return -EINVAL;
-		}
-		strcpy(dst, v);
-	}
+	n = fread(text, 1, sizeof(text), f);
+	rc = ferror(f) ? -EIO : n == sizeof(text) ? -EFBIG : 0;
 	fclose(f);
-	if (!t->view[0] && !t->control[0]) {
-		fprintf(stderr, "volrec view: --token-file %s: no 'view:' or 'control:' token\n",
-		        path);
-		return -EINVAL;
+	if (rc) {
+		fprintf(stderr, "volrec view: --token-file %s: %s\n", path,
+		        rc == -EFBIG ? "larger than 64 KiB" : strerror(-rc));
+		return rc;
 	}
-	if (t->view[0] && !strcmp(t->view, t->control)) {
-		fprintf(stderr,
-		        "volrec view: --token-file %s: the view and control tokens are the "
-		        "same\n",
-		        path);
-		return -EINVAL;
-	}
-	return 0;
-bad:
-	fprintf(stderr, "volrec view: --token-file %s:%d: need 'view: TOKEN' or 'control: TOKEN'\n",
-	        path, n);
-	fclose(f);
-	return -EINVAL;
+	rc = vw_tokens_parse(text, n, t, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "volrec view: --token-file %s: %s\n", path, err);
+	return rc;
 }
 
 static bool is_dir_with_index(const char *dir)
@@ -403,6 +429,16 @@ int main(int argc, char **argv)
 	}
 	if (token_file && read_tokens(token_file, &tokens))
 		return EXIT_USAGE;
+	/* loopback without a token file: anyone local may watch, control needs a token made now */
+	if (!token_file) {
+		rc = vw_token_generate(tokens.control, sizeof(tokens.control));
+		if (rc) {
+			fprintf(stderr, "volrec view: cannot make a control token: %s\n",
+			        strerror(-rc));
+			return EXIT_FAIL;
+		}
+		snprintf(tokens.control_name, sizeof(tokens.control_name), "generated");
+	}
 
 	/* the instance: -c FILE, then -i/-r over it */
 	snprintf(feed.instance, sizeof(feed.instance), "default");
@@ -442,7 +478,8 @@ int main(int argc, char **argv)
 
 	so.cert = cert;
 	so.key = key;
-	so.tokens = token_file ? &tokens : NULL;
+	so.tokens = &tokens;
+	so.open_view = !token_file;
 	so.assets = assets;
 	so.ctl_endpoint = ctl;
 	so.instance = feed.instance;
@@ -465,10 +502,12 @@ int main(int argc, char **argv)
 		const char *host = so.addr[0] ? so.addr : "0.0.0.0";
 		bool v6 = strchr(host, ':') != NULL;
 
-		printf("volrec view: serving %s://%s%s%s:%d/ for volrecd '%s' (%s)%s\n",
+		/* the generated control token in the address to open, as Jupyter prints it */
+		printf("volrec view: serving %s://%s%s%s:%d/%s%s for volrecd '%s' (%s)%s\n",
 		       cert ? "https" : "http", v6 ? "[" : "", host, v6 ? "]" : "",
-		       vw_server_port(g_server), feed.instance, feed.run_dir,
-		       token_file ? "; add ?token=TOKEN" : "");
+		       vw_server_port(g_server),
+		       token_file ? "" : "?token=", token_file ? "" : tokens.control, feed.instance,
+		       feed.run_dir, token_file ? "; add ?token=TOKEN" : "");
 		fflush(stdout);
 	}
 	vw_log("page from %s; control through %s", assets, ctl);

@@ -25,13 +25,14 @@
 #include "internal.h"
 #include "base/base.h"
 
-#define VW_ASSETS_MAX  64
-#define VW_TEXT_QUEUE  16 /* replies and errors waiting for one browser, at most */
-#define VW_INFLIGHT    8  /* a browser's requests whose replies it has not had, at most */
-#define VW_JSON_DEPTH  16 /* nesting of a browser's message, at most */
-#define VW_EXACT_INT   (INT64_C(1) << 53) /* integers JavaScript's numbers hold exactly */
-#define VW_SUBPROTOCOL "volrec-view"
-#define VW_COOKIE      "volrec_token"
+#define VW_ASSETS_MAX                 64
+#define VW_TEXT_QUEUE                 16 /* replies and errors waiting for one browser, at most */
+#define VW_INFLIGHT                   8 /* a browser's requests whose replies it has not had, at most */
+#define VW_JSON_DEPTH                 16    /* nesting of a browser's message, at most */
+#define VW_HEADERS_MAX                16384 /* bytes of a request's header values: more get 431 */
+#define VW_HEADERS_BUF                32768 /* libwebsockets' buffer: more close the connection unanswered */
+#define VW_HEADER_SECS                10 /* a request's headers must arrive within this */
+#define HTTP_STATUS_HEADERS_TOO_LARGE 431
 
 enum vw_access { VW_DENIED, VW_VIEW, VW_CONTROL };
 
@@ -78,7 +79,6 @@ struct vw_server {
 	struct lws_vhost *vh;
 	struct vw_server_opts o;
 	struct vw_tokens tokens;
-	bool have_tokens;
 	struct vw_feed *feed;
 	struct vw_control *ctl;
 	struct vw_asset assets[VW_ASSETS_MAX];
@@ -186,7 +186,7 @@ static void session_error(struct vw_server *sv, struct vw_session *s, struct jso
 	va_end(ap);
 	/* at most 511 bytes cut at a character (so never past raw's own cut at 2047) */
 	vr_utf8_sanitize(raw, msg, sizeof(msg));
-	vw_log("browser %" PRIu64 ": %s", s->uid, msg);
+	vw_log_limited(VW_LOG_BROWSER, "browser %" PRIu64 ": %s", s->uid, msg);
 	json_object_object_add(o, "type", json_object_new_string("error"));
 	if (id)
 		json_object_object_add(o, "id", json_object_get(id));
@@ -196,38 +196,8 @@ static void session_error(struct vw_server *sv, struct vw_session *s, struct jso
 
 /* ---- access --------------------------------------------------------------------------------- */
 
-static bool token_equal(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-
-	/* constant time over the expected token */
-	for (size_t i = 0; i < lb; i++)
-		d |= (unsigned char)(b[i] ^ (i < la ? a[i] : 0));
-	return !d && lb;
-}
-
-/* The value of the viewer's cookie in the text of one Cookie header. */
-static bool cookie_token(const char *cookies, char *out, size_t len)
-{
-	for (const char *p = cookies; p && *p;) {
-		const char *end = strchr(p, ';');
-
-		while (*p == ' ')
-			p++;
-		if (!strncmp(p, VW_COOKIE "=", sizeof(VW_COOKIE))) {
-			size_t l = end ? (size_t)(end - p) : strlen(p);
-
-			l -= sizeof(VW_COOKIE);
-			snprintf(out, len, "%.*s", (int)l, p + sizeof(VW_COOKIE));
-			return true;
-		}
-		p = end ? end + 1 : NULL;
-	}
-	return false;
-}
-
-/* The token a request carries: ?token=, the cookie, or Authorization: Bearer. */
+/* The token a request carries: ?token=, the cookie (in any of the Cookie headers, however
+ * many other cookies of the host come along), or Authorization: Bearer. */
 static bool request_token(struct lws *wsi, char *out, size_t len, bool *from_url)
 {
 	char buf[1024];
@@ -238,109 +208,73 @@ static bool request_token(struct lws *wsi, char *out, size_t len, bool *from_url
 	v = lws_get_urlarg_by_name(wsi, "token=", buf, (int)sizeof(buf));
 	if (v) {
 		snprintf(out, len, "%s", v);
-		/* lws decodes a '+' of the query as a space; a token has none (read_tokens), but
-		 * base64 ones have '+' */
+		/* lws decodes a '+' of the query as a space; a token has none (vw_tokens_parse),
+		 * but base64 ones have '+' */
 		for (char *p = out; (p = strchr(p, ' '));)
 			*p = '+';
 		*from_url = true;
 		return true;
 	}
-	/* each Cookie header whole, however long: the other cookies of the host (of any of its
-	 * ports) come along */
 	for (int f = 0; (n = lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_COOKIE, f)) > 0; f++) {
 		char *c = malloc((size_t)n + 1);
 		bool found = c &&
 		             lws_hdr_copy_fragment(wsi, c, n + 1, WSI_TOKEN_HTTP_COOKIE, f) >= 0 &&
-		             cookie_token(c, out, len);
+		             vw_cookie_token(c, out, len);
 
 		free(c);
 		if (found)
 			return true;
 	}
-	n = lws_hdr_copy(wsi, buf, (int)sizeof(buf), WSI_TOKEN_HTTP_AUTHORIZATION);
-	if (n > 7 && !strncasecmp(buf, "Bearer ", 7)) {
-		snprintf(out, len, "%s", buf + 7);
-		return true;
-	}
-	return false;
-}
-
-/* host[:port] of a Host or Origin header, lower case, without the scheme. */
-static void host_part(const char *s, char *out, size_t len)
-{
-	const char *p = strstr(s, "://");
-	size_t i = 0;
-
-	p = p ? p + 3 : s;
-	for (; *p && *p != '/' && i + 1 < len; p++)
-		out[i++] = (char)tolower((unsigned char)*p);
-	out[i] = 0;
+	return lws_hdr_copy(wsi, buf, (int)sizeof(buf), WSI_TOKEN_HTTP_AUTHORIZATION) > 0 &&
+	       vw_bearer_token(buf, out, len);
 }
 
 /*
- * Whether a Host header names this machine's loopback: exactly localhost, [::1] or a dotted
- * IPv4 address in 127.0.0.0/8, in any case, with an optional port. A name that only looks like
- * one (127.attacker.example, 127.0.0.1.nip.io) is a DNS name that may point anywhere.
+ * Who may do what. A WebSocket's Origin must be the viewer's own (no other site's page driving
+ * the daemon through the user's browser). With a token file: the token's level. On loopback
+ * without one: a request whose Host is a loopback name (no DNS rebinding) may view, and with
+ * the control token generated at start may also control; a wrong token (a cookie of another
+ * viewer of the same host, or of this one before a restart) only views.
  */
-static bool loopback_host(const char *hostport)
-{
-	char h[256];
-	char *port;
-	struct in_addr a;
-	uint64_t pn;
-	size_t n = strlen(hostport);
-
-	if (!n || n >= sizeof(h))
-		return false;
-	for (size_t i = 0; i <= n; i++)
-		h[i] = (char)tolower((unsigned char)hostport[i]);
-	port = h[0] == '[' ? strchr(h, ']') : h;
-	if (!port)
-		return false;
-	port = strchr(port, ':');
-	if (port) {
-		if (vr_parse_u64(port + 1, 0, 65535, &pn))
-			return false;
-		*port = 0;
-	}
-	if (!strcmp(h, "localhost") || !strcmp(h, "[::1]"))
-		return true;
-	return inet_pton(AF_INET, h, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
-}
-
-/* Who may do what: the token's level; without tokens (loopback only), a request whose Host is
- * a loopback name (no DNS rebinding) and, for WebSockets, whose Origin is the viewer's own
- * (no other site's page driving the daemon through the user's browser). */
 static enum vw_access access_of(struct vw_server *sv, struct lws *wsi, bool websocket,
                                 bool *from_url, char *token, size_t tlen)
 {
-	char host[256] = "", origin[512] = "", oh[256];
+	char host[256] = "", origin[512] = "";
+	bool have;
 
 	*from_url = false;
 	token[0] = 0;
 	if (lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HOST) <= 0 &&
 	    lws_hdr_copy(wsi, host, (int)sizeof(host), WSI_TOKEN_HTTP_COLON_AUTHORITY) <= 0)
 		host[0] = 0;
-	if (websocket && lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) > 0) {
-		char hh[256];
-
-		/* longer than any origin a browser sends: not the viewer's own */
-		if (lws_hdr_copy(wsi, origin, (int)sizeof(origin), WSI_TOKEN_ORIGIN) <= 0)
-			return VW_DENIED;
-		host_part(origin, oh, sizeof(oh));
-		host_part(host, hh, sizeof(hh));
-		if (strcmp(oh, hh))
-			return VW_DENIED;
-	}
-	if (!sv->have_tokens)
-		return loopback_host(host) ? VW_CONTROL : VW_DENIED;
-	if (!request_token(wsi, token, tlen, from_url))
+	/* an origin longer than any a browser sends is not the viewer's own */
+	if (websocket && lws_hdr_total_length(wsi, WSI_TOKEN_ORIGIN) > 0 &&
+	    (lws_hdr_copy(wsi, origin, (int)sizeof(origin), WSI_TOKEN_ORIGIN) <= 0 ||
+	     !vw_same_origin(origin, host)))
 		return VW_DENIED;
-	if (sv->tokens.control[0] && token_equal(token, sv->tokens.control))
+	if (sv->o.open_view && !vw_loopback_host(host))
+		return VW_DENIED;
+	have = request_token(wsi, token, tlen, from_url);
+	if (have && sv->tokens.control[0] && vw_token_equal(token, sv->tokens.control))
 		return VW_CONTROL;
-	if (sv->tokens.view[0] && token_equal(token, sv->tokens.view))
+	if (have && sv->tokens.view[0] && vw_token_equal(token, sv->tokens.view))
 		return VW_VIEW;
-	return VW_DENIED;
+	*from_url = false; /* a wrong token is not made a cookie */
+	return sv->o.open_view ? VW_VIEW : VW_DENIED;
+}
+
+/* Bytes of a request's header values (what libwebsockets keeps of them). */
+static size_t header_bytes(struct lws *wsi)
+{
+	size_t n = 0;
+
+	for (int t = 0; t < WSI_TOKEN_COUNT; t++) {
+		int l = lws_hdr_total_length(wsi, (enum lws_token_indexes)t);
+
+		if (l > 0)
+			n += (size_t)l;
+	}
+	return n;
 }
 
 /* A status and nothing else, no body a browser could take for the page; a 401 asks for a
@@ -444,11 +378,20 @@ static int serve_asset(struct vw_server *sv, struct lws *wsi, const char *url)
 	char token[1024], cookie[1200];
 	const struct vw_asset *a;
 	bool from_url;
-	enum vw_access acc = access_of(sv, wsi, false, &from_url, token, sizeof(token));
+	enum vw_access acc;
+	size_t hb = header_bytes(wsi);
 	int n;
 
+	if (hb > VW_HEADERS_MAX) {
+		vw_log_limited(VW_LOG_HTTP, "http: 431 for %s (%zu bytes of headers, at most %d)",
+		               url, hb, VW_HEADERS_MAX);
+		return send_empty(wsi, HTTP_STATUS_HEADERS_TOO_LARGE) < 0
+		               ? -1
+		               : (lws_http_transaction_completed(wsi) ? -1 : 0);
+	}
+	acc = access_of(sv, wsi, false, &from_url, token, sizeof(token));
 	if (acc == VW_DENIED) {
-		vw_log("http: 401 for %s (no valid token)", url);
+		vw_log_limited(VW_LOG_HTTP, "http: 401 for %s (no valid token)", url);
 		return send_empty(wsi, HTTP_STATUS_UNAUTHORIZED) < 0
 		               ? -1
 		               : (lws_http_transaction_completed(wsi) ? -1 : 0);
@@ -522,7 +465,7 @@ static void on_control_reply(void *ctx, uint64_t cookie, bool ok, const char *er
 	if (!error)
 		error = "";
 	if (!ok)
-		vw_log("control: %s", error);
+		vw_log_limited(VW_LOG_CONTROL, "control: %s", error);
 	if (!s) {
 		json_object_put(id);
 		return;
@@ -569,6 +512,13 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	json_object_object_add(req, "op", json_object_new_string(op));
 	if (field)
 		json_object_object_add(req, field, json_object_get(value));
+	/* the daemon's log and event name the token, not the viewer's own uid */
+	if (s->access == VW_CONTROL && sv->tokens.control_name[0]) {
+		char via[96];
+
+		snprintf(via, sizeof(via), "volrec view, token '%s'", sv->tokens.control_name);
+		json_object_object_add(req, "via", json_object_new_string(via));
+	}
 	rc = vw_control_send(sv->ctl, json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN),
 	                     ++sv->next_cookie);
 	json_object_put(req);
@@ -593,33 +543,9 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	}
 }
 
-static void handle_subscribe(struct vw_server *sv, struct vw_session *s, struct json_object *msg,
-                             struct json_object *id)
+/* A newly shown pane gets the newest picture at once. */
+static void subscribe(struct vw_server *sv, struct vw_session *s, unsigned want)
 {
-	struct json_object *views;
-	unsigned want = 0;
-
-	if (!json_object_object_get_ex(msg, "views", &views) ||
-	    !json_object_is_type(views, json_type_array)) {
-		session_error(sv, s, id, "subscribe: views: need an array of picture names");
-		return;
-	}
-	for (size_t i = 0; i < json_object_array_length(views); i++) {
-		struct json_object *v = json_object_array_get_idx(views, i);
-		int k = json_object_is_type(v, json_type_string)
-		                ? vw_kind_from_name(json_object_get_string(v))
-		                : -1;
-
-		if (k < 0) {
-			session_error(sv, s, id,
-			              "subscribe: views[%zu]: unknown picture %s (enface_mean, "
-			              "enface_max, bscan, slice, plane, render)",
-			              i, json_object_to_json_string(v));
-			return;
-		}
-		want |= 1u << k;
-	}
-	/* a newly shown pane gets the newest picture at once */
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
 		if ((want & (1u << k)) && !(s->want & (1u << k)))
 			s->sent[k] = 0;
@@ -628,117 +554,46 @@ static void handle_subscribe(struct vw_server *sv, struct vw_session *s, struct 
 	lws_callback_on_writable(s->wsi);
 }
 
-/* Whether a value the browser sent may be echoed into JSON that the browser's JSON.parse reads
- * back as it was: a UTF-8 string, a finite number, an integer JavaScript holds exactly. */
-static bool echoable(struct json_object *v)
+static void pong(struct vw_session *s, const struct vw_msg *m)
 {
-	int64_t i;
+	struct json_object *o = json_object_new_object();
 
-	switch (json_object_get_type(v)) {
-	case json_type_string:
-		return vr_utf8_valid(json_object_get_string(v),
-		                     (size_t)json_object_get_string_len(v));
-	case json_type_double:
-		return isfinite(json_object_get_double(v));
-	case json_type_int:
-		i = json_object_get_int64(v); /* a uint64 past INT64_MAX reads INT64_MAX */
-		return i >= -VW_EXACT_INT && i <= VW_EXACT_INT;
-	default:
-		return false;
-	}
+	json_object_object_add(o, "type", json_object_new_string("pong"));
+	if (m->id)
+		json_object_object_add(o, "id", json_object_get(m->id));
+	if (m->t)
+		json_object_object_add(o, "t", json_object_get(m->t));
+	json_object_object_add(o, "server_ns", json_object_new_int64((int64_t)vr_real_ns()));
+	session_queue(s, o);
 }
 
 static void handle_message(struct vw_server *sv, struct vw_session *s, const char *text, size_t len)
 {
-	char why[128];
-	struct json_object *msg = vr_json_parse_object(text, len, VW_JSON_DEPTH, why, sizeof(why));
-	struct json_object *type, *id = NULL, *values, *key = NULL;
-	const char *t;
+	char err[2048];
+	struct vw_msg m;
 
-	if (!vr_utf8_valid(text, len)) {
-		/* refused here: the daemon's error could not say whose request it was */
-		if (msg)
-			json_object_object_get_ex(msg, "id", &id);
-		session_error(sv, s, id && echoable(id) ? id : NULL,
-		              "message: not valid UTF-8 text");
-		goto out;
-	}
-	if (!msg) {
-		session_error(sv, s, NULL, "message: not a JSON object: %s", why);
-		goto out;
-	}
-	if (json_object_object_get_ex(msg, "id", &id) && !echoable(id)) {
-		session_error(sv, s, NULL,
-		              "message: id: need a string or a finite number (an integer within "
-		              "+-2^53)");
-		goto out;
-	}
-	if (session_load(s) >= VW_INFLIGHT) {
-		session_error(sv, s, id, "too many requests in flight (%d); wait for the replies",
+	if (vw_msg_parse(text, len, VW_JSON_DEPTH, &m, err, sizeof(err))) {
+		session_error(sv, s, m.id, "%s", err);
+	} else if (session_load(s) >= VW_INFLIGHT) {
+		session_error(sv, s, m.id, "too many requests in flight (%d); wait for the replies",
 		              VW_INFLIGHT);
-		goto out;
-	}
-	if (!json_object_object_get_ex(msg, "type", &type) ||
-	    !json_object_is_type(type, json_type_string)) {
-		session_error(sv, s, id,
-		              "message: type: missing or not a string (subscribe, set, get, ping)");
-		goto out;
-	}
-	t = json_object_get_string(type);
-	if (!strcmp(t, "subscribe")) {
-		handle_subscribe(sv, s, msg, id);
-	} else if (!strcmp(t, "ping")) {
-		struct json_object *o = json_object_new_object(), *tv = NULL;
-		const int64_t now_ns = (int64_t)vr_real_ns();
-
-		json_object_object_add(o, "type", json_object_new_string("pong"));
-		if (id)
-			json_object_object_add(o, "id", json_object_get(id));
-		if (json_object_object_get_ex(msg, "t", &tv) && !echoable(tv)) {
-			json_object_put(o);
-			session_error(
-			        sv, s, id,
-			        "ping: t: need a string or a finite number (an integer within "
-			        "+-2^53)");
-			goto out;
-		}
-		if (tv)
-			json_object_object_add(o, "t", json_object_get(tv));
-		json_object_object_add(o, "server_ns", json_object_new_int64(now_ns));
-		session_queue(s, o);
-	} else if (!strcmp(t, "set")) {
-		if (s->access != VW_CONTROL) {
-			session_error(
-			        sv, s, id,
-			        "set: this viewer's token may only view (the control token may "
-			        "set)");
-			goto out;
-		}
-		if (!json_object_object_get_ex(msg, "values", &values) ||
-		    !json_object_is_type(values, json_type_object) ||
-		    !json_object_object_length(values)) {
-			session_error(sv, s, id,
-			              "set: values: need an object of one or more keys, e.g. "
-			              "{\"view.position\": [10, 20, 30]}");
-			goto out;
-		}
-		forward(sv, s, id, "set", "values", values);
-	} else if (!strcmp(t, "get")) {
-		if (json_object_object_get_ex(msg, "key", &key) &&
-		    !json_object_is_type(key, json_type_string)) {
-			session_error(sv, s, id, "get: key: need a string");
-			goto out;
-		}
-		forward(sv, s, id, "get", key ? "key" : NULL, key);
+	} else if (m.type == VW_MSG_SUBSCRIBE) {
+		subscribe(sv, s, m.views);
+	} else if (m.type == VW_MSG_PING) {
+		pong(s, &m);
+	} else if (m.type == VW_MSG_SET && s->access != VW_CONTROL) {
+		session_error(sv, s, m.id,
+		              sv->o.open_view
+		                      ? "set: this browser may only view: open the address the "
+		                        "viewer printed at start (with ?token=...) to control"
+		                      : "set: this viewer's token may only view (the control token "
+		                        "may set)");
+	} else if (m.type == VW_MSG_SET) {
+		forward(sv, s, m.id, "set", "values", m.values);
 	} else {
-		char shown[65]; /* its first 64 bytes, cut at a character */
-
-		vr_utf8_sanitize(t, shown, sizeof(shown));
-		session_error(sv, s, id, "message: unknown type '%s' (subscribe, set, get, ping)",
-		              shown);
+		forward(sv, s, m.id, "get", m.key ? "key" : NULL, m.key);
 	}
-out:
-	json_object_put(msg);
+	vw_msg_free(&m);
 }
 
 /* ---- the feed's deliveries ----------------------------------------------------------------- */
@@ -891,20 +746,6 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 
 /* ---- callbacks ------------------------------------------------------------------------------- */
 
-/* Whether a Sec-WebSocket-Protocol list names this viewer's subprotocol. */
-static bool offers_subprotocol(const char *list)
-{
-	size_t n = strlen(VW_SUBPROTOCOL);
-
-	for (const char *p = list; *p;) {
-		p += strspn(p, " \t,");
-		if (!strncmp(p, VW_SUBPROTOCOL, n) && strchr(" \t,", p[n]))
-			return true;
-		p += strcspn(p, ",");
-	}
-	return false;
-}
-
 /*
  * An upgrade is a browser's session only on /ws with the volrec-view subprotocol: any other
  * would be bound to the HTTP protocol, accepted and then ignored, and not counted against
@@ -913,22 +754,30 @@ static bool offers_subprotocol(const char *list)
 static int confirm_upgrade(struct vw_server *sv, struct lws *wsi)
 {
 	char token[1024], path[256] = "", proto[256] = "", shown[2][64];
+	size_t hb = header_bytes(wsi);
 	bool from_url;
 
+	if (hb > VW_HEADERS_MAX) {
+		vw_log_limited(VW_LOG_HTTP, "websocket: 431 (%zu bytes of headers, at most %d)", hb,
+		               VW_HEADERS_MAX);
+		return send_empty(wsi, HTTP_STATUS_HEADERS_TOO_LARGE);
+	}
 	if (access_of(sv, wsi, true, &from_url, token, sizeof(token)) == VW_DENIED) {
-		vw_log("websocket: 401 (no valid token, or a foreign origin)");
+		vw_log_limited(VW_LOG_HTTP, "websocket: 401 (no valid token, or a foreign origin)");
 		return send_empty(wsi, HTTP_STATUS_UNAUTHORIZED);
 	}
 	if (lws_hdr_copy(wsi, path, (int)sizeof(path), WSI_TOKEN_GET_URI) < 0)
 		path[0] = 0;
 	if (lws_hdr_copy(wsi, proto, (int)sizeof(proto), WSI_TOKEN_PROTOCOL) < 0)
 		proto[0] = 0;
-	if (!strcmp(path, "/ws") && offers_subprotocol(proto))
+	if (!strcmp(path, "/ws") && vw_offers_subprotocol(proto))
 		return 0;
 	vr_utf8_sanitize(path, shown[0], sizeof(shown[0]));
 	vr_utf8_sanitize(proto, shown[1], sizeof(shown[1]));
-	vw_log("websocket: 400 for path '%s', subprotocols '%s' (need /ws and " VW_SUBPROTOCOL ")",
-	       shown[0], shown[1]);
+	vw_log_limited(
+	        VW_LOG_HTTP,
+	        "websocket: 400 for path '%s', subprotocols '%s' (need /ws and " VW_SUBPROTOCOL ")",
+	        shown[0], shown[1]);
 	return send_empty(wsi, HTTP_STATUS_BAD_REQUEST);
 }
 
@@ -990,8 +839,9 @@ static int cb_ws(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
 		return confirm_upgrade(sv, wsi);
 	case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
 		if (sv->nsessions >= sv->o.max_sessions) {
-			vw_log("websocket: refused: %u browsers already (--max-browsers)",
-			       sv->nsessions);
+			vw_log_limited(VW_LOG_HTTP,
+			               "websocket: refused: %u browsers already (--max-browsers)",
+			               sv->nsessions);
 			return 1;
 		}
 		return access_of(sv, wsi, true, &from_url, token, sizeof(token)) == VW_DENIED;
@@ -1006,16 +856,18 @@ static int cb_ws(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
 		sv->sessions = s;
 		sv->nsessions++;
 		lws_get_peer_simple(wsi, peer, sizeof(peer));
-		vw_log("browser %" PRIu64 " connected from %s (%s)", s->uid, peer,
-		       s->access == VW_CONTROL ? "view and control" : "view only");
+		vw_log_limited(VW_LOG_SESSIONS, "browser %" PRIu64 " connected from %s (%s)",
+		               s->uid, peer,
+		               s->access == VW_CONTROL ? "view and control" : "view only");
 		/* the current state and status at once; old events are not news */
 		s->text_sent[VW_EVENT] = sv->text_serial[VW_EVENT];
 		lws_callback_on_writable(wsi);
 		return 0;
 	case LWS_CALLBACK_CLOSED:
-		vw_log("browser %" PRIu64 " disconnected (%" PRIu64 " pictures, %" PRIu64
-		       " bytes sent)",
-		       s->uid, s->frames, s->bytes);
+		vw_log_limited(VW_LOG_SESSIONS,
+		               "browser %" PRIu64 " disconnected (%" PRIu64 " pictures, %" PRIu64
+		               " bytes sent)",
+		               s->uid, s->frames, s->bytes);
 		session_close(sv, s);
 		return 0;
 	case LWS_CALLBACK_SERVER_WRITEABLE:
@@ -1069,6 +921,7 @@ static void tick_cb(lws_sorted_usec_list_t *sul)
 	struct vw_server *sv = lws_container_of(sul, struct vw_server, sul_tick);
 
 	take_mailbox(sv);
+	vw_log_flush();
 	lws_sul_schedule(sv->ctx, 0, &sv->sul_tick, tick_cb, 250 * LWS_US_PER_MS);
 }
 
@@ -1078,7 +931,8 @@ static void lws_emit(int level, const char *line)
 
 	while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 		n--;
-	vw_log("libwebsockets%s: %.*s", level == LLL_ERR ? " error" : "", (int)n, line);
+	vw_log_limited(VW_LOG_LWS, "libwebsockets%s: %.*s", level == LLL_ERR ? " error" : "",
+	               (int)n, line);
 }
 
 int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struct vw_server **out)
@@ -1091,10 +945,7 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 		return -ENOMEM;
 	sv->o = *o;
 	sv->feed = feed;
-	if (o->tokens) {
-		sv->tokens = *o->tokens;
-		sv->have_tokens = true;
-	}
+	sv->tokens = *o->tokens;
 	rc = assets_scan(sv, o->assets, "", 0);
 	if (rc || !asset_find(sv, "/")) {
 		vw_log("assets: %s has no index.html", o->assets);
@@ -1119,6 +970,9 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 	ci.user = sv;
 	ci.protocols = protocols;
 	ci.port = CONTEXT_PORT_NO_LISTEN;
+	/* a browser's headers with many cookies of the host fit; more get 431 (header_bytes)
+	 * up to the buffer, beyond it the connection is closed */
+	ci.max_http_header_data = VW_HEADERS_BUF;
 	sv->ctx = lws_create_context(&ci);
 	if (!sv->ctx) {
 		rc = -EIO;
@@ -1135,8 +989,11 @@ int vw_server_create(const struct vw_server_opts *o, struct vw_feed *feed, struc
 	ci.ssl_cert_filepath = o->cert;
 	ci.ssl_private_key_filepath = o->key;
 	ci.alpn = "http/1.1"; /* WebSockets over HTTP/1.1 upgrades, as on plain http */
+	/* slow clients: headers within VW_HEADER_SECS of their first byte, an idle keep-alive
+	 * connection closed after 30 s; no client holds the one thread (it never blocks) */
 	ci.keepalive_timeout = 30;
 	ci.timeout_secs = 30;
+	ci.timeout_secs_ah_idle = VW_HEADER_SECS;
 	sv->vh = lws_create_vhost(sv->ctx, &ci);
 	if (!sv->vh) {
 		vw_log("cannot listen on %s:%d%s", o->addr[0] ? o->addr : "*", o->port,

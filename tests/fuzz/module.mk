@@ -10,7 +10,7 @@ FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_RUNS ?=
 FUZZ_ARGS ?=
-FUZZ_HARNESSES := cfg replay ipc ctl text views shim_args
+FUZZ_HARNESSES := cfg replay ipc ctl text views shim_args viewmsg viewhttp viewtokens
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -std=c11 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter \
 	-pthread -MMD -MP $(FUZZ_SAN) -fsanitize=fuzzer-no-link
@@ -29,6 +29,12 @@ fuzz_views_SRCS = tests/fuzz/fuzz_views.c ipc/proto.c base/err.c base/clock.c
 fuzz_views_LIBS = -lzmq
 fuzz_shim_args_SRCS = tests/fuzz/fuzz_shim_args.c shims/args.c base/err.c
 fuzz_shim_args_LIBS = -lyaml -lm
+fuzz_viewmsg_SRCS = tests/fuzz/fuzz_viewmsg.c clients/view/msg.c clients/view/frame.c $(base_SRCS)
+fuzz_viewmsg_LIBS = -ljson-c -lz -lm
+fuzz_viewhttp_SRCS = tests/fuzz/fuzz_viewhttp.c clients/view/access.c $(base_SRCS)
+fuzz_viewhttp_LIBS = -ljson-c -lm
+fuzz_viewtokens_SRCS = tests/fuzz/fuzz_viewtokens.c clients/view/access.c $(base_SRCS)
+fuzz_viewtokens_LIBS = -ljson-c -lm
 # Seed corpora (read only): the committed seeds of each harness, then existing examples.
 fuzz_cfg_SEEDS = tests/fuzz/seeds/cfg config/examples tests/config/bad
 fuzz_replay_SEEDS = tests/fuzz/seeds/replay tests/replay/bad
@@ -37,6 +43,9 @@ fuzz_ctl_SEEDS = tests/fuzz/seeds/ctl
 fuzz_text_SEEDS = tests/fuzz/seeds/text
 fuzz_views_SEEDS = tests/fuzz/seeds/views
 fuzz_shim_args_SEEDS = tests/fuzz/seeds/shim_args
+fuzz_viewmsg_SEEDS = tests/fuzz/seeds/viewmsg
+fuzz_viewhttp_SEEDS = tests/fuzz/seeds/viewhttp
+fuzz_viewtokens_SEEDS = tests/fuzz/seeds/viewtokens
 # libFuzzer options per harness (-max_len: a replay seed holds a 4 KiB header and data).
 fuzz_cfg_OPTS = -dict=tests/fuzz/cfg.dict
 fuzz_replay_OPTS = -max_len=16384
@@ -45,6 +54,9 @@ fuzz_ctl_OPTS = -dict=tests/fuzz/ctl.dict -max_len=4096
 fuzz_text_OPTS = -max_len=1024
 fuzz_views_OPTS = -max_len=4096
 fuzz_shim_args_OPTS = -dict=tests/fuzz/shim_args.dict -max_len=8192
+fuzz_viewmsg_OPTS = -dict=tests/fuzz/viewmsg.dict -max_len=4096
+fuzz_viewhttp_OPTS = -dict=tests/fuzz/viewhttp.dict -max_len=2048
+fuzz_viewtokens_OPTS = -max_len=2048
 # The shell case that sets opts and seeds for harness $$h in the recipes below.
 fuzz_rparen := )
 fuzz_case = case $$h in $(foreach h,$(FUZZ_HARNESSES),$(h)$(fuzz_rparen) \

@@ -934,7 +934,8 @@ def test_make_demo_serves_the_viewer(browser, src_dir, build_dir, tmp_path):
             seen += line
             if line.startswith("== volrec view: open "):
                 break
-        m = re.match(r"== volrec view: open (http://127\.0\.0\.1:\d+/) in a browser", line)
+        m = re.match(r"== volrec view: open (http://127\.0\.0\.1:\d+/)\?token=[\w-]+ in a browser",
+                     line)
         assert m, seen
         page = browser.open(m.group(1))
         browser.wait(page, ALL_DRAWN)

@@ -152,6 +152,11 @@ class DaemonPublisher:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# The control token each loopback viewer printed, by port: a RawSocket presents it unless told
+# otherwise (token=None), as the page opened from the printed address does.
+CONTROL_TOKENS = {}
+
+
 class Viewer:
     """`volrec view` on a free loopback port (or as given)."""
 
@@ -163,11 +168,15 @@ class Viewer:
             self.proc = subprocess.Popen(
                 [str(pathlib.Path(bin_dir) / "volrec"), "view", "-i", pub.instance, "-r",
                  str(pub.run_dir), "--listen", listen, *extra], stdout=out, stderr=err)
-        m = wait_for(lambda: re.search(r"serving (https?)://([^ ]+):(\d+)/", self.out.read_text())
+        m = wait_for(lambda: re.search(r"serving (https?)://([^ ]+):(\d+)/(\?token=[^ ]+)? ",
+                                       self.out.read_text())
                      or self.proc.poll() is not None, what="the viewer's URL")
         assert self.proc.poll() is None, self.log_text()
         self.scheme, self.port = m.group(1), int(m.group(3))
-        self.url = f"{self.scheme}://127.0.0.1:{self.port}/"
+        # on loopback without a token file, control needs the token printed in the address
+        self.token = m.group(4)[len("?token="):] if m.group(4) else None
+        self.url = f"{self.scheme}://127.0.0.1:{self.port}/{m.group(4) or ''}"
+        CONTROL_TOKENS[self.port] = self.token
 
     def log_text(self):
         return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
@@ -257,11 +266,16 @@ class RawSocket:
     invalid UTF-8, any Host, path or subprotocol. Reads text messages as a browser does: not
     UTF-8, or not JSON (NaN and Infinity included), is an AssertionError."""
 
-    def __init__(self, port, path="/ws", protocol="volrec-view", host=None, origin=None):
+    def __init__(self, port, path="/ws", protocol="volrec-view", host=None, origin=None,
+                 token="printed", headers=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         key = base64.b64encode(os.urandom(16)).decode()
         head = {"Host": host or f"127.0.0.1:{port}", "Upgrade": "websocket",
                 "Connection": "Upgrade", "Sec-WebSocket-Key": key, "Sec-WebSocket-Version": "13"}
+        token = CONTROL_TOKENS.get(port) if token == "printed" else token
+        if token:
+            head["Cookie"] = f"volrec_token={token}"
+        head.update(headers or {})
         if protocol:
             head["Sec-WebSocket-Protocol"] = protocol
         if origin:

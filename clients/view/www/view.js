@@ -276,6 +276,8 @@
         state.control = !!m.control;
         $('instance').textContent = m.instance;
         $('s-access').textContent = m.control ? 'view + control' : 'view only';
+        $('s-access').title = m.control ? '' : 'to control, open the address (with ?token=...) ' +
+          'that volrec view printed at start, or its control token';
         document.body.classList.toggle('readonly', !m.control);
         subscribe();
         loadControls();

@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer harness: a browser's text message to the web viewer (clients/view/msg.c,
+ * vw_msg_parse) on arbitrary bytes. A message that is not UTF-8 is refused; one accepted has a
+ * known type with the fields it needs (set: an object of one or more values; get: a string key
+ * or none; ping and every id: a string or an exact finite number); a refusal has a message, and
+ * the error the viewer would send for it ({"type": "error", "id", "error"}, cut at 511 bytes as
+ * the server cuts it) is valid UTF-8 that parses back as one JSON object.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clients/view/internal.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void fail(const char *msg, const char *detail)
+{
+	fprintf(stderr, "fuzz_viewmsg: %s%s%s\n", msg, detail ? ": " : "", detail ? detail : "");
+	abort();
+}
+
+/* A value the browser reads back as it sent it. */
+static void check_echoable(struct json_object *v, const char *what)
+{
+	int64_t i;
+
+	switch (json_object_get_type(v)) {
+	case json_type_string:
+		if (!vr_utf8_valid(json_object_get_string(v),
+		                   (size_t)json_object_get_string_len(v)))
+			fail(what, "a string that is not UTF-8");
+		return;
+	case json_type_double:
+		if (!isfinite(json_object_get_double(v)))
+			fail(what, "not finite");
+		return;
+	case json_type_int:
+		i = json_object_get_int64(v);
+		if (i < -(INT64_C(1) << 53) || i > (INT64_C(1) << 53))
+			fail(what, "an integer beyond 2^53");
+		return;
+	default:
+		fail(what, "neither a string nor a number");
+	}
+}
+
+/* The error message as the server sends it, which a browser must be able to read. */
+static void check_error_reply(const char *err, struct json_object *id)
+{
+	struct json_object *o = json_object_new_object(), *back;
+	char msg[512], why[128];
+	const char *text;
+
+	vr_utf8_sanitize(err, msg, sizeof(msg));
+	json_object_object_add(o, "type", json_object_new_string("error"));
+	if (id)
+		json_object_object_add(o, "id", json_object_get(id));
+	json_object_object_add(o, "error", json_object_new_string(msg));
+	text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	if (!vr_utf8_valid(text, strlen(text)))
+		fail("the error sent is not UTF-8", text);
+	back = vr_json_parse_object(text, strlen(text), 16, why, sizeof(why));
+	if (!back)
+		fail("the error sent does not parse back", why);
+	json_object_put(back);
+	json_object_put(o);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char *text = malloc(size ? size : 1), err[2048];
+	struct vw_msg m;
+	int rc;
+
+	if (!text)
+		return 0;
+	memcpy(text, data, size);
+	rc = vw_msg_parse(text, size, 16, &m, err, sizeof(err));
+	if (rc && rc != -EINVAL)
+		fail("an error other than -EINVAL", NULL);
+	if (!rc && !vr_utf8_valid(text, size))
+		fail("accepted a message that is not UTF-8", NULL);
+	if (m.id)
+		check_echoable(m.id, "id");
+	if (rc) {
+		if (!err[0])
+			fail("refused without a message", NULL);
+		check_error_reply(err, m.id);
+		goto out;
+	}
+	if (!m.root || !json_object_is_type(m.root, json_type_object))
+		fail("accepted without an object", NULL);
+	switch (m.type) {
+	case VW_MSG_SUBSCRIBE:
+		if (m.views >> VOLREC_IMAGE_COUNT)
+			fail("subscribed to a picture that does not exist", NULL);
+		break;
+	case VW_MSG_SET:
+		if (!m.values || !json_object_is_type(m.values, json_type_object) ||
+		    !json_object_object_length(m.values))
+			fail("a set without values", NULL);
+		break;
+	case VW_MSG_GET:
+		if (m.key && !json_object_is_type(m.key, json_type_string))
+			fail("a get whose key is not a string", NULL);
+		break;
+	case VW_MSG_PING:
+		if (m.t)
+			check_echoable(m.t, "t");
+		break;
+	default:
+		fail("an unknown type accepted", NULL);
+	}
+out:
+	vw_msg_free(&m);
+	free(text);
+	return 0;
+}
