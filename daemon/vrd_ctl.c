@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrd_ctl.h"
+#include "daemon/vrd_ctl.h"
 
 static char *reply_text(struct json_object *o)
 {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "daemon/internal.h"
 
 struct vrd_pipeline {
 	struct pl_pipeline *pl;

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "daemon/internal.h"
 
 struct vrd_pub {
 	struct ipc_writer *w;

@@ -12,8 +12,8 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 
 /* An event or status message that settles the reload: -1 = not yet, else the exit status. */
 static int settle(const char *name, const char *message, const struct tool_target *t)

@@ -10,8 +10,8 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 
 static int stop_confirm(const struct tool_control *ctl, const struct tool_target *t, int pid,
                         struct volrec_client *c, double t_signal, double deadline, double timeout)

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "helper.h"
+#include "base/base.h"
+#include "clients/volrec/helper.h"
 
 #ifndef VOLREC_VIEW_DIR
 #define VOLREC_VIEW_DIR "/usr/local/libexec/volrec"

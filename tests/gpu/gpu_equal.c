@@ -29,10 +29,10 @@
 #include "backend/motion.h"
 #include "backend/ops.h"
 #include "base/base.h"
-#include "cpu/internal.h"
 #include "config/config.h"
+#include "cpu/internal.h"
 #include "gpu/gpu.h"
-#include "sim/sim.h"
+#include "sources/sim.h"
 
 #define LOWRES_TOL      1e-4
 #define U8_MIN_FRACTION 0.999

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/tables.h"
-#include "../../cpu/internal.h"
+#include "backend/tables.h"
+#include "cpu/internal.h"
+#include "tests/unit/vrtest.h"
 
 static void base_config(struct vr_config *c, uint32_t K, uint32_t nx, uint32_t ny)
 {

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/backend.h"
+#include "backend/backend.h"
+#include "tests/unit/vrtest.h"
 
 enum { K = 256, NX = 64, NY = 2, NZ = K / 2, LINE = 40 };
 

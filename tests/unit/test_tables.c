@@ -8,8 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/tables.h"
+#include "backend/tables.h"
+#include "tests/unit/vrtest.h"
 
 static void test_resample_weights_at_a_sample(void **state)
 {
