@@ -95,7 +95,7 @@ void vr_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint
 
 /* ---- packed 12-bit samples ---------------------------------------------------------------- */
 
-/* Unpack the pair of 12-bit samples in bytes p[0..2] (ALGORITHMS.md §0): u12p is PFNC Mono12p
+/* Unpack the pair of 12-bit samples in bytes p[0..2] (docs/algorithms.md §0): u12p is PFNC Mono12p
  * (LSB first), u12gv (gv true) GigE Vision Mono12Packed. */
 static inline void vr_unpack12(const uint8_t *p, bool gv, uint32_t *s0, uint32_t *s1)
 {

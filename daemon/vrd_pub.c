@@ -44,7 +44,7 @@ struct vrd_pub {
 
 _Static_assert(CFG_MAX_PUB <= IPC_MAX_PUB, "every configured endpoint fits the writer");
 
-/* Volume ids continue across structural reloads (DESIGN.md §5: the daemon's volume counter). */
+/* Volume ids continue across structural reloads (the daemon's volume counter, docs/protocol.md). */
 static _Atomic uint64_t next_volume_id = 1;
 
 int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_pub **out,

@@ -240,7 +240,7 @@ static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 			if (ox != ex || oy != ey)
 				return vr_err(err, errlen, -EINVAL,
 				              "offset table entry %llu is (%u, %u), but epoch %llu "
-				              "is scanned at (%u, %u) (ALGORITHMS.md §2.1)",
+				              "is scanned at (%u, %u) (docs/algorithms.md §2.1)",
 				              (unsigned long long)e, ox, oy, (unsigned long long)e,
 				              ex, ey);
 		}

@@ -726,7 +726,7 @@ static void quantize(const struct sim *s, void *dst)
 			o[i] = (uint16_t)((uint32_t)v << s->p.bit_shift);
 		}
 	} else if (s->p.sample_type >= VOLREC_SAMPLE_U12P) {
-		/* a 12-bit digitizer, packed two samples in three bytes (ALGORITHMS.md §0) */
+		/* a 12-bit digitizer, packed two samples in three bytes (docs/algorithms.md §0) */
 		uint8_t *o = dst;
 		float fs = (float)s->fs;
 		bool gv = s->p.sample_type == VOLREC_SAMPLE_U12GV;

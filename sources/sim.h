@@ -26,7 +26,7 @@
 /* The "tilted" phantom: the retina plus a strong flat reflector of amplitude SIM_TILT_AMP, in
  * the lab frame (it does not turn with the retina), whose depth rises linearly from
  * SIM_TILT_TOP_MM at the left edge of the field of view to SIM_TILT_BOT_MM at the right (nearest
- * bin, phase 0): the fixed-pattern artifact of mean background subtraction (ALGORITHMS.md §1b) */
+ * bin, phase 0): the fixed-pattern artifact of mean background subtraction (docs/algorithms.md §1b) */
 #define SIM_TILT_AMP    8.0
 #define SIM_TILT_TOP_MM 0.60
 #define SIM_TILT_BOT_MM 1.40

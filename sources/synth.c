@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The built-in `synth` source: the synthetic scanner (sim.c) behind struct volrec_shim_ops,
- * paced at source.rate, scanning each epoch at the offset it was told (or ALGORITHMS.md §2.1's).
+ * paced at source.rate, scanning each epoch at the offset it was told (or docs/algorithms.md §2.1's).
  */
 #include <errno.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `volrec snapshot`: PNG pictures of the newest volume from the views the daemon publishes
- * beside it (ALGORITHMS.md §4: en-face mean and maximum over the slab, the B-scan, the
+ * beside it (docs/algorithms.md §4: en-face mean and maximum over the slab, the B-scan, the
  * orthogonal slice and the plane at view.position, the maximum-intensity render), with a JSON
  * sidecar naming the volume, the geometry and each view's parameters. It computes nothing of
  * its own: what it writes is what every client and the web viewer see.

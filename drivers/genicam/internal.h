@@ -53,7 +53,7 @@ struct gc_fake;
 int gc_fake_enable(char *err, size_t errlen);
 /* Install the synthetic scanner as the fill pattern of camera's Fake device for geometry g
  * and the camera's pixel format f: frame n since gc_fake_restart holds B-scan n % ny of epoch
- * n / ny at that epoch's offset (ALGORITHMS.md §2.1), as an external scanner counting frames
+ * n / ny at that epoch's offset (docs/algorithms.md §2.1), as an external scanner counting frames
  * would scan it. *out is freed with gc_fake_free (after the stream is gone). */
 int gc_fake_attach(ArvCamera *camera, const struct gc_fake_params *p,
                    const struct volrec_shim_geometry *g, const struct gc_format *f,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Partial median subtraction (ALGORITHMS.md §1b) on the CPU reference backend: without depths
+ * Partial median subtraction (docs/algorithms.md §1b) on the CPU reference backend: without depths
  * above the threshold it is bscan_mean bit for bit; a fixed-pattern line that a strong tilted
  * reflector crosses is removed by the median where the mean leaves it; the count of median
  * depths per B-scan; switching the mode on and off live.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The shared host-side tables of backend/tables.c against ALGORITHMS.md: kernel weights,
+ * The shared host-side tables of backend/tables.c against docs/algorithms.md: kernel weights,
  * temporal and spatial weights, dispersion phasors, and the table checks' messages.
  */
 #include <errno.h>

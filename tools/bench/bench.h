@@ -37,7 +37,7 @@ struct bench_case {
 	enum bench_pre pre;
 	uint32_t e2e_epochs;  /* epochs in e2e_bench's replay file (0: not an e2e case) */
 	double paced_rate;    /* e2e: epochs/s of the paced run (0: from the max run) */
-	double target_vps;    /* volumes/s target (DESIGN.md section 10; 0: none) */
+	double target_vps;    /* volumes/s target (0: none) */
 	double target_ascans; /* A-scans/s target (0: none) */
 	double target_p99_ms; /* processing latency p99 target (0: none) */
 	double target_over_nc; /* rate over the noncumulative case of its geometry, same run (0: none) */
@@ -61,7 +61,7 @@ struct json_object *bench_case_json(const struct bench_case *c);
 
 /* ---- figures ------------------------------------------------------------------------------- */
 
-/* One measured figure, the target DESIGN.md section 10 sets and the physical limit measured in
+/* One measured figure, the target its case sets (cases.c) and the physical limit measured in
  * the same run (same unit; 0 = none). */
 struct bench_fig {
 	char name[64];

@@ -27,7 +27,7 @@ const struct bench_case bench_cases[] = {
 	 .K = 2048, .nx = 1024, .ny = 64, .stride = 1, .z1 = 1024,
 	 .mode = CFG_RECON_NONE, .pre = BENCH_PRE_CLASSIC,
 	 .e2e_epochs = 2, .paced_rate = 160, .target_ascans = 10e6, .target_stem = "classic"},
-	/* classic-2048 with packed 12-bit input (ALGORITHMS.md §0): 1.5 bytes/sample over
+	/* classic-2048 with packed 12-bit input (docs/algorithms.md §0): 1.5 bytes/sample over
 	 * PCIe instead of 2 */
 	{.name = "classic-2048-u12p", .title = "classic 2048->1024, u12p",
 	 .K = 2048, .nx = 1024, .ny = 64, .sample = CFG_SAMPLE_U12P, .stride = 1, .z1 = 1024,
