@@ -269,9 +269,8 @@ static void print_table(const struct bench *b)
 	}
 	if (b->cuda)
 		printf("\nlimits: PCIe copies at the pinned bandwidths measured above (pipelined: "
-		       "H2D and D2H at once, serialized: one after the other); targets: those of "
-		       "the "
-		       "cases\n");
+		       "H2D and D2H at once, serialized: one after the other); "
+		       "targets: the cases'\n");
 	else
 		printf("\nlimits: memory streaming at the all-thread memcpy rate (a memcpy moves "
 		       "two bytes per byte copied)\n");
