@@ -25,7 +25,6 @@ static void on_event(void *ctx, const struct pl_event *ev)
 	        [PL_WARNING] = LOG_WARNING, [PL_ERR] = LOG_ERR,
 	};
 
-	(void)ctx;
 	if (ev->name && !strcmp(ev->name, "source_abandoned"))
 		atomic_fetch_add(&abandoned, 1);
 	if (ev->announce)

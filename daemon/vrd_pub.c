@@ -206,7 +206,6 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 	struct vrd_pub *pub = ctx;
 	int rc = ipc_writer_begin(pub->w, &pub->cur);
 
-	(void)epoch;
 	if (rc < 0)
 		return vr_err_errno(err, errlen, rc, "shm: no slot to write into");
 	pub->in_progress = true;

@@ -13,8 +13,11 @@
 
 #include "formats/h5vol_vfd.h"
 
-#if H5_VERS_MAJOR != 1 || H5_VERS_MINOR != 10
-#error "h5vol_vfd.c implements the file driver interface of HDF5 1.10 (Debian 12)"
+/* The file driver interface this driver fills (H5FD_class_t and its callbacks) is that of HDF5
+ * 1.10.0 and every 1.10 release after it; 1.12 adds the class's value, 1.14 its version and new
+ * callbacks. A build against another HDF5 stops here, saying which it needs. */
+#if !H5_VERSION_GE(1, 10, 0) || H5_VERSION_GE(1, 11, 0)
+#error "formats/h5vol_vfd.c: needs HDF5 1.10.x (its file driver interface); this HDF5 is older or newer (H5_VERS_INFO in H5public.h): install HDF5 1.10 (Debian 12: libhdf5-dev)"
 #endif
 
 /* the largest range of object headers written at once (h5vol_journal_commit) */

@@ -29,8 +29,7 @@ static void on_error(png_structp png, png_const_charp msg)
 
 static void on_warning(png_structp png, png_const_charp msg)
 {
-	(void)png;
-	(void)msg;
+	/* a warning is no failure: the picture is written */
 }
 
 static void on_write(png_structp png, png_bytep data, size_t len)
@@ -47,7 +46,7 @@ static void on_write(png_structp png, png_bytep data, size_t len)
 
 static void on_flush(png_structp png)
 {
-	(void)png;
+	/* the file is flushed when it is closed */
 }
 
 /* The part that may longjmp: no automatic variables are changed in it after setjmp. */

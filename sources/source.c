@@ -34,9 +34,6 @@ const char *src_common_strerror(void *h, int code)
 
 int src_common_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
 {
-	(void)args_yaml;
-	(void)info;
-	(void)handle;
 	return -EOPNOTSUPP; /* built-ins are opened by src_open() from the configuration */
 }
 
@@ -54,7 +51,6 @@ int src_common_configure(struct src_common *c, const struct volrec_shim_geometry
 
 int src_common_stop(void *h)
 {
-	(void)h;
 	return 0;
 }
 

@@ -335,7 +335,6 @@ static int print_case(const char *name)
 
 static void say_stderr(void *ctx, const char *line)
 {
-	(void)ctx;
 	fprintf(stderr, "volrec bench: %s\n", line);
 }
 

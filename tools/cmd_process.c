@@ -99,7 +99,6 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
  * refused zero-copy path, a source that ended early). */
 static void print_event(void *ctx, const struct pl_event *ev)
 {
-	(void)ctx;
 	if (ev->level >= PL_NOTICE && (!ev->name || strcmp(ev->name, "source_ended")))
 		fprintf(stderr, "volrec process: %s\n", ev->message);
 }

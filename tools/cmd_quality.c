@@ -24,35 +24,39 @@
 #include "pipeline/pipeline.h"
 #include "tools/process.h"
 
+static const char quality_help[] =
+        "usage: volrec quality -c FILE -t TRUTH.h5 [-n EPOCHS] [--skip N] [--json OUT]\n"
+        "                      [--name NAME] [--backend cpu|cuda|auto]\n"
+        "\n"
+        "Reconstruct the configured replay in every mode and score each against the\n"
+        "ground truth of `volrec sim --truth`: PSNR (dB) and SSIM (7 x 7 window) in two\n"
+        "units: the output brought into the truth's amplitude (the gain: the median over\n"
+        "the sampled voxels), and the truth brought into the output's normalized dB\n"
+        "image; per plane of constant y, means over the planes, then over the epochs\n"
+        "from --skip on. Rows: the newest epoch alone (nearest sample, linear interpolation),\n"
+        "noncumulative, cumulative, noncumulative with product combine and exp temporal\n"
+        "weights (tau 3), adaptive (reconstruct.adaptive of the configuration) and\n"
+        "compensated (reconstruct.compensated of the configuration). The\n"
+        "preprocessing (corrections, background, db_range) is the configuration's.\n"
+        "\n"
+        "  -c, --config FILE   configuration (YAML) whose source is the replay\n"
+        "  -t, --truth FILE    its ground truth (HDF5 /truth f32 [n][Y][X][Z], amplitudes\n"
+        "                      from 0 to 1, /offset; the settings volrec sim writes\n"
+        "                      beside it must be the configuration's)\n"
+        "  -n, --epochs N      epochs to score (default: all of the replay, which must\n"
+        "                      be as many as the truth's)\n"
+        "      --skip N        epochs left out of the means (default S = sx*sy)\n"
+        "      --json FILE     also write the figures as JSON (- for stdout)\n"
+        "      --name NAME     the scene's name in the table and the JSON\n"
+        "      --backend NAME  override the configuration's backend (cpu, cuda, auto)\n"
+        "  -h, --help          this text\n"
+        "\n"
+        "Exit status: 0 done, 1 failure while running, 2 usage or configuration error,\n"
+        "or a truth that does not belong to the replay.\n";
+
 static void quality_usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: volrec quality -c FILE -t TRUTH.h5 [-n EPOCHS] [--skip N] [--json OUT]\n"
-	        "                      [--name NAME] [--backend cpu|cuda|auto]\n\n"
-	        "Reconstruct the configured replay in every mode and score each against the\n"
-	        "ground truth of `volrec sim --truth`: PSNR (dB) and SSIM (7 x 7 window) in two\n"
-	        "units: the output brought into the truth's amplitude (the gain: the median over\n"
-	        "the sampled voxels), and the truth brought into the output's normalized dB\n"
-	        "image; per plane of constant y, means over the planes, then over the epochs\n"
-	        "from --skip on. Rows: the newest epoch alone (nearest sample, linear "
-	        "interpolation),\n"
-	        "noncumulative, cumulative, noncumulative with product combine and exp temporal\n"
-	        "weights (tau 3), adaptive (reconstruct.adaptive of the configuration) and\n"
-	        "compensated (reconstruct.compensated of the configuration). The\n"
-	        "preprocessing (corrections, background, db_range) is the configuration's.\n\n"
-	        "  -c, --config FILE   configuration (YAML) whose source is the replay\n"
-	        "  -t, --truth FILE    its ground truth (HDF5 /truth f32 [n][Y][X][Z], amplitudes\n"
-	        "                      from 0 to 1, /offset; the settings volrec sim writes\n"
-	        "                      beside it must be the configuration's)\n"
-	        "  -n, --epochs N      epochs to score (default: all of the replay, which must\n"
-	        "                      be as many as the truth's)\n"
-	        "      --skip N        epochs left out of the means (default S = sx*sy)\n"
-	        "      --json FILE     also write the figures as JSON (- for stdout)\n"
-	        "      --name NAME     the scene's name in the table and the JSON\n"
-	        "      --backend NAME  override the configuration's backend (cpu, cuda, auto)\n"
-	        "  -h, --help          this text\n\n"
-	        "Exit status: 0 done, 1 failure while running, 2 usage or configuration error,\n"
-	        "or a truth that does not belong to the replay.\n");
+	fputs(quality_help, f);
 }
 
 /* ---- the metric (docs/algorithms.md §3, tests/reference/quality_ref.py) ------------------- */
@@ -388,7 +392,7 @@ static int q_publish(void *ctx, const struct pl_volume *v, char *err, size_t err
 
 static void q_abort(void *ctx)
 {
-	(void)ctx; /* the buffers are the sink's own */
+	/* the buffers are the sink's own */
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -399,7 +403,6 @@ static int cmp_float(const void *a, const void *b)
 
 static void print_event(void *ctx, const struct pl_event *ev)
 {
-	(void)ctx;
 	if (ev->level >= PL_NOTICE && (!ev->name || strcmp(ev->name, "source_ended")))
 		fprintf(stderr, "volrec quality: %s\n", ev->message);
 }

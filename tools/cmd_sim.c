@@ -19,38 +19,37 @@
 #include "sources/sim.h"
 #include "sources/source.h"
 
+static const char sim_help[] =
+        "usage: volrec sim -c FILE -o OUT [-n EPOCHS] [--truth TRUTH.h5]\n"
+        "                  [--format volrec|raw] [--mirror-mm D]\n"
+        "\n"
+        "Scan the synthetic retina phantom (source.synth: seed, phantom, motion, snr_db) at\n"
+        "the configuration's geometry and write the raw spectra as a replay file. Epoch e is\n"
+        "scanned at the interlacing offset of e, at time e / source.rate (25 when 0).\n"
+        "\n"
+        "  -c, --config FILE    configuration (YAML)\n"
+        "  -o, --output FILE    replay file to write (written beside it, then renamed over\n"
+        "                       it: a daemon replaying FILE keeps a whole file)\n"
+        "  -n, --epochs N       epochs to write (default S = sx*sy, one interlacing cycle)\n"
+        "      --format F       volrec (default: versioned header with the per-epoch offsets\n"
+        "                       and YAML metadata naming the scanner's corrections) or raw\n"
+        "                       (headerless samples, source.replay.format: raw)\n"
+        "      --mirror-mm D    depth of the mirror phantom's reflector in mm, within\n"
+        "                       (0, 2) (default 1.0: bin K/4); for k-linearization\n"
+        "                       recordings at two depths (volrec calibrate --klin)\n"
+        "      --truth FILE     also write HDF5 /truth f32 [n][Y][X][Z]: the image a\n"
+        "                       noise-free full-resolution scan of each epoch gives\n"
+        "                       through the ideal chain (preprocess.window, FFT with\n"
+        "                       zero_pad, magnitude; a unit reflector reads 1, clipped\n"
+        "                       to [0, 1]) at every position and output depth bin\n"
+        "                       (depth_range), /epoch u64 [n], /offset u32 [n][2]\n"
+        "  -h, --help           this text\n"
+        "\n"
+        "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n";
+
 static void sim_usage(FILE *f)
 {
-	fprintf(f,
-	        "usage: volrec sim -c FILE -o OUT [-n EPOCHS] [--truth TRUTH.h5]\n"
-	        "                  [--format volrec|raw] [--mirror-mm D]\n\n"
-	        "Scan the synthetic retina phantom (source.synth: seed, phantom, motion, snr_db) "
-	        "at\n"
-	        "the configuration's geometry and write the raw spectra as a replay file. Epoch e "
-	        "is\n"
-	        "scanned at the interlacing offset of e, at time e / source.rate (25 when 0).\n\n"
-	        "  -c, --config FILE    configuration (YAML)\n"
-	        "  -o, --output FILE    replay file to write (written beside it, then renamed "
-	        "over\n"
-	        "                       it: a daemon replaying FILE keeps a whole file)\n"
-	        "  -n, --epochs N       epochs to write (default S = sx*sy, one interlacing "
-	        "cycle)\n"
-	        "      --format F       volrec (default: versioned header with the per-epoch "
-	        "offsets\n"
-	        "                       and YAML metadata naming the scanner's corrections) or "
-	        "raw\n"
-	        "                       (headerless samples, source.replay.format: raw)\n"
-	        "      --mirror-mm D    depth of the mirror phantom's reflector in mm, within\n"
-	        "                       (0, 2) (default 1.0: bin K/4); for k-linearization\n"
-	        "                       recordings at two depths (volrec calibrate --klin)\n"
-	        "      --truth FILE     also write HDF5 /truth f32 [n][Y][X][Z]: the image a\n"
-	        "                       noise-free full-resolution scan of each epoch gives\n"
-	        "                       through the ideal chain (preprocess.window, FFT with\n"
-	        "                       zero_pad, magnitude; a unit reflector reads 1, clipped\n"
-	        "                       to [0, 1]) at every position and output depth bin\n"
-	        "                       (depth_range), /epoch u64 [n], /offset u32 [n][2]\n"
-	        "  -h, --help           this text\n\n"
-	        "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n");
+	fputs(sim_help, f);
 }
 
 enum { T_TRUTH, T_EPOCH, T_OFFSET, T_COUNT };

@@ -212,7 +212,7 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 
 static void sink_abort(void *ctx)
 {
-	(void)ctx; /* the buffers are the sink's own: nothing to give back */
+	/* the buffers are the sink's own: nothing to give back */
 }
 
 void proc_h5_sink(struct proc_h5 *h, struct pl_sink *sink)

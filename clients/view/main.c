@@ -119,7 +119,6 @@ void vw_log_flush(void)
 
 static void on_signal(int sig)
 {
-	(void)sig;
 	if (g_server)
 		vw_server_stop(g_server);
 }

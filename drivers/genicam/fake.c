@@ -125,8 +125,6 @@ static void fill(ArvBuffer *buffer, void *data, guint32 exposure_us, guint32 gai
 	uint64_t pos = atomic_fetch_add(&fk->pos, 1), e = pos / g->bscans_per_volume;
 	uint32_t b = (uint32_t)(pos % g->bscans_per_volume), ox, oy;
 
-	(void)exposure_us;
-	(void)gain;
 	if (pixel_format != fk->f->code ||
 	    (uint32_t)arv_buffer_get_image_width(buffer) != g->samples_per_ascan ||
 	    (uint32_t)arv_buffer_get_image_height(buffer) != g->ascans_per_bscan)

@@ -87,7 +87,6 @@ static void shim_close(void *h);
 static void on_control_lost(ArvDevice *dev, gpointer data)
 {
 	struct gc_shim *s = data;
-	(void)dev;
 	atomic_store(&s->control_lost, true);
 }
 

@@ -18,7 +18,6 @@
 
 static void say_stdout(void *ctx, const char *line)
 {
-	(void)ctx;
 	printf("%s\n", line);
 	fflush(stdout);
 }
