@@ -126,19 +126,24 @@ CITED = re.compile(r"\b(DESIGN|ALGORITHMS|STYLE)\.md\b|\.\./shared\b")
 PENDING = ("backend/", "cpu/", "gpu/", "pipeline/", "config/")
 
 
-def test_nothing_cites_a_file_outside_the_repository():
-    """docs/algorithms.md is the numerical contract; the docs are the repository's own."""
-    bad = []
+def text_lines(skip):
+    """(file, line number, line) of every tracked text file for which skip(file) is false."""
     for f in tracked(SRC):
-        if f.startswith(("tests/",) + PENDING):
+        if skip(f):
             continue
         try:
             text = (SRC / f).read_text()
         except (UnicodeDecodeError, OSError):
             continue
         for no, line in enumerate(text.splitlines(), 1):
-            if CITED.search(line):
-                bad.append(f"{f}:{no}: {line.strip()[:100]}")
+            yield f, no, line
+
+
+def test_nothing_cites_a_file_outside_the_repository():
+    """docs/algorithms.md is the numerical contract; the docs are the repository's own."""
+    bad = [f"{f}:{no}: {line.strip()[:100]}"
+           for f, no, line in text_lines(lambda f: f.startswith(("tests/",) + PENDING))
+           if CITED.search(line)]
     assert not bad, "citations of files the repository does not contain:\n" + "\n".join(bad)
 
 
@@ -160,15 +165,8 @@ def test_every_cited_section_of_the_algorithms_exists():
     """docs/algorithms.md §N and §N.n (step n of §N) name a section and a step it has."""
     have = sections(SRC / "docs/algorithms.md")
     bad = []
-    for f in tracked(SRC):
-        if f.startswith(PENDING) or f == "docs/algorithms.md":
-            continue
-        try:
-            text = (SRC / f).read_text()
-        except (UnicodeDecodeError, OSError):
-            continue
-        for no, line in enumerate(text.splitlines(), 1):
-            for sec, step in re.findall(r"algorithms\.md,? (§[0-9]+[a-z]?)(?:\.([0-9]+))?", line):
-                if sec not in have or (step and int(step) not in have[sec]):
-                    bad.append(f"{f}:{no}: docs/algorithms.md has no {sec}{'.' + step if step else ''}")
+    for f, no, line in text_lines(lambda f: f.startswith(PENDING) or f == "docs/algorithms.md"):
+        for sec, step in re.findall(r"algorithms\.md,? (§[0-9]+[a-z]?)(?:\.([0-9]+))?", line):
+            if sec not in have or (step and int(step) not in have[sec]):
+                bad.append(f"{f}:{no}: docs/algorithms.md has no {sec}{'.' + step if step else ''}")
     assert not bad, "\n".join(bad)
