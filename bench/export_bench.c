@@ -5,7 +5,7 @@
  * limits they are held to: the file system's sequential write rate (large writes, then
  * fdatasync) for the uncompressed outputs, and blosc/zstd's own single-thread rate on the same
  * volumes' chunks, times the threads used, for OME-Zarr. JSON on stdout.
- *   export_bench IN.h5 DIR [THREADS]
+ *   export_bench IN.h5 DIR [THREADS [gz]]   (gz: .nii.gz too: zlib, one thread, slow)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,12 +52,14 @@ static double blosc_rate(const char *in, double *ratio)
 	struct fmt_h5in *r;
 	struct fmt_info info;
 	char err[512];
-	const uint32_t C[3] = {FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z};
+	uint32_t C[3] = {FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z};
 	uint64_t raw = 0, packed = 0;
 	double busy = 0;
 
 	if (fmt_h5in_open(in, &r, &info, err, sizeof(err)) < 0)
 		return -1;
+	for (int i = 0; i < 3; i++) /* as the writer clips them */
+		C[i] = C[i] < info.shape[i] ? C[i] : info.shape[i];
 	size_t vb = (size_t)info.shape[0] * info.shape[1] * info.shape[2];
 	size_t cb = (size_t)C[0] * C[1] * C[2];
 	uint8_t *vol = malloc(vb), *chunk = malloc(cb), *out = malloc(cb + BLOSC_MAX_OVERHEAD);
@@ -130,7 +132,9 @@ int main(int argc, char **argv)
 	json_object_object_add(o, "blosc_zstd5_1thread_MBps", json_object_new_double(blosc1 / 1e6));
 	json_object_object_add(o, "blosc_ratio", json_object_new_double(ratio));
 	json_object_object_add(o, "threads", json_object_new_int((int)threads));
-	for (size_t i = 0; i < VR_ARRAY_SIZE(suffix); i++) {
+	size_t nruns = argc > 4 && !strcmp(argv[4], "gz") ? 4 : 3;
+
+	for (size_t i = 0; i < nruns; i++) {
 		struct fmt_options opt = {.threads = threads, .replace = true};
 		struct fmt_export_stats st = {0};
 		struct json_object *j = json_object_new_object();
@@ -162,7 +166,7 @@ int main(int argc, char **argv)
 		}
 		json_object_array_add(runs, j);
 		/* the outputs go: the next run finds the disk as this one did */
-		if (i == 3 || !opt.series) {
+		{
 			char cmd[4200];
 			snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'/bench_*.nii*", path, argv[2]);
 			if (system(cmd) != 0)

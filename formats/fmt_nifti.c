@@ -195,6 +195,14 @@ static int nifti_end(struct nifti *n, size_t f, char *err, size_t errlen)
 	return rc < 0 ? vr_err_errno(err, errlen, rc, "%s", n->tmps[f]) : 0;
 }
 
+/* The bytes file f takes on the disk (compressed for .nii.gz). */
+static uint64_t nifti_file_size(const struct nifti *n, size_t f)
+{
+	struct stat st;
+
+	return stat(n->tmps[f], &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
 static int nifti_open(struct fmt_writer *w, char *err, size_t errlen)
 {
 	struct nifti *n = calloc(1, sizeof(*n));
@@ -240,15 +248,22 @@ static int nifti_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char 
 	errno = 0;
 	if (znzwrite(vol, 1, bytes, n->fp) != bytes)
 		return vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]);
-	w->written += bytes;
-	return w->opt.series ? 0 : nifti_end(n, f, err, errlen);
+	if (w->opt.series)
+		return 0;
+	rc = nifti_end(n, f, err, errlen);
+	w->written += nifti_file_size(n, f);
+	return rc;
 }
 
 static int nifti_finish(struct fmt_writer *w, char *err, size_t errlen)
 {
 	struct nifti *n = w->priv;
 
-	return w->opt.series ? nifti_end(n, 0, err, errlen) : 0;
+	int rc = w->opt.series ? nifti_end(n, 0, err, errlen) : 0;
+
+	if (w->opt.series)
+		w->written = nifti_file_size(n, 0);
+	return rc;
 }
 
 static int nifti_commit(struct fmt_writer *w, char *err, size_t errlen)
