@@ -30,3 +30,9 @@ pmedian_bench_SRCS := tools/bench/pmedian_bench.c
 pmedian_bench_ARCHIVES = bench pl $(CORE_ARCHIVES)
 pmedian_bench_LDLIBS = -ljson-c $(CUDA_LDLIBS)
 
+
+# The export benchmark (never part of `make test`): bench/export_bench.py runs it (docs/formats.md).
+TEST_PROGRAMS += export_bench
+export_bench_SRCS := tools/bench/export_bench.c
+export_bench_ARCHIVES = fmt base
+export_bench_LDLIBS = -ljson-c
