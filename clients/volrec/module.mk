@@ -13,7 +13,7 @@ VOLREC_HELPER_DIR = $(or $(LIBEXECDIR),$(PREFIX)/libexec)/volrec
 PROGRAMS += volrec volrec-process
 volrec_SRCS = clients/volrec/main.c clients/volrec/dispatch.c clients/volrec/helper.c $(wildcard clients/volrec/tool_*.c) \
 	$(VOLREC_CMD_SRCS) $(VOLREC_H5_SRCS)
-volrec_ARCHIVES = $(CLIENT_ARCHIVES) cfg base
+volrec_ARCHIVES = $(CLIENT_ARCHIVES) cfg fmt base
 volrec_LDLIBS = $(HDF5_LIBS) -lpng -lzmq -ljson-c
 # process_*.c: what the processing subcommands share (the HDF5 sink of `process`, the
 # recording loader and image engine of `calibrate`)
