@@ -2,7 +2,7 @@
 # built-in synth and replay sources, the loader of shims (dlopen), the synthetic scanner (sim_)
 # and the example shim built from them.
 ARCHIVES += src sim
-src_SRCS := sources/source.c sources/synth.c sources/replay.c sources/shim.c
+src_SRCS := $(filter-out sources/sim.c sources/synth_shim.c sources/shim_%.c,$(wildcard sources/*.c))
 src_LDLIBS := -ldl
 # Where `source.shim.library: NAME` finds NAME-shim.so (VOLREC_SHIM_DIR overrides it).
 $(call obj,sources/shim.c): CPPFLAGS += -DVOLREC_SHIMDIR='"$(SHIMDIR)"'
