@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "base/base.h"
-#include "tables.h"
+#include "backend/tables.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "cpu/internal.h"
 
 /* FFTW's planner is not thread-safe: every plan is made and destroyed under this lock. */
 static pthread_mutex_t cpu_fftw_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -123,7 +123,7 @@ CITED = re.compile(r"\b(DESIGN|ALGORITHMS|STYLE)\.md\b|\.\./shared\b")
 # Folders whose comments still cite the design's pages: they are being restructured (struct
 # be_params, the engine split by thread) and take docs/algorithms.md's numbering with it.
 # Remove each from here as it is done.
-PENDING = ("backend/", "cpu/", "gpu/", "pipeline/", "config/")
+PENDING = ()
 
 
 def text_lines(skip):
