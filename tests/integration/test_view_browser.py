@@ -29,17 +29,32 @@ import numpy as np
 import pytest
 
 from conftest import BUILD, SRC
-from viewkit import (ALL_DRAWN, Browser, DaemonPublisher, RawSocket, Recorder, Viewer, pane,
-                     viridis, wait_for)
+from viewkit import (ALL_DRAWN, Browser, BrowserPages, DaemonPublisher, RawSocket, Recorder,
+                     Viewer, pane, viridis, wait_for)
 
 PANES = {"enface": "enface_mean", "bscan": "bscan", "slice": "slice", "render": "render"}
 
 
 @pytest.fixture(scope="module")
-def browser():
-    b = Browser()
+def shared_browser():
+    """One chromium for the module (starting one takes seconds); see `browser`."""
+    b = [Browser()]
     yield b
-    b.close()
+    b[0].close()
+
+
+@pytest.fixture
+def browser(shared_browser):
+    """The shared chromium as one test sees it: every page the test opened is closed when it
+    ends, whether it passed or not, so a failure (or a viewer gone from under a page) never
+    reaches the next test; a driver that died is replaced."""
+    if shared_browser[0].proc.poll() is not None:
+        shared_browser[0] = Browser()
+    pages = BrowserPages(shared_browser[0])
+    yield pages
+    if not pages.finish():
+        shared_browser[0].close()
+        shared_browser[0] = Browser()
 
 
 def start_live(build_dir, bin_dir, **cfg):
@@ -280,9 +295,11 @@ def test_a_daemon_restarted_without_views_leaves_no_old_pictures(browser, live):
     pub.start()
     browser.wait(page, "window.volrecView.daemon === 'connected' && "
                  "Object.values(window.volrecView.panes).every(p => !p.shown)")
-    browser.wait(page, "document.getElementById('state').textContent === 'live, no pictures'")
-    assert "publishes no pictures (view.enabled: false)" in browser.eval(
-        page, "document.getElementById('state').title")
+    # the chip's text and its title come from different state messages ("reading volrecd"
+    # first): wait for both at once
+    browser.wait(page, "(e => e.textContent === 'live, no pictures' && "
+                 "e.title.includes('publishes no pictures (view.enabled: false)'))"
+                 "(document.getElementById('state'))")
     assert browser.eval(page, "document.getElementById('foot-bscan').textContent") == "–"
     other = browser.open(view.url)
     browser.wait(other, "window.volrecView.daemon === 'connected' && "
