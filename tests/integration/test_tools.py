@@ -456,11 +456,12 @@ def test_watch_plain_lines_and_count(daemon):
 def test_watch_ends_cleanly_on_sigint(daemon):
     p = subprocess.Popen([str(daemon.bin / "volrec"), "watch", "-i", daemon.instance, "-r",
                           str(daemon.run_dir)], stdout=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    out = Lines(p.stdout)
+    out.wait_for("running")  # watching (its signal handling set up before it prints)
     p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=TIMEOUT)
-    assert p.returncode == 0
-    assert "running" in out
+    p.wait(timeout=TIMEOUT)
+    assert p.returncode == 0, out.finish()
+    assert "running" in out.finish()
 
 
 # ---- record -------------------------------------------------------------------------------
@@ -1121,10 +1122,11 @@ def test_watch_restart_wait_0_ends_when_the_daemon_stops(own_daemon):
     w = subprocess.Popen([str(d.bin / "volrec"), "watch", "-w", "0", "-i", d.instance, "-r",
                           str(d.run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    time.sleep(1.5)
+    out, err = Lines(w.stdout), Lines(w.stderr)
+    out.wait_for(r"volume #\d+")  # watching the daemon before it stops
     d.stop()
-    out, err = w.communicate(timeout=TIMEOUT)
-    assert w.returncode == 0 and "stopped" in err, (w.returncode, err)
+    w.wait(timeout=TIMEOUT)
+    assert w.returncode == 0 and "stopped" in err.finish(), (w.returncode, err.finish())
 
 
 def record_proc(d, out, *args):
@@ -1243,7 +1245,8 @@ def test_record_reports_volumes_published_but_never_announced_before_the_daemon_
                 err.wait_for(r"stopped; waiting for it to come back")
                 d.start()
                 err.wait_for(r"recording continues")
-                time.sleep(1.0)
+                size = out.stat().st_size  # and one more volume of the new session is in
+                wait_for_size(out, size + VOLUME_BYTES, rec)
             elif how == "geometry":  # the same volumes, another reconstruction
                 err.wait_for(r"stopped; waiting for it to come back")
                 d.cfg["geometry"].update(ascans_per_bscan=18, bscans_per_volume=18,
