@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, TIMEOUT_SCALE
 from test_daemon import (  # noqa: F401  (fixtures used by name)
     TIMEOUT, daemons, drops_identity, read_records)
 
@@ -79,7 +79,7 @@ def fake_gv_camera(bin_dir, lost_per_thousand=0, serial=None, genicam=None):
                              + (["-g", str(genicam)] if genicam else []),
                              stdout=log, stderr=log)
         procs.append(p)
-        end = time.monotonic() + 15
+        end = time.monotonic() + 30 * TIMEOUT_SCALE  # (a loaded machine: not a skip)
         while time.monotonic() < end:
             if p.poll() is not None:
                 log.seek(0)

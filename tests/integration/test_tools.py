@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 
 import volrec
+from conftest import TIMEOUT_SCALE
 from daemonkit import remove_segments
 
-TIMEOUT = 60.0  # generous: the test machine is small and loaded
+TIMEOUT = 60.0 * TIMEOUT_SCALE  # generous: the test machine is small and loaded
 VOLUME_BYTES = 36 * 36 * 256  # one u8 output volume of config(): 36 x 36 x 256
 # output slots: a recorder may fall up to 0.64 s behind the daemon before it misses a volume
 SLOTS = 16

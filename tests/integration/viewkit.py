@@ -22,10 +22,11 @@ import numpy as np
 import zmq
 
 import volrec
+from conftest import TIMEOUT_SCALE
 from daemonkit import remove_segments
 
 SRC = pathlib.Path(__file__).resolve().parents[2]
-TIMEOUT = 30.0
+TIMEOUT = 30.0 * TIMEOUT_SCALE
 
 
 def wait_for(pred, timeout=TIMEOUT, what="condition", step=0.05):
@@ -381,7 +382,7 @@ class Browser:
         return self.cmd("eval", page=page, expr=expr).get("value")
 
     def wait(self, page, expr, timeout_ms=30000):
-        return self.cmd("wait", page=page, expr=expr, timeout_ms=timeout_ms)
+        return self.cmd("wait", page=page, expr=expr, timeout_ms=int(timeout_ms * TIMEOUT_SCALE))
 
     def close(self):
         try:
@@ -419,7 +420,7 @@ class BrowserPages:
         return self.cmd("eval", page=page, expr=expr).get("value")
 
     def wait(self, page, expr, timeout_ms=30000):
-        return self.cmd("wait", page=page, expr=expr, timeout_ms=timeout_ms)
+        return self.cmd("wait", page=page, expr=expr, timeout_ms=int(timeout_ms * TIMEOUT_SCALE))
 
     def finish(self):
         """Close what the test left open and forget its pages' errors; False when the driver
