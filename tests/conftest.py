@@ -46,3 +46,15 @@ def build_dir():
 @pytest.fixture(scope="session")
 def bin_dir():
     return BUILD / "bin"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Markers that follow from what a test uses: a test that takes the `browser` fixture is
+    `browser`; a test of tests/python that uses no build (no `build_dir`) is `python_only`."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "browser" in names:
+            item.add_marker(pytest.mark.browser)
+        if pathlib.Path(str(item.fspath)).parent == SRC / "tests" / "python" \
+                and "build_dir" not in names:
+            item.add_marker(pytest.mark.python_only)
