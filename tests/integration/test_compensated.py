@@ -95,6 +95,7 @@ SPEEDS = {
 }
 
 
+@pytest.mark.long  # every motion of SPEEDS, both modes (about a minute)
 def test_compensated_is_never_much_worse_than_the_newest_epoch_alone(bin_dir, tmp_path,
                                                                      need_volrec):
     margin = 1.0  # dB of mean PSNR over the epochs after the first cycle (measured worst: -0.31, the axial drift)

@@ -816,6 +816,7 @@ def fault_shim(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
                     reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+@pytest.mark.long  # every write call of a recording, twice (make test: the full disk once)
 @pytest.mark.parametrize("mode", ["fill", "fail"])
 def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(daemon, small_disk,
                                                                             tmp_path, mode):
@@ -923,6 +924,7 @@ def test_record_file_is_readable_after_the_recorder_is_killed(daemon, tmp_path):
 
 @pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
                     reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+@pytest.mark.long  # every write call of a recording (make test: 20 kills at random moments)
 def test_record_file_is_whole_whichever_write_the_recorder_is_killed_before(daemon, tmp_path):
     """The SIGKILL above, in every timing: the recorder of 3 volumes is killed right before
     each of its writes in turn, the ones inside HDF5's flushes included (there a kill used to

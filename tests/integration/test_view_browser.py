@@ -945,6 +945,7 @@ def test_a_set_the_daemon_reads_too_late_is_refused_and_said_not_applied(served,
 
 # ---- make demo ---------------------------------------------------------------------------------
 
+@pytest.mark.long  # a 15 s demo (make test: test_demo runs make demo, the others the viewer)
 def test_make_demo_serves_the_viewer(browser, src_dir, build_dir, tmp_path):
     """scripts/demo.sh (what `make demo` runs) prints the viewer's URL; a browser opening it
     while the demo runs sees the demo daemon's four panes; the viewer stops with the demo."""
