@@ -25,6 +25,9 @@ MARKERS = {
                    "or engine code runs): left out of the sanitizer stages",
     "browser": "drives chromium; its C side is covered by the viewer's other tests: left out of "
                "the sanitizer stages",
+    "numerics": "long numerical runs of volrec process, calibrate and quality judged on their "
+                "results: in the ASan and UBSan stages, left out of TSan's (the engine's threads "
+                "are exercised there by test_engine, test_process and the daemon's tests)",
 }
 
 
