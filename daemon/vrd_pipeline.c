@@ -34,12 +34,15 @@ static void on_event(void *ctx, const struct pl_event *ev)
 		vrd_log(prio[ev->level], ev->name, "%s", ev->message);
 }
 
-int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, char *err,
-                       size_t errlen)
+int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_pipeline **out,
+                       char *err, size_t errlen)
 {
 	/* a B-scan a camera lost drops its epoch and acquisition goes on (docs/shim.md) */
-	struct pl_options o = {
-	        .cfg = cfg, .src_flags = SRC_DROP_MARKS, .zero_copy = -1, .on_event = on_event};
+	struct pl_options o = {.cfg = cfg,
+	                       .generation = generation,
+	                       .src_flags = SRC_DROP_MARKS,
+	                       .zero_copy = -1,
+	                       .on_event = on_event};
 	struct vrd_pipeline *vp;
 	struct pl_sink sink;
 	int rc;

@@ -58,6 +58,15 @@ static inline void ipc_store32(uint32_t *p, uint32_t v, memory_order o)
 		(dst)->flags = (src)->flags;                                                       \
 	} while (0)
 
+/* The fields of protocol 1.3 between struct ipc_volume_meta and a slot header or `vol` body
+ * (struct volrec_view has no room for them: libvolrec keeps them in the handle). */
+#define IPC_META_COPY_13(dst, src)                                                                 \
+	do {                                                                                       \
+		(dst)->generation = (src)->generation;                                             \
+		for (int i_ = 0; i_ < 3; i_++)                                                     \
+			(dst)->voxel_um[i_] = (src)->voxel_um[i_];                                 \
+	} while (0)
+
 static inline struct volrec_slot_header *ipc_slot_header(const void *map, uint32_t i)
 {
 	const struct volrec_shm_header *h = map;

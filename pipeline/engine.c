@@ -108,6 +108,8 @@ struct pl_pipeline {
 	/* requests applied by the processing thread between epochs */
 	struct vr_config live_cfg;
 	uint64_t live_req, live_done;
+	uint32_t live_gen;   /* generation of live_cfg's live values */
+	uint32_t generation; /* generation applied to the backend (processing thread) */
 	int live_rc;
 	char live_err[512];
 	uint64_t reset_req, reset_done;
@@ -996,6 +998,8 @@ static void apply_requests(struct pl_pipeline *pl)
 		pthread_mutex_unlock(&pl->mu);
 		rc = be_update_live(pl->be, &pl->live_cfg, err, sizeof(err));
 		pthread_mutex_lock(&pl->mu);
+		if (rc == 0)
+			pl->generation = pl->live_gen;
 		pl->live_rc = rc;
 		snprintf(pl->live_err, sizeof(pl->live_err), "%s", err);
 		pl->live_done = req;
@@ -1137,6 +1141,7 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 	v.latency_ns = v.t_done_mono_ns > el->t_mono_ns ? v.t_done_mono_ns - el->t_mono_ns : 0;
 	v.preprocess_ms = fl->pre_ms;
 	v.reconstruct_ms = (double)(v.t_done_mono_ns - fl->t_fin) / 1e6;
+	v.generation = pl->generation;
 	v.flags = (pl->reset_flag ? VOLREC_FLAG_RESET : 0) |
 	          (e0->gap_before ? VOLREC_FLAG_DROPPED_BEFORE : 0);
 	rc = pl->sink.publish(pl->sink.ctx, &v, err, errlen);
@@ -1405,6 +1410,7 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 	if (!pl)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	pl->opt = *o;
+	pl->generation = o->generation;
 	pl->opt.cfg = NULL;
 	pthread_mutex_init(&pl->mu, NULL);
 	pthread_mutex_init(&pl->ev_mu, NULL);
@@ -1736,7 +1742,8 @@ int pl_run(struct pl_pipeline *pl, const struct pl_sink *sink, uint64_t epochs, 
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
-int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint64_t *ticket)
+int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint32_t generation,
+                    uint64_t *ticket)
 {
 	int rc;
 
@@ -1745,6 +1752,7 @@ int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint64_
 	cfg_defaults(&pl->live_cfg);
 	rc = cfg_copy(&pl->live_cfg, cfg);
 	if (rc == 0) {
+		pl->live_gen = generation;
 		*ticket = ++pl->live_req;
 		pthread_cond_broadcast(&pl->cv_data);
 	}
