@@ -130,7 +130,7 @@ static void voxel_sanitize(double um[3])
 void ipc_slot_meta_store(struct volrec_slot_header *sh, const struct ipc_volume_meta *m)
 {
 	IPC_META_COPY(sh, m);
-	IPC_META_COPY_13(sh, m);
+	IPC_META_TO_WIRE_13(sh, m);
 }
 
 void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
@@ -138,7 +138,7 @@ void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
 {
 	*m = (struct ipc_volume_meta){.sequence = sequence};
 	IPC_META_COPY(m, sh);
-	IPC_META_COPY_13(m, sh);
+	IPC_META_FROM_WIRE_13(m, sh);
 	voxel_sanitize(m->voxel_um);
 }
 
@@ -160,7 +160,7 @@ void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct vol
 	};
 
 	IPC_META_COPY(&w, m);
-	IPC_META_COPY_13(&w, m);
+	IPC_META_TO_WIRE_13(&w, m);
 	/* the struct is the little-endian wire layout (no padding, asserted in protocol.h) */
 	memcpy(out, &w, sizeof(w));
 }
@@ -207,7 +207,7 @@ int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, si
 	        .meta = {.sequence = t.sequence},
 	};
 	IPC_META_COPY(&v->meta, &t);
-	IPC_META_COPY_13(&v->meta, &t);
+	IPC_META_FROM_WIRE_13(&v->meta, &t);
 	voxel_sanitize(v->meta.voxel_um);
 	return 0;
 }

@@ -450,7 +450,8 @@ static void view_fill(struct volrec_client *c, uint32_t slot, const struct ipc_v
 	IPC_META_COPY(v, m);
 	c->last.session_id = c->s.id;
 	c->last.sequence = m->sequence;
-	IPC_META_COPY_13(&c->last, m);
+	c->last.generation = m->generation;
+	memcpy(c->last.voxel_um, m->voxel_um, sizeof(c->last.voxel_um));
 }
 
 /* Read the description of volume n from slot under its seqlock: 0, or -EAGAIN if the slot does

@@ -115,7 +115,9 @@ struct volrec_slot_header {
 	uint64_t latency_ns;   /*  56 processing latency: last B-scan acquired -> published */
 	uint32_t flags;        /*  64 VOLREC_FLAG_* */
 	uint32_t generation;   /*  68 live parameters that made it (1.3); 0: not told */
-	double voxel_um[3];    /*  72 voxel size [dx, dy, dz] in um (1.3); 0: unknown */
+	double voxel_dx_um;    /*  72 voxel size in um along x (1.3); 0: unknown */
+	double voxel_dy_um;    /*  80 along y (1.3); 0: unknown */
+	double voxel_dz_um;    /*  88 along z, in depth (1.3); 0: unknown */
 	uint64_t reserved[4];  /*  96..127 zero */
 };
 
@@ -243,7 +245,9 @@ struct volrec_vol_msg {
 	uint64_t latency_ns;   /*  96 */
 	uint32_t flags;        /* 104 */
 	uint32_t generation;   /* 108 as in the slot header (1.3) */
-	double voxel_um[3];    /* 112 as in the slot header (1.3) */
+	double voxel_dx_um;    /* 112 as in the slot header (1.3) */
+	double voxel_dy_um;    /* 120 */
+	double voxel_dz_um;    /* 128 */
 	uint64_t reserved[3];  /* 136..159 zero */
 };
 #define VOLREC_VOL_MSG_MIN 112
@@ -259,9 +263,9 @@ _Static_assert(sizeof(struct volrec_views_header) == 32, "views header layout");
 _Static_assert(offsetof(struct volrec_slot_header, flags) == 64, "slot header layout");
 _Static_assert(sizeof(struct volrec_lease_header) == 64, "lease header layout");
 _Static_assert(sizeof(struct volrec_lease_entry) == 64, "lease entry layout");
-_Static_assert(offsetof(struct volrec_slot_header, voxel_um) == 72, "slot header layout");
+_Static_assert(offsetof(struct volrec_slot_header, voxel_dx_um) == 72, "slot header layout");
 _Static_assert(sizeof(struct volrec_vol_msg) == 160, "vol message layout");
-_Static_assert(offsetof(struct volrec_vol_msg, voxel_um) == 112, "vol message layout");
+_Static_assert(offsetof(struct volrec_vol_msg, voxel_dx_um) == 112, "vol message layout");
 _Static_assert(offsetof(struct volrec_vol_msg, flags) == 104, "vol message layout");
 
 #endif
