@@ -254,6 +254,83 @@ static int cpu_live_setup(struct cpu_state *st, const struct vr_config *cfg, cha
 	return cpu_views_setup(st, cfg, err, errlen);
 }
 
+/* Every buffer of st (its geometry set): false when out of memory. */
+static bool cpu_alloc(struct cpu_state *st)
+{
+	const uint32_t K = st->K, N = st->N;
+	const size_t cols = (size_t)st->Y * st->X;
+	ALLOC(st->p.bg_ref, K);
+	ALLOC(st->p.rs_idx, K);
+	ALLOC(st->p.rs_w, 4 * (size_t)K);
+	ALLOC(st->p.spl_c, K);
+	ALLOC(st->p.win, K);
+	ALLOC(st->p.disp_re, K);
+	ALLOC(st->p.disp_im, K);
+	ALLOC(st->pos_tmp, K);
+	ALLOC(st->raw, st->ny);
+	ALLOC(st->pm_count, st->ny);
+	ALLOC(st->bgspec, (size_t)st->ny * K);
+	ALLOC(st->lowres, (size_t)st->ny * st->nx * st->nz);
+	ALLOC(st->bvol, cols * st->nz);
+	ALLOC(st->ovol, cols * st->nz);
+	ALLOC(st->E, cols);
+	ALLOC(st->tcol, cols);
+	ALLOC(st->inv_gz, st->nz);
+	ALLOC(st->inv_nz, st->nz);
+	ALLOC(st->chg, 2 * (size_t)st->ny * st->nx);
+	ALLOC(st->alpha, cols);
+	ALLOC(st->beta, cols);
+	st->workers = calloc(st->nthreads, sizeof(*st->workers));
+	if (!st->workers)
+		return false;
+	for (unsigned t = 0; t < st->nthreads; t++) {
+		struct cpu_worker *w = &st->workers[t];
+		w->st = st;
+		ALLOC(w->conv, K);
+		ALLOC(w->rsout, K);
+		ALLOC(w->dacc, K);
+		ALLOC(w->spl_m, K);
+		ALLOC(w->med, st->nx);
+		ALLOC(w->ring, 3 * (size_t)st->X * 2 * st->nz);
+		ALLOC(w->acc, 3 * (size_t)st->nz); /* recon: 2; compensated: 3 */
+		w->fin = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
+		w->fout = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
+		if (!w->fin || !w->fout)
+			return false;
+	}
+	return true;
+out_nomem:
+	return false;
+}
+
+/* The two FFTW plans. */
+static int cpu_plan(struct cpu_state *st, char *err, size_t errlen)
+{
+	/* Both transforms are planned up front, so that switching dispersion on or off live
+	 * needs neither allocation nor planning. FFTW_ESTIMATE, not FFTW_MEASURE: a measured plan
+	 * depends on the machine's load at planning time, and a different plan rounds
+	 * differently; the reference backend must give the same bits in every process (the
+	 * daemon, `volrec process`, the tests), so the plan must not depend on timing. */
+	const uint32_t N = st->N;
+	int n[1] = {(int)N};
+	struct cpu_worker *w0 = &st->workers[0];
+
+	{
+		pthread_mutex_lock(&cpu_fftw_lock);
+		st->plan_r2c =
+		        fftwf_plan_many_dft_r2c(1, n, CPU_BATCH, (float *)w0->fin, NULL, 1, (int)N,
+		                                w0->fout, NULL, 1, (int)st->nh + 1, FFTW_ESTIMATE);
+		st->plan_c2c =
+		        fftwf_plan_many_dft(1, n, CPU_BATCH, w0->fin, NULL, 1, (int)N, w0->fout,
+		                            NULL, 1, (int)N, FFTW_FORWARD, FFTW_ESTIMATE);
+		pthread_mutex_unlock(&cpu_fftw_lock);
+		if (!st->plan_r2c || !st->plan_c2c)
+			return vr_err(err, errlen, -EINVAL,
+			              "cpu backend: FFTW could not plan %u-point transforms", N);
+	}
+	return 0;
+}
+
 static int cpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
 {
 	struct cpu_state *st;
@@ -281,77 +358,19 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	st->bit_shift = cfg->geometry.sample_type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
 	st->nthreads = cpu_count_threads(cfg->cpu.threads);
 
-	const uint32_t K = st->K, N = st->N;
-	const size_t cols = (size_t)st->Y * st->X;
-	ALLOC(st->p.bg_ref, K);
-	ALLOC(st->p.rs_idx, K);
-	ALLOC(st->p.rs_w, 4 * (size_t)K);
-	ALLOC(st->p.spl_c, K);
-	ALLOC(st->p.win, K);
-	ALLOC(st->p.disp_re, K);
-	ALLOC(st->p.disp_im, K);
-	ALLOC(st->pos_tmp, K);
-	ALLOC(st->raw, st->ny);
-	ALLOC(st->pm_count, st->ny);
-	ALLOC(st->bgspec, (size_t)st->ny * K);
-	ALLOC(st->lowres, (size_t)st->ny * st->nx * st->nz);
-	ALLOC(st->bvol, cols * st->nz);
-	ALLOC(st->ovol, cols * st->nz);
-	ALLOC(st->E, cols);
-	ALLOC(st->tcol, cols);
-	ALLOC(st->inv_gz, st->nz);
-	ALLOC(st->inv_nz, st->nz);
-	ALLOC(st->chg, 2 * (size_t)st->ny * st->nx);
-	ALLOC(st->alpha, cols);
-	ALLOC(st->beta, cols);
-	st->workers = calloc(st->nthreads, sizeof(*st->workers));
-	if (!st->workers)
+	if (!cpu_alloc(st))
 		goto out_nomem;
-	for (unsigned t = 0; t < st->nthreads; t++) {
-		struct cpu_worker *w = &st->workers[t];
-		w->st = st;
-		ALLOC(w->conv, K);
-		ALLOC(w->rsout, K);
-		ALLOC(w->dacc, K);
-		ALLOC(w->spl_m, K);
-		ALLOC(w->med, st->nx);
-		ALLOC(w->ring, 3 * (size_t)st->X * 2 * st->nz);
-		ALLOC(w->acc, 3 * (size_t)st->nz); /* recon: 2; compensated: 3 */
-		w->fin = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
-		w->fout = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
-		if (!w->fin || !w->fout)
-			goto out_nomem;
-	}
 	memset(st->pm_count, 0, st->ny * sizeof(*st->pm_count));
 	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
 
-	/* Both transforms are planned up front, so that switching dispersion on or off live
-	 * needs neither allocation nor planning. FFTW_ESTIMATE, not FFTW_MEASURE: a measured plan
-	 * depends on the machine's load at planning time, and a different plan rounds
-	 * differently; the reference backend must give the same bits in every process (the
-	 * daemon, `volrec process`, the tests), so the plan must not depend on timing. */
-	{
-		int n[1] = {(int)N};
-		struct cpu_worker *w0 = &st->workers[0];
-		pthread_mutex_lock(&cpu_fftw_lock);
-		st->plan_r2c =
-		        fftwf_plan_many_dft_r2c(1, n, CPU_BATCH, (float *)w0->fin, NULL, 1, (int)N,
-		                                w0->fout, NULL, 1, (int)st->nh + 1, FFTW_ESTIMATE);
-		st->plan_c2c =
-		        fftwf_plan_many_dft(1, n, CPU_BATCH, w0->fin, NULL, 1, (int)N, w0->fout,
-		                            NULL, 1, (int)N, FFTW_FORWARD, FFTW_ESTIMATE);
-		pthread_mutex_unlock(&cpu_fftw_lock);
-		if (!st->plan_r2c || !st->plan_c2c) {
-			rc = vr_err(err, errlen, -EINVAL,
-			            "cpu backend: FFTW could not plan %u-point transforms", N);
-			goto out_destroy;
-		}
-	}
+	rc = cpu_plan(st, err, errlen);
+	if (rc < 0)
+		goto out_destroy;
 	for (unsigned t = 0; t < st->nthreads; t++) {
-		memset(st->workers[t].fin, 0, (size_t)CPU_BATCH * N * sizeof(fftwf_complex));
-		memset(st->workers[t].fout, 0, (size_t)CPU_BATCH * N * sizeof(fftwf_complex));
+		memset(st->workers[t].fin, 0, (size_t)CPU_BATCH * st->N * sizeof(fftwf_complex));
+		memset(st->workers[t].fout, 0, (size_t)CPU_BATCH * st->N * sizeof(fftwf_complex));
 	}
 	cpu_reset_history(st);
 	snprintf(st->device, sizeof(st->device), "CPU: %u threads, FFTW %s", st->nthreads,

@@ -231,6 +231,13 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 	return 0;
 }
 
+/* The pipeline's volume flags as the wire's (docs/protocol.md) */
+static uint32_t wire_flags(uint32_t pl_flags)
+{
+	return (pl_flags & PL_VOLUME_RESET ? VOLREC_FLAG_RESET : 0) |
+	       (pl_flags & PL_VOLUME_DROPPED_BEFORE ? VOLREC_FLAG_DROPPED_BEFORE : 0);
+}
+
 static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t errlen)
 {
 	struct vrd_pub *pub = ctx;
@@ -240,7 +247,7 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	uint64_t gap = v->epoch > expected ? v->epoch - expected : 0;
 	/* the source lost data before the epoch's first B-scan: its history has a gap though no
 	 * epoch number was skipped (the writer sets VOLREC_FLAG_DROPPED_BEFORE from drops_before) */
-	uint64_t drops = gap ? gap : !!(v->flags & VOLREC_FLAG_DROPPED_BEFORE);
+	uint64_t drops = gap ? gap : !!(v->flags & PL_VOLUME_DROPPED_BEFORE);
 	struct ipc_volume_meta meta = {
 	        .volume_id = atomic_fetch_add(&next_volume_id, 1),
 	        .epoch = v->epoch,
@@ -249,7 +256,8 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	        .t_first_ns = v->t_first_ns,
 	        .t_last_ns = v->t_last_ns,
 	        .latency_ns = v->latency_ns,
-	        .flags = v->flags | (pub->views && pub->cur.views ? VOLREC_FLAG_VIEWS : 0),
+	        .flags = wire_flags(v->flags) |
+	                 (pub->views && pub->cur.views ? VOLREC_FLAG_VIEWS : 0),
 	        .drops_before = drops > UINT32_MAX ? UINT32_MAX : (uint32_t)drops,
 	        .generation = v->generation,
 	        .voxel_um = {pub->voxel_um[0], pub->voxel_um[1], pub->voxel_um[2]},

@@ -358,6 +358,84 @@ static void status_line(struct service *s, const struct pl_stats *snap, int read
 			*p = ' ';
 }
 
+/* The pipeline's counters: B-scans, drops by cause, ring, epochs, faults. */
+static void status_counters(struct json_object *st, const struct pl_stats *snap)
+{
+	struct json_object *o;
+
+	o = json_object_new_object();
+	jset_u64(o, "acquired", snap->c.acquired);
+	jset_u64(o, "processed", snap->c.processed);
+	jset_u64(o, "in_ring", snap->c.in_ring);
+	jset(st, "bscans", o);
+	o = json_object_new_object();
+	for (int i = 0; i < PL_DROP_COUNT; i++)
+		jset_u64(o, pl_drop_names[i], snap->c.drops[i]);
+	jset_u64(o, "total", total_drops(&snap->c));
+	jset(st, "drops", o);
+	o = json_object_new_object();
+	jset_u64(o, "used", snap->c.in_ring);
+	jset_u64(o, "size", snap->c.ring_size);
+	jset(o, "fill", jnum(snap->c.ring_size ? (double)snap->c.in_ring / snap->c.ring_size : 0));
+	jset(st, "ring", o);
+	o = json_object_new_object();
+	jset_u64(o, "started", snap->c.epochs_started);
+	jset_u64(o, "published", snap->c.epochs_published);
+	jset_u64(o, "last", snap->last_epoch);
+	jset(st, "epochs", o);
+	jset_u64(st, "volumes_published", snap->c.epochs_published);
+	o = json_object_new_object();
+	jset_u64(o, "source", snap->c.source_faults);
+	jset_u64(o, "reopens", snap->c.source_reopens);
+	jset_u64(o, "dropped_before", snap->c.source_gaps);
+	jset_u64(o, "release_ref", snap->c.release_errors);
+	jset_u64(o, "timestamps", snap->c.bad_timestamps);
+	jset(o, "degraded", json_object_new_boolean(snap->degraded));
+	jset(o, "message", jstr(snap->fault));
+	jset(st, "faults", o);
+}
+
+/* How often the render runs, and why less often than configured. */
+static void status_render(const struct service *s, struct json_object *st)
+{
+	struct vrd_render_state rs;
+	bool deg = render_degraded(s, &rs);
+	struct json_object *o = json_object_new_object();
+
+	jset_u64(o, "configured_every", rs.configured_every);
+	jset_u64(o, "every", rs.every);
+	jset(o, "last_ms", jnum(rs.last_ms));
+	jset_u64(o, "abandoned", rs.abandoned);
+	jset(o, "degraded", json_object_new_boolean(rs.degraded));
+	jset(o, "overrun", json_object_new_boolean(deg));
+	jset(o, "reason", rs.degraded ? jstr(rs.reason) : NULL);
+	jset(st, "render", o);
+}
+
+/* The service's own: watchdog, the last reload, the last event. */
+static void status_service(const struct service *s, struct json_object *st)
+{
+	struct json_object *o;
+
+	o = json_object_new_object();
+	jset(o, "enabled", json_object_new_boolean(s->wd_enabled));
+	jset_u64(o, "usec", s->wd_usec);
+	jset_u64(o, "pings", s->wd_pings);
+	jset_u64(o, "withheld", s->wd_missed);
+	jset(st, "watchdog", o);
+	o = json_object_new_object();
+	jset(o, "result", jstr(s->reload_result));
+	jset(o, "message", jstr(s->reload_message));
+	jset(st, "reload", o);
+	o = json_object_new_object();
+	pthread_mutex_lock(&svc.lock);
+	jset(o, "event", jstr(svc.last_event));
+	jset(o, "message", jstr(svc.last_message));
+	jset(o, "time", jnumf((double)svc.last_event_ns / 1e9, "%.3f"));
+	pthread_mutex_unlock(&svc.lock);
+	jset(st, "last_event", o);
+}
+
 static struct json_object *status_json(struct service *s, const struct pl_stats *snap, int readers,
                                        uint64_t now)
 {
@@ -458,50 +536,8 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	}
 	jset(st, "latency_ms", o);
 
-	o = json_object_new_object();
-	jset_u64(o, "acquired", snap->c.acquired);
-	jset_u64(o, "processed", snap->c.processed);
-	jset_u64(o, "in_ring", snap->c.in_ring);
-	jset(st, "bscans", o);
-	o = json_object_new_object();
-	for (int i = 0; i < PL_DROP_COUNT; i++)
-		jset_u64(o, pl_drop_names[i], snap->c.drops[i]);
-	jset_u64(o, "total", total_drops(&snap->c));
-	jset(st, "drops", o);
-	o = json_object_new_object();
-	jset_u64(o, "used", snap->c.in_ring);
-	jset_u64(o, "size", snap->c.ring_size);
-	jset(o, "fill", jnum(snap->c.ring_size ? (double)snap->c.in_ring / snap->c.ring_size : 0));
-	jset(st, "ring", o);
-	o = json_object_new_object();
-	jset_u64(o, "started", snap->c.epochs_started);
-	jset_u64(o, "published", snap->c.epochs_published);
-	jset_u64(o, "last", snap->last_epoch);
-	jset(st, "epochs", o);
-	jset_u64(st, "volumes_published", snap->c.epochs_published);
-	o = json_object_new_object();
-	jset_u64(o, "source", snap->c.source_faults);
-	jset_u64(o, "reopens", snap->c.source_reopens);
-	jset_u64(o, "dropped_before", snap->c.source_gaps);
-	jset_u64(o, "release_ref", snap->c.release_errors);
-	jset_u64(o, "timestamps", snap->c.bad_timestamps);
-	jset(o, "degraded", json_object_new_boolean(snap->degraded));
-	jset(o, "message", jstr(snap->fault));
-	jset(st, "faults", o);
-	{
-		struct vrd_render_state rs;
-		bool deg = render_degraded(s, &rs);
-
-		o = json_object_new_object();
-		jset_u64(o, "configured_every", rs.configured_every);
-		jset_u64(o, "every", rs.every);
-		jset(o, "last_ms", jnum(rs.last_ms));
-		jset_u64(o, "abandoned", rs.abandoned);
-		jset(o, "degraded", json_object_new_boolean(rs.degraded));
-		jset(o, "overrun", json_object_new_boolean(deg));
-		jset(o, "reason", rs.degraded ? jstr(rs.reason) : NULL);
-		jset(st, "render", o);
-	}
+	status_counters(st, snap);
+	status_render(s, st);
 	jset(st, "readers", json_object_new_int(readers));
 	o = json_object_new_object();
 	jset_u64(o, "lease_skips", ws.lease_skips);
@@ -510,23 +546,7 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset_u64(o, "connections_refused", ws.connections_refused);
 	jset(st, "publisher", o);
 	jset(st, "uptime_s", jnum((double)(now - s->started_ns) / 1e9));
-	o = json_object_new_object();
-	jset(o, "enabled", json_object_new_boolean(s->wd_enabled));
-	jset_u64(o, "usec", s->wd_usec);
-	jset_u64(o, "pings", s->wd_pings);
-	jset_u64(o, "withheld", s->wd_missed);
-	jset(st, "watchdog", o);
-	o = json_object_new_object();
-	jset(o, "result", jstr(s->reload_result));
-	jset(o, "message", jstr(s->reload_message));
-	jset(st, "reload", o);
-	o = json_object_new_object();
-	pthread_mutex_lock(&svc.lock);
-	jset(o, "event", jstr(svc.last_event));
-	jset(o, "message", jstr(svc.last_message));
-	jset(o, "time", jnumf((double)svc.last_event_ns / 1e9, "%.3f"));
-	pthread_mutex_unlock(&svc.lock);
-	jset(st, "last_event", o);
+	status_service(s, st);
 	return st;
 }
 
@@ -981,14 +1001,152 @@ static void reload_poll(struct service *s)
 
 /* ---- run ---------------------------------------------------------------------------------- */
 
+/* Block the signals the service reads from its signalfd (every thread inherits the mask), and
+ * raise the descriptor limit. The signalfd, or -1 (logged). */
+static int service_signals(void)
+{
+	sigset_t mask;
+	int sfd;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGUSR1);
+	sigaddset(&mask, SIGUSR2);
+	if (pthread_sigmask(SIG_BLOCK, &mask, NULL) != 0) {
+		vrd_log(LOG_ERR, NULL, "cannot block signals");
+		return -1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	vrd_limits_init();
+	sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		vrd_log(LOG_ERR, NULL, "signalfd: %s", strerror(errno));
+	return sfd;
+}
+
+/* Start the pipeline, the files and the control socket; tell systemd. -1 on failure. */
+static int service_start(struct service *s)
+{
+	struct volrec_shim_info si;
+	char err[CFG_ERR_MAX], msg[1024];
+	int rc;
+
+	s->state = SVC_STARTING;
+	s->started_ns = vr_mono_ns();
+	run_dir_clean(&s->cur);
+	if (vrd_gen_init(&s->gens, &s->cur) < 0) {
+		vrd_log(LOG_ERR, "start_failed", "cannot start: out of memory");
+		return -1;
+	}
+	rc = vrd_pipeline_start(&s->cur, s->gens.current, &s->pl, err, sizeof(err));
+	if (rc < 0) {
+		vrd_log(LOG_ERR, "start_failed", "cannot start: %s", err);
+		sd_notifyf(0, "STATUS=failed to start: %s", err);
+		run_dir_clean(&s->cur);
+		return -1;
+	}
+	set_event_pub(vrd_pipeline_pub(s->pl));
+	pidfile_write(s);
+	effective_write(s);
+	ctl_open(s);
+	s->wd_enabled = sd_watchdog_enabled(0, &s->wd_usec) > 0;
+	s->state = SVC_RUNNING;
+	s->prev_ns = vr_mono_ns();
+	pl_source_info(vrd_pipeline_engine(s->pl), &si);
+	snprintf(msg, sizeof(msg),
+	         "started: instance %s, source %s (%s), backend %s (%s), session %016" PRIx64 "%s",
+	         s->cur.instance, cfg_source_name(s->cur.source.type), si.name,
+	         be_name(pl_backend(vrd_pipeline_engine(s->pl))),
+	         be_device(pl_backend(vrd_pipeline_engine(s->pl))),
+	         vrd_pub_session(vrd_pipeline_pub(s->pl)), s->wd_enabled ? ", watchdog on" : "");
+	vrd_event("started", LOG_NOTICE, msg, NULL);
+	sd_notifyf(0, "READY=1\nMAINPID=%d\nSTATUS=running", (int)getpid());
+	return 0;
+}
+
+/* The signals that came: *stop and *reload set, the others acted on at once. */
+static void service_read_signals(struct service *s, int sfd, bool *stop, bool *reload)
+{
+	struct signalfd_siginfo si;
+
+	while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		switch (si.ssi_signo) {
+		case SIGTERM:
+		case SIGINT:
+			vrd_log(LOG_INFO, NULL, "%s received: stopping",
+			        si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+			*stop = true;
+			break;
+		case SIGHUP:
+			*reload = true;
+			break;
+		case SIGUSR1:
+			log_statistics(s);
+			break;
+		case SIGUSR2:
+			vrd_log(LOG_INFO, NULL, "SIGUSR2: resetting the reconstruction history");
+			pl_request_reset(vrd_pipeline_engine(s->pl));
+			break;
+		}
+	}
+}
+
+/* The service loop: signals, reloads, control requests, status and watchdog, until a stop
+ * (0) or a reload that cannot go on (-1). */
+static int service_loop(struct service *s, int sfd)
+{
+	uint64_t next_status, next_wd = 0;
+	bool stop = false, reload = false, ctl_more = false;
+
+	next_status = vr_mono_ns() + (uint64_t)s->cur.ipc.status_interval_ms * 1000000ull;
+	if (s->wd_enabled)
+		next_wd = vr_mono_ns() + s->wd_usec * 1000ull / 2;
+	while (!stop) {
+		struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
+		                        {.fd = s->ctl ? vrd_ctl_fd(s->ctl) : -1, .events = POLLIN}};
+		uint64_t now = vr_mono_ns(), wake = next_status;
+		int timeout;
+
+		if (s->wd_enabled && next_wd < wake)
+			wake = next_wd;
+		timeout = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
+		if (s->live_pending && timeout > 10)
+			timeout = 10;
+		if (ctl_more)
+			timeout = 0; /* a full burst answered: more requests may wait */
+		if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
+			vrd_log(LOG_ERR, NULL, "poll: %s", strerror(errno));
+			break;
+		}
+		service_read_signals(s, sfd, &stop, &reload);
+		if (stop)
+			break;
+		reload_poll(s);
+		ctl_more = s->ctl && vrd_ctl_process(s->ctl) == VRD_CTL_BURST;
+		if (reload && !s->live_pending) {
+			reload = false;
+			if (reload_start(s) < 0)
+				return -1;
+		}
+		now = vr_mono_ns();
+		if (now >= next_status) {
+			send_status(s, now);
+			next_status = now + (uint64_t)s->cur.ipc.status_interval_ms * 1000000ull;
+		}
+		if (s->wd_enabled && now >= next_wd) {
+			watchdog_tick(s);
+			next_wd = now + s->wd_usec * 1000ull / 2;
+		}
+	}
+	return 0;
+}
+
 int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 {
 	struct service s = {.config_path = config_path};
-	uint64_t next_status, next_wd = 0;
-	bool stop = false, reload = false, ctl_more = false;
-	char err[CFG_ERR_MAX];
-	sigset_t mask;
-	int sfd, rc, status = 1;
+	int sfd, status = 1;
 
 	cfg_defaults(&s.cur);
 	cfg_defaults(&s.next);
@@ -998,127 +1156,13 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	}
 	vrd_log_init(s.cur.instance, s.cur.log.level);
 	snprintf(svc.instance, sizeof(svc.instance), "%s", s.cur.instance);
-
-	/* every thread inherits the blocked mask: only the signalfd sees these */
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	sigaddset(&mask, SIGUSR1);
-	sigaddset(&mask, SIGUSR2);
-	if (pthread_sigmask(SIG_BLOCK, &mask, NULL) != 0) {
-		vrd_log(LOG_ERR, NULL, "cannot block signals");
+	sfd = service_signals();
+	if (sfd < 0)
 		goto out_cfg;
-	}
-	signal(SIGPIPE, SIG_IGN);
-	vrd_limits_init();
-	sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (sfd < 0) {
-		vrd_log(LOG_ERR, NULL, "signalfd: %s", strerror(errno));
-		goto out_cfg;
-	}
-
-	s.state = SVC_STARTING;
-	s.started_ns = vr_mono_ns();
-	run_dir_clean(&s.cur);
-	if (vrd_gen_init(&s.gens, &s.cur) < 0) {
-		fprintf(stderr, "volrecd: out of memory\n");
-		cfg_free(&s.cur);
-		return 1;
-	}
-	rc = vrd_pipeline_start(&s.cur, s.gens.current, &s.pl, err, sizeof(err));
-	if (rc < 0) {
-		vrd_log(LOG_ERR, "start_failed", "cannot start: %s", err);
-		sd_notifyf(0, "STATUS=failed to start: %s", err);
-		run_dir_clean(&s.cur);
+	if (service_start(&s) < 0)
 		goto out_sfd;
-	}
-	set_event_pub(vrd_pipeline_pub(s.pl));
-	pidfile_write(&s);
-	effective_write(&s);
-	ctl_open(&s);
-	s.wd_enabled = sd_watchdog_enabled(0, &s.wd_usec) > 0;
-	s.state = SVC_RUNNING;
-	s.prev_ns = vr_mono_ns();
-	{
-		struct volrec_shim_info si;
-		char msg[1024];
-
-		pl_source_info(vrd_pipeline_engine(s.pl), &si);
-		snprintf(
-		        msg, sizeof(msg),
-		        "started: instance %s, source %s (%s), backend %s (%s), session %016" PRIx64
-		        "%s",
-		        s.cur.instance, cfg_source_name(s.cur.source.type), si.name,
-		        be_name(pl_backend(vrd_pipeline_engine(s.pl))),
-		        be_device(pl_backend(vrd_pipeline_engine(s.pl))),
-		        vrd_pub_session(vrd_pipeline_pub(s.pl)),
-		        s.wd_enabled ? ", watchdog on" : "");
-		vrd_event("started", LOG_NOTICE, msg, NULL);
-	}
-	sd_notifyf(0, "READY=1\nMAINPID=%d\nSTATUS=running", (int)getpid());
-
-	next_status = vr_mono_ns() + (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
-	if (s.wd_enabled)
-		next_wd = vr_mono_ns() + s.wd_usec * 1000ull / 2;
-	while (!stop) {
-		struct signalfd_siginfo si;
-		struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
-		                        {.fd = s.ctl ? vrd_ctl_fd(s.ctl) : -1, .events = POLLIN}};
-		uint64_t now = vr_mono_ns(), wake = next_status;
-		int timeout;
-
-		if (s.wd_enabled && next_wd < wake)
-			wake = next_wd;
-		timeout = wake > now ? (int)((wake - now + 999999) / 1000000) : 0;
-		if (s.live_pending && timeout > 10)
-			timeout = 10;
-		if (ctl_more)
-			timeout = 0; /* requests left over: the ZeroMQ fd is edge-triggered */
-		if (poll(pfd, 2, timeout) < 0 && errno != EINTR) {
-			vrd_log(LOG_ERR, NULL, "poll: %s", strerror(errno));
-			break;
-		}
-		while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-			switch (si.ssi_signo) {
-			case SIGTERM:
-			case SIGINT:
-				vrd_log(LOG_INFO, NULL, "%s received: stopping",
-				        si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT");
-				stop = true;
-				break;
-			case SIGHUP:
-				reload = true;
-				break;
-			case SIGUSR1:
-				log_statistics(&s);
-				break;
-			case SIGUSR2:
-				vrd_log(LOG_INFO, NULL,
-				        "SIGUSR2: resetting the reconstruction history");
-				pl_request_reset(vrd_pipeline_engine(s.pl));
-				break;
-			}
-		}
-		if (stop)
-			break;
-		reload_poll(&s);
-		ctl_more = s.ctl && vrd_ctl_process(s.ctl) == VRD_CTL_BURST;
-		if (reload && !s.live_pending) {
-			reload = false;
-			if (reload_start(&s) < 0)
-				goto out_pid;
-		}
-		now = vr_mono_ns();
-		if (now >= next_status) {
-			send_status(&s, now);
-			next_status = now + (uint64_t)s.cur.ipc.status_interval_ms * 1000000ull;
-		}
-		if (s.wd_enabled && now >= next_wd) {
-			watchdog_tick(&s);
-			next_wd = now + s.wd_usec * 1000ull / 2;
-		}
-	}
+	if (service_loop(&s, sfd) < 0)
+		goto out_pid;
 
 	s.state = SVC_STOPPING;
 	ctl_close(&s);

@@ -752,18 +752,13 @@ static void gpu_part_range(const struct gpu_part *p, uint32_t ny, uint32_t sy, u
 	*hi = p->count == 1 || ny - p->b1 <= below ? ny : p->b1 + below;
 }
 
-int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
-                    struct gpu_state **out, char *err, size_t errlen)
+/* The device cfg names, usable by volrec: its properties into *prop. */
+static int gpu_device_check(const struct vr_config *cfg, struct cudaDeviceProp *prop, char *err,
+                            size_t errlen)
 {
-	struct gpu_state *st = NULL;
-	struct cudaDeviceProp prop;
-	int rc, ndev = 0, drv = 0;
-	size_t freeb = 0, totalb = 0;
-
-	rc = gpu_check_geometry(cfg, err, errlen);
-	if (rc < 0)
-		return rc;
+	int rc, ndev = 0;
 	cudaError_t ce = cudaGetDeviceCount(&ndev);
+
 	if (ce != cudaSuccess || ndev == 0) {
 		if (ce != cudaSuccess)
 			rc = gpu_cuda_check(ce, "cudaGetDeviceCount", err, errlen);
@@ -776,53 +771,28 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		         cfg->gpu.device, ndev, ndev - 1);
 		return -ENODEV;
 	}
-	rc = gpu_cuda_check(cudaGetDeviceProperties(&prop, cfg->gpu.device),
+	rc = gpu_cuda_check(cudaGetDeviceProperties(prop, cfg->gpu.device),
 	                    "cudaGetDeviceProperties", err, errlen);
 	if (rc < 0)
 		return rc;
-	if (prop.major < GPU_MIN_CC_MAJOR) {
+	if (prop->major < GPU_MIN_CC_MAJOR) {
 		snprintf(err, errlen,
 		         "gpu.device %d (%s) has compute capability %d.%d; volrec needs %d.0 or "
 		         "newer",
-		         cfg->gpu.device, prop.name, prop.major, prop.minor, GPU_MIN_CC_MAJOR);
+		         cfg->gpu.device, prop->name, prop->major, prop->minor, GPU_MIN_CC_MAJOR);
 		return -ENODEV;
 	}
 	if (cfg->gpu.streams < 1 || cfg->gpu.streams > 32) {
 		snprintf(err, errlen, "gpu.streams: %d, allowed 1..32", cfg->gpu.streams);
 		return -EINVAL;
 	}
+	return 0;
+}
 
-	if (part->count < 1 || part->index >= part->count || part->b0 >= part->b1 ||
-	    part->b1 > cfg->geometry.bscans_per_volume) {
-		snprintf(err, errlen,
-		         "cuda backend: part %u of %u: B-scans [%u, %u) not within [0, %u)",
-		         part->index, part->count, part->b0, part->b1,
-		         cfg->geometry.bscans_per_volume);
-		return -EINVAL;
-	}
-	st = calloc(1, sizeof(*st));
-	if (!st) {
-		snprintf(err, errlen, "cuda backend: out of host memory");
-		return -ENOMEM;
-	}
-	cfg_defaults(&st->cfg);
-	st->dev = cfg->gpu.device;
-	st->part = *part;
-	snprintf(st->name, sizeof(st->name), "%s", prop.name);
-	rc = cfg_copy(&st->cfg, cfg);
-	if (rc < 0) {
-		snprintf(err, errlen, "cuda backend: out of host memory copying the configuration");
-		goto fail;
-	}
-	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
-	if (rc < 0)
-		goto fail;
-	cudaDriverGetVersion(&drv);
-	snprintf(st->device, sizeof(st->device), "%.200s (sm_%d%d, %.0f GiB, driver %d.%d)",
-	         prop.name, prop.major, prop.minor, gpu_gib(prop.totalGlobalMem), drv / 1000,
-	         (drv % 1000) / 10);
-
-	/* geometry */
+/* The derived geometry of cfg into st. */
+static void gpu_geometry(struct gpu_state *st, const struct vr_config *cfg,
+                         const struct cudaDeviceProp *prop)
+{
 	st->K = cfg->geometry.samples_per_ascan;
 	st->N = cfg_fft_len(cfg);
 	st->nx = cfg->geometry.ascans_per_bscan;
@@ -839,112 +809,110 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	st->full_count = (size_t)st->Y * st->X * st->nz;
 	st->have_full = cfg->reconstruct.mode != CFG_RECON_NONE || st->S == 1;
 	st->ns = cfg->gpu.streams;
-	st->lmem_threads = (size_t)prop.multiProcessorCount * prop.maxThreadsPerMultiProcessor;
+	st->lmem_threads = (size_t)prop->multiProcessorCount * prop->maxThreadsPerMultiProcessor;
 	gpu_part_range(&st->part, st->ny, st->sy, &st->blo, &st->bhi);
+}
 
-	rc = gpu_tables_build(cfg, &st->tab, err, errlen);
-	if (rc < 0)
-		goto fail;
-	if ((size_t)st->S * st->S <= GPU_TTAB_MAX) {
-		st->ttab = calloc((size_t)st->S * st->S, sizeof(float));
-		if (!st->ttab) {
-			snprintf(err, errlen, "cuda backend: out of host memory");
-			rc = -ENOMEM;
-			goto fail;
-		}
-	}
-	st->st = calloc((size_t)st->ns, sizeof(*st->st));
-	if (!st->st) {
-		snprintf(err, errlen, "cuda backend: out of host memory");
-		rc = -ENOMEM;
-		goto fail;
-	}
-	rc = gpu_recon_live(st, cfg, err, errlen);
-	if (rc < 0)
-		goto fail;
+/* The device memory a part needs, and whether the queue ahead fits beside it. */
+struct gpu_budget {
+	size_t fbytes, half, taps_max, cols;
+	size_t per_stream, volumes, view_bytes, motion, need, out8_bytes;
+	bool ahead_off, spare;
+};
 
-	/* memory budget: per stream buffers + FFT work areas + tables + volumes */
+static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
+                      const struct cudaDeviceProp *prop, struct gpu_budget *bu, char *err,
+                      size_t errlen)
+{
 	const int n1[1] = {(int)st->N};
-	size_t ws_r2c = 0, ws_c2c = 0;
+	size_t ws_r2c = 0, ws_c2c = 0, freeb = 0, totalb = 0, tables, pm_bytes, view_scratch;
+	const char *ahead_env;
+	int rc;
+
 	rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0, CUFFT_R2C,
 	                                       (int)st->nx, &ws_r2c),
 	                     "cufftEstimateMany(R2C)", err, errlen);
+	if (rc == 0)
+		rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0,
+		                                       CUFFT_C2C, (int)st->nx, &ws_c2c),
+		                     "cufftEstimateMany(C2C)", err, errlen);
 	if (rc < 0)
-		goto fail;
-	rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0, CUFFT_C2C,
-	                                       (int)st->nx, &ws_c2c),
-	                     "cufftEstimateMany(C2C)", err, errlen);
-	if (rc < 0)
-		goto fail;
-	const size_t fbytes = (size_t)st->nx * st->N * sizeof(float2);
-	const size_t half = st->N / 2;
-	const size_t pm_bytes = (4 * GPU_PM_CHUNKS * sizeof(double) + sizeof(float) + sizeof(int) +
-	                         sizeof(float2)) *
-	                                half +
-	                        sizeof(int);
-	const size_t per_stream = st->bscan_bytes + (size_t)st->nx * st->K * sizeof(float) +
-	                          st->K * sizeof(float) + 2 * fbytes + pm_bytes +
-	                          (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
-	const size_t taps_max = 2 * GPU_SPLINE_R + 2;
-	const size_t tables =
-	        (size_t)st->K * (sizeof(int32_t) + taps_max * sizeof(float) + 4 * sizeof(float));
-	const size_t cols = (size_t)st->Y * st->X;
-	const size_t volumes =
+		return rc;
+	bu->fbytes = (size_t)st->nx * st->N * sizeof(float2);
+	bu->half = st->N / 2;
+	pm_bytes = (4 * GPU_PM_CHUNKS * sizeof(double) + sizeof(float) + sizeof(int) +
+	            sizeof(float2)) *
+	                   bu->half +
+	           sizeof(int);
+	bu->per_stream = st->bscan_bytes + (size_t)st->nx * st->K * sizeof(float) +
+	                 st->K * sizeof(float) + 2 * bu->fbytes + pm_bytes +
+	                 (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
+	bu->taps_max = 2 * GPU_SPLINE_R + 2;
+	tables = (size_t)st->K *
+	         (sizeof(int32_t) + bu->taps_max * sizeof(float) + 4 * sizeof(float));
+	bu->cols = (size_t)st->Y * st->X;
+	bu->volumes =
 	        2 * st->le_count * sizeof(float) +
 	        (st->have_full
 	                 ? 2 * st->full_count * sizeof(float) + st->full_count +
-	                           cols * (sizeof(long long) + (2 + GPU_WCOL) * sizeof(float)) +
+	                           bu->cols * (sizeof(long long) + (2 + GPU_WCOL) * sizeof(float)) +
 	                           (size_t)st->ny * st->nx * sizeof(float) +
 	                           ((size_t)st->X + st->Y) * (sizeof(int4) + sizeof(longlong2))
 	                 : st->le_count);
-	const size_t view_bytes =
-	        be_views_wanted(cfg) ? 3 * cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX : 0;
-	const size_t view_scratch =
-	        view_bytes ? (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX * sizeof(unsigned) : 0;
-	const size_t motion = st->mode == CFG_RECON_COMPENSATED ? gpu_motion_bytes(st) : 0;
-	const size_t need = per_stream * st->ns + tables + volumes + view_bytes + view_scratch +
-	                    motion + (64u << 20); /* + context */
+	bu->view_bytes = be_views_wanted(cfg)
+	                         ? 3 * bu->cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX
+	                         : 0;
+	view_scratch = bu->view_bytes
+	                       ? (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX * sizeof(unsigned)
+	                       : 0;
+	bu->motion = st->mode == CFG_RECON_COMPENSATED ? gpu_motion_bytes(st) : 0;
+	bu->need = bu->per_stream * st->ns + tables + bu->volumes + bu->view_bytes + view_scratch +
+	           bu->motion + (64u << 20); /* + context */
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
 	if (rc < 0)
-		goto fail;
-	const size_t out8_bytes = st->have_full ? st->full_count : st->le_count;
+		return rc;
+	bu->out8_bytes = st->have_full ? st->full_count : st->le_count;
 	/* the queue ahead: VOLREC_CUDA_AHEAD=0 turns it off (for comparisons) */
-	const char *ahead_env = getenv("VOLREC_CUDA_AHEAD");
+	ahead_env = getenv("VOLREC_CUDA_AHEAD");
 	if (ahead_env && strcmp(ahead_env, "0") && strcmp(ahead_env, "1")) {
 		snprintf(err, errlen, "cuda backend: VOLREC_CUDA_AHEAD=%.32s: expected 0 or 1",
 		         ahead_env);
-		rc = -EINVAL;
-		goto fail;
+		return -EINVAL;
 	}
-	const bool ahead_off = ahead_env && !strcmp(ahead_env, "0");
-	const bool spare = need + out8_bytes <= freeb && !ahead_off;
-	if (need > freeb) {
+	bu->ahead_off = ahead_env && !strcmp(ahead_env, "0");
+	bu->spare = bu->need + bu->out8_bytes <= freeb && !bu->ahead_off;
+	if (bu->need > freeb) {
 		char extra[64] = "";
-		if (motion)
+		if (bu->motion)
 			snprintf(extra, sizeof(extra), ", compensated history %.2f GiB",
-			         gpu_gib(motion));
+			         gpu_gib(bu->motion));
 		snprintf(err, errlen,
 		         "gpu.device %d (%s): this geometry needs %.2f GiB of device memory "
 		         "(volumes %.2f GiB, %d streams x %.3f GiB%s), only %.2f GiB of %.2f GiB "
 		         "free",
-		         st->dev, prop.name, gpu_gib(need), gpu_gib(volumes), st->ns,
-		         gpu_gib(per_stream), extra, gpu_gib(freeb), gpu_gib(totalb));
-		rc = -ENOMEM;
-		goto fail;
+		         st->dev, prop->name, gpu_gib(bu->need), gpu_gib(bu->volumes), st->ns,
+		         gpu_gib(bu->per_stream), extra, gpu_gib(freeb), gpu_gib(totalb));
+		return -ENOMEM;
 	}
+	return 0;
+}
 
-	/* tables, at their largest so that a live update never allocates */
+/* The tables (at their largest, so that a live update never allocates) and the volumes. */
+static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, char *err,
+                             size_t errlen)
+{
+	const size_t cols = bu->cols;
 	const struct gpu_buf tabs[] = {
 	        {(void **)&st->d_window, st->K * sizeof(float), "window"},
 	        {(void **)&st->d_dre, st->K * sizeof(float), "dispersion"},
 	        {(void **)&st->d_dim, st->K * sizeof(float), "dispersion"},
 	        {(void **)&st->d_ref, st->K * sizeof(float), "reference"},
 	        {(void **)&st->d_rs_idx, st->K * sizeof(int32_t), "resample index"},
-	        {(void **)&st->d_rs_w, taps_max * st->K * sizeof(float), "resample weights"},
+	        {(void **)&st->d_rs_w, bu->taps_max * st->K * sizeof(float), "resample weights"},
 	};
-	rc = gpu_malloc_each(tabs, VR_ARRAY_SIZE(tabs), err, errlen);
+	int rc = gpu_malloc_each(tabs, VR_ARRAY_SIZE(tabs), err, errlen);
 	if (rc < 0)
-		goto fail;
+		return rc;
 
 	/* volumes */
 	rc = gpu_malloc((void **)&st->le[0], st->le_count * sizeof(float), "L_e", err, errlen);
@@ -974,17 +942,18 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		rc = gpu_malloc_each(full, VR_ARRAY_SIZE(full), err, errlen);
 	}
 	if (rc == 0)
-		rc = gpu_malloc((void **)&st->out8, out8_bytes, "u8 volume", err, errlen);
+		rc = gpu_malloc((void **)&st->out8, bu->out8_bytes, "u8 volume", err, errlen);
 	/* the spare u8 volume of the queue ahead, where memory allows it (be_device says when
 	 * it is off) */
-	if (rc == 0 && spare && cudaMalloc((void **)&st->out8b, out8_bytes) != cudaSuccess) {
+	if (rc == 0 && bu->spare &&
+	    cudaMalloc((void **)&st->out8b, bu->out8_bytes) != cudaSuccess) {
 		cudaGetLastError();
 		st->out8b = NULL;
 	}
 	if (rc == 0 && !st->out8b) {
 		const size_t used = strlen(st->device);
 		snprintf(st->device + used, sizeof(st->device) - used, ", queue ahead off (%s)",
-		         ahead_off ? "VOLREC_CUDA_AHEAD=0" : "no room for a second u8 volume");
+		         bu->ahead_off ? "VOLREC_CUDA_AHEAD=0" : "no room for a second u8 volume");
 	}
 	/* a part never receives the B-scans outside [blo, bhi): their rows of L_e stay zero */
 	for (int i = 0; rc == 0 && i < 2; i++)
@@ -994,7 +963,7 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		rc = gpu_cuda_check(cudaMemset(st->counts[i], 0, st->ny * sizeof(unsigned)),
 		                    "cudaMemset(median depth counts)", err, errlen);
 	if (rc < 0)
-		goto fail;
+		return rc;
 	if (st->have_full) {
 		rc = gpu_cuda_check(cudaMemset(st->E, 0xff, cols * sizeof(long long)),
 		                    "cudaMemset(E)", err, errlen);
@@ -1005,8 +974,17 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			rc = gpu_cuda_check(cudaMemset(st->Q, 0, st->full_count * sizeof(float)),
 			                    "cudaMemset(output)", err, errlen);
 		if (rc < 0)
-			goto fail;
+			return rc;
 	}
+	return 0;
+}
+
+/* Events, the reconstruction and copy streams, the views' buffers and pinned host memory. */
+static int gpu_alloc_events_views(struct gpu_state *st, const struct vr_config *cfg,
+                                  const struct gpu_budget *bu, char *err, size_t errlen)
+{
+	int rc;
+
 	rc = gpu_event_new(&st->ev_ready, "cudaEventCreate", err, errlen);
 	for (int j = 0; rc == 0 && j < GPU_RSTREAMS; j++) {
 		rc = gpu_cuda_check(gpu_stream_prio(&st->rs[j], GPU_PRIO_RECON),
@@ -1030,7 +1008,7 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		be_render_setup(&st->vp, &st->vrs);
 	}
 	if (rc == 0 && st->views) {
-		rc = gpu_malloc((void **)&st->d_views, view_bytes, "views", err, errlen);
+		rc = gpu_malloc((void **)&st->d_views, bu->view_bytes, "views", err, errlen);
 		if (rc == 0)
 			rc = gpu_malloc((void **)&st->d_racc,
 			                (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX *
@@ -1058,9 +1036,18 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		                      cudaHostAllocDefault),
 		        "cudaHostAlloc(weight tables)", err, errlen);
 	if (rc < 0)
-		goto fail;
+		return rc;
+	return 0;
+}
 
-	/* streams, buffers and plans */
+/* Each processing stream: its stream, event, buffers and cuFFT plans. */
+static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, char *err,
+                             size_t errlen)
+{
+	const int n1[1] = {(int)st->N};
+	const size_t fbytes = bu->fbytes, half = bu->half;
+	int rc;
+
 	for (int i = 0; i < st->ns; i++) {
 		struct gpu_stream *g = &st->st[i];
 		size_t w1 = 0, w2 = 0;
@@ -1087,11 +1074,11 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		if (rc == 0)
 			rc = gpu_cufft_check(cufftCreate(&g->r2c), "cufftCreate(R2C)", err, errlen);
 		if (rc < 0)
-			goto fail;
+			return rc;
 		g->has_r2c = true;
 		rc = gpu_cufft_check(cufftCreate(&g->c2c), "cufftCreate(C2C)", err, errlen);
 		if (rc < 0)
-			goto fail;
+			return rc;
 		g->has_c2c = true;
 		rc = gpu_cufft_check(cufftSetAutoAllocation(g->r2c, 0), "cufftSetAutoAllocation",
 		                     err, errlen);
@@ -1124,17 +1111,18 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 			rc = gpu_cufft_check(cufftSetStream(g->c2c, g->s), "cufftSetStream", err,
 			                     errlen);
 		if (rc < 0)
-			goto fail;
+			return rc;
 	}
+	return 0;
+}
 
-	if (st->mode == CFG_RECON_COMPENSATED) {
-		rc = gpu_motion_alloc(st, err, errlen);
-		if (rc < 0)
-			goto fail;
-		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
-	}
+/* The preprocessing parameters and live tables on the device, and a first kernel launch (the
+ * kernels must exist for this device: CUDA_ARCHS of the build). */
+static int gpu_prep_start(struct gpu_state *st, const struct vr_config *cfg, char *err,
+                          size_t errlen)
+{
+	int rc;
 
-	/* preprocessing parameters and the live tables */
 	st->prep = (struct gpu_prep_params){
 	        .K = (int)st->K,
 	        .N = (int)st->N,
@@ -1149,14 +1137,97 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	};
 	rc = gpu_prep_upload(st, cfg, err, errlen);
 	if (rc < 0)
-		goto fail;
-	/* the kernels must exist for this device (CUDA_ARCHS of the build) */
+		return rc;
 	rc = gpu_cuda_check(gpu_launch_quantize(st->le[0], st->out8, 1, st->st[0].s),
 	                    "a first kernel launch (is this device among the build's CUDA_ARCHS?)",
 	                    err, errlen);
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaStreamSynchronize(st->st[0].s), "cudaStreamSynchronize",
 		                    err, errlen);
+	if (rc < 0)
+		return rc;
+	return 0;
+}
+
+int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
+                    struct gpu_state **out, char *err, size_t errlen)
+{
+	struct gpu_state *st = NULL;
+	struct cudaDeviceProp prop;
+	struct gpu_budget bu;
+	int rc, drv = 0;
+
+	rc = gpu_check_geometry(cfg, err, errlen);
+	if (rc == 0)
+		rc = gpu_device_check(cfg, &prop, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (part->count < 1 || part->index >= part->count || part->b0 >= part->b1 ||
+	    part->b1 > cfg->geometry.bscans_per_volume) {
+		snprintf(err, errlen,
+		         "cuda backend: part %u of %u: B-scans [%u, %u) not within [0, %u)",
+		         part->index, part->count, part->b0, part->b1,
+		         cfg->geometry.bscans_per_volume);
+		return -EINVAL;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		snprintf(err, errlen, "cuda backend: out of host memory");
+		return -ENOMEM;
+	}
+	cfg_defaults(&st->cfg);
+	st->dev = cfg->gpu.device;
+	st->part = *part;
+	snprintf(st->name, sizeof(st->name), "%s", prop.name);
+	rc = cfg_copy(&st->cfg, cfg);
+	if (rc < 0) {
+		snprintf(err, errlen, "cuda backend: out of host memory copying the configuration");
+		goto fail;
+	}
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
+	if (rc < 0)
+		goto fail;
+	cudaDriverGetVersion(&drv);
+	snprintf(st->device, sizeof(st->device), "%.200s (sm_%d%d, %.0f GiB, driver %d.%d)",
+	         prop.name, prop.major, prop.minor, gpu_gib(prop.totalGlobalMem), drv / 1000,
+	         (drv % 1000) / 10);
+	gpu_geometry(st, cfg, &prop);
+	rc = gpu_tables_build(cfg, &st->tab, err, errlen);
+	if (rc < 0)
+		goto fail;
+	if ((size_t)st->S * st->S <= GPU_TTAB_MAX) {
+		st->ttab = calloc((size_t)st->S * st->S, sizeof(float));
+		if (!st->ttab) {
+			snprintf(err, errlen, "cuda backend: out of host memory");
+			rc = -ENOMEM;
+			goto fail;
+		}
+	}
+	st->st = calloc((size_t)st->ns, sizeof(*st->st));
+	if (!st->st) {
+		snprintf(err, errlen, "cuda backend: out of host memory");
+		rc = -ENOMEM;
+		goto fail;
+	}
+	rc = gpu_recon_live(st, cfg, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = gpu_budget(st, cfg, &prop, &bu, err, errlen);
+	if (rc == 0)
+		rc = gpu_alloc_volumes(st, &bu, err, errlen);
+	if (rc == 0)
+		rc = gpu_alloc_events_views(st, cfg, &bu, err, errlen);
+	if (rc == 0)
+		rc = gpu_alloc_streams(st, &bu, err, errlen);
+	if (rc < 0)
+		goto fail;
+	if (st->mode == CFG_RECON_COMPENSATED) {
+		rc = gpu_motion_alloc(st, err, errlen);
+		if (rc < 0)
+			goto fail;
+		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
+	}
+	rc = gpu_prep_start(st, cfg, err, errlen);
 	if (rc < 0)
 		goto fail;
 	*out = st;

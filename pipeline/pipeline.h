@@ -36,10 +36,12 @@ struct pl_volume {
 	double preprocess_ms;     /* time spent submitting the epoch's B-scans */
 	double reconstruct_ms;    /* epoch finish -> output complete */
 	uint32_t generation;      /* of the live parameters it was made with (pl_request_live) */
-	uint32_t flags;           /* VOLREC_FLAG_RESET: the first volume after a history reset;
-	                          * VOLREC_FLAG_DROPPED_BEFORE: the source lost data before its
+	uint32_t flags;           /* PL_VOLUME_RESET: the first volume after a history reset;
+	                          * PL_VOLUME_DROPPED_BEFORE: the source lost data before its
 	                          * first B-scan (epochs skipped are for the sink to tell) */
 };
+#define PL_VOLUME_RESET          0x1u
+#define PL_VOLUME_DROPPED_BEFORE 0x2u
 
 /*
  * A sink, called from the processing thread only, one volume at a time:

@@ -10,12 +10,13 @@ import signal
 import socket
 import time
 
+import h5py
 import pytest
 import zmq
 
 import volrec
 from ctlwire import Wire, ctl_path
-from test_tools import TIMEOUT, Daemon
+from test_tools import STRICT, TIMEOUT, Daemon
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +236,35 @@ def test_a_request_of_many_large_datagrams_leaves_the_daemon_small(daemon):
         assert w.request({"op": "get", "key": "preprocess.db_range"})["ok"] is True
     assert rss_kib() - before < 20 * 1024, (before, rss_kib())
     alive_and_publishing(daemon)
+
+
+def test_a_reload_storm_during_a_recording_loses_nothing(bin_dir, tmp_path):
+    d = Daemon(bin_dir)
+    try:
+        out = tmp_path / "storm.h5"
+        rec = d.volrec_popen("record", "-o", str(out), "-n", "40")
+        # wait until the recorder holds a lease (it is reading), then storm: every reload
+        # re-reads the file, half of them with another live value
+        deadline = time.monotonic() + TIMEOUT
+        while not out.exists():
+            assert time.monotonic() < deadline and rec.poll() is None, rec.communicate()
+            time.sleep(0.05)
+        reloads = 0
+        while rec.poll() is None and reloads < 200:
+            d.cfg["preprocess"] = {"db_range": [0, 100] if reloads % 2 else [5, 95]}
+            d.write(d.cfg)
+            d.proc.send_signal(signal.SIGHUP)
+            reloads += 1
+            time.sleep(0.01)  # a storm, not a busy loop: reloads queue in the signalfd
+        stdout, stderr = rec.communicate(timeout=TIMEOUT)
+        assert reloads >= 20, reloads
+        assert rec.returncode == 0 or (not STRICT and rec.returncode == 4), (stdout, stderr)
+        with h5py.File(out, "r") as f:
+            assert f["volumes"].shape[0] == 40 and f.attrs["volumes"] == 40
+            if rec.returncode == 0:
+                assert f["missed"].shape == (0,)
+        assert d.proc.poll() is None, d.log_text()
+        d.one_volume(10.0)
+        d.stop()
+    finally:
+        d.close()

@@ -615,7 +615,7 @@ def test_under_systemd_it_logs_structured_fields_to_the_journal(daemons):
             next(x for x in src.splitlines() if 'vrd_event("started"' in x))
         assert (started[0].get("CODE_FILE"), started[0].get("CODE_LINE"),
                 started[0].get("CODE_FUNC")) == ("daemon/vrd_service.c", str(started_line),
-                                                 "vrd_service_run"), started[0]
+                                                 "service_start"), started[0]
         stats = next(e for e in entries if "statistics:" in e["MESSAGE"])
         assert stats.get("CODE_FUNC") == "log_statistics", stats
         assert not [e for e in entries if "vrd_log" in e.get("CODE_FILE", "") + e.get("CODE_FUNC", "")]

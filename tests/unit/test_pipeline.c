@@ -1033,7 +1033,7 @@ static void test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume(voi
 			assert_int_equal(r.m.n, n - 1);
 			for (unsigned i = 0; i < r.m.n; i++) {
 				uint64_t e = r.m.meta[i].epoch;
-				bool flagged = r.m.meta[i].flags & VOLREC_FLAG_DROPPED_BEFORE;
+				bool flagged = r.m.meta[i].flags & PL_VOLUME_DROPPED_BEFORE;
 
 				assert_int_not_equal(e, 3);
 				if (flagged != (e == 5 || e == 6))
@@ -1149,7 +1149,7 @@ static void test_live_update_and_history_reset_between_epochs(void **unused)
 		unsigned flagged = 0, first = 0;
 
 		for (unsigned i = at; i < r.m.n; i++)
-			if (r.m.meta[i].flags & VOLREC_FLAG_RESET) {
+			if (r.m.meta[i].flags & PL_VOLUME_RESET) {
 				if (!flagged++)
 					first = i;
 			}
@@ -1184,7 +1184,7 @@ static void test_depth_2_finishes_an_epoch_cut_after_submission_and_resets(void 
 		bool flagged = false;
 
 		for (unsigned i = 0; i < r.m.n; i++)
-			if (r.m.meta[i].epoch > 4 && (r.m.meta[i].flags & VOLREC_FLAG_RESET))
+			if (r.m.meta[i].epoch > 4 && (r.m.meta[i].flags & PL_VOLUME_RESET))
 				flagged = true;
 		assert_true(flagged);
 	}
