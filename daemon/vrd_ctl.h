@@ -53,6 +53,11 @@ struct vrd_ctl_ops {
 	 * when it is not kept; *current and *oldest: the generation in force and the oldest
 	 * kept. NULL: the service keeps no generations. */
 	const char *(*generation)(void *ctx, uint32_t n, uint32_t *current, uint32_t *oldest);
+	/* Start a raw recording named name (checked: vrd_raw_name_ok) of epochs epochs or
+	 * seconds seconds (0: until stopped); stop the one in progress. */
+	int (*record_start)(void *ctx, const char *name, uint64_t epochs, double seconds,
+	                    const struct vrd_ctl_peer *peer, char *err, size_t errlen);
+	int (*record_stop)(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen);
 };
 
 struct vrd_ctl;

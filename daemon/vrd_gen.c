@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrd_gen.h"
+#include "daemon/vrd_gen.h"
 
 int vrd_gen_init(struct vrd_gens *g, const struct vr_config *cfg)
 {

@@ -23,7 +23,7 @@ done
 # libraries: pkg-config module -> package (hdf5: Debian's serial HDF5, hdf5.pc)
 libs="libzmq:libzmq3-dev yaml-0.1:libyaml-dev fftw3f:libfftw3-dev libsystemd:libsystemd-dev
 	libpng:libpng-dev hdf5:libhdf5-dev json-c:libjson-c-dev libwebsockets:libwebsockets-dev
-	zlib:zlib1g-dev"
+	zlib:zlib1g-dev blosc:libblosc-dev libtiff-4:libtiff-dev"
 [ "$mode" = test ] && libs="$libs cmocka:libcmocka-dev"
 for pair in $libs; do
 	if command -v pkg-config >/dev/null 2>&1; then
@@ -32,6 +32,11 @@ for pair in $libs; do
 		need "${pair#*:}" # cannot tell without pkg-config: name them all
 	fi
 done
+# libnifti2 has no pkg-config module in Debian: its header (libniftiio-dev, which libnifti2-dev
+# depends on) and library
+if [ ! -e /usr/include/nifti/nifti2_io.h ] || ! ls /usr/lib/*/libnifti2.so >/dev/null 2>&1; then
+	need libnifti2-dev
+fi
 # the browser tests: Debian's chromium, node and npm (tests/browser)
 if [ "$mode" = test ]; then
 	command -v chromium >/dev/null 2>&1 || need chromium
@@ -41,7 +46,8 @@ fi
 if [ "$mode" = test ]; then
 	if [ -x "$python" ] || command -v "$python" >/dev/null 2>&1; then
 		for pair in pytest:python3-pytest pytest_timeout:python3-pytest-timeout \
-			numpy:python3-numpy zmq:python3-zmq h5py:python3-h5py; do
+			numpy:python3-numpy zmq:python3-zmq h5py:python3-h5py zarr:python3-zarr \
+			numcodecs:python3-numcodecs nibabel:python3-nibabel tifffile:python3-tifffile; do
 			"$python" -c "import ${pair%%:*}" >/dev/null 2>&1 || need "${pair#*:}"
 		done
 	else

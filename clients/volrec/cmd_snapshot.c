@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `volrec snapshot`: PNG pictures of the newest volume from the views the daemon publishes
- * beside it (ALGORITHMS.md §4: en-face mean and maximum over the slab, the B-scan, the
+ * beside it (docs/algorithms.md §4: en-face mean and maximum over the slab, the B-scan, the
  * orthogonal slice and the plane at view.position, the maximum-intensity render), with a JSON
  * sidecar naming the volume, the geometry and each view's parameters. It computes nothing of
  * its own: what it writes is what every client and the web viewer see.
@@ -19,8 +19,9 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
+#include "formats/png.h"
 
 #define SNAP_PICTURES 6
 
@@ -626,8 +627,8 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		         v.ny, v.nx, v.nz, pics[i].lo, pics[i].hi, px_text(px[0], px0, sizeof(px0)),
 		         px_text(px[1], px1, sizeof(px1)),
 		         pics[i].bar_um > 0 ? pics[i].bar_label : "none (pixel size unknown)");
-		rc = tool_png_write_phys(path, pix, pics[i].w * pics[i].scale,
-		                         pics[i].h * pics[i].scale, desc, px, err, sizeof(err));
+		rc = fmt_png_write_phys(path, pix, pics[i].w * pics[i].scale,
+		                        pics[i].h * pics[i].scale, desc, px, err, sizeof(err));
 		free(pix);
 		if (rc) {
 			fprintf(stderr, "volrec snapshot: %s\n", err);

@@ -75,7 +75,12 @@ static const char *s_generation(void *ctx, uint32_t n, uint32_t *current, uint32
 	              : NULL;
 }
 
-static const struct vrd_ctl_ops OPS = {&S, s_config, s_apply, s_reset, s_status, s_generation};
+static const struct vrd_ctl_ops OPS = {.ctx = &S,
+                                       .config = s_config,
+                                       .apply = s_apply,
+                                       .reset_history = s_reset,
+                                       .status = s_status,
+                                       .generation = s_generation};
 static const struct vrd_ctl_peer PEER = {.have_uid = true, .uid = 1000, .pid = 42};
 
 /* The applied configuration dumps to YAML that loads back to the same configuration. */

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../daemon/vrd_ctl.h"
-#include "../../daemon/vrd_gen.h"
+#include "daemon/vrd_ctl.h"
+#include "daemon/vrd_gen.h"
+#include "tests/unit/vrtest.h"
 
 struct fake {
 	struct vr_config cfg;
@@ -75,7 +75,12 @@ static const char *f_generation(void *ctx, uint32_t n, uint32_t *current, uint32
 }
 
 static struct fake F;
-static const struct vrd_ctl_ops OPS = {&F, f_config, f_apply, f_reset, f_status, f_generation};
+static const struct vrd_ctl_ops OPS = {.ctx = &F,
+                                       .config = f_config,
+                                       .apply = f_apply,
+                                       .reset_history = f_reset,
+                                       .status = f_status,
+                                       .generation = f_generation};
 static const struct vrd_ctl_peer PEER = {.have_uid = true, .uid = 1234, .pid = 99};
 
 static int setup(void **state)
@@ -420,7 +425,7 @@ static void test_unknown_fields_are_refused_per_op(void **state)
 {
 	(void)state;
 	ask_refused("{\"op\":\"get\",\"kye\":\"view.render.every\"}",
-	            "get: unknown field 'kye' (it takes op, id, expires_ms and key or generation)");
+	            "get: unknown field 'kye' (it takes op, id, expires_ms and key generation)");
 	ask_refused("{\"op\":\"get\",\"values\":{}}", "get: unknown field 'values'");
 	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]},\"key\":\"x\"}",
 	            "set: unknown field 'key' (it takes op, id, expires_ms and values)");

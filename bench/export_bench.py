@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""The export benchmark (never a timed test): writes a processed recording of synthetic OCT
+volumes (speckle over a layered depth profile, u8 as volrec's log scaling makes them) with h5py,
+runs build/tests/export_bench on it (every format through the export engine, and the two limits
+measured in the same run: the disk's sequential write rate, blosc/zstd's single-thread rate) and
+records bench/results/export-<host>-<date>.json.
+
+    bench/export_bench.py [--volumes 100] [--shape 300 300 1024] [--dir DIR] [--threads N]
+"""
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+import numpy as np
+
+
+def synthetic_volume(rng, shape):
+    y, x, z = shape
+    depth = np.arange(z, dtype=np.float32)
+    profile = 40 + 120 * np.exp(-depth / (0.4 * z)) * (1 + 0.5 * np.sin(depth / 9.0) ** 2)
+    speckle = rng.rayleigh(1.0, size=(y, x, z)).astype(np.float32)
+    db = 20 * np.log10(np.maximum(speckle, 1e-3)) * 3 + profile
+    return np.clip(db, 0, 255).astype(np.uint8)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--volumes", type=int, default=100)
+    ap.add_argument("--shape", type=int, nargs=3, default=[300, 300, 1024])
+    ap.add_argument("--dir", default=None, help="folder on the file system to measure")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--gz", action="store_true", help="also .nii.gz (zlib, one thread: slow)")
+    ap.add_argument("--build", default=os.environ.get("VOLREC_BUILD", "build"))
+    a = ap.parse_args()
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    work = tempfile.mkdtemp(prefix="export-bench-", dir=a.dir)
+    h5 = os.path.join(work, "in.h5")
+    rng = np.random.default_rng(7)
+    t0 = time.monotonic()
+    with h5py.File(h5, "w") as f:
+        d = f.create_dataset("volumes", shape=(a.volumes, *a.shape), dtype=np.uint8,
+                             chunks=(1, *a.shape))
+        d.attrs["axes"] = "t,y,x,z"
+        d.attrs["voxel_size_um"] = np.array([10.0, 10.0, 2.5], dtype=np.float32)
+        vols = [synthetic_volume(rng, a.shape) for _ in range(4)]
+        for t in range(a.volumes):
+            d[t] = np.roll(vols[t % 4], t, axis=2)
+        f["epoch"] = np.arange(a.volumes, dtype=np.uint64)
+    print(f"input written in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    try:
+        out = subprocess.run([os.path.join(a.build, "tests", "export_bench"), h5, work,
+                              str(a.threads)] + (["gz"] if a.gz else []), check=True, capture_output=True, text=True)
+    finally:
+        subprocess.run(["rm", "-rf", work])
+    r = json.loads(out.stdout)
+    commit = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), platform.processor())
+    r.update(host=socket.gethostname(), cpu=cpu, cpus=os.cpu_count(), commit=commit,
+             date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             filesystem_dir=a.dir or tempfile.gettempdir())
+    os.makedirs(os.path.join(src, "bench", "results"), exist_ok=True)
+    path = os.path.join(src, "bench", "results",
+                        f"export-{socket.gethostname()}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
+    with open(path, "w") as f:
+        json.dump(r, f, indent=2)
+    print(json.dumps(r, indent=2))
+    print(path, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `volrec export IN -o OUT`: a processed HDF5 recording (`volrec record`, `volrec process -o`)
+ * into OME-Zarr, NIfTI-2 or OME-TIFF, the format named by OUT's suffix (formats/fmt.h,
+ * docs/formats.md). The output is written under a partial name and renamed when whole.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "base/base.h"
+#include "clients/volrec/tools.h"
+#include "formats/fmt.h"
+
+static void export_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec export IN.h5 -o OUT [--series] [-t THREADS] [--chunks Y,X,Z] "
+	        "[-f]\n\n"
+	        "Copy the volumes of a processed recording (volrec record, volrec process -o)\n"
+	        "into a format other tools open; OUT's suffix names it:\n"
+	        "  OUT.zarr, OUT.ome.zarr   OME-Zarr (NGFF 0.4): a folder with a multiscale\n"
+	        "                           pyramid, blosc/zstd chunks (napari, Fiji, Python)\n"
+	        "  OUT.nii, OUT.nii.gz      NIfTI-2, one file per volume OUT_00000.nii.gz ...\n"
+	        "                           (3D Slicer, ITK, nibabel); --series: one 4-D file\n"
+	        "  OUT.ome.tif, .ome.tiff   OME-TIFF, B-scans as pages (Fiji); BigTIFF past 4 GiB\n"
+	        "Values are those of /volumes, bit for bit; voxel sizes come from its\n"
+	        "voxel_size_um attribute, and are written as unknown when it is absent.\n"
+	        "The output is written as OUT.partial and renamed when complete; on any error\n"
+	        "nothing is left under OUT. Progress on stderr when it is a terminal.\n\n"
+	        "  -o, --output OUT     the output (required)\n"
+	        "      --series         NIfTI: one 4-D file instead of one file per volume\n"
+	        "  -t, --threads N      OME-Zarr compression threads (default: one per CPU)\n"
+	        "      --chunks Y,X,Z   OME-Zarr chunk of one volume (default %u,%u,%u)\n"
+	        "  -f, --force          replace an existing OUT\n"
+	        "  -h, --help           this text\n\n"
+	        "Exit status: 0 success, 1 failure (unreadable input, an output that exists\n"
+	        "without -f, interrupted), 2 usage error (an unknown suffix included), 7\n"
+	        "permission denied, 8 disk full or file size limit (the partial output removed).\n",
+	        FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z);
+}
+
+struct export_progress {
+	bool tty;
+	double last;
+};
+
+static void export_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes,
+                            double seconds)
+{
+	struct export_progress *p = ctx;
+	double rate = seconds > 0 ? (double)done / seconds : 0;
+	double left = rate > 0 ? (double)(total - done) / rate : 0;
+
+	if (!p->tty || (seconds - p->last < 0.2 && done < total))
+		return;
+	p->last = seconds;
+	fprintf(stderr,
+	        "\r  %3.0f%%  %llu/%llu volumes  %.1f volumes/s  %.0f MB  %d:%02d left\033[K",
+	        100.0 * (double)done / (double)total, (unsigned long long)done,
+	        (unsigned long long)total, rate, (double)bytes / 1e6, (int)(left / 60),
+	        (int)left % 60);
+	if (done == total)
+		fputc('\n', stderr);
+}
+
+static int export_exit_for(int err)
+{
+	if (err == -ENOSPC || err == -EDQUOT || err == -EFBIG)
+		return VR_EXIT_NOSPACE;
+	if (err == -EACCES || err == -EPERM || err == -EROFS)
+		return VR_EXIT_PERM;
+	return VR_EXIT_FAIL;
+}
+
+static int parse_chunks(const char *s, uint32_t *c)
+{
+	char tail;
+	unsigned y, x, z;
+
+	if (sscanf(s, "%u,%u,%u%c", &y, &x, &z, &tail) != 3 || !y || !x || !z || y > 4096 ||
+	    x > 4096 || z > 65536 || (uint64_t)y * x * z > (256u << 20))
+		return -EINVAL;
+	c[0] = y;
+	c[1] = x;
+	c[2] = z;
+	return 0;
+}
+
+VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIFF")
+{
+	enum { OPT_SERIES = 0x200, OPT_CHUNKS };
+	static const struct option longopts[] = {
+	        {"output", required_argument, NULL, 'o'},
+	        {"series", no_argument, NULL, OPT_SERIES},
+	        {"threads", required_argument, NULL, 't'},
+	        {"chunks", required_argument, NULL, OPT_CHUNKS},
+	        {"force", no_argument, NULL, 'f'},
+	        VR_CLI_LONGOPTS_END,
+	};
+	struct fmt_options o = {0};
+	struct export_progress prog = {.tty = isatty(STDERR_FILENO), .last = -1};
+	struct fmt_export_stats st;
+	const char *out = NULL, *in;
+	char err[1024];
+	uint64_t threads;
+	int opt, rc;
+
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* fmt_h5in's messages say what failed */
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "o:t:fh", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'o':
+			out = optarg;
+			break;
+		case OPT_SERIES:
+			o.series = true;
+			break;
+		case 't':
+			if (vr_cli_u64("volrec export", "--threads", optarg, 1, 64, "1 to 64",
+			               &threads) < 0)
+				return VR_EXIT_USAGE;
+			o.threads = (unsigned)threads;
+			break;
+		case OPT_CHUNKS:
+			if (parse_chunks(optarg, o.chunk) < 0) {
+				fprintf(stderr,
+				        "volrec export: --chunks %s: need Y,X,Z, three positive "
+				        "numbers of at most 256 Mi voxels in all\n",
+				        optarg);
+				return VR_EXIT_USAGE;
+			}
+			break;
+		case 'f':
+			o.replace = true;
+			break;
+		default:
+			return vr_cli_usage(export_usage, opt);
+		}
+	}
+	if (optind + 1 != argc || !out || !*out) {
+		fprintf(stderr, "volrec export: %s (see --help)\n",
+		        optind >= argc      ? "the input IN.h5 is required"
+		        : optind + 1 < argc ? "one input only"
+		                            : "-o OUT is required");
+		return VR_EXIT_USAGE;
+	}
+	in = argv[optind];
+	if (fmt_kind_of(out) == FMT_NONE) {
+		fprintf(stderr,
+		        "volrec export: %s: unknown format (the suffix names it: .zarr or "
+		        ".ome.zarr, "
+		        ".nii or .nii.gz, .ome.tif or .ome.tiff)\n",
+		        out);
+		return VR_EXIT_USAGE;
+	}
+	if (o.series && fmt_kind_of(out) != FMT_NIFTI) {
+		fprintf(stderr, "volrec export: --series is for NIfTI outputs (.nii, .nii.gz)\n");
+		return VR_EXIT_USAGE;
+	}
+	tool_catch_signals();
+	rc = fmt_export(in, out, &o, export_progress, &prog, tool_interrupted, &st, err,
+	                sizeof(err));
+	if (rc < 0) {
+		if (prog.tty && prog.last >= 0)
+			fputc('\n', stderr);
+		fprintf(stderr, "volrec export: %s (nothing written to %s)\n", err, out);
+		return export_exit_for(rc);
+	}
+	printf("%s: %llu volumes, %.1f MB in %.2f s (%.1f MB/s of volumes)\n", out,
+	       (unsigned long long)st.volumes, (double)st.bytes_out / 1e6, st.seconds,
+	       st.seconds > 0 ? (double)st.bytes_in / 1e6 / st.seconds : 0);
+	return VR_EXIT_OK;
+}

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Files for other tools (fmt_): OME-Zarr (NGFF 0.4), NIfTI-2 and OME-TIFF writers behind one
+ * table of operations, the reader of processed HDF5 recordings, and the export engine that
+ * copies the one into the others (`volrec export`, bench/export_bench). docs/formats.md
+ * describes every file.
+ */
+#ifndef VOLREC_FORMATS_FMT_H
+#define VOLREC_FORMATS_FMT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+struct json_object;
+
+/* What a writer is told about the volumes before the first one. */
+struct fmt_info {
+	uint64_t nt;        /* volumes in the series */
+	uint32_t shape[3];  /* one volume's [y][x][z], z (depth) fastest in memory */
+	double voxel_um[3]; /* voxel size in micrometres, [y, x, z]; NaN: unknown */
+	double interval_s;  /* time between volumes in seconds; NaN: unknown */
+	/* Provenance, borrowed (may be NULL): a JSON object of the source's attributes (version,
+	 * configuration, ...), and one of per-volume columns (name -> array of nt values). */
+	struct json_object *attrs;
+	struct json_object *columns;
+};
+
+static inline bool fmt_voxel_known(const struct fmt_info *in)
+{
+	return in->voxel_um[0] == in->voxel_um[0] && in->voxel_um[1] == in->voxel_um[1] &&
+	       in->voxel_um[2] == in->voxel_um[2];
+}
+
+/* How a writer writes; zero is the default of every field. */
+struct fmt_options {
+	unsigned threads;   /* compression threads (OME-Zarr), 0: one per online CPU */
+	uint32_t chunk[3];  /* OME-Zarr chunk [y, x, z] of level 0; 0: FMT_ZARR_CHUNK_* */
+	bool series;        /* NIfTI: one 4-D file instead of one file per volume */
+	bool replace;       /* replace an existing output instead of failing with -EEXIST */
+	const char *source; /* the input's path, for the provenance (may be NULL) */
+};
+
+/* The default OME-Zarr chunk (docs/formats.md, "Chunks": measured against B-scan and en-face
+ * reads). */
+#define FMT_ZARR_CHUNK_Y 16
+#define FMT_ZARR_CHUNK_X 128
+#define FMT_ZARR_CHUNK_Z 128
+/* The pyramid ends at the first level whose largest side is at most this. */
+#define FMT_ZARR_PYRAMID_SIDE 256
+
+enum fmt_kind {
+	FMT_NONE = 0,
+	FMT_ZARR,  /* .zarr, .ome.zarr: a directory */
+	FMT_NIFTI, /* .nii, .nii.gz */
+	FMT_TIFF,  /* .ome.tif, .ome.tiff */
+};
+
+/* The format a path's suffix names, FMT_NONE for any other. */
+enum fmt_kind fmt_kind_of(const char *path);
+
+struct fmt_writer;
+
+/*
+ * One format's operations (version FMT_OPS_VERSION); called only through the fmt_writer_*
+ * wrappers, which keep the call order (open, put for t = 0..nt-1 in order, then finish; abort
+ * at any point after open) and the bookkeeping of partial outputs.
+ *  open:   create the outputs under their partial names; 0 or a negative errno.
+ *  put:    write volume t; 0 or a negative errno (-ENOSPC for a full disk).
+ *  finish: write what remains and close, still under the partial names; 0 or a negative errno.
+ *  commit: move every output to its final name (after finish); 0 or a negative errno.
+ *  abort:  remove every output written so far, partial or committed (never fails).
+ */
+#define FMT_OPS_VERSION 1
+struct fmt_ops {
+	unsigned version;
+	const char *name; /* "ome-zarr", "nifti-2", "ome-tiff" */
+	int (*open)(struct fmt_writer *w, char *err, size_t errlen);
+	int (*put)(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *err, size_t errlen);
+	int (*finish)(struct fmt_writer *w, char *err, size_t errlen);
+	int (*commit)(struct fmt_writer *w, char *err, size_t errlen);
+	void (*abort)(struct fmt_writer *w);
+	void (*free)(struct fmt_writer *w);
+};
+
+/* The writer every format shares; priv is the format's own state. */
+struct fmt_writer {
+	const struct fmt_ops *ops;
+	struct fmt_info info;
+	struct fmt_options opt;
+	char *path;       /* the output as named */
+	uint64_t next;    /* the next volume put expects */
+	int state;        /* FMT_W_* (fmt_writer.c) */
+	uint64_t written; /* bytes written so far (compressed where the format compresses) */
+	void *priv;
+};
+
+extern const struct fmt_ops fmt_zarr_ops, fmt_nifti_ops, fmt_tiff_ops;
+
+/*
+ * Open a writer of the format path's suffix names for the volumes in info (copied; the JSON
+ * objects are borrowed until fmt_writer_free). Outputs are written under partial names
+ * (PATH.partial) and take their final names at fmt_writer_finish only. 0 with *out, or a
+ * negative errno with the message in err: -EINVAL for an unknown suffix, -EEXIST when the output
+ * exists and opt->replace is false, the file system's errno otherwise. Nothing is left behind on
+ * failure.
+ */
+int fmt_writer_open(const char *path, const struct fmt_info *info, const struct fmt_options *opt,
+                    struct fmt_writer **out, char *err, size_t errlen) VR_MUST_CHECK;
+/* Write volume t (shape info.shape, the next in order). 0 or a negative errno; after an error the
+ * writer is good for fmt_writer_free only, which removes the partial output. */
+int fmt_writer_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *err,
+                   size_t errlen) VR_MUST_CHECK;
+/* After the last volume: finish the files, flush them to the disk and give them their final
+ * names (an existing output is replaced only with opt.replace). 0 or a negative errno (outputs
+ * removed). */
+int fmt_writer_finish(struct fmt_writer *w, char *err, size_t errlen) VR_MUST_CHECK;
+/* Free the writer; outputs not finished are removed. NULL is fine. */
+void fmt_writer_free(struct fmt_writer *w);
+
+/* ---- helpers the formats share (fmt_writer.c) ---------------------------------------------- */
+
+/* "PATH.partial", malloc'ed (NULL when out of memory). */
+char *fmt_partial_name(const char *path);
+/* Remove path, a file or a directory tree; missing is fine. */
+void fmt_remove_tree(const char *path);
+/* fsync a file or directory by path; 0 or a negative errno. */
+int fmt_sync_path(const char *path);
+/* Rename from to to, replacing an existing to (file or directory tree) only when replace is
+ * true (else -EEXIST), and sync the directory. 0 or a negative errno with the message. */
+int fmt_commit_rename(const char *from, const char *to, bool replace, char *err,
+                      size_t errlen) VR_MUST_CHECK;
+/* Write all of buf to fd; 0 or a negative errno (-ENOSPC, ...). */
+int fmt_write_all(int fd, const void *buf, size_t n) VR_MUST_CHECK;
+
+/* ---- processed HDF5 recordings (fmt_h5read.c) ---------------------------------------------- */
+
+struct fmt_h5in;
+
+/*
+ * Open a processed recording (the /volumes dataset of `volrec record` and `volrec process -o`,
+ * [t][y][x][z] u8) and fill info: the shape, voxel_size_um of /volumes when present (else
+ * unknown), the interval from /t_first_ns when present, the file's attributes and the per-volume
+ * columns (every root dataset of nt rows of at most 16 numbers, /generation among them; the
+ * JSON of /generations under "generations") as JSON objects owned by the reader. 0 with *out,
+ * or a negative errno (-ENOENT, -EACCES, -EINVAL for a file that is not such a recording) with
+ * the message in err.
+ */
+int fmt_h5in_open(const char *path, struct fmt_h5in **out, struct fmt_info *info, char *err,
+                  size_t errlen) VR_MUST_CHECK;
+/* Read volume t into vol (shape info.shape). 0 or a negative errno with the message. */
+int fmt_h5in_read(struct fmt_h5in *r, uint64_t t, uint8_t *vol, char *err,
+                  size_t errlen) VR_MUST_CHECK;
+/* Close the file and free the JSON objects of info. NULL is fine. */
+void fmt_h5in_close(struct fmt_h5in *r);
+
+/* ---- the export engine (fmt_export.c) ------------------------------------------------------ */
+
+/* Progress, called after each volume: done of total volumes, bytes written so far, seconds
+ * since the start. */
+typedef void (*fmt_progress_fn)(void *ctx, uint64_t done, uint64_t total, uint64_t bytes,
+                                double seconds);
+
+struct fmt_export_stats {
+	uint64_t volumes;   /* volumes written */
+	uint64_t bytes_in;  /* volume bytes read */
+	uint64_t bytes_out; /* bytes written */
+	double seconds;     /* from open to the final rename */
+	double read_s;      /* of which the reader spent reading (overlapped with writing) */
+};
+
+/*
+ * Copy every volume of the processed recording in into out, in the format its suffix names: a
+ * reader thread reads volume t+1 while volume t is written. progress may be NULL; interrupted
+ * may be NULL, else polled between volumes (true: stop with -EINTR). On failure the outputs are
+ * removed and the message is in err. 0 or a negative errno.
+ */
+int fmt_export(const char *in, const char *out, const struct fmt_options *opt,
+               fmt_progress_fn progress, void *ctx, bool (*interrupted)(void),
+               struct fmt_export_stats *stats, char *err, size_t errlen) VR_MUST_CHECK;
+
+#endif

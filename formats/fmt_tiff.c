@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * OME-TIFF writer through libtiff: one page per B-scan (x across, depth z down), pages in the
+ * order y then t (OME DimensionOrder XYZCT: OME X = x, OME Y = depth z, OME Z = y), OME-XML with
+ * the physical sizes in the first page's ImageDescription; BigTIFF when the file would pass
+ * 4 GiB.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+#include <tiffio.h>
+
+#include "formats/fmt.h"
+
+struct tiff {
+	char *tmp;
+	TIFF *tif;
+	uint8_t *page; /* one transposed B-scan */
+	char *xml;     /* the OME-XML */
+};
+
+/* libtiff's messages are kept for the error that follows, never printed. */
+static _Thread_local char tiff_msg[256];
+
+static void tiff_handler(const char *module, const char *fmt, va_list ap)
+{
+	int k = snprintf(tiff_msg, sizeof(tiff_msg), "%s: ", module ? module : "libtiff");
+
+	if (k > 0 && (size_t)k < sizeof(tiff_msg))
+		vsnprintf(tiff_msg + k, sizeof(tiff_msg) - (size_t)k, fmt, ap);
+}
+
+static void tiff_quiet(const char *module, const char *fmt, va_list ap)
+{
+	(void)module;
+	(void)fmt;
+	(void)ap;
+}
+
+/* Append s to the XML text, escaped for an attribute or element. */
+static void xml_escape(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		switch (*s) {
+		case '<':
+			fputs("&lt;", f);
+			break;
+		case '>':
+			fputs("&gt;", f);
+			break;
+		case '&':
+			fputs("&amp;", f);
+			break;
+		case '"':
+			fputs("&quot;", f);
+			break;
+		default:
+			fputc(*s, f);
+		}
+	}
+}
+
+static char *tiff_ome_xml(const struct fmt_writer *w)
+{
+	const struct fmt_info *in = &w->info;
+	bool known = fmt_voxel_known(in), tknown = in->interval_s == in->interval_s;
+	const char *base = strrchr(w->path, '/') ? strrchr(w->path, '/') + 1 : w->path;
+	struct json_object *o = json_object_new_object();
+	char *xml = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&xml, &len);
+
+	if (!f) {
+		json_object_put(o);
+		return NULL;
+	}
+	json_object_object_add(o, "volrec_version", json_object_new_string(VOLREC_VERSION));
+	if (w->opt.source)
+		json_object_object_add(o, "source", json_object_new_string(w->opt.source));
+	json_object_object_add(o, "axes",
+	                       json_object_new_string("OME X = x, OME Y = z (depth), OME Z = y"));
+	json_object_object_add(o, "voxel_size_known", json_object_new_boolean(known));
+	if (in->attrs)
+		json_object_object_add(o, "attributes", json_object_get(in->attrs));
+	if (in->columns)
+		json_object_object_add(o, "volumes", json_object_get(in->columns));
+
+	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+	           "<OME xmlns=\"http://www.openmicroscopy.org/Schemas/OME/2016-06\" "
+	           "xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" "
+	           "xsi:schemaLocation=\"http://www.openmicroscopy.org/Schemas/OME/2016-06 "
+	           "http://www.openmicroscopy.org/Schemas/OME/2016-06/ome.xsd\" "
+	           "Creator=\"volrec " VOLREC_VERSION "\">\n");
+	fprintf(f, "<Image ID=\"Image:0\" Name=\"");
+	xml_escape(f, base);
+	fprintf(f,
+	        "\"><Description>OCT volumes: B-scans (x across, depth z down) stacked along y%s"
+	        "</Description>\n",
+	        known ? "" : "; voxel size unknown");
+	fprintf(f,
+	        "<Pixels ID=\"Pixels:0\" DimensionOrder=\"XYZCT\" Type=\"uint8\" "
+	        "SignificantBits=\"8\" BigEndian=\"false\" Interleaved=\"false\" SizeX=\"%u\" "
+	        "SizeY=\"%u\" SizeZ=\"%u\" SizeC=\"1\" SizeT=\"%llu\"",
+	        in->shape[1], in->shape[2], in->shape[0], (unsigned long long)in->nt);
+	if (known)
+		fprintf(f,
+		        " PhysicalSizeX=\"%.9g\" PhysicalSizeXUnit=\"\xc2\xb5m\" "
+		        "PhysicalSizeY=\"%.9g\" PhysicalSizeYUnit=\"\xc2\xb5m\" "
+		        "PhysicalSizeZ=\"%.9g\" PhysicalSizeZUnit=\"\xc2\xb5m\"",
+		        in->voxel_um[1], in->voxel_um[2], in->voxel_um[0]);
+	if (tknown)
+		fprintf(f, " TimeIncrement=\"%.9g\" TimeIncrementUnit=\"s\"", in->interval_s);
+	fprintf(f,
+	        ">\n<Channel ID=\"Channel:0:0\" SamplesPerPixel=\"1\"><LightPath/></Channel>\n"
+	        "<TiffData IFD=\"0\" PlaneCount=\"%llu\"/>\n</Pixels>\n"
+	        "<AnnotationRef ID=\"Annotation:0\"/>\n</Image>\n"
+	        "<StructuredAnnotations><CommentAnnotation ID=\"Annotation:0\" "
+	        "Namespace=\"volrec/provenance\"><Value>",
+	        (unsigned long long)in->nt * in->shape[0]);
+	xml_escape(f, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+	                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
+	fprintf(f, "</Value></CommentAnnotation></StructuredAnnotations>\n</OME>\n");
+	json_object_put(o);
+	if (fclose(f) != 0) {
+		free(xml);
+		return NULL;
+	}
+	return xml;
+}
+
+static int tiff_open(struct fmt_writer *w, char *err, size_t errlen)
+{
+	const struct fmt_info *in = &w->info;
+	struct tiff *t = calloc(1, sizeof(*t));
+	uint64_t bytes = in->nt * in->shape[0] * in->shape[1] * in->shape[2];
+	/* data, a directory of about 200 bytes per page, and the XML */
+	bool big = bytes + in->nt * in->shape[0] * 256 + (64u << 20) > UINT32_MAX;
+
+	if (!t)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	w->priv = t;
+	TIFFSetErrorHandler(tiff_handler);
+	TIFFSetWarningHandler(tiff_quiet);
+	if (!w->opt.replace && access(w->path, F_OK) == 0)
+		return vr_err(err, errlen, -EEXIST, "%s: exists (--force replaces it)", w->path);
+	t->tmp = fmt_partial_name(w->path);
+	t->page = malloc((size_t)in->shape[1] * in->shape[2]);
+	t->xml = tiff_ome_xml(w);
+	if (!t->tmp || !t->page || !t->xml)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	errno = 0;
+	tiff_msg[0] = 0;
+	t->tif = TIFFOpen(t->tmp, big ? "w8" : "w");
+	if (!t->tif)
+		return vr_err(err, errlen, errno ? -errno : -EIO, "%s: %s", t->tmp,
+		              errno ? strerror(errno) : tiff_msg);
+	return 0;
+}
+
+/* The B-scan [x][z] of plane y as a page of rows z, columns x. */
+static void tiff_transpose(uint8_t *out, const uint8_t *in, uint32_t X, uint32_t Z)
+{
+	enum { B = 32 };
+
+	for (uint32_t x0 = 0; x0 < X; x0 += B)
+		for (uint32_t z0 = 0; z0 < Z; z0 += B) {
+			uint32_t x1 = x0 + B < X ? x0 + B : X, z1 = z0 + B < Z ? z0 + B : Z;
+
+			for (uint32_t x = x0; x < x1; x++)
+				for (uint32_t z = z0; z < z1; z++)
+					out[(size_t)z * X + x] = in[(size_t)x * Z + z];
+		}
+}
+
+static int tiff_put(struct fmt_writer *w, uint64_t ti, const uint8_t *vol, char *err, size_t errlen)
+{
+	struct tiff *t = w->priv;
+	const uint32_t Y = w->info.shape[0], X = w->info.shape[1], Z = w->info.shape[2];
+	const size_t n = (size_t)X * Z;
+
+	for (uint32_t y = 0; y < Y; y++) {
+		TIFF *tif = t->tif;
+
+		tiff_transpose(t->page, vol + y * n, X, Z);
+		TIFFSetField(tif, TIFFTAG_IMAGEWIDTH, X);
+		TIFFSetField(tif, TIFFTAG_IMAGELENGTH, Z);
+		TIFFSetField(tif, TIFFTAG_BITSPERSAMPLE, 8);
+		TIFFSetField(tif, TIFFTAG_SAMPLESPERPIXEL, 1);
+		TIFFSetField(tif, TIFFTAG_SAMPLEFORMAT, SAMPLEFORMAT_UINT);
+		TIFFSetField(tif, TIFFTAG_PHOTOMETRIC, PHOTOMETRIC_MINISBLACK);
+		TIFFSetField(tif, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+		TIFFSetField(tif, TIFFTAG_COMPRESSION, COMPRESSION_NONE);
+		TIFFSetField(tif, TIFFTAG_ROWSPERSTRIP, Z);
+		TIFFSetField(tif, TIFFTAG_SOFTWARE, "volrec " VOLREC_VERSION);
+		if (ti == 0 && y == 0)
+			TIFFSetField(tif, TIFFTAG_IMAGEDESCRIPTION, t->xml);
+		errno = 0;
+		tiff_msg[0] = 0;
+		if (TIFFWriteEncodedStrip(tif, 0, t->page, (tmsize_t)n) < 0 ||
+		    !TIFFWriteDirectory(tif))
+			return vr_err(err, errlen, errno ? -errno : -EIO, "%s: %s", t->tmp,
+			              errno ? strerror(errno) : tiff_msg);
+	}
+	w->written += (uint64_t)Y * n;
+	return 0;
+}
+
+static int tiff_finish(struct fmt_writer *w, char *err, size_t errlen)
+{
+	struct tiff *t = w->priv;
+	int rc;
+
+	errno = 0;
+	tiff_msg[0] = 0;
+	if (!TIFFFlush(t->tif)) {
+		rc = errno ? -errno : -EIO;
+		return vr_err(err, errlen, rc, "%s: %s", t->tmp,
+		              errno ? strerror(errno) : tiff_msg);
+	}
+	TIFFClose(t->tif);
+	t->tif = NULL;
+	rc = fmt_sync_path(t->tmp);
+	return rc < 0 ? vr_err_errno(err, errlen, rc, "%s", t->tmp) : 0;
+}
+
+static int tiff_commit(struct fmt_writer *w, char *err, size_t errlen)
+{
+	struct tiff *t = w->priv;
+
+	return fmt_commit_rename(t->tmp, w->path, w->opt.replace, err, errlen);
+}
+
+static void tiff_abort(struct fmt_writer *w)
+{
+	struct tiff *t = w->priv;
+
+	if (!t)
+		return;
+	if (t->tif)
+		TIFFClose(t->tif);
+	t->tif = NULL;
+	if (t->tmp)
+		unlink(t->tmp);
+}
+
+static void tiff_free(struct fmt_writer *w)
+{
+	struct tiff *t = w->priv;
+
+	if (!t)
+		return;
+	free(t->tmp);
+	free(t->page);
+	free(t->xml);
+	free(t);
+}
+
+const struct fmt_ops fmt_tiff_ops = {
+        .version = FMT_OPS_VERSION,
+        .name = "ome-tiff",
+        .open = tiff_open,
+        .put = tiff_put,
+        .finish = tiff_finish,
+        .commit = tiff_commit,
+        .abort = tiff_abort,
+        .free = tiff_free,
+};

@@ -1,0 +1,544 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * OME-Zarr (NGFF 0.4) writer: a Zarr v2 directory store with one multiscale image [t][y][x][z],
+ * a pyramid of 2x2x2 means down to a largest side of FMT_ZARR_PYRAMID_SIDE, chunks compressed
+ * with blosc/zstd by a pool of threads, and the provenance in .zattrs (docs/formats.md).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <blosc.h>
+#include <json-c/json.h>
+
+#include "formats/fmt.h"
+
+#define ZARR_LEVELS_MAX 16
+#define ZARR_CLEVEL     5
+
+struct zarr_level {
+	uint32_t shape[3]; /* [y][x][z] */
+	uint32_t chunk[3];
+	uint32_t nchunks[3];
+	uint8_t *vol; /* this level of the current volume (level 0: the caller's) */
+};
+
+struct zarr {
+	char *tmp; /* PATH.partial */
+	unsigned nlevels, threads;
+	struct zarr_level lv[ZARR_LEVELS_MAX];
+	/* the current volume's work, shared by the threads */
+	uint64_t t;
+	unsigned level;           /* the level being downsampled */
+	atomic_ulong next;        /* the next task */
+	unsigned long ntasks;     /* chunks of every level */
+	atomic_ullong written;    /* compressed bytes */
+	pthread_mutex_t lock;     /* err */
+	int rc;                   /* the first error */
+	char err[PATH_MAX + 256]; /* its message */
+	size_t scratch;           /* bytes of each thread's chunk and output buffers */
+};
+
+static uint32_t ceil_div(uint32_t a, uint32_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* Keep the first error of the threads: "PATH: WHAT" (WHAT NULL: the errno's text). */
+static void zarr_fail(struct zarr *z, int rc, const char *path, const char *what)
+{
+	pthread_mutex_lock(&z->lock);
+	if (z->rc == 0) {
+		z->rc = rc;
+		snprintf(z->err, sizeof(z->err), "%s: %s", path, what ? what : strerror(-rc));
+	}
+	pthread_mutex_unlock(&z->lock);
+}
+
+/* ---- running a function over [0, n) on the pool ------------------------------------------- */
+
+struct zarr_job {
+	struct zarr *z;
+	unsigned long n;
+	void (*fn)(struct zarr *z, unsigned long i, uint8_t *scratch);
+};
+
+static void *zarr_worker(void *arg)
+{
+	struct zarr_job *job = arg;
+	struct zarr *z = job->z;
+	uint8_t *scratch = malloc(2 * z->scratch);
+
+	if (!scratch) {
+		zarr_fail(z, -ENOMEM, "chunk buffer", NULL);
+		return NULL;
+	}
+	for (;;) {
+		unsigned long i = atomic_fetch_add(&z->next, 1);
+
+		if (i >= job->n || z->rc)
+			break;
+		job->fn(z, i, scratch);
+	}
+	free(scratch);
+	return NULL;
+}
+
+static int zarr_run(struct zarr *z, unsigned long n,
+                    void (*fn)(struct zarr *z, unsigned long i, uint8_t *scratch))
+{
+	pthread_t th[64];
+	struct zarr_job job = {z, n, fn};
+	unsigned k, started = 0, want = z->threads < n ? z->threads : (unsigned)n;
+
+	atomic_store(&z->next, 0);
+	for (k = 1; k < want; k++) {
+		if (pthread_create(&th[k], NULL, zarr_worker, &job) != 0)
+			break;
+		started++;
+	}
+	zarr_worker(&job);
+	for (k = 1; k <= started; k++)
+		pthread_join(th[k], NULL);
+	return z->rc;
+}
+
+/* ---- the pyramid: level l+1 is the rounded mean of 2x2x2 voxels of level l ---------------- */
+
+static void zarr_downsample_plane(struct zarr *z, unsigned long y, uint8_t *scratch)
+{
+	const struct zarr_level *src = &z->lv[z->level], *dst = &z->lv[z->level + 1];
+	const uint32_t SY = src->shape[0], SX = src->shape[1], SZ = src->shape[2];
+	const uint32_t DX = dst->shape[1], DZ = dst->shape[2];
+	uint8_t *out = dst->vol + (size_t)y * DX * DZ;
+
+	(void)scratch;
+	for (uint32_t x = 0; x < DX; x++) {
+		for (uint32_t zz = 0; zz < DZ; zz++) {
+			unsigned sum = 0, n = 0;
+
+			for (uint32_t dy = 0; dy < 2 && 2 * y + dy < SY; dy++)
+				for (uint32_t dx = 0; dx < 2 && 2 * x + dx < SX; dx++) {
+					const uint8_t *p =
+					        src->vol +
+					        ((size_t)(2 * y + dy) * SX + 2 * x + dx) * SZ +
+					        2 * zz;
+					sum += p[0];
+					n++;
+					if (2 * zz + 1 < SZ) {
+						sum += p[1];
+						n++;
+					}
+				}
+			out[(size_t)x * DZ + zz] = (uint8_t)((sum + n / 2) / n);
+		}
+	}
+}
+
+/* ---- chunks ---------------------------------------------------------------------------------- */
+
+static int zarr_mkdir(const char *path)
+{
+	if (mkdir(path, 0777) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int zarr_write_file(const char *path, const void *buf, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	int rc;
+
+	if (fd < 0)
+		return -errno;
+	rc = fmt_write_all(fd, buf, n);
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	return rc;
+}
+
+/* Task i: the chunk's level and position, in level order. */
+static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
+{
+	const struct zarr_level *lv = z->lv;
+	unsigned l = 0;
+	unsigned long per;
+	char path[PATH_MAX];
+
+	while ((per = (unsigned long)lv[l].nchunks[0] * lv[l].nchunks[1] * lv[l].nchunks[2]) <= i) {
+		i -= per;
+		l++;
+	}
+	lv += l;
+	uint32_t cz = (uint32_t)(i % lv->nchunks[2]);
+	uint32_t cx = (uint32_t)(i / lv->nchunks[2] % lv->nchunks[1]);
+	uint32_t cy = (uint32_t)(i / lv->nchunks[2] / lv->nchunks[1]);
+	const uint32_t CY = lv->chunk[0], CX = lv->chunk[1], CZ = lv->chunk[2];
+	const size_t raw = (size_t)CY * CX * CZ;
+	uint8_t *out = scratch + z->scratch;
+
+	/* gather the chunk, padded with zeros (the fill value) past the edges */
+	for (uint32_t y = 0; y < CY; y++)
+		for (uint32_t x = 0; x < CX; x++) {
+			uint8_t *d = scratch + ((size_t)y * CX + x) * CZ;
+			uint32_t gy = cy * CY + y, gx = cx * CX + x, gz = cz * CZ;
+			size_t n = 0;
+
+			if (gy < lv->shape[0] && gx < lv->shape[1]) {
+				n = lv->shape[2] - gz < CZ ? lv->shape[2] - gz : CZ;
+				memcpy(d,
+				       lv->vol + ((size_t)gy * lv->shape[1] + gx) * lv->shape[2] +
+				               gz,
+				       n);
+			}
+			memset(d + n, 0, CZ - n);
+		}
+	int k = blosc_compress_ctx(ZARR_CLEVEL, BLOSC_SHUFFLE, 1, raw, scratch, out,
+	                           raw + BLOSC_MAX_OVERHEAD, "zstd", 0, 1);
+	snprintf(path, sizeof(path), "%s/%u/%llu/%u/%u/%u", z->tmp, l, (unsigned long long)z->t, cy,
+	         cx, cz);
+	if (k <= 0) {
+		zarr_fail(z, -EIO, path, "blosc could not compress the chunk");
+		return;
+	}
+	int rc = zarr_write_file(path, out, (size_t)k);
+
+	if (rc < 0)
+		zarr_fail(z, rc, path, NULL);
+	else
+		atomic_fetch_add(&z->written, (unsigned long long)k);
+}
+
+/* The folders of volume t: LEVEL/t/cy/cx. */
+static int zarr_mkdirs(struct zarr *z, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	for (unsigned l = 0; l < z->nlevels; l++) {
+		const struct zarr_level *lv = &z->lv[l];
+
+		snprintf(path, sizeof(path), "%s/%u/%llu", z->tmp, l, (unsigned long long)z->t);
+		if ((rc = zarr_mkdir(path)) < 0)
+			return vr_err_errno(err, errlen, rc, "%s", path);
+		for (uint32_t cy = 0; cy < lv->nchunks[0]; cy++) {
+			snprintf(path, sizeof(path), "%s/%u/%llu/%u", z->tmp, l,
+			         (unsigned long long)z->t, cy);
+			if ((rc = zarr_mkdir(path)) < 0)
+				return vr_err_errno(err, errlen, rc, "%s", path);
+			for (uint32_t cx = 0; cx < lv->nchunks[1]; cx++) {
+				snprintf(path, sizeof(path), "%s/%u/%llu/%u/%u", z->tmp, l,
+				         (unsigned long long)z->t, cy, cx);
+				if ((rc = zarr_mkdir(path)) < 0)
+					return vr_err_errno(err, errlen, rc, "%s", path);
+			}
+		}
+	}
+	return 0;
+}
+
+/* ---- metadata ------------------------------------------------------------------------------ */
+
+static int zarr_write_json(const char *dir, const char *name, struct json_object *o, char *err,
+                           size_t errlen)
+{
+	char path[PATH_MAX];
+	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+	                                                          JSON_C_TO_STRING_NOSLASHESCAPE);
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	rc = zarr_write_file(path, s, strlen(s));
+	return rc < 0 ? vr_err_errno(err, errlen, rc, "%s", path) : 0;
+}
+
+static struct json_object *json_u32s(const uint32_t *v, unsigned n, uint64_t first)
+{
+	struct json_object *a = json_object_new_array();
+
+	json_object_array_add(a, json_object_new_int64((int64_t)first));
+	for (unsigned i = 0; i < n; i++)
+		json_object_array_add(a, json_object_new_int64(v[i]));
+	return a;
+}
+
+static struct json_object *json_num(double v)
+{
+	return v == v ? json_object_new_double(v) : NULL; /* NaN (unknown): null */
+}
+
+static int zarr_write_zarray(struct zarr *z, const struct fmt_writer *w, unsigned l, char *err,
+                             size_t errlen)
+{
+	struct json_object *o = json_object_new_object(), *c = json_object_new_object();
+	char dir[PATH_MAX];
+	int rc;
+
+	json_object_object_add(o, "zarr_format", json_object_new_int(2));
+	json_object_object_add(o, "shape", json_u32s(z->lv[l].shape, 3, w->info.nt));
+	json_object_object_add(o, "chunks", json_u32s(z->lv[l].chunk, 3, 1));
+	json_object_object_add(o, "dtype", json_object_new_string("|u1"));
+	json_object_object_add(c, "id", json_object_new_string("blosc"));
+	json_object_object_add(c, "cname", json_object_new_string("zstd"));
+	json_object_object_add(c, "clevel", json_object_new_int(ZARR_CLEVEL));
+	json_object_object_add(c, "shuffle", json_object_new_int(BLOSC_SHUFFLE));
+	json_object_object_add(c, "blocksize", json_object_new_int(0));
+	json_object_object_add(o, "compressor", c);
+	json_object_object_add(o, "fill_value", json_object_new_int(0));
+	json_object_object_add(o, "order", json_object_new_string("C"));
+	json_object_object_add(o, "filters", NULL);
+	json_object_object_add(o, "dimension_separator", json_object_new_string("/"));
+	snprintf(dir, sizeof(dir), "%s/%u", z->tmp, l);
+	rc = zarr_mkdir(dir);
+	if (rc < 0)
+		rc = vr_err_errno(err, errlen, rc, "%s", dir);
+	else
+		rc = zarr_write_json(dir, ".zarray", o, err, errlen);
+	json_object_put(o);
+	return rc;
+}
+
+static struct json_object *zarr_axis(const char *name, const char *type, const char *unit)
+{
+	struct json_object *a = json_object_new_object();
+
+	json_object_object_add(a, "name", json_object_new_string(name));
+	json_object_object_add(a, "type", json_object_new_string(type));
+	if (unit)
+		json_object_object_add(a, "unit", json_object_new_string(unit));
+	return a;
+}
+
+/* The NGFF 0.4 multiscales entry: axes t, y, x, z and one dataset per level. */
+static struct json_object *zarr_multiscale(const struct zarr *z, const struct fmt_writer *w)
+{
+	static const char *const names[3] = {"y", "x", "z"};
+	const struct fmt_info *in = &w->info;
+	bool known = fmt_voxel_known(in), tknown = in->interval_s == in->interval_s;
+	struct json_object *ms = json_object_new_object(), *axes = json_object_new_array();
+	struct json_object *sets = json_object_new_array(), *meta = json_object_new_object();
+	const char *base = strrchr(w->path, '/') ? strrchr(w->path, '/') + 1 : w->path;
+
+	json_object_object_add(ms, "version", json_object_new_string("0.4"));
+	json_object_object_add(ms, "name", json_object_new_string(base));
+	json_object_array_add(axes, zarr_axis("t", "time", tknown ? "second" : NULL));
+	for (int i = 0; i < 3; i++)
+		json_object_array_add(axes,
+		                      zarr_axis(names[i], "space", known ? "micrometer" : NULL));
+	json_object_object_add(ms, "axes", axes);
+	for (unsigned l = 0; l < z->nlevels; l++) {
+		struct json_object *d = json_object_new_object(), *ts = json_object_new_array();
+		struct json_object *sc = json_object_new_object(), *s = json_object_new_array();
+		struct json_object *tr = json_object_new_object(), *o = json_object_new_array();
+		double f = ldexp(1.0, (int)l);
+
+		json_object_array_add(s, json_object_new_double(tknown ? in->interval_s : 1.0));
+		json_object_array_add(o, json_object_new_double(0.0));
+		for (int i = 0; i < 3; i++) {
+			double v = known ? in->voxel_um[i] : 1.0;
+
+			json_object_array_add(s, json_object_new_double(v * f));
+			/* a mean of 2^l voxels sits at the centre of the first 2^l */
+			json_object_array_add(o, json_object_new_double(v * (f - 1) / 2));
+		}
+		json_object_object_add(sc, "type", json_object_new_string("scale"));
+		json_object_object_add(sc, "scale", s);
+		json_object_object_add(tr, "type", json_object_new_string("translation"));
+		json_object_object_add(tr, "translation", o);
+		json_object_array_add(ts, sc);
+		json_object_array_add(ts, tr);
+		char p[16];
+
+		snprintf(p, sizeof(p), "%u", l);
+		json_object_object_add(d, "path", json_object_new_string(p));
+		json_object_object_add(d, "coordinateTransformations", ts);
+		json_object_array_add(sets, d);
+	}
+	json_object_object_add(ms, "datasets", sets);
+	json_object_object_add(ms, "type", json_object_new_string("mean"));
+	json_object_object_add(meta, "description",
+	                       json_object_new_string("each level: the mean of 2x2x2 voxels of the "
+	                                              "level before (fewer at the edges), rounded "
+	                                              "half up"));
+	json_object_object_add(ms, "metadata", meta);
+	return ms;
+}
+
+/* The provenance: volrec's own key beside "multiscales". */
+static struct json_object *zarr_provenance(const struct fmt_writer *w)
+{
+	const struct fmt_info *in = &w->info;
+	struct json_object *v = json_object_new_object(), *vs = json_object_new_array();
+
+	json_object_object_add(v, "volrec_version", json_object_new_string(VOLREC_VERSION));
+	if (w->opt.source)
+		json_object_object_add(v, "source", json_object_new_string(w->opt.source));
+	json_object_object_add(v, "axes", json_object_new_string("t,y,x,z"));
+	for (int i = 0; i < 3; i++)
+		json_object_array_add(vs, json_num(in->voxel_um[i]));
+	json_object_object_add(v, "voxel_size_um", vs);
+	json_object_object_add(v, "voxel_size_known", json_object_new_boolean(fmt_voxel_known(in)));
+	json_object_object_add(v, "interval_s", json_num(in->interval_s));
+	if (in->attrs)
+		json_object_object_add(v, "attributes", json_object_get(in->attrs));
+	if (in->columns)
+		json_object_object_add(v, "volumes", json_object_get(in->columns));
+	return v;
+}
+
+/* ---- operations -------------------------------------------------------------------------- */
+
+static int zarr_open(struct fmt_writer *w, char *err, size_t errlen)
+{
+	struct zarr *z = calloc(1, sizeof(*z));
+	struct json_object *g;
+	struct stat st;
+	int rc;
+
+	if (!z)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	w->priv = z;
+	pthread_mutex_init(&z->lock, NULL);
+	z->threads = w->opt.threads ? w->opt.threads : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+	if (z->threads < 1)
+		z->threads = 1;
+	if (z->threads > 64)
+		z->threads = 64;
+	if (!w->opt.replace && stat(w->path, &st) == 0)
+		return vr_err(err, errlen, -EEXIST, "%s: exists (--force replaces it)", w->path);
+	if (!(z->tmp = fmt_partial_name(w->path)))
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	fmt_remove_tree(z->tmp); /* the leftover of an earlier run */
+	if (mkdir(z->tmp, 0777) < 0)
+		return vr_err_errno(err, errlen, -errno, "%s", z->tmp);
+
+	/* the levels */
+	uint32_t def[3] = {FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z};
+	for (int i = 0; i < 3; i++)
+		z->lv[0].shape[i] = w->info.shape[i];
+	for (;;) {
+		struct zarr_level *lv = &z->lv[z->nlevels];
+		uint32_t big = 0;
+		size_t raw;
+
+		for (int i = 0; i < 3; i++) {
+			uint32_t c = w->opt.chunk[i] ? w->opt.chunk[i] : def[i];
+
+			lv->chunk[i] = c < lv->shape[i] ? c : lv->shape[i];
+			lv->nchunks[i] = ceil_div(lv->shape[i], lv->chunk[i]);
+			big = lv->shape[i] > big ? lv->shape[i] : big;
+		}
+		raw = (size_t)lv->chunk[0] * lv->chunk[1] * lv->chunk[2];
+		z->scratch = raw + BLOSC_MAX_OVERHEAD > z->scratch ? raw + BLOSC_MAX_OVERHEAD
+		                                                   : z->scratch;
+		z->ntasks += (unsigned long)lv->nchunks[0] * lv->nchunks[1] * lv->nchunks[2];
+		if (z->nlevels > 0 &&
+		    !(lv->vol = malloc((size_t)lv->shape[0] * lv->shape[1] * lv->shape[2])))
+			return vr_err(err, errlen, -ENOMEM, "out of memory");
+		z->nlevels++;
+		if (big <= FMT_ZARR_PYRAMID_SIDE || z->nlevels == ZARR_LEVELS_MAX)
+			break;
+		for (int i = 0; i < 3; i++)
+			lv[1].shape[i] = ceil_div(lv->shape[i], 2);
+	}
+	g = json_object_new_object();
+	json_object_object_add(g, "zarr_format", json_object_new_int(2));
+	rc = zarr_write_json(z->tmp, ".zgroup", g, err, errlen);
+	json_object_put(g);
+	for (unsigned l = 0; rc == 0 && l < z->nlevels; l++)
+		rc = zarr_write_zarray(z, w, l, err, errlen);
+	return rc;
+}
+
+static int zarr_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *err, size_t errlen)
+{
+	struct zarr *z = w->priv;
+	int rc;
+
+	z->t = t;
+	z->lv[0].vol = (uint8_t *)vol;
+	atomic_store(&z->written, 0);
+	for (z->level = 0; z->level + 1 < z->nlevels; z->level++) {
+		rc = zarr_run(z, z->lv[z->level + 1].shape[0], zarr_downsample_plane);
+		if (rc < 0)
+			return vr_err(err, errlen, rc, "%s", z->err);
+	}
+	rc = zarr_mkdirs(z, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = zarr_run(z, z->ntasks, zarr_chunk);
+	if (rc < 0)
+		return vr_err(err, errlen, rc, "%s", z->err);
+	w->written += atomic_load(&z->written);
+	return 0;
+}
+
+static int zarr_finish(struct fmt_writer *w, char *err, size_t errlen)
+{
+	struct zarr *z = w->priv;
+	struct json_object *a = json_object_new_object(), *ms = json_object_new_array();
+	int rc;
+
+	json_object_array_add(ms, zarr_multiscale(z, w));
+	json_object_object_add(a, "multiscales", ms);
+	json_object_object_add(a, "volrec", zarr_provenance(w));
+	rc = zarr_write_json(z->tmp, ".zattrs", a, err, errlen);
+	json_object_put(a);
+	if (rc < 0)
+		return rc;
+	/* the chunks reach the disk before the store takes its final name */
+	int fd = open(z->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 || syncfs(fd) < 0)
+		rc = vr_err_errno(err, errlen, -errno, "%s: cannot sync", z->tmp);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+static int zarr_commit(struct fmt_writer *w, char *err, size_t errlen)
+{
+	struct zarr *z = w->priv;
+
+	return fmt_commit_rename(z->tmp, w->path, w->opt.replace, err, errlen);
+}
+
+static void zarr_abort(struct fmt_writer *w)
+{
+	struct zarr *z = w->priv;
+
+	if (z && z->tmp)
+		fmt_remove_tree(z->tmp);
+}
+
+static void zarr_free(struct fmt_writer *w)
+{
+	struct zarr *z = w->priv;
+
+	if (!z)
+		return;
+	for (unsigned l = 1; l < z->nlevels; l++)
+		free(z->lv[l].vol);
+	pthread_mutex_destroy(&z->lock);
+	free(z->tmp);
+	free(z);
+}
+
+const struct fmt_ops fmt_zarr_ops = {
+        .version = FMT_OPS_VERSION,
+        .name = "ome-zarr",
+        .open = zarr_open,
+        .put = zarr_put,
+        .finish = zarr_finish,
+        .commit = zarr_commit,
+        .abort = zarr_abort,
+        .free = zarr_free,
+};

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The export benchmark (bench/export_bench.py runs it; never a timed test): exports one processed
+ * recording into each format through the export engine and measures, in the same run, the two
+ * limits they are held to: the file system's sequential write rate (large writes, then
+ * fdatasync) for the uncompressed outputs, and blosc/zstd's own single-thread rate on the same
+ * volumes' chunks, times the threads used, for OME-Zarr. JSON on stdout.
+ *   export_bench IN.h5 DIR [THREADS [gz]]   (gz: .nii.gz too: zlib, one thread, slow)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <blosc.h>
+#include <json-c/json.h>
+
+#include "formats/fmt.h"
+
+/* Bytes per second of writing n bytes to path in 8 MiB writes, fdatasync included. */
+static double disk_rate(const char *path, uint64_t n)
+{
+	const size_t blk = 8u << 20;
+	char *buf = malloc(blk);
+	double t0, dt;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (fd < 0 || !buf) {
+		free(buf);
+		return -1;
+	}
+	for (size_t i = 0; i < blk; i++)
+		buf[i] = (char)(i * 2654435761u >> 13);
+	t0 = vr_mono_s();
+	for (uint64_t done = 0; done < n; done += blk)
+		if (fmt_write_all(fd, buf, blk) < 0)
+			break;
+	fdatasync(fd);
+	dt = vr_mono_s() - t0;
+	close(fd);
+	unlink(path);
+	free(buf);
+	return (double)n / dt;
+}
+
+/* Input bytes per second of blosc/zstd level 5 on one thread over the default chunks of the
+ * first volumes of the recording (at least 1 s of work). */
+static double blosc_rate(const char *in, double *ratio)
+{
+	struct fmt_h5in *r;
+	struct fmt_info info;
+	char err[512];
+	uint32_t C[3] = {FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z};
+	uint64_t raw = 0, packed = 0;
+	double busy = 0;
+
+	if (fmt_h5in_open(in, &r, &info, err, sizeof(err)) < 0)
+		return -1;
+	for (int i = 0; i < 3; i++) /* as the writer clips them */
+		C[i] = C[i] < info.shape[i] ? C[i] : info.shape[i];
+	size_t vb = (size_t)info.shape[0] * info.shape[1] * info.shape[2];
+	size_t cb = (size_t)C[0] * C[1] * C[2];
+	uint8_t *vol = malloc(vb), *chunk = malloc(cb), *out = malloc(cb + BLOSC_MAX_OVERHEAD);
+
+	for (uint64_t t = 0; t < info.nt && busy < 1.0 && vol && chunk && out; t++) {
+		if (fmt_h5in_read(r, t, vol, err, sizeof(err)) < 0)
+			break;
+		for (uint32_t y0 = 0; y0 + C[0] <= info.shape[0]; y0 += C[0])
+			for (uint32_t x0 = 0; x0 + C[1] <= info.shape[1]; x0 += C[1])
+				for (uint32_t z0 = 0; z0 + C[2] <= info.shape[2]; z0 += C[2]) {
+					for (uint32_t y = 0; y < C[0]; y++)
+						for (uint32_t x = 0; x < C[1]; x++)
+							memcpy(chunk + ((size_t)y * C[1] + x) *
+							                       C[2],
+							       vol + (((size_t)(y0 + y) *
+							                       info.shape[1] +
+							               x0 + x) *
+							                      info.shape[2] +
+							              z0),
+							       C[2]);
+					double t0 = vr_mono_s();
+					int k = blosc_compress_ctx(5, BLOSC_SHUFFLE, 1, cb, chunk,
+					                           out, cb + BLOSC_MAX_OVERHEAD,
+					                           "zstd", 0, 1);
+					busy += vr_mono_s() - t0;
+					raw += cb;
+					packed += k > 0 ? (uint64_t)k : cb;
+				}
+	}
+	free(vol);
+	free(chunk);
+	free(out);
+	fmt_h5in_close(r);
+	*ratio = packed ? (double)raw / (double)packed : 0;
+	return busy > 0 ? (double)raw / busy : -1;
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const suffix[] = {".nii", ".ome.tif", ".zarr", ".nii.gz"};
+	struct json_object *o = json_object_new_object(), *runs = json_object_new_array();
+	struct fmt_h5in *r;
+	struct fmt_info info;
+	char err[1024], path[4096];
+	unsigned threads;
+	double disk, blosc1, ratio = 0;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: export_bench IN.h5 DIR [THREADS]\n");
+		return 2;
+	}
+	threads = argc > 3 ? (unsigned)atoi(argv[3]) : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+	if (fmt_h5in_open(argv[1], &r, &info, err, sizeof(err)) < 0) {
+		fprintf(stderr, "export_bench: %s\n", err);
+		return 1;
+	}
+	uint64_t bytes = info.nt * info.shape[0] * info.shape[1] * info.shape[2];
+	json_object_object_add(o, "volumes", json_object_new_int64((int64_t)info.nt));
+	json_object_object_add(o, "shape", json_object_new_string(""));
+	char shape[64];
+	snprintf(shape, sizeof(shape), "%ux%ux%u", info.shape[0], info.shape[1], info.shape[2]);
+	json_object_object_add(o, "shape", json_object_new_string(shape));
+	json_object_object_add(o, "input_bytes", json_object_new_int64((int64_t)bytes));
+	fmt_h5in_close(r);
+
+	snprintf(path, sizeof(path), "%s/disk-rate.tmp", argv[2]);
+	disk = disk_rate(path, bytes);
+	blosc1 = blosc_rate(argv[1], &ratio);
+	json_object_object_add(o, "disk_write_MBps", json_object_new_double(disk / 1e6));
+	json_object_object_add(o, "blosc_zstd5_1thread_MBps", json_object_new_double(blosc1 / 1e6));
+	json_object_object_add(o, "blosc_ratio", json_object_new_double(ratio));
+	json_object_object_add(o, "threads", json_object_new_int((int)threads));
+	size_t nruns = argc > 4 && !strcmp(argv[4], "gz") ? 4 : 3;
+
+	for (size_t i = 0; i < nruns; i++) {
+		struct fmt_options opt = {.threads = threads, .replace = true};
+		struct fmt_export_stats st = {0};
+		struct json_object *j = json_object_new_object();
+		double rate, limit;
+		bool compressed = i >= 2;
+
+		snprintf(path, sizeof(path), "%s/bench%s", argv[2], suffix[i]);
+		if (fmt_export(argv[1], path, &opt, NULL, NULL, NULL, &st, err, sizeof(err)) < 0) {
+			fprintf(stderr, "export_bench: %s\n", err);
+			return 1;
+		}
+		rate = (double)st.bytes_in / st.seconds;
+		/* .nii.gz: zlib through libznz, one thread: no ratio to a limit */
+		limit = i == 2 ? blosc1 * threads : i == 3 ? 0 : disk;
+		json_object_object_add(j, "format", json_object_new_string(suffix[i]));
+		json_object_object_add(j, "compressed", json_object_new_boolean(compressed));
+		json_object_object_add(j, "seconds", json_object_new_double(st.seconds));
+		json_object_object_add(j, "read_seconds", json_object_new_double(st.read_s));
+		json_object_object_add(j, "volumes_per_s",
+		                       json_object_new_double((double)st.volumes / st.seconds));
+		json_object_object_add(j, "input_MBps", json_object_new_double(rate / 1e6));
+		json_object_object_add(j, "written_MB",
+		                       json_object_new_double((double)st.bytes_out / 1e6));
+		if (limit > 0) {
+			json_object_object_add(j, "limit_MBps",
+			                       json_object_new_double(limit / 1e6));
+			json_object_object_add(j, "ratio_to_limit",
+			                       json_object_new_double(rate / limit));
+		}
+		json_object_array_add(runs, j);
+		/* the outputs go: the next run finds the disk as this one did */
+		{
+			char cmd[4200];
+			snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'/bench_*.nii*", path, argv[2]);
+			if (system(cmd) != 0)
+				fprintf(stderr, "export_bench: cannot remove %s\n", path);
+		}
+	}
+	json_object_object_add(o, "runs", runs);
+	printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY));
+	json_object_put(o);
+	return 0;
+}
