@@ -400,3 +400,27 @@ double cfg_render_step(const struct vr_config *c)
 		h = D / n * (1.0 + 1e-12); /* ceil(D / h) == n */
 	return h;
 }
+
+void cfg_voxel_um(const struct vr_config *c, double um[3])
+{
+	const double *l = c->preprocess.resample.wavelength_nm;
+	double n = c->geometry.refractive_index, k1 = c->geometry.samples_per_ascan - 1.0;
+	uint32_t d[3];
+
+	cfg_out_dims(c, d);
+	um[0] = d[1] ? c->geometry.scan_size_um[0] / d[1] : 0;
+	um[1] = d[0] ? c->geometry.scan_size_um[1] / d[0] : 0;
+	um[2] = c->geometry.axial_um_per_pixel;
+	if (um[2] == 0 && n >= 1 && c->preprocess.resample.positions == CFG_RSPOS_WAVELENGTH) {
+		/* lambda_c^2 / (2 n delta_lambda) * K / N, lambda_c the centre of the span
+		 * [lambda(0), lambda(K-1)] and delta_lambda its width, in nm */
+		double a = l[0], b = l[0] + k1 * (l[1] + k1 * (l[2] + k1 * l[3]));
+		double lc = (a + b) / 2, span = fabs(b - a);
+
+		if (span > 0)
+			um[2] = lc * lc / (2 * n * span) / c->preprocess.zero_pad / 1000;
+	}
+	for (int i = 0; i < 3; i++)
+		if (!isfinite(um[i]) || um[i] < 0)
+			um[i] = 0;
+}

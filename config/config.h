@@ -148,6 +148,10 @@ struct vr_config {
 		uint32_t stride[2];         /* sx, sy */
 		uint32_t depth_range[2];    /* [z0, z1) within [0, N/2) */
 		bool bidirectional;
+		/* Physical units (docs/algorithms.md §6); 0 is unknown throughout. */
+		double scan_size_um[2];    /* lateral field of view [width_x, height_y], um */
+		double axial_um_per_pixel; /* um per output depth bin in tissue; 0: derived */
+		double refractive_index;   /* group index n of the tissue (0 or >= 1) */
 	} geometry;
 
 	struct {
@@ -327,6 +331,14 @@ static inline size_t cfg_out_voxels(const struct vr_config *c)
 	       c->geometry.ascans_per_bscan * c->geometry.stride[0] * cfg_nz(c);
 }
 
+/*
+ * The voxel size of the output volume in um, [dx, dy, dz] (docs/algorithms.md §6): the field
+ * of view over the output's X and Y, and geometry.axial_um_per_pixel or, where that is 0, the
+ * one derived from preprocess.resample.wavelength_nm and geometry.refractive_index. An
+ * element is 0 where it is unknown (never a guess). Valid only on a validated config.
+ */
+void cfg_voxel_um(const struct vr_config *c, double um[3]);
+
 /* Fill every field with its default (no file involved). Never fails. */
 void cfg_defaults(struct vr_config *cfg);
 
@@ -440,6 +452,14 @@ VR_MUST_CHECK int cfg_override_keys(struct vr_config *cfg, const char *const *pa
  */
 VR_MUST_CHECK int cfg_get_key(const struct vr_config *cfg, const char *path, char **text, char *err,
                               size_t errlen);
+
+/*
+ * Every live key of cfg and its value as one JSON object, flat and in schema order:
+ * {"preprocess.background.mode": "ascan_mean", "preprocess.db_range": [0, 100], ...}; an
+ * optional key that is not set is null, a table is its file name. The text into *text
+ * (malloc'ed: the caller frees it). 0 or -ENOMEM.
+ */
+VR_MUST_CHECK int cfg_live_json(const struct vr_config *cfg, char **text);
 
 /* Whether path names a live key, or a section of live keys only. */
 bool cfg_key_is_live(const char *path);

@@ -214,3 +214,59 @@ out_nomem:
 	return vr_err(err, errlen, -ENOMEM, "%s: out of memory for its value",
 	              *path ? path : "configuration");
 }
+
+static void put_json_string(FILE *out, const char *s)
+{
+	fputc('"', out);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fprintf(out, "\\%c", *p);
+		else if (*p < 0x20 || *p == 0x7f)
+			fprintf(out, "\\u%04x", *p);
+		else
+			fputc(*p, out);
+	}
+	fputc('"', out);
+}
+
+int cfg_live_json(const struct vr_config *cfg, char **text)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	bool first = true;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return -ENOMEM;
+	fputc('{', f);
+	for (size_t i = 0; i < cfg_nkeys; i++) {
+		const struct cfg_key *k = &cfg_keys[i];
+		const void *p = cfg_at(cfg, k);
+
+		if (k->reload != CFG_LIVE)
+			continue;
+		fputs(first ? "" : ", ", f);
+		first = false;
+		put_json_string(f, k->path);
+		fputs(": ", f);
+		if (!cfg_key_present(k, cfg))
+			fputs("null", f);
+		else if (k->type == CFG_T_ENUM)
+			put_json_string(f, k->names[*(const int *)p]);
+		else if (k->type == CFG_T_NAME || k->type == CFG_T_STR || k->type == CFG_T_PATH)
+			put_json_string(f, p);
+		else if (k->type == CFG_T_TABLE)
+			put_json_string(f, ((const struct cfg_table *)p)->path);
+		else if (k->type == CFG_T_ARGS || k->type == CFG_T_LIST)
+			put_json_string(f, "?"); /* never live */
+		else
+			put_value(f, k, cfg, true, 0); /* numbers, booleans and their sequences */
+	}
+	fputc('}', f);
+	if (fclose(f)) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*text = buf;
+	return 0;
+}

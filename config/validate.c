@@ -275,6 +275,10 @@ static int check_geometry(struct cfg_ctx *ctx)
 			                 "zero_pad %u; z1 <= %u)",
 			                 z1, half, c->geometry.samples_per_ascan, zp, half);
 	}
+	if (c->geometry.refractive_index != 0 && c->geometry.refractive_index < 1)
+		return cfg_error(ctx, -ERANGE, "geometry.refractive_index",
+		                 "%g is below 1 (0: unknown, else a tissue's group index, 1..4)",
+		                 c->geometry.refractive_index);
 	if (cfg_stride_area(c) > CFG_MAX_STRIDE_AREA)
 		return cfg_error(ctx, -ERANGE, "geometry.stride",
 		                 "[%u, %u] interlaces %u epochs (sx x sy at most %d)",

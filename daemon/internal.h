@@ -104,11 +104,12 @@ void vrd_pub_median_depths(struct vrd_pub *pub, struct vrd_median_depths *md);
 /* ---- the pipeline and its sink (vrd_pipeline.c) ---- */
 struct vrd_pipeline;
 
-/* Build the engine (pipeline/) for cfg with the shared-memory sink and start it; the
+/* Build the engine (pipeline/) for cfg with the shared-memory sink and start it, its volumes
+ * carrying generation until a live change (vrd_gen.h); the
  * environment switches VOLRECD_PIPELINE_OVERLAP and VOLRECD_ZERO_COPY apply. On failure
  * nothing is left and a message is in err. */
-int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, char *err,
-                       size_t errlen) VR_MUST_CHECK;
+int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_pipeline **out,
+                       char *err, size_t errlen) VR_MUST_CHECK;
 /* Stop the source, drain what is complete, publish it, free everything. NULL is fine. */
 void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm);
 struct pl_pipeline *vrd_pipeline_engine(struct vrd_pipeline *vp);

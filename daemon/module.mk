@@ -6,5 +6,5 @@ volrecd_ARCHIVES = pl $(CORE_ARCHIVES) ipc
 volrecd_LDLIBS = -lsystemd -lzmq -ljson-c $(HDF5_LIBS) $(CUDA_LDLIBS)
 
 # The control socket's request handling is unit-tested on its own (tests/unit/test_ctl.c).
-UNIT_SRCS += daemon/vrd_ctl.c tests/unit/test_ctl.c
+UNIT_SRCS += daemon/vrd_ctl.c daemon/vrd_gen.c tests/unit/test_ctl.c
 UNIT_ARCHIVES += cfg base ipc

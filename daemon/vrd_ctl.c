@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "daemon/vrd_ctl.h"
+#include "daemon/vrd_gen.h"
 
 static char *reply_text(struct json_object *o)
 {
@@ -66,6 +67,36 @@ static const char *value_text(struct json_object *v)
 	return json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
 }
 
+/* {"op": "get", "generation": N}: the live values that made the volumes carrying N. */
+static char *get_generation(const struct vrd_ctl_ops *svc, struct json_object *gen, const char *id)
+{
+	uint32_t current = 0, oldest = 0;
+	const char *text;
+	struct json_object *o, *values;
+	int64_t n;
+
+	if (!json_object_is_type(gen, json_type_int) || (n = json_object_get_int64(gen)) < 1 ||
+	    n > UINT32_MAX)
+		return reply_error(id, "get: generation must be an integer 1..4294967295 (a "
+		                       "volume's generation)");
+	if (!svc->generation)
+		return reply_error(id, "get: this service keeps no generations");
+	text = svc->generation(svc->ctx, (uint32_t)n, &current, &oldest);
+	if (!text)
+		return reply_error(id,
+		                   "get: generation %lld is not kept (kept: %u..%u, the last %d; "
+		                   "a refused change leaves its number unused)",
+		                   (long long)n, oldest, current, VRD_GEN_HISTORY);
+	values = json_tokener_parse(text);
+	if (!values)
+		return NULL;
+	o = reply_new(true, id);
+	json_object_object_add(o, "generation", json_object_new_int64(n));
+	json_object_object_add(o, "current", json_object_new_int64(current));
+	json_object_object_add(o, "values", values);
+	return reply_text(o);
+}
+
 static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
                     const struct vrd_ctl_peer *peer)
 {
@@ -75,6 +106,12 @@ static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 	size_t len = 0;
 	int rc;
 
+	(void)peer;
+	if (json_object_object_get_ex(req, "generation", &key)) {
+		if (json_object_object_get_ex(req, "key", NULL))
+			return reply_error(id, "get: key and generation exclude each other");
+		return get_generation(svc, key, id);
+	}
 	if (json_object_object_get_ex(req, "key", &key)) {
 		char err[CFG_ERR_MAX];
 
@@ -254,7 +291,7 @@ static const struct {
 	char *(*answer)(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
 	                const struct vrd_ctl_peer *peer);
 } OPS[] = {
-        {"get", "key", op_get},
+        {"get", "key generation", op_get},
         {"set", "values", op_set},
         {"reset_history", NULL, op_reset_history},
         {"status", NULL, op_status},

@@ -49,6 +49,10 @@ struct vrd_ctl_ops {
 	int (*reset_history)(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen);
 	/* The status object (a new reference; the same JSON as the status message). */
 	struct json_object *(*status)(void *ctx);
+	/* The live values of generation n as a JSON object's text (owned by the service), NULL
+	 * when it is not kept; *current and *oldest: the generation in force and the oldest
+	 * kept. NULL: the service keeps no generations. */
+	const char *(*generation)(void *ctx, uint32_t n, uint32_t *current, uint32_t *oldest);
 	/* Start a raw recording named name (checked: vrd_raw_name_ok) of epochs epochs or
 	 * seconds seconds (0: until stopped); stop the one in progress. */
 	int (*record_start)(void *ctx, const char *name, uint64_t epochs, double seconds,

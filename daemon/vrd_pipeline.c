@@ -48,12 +48,15 @@ static void record_at_start(struct vrd_pipeline *vp, const struct vr_config *cfg
 		vrd_log(LOG_WARNING, "record_failed", "record.name: %s", err);
 }
 
-int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, char *err,
-                       size_t errlen)
+int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_pipeline **out,
+                       char *err, size_t errlen)
 {
 	/* a B-scan a camera lost drops its epoch and acquisition goes on (docs/shim.md) */
-	struct pl_options o = {
-	        .cfg = cfg, .src_flags = SRC_DROP_MARKS, .zero_copy = -1, .on_event = on_event};
+	struct pl_options o = {.cfg = cfg,
+	                       .generation = generation,
+	                       .src_flags = SRC_DROP_MARKS,
+	                       .zero_copy = -1,
+	                       .on_event = on_event};
 	struct vrd_pipeline *vp;
 	struct pl_sink sink;
 	int rc;

@@ -36,6 +36,7 @@ struct vrd_pub {
 	bool render_asked;      /* for the volume being filled */
 	struct be_render_report rr;
 	struct vrd_render_state render; /* guarded by lock */
+	double voxel_um[3];             /* of every volume, 0 where unknown */
 	uint32_t ny;                    /* B-scans per volume */
 	uint32_t *md;                   /* [ny] median depths per B-scan, from be_host_alloc */
 	pthread_mutex_t lock;           /* guards last (written by the processing thread only) */
@@ -74,6 +75,7 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 	pthread_mutex_init(&pub->lock, NULL);
 	pub->be = be;
 	pub->ny = cfg->geometry.bscans_per_volume;
+	cfg_voxel_um(cfg, pub->voxel_um);
 	pub->last.depths = cfg_fft_len(cfg) / 2;
 	rc = be_host_alloc(be, pub->ny * sizeof(*pub->md), (void **)&pub->md);
 	if (rc < 0) {
@@ -256,6 +258,8 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	        .flags = wire_flags(v->flags) |
 	                 (pub->views && pub->cur.views ? VOLREC_FLAG_VIEWS : 0),
 	        .drops_before = drops > UINT32_MAX ? UINT32_MAX : (uint32_t)drops,
+	        .generation = v->generation,
+	        .voxel_um = {pub->voxel_um[0], pub->voxel_um[1], pub->voxel_um[2]},
 	};
 	int rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
 	uint64_t sum = 0;

@@ -23,6 +23,7 @@
 
 #include "daemon/internal.h"
 #include "daemon/vrd_ctl.h"
+#include "daemon/vrd_gen.h"
 
 enum svc_state { SVC_STARTING, SVC_RUNNING, SVC_RELOADING, SVC_STOPPING };
 static const char *const state_names[] = {"starting", "running", "reloading", "stopping"};
@@ -135,6 +136,9 @@ struct service {
 
 	/* the control socket (vrd_ctl.c) */
 	struct vrd_ctl *ctl;
+	/* generations of the live values (vrd_gen.c); next_gen: of next, while live_pending */
+	struct vrd_gens gens;
+	uint32_t next_gen;
 
 	/* rates: the snapshot of the previous status */
 	struct pl_counters prev;
@@ -490,7 +494,17 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	json_object_array_add(a, json_object_new_int64(cfg_nz(c)));
 	jset(o, "volume", a);
 	jset(o, "slots", json_object_new_int64(c->output.slots));
+	{
+		double um[3];
+
+		cfg_voxel_um(c, um);
+		a = json_object_new_array();
+		for (int i = 0; i < 3; i++) /* [dx, dy, dz]: null where unknown */
+			json_object_array_add(a, um[i] > 0 ? jnum(um[i]) : NULL);
+		jset(o, "voxel_size_um", a);
+	}
 	jset(st, "geometry", o);
+	jset(st, "generation", json_object_new_int64(s->gens.current));
 
 	if (c->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
 		struct vrd_median_depths md;
@@ -729,9 +743,16 @@ static int reload_start(struct service *s)
 		reload_reject(s, err);
 		return 0;
 	}
+	if (vrd_gen_propose(&s->gens, &next, &s->next_gen) < 0) {
+		cfg_free(&next);
+		reload_reject(s, "out of memory for the live parameters' generation");
+		return 0;
+	}
 	if (!cfg_is_structural_change(&s->cur, &next)) {
-		rc = pl_request_live(vrd_pipeline_engine(s->pl), &next, &s->live_ticket);
+		rc = pl_request_live(vrd_pipeline_engine(s->pl), &next, s->next_gen,
+		                     &s->live_ticket);
 		if (rc < 0) {
+			vrd_gen_drop(&s->gens, s->next_gen);
 			cfg_free(&next);
 			reload_reject(s, "out of memory applying the live parameters");
 			return 0;
@@ -757,14 +778,15 @@ static int reload_start(struct service *s)
 			effective_remove(s);
 			run_dir_clean(&s->cur);
 		}
-		rc = vrd_pipeline_start(&next, &pl, err, sizeof(err));
+		rc = vrd_pipeline_start(&next, s->next_gen, &pl, err, sizeof(err));
 		if (rc < 0) {
 			char msg[CFG_ERR_MAX + 64];
 
+			vrd_gen_drop(&s->gens, s->next_gen);
 			snprintf(msg, sizeof(msg), "%s: %s (keeping the previous configuration)",
 			         s->config_path, err);
 			cfg_free(&next);
-			rc = vrd_pipeline_start(&s->cur, &pl, err, sizeof(err));
+			rc = vrd_pipeline_start(&s->cur, s->gens.current, &pl, err, sizeof(err));
 			if (rc < 0) {
 				bool stuck = vrd_pipeline_abandoned() != abandoned;
 
@@ -785,6 +807,7 @@ static int reload_start(struct service *s)
 		}
 		cfg_free(&s->cur);
 		s->cur = next;
+		vrd_gen_commit(&s->gens, s->next_gen);
 		s->pl = pl;
 		pthread_mutex_lock(&svc.lock);
 		snprintf(svc.instance, sizeof(svc.instance), "%s", s->cur.instance);
@@ -835,8 +858,13 @@ static int ctl_apply(void *ctx, const struct vr_config *next, const char *const 
 	cfg_defaults(&s->next);
 	if (cfg_copy(&s->next, next) < 0)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
-	rc = pl_request_live(vrd_pipeline_engine(s->pl), &s->next, &s->live_ticket);
+	if (vrd_gen_propose(&s->gens, &s->next, &s->next_gen) < 0) {
+		cfg_free(&s->next);
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	}
+	rc = pl_request_live(vrd_pipeline_engine(s->pl), &s->next, s->next_gen, &s->live_ticket);
 	if (rc < 0) {
+		vrd_gen_drop(&s->gens, s->next_gen);
 		cfg_free(&s->next);
 		return vr_err(err, errlen, rc, "out of memory applying the live parameters");
 	}
@@ -865,6 +893,7 @@ static void set_done(struct service *s, int rc, const char *err)
 		jset(extra, "via", jstr(s->set_peer.via));
 	if (rc < 0) {
 		snprintf(msg, sizeof(msg), "set %s by %s: refused: %s", s->set_keys, who, err);
+		vrd_gen_drop(&s->gens, s->next_gen);
 		cfg_free(&s->next);
 		vrd_event("set_rejected", LOG_ERR, msg, extra);
 		return;
@@ -872,6 +901,8 @@ static void set_done(struct service *s, int rc, const char *err)
 	cfg_free(&s->cur);
 	s->cur = s->next;
 	cfg_defaults(&s->next);
+	vrd_gen_commit(&s->gens, s->next_gen);
+	jset(extra, "generation", json_object_new_int64(s->next_gen));
 	vrd_log_set_level(s->cur.log.level);
 	vrd_pub_update(vrd_pipeline_pub(s->pl), &s->cur);
 	effective_write(s);
@@ -896,6 +927,15 @@ static int ctl_reset(void *ctx, const struct vrd_ctl_peer *peer, char *err, size
 	vrd_log(LOG_INFO, NULL, "reset_history by %s: resetting the reconstruction history", who);
 	pl_request_reset(vrd_pipeline_engine(s->pl));
 	return 0;
+}
+
+static const char *ctl_generation(void *ctx, uint32_t n, uint32_t *current, uint32_t *oldest)
+{
+	struct service *s = ctx;
+
+	*current = s->gens.current;
+	*oldest = vrd_gen_oldest(&s->gens);
+	return vrd_gen_values(&s->gens, n);
 }
 
 static struct json_object *ctl_status(void *ctx)
@@ -934,8 +974,14 @@ static int ctl_record_stop(void *ctx, const struct vrd_ctl_peer *peer, char *err
 /* (Re)open the control socket of the instance in force; a failure is logged, not fatal. */
 static void ctl_open(struct service *s)
 {
-	const struct vrd_ctl_ops o = {s,          ctl_config,       ctl_apply,      ctl_reset,
-	                              ctl_status, ctl_record_start, ctl_record_stop};
+	const struct vrd_ctl_ops o = {.ctx = s,
+	                              .config = ctl_config,
+	                              .apply = ctl_apply,
+	                              .reset_history = ctl_reset,
+	                              .status = ctl_status,
+	                              .generation = ctl_generation,
+	                              .record_start = ctl_record_start,
+	                              .record_stop = ctl_record_stop};
 	char path[CFG_PATH_MAX + CFG_NAME_MAX + 16], err[512];
 
 	vrd_ctl_close(s->ctl);
@@ -972,12 +1018,14 @@ static void reload_poll(struct service *s)
 
 		snprintf(msg, sizeof(msg), "%s: the live parameters were refused: %s",
 		         s->config_path, err);
+		vrd_gen_drop(&s->gens, s->next_gen);
 		cfg_free(&s->next);
 		reload_reject(s, msg);
 		return;
 	}
 	cfg_free(&s->cur);
 	s->cur = s->next;
+	vrd_gen_commit(&s->gens, s->next_gen);
 	vrd_pub_update(vrd_pipeline_pub(s->pl), &s->cur);
 	reload_accepted(s, false);
 }
@@ -1019,7 +1067,11 @@ static int service_start(struct service *s)
 	s->state = SVC_STARTING;
 	s->started_ns = vr_mono_ns();
 	run_dir_clean(&s->cur);
-	rc = vrd_pipeline_start(&s->cur, &s->pl, err, sizeof(err));
+	if (vrd_gen_init(&s->gens, &s->cur) < 0) {
+		vrd_log(LOG_ERR, "start_failed", "cannot start: out of memory");
+		return -1;
+	}
+	rc = vrd_pipeline_start(&s->cur, s->gens.current, &s->pl, err, sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_ERR, "start_failed", "cannot start: %s", err);
 		sd_notifyf(0, "STATUS=failed to start: %s", err);
@@ -1166,6 +1218,7 @@ out_pid:
 out_sfd:
 	close(sfd);
 out_cfg:
+	vrd_gen_free(&s.gens);
 	cfg_free(&s.cur);
 	return status;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* HDF5 helpers of the `volrec` subcommands (h5attr.h). */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "formats/h5attr.h"
@@ -51,6 +52,38 @@ int vr_h5_attr_u32v(hid_t obj, const char *name, const uint32_t *v, hsize_t n)
 int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v)
 {
 	return vr_h5_attr(obj, name, H5T_NATIVE_UINT64, 0, &v);
+}
+
+int vr_h5_volume_units(hid_t file, const double um[3])
+{
+	hid_t ds = H5Dopen2(file, "volumes", H5P_DEFAULT);
+	/* the spatial axes in the dataset's order: y, x, z */
+	double v[3] = {um[1], um[0], um[2]};
+	int rc;
+
+	if (ds < 0)
+		return -EIO;
+	for (int i = 0; i < 3; i++)
+		if (!(v[i] > 0 && isfinite(v[i])))
+			v[i] = NAN;
+	rc = vr_h5_attr_str(ds, "axes", "t,y,x,z");
+	if (!rc)
+		rc = vr_h5_attr(ds, "voxel_size_um", H5T_NATIVE_DOUBLE, 3, v);
+	if (!rc)
+		rc = vr_h5_attr_str(ds, "voxel_size_order", "y,x,z (NaN: unknown)");
+	H5Dclose(ds);
+	return rc;
+}
+
+hid_t vr_h5_text_type(void)
+{
+	hid_t t = H5Tcopy(H5T_C_S1);
+
+	if (t >= 0 && (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
+		H5Tclose(t);
+		return -1;
+	}
+	return t;
 }
 
 int vr_h5_close(const hid_t *ids, size_t n)

@@ -20,6 +20,15 @@ int vr_h5_attr_u32(hid_t obj, const char *name, uint32_t v);
 int vr_h5_attr_u32v(hid_t obj, const char *name, const uint32_t *v, hsize_t n);
 int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v);
 
+/*
+ * The units of the dataset /volumes [n][Y][X][Z] of file (docs/tools.md "Units"): its
+ * attributes axes = "t,y,x,z" and voxel_size_um = [dy, dx, dz] in the order of its spatial axes
+ * (float64, NaN where unknown), from um = [dx, dy, dz] (0 or NaN: unknown). 0 or -EIO.
+ */
+int vr_h5_volume_units(hid_t file, const double um[3]);
+/* A variable-length UTF-8 string type (the caller closes it), or a negative id. */
+hid_t vr_h5_text_type(void);
+
 /* Close each of ids[0..n) that is not negative (a file, dataset, dataspace, datatype, property
  * list or attribute), in that order: 0, or -EIO when a close failed. */
 int vr_h5_close(const hid_t *ids, size_t n);

@@ -4,6 +4,7 @@
  * so that a failed write (disk full) never leaves a truncated picture behind.
  */
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <png.h>
 #include <setjmp.h>
@@ -51,7 +52,7 @@ static void on_flush(png_structp png)
 
 /* The part that may longjmp: no automatic variables are changed in it after setjmp. */
 static int png_encode(FILE *f, struct png_err *e, const uint8_t *pix, uint32_t w, uint32_t h,
-                      const char *description)
+                      const char *description, const double *px_um)
 {
 	png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, e, on_error, on_warning);
 	png_infop info = png ? png_create_info_struct(png) : NULL;
@@ -73,6 +74,10 @@ static int png_encode(FILE *f, struct png_err *e, const uint8_t *pix, uint32_t w
 		              .text = (char *)description};
 		png_set_text(png, info, &t, 1);
 	}
+	/* pHYs: pixels per metre across and down, when both sizes are known */
+	if (px_um && px_um[0] > 0 && px_um[1] > 0 && px_um[0] < 1e9 && px_um[1] < 1e9)
+		png_set_pHYs(png, info, (png_uint_32)lround(1e6 / px_um[0]),
+		             (png_uint_32)lround(1e6 / px_um[1]), PNG_RESOLUTION_METER);
 	png_write_info(png, info);
 	for (uint32_t y = 0; y < h; y++)
 		png_write_row(png, pix + (size_t)y * w);
@@ -85,6 +90,12 @@ out:
 
 int fmt_png_write(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
                   const char *description, char *err, size_t errlen)
+{
+	return fmt_png_write_phys(path, pix, w, h, description, NULL, err, errlen);
+}
+
+int fmt_png_write_phys(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
+                       const char *description, const double px_um[2], char *err, size_t errlen)
 {
 	struct png_err e = {{0}, 0};
 	char tmp[PATH_MAX + 16];
@@ -107,7 +118,7 @@ int fmt_png_write(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
 		snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
 		return rc;
 	}
-	rc = png_encode(f, &e, pix, w, h, description);
+	rc = png_encode(f, &e, pix, w, h, description, px_um);
 	if (rc == 0 && fflush(f) == EOF)
 		e.err = errno, rc = -EIO;
 	if (rc == 0 && fsync(fileno(f)) < 0 && errno != EINVAL)

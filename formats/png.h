@@ -13,5 +13,9 @@
  */
 int fmt_png_write(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
                   const char *description, char *err, size_t errlen);
+/* The same with the physical size of a pixel, [across, down] in um (0: unknown), written as a
+ * pHYs chunk (pixels per metre) when both are known; px_um may be NULL. */
+int fmt_png_write_phys(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
+                       const char *description, const double px_um[2], char *err, size_t errlen);
 
 #endif

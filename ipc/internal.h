@@ -59,6 +59,24 @@ static inline void ipc_store32(uint32_t *p, uint32_t v, memory_order o)
 		(dst)->flags = (src)->flags;                                                       \
 	} while (0)
 
+/* The fields of protocol 1.3 between struct ipc_volume_meta (the voxel size an array [dx, dy,
+ * dz]) and a slot header or `vol` body (three fields); struct volrec_view has no room for them:
+ * libvolrec keeps them in the handle. */
+#define IPC_META_TO_WIRE_13(wire, meta)                                                            \
+	do {                                                                                       \
+		(wire)->generation = (meta)->generation;                                           \
+		(wire)->voxel_dx_um = (meta)->voxel_um[0];                                         \
+		(wire)->voxel_dy_um = (meta)->voxel_um[1];                                         \
+		(wire)->voxel_dz_um = (meta)->voxel_um[2];                                         \
+	} while (0)
+#define IPC_META_FROM_WIRE_13(meta, wire)                                                          \
+	do {                                                                                       \
+		(meta)->generation = (wire)->generation;                                           \
+		(meta)->voxel_um[0] = (wire)->voxel_dx_um;                                         \
+		(meta)->voxel_um[1] = (wire)->voxel_dy_um;                                         \
+		(meta)->voxel_um[2] = (wire)->voxel_dz_um;                                         \
+	} while (0)
+
 static inline struct volrec_slot_header *ipc_slot_header(const void *map, uint32_t i)
 {
 	const struct volrec_shm_header *h = map;

@@ -60,6 +60,8 @@ struct ipc_volume_meta {
 	uint32_t drops_before;      /* publisher's input: epochs dropped since the previous volume
 	                               it published (or since the session began); > 0 sets
 	                               VOLREC_FLAG_DROPPED_BEFORE. Not on the wire: 0 when read */
+	uint32_t generation;        /* generation of the live parameters that made it, 0 unknown */
+	double voxel_um[3];         /* voxel size [dx, dy, dz] in um, 0 where unknown */
 	uint64_t sequence;          /* set by the writer: volume sequence n in the session */
 	uint64_t t_publish_ns;      /* set by the writer: when the volume was published */
 };

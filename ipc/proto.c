@@ -119,9 +119,18 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	return 0;
 }
 
+/* A voxel size read from another process: anything but a finite positive number is unknown. */
+static void voxel_sanitize(double um[3])
+{
+	for (int i = 0; i < 3; i++)
+		if (!(um[i] > 0 && um[i] < 1e300))
+			um[i] = 0;
+}
+
 void ipc_slot_meta_store(struct volrec_slot_header *sh, const struct ipc_volume_meta *m)
 {
 	IPC_META_COPY(sh, m);
+	IPC_META_TO_WIRE_13(sh, m);
 }
 
 void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
@@ -129,6 +138,8 @@ void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
 {
 	*m = (struct ipc_volume_meta){.sequence = sequence};
 	IPC_META_COPY(m, sh);
+	IPC_META_FROM_WIRE_13(m, sh);
+	voxel_sanitize(m->voxel_um);
 }
 
 void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct volrec_vol_msg)])
@@ -149,6 +160,7 @@ void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct vol
 	};
 
 	IPC_META_COPY(&w, m);
+	IPC_META_TO_WIRE_13(&w, m);
 	/* the struct is the little-endian wire layout (no padding, asserted in protocol.h) */
 	memcpy(out, &w, sizeof(w));
 }
@@ -195,5 +207,7 @@ int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, si
 	        .meta = {.sequence = t.sequence},
 	};
 	IPC_META_COPY(&v->meta, &t);
+	IPC_META_FROM_WIRE_13(&v->meta, &t);
+	voxel_sanitize(v->meta.voxel_um);
 	return 0;
 }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -54,6 +55,12 @@ struct volrec_client {
 	bool view_held;
 	uint32_t view_slot;
 	uint64_t view_seq;
+	/* protocol 1.3's description of the last view handed out (volrec_view_voxel_size) */
+	struct {
+		uint64_t session_id, sequence;
+		uint32_t generation;
+		double voxel_um[3];
+	} last;
 	struct volrec_client_stats st;
 	char *text; /* VOLREC_TEXT_MAX + 1 bytes, for status/event bodies */
 	char err[512];
@@ -423,7 +430,7 @@ void volrec_client_close(struct volrec_client *c)
 }
 
 /* The view of volume m in slot of the mapped segment; data only with a lease. */
-static void view_fill(const struct volrec_client *c, uint32_t slot, const struct ipc_volume_meta *m,
+static void view_fill(struct volrec_client *c, uint32_t slot, const struct ipc_volume_meta *m,
                       bool with_data, struct volrec_view *v)
 {
 	const struct volrec_shm_header *h = c->s.h;
@@ -442,6 +449,10 @@ static void view_fill(const struct volrec_client *c, uint32_t slot, const struct
 	        .sequence = m->sequence,
 	};
 	IPC_META_COPY(v, m);
+	c->last.session_id = c->s.id;
+	c->last.sequence = m->sequence;
+	c->last.generation = m->generation;
+	memcpy(c->last.voxel_um, m->voxel_um, sizeof(c->last.voxel_um));
 }
 
 /* Read the description of volume n from slot under its seqlock: 0, or -EAGAIN if the slot does
@@ -749,6 +760,35 @@ int volrec_view_release(struct volrec_client *c, struct volrec_view *view)
 	ipc_store64(&c->s.entry->sequence, 0, memory_order_relaxed);
 	c->view_held = false;
 	view->data = NULL;
+	return rc;
+}
+
+/* The last view handed out is view: 0, else -EINVAL. */
+static int last_view(const struct volrec_client *c, const struct volrec_view *view)
+{
+	if (!c || !view || !view->sequence || view->session_id != c->last.session_id ||
+	    view->sequence != c->last.sequence)
+		return -EINVAL;
+	return 0;
+}
+
+int volrec_view_voxel_size(const struct volrec_client *c, const struct volrec_view *view,
+                           double um[3])
+{
+	int rc = last_view(c, view);
+
+	for (int i = 0; i < 3 && um; i++)
+		um[i] = rc || c->last.voxel_um[i] <= 0 ? NAN : c->last.voxel_um[i];
+	return rc;
+}
+
+int volrec_view_generation(const struct volrec_client *c, const struct volrec_view *view,
+                           uint32_t *generation)
+{
+	int rc = last_view(c, view);
+
+	if (generation)
+		*generation = rc ? 0 : c->last.generation;
 	return rc;
 }
 

@@ -368,6 +368,7 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 	if (!pl)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	pl->opt = *o;
+	pl->generation = o->generation;
 	pl->opt.cfg = NULL;
 	pthread_mutex_init(&pl->mu, NULL);
 	pthread_mutex_init(&pl->ev_mu, NULL);
@@ -703,7 +704,8 @@ int pl_run(struct pl_pipeline *pl, const struct pl_sink *sink, uint64_t epochs, 
 
 /* ---- requests ----------------------------------------------------------------------------- */
 
-int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint64_t *ticket)
+int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint32_t generation,
+                    uint64_t *ticket)
 {
 	int rc;
 
@@ -712,6 +714,7 @@ int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg, uint64_
 	cfg_defaults(&pl->live_cfg);
 	rc = cfg_copy(&pl->live_cfg, cfg);
 	if (rc == 0) {
+		pl->live_gen = generation;
 		*ticket = ++pl->live_req;
 		pthread_cond_broadcast(&pl->cv_data);
 	}

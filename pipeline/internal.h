@@ -136,6 +136,8 @@ struct pl_pipeline {
 	/* requests applied by the processing thread between epochs */
 	struct vr_config live_cfg;
 	uint64_t live_req, live_done;
+	uint32_t live_gen;   /* generation of live_cfg's live values */
+	uint32_t generation; /* generation applied to the backend (processing thread) */
 	int live_rc;
 	char live_err[512];
 	uint64_t reset_req, reset_done;

@@ -35,6 +35,7 @@ struct pl_volume {
 	uint64_t latency_ns;      /* last B-scan acquired -> output complete */
 	double preprocess_ms;     /* time spent submitting the epoch's B-scans */
 	double reconstruct_ms;    /* epoch finish -> output complete */
+	uint32_t generation;      /* of the live parameters it was made with (pl_request_live) */
 	uint32_t flags;           /* PL_VOLUME_RESET: the first volume after a history reset;
 	                          * PL_VOLUME_DROPPED_BEFORE: the source lost data before its
 	                          * first B-scan (epochs skipped are for the sink to tell) */
@@ -101,6 +102,7 @@ typedef void (*pl_event_fn)(void *ctx, const struct pl_event *ev);
 
 struct pl_options {
 	const struct vr_config *cfg; /* copied by pl_open */
+	uint32_t generation;         /* that the volumes carry until a pl_request_live (0: none) */
 	unsigned src_flags;          /* src_open flags (SRC_UNPACED | SRC_NO_LOOP for offline;
 	                              * SRC_DROP_MARKS where a lost B-scan may drop its epoch) */
 	bool block;                  /* never drop: wait for ring room whatever the source */
@@ -170,9 +172,10 @@ VR_MUST_CHECK int pl_run(struct pl_pipeline *pl, const struct pl_sink *sink, uin
 /* ---- requests between epochs ------------------------------------------------------------- */
 
 /* Queue the live parameters of cfg (copied), applied before the next epoch; *ticket names the
- * request for pl_live_done. */
+ * request for pl_live_done. Once applied, the volumes carry generation (struct pl_volume), the
+ * number the driver gives those parameters (docs/control.md); until then the one before. */
 VR_MUST_CHECK int pl_request_live(struct pl_pipeline *pl, const struct vr_config *cfg,
-                                  uint64_t *ticket);
+                                  uint32_t generation, uint64_t *ticket);
 /* Whether request ticket was applied; then *rc and err are be_update_live's result. */
 bool pl_live_done(struct pl_pipeline *pl, uint64_t ticket, int *rc, char *err, size_t errlen);
 /* Reset the reconstruction history before the next epoch (event history_reset when done). */

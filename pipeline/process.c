@@ -54,6 +54,8 @@ static void apply_requests(struct pl_pipeline *pl)
 		pthread_mutex_unlock(&pl->mu);
 		rc = be_update_live(pl->be, &pl->live_cfg, err, sizeof(err));
 		pthread_mutex_lock(&pl->mu);
+		if (rc == 0)
+			pl->generation = pl->live_gen;
 		pl->live_rc = rc;
 		snprintf(pl->live_err, sizeof(pl->live_err), "%s", err);
 		pl->live_done = req;
@@ -195,6 +197,7 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 	v.latency_ns = v.t_done_mono_ns > el->t_mono_ns ? v.t_done_mono_ns - el->t_mono_ns : 0;
 	v.preprocess_ms = fl->pre_ms;
 	v.reconstruct_ms = (double)(v.t_done_mono_ns - fl->t_fin) / 1e6;
+	v.generation = pl->generation;
 	v.flags = (pl->reset_flag ? PL_VOLUME_RESET : 0) |
 	          (e0->gap_before ? PL_VOLUME_DROPPED_BEFORE : 0);
 	rc = pl->sink.publish(pl->sink.ctx, &v, err, errlen);

@@ -17,10 +17,13 @@
 #include "formats/h5vol.h"
 #include "tools/process.h"
 
-#define PROC_FIELDS 6 /* volumes, lowres, full, epoch, offset, median_depths */
+/* volumes, lowres, full, epoch, offset, median_depths, generation, generation_index,
+ * generations, generation_numbers */
+#define PROC_FIELDS 10
 
 struct proc_h5 {
 	const struct vr_config *cfg;
+	hid_t text_type; /* of /generations */
 	struct be_backend *be;
 	char path[4096];
 	struct h5vol *w;
@@ -66,20 +69,41 @@ static int write_attrs(struct proc_h5 *h, const char *backend, const char *devic
 	const uint32_t shape[3] = {(uint32_t)h->dvol[0], (uint32_t)h->dvol[1],
 	                           (uint32_t)h->dvol[2]};
 	char *yaml = config_yaml(cfg);
-	bool ok = yaml && vr_h5_attr_u32v(f, "geometry", geo, 3) == 0 &&
-	          vr_h5_attr_u32v(f, "stride", cfg->geometry.stride, 2) == 0 &&
-	          vr_h5_attr_u32v(f, "depth_range", depth, 2) == 0 &&
-	          vr_h5_attr_u32v(f, "volume_shape", shape, 3) == 0 &&
-	          vr_h5_attr_u32(f, "zero_pad", cfg->preprocess.zero_pad) == 0 &&
-	          vr_h5_attr_str(f, "reconstruct_mode",
-	                         cfg_recon_mode_name(cfg->reconstruct.mode)) == 0 &&
-	          vr_h5_attr_str(f, "backend", backend) == 0 &&
-	          vr_h5_attr_str(f, "device", device) == 0 &&
-	          vr_h5_attr_str(f, "volrec_version", VOLREC_VERSION) == 0 &&
-	          vr_h5_attr_str(f, "config", yaml) == 0;
+	double um[3];
+	bool ok;
+
+	cfg_voxel_um(cfg, um);
+	ok = yaml && vr_h5_volume_units(f, um) == 0 &&
+	     vr_h5_attr_u32v(f, "geometry", geo, 3) == 0 &&
+	     vr_h5_attr_u32v(f, "stride", cfg->geometry.stride, 2) == 0 &&
+	     vr_h5_attr_u32v(f, "depth_range", depth, 2) == 0 &&
+	     vr_h5_attr_u32v(f, "volume_shape", shape, 3) == 0 &&
+	     vr_h5_attr_u32(f, "zero_pad", cfg->preprocess.zero_pad) == 0 &&
+	     vr_h5_attr_str(f, "reconstruct_mode", cfg_recon_mode_name(cfg->reconstruct.mode)) ==
+	             0 &&
+	     vr_h5_attr_str(f, "backend", backend) == 0 &&
+	     vr_h5_attr_str(f, "device", device) == 0 &&
+	     vr_h5_attr_str(f, "volrec_version", VOLREC_VERSION) == 0 &&
+	     vr_h5_attr_str(f, "config", yaml) == 0;
 
 	free(yaml);
 	return ok ? 0 : -EIO;
+}
+
+/* The one row of /generations and /generation_numbers (fields gen and gen + 1): the
+ * configuration's live values as generation 1. */
+static int write_generation(struct proc_h5 *h, size_t gen, char *err, size_t errlen)
+{
+	const uint32_t one = 1;
+	char *text = NULL;
+	int rc = cfg_live_json(h->cfg, &text);
+
+	if (rc == 0)
+		rc = h5vol_log(h->w, gen, &text, err, errlen);
+	if (rc == 0)
+		rc = h5vol_log(h->w, gen + 1, &one, err, errlen);
+	free(text);
+	return rc;
 }
 
 int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_backend *be, uint64_t n,
@@ -97,6 +121,7 @@ int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_back
 	if (!h)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	h->cfg = cfg;
+	h->text_type = -1;
 	h->be = be;
 	h->n = n;
 	h->progress = progress;
@@ -132,10 +157,19 @@ int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_back
 	f[nf++] = (struct h5vol_field){"offset", H5T_NATIVE_UINT32, 1, {2}, false};
 	if (h->md)
 		f[nf++] = (struct h5vol_field){"median_depths", H5T_NATIVE_UINT32, 1, {ny}, false};
-	rc = h5vol_create(path, true, f, nf, &h->w, err, errlen);
+	/* offline, one generation of live parameters: the configuration's (docs/tools.md) */
+	f[nf++] = (struct h5vol_field){"generation", H5T_NATIVE_UINT32, 0, {0}, false};
+	f[nf++] = (struct h5vol_field){"generation_index", H5T_NATIVE_UINT32, 0, {0}, false};
+	h->text_type = vr_h5_text_type();
+	f[nf++] = (struct h5vol_field){"generations", h->text_type, 0, {0}, true};
+	f[nf++] = (struct h5vol_field){"generation_numbers", H5T_NATIVE_UINT32, 0, {0}, true};
+	rc = h->text_type < 0 ? vr_err(err, errlen, -EIO, "cannot make the /generations type")
+	                      : h5vol_create(path, true, f, nf, &h->w, err, errlen);
 	if (rc < 0)
 		goto fail;
 	rc = write_attrs(h, be_name(be), be_device(be));
+	if (rc == 0)
+		rc = write_generation(h, nf - 2, err, errlen);
 	if (rc < 0) {
 		vr_err(err, errlen, rc, "%s: writing the attributes failed", path);
 		h5vol_close(h->w, NULL, 0);
@@ -172,7 +206,7 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	const uint32_t nx = h->cfg->geometry.ascans_per_bscan;
 	const uint32_t ny = h->cfg->geometry.bscans_per_volume;
 	const uint64_t epoch = v->epoch;
-	const uint32_t offset[2] = {v->ox, v->oy};
+	const uint32_t offset[2] = {v->ox, v->oy}, generation = 1, generation_index = 0;
 	const void *rows[PROC_FIELDS];
 	size_t k = 0;
 	double t;
@@ -187,6 +221,10 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	rows[k++] = offset;
 	if (h->md)
 		rows[k++] = h->md;
+	rows[k++] = &generation;
+	rows[k++] = &generation_index;
+	rows[k++] = NULL; /* generations, generation_numbers: written once at the start */
+	rows[k++] = NULL;
 	/* the thread that publishes may not be the one that created the file: HDF5's error
 	 * printing is set per thread (h5vol's message says what failed) */
 	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -258,6 +296,8 @@ int proc_h5_close(struct proc_h5 *h, char *err, size_t errlen)
 	be_host_free(h->be, h->low);
 	be_host_free(h->be, h->full);
 	be_host_free(h->be, h->md);
+	if (h->text_type >= 0)
+		H5Tclose(h->text_type);
 	free(h);
 	return rc;
 }

@@ -25,6 +25,7 @@
 #include "config/config.h"
 #include "formats/h5attr.h"
 #include "formats/h5vol.h"
+#include "ipc/ipc.h"
 
 enum rec_reason { REC_GAP = 1, REC_TORN = 2 };
 
@@ -41,14 +42,18 @@ enum {
 	F_T_PUBLISH,
 	F_LATENCY,
 	F_FLAGS,
+	F_GENERATION,
+	F_GENERATION_INDEX,
 	F_MISSED,
+	F_GENERATIONS,
+	F_GENERATION_NUMBERS,
 	F_COUNT
 };
 
 /* The geometry keys of the status message that must not change within one recording. */
 static const char *const geometry_keys[] = {
         "samples_per_ascan", "sample_type", "ascans_per_bscan", "bscans_per_volume", "stride",
-        "depth_range",       "mode",        "volume",
+        "depth_range",       "mode",        "volume",           "voxel_size_um",
 };
 
 static void record_usage(FILE *f)
@@ -82,6 +87,15 @@ static void record_usage(FILE *f)
 	        "                B-scan acquired, published\n"
 	        "  /latency_ns   u64 [n]   processing latency; /flags u32 [n] (2 reset, 4 epochs "
 	        "dropped before)\n"
+	        "  /generation   u32 [n]   generation of the live parameters that made the volume\n"
+	        "                (the daemon's number; 0: not told)\n"
+	        "  /generation_index u32 [n]  the row of /generations holding its values\n"
+	        "  /generations  text [m]  JSON object of every live key and its value, one row "
+	        "per\n"
+	        "                generation seen (null: the daemon could not be asked)\n"
+	        "  /generation_numbers u32 [m]  the daemon's number of each row of /generations\n"
+	        "  /volumes attributes: axes \"t,y,x,z\", voxel_size_um [dy, dx, dz] (NaN: "
+	        "unknown)\n"
 	        "  /missed       [m] {session, first, last, reason}: sequence ranges not "
 	        "recorded;\n"
 	        "                reason 1 = never received (overwritten before the recorder got "
@@ -138,6 +152,16 @@ struct rec {
 	uint64_t changed;       /* the session whose status showed another one */
 	uint64_t volumes;       /* volumes in the file when it was closed */
 	int seg_fd;             /* the data segment of session seg_session, kept open: -1 none */
+	char ctl_path[4200];    /* the daemon's control socket, to read generations' values */
+	struct {
+		uint32_t number; /* the daemon's generation number */
+		char *text;      /* its values (JSON), owned */
+	} * gens;                /* the rows of /generations */
+	uint32_t ngens;
+	bool have_gen; /* the last volume's generation, read in session gen_session: */
+	uint64_t gen_session;
+	uint32_t gen_number, gen_index;
+	bool warned_gen; /* the daemon could not be asked once already */
 	uint64_t seg_session;
 	char err[1024];
 };
@@ -199,10 +223,21 @@ static int rec_open(struct rec *r, bool force)
 	        [F_T_PUBLISH] = {"t_publish_ns", H5T_NATIVE_UINT64, 0, {0}, false},
 	        [F_LATENCY] = {"latency_ns", H5T_NATIVE_UINT64, 0, {0}, false},
 	        [F_FLAGS] = {"flags", H5T_NATIVE_UINT32, 0, {0}, false},
+	        [F_GENERATION] = {"generation", H5T_NATIVE_UINT32, 0, {0}, false},
+	        [F_GENERATION_INDEX] = {"generation_index", H5T_NATIVE_UINT32, 0, {0}, false},
 	        [F_MISSED] = {"missed", -1, 0, {0}, true},
+	        [F_GENERATIONS] = {"generations", -1, 0, {0}, true},
+	        [F_GENERATION_NUMBERS] = {"generation_numbers", H5T_NATIVE_UINT32, 0, {0}, true},
 	};
-	hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(struct rec_missed));
+	hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(struct rec_missed)), text = vr_h5_text_type();
 	int rc;
+
+	if (text < 0) {
+		if (t >= 0)
+			H5Tclose(t);
+		return vr_err(r->err, sizeof(r->err), -EIO, "cannot make the /generations type");
+	}
+	f[F_GENERATIONS].type = text;
 
 	if (t < 0 ||
 	    H5Tinsert(t, "session", HOFFSET(struct rec_missed, session), H5T_NATIVE_UINT64) < 0 ||
@@ -211,11 +246,13 @@ static int rec_open(struct rec *r, bool force)
 	    H5Tinsert(t, "reason", HOFFSET(struct rec_missed, reason), H5T_NATIVE_UINT8) < 0) {
 		if (t >= 0)
 			H5Tclose(t);
+		H5Tclose(text);
 		return vr_err(r->err, sizeof(r->err), -EIO, "cannot make the /missed type");
 	}
 	f[F_MISSED].type = t;
 	rc = h5vol_create(r->path, force, f, F_COUNT, &r->w, r->err, sizeof(r->err));
 	H5Tclose(t);
+	H5Tclose(text);
 	if (rc == -EEXIST)
 		snprintf(r->err, sizeof(r->err), "%s exists (use --force to replace it)", r->path);
 	return rc;
@@ -288,9 +325,103 @@ static int rec_miss_tail(struct rec *r, const char *nl)
 	return rec_miss(r, r->last_session, first, h.latest_sequence, REC_GAP, true);
 }
 
-static int rec_write(struct rec *r, const struct volrec_view *v, const void *data)
+/* The values of the daemon's generation n as JSON text (malloc'ed), or NULL when it cannot be
+ * asked (no control socket access, not kept any more, an older daemon). */
+static char *generation_ask(struct rec *r, uint32_t n)
+{
+	char req[80], *reply = NULL, *text = NULL;
+	struct json_object *o = NULL, *values;
+	size_t len;
+	int fd = ipc_ctl_connect(r->ctl_path);
+
+	if (fd < 0)
+		return NULL;
+	snprintf(req, sizeof(req), "{\"op\":\"get\",\"generation\":%" PRIu32 "}", n);
+	if (ipc_ctl_send(fd, req, strlen(req)) == 0 && ipc_ctl_recv(fd, 5000, &reply, &len) == 0)
+		o = json_tokener_parse(reply);
+	if (o && json_object_object_get_ex(o, "values", &values))
+		text = strdup(json_object_to_json_string_ext(values, JSON_C_TO_STRING_PLAIN));
+	json_object_put(o);
+	free(reply);
+	close(fd);
+	return text;
+}
+
+/* The row of /generations of the values of generation n (read in session): the last volume's,
+ * else one already written with the same number and values, else a new row. 0 or as h5vol. */
+static int rec_generation(struct rec *r, uint64_t session, uint32_t n, uint32_t *index)
+{
+	char *text;
+	const char *row;
+	int rc;
+
+	if (r->have_gen && r->gen_session == session && r->gen_number == n) {
+		*index = r->gen_index;
+		return 0;
+	}
+	text = n ? generation_ask(r, n) : NULL;
+	if (!text && !r->warned_gen) {
+		fprintf(stderr,
+		        "volrec record: the values of generation %" PRIu32 " are not known (%s): "
+		        "/generations says null\n",
+		        n, n ? "the daemon's control socket did not give them" : "an older daemon");
+		r->warned_gen = true;
+	}
+	row = text ? text : "null";
+	for (uint32_t i = r->ngens; i-- > 0;)
+		if (r->gens[i].number == n && !strcmp(r->gens[i].text, row)) {
+			free(text);
+			*index = i;
+			goto out;
+		}
+	{
+		void *g = realloc(r->gens, (r->ngens + 1) * sizeof(*r->gens));
+
+		if (!g || (!text && !(text = strdup(row)))) {
+			if (g)
+				r->gens = g;
+			free(text);
+			return vr_err(r->err, sizeof(r->err), -ENOMEM, "out of memory");
+		}
+		r->gens = g;
+	}
+	/* the text first: a number always has its values, even in a file cut short */
+	rc = h5vol_log(r->w, F_GENERATIONS, &text, r->err, sizeof(r->err));
+	if (!rc)
+		rc = h5vol_log(r->w, F_GENERATION_NUMBERS, &n, r->err, sizeof(r->err));
+	if (rc) {
+		free(text);
+		return rc;
+	}
+	r->gens[r->ngens].number = n;
+	r->gens[r->ngens].text = text;
+	*index = r->ngens++;
+out:
+	r->have_gen = true;
+	r->gen_session = session;
+	r->gen_number = n;
+	r->gen_index = *index;
+	return 0;
+}
+
+static int rec_write(struct rec *r, struct volrec_client *c, const struct volrec_view *v,
+                     const void *data)
 {
 	int32_t off[2] = {v->offset_x, v->offset_y};
+	uint32_t gen = 0, gen_index = 0;
+	int rc;
+
+	if (!h5vol_count(r->w)) { /* the units, from the first volume */
+		double um[3];
+
+		volrec_view_voxel_size(c, v, um);
+		if (vr_h5_volume_units(h5vol_file(r->w), um) < 0)
+			return vr_err(r->err, sizeof(r->err), -EIO, "cannot write the units");
+	}
+	volrec_view_generation(c, v, &gen);
+	rc = rec_generation(r, v->session_id, gen, &gen_index);
+	if (rc)
+		return rc;
 	const void *rows[F_COUNT] = {
 	        [F_VOLUMES] = data,
 	        [F_SEQUENCE] = &v->sequence,
@@ -303,9 +434,11 @@ static int rec_write(struct rec *r, const struct volrec_view *v, const void *dat
 	        [F_T_PUBLISH] = &v->t_publish_ns,
 	        [F_LATENCY] = &v->latency_ns,
 	        [F_FLAGS] = &v->flags,
+	        [F_GENERATION] = &gen,
+	        [F_GENERATION_INDEX] = &gen_index,
 	};
-	int rc = h5vol_append(r->w, rows, r->err, sizeof(r->err));
 
+	rc = h5vol_append(r->w, rows, r->err, sizeof(r->err));
 	if (rc && !h5vol_is_nospace(rc))
 		vr_err_prefix(r->err, sizeof(r->err), "volume #%" PRIu64, v->sequence);
 	return rc;
@@ -577,6 +710,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	                      100000, &c);
 	if (rc)
 		return rc;
+	snprintf(r.ctl_path, sizeof(r.ctl_path), "%s/%s.ctl", tg.run_dir, tg.instance);
 	r.Y = d.header.ny;
 	r.X = d.header.nx;
 	r.Z = d.header.nz;
@@ -767,7 +901,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 				rc = rec_miss(&r, v.session_id, v.sequence, v.sequence, REC_TORN,
 				              false);
 			else if (!rc)
-				rc = rec_write(&r, &v, buf);
+				rc = rec_write(&r, c, &v, buf);
 			if (rc) {
 				status = rec_failed(&r, rc, nl, &end);
 				break;
@@ -790,6 +924,9 @@ out:
 		fprintf(stderr, "\r\033[K");
 	volrec_client_close(c);
 	free(buf);
+	for (uint32_t i = 0; i < r.ngens; i++)
+		free(r.gens[i].text);
+	free(r.gens);
 	if (r.seg_fd >= 0)
 		close(r.seg_fd);
 	rc = rec_close(&r, end, status == VR_EXIT_OK && r.nmissed == 0);

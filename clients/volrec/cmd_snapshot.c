@@ -74,6 +74,9 @@ struct picture {
 	uint32_t w, h, scale;
 	float *v; /* w*h values */
 	double lo, hi;
+	double px_um[2]; /* a pixel's size [across, down] in um before scaling; 0: unknown */
+	double bar_um;   /* the scale bar drawn, 0: none */
+	char bar_label[24];
 };
 
 /* Contrast range: min..max, or the percentiles p..100-p. */
@@ -189,6 +192,105 @@ static void picture_describe(struct picture *p, const struct volrec_image *img)
 	}
 }
 
+/* The pixel sizes of each picture from the volume's voxel size um = [dx, dy, dz] (NaN: unknown):
+ * its axes say which (the render has none). */
+static void picture_units(struct picture *p, const double um[3])
+{
+	for (int i = 0; i < SNAP_PICTURES; i++)
+		for (int a = 0; a < 2; a++) {
+			const char *at = strchr("xyz", p[i].axes[a]);
+			double v = at ? um[at - "xyz"] : 0;
+
+			p[i].px_um[a] = v > 0 ? v : 0; /* NaN and unknown: 0 */
+		}
+}
+
+/* "%g" of a pixel size, "unknown" for 0. */
+static const char *px_text(double v, char *buf, size_t len)
+{
+	if (v > 0)
+		snprintf(buf, len, "%.4g", v);
+	else
+		snprintf(buf, len, "unknown");
+	return buf;
+}
+
+/* 3 x 5 glyphs of the scale bar's label: rows top down, bit 2 the left column. */
+static const struct {
+	char c;
+	uint8_t rows[5];
+} glyphs[] = {
+        {'0', {7, 5, 5, 5, 7}}, {'1', {2, 6, 2, 2, 7}}, {'2', {7, 1, 7, 4, 7}},
+        {'3', {7, 1, 7, 1, 7}}, {'4', {5, 5, 7, 1, 1}}, {'5', {7, 4, 7, 1, 7}},
+        {'6', {7, 4, 7, 5, 7}}, {'7', {7, 1, 1, 1, 1}}, {'8', {7, 5, 7, 5, 7}},
+        {'9', {7, 5, 7, 1, 7}}, {'.', {0, 0, 0, 0, 2}}, {'u', {5, 5, 5, 7, 4}}, /* mu */
+        {'m', {0, 6, 7, 5, 5}}, {' ', {0, 0, 0, 0, 0}},
+};
+
+static void fill(uint8_t *pix, uint32_t W, uint32_t x0, uint32_t y0, uint32_t w, uint32_t h,
+                 uint8_t v)
+{
+	for (uint32_t y = y0; y < y0 + h; y++)
+		memset(pix + (size_t)y * W + x0, v, w);
+}
+
+/*
+ * Draw a scale bar into the picture pix (W x H, after scaling) when its horizontal pixel size
+ * is known: a white bar of a round length (1, 2 or 5 x 10^k um, at most a quarter of the width)
+ * with its length above it, on a black box at the bottom left. Records the length in p.
+ */
+static void scale_bar(struct picture *p, uint8_t *pix)
+{
+	uint32_t W = p->w * p->scale, H = p->h * p->scale, f, m, bar, tw, bw, bh, x0, y0;
+	double um_px, width_um, len = 0;
+	size_t n;
+
+	p->bar_um = 0;
+	if (!(p->px_um[0] > 0))
+		return;
+	um_px = p->px_um[0] / p->scale;
+	width_um = W * um_px;
+	for (double d = 1e-3; d <= width_um / 4; d *= 10)
+		for (int k = 0; k < 3; k++) {
+			double v = d * (k == 0 ? 1 : k == 1 ? 2 : 5);
+
+			if (v <= width_um / 4)
+				len = v;
+		}
+	if (len <= 0)
+		return;
+	bar = (uint32_t)lround(len / um_px);
+	if (len >= 1000)
+		snprintf(p->bar_label, sizeof(p->bar_label), "%g mm", len / 1000);
+	else
+		snprintf(p->bar_label, sizeof(p->bar_label), "%g um", len);
+	n = strlen(p->bar_label);
+	f = (W < H ? W : H) / 128 ? (W < H ? W : H) / 128 : 1; /* glyph pixel */
+	m = 3 * f;
+	tw = (uint32_t)n * 4 * f;
+	bw = (bar > tw ? bar : tw) + 2 * f;
+	bh = 5 * f + 2 * f + 2 * f + 2 * f; /* text, gap, bar, borders */
+	if (bar < 4 || bw + m > W || bh + m > H / 2)
+		return;
+	x0 = m;
+	y0 = H - m - bh;
+	fill(pix, W, x0, y0, bw, bh, 0);
+	fill(pix, W, x0 + f, y0 + bh - 3 * f, bar, 2 * f, 255);
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *rows = NULL;
+
+		for (size_t g = 0; g < VR_ARRAY_SIZE(glyphs) && !rows; g++)
+			if (glyphs[g].c == p->bar_label[i])
+				rows = glyphs[g].rows;
+		for (uint32_t r = 0; rows && r < 5; r++)
+			for (uint32_t c = 0; c < 3; c++)
+				if (rows[r] >> (2 - c) & 1)
+					fill(pix, W, x0 + f + (uint32_t)i * 4 * f + c * f,
+					     y0 + f + r * f, f, f, 255);
+	}
+	p->bar_um = len;
+}
+
 static void picture_names(struct picture *p, uint32_t Y, uint32_t X, uint32_t Z)
 {
 	snprintf(p[0].file, sizeof(p[0].file), "enface-mean_x%uy%u.png", X, Y);
@@ -240,7 +342,8 @@ static struct json_object *pair(struct json_object *a, struct json_object *b)
 }
 
 static struct json_object *sidecar(const struct tool_target *t, const struct volrec_view *v,
-                                   const struct picture *p, double pct)
+                                   const struct picture *p, double pct, const double um[3],
+                                   uint32_t generation)
 {
 	struct json_object *o = json_object_new_object(), *x, *files = json_object_new_array();
 
@@ -256,6 +359,11 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 	ADD(x, "Z", json_object_new_int64(v->nz));
 	ADD(o, "shape", x);
 	ADD(o, "layout", json_object_new_string("[Y][X][Z] u8, Z fastest"));
+	x = json_object_new_array(); /* [dx, dy, dz] in um, null: unknown */
+	for (int a = 0; a < 3; a++)
+		json_object_array_add(x, um[a] > 0 ? json_object_new_double(um[a]) : NULL);
+	ADD(o, "voxel_size_um", x);
+	ADD(o, "generation", json_object_new_int64(generation));
 	x = json_object_new_object();
 	ADD(x, "method", json_object_new_string(pct < 0 ? "minmax" : "percentile"));
 	if (pct >= 0)
@@ -285,6 +393,14 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 		ADD(f, "scale", json_object_new_int64(p[i].scale));
 		ADD(f, "range",
 		    pair(json_object_new_double(p[i].lo), json_object_new_double(p[i].hi)));
+		/* a pixel of the PNG (after scaling) in um, across and down; null: unknown */
+		ADD(f, "pixel_size_um",
+		    pair(p[i].px_um[0] > 0 ? json_object_new_double(p[i].px_um[0] / p[i].scale)
+		                           : NULL,
+		         p[i].px_um[1] > 0 ? json_object_new_double(p[i].px_um[1] / p[i].scale)
+		                           : NULL));
+		ADD(f, "scale_bar_um",
+		    p[i].bar_um > 0 ? json_object_new_double(p[i].bar_um) : NULL);
 		json_object_array_add(files, f);
 	}
 	ADD(o, "files", files);
@@ -294,10 +410,11 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 
 /* snapshot.json beside the pictures, written to a temporary name and renamed into place. */
 static int write_sidecar(const char *dir, const struct tool_target *t, const struct volrec_view *v,
-                         const struct picture *p, double pct, char *err, size_t errlen)
+                         const struct picture *p, double pct, const double um[3],
+                         uint32_t generation, char *err, size_t errlen)
 {
 	char path[TOOL_PATH_MAX + 32], tmp[TOOL_PATH_MAX + 48];
-	struct json_object *o = sidecar(t, v, p, pct);
+	struct json_object *o = sidecar(t, v, p, pct, um, generation);
 	const char *text;
 	FILE *f;
 	int rc = 0;
@@ -391,6 +508,8 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
 	struct volrec_view v = {0};
+	double um[3] = {NAN, NAN, NAN};
+	uint32_t generation = 0;
 	const char *dir = NULL;
 	double pct = -1;
 	uint64_t scale = 0;
@@ -459,6 +578,8 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		goto out;
 	tool_catch_signals();
 	rc = grab_latest(c, vr_mono_s() + tg.timeout, pics, &v);
+	volrec_view_voxel_size(c, &v, um);
+	volrec_view_generation(c, &v, &generation);
 	volrec_client_close(c);
 	if (rc == -ETIMEDOUT) {
 		fprintf(stderr,
@@ -483,8 +604,9 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	}
 
 	picture_names(pics, v.ny, v.nx, v.nz);
+	picture_units(pics, um);
 	for (int i = 0; i < SNAP_PICTURES; i++) {
-		char path[TOOL_PATH_MAX + 160], desc[512];
+		char path[TOOL_PATH_MAX + 160], desc[640], px0[32], px1[32];
 		uint8_t *pix;
 
 		pics[i].scale = scale ? (uint32_t)scale : auto_scale(pics[i].w, pics[i].h);
@@ -493,14 +615,20 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 			status = VR_EXIT_FAIL;
 			goto out;
 		}
+		double px[2] = {pics[i].px_um[0] / pics[i].scale, pics[i].px_um[1] / pics[i].scale};
+
+		scale_bar(&pics[i], pix);
 		snprintf(path, sizeof(path), "%s/%s", dir, pics[i].file);
 		snprintf(desc, sizeof(desc),
 		         "volrec %s session %016" PRIx64 " volume #%" PRIu64 " epoch %" PRIu64
-		         ": %s (%s) of a %u x %u x %u [Y][X][Z] volume; grey %.4g..%.4g -> 0..255",
+		         ": %s (%s) of a %u x %u x %u [Y][X][Z] volume; grey %.4g..%.4g -> 0..255; "
+		         "pixel %s x %s um; scale bar %s",
 		         tg.instance, v.session_id, v.sequence, v.epoch, pics[i].what, pics[i].file,
-		         v.ny, v.nx, v.nz, pics[i].lo, pics[i].hi);
-		rc = fmt_png_write(path, pix, pics[i].w * pics[i].scale, pics[i].h * pics[i].scale,
-		                   desc, err, sizeof(err));
+		         v.ny, v.nx, v.nz, pics[i].lo, pics[i].hi, px_text(px[0], px0, sizeof(px0)),
+		         px_text(px[1], px1, sizeof(px1)),
+		         pics[i].bar_um > 0 ? pics[i].bar_label : "none (pixel size unknown)");
+		rc = fmt_png_write_phys(path, pix, pics[i].w * pics[i].scale,
+		                        pics[i].h * pics[i].scale, desc, px, err, sizeof(err));
 		free(pix);
 		if (rc) {
 			fprintf(stderr, "volrec snapshot: %s\n", err);
@@ -508,7 +636,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 			goto out;
 		}
 	}
-	rc = write_sidecar(dir, &tg, &v, pics, pct, err, sizeof(err));
+	rc = write_sidecar(dir, &tg, &v, pics, pct, um, generation, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "volrec snapshot: %s\n", err);
 		status = tool_exit_for_output(rc);

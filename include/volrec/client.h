@@ -137,6 +137,26 @@ struct volrec_image {
 int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, unsigned kind,
                       struct volrec_image *img);
 
+/*
+ * The voxel size of the volume `view` describes, in um, [dx, dy, dz] (x along the A-scans of a
+ * B-scan, y across B-scans, z in depth; docs/algorithms.md §6): NaN for each size the daemon
+ * does not know (or a writer older than protocol 1.3). view must be the last one this handle
+ * handed out (volrec_client_next, _latest, _next_message), held or not. 0, or -EINVAL (um then
+ * all NaN).
+ */
+int volrec_view_voxel_size(const struct volrec_client *c, const struct volrec_view *view,
+                           double um[3]);
+
+/*
+ * The generation of the live parameters that made the volume `view` describes (1, 2, ...:
+ * it grows with every accepted live change; the daemon's control request
+ * {"op": "get", "generation": N} gives its values, docs/control.md); 0 when the writer did not
+ * say (older than protocol 1.3). Same rule for view as volrec_view_voxel_size. 0, or -EINVAL
+ * (*generation then 0).
+ */
+int volrec_view_generation(const struct volrec_client *c, const struct volrec_view *view,
+                           uint32_t *generation);
+
 enum volrec_msg_type { VOLREC_MSG_VOL = 1, VOLREC_MSG_STATUS = 2, VOLREC_MSG_EVENT = 3 };
 struct volrec_message {
 	enum volrec_msg_type type;

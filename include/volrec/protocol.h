@@ -12,7 +12,7 @@
 
 /* Versioning: a reader rejects any other major; a higher minor only appends fields. */
 #define VOLREC_PROTO_MAJOR 1
-#define VOLREC_PROTO_MINOR 2
+#define VOLREC_PROTO_MINOR 3
 
 #define VOLREC_SHM_PREFIX      "/volrec." /* data segment: "/volrec.<instance>" */
 #define VOLREC_SHM_LEASE_SUFX  ".readers" /* lease segment: "/volrec.<instance>.readers" */
@@ -114,8 +114,11 @@ struct volrec_slot_header {
 	uint64_t t_publish_ns; /*  48 published (sequence closed) */
 	uint64_t latency_ns;   /*  56 processing latency: last B-scan acquired -> published */
 	uint32_t flags;        /*  64 VOLREC_FLAG_* */
-	uint32_t reserved0;    /*  68 zero */
-	uint64_t reserved[7];  /*  72..127 zero */
+	uint32_t generation;   /*  68 live parameters that made it (1.3); 0: not told */
+	double voxel_dx_um;    /*  72 voxel size in um along x (1.3); 0: unknown */
+	double voxel_dy_um;    /*  80 along y (1.3); 0: unknown */
+	double voxel_dz_um;    /*  88 along z, in depth (1.3); 0: unknown */
+	uint64_t reserved[4];  /*  96..127 zero */
 };
 
 /* Lease segment "/volrec.<instance>.readers", offset 0: 64 bytes. */
@@ -218,7 +221,8 @@ struct volrec_lease_entry {
 #define VOLREC_TOPIC_EVENT  "event"  /* body: JSON object, UTF-8, no NUL */
 #define VOLREC_TEXT_MAX     65536    /* bound on status/event bodies */
 
-/* `vol` body: 128 bytes, little-endian, no padding. Readers accept size >= 112. */
+/* `vol` body: 160 bytes (128 before 1.3), little-endian, no padding. Readers accept
+ * size >= 112; fields past size read as zero. */
 struct volrec_vol_msg {
 	uint32_t magic;        /*   0 VOLREC_VOL_MAGIC */
 	uint16_t major;        /*   4 */
@@ -240,8 +244,11 @@ struct volrec_vol_msg {
 	uint64_t t_publish_ns; /*  88 */
 	uint64_t latency_ns;   /*  96 */
 	uint32_t flags;        /* 104 */
-	uint32_t reserved0;    /* 108 */
-	uint64_t reserved[2];  /* 112..127 */
+	uint32_t generation;   /* 108 as in the slot header (1.3) */
+	double voxel_dx_um;    /* 112 as in the slot header (1.3) */
+	double voxel_dy_um;    /* 120 */
+	double voxel_dz_um;    /* 128 */
+	uint64_t reserved[3];  /* 136..159 zero */
 };
 #define VOLREC_VOL_MSG_MIN 112
 
@@ -256,7 +263,9 @@ _Static_assert(sizeof(struct volrec_views_header) == 32, "views header layout");
 _Static_assert(offsetof(struct volrec_slot_header, flags) == 64, "slot header layout");
 _Static_assert(sizeof(struct volrec_lease_header) == 64, "lease header layout");
 _Static_assert(sizeof(struct volrec_lease_entry) == 64, "lease entry layout");
-_Static_assert(sizeof(struct volrec_vol_msg) == 128, "vol message layout");
+_Static_assert(offsetof(struct volrec_slot_header, voxel_dx_um) == 72, "slot header layout");
+_Static_assert(sizeof(struct volrec_vol_msg) == 160, "vol message layout");
+_Static_assert(offsetof(struct volrec_vol_msg, voxel_dx_um) == 112, "vol message layout");
 _Static_assert(offsetof(struct volrec_vol_msg, flags) == 104, "vol message layout");
 
 #endif

@@ -65,11 +65,22 @@ static struct json_object *s_status(void *ctx)
 	return o;
 }
 
+/* Generation 1 is kept, with a value of each JSON kind; any other is not. */
+static const char *s_generation(void *ctx, uint32_t n, uint32_t *current, uint32_t *oldest)
+{
+	*current = *oldest = 1;
+	return n == 1 ? "{\"preprocess.db_range\": [0, 100], \"preprocess.window.type\": \"hann\", "
+	                "\"preprocess.dispersion.table\": null, \"reconstruct.compensated."
+	                "estimate_pose\": true}"
+	              : NULL;
+}
+
 static const struct vrd_ctl_ops OPS = {.ctx = &S,
                                        .config = s_config,
                                        .apply = s_apply,
                                        .reset_history = s_reset,
-                                       .status = s_status};
+                                       .status = s_status,
+                                       .generation = s_generation};
 static const struct vrd_ctl_peer PEER = {.have_uid = true, .uid = 1000, .pid = 42};
 
 /* The applied configuration dumps to YAML that loads back to the same configuration. */

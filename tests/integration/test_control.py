@@ -203,7 +203,7 @@ def test_malformed_requests_get_errors_and_the_daemon_keeps_publishing(daemon):
     assert r.returncode == 0 and r.stdout.strip() not in ("4", "5"), r
     # unknown fields and an id that is not a string are refused, not ignored
     for req, why in ((b'{"op":"get","kye":"view.render.every"}',
-                      "get: unknown field 'kye' (it takes op, id, expires_ms and key)"),
+                      "get: unknown field 'kye' (it takes op, id, expires_ms and key generation)"),
                      (b'{"op":"reset_history","values":{"x":1}}',
                       "reset_history: unknown field 'values' (it takes op, id, expires_ms)"),
                      (b'{"op":"get","id":5}', "id: must be a string")):

@@ -871,9 +871,9 @@ def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(da
         except OSError as e:
             pytest.fail(f"unreadable: {e}; {what}")
         kept.append(n)
-    # the faults met every stage: before the first volume (creating the file takes about 20
-    # writes: one per metadata block, h5vol_vfd.c has no accumulator), between, and after the last
-    assert kept.count(None) <= 24, kept
+    # the faults met every stage: before the first volume (creating the file takes about 25
+    # writes: one per metadata block, h5vol_vfd.c has no accumulator; 16 datasets), between, and after the last
+    assert kept.count(None) <= 30, kept
     assert {0, 1, 2} <= set(kept), kept
 
 
@@ -975,7 +975,7 @@ def test_record_file_is_whole_whichever_write_the_recorder_is_killed_before(daem
             kept.append(n)
         if n == 3 and close is None:
             close = at  # the rest is the close (its attributes, HDF5's last flush)
-    assert kept.count(None) <= 24, kept
+    assert kept.count(None) <= 30, kept
     # started at other moments of the daemon's status interval (200 ms); a run may take a few
     # calls more than the first one, or fewer: then the sweep's last kills found it finished
     # and none was killed after its third volume; the end is swept again until one is

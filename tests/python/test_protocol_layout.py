@@ -150,8 +150,9 @@ def test_the_reader_of_protocol_h_agrees_with_its_static_asserts_and_offset_comm
     ("\tuint32_t slot_count;        /*  40", "\tuint16_t pad0, slot_count; /*  40"),
     ("#define VOLREC_MAX_SLOTS     64", "#define VOLREC_MAX_SLOTS     32"),
     ("#define VOLREC_VOL_MSG_MIN 112", "#define VOLREC_VOL_MSG_MIN 112\n#define VOLREC_NEW 1"),
-    ("\tuint32_t flags;        /*  64 VOLREC_FLAG_* */\n\tuint32_t reserved0;",
-     "\tuint32_t reserved0;\n\tuint32_t flags;"),
+    ("\tuint32_t flags;        /*  64 VOLREC_FLAG_* */\n\tuint32_t generation;",
+     "\tuint32_t generation;\n\tuint32_t flags;"),
+    ("\tdouble voxel_dy_um;    /* 120 */", "\tfloat voxel_dy_um, pad1;    /* 120 */"),
     ("\tuint32_t max_readers;      /* 116", "\tint32_t max_readers;      /* 116"),
     ("\tuint32_t reserved0;        /* 132 zero */\n\tuint64_t views_offset;",
      "\tuint32_t lost_volumes;\n\tuint64_t views_offset;"),
@@ -180,13 +181,34 @@ def test_a_python_side_drift_is_reported(header_text, monkeypatch):
 
 
 def test_layout_prefixes_fit_what_readers_may_read():
-    assert proto.VOL_MSG.prefix <= proto.VOL_MSG_MIN
     for lay in proto.LAYOUTS:
         assert lay.prefix <= lay.size, lay.c_name
-    body = proto.VOL_MSG.pack(magic=proto.VOL_MAGIC, major=1, size=128, slot=3, session_id=7,
-                              sequence=9, ny=2, nx=3, nz=4, dtype=2, offset_x=-1)
+    body = proto.VOL_MSG.pack(magic=proto.VOL_MAGIC, major=1, size=160, slot=3, session_id=7,
+                              sequence=9, ny=2, nx=3, nz=4, dtype=2, offset_x=-1,
+                              generation=5, voxel_dx_um=10.0, voxel_dz_um=3.1)
     m = proto.decode_vol(body)
     assert (m["slot"], m["sequence"], m["offset_x"], m["nz"]) == (3, 9, -1, 4)
+    assert m["generation"] == 5 and proto.voxel_size(m) == (10.0, None, 3.1)
+
+
+def test_a_vol_message_of_an_older_writer_reads_its_new_fields_as_unknown():
+    # protocol 1.2 sent 128 bytes: no generation, no voxel size (zero, i.e. unknown)
+    body = proto.VOL_MSG.pack(magic=proto.VOL_MAGIC, major=1, minor=2, size=128, slot=3,
+                              session_id=7, sequence=9, ny=2, nx=3, nz=4, dtype=1)[:128]
+    m = proto.decode_vol(body)
+    assert m["generation"] == 0 and proto.voxel_size(m) == (None, None, None)
+    # the smallest body readers accept
+    small = body[:proto.VOL_MSG_MIN]
+    small = small[:8] + (proto.VOL_MSG_MIN).to_bytes(4, "little") + small[12:]
+    assert proto.decode_vol(small)["sequence"] == 9
+    # a writer of another major is refused with a message naming both versions
+    other = bytearray(body)
+    other[4:6] = (2).to_bytes(2, "little")
+    with pytest.raises(proto.ProtocolError, match="major version 2; this client supports 1"):
+        proto.decode_vol(bytes(other))
+    # a voxel size that is no finite positive number is unknown, never passed on
+    assert proto.voxel_size({"voxel_dx_um": float("nan"), "voxel_dy_um": -1.0,
+                             "voxel_dz_um": float("inf")}) == (None, None, None)
 
 
 @pytest.mark.skipif(not shutil.which("cc"), reason="no C compiler")

@@ -1040,10 +1040,66 @@ static void test_gpu_devices_dump_reload_and_structural(void **state)
 	free(text);
 }
 
+/* docs/algorithms.md §6: the voxel size from the field of view and the axial keys; unknown is 0,
+ * never a guess. */
+static void test_voxel_size_is_known_only_from_its_keys(void **state)
+{
+	struct vr_config c;
+	double um[3];
+
+	(void)state;
+	cfg_defaults(&c);
+	cfg_voxel_um(&c, um);
+	assert_true(um[0] == 0 && um[1] == 0 && um[2] == 0); /* nothing given: all unknown */
+	cfg_free(&c);
+	/* 60 x 60 A-scans, stride [5, 5]: a 300 x 300 output over 3 x 1.5 mm */
+	load_ok(&c, "geometry: {scan_size_um: [3000, 1500], axial_um_per_pixel: 3.1}\n");
+	cfg_voxel_um(&c, um);
+	assert_true(um[0] == 10 && um[1] == 5 && um[2] == 3.1);
+	cfg_free(&c);
+	/* mode none: the low-resolution 60 x 60 */
+	load_ok(&c, "geometry: {scan_size_um: [3000, 0]}\nreconstruct: {mode: none}\n");
+	cfg_voxel_um(&c, um);
+	assert_true(um[0] == 50 && um[1] == 0 && um[2] == 0);
+	cfg_free(&c);
+	/* derived: 800..880 nm over K = 2048, n = 1.38: 840^2 / (2 1.38 80) nm; zero_pad 2 halves it */
+	load_ok(&c, "geometry: {refractive_index: 1.38}\npreprocess: {resample: {method: linear, "
+	            "wavelength_nm: [800, 0.0390815828041036, 0, 0]}}\n");
+	cfg_voxel_um(&c, um);
+	assert_true(fabs(um[2] - 840.0 * 840 / (2 * 1.38 * 80) / 1000) < 1e-9);
+	cfg_free(&c);
+	load_ok(&c, "geometry: {refractive_index: 1.38}\npreprocess: {zero_pad: 2, resample: "
+	            "{method: linear, wavelength_nm: [880, -0.0390815828041036, 0, 0]}}\n");
+	cfg_voxel_um(&c, um);
+	assert_true(fabs(um[2] - 840.0 * 840 / (2 * 1.38 * 80) / 2000) < 1e-9);
+	cfg_free(&c);
+	/* the wavelengths without an index, or an index without wavelengths: unknown */
+	load_ok(&c, "preprocess: {resample: {method: linear, wavelength_nm: [800, 0.04, 0, 0]}}\n");
+	cfg_voxel_um(&c, um);
+	assert_true(um[2] == 0);
+	cfg_free(&c);
+	load_ok(&c, "geometry: {refractive_index: 1.4}\n");
+	cfg_voxel_um(&c, um);
+	assert_true(um[2] == 0);
+	cfg_free(&c);
+	/* axial_um_per_pixel wins over the derivation */
+	load_ok(&c, "geometry: {refractive_index: 1.38, axial_um_per_pixel: 2}\npreprocess: "
+	            "{resample: {method: linear, wavelength_nm: [800, 0.04, 0, 0]}}\n");
+	cfg_voxel_um(&c, um);
+	assert_true(um[2] == 2);
+	cfg_free(&c);
+	load_bad("geometry: {refractive_index: 0.5}\n", "1:30",
+	         "geometry.refractive_index: 0.5 is below 1 (0: unknown");
+	load_bad("geometry: {scan_size_um: [-1, 3]}\n", "1:27", "geometry.scan_size_um[0]");
+	load_bad("geometry: {scan_size_um: 3000}\n", "1:26", "geometry.scan_size_um");
+	load_bad("geometry: {axial_um_per_pixel: -2}\n", "1:32", "geometry.axial_um_per_pixel");
+}
+
 VR_TEST_GROUP(cfg)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_defaults_are_the_documented_ones),
+	        cmocka_unit_test(test_voxel_size_is_known_only_from_its_keys),
 	        cmocka_unit_test(test_empty_document_means_defaults),
 	        cmocka_unit_test(test_depth_range_default_follows_k_and_zero_pad),
 	        cmocka_unit_test(test_window_param_default_depends_on_type),

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "daemon/vrd_ctl.h"
+#include "daemon/vrd_gen.h"
 #include "tests/unit/vrtest.h"
 
 struct fake {
@@ -17,6 +18,7 @@ struct fake {
 	int applied, resets;
 	uid_t last_uid;
 	int fail_apply; /* negative: apply fails with it */
+	struct vrd_gens gens;
 };
 
 static const struct vr_config *f_config(void *ctx)
@@ -35,6 +37,13 @@ static int f_apply(void *ctx, const struct vr_config *next, const char *const *p
 	cfg_free(&f->cfg);
 	if (cfg_copy(&f->cfg, next) < 0)
 		return -ENOMEM;
+	{
+		uint32_t gen;
+
+		if (vrd_gen_propose(&f->gens, next, &gen) < 0)
+			return -ENOMEM;
+		vrd_gen_commit(&f->gens, gen);
+	}
 	f->applied++;
 	f->last_uid = peer->uid;
 	return 0;
@@ -56,8 +65,22 @@ static struct json_object *f_status(void *ctx)
 	return o;
 }
 
+static const char *f_generation(void *ctx, uint32_t n, uint32_t *current, uint32_t *oldest)
+{
+	struct fake *f = ctx;
+
+	*current = f->gens.current;
+	*oldest = vrd_gen_oldest(&f->gens);
+	return vrd_gen_values(&f->gens, n);
+}
+
 static struct fake F;
-static const struct vrd_ctl_ops OPS = {&F, f_config, f_apply, f_reset, f_status, NULL, NULL};
+static const struct vrd_ctl_ops OPS = {.ctx = &F,
+                                       .config = f_config,
+                                       .apply = f_apply,
+                                       .reset_history = f_reset,
+                                       .status = f_status,
+                                       .generation = f_generation};
 static const struct vrd_ctl_peer PEER = {.have_uid = true, .uid = 1234, .pid = 99};
 
 static int setup(void **state)
@@ -65,13 +88,14 @@ static int setup(void **state)
 	(void)state;
 	memset(&F, 0, sizeof(F));
 	cfg_defaults(&F.cfg);
-	return 0;
+	return vrd_gen_init(&F.gens, &F.cfg);
 }
 
 static int teardown(void **state)
 {
 	(void)state;
 	cfg_free(&F.cfg);
+	vrd_gen_free(&F.gens);
 	return 0;
 }
 
@@ -144,6 +168,91 @@ static void test_get_one_key_and_the_whole_configuration(void **state)
 	assert_non_null(strstr(field(o, "config"), "db_range"));
 	json_object_put(o);
 	ask_refused("{\"op\":\"get\",\"key\":\"preprocess.nope\"}", "preprocess.nope: unknown key");
+}
+
+/* The live values of generation n, as the reply's "values" object (a new reference). */
+static struct json_object *generation_values(int n)
+{
+	char req[96];
+	struct json_object *o, *v;
+
+	snprintf(req, sizeof(req), "{\"op\":\"get\",\"generation\":%d}", n);
+	o = ask_for(req, false);
+	assert_int_equal(json_object_get_int(json_object_object_get(o, "generation")), n);
+	assert_true(json_object_object_get_ex(o, "values", &v));
+	json_object_get(v);
+	json_object_put(o);
+	return v;
+}
+
+static void test_get_generation_gives_the_live_values_it_had(void **state)
+{
+	struct json_object *v;
+
+	(void)state;
+	v = generation_values(1);
+	assert_string_equal(
+	        json_object_to_json_string_ext(json_object_object_get(v, "preprocess.db_range"),
+	                                       JSON_C_TO_STRING_PLAIN),
+	        "[0,100]");
+	assert_string_equal(field(v, "preprocess.window.type"), "hann");
+	assert_null(json_object_object_get(v, "geometry.ascans_per_bscan")); /* structural */
+	assert_true(json_object_is_type(json_object_object_get(v, "preprocess.dispersion.coeffs"),
+	                                json_type_null)); /* optional, not set */
+	json_object_put(v);
+	json_object_put(ask_for("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[70,100],"
+	                        "\"preprocess.window.type\":\"tukey\"}}",
+	                        false));
+	v = generation_values(2);
+	assert_string_equal(
+	        json_object_to_json_string_ext(json_object_object_get(v, "preprocess.db_range"),
+	                                       JSON_C_TO_STRING_PLAIN),
+	        "[70,100]");
+	assert_string_equal(field(v, "preprocess.window.type"), "tukey");
+	json_object_put(v);
+	v = generation_values(1); /* the older one is still there, unchanged */
+	assert_string_equal(field(v, "preprocess.window.type"), "hann");
+	json_object_put(v);
+	/* the same values again are no change: no new generation */
+	json_object_put(
+	        ask_for("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[70,100]}}", false));
+	assert_int_equal(F.gens.current, 2);
+	ask_refused("{\"op\":\"get\",\"generation\":3}", "generation 3 is not kept (kept: 1..2");
+	ask_refused("{\"op\":\"get\",\"generation\":0}", "generation must be an integer");
+	ask_refused("{\"op\":\"get\",\"generation\":\"1\"}", "generation must be an integer");
+	ask_refused("{\"op\":\"get\",\"generation\":1,\"key\":\"log\"}",
+	            "key and generation exclude each other");
+}
+
+static void test_generation_history_is_bounded(void **state)
+{
+	struct vr_config c;
+	char v[32];
+	uint32_t n = 0;
+
+	(void)state;
+	cfg_defaults(&c);
+	for (int i = 0; i < VRD_GEN_HISTORY + 44; i++) {
+		const char *p = "preprocess.db_range", *val = v;
+		char err[CFG_ERR_MAX];
+
+		snprintf(v, sizeof(v), "[0, %d]", 101 + i);
+		assert_int_equal(cfg_set_keys(&c, &p, &val, 1, err, sizeof(err)), 0);
+		assert_int_equal(vrd_gen_propose(&F.gens, &c, &n), 0);
+		vrd_gen_commit(&F.gens, n);
+	}
+	assert_int_equal(n, VRD_GEN_HISTORY + 45);
+	assert_int_equal(vrd_gen_oldest(&F.gens), 46);
+	assert_null(vrd_gen_values(&F.gens, 45));
+	assert_non_null(strstr(vrd_gen_values(&F.gens, 46), "[0, 145]"));
+	assert_non_null(strstr(vrd_gen_values(&F.gens, n), "[0, 400]"));
+	/* a refused proposal leaves its number unused */
+	c.preprocess.db_range[1] = 7;
+	assert_int_equal(vrd_gen_propose(&F.gens, &c, &n), 0);
+	vrd_gen_drop(&F.gens, n);
+	assert_null(vrd_gen_values(&F.gens, n));
+	assert_int_equal(F.gens.current, n - 1);
+	cfg_free(&c);
 }
 
 static void test_get_returns_values_longer_than_4_kib_whole(void **state)
@@ -316,7 +425,7 @@ static void test_unknown_fields_are_refused_per_op(void **state)
 {
 	(void)state;
 	ask_refused("{\"op\":\"get\",\"kye\":\"view.render.every\"}",
-	            "get: unknown field 'kye' (it takes op, id, expires_ms and key)");
+	            "get: unknown field 'kye' (it takes op, id, expires_ms and key generation)");
 	ask_refused("{\"op\":\"get\",\"values\":{}}", "get: unknown field 'values'");
 	ask_refused("{\"op\":\"set\",\"values\":{\"preprocess.db_range\":[20,90]},\"key\":\"x\"}",
 	            "set: unknown field 'key' (it takes op, id, expires_ms and values)");
@@ -417,6 +526,10 @@ VR_TEST_GROUP(ctl)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test_setup_teardown(test_get_one_key_and_the_whole_configuration, setup,
+	                                        teardown),
+	        cmocka_unit_test_setup_teardown(test_get_generation_gives_the_live_values_it_had,
+	                                        setup, teardown),
+	        cmocka_unit_test_setup_teardown(test_generation_history_is_bounded, setup,
 	                                        teardown),
 	        cmocka_unit_test_setup_teardown(test_get_returns_values_longer_than_4_kib_whole,
 	                                        setup, teardown),

@@ -1135,7 +1135,7 @@ static void test_live_update_and_history_reset_between_epochs(void **unused)
 	assert_int_equal(cfg_copy(&next, &r.c), 0);
 	next.preprocess.db_range[0] = 0;
 	next.preprocess.db_range[1] = 40;
-	assert_int_equal(pl_request_live(r.pl, &next, &ticket), 0);
+	assert_int_equal(pl_request_live(r.pl, &next, 2, &ticket), 0);
 	while (!pl_live_done(r.pl, ticket, &rc, err, sizeof(err)))
 		usleep(1000);
 	assert_int_equal(rc, 0);

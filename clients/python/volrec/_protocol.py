@@ -9,15 +9,16 @@ drift alone. The rest of the package reads offsets only from here.
 """
 from __future__ import annotations
 
+import math
 import struct
-from typing import Any, Dict, Mapping, NamedTuple, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .errors import ProtocolError
 
 PROTO_MAJOR = 1
-PROTO_MINOR = 2
+PROTO_MINOR = 3
 
 SHM_PREFIX = "/volrec."  # data segment "/volrec.<instance>"
 SHM_LEASE_SUFFIX = ".readers"  # lease segment "/volrec.<instance>.readers"
@@ -106,9 +107,20 @@ C_CONSTANTS: Mapping[str, Union[int, str]] = {
 DTYPE_SIZES: Mapping[int, int] = {code: dt.itemsize for code, dt in DTYPES.items()}
 
 
+def voxel_size(fields: Mapping[str, Any]) -> Tuple[Optional[float], Optional[float],
+                                                    Optional[float]]:
+    """The voxel size (dx, dy, dz) in µm of a slot header's or `vol` message's fields, None
+    for each size that is unknown (0 on the wire, or anything but a finite positive number)."""
+    out = []
+    for name in ("voxel_dx_um", "voxel_dy_um", "voxel_dz_um"):
+        v = float(fields.get(name, 0.0))
+        out.append(v if math.isfinite(v) and v > 0 else None)
+    return (out[0], out[1], out[2])
+
+
 class Field(NamedTuple):
     """One integer field of a C structure: its name, byte offset and struct format code
-    (B, H, I, Q unsigned; i signed 32-bit)."""
+    (B, H, I, Q unsigned; i signed 32-bit; d IEEE 754 binary64)."""
 
     name: str
     offset: int
@@ -177,6 +189,8 @@ SLOT_HEADER = Layout("volrec_slot_header", 128, [
     ("sequence", 0, "Q"), ("volume_id", 8, "Q"), ("epoch", 16, "Q"), ("offset_x", 24, "i"),
     ("offset_y", 28, "i"), ("t_first_ns", 32, "Q"), ("t_last_ns", 40, "Q"),
     ("t_publish_ns", 48, "Q"), ("latency_ns", 56, "Q"), ("flags", 64, "I"),
+    ("generation", 68, "I"), ("voxel_dx_um", 72, "d"), ("voxel_dy_um", 80, "d"),
+    ("voxel_dz_um", 88, "d"),
 ])
 
 #: struct volrec_lease_header: the lease segment's header at offset 0.
@@ -191,14 +205,16 @@ LEASE_ENTRY = Layout("volrec_lease_entry", 64, [
     ("heartbeat_ns", 24, "Q"),
 ])
 
-#: struct volrec_vol_msg: the body of a `vol` message (readers accept VOL_MSG_MIN bytes).
-VOL_MSG = Layout("volrec_vol_msg", 128, [
+#: struct volrec_vol_msg: the body of a `vol` message (readers accept VOL_MSG_MIN bytes; the
+#: fields past a shorter body, as a writer older than 1.3 sends, read as zero).
+VOL_MSG = Layout("volrec_vol_msg", 160, [
     ("magic", 0, "I"), ("major", 4, "H"), ("minor", 6, "H"), ("size", 8, "I"),
     ("slot", 12, "I"), ("session_id", 16, "Q"), ("sequence", 24, "Q"), ("volume_id", 32, "Q"),
     ("epoch", 40, "Q"), ("ny", 48, "I"), ("nx", 52, "I"), ("nz", 56, "I"), ("dtype", 60, "I"),
     ("offset_x", 64, "i"), ("offset_y", 68, "i"), ("t_first_ns", 72, "Q"),
     ("t_last_ns", 80, "Q"), ("t_publish_ns", 88, "Q"), ("latency_ns", 96, "Q"),
-    ("flags", 104, "I"), ("reserved0", 108, "I"),
+    ("flags", 104, "I"), ("generation", 108, "I"), ("voxel_dx_um", 112, "d"),
+    ("voxel_dy_um", 120, "d"), ("voxel_dz_um", 128, "d"),
 ])
 
 #: struct volrec_views_header: at the start of each slot's views area.
@@ -236,7 +252,7 @@ def decode_vol(body: bytes) -> Dict[str, int]:
     if len(body) < VOL_MSG_MIN or size < VOL_MSG_MIN or size != len(body):
         raise ProtocolError("vol message is malformed: %d bytes received, size field %d"
                             % (len(body), size))
-    m = VOL_MSG.unpack(body)
+    m = VOL_MSG.unpack(body + bytes(max(0, VOL_MSG.prefix - len(body))))
     if (m["dtype"] not in DTYPES or not (m["ny"] and m["nx"] and m["nz"])
             or not m["sequence"] or not m["session_id"]):
         raise ProtocolError("vol message is malformed: %r" % (m,))

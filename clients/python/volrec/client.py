@@ -5,10 +5,12 @@ daemon across restarts and rebuilds (docs/protocol.md §2.3, §4; docs/clients.m
 from __future__ import annotations
 
 import errno
+import json
 import math
 import numbers
 import os
 import re
+import socket
 import time
 from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
@@ -16,7 +18,7 @@ import numpy as np
 import zmq
 
 from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_VIEWS, SHM_HEADER, TEXT_MAX, TOPIC_EVENT,
-                        TOPIC_STATUS, TOPIC_VOL, decode_vol)
+                        TOPIC_STATUS, TOPIC_VOL, decode_vol, voxel_size)
 from ._segment import SHM_DIR, Session
 from .errors import Busy, NoDaemon, NotReady, ProtocolError, TornRead, Timeout, VolrecError
 from .views import Views, read_views
@@ -47,7 +49,10 @@ class VolumeArray(np.ndarray):  # type: ignore[type-arg]
     """A read-only numpy view [Y][X][Z] on a shared-memory slot, with the volume's metadata
     as attributes: sequence, slot, session_id, volume_id, epoch, offset_x, offset_y,
     t_first_ns, t_last_ns, t_publish_ns, latency_ns, volume_flags (the FLAG_* bits; `flags`
-    stays numpy's own), missed, and views (a mapping of the pictures published beside the
+    stays numpy's own), missed, voxel_size_um (dx, dy, dz) in µm with None for each size the
+    daemon does not know (docs/algorithms.md §6), generation (of the live parameters that made
+    the volume: Client.generation_values(n) gives them; 0 from a writer older than protocol
+    1.3), and views (a mapping of the pictures published beside the
     volume: views["bscan"] ..., each an ImageArray on the slot, under the same lease)."""
 
     sequence: int
@@ -63,6 +68,8 @@ class VolumeArray(np.ndarray):  # type: ignore[type-arg]
     latency_ns: int
     volume_flags: int
     missed: int
+    voxel_size_um: Tuple[Optional[float], Optional[float], Optional[float]]
+    generation: int
     views: Views
 
     def __array_finalize__(self, obj: Any) -> None:
@@ -161,6 +168,26 @@ class Client:
         except BaseException:
             self.close()
             raise
+
+    def generation_values(self, generation: int, timeout: float = 5.0) -> Dict[str, Any]:
+        """The live parameters of a generation (a volume's `generation`) as {key: value}, asked
+        of the daemon's control socket (<run_dir>/<instance>.ctl, docs/control.md); the daemon
+        keeps the last 256 generations. VolrecError when it does not keep this one."""
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+            raise ValueError("generation must be a whole number >= 1, not %r" % (generation,))
+        path = os.path.join(self.run_dir, self.instance + ".ctl")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(_seconds("timeout", timeout, none_ok=False))
+            try:
+                s.connect(path)
+                s.send(json.dumps({"op": "get", "generation": generation}).encode())
+                reply = json.loads(s.recv(1 << 20))
+            except OSError as e:
+                raise VolrecError("control socket %s: %s" % (path, e.strerror or e)) from None
+        if not reply.get("ok"):
+            raise VolrecError(str(reply.get("error")))
+        values: Dict[str, Any] = reply["values"]
+        return values
 
     # -- lifecycle
     def close(self) -> None:
@@ -271,7 +298,8 @@ class Client:
                             offset_x=sh["offset_x"], offset_y=sh["offset_y"],
                             t_first_ns=sh["t_first_ns"], t_last_ns=sh["t_last_ns"],
                             t_publish_ns=sh["t_publish_ns"], latency_ns=sh["latency_ns"],
-                            volume_flags=sh["flags"], missed=missed)
+                            volume_flags=sh["flags"], missed=missed,
+                            voxel_size_um=voxel_size(sh), generation=sh["generation"])
         self._held = arr
         self.received += 1
         return Lease(self, arr)
