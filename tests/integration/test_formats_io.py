@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: MIT
+"""Processed recordings in and out of the formats (docs/formats.md): `volrec record --compress`
+(HDF5's own shuffle + deflate filters) read back equal by h5py, `volrec process -o` writing any
+format by its suffix, and `volrec export` on a terminal (progress) and interrupted (Ctrl-C
+leaves nothing behind)."""
+import os
+import pty
+import select
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+h5py = pytest.importorskip("h5py")
+
+from test_formats import recording  # noqa: E402
+from test_tools import STRICT, TIMEOUT, Daemon  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def daemon(bin_dir):
+    d = Daemon(bin_dir)
+    yield d
+    d.close()
+
+
+# ---- volrec record --compress -------------------------------------------------------------
+
+def test_record_compress_reads_back_equal(daemon, tmp_path):
+    """Two recorders of the same daemon, one with --compress: h5py reads the compressed file's
+    volumes equal to the plain file's, matched by (session, sequence)."""
+    plain, packed = tmp_path / "plain.h5", tmp_path / "packed.h5"
+    a = daemon.volrec_popen("record", "-o", str(plain), "-n", "12")
+    b = daemon.volrec_popen("record", "-o", str(packed), "-n", "8", "--compress")
+    for p in (a, b):
+        out, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == 0 or (not STRICT and p.returncode == 4), (p.returncode, err)
+    with h5py.File(plain, "r") as f, h5py.File(packed, "r") as g:
+        v = g["volumes"]
+        assert v.compression == "gzip" and v.compression_opts == 1 and v.shuffle
+        assert v.chunks == (1, 36, 36, 256) and v.shape[0] == 8
+        assert f["volumes"].compression is None
+        # the per-volume columns are stored as they were
+        assert g["sequence"].compression is None and g["sequence"].shape == (8,)
+        where = {(int(s), int(q)): i for i, (s, q) in
+                 enumerate(zip(f["session"][:], f["sequence"][:]))}
+        same = 0
+        for j, key in enumerate(zip(g["session"][:], g["sequence"][:])):
+            i = where.get((int(key[0]), int(key[1])))
+            if i is not None:
+                np.testing.assert_array_equal(v[j], f["volumes"][i], err_msg=str(key))
+                same += 1
+        assert same >= 4, f"only {same} volumes in both files"
+        assert os.path.getsize(packed) < 8 * 36 * 36 * 256
+        want = v[:]
+    # volrec export reads the compressed file as any other
+    nibabel = pytest.importorskip("nibabel")
+    r = subprocess.run([str(daemon.bin / "volrec"), "export", str(packed), "-o",
+                        str(tmp_path / "p.nii"), "--series"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    img = nibabel.load(str(tmp_path / "p.nii"))
+    assert np.array_equal(np.asanyarray(img.dataobj), want.transpose(3, 2, 1, 0))
+
+
+def test_record_compress_level_and_range(daemon, tmp_path):
+    out = tmp_path / "l9.h5"
+    r = daemon.volrec("record", "-o", str(out), "-n", "2", "--compress=9")
+    assert r.returncode == 0 or (not STRICT and r.returncode == 4), r.stderr
+    with h5py.File(out, "r") as f:
+        assert f["volumes"].compression_opts == 9 and f["volumes"].shape[0] == 2
+    r = daemon.volrec("record", "-o", str(tmp_path / "x.h5"), "-n", "1", "--compress=10")
+    assert r.returncode == 2 and "1 to 9" in r.stderr
