@@ -20,7 +20,7 @@ volrec_LDLIBS = $(HDF5_LIBS) -lpng -lzmq -ljson-c
 volrec-process_SRCS = clients/volrec/helper_main.c clients/volrec/dispatch.c \
 	$(VOLREC_HELPER_CMD_SRCS) \
 	$(wildcard clients/volrec/process_*.c) $(VOLREC_H5_SRCS) clients/volrec/tool_png.c
-volrec-process_ARCHIVES = bench pl $(CORE_ARCHIVES)
+volrec-process_ARCHIVES = bench pl fmt $(CORE_ARCHIVES)
 volrec-process_LDLIBS = $(HDF5_LIBS) -lpng -lfftw3 -ljson-c $(CUDA_LDLIBS)
 # `volrec process` needs the helper: building the one builds the other.
 $(B)/bin/volrec: | $(B)/bin/volrec-process

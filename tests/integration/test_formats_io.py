@@ -73,3 +73,54 @@ def test_record_compress_level_and_range(daemon, tmp_path):
         assert f["volumes"].compression_opts == 9 and f["volumes"].shape[0] == 2
     r = daemon.volrec("record", "-o", str(tmp_path / "x.h5"), "-n", "1", "--compress=10")
     assert r.returncode == 2 and "1 to 9" in r.stderr
+
+
+# ---- volrec process -o OUT in any format ----------------------------------------------------
+
+PROCESS_CFG = ("geometry:\n  samples_per_ascan: 32\n  ascans_per_bscan: 4\n"
+               "  bscans_per_volume: 3\n  stride: [2, 2]\n  depth_range: [2, 14]\n"
+               "source:\n  type: synth\n")
+
+
+def process(bin_dir, cfg, out, *extra):
+    return subprocess.run([str(bin_dir / "volrec"), "process", "-c", str(cfg), "-o", str(out),
+                           "-n", "3", *extra], capture_output=True, text=True, timeout=120)
+
+
+def test_process_writes_any_format_by_suffix(bin_dir, tmp_path):
+    """process -o OUT.ome.tif / .nii / .ome.zarr holds the volumes process -o OUT.h5 holds (the
+    synthetic source is the same each run), with nothing left beside it."""
+    tifffile = pytest.importorskip("tifffile")
+    nibabel = pytest.importorskip("nibabel")
+    zarr = pytest.importorskip("zarr")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(PROCESS_CFG)
+    r = process(bin_dir, cfg, tmp_path / "p.h5")
+    if r.returncode != 0:
+        pytest.skip(f"volrec process: {r.stderr.strip()}")
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        vols = f["volumes"][:]
+    assert vols.shape[0] == 3
+    for name in ("p.ome.tif", "p.nii", "p.ome.zarr"):
+        r = process(bin_dir, cfg, tmp_path / name)
+        assert r.returncode == 0, (name, r.stderr)
+        assert not (tmp_path / (name + ".partial.h5")).exists()
+        assert not (tmp_path / (name + ".partial")).exists()
+    with tifffile.TiffFile(str(tmp_path / "p.ome.tif")) as tif:
+        assert tif.is_ome
+        assert np.array_equal(tif.series[0].asarray(), vols.transpose(0, 1, 3, 2))
+    for t in range(3):
+        img = nibabel.load(str(tmp_path / f"p_{t:05d}.nii"))
+        assert np.array_equal(np.asanyarray(img.dataobj), vols[t].transpose(2, 1, 0))
+    g = zarr.open_group(str(tmp_path / "p.ome.zarr"), mode="r")
+    assert np.array_equal(g["0"][:], vols)
+    assert g.attrs["volrec"]["source"] == str(cfg)
+    assert g.attrs["volrec"]["volumes"]["epoch"] == [0, 1, 2]
+
+
+def test_process_other_format_refuses_lowres(bin_dir, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(PROCESS_CFG)
+    r = process(bin_dir, cfg, tmp_path / "p.ome.tif", "--lowres")
+    assert r.returncode == 2 and "HDF5 only" in r.stderr
+    assert not list(tmp_path.glob("p.*"))
