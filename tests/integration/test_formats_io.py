@@ -124,3 +124,79 @@ def test_process_other_format_refuses_lowres(bin_dir, tmp_path):
     r = process(bin_dir, cfg, tmp_path / "p.ome.tif", "--lowres")
     assert r.returncode == 2 and "HDF5 only" in r.stderr
     assert not list(tmp_path.glob("p.*"))
+
+
+# ---- volrec export on a terminal, and interrupted ----------------------------------------------
+
+def export_on_pty(bin_dir, src, out, *extra, interrupt=False, timeout=120):
+    """Run `volrec export` with stdout and stderr on a pseudo-terminal; interrupt: SIGINT once
+    the first progress line shows (a volume written, more to come). (returncode, output)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([str(bin_dir / "volrec"), "export", str(src), "-o", str(out), *extra],
+                         stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    text, sent = b"", False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the other side closed: the process ended
+                    chunk = b""
+                if not chunk and p.poll() is not None:
+                    break
+                text += chunk
+            elif p.poll() is not None:
+                break
+            if interrupt and not sent and b"volumes/s" in text:
+                p.send_signal(signal.SIGINT)
+                sent = True
+        rc = p.wait(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    assert not interrupt or sent, text.decode(errors="replace")
+    return rc, text.decode(errors="replace")
+
+
+def test_export_shows_progress_on_a_terminal(bin_dir, tmp_path):
+    src = tmp_path / "rec.h5"
+    recording(src, shape=(12, 20, 30, 600))
+    rc, text = export_on_pty(bin_dir, src, tmp_path / "r.ome.tif")
+    assert rc == 0, text
+    lines = [s for s in text.replace("\r", "\n").split("\n") if "volumes/s" in s]
+    assert lines, text
+    last = lines[-1]
+    assert "100%" in last and "12/12 volumes" in last and " left" in last, last
+    assert all(("%" in s and " left" in s) for s in lines)
+    # the time left is m:ss
+    assert any(part.count(":") == 1 for part in last.split()), last
+
+
+def test_export_without_a_terminal_shows_no_progress(bin_dir, tmp_path):
+    src = tmp_path / "rec.h5"
+    recording(src, shape=(2, 4, 4, 8))
+    r = subprocess.run([str(bin_dir / "volrec"), "export", str(src), "-o",
+                        str(tmp_path / "r.nii")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "volumes/s" not in r.stderr and "\r" not in r.stderr
+
+
+# the slow writers (zlib, blosc on one thread), so that the signal comes before the end: per
+# volume files, one file, a folder
+@pytest.mark.parametrize("name,extra", [("r.nii.gz", []), ("r.nii.gz", ["--series"]),
+                                        ("r.ome.zarr", ["-t", "1"])])
+def test_ctrl_c_mid_export_leaves_nothing(bin_dir, tmp_path, name, extra):
+    """SIGINT after the first volume: exit 1, and neither OUT, OUT.partial nor any per-volume
+    file is left."""
+    src = tmp_path / "rec.h5"
+    recording(src, shape=(60, 40, 60, 600))
+    out = tmp_path / "o" / name
+    out.parent.mkdir()
+    rc, text = export_on_pty(bin_dir, src, out, *extra, interrupt=True)
+    assert rc == 1, text
+    assert "interrupted" in text and "nothing written" in text, text
+    assert sorted(os.listdir(out.parent)) == []
