@@ -257,38 +257,25 @@ static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
 	}
 	int rc = zarr_write_file(path, out, (size_t)k);
 
+	if (rc == -ENOENT) {
+		/* the first chunk of its folder: the folders t, cy and cx under LEVEL (made at
+		 * open) are made here, by whichever thread comes first (EEXIST is fine) */
+		char *slash = strchr(path + strlen(z->tmp) + 1, '/');
+
+		rc = 0;
+		while (rc == 0 && slash && (slash = strchr(slash + 1, '/'))) {
+			*slash = 0;
+			rc = zarr_mkdir(path);
+			*slash = '/';
+		}
+		if (rc == 0)
+			rc = zarr_write_file(path, out, (size_t)k);
+	}
+
 	if (rc < 0)
 		zarr_fail(z, rc, path, NULL);
 	else
 		atomic_fetch_add(&z->written, (unsigned long long)k);
-}
-
-/* The folders of volume t: LEVEL/t/cy/cx. */
-static int zarr_mkdirs(struct zarr *z, char *err, size_t errlen)
-{
-	char path[PATH_MAX];
-	int rc;
-
-	for (unsigned l = 0; l < z->nlevels; l++) {
-		const struct zarr_level *lv = &z->lv[l];
-
-		snprintf(path, sizeof(path), "%s/%u/%llu", z->tmp, l, (unsigned long long)z->t);
-		if ((rc = zarr_mkdir(path)) < 0)
-			return vr_err_errno(err, errlen, rc, "%s", path);
-		for (uint32_t cy = 0; cy < lv->nchunks[0]; cy++) {
-			snprintf(path, sizeof(path), "%s/%u/%llu/%u", z->tmp, l,
-			         (unsigned long long)z->t, cy);
-			if ((rc = zarr_mkdir(path)) < 0)
-				return vr_err_errno(err, errlen, rc, "%s", path);
-			for (uint32_t cx = 0; cx < lv->nchunks[1]; cx++) {
-				snprintf(path, sizeof(path), "%s/%u/%llu/%u/%u", z->tmp, l,
-				         (unsigned long long)z->t, cy, cx);
-				if ((rc = zarr_mkdir(path)) < 0)
-					return vr_err_errno(err, errlen, rc, "%s", path);
-			}
-		}
-	}
-	return 0;
 }
 
 /* ---- metadata ------------------------------------------------------------------------------ */
@@ -517,9 +504,6 @@ static int zarr_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *
 		if (rc < 0)
 			return vr_err(err, errlen, rc, "%s", z->err);
 	}
-	rc = zarr_mkdirs(z, err, errlen);
-	if (rc < 0)
-		return rc;
 	rc = zarr_run(z, z->ntasks, zarr_chunk);
 	if (rc < 0)
 		return vr_err(err, errlen, rc, "%s", z->err);
