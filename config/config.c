@@ -277,6 +277,25 @@ static int check_path(struct cfg_ctx *ctx, const char *const *paths, size_t i, b
 	return 0;
 }
 
+/* A window type set alone carries its own parameter, as a file that names the type alone
+ * does: the parameter follows unless it was chosen, which is taken as holding another value
+ * than the present type's default (a tukey set over the default hann gets alpha 0.5, not
+ * 0.4). */
+static void window_param_follows(struct cfg_ctx *ctx, const char *const *paths, size_t n)
+{
+	const struct cfg_key *param = cfg_key_find("preprocess.window.param");
+	bool type_set = false;
+
+	for (size_t i = 0; i < n; i++) {
+		if (cfg_path_under("preprocess.window.param", paths[i]))
+			return; /* the parameter (or its whole section) is given */
+		type_set |= !strcmp(paths[i], "preprocess.window.type");
+	}
+	if (type_set && ctx->cfg->preprocess.window.param ==
+	                        cfg_window_param_default((int)ctx->cfg->preprocess.window.type))
+		ctx->given[param - cfg_keys] = false;
+}
+
 static int set_keys(struct vr_config *cfg, const char *const *paths, const char *const *values,
                     size_t n, bool live_only, char *err, size_t errlen)
 {
@@ -302,6 +321,7 @@ static int set_keys(struct vr_config *cfg, const char *const *paths, const char 
 		ctx.base_dir[0] = '\0';
 	for (size_t i = 0; i < cfg_nkeys; i++)
 		ctx.given[i] = cfg_key_present(&cfg_keys[i], next);
+	window_param_follows(&ctx, paths, n);
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = check_path(&ctx, paths, i, live_only);
 	for (size_t i = 0; i < n && !rc; i++) {

@@ -44,6 +44,8 @@
 enum cfg_backend { CFG_BACKEND_AUTO, CFG_BACKEND_CUDA, CFG_BACKEND_CPU };
 enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
 enum cfg_replay_format { CFG_REPLAY_AUTO, CFG_REPLAY_RAW };
+/* What a replayed recording does with an epoch whose CRC-32C is wrong. */
+enum cfg_crc_error { CFG_CRC_STOP, CFG_CRC_SKIP };
 /* Raw sample types (ALGORITHMS.md §0); u12p and u12gv pack two 12-bit samples in 3 bytes. */
 enum cfg_sample {
 	CFG_SAMPLE_U16,
@@ -117,6 +119,7 @@ struct vr_config {
 			char path[CFG_PATH_MAX];
 			enum cfg_replay_format format;
 			bool loop;
+			enum cfg_crc_error on_crc_error;
 		} replay;
 		struct {
 			uint64_t seed;
@@ -232,6 +235,14 @@ struct vr_config {
 			uint32_t every;       /* render every Nth volume; 0: auto (GPU 1, CPU 5) */
 		} render;
 	} view;
+
+	struct {
+		char dir[CFG_PATH_MAX];  /* where raw recordings go: <dir>/<NAME>.vrr */
+		double min_free_gb;      /* recordings never leave less free space (GB) */
+		char name[CFG_NAME_MAX]; /* headless: record raw into NAME at start ("": no) */
+		uint64_t epochs;         /* headless: that many epochs (0: until stopped) */
+		double seconds;          /* headless: or that long (0: until stopped) */
+	} record;
 };
 
 /* Derived sizes; valid only on a validated config. */
@@ -355,6 +366,7 @@ bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config 
 	X(backend, enum cfg_backend)                                                               \
 	X(source, enum cfg_source)                                                                 \
 	X(replay_format, enum cfg_replay_format)                                                   \
+	X(crc_error, enum cfg_crc_error)                                                           \
 	X(sample, enum cfg_sample)                                                                 \
 	X(background, enum cfg_background)                                                         \
 	X(resample, enum cfg_resample)                                                             \

@@ -161,4 +161,8 @@ int cfg_parse_value(struct cfg_ctx *ctx, const char *path, const char *text);
 /* Cross-field checks, defaults that depend on other keys, files and tables. */
 int cfg_validate(struct cfg_ctx *ctx);
 
+/* The default of preprocess.window.param for a window type (gauss sigma 0.4, tukey alpha 0.5;
+ * the others take none). */
+double cfg_window_param_default(int type);
+
 #endif

@@ -14,6 +14,7 @@
 static const char *const backend_names[] = {"auto", "cuda", "cpu", NULL};
 static const char *const source_names[] = {"synth", "replay", "shim", NULL};
 static const char *const replay_format_names[] = {"auto", "raw", NULL};
+static const char *const crc_error_names[] = {"stop", "skip", NULL};
 static const char *const phantom_names[] = {"retina", "mirror", "tilted", NULL};
 static const char *const sample_names[] = {"u16", "i16", "f32", "u12p", "u12gv", NULL};
 static const char *const background_names[] = {
@@ -102,6 +103,7 @@ const struct cfg_key cfg_keys[] = {
         PATH(source.replay.path, "", STRUCTURAL),
         ENUM(source.replay.format, replay_format_names, CFG_REPLAY_AUTO, STRUCTURAL),
         BOOL(source.replay.loop, true, STRUCTURAL),
+        ENUM(source.replay.on_crc_error, crc_error_names, CFG_CRC_STOP, STRUCTURAL),
         U64(source.synth.seed, 1, STRUCTURAL),
         NAME(source.synth.phantom, phantom_names, "retina", STRUCTURAL),
         F64_AS("source.synth.motion.deg_per_s", source.synth.deg_per_s, -360, 360, 0.25,
@@ -177,6 +179,11 @@ const struct cfg_key cfg_keys[] = {
         F64S(view.render.spacing, 0, 1e6, "[dx, dy, dz]", LIVE, .gt_min = true, .def = {1, 1, 1}),
         F64(view.render.step, 0, 1e6, 0, LIVE),
         U32(view.render.every, 0, 1000, 0, LIVE),
+        PATH(record.dir, "/var/lib/volrec/recordings", STRUCTURAL),
+        F64(record.min_free_gb, 0, 1e9, 1, STRUCTURAL),
+        STR(record.name, "", STRUCTURAL),
+        U64(record.epochs, 0, STRUCTURAL),
+        F64(record.seconds, 0, 1e9, 0, STRUCTURAL),
 };
 const size_t cfg_nkeys = sizeof(cfg_keys) / sizeof(cfg_keys[0]);
 _Static_assert(sizeof(cfg_keys) / sizeof(cfg_keys[0]) <= CFG_KEYS_MAX, "CFG_KEYS_MAX too small");

@@ -467,7 +467,7 @@ static int check_preprocess(struct cfg_ctx *ctx)
 	bool param = cfg_given(ctx, "preprocess.window.param");
 	double p = c->preprocess.window.param;
 	if (!param)
-		c->preprocess.window.param = c->preprocess.window.type == CFG_WIN_TUKEY ? 0.5 : 0.4;
+		c->preprocess.window.param = cfg_window_param_default(c->preprocess.window.type);
 	else if (c->preprocess.window.type == CFG_WIN_GAUSS && !(p > 0))
 		return cfg_error(ctx, -ERANGE, "preprocess.window.param",
 		                 "%g is out of range for gauss (sigma as a fraction of the "
@@ -644,6 +644,11 @@ static int check_view(struct cfg_ctx *ctx)
 			        (unsigned long long)CFG_RENDER_SAMPLES_MAX);
 	}
 	return 0;
+}
+
+double cfg_window_param_default(int type)
+{
+	return type == CFG_WIN_TUKEY ? 0.5 : 0.4;
 }
 
 int cfg_validate(struct cfg_ctx *ctx)

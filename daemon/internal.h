@@ -115,6 +115,31 @@ struct pl_pipeline *vrd_pipeline_engine(struct vrd_pipeline *vp);
 /* Sources a stop left inside one of their calls (event source_abandoned) in this process. */
 unsigned vrd_pipeline_abandoned(void);
 struct vrd_pub *vrd_pipeline_pub(struct vrd_pipeline *vp);
+struct vrd_raw *vrd_pipeline_raw(struct vrd_pipeline *vp);
+
+/* ---- the raw recorder (vrd_raw.c) ---- */
+struct vrd_raw;
+
+/* A recorder for cfg's geometry, idle; its tap (vrd_raw_tap) goes into the pipeline's options
+ * and the recorder must outlive the pipeline. */
+int vrd_raw_open(const struct vr_config *cfg, struct vrd_raw **out, char *err,
+                 size_t errlen) VR_MUST_CHECK;
+void vrd_raw_tap(struct vrd_raw *r, struct pl_tap *tap);
+/* Whether name may name a recording: [A-Za-z0-9_.-], not starting with '.', < CFG_NAME_MAX. */
+bool vrd_raw_name_ok(const char *name);
+/* Record raw epochs into <cfg->record.dir>/<name>.vrr from the next epoch on: epochs of them
+ * (0: until stopped) or for seconds (0: until stopped). Refused (-EBUSY) while one is in
+ * progress, (-ENOSPC) when it would leave less than record.min_free_gb, (-EEXIST) when the
+ * file exists. */
+int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *name, uint64_t epochs,
+                  double seconds, char *err, size_t errlen) VR_MUST_CHECK;
+/* Stop taking epochs; what is queued is written and the file closed by the recorder's thread.
+ * -ENOENT when none is in progress. */
+int vrd_raw_stop(struct vrd_raw *r, char *err, size_t errlen);
+/* The status's "recording" object (a new reference). */
+struct json_object *vrd_raw_status(struct vrd_raw *r);
+/* Finish a recording in progress (its queue written) and free r; NULL is fine. */
+void vrd_raw_close(struct vrd_raw *r);
 
 /* ---- events and the service (vrd_service.c) ---- */
 /* Log and publish an `event` message {"event": name, "instance", "time", "session",

@@ -192,8 +192,65 @@ static char *op_status(const struct vrd_ctl_ops *svc, struct json_object *req, c
 	return reply_text(o);
 }
 
-/* The ops: each takes op, id, expires_ms and its one field (NULL: none); any other field is
- * refused. */
+/* record_start: {"raw": true, "name": NAME, "epochs": E | "seconds": S}. */
+static char *op_record_start(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
+                             const struct vrd_ctl_peer *peer)
+{
+	struct json_object *raw, *name, *ep, *sec;
+	char err[CFG_ERR_MAX];
+	uint64_t epochs = 0;
+	double seconds = 0;
+	bool has_ep, has_sec;
+
+	if (!svc->record_start)
+		return reply_error(id, "record_start: not available");
+	if (!json_object_object_get_ex(req, "raw", &raw) ||
+	    !json_object_is_type(raw, json_type_boolean) || !json_object_get_boolean(raw))
+		return reply_error(id,
+		                   "record_start: raw must be true (volrecd records raw spectra; "
+		                   "volumes are recorded by `volrec record`)");
+	if (!json_object_object_get_ex(req, "name", &name) ||
+	    !json_object_is_type(name, json_type_string))
+		return reply_error(id, "record_start: name must be a string (letters, digits, '-', "
+		                       "'_' and '.', not first)");
+	has_ep = json_object_object_get_ex(req, "epochs", &ep);
+	has_sec = json_object_object_get_ex(req, "seconds", &sec);
+	if (has_ep && has_sec)
+		return reply_error(id, "record_start: epochs and seconds given together (one of "
+		                       "them, or neither to record until record_stop)");
+	if (has_ep) {
+		if (!json_object_is_type(ep, json_type_int) || json_object_get_int64(ep) < 1)
+			return reply_error(id, "record_start: epochs must be a whole number >= 1");
+		epochs = (uint64_t)json_object_get_int64(ep);
+	}
+	if (has_sec) {
+		if ((!json_object_is_type(sec, json_type_int) &&
+		     !json_object_is_type(sec, json_type_double)) ||
+		    !(json_object_get_double(sec) > 0) || json_object_get_double(sec) > 1e9)
+			return reply_error(id, "record_start: seconds must be a number > 0");
+		seconds = json_object_get_double(sec);
+	}
+	if (svc->record_start(svc->ctx, json_object_get_string(name), epochs, seconds, peer, err,
+	                      sizeof(err)) < 0)
+		return reply_error(id, "%s", err);
+	return reply_text(reply_new(true, id));
+}
+
+static char *op_record_stop(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
+                            const struct vrd_ctl_peer *peer)
+{
+	char err[CFG_ERR_MAX];
+
+	(void)req;
+	if (!svc->record_stop)
+		return reply_error(id, "record_stop: not available");
+	if (svc->record_stop(svc->ctx, peer, err, sizeof(err)) < 0)
+		return reply_error(id, "%s", err);
+	return reply_text(reply_new(true, id));
+}
+
+/* The ops: each takes op, id, expires_ms and its fields (none, one or several: a list
+ * separated by spaces); any other field is refused. */
 static const struct {
 	const char *name, *field;
 	char *(*answer)(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
@@ -203,7 +260,24 @@ static const struct {
         {"set", "values", op_set},
         {"reset_history", NULL, op_reset_history},
         {"status", NULL, op_status},
+        {"record_start", "raw name epochs seconds", op_record_start},
+        {"record_stop", NULL, op_record_stop},
 };
+
+/* Whether k is one of the space-separated fields of list (NULL: none). */
+static bool field_known(const char *list, const char *k)
+{
+	size_t n = strlen(k);
+
+	for (const char *p = list; p && *p;) {
+		const char *e = strchr(p, ' ');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (len == n && !strncmp(p, k, n))
+			return true;
+		p = e ? e + 1 : p + len;
+	}
+	return false;
+}
 
 /*
  * A request that carries expires_ms (CLOCK_MONOTONIC milliseconds: the socket is ipc://, on
@@ -293,8 +367,8 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 	}
 	if (!json_object_object_get_ex(req, "op", &op) ||
 	    !json_object_is_type(op, json_type_string)) {
-		reply = reply_error(id, "op: missing or not a string (get, set, reset_history or "
-		                        "status)");
+		reply = reply_error(id, "op: missing or not a string (get, set, reset_history, "
+		                        "status, record_start or record_stop)");
 		goto out;
 	}
 	name = json_object_get_string(op);
@@ -302,7 +376,9 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 		;
 	if (i == VR_ARRAY_SIZE(OPS)) {
 		vr_utf8_sanitize(name, shown, sizeof(shown));
-		reply = reply_error(id, "op: '%s' is unknown (get, set, reset_history or status)",
+		reply = reply_error(id,
+		                    "op: '%s' is unknown (get, set, reset_history, status, "
+		                    "record_start or record_stop)",
 		                    shown);
 		goto out;
 	}
@@ -310,7 +386,7 @@ char *vrd_ctl_answer(const struct vrd_ctl_ops *svc, const char *request, size_t 
 	{
 		(void)v;
 		if (strcmp(k, "op") && strcmp(k, "id") && strcmp(k, "expires_ms") &&
-		    strcmp(k, "via") && (!OPS[i].field || strcmp(k, OPS[i].field))) {
+		    strcmp(k, "via") && !field_known(OPS[i].field, k)) {
 			vr_utf8_sanitize(k, shown, sizeof(shown));
 			reply = reply_error(
 			        id, "%s: unknown field '%s' (it takes op, id, expires_ms%s%s)",

@@ -49,6 +49,11 @@ struct vrd_ctl_ops {
 	int (*reset_history)(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen);
 	/* The status object (a new reference; the same JSON as the status message). */
 	struct json_object *(*status)(void *ctx);
+	/* Start a raw recording named name (checked: vrd_raw_name_ok) of epochs epochs or
+	 * seconds seconds (0: until stopped); stop the one in progress. */
+	int (*record_start)(void *ctx, const char *name, uint64_t epochs, double seconds,
+	                    const struct vrd_ctl_peer *peer, char *err, size_t errlen);
+	int (*record_stop)(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen);
 };
 
 struct vrd_ctl;

@@ -13,6 +13,8 @@
 struct vrd_pipeline {
 	struct pl_pipeline *pl;
 	struct vrd_pub *pub;
+	struct vrd_raw *raw; /* the raw recorder, tapping acquisition */
+	struct pl_tap tap;
 };
 
 /* Sources left inside a call by a stop (event source_abandoned), in this process */
@@ -34,6 +36,19 @@ static void on_event(void *ctx, const struct pl_event *ev)
 		vrd_log(prio[ev->level], ev->name, "%s", ev->message);
 }
 
+/* record.name: a raw recording from the first epoch on (headless capture); a failure is
+ * logged, the service runs all the same. */
+static void record_at_start(struct vrd_pipeline *vp, const struct vr_config *cfg)
+{
+	char err[512];
+
+	if (!cfg->record.name[0])
+		return;
+	if (vrd_raw_start(vp->raw, cfg, cfg->record.name, cfg->record.epochs, cfg->record.seconds,
+	                  err, sizeof(err)) < 0)
+		vrd_log(LOG_WARNING, "record_failed", "record.name: %s", err);
+}
+
 int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, char *err,
                        size_t errlen)
 {
@@ -50,6 +65,11 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 	vp = calloc(1, sizeof(*vp));
 	if (!vp)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	rc = vrd_raw_open(cfg, &vp->raw, err, errlen);
+	if (rc < 0)
+		goto fail;
+	vrd_raw_tap(vp->raw, &vp->tap);
+	o.tap = &vp->tap;
 	rc = pl_open(&o, &vp->pl, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -57,6 +77,7 @@ int vrd_pipeline_start(const struct vr_config *cfg, struct vrd_pipeline **out, c
 	if (rc < 0)
 		goto fail;
 	vrd_pub_sink(vp->pub, &sink);
+	record_at_start(vp, cfg);
 	rc = pl_start(vp->pl, &sink, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -72,6 +93,7 @@ void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm)
 	if (!vp)
 		return;
 	pl_stop(vp->pl);
+	vrd_raw_close(vp->raw);             /* acquisition is over: what is queued is written */
 	vrd_pub_close(vp->pub, unlink_shm); /* before the backend it registered with goes */
 	pl_close(vp->pl);
 	free(vp);
@@ -90,4 +112,9 @@ struct pl_pipeline *vrd_pipeline_engine(struct vrd_pipeline *vp)
 struct vrd_pub *vrd_pipeline_pub(struct vrd_pipeline *vp)
 {
 	return vp->pub;
+}
+
+struct vrd_raw *vrd_pipeline_raw(struct vrd_pipeline *vp)
+{
+	return vp->raw;
 }

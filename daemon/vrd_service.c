@@ -532,6 +532,7 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset_u64(o, "connections_refused", ws.connections_refused);
 	jset(st, "publisher", o);
 	jset(st, "uptime_s", jnum((double)(now - s->started_ns) / 1e9));
+	jset(st, "recording", vrd_raw_status(vrd_pipeline_raw(s->pl)));
 	status_service(s, st);
 	return st;
 }
@@ -906,10 +907,35 @@ static struct json_object *ctl_status(void *ctx)
 	return status_json(s, &snap, vrd_pub_readers(vrd_pipeline_pub(s->pl)), vr_mono_ns());
 }
 
+static int ctl_record_start(void *ctx, const char *name, uint64_t epochs, double seconds,
+                            const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	struct service *s = ctx;
+	char who[64 + VRD_CTL_VIA_MAX];
+	int rc;
+
+	peer_text(peer, who, sizeof(who));
+	rc = vrd_raw_start(vrd_pipeline_raw(s->pl), &s->cur, name, epochs, seconds, err, errlen);
+	if (rc == 0)
+		vrd_log(LOG_NOTICE, NULL, "record_start by %s: raw recording %s", who, name);
+	return rc;
+}
+
+static int ctl_record_stop(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	struct service *s = ctx;
+	char who[64 + VRD_CTL_VIA_MAX];
+
+	peer_text(peer, who, sizeof(who));
+	vrd_log(LOG_INFO, NULL, "record_stop by %s", who);
+	return vrd_raw_stop(vrd_pipeline_raw(s->pl), err, errlen);
+}
+
 /* (Re)open the control socket of the instance in force; a failure is logged, not fatal. */
 static void ctl_open(struct service *s)
 {
-	const struct vrd_ctl_ops o = {s, ctl_config, ctl_apply, ctl_reset, ctl_status};
+	const struct vrd_ctl_ops o = {s,          ctl_config,       ctl_apply,      ctl_reset,
+	                              ctl_status, ctl_record_start, ctl_record_stop};
 	char path[CFG_PATH_MAX + CFG_NAME_MAX + 16], err[512];
 
 	vrd_ctl_close(s->ctl);

@@ -390,7 +390,7 @@ static enum acq_next epoch_begin(struct pl_pipeline *pl, struct acq *a, struct a
 	bool stop;
 	int rc;
 
-	if (pl->epochs && a->e >= pl->epochs) {
+	if (pl->epochs && a->e - pl->first_epoch >= pl->epochs) {
 		atomic_store(&pl->acq_state, PL_ACQ_ENDED);
 		return ACQ_STOP;
 	}
@@ -549,6 +549,13 @@ static void bscan_commit(struct pl_pipeline *pl, struct acq *a, struct acq_epoch
 			pthread_mutex_unlock(&pl->mu);
 		}
 	}
+	if (pl->opt.tap && !(meta->flags & (VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)))
+		pl->opt.tap->bscan(pl->opt.tap->ctx, a->e, ep->b, data, pl->bscan_bytes,
+		                   meta->timestamp_ns,
+		                   (ep->gapped ? PL_TAP_GAP : 0) |
+		                           (ep->dropping && ep->dropping_why == PL_DROP_RING_FULL
+		                                    ? PL_TAP_RING_FULL
+		                                    : 0));
 	pthread_mutex_lock(&pl->mu);
 	if (meta->flags & (VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)) {
 		/* the source has no data for this position (docs/shim.md): not a fault, but the
@@ -625,6 +632,8 @@ static enum acq_next epoch_end(struct pl_pipeline *pl, struct acq *a, struct acq
 	else
 		pl->acq_got = 0; /* complete (or dropped whole): processing's now */
 	pthread_mutex_unlock(&pl->mu);
+	if (pl->opt.tap)
+		pl->opt.tap->epoch_end(pl->opt.tap->ctx, a->e, !ep->cut);
 	if (ep->cut) {
 		if (!a->recovering)
 			return ACQ_STOP; /* stopping */
@@ -682,7 +691,7 @@ static void acq_exit(struct pl_pipeline *pl)
 void *pl_acq_main(void *arg)
 {
 	struct pl_pipeline *pl = arg;
-	struct acq a = {0};
+	struct acq a = {.e = pl->first_epoch};
 	enum acq_next next = ACQ_NEXT;
 
 	while (next == ACQ_NEXT) {

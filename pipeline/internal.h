@@ -92,9 +92,10 @@ struct pl_pipeline {
 	size_t bscan_bytes;
 	int timeout_ms;
 	uint32_t ny;
-	int depth;       /* 1 or 2 */
-	uint64_t epochs; /* pl_run: acquire epochs 0..epochs-1, then end (0: until pl_stop) */
-	bool block;      /* wait for room instead of dropping */
+	int depth;            /* 1 or 2 */
+	uint64_t epochs;      /* pl_run: acquire that many epochs, then end (0: until pl_stop) */
+	uint64_t first_epoch; /* the first epoch acquired: the source's (a recording's first) */
+	bool block;           /* wait for room instead of dropping */
 
 	void *ring_mem;    /* copying path: the ring's B-scans (host_alloc) */
 	void *scratch;     /* where B-scans of a dropped epoch land */

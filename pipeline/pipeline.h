@@ -60,6 +60,25 @@ struct pl_sink {
 	void (*abort)(void *ctx);
 };
 
+/* ---- the raw tap: acquired B-scans, for a recorder ----------------------------------------- */
+
+#define PL_TAP_GAP       0x1u /* the source lost data before this B-scan */
+#define PL_TAP_RING_FULL 0x2u /* processing has no room for this epoch: it drops it */
+
+/*
+ * A second consumer of the raw B-scans beside processing, called from the acquisition thread
+ * for every B-scan acquisition accepts (in order, whether or not processing keeps its epoch)
+ * and at the end of each epoch. It must never wait for anything slow (a disk): it copies what
+ * it keeps and returns. data is valid during the call only.
+ */
+struct pl_tap {
+	void *ctx;
+	void (*bscan)(void *ctx, uint64_t epoch, uint32_t b, const void *data, size_t bytes,
+	              uint64_t t_ns, unsigned marks);
+	/* whole: every B-scan of the epoch was handed to bscan(); false when it was cut short */
+	void (*epoch_end)(void *ctx, uint64_t epoch, bool whole);
+};
+
 /* ---- events ------------------------------------------------------------------------------ */
 
 enum pl_level { PL_DEBUG, PL_INFO, PL_NOTICE, PL_WARNING, PL_ERR };
@@ -102,6 +121,7 @@ struct pl_options {
 	                   struct src_source *src, char *err, size_t errlen);
 	void (*source_close)(void *ctx, struct src_source *src);
 	void *source_ctx;
+	const struct pl_tap *tap; /* copied; NULL: none. Its ctx must outlive the pipeline. */
 };
 
 /*
@@ -139,8 +159,8 @@ void pl_stop(struct pl_pipeline *pl);
 void pl_close(struct pl_pipeline *pl);
 
 /*
- * The blocking form (curl's easy_perform over the engine): start into sink, acquire epochs
- * 0..epochs-1, wait until they are processed, the source has ended, or (stop_on_fault) a
+ * The blocking form (curl's easy_perform over the engine): start into sink, acquire `epochs`
+ * epochs from the source's first (0, or a recording's first recorded epoch), wait until they are processed, the source has ended, or (stop_on_fault) a
  * fault or error ended the run, then stop. Returns 0 or the error (its message in err);
  * pl_stats() then says how many volumes were published.
  */

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "recording.h"
 
 #define DIM_MAX (1u << 20) /* largest K, nx, ny accepted in a header */
 
@@ -43,6 +44,16 @@ struct replay {
 	bool pend;
 	uint64_t pend_epoch;
 	_Atomic uint64_t refs; /* acquire_ref() references not yet released */
+	/* version 2 (recordings): the index of the complete frames */
+	struct src_rec_frame *frames;
+	uint64_t nframes;
+	uint64_t frame_bytes; /* a frame: head and data, padded */
+	uint64_t first, span; /* first recorded epoch; epochs from it to the last one */
+	bool crc_skip;        /* source.replay.on_crc_error: skip */
+	bool cur_lost;        /* the epoch being read is delivered as lost (skipped, or left out) */
+	uint64_t cur_frame;   /* the frame it is read from */
+	uint64_t crc_skipped; /* epochs skipped for a wrong CRC-32C */
+	uint8_t *crc_buf;     /* copying path: where an epoch's bytes are read to check them */
 };
 _Static_assert(offsetof(struct replay, com) == 0, "src_common_strerror() reads com");
 
@@ -75,6 +86,26 @@ static void printable(char *dst, const uint8_t *src, size_t n)
 	for (size_t i = 0; i < n; i++)
 		dst[i] = src[i] >= 0x20 && src[i] < 0x7f ? (char)src[i] : '.';
 	dst[n] = 0;
+}
+
+/* The metadata at meta (len bytes; buf the header's start): YAML text, without a NUL byte.
+ * With info, *h is the parsed header to hand out on success. */
+static int metadata_check(const uint8_t *meta, uint32_t len, const uint8_t *buf,
+                          struct src_replay_info *info, const struct src_replay_info *h, char *err,
+                          size_t errlen)
+{
+	const void *nul = memchr(meta, 0, len);
+
+	if (nul)
+		return vr_err(err, errlen, -EINVAL,
+		              "metadata holds a NUL byte at offset %td (YAML text expected)",
+		              (const uint8_t *)nul - buf);
+	if (!vr_utf8_valid((const char *)meta, len))
+		return vr_err(err, errlen, -EINVAL,
+		              "metadata is not valid UTF-8 (YAML text expected)");
+	if (info)
+		*info = *h;
+	return 0;
 }
 
 /*
@@ -124,10 +155,11 @@ static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 	h.metadata_len = rd32(buf + 52);
 	reserved = rd64(buf + 56);
 
-	if (h.version != SRC_REPLAY_VERSION)
-		return vr_err(err, errlen, -EPROTONOSUPPORT,
-		              "unsupported format version %u (this volrec reads version %u)",
-		              h.version, SRC_REPLAY_VERSION);
+	if (h.version != SRC_REPLAY_VERSION && h.version != SRC_REC_VERSION)
+		return vr_err(
+		        err, errlen, -EPROTONOSUPPORT,
+		        "unsupported format version %u (this volrec reads versions %u and %u)",
+		        h.version, SRC_REPLAY_VERSION, SRC_REC_VERSION);
 	if (h.header_size < SRC_REPLAY_FIXED_SIZE)
 		return vr_err(err, errlen, -EINVAL,
 		              "header_size %u is smaller than the %u-byte fixed header",
@@ -139,7 +171,7 @@ static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 		return vr_err(err, errlen, -EINVAL,
 		              "truncated header: header_size %u but the file is %llu bytes",
 		              h.header_size, (unsigned long long)file_size);
-	if (reserved != 0)
+	if (reserved != 0 && h.version == SRC_REPLAY_VERSION)
 		return vr_err(err, errlen, -EINVAL,
 		              "reserved header bytes 56..63 are 0x%llx, must be 0",
 		              (unsigned long long)reserved);
@@ -162,12 +194,24 @@ static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 	if (!h.stride_x || !h.stride_y || h.stride_x > 1024 || h.stride_y > 1024)
 		return vr_err(err, errlen, -EINVAL, "stride [%u, %u]: each must be 1..1024",
 		              h.stride_x, h.stride_y);
-	if (h.epochs == 0)
-		return vr_err(err, errlen, -EINVAL, "the file holds no epochs (epochs = 0)");
 	if (h.metadata_len > SRC_REPLAY_META_MAX)
 		return vr_err(err, errlen, -EINVAL,
 		              "metadata length %u exceeds the limit of %u bytes", h.metadata_len,
 		              SRC_REPLAY_META_MAX);
+	if (h.sample_type >= VOLREC_SAMPLE_U12P && h.samples_per_ascan % 2)
+		return vr_err(err, errlen, -EINVAL,
+		              "samples_per_ascan %u is odd with the packed sample type %s (K "
+		              "must be even)",
+		              h.samples_per_ascan, src_sample_name(h.sample_type));
+	if (h.version == SRC_REC_VERSION) {
+		int rc = src_rec_parse_v2(buf, len, file_size, &h, err, errlen);
+		if (rc)
+			return rc;
+		return metadata_check(buf + SRC_REPLAY_FIXED_SIZE, h.metadata_len, buf, info, &h,
+		                      err, errlen);
+	}
+	if (h.epochs == 0)
+		return vr_err(err, errlen, -EINVAL, "the file holds no epochs (epochs = 0)");
 	table = 0;
 	if (h.flags & SRC_REPLAY_FLAG_OFFSETS) {
 		if (h.epochs > SRC_REPLAY_HEADER_MAX / 8)
@@ -188,21 +232,12 @@ static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 		return vr_err(err, errlen, -EINVAL,
 		              "internal: header buffer of %zu bytes, need %llu", len,
 		              (unsigned long long)need);
-	const uint8_t *meta = buf + SRC_REPLAY_FIXED_SIZE + table;
-	const void *nul = memchr(meta, 0, h.metadata_len);
-	if (nul)
-		return vr_err(err, errlen, -EINVAL,
-		              "metadata holds a NUL byte at offset %td (YAML text expected)",
-		              (const uint8_t *)nul - buf);
-	if (!vr_utf8_valid((const char *)meta, h.metadata_len))
-		return vr_err(err, errlen, -EINVAL,
-		              "metadata is not valid UTF-8 (YAML text expected)");
-
-	if (h.sample_type >= VOLREC_SAMPLE_U12P && h.samples_per_ascan % 2)
-		return vr_err(err, errlen, -EINVAL,
-		              "samples_per_ascan %u is odd with the packed sample type %s (K "
-		              "must be even)",
-		              h.samples_per_ascan, src_sample_name(h.sample_type));
+	int mrc = metadata_check(buf + SRC_REPLAY_FIXED_SIZE + table, h.metadata_len, buf, NULL,
+	                         NULL, err, errlen);
+	if (mrc)
+		return mrc;
+	h.repeats = 1;
+	h.complete = h.epochs;
 	epoch_bytes = (uint64_t)h.bscans_per_volume * h.ascans_per_bscan *
 	              volrec_sample_bytes(h.sample_type, h.samples_per_ascan);
 	if (h.epochs > (UINT64_MAX - h.header_size) / epoch_bytes)
@@ -332,6 +367,8 @@ int src_replay_probe(const char *path, struct src_replay_info *info, char *err, 
 
 /* ---- the source ---------------------------------------------------------------------------- */
 
+static int64_t frame_of(const struct replay *r, uint64_t e);
+
 static int replay_configure(void *h, const struct volrec_shim_geometry *g)
 {
 	struct replay *r = h;
@@ -352,7 +389,16 @@ static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t
 		return src_fail(&r->com, -EBUSY,
 		                "replay %s: epoch %llu is already being read (B-scan %u of %u)",
 		                r->path, (unsigned long long)epoch, r->b, r->geo.bscans_per_volume);
-	if (r->offsets) {
+	if (r->frames) {
+		int64_t i = frame_of(r, epoch);
+		if (i >= 0 && (r->frames[i].ox != ox || r->frames[i].oy != oy))
+			return src_fail(&r->com, -EINVAL,
+			                "replay %s: epoch %llu is recorded epoch %llu, recorded at "
+			                "offset (%u, %u), not at the (%u, %u) asked for",
+			                r->path, (unsigned long long)epoch,
+			                (unsigned long long)r->frames[i].epoch, r->frames[i].ox,
+			                r->frames[i].oy, ox, oy);
+	} else if (r->offsets) {
 		uint64_t fe = epoch % r->epochs;
 		uint32_t fx = rd32(r->offsets + 8 * fe), fy = rd32(r->offsets + 8 * fe + 4);
 		if (fx != ox || fy != oy)
@@ -415,6 +461,85 @@ static void lease_give_up_if_idle(struct replay *r)
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
 }
 
+/* A recording: the frame of pipeline epoch e (looping over the recorded span), or -1 when
+ * the recorder left that epoch out. */
+static int64_t frame_of(const struct replay *r, uint64_t e)
+{
+	uint64_t t, lo = 0, hi = r->nframes;
+
+	if (e < r->first)
+		return -1;
+	t = r->first + (e - r->first) % r->span;
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (r->frames[mid].epoch < t)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < r->nframes && r->frames[lo].epoch == t ? (int64_t)lo : -1;
+}
+
+/* A recording: check the CRC-32C of frame i's data. 0, or -EBADMSG with the message. */
+static int frame_crc_check(struct replay *r, uint64_t i)
+{
+	uint64_t epoch_bytes = (uint64_t)r->bscan_bytes * r->geo.bscans_per_volume;
+	uint64_t at = r->data_off + i * r->frame_bytes + SRC_REC_FRAME_HDR;
+	uint32_t crc = 0;
+	int rc;
+
+	if (r->data) {
+		crc = src_crc32c(0, r->data + i * r->frame_bytes + SRC_REC_FRAME_HDR, epoch_bytes);
+	} else {
+		for (uint64_t done = 0; done < epoch_bytes;) {
+			size_t n = epoch_bytes - done < (1u << 20) ? (size_t)(epoch_bytes - done)
+			                                           : (1u << 20);
+			rc = vr_pread_full(r->fd, r->crc_buf, n, at + done);
+			if (rc)
+				return src_fail(&r->com, rc == -ENODATA ? -ESTALE : rc,
+				                "replay %s: reading epoch %llu to check it: %s",
+				                r->path, (unsigned long long)r->frames[i].epoch,
+				                rc == -ENODATA ? "the file shrank" : strerror(-rc));
+			crc = src_crc32c(crc, r->crc_buf, n);
+			done += n;
+		}
+	}
+	if (crc == r->frames[i].crc)
+		return 0;
+	return src_fail(&r->com, -EBADMSG,
+	                "replay %s: CRC-32C mismatch in epoch %llu (frame %llu at byte %llu): "
+	                "0x%08x, recorded 0x%08x; the data is damaged (source.replay.on_crc_error: "
+	                "skip leaves such epochs out)",
+	                r->path, (unsigned long long)r->frames[i].epoch, (unsigned long long)i,
+	                (unsigned long long)(at - SRC_REC_FRAME_HDR), crc, r->frames[i].crc);
+}
+
+/* A recording, at the first B-scan of epoch e: which frame to read (r->cur_frame), or that the
+ * epoch is delivered as lost (left out when recorded, or skipped for its CRC). */
+static int frame_begin(struct replay *r, uint64_t e)
+{
+	int64_t i = frame_of(r, e);
+	int rc;
+
+	r->cur_lost = i < 0;
+	r->cur_frame = i < 0 ? 0 : (uint64_t)i;
+	if (i >= 0) {
+		rc = frame_crc_check(r, (uint64_t)i);
+		if (rc && !(rc == -EBADMSG && r->crc_skip))
+			return rc;
+		r->cur_lost = rc != 0;
+		if (rc)
+			r->crc_skipped++;
+	}
+	if (r->cur_lost && !(r->geo.flags & VOLREC_SHIM_GEOMETRY_MARKS))
+		return src_fail(&r->com, -ENODATA,
+		                "replay %s: epoch %llu is not in the recording (%s), and this "
+		                "pipeline cannot take an epoch marked lost",
+		                r->path, (unsigned long long)e,
+		                i < 0 ? "the recorder left it out" : "its CRC-32C is wrong");
+	return 0;
+}
+
 /* Wait for the next B-scan and give its position in the file (both acquire forms). */
 static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta *meta,
                        uint64_t *pos)
@@ -423,7 +548,7 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 	int rc;
 
 	epoch = r->b == 0 && r->pend ? r->pend_epoch : r->epoch;
-	if (!r->loop && epoch >= r->epochs)
+	if (!r->loop && epoch >= r->first + r->epochs)
 		return src_fail(&r->com, -ENODATA, "replay %s: end of file after %llu epochs",
 		                r->path, (unsigned long long)r->epochs);
 	rc = vr_pacer_wait(&r->com.pacer, timeout_ms);
@@ -431,19 +556,24 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 		return rc;
 	if (r->b == 0) {
 		rc = check_unchanged(r);
+		if (rc == 0 && r->frames)
+			rc = frame_begin(r, epoch);
 		if (rc)
 			return rc;
 		r->epoch = epoch;
 		r->pend = false;
 	}
-	uint64_t fe = r->epoch % r->epochs;
-	*pos = (fe * r->geo.bscans_per_volume + r->b) * r->bscan_bytes;
+	if (r->frames)
+		*pos = r->cur_frame * r->frame_bytes + SRC_REC_FRAME_HDR +
+		       (r->cur_lost ? 0 : (uint64_t)r->b * r->bscan_bytes);
+	else
+		*pos = ((r->epoch % r->epochs) * r->geo.bscans_per_volume + r->b) * r->bscan_bytes;
 	vr_pacer_done(&r->com.pacer);
 	if (meta) {
 		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = r->epoch;
 		meta->bscan = r->b;
-		meta->flags = 0;
+		meta->flags = r->frames && r->cur_lost ? VOLREC_SHIM_META_LOST : 0;
 	}
 	if (++r->b == r->geo.bscans_per_volume) {
 		r->b = 0;
@@ -595,10 +725,17 @@ static int replay_release_ref(void *h, const void *bscan)
 {
 	struct replay *r = h;
 	const uint8_t *p = bscan;
-	uint64_t n = (uint64_t)r->epochs * r->geo.bscans_per_volume;
+	uint64_t n = (uint64_t)r->epochs * r->geo.bscans_per_volume, rel;
 
-	if (!r->data || !p || p < r->data || p >= r->data + n * r->bscan_bytes ||
-	    (size_t)(p - r->data) % r->bscan_bytes)
+	rel = r->frames && p >= r->data ? (uint64_t)(p - r->data) % r->frame_bytes : 0;
+	if (r->frames && rel >= SRC_REC_FRAME_HDR)
+		rel -= SRC_REC_FRAME_HDR;
+	else if (r->frames)
+		rel = 1; /* inside a frame's head: not a B-scan */
+	if (!r->data || !p || p < r->data ||
+	    (r->frames
+	             ? p >= (const uint8_t *)r->map + r->map_len || rel % r->bscan_bytes
+	             : p >= r->data + n * r->bscan_bytes || (size_t)(p - r->data) % r->bscan_bytes))
 		return src_fail(&r->com, -EINVAL,
 		                "replay %s: release_ref(%p): not a B-scan this source handed out",
 		                r->path, bscan);
@@ -625,6 +762,8 @@ static void replay_close(void *h)
 	if (r->fd >= 0)
 		close(r->fd); /* gives up the lease */
 	free(r->offsets);
+	free(r->frames);
+	free(r->crc_buf);
 	free(r);
 }
 
@@ -675,6 +814,34 @@ static int check_against_config(const struct src_replay_info *h,
 	return 0;
 }
 
+/* A recording (version 2): its index, the span of epochs it covers, whether it can loop. */
+static int open_recording(struct replay *r, const struct src_replay_info *h, uint64_t S, char *err,
+                          size_t errlen)
+{
+	uint64_t epoch_bytes = (uint64_t)r->bscan_bytes * r->geo.bscans_per_volume;
+	int rc;
+
+	rc = src_rec_index_load(r->fd, r->path, h, &r->frames, &r->nframes, err, errlen);
+	if (rc)
+		return rc;
+	r->frame_bytes = src_rec_frame_size(epoch_bytes);
+	r->first = r->frames[0].epoch;
+	r->span = r->frames[r->nframes - 1].epoch - r->first + 1;
+	r->epochs = r->span;
+	r->data_off = h->header_size;
+	if (r->loop && r->span % S)
+		return vr_err(err, errlen, -EINVAL,
+		              "replay %s: the recording covers %llu epochs (%llu..%llu), not a "
+		              "whole number of %llu-epoch offset cycles, so it cannot loop (set "
+		              "source.replay.loop: false)",
+		              r->path, (unsigned long long)r->span, (unsigned long long)r->first,
+		              (unsigned long long)(r->first + r->span - 1), (unsigned long long)S);
+	r->crc_buf = malloc(1u << 20);
+	if (!r->crc_buf)
+		return vr_err(err, errlen, -ENOMEM, "replay: out of memory");
+	return 0;
+}
+
 /* A versioned file: parse and check its header, keep a copy of its offset table. */
 static int open_versioned(struct replay *r, char *err, size_t errlen)
 {
@@ -695,6 +862,10 @@ static int open_versioned(struct replay *r, char *err, size_t errlen)
 		goto out;
 	}
 	uint64_t S = (uint64_t)h.stride_x * h.stride_y;
+	if (h.version == SRC_REC_VERSION) {
+		rc = open_recording(r, &h, S, err, errlen);
+		goto out;
+	}
 	if ((h.flags & SRC_REPLAY_FLAG_OFFSETS) && r->loop && h.epochs % S) {
 		rc = vr_err(err, errlen, -EINVAL,
 		            "replay %s: the file carries per-epoch scan offsets and holds %llu "
@@ -738,6 +909,7 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 	snprintf(r->path, sizeof(r->path), "%s", path);
 	src_geometry_from_config(&r->geo, cfg, flags);
 	r->loop = cfg->source.replay.loop && !(flags & SRC_NO_LOOP);
+	r->crc_skip = cfg->source.replay.on_crc_error == CFG_CRC_SKIP;
 	r->bscan_bytes = (size_t)r->geo.ascans_per_bscan *
 	                 volrec_sample_bytes(r->geo.sample_type, r->geo.samples_per_ascan);
 	epoch_bytes = (uint64_t)r->bscan_bytes * r->geo.bscans_per_volume;
@@ -786,6 +958,7 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 	snprintf(src->info.version, sizeof(src->info.version), "%s", VOLREC_VERSION);
 	snprintf(src->info.device, sizeof(src->info.device), "%.127s", path);
 	src->epochs = r->epochs;
+	src->first_epoch = r->first;
 	return 0;
 
 out_free:

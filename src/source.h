@@ -38,6 +38,8 @@ struct src_source {
 	bool regions;                 /* src_ref_regions() succeeded */
 	struct volrec_shim_info info; /* as reported by open(), valid UTF-8 */
 	uint64_t epochs;              /* epochs available (replay), 0 = unbounded */
+	uint64_t first_epoch;         /* the epoch number the source starts at (a recording's
+	                               * first recorded epoch; 0 otherwise) */
 };
 
 /*
@@ -131,6 +133,9 @@ struct src_replay_info {
 	uint32_t stride_x, stride_y;
 	uint32_t flags;        /* SRC_REPLAY_FLAG_* */
 	uint32_t metadata_len; /* bytes of YAML text */
+	uint32_t repeats;      /* version 2: acquisitions of each B-scan (1) */
+	uint32_t sections_len; /* version 2: bytes of sections after the metadata */
+	uint64_t complete;     /* version 2: complete frames the file holds (epochs written) */
 };
 
 struct src_replay_writer;

@@ -24,7 +24,9 @@ static void process_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: volrec process -c FILE -o OUT.h5 [-n EPOCHS] [--lowres] [--full]\n"
-	        "                      [--backend cpu|cuda|auto]\n\n"
+	        "                      [--backend cpu|cuda|auto]\n"
+	        "       volrec process [-c FILE] --source REC.vrr -o OUT.h5 [--on-crc-error "
+	        "stop|skip] ...\n\n"
 	        "Process the configured source offline and write HDF5:\n"
 	        "  /volumes  u8 [n][Y][X][Z]  output volumes (Y = ny*sy, X = nx*sx; ny, nx with\n"
 	        "                             reconstruct.mode none)\n"
@@ -36,7 +38,13 @@ static void process_usage(FILE *f)
 	        "                             that took the median, per B-scan\n"
 	        "  attributes: geometry, stride, depth_range, zero_pad, epochs, backend, device,\n"
 	        "  config (the effective configuration as YAML)\n\n"
-	        "  -c, --config FILE   configuration (YAML)\n"
+	        "  -c, --config FILE   configuration (YAML); with --source, instead of the one\n"
+	        "                      the recording carries\n"
+	        "      --source REC    process the raw recording REC (volrecd's record_start),\n"
+	        "                      with its own configuration unless -c is given; /epoch\n"
+	        "                      holds the recorded epoch numbers\n"
+	        "      --on-crc-error stop|skip  an epoch whose CRC-32C is wrong ends the run\n"
+	        "                      (stop, the default) or is left out (skip); each is named\n"
 	        "  -o, --output FILE   file to write (replaced): HDF5, or by its suffix OME-Zarr\n"
 	        "                      (.zarr, .ome.zarr), NIfTI-2 (.nii, .nii.gz) or OME-TIFF\n"
 	        "                      (.ome.tif, .ome.tiff), as `volrec export` writes them\n"
@@ -56,7 +64,7 @@ static void process_usage(FILE *f)
 /* ---- the command ------------------------------------------------------------------------- */
 
 struct proc_opts {
-	const char *config, *output, *backend;
+	const char *config, *output, *backend, *source, *on_crc;
 	uint64_t epochs; /* 0: default */
 	bool lowres, full;
 };
@@ -64,13 +72,23 @@ struct proc_opts {
 static int parse_opts(int argc, char **argv, struct proc_opts *o)
 {
 	static const struct option longopts[] = {
-	        {"config", required_argument, NULL, 'c'}, {"output", required_argument, NULL, 'o'},
-	        {"epochs", required_argument, NULL, 'n'}, {"lowres", no_argument, NULL, 'L'},
-	        {"full", no_argument, NULL, 'F'},         {"backend", required_argument, NULL, 'B'},
-	        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+	        {"config", required_argument, NULL, 'c'},
+	        {"output", required_argument, NULL, 'o'},
+	        {"epochs", required_argument, NULL, 'n'},
+	        {"lowres", no_argument, NULL, 'L'},
+	        {"full", no_argument, NULL, 'F'},
+	        {"backend", required_argument, NULL, 'B'},
+	        {"help", no_argument, NULL, 'h'},
+	        {"source", required_argument, NULL, 'S'},
+	        {"on-crc-error", required_argument, NULL, 'C'},
+	        {NULL, 0, NULL, 0},
 	};
 	int c;
-	const struct vr_cli_str strs[] = {{'c', &o->config}, {'o', &o->output}, {'B', &o->backend}};
+	const struct vr_cli_str strs[] = {{'c', &o->config},
+	                                  {'o', &o->output},
+	                                  {'B', &o->backend},
+	                                  {'S', &o->source},
+	                                  {'C', &o->on_crc}};
 
 	optind = 1;
 	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
@@ -92,8 +110,13 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 	}
 	if (vr_cli_args_done("volrec process", argc, argv))
 		return VR_EXIT_USAGE;
-	if (!o->config || !o->output) {
-		fprintf(stderr, "volrec process: -c FILE and -o OUT.h5 are required\n");
+	if (o->on_crc && strcmp(o->on_crc, "stop") && strcmp(o->on_crc, "skip")) {
+		fprintf(stderr, "volrec process: --on-crc-error %s: stop or skip\n", o->on_crc);
+		return VR_EXIT_USAGE;
+	}
+	if ((!o->config && !o->source) || !o->output) {
+		fprintf(stderr, "volrec process: -c FILE (or --source REC) and -o OUT.h5 are "
+		                "required\n");
 		process_usage(stderr);
 		return VR_EXIT_USAGE;
 	}
@@ -169,10 +192,29 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	/* no exit handler: a file HDF5 failed to write or close would crash the process in it */
 	h5vol_init();
 
-	if (cfg_load(&cfg, o.config, err, sizeof(err)) < 0) {
+	if (o.config ? cfg_load(&cfg, o.config, err, sizeof(err)) < 0
+	             : proc_recording_config(o.source, &cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
 		free(h5path);
 		return VR_EXIT_USAGE;
+	}
+	if (o.source) {
+		/* the recording, read once through, whatever source the configuration names */
+		cfg.source.type = CFG_SOURCE_REPLAY;
+		snprintf(cfg.source.replay.path, sizeof(cfg.source.replay.path), "%s", o.source);
+		cfg.source.replay.format = CFG_REPLAY_AUTO;
+		cfg.source.replay.loop = false;
+		if (o.on_crc)
+			cfg.source.replay.on_crc_error =
+			        strcmp(o.on_crc, "skip") ? CFG_CRC_STOP : CFG_CRC_SKIP;
+		po.src_flags |= SRC_DROP_MARKS; /* epochs left out of the recording are lost */
+		if (cfg.source.replay.on_crc_error == CFG_CRC_SKIP) {
+			uint64_t bad;
+			if (proc_recording_verify(o.source, stderr, &bad, err, sizeof(err)) < 0) {
+				fprintf(stderr, "volrec process: %s\n", err);
+				goto out_cfg;
+			}
+		}
 	}
 	if (o.backend) {
 		int b = vr_command_backend("process", o.backend);
@@ -235,7 +277,7 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 			fprintf(stderr, "volrec process: nothing written to %s\n", o.output);
 			goto out_pl;
 		}
-		if (export_output(h5path, o.output, o.config))
+		if (export_output(h5path, o.output, o.config ? o.config : o.source))
 			goto out_pl;
 	}
 	H5close(); /* every HDF5 object is closed: the library may go */

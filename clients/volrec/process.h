@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pipeline/pipeline.h"
 
@@ -36,5 +37,16 @@ bool proc_h5_median_depths(const struct proc_h5 *h, double *mean, uint32_t *max)
  * then free the buffers. 0, or a negative errno with the message in err (h5vol's: what failed
  * and what the file holds now; after it the program must not call H5close). NULL is fine. */
 int proc_h5_close(struct proc_h5 *h, char *err, size_t errlen);
+
+/* ---- raw recordings (process_recording.c) ---- */
+
+/* Load the configuration recording rec carries (with its tables) into cfg (cfg_load's
+ * contract). 0, or a negative errno with the message in err. */
+VR_MUST_CHECK int proc_recording_config(const char *rec, struct vr_config *cfg, char *err,
+                                        size_t errlen);
+/* Check every recorded epoch's CRC-32C, printing each mismatch by epoch on report; *bad says
+ * how many. 0, or a negative errno with the message in err. */
+VR_MUST_CHECK int proc_recording_verify(const char *rec, FILE *report, uint64_t *bad, char *err,
+                                        size_t errlen);
 
 #endif

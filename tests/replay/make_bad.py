@@ -52,7 +52,7 @@ def main():
     case("short_magic.rp", "auto", "too short for the 8-byte magic", b"VOLR")
     case("wrong_magic.rp", "auto", "not a volrec replay file", good(magic=b"OCTRAWXX"))
     case("truncated_header.rp", "auto", "truncated header: the file is 40 bytes", good()[:40])
-    case("wrong_version.rp", "auto", "unsupported format version 2", good(version=2))
+    case("wrong_version.rp", "auto", "unsupported format version 3", good(version=3))
     case("header_size_small.rp", "auto", "header_size 32 is smaller than the 64-byte",
          header() + data())  # patched below
     case("header_size_huge.rp", "auto", "header_size 2147483647 exceeds the limit",

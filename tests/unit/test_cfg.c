@@ -628,6 +628,37 @@ static void test_render_cost_is_capped(void **state)
 	         "view.render.step: a render of 256 x 256 rays of 110842 samples");
 }
 
+/* A window type set alone brings its own default parameter (as a file naming the type alone
+ * does), unless the parameter was chosen. */
+static void test_set_window_type_alone_brings_its_parameter(void **state)
+{
+	char err[CFG_ERR_MAX];
+	struct vr_config c;
+	const char *p = "preprocess.window.type", *v = "tukey";
+
+	cfg_defaults(&c);
+	assert_true(c.preprocess.window.param == 0.4); /* hann's */
+	assert_int_equal(cfg_set_keys(&c, &p, &v, 1, err, sizeof(err)), 0);
+	assert_int_equal(c.preprocess.window.type, CFG_WIN_TUKEY);
+	assert_true(c.preprocess.window.param == 0.5);
+	v = "gauss";
+	assert_int_equal(cfg_set_keys(&c, &p, &v, 1, err, sizeof(err)), 0);
+	assert_true(c.preprocess.window.param == 0.4);
+	/* a chosen parameter stays (and is checked against the new type) */
+	const char *pp[2] = {"preprocess.window.param", NULL}, *vv[2] = {"0.3", NULL};
+	assert_int_equal(cfg_set_keys(&c, pp, vv, 1, err, sizeof(err)), 0);
+	v = "tukey";
+	assert_int_equal(cfg_set_keys(&c, &p, &v, 1, err, sizeof(err)), 0);
+	assert_true(c.preprocess.window.param == 0.3);
+	/* type and parameter together: as given */
+	pp[1] = "preprocess.window.type";
+	vv[0] = "0.2";
+	vv[1] = "hann";
+	assert_int_equal(cfg_set_keys(&c, pp, vv, 2, err, sizeof(err)), 0);
+	assert_true(c.preprocess.window.param == 0.2);
+	cfg_free(&c);
+}
+
 static void test_table_errors_name_file_and_line(void **state)
 {
 	char path[256], yaml[1024], frag[512];
@@ -1032,6 +1063,7 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_table_errors_name_file_and_line),
 	        cmocka_unit_test(test_set_refuses_keys_that_name_files),
 	        cmocka_unit_test(test_render_cost_is_capped),
+	        cmocka_unit_test(test_set_window_type_alone_brings_its_parameter),
 	        cmocka_unit_test(test_real_calibration_tables),
 	        cmocka_unit_test(test_dump_reads_back_equal),
 	        cmocka_unit_test(test_structural_change),

@@ -586,10 +586,12 @@ static void test_set_of_a_section_replaces_it(void **state)
 	char err[CFG_ERR_MAX], yaml[512];
 	struct vr_config c;
 
-	/* a key set alone keeps its neighbours; a section set leaves out returns to defaults */
+	/* a key set alone keeps its neighbours (a window parameter that was not chosen follows
+	 * its type, as in a file); a section set leaves out returns to defaults */
 	cfg_defaults(&c);
+	assert_int_equal(set1(&c, "preprocess.window.param", "0.3", err, sizeof(err)), 0);
 	assert_int_equal(set1(&c, "preprocess.window.type", "tukey", err, sizeof(err)), 0);
-	assert_true(c.preprocess.window.param == 0.4);
+	assert_true(c.preprocess.window.param == 0.3);
 	assert_int_equal(set1(&c, "preprocess.window", "{type: tukey}", err, sizeof(err)), 0);
 	assert_true(c.preprocess.window.param == 0.5);
 	assert_get(&c, "preprocess.window", "{type: tukey, param: 0.5}");

@@ -57,7 +57,7 @@ static struct json_object *f_status(void *ctx)
 }
 
 static struct fake F;
-static const struct vrd_ctl_ops OPS = {&F, f_config, f_apply, f_reset, f_status};
+static const struct vrd_ctl_ops OPS = {&F, f_config, f_apply, f_reset, f_status, NULL, NULL};
 static const struct vrd_ctl_peer PEER = {.have_uid = true, .uid = 1234, .pid = 99};
 
 static int setup(void **state)

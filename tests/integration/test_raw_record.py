@@ -1,0 +1,227 @@
+# SPDX-License-Identifier: MIT
+"""Raw recordings (docs/recording.md): volrecd records raw spectra into record.dir, `volrec
+process --source` processes them again with the configuration they carry, bit for bit as live;
+a file cut short stays readable up to its last complete epoch; a damaged epoch is named by its
+CRC-32C (stop or skip); a full disk stops the recording, never acquisition; names are checked."""
+import os
+import shutil
+import struct
+import subprocess
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from ctlwire import Wire, ctl_path
+from test_tools import TIMEOUT, Daemon
+
+HEADER_EPOCHS = 32  # byte offset of the header's epoch count (0 while being written)
+
+
+def raw_daemon(bin_dir, rec_dir, **record):
+    """A daemon (test_tools' synthetic retina, never dropping) with record.* set."""
+    d = Daemon.__new__(Daemon)
+    Daemon.__init__(d, bin_dir)  # started; restarted below with the record keys
+    d.cfg["record"] = {"dir": str(rec_dir), "min_free_gb": 0, **record}
+    d.restart(d.cfg)
+    return d
+
+
+def status(d):
+    with Wire(ctl_path(d.run_dir, d.instance)) as w:
+        r = w.request({"op": "status"})
+    assert r["ok"], r
+    return r["status"]
+
+
+def wait_recording_done(d, what="finished"):
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        rec = status(d)["recording"]
+        if rec["state"] == what:
+            return rec
+        assert time.monotonic() < deadline, (rec, d.log_text())
+        time.sleep(0.2)
+
+
+def frames(path):
+    """(header_size, frame_size, header epoch count) of a recording."""
+    data = open(path, "rb").read(64)
+    assert data[:8] == b"VOLRECRP" and struct.unpack_from("<I", data, 8)[0] == 2
+    hsize, st, k, nx, ny = struct.unpack_from("<IIIII", data, 12)
+    epoch_bytes = ny * nx * k * 2  # u16
+    frame = 4096 + (epoch_bytes + 4095) // 4096 * 4096
+    return hsize, frame, struct.unpack_from("<Q", data, HEADER_EPOCHS)[0]
+
+
+def process(d, rec, out, *extra):
+    return subprocess.run([str(d.bin / "volrec"), "process", "--source", str(rec), "-o",
+                           str(out), *extra], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def recorded(bin_dir, tmp_path_factory):
+    """One daemon run: 100 raw epochs from the start (record: keys) and, meanwhile, 12
+    volumes recorded by `volrec record` (HDF5)."""
+    tmp = tmp_path_factory.mktemp("raw")
+    rec_dir = tmp / "rec"
+    rec_dir.mkdir()
+    d = raw_daemon(bin_dir, rec_dir, name="run1", epochs=100)
+    try:
+        live = tmp / "live.h5"
+        r = d.volrec("record", "-o", str(live), "-n", "12")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        rec = wait_recording_done(d)
+        assert rec["epochs_written"] == 100 and rec["skipped_epochs"] == 0, rec
+        assert rec["failed"] is False and rec["file"] == str(rec_dir / "run1.vrr")
+        drops = status(d)
+        yield d, rec_dir / "run1.vrr", live, tmp, drops
+    finally:
+        d.close()
+
+
+def test_processing_a_recording_gives_the_live_volumes_bit_for_bit(recorded):
+    d, rec, live, tmp, _ = recorded
+    out = tmp / "again.h5"
+    r = process(d, rec, out)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    with h5py.File(live, "r") as a, h5py.File(out, "r") as b:
+        ea, eb = list(a["epoch"][:]), list(b["epoch"][:])
+        assert eb == list(range(100)), eb[:5]
+        common = [e for e in ea if e in eb]
+        assert len(common) >= 10, (ea, eb[-1])
+        for e in common:
+            va = a["volumes"][ea.index(e)]
+            vb = b["volumes"][eb.index(e)]
+            assert np.array_equal(va, vb), "epoch %d differs in %d voxels" % (
+                e, int((va != vb).sum()))
+
+
+def test_a_recording_cut_short_reads_up_to_its_last_complete_epoch(recorded):
+    d, rec, _, tmp, _ = recorded
+    hsize, frame, n = frames(rec)
+    assert n == 100 and os.path.getsize(rec) == hsize + 100 * frame
+    cut = tmp / "cut.vrr"
+    shutil.copy(rec, cut)
+    os.truncate(cut, hsize + 10 * frame + frame // 2)  # mid-epoch 10
+    r = process(d, cut, tmp / "cut.h5")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    with h5py.File(tmp / "cut.h5", "r") as f:
+        assert list(f["epoch"][:]) == list(range(10))
+    # an unfinished recording (epoch count 0 in its header) too
+    with open(cut, "r+b") as f:
+        f.seek(HEADER_EPOCHS)
+        f.write(b"\0" * 8)
+    r = process(d, cut, tmp / "cut2.h5")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    with h5py.File(tmp / "cut2.h5", "r") as f:
+        assert list(f["epoch"][:]) == list(range(10))
+
+
+def test_a_damaged_epoch_stops_or_is_skipped_by_name(recorded):
+    d, rec, _, tmp, _ = recorded
+    hsize, frame, _ = frames(rec)
+    bad = tmp / "bad.vrr"
+    shutil.copy(rec, bad)
+    with open(bad, "r+b") as f:
+        at = hsize + 5 * frame + 4096 + 1000
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x40]))
+    r = process(d, bad, tmp / "stop.h5")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "CRC-32C mismatch in epoch 5" in r.stderr, r.stderr
+    r = process(d, bad, tmp / "skip.h5", "--on-crc-error", "skip")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "CRC-32C mismatch in epoch 5" in r.stderr, r.stderr
+    with h5py.File(tmp / "skip.h5", "r") as f:
+        got = list(f["epoch"][:])
+    assert 5 not in got and 4 in got and 6 in got, got
+
+
+def test_names_other_than_plain_file_names_are_refused(recorded):
+    d = recorded[0]
+    with Wire(ctl_path(d.run_dir, d.instance)) as w:
+        for name in ("../x", "/tmp/x", ".hidden", "a/b", "", "sp ace", "x" * 80):
+            r = w.request({"op": "record_start", "raw": True, "name": name, "epochs": 1})
+            assert not r["ok"] and "not allowed" in r["error"], (name, r)
+        r = w.request({"op": "record_start", "raw": True, "name": "ok", "bogus": 1})
+        assert not r["ok"] and "unknown field 'bogus'" in r["error"], r
+        r = w.request({"op": "record_start", "raw": True, "name": "run1", "epochs": 1})
+        assert not r["ok"] and "exists" in r["error"], r  # never over an existing recording
+        r = w.request({"op": "record_stop"})
+        assert not r["ok"] and "no raw recording" in r["error"], r
+
+
+def test_record_start_and_stop_over_the_control_socket(recorded):
+    d, _, _, tmp, _ = recorded
+    with Wire(ctl_path(d.run_dir, d.instance)) as w:
+        r = w.request({"op": "record_start", "raw": True, "name": "ctl-1.a"})
+        assert r["ok"], r
+        deadline = time.monotonic() + TIMEOUT
+        while status(d)["recording"]["epochs_written"] < 3:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert w.request({"op": "record_stop"})["ok"]
+    rec = wait_recording_done(d)
+    assert rec["name"] == "ctl-1.a" and rec["epochs_written"] >= 3
+    r = process(d, rec["file"], tmp / "ctl.h5")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+
+
+def mount_tmpfs(path, size):
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s" % size, "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip("cannot mount a small tmpfs: " + r.stderr.strip())
+
+
+def test_a_full_disk_stops_the_recording_never_acquisition(bin_dir, tmp_path):
+    small = tmp_path / "small"
+    mount_tmpfs(small, "2m")  # 13 frames of 151552 bytes fit, then the disk is full
+    try:
+        d = raw_daemon(bin_dir, small, name="full", epochs=1000)
+        try:
+            rec = wait_recording_done(d)
+            assert rec["failed"] and "disk is full" in rec["error"], rec
+            assert 5 <= rec["epochs_written"] < 1000, rec
+            st = status(d)
+            assert sum(st["drops"].values()) == 0, st["drops"]
+            d.one_volume(TIMEOUT)  # the daemon goes on
+            r = process(d, rec["file"], tmp_path / "full.h5")
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            with h5py.File(tmp_path / "full.h5", "r") as f:
+                assert f["epoch"].shape[0] == rec["epochs_written"]
+        finally:
+            d.close()
+    finally:
+        subprocess.run(["umount", str(small)])
+
+
+def test_record_min_free_gb_refuses_and_stops_before_the_disk_fills(bin_dir, tmp_path):
+    small = tmp_path / "small"
+    mount_tmpfs(small, "4m")
+    try:
+        d = raw_daemon(bin_dir, small)
+        try:
+            d.cfg["record"]["min_free_gb"] = 0.0025  # 2.5 MB of the 4 MiB stay free
+            d.restart(d.cfg)
+            with Wire(ctl_path(d.run_dir, d.instance)) as w:
+                r = w.request({"op": "record_start", "raw": True, "name": "mf"})
+                assert r["ok"], r
+            rec = wait_recording_done(d)
+            assert rec["failed"] and "min_free_gb" in rec["error"], rec
+            free = shutil.disk_usage(small).free
+            assert free >= 2.5e6, free
+            d.cfg["record"]["min_free_gb"] = 1000
+            d.restart(d.cfg)
+            with Wire(ctl_path(d.run_dir, d.instance)) as w:
+                r = w.request({"op": "record_start", "raw": True, "name": "mf2"})
+            assert not r["ok"] and "min_free_gb" in r["error"], r
+        finally:
+            d.close()
+    finally:
+        subprocess.run(["umount", str(small)])
