@@ -126,11 +126,15 @@ CORE_ARCHIVES = beopen cpu $(if $(filter 1,$(HAVE_CUDA)),gpu) be src sim cfg bas
 # above cpu and gpu, which use be). Programs link their archives in this order, whatever the
 # order of their name_ARCHIVES, so a plain single pass of the linker resolves everything; a
 # module that adds an archive adds it here.
-LINK_ORDER := view bench pl ipc beopen cpu gpu be src sim cfg fmt base
+LINK_ORDER := view bench pl ipc beopen cpu gpu be src sim fmt cfg base
 
 # obj is used by module.mk files (target-specific flags), so it is defined before them.
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
-include $(sort $(wildcard */module.mk) $(wildcard clients/*/module.mk) $(wildcard tests/*/module.mk))
+# The top folders first (sources/ sets what drivers/ adds to), then the programs and drivers
+# in subfolders, then the tests.
+include $(sort $(wildcard */module.mk)) \
+	$(sort $(wildcard clients/*/module.mk drivers/*/module.mk tools/*/module.mk)) \
+	$(sort $(wildcard tests/*/module.mk))
 
 obj = $(patsubst %,$(B)/obj/%.o,$(basename $(1)))
 archive_libs = $(foreach a,$(1),$(B)/lib/lib$(a).a)

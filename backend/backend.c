@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops.h"
+#include "backend/ops.h"
 
 struct be_backend {
 	const struct be_ops *ops;

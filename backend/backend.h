@@ -33,9 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "../config/config.h"
-#include "views.h"
+#include "base/base.h"
+#include "config/config.h"
+#include "backend/views.h"
 
 /* An open backend (opaque). */
 struct be_backend;
@@ -58,7 +58,7 @@ struct be_output {
 	uint8_t *volume; /* u8 output volume [Y][X][Z] (cfg_out_voxels bytes) */
 	float *lowres;   /* low-resolution volume L_e [ny][nx][nz], normalized floats */
 	float *full;     /* output before quantization [Y][X][Z] (float of volume) */
-	/* Views (ALGORITHMS.md §4; needs volume): the slot's views area (protocol.h), filled with
+	/* Views (docs/algorithms.md §4; needs volume): the slot's views area (protocol.h), filled with
 	 * the pictures in view_mask (bits 1 << BE_VIEW_*) and the header; a render not asked for
 	 * carries the backend's last one with the id of the volume it shows. NULL: no views. */
 	void *views;
@@ -68,7 +68,7 @@ struct be_output {
 	 * out (docs/configuration.md "Render cost"). */
 	struct be_render_report *render;
 	/* [ny]: per B-scan, the depths that took the median (background.mode partial_median,
-	 * ALGORITHMS.md §1b); all 0 in the other modes. With BE_CAP_DEVICE, host memory from
+	 * docs/algorithms.md §1b); all 0 in the other modes. With BE_CAP_DEVICE, host memory from
 	 * be_host_alloc or registered with be_host_register is fastest. */
 	uint32_t *median_depths;
 };

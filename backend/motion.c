@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "motion.h"
+#include "backend/motion.h"
 
 #define PROFS 10 /* mean A-scans kept */
 #define CLOG  10 /* registration residuals the drop test looks at */

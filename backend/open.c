@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "ops.h"
+#include "backend/ops.h"
 
 #ifdef VOLREC_HAVE_CUDA
 /* One device's backend, or the composite when gpu.devices names several. */

@@ -22,7 +22,7 @@
 #ifndef VOLREC_BACKEND_OPS_H
 #define VOLREC_BACKEND_OPS_H
 
-#include "backend.h"
+#include "backend/backend.h"
 
 /* The version of struct be_ops this volrec speaks. A member added later is read only from a
  * table whose version is at least the version that added it. */

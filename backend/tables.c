@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "base/base.h"
-#include "tables.h"
+#include "backend/tables.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846
@@ -71,30 +71,34 @@ static double be_kappa(const double *l, uint32_t i)
 
 int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, size_t errlen)
 {
-	const __typeof__(cfg->preprocess.resample) *rs = &cfg->preprocess.resample;
 	double top = (double)(K - 1);
 
-	switch (rs->positions) {
+	switch (cfg->preprocess.resample.positions) {
 	case CFG_RSPOS_TABLE:
-		if (!rs->table.data || rs->table.len != K)
+		if (!cfg->preprocess.resample.table.data || cfg->preprocess.resample.table.len != K)
 			return vr_err(
 			        err, errlen, -EINVAL,
 			        "preprocess.resample.table: %zu values loaded, %u needed (one per "
 			        "sample)",
-			        rs->table.data ? rs->table.len : (size_t)0, K);
+			        cfg->preprocess.resample.table.data
+			                ? cfg->preprocess.resample.table.len
+			                : (size_t)0,
+			        K);
 		for (uint32_t j = 0; j < K; j++) {
-			if (!isfinite(rs->table.data[j]))
+			if (!isfinite(cfg->preprocess.resample.table.data[j]))
 				return vr_err(err, errlen, -EINVAL,
 				              "preprocess.resample.table: value %u is not finite",
 				              j);
-			p[j] = be_clampd(rs->table.data[j], 0.0, top);
+			p[j] = be_clampd(cfg->preprocess.resample.table.data[j], 0.0, top);
 		}
 		return 0;
 	case CFG_RSPOS_POLY:
 		for (uint32_t j = 0; j < K; j++) {
 			double u = K > 1 ? (double)j / top : 0.0;
-			double v = rs->poly[0] +
-			           u * (rs->poly[1] + u * (rs->poly[2] + u * rs->poly[3]));
+			double v = cfg->preprocess.resample.poly[0] +
+			           u * (cfg->preprocess.resample.poly[1] +
+			                u * (cfg->preprocess.resample.poly[2] +
+			                     u * cfg->preprocess.resample.poly[3]));
 			if (!isfinite(v))
 				return vr_err(err, errlen, -EINVAL,
 				              "preprocess.resample.poly: not finite at j=%u", j);
@@ -102,7 +106,7 @@ int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, 
 		}
 		return 0;
 	case CFG_RSPOS_WAVELENGTH: {
-		const double *l = rs->wavelength_nm;
+		const double *l = cfg->preprocess.resample.wavelength_nm;
 		uint32_t i = 0;
 
 		if (K < 2) {
@@ -146,7 +150,7 @@ int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, 
 		return vr_err(err, errlen, -EINVAL,
 		              "preprocess.resample: method %s needs positions (table, poly or "
 		              "wavelength_nm)",
-		              cfg_resample_name(rs->method));
+		              cfg_resample_name(cfg->preprocess.resample.method));
 	}
 }
 

@@ -10,14 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
-#include "../config/config.h"
+#include "base/base.h"
+#include "config/config.h"
 
-/* Fill win[0..K-1] with the window of ALGORITHMS.md §1.3 (docs/algorithms.md gives the
+/* Fill win[0..K-1] with the window of docs/algorithms.md §1.5 (docs/algorithms.md gives the
  * formulas), in double, stored as float; param is sigma (gauss) or alpha (tukey). */
 void be_window_fill(enum cfg_window type, double param, uint32_t K, float *win);
 
-/* Resampling positions p[0..K-1] (ALGORITHMS.md §1.2, clamped to [0, K-1]) from the
+/* Resampling positions p[0..K-1] (docs/algorithms.md §1.3, clamped to [0, K-1]) from the
  * configured table, poly or wavelength_nm. Returns 0, or -EINVAL with a message in err
  * (a table of the wrong length, a non-finite value, a non-positive wavelength, a wavenumber
  * that is not strictly monotone, no positions given). */
@@ -45,7 +45,7 @@ VR_MUST_CHECK int be_reference_table_check(const struct vr_config *cfg, uint32_t
 VR_MUST_CHECK int be_dispersion_table_check(const struct vr_config *cfg, uint32_t K, char *err,
                                             size_t errlen);
 
-/* Dispersion phasors win[j] * exp(-i phi[j]) (ALGORITHMS.md §1.4) into re[0..K-1] and
+/* Dispersion phasors win[j] * exp(-i phi[j]) (docs/algorithms.md §1.6) into re[0..K-1] and
  * im[0..K-1], phi from preprocess.dispersion (coeffs, or a table already accepted by
  * be_table_check). Only for a dispersion kind other than none. */
 void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *win, float *re,
@@ -61,11 +61,11 @@ VR_MUST_CHECK int be_recon_check(const struct vr_config *cfg, char *err, size_t 
 VR_MUST_CHECK int be_levels_check(const struct vr_config *cfg, char *err, size_t errlen);
 
 /* Unnormalized Gaussian spatial weight exp(-d2 / (2 sigma^2)) of a neighbour at squared
- * distance d2 = dx^2 + dy^2 (+ dz^2) (ALGORITHMS.md §2.3), as float; sigma as be_recon_check
+ * distance d2 = dx^2 + dy^2 (+ dz^2) (docs/algorithms.md §2.4), as float; sigma as be_recon_check
  * accepts it. */
 float be_spatial_weight(double sigma, unsigned d2);
 
-/* Temporal weight of an A-scan written age epochs ago (ALGORITHMS.md §2.3), in double:
+/* Temporal weight of an A-scan written age epochs ago (docs/algorithms.md §2.3), in double:
  * linear max(S - age, 0) / S, exp exp(-age / tau). */
 double be_temporal_weight(enum cfg_temporal temporal, uint32_t S, double tau, double age);
 

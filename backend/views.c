@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Host part of the views (ALGORITHMS.md §4): sizes, names, parameter checks and the render's
+ * Host part of the views (docs/algorithms.md §4): sizes, names, parameter checks and the render's
  * camera, shared by the CPU and CUDA implementations.
  */
 #include <errno.h>
@@ -11,9 +11,9 @@
 
 #include <volrec/protocol.h>
 
-#include "../base/base.h"
-#include "../config/config.h"
-#include "views.h"
+#include "base/base.h"
+#include "config/config.h"
+#include "backend/views.h"
 
 _Static_assert((int)BE_VIEW_ENFACE_MEAN == VOLREC_IMAGE_ENFACE_MEAN &&
                        (int)BE_VIEW_ENFACE_MAX == VOLREC_IMAGE_ENFACE_MAX &&

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Views of a published volume (ALGORITHMS.md §4, docs/algorithms.md): en-face mean and max over
+ * Views of a published volume (docs/algorithms.md §4): en-face mean and max over
  * a depth slab, the B-scan, slice and plane through a position, and the MIP render. The host
  * part here checks the parameters and sets up the render's camera once, so that the CPU
  * (cpu/views.c) and CUDA (gpu/gpu_views.cu) implementations compute from the same numbers.
@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../base/base.h"
+#include "base/base.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,7 +42,7 @@ struct be_view_params {
 
 /*
  * The render's camera in voxel coordinates (x, y, z), computed once per parameters: sample k of
- * pixel (i, j) is at org + (j + 1/2) du + (i + 1/2) dv + (k + 1/2) dt, which is ALGORITHMS.md
+ * pixel (i, j) is at org + (j + 1/2) du + (i + 1/2) dv + (k + 1/2) dt, which is docs/algorithms.md
  * §4.4's p(t_k) divided by the spacing. Double for the CPU, the same values rounded to float for
  * the device and for be_render_krange.
  */

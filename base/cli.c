@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 
 int vr_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {

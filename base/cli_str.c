@@ -2,7 +2,7 @@
 /* Command lines (base.h): the options whose value a main() keeps as it is given. */
 #include <getopt.h>
 
-#include "base.h"
+#include "base/base.h"
 
 int vr_cli_getopt(int argc, char **argv, const char *optstring, const struct option *longopts,
                   const struct vr_cli_str *strs, size_t n)

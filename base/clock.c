@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 
 uint64_t vr_now_ns(clockid_t clk)
 {

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 
 int vr_err(char *err, size_t errlen, int code, const char *fmt, ...)
 {

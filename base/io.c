@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base.h"
+#include "base/base.h"
 
 ssize_t vr_pread_upto(int fd, void *buf, size_t n, uint64_t off)
 {

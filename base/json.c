@@ -12,7 +12,7 @@
 
 #include <json-c/json.h>
 
-#include "base.h"
+#include "base/base.h"
 
 /* Whether every number in o is finite: json-c reads NaN, Infinity and 1e999 even when strict. */
 static bool all_finite(struct json_object *o)

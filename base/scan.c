@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The VolRec scan-offset schedule (ALGORITHMS.md §2): q = e mod S, ox = q mod sx, oy = q div sx. */
-#include "base.h"
+/* The VolRec scan-offset schedule (docs/algorithms.md §2): q = e mod S, ox = q mod sx, oy = q div sx. */
+#include "base/base.h"
 
 void vr_scan_offset(uint64_t epoch, uint32_t sx, uint32_t sy, uint32_t *ox, uint32_t *oy)
 {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -2,7 +2,7 @@
 /* UTF-8 checking for text from shims, cameras and files before it reaches JSON or logs. */
 #include <string.h>
 
-#include "base.h"
+#include "base/base.h"
 
 /* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 if it is not valid. */
 static size_t seq_len(const unsigned char *s, size_t n)

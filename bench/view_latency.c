@@ -22,8 +22,40 @@
 #include <libwebsockets.h>
 #include <zlib.h>
 
+#include <volrec/protocol.h>
+
 #include "base/base.h"
-#include "clients/view/internal.h"
+
+/* The picture frame of the viewer's WebSocket as docs/viewer.md ("Picture frames") describes it:
+ * decoded here from the documented format, as the page does, not from the viewer's code. */
+#define FRAME_MAGIC   UINT32_C(0x46565256) /* "VRVF" read as little-endian */
+#define FRAME_VERSION 1
+#define FRAME_HEADER  128 /* bytes before the payload */
+enum { ENC_RAW = 0, ENC_DEFLATE = 1 };
+
+/* The picture kinds by their number in a frame (enum volrec_image_kind) and their names in the
+ * page's subscriptions. */
+static const char *const kind_names[VOLREC_IMAGE_COUNT] = {
+        [VOLREC_IMAGE_ENFACE_MEAN] = "enface_mean",
+        [VOLREC_IMAGE_ENFACE_MAX] = "enface_max",
+        [VOLREC_IMAGE_BSCAN] = "bscan",
+        [VOLREC_IMAGE_SLICE] = "slice",
+        [VOLREC_IMAGE_PLANE] = "plane",
+        [VOLREC_IMAGE_RENDER] = "render",
+};
+
+static const char *kind_name(unsigned kind)
+{
+	return kind < VOLREC_IMAGE_COUNT ? kind_names[kind] : NULL;
+}
+
+static int kind_from_name(const char *name)
+{
+	for (int k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		if (!strcmp(name, kind_names[k]))
+			return k;
+	return -1;
+}
 
 #define RX_MAX ((size_t)64 << 20) /* one message, at most */
 
@@ -98,26 +130,26 @@ static void on_picture(const unsigned char *m, size_t len, uint64_t now)
 	uint32_t hs, payload, rows, cols;
 	unsigned kind, enc;
 
-	if (len < VW_FRAME_HEADER)
+	if (len < FRAME_HEADER)
 		return fail(1, "picture frame of %zu bytes: shorter than its %d-byte header", len,
-		            VW_FRAME_HEADER);
-	if (get32(m) != VW_FRAME_MAGIC)
+		            FRAME_HEADER);
+	if (get32(m) != FRAME_MAGIC)
 		return fail(1, "picture frame: magic 0x%08x, not 0x%08x (VRVF)", get32(m),
-		            VW_FRAME_MAGIC);
+		            FRAME_MAGIC);
 	hs = m[6] | (uint32_t)m[7] << 8, kind = m[8], enc = m[9];
 	rows = get32(m + 12), cols = get32(m + 16), payload = get32(m + 20);
-	if ((m[4] | m[5] << 8) != VW_FRAME_VERSION)
+	if ((m[4] | m[5] << 8) != FRAME_VERSION)
 		return fail(1, "picture frame: version %u (this tool reads %d)", m[4] | m[5] << 8,
-		            VW_FRAME_VERSION);
-	if (hs < VW_FRAME_HEADER || hs > len || payload != len - hs)
+		            FRAME_VERSION);
+	if (hs < FRAME_HEADER || hs > len || payload != len - hs)
 		return fail(1, "picture frame: header size %u, payload %u, message %zu bytes", hs,
 		            payload, len);
 	if (kind >= VOLREC_IMAGE_COUNT || !(r.want & 1u << kind))
 		return fail(1, "picture frame: kind %u, not one subscribed to", kind);
-	if (enc > VW_ENC_DEFLATE || (enc == VW_ENC_RAW && payload != (uint64_t)rows * cols))
+	if (enc > ENC_DEFLATE || (enc == ENC_RAW && payload != (uint64_t)rows * cols))
 		return fail(1, "picture frame (%s): encoding %u, %u payload bytes for %u x %u",
-		            vw_kind_name(kind), enc, payload, rows, cols);
-	if (r.inflate && enc == VW_ENC_DEFLATE) {
+		            kind_name(kind), enc, payload, rows, cols);
+	if (r.inflate && enc == ENC_DEFLATE) {
 		uLongf n = (uLongf)rows * cols;
 		unsigned char *px = malloc(n ? n : 1);
 		double t = vr_mono_s();
@@ -128,7 +160,7 @@ static void on_picture(const unsigned char *m, size_t len, uint64_t now)
 			return fail(
 			        1,
 			        "picture frame (%s): deflate payload does not inflate to %u x %u",
-			        vw_kind_name(kind), rows, cols);
+			        kind_name(kind), rows, cols);
 		r.inflate_ms += (vr_mono_s() - t) * 1e3;
 	}
 	if (r.phase != 2)
@@ -136,7 +168,7 @@ static void on_picture(const unsigned char *m, size_t len, uint64_t now)
 	k = &r.k[kind];
 	k->frames++;
 	k->bytes += len;
-	k->deflated += enc == VW_ENC_DEFLATE;
+	k->deflated += enc == ENC_DEFLATE;
 	k->rows = rows, k->cols = cols, k->rstep = m[10], k->cstep = m[11];
 	if (!get64(m + 40))
 		return;
@@ -162,9 +194,9 @@ static void on_text(const char *text)
 	type = json_object_get_string(t);
 	if (!strcmp(type, "hello")) {
 		if (!json_object_object_get_ex(o, "protocol", &v) ||
-		    json_object_get_int(v) != VW_FRAME_VERSION)
+		    json_object_get_int(v) != FRAME_VERSION)
 			fail(1, "hello: protocol %s (this tool speaks %d)",
-			     v ? json_object_get_string(v) : "missing", VW_FRAME_VERSION);
+			     v ? json_object_get_string(v) : "missing", FRAME_VERSION);
 		else if (r.phase == 0) {
 			r.phase = 1;
 			r.t_measure = vr_mono_s() + r.warmup;
@@ -358,7 +390,7 @@ static struct json_object *report(double dt)
 
 		if (!(r.want & 1u << i))
 			continue;
-		json_object_array_add(views, json_object_new_string(vw_kind_name(i)));
+		json_object_array_add(views, json_object_new_string(kind_name(i)));
 		p = json_object_new_object();
 		json_object_object_add(p, "frames", json_object_new_int64((int64_t)k->frames));
 		json_object_object_add(p, "pictures_per_s", num((double)k->frames / dt));
@@ -370,7 +402,7 @@ static struct json_object *report(double dt)
 		json_object_object_add(p, "acq_to_received_ms", pcts(k->s, k->n, 0));
 		json_object_object_add(p, "publish_to_received_ms", pcts(k->s, k->n, 1));
 		json_object_object_add(p, "viewer_read_to_received_ms", pcts(k->s, k->n, 2));
-		json_object_object_add(pics, vw_kind_name(i), p);
+		json_object_object_add(pics, kind_name(i), p);
 		na = realloc(all, (nall + k->n + 1) * sizeof(*all));
 		if (na) {
 			all = na;
@@ -518,12 +550,12 @@ int main(int argc, char **argv)
 		int k;
 
 		snprintf(name, sizeof(name), "%.*s", (int)(n < 31 ? n : 31), p);
-		k = n < 31 ? vw_kind_from_name(name) : -1;
+		k = n < 31 ? kind_from_name(name) : -1;
 		if (k < 0) {
 			fprintf(stderr, "view_latency: --views: '%.*s' is not a picture (", (int)n,
 			        p);
-			for (unsigned i = 0; vw_kind_name(i); i++)
-				fprintf(stderr, "%s%s", i ? ", " : "", vw_kind_name(i));
+			for (unsigned i = 0; kind_name(i); i++)
+				fprintf(stderr, "%s%s", i ? ", " : "", kind_name(i));
 			fprintf(stderr, ")\n");
 			return 2;
 		}
@@ -536,7 +568,7 @@ int main(int argc, char **argv)
 
 		for (unsigned i = 0; i < VOLREC_IMAGE_COUNT; i++)
 			if (r.want & 1u << i)
-				json_object_array_add(v, json_object_new_string(vw_kind_name(i)));
+				json_object_array_add(v, json_object_new_string(kind_name(i)));
 		json_object_object_add(sub, "type", json_object_new_string("subscribe"));
 		json_object_object_add(sub, "views", v);
 		snprintf(r.subscribe, sizeof(r.subscribe), "%s",

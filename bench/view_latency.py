@@ -13,11 +13,11 @@ only: it runs on a GPU host that has neither numpy nor pyzmq.
   bench/view_latency.py --build build-dev --backend cuda --case paper --rate 120 \
       --seconds 10 -o FILE
 
-Cases: those of the one table, bench/cases.c, whose geometry and processing it takes from
+Cases: those of the one table, tools/bench/cases.c, whose geometry and processing it takes from
 `volrec bench --print-case NAME`: demo (scripts/demo.sh: 32 x 32 A-scans of 1024 samples,
 stride 3, depth [96, 352), 96 x 96 x 256 volumes from the synthetic retina at 10/s); paper
 (60 x 60 A-scans of 8192 samples, stride 5, depth [0, 4096), 300 x 300 x 4096 at 120/s,
-replayed from a file `volrec sim` writes into --shm-dir, as bench/e2e_bench does, since the
+replayed from a file `volrec sim` writes into --shm-dir, as tools/bench/e2e_bench does, since the
 synthetic scanner cannot generate 120 such epochs a second on one core); tiny (12 x 12 A-scans
 of 256 samples, stride 3, 36 x 36 x 128, render every volume: the tests); any other case from
 the synthetic scanner at 10/s."""
@@ -41,7 +41,7 @@ import benchkit  # bench/, beside this script
 
 SRC = pathlib.Path(__file__).resolve().parents[1]
 
-# How this benchmark runs a case of bench/cases.c: its source, its default source.rate and the
+# How this benchmark runs a case of tools/bench/cases.c: its source, its default source.rate and the
 # render settings of the tests' case (geometry and processing come from the table).
 RUNS = {
     "demo": {"source": "synth", "rate": 10},
@@ -56,7 +56,7 @@ def log(msg):
 
 
 def load_case(volrec, name):
-    """The case called name of bench/cases.c, as `volrec bench --print-case` prints it."""
+    """The case called name of tools/bench/cases.c, as `volrec bench --print-case` prints it."""
     p = subprocess.run([str(volrec), "bench", "--print-case", name], capture_output=True,
                        text=True, timeout=60)
     if p.returncode:
@@ -310,7 +310,7 @@ def main():
                     help="build tree with bin/volrecd, bin/volrec, tests/view_latency")
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "auto"])
     ap.add_argument("--case", default="demo",
-                    help="a case of bench/cases.c (default demo; tiny: the tests', paper)")
+                    help="a case of tools/bench/cases.c (default demo; tiny: the tests', paper)")
     ap.add_argument("--rate", type=float, help="source.rate, epochs/s (default: the case's)")
     ap.add_argument("--source", choices=["synth", "replay"], help="default: the case's")
     ap.add_argument("--render-every", type=int, help="view.render.every (default: the daemon's)")

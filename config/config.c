@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "internal.h"
+#include "config/internal.h"
 
 /* ---- positions and messages ------------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #include "base/base.h"
-#include "volrec/shim.h"
+#include <volrec/shim.h>
 
 #define CFG_PATH_MAX        4096
 #define CFG_NAME_MAX        64
@@ -46,7 +46,7 @@ enum cfg_source { CFG_SOURCE_SYNTH, CFG_SOURCE_REPLAY, CFG_SOURCE_SHIM };
 enum cfg_replay_format { CFG_REPLAY_AUTO, CFG_REPLAY_RAW };
 /* What a replayed recording does with an epoch whose CRC-32C is wrong. */
 enum cfg_crc_error { CFG_CRC_STOP, CFG_CRC_SKIP };
-/* Raw sample types (ALGORITHMS.md §0); u12p and u12gv pack two 12-bit samples in 3 bytes. */
+/* Raw sample types (docs/algorithms.md §0); u12p and u12gv pack two 12-bit samples in 3 bytes. */
 enum cfg_sample {
 	CFG_SAMPLE_U16,
 	CFG_SAMPLE_I16,
@@ -222,7 +222,7 @@ struct vr_config {
 		enum cfg_log_level level;
 	} log;
 
-	/* Views of each volume (ALGORITHMS.md §4); all live but enabled. */
+	/* Views of each volume (docs/algorithms.md §4); all live but enabled. */
 	struct {
 		bool enabled;         /* false: no views area, nothing computed (structural) */
 		uint32_t slab[2];     /* en-face depth slab [za, zb), default the whole depth */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "internal.h"
+#include "config/internal.h"
 
 static void put_quoted(FILE *out, const char *s)
 {

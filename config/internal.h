@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <yaml.h>
 
-#include "config.h"
+#include "config/config.h"
 
 #define CFG_FILE_MAX       (1u << 20)  /* largest configuration file read (1 MiB) */
 #define CFG_ARGS_MAX       (64u << 10) /* largest shim.args text (64 KiB) */
@@ -23,7 +23,7 @@
 #define CFG_MAX_VOLUME_BYTES (16ull << 30) /* one output volume, or one low-res float volume */
 #define CFG_MAX_SLOTS_BYTES  (64ull << 30) /* all output slots together */
 #define CFG_MAX_RING_BYTES   (16ull << 30) /* the raw B-scan ring */
-#define CFG_SLOT_ALIGN       (2ull << 20)  /* slot data alignment (DESIGN.md §5) */
+#define CFG_SLOT_ALIGN       (2ull << 20)  /* slot data alignment (docs/protocol.md) */
 #define CFG_MAX_STRIDE_AREA  128           /* sx * sy: S x S temporal weights stay small */
 #define CFG_SUN_PATH_MAX     107           /* longest ipc:// path (sockaddr_un.sun_path - 1) */
 

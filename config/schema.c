@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "config/internal.h"
 
 static const char *const backend_names[] = {"auto", "cuda", "cpu", NULL};
 static const char *const source_names[] = {"synth", "replay", "shim", NULL};

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "config/internal.h"
 
 /* ---- tables ----------------------------------------------------------------------------- */
 
@@ -594,7 +594,7 @@ static int check_ipc(struct cfg_ctx *ctx)
 	return 0;
 }
 
-/* The views' slab and position lie inside the output volume (ALGORITHMS.md §4: never
+/* The views' slab and position lie inside the output volume (docs/algorithms.md §4: never
  * clamped); absent, they default to the whole depth and the centre. */
 static int check_view(struct cfg_ctx *ctx)
 {

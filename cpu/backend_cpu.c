@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "cpu/internal.h"
 
 /* FFTW's planner is not thread-safe: every plan is made and destroyed under this lock. */
 static pthread_mutex_t cpu_fftw_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -164,31 +164,35 @@ static unsigned cpu_count_threads(int want)
 
 static int check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
 {
-	const __typeof__(cfg->geometry) *g = &cfg->geometry;
 	uint32_t zp = cfg->preprocess.zero_pad;
 
-	if (g->samples_per_ascan < 2 || g->ascans_per_bscan < 1 || g->bscans_per_volume < 1)
+	if (cfg->geometry.samples_per_ascan < 2 || cfg->geometry.ascans_per_bscan < 1 ||
+	    cfg->geometry.bscans_per_volume < 1)
 		return vr_err(err, errlen, -EINVAL,
 		              "geometry: samples_per_ascan %u (>= 2), ascans_per_bscan %u and "
 		              "bscans_per_volume %u (>= 1) out of range",
-		              g->samples_per_ascan, g->ascans_per_bscan, g->bscans_per_volume);
+		              cfg->geometry.samples_per_ascan, cfg->geometry.ascans_per_bscan,
+		              cfg->geometry.bscans_per_volume);
 	if (zp != 1 && zp != 2 && zp != 4)
 		return vr_err(err, errlen, -EINVAL, "preprocess.zero_pad: %u, allowed 1, 2 or 4",
 		              zp);
-	if (g->stride[0] < 1 || g->stride[1] < 1)
+	if (cfg->geometry.stride[0] < 1 || cfg->geometry.stride[1] < 1)
 		return vr_err(err, errlen, -EINVAL, "geometry.stride: [%u, %u], both must be >= 1",
-		              g->stride[0], g->stride[1]);
-	if (g->depth_range[0] >= g->depth_range[1] || g->depth_range[1] > cfg_fft_len(cfg) / 2)
+		              cfg->geometry.stride[0], cfg->geometry.stride[1]);
+	if (cfg->geometry.depth_range[0] >= cfg->geometry.depth_range[1] ||
+	    cfg->geometry.depth_range[1] > cfg_fft_len(cfg) / 2)
 		return vr_err(err, errlen, -EINVAL,
 		              "geometry.depth_range: [%u, %u) not within [0, %u)",
-		              g->depth_range[0], g->depth_range[1], cfg_fft_len(cfg) / 2);
-	if (g->sample_type != CFG_SAMPLE_F32 && g->bit_shift > 15)
+		              cfg->geometry.depth_range[0], cfg->geometry.depth_range[1],
+		              cfg_fft_len(cfg) / 2);
+	if (cfg->geometry.sample_type != CFG_SAMPLE_F32 && cfg->geometry.bit_shift > 15)
 		return vr_err(err, errlen, -EINVAL, "geometry.bit_shift: %u, allowed 0..15",
-		              g->bit_shift);
-	if (cfg_sample_packed(g->sample_type) && g->samples_per_ascan % 2)
+		              cfg->geometry.bit_shift);
+	if (cfg_sample_packed(cfg->geometry.sample_type) && cfg->geometry.samples_per_ascan % 2)
 		return vr_err(err, errlen, -EINVAL,
 		              "geometry.samples_per_ascan: %u is odd with sample_type %s",
-		              g->samples_per_ascan, cfg_sample_name(g->sample_type));
+		              cfg->geometry.samples_per_ascan,
+		              cfg_sample_name(cfg->geometry.sample_type));
 	return 0;
 }
 

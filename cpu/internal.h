@@ -2,7 +2,7 @@
 /*
  * Private declarations of the CPU reference backend (cpu_): the per-configuration tables
  * (window, resampling, dispersion, reconstruction weights), the state, and the pure helpers
- * the unit tests check against ALGORITHMS.md (docs/algorithms.md says what was chosen).
+ * the unit tests check against docs/algorithms.md (which says what was chosen).
  */
 #ifndef VOLREC_CPU_INTERNAL_H
 #define VOLREC_CPU_INTERNAL_H
@@ -14,10 +14,10 @@
 
 #include <fftw3.h>
 
-#include "../backend/motion.h"
-#include "../backend/ops.h"
-#include "../backend/views.h"
-#include "../config/config.h"
+#include "backend/motion.h"
+#include "backend/ops.h"
+#include "backend/views.h"
+#include "config/config.h"
 
 #define CPU_BATCH       8 /* A-scans per FFT call (fftwf_plan_many_dft*) */
 #define CPU_MAX_THREADS 256
@@ -27,7 +27,7 @@
 struct cpu_params {
 	enum cfg_background bg_mode;
 	float *bg_ref;            /* [K] reference spectrum (mode reference) */
-	double pm_threshold;      /* partial_median: t (ALGORITHMS.md §1b) */
+	double pm_threshold;      /* partial_median: t (docs/algorithms.md §1b) */
 	enum cfg_resample rs;     /* kernel */
 	int32_t *rs_idx;          /* [K] base index: linear/spline i = floor(p), cubic i - 1 */
 	float *rs_w;              /* [K][4] weights (linear: 2 used; spline: A, B, C, D) */
@@ -133,11 +133,11 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 /* Resample x (K values) into y through the configured kernel (m: K floats of scratch). */
 void cpu_resample(const struct cpu_params *p, uint32_t K, const float *x, float *y, float *m);
 
-/* Preprocess every submitted B-scan of the epoch into L (ALGORITHMS.md §1, steps 1-7);
+/* Preprocess every submitted B-scan of the epoch into L (docs/algorithms.md §1, steps 1-9);
  * with mode none also writes the u8 and float outputs. */
 void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output *out);
 
-/* Reconstruct epoch e from L (ALGORITHMS.md §2) into out. */
+/* Reconstruct epoch e from L (docs/algorithms.md §2) into out. */
 void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out);
 
 /* Newest epoch at column (yy, xx): the bilinear interpolation of L over the epoch's sample
@@ -170,7 +170,7 @@ int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err
  * -EINVAL when the view parameters lie outside the volume (message in err). */
 int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err, size_t errlen);
 void cpu_views_free(struct cpu_state *st);
-/* The views of ALGORITHMS.md §4 of the u8 volume V (p checked by be_view_check, r from
+/* The views of docs/algorithms.md §4 of the u8 volume V (p checked by be_view_check, r from
  * be_render_setup(p)) into out[v] (be_view_size bytes each; a NULL entry is skipped). */
 void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
                        const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT]);

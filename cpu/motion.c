@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/tables.h"
-#include "internal.h"
+#include "backend/tables.h"
+#include "cpu/internal.h"
 
 struct motion_ctx {
 	const struct be_output *out;

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ALGORITHMS.md §1 on the CPU: convert and remove the background, resample, window (and
+ * docs/algorithms.md §1 on the CPU: convert and remove the background, resample, window (and
  * dispersion), batched FFTW transforms, log/normalize, flips and crop into the low-resolution
  * volume L_e, A-scans spread over the backend's threads in batches of CPU_BATCH.
  */
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu/internal.h"
 
 /* Convert A-scan a of a raw B-scan to float (integer samples divided by 2^bit_shift, floor);
  * returns the sum of the converted samples. */
@@ -301,7 +301,7 @@ static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 }
 
 /*
- * ALGORITHMS.md §1b for B-scan b (one item per B-scan). The spectra are those of x[k] = s[k]
+ * docs/algorithms.md §1b for B-scan b (one item per B-scan). The spectra are those of x[k] = s[k]
  * minus the B-scan's mean spectrum (bscan_mean): the FFT is linear, so X' = X - m with m[z]
  * the complex mean of X over the A-scans; sigma is unchanged, C' = C - m, and X' - C' = X - C
  * exactly, while the DC of the raw spectra (about 1e7 for u16 data) never enters float32

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ALGORITHMS.md §2 on the CPU: interlace L_e at the epoch's scan offset, age map and temporal
+ * docs/algorithms.md §2 on the CPU: interlace L_e at the epoch's scan offset, age map and temporal
  * weights, and the 27-neighbour spatio-temporal convolution, output rows (planes of constant
  * Y) spread over the threads. The Gaussian factorizes into gxy(dx, dy) * gz(dz) and the
  * temporal weight depends on the column only, so each column is first smoothed along z.
@@ -8,8 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../backend/tables.h"
-#include "internal.h"
+#include "backend/tables.h"
+#include "cpu/internal.h"
 
 struct recon_ctx {
 	uint32_t rows; /* output rows per item */

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../backend/tables.h"
-#include "internal.h"
+#include "backend/tables.h"
+#include "cpu/internal.h"
 
 /* Hoare selection: afterwards v[k] is the k-th smallest and v[0..k) <= v[k] <= v(k..n). */
 static void select_kth(float *v, size_t n, size_t k)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The views of ALGORITHMS.md §4 on the CPU, from the u8 volume V[y][x][z] exactly as published:
+ * The views of docs/algorithms.md §4 on the CPU, from the u8 volume V[y][x][z] exactly as published:
  * en-face mean/max over the slab, B-scan, slice and plane at the position, and the MIP render
  * (orthographic rays, trilinear samples, maximum rounded half up). The CUDA backend computes
  * the same from the same be_render_setup (gpu/gpu_views.cu).
@@ -12,7 +12,7 @@
 
 #include <volrec/protocol.h>
 
-#include "internal.h"
+#include "cpu/internal.h"
 
 /* Trilinear interpolation of V at voxel coordinates (x, y, z) already inside [0, n - 1]. */
 static double trilinear(const uint8_t *V, uint32_t Y, uint32_t X, uint32_t Z, double x, double y,

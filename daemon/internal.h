@@ -60,7 +60,7 @@ unsigned vrd_limits_pub_max(uint32_t max_readers);
 /* ---- publishing adapter over ipc/ (vrd_pub.c) ---- */
 struct vrd_pub;
 
-/* The median depths of the last volume published (background.mode partial_median, ALGORITHMS.md
+/* The median depths of the last volume published (background.mode partial_median, docs/algorithms.md
  * §1b; 0 in the other modes). */
 struct vrd_median_depths {
 	bool have;              /* a volume was published in this session */

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 
 #include "config/config.h"
-#include "internal.h"
-#include "src/source.h"
+#include "daemon/internal.h"
+#include "sources/source.h"
 
 int main(int argc, char **argv)
 {

@@ -5,7 +5,7 @@
 #include <getopt.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "daemon/internal.h"
 
 static void usage(FILE *out, const char *prog)
 {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrd_ctl.h"
+#include "daemon/vrd_ctl.h"
 
 static char *reply_text(struct json_object *o)
 {
@@ -75,7 +75,6 @@ static char *op_get(const struct vrd_ctl_ops *svc, struct json_object *req, cons
 	size_t len = 0;
 	int rc;
 
-	(void)peer;
 	if (json_object_object_get_ex(req, "key", &key)) {
 		char err[CFG_ERR_MAX];
 
@@ -176,7 +175,6 @@ static char *op_reset_history(const struct vrd_ctl_ops *svc, struct json_object 
 {
 	char err[CFG_ERR_MAX];
 
-	(void)req;
 	if (svc->reset_history(svc->ctx, peer, err, sizeof(err)) < 0)
 		return reply_error(id, "%s", err);
 	return reply_text(reply_new(true, id));

@@ -20,8 +20,8 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "vrd_ctl.h"
+#include "daemon/internal.h"
+#include "daemon/vrd_ctl.h"
 
 struct vrd_ctl_client {
 	int fd; /* -1: free */

@@ -10,8 +10,8 @@
 #include <sys/resource.h>
 #include <syslog.h>
 
-#include "internal.h"
-#include "vrd_ctl.h"
+#include "daemon/internal.h"
+#include "daemon/vrd_ctl.h"
 
 /* Descriptors kept for the pipeline and what it opens later (sources, shims, files) */
 #define FD_RESERVE 64

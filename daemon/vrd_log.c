@@ -17,7 +17,7 @@
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-journal.h>
 
-#include "internal.h"
+#include "daemon/internal.h"
 
 static struct {
 	pthread_mutex_t lock;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "daemon/internal.h"
 
 struct vrd_pipeline {
 	struct pl_pipeline *pl;
@@ -27,7 +27,6 @@ static void on_event(void *ctx, const struct pl_event *ev)
 	        [PL_WARNING] = LOG_WARNING, [PL_ERR] = LOG_ERR,
 	};
 
-	(void)ctx;
 	if (ev->name && !strcmp(ev->name, "source_abandoned"))
 		atomic_fetch_add(&abandoned, 1);
 	if (ev->announce)

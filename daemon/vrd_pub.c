@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "daemon/internal.h"
 
 struct vrd_pub {
 	struct ipc_writer *w;
@@ -44,7 +44,7 @@ struct vrd_pub {
 
 _Static_assert(CFG_MAX_PUB <= IPC_MAX_PUB, "every configured endpoint fits the writer");
 
-/* Volume ids continue across structural reloads (DESIGN.md §5: the daemon's volume counter). */
+/* Volume ids continue across structural reloads (the daemon's volume counter, docs/protocol.md). */
 static _Atomic uint64_t next_volume_id = 1;
 
 int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_pub **out,
@@ -206,7 +206,6 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 	struct vrd_pub *pub = ctx;
 	int rc = ipc_writer_begin(pub->w, &pub->cur);
 
-	(void)epoch;
 	if (rc < 0)
 		return vr_err_errno(err, errlen, rc, "shm: no slot to write into");
 	pub->in_progress = true;

@@ -2,7 +2,7 @@
 /*
  * The raw recorder of volrecd (docs/recording.md): a tap of the pipeline (pl_tap) copies whole
  * epochs of raw B-scans into buffers of its own on the acquisition thread, never waiting; its
- * own thread writes them as frames of a recording (src/recording.h) into record.dir. When the
+ * own thread writes them as frames of a recording (sources/recording.h) into record.dir. When the
  * disk falls behind, whole epochs are left out (counted, and marked in the next frame's
  * index entry); acquisition and processing never wait for it.
  */
@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include "internal.h"
-#include "src/recording.h"
+#include "daemon/internal.h"
+#include "sources/recording.h"
 
 #define RAW_BUFFERS_MAX  64           /* epochs queued at most */
 #define RAW_BUFFER_BYTES (256u << 20) /* memory for queued epochs, at most (at least 2) */

@@ -21,8 +21,8 @@
 
 #include <systemd/sd-daemon.h>
 
-#include "internal.h"
-#include "vrd_ctl.h"
+#include "daemon/internal.h"
+#include "daemon/vrd_ctl.h"
 
 enum svc_state { SVC_STARTING, SVC_RUNNING, SVC_RELOADING, SVC_STOPPING };
 static const char *const state_names[] = {"starting", "running", "reloading", "stopping"};

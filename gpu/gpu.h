@@ -15,9 +15,9 @@
 #include <cuda_runtime_api.h>
 #include <cufft.h>
 
-#include "../config/config.h"
-#include "../backend/motion.h"
-#include "../backend/views.h"
+#include "config/config.h"
+#include "backend/motion.h"
+#include "backend/views.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,7 +110,7 @@ cudaError_t gpu_launch_convert(const struct gpu_prep_params *p, const struct gpu
 /* Resample conv[nx][K] and apply window/dispersion/zero padding into the FFT input. */
 cudaError_t gpu_launch_resample(const struct gpu_prep_params *p, const struct gpu_prep_tables *t,
                                 const float *conv, void *fin, cudaStream_t s);
-/* partial_median (ALGORITHMS.md §1b) on the spectra of one B-scan (after the FFT of the
+/* partial_median (docs/algorithms.md §1b) on the spectra of one B-scan (after the FFT of the
  * mean-removed A-scans, as cpu/preprocess.c): per-depth sigma, sigma_bg, the depths above
  * p->pm_threshold * sigma_bg (their number into *count), their medians into m->C (0 elsewhere).
  * spec has ld complex values per A-scan. */
@@ -249,7 +249,7 @@ cudaError_t gpu_launch_copy(const float *src, float *dst, size_t n, cudaStream_t
 /* Local memory per thread of the picks kernel (be_motion_column's arrays), for the budget. */
 #define GPU_MOTION_LMEM 6144
 
-/* ---- views (gpu_views.cu), ALGORITHMS.md §4 -------------------------------------------- */
+/* ---- views (gpu_views.cu), docs/algorithms.md §4 -------------------------------------------- */
 
 /* En-face mean and max over p->slab and the plane at p->position[2], each [Y][X] on the device
  * (any may be NULL), from the u8 volume V on the device. */

@@ -14,10 +14,10 @@
 
 #include <volrec/protocol.h>
 
-#include "../backend/ops.h"
-#include "../backend/tables.h"
-#include "../base/base.h"
-#include "gpu.h"
+#include "backend/ops.h"
+#include "backend/tables.h"
+#include "base/base.h"
+#include "gpu/gpu.h"
 
 #define GPU_MIN_CC_MAJOR 7
 #define GPU_SLABS        16 /* reconstruction slabs per epoch (rows of Y), at most */
@@ -1465,7 +1465,7 @@ void gpu_part_rows(const struct gpu_state *st, bool none, uint32_t *r0, uint32_t
 	*h1 = rc < rows ? rc + 1 : rows;
 }
 
-/* The views of this epoch's u8 volume (ALGORITHMS.md §4) on st->vs, once the kernels of
+/* The views of this epoch's u8 volume (docs/algorithms.md §4) on st->vs, once the kernels of
  * all nslabs slabs ran (not their copies: the views overlap the volume's D2H), copied into
  * out->views; the render only when out->view_mask asks for it, else the last one again.
  * A part of several (gpu.h) computes and copies the rows [r0, r1) of the en-face pictures,

@@ -12,9 +12,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "../backend/backend.h"
-#include "../base/base.h"
-#include "gpu.h"
+#include "backend/backend.h"
+#include "base/base.h"
+#include "gpu/gpu.h"
 
 /* Whether /dev/shm has room for bytes more (containers often give it 64 MiB). */
 static bool gpu_shm_fits(size_t bytes)

@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <type_traits>
 
-#include "../backend/tables.h" /* BE_ADAPT_UNKNOWN */
-#include "gpu.h"
+#include "backend/tables.h" /* BE_ADAPT_UNKNOWN */
+#include "gpu/gpu.h"
 
 #define GPU_THREADS 256
 
@@ -23,7 +23,7 @@ __constant__ float c_g[4];
 /*
  * gpu_sample<ST>: the raw sample type ST as the kernels read it. `type` is what a raw pointer
  * points at, row(a, K) the offset of A-scan a in units of `type`, at(row, k, sh) converted
- * sample k of a row (integers divided by 2^sh, floor). The packed 12-bit types (ALGORITHMS.md
+ * sample k of a row (integers divided by 2^sh, floor). The packed 12-bit types (docs/algorithms.md
  * §0) are bytes, unpacked here: the host-to-device copy carries 1.5 bytes per sample.
  */
 template <int ST> struct gpu_sample;
@@ -333,7 +333,7 @@ __global__ void k_logmag(gpu_prep_params p, const float2 *spec, int ld, bool rev
 	lerow[(size_t)xo * p.nz + z] = v;
 }
 
-/* ---- partial median (ALGORITHMS.md §1b; cpu/preprocess.c partial_median_bscan) ------------ */
+/* ---- partial median (docs/algorithms.md §1b; cpu/preprocess.c partial_median_bscan) ------------ */
 
 /*
  * Grid (ceil(half / threads), chunks): thread z of block (., c) sums Re, Im, Re^2, Im^2 of

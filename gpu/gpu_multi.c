@@ -15,8 +15,8 @@
 
 #include <volrec/protocol.h>
 
-#include "../backend/ops.h"
-#include "gpu.h"
+#include "backend/ops.h"
+#include "gpu/gpu.h"
 
 struct gpu_multi {
 	uint32_t n;                    /* parts (entries of gpu.devices) */

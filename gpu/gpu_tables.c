@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/tables.h"
-#include "gpu.h"
+#include "backend/tables.h"
+#include "gpu/gpu.h"
 
 void gpu_tables_free(struct gpu_tables *t)
 {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The views of ALGORITHMS.md §4 on the device, from the u8 volume already there: en-face
+ * The views of docs/algorithms.md §4 on the device, from the u8 volume already there: en-face
  * mean/max over the slab and the plane (one warp per A-scan column), and the MIP render (one
  * thread per pixel, samples clipped to the box by be_render_krange). The B-scan and slice are
  * plain copies out of the volume (gpu_backend.c). cpu/views.c is the reference.
@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "gpu.h"
+#include "gpu/gpu.h"
 
 __global__ void k_enface(const uint8_t *__restrict__ V, int Y, int X, int Z, int za, int zb, int z0,
                          uint8_t *mean, uint8_t *mx, uint8_t *plane)

@@ -17,7 +17,7 @@
 
 #include <zmq.h>
 
-#include "internal.h"
+#include "ipc/internal.h"
 
 struct ipc_connguard {
 	void *mon;           /* PAIR connected to the monitor endpoint */

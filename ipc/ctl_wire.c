@@ -12,7 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "ipc.h"
+#include "ipc/ipc.h"
 
 int ipc_ctl_connect(const char *path)
 {

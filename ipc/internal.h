@@ -10,8 +10,9 @@
 #include <stdint.h>
 #include <time.h>
 
+#include <volrec/protocol.h>
+
 #include "base/base.h"
-#include "volrec/protocol.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the protocol is little-endian");
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && _Alignof(_Atomic uint64_t) == 8, "u64 atomics");

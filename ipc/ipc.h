@@ -12,8 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <volrec/protocol.h>
+
 #include "base/base.h"
-#include "volrec/protocol.h"
 
 #define IPC_MAX_PUB 8 /* endpoints one writer binds */
 

@@ -17,9 +17,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <volrec/client.h>
+
 #include "ipc/internal.h"
 #include "ipc/ipc.h"
-#include "volrec/client.h"
 
 #define CL_EP_MAX        512
 #define CL_OPEN_RETRY_MS 2000 /* how long open waits for a segment being created */

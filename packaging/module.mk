@@ -31,7 +31,7 @@ PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREF
 INSTALL ?= install
 PKG_MAN_PAGES := $(sort $(wildcard packaging/man/*.[1-8]))
 PKG_PC_IN := ipc/volrec.pc.in
-# The example shim(s): shims/module.mk may set SHIM_FILES (built .so paths); by default every
+# The example shim(s): sources/module.mk may set SHIM_FILES (built .so paths); by default every
 # $(B)/lib/volrec/*.so present after the build. PKG_SHIM_NAMES is what install writes into
 # SHIMDIR and all that uninstall removes there: the operator's own shims stay.
 SHIM_FILES ?=

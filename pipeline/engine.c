@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "internal.h"
+#include "pipeline/internal.h"
 
 const char *const pl_drop_names[PL_DROP_COUNT] = {
         [PL_DROP_RING_FULL] = "ring_full",

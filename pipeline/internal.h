@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "pipeline.h"
+#include "pipeline/pipeline.h"
 
 /* ---- the raw ring (ring.c) ---------------------------------------------------------------- */
 

@@ -18,7 +18,7 @@
 #include "backend/backend.h"
 #include "base/base.h"
 #include "config/config.h"
-#include "src/source.h"
+#include "sources/source.h"
 
 struct pl_pipeline;
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pipeline/internal.h"
 
 /* ---- processing --------------------------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "pipeline/internal.h"
 
 int pl_ring_init(struct pl_ring *r, uint32_t size)
 {

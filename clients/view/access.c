@@ -13,8 +13,8 @@
 #include <strings.h>
 #include <sys/random.h>
 
-#include "internal.h"
 #include "base/base.h"
+#include "clients/view/internal.h"
 
 bool vw_token_equal(const char *given, const char *expected)
 {

@@ -16,8 +16,8 @@
 #include <json-c/json.h>
 #include <unistd.h>
 
-#include "internal.h"
 #include "base/base.h"
+#include "clients/view/internal.h"
 #include "ipc/ipc.h"
 
 /* A request volrecd read before it expired is answered at once: waited this much longer */

@@ -15,8 +15,8 @@
 
 #include <json-c/json.h>
 
-#include "internal.h"
 #include "base/base.h"
+#include "clients/view/internal.h"
 
 #define VW_TIMES 64 /* acquisition times remembered for pictures of older volumes */
 

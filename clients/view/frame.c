@@ -11,7 +11,7 @@
 #include <libwebsockets.h>
 #include <zlib.h>
 
-#include "internal.h"
+#include "clients/view/internal.h"
 
 const size_t VW_PRE = LWS_PRE;
 

@@ -17,9 +17,10 @@
 
 #include <json-c/json.h>
 
+#include <volrec/client.h>
+#include <volrec/protocol.h>
+
 #include "base/base.h"
-#include "volrec/client.h"
-#include "volrec/protocol.h"
 
 #define VW_PATH_MAX 4096
 

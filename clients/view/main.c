@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "clients/view/internal.h"
 #include "config/config.h"
-#include "internal.h"
 #include "ipc/ipc.h"
 
 #ifndef VOLREC_VIEW_ASSETS
@@ -31,7 +31,7 @@
 
 #define VW_DEFAULT_LISTEN "127.0.0.1:8090"
 
-/* Exit codes of the volrec command (clients/volrec/commands.h). */
+/* Exit codes of the volrec command (base/base.h). */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 static struct vw_server *g_server;
@@ -119,7 +119,6 @@ void vw_log_flush(void)
 
 static void on_signal(int sig)
 {
-	(void)sig;
 	if (g_server)
 		vw_server_stop(g_server);
 }

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
 #include "base/base.h"
+#include "clients/view/internal.h"
 
 #define VW_EXACT_INT (INT64_C(1) << 53) /* integers JavaScript's numbers hold exactly */
 

@@ -22,8 +22,8 @@
 #include <json-c/json.h>
 #include <libwebsockets.h>
 
-#include "internal.h"
 #include "base/base.h"
+#include "clients/view/internal.h"
 
 #define VW_ASSETS_MAX                 64
 #define VW_TEXT_QUEUE                 16 /* replies and errors waiting for one browser, at most */

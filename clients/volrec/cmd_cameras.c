@@ -3,7 +3,7 @@
  * `volrec cameras`: the GenICam cameras Aravis finds (id, vendor, model, serial, address,
  * current frame size and pixel format, the pixel formats offered and what volrec makes of
  * them), what an operator runs before pointing source.shim.args.camera at one. The GenICam
- * shim finds them (it exports volrec_genicam_cameras_v2, shims/genicam/cameras.h: each camera
+ * shim finds them (it exports volrec_genicam_cameras_v2, drivers/genicam/cameras.h: each camera
  * as a struct) and this writes them as text or JSON: `volrec` itself does not link Aravis.
  */
 #include <dlfcn.h>
@@ -16,9 +16,10 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "shims/genicam/cameras.h"
-#include "volrec/shim.h"
+#include <volrec/shim.h>
+
+#include "base/base.h"
+#include "drivers/genicam/cameras.h"
 
 #ifndef VOLREC_SHIMDIR
 #define VOLREC_SHIMDIR "/usr/lib/volrec"

@@ -17,9 +17,8 @@
 #include <json-c/json.h>
 
 #include "base/base.h"
+#include "clients/volrec/tools.h"
 #include "ipc/ipc.h"
-#include "commands.h"
-#include "tools.h"
 
 #define CTL_MAX_KEYS 32
 

@@ -13,9 +13,9 @@
 
 #include <hdf5.h>
 
-#include "commands.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 #include "formats/fmt.h"
-#include "tools.h"
 
 static void export_usage(FILE *f)
 {

@@ -20,11 +20,11 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "h5attr.h"
-#include "h5vol.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 #include "config/config.h"
-#include "tools.h"
+#include "formats/h5attr.h"
+#include "formats/h5vol.h"
 
 enum rec_reason { REC_GAP = 1, REC_TORN = 2 };
 

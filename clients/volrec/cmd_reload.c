@@ -12,8 +12,8 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 
 /* An event or status message that settles the reload: -1 = not yet, else the exit status. */
 static int settle(const char *name, const char *message, const struct tool_target *t)
@@ -40,7 +40,6 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 	double t0 = vr_mono_s();
 	int last_rc = 0;
 
-	(void)ctl;
 	if (!c) {
 		/* nothing to wait for: say so now instead of claiming a timeout */
 		fprintf(stderr,
@@ -105,7 +104,6 @@ static int reload_confirm(const struct tool_control *ctl, const struct tool_targ
 		        pid, t->instance);
 		return VR_EXIT_FAIL;
 	}
-	(void)timeout;
 	fprintf(stderr,
 	        "volrec reload: SIGHUP sent to volrecd (pid %d) of instance '%s', but no "
 	        "confirmation within %.1f s%s%s\n",

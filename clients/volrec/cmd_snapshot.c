@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `volrec snapshot`: PNG pictures of the newest volume from the views the daemon publishes
- * beside it (ALGORITHMS.md §4: en-face mean and maximum over the slab, the B-scan, the
+ * beside it (docs/algorithms.md §4: en-face mean and maximum over the slab, the B-scan, the
  * orthogonal slice and the plane at view.position, the maximum-intensity render), with a JSON
  * sidecar naming the volume, the geometry and each view's parameters. It computes nothing of
  * its own: what it writes is what every client and the web viewer see.
@@ -19,8 +19,9 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
+#include "formats/png.h"
 
 #define SNAP_PICTURES 6
 
@@ -498,8 +499,8 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		         ": %s (%s) of a %u x %u x %u [Y][X][Z] volume; grey %.4g..%.4g -> 0..255",
 		         tg.instance, v.session_id, v.sequence, v.epoch, pics[i].what, pics[i].file,
 		         v.ny, v.nx, v.nz, pics[i].lo, pics[i].hi);
-		rc = tool_png_write(path, pix, pics[i].w * pics[i].scale, pics[i].h * pics[i].scale,
-		                    desc, err, sizeof(err));
+		rc = fmt_png_write(path, pix, pics[i].w * pics[i].scale, pics[i].h * pics[i].scale,
+		                   desc, err, sizeof(err));
 		free(pix);
 		if (rc) {
 			fprintf(stderr, "volrec snapshot: %s\n", err);

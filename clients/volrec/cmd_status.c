@@ -10,8 +10,8 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 
 static void status_usage(FILE *f)
 {

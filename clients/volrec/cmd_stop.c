@@ -10,8 +10,8 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 
 static int stop_confirm(const struct tool_control *ctl, const struct tool_target *t, int pid,
                         struct volrec_client *c, double t_signal, double deadline, double timeout)
@@ -61,22 +61,24 @@ static int stop_confirm(const struct tool_control *ctl, const struct tool_target
 			vr_sleep_ns(50 * 1000000ull);
 		}
 	}
-	(void)ctl;
 }
+
+static const char stop_help[] =
+        "Stop the instance's volrecd: send SIGTERM to the pid in <run_dir>/<instance>.pid\n"
+        "(or the shared memory's writer), checked to be volrecd through /proc; it stops\n"
+        "the source, publishes what is finished and removes its shared memory. Waits\n"
+        "until the process is gone and prints its `stopping` event.\n";
+
+static const char stop_exit_help[] =
+        ",\n"
+        "6 also: the process is still running when the timeout runs out; 0 means it is gone";
 
 VR_COMMAND(stop, "stop a running daemon (SIGTERM) and wait until it is gone")
 {
 	static const struct tool_control ctl = {
 	        .name = "stop",
-	        .help = "Stop the instance's volrecd: send SIGTERM to the pid in "
-	                "<run_dir>/<instance>.pid\n"
-	                "(or the shared memory's writer), checked to be volrecd through /proc; it "
-	                "stops\n"
-	                "the source, publishes what is finished and removes its shared memory. "
-	                "Waits\n"
-	                "until the process is gone and prints its `stopping` event.\n",
-	        .exit_help = ",\n6 also: the process is still running when the timeout runs out; 0 "
-	                     "means it is gone",
+	        .help = stop_help,
+	        .exit_help = stop_exit_help,
 	        .signal = SIGTERM,
 	        .confirm = stop_confirm,
 	};

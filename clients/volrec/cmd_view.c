@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "helper.h"
+#include "base/base.h"
+#include "clients/volrec/helper.h"
 
 #ifndef VOLREC_VIEW_DIR
 #define VOLREC_VIEW_DIR "/usr/local/libexec/volrec"
@@ -32,7 +32,6 @@ VR_COMMAND(view, "serve a live web viewer of the daemon's views (browser, any nu
 		        "in " VOLREC_VIEW_DIR "; VOLREC_EXEC_PATH=DIR names its folder)\n");
 		return VR_EXIT_FAIL;
 	}
-	(void)argc;
 	argv[0] = (char *)VIEW_PROGRAM;
 	fflush(stdout);
 	execv(path, argv);

@@ -13,8 +13,8 @@
 
 #include <json-c/json.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 
 #define WATCH_EVENTS 4  /* events kept on the screen */
 #define WATCH_SEQS   12 /* sequence numbers shown */

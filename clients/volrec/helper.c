@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "helper.h"
+#include "base/base.h"
+#include "clients/volrec/helper.h"
 
 #ifndef VOLREC_HELPER_DIR
 #define VOLREC_HELPER_DIR "/usr/local/libexec/volrec"

@@ -7,8 +7,8 @@
  */
 #include <stdio.h>
 
-#include "commands.h"
-#include "helper.h"
+#include "base/base.h"
+#include "clients/volrec/helper.h"
 
 #define COMMAND(name, summary) int cmd_##name(int argc, char **argv);
 #include "volrec_commands.h"

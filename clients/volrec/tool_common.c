@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 #include "config/config.h"
 #include "ipc/ipc.h"
-#include "tools.h"
 
 void tool_target_init(struct tool_target *t)
 {

@@ -9,8 +9,8 @@
 #include <signal.h>
 #include <string.h>
 
-#include "commands.h"
-#include "tools.h"
+#include "base/base.h"
+#include "clients/volrec/tools.h"
 
 static void control_usage(FILE *f, const void *ctx)
 {

@@ -8,7 +8,7 @@
 
 #include <json-c/json.h>
 
-#include "tools.h"
+#include "clients/volrec/tools.h"
 
 struct json_object *tool_json_parse(const char *text, size_t len, char *err, size_t errlen)
 {

@@ -12,7 +12,7 @@
 
 #include <json-c/json.h>
 
-#include "tools.h"
+#include "clients/volrec/tools.h"
 
 static void fmt_uptime(double s, char *buf, size_t len)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Shared helpers of the operator's tools (`volrec status/watch/record/snapshot/reload/stop`):
- * the common options, finding and signalling the daemon, status/event JSON, PNG and HDF5 output.
+ * the common options, finding and signalling the daemon, status/event JSON.
  */
 #ifndef VOLREC_CLIENTS_TOOLS_H
 #define VOLREC_CLIENTS_TOOLS_H
@@ -13,9 +13,10 @@
 
 #include <getopt.h>
 
+#include <volrec/client.h>
+#include <volrec/protocol.h>
+
 #include "base/base.h"
-#include "volrec/client.h"
-#include "volrec/protocol.h"
 
 /* ---- the instance a tool talks to (tool_common.c) ---------------------------------------- */
 
@@ -220,15 +221,5 @@ void tool_event_line(struct json_object *ev, char *buf, size_t len);
 /* Wait up to timeout_s for the next status message on c (subscribed to it); its text is
  * copied into *text (malloc'ed, caller frees). 0, -ETIMEDOUT, -EINTR or another error. */
 int tool_wait_status(struct volrec_client *c, double timeout_s, char **text);
-
-/* ---- PNG (tool_png.c) --------------------------------------------------------------------- */
-
-/*
- * Write an 8-bit grey PNG of w x h pixels (row-major, h rows of w) to path, with optional
- * tEXt Description. Returns 0 or a negative errno (-ENOSPC for a full disk); the message is
- * in err. A failed write leaves no partial file behind.
- */
-int tool_png_write(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
-                   const char *description, char *err, size_t errlen);
 
 #endif

@@ -111,7 +111,7 @@ int volrec_view_release(struct volrec_client *c, struct volrec_view *view);
 
 /* Messages of every subscribed topic (options.topics) in arrival order. */
 /*
- * A picture of a volume (protocol.h, views; ALGORITHMS.md §4): u8, row-major [rows][cols],
+ * A picture of a volume (protocol.h, views; docs/algorithms.md §4): u8, row-major [rows][cols],
  * inside the slot of the volume it belongs to and covered by the same lease.
  */
 struct volrec_image {

@@ -120,7 +120,7 @@ struct volrec_slot_header {
 
 /* Lease segment "/volrec.<instance>.readers", offset 0: 64 bytes. */
 /*
- * Views (ALGORITHMS.md §4, docs/protocol.md §2.5): small pictures of each volume written into
+ * Views (docs/algorithms.md §4, docs/protocol.md §2.5): small pictures of each volume written into
  * its slot beside it, at views_offset from the slot data, under the slot's sequence like the
  * volume. The area starts with struct volrec_views_header, whose descriptors give each
  * picture's place (offset from the area's start), size and the parameters it was computed

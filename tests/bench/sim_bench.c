@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "sim/sim.h"
 #include "base/base.h"
+#include "sources/sim.h"
 
 int main(int argc, char **argv)
 {

@@ -65,7 +65,11 @@ static struct json_object *s_status(void *ctx)
 	return o;
 }
 
-static const struct vrd_ctl_ops OPS = {&S, s_config, s_apply, s_reset, s_status};
+static const struct vrd_ctl_ops OPS = {.ctx = &S,
+                                       .config = s_config,
+                                       .apply = s_apply,
+                                       .reset_history = s_reset,
+                                       .status = s_status};
 static const struct vrd_ctl_peer PEER = {.have_uid = true, .uid = 1000, .pid = 42};
 
 /* The applied configuration dumps to YAML that loads back to the same configuration. */

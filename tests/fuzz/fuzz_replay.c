@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "sim/sim.h"
-#include "src/source.h"
+#include "sources/sim.h"
+#include "sources/source.h"
 #include "tests/replay/geometry.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer harness: the example shims' parser of source.shim.args (shims/args.c) on arbitrary
+ * libFuzzer harness: the example shims' parser of source.shim.args (sources/shim_args.c) on arbitrary
  * bytes. The input's first byte picks the flags (with or without the GenICam shim's `features`
  * list) and the type each key is read as; the rest is the YAML document a shim's open() gets.
  * A parsed document must keep every bound its header states, and every refusal must say why.
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shims/args.h"
+#include "sources/shim_args.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

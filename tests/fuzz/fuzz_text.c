@@ -3,7 +3,7 @@
  * libFuzzer harness: text a shim or a file provides, on arbitrary bytes. The input's first byte
  * picks an output size (1..256), the rest is the text. vr_utf8_sanitize must give valid UTF-8
  * without control characters (tab and newline aside) that fits, leave clean text that fits as
- * it is, and change nothing the second time; the source wrappers' text paths (src/source.c:
+ * it is, and change nothing the second time; the source wrappers' text paths (sources/source.c:
  * src_strerror on a stand-in source whose strerror() returns the text, and the wrapper's own
  * message for a positive acquire() return, which quotes the shim's name) must give valid UTF-8;
  * and sanitized text must survive JSON (json-c, as the status message) unchanged.
@@ -17,7 +17,7 @@
 #include <json-c/json.h>
 
 #include "base/base.h"
-#include "src/source.h"
+#include "sources/source.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

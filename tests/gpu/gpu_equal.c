@@ -29,10 +29,10 @@
 #include "backend/motion.h"
 #include "backend/ops.h"
 #include "base/base.h"
-#include "cpu/internal.h"
 #include "config/config.h"
+#include "cpu/internal.h"
 #include "gpu/gpu.h"
-#include "sim/sim.h"
+#include "sources/sim.h"
 
 #define LOWRES_TOL      1e-4
 #define U8_MIN_FRACTION 0.999
@@ -300,7 +300,7 @@ static void c_sim_spline_bidir(struct vr_config *c)
 	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
 }
 
-/* Packed 12-bit input (ALGORITHMS.md §0), unpacked in the convert kernels: K % 8 == 0 takes
+/* Packed 12-bit input (docs/algorithms.md §0), unpacked in the convert kernels: K % 8 == 0 takes
  * the word-load path, other even K the byte path. */
 static void c_u12p(struct vr_config *c)
 {
@@ -342,7 +342,7 @@ static void c_sim_u12p(struct vr_config *c)
 	c->geometry.sample_type = CFG_SAMPLE_U12P;
 }
 
-/* partial_median (ALGORITHMS.md §1b) */
+/* partial_median (docs/algorithms.md §1b) */
 static void c_pm_lines(struct vr_config *c)
 {
 	geom(c, 512, 64, 12, 2, 2, CFG_SAMPLE_U16);
@@ -758,7 +758,7 @@ static void fill_random(const struct vr_config *c, uint8_t *raw, size_t bytes)
 	}
 }
 
-/* Pack v[0..n) (12-bit values, n even) as u12p or u12gv (ALGORITHMS.md §0). */
+/* Pack v[0..n) (12-bit values, n even) as u12p or u12gv (docs/algorithms.md §0). */
 static void pack12(const uint16_t *v, size_t n, bool gv, uint8_t *o)
 {
 	for (size_t i = 0; i < n; i += 2, o += 3) {
@@ -778,7 +778,7 @@ static void pack12(const uint16_t *v, size_t n, bool gv, uint8_t *o)
 /* Random u16/i16/f32/u12 samples around mid-scale with strong lines: three at fixed depths with an
  * amplitude that changes from A-scan to A-scan, and in every other A-scan a "tilted
  * reflector" whose depth moves with the A-scan index over a tenth of the spectrum's
- * frequencies (ALGORITHMS.md §1b: fewer than half the depths carry lines, so sigma_bg is the
+ * frequencies (docs/algorithms.md §1b: fewer than half the depths carry lines, so sigma_bg is the
  * noise's, and their sigma stands 40-80 times above it: the decisions have a wide margin). */
 static void fill_lines(const struct vr_config *c, uint8_t *raw, size_t bytes)
 {
@@ -1788,7 +1788,7 @@ struct vcase {
 };
 
 /*
- * The views (ALGORITHMS.md §4) of the CUDA backend against the CPU's own code run on the same
+ * The views (docs/algorithms.md §4) of the CUDA backend against the CPU's own code run on the same
  * u8 volume (the one the device produced): projections, slices and plane exact, the render
  * within 1 LSB; the descriptors; and a render not asked for carried over with its volume id.
  */

@@ -9,7 +9,7 @@
 # "Several GPUs") only: gpu_equal with one GPU used as two and as three (an uneven split)
 # against one device bit for bit and against the CPU, memcheck of that, and gpu_bench
 # --devices; on a host with several GPUs also over the distinct GPUs.
-# Needs the prebuilt BUILD_DIR/tests/{gpu_equal,gpu_bench} and .devlibs/lib (bundle-libs.sh).
+# Needs the prebuilt BUILD_DIR/tests/{gpu_equal,gpu_bench} and .devlibs/lib (docs/gpu.md).
 # Writes OUTDIR/*.log, OUTDIR/bench.json, OUTDIR/kernels.txt and OUTDIR/summary.txt; exit 0
 # when every required step passed.
 set -u

@@ -46,7 +46,7 @@ def need_volrec(bin_dir):
 
 
 def interlaced(low, off):
-    """M of ALGORITHMS.md §2 after each epoch: every position's newest sample."""
+    """M of docs/algorithms.md §2 after each epoch: every position's newest sample."""
     M = np.zeros((low.shape[0], NY * ST, NX * ST, low.shape[-1]), np.float32)
     cur = np.zeros(M.shape[1:], np.float32)
     for e in range(low.shape[0]):

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """`volrec process` against the independent float64 reference (tests/reference/oct_ref.py) on
-random raw replay input, one tiny configuration per option of ALGORITHMS.md.
+random raw replay input, one tiny configuration per option of docs/algorithms.md.
 
 Error measures (docs/algorithms.md): relative error = max|a - b| / max(max|b|, 1e-6) over all
 voxels of all epochs (a: volrec, b: reference), at most 1e-4 for /lowres and /full; u8 volumes
@@ -294,7 +294,7 @@ def test_random_configuration_matches_reference(seed, tmp_path, bin_dir):
 
 
 def test_reference_unpacks_12_bit_by_hand():
-    """The reference's unpacking against hand-computed values (ALGORITHMS.md §0)."""
+    """The reference's unpacking against hand-computed values (docs/algorithms.md §0)."""
     b = np.array([0xAB, 0xCD, 0xEF, 0xFF, 0x0F, 0x00], dtype=np.uint8)
     assert oct_ref.unpack12(b, "u12p").tolist() == [0xDAB, 0xEFC, 0xFFF, 0x000]
     assert oct_ref.unpack12(b, "u12gv").tolist() == [0xABD, 0xEFC, 0xFFF, 0x000]

@@ -162,7 +162,7 @@ def test_dispersion_on_the_tilted_reflector(bin_dir, tmp_path, tilted):
 
 @pytest.mark.parametrize("sample_type", ["u12p", "u12gv"])
 def test_dispersion_on_packed_12bit_recordings(bin_dir, tmp_path, sample_type):
-    # a camera's packed 12-bit samples (ALGORITHMS.md section 0), read from the replay file
+    # a camera's packed 12-bit samples (docs/algorithms.md §0), read from the replay file
     geo = geometry(1024, 64, 4) + f"  sample_type: {sample_type}\n"
     rp, poly, _ = simulate(bin_dir, tmp_path, "tilted12", "tilted", geo)
     before, a2, a3, after = calibrate_dispersion(bin_dir, tmp_path, geo, rp, poly, "disp12.yaml")

@@ -40,7 +40,7 @@ OFF = ", compensated: {estimate_pose: false}"
 
 
 def series(full, truth, low, off):
-    """Amplitude PSNR (dB) of every epoch (ALGORITHMS.md §3)."""
+    """Amplitude PSNR (dB) of every epoch (docs/algorithms.md §3)."""
     gain = q.gain_db(low, off, truth, DB, ST, ST)
     return np.array([p for p, _ in q.per_epoch(np.clip(full, 0, 1), truth, DB, gain)])
 

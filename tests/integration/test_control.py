@@ -3,7 +3,7 @@
 backend, synthetic retina), the set taking effect on the next volumes' views, all-or-none
 validation with the file's messages, structural keys refused, a reload dropping runtime sets,
 the socket's mode and a user outside its group, malformed requests never disturbing the
-daemon, and the published views equal to the numpy reference of ALGORITHMS.md §4 computed
+daemon, and the published views equal to the numpy reference of docs/algorithms.md §4 computed
 from the same published volume."""
 import json
 import os

@@ -233,7 +233,7 @@ def test_volrec_man_page_lists_every_option_of_every_subcommand(src_dir):
 
 def test_volrec_man_page_lists_every_exit_status(src_dir):
     codes = dict((int(v), k) for k, v in re.findall(
-        r"(VR_EXIT_\w+) = (\d+)", (src_dir / "clients/volrec/commands.h").read_text()))
+        r"(VR_EXIT_\w+) = (\d+)", (src_dir / "base/base.h").read_text()))
     assert sorted(codes) == list(range(9)), codes
     page = man_text(src_dir, "volrec.1")
     status = page.split(".SH EXIT STATUS", 1)[1].split(".SH ", 1)[0]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Partial median subtraction (ALGORITHMS.md §1b) through `volrec process` on the CPU backend
+"""Partial median subtraction (docs/algorithms.md §1b) through `volrec process` on the CPU backend
 against the independent float64 reference (tests/reference/oct_ref.py): random spectra with
 strong lines, a configuration with resampling, dispersion and zero padding, and the simulator's
 tilted strong reflector; /median_depths equal to the reference's counts; without depths above

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The synthetic scanner's k non-linearity and dispersion, undone by `volrec process` with the
-corrections the scanner reports (ALGORITHMS.md §1: resample, window, exp(-i·phi) on the linear-k
+corrections the scanner reports (docs/algorithms.md §1: resample, window, exp(-i·phi) on the linear-k
 index): each correction narrows a single reflector's peak (the `mirror` phantom, FWHM of |X|)
 and raises the retina image's correlation with the ground truth of `volrec sim --truth`."""
 import subprocess

@@ -326,7 +326,7 @@ def test_processing_subcommands_run_through_the_helper(bin_dir, cmd):
 
 
 def test_bench_prints_a_case_of_the_one_table(bin_dir):
-    """`volrec bench --print-case NAME` prints the case of bench/cases.c as JSON, what the
+    """`volrec bench --print-case NAME` prints the case of tools/bench/cases.c as JSON, what the
     benchmarks in Python take their geometries from: the configuration keys it sets (the
     preprocessing only where it differs from the defaults), its end-to-end run, its targets."""
     r = subprocess.run([str(bin_dir / "volrec"), "bench", "--print-case", "classic-2048"],

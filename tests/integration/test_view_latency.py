@@ -26,7 +26,7 @@ def test_benchmark_measures_every_pane(tmp_path):
                        capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr
     r = json.loads(out.read_text())
-    # bench/cases.c's tiny: 12 x 12 A-scans of 256 samples, stride 3, depths [0, 128)
+    # tools/bench/cases.c's tiny: 12 x 12 A-scans of 256 samples, stride 3, depths [0, 128)
     assert r["case"] == "tiny" and r["backend"] == "cpu" and r["volume"] == [36, 36, 128]
     assert r["config"]["geometry"]["samples_per_ascan"] == 256, r["config"]
     assert sorted(r["pictures"]) == sorted(KINDS)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The CPU views (cpu/views.c through tests/views/views_dump) against the independent numpy
-implementation of ALGORITHMS.md §4 in tests/reference/views_ref.py: exact for the projections
+implementation of docs/algorithms.md §4 in tests/reference/views_ref.py: exact for the projections
 and slices, within 1 LSB for the render, on random volumes of odd sizes, several angles and
 anisotropic spacing; and the parameter checks' messages."""
 import random

@@ -15,10 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <volrec/client.h>
+
 #include "ipc/internal.h"
 #include "ipc/ipc.h"
 #include "tests/ipc/ipc_testutil.h"
-#include "volrec/client.h"
 
 #define LAT_SAMPLES 2000
 #define PUB_SAMPLES 3000

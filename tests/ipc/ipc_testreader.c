@@ -13,8 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <volrec/client.h>
+
 #include "tests/ipc/ipc_testutil.h"
-#include "volrec/client.h"
 
 static int fail(const char *what, int rc, struct volrec_client *c)
 {

@@ -23,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "volrec/client.h"
-#include "volrec/protocol.h"
+#include <volrec/client.h>
+#include <volrec/protocol.h>
 
 #define MAX_PERIOD 4096
 

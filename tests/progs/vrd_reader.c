@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "volrec/client.h"
+#include <volrec/client.h>
 
 struct record {
 	uint64_t session, sequence, epoch, volume_id, bytes;

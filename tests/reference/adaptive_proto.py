@@ -31,7 +31,7 @@ def zbox(V, n):
     return (c[..., hi] - c[..., lo]) / (hi - lo)
 
 def volrec(B, t, sigma=1.0, combine='sum'):
-    """ALGORITHMS.md §2.3-4 given B [Y][X][Z] and per-column temporal weights t [Y][X]."""
+    """docs/algorithms.md §2.3-4 given B [Y][X][Z] and per-column temporal weights t [Y][X]."""
     Y, X, Z = B.shape
     g = lambda d2: np.exp(-d2 / (2 * sigma * sigma))
     num_g = np.zeros_like(B, dtype=np.float64); num_t = np.zeros_like(num_g)

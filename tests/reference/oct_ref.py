@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""An independent float64 reference of ALGORITHMS.md (§1 preprocessing, §2 VolRec
+"""An independent float64 reference of docs/algorithms.md (§1 preprocessing, §2 VolRec
 reconstruction) in numpy, written from the text of the page and docs/algorithms.md, used to
 check the backends. Configurations are plain dicts shaped like the YAML schema."""
 import math
@@ -19,7 +19,7 @@ def _get(cfg, path, default=None):
 # ---- §1 preprocessing ----------------------------------------------------------------------
 
 def unpack12(raw, sample_type):
-    """Packed 12-bit samples (ALGORITHMS.md §0), bytes [..., 3K/2] -> integers [..., K]:
+    """Packed 12-bit samples (docs/algorithms.md §0), bytes [..., 3K/2] -> integers [..., K]:
     u12p (PFNC Mono12p) s0 = b0 | (b1 & 0xF) << 8, s1 = b1 >> 4 | b2 << 4; u12gv (GigE Vision
     Mono12Packed) s0 = b0 << 4 | (b1 & 0xF), s1 = b2 << 4 | b1 >> 4."""
     b = np.asarray(raw, dtype=np.uint8).astype(np.int64)
@@ -158,7 +158,7 @@ def interp_spline(x, p):
 
 
 def partial_median(X, threshold):
-    """ALGORITHMS.md §1b on the spectra X [ny][nx][N/2] (complex): per B-scan and depth the
+    """docs/algorithms.md §1b on the spectra X [ny][nx][N/2] (complex): per B-scan and depth the
     complex mean over the A-scans, sigma = sqrt(var Re + var Im) (population), sigma_bg = the
     median of sigma over depth; where sigma > threshold * sigma_bg the medians of Re and Im over
     the A-scans are subtracted, elsewhere the mean. Returns (X - C, depths that took the median

@@ -3,7 +3,7 @@
 current-epoch baselines (docs/algorithms.md §3): an independent numpy implementation used by
 the tests of the motion-adaptive mode.
 
-PSNR and SSIM (ALGORITHMS.md §3) are means over B-scans (planes of constant y) with data range
+PSNR and SSIM (docs/algorithms.md §3) are means over B-scans (planes of constant y) with data range
 1; SSIM is Wang et al. 2004 with a 7 x 7 uniform window, K1 = 0.01, K2 = 0.03 and the sample
 covariance, over the valid region (scikit-image's defaults). The reconstruction is compared in
 the truth's own unit, the image amplitude: a normalized value v > 0 becomes

@@ -3,7 +3,7 @@
 recording (docs/algorithms.md §2b, "What limits these figures"): each truth volume compared
 with its own local mean over 3 x 3 lateral positions (an oracle that knows the truth's
 structure exactly, and even holds 1/9 of each voxel's own value). Same metric as
-`volrec quality` (ALGORITHMS.md §3, quality_ref.py), epochs FIRST.. in steps of STEP.
+`volrec quality` (docs/algorithms.md §3, quality_ref.py), epochs FIRST.. in steps of STEP.
 
 usage: python3 tests/reference/speckle_bound.py TRUTH.h5 [FIRST=25] [STEP=1]"""
 import sys

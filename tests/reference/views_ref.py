@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Independent float64 numpy implementation of ALGORITHMS.md §4 (the views of a u8 volume),
+"""Independent float64 numpy implementation of docs/algorithms.md §4 (the views of a u8 volume),
 written from the page alone: the reference the CPU and CUDA views are compared with."""
 import math
 

@@ -2,7 +2,7 @@
 /*
  * The geometry of the replay files the source tests write and read (tests/replay/make_bad.py):
  * K 64, 4 A-scans, 3 B-scans, stride [2, 1], u16, depth [0, 32), unpaced. Shared by the unit
- * tests of src/ and the replay fuzz harness.
+ * tests of sources/ and the replay fuzz harness.
  */
 #ifndef VOLREC_TESTS_REPLAY_GEOMETRY_H
 #define VOLREC_TESTS_REPLAY_GEOMETRY_H

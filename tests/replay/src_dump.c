@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "src/source.h"
+#include "sources/source.h"
 
 int main(int argc, char **argv)
 {

@@ -1,4 +1,4 @@
 /* SPDX-License-Identifier: MIT */
 /* A broken test shim: ABI version 2. */
 #define BAD_ABI_VERSION 2u
-#include "bad_common.h"
+#include "tests/shims/bad_common.h"

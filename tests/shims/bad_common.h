@@ -10,7 +10,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "volrec/shim.h"
+#include <volrec/shim.h>
 
 static int b_open(const char *a, struct volrec_shim_info *i, void **h)
 {

@@ -3,7 +3,7 @@
  * damaged library can during dlopen; only src_shim_check's child may load it. */
 #include <signal.h>
 
-#include "bad_common.h"
+#include "tests/shims/bad_common.h"
 
 __attribute__((constructor)) static void crash_on_load(void)
 {

@@ -1,4 +1,4 @@
 /* SPDX-License-Identifier: MIT */
 /* A broken test shim: no volrec_shim_entry symbol. */
 #define BAD_NO_ENTRY 1
-#include "bad_common.h"
+#include "tests/shims/bad_common.h"

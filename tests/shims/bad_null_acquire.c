@@ -1,4 +1,4 @@
 /* SPDX-License-Identifier: MIT */
 /* A broken test shim: a NULL acquire(). */
 #define BAD_NULL_ACQUIRE 1
-#include "bad_common.h"
+#include "tests/shims/bad_common.h"

@@ -1,4 +1,4 @@
 /* SPDX-License-Identifier: MIT */
 /* A broken test shim: a table of 16 bytes. */
 #define BAD_STRUCT_SIZE 16u
-#include "bad_common.h"
+#include "tests/shims/bad_common.h"

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A stand-in for the GenICam shim's camera list (shims/genicam/cameras.h), without Aravis: two
+ * A stand-in for the GenICam shim's camera list (drivers/genicam/cameras.h), without Aravis: two
  * cameras whose strings are not UTF-8 and hold control characters, one that cannot be opened.
  * tests/integration/test_genicam.py lists them with `volrec cameras --shim`.
  */
-#include "shims/genicam/cameras.h"
-#include "volrec/shim.h"
+#include <volrec/shim.h>
+
+#include "drivers/genicam/cameras.h"
 
 int volrec_genicam_cameras_v2(bool fake,
                               int (*fn)(const struct volrec_genicam_camera *camera, void *ctx),

@@ -27,10 +27,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "volrec/shim.h"
-#include "shims/args.h"
-#include "shims/common.h"
+#include <volrec/shim.h>
+
 #include "base/base.h"
+#include "sources/shim_args.h"
+#include "sources/shim_common.h"
 
 #define CONTROL_MAX 256
 

@@ -1,13 +1,13 @@
 # Test shims, built with the tests (tests-build), never by `make all` nor installed.
 # libvolrec_fault_shim.so injects errors, timeouts and stalls for the daemon's and the source's
-# tests (docs/shim.md); it shares the example shims' args.c and common.c (shims/).
+# tests (docs/shim.md); it shares the example shims' kit (sources/shim_args.c, sources/shim_common.c).
 TEST_SHLIBS += volrec_fault_shim
-volrec_fault_shim_SRCS := tests/shims/fault_shim.c shims/args.c shims/common.c
+volrec_fault_shim_SRCS := tests/shims/fault_shim.c $(SHIM_KIT_SRCS)
 volrec_fault_shim_ARCHIVES := base
 # nodelete: the control file's state (process-wide) survives the daemon's reopen of the shim
 volrec_fault_shim_LDLIBS := -Wl,--as-needed -lyaml -Wl,-z,nodelete
 volrec_fault_shim_SOVERSION := 1
-volrec_fault_shim_VERSION_SCRIPT := shims/shim.map
+volrec_fault_shim_VERSION_SCRIPT := $(SHIM_VERSION_SCRIPT)
 
 # Deliberately broken shims for the source tests (tests/unit/test_src.c): each must be rejected
 # by src_open with a message naming the library and the fault (crash: by src_shim_check only).

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
+#include "tests/unit/vrtest.h"
 
 #define GROUP(name) int vr_test_group_##name(void);
 #include "unit_groups.h"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the unit tests of src/ (test_src.c, test_src_faults.c) share: opening a source that must
+ * What the unit tests of sources/ (test_src.c, test_src_faults.c) share: opening a source that must
  * open, and the configuration of a shim source in the geometry of tests/replay.
  */
 #ifndef VOLREC_TESTS_UNIT_SRCTEST_H
@@ -8,9 +8,9 @@
 
 #include <stdio.h>
 
-#include "vrtest.h"
-#include "src/internal.h"
+#include "sources/internal.h"
 #include "tests/replay/geometry.h"
+#include "tests/unit/vrtest.h"
 
 /* src_open(c, flags) into s; the test fails with src_open's message if it does not open. */
 static inline void srctest_open_ok(const struct vr_config *c, unsigned flags, struct src_source *s)

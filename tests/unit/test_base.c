@@ -7,8 +7,8 @@
 
 #include <json-c/json.h>
 
-#include "vrtest.h"
-#include "../../base/base.h"
+#include "base/base.h"
+#include "tests/unit/vrtest.h"
 
 static void test_err_returns_code_and_writes_message(void **state)
 {

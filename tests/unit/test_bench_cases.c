@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* The one table of benchmark cases (bench/cases.c): what `volrec bench --print-case` tells the
+/* The one table of benchmark cases (tools/bench/cases.c): what `volrec bench --print-case` tells the
  * Python benchmarks is the whole configuration of each case. */
 #include <stdio.h>
 #include <string.h>
 
 #include <json-c/json.h>
 
-#include "vrtest.h"
-#include "../../bench/bench.h"
+#include "tests/unit/vrtest.h"
+#include "tools/bench/bench.h"
 
 #define KEYS_MAX 64
 

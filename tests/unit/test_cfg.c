@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
-#include "vrtest.h"
+#include "tests/unit/vrtest.h"
 
 /* Load yaml (named "t.yaml") and expect success. */
 static void load_ok(struct vr_config *c, const char *yaml)

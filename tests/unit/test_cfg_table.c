@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "config/internal.h"
-#include "vrtest.h"
+#include "tests/unit/vrtest.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Analytic checks of the CPU reference backend against ALGORITHMS.md: windows against their
+ * Analytic checks of the CPU reference backend against docs/algorithms.md: windows against their
  * formulas, interpolation kernels exact where they must be, the median, a single reflector's
  * depth bin, and the paper's Fig. 2 interlacing example with ages and temporal weights.
  */
@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/tables.h"
-#include "../../cpu/internal.h"
+#include "backend/tables.h"
+#include "cpu/internal.h"
+#include "tests/unit/vrtest.h"
 
 static void base_config(struct vr_config *c, uint32_t K, uint32_t nx, uint32_t ny)
 {
@@ -301,7 +301,7 @@ static void test_median_odd_and_even(void **s)
 	}
 }
 
-/* ---- packed 12-bit samples (ALGORITHMS.md §0) ------------------------------------------------ */
+/* ---- packed 12-bit samples (docs/algorithms.md §0) ------------------------------------------------ */
 
 static void test_unpack12_hand_computed(void **s)
 {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/backend.h"
+#include "backend/backend.h"
+#include "tests/unit/vrtest.h"
 
 static void async_config(struct vr_config *c)
 {

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/ops.h"
+#include "backend/ops.h"
+#include "tests/unit/vrtest.h"
 
 enum { K = 64, NX = 4, NY = 3 };
 

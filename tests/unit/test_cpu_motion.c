@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/motion.h"
-#include "../../backend/ops.h"
+#include "backend/motion.h"
+#include "backend/ops.h"
+#include "tests/unit/vrtest.h"
 
 /* Entries of every phase of a 5 x 5 stride, H per phase, all at pose p (relative pose 0). */
 static uint32_t still_entries(struct be_motion_entry *en, double rot, double shift)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Partial median subtraction (ALGORITHMS.md §1b) on the CPU reference backend: without depths
+ * Partial median subtraction (docs/algorithms.md §1b) on the CPU reference backend: without depths
  * above the threshold it is bscan_mean bit for bit; a fixed-pattern line that a strong tilted
  * reflector crosses is removed by the median where the mean leaves it; the count of median
  * depths per B-scan; switching the mode on and off live.
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/backend.h"
+#include "backend/backend.h"
+#include "tests/unit/vrtest.h"
 
 enum { K = 256, NX = 64, NY = 2, NZ = K / 2, LINE = 40 };
 

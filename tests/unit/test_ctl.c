@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../daemon/vrd_ctl.h"
+#include "daemon/vrd_ctl.h"
+#include "tests/unit/vrtest.h"
 
 struct fake {
 	struct vr_config cfg;

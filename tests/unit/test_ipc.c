@@ -17,11 +17,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <volrec/client.h>
+
 #include "ipc/internal.h"
 #include "ipc/ipc.h"
 #include "tests/ipc/ipc_testutil.h"
-#include "volrec/client.h"
-#include "vrtest.h"
+#include "tests/unit/vrtest.h"
 
 struct fx {
 	char run_dir[64];

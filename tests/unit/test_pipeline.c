@@ -14,9 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "vrtest.h"
-#include "../../pipeline/internal.h"
-#include "volrec/protocol.h"
+#include <volrec/protocol.h>
+
+#include "pipeline/internal.h"
+#include "tests/unit/vrtest.h"
 
 #define K        64
 #define NX       4

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "sim/sim.h"
+#include "sources/sim.h"
+#include "tests/unit/vrtest.h"
 
 #define assert_near(a, b, tol)                                                                     \
 	do {                                                                                       \

@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "srctest.h"
-#include "sim/sim.h"
+#include "sources/sim.h"
+#include "tests/unit/srctest.h"
 
 static char tmpdir[256];
 

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "srctest.h"
+#include "tests/unit/srctest.h"
 
 #define BB (4u * 64u * 2u) /* bytes of one B-scan of the small geometry */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of raw recordings (src/recording.h): CRC-32C against RFC 3720's vectors, index
+ * Unit tests of raw recordings (sources/recording.h): CRC-32C against RFC 3720's vectors, index
  * entries that round-trip and refuse damage, and a recording written, cut short and read back
  * by its index.
  */
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "vrtest.h"
-#include "src/recording.h"
+#include "sources/recording.h"
+#include "tests/unit/vrtest.h"
 
 static void test_crc32c_matches_rfc3720_vectors(void **state)
 {

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "vrtest.h"
-#include "src/internal.h"
+#include "sources/internal.h"
 #include "tests/replay/geometry.h"
+#include "tests/unit/vrtest.h"
 
 #define EPOCHS 3u
 

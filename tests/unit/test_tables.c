@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The shared host-side tables of backend/tables.c against ALGORITHMS.md: kernel weights,
+ * The shared host-side tables of backend/tables.c against docs/algorithms.md: kernel weights,
  * temporal and spatial weights, dispersion phasors, and the table checks' messages.
  */
 #include <errno.h>
@@ -8,8 +8,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "vrtest.h"
-#include "../../backend/tables.h"
+#include "backend/tables.h"
+#include "tests/unit/vrtest.h"
 
 static void test_resample_weights_at_a_sample(void **state)
 {

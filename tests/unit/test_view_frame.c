@@ -10,8 +10,8 @@
 
 #include <zlib.h>
 
-#include "vrtest.h"
-#include "../../clients/view/internal.h"
+#include "clients/view/internal.h"
+#include "tests/unit/vrtest.h"
 
 static uint32_t rd32(const unsigned char *p)
 {

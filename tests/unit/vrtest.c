@@ -2,7 +2,7 @@
 /* The helpers the unit tests share (vrtest.h). */
 #include <stdlib.h>
 
-#include "vrtest.h"
+#include "tests/unit/vrtest.h"
 
 const char *vrtest_src_dir(void)
 {

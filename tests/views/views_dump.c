@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../cpu/internal.h"
+#include "cpu/internal.h"
 
 static int read_all(const char *path, uint8_t *buf, size_t n)
 {

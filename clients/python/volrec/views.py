@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The views of a volume (ALGORITHMS.md §4; protocol.h, views): small u8 pictures the daemon
+"""The views of a volume (docs/algorithms.md §4; protocol.h, views): small u8 pictures the daemon
 writes into each slot beside the volume. `volume.views["bscan"]` is an ImageArray mapped on
 the slot (zero-copy, covered by the volume's lease: read it inside the `with` block)."""
 from __future__ import annotations

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/* HDF5 helpers of the `volrec` subcommands (h5attr.h). */
+#include <errno.h>
+#include <string.h>
+
+#include "formats/h5attr.h"
+
+int vr_h5_attr(hid_t obj, const char *name, hid_t type, hsize_t n, const void *val)
+{
+	hid_t sp = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
+	hid_t a;
+	int rc;
+
+	if (sp < 0)
+		return -EIO;
+	if (H5Aexists(obj, name) > 0)
+		H5Adelete(obj, name);
+	a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
+	rc = a >= 0 && H5Awrite(a, type, val) >= 0 ? 0 : -EIO;
+	if (a >= 0)
+		H5Aclose(a);
+	H5Sclose(sp);
+	return rc;
+}
+
+int vr_h5_attr_str(hid_t obj, const char *name, const char *s)
+{
+	hid_t t = H5Tcopy(H5T_C_S1);
+	int rc;
+
+	if (t < 0)
+		return -EIO;
+	H5Tset_size(t, strlen(s) + 1);
+	H5Tset_strpad(t, H5T_STR_NULLTERM);
+	H5Tset_cset(t, H5T_CSET_UTF8);
+	rc = vr_h5_attr(obj, name, t, 0, s);
+	H5Tclose(t);
+	return rc;
+}
+
+int vr_h5_attr_u32(hid_t obj, const char *name, uint32_t v)
+{
+	return vr_h5_attr(obj, name, H5T_NATIVE_UINT32, 0, &v);
+}
+
+int vr_h5_attr_u32v(hid_t obj, const char *name, const uint32_t *v, hsize_t n)
+{
+	return vr_h5_attr(obj, name, H5T_NATIVE_UINT32, n, v);
+}
+
+int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v)
+{
+	return vr_h5_attr(obj, name, H5T_NATIVE_UINT64, 0, &v);
+}
+
+int vr_h5_close(const hid_t *ids, size_t n)
+{
+	static const struct {
+		H5I_type_t type;
+		herr_t (*close)(hid_t);
+	} closes[] = {{H5I_FILE, H5Fclose},        {H5I_DATASET, H5Dclose},
+	              {H5I_DATASPACE, H5Sclose},   {H5I_DATATYPE, H5Tclose},
+	              {H5I_GENPROP_LST, H5Pclose}, {H5I_ATTR, H5Aclose}};
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		H5I_type_t type = ids[i] < 0 ? H5I_BADID : H5Iget_type(ids[i]);
+		size_t k = 0;
+
+		if (type == H5I_BADID)
+			continue;
+		while (k < sizeof(closes) / sizeof(closes[0]) && closes[k].type != type)
+			k++;
+		if ((k < sizeof(closes) / sizeof(closes[0]) ? closes[k].close(ids[i])
+		                                            : H5Idec_ref(ids[i])) < 0)
+			rc = -EIO;
+	}
+	return rc;
+}
+
+int vr_h5_write_row(hid_t ds, hid_t type, unsigned rank, uint64_t i, const hsize_t *dims,
+                    const void *row)
+{
+	hsize_t start[H5S_MAX_RANK] = {i}, count[H5S_MAX_RANK] = {1};
+	hid_t fs, ms;
+	int rc = -EIO, e;
+
+	for (unsigned k = 0; k < rank; k++)
+		count[k + 1] = dims[k];
+	fs = H5Dget_space(ds);
+	ms = H5Screate_simple((int)rank + 1, count, NULL);
+	if (fs >= 0 && ms >= 0 &&
+	    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+	    H5Dwrite(ds, type, ms, fs, H5P_DEFAULT, row) >= 0)
+		rc = 0;
+	e = errno;
+	VR_H5_CLOSE(ms, fs);
+	errno = e;
+	return rc;
+}

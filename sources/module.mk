@@ -1,0 +1,41 @@
+# Acquisition sources (src_): the source kit behind the shim ABI (include/volrec/shim.h), the
+# built-in synth and replay sources, the loader of shims (dlopen), the synthetic scanner (sim_)
+# and the example shim built from them.
+ARCHIVES += src sim
+src_SRCS := $(filter-out sources/sim.c sources/synth_shim.c sources/shim_%.c,$(wildcard sources/*.c))
+src_LDLIBS := -ldl
+# Where `source.shim.library: NAME` finds NAME-shim.so (VOLREC_SHIM_DIR overrides it).
+$(call obj,sources/shim.c): CPPFLAGS += -DVOLREC_SHIMDIR='"$(SHIMDIR)"'
+UNIT_SRCS += $(wildcard tests/unit/test_src*.c)
+UNIT_ARCHIVES += src sim cfg base
+
+# The synthetic OCT scanner (sim_): phantom, motion, spectra. Its own archive: the shims link it
+# without the rest of the sources.
+sim_SRCS := sources/sim.c
+sim_LDLIBS := -lfftw3f_threads -lfftw3f
+UNIT_SRCS += $(wildcard tests/unit/test_sim*.c)
+UNIT_ARCHIVES += sim base
+
+# What every shim links besides its own code (docs/shim.md): the arguments (shim_args.c) and
+# the error text, pacing and B-scan positions (shim_common.c); the test shims (tests/shims/) and
+# the GenICam driver (drivers/genicam/) share them.
+SHIM_KIT_SRCS := sources/shim_args.c sources/shim_common.c
+SHIM_VERSION_SCRIPT := sources/shim.map
+
+# The example shim (docs/shim.md): a separate .so, loaded by volrecd with dlopen and never linked
+# into it. libvolrec_synth_shim.so is the template for a real frame grabber.
+SHLIBS += volrec_synth_shim
+volrec_synth_shim_SRCS := sources/synth_shim.c $(SHIM_KIT_SRCS)
+volrec_synth_shim_ARCHIVES := sim base
+# only what it uses of base (vr_scan_offset, the clock): no libjson-c in the shims
+volrec_synth_shim_LDLIBS := -Wl,--as-needed -lyaml
+volrec_synth_shim_SOVERSION := 1
+volrec_synth_shim_VERSION_SCRIPT := $(SHIM_VERSION_SCRIPT)
+
+# What is installed: the example shim under a plain name in $(SHIMDIR) (packaging/module.mk),
+# e.g. /usr/lib/x86_64-linux-gnu/volrec/synth-shim.so.
+SHIM_FILES := $(B)/lib/volrec/synth-shim.so
+$(B)/lib/volrec/synth-shim.so: $(B)/lib/libvolrec_synth_shim.so.1
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+all: $(SHIM_FILES)

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* Error texts, the ABI entry, pacing and B-scan positions of the example shims (common.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/base.h"
+#include "sources/shim_common.h"
+
+/* open() failed: no handle to keep the text in. */
+static __thread char open_msg[SHIM_MSG_MAX];
+
+int shim_fail(struct shim_err *e, int code, const char *fmt, ...)
+{
+	size_t n;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg) - strlen(e->suffix), fmt, ap);
+	va_end(ap);
+	n = strlen(e->msg);
+	snprintf(e->msg + n, sizeof(e->msg) - n, "%s", e->suffix);
+	e->code = code;
+	return code;
+}
+
+int shim_open_fail(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(open_msg, sizeof(open_msg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *shim_strerror(void *h, int code)
+{
+	const struct shim_err *e = h; /* the handle begins with its struct shim_err */
+
+	if (!e)
+		return open_msg[0] ? open_msg : NULL;
+	return code && code == e->code ? e->msg : NULL;
+}
+
+const struct volrec_shim_ops *volrec_shim_entry(void)
+{
+	return &shim_ops;
+}
+
+void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g)
+{
+	vr_pacer_init(p, g->rate * g->bscans_per_volume, g->bscans_per_volume);
+}
+
+void shim_pos_deliver(struct shim_pos *pos, const struct volrec_shim_geometry *g,
+                      struct volrec_shim_meta *meta)
+{
+	if (meta) {
+		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
+		meta->epoch = pos->epoch;
+		meta->bscan = pos->b;
+		meta->flags = 0;
+	}
+	if (++pos->b == g->bscans_per_volume) {
+		pos->b = 0;
+		pos->epoch++;
+	}
+}

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The synthetic OCT scanner (sim_): a retina-like phantom in millimetres that rotates about the
+ * depth axis, scanned at each epoch's offset into raw spectra (envelope, DC, interference,
+ * non-linear k sampling, dispersion, fixed-pattern and shot noise), plus its ground truth.
+ */
+#ifndef VOLREC_SIM_H
+#define VOLREC_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <volrec/shim.h>
+
+#include "base/base.h"
+#include "config/config.h"
+
+#define SIM_DEFAULT_RATE 25.0 /* epochs per second for the motion clock when rate is 0 */
+#define SIM_FOV_MM       3.0  /* lateral field of view (square), mm */
+#define SIM_DEPTH_MM     2.0  /* optical depth covered by the K/2 depth bins, mm */
+#define SIM_MAX_K        65536u
+#define SIM_MIRROR_MM    1.0   /* depth of the "mirror" phantom (bin K/4 of the K/2 bins) */
+#define SIM_AXIAL_MM     0.1   /* amplitude of the axial (depth) motion */
+#define SIM_BEAM_MAX_UM  500.0 /* widest beam_um (lateral resolution, FWHM) */
+/* The "tilted" phantom: the retina plus a strong flat reflector of amplitude SIM_TILT_AMP, in
+ * the lab frame (it does not turn with the retina), whose depth rises linearly from
+ * SIM_TILT_TOP_MM at the left edge of the field of view to SIM_TILT_BOT_MM at the right (nearest
+ * bin, phase 0): the fixed-pattern artifact of mean background subtraction (docs/algorithms.md §1b) */
+#define SIM_TILT_AMP    8.0
+#define SIM_TILT_TOP_MM 0.60
+#define SIM_TILT_BOT_MM 1.40
+
+/* What the scanner produces. */
+struct sim_params {
+	uint32_t samples_per_ascan; /* K, 16..SIM_MAX_K */
+	uint32_t ascans_per_bscan;  /* nx */
+	uint32_t bscans_per_volume; /* ny */
+	uint32_t stride_x, stride_y;
+	uint32_t sample_type; /* enum volrec_sample_type */
+	uint32_t bit_shift;   /* integer samples are left-aligned by this many bits */
+	bool bidirectional;   /* odd B-scans are scanned right to left */
+	double rate;          /* epochs per second of the motion clock (<= 0: SIM_DEFAULT_RATE) */
+	uint64_t seed;
+	char phantom[CFG_NAME_MAX]; /* "retina"; "mirror": one ideal flat reflector of
+	                             * amplitude 1 at mirror_mm, nearest bin (tests); "tilted":
+	                             * the retina and a strong tilted reflector (SIM_TILT_*) */
+	double mirror_mm;           /* depth of the mirror, (0, SIM_DEPTH_MM); 0: SIM_MIRROR_MM */
+	double deg_per_s;           /* rotation about the depth axis */
+	double shift_mm_per_s[3];   /* translation speed: lateral x, y (steady drift) and depth
+	                             * (back and forth within +-SIM_AXIAL_MM at this speed) */
+	uint64_t jump_epoch;        /* from this epoch on (0: never) the phantom is moved by ... */
+	double jump_mm[3];          /* ... this much (x, y, depth; mm) ... */
+	double jump_deg; /* ... and turned by this much: a patient who moved, then stays */
+	double snr_db;   /* see sim_noise_sigma() */
+	double beam_um;  /* lateral resolution, intensity FWHM in um; 0: a pencil beam (each
+	                  * position sees only its own 6 um scatterer cell) */
+	bool noiseless;  /* no shot noise (tests) */
+};
+
+struct sim;
+
+/* Fill p from the configuration's geometry and source.synth keys. */
+void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg);
+/* Fill p from a source's geometry g (sample type and rate included); every other key 0. */
+void sim_params_from_geometry(struct sim_params *p, const struct volrec_shim_geometry *g);
+
+/*
+ * Build a scanner (tables, FFT plan, scratch). On failure returns -EINVAL/-ENOMEM with a
+ * message naming the bad parameter in err; *out is written only on success. The scanner is
+ * not thread-safe (scratch buffers); use one per thread. Free with sim_destroy().
+ */
+VR_MUST_CHECK int sim_create(const struct sim_params *p, struct sim **out, char *err,
+                             size_t errlen);
+void sim_destroy(struct sim *s); /* NULL is fine */
+
+/* Bytes of one raw B-scan (nx * K * sample size). */
+size_t sim_bscan_bytes(const struct sim *s);
+
+/*
+ * Write the raw spectra of B-scan b (0..ny-1) of `epoch` scanned at offset (ox, oy) into buf
+ * (size >= sim_bscan_bytes), [a][k], little-endian. Depends only on the parameters and
+ * (epoch, ox, oy, b): never on earlier calls. -EINVAL for an offset or b out of range or a
+ * short buffer.
+ */
+VR_MUST_CHECK int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t b,
+                            void *buf, size_t size);
+
+/*
+ * Ground truth of `epoch`: what a noise-free full-resolution scan of the same instant shows
+ * through the ideal processing chain, as an image amplitude at every full-resolution position
+ * and output depth bin z0..z1-1 of an FFT of length N = K * zero_pad. Per position, the
+ * phantom's phasors c[m] (amplitude and speckle phase of depth bin m of the scanner's K / 2
+ * bins, exactly those sim_bscan scans) give the linear-k spectrum
+ * S[j] = window[j] * E(j) * sum_m c[m] exp(2 pi i j m / K), j = 0..K-1, with E the source
+ * envelope as a function of linear k (sim_envelope_k); then, zero-padded to N,
+ * X[z] = sum_j S[j] exp(-2 pi i j z / N) and out = min(|X[z]| / sum_j window[j] E(j), 1):
+ * a unit reflector at bin m reads 1 at z = m * zero_pad, its point-spread function elsewhere.
+ * No noise, no background, no k non-linearity, no dispersion, no conjugate image, no log.
+ * window[K] is the processing's spectral window (preprocess.window, be_window_fill).
+ * out is [Y][X][z1 - z0] floats, Y = ny * sy, X = nx * sx, indexed by the output volume's
+ * (y, x) (no flips). -EINVAL for a bad range or no window, -ENOMEM when the FFT cannot be
+ * planned or its buffers allocated.
+ */
+VR_MUST_CHECK int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad,
+                            const float *window, uint32_t z0, uint32_t z1, float *out);
+
+/* The source envelope at linear-k index u (0..K-1): exp(-(u - (K - 1) / 2)^2 / (2 (0.3 K)^2)),
+ * the factor E of sim_truth; sim_envelope(i) is the same at pixel i's u. */
+double sim_envelope_k(const struct sim *s, double u);
+
+/* Resampling positions that undo the k non-linearity, as preprocess.resample.poly
+ * [c0, c1, c2, c3] (exact: the scanner's non-linearity is defined by this cubic). */
+void sim_resample_poly(const struct sim *s, double poly[4]);
+/* The same as a table of K fractional pixel positions (preprocess.resample.table). */
+void sim_resample_table(const struct sim *s, double *table);
+/* preprocess.dispersion.coeffs [a2, a3] that cancel the scanner's dispersion exactly. */
+void sim_dispersion_coeffs(const struct sim *s, double coeffs[2]);
+
+/* The spectrum without any sample (DC * envelope + fixed pattern), [K] sample units before
+ * quantization: what preprocess.background.reference would hold for a perfect background. */
+void sim_reference_spectrum(const struct sim *s, double *out);
+/* Linear-k coordinate u(i) of pixel i (0..K-1 after resampling). */
+double sim_pixel_k(const struct sim *s, uint32_t i);
+/* Source envelope at pixel i (1 at the peak). */
+double sim_envelope(const struct sim *s, uint32_t i);
+/* Interference amplitude (sample units) of a unit-amplitude reflector at the envelope peak. */
+double sim_unit_amplitude(const struct sim *s);
+/*
+ * Shot-noise standard deviation at the envelope peak, in sample units (before quantization);
+ * at pixel i it is sigma * sqrt(envelope(i)). Chosen so that a unit-amplitude reflector's peak
+ * in the depth domain (unwindowed DFT) stands snr_db above the noise's standard deviation:
+ * sigma = A * sqrt(K) / 2 * 10^(-snr_db / 20). 0 when noiseless.
+ */
+double sim_noise_sigma(const struct sim *s);
+
+#endif

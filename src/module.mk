@@ -1,8 +1,0 @@
-# Acquisition sources behind the shim ABI (src_): synth, replay files, dlopen'ed shims.
-ARCHIVES += src
-src_SRCS := $(wildcard src/*.c)
-src_LDLIBS := -ldl
-# Where `source.shim.library: NAME` finds NAME-shim.so (VOLREC_SHIM_DIR overrides it).
-$(call obj,src/shim.c): CPPFLAGS += -DVOLREC_SHIMDIR='"$(SHIMDIR)"'
-UNIT_SRCS += $(wildcard tests/unit/test_src*.c)
-UNIT_ARCHIVES += src sim cfg base
