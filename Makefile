@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-# volrec build: `make`, `make test` (= check), `make demo`, `make bench`, `make quality`, `make install`.
+# volrec build: `make`, `make test` (= check), `make test-long`, `make demo`, `make bench`,
+# `make quality`, `make install`.
 # Options: O=dir (out-of-tree), V=1 (verbose), SANITIZER=address|undefined|thread,
 # CUDA=0 (force a CPU-only build), NVCC=path, CUDA_ARCHS="90 100" (device code, plus PTX of the
 # first), PREFIX=/usr/local, DESTDIR=.
@@ -34,7 +35,7 @@ endif
 # once with the one apt-get line to run, never with a compiler error on a missing header.
 DEPS_FREE_GOALS := clean deps format format-check uninstall install-man install-python \
 	install-system install-config
-DEPS_TEST_GOALS := test check unit pytest tests-build deps-check
+DEPS_TEST_GOALS := test check unit pytest test-long tests-build deps-check
 DEPS_GOALS := $(filter-out $(DEPS_FREE_GOALS),$(or $(MAKECMDGOALS),all))
 DEPS_MODE := $(if $(filter $(DEPS_TEST_GOALS),$(DEPS_GOALS)),test,build)
 VOLREC_DEPS_INSTALL ?= $(if $(filter 0,$(shell id -u)),1,0)
@@ -209,7 +210,7 @@ shlib_files = $(foreach s,$(1),$(B)/lib/lib$(s).so.$($(s)_SOVERSION) $(B)/lib/li
 SHLIB_FILES := $(call shlib_files,$(SHLIBS))
 TEST_FILES := $(TEST_PROGRAMS:%=$(B)/tests/%) $(B)/tests/unit_runner $(call shlib_files,$(TEST_SHLIBS))
 
-.PHONY: all test check unit pytest tests-build bench demo deps deps-check format format-check quality \
+.PHONY: all test check test-long unit pytest tests-build bench demo deps deps-check format format-check quality \
 	clean install uninstall
 all: $(PROGRAM_FILES) $(SHLIB_FILES)
 tests-build: all $(TEST_FILES)
@@ -237,13 +238,28 @@ $(BROWSER_DEPS): tests/browser/package-lock.json tests/browser/package.json
 	$(Q)cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
 	$(Q)touch $@
 
+# The integration tests pytest selects by marker (docs/testing.md): make test runs all but the
+# `long` ones, make test-long those only; the sanitizer stages of .ci/run also leave out
+# `python_only` and `browser`. VOLREC_TEST_TIMEOUT_SCALE (default 1) multiplies every bound a
+# test waits for, and the per-test limit.
+PYTEST_MARK ?= not long
+VOLREC_TEST_TIMEOUT_SCALE ?= 1
+export VOLREC_TEST_TIMEOUT_SCALE
+PYTEST_TIMEOUT = $(shell awk 'BEGIN { print int(300 * $(VOLREC_TEST_TIMEOUT_SCALE)) }')
+pytest_run = PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
+	$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=$(PYTEST_TIMEOUT) -m '$(1)' \
+	tests/integration tests/python $(PYTEST_ARGS)
+
 pytest: tests-build $(BROWSER_DEPS)
-	$(call msg,TEST,integration)
-	$(Q)PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
-		$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=300 tests/integration tests/python \
-		$(PYTEST_ARGS)
+	$(call msg,TEST,integration ($(PYTEST_MARK)))
+	$(Q)$(call pytest_run,$(PYTEST_MARK))
 
 test check: unit pytest
+
+# The slow cases make test leaves out: soaks, large geometries, exhaustive sweeps.
+test-long: tests-build $(BROWSER_DEPS)
+	$(call msg,TEST,integration (long))
+	$(Q)$(call pytest_run,long)
 
 # The standard quality table (docs/algorithms.md §2b): every reconstruction mode against the
 # simulator's ground truth, JSON into bench/results/.

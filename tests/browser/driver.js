@@ -12,10 +12,14 @@
 //   {"op": "screenshot", "page": N, "path": P}
 //   {"op": "resize", "page": N, "width": W, "height": H}  (the window: a "resize" event)
 //   {"op": "close", "page": N}, {"op": "quit"}
+//   {"op": "errors", "pages": [N, ...]}  -> the page errors and console errors seen since the
+//     last such call, of those pages only (open or closed since), or of every page without
+//     "pages"
 // The browser: /usr/bin/chromium (CHROMIUM overrides), headless, no sandbox (a container), no
 // GPU, no network beyond the page, a new empty profile; nothing is downloaded. Each page opens
 // in its own browser context (its own window, cookies and storage), as if each were another
-// person's browser.
+// person's browser. A page that fails to load (a refused connection, a timeout) is closed
+// with its context before the error is answered: it leaves nothing running behind.
 'use strict';
 
 const readline = require('readline');
@@ -35,7 +39,7 @@ async function main() {
   });
   const pages = new Map();
   let next = 1;
-  const errors = [];
+  const errors = []; // {page, text}
   const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
 
   async function box(page, selector) {
@@ -57,13 +61,19 @@ async function main() {
           const ctx = await browser.newContext({
             ignoreHTTPSErrors: true, bypassCSP: true, viewport: { width: 1280, height: 800 },
           });
-          const p = await ctx.newPage();
-          if (cmd.width) await p.setViewportSize({ width: cmd.width, height: cmd.height || 800 });
-          p.on('pageerror', (e) => errors.push(String(e)));
-          p.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
-          const resp = await p.goto(cmd.url, { waitUntil: 'load' });
           const n = next++;
-          pages.set(n, p);
+          let resp;
+          try {
+            const p = await ctx.newPage();
+            if (cmd.width) await p.setViewportSize({ width: cmd.width, height: cmd.height || 800 });
+            p.on('pageerror', (e) => errors.push({ page: n, text: String(e) }));
+            p.on('console', (m) => { if (m.type() === 'error') errors.push({ page: n, text: m.text() }); });
+            resp = await p.goto(cmd.url, { waitUntil: 'load', timeout: cmd.timeout_ms || 60000 });
+            pages.set(n, p);
+          } catch (e) {
+            await ctx.close().catch(() => {});
+            throw e;
+          }
           out({ ok: true, page: n, status: resp ? resp.status() : null });
           break;
         }
@@ -113,9 +123,14 @@ async function main() {
           pages.delete(cmd.page);
           out({ ok: true });
           break;
-        case 'errors':
-          out({ ok: true, value: errors.splice(0) });
+        case 'errors': {
+          const mine = (e) => !cmd.pages || cmd.pages.includes(e.page);
+          const value = errors.filter(mine).map((e) => e.text);
+          const rest = errors.filter((e) => !mine(e));
+          errors.splice(0, errors.length, ...rest);
+          out({ ok: true, value });
           break;
+        }
         case 'quit':
           out({ ok: true });
           await browser.close();

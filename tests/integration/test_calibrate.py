@@ -14,6 +14,8 @@ import pytest
 
 from simkit import mirror_fwhm, scanner_corrections
 
+pytestmark = pytest.mark.numerics  # not in the TSan stage (docs/testing.md)
+
 h5py = pytest.importorskip("h5py")
 
 K = 512

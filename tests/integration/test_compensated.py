@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.numerics  # not in the TSan stage (docs/testing.md)
+
 h5py = pytest.importorskip("h5py")
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "reference"))
 import quality_ref as q  # noqa: E402
@@ -95,6 +97,7 @@ SPEEDS = {
 }
 
 
+@pytest.mark.long  # every motion of SPEEDS, both modes (about a minute)
 def test_compensated_is_never_much_worse_than_the_newest_epoch_alone(bin_dir, tmp_path,
                                                                      need_volrec):
     margin = 1.0  # dB of mean PSNR over the epochs after the first cycle (measured worst: -0.31, the axial drift)

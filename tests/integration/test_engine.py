@@ -11,7 +11,8 @@ import h5py
 import numpy as np
 import pytest
 
-from test_daemon import TIMEOUT, daemons, read_records  # noqa: F401  (fixtures used by name)
+from daemonkit import slot_volumes
+from test_daemon import daemons  # noqa: F401  (fixtures used by name)
 from test_algorithms import random_configuration
 from test_daemon_zerocopy import env, replay_daemon
 
@@ -35,16 +36,19 @@ def process(bin_dir, d, overlap, zero_copy, epochs=EPOCHS):
 
 
 def daemon_volumes(daemons, bin_dir, epochs, slots, overlap, zero_copy, **over):
-    """A daemon over a replay file of `epochs` read once (loop: false): it, and the volumes a
-    reader got from it (all but at most two)."""
+    """A daemon over a replay file of `epochs` read once (loop: false), and every volume it
+    published. The source starts with the daemon, before any reader could subscribe, so the
+    volumes are not taken from messages: once the status says all were published they are
+    read from the slots (more slots than epochs: none overwritten)."""
     d = replay_daemon(daemons, bin_dir, epochs=epochs, **over,
                       **{"source.rate": 20, "source.replay.loop": False, "output.slots": slots})
+    assert slots >= epochs
     d.start(env(overlap, zero_copy))
+    d.subscribe()
     d.ready()
-    reader, out = d.reader(epochs, TIMEOUT)
-    stdout, stderr = reader.communicate(timeout=TIMEOUT + 10)
-    recs = read_records(out)
-    assert len(recs) >= epochs - 2, stdout + stderr
+    d.status(lambda m: m["volumes_published"] >= epochs and m["bscans"]["in_ring"] == 0)
+    recs = slot_volumes(d.instance)
+    assert sorted(h["epoch"] for h, _ in recs) == list(range(epochs)), [h for h, _ in recs]
     return d, recs
 
 

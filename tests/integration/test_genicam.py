@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, TIMEOUT_SCALE
 from test_daemon import (  # noqa: F401  (fixtures used by name)
     TIMEOUT, daemons, drops_identity, read_records)
 
@@ -162,7 +162,7 @@ def fake_gv_camera(bin_dir, lost_per_thousand=0, serial=None, genicam=None):
                              + (["-g", str(genicam)] if genicam else []),
                              stdout=log, stderr=log)
         procs.append(p)
-        end = time.monotonic() + 15
+        end = time.monotonic() + 30 * TIMEOUT_SCALE  # (a loaded machine: not a skip)
         while time.monotonic() < end:
             if p.poll() is not None:
                 log.seek(0)
@@ -460,9 +460,11 @@ def test_features_list_writes_its_items_in_order_repeats_included(daemons):
     """A selector picks which trigger TriggerMode and TriggerSource set (FrameStart, LineStart,
     ...): wiring two triggers writes them twice, which a mapping's unique keys cannot say. The
     features list is written in order, repeats included: selectors re-selected, and the Fake
-    camera's AcquisitionFrameRate given twice, the last one counts (400 frames/s against 100,
-    8 B-scans a volume)."""
-    def epochs_per_s(first, last):
+    camera's AcquisitionFrameRate given twice, the last one counts (100 frames/s against 25,
+    rates a loaded machine's software camera keeps). The camera's rate is read from the B-scans
+    acquired over two seconds, which processing (slow there, epochs dropped) does not hold
+    back."""
+    def frames_per_s(first, last):
         args = {"camera": "Fake_1", "features": [
             {"TriggerSelector": "FrameStart"}, {"TriggerMode": "Off"},
             {"TriggerSelector": "AcquisitionStart"}, {"TriggerMode": "Off"},
@@ -471,14 +473,15 @@ def test_features_list_writes_its_items_in_order_repeats_included(daemons):
         d = daemons(**daemon_shim_config(args))
         d.start(env_extra={"VOLREC_SHIM_DIR": str(SHIM_DIR)})
         d.subscribe()
-        st = d.status(lambda m: m["uptime_s"] > 3 and m["rates"]["epochs_per_s"] > 0)
-        assert st["faults"]["source"] == 0, st["faults"]
+        a = d.status(lambda m: m["uptime_s"] > 1 and m["bscans"]["acquired"] > 0)
+        b = d.status(lambda m: m["uptime_s"] >= a["uptime_s"] + 2)
+        assert b["faults"]["source"] == 0, b["faults"]
         d.close()  # the next one runs alone
-        return st["rates"]["epochs_per_s"]
+        return (b["bscans"]["acquired"] - a["bscans"]["acquired"]) / (b["uptime_s"] - a["uptime_s"])
 
-    slow, fast = epochs_per_s(400, 100), epochs_per_s(100, 400)
+    slow, fast = frames_per_s(100, 25), frames_per_s(25, 100)
     assert fast > 2 * slow, (slow, fast)
-    print(f"epochs/s: {slow:.1f} with 100 frames/s last, {fast:.1f} with 400")
+    print(f"B-scans/s: {slow:.1f} with 25 frames/s last, {fast:.1f} with 100")
 
 
 def test_check_accepts_the_short_name_and_the_shim_reports_at_start(daemons, bin_dir):

@@ -50,6 +50,7 @@ def destdir(tmp_path):
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.python_only  # files in place: no volrec code runs
 def test_install_prefix_usr_puts_files_where_debian_expects_them(src_dir, build_dir, destdir):
     make(src_dir, build_dir, "install", "PREFIX=/usr", f"DESTDIR={destdir}")
     files = files_under(destdir)
@@ -86,6 +87,7 @@ def test_install_prefix_usr_puts_files_where_debian_expects_them(src_dir, build_
     assert files_under(destdir) == []
 
 
+@pytest.mark.python_only  # files in place: no volrec code runs
 def test_install_other_prefix_rewrites_unit_paths_and_keeps_everything_under_it(src_dir, build_dir, destdir):
     make(src_dir, build_dir, "install", "PREFIX=/opt/volrec", f"DESTDIR={destdir}")
     files = files_under(destdir)
@@ -98,6 +100,7 @@ def test_install_other_prefix_rewrites_unit_paths_and_keeps_everything_under_it(
     assert files_under(destdir) == []
 
 
+@pytest.mark.python_only  # files in place: no volrec code runs
 def test_install_keeps_a_locally_edited_configuration(src_dir, build_dir, destdir):
     conf = destdir / "etc/volrec/volrecd.yaml"
     conf.parent.mkdir(parents=True)
@@ -109,6 +112,7 @@ def test_install_keeps_a_locally_edited_configuration(src_dir, build_dir, destdi
     assert files_under(destdir) == ["etc/volrec/volrecd.yaml"]
 
 
+@pytest.mark.python_only  # files in place: no volrec code runs
 def test_uninstall_keeps_the_operators_own_shims(src_dir, build_dir, destdir):
     """SHIMDIR is shared with the site's frame-grabber shims: uninstall removes only the shim
     files install wrote."""

@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.python_only  # man pages and the unit file: files, not the daemon's code
+
 PAGES = ["volrec.1", "libvolrec.3", "volrecd.yaml.5", "volrecd.8"]
 MAX_EXPOSURE = 2.0  # docs/packaging.md justifies each remaining exposure of the shipped unit
 

@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.numerics  # not in the TSan stage (docs/testing.md)
+
 h5py = pytest.importorskip("h5py")
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "reference"))
 import quality_ref as q  # noqa: E402

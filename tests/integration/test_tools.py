@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 
 import volrec
+from conftest import TIMEOUT_SCALE
 from daemonkit import remove_segments
 
-TIMEOUT = 60.0  # generous: the test machine is small and loaded
+TIMEOUT = 60.0 * TIMEOUT_SCALE  # generous: the test machine is small and loaded
 VOLUME_BYTES = 36 * 36 * 256  # one u8 output volume of config(): 36 x 36 x 256
 # output slots: a recorder may fall up to 0.64 s behind the daemon before it misses a volume
 SLOTS = 16
@@ -456,11 +457,12 @@ def test_watch_plain_lines_and_count(daemon):
 def test_watch_ends_cleanly_on_sigint(daemon):
     p = subprocess.Popen([str(daemon.bin / "volrec"), "watch", "-i", daemon.instance, "-r",
                           str(daemon.run_dir)], stdout=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    out = Lines(p.stdout)
+    out.wait_for("running")  # watching (its signal handling set up before it prints)
     p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=TIMEOUT)
-    assert p.returncode == 0
-    assert "running" in out
+    p.wait(timeout=TIMEOUT)
+    assert p.returncode == 0, out.finish()
+    assert "running" in out.finish()
 
 
 # ---- record -------------------------------------------------------------------------------
@@ -814,6 +816,7 @@ def fault_shim(tmp_path):
 
 @pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
                     reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+@pytest.mark.long  # every write call of a recording, twice (make test: the full disk once)
 @pytest.mark.parametrize("mode", ["fill", "fail"])
 def test_record_keeps_its_flushed_volumes_whichever_write_meets_the_full_disk(daemon, small_disk,
                                                                             tmp_path, mode):
@@ -921,6 +924,7 @@ def test_record_file_is_readable_after_the_recorder_is_killed(daemon, tmp_path):
 
 @pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
                     reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+@pytest.mark.long  # every write call of a recording (make test: 20 kills at random moments)
 def test_record_file_is_whole_whichever_write_the_recorder_is_killed_before(daemon, tmp_path):
     """The SIGKILL above, in every timing: the recorder of 3 volumes is killed right before
     each of its writes in turn, the ones inside HDF5's flushes included (there a kill used to
@@ -1121,10 +1125,11 @@ def test_watch_restart_wait_0_ends_when_the_daemon_stops(own_daemon):
     w = subprocess.Popen([str(d.bin / "volrec"), "watch", "-w", "0", "-i", d.instance, "-r",
                           str(d.run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    time.sleep(1.5)
+    out, err = Lines(w.stdout), Lines(w.stderr)
+    out.wait_for(r"volume #\d+")  # watching the daemon before it stops
     d.stop()
-    out, err = w.communicate(timeout=TIMEOUT)
-    assert w.returncode == 0 and "stopped" in err, (w.returncode, err)
+    w.wait(timeout=TIMEOUT)
+    assert w.returncode == 0 and "stopped" in err.finish(), (w.returncode, err.finish())
 
 
 def record_proc(d, out, *args):
@@ -1243,7 +1248,8 @@ def test_record_reports_volumes_published_but_never_announced_before_the_daemon_
                 err.wait_for(r"stopped; waiting for it to come back")
                 d.start()
                 err.wait_for(r"recording continues")
-                time.sleep(1.0)
+                size = out.stat().st_size  # and one more volume of the new session is in
+                wait_for_size(out, size + VOLUME_BYTES, rec)
             elif how == "geometry":  # the same volumes, another reconstruction
                 err.wait_for(r"stopped; waiting for it to come back")
                 d.cfg["geometry"].update(ascans_per_bscan=18, bscans_per_volume=18,

@@ -22,11 +22,12 @@ import numpy as np
 import zmq
 
 import volrec
+from conftest import TIMEOUT_SCALE
 from ctlwire import Wire, ctl_path
 from daemonkit import remove_segments
 
 SRC = pathlib.Path(__file__).resolve().parents[2]
-TIMEOUT = 30.0
+TIMEOUT = 30.0 * TIMEOUT_SCALE
 
 
 def wait_for(pred, timeout=TIMEOUT, what="condition", step=0.05):
@@ -391,7 +392,7 @@ class Browser:
         return self.cmd("eval", page=page, expr=expr).get("value")
 
     def wait(self, page, expr, timeout_ms=30000):
-        return self.cmd("wait", page=page, expr=expr, timeout_ms=timeout_ms)
+        return self.cmd("wait", page=page, expr=expr, timeout_ms=int(timeout_ms * TIMEOUT_SCALE))
 
     def close(self):
         try:
@@ -402,6 +403,47 @@ class Browser:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class BrowserPages:
+    """One test's use of a shared Browser: the pages it opens are closed when it ends, passed
+    or failed (a page left open would go on reconnecting to a viewer that is gone), `errors`
+    reports those of its own pages only, and a driver that died is replaced for the next test.
+    The same calls as Browser."""
+
+    def __init__(self, shared):
+        self.shared = shared
+        self.pages = []
+
+    def cmd(self, op, check=True, **kw):
+        if op == "errors" and "page" not in kw and "pages" not in kw:
+            kw["pages"] = list(self.pages)
+        r = self.shared.cmd(op, check=check, **kw)
+        if op == "open" and r.get("ok"):
+            self.pages.append(r["page"])
+        return r
+
+    def open(self, url, **kw):
+        return self.cmd("open", url=url, **kw)["page"]
+
+    def eval(self, page, expr):
+        return self.cmd("eval", page=page, expr=expr).get("value")
+
+    def wait(self, page, expr, timeout_ms=30000):
+        return self.cmd("wait", page=page, expr=expr, timeout_ms=int(timeout_ms * TIMEOUT_SCALE))
+
+    def finish(self):
+        """Close what the test left open and forget its pages' errors; False when the driver
+        is dead (the caller starts another)."""
+        if self.shared.proc.poll() is not None:
+            return False
+        try:
+            for p in self.pages:
+                self.shared.cmd("close", check=False, page=p)  # "no page N" when closed already
+            self.shared.cmd("errors", check=False, pages=list(self.pages))
+        except AssertionError:  # the driver died meanwhile
+            return False
+        return True
 
 
 ALL_DRAWN = "Object.values(window.volrecView.panes).every(p => p.shown)"
