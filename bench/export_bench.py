@@ -56,14 +56,19 @@ def main():
             d[t] = np.roll(vols[t % 4], t, axis=2)
         f["epoch"] = np.arange(a.volumes, dtype=np.uint64)
     print(f"input written in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    # the commit of the build measured: taken before the run, which lasts minutes
+    commit = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    load_before = os.getloadavg()
     try:
         out = subprocess.run([os.path.join(a.build, "tests", "export_bench"), h5, work,
                               str(a.threads)] + (["gz"] if a.gz else []), check=True, capture_output=True, text=True)
     finally:
         subprocess.run(["rm", "-rf", work])
     r = json.loads(out.stdout)
-    commit = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+    # other work on the machine takes cores from the export: the load average beside the figures
+    r["loadavg_1_5_15_before"] = [round(x, 2) for x in load_before]
+    r["loadavg_1_5_15_after"] = [round(x, 2) for x in os.getloadavg()]
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                 if l.startswith("model name")), platform.processor())
     r.update(host=socket.gethostname(), cpu=cpu, cpus=os.cpu_count(), commit=commit,

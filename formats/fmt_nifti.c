@@ -6,6 +6,7 @@
  * micrometres when the voxel size is known. The provenance is a JSON comment extension.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,9 @@ struct nifti {
 	char *dir;    /* PATH.partial: a folder for the files being written */
 	char **tmps;  /* where they are written: DIR/their final base name */
 	size_t nfiles;
-	znzFile fp;       /* the open file */
+	znzFile fp; /* the open .nii.gz file */
+	int fd;     /* the open .nii file (-1: none): plain writes, no stdio */
+	bool gz;
 	size_t committed; /* files renamed to their final names so far */
 };
 
@@ -136,9 +139,10 @@ static nifti_image *nifti_header(const struct fmt_writer *w, const struct nifti 
 }
 
 /*
- * Create file f and write its header; the data follows through n->fp. The header is libnifti's
- * (nifti_convert_nim2n2hdr), written here with its extension: libnifti2 3.0's own writer
- * takes a NIfTI-2 image for a pair of files and writes the data to a second one.
+ * Create file f and write its header; the data follows through nifti_data. The header is
+ * libnifti's (nifti_convert_nim2n2hdr), written here with its extension: libnifti2 3.0's own
+ * writer takes a NIfTI-2 image for a pair of files and writes the data to a second one. The
+ * header, extensions and padding are put together in memory and written at once.
  */
 static int nifti_start(struct fmt_writer *w, struct nifti *n, size_t f, uint64_t t0, uint64_t nt,
                        char *err, size_t errlen)
@@ -159,40 +163,87 @@ static int nifti_start(struct fmt_writer *w, struct nifti *n, size_t f, uint64_t
 		nifti_image_free(nim);
 		return vr_err(err, errlen, -EINVAL, "%s: libnifti refused the header", n->names[f]);
 	}
-	errno = 0;
-	n->fp = znzopen(n->tmps[f], "wb", nifti_is_gzfile(n->tmps[f]));
-	if (znz_isnull(n->fp)) {
-		nifti_image_free(nim);
-		return vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]);
-	}
-	bool ok = znzwrite(&h, 1, sizeof(h), n->fp) == sizeof(h) &&
-	          znzwrite(extender, 1, 4, n->fp) == 4;
-	for (int i = 0; ok && i < nim->num_ext; i++) {
-		const nifti1_extension *e = &nim->ext_list[i];
-		int32_t head[2] = {e->esize, e->ecode};
+	size_t hb = (size_t)nim->iname_offset;
+	uint8_t *head = calloc(1, hb), *p = head;
 
-		ok = znzwrite(head, 1, 8, n->fp) == 8 &&
-		     znzwrite(e->edata, 1, (size_t)e->esize - 8, n->fp) == (size_t)e->esize - 8;
+	if (!head) {
+		nifti_image_free(nim);
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	}
-	for (int64_t pad = nim->iname_offset - off; ok && pad > 0; pad--)
-		ok = znzwrite("", 1, 1, n->fp) == 1;
-	if (!ok)
-		rc = vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]);
+	memcpy(p, &h, sizeof(h));
+	p += sizeof(h);
+	memcpy(p, extender, 4);
+	p += 4;
+	for (int i = 0; i < nim->num_ext; i++) {
+		const nifti1_extension *e = &nim->ext_list[i];
+		int32_t eh[2] = {e->esize, e->ecode};
+
+		memcpy(p, eh, 8);
+		memcpy(p + 8, e->edata, (size_t)e->esize - 8);
+		p += e->esize;
+	}
 	nifti_image_free(nim);
+	errno = 0;
+	if (n->gz) {
+		n->fp = znzopen(n->tmps[f], "wb", 1);
+		if (znz_isnull(n->fp))
+			rc = vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]);
+		else if (znzwrite(head, 1, hb, n->fp) != hb)
+			rc = vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]);
+	} else {
+		n->fd = open(n->tmps[f], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+		if (n->fd < 0)
+			rc = vr_err_errno(err, errlen, -errno, "%s", n->tmps[f]);
+		else if ((rc = fmt_write_all(n->fd, head, hb)) < 0)
+			rc = vr_err_errno(err, errlen, rc, "%s", n->tmps[f]);
+	}
+	free(head);
 	return rc;
 }
 
+/* The data of file f: one write of the whole volume for .nii, then the kernel is asked to start
+ * writing it back (without waiting) so that the disk works while the next volume comes. */
+static int nifti_data(struct nifti *n, size_t f, const uint8_t *vol, size_t bytes, char *err,
+                      size_t errlen)
+{
+	int rc;
+
+	errno = 0;
+	if (n->gz)
+		return znzwrite(vol, 1, bytes, n->fp) == bytes
+		               ? 0
+		               : vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]);
+	if ((rc = fmt_write_all(n->fd, vol, bytes)) < 0)
+		return vr_err_errno(err, errlen, rc, "%s", n->tmps[f]);
+	sync_file_range(n->fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* a hint: errors come at the sync */
+	return 0;
+}
+
+/* Close file f; it is flushed to the disk by nifti_sync, once for every file at the end. */
 static int nifti_end(struct nifti *n, size_t f, char *err, size_t errlen)
 {
 	int rc;
 
 	errno = 0;
-	rc = znzclose(n->fp);
-	n->fp = NULL;
-	if (rc != 0)
-		return vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]);
-	rc = fmt_sync_path(n->tmps[f]);
-	return rc < 0 ? vr_err_errno(err, errlen, rc, "%s", n->tmps[f]) : 0;
+	if (n->gz) {
+		rc = znzclose(n->fp);
+		n->fp = NULL;
+	} else {
+		rc = close(n->fd);
+		n->fd = -1;
+	}
+	return rc != 0 ? vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]) : 0;
+}
+
+static int nifti_sync(struct nifti *n, char *err, size_t errlen)
+{
+	for (size_t f = 0; f < n->nfiles; f++) {
+		int rc = fmt_sync_path(n->tmps[f]);
+
+		if (rc < 0)
+			return vr_err_errno(err, errlen, rc, "%s", n->tmps[f]);
+	}
+	return 0;
 }
 
 /* The bytes file f takes on the disk (compressed for .nii.gz). */
@@ -210,6 +261,8 @@ static int nifti_open(struct fmt_writer *w, char *err, size_t errlen)
 	if (!n)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	w->priv = n;
+	n->fd = -1;
+	n->gz = nifti_is_gz(w->path);
 	if (!(n->dir = fmt_partial_name(w->path)))
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	fmt_remove_tree(n->dir); /* the leftover of an earlier run */
@@ -245,9 +298,8 @@ static int nifti_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char 
 
 	if (!w->opt.series && (rc = nifti_start(w, n, f, t, 1, err, errlen)) < 0)
 		return rc;
-	errno = 0;
-	if (znzwrite(vol, 1, bytes, n->fp) != bytes)
-		return vr_err_errno(err, errlen, errno ? -errno : -EIO, "%s", n->tmps[f]);
+	if ((rc = nifti_data(n, f, vol, bytes, err, errlen)) < 0)
+		return rc;
 	if (w->opt.series)
 		return 0;
 	rc = nifti_end(n, f, err, errlen);
@@ -263,7 +315,7 @@ static int nifti_finish(struct fmt_writer *w, char *err, size_t errlen)
 
 	if (w->opt.series)
 		w->written = nifti_file_size(n, 0);
-	return rc;
+	return rc < 0 ? rc : nifti_sync(n, err, errlen);
 }
 
 static int nifti_commit(struct fmt_writer *w, char *err, size_t errlen)
@@ -290,6 +342,8 @@ static void nifti_abort(struct fmt_writer *w)
 		return;
 	if (!znz_isnull(n->fp))
 		znzclose(n->fp);
+	if (n->fd >= 0)
+		close(n->fd);
 	if (n->dir)
 		fmt_remove_tree(n->dir);
 	/* renamed before a later rename failed: not a whole series */

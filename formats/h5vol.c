@@ -170,7 +170,8 @@ static int flush(struct h5vol *w, char *err, size_t errlen)
 
 /* ---- datasets ------------------------------------------------------------------------- */
 
-static hid_t create_dataset(hid_t f, const struct h5vol_field *fl, size_t row_bytes)
+static hid_t create_dataset(hid_t f, const struct h5vol_field *fl, size_t row_bytes,
+                            unsigned deflate)
 {
 	hsize_t cur[4] = {0}, maxd[4] = {H5S_UNLIMITED}, chunk[4];
 	hid_t sp, pl, apl, ds = -1;
@@ -183,8 +184,11 @@ static hid_t create_dataset(hid_t f, const struct h5vol_field *fl, size_t row_by
 	pl = H5Pcreate(H5P_DATASET_CREATE);
 	apl = H5Pcreate(H5P_DATASET_ACCESS);
 	/* no chunk cache: every row reaches the file at once, so errors show at once */
+	if (fl->rank != 3)
+		deflate = 0;
 	if (sp >= 0 && pl >= 0 && apl >= 0 && H5Pset_chunk(pl, (int)fl->rank + 1, chunk) >= 0 &&
-	    H5Pset_chunk_cache(apl, 0, 0, 1.0) >= 0)
+	    H5Pset_chunk_cache(apl, 0, 0, 1.0) >= 0 &&
+	    (!deflate || (H5Pset_shuffle(pl) >= 0 && H5Pset_deflate(pl, deflate) >= 0)))
 		ds = H5Dcreate2(f, fl->name, fl->type, sp, H5P_DEFAULT, pl, apl);
 	VR_H5_CLOSE(apl, pl, sp);
 	return ds;
@@ -217,6 +221,15 @@ void h5vol_init(void)
 int h5vol_create(const char *path, bool replace, const struct h5vol_field *fields, size_t nfields,
                  struct h5vol **out, char *err, size_t errlen)
 {
+	return h5vol_create_opt(path, replace, fields, nfields, NULL, out, err, errlen);
+}
+
+int h5vol_create_opt(const char *path, bool replace, const struct h5vol_field *fields,
+                     size_t nfields, const struct h5vol_options *opt, struct h5vol **out, char *err,
+                     size_t errlen)
+{
+	unsigned deflate = opt ? opt->deflate : 0;
+
 	struct h5vol *w;
 	hid_t fapl = -1;
 	void *handle = NULL;
@@ -227,6 +240,10 @@ int h5vol_create(const char *path, bool replace, const struct h5vol_field *field
 	for (size_t i = 0; i < nfields; i++)
 		if (!fields[i].name || fields[i].rank > 3)
 			return vr_err(err, errlen, -EINVAL, "h5vol_create: bad field %zu", i);
+	if (deflate > 9)
+		return vr_err(err, errlen, -EINVAL, "h5vol_create: deflate level %u", deflate);
+	if (deflate && H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0)
+		return vr_err(err, errlen, -ENOTSUP, "this HDF5 library has no deflate filter");
 	/* the file itself first, for a precise errno (HDF5's is not reliable after its retries) */
 	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (replace ? O_TRUNC : O_EXCL), 0666);
 	if (fd < 0) {
@@ -284,7 +301,7 @@ int h5vol_create(const char *path, bool replace, const struct h5vol_field *field
 		d->type = H5Tcopy(fields[i].type);
 		d->row_bytes = d->type >= 0 ? n * H5Tget_size(d->type) : 0;
 		errno = 0;
-		d->ds = d->type >= 0 ? create_dataset(w->f, &fields[i], d->row_bytes) : -1;
+		d->ds = d->type >= 0 ? create_dataset(w->f, &fields[i], d->row_bytes, deflate) : -1;
 		if (d->ds < 0) {
 			rc = fail_errno(err, errlen, errno, "%s: cannot create its datasets", path);
 			goto out_fail;

@@ -63,6 +63,19 @@ void h5vol_init(void);
 int h5vol_create(const char *path, bool replace, const struct h5vol_field *fields, size_t nfields,
                  struct h5vol **out, char *err, size_t errlen) VR_MUST_CHECK;
 
+/* How h5vol_create_opt stores the volumes; zero is h5vol_create's default. */
+struct h5vol_options {
+	unsigned deflate; /* 0: as they are; 1..9: the fields of rank 3 (the volumes) through
+	                     HDF5's own shuffle then deflate (gzip) filters at this level, one
+	                     chunk per volume as before (h5py: compression "gzip", shuffle) */
+};
+
+/* h5vol_create with options (opt may be NULL); -ENOTSUP when the HDF5 library lacks the
+ * deflate filter. */
+int h5vol_create_opt(const char *path, bool replace, const struct h5vol_field *fields,
+                     size_t nfields, const struct h5vol_options *opt, struct h5vol **out, char *err,
+                     size_t errlen) VR_MUST_CHECK;
+
 /* The file, for attributes (h5attr.h). Attributes of more than H5VOL_MARGIN / 2 bytes in all
  * are best written before the first volume, or followed by h5vol_flush. */
 hid_t h5vol_file(const struct h5vol *w);

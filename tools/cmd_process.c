@@ -15,6 +15,7 @@
 
 #include "base/base.h"
 #include "config/config.h"
+#include "formats/fmt.h"
 #include "formats/h5vol.h"
 #include "pipeline/pipeline.h"
 #include "tools/process.h"
@@ -44,7 +45,10 @@ static void process_usage(FILE *f)
 	        "                      holds the recorded epoch numbers\n"
 	        "      --on-crc-error stop|skip  an epoch whose CRC-32C is wrong ends the run\n"
 	        "                      (stop, the default) or is left out (skip); each is named\n"
-	        "  -o, --output FILE   HDF5 file to write (replaced)\n"
+	        "  -o, --output FILE   file to write (replaced): HDF5, or by its suffix OME-Zarr\n"
+	        "                      (.zarr, .ome.zarr), NIfTI-2 (.nii, .nii.gz) or OME-TIFF\n"
+	        "                      (.ome.tif, .ome.tiff), as `volrec export` writes them\n"
+	        "                      from the HDF5 (/volumes only: not with --lowres, --full)\n"
 	        "  -n, --epochs N      epochs to process: default all epochs of a replay file,\n"
 	        "                      S = sx*sy (one interlacing cycle) for synth and shim "
 	        "sources\n"
@@ -53,7 +57,8 @@ static void process_usage(FILE *f)
 	        "      --backend NAME  override the configuration's backend (cpu, cuda, auto)\n"
 	        "  -h, --help          this text\n\n"
 	        "Exit status: 0 done, 1 failure while running (OUT.h5 then holds the epochs\n"
-	        "processed before it; the message says so), 2 usage or configuration error.\n");
+	        "processed before it; the message says so; another format: nothing is written),\n"
+	        "2 usage or configuration error.\n");
 }
 
 /* ---- the command ------------------------------------------------------------------------- */
@@ -115,6 +120,11 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 		process_usage(stderr);
 		return VR_EXIT_USAGE;
 	}
+	if (fmt_kind_of(o->output) != FMT_NONE && (o->lowres || o->full)) {
+		fprintf(stderr, "volrec process: --lowres and --full are written to HDF5 only (-o "
+		                "OUT.h5)\n");
+		return VR_EXIT_USAGE;
+	}
 	return 0;
 }
 
@@ -124,6 +134,26 @@ static void print_event(void *ctx, const struct pl_event *ev)
 {
 	if (ev->level >= PL_NOTICE && (!ev->name || strcmp(ev->name, "source_ended")))
 		fprintf(stderr, "volrec process: %s\n", ev->message);
+}
+
+/*
+ * -o in another format than HDF5: the volumes go into a processed recording beside it
+ * (OUT.partial.h5) that the export engine then copies into OUT, as `volrec export` does; the
+ * recording is removed either way. 0 or VR_EXIT_FAIL with the message printed.
+ */
+static int export_output(const char *h5, const char *out, const char *config)
+{
+	struct fmt_options fo = {.replace = true, .source = config};
+	struct fmt_export_stats st;
+	char err[1024];
+	int rc = fmt_export(h5, out, &fo, NULL, NULL, NULL, &st, err, sizeof(err));
+
+	unlink(h5);
+	if (rc < 0) {
+		fprintf(stderr, "volrec process: %s (nothing written to %s)\n", err, out);
+		return VR_EXIT_FAIL;
+	}
+	return 0;
 }
 
 VR_COMMAND(process, "process a source offline into an HDF5 file")
@@ -144,17 +174,27 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	uint32_t med_max;
 	bool failed, med_ok;
 	int ret = VR_EXIT_FAIL, rc;
+	char *h5path = NULL; /* where the HDF5 goes: OUT, or OUT.partial.h5 for another format */
 
 	cfg_defaults(&cfg);
 	rc = parse_opts(argc, argv, &o);
 	if (rc)
 		return rc < 0 ? VR_EXIT_OK : rc;
+	if (fmt_kind_of(o.output) == FMT_NONE)
+		h5path = strdup(o.output);
+	else if (asprintf(&h5path, "%s.partial.h5", o.output) < 0)
+		h5path = NULL;
+	if (!h5path) {
+		fprintf(stderr, "volrec process: out of memory\n");
+		return VR_EXIT_FAIL;
+	}
 	/* no exit handler: a file HDF5 failed to write or close would crash the process in it */
 	h5vol_init();
 
 	if (o.config ? cfg_load(&cfg, o.config, err, sizeof(err)) < 0
 	             : proc_recording_config(o.source, &cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
+		free(h5path);
 		return VR_EXIT_USAGE;
 	}
 	if (o.source) {
@@ -204,7 +244,7 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		ret = VR_EXIT_USAGE;
 		goto out_pl;
 	}
-	rc = proc_h5_create(o.output, &cfg, pl_backend(pl), n, o.lowres, o.full,
+	rc = proc_h5_create(h5path, &cfg, pl_backend(pl), n, o.lowres, o.full,
 	                    isatty(STDERR_FILENO), &h5, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
@@ -226,7 +266,18 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	rc = proc_h5_close(h5, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
+		if (strcmp(h5path, o.output))
+			unlink(h5path);
 		goto out_pl;
+	}
+	if (strcmp(h5path, o.output)) {
+		if (failed || !done) {
+			unlink(h5path);
+			fprintf(stderr, "volrec process: nothing written to %s\n", o.output);
+			goto out_pl;
+		}
+		if (export_output(h5path, o.output, o.config ? o.config : o.source))
+			goto out_pl;
 	}
 	H5close(); /* every HDF5 object is closed: the library may go */
 	if (failed) {
@@ -255,5 +306,6 @@ out_pl:
 	pl_close(pl);
 out_cfg:
 	cfg_free(&cfg);
+	free(h5path);
 	return ret;
 }

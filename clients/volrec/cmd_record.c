@@ -116,6 +116,13 @@ static void record_usage(FILE *f)
 	        "  -n, --count N        stop after N volumes written\n"
 	        "  -s, --seconds S      stop after S seconds\n"
 	        "  -f, --force          replace FILE if it exists\n"
+	        "      --compress[=L]   compress /volumes with HDF5's own shuffle + deflate "
+	        "(gzip)\n"
+	        "                       filters at level L (1 to 9, default 1: the fastest), one\n"
+	        "                       chunk per volume; h5py, HDFView and volrec export read it\n"
+	        "                       as it is. It runs on the recorder's one thread: a daemon\n"
+	        "                       publishing faster than it compresses makes it miss\n"
+	        "                       volumes (listed in /missed, exit 4)\n"
 	        "  -w, --restart-wait S when the daemon stops or goes away, wait at most S "
 	        "seconds\n"
 	        "                       for it to come back (default: as long as the recording "
@@ -209,7 +216,7 @@ static void geometry_diff(const char *was, const char *now, char *buf, size_t le
 	}
 }
 
-static int rec_open(struct rec *r, bool force)
+static int rec_open(struct rec *r, bool force, unsigned deflate)
 {
 	struct h5vol_field f[F_COUNT] = {
 	        [F_VOLUMES] = {"volumes", H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
@@ -250,7 +257,9 @@ static int rec_open(struct rec *r, bool force)
 		return vr_err(r->err, sizeof(r->err), -EIO, "cannot make the /missed type");
 	}
 	f[F_MISSED].type = t;
-	rc = h5vol_create(r->path, force, f, F_COUNT, &r->w, r->err, sizeof(r->err));
+	rc = h5vol_create_opt(r->path, force, f, F_COUNT,
+	                      &(struct h5vol_options){.deflate = deflate}, &r->w, r->err,
+	                      sizeof(r->err));
 	H5Tclose(t);
 	H5Tclose(text);
 	if (rc == -EEXIST)
@@ -651,14 +660,21 @@ static int daemon_pid(const struct tool_target *t)
 	return tool_daemon_find(t, &d) == 0 ? d.pid : 0;
 }
 
+enum { OPT_COMPRESS = 0x300 };
+
 VR_COMMAND(record, "write every published volume into HDF5, reporting any it missed")
 {
 	static const struct option longopts[] = {
-	        TOOL_COMMON_LONGOPTS, {"output", required_argument, NULL, 'o'},
-	        TOOL_RUN_LONGOPTS,    {"force", no_argument, NULL, 'f'},
+	        TOOL_COMMON_LONGOPTS,
+	        {"output", required_argument, NULL, 'o'},
+	        TOOL_RUN_LONGOPTS,
+	        {"force", no_argument, NULL, 'f'},
+	        {"compress", optional_argument, NULL, OPT_COMPRESS},
 	        VR_CLI_LONGOPTS_END,
 	};
 	struct rec r = {.seg_fd = -1};
+	unsigned deflate = 0;
+	uint64_t level;
 	struct tool_target tg;
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
@@ -680,6 +696,16 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 			break;
 		case 'f':
 			force = true;
+			break;
+		case OPT_COMPRESS:
+			if (!optarg) {
+				deflate = 1;
+				break;
+			}
+			if (vr_cli_u64("volrec record", "--compress", optarg, 1, 9, "1 to 9",
+			               &level) < 0)
+				return VR_EXIT_USAGE;
+			deflate = (unsigned)level;
 			break;
 		default:
 			return tool_usage(record_usage, opt);
@@ -715,7 +741,7 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	r.X = d.header.nx;
 	r.Z = d.header.nz;
 	pid = d.pid;
-	rc = rec_open(&r, force);
+	rc = rec_open(&r, force, deflate);
 	if (rc) {
 		fprintf(stderr, "volrec record: %s\n", r.err);
 		volrec_client_close(c);

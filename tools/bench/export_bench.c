@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <blosc.h>
@@ -97,6 +98,34 @@ static double blosc_rate(const char *in, double *ratio)
 	return busy > 0 ? (double)raw / busy : -1;
 }
 
+/* CPU seconds (user + system) this process has used so far, every thread included. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Bytes the OME-Zarr writer compresses per byte of input: level 0 and the pyramid's levels
+ * (halved, rounding up, down to a largest side of FMT_ZARR_PYRAMID_SIDE, as fmt_zarr.c). */
+static double pyramid_factor(const uint32_t *shape)
+{
+	uint64_t s[3] = {shape[0], shape[1], shape[2]}, all = 0;
+	double l0 = (double)(s[0] * s[1] * s[2]);
+
+	for (;;) {
+		all += s[0] * s[1] * s[2];
+		if (s[0] <= FMT_ZARR_PYRAMID_SIDE && s[1] <= FMT_ZARR_PYRAMID_SIDE &&
+		    s[2] <= FMT_ZARR_PYRAMID_SIDE)
+			break;
+		for (int i = 0; i < 3; i++)
+			s[i] = (s[i] + 1) / 2;
+	}
+	return (double)all / l0;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const suffix[] = {".nii", ".ome.tif", ".zarr", ".nii.gz"};
@@ -123,6 +152,8 @@ int main(int argc, char **argv)
 	snprintf(shape, sizeof(shape), "%ux%ux%u", info.shape[0], info.shape[1], info.shape[2]);
 	json_object_object_add(o, "shape", json_object_new_string(shape));
 	json_object_object_add(o, "input_bytes", json_object_new_int64((int64_t)bytes));
+	json_object_object_add(o, "zarr_pyramid_factor",
+	                       json_object_new_double(pyramid_factor(info.shape)));
 	fmt_h5in_close(r);
 
 	snprintf(path, sizeof(path), "%s/disk-rate.tmp", argv[2]);
@@ -142,6 +173,8 @@ int main(int argc, char **argv)
 		bool compressed = i >= 2;
 
 		snprintf(path, sizeof(path), "%s/bench%s", argv[2], suffix[i]);
+		double c0 = cpu_s();
+
 		if (fmt_export(argv[1], path, &opt, NULL, NULL, NULL, &st, err, sizeof(err)) < 0) {
 			fprintf(stderr, "export_bench: %s\n", err);
 			return 1;
@@ -153,6 +186,8 @@ int main(int argc, char **argv)
 		json_object_object_add(j, "compressed", json_object_new_boolean(compressed));
 		json_object_object_add(j, "seconds", json_object_new_double(st.seconds));
 		json_object_object_add(j, "read_seconds", json_object_new_double(st.read_s));
+		/* CPU time over wall time: the cores the export got (a loaded machine gives less) */
+		json_object_object_add(j, "cpu_seconds", json_object_new_double(cpu_s() - c0));
 		json_object_object_add(j, "volumes_per_s",
 		                       json_object_new_double((double)st.volumes / st.seconds));
 		json_object_object_add(j, "input_MBps", json_object_new_double(rate / 1e6));
