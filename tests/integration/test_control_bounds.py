@@ -6,6 +6,7 @@ set over the wire (nor does any message show a file's contents), connections bey
 of the control socket and the publisher are refused without ending the daemon however few
 descriptors it may have, and no request, however many large datagrams, makes it grow."""
 import json
+import os
 import signal
 import socket
 import time
@@ -252,7 +253,10 @@ def test_a_reload_storm_during_a_recording_loses_nothing(bin_dir, tmp_path):
         reloads = 0
         while rec.poll() is None and reloads < 200:
             d.cfg["preprocess"] = {"db_range": [0, 100] if reloads % 2 else [5, 95]}
-            d.write(d.cfg)
+            # whole files only: a reload never reads one half written
+            tmp = d.config.with_suffix(".tmp")
+            tmp.write_text(json.dumps(d.cfg) + "\n")
+            os.replace(tmp, d.config)
             d.proc.send_signal(signal.SIGHUP)
             reloads += 1
             time.sleep(0.01)  # a storm, not a busy loop: reloads queue in the signalfd
