@@ -118,7 +118,8 @@ def test_a_user_outside_the_volrec_group_gets_no_control(pub, view):
                         sys.executable, "-c", client, str(view.port),
                         str(SRC / "tests/integration")],
                        capture_output=True, text=True, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=str(SRC / "clients/python")))
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                           [str(SRC / "clients/python"), str(SRC / "tests")])))
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert got["control"] is False and got["reply"]["type"] == "error", got
