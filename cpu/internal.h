@@ -78,6 +78,15 @@ struct cpu_views {
 	struct be_render_setup rs; /* camera of p */
 	uint8_t *last_render;      /* [VOLREC_RENDER_MAX^2] the last render computed */
 	uint8_t *next_render;      /* [VOLREC_RENDER_MAX^2] the one being computed */
+	/* the render in progress (rbusy): of a copy of the volume it began with, rows [0, rrow)
+	 * done; it goes on with the next volume that asks for a render */
+	bool rbusy;
+	uint32_t rrow;
+	uint64_t rid;
+	struct be_view_params rp;
+	struct be_render_setup rrs;
+	uint8_t *rvol;
+	size_t rvol_size;
 	struct be_view_params last_p;
 	uint64_t last_id; /* volume it shows */
 	bool have_last;
@@ -174,9 +183,10 @@ void cpu_views_free(struct cpu_state *st);
  * be_render_setup(p)) into out[v] (be_view_size bytes each; a NULL entry is skipped). */
 void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
                        const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT]);
-/* The render alone into out (H x W), stopped between two rows once deadline_ns
- * (CLOCK_MONOTONIC, 0: none) has passed. \return whether it is whole. */
+/* The render alone into out (H x W), from row *row on, stopped between two rows once
+ * deadline_ns (CLOCK_MONOTONIC, 0: none) has passed (*row: the next row to do).
+ * \return whether it is whole. */
 bool cpu_render(const uint8_t *V, const struct be_view_params *p, const struct be_render_setup *r,
-                uint8_t *out, uint64_t deadline_ns);
+                uint8_t *out, uint32_t *row, uint64_t deadline_ns);
 
 #endif

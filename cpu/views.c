@@ -102,20 +102,50 @@ void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
 		}
 	if (out[BE_VIEW_BSCAN])
 		memcpy(out[BE_VIEW_BSCAN], V + (size_t)y0 * X * Z, (size_t)X * Z);
-	if (out[BE_VIEW_RENDER])
-		cpu_render(V, p, r, out[BE_VIEW_RENDER], 0);
+	if (out[BE_VIEW_RENDER]) {
+		uint32_t row = 0;
+		cpu_render(V, p, r, out[BE_VIEW_RENDER], &row, 0);
+	}
 }
 
 bool cpu_render(const uint8_t *V, const struct be_view_params *p, const struct be_render_setup *r,
-                uint8_t *out, uint64_t deadline_ns)
+                uint8_t *out, uint32_t *row, uint64_t deadline_ns)
 {
-	for (uint32_t i = 0; i < r->H; i++) {
+	for (; *row < r->H; (*row)++) {
 		if (deadline_ns && vr_mono_ns() >= deadline_ns)
 			return false;
 		for (uint32_t j = 0; j < r->W; j++)
-			out[(size_t)i * r->W + j] = render_pixel(V, p, r, i, j);
+			out[(size_t)*row * r->W + j] = render_pixel(V, p, r, *row, j);
 	}
 	return true;
+}
+
+/* Go on with the render in progress, or begin one of out's volume (a private copy: a render
+ * that takes several volumes' time shows the volume it began with); whether it is whole. */
+static bool render_step(struct cpu_views *v, const struct be_output *out, uint64_t deadline_ns)
+{
+	size_t bytes = (size_t)v->p.Y * v->p.X * v->p.Z;
+	const uint8_t *V = out->volume;
+
+	if (!v->rbusy) {
+		if (bytes > v->rvol_size) {
+			free(v->rvol);
+			v->rvol = malloc(bytes);
+			v->rvol_size = v->rvol ? bytes : 0;
+		}
+		v->rbusy = true;
+		v->rrow = 0;
+		v->rid = out->volume_id;
+		v->rp = v->p;
+		v->rrs = v->rs;
+		if (v->rvol)
+			memcpy(v->rvol, out->volume, bytes);
+	}
+	if (v->rvol)
+		V = v->rvol;
+	else
+		deadline_ns = 0; /* no room for a copy: the whole render now, of this volume */
+	return cpu_render(V, &v->rp, &v->rrs, v->next_render, &v->rrow, deadline_ns);
 }
 
 int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen)
@@ -136,6 +166,7 @@ int cpu_views_setup(struct cpu_state *st, const struct vr_config *cfg, char *err
 	v->enabled = true;
 	v->p = p;
 	be_render_setup(&v->p, &v->rs);
+	v->rbusy = false; /* a render in progress had the old parameters */
 	if (!v->last_render) {
 		v->last_render = calloc((size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX, 1);
 		v->next_render = calloc((size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX, 1);
@@ -150,8 +181,12 @@ void cpu_views_free(struct cpu_state *st)
 {
 	free(st->views.last_render);
 	free(st->views.next_render);
+	free(st->views.rvol);
 	st->views.last_render = NULL;
 	st->views.next_render = NULL;
+	st->views.rvol = NULL;
+	st->views.rvol_size = 0;
+	st->views.rbusy = false;
 }
 
 int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err, size_t errlen)
@@ -179,11 +214,11 @@ int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err
 	pic[BE_VIEW_RENDER] = NULL;
 	cpu_views_compute(out->volume, &v->p, &v->rs, pic);
 	if (want_render) {
-		/* into the spare picture: one stopped at its deadline leaves the last one whole */
+		/* into the spare picture: one stopped at its deadline goes on with the next
+		 * volume that asks for a render, and the last whole one stays meanwhile */
 		struct be_render_report *rr = out->render;
 		uint64_t t0 = vr_mono_ns();
-		bool done = cpu_render(out->volume, &v->p, &v->rs, v->next_render,
-		                       rr ? rr->deadline_ns : 0);
+		bool done = render_step(v, out, rr ? rr->deadline_ns : 0);
 
 		if (rr) {
 			rr->ns = vr_mono_ns() - t0;
@@ -194,9 +229,10 @@ int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err
 			uint8_t *t = v->last_render;
 			v->last_render = v->next_render;
 			v->next_render = t;
-			v->last_p = v->p;
-			v->last_id = out->volume_id;
+			v->last_p = v->rp;
+			v->last_id = v->rid;
 			v->have_last = true;
+			v->rbusy = false;
 		}
 	}
 	/* the render of this volume, or the last one computed (its own id and parameters) */

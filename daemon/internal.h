@@ -75,7 +75,8 @@ struct vrd_render_state {
 	uint32_t configured_every; /* view.render.every, resolved */
 	uint32_t every;            /* rendering every Nth volume now */
 	double last_ms;            /* the last render's time (measured backends) */
-	uint64_t abandoned;        /* renders stopped at their deadline */
+	uint64_t abandoned;        /* parts of renders stopped at the hold limit */
+	uint64_t renders;          /* renders completed */
 	bool degraded;             /* rendering less often than configured: reason says why */
 	bool overrun;              /* the last render was stopped at its hold limit */
 	char reason[320];

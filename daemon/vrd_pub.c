@@ -30,10 +30,12 @@ struct vrd_pub {
 	_Atomic bool render_reset;     /* likewise: new render settings, adapt afresh */
 	uint32_t render_count;
 	/* the render's cost control (processing thread; docs/configuration.md "Render cost") */
-	uint32_t every_eff;     /* render every every_eff-th volume (>= render_every) */
-	uint64_t last_begin_ns; /* of the previous volume */
-	double period_ns;       /* between two volumes, smoothed */
-	bool render_asked;      /* for the volume being filled */
+	uint32_t every_eff;       /* render every every_eff-th volume (>= render_every) */
+	uint64_t last_begin_ns;   /* of the previous volume */
+	double period_ns;         /* between two volumes, smoothed */
+	bool render_asked;        /* for the volume being filled */
+	bool render_part;         /* a render stopped at its hold: the next volume goes on */
+	uint64_t render_total_ns; /* of the render in progress, over its parts */
 	struct be_render_report rr;
 	struct vrd_render_state render; /* guarded by lock */
 	double voxel_um[3];             /* of every volume, 0 where unknown */
@@ -126,8 +128,8 @@ void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm)
  * render holds the processing thread at most RENDER_HOLD_MAX_NS (never less than
  * RENDER_HOLD_MIN_NS). */
 #define RENDER_SHARE       0.5
-#define RENDER_HOLD_MIN_NS 200000000ull
-#define RENDER_HOLD_MAX_NS 500000000ull
+#define RENDER_HOLD_MIN_NS 1000000000ull
+#define RENDER_HOLD_MAX_NS 2000000000ull
 #define RENDER_EVERY_MAX   100000u
 
 /* Whether this volume gets a render; its deadline into pub->rr. Processing thread. */
@@ -143,13 +145,16 @@ static bool render_due(struct vrd_pub *pub)
 	pub->last_begin_ns = now;
 	if (atomic_exchange(&pub->render_reset, false) || pub->every_eff < every) {
 		pub->every_eff = every;
+		pub->render_part = false; /* the backend drops a render of old parameters */
+		pub->render_total_ns = 0;
 		pthread_mutex_lock(&pub->lock);
 		pub->render.degraded = false;
 		pub->render.overrun = false;
 		pub->render.reason[0] = '\0';
 		pthread_mutex_unlock(&pub->lock);
 	}
-	if (pub->render_count++ % pub->every_eff)
+	/* a render stopped at its hold goes on with the next volume */
+	if (!pub->render_part && pub->render_count++ % pub->every_eff)
 		return false;
 	hold = (uint64_t)(RENDER_SHARE * pub->period_ns * pub->every_eff);
 	hold = hold < RENDER_HOLD_MIN_NS   ? RENDER_HOLD_MIN_NS
@@ -159,27 +164,33 @@ static bool render_due(struct vrd_pub *pub)
 	return true;
 }
 
-/* After a volume with a render: how often to render from now on. Processing thread. */
+/* After a volume with a render (or a part of one): how often to render from now on.
+ * Processing thread. */
 static void render_done(struct vrd_pub *pub)
 {
 	const struct be_render_report *rr = &pub->rr;
 	uint32_t every = atomic_load(&pub->render_every), next = pub->every_eff;
 	double budget = RENDER_SHARE * pub->period_ns, need;
 	char why[sizeof(pub->render.reason)] = "";
+	bool overrun;
 
 	if (!rr->measured)
 		return;
+	pub->render_total_ns += rr->ns;
+	overrun = rr->abandoned || pub->render_part;
 	if (rr->abandoned) {
-		next = pub->every_eff > RENDER_EVERY_MAX / 2 ? RENDER_EVERY_MAX
-		                                             : 2 * pub->every_eff;
-		snprintf(
-		        why, sizeof(why),
-		        "view.render: a render did not finish within %.0f ms, its share of the "
-		        "processing: the picture shown is an older one; rendering every %u volumes "
-		        "(a smaller view.render.size or a larger view.render.step renders faster)",
-		        (double)(rr->deadline_ns - pub->last_begin_ns) / 1e6, next);
+		/* the rest with the next volume; the cadence once it is whole */
+		pub->render_part = true;
+		snprintf(why, sizeof(why),
+		         "view.render: a render takes longer than the %.0f ms one volume may hold "
+		         "the processing (%.0f ms so far): it goes on over the next volumes, and "
+		         "the "
+		         "picture shown is the last whole one (a smaller view.render.size or a "
+		         "larger view.render.step renders faster)",
+		         (double)(rr->deadline_ns - pub->last_begin_ns) / 1e6,
+		         (double)pub->render_total_ns / 1e6);
 	} else {
-		need = budget > 0 ? ceil((double)rr->ns / budget) : 1;
+		need = budget > 0 ? ceil((double)pub->render_total_ns / budget) : 1;
 		next = need <= every              ? every
 		       : need >= RENDER_EVERY_MAX ? RENDER_EVERY_MAX
 		                                  : (uint32_t)need;
@@ -190,15 +201,19 @@ static void render_done(struct vrd_pub *pub)
 			         "%u "
 			         "(a smaller view.render.size or a larger view.render.step renders "
 			         "faster)",
-			         (double)rr->ns / 1e6, every, pub->period_ns / 1e6, next, every);
+			         (double)pub->render_total_ns / 1e6, every, pub->period_ns / 1e6,
+			         next, every);
+		pub->render_part = false;
+		pub->render_total_ns = 0;
 	}
 	pub->every_eff = next;
 	pthread_mutex_lock(&pub->lock);
 	pub->render.every = next;
 	pub->render.last_ms = (double)rr->ns / 1e6;
 	pub->render.abandoned += rr->abandoned;
+	pub->render.renders += !rr->abandoned;
 	pub->render.degraded = why[0] != '\0';
-	pub->render.overrun = rr->abandoned;
+	pub->render.overrun = overrun;
 	snprintf(pub->render.reason, sizeof(pub->render.reason), "%s", why);
 	pthread_mutex_unlock(&pub->lock);
 }

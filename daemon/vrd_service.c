@@ -144,7 +144,7 @@ struct service {
 	struct pl_counters prev;
 	uint64_t prev_ns;
 	double rates[4];          /* A-scans/s, epochs/s, volumes/s, GVox/s */
-	bool render_was_degraded; /* at the last status: an event when it changes */
+	bool render_was_degraded; /* at the last status: a log line when it changes */
 	uint64_t pub_refused_logged, pub_refused_log_ns; /* publisher connections refused */
 
 	/* watchdog */
@@ -163,23 +163,21 @@ static uint64_t total_drops(const struct pl_counters *c)
 	return n;
 }
 
-/* Whether the render overran its hold limit: the daemon's state is then degraded (rs has the
- * reason). Rendering less often than configured to fit the volume period is not: status's
- * render says so. */
+/* Whether the render runs degraded (less often than configured, or a render spans several
+ * volumes): rs has the reason. The render's own state, in status's render and the log: the
+ * pipeline is not degraded by it. */
 static bool render_degraded(const struct service *s, struct vrd_render_state *rs)
 {
 	memset(rs, 0, sizeof(*rs));
 	if (!s->pl)
 		return false;
 	vrd_pub_render_state(vrd_pipeline_pub(s->pl), rs);
-	return rs->degraded && rs->overrun;
+	return rs->degraded;
 }
 
 static const char *shown_state(const struct service *s, const struct pl_stats *snap)
 {
-	struct vrd_render_state rs;
-
-	if (s->state == SVC_RUNNING && (snap->degraded || render_degraded(s, &rs)))
+	if (s->state == SVC_RUNNING && snap->degraded)
 		return "degraded";
 	return state_names[s->state];
 }
@@ -406,9 +404,10 @@ static void status_render(const struct service *s, struct json_object *st)
 	jset_u64(o, "every", rs.every);
 	jset(o, "last_ms", jnum(rs.last_ms));
 	jset_u64(o, "abandoned", rs.abandoned);
+	jset_u64(o, "renders", rs.renders);
 	jset(o, "degraded", json_object_new_boolean(rs.degraded));
-	jset(o, "overrun", json_object_new_boolean(deg));
-	jset(o, "reason", rs.degraded ? jstr(rs.reason) : NULL);
+	jset(o, "overrun", json_object_new_boolean(rs.overrun));
+	jset(o, "reason", deg ? jstr(rs.reason) : NULL);
 	jset(st, "render", o);
 }
 
@@ -567,11 +566,8 @@ static void send_status(struct service *s, uint64_t now)
 		bool deg = render_degraded(s, &rs);
 
 		if (deg != s->render_was_degraded)
-			vrd_event(deg ? "render_degraded" : "render_recovered",
-			          deg ? LOG_WARNING : LOG_NOTICE,
-			          deg ? rs.reason
-			              : "view.render: renders finish within their limit again",
-			          NULL);
+			vrd_log(deg ? LOG_WARNING : LOG_NOTICE, NULL, "%s",
+			        deg ? rs.reason : "view.render: rendering as configured again");
 		s->render_was_degraded = deg;
 	}
 	{

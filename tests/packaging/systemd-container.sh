@@ -304,7 +304,7 @@ cat "$WORK/started.txt"
 started_line=$(grep -n 'vrd_event("started"' "$SRC/daemon/vrd_service.c" | cut -d: -f1)
 for field in "SYSLOG_IDENTIFIER=volrecd" "VOLREC_INSTANCE=default" "VOLREC_EVENT=started" \
 	"PRIORITY=5" "CODE_FILE=daemon/vrd_service.c" "CODE_LINE=$started_line" \
-	"CODE_FUNC=vrd_service_run" "_SYSTEMD_UNIT=volrecd.service"; do
+	"CODE_FUNC=service_start" "_SYSTEMD_UNIT=volrecd.service"; do
 	grep -qx "    $field" "$WORK/started.txt" || fail "the started entry lacks $field"
 done
 if journal_after "$C0" verbose _SYSTEMD_UNIT=volrecd.service | grep -E 'CODE_(FILE|FUNC)=.*vrd_log'; then
