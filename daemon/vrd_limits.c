@@ -64,10 +64,10 @@ unsigned vrd_limits_ctl_max(void)
 
 unsigned vrd_limits_pub_max(uint32_t max_readers)
 {
-	/* a quarter of the room stays free: connections accepted beyond the bound hold a
+	/* half of the room stays free: connections accepted beyond the bound hold a
 	 * descriptor until they are shut down */
 	uint64_t want = 2ull * max_readers < 64 ? 64 : 2ull * max_readers;
-	uint64_t room = fd_room - vrd_limits_ctl_max() - fd_room / 4;
+	uint64_t room = fd_room - vrd_limits_ctl_max() - fd_room / 2;
 
 	if (room > fd_room)
 		room = 1;
