@@ -353,6 +353,29 @@ static void cond_init_mono(pthread_cond_t *cv)
 	pthread_condattr_destroy(&ca);
 }
 
+/* ---- who holds the options' contexts (pl_options.on_freed) ------------------------------ */
+
+static struct pl_life *life_new(const struct pl_options *o)
+{
+	struct pl_life *l = calloc(1, sizeof(*l));
+
+	if (l) {
+		atomic_init(&l->refs, 1);
+		l->on_freed = o->on_freed;
+		l->ctx = o->freed_ctx;
+	}
+	return l;
+}
+
+static void life_let_go(struct pl_life *l)
+{
+	if (l && atomic_fetch_sub(&l->refs, 1) == 1) {
+		if (l->on_freed)
+			l->on_freed(l->ctx);
+		free(l);
+	}
+}
+
 int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, size_t errlen)
 {
 	struct pl_pipeline *pl;
@@ -370,6 +393,11 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 	pl->opt = *o;
 	pl->generation = o->generation;
 	pl->opt.cfg = NULL;
+	pl->life = life_new(o);
+	if (!pl->life) {
+		free(pl);
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	}
 	pthread_mutex_init(&pl->mu, NULL);
 	pthread_mutex_init(&pl->ev_mu, NULL);
 	cond_init_mono(&pl->cv_room);
@@ -449,6 +477,7 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 	*out = pl;
 	return 0;
 fail:
+	pl->life->on_freed = NULL; /* a failed open leaves nothing to wait for */
 	pl_close(pl);
 	return rc;
 }
@@ -497,6 +526,7 @@ fail:
  * helper frees its copy if they ever return.
  */
 struct closer {
+	struct pl_life *life; /* held while abandoned, let go once close returned */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct src_source src;
@@ -533,8 +563,12 @@ static void *closer_main(void *arg)
 	abandoned = c->abandoned;
 	pthread_cond_signal(&c->cv);
 	pthread_mutex_unlock(&c->mu);
-	if (abandoned)
+	if (abandoned) {
+		struct pl_life *life = c->life;
+
 		closer_free(c);
+		life_let_go(life);
+	}
 	return NULL;
 }
 
@@ -561,6 +595,10 @@ static void source_close_bounded(struct pl_pipeline *pl)
 		pl_wait_flag(&c->cv, &c->mu, &c->done, pl->timeout_ms + STOP_GRACE_MS);
 		done = c->done;
 		c->abandoned = !done;
+		if (!done && pl->life) {
+			atomic_fetch_add(&pl->life->refs, 1);
+			c->life = pl->life;
+		}
 		pthread_mutex_unlock(&c->mu);
 		if (!done) {
 			char name[sizeof(pl->src_info.name)];
@@ -656,6 +694,8 @@ void pl_close(struct pl_pipeline *pl)
 
 void pl_free(struct pl_pipeline *pl)
 {
+	struct pl_life *life;
+
 	if (pl->src_is_open && pl->ring.e) {
 		/* nothing should be held now; give back whatever is before the source goes */
 		for (uint32_t i = 0; i < pl->ring.size; i++)
@@ -680,7 +720,9 @@ void pl_free(struct pl_pipeline *pl)
 	pthread_cond_destroy(&pl->cv_data);
 	pthread_mutex_destroy(&pl->ev_mu);
 	pthread_mutex_destroy(&pl->mu);
+	life = pl->life;
 	free(pl);
+	life_let_go(life);
 }
 
 int pl_run(struct pl_pipeline *pl, const struct pl_sink *sink, uint64_t epochs, char *err,

@@ -79,8 +79,17 @@ void pl_ring_release(struct pl_ring *r, uint32_t n);
 #define META_KNOWN                                                                                 \
 	(VOLREC_SHIM_META_DROPPED_BEFORE | VOLREC_SHIM_META_LOST | VOLREC_SHIM_META_INCOMPLETE)
 
+/* Who still holds what the pipeline's options name: the pipeline itself and every source
+ * close abandoned on its helper thread; the last to let go calls opt.on_freed. */
+struct pl_life {
+	atomic_uint refs;
+	void (*on_freed)(void *ctx);
+	void *ctx;
+};
+
 struct pl_pipeline {
 	struct pl_options opt;
+	struct pl_life *life;
 	struct vr_config cfg; /* owned copy: the structural parameters in force */
 	struct be_backend *be;
 	struct src_source src;

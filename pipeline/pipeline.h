@@ -124,6 +124,12 @@ struct pl_options {
 	void (*source_close)(void *ctx, struct src_source *src);
 	void *source_ctx;
 	const struct pl_tap *tap; /* copied; NULL: none. Its ctx must outlive the pipeline. */
+	/* Called once, from whichever thread lets go last (pl_close's caller, or a source call
+	 * that was abandoned and returned later), when nothing of the pipeline will touch
+	 * source_ctx, event_ctx or the tap's ctx again: the moment an embedder may free them
+	 * (not called when pl_open fails). NULL: not told. */
+	void (*on_freed)(void *ctx);
+	void *freed_ctx;
 };
 
 /*

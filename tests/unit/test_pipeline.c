@@ -58,7 +58,8 @@ struct script {
 	unsigned pace_us; /* sleep before each B-scan */
 	/* bookkeeping */
 	unsigned opens, closes;
-	int refs; /* references held by the engine */
+	bool freed; /* the pipeline said it lets go of the script (pl_options.on_freed) */
+	int refs;   /* references held by the engine */
 	/* per handle */
 	uint64_t epoch, pend_epoch;
 	uint32_t b;
@@ -270,6 +271,16 @@ static void sc_src_close(void *ctx, struct src_source *src)
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	memset(src, 0, sizeof(*src));
+}
+
+static void sc_freed(void *ctx)
+{
+	struct script *s = ctx;
+
+	pthread_mutex_lock(&s->mu);
+	s->freed = true;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
 }
 
 static void script_init(struct script *s, bool zc)
@@ -490,7 +501,9 @@ static void run_init(struct run *r, enum cfg_source type, bool zc)
 	                           .event_ctx = &r->m,
 	                           .source_open = sc_open,
 	                           .source_close = sc_src_close,
-	                           .source_ctx = &r->s};
+	                           .source_ctx = &r->s,
+	                           .on_freed = sc_freed,
+	                           .freed_ctx = &r->s};
 	r->pl = NULL;
 	r->err[0] = '\0';
 }
@@ -515,8 +528,10 @@ static void run_start(struct run *r)
 /* Closes the pipeline (if still open), checks that it gave every reference back, frees all. */
 static void run_free(struct run *r)
 {
-	if (r->pl)
+	if (r->pl) {
 		pl_close(r->pl);
+		assert_true(r->s.freed); /* nothing abandoned: told at once, by pl_close */
+	}
 	r->pl = NULL;
 	assert_int_equal(r->s.refs, 0);
 	memsink_free(&r->m);
@@ -1251,15 +1266,16 @@ static void stall_set_scan_offset(struct run *r)
 	r->c.source.shim.timeout_ms = 100;
 }
 
-/* Let a stalled source call return and wait until the thread left in it closed the source. */
-static void release_until_closed(struct script *s)
+/* Let a stalled source call return and wait until the pipeline, freed by the thread left in
+ * that call, says it lets go of the script (after the source's close). */
+static void release_until_freed(struct script *s)
 {
 	script_release(s);
 	pthread_mutex_lock(&s->mu);
-	while (s->closes == 0)
+	while (!s->freed)
 		pthread_cond_wait(&s->cv, &s->mu);
+	assert_int_equal(s->closes, 1);
 	pthread_mutex_unlock(&s->mu);
-	usleep(20000); /* the thread's last steps after closing the source */
 }
 
 /* Close a pipeline whose acquisition thread was abandoned in a stalled source call, let the
@@ -1268,7 +1284,7 @@ static void abandoned_free(struct run *r)
 {
 	pl_close(r->pl);
 	r->pl = NULL;
-	release_until_closed(&r->s);
+	release_until_freed(&r->s);
 	run_free(r);
 }
 
@@ -1323,7 +1339,7 @@ static void test_an_abandoned_zero_copy_call_reports_nothing_after_close(void **
 	pthread_mutex_lock(&r.m.mu);
 	nev = r.m.nev;
 	pthread_mutex_unlock(&r.m.mu);
-	release_until_closed(&r.s);
+	release_until_freed(&r.s);
 	pthread_mutex_lock(&r.m.mu);
 	assert_int_equal(r.m.nev, nev);
 	pthread_mutex_unlock(&r.m.mu);
@@ -1360,7 +1376,7 @@ static void test_close_does_not_wait_for_a_hung_source(void **unused)
 		pthread_mutex_lock(&r.s.mu);
 		assert_true(r.s.stalling && r.s.closes == 0);
 		pthread_mutex_unlock(&r.s.mu);
-		release_until_closed(&r.s);
+		release_until_freed(&r.s);
 		assert_int_equal(ms_count(&r.m, "source_abandoned"), 1);
 		run_free(&r);
 	}
