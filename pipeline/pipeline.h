@@ -124,6 +124,8 @@ struct pl_options {
 	void (*source_close)(void *ctx, struct src_source *src);
 	void *source_ctx;
 	const struct pl_tap *tap; /* copied; NULL: none. Its ctx must outlive the pipeline. */
+	uint64_t skip_epochs;     /* start this many epochs after the source's first (a part of a
+	                           * recording: `volrec process --frames`); 0: at its first */
 };
 
 /*
