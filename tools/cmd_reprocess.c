@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -318,6 +319,16 @@ static int chunks_todo(struct rp_plan *p, size_t **todo, size_t *n)
 	return rc;
 }
 
+/* Chunks are to run again: the store is not finished until they are. Always true. */
+static bool unlink_finished(const struct rp_plan *p)
+{
+	char path[PATH_MAX];
+
+	rp_path(p, path, sizeof(path), "finished");
+	unlink(path);
+	return true;
+}
+
 static int run(struct rp_plan *p, const struct rp_opts *o)
 {
 	size_t *todo = NULL, n;
@@ -326,9 +337,10 @@ static int run(struct rp_plan *p, const struct rp_opts *o)
 	if (rc == 0 && n == 0) {
 		printf("volrec reprocess: every chunk of %s is done\n", p->out);
 		rc = rp_finished(p) ? VR_EXIT_OK : rp_finish(p);
-	} else if (rc == 0 && o->slurm) {
+	} else if (rc == 0 && unlink_finished(p) && o->slurm) {
 		rc = rp_submit(p, todo, n, o->sbatch, o->nsbatch, (unsigned)o->array_max);
 	} else if (rc == 0) {
+		unlink_finished(p);
 		rc = rp_run_local(p, (unsigned)o->local);
 	}
 	free(todo);

@@ -235,6 +235,18 @@ static void submitted_job(struct json_object *subs, size_t k, char *buf, size_t 
 	}
 }
 
+/* A marker of an attempt before the chunk's last submission (which has not begun yet). */
+static bool stale(struct json_object *m, const char *sub_job)
+{
+	const char *job = jstr(m, "job");
+
+	if (m && sub_job[0] && (!job || strcmp(job, sub_job))) {
+		json_object_put(m);
+		return true;
+	}
+	return false;
+}
+
 void rp_states(struct rp_plan *p, struct rp_status *st)
 {
 	struct json_object *subs = rp_submissions(p);
@@ -243,23 +255,24 @@ void rp_states(struct rp_plan *p, struct rp_status *st)
 	for (size_t k = 0; k < p->nchunks; k++) {
 		struct rp_status *s = &st[k];
 		struct json_object *q;
+		char sub_job[64];
 
 		memset(s, 0, sizeof(*s));
+		submitted_job(subs, k, sub_job, sizeof(sub_job));
 		if ((s->marker = marker(p, k, "done"))) {
 			s->state = RP_DONE;
 			snprintf(s->job, sizeof(s->job), "%s", jstr(s->marker, "job") ?: "");
-		} else if ((s->marker = marker(p, k, "run"))) {
+		} else if ((s->marker = marker(p, k, "run")) && !stale(s->marker, sub_job)) {
 			const char *job = jstr(s->marker, "job"), *host = jstr(s->marker, "host");
 			int64_t pid = json_object_get_int64(
 			        json_object_object_get_ex(s->marker, "pid", &q) ? q : NULL);
 
 			snprintf(s->job, sizeof(s->job), "%s", job ? job : "");
 			if (job && job[0]) {
-				const char *state = NULL;
-				if (queue && json_object_object_get_ex(queue, job, &q))
-					state = json_object_get_string(q);
-				/* squeue cannot tell (no Slurm here): as it says it runs */
-				s->state = !queue || state ? RP_RUNNING : RP_FAILED;
+				/* squeue cannot tell (no Slurm here): as the marker says */
+				s->state = !queue || json_object_object_get_ex(queue, job, &q)
+				                   ? RP_RUNNING
+				                   : RP_FAILED;
 			} else {
 				s->state =
 				        host && !strcmp(host, rp_host()) && pid > 0 &&
@@ -271,17 +284,24 @@ void rp_states(struct rp_plan *p, struct rp_status *st)
 				snprintf(s->why, sizeof(s->why),
 				         "ended without a result (killed: cancelled, time limit, "
 				         "preemption or node failure)");
-		} else if ((s->marker = marker(p, k, "failed"))) {
+		} else if ((s->marker = marker(p, k, "failed")) && !stale(s->marker, sub_job)) {
 			s->state = RP_FAILED;
 			snprintf(s->job, sizeof(s->job), "%s", jstr(s->marker, "job") ?: "");
 			snprintf(s->why, sizeof(s->why), "volrec process failed");
 		} else {
-			submitted_job(subs, k, s->job, sizeof(s->job));
+			s->marker = NULL;
+			snprintf(s->job, sizeof(s->job), "%s", sub_job);
 			s->state = RP_PENDING;
-			if (s->job[0] && queue && !json_object_object_get_ex(queue, s->job, &q)) {
-				s->state = RP_FAILED;
-				snprintf(s->why, sizeof(s->why),
-				         "its job left the queue without running (cancelled?)");
+			if (s->job[0] && queue) {
+				if (!json_object_object_get_ex(queue, s->job, &q)) {
+					s->state = RP_FAILED;
+					snprintf(s->why, sizeof(s->why),
+					         "its job left the queue without running "
+					         "(cancelled?)");
+				} else if (strcmp(json_object_get_string(q), "PENDING")) {
+					s->state =
+					        RP_RUNNING; /* begun, its marker not yet written */
+				}
 			}
 		}
 	}

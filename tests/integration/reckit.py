@@ -24,7 +24,7 @@ def _crc_table():
 _TABLE = _crc_table()
 
 
-def crc32c(data, crc=0):
+def _crc32c_py(data, crc=0):
     """CRC-32C (Castagnoli, reflected; RFC 3720 B.4), continuing crc."""
     c = crc ^ 0xFFFFFFFF
     for b in data:
@@ -104,3 +104,15 @@ def frame_layout(path):
     hsize, _, k, nx, ny = struct.unpack_from("<IIIII", data, 12)
     epoch_bytes = ny * nx * k * 2
     return hsize, ALIGN + (epoch_bytes + ALIGN - 1) // ALIGN * ALIGN
+
+
+try:  # Debian's python3-crcmod, with its C extension
+    import crcmod.predefined
+
+    _crc32c_ext = crcmod.predefined.mkCrcFun("crc-32c")
+
+    def crc32c(data):
+        return _crc32c_ext(bytes(data))
+except ImportError:
+    def crc32c(data):
+        return _crc32c_py(data)
