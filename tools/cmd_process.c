@@ -53,7 +53,7 @@ static void process_usage(FILE *f)
 	        "                      the reconstruction history, without writing them\n"
 	        "      --into IMAGE    with --frames, instead of -o: write the volumes as time\n"
 	        "                      points A..B-1 of IMAGE, an OME-Zarr image of the whole\n"
-	        "                      recording made by `volrec reprocess` (docs/cluster.md)\n"
+	        "                      recording made by `volrec reprocess` (man volrec)\n"
 	        "      --report FILE   write what was done as JSON (backend, device, volumes,\n"
 	        "                      warm_up, seconds) into FILE\n"
 	        "  -o, --output FILE   file to write (replaced): HDF5, or by its suffix OME-Zarr\n"

@@ -31,7 +31,7 @@ static void reprocess_usage(FILE *f)
 	        "Process raw recordings again with the configuration NEW.yaml into the OME-Zarr\n"
 	        "store OUT.zarr: one image per recording (OUT.zarr/<name>/, the file name\n"
 	        "without .vrr), the plan and the provenance in the root's .zattrs\n"
-	        "(docs/cluster.md). Each recording is split into chunks of frames; a chunk\n"
+	        "(man volrec). Each recording is split into chunks of frames; a chunk\n"
 	        "begins with the warm-up frames that make its volumes those of one `volrec\n"
 	        "process` over the whole recording (none for reconstruct.mode none, the last\n"
 	        "interlacing cycle for noncumulative; other modes: --chunk-epochs 0). Every\n"

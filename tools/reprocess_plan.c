@@ -440,7 +440,7 @@ int rp_plan_make(struct rp_plan *p, const char *config, char *const *recs, size_
 		        "that starts inside a recording cannot give the volumes of one run over "
 		        "it: give --chunk-epochs 0 (one chunk per recording)%s",
 		        config, cfg_recon_mode_name(p->cfg.reconstruct.mode),
-		        chunk_given ? "" : " (docs/cluster.md)");
+		        chunk_given ? "" : " (man volrec: volrec reprocess)");
 		goto out;
 	}
 	for (size_t i = 0; i < nrecs && rc == 0; i++) {

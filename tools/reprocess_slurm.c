@@ -108,7 +108,7 @@ static int write_script(const struct rp_plan *p, const char *path, unsigned s, c
 
 	if (!f)
 		return -errno;
-	fprintf(f, "#!/bin/sh\n# volrec reprocess, submission %u (docs/cluster.md)\n", s);
+	fprintf(f, "#!/bin/sh\n# volrec reprocess, submission %u (man volrec)\n", s);
 	if (todo) {
 		fprintf(f, "set -- ");
 		for (size_t i = 0; i < n; i++)
