@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,19 @@ void proc_fmt_info(const struct vr_config *cfg, uint64_t nt, struct fmt_info *in
 	info->voxel_um[2] = um[2] > 0 ? um[2] : NAN;
 }
 
+/* The CPUs this process may run on (a Slurm task's allocation, taskset), for the compression
+ * threads: sysconf's online CPUs would oversubscribe a shared node. */
+static unsigned cpus_allowed(void)
+{
+	cpu_set_t set;
+	int n;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return 0; /* the writer's default */
+	n = CPU_COUNT(&set);
+	return n > 0 ? (unsigned)n : 0;
+}
+
 struct proc_into {
 	struct be_backend *be;
 	struct fmt_writer *w;
@@ -86,7 +100,7 @@ int proc_into_open(const char *image, const struct vr_config *cfg, struct be_bac
 {
 	struct proc_into *p = calloc(1, sizeof(*p));
 	struct fmt_info info;
-	struct fmt_options opt = {0};
+	struct fmt_options opt = {.threads = cpus_allowed()};
 	char staging[64];
 	int rc;
 

@@ -482,12 +482,11 @@ int rp_plan_make(struct rp_plan *p, const char *config, char *const *recs, size_
 			        err, errlen, -EINVAL,
 			        "%s: a replay file of version %u, not a raw recording (version %u)",
 			        r->path, info.version, SRC_REC_VERSION);
-		if (rc == 0)
-			rc = rec_fits(&p->cfg, r->path, err, errlen);
+		if (rc < 0)
+			break;
+		rc = rec_fits(&p->cfg, r->path, err, errlen);
 		if (rc < 0) {
-			vr_err_prefix(err, errlen, "%s does not fit: ", config);
-			if (rc != -EINVAL)
-				vr_err_prefix(err, errlen, "cannot read %s: ", recs[i]);
+			vr_err_prefix(err, errlen, "%s does not fit %s: ", config, recs[i]);
 			break;
 		}
 		rc = rec_verify(r, &info, frames[i], r->nframes, err, errlen);
