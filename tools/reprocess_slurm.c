@@ -164,73 +164,132 @@ struct json_object *rp_submissions(const struct rp_plan *p)
 	return access(path, F_OK) == 0 ? json_object_from_file(path) : NULL;
 }
 
-int rp_submit(struct rp_plan *p, const size_t *todo, size_t n, char *const *opts, size_t nopts,
-              unsigned array_max)
+/* Slurm's MaxArraySize (an array's indices are below it): from `scontrol show config`, else
+ * its default, 1001. */
+static size_t max_array_size(void)
 {
-	struct json_object *subs = rp_submissions(p), *s, *chunks;
-	char script[PATH_MAX], fscript[PATH_MAX], logs[PATH_MAX], flogs[PATH_MAX], err[1024];
-	char array[64], dep[256], name[] = "--job-name=volrec-reprocess";
-	char fname[] = "--job-name=volrec-reprocess-finish";
-	char *job = NULL, *fjob = NULL;
-	unsigned sub;
-	int rc = VR_EXIT_FAIL;
+	char *argv[] = {"scontrol", "show", "config", NULL}, *out = malloc(1 << 18), *at;
+	size_t n = 1001;
 
-	if (!subs)
-		subs = json_object_new_array();
-	sub = (unsigned)json_object_array_length(subs);
-	/* the finishing job of an earlier submission waits for an array that failed: it goes */
-	if (sub) {
+	if (out && rp_on_path("scontrol") && run_capture(argv, out, 1 << 18) == 0 &&
+	    (at = strstr(out, "MaxArraySize")) && (at = strchr(at, '=')))
+		n = strtoul(at + 1, NULL, 10);
+	free(out);
+	return n > 1 ? n : 1001;
+}
+
+/* The finishing job of the last submission, cancelled: it waits for an array whose failed
+ * task will never let it run. */
+static void cancel_old_finish(struct json_object *subs)
+{
+	for (size_t i = json_object_array_length(subs); i > 0; i--) {
 		const char *old = json_object_get_string(json_object_object_get(
-		        json_object_array_get_idx(subs, sub - 1), "finish_job"));
-		if (old && rp_on_path("scancel")) {
+		        json_object_array_get_idx(subs, i - 1), "finish_job"));
+		if (old) {
 			char *argv[] = {"scancel", (char *)old, NULL}, out[1024];
-			run_capture(argv, out, sizeof(out));
+			if (rp_on_path("scancel"))
+				run_capture(argv, out, sizeof(out));
+			return;
 		}
 	}
+}
+
+/* One array of the chunks todo[0..n) as submission sub: its job id or NULL. */
+static char *submit_array(struct rp_plan *p, unsigned sub, const size_t *todo, size_t n,
+                          char *const *opts, size_t nopts, unsigned array_max)
+{
+	char script[PATH_MAX], logs[PATH_MAX], array[64], name[] = "--job-name=volrec-reprocess";
+	char out_opt[PATH_MAX + 16];
+	char *pre[] = {array, name, out_opt};
+
 	rp_path(p, script, sizeof(script), "slurm/array-%u.sh", sub);
-	rp_path(p, fscript, sizeof(fscript), "slurm/finish-%u.sh", sub);
-	if (write_script(p, script, sub, todo, n) < 0 ||
-	    write_script(p, fscript, sub, NULL, 0) < 0) {
+	if (write_script(p, script, sub, todo, n) < 0) {
 		fprintf(stderr, "volrec reprocess: cannot write %s: %s\n", script, strerror(errno));
-		goto out;
+		return NULL;
 	}
 	if (array_max)
 		snprintf(array, sizeof(array), "--array=0-%zu%%%u", n - 1, array_max);
 	else
 		snprintf(array, sizeof(array), "--array=0-%zu", n - 1);
 	rp_path(p, logs, sizeof(logs), "logs/slurm-%%A_%%a.out");
-	{
-		char out_opt[PATH_MAX + 16];
-		char *pre[] = {array, name, out_opt};
+	snprintf(out_opt, sizeof(out_opt), "--output=%s", logs);
+	return sbatch(pre, 3, opts, nopts, script);
+}
 
-		snprintf(out_opt, sizeof(out_opt), "--output=%s", logs);
-		job = sbatch(pre, 3, opts, nopts, script);
-	}
-	if (!job)
+int rp_submit(struct rp_plan *p, const size_t *todo, size_t n, char *const *opts, size_t nopts,
+              unsigned array_max)
+{
+	struct json_object *subs = rp_submissions(p), *s = NULL, *chunks;
+	char fscript[PATH_MAX], flogs[PATH_MAX], path[PATH_MAX], err[1024];
+	char fname[] = "--job-name=volrec-reprocess-finish";
+	const size_t per = max_array_size();
+	size_t arrays = 0, deplen = 64;
+	char *fjob = NULL, *dep = NULL;
+	unsigned sub;
+	int rc = VR_EXIT_FAIL;
+
+	if (!subs)
+		subs = json_object_new_array();
+	cancel_old_finish(subs);
+	dep = malloc(deplen);
+	if (!dep)
 		goto out;
-	snprintf(dep, sizeof(dep), "--dependency=afterok:%s", job);
-	rp_path(p, flogs, sizeof(flogs), "logs/slurm-finish-%%j.out");
-	{
+	snprintf(dep, deplen, "--dependency=afterok");
+	/* arrays of at most MaxArraySize tasks, the finishing job after all of them */
+	for (size_t off = 0; off < n; off += per) {
+		size_t m = n - off < per ? n - off : per;
+		char *job;
+
+		sub = (unsigned)json_object_array_length(subs);
+		job = submit_array(p, sub, todo + off, m, opts, nopts, array_max);
+		if (!job)
+			break;
+		s = json_object_new_object();
+		json_object_object_add(s, "array_job", json_object_new_string(job));
+		json_object_object_add(
+		        s, "submitted_unix_s",
+		        json_object_new_double((double)vr_now_ns(CLOCK_REALTIME) * 1e-9));
+		chunks = json_object_new_array();
+		for (size_t i = 0; i < m; i++)
+			json_object_array_add(chunks,
+			                      json_object_new_int64((int64_t)todo[off + i]));
+		json_object_object_add(s, "chunks", chunks);
+		json_object_array_add(subs, s);
+		arrays++;
+		char *d = realloc(dep, deplen += strlen(job) + 1);
+		if (d) {
+			dep = d;
+			strcat(strcat(dep, ":"), job);
+		}
+		free(job);
+		if (!d)
+			break;
+	}
+	if (arrays * per >= n) {
 		char out_opt[PATH_MAX + 16];
 		char *pre[] = {dep, fname, out_opt};
 
+		sub = (unsigned)json_object_array_length(subs) - 1;
+		rp_path(p, fscript, sizeof(fscript), "slurm/finish-%u.sh", sub);
+		rp_path(p, flogs, sizeof(flogs), "logs/slurm-finish-%%j.out");
 		snprintf(out_opt, sizeof(out_opt), "--output=%s", flogs);
-		fjob = sbatch(pre, 3, opts, nopts, fscript);
+		if (write_script(p, fscript, sub, NULL, 0) == 0)
+			fjob = sbatch(pre, 3, opts, nopts, fscript);
+		else
+			fprintf(stderr, "volrec reprocess: cannot write %s: %s\n", fscript,
+			        strerror(errno));
+		json_object_object_add(s, "finish_job", fjob ? json_object_new_string(fjob) : NULL);
 	}
-	s = json_object_new_object();
-	json_object_object_add(s, "array_job", json_object_new_string(job));
-	json_object_object_add(s, "finish_job", fjob ? json_object_new_string(fjob) : NULL);
-	json_object_object_add(s, "submitted_unix_s",
-	                       json_object_new_double((double)vr_now_ns(CLOCK_REALTIME) * 1e-9));
-	chunks = json_object_new_array();
-	for (size_t i = 0; i < n; i++)
-		json_object_array_add(chunks, json_object_new_int64((int64_t)todo[i]));
-	json_object_object_add(s, "chunks", chunks);
-	json_object_array_add(subs, s);
-	rp_path(p, script, sizeof(script), "slurm/submissions.json");
-	if (rp_json_write(script, subs, err, sizeof(err)) < 0) {
-		fprintf(stderr, "volrec reprocess: %s (jobs %s and %s are submitted)\n", err, job,
-		        fjob ? fjob : "-");
+	rp_path(p, path, sizeof(path), "slurm/submissions.json");
+	if (arrays && rp_json_write(path, subs, err, sizeof(err)) < 0) {
+		fprintf(stderr, "volrec reprocess: %s (%s)\n", err, dep);
+		goto out;
+	}
+	if (arrays * per < n) {
+		fprintf(stderr,
+		        "volrec reprocess: %zu of the %zu chunks are submitted; once their "
+		        "tasks ended, volrec reprocess --resume submits the others\n",
+		        arrays * per, n);
 		goto out;
 	}
 	if (!fjob) {
@@ -238,12 +297,13 @@ int rp_submit(struct rp_plan *p, const size_t *todo, size_t n, char *const *opts
 		                "the array is done, run volrec reprocess --resume on the store\n");
 		goto out;
 	}
-	printf("volrec reprocess: submitted job array %s (%zu chunks) and job %s after it; "
-	       "volrec reprocess --status %s\n",
-	       job, n, fjob, p->out);
+	printf("volrec reprocess: submitted %zu chunks as %zu job array%s (%s) and job %s "
+	       "after %s; volrec reprocess --status %s\n",
+	       n, arrays, arrays > 1 ? "s" : "", dep + strlen("--dependency=afterok:"), fjob,
+	       arrays > 1 ? "them" : "it", p->out);
 	rc = VR_EXIT_OK;
 out:
-	free(job);
+	free(dep);
 	free(fjob);
 	json_object_put(subs);
 	return rc;

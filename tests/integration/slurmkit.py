@@ -53,10 +53,11 @@ class Cluster:
     """Started by start(), stopped (jobs cancelled, every daemon gone) by stop(), also after a
     failure; usable as a context manager."""
 
-    def __init__(self, root, cpus=None, timeout=60.0):
+    def __init__(self, root, cpus=None, timeout=60.0, max_array_size=None):
         self.root = root
         self.cpus = cpus or os.cpu_count() or 1
         self.timeout = timeout
+        self.max_array_size = max_array_size
         self.procs = {}
         self.host = socket.gethostname().split(".")[0]
         self.conf = str(root / "slurm.conf")
@@ -137,6 +138,7 @@ SchedulerType=sched/builtin
 MinJobAge=600
 KillWait=2
 InactiveLimit=0
+{f"MaxArraySize={self.max_array_size}" if self.max_array_size else ""}
 NodeName={self.host} CPUs={self.cpus} State=UNKNOWN
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """)

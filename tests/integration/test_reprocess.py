@@ -6,6 +6,7 @@ and slurmd of this machine). Every volume of the store is compared, bit for bit,
 run again by --resume; bad input is refused before anything runs."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -265,21 +266,26 @@ slurm_missing = slurmkit.missing()
 def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
     tmp, new, recs, ref = study
     store = tmp_path / "study.zarr"
-    with slurmkit.Cluster(tmp_path / "slurm", timeout=TIMEOUT) as cl:
+    # arrays of at most 8 tasks: the 15 chunks go as two arrays, the finishing job after both
+    with slurmkit.Cluster(tmp_path / "slurm", timeout=TIMEOUT, max_array_size=8) as cl:
         t0 = time.monotonic()
         r = volrec(bin_dir, "reprocess", "-c", new, *recs, "-o", store, "--chunk-epochs", "8",
                    "--slurm", "--array-max", "2", "--", "--time=10", "--job-name=study",
                    env=cl.env)
         assert r.returncode == 0, (r.stdout, r.stderr)
         subs = json.loads((store / ".volrec/slurm/submissions.json").read_text())
-        array, finish = subs[0]["array_job"], subs[0]["finish_job"]
-        nchunks = len(subs[0]["chunks"])
+        assert [len(s["chunks"]) for s in subs] == [8, 7], subs
+        arrays, finish = [s["array_job"] for s in subs], subs[-1]["finish_job"]
+        assert "finish_job" not in subs[0] or subs[0]["finish_job"] is None
+        job_of = {k: f"{s['array_job']}_{i}" for s in subs for i, k in enumerate(s["chunks"])}
+        nchunks = len(job_of)
         # the throttle and the options went to sbatch
-        info = cl.run("scontrol", "show", "job", array).stdout
-        assert "ArrayTaskThrottle=2" in info and "TimeLimit=00:10:00" in info, info
-        assert "JobName=study" in info
-        assert f"Dependency=afterok:{array}" in cl.run("scontrol", "show", "job",
-                                                       finish).stdout
+        for array in arrays:
+            info = cl.run("scontrol", "show", "job", array).stdout
+            assert "ArrayTaskThrottle=2" in info and "TimeLimit=00:10:00" in info, info
+            assert "JobName=study" in info
+        dep = cl.run("scontrol", "show", "job", finish).stdout
+        assert all(re.search(rf"afterok:{a}(?!\d)", dep) for a in arrays), dep
         # kill a task while it runs (its marker written, Slurm says RUNNING)
         state = store / ".volrec" / "state"
         killed = None
@@ -288,7 +294,7 @@ def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
             assert time.monotonic() < deadline, (cl.queue(), cl.log("slurmctld"))
             q = cl.queue()
             for k in range(nchunks):
-                job = f"{array}_{k}"
+                job = job_of[k]
                 if q.get(job) == "RUNNING" and (state / f"{k}.run").exists():
                     cl.run("scancel", job)
                     # a task that finished first does not count: try the next one
@@ -307,7 +313,7 @@ def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
             time.sleep(0.2)
         assert s.returncode == 2, s.stdout
         line = [ln for ln in s.stdout.splitlines() if ln.startswith(f"chunk {killed} ")][0]
-        assert f"failed (Slurm job {array}_{killed}): ended without a result" in line, line
+        assert f"failed (Slurm job {job_of[killed]}): ended without a result" in line, line
         assert s.stdout.count(" done on ") == nchunks - 1, s.stdout
         assert "not finished" in s.stdout.splitlines()[-1]
         # no time point of the killed chunk passes for done: its marker is not there
@@ -318,7 +324,7 @@ def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
                    env=cl.env)
         assert r.returncode == 0, (r.stdout, r.stderr)
         subs = json.loads((store / ".volrec/slurm/submissions.json").read_text())
-        assert len(subs) == 2 and subs[1]["chunks"] == [killed], subs
+        assert len(subs) == 3 and subs[2]["chunks"] == [killed], subs
         while True:
             s = status(bin_dir, store, env=cl.env)
             assert time.monotonic() < deadline, (s.stdout, cl.queue())
@@ -330,6 +336,6 @@ def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
         elapsed = time.monotonic() - t0
     plan, prov = check_store(store, ref)
     jobs = {c["chunk"]: c["job"] for c in prov["chunks"]}
-    assert jobs[killed] == f"{subs[1]['array_job']}_0", jobs
-    assert all(j.startswith(array + "_") for k, j in jobs.items() if k != killed)
+    assert jobs[killed] == f"{subs[2]['array_job']}_0", jobs
+    assert all(j == job_of[k] for k, j in jobs.items() if k != killed), (jobs, job_of)
     assert elapsed < TIMEOUT
