@@ -217,6 +217,26 @@ static void print_tail(const struct rp_plan *p, size_t k, const char *job)
 	free(tail);
 }
 
+/* Every chunk done, the store not finished: whether the finishing job of the last submission
+ * is still in Slurm's queue (true also when Slurm cannot tell, or nothing was submitted). */
+static bool finish_pending(struct rp_plan *p)
+{
+	struct json_object *subs = rp_submissions(p), *queue, *v;
+	const char *job = NULL;
+	bool pending = true;
+
+	for (size_t i = subs ? json_object_array_length(subs) : 0; i > 0 && !job; i--)
+		if (json_object_object_get_ex(json_object_array_get_idx(subs, i - 1), "finish_job",
+		                              &v))
+			job = json_object_get_string(v);
+	if (job && (queue = rp_slurm_queue(p))) {
+		pending = json_object_object_get_ex(queue, job, &v);
+		json_object_put(queue);
+	}
+	json_object_put(subs);
+	return pending;
+}
+
 static int run_status(struct rp_plan *p)
 {
 	struct rp_status *st = calloc(p->nchunks, sizeof(*st));
@@ -274,12 +294,15 @@ static int run_status(struct rp_plan *p)
 		printf(", %.2f volumes/s", rate);
 	if (rate > 0 && vol_done < vol_total)
 		printf(", about %.0f s left", (double)(vol_total - vol_done) / rate);
-	printf("; %s\n", finished                       ? "finished (provenance written)"
-	                 : count[RP_DONE] == p->nchunks ? "not finished yet (the finishing job)"
-	                                                : "not finished");
-	rc = count[RP_FAILED]                           ? VR_EXIT_USAGE
-	     : count[RP_DONE] == p->nchunks && finished ? VR_EXIT_OK
-	                                                : VR_EXIT_FAIL;
+	bool all = count[RP_DONE] == p->nchunks, stuck = all && !finished && !finish_pending(p);
+	printf("; %s\n", finished ? "finished (provenance written)"
+	                 : stuck  ? "not finished: the finishing job ended without finishing "
+	                            "(its log: .volrec/logs/slurm-finish-*.out; --resume finishes)"
+	                 : all    ? "not finished yet (the finishing job)"
+	                          : "not finished");
+	rc = count[RP_FAILED] || stuck ? VR_EXIT_USAGE
+	     : all && finished         ? VR_EXIT_OK
+	                               : VR_EXIT_FAIL;
 	rp_states_free(p, st);
 	free(st);
 	return rc;
