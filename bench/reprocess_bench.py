@@ -170,7 +170,7 @@ def model_one(meas, args, E):
     zarr_mbps = args.blosc_mbps_per_thread * args.node_cpus / args.pyramid_factor
     gpu_s = 1.0 / args.gpu_volumes_per_s            # processing alone (README: H200)
     write_s = vol_mb / zarr_mbps                    # blosc/zstd of every level on the node's CPUs
-    per_vol = max(gpu_s, write_s)                   # overlapped: the slower one sets the pace
+    per_vol = gpu_s + write_s                       # the sink writes as the engine publishes
     S = 25                                          # stride 5 x 5
     chunks_per_rec = -(-frames // E)
     chunks = nrec * chunks_per_rec
