@@ -333,6 +333,14 @@ def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
             time.sleep(0.2)
         assert s.returncode == 0, s.stdout
         assert finish not in cl.queue()
+        # a finishing job gone without finishing (here: its mark removed) is a failure that
+        # --resume mends without running anything again
+        os.unlink(store / ".volrec" / "finished")
+        s = status(bin_dir, store, env=cl.env)
+        assert s.returncode == 2 and "--resume finishes" in s.stdout, s.stdout
+        r = volrec(bin_dir, "reprocess", "--resume", store, "--slurm", env=cl.env)
+        assert r.returncode == 0 and "every chunk" in r.stdout, (r.stdout, r.stderr)
+        assert status(bin_dir, store, env=cl.env).returncode == 0
         elapsed = time.monotonic() - t0
     plan, prov = check_store(store, ref)
     jobs = {c["chunk"]: c["job"] for c in prov["chunks"]}
