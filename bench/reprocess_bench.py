@@ -16,6 +16,9 @@
 and records bench/results/reprocess-cpu-<date>.json with the machine and its load.
 
     sudo bench/reprocess_bench.py [--build build] [--recordings 4] [--frames 90] [--chunk 30]
+    bench/reprocess_bench.py --task-start cuda     # what a task costs besides its work on a
+                                                   # GPU (no Slurm): for --gpu-task-start-s
+    bench/reprocess_bench.py --model-only RESULT.json [--gpu-task-start-s S] ...
 """
 import argparse
 import json
@@ -230,6 +233,8 @@ def main():
     ap.add_argument("--model-epochs-per-s", type=float, default=25.0)
     ap.add_argument("--model-chunk-frames", type=int, nargs="+",
                     default=[125, 150, 250, 375, 750])
+    ap.add_argument("--task-start", metavar="BACKEND",
+                    help="only time `volrec process` on a one-frame chunk with BACKEND")
     ap.add_argument("--model-only", metavar="RESULT.json",
                     help="recompute the model of an earlier result (rewritten in place)")
     ap.add_argument("--gpu-volumes-per-s", type=float, default=133.6)
@@ -238,6 +243,18 @@ def main():
     ap.add_argument("--node-cpus", type=int, default=16)
     ap.add_argument("--pyramid-factor", type=float, default=1 / 1.140625)
     args = ap.parse_args()
+    if args.task_start:
+        bin_dir = pathlib.Path(args.build) / "bin"
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="volrec-reprocess-start-"))
+        rec = reckit.make(bin_dir, tmp, "rec", reckit.config(**GEOMETRY), 2)
+        cfg = dict(reckit.config(**GEOMETRY), backend=args.task_start)
+        (tmp / "new.yaml").write_text(json.dumps(cfg))
+        times = [run([bin_dir / "volrec", "process", "-c", tmp / "new.yaml", "--source", rec,
+                      "--frames", "1:2", "--warm-up", 1, "-o", tmp / "one.h5"])[1]
+                 for _ in range(args.reps)]
+        print(json.dumps({"backend": args.task_start, "one_frame_chunk_s": times,
+                          "median_s": statistics.median(times), "host": socket.gethostname()}))
+        return
     if args.model_only:
         result = json.loads(pathlib.Path(args.model_only).read_text())
         result["model_100x30s_8_gpu_nodes"] = model(result["slurm_runs"][0], args)
