@@ -280,7 +280,8 @@ DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev li
 	debhelper dh-python pybuild-plugin-pyproject python3-setuptools dpkg-dev fakeroot lintian \
 	systemd man-db groff-base mypy systemd-container debootstrap \
 	libwebsockets-dev zlib1g-dev chromium \
-	libblosc-dev libnifti2-dev libtiff-dev python3-zarr python3-numcodecs python3-nibabel python3-tifffile
+	libblosc-dev libnifti2-dev libtiff-dev python3-zarr python3-numcodecs python3-nibabel python3-tifffile \
+	slurm-wlm munge python3-crcmod
 # node and npm for the browser tests (tests/browser): Debian's, unless a node with its own npm
 # (which conflicts with Debian's npm package) is installed already.
 deps:

@@ -120,6 +120,33 @@ int fmt_writer_finish(struct fmt_writer *w, char *err, size_t errlen) VR_MUST_CH
 /* Free the writer; outputs not finished are removed. NULL is fine. */
 void fmt_writer_free(struct fmt_writer *w);
 
+/* ---- OME-Zarr images written time point by time point (fmt_zarr.c; `volrec reprocess`) --- */
+
+/*
+ * Create the OME-Zarr image path (a directory, which must not exist) for info's volumes with
+ * every level's metadata and no chunk (each reads as the fill value 0 until written), under
+ * PATH.partial first. 0 or a negative errno with the message (nothing left behind).
+ */
+int fmt_zarr_image_create(const char *path, const struct fmt_info *info,
+                          const struct fmt_options *opt, char *err, size_t errlen) VR_MUST_CHECK;
+/*
+ * Open the image path made by fmt_zarr_image_create for info (its shape must be the image's)
+ * to write time points in any order: each is written, every level, into the folder
+ * PATH/STAGING.partial (removed first; staging a name of the caller's, distinct for each
+ * concurrent writer), and each level's folder of the time point then takes its place in the
+ * image by rename, replacing an earlier one. 0 with *out, or a negative errno with the message.
+ */
+int fmt_zarr_image_open(const char *path, const struct fmt_info *info,
+                        const struct fmt_options *opt, const char *staging, struct fmt_writer **out,
+                        char *err, size_t errlen) VR_MUST_CHECK;
+/* Write time point t of w's image (shape info.shape). 0 or a negative errno with the
+ * message. */
+int fmt_zarr_image_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *err,
+                       size_t errlen) VR_MUST_CHECK;
+/* With err: flush the image's file system to the disk (syncfs), the result returned; then
+ * remove the staging folder and free w (err NULL: after a failure, no flush). NULL is fine. */
+int fmt_zarr_image_close(struct fmt_writer *w, char *err, size_t errlen);
+
 /* ---- helpers the formats share (fmt_writer.c) ---------------------------------------------- */
 
 /* "PATH.partial", malloc'ed (NULL when out of memory). */

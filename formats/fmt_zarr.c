@@ -572,3 +572,169 @@ const struct fmt_ops fmt_zarr_ops = {
         .abort = zarr_abort,
         .free = zarr_free,
 };
+
+/* ---- images written time point by time point (`volrec reprocess`) ------------------------ */
+
+/* A writer of fmt_zarr_ops over path (not through fmt_writer_open: these are not series written
+ * in order). */
+static struct fmt_writer *zarr_image_writer(const char *path, const struct fmt_info *info,
+                                            const struct fmt_options *opt)
+{
+	struct fmt_writer *w = calloc(1, sizeof(*w));
+
+	if (!w || !(w->path = strdup(path))) {
+		free(w);
+		return NULL;
+	}
+	w->ops = &fmt_zarr_ops;
+	w->info = *info;
+	if (opt)
+		w->opt = *opt;
+	return w;
+}
+
+static void zarr_image_writer_free(struct fmt_writer *w)
+{
+	if (!w)
+		return;
+	zarr_abort(w);
+	zarr_free(w);
+	free(w->path);
+	free(w);
+}
+
+int fmt_zarr_image_create(const char *path, const struct fmt_info *info,
+                          const struct fmt_options *opt, char *err, size_t errlen)
+{
+	struct fmt_options o = opt ? *opt : (struct fmt_options){0};
+	struct fmt_writer *w;
+	int rc;
+
+	o.replace = false;
+	if (info->nt == 0 || !info->shape[0] || !info->shape[1] || !info->shape[2])
+		return vr_err(err, errlen, -EINVAL, "%s: no volumes to write", path);
+	w = zarr_image_writer(path, info, &o);
+	if (!w)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	rc = zarr_open(w, err, errlen);
+	if (rc == 0)
+		rc = zarr_finish(w, err, errlen);
+	if (rc == 0)
+		rc = zarr_commit(w, err, errlen);
+	if (rc == 0) {
+		/* committed: nothing for the abort of the free to remove */
+		struct zarr *z = w->priv;
+		free(z->tmp);
+		z->tmp = NULL;
+	}
+	zarr_image_writer_free(w);
+	return rc;
+}
+
+/* The shape of level 0 of the image at path ([t][y][x][z]) from its .zarray. */
+static int zarr_image_shape(const char *path, uint64_t shape[4], char *err, size_t errlen)
+{
+	char file[PATH_MAX];
+	struct json_object *o, *s;
+	int rc = 0;
+
+	snprintf(file, sizeof(file), "%s/0/.zarray", path);
+	o = json_object_from_file(file);
+	if (!o)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: not an OME-Zarr image of volrec (no readable 0/.zarray)", path);
+	if (!json_object_object_get_ex(o, "shape", &s) ||
+	    !json_object_is_type(s, json_type_array) || json_object_array_length(s) != 4)
+		rc = vr_err(err, errlen, -EINVAL, "%s: its shape is not [t, y, x, z]", file);
+	for (size_t i = 0; rc == 0 && i < 4; i++)
+		shape[i] = (uint64_t)json_object_get_int64(json_object_array_get_idx(s, i));
+	json_object_put(o);
+	return rc;
+}
+
+int fmt_zarr_image_open(const char *path, const struct fmt_info *info,
+                        const struct fmt_options *opt, const char *staging, struct fmt_writer **out,
+                        char *err, size_t errlen)
+{
+	struct fmt_options o = opt ? *opt : (struct fmt_options){0};
+	struct fmt_writer *w;
+	uint64_t shape[4];
+	char sp[PATH_MAX];
+	int rc;
+
+	rc = zarr_image_shape(path, shape, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (shape[0] != info->nt || shape[1] != info->shape[0] || shape[2] != info->shape[1] ||
+	    shape[3] != info->shape[2])
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "%s: the image is [%llu, %llu, %llu, %llu] (t, y, x, z); these volumes "
+		        "make [%llu, %u, %u, %u]",
+		        path, (unsigned long long)shape[0], (unsigned long long)shape[1],
+		        (unsigned long long)shape[2], (unsigned long long)shape[3],
+		        (unsigned long long)info->nt, info->shape[0], info->shape[1],
+		        info->shape[2]);
+	o.replace = true;
+	snprintf(sp, sizeof(sp), "%s/%s", path, staging);
+	w = zarr_image_writer(sp, info, &o);
+	if (!w)
+		return vr_err(err, errlen, -ENOMEM, "out of memory");
+	/* zarr_open makes the staging folder (SP.partial, with its levels); the writer then
+	 * names the image, where put moves each time point */
+	rc = zarr_open(w, err, errlen);
+	free(w->path);
+	if (!(w->path = strdup(path)) && rc == 0)
+		rc = vr_err(err, errlen, -ENOMEM, "out of memory");
+	if (rc < 0) {
+		zarr_image_writer_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+int fmt_zarr_image_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *err,
+                       size_t errlen)
+{
+	struct zarr *z = w->priv;
+	char from[PATH_MAX], to[PATH_MAX];
+	int rc;
+
+	if (t >= w->info.nt)
+		return vr_err(err, errlen, -EINVAL, "%s: time point %llu of %llu", w->path,
+		              (unsigned long long)t, (unsigned long long)w->info.nt);
+	rc = zarr_put(w, t, vol, err, errlen);
+	/* each level's folder of time point t, whole, takes its place in the image: a reader
+	 * sees the time point of an earlier attempt or this one, never a part of one */
+	for (unsigned l = 0; rc == 0 && l < z->nlevels; l++) {
+		snprintf(from, sizeof(from), "%s/%u/%llu", z->tmp, l, (unsigned long long)t);
+		snprintf(to, sizeof(to), "%s/%u/%llu", w->path, l, (unsigned long long)t);
+		if (rename(from, to) == 0)
+			continue;
+		if (errno == ENOTEMPTY || errno == EEXIST) {
+			fmt_remove_tree(to); /* an earlier attempt's */
+			if (rename(from, to) == 0)
+				continue;
+		}
+		rc = vr_err_errno(err, errlen, -errno, "%s -> %s", from, to);
+	}
+	return rc;
+}
+
+int fmt_zarr_image_close(struct fmt_writer *w, char *err, size_t errlen)
+{
+	int rc = 0, fd;
+
+	if (!w)
+		return 0;
+	if (err) {
+		fd = open(w->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 || syncfs(fd) < 0)
+			rc = vr_err_errno(err, errlen, -errno, "%s: cannot sync", w->path);
+		if (fd >= 0)
+			close(fd);
+	}
+	zarr_image_writer_free(w);
+	return rc;
+}

@@ -454,7 +454,7 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 		goto fail;
 	pl->src_is_open = true;
 	pl->src_epochs = pl->src.epochs;
-	pl->first_epoch = pl->src.first_epoch;
+	pl->first_epoch = pl->src.first_epoch + o->skip_epochs;
 	pl_source_info_update(pl);
 
 	choose_acquisition(pl);

@@ -130,6 +130,8 @@ struct pl_options {
 	 * (not called when pl_open fails). NULL: not told. */
 	void (*on_freed)(void *ctx);
 	void *freed_ctx;
+	uint64_t skip_epochs; /* start this many epochs after the source's first (a part of a
+	                           * recording: `volrec process --frames`); 0: at its first */
 };
 
 /*

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "formats/fmt.h"
 #include "formats/h5vol.h"
 #include "pipeline/pipeline.h"
+#include "sources/recording.h"
 #include "tools/process.h"
 
 static void process_usage(FILE *f)
@@ -45,6 +47,15 @@ static void process_usage(FILE *f)
 	        "                      holds the recorded epoch numbers\n"
 	        "      --on-crc-error stop|skip  an epoch whose CRC-32C is wrong ends the run\n"
 	        "                      (stop, the default) or is left out (skip); each is named\n"
+	        "      --frames A:B    with --source: only the recording's frames A..B-1 (its\n"
+	        "                      recorded epochs, from 0), as volumes A..B-1 of a whole run\n"
+	        "      --warm-up W     with --frames: process the W frames before A first, for\n"
+	        "                      the reconstruction history, without writing them\n"
+	        "      --into IMAGE    with --frames, instead of -o: write the volumes as time\n"
+	        "                      points A..B-1 of IMAGE, an OME-Zarr image of the whole\n"
+	        "                      recording made by `volrec reprocess` (man volrec)\n"
+	        "      --report FILE   write what was done as JSON (backend, device, volumes,\n"
+	        "                      warm_up, seconds) into FILE\n"
 	        "  -o, --output FILE   file to write (replaced): HDF5, or by its suffix OME-Zarr\n"
 	        "                      (.zarr, .ome.zarr), NIfTI-2 (.nii, .nii.gz) or OME-TIFF\n"
 	        "                      (.ome.tif, .ome.tiff), as `volrec export` writes them\n"
@@ -64,8 +75,10 @@ static void process_usage(FILE *f)
 /* ---- the command ------------------------------------------------------------------------- */
 
 struct proc_opts {
-	const char *config, *output, *backend, *source, *on_crc;
+	const char *config, *output, *backend, *source, *on_crc, *frames, *into, *report;
 	uint64_t epochs; /* 0: default */
+	uint64_t warm_up;
+	bool have_warm_up;
 	bool lowres, full;
 };
 
@@ -81,14 +94,16 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 	        {"help", no_argument, NULL, 'h'},
 	        {"source", required_argument, NULL, 'S'},
 	        {"on-crc-error", required_argument, NULL, 'C'},
+	        {"frames", required_argument, NULL, 'R'},
+	        {"warm-up", required_argument, NULL, 'W'},
+	        {"into", required_argument, NULL, 'I'},
+	        {"report", required_argument, NULL, 'P'},
 	        {NULL, 0, NULL, 0},
 	};
 	int c;
-	const struct vr_cli_str strs[] = {{'c', &o->config},
-	                                  {'o', &o->output},
-	                                  {'B', &o->backend},
-	                                  {'S', &o->source},
-	                                  {'C', &o->on_crc}};
+	const struct vr_cli_str strs[] = {{'c', &o->config}, {'o', &o->output}, {'B', &o->backend},
+	                                  {'S', &o->source}, {'C', &o->on_crc}, {'R', &o->frames},
+	                                  {'I', &o->into},   {'P', &o->report}};
 
 	optind = 1;
 	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
@@ -97,6 +112,12 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 			if (vr_cli_u64("volrec process", "-n", optarg, 1, UINT64_MAX,
 			               "a whole number of epochs >= 1", &o->epochs))
 				return VR_EXIT_USAGE;
+			break;
+		case 'W':
+			if (vr_cli_u64("volrec process", "--warm-up", optarg, 0, UINT64_MAX,
+			               "a whole number of frames", &o->warm_up))
+				return VR_EXIT_USAGE;
+			o->have_warm_up = true;
 			break;
 		case 'L':
 			o->lowres = true;
@@ -114,6 +135,27 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 		fprintf(stderr, "volrec process: --on-crc-error %s: stop or skip\n", o->on_crc);
 		return VR_EXIT_USAGE;
 	}
+	if ((o->frames || o->into) && !o->source) {
+		fprintf(stderr, "volrec process: --frames and --into are for a recording (--source "
+		                "REC)\n");
+		return VR_EXIT_USAGE;
+	}
+	if ((o->into || o->have_warm_up) && !o->frames) {
+		fprintf(stderr, "volrec process: --into and --warm-up need --frames A:B\n");
+		return VR_EXIT_USAGE;
+	}
+	if (o->frames && o->epochs) {
+		fprintf(stderr, "volrec process: -n and --frames exclude each other\n");
+		return VR_EXIT_USAGE;
+	}
+	if (o->into && (o->output || o->lowres || o->full)) {
+		fprintf(stderr,
+		        "volrec process: --into writes the OME-Zarr image only (not with -o, "
+		        "--lowres, --full)\n");
+		return VR_EXIT_USAGE;
+	}
+	if (o->into)
+		return 0;
 	if ((!o->config && !o->source) || !o->output) {
 		fprintf(stderr, "volrec process: -c FILE (or --source REC) and -o OUT.h5 are "
 		                "required\n");
@@ -126,6 +168,132 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 		return VR_EXIT_USAGE;
 	}
 	return 0;
+}
+
+/* ---- a part of a recording: --frames A:B [--warm-up W] [--into IMAGE] ------------------------ */
+
+struct part {
+	uint64_t a, b, w;        /* frames a..b-1, after w frames of warm-up */
+	struct src_rec_frame *f; /* the recording's index */
+	uint64_t nf;             /* its frames */
+	uint64_t epochs;         /* pipeline epochs from the warm-up's first to frame b-1's */
+	uint64_t start_epoch;    /* frame a's epoch: the first volume written */
+};
+
+/* Read the recording's index and check --frames and --warm-up against it; the pipeline then
+ * starts at the warm-up's first epoch. 0 or VR_EXIT_USAGE / VR_EXIT_FAIL with the message
+ * printed. */
+static int part_setup(const struct proc_opts *o, struct part *p, struct pl_options *po)
+{
+	struct src_replay_info info;
+	char err[1024], *end;
+	unsigned long long a, b;
+
+	errno = 0;
+	a = strtoull(o->frames, &end, 10);
+	if (errno || end == o->frames || *end != ':' || o->frames[0] == '-') {
+		fprintf(stderr, "volrec process: --frames %s: A:B, frames A to B-1\n", o->frames);
+		return VR_EXIT_USAGE;
+	}
+	b = strtoull(end + 1, &end, 10);
+	if (errno || *end || b <= a) {
+		fprintf(stderr, "volrec process: --frames %s: A:B with A < B\n", o->frames);
+		return VR_EXIT_USAGE;
+	}
+	if (src_rec_index_read(o->source, &info, &p->f, &p->nf, err, sizeof(err)) < 0) {
+		fprintf(stderr, "volrec process: %s\n", err);
+		return VR_EXIT_FAIL;
+	}
+	if (b > p->nf || o->warm_up > a) {
+		fprintf(stderr,
+		        "volrec process: --frames %s --warm-up %llu: %s holds frames 0..%llu%s\n",
+		        o->frames, (unsigned long long)o->warm_up, o->source,
+		        (unsigned long long)(p->nf - 1),
+		        o->warm_up > a ? " (the warm-up cannot begin before frame 0)" : "");
+		return VR_EXIT_USAGE;
+	}
+	p->a = a;
+	p->b = b;
+	p->w = o->warm_up;
+	p->start_epoch = p->f[a].epoch;
+	p->epochs = p->f[b - 1].epoch - p->f[a - p->w].epoch + 1;
+	po->skip_epochs = p->f[a - p->w].epoch - p->f[0].epoch;
+	return 0;
+}
+
+/* --report FILE: what was done, as JSON. 0 or VR_EXIT_FAIL with the message printed. */
+static int write_report(const char *path, struct pl_pipeline *pl, uint64_t volumes, uint64_t warm,
+                        double seconds)
+{
+	struct json_object *o = json_object_new_object();
+	struct be_backend *be = pl_backend(pl);
+	int rc;
+
+	json_object_object_add(o, "backend", json_object_new_string(be_name(be)));
+	json_object_object_add(o, "device", json_object_new_string(be_device(be)));
+	json_object_object_add(o, "volumes", json_object_new_int64((int64_t)volumes));
+	json_object_object_add(o, "warm_up", json_object_new_int64((int64_t)warm));
+	json_object_object_add(o, "seconds", json_object_new_double(seconds));
+	json_object_object_add(o, "volrec_version", json_object_new_string(VOLREC_VERSION));
+	rc = json_object_to_file_ext(path, o, JSON_C_TO_STRING_PLAIN);
+	json_object_put(o);
+	if (rc < 0) {
+		fprintf(stderr, "volrec process: --report %s: cannot write it\n", path);
+		return VR_EXIT_FAIL;
+	}
+	return 0;
+}
+
+/* --into IMAGE: the part's volumes into the image's time points. An exit status. */
+static int run_into(const struct proc_opts *o, const struct vr_config *cfg, struct pl_pipeline *pl,
+                    const struct part *p)
+{
+	struct proc_into *into = NULL;
+	struct proc_warm warm = {.start_epoch = p->start_epoch};
+	struct pl_sink sink;
+	char err[CFG_ERR_MAX] = "";
+	double t0, elapsed;
+	uint64_t done;
+	int rc;
+
+	rc = proc_into_open(o->into, cfg, pl_backend(pl), p->f, p->nf, p->a, p->b, &into, err,
+	                    sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "volrec process: %s\n", err);
+		return VR_EXIT_FAIL;
+	}
+	proc_into_sink(into, &warm.inner);
+	proc_warm_sink(&warm, &sink);
+	t0 = vr_mono_s();
+	rc = pl_run(pl, &sink, p->epochs, err, sizeof(err));
+	done = proc_into_next(into) - p->a;
+	if (rc < 0) {
+		fprintf(stderr, "volrec process: %s\n", err);
+		proc_into_close(into, NULL, 0);
+		return VR_EXIT_FAIL;
+	}
+	rc = proc_into_close(into, err, sizeof(err));
+	elapsed = vr_mono_s() - t0;
+	if (rc < 0) {
+		fprintf(stderr, "volrec process: %s\n", err);
+		return VR_EXIT_FAIL;
+	}
+	if (done != p->b - p->a) {
+		fprintf(stderr,
+		        "volrec process: %s: %llu of the %llu volumes of frames %llu..%llu came "
+		        "(the source ended early)\n",
+		        o->into, (unsigned long long)done, (unsigned long long)(p->b - p->a),
+		        (unsigned long long)p->a, (unsigned long long)(p->b - 1));
+		return VR_EXIT_FAIL;
+	}
+	printf("volrec process: frames %llu..%llu (after %llu of warm-up) in %.3f s (%.2f "
+	       "volumes/s) on %s -> %s\n",
+	       (unsigned long long)p->a, (unsigned long long)(p->b - 1),
+	       (unsigned long long)warm.warm, elapsed, elapsed > 0 ? done / elapsed : 0.0,
+	       be_device(pl_backend(pl)), o->into);
+	if (o->report)
+		return write_report(o->report, pl, done, warm.warm, elapsed);
+	return VR_EXIT_OK;
 }
 
 /* Engine events worth telling a user of the command: notices and worse (a backend fallback, a
@@ -168,6 +336,8 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	struct pl_pipeline *pl = NULL;
 	struct proc_h5 *h5 = NULL;
 	struct pl_sink sink;
+	struct part part = {0};
+	struct proc_warm warm = {0};
 	char err[CFG_ERR_MAX] = "";
 	uint64_t n, done;
 	double t0, elapsed, med_mean;
@@ -180,7 +350,9 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	rc = parse_opts(argc, argv, &o);
 	if (rc)
 		return rc < 0 ? VR_EXIT_OK : rc;
-	if (fmt_kind_of(o.output) == FMT_NONE)
+	if (o.into)
+		h5path = strdup(o.into); /* unused: a part goes into the image */
+	else if (fmt_kind_of(o.output) == FMT_NONE)
 		h5path = strdup(o.output);
 	else if (asprintf(&h5path, "%s.partial.h5", o.output) < 0)
 		h5path = NULL;
@@ -230,12 +402,24 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		ret = VR_EXIT_USAGE;
 		goto out_cfg;
 	}
+	if (o.frames) {
+		rc = part_setup(&o, &part, &po);
+		if (rc) {
+			ret = rc;
+			goto out_cfg;
+		}
+	}
 	rc = pl_open(&po, &pl, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
 		goto out_cfg;
 	}
-	n = o.epochs               ? o.epochs
+	if (o.into) {
+		ret = run_into(&o, &cfg, pl, &part);
+		goto out_pl;
+	}
+	n = o.frames               ? part.epochs
+	    : o.epochs             ? o.epochs
 	    : pl_source_epochs(pl) ? pl_source_epochs(pl)
 	                           : cfg_stride_area(&cfg);
 	if (pl_source_epochs(pl) && n > pl_source_epochs(pl)) {
@@ -244,13 +428,19 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		ret = VR_EXIT_USAGE;
 		goto out_pl;
 	}
-	rc = proc_h5_create(h5path, &cfg, pl_backend(pl), n, o.lowres, o.full,
-	                    isatty(STDERR_FILENO), &h5, err, sizeof(err));
+	rc = proc_h5_create(h5path, &cfg, pl_backend(pl), o.frames ? part.b - part.a : n, o.lowres,
+	                    o.full, isatty(STDERR_FILENO), &h5, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
 		goto out_pl;
 	}
 	proc_h5_sink(h5, &sink);
+	if (o.frames) {
+		/* the warm-up's volumes are processed, not written */
+		warm.inner = sink;
+		warm.start_epoch = part.start_epoch;
+		proc_warm_sink(&warm, &sink);
+	}
 	t0 = vr_mono_s();
 	rc = pl_run(pl, &sink, n, err, sizeof(err));
 	elapsed = vr_mono_s() - t0;
@@ -258,7 +448,7 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	failed = rc < 0;
 	if (failed)
 		fprintf(stderr, "volrec process: %s\n", err);
-	else if (done < n)
+	else if (done < (o.frames ? part.b - part.a : n))
 		fprintf(stderr, "volrec process: the source ended after %llu epochs\n",
 		        (unsigned long long)done);
 	/* after a failure too: the file then holds the epochs processed before it */
@@ -301,10 +491,11 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		       "B-scan on average, at most %u, of %u\n",
 		       cfg.preprocess.background.threshold, med_mean, med_max,
 		       cfg_fft_len(&cfg) / 2);
-	ret = VR_EXIT_OK;
+	ret = o.report ? write_report(o.report, pl, done, warm.warm, elapsed) : VR_EXIT_OK;
 out_pl:
 	pl_close(pl);
 out_cfg:
+	free(part.f);
 	cfg_free(&cfg);
 	free(h5path);
 	return ret;

@@ -8,7 +8,8 @@
 VOLREC_HELPER_CMD_SRCS := $(wildcard tools/cmd_*.c)
 
 PROGRAMS += volrec-process
-volrec-process_SRCS = tools/helper_main.c $(VOLREC_HELPER_CMD_SRCS) $(wildcard tools/process_*.c)
+volrec-process_SRCS = tools/helper_main.c $(VOLREC_HELPER_CMD_SRCS) $(wildcard tools/process_*.c) \
+	$(wildcard tools/reprocess_*.c)
 volrec-process_ARCHIVES = bench pl fmt $(CORE_ARCHIVES)
 volrec-process_LDLIBS = -lfftw3 -ljson-c $(CUDA_LDLIBS)
 

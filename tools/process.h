@@ -54,4 +54,40 @@ VR_MUST_CHECK int proc_recording_config(const char *rec, struct vr_config *cfg, 
 VR_MUST_CHECK int proc_recording_verify(const char *rec, FILE *report, uint64_t *bad, char *err,
                                         size_t errlen);
 
+/* ---- a part of a recording (process_into.c) ---- */
+
+struct src_rec_frame;
+
+/* A sink in front of inner that processes the volumes of epochs before start_epoch (the
+ * warm-up of `--warm-up`) and does not pass them on; warm counts them. */
+struct proc_warm {
+	struct pl_sink inner;
+	uint64_t start_epoch;
+	uint64_t warm;
+};
+void proc_warm_sink(struct proc_warm *f, struct pl_sink *sink);
+
+struct proc_into;
+struct fmt_info;
+
+/* The shape and voxel size of cfg's output volumes as an OME-Zarr image of nt time points
+ * (interval unknown, no provenance). */
+void proc_fmt_info(const struct vr_config *cfg, uint64_t nt, struct fmt_info *info);
+
+/*
+ * Write volumes into time points first..end-1 of the OME-Zarr image at path (made by `volrec
+ * reprocess` for the recording whose index is frames[0..nframes), at cfg's output shape),
+ * checking that volume t is frames[t]'s epoch; host buffers from be. 0 or a negative errno
+ * with the message.
+ */
+VR_MUST_CHECK int proc_into_open(const char *image, const struct vr_config *cfg,
+                                 struct be_backend *be, const struct src_rec_frame *frames,
+                                 uint64_t nframes, uint64_t first, uint64_t end,
+                                 struct proc_into **out, char *err, size_t errlen);
+void proc_into_sink(struct proc_into *p, struct pl_sink *sink);
+/* The next time point to be written (first + volumes written). */
+uint64_t proc_into_next(const struct proc_into *p);
+/* With err: flush the image to the disk (0 or a negative errno with the message); free p. */
+int proc_into_close(struct proc_into *p, char *err, size_t errlen);
+
 #endif
