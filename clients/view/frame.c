@@ -22,6 +22,7 @@ static const char *const kind_names[VOLREC_IMAGE_COUNT] = {
         [VOLREC_IMAGE_SLICE] = "slice",
         [VOLREC_IMAGE_PLANE] = "plane",
         [VOLREC_IMAGE_RENDER] = "render",
+        [VOLREC_IMAGE_VOLUME] = "volume",
 };
 
 const char *vw_kind_name(unsigned kind)

@@ -219,7 +219,8 @@ static void test_kind_names_round_trip(void **state)
 		assert_int_equal(vw_kind_from_name(vw_kind_name(k)), (int)k);
 	assert_string_equal(vw_kind_name(VOLREC_IMAGE_ENFACE_MAX), "enface_max");
 	assert_null(vw_kind_name(VOLREC_IMAGE_COUNT));
-	assert_int_equal(vw_kind_from_name("volume"), -1);
+	assert_string_equal(vw_kind_name(VOLREC_IMAGE_VOLUME), "volume");
+	assert_int_equal(vw_kind_from_name("volumes"), -1);
 }
 
 VR_TEST_GROUP(view_frame)
