@@ -178,8 +178,9 @@ const struct cfg_key cfg_keys[] = {
         U32S(view.slab, 0, 131072, "[za, zb]", LIVE, .def = {0, 1024}),
         U32S(view.position, 0, 1048576, "[y0, x0, z0]", LIVE, .def = {150, 150, 512}),
         U32S(view.render.size, 1, 1024, "[H, W] pixels", LIVE, .def = {256, 256}),
+        /* docs/algorithms.md §4.4: depth down, across the B-scans from 20 degrees above */
         F64S(view.render.angles_deg, -360, 360, "[azimuth, elevation] in degrees", LIVE,
-             .def = {0, 0}),
+             .def = {30, -70}),
         F64S(view.render.spacing, 0, 1e6, "[dx, dy, dz]", LIVE, .gt_min = true, .def = {1, 1, 1}),
         F64(view.render.step, 0, 1e6, 0, LIVE),
         U32(view.render.every, 0, 1000, 0, LIVE),

@@ -64,6 +64,13 @@ def test_published_views_equal_the_reference_of_the_same_volume(daemon):
     # the CPU daemon renders every 5th volume: compare the render with its own volume later
     got, img = views["render"]
     assert got.shape == (256, 256) and img.volume_id <= vid
+    # the default camera (docs/algorithms.md §4.4) shows the tissue where [0, 0], looking
+    # along depth, gives a near-uniform square of saturated speckle
+    assert img.angles_deg == (30.0, -70.0)
+    flat = views_ref.render(V, 64, 64, (1.0, 1.0, 1.0), (0.0, 0.0), 0.5)
+    assert got[got > 0].std() > 3 * flat[flat > 0].std(), (got[got > 0].std(),
+                                                          flat[flat > 0].std())
+    assert len(np.unique(got)) > 3 * len(np.unique(flat))
     # the reduced volume (§4.5) at its defaults: max_side 128, maxima
     got, img = views["volume"]
     want, f = views_ref.volume(V, 128, "max")
