@@ -445,3 +445,69 @@ def test_record_name_on_reloads_never_replaces_and_a_refused_reload_keeps_record
         assert rec["name"] == "other" and rec["end"] == "record_stop", rec
     finally:
         d.close()
+
+
+# ---- calibration from volrec's own recordings (docs/calibration.md) -------------------------
+
+def test_calibration_walkthrough_with_volrecs_own_recordings(bin_dir, tmp_path):
+    """docs/calibration.md, "The whole procedure with volrec alone", as written there."""
+    d = Daemon.__new__(Daemon)
+    Daemon.__init__(d, bin_dir)
+    rec_dir, cal = tmp_path / "rec", tmp_path / "cal"
+    rec_dir.mkdir()
+    cal.mkdir()
+    try:
+        d.cfg.update(geometry={"samples_per_ascan": 512, "ascans_per_bscan": 16,
+                               "bscans_per_volume": 4, "stride": [1, 1]},
+                     reconstruct={"mode": "none"},
+                     record={"dir": str(rec_dir), "min_free_gb": 0})
+        d.cfg["source"]["synth"] = {"phantom": "mirror", "mirror_mm": 1.0}
+        d.cfg.pop("view", None)
+        d.restart(d.cfg)
+        for name, synth in (("mirror-1.0mm", None),
+                            ("mirror-0.6mm", {"phantom": "mirror", "mirror_mm": 0.6}),
+                            ("blocked", {"phantom": "blocked"}),
+                            ("sample", {"phantom": "tilted"})):
+            if synth:
+                d.cfg["source"]["synth"] = synth
+                d.write(d.cfg)
+                r = d.volrec("reload")
+                assert r.returncode == 0, (r.stdout, r.stderr)
+            r = d.volrec("record", "--raw", name, "-n", "20")
+            assert r.returncode == 0 and "20 epochs, 0 left out" in r.stdout, (r.stdout,
+                                                                                r.stderr)
+        vol = lambda *a: subprocess.run([str(bin_dir / "volrec"), *map(str, a)],
+                                        capture_output=True, text=True, timeout=300,
+                                        cwd=tmp_path)
+        r = vol("calibrate", "--reference", "-c", d.config, "-o", cal, "--check",
+                rec_dir / "sample.vrr", rec_dir / "blocked.vrr")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert "blocked.vrr: raw recording, 512 samples x 16 A-scans" in r.stdout, r.stdout
+        r = vol("calibrate", "--klin", "-c", d.config, "-o", cal, rec_dir / "mirror-1.0mm.vrr",
+                rec_dir / "mirror-0.6mm.vrr")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        m = re.search(r"FWHM ([0-9.]+) bins at bin \d+ before, ([0-9.]+) bins at bin 128 after",
+                      r.stdout)
+        assert m and float(m[2]) < 3 < 10 < float(m[1]), r.stdout
+        for t in ("reference.txt", "resample_table.txt", "dispersion_table.txt"):
+            shutil.copy(cal / t, d.config.parent / t)
+        d.cfg["preprocess"] = {"background": {"mode": "reference", "reference": "reference.txt"},
+                               "resample": {"method": "cubic", "table": "resample_table.txt"},
+                               "dispersion": {"table": "dispersion_table.txt"}}
+        d.write(d.cfg)
+        r = d.volrec("reload")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        # the mirror recorded before, processed again with the new configuration: sharp at
+        # bin 128 (1 mm), where the configuration it was recorded with leaves it spread
+        out = {}
+        for name, extra in (("before", ()), ("after", ("-c", d.config))):
+            r = vol("process", *extra, "--source", rec_dir / "mirror-1.0mm.vrr", "-o",
+                    tmp_path / f"{name}.h5")
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            with h5py.File(tmp_path / f"{name}.h5", "r") as f:
+                out[name] = f["volumes"][0].astype(float).mean(axis=(0, 1))
+        a, b = out["after"], out["before"]
+        assert a[16:].argmax() + 16 == 128, a.argmax()
+        assert (a[16:] > a.max() - 6).sum() < (b[16:] > b[16:].max() - 6).sum()
+    finally:
+        d.close()
