@@ -65,7 +65,7 @@ static void record_usage(FILE *f)
 	        "       volrec record --raw NAME [-n EPOCHS | -s SECONDS] [-i NAME] [-r DIR] [-c "
 	        "FILE]\n\n"
 	        "--raw: the daemon records the raw spectra it acquires into <record.dir>/NAME.vrr\n"
-	        "(docs/recording.md) for EPOCHS epochs, SECONDS seconds, or until Ctrl-C, which\n"
+	        "(man volrec) for EPOCHS epochs, SECONDS seconds, or until Ctrl-C, which\n"
 	        "stops it cleanly (record_stop); the command shows its progress on a terminal\n"
 	        "(size, rate, epochs written and left out) and prints the file, its epochs and "
 	        "why\n"

@@ -39,8 +39,8 @@ static int raw_name(const char *arg, char *name, size_t len)
 	if (strchr(arg, '/')) {
 		fprintf(stderr,
 		        "volrec record: --raw takes a NAME, not a path ('%s'): volrecd writes "
-		        "<record.dir>/NAME.vrr, record.dir being in its configuration (docs/"
-		        "recording.md)\n",
+		        "<record.dir>/NAME.vrr, record.dir being in its configuration (man "
+		        "volrecd.yaml)\n",
 		        arg);
 		return VR_EXIT_USAGE;
 	}
