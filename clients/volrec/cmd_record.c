@@ -744,10 +744,11 @@ static int rec_parse(int argc, char **argv, struct tool_target *tg, struct tool_
 	if (vr_cli_args_done("volrec record", argc, argv))
 		return VR_EXIT_USAGE;
 	if (a->raw) {
-		if (r->path || a->force || a->deflate) {
-			fprintf(stderr, "volrec record: --raw NAME records in the daemon's "
-			                "record.dir: -o, --force and --compress are for HDF5 "
-			                "recordings\n");
+		if (r->path || a->force || a->deflate || run->restart_wait >= 0) {
+			fprintf(stderr,
+			        "volrec record: --raw NAME records in the daemon's "
+			        "record.dir: -o, --force, --compress and --restart-wait are "
+			        "for HDF5 recordings\n");
 			return VR_EXIT_USAGE;
 		}
 		if (run->count && run->seconds) {

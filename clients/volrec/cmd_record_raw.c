@@ -221,7 +221,6 @@ static int raw_follow(const struct tool_target *tg, const char *name, bool tty)
 	bool stop_sent = false;
 	int rc;
 
-	tool_catch_signals();
 	for (;;) {
 		rc = raw_status(tg, &s);
 		if (rc == VR_EXIT_NO_DAEMON) {
@@ -274,6 +273,9 @@ int record_raw(struct tool_target *tg, const struct tool_run *run, const char *a
 	rc = tool_daemon_require(tg, "record", &d);
 	if (rc)
 		return rc;
+	/* from here Ctrl-C ends the recording with record_stop, even one sent before the
+	 * daemon's answer came */
+	tool_catch_signals();
 	rc = raw_start(tg, run, name);
 	if (rc)
 		return rc;

@@ -310,6 +310,8 @@ def test_record_raw_errors_are_clear(recorded):
     assert r.returncode == 2 and "a NAME, not a path" in r.stderr, r.stderr
     r = d.volrec("record", "--raw", "x", "-o", "x.h5")
     assert r.returncode == 2 and "record.dir" in r.stderr, r.stderr
+    r = d.volrec("record", "--raw", "x", "-w", "5")
+    assert r.returncode == 2 and "--restart-wait are for HDF5" in r.stderr, r.stderr
     r = d.volrec("record", "--raw", "x", "-n", "3", "-s", "1")
     assert r.returncode == 2 and "not both" in r.stderr, r.stderr
     r = d.volrec("record", "--raw", ".x")
