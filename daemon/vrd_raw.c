@@ -307,12 +307,13 @@ static void reap(struct vrd_raw *r)
 {
 	pthread_mutex_lock(&r->mu);
 	bool join = r->thr_live && r->state == RAW_DONE;
+	if (join)
+		r->thr_live = false; /* this caller joins it, no other */
 	pthread_mutex_unlock(&r->mu);
 	if (!join)
 		return;
 	pthread_join(r->thr, NULL);
 	pthread_mutex_lock(&r->mu);
-	r->thr_live = false;
 	free_buffers(r);
 	pthread_mutex_unlock(&r->mu);
 }
@@ -559,11 +560,11 @@ void vrd_raw_end(struct vrd_raw *r, const char *why)
 	}
 	pthread_cond_signal(&r->cv);
 	live = r->thr_live;
+	r->thr_live = false; /* this caller joins it, no other */
 	pthread_mutex_unlock(&r->mu);
 	if (live)
 		pthread_join(r->thr, NULL);
 	pthread_mutex_lock(&r->mu);
-	r->thr_live = false;
 	free_buffers(r);
 	pthread_mutex_unlock(&r->mu);
 }
