@@ -131,6 +131,7 @@ struct vr_config {
 			uint64_t jump_epoch;        /* motion.jump.epoch, 0 = no jump */
 			double jump_mm[3];          /* motion.jump.shift_mm: x, y, depth */
 			double jump_deg;            /* motion.jump.deg */
+			double mirror_mm;           /* the "mirror" phantom's depth, mm; 0: 1 mm */
 			double snr_db;
 			double beam_um; /* lateral resolution (FWHM, um); 0 = pencil beam */
 		} synth;

@@ -15,7 +15,7 @@ static const char *const backend_names[] = {"auto", "cuda", "cpu", NULL};
 static const char *const source_names[] = {"synth", "replay", "shim", NULL};
 static const char *const replay_format_names[] = {"auto", "raw", NULL};
 static const char *const crc_error_names[] = {"stop", "skip", NULL};
-static const char *const phantom_names[] = {"retina", "mirror", "tilted", NULL};
+static const char *const phantom_names[] = {"retina", "mirror", "tilted", "blocked", NULL};
 static const char *const sample_names[] = {"u16", "i16", "f32", "u12p", "u12gv", NULL};
 static const char *const background_names[] = {
         "ascan_mean", "bscan_mean", "bscan_median", "reference", "none", "partial_median", NULL};
@@ -115,6 +115,7 @@ const struct cfg_key cfg_keys[] = {
         F64S_AS("source.synth.motion.jump.shift_mm", source.synth.jump_mm, -100, 100,
                 "[x, y, depth] in mm", STRUCTURAL),
         F64_AS("source.synth.motion.jump.deg", source.synth.jump_deg, -360, 360, 0, STRUCTURAL),
+        F64(source.synth.mirror_mm, 0, 1.999, 0, STRUCTURAL),
         F64(source.synth.snr_db, 0, 150, 40, STRUCTURAL),
         F64(source.synth.beam_um, 0, 500, 0, STRUCTURAL),
         PATH(source.shim.library, "", STRUCTURAL),

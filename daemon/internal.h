@@ -104,15 +104,22 @@ void vrd_pub_median_depths(struct vrd_pub *pub, struct vrd_median_depths *md);
 
 /* ---- the pipeline and its sink (vrd_pipeline.c) ---- */
 struct vrd_pipeline;
+struct vrd_raw;
 
 /* Build the engine (pipeline/) for cfg with the shared-memory sink and start it, its volumes
  * carrying generation until a live change (vrd_gen.h); the
- * environment switches VOLRECD_PIPELINE_OVERLAP and VOLRECD_ZERO_COPY apply. On failure
- * nothing is left and a message is in err. */
-int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_pipeline **out,
-                       char *err, size_t errlen) VR_MUST_CHECK;
-/* Stop the source, drain what is complete, publish it, free everything. NULL is fine. */
-void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm);
+ * environment switches VOLRECD_PIPELINE_OVERLAP and VOLRECD_ZERO_COPY apply. raw (the
+ * service's recorder, idle, which outlives the pipeline) is set to cfg's geometry and taps
+ * acquisition; with record, record.name's recording starts with the first epoch (a failure is
+ * announced, event record_failed, and the service runs all the same). On failure nothing is
+ * left but raw and a message is in err. */
+int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_raw *raw,
+                       bool record, struct vrd_pipeline **out, char *err,
+                       size_t errlen) VR_MUST_CHECK;
+/* Stop the source, end a raw recording in progress (status end: why; its queued epochs
+ * written), drain what is complete, publish it, free everything but the recorder. NULL is
+ * fine. */
+void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm, const char *why);
 struct pl_pipeline *vrd_pipeline_engine(struct vrd_pipeline *vp);
 /* Sources a stop left inside one of their calls (event source_abandoned) in this process. */
 unsigned vrd_pipeline_abandoned(void);
@@ -123,9 +130,13 @@ struct vrd_raw *vrd_pipeline_raw(struct vrd_pipeline *vp);
 struct vrd_raw;
 
 /* A recorder for cfg's geometry, idle; its tap (vrd_raw_tap) goes into the pipeline's options
- * and the recorder must outlive the pipeline. */
+ * and the recorder must outlive the pipeline. The service keeps one for its life, so that
+ * status still shows a recording a structural reload ended. */
 int vrd_raw_open(const struct vr_config *cfg, struct vrd_raw **out, char *err,
                  size_t errlen) VR_MUST_CHECK;
+/* Set the geometry of the recordings to come to cfg's; no recording in progress (after
+ * vrd_raw_end, before the tap is used again). */
+void vrd_raw_configure(struct vrd_raw *r, const struct vr_config *cfg);
 void vrd_raw_tap(struct vrd_raw *r, struct pl_tap *tap);
 /* Whether name may name a recording: [A-Za-z0-9_.-], not starting with '.', < CFG_NAME_MAX. */
 bool vrd_raw_name_ok(const char *name);
@@ -140,7 +151,10 @@ int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *na
 int vrd_raw_stop(struct vrd_raw *r, char *err, size_t errlen);
 /* The status's "recording" object (a new reference). */
 struct json_object *vrd_raw_status(struct vrd_raw *r);
-/* Finish a recording in progress (its queue written) and free r; NULL is fine. */
+/* End a recording in progress (status end: why), its queue written and the file closed, once
+ * the tap is called no more; what status shows of it stays. */
+void vrd_raw_end(struct vrd_raw *r, const char *why);
+/* vrd_raw_end ("volrecd stopping") and free r; NULL is fine. */
 void vrd_raw_close(struct vrd_raw *r);
 
 /* ---- events and the service (vrd_service.c) ---- */

@@ -13,7 +13,7 @@
 struct vrd_pipeline {
 	struct pl_pipeline *pl;
 	struct vrd_pub *pub;
-	struct vrd_raw *raw; /* the raw recorder, tapping acquisition */
+	struct vrd_raw *raw; /* the service's raw recorder, tapping acquisition */
 	struct pl_tap tap;
 };
 
@@ -36,7 +36,7 @@ static void on_event(void *ctx, const struct pl_event *ev)
 }
 
 /* record.name: a raw recording from the first epoch on (headless capture); a failure is
- * logged, the service runs all the same. */
+ * announced, the service runs all the same. */
 static void record_at_start(struct vrd_pipeline *vp, const struct vr_config *cfg)
 {
 	char err[512];
@@ -45,11 +45,11 @@ static void record_at_start(struct vrd_pipeline *vp, const struct vr_config *cfg
 		return;
 	if (vrd_raw_start(vp->raw, cfg, cfg->record.name, cfg->record.epochs, cfg->record.seconds,
 	                  err, sizeof(err)) < 0)
-		vrd_log(LOG_WARNING, "record_failed", "record.name: %s", err);
+		vrd_event("record_failed", LOG_WARNING, err, NULL);
 }
 
-int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_pipeline **out,
-                       char *err, size_t errlen)
+int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_raw *raw,
+                       bool record, struct vrd_pipeline **out, char *err, size_t errlen)
 {
 	/* a B-scan a camera lost drops its epoch and acquisition goes on (docs/shim.md) */
 	struct pl_options o = {.cfg = cfg,
@@ -67,10 +67,9 @@ int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct 
 	vp = calloc(1, sizeof(*vp));
 	if (!vp)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
-	rc = vrd_raw_open(cfg, &vp->raw, err, errlen);
-	if (rc < 0)
-		goto fail;
-	vrd_raw_tap(vp->raw, &vp->tap);
+	vp->raw = raw;
+	vrd_raw_configure(raw, cfg);
+	vrd_raw_tap(raw, &vp->tap);
 	o.tap = &vp->tap;
 	rc = pl_open(&o, &vp->pl, err, errlen);
 	if (rc < 0)
@@ -79,23 +78,24 @@ int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct 
 	if (rc < 0)
 		goto fail;
 	vrd_pub_sink(vp->pub, &sink);
-	record_at_start(vp, cfg);
+	if (record)
+		record_at_start(vp, cfg);
 	rc = pl_start(vp->pl, &sink, err, errlen);
 	if (rc < 0)
 		goto fail;
 	*out = vp;
 	return 0;
 fail:
-	vrd_pipeline_stop(vp, true);
+	vrd_pipeline_stop(vp, true, "volrecd could not start");
 	return rc;
 }
 
-void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm)
+void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm, const char *why)
 {
 	if (!vp)
 		return;
 	pl_stop(vp->pl);
-	vrd_raw_close(vp->raw);             /* acquisition is over: what is queued is written */
+	vrd_raw_end(vp->raw, why);          /* acquisition is over: what is queued is written */
 	vrd_pub_close(vp->pub, unlink_shm); /* before the backend it registered with goes */
 	pl_close(vp->pl);
 	free(vp);

@@ -54,7 +54,15 @@ struct vrd_raw {
 	double min_free;
 	bool direct, failed;
 	char name[CFG_NAME_MAX], path[CFG_PATH_MAX + CFG_NAME_MAX + 8], error[512];
+	char end[64]; /* why it ended (status "end"), "" while it runs */
 };
+
+/* The first reason a recording ends is the one status shows. mu held. */
+static void set_end(struct vrd_raw *r, const char *why)
+{
+	if (!r->end[0])
+		snprintf(r->end, sizeof(r->end), "%s", why);
+}
 
 bool vrd_raw_name_ok(const char *name)
 {
@@ -86,6 +94,7 @@ static void tap_begin(struct vrd_raw *r, uint64_t epoch, uint64_t t_ns)
 	drop_cur(r); /* the rest of a cut epoch */
 	if ((r->epochs_limit && r->accepted >= r->epochs_limit) ||
 	    (r->until_ns && vr_mono_ns() >= r->until_ns)) {
+		set_end(r, r->until_ns ? "seconds reached" : "epochs reached");
 		r->accepting = false;
 		r->state = RAW_FINISHING;
 		pthread_cond_signal(&r->cv);
@@ -146,6 +155,7 @@ static void tap_epoch_end(void *ctx, uint64_t epoch, bool whole)
 			r->accepted++;
 			r->cur = -1;
 			if (r->epochs_limit && r->accepted >= r->epochs_limit) {
+				set_end(r, "epochs reached");
 				r->accepting = false;
 				r->state = RAW_FINISHING;
 			}
@@ -215,6 +225,7 @@ static void *raw_main(void *arg)
 			r->state = RAW_FINISHING;
 			r->failed = true;
 			snprintf(r->error, sizeof(r->error), "%s", err);
+			set_end(r, rc == -ENOSPC ? "disk full" : "write error");
 			while (r->qlen) {
 				r->free_stack[r->nfree++] = r->q[r->qhead].buf;
 				r->qhead = (r->qhead + 1) % RAW_BUFFERS_MAX;
@@ -228,6 +239,7 @@ static void *raw_main(void *arg)
 		pthread_mutex_lock(&r->mu);
 		r->failed = true;
 		snprintf(r->error, sizeof(r->error), "%s", err);
+		set_end(r, "write error");
 		pthread_mutex_unlock(&r->mu);
 	}
 	pthread_mutex_lock(&r->mu);
@@ -236,9 +248,10 @@ static void *raw_main(void *arg)
 	r->state = RAW_DONE;
 	r->ended_ns = vr_mono_ns();
 	snprintf(msg, sizeof(msg),
-	         "raw recording %s: %llu epochs written, %llu left out, %llu bytes%s%s", r->path,
-	         (unsigned long long)r->written, (unsigned long long)r->skipped,
-	         (unsigned long long)r->bytes, r->failed ? ": " : "", r->failed ? r->error : "");
+	         "raw recording %s: %llu epochs written, %llu left out, %llu bytes (%s)%s%s",
+	         r->path, (unsigned long long)r->written, (unsigned long long)r->skipped,
+	         (unsigned long long)r->bytes, r->end, r->failed ? ": " : "",
+	         r->failed ? r->error : "");
 	pthread_mutex_unlock(&r->mu);
 	vrd_event("record_stopped", r->failed ? LOG_WARNING : LOG_NOTICE, msg, NULL);
 	return NULL;
@@ -254,6 +267,15 @@ int vrd_raw_open(const struct vr_config *cfg, struct vrd_raw **out, char *err, s
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->cv, NULL);
+	r->cur = -1;
+	vrd_raw_configure(r, cfg);
+	*out = r;
+	return 0;
+}
+
+void vrd_raw_configure(struct vrd_raw *r, const struct vr_config *cfg)
+{
+	pthread_mutex_lock(&r->mu);
 	r->ny = cfg->geometry.bscans_per_volume;
 	r->sx = cfg->geometry.stride[0];
 	r->sy = cfg->geometry.stride[1];
@@ -262,9 +284,7 @@ int vrd_raw_open(const struct vr_config *cfg, struct vrd_raw **out, char *err, s
 	                                     cfg->geometry.samples_per_ascan);
 	r->epoch_bytes = (uint64_t)r->bscan_bytes * r->ny;
 	r->frame_bytes = src_rec_frame_size(r->epoch_bytes);
-	r->cur = -1;
-	*out = r;
-	return 0;
+	pthread_mutex_unlock(&r->mu);
 }
 
 void vrd_raw_tap(struct vrd_raw *r, struct pl_tap *tap)
@@ -287,12 +307,13 @@ static void reap(struct vrd_raw *r)
 {
 	pthread_mutex_lock(&r->mu);
 	bool join = r->thr_live && r->state == RAW_DONE;
+	if (join)
+		r->thr_live = false; /* this caller joins it, no other */
 	pthread_mutex_unlock(&r->mu);
 	if (!join)
 		return;
 	pthread_join(r->thr, NULL);
 	pthread_mutex_lock(&r->mu);
-	r->thr_live = false;
 	free_buffers(r);
 	pthread_mutex_unlock(&r->mu);
 }
@@ -397,7 +418,10 @@ int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *na
 		              "record_start: a raw recording (%s) is in progress", r->path);
 	snprintf(path, sizeof(path), "%s/%s.vrr", cfg->record.dir, name);
 	if (statvfs(cfg->record.dir, &vfs) < 0)
-		return vr_err(err, errlen, -errno, "record_start: record.dir %s: %s",
+		return vr_err(err, errlen, -errno,
+		              "record_start: record.dir %s: %s (record.dir in the configuration "
+		              "names the directory raw recordings go into; the package makes its "
+		              "default, /var/lib/volrec/recordings)",
 		              cfg->record.dir, strerror(errno));
 	if ((double)vfs.f_bavail * (double)vfs.f_frsize - (double)r->frame_bytes <
 	    cfg->record.min_free_gb * 1e9)
@@ -427,6 +451,11 @@ int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *na
 	pthread_mutex_unlock(&r->mu);
 	if (!rc)
 		rc = src_rec_writer_open(path, &info, meta, sec, ns, &r->w, err, errlen);
+	if (rc == -EEXIST)
+		vr_err(err, errlen, rc,
+		       "record_start: %s exists (a recording is never replaced: choose another "
+		       "name)",
+		       path);
 	for (size_t i = 0; i < ns; i++)
 		free(sec[i].text);
 	if (rc) {
@@ -448,7 +477,7 @@ int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *na
 	r->min_free = cfg->record.min_free_gb;
 	r->accepted = r->skipped = r->skipped_pending = r->written = 0;
 	r->failed = false;
-	r->error[0] = '\0';
+	r->error[0] = r->end[0] = '\0';
 	r->state = RAW_RECORDING;
 	rc = pthread_create(&r->thr, NULL, raw_main, r);
 	if (rc) {
@@ -475,6 +504,7 @@ int vrd_raw_stop(struct vrd_raw *r, char *err, size_t errlen)
 	pthread_mutex_lock(&r->mu);
 	was = r->state == RAW_RECORDING;
 	if (was) {
+		set_end(r, "record_stop");
 		r->accepting = false;
 		r->state = RAW_FINISHING;
 		pthread_cond_signal(&r->cv);
@@ -512,25 +542,38 @@ struct json_object *vrd_raw_status(struct vrd_raw *r)
 		json_object_object_add(o, "direct", json_object_new_boolean(r->direct));
 		json_object_object_add(o, "failed", json_object_new_boolean(r->failed));
 		json_object_object_add(o, "error", json_object_new_string(r->error));
+		json_object_object_add(o, "end", json_object_new_string(r->end));
 	}
 	pthread_mutex_unlock(&r->mu);
 	return o;
+}
+
+void vrd_raw_end(struct vrd_raw *r, const char *why)
+{
+	bool live;
+
+	pthread_mutex_lock(&r->mu);
+	r->accepting = false;
+	if (r->state == RAW_RECORDING) {
+		set_end(r, why);
+		r->state = RAW_FINISHING;
+	}
+	pthread_cond_signal(&r->cv);
+	live = r->thr_live;
+	r->thr_live = false; /* this caller joins it, no other */
+	pthread_mutex_unlock(&r->mu);
+	if (live)
+		pthread_join(r->thr, NULL);
+	pthread_mutex_lock(&r->mu);
+	free_buffers(r);
+	pthread_mutex_unlock(&r->mu);
 }
 
 void vrd_raw_close(struct vrd_raw *r)
 {
 	if (!r)
 		return;
-	pthread_mutex_lock(&r->mu);
-	r->accepting = false;
-	if (r->state == RAW_RECORDING)
-		r->state = RAW_FINISHING;
-	pthread_cond_signal(&r->cv);
-	bool live = r->thr_live;
-	pthread_mutex_unlock(&r->mu);
-	if (live)
-		pthread_join(r->thr, NULL);
-	free_buffers(r);
+	vrd_raw_end(r, "volrecd stopping");
 	pthread_mutex_destroy(&r->mu);
 	pthread_cond_destroy(&r->cv);
 	free(r);

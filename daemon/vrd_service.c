@@ -118,6 +118,7 @@ struct service {
 	const char *config_path;
 	struct vr_config cur; /* the configuration in force */
 	struct vrd_pipeline *pl;
+	struct vrd_raw *raw; /* the raw recorder, across rebuilds (vrd_raw.c) */
 	enum svc_state state;
 	uint64_t started_ns;
 	char pid_path[CFG_PATH_MAX + CFG_NAME_MAX + 8];
@@ -545,7 +546,7 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset_u64(o, "connections_refused", ws.connections_refused);
 	jset(st, "publisher", o);
 	jset(st, "uptime_s", jnum((double)(now - s->started_ns) / 1e9));
-	jset(st, "recording", vrd_raw_status(vrd_pipeline_raw(s->pl)));
+	jset(st, "recording", vrd_raw_status(s->raw));
 	status_service(s, st);
 	return st;
 }
@@ -715,6 +716,39 @@ static void ctl_open(struct service *s);
 	" (the previous source never returned from a call and may still hold its device: "         \
 	"exiting, so that a restart frees it)"
 
+/* Whether a structural reload from cur to next starts record.name's recording: next names
+ * one, and another file than cur did (the same name is the recording cur already made). */
+static bool record_anew(const struct vr_config *cur, const struct vr_config *next)
+{
+	return next->record.name[0] && (strcmp(cur->record.name, next->record.name) ||
+	                                strcmp(cur->record.dir, next->record.dir));
+}
+
+/* Why next's record.name cannot be recorded (an invalid name, an existing file), in err: true;
+ * false when it can. A reload that would fail so is refused as a whole (docs/recording.md). */
+static bool record_conflict(const struct vr_config *next, char *err, size_t errlen)
+{
+	char path[CFG_PATH_MAX + CFG_NAME_MAX + 8];
+
+	if (!vrd_raw_name_ok(next->record.name)) {
+		snprintf(err, errlen,
+		         "record.name '%.64s' is not allowed (letters, digits, '-', '_' and '.', "
+		         "not first): keeping the previous configuration",
+		         next->record.name);
+		return true;
+	}
+	snprintf(path, sizeof(path), "%s/%s.vrr", next->record.dir, next->record.name);
+	if (access(path, F_OK) == 0) {
+		snprintf(err, errlen,
+		         "record.name %s: %.700s exists (a recording is never replaced: name "
+		         "another "
+		         "one): keeping the previous configuration",
+		         next->record.name, path);
+		return true;
+	}
+	return false;
+}
+
 /* Returns 0, or -1 when neither the new nor the old configuration can run (fatal). */
 static int reload_start(struct service *s)
 {
@@ -745,6 +779,7 @@ static int reload_start(struct service *s)
 		return 0;
 	}
 	if (!cfg_is_structural_change(&s->cur, &next)) {
+		/* live: the pipeline stays, and a raw recording in progress goes on */
 		rc = pl_request_live(vrd_pipeline_engine(s->pl), &next, s->next_gen,
 		                     &s->live_ticket);
 		if (rc < 0) {
@@ -761,12 +796,19 @@ static int reload_start(struct service *s)
 	/* structural: drain, rebuild, new session */
 	{
 		struct vrd_pipeline *pl = NULL;
-		bool unlink_old = !s->cur.ipc.keep_shm;
+		bool unlink_old = !s->cur.ipc.keep_shm, record = record_anew(&s->cur, &next);
 		unsigned abandoned;
 
+		if (record && record_conflict(&next, err, sizeof(err))) {
+			/* refused before anything stops: a recording in progress goes on */
+			vrd_gen_drop(&s->gens, s->next_gen);
+			cfg_free(&next);
+			reload_reject(s, err);
+			return 0;
+		}
 		set_event_pub(NULL);
 		abandoned = vrd_pipeline_abandoned();
-		vrd_pipeline_stop(s->pl, unlink_old);
+		vrd_pipeline_stop(s->pl, unlink_old, "structural reload");
 		s->pl = NULL;
 		if (strcmp(s->cur.instance, next.instance) ||
 		    strcmp(s->cur.ipc.run_dir, next.ipc.run_dir)) {
@@ -774,7 +816,7 @@ static int reload_start(struct service *s)
 			effective_remove(s);
 			run_dir_clean(&s->cur);
 		}
-		rc = vrd_pipeline_start(&next, s->next_gen, &pl, err, sizeof(err));
+		rc = vrd_pipeline_start(&next, s->next_gen, s->raw, record, &pl, err, sizeof(err));
 		if (rc < 0) {
 			char msg[CFG_ERR_MAX + 64];
 
@@ -782,7 +824,8 @@ static int reload_start(struct service *s)
 			snprintf(msg, sizeof(msg), "%s: %s (keeping the previous configuration)",
 			         s->config_path, err);
 			cfg_free(&next);
-			rc = vrd_pipeline_start(&s->cur, s->gens.current, &pl, err, sizeof(err));
+			rc = vrd_pipeline_start(&s->cur, s->gens.current, s->raw, false, &pl, err,
+			                        sizeof(err));
 			if (rc < 0) {
 				bool stuck = vrd_pipeline_abandoned() != abandoned;
 
@@ -951,7 +994,7 @@ static int ctl_record_start(void *ctx, const char *name, uint64_t epochs, double
 	int rc;
 
 	peer_text(peer, who, sizeof(who));
-	rc = vrd_raw_start(vrd_pipeline_raw(s->pl), &s->cur, name, epochs, seconds, err, errlen);
+	rc = vrd_raw_start(s->raw, &s->cur, name, epochs, seconds, err, errlen);
 	if (rc == 0)
 		vrd_log(LOG_NOTICE, NULL, "record_start by %s: raw recording %s", who, name);
 	return rc;
@@ -964,7 +1007,7 @@ static int ctl_record_stop(void *ctx, const struct vrd_ctl_peer *peer, char *err
 
 	peer_text(peer, who, sizeof(who));
 	vrd_log(LOG_INFO, NULL, "record_stop by %s", who);
-	return vrd_raw_stop(vrd_pipeline_raw(s->pl), err, errlen);
+	return vrd_raw_stop(s->raw, err, errlen);
 }
 
 /* (Re)open the control socket of the instance in force; a failure is logged, not fatal. */
@@ -1067,11 +1110,16 @@ static int service_start(struct service *s)
 		vrd_log(LOG_ERR, "start_failed", "cannot start: out of memory");
 		return -1;
 	}
-	rc = vrd_pipeline_start(&s->cur, s->gens.current, &s->pl, err, sizeof(err));
+	rc = vrd_raw_open(&s->cur, &s->raw, err, sizeof(err));
+	if (rc == 0)
+		rc = vrd_pipeline_start(&s->cur, s->gens.current, s->raw, true, &s->pl, err,
+		                        sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_ERR, "start_failed", "cannot start: %s", err);
 		sd_notifyf(0, "STATUS=failed to start: %s", err);
 		run_dir_clean(&s->cur);
+		vrd_raw_close(s->raw);
+		s->raw = NULL;
 		return -1;
 	}
 	set_event_pub(vrd_pipeline_pub(s->pl));
@@ -1196,7 +1244,7 @@ int vrd_service_run(const char *config_path, const struct vr_config *cfg)
 	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
 	vrd_event("stopping", LOG_NOTICE, "stopping: draining the pipeline", NULL);
 	set_event_pub(NULL);
-	vrd_pipeline_stop(s.pl, !s.cur.ipc.keep_shm);
+	vrd_pipeline_stop(s.pl, !s.cur.ipc.keep_shm, "volrecd stopping");
 	s.pl = NULL;
 	vrd_log(LOG_INFO, "stopped", "stopped");
 	status = 0;
@@ -1206,8 +1254,9 @@ out_pid:
 		cfg_free(&s.next);
 	if (s.pl) {
 		set_event_pub(NULL);
-		vrd_pipeline_stop(s.pl, !s.cur.ipc.keep_shm);
+		vrd_pipeline_stop(s.pl, !s.cur.ipc.keep_shm, "volrecd stopping");
 	}
+	vrd_raw_close(s.raw);
 	pidfile_remove(&s);
 	effective_remove(&s);
 	run_dir_clean(&s.cur);

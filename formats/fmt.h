@@ -48,6 +48,19 @@ struct fmt_options {
 #define FMT_ZARR_CHUNK_Y 16
 #define FMT_ZARR_CHUNK_X 128
 #define FMT_ZARR_CHUNK_Z 128
+/* The OME-Zarr chunk of a level of shape [y, x, z] for the chunk asked for (want, NULL or 0s:
+ * the default): want as given (clipped to the shape); the default as many chunks along each axis
+ * as FMT_ZARR_CHUNK_* makes, of even sizes (300 in 128s: 3 of 100). */
+void fmt_zarr_chunk(const uint32_t shape[3], const uint32_t want[3], uint32_t chunk[3]);
+/* OME-Zarr chunks are blosc/zstd at FMT_ZARR_CLEVEL (level 0, the volumes) and
+ * FMT_ZARR_CLEVEL_PYRAMID (the pyramid's levels, means made for browsing), in blocks of
+ * FMT_ZARR_BLOCKSIZE bytes: blosc's own choice for a 256 KiB chunk is the whole chunk, whose zstd
+ * tables outgrow the caches; 32 KiB blocks compress the same volumes twice as fast to the same
+ * size, and zstd level 1 the pyramid's means six times as fast as level 5 to the same size
+ * (docs/formats.md, "Export speed"). */
+#define FMT_ZARR_CLEVEL         5
+#define FMT_ZARR_CLEVEL_PYRAMID 1
+#define FMT_ZARR_BLOCKSIZE      32768
 /* The pyramid ends at the first level whose largest side is at most this. */
 #define FMT_ZARR_PYRAMID_SIDE 256
 

@@ -25,7 +25,9 @@
 #include "formats/fmt.h"
 
 #define ZARR_LEVELS_MAX 16
-#define ZARR_CLEVEL     5
+#define ZARR_CLEVEL     FMT_ZARR_CLEVEL
+/* the zstd level of level l of the pyramid */
+#define ZARR_CLEVEL_OF(l) ((l) ? FMT_ZARR_CLEVEL_PYRAMID : FMT_ZARR_CLEVEL)
 
 struct zarr_level {
 	uint32_t shape[3]; /* [y][x][z] */
@@ -53,6 +55,22 @@ struct zarr {
 static uint32_t ceil_div(uint32_t a, uint32_t b)
 {
 	return (a + b - 1) / b;
+}
+
+void fmt_zarr_chunk(const uint32_t shape[3], const uint32_t want[3], uint32_t chunk[3])
+{
+	static const uint32_t def[3] = {FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z};
+
+	for (int i = 0; i < 3; i++) {
+		uint32_t c = want && want[i] ? want[i] : def[i];
+
+		c = c < shape[i] ? c : shape[i];
+		/* the default: as many chunks along the axis, of even sizes, so that the edge
+		 * chunk is not mostly padding (300 in 128s: 3 of 100, not 128 + 128 + 44) */
+		if (!(want && want[i]))
+			c = ceil_div(shape[i], ceil_div(shape[i], c));
+		chunk[i] = c;
+	}
 }
 
 /* Keep the first error of the threads: "PATH: WHAT" (WHAT NULL: the errno's text). */
@@ -247,8 +265,8 @@ static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
 			}
 			memset(d + n, 0, CZ - n);
 		}
-	int k = blosc_compress_ctx(ZARR_CLEVEL, BLOSC_SHUFFLE, 1, raw, scratch, out,
-	                           raw + BLOSC_MAX_OVERHEAD, "zstd", 0, 1);
+	int k = blosc_compress_ctx(ZARR_CLEVEL_OF(l), BLOSC_SHUFFLE, 1, raw, scratch, out,
+	                           raw + BLOSC_MAX_OVERHEAD, "zstd", FMT_ZARR_BLOCKSIZE, 1);
 	snprintf(path, sizeof(path), "%s/%u/%llu/%u/%u/%u", z->tmp, l, (unsigned long long)z->t, cy,
 	         cx, cz);
 	if (k <= 0) {
@@ -321,9 +339,9 @@ static int zarr_write_zarray(struct zarr *z, const struct fmt_writer *w, unsigne
 	json_object_object_add(o, "dtype", json_object_new_string("|u1"));
 	json_object_object_add(c, "id", json_object_new_string("blosc"));
 	json_object_object_add(c, "cname", json_object_new_string("zstd"));
-	json_object_object_add(c, "clevel", json_object_new_int(ZARR_CLEVEL));
+	json_object_object_add(c, "clevel", json_object_new_int(ZARR_CLEVEL_OF(l)));
 	json_object_object_add(c, "shuffle", json_object_new_int(BLOSC_SHUFFLE));
-	json_object_object_add(c, "blocksize", json_object_new_int(0));
+	json_object_object_add(c, "blocksize", json_object_new_int(FMT_ZARR_BLOCKSIZE));
 	json_object_object_add(o, "compressor", c);
 	json_object_object_add(o, "fill_value", json_object_new_int(0));
 	json_object_object_add(o, "order", json_object_new_string("C"));
@@ -454,7 +472,6 @@ static int zarr_open(struct fmt_writer *w, char *err, size_t errlen)
 		return vr_err_errno(err, errlen, -errno, "%s", z->tmp);
 
 	/* the levels */
-	uint32_t def[3] = {FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z};
 	for (int i = 0; i < 3; i++)
 		z->lv[0].shape[i] = w->info.shape[i];
 	for (;;) {
@@ -462,10 +479,8 @@ static int zarr_open(struct fmt_writer *w, char *err, size_t errlen)
 		uint32_t big = 0;
 		size_t raw;
 
+		fmt_zarr_chunk(lv->shape, w->opt.chunk, lv->chunk);
 		for (int i = 0; i < 3; i++) {
-			uint32_t c = w->opt.chunk[i] ? w->opt.chunk[i] : def[i];
-
-			lv->chunk[i] = c < lv->shape[i] ? c : lv->shape[i];
 			lv->nchunks[i] = ceil_div(lv->shape[i], lv->chunk[i]);
 			big = lv->shape[i] > big ? lv->shape[i] : big;
 		}

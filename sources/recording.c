@@ -54,12 +54,63 @@ static uint32_t crc_sw(uint32_t c, const uint8_t *p, size_t n)
 	return c;
 }
 
+/* a * b modulo the polynomial, both reflected (bit 31 is x^0), as zlib's multmodp. */
+static uint32_t crc_multmodp(uint32_t a, uint32_t b)
+{
+	uint32_t m = 1u << 31, p = 0;
+
+	for (;;) {
+		if (a & m) {
+			p ^= b;
+			if ((a & (m - 1)) == 0)
+				break;
+		}
+		m >>= 1;
+		b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+	}
+	return p;
+}
+
+/* x^(8n) modulo the polynomial: what a register is multiplied by when n zero bytes follow. */
+static uint32_t crc_x8n(uint64_t n)
+{
+	uint32_t r = 1u << 31, sq = 1u << 23; /* x^0, x^8 */
+
+	for (; n; n >>= 1) {
+		if (n & 1)
+			r = crc_multmodp(r, sq);
+		sq = crc_multmodp(sq, sq);
+	}
+	return r;
+}
+
 #if defined(__x86_64__)
-/* The SSE 4.2 crc32 instruction computes the same polynomial. */
+/* The SSE 4.2 crc32 instruction computes the same polynomial. One instruction waits for the
+ * one before (3 cycles for 8 bytes): a long buffer is cut in three streams computed
+ * side by side, their registers joined by crc_x8n (the register of A then B is A's shifted by
+ * B's length, xor B's from 0), three times as fast. */
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const uint8_t *p, size_t n)
 {
 	uint64_t c64 = c;
 
+	if (n >= 3 * 4096) {
+		size_t l = n / 24 * 8; /* each stream, a multiple of 8 */
+		uint64_t c1 = 0, c2 = 0, v0, v1, v2;
+		uint32_t shift = crc_x8n(l);
+
+		for (size_t i = 0; i < l; i += 8) {
+			memcpy(&v0, p + i, 8);
+			memcpy(&v1, p + l + i, 8);
+			memcpy(&v2, p + 2 * l + i, 8);
+			c64 = __builtin_ia32_crc32di(c64, v0);
+			c1 = __builtin_ia32_crc32di(c1, v1);
+			c2 = __builtin_ia32_crc32di(c2, v2);
+		}
+		c64 = crc_multmodp(shift, (uint32_t)c64) ^ (uint32_t)c1;
+		c64 = crc_multmodp(shift, (uint32_t)c64) ^ (uint32_t)c2;
+		p += 3 * l;
+		n -= 3 * l;
+	}
 	while (n >= 8) {
 		uint64_t v;
 		memcpy(&v, p, 8);

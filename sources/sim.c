@@ -89,9 +89,10 @@ struct sim {
 	float *ext_im;       /* [K + NTAP] imaginary parts */
 	float *spec;         /* [K] one A-scan before quantization */
 	fftwf_plan plan;
-	bool mirror; /* phantom "mirror": one flat reflector of amplitude 1 ... */
-	uint32_t zm; /* ... at this depth bin (mirror_mm), phase 0 */
-	bool tilted; /* phantom "tilted": the retina and a strong tilted reflector */
+	bool mirror;  /* phantom "mirror": one flat reflector of amplitude 1 ... */
+	uint32_t zm;  /* ... at this depth bin (mirror_mm), phase 0 */
+	bool tilted;  /* phantom "tilted": the retina and a strong tilted reflector */
+	bool blocked; /* phantom "blocked": the sample arm blocked, no light back from it */
 };
 
 /* A column of the phantom at one lateral position and time. */
@@ -149,6 +150,7 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	p->jump_epoch = cfg->source.synth.jump_epoch;
 	p->jump_deg = cfg->source.synth.jump_deg;
 	p->snr_db = cfg->source.synth.snr_db;
+	p->mirror_mm = cfg->source.synth.mirror_mm;
 	p->beam_um = cfg->source.synth.beam_um;
 }
 
@@ -188,10 +190,11 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 	uint64_t bytes;
 
 	if (strcmp(p->phantom, "retina") != 0 && strcmp(p->phantom, "mirror") != 0 &&
-	    strcmp(p->phantom, "tilted") != 0)
-		return vr_err(err, errlen, -EINVAL,
-		              "synth: unknown phantom '%s' (allowed: retina, mirror, tilted)",
-		              p->phantom);
+	    strcmp(p->phantom, "tilted") != 0 && strcmp(p->phantom, "blocked") != 0)
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "synth: unknown phantom '%s' (allowed: retina, mirror, tilted, blocked)",
+		        p->phantom);
 	if (!(p->mirror_mm >= 0 && p->mirror_mm < SIM_DEPTH_MM))
 		return vr_err(err, errlen, -EINVAL,
 		              "synth: mirror depth %g mm out of range (0 for the default %g, or "
@@ -320,6 +323,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->mirror = strcmp(p->phantom, "mirror") == 0;
 	s->zm = (uint32_t)lround((p->mirror_mm > 0 ? p->mirror_mm : SIM_MIRROR_MM) / s->dz);
 	s->tilted = strcmp(p->phantom, "tilted") == 0;
+	s->blocked = strcmp(p->phantom, "blocked") == 0;
 
 	s->fs = p->sample_type == VOLREC_SAMPLE_F32    ? 65535.0
 	        : p->sample_type >= VOLREC_SAMPLE_U12P ? (double)(4095u >> p->bit_shift)
@@ -663,6 +667,8 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 		g[((int64_t)s->zm - s->zc + K) % K][0] = 1;
 		c = NULL; /* the mirror is the same at every position */
 	}
+	if (s->blocked)
+		c = NULL; /* nothing interferes: the reference arm's spectrum and noise */
 	for (uint32_t z = s->zlo; c && z <= s->zhi; z++) {
 		float re, im;
 		if (!column_field(s, c, z * s->dz, &re, &im))
@@ -795,6 +801,8 @@ static void column_phasors(const struct sim *s, const struct column *c, fftwf_co
 		g[s->zm][0] = 1;
 		return;
 	}
+	if (s->blocked)
+		return;
 	for (uint32_t z = s->zlo; z <= s->zhi; z++) {
 		float re, im;
 		if (!column_field(s, c, z * s->dz, &re, &im))

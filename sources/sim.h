@@ -42,20 +42,21 @@ struct sim_params {
 	bool bidirectional;   /* odd B-scans are scanned right to left */
 	double rate;          /* epochs per second of the motion clock (<= 0: SIM_DEFAULT_RATE) */
 	uint64_t seed;
-	char phantom[CFG_NAME_MAX]; /* "retina"; "mirror": one ideal flat reflector of
+	char phantom
+	        [CFG_NAME_MAX]; /* "retina"; "blocked": no sample light; "mirror": one ideal flat reflector of
 	                             * amplitude 1 at mirror_mm, nearest bin (tests); "tilted":
 	                             * the retina and a strong tilted reflector (SIM_TILT_*) */
-	double mirror_mm;           /* depth of the mirror, (0, SIM_DEPTH_MM); 0: SIM_MIRROR_MM */
-	double deg_per_s;           /* rotation about the depth axis */
-	double shift_mm_per_s[3];   /* translation speed: lateral x, y (steady drift) and depth
+	double mirror_mm;         /* depth of the mirror, (0, SIM_DEPTH_MM); 0: SIM_MIRROR_MM */
+	double deg_per_s;         /* rotation about the depth axis */
+	double shift_mm_per_s[3]; /* translation speed: lateral x, y (steady drift) and depth
 	                             * (back and forth within +-SIM_AXIAL_MM at this speed) */
-	uint64_t jump_epoch;        /* from this epoch on (0: never) the phantom is moved by ... */
-	double jump_mm[3];          /* ... this much (x, y, depth; mm) ... */
-	double jump_deg; /* ... and turned by this much: a patient who moved, then stays */
-	double snr_db;   /* see sim_noise_sigma() */
-	double beam_um;  /* lateral resolution, intensity FWHM in um; 0: a pencil beam (each
+	uint64_t jump_epoch;      /* from this epoch on (0: never) the phantom is moved by ... */
+	double jump_mm[3];        /* ... this much (x, y, depth; mm) ... */
+	double jump_deg;          /* ... and turned by this much: a patient who moved, then stays */
+	double snr_db;            /* see sim_noise_sigma() */
+	double beam_um; /* lateral resolution, intensity FWHM in um; 0: a pencil beam (each
 	                  * position sees only its own 6 um scatterer cell) */
-	bool noiseless;  /* no shot noise (tests) */
+	bool noiseless; /* no shot noise (tests) */
 };
 
 struct sim;

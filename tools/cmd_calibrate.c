@@ -7,17 +7,20 @@
  * backend on the data, so what is measured is what volrecd will compute. docs/calibration.md.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <fftw3.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
 #include "formats/png.h"
+#include "sources/recording.h"
 #include "tools/calibrate.h"
 
 #define CAL_MIN_ASCANS_REF    16 /* --reference: A-scans to average */
@@ -368,13 +371,138 @@ static int write_png(struct cal_ctx *x, const char *name, const struct cal_engin
 	return VR_EXIT_OK;
 }
 
+/* Write all n bytes to fd: 0 or a negative errno. */
+static int write_full(int fd, const void *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p = (const uint8_t *)p + w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The first epochs of a raw recording (version 2 of the replay format: each epoch in a frame
+ * with its index entry) into the memory file fd as a version 1 replay file, each epoch's
+ * CRC-32C checked: enough epochs for max_ascans A-scans of whole B-scans. 0 or a negative errno
+ * with the message in err. */
+static int recording_flat(const char *path, struct src_replay_info *info, size_t max_ascans, int fd,
+                          char *err, size_t errlen)
+{
+	const uint64_t eb = volrec_sample_bytes(info->sample_type, (size_t)info->samples_per_ascan *
+	                                                                   info->ascans_per_bscan *
+	                                                                   info->bscans_per_volume);
+	const uint64_t fb = src_rec_frame_size(eb);
+	uint64_t n = 0, want = max_ascans / info->ascans_per_bscan;
+	struct src_rec_frame *fr = NULL;
+	uint8_t h[SRC_REPLAY_FIXED_SIZE] = SRC_REPLAY_MAGIC, *buf = NULL;
+	int rc, in = -1;
+
+	rc = src_rec_index_read(path, info, &fr, &n, err, errlen);
+	if (rc < 0)
+		return rc;
+	want = (want ? want : 1) + info->bscans_per_volume - 1; /* whole B-scans, in epochs */
+	want /= info->bscans_per_volume;
+	n = n < want ? n : want;
+	put32(h + 8, 1);
+	put32(h + 12, SRC_REPLAY_FIXED_SIZE);
+	put32(h + 16, info->sample_type);
+	put32(h + 20, info->samples_per_ascan);
+	put32(h + 24, info->ascans_per_bscan);
+	put32(h + 28, info->bscans_per_volume);
+	put32(h + 32, (uint32_t)n);
+	put32(h + 36, (uint32_t)(n >> 32));
+	put32(h + 40, info->stride_x);
+	put32(h + 44, info->stride_y);
+	put32(h + 48, info->flags & SRC_REPLAY_FLAG_BIDIR);
+	buf = malloc(eb);
+	in = open(path, O_RDONLY | O_CLOEXEC);
+	if (!buf || in < 0) {
+		rc = buf ? vr_err_errno(err, errlen, -errno, "%s", path)
+		         : vr_err(err, errlen, -ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = write_full(fd, h, sizeof(h));
+	for (uint64_t i = 0; rc == 0 && i < n; i++) {
+		rc = vr_pread_full(in, buf, eb,
+		                   info->header_size + fr[i].index * fb + SRC_REC_FRAME_HDR);
+		if (rc == 0 && src_crc32c(0, buf, eb) != fr[i].crc) {
+			rc = vr_err(
+			        err, errlen, -EBADMSG,
+			        "%s: CRC-32C mismatch in epoch %llu (frame %llu): the recording "
+			        "is damaged there",
+			        path, (unsigned long long)fr[i].epoch,
+			        (unsigned long long)fr[i].index);
+			goto out;
+		}
+		if (rc == 0)
+			rc = write_full(fd, buf, eb);
+	}
+	if (rc < 0)
+		rc = vr_err_errno(err, errlen, rc, "%s", path);
+out:
+	if (in >= 0)
+		close(in);
+	free(buf);
+	free(fr);
+	return rc;
+}
+
+/* cal_data_load, which reads version 1 of the replay format, of any input: a raw recording
+ * (version 2) goes through a memory file made by recording_flat, named path in d and in err. */
+static int load_any(const struct cal_ctx *x, const char *path, struct cal_data *d, char *err,
+                    size_t errlen)
+{
+	struct src_replay_info info;
+	char mem[64], probe_err[8];
+	int rc, fd;
+
+	if (src_replay_probe(path, &info, probe_err, sizeof(probe_err)) < 0 || info.version < 2)
+		return cal_data_load(path, x->have_cfg ? &x->cfg : NULL, x->o.max_ascans, d, err,
+		                     errlen);
+	fd = memfd_create("volrec-calibrate", MFD_CLOEXEC);
+	if (fd < 0)
+		return vr_err_errno(err, errlen, -errno, "%s: a memory file", path);
+	rc = recording_flat(path, &info, x->o.max_ascans, fd, err, errlen);
+	snprintf(mem, sizeof(mem), "/proc/self/fd/%d", fd);
+	if (rc == 0)
+		rc = cal_data_load(mem, x->have_cfg ? &x->cfg : NULL, x->o.max_ascans, d, err,
+		                   errlen);
+	close(fd);
+	if (rc == 0) {
+		snprintf(d->path, sizeof(d->path), "%s", path);
+		d->format = "raw recording";
+		d->available =
+		        (size_t)info.complete * info.bscans_per_volume * info.ascans_per_bscan;
+	} else {
+		/* the loader's message names the memory file: name the recording */
+		char *at = strstr(err, mem), tail[1024];
+
+		if (at) {
+			snprintf(tail, sizeof(tail), "%s", at + strlen(mem));
+			snprintf(at, errlen - (size_t)(at - err), "%s%s", path, tail);
+		}
+	}
+	return rc;
+}
+
 /* Load an input, refusing saturated data and too few A-scans. */
 static int load_input(const struct cal_ctx *x, const char *path, size_t min_ascans,
                       struct cal_data *d)
 {
 	char err[1024];
-	int rc = cal_data_load(path, x->have_cfg ? &x->cfg : NULL, x->o.max_ascans, d, err,
-	                       sizeof(err));
+	int rc = load_any(x, path, d, err, sizeof(err));
 
 	if (rc < 0) {
 		fprintf(stderr, "volrec calibrate: %s\n", err);

@@ -165,7 +165,8 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		return VR_EXIT_USAGE;
 	}
 	sim_params_from_config(&p, &cfg);
-	p.mirror_mm = mirror_mm;
+	if (mirror_mm > 0) /* --mirror-mm over source.synth.mirror_mm */
+		p.mirror_mm = mirror_mm;
 	rc = sim_create(&p, &sim, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "volrec sim: %s: %s\n", cfg_path, err);
@@ -205,7 +206,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	         p.shift_mm_per_s[0], p.shift_mm_per_s[1], p.shift_mm_per_s[2],
 	         (unsigned long long)p.jump_epoch, p.jump_mm[0], p.jump_mm[1], p.jump_mm[2],
 	         p.jump_deg, p.snr_db, p.beam_um, p.rate, p.bit_shift,
-	         mirror_mm > 0 ? mirror_mm : SIM_MIRROR_MM, poly[0], poly[1], poly[2], poly[3],
+	         p.mirror_mm > 0 ? p.mirror_mm : SIM_MIRROR_MM, poly[0], poly[1], poly[2], poly[3],
 	         disp[0], disp[1]);
 
 	memset(&info, 0, sizeof(info));

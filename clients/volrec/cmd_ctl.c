@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,97 +17,8 @@
 
 #include "base/base.h"
 #include "clients/volrec/tools.h"
-#include "ipc/ipc.h"
 
 #define CTL_MAX_KEYS 32
-
-/* Send one JSON request and wait up to timeout s for the reply; prints errors and returns a
- * VR_EXIT_ code, *reply set (caller puts it) on VR_EXIT_OK. */
-static int ctl_request(const struct tool_target *t, const char *cmd, struct json_object *req,
-                       double timeout, struct json_object **reply)
-{
-	char path[TOOL_PATH_MAX + 96], *text = NULL;
-	const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
-	/* a request volrecd read in time is answered at once: wait a second beyond its expiry */
-	int ms = (int)(timeout * 1000.0) + 1000, rc, fd;
-	uint64_t deadline;
-	size_t n;
-	struct stat st;
-
-	snprintf(path, sizeof(path), "%s/%s.ctl", t->run_dir, t->instance);
-	if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) {
-		fprintf(stderr,
-		        "volrec %s: no control socket %s: volrecd of instance '%s' is not "
-		        "running (or is older than the control socket)\n",
-		        cmd, path, t->instance);
-		return VR_EXIT_NO_DAEMON;
-	}
-	if (access(path, R_OK | W_OK) != 0) {
-		fprintf(stderr,
-		        "volrec %s: %s: permission denied (the control socket is for the "
-		        "daemon's group, volrec: add yourself to it)\n",
-		        cmd, path);
-		return VR_EXIT_PERM;
-	}
-	fd = ipc_ctl_connect(path);
-	if (fd == -EACCES || fd == -EPERM) {
-		fprintf(stderr, "volrec %s: %s: permission denied (add yourself to its group)\n",
-		        cmd, path);
-		return VR_EXIT_PERM;
-	}
-	if (fd < 0) {
-		fprintf(stderr,
-		        "volrec %s: cannot connect to %s: %s (is volrecd of instance '%s' "
-		        "running?)\n",
-		        cmd, path, strerror(-fd), t->instance);
-		return VR_EXIT_NO_DAEMON;
-	}
-	rc = ipc_ctl_send(fd, body, strlen(body));
-	if (rc < 0) {
-		fprintf(stderr, "volrec %s: cannot send to %s: %s\n", cmd, path, strerror(-rc));
-		close(fd);
-		return VR_EXIT_FAIL;
-	}
-	deadline = vr_mono_ns() + (uint64_t)ms * 1000000ull;
-	do {
-		uint64_t now = vr_mono_ns();
-		rc = ipc_ctl_recv(fd, now < deadline ? (int)((deadline - now) / 1000000ull) : 0,
-		                  &text, &n);
-	} while (rc == -EINTR);
-	close(fd);
-	if (rc == -EAGAIN) {
-		fprintf(stderr,
-		        "volrec %s: volrecd of instance '%s' did not read the request within %.1f "
-		        "s: it expired unread and is not applied\n",
-		        cmd, t->instance, timeout);
-		return VR_EXIT_TIMEOUT;
-	}
-	if (rc < 0) {
-		fprintf(stderr, "volrec %s: no answer from %s: %s\n", cmd, path,
-		        rc == -EPIPE ? "the daemon closed the connection" : strerror(-rc));
-		return VR_EXIT_FAIL;
-	}
-	*reply = vr_json_parse_object(text, n, JSON_TOKENER_DEFAULT_DEPTH, NULL, 0);
-	free(text);
-	if (!*reply) {
-		fprintf(stderr, "volrec %s: the daemon's answer is not JSON\n", cmd);
-		return VR_EXIT_FAIL;
-	}
-	return VR_EXIT_OK;
-}
-
-/* VR_EXIT_OK when the reply says ok, else prints its error and returns VR_EXIT_REJECTED. */
-static int ctl_checked(struct json_object *reply, const char *cmd)
-{
-	struct json_object *ok, *e;
-
-	if (json_object_object_get_ex(reply, "ok", &ok) && json_object_get_boolean(ok))
-		return VR_EXIT_OK;
-	fprintf(stderr, "volrec %s: %s\n", cmd,
-	        json_object_object_get_ex(reply, "error", &e) ? json_object_get_string(e)
-	                                                      : "refused");
-	return VR_EXIT_REJECTED;
-}
 
 static void ctl_usage(FILE *f, const void *ctx)
 {
@@ -194,7 +104,7 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 		json_object_object_add(req, "expires_ms",
 		                       json_object_new_int64((int64_t)(end * 1000)));
 
-		while ((rc = ctl_request(&tg, cmd, req, timeout, &reply)) == VR_EXIT_OK &&
+		while ((rc = tool_ctl_request(&tg, cmd, req, timeout, &reply)) == VR_EXIT_OK &&
 		       json_object_object_get_ex(reply, "retry", &retry) &&
 		       json_object_get_boolean(retry) && vr_mono_s() + 0.05 < end) {
 			json_object_put(reply);
@@ -205,7 +115,7 @@ static int ctl_main(int argc, char **argv, const char *cmd)
 	json_object_put(req);
 	if (rc != VR_EXIT_OK)
 		return rc;
-	rc = ctl_checked(reply, cmd);
+	rc = tool_ctl_checked(reply, cmd);
 	if (rc == VR_EXIT_OK && !strcmp(cmd, "get")) {
 		if (json_object_object_get_ex(reply, "value", &v))
 			printf("%s\n", json_object_get_string(v));

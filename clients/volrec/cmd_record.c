@@ -61,7 +61,18 @@ static void record_usage(FILE *f)
 	fprintf(f,
 	        "usage: volrec record -o FILE.h5 [-n N | -s S] [--force] [-w S] [-i NAME] [-r "
 	        "DIR]\n"
-	        "                     [-c FILE]\n\n"
+	        "                     [-c FILE]\n"
+	        "       volrec record --raw NAME [-n EPOCHS | -s SECONDS] [-i NAME] [-r DIR] [-c "
+	        "FILE]\n\n"
+	        "--raw: the daemon records the raw spectra it acquires into <record.dir>/NAME.vrr\n"
+	        "(man volrec) for EPOCHS epochs, SECONDS seconds, or until Ctrl-C, which\n"
+	        "stops it cleanly (record_stop); the command shows its progress on a terminal\n"
+	        "(size, rate, epochs written and left out) and prints the file, its epochs and "
+	        "why\n"
+	        "it ended. NAME is a name, not a path (letters, digits, '-', '_' and '.', not\n"
+	        "first; a trailing .vrr is dropped). Exit status 4 when epochs were left out, 5\n"
+	        "when the daemon refused (record.dir, an existing NAME, a recording in progress,\n"
+	        "record.min_free_gb), 8 when the disk (or record.min_free_gb) ended it.\n\n"
 	        "Subscribe to a running volrecd and write every volume it publishes into HDF5 "
 	        "until N\n"
 	        "volumes are written, S seconds have passed, or Ctrl-C (SIGINT) / SIGTERM. Each "
@@ -660,9 +671,37 @@ static int daemon_pid(const struct tool_target *t)
 	return tool_daemon_find(t, &d) == 0 ? d.pid : 0;
 }
 
-enum { OPT_COMPRESS = 0x300 };
+/* ---- the recording's steps ----------------------------------------------------------------- */
 
-VR_COMMAND(record, "write every published volume into HDF5, reporting any it missed")
+/* What the command line asks for. */
+struct rec_args {
+	unsigned deflate; /* --compress level, 0: none */
+	bool force;
+	const char *raw; /* --raw NAME: the daemon records raw spectra (cmd_record_raw.c) */
+};
+
+/* What one step of the loop says: go on, end the recording, or the daemon is gone for good. */
+enum rec_step { REC_GO_ON, REC_END, REC_GONE };
+
+/* One recording's loop state beside the file's (struct rec). */
+struct rec_loop {
+	struct tool_target *tg;
+	struct tool_run run;
+	struct volrec_client *c;
+	uint8_t *buf; /* one volume */
+	int pid;
+	bool tty;
+	const char *nl;  /* "\n" before a message while a progress line is shown */
+	const char *end; /* why the recording ended (attribute "end") */
+	int status;      /* exit status so far */
+	double next_progress;
+};
+
+enum { OPT_COMPRESS = 0x300, OPT_RAW };
+
+/* The options into tg, run and a; TOOL_ARGS_GO_ON, or the exit status to end with. */
+static int rec_parse(int argc, char **argv, struct tool_target *tg, struct tool_run *run,
+                     struct rec *r, struct rec_args *a)
 {
 	static const struct option longopts[] = {
 	        TOOL_COMMON_LONGOPTS,
@@ -670,42 +709,33 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	        TOOL_RUN_LONGOPTS,
 	        {"force", no_argument, NULL, 'f'},
 	        {"compress", optional_argument, NULL, OPT_COMPRESS},
+	        {"raw", required_argument, NULL, OPT_RAW},
 	        VR_CLI_LONGOPTS_END,
 	};
-	struct rec r = {.seg_fd = -1};
-	unsigned deflate = 0;
 	uint64_t level;
-	struct tool_target tg;
-	struct tool_daemon d;
-	struct volrec_client *c = NULL;
-	struct tool_run run;
-	double next_progress = 0;
-	bool force = false, tty = isatty(STDERR_FILENO);
-	const char *end = "count reached", *nl;
-	uint8_t *buf = NULL;
-	int opt, rc, status = VR_EXIT_OK, pid;
+	int opt;
 
-	h5vol_init();
-	tool_target_init(&tg);
-	tool_run_init(&run);
-	while ((opt = tool_run_getopt(&tg, &run, "record", argc, argv, "i:r:c:o:n:s:fw:h",
+	while ((opt = tool_run_getopt(tg, run, "record", argc, argv, "i:r:c:o:n:s:fw:h",
 	                              longopts)) != -1) {
 		switch (opt) {
 		case 'o':
-			r.path = optarg;
+			r->path = optarg;
 			break;
 		case 'f':
-			force = true;
+			a->force = true;
+			break;
+		case OPT_RAW:
+			a->raw = optarg;
 			break;
 		case OPT_COMPRESS:
 			if (!optarg) {
-				deflate = 1;
+				a->deflate = 1;
 				break;
 			}
 			if (vr_cli_u64("volrec record", "--compress", optarg, 1, 9, "1 to 9",
 			               &level) < 0)
 				return VR_EXIT_USAGE;
-			deflate = (unsigned)level;
+			a->deflate = (unsigned)level;
 			break;
 		default:
 			return tool_usage(record_usage, opt);
@@ -713,14 +743,40 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 	}
 	if (vr_cli_args_done("volrec record", argc, argv))
 		return VR_EXIT_USAGE;
-	if (!r.path || !*r.path || strlen(r.path) >= TOOL_PATH_MAX) {
-		fprintf(stderr, "volrec record: -o FILE.h5 is required (see --help)\n");
+	if (a->raw) {
+		if (r->path || a->force || a->deflate || run->restart_wait >= 0) {
+			fprintf(stderr,
+			        "volrec record: --raw NAME records in the daemon's "
+			        "record.dir: -o, --force, --compress and --restart-wait are "
+			        "for HDF5 recordings\n");
+			return VR_EXIT_USAGE;
+		}
+		if (run->count && run->seconds) {
+			fprintf(stderr, "volrec record: --raw takes -n EPOCHS or -s SECONDS, not "
+			                "both\n");
+			return VR_EXIT_USAGE;
+		}
+		return TOOL_ARGS_GO_ON;
+	}
+	if (!r->path || !*r->path || strlen(r->path) >= TOOL_PATH_MAX) {
+		fprintf(stderr, "volrec record: -o FILE.h5 (or --raw NAME) is required (see "
+		                "--help)\n");
 		return VR_EXIT_USAGE;
 	}
-	rc = tool_target_finish(&tg, "record");
+	return TOOL_ARGS_GO_ON;
+}
+
+/* Find the daemon, subscribe, create the file and its first attributes. VR_EXIT_OK, or the exit
+ * status with the message printed; with L->end set when the file was made (close it). */
+static int rec_setup(struct rec *r, struct rec_loop *L, const struct rec_args *a)
+{
+	struct tool_daemon d;
+	int rc;
+
+	rc = tool_target_finish(L->tg, "record");
 	if (rc)
 		return rc;
-	rc = tool_daemon_require(&tg, "record", &d);
+	rc = tool_daemon_require(L->tg, "record", &d);
 	if (rc)
 		return rc;
 	if (!d.have_header || !d.header.ny || !d.header.nx || !d.header.nz ||
@@ -728,248 +784,294 @@ VR_COMMAND(record, "write every published volume into HDF5, reporting any it mis
 		fprintf(stderr,
 		        "volrec record: the shared memory of instance '%s' holds no u8 volumes "
 		        "(%s)\n",
-		        tg.instance, d.have_header ? "output.dtype is not u8" : "no segment");
+		        L->tg->instance, d.have_header ? "output.dtype is not u8" : "no segment");
 		return d.have_header ? VR_EXIT_FAIL : VR_EXIT_NO_DAEMON;
 	}
 	/* generous queue: notifications are 128 bytes; volumes themselves stay in the slots */
-	rc = tool_client_open(&tg, "record", VOLREC_SUB_VOL | VOLREC_SUB_STATUS | VOLREC_SUB_EVENT,
-	                      100000, &c);
+	rc = tool_client_open(L->tg, "record",
+	                      VOLREC_SUB_VOL | VOLREC_SUB_STATUS | VOLREC_SUB_EVENT, 100000, &L->c);
 	if (rc)
 		return rc;
-	snprintf(r.ctl_path, sizeof(r.ctl_path), "%s/%s.ctl", tg.run_dir, tg.instance);
-	r.Y = d.header.ny;
-	r.X = d.header.nx;
-	r.Z = d.header.nz;
-	pid = d.pid;
-	rc = rec_open(&r, force, deflate);
+	snprintf(r->ctl_path, sizeof(r->ctl_path), "%s/%s.ctl", L->tg->run_dir, L->tg->instance);
+	r->Y = d.header.ny;
+	r->X = d.header.nx;
+	r->Z = d.header.nz;
+	L->pid = d.pid;
+	rc = rec_open(r, a->force, a->deflate);
 	if (rc) {
-		fprintf(stderr, "volrec record: %s\n", r.err);
-		volrec_client_close(c);
+		fprintf(stderr, "volrec record: %s\n", r->err);
 		return rc == -EEXIST ? VR_EXIT_USAGE : tool_exit_for_output(rc);
 	}
-	rc = rec_start_attrs(&r, &tg);
-	buf = malloc((size_t)r.Y * r.X * r.Z);
-	if (rc || !buf) {
-		fprintf(stderr, "volrec record: %s\n", rc ? r.err : "out of memory");
-		status = rc ? tool_exit_for_output(rc) : VR_EXIT_FAIL;
-		end = rc && h5vol_is_nospace(rc) ? "disk full"
-		      : rc                       ? "write error"
-		                                 : "out of memory";
-		goto out;
+	L->end = "count reached";
+	rc = rec_start_attrs(r, L->tg);
+	L->buf = malloc((size_t)r->Y * r->X * r->Z);
+	if (rc || !L->buf) {
+		fprintf(stderr, "volrec record: %s\n", rc ? r->err : "out of memory");
+		L->end = rc && h5vol_is_nospace(rc) ? "disk full"
+		         : rc                       ? "write error"
+		                                    : "out of memory";
+		return rc ? tool_exit_for_output(rc) : VR_EXIT_FAIL;
 	}
+	return VR_EXIT_OK;
+}
+
+/* No message for a while: is the daemon still there, gone, or back? */
+static enum rec_step rec_quiet(struct rec_loop *L, double now)
+{
+	bool running =
+	        (!L->run.away_since && tool_pid_is_volrecd(L->pid)) || (L->pid = daemon_pid(L->tg));
+
+	switch (tool_run_presence(&L->run, running, now)) {
+	case TOOL_DAEMON_GONE:
+		return REC_GONE;
+	case TOOL_DAEMON_AWAY:
+		fprintf(stderr,
+		        "%svolrec record: volrecd of instance '%s' %s; waiting for it to come "
+		        "back%s\n",
+		        L->nl, L->tg->instance, L->run.stopping ? "stopped" : "went away",
+		        L->run.restart_wait > 0 ? " (--restart-wait)" : " (Ctrl-C to end)");
+		break;
+	case TOOL_DAEMON_BACK:
+		fprintf(stderr, "%svolrec record: volrecd of instance '%s' is back (pid %d)\n",
+		        L->nl, L->tg->instance, L->pid);
+		break;
+	case TOOL_DAEMON_SAME:
+		break;
+	}
+	return REC_GO_ON;
+}
+
+/* A status message: the first goes into the attributes; another geometry ends the recording
+ * (the volumes of that session already written go out again). */
+static enum rec_step rec_on_status(struct rec *r, struct rec_loop *L, const char *text, size_t len)
+{
+	int rc = rec_status(r, text, len);
+
+	if (rc < 0) {
+		L->status = rec_failed(r, rc, L->nl, &L->end);
+		return REC_END;
+	}
+	if (!rc)
+		return REC_GO_ON;
+	uint64_t keep = r->last_session == r->changed ? r->session_first : h5vol_count(r->w);
+	char terr[256] = "";
+
+	if (keep < h5vol_count(r->w) && h5vol_truncate(r->w, keep, terr, sizeof(terr)))
+		fprintf(stderr, "%svolrec record: %s\n", L->nl, terr);
+	fprintf(stderr,
+	        "%svolrec record: %s: stopping; %s holds the %" PRIu64 " volumes recorded "
+	        "before\n",
+	        L->nl, r->err, r->path, h5vol_count(r->w));
+	if (r->last_session != r->changed && rec_miss_tail(r, L->nl))
+		fprintf(stderr, "%svolrec record: %s\n", L->nl, r->err);
+	L->status = VR_EXIT_FAIL;
+	L->end = "geometry changed";
+	return REC_END;
+}
+
+/* An event message: `stopping` says the daemon stops (not that it went away). */
+static void rec_on_event(struct rec_loop *L, const char *text, size_t len)
+{
+	struct json_object *ev = tool_json_parse(text, len, NULL, 0);
+	char name[64];
+
+	if (!ev)
+		return;
+	tool_json_str(ev, "event", name, sizeof(name));
+	if (!strcmp(name, "stopping"))
+		L->run.stopping = true;
+	json_object_put(ev);
+}
+
+/* A volume: account for gaps, copy it out, check it was not torn, write it. */
+static enum rec_step rec_on_volume(struct rec *r, struct rec_loop *L, struct volrec_message *m)
+{
+	struct volrec_view v = m->view;
+	uint64_t first = 1;
+	bool torn;
+	int rc = 0;
+
+	if (!r->have_status) {
+		/* the recording starts after the daemon's first status message: it names the
+		 * geometry of the volumes (a restart before it came would otherwise go
+		 * unchecked) */
+		volrec_view_release(L->c, &m->view);
+		return REC_GO_ON;
+	}
+	if (v.ny != r->Y || v.nx != r->X || v.nz != r->Z || v.dtype != VOLREC_DTYPE_U8) {
+		volrec_view_release(L->c, &m->view);
+		fprintf(stderr,
+		        "%svolrec record: the daemon now publishes %u x %u x %u volumes of dtype "
+		        "%u (was %u x %u x %u u8, session %016" PRIx64 "): stopping; %s holds the "
+		        "%" PRIu64 " volumes recorded before\n",
+		        L->nl, v.ny, v.nx, v.nz, v.dtype, r->Y, r->X, r->Z, v.session_id, r->path,
+		        h5vol_count(r->w));
+		if (v.session_id != r->last_session && rec_miss_tail(r, L->nl))
+			fprintf(stderr, "%svolrec record: %s\n", L->nl, r->err);
+		L->status = VR_EXIT_FAIL;
+		L->end = "geometry changed";
+		return REC_END;
+	}
+	memcpy(L->buf, v.data, v.bytes);
+	torn = volrec_view_release(L->c, &m->view) == VOLREC_ETORN;
+	if (tool_run_presence(&L->run, true, vr_mono_s()) == TOOL_DAEMON_BACK)
+		fprintf(stderr, "%svolrec record: volrecd of instance '%s' is back\n", L->nl,
+		        L->tg->instance);
+	if (r->last_session == v.session_id) {
+		first = r->last_seq + 1;
+	} else {
+		if (!r->last_session)
+			first = v.sequence; /* recording starts here */
+		else
+			fprintf(stderr,
+			        "%svolrec record: the daemon restarted or rebuilt (session "
+			        "%016" PRIx64 ", same volume shape): recording continues\n",
+			        L->nl, v.session_id);
+		r->session_first = h5vol_count(r->w);
+		r->sessions++;
+		rc = rec_miss_tail(r, L->nl);
+		rec_follow_segment(r, L->tg->instance, v.session_id);
+	}
+	if (!rc && v.sequence > first)
+		rc = rec_miss(r, v.session_id, first, v.sequence - 1, REC_GAP, false);
+	r->last_session = v.session_id;
+	r->last_seq = v.sequence;
+	if (!rc && torn)
+		rc = rec_miss(r, v.session_id, v.sequence, v.sequence, REC_TORN, false);
+	else if (!rc)
+		rc = rec_write(r, L->c, &v, L->buf);
+	if (rc) {
+		L->status = rec_failed(r, rc, L->nl, &L->end);
+		return REC_END;
+	}
+	return REC_GO_ON;
+}
+
+/* The progress line on a terminal, at most 4 times a second. */
+static void rec_progress(const struct rec *r, struct rec_loop *L, double now)
+{
+	if (!L->tty || now < L->next_progress)
+		return;
+	fprintf(stderr,
+	        "\rvolrec record: %" PRIu64 " volumes (#%" PRIu64 "), %" PRIu64
+	        " missed, %.1f MB, %.0f s%s\033[K",
+	        h5vol_count(r->w), r->last_seq, r->nmissed,
+	        (double)h5vol_count(r->w) * r->Y * r->X * r->Z / 1e6, now - L->run.t0,
+	        L->run.away_since ? ", waiting for the daemon" : "");
+	L->next_progress = now + 0.25;
+}
+
+/* Record until the count, the time, Ctrl-C, an error, or the daemon gone for good. */
+static void rec_loop(struct rec *r, struct rec_loop *L)
+{
+	enum rec_step step = REC_GO_ON;
+
 	tool_catch_signals();
-	nl = "";
-	run.t0 = vr_mono_s();
-	for (;;) {
+	L->nl = "";
+	L->run.t0 = vr_mono_s();
+	while (step == REC_GO_ON) {
 		struct volrec_message m;
 		double now = vr_mono_s();
-		int wait_ms = 200;
+		int rc;
 
-		if (run.count && h5vol_count(r.w) >= run.count)
+		if (L->run.count && h5vol_count(r->w) >= L->run.count)
 			break;
-		if (tool_run_time_up(&run, now)) {
-			end = "time reached";
+		if (tool_run_time_up(&L->run, now)) {
+			L->end = "time reached";
 			break;
 		}
 		if (tool_interrupted()) {
-			end = "interrupted";
+			L->end = "interrupted";
 			break;
 		}
-		if (tty && now >= next_progress) {
-			fprintf(stderr,
-			        "\rvolrec record: %" PRIu64 " volumes (#%" PRIu64 "), %" PRIu64
-			        " missed, %.1f MB, %.0f s%s\033[K",
-			        h5vol_count(r.w), r.last_seq, r.nmissed,
-			        (double)h5vol_count(r.w) * r.Y * r.X * r.Z / 1e6, now - run.t0,
-			        run.away_since ? ", waiting for the daemon" : "");
-			next_progress = now + 0.25;
-		}
-		nl = tty ? "\n" : "";
-		wait_ms = tool_run_wait_ms(&run, now, wait_ms);
-		rc = volrec_client_next_message(c, wait_ms, &m);
-		if (rc == -ETIMEDOUT || rc == -EINTR || rc == -EAGAIN || rc == -EPROTO) {
-			if (rc != -ETIMEDOUT)
-				continue;
-			/* quiet: is the daemon still there, gone, or back? */
-			bool running = (!run.away_since && tool_pid_is_volrecd(pid)) ||
-			               (pid = daemon_pid(&tg));
-
-			switch (tool_run_presence(&run, running, now)) {
-			case TOOL_DAEMON_GONE:
-				goto gone;
-			case TOOL_DAEMON_AWAY:
-				fprintf(stderr,
-				        "%svolrec record: volrecd of instance '%s' %s; waiting for "
-				        "it to come back%s\n",
-				        nl, tg.instance, run.stopping ? "stopped" : "went away",
-				        run.restart_wait > 0 ? " (--restart-wait)"
-				                             : " (Ctrl-C to end)");
-				break;
-			case TOOL_DAEMON_BACK:
-				fprintf(stderr,
-				        "%svolrec record: volrecd of instance '%s' is back (pid "
-				        "%d)\n",
-				        nl, tg.instance, pid);
-				break;
-			case TOOL_DAEMON_SAME:
-				break;
-			}
+		rec_progress(r, L, now);
+		L->nl = L->tty ? "\n" : "";
+		rc = volrec_client_next_message(L->c, tool_run_wait_ms(&L->run, now, 200), &m);
+		if (rc == -ETIMEDOUT)
+			step = rec_quiet(L, now);
+		else if (rc == -EINTR || rc == -EAGAIN || rc == -EPROTO)
 			continue;
-		}
-		if (rc) {
-			fprintf(stderr, "%svolrec record: %s: %s\n", nl, volrec_strerror(rc),
-			        volrec_client_error(c));
-			status = VR_EXIT_FAIL;
-			end = "client error";
-			break;
-		}
-		if (m.type == VOLREC_MSG_STATUS) {
-			rc = rec_status(&r, m.text, m.len);
-			if (rc < 0) {
-				status = rec_failed(&r, rc, nl, &end);
-				break;
-			}
-			if (rc) {
-				/* volumes of that session already written go out again */
-				uint64_t keep = r.last_session == r.changed ? r.session_first
-				                                            : h5vol_count(r.w);
-				char terr[256] = "";
-
-				if (keep < h5vol_count(r.w) &&
-				    h5vol_truncate(r.w, keep, terr, sizeof(terr)))
-					fprintf(stderr, "%svolrec record: %s\n", nl, terr);
-				fprintf(stderr,
-				        "%svolrec record: %s: stopping; %s holds the %" PRIu64
-				        " volumes recorded before\n",
-				        nl, r.err, r.path, h5vol_count(r.w));
-				if (r.last_session != r.changed && rec_miss_tail(&r, nl))
-					fprintf(stderr, "%svolrec record: %s\n", nl, r.err);
-				status = VR_EXIT_FAIL;
-				end = "geometry changed";
-				break;
-			}
-			continue;
-		}
-		if (m.type == VOLREC_MSG_EVENT) {
-			struct json_object *ev = tool_json_parse(m.text, m.len, NULL, 0);
-			char name[64];
-
-			if (ev) {
-				tool_json_str(ev, "event", name, sizeof(name));
-				if (!strcmp(name, "stopping"))
-					run.stopping = true;
-				json_object_put(ev);
-			}
-			continue;
-		}
-
-		/* a volume: account for gaps, copy it out, check it was not torn, write it */
-		{
-			struct volrec_view v = m.view;
-			uint64_t first = 1;
-			bool torn;
-
-			if (!r.have_status) {
-				/* the recording starts after the daemon's first status message: it
-				 * names the geometry of the volumes (a restart before it came would
-				 * otherwise go unchecked) */
-				volrec_view_release(c, &m.view);
-				continue;
-			}
-
-			if (v.ny != r.Y || v.nx != r.X || v.nz != r.Z ||
-			    v.dtype != VOLREC_DTYPE_U8) {
-				volrec_view_release(c, &m.view);
-				fprintf(stderr,
-				        "%svolrec record: the daemon now publishes %u x %u x %u "
-				        "volumes of dtype %u (was %u x %u x %u u8, session "
-				        "%016" PRIx64 "): stopping; %s holds the %" PRIu64
-				        " volumes recorded before\n",
-				        nl, v.ny, v.nx, v.nz, v.dtype, r.Y, r.X, r.Z, v.session_id,
-				        r.path, h5vol_count(r.w));
-				if (v.session_id != r.last_session && rec_miss_tail(&r, nl))
-					fprintf(stderr, "%svolrec record: %s\n", nl, r.err);
-				status = VR_EXIT_FAIL;
-				end = "geometry changed";
-				break;
-			}
-			memcpy(buf, v.data, v.bytes);
-			torn = volrec_view_release(c, &m.view) == VOLREC_ETORN;
-			if (tool_run_presence(&run, true, vr_mono_s()) == TOOL_DAEMON_BACK)
-				fprintf(stderr,
-				        "%svolrec record: volrecd of instance '%s' is back\n", nl,
-				        tg.instance);
-			if (r.last_session == v.session_id) {
-				first = r.last_seq + 1;
-			} else {
-				if (!r.last_session)
-					first = v.sequence; /* recording starts here */
-				else
-					fprintf(stderr,
-					        "%svolrec record: the daemon restarted or rebuilt "
-					        "(session %016" PRIx64
-					        ", same volume shape): recording continues\n",
-					        nl, v.session_id);
-				r.session_first = h5vol_count(r.w);
-				r.sessions++;
-			}
-			rc = 0;
-			if (r.last_session != v.session_id) {
-				rc = rec_miss_tail(&r, nl);
-				rec_follow_segment(&r, tg.instance, v.session_id);
-			}
-			if (!rc && v.sequence > first)
-				rc = rec_miss(&r, v.session_id, first, v.sequence - 1, REC_GAP,
-				              false);
-			r.last_session = v.session_id;
-			r.last_seq = v.sequence;
-			if (!rc && torn)
-				rc = rec_miss(&r, v.session_id, v.sequence, v.sequence, REC_TORN,
-				              false);
-			else if (!rc)
-				rc = rec_write(&r, c, &v, buf);
-			if (rc) {
-				status = rec_failed(&r, rc, nl, &end);
-				break;
-			}
-		}
+		else if (rc) {
+			fprintf(stderr, "%svolrec record: %s: %s\n", L->nl, volrec_strerror(rc),
+			        volrec_client_error(L->c));
+			L->status = VR_EXIT_FAIL;
+			L->end = "client error";
+			step = REC_END;
+		} else if (m.type == VOLREC_MSG_STATUS)
+			step = rec_on_status(r, L, m.text, m.len);
+		else if (m.type == VOLREC_MSG_EVENT)
+			rec_on_event(L, m.text, m.len);
+		else
+			step = rec_on_volume(r, L, &m);
 	}
-	if (0) {
-	gone:
-		end = run.stopping ? "the daemon stopped" : "the daemon went away";
-		rc = rec_miss_tail(&r, nl);
-		if (rc)
-			fprintf(stderr, "%svolrec record: %s\n", nl, r.err);
-		fprintf(stderr, "%svolrec record: volrecd of instance '%s' %s%s\n", nl, tg.instance,
-		        run.stopping ? "stopped" : "went away",
-		        run.restart_wait > 0 ? " and did not come back within --restart-wait" : "");
-		status = VR_EXIT_NO_DAEMON;
+	if (step == REC_GONE) {
+		L->end = L->run.stopping ? "the daemon stopped" : "the daemon went away";
+		if (rec_miss_tail(r, L->nl))
+			fprintf(stderr, "%svolrec record: %s\n", L->nl, r->err);
+		fprintf(stderr, "%svolrec record: volrecd of instance '%s' %s%s\n", L->nl,
+		        L->tg->instance, L->run.stopping ? "stopped" : "went away",
+		        L->run.restart_wait > 0 ? " and did not come back within --restart-wait"
+		                                : "");
+		L->status = VR_EXIT_NO_DAEMON;
 	}
-out:
-	if (tty)
+}
+
+/* Close the file with its summary, free what the recording held, print the result; the exit
+ * status. */
+static int rec_finish(struct rec *r, struct rec_loop *L)
+{
+	int rc, status = L->status;
+
+	if (L->tty)
 		fprintf(stderr, "\r\033[K");
-	volrec_client_close(c);
-	free(buf);
-	for (uint32_t i = 0; i < r.ngens; i++)
-		free(r.gens[i].text);
-	free(r.gens);
-	if (r.seg_fd >= 0)
-		close(r.seg_fd);
-	rc = rec_close(&r, end, status == VR_EXIT_OK && r.nmissed == 0);
+	volrec_client_close(L->c);
+	free(L->buf);
+	for (uint32_t i = 0; i < r->ngens; i++)
+		free(r->gens[i].text);
+	free(r->gens);
+	if (r->seg_fd >= 0)
+		close(r->seg_fd);
+	rc = rec_close(r, L->end, status == VR_EXIT_OK && r->nmissed == 0);
 	if (rc) {
-		fprintf(stderr, "volrec record: %s\n", r.err);
+		fprintf(stderr, "volrec record: %s\n", r->err);
 		if (status == VR_EXIT_OK || status == VR_EXIT_INCOMPLETE)
 			status = tool_exit_for_output(rc) == VR_EXIT_NOSPACE ? VR_EXIT_NOSPACE
 			                                                     : VR_EXIT_FAIL;
 	} else {
 		H5close(); /* every HDF5 object is closed: the library may go */
 	}
-	printf("%s: %" PRIu64 " volumes of %u x %u x %u [Y][X][Z] u8 (%s)", r.path, r.volumes, r.Y,
-	       r.X, r.Z, end);
-	if (r.nmissed)
-		printf("; %" PRIu64 " missed (see /missed)", r.nmissed);
+	printf("%s: %" PRIu64 " volumes of %u x %u x %u [Y][X][Z] u8 (%s)", r->path, r->volumes,
+	       r->Y, r->X, r->Z, L->end);
+	if (r->nmissed)
+		printf("; %" PRIu64 " missed (see /missed)", r->nmissed);
 	printf("\n");
-	if (status == VR_EXIT_OK && r.nmissed)
+	if (status == VR_EXIT_OK && r->nmissed)
 		status = VR_EXIT_INCOMPLETE;
 	return status;
+}
+
+VR_COMMAND(record, "write every published volume into HDF5, or record raw spectra (--raw)")
+{
+	struct rec r = {.seg_fd = -1};
+	struct rec_args a = {0};
+	struct tool_target tg;
+	struct rec_loop L = {.tg = &tg, .tty = isatty(STDERR_FILENO), .nl = ""};
+	int rc;
+
+	h5vol_init();
+	tool_target_init(&tg);
+	tool_run_init(&L.run);
+	rc = rec_parse(argc, argv, &tg, &L.run, &r, &a);
+	if (rc != TOOL_ARGS_GO_ON)
+		return rc;
+	if (a.raw)
+		return record_raw(&tg, &L.run, a.raw);
+	L.status = rec_setup(&r, &L, &a);
+	if (L.status == VR_EXIT_OK)
+		rec_loop(&r, &L);
+	else if (!L.end) { /* no file made */
+		volrec_client_close(L.c);
+		return L.status;
+	}
+	return rec_finish(&r, &L);
 }

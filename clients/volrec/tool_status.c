@@ -74,6 +74,32 @@ void tool_event_line(struct json_object *ev, char *buf, size_t len)
 		         msg);
 }
 
+/* The raw recording line: none, or its name, state, file, size, rate, epochs and left out. */
+static void status_recording(FILE *f, struct json_object *st, const char *eol)
+{
+	char state[32], name[256], file[1024], end[64], error[512];
+
+	if (!tool_json_str(st, "recording.state", state, sizeof(state)))
+		return; /* an older daemon */
+	if (!strcmp(state, "idle")) {
+		fprintf(f, "  recording none%s", eol);
+		return;
+	}
+	tool_json_str(st, "recording.name", name, sizeof(name));
+	tool_json_str(st, "recording.file", file, sizeof(file));
+	tool_json_str(st, "recording.end", end, sizeof(end));
+	tool_json_str(st, "recording.error", error, sizeof(error));
+	fprintf(f,
+	        "  recording %s %s%s%s%s: %s, %.1f MB, %.1f MB/s, %.0f epochs, %.0f left out, "
+	        "%.0f s%s%s%s",
+	        name, state, end[0] ? " (" : "", end, end[0] ? ")" : "", file,
+	        tool_json_num(st, "recording.bytes", 0) / 1e6,
+	        tool_json_num(st, "recording.rate_mb_s", 0),
+	        tool_json_num(st, "recording.epochs_written", 0),
+	        tool_json_num(st, "recording.skipped_epochs", 0),
+	        tool_json_num(st, "recording.seconds", 0), error[0] ? "; " : "", error, eol);
+}
+
 void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_header *h,
                        const char *eol)
 {
@@ -185,6 +211,7 @@ void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_
 	        tool_json_num(st, "readers", 0), tool_json_num(st, "publisher.lease_skips", 0),
 	        tool_json_num(st, "publisher.forced_overwrite", 0),
 	        tool_json_num(st, "publisher.send_errors", 0), eol);
+	status_recording(f, st, eol);
 	if (tool_json_str(st, "reload.result", a, sizeof(a)) && a[0]) {
 		tool_json_str(st, "reload.message", c, sizeof(c));
 		fprintf(f, "  reload    %s%s%s%s", a, c[0] ? ": " : "", c, eol);

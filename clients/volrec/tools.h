@@ -210,6 +210,30 @@ bool tool_json_bool(struct json_object *o, const char *path, bool def);
  * (vr_utf8_sanitize); "" and false when absent or not a string. */
 bool tool_json_str(struct json_object *o, const char *path, char *buf, size_t len);
 
+/* ---- the control socket (tool_ctl.c) ------------------------------------------------------ */
+
+/*
+ * Send one JSON request to the control socket of t and wait up to timeout s (plus one: a request
+ * volrecd read in time is answered at once) for the reply. Prints "volrec CMD: ..." on errors and
+ * returns a VR_EXIT_ code: VR_EXIT_OK with *reply set (the caller puts it), VR_EXIT_NO_DAEMON (no
+ * socket, no connection), VR_EXIT_PERM, VR_EXIT_TIMEOUT (no answer) or VR_EXIT_FAIL.
+ */
+int tool_ctl_request(const struct tool_target *t, const char *cmd, struct json_object *req,
+                     double timeout, struct json_object **reply);
+/* tool_ctl_request that prints nothing: the reason of a failure in why (len bytes). */
+int tool_ctl_try(const struct tool_target *t, struct json_object *req, double timeout,
+                 struct json_object **reply, char *why, size_t len);
+/* VR_EXIT_OK when reply says "ok": true, else prints "volrec CMD: ERROR" (the daemon's error)
+ * and returns VR_EXIT_REJECTED. */
+int tool_ctl_checked(struct json_object *reply, const char *cmd);
+
+/* ---- `volrec record --raw` (cmd_record_raw.c) ---------------------------------------------- */
+
+/* Ask the daemon of tg (options read, not finished) to record raw spectra into
+ * <record.dir>/NAME.vrr for run->count epochs or run->seconds (0: until Ctrl-C), follow it with
+ * a progress line on a terminal, and stop it on Ctrl-C. The exit status. */
+int record_raw(struct tool_target *tg, const struct tool_run *run, const char *name);
+
 /* ---- status screen (tool_status.c) -------------------------------------------------------- */
 
 /* Print the status screen from a parsed status message (and the segment header, may be

@@ -4,7 +4,12 @@ process --source` processes them again with the configuration they carry, bit fo
 a file cut short stays readable up to its last complete epoch; a damaged epoch is named by its
 CRC-32C (stop or skip); a full disk stops the recording, never acquisition; names are checked."""
 import os
+import pathlib
+import pty
+import re
+import select
 import shutil
+import signal
 import struct
 import subprocess
 import time
@@ -225,3 +230,286 @@ def test_record_min_free_gb_refuses_and_stops_before_the_disk_fills(bin_dir, tmp
             d.close()
     finally:
         subprocess.run(["umount", str(small)])
+
+
+# ---- volrec record --raw ---------------------------------------------------------------------
+
+def run_on_pty(cmd, interrupt_on=None, timeout=TIMEOUT):
+    """Run cmd with stdout and stderr on a pseudo-terminal; SIGINT once interrupt_on (bytes)
+    shows in its output. (returncode, output)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
+                         close_fds=True)
+    os.close(slave)
+    text, sent = b"", False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the other side closed: the process ended
+                    chunk = b""
+                if not chunk and p.poll() is not None:
+                    break
+                text += chunk
+            elif p.poll() is not None:
+                break
+            if interrupt_on and not sent and re.search(interrupt_on, text):
+                p.send_signal(signal.SIGINT)
+                sent = True
+        rc = p.wait(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    return rc, text.decode(errors="replace")
+
+
+def test_record_raw_n_epochs_then_the_file_processes(recorded):
+    d, _, _, tmp, _ = recorded
+    r = d.volrec("record", "--raw", "cli-n", "-n", "7")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    f = pathlib.Path(d.cfg["record"]["dir"]) / "cli-n.vrr"
+    assert r.stdout.startswith(f"{f}: 7 epochs, 0 left out, "), r.stdout
+    assert "(epochs reached)" in r.stdout, r.stdout
+    assert frames(f)[2] == 7
+    p = process(d, f, tmp / "cli-n.h5")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    with h5py.File(tmp / "cli-n.h5", "r") as h:
+        e = [int(x) for x in h["epoch"][:]]
+    assert len(e) == 7 and e == list(range(e[0], e[0] + 7)), e
+
+
+def test_record_raw_seconds_and_a_trailing_vrr(recorded):
+    d = recorded[0]
+    r = d.volrec("record", "--raw", "cli-s.vrr", "-s", "0.5")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "cli-s.vrr: " in r.stdout and "(seconds reached)" in r.stdout, r.stdout
+    assert not (pathlib.Path(d.cfg["record"]["dir"]) / "cli-s.vrr.vrr").exists()
+
+
+def test_record_raw_on_a_terminal_shows_progress_and_ctrl_c_stops_it(recorded):
+    d = recorded[0]
+    rc, out = run_on_pty([str(d.bin / "volrec"), "record", "--raw", "cli-int", "-i",
+                          d.instance, "-r", str(d.run_dir)],
+                         interrupt_on=rb"cli-int: [0-9.]+ MB, [0-9.]+ MB/s, [1-9][0-9]* epochs, "
+                                      rb"0 left out")
+    assert rc == 0, out
+    assert re.search(r"cli-int\.vrr: [1-9][0-9]* epochs, 0 left out, .*\(record_stop\)", out), out
+    rec = status(d)["recording"]
+    assert rec["state"] == "finished" and rec["name"] == "cli-int", rec
+    assert frames(rec["file"])[2] == rec["epochs_written"]
+
+
+def test_record_raw_errors_are_clear(recorded):
+    d = recorded[0]
+    r = d.volrec("record", "--raw", "/tmp/x")
+    assert r.returncode == 2 and "a NAME, not a path" in r.stderr, r.stderr
+    r = d.volrec("record", "--raw", "x", "-o", "x.h5")
+    assert r.returncode == 2 and "record.dir" in r.stderr, r.stderr
+    r = d.volrec("record", "--raw", "x", "-w", "5")
+    assert r.returncode == 2 and "--restart-wait are for HDF5" in r.stderr, r.stderr
+    r = d.volrec("record", "--raw", "x", "-n", "3", "-s", "1")
+    assert r.returncode == 2 and "not both" in r.stderr, r.stderr
+    r = d.volrec("record", "--raw", ".x")
+    assert r.returncode == 5 and "not allowed" in r.stderr, r.stderr
+    r = d.volrec("record", "--raw", "run1")
+    assert r.returncode == 5 and "run1.vrr exists" in r.stderr, r.stderr
+    # one at a time: a second while the first records
+    p = d.volrec_popen("record", "--raw", "cli-busy")
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while status(d)["recording"].get("name") != "cli-busy":
+            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+            time.sleep(0.1)
+        r = d.volrec("record", "--raw", "cli-busy2", "-n", "1")
+        assert r.returncode == 5 and "is in progress" in r.stderr, r.stderr
+        # volrec status shows it
+        s = d.volrec("status")
+        assert re.search(r"recording cli-busy recording: \S+cli-busy\.vrr, [0-9.]+ MB, "
+                         r"[0-9.]+ MB/s, \d+ epochs, 0 left out", s.stdout), s.stdout
+    finally:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=TIMEOUT)
+    assert p.returncode == 0, (out, err)
+    assert "(record_stop)" in out, out
+
+
+def test_record_raw_without_a_daemon_or_record_dir_or_free_space(bin_dir, tmp_path):
+    r = subprocess.run([str(bin_dir / "volrec"), "record", "--raw", "x", "-i", "nobody",
+                        "-r", str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 3, r.stderr
+    d = raw_daemon(bin_dir, tmp_path)
+    try:
+        d.cfg["record"]["dir"] = str(tmp_path / "none")
+        d.restart(d.cfg)
+        r = d.volrec("record", "--raw", "x", "-n", "1")
+        assert r.returncode == 5, r.stderr
+        assert "record.dir %s: No such file or directory (record.dir in the configuration" % (
+            tmp_path / "none") in r.stderr, r.stderr
+        d.cfg["record"]["dir"] = str(tmp_path)
+        d.cfg["record"]["min_free_gb"] = 1e8  # more than any disk here
+        d.restart(d.cfg)
+        r = d.volrec("record", "--raw", "x", "-n", "1")
+        assert r.returncode == 5 and "record.min_free_gb" in r.stderr, r.stderr
+        assert not (tmp_path / "x.vrr").exists()
+        s = d.volrec("status")
+        assert "recording none" in s.stdout, s.stdout
+    finally:
+        d.close()
+
+
+# ---- reloads (docs/recording.md, "Reloads") ------------------------------------------------
+
+def wait_status(d, cond, what):
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        rec = status(d)["recording"]
+        if cond(rec):
+            return rec
+        assert time.monotonic() < deadline, (what, rec, d.log_text())
+        time.sleep(0.1)
+
+
+def test_a_structural_reload_ends_a_recording_whole_and_status_keeps_it(bin_dir, tmp_path):
+    d = raw_daemon(bin_dir, tmp_path)
+    try:
+        p = d.volrec_popen("record", "--raw", "during", "-n", "100000")
+        wait_status(d, lambda r: r.get("name") == "during" and r["epochs_written"] >= 3,
+                    "3 epochs written")
+        d.cfg["output"] = {"slots": 5}  # structural
+        d.write(d.cfg)
+        r = d.volrec("reload")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        out, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == 1, (out, err)
+        assert "(structural reload)" in out, (out, err)
+        assert "a structural reload of volrecd ended it" in err, err
+        rec = status(d)["recording"]
+        assert rec["state"] == "finished" and rec["end"] == "structural reload", rec
+        assert not rec["failed"] and rec["skipped_epochs"] == 0, rec
+        hsize, frame, n = frames(rec["file"])
+        assert n == rec["epochs_written"] >= 3
+        assert os.path.getsize(rec["file"]) == hsize + n * frame
+        # and a new one can start on the rebuilt pipeline
+        r = d.volrec("record", "--raw", "after", "-n", "2")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+    finally:
+        d.close()
+
+
+def test_record_name_on_reloads_never_replaces_and_a_refused_reload_keeps_recording(bin_dir,
+                                                                                   tmp_path):
+    d = raw_daemon(bin_dir, tmp_path, name="head", epochs=3)
+    try:
+        wait_status(d, lambda r: r.get("name") == "head" and r["state"] == "finished",
+                    "head recorded")
+        size = os.path.getsize(tmp_path / "head.vrr")
+        # the same record.name over a structural reload: the recording made already
+        d.cfg["output"] = {"slots": 5}
+        d.write(d.cfg)
+        r = d.volrec("reload")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        rec = status(d)["recording"]
+        assert rec["name"] == "head" and rec["state"] == "finished", rec
+        assert os.path.getsize(tmp_path / "head.vrr") == size
+        # another record.name: recorded from the rebuilt pipeline's first epoch
+        d.cfg["record"].update(name="other", epochs=0)
+        d.write(d.cfg)
+        r = d.volrec("reload")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        wait_status(d, lambda r: r.get("name") == "other" and r["epochs_written"] >= 2,
+                    "other recording")
+        # back to an existing name: refused before anything stops
+        d.cfg["record"]["name"] = "head"
+        d.cfg["output"] = {"slots": 6}
+        d.write(d.cfg)
+        r = d.volrec("reload")
+        assert r.returncode == 5, (r.stdout, r.stderr)
+        assert "head.vrr exists (a recording is never replaced" in r.stderr, r.stderr
+        was = status(d)["recording"]["epochs_written"]
+        rec = wait_status(d, lambda r: r["epochs_written"] > was + 2, "other goes on")
+        assert rec["name"] == "other" and rec["state"] == "recording", rec
+        assert status(d)["geometry"]["slots"] == 5
+        assert os.path.getsize(tmp_path / "head.vrr") == size
+        # a name that is a path: refused the same way
+        d.cfg["record"]["name"] = "../x"
+        d.write(d.cfg)
+        r = d.volrec("reload")
+        assert r.returncode == 5 and "is not allowed" in r.stderr, r.stderr
+        assert d.volrec("record", "--raw", "x", "-n", "1").returncode == 5  # other is busy
+        with Wire(ctl_path(d.run_dir, d.instance)) as w:
+            assert w.request({"op": "record_stop"})["ok"]
+        rec = wait_recording_done(d)
+        assert rec["name"] == "other" and rec["end"] == "record_stop", rec
+    finally:
+        d.close()
+
+
+# ---- calibration from volrec's own recordings (docs/calibration.md) -------------------------
+
+def test_calibration_walkthrough_with_volrecs_own_recordings(bin_dir, tmp_path):
+    """docs/calibration.md, "The whole procedure with volrec alone", as written there."""
+    d = Daemon.__new__(Daemon)
+    Daemon.__init__(d, bin_dir)
+    rec_dir, cal = tmp_path / "rec", tmp_path / "cal"
+    rec_dir.mkdir()
+    cal.mkdir()
+    try:
+        d.cfg.update(geometry={"samples_per_ascan": 512, "ascans_per_bscan": 16,
+                               "bscans_per_volume": 4, "stride": [1, 1]},
+                     reconstruct={"mode": "none"},
+                     record={"dir": str(rec_dir), "min_free_gb": 0})
+        d.cfg["source"]["synth"] = {"phantom": "mirror", "mirror_mm": 1.0}
+        d.cfg.pop("view", None)
+        d.restart(d.cfg)
+        for name, synth in (("mirror-1.0mm", None),
+                            ("mirror-0.6mm", {"phantom": "mirror", "mirror_mm": 0.6}),
+                            ("blocked", {"phantom": "blocked"}),
+                            ("sample", {"phantom": "tilted"})):
+            if synth:
+                d.cfg["source"]["synth"] = synth
+                d.write(d.cfg)
+                r = d.volrec("reload")
+                assert r.returncode == 0, (r.stdout, r.stderr)
+            r = d.volrec("record", "--raw", name, "-n", "20")
+            assert r.returncode == 0 and "20 epochs, 0 left out" in r.stdout, (r.stdout,
+                                                                                r.stderr)
+        vol = lambda *a: subprocess.run([str(bin_dir / "volrec"), *map(str, a)],
+                                        capture_output=True, text=True, timeout=300,
+                                        cwd=tmp_path)
+        r = vol("calibrate", "--reference", "-c", d.config, "-o", cal, "--check",
+                rec_dir / "sample.vrr", rec_dir / "blocked.vrr")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert "blocked.vrr: raw recording, 512 samples x 16 A-scans" in r.stdout, r.stdout
+        r = vol("calibrate", "--klin", "-c", d.config, "-o", cal, rec_dir / "mirror-1.0mm.vrr",
+                rec_dir / "mirror-0.6mm.vrr")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        m = re.search(r"FWHM ([0-9.]+) bins at bin \d+ before, ([0-9.]+) bins at bin 128 after",
+                      r.stdout)
+        assert m and float(m[2]) < 3 < 10 < float(m[1]), r.stdout
+        for t in ("reference.txt", "resample_table.txt", "dispersion_table.txt"):
+            shutil.copy(cal / t, d.config.parent / t)
+        d.cfg["preprocess"] = {"background": {"mode": "reference", "reference": "reference.txt"},
+                               "resample": {"method": "cubic", "table": "resample_table.txt"},
+                               "dispersion": {"table": "dispersion_table.txt"}}
+        d.write(d.cfg)
+        r = d.volrec("reload")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        # the mirror recorded before, processed again with the new configuration: sharp at
+        # bin 128 (1 mm), where the configuration it was recorded with leaves it spread
+        out = {}
+        for name, extra in (("before", ()), ("after", ("-c", d.config))):
+            r = vol("process", *extra, "--source", rec_dir / "mirror-1.0mm.vrr", "-o",
+                    tmp_path / f"{name}.h5")
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            with h5py.File(tmp_path / f"{name}.h5", "r") as f:
+                out[name] = f["volumes"][0].astype(float).mean(axis=(0, 1))
+        a, b = out["after"], out["before"]
+        assert a[16:].argmax() + 16 == 128, a.argmax()
+        assert (a[16:] > a.max() - 6).sum() < (b[16:] > b[16:].max() - 6).sum()
+    finally:
+        d.close()

@@ -45,6 +45,12 @@ static void test_crc32c_continues_and_both_paths_agree(void **state)
 	uint32_t whole = src_crc32c(0, b, 100003);
 	assert_int_equal(whole, src_crc32c_tables(0, b, 100003));
 	assert_int_equal(src_crc32c(src_crc32c(0, b, 777), b + 777, 100003 - 777), whole);
+	/* around and beyond the length from which three streams are joined */
+	static const size_t lens[] = {12287, 12288, 12289, 12295, 24575, 24583, 65541, 99999};
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		for (size_t off = 0; off < 3; off++)
+			assert_int_equal(src_crc32c(0x12345678u, b + off, lens[i]),
+			                 src_crc32c_tables(0x12345678u, b + off, lens[i]));
 	free(b);
 }
 

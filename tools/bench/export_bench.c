@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <blosc.h>
@@ -46,21 +47,36 @@ static double disk_rate(const char *path, uint64_t n)
 	return (double)n / dt;
 }
 
-/* Input bytes per second of blosc/zstd level 5 on one thread over the default chunks of the
- * first volumes of the recording (at least 1 s of work). */
-static double blosc_rate(const char *in, double *ratio)
+/* CPU seconds of the calling thread. */
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* What one thread of blosc/zstd does alone: input bytes per second of wall time and per
+ * second of its own CPU time, and the compression ratio. */
+struct blosc1 {
+	double wall, cpu, ratio;
+};
+
+/* blosc/zstd on one thread as the OME-Zarr writer runs it (its level, block size and level-0
+ * chunk, fmt.h) over the whole chunks of the first volumes of the recording (at least 1 s of
+ * work). */
+static int blosc_rate(const char *in, struct blosc1 *b)
 {
 	struct fmt_h5in *r;
 	struct fmt_info info;
 	char err[512];
-	uint32_t C[3] = {FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z};
+	uint32_t C[3];
 	uint64_t raw = 0, packed = 0;
-	double busy = 0;
+	double busy = 0, cpu = 0;
 
 	if (fmt_h5in_open(in, &r, &info, err, sizeof(err)) < 0)
 		return -1;
-	for (int i = 0; i < 3; i++) /* as the writer clips them */
-		C[i] = C[i] < info.shape[i] ? C[i] : info.shape[i];
+	fmt_zarr_chunk(info.shape, NULL, C); /* as the writer makes them */
 	size_t vb = (size_t)info.shape[0] * info.shape[1] * info.shape[2];
 	size_t cb = (size_t)C[0] * C[1] * C[2];
 	uint8_t *vol = malloc(vb), *chunk = malloc(cb), *out = malloc(cb + BLOSC_MAX_OVERHEAD);
@@ -81,10 +97,12 @@ static double blosc_rate(const char *in, double *ratio)
 							                      info.shape[2] +
 							              z0),
 							       C[2]);
-					double t0 = vr_mono_s();
-					int k = blosc_compress_ctx(5, BLOSC_SHUFFLE, 1, cb, chunk,
-					                           out, cb + BLOSC_MAX_OVERHEAD,
-					                           "zstd", 0, 1);
+					double t0 = vr_mono_s(), c0 = thread_cpu_s();
+					int k = blosc_compress_ctx(FMT_ZARR_CLEVEL, BLOSC_SHUFFLE,
+					                           1, cb, chunk, out,
+					                           cb + BLOSC_MAX_OVERHEAD, "zstd",
+					                           FMT_ZARR_BLOCKSIZE, 1);
+					cpu += thread_cpu_s() - c0;
 					busy += vr_mono_s() - t0;
 					raw += cb;
 					packed += k > 0 ? (uint64_t)k : cb;
@@ -94,8 +112,20 @@ static double blosc_rate(const char *in, double *ratio)
 	free(chunk);
 	free(out);
 	fmt_h5in_close(r);
-	*ratio = packed ? (double)raw / (double)packed : 0;
-	return busy > 0 ? (double)raw / busy : -1;
+	b->ratio = packed ? (double)raw / (double)packed : 0;
+	b->wall = busy > 0 ? (double)raw / busy : -1;
+	b->cpu = cpu > 0 ? (double)raw / cpu : -1;
+	return busy > 0 && cpu > 0 ? 0 : -1;
+}
+
+static void add_blosc(struct json_object *o, const char *when, const struct blosc1 *b)
+{
+	char k[96];
+
+	snprintf(k, sizeof(k), "blosc_zstd%d_1thread_MBps%s", FMT_ZARR_CLEVEL, when);
+	json_object_object_add(o, k, json_object_new_double(b->wall / 1e6));
+	snprintf(k, sizeof(k), "blosc_zstd%d_1thread_MB_per_cpu_s%s", FMT_ZARR_CLEVEL, when);
+	json_object_object_add(o, k, json_object_new_double(b->cpu / 1e6));
 }
 
 /* CPU seconds (user + system) this process has used so far, every thread included. */
@@ -134,7 +164,8 @@ int main(int argc, char **argv)
 	struct fmt_info info;
 	char err[1024], path[4096];
 	unsigned threads;
-	double disk, blosc1, ratio = 0;
+	double disk;
+	struct blosc1 b1 = {0}, b2 = {0};
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: export_bench IN.h5 DIR [THREADS]\n");
@@ -158,10 +189,22 @@ int main(int argc, char **argv)
 
 	snprintf(path, sizeof(path), "%s/disk-rate.tmp", argv[2]);
 	disk = disk_rate(path, bytes);
-	blosc1 = blosc_rate(argv[1], &ratio);
+	if (blosc_rate(argv[1], &b1) < 0) {
+		fprintf(stderr, "export_bench: cannot measure blosc on %s\n", argv[1]);
+		return 1;
+	}
 	json_object_object_add(o, "disk_write_MBps", json_object_new_double(disk / 1e6));
-	json_object_object_add(o, "blosc_zstd5_1thread_MBps", json_object_new_double(blosc1 / 1e6));
-	json_object_object_add(o, "blosc_ratio", json_object_new_double(ratio));
+	add_blosc(o, "", &b1);
+	json_object_object_add(o, "blosc_ratio", json_object_new_double(b1.ratio));
+	json_object_object_add(o, "blosc_blocksize", json_object_new_int(FMT_ZARR_BLOCKSIZE));
+	{
+		uint32_t C[3];
+		char cs[64];
+
+		fmt_zarr_chunk(info.shape, NULL, C);
+		snprintf(cs, sizeof(cs), "%ux%ux%u", C[0], C[1], C[2]);
+		json_object_object_add(o, "zarr_chunk", json_object_new_string(cs));
+	}
 	json_object_object_add(o, "threads", json_object_new_int((int)threads));
 	size_t nruns = argc > 4 && !strcmp(argv[4], "gz") ? 4 : 3;
 
@@ -179,15 +222,25 @@ int main(int argc, char **argv)
 			fprintf(stderr, "export_bench: %s\n", err);
 			return 1;
 		}
+		double cpu = cpu_s() - c0;
+
 		rate = (double)st.bytes_in / st.seconds;
-		/* .nii.gz: zlib through libznz, one thread: no ratio to a limit */
-		limit = i == 2 ? blosc1 * threads : i == 3 ? 0 : disk;
+		if (i == 2 &&
+		    blosc_rate(argv[1], &b2) == 0) /* the limit again, after: the load moves */
+			add_blosc(o, "_after", &b2);
+		/* .nii.gz: zlib through libznz, one thread: no ratio to a limit. OME-Zarr: blosc's
+		 * rate on one thread, the mean of before and after, times the threads */
+		limit = i == 2   ? (b1.wall + (b2.wall > 0 ? b2.wall : b1.wall)) / 2 * threads
+		        : i == 3 ? 0
+		                 : disk;
 		json_object_object_add(j, "format", json_object_new_string(suffix[i]));
 		json_object_object_add(j, "compressed", json_object_new_boolean(compressed));
 		json_object_object_add(j, "seconds", json_object_new_double(st.seconds));
 		json_object_object_add(j, "read_seconds", json_object_new_double(st.read_s));
 		/* CPU time over wall time: the cores the export got (a loaded machine gives less) */
-		json_object_object_add(j, "cpu_seconds", json_object_new_double(cpu_s() - c0));
+		json_object_object_add(j, "cpu_seconds", json_object_new_double(cpu));
+		/* the cores it got: threads when the machine is its own */
+		json_object_object_add(j, "cores_used", json_object_new_double(cpu / st.seconds));
 		json_object_object_add(j, "volumes_per_s",
 		                       json_object_new_double((double)st.volumes / st.seconds));
 		json_object_object_add(j, "input_MBps", json_object_new_double(rate / 1e6));
@@ -198,6 +251,14 @@ int main(int argc, char **argv)
 			                       json_object_new_double(limit / 1e6));
 			json_object_object_add(j, "ratio_to_limit",
 			                       json_object_new_double(rate / limit));
+		}
+		if (i == 2) {
+			/* input per CPU-second of the export (every thread, the reader's
+			 * included) over blosc's per CPU-second of its own: the ratio the export
+			 * reaches when each of its threads has a core, whatever the load */
+			json_object_object_add(
+			        j, "ratio_per_cpu_second",
+			        json_object_new_double((double)st.bytes_in / cpu / b1.cpu));
 		}
 		json_object_array_add(runs, j);
 		/* the outputs go: the next run finds the disk as this one did */

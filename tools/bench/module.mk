@@ -36,3 +36,10 @@ TEST_PROGRAMS += export_bench
 export_bench_SRCS := tools/bench/export_bench.c
 export_bench_ARCHIVES = fmt base
 export_bench_LDLIBS = -ljson-c
+
+# The raw recorder's write path against dd (never part of `make test`): bench/raw_record_bench.py
+# runs it (docs/recording.md, "Speed").
+TEST_PROGRAMS += raw_write_bench
+raw_write_bench_SRCS := tools/bench/raw_write_bench.c
+raw_write_bench_ARCHIVES = src sim cfg base
+raw_write_bench_LDLIBS = -ldl -lm $(shell pkg-config --libs yaml-0.1 2>/dev/null || echo -lyaml) -ljson-c
