@@ -209,6 +209,10 @@ export class VolumeRenderer {
       gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_WRAP_T, gl.CLAMP_TO_EDGE);
     }
     this.volume = null;
+    // what draws: a software renderer (no GPU) is told apart so the page can draw fewer pixels
+    const info = gl.getExtension('WEBGL_debug_renderer_info');
+    this.rendererName = String(gl.getParameter(info ? info.UNMASKED_RENDERER_WEBGL : gl.RENDERER));
+    this.software = /swiftshader|llvmpipe|software|softpipe/i.test(this.rendererName);
     this.lutKey = '';
     this.tfKey = '';
   }

@@ -145,22 +145,23 @@ async function onFrame(buf) {
     p.last = h;
     p.dirty = true;
   }
-  if (!state.display.window) firstWindow(h);
+  if (!state.display.window && !state.autoWindow) firstWindow(h);
   syncControls();
   requestDraw();
 }
 
-// The automatic first window: percentiles of the first pictures of the en-face and the B-scan
-// (of at most 4 pictures), then kept (and stored) until this browser changes it.
-const firstPictures = [];
+// The automatic first window: percentiles of the first pictures, once a cross-section (a B-scan
+// or a slice: air and tissue both) is among them or four pictures came; then kept (and stored)
+// until this browser changes it.
+const firstPictures = new Map();
 function firstWindow(h) {
   if (h.kind === 'render') return;
-  firstPictures.push(h.pixels);
-  const kinds = new Set(Object.values(state.panes).filter((p) => p.last).map((p) => p.last.kind));
-  if (firstPictures.length < 4 && kinds.size < 2) return;
-  const w = percentileWindow(firstPictures);
-  firstPictures.length = 0;
-  if (w) { state.autoWindow = w; setWindow(w, true); }
+  firstPictures.set(h.kind, h.pixels);
+  const section = firstPictures.has('bscan') || firstPictures.has('slice');
+  if (!section && firstPictures.size < 4) return;
+  const w = percentileWindow([...firstPictures.values()]);
+  firstPictures.clear();
+  if (w) setWindow(w, true);
 }
 
 // ---- drawing the 2-D panes --------------------------------------------------------------------
@@ -414,7 +415,9 @@ function draw3d(force) {
   if (!v3.renderer || (!force && !v3.fresh) || !paneVisible('volume3d')) return;
   v3.fresh = false;
   const c = canvas3d, r = c.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
-  const q = performance.now() < interacting ? 0.5 : 1;
+  // a software renderer (SwiftShader, llvmpipe) draws a quarter of the pixels, a sixteenth
+  // while the camera moves; a GPU all of them, a quarter while it moves
+  const q = v3.scale || (performance.now() < interacting ? 0.5 : 1) * (v3.renderer.software ? 0.5 : 1);
   const w = Math.max(1, Math.round(r.width * dpr * q)), h = Math.max(1, Math.round(r.height * dpr * q));
   if (c.width !== w || c.height !== h) { c.width = w; c.height = h; }
   const d = state.display;
@@ -431,22 +434,36 @@ function draw3d(force) {
   }
 }
 
-// Frame time of each mode (ms, the mean of n frames, each waited for), for the benchmark.
-state.measure3d = (n = 5) => {
-  const out = {}, mode0 = state.display.mode;
+// Frame time of each mode (ms, the mean of n frames, each waited for), at the pane's full
+// size (scale 1) or as the page draws it (scale omitted), for the benchmark and docs/viewer.md.
+state.measure3d = (n = 5, scale) => {
+  const out = { renderer: v3.renderer ? v3.renderer.rendererName : null, modes: {} }, mode0 = state.display.mode;
   v3.measure = true;
+  v3.scale = scale;
   for (const m of Object.keys(MODE_LABELS)) {
     state.display.mode = m;
     const t = [];
     for (let i = 0; i < n; i++) { draw3d(true); t.push(v3.frameMs[v3.frameMs.length - 1].ms); }
-    out[m] = { ms: t.reduce((a, b) => a + b, 0) / n, width: canvas3d.width, height: canvas3d.height };
+    t.sort((a, b) => a - b);
+    out.modes[m] = { ms_mean: t.reduce((a, b) => a + b, 0) / n, ms_min: t[0], width: canvas3d.width, height: canvas3d.height };
   }
   v3.measure = false;
+  v3.scale = undefined;
   state.display.mode = mode0;
   draw3d(true);
   return out;
 };
 state.pixels3d = () => (v3.renderer ? Array.from(v3.renderer.pixels()) : null);
+// The 3-D pane as drawn, scaled to n × n RGB (the tests compare modes and cameras with it).
+state.snapshot3d = (n = 64) => {
+  const c = document.createElement('canvas');
+  c.width = n; c.height = n;
+  const ctx = c.getContext('2d');
+  ctx.drawImage(canvas3d, 0, 0, n, n);
+  const d = ctx.getImageData(0, 0, n, n).data, out = [];
+  for (let i = 0; i < n * n; i++) out.push(d[4 * i], d[4 * i + 1], d[4 * i + 2]);
+  return out;
+};
 
 // Camera: drag rotates, wheel zooms, reset; this browser's own, kept with its display.
 let drag3d = null;
