@@ -11,6 +11,9 @@
 //   {"op": "fill", "page": N, "selector": S, "value": V}  (a range input, then "change")
 //   {"op": "screenshot", "page": N, "path": P}
 //   {"op": "resize", "page": N, "width": W, "height": H}  (the window: a "resize" event)
+//   {"op": "press", "page": N, "key": K}  (a key, as the keyboard sends it to the page)
+//   {"op": "wheel", "page": N, "selector": S, "dy": D}  (the mouse over the element, a wheel turn)
+//   {"op": "reload", "page": N}  (the same page loaded again, its storage kept)
 //   {"op": "close", "page": N}, {"op": "quit"}
 //   {"op": "errors", "pages": [N, ...]}  -> the page errors and console errors seen since the
 //     last such call, of those pages only (open or closed since), or of every page without
@@ -112,6 +115,21 @@ async function main() {
           break;
         case 'resize':
           await page.setViewportSize({ width: cmd.width, height: cmd.height });
+          out({ ok: true });
+          break;
+        case 'press':
+          await page.keyboard.press(cmd.key);
+          out({ ok: true });
+          break;
+        case 'wheel': {
+          const b = await box(page, cmd.selector);
+          await page.mouse.move(b.x + b.width / 2, b.y + b.height / 2);
+          await page.mouse.wheel(0, cmd.dy);
+          out({ ok: true });
+          break;
+        }
+        case 'reload':
+          await page.reload({ waitUntil: 'load', timeout: cmd.timeout_ms || 60000 });
           out({ ok: true });
           break;
         case 'screenshot':

@@ -30,12 +30,8 @@ function loadDisplay() {
   if (!Array.isArray(d.window) || !(d.window[0] < d.window[1])) d.window = null;
   return d;
 }
-let saveTimer = null;
 function saveDisplay() {
-  clearTimeout(saveTimer);
-  saveTimer = setTimeout(() => {
-    try { localStorage.setItem(STORE, JSON.stringify(state.display)); } catch (e) { /* private mode: not kept */ }
-  }, 100);
+  try { localStorage.setItem(STORE, JSON.stringify(state.display)); } catch (e) { /* private mode: not kept */ }
 }
 
 const state = {
@@ -730,7 +726,8 @@ function onText(text) {
       if (ev.message) note(eventText(ev), WARN_EVENTS.has(ev.event) ? 'error' : 'info');
       // another browser (or volrec set, a reload, a daemon started again perhaps with another
       // configuration) changed a data setting: the controls show it
-      if (ev.event === 'reloaded' || ev.event === 'started' || ev.event === 'set') loadControls();
+      if (ev.event === 'reloaded' || ev.event === 'started' ||
+          (ev.event === 'set' && Object.keys(DATA_KEYS).some((k) => String(ev.keys).includes(k)))) loadControls();
       break;
     }
     case 'reply':
@@ -890,7 +887,9 @@ const DATA_KEYS = {
     $('db-text').textContent = `${v[0]}–${v[1]} dB`;
     showWindow();
   },
-  'preprocess.dispersion.coeffs': (v) => { $('disp-a2').value = v[0]; $('disp-a3').value = v[1]; },
+  'preprocess.dispersion.coeffs': (v) => {
+    if (Array.isArray(v)) { $('disp-a2').value = v[0]; $('disp-a3').value = v[1]; }
+  },
   'preprocess.window.type': (v) => { $('win-type').value = v; },
   'preprocess.window.param': (v) => { $('win-param').value = v; },
   'preprocess.background.mode': (v) => { $('bg-mode').value = v; },
@@ -907,15 +906,26 @@ function parseValue(s) {
   try { return JSON.parse(s); } catch (e) { return String(s).trim(); }
 }
 
+// The daemon's data settings into the data panel: one get at a time (a browser has at most 8
+// requests in flight), again once more when asked while it runs.
+let loading = null, loadAgain = false;
 async function loadControls() {
-  await Promise.all(Object.entries(DATA_KEYS).map(async ([key, show]) => {
-    const r = await request({ type: 'get', key });
-    const held = DATA_INPUTS[key].includes(document.activeElement && document.activeElement.id);
-    if (r.ok && r.reply && r.reply.value !== undefined && !held) {
-      const v = typeof r.reply.value === 'string' ? parseValue(r.reply.value) : r.reply.value;
-      if (v !== null && v !== '') show(v);
-    }
-  }));
+  if (loading) { loadAgain = true; return loading; }
+  loading = (async () => {
+    do {
+      loadAgain = false;
+      for (const [key, show] of Object.entries(DATA_KEYS)) {
+        const r = await request({ type: 'get', key });
+        const held = DATA_INPUTS[key].includes(document.activeElement && document.activeElement.id);
+        if (r.ok && r.reply && r.reply.value !== undefined && !held) {
+          const v = typeof r.reply.value === 'string' ? parseValue(r.reply.value) : r.reply.value;
+          if (v !== null && v !== '') show(v);
+        }
+      }
+    } while (loadAgain);
+    loading = null;
+  })();
+  return loading;
 }
 
 function syncControls() {
