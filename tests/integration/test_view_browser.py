@@ -544,7 +544,7 @@ def test_viewer_follows_a_daemon_restart(browser, live):
     browser.wait(page, "window.volrecView.daemon === 'stopped'")
     # the last pictures stay, marked as not live; no rates without a daemon
     text = "(id => document.getElementById(id).textContent)"
-    for rate in ("s-vps", "s-aps", "s-lat", "s-drawn"):
+    for rate in ("s-vps", "s-aps", "s-lat", "s-drawn", "s-drops", "s-readers"):
         assert browser.eval(page, f"{text}('{rate}')") == "–", rate
     for name in PANES:
         assert "age – (volrecd stopped)" in browser.eval(page, f"{text}('foot-{name}')")
@@ -753,6 +753,33 @@ def test_resizing_the_window_draws_again_without_counting_pictures(browser, idle
     assert browser.eval(page, "window.volrecView.panes.slice.canvas.width") == width
     assert browser.cmd("errors")["value"] == []
     browser.cmd("close", page=page)
+
+def test_a_warning_says_while_the_pipeline_drops_data_and_why(browser, idle):
+    """Status messages whose drops grow raise a warning naming the causes and the share of the
+    data lost; it goes once drops stop; confirmations of what went well are quiet (not red)."""
+    page = browser.open(idle.url)
+    browser.wait(page, "window.volrecView.hello")
+    status = ("(d, acq) => window.volrecView.ws.onmessage({data: JSON.stringify({type: 'status', "
+              "status: {rates: {volumes_per_s: 10}, readers: 1, bscans: {acquired: acq}, "
+              "drops: Object.assign({total: Object.values(d).reduce((a, b) => a + b, 0)}, d)}})})")
+    browser.eval(page, f"({status})({{ring_full: 0, incomplete_epoch: 0}}, 1000)")
+    assert browser.eval(page, "document.getElementById('warning').hidden") is True
+    browser.eval(page, f"({status})({{ring_full: 150, incomplete_epoch: 50}}, 1800)")
+    browser.wait(page, "!document.getElementById('warning').hidden")
+    text = browser.eval(page, "document.getElementById('warning').textContent")
+    assert "ring full 150" in text and "incomplete epoch 50" in text and "25 %" in text, text
+    # the warning stays a few seconds after the last drop, then goes
+    browser.eval(page, f"({status})({{ring_full: 150, incomplete_epoch: 50}}, 2800)")
+    browser.eval(page, "new Promise(r => setTimeout(r, 5200))")
+    browser.eval(page, f"({status})({{ring_full: 150, incomplete_epoch: 50}}, 3800)")
+    browser.wait(page, "document.getElementById('warning').hidden")
+    # an event that reports success is quiet
+    browser.eval(page, "window.volrecView.ws.onmessage({data: JSON.stringify({type: 'event', "
+                 "event: {event: 'set', message: 'set view.slab by uid 1'}})})")
+    assert browser.eval(page, "document.getElementById('message').className") == "info"
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
 
 # ---- beyond loopback: TLS and tokens ----------------------------------------------------------
 

@@ -83,9 +83,9 @@ void main() {
   float tf_ = min(min(tmax.x, tmax.y), tmax.z);
   vec3 bg = vec3(0.0);
   if (tf_ <= tn) { outColor = vec4(bg, 1.0); return; }
-  // about one sample per voxel along the finest axis the ray crosses
+  // one sample per voxel of the finest axis (the trilinear texture fills in between)
   vec3 vox = 2.0 * half_ / texSize;
-  float h = 0.5 * min(vox.x, min(vox.y, vox.z));
+  float h = min(vox.x, min(vox.y, vox.z));
   int n = int(min(float(maxSteps), ceil((tf_ - tn) / h)));
   h = (tf_ - tn) / float(max(n, 1));
   float span = tf_ - tn;
@@ -93,7 +93,7 @@ void main() {
   float m = 0.0, mt = 0.0, vmax = 0.0;
   vec3 C = vec3(0.0);
   float A = 0.0;
-  float alphaScale = h / (0.5 * min(vox.x, min(vox.y, vox.z)));
+  float alphaScale = h / min(vox.x, min(vox.y, vox.z));
   for (int k = 0; k < 2048; k++) {
     if (k >= n) break;
     float t = tn + (float(k) + 0.5) * h;
@@ -281,7 +281,7 @@ export class VolumeRenderer {
     gl.uniform1f(L.wlo, lo / 255); gl.uniform1f(L.whi, hi / 255);
     gl.uniform1f(L.iso, d.iso);
     gl.uniform1i(L.mode, MODES[d.mode] ?? 0);
-    gl.uniform1i(L.maxSteps, 2 * Math.max(X, Y, Z) + 8);
+    gl.uniform1i(L.maxSteps, 2 * Math.max(X, Y, Z) + 8); // the diagonal at one sample a voxel
     gl.drawArrays(gl.TRIANGLES, 0, 3);
     if (!sync) return 0;
     const px = new Uint8Array(4);

@@ -822,11 +822,14 @@ function checkDrops(st) {
   if (causes.length) {
     const dTotal = d.total - (prev.drops.total || 0);
     const dAcq = b && prev.acquired !== null ? b.acquired - prev.acquired : 0;
-    const share = dAcq > 0 ? ` (${(100 * dTotal / (dAcq + dTotal)).toFixed(0)} % of the data)` : '';
+    // the causes counted among the acquired B-scans (docs/operations.md "Drop causes")
+    const share = dAcq > 0 ? ` (${Math.min(100, 100 * dTotal / dAcq).toFixed(0)} % of the B-scans acquired)` : '';
     state.warning = { causes, dTotal, at: performance.now() };
     warnUntil = performance.now() + 5000;
     showWarning(`The pipeline is dropping data: ${causes.join(', ')} since the last status${share}. ` +
       'Pictures and recordings lack what was dropped.');
+  } else if (st.faults && st.faults.degraded) {
+    showWarning(`The source is degraded: ${st.faults.message || 'see the daemon\'s log'}.`);
   } else if (performance.now() > warnUntil) {
     showWarning(null);
   }
