@@ -4,7 +4,7 @@
 // camera, mode, transfer function and clipping box; nothing here reaches the daemon.
 //
 // Space: the volume's voxel (y, x, z) sits in a box of [X·px, Z·pz, Y·py] (µm, or voxels when
-// a size is unknown), drawn with x to the right, depth down and y away from the viewer, scaled
+// a size is unknown), drawn with x to the right, depth down and y towards the viewer, scaled
 // so that its longest side is 1. The camera orbits the box's centre (azimuth about the
 // vertical, elevation above the horizontal) at a distance set by the zoom; rays are cast per
 // pixel from the eye (perspective, 30° vertical field of view) through the clipping box.
@@ -61,8 +61,10 @@ uniform float iso;
 uniform int mode;
 uniform int maxSteps;
 
-// unit box u in [0,1]^3 (x right, y up, z away) -> texture (s: depth, t: x, r: y)
-vec3 texOf(vec3 u) { return vec3(1.0 - u.y, u.x, u.z); }
+// unit box u in [0,1]^3 (x right, y up, z away) -> texture (s: depth, t: x, r: y); the scan's
+// y runs towards the viewer (-z), so that x, y and depth keep the en-face's handedness: seen
+// from above, x runs right and y down, as on the en-face pane
+vec3 texOf(vec3 u) { return vec3(1.0 - u.y, u.x, 1.0 - u.z); }
 float sampleAt(vec3 u) { return texture(vol, texOf(u)).r; }
 float win(float v) { return clamp((v - wlo) / max(whi - wlo, 1e-6), 0.0, 1.0); }
 vec4 lutOf(float v) { return texture(lut, vec2(v * (255.0 / 256.0) + 0.5 / 256.0, 0.5)); }
@@ -257,12 +259,13 @@ export class VolumeRenderer {
     const cam = d.camera, az = cam.az * Math.PI / 180, el = cam.el * Math.PI / 180;
     const dist = 2.1 / Math.max(0.05, cam.zoom);
     const back = [Math.cos(el) * Math.sin(az), Math.sin(el), Math.cos(el) * Math.cos(az)];
-    // eye at -z looking towards +z when az = el = 0: y of the scan runs away from the viewer
+    // eye at -z looking towards +z when az = el = 0
     const eye = [-back[0] * dist, back[1] * dist, -back[2] * dist];
     const fwd = norm([-eye[0], -eye[1], -eye[2]]);
-    const right = norm(cross(fwd, [0, 1, 0]));
-    const up = cross(right, fwd);
+    const right = norm(cross([0, 1, 0], fwd));
+    const up = cross(fwd, right);
     const clip = d.clip; // [[x0, x1], [y0, y1], [z0, z1]] fractions of the scan's x, y and depth
+    this.view = { eye, right, up, fwd, half, tanHalf: Math.tan(15 * Math.PI / 180), aspect: c.width / c.height };
     gl.useProgram(this.prog);
     gl.bindVertexArray(this.vao);
     gl.activeTexture(gl.TEXTURE0); gl.bindTexture(gl.TEXTURE_3D, this.volTex);
@@ -274,9 +277,9 @@ export class VolumeRenderer {
     gl.uniform1f(L.tanHalf, Math.tan(15 * Math.PI / 180));
     gl.uniform1f(L.aspect, c.width / c.height);
     gl.uniform3fv(L.half_, half);
-    // unit box: x = scan x, y = up (1 - depth), z = scan y
-    gl.uniform3fv(L.clipLo, [clip[0][0], 1 - clip[2][1], clip[1][0]]);
-    gl.uniform3fv(L.clipHi, [clip[0][1], 1 - clip[2][0], clip[1][1]]);
+    // unit box: x = scan x, y = up (1 - depth), z = 1 - scan y
+    gl.uniform3fv(L.clipLo, [clip[0][0], 1 - clip[2][1], 1 - clip[1][1]]);
+    gl.uniform3fv(L.clipHi, [clip[0][1], 1 - clip[2][0], 1 - clip[1][0]]);
     gl.uniform3fv(L.texSize, [X, Z, Y]);
     gl.uniform1f(L.wlo, lo / 255); gl.uniform1f(L.whi, hi / 255);
     gl.uniform1f(L.iso, d.iso);
@@ -287,6 +290,33 @@ export class VolumeRenderer {
     const px = new Uint8Array(4);
     gl.readPixels(0, 0, 1, 1, gl.RGBA, gl.UNSIGNED_BYTE, px); // waits for the frame
     return performance.now() - t0;
+  }
+
+  // The box's edges as seen by the last draw: [[x0, y0, x1, y1], ...] in fractions of the canvas
+  // (0..1 across and down), and where its axes start and end (x, y, depth from the corner at
+  // the scan's origin on the surface), for the overlay that tells which way is which.
+  outline() {
+    const v = this.view;
+    if (!v || !this.volume) return null;
+    const proj = (u) => { // unit box point -> canvas fraction
+      const p = [(2 * u[0] - 1) * v.half[0], (2 * u[1] - 1) * v.half[1], (2 * u[2] - 1) * v.half[2]];
+      const d = [p[0] - v.eye[0], p[1] - v.eye[1], p[2] - v.eye[2]];
+      const z = d[0] * v.fwd[0] + d[1] * v.fwd[1] + d[2] * v.fwd[2];
+      const x = (d[0] * v.right[0] + d[1] * v.right[1] + d[2] * v.right[2]) / (z * v.tanHalf * v.aspect);
+      const y = (d[0] * v.up[0] + d[1] * v.up[1] + d[2] * v.up[2]) / (z * v.tanHalf);
+      return [(x + 1) / 2, (1 - y) / 2];
+    };
+    const edges = [];
+    for (const a of [0, 1]) {
+      for (const b of [0, 1]) {
+        edges.push([proj([0, a, b]), proj([1, a, b])]);
+        edges.push([proj([a, 0, b]), proj([a, 1, b])]);
+        edges.push([proj([a, b, 0]), proj([a, b, 1])]);
+      }
+    }
+    // the scan's origin: x 0, y 0, depth 0 (the top of the box, unit y = 1; y = 0 at unit z = 1)
+    const o = proj([0, 1, 1]);
+    return { edges, axes: { origin: o, x: proj([1, 1, 1]), y: proj([0, 1, 0]), depth: proj([0, 0, 1]) } };
   }
 
   // The canvas' pixels (RGBA, bottom row first), for the tests.

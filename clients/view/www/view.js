@@ -421,12 +421,33 @@ function draw3d(force) {
   v3.draws++;
   if (v3.measure) { v3.frameMs.push({ ms, mode: d.mode, w, h }); if (v3.frameMs.length > 1000) v3.frameMs.shift(); }
   v3.lastDrawn = { mode: d.mode, camera: { ...d.camera }, w, h, volumeSeq: v3.shown ? v3.shown.seq : null };
+  drawOutline();
   if (q < 1) setTimeout(request3d, 200);
   if (v3.shown) {
     const s = v3.shown;
     $('foot-volume3d').textContent = `${state.paused ? 'PAUSED · ' : ''}${s.injected ? 'test volume' : `volume ${s.volumeId} · age ${ageText(s)}`}` +
       ` · ${s.rows}×${s.cols}×${s.planes}${s.factors && s.factors.some((x) => x > 1) ? ` (÷${s.factors.join('×')})` : ''}` +
       ` · ${MODE_LABELS[d.mode]} · az ${d.camera.az.toFixed(0)}° el ${d.camera.el.toFixed(0)}° ×${d.camera.zoom.toFixed(2)}`;
+  }
+}
+
+// The box's edges and its axes (x red, y green, depth blue from the scan's origin) over the
+// 3-D picture, so that the orientation reads at a glance.
+const outline3d = document.querySelector('#pane-volume3d .outline');
+function drawOutline() {
+  const { w, h, dpr } = fitCanvas(outline3d);
+  const ctx = outline3d.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  const o = v3.renderer && v3.shown ? v3.renderer.outline() : null;
+  if (!o) return;
+  const P = (q) => [q[0] * w, q[1] * h];
+  for (const [a, b] of o.edges) line(ctx, ...P(a), ...P(b), 'rgba(138, 148, 158, 0.45)');
+  ctx.font = '11px system-ui, sans-serif';
+  for (const [name, color] of [['x', '#ef5350'], ['y', '#81c784'], ['depth', '#4fc3f7']]) {
+    line(ctx, ...P(o.axes.origin), ...P(o.axes[name]), color, [], 2);
+    ctx.fillStyle = color;
+    ctx.fillText(name, ...P(o.axes[name]));
   }
 }
 
@@ -1026,6 +1047,22 @@ for (const p of Object.values(state.panes)) {
     const r = p.canvas.getBoundingClientRect();
     return p.rect ? geo.pointIn(p.rect, ev.clientX - r.left, ev.clientY - r.top, !!down) : null;
   };
+  // the right button dragged sets this browser's window: across its width, up and down its level
+  let wl = null;
+  p.canvas.addEventListener('contextmenu', (ev) => ev.preventDefault());
+  p.canvas.addEventListener('pointerdown', (ev) => {
+    if (ev.button !== 2) return;
+    const [lo, hi] = windowNow();
+    wl = { x: ev.clientX, y: ev.clientY, level: (lo + hi) / 2, width: hi - lo };
+    p.canvas.setPointerCapture(ev.pointerId);
+  });
+  p.canvas.addEventListener('pointermove', (ev) => {
+    if (!wl) return;
+    const width = Math.max(2, Math.min(255, wl.width + (ev.clientX - wl.x) * 0.5));
+    const level = Math.max(0, Math.min(255, wl.level - (ev.clientY - wl.y) * 0.5));
+    setWindow([level - width / 2, level + width / 2], false);
+  });
+  p.canvas.addEventListener('pointerup', () => { wl = null; });
   p.canvas.addEventListener('pointerdown', (ev) => {
     const q = at(ev);
     if (!q || ev.button !== 0) return;
