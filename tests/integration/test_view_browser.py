@@ -755,6 +755,58 @@ def test_resizing_the_window_draws_again_without_counting_pictures(browser, idle
     assert browser.cmd("errors")["value"] == []
     browser.cmd("close", page=page)
 
+# window.frame2(kind, vid, rows, cols, value, rowUm, colUm, voxelUm): a frame of version 2
+# (docs/viewer.md: 256-byte header, the size in µm of a sent pixel along rows and columns, the
+# volume's voxel size [dy, dx, dz]) of one value, handed to the page as if received.
+FRAME2_JS = """window.frame2 = (kind, vid, rows, cols, value, rowUm, colUm, voxelUm) => {
+  const buf = new ArrayBuffer(256 + rows * cols), d = new DataView(buf);
+  const now = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n;
+  d.setUint32(0, 0x46565256, true); d.setUint16(4, 2, true); d.setUint16(6, 256, true);
+  d.setUint8(8, ['enface_mean', 'enface_max', 'bscan', 'slice', 'plane', 'render', 'volume'].indexOf(kind));
+  d.setUint8(10, 1); d.setUint8(11, 1);
+  d.setUint32(12, rows, true); d.setUint32(16, cols, true); d.setUint32(20, rows * cols, true);
+  d.setBigUint64(24, BigInt(vid), true); d.setBigUint64(40, now - 5000000n, true);
+  d.setBigUint64(48, now - 2000000n, true); d.setBigUint64(64, 0xabcn, true);
+  [60, 90, 200].forEach((v, i) => d.setUint32(72 + 4 * i, v, true));
+  d.setUint32(88, 200, true);
+  [30, 45, 100].forEach((v, i) => d.setUint32(92 + 4 * i, v, true));
+  voxelUm.forEach((v, i) => d.setFloat64(128 + 8 * i, v, true));
+  d.setFloat64(152, rowUm, true); d.setFloat64(160, colUm, true);
+  d.setUint32(176, 1, true); [1, 1, 1].forEach((v, i) => d.setUint32(180 + 4 * i, v, true));
+  new Uint8Array(buf, 256).fill(value);
+  return buf;
+}"""
+
+
+def test_true_aspect_and_scale_bar_of_frames_that_carry_their_size(browser, idle):
+    """Frames of version 2 carry the size of their pixels: an en-face of 60 x 90 pixels of 50 x
+    20 µm (3 mm down, 1.8 mm across) is drawn 1.8 : 3 within 2 %, a B-scan of 90 x 200 pixels of
+    20 µm across and 3.5 µm deep at 1.8 : 0.7; each scale bar is as long as its label; the
+    crosshair reads in µm. Without sizes (version 1) the same pictures are drawn in voxels."""
+    page = browser.open(idle.url, width=1600, height=1000)
+    browser.wait(page, "window.volrecView.hello")
+    browser.eval(page, FRAME2_JS)
+    browser.eval(page, """(() => {
+      const um = [50, 20, 3.5];
+      window.volrecView.ws.onmessage({data: window.frame2('enface_mean', 5, 60, 90, 120, 50, 20, um)});
+      window.volrecView.ws.onmessage({data: window.frame2('bscan', 5, 90, 200, 120, 20, 3.5, um)});
+      window.volrecView.ws.onmessage({data: window.frame2('slice', 5, 60, 200, 120, 50, 3.5, um)});
+    })()""")
+    browser.wait(page, ALL_DRAWN)
+    for name, want in (("enface", 1800 / 3000), ("bscan", 1800 / 700), ("slice", 3000 / 700)):
+        box = browser.eval(page, PANE_BOX.format(name))
+        assert box["axes"]["unit"] == "µm", box
+        aspect = box["rect"]["w"] / box["rect"]["h"]
+        assert abs(aspect / want - 1) < 0.02, (name, aspect, want)
+        um_per_px = box["rect"]["physW"] / box["rect"]["w"]
+        bar = box["bar"]
+        assert abs(bar["width"] * um_per_px - length_um(bar["label"])) <= um_per_px, (name, bar)
+    browser.wait(page, "document.getElementById('s-cross').textContent === "
+                 "'y 1.5 mm · x 900 µm · z 350 µm'")
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
 def test_a_warning_says_while_the_pipeline_drops_data_and_why(browser, idle):
     """Status messages whose drops grow raise a warning naming the causes and the share of the
     data lost; it goes once drops stop; confirmations of what went well are quiet (not red)."""
