@@ -807,6 +807,44 @@ def test_true_aspect_and_scale_bar_of_frames_that_carry_their_size(browser, idle
     browser.cmd("close", page=page)
 
 
+def test_the_3d_pane_is_oriented_as_the_scan(browser, idle):
+    """A volume handed to the page (its test hook, docs/viewer.md "The page"): a bright block at
+    large x and small y near the surface. Seen from above (the MIP), it lies on the right and at
+    the top, as on the en-face pane; clipped away (x up to 0.5), it is gone; from the side, the
+    block is near the top of the picture (depth runs down)."""
+    page = browser.open(idle.url, width=1000, height=1000)
+    browser.wait(page, "window.volrecView.hello")
+    browser.cmd("select", page=page, selector="#layout", value="one-volume3d")
+    browser.eval(page, """(() => {
+      const Y = 32, X = 32, Z = 32, v = new Uint8Array(Y * X * Z).fill(10);
+      for (let y = 2; y < 10; y++) for (let x = 22; x < 30; x++) for (let z = 2; z < 10; z++)
+        v[(y * X + x) * Z + z] = 250;
+      window.volrecView.display.window = [0, 255];
+      window.volrecView.injectVolume(v, [Y, X, Z], [10, 10, 10]);
+    })()""")
+
+    def look(camera, mode="mip"):
+        n = browser.eval(page, "window.volrecView.volume3d.draws")
+        browser.eval(page, f"(window.volrecView.display.camera = {json.dumps(camera)}, "
+                     f"window.volrecView.display.mode = '{mode}', 1)")
+        browser.eval(page, "window.dispatchEvent(new Event('resize'))")
+        browser.wait(page, f"window.volrecView.volume3d.draws > {n}")
+        pic = snapshot3d(browser, page).mean(axis=2)
+        ys, xs = np.nonzero(pic > 128)
+        return pic, (ys.mean() / 48 if len(ys) else None), (xs.mean() / 48 if len(xs) else None)
+
+    _, v, u = look({"az": 0, "el": 89, "zoom": 1})
+    assert u is not None and u > 0.6 and v < 0.4, (u, v)  # right and top, as on the en-face
+    browser.eval(page, "window.volrecView.display.clip = [[0, 0.5], [0, 1], [0, 1]]")
+    pic, _, _ = look({"az": 0, "el": 89, "zoom": 1})
+    assert (pic > 128).sum() == 0, "the block is clipped away"
+    browser.eval(page, "window.volrecView.display.clip = [[0, 1], [0, 1], [0, 1]]")
+    _, v, u = look({"az": 0, "el": 0, "zoom": 1})  # from the front: x across, depth down
+    assert u is not None and u > 0.6 and v < 0.45, (u, v)
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
 def test_a_warning_says_while_the_pipeline_drops_data_and_why(browser, idle):
     """Status messages whose drops grow raise a warning naming the causes and the share of the
     data lost; it goes once drops stop; confirmations of what went well are quiet (not red)."""
