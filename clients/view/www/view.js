@@ -373,9 +373,25 @@ try {
 
 // A volume frame: uploaded as it comes (texImage3D of the payload), its box in µm (voxels when
 // a size is unknown): [X·px, Z·pz, Y·py] from the sent pixel sizes (rows y, cols x, planes z).
+// A software renderer (no GPU) takes a new volume at most every 500 ms (its frame takes
+// hundreds of ms there; the 2-D panes keep their rate); a GPU every volume.
 function onVolume(h) {
   if (state.paused) { v3.held = h; return; }
   if (v3.shown && v3.shown.seq > h.seq) return;
+  const wait = v3.renderer && v3.renderer.software ? (v3.tShown || 0) + 500 - performance.now() : 0;
+  if (wait > 0) {
+    v3.next = h;
+    if (!v3.timer) {
+      v3.timer = setTimeout(() => {
+        v3.timer = null;
+        const n = v3.next;
+        v3.next = null;
+        if (n) onVolume(n);
+      }, wait);
+    }
+    return;
+  }
+  v3.tShown = performance.now();
   showVolume(h);
 }
 function showVolume(h) {
@@ -1106,7 +1122,7 @@ state.step = step;
 
 document.addEventListener('keydown', (ev) => {
   const t = ev.target;
-  if (t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA')) return;
+  if (t && ['INPUT', 'SELECT', 'TEXTAREA', 'BUTTON'].includes(t.tagName)) return;
   const big = ev.shiftKey ? 10 : 1;
   const keys = {
     ArrowUp: [0, -1], ArrowDown: [0, 1], PageUp: [0, -10], PageDown: [0, 10],
