@@ -1104,9 +1104,16 @@ for (const p of Object.values(state.panes)) {
     if (!sh || !pos) return;
     movePosition(PLACE[p.name](d.q.u, d.q.v, sh, pos));
   });
+  // a wheel's notch (100 pixels, or 3 lines) is one step; a touchpad's small deltas add up
+  let acc = 0;
   p.canvas.addEventListener('wheel', (ev) => {
     ev.preventDefault();
-    step({ enface: 2, bscan: 0, slice: 1 }[p.name], Math.sign(ev.deltaY));
+    const d = ev.deltaMode === 1 ? ev.deltaY * 33.4 : ev.deltaMode === 2 ? ev.deltaY * 100 : ev.deltaY;
+    if (Math.sign(d) !== Math.sign(acc)) acc = 0;
+    acc += d;
+    const n = Math.trunc(acc / 100);
+    acc -= n * 100;
+    step({ enface: 2, bscan: 0, slice: 1 }[p.name], n);
   }, { passive: false });
 }
 
