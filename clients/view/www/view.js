@@ -436,11 +436,18 @@ function draw3d(force) {
   const ms = v3.renderer.draw({ ...d, window: windowNow() }, v3.measure);
   v3.draws++;
   if (v3.measure) { v3.frameMs.push({ ms, mode: d.mode, w, h }); if (v3.frameMs.length > 1000) v3.frameMs.shift(); }
-  v3.lastDrawn = { mode: d.mode, camera: { ...d.camera }, w, h, volumeSeq: v3.shown ? v3.shown.seq : null };
+  const s = v3.shown;
+  if (s && !s.injected && (!v3.lastDrawn || v3.lastDrawn.volumeSeq !== s.seq) && s.tLastNs > 0n) {
+    // a new volume drawn: acquisition -> drawn, as for the 2-D pictures
+    const ms = Number(nowNs() - s.tLastNs) / 1e6;
+    const pubMs = s.tPublishNs > 0n ? Number(nowNs() - s.tPublishNs) / 1e6 : null;
+    state.latencies.push({ kind: 'volume', volumeId: s.volumeId, ms, pubMs,
+      arrivedToDrawnMs: performance.now() - s.tArrived, t: performance.now() });
+  }
+  v3.lastDrawn = { mode: d.mode, camera: { ...d.camera }, w, h, volumeSeq: s ? s.seq : null };
   drawOutline();
   if (q < 1) setTimeout(request3d, 200);
-  if (v3.shown) {
-    const s = v3.shown;
+  if (s) {
     $('foot-volume3d').textContent = `${state.paused ? 'PAUSED · ' : ''}${s.injected ? 'test volume' : `volume ${s.volumeId} · age ${ageText(s)}`}` +
       ` · ${s.rows}×${s.cols}×${s.planes}${s.factors && s.factors.some((x) => x > 1) ? ` (÷${s.factors.join('×')})` : ''}` +
       ` · ${MODE_LABELS[d.mode]} · az ${d.camera.az.toFixed(0)}° el ${d.camera.el.toFixed(0)}° ×${d.camera.zoom.toFixed(2)}`;
