@@ -12,8 +12,8 @@ test hook), without waiting for the daemon's.
     python3 bench/view_3d.py --build build [--geometry 96,96,256] [--frames 5] [-o FILE]
 
 Prints one JSON object (and writes it with -o): the renderer chromium reports, the volume's
-shape, the canvas sizes and, per mode, the mean and smallest frame time in ms, with the host's
-load average."""
+shape, the canvas sizes and, per mode, the mean and smallest frame time in ms; the time to
+repaint the 2-D panes after a window change; the host's load average."""
 import argparse
 import json
 import os
@@ -69,6 +69,7 @@ def main():
             "volume": shape, "synthetic": bool(a.synthetic), "viewport": [a.width, a.height],
             "full": browser.eval(page, f"window.volrecView.measure3d({a.frames}, 1)"),
             "as_drawn": browser.eval(page, f"window.volrecView.measure3d({a.frames})"),
+            "window_change": browser.eval(page, "window.volrecView.measureWindow(20)"),
             "loadavg": os.getloadavg(), "cpus": os.cpu_count(),
         }
     finally:

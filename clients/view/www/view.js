@@ -493,6 +493,21 @@ state.measure3d = (n = 5, scale) => {
   draw3d(true);
   return out;
 };
+// The time (ms) to repaint every 2-D pane shown after a window change (the lookup table made
+// and applied, the pictures drawn at their size), the mean of n changes; for the benchmark.
+state.measureWindow = (n = 10) => {
+  const w0 = state.display.window, t = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    state.display.window = [20 + i, 200 - i];
+    draw();
+    t.push(performance.now() - t0);
+  }
+  state.display.window = w0;
+  requestDraw();
+  return { ms_mean: t.reduce((a, b) => a + b, 0) / n, ms_max: Math.max(...t),
+    pictures: Object.values(state.panes).filter((p) => p.last).map((p) => `${p.last.kind} ${p.last.rows}×${p.last.cols}`) };
+};
 state.pixels3d = () => (v3.renderer ? Array.from(v3.renderer.pixels()) : null);
 // The 3-D pane as drawn, scaled to n × n RGB (the tests compare modes and cameras with it).
 state.snapshot3d = (n = 64) => {
