@@ -21,21 +21,44 @@ _Static_assert((int)BE_VIEW_ENFACE_MEAN == VOLREC_IMAGE_ENFACE_MEAN &&
                        (int)BE_VIEW_SLICE == VOLREC_IMAGE_SLICE &&
                        (int)BE_VIEW_PLANE == VOLREC_IMAGE_PLANE &&
                        (int)BE_VIEW_RENDER == VOLREC_IMAGE_RENDER &&
+                       (int)BE_VIEW_VOLUME == VOLREC_IMAGE_VOLUME &&
                        (int)BE_VIEW_COUNT == VOLREC_IMAGE_COUNT,
                "views in the order of protocol.h");
+_Static_assert((int)CFG_VOLUME_MAX == VOLREC_REDUCE_MAX &&
+                       (int)CFG_VOLUME_MEAN == VOLREC_REDUCE_MEAN && VOLREC_VOLUME_MAX == 256,
+               "view.volume keys as protocol.h says (config/schema.c: max_side <= 256)");
 
-static const char *const names[BE_VIEW_COUNT] = {"enface_mean", "enface_max", "bscan",
-                                                 "slice",       "plane",      "render"};
+static const char *const names[BE_VIEW_COUNT] = {"enface_mean", "enface_max", "bscan", "slice",
+                                                 "plane",       "render",     "volume"};
 
 const char *be_view_name(enum be_view v)
 {
 	return (unsigned)v < BE_VIEW_COUNT ? names[v] : "?";
 }
 
-/* Rows x columns of view v for these parameters. */
+void be_volume_dims(const struct be_view_params *p, uint32_t f[3], uint32_t r[3])
+{
+	const uint32_t n[3] = {p->Y, p->X, p->Z}, m = p->volume_max_side;
+
+	for (int a = 0; a < 3; a++) {
+		f[a] = m ? (n[a] + m - 1) / m : 0;
+		r[a] = m ? (n[a] + f[a] - 1) / f[a] : 0;
+	}
+}
+
+size_t be_volume_room(uint32_t Y, uint32_t X, uint32_t Z)
+{
+	const uint32_t m = VOLREC_VOLUME_MAX;
+
+	return (size_t)(Y < m ? Y : m) * (X < m ? X : m) * (Z < m ? Z : m);
+}
+
+/* Rows x columns of view v for these parameters (a volume: Yr x Xr, its planes apart). */
 static void view_dims(const struct be_view_params *p, enum be_view v, uint32_t *rows,
                       uint32_t *cols)
 {
+	uint32_t f[3], r[3];
+
 	switch (v) {
 	case BE_VIEW_ENFACE_MEAN:
 	case BE_VIEW_ENFACE_MAX:
@@ -51,6 +74,10 @@ static void view_dims(const struct be_view_params *p, enum be_view v, uint32_t *
 	case BE_VIEW_RENDER:
 		*rows = p->render_h, *cols = p->render_w;
 		break;
+	case BE_VIEW_VOLUME:
+		be_volume_dims(p, f, r);
+		*rows = r[0], *cols = r[1];
+		break;
 	default:
 		*rows = *cols = 0;
 	}
@@ -58,9 +85,13 @@ static void view_dims(const struct be_view_params *p, enum be_view v, uint32_t *
 
 size_t be_view_size(const struct be_view_params *p, enum be_view v)
 {
-	uint32_t r, c;
+	uint32_t r, c, f[3], d[3];
 
 	view_dims(p, v, &r, &c);
+	if (v == BE_VIEW_VOLUME) {
+		be_volume_dims(p, f, d);
+		return (size_t)d[0] * d[1] * d[2];
+	}
 	return (size_t)r * c;
 }
 
@@ -99,6 +130,11 @@ int be_view_check(const struct be_view_params *p, char *err, size_t errlen)
 			              "samples along the diagonal %g)",
 			              p->step, D);
 	}
+	if (p->volume_max_side > VOLREC_VOLUME_MAX || p->volume_reduce > VOLREC_REDUCE_MEAN)
+		return vr_err(err, errlen, -EINVAL,
+		              "view.volume.max_side: %u is not allowed (0 = off, or 1 to %d voxels "
+		              "a side)",
+		              p->volume_max_side, VOLREC_VOLUME_MAX);
 	return 0;
 }
 
@@ -155,6 +191,8 @@ void be_view_params_from_cfg(const struct vr_config *cfg, struct be_view_params 
 	p->angles_deg[0] = cfg->view.render.angles_deg[0];
 	p->angles_deg[1] = cfg->view.render.angles_deg[1];
 	p->step = cfg_render_step(cfg);
+	p->volume_max_side = cfg->view.volume.max_side;
+	p->volume_reduce = (uint32_t)cfg->view.volume.reduce;
 }
 
 bool be_views_wanted(const struct vr_config *cfg)
@@ -174,6 +212,7 @@ void be_views_offsets(uint32_t Y, uint32_t X, uint32_t Z, uint64_t off[BE_VIEW_C
 	off[BE_VIEW_BSCAN] = off[BE_VIEW_PLANE] + yx;
 	off[BE_VIEW_SLICE] = off[BE_VIEW_BSCAN] + xz;
 	off[BE_VIEW_RENDER] = off[BE_VIEW_SLICE] + yz;
+	off[BE_VIEW_VOLUME] = off[BE_VIEW_RENDER] + (uint64_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX;
 }
 
 void be_views_describe(void *area, const struct be_view_params *p, const struct be_view_params *rp,
@@ -182,7 +221,9 @@ void be_views_describe(void *area, const struct be_view_params *p, const struct 
 	struct volrec_views_header *h = area;
 	struct volrec_image_desc *desc = (struct volrec_image_desc *)(h + 1);
 	uint64_t off[BE_VIEW_COUNT];
+	uint32_t f[3], r[3];
 
+	be_volume_dims(p, f, r);
 	be_views_offsets(p->Y, p->X, p->Z, off);
 	memset(h, 0, VOLREC_VIEWS_DATA_OFFSET);
 	h->magic = VOLREC_VIEWS_MAGIC;
@@ -208,5 +249,12 @@ void be_views_describe(void *area, const struct be_view_params *p, const struct 
 		d->spacing_y = (float)q->spacing[1];
 		d->spacing_z = (float)q->spacing[2];
 		d->step = (float)q->step;
+		d->planes = 1;
+		d->block_y = d->block_x = d->block_z = 1;
+		if (v == BE_VIEW_VOLUME && p->volume_max_side) {
+			d->planes = r[2];
+			d->block_y = f[0], d->block_x = f[1], d->block_z = f[2];
+			d->reduce = p->volume_reduce;
+		}
 	}
 }

@@ -25,20 +25,30 @@ enum be_view {
 	BE_VIEW_SLICE,       /* [Y][Z] at x0 */
 	BE_VIEW_PLANE,       /* [Y][X] at z0 */
 	BE_VIEW_RENDER,      /* [H][W] */
+	BE_VIEW_VOLUME,      /* [Yr][Xr][Zr] the volume reduced by blocks (§4.5) */
 	BE_VIEW_COUNT
 };
 
 /* The parameters of the views of one volume (the config's view: section, resolved). */
 struct be_view_params {
-	uint32_t Y, X, Z;     /* volume size */
-	uint32_t slab[2];     /* [za, zb), za < zb <= Z */
-	uint32_t position[3]; /* y0 < Y, x0 < X, z0 < Z */
-	uint32_t render_h;    /* H >= 1 */
-	uint32_t render_w;    /* W >= 1 */
-	double spacing[3];    /* dx, dy, dz > 0 */
-	double angles_deg[2]; /* azimuth phi, elevation theta */
-	double step;          /* h > 0 */
+	uint32_t Y, X, Z;         /* volume size */
+	uint32_t slab[2];         /* [za, zb), za < zb <= Z */
+	uint32_t position[3];     /* y0 < Y, x0 < X, z0 < Z */
+	uint32_t render_h;        /* H >= 1 */
+	uint32_t render_w;        /* W >= 1 */
+	double spacing[3];        /* dx, dy, dz > 0 */
+	double angles_deg[2];     /* azimuth phi, elevation theta */
+	double step;              /* h > 0 */
+	uint32_t volume_max_side; /* reduced volume: at most this a side, 0 none */
+	uint32_t volume_reduce;   /* enum volrec_reduce */
 };
+
+/* The reduced volume's block factors f[a] = ceil(n_a / max_side) and sizes r[a] = ceil(n_a /
+ * f[a]), a = y, x, z (all 0 when max_side is 0). */
+void be_volume_dims(const struct be_view_params *p, uint32_t f[3], uint32_t r[3]);
+/* Elements the reduced volume of a Y x X x Z volume may take at most, whatever its live
+ * view.volume.max_side (protocol.h: volrec_views_bytes). */
+size_t be_volume_room(uint32_t Y, uint32_t X, uint32_t Z);
 
 /*
  * The render's camera in voxel coordinates (x, y, z), computed once per parameters: sample k of
@@ -70,7 +80,7 @@ void be_views_offsets(uint32_t Y, uint32_t X, uint32_t Z, uint64_t off[BE_VIEW_C
 void be_views_describe(void *area, const struct be_view_params *p, const struct be_view_params *rp,
                        const uint64_t vid[BE_VIEW_COUNT], unsigned present);
 
-/* Bytes of view v. */
+/* Bytes of view v (0 for a volume view that is off). */
 size_t be_view_size(const struct be_view_params *p, enum be_view v);
 /* Name of view v ("enface_mean", ...). */
 const char *be_view_name(enum be_view v);

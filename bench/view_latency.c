@@ -29,8 +29,8 @@
 /* The picture frame of the viewer's WebSocket as docs/viewer.md ("Picture frames") describes it:
  * decoded here from the documented format, as the page does, not from the viewer's code. */
 #define FRAME_MAGIC   UINT32_C(0x46565256) /* "VRVF" read as little-endian */
-#define FRAME_VERSION 1
-#define FRAME_HEADER  128 /* bytes before the payload */
+#define FRAME_VERSION 2
+#define FRAME_HEADER  256 /* bytes before the payload */
 enum { ENC_RAW = 0, ENC_DEFLATE = 1 };
 
 /* The picture kinds by their number in a frame (enum volrec_image_kind) and their names in the
@@ -42,6 +42,7 @@ static const char *const kind_names[VOLREC_IMAGE_COUNT] = {
         [VOLREC_IMAGE_SLICE] = "slice",
         [VOLREC_IMAGE_PLANE] = "plane",
         [VOLREC_IMAGE_RENDER] = "render",
+        [VOLREC_IMAGE_VOLUME] = "volume",
 };
 
 static const char *kind_name(unsigned kind)
@@ -127,7 +128,7 @@ static double ms_since(uint64_t now, uint64_t t)
 static void on_picture(const unsigned char *m, size_t len, uint64_t now)
 {
 	struct kind_stats *k;
-	uint32_t hs, payload, rows, cols;
+	uint32_t hs, payload, rows, cols, planes;
 	unsigned kind, enc;
 
 	if (len < FRAME_HEADER)
@@ -138,6 +139,7 @@ static void on_picture(const unsigned char *m, size_t len, uint64_t now)
 		            FRAME_MAGIC);
 	hs = m[6] | (uint32_t)m[7] << 8, kind = m[8], enc = m[9];
 	rows = get32(m + 12), cols = get32(m + 16), payload = get32(m + 20);
+	planes = len >= FRAME_HEADER ? get32(m + 176) : 1; /* the volume's third dimension */
 	if ((m[4] | m[5] << 8) != FRAME_VERSION)
 		return fail(1, "picture frame: version %u (this tool reads %d)", m[4] | m[5] << 8,
 		            FRAME_VERSION);
@@ -146,17 +148,17 @@ static void on_picture(const unsigned char *m, size_t len, uint64_t now)
 		            payload, len);
 	if (kind >= VOLREC_IMAGE_COUNT || !(r.want & 1u << kind))
 		return fail(1, "picture frame: kind %u, not one subscribed to", kind);
-	if (enc > ENC_DEFLATE || (enc == ENC_RAW && payload != (uint64_t)rows * cols))
-		return fail(1, "picture frame (%s): encoding %u, %u payload bytes for %u x %u",
-		            kind_name(kind), enc, payload, rows, cols);
+	if (enc > ENC_DEFLATE || (enc == ENC_RAW && payload != (uint64_t)rows * cols * planes))
+		return fail(1, "picture frame (%s): encoding %u, %u payload bytes for %u x %u x %u",
+		            kind_name(kind), enc, payload, rows, cols, planes);
 	if (r.inflate && enc == ENC_DEFLATE) {
-		uLongf n = (uLongf)rows * cols;
+		uLongf n = (uLongf)rows * cols * planes;
 		unsigned char *px = malloc(n ? n : 1);
 		double t = vr_mono_s();
 		int zrc = px ? uncompress(px, &n, m + hs, payload) : Z_MEM_ERROR;
 
 		free(px);
-		if (zrc != Z_OK || n != (uLongf)rows * cols)
+		if (zrc != Z_OK || n != (uLongf)rows * cols * planes)
 			return fail(
 			        1,
 			        "picture frame (%s): deflate payload does not inflate to %u x %u",

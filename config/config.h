@@ -82,6 +82,8 @@ enum cfg_recon_mode {
 };
 enum cfg_temporal { CFG_TEMPORAL_LINEAR, CFG_TEMPORAL_EXP };
 enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };
+/* view.volume.reduce, in the order of protocol.h's enum volrec_reduce */
+enum cfg_volume_reduce { CFG_VOLUME_MAX, CFG_VOLUME_MEAN };
 enum cfg_dtype { CFG_DTYPE_U8 };
 enum cfg_overflow { CFG_OVERFLOW_DROP_EPOCH, CFG_OVERFLOW_BLOCK };
 enum cfg_log_level { CFG_LOG_ERROR, CFG_LOG_WARNING, CFG_LOG_INFO, CFG_LOG_DEBUG };
@@ -238,6 +240,10 @@ struct vr_config {
 			double step;          /* ray sampling step; 0: half the smallest spacing */
 			uint32_t every;       /* render every Nth volume; 0: auto (GPU 1, CPU 5) */
 		} render;
+		struct {
+			uint32_t max_side; /* reduced volume: voxels a side at most; 0 off */
+			enum cfg_volume_reduce reduce; /* maximum or mean of each block */
+		} volume;
 	} view;
 
 	struct {

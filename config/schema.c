@@ -26,6 +26,7 @@ static const char *const recon_mode_names[] = {"none",     "noncumulative", "cum
                                                "adaptive", "compensated",   NULL};
 static const char *const temporal_names[] = {"linear", "exp", NULL};
 static const char *const combine_names[] = {"sum", "product", NULL};
+static const char *const volume_reduce_names[] = {"max", "mean", NULL};
 static const char *const dtype_names[] = {"u8", NULL};
 static const char *const overflow_names[] = {"drop_epoch", "block", NULL};
 static const char *const log_level_names[] = {"error", "warning", "info", "debug", NULL};
@@ -177,11 +178,14 @@ const struct cfg_key cfg_keys[] = {
         U32S(view.slab, 0, 131072, "[za, zb]", LIVE, .def = {0, 1024}),
         U32S(view.position, 0, 1048576, "[y0, x0, z0]", LIVE, .def = {150, 150, 512}),
         U32S(view.render.size, 1, 1024, "[H, W] pixels", LIVE, .def = {256, 256}),
+        /* docs/algorithms.md §4.4: depth down, across the B-scans from 20 degrees above */
         F64S(view.render.angles_deg, -360, 360, "[azimuth, elevation] in degrees", LIVE,
-             .def = {0, 0}),
+             .def = {30, -70}),
         F64S(view.render.spacing, 0, 1e6, "[dx, dy, dz]", LIVE, .gt_min = true, .def = {1, 1, 1}),
         F64(view.render.step, 0, 1e6, 0, LIVE),
         U32(view.render.every, 0, 1000, 0, LIVE),
+        U32(view.volume.max_side, 0, 256, 128, LIVE), /* 256: VOLREC_VOLUME_MAX */
+        ENUM(view.volume.reduce, volume_reduce_names, CFG_VOLUME_MAX, LIVE),
         PATH(record.dir, "/var/lib/volrec/recordings", STRUCTURAL),
         F64(record.min_free_gb, 0, 1e9, 1, STRUCTURAL),
         STR(record.name, "", STRUCTURAL),

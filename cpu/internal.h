@@ -183,6 +183,9 @@ void cpu_views_free(struct cpu_state *st);
  * be_render_setup(p)) into out[v] (be_view_size bytes each; a NULL entry is skipped). */
 void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
                        const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT]);
+/* The reduced volume of docs/algorithms.md §4.5 of V into out (be_view_size(p, BE_VIEW_VOLUME)
+ * bytes, [Yr][Xr][Zr]); nothing when p->volume_max_side is 0. */
+void cpu_volume_reduce(const uint8_t *V, const struct be_view_params *p, uint8_t *out);
 /* The render alone into out (H x W), from row *row on, stopped between two rows once
  * deadline_ns (CLOCK_MONOTONIC, 0: none) has passed (*row: the next row to do).
  * \return whether it is whole. */

@@ -2,8 +2,9 @@
 /*
  * The views of docs/algorithms.md §4 on the CPU, from the u8 volume V[y][x][z] exactly as published:
  * en-face mean/max over the slab, B-scan, slice and plane at the position, and the MIP render
- * (orthographic rays, trilinear samples, maximum rounded half up). The CUDA backend computes
- * the same from the same be_render_setup (gpu/gpu_views.cu).
+ * (orthographic rays, trilinear samples, maximum rounded half up), and the reduced volume
+ * (block maxima or means, §4.5). The CUDA backend computes the same from the same
+ * be_render_setup and block factors (gpu/gpu_views.cu).
  */
 #include <errno.h>
 #include <math.h>
@@ -73,6 +74,54 @@ static uint8_t render_pixel(const uint8_t *V, const struct be_view_params *p,
 	return best < 0.0 ? 0 : (uint8_t)floor(best + 0.5);
 }
 
+void cpu_volume_reduce(const uint8_t *V, const struct be_view_params *p, uint8_t *out)
+{
+	uint32_t f[3], r[3];
+	uint64_t acc[VOLREC_VOLUME_MAX];
+
+	be_volume_dims(p, f, r);
+	if (!p->volume_max_side)
+		return;
+	for (uint32_t yb = 0; yb < r[0]; yb++) {
+		const uint32_t y0 = yb * f[0], y1 = y0 + f[0] < p->Y ? y0 + f[0] : p->Y;
+
+		for (uint32_t xb = 0; xb < r[1]; xb++) {
+			const uint32_t x0 = xb * f[1], x1 = x0 + f[1] < p->X ? x0 + f[1] : p->X;
+			uint8_t *o = out + ((size_t)yb * r[1] + xb) * r[2];
+
+			memset(acc, 0, sizeof(acc[0]) * r[2]);
+			for (uint32_t y = y0; y < y1; y++)
+				for (uint32_t x = x0; x < x1; x++) {
+					const uint8_t *a = V + ((size_t)y * p->X + x) * p->Z;
+
+					/* one block of f[2] depths per element: no division per voxel */
+					for (uint32_t zb = 0, z = 0; zb < r[2]; zb++) {
+						const uint32_t z1 =
+						        z + f[2] < p->Z ? z + f[2] : p->Z;
+						uint64_t v = acc[zb];
+
+						if (p->volume_reduce == VOLREC_REDUCE_MEAN)
+							for (; z < z1; z++)
+								v += a[z];
+						else
+							for (; z < z1; z++)
+								v = a[z] > v ? a[z] : v;
+						acc[zb] = v;
+					}
+				}
+			for (uint32_t zb = 0; zb < r[2]; zb++) {
+				const uint32_t z0 = zb * f[2],
+				               z1 = z0 + f[2] < p->Z ? z0 + f[2] : p->Z;
+				const uint64_t n = (uint64_t)(y1 - y0) * (x1 - x0) * (z1 - z0);
+
+				o[zb] = p->volume_reduce == VOLREC_REDUCE_MEAN
+				                ? (uint8_t)((2 * acc[zb] + n) / (2 * n))
+				                : (uint8_t)acc[zb];
+			}
+		}
+	}
+}
+
 void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
                        const struct be_render_setup *r, uint8_t *const out[BE_VIEW_COUNT])
 {
@@ -106,6 +155,8 @@ void cpu_views_compute(const uint8_t *V, const struct be_view_params *p,
 		uint32_t row = 0;
 		cpu_render(V, p, r, out[BE_VIEW_RENDER], &row, 0);
 	}
+	if (out[BE_VIEW_VOLUME])
+		cpu_volume_reduce(V, p, out[BE_VIEW_VOLUME]);
 }
 
 bool cpu_render(const uint8_t *V, const struct be_view_params *p, const struct be_render_setup *r,
@@ -205,6 +256,8 @@ int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err
 	for (int i = 0; i < BE_VIEW_COUNT; i++) {
 		bool want = (out->view_mask >> i) & 1u;
 
+		if (i == BE_VIEW_VOLUME && !v->p.volume_max_side)
+			want = false; /* view.volume.max_side: 0 */
 		pic[i] = want ? area + off[i] : NULL;
 		vid[i] = out->volume_id;
 		if (want && i != BE_VIEW_RENDER)

@@ -263,6 +263,13 @@ cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_params *p,
                               const struct be_render_setup *r, uint32_t ry0, uint32_t ry1,
                               unsigned *acc, uint8_t *out, cudaStream_t s);
 
+/* The reduced volume of docs/algorithms.md §4.5 (p->volume_max_side > 0): the rows [ry0, ry1)
+ * of V combined into acc (be_volume_dims' Yr * Xr * Zr words on the device, zeroed first: the
+ * maxima, or the sums for a mean), then, when out is not NULL, acc as u8 into out on the
+ * device ([0, Y): the whole volume view). */
+cudaError_t gpu_launch_volume(const uint8_t *V, const struct be_view_params *p, uint32_t ry0,
+                              uint32_t ry1, unsigned long long *acc, uint8_t *out, cudaStream_t s);
+
 /* ---- one part of several devices (gpu_backend.c for gpu_multi.c) -------------------------
  * The composite backend over gpu.devices (gpu_multi.c, be_cuda_multi_ops) owns one ordinary
  * CUDA backend state per entry, each a part: part k of n reconstructs the output rows of the
@@ -301,6 +308,10 @@ bool gpu_part_ahead(struct gpu_state *st, uint64_t epoch);
 /* The part's render of the epoch last waited for ([H][W] maxima of its rows, host memory), or
  * NULL when that epoch asked for none. */
 const uint8_t *gpu_part_render(const struct gpu_state *st);
+/* The part's reduced-volume accumulators of the epoch last waited for (host memory, [Yr][Xr][Zr]
+ * words: the maxima or sums over its own rows), valid in the block rows [rows[0], rows[1]);
+ * NULL when that epoch asked for none. */
+const unsigned long long *gpu_part_volume(const struct gpu_state *st, uint32_t rows[2]);
 /* Output rows of the part when mode none is in force (none) or not: the rows it owns
  * [*r0, *r1) and those its state must hold from the other parts after each cumulative epoch
  * (its halo): [*h0, *r0) and [*r1, *h1). */

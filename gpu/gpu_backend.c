@@ -48,6 +48,10 @@ struct gpu_state {
 	uint32_t blo, bhi;   /* the B-scans it preprocesses: [blo, bhi) */
 	uint8_t *h_render;   /* count > 1: pinned [RENDER_MAX^2], its render of the last epoch */
 	bool h_render_valid; /* that epoch asked for a render */
+	unsigned long long *h_vacc; /* count > 1: pinned [be_volume_room], its reduced volume's
+	                               maxima or sums of the last epoch over its rows */
+	uint32_t h_vacc_rows[2];    /* the block rows [yb0, yb1) of it that its rows reach */
+	bool h_vacc_valid;          /* that epoch asked for a reduced volume */
 
 	/* geometry */
 	uint32_t K, N, nx, ny, nz, z0, sx, sy, S, X, Y;
@@ -152,8 +156,10 @@ struct gpu_state {
 	char views_why[256];
 	struct be_view_params vp;
 	struct be_render_setup vrs;
-	uint8_t *d_views; /* [3][cols] enface mean, max, plane, then the render (RENDER_MAX^2) */
+	uint8_t *d_views; /* [3][cols] enface mean, max, plane, the render (RENDER_MAX^2), then
+	                     the reduced volume (be_volume_room) */
 	unsigned *d_racc; /* [RENDER_MAX^2] the render's per-pixel maxima (gpu_views.cu) */
+	unsigned long long *d_vacc; /* [be_volume_room] the reduced volume's maxima or sums */
 	cudaStream_t vs;
 	cudaEvent_t kev[GPU_RSTREAMS], vev;
 	struct be_view_params last_rp; /* the render in d_views: its parameters and volume */
@@ -522,12 +528,12 @@ static void gpu_destroy(void *vst)
 		cudaEventDestroy(st->vev);
 	if (st->vs)
 		cudaStreamDestroy(st->vs);
-	void *const dev[] = {st->d_views,   st->d_racc,    st->d_rs_idx, st->d_rs_w, st->d_window,
-	                     st->d_dre,     st->d_dim,     st->d_ref,    st->le[0],  st->le[1],
-	                     st->counts[0], st->counts[1], st->P,        st->Q,      st->E,
-	                     st->tmap,      st->W,         st->chg,      st->alpha,  st->beta,
-	                     st->axy,       st->aoff,      st->out8,     st->out8b};
-	void *const host[] = {st->h_render, st->cpin};
+	void *const dev[] = {st->d_views,  st->d_racc,    st->d_vacc,    st->d_rs_idx, st->d_rs_w,
+	                     st->d_window, st->d_dre,     st->d_dim,     st->d_ref,    st->le[0],
+	                     st->le[1],    st->counts[0], st->counts[1], st->P,        st->Q,
+	                     st->E,        st->tmap,      st->W,         st->chg,      st->alpha,
+	                     st->beta,     st->axy,       st->aoff,      st->out8,     st->out8b};
+	void *const host[] = {st->h_render, st->h_vacc, st->cpin};
 	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
 	for (int k = 0; k < GPU_SLABS; k++)
 		if (st->sev[k])
@@ -817,6 +823,7 @@ static void gpu_geometry(struct gpu_state *st, const struct vr_config *cfg,
 struct gpu_budget {
 	size_t fbytes, half, taps_max, cols;
 	size_t per_stream, volumes, view_bytes, motion, need, out8_bytes;
+	size_t vol_room; /* elements of the reduced volume at most (be_volume_room) */
 	bool ahead_off, spare;
 };
 
@@ -826,6 +833,7 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 {
 	const int n1[1] = {(int)st->N};
 	size_t ws_r2c = 0, ws_c2c = 0, freeb = 0, totalb = 0, tables, pm_bytes, view_scratch;
+	uint32_t od[3];
 	const char *ahead_env;
 	int rc;
 
@@ -859,11 +867,15 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 	                           (size_t)st->ny * st->nx * sizeof(float) +
 	                           ((size_t)st->X + st->Y) * (sizeof(int4) + sizeof(longlong2))
 	                 : st->le_count);
+	cfg_out_dims(cfg, od);
+	bu->vol_room = be_volume_room(od[0], od[1], od[2]);
 	bu->view_bytes = be_views_wanted(cfg)
-	                         ? 3 * bu->cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX
+	                         ? 3 * bu->cols + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX +
+	                                   bu->vol_room
 	                         : 0;
 	view_scratch = bu->view_bytes
-	                       ? (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX * sizeof(unsigned)
+	                       ? (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX * sizeof(unsigned) +
+	                                 bu->vol_room * sizeof(unsigned long long)
 	                       : 0;
 	bu->motion = st->mode == CFG_RECON_COMPENSATED ? gpu_motion_bytes(st) : 0;
 	bu->need = bu->per_stream * st->ns + tables + bu->volumes + bu->view_bytes + view_scratch +
@@ -1015,6 +1027,10 @@ static int gpu_alloc_events_views(struct gpu_state *st, const struct vr_config *
 			                        sizeof(unsigned),
 			                "render scratch", err, errlen);
 		if (rc == 0)
+			rc = gpu_malloc((void **)&st->d_vacc,
+			                bu->vol_room * sizeof(unsigned long long),
+			                "reduced volume scratch", err, errlen);
+		if (rc == 0)
 			rc = gpu_cuda_check(
 			        cudaStreamCreateWithFlags(&st->vs, cudaStreamNonBlocking),
 			        "cudaStreamCreate(views)", err, errlen);
@@ -1028,6 +1044,11 @@ static int gpu_alloc_events_views(struct gpu_state *st, const struct vr_config *
 			                      (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX,
 			                      cudaHostAllocDefault),
 			        "cudaHostAlloc(render)", err, errlen);
+		if (rc == 0 && st->part.count > 1)
+			rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_vacc,
+			                                  bu->vol_room * sizeof(unsigned long long),
+			                                  cudaHostAllocDefault),
+			                    "cudaHostAlloc(reduced volume)", err, errlen);
 	}
 	if (rc == 0)
 		rc = gpu_cuda_check(
@@ -1480,6 +1501,7 @@ static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, u
 	const bool part = st->part.count > 1;
 	uint8_t *area = out->views, *d_mean = st->d_views, *d_max = d_mean + cols;
 	uint8_t *d_plane = d_max + cols, *d_render = d_plane + cols;
+	uint8_t *d_vol = d_render + (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX;
 	uint64_t off[BE_VIEW_COUNT], vid[BE_VIEW_COUNT];
 	const unsigned m = out->view_mask;
 	unsigned present = 0;
@@ -1524,6 +1546,33 @@ static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, u
 		                   pcols, cudaMemcpyDeviceToHost, st->vs),
 		   "cudaMemcpyAsync(view, device to host)");
 		present |= 1u << v;
+	}
+	/* the reduced volume on the device, only it copied back; a part of several copies its
+	 * blocks' maxima or sums over its rows, which the composite combines (blocks may span
+	 * the parts' rows) */
+	st->h_vacc_valid = false;
+	if ((m & (1u << BE_VIEW_VOLUME)) && p->volume_max_side && part && r1 > r0) {
+		uint32_t f[3], r[3];
+		be_volume_dims(p, f, r);
+		const size_t plane = (size_t)r[1] * r[2];
+		const uint32_t yb0 = r0 / f[0], yb1 = (r1 - 1) / f[0] + 1;
+		CU(gpu_launch_volume(st->out8, p, r0, r1, st->d_vacc, NULL, st->vs),
+		   "reduced volume kernel");
+		CU(cudaMemcpyAsync(st->h_vacc + yb0 * plane, st->d_vacc + yb0 * plane,
+		                   (yb1 - yb0) * plane * sizeof(unsigned long long),
+		                   cudaMemcpyDeviceToHost, st->vs),
+		   "cudaMemcpyAsync(reduced volume sums, device to host)");
+		st->h_vacc_rows[0] = yb0;
+		st->h_vacc_rows[1] = yb1;
+		st->h_vacc_valid = true;
+	}
+	if ((m & (1u << BE_VIEW_VOLUME)) && p->volume_max_side && !part) {
+		CU(gpu_launch_volume(st->out8, p, 0, p->Y, st->d_vacc, d_vol, st->vs),
+		   "reduced volume kernels");
+		CU(cudaMemcpyAsync(area + off[BE_VIEW_VOLUME], d_vol,
+		                   be_view_size(p, BE_VIEW_VOLUME), cudaMemcpyDeviceToHost, st->vs),
+		   "cudaMemcpyAsync(volume view, device to host)");
+		present |= 1u << BE_VIEW_VOLUME;
 	}
 	if ((m & (1u << BE_VIEW_BSCAN)) && p->position[0] >= r0 && p->position[0] < r1) {
 		CU(cudaMemcpyAsync(area + off[BE_VIEW_BSCAN],
@@ -2306,6 +2355,15 @@ const struct be_motion *gpu_part_motion(const struct gpu_state *st)
 const uint8_t *gpu_part_render(const struct gpu_state *st)
 {
 	return st->h_render_valid ? st->h_render : NULL;
+}
+
+const unsigned long long *gpu_part_volume(const struct gpu_state *st, uint32_t rows[2])
+{
+	if (!st->h_vacc_valid)
+		return NULL;
+	rows[0] = st->h_vacc_rows[0];
+	rows[1] = st->h_vacc_rows[1];
+	return st->h_vacc;
 }
 
 int gpu_part_halo(struct gpu_state *dst, const struct gpu_state *src, uint32_t y, char *err,

@@ -30,7 +30,8 @@ struct gpu_multi {
 	/* views: the parameters in force, the last combined render and what it shows */
 	bool views;
 	struct be_view_params vp;
-	uint8_t *render; /* [VOLREC_RENDER_MAX^2] */
+	uint8_t *render;          /* [VOLREC_RENDER_MAX^2] */
+	unsigned long long *vacc; /* [be_volume_room] the parts' reduced volumes combined */
 	struct be_view_params last_rp;
 	uint64_t last_render_id;
 	bool have_render;
@@ -87,6 +88,7 @@ static void gm_destroy(void *vg)
 		if (g->part[k])
 			be_cuda_ops.destroy(g->part[k]);
 	free(g->render);
+	free(g->vacc);
 	free(g);
 }
 
@@ -147,7 +149,8 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 	if (g->views) {
 		be_view_params_from_cfg(cfg, &g->vp);
 		g->render = malloc((size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX);
-		if (!g->render) {
+		g->vacc = malloc(be_volume_room(g->vp.Y, g->vp.X, g->vp.Z) * sizeof(*g->vacc));
+		if (!g->render || !g->vacc) {
 			rc = vr_err(err, errlen, -ENOMEM, "cuda backend: out of host memory");
 			goto fail;
 		}
@@ -270,8 +273,44 @@ static int gm_epoch_finish_async(void *vg, uint64_t epoch, const struct be_outpu
 	return 0;
 }
 
+/* The reduced volume of the epoch every part finished: each block the maximum of the parts'
+ * maxima, or the mean of the sum of their sums (docs/algorithms.md §4.5), into out. */
+static void gm_volume_finish(struct gpu_multi *g, const struct be_view_params *p, uint8_t *out)
+{
+	uint32_t f[3], r[3], rows[2];
+	const bool mean = p->volume_reduce == VOLREC_REDUCE_MEAN;
+
+	be_volume_dims(p, f, r);
+	const size_t plane = (size_t)r[1] * r[2];
+	memset(g->vacc, 0, (size_t)r[0] * plane * sizeof(*g->vacc));
+	for (uint32_t k = 0; k < g->n; k++) {
+		const unsigned long long *a = gpu_part_volume(g->part[k], rows);
+
+		for (size_t i = a ? rows[0] * plane : 0; a && i < rows[1] * plane; i++)
+			g->vacc[i] = mean                ? g->vacc[i] + a[i]
+			             : a[i] > g->vacc[i] ? a[i]
+			                                 : g->vacc[i];
+	}
+	for (uint32_t yb = 0; yb < r[0]; yb++)
+		for (uint32_t xb = 0; xb < r[1]; xb++)
+			for (uint32_t zb = 0; zb < r[2]; zb++) {
+				const size_t i = yb * plane + (size_t)xb * r[2] + zb;
+				const uint64_t ny =
+				        p->Y - yb * f[0] < f[0] ? p->Y - yb * f[0] : f[0];
+				const uint64_t nx =
+				        p->X - xb * f[1] < f[1] ? p->X - xb * f[1] : f[1];
+				const uint64_t nz =
+				        p->Z - zb * f[2] < f[2] ? p->Z - zb * f[2] : f[2];
+				const uint64_t n = ny * nx * nz;
+
+				out[i] = (uint8_t)(mean ? (2 * g->vacc[i] + n) / (2 * n)
+				                        : g->vacc[i]);
+			}
+}
+
 /* The views of the epoch every part finished: the render (the maximum of the parts' renders,
- * each the samples that start in its rows), or the last one again, and the header. */
+ * each the samples that start in its rows), or the last one again, the reduced volume, and the
+ * header. */
 static void gm_views_finish(struct gpu_multi *g)
 {
 	const struct be_output *out = &g->out;
@@ -299,6 +338,10 @@ static void gm_views_finish(struct gpu_multi *g)
 	/* every part copied its rows of these; the B-scan came from the part holding its row */
 	present = m & ((1u << BE_VIEW_ENFACE_MEAN) | (1u << BE_VIEW_ENFACE_MAX) |
 	               (1u << BE_VIEW_PLANE) | (1u << BE_VIEW_BSCAN) | (1u << BE_VIEW_SLICE));
+	if ((m & (1u << BE_VIEW_VOLUME)) && p->volume_max_side) {
+		gm_volume_finish(g, p, area + off[BE_VIEW_VOLUME]);
+		present |= 1u << BE_VIEW_VOLUME;
+	}
 	if (g->have_render) {
 		memcpy(area + off[BE_VIEW_RENDER], g->render,
 		       (size_t)g->last_rp.render_h * g->last_rp.render_w);

@@ -2,12 +2,16 @@
 /*
  * The views of docs/algorithms.md §4 on the device, from the u8 volume already there: en-face
  * mean/max over the slab and the plane (one warp per A-scan column), and the MIP render (one
- * thread per pixel, samples clipped to the box by be_render_krange). The B-scan and slice are
- * plain copies out of the volume (gpu_backend.c). cpu/views.c is the reference.
+ * thread per pixel, samples clipped to the box by be_render_krange), and the reduced volume (one
+ * thread per depth block of an A-scan, combined per block with 64-bit atomics; only the small
+ * result leaves the device). The B-scan and slice are plain copies out of the volume
+ * (gpu_backend.c). cpu/views.c is the reference.
  */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <volrec/protocol.h>
 
 #include "gpu/gpu.h"
 
@@ -148,5 +152,89 @@ extern "C" cudaError_t gpu_launch_render(const uint8_t *V, const struct be_view_
 	if (e != cudaSuccess)
 		return e;
 	k_render_finish<<<(n + 255) / 256, 256, 0, s>>>(acc, n, out);
+	return cudaGetLastError();
+}
+
+/* Rows [ry0, ry1) of V into the reduced volume's accumulators acc ([Yr][Xr][Zr] words): each
+ * thread reduces the depth block zb of one A-scan (consecutive threads read consecutive blocks)
+ * and combines it into its block's word, the maximum or the sum. */
+__global__ void k_volume_acc(const uint8_t *__restrict__ V, int X, int Z, int ry0, int ry1, int fy,
+                             int fx, int fz, int Xr, int Zr, int mean, unsigned long long *acc)
+{
+	const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	const long long n = (long long)(ry1 - ry0) * X * Zr;
+
+	if (t >= n)
+		return;
+	const int zb = (int)(t % Zr);
+	const long long ax = t / Zr; /* A-scan index from row ry0 on */
+	const int x = (int)(ax % X), y = ry0 + (int)(ax / X);
+	const uint8_t *a = V + ((long long)y * X + x) * Z;
+	const int z0 = zb * fz, z1 = min(z0 + fz, Z);
+	unsigned long long v = 0;
+
+	if (mean) {
+		for (int z = z0; z < z1; z++)
+			v += __ldg(a + z);
+	} else {
+		for (int z = z0; z < z1; z++) {
+			unsigned long long w = __ldg(a + z);
+			v = w > v ? w : v;
+		}
+	}
+	unsigned long long *d = acc + ((long long)(y / fy) * Xr + x / fx) * Zr + zb;
+	if (mean)
+		atomicAdd(d, v);
+	else
+		atomicMax(d, v);
+}
+
+/* The accumulators as u8: the maximum, or the mean over the voxels of each block rounded half
+ * up (blocks at the far edges hold fewer). */
+__global__ void k_volume_finish(const unsigned long long *acc, int Y, int X, int Z, int fy, int fx,
+                                int fz, int Yr, int Xr, int Zr, int mean, uint8_t *out)
+{
+	const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (t >= (long long)Yr * Xr * Zr)
+		return;
+	if (!mean) {
+		out[t] = (uint8_t)acc[t];
+		return;
+	}
+	const int zb = (int)(t % Zr), xb = (int)(t / Zr % Xr), yb = (int)(t / Zr / Xr);
+	const unsigned long long ny = min(fy, Y - yb * fy), nx = min(fx, X - xb * fx),
+	                         nz = min(fz, Z - zb * fz);
+	const unsigned long long nn = ny * nx * nz;
+	out[t] = (uint8_t)((2 * acc[t] + nn) / (2 * nn));
+}
+
+extern "C" cudaError_t gpu_launch_volume(const uint8_t *V, const struct be_view_params *p,
+                                         uint32_t ry0, uint32_t ry1, unsigned long long *acc,
+                                         uint8_t *out, cudaStream_t s)
+{
+	uint32_t f[3], r[3];
+	const int mean = p->volume_reduce == VOLREC_REDUCE_MEAN;
+
+	be_volume_dims(p, f, r);
+	const size_t nout = (size_t)r[0] * r[1] * r[2];
+	const long long nthr = (long long)(ry1 - ry0) * p->X * r[2];
+	cudaError_t e = cudaMemsetAsync(acc, 0, nout * sizeof(*acc), s);
+
+	if (e != cudaSuccess || !nout)
+		return e;
+	if (nthr > 0) {
+		k_volume_acc<<<(unsigned)((nthr + 255) / 256), 256, 0, s>>>(
+		        V, (int)p->X, (int)p->Z, (int)ry0, (int)ry1, (int)f[0], (int)f[1],
+		        (int)f[2], (int)r[1], (int)r[2], mean, acc);
+		e = cudaGetLastError();
+		if (e != cudaSuccess)
+			return e;
+	}
+	if (!out)
+		return cudaSuccess;
+	k_volume_finish<<<(unsigned)((nout + 255) / 256), 256, 0, s>>>(
+	        acc, (int)p->Y, (int)p->X, (int)p->Z, (int)f[0], (int)f[1], (int)f[2], (int)r[0],
+	        (int)r[1], (int)r[2], mean, out);
 	return cudaGetLastError();
 }

@@ -56,8 +56,10 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		return vr_err(
 		        err, errlen, -EPROTO,
 		        "data segment speaks protocol version %u.%u; this client supports major "
-		        "version %d only",
-		        h->major, h->minor, VOLREC_PROTO_MAJOR);
+		        "version %d only (protocol %d.%d): volrecd and its clients must be of the "
+		        "same major version",
+		        h->major, h->minor, VOLREC_PROTO_MAJOR, VOLREC_PROTO_MAJOR,
+		        VOLREC_PROTO_MINOR);
 	if (ipc_load32(&h->state, memory_order_acquire) == VOLREC_STATE_INIT)
 		return vr_err(err, errlen, -EAGAIN, "data segment is still being created");
 	esz = volrec_dtype_size(h->dtype);
@@ -184,8 +186,9 @@ int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, si
 		return vr_err(
 		        err, errlen, -EPROTO,
 		        "vol message speaks protocol major version %u; this client supports %d "
-		        "only",
-		        major, VOLREC_PROTO_MAJOR);
+		        "only (protocol %d.%d): volrecd and its clients must be of the same major "
+		        "version",
+		        major, VOLREC_PROTO_MAJOR, VOLREC_PROTO_MAJOR, VOLREC_PROTO_MINOR);
 	if (len < VOLREC_VOL_MSG_MIN || size < VOLREC_VOL_MSG_MIN || size != len)
 		return vr_err(
 		        err, errlen, -EPROTO,

@@ -205,8 +205,10 @@ static int session_map(struct volrec_client *c, struct cl_session *s)
 		rc = cl_fail(
 		        c, -EPROTO,
 		        "lease table %s speaks protocol major version %u; this client supports "
-		        "%d only",
-		        c->lease_name, lh->major, VOLREC_PROTO_MAJOR);
+		        "%d only (protocol %d.%d): volrecd and its clients must be of the same "
+		        "major version",
+		        c->lease_name, lh->major, VOLREC_PROTO_MAJOR, VOLREC_PROTO_MAJOR,
+		        VOLREC_PROTO_MINOR);
 		goto out_unmap;
 	}
 	if (lh->session_id != s->id) {
@@ -798,12 +800,32 @@ int volrec_view_generation(const struct volrec_client *c, const struct volrec_vi
 static bool image_fits(const struct volrec_image_desc *d, uint32_t Y, uint32_t X, uint32_t Z,
                        char *why, size_t len)
 {
-	static const char *const names[] = {"enface_mean", "enface_max", "bscan",
-	                                    "slice",       "plane",      "render"};
+	static const char *const names[] = {"enface_mean", "enface_max", "bscan", "slice",
+	                                    "plane",       "render",     "volume"};
 	uint32_t rows = Y, cols = X;
 	bool slab = false, ok;
 
+	if (d->kind != VOLREC_IMAGE_VOLUME &&
+	    (d->planes != 1 || d->block_y != 1 || d->block_x != 1 || d->block_z != 1)) {
+		snprintf(why, len, "%s with %u planes in blocks of %u x %u x %u (a picture: 1)",
+		         names[d->kind], d->planes, d->block_y, d->block_x, d->block_z);
+		return false;
+	}
 	switch (d->kind) {
+	case VOLREC_IMAGE_VOLUME:
+		ok = d->block_y >= 1 && d->block_x >= 1 && d->block_z >= 1 &&
+		     d->rows == (Y - 1) / d->block_y + 1 && d->cols == (X - 1) / d->block_x + 1 &&
+		     d->planes == (Z - 1) / d->block_z + 1 && d->rows <= VOLREC_VOLUME_MAX &&
+		     d->cols <= VOLREC_VOLUME_MAX && d->planes <= VOLREC_VOLUME_MAX &&
+		     d->reduce <= VOLREC_REDUCE_MEAN;
+		if (!ok)
+			snprintf(why, len,
+			         "volume of %u x %u x %u in blocks of %u x %u x %u (reduce %u) for "
+			         "a "
+			         "%u x %u x %u volume",
+			         d->rows, d->cols, d->planes, d->block_y, d->block_x, d->block_z,
+			         d->reduce, Y, X, Z);
+		return ok;
 	case VOLREC_IMAGE_ENFACE_MEAN:
 	case VOLREC_IMAGE_ENFACE_MAX:
 		slab = true;
@@ -851,7 +873,7 @@ int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, u
 	const struct volrec_views_header *vh;
 	struct volrec_image_desc dd, *d = &dd;
 	char why[160];
-	uint64_t end;
+	uint64_t end, bytes;
 
 	if (!c || !view || !img || kind >= VOLREC_IMAGE_COUNT)
 		return -EINVAL;
@@ -866,8 +888,9 @@ int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, u
 	memcpy(&dd, (const struct volrec_image_desc *)(vh + 1) + kind, sizeof(dd));
 	if (vh->magic != VOLREC_VIEWS_MAGIC || vh->count < VOLREC_IMAGE_COUNT ||
 	    vh->desc_size != sizeof(*d) || d->kind != kind ||
-	    __builtin_add_overflow(d->offset, (uint64_t)d->rows * d->cols, &end) ||
-	    end > h->views_bytes || d->offset < VOLREC_VIEWS_DATA_OFFSET)
+	    __builtin_mul_overflow((uint64_t)d->rows * d->cols, (uint64_t)d->planes, &bytes) ||
+	    __builtin_add_overflow(d->offset, bytes, &end) || end > h->views_bytes ||
+	    d->offset < VOLREC_VIEWS_DATA_OFFSET)
 		return cl_fail(c, -EPROTO, "malformed views area in slot %u", view->slot);
 	if (!d->present)
 		return cl_fail(c, -ENOENT, "picture %u was not computed for volume %llu", kind,
@@ -879,6 +902,9 @@ int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, u
 	        .kind = kind,
 	        .rows = d->rows,
 	        .cols = d->cols,
+	        .planes = d->planes,
+	        .block = {d->block_y, d->block_x, d->block_z},
+	        .reduce = d->reduce,
 	        .volume_id = d->volume_id,
 	        .slab = {d->slab_za, d->slab_zb},
 	        .position = {d->position_y, d->position_x, d->position_z},

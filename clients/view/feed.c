@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,6 +136,7 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	unsigned wanted = atomic_load(&f->wanted);
 	struct volrec_view v;
 	uint64_t render_vid = 0;
+	double um[3];
 	bool any = false;
 	int rc;
 
@@ -150,6 +152,9 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 		       f->no_views ? "publishes no pictures (view.enabled: false)"
 		                   : "publishes pictures");
 	}
+	/* [dx, dy, dz], NaN unknown, as the frames' [dy, dx, dz], 0 unknown */
+	if (volrec_view_voxel_size(c, &v, um))
+		um[0] = um[1] = um[2] = NAN;
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
 		struct volrec_image img;
 		struct vw_frame_meta m = {
@@ -158,6 +163,8 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 		        .t_publish_ns = v.t_publish_ns,
 		        .session_id = v.session_id,
 		        .shape = {v.ny, v.nx, v.nz},
+		        .voxel_um = {um[1] > 0 ? um[1] : 0, um[0] > 0 ? um[0] : 0,
+		                     um[2] > 0 ? um[2] : 0},
 		};
 
 		if (!(wanted & (1u << k)) || volrec_view_image(c, &v, k, &img))

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The viewer's picture frames (docs/viewer.md, "Picture frames"): a 128-byte little-endian
- * header with the picture's volume, timestamps and view parameters, then its pixels raw or as
- * a zlib stream, reduced by block maxima when a side is larger than a screen shows.
+ * The viewer's picture frames (docs/viewer.md, "Picture frames"): a 256-byte little-endian
+ * header with the picture's volume, timestamps, view parameters and geometry in um, then its
+ * pixels raw or as a zlib stream, a picture reduced by block maxima when a side is larger than
+ * a screen shows (the reduced volume is sent as the daemon made it).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@ static const char *const kind_names[VOLREC_IMAGE_COUNT] = {
         [VOLREC_IMAGE_SLICE] = "slice",
         [VOLREC_IMAGE_PLANE] = "plane",
         [VOLREC_IMAGE_RENDER] = "render",
+        [VOLREC_IMAGE_VOLUME] = "volume",
 };
 
 const char *vw_kind_name(unsigned kind)
@@ -109,6 +111,62 @@ static void putf(unsigned char *p, float f)
 	put(p, v, 4);
 }
 
+static void putd(unsigned char *p, double d)
+{
+	uint64_t v;
+
+	memcpy(&v, &d, sizeof(v));
+	put(p, v, 8);
+}
+
+/* The volume axes (0 y, 1 x, 2 z) a picture's rows, cols and planes run along; -1: none (a
+ * render's screen, a picture's planes). */
+static void picture_axes(unsigned kind, int ax[3])
+{
+	ax[0] = 0, ax[1] = 1, ax[2] = -1;
+	switch (kind) {
+	case VOLREC_IMAGE_BSCAN:
+		ax[0] = 1, ax[1] = 2;
+		break;
+	case VOLREC_IMAGE_SLICE:
+		ax[1] = 2;
+		break;
+	case VOLREC_IMAGE_RENDER:
+		ax[0] = ax[1] = -1;
+		break;
+	case VOLREC_IMAGE_VOLUME:
+		ax[2] = 2;
+		break;
+	default:
+		break;
+	}
+}
+
+/* The header's geometry (docs/viewer.md, offsets 128..192): the volume's voxel size, the size
+ * of one sent pixel along each axis of the payload, its planes, its factors and reduction. */
+static void put_geometry(unsigned char *h, const struct volrec_image *img,
+                         const struct vw_frame_meta *m, uint32_t rs, uint32_t cs)
+{
+	const bool vol = img->kind == VOLREC_IMAGE_VOLUME;
+	const uint32_t factor[3] = {img->block[0] * rs, img->block[1] * cs,
+	                            vol ? img->block[2] : 1};
+	int ax[3];
+
+	picture_axes(img->kind, ax);
+	for (int a = 0; a < 3; a++) {
+		double um = ax[a] >= 0 ? m->voxel_um[ax[a]] : 0.0;
+
+		putd(h + 128 + 8 * a, m->voxel_um[a] > 0 ? m->voxel_um[a] : 0.0);
+		putd(h + 152 + 8 * a, um > 0 ? um * factor[a] : 0.0);
+		put(h + 180 + 4 * a, factor[a], 4);
+	}
+	/* version 1's steps: the factors, capped */
+	h[10] = (unsigned char)(factor[0] > 255 ? 255 : factor[0]);
+	h[11] = (unsigned char)(factor[1] > 255 ? 255 : factor[1]);
+	put(h + 176, vol ? img->planes : 1, 4);
+	h[192] = (unsigned char)(vol ? img->reduce : 0);
+}
+
 void vw_frame_free(struct vw_frame *f)
 {
 	if (!f)
@@ -128,8 +186,10 @@ int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *
 	unsigned char *h;
 	int enc = VW_ENC_RAW;
 
-	vw_reduce_dims(img->rows, img->cols, o->max_side, &rs, &cs, &rows, &cols);
-	raw = (size_t)rows * cols;
+	/* the reduced volume goes as the daemon made it (view.volume.max_side bounds it) */
+	vw_reduce_dims(img->rows, img->cols, img->kind == VOLREC_IMAGE_VOLUME ? 0 : o->max_side,
+	               &rs, &cs, &rows, &cols);
+	raw = (size_t)rows * cols * (img->kind == VOLREC_IMAGE_VOLUME ? img->planes : 1);
 	if (rs > 1 || cs > 1) {
 		reduced = malloc(raw ? raw : 1);
 		if (!reduced)
@@ -199,6 +259,7 @@ int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *
 	for (int a = 0; a < 3; a++)
 		putf(h + 112 + 4 * a, img->spacing[a]);
 	putf(h + 124, img->step);
+	put_geometry(h, img, m, rs, cs);
 
 	f->len = VW_FRAME_HEADER + payload;
 	*out = f;

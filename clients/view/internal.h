@@ -27,8 +27,8 @@
 /* ---- frames (frame.c): the binary WebSocket message of one picture -------------------------- */
 
 #define VW_FRAME_MAGIC   UINT32_C(0x46565256) /* "VRVF" read as little-endian */
-#define VW_FRAME_VERSION 1
-#define VW_FRAME_HEADER  128 /* bytes before the payload */
+#define VW_FRAME_VERSION 2
+#define VW_FRAME_HEADER  256 /* bytes before the payload */
 
 enum vw_encoding {
 	VW_ENC_RAW = 0,     /* rows * cols bytes, row-major */
@@ -58,6 +58,7 @@ struct vw_frame_meta {
 	uint64_t t_read_ns;    /* the viewer took the picture */
 	uint64_t session_id;   /* the daemon's session */
 	uint32_t shape[3];     /* volume [Y, X, Z] */
+	double voxel_um[3];    /* its voxel size [dy, dx, dz] in um, 0 unknown */
 };
 
 /* One encoded picture: header and payload at buf + VW_PRE (room for the WebSocket header). */
@@ -67,8 +68,8 @@ struct vw_frame {
 	unsigned char *buf;
 };
 
-/* Encode picture img into a new frame (*out, freed with vw_frame_free). 0, -ENOMEM, or -EIO
- * when zlib fails. */
+/* Encode picture img into a new frame (*out, freed with vw_frame_free): a 2-D picture reduced
+ * above o->max_side, the reduced volume as it is. 0, -ENOMEM, or -EIO when zlib fails. */
 int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *m,
                     const struct vw_encode_opts *o, struct vw_frame **out) VR_MUST_CHECK;
 void vw_frame_free(struct vw_frame *f);
@@ -221,7 +222,14 @@ int vw_token_generate(char *out, size_t len) VR_MUST_CHECK;
 
 /* ---- browser messages (msg.c) ---------------------------------------------------------------- */
 
-enum vw_msg_type { VW_MSG_SUBSCRIBE, VW_MSG_SET, VW_MSG_GET, VW_MSG_PING };
+enum vw_msg_type {
+	VW_MSG_SUBSCRIBE,
+	VW_MSG_SET,
+	VW_MSG_GET,
+	VW_MSG_PING,
+	VW_MSG_RECORD_START,
+	VW_MSG_RECORD_STOP,
+};
 
 /* A browser's message, checked: what the server acts on. The json_object pointers are
  * borrowed from root (vw_msg_free puts it). */
@@ -233,6 +241,8 @@ struct vw_msg {
 	struct json_object *values; /* set: an object of one or more keys */
 	struct json_object *key;    /* get: a string, NULL the whole configuration */
 	struct json_object *t;      /* ping: a string or exact number, NULL none */
+	struct json_object *fields; /* record_start/_stop: the request's fields for the daemon (an
+	                               object of its own, put by vw_msg_free) */
 };
 
 /* Parse and check one text message of len bytes (docs/viewer.md, the WebSocket protocol), at

@@ -52,9 +52,53 @@ static int parse_subscribe(struct vw_msg *m, char *err, size_t errlen)
 		if (k < 0)
 			return vr_err(err, errlen, -EINVAL,
 			              "subscribe: views[%zu]: unknown picture %s (enface_mean, "
-			              "enface_max, bscan, slice, plane, render)",
+			              "enface_max, bscan, slice, plane, render, volume)",
 			              i, json_object_to_json_string(v));
 		m->views |= 1u << k;
+	}
+	return 0;
+}
+
+/* record_start {name, raw, epochs | seconds} and record_stop {}: the fields' shape only (the
+ * daemon checks their values, docs/control.md), copied into m->fields for the request. */
+static int parse_record(struct vw_msg *m, bool start, char *err, size_t errlen)
+{
+	const char *op = start ? "record_start" : "record_stop";
+
+	m->type = start ? VW_MSG_RECORD_START : VW_MSG_RECORD_STOP;
+	m->fields = json_object_new_object();
+	if (!m->fields)
+		return vr_err(err, errlen, -ENOMEM, "%s: out of memory", op);
+	json_object_object_foreach(m->root, k, v)
+	{
+		json_type t = json_object_get_type(v);
+		bool ok;
+
+		if (!strcmp(k, "type") || !strcmp(k, "id"))
+			continue;
+		if (!start)
+			return vr_err(err, errlen, -EINVAL,
+			              "record_stop: unknown field '%.64s' (none)", k);
+		if (!strcmp(k, "name"))
+			ok = t == json_type_string;
+		else if (!strcmp(k, "raw"))
+			ok = t == json_type_boolean;
+		else if (!strcmp(k, "epochs"))
+			ok = t == json_type_int;
+		else if (!strcmp(k, "seconds"))
+			ok = t == json_type_int || t == json_type_double;
+		else
+			return vr_err(err, errlen, -EINVAL,
+			              "record_start: unknown field '%.64s' (name, raw, epochs, "
+			              "seconds)",
+			              k);
+		if (!ok)
+			return vr_err(err, errlen, -EINVAL, "record_start: %s: need %s", k,
+			              !strcmp(k, "name")     ? "a string"
+			              : !strcmp(k, "raw")    ? "true or false"
+			              : !strcmp(k, "epochs") ? "a whole number"
+			                                     : "a number");
+		json_object_object_add(m->fields, k, json_object_get(v));
 	}
 	return 0;
 }
@@ -84,7 +128,8 @@ int vw_msg_parse(const char *text, size_t len, int depth, struct vw_msg *m, char
 	if (!json_object_object_get_ex(m->root, "type", &type) ||
 	    !json_object_is_type(type, json_type_string))
 		return vr_err(err, errlen, -EINVAL,
-		              "message: type: missing or not a string (subscribe, set, get, ping)");
+		              "message: type: missing or not a string (subscribe, set, get, ping, "
+		              "record_start, record_stop)");
 	t = json_object_get_string(type);
 	if (!strcmp(t, "subscribe")) {
 		m->type = VW_MSG_SUBSCRIBE;
@@ -112,6 +157,8 @@ int vw_msg_parse(const char *text, size_t len, int depth, struct vw_msg *m, char
 		}
 		return 0;
 	}
+	if (!strcmp(t, "record_start") || !strcmp(t, "record_stop"))
+		return parse_record(m, !strcmp(t, "record_start"), err, errlen);
 	if (!strcmp(t, "get")) {
 		m->type = VW_MSG_GET;
 		if (json_object_object_get_ex(m->root, "key", &m->key) &&
@@ -123,11 +170,14 @@ int vw_msg_parse(const char *text, size_t len, int depth, struct vw_msg *m, char
 	}
 	vr_utf8_sanitize(t, shown, sizeof(shown));
 	return vr_err(err, errlen, -EINVAL,
-	              "message: unknown type '%s' (subscribe, set, get, ping)", shown);
+	              "message: unknown type '%s' (subscribe, set, get, ping, record_start, "
+	              "record_stop)",
+	              shown);
 }
 
 void vw_msg_free(struct vw_msg *m)
 {
+	json_object_put(m->fields);
 	json_object_put(m->root);
 	memset(m, 0, sizeof(*m));
 }

@@ -493,9 +493,11 @@ static void ctl_poll_cb(lws_sorted_usec_list_t *sul)
 		sv->ctl_polling = false;
 }
 
-/* Forward {"op": op, field: value} (field NULL: op alone) to the daemon's control socket. */
+/* Forward {"op": op, field: value} (field NULL: op alone), with the members of fields (an
+ * object, or NULL) besides, to the daemon's control socket. */
 static void forward(struct vw_server *sv, struct vw_session *s, struct json_object *id,
-                    const char *op, const char *field, struct json_object *value)
+                    const char *op, const char *field, struct json_object *value,
+                    struct json_object *fields)
 {
 	struct vw_cookie *ck = NULL;
 	struct json_object *req;
@@ -512,6 +514,12 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 	json_object_object_add(req, "op", json_object_new_string(op));
 	if (field)
 		json_object_object_add(req, field, json_object_get(value));
+	if (fields) {
+		json_object_object_foreach(fields, k, v)
+		{
+			json_object_object_add(req, k, json_object_get(v));
+		}
+	}
 	/* the daemon's log and event name the token, not the viewer's own uid */
 	if (s->access == VW_CONTROL && sv->tokens.control_name[0]) {
 		char via[96];
@@ -581,17 +589,30 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		subscribe(sv, s, m.views);
 	} else if (m.type == VW_MSG_PING) {
 		pong(s, &m);
-	} else if (m.type == VW_MSG_SET && s->access != VW_CONTROL) {
-		session_error(sv, s, m.id,
-		              sv->o.open_view
-		                      ? "set: this browser may only view: open the address the "
-		                        "viewer printed at start (with ?token=...) to control"
-		                      : "set: this viewer's token may only view (the control token "
-		                        "may set)");
+	} else if (m.type != VW_MSG_GET && s->access != VW_CONTROL) {
+		/* set, record_start, record_stop: they change what is recorded */
+		const char *op = m.type == VW_MSG_SET            ? "set"
+		                 : m.type == VW_MSG_RECORD_START ? "record_start"
+		                                                 : "record_stop";
+
+		if (sv->o.open_view)
+			session_error(sv, s, m.id,
+			              "%s: this browser may only view: open the address the viewer "
+			              "printed at start (with ?token=...) to control",
+			              op);
+		else
+			session_error(
+			        sv, s, m.id,
+			        "%s: this viewer's token may only view (the control token may "
+			        "set and record)",
+			        op);
 	} else if (m.type == VW_MSG_SET) {
-		forward(sv, s, m.id, "set", "values", m.values);
+		forward(sv, s, m.id, "set", "values", m.values, NULL);
+	} else if (m.type == VW_MSG_RECORD_START || m.type == VW_MSG_RECORD_STOP) {
+		forward(sv, s, m.id, m.type == VW_MSG_RECORD_START ? "record_start" : "record_stop",
+		        NULL, NULL, m.fields);
 	} else {
-		forward(sv, s, m.id, "get", m.key ? "key" : NULL, m.key);
+		forward(sv, s, m.id, "get", m.key ? "key" : NULL, m.key, NULL);
 	}
 	vw_msg_free(&m);
 }

@@ -10,9 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Versioning: a reader rejects any other major; a higher minor only appends fields. */
-#define VOLREC_PROTO_MAJOR 1
-#define VOLREC_PROTO_MINOR 3
+/* Versioning: a reader rejects any other major (naming both versions); a higher minor only
+ * appends fields. 2.0: the views area holds the reduced volume (VOLREC_IMAGE_VOLUME), its
+ * descriptors give a third dimension and block factors, and its pictures start at 704. */
+#define VOLREC_PROTO_MAJOR 2
+#define VOLREC_PROTO_MINOR 0
 
 #define VOLREC_SHM_PREFIX      "/volrec." /* data segment: "/volrec.<instance>" */
 #define VOLREC_SHM_LEASE_SUFX  ".readers" /* lease segment: "/volrec.<instance>.readers" */
@@ -137,10 +139,18 @@ enum volrec_image_kind {
 	VOLREC_IMAGE_SLICE = 3,       /* [Y][Z] at x0 */
 	VOLREC_IMAGE_PLANE = 4,       /* [Y][X] at z0 */
 	VOLREC_IMAGE_RENDER = 5,      /* [H][W] maximum-intensity render */
-	VOLREC_IMAGE_COUNT = 6,
+	VOLREC_IMAGE_VOLUME = 6,      /* [Yr][Xr][Zr] the volume reduced by blocks (2.0) */
+	VOLREC_IMAGE_COUNT = 7,
+};
+
+/* How the reduced volume combines the voxels of a block (struct volrec_image_desc.reduce). */
+enum volrec_reduce {
+	VOLREC_REDUCE_MAX = 0,  /* their maximum */
+	VOLREC_REDUCE_MEAN = 1, /* their mean, rounded half up */
 };
 #define VOLREC_VIEWS_MAGIC UINT32_C(0x57454956) /* "VIEW" */
 #define VOLREC_RENDER_MAX  1024                 /* render pixels per side, at most */
+#define VOLREC_VOLUME_MAX  256 /* reduced volume voxels per side, at most (view.volume.max_side) */
 
 struct volrec_image_desc {
 	uint32_t kind;       /*  0 enum volrec_image_kind */
@@ -154,15 +164,17 @@ struct volrec_image_desc {
 	uint32_t position_y; /* 40 y0 of the bscan */
 	uint32_t position_x; /* 44 x0 of the slice */
 	uint32_t position_z; /* 48 z0 of the plane */
-	uint32_t reserved0;  /* 52 zero */
+	uint32_t planes;     /* 52 third dimension: Zr of the volume, 1 for a picture (2.0) */
 	float azimuth_deg;   /* 56 render camera */
 	float elevation_deg; /* 60 */
 	float spacing_x;     /* 64 render voxel spacing */
 	float spacing_y;     /* 68 */
 	float spacing_z;     /* 72 */
 	float step;          /* 76 render sampling step */
-	uint64_t reserved1;  /* 80 zero */
-	uint64_t reserved2;  /* 88 zero */
+	uint32_t block_y;    /* 80 voxels per element along rows; 1 but for the volume (2.0) */
+	uint32_t block_x;    /* 84 along cols */
+	uint32_t block_z;    /* 88 along planes */
+	uint32_t reduce;     /* 92 enum volrec_reduce of the volume; 0 for a picture (2.0) */
 };
 
 /* The views area starts with this header; VOLREC_IMAGE_COUNT descriptors (struct
@@ -176,18 +188,20 @@ struct volrec_views_header {
 	uint64_t reserved1; /* 16 zero */
 	uint64_t reserved2; /* 24 zero */
 };
-#define VOLREC_VIEWS_DATA_OFFSET 640 /* first picture's offset in the area (64-aligned) */
+#define VOLREC_VIEWS_DATA_OFFSET 704 /* first picture's offset in the area (64-aligned) */
 
 /* Bytes of the views area of a Y x X x Z volume: the header, the five slices and projections,
- * and a render of up to VOLREC_RENDER_MAX^2, each picture 64-byte aligned. */
+ * a render of up to VOLREC_RENDER_MAX^2 and the reduced volume of up to VOLREC_VOLUME_MAX a
+ * side (never more than the volume's own sides), each 64-byte aligned. */
 static inline uint64_t volrec_views_bytes(uint32_t Y, uint32_t X, uint32_t Z)
 {
-	const uint64_t a = 63;
+	const uint64_t a = 63, m = VOLREC_VOLUME_MAX;
 	uint64_t yx = ((uint64_t)Y * X + a) & ~a, xz = ((uint64_t)X * Z + a) & ~a;
 	uint64_t yz = ((uint64_t)Y * Z + a) & ~a;
+	uint64_t vol = (Y < m ? Y : m) * (X < m ? X : m) * (Z < m ? Z : m);
 
 	return VOLREC_VIEWS_DATA_OFFSET + 3 * yx + xz + yz +
-	       (uint64_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX;
+	       (uint64_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX + ((vol + a) & ~a);
 }
 
 struct volrec_lease_header {
@@ -252,6 +266,8 @@ struct volrec_vol_msg {
 };
 #define VOLREC_VOL_MSG_MIN 112
 
+/* checked by every C compilation (C++, nvcc among them, includes the layout alone) */
+#ifndef __cplusplus
 _Static_assert(sizeof(struct volrec_shm_header) == 256, "shm header layout");
 _Static_assert(offsetof(struct volrec_shm_header, latest_sequence) == 88, "shm header layout");
 _Static_assert(offsetof(struct volrec_shm_header, state) == 112, "shm header layout");
@@ -260,6 +276,11 @@ _Static_assert(sizeof(struct volrec_slot_header) == 128, "slot header layout");
 _Static_assert(offsetof(struct volrec_shm_header, views_offset) == 136, "shm header layout");
 _Static_assert(sizeof(struct volrec_image_desc) == 96, "image descriptor layout");
 _Static_assert(sizeof(struct volrec_views_header) == 32, "views header layout");
+_Static_assert(offsetof(struct volrec_image_desc, block_y) == 80, "image descriptor layout");
+_Static_assert(VOLREC_VIEWS_DATA_OFFSET >=
+                       sizeof(struct volrec_views_header) +
+                               VOLREC_IMAGE_COUNT * sizeof(struct volrec_image_desc),
+               "views data offset");
 _Static_assert(offsetof(struct volrec_slot_header, flags) == 64, "slot header layout");
 _Static_assert(sizeof(struct volrec_lease_header) == 64, "lease header layout");
 _Static_assert(sizeof(struct volrec_lease_entry) == 64, "lease entry layout");
@@ -267,5 +288,7 @@ _Static_assert(offsetof(struct volrec_slot_header, voxel_dx_um) == 72, "slot hea
 _Static_assert(sizeof(struct volrec_vol_msg) == 160, "vol message layout");
 _Static_assert(offsetof(struct volrec_vol_msg, voxel_dx_um) == 112, "vol message layout");
 _Static_assert(offsetof(struct volrec_vol_msg, flags) == 104, "vol message layout");
+
+#endif
 
 #endif

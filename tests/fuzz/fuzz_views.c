@@ -114,12 +114,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (rc)
 			fail("an answer other than 0, -ENOENT or -EPROTO");
 		if (img.kind != kind || img.data < area + VOLREC_VIEWS_DATA_OFFSET ||
-		    (uint64_t)(img.data - area) + (uint64_t)img.rows * img.cols > vb)
+		    (uint64_t)(img.data - area) + (uint64_t)img.rows * img.cols * img.planes > vb)
 			fail("a picture outside its views area");
 		{
 			volatile uint8_t sink = 0;
 
-			for (uint64_t i = 0; i < (uint64_t)img.rows * img.cols; i++)
+			for (uint64_t i = 0; i < (uint64_t)img.rows * img.cols * img.planes; i++)
 				sink ^= img.data[i];
 			(void)sink;
 		}

@@ -1785,12 +1785,16 @@ struct vcase {
 	enum cfg_recon_mode mode;
 	uint32_t slab[2], pos[3], size[2];
 	double ang[2], sp[3], step;
+	uint32_t vmax;               /* view.volume.max_side */
+	enum cfg_volume_reduce vred; /* view.volume.reduce */
 };
 
 /*
  * The views (docs/algorithms.md §4) of the CUDA backend against the CPU's own code run on the same
  * u8 volume (the one the device produced): projections, slices and plane exact, the render
- * within 1 LSB; the descriptors; and a render not asked for carried over with its volume id.
+ * within 1 LSB, the reduced volume (§4.5) exact for maxima and within 1 LSB for means (odd block
+ * factors with partial blocks at the far edges); the descriptors; and a render not asked for
+ * carried over with its volume id.
  */
 static int views_checks(void)
 {
@@ -1807,7 +1811,9 @@ static int views_checks(void)
 	         {256, 256},
 	         {30, 15},
 	         {1, 1, 1},
-	         0.5},
+	         0.5,
+	         7,
+	         CFG_VOLUME_MAX},
 	        {"views-none-odd",
 	         256,
 	         37,
@@ -1820,7 +1826,9 @@ static int views_checks(void)
 	         {61, 97},
 	         {-60, 40},
 	         {2, 3, 0.5},
-	         0.25},
+	         0.25,
+	         5,
+	         CFG_VOLUME_MEAN},
 	        {"views-anisotropic",
 	         1024,
 	         16,
@@ -1833,7 +1841,24 @@ static int views_checks(void)
 	         {200, 120},
 	         {137, -75},
 	         {1.5, 0.7, 1.1},
-	         0.3},
+	         0.3,
+	         128,
+	         CFG_VOLUME_MEAN},
+	        {"views-volume-max-edges",
+	         512,
+	         37,
+	         13,
+	         1,
+	         1,
+	         CFG_RECON_NONE,
+	         {0, 256},
+	         {6, 18, 100},
+	         {64, 64},
+	         {30, 20},
+	         {1, 1, 1},
+	         0.5,
+	         11,
+	         CFG_VOLUME_MAX},
 	};
 	int fails = 0;
 
@@ -1848,7 +1873,7 @@ static int views_checks(void)
 		bool mdiff = false;
 		uint64_t off[BE_VIEW_COUNT];
 		char err[1024] = "";
-		int rc, maxd = 0;
+		int rc, maxd = 0, vmaxd = 0;
 		size_t rdiff = 0;
 		bool ok = true;
 
@@ -1864,6 +1889,8 @@ static int views_checks(void)
 		memcpy(c.view.render.angles_deg, v->ang, sizeof(v->ang));
 		memcpy(c.view.render.spacing, v->sp, sizeof(v->sp));
 		c.view.render.step = v->step;
+		c.view.volume.max_side = v->vmax;
+		c.view.volume.reduce = v->vred;
 		be_view_params_from_cfg(&c, &p);
 		rc = be_view_check(&p, err, sizeof(err));
 		const size_t bbytes = cfg_bscan_bytes(&c), vox = cfg_out_voxels(&c);
@@ -1882,13 +1909,14 @@ static int views_checks(void)
 		area = aligned_alloc(64, (abytes + 63) / 64 * 64);
 		for (int i = 0; i < BE_VIEW_COUNT; i++)
 			ref[i] = malloc(be_view_size(&p, (enum be_view)i));
-		if (rc == 0 && (!raw || !vol || !area || !ref[BE_VIEW_COUNT - 1]))
+		if (rc == 0 &&
+		    (!raw || !vol || !area || !ref[BE_VIEW_RENDER] || !ref[BE_VIEW_VOLUME]))
 			rc = -ENOMEM;
 		for (uint64_t e = 0; rc == 0 && e < 2; e++) {
 			struct be_output out = {.volume = vol,
 			                        .views = area,
 			                        .volume_id = 11 + e,
-			                        .view_mask = e ? 0x1fu : 0x3fu};
+			                        .view_mask = e ? 0x5fu : 0x7fu};
 			fill_random(&c, raw, bbytes * v->ny);
 			memset(area, 0xee, abytes);
 			rc = run_epoch(gs, e, raw, bbytes, v->ny, &out, err, sizeof(err));
@@ -1929,7 +1957,7 @@ static int views_checks(void)
 			else
 				cpu_views_compute(vol, &p, &rs,
 				                  (uint8_t *const[]){ref[0], ref[1], ref[2], ref[3],
-				                                     ref[4], NULL});
+				                                     ref[4], NULL, ref[6]});
 			be_views_offsets(p.Y, p.X, p.Z, off);
 			const struct volrec_views_header *h = (const void *)area;
 			const struct volrec_image_desc *d = (const void *)(h + 1);
@@ -1938,6 +1966,23 @@ static int views_checks(void)
 				const size_t n = be_view_size(&p, (enum be_view)i);
 				const uint8_t *got = area + off[i];
 				uint64_t want_id = i == BE_VIEW_RENDER ? 11 : 11 + e;
+				uint32_t f[3], r[3];
+				be_volume_dims(&p, f, r);
+				if (i == BE_VIEW_VOLUME &&
+				    (d[i].rows != r[0] || d[i].cols != r[1] ||
+				     d[i].planes != r[2] || d[i].block_y != f[0] ||
+				     d[i].block_x != f[1] || d[i].block_z != f[2] ||
+				     d[i].reduce != (uint32_t)v->vred)) {
+					printf("%s epoch %llu: volume descriptor %ux%ux%u in "
+					       "blocks "
+					       "%ux%ux%u reduce %u (expected %ux%ux%u in %ux%ux%u, "
+					       "%u)\n",
+					       v->name, (unsigned long long)e, d[i].rows, d[i].cols,
+					       d[i].planes, d[i].block_y, d[i].block_x,
+					       d[i].block_z, d[i].reduce, r[0], r[1], r[2], f[0],
+					       f[1], f[2], (unsigned)v->vred);
+					ok = false;
+				}
 				if (!d[i].present || d[i].volume_id != want_id ||
 				    d[i].offset != off[i]) {
 					printf("%s epoch %llu: %s descriptor: present %u, volume "
@@ -1956,6 +2001,9 @@ static int views_checks(void)
 					if (i == BE_VIEW_RENDER) {
 						maxd = dd > maxd ? dd : maxd;
 						rdiff += dd != 0;
+					} else if (i == BE_VIEW_VOLUME &&
+					           v->vred == CFG_VOLUME_MEAN && dd <= 1) {
+						vmaxd = dd > vmaxd ? dd : vmaxd;
 					} else if (dd) {
 						printf("%s epoch %llu: %s differs at %zu: cuda %u, "
 						       "cpu "
@@ -1976,9 +2024,12 @@ static int views_checks(void)
 		ok = ok && maxd <= 1 && !mdiff;
 		printf("%s: %ux%ux%u, render %ux%u at [%g, %g]: projections/slices exact, render "
 		       "max "
-		       "|diff| %d (%zu pixels differ), carried render%s: %s\n",
+		       "|diff| %d (%zu pixels differ), volume view (max_side %u, %s) max |diff| "
+		       "%d, "
+		       "carried render%s: %s\n",
 		       v->name, p.Y, p.X, p.Z, p.render_h, p.render_w, p.angles_deg[0],
-		       p.angles_deg[1], maxd, rdiff,
+		       p.angles_deg[1], maxd, rdiff, v->vmax,
+		       v->vred == CFG_VOLUME_MEAN ? "mean" : "max", vmaxd,
 		       ms ? (mdiff ? ", several devices differ from one"
 		                   : ", several devices equal to one byte for byte")
 		          : "",

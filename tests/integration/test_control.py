@@ -49,7 +49,8 @@ def views_of_next_volume(d, cond=lambda v: True, volumes=40):
 
 def test_published_views_equal_the_reference_of_the_same_volume(daemon):
     V, views, vid = views_of_next_volume(daemon)
-    assert set(views) == {"enface_mean", "enface_max", "bscan", "slice", "plane", "render"}
+    assert set(views) == {"enface_mean", "enface_max", "bscan", "slice", "plane", "render",
+                          "volume"}
     Y, X, Z = V.shape
     za, zb = daemon.cfg["view"]["slab"]
     mean, mx = views_ref.enface(V, za, zb)
@@ -63,6 +64,43 @@ def test_published_views_equal_the_reference_of_the_same_volume(daemon):
     # the CPU daemon renders every 5th volume: compare the render with its own volume later
     got, img = views["render"]
     assert got.shape == (256, 256) and img.volume_id <= vid
+    # the default camera (docs/algorithms.md §4.4) shows the tissue where [0, 0], looking
+    # along depth, gives a near-uniform square of saturated speckle
+    assert img.angles_deg == (30.0, -70.0)
+    flat = views_ref.render(V, 64, 64, (1.0, 1.0, 1.0), (0.0, 0.0), 0.5)
+    assert got[got > 0].std() > 3 * flat[flat > 0].std(), (got[got > 0].std(),
+                                                          flat[flat > 0].std())
+    assert len(np.unique(got)) > 3 * len(np.unique(flat))
+    # the reduced volume (§4.5) at its defaults: max_side 128, maxima
+    got, img = views["volume"]
+    want, f = views_ref.volume(V, 128, "max")
+    np.testing.assert_array_equal(got, want, err_msg="volume")
+    assert (img.block, img.reduce, img.volume_id) == (f, "max", vid)
+
+
+def test_set_of_the_volume_view_reaches_the_next_volumes_and_off_removes_it(daemon):
+    """view.volume.max_side and .reduce are live; 0 publishes no volume view; a value past 256
+    is refused with the file's message."""
+    try:
+        r = daemon.volrec("set", "view.volume.max_side=7", "view.volume.reduce=mean")
+        assert r.returncode == 0, r
+        V, views, vid = views_of_next_volume(
+            daemon, lambda v: "volume" in v and v["volume"].reduce == "mean"
+            and max(v["volume"].shape) <= 7)
+        want, f = views_ref.volume(V, 7, "mean")
+        got, img = views["volume"]
+        np.testing.assert_array_equal(got, want)
+        assert img.block == f
+        r = daemon.volrec("set", "view.volume.max_side=257")
+        assert r.returncode != 0 and "view.volume.max_side" in r.stderr, r
+        r = daemon.volrec("set", "view.volume.reduce=median")
+        assert r.returncode != 0 and "view.volume.reduce" in r.stderr and "mean" in r.stderr, r
+        r = daemon.volrec("set", "view.volume.max_side=0")
+        assert r.returncode == 0, r
+        V, views, vid = views_of_next_volume(daemon, lambda v: "volume" not in v)
+        assert "bscan" in views
+    finally:
+        daemon.volrec("set", "view.volume.max_side=128", "view.volume.reduce=max")
 
 
 def test_get_prints_one_key_or_the_whole_configuration(daemon):

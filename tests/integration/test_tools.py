@@ -278,8 +278,11 @@ def segment_header(pid, **over):
 
 @pytest.mark.parametrize("cmd", ["status", "watch", "record", "snapshot"])
 @pytest.mark.parametrize("over,why", [
-    (dict(major=2), r"data segment speaks protocol version 2\.\d+; this client supports "
-                    r"major version 1 only"),
+    (dict(major=1, minor=3), r"data segment speaks protocol version 1\.3; this client "
+                             r"supports major version 2 only \(protocol 2\.\d+\): volrecd and "
+                             r"its clients must be of the same major version"),
+    (dict(major=3), r"data segment speaks protocol version 3\.0; this client supports "
+                    r"major version 2 only"),
     (dict(slot_stride=4096), r"data segment layout is inconsistent"),
 ])
 def test_a_segment_of_another_version_or_corrupt_is_named(bin_dir, fake_daemon, tmp_path, cmd,

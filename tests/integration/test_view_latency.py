@@ -87,7 +87,7 @@ def fake_viewer(listener, frame):
         conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                      b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept +
                      b"\r\nSec-WebSocket-Protocol: volrec-view\r\n\r\n")
-        hello = {"type": "hello", "protocol": 1, "instance": "x", "control": True,
+        hello = {"type": "hello", "protocol": 2, "instance": "x", "control": True,
                  "views": KINDS, "max_message": 4096}
         conn.sendall(ws_frame(1, json.dumps(hello).encode()))
         conn.recv(4096)  # the subscribe message
@@ -99,7 +99,7 @@ def test_malformed_frame_is_an_error():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
-    bad = b"XXXX" + bytes(196)  # 200 bytes, not the VRVF magic
+    bad = b"XXXX" + bytes(296)  # 300 bytes, not the VRVF magic
     t = threading.Thread(target=fake_viewer, args=(listener, bad), daemon=True)
     t.start()
     try:

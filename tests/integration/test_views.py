@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """The CPU views (cpu/views.c through tests/views/views_dump) against the independent numpy
-implementation of docs/algorithms.md §4 in tests/reference/views_ref.py: exact for the projections
-and slices, within 1 LSB for the render, on random volumes of odd sizes, several angles and
-anisotropic spacing; and the parameter checks' messages."""
+implementation of docs/algorithms.md §4 in tests/reference/views_ref.py: exact for the projections,
+slices and the reduced volume (§4.5, maxima and means), within 1 LSB for the render, on random
+volumes of odd sizes, several angles and anisotropic spacing; and the parameter checks'
+messages."""
 import random
 import subprocess
 import sys
@@ -18,20 +19,27 @@ import views_ref  # noqa: E402
 NAMES = ["enface_mean", "enface_max", "bscan", "slice", "plane", "render"]
 
 
-def run_views(build_dir, tmp_path, V, slab, pos, size, spacing, angles, step):
+def run_views(build_dir, tmp_path, V, slab, pos, size, spacing, angles, step, volume=None):
+    """views_dump on V; volume=(max_side, "max" | "mean") asks for the reduced volume too."""
     Y, X, Z = V.shape
     vol = tmp_path / "v.u8"
     V.tofile(vol)
     args = [str(build_dir / "tests" / "views_dump"), str(vol), str(Y), str(X), str(Z),
             str(slab[0]), str(slab[1]), *map(str, pos), str(size[0]), str(size[1]),
             *map(repr, spacing), repr(angles[0]), repr(angles[1]), repr(step), str(tmp_path)]
+    if volume is not None:
+        args += [str(volume[0]), volume[1]]
     r = subprocess.run(args, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         return r, None
     shapes = {"enface_mean": (Y, X), "enface_max": (Y, X), "bscan": (X, Z), "slice": (Y, Z),
               "plane": (Y, X), "render": tuple(size)}
-    return r, {n: np.fromfile(tmp_path / f"{n}.u8", dtype=np.uint8).reshape(shapes[n])
-               for n in NAMES}
+    got = {n: np.fromfile(tmp_path / f"{n}.u8", dtype=np.uint8).reshape(shapes[n])
+           for n in NAMES}
+    if volume is not None and volume[0]:
+        rs = tuple(-(-n // -(-n // volume[0])) for n in (Y, X, Z))
+        got["volume"] = np.fromfile(tmp_path / "volume.u8", dtype=np.uint8).reshape(rs)
+    return r, got
 
 
 def smooth_volume(rng, Y, X, Z):
@@ -132,3 +140,53 @@ def test_view_parameters_outside_the_volume_are_errors(build_dir, tmp_path, slab
     r, got = run_views(build_dir, tmp_path, V, slab, pos, size, spacing, (0.0, 0.0), step)
     assert r.returncode == 2 and got is None
     assert message in r.stderr, r.stderr
+
+
+VOLUME_CASES = [
+    # shape, max_side: factors 1 (max_side above every side), exact multiples, odd factors with
+    # partial blocks at the far edges, one voxel thin, and one block for the whole volume
+    ((9, 13, 31), 64),
+    ((16, 24, 64), 8),
+    ((17, 23, 31), 5),
+    ((10, 11, 257), 128),
+    ((1, 9, 20), 3),
+    ((7, 5, 6), 1),
+    ((37, 13, 256), 11),
+]
+
+
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+@pytest.mark.parametrize("case", VOLUME_CASES, ids=[f"{c[0]}-{c[1]}" for c in VOLUME_CASES])
+def test_reduced_volume_equals_the_reference(build_dir, tmp_path, case, reduce):
+    """§4.5 exactly, maxima and means rounded half up, on random and smooth volumes."""
+    shape, max_side = case
+    rng = np.random.default_rng(sum(shape) + max_side)
+    for V in (rng.integers(0, 256, shape, dtype=np.uint8), smooth_volume(rng, *shape)):
+        r, got = run_views(build_dir, tmp_path, V, (0, shape[2]), (0, 0, 0), (4, 4),
+                           (1.0, 1.0, 1.0), (0.0, 0.0), 0.5, volume=(max_side, reduce))
+        assert r.returncode == 0, r.stderr
+        want, f = views_ref.volume(V, max_side, reduce)
+        assert got["volume"].shape == want.shape and max(want.shape) <= max_side
+        diff = np.argwhere(got["volume"] != want)
+        assert diff.size == 0, (f"{reduce} in blocks {f}: first differences at {diff[:5]}: got "
+                                f"{[got['volume'][tuple(d)] for d in diff[:5]]}, want "
+                                f"{[want[tuple(d)] for d in diff[:5]]}")
+
+
+def test_reduced_mean_rounds_half_up(build_dir, tmp_path):
+    """A block of 1 and 2 (mean 1.5) gives 2, of 0 and 1 (0.5) gives 1; the far block of an odd
+    side holds one voxel (its own value)."""
+    V = np.array([[[1, 2, 0, 1, 7]]], dtype=np.uint8)
+    r, got = run_views(build_dir, tmp_path, V, (0, 5), (0, 0, 0), (4, 4), (1.0, 1.0, 1.0),
+                       (0.0, 0.0), 0.5, volume=(3, "mean"))
+    assert r.returncode == 0, r.stderr
+    assert got["volume"].tolist() == [[[2, 1, 7]]]
+
+
+def test_reduced_volume_off_writes_nothing(build_dir, tmp_path):
+    """view.volume.max_side: 0 computes no volume (an empty picture)."""
+    V = np.full((4, 4, 4), 9, dtype=np.uint8)
+    r, got = run_views(build_dir, tmp_path, V, (0, 4), (0, 0, 0), (4, 4), (1.0, 1.0, 1.0),
+                       (0.0, 0.0), 0.5, volume=(0, "max"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "volume.u8").stat().st_size == 0

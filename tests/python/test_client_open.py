@@ -372,7 +372,8 @@ def test_a_wrong_timeout_is_refused_at_once(instance, call, timeout, error):
 
 VIEWS_OFFSET = 64  # after the 2 x 3 x 4 volume
 VIEW_DIMS = {"enface_mean": (NY, NX), "enface_max": (NY, NX), "bscan": (NX, NZ),
-             "slice": (NY, NZ), "plane": (NY, NX), "render": (4, 6)}
+             "slice": (NY, NZ), "plane": (NY, NX), "render": (4, 6),
+             "volume": (NY, 2, 2)}  # blocks of 1 x 2 x 2, the far x block of one column
 
 
 def publish_with_views(instance, session, **broken):
@@ -389,7 +390,11 @@ def publish_with_views(instance, session, **broken):
     for k, name in enumerate(proto.IMAGE_KINDS):
         fields = dict(kind=k, present=1, rows=VIEW_DIMS[name][0], cols=VIEW_DIMS[name][1],
                       offset=proto.VIEWS_DATA_OFFSET + 64 * k, slab_zb=NZ, position_y=NY - 1,
-                      position_x=NX - 1, position_z=NZ - 1)
+                      position_x=NX - 1, position_z=NZ - 1, planes=1, block_y=1, block_x=1,
+                      block_z=1)
+        if name == "volume":
+            fields.update(planes=VIEW_DIMS[name][2], block_x=2, block_z=2,
+                          reduce=proto.REDUCE_MEAN)
         fields.update(broken.get(name, {}))
         descs += proto.IMAGE_DESC.pack(**fields)
     write_at(shm(instance), area,
@@ -402,6 +407,22 @@ def test_views_of_a_volume_are_read(instance):
     with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
         with c.latest() as vol:
             assert {k: v.shape for k, v in vol.views.items()} == VIEW_DIMS
+            v = vol.views["volume"]
+            assert (v.block, v.reduce) == ((1, 2, 2), "mean")
+            assert v.voxel_size_um == (None, None, None)  # the volume's is unknown
+            assert vol.views["bscan"].block == (1, 1, 1)
+
+
+def test_the_volume_view_voxel_size_is_the_volume_s_times_its_blocks(instance):
+    """(dx f_x, dy f_y, dz f_z) µm; a size the daemon does not know stays unknown."""
+    publish_with_views(instance, random.getrandbits(63) | 1)
+    write_at(shm(instance), proto.SHM_HEADER.size,
+             proto.SLOT_HEADER.pack(sequence=2, volume_id=1, flags=proto.FLAG_VIEWS,
+                                    voxel_dx_um=5.0, voxel_dz_um=3.5))
+    with volrec.Client(instance, run_dir="/nonexistent", open_timeout=5.0) as c:
+        with c.latest() as vol:
+            assert vol.voxel_size_um == (5.0, None, 3.5)
+            assert vol.views["volume"].voxel_size_um == (10.0, None, 7.0)
 
 
 @pytest.mark.parametrize("broken,what", [
@@ -410,6 +431,10 @@ def test_views_of_a_volume_are_read(instance):
     (dict(render=dict(cols=0)), "render of 4 x 0 pixels"),
     (dict(plane=dict(position_z=NZ)), "plane at \\[y 1, x 2, z 4\\]"),
     (dict(enface_max=dict(slab_za=2, slab_zb=2)), "depths \\[2, 2\\)"),
+    (dict(volume=dict(cols=3)), "volume of 2 x 3 x 2 in blocks of 1 x 2 x 2"),
+    (dict(volume=dict(block_z=0)), "volume of 2 x 2 x 2 in blocks of 1 x 2 x 0"),
+    (dict(volume=dict(reduce=2)), "reduce 2"),
+    (dict(bscan=dict(planes=2)), "bscan with 2 planes"),
 ])
 def test_a_picture_that_does_not_fit_its_volume_is_a_protocol_error(instance, broken, what):
     """As libvolrec's volrec_view_image: a picture of another size than its kind's for the

@@ -183,7 +183,8 @@ def test_a_python_side_drift_is_reported(header_text, monkeypatch):
 def test_layout_prefixes_fit_what_readers_may_read():
     for lay in proto.LAYOUTS:
         assert lay.prefix <= lay.size, lay.c_name
-    body = proto.VOL_MSG.pack(magic=proto.VOL_MAGIC, major=1, size=160, slot=3, session_id=7,
+    body = proto.VOL_MSG.pack(magic=proto.VOL_MAGIC, major=proto.PROTO_MAJOR, size=160, slot=3,
+                              session_id=7,
                               sequence=9, ny=2, nx=3, nz=4, dtype=2, offset_x=-1,
                               generation=5, voxel_dx_um=10.0, voxel_dz_um=3.1)
     m = proto.decode_vol(body)
@@ -192,8 +193,9 @@ def test_layout_prefixes_fit_what_readers_may_read():
 
 
 def test_a_vol_message_of_an_older_writer_reads_its_new_fields_as_unknown():
-    # protocol 1.2 sent 128 bytes: no generation, no voxel size (zero, i.e. unknown)
-    body = proto.VOL_MSG.pack(magic=proto.VOL_MAGIC, major=1, minor=2, size=128, slot=3,
+    # a body shorter than this minor's (as 1.2 sent 128 bytes): no generation, no voxel size
+    # (zero, i.e. unknown)
+    body = proto.VOL_MSG.pack(magic=proto.VOL_MAGIC, major=proto.PROTO_MAJOR, size=128, slot=3,
                               session_id=7, sequence=9, ny=2, nx=3, nz=4, dtype=1)[:128]
     m = proto.decode_vol(body)
     assert m["generation"] == 0 and proto.voxel_size(m) == (None, None, None)
@@ -201,11 +203,15 @@ def test_a_vol_message_of_an_older_writer_reads_its_new_fields_as_unknown():
     small = body[:proto.VOL_MSG_MIN]
     small = small[:8] + (proto.VOL_MSG_MIN).to_bytes(4, "little") + small[12:]
     assert proto.decode_vol(small)["sequence"] == 9
-    # a writer of another major is refused with a message naming both versions
-    other = bytearray(body)
-    other[4:6] = (2).to_bytes(2, "little")
-    with pytest.raises(proto.ProtocolError, match="major version 2; this client supports 1"):
-        proto.decode_vol(bytes(other))
+    # a writer of another major, older or newer, is refused with a message naming both
+    for major in (1, 3):
+        other = bytearray(body)
+        other[4:6] = (major).to_bytes(2, "little")
+        with pytest.raises(proto.ProtocolError,
+                           match=r"major version %d; this client supports 2 only \(protocol "
+                                 r"2\.0\): volrecd and its clients must be of the same major "
+                                 r"version" % major):
+            proto.decode_vol(bytes(other))
     # a voxel size that is no finite positive number is unknown, never passed on
     assert proto.voxel_size({"voxel_dx_um": float("nan"), "voxel_dy_um": -1.0,
                              "voxel_dz_um": float("inf")}) == (None, None, None)

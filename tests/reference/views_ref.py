@@ -55,3 +55,19 @@ def render(V, H, W, spacing, angles_deg, step=None):
     val = np.where(inside, val, -1.0)
     best = val.max(axis=2)
     return np.where(best < 0, 0, np.floor(best + 0.5)).astype(np.uint8)
+
+
+def volume(V, max_side, reduce="max"):
+    """The reduced volume of §4.5 in float64: block factors f_a = ceil(n_a / max_side), each
+    block (the far ones over the voxels they hold) to its maximum or its mean rounded half up.
+    Returns (the u8 volume [Yr][Xr][Zr], the factors (f_y, f_x, f_z))."""
+    f = tuple(-(-n // max_side) for n in V.shape)
+    r = tuple(-(-n // fa) for n, fa in zip(V.shape, f))
+    out = np.zeros(r, dtype=np.uint8)
+    for i in range(r[0]):
+        for j in range(r[1]):
+            for k in range(r[2]):
+                b = V[i * f[0]:(i + 1) * f[0], j * f[1]:(j + 1) * f[1],
+                      k * f[2]:(k + 1) * f[2]].astype(np.float64)
+                out[i, j, k] = b.max() if reduce == "max" else math.floor(b.mean() + 0.5)
+    return out, f

@@ -532,7 +532,7 @@ static void test_set_names_unknown_and_structural_keys(void **state)
 	                         "preprocess.background.mode, preprocess.background.threshold, "
 	                         "preprocess.window, preprocess.dispersion, "
 	                         "preprocess.db_range, reconstruct, ipc.status_interval_ms, "
-	                         "log, view.slab, view.position, view.render)");
+	                         "log, view.slab, view.position, view.render, view.volume)");
 	assert_int_equal(set1(&c, "preprocess", "{db_range: [1, 2]}", err, sizeof(err)), -EPERM);
 	assert_non_null(strstr(err, "preprocess: holds keys that are structural"));
 	/* live keys whose change is structural all the same */

@@ -192,10 +192,12 @@ static void test_vol_message_roundtrip_and_rejects(void **state)
 	assert_int_equal(d.meta.t_publish_ns, 16);
 	assert_int_equal(ipc_vol_decode(buf, 100, &d, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "malformed"));
-	buf[4] = 2; /* major 2 */
+	buf[4] = 1; /* an older major: both versions named */
 	assert_int_equal(ipc_vol_decode(buf, sizeof(buf), &d, err, sizeof(err)), -EPROTO);
-	assert_non_null(strstr(err, "major version 2"));
-	buf[4] = 1;
+	assert_non_null(strstr(err, "vol message speaks protocol major version 1; this client "
+	                            "supports 2 only (protocol 2."));
+	assert_non_null(strstr(err, "must be of the same major version"));
+	buf[4] = VOLREC_PROTO_MAJOR;
 	buf[0] ^= 0xff;
 	assert_int_equal(ipc_vol_decode(buf, sizeof(buf), &d, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "magic"));
@@ -545,7 +547,11 @@ static void test_wrong_version_segment_rejected(void **state)
 	assert_true(fd >= 0);
 	h = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	assert_true(h != MAP_FAILED);
-	h->major = 2;
+	h->major = VOLREC_PROTO_MAJOR - 1; /* an older volrecd */
+	rc = volrec_client_open(f->instance, f->run_dir, &c);
+	assert_int_equal(rc, -EPROTO);
+	assert_null(c);
+	h->major = VOLREC_PROTO_MAJOR + 1; /* a newer one */
 	rc = volrec_client_open(f->instance, f->run_dir, &c);
 	assert_int_equal(rc, -EPROTO);
 	assert_null(c);
@@ -664,11 +670,12 @@ static void test_views_area_holds_its_descriptors(void **state)
 }
 
 /* The views of an 8 x 16 x 32 volume as a daemon writes them (protocol.md §2.5), a render of
- * 4 x 6, every picture present. */
+ * 4 x 6, a volume reduced by blocks of 3 x 5 x 7 (the far blocks partial), every picture
+ * present. */
 static void views_write(void *area)
 {
-	static const uint32_t dims[VOLREC_IMAGE_COUNT][2] = {{8, 16}, {8, 16}, {16, 32},
-	                                                     {8, 32}, {8, 16}, {4, 6}};
+	static const uint32_t dims[VOLREC_IMAGE_COUNT][3] = {
+	        {8, 16, 1}, {8, 16, 1}, {16, 32, 1}, {8, 32, 1}, {8, 16, 1}, {4, 6, 1}, {3, 4, 5}};
 	struct volrec_views_header *vh = area;
 	struct volrec_image_desc *d = (struct volrec_image_desc *)(vh + 1);
 	uint64_t off = VOLREC_VIEWS_DATA_OFFSET;
@@ -687,7 +694,12 @@ static void views_write(void *area)
 		d[k].position_y = 7;
 		d[k].position_x = 15;
 		d[k].position_z = 31;
-		off += ((uint64_t)dims[k][0] * dims[k][1] + 63) / 64 * 64;
+		d[k].planes = dims[k][2];
+		d[k].block_y = k == VOLREC_IMAGE_VOLUME ? 3 : 1;
+		d[k].block_x = k == VOLREC_IMAGE_VOLUME ? 5 : 1;
+		d[k].block_z = k == VOLREC_IMAGE_VOLUME ? 7 : 1;
+		d[k].reduce = k == VOLREC_IMAGE_VOLUME ? VOLREC_REDUCE_MEAN : 0;
+		off += ((uint64_t)dims[k][0] * dims[k][1] * dims[k][2] + 63) / 64 * 64;
 	}
 }
 
@@ -729,6 +741,18 @@ static void slab_outside(struct volrec_image_desc *d)
 {
 	d[VOLREC_IMAGE_ENFACE_MAX].slab_zb = 33;
 }
+static void volume_blocks_wrong(struct volrec_image_desc *d)
+{
+	d[VOLREC_IMAGE_VOLUME].block_z = 8; /* 32 / 8 = 4 planes, not 5 */
+}
+static void volume_reduce_unknown(struct volrec_image_desc *d)
+{
+	d[VOLREC_IMAGE_VOLUME].reduce = 2;
+}
+static void bscan_with_planes(struct volrec_image_desc *d)
+{
+	d[VOLREC_IMAGE_BSCAN].planes = 2;
+}
 
 /* A picture whose size is not its kind's for the volume (a 0-row B-scan, a slice [Z][Y]), a
  * render of no pixels, a plane or slab outside the volume is -EPROTO naming it, not a picture:
@@ -746,6 +770,10 @@ static void test_view_image_refuses_pictures_that_do_not_fit_the_volume(void **s
 	        {render_no_cols, VOLREC_IMAGE_RENDER, "render of 4 x 0 pixels"},
 	        {plane_outside, VOLREC_IMAGE_PLANE, "plane at [y 7, x 15, z 32]"},
 	        {slab_outside, VOLREC_IMAGE_ENFACE_MAX, "depths [0, 33)"},
+	        {volume_blocks_wrong, VOLREC_IMAGE_VOLUME,
+	         "volume of 3 x 4 x 5 in blocks of 3 x 5 x 8 (reduce 1) for a 8 x 16 x 32 volume"},
+	        {volume_reduce_unknown, VOLREC_IMAGE_VOLUME, "(reduce 2)"},
+	        {bscan_with_planes, VOLREC_IMAGE_BSCAN, "bscan with 2 planes"},
 	};
 	struct fx *f = *state;
 	struct volrec_client *c;
@@ -758,6 +786,12 @@ static void test_view_image_refuses_pictures_that_do_not_fit_the_volume(void **s
 	publish_views(f, c, &v, NULL);
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
 		assert_int_equal(volrec_view_image(c, &v, k, &img), 0);
+	assert_int_equal(volrec_view_image(c, &v, VOLREC_IMAGE_VOLUME, &img), 0);
+	assert_int_equal(img.rows * 100 + img.cols * 10 + img.planes, 345);
+	assert_int_equal(img.block[0] * 100 + img.block[1] * 10 + img.block[2], 357);
+	assert_int_equal(img.reduce, VOLREC_REDUCE_MEAN);
+	assert_int_equal(volrec_view_image(c, &v, VOLREC_IMAGE_SLICE, &img), 0);
+	assert_int_equal(img.planes * 100 + img.block[0] * 10 + img.block[2], 111);
 	assert_int_equal(volrec_view_release(c, &v), 0);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		publish_views(f, c, &v, cases[i].breaking);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The web viewer's picture frames (clients/view/frame.c, docs/viewer.md): the header's fields
- * at their documented offsets, raw and deflate payloads that give back the picture, and large
- * pictures reduced by block maxima.
+ * at their documented offsets, raw and deflate payloads that give back the picture, large
+ * pictures reduced by block maxima, the geometry in um of each picture's axes, and the reduced
+ * volume sent whole with its planes and block factors.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,15 @@ static uint32_t rd32(const unsigned char *p)
 static uint64_t rd64(const unsigned char *p)
 {
 	return rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
+
+static double rdd(const unsigned char *p)
+{
+	uint64_t v = rd64(p);
+	double d;
+
+	memcpy(&d, &v, sizeof(d));
+	return d;
 }
 
 static float rdf(const unsigned char *p)
@@ -53,6 +63,8 @@ static struct volrec_image image(const uint8_t *pix, uint32_t rows, uint32_t col
 	        .kind = VOLREC_IMAGE_BSCAN,
 	        .rows = rows,
 	        .cols = cols,
+	        .planes = 1,
+	        .block = {1, 1, 1},
 	        .volume_id = 0x1122334455667788u,
 	        .slab = {3, 40},
 	        .position = {5, 6, 7},
@@ -70,6 +82,7 @@ static const struct vw_frame_meta META = {
         .t_read_ns = 3000,
         .session_id = 0xabcdefu,
         .shape = {16, 32, 64},
+        .voxel_um = {12.5, 6.0, 3.25}, /* [dy, dx, dz] */
 };
 
 static void test_header_fields_at_their_offsets(void **state)
@@ -110,6 +123,14 @@ static void test_header_fields_at_their_offsets(void **state)
 	assert_true(rdf(h + 104) == 30.5f && rdf(h + 108) == -15.25f);
 	assert_true(rdf(h + 112) == 1.0f && rdf(h + 116) == 2.0f && rdf(h + 120) == 0.5f);
 	assert_true(rdf(h + 124) == 0.25f);
+	/* a B-scan's rows run along x, its cols along depth */
+	assert_true(rdd(h + 128) == 12.5 && rdd(h + 136) == 6.0 && rdd(h + 144) == 3.25);
+	assert_true(rdd(h + 152) == 6.0 && rdd(h + 160) == 3.25 && rdd(h + 168) == 0.0);
+	assert_int_equal(rd32(h + 176), 1);
+	assert_int_equal(rd32(h + 180) * 100 + rd32(h + 184) * 10 + rd32(h + 188), 111);
+	assert_int_equal(h[192], 0);
+	for (int i = 193; i < VW_FRAME_HEADER; i++)
+		assert_int_equal(h[i], 0);
 	assert_int_equal(f->len, VW_FRAME_HEADER + 32 * 64);
 	assert_memory_equal(h + VW_FRAME_HEADER, pix, 32 * 64);
 	vw_frame_free(f);
@@ -185,6 +206,10 @@ static void test_large_pictures_are_reduced_by_block_maxima(void **state)
 	assert_int_equal(h[11], 4);
 	assert_int_equal(rd32(h + 12), 300);
 	assert_int_equal(rd32(h + 16), 1024);
+	/* a sent pixel covers 4 depths: its size is 4 voxels' */
+	assert_int_equal(rd32(h + 180), 1);
+	assert_int_equal(rd32(h + 184), 4);
+	assert_true(rdd(h + 152) == 6.0 && rdd(h + 160) == 4 * 3.25);
 	for (uint32_t r = 0; r < rows; r += 37)
 		for (uint32_t c = 0; c < 1024; c += 13) {
 			uint8_t m = 0;
@@ -212,6 +237,79 @@ static void test_partial_edge_blocks_take_what_is_there(void **state)
 	assert_memory_equal(dst, want, sizeof(want));
 }
 
+/* Each kind's axes: an en-face [Y][X] rows along y; a slice [Y][Z]; a render has no size in
+ * um (its space is scaled by view.render.spacing); an unknown size stays 0. */
+static void test_pixel_sizes_follow_each_pictures_axes(void **state)
+{
+	uint8_t *pix = picture(16, 64, 5);
+	struct volrec_image img = image(pix, 16, 64);
+	struct vw_encode_opts o = {.mode = VW_MODE_RAW, .max_side = 1024, .level = 1};
+	struct vw_frame_meta m = META;
+	struct vw_frame *f;
+	const unsigned char *h;
+
+	(void)state;
+	img.kind = VOLREC_IMAGE_SLICE;
+	assert_int_equal(vw_frame_encode(&img, &m, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	assert_true(rdd(h + 152) == 12.5 && rdd(h + 160) == 3.25);
+	vw_frame_free(f);
+	img.kind = VOLREC_IMAGE_ENFACE_MEAN;
+	img.cols = 32;
+	assert_int_equal(vw_frame_encode(&img, &m, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	assert_true(rdd(h + 152) == 12.5 && rdd(h + 160) == 6.0);
+	vw_frame_free(f);
+	img.kind = VOLREC_IMAGE_RENDER;
+	assert_int_equal(vw_frame_encode(&img, &m, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	assert_true(rdd(h + 152) == 0.0 && rdd(h + 160) == 0.0 && rdd(h + 128) == 12.5);
+	vw_frame_free(f);
+	m.voxel_um[0] = 0.0; /* dy unknown */
+	img.kind = VOLREC_IMAGE_ENFACE_MAX;
+	assert_int_equal(vw_frame_encode(&img, &m, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	assert_true(rdd(h + 128) == 0.0 && rdd(h + 152) == 0.0 && rdd(h + 160) == 6.0);
+	vw_frame_free(f);
+	free(pix);
+}
+
+/* The reduced volume [Yr][Xr][Zr] goes whole (--max-side does not reduce it), with its planes,
+ * block factors, reduction, and pixel sizes of its blocks; deflated it inflates to it. */
+static void test_the_volume_goes_whole_with_its_blocks(void **state)
+{
+	const uint32_t yr = 6, xr = 11, zr = 40;
+	uint8_t *pix = picture(yr * xr, zr, 7), back[6 * 11 * 40];
+	struct volrec_image img = image(pix, yr, xr);
+	struct vw_encode_opts o = {.mode = VW_MODE_DEFLATE, .max_side = 4, .level = 1};
+	struct vw_frame *f;
+	const unsigned char *h;
+	uLongf n = sizeof(back);
+
+	(void)state;
+	img.kind = VOLREC_IMAGE_VOLUME;
+	img.planes = zr;
+	img.block[0] = 3, img.block[1] = 3, img.block[2] = 2;
+	img.reduce = VOLREC_REDUCE_MEAN;
+	assert_int_equal(vw_frame_encode(&img, &META, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	assert_int_equal(h[8], VOLREC_IMAGE_VOLUME);
+	assert_int_equal(h[9], VW_ENC_DEFLATE);
+	assert_int_equal(rd32(h + 12), yr);
+	assert_int_equal(rd32(h + 16), xr);
+	assert_int_equal(rd32(h + 176), zr);
+	assert_int_equal(rd32(h + 180) * 100 + rd32(h + 184) * 10 + rd32(h + 188), 332);
+	assert_int_equal(h[10] * 10 + h[11], 33);
+	assert_int_equal(h[192], VOLREC_REDUCE_MEAN);
+	assert_true(rdd(h + 152) == 3 * 12.5 && rdd(h + 160) == 3 * 6.0 &&
+	            rdd(h + 168) == 2 * 3.25);
+	assert_int_equal(uncompress(back, &n, h + VW_FRAME_HEADER, rd32(h + 20)), Z_OK);
+	assert_int_equal(n, yr * xr * zr);
+	assert_memory_equal(back, pix, n);
+	vw_frame_free(f);
+	free(pix);
+}
+
 static void test_kind_names_round_trip(void **state)
 {
 	(void)state;
@@ -219,7 +317,8 @@ static void test_kind_names_round_trip(void **state)
 		assert_int_equal(vw_kind_from_name(vw_kind_name(k)), (int)k);
 	assert_string_equal(vw_kind_name(VOLREC_IMAGE_ENFACE_MAX), "enface_max");
 	assert_null(vw_kind_name(VOLREC_IMAGE_COUNT));
-	assert_int_equal(vw_kind_from_name("volume"), -1);
+	assert_string_equal(vw_kind_name(VOLREC_IMAGE_VOLUME), "volume");
+	assert_int_equal(vw_kind_from_name("volumes"), -1);
 }
 
 VR_TEST_GROUP(view_frame)
@@ -230,6 +329,8 @@ VR_TEST_GROUP(view_frame)
 	        cmocka_unit_test(test_auto_sends_incompressible_pictures_raw),
 	        cmocka_unit_test(test_large_pictures_are_reduced_by_block_maxima),
 	        cmocka_unit_test(test_partial_edge_blocks_take_what_is_there),
+	        cmocka_unit_test(test_pixel_sizes_follow_each_pictures_axes),
+	        cmocka_unit_test(test_the_volume_goes_whole_with_its_blocks),
 	        cmocka_unit_test(test_kind_names_round_trip),
 	};
 

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <volrec/protocol.h>
+
 #include "cpu/internal.h"
 
 static int read_all(const char *path, uint8_t *buf, size_t n)
@@ -31,10 +33,10 @@ int main(int argc, char **argv)
 	char err[256], path[4096];
 	int rc = 1;
 
-	if (argc != 19) {
+	if (argc != 19 && argc != 21) {
 		fprintf(stderr,
 		        "usage: views_dump VOLUME Y X Z ZA ZB Y0 X0 Z0 H W DX DY DZ PHI THETA "
-		        "STEP OUTDIR\n");
+		        "STEP OUTDIR [VOLUME_MAX_SIDE max|mean]\n");
 		return 2;
 	}
 	memset(&p, 0, sizeof(p));
@@ -52,6 +54,14 @@ int main(int argc, char **argv)
 	p.angles_deg[0] = strtod(argv[15], NULL);
 	p.angles_deg[1] = strtod(argv[16], NULL);
 	p.step = strtod(argv[17], NULL);
+	if (argc == 21) {
+		p.volume_max_side = (uint32_t)strtoul(argv[19], NULL, 10);
+		if (strcmp(argv[20], "max") && strcmp(argv[20], "mean")) {
+			fprintf(stderr, "views_dump: reduce %s: max or mean\n", argv[20]);
+			return 2;
+		}
+		p.volume_reduce = strcmp(argv[20], "mean") ? VOLREC_REDUCE_MAX : VOLREC_REDUCE_MEAN;
+	}
 	if (be_view_check(&p, err, sizeof(err)) < 0) {
 		fprintf(stderr, "%s\n", err);
 		return 2;

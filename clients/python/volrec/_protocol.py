@@ -17,8 +17,8 @@ import numpy as np
 
 from .errors import ProtocolError
 
-PROTO_MAJOR = 1
-PROTO_MINOR = 3
+PROTO_MAJOR = 2
+PROTO_MINOR = 0
 
 SHM_PREFIX = "/volrec."  # data segment "/volrec.<instance>"
 SHM_LEASE_SUFFIX = ".readers"  # lease segment "/volrec.<instance>.readers"
@@ -49,13 +49,20 @@ FLAG_DROPPED_BEFORE = 0x4  # epochs were dropped before this volume: its history
 FLAG_VIEWS = 0x8  # the slot holds views of the volume
 
 # views (protocol.h, views): the pictures in each slot's views area, in this order
-IMAGE_KINDS = ("enface_mean", "enface_max", "bscan", "slice", "plane", "render")
+IMAGE_KINDS = ("enface_mean", "enface_max", "bscan", "slice", "plane", "render", "volume")
 (IMAGE_ENFACE_MEAN, IMAGE_ENFACE_MAX, IMAGE_BSCAN, IMAGE_SLICE, IMAGE_PLANE,
- IMAGE_RENDER) = range(6)
+ IMAGE_RENDER, IMAGE_VOLUME) = range(7)
 IMAGE_COUNT = len(IMAGE_KINDS)
+REDUCE_MAX, REDUCE_MEAN = 0, 1  # enum volrec_reduce: how the volume view combines a block
+REDUCE_NAMES = ("max", "mean")
 VIEWS_MAGIC = int.from_bytes(b"VIEW", "little")
 RENDER_MAX = 1024
-VIEWS_DATA_OFFSET = 640
+VOLUME_MAX = 256  # reduced volume voxels per side, at most
+VIEWS_DATA_OFFSET = 704
+
+#: What every refusal of another major version says after naming both versions.
+SAME_MAJOR = (" (protocol %d.%d): volrecd and its clients must be of the same major version"
+              % (PROTO_MAJOR, PROTO_MINOR))
 
 TOPIC_VOL, TOPIC_STATUS, TOPIC_EVENT = "vol", "status", "event"
 TEXT_MAX = 65536  # bound on status/event bodies
@@ -92,9 +99,13 @@ C_CONSTANTS: Mapping[str, Union[int, str]] = {
     "VOLREC_IMAGE_SLICE": IMAGE_SLICE,
     "VOLREC_IMAGE_PLANE": IMAGE_PLANE,
     "VOLREC_IMAGE_RENDER": IMAGE_RENDER,
+    "VOLREC_IMAGE_VOLUME": IMAGE_VOLUME,
     "VOLREC_IMAGE_COUNT": IMAGE_COUNT,
+    "VOLREC_REDUCE_MAX": REDUCE_MAX,
+    "VOLREC_REDUCE_MEAN": REDUCE_MEAN,
     "VOLREC_VIEWS_MAGIC": VIEWS_MAGIC,
     "VOLREC_RENDER_MAX": RENDER_MAX,
+    "VOLREC_VOLUME_MAX": VOLUME_MAX,
     "VOLREC_VIEWS_DATA_OFFSET": VIEWS_DATA_OFFSET,
     "VOLREC_TOPIC_VOL": TOPIC_VOL,
     "VOLREC_TOPIC_STATUS": TOPIC_STATUS,
@@ -227,8 +238,9 @@ IMAGE_DESC = Layout("volrec_image_desc", 96, [
     ("kind", 0, "I"), ("present", 4, "I"), ("rows", 8, "I"), ("cols", 12, "I"),
     ("offset", 16, "Q"), ("volume_id", 24, "Q"), ("slab_za", 32, "I"), ("slab_zb", 36, "I"),
     ("position_y", 40, "I"), ("position_x", 44, "I"), ("position_z", 48, "I"),
-    ("reserved0", 52, "I"), ("azimuth_deg", 56, "f"), ("elevation_deg", 60, "f"),
+    ("planes", 52, "I"), ("azimuth_deg", 56, "f"), ("elevation_deg", 60, "f"),
     ("spacing_x", 64, "f"), ("spacing_y", 68, "f"), ("spacing_z", 72, "f"), ("step", 76, "f"),
+    ("block_y", 80, "I"), ("block_x", 84, "I"), ("block_z", 88, "I"), ("reduce", 92, "I"),
 ])
 
 LAYOUTS: Tuple[Layout, ...] = (SHM_HEADER, SLOT_HEADER, LEASE_HEADER, LEASE_ENTRY, VOL_MSG,
@@ -248,7 +260,7 @@ def decode_vol(body: bytes) -> Dict[str, int]:
         raise ProtocolError("vol message has a bad magic 0x%08x" % magic)
     if major != PROTO_MAJOR:
         raise ProtocolError("vol message speaks protocol major version %d; this client "
-                            "supports %d only" % (major, PROTO_MAJOR))
+                            "supports %d only%s" % (major, PROTO_MAJOR, SAME_MAJOR))
     if len(body) < VOL_MSG_MIN or size < VOL_MSG_MIN or size != len(body):
         raise ProtocolError("vol message is malformed: %d bytes received, size field %d"
                             % (len(body), size))

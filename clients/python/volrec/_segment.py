@@ -13,7 +13,8 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from ._protocol import (DTYPES, LEASE_ENTRY, LEASE_HEADER, LEASE_MAGIC, MAX_READERS, MAX_SLOTS,
-                        PROTO_MAJOR, SHM_HEADER, SHM_LEASE_SUFFIX, SHM_MAGIC, SHM_PREFIX,
+                        PROTO_MAJOR, SAME_MAJOR, SHM_HEADER, SHM_LEASE_SUFFIX, SHM_MAGIC,
+                        SHM_PREFIX,
                         SLOT_ALIGN, SLOT_HEADER, SLOT_NONE, STATE_CLOSED, STATE_INIT,
                         STATE_LIVE, VIEWS_DATA_OFFSET)
 from .errors import NoDaemon, NotReady, ProtocolError, ReadersFull, StaleSegment, VolrecError
@@ -65,7 +66,8 @@ def validate_header(h: Dict[str, int], size: int, state: int, name: str) -> None
                             % h["magic"])
     if h["major"] != PROTO_MAJOR:
         raise ProtocolError("data segment speaks protocol version %d.%d; this client supports "
-                            "major version %d only" % (h["major"], h["minor"], PROTO_MAJOR))
+                            "major version %d only%s" % (h["major"], h["minor"], PROTO_MAJOR,
+                                                         SAME_MAJOR))
     if state == STATE_INIT:
         raise NotReady(errno.EAGAIN, "data segment %s is still being created" % name)
     dt = DTYPES.get(h["dtype"])
@@ -216,7 +218,8 @@ class Session:
             raise NotReady(errno.EAGAIN, "lease table %s is not initialized yet" % name)
         if lh["major"] != PROTO_MAJOR:
             raise ProtocolError("lease table %s speaks protocol major version %d; this client "
-                                "supports %d only" % (name, lh["major"], PROTO_MAJOR))
+                                "supports %d only%s" % (name, lh["major"], PROTO_MAJOR,
+                                                        SAME_MAJOR))
         if lh["session_id"] != self.id:
             raise NotReady(errno.EAGAIN, "lease table %s belongs to another session "
                            "(rebuilding)" % name)

@@ -284,7 +284,7 @@ class Client:
             return None
         try:
             views = (read_views(s.map, off + h["views_offset"], h["views_bytes"],
-                                (h["ny"], h["nx"], h["nz"]))
+                                (h["ny"], h["nx"], h["nz"]), voxel_size(sh))
                      if h["views_bytes"] and sh["flags"] & FLAG_VIEWS else Views({}))
         except ProtocolError:
             overwritten = s.slot_seq(slot) != 2 * seq
