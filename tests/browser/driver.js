@@ -5,7 +5,8 @@
 //   {"op": "open", "url": U, "width": W, "height": H}  -> {"ok": true, "page": N}
 //   {"op": "eval", "page": N, "expr": JS}               -> {"ok": true, "value": ...}
 //   {"op": "wait", "page": N, "expr": JS, "timeout_ms": T} (until expr is truthy)
-//   {"op": "click", "page": N, "selector": S, "x": fx, "y": fy}   (fractions of the element)
+//   {"op": "click", "page": N, "selector": S, "x": fx, "y": fy}   (fractions of the element,
+//     scrolled into view first)
 //   {"op": "drag", "page": N, "selector": S, "from": [fx, fy], "to": [fx, fy]}
 //   {"op": "select", "page": N, "selector": S, "value": V}
 //   {"op": "fill", "page": N, "selector": S, "value": V}  (a range input, then "change")
@@ -88,6 +89,8 @@ async function main() {
           out({ ok: true });
           break;
         case 'click': {
+          // an element below the fold (the side bar scrolls) is brought into view first
+          await page.locator(cmd.selector).first().scrollIntoViewIfNeeded();
           const b = await box(page, cmd.selector);
           await page.mouse.click(b.x + b.width * cmd.x, b.y + b.height * cmd.y);
           out({ ok: true });

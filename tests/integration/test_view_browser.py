@@ -287,8 +287,11 @@ def test_3d_modes_draw_distinct_pictures_and_each_browser_keeps_its_camera(brows
         pictures[mode] = pic
     for i, m in enumerate(MODES_3D):
         for n in MODES_3D[i + 1:]:
-            diff = np.abs(pictures[m] - pictures[n]).mean()
-            assert diff > 2, f"{m} and {n} draw the same picture (mean difference {diff:.2f})"
+            # where either draws the volume (the background is black in both)
+            lit = (pictures[m].max(axis=2) > 24) | (pictures[n].max(axis=2) > 24)
+            diff = np.abs(pictures[m] - pictures[n])[lit].mean()
+            print(f"3-D modes {m} and {n}: mean difference {diff:.1f} where lit")
+            assert diff > 6, f"{m} and {n} draw the same picture (mean difference {diff:.2f})"
     # the depth-coloured MIP is in colour, the MIP in grey
     assert np.abs(pictures["depth"][:, :, 0] - pictures["depth"][:, :, 2]).mean() > 5
     assert np.abs(pictures["mip"][:, :, 0] - pictures["mip"][:, :, 2]).mean() < 1

@@ -15,7 +15,10 @@
 //          (to 40 % at the far side of the box), so what is in front wins a tie;
 //   mida   maximum intensity difference accumulation (Bruckner & Gröller 2009): compositing
 //          through the transfer function whose accumulated colour is kept only in proportion
-//          to how little a new maximum exceeds the one before (MIP-like, with occlusion);
+//          to how little a new maximum exceeds the one before (MIP-like, with occlusion); its
+//          γ goes from alpha compositing (−1) through MIDA (0) to MIP (1), as in the paper
+//          (below 0 the weight of a new maximum shrinks, above 0 the result is blended with
+//          the MIP); the page's default is 0.5;
 //   dvr    front-to-back alpha compositing through the transfer function (opacity per
 //          windowed value, colour from the colour map), opacity corrected for the step;
 //   iso    shaded isosurface: the first point where the windowed value reaches `iso`, found
@@ -58,6 +61,7 @@ uniform vec3 clipLo, clipHi; // the clipping box in unit-box coordinates
 uniform vec3 texSize;        // voxels of the volume along world x, y, z
 uniform float wlo, whi;      // the window, raw units 0..1
 uniform float iso;
+uniform float gamma;         // MIDA: -1 alpha compositing .. 0 MIDA .. 1 MIP
 uniform int mode;
 uniform int maxSteps;
 
@@ -115,7 +119,8 @@ void main() {
       if (mode == 2) {
         float wv = win(v);
         float beta = 1.0;
-        if (wv > vmax) { beta = 1.0 - (wv - vmax); vmax = wv; }
+        m = max(m, v);
+        if (wv > vmax) { beta = 1.0 - (wv - vmax) * (1.0 + min(gamma, 0.0)); vmax = wv; }
         C = beta * C + (1.0 - beta * A) * a * c;
         A = beta * A + (1.0 - beta * A) * a;
       } else {
@@ -151,6 +156,7 @@ void main() {
   }
   if (mode == 0 || mode == 1) outColor = vec4(lutOf(m).rgb, 1.0);
   else if (mode == 5) outColor = vec4(hue(mt) * win(m), 1.0);
+  else if (mode == 2) outColor = vec4(mix(C + (1.0 - A) * bg, lutOf(m).rgb, max(gamma, 0.0)), 1.0);
   else outColor = vec4(C + (1.0 - A) * bg, 1.0);
 }`;
 
@@ -198,7 +204,7 @@ export class VolumeRenderer {
     this.prog = prog;
     this.loc = {};
     for (const n of ['vol', 'lut', 'tf', 'eye', 'right', 'up', 'fwd', 'tanHalf', 'aspect', 'half_', 'clipLo',
-      'clipHi', 'texSize', 'wlo', 'whi', 'iso', 'mode', 'maxSteps']) this.loc[n] = gl.getUniformLocation(prog, n);
+      'clipHi', 'texSize', 'wlo', 'whi', 'iso', 'gamma', 'mode', 'maxSteps']) this.loc[n] = gl.getUniformLocation(prog, n);
     this.vao = gl.createVertexArray();
     this.volTex = gl.createTexture();
     this.lutTex = gl.createTexture();
@@ -283,6 +289,7 @@ export class VolumeRenderer {
     gl.uniform3fv(L.texSize, [X, Z, Y]);
     gl.uniform1f(L.wlo, lo / 255); gl.uniform1f(L.whi, hi / 255);
     gl.uniform1f(L.iso, d.iso);
+    gl.uniform1f(L.gamma, d.gamma ?? 0.5);
     gl.uniform1i(L.mode, MODES[d.mode] ?? 0);
     gl.uniform1i(L.maxSteps, 2 * Math.max(X, Y, Z) + 8); // the diagonal at one sample a voxel
     gl.drawArrays(gl.TRIANGLES, 0, 3);

@@ -18,7 +18,7 @@ const $ = (id) => document.getElementById(id);
 const STORE = 'volrec.view.display.v1';
 const DISPLAY_DEFAULTS = {
   colormap: 'gray', window: null, smooth: false, layout: 'four', mode: 'mida',
-  camera: { ...DEFAULT_CAMERA }, tf: DEFAULT_TF.map((p) => ({ ...p })), iso: 0.5,
+  camera: { ...DEFAULT_CAMERA }, tf: DEFAULT_TF.map((p) => ({ ...p })), iso: 0.5, gamma: 0.5,
   clip: [[0, 1], [0, 1], [0, 1]],
 };
 function loadDisplay() {
@@ -552,6 +552,7 @@ $('reset-camera').addEventListener('click', () => {
 });
 $('mode3d').addEventListener('change', () => { state.display.mode = $('mode3d').value; saveDisplay(); request3d(); });
 $('iso').addEventListener('input', () => { state.display.iso = +$('iso').value; saveDisplay(); request3d(); });
+$('gamma').addEventListener('input', () => { state.display.gamma = +$('gamma').value; saveDisplay(); request3d(); });
 for (const [i, axis] of ['x', 'y', 'z'].entries()) {
   for (const end of [0, 1]) {
     $(`clip-${axis}${end}`).addEventListener('input', (ev) => {
@@ -1196,6 +1197,7 @@ $('smooth').checked = !!state.display.smooth;
 $('layout').value = state.display.layout;
 $('mode3d').value = state.display.mode;
 $('iso').value = state.display.iso;
+$('gamma').value = state.display.gamma;
 ['x', 'y', 'z'].forEach((a, i) => { $(`clip-${a}0`).value = state.display.clip[i][0]; $(`clip-${a}1`).value = state.display.clip[i][1]; });
 showWindow();
 drawTf();
