@@ -58,12 +58,13 @@ def main():
         browser = Browser()
         page = browser.open(view.url, width=a.width, height=a.height)
         browser.wait(page, ALL_DRAWN, timeout_ms=60000)
-        if a.synthetic:
-            browser.eval(page, SYNTHETIC_JS % a.synthetic)
-        else:
+        if not a.synthetic:
             browser.wait(page, "(v => v.shown && !v.shown.injected)(window.volrecView.volume3d)",
                          timeout_ms=60000)
         browser.cmd("click", page=page, selector="#pause", x=0.5, y=0.5)  # one volume throughout
+        browser.wait(page, "window.volrecView.paused")
+        if a.synthetic:
+            browser.eval(page, SYNTHETIC_JS % a.synthetic)
         shape = browser.eval(page, "(s => [s.rows, s.cols, s.planes])(window.volrecView.volume3d.shown)")
         out = {
             "volume": shape, "synthetic": bool(a.synthetic), "viewport": [a.width, a.height],
