@@ -521,13 +521,31 @@ state.snapshot3d = (n = 64) => {
 };
 
 // Camera: drag rotates, wheel zooms, reset; this browser's own, kept with its display.
+// Two fingers on a touch screen pinch to zoom.
 let drag3d = null;
+const touches = new Map();
+let pinch = null;
 canvas3d.addEventListener('pointerdown', (ev) => {
+  touches.set(ev.pointerId, [ev.clientX, ev.clientY]);
+  if (touches.size === 2) {
+    const [a, b] = [...touches.values()];
+    pinch = { d: Math.hypot(a[0] - b[0], a[1] - b[1]) || 1, zoom: state.display.camera.zoom };
+    drag3d = null;
+    return;
+  }
   drag3d = { x: ev.clientX, y: ev.clientY, cam: { ...state.display.camera } };
   canvas3d.setPointerCapture(ev.pointerId);
   canvas3d.style.cursor = 'grabbing';
 });
 canvas3d.addEventListener('pointermove', (ev) => {
+  if (touches.has(ev.pointerId)) touches.set(ev.pointerId, [ev.clientX, ev.clientY]);
+  if (pinch && touches.size === 2) {
+    const [a, b] = [...touches.values()];
+    state.display.camera.zoom = Math.max(0.2, Math.min(8, pinch.zoom * Math.hypot(a[0] - b[0], a[1] - b[1]) / pinch.d));
+    interacting = performance.now() + 150;
+    request3d();
+    return;
+  }
   if (!drag3d) return;
   const cam = state.display.camera;
   cam.az = ((drag3d.cam.az + (ev.clientX - drag3d.x) * 0.5 + 180) % 360 + 360) % 360 - 180;
@@ -535,7 +553,11 @@ canvas3d.addEventListener('pointermove', (ev) => {
   interacting = performance.now() + 150;
   request3d();
 });
-const end3d = () => { if (drag3d) { drag3d = null; canvas3d.style.cursor = ''; saveDisplay(); request3d(); } };
+const end3d = (ev) => {
+  touches.delete(ev.pointerId);
+  if (touches.size < 2 && pinch) { pinch = null; saveDisplay(); request3d(); }
+  if (drag3d) { drag3d = null; canvas3d.style.cursor = ''; saveDisplay(); request3d(); }
+};
 canvas3d.addEventListener('pointerup', end3d);
 canvas3d.addEventListener('pointercancel', end3d);
 canvas3d.addEventListener('wheel', (ev) => {
