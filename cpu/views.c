@@ -99,13 +99,19 @@ void cpu_volume_reduce(const uint8_t *V, const struct be_view_params *p, uint8_t
 						const uint32_t z1 =
 						        z + f[2] < p->Z ? z + f[2] : p->Z;
 						uint64_t v = acc[zb];
+						uint8_t m = (uint8_t)v; /* u8: a vector max */
 
-						if (p->volume_reduce == VOLREC_REDUCE_MEAN)
+						if (p->volume_reduce == VOLREC_REDUCE_MEAN) {
+							uint32_t t = 0; /* < 2^32: Z <= 131072 */
+
 							for (; z < z1; z++)
-								v += a[z];
-						else
+								t += a[z];
+							v += t;
+						} else {
 							for (; z < z1; z++)
-								v = a[z] > v ? a[z] : v;
+								m = a[z] > m ? a[z] : m;
+							v = m;
+						}
 						acc[zb] = v;
 					}
 				}

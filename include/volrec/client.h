@@ -118,11 +118,13 @@ struct volrec_image {
 	const uint8_t *data; /* rows * cols * planes bytes; valid while the volume's view is held */
 	uint32_t kind;       /* enum volrec_image_kind (protocol.h) */
 	uint32_t rows, cols;
-	uint32_t planes;    /* the volume's Zr (fastest axis); 1 for a picture */
-	uint32_t block[3];  /* voxels per element along rows, cols, planes; 1 but for the volume */
-	uint32_t reduce;    /* the volume's enum volrec_reduce; 0 for a picture */
-	uint64_t volume_id; /* the volume the picture shows (a render may be older) */
-	uint32_t slab[2];   /* en-face depth slab [za, zb) */
+	uint32_t planes;      /* the volume's Zr (fastest axis); 1 for a picture */
+	uint32_t block[3];    /* voxels per element along rows, cols, planes; 1 but for the volume
+	                       (whose voxel size is volrec_view_voxel_size's [dx, dy, dz] times
+	                       [block[1], block[0], block[2]], NaN staying NaN) */
+	uint32_t reduce;      /* the volume's enum volrec_reduce; 0 for a picture */
+	uint64_t volume_id;   /* the volume the picture shows (a render may be older) */
+	uint32_t slab[2];     /* en-face depth slab [za, zb) */
 	uint32_t position[3]; /* [y0, x0, z0] of the bscan, slice and plane */
 	float angles_deg[2];  /* render azimuth, elevation */
 	float spacing[3];     /* render voxel spacing */

@@ -113,6 +113,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (m.t)
 			check_echoable(m.t, "t");
 		break;
+	case VW_MSG_RECORD_START:
+	case VW_MSG_RECORD_STOP:
+		if (!m.fields || !json_object_is_type(m.fields, json_type_object))
+			fail("a record request without its fields", NULL);
+		if (m.type == VW_MSG_RECORD_STOP && json_object_object_length(m.fields))
+			fail("a record_stop with fields", NULL);
+		json_object_object_foreach(m.fields, k, v)
+		{
+			if (strcmp(k, "name") && strcmp(k, "raw") && strcmp(k, "epochs") &&
+			    strcmp(k, "seconds"))
+				fail("a record_start field the daemon does not take", NULL);
+			if (!strcmp(k, "name") && !json_object_is_type(v, json_type_string))
+				fail("a record_start name that is not a string", NULL);
+		}
+		break;
 	default:
 		fail("an unknown type accepted", NULL);
 	}
