@@ -5,12 +5,16 @@
 //   {"op": "open", "url": U, "width": W, "height": H}  -> {"ok": true, "page": N}
 //   {"op": "eval", "page": N, "expr": JS}               -> {"ok": true, "value": ...}
 //   {"op": "wait", "page": N, "expr": JS, "timeout_ms": T} (until expr is truthy)
-//   {"op": "click", "page": N, "selector": S, "x": fx, "y": fy}   (fractions of the element)
+//   {"op": "click", "page": N, "selector": S, "x": fx, "y": fy}   (fractions of the element,
+//     scrolled into view first)
 //   {"op": "drag", "page": N, "selector": S, "from": [fx, fy], "to": [fx, fy]}
 //   {"op": "select", "page": N, "selector": S, "value": V}
 //   {"op": "fill", "page": N, "selector": S, "value": V}  (a range input, then "change")
 //   {"op": "screenshot", "page": N, "path": P}
 //   {"op": "resize", "page": N, "width": W, "height": H}  (the window: a "resize" event)
+//   {"op": "press", "page": N, "key": K}  (a key, as the keyboard sends it to the page)
+//   {"op": "wheel", "page": N, "selector": S, "dy": D}  (the mouse over the element, a wheel turn)
+//   {"op": "reload", "page": N}  (the same page loaded again, its storage kept)
 //   {"op": "close", "page": N}, {"op": "quit"}
 //   {"op": "errors", "pages": [N, ...]}  -> the page errors and console errors seen since the
 //     last such call, of those pages only (open or closed since), or of every page without
@@ -85,6 +89,8 @@ async function main() {
           out({ ok: true });
           break;
         case 'click': {
+          // an element below the fold (the side bar scrolls) is brought into view first
+          await page.locator(cmd.selector).first().scrollIntoViewIfNeeded();
           const b = await box(page, cmd.selector);
           await page.mouse.click(b.x + b.width * cmd.x, b.y + b.height * cmd.y);
           out({ ok: true });
@@ -112,6 +118,21 @@ async function main() {
           break;
         case 'resize':
           await page.setViewportSize({ width: cmd.width, height: cmd.height });
+          out({ ok: true });
+          break;
+        case 'press':
+          await page.keyboard.press(cmd.key);
+          out({ ok: true });
+          break;
+        case 'wheel': {
+          const b = await box(page, cmd.selector);
+          await page.mouse.move(b.x + b.width / 2, b.y + b.height / 2);
+          await page.mouse.wheel(0, cmd.dy);
+          out({ ok: true });
+          break;
+        }
+        case 'reload':
+          await page.reload({ waitUntil: 'load', timeout: cmd.timeout_ms || 60000 });
           out({ ok: true });
           break;
         case 'screenshot':

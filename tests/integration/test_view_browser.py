@@ -1,12 +1,15 @@
 # SPDX-License-Identifier: MIT
 """`volrec view` in a real browser (Debian's chromium through playwright-core) against the real
 volrecd (CPU backend, the synthetic retina of `make demo`, views in every slot): the page
-connects and draws all four panes with exactly the pictures the Python client reads from the
-same volume (volume.views[...], decoded pixels compared), clicks and drags reach the daemon's
-control socket and come back in the next pictures, a dB-range change reaches the daemon
-(`volrec get` shows it), two browsers at once, a daemon restart followed without a reload, TLS
-with tokens (401 without one) beyond loopback, and bad requests answered with errors without
-harm. No test needs a controlled picture: the retina's layers, vessels and air give every pane
+connects and draws its 2-D panes with exactly the pictures the Python client reads from the
+same volume (volume.views[...], decoded pixels compared) through this browser's own window and
+colour map, renders the volume frame in 3-D with WebGL2 (SwiftShader) in every mode with a camera
+of its own, draws pictures at their true aspect with a scale bar and ruler in µm, stacks its
+panes on a phone, clicks and keys reach the daemon's control socket and come back in the next
+pictures, a dB-range change reaches the daemon (`volrec get` shows it) and a display change
+does not, a data control without the control token is refused, two browsers at once, a daemon
+restart followed without a reload, TLS with tokens (401 without one) beyond loopback, and bad
+requests answered with errors without harm. No test needs a controlled picture: the retina's layers, vessels and air give every pane
 contrast, and a picture is checked against the daemon's own, whatever it shows.
 
 The first test runs the demo's configuration (96 x 96 x 256, render 256 x 256 every 5th
@@ -33,7 +36,31 @@ import volrec
 from viewkit import (ALL_DRAWN, TIMEOUT, Browser, BrowserPages, DaemonPublisher, RawSocket,
                      Recorder, Viewer, pane, viridis, wait_for)
 
-PANES = {"enface": "enface_mean", "bscan": "bscan", "slice": "slice", "render": "render"}
+PANES = {"enface": "enface_mean", "bscan": "bscan", "slice": "slice"}
+# the page's own window [lo, hi] of 0..255 as the canvas must show it (colormap.js: the grey
+# level rounded half up)
+FULL_WINDOW = "window.volrecView.panes.bscan.paintedWith === 'gray:0:255'"
+
+
+def full_window(browser, page):
+    """This browser's display window set to the whole range 0..255 through its sliders: the
+    canvas then holds the picture's values as grey levels."""
+    browser.cmd("fill", page=page, selector="#win-hi", value=255)
+    browser.cmd("fill", page=page, selector="#win-lo", value=0)
+    browser.wait(page, "(w => w && w[0] === 0 && w[1] === 255)(window.volrecView.display.window)")
+
+
+def click_picture(browser, page, name, u, v):
+    """A click at the fractions (u across, v down) of the picture drawn in pane `name` (it sits
+    in its pane at its own aspect, inside the axes' margins)."""
+    r, w, h = browser.eval(page, f"(p => [p.rect, p.canvas.getBoundingClientRect().width, "
+                           f"p.canvas.getBoundingClientRect().height])(window.volrecView.panes.{name})")
+    browser.cmd("click", page=page, selector=f"canvas[data-pane={name}]",
+                x=(r["x"] + u * r["w"]) / w, y=(r["y"] + v * r["h"]) / h)
+
+
+def windowed(v, lo, hi):
+    return np.floor(np.clip((v.astype(np.float64) - lo) / (hi - lo), 0, 1) * 255 + 0.5).astype(np.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -117,32 +144,45 @@ def canvas_red(got, transpose):
     return got["canvas"][:, :, 0].T if transpose else got["canvas"][:, :, 0]
 
 
-def test_page_draws_all_four_panes_with_the_published_pictures(browser, demo_live):
+def test_page_draws_its_panes_with_the_published_pictures(browser, demo_live):
     pub, rec, view = demo_live
     page = browser.open(view.url)
     browser.wait(page, ALL_DRAWN)
+    # the first window is this browser's, from the first pictures' percentiles: not all 0..255
+    auto = browser.eval(page, "window.volrecView.autoWindow")
+    assert auto and 0 <= auto[0] < auto[1] <= 255 and auto != [0, 255], auto
+    full_window(browser, page)
+    browser.wait(page, FULL_WINDOW)
     Y, X, Z = pub.shape
     for name, kind in PANES.items():
+        browser.wait(page, f"window.volrecView.panes.{name}.paintedWith === 'gray:0:255'")
         got, want, params = shown_and_published(browser, page, name, rec)
         assert got["kind"] == kind
-        assert want.shape == {"enface": (Y, X), "bscan": (X, Z), "slice": (Y, Z),
-                              "render": (256, 256)}[name]
+        assert want.shape == {"enface": (Y, X), "bscan": (X, Z), "slice": (Y, Z)}[name]
         # the canvas holds the picture: grey levels equal the values (B-scan/slice: depth down)
         drawn = canvas_red(got, name in ("bscan", "slice"))
         np.testing.assert_array_equal(drawn, want, err_msg=f"{name} canvas")
         assert np.ptp(want) > 25, f"{name}: a retina picture has contrast, got {np.ptp(want)}"
-        if kind != "render":
-            assert list(got["position"]) == params["position"] == [Y // 2, X // 2, Z // 2]
+        assert list(got["position"]) == params["position"] == [Y // 2, X // 2, Z // 2]
+    # a window of this browser maps the same values: [50, 150] -> 0..255
+    browser.cmd("fill", page=page, selector="#win-lo", value=50)
+    browser.cmd("fill", page=page, selector="#win-hi", value=150)
+    browser.wait(page, "window.volrecView.panes.bscan.paintedWith === 'gray:50:150'")
+    got, want, _ = shown_and_published(browser, page, "bscan", rec)
+    np.testing.assert_array_equal(canvas_red(got, True), windowed(want, 50, 150))
     # the perceptual colormap is applied to the same values
+    full_window(browser, page)
     browser.cmd("select", page=page, selector="#colormap", value="viridis")
-    browser.wait(page, "window.volrecView.panes.bscan.cmap === 'viridis'")
+    browser.wait(page, "window.volrecView.panes.bscan.paintedWith === 'viridis:0:255'")
     got, want, _ = shown_and_published(browser, page, "bscan", rec)
     rgb = got["canvas"].transpose(1, 0, 2)
     assert np.abs(rgb.astype(int) - viridis(want).astype(int)).max() <= 1
+    # the screenshot as an operator would look at it: grey, the automatic window, the 3-D pane
     browser.cmd("select", page=page, selector="#colormap", value="gray")
-    # the screenshot with a rotated render, as an operator would look at it
-    assert browser.eval(page, "window.volrecView.set({'view.render.angles_deg': [35, 25]})")["ok"]
-    browser.wait(page, "window.volrecView.panes.render.shown.angles[0] === 35", timeout_ms=30000)
+    browser.cmd("click", page=page, selector="#win-auto", x=0.5, y=0.5)
+    browser.wait(page, "window.volrecView.display.window === null")
+    if "volume" in browser.eval(page, "window.volrecView.hello.views"):
+        browser.wait(page, "window.volrecView.volume3d.shown && window.volrecView.volume3d.draws > 0")
     browser.eval(page, "new Promise(r => setTimeout(r, 3000))")  # a little history in the plots
     browser.wait(page, ALL_DRAWN)
     shot = BUILD / "view.png"
@@ -161,8 +201,7 @@ def test_clicking_the_enface_moves_the_bscan(browser, live):
     Y, X = browser.eval(page, "window.volrecView.shape.slice(0, 2)")
     z0 = browser.eval(page, "window.volrecView.position[2]")
     y, x = int(0.75 * Y), int(0.2 * X)
-    browser.cmd("click", page=page, selector="canvas[data-pane=enface]", x=(x + 0.5) / X,
-                y=(y + 0.5) / Y)
+    click_picture(browser, page, "enface", (x + 0.5) / X, (y + 0.5) / Y)
     # the daemon took it, and the next B-scan is the one at the new y
     wait_for(lambda: pub.control.get("view.position") == [y, x, z0], what="the position set")
     browser.wait(page, f"window.volrecView.panes.bscan.shown.position[0] === {y} && "
@@ -205,31 +244,276 @@ def test_db_range_and_slab_sliders_reach_the_daemon(browser, live):
     browser.cmd("close", page=page)
 
 
-def test_dragging_the_render_rotates_it(browser, live):
+MODES_3D = ("mip", "dmip", "mida", "dvr", "iso", "depth")
+SNAPSHOT_3D = "window.volrecView.snapshot3d(48)"
+
+
+def snapshot3d(browser, page):
+    """The 3-D pane as drawn, 48 x 48 RGB (numpy, float)."""
+    return np.array(browser.eval(page, SNAPSHOT_3D), np.float64).reshape(48, 48, 3)
+
+
+def volume_shown(browser, page):
+    """Wait for a real volume frame (the daemon's reduced volume, docs/viewer.md) drawn in 3-D."""
+    assert "volume" in browser.eval(page, "window.volrecView.hello.views"), "no volume frames"
+    browser.wait(page, "(v => v.shown && !v.shown.injected && v.lastDrawn && "
+                 "v.lastDrawn.volumeSeq === v.shown.seq)(window.volrecView.volume3d)")
+    return browser.eval(page, "(s => [s.rows, s.cols, s.planes, s.volumeId])"
+                        "(window.volrecView.volume3d.shown)")
+
+
+def test_3d_modes_draw_distinct_pictures_and_each_browser_keeps_its_camera(browser, live):
+    """The volume frame ray-marched in the browser (WebGL2, here SwiftShader): every mode draws a
+    picture that is not blank and differs from the others; dragging one browser's 3-D pane turns
+    its camera only (the other browser's and the daemon's render angles stay), and the camera
+    survives a reload of that browser's page (local storage)."""
+    pub, rec, view = live
+    a, b = browser.open(view.url), browser.open(view.url)
+    for p in (a, b):
+        browser.wait(p, ALL_DRAWN)
+        Yr, Xr, Zr, _ = volume_shown(browser, p)
+    assert 0 < Yr <= 128 and 0 < Xr <= 128 and 0 < Zr <= 128
+    browser.cmd("click", page=a, selector="#pause", x=0.5, y=0.5)  # one volume for every mode
+    browser.wait(a, "window.volrecView.paused")
+    pictures = {}
+    for mode in MODES_3D:
+        n = browser.eval(a, "window.volrecView.volume3d.draws")
+        browser.cmd("select", page=a, selector="#mode3d", value=mode)
+        browser.wait(a, f"window.volrecView.volume3d.lastDrawn.mode === '{mode}' && "
+                     f"window.volrecView.volume3d.draws > {n}")
+        pic = snapshot3d(browser, a)
+        lit = (pic.max(axis=2) > 24).mean()
+        assert lit > 0.05 and pic.std() > 8, (mode, lit, pic.std())
+        pictures[mode] = pic
+    for i, m in enumerate(MODES_3D):
+        for n in MODES_3D[i + 1:]:
+            # where either draws the volume (the background is black in both)
+            lit = (pictures[m].max(axis=2) > 24) | (pictures[n].max(axis=2) > 24)
+            diff = np.abs(pictures[m] - pictures[n])[lit].mean()
+            print(f"3-D modes {m} and {n}: mean difference {diff:.1f} where lit")
+            assert diff > 6, f"{m} and {n} draw the same picture (mean difference {diff:.2f})"
+    # the depth-coloured MIP is in colour, the MIP in grey
+    assert np.abs(pictures["depth"][:, :, 0] - pictures["depth"][:, :, 2]).mean() > 5
+    assert np.abs(pictures["mip"][:, :, 0] - pictures["mip"][:, :, 2]).mean() < 1
+    browser.cmd("click", page=a, selector="#pause", x=0.5, y=0.5)
+    # a's camera turns; b's and the daemon's do not
+    default = browser.eval(b, "window.volrecView.display.camera")
+    before = browser.eval(a, "window.volrecView.display.camera")
+    angles = pub.control.get("view.render.angles_deg")
+    browser.cmd("drag", page=a, selector="canvas[data-pane=volume3d]", **{"from": [0.5, 0.5]},
+                to=[0.8, 0.3])
+    browser.cmd("wheel", page=a, selector="canvas[data-pane=volume3d]", dy=-300)
+    cam = browser.eval(a, "window.volrecView.display.camera")
+    assert cam["az"] != before["az"] and cam["el"] != before["el"] and cam["zoom"] > 1, cam
+    browser.wait(a, "(d => d.camera.az === window.volrecView.display.camera.az)"
+                 "(window.volrecView.volume3d.lastDrawn)")
+    assert browser.eval(b, "window.volrecView.display.camera") == default
+    assert pub.control.get("view.render.angles_deg") == angles
+    # the camera is a's own, kept across a reload of a's page
+    browser.cmd("reload", page=a)
+    browser.wait(a, "window.volrecView.hello")
+    assert browser.eval(a, "window.volrecView.display.camera") == cam
+    browser.cmd("click", page=a, selector="#reset-camera", x=0.5, y=0.5)
+    assert browser.eval(a, "window.volrecView.display.camera") == default
+    assert browser.cmd("errors")["value"] == []
+    for p in (a, b):
+        browser.cmd("close", page=p)
+
+
+def test_a_display_change_leaves_the_daemon_and_the_other_browser_alone(browser, live):
+    """Window, colour map, smoothing and layout are one browser's: changed there they repaint
+    its pictures at once (paused: no new picture needed), touch neither the daemon's
+    configuration nor another browser, and survive a reload of that page."""
+    pub, rec, view = live
+    a, b = browser.open(view.url), browser.open(view.url)
+    for p in (a, b):
+        browser.wait(p, ALL_DRAWN)
+    keys = ("preprocess.db_range", "view.position", "view.slab", "view.render.angles_deg")
+    config = {k: pub.control.get(k) for k in keys}
+    b_display = browser.eval(b, "window.volrecView.display")
+    browser.cmd("click", page=a, selector="#pause", x=0.5, y=0.5)
+    browser.wait(a, "window.volrecView.paused")
+    shown = browser.eval(a, "window.volrecView.panes.bscan.shown.volumeId")
+    browser.cmd("select", page=a, selector="#colormap", value="hot")
+    browser.cmd("fill", page=a, selector="#win-hi", value=180)
+    browser.cmd("fill", page=a, selector="#win-lo", value=40)
+    browser.wait(a, "window.volrecView.panes.bscan.paintedWith === 'hot:40:180'")
+    # the same picture, repainted: the daemon sent nothing for it
+    assert browser.eval(a, "window.volrecView.panes.bscan.shown.volumeId") == shown
+    got = pane(browser, a, "bscan")
+    v = got["pixels"].T  # as drawn: depth down
+    t = np.clip((v.astype(np.float64) - 40) / 140, 0, 1)
+    want_r = np.floor(np.clip(3 * t, 0, 1) * 255 + 0.5)
+    np.testing.assert_array_equal(got["canvas"][:, :, 0], want_r)
+    browser.cmd("click", page=a, selector="#smooth", x=0.5, y=0.5)
+    browser.cmd("select", page=a, selector="#layout", value="bscan-enface")
+    browser.wait(a, "document.getElementById('pane-slice').hidden")
+    # the daemon's configuration and the other browser are as they were
+    assert {k: pub.control.get(k) for k in keys} == config
+    assert browser.eval(b, "window.volrecView.display") == b_display
+    browser.wait(b, "window.volrecView.panes.bscan.paintedWith.startsWith('gray:')")
+    assert browser.eval(b, "document.getElementById('pane-slice').hidden") is False
+    # paused, a kept its picture while b went on; resumed, a shows the newest
+    vid = browser.eval(b, "window.volrecView.panes.bscan.shown.volumeId")
+    browser.wait(b, f"window.volrecView.panes.bscan.shown.volumeId > {vid}")
+    assert browser.eval(a, "window.volrecView.panes.bscan.shown.volumeId") == shown
+    browser.cmd("click", page=a, selector="#pause", x=0.5, y=0.5)
+    browser.wait(a, f"window.volrecView.panes.bscan.shown.volumeId > {shown}")
+    # a reload keeps a's display
+    browser.cmd("reload", page=a)
+    browser.wait(a, "window.volrecView.panes.bscan.shown")
+    d = browser.eval(a, "window.volrecView.display")
+    assert (d["colormap"], d["window"], d["smooth"], d["layout"]) == ("hot", [40, 180], True,
+                                                                    "bscan-enface"), d
+    assert browser.cmd("errors")["value"] == []
+    for p in (a, b):
+        browser.cmd("close", page=p)
+
+
+@pytest.fixture
+def measured(build_dir, bin_dir):
+    """volrecd whose voxel size is known: a 3 mm x 1.5 mm field of view over 48 x 48 A-scans
+    (62.5 x 31.25 µm) and 4 µm per depth bin."""
+    made = start_live(build_dir, bin_dir, scan_size_um=(3000, 1500), axial_um_per_pixel=4.0)
+    yield made
+    for m in reversed(made):
+        m.close()
+
+
+PANE_BOX = """(n => {{
+  const p = window.volrecView.panes[n], el = p.scalebarEl.getBoundingClientRect();
+  return {{rect: p.rect, axes: {{unit: p.axes.unit}}, bar: {{width: el.width,
+          label: p.scalebarEl.textContent, length: +p.scalebarEl.dataset.length}},
+          ruler: p.ruler && {{length: p.ruler.length, label: p.ruler.label}}}};
+}})('{}')"""
+
+
+def length_um(label):
+    m = re.fullmatch(r"([\d.]+) (µm|mm)", label)
+    assert m, label
+    return float(m.group(1)) * (1000 if m.group(2) == "mm" else 1)
+
+
+def test_pictures_are_drawn_at_their_true_aspect_with_a_scale_bar_and_ruler(browser, measured):
+    """With the voxel size known, the en-face is drawn at the scan's aspect (3 mm x 1.5 mm: 2:1)
+    within 2 %, the B-scan at 3 mm across 256 x 4 µm deep; each scale bar is as long as its
+    label says; a ruler dragged across the en-face reads the distance in µm; the crosshair is
+    given in µm."""
+    pub, rec, view = measured
+    page = browser.open(view.url, width=1600, height=1000)
+    browser.wait(page, ALL_DRAWN)
+    Y, X, Z = pub.shape
+    for name, want in (("enface", 3000 / 1500), ("bscan", 3000 / (Z * 4.0)),
+                       ("slice", 1500 / (Z * 4.0))):
+        box = browser.eval(page, PANE_BOX.format(name))
+        assert box["axes"]["unit"] == "µm", box
+        aspect = box["rect"]["w"] / box["rect"]["h"]
+        assert abs(aspect / want - 1) < 0.02, (name, aspect, want)
+        # the scale bar: its width on the screen times µm per CSS pixel is its label
+        um_per_px = box["rect"]["physW"] / box["rect"]["w"]
+        bar = box["bar"]
+        assert abs(bar["width"] * um_per_px - length_um(bar["label"])) <= um_per_px, (name, bar)
+        assert length_um(bar["label"]) == bar["length"]
+    # a ruler from a quarter to three quarters of the en-face's width: 1.5 mm
+    browser.cmd("drag", page=page, selector="canvas[data-pane=enface]", **{"from": [0.3, 0.5]},
+                to=[0.7, 0.5])
+    box = browser.eval(page, PANE_BOX.format("enface"))
+    canvas_w = browser.eval(page, "window.volrecView.panes.enface.canvas.getBoundingClientRect().width")
+    want = 0.4 * canvas_w * box["rect"]["physW"] / box["rect"]["w"]
+    assert box["ruler"] and abs(box["ruler"]["length"] - want) < 2 * 3000 / box["rect"]["w"], box
+    assert abs(length_um(box["ruler"]["label"]) - box["ruler"]["length"]) <= 0.01 * want
+    # the crosshair in µm (y 24 x 31.25 µm = 750 µm, x 24 x 62.5 µm = 1.5 mm, z 128 x 4 µm)
+    browser.wait(page, "document.getElementById('s-cross').textContent === "
+                 "'y 750 µm · x 1.5 mm · z 512 µm'")
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
+def test_phone_and_desktop_layouts(browser, live):
+    """At 390 x 844 (a phone, portrait) the panes are stacked, each at least 80 % of the
+    viewport's width, and nothing is wider than the screen; at 1600 x 1000 four panes share
+    two rows of two; the one-pane layout gives one pane all the room."""
+    pub, rec, view = live
+    page = browser.open(view.url, width=390, height=844)
+    browser.wait(page, ALL_DRAWN)
+    boxes = browser.eval(page, "['enface', 'bscan', 'slice', 'volume3d'].map(n => "
+                         "document.querySelector(`[data-pane=${n}]`).closest('.pane')"
+                         ".getBoundingClientRect().toJSON())")
+    for b in boxes:
+        assert b["width"] >= 0.8 * 390, boxes
+        assert b["height"] >= 200, boxes
+    for upper, lower in zip(boxes, boxes[1:]):
+        assert lower["top"] >= upper["bottom"] - 1, boxes
+    assert browser.eval(page, "document.documentElement.scrollWidth") <= 390
+    for name in PANES:  # every picture is drawn inside its pane, as large as its aspect allows
+        r = browser.eval(page, f"window.volrecView.panes.{name}.rect")
+        assert r["x"] >= 0 and r["x"] + r["w"] <= 390 and max(r["w"], r["h"]) > 250, (name, r)
+    browser.cmd("resize", page=page, width=1600, height=1000)
+    browser.wait(page, "document.querySelector('#pane-enface').getBoundingClientRect().width < 800")
+    boxes = browser.eval(page, "['enface', 'bscan', 'slice', 'volume3d'].map(n => "
+                         "document.getElementById('pane-' + n).getBoundingClientRect().toJSON())")
+    assert {round(b["top"]) for b in boxes[:2]} == {round(boxes[0]["top"])}
+    assert boxes[2]["top"] >= boxes[0]["bottom"] - 1
+    assert all(300 < b["width"] < 800 and b["height"] > 300 for b in boxes), boxes
+    browser.cmd("select", page=page, selector="#layout", value="one-bscan")
+    browser.wait(page, "document.getElementById('pane-enface').hidden")
+    big = browser.eval(page, "document.getElementById('pane-bscan').getBoundingClientRect().toJSON()")
+    assert big["width"] > 1100 and big["height"] > 800, big
+    # every control says what it does; every pane says what it shows
+    unnamed = browser.eval(page, "[...document.querySelectorAll('input, select, button, canvas')]"
+                           ".filter(e => !e.getAttribute('aria-label') && e.closest('body') && "
+                           "!e.closest('.uplot') && !e.closest('[aria-hidden=true]'))"
+                           ".map(e => e.outerHTML.slice(0, 80))")
+    assert unnamed == []
+    panes = browser.eval(page, "[...document.querySelectorAll('.pane')].map(p => "
+                         "p.querySelector('[data-pane]') && p.querySelector('[data-pane]').dataset.pane)")
+    assert panes == ["enface", "bscan", "slice", "volume3d"]
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
+def test_keys_and_wheel_step_the_bscan(browser, live):
+    """Down and up arrows step the B-scan (the crosshair's y) by one, the wheel over the B-scan
+    too: each reaches the daemon and the next B-scan is the one asked for."""
     pub, rec, view = live
     page = browser.open(view.url)
     browser.wait(page, ALL_DRAWN)
-    before = pane(browser, page, "render")
-    a0 = pub.control.get("view.render.angles_deg")  # the daemon's default, [30, -70]
-    browser.cmd("drag", page=page, selector="canvas[data-pane=render]", **{"from": [0.5, 0.5]},
-                to=[0.8, 0.3])
-    moved = (lambda a: abs(a[0] - a0[0]) > 5 and abs(a[1] - a0[1]) > 5)
-    # the page sends the drag's newest angles once the set before is answered, and sends a set
-    # again that the daemon refused as busy (a slow daemon is still applying the one before)
-    try:
-        az, el = wait_for(lambda: (lambda a: a if moved(a) else None)(
-            pub.control.get("view.render.angles_deg")), what="the render angles set")
-    except AssertionError as e:
-        seen = browser.eval(page, "JSON.stringify({angles: window.volrecView.angles, "
-                            "replies: window.volrecView.replies.slice(-4), "
-                            "errors: window.volrecView.errors.slice(-4), "
-                            "message: document.getElementById('message').textContent})")
-        raise AssertionError(f"{e}; the page: {seen}") from None
-    browser.wait(page, "(a => Math.abs(a[0] - %r) > 5 && Math.abs(a[1] - %r) > 5)"
-                 "(window.volrecView.panes.render.shown.angles)" % (a0[0], a0[1]))
-    after, want, params = shown_and_published(browser, page, "render", rec)
-    assert moved(params["angles"]), params["angles"]
-    assert not np.array_equal(after["pixels"], before["pixels"]), "a rotated render differs"
+    y0, x0, z0 = browser.eval(page, "window.volrecView.panes.bscan.shown.position")
+    browser.cmd("press", page=page, key="ArrowDown")
+    browser.cmd("press", page=page, key="ArrowDown")
+    wait_for(lambda: pub.control.get("view.position") == [y0 + 2, x0, z0], what="y0 + 2")
+    browser.wait(page, f"window.volrecView.panes.bscan.shown.position[0] === {y0 + 2}")
+    got, _, params = shown_and_published(browser, page, "bscan", rec)
+    assert params["position"] == list(got["position"]) == [y0 + 2, x0, z0]
+    browser.cmd("press", page=page, key="ArrowUp")
+    wait_for(lambda: pub.control.get("view.position") == [y0 + 1, x0, z0], what="y0 + 1")
+    browser.cmd("wheel", page=page, selector="canvas[data-pane=bscan]", dy=-100)
+    wait_for(lambda: pub.control.get("view.position") == [y0, x0, z0], what="back to y0")
+    browser.wait(page, f"window.volrecView.panes.bscan.shown.position[0] === {y0}")
+    # the slice pane's wheel steps x
+    browser.cmd("wheel", page=page, selector="canvas[data-pane=slice]", dy=100)
+    wait_for(lambda: pub.control.get("view.position") == [y0, x0 + 1, z0], what="x0 + 1")
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
+def test_a_data_control_without_the_token_is_refused_with_a_message(browser, live):
+    """A page opened without the control token may watch: its data panel says so, and a data
+    control used anyway is refused by the viewer with a message in the panel (red), the daemon
+    untouched; so is the record button."""
+    pub, rec, view = live
+    page = browser.open(f"http://127.0.0.1:{view.port}/")
+    browser.wait(page, ALL_DRAWN)
+    assert browser.eval(page, "window.volrecView.control") is False
+    assert "only view" in browser.eval(page, "document.getElementById('data-access').textContent")
+    browser.cmd("fill", page=page, selector="#db-lo", value=15)
+    browser.wait(page, "/only view|token/.test(document.getElementById('data-message').textContent)")
+    assert browser.eval(page, "document.getElementById('data-message').className") == "error"
+    browser.cmd("fill", page=page, selector="#rec-name", value="x")
+    browser.eval(page, "document.getElementById('data-message').textContent = ''")
+    browser.cmd("click", page=page, selector="#rec-start", x=0.5, y=0.5)
+    browser.wait(page, "/token/.test(document.getElementById('data-message').textContent)")
+    assert pub.control.get("preprocess.db_range") == [55, 100]
     browser.cmd("close", page=page)
 
 
@@ -240,8 +524,7 @@ def test_two_browsers_see_each_others_changes(browser, live):
         browser.wait(p, ALL_DRAWN)
     Y, X = browser.eval(a, "window.volrecView.shape.slice(0, 2)")
     y, x = int(0.1 * Y), int(0.9 * X)
-    browser.cmd("click", page=a, selector="canvas[data-pane=enface]", x=(x + 0.5) / X,
-                y=(y + 0.5) / Y)
+    click_picture(browser, a, "enface", (x + 0.5) / X, (y + 0.5) / Y)
     browser.wait(b, f"window.volrecView.panes.bscan.shown.position[0] === {y} && "
                  f"window.volrecView.panes.bscan.shown.position[1] === {x}")
     for p in (a, b):
@@ -265,7 +548,7 @@ def test_viewer_follows_a_daemon_restart(browser, live):
     browser.wait(page, "window.volrecView.daemon === 'stopped'")
     # the last pictures stay, marked as not live; no rates without a daemon
     text = "(id => document.getElementById(id).textContent)"
-    for rate in ("s-vps", "s-aps", "s-lat", "s-drawn"):
+    for rate in ("s-vps", "s-aps", "s-lat", "s-drawn", "s-drops", "s-readers"):
         assert browser.eval(page, f"{text}('{rate}')") == "–", rate
     for name in PANES:
         assert "age – (volrecd stopped)" in browser.eval(page, f"{text}('foot-{name}')")
@@ -322,7 +605,7 @@ def test_bad_messages_get_errors_and_nothing_else_breaks(browser, live):
     browser.wait(page, ALL_DRAWN)
     send = "window.volrecView.ws.send(%s)"
     for msg in ("'not json'", "JSON.stringify({type: 'launch'})", "'x'.repeat(5000)",
-                "new Uint8Array([1, 2, 3])", "JSON.stringify({type: 'subscribe', views: ['volume']})",
+                "new Uint8Array([1, 2, 3])", "JSON.stringify({type: 'subscribe', views: ['volumes']})",
                 "JSON.stringify({type: 'set', values: {}})", "JSON.stringify([1, 2])"):
         browser.eval(page, send % msg)
     browser.wait(page, "window.volrecView.errors.length >= 7")
@@ -456,23 +739,141 @@ def test_resizing_the_window_draws_again_without_counting_pictures(browser, idle
     browser.wait(page, "window.volrecView.hello")
     browser.eval(page, FRAME_JS)
     browser.eval(page, """(async () => {
-      for (const [k, v] of [['enface_mean', 1], ['bscan', 2], ['slice', 3], ['render', 4]])
+      for (const [k, v] of [['enface_mean', 1], ['bscan', 2], ['slice', 3]])
         window.volrecView.ws.onmessage({data: await window.frame(k, 9, 16, 32, 50 * v, false)});
     })()""")
     browser.wait(page, ALL_DRAWN)
-    browser.wait(page, "window.volrecView.latencies.length === 4")
+    browser.wait(page, "window.volrecView.latencies.length === 3")
+    full_window(browser, page)
     width = browser.eval(page, "window.volrecView.panes.bscan.canvas.width")
     for w in (900, 1100, 700):
         browser.cmd("resize", page=page, width=w, height=600)
         browser.wait(page, f"window.volrecView.panes.bscan.canvas.width !== {width}")
         width = browser.eval(page, "window.volrecView.panes.bscan.canvas.width")
     browser.eval(page, "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-    assert browser.eval(page, "window.volrecView.latencies.length") == 4
+    assert browser.eval(page, "window.volrecView.latencies.length") == 3
     got = pane(browser, page, "slice")  # still drawn, at the picture's values
     assert got["volumeId"] == 9 and (got["canvas"][:, :, 0] == 150).all()
     assert browser.eval(page, "window.volrecView.panes.slice.canvas.width") == width
     assert browser.cmd("errors")["value"] == []
     browser.cmd("close", page=page)
+
+# window.frame2(kind, vid, rows, cols, value, rowUm, colUm, voxelUm): a frame of version 2
+# (docs/viewer.md: 256-byte header, the size in µm of a sent pixel along rows and columns, the
+# volume's voxel size [dy, dx, dz]) of one value, handed to the page as if received.
+FRAME2_JS = """window.frame2 = (kind, vid, rows, cols, value, rowUm, colUm, voxelUm) => {
+  const buf = new ArrayBuffer(256 + rows * cols), d = new DataView(buf);
+  const now = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n;
+  d.setUint32(0, 0x46565256, true); d.setUint16(4, 2, true); d.setUint16(6, 256, true);
+  d.setUint8(8, ['enface_mean', 'enface_max', 'bscan', 'slice', 'plane', 'render', 'volume'].indexOf(kind));
+  d.setUint8(10, 1); d.setUint8(11, 1);
+  d.setUint32(12, rows, true); d.setUint32(16, cols, true); d.setUint32(20, rows * cols, true);
+  d.setBigUint64(24, BigInt(vid), true); d.setBigUint64(40, now - 5000000n, true);
+  d.setBigUint64(48, now - 2000000n, true); d.setBigUint64(64, 0xabcn, true);
+  [60, 90, 200].forEach((v, i) => d.setUint32(72 + 4 * i, v, true));
+  d.setUint32(88, 200, true);
+  [30, 45, 100].forEach((v, i) => d.setUint32(92 + 4 * i, v, true));
+  voxelUm.forEach((v, i) => d.setFloat64(128 + 8 * i, v, true));
+  d.setFloat64(152, rowUm, true); d.setFloat64(160, colUm, true);
+  d.setUint32(176, 1, true); [1, 1, 1].forEach((v, i) => d.setUint32(180 + 4 * i, v, true));
+  new Uint8Array(buf, 256).fill(value);
+  return buf;
+}"""
+
+
+def test_true_aspect_and_scale_bar_of_frames_that_carry_their_size(browser, idle):
+    """Frames of version 2 carry the size of their pixels: an en-face of 60 x 90 pixels of 50 x
+    20 µm (3 mm down, 1.8 mm across) is drawn 1.8 : 3 within 2 %, a B-scan of 90 x 200 pixels of
+    20 µm across and 3.5 µm deep at 1.8 : 0.7; each scale bar is as long as its label; the
+    crosshair reads in µm. Without sizes (version 1) the same pictures are drawn in voxels."""
+    page = browser.open(idle.url, width=1600, height=1000)
+    browser.wait(page, "window.volrecView.hello")
+    browser.eval(page, FRAME2_JS)
+    browser.eval(page, """(() => {
+      const um = [50, 20, 3.5];
+      window.volrecView.ws.onmessage({data: window.frame2('enface_mean', 5, 60, 90, 120, 50, 20, um)});
+      window.volrecView.ws.onmessage({data: window.frame2('bscan', 5, 90, 200, 120, 20, 3.5, um)});
+      window.volrecView.ws.onmessage({data: window.frame2('slice', 5, 60, 200, 120, 50, 3.5, um)});
+    })()""")
+    browser.wait(page, ALL_DRAWN)
+    for name, want in (("enface", 1800 / 3000), ("bscan", 1800 / 700), ("slice", 3000 / 700)):
+        box = browser.eval(page, PANE_BOX.format(name))
+        assert box["axes"]["unit"] == "µm", box
+        aspect = box["rect"]["w"] / box["rect"]["h"]
+        assert abs(aspect / want - 1) < 0.02, (name, aspect, want)
+        um_per_px = box["rect"]["physW"] / box["rect"]["w"]
+        bar = box["bar"]
+        assert abs(bar["width"] * um_per_px - length_um(bar["label"])) <= um_per_px, (name, bar)
+    browser.wait(page, "document.getElementById('s-cross').textContent === "
+                 "'y 1.5 mm · x 900 µm · z 350 µm'")
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
+def test_the_3d_pane_is_oriented_as_the_scan(browser, idle):
+    """A volume handed to the page (its test hook, docs/viewer.md "The page"): a bright block at
+    large x and small y near the surface. Seen from above (the MIP), it lies on the right and at
+    the top, as on the en-face pane; clipped away (x up to 0.5), it is gone; from the side, the
+    block is near the top of the picture (depth runs down)."""
+    page = browser.open(idle.url, width=1000, height=1000)
+    browser.wait(page, "window.volrecView.hello")
+    browser.cmd("select", page=page, selector="#layout", value="one-volume3d")
+    browser.eval(page, """(() => {
+      const Y = 32, X = 32, Z = 32, v = new Uint8Array(Y * X * Z).fill(10);
+      for (let y = 2; y < 10; y++) for (let x = 22; x < 30; x++) for (let z = 2; z < 10; z++)
+        v[(y * X + x) * Z + z] = 250;
+      window.volrecView.display.window = [0, 255];
+      window.volrecView.injectVolume(v, [Y, X, Z], [10, 10, 10]);
+    })()""")
+
+    def look(camera, mode="mip"):
+        n = browser.eval(page, "window.volrecView.volume3d.draws")
+        browser.eval(page, f"(window.volrecView.display.camera = {json.dumps(camera)}, "
+                     f"window.volrecView.display.mode = '{mode}', 1)")
+        browser.eval(page, "window.dispatchEvent(new Event('resize'))")
+        browser.wait(page, f"window.volrecView.volume3d.draws > {n}")
+        pic = snapshot3d(browser, page).mean(axis=2)
+        ys, xs = np.nonzero(pic > 128)
+        return pic, (ys.mean() / 48 if len(ys) else None), (xs.mean() / 48 if len(xs) else None)
+
+    _, v, u = look({"az": 0, "el": 89, "zoom": 1})
+    assert u is not None and u > 0.6 and v < 0.4, (u, v)  # right and top, as on the en-face
+    browser.eval(page, "window.volrecView.display.clip = [[0, 0.5], [0, 1], [0, 1]]")
+    pic, _, _ = look({"az": 0, "el": 89, "zoom": 1})
+    assert (pic > 128).sum() == 0, "the block is clipped away"
+    browser.eval(page, "window.volrecView.display.clip = [[0, 1], [0, 1], [0, 1]]")
+    _, v, u = look({"az": 0, "el": 0, "zoom": 1})  # from the front: x across, depth down
+    assert u is not None and u > 0.6 and v < 0.45, (u, v)
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
+
+def test_a_warning_says_while_the_pipeline_drops_data_and_why(browser, idle):
+    """Status messages whose drops grow raise a warning naming the causes and the share of the
+    data lost; it goes once drops stop; confirmations of what went well are quiet (not red)."""
+    page = browser.open(idle.url)
+    browser.wait(page, "window.volrecView.hello")
+    status = ("(d, acq) => window.volrecView.ws.onmessage({data: JSON.stringify({type: 'status', "
+              "status: {rates: {volumes_per_s: 10}, readers: 1, bscans: {acquired: acq}, "
+              "drops: Object.assign({total: Object.values(d).reduce((a, b) => a + b, 0)}, d)}})})")
+    browser.eval(page, f"({status})({{ring_full: 0, incomplete_epoch: 0}}, 1000)")
+    assert browser.eval(page, "document.getElementById('warning').hidden") is True
+    browser.eval(page, f"({status})({{ring_full: 150, incomplete_epoch: 50}}, 1800)")
+    browser.wait(page, "!document.getElementById('warning').hidden")
+    text = browser.eval(page, "document.getElementById('warning').textContent")
+    assert "ring full 150" in text and "incomplete epoch 50" in text and "25 %" in text, text
+    # the warning stays a few seconds after the last drop, then goes
+    browser.eval(page, f"({status})({{ring_full: 150, incomplete_epoch: 50}}, 2800)")
+    browser.eval(page, "new Promise(r => setTimeout(r, 5200))")
+    browser.eval(page, f"({status})({{ring_full: 150, incomplete_epoch: 50}}, 3800)")
+    browser.wait(page, "document.getElementById('warning').hidden")
+    # an event that reports success is quiet
+    browser.eval(page, "window.volrecView.ws.onmessage({data: JSON.stringify({type: 'event', "
+                 "event: {event: 'set', message: 'set view.slab by uid 1'}})})")
+    assert browser.eval(page, "document.getElementById('message').className") == "info"
+    assert browser.cmd("errors")["value"] == []
+    browser.cmd("close", page=page)
+
 
 # ---- beyond loopback: TLS and tokens ----------------------------------------------------------
 

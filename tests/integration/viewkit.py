@@ -61,16 +61,25 @@ class Control:
 
 
 def daemon_config(instance, run_dir, geometry=(48, 48, 256), rate=10.0, render_every=1,
-                  render_side=96, db_range=(55, 100), overflow="block", slots=8):
+                  render_side=96, db_range=(55, 100), overflow="block", slots=8,
+                  scan_size_um=None, axial_um_per_pixel=None):
     """volrecd on the synthetic retina scanner, as `make demo` runs it (scripts/demo.sh: 1024
     samples an A-scan, stride 3x3, the retina's depth range, the scanner's k non-linearity and
     dispersion undone), at an output geometry [Y, X, Z] (Y and X multiples of 3), on the CPU.
     db_range [55, 100] dB puts the air above the retina near black and its layers in the grey
     levels (the default [0, 100] leaves the en-face a near-uniform grey); render_every 0 is the
-    daemon's own default (every 5th volume on the CPU)."""
+    daemon's own default (every 5th volume on the CPU). scan_size_um [width_x, height_y] and
+    axial_um_per_pixel give the voxel size in µm (unknown without them)."""
     Y, X, Z = geometry
     if Y % 3 or X % 3 or not 0 < Z <= 416:
         raise ValueError(f"geometry {geometry}: Y and X multiples of 3, Z in 1..416")
+    scan = {"samples_per_ascan": 1024, "sample_type": "u16",
+            "ascans_per_bscan": X // 3, "bscans_per_volume": Y // 3,
+            "stride": [3, 3], "depth_range": [96, 96 + Z]}
+    if scan_size_um:  # the voxel size in µm (docs/algorithms.md §6); unknown without
+        scan["scan_size_um"] = list(scan_size_um)
+    if axial_um_per_pixel:
+        scan["axial_um_per_pixel"] = axial_um_per_pixel
     return {
         "instance": instance,
         "backend": "cpu",
@@ -78,9 +87,7 @@ def daemon_config(instance, run_dir, geometry=(48, 48, 256), rate=10.0, render_e
         "source": {"type": "synth", "rate": rate,
                    "synth": {"seed": 1, "phantom": "retina", "motion": {"deg_per_s": 0.25},
                              "snr_db": 40}},
-        "geometry": {"samples_per_ascan": 1024, "sample_type": "u16",
-                     "ascans_per_bscan": X // 3, "bscans_per_volume": Y // 3,
-                     "stride": [3, 3], "depth_range": [96, 96 + Z]},
+        "geometry": scan,
         "preprocess": {"background": {"mode": "bscan_mean"},
                        "resample": {"method": "cubic", "poly": [0, 1104.84, 0, -81.84]},
                        "dispersion": {"coeffs": [30, -12]}, "db_range": list(db_range)},

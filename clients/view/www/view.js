@@ -1,539 +1,1231 @@
 // SPDX-License-Identifier: MIT
-// volrec view: the page. One WebSocket to the viewer (docs/viewer.md): binary picture frames
-// in, JSON messages both ways. Pictures are drawn at their own resolution into an off-screen
-// canvas through a colormap, then scaled into the pane; the newest picture of a pane wins.
-// window.volrecView exposes what was drawn, for the browser tests and the benchmark.
-'use strict';
+// volrec view: the page (docs/viewer.md "The page"). One WebSocket to the viewer: binary picture
+// frames in, JSON messages both ways. Display (window, colour map, smoothing, layout, the 3-D
+// camera, mode, transfer function and clipping) belongs to this browser alone, is applied here
+// at once and kept in local storage; data settings go to the daemon and need the control token.
+// A 2-D picture is drawn at its own resolution through the colour map into an off-screen canvas,
+// then into its pane at its true aspect (geometry.js); the volume frame is ray-marched with
+// WebGL2 (render3d.js). window.volrecView exposes what was drawn, for the tests and benchmark.
+import { COLORMAPS, lut32, percentileWindow } from './colormap.js';
+import * as geo from './geometry.js';
+import { DEFAULT_CAMERA, DEFAULT_TF, MODE_LABELS, VolumeRenderer } from './render3d.js';
 
-(function () {
-  const KINDS = ['enface_mean', 'enface_max', 'bscan', 'slice', 'plane', 'render'];
-  const FRAME_MAGIC = 0x46565256; // "VRVF"
-  const $ = (id) => document.getElementById(id);
+const KINDS = ['enface_mean', 'enface_max', 'bscan', 'slice', 'plane', 'render', 'volume'];
+const FRAME_MAGIC = 0x46565256; // "VRVF"
+const $ = (id) => document.getElementById(id);
 
-  // ---- state ---------------------------------------------------------------------------------
-  const state = {
-    ws: null, connected: false, hello: null, control: false, daemon: 'connecting',
-    colormap: 'gray', nextId: 1, pending: new Map(),
-    panes: {}, latencies: [], received: {}, replies: [], errors: [], events: [],
-    status: null, session: null, position: null, shape: null, angles: [0, 0], slab: null, frameSeq: 0,
+// ---- this browser's display, kept across reloads ---------------------------------------------
+const STORE = 'volrec.view.display.v1';
+const DISPLAY_DEFAULTS = {
+  colormap: 'gray', window: null, smooth: false, layout: 'four', mode: 'mida',
+  camera: { ...DEFAULT_CAMERA }, tf: DEFAULT_TF.map((p) => ({ ...p })), iso: 0.5, gamma: 0.5,
+  clip: [[0, 1], [0, 1], [0, 1]],
+};
+function loadDisplay() {
+  let saved = {};
+  try { saved = JSON.parse(localStorage.getItem(STORE) || '{}') || {}; } catch (e) { saved = {}; }
+  const d = { ...structuredClone(DISPLAY_DEFAULTS), ...saved };
+  if (!COLORMAPS[d.colormap]) d.colormap = 'gray';
+  if (!MODE_LABELS[d.mode]) d.mode = 'mida';
+  if (!Array.isArray(d.window) || !(d.window[0] < d.window[1])) d.window = null;
+  return d;
+}
+function saveDisplay() {
+  try { localStorage.setItem(STORE, JSON.stringify(state.display)); } catch (e) { /* private mode: not kept */ }
+}
+
+const state = {
+  ws: null, connected: false, hello: null, control: false, daemon: 'connecting',
+  nextId: 1, pending: new Map(), paused: false,
+  panes: {}, latencies: [], received: {}, replies: [], errors: [], events: [],
+  status: null, session: null, position: null, shape: null, voxelUm: null, slab: null, frameSeq: 0,
+  display: loadDisplay(), autoWindow: null, dbRange: null, warning: null,
+  volume3d: { shown: null, renderer: null, error: null, frameMs: [], draws: 0 },
+};
+window.volrecView = state;
+// kept for the tests written against the first page
+Object.defineProperty(state, 'colormap', { get: () => state.display.colormap });
+
+// The three 2-D panes: which picture each shows; B-scans [X][Z] and slices [Y][Z] are drawn
+// transposed (depth down, lateral across).
+const PANES = {
+  enface: { kind: () => $('enface-kind').value, transpose: false },
+  bscan: { kind: () => 'bscan', transpose: true },
+  slice: { kind: () => 'slice', transpose: true },
+};
+for (const name of Object.keys(PANES)) {
+  const canvas = document.querySelector(`canvas[data-pane=${name}]`);
+  state.panes[name] = {
+    name, canvas, ctx: canvas.getContext('2d'), native: document.createElement('canvas'),
+    scalebarEl: canvas.parentElement.querySelector('.scalebar'),
+    last: null, shown: null, held: null, dirty: false, arrivals: 0, rect: null, ruler: null, scaleBar: null,
   };
-  window.volrecView = state;
+}
+const paneVisible = (name) => {
+  const el = $(`pane-${name}`);
+  return el && getComputedStyle(el).display !== 'none';
+};
 
-  // The four panes: which picture each shows and how its pixels map to the screen. A B-scan
-  // [X][Z] and a slice [Y][Z] are drawn transposed: depth down, lateral across.
-  const PANES = {
-    enface: { kind: () => $('enface-kind').value, transpose: false },
-    bscan: { kind: () => 'bscan', transpose: true },
-    slice: { kind: () => 'slice', transpose: true },
-    render: { kind: () => 'render', transpose: false },
+// ---- frames ---------------------------------------------------------------------------------
+function parseHeader(buf) {
+  if (buf.byteLength < 128) return null;
+  const d = new DataView(buf);
+  if (d.getUint32(0, true) !== FRAME_MAGIC) return null;
+  const version = d.getUint16(4, true), hs = d.getUint16(6, true);
+  if ((version !== 1 && version !== 2) || hs > buf.byteLength || hs < 128) return { bad: `frame version ${version}` };
+  const f = (o) => d.getFloat32(o, true);
+  const h = {
+    version, headerSize: hs, kind: KINDS[d.getUint8(8)],
+    encoding: d.getUint8(9), rowStep: d.getUint8(10), colStep: d.getUint8(11),
+    rows: d.getUint32(12, true), cols: d.getUint32(16, true), payload: d.getUint32(20, true),
+    volumeId: Number(d.getBigUint64(24, true)), epoch: Number(d.getBigUint64(32, true)),
+    tLastNs: d.getBigUint64(40, true), tPublishNs: d.getBigUint64(48, true),
+    tReadNs: d.getBigUint64(56, true), session: d.getBigUint64(64, true).toString(16),
+    shape: [d.getUint32(72, true), d.getUint32(76, true), d.getUint32(80, true)],
+    slab: [d.getUint32(84, true), d.getUint32(88, true)],
+    position: [d.getUint32(92, true), d.getUint32(96, true), d.getUint32(100, true)],
+    angles: [f(104), f(108)], spacing: [f(112), f(116), f(120)], step: f(124),
+    voxelUm: [0, 0, 0], pixelUm: [0, 0, 0], planes: 1, factors: null, reduce: 0,
   };
-  for (const name of Object.keys(PANES)) {
-    const canvas = document.querySelector(`canvas[data-pane=${name}]`);
-    state.panes[name] = {
-      name, canvas, ctx: canvas.getContext('2d'), native: document.createElement('canvas'),
-      last: null, shown: null, dirty: false, arrivals: 0,
-    };
+  if (version >= 2 && hs >= 193) {
+    const g = (o) => d.getFloat64(o, true);
+    h.voxelUm = [g(128), g(136), g(144)];
+    h.pixelUm = [g(152), g(160), g(168)];
+    h.planes = d.getUint32(176, true);
+    h.factors = [d.getUint32(180, true), d.getUint32(184, true), d.getUint32(188, true)];
+    h.reduce = d.getUint8(192);
   }
+  return h;
+}
 
-  // ---- colormaps ------------------------------------------------------------------------------
-  function viridis(t) {
-    // matplotlib's viridis as a polynomial fit (max error < 1 %, CC0)
-    const c = [[0.2777273272234177, 0.005407344544966578, 0.3340998053353061],
-      [0.1050930431085774, 1.404613529898575, 1.384590162594685],
-      [-0.3308618287255563, 0.214847559468213, 0.09509516302823659],
-      [-4.634230498983486, -5.799100973351585, -19.33244095627987],
-      [6.228269936347081, 14.17993336680509, 56.69055260068105],
-      [4.776384997670288, -13.74514537774601, -65.35303263337234],
-      [-5.435455855934631, 4.645852612178535, 26.3124352495832]];
-    const out = [0, 0, 0];
-    for (let a = 0; a < 3; a++) {
-      let v = c[6][a];
-      for (let k = 5; k >= 0; k--) v = c[k][a] + t * v;
-      out[a] = Math.max(0, Math.min(255, Math.round(v * 255)));
+async function inflate(bytes) {
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+// Whether the picture numbered seq is the newest yet to give what it says of a field.
+const fieldSeq = {};
+const newest = (field, seq) => (seq > (fieldSeq[field] || 0) ? (fieldSeq[field] = seq) : 0);
+
+const nowNs = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n;
+
+async function onFrame(buf) {
+  const h = parseHeader(buf);
+  if (!h || !h.kind || h.bad) { note(`a picture frame was ignored: ${h && h.bad ? h.bad : 'bad header'}`, 'error'); return; }
+  // numbered as they arrive: a deflated picture is decoded asynchronously, a raw one at once,
+  // so an older picture may finish after a newer one and must not replace it
+  const seq = ++state.frameSeq;
+  const rx = (state.received[h.kind] ||= { frames: 0, bytes: 0, t0: performance.now() });
+  rx.frames++;
+  rx.bytes += buf.byteLength;
+  let pixels = new Uint8Array(buf, h.headerSize, h.payload);
+  if (h.encoding === 1) pixels = await inflate(pixels);
+  if (pixels.length !== h.rows * h.cols * (h.planes || 1)) {
+    note(`${h.kind}: ${pixels.length} bytes for ${h.rows}×${h.cols}×${h.planes}`, 'error');
+    return;
+  }
+  if (state.session && h.session !== state.session) return; // the session before's
+  h.pixels = pixels;
+  h.tArrived = performance.now();
+  h.seq = seq;
+  if (newest('shape', seq)) state.shape = h.shape;
+  if (h.voxelUm && newest('voxel', seq)) state.voxelUm = h.voxelUm;
+  if (h.kind !== 'render' && h.kind !== 'volume' && newest('position', seq) && !positionBusy) state.position = h.position;
+  if ((h.kind === 'enface_mean' || h.kind === 'enface_max') && newest('slab', seq)) state.slab = h.slab;
+  if (h.kind === 'volume') { onVolume(h); return; }
+  for (const p of Object.values(state.panes)) {
+    if (PANES[p.name].kind() !== h.kind) continue;
+    if (state.paused) { if (!p.held || p.held.seq < seq) p.held = h; continue; }
+    if (p.last && p.last.seq > seq) continue; // a later one finished decoding first
+    p.arrivals++;
+    p.last = h;
+    p.dirty = true;
+  }
+  if (!state.display.window && !state.autoWindow) firstWindow(h);
+  syncControls();
+  requestDraw();
+}
+
+// The automatic first window: percentiles of the first pictures, once a cross-section (a B-scan
+// or a slice: air and tissue both) is among them or four pictures came; then kept (and stored)
+// until this browser changes it.
+const firstPictures = new Map();
+function firstWindow(h) {
+  if (h.kind === 'render') return;
+  firstPictures.set(h.kind, h.pixels);
+  const section = firstPictures.has('bscan') || firstPictures.has('slice');
+  if (!section && firstPictures.size < 4) return;
+  const w = percentileWindow([...firstPictures.values()]);
+  firstPictures.clear();
+  if (w) setWindow(w, true);
+}
+
+// ---- drawing the 2-D panes --------------------------------------------------------------------
+let drawQueued = false;
+function requestDraw() {
+  if (!drawQueued) { drawQueued = true; requestAnimationFrame(draw); }
+}
+
+function paintNative(p) {
+  const h = p.last, tr = PANES[p.name].transpose;
+  const w = tr ? h.rows : h.cols, hh = tr ? h.cols : h.rows;
+  if (p.native.width !== w || p.native.height !== hh) { p.native.width = w; p.native.height = hh; }
+  const nctx = p.native.getContext('2d');
+  const img = nctx.createImageData(w, hh);
+  const [lo, hi] = windowNow();
+  const out = new Uint32Array(img.data.buffer), lut = lut32(state.display.colormap, lo, hi), src = h.pixels;
+  if (!tr) {
+    for (let i = 0; i < src.length; i++) out[i] = lut[src[i]];
+  } else {
+    // picture [rows][cols] -> canvas (x = row, y = col)
+    for (let r = 0; r < h.rows; r++) {
+      const base = r * h.cols;
+      for (let c = 0; c < h.cols; c++) out[c * w + r] = lut[src[base + c]];
     }
-    return out;
   }
-  const LUTS = { gray: new Uint32Array(256), viridis: new Uint32Array(256) };
-  for (let v = 0; v < 256; v++) {
-    const [r, g, b] = viridis(v / 255);
-    // ImageData is RGBA in memory: little-endian u32 0xAABBGGRR
-    LUTS.gray[v] = (0xff000000 | (v << 16) | (v << 8) | v) >>> 0;
-    LUTS.viridis[v] = (0xff000000 | (b << 16) | (g << 8) | r) >>> 0;
+  nctx.putImageData(img, 0, 0);
+  p.paintedWith = displayKey();
+}
+
+const windowNow = () => state.display.window || state.autoWindow || [0, 255];
+const displayKey = () => `${state.display.colormap}:${windowNow().join(':')}`;
+
+function fitCanvas(canvas) {
+  const r = canvas.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
+  const w = Math.max(1, Math.round(r.width * dpr)), h = Math.max(1, Math.round(r.height * dpr));
+  if (canvas.width !== w || canvas.height !== h) { canvas.width = w; canvas.height = h; }
+  return { w: r.width, h: r.height, dpr };
+}
+
+function line(ctx, x0, y0, x1, y1, color, dash, width) {
+  ctx.save();
+  ctx.strokeStyle = color; ctx.lineWidth = width || 1; ctx.setLineDash(dash || []);
+  ctx.beginPath(); ctx.moveTo(x0, y0); ctx.lineTo(x1, y1); ctx.stroke();
+  ctx.restore();
+}
+
+// Axes with ticks in µm or mm (voxels when the size is unknown) along the left and bottom.
+function axes(ctx, p) {
+  const r = p.rect, ax = p.axes;
+  ctx.save();
+  ctx.fillStyle = '#8a949e';
+  ctx.strokeStyle = '#8a949e';
+  ctx.font = '10px system-ui, sans-serif';
+  const tx = geo.ticks(r.physW, r.w, ax.unit), ty = geo.ticks(r.physH, r.h, ax.unit);
+  ctx.textAlign = 'center'; ctx.textBaseline = 'top';
+  for (const t of tx.list) {
+    const x = r.x + t.at * r.scale;
+    line(ctx, x, r.y + r.h, x, r.y + r.h + 4, '#8a949e');
+    ctx.fillText(String(t.label), x, r.y + r.h + 5);
   }
-
-  // ---- frames ---------------------------------------------------------------------------------
-  function parseHeader(buf) {
-    const d = new DataView(buf);
-    if (buf.byteLength < 128 || d.getUint32(0, true) !== FRAME_MAGIC) return null;
-    const hs = d.getUint16(6, true);
-    const f = (o) => d.getFloat32(o, true);
-    return {
-      version: d.getUint16(4, true), headerSize: hs, kind: KINDS[d.getUint8(8)],
-      encoding: d.getUint8(9), rowStep: d.getUint8(10), colStep: d.getUint8(11),
-      rows: d.getUint32(12, true), cols: d.getUint32(16, true), payload: d.getUint32(20, true),
-      volumeId: Number(d.getBigUint64(24, true)), epoch: Number(d.getBigUint64(32, true)),
-      tLastNs: d.getBigUint64(40, true), tPublishNs: d.getBigUint64(48, true),
-      tReadNs: d.getBigUint64(56, true), session: d.getBigUint64(64, true).toString(16),
-      shape: [d.getUint32(72, true), d.getUint32(76, true), d.getUint32(80, true)],
-      slab: [d.getUint32(84, true), d.getUint32(88, true)],
-      position: [d.getUint32(92, true), d.getUint32(96, true), d.getUint32(100, true)],
-      angles: [f(104), f(108)], spacing: [f(112), f(116), f(120)], step: f(124),
-    };
+  ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
+  for (const t of ty.list) {
+    const y = r.y + t.at * r.scale;
+    line(ctx, r.x - 4, y, r.x, y, '#8a949e');
+    ctx.fillText(String(t.label), r.x - 6, y);
   }
+  ctx.textAlign = 'left'; ctx.textBaseline = 'top';
+  ctx.fillText(`${ax.down.name}, ${ty.unit}`, 2, 0);
+  ctx.textAlign = 'right'; ctx.textBaseline = 'bottom';
+  ctx.fillText(`${ax.across.name}, ${tx.unit}`, r.x + r.w, r.y + r.h + 22);
+  ctx.restore();
+}
 
-  async function inflate(bytes) {
-    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('deflate'));
-    return new Uint8Array(await new Response(stream).arrayBuffer());
-  }
-
-  // Whether the picture numbered seq is the newest yet to give what it says of a field.
-  const fieldSeq = {};
-  const newest = (field, seq) => (seq > (fieldSeq[field] || 0) ? (fieldSeq[field] = seq) : 0);
-
-  const nowNs = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n;
-
-  async function onFrame(buf) {
-    const h = parseHeader(buf);
-    if (!h || !h.kind) { note('a picture frame with a bad header was ignored'); return; }
-    // numbered as they arrive: a deflated picture is decoded asynchronously, a raw one at once,
-    // so an older picture may finish after a newer one and must not replace it
-    const seq = ++state.frameSeq;
-    const rx = (state.received[h.kind] ||= { frames: 0, bytes: 0, t0: performance.now() });
-    rx.frames++;
-    rx.bytes += buf.byteLength;
-    let pixels = new Uint8Array(buf, h.headerSize, h.payload);
-    if (h.encoding === 1) pixels = await inflate(pixels);
-    if (pixels.length !== h.rows * h.cols) { note(`${h.kind}: ${pixels.length} bytes for ${h.rows}×${h.cols}`); return; }
-    if (state.session && h.session !== state.session) return; // the session before's
-    h.pixels = pixels;
-    h.tArrived = performance.now();
-    h.seq = seq;
-    if (newest('shape', seq)) state.shape = h.shape;
-    if (h.kind !== 'render' && newest('position', seq)) state.position = h.position;
-    if ((h.kind === 'enface_mean' || h.kind === 'enface_max') && newest('slab', seq)) state.slab = h.slab;
-    if (h.kind === 'render' && newest('angles', seq) && !dragging) state.angles = h.angles;
-    for (const p of Object.values(state.panes)) {
-      if (PANES[p.name].kind() !== h.kind) continue;
-      if (p.last && p.last.seq > seq) continue; // a later one finished decoding first
-      p.arrivals++;
-      p.last = h;
-      p.dirty = true;
+// Crosshair and slab lines, in picture fractions across (u) and down (v).
+function overlay(ctx, p) {
+  const pos = state.position, sh = state.shape, r = p.rect;
+  if (!pos || !sh) return;
+  const [Y, X, Z] = sh;
+  const U = (u) => r.x + u * r.w, V = (v) => r.y + v * r.h;
+  const cross = 'rgba(255, 64, 64, 0.85)', slab = 'rgba(79, 195, 247, 0.8)';
+  if (p.name === 'enface') {
+    line(ctx, U((pos[1] + 0.5) / X), r.y, U((pos[1] + 0.5) / X), r.y + r.h, cross);
+    line(ctx, r.x, V((pos[0] + 0.5) / Y), r.x + r.w, V((pos[0] + 0.5) / Y), cross);
+  } else {
+    const n = p.name === 'bscan' ? X : Y, at = p.name === 'bscan' ? pos[1] : pos[0];
+    line(ctx, U((at + 0.5) / n), r.y, U((at + 0.5) / n), r.y + r.h, cross);
+    line(ctx, r.x, V((pos[2] + 0.5) / Z), r.x + r.w, V((pos[2] + 0.5) / Z), cross, [4, 4]);
+    if (state.slab) {
+      line(ctx, r.x, V(state.slab[0] / Z), r.x + r.w, V(state.slab[0] / Z), slab, [2, 3]);
+      line(ctx, r.x, V(state.slab[1] / Z), r.x + r.w, V(state.slab[1] / Z), slab, [2, 3]);
     }
-    syncControls();
-    requestDraw();
   }
-
-  // ---- drawing --------------------------------------------------------------------------------
-  let drawQueued = false;
-  function requestDraw() {
-    if (!drawQueued) { drawQueued = true; requestAnimationFrame(draw); }
-  }
-
-  function paintNative(p) {
-    const h = p.last, tr = PANES[p.name].transpose;
-    const w = tr ? h.rows : h.cols, hh = tr ? h.cols : h.rows;
-    if (p.native.width !== w || p.native.height !== hh) { p.native.width = w; p.native.height = hh; }
-    const nctx = p.native.getContext('2d');
-    const img = nctx.createImageData(w, hh);
-    const out = new Uint32Array(img.data.buffer), lut = LUTS[state.colormap], src = h.pixels;
-    if (!tr) {
-      for (let i = 0; i < src.length; i++) out[i] = lut[src[i]];
-    } else {
-      // picture [rows][cols] -> canvas (x = row, y = col)
-      for (let r = 0; r < h.rows; r++) {
-        const base = r * h.cols;
-        for (let c = 0; c < h.cols; c++) out[c * w + r] = lut[src[base + c]];
-      }
-    }
-    nctx.putImageData(img, 0, 0);
-  }
-
-  function fitCanvas(p) {
-    const r = p.canvas.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
-    const w = Math.max(1, Math.round(r.width * dpr)), h = Math.max(1, Math.round(r.height * dpr));
-    if (p.canvas.width !== w || p.canvas.height !== h) { p.canvas.width = w; p.canvas.height = h; }
-  }
-
-  function line(ctx, x0, y0, x1, y1, color, dash) {
+  if (p.ruler) {
+    const a = p.ruler.a, b = p.ruler.b;
+    line(ctx, U(a.u), V(a.v), U(b.u), V(b.v), '#ffee58', [], 1.5);
     ctx.save();
-    ctx.strokeStyle = color; ctx.lineWidth = 1; ctx.setLineDash(dash || []);
-    ctx.beginPath(); ctx.moveTo(x0 + 0.5, y0 + 0.5); ctx.lineTo(x1 + 0.5, y1 + 0.5); ctx.stroke();
+    ctx.font = '12px system-ui, sans-serif';
+    ctx.fillStyle = '#ffee58';
+    ctx.textBaseline = 'bottom';
+    ctx.fillText(p.ruler.label, U(b.u) + 6, V(b.v) - 4);
     ctx.restore();
   }
+}
 
-  // Overlays in picture coordinates u (across) and v (down), each in [0, 1].
-  function overlay(p) {
-    const ctx = p.ctx, W = p.canvas.width, H = p.canvas.height, h = p.last;
-    const pos = state.position, sh = h.shape;
-    if (!pos || !sh) return;
-    const [Y, X, Z] = sh;
-    const cross = 'rgba(255, 64, 64, 0.85)', slab = 'rgba(79, 195, 247, 0.8)';
-    if (p.name === 'enface') {
-      line(ctx, (pos[1] + 0.5) / X * W, 0, (pos[1] + 0.5) / X * W, H, cross);
-      line(ctx, 0, (pos[0] + 0.5) / Y * H, W, (pos[0] + 0.5) / Y * H, cross);
-    } else if (p.name === 'bscan' || p.name === 'slice') {
-      const n = p.name === 'bscan' ? X : Y, at = p.name === 'bscan' ? pos[1] : pos[0];
-      line(ctx, (at + 0.5) / n * W, 0, (at + 0.5) / n * W, H, cross);
-      line(ctx, 0, (pos[2] + 0.5) / Z * H, W, (pos[2] + 0.5) / Z * H, cross, [4, 4]);
-      if (state.slab) {
-        line(ctx, 0, state.slab[0] / Z * H, W, state.slab[0] / Z * H, slab, [2, 3]);
-        line(ctx, 0, state.slab[1] / Z * H, W, state.slab[1] / Z * H, slab, [2, 3]);
-      }
+function drawPane(p) {
+  const { w, h, dpr } = fitCanvas(p.canvas);
+  const ctx = p.ctx;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  if (!p.last) { p.scalebarEl.hidden = true; return; }
+  if (p.dirty || p.shown !== p.last || p.paintedWith !== displayKey()) paintNative(p);
+  p.axes = geo.pictureAxes(p.last, PANES[p.name].transpose);
+  p.rect = geo.fitRect(p.axes, w, h);
+  ctx.imageSmoothingEnabled = !!state.display.smooth;
+  ctx.drawImage(p.native, p.rect.x, p.rect.y, p.rect.w, p.rect.h);
+  axes(ctx, p);
+  overlay(ctx, p);
+  // the scale bar is an element (its width in CSS pixels is the length it says)
+  const sb = geo.scaleBar(p.rect, p.axes.unit);
+  p.scaleBar = { ...sb, unit: p.axes.unit };
+  const el = p.scalebarEl;
+  el.hidden = false;
+  el.style.width = `${sb.px}px`;
+  el.style.left = `${p.rect.x + p.rect.w - sb.px - 8}px`;
+  el.style.top = `${p.rect.y + p.rect.h - 22}px`;
+  el.dataset.length = String(sb.len);
+  el.dataset.unit = p.axes.unit;
+  el.firstElementChild.textContent = sb.label;
+}
+
+function draw() {
+  drawQueued = false;
+  for (const p of Object.values(state.panes)) {
+    if (!paneVisible(p.name)) continue;
+    const fresh = p.dirty;
+    drawPane(p);
+    if (!p.last) continue;
+    if (fresh && p.last.tLastNs > 0n) {
+      const ms = Number(nowNs() - p.last.tLastNs) / 1e6;
+      p.last.drawnLatencyMs = ms;
+      const pubMs = p.last.tPublishNs > 0n ? Number(nowNs() - p.last.tPublishNs) / 1e6 : null;
+      state.latencies.push({ kind: p.last.kind, volumeId: p.last.volumeId, ms, pubMs,
+        arrivedToDrawnMs: performance.now() - p.last.tArrived, t: performance.now() });
+      if (state.latencies.length > 20000) state.latencies.splice(0, 10000);
     }
+    p.dirty = false;
+    p.shown = p.last;
+    p.cmap = state.display.colormap;
+    foot(p);
   }
+  draw3d();
+  crosshairText();
+}
 
-  function draw() {
-    drawQueued = false;
-    for (const p of Object.values(state.panes)) {
-      if (!p.last) continue;
-      fitCanvas(p);
-      if (p.dirty || p.shown !== p.last || p.cmap !== state.colormap) paintNative(p);
-      p.ctx.imageSmoothingEnabled = true;
-      p.ctx.drawImage(p.native, 0, 0, p.canvas.width, p.canvas.height);
-      overlay(p);
-      if (p.dirty && p.last.tLastNs > 0n) {
-        const ms = Number(nowNs() - p.last.tLastNs) / 1e6;
-        p.last.drawnLatencyMs = ms;
-        const pubMs = p.last.tPublishNs > 0n ? Number(nowNs() - p.last.tPublishNs) / 1e6 : null;
-        state.latencies.push({ kind: p.last.kind, volumeId: p.last.volumeId, ms, pubMs,
-          arrivedToDrawnMs: performance.now() - p.last.tArrived, t: performance.now() });
-        if (state.latencies.length > 20000) state.latencies.splice(0, 10000);
-      }
-      p.dirty = false;
-      p.shown = p.last;
-      p.cmap = state.colormap;
-      foot(p);
+// The daemon reads another session now: pictures of the one before are no longer shown (a
+// daemon restarted without views, or with another geometry, sends none or others).
+function clearPanes(session) {
+  for (const p of Object.values(state.panes)) {
+    if (!p.last || p.last.session === session) continue;
+    p.last = null; p.shown = null; p.held = null; p.dirty = false; p.ruler = null;
+    p.ctx.setTransform(1, 0, 0, 1, 0, 0);
+    p.ctx.clearRect(0, 0, p.canvas.width, p.canvas.height);
+    p.scalebarEl.hidden = true;
+    $(`foot-${p.name}`).textContent = '–';
+  }
+  const v = state.volume3d;
+  if (v.shown && v.shown.session !== session) {
+    v.shown = null;
+    if (v.renderer) v.renderer.volume = null;
+    $('foot-volume3d').textContent = '–';
+    document.querySelector('#pane-volume3d .empty3d').hidden = false;
+    request3d();
+  }
+}
+
+function ageText(h) {
+  // a picture of a daemon that stopped has no age to show: it is the last one, not live
+  if (state.daemon !== 'connected') return `– (volrecd ${state.daemon})`;
+  return h.tLastNs > 0n ? `${(Number(nowNs() - h.tLastNs) / 1e6).toFixed(0)} ms` : '–';
+}
+
+function foot(p) {
+  const h = p.last;
+  const red = h.rowStep > 1 || h.colStep > 1 ? ` (÷${h.rowStep}×${h.colStep})` : '';
+  let extra = '';
+  if (h.kind === 'enface_mean' || h.kind === 'enface_max') extra = ` · slab ${h.slab[0]}–${h.slab[1]}`;
+  if (h.kind === 'plane') extra = ` · z ${h.position[2]}`;
+  if (p.ruler) extra += ` · ruler ${p.ruler.label}`;
+  $(`foot-${p.name}`).textContent = `${state.paused ? 'PAUSED · ' : ''}volume ${h.volumeId} · age ${ageText(h)} · ` +
+    `${h.rows}×${h.cols}${red} · ${p.axes && p.axes.known ? 'µm' : 'voxels (size unknown)'}${extra}`;
+}
+
+function crosshairText() {
+  const pos = state.position, um = state.voxelUm;
+  if (!pos) { $('s-cross').textContent = '–'; return; }
+  const known = um && um[0] > 0 && um[1] > 0 && um[2] > 0;
+  const f = (i, name) => (known ? `${name} ${geo.formatLength(pos[i] * um[i], 'µm')}` : `${name} ${pos[i]}`);
+  $('s-cross').textContent = `${f(0, 'y')} · ${f(1, 'x')} · ${f(2, 'z')}${known ? '' : ' (voxels)'}`;
+}
+
+// A resize draws the same pictures again at the new size: no new picture, no latency.
+window.addEventListener('resize', () => { requestDraw(); request3d(); });
+
+// ---- the 3-D pane -------------------------------------------------------------------------------
+const v3 = state.volume3d;
+const canvas3d = document.querySelector('canvas[data-pane=volume3d]');
+try {
+  v3.renderer = new VolumeRenderer(canvas3d);
+} catch (e) {
+  v3.error = String(e.message || e);
+  document.querySelector('#pane-volume3d .empty3d').textContent = v3.error;
+}
+
+// A volume frame: uploaded as it comes (texImage3D of the payload), its box in µm (voxels when
+// a size is unknown): [X·px, Z·pz, Y·py] from the sent pixel sizes (rows y, cols x, planes z).
+// A software renderer (no GPU) takes a new volume at most every 500 ms (its frame takes
+// hundreds of ms there; the 2-D panes keep their rate); a GPU every volume.
+function onVolume(h) {
+  if (state.paused) { v3.held = h; return; }
+  if (v3.shown && v3.shown.seq > h.seq) return;
+  const wait = v3.renderer && v3.renderer.software ? (v3.tShown || 0) + 500 - performance.now() : 0;
+  if (wait > 0) {
+    v3.next = h;
+    if (!v3.timer) {
+      v3.timer = setTimeout(() => {
+        v3.timer = null;
+        const n = v3.next;
+        v3.next = null;
+        if (n) onVolume(n);
+      }, wait);
     }
+    return;
   }
-
-  // The daemon reads another session now: pictures of the one before are no longer shown (a
-  // daemon restarted without views, or with another geometry, sends none or others).
-  function clearPanes(session) {
-    for (const p of Object.values(state.panes)) {
-      if (!p.last || p.last.session === session) continue;
-      p.last = null; p.shown = null; p.dirty = false;
-      p.ctx.clearRect(0, 0, p.canvas.width, p.canvas.height);
-      $(`foot-${p.name}`).textContent = '–';
-    }
-  }
-
-  function foot(p) {
-    const h = p.last;
-    // a picture of a daemon that stopped has no age to show: it is the last one, not live
-    const age = state.daemon !== 'connected' ? `– (volrecd ${state.daemon})`
-      : h.tLastNs > 0n ? `${(Number(nowNs() - h.tLastNs) / 1e6).toFixed(0)} ms` : '–';
-    const red = h.rowStep > 1 || h.colStep > 1 ? ` (÷${h.rowStep}×${h.colStep})` : '';
-    let extra = '';
-    if (h.kind === 'render') extra = ` · az ${h.angles[0].toFixed(0)}° el ${h.angles[1].toFixed(0)}°`;
-    if (h.kind === 'enface_mean' || h.kind === 'enface_max') extra = ` · slab ${h.slab[0]}–${h.slab[1]}`;
-    if (h.kind === 'plane') extra = ` · z ${h.position[2]}`;
-    $(`foot-${p.name}`).textContent =
-      `volume ${h.volumeId} · age ${age} · ${h.rows}×${h.cols}${red}` +
-      ` · ${h.encoding === 1 ? 'deflate' : 'raw'} ${(h.payload / 1024).toFixed(1)} KiB${extra}`;
-  }
-
-  // A resize draws the same pictures again at the new size: no new picture, no latency.
-  window.addEventListener('resize', requestDraw);
-
-  // ---- messages -------------------------------------------------------------------------------
-  function note(text) {
-    $('message').textContent = text;
-  }
-
-  // "name: message", except where the message begins with its name already ("set KEYS by
-  // WHO", "stopping: draining the pipeline"): the daemon writes those for its log
-  function eventText(ev) {
-    const name = ev.event || 'event', msg = String(ev.message);
-    const named = msg.startsWith(name) && (msg[name.length] === ':' || msg[name.length] === ' ');
-    return named ? msg : `${name}: ${msg}`;
-  }
-
-  function send(obj) {
-    if (state.ws && state.ws.readyState === WebSocket.OPEN) { state.ws.send(JSON.stringify(obj)); return true; }
-    return false;
-  }
-
-  // A request with an id; resolves with the reply (ok or not).
-  function request(obj) {
-    const id = state.nextId++;
-    return new Promise((resolve) => {
-      if (!send({ ...obj, id })) { resolve({ ok: false, error: 'not connected to the viewer' }); return; }
-      state.pending.set(id, resolve);
-    });
-  }
-
-  function subscribe() {
-    const views = Object.values(PANES).map((p) => p.kind());
-    send({ type: 'subscribe', views: [...new Set(views)] });
-  }
-
-  function onText(text) {
-    let m;
-    try { m = JSON.parse(text); } catch (e) { note('the viewer sent a message that is not JSON'); return; }
-    switch (m.type) {
-      case 'hello':
-        state.hello = m;
-        state.control = !!m.control;
-        $('instance').textContent = m.instance;
-        $('s-access').textContent = m.control ? 'view + control' : 'view only';
-        $('s-access').title = m.control ? '' : 'to control, open the address (with ?token=...) ' +
-          'that volrec view printed at start, or its control token';
-        document.body.classList.toggle('readonly', !m.control);
-        subscribe();
-        loadControls();
-        break;
-      case 'state': {
-        state.daemon = m.state.state;
-        setState(m.state.state, m.state.message);
-        if (m.state.session) { state.session = m.state.session; clearPanes(m.state.session); }
-        if (m.state.views === false) { $('state').textContent = 'live, no pictures'; note(m.state.message); }
-        break;
-      }
-      case 'status':
-        onStatus(m.status);
-        break;
-      case 'event':
-        state.events.push(m.event);
-        if (m.event && m.event.message) note(eventText(m.event));
-        // another browser (or volrec set, a reload, a daemon started again perhaps with another
-        // configuration) changed the dB range: the sliders show it
-        if (m.event && (m.event.event === 'reloaded' || m.event.event === 'started' ||
-            (m.event.event === 'set' && String(m.event.keys).includes('preprocess.db_range')))) loadControls();
-        break;
-      case 'reply':
-      case 'error': {
-        if (m.type === 'error') { state.errors.push(m); note(m.error); }
-        else state.replies.push(m);
-        if (m.type === 'reply' && !m.ok) note(m.error);
-        const done = m.id !== undefined && state.pending.get(m.id);
-        if (done) { state.pending.delete(m.id); done(m.type === 'error' ? { ...m, ok: false } : m); }
-        break;
-      }
-      case 'pong':
-        break;
-      default:
-        note(`the viewer sent an unknown message '${m.type}'`);
-    }
-  }
-
-  function setState(s, text) {
-    const el = $('state');
-    el.className = `chip state-${s}`;
-    el.textContent = s === 'connected' ? 'live' : s;
-    el.title = text || '';
-    if (s !== 'connected' && text) note(text);
-    if (s === 'connected') return;
-    // no daemon, no rates: the last figures would read as live ones
-    for (const id of ['s-vps', 's-aps', 's-lat', 's-drawn']) $(id).textContent = '–';
-    for (const p of Object.values(state.panes)) if (p.last) foot(p);
-  }
-
-  // ---- status and plots -------------------------------------------------------------------------
-  const fmt = (v, unit) => {
-    if (v === undefined || v === null || Number.isNaN(v)) return '–';
-    if (v >= 1e6) return `${(v / 1e6).toFixed(2)} M${unit || ''}`;
-    if (v >= 1e4) return `${(v / 1e3).toFixed(1)} k${unit || ''}`;
-    return `${+v.toFixed(v < 10 ? 2 : 1)}${unit || ''}`;
+  v3.tShown = performance.now();
+  showVolume(h);
+}
+function showVolume(h) {
+  v3.shown = h;
+  if (!v3.renderer) return;
+  const shape = [h.rows, h.cols, h.planes];
+  const um = h.pixelUm, known = um[0] > 0 && um[1] > 0 && um[2] > 0;
+  const f = h.factors || [1, 1, 1];
+  const size = known ? [um[1], um[2], um[0]] : [f[1], f[2], f[0]];
+  v3.renderer.setVolume(h.pixels, shape, [shape[1] * size[0], shape[2] * size[1], shape[0] * size[2]]);
+  document.querySelector('#pane-volume3d .empty3d').hidden = true;
+  v3.fresh = true;
+  request3d();
+}
+// A test hook (docs/viewer.md "Tests"): show a volume made by the test, as a volume frame would.
+state.injectVolume = (bytes, shape, pixelUm) => {
+  const h = {
+    kind: 'volume', rows: shape[0], cols: shape[1], planes: shape[2], pixels: new Uint8Array(bytes),
+    pixelUm: pixelUm || [0, 0, 0], factors: [1, 1, 1], seq: ++state.frameSeq, volumeId: 0, session: state.session,
+    tLastNs: 0n, injected: true,
   };
-  const series = { t: [], vps: [], pics: [], lat99: [], drawn: [] };
-  let plotRate = null, plotLat = null;
+  showVolume(h);
+};
 
-  function makePlots() {
-    if (typeof uPlot === 'undefined') return;
-    const w = $('plot-rate').clientWidth || 300;
-    const axes = [{ stroke: '#8a949e', grid: { stroke: '#2c333b' }, values: (u, v) => v.map((s) => `${s.toFixed(0)}s`) },
-      { stroke: '#8a949e', grid: { stroke: '#2c333b' }, space: 18 }]; // y: a tick every 18 px at least
-    const plot = (id, ...lines) => new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes,
-      legend: { live: false }, series: [{}, ...lines] }, [[], [], []], $(id));
-    plotRate = plot('plot-rate', { label: 'volumes/s', stroke: '#4fc3f7' }, { label: 'pictures/s (4 panes)', stroke: '#81c784' });
-    plotLat = plot('plot-lat', { label: 'acq→publish p99', stroke: '#ffb74d' }, { label: 'acq→drawn', stroke: '#ef5350' });
+let queued3d = false, interacting = 0;
+function request3d() {
+  if (!queued3d) { queued3d = true; requestAnimationFrame(() => { queued3d = false; draw3d(true); }); }
+}
+
+// The 3-D pane draws when something changed: a volume, the camera, the display, the size. While
+// the camera is dragged it renders at half the resolution, then once more at full.
+function draw3d(force) {
+  if (!v3.renderer || (!force && !v3.fresh) || !paneVisible('volume3d')) return;
+  v3.fresh = false;
+  const c = canvas3d, r = c.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
+  // a software renderer (SwiftShader, llvmpipe) draws a quarter of the pixels, a sixteenth
+  // while the camera moves; a GPU all of them, a quarter while it moves
+  const q = v3.scale || (performance.now() < interacting ? 0.5 : 1) * (v3.renderer.software ? 0.5 : 1);
+  const w = Math.max(1, Math.round(r.width * dpr * q)), h = Math.max(1, Math.round(r.height * dpr * q));
+  if (c.width !== w || c.height !== h) { c.width = w; c.height = h; }
+  const d = state.display;
+  const ms = v3.renderer.draw({ ...d, window: windowNow() }, v3.measure);
+  v3.draws++;
+  if (v3.measure) { v3.frameMs.push({ ms, mode: d.mode, w, h }); if (v3.frameMs.length > 1000) v3.frameMs.shift(); }
+  const s = v3.shown;
+  if (s && !s.injected && (!v3.lastDrawn || v3.lastDrawn.volumeSeq !== s.seq) && s.tLastNs > 0n) {
+    // a new volume drawn: acquisition -> drawn, as for the 2-D pictures
+    const ms = Number(nowNs() - s.tLastNs) / 1e6;
+    const pubMs = s.tPublishNs > 0n ? Number(nowNs() - s.tPublishNs) / 1e6 : null;
+    state.latencies.push({ kind: 'volume', volumeId: s.volumeId, ms, pubMs,
+      arrivedToDrawnMs: performance.now() - s.tArrived, t: performance.now() });
   }
-
-  function recentDrawn() {
-    const since = performance.now() - 1000, v = [];
-    for (let i = state.latencies.length - 1; i >= 0 && state.latencies[i].t >= since; i--) v.push(state.latencies[i].ms);
-    v.sort((a, b) => a - b);
-    return v.length ? v[Math.floor(0.5 * (v.length - 1))] : null;
+  v3.lastDrawn = { mode: d.mode, camera: { ...d.camera }, w, h, volumeSeq: s ? s.seq : null };
+  drawOutline();
+  if (q < 1) setTimeout(request3d, 200);
+  if (s) {
+    $('foot-volume3d').textContent = `${state.paused ? 'PAUSED · ' : ''}${s.injected ? 'test volume' : `volume ${s.volumeId} · age ${ageText(s)}`}` +
+      ` · ${s.rows}×${s.cols}×${s.planes}${s.factors && s.factors.some((x) => x > 1) ? ` (÷${s.factors.join('×')})` : ''}` +
+      ` · ${MODE_LABELS[d.mode]} · az ${d.camera.az.toFixed(0)}° el ${d.camera.el.toFixed(0)}° ×${d.camera.zoom.toFixed(2)}`;
   }
+}
 
-  // Pictures drawn per second over the last 2 s: a status interval (a fraction of a second)
-  // holds too few pictures for a steady figure.
-  function recentPicturesPerS() {
-    const spanMs = 2000, since = performance.now() - spanMs;
-    let n = 0;
-    for (let i = state.latencies.length - 1; i >= 0 && state.latencies[i].t >= since; i--) n++;
-    return n / (spanMs / 1000);
+// The box's edges and its axes (x red, y green, depth blue from the scan's origin) over the
+// 3-D picture, so that the orientation reads at a glance.
+const outline3d = document.querySelector('#pane-volume3d .outline');
+function drawOutline() {
+  const { w, h, dpr } = fitCanvas(outline3d);
+  const ctx = outline3d.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  const o = v3.renderer && v3.shown ? v3.renderer.outline() : null;
+  if (!o) return;
+  const P = (q) => [q[0] * w, q[1] * h];
+  for (const [a, b] of o.edges) line(ctx, ...P(a), ...P(b), 'rgba(138, 148, 158, 0.45)');
+  ctx.font = '11px system-ui, sans-serif';
+  for (const [name, color] of [['x', '#ef5350'], ['y', '#81c784'], ['depth', '#4fc3f7']]) {
+    line(ctx, ...P(o.axes.origin), ...P(o.axes[name]), color, [], 2);
+    ctx.fillStyle = color;
+    ctx.fillText(name, ...P(o.axes[name]));
   }
+}
 
-  function onStatus(st) {
-    state.status = st;
-    const r = st.rates || {}, lat = (st.latency_ms || {}).acquire_to_publish || {};
-    $('s-vps').textContent = fmt(r.volumes_per_s);
-    $('s-aps').textContent = fmt(r.ascans_per_s);
-    $('s-lat').textContent = lat.p99 !== undefined && lat.p99 !== null
-      ? `${fmt(lat.p50)} / ${fmt(lat.p99)} ms` : '–';
-    $('s-drops').textContent = st.drops ? st.drops.total : '–';
-    $('s-readers').textContent = st.readers ?? '–';
-    const drawn = recentDrawn();
-    $('s-drawn').textContent = drawn === null ? '–' : `${drawn.toFixed(0)} ms`;
-    const now = performance.now() / 1000;
-    const pps = recentPicturesPerS();
-    series.t.push(now); series.vps.push(r.volumes_per_s ?? null); series.pics.push(pps);
-    series.lat99.push(lat.p99 ?? null); series.drawn.push(drawn);
-    while (series.t.length && series.t[0] < now - 60) for (const k of Object.keys(series)) series[k].shift();
-    if (!plotRate) makePlots();
-    if (plotRate) {
-      const rel = series.t.map((t) => t - now);
-      plotRate.setData([rel, series.vps, series.pics]);
-      plotLat.setData([rel, series.lat99, series.drawn]);
-    }
+// Frame time of each mode (ms, the mean of n frames, each waited for), at the pane's full
+// size (scale 1) or as the page draws it (scale omitted), for the benchmark and docs/viewer.md.
+state.measure3d = (n = 5, scale) => {
+  const out = { renderer: v3.renderer ? v3.renderer.rendererName : null, modes: {} }, mode0 = state.display.mode;
+  v3.measure = true;
+  v3.scale = scale;
+  for (const m of Object.keys(MODE_LABELS)) {
+    state.display.mode = m;
+    const t = [];
+    for (let i = 0; i < n; i++) { draw3d(true); t.push(v3.frameMs[v3.frameMs.length - 1].ms); }
+    t.sort((a, b) => a - b);
+    out.modes[m] = { ms_mean: t.reduce((a, b) => a + b, 0) / n, ms_min: t[0], width: canvas3d.width, height: canvas3d.height };
   }
-
-  // ---- controls -----------------------------------------------------------------------------------
-  let dragging = null, angleBusy = false, angleNext = null;
-
-  async function loadControls() {
-    const r = await request({ type: 'get', key: 'preprocess.db_range' });
-    const held = document.activeElement === $('db-lo') || document.activeElement === $('db-hi');
-    if (r.ok && r.reply && typeof r.reply.value === 'string' && !held) {
-      try {
-        const v = JSON.parse(r.reply.value);
-        // the sliders reach the daemon's range whatever it is (the file allows -400..400 dB,
-        // fractions too): a value beyond them or between their steps is never changed silently
-        const fine = !Number.isInteger(v[0]) || !Number.isInteger(v[1]);
-        for (const id of ['db-lo', 'db-hi']) {
-          $(id).min = Math.min(0, Math.floor(v[0])); $(id).max = Math.max(150, Math.ceil(v[1]));
-          $(id).step = fine ? 'any' : '1';
-        }
-        $('db-lo').value = v[0]; $('db-hi').value = v[1];
-        $('db-text').textContent = `${v[0]}–${v[1]} dB`;
-      } catch (e) { /* not a flow list: leave the sliders */ }
-    }
+  v3.measure = false;
+  v3.scale = undefined;
+  state.display.mode = mode0;
+  draw3d(true);
+  return out;
+};
+// The time (ms) to repaint every 2-D pane shown after a window change (the lookup table made
+// and applied, the pictures drawn at their size), the mean of n changes; for the benchmark.
+state.measureWindow = (n = 10) => {
+  const w0 = state.display.window, t = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    state.display.window = [20 + i, 200 - i];
+    draw();
+    t.push(performance.now() - t0);
   }
+  state.display.window = w0;
+  requestDraw();
+  return { ms_mean: t.reduce((a, b) => a + b, 0) / n, ms_max: Math.max(...t),
+    pictures: Object.values(state.panes).filter((p) => p.last).map((p) => `${p.last.kind} ${p.last.rows}×${p.last.cols}`) };
+};
+state.pixels3d = () => (v3.renderer ? Array.from(v3.renderer.pixels()) : null);
+// The 3-D pane as drawn, scaled to n × n RGB (the tests compare modes and cameras with it).
+state.snapshot3d = (n = 64) => {
+  const c = document.createElement('canvas');
+  c.width = n; c.height = n;
+  const ctx = c.getContext('2d');
+  ctx.drawImage(canvas3d, 0, 0, n, n);
+  const d = ctx.getImageData(0, 0, n, n).data, out = [];
+  for (let i = 0; i < n * n; i++) out.push(d[4 * i], d[4 * i + 1], d[4 * i + 2]);
+  return out;
+};
 
-  function syncControls() {
-    const sh = state.shape;
-    if (sh) {
-      for (const id of ['slab-a', 'slab-b']) $(id).max = sh[2];
-    }
-    if (state.slab && document.activeElement !== $('slab-a') && document.activeElement !== $('slab-b')) {
-      $('slab-a').value = state.slab[0]; $('slab-b').value = state.slab[1];
-      $('slab-text').textContent = `${state.slab[0]}–${state.slab[1]}`;
-    }
+// Camera: drag rotates, wheel zooms, reset; this browser's own, kept with its display.
+// Two fingers on a touch screen pinch to zoom.
+let drag3d = null;
+const touches = new Map();
+let pinch = null;
+canvas3d.addEventListener('pointerdown', (ev) => {
+  touches.set(ev.pointerId, [ev.clientX, ev.clientY]);
+  if (touches.size === 2) {
+    const [a, b] = [...touches.values()];
+    pinch = { d: Math.hypot(a[0] - b[0], a[1] - b[1]) || 1, zoom: state.display.camera.zoom };
+    drag3d = null;
+    return;
   }
-
-  // A set the daemon refused only because another change was being applied ("retry": true) is
-  // sent again 50 ms later, for up to 5 s, unless a newer set of the same keys was made since.
-  const setGeneration = new Map();
-  let setSequence = 0;
-  async function set(values) {
-    const gen = ++setSequence, keys = Object.keys(values), deadline = performance.now() + 5000;
-    keys.forEach((k) => setGeneration.set(k, gen));
-    for (;;) {
-      const r = await request({ type: 'set', values });
-      const busy = !r.ok && r.reply && r.reply.retry === true;
-      if (!busy || performance.now() > deadline) {
-        if (!r.ok) note(r.error || 'refused');
-        return r;
-      }
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      if (keys.some((k) => setGeneration.get(k) !== gen)) return { ok: false, superseded: true };
-    }
+  drag3d = { x: ev.clientX, y: ev.clientY, cam: { ...state.display.camera } };
+  canvas3d.setPointerCapture(ev.pointerId);
+  canvas3d.style.cursor = 'grabbing';
+});
+canvas3d.addEventListener('pointermove', (ev) => {
+  if (touches.has(ev.pointerId)) touches.set(ev.pointerId, [ev.clientX, ev.clientY]);
+  if (pinch && touches.size === 2) {
+    const [a, b] = [...touches.values()];
+    state.display.camera.zoom = Math.max(0.2, Math.min(8, pinch.zoom * Math.hypot(a[0] - b[0], a[1] - b[1]) / pinch.d));
+    interacting = performance.now() + 150;
+    request3d();
+    return;
   }
-
-  function picturePoint(p, ev) {
-    const r = p.canvas.getBoundingClientRect();
-    return [(ev.clientX - r.left) / r.width, (ev.clientY - r.top) / r.height];
-  }
-
-  // A click on a picture moves the view's position: place(u, v, shape, position) gives the new
-  // one from the point (0..1 across and down); cell(t, n) is the index of t of n.
-  function onPictureClick(pane, place) {
-    pane.canvas.addEventListener('click', (ev) => {
-      const sh = state.shape, pos = state.position;
-      if (!sh || !pos || !state.control) return;
-      const [u, v] = picturePoint(pane, ev);
-      const p = place(u, v, sh, pos);
-      state.position = p;
-      requestDraw();
-      set({ 'view.position': [...p] });
+  if (!drag3d) return;
+  const cam = state.display.camera;
+  cam.az = ((drag3d.cam.az + (ev.clientX - drag3d.x) * 0.5 + 180) % 360 + 360) % 360 - 180;
+  cam.el = Math.max(-89, Math.min(89, drag3d.cam.el + (ev.clientY - drag3d.y) * 0.5));
+  interacting = performance.now() + 150;
+  request3d();
+});
+const end3d = (ev) => {
+  touches.delete(ev.pointerId);
+  if (touches.size < 2 && pinch) { pinch = null; saveDisplay(); request3d(); }
+  if (drag3d) { drag3d = null; canvas3d.style.cursor = ''; saveDisplay(); request3d(); }
+};
+canvas3d.addEventListener('pointerup', end3d);
+canvas3d.addEventListener('pointercancel', end3d);
+canvas3d.addEventListener('wheel', (ev) => {
+  ev.preventDefault();
+  const cam = state.display.camera;
+  cam.zoom = Math.max(0.2, Math.min(8, cam.zoom * Math.exp(-ev.deltaY * 0.001)));
+  saveDisplay();
+  request3d();
+}, { passive: false });
+$('reset-camera').addEventListener('click', () => {
+  state.display.camera = { ...DEFAULT_CAMERA };
+  saveDisplay();
+  request3d();
+});
+$('mode3d').addEventListener('change', () => { state.display.mode = $('mode3d').value; saveDisplay(); request3d(); });
+$('iso').addEventListener('input', () => { state.display.iso = +$('iso').value; saveDisplay(); request3d(); });
+$('gamma').addEventListener('input', () => { state.display.gamma = +$('gamma').value; saveDisplay(); request3d(); });
+for (const [i, axis] of ['x', 'y', 'z'].entries()) {
+  for (const end of [0, 1]) {
+    $(`clip-${axis}${end}`).addEventListener('input', (ev) => {
+      const c = state.display.clip[i];
+      c[end] = +ev.target.value;
+      if (c[0] > c[1] - 0.01) { if (end === 0) c[0] = c[1] - 0.01; else c[1] = c[0] + 0.01; ev.target.value = c[end]; }
+      saveDisplay();
+      request3d();
     });
   }
-  const cell = (t, n) => Math.min(n - 1, Math.max(0, Math.floor(t * n)));
-  onPictureClick(state.panes.enface, (u, v, sh, pos) => [cell(v, sh[0]), cell(u, sh[1]), pos[2]]);
-  onPictureClick(state.panes.bscan, (u, v, sh, pos) => [pos[0], cell(u, sh[1]), cell(v, sh[2])]);
+}
 
-  // Render rotation: one set in flight, the newest angles sent when it is answered.
-  async function sendAngles(a) {
-    if (angleBusy) { angleNext = a; return; }
-    angleBusy = true;
-    await set({ 'view.render.angles_deg': [Math.round(a[0] * 10) / 10, Math.round(a[1] * 10) / 10] });
-    angleBusy = false;
-    if (angleNext) { const n = angleNext; angleNext = null; sendAngles(n); }
+// The transfer function editor: points (value across, opacity up) joined by lines.
+const tfCanvas = $('tf');
+function drawTf() {
+  const ctx = tfCanvas.getContext('2d'), W = tfCanvas.width, H = tfCanvas.height, pts = state.display.tf;
+  ctx.clearRect(0, 0, W, H);
+  const g = ctx.createLinearGradient(0, 0, W, 0);
+  const lut = lut32(state.display.colormap, 0, 255);
+  for (let i = 0; i <= 8; i++) {
+    const c = lut[Math.round(i * 255 / 8)];
+    g.addColorStop(i / 8, `rgb(${c & 255},${(c >> 8) & 255},${(c >> 16) & 255})`);
   }
+  ctx.fillStyle = g;
+  ctx.fillRect(0, H - 6, W, 6);
+  ctx.strokeStyle = '#4fc3f7';
+  ctx.beginPath();
+  pts.forEach((p, i) => { const x = p.t * W, y = (1 - p.a) * (H - 10) + 2; if (i) ctx.lineTo(x, y); else ctx.moveTo(x, y); });
+  ctx.stroke();
+  ctx.fillStyle = '#fff';
+  for (const p of pts) ctx.fillRect(p.t * W - 3, (1 - p.a) * (H - 10) + 2 - 3, 6, 6);
+}
+let tfDrag = -1;
+const tfPoint = (ev) => {
+  const r = tfCanvas.getBoundingClientRect();
+  return { t: Math.min(1, Math.max(0, (ev.clientX - r.left) / r.width)),
+    a: Math.min(1, Math.max(0, 1 - ((ev.clientY - r.top) / r.height * tfCanvas.height - 2) / (tfCanvas.height - 10))) };
+};
+const tfNearest = (q) => {
+  let best = -1, bd = 0.06;
+  state.display.tf.forEach((p, i) => { const dd = Math.hypot(p.t - q.t, (p.a - q.a) * 0.5); if (dd < bd) { bd = dd; best = i; } });
+  return best;
+};
+tfCanvas.addEventListener('pointerdown', (ev) => {
+  if (ev.button !== 0) return;
+  tfDrag = tfNearest(tfPoint(ev));
+  if (tfDrag >= 0) tfCanvas.setPointerCapture(ev.pointerId);
+});
+tfCanvas.addEventListener('pointermove', (ev) => {
+  if (tfDrag < 0) return;
+  const pts = state.display.tf, q = tfPoint(ev), i = tfDrag;
+  // the ends stay at 0 and 1; the others between their neighbours
+  const t = i === 0 ? 0 : i === pts.length - 1 ? 1 : Math.min(pts[i + 1].t, Math.max(pts[i - 1].t, q.t));
+  pts[i] = { t, a: q.a };
+  drawTf();
+  request3d();
+});
+tfCanvas.addEventListener('pointerup', () => { tfDrag = -1; saveDisplay(); });
+tfCanvas.addEventListener('dblclick', (ev) => {
+  const q = tfPoint(ev), pts = state.display.tf;
+  const i = pts.findIndex((p) => p.t > q.t);
+  if (i > 0) pts.splice(i, 0, q);
+  drawTf(); saveDisplay(); request3d();
+});
+tfCanvas.addEventListener('contextmenu', (ev) => {
+  ev.preventDefault();
+  const i = tfNearest(tfPoint(ev)), pts = state.display.tf;
+  if (i > 0 && i < pts.length - 1) pts.splice(i, 1);
+  drawTf(); saveDisplay(); request3d();
+});
 
-  const rc = state.panes.render.canvas;
-  rc.addEventListener('pointerdown', (ev) => {
-    if (!state.control) return;
-    dragging = { x: ev.clientX, y: ev.clientY, a: [...state.angles] };
-    rc.setPointerCapture(ev.pointerId);
-    rc.style.cursor = 'grabbing';
-  });
-  rc.addEventListener('pointermove', (ev) => {
-    if (!dragging) return;
-    let az = dragging.a[0] + (ev.clientX - dragging.x) * 0.5;
-    const el = Math.max(-90, Math.min(90, dragging.a[1] - (ev.clientY - dragging.y) * 0.5));
-    az = ((az + 180) % 360 + 360) % 360 - 180;
-    state.angles = [az, el];
-    sendAngles([az, el]);
-  });
-  const endDrag = () => { dragging = null; rc.style.cursor = ''; };
-  rc.addEventListener('pointerup', endDrag);
-  rc.addEventListener('pointercancel', endDrag);
+// ---- display controls ---------------------------------------------------------------------------
+for (const [name, m] of Object.entries(COLORMAPS)) {
+  if (m.kind !== 'intensity') continue;
+  const o = document.createElement('option');
+  o.value = name; o.textContent = m.label;
+  $('colormap').append(o);
+}
 
-  // Two sliders of one range [lo, hi] of key: the one moved past the other pushes it along.
-  function rangeInputs(loId, hiId, textId, unit, key) {
-    function changed() {
-      let lo = +$(loId).value, hi = +$(hiId).value;
-      if (lo >= hi) { if (this === $(loId)) lo = hi - 1; else hi = lo + 1; }
-      $(loId).value = lo; $(hiId).value = hi;
-      $(textId).textContent = `${lo}–${hi}${unit}`;
-      set({ [key]: [lo, hi] });
+function displayChanged() {
+  saveDisplay();
+  requestDraw();
+  request3d();
+  drawTf();
+}
+
+function setWindow(w, auto) {
+  const lo = Math.max(0, Math.min(254, Math.round(w[0]))), hi = Math.max(lo + 1, Math.min(255, Math.round(w[1])));
+  if (auto) state.autoWindow = [lo, hi];
+  else state.display.window = [lo, hi];
+  if (auto && state.display.window) return;
+  showWindow();
+  displayChanged();
+}
+function showWindow() {
+  const [lo, hi] = windowNow();
+  $('win-lo').value = lo; $('win-hi').value = hi;
+  let text = `${lo}–${hi} of 0–255`;
+  if (state.dbRange) {
+    const [a, b] = state.dbRange, db = (v) => (a + (b - a) * v / 255).toFixed(1);
+    text += ` (${db(lo)}–${db(hi)} dB)`;
+  }
+  $('win-text').textContent = state.display.window ? text : `${text}, automatic`;
+}
+function windowInput(ev) {
+  let lo = +$('win-lo').value, hi = +$('win-hi').value;
+  if (lo >= hi) { if (ev.target === $('win-lo')) lo = hi - 1; else hi = lo + 1; }
+  setWindow([lo, hi], false);
+}
+$('win-lo').addEventListener('input', windowInput);
+$('win-hi').addEventListener('input', windowInput);
+$('win-lo').addEventListener('change', windowInput);
+$('win-hi').addEventListener('change', windowInput);
+$('win-auto').addEventListener('click', () => {
+  const pics = Object.values(state.panes).filter((p) => p.last).map((p) => p.last.pixels);
+  state.display.window = null;
+  const w = percentileWindow(pics);
+  if (w) state.autoWindow = w;
+  setWindow(windowNow(), true);
+  showWindow();
+  displayChanged();
+});
+$('colormap').addEventListener('change', () => { state.display.colormap = $('colormap').value; displayChanged(); });
+$('smooth').addEventListener('change', () => { state.display.smooth = $('smooth').checked; displayChanged(); });
+$('layout').addEventListener('change', () => { state.display.layout = $('layout').value; applyLayout(); saveDisplay(); });
+
+function applyLayout() {
+  const l = state.display.layout;
+  document.body.className = document.body.className.replace(/\blayout-[\w-]+/g, '').trim();
+  document.body.classList.add(`layout-${l}`);
+  document.body.classList.toggle('readonly', !state.control && !!state.hello);
+  const show = {
+    four: ['enface', 'bscan', 'slice', 'volume3d'], 'bscan-enface': ['bscan', 'enface'],
+    'one-bscan': ['bscan'], 'one-enface': ['enface'], 'one-slice': ['slice'], 'one-volume3d': ['volume3d'],
+  }[l] || ['enface', 'bscan', 'slice', 'volume3d'];
+  for (const name of ['enface', 'bscan', 'slice', 'volume3d']) $(`pane-${name}`).hidden = !show.includes(name);
+  subscribe();
+  requestDraw();
+  request3d();
+}
+
+function pause(on) {
+  state.paused = on;
+  $('pause').setAttribute('aria-pressed', String(on));
+  $('pause').textContent = on ? 'resume' : 'pause';
+  document.body.classList.toggle('paused', on);
+  if (!on) {
+    for (const p of Object.values(state.panes)) {
+      if (p.held && (!p.last || p.held.seq > p.last.seq)) { p.last = p.held; p.dirty = true; p.arrivals++; }
+      p.held = null;
     }
-    $(loId).addEventListener('change', changed);
-    $(hiId).addEventListener('change', changed);
+    if (v3.held) { showVolume(v3.held); v3.held = null; }
   }
-  rangeInputs('db-lo', 'db-hi', 'db-text', ' dB', 'preprocess.db_range');
-  rangeInputs('slab-a', 'slab-b', 'slab-text', '', 'view.slab');
+  requestDraw();
+  request3d();
+}
+$('pause').addEventListener('click', () => pause(!state.paused));
 
-  $('colormap').addEventListener('change', () => { state.colormap = $('colormap').value; requestDraw(); });
-  $('enface-kind').addEventListener('change', () => { state.panes.enface.last = null; subscribe(); });
+// ---- messages -------------------------------------------------------------------------------
+// Routine news (a setting applied, an event) is quiet; what went wrong is red and stays.
+function note(text, level) {
+  const el = $('message');
+  el.textContent = text;
+  el.className = level === 'error' ? 'error' : 'info';
+}
+function dataNote(text, level) {
+  const el = $('data-message');
+  el.textContent = text;
+  el.className = level === 'error' ? 'error' : 'info';
+}
 
-  // ---- the connection ---------------------------------------------------------------------------------
-  const token = new URLSearchParams(location.search).get('token');
-  let backoff = 500;
+// "name: message", except where the message begins with its name already ("set KEYS by
+// WHO", "stopping: draining the pipeline"): the daemon writes those for its log
+function eventText(ev) {
+  const name = ev.event || 'event', msg = String(ev.message);
+  const named = msg.startsWith(name) && (msg[name.length] === ':' || msg[name.length] === ' ');
+  return named ? msg : `${name}: ${msg}`;
+}
 
-  function connect() {
-    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws` +
-      (token ? `?token=${encodeURIComponent(token)}` : '');
-    const ws = new WebSocket(url, 'volrec-view');
-    ws.binaryType = 'arraybuffer';
-    state.ws = ws;
-    ws.onopen = () => { state.connected = true; backoff = 500; note(''); };
-    ws.onmessage = (ev) => {
-      if (typeof ev.data === 'string') onText(ev.data);
-      else onFrame(ev.data);
-    };
-    ws.onclose = () => {
-      state.connected = false;
-      setState('offline', 'no connection to the viewer; retrying');
-      for (const done of state.pending.values()) done({ ok: false, error: 'connection lost' });
-      state.pending.clear();
-      setTimeout(connect, backoff);
-      backoff = Math.min(5000, backoff * 2);
-    };
+function send(obj) {
+  if (state.ws && state.ws.readyState === WebSocket.OPEN) { state.ws.send(JSON.stringify(obj)); return true; }
+  return false;
+}
+
+// A request with an id; resolves with the reply (ok or not).
+function request(obj) {
+  const id = state.nextId++;
+  return new Promise((resolve) => {
+    if (!send({ ...obj, id })) { resolve({ ok: false, error: 'not connected to the viewer' }); return; }
+    state.pending.set(id, resolve);
+  });
+}
+
+function subscribe() {
+  const views = Object.keys(PANES).filter(paneVisible).map((n) => PANES[n].kind());
+  if (paneVisible('volume3d')) views.push('volume');
+  const offered = state.hello && Array.isArray(state.hello.views) ? state.hello.views : null;
+  send({ type: 'subscribe', views: [...new Set(views)].filter((v) => !offered || offered.includes(v)) });
+}
+
+const WARN_EVENTS = new Set(['reload_rejected', 'source_fault', 'fault', 'stopping']);
+function onText(text) {
+  let m;
+  try { m = JSON.parse(text); } catch (e) { note('the viewer sent a message that is not JSON', 'error'); return; }
+  switch (m.type) {
+    case 'hello':
+      state.hello = m;
+      state.control = !!m.control;
+      $('instance').textContent = m.instance;
+      $('s-access').textContent = m.control ? 'view + control' : 'view only';
+      $('s-access').title = m.control ? '' : 'to control, open the address (with ?token=...) ' +
+        'that volrec view printed at start, or its control token';
+      $('data-access').textContent = m.control ? ''
+        : 'This browser may only view: open the address volrec view printed at start (with ?token=...) to change these.';
+      applyLayout();
+      loadControls();
+      break;
+    case 'state': {
+      state.daemon = m.state.state;
+      setState(m.state.state, m.state.message);
+      if (m.state.session) { state.session = m.state.session; clearPanes(m.state.session); }
+      if (m.state.views === false) { $('state').textContent = 'live, no pictures'; note(m.state.message); }
+      break;
+    }
+    case 'status':
+      onStatus(m.status);
+      break;
+    case 'event': {
+      state.events.push(m.event);
+      const ev = m.event || {};
+      if (ev.message) note(eventText(ev), WARN_EVENTS.has(ev.event) ? 'error' : 'info');
+      // another browser (or volrec set, a reload, a daemon started again perhaps with another
+      // configuration) changed a data setting: the controls show it
+      if (ev.event === 'reloaded' || ev.event === 'started' ||
+          (ev.event === 'set' && Object.keys(DATA_KEYS).some((k) => String(ev.keys).includes(k)))) loadControls();
+      break;
+    }
+    case 'reply':
+    case 'error': {
+      if (m.type === 'error') state.errors.push(m);
+      else state.replies.push(m);
+      const done = m.id !== undefined && state.pending.get(m.id);
+      if (done) { state.pending.delete(m.id); done(m.type === 'error' ? { ...m, ok: false } : m); }
+      else if (m.type === 'error') note(m.error, 'error');
+      break;
+    }
+    case 'pong':
+      break;
+    default:
+      note(`the viewer sent an unknown message '${m.type}'`, 'error');
   }
-  connect();
-  state.request = request;
-  state.set = set;
-}());
+}
+
+function setState(s, text) {
+  const el = $('state');
+  el.className = `chip state-${s}`;
+  el.textContent = s === 'connected' ? 'live' : s;
+  el.title = text || '';
+  if (s !== 'connected' && text) note(text, 'error');
+  if (s === 'connected') return;
+  // no daemon, no figures: the last ones would read as live
+  for (const id of ['s-vps', 's-aps', 's-lat', 's-drawn', 's-drops', 's-readers']) $(id).textContent = '–';
+  $('rec-state').textContent = '–';
+  showWarning(null);
+  lastDrops = null;
+  for (const k of Object.keys(series)) series[k].length = 0;
+  if (plotRate) { plotRate.setData([[], [], []]); plotLat.setData([[], [], []]); }
+  for (const p of Object.values(state.panes)) if (p.last) foot(p);
+  document.body.classList.add('stale');
+}
+
+// ---- status, drops and plots ---------------------------------------------------------------------
+const fmt = (v, unit) => {
+  if (v === undefined || v === null || Number.isNaN(v)) return '–';
+  if (v >= 1e6) return `${(v / 1e6).toFixed(2)} M${unit || ''}`;
+  if (v >= 1e4) return `${(v / 1e3).toFixed(1)} k${unit || ''}`;
+  return `${+v.toFixed(v < 10 ? 2 : 1)}${unit || ''}`;
+};
+const series = { t: [], vps: [], pics: [], lat99: [], drawn: [] };
+let plotRate = null, plotLat = null;
+
+// A tick label that always fits its axis: whole numbers, or k for thousands.
+const tickText = (v) => (v === null ? '' : Math.abs(v) >= 1000 ? `${+(v / 1000).toFixed(1)}k` : `${+v.toFixed(Math.abs(v) < 10 ? 1 : 0)}`);
+
+function makePlots() {
+  if (typeof uPlot === 'undefined') return;
+  const w = $('plot-rate').clientWidth || 300;
+  const axes = [{ stroke: '#8a949e', grid: { stroke: '#2c333b' }, values: (u, v) => v.map((s) => `${s.toFixed(0)}s`) },
+    { stroke: '#8a949e', grid: { stroke: '#2c333b' }, space: 18, size: 46, values: (u, v) => v.map(tickText) }];
+  const plot = (id, ...lines) => new uPlot({ width: w, height: 110, scales: { x: { time: false } }, axes,
+    legend: { live: false }, series: [{}, ...lines] }, [[], [], []], $(id));
+  plotRate = plot('plot-rate', { label: 'volumes/s', stroke: '#4fc3f7' }, { label: 'pictures/s', stroke: '#81c784' });
+  plotLat = plot('plot-lat', { label: 'acq→publish p99', stroke: '#ffb74d' }, { label: 'acq→drawn', stroke: '#ef5350' });
+}
+
+function recentDrawn() {
+  const since = performance.now() - 1000, v = [];
+  for (let i = state.latencies.length - 1; i >= 0 && state.latencies[i].t >= since; i--) v.push(state.latencies[i].ms);
+  v.sort((a, b) => a - b);
+  return v.length ? v[Math.floor(0.5 * (v.length - 1))] : null;
+}
+
+// Pictures drawn per second over the last 2 s: a status interval (a fraction of a second)
+// holds too few pictures for a steady figure.
+function recentPicturesPerS() {
+  const spanMs = 2000, since = performance.now() - spanMs;
+  let n = 0;
+  for (let i = state.latencies.length - 1; i >= 0 && state.latencies[i].t >= since; i--) n++;
+  return n / (spanMs / 1000);
+}
+
+// The pipeline dropping data: each status' drops by cause against the one before; the warning
+// stays while drops go on and 5 s after the last.
+let lastDrops = null, warnUntil = 0;
+function checkDrops(st) {
+  const d = st.drops, b = st.bscans;
+  if (!d) return;
+  const prev = lastDrops;
+  lastDrops = { drops: { ...d }, acquired: b ? b.acquired : null };
+  if (!prev) return;
+  const causes = [];
+  for (const [k, v] of Object.entries(d)) {
+    if (k === 'total' || typeof v !== 'number') continue;
+    const dv = v - (prev.drops[k] || 0);
+    if (dv > 0) causes.push(`${k.replace(/_/g, ' ')} ${dv}`);
+  }
+  if (causes.length) {
+    const dTotal = d.total - (prev.drops.total || 0);
+    const dAcq = b && prev.acquired !== null ? b.acquired - prev.acquired : 0;
+    // the causes counted among the acquired B-scans (docs/operations.md "Drop causes")
+    const share = dAcq > 0 ? ` (${Math.min(100, 100 * dTotal / dAcq).toFixed(0)} % of the B-scans acquired)` : '';
+    state.warning = { causes, dTotal, at: performance.now() };
+    warnUntil = performance.now() + 5000;
+    showWarning(`The pipeline is dropping data: ${causes.join(', ')} since the last status${share}. ` +
+      'Pictures and recordings lack what was dropped.');
+  } else if (st.faults && st.faults.degraded) {
+    showWarning(`The source is degraded: ${st.faults.message || 'see the daemon\'s log'}.`);
+  } else if (performance.now() > warnUntil) {
+    showWarning(null);
+  }
+}
+function showWarning(text) {
+  const el = $('warning');
+  if (!text) { el.hidden = true; el.textContent = ''; state.warning = null; return; }
+  el.hidden = false;
+  el.textContent = text;
+}
+
+function onStatus(st) {
+  state.status = st;
+  document.body.classList.remove('stale');
+  const r = st.rates || {}, lat = (st.latency_ms || {}).acquire_to_publish || {};
+  $('s-vps').textContent = fmt(r.volumes_per_s);
+  $('s-aps').textContent = fmt(r.ascans_per_s);
+  $('s-lat').textContent = lat.p99 !== undefined && lat.p99 !== null
+    ? `${fmt(lat.p50)} / ${fmt(lat.p99)} ms` : '–';
+  $('s-drops').textContent = st.drops ? st.drops.total : '–';
+  $('s-readers').textContent = st.readers ?? '–';
+  checkDrops(st);
+  const rec = st.recording;
+  if (rec && rec.state) {
+    const mb = rec.bytes ? ` · ${(rec.bytes / 1e6).toFixed(1)} MB` : '';
+    const rate = rec.rate_mb_s ? ` · ${rec.rate_mb_s.toFixed(1)} MB/s` : '';
+    const secs = rec.seconds ? ` · ${rec.seconds.toFixed(1)} s` : '';
+    $('rec-state').textContent = `${rec.state}${rec.name ? ` '${rec.name}'` : ''}${secs}${mb}${rate}` +
+      `${rec.skipped_epochs ? ` · ${rec.skipped_epochs} epochs left out` : ''}${rec.error ? ` · ${rec.error}` : ''}`;
+  }
+  const drawn = recentDrawn();
+  $('s-drawn').textContent = drawn === null ? '–' : `${drawn.toFixed(0)} ms`;
+  const now = performance.now() / 1000;
+  const pps = recentPicturesPerS();
+  series.t.push(now); series.vps.push(r.volumes_per_s ?? null); series.pics.push(pps);
+  series.lat99.push(lat.p99 ?? null); series.drawn.push(drawn);
+  while (series.t.length && series.t[0] < now - 60) for (const k of Object.keys(series)) series[k].shift();
+  if (!plotRate) makePlots();
+  if (plotRate) {
+    const rel = series.t.map((t) => t - now);
+    plotRate.setData([rel, series.vps, series.pics]);
+    plotLat.setData([rel, series.lat99, series.drawn]);
+  }
+}
+
+// ---- data controls (the daemon's; control token) -------------------------------------------------
+const DATA_KEYS = {
+  'preprocess.db_range': (v) => {
+    state.dbRange = v;
+    const fine = !Number.isInteger(v[0]) || !Number.isInteger(v[1]);
+    // the sliders reach the daemon's range whatever it is (the file allows -400..400 dB,
+    // fractions too): a value beyond them or between their steps is never changed silently
+    for (const id of ['db-lo', 'db-hi']) {
+      $(id).min = Math.min(0, Math.floor(v[0])); $(id).max = Math.max(150, Math.ceil(v[1]));
+      $(id).step = fine ? 'any' : '1';
+    }
+    $('db-lo').value = v[0]; $('db-hi').value = v[1];
+    $('db-text').textContent = `${v[0]}–${v[1]} dB`;
+    showWindow();
+  },
+  'preprocess.dispersion.coeffs': (v) => {
+    if (Array.isArray(v)) { $('disp-a2').value = v[0]; $('disp-a3').value = v[1]; }
+  },
+  'preprocess.window.type': (v) => { $('win-type').value = v; },
+  'preprocess.window.param': (v) => { $('win-param').value = v; },
+  'preprocess.background.mode': (v) => { $('bg-mode').value = v; },
+  'reconstruct.mode': (v) => { $('rec-mode').value = v; },
+};
+const DATA_INPUTS = {
+  'preprocess.db_range': ['db-lo', 'db-hi'], 'preprocess.dispersion.coeffs': ['disp-a2', 'disp-a3'],
+  'preprocess.window.type': ['win-type'], 'preprocess.window.param': ['win-param'],
+  'preprocess.background.mode': ['bg-mode'], 'reconstruct.mode': ['rec-mode'],
+};
+
+// A value of the daemon's `get` (YAML flow: numbers, [lists], words) as JSON.
+function parseValue(s) {
+  try { return JSON.parse(s); } catch (e) { return String(s).trim(); }
+}
+
+// The daemon's data settings into the data panel: one get at a time (a browser has at most 8
+// requests in flight), again once more when asked while it runs.
+let loading = null, loadAgain = false;
+async function loadControls() {
+  if (loading) { loadAgain = true; return loading; }
+  loading = (async () => {
+    do {
+      loadAgain = false;
+      for (const [key, show] of Object.entries(DATA_KEYS)) {
+        const r = await request({ type: 'get', key });
+        const held = DATA_INPUTS[key].includes(document.activeElement && document.activeElement.id);
+        if (r.ok && r.reply && r.reply.value !== undefined && !held) {
+          const v = typeof r.reply.value === 'string' ? parseValue(r.reply.value) : r.reply.value;
+          if (v !== null && v !== '') show(v);
+        }
+      }
+    } while (loadAgain);
+    loading = null;
+  })();
+  return loading;
+}
+
+function syncControls() {
+  const sh = state.shape;
+  if (sh) for (const id of ['slab-a', 'slab-b']) $(id).max = sh[2];
+  if (state.slab && document.activeElement !== $('slab-a') && document.activeElement !== $('slab-b')) {
+    $('slab-a').value = state.slab[0]; $('slab-b').value = state.slab[1];
+    $('slab-text').textContent = `${state.slab[0]}–${state.slab[1]}`;
+  }
+}
+
+// A set the daemon refused only because another change was being applied ("retry": true) is
+// sent again 50 ms later, for up to 5 s, unless a newer set of the same keys was made since.
+// Refusals are said where the control is: `where` 'data' (the data panel) or the page.
+const setGeneration = new Map();
+let setSequence = 0;
+async function set(values, where) {
+  const gen = ++setSequence, keys = Object.keys(values), deadline = performance.now() + 5000;
+  keys.forEach((k) => setGeneration.set(k, gen));
+  const say = where === 'data' ? dataNote : note;
+  for (;;) {
+    const r = await request({ type: 'set', values });
+    const busy = !r.ok && r.reply && r.reply.retry === true;
+    if (!busy || performance.now() > deadline) {
+      if (!r.ok) say(r.error || 'refused', 'error');
+      else say(`${keys.join(', ')} applied`, 'info');
+      return r;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    if (keys.some((k) => setGeneration.get(k) !== gen)) return { ok: false, superseded: true };
+  }
+}
+
+// Two sliders of one range [lo, hi] of key: the one moved past the other pushes it along.
+function rangeInputs(loId, hiId, textId, unit, key, where) {
+  function changed() {
+    let lo = +$(loId).value, hi = +$(hiId).value;
+    if (lo >= hi) { if (this === $(loId)) lo = hi - 1; else hi = lo + 1; }
+    $(loId).value = lo; $(hiId).value = hi;
+    $(textId).textContent = `${lo}–${hi}${unit}`;
+    set({ [key]: [lo, hi] }, where);
+  }
+  $(loId).addEventListener('change', changed);
+  $(hiId).addEventListener('change', changed);
+}
+rangeInputs('db-lo', 'db-hi', 'db-text', ' dB', 'preprocess.db_range', 'data');
+rangeInputs('slab-a', 'slab-b', 'slab-text', '', 'view.slab');
+const numberOf = (id) => ($(id).value === '' ? null : +$(id).value);
+$('disp-a2').addEventListener('change', () => set({ 'preprocess.dispersion.coeffs': [numberOf('disp-a2'), numberOf('disp-a3')] }, 'data'));
+$('disp-a3').addEventListener('change', () => set({ 'preprocess.dispersion.coeffs': [numberOf('disp-a2'), numberOf('disp-a3')] }, 'data'));
+$('win-type').addEventListener('change', async () => {
+  await set({ 'preprocess.window.type': $('win-type').value }, 'data');
+  loadControls(); // the parameter the daemon takes for the new type
+});
+$('win-param').addEventListener('change', () => set({ 'preprocess.window.param': numberOf('win-param') }, 'data'));
+$('bg-mode').addEventListener('change', () => set({ 'preprocess.background.mode': $('bg-mode').value }, 'data'));
+$('rec-mode').addEventListener('change', () => set({ 'reconstruct.mode': $('rec-mode').value }, 'data'));
+
+$('rec-start').addEventListener('click', async () => {
+  const req = { type: 'record_start', raw: true, name: $('rec-name').value.trim() };
+  const s = numberOf('rec-seconds');
+  if (s !== null) req.seconds = s;
+  const r = await request(req);
+  dataNote(r.ok ? `recording '${req.name}' started` : r.error || 'refused', r.ok ? 'info' : 'error');
+});
+$('rec-stop').addEventListener('click', async () => {
+  const r = await request({ type: 'record_stop' });
+  dataNote(r.ok ? 'recording stopped' : r.error || 'refused', r.ok ? 'info' : 'error');
+});
+
+// ---- the crosshair: clicks, drags (ruler), keys and wheel ------------------------------------------
+// The crosshair is the daemon's view position (every browser's B-scan and slice): moving it
+// needs the control token. One set in flight; the newest position is sent when it is answered.
+let positionBusy = false, positionNext = null;
+async function movePosition(p) {
+  state.position = p;
+  requestDraw();
+  if (positionBusy) { positionNext = p; return; }
+  positionBusy = true;
+  const r = await set({ 'view.position': [...p] });
+  positionBusy = false;
+  if (positionNext) { const n = positionNext; positionNext = null; movePosition(n); }
+  return r;
+}
+const cell = (t, n) => Math.min(n - 1, Math.max(0, Math.floor(t * n)));
+const PLACE = {
+  enface: (u, v, sh, pos) => [cell(v, sh[0]), cell(u, sh[1]), pos[2]],
+  bscan: (u, v, sh, pos) => [pos[0], cell(u, sh[1]), cell(v, sh[2])],
+  slice: (u, v, sh, pos) => [cell(u, sh[0]), pos[1], cell(v, sh[2])],
+};
+
+for (const p of Object.values(state.panes)) {
+  let down = null;
+  const at = (ev) => {
+    const r = p.canvas.getBoundingClientRect();
+    return p.rect ? geo.pointIn(p.rect, ev.clientX - r.left, ev.clientY - r.top, !!down) : null;
+  };
+  // the right button dragged sets this browser's window: across its width, up and down its level
+  let wl = null;
+  p.canvas.addEventListener('contextmenu', (ev) => ev.preventDefault());
+  p.canvas.addEventListener('pointerdown', (ev) => {
+    if (ev.button !== 2) return;
+    const [lo, hi] = windowNow();
+    wl = { x: ev.clientX, y: ev.clientY, level: (lo + hi) / 2, width: hi - lo };
+    p.canvas.setPointerCapture(ev.pointerId);
+  });
+  p.canvas.addEventListener('pointermove', (ev) => {
+    if (!wl) return;
+    const width = Math.max(2, Math.min(255, wl.width + (ev.clientX - wl.x) * 0.5));
+    const level = Math.max(0, Math.min(255, wl.level - (ev.clientY - wl.y) * 0.5));
+    setWindow([level - width / 2, level + width / 2], false);
+  });
+  p.canvas.addEventListener('pointerup', () => { wl = null; });
+  p.canvas.addEventListener('pointerdown', (ev) => {
+    const q = at(ev);
+    if (!q || ev.button !== 0) return;
+    down = { q, x: ev.clientX, y: ev.clientY, moved: false };
+    p.canvas.setPointerCapture(ev.pointerId);
+  });
+  p.canvas.addEventListener('pointermove', (ev) => {
+    if (!down) return;
+    if (!down.moved && Math.hypot(ev.clientX - down.x, ev.clientY - down.y) < 5) return;
+    down.moved = true;
+    const q = at(ev);
+    const d = geo.distance(down.q, q);
+    p.ruler = { a: down.q, b: q, length: d, unit: p.axes.unit, label: geo.formatLength(d, p.axes.unit) };
+    requestDraw();
+  });
+  p.canvas.addEventListener('pointerup', (ev) => {
+    if (!down) return;
+    const d = down;
+    down = null;
+    if (d.moved) { foot(p); return; }
+    p.ruler = null;
+    const sh = state.shape, pos = state.position;
+    if (!sh || !pos) return;
+    movePosition(PLACE[p.name](d.q.u, d.q.v, sh, pos));
+  });
+  // a wheel's notch (100 pixels, or 3 lines) is one step; a touchpad's small deltas add up
+  let acc = 0;
+  p.canvas.addEventListener('wheel', (ev) => {
+    ev.preventDefault();
+    const d = ev.deltaMode === 1 ? ev.deltaY * 33.4 : ev.deltaMode === 2 ? ev.deltaY * 100 : ev.deltaY;
+    if (Math.sign(d) !== Math.sign(acc)) acc = 0;
+    acc += d;
+    const n = Math.trunc(acc / 100);
+    acc -= n * 100;
+    step({ enface: 2, bscan: 0, slice: 1 }[p.name], n);
+  }, { passive: false });
+}
+
+// Step the crosshair along axis a (0 y: B-scans, 1 x: slices, 2 z: the plane) by n voxels.
+function step(a, n) {
+  const sh = state.shape, pos = state.position;
+  if (!sh || !pos || !n) return;
+  const p = [...pos];
+  p[a] = Math.min(sh[a] - 1, Math.max(0, p[a] + n));
+  if (p[a] !== pos[a]) movePosition(p);
+}
+state.step = step;
+
+document.addEventListener('keydown', (ev) => {
+  const t = ev.target;
+  if (t && ['INPUT', 'SELECT', 'TEXTAREA', 'BUTTON'].includes(t.tagName)) return;
+  const big = ev.shiftKey ? 10 : 1;
+  const keys = {
+    ArrowUp: [0, -1], ArrowDown: [0, 1], PageUp: [0, -10], PageDown: [0, 10],
+    ArrowLeft: [1, -1], ArrowRight: [1, 1], '[': [2, -1], ']': [2, 1],
+  };
+  if (ev.key === ' ') { ev.preventDefault(); pause(!state.paused); return; }
+  if (ev.key === 'Escape') { for (const p of Object.values(state.panes)) p.ruler = null; requestDraw(); return; }
+  const k = keys[ev.key];
+  if (!k) return;
+  ev.preventDefault();
+  step(k[0], k[1] * big);
+});
+
+// ---- the connection ---------------------------------------------------------------------------------
+const token = new URLSearchParams(location.search).get('token');
+let backoff = 500;
+
+function connect() {
+  const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws` +
+    (token ? `?token=${encodeURIComponent(token)}` : '');
+  const ws = new WebSocket(url, 'volrec-view');
+  ws.binaryType = 'arraybuffer';
+  state.ws = ws;
+  ws.onopen = () => { state.connected = true; backoff = 500; note(''); };
+  ws.onmessage = (ev) => {
+    if (typeof ev.data === 'string') onText(ev.data);
+    else onFrame(ev.data);
+  };
+  ws.onclose = () => {
+    state.connected = false;
+    setState('offline', 'no connection to the viewer; retrying');
+    for (const done of state.pending.values()) done({ ok: false, error: 'connection lost' });
+    state.pending.clear();
+    setTimeout(connect, backoff);
+    backoff = Math.min(5000, backoff * 2);
+  };
+}
+
+// the controls show this browser's stored display
+$('colormap').value = state.display.colormap;
+$('smooth').checked = !!state.display.smooth;
+$('layout').value = state.display.layout;
+$('mode3d').value = state.display.mode;
+$('iso').value = state.display.iso;
+$('gamma').value = state.display.gamma;
+['x', 'y', 'z'].forEach((a, i) => { $(`clip-${a}0`).value = state.display.clip[i][0]; $(`clip-${a}1`).value = state.display.clip[i][1]; });
+showWindow();
+drawTf();
+applyLayout();
+connect();
+state.request = request;
+state.set = set;
+state.pause = pause;
+state.setWindow = (w) => setWindow(w, false);
