@@ -99,7 +99,7 @@ static const struct shim_arg *arg_given(const struct shim_args *args, const char
 	return NULL;
 }
 
-/* "camera 'X' not found (found: A, B)" */
+/* "camera 'X' not found (found: A, B)" (shim_open() adds "genicam: ") */
 static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 {
 	char list[512] = "";
@@ -111,7 +111,7 @@ static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 	for (unsigned i = 0; i < n && len < sizeof(list); i++)
 		len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "",
 		                        arv_get_device_id(i));
-	snprintf(err, errlen, "genicam: camera %s%s%s not found (%s%s%s)%s%s", want[0] ? "'" : "",
+	snprintf(err, errlen, "camera %s%s%s not found (%s%s%s)%s%s", want[0] ? "'" : "",
 	         want[0] ? want : "(the first one)", want[0] ? "'" : "",
 	         n ? "found: " : "no GenICam camera found", list, "", ge ? "; Aravis: " : "",
 	         ge ? ge->message : "");
@@ -154,144 +154,142 @@ static int check_unique(const char *want, char *id, size_t idlen, char *err, siz
 	return -ENOTUNIQ;
 }
 
-static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
-{
-	struct gc_shim *s;
-	struct shim_args args;
-	char err[GC_MSG_MAX - 32], sock[16] = "auto", sim[16] = "none", reset[16] = "auto";
-	char state_dir[PATH_MAX] = "";
-	uint64_t psize = UINT64_MAX;
-	GError *ge = NULL;
-	int rc;
+/* The shim's own keys that are not fields of struct gc_shim: checked and turned into its
+ * fields by open_check_args() */
+struct gc_open_opts {
+	char sock[16], sim[16], reset[16];
+	char state_dir[PATH_MAX];
+	uint64_t psize;
+};
 
-	s = calloc(1, sizeof(*s));
+/* A handle with the defaults of every key of shim.args; NULL when out of memory. */
+static struct gc_shim *gc_shim_new(struct gc_open_opts *o)
+{
+	struct gc_shim *s = calloc(1, sizeof(*s));
+
 	if (!s)
-		return shim_open_fail(-ENOMEM, "genicam: out of memory");
+		return NULL;
 	s->undo.fd = -1;
 	s->packet_resend = true;
 	s->set_geometry = true;
+	snprintf(o->sock, sizeof(o->sock), "auto");
+	snprintf(o->sim, sizeof(o->sim), "none");
+	snprintf(o->reset, sizeof(o->reset), "auto");
+	o->state_dir[0] = '\0';
+	o->psize = UINT64_MAX;
 	/* systemd's RuntimeDirectory= (the first, when several): kept across a restart */
 	if (getenv("RUNTIME_DIRECTORY"))
-		snprintf(state_dir, sizeof(state_dir), "%.*s",
+		snprintf(o->state_dir, sizeof(o->state_dir), "%.*s",
 		         (int)strcspn(getenv("RUNTIME_DIRECTORY"), ":"),
 		         getenv("RUNTIME_DIRECTORY"));
 	s->fake.seed = 1;
 	s->fake.deg_per_s = 0.25;
 	s->fake.snr_db = 40;
 	snprintf(s->fake.phantom, sizeof(s->fake.phantom), "retina");
-	/* the feature's own name means the same as pixel_format */
-	const struct shim_arg_spec feature[] = {
-	        {"PixelFormat", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
-	};
-	/* the shim's own keys: the first two are read before PixelFormat */
-	const struct shim_arg_spec spec[] = {
-	        {"camera", .str = s->want, .max = sizeof(s->want)},
-	        {"pixel_format", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
-	        {"buffers", .u64 = &s->buffers, .max = BUF_MAX},
-	        {"packet_size", .u64 = &psize, .max = 65535},
-	        {"packet_socket", .str = sock, .max = sizeof(sock)},
-	        {"packet_resend", .flag = &s->packet_resend},
-	        {"socket_buffer", .u64 = &s->socket_buffer, .max = 1u << 30},
-	        {"set_geometry", .flag = &s->set_geometry},
-	        {"simulate", .str = sim, .max = sizeof(sim)},
-	        {"seed", .u64 = &s->fake.seed, .max = UINT64_MAX},
-	        {"deg_per_s", .dbl = &s->fake.deg_per_s, .lo = -3600, .hi = 3600},
-	        {"snr_db", .dbl = &s->fake.snr_db, .lo = -20, .hi = 200},
-	        {"phantom", .str = s->fake.phantom, .max = sizeof(s->fake.phantom)},
-	        {"motion_rate", .dbl = &s->fake.motion_rate, .lo = 0, .hi = 1e6},
-	        {"reset", .str = reset, .max = sizeof(reset)},
-	        {"state_dir", .str = state_dir, .max = sizeof(state_dir)},
-	};
-	rc = shim_args_parse(args_yaml, SHIM_ARGS_FEATURE_LIST, &args, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_get(&args, spec, 2, err, sizeof(err));
-	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.PixelFormat: given besides pixel_format (the same setting: "
-		            "give one of them)");
-	}
-	if (!rc && !s->pixel_format[0])
-		rc = shim_args_get(&args, feature, 1, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_get(&args, spec + 2, VR_ARRAY_SIZE(spec) - 2, err, sizeof(err));
-	if (rc)
-		goto out_msg;
-	if (s->buffers && s->buffers < BUF_MIN) {
-		rc = vr_err(err, sizeof(err), -ERANGE,
-		            "shim.args.buffers: %" PRIu64 " is too few (0 = pipeline.ring_bscans + "
-		            "1 epoch or 3 epochs, whichever is more; else %u..%u)",
-		            s->buffers, BUF_MIN, BUF_MAX);
-		goto out_msg;
-	}
-	s->packet_size = psize == UINT64_MAX ? -1 : (int64_t)psize;
-	if (psize != UINT64_MAX && psize && psize < 576) {
-		rc = vr_err(err, sizeof(err), -ERANGE,
-		            "shim.args.packet_size: %" PRIu64 " is too small (0 = negotiate, else "
-		            "576..65535 bytes)",
-		            psize);
-		goto out_msg;
-	}
-	if (!strcmp(sock, "auto"))
-		s->packet_socket = -1;
-	else if (!strcmp(sock, "true") || !strcmp(sock, "on"))
-		s->packet_socket = 1;
-	else if (!strcmp(sock, "false") || !strcmp(sock, "off"))
-		s->packet_socket = 0;
-	else {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
-		            sock);
-		goto out_msg;
-	}
-	if (strcmp(reset, "auto") && strcmp(reset, "none")) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.reset: '%s' is not allowed (auto or none)", reset);
-		goto out_msg;
-	}
-	if (!strcmp(sim, "synth"))
-		s->fake.synth = true;
-	else if (strcmp(sim, "none")) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.simulate: '%s' is not allowed (none or synth)", sim);
-		goto out_msg;
-	}
-	if (!s->fake.synth) {
-		static const char *const synth_only[] = {"seed", "deg_per_s", "snr_db", "phantom",
-		                                         "motion_rate"};
-		for (size_t i = 0; i < sizeof(synth_only) / sizeof(synth_only[0]); i++) {
-			const struct shim_arg *a = arg_given(&args, synth_only[i]);
-			if (!a)
-				continue;
-			rc = vr_err(
-			        err, sizeof(err), -EINVAL,
+	return s;
+}
+
+/* -EINVAL naming the first of keys given in shim.args when the camera is no GigE Vision
+ * one (gv) or the simulation is off (!gv), else 0. */
+static int open_refuse_keys(const struct gc_shim *s, const struct shim_args *args, bool gv,
+                            char *err, size_t errlen)
+{
+	static const char *const synth_only[] = {"seed", "deg_per_s", "snr_db", "phantom",
+	                                         "motion_rate"};
+	static const char *const gv_only[] = {"packet_size", "socket_buffer", "packet_socket",
+	                                      "packet_resend"};
+	const char *const *keys = gv ? gv_only : synth_only;
+	size_t n = gv ? VR_ARRAY_SIZE(gv_only) : VR_ARRAY_SIZE(synth_only);
+
+	for (size_t i = 0; i < n; i++) {
+		const struct shim_arg *a = arg_given(args, keys[i]);
+		if (!a)
+			continue;
+		if (!gv)
+			return vr_err(
+			        err, errlen, -EINVAL,
 			        "shim.args.%s (line %u): only with simulate: synth (it sets the "
 			        "Fake camera's synthetic spectra; simulate is none)",
 			        a->key, a->line);
-			goto out_msg;
-		}
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
+		              "(%s), the key applies only there",
+		              a->key, a->line, s->cam_id,
+		              arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
+		              : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
+		                      ? "Aravis's in-process Fake camera"
+		                      : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
 	}
-	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format)) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
-		            s->pixel_format, gc_format_names());
-		goto out_msg;
+	return 0;
+}
+
+/* The values of the shim's own keys checked and set in s; the camera is not opened yet. */
+static int open_check_args(struct gc_shim *s, const struct shim_args *args,
+                           const struct gc_open_opts *o, char *err, size_t errlen)
+{
+	if (s->buffers && s->buffers < BUF_MIN)
+		return vr_err(err, errlen, -ERANGE,
+		              "shim.args.buffers: %" PRIu64
+		              " is too few (0 = pipeline.ring_bscans + "
+		              "1 epoch or 3 epochs, whichever is more; else %u..%u)",
+		              s->buffers, BUF_MIN, BUF_MAX);
+	s->packet_size = o->psize == UINT64_MAX ? -1 : (int64_t)o->psize;
+	if (o->psize != UINT64_MAX && o->psize && o->psize < 576)
+		return vr_err(err, errlen, -ERANGE,
+		              "shim.args.packet_size: %" PRIu64
+		              " is too small (0 = negotiate, else "
+		              "576..65535 bytes)",
+		              o->psize);
+	if (!strcmp(o->sock, "auto"))
+		s->packet_socket = -1;
+	else if (!strcmp(o->sock, "true") || !strcmp(o->sock, "on"))
+		s->packet_socket = 1;
+	else if (!strcmp(o->sock, "false") || !strcmp(o->sock, "off"))
+		s->packet_socket = 0;
+	else
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
+		              o->sock);
+	if (strcmp(o->reset, "auto") && strcmp(o->reset, "none"))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.reset: '%s' is not allowed (auto or none)", o->reset);
+	if (!strcmp(o->sim, "synth"))
+		s->fake.synth = true;
+	else if (strcmp(o->sim, "none"))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.simulate: '%s' is not allowed (none or synth)", o->sim);
+	if (!s->fake.synth) {
+		int rc = open_refuse_keys(s, args, false, err, errlen);
+		if (rc)
+			return rc;
 	}
+	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
+		              s->pixel_format, gc_format_names());
+	return 0;
+}
+
+/* The camera asked for opened, known to be the only one matched and under this process's
+ * control; s->cam_id names it. */
+static int open_camera(struct gc_shim *s, const struct shim_args *args, char *err, size_t errlen)
+{
+	GError *ge = NULL;
+	int rc;
 
 	if (s->fake.synth || !strncmp(s->want, "Fake_", 5)) {
-		rc = gc_fake_enable(err, sizeof(err));
+		rc = gc_fake_enable(err, errlen);
 		if (rc)
-			goto out_msg;
+			return rc;
 	}
-	rc = check_unique(s->want, s->cam_id, sizeof(s->cam_id), err, sizeof(err));
+	rc = check_unique(s->want, s->cam_id, sizeof(s->cam_id), err, errlen);
 	if (rc)
-		goto out_msg;
+		return rc;
 	s->cam = arv_camera_new(s->want[0] ? s->want : NULL, &ge);
 	if (!s->cam) {
-		char msg[GC_MSG_MAX];
-		rc = not_found(s->want, ge, msg, sizeof(msg));
+		rc = not_found(s->want, ge, err, errlen);
 		g_clear_error(&ge);
-		free(s);
-		return shim_open_fail(rc, "%s", msg);
+		return rc;
 	}
 	/* the id `camera:` takes: the one asked for, else the one camera found */
 	if (s->want[0])
@@ -301,73 +299,61 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		         arv_camera_get_device_id(s->cam, NULL)
 		                 ? arv_camera_get_device_id(s->cam, NULL)
 		                 : "?");
-	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.simulate: synth needs Aravis's in-process Fake camera "
-		            "(camera: Fake_1), camera %s is a real one",
-		            s->cam_id);
-		goto out_msg;
-	}
+	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam)))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.simulate: synth needs Aravis's in-process Fake camera "
+		              "(camera: Fake_1), camera %s is a real one",
+		              s->cam_id);
 	/* GigE Vision gives one application control: without it every write times out */
 	if (arv_camera_is_gv_device(s->cam) &&
-	    !arv_gv_device_is_controller(ARV_GV_DEVICE(arv_camera_get_device(s->cam)))) {
-		rc = vr_err(
-		        err, sizeof(err), -EBUSY,
+	    !arv_gv_device_is_controller(ARV_GV_DEVICE(arv_camera_get_device(s->cam))))
+		return vr_err(
+		        err, errlen, -EBUSY,
 		        "camera %s is controlled by another application (GigE Vision control "
 		        "privilege refused: a viewer, another volrecd, or another host holds it)",
 		        s->cam_id);
-		goto out_msg;
-	}
 	if (!arv_camera_is_gv_device(s->cam)) {
-		static const char *const gv_only[] = {"packet_size", "socket_buffer",
-		                                      "packet_socket", "packet_resend"};
-		for (size_t i = 0; i < sizeof(gv_only) / sizeof(gv_only[0]); i++) {
-			const struct shim_arg *a = arg_given(&args, gv_only[i]);
-			if (!a)
-				continue;
-			rc = vr_err(err, sizeof(err), -EINVAL,
-			            "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
-			            "(%s), the key applies only there",
-			            a->key, a->line, s->cam_id,
-			            arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
-			            : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
-			                    ? "Aravis's in-process Fake camera"
-			                    : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
-			goto out_msg;
-		}
+		rc = open_refuse_keys(s, args, true, err, errlen);
+		if (rc)
+			return rc;
 	}
 	s->lost_handler = g_signal_connect(arv_camera_get_device(s->cam), "control-lost",
 	                                   G_CALLBACK(on_control_lost), s);
-	for (size_t i = 0; i < args.n; i++) {
-		struct shim_arg *a = &args.a[i];
+	return 0;
+}
+
+/* OffsetX and OffsetY kept for configure(), which writes them after the frame size. */
+static void open_keep_offsets(struct gc_shim *s, struct shim_args *args)
+{
+	for (size_t i = 0; i < args->n; i++) {
+		struct shim_arg *a = &args->a[i];
 		int k = !strcmp(a->key, "OffsetX") ? 0 : !strcmp(a->key, "OffsetY") ? 1 : -1;
 		if (k >= 0 && !a->used) {
 			s->offset[k] = *a;
 			a->used = true;
 		}
 	}
-	/* a known state before anything is written: what an earlier run (or another
-	 * application) left in the camera does not carry over */
-	if (!strcmp(reset, "auto")) {
-		rc = gc_camera_reset(s->cam, s->cam_id, state_dir, &s->undo, err, sizeof(err));
-		if (rc)
-			goto out_msg;
-	}
-	rc = gc_features_apply(s->cam, &args, s->cam_id, &s->undo, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
-	if (rc)
-		goto out_msg;
-	if (s->pixel_format[0]) {
-		arv_camera_set_pixel_format_from_string(s->cam, s->pixel_format, &ge);
-		if (ge) {
-			rc = vr_err(err, sizeof(err), -EINVAL,
-			            "shim.args.pixel_format: camera %s refused %s: %s", s->cam_id,
-			            s->pixel_format, ge->message);
-			g_clear_error(&ge);
-			goto out_msg;
-		}
-	}
+}
+
+/* The pixel format asked for written to the camera (none asked: configure() chooses). */
+static int open_set_pixel_format(struct gc_shim *s, char *err, size_t errlen)
+{
+	GError *ge = NULL;
+	int rc;
+
+	if (!s->pixel_format[0])
+		return 0;
+	arv_camera_set_pixel_format_from_string(s->cam, s->pixel_format, &ge);
+	if (!ge)
+		return 0;
+	rc = vr_err(err, errlen, -EINVAL, "shim.args.pixel_format: camera %s refused %s: %s",
+	            s->cam_id, s->pixel_format, ge->message);
+	g_clear_error(&ge);
+	return rc;
+}
+
+static void open_describe(const struct gc_shim *s, struct volrec_shim_info *info)
+{
 	snprintf(info->name, sizeof(info->name), "genicam");
 	snprintf(info->version, sizeof(info->version), "%s (Aravis %u.%u.%u)", VOLREC_VERSION,
 	         arv_get_major_version(), arv_get_minor_version(), arv_get_micro_version());
@@ -381,6 +367,76 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	                 : "?",
 	         s->cam_id);
 	info->flags = 0;
+}
+
+static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
+{
+	struct gc_shim *s;
+	struct gc_open_opts o;
+	struct shim_args args;
+	char err[GC_MSG_MAX - 32];
+	int rc;
+
+	s = gc_shim_new(&o);
+	if (!s)
+		return shim_open_fail(-ENOMEM, "genicam: out of memory");
+	/* the feature's own name means the same as pixel_format */
+	const struct shim_arg_spec feature[] = {
+	        {"PixelFormat", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
+	};
+	/* the shim's own keys: the first two are read before PixelFormat */
+	const struct shim_arg_spec spec[] = {
+	        {"camera", .str = s->want, .max = sizeof(s->want)},
+	        {"pixel_format", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
+	        {"buffers", .u64 = &s->buffers, .max = BUF_MAX},
+	        {"packet_size", .u64 = &o.psize, .max = 65535},
+	        {"packet_socket", .str = o.sock, .max = sizeof(o.sock)},
+	        {"packet_resend", .flag = &s->packet_resend},
+	        {"socket_buffer", .u64 = &s->socket_buffer, .max = 1u << 30},
+	        {"set_geometry", .flag = &s->set_geometry},
+	        {"simulate", .str = o.sim, .max = sizeof(o.sim)},
+	        {"seed", .u64 = &s->fake.seed, .max = UINT64_MAX},
+	        {"deg_per_s", .dbl = &s->fake.deg_per_s, .lo = -3600, .hi = 3600},
+	        {"snr_db", .dbl = &s->fake.snr_db, .lo = -20, .hi = 200},
+	        {"phantom", .str = s->fake.phantom, .max = sizeof(s->fake.phantom)},
+	        {"motion_rate", .dbl = &s->fake.motion_rate, .lo = 0, .hi = 1e6},
+	        {"reset", .str = o.reset, .max = sizeof(o.reset)},
+	        {"state_dir", .str = o.state_dir, .max = sizeof(o.state_dir)},
+	};
+	rc = shim_args_parse(args_yaml, SHIM_ARGS_FEATURE_LIST, &args, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_get(&args, spec, 2, err, sizeof(err));
+	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.PixelFormat: given besides pixel_format (the same setting: "
+		            "give one of them)");
+	}
+	if (!rc && !s->pixel_format[0])
+		rc = shim_args_get(&args, feature, 1, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_get(&args, spec + 2, VR_ARRAY_SIZE(spec) - 2, err, sizeof(err));
+	if (!rc)
+		rc = open_check_args(s, &args, &o, err, sizeof(err));
+	if (!rc)
+		rc = open_camera(s, &args, err, sizeof(err));
+	if (rc)
+		goto out_msg;
+	open_keep_offsets(s, &args);
+	/* a known state before anything is written: what an earlier run (or another
+	 * application) left in the camera does not carry over */
+	if (!strcmp(o.reset, "auto")) {
+		rc = gc_camera_reset(s->cam, s->cam_id, o.state_dir, &s->undo, err, sizeof(err));
+		if (rc)
+			goto out_msg;
+	}
+	rc = gc_features_apply(s->cam, &args, s->cam_id, &s->undo, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
+	if (!rc)
+		rc = open_set_pixel_format(s, err, sizeof(err));
+	if (rc)
+		goto out_msg;
+	open_describe(s, info);
 	*handle = s;
 	return 0;
 
