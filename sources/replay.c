@@ -108,20 +108,10 @@ static int metadata_check(const uint8_t *meta, uint32_t len, const uint8_t *buf,
 	return 0;
 }
 
-/*
- * Check a replay header held in buf (len bytes read from the file's start, at least
- * min(file_size, SRC_REPLAY_FIXED_SIZE + offset table + metadata) when those fit) against
- * docs/replay-format.md for a file of file_size bytes. On success fills *info and, when the
- * file has an offset table, checks each entry. Messages do not name the file (the caller
- * prefixes it).
- */
-static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
-                            struct src_replay_info *info, char *err, size_t errlen)
+/* The magic and the size of the fixed header, the first things a replay file is checked for. */
+static int replay_check_magic(const uint8_t *buf, size_t len, uint64_t file_size, char *err,
+                              size_t errlen)
 {
-	struct src_replay_info h;
-	uint64_t table, need, epoch_bytes, data;
-	uint64_t reserved;
-
 	if (file_size == 0)
 		return vr_err(err, errlen, -EINVAL, "file is empty");
 	if (len < 8 || file_size < 8)
@@ -141,145 +131,210 @@ static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 		              "truncated header: the file is %llu bytes, the fixed header alone "
 		              "is %u",
 		              (unsigned long long)file_size, SRC_REPLAY_FIXED_SIZE);
-	memset(&h, 0, sizeof(h));
-	h.version = rd32(buf + 8);
-	h.header_size = rd32(buf + 12);
-	h.sample_type = rd32(buf + 16);
-	h.samples_per_ascan = rd32(buf + 20);
-	h.ascans_per_bscan = rd32(buf + 24);
-	h.bscans_per_volume = rd32(buf + 28);
-	h.epochs = rd64(buf + 32);
-	h.stride_x = rd32(buf + 40);
-	h.stride_y = rd32(buf + 44);
-	h.flags = rd32(buf + 48);
-	h.metadata_len = rd32(buf + 52);
-	reserved = rd64(buf + 56);
+	return 0;
+}
 
-	if (h.version != SRC_REPLAY_VERSION && h.version != SRC_REC_VERSION)
+/* The fields of the fixed header (buf holds SRC_REPLAY_FIXED_SIZE bytes), and its reserved
+ * bytes 56..63 in *reserved. */
+static void replay_read_fixed(const uint8_t *buf, struct src_replay_info *h, uint64_t *reserved)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = rd32(buf + 8);
+	h->header_size = rd32(buf + 12);
+	h->sample_type = rd32(buf + 16);
+	h->samples_per_ascan = rd32(buf + 20);
+	h->ascans_per_bscan = rd32(buf + 24);
+	h->bscans_per_volume = rd32(buf + 28);
+	h->epochs = rd64(buf + 32);
+	h->stride_x = rd32(buf + 40);
+	h->stride_y = rd32(buf + 44);
+	h->flags = rd32(buf + 48);
+	h->metadata_len = rd32(buf + 52);
+	*reserved = rd64(buf + 56);
+}
+
+/* The fixed header's fields, each within the limits of docs/replay-format.md. */
+static int replay_check_fixed(const struct src_replay_info *h, uint64_t reserved,
+                              uint64_t file_size, char *err, size_t errlen)
+{
+	if (h->version != SRC_REPLAY_VERSION && h->version != SRC_REC_VERSION)
 		return vr_err(
 		        err, errlen, -EPROTONOSUPPORT,
 		        "unsupported format version %u (this volrec reads versions %u and %u)",
-		        h.version, SRC_REPLAY_VERSION, SRC_REC_VERSION);
-	if (h.header_size < SRC_REPLAY_FIXED_SIZE)
+		        h->version, SRC_REPLAY_VERSION, SRC_REC_VERSION);
+	if (h->header_size < SRC_REPLAY_FIXED_SIZE)
 		return vr_err(err, errlen, -EINVAL,
 		              "header_size %u is smaller than the %u-byte fixed header",
-		              h.header_size, SRC_REPLAY_FIXED_SIZE);
-	if (h.header_size > SRC_REPLAY_HEADER_MAX)
+		              h->header_size, SRC_REPLAY_FIXED_SIZE);
+	if (h->header_size > SRC_REPLAY_HEADER_MAX)
 		return vr_err(err, errlen, -EINVAL, "header_size %u exceeds the limit of %u bytes",
-		              h.header_size, SRC_REPLAY_HEADER_MAX);
-	if (h.header_size > file_size)
+		              h->header_size, SRC_REPLAY_HEADER_MAX);
+	if (h->header_size > file_size)
 		return vr_err(err, errlen, -EINVAL,
 		              "truncated header: header_size %u but the file is %llu bytes",
-		              h.header_size, (unsigned long long)file_size);
-	if (reserved != 0 && h.version == SRC_REPLAY_VERSION)
+		              h->header_size, (unsigned long long)file_size);
+	if (reserved != 0 && h->version == SRC_REPLAY_VERSION)
 		return vr_err(err, errlen, -EINVAL,
 		              "reserved header bytes 56..63 are 0x%llx, must be 0",
 		              (unsigned long long)reserved);
-	if (h.sample_type > VOLREC_SAMPLE_U12GV)
+	if (h->sample_type > VOLREC_SAMPLE_U12GV)
 		return vr_err(err, errlen, -EINVAL,
 		              "unknown sample type %u (0 = u16, 1 = i16, 2 = f32, 3 = u12p, "
 		              "4 = u12gv)",
-		              h.sample_type);
-	if (h.flags & ~SRC_REPLAY_FLAGS_KNOWN)
-		return vr_err(err, errlen, -EINVAL, "unknown flags 0x%x (known: 0x%x)", h.flags,
+		              h->sample_type);
+	if (h->flags & ~SRC_REPLAY_FLAGS_KNOWN)
+		return vr_err(err, errlen, -EINVAL, "unknown flags 0x%x (known: 0x%x)", h->flags,
 		              SRC_REPLAY_FLAGS_KNOWN);
-	if (!h.samples_per_ascan || !h.ascans_per_bscan || !h.bscans_per_volume ||
-	    h.samples_per_ascan > DIM_MAX || h.ascans_per_bscan > DIM_MAX ||
-	    h.bscans_per_volume > DIM_MAX)
+	if (!h->samples_per_ascan || !h->ascans_per_bscan || !h->bscans_per_volume ||
+	    h->samples_per_ascan > DIM_MAX || h->ascans_per_bscan > DIM_MAX ||
+	    h->bscans_per_volume > DIM_MAX)
 		return vr_err(err, errlen, -EINVAL,
 		              "samples_per_ascan %u, ascans_per_bscan %u, bscans_per_volume %u: "
 		              "each must be 1..%u",
-		              h.samples_per_ascan, h.ascans_per_bscan, h.bscans_per_volume,
+		              h->samples_per_ascan, h->ascans_per_bscan, h->bscans_per_volume,
 		              DIM_MAX);
-	if (!h.stride_x || !h.stride_y || h.stride_x > 1024 || h.stride_y > 1024)
+	if (!h->stride_x || !h->stride_y || h->stride_x > 1024 || h->stride_y > 1024)
 		return vr_err(err, errlen, -EINVAL, "stride [%u, %u]: each must be 1..1024",
-		              h.stride_x, h.stride_y);
-	if (h.metadata_len > SRC_REPLAY_META_MAX)
+		              h->stride_x, h->stride_y);
+	if (h->metadata_len > SRC_REPLAY_META_MAX)
 		return vr_err(err, errlen, -EINVAL,
-		              "metadata length %u exceeds the limit of %u bytes", h.metadata_len,
+		              "metadata length %u exceeds the limit of %u bytes", h->metadata_len,
 		              SRC_REPLAY_META_MAX);
-	if (h.sample_type >= VOLREC_SAMPLE_U12P && h.samples_per_ascan % 2)
+	if (h->sample_type >= VOLREC_SAMPLE_U12P && h->samples_per_ascan % 2)
 		return vr_err(err, errlen, -EINVAL,
 		              "samples_per_ascan %u is odd with the packed sample type %s (K "
 		              "must be even)",
-		              h.samples_per_ascan, src_sample_name(h.sample_type));
+		              h->samples_per_ascan, src_sample_name(h->sample_type));
+	return 0;
+}
+
+/* Version 1: the offset table and the metadata fit the header; *table is the table's size. */
+static int replay_check_v1_header(const uint8_t *buf, size_t len, uint64_t file_size,
+                                  const struct src_replay_info *h, uint64_t *table, char *err,
+                                  size_t errlen)
+{
+	uint64_t need;
+
+	if (h->epochs == 0)
+		return vr_err(err, errlen, -EINVAL, "the file holds no epochs (epochs = 0)");
+	*table = 0;
+	if (h->flags & SRC_REPLAY_FLAG_OFFSETS) {
+		if (h->epochs > SRC_REPLAY_HEADER_MAX / 8)
+			return vr_err(err, errlen, -EINVAL,
+			              "an offset table of %llu epochs cannot fit in a header "
+			              "(at most %u bytes)",
+			              (unsigned long long)h->epochs, SRC_REPLAY_HEADER_MAX);
+		*table = h->epochs * 8;
+	}
+	need = SRC_REPLAY_FIXED_SIZE + *table + h->metadata_len;
+	if (need > h->header_size)
+		return vr_err(err, errlen, -EINVAL,
+		              "offset table (%llu bytes) and metadata (%u bytes) need a header of "
+		              "%llu bytes, header_size is %u (file %llu bytes)",
+		              (unsigned long long)*table, h->metadata_len, (unsigned long long)need,
+		              h->header_size, (unsigned long long)file_size);
+	if (len < need)
+		return vr_err(err, errlen, -EINVAL,
+		              "internal: header buffer of %zu bytes, need %llu", len,
+		              (unsigned long long)need);
+	return metadata_check(buf + SRC_REPLAY_FIXED_SIZE + *table, h->metadata_len, buf, NULL,
+	                      NULL, err, errlen);
+}
+
+/* Version 1: the file holds exactly the header and its epochs. */
+static int replay_check_v1_size(const struct src_replay_info *h, uint64_t file_size, char *err,
+                                size_t errlen)
+{
+	uint64_t epoch_bytes, data;
+
+	epoch_bytes = (uint64_t)h->bscans_per_volume * h->ascans_per_bscan *
+	              volrec_sample_bytes(h->sample_type, h->samples_per_ascan);
+	if (h->epochs > (UINT64_MAX - h->header_size) / epoch_bytes)
+		return vr_err(err, errlen, -EINVAL,
+		              "%llu epochs of %llu bytes overflow a file size",
+		              (unsigned long long)h->epochs, (unsigned long long)epoch_bytes);
+	data = h->epochs * epoch_bytes;
+	if (file_size < h->header_size + data)
+		return vr_err(err, errlen, -EINVAL,
+		              "truncated data: %llu epochs of %llu bytes need %llu bytes after the "
+		              "%u-byte header, the file has %llu (%llu bytes missing)",
+		              (unsigned long long)h->epochs, (unsigned long long)epoch_bytes,
+		              (unsigned long long)data, h->header_size,
+		              (unsigned long long)(file_size - h->header_size),
+		              (unsigned long long)(h->header_size + data - file_size));
+	if (file_size > h->header_size + data)
+		return vr_err(err, errlen, -EINVAL,
+		              "%llu trailing bytes after the last of %llu epochs (file %llu bytes, "
+		              "header %u + data %llu)",
+		              (unsigned long long)(file_size - h->header_size - data),
+		              (unsigned long long)h->epochs, (unsigned long long)file_size,
+		              h->header_size, (unsigned long long)data);
+	return 0;
+}
+
+/* Version 1 with an offset table: each entry is the offset epoch e is scanned at. */
+static int replay_check_v1_offsets(const uint8_t *buf, const struct src_replay_info *h, char *err,
+                                   size_t errlen)
+{
+	if (!(h->flags & SRC_REPLAY_FLAG_OFFSETS))
+		return 0;
+	for (uint64_t e = 0; e < h->epochs; e++) {
+		uint32_t ox = rd32(buf + SRC_REPLAY_FIXED_SIZE + 8 * e);
+		uint32_t oy = rd32(buf + SRC_REPLAY_FIXED_SIZE + 8 * e + 4);
+		uint32_t ex, ey;
+		if (ox >= h->stride_x || oy >= h->stride_y)
+			return vr_err(err, errlen, -EINVAL,
+			              "offset table entry %llu is (%u, %u), outside stride "
+			              "[%u, %u]",
+			              (unsigned long long)e, ox, oy, h->stride_x, h->stride_y);
+		vr_scan_offset(e, h->stride_x, h->stride_y, &ex, &ey);
+		if (ox != ex || oy != ey)
+			return vr_err(err, errlen, -EINVAL,
+			              "offset table entry %llu is (%u, %u), but epoch %llu "
+			              "is scanned at (%u, %u) (docs/algorithms.md §2.1)",
+			              (unsigned long long)e, ox, oy, (unsigned long long)e, ex, ey);
+	}
+	return 0;
+}
+
+/*
+ * Check a replay header held in buf (len bytes read from the file's start, at least
+ * min(file_size, SRC_REPLAY_FIXED_SIZE + offset table + metadata) when those fit) against
+ * docs/replay-format.md for a file of file_size bytes. On success fills *info and, when the
+ * file has an offset table, checks each entry. Messages do not name the file (the caller
+ * prefixes it).
+ */
+static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
+                            struct src_replay_info *info, char *err, size_t errlen)
+{
+	struct src_replay_info h;
+	uint64_t reserved, table;
+	int rc;
+
+	rc = replay_check_magic(buf, len, file_size, err, errlen);
+	if (rc)
+		return rc;
+	replay_read_fixed(buf, &h, &reserved);
+	rc = replay_check_fixed(&h, reserved, file_size, err, errlen);
+	if (rc)
+		return rc;
 	if (h.version == SRC_REC_VERSION) {
-		int rc = src_rec_parse_v2(buf, len, file_size, &h, err, errlen);
+		rc = src_rec_parse_v2(buf, len, file_size, &h, err, errlen);
 		if (rc)
 			return rc;
 		return metadata_check(buf + SRC_REPLAY_FIXED_SIZE, h.metadata_len, buf, info, &h,
 		                      err, errlen);
 	}
-	if (h.epochs == 0)
-		return vr_err(err, errlen, -EINVAL, "the file holds no epochs (epochs = 0)");
-	table = 0;
-	if (h.flags & SRC_REPLAY_FLAG_OFFSETS) {
-		if (h.epochs > SRC_REPLAY_HEADER_MAX / 8)
-			return vr_err(err, errlen, -EINVAL,
-			              "an offset table of %llu epochs cannot fit in a header "
-			              "(at most %u bytes)",
-			              (unsigned long long)h.epochs, SRC_REPLAY_HEADER_MAX);
-		table = h.epochs * 8;
-	}
-	need = SRC_REPLAY_FIXED_SIZE + table + h.metadata_len;
-	if (need > h.header_size)
-		return vr_err(err, errlen, -EINVAL,
-		              "offset table (%llu bytes) and metadata (%u bytes) need a header of "
-		              "%llu bytes, header_size is %u (file %llu bytes)",
-		              (unsigned long long)table, h.metadata_len, (unsigned long long)need,
-		              h.header_size, (unsigned long long)file_size);
-	if (len < need)
-		return vr_err(err, errlen, -EINVAL,
-		              "internal: header buffer of %zu bytes, need %llu", len,
-		              (unsigned long long)need);
-	int mrc = metadata_check(buf + SRC_REPLAY_FIXED_SIZE + table, h.metadata_len, buf, NULL,
-	                         NULL, err, errlen);
-	if (mrc)
-		return mrc;
+	rc = replay_check_v1_header(buf, len, file_size, &h, &table, err, errlen);
+	if (rc)
+		return rc;
 	h.repeats = 1;
 	h.complete = h.epochs;
-	epoch_bytes = (uint64_t)h.bscans_per_volume * h.ascans_per_bscan *
-	              volrec_sample_bytes(h.sample_type, h.samples_per_ascan);
-	if (h.epochs > (UINT64_MAX - h.header_size) / epoch_bytes)
-		return vr_err(err, errlen, -EINVAL,
-		              "%llu epochs of %llu bytes overflow a file size",
-		              (unsigned long long)h.epochs, (unsigned long long)epoch_bytes);
-	data = h.epochs * epoch_bytes;
-	if (file_size < h.header_size + data)
-		return vr_err(err, errlen, -EINVAL,
-		              "truncated data: %llu epochs of %llu bytes need %llu bytes after the "
-		              "%u-byte header, the file has %llu (%llu bytes missing)",
-		              (unsigned long long)h.epochs, (unsigned long long)epoch_bytes,
-		              (unsigned long long)data, h.header_size,
-		              (unsigned long long)(file_size - h.header_size),
-		              (unsigned long long)(h.header_size + data - file_size));
-	if (file_size > h.header_size + data)
-		return vr_err(err, errlen, -EINVAL,
-		              "%llu trailing bytes after the last of %llu epochs (file %llu bytes, "
-		              "header %u + data %llu)",
-		              (unsigned long long)(file_size - h.header_size - data),
-		              (unsigned long long)h.epochs, (unsigned long long)file_size,
-		              h.header_size, (unsigned long long)data);
-	if (h.flags & SRC_REPLAY_FLAG_OFFSETS) {
-		for (uint64_t e = 0; e < h.epochs; e++) {
-			uint32_t ox = rd32(buf + SRC_REPLAY_FIXED_SIZE + 8 * e);
-			uint32_t oy = rd32(buf + SRC_REPLAY_FIXED_SIZE + 8 * e + 4);
-			uint32_t ex, ey;
-			if (ox >= h.stride_x || oy >= h.stride_y)
-				return vr_err(err, errlen, -EINVAL,
-				              "offset table entry %llu is (%u, %u), outside stride "
-				              "[%u, %u]",
-				              (unsigned long long)e, ox, oy, h.stride_x,
-				              h.stride_y);
-			vr_scan_offset(e, h.stride_x, h.stride_y, &ex, &ey);
-			if (ox != ex || oy != ey)
-				return vr_err(err, errlen, -EINVAL,
-				              "offset table entry %llu is (%u, %u), but epoch %llu "
-				              "is scanned at (%u, %u) (docs/algorithms.md §2.1)",
-				              (unsigned long long)e, ox, oy, (unsigned long long)e,
-				              ex, ey);
-		}
-	}
+	rc = replay_check_v1_size(&h, file_size, err, errlen);
+	if (!rc)
+		rc = replay_check_v1_offsets(buf, &h, err, errlen);
+	if (rc)
+		return rc;
 	*info = h;
 	return 0;
 }
