@@ -55,7 +55,7 @@ struct replay {
 	uint64_t crc_skipped; /* epochs skipped for a wrong CRC-32C */
 	uint8_t *crc_buf;     /* copying path: where an epoch's bytes are read to check them */
 };
-_Static_assert(offsetof(struct replay, com) == 0, "src_common_strerror() reads com");
+_Static_assert(offsetof(struct replay, com) == 0, "shim_strerror() reads com.err");
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -435,30 +435,32 @@ static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t
 	struct replay *r = h;
 
 	if (ox >= r->geo.stride_x || oy >= r->geo.stride_y)
-		return src_fail(&r->com, -EINVAL,
-		                "replay %s: scan offset (%u, %u) of epoch %llu outside stride "
-		                "[%u, %u]",
-		                r->path, ox, oy, (unsigned long long)epoch, r->geo.stride_x,
-		                r->geo.stride_y);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: scan offset (%u, %u) of epoch %llu outside stride "
+		                 "[%u, %u]",
+		                 r->path, ox, oy, (unsigned long long)epoch, r->geo.stride_x,
+		                 r->geo.stride_y);
 	if (r->b != 0 && epoch == r->epoch)
-		return src_fail(&r->com, -EBUSY,
-		                "replay %s: epoch %llu is already being read (B-scan %u of %u)",
-		                r->path, (unsigned long long)epoch, r->b, r->geo.bscans_per_volume);
+		return shim_fail(&r->com.err, -EBUSY,
+		                 "replay %s: epoch %llu is already being read (B-scan %u of %u)",
+		                 r->path, (unsigned long long)epoch, r->b,
+		                 r->geo.bscans_per_volume);
 	if (r->frames) {
 		int64_t i = frame_of(r, epoch);
 		if (i >= 0 && (r->frames[i].ox != ox || r->frames[i].oy != oy))
-			return src_fail(&r->com, -EINVAL,
-			                "replay %s: epoch %llu is recorded epoch %llu, recorded at "
-			                "offset (%u, %u), not at the (%u, %u) asked for",
-			                r->path, (unsigned long long)epoch,
-			                (unsigned long long)r->frames[i].epoch, r->frames[i].ox,
-			                r->frames[i].oy, ox, oy);
+			return shim_fail(
+			        &r->com.err, -EINVAL,
+			        "replay %s: epoch %llu is recorded epoch %llu, recorded at "
+			        "offset (%u, %u), not at the (%u, %u) asked for",
+			        r->path, (unsigned long long)epoch,
+			        (unsigned long long)r->frames[i].epoch, r->frames[i].ox,
+			        r->frames[i].oy, ox, oy);
 	} else if (r->offsets) {
 		uint64_t fe = epoch % r->epochs;
 		uint32_t fx = rd32(r->offsets + 8 * fe), fy = rd32(r->offsets + 8 * fe + 4);
 		if (fx != ox || fy != oy)
-			return src_fail(
-			        &r->com, -EINVAL,
+			return shim_fail(
+			        &r->com.err, -EINVAL,
 			        "replay %s: epoch %llu is file epoch %llu, recorded at offset "
 			        "(%u, %u), not at the (%u, %u) asked for",
 			        r->path, (unsigned long long)epoch, (unsigned long long)fe, fx, fy,
@@ -484,26 +486,29 @@ static int check_unchanged(struct replay *r)
 	struct stat now, at;
 
 	if (fstat(r->fd, &now) < 0)
-		return src_fail(&r->com, -errno, "replay %s: fstat: %s", r->path, strerror(errno));
+		return shim_fail(&r->com.err, -errno, "replay %s: fstat: %s", r->path,
+		                 strerror(errno));
 	if (now.st_size != r->st.st_size)
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: the file changed size while being replayed (%lld bytes "
-		                "when opened, now %lld); it is read again when the source is "
-		                "reopened",
-		                r->path, (long long)r->st.st_size, (long long)now.st_size);
+		return shim_fail(
+		        &r->com.err, -ESTALE,
+		        "replay %s: the file changed size while being replayed (%lld bytes "
+		        "when opened, now %lld); it is read again when the source is "
+		        "reopened",
+		        r->path, (long long)r->st.st_size, (long long)now.st_size);
 	if (now.st_mtim.tv_sec != r->st.st_mtim.tv_sec ||
 	    now.st_mtim.tv_nsec != r->st.st_mtim.tv_nsec)
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: the file was modified while being replayed; it is read "
-		                "again when the source is reopened",
-		                r->path);
+		return shim_fail(
+		        &r->com.err, -ESTALE,
+		        "replay %s: the file was modified while being replayed; it is read "
+		        "again when the source is reopened",
+		        r->path);
 	bool gone = stat(r->path, &at) < 0;
 	if (gone || at.st_dev != r->st.st_dev || at.st_ino != r->st.st_ino)
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: the path %s while being replayed; it is read again "
-		                "when the source is reopened",
-		                r->path,
-		                gone ? "names no file any more" : "now names another file");
+		return shim_fail(&r->com.err, -ESTALE,
+		                 "replay %s: the path %s while being replayed; it is read again "
+		                 "when the source is reopened",
+		                 r->path,
+		                 gone ? "names no file any more" : "now names another file");
 	return 0;
 }
 
@@ -551,22 +556,24 @@ static int frame_crc_check(struct replay *r, uint64_t i)
 			                                           : (1u << 20);
 			rc = vr_pread_full(r->fd, r->crc_buf, n, at + done);
 			if (rc)
-				return src_fail(&r->com, rc == -ENODATA ? -ESTALE : rc,
-				                "replay %s: reading epoch %llu to check it: %s",
-				                r->path, (unsigned long long)r->frames[i].epoch,
-				                rc == -ENODATA ? "the file shrank" : strerror(-rc));
+				return shim_fail(&r->com.err, rc == -ENODATA ? -ESTALE : rc,
+				                 "replay %s: reading epoch %llu to check it: %s",
+				                 r->path, (unsigned long long)r->frames[i].epoch,
+				                 rc == -ENODATA ? "the file shrank"
+				                                : strerror(-rc));
 			crc = src_crc32c(crc, r->crc_buf, n);
 			done += n;
 		}
 	}
 	if (crc == r->frames[i].crc)
 		return 0;
-	return src_fail(&r->com, -EBADMSG,
-	                "replay %s: CRC-32C mismatch in epoch %llu (frame %llu at byte %llu): "
-	                "0x%08x, recorded 0x%08x; the data is damaged (source.replay.on_crc_error: "
-	                "skip leaves such epochs out)",
-	                r->path, (unsigned long long)r->frames[i].epoch, (unsigned long long)i,
-	                (unsigned long long)(at - SRC_REC_FRAME_HDR), crc, r->frames[i].crc);
+	return shim_fail(
+	        &r->com.err, -EBADMSG,
+	        "replay %s: CRC-32C mismatch in epoch %llu (frame %llu at byte %llu): "
+	        "0x%08x, recorded 0x%08x; the data is damaged (source.replay.on_crc_error: "
+	        "skip leaves such epochs out)",
+	        r->path, (unsigned long long)r->frames[i].epoch, (unsigned long long)i,
+	        (unsigned long long)(at - SRC_REC_FRAME_HDR), crc, r->frames[i].crc);
 }
 
 /* A recording, at the first B-scan of epoch e: which frame to read (r->cur_frame), or that the
@@ -587,11 +594,11 @@ static int frame_begin(struct replay *r, uint64_t e)
 			r->crc_skipped++;
 	}
 	if (r->cur_lost && !(r->geo.flags & VOLREC_SHIM_GEOMETRY_MARKS))
-		return src_fail(&r->com, -ENODATA,
-		                "replay %s: epoch %llu is not in the recording (%s), and this "
-		                "pipeline cannot take an epoch marked lost",
-		                r->path, (unsigned long long)e,
-		                i < 0 ? "the recorder left it out" : "its CRC-32C is wrong");
+		return shim_fail(&r->com.err, -ENODATA,
+		                 "replay %s: epoch %llu is not in the recording (%s), and this "
+		                 "pipeline cannot take an epoch marked lost",
+		                 r->path, (unsigned long long)e,
+		                 i < 0 ? "the recorder left it out" : "its CRC-32C is wrong");
 	return 0;
 }
 
@@ -604,8 +611,8 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 
 	epoch = r->b == 0 && r->pend ? r->pend_epoch : r->epoch;
 	if (!r->loop && epoch >= r->first + r->epochs)
-		return src_fail(&r->com, -ENODATA, "replay %s: end of file after %llu epochs",
-		                r->path, (unsigned long long)r->epochs);
+		return shim_fail(&r->com.err, -ENODATA, "replay %s: end of file after %llu epochs",
+		                 r->path, (unsigned long long)r->epochs);
 	rc = vr_pacer_wait(&r->com.pacer, timeout_ms);
 	if (rc)
 		return rc;
@@ -646,23 +653,24 @@ static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	int rc;
 
 	if (size < r->bscan_bytes)
-		return src_fail(&r->com, -EINVAL, "replay %s: buffer of %zu bytes, a B-scan is %zu",
-		                r->path, size, r->bscan_bytes);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: buffer of %zu bytes, a B-scan is %zu", r->path, size,
+		                 r->bscan_bytes);
 	rc = replay_next(r, timeout_ms, meta, &pos);
 	if (rc)
 		return rc;
 	rc = vr_pread_full(r->fd, buf, r->bscan_bytes, r->data_off + pos);
 	if (rc == -ENODATA)
-		return src_fail(
-		        &r->com, -ESTALE,
+		return shim_fail(
+		        &r->com.err, -ESTALE,
 		        "replay %s: the file shrank while being replayed: a B-scan at bytes "
 		        "%llu..%llu, the file now ends at %lld",
 		        r->path, (unsigned long long)(r->data_off + pos),
 		        (unsigned long long)(r->data_off + pos + r->bscan_bytes),
 		        fstat(r->fd, &now) == 0 ? (long long)now.st_size : -1ll);
 	if (rc)
-		return src_fail(&r->com, rc, "replay %s: reading a B-scan at byte %llu: %s",
-		                r->path, (unsigned long long)(r->data_off + pos), strerror(-rc));
+		return shim_fail(&r->com.err, rc, "replay %s: reading a B-scan at byte %llu: %s",
+		                 r->path, (unsigned long long)(r->data_off + pos), strerror(-rc));
 	return 0;
 }
 
@@ -680,29 +688,30 @@ static int lease_and_map(struct replay *r)
 	 * before F_SETOWN 0 (no owner: no signal at all); the break is polled (F_GETLEASE) */
 	if (fcntl(r->fd, F_SETSIG, SIGURG) < 0 || fcntl(r->fd, F_SETLEASE, F_RDLCK) < 0) {
 		e = errno;
-		return src_fail(&r->com, -e,
-		                "replay %s: zero-copy needs a read lease on the file, so that it "
-		                "cannot change while the backend reads it in place: %s%s",
-		                r->path, strerror(e),
-		                e == EACCES   ? " (the file belongs to another user: the process "
-		                                "needs to own it or CAP_LEASE)"
-		                : e == EAGAIN ? " (the file is open for writing)"
-		                              : "");
+		return shim_fail(&r->com.err, -e,
+		                 "replay %s: zero-copy needs a read lease on the file, so that it "
+		                 "cannot change while the backend reads it in place: %s%s",
+		                 r->path, strerror(e),
+		                 e == EACCES   ? " (the file belongs to another user: the process "
+		                                 "needs to own it or CAP_LEASE)"
+		                 : e == EAGAIN ? " (the file is open for writing)"
+		                               : "");
 	}
 	if (fcntl(r->fd, F_SETOWN, 0) < 0) {
 		e = errno;
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
-		return src_fail(&r->com, -e, "replay %s: F_SETOWN: %s", r->path, strerror(e));
+		return shim_fail(&r->com.err, -e, "replay %s: F_SETOWN: %s", r->path, strerror(e));
 	}
 	/* the file may have changed between open and the lease */
 	if (fstat(r->fd, &now) < 0 || now.st_size != r->st.st_size ||
 	    now.st_mtim.tv_sec != r->st.st_mtim.tv_sec ||
 	    now.st_mtim.tv_nsec != r->st.st_mtim.tv_nsec) {
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: the file changed since it was opened; it is read again "
-		                "when the source is reopened",
-		                r->path);
+		return shim_fail(
+		        &r->com.err, -ESTALE,
+		        "replay %s: the file changed since it was opened; it is read again "
+		        "when the source is reopened",
+		        r->path);
 	}
 	/* shared: the pages are the file's own (page cache, tmpfs), never copied on a write,
 	 * so a backend can pin them for DMA */
@@ -710,8 +719,8 @@ static int lease_and_map(struct replay *r)
 	if (m == MAP_FAILED) {
 		e = errno;
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
-		return src_fail(&r->com, -e, "replay %s: mmap of %lld bytes: %s", r->path,
-		                (long long)r->st.st_size, strerror(e));
+		return shim_fail(&r->com.err, -e, "replay %s: mmap of %lld bytes: %s", r->path,
+		                 (long long)r->st.st_size, strerror(e));
 	}
 	madvise(m, (size_t)r->st.st_size, MADV_SEQUENTIAL);
 	r->map = m;
@@ -727,11 +736,11 @@ static int replay_ref_regions(void *h, struct volrec_shim_region *regions, uint3
 	int rc;
 
 	if (!count)
-		return src_fail(&r->com, -EINVAL, "replay %s: ref_regions() without a count",
-		                r->path);
+		return shim_fail(&r->com.err, -EINVAL, "replay %s: ref_regions() without a count",
+		                 r->path);
 	if (max && !regions)
-		return src_fail(&r->com, -EINVAL,
-		                "replay %s: ref_regions() with max %u and no array", r->path, max);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: ref_regions() with max %u and no array", r->path, max);
 	rc = lease_and_map(r);
 	if (rc)
 		return rc;
@@ -752,19 +761,19 @@ static int replay_acquire_ref(void *h, const void **bscan, int timeout_ms,
 	int rc;
 
 	if (!bscan)
-		return src_fail(&r->com, -EINVAL, "replay %s: acquire_ref() without a pointer",
-		                r->path);
+		return shim_fail(&r->com.err, -EINVAL, "replay %s: acquire_ref() without a pointer",
+		                 r->path);
 	if (!r->map)
-		return src_fail(&r->com, -EINVAL, "replay %s: acquire_ref() before ref_regions()",
-		                r->path);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: acquire_ref() before ref_regions()", r->path);
 	if (atomic_load(&r->lease_broken) || fcntl(r->fd, F_GETLEASE) != F_RDLCK) {
 		atomic_store(&r->lease_broken, true);
 		lease_give_up_if_idle(r);
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: another process opened the file for writing or "
-		                "truncated it; the source lets go of it (once its %llu B-scans in "
-		                "use are released) and reads it again when reopened",
-		                r->path, (unsigned long long)atomic_load(&r->refs));
+		return shim_fail(&r->com.err, -ESTALE,
+		                 "replay %s: another process opened the file for writing or "
+		                 "truncated it; the source lets go of it (once its %llu B-scans in "
+		                 "use are released) and reads it again when reopened",
+		                 r->path, (unsigned long long)atomic_load(&r->refs));
 	}
 	rc = replay_next(r, timeout_ms, meta, &pos);
 	if (rc == 0) {
@@ -791,15 +800,15 @@ static int replay_release_ref(void *h, const void *bscan)
 	    (r->frames
 	             ? p >= (const uint8_t *)r->map + r->map_len || rel % r->bscan_bytes
 	             : p >= r->data + n * r->bscan_bytes || (size_t)(p - r->data) % r->bscan_bytes))
-		return src_fail(&r->com, -EINVAL,
-		                "replay %s: release_ref(%p): not a B-scan this source handed out",
-		                r->path, bscan);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: release_ref(%p): not a B-scan this source handed out",
+		                 r->path, bscan);
 	uint64_t held = atomic_load(&r->refs);
 	do {
 		if (held == 0)
-			return src_fail(&r->com, -EINVAL,
-			                "replay %s: release_ref(%p) with no reference held",
-			                r->path, bscan);
+			return shim_fail(&r->com.err, -EINVAL,
+			                 "replay %s: release_ref(%p) with no reference held",
+			                 r->path, bscan);
 	} while (!atomic_compare_exchange_weak(&r->refs, &held, held - 1));
 	if (held == 1)
 		lease_give_up_if_idle(r);
@@ -832,7 +841,7 @@ static const struct volrec_shim_ops src_replay_ops = {
         .acquire = replay_acquire,
         .stop = src_common_stop,
         .close = replay_close,
-        .strerror = src_common_strerror,
+        .strerror = shim_strerror,
         .ref_regions = replay_ref_regions,
         .acquire_ref = replay_acquire_ref,
         .release_ref = replay_release_ref,
@@ -1003,8 +1012,7 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 			goto out_free;
 	}
 	posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	vr_pacer_init(&r->com.pacer, r->geo.rate * r->geo.bscans_per_volume,
-	              r->geo.bscans_per_volume);
+	shim_pacer_init(&r->com.pacer, &r->geo);
 	src->impl = src_replay_ops;
 	src->handle = r;
 	src->dl = NULL;
