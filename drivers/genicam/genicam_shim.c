@@ -659,6 +659,121 @@ static bool is_loopback(ArvGvDevice *gv)
 	return lo;
 }
 
+/* The camera set to stream continuously; a GigE Vision one with its packet socket and size. */
+static int configure_transport(struct gc_shim *s)
+{
+	ArvDevice *dev = arv_camera_get_device(s->cam);
+	GError *ge = NULL;
+
+	/* a camera without AcquisitionMode streams continuously anyway; one that has it must
+	 * take Continuous, or it would stop after a frame or a few */
+	if (arv_device_get_feature(dev, "AcquisitionMode")) {
+		arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
+		if (ge)
+			return aravis_fail(s, &ge, " refused AcquisitionMode Continuous");
+	}
+	if (arv_camera_is_gv_device(s->cam)) {
+		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
+		bool lo = is_loopback(gv);
+		bool sock = s->packet_socket < 0 ? !lo : s->packet_socket;
+
+		arv_gv_device_set_stream_options(
+		        gv, sock ? ARV_GV_STREAM_OPTION_NONE
+		                 : ARV_GV_STREAM_OPTION_PACKET_SOCKET_DISABLED);
+		if (s->packet_size > 0)
+			arv_camera_gv_set_packet_size(s->cam, (gint)s->packet_size, &ge);
+		else if (s->packet_size < 0 || s->packet_size == 0)
+			arv_camera_gv_auto_packet_size(s->cam, &ge);
+		if (ge)
+			return aravis_fail(s, &ge, ": packet size %s",
+			                   s->packet_size > 0 ? "refused" : "negotiation failed");
+	}
+	return 0;
+}
+
+/* The stream buffers of geometry g into s->nbuf: as asked, else enough for what volrecd holds. */
+static void buffer_count(struct gc_shim *s, const struct volrec_shim_geometry *g)
+{
+	if (s->buffers) {
+		s->nbuf = (uint32_t)s->buffers;
+	} else {
+		/* volrecd holds up to pipeline.ring_bscans buffers when processing falls
+		 * behind; with fewer the camera would run out of buffers and lose frames,
+		 * counted as source losses instead of the epochs the ring drops */
+		uint64_t held =
+		        (g->flags & VOLREC_SHIM_GEOMETRY_HELD) ? g->held_bscans : HELD_DEFAULT;
+		uint64_t n = held + g->bscans_per_volume;
+		if (n < 3 * (uint64_t)g->bscans_per_volume)
+			n = 3 * (uint64_t)g->bscans_per_volume;
+		s->nbuf = n > BUF_MAX ? BUF_MAX : (uint32_t)n;
+	}
+	if (s->nbuf < BUF_MIN)
+		s->nbuf = BUF_MIN;
+	if (s->nbuf > BUF_MAX)
+		s->nbuf = BUF_MAX;
+}
+
+/* The one region of s->nbuf buffers of payload bytes (and their widened copies, and the
+ * dummy B-scan), and an ArvBuffer on each; stream_free() undoes what was done. */
+static int buffers_alloc(struct gc_shim *s, size_t payload)
+{
+	s->stride = (payload + PAGE - 1) / PAGE * PAGE;
+	s->out_stride = s->fmt->widen ? (s->bscan_bytes + PAGE - 1) / PAGE * PAGE : 0;
+	s->region_size = (size_t)s->nbuf * (s->stride + s->out_stride) +
+	                 (s->bscan_bytes + PAGE - 1) / PAGE * PAGE;
+	s->region = mmap(NULL, s->region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	                 -1, 0);
+	if (s->region == MAP_FAILED) {
+		s->region = NULL;
+		return shim_fail(&s->err, -ENOMEM,
+		                 "genicam: cannot map %zu bytes of stream buffers", s->region_size);
+	}
+	s->dummy = s->region + (size_t)s->nbuf * (s->stride + s->out_stride);
+	s->bufs = calloc(s->nbuf, sizeof(*s->bufs));
+	s->out = calloc(s->nbuf, sizeof(*s->out));
+	s->slot = calloc(s->nbuf, sizeof(*s->slot));
+	if (!s->bufs || !s->out || !s->slot)
+		return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
+	for (uint32_t i = 0; i < s->nbuf; i++) {
+		s->bufs[i] = arv_buffer_new_full(s->stride, s->region + (size_t)i * s->stride,
+		                                 GUINT_TO_POINTER(i + 1), NULL);
+		if (!s->bufs[i])
+			return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
+	}
+	return 0;
+}
+
+/* The stream (and with simulate: synth, the Fake camera's spectra attached); every buffer
+ * starts out of it, start() pushes them. stream_free() undoes what was done. */
+static int stream_create(struct gc_shim *s, const struct volrec_shim_geometry *g)
+{
+	GError *ge = NULL;
+	int rc;
+
+	if (s->fake.synth) {
+		char err[GC_MSG_MAX - 64];
+		rc = gc_fake_attach(s->cam, &s->fake, g, s->fmt, &s->fk, err, sizeof(err));
+		if (rc)
+			return shim_fail(&s->err, rc, "genicam: %s", err);
+	}
+	s->stream = arv_camera_create_stream(s->cam, NULL, NULL, &ge);
+	if (!s->stream)
+		return aravis_fail(s, &ge, ": cannot create the stream");
+	if (ARV_IS_GV_STREAM(s->stream)) {
+		/* a burst of frames must fit the socket while the receiving thread is not
+		 * running: 8 frames by default (the kernel caps it at net.core.rmem_max) */
+		uint64_t sb = s->socket_buffer ? s->socket_buffer : 8 * (uint64_t)s->stride;
+		g_object_set(s->stream, "packet-resend",
+		             s->packet_resend ? ARV_GV_STREAM_PACKET_RESEND_ALWAYS
+		                              : ARV_GV_STREAM_PACKET_RESEND_NEVER,
+		             "socket-buffer", ARV_GV_STREAM_SOCKET_BUFFER_FIXED,
+		             "socket-buffer-size", (gint)(sb > INT32_MAX ? INT32_MAX : sb), NULL);
+	}
+	for (uint32_t i = 0; i < s->nbuf; i++)
+		atomic_store(&s->out[i], 2);
+	return 0;
+}
+
 static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 {
 	struct gc_shim *s = h;
@@ -689,31 +804,10 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		                 "(its own test pattern is Mono8 or Mono16)",
 		                 s->cam_id, s->fmt->name);
 	rc = set_frame_size(s, g);
+	if (!rc)
+		rc = configure_transport(s);
 	if (rc)
 		return rc;
-	/* a camera without AcquisitionMode streams continuously anyway; one that has it must
-	 * take Continuous, or it would stop after a frame or a few */
-	if (arv_device_get_feature(dev, "AcquisitionMode")) {
-		arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
-		if (ge)
-			return aravis_fail(s, &ge, " refused AcquisitionMode Continuous");
-	}
-	if (arv_camera_is_gv_device(s->cam)) {
-		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
-		bool lo = is_loopback(gv);
-		bool sock = s->packet_socket < 0 ? !lo : s->packet_socket;
-
-		arv_gv_device_set_stream_options(
-		        gv, sock ? ARV_GV_STREAM_OPTION_NONE
-		                 : ARV_GV_STREAM_OPTION_PACKET_SOCKET_DISABLED);
-		if (s->packet_size > 0)
-			arv_camera_gv_set_packet_size(s->cam, (gint)s->packet_size, &ge);
-		else if (s->packet_size < 0 || s->packet_size == 0)
-			arv_camera_gv_auto_packet_size(s->cam, &ge);
-		if (ge)
-			return aravis_fail(s, &ge, ": packet size %s",
-			                   s->packet_size > 0 ? "refused" : "negotiation failed");
-	}
 	payload = arv_camera_get_payload(s->cam, &ge);
 	if (ge)
 		return aravis_fail(s, &ge, ": reading PayloadSize");
@@ -730,77 +824,14 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		        "%u %s pixels (%zu bytes)",
 		        s->cam_id, payload, g->samples_per_ascan, g->ascans_per_bscan, s->fmt->name,
 		        s->frame_bytes);
-	if (s->buffers) {
-		s->nbuf = (uint32_t)s->buffers;
-	} else {
-		/* volrecd holds up to pipeline.ring_bscans buffers when processing falls
-		 * behind; with fewer the camera would run out of buffers and lose frames,
-		 * counted as source losses instead of the epochs the ring drops */
-		uint64_t held =
-		        (g->flags & VOLREC_SHIM_GEOMETRY_HELD) ? g->held_bscans : HELD_DEFAULT;
-		uint64_t n = held + g->bscans_per_volume;
-		if (n < 3 * (uint64_t)g->bscans_per_volume)
-			n = 3 * (uint64_t)g->bscans_per_volume;
-		s->nbuf = n > BUF_MAX ? BUF_MAX : (uint32_t)n;
-	}
-	if (s->nbuf < BUF_MIN)
-		s->nbuf = BUF_MIN;
-	if (s->nbuf > BUF_MAX)
-		s->nbuf = BUF_MAX;
-	s->stride = (payload + PAGE - 1) / PAGE * PAGE;
-	s->out_stride = s->fmt->widen ? (s->bscan_bytes + PAGE - 1) / PAGE * PAGE : 0;
-	s->region_size = (size_t)s->nbuf * (s->stride + s->out_stride) +
-	                 (s->bscan_bytes + PAGE - 1) / PAGE * PAGE;
-	s->region = mmap(NULL, s->region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-	                 -1, 0);
-	if (s->region == MAP_FAILED) {
-		s->region = NULL;
-		return shim_fail(&s->err, -ENOMEM,
-		                 "genicam: cannot map %zu bytes of stream buffers", s->region_size);
-	}
-	s->dummy = s->region + (size_t)s->nbuf * (s->stride + s->out_stride);
-	s->bufs = calloc(s->nbuf, sizeof(*s->bufs));
-	s->out = calloc(s->nbuf, sizeof(*s->out));
-	s->slot = calloc(s->nbuf, sizeof(*s->slot));
-	if (!s->bufs || !s->out || !s->slot) {
-		stream_free(s);
-		return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
-	}
-	for (uint32_t i = 0; i < s->nbuf; i++) {
-		s->bufs[i] = arv_buffer_new_full(s->stride, s->region + (size_t)i * s->stride,
-		                                 GUINT_TO_POINTER(i + 1), NULL);
-		if (!s->bufs[i]) {
-			stream_free(s);
-			return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
-		}
-	}
-	if (s->fake.synth) {
-		char err[GC_MSG_MAX - 64];
-		rc = gc_fake_attach(s->cam, &s->fake, g, s->fmt, &s->fk, err, sizeof(err));
-		if (rc) {
-			stream_free(s);
-			return shim_fail(&s->err, rc, "genicam: %s", err);
-		}
-	}
-	s->stream = arv_camera_create_stream(s->cam, NULL, NULL, &ge);
-	if (!s->stream) {
-		rc = aravis_fail(s, &ge, ": cannot create the stream");
+	buffer_count(s, g);
+	rc = buffers_alloc(s, payload);
+	if (!rc)
+		rc = stream_create(s, g);
+	if (rc) {
 		stream_free(s);
 		return rc;
 	}
-	if (ARV_IS_GV_STREAM(s->stream)) {
-		/* a burst of frames must fit the socket while the receiving thread is not
-		 * running: 8 frames by default (the kernel caps it at net.core.rmem_max) */
-		uint64_t sb = s->socket_buffer ? s->socket_buffer : 8 * (uint64_t)s->stride;
-		g_object_set(s->stream, "packet-resend",
-		             s->packet_resend ? ARV_GV_STREAM_PACKET_RESEND_ALWAYS
-		                              : ARV_GV_STREAM_PACKET_RESEND_NEVER,
-		             "socket-buffer", ARV_GV_STREAM_SOCKET_BUFFER_FIXED,
-		             "socket-buffer-size", (gint)(sb > INT32_MAX ? INT32_MAX : sb), NULL);
-	}
-	/* every buffer starts out of the stream; start() pushes them */
-	for (uint32_t i = 0; i < s->nbuf; i++)
-		atomic_store(&s->out[i], 2);
 	s->configured = true;
 	s->next_pos = 0;
 	return 0;
@@ -960,6 +991,44 @@ static bool frame_complete(const struct gc_shim *s, ArvBuffer *b, char *why, siz
 	return false;
 }
 
+/* The held frame at the next position, or (it is further on) the mark of the position before
+ * it, lost or incomplete; a mark without VOLREC_SHIM_META_LOST / _INCOMPLETE honoured is a
+ * fault. */
+static int deliver_held(struct gc_shim *s, ArvBuffer **out, struct volrec_shim_meta *meta)
+{
+	const uint64_t ny = s->geo.bscans_per_volume;
+	uint32_t flag = 0;
+
+	if (s->held_pos > s->next_pos) {
+		flag = s->incomplete ? VOLREC_SHIM_META_INCOMPLETE : VOLREC_SHIM_META_LOST;
+		if (s->incomplete)
+			s->incomplete--;
+		if (!s->marks) {
+			uint64_t pos = s->next_pos++;
+			return shim_fail(&s->err, -EIO,
+			                 "genicam: camera %s: the frame of epoch %" PRIu64
+			                 " B-scan %" PRIu64 " %s",
+			                 s->cam_id, pos / ny, pos % ny,
+			                 flag == VOLREC_SHIM_META_LOST
+			                         ? "never arrived (frame id gap)"
+			                         : "arrived incomplete");
+		}
+	} else {
+		*out = s->held;
+		s->held = NULL;
+		s->incomplete = 0;
+	}
+	if (meta) {
+		uint64_t ts = *out ? arv_buffer_get_system_timestamp(*out) : 0;
+		meta->timestamp_ns = ts ? ts : vr_now_ns(CLOCK_REALTIME);
+		meta->epoch = s->next_pos / ny;
+		meta->bscan = (uint32_t)(s->next_pos % ny);
+		meta->flags = flag;
+	}
+	s->next_pos++;
+	return 0;
+}
+
 /*
  * The B-scan due at next_pos: *out a complete frame (the caller gives it back), or NULL with
  * meta->flags carrying why that position has no data. -ETIMEDOUT when nothing came.
@@ -969,7 +1038,6 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 {
 	const uint64_t t0 = vr_now_ns(CLOCK_MONOTONIC);
 	const uint64_t limit = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
-	const uint64_t ny = s->geo.bscans_per_volume;
 	uint64_t bad = 0; /* incomplete frames in this call */
 	char why[160] = "";
 
@@ -979,39 +1047,8 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			requeue(s, s->held); /* before the epoch told: skipped */
 			s->held = NULL;
 		}
-		if (s->held) {
-			uint32_t flag = 0;
-			if (s->held_pos > s->next_pos) {
-				flag = s->incomplete ? VOLREC_SHIM_META_INCOMPLETE
-				                     : VOLREC_SHIM_META_LOST;
-				if (s->incomplete)
-					s->incomplete--;
-				if (!s->marks) {
-					uint64_t pos = s->next_pos++;
-					return shim_fail(
-					        &s->err, -EIO,
-					        "genicam: camera %s: the frame of epoch %" PRIu64
-					        " B-scan %" PRIu64 " %s",
-					        s->cam_id, pos / ny, pos % ny,
-					        flag == VOLREC_SHIM_META_LOST
-					                ? "never arrived (frame id gap)"
-					                : "arrived incomplete");
-				}
-			} else {
-				*out = s->held;
-				s->held = NULL;
-				s->incomplete = 0;
-			}
-			if (meta) {
-				uint64_t ts = *out ? arv_buffer_get_system_timestamp(*out) : 0;
-				meta->timestamp_ns = ts ? ts : vr_now_ns(CLOCK_REALTIME);
-				meta->epoch = s->next_pos / ny;
-				meta->bscan = (uint32_t)(s->next_pos % ny);
-				meta->flags = flag;
-			}
-			s->next_pos++;
-			return 0;
-		}
+		if (s->held)
+			return deliver_held(s, out, meta);
 		if (atomic_load(&s->control_lost))
 			return shim_fail(&s->err, -ENODEV,
 			                 "genicam: camera %s: control lost (no heartbeat answer: "
