@@ -1039,16 +1039,12 @@ struct src_replay_writer {
 	uint64_t want, done; /* B-scans announced and written */
 };
 
-int src_replay_writer_open(const char *path, bool raw, const struct src_replay_info *info,
-                           const uint32_t (*offsets)[2], const char *metadata,
-                           struct src_replay_writer **out, char *err, size_t errlen)
+/* The writer's arguments, each within what the format holds; *table the offset table's size. */
+static int writer_check(const char *path, bool raw, const struct src_replay_info *info,
+                        const uint32_t (*offsets)[2], size_t meta_len, uint64_t *table, char *err,
+                        size_t errlen)
 {
-	struct src_replay_writer *w;
-	size_t meta_len = metadata ? strlen(metadata) : 0;
-	uint64_t table = 0, hsize = 0;
-	uint8_t *hdr = NULL;
-	int rc;
-
+	*table = 0;
 	if (info->sample_type > VOLREC_SAMPLE_U12GV || !info->samples_per_ascan ||
 	    (info->sample_type >= VOLREC_SAMPLE_U12P && info->samples_per_ascan % 2) ||
 	    !info->ascans_per_bscan || !info->bscans_per_volume || !info->epochs ||
@@ -1066,15 +1062,101 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 		for (uint64_t e = 0; e < info->epochs; e++)
 			if (offsets[e][0] >= info->stride_x || offsets[e][1] >= info->stride_y)
 				return vr_err(err, errlen, -EINVAL,
-				              "replay writer %s: offset of epoch %llu outside the "
+				              "replay writer %s: offset of epoch %llu "
+				              "outside the "
 				              "stride",
 				              path, (unsigned long long)e);
-		table = info->epochs * 8;
+		*table = info->epochs * 8;
 	}
 	if (meta_len > SRC_REPLAY_META_MAX)
 		return vr_err(err, errlen, -EINVAL,
 		              "replay writer %s: metadata of %zu bytes exceeds %u", path, meta_len,
 		              SRC_REPLAY_META_MAX);
+	return 0;
+}
+
+/* A new file beside path, w->tmp, open in w->f: renamed over path when complete, so that a
+ * daemon replaying path goes on reading the old file, never a truncated one
+ * (docs/replay-format.md). */
+static int writer_create(struct src_replay_writer *w, const char *path, char *err, size_t errlen)
+{
+	for (unsigned i = 0;; i++) {
+		int fd, rc;
+
+		snprintf(w->tmp, sizeof(w->tmp), "%s.tmp-%ld-%u", path, (long)getpid(), i);
+		fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		if (fd >= 0) {
+			w->f = fdopen(fd, "wb");
+			if (w->f)
+				return 0;
+			rc = vr_err(err, errlen, -errno, "replay writer %s: fdopen: %s", path,
+			            strerror(errno));
+			close(fd);
+			unlink(w->tmp);
+			return rc;
+		}
+		if (errno != EEXIST || i == 100)
+			return vr_err(err, errlen, -errno, "replay writer %s: cannot create %s: %s",
+			              path, w->tmp, strerror(errno));
+	}
+}
+
+/* The versioned header (docs/replay-format.md) written to w->f: the fixed part, the offset
+ * table of table bytes, the metadata, padded. */
+static int writer_header(struct src_replay_writer *w, const char *path,
+                         const struct src_replay_info *info, const uint32_t (*offsets)[2],
+                         uint64_t table, const char *metadata, size_t meta_len, char *err,
+                         size_t errlen)
+{
+	uint64_t hsize = SRC_REPLAY_FIXED_SIZE + table + meta_len;
+	uint8_t *hdr;
+	int rc = 0;
+
+	hsize = (hsize + SRC_REPLAY_ALIGN - 1) / SRC_REPLAY_ALIGN * SRC_REPLAY_ALIGN;
+	if (hsize > SRC_REPLAY_HEADER_MAX)
+		return vr_err(err, errlen, -EINVAL,
+		              "replay writer %s: header of %llu bytes exceeds %u", path,
+		              (unsigned long long)hsize, SRC_REPLAY_HEADER_MAX);
+	hdr = calloc(1, hsize);
+	if (!hdr)
+		return vr_err(err, errlen, -ENOMEM, "replay writer: out of memory");
+	memcpy(hdr, SRC_REPLAY_MAGIC, 8);
+	wr32(hdr + 8, SRC_REPLAY_VERSION);
+	wr32(hdr + 12, (uint32_t)hsize);
+	wr32(hdr + 16, info->sample_type);
+	wr32(hdr + 20, info->samples_per_ascan);
+	wr32(hdr + 24, info->ascans_per_bscan);
+	wr32(hdr + 28, info->bscans_per_volume);
+	wr64(hdr + 32, info->epochs);
+	wr32(hdr + 40, info->stride_x);
+	wr32(hdr + 44, info->stride_y);
+	wr32(hdr + 48, info->flags);
+	wr32(hdr + 52, (uint32_t)meta_len);
+	for (uint64_t e = 0; table && e < info->epochs; e++) {
+		wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e, offsets[e][0]);
+		wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e + 4, offsets[e][1]);
+	}
+	if (meta_len)
+		memcpy(hdr + SRC_REPLAY_FIXED_SIZE + table, metadata, meta_len);
+	if (fwrite(hdr, 1, hsize, w->f) != hsize)
+		rc = vr_err(err, errlen, -EIO, "replay writer %s: writing the header: %s", path,
+		            strerror(errno));
+	free(hdr);
+	return rc;
+}
+
+int src_replay_writer_open(const char *path, bool raw, const struct src_replay_info *info,
+                           const uint32_t (*offsets)[2], const char *metadata,
+                           struct src_replay_writer **out, char *err, size_t errlen)
+{
+	struct src_replay_writer *w;
+	size_t meta_len = metadata ? strlen(metadata) : 0;
+	uint64_t table;
+	int rc;
+
+	rc = writer_check(path, raw, info, offsets, meta_len, &table, err, errlen);
+	if (rc)
+		return rc;
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return vr_err(err, errlen, -ENOMEM, "replay writer: out of memory");
@@ -1082,74 +1164,18 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 	w->bscan_bytes = (size_t)info->ascans_per_bscan *
 	                 volrec_sample_bytes(info->sample_type, info->samples_per_ascan);
 	w->want = info->epochs * info->bscans_per_volume;
-	/* a new file beside path, renamed over it when complete: a daemon replaying path goes
-	 * on reading the old file, never a truncated one (docs/replay-format.md) */
-	for (unsigned i = 0;; i++) {
-		int fd;
-
-		snprintf(w->tmp, sizeof(w->tmp), "%s.tmp-%ld-%u", path, (long)getpid(), i);
-		fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-		if (fd >= 0) {
-			w->f = fdopen(fd, "wb");
-			if (!w->f) {
-				rc = vr_err(err, errlen, -errno, "replay writer %s: fdopen: %s",
-				            path, strerror(errno));
-				close(fd);
-				unlink(w->tmp);
-				goto out_free;
-			}
-			break;
-		}
-		if (errno != EEXIST || i == 100) {
-			rc = vr_err(err, errlen, -errno, "replay writer %s: cannot create %s: %s",
-			            path, w->tmp, strerror(errno));
-			goto out_free;
-		}
-	}
+	rc = writer_create(w, path, err, errlen);
+	if (rc)
+		goto out_free;
 	if (!raw) {
-		hsize = SRC_REPLAY_FIXED_SIZE + table + meta_len;
-		hsize = (hsize + SRC_REPLAY_ALIGN - 1) / SRC_REPLAY_ALIGN * SRC_REPLAY_ALIGN;
-		if (hsize > SRC_REPLAY_HEADER_MAX) {
-			rc = vr_err(err, errlen, -EINVAL,
-			            "replay writer %s: header of %llu bytes exceeds %u", path,
-			            (unsigned long long)hsize, SRC_REPLAY_HEADER_MAX);
+		rc = writer_header(w, path, info, offsets, table, metadata, meta_len, err, errlen);
+		if (rc)
 			goto out_unlink;
-		}
-		hdr = calloc(1, hsize);
-		if (!hdr) {
-			rc = vr_err(err, errlen, -ENOMEM, "replay writer: out of memory");
-			goto out_unlink;
-		}
-		memcpy(hdr, SRC_REPLAY_MAGIC, 8);
-		wr32(hdr + 8, SRC_REPLAY_VERSION);
-		wr32(hdr + 12, (uint32_t)hsize);
-		wr32(hdr + 16, info->sample_type);
-		wr32(hdr + 20, info->samples_per_ascan);
-		wr32(hdr + 24, info->ascans_per_bscan);
-		wr32(hdr + 28, info->bscans_per_volume);
-		wr64(hdr + 32, info->epochs);
-		wr32(hdr + 40, info->stride_x);
-		wr32(hdr + 44, info->stride_y);
-		wr32(hdr + 48, info->flags);
-		wr32(hdr + 52, (uint32_t)meta_len);
-		for (uint64_t e = 0; table && e < info->epochs; e++) {
-			wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e, offsets[e][0]);
-			wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e + 4, offsets[e][1]);
-		}
-		if (meta_len)
-			memcpy(hdr + SRC_REPLAY_FIXED_SIZE + table, metadata, meta_len);
-		if (fwrite(hdr, 1, hsize, w->f) != hsize) {
-			rc = vr_err(err, errlen, -EIO, "replay writer %s: writing the header: %s",
-			            path, strerror(errno));
-			goto out_unlink;
-		}
-		free(hdr);
 	}
 	*out = w;
 	return 0;
 
 out_unlink:
-	free(hdr);
 	fclose(w->f);
 	unlink(w->tmp);
 out_free:
