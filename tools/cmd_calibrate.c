@@ -690,6 +690,46 @@ struct fringe {
 	double *amp;  /* [K] fringe envelope */
 };
 
+/* The one-sided band of spectrum X around the peak at zp into a[K] (zero elsewhere): down to
+ * 10 % of the peak on both sides, widened by a quarter (a wider band lets in more of the
+ * spectrometer's fixed pattern, a narrower one cuts the fringe). */
+static void fringe_band(const fftw_complex *X, const double *mag, uint32_t K, uint32_t zp,
+                        uint32_t zmin, fftw_complex *a)
+{
+	const uint32_t half = K / 2;
+	uint32_t lo = zp, hi = zp;
+
+	while (lo > zmin / 2 && lo > 1 && mag[lo - 1] > 0.1 * mag[zp])
+		lo--;
+	while (hi + 1 < half && mag[hi + 1] > 0.1 * mag[zp])
+		hi++;
+	uint32_t pad = (hi - lo) / 4 + 2;
+	lo = lo > pad + 1 ? lo - pad : 1;
+	hi = hi + pad < half - 1 ? hi + pad : half - 1;
+	memset(a, 0, K * sizeof(fftw_complex));
+	for (uint32_t z = lo; z <= hi; z++) {
+		a[z][0] = X[z][0];
+		a[z][1] = X[z][1];
+	}
+}
+
+/* The rms of the unwrapped phase ph about the fit f->c where the fringe is (its envelope above
+ * 10 % of amax); infinite where it is nowhere. */
+static double fringe_residual(const struct fringe *f, const double *ph, const double *xs,
+                              uint32_t K, double amax)
+{
+	double s2 = 0;
+	uint32_t ns = 0;
+
+	for (uint32_t k = 0; k < K; k++)
+		if (f->amp[k] > 0.1 * amax) {
+			double q = ph[k] - cal_polyval(f->c, CAL_PHASE_DEG, xs[k]);
+			s2 += q * q;
+			ns++;
+		}
+	return ns ? sqrt(s2 / ns) : INFINITY;
+}
+
 /* The fringe of a mirror recording: mean spectrum, its FFT, the peak, the one-sided band
  * around it back-transformed (Hilbert transform), its phase unwrapped and fitted. */
 static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, struct fringe *f)
@@ -746,21 +786,7 @@ static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, str
 		        d->path, zp, half, zmin, f->snr_db, CAL_MIN_PEAK_DB);
 		goto out;
 	}
-	/* the band: down to 10 % of the peak on both sides, widened by a quarter (a wider band
-	 * lets in more of the spectrometer's fixed pattern, a narrower one cuts the fringe) */
-	uint32_t lo = zp, hi = zp;
-	while (lo > zmin / 2 && lo > 1 && mag[lo - 1] > 0.1 * mag[zp])
-		lo--;
-	while (hi + 1 < half && mag[hi + 1] > 0.1 * mag[zp])
-		hi++;
-	uint32_t pad = (hi - lo) / 4 + 2;
-	lo = lo > pad + 1 ? lo - pad : 1;
-	hi = hi + pad < half - 1 ? hi + pad : half - 1;
-	memset(a, 0, K * sizeof(fftw_complex));
-	for (uint32_t z = lo; z <= hi; z++) {
-		a[z][0] = X[z][0];
-		a[z][1] = X[z][1];
-	}
+	fringe_band(X, mag, K, zp, zmin, a);
 	fftw_execute(p2);
 	double amax = 0;
 	for (uint32_t k = 0; k < K; k++) {
@@ -781,15 +807,7 @@ static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, str
 		        d->path);
 		goto out;
 	}
-	double s2 = 0;
-	uint32_t ns = 0;
-	for (uint32_t k = 0; k < K; k++)
-		if (f->amp[k] > 0.1 * amax) {
-			double q = ph[k] - cal_polyval(f->c, CAL_PHASE_DEG, xs[k]);
-			s2 += q * q;
-			ns++;
-		}
-	f->resid = ns ? sqrt(s2 / ns) : INFINITY;
+	f->resid = fringe_residual(f, ph, xs, K, amax);
 	printf("%s: mirror at depth bin %u of %u (FFT of %u samples), %.1f dB above the spectrum's "
 	       "median; fringe phase %.1f rad over the spectrum, fit residual %.3f rad rms\n",
 	       d->path, zp, half, K, f->snr_db,
@@ -1091,115 +1109,162 @@ out:
 
 /* ---- --orientation ------------------------------------------------------------------------ */
 
-static int op_orientation(struct cal_ctx *x)
-{
-	struct cal_data d = {0};
-	struct cal_engine e = {0};
-	double *a1 = NULL, *a2 = NULL;
-	char yaml[12288], err[1024];
-	double l[4], r[4];
-	int ret;
+/* The state of --orientation: the recording, the polynomial in both pixel orders, and the
+ * sharpness each gives. */
+struct orient {
+	struct cal_data d;
+	struct cal_engine e;
+	double l[4], r[4]; /* the polynomial as given; the same in the other pixel order */
+	double *a1, *a2;   /* the amplitude pictures of the two orders */
+	double s0, s[2];   /* sharpness: no resampling; as given, reversed (-1: unusable) */
+	int rc;            /* the last failure of an order, when both failed */
+	enum cfg_resample method;
+};
 
+/* The polynomial to orient (--wavelength-nm, else -c's) into o->l; VR_EXIT_USAGE without one. */
+static int orient_polynomial(struct cal_ctx *x, struct orient *o)
+{
 	if (x->o.wl_set) {
-		memcpy(l, x->o.wl, sizeof(l));
+		memcpy(o->l, x->o.wl, sizeof(o->l));
 	} else if (x->have_cfg && x->cfg.preprocess.resample.positions == CFG_RSPOS_WAVELENGTH) {
-		memcpy(l, x->cfg.preprocess.resample.wavelength_nm, sizeof(l));
+		memcpy(o->l, x->cfg.preprocess.resample.wavelength_nm, sizeof(o->l));
 	} else {
 		fprintf(stderr,
 		        "volrec calibrate: --orientation needs a wavelength polynomial: "
 		        "preprocess.resample.wavelength_nm in -c FILE, or --wavelength-nm\n");
 		return VR_EXIT_USAGE;
 	}
-	ret = load_input(x, x->o.inputs[0], CAL_MIN_ASCANS_METRIC, &d);
+	return VR_EXIT_OK;
+}
+
+/* The recording loaded, the polynomial checked over its K pixels and reversed into o->r. */
+static int orient_load(struct cal_ctx *x, struct orient *o)
+{
+	char err[1024];
+	const double *l = o->l;
+	int ret = load_input(x, x->o.inputs[0], CAL_MIN_ASCANS_METRIC, &o->d);
+
 	if (ret)
 		return ret;
 	/* --wavelength-nm by the rule of the configuration key, over the recording's K pixels
 	 * (known once its header is read; the polynomial of -c passed that rule in cfg_load) */
-	if (x->o.wl_set && cfg_wavelength_check(l, d.K, err, sizeof(err)) < 0) {
+	if (x->o.wl_set && cfg_wavelength_check(l, o->d.K, err, sizeof(err)) < 0) {
 		fprintf(stderr, "volrec calibrate: --wavelength-nm %.10g,%.10g,%.10g,%.10g: %s\n",
 		        l[0], l[1], l[2], l[3], err);
-		ret = VR_EXIT_USAGE;
-		goto out;
+		return VR_EXIT_USAGE;
 	}
-	const double M = d.K - 1.0;
+	const double M = o->d.K - 1.0;
 	/* the same polynomial in the other pixel order: lambda'(i) = lambda(M - i) */
-	r[0] = l[0] + l[1] * M + l[2] * M * M + l[3] * M * M * M;
-	r[1] = -l[1] - 2 * l[2] * M - 3 * l[3] * M * M;
-	r[2] = l[2] + 3 * l[3] * M;
-	r[3] = -l[3];
+	o->r[0] = l[0] + l[1] * M + l[2] * M * M + l[3] * M * M * M;
+	o->r[1] = -l[1] - 2 * l[2] * M - 3 * l[3] * M * M;
+	o->r[2] = l[2] + 3 * l[3] * M;
+	o->r[3] = -l[3];
+	return VR_EXIT_OK;
+}
 
+/* The sharpness without resampling and with the polynomial in either order. */
+static int orient_measure(struct cal_ctx *x, struct orient *o)
+{
 	struct vr_config base = x->cfg;
+	char err[1024];
+	int ret;
+
 	base.preprocess.resample.method = CFG_RS_NONE;
 	base.preprocess.resample.positions = CFG_RSPOS_NONE;
 	base.preprocess.resample.table.data = NULL;
-	ret = engine_open_bg(x, &base, &d, CFG_BG_ASCAN_MEAN, CFG_BG_NONE, CFG_BG_BSCAN_MEAN, &e);
+	ret = engine_open_bg(x, &base, &o->d, CFG_BG_ASCAN_MEAN, CFG_BG_NONE, CFG_BG_BSCAN_MEAN,
+	                     &o->e);
 	if (ret)
-		goto out;
-	ret = VR_EXIT_FAIL;
-	const size_t na = d.n * e.nh;
-	a1 = malloc(na * sizeof(double));
-	a2 = malloc(na * sizeof(double));
-	if (!a1 || !a2)
-		goto out;
-	double s0 = 0, s[2] = {-1, -1};
-	ret = engine_run(&e, &e.cfg, NULL, &s0); /* no resampling: its sharpness only */
+		return ret;
+	const size_t na = o->d.n * o->e.nh;
+	o->a1 = malloc(na * sizeof(double));
+	o->a2 = malloc(na * sizeof(double));
+	if (!o->a1 || !o->a2)
+		return VR_EXIT_FAIL;
+	o->s[0] = o->s[1] = -1;
+	ret = engine_run(&o->e, &o->e.cfg, NULL, &o->s0); /* no resampling: its sharpness only */
 	if (ret)
-		goto out;
-	const enum cfg_resample method = x->cfg.preprocess.resample.method != CFG_RS_NONE
-	                                         ? x->cfg.preprocess.resample.method
-	                                         : CFG_RS_CUBIC;
-	int rc = 0;
-	for (int o = 0; o < 2; o++) {
-		struct vr_config v = e.cfg;
-		v.preprocess.resample.method = method;
+		return ret;
+	o->method = x->cfg.preprocess.resample.method != CFG_RS_NONE
+	                    ? x->cfg.preprocess.resample.method
+	                    : CFG_RS_CUBIC;
+	for (int k = 0; k < 2; k++) {
+		struct vr_config v = o->e.cfg;
+		v.preprocess.resample.method = o->method;
 		v.preprocess.resample.positions = CFG_RSPOS_WAVELENGTH;
-		memcpy(v.preprocess.resample.wavelength_nm, o ? r : l, sizeof(l));
-		rc = cal_engine_run(&e, &v, o ? a2 : a1, &s[o], err, sizeof(err));
-		if (rc < 0) {
-			printf("pixel order %s: not usable: %s\n", o ? "reversed" : "as given",
+		memcpy(v.preprocess.resample.wavelength_nm, k ? o->r : o->l, sizeof(o->l));
+		o->rc = cal_engine_run(&o->e, &v, k ? o->a2 : o->a1, &o->s[k], err, sizeof(err));
+		if (o->rc < 0) {
+			printf("pixel order %s: not usable: %s\n", k ? "reversed" : "as given",
 			       err);
-			s[o] = -1;
+			o->s[k] = -1;
 		}
 	}
 	printf("sharpness (%s, depths %u..%u): no resampling %.6g, as given %.6g, reversed %.6g\n",
-	       cfg_background_name(e.cfg.preprocess.background.mode), e.z0, e.z1, s0, s[0], s[1]);
-	if (s[0] < 0 && s[1] < 0) {
+	       cfg_background_name(o->e.cfg.preprocess.background.mode), o->e.z0, o->e.z1, o->s0,
+	       o->s[0], o->s[1]);
+	if (o->s[0] < 0 && o->s[1] < 0) {
 		fprintf(stderr,
 		        "volrec calibrate: the polynomial is unusable in either pixel order\n");
-		ret = rc == -EINVAL ? VR_EXIT_USAGE : VR_EXIT_FAIL;
-		goto out;
+		return o->rc == -EINVAL ? VR_EXIT_USAGE : VR_EXIT_FAIL;
 	}
+	return VR_EXIT_OK;
+}
+
+/* The sharper order, with the confidence said; orientation.yaml and orientation.png. */
+static int orient_write(struct cal_ctx *x, const struct orient *o)
+{
+	const double *s = o->s;
 	const int win = s[1] > s[0] ? 1 : 0;
 	const double gain = s[1 - win] > 0 ? s[win] / s[1 - win] - 1 : INFINITY;
+	const double *w = win ? o->r : o->l;
+	char yaml[12288];
+	int ret;
+
 	printf("pixel order: %s (sharper by %.2f %% than %s; %+.2f %% against no resampling)\n",
 	       win ? "reversed" : "as given", 100 * gain, win ? "as given" : "reversed",
-	       100 * (s[win] / s0 - 1));
+	       100 * (s[win] / o->s0 - 1));
 	if (gain < 0.005)
 		printf("warning: low confidence: the two orders differ by less than 0.5 %%; the "
 		       "data may hold too little structure\n");
 	else
 		printf("confidence: %.1f %% sharper\n", 100 * gain);
-	if (s[win] < s0)
+	if (s[win] < o->s0)
 		printf("warning: even the better order is less sharp than no resampling: the "
 		       "polynomial may not describe this spectrometer\n");
-	const double *w = win ? r : l;
 	snprintf(yaml, sizeof(yaml),
 	         "# volrec calibrate --orientation %s: %s pixel order (sharpness %.6g vs %.6g)\n"
 	         "preprocess:\n"
 	         "  resample:\n"
 	         "    method: %s\n"
 	         "    wavelength_nm: [%.10g, %.10g, %.10g, %.10g]\n",
-	         d.path, win ? "reversed" : "the given", s[win], s[1 - win],
-	         cfg_resample_name(method), w[0], w[1], w[2], w[3]);
+	         o->d.path, win ? "reversed" : "the given", s[win], s[1 - win],
+	         cfg_resample_name(o->method), w[0], w[1], w[2], w[3]);
 	ret = write_file(x, "orientation.yaml", yaml, NULL, 0);
 	if (!ret)
-		ret = write_png(x, "orientation.png", &e, win ? a1 : a2, win ? a2 : a1,
+		ret = write_png(x, "orientation.png", &o->e, win ? o->a1 : o->a2,
+		                win ? o->a2 : o->a1,
 		                "volrec calibrate --orientation: other order | chosen order");
-out:
-	cal_engine_close(&e);
-	free(a1);
-	free(a2);
-	cal_data_free(&d);
+	return ret;
+}
+
+static int op_orientation(struct cal_ctx *x)
+{
+	struct orient o = {0};
+	int ret;
+
+	ret = orient_polynomial(x, &o);
+	if (ret)
+		return ret;
+	ret = orient_load(x, &o);
+	if (!ret)
+		ret = orient_measure(x, &o);
+	if (!ret)
+		ret = orient_write(x, &o);
+	cal_engine_close(&o.e);
+	free(o.a1);
+	free(o.a2);
+	cal_data_free(&o.d);
 	return ret;
 }
 
@@ -1267,6 +1332,63 @@ static int disp_grid(struct disp_search *s, double c[4], int i0, int i1, double 
 	return 0;
 }
 
+/* [a2, a3] maximizing the sharpness into c[0..1] (c[2..3] 0), *best its sharpness: a coarse
+ * 21 x 21 grid over [-R, R], then four refinements of 9 x 9 at a quarter of the step.
+ * VR_EXIT_FAIL when the sharpness hardly changes (the data of path hold nothing to sharpen). */
+static int disp_search_cubic(struct disp_search *s, const char *path, double R, double c[4],
+                             double *best)
+{
+	double step = R / 10;
+	int ret = disp_grid(s, c, 0, 1, R, 10, best);
+
+	for (int r = 0; !ret && r < 4; r++) {
+		ret = disp_grid(s, c, 0, 1, step, 4, best);
+		step /= 4;
+	}
+	if (ret)
+		return ret;
+	const double spread = s->smax > 0 ? (s->smax - s->smin) / s->smax : 0;
+	if (spread < 1e-3) {
+		fprintf(stderr,
+		        "volrec calibrate: %s: the sharpness changes by only %.3f %% over the "
+		        "search: the data hold no structure whose sharpness depends on dispersion "
+		        "(no reflector, or noise only); nothing written\n",
+		        path, 100 * spread);
+		return VR_EXIT_FAIL;
+	}
+	if (fabs(c[0]) >= R * 0.999 || fabs(c[1]) >= R * 0.999)
+		printf("warning: the optimum lies at the edge of the search: run again with a "
+		       "larger --range\n");
+	return VR_EXIT_OK;
+}
+
+/* Around the cubic optimum c (sharpness best): the sensitivity, the metric 5 rad away in a2 and
+ * in a3 (sa); the table alternative, 4th and 5th order terms each by a 1-D search (c5,
+ * *best5). */
+static int disp_search_table(struct disp_search *s, double R, const double c[4], double best,
+                             double sa[2], double c5[4], double *best5)
+{
+	const double c3[4] = {c[0], c[1], 0, 0};
+	int ret = 0;
+
+	for (int i = 0; !ret && i < 2; i++) {
+		double t[4];
+		memcpy(t, c3, sizeof(t));
+		t[i] += 5;
+		ret = disp_eval(s, t, &sa[i]);
+	}
+	memcpy(c5, c3, sizeof(c3));
+	*best5 = best;
+	for (int r = 0; !ret && r < 2; r++) {
+		ret = disp_grid(s, c5, 2, -1, R, 20, best5);
+		if (!ret)
+			ret = disp_grid(s, c5, 3, -1, R, 20, best5);
+		if (!ret)
+			ret = disp_grid(s, c5, 2, 3, R / 20, 4, best5);
+	}
+	return ret;
+}
+
 static int op_dispersion(struct cal_ctx *x)
 {
 	struct cal_data d = {0};
@@ -1300,50 +1422,14 @@ static int op_dispersion(struct cal_ctx *x)
 	const char *had = e.cfg.preprocess.dispersion.kind == CFG_DISP_NONE    ? "none"
 	                  : e.cfg.preprocess.dispersion.kind == CFG_DISP_TABLE ? "table"
 	                                                                       : "coeffs";
-	/* coarse 21 x 21 grid, then four refinements of 9 x 9 at a quarter of the step */
 	const double R = x->o.range > 0 ? x->o.range : 100;
-	double c[4] = {0, 0, 0, 0}, best = -1, step = R / 10;
-	ret = disp_grid(&s, c, 0, 1, R, 10, &best);
-	for (int r = 0; !ret && r < 4; r++) {
-		ret = disp_grid(&s, c, 0, 1, step, 4, &best);
-		step /= 4;
-	}
+	double c[4] = {0, 0, 0, 0}, best = -1, sa[2], c5[4], best5;
+	ret = disp_search_cubic(&s, d.path, R, c, &best);
+	if (!ret)
+		ret = disp_search_table(&s, R, c, best, sa, c5, &best5);
 	if (ret)
 		goto out;
-	const double spread = s.smax > 0 ? (s.smax - s.smin) / s.smax : 0;
-	if (spread < 1e-3) {
-		fprintf(stderr,
-		        "volrec calibrate: %s: the sharpness changes by only %.3f %% over the "
-		        "search: the data hold no structure whose sharpness depends on dispersion "
-		        "(no reflector, or noise only); nothing written\n",
-		        d.path, 100 * spread);
-		ret = VR_EXIT_FAIL;
-		goto out;
-	}
-	if (fabs(c[0]) >= R * 0.999 || fabs(c[1]) >= R * 0.999)
-		printf("warning: the optimum lies at the edge of the search: run again with a "
-		       "larger --range\n");
 	const double s_coeffs = best;
-	double c3[4] = {c[0], c[1], 0, 0};
-	/* sensitivity: the metric 5 rad away in a2 and in a3 */
-	double sa[2];
-	for (int i = 0; !ret && i < 2; i++) {
-		double t[4];
-		memcpy(t, c3, sizeof(t));
-		t[i] += 5;
-		ret = disp_eval(&s, t, &sa[i]);
-	}
-	/* the table alternative: 4th and 5th order terms, each by a 1-D search */
-	double c5[4] = {c[0], c[1], 0, 0}, best5 = best;
-	for (int r = 0; !ret && r < 2; r++) {
-		ret = disp_grid(&s, c5, 2, -1, R, 20, &best5);
-		if (!ret)
-			ret = disp_grid(&s, c5, 3, -1, R, 20, &best5);
-		if (!ret)
-			ret = disp_grid(&s, c5, 2, 3, R / 20, 4, &best5);
-	}
-	if (ret)
-		goto out;
 	disp_table(c5, K, s.table);
 	printf("sharpness (%s, depths %u..%u, %zu A-scans, %u evaluations): %.6g with the "
 	       "configured dispersion (%s)\n",
