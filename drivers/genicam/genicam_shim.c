@@ -182,10 +182,7 @@ static struct gc_shim *gc_shim_new(struct gc_open_opts *o)
 		snprintf(o->state_dir, sizeof(o->state_dir), "%.*s",
 		         (int)strcspn(getenv("RUNTIME_DIRECTORY"), ":"),
 		         getenv("RUNTIME_DIRECTORY"));
-	s->fake.seed = 1;
-	s->fake.deg_per_s = 0.25;
-	s->fake.snr_db = 40;
-	snprintf(s->fake.phantom, sizeof(s->fake.phantom), "retina");
+	sim_args_defaults(&s->fake.sim);
 	return s;
 }
 
@@ -395,11 +392,11 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	        {"socket_buffer", .u64 = &s->socket_buffer, .max = 1u << 30},
 	        {"set_geometry", .flag = &s->set_geometry},
 	        {"simulate", .str = o.sim, .max = sizeof(o.sim)},
-	        {"seed", .u64 = &s->fake.seed, .max = UINT64_MAX},
-	        {"deg_per_s", .dbl = &s->fake.deg_per_s, .lo = -3600, .hi = 3600},
-	        {"snr_db", .dbl = &s->fake.snr_db, .lo = -20, .hi = 200},
-	        {"phantom", .str = s->fake.phantom, .max = sizeof(s->fake.phantom)},
-	        {"motion_rate", .dbl = &s->fake.motion_rate, .lo = 0, .hi = 1e6},
+	        {"seed", .u64 = &s->fake.sim.seed, .max = UINT64_MAX},
+	        {"deg_per_s", .dbl = &s->fake.sim.deg_per_s, .lo = -3600, .hi = 3600},
+	        {"snr_db", .dbl = &s->fake.sim.snr_db, .lo = -20, .hi = 200},
+	        {"phantom", .str = s->fake.sim.phantom, .max = sizeof(s->fake.sim.phantom)},
+	        {"motion_rate", .dbl = &s->fake.sim.motion_rate, .lo = 0, .hi = 1e6},
 	        {"reset", .str = o.reset, .max = sizeof(o.reset)},
 	        {"state_dir", .str = o.state_dir, .max = sizeof(o.state_dir)},
 	};
