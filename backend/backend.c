@@ -371,3 +371,34 @@ void be_reset_history(struct be_backend *be)
 	be->ops->reset_history(be->state);
 	be->have_last = false;
 }
+
+void be_geometry_init(struct be_geometry *g, const struct vr_config *cfg)
+{
+	g->K = cfg->geometry.samples_per_ascan;
+	g->N = cfg_fft_len(cfg);
+	g->nh = g->N / 2;
+	g->nx = cfg->geometry.ascans_per_bscan;
+	g->ny = cfg->geometry.bscans_per_volume;
+	g->z0 = cfg->geometry.depth_range[0];
+	g->nz = cfg_nz(cfg);
+	g->sx = cfg->geometry.stride[0];
+	g->sy = cfg->geometry.stride[1];
+	g->S = g->sx * g->sy;
+	g->X = g->nx * g->sx;
+	g->Y = g->ny * g->sy;
+	g->sample_type = cfg->geometry.sample_type;
+	g->bit_shift = cfg->geometry.sample_type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
+	g->bscan_bytes = cfg_bscan_bytes(cfg);
+	g->le_count = (size_t)g->ny * g->nx * g->nz;
+	g->full_count = (size_t)g->Y * g->X * g->nz;
+}
+
+bool be_geometry_same(const struct be_geometry *g, const struct vr_config *cfg)
+{
+	struct be_geometry n;
+
+	be_geometry_init(&n, cfg);
+	return n.K == g->K && n.N == g->N && n.nx == g->nx && n.ny == g->ny && n.sx == g->sx &&
+	       n.sy == g->sy && n.z0 == g->z0 && n.nz == g->nz && n.sample_type == g->sample_type &&
+	       n.bit_shift == g->bit_shift;
+}

@@ -24,6 +24,28 @@
 
 #include "backend/backend.h"
 
+/* The geometry a backend works in, derived from the configuration once (be_geometry_init) for
+ * every backend: sizes in samples, bins, A-scans and voxels (docs/algorithms.md §0). */
+struct be_geometry {
+	uint32_t K;                  /* samples per A-scan */
+	uint32_t N;                  /* FFT length: K * preprocess.zero_pad */
+	uint32_t nh;                 /* N / 2: the depth bins of a transform */
+	uint32_t nx, ny;             /* A-scans per B-scan, B-scans per epoch */
+	uint32_t z0, nz;             /* the first output depth bin, the output depths */
+	uint32_t sx, sy, S;          /* the interlacing stride, S = sx * sy epochs a cycle */
+	uint32_t X, Y;               /* full-resolution columns and rows: nx * sx, ny * sy */
+	enum cfg_sample sample_type; /* of the raw B-scans */
+	uint32_t bit_shift;          /* right shift of integer samples (f32: 0) */
+	size_t bscan_bytes;          /* one raw B-scan */
+	size_t le_count, full_count; /* voxels: low-resolution [ny][nx][nz], full [Y][X][nz] */
+};
+
+/* The geometry of cfg, a configuration cfg_check() accepts, into *g. */
+void be_geometry_init(struct be_geometry *g, const struct vr_config *cfg);
+/* Whether cfg has geometry g: false when a live update would change a size (the geometry,
+ * zero_pad, the sample type or the bit shift), which needs a rebuild. */
+bool be_geometry_same(const struct be_geometry *g, const struct vr_config *cfg);
+
 /* The version of struct be_ops this volrec speaks. A member added later is read only from a
  * table whose version is at least the version that added it. */
 #define BE_OPS_VERSION 1u

@@ -112,6 +112,71 @@ static size_t unpaired_surrogate_at(const char *text, size_t at, size_t end)
 	return end;
 }
 
+/* The string token at text[i] (its end, one past the closing quote, into *end_out): no raw
+ * control character, no unpaired surrogate, no U+0000; when it is a key of the object whose
+ * keys so far obj holds (NULL: not in an object), not one of them (it is added). */
+static int check_string(const char *text, size_t len, size_t i, struct json_object *obj,
+                        struct json_tokener *tok, size_t *end_out, char *err, size_t errlen)
+{
+	struct json_object *s = NULL;
+	const char *str;
+	size_t end, n, after, u;
+	bool escaped, is_key;
+	char shown[68];
+	int rc = 0;
+
+	end = string_end(text, len, i, &escaped);
+	*end_out = end;
+	for (after = end; after < len && strchr(" \t\r\n", text[after]); after++)
+		;
+	is_key = obj && after < len && text[after] == ':';
+	for (size_t k = i + 1; k + 1 < end; k++)
+		if ((unsigned char)text[k] < 0x20)
+			return vr_err(err, errlen, -EINVAL,
+			              "the %s at byte %zu holds a raw control character U+%04X at "
+			              "byte %zu (JSON wants it escaped: \\u%04X)",
+			              is_key ? "key" : "string", i,
+			              (unsigned)(unsigned char)text[k], k,
+			              (unsigned)(unsigned char)text[k]);
+	if (escaped && (u = unpaired_surrogate_at(text, i, end)) < end)
+		return vr_err(err, errlen, -EINVAL,
+		              "the %s at byte %zu holds an unpaired surrogate %.6s at byte %zu",
+		              is_key ? "key" : "string", i, text + u, u);
+	if (escaped) {
+		/* the string token, decoded by json-c (a new reference) */
+		json_tokener_reset(tok);
+		s = json_tokener_parse_ex(tok, text + i, (int)(end - i));
+		if (!s)
+			return vr_err(err, errlen, -EINVAL, "a bad string at byte %zu", i);
+		str = json_object_get_string(s);
+		n = (size_t)json_object_get_string_len(s);
+	} else {
+		str = text + i + 1;
+		n = end - i - 2;
+	}
+	if (escaped ? strlen(str) != n : memchr(str, '\0', n) != NULL) {
+		vr_utf8_sanitize(str, shown, sizeof(shown));
+		rc = vr_err(err, errlen, -EINVAL,
+		            "the %s at byte %zu holds U+0000 (NUL) after '%s'",
+		            is_key ? "key" : "string", i, shown);
+	} else if (is_key) {
+		char *key = strndup(str, n);
+
+		if (!key) {
+			rc = vr_err(err, errlen, -ENOMEM, "out of memory");
+		} else if (json_object_object_get_ex(obj, key, NULL)) {
+			vr_utf8_sanitize(key, shown, sizeof(shown));
+			rc = vr_err(err, errlen, -EINVAL,
+			            "duplicate key '%s' at byte %zu (each key once)", shown, i);
+		} else if (json_object_object_add(obj, key, NULL)) {
+			rc = vr_err(err, errlen, -ENOMEM, "out of memory");
+		}
+		free(key);
+	}
+	json_object_put(s);
+	return rc;
+}
+
 /*
  * Walk text, valid JSON of at most depth levels, for what json-c's tree cannot show: a key given
  * twice in one object (json-c keeps the last), a string holding U+0000 (json-c cuts keys at
@@ -130,11 +195,7 @@ static int check_keys_and_strings(const char *text, size_t len, int depth, char 
 		goto out;
 	}
 	for (size_t i = 0; i < len && !rc; i++) {
-		struct json_object *s = NULL;
-		const char *str;
-		size_t end, n, after, u;
-		bool escaped, is_key;
-		char shown[68];
+		size_t end;
 
 		switch (text[i]) {
 		case '{':
@@ -154,65 +215,8 @@ static int check_keys_and_strings(const char *text, size_t len, int depth, char 
 				json_object_put(keys[top--]);
 			break;
 		case '"':
-			end = string_end(text, len, i, &escaped);
-			for (after = end; after < len && strchr(" \t\r\n", text[after]); after++)
-				;
-			is_key = top >= 0 && keys[top] && after < len && text[after] == ':';
-			for (size_t k = i + 1; k + 1 < end && !rc; k++)
-				if ((unsigned char)text[k] < 0x20)
-					rc = vr_err(
-					        err, errlen, -EINVAL,
-					        "the %s at byte %zu holds a raw control character "
-					        "U+%04X at byte %zu (JSON wants it escaped: "
-					        "\\u%04X)",
-					        is_key ? "key" : "string", i,
-					        (unsigned)(unsigned char)text[k], k,
-					        (unsigned)(unsigned char)text[k]);
-			if (!rc && escaped && (u = unpaired_surrogate_at(text, i, end)) < end)
-				rc = vr_err(
-				        err, errlen, -EINVAL,
-				        "the %s at byte %zu holds an unpaired surrogate %.6s at "
-				        "byte %zu",
-				        is_key ? "key" : "string", i, text + u, u);
-			if (rc)
-				break;
-			if (escaped) {
-				/* the string token, decoded by json-c (a new reference) */
-				json_tokener_reset(tok);
-				s = json_tokener_parse_ex(tok, text + i, (int)(end - i));
-				if (!s) {
-					rc = vr_err(err, errlen, -EINVAL,
-					            "a bad string at byte %zu", i);
-					break;
-				}
-				str = json_object_get_string(s);
-				n = (size_t)json_object_get_string_len(s);
-			} else {
-				str = text + i + 1;
-				n = end - i - 2;
-			}
-			if (escaped ? strlen(str) != n : memchr(str, '\0', n) != NULL) {
-				vr_utf8_sanitize(str, shown, sizeof(shown));
-				rc = vr_err(err, errlen, -EINVAL,
-				            "the %s at byte %zu holds U+0000 (NUL) after '%s'",
-				            is_key ? "key" : "string", i, shown);
-			} else if (is_key) {
-				char *key = strndup(str, n);
-
-				if (!key) {
-					rc = vr_err(err, errlen, -ENOMEM, "out of memory");
-				} else if (json_object_object_get_ex(keys[top], key, NULL)) {
-					vr_utf8_sanitize(key, shown, sizeof(shown));
-					rc = vr_err(
-					        err, errlen, -EINVAL,
-					        "duplicate key '%s' at byte %zu (each key once)",
-					        shown, i);
-				} else if (json_object_object_add(keys[top], key, NULL)) {
-					rc = vr_err(err, errlen, -ENOMEM, "out of memory");
-				}
-				free(key);
-			}
-			json_object_put(s);
+			rc = check_string(text, len, i, top >= 0 ? keys[top] : NULL, tok, &end, err,
+			                  errlen);
 			i = end - 1;
 			break;
 		default:

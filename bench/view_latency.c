@@ -481,6 +481,46 @@ static int parse_url(const char *u, const char *token)
 	return 0;
 }
 
+/* --views (comma-separated picture names) into r.want; -EINVAL, said, for an unknown name. */
+static int views_parse(const char *views)
+{
+	for (const char *p = views; *p;) {
+		size_t n = strcspn(p, ",");
+		char name[32];
+		int k;
+
+		snprintf(name, sizeof(name), "%.*s", (int)(n < 31 ? n : 31), p);
+		k = n < 31 ? kind_from_name(name) : -1;
+		if (k < 0) {
+			fprintf(stderr, "view_latency: --views: '%.*s' is not a picture (", (int)n,
+			        p);
+			for (unsigned i = 0; kind_name(i); i++)
+				fprintf(stderr, "%s%s", i ? ", " : "", kind_name(i));
+			fprintf(stderr, ")\n");
+			return -EINVAL;
+		}
+		r.want |= 1u << k;
+		p += n + (p[n] == ',');
+	}
+	return 0;
+}
+
+/* The page's subscribe message for r.want into r.subscribe: {"type": "subscribe", "views":
+ * [...]}. */
+static void subscribe_message(void)
+{
+	struct json_object *sub = json_object_new_object(), *v = json_object_new_array();
+
+	for (unsigned i = 0; i < VOLREC_IMAGE_COUNT; i++)
+		if (r.want & 1u << i)
+			json_object_array_add(v, json_object_new_string(kind_name(i)));
+	json_object_object_add(sub, "type", json_object_new_string("subscribe"));
+	json_object_object_add(sub, "views", v);
+	snprintf(r.subscribe, sizeof(r.subscribe), "%s",
+	         json_object_to_json_string_ext(sub, JSON_C_TO_STRING_PLAIN));
+	json_object_put(sub);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: view_latency [--url ws://127.0.0.1:8090/ws] [--token T]\n"
@@ -488,22 +528,17 @@ static void usage(FILE *f)
 	           "                    [--views enface_mean,bscan,slice,render]\n");
 }
 
-int main(int argc, char **argv)
+/* The options into r and *url, *token, *views; -1 when done, else the exit status. */
+static int parse_args(int argc, char **argv, const char **url, const char **token,
+                      const char **views)
 {
 	static const struct option opts[] = {
 	        {"url", required_argument, NULL, 'u'},     {"token", required_argument, NULL, 't'},
 	        {"seconds", required_argument, NULL, 's'}, {"warmup", required_argument, NULL, 'w'},
 	        {"timeout", required_argument, NULL, 'T'}, {"views", required_argument, NULL, 'v'},
 	        {"inflate", no_argument, NULL, 'i'},       VR_CLI_LONGOPTS_END};
-	const char *url = "ws://127.0.0.1:8090/ws", *token = NULL;
-	const char *views = "enface_mean,bscan,slice,render";
-	static const struct lws_protocols protocols[] = {
-	        {"volrec-view", callback, 0, 1 << 16, 0, NULL, 0}, {NULL, NULL, 0, 0, 0, NULL, 0}};
-	struct lws_context_creation_info ci;
-	struct lws_client_connect_info cc;
-	struct json_object *out;
+	const struct vr_cli_str strs[] = {{'u', url}, {'t', token}, {'v', views}};
 	int ch;
-	const struct vr_cli_str strs[] = {{'u', &url}, {'t', &token}, {'v', &views}};
 
 	while ((ch = VR_CLI_GETOPT(argc, argv, "h", opts, strs)) != -1) {
 		double v;
@@ -533,6 +568,23 @@ int main(int argc, char **argv)
 	}
 	if (vr_cli_args_done("view_latency", argc, argv))
 		return 2;
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	const char *url = "ws://127.0.0.1:8090/ws", *token = NULL;
+	const char *views = "enface_mean,bscan,slice,render";
+	static const struct lws_protocols protocols[] = {
+	        {"volrec-view", callback, 0, 1 << 16, 0, NULL, 0}, {NULL, NULL, 0, 0, 0, NULL, 0}};
+	struct lws_context_creation_info ci;
+	struct lws_client_connect_info cc;
+	struct json_object *out;
+	int rc;
+
+	rc = parse_args(argc, argv, &url, &token, &views);
+	if (rc >= 0)
+		return rc;
 	snprintf(r.url, sizeof(r.url), "%s", url);
 	if (token &&
 	    (!*token || strspn(token, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -546,38 +598,9 @@ int main(int argc, char **argv)
 		        url);
 		return 2;
 	}
-	for (const char *p = views; *p;) {
-		size_t n = strcspn(p, ",");
-		char name[32];
-		int k;
-
-		snprintf(name, sizeof(name), "%.*s", (int)(n < 31 ? n : 31), p);
-		k = n < 31 ? kind_from_name(name) : -1;
-		if (k < 0) {
-			fprintf(stderr, "view_latency: --views: '%.*s' is not a picture (", (int)n,
-			        p);
-			for (unsigned i = 0; kind_name(i); i++)
-				fprintf(stderr, "%s%s", i ? ", " : "", kind_name(i));
-			fprintf(stderr, ")\n");
-			return 2;
-		}
-		r.want |= 1u << k;
-		p += n + (p[n] == ',');
-	}
-	{
-		/* the page's subscribe message: {"type": "subscribe", "views": [...]} */
-		struct json_object *sub = json_object_new_object(), *v = json_object_new_array();
-
-		for (unsigned i = 0; i < VOLREC_IMAGE_COUNT; i++)
-			if (r.want & 1u << i)
-				json_object_array_add(v, json_object_new_string(kind_name(i)));
-		json_object_object_add(sub, "type", json_object_new_string("subscribe"));
-		json_object_object_add(sub, "views", v);
-		snprintf(r.subscribe, sizeof(r.subscribe), "%s",
-		         json_object_to_json_string_ext(sub, JSON_C_TO_STRING_PLAIN));
-		json_object_put(sub);
-	}
-
+	if (views_parse(views))
+		return 2;
+	subscribe_message();
 	signal(SIGPIPE, SIG_IGN);
 	lws_set_log_level(0, NULL);
 	memset(&ci, 0, sizeof(ci));

@@ -377,6 +377,52 @@ int cfg_override_keys(struct vr_config *cfg, const char *const *paths,
 	return set_keys(cfg, paths, yaml_values, n, false, err, errlen);
 }
 
+/* Key k of ctx->cfg written as its text and read back through the parser: the checks a file's
+ * value gets. Files (paths, tables) and shim arguments are taken as they are. */
+static int check_key(struct cfg_ctx *ctx, const struct cfg_key *k)
+{
+	char *text = NULL;
+	int rc;
+
+	if (k->type == CFG_T_PATH || k->type == CFG_T_TABLE || k->type == CFG_T_ARGS ||
+	    !ctx->given[k - cfg_keys])
+		return 0;
+	rc = cfg_get_key(ctx->cfg, k->path, &text, ctx->err, ctx->errlen);
+	if (!rc)
+		rc = cfg_parse_value(ctx, k->path, text);
+	free(text);
+	return rc;
+}
+
+int cfg_check(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	struct cfg_ctx ctx = {.err = err, .errlen = errlen, .keep_files = true};
+	struct vr_config *copy = malloc(sizeof(*copy));
+	int rc = 0;
+
+	if (err && errlen)
+		err[0] = '\0';
+	if (!copy || cfg_copy(copy, cfg)) {
+		free(copy);
+		return vr_err(err, errlen, -ENOMEM, "(check): out of memory");
+	}
+	ctx.cfg = copy;
+	for (size_t i = 0; i < cfg_nkeys; i++)
+		ctx.given[i] = cfg_key_present(&cfg_keys[i], copy);
+	/* the views' place in the volume is theirs: a backend checks it when it renders
+	 * (be_view_check) and publishes no view while it lies outside */
+	ctx.given[cfg_key_find("view.slab") - cfg_keys] = false;
+	ctx.given[cfg_key_find("view.position") - cfg_keys] = false;
+	for (size_t i = 0; i < cfg_nkeys && !rc; i++)
+		rc = check_key(&ctx, &cfg_keys[i]);
+	if (!rc)
+		rc = cfg_validate(&ctx);
+	cfg_free(copy);
+	free(copy);
+	free(ctx.pos);
+	return rc;
+}
+
 double cfg_render_diagonal(const struct vr_config *c)
 {
 	const double *s = c->view.render.spacing;

@@ -363,6 +363,16 @@ VR_MUST_CHECK int cfg_load(struct vr_config *cfg, const char *path, char *err, s
 VR_MUST_CHECK int cfg_load_string(struct vr_config *cfg, const char *yaml, const char *name,
                                   char *err, size_t errlen);
 
+/*
+ * Check a configuration built in code (cfg_defaults, then fields set) as a loaded one is
+ * checked: each key's value against the schema (type, range, names, shape), then the
+ * cross-field rules of validation; tables must hold their data already and files named are not
+ * read. Nothing in *cfg changes. Returns 0, or a negative errno with "key.path: what is wrong
+ * (what is allowed)" in err. view.slab and view.position are left to the views (a backend
+ * checks them when it renders). The benchmark cases pass it (tests/unit/test_bench_cases.c).
+ */
+VR_MUST_CHECK int cfg_check(const struct vr_config *cfg, char *err, size_t errlen);
+
 /* Free what cfg_load allocated (tables, shim args); leaves defaults behind. NULL is fine. */
 void cfg_free(struct vr_config *cfg);
 

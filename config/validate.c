@@ -235,6 +235,57 @@ static int check_source(struct cfg_ctx *ctx)
 	return 0;
 }
 
+/* The sizes the geometry makes: the output volume, a low-resolution float volume, the slots,
+ * the ring; each within its bound. */
+static int check_sizes(struct cfg_ctx *ctx)
+{
+	const struct vr_config *c = ctx->cfg;
+	uint64_t out = c->geometry.bscans_per_volume, low = out;
+	int ovf = 0;
+
+	if (c->reconstruct.mode != CFG_RECON_NONE)
+		ovf |= mul_check(&out, c->geometry.stride[1]);
+	ovf |= mul_check(&out, c->geometry.ascans_per_bscan);
+	if (c->reconstruct.mode != CFG_RECON_NONE)
+		ovf |= mul_check(&out, c->geometry.stride[0]);
+	ovf |= mul_check(&out, cfg_nz(c));
+	ovf |= mul_check(&low, c->geometry.ascans_per_bscan);
+	ovf |= mul_check(&low, cfg_nz(c));
+	ovf |= mul_check(&low, sizeof(float));
+	if (ovf || out > CFG_MAX_VOLUME_BYTES || out > SIZE_MAX)
+		return cfg_error(
+		        ctx, -EOVERFLOW, "geometry",
+		        "the output volume (%u x %u x %u x %u x %u voxels) exceeds %.0f GiB "
+		        "(make the geometry, stride or depth_range smaller)",
+		        c->geometry.bscans_per_volume,
+		        c->reconstruct.mode != CFG_RECON_NONE ? c->geometry.stride[1] : 1,
+		        c->geometry.ascans_per_bscan,
+		        c->reconstruct.mode != CFG_RECON_NONE ? c->geometry.stride[0] : 1,
+		        cfg_nz(c), gib(CFG_MAX_VOLUME_BYTES));
+	if (low > CFG_MAX_VOLUME_BYTES)
+		return cfg_error(
+		        ctx, -EOVERFLOW, "geometry",
+		        "the low-resolution float volume (%.1f GiB) exceeds %.0f GiB (make "
+		        "the geometry or depth_range smaller)",
+		        gib(low), gib(CFG_MAX_VOLUME_BYTES));
+	uint64_t slot = (out + CFG_SLOT_ALIGN - 1) / CFG_SLOT_ALIGN * CFG_SLOT_ALIGN;
+	if (slot * c->output.slots > CFG_MAX_SLOTS_BYTES)
+		return cfg_error(
+		        ctx, -EOVERFLOW, "output.slots",
+		        "%u slots of %.2f GiB need %.1f GiB of shared memory (at most %.0f "
+		        "GiB)",
+		        c->output.slots, gib(slot), gib(slot * c->output.slots),
+		        gib(CFG_MAX_SLOTS_BYTES));
+	uint64_t ring = (uint64_t)c->pipeline.ring_bscans * cfg_bscan_bytes(c);
+	if (ring > CFG_MAX_RING_BYTES)
+		return cfg_error(ctx, -EOVERFLOW, "pipeline.ring_bscans",
+		                 "%u B-scans of %llu bytes need %.1f GiB (at most %.0f GiB; at "
+		                 "least 2 x geometry.bscans_per_volume B-scans)",
+		                 c->pipeline.ring_bscans, (unsigned long long)cfg_bscan_bytes(c),
+		                 gib(ring), gib(CFG_MAX_RING_BYTES));
+	return 0;
+}
+
 static int check_geometry(struct cfg_ctx *ctx)
 {
 	struct vr_config *c = ctx->cfg;
@@ -302,50 +353,7 @@ static int check_geometry(struct cfg_ctx *ctx)
 		                    (unsigned long long)need);
 	}
 
-	/* sizes: the output volume, a low-resolution float volume, the slots, the ring */
-	uint64_t out = c->geometry.bscans_per_volume, low = out;
-	int ovf = 0;
-	if (c->reconstruct.mode != CFG_RECON_NONE)
-		ovf |= mul_check(&out, c->geometry.stride[1]);
-	ovf |= mul_check(&out, c->geometry.ascans_per_bscan);
-	if (c->reconstruct.mode != CFG_RECON_NONE)
-		ovf |= mul_check(&out, c->geometry.stride[0]);
-	ovf |= mul_check(&out, cfg_nz(c));
-	ovf |= mul_check(&low, c->geometry.ascans_per_bscan);
-	ovf |= mul_check(&low, cfg_nz(c));
-	ovf |= mul_check(&low, sizeof(float));
-	if (ovf || out > CFG_MAX_VOLUME_BYTES || out > SIZE_MAX)
-		return cfg_error(
-		        ctx, -EOVERFLOW, "geometry",
-		        "the output volume (%u x %u x %u x %u x %u voxels) exceeds %.0f GiB "
-		        "(make the geometry, stride or depth_range smaller)",
-		        c->geometry.bscans_per_volume,
-		        c->reconstruct.mode != CFG_RECON_NONE ? c->geometry.stride[1] : 1,
-		        c->geometry.ascans_per_bscan,
-		        c->reconstruct.mode != CFG_RECON_NONE ? c->geometry.stride[0] : 1,
-		        cfg_nz(c), gib(CFG_MAX_VOLUME_BYTES));
-	if (low > CFG_MAX_VOLUME_BYTES)
-		return cfg_error(
-		        ctx, -EOVERFLOW, "geometry",
-		        "the low-resolution float volume (%.1f GiB) exceeds %.0f GiB (make "
-		        "the geometry or depth_range smaller)",
-		        gib(low), gib(CFG_MAX_VOLUME_BYTES));
-	uint64_t slot = (out + CFG_SLOT_ALIGN - 1) / CFG_SLOT_ALIGN * CFG_SLOT_ALIGN;
-	if (slot * c->output.slots > CFG_MAX_SLOTS_BYTES)
-		return cfg_error(
-		        ctx, -EOVERFLOW, "output.slots",
-		        "%u slots of %.2f GiB need %.1f GiB of shared memory (at most %.0f "
-		        "GiB)",
-		        c->output.slots, gib(slot), gib(slot * c->output.slots),
-		        gib(CFG_MAX_SLOTS_BYTES));
-	uint64_t ring = (uint64_t)c->pipeline.ring_bscans * cfg_bscan_bytes(c);
-	if (ring > CFG_MAX_RING_BYTES)
-		return cfg_error(ctx, -EOVERFLOW, "pipeline.ring_bscans",
-		                 "%u B-scans of %llu bytes need %.1f GiB (at most %.0f GiB; at "
-		                 "least 2 x geometry.bscans_per_volume B-scans)",
-		                 c->pipeline.ring_bscans, (unsigned long long)cfg_bscan_bytes(c),
-		                 gib(ring), gib(CFG_MAX_RING_BYTES));
-	return 0;
+	return check_sizes(ctx);
 }
 
 int cfg_wavelength_check(const double l[4], uint32_t k, char *err, size_t errlen)

@@ -143,12 +143,12 @@ static void cpu_destroy(void *vst)
 static void cpu_reset_history(void *vst)
 {
 	struct cpu_state *st = vst;
-	size_t cols = (size_t)st->Y * st->X;
+	size_t cols = (size_t)st->geo.Y * st->geo.X;
 
 	for (size_t i = 0; i < cols; i++)
 		st->E[i] = -1;
-	memset(st->bvol, 0, cols * st->nz * sizeof(float));
-	memset(st->ovol, 0, cols * st->nz * sizeof(float));
+	memset(st->bvol, 0, cols * st->geo.nz * sizeof(float));
+	memset(st->ovol, 0, cols * st->geo.nz * sizeof(float));
 	if (st->motion)
 		be_motion_reset(st->motion);
 }
@@ -200,14 +200,14 @@ static int check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
  * \return 0, or -ENOMEM with a message in err. */
 static int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
 {
-	const size_t nh = st->nh;
+	const size_t nh = st->geo.nh;
 
 	if (st->pm_ready)
 		return 0;
 	for (unsigned t = 0; t < st->nthreads; t++) {
 		struct cpu_worker *w = &st->workers[t];
 		if (!w->spec)
-			w->spec = fftwf_malloc((size_t)st->nx * nh * sizeof(fftwf_complex));
+			w->spec = fftwf_malloc((size_t)st->geo.nx * nh * sizeof(fftwf_complex));
 		if (!w->pm_acc)
 			w->pm_acc = xalloc(4 * nh * sizeof(double));
 		if (!w->pm_sig)
@@ -220,7 +220,7 @@ static int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
 			              "cpu backend: out of memory for partial_median (%u threads x "
 			              "%zu MiB of spectra)",
 			              st->nthreads,
-			              ((size_t)st->nx * nh * sizeof(fftwf_complex)) >> 20);
+			              ((size_t)st->geo.nx * nh * sizeof(fftwf_complex)) >> 20);
 		}
 	}
 	st->pm_ready = true;
@@ -261,8 +261,8 @@ static int cpu_live_setup(struct cpu_state *st, const struct vr_config *cfg, cha
 /* Every buffer of st (its geometry set): false when out of memory. */
 static bool cpu_alloc(struct cpu_state *st)
 {
-	const uint32_t K = st->K, N = st->N;
-	const size_t cols = (size_t)st->Y * st->X;
+	const uint32_t K = st->geo.K, N = st->geo.N;
+	const size_t cols = (size_t)st->geo.Y * st->geo.X;
 	ALLOC(st->p.bg_ref, K);
 	ALLOC(st->p.rs_idx, K);
 	ALLOC(st->p.rs_w, 4 * (size_t)K);
@@ -271,17 +271,17 @@ static bool cpu_alloc(struct cpu_state *st)
 	ALLOC(st->p.disp_re, K);
 	ALLOC(st->p.disp_im, K);
 	ALLOC(st->pos_tmp, K);
-	ALLOC(st->raw, st->ny);
-	ALLOC(st->pm_count, st->ny);
-	ALLOC(st->bgspec, (size_t)st->ny * K);
-	ALLOC(st->lowres, (size_t)st->ny * st->nx * st->nz);
-	ALLOC(st->bvol, cols * st->nz);
-	ALLOC(st->ovol, cols * st->nz);
+	ALLOC(st->raw, st->geo.ny);
+	ALLOC(st->pm_count, st->geo.ny);
+	ALLOC(st->bgspec, (size_t)st->geo.ny * K);
+	ALLOC(st->lowres, (size_t)st->geo.ny * st->geo.nx * st->geo.nz);
+	ALLOC(st->bvol, cols * st->geo.nz);
+	ALLOC(st->ovol, cols * st->geo.nz);
 	ALLOC(st->E, cols);
 	ALLOC(st->tcol, cols);
-	ALLOC(st->inv_gz, st->nz);
-	ALLOC(st->inv_nz, st->nz);
-	ALLOC(st->chg, 2 * (size_t)st->ny * st->nx);
+	ALLOC(st->inv_gz, st->geo.nz);
+	ALLOC(st->inv_nz, st->geo.nz);
+	ALLOC(st->chg, 2 * (size_t)st->geo.ny * st->geo.nx);
 	ALLOC(st->alpha, cols);
 	ALLOC(st->beta, cols);
 	st->workers = calloc(st->nthreads, sizeof(*st->workers));
@@ -294,9 +294,9 @@ static bool cpu_alloc(struct cpu_state *st)
 		ALLOC(w->rsout, K);
 		ALLOC(w->dacc, K);
 		ALLOC(w->spl_m, K);
-		ALLOC(w->med, st->nx);
-		ALLOC(w->ring, 3 * (size_t)st->X * 2 * st->nz);
-		ALLOC(w->acc, 3 * (size_t)st->nz); /* recon: 2; compensated: 3 */
+		ALLOC(w->med, st->geo.nx);
+		ALLOC(w->ring, 3 * (size_t)st->geo.X * 2 * st->geo.nz);
+		ALLOC(w->acc, 3 * (size_t)st->geo.nz); /* recon: 2; compensated: 3 */
 		w->fin = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		w->fout = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		if (!w->fin || !w->fout)
@@ -315,15 +315,15 @@ static int cpu_plan(struct cpu_state *st, char *err, size_t errlen)
 	 * depends on the machine's load at planning time, and a different plan rounds
 	 * differently; the reference backend must give the same bits in every process (the
 	 * daemon, `volrec process`, the tests), so the plan must not depend on timing. */
-	const uint32_t N = st->N;
+	const uint32_t N = st->geo.N;
 	int n[1] = {(int)N};
 	struct cpu_worker *w0 = &st->workers[0];
 
 	{
 		pthread_mutex_lock(&cpu_fftw_lock);
-		st->plan_r2c =
-		        fftwf_plan_many_dft_r2c(1, n, CPU_BATCH, (float *)w0->fin, NULL, 1, (int)N,
-		                                w0->fout, NULL, 1, (int)st->nh + 1, FFTW_ESTIMATE);
+		st->plan_r2c = fftwf_plan_many_dft_r2c(1, n, CPU_BATCH, (float *)w0->fin, NULL, 1,
+		                                       (int)N, w0->fout, NULL, 1,
+		                                       (int)st->geo.nh + 1, FFTW_ESTIMATE);
 		st->plan_c2c =
 		        fftwf_plan_many_dft(1, n, CPU_BATCH, w0->fin, NULL, 1, (int)N, w0->fout,
 		                            NULL, 1, (int)N, FFTW_FORWARD, FFTW_ESTIMATE);
@@ -346,25 +346,12 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return vr_err(err, errlen, -ENOMEM, "cpu backend: out of memory");
-	st->K = cfg->geometry.samples_per_ascan;
-	st->N = cfg_fft_len(cfg);
-	st->nh = st->N / 2;
-	st->nx = cfg->geometry.ascans_per_bscan;
-	st->ny = cfg->geometry.bscans_per_volume;
-	st->z0 = cfg->geometry.depth_range[0];
-	st->nz = cfg_nz(cfg);
-	st->sx = cfg->geometry.stride[0];
-	st->sy = cfg->geometry.stride[1];
-	st->S = st->sx * st->sy;
-	st->X = st->nx * st->sx;
-	st->Y = st->ny * st->sy;
-	st->sample_type = cfg->geometry.sample_type;
-	st->bit_shift = cfg->geometry.sample_type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
+	be_geometry_init(&st->geo, cfg);
 	st->nthreads = cpu_count_threads(cfg->cpu.threads);
 
 	if (!cpu_alloc(st))
 		goto out_nomem;
-	memset(st->pm_count, 0, st->ny * sizeof(*st->pm_count));
+	memset(st->pm_count, 0, st->geo.ny * sizeof(*st->pm_count));
 	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
@@ -373,8 +360,10 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (rc < 0)
 		goto out_destroy;
 	for (unsigned t = 0; t < st->nthreads; t++) {
-		memset(st->workers[t].fin, 0, (size_t)CPU_BATCH * st->N * sizeof(fftwf_complex));
-		memset(st->workers[t].fout, 0, (size_t)CPU_BATCH * st->N * sizeof(fftwf_complex));
+		memset(st->workers[t].fin, 0,
+		       (size_t)CPU_BATCH * st->geo.N * sizeof(fftwf_complex));
+		memset(st->workers[t].fout, 0,
+		       (size_t)CPU_BATCH * st->geo.N * sizeof(fftwf_complex));
 	}
 	cpu_reset_history(st);
 	snprintf(st->device, sizeof(st->device), "CPU: %u threads, FFTW %s", st->nthreads,
@@ -384,8 +373,8 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 
 out_nomem:
 	rc = vr_err(err, errlen, -ENOMEM,
-	            "cpu backend: out of memory for a %ux%ux%u (stride %ux%u) geometry", st->nx,
-	            st->ny, st->K, st->sx, st->sy);
+	            "cpu backend: out of memory for a %ux%ux%u (stride %ux%u) geometry", st->geo.nx,
+	            st->geo.ny, st->geo.K, st->geo.sx, st->geo.sy);
 out_destroy:
 	cpu_destroy(st);
 	return rc;
@@ -436,7 +425,7 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 		cpu_recon_epoch(st, epoch, L, out);
 	}
 	if (out->median_depths) {
-		for (uint32_t b = 0; b < st->ny; b++)
+		for (uint32_t b = 0; b < st->geo.ny; b++)
 			out->median_depths[b] =
 			        st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN ? st->pm_count[b] : 0;
 	}
@@ -447,15 +436,9 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 {
 	struct cpu_state *st = vst;
 	enum cfg_recon_mode old = st->p.mode;
-	uint32_t sh = cfg->geometry.sample_type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
 	int rc;
 
-	if (cfg->geometry.samples_per_ascan != st->K || cfg_fft_len(cfg) != st->N ||
-	    cfg->geometry.ascans_per_bscan != st->nx || cfg->geometry.bscans_per_volume != st->ny ||
-	    cfg->geometry.stride[0] != st->sx || cfg->geometry.stride[1] != st->sy ||
-	    cfg->geometry.depth_range[0] != st->z0 || cfg_nz(cfg) != st->nz ||
-	    cfg->geometry.sample_type != st->sample_type || sh != st->bit_shift ||
-	    cpu_count_threads(cfg->cpu.threads) != st->nthreads)
+	if (!be_geometry_same(&st->geo, cfg) || cpu_count_threads(cfg->cpu.threads) != st->nthreads)
 		return vr_err(
 		        err, errlen, -EINVAL,
 		        "cpu backend: geometry, zero_pad, sample type or cpu.threads changed: "

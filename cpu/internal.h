@@ -93,10 +93,7 @@ struct cpu_views {
 };
 
 struct cpu_state {
-	/* geometry */
-	uint32_t K, N, nh, nx, ny, z0, nz, sx, sy, S, Y, X;
-	enum cfg_sample sample_type;
-	uint32_t bit_shift;
+	struct be_geometry geo;
 	unsigned nthreads;
 
 	struct cpu_params p;

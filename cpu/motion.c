@@ -25,15 +25,18 @@ int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen)
 {
 	if (st->motion)
 		return 0;
-	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
+	const struct be_motion_geom g =
+	        be_motion_geom_of(st->geo.nx, st->geo.ny, st->geo.sx, st->geo.sy, st->geo.nz);
 	struct be_motion *m = be_motion_create(&g);
 	uint32_t slots = m ? be_motion_slots(m) : 0;
-	float *hist = m ? calloc((size_t)slots * st->ny * st->nx * st->nz, sizeof(float)) : NULL;
-	float *ref = calloc((size_t)st->Y * st->X * BE_MOTION_NB, sizeof(float));
-	float *eb =
-	        calloc((size_t)(slots ? slots : 1) * st->ny * st->nx * BE_MOTION_NB, sizeof(float));
+	float *hist =
+	        m ? calloc((size_t)slots * st->geo.ny * st->geo.nx * st->geo.nz, sizeof(float))
+	          : NULL;
+	float *ref = calloc((size_t)st->geo.Y * st->geo.X * BE_MOTION_NB, sizeof(float));
+	float *eb = calloc((size_t)(slots ? slots : 1) * st->geo.ny * st->geo.nx * BE_MOTION_NB,
+	                   sizeof(float));
 	struct be_motion_entry *en = calloc(slots ? slots : 1, sizeof(*en));
-	double *prof = calloc(st->nz, sizeof(double));
+	double *prof = calloc(st->geo.nz, sizeof(double));
 
 	if (!m || !hist || !ref || !eb || !en || !prof) {
 		be_motion_destroy(m);
@@ -45,7 +48,7 @@ int cpu_motion_alloc(struct cpu_state *st, char *err, size_t errlen)
 		return vr_err(err, errlen, -ENOMEM,
 		              "cpu backend: out of memory for the compensated mode's history (%u "
 		              "epochs of %ux%ux%u)",
-		              BE_MOTION_H * st->S, st->nx, st->ny, st->nz);
+		              BE_MOTION_H * st->geo.S, st->geo.nx, st->geo.ny, st->geo.nz);
 	}
 	st->motion = m;
 	st->mhist = hist;
@@ -70,7 +73,8 @@ void cpu_motion_free(struct cpu_state *st)
 static int motion_bands(void *vctx, double dz, float *Be)
 {
 	const struct cpu_state *st = vctx;
-	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
+	const struct be_motion_geom g =
+	        be_motion_geom_of(st->geo.nx, st->geo.ny, st->geo.sx, st->geo.sy, st->geo.nz);
 
 	be_motion_bands(&g, st->mcur, dz, Be);
 	return 0;
@@ -83,23 +87,24 @@ static void column(const struct cpu_state *st, const struct motion_ctx *ctx,
                    const struct be_motion_geom *g, uint32_t ne, uint32_t yy, uint32_t xx,
                    float *res, float *cur)
 {
-	const size_t vol = (size_t)st->ny * st->nx * st->nz;
+	const size_t vol = (size_t)st->geo.ny * st->geo.nx * st->geo.nz;
 	struct be_motion_pick pk;
 
 	be_motion_column(g, st->ment, ne, yy, xx, &pk);
 	if (pk.a < 1.0f)
 		cpu_current_column(st, ctx->L, ctx->ox, ctx->oy, yy, xx, cur);
 	if (pk.n == 0) {
-		memcpy(res, cur, st->nz * sizeof(float));
+		memcpy(res, cur, st->geo.nz * sizeof(float));
 		return;
 	}
 	const float a = pk.a, b = 1.0f - a;
-	for (uint32_t z = 0; z < st->nz; z++) {
+	for (uint32_t z = 0; z < st->geo.nz; z++) {
 		float s = 0.0f;
 		for (uint32_t i = 0; i < pk.n; i++) {
 			const struct be_motion_entry *e = &st->ment[pk.entry[i]];
-			const float *l = st->mhist + e->slot * vol + (size_t)pk.node[i] * st->nz;
-			s += pk.w[i] * be_motion_shifted(e, l, z, st->nz);
+			const float *l =
+			        st->mhist + e->slot * vol + (size_t)pk.node[i] * st->geo.nz;
+			s += pk.w[i] * be_motion_shifted(e, l, z, st->geo.nz);
 		}
 		/* kriging weights may be negative: clamped to the normalized range */
 		s = fminf(fmaxf(s, 0.0f), 1.0f);
@@ -112,7 +117,7 @@ static void column(const struct cpu_state *st, const struct motion_ctx *ctx,
 static void ref_column(const struct cpu_state *st, const struct motion_ctx *ctx,
                        const struct be_motion_geom *g, uint32_t yy, uint32_t xx, float *ob)
 {
-	const size_t nodes = (size_t)st->ny * st->nx;
+	const size_t nodes = (size_t)st->geo.ny * st->geo.nx;
 	struct be_motion_pick pk;
 	double cb[BE_MOTION_NB] = {0};
 
@@ -121,12 +126,13 @@ static void ref_column(const struct cpu_state *st, const struct motion_ctx *ctx,
 		const float *b0 = st->meb + (size_t)(st->mne - 1) * nodes * BE_MOTION_NB;
 		uint32_t y0, y1, x0, x1;
 		float ty, tx;
-		be_interp_axis(yy, ctx->oy, st->sy, st->ny, &y0, &y1, &ty);
-		be_interp_axis(xx, ctx->ox, st->sx, st->nx, &x0, &x1, &tx);
-		be_motion_current_bands(b0 + ((size_t)y0 * st->nx + x0) * BE_MOTION_NB,
-		                        b0 + ((size_t)y0 * st->nx + x1) * BE_MOTION_NB,
-		                        b0 + ((size_t)y1 * st->nx + x0) * BE_MOTION_NB,
-		                        b0 + ((size_t)y1 * st->nx + x1) * BE_MOTION_NB, ty, tx, cb);
+		be_interp_axis(yy, ctx->oy, st->geo.sy, st->geo.ny, &y0, &y1, &ty);
+		be_interp_axis(xx, ctx->ox, st->geo.sx, st->geo.nx, &x0, &x1, &tx);
+		be_motion_current_bands(b0 + ((size_t)y0 * st->geo.nx + x0) * BE_MOTION_NB,
+		                        b0 + ((size_t)y0 * st->geo.nx + x1) * BE_MOTION_NB,
+		                        b0 + ((size_t)y1 * st->geo.nx + x0) * BE_MOTION_NB,
+		                        b0 + ((size_t)y1 * st->geo.nx + x1) * BE_MOTION_NB, ty, tx,
+		                        cb);
 	}
 	be_motion_ref_column(&pk, st->meb, nodes, cb, ob);
 }
@@ -135,8 +141,9 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 {
 	const struct motion_ctx *ctx = vctx;
 	const struct cpu_state *st = w->st;
-	const uint32_t X = st->X, Z = st->nz, yy = (uint32_t)item;
-	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
+	const uint32_t X = st->geo.X, Z = st->geo.nz, yy = (uint32_t)item;
+	const struct be_motion_geom g =
+	        be_motion_geom_of(st->geo.nx, st->geo.ny, st->geo.sx, st->geo.sy, st->geo.nz);
 	float *A = w->acc, *cur = w->acc + 2 * (size_t)Z;
 
 	for (uint32_t xx = 0; xx < X; xx++) {
@@ -166,23 +173,25 @@ static void motion_rows(struct cpu_worker *w, size_t item, void *vctx)
 static void motion_entry_bands(struct cpu_worker *w, size_t item, void *vctx)
 {
 	const struct cpu_state *st = w->st;
-	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
+	const struct be_motion_geom g =
+	        be_motion_geom_of(st->geo.nx, st->geo.ny, st->geo.sx, st->geo.sy, st->geo.nz);
 	const struct be_motion_entry *e = &st->ment[item];
-	const size_t vol = (size_t)st->ny * st->nx * st->nz;
+	const size_t vol = (size_t)st->geo.ny * st->geo.nx * st->geo.nz;
 
 	be_motion_entry_bands(&g, st->mhist + e->slot * vol, e,
-	                      st->meb + item * (size_t)st->ny * st->nx * BE_MOTION_NB);
+	                      st->meb + item * (size_t)st->geo.ny * st->geo.nx * BE_MOTION_NB);
 }
 
 int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out,
                      char *err, size_t errlen)
 {
-	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
-	const size_t vol = (size_t)st->ny * st->nx * st->nz;
+	const struct be_motion_geom g =
+	        be_motion_geom_of(st->geo.nx, st->geo.ny, st->geo.sx, st->geo.sy, st->geo.nz);
+	const size_t vol = (size_t)st->geo.ny * st->geo.nx * st->geo.nz;
 	uint32_t ox, oy, slot;
 	int rc;
 
-	vr_scan_offset(e, st->sx, st->sy, &ox, &oy);
+	vr_scan_offset(e, st->geo.sx, st->geo.sy, &ox, &oy);
 	be_motion_profile(&g, L, st->mprof);
 	st->mcur = L;
 	rc = be_motion_epoch(st->motion, ox, oy, st->mprof, motion_bands, st, &slot, st->ment,
@@ -195,7 +204,7 @@ int cpu_motion_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 	struct motion_ctx ctx = {.out = out, .L = L, .ox = ox, .oy = oy};
 	if (st->mnref > 0) /* every entry's: the last one's (dz = 0) for the fallback */
 		cpu_parallel(st, st->mne, motion_entry_bands, NULL);
-	cpu_parallel(st, st->Y, motion_rows, &ctx);
+	cpu_parallel(st, st->geo.Y, motion_rows, &ctx);
 	be_motion_set_reference(st->motion, st->mref);
 	return 0;
 }

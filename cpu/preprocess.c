@@ -13,15 +13,15 @@
  * returns the sum of the converted samples. */
 static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_t a, float *out)
 {
-	const uint32_t K = st->K, sh = st->bit_shift;
+	const uint32_t K = st->geo.K, sh = st->geo.bit_shift;
 	const size_t off = (size_t)a * K;
 
-	switch (st->sample_type) {
+	switch (st->geo.sample_type) {
 	case CFG_SAMPLE_U12P:
 	case CFG_SAMPLE_U12GV: {
 		/* packed: two samples in three bytes, unpacked here in the convert step */
 		const uint8_t *s = (const uint8_t *)raw + off / 2 * 3;
-		const bool gv = st->sample_type == CFG_SAMPLE_U12GV;
+		const bool gv = st->geo.sample_type == CFG_SAMPLE_U12GV;
 		uint64_t sum = 0;
 		for (uint32_t k = 0; k < K; k += 2, s += 3) {
 			uint32_t v0, v1;
@@ -69,17 +69,17 @@ static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_
 
 static float sample_at(const struct cpu_state *st, const void *raw, size_t i)
 {
-	switch (st->sample_type) {
+	switch (st->geo.sample_type) {
 	case CFG_SAMPLE_U16:
-		return (float)((uint32_t)((const uint16_t *)raw)[i] >> st->bit_shift);
+		return (float)((uint32_t)((const uint16_t *)raw)[i] >> st->geo.bit_shift);
 	case CFG_SAMPLE_I16:
-		return (float)((int32_t)((const int16_t *)raw)[i] >> st->bit_shift);
+		return (float)((int32_t)((const int16_t *)raw)[i] >> st->geo.bit_shift);
 	case CFG_SAMPLE_U12P:
 	case CFG_SAMPLE_U12GV: {
 		uint32_t v0, v1;
-		vr_unpack12((const uint8_t *)raw + i / 2 * 3, st->sample_type == CFG_SAMPLE_U12GV,
-		            &v0, &v1);
-		return (float)((i & 1 ? v1 : v0) >> st->bit_shift);
+		vr_unpack12((const uint8_t *)raw + i / 2 * 3,
+		            st->geo.sample_type == CFG_SAMPLE_U12GV, &v0, &v1);
+		return (float)((i & 1 ? v1 : v0) >> st->geo.bit_shift);
 	}
 	case CFG_SAMPLE_F32:
 	default:
@@ -93,8 +93,8 @@ static void bscan_background(struct cpu_worker *w, size_t b, void *ctx)
 {
 	struct cpu_state *st = w->st;
 	const void *raw = st->raw[b];
-	float *bg = st->bgspec + b * st->K;
-	const uint32_t K = st->K, nx = st->nx;
+	float *bg = st->bgspec + b * st->geo.K;
+	const uint32_t K = st->geo.K, nx = st->geo.nx;
 
 	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN) {
 		for (uint32_t k = 0; k < K; k++)
@@ -194,7 +194,7 @@ static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t 
 {
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
-	const uint32_t K = st->K, N = st->N;
+	const uint32_t K = st->geo.K, N = st->geo.N;
 	const float *bgs = st->bgspec + (size_t)b * K;
 	float *x = w->conv;
 	double sum = convert_ascan(st, st->raw[b], a, x);
@@ -245,10 +245,10 @@ static size_t fft_batch(struct cpu_worker *w)
 
 	if (st->p.disp) {
 		fftwf_execute_dft(st->plan_c2c, w->fin, w->fout);
-		return st->N;
+		return st->geo.N;
 	}
 	fftwf_execute_dft_r2c(st->plan_r2c, (float *)w->fin, w->fout);
-	return st->nh + 1;
+	return st->geo.nh + 1;
 }
 
 struct pre_ctx {
@@ -264,19 +264,19 @@ static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t 
 {
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
-	const uint32_t nx = st->nx;
+	const uint32_t nx = st->geo.nx;
 	const bool rev = p->flip_x != (p->bidir && (b & 1u));
 	const bool none = p->mode == CFG_RECON_NONE;
 	struct post_args pa = {
-	        .zstart = p->flip_z ? st->nh - 1 - st->z0 : st->z0,
+	        .zstart = p->flip_z ? st->geo.nh - 1 - st->geo.z0 : st->geo.z0,
 	        .zstep = p->flip_z ? -1 : 1,
-	        .nz = st->nz,
+	        .nz = st->geo.nz,
 	        .lo = p->lo,
 	        .inv = p->inv_range,
 	};
 	for (uint32_t r = 0; r < na; r++) {
 		uint32_t a = a0 + r, xo = rev ? nx - 1 - a : a;
-		size_t o = ((size_t)b * nx + xo) * st->nz;
+		size_t o = ((size_t)b * nx + xo) * st->geo.nz;
 
 		pa.re_im = (const float *)(spec + r * stride);
 		pa.dst = ctx->L + o;
@@ -289,7 +289,7 @@ static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t 
 static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 {
 	struct pre_ctx *ctx = vctx;
-	const uint32_t nx = w->st->nx;
+	const uint32_t nx = w->st->geo.nx;
 	const uint32_t b = (uint32_t)(item / ctx->nchunks);
 	const uint32_t a0 = (uint32_t)(item % ctx->nchunks) * CPU_BATCH;
 	const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
@@ -315,7 +315,7 @@ static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
 {
 	struct pre_ctx *ctx = vctx;
 	struct cpu_state *st = w->st;
-	const uint32_t nx = st->nx, nh = st->nh, b = (uint32_t)item;
+	const uint32_t nx = st->geo.nx, nh = st->geo.nh, b = (uint32_t)item;
 	fftwf_complex *spec = w->spec;
 	double *sr = w->pm_acc, *si = sr + nh, *srr = si + nh, *sii = srr + nh;
 	float *sig = w->pm_sig, *c = w->pm_c;
@@ -378,14 +378,15 @@ static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
 
 void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output *out)
 {
-	struct pre_ctx ctx = {.L = L, .out = out, .nchunks = (st->nx + CPU_BATCH - 1) / CPU_BATCH};
+	struct pre_ctx ctx = {
+	        .L = L, .out = out, .nchunks = (st->geo.nx + CPU_BATCH - 1) / CPU_BATCH};
 
 	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_BSCAN_MEDIAN ||
 	    st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN)
-		cpu_parallel(st, st->ny, bscan_background, NULL);
+		cpu_parallel(st, st->geo.ny, bscan_background, NULL);
 	if (st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN) {
-		cpu_parallel(st, st->ny, partial_median_bscan, &ctx);
+		cpu_parallel(st, st->geo.ny, partial_median_bscan, &ctx);
 		return;
 	}
-	cpu_parallel(st, (size_t)st->ny * ctx.nchunks, preprocess_chunk, &ctx);
+	cpu_parallel(st, (size_t)st->geo.ny * ctx.nchunks, preprocess_chunk, &ctx);
 }

@@ -21,16 +21,16 @@ struct recon_ctx {
 void cpu_current_column(const struct cpu_state *st, const float *L, uint32_t ox, uint32_t oy,
                         uint32_t yy, uint32_t xx, float *c)
 {
-	const uint32_t Z = st->nz;
+	const uint32_t Z = st->geo.nz;
 	uint32_t y0, y1, x0, x1;
 	float ty, tx;
 
-	be_interp_axis(yy, oy, st->sy, st->ny, &y0, &y1, &ty);
-	be_interp_axis(xx, ox, st->sx, st->nx, &x0, &x1, &tx);
-	const float *c00 = L + ((size_t)y0 * st->nx + x0) * Z;
-	const float *c01 = L + ((size_t)y0 * st->nx + x1) * Z;
-	const float *c10 = L + ((size_t)y1 * st->nx + x0) * Z;
-	const float *c11 = L + ((size_t)y1 * st->nx + x1) * Z;
+	be_interp_axis(yy, oy, st->geo.sy, st->geo.ny, &y0, &y1, &ty);
+	be_interp_axis(xx, ox, st->geo.sx, st->geo.nx, &x0, &x1, &tx);
+	const float *c00 = L + ((size_t)y0 * st->geo.nx + x0) * Z;
+	const float *c01 = L + ((size_t)y0 * st->geo.nx + x1) * Z;
+	const float *c10 = L + ((size_t)y1 * st->geo.nx + x0) * Z;
+	const float *c11 = L + ((size_t)y1 * st->geo.nx + x1) * Z;
 	const float w00 = (1.0f - ty) * (1.0f - tx), w01 = (1.0f - ty) * tx;
 	const float w10 = ty * (1.0f - tx), w11 = ty * tx;
 
@@ -44,8 +44,8 @@ void cpu_current_column(const struct cpu_state *st, const float *L, uint32_t ox,
 static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *ctx, uint32_t yy,
                            uint32_t xx, float *res, float *c)
 {
-	const uint32_t Z = st->nz;
-	const size_t i = (size_t)yy * st->X + xx;
+	const uint32_t Z = st->geo.nz;
+	const size_t i = (size_t)yy * st->geo.X + xx;
 	const float a = st->alpha[i], b = 1.0f - a, bt = st->beta[i], bh = 1.0f - bt;
 	const float *m = st->bvol + i * Z;
 
@@ -62,8 +62,8 @@ static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *c
 static float adaptive_change(const struct cpu_state *st, const float *L, uint32_t y, uint32_t x,
                              size_t full, float *d1)
 {
-	const uint32_t Z = st->nz, h = st->p.depth_half;
-	const float *l = L + ((size_t)y * st->nx + x) * Z, *m = st->bvol + full * Z;
+	const uint32_t Z = st->geo.nz, h = st->p.depth_half;
+	const float *l = L + ((size_t)y * st->geo.nx + x) * Z, *m = st->bvol + full * Z;
 	double win = 0.0, acc = 0.0, acc1 = 0.0;
 	uint32_t lo = 0, hi = 0; /* the window [lo, hi) summed in win */
 
@@ -98,11 +98,12 @@ static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
 	struct cpu_state *st = w->st;
 	uint32_t y = (uint32_t)item;
 
-	const size_t n = (size_t)st->ny * st->nx;
-	for (uint32_t x = 0; x < st->nx; x++) {
-		size_t fy = (size_t)y * st->sy + ctx->oy, fx = (size_t)x * st->sx + ctx->ox;
-		size_t c = (size_t)y * st->nx + x;
-		st->chg[c] = adaptive_change(st, ctx->L, y, x, fy * st->X + fx, &st->chg[n + c]);
+	const size_t n = (size_t)st->geo.ny * st->geo.nx;
+	for (uint32_t x = 0; x < st->geo.nx; x++) {
+		size_t fy = (size_t)y * st->geo.sy + ctx->oy, fx = (size_t)x * st->geo.sx + ctx->ox;
+		size_t c = (size_t)y * st->geo.nx + x;
+		st->chg[c] =
+		        adaptive_change(st, ctx->L, y, x, fy * st->geo.X + fx, &st->chg[n + c]);
 	}
 }
 
@@ -118,8 +119,8 @@ static double change_at(const float *c0, const float *c1, uint32_t x0, uint32_t 
 /* z-smoothed copies of column (r, c) of B: sg = sum gz(dz) B[z+dz], s1 = sum B[z+dz]. */
 static void smooth_column(const struct cpu_state *st, uint32_t r, uint32_t c, float *sg, float *s1)
 {
-	const uint32_t Z = st->nz;
-	const float *b = st->bvol + ((size_t)r * st->X + c) * Z;
+	const uint32_t Z = st->geo.nz;
+	const float *b = st->bvol + ((size_t)r * st->geo.X + c) * Z;
 	const float g1 = st->p.gz[0] / st->p.gz[1];
 
 	if (Z == 1) {
@@ -138,7 +139,7 @@ static void smooth_column(const struct cpu_state *st, uint32_t r, uint32_t c, fl
 
 static void fill_ring_row(const struct cpu_state *st, struct cpu_worker *w, uint32_t r)
 {
-	const uint32_t X = st->X, Z = st->nz;
+	const uint32_t X = st->geo.X, Z = st->geo.nz;
 	float *slot = w->ring + (size_t)(r % 3) * X * 2 * Z;
 
 	for (uint32_t c = 0; c < X; c++)
@@ -166,7 +167,7 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 	struct recon_ctx *ctx = vctx;
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
-	const uint32_t Y = st->Y, X = st->X, Z = st->nz;
+	const uint32_t Y = st->geo.Y, X = st->geo.X, Z = st->geo.nz;
 	const uint32_t y0 = (uint32_t)item * ctx->rows;
 	const uint32_t y1 = y0 + ctx->rows < Y ? y0 + ctx->rows : Y;
 	const bool cum = p->mode == CFG_RECON_CUMULATIVE, sum = p->combine == CFG_COMBINE_SUM;
@@ -243,42 +244,42 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out)
 {
 	const struct cpu_params *p = &st->p;
-	const uint32_t X = st->X, Y = st->Y, Z = st->nz, S = st->S;
+	const uint32_t X = st->geo.X, Y = st->geo.Y, Z = st->geo.nz, S = st->geo.S;
 	uint32_t ox, oy;
 
-	vr_scan_offset(e, st->sx, st->sy, &ox, &oy);
+	vr_scan_offset(e, st->geo.sx, st->geo.sy, &ox, &oy);
 	struct recon_ctx ctx = {.out = out, .L = L, .ox = ox, .oy = oy};
 	const bool adaptive = p->mode == CFG_RECON_ADAPTIVE;
 
 	/* adaptive: compare the new samples with the history they replace */
 	if (adaptive)
-		cpu_parallel(st, st->ny, adaptive_changes, &ctx);
+		cpu_parallel(st, st->geo.ny, adaptive_changes, &ctx);
 
 	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
 	 * at the end of the last epoch; zeros at first) */
-	for (uint32_t y = 0; y < st->ny; y++)
-		for (uint32_t x = 0; x < st->nx; x++) {
-			size_t fy = (size_t)y * st->sy + oy, fx = (size_t)x * st->sx + ox;
-			memcpy(st->bvol + (fy * X + fx) * Z, L + ((size_t)y * st->nx + x) * Z,
+	for (uint32_t y = 0; y < st->geo.ny; y++)
+		for (uint32_t x = 0; x < st->geo.nx; x++) {
+			size_t fy = (size_t)y * st->geo.sy + oy, fx = (size_t)x * st->geo.sx + ox;
+			memcpy(st->bvol + (fy * X + fx) * Z, L + ((size_t)y * st->geo.nx + x) * Z,
 			       Z * sizeof(float));
 			st->E[fy * X + fx] = (int64_t)e;
 		}
 
 	const double k2 = p->tolerance * p->tolerance, ks2 = p->speckle_tol * p->speckle_tol;
-	const size_t nlow = (size_t)st->ny * st->nx;
+	const size_t nlow = (size_t)st->geo.ny * st->geo.nx;
 	for (uint32_t y = 0; y < Y; y++) {
 		uint32_t y0 = 0, y1 = 0, x0, x1;
 		float ty = 0.0f, tx;
 		if (adaptive)
-			be_interp_axis(y, oy, st->sy, st->ny, &y0, &y1, &ty);
+			be_interp_axis(y, oy, st->geo.sy, st->geo.ny, &y0, &y1, &ty);
 		for (uint32_t x = 0; x < X; x++) {
 			size_t i = (size_t)y * X + x;
 			float t = 0.0f;
 			double D = 0.0, D1 = 0.0;
 			if (adaptive) {
-				const float *c0 = st->chg + (size_t)y0 * st->nx;
-				const float *c1 = st->chg + (size_t)y1 * st->nx;
-				be_interp_axis(x, ox, st->sx, st->nx, &x0, &x1, &tx);
+				const float *c0 = st->chg + (size_t)y0 * st->geo.nx;
+				const float *c1 = st->chg + (size_t)y1 * st->geo.nx;
+				be_interp_axis(x, ox, st->geo.sx, st->geo.nx, &x0, &x1, &tx);
 				D = change_at(c0, c1, x0, x1, tx, ty);
 				D1 = change_at(c0 + nlow, c1 + nlow, x0, x1, tx, ty);
 				st->alpha[i] = (float)exp(-D / k2);

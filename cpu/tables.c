@@ -64,7 +64,7 @@ float cpu_median(float *v, size_t n)
 int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *err, size_t errlen)
 {
 	struct cpu_params *p = &st->p;
-	const uint32_t K = st->K;
+	const uint32_t K = st->geo.K;
 	double lo = cfg->preprocess.db_range[0], hi = cfg->preprocess.db_range[1];
 	int rc;
 

@@ -436,44 +436,16 @@ static void status_service(const struct service *s, struct json_object *st)
 	jset(st, "last_event", o);
 }
 
-static struct json_object *status_json(struct service *s, const struct pl_stats *snap, int readers,
-                                       uint64_t now)
+/* The "geometry" object of the status: the configuration's, and the output volume's shape. */
+static struct json_object *status_geometry(const struct vr_config *c)
 {
-	const struct vr_config *c = &s->cur;
-	struct pl_pipeline *pl = vrd_pipeline_engine(s->pl);
-	struct vrd_pub *pub = vrd_pipeline_pub(s->pl);
-	struct json_object *st = json_object_new_object(), *o, *a;
-	struct volrec_shim_info si;
-	struct ipc_writer_stats ws;
+	struct json_object *o, *a;
 	uint32_t Y = c->geometry.bscans_per_volume, X = c->geometry.ascans_per_bscan;
 
 	if (c->reconstruct.mode != CFG_RECON_NONE) {
 		Y *= c->geometry.stride[1];
 		X *= c->geometry.stride[0];
 	}
-	pl_source_info(pl, &si);
-	vrd_pub_stats(pub, &ws);
-	jset(st, "state", jstr(shown_state(s, snap)));
-	jset(st, "instance", jstr(c->instance));
-	jset(st, "pid", json_object_new_int((int)getpid()));
-	jset_u64(st, "session", vrd_pub_session(pub));
-	jset(st, "time", jnumf((double)vr_real_ns() / 1e9, "%.3f"));
-	jset(st, "config", jstr(s->config_path));
-
-	o = json_object_new_object();
-	jset(o, "type", jstr(cfg_source_name(c->source.type)));
-	jset(o, "name", jstr(si.name));
-	jset(o, "version", jstr(si.version));
-	jset(o, "device", jstr(si.device));
-	jset(o, "rate", jnum(c->source.rate));
-	jset(o, "acquisition", jstr(pl_acquisition(pl)));
-	jset(st, "source", o);
-
-	o = json_object_new_object();
-	jset(o, "name", jstr(be_name(pl_backend(pl))));
-	jset(o, "device", jstr(be_device(pl_backend(pl))));
-	jset(st, "backend", o);
-
 	o = json_object_new_object();
 	jset(o, "samples_per_ascan", json_object_new_int64(c->geometry.samples_per_ascan));
 	jset(o, "sample_type", jstr(cfg_sample_name(c->geometry.sample_type)));
@@ -503,7 +475,43 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 			json_object_array_add(a, um[i] > 0 ? jnum(um[i]) : NULL);
 		jset(o, "voxel_size_um", a);
 	}
-	jset(st, "geometry", o);
+	return o;
+}
+
+static struct json_object *status_json(struct service *s, const struct pl_stats *snap, int readers,
+                                       uint64_t now)
+{
+	const struct vr_config *c = &s->cur;
+	struct pl_pipeline *pl = vrd_pipeline_engine(s->pl);
+	struct vrd_pub *pub = vrd_pipeline_pub(s->pl);
+	struct json_object *st = json_object_new_object(), *o, *a;
+	struct volrec_shim_info si;
+	struct ipc_writer_stats ws;
+
+	pl_source_info(pl, &si);
+	vrd_pub_stats(pub, &ws);
+	jset(st, "state", jstr(shown_state(s, snap)));
+	jset(st, "instance", jstr(c->instance));
+	jset(st, "pid", json_object_new_int((int)getpid()));
+	jset_u64(st, "session", vrd_pub_session(pub));
+	jset(st, "time", jnumf((double)vr_real_ns() / 1e9, "%.3f"));
+	jset(st, "config", jstr(s->config_path));
+
+	o = json_object_new_object();
+	jset(o, "type", jstr(cfg_source_name(c->source.type)));
+	jset(o, "name", jstr(si.name));
+	jset(o, "version", jstr(si.version));
+	jset(o, "device", jstr(si.device));
+	jset(o, "rate", jnum(c->source.rate));
+	jset(o, "acquisition", jstr(pl_acquisition(pl)));
+	jset(st, "source", o);
+
+	o = json_object_new_object();
+	jset(o, "name", jstr(be_name(pl_backend(pl))));
+	jset(o, "device", jstr(be_device(pl_backend(pl))));
+	jset(st, "backend", o);
+
+	jset(st, "geometry", status_geometry(c));
 	jset(st, "generation", json_object_new_int64(s->gens.current));
 
 	if (c->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
@@ -750,6 +758,84 @@ static bool record_conflict(const struct vr_config *next, char *err, size_t errl
 }
 
 /* Returns 0, or -1 when neither the new nor the old configuration can run (fatal). */
+/* A structural change failed to start with next (its message in err): back on the previous
+ * configuration, the reload rejected. -1 when even that fails (fatal). */
+static int reload_fall_back(struct service *s, const char *err, unsigned abandoned)
+{
+	struct vrd_pipeline *pl = NULL;
+	char msg[CFG_ERR_MAX + 64], err2[CFG_ERR_MAX];
+
+	vrd_gen_drop(&s->gens, s->next_gen);
+	snprintf(msg, sizeof(msg), "%s: %s (keeping the previous configuration)", s->config_path,
+	         err);
+	if (vrd_pipeline_start(&s->cur, s->gens.current, s->raw, false, &pl, err2, sizeof(err2)) <
+	    0) {
+		bool stuck = vrd_pipeline_abandoned() != abandoned;
+
+		vrd_log(LOG_ERR, "fatal",
+		        "cannot rebuild with the previous configuration either: %s%s", err2,
+		        stuck ? STUCK_NOTE : "");
+		return -1;
+	}
+	s->pl = pl;
+	set_event_pub(vrd_pipeline_pub(pl));
+	if (!s->pid_path[0])
+		pidfile_write(s);
+	if (!s->eff_path[0])
+		effective_write(s);
+	reload_reject(s, msg);
+	return 0;
+}
+
+/* A structural change: drain, rebuild with next (which it takes), new session. -1 when
+ * neither next nor the previous configuration starts (fatal). */
+static int reload_rebuild(struct service *s, struct vr_config *next)
+{
+	char err[CFG_ERR_MAX];
+	struct vrd_pipeline *pl = NULL;
+	bool unlink_old = !s->cur.ipc.keep_shm, record = record_anew(&s->cur, next);
+	unsigned abandoned;
+
+	if (record && record_conflict(next, err, sizeof(err))) {
+		/* refused before anything stops: a recording in progress goes on */
+		vrd_gen_drop(&s->gens, s->next_gen);
+		cfg_free(next);
+		reload_reject(s, err);
+		return 0;
+	}
+	set_event_pub(NULL);
+	abandoned = vrd_pipeline_abandoned();
+	vrd_pipeline_stop(s->pl, unlink_old, "structural reload");
+	s->pl = NULL;
+	if (strcmp(s->cur.instance, next->instance) ||
+	    strcmp(s->cur.ipc.run_dir, next->ipc.run_dir)) {
+		pidfile_remove(s);
+		effective_remove(s);
+		run_dir_clean(&s->cur);
+	}
+	if (vrd_pipeline_start(next, s->next_gen, s->raw, record, &pl, err, sizeof(err)) < 0) {
+		cfg_free(next);
+		return reload_fall_back(s, err, abandoned);
+	}
+	cfg_free(&s->cur);
+	s->cur = *next;
+	vrd_gen_commit(&s->gens, s->next_gen);
+	s->pl = pl;
+	pthread_mutex_lock(&svc.lock);
+	snprintf(svc.instance, sizeof(svc.instance), "%s", s->cur.instance);
+	pthread_mutex_unlock(&svc.lock);
+	vrd_log_set_instance(s->cur.instance);
+	set_event_pub(vrd_pipeline_pub(pl));
+	if (!s->pid_path[0])
+		pidfile_write(s);
+	memset(&s->prev, 0, sizeof(s->prev));
+	memset(&s->wd_last, 0, sizeof(s->wd_last));
+	s->prev_ns = vr_mono_ns();
+	ctl_open(s);
+	reload_accepted(s, true);
+	return 0;
+}
+
 static int reload_start(struct service *s)
 {
 	char err[CFG_ERR_MAX];
@@ -778,89 +864,18 @@ static int reload_start(struct service *s)
 		reload_reject(s, "out of memory for the live parameters' generation");
 		return 0;
 	}
-	if (!cfg_is_structural_change(&s->cur, &next)) {
-		/* live: the pipeline stays, and a raw recording in progress goes on */
-		rc = pl_request_live(vrd_pipeline_engine(s->pl), &next, s->next_gen,
-		                     &s->live_ticket);
-		if (rc < 0) {
-			vrd_gen_drop(&s->gens, s->next_gen);
-			cfg_free(&next);
-			reload_reject(s, "out of memory applying the live parameters");
-			return 0;
-		}
-		s->next = next; /* owned until the processing thread has applied it */
-		s->live_pending = true;
+	if (cfg_is_structural_change(&s->cur, &next))
+		return reload_rebuild(s, &next);
+	/* live: the pipeline stays, and a raw recording in progress goes on */
+	rc = pl_request_live(vrd_pipeline_engine(s->pl), &next, s->next_gen, &s->live_ticket);
+	if (rc < 0) {
+		vrd_gen_drop(&s->gens, s->next_gen);
+		cfg_free(&next);
+		reload_reject(s, "out of memory applying the live parameters");
 		return 0;
 	}
-
-	/* structural: drain, rebuild, new session */
-	{
-		struct vrd_pipeline *pl = NULL;
-		bool unlink_old = !s->cur.ipc.keep_shm, record = record_anew(&s->cur, &next);
-		unsigned abandoned;
-
-		if (record && record_conflict(&next, err, sizeof(err))) {
-			/* refused before anything stops: a recording in progress goes on */
-			vrd_gen_drop(&s->gens, s->next_gen);
-			cfg_free(&next);
-			reload_reject(s, err);
-			return 0;
-		}
-		set_event_pub(NULL);
-		abandoned = vrd_pipeline_abandoned();
-		vrd_pipeline_stop(s->pl, unlink_old, "structural reload");
-		s->pl = NULL;
-		if (strcmp(s->cur.instance, next.instance) ||
-		    strcmp(s->cur.ipc.run_dir, next.ipc.run_dir)) {
-			pidfile_remove(s);
-			effective_remove(s);
-			run_dir_clean(&s->cur);
-		}
-		rc = vrd_pipeline_start(&next, s->next_gen, s->raw, record, &pl, err, sizeof(err));
-		if (rc < 0) {
-			char msg[CFG_ERR_MAX + 64];
-
-			vrd_gen_drop(&s->gens, s->next_gen);
-			snprintf(msg, sizeof(msg), "%s: %s (keeping the previous configuration)",
-			         s->config_path, err);
-			cfg_free(&next);
-			rc = vrd_pipeline_start(&s->cur, s->gens.current, s->raw, false, &pl, err,
-			                        sizeof(err));
-			if (rc < 0) {
-				bool stuck = vrd_pipeline_abandoned() != abandoned;
-
-				vrd_log(LOG_ERR, "fatal",
-				        "cannot rebuild with the previous configuration either: "
-				        "%s%s",
-				        err, stuck ? STUCK_NOTE : "");
-				return -1;
-			}
-			s->pl = pl;
-			set_event_pub(vrd_pipeline_pub(pl));
-			if (!s->pid_path[0])
-				pidfile_write(s);
-			if (!s->eff_path[0])
-				effective_write(s);
-			reload_reject(s, msg);
-			return 0;
-		}
-		cfg_free(&s->cur);
-		s->cur = next;
-		vrd_gen_commit(&s->gens, s->next_gen);
-		s->pl = pl;
-		pthread_mutex_lock(&svc.lock);
-		snprintf(svc.instance, sizeof(svc.instance), "%s", s->cur.instance);
-		pthread_mutex_unlock(&svc.lock);
-		vrd_log_set_instance(s->cur.instance);
-		set_event_pub(vrd_pipeline_pub(pl));
-		if (!s->pid_path[0])
-			pidfile_write(s);
-		memset(&s->prev, 0, sizeof(s->prev));
-		memset(&s->wd_last, 0, sizeof(s->wd_last));
-		s->prev_ns = vr_mono_ns();
-		ctl_open(s);
-		reload_accepted(s, true);
-	}
+	s->next = next; /* owned until the processing thread has applied it */
+	s->live_pending = true;
 	return 0;
 }
 

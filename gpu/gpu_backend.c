@@ -53,9 +53,7 @@ struct gpu_state {
 	uint32_t h_vacc_rows[2];    /* the block rows [yb0, yb1) of it that its rows reach */
 	bool h_vacc_valid;          /* that epoch asked for a reduced volume */
 
-	/* geometry */
-	uint32_t K, N, nx, ny, nz, z0, sx, sy, S, X, Y;
-	size_t bscan_bytes, le_count, full_count;
+	struct be_geometry geo;
 	bool have_full; /* full-resolution buffers exist (mode != none, or S == 1) */
 
 	int ns;
@@ -320,7 +318,7 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 		snprintf(err, errlen,
 		         "reconstruct.mode: %s needs the full-resolution volumes this backend was "
 		         "not built with (mode none, stride %ux%u): needs a rebuild",
-		         cfg_recon_mode_name(cfg->reconstruct.mode), st->sx, st->sy);
+		         cfg_recon_mode_name(cfg->reconstruct.mode), st->geo.sx, st->geo.sy);
 		return -EINVAL;
 	}
 	for (unsigned d = 0; d < 4; d++)
@@ -334,11 +332,11 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 	st->speckle_tol = cfg->reconstruct.adaptive.speckle_tolerance;
 	if (st->ttab) {
 		/* row qe, column phase p: age (qe - p) mod S */
-		for (uint32_t q = 0; q < st->S; q++)
-			for (uint32_t p = 0; p < st->S; p++) {
-				uint64_t age = (q + st->S - p) % st->S;
-				st->ttab[(size_t)q * st->S + p] = (float)be_temporal_weight(
-				        st->temporal, st->S, st->tau, (double)age);
+		for (uint32_t q = 0; q < st->geo.S; q++)
+			for (uint32_t p = 0; p < st->geo.S; p++) {
+				uint64_t age = (q + st->geo.S - p) % st->geo.S;
+				st->ttab[(size_t)q * st->geo.S + p] = (float)be_temporal_weight(
+				        st->temporal, st->geo.S, st->tau, (double)age);
 			}
 	}
 	return 0;
@@ -349,7 +347,7 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 static int gpu_prep_upload(struct gpu_state *st, const struct vr_config *cfg, char *err,
                            size_t errlen)
 {
-	const size_t kb = sizeof(float) * st->K;
+	const size_t kb = sizeof(float) * st->geo.K;
 	cudaStream_t s = st->st[0].s;
 	int rc = 0;
 
@@ -365,7 +363,7 @@ static int gpu_prep_upload(struct gpu_state *st, const struct vr_config *cfg, ch
 		CU(cudaMemcpyAsync(st->d_ref, st->tab.reference, kb, cudaMemcpyHostToDevice, s),
 		   "cudaMemcpyAsync(reference spectrum)");
 	if (st->tab.taps) {
-		CU(cudaMemcpyAsync(st->d_rs_idx, st->tab.rs_idx, st->K * sizeof(int32_t),
+		CU(cudaMemcpyAsync(st->d_rs_idx, st->tab.rs_idx, st->geo.K * sizeof(int32_t),
 		                   cudaMemcpyHostToDevice, s),
 		   "cudaMemcpyAsync(resampling indices)");
 		CU(cudaMemcpyAsync(st->d_rs_w, st->tab.rs_w, (size_t)st->tab.taps * kb,
@@ -412,13 +410,15 @@ static cudaError_t gpu_stream_prio(cudaStream_t *s, enum gpu_prio level)
  * mean A-scan's sums, and the local memory of the picks kernel on every resident thread. */
 static size_t gpu_motion_bytes(const struct gpu_state *st)
 {
-	const size_t slots = BE_MOTION_SLOTS((size_t)st->S), cols = (size_t)st->Y * st->X;
-	const size_t nodes = (size_t)st->ny * st->nx;
+	const size_t slots = BE_MOTION_SLOTS((size_t)st->geo.S),
+	             cols = (size_t)st->geo.Y * st->geo.X;
+	const size_t nodes = (size_t)st->geo.ny * st->geo.nx;
 
-	return slots * st->le_count * sizeof(float) + 2 * slots * sizeof(struct be_motion_entry) +
+	return slots * st->geo.le_count * sizeof(float) +
+	       2 * slots * sizeof(struct be_motion_entry) +
 	       3 * cols * sizeof(struct be_motion_pick) + 2 * cols * BE_MOTION_NB * sizeof(float) +
 	       slots * nodes * BE_MOTION_NB * sizeof(float) +
-	       GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double) +
+	       GPU_PROF_CHUNKS * (size_t)st->geo.nz * sizeof(double) +
 	       st->lmem_threads * GPU_MOTION_LMEM;
 }
 
@@ -654,9 +654,11 @@ static int gpu_host_mapped(void **h, void **d, size_t n, const char *what, char 
  * memory checked first: -ENOMEM with the size it needs. The device must be current. */
 static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 {
-	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
-	const size_t slots = BE_MOTION_SLOTS((size_t)st->S), cols = (size_t)st->Y * st->X;
-	const size_t nodes = (size_t)st->ny * st->nx, need = gpu_motion_bytes(st);
+	const struct be_motion_geom g =
+	        be_motion_geom_of(st->geo.nx, st->geo.ny, st->geo.sx, st->geo.sy, st->geo.nz);
+	const size_t slots = BE_MOTION_SLOTS((size_t)st->geo.S),
+	             cols = (size_t)st->geo.Y * st->geo.X;
+	const size_t nodes = (size_t)st->geo.ny * st->geo.nx, need = gpu_motion_bytes(st);
 	size_t freeb = 0, totalb = 0;
 	int rc;
 
@@ -670,8 +672,8 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		         "reconstruct.mode: compensated on gpu.device %d (%s): its history of %zu "
 		         "low-resolution volumes (%ux%ux%u) needs %.2f GiB of device memory, only "
 		         "%.2f GiB of %.2f GiB free",
-		         st->dev, st->name, slots, st->nx, st->ny, st->nz, gpu_gib(need),
-		         gpu_gib(freeb), gpu_gib(totalb));
+		         st->dev, st->name, slots, st->geo.nx, st->geo.ny, st->geo.nz,
+		         gpu_gib(need), gpu_gib(freeb), gpu_gib(totalb));
 		return -ENOMEM;
 	}
 	/* the picks kernel's local memory reserved once for every resident thread: otherwise the
@@ -694,7 +696,8 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 	st->mslots = be_motion_slots(st->motion);
 	be_motion_blur_taps(st->mblur, &st->mblur_r);
 	const struct gpu_buf bufs[] = {
-	        {(void **)&st->mhist, slots * st->le_count * sizeof(float), "compensated history"},
+	        {(void **)&st->mhist, slots * st->geo.le_count * sizeof(float),
+	         "compensated history"},
 	        {(void **)&st->d_ment, 2 * slots * sizeof(struct be_motion_entry),
 	         "compensated entries"},
 	        {(void **)&st->mpk, 2 * cols * sizeof(struct be_motion_pick), "kriging picks"},
@@ -717,7 +720,7 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		                   errlen);
 	if (rc == 0)
 		rc = gpu_malloc((void **)&st->d_mpart,
-		                GPU_PROF_CHUNKS * (size_t)st->nz * sizeof(double),
+		                GPU_PROF_CHUNKS * (size_t)st->geo.nz * sizeof(double),
 		                "mean A-scan sums", err, errlen);
 	if (rc == 0) {
 		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->h_ment,
@@ -735,11 +738,12 @@ static int gpu_motion_alloc(struct gpu_state *st, char *err, size_t errlen)
 		                     err, errlen);
 	if (rc == 0)
 		rc = gpu_host_mapped((void **)&st->h_mprof, (void **)&st->dm_prof,
-		                     st->nz * sizeof(double), "mean A-scan", err, errlen);
+		                     st->geo.nz * sizeof(double), "mean A-scan", err, errlen);
 	/* no slot is read before it is written; zeros keep a stray read harmless */
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaMemset(st->mhist, 0, slots * st->le_count * sizeof(float)),
-		                    "cudaMemset(compensated history)", err, errlen);
+		rc = gpu_cuda_check(
+		        cudaMemset(st->mhist, 0, slots * st->geo.le_count * sizeof(float)),
+		        "cudaMemset(compensated history)", err, errlen);
 	if (rc < 0)
 		gpu_motion_free(st);
 	return rc;
@@ -799,24 +803,11 @@ static int gpu_device_check(const struct vr_config *cfg, struct cudaDeviceProp *
 static void gpu_geometry(struct gpu_state *st, const struct vr_config *cfg,
                          const struct cudaDeviceProp *prop)
 {
-	st->K = cfg->geometry.samples_per_ascan;
-	st->N = cfg_fft_len(cfg);
-	st->nx = cfg->geometry.ascans_per_bscan;
-	st->ny = cfg->geometry.bscans_per_volume;
-	st->z0 = cfg->geometry.depth_range[0];
-	st->nz = cfg_nz(cfg);
-	st->sx = cfg->geometry.stride[0];
-	st->sy = cfg->geometry.stride[1];
-	st->S = st->sx * st->sy;
-	st->X = st->nx * st->sx;
-	st->Y = st->ny * st->sy;
-	st->bscan_bytes = cfg_bscan_bytes(cfg);
-	st->le_count = (size_t)st->ny * st->nx * st->nz;
-	st->full_count = (size_t)st->Y * st->X * st->nz;
-	st->have_full = cfg->reconstruct.mode != CFG_RECON_NONE || st->S == 1;
+	be_geometry_init(&st->geo, cfg);
+	st->have_full = cfg->reconstruct.mode != CFG_RECON_NONE || st->geo.S == 1;
 	st->ns = cfg->gpu.streams;
 	st->lmem_threads = (size_t)prop->multiProcessorCount * prop->maxThreadsPerMultiProcessor;
-	gpu_part_range(&st->part, st->ny, st->sy, &st->blo, &st->bhi);
+	gpu_part_range(&st->part, st->geo.ny, st->geo.sy, &st->blo, &st->bhi);
 }
 
 /* The device memory a part needs, and whether the queue ahead fits beside it. */
@@ -831,42 +822,43 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
                       const struct cudaDeviceProp *prop, struct gpu_budget *bu, char *err,
                       size_t errlen)
 {
-	const int n1[1] = {(int)st->N};
+	const int n1[1] = {(int)st->geo.N};
 	size_t ws_r2c = 0, ws_c2c = 0, freeb = 0, totalb = 0, tables, pm_bytes, view_scratch;
 	uint32_t od[3];
 	const char *ahead_env;
 	int rc;
 
 	rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0, CUFFT_R2C,
-	                                       (int)st->nx, &ws_r2c),
+	                                       (int)st->geo.nx, &ws_r2c),
 	                     "cufftEstimateMany(R2C)", err, errlen);
 	if (rc == 0)
 		rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0,
-		                                       CUFFT_C2C, (int)st->nx, &ws_c2c),
+		                                       CUFFT_C2C, (int)st->geo.nx, &ws_c2c),
 		                     "cufftEstimateMany(C2C)", err, errlen);
 	if (rc < 0)
 		return rc;
-	bu->fbytes = (size_t)st->nx * st->N * sizeof(float2);
-	bu->half = st->N / 2;
+	bu->fbytes = (size_t)st->geo.nx * st->geo.N * sizeof(float2);
+	bu->half = st->geo.N / 2;
 	pm_bytes = (4 * GPU_PM_CHUNKS * sizeof(double) + sizeof(float) + sizeof(int) +
 	            sizeof(float2)) *
 	                   bu->half +
 	           sizeof(int);
-	bu->per_stream = st->bscan_bytes + (size_t)st->nx * st->K * sizeof(float) +
-	                 st->K * sizeof(float) + 2 * bu->fbytes + pm_bytes +
+	bu->per_stream = st->geo.bscan_bytes + (size_t)st->geo.nx * st->geo.K * sizeof(float) +
+	                 st->geo.K * sizeof(float) + 2 * bu->fbytes + pm_bytes +
 	                 (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
 	bu->taps_max = 2 * GPU_SPLINE_R + 2;
-	tables = (size_t)st->K *
+	tables = (size_t)st->geo.K *
 	         (sizeof(int32_t) + bu->taps_max * sizeof(float) + 4 * sizeof(float));
-	bu->cols = (size_t)st->Y * st->X;
+	bu->cols = (size_t)st->geo.Y * st->geo.X;
 	bu->volumes =
-	        2 * st->le_count * sizeof(float) +
+	        2 * st->geo.le_count * sizeof(float) +
 	        (st->have_full
-	                 ? 2 * st->full_count * sizeof(float) + st->full_count +
+	                 ? 2 * st->geo.full_count * sizeof(float) + st->geo.full_count +
 	                           bu->cols * (sizeof(long long) + (2 + GPU_WCOL) * sizeof(float)) +
-	                           (size_t)st->ny * st->nx * sizeof(float) +
-	                           ((size_t)st->X + st->Y) * (sizeof(int4) + sizeof(longlong2))
-	                 : st->le_count);
+	                           (size_t)st->geo.ny * st->geo.nx * sizeof(float) +
+	                           ((size_t)st->geo.X + st->geo.Y) *
+	                                   (sizeof(int4) + sizeof(longlong2))
+	                 : st->geo.le_count);
 	cfg_out_dims(cfg, od);
 	bu->vol_room = be_volume_room(od[0], od[1], od[2]);
 	bu->view_bytes = be_views_wanted(cfg)
@@ -883,7 +875,7 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
 	if (rc < 0)
 		return rc;
-	bu->out8_bytes = st->have_full ? st->full_count : st->le_count;
+	bu->out8_bytes = st->have_full ? st->geo.full_count : st->geo.le_count;
 	/* the queue ahead: VOLREC_CUDA_AHEAD=0 turns it off (for comparisons) */
 	ahead_env = getenv("VOLREC_CUDA_AHEAD");
 	if (ahead_env && strcmp(ahead_env, "0") && strcmp(ahead_env, "1")) {
@@ -915,36 +907,37 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 {
 	const size_t cols = bu->cols;
 	const struct gpu_buf tabs[] = {
-	        {(void **)&st->d_window, st->K * sizeof(float), "window"},
-	        {(void **)&st->d_dre, st->K * sizeof(float), "dispersion"},
-	        {(void **)&st->d_dim, st->K * sizeof(float), "dispersion"},
-	        {(void **)&st->d_ref, st->K * sizeof(float), "reference"},
-	        {(void **)&st->d_rs_idx, st->K * sizeof(int32_t), "resample index"},
-	        {(void **)&st->d_rs_w, bu->taps_max * st->K * sizeof(float), "resample weights"},
+	        {(void **)&st->d_window, st->geo.K * sizeof(float), "window"},
+	        {(void **)&st->d_dre, st->geo.K * sizeof(float), "dispersion"},
+	        {(void **)&st->d_dim, st->geo.K * sizeof(float), "dispersion"},
+	        {(void **)&st->d_ref, st->geo.K * sizeof(float), "reference"},
+	        {(void **)&st->d_rs_idx, st->geo.K * sizeof(int32_t), "resample index"},
+	        {(void **)&st->d_rs_w, bu->taps_max * st->geo.K * sizeof(float),
+	         "resample weights"},
 	};
 	int rc = gpu_malloc_each(tabs, VR_ARRAY_SIZE(tabs), err, errlen);
 	if (rc < 0)
 		return rc;
 
 	/* volumes */
-	rc = gpu_malloc((void **)&st->le[0], st->le_count * sizeof(float), "L_e", err, errlen);
+	rc = gpu_malloc((void **)&st->le[0], st->geo.le_count * sizeof(float), "L_e", err, errlen);
 	if (rc == 0)
-		rc = gpu_malloc((void **)&st->le[1], st->le_count * sizeof(float), "second L_e",
+		rc = gpu_malloc((void **)&st->le[1], st->geo.le_count * sizeof(float), "second L_e",
 		                err, errlen);
 	for (int i = 0; rc == 0 && i < 2; i++)
-		rc = gpu_malloc((void **)&st->counts[i], st->ny * sizeof(unsigned),
+		rc = gpu_malloc((void **)&st->counts[i], st->geo.ny * sizeof(unsigned),
 		                "median depth counts", err, errlen);
 	if (rc == 0 && st->have_full) {
-		const size_t axes = 2 * ((size_t)st->X + st->Y);
+		const size_t axes = 2 * ((size_t)st->geo.X + st->geo.Y);
 		const struct gpu_buf full[] = {
-		        {(void **)&st->P, st->full_count * sizeof(float), "B volume"},
-		        {(void **)&st->Q, st->full_count * sizeof(float), "output volume"},
+		        {(void **)&st->P, st->geo.full_count * sizeof(float), "B volume"},
+		        {(void **)&st->Q, st->geo.full_count * sizeof(float), "output volume"},
 		        {(void **)&st->E, cols * sizeof(long long), "E map"},
 		        {(void **)&st->tmap, cols * sizeof(float), "weight map"},
 		        {(void **)&st->W, cols * GPU_WCOL * sizeof(float), "column weights"},
 		        /* the adaptive mode's buffers whatever the mode: a live switch allocates
 		         * nothing */
-		        {(void **)&st->chg, 2 * (size_t)st->ny * st->nx * sizeof(float),
+		        {(void **)&st->chg, 2 * (size_t)st->geo.ny * st->geo.nx * sizeof(float),
 		         "change measures"},
 		        {(void **)&st->alpha, cols * sizeof(float), "history weights"},
 		        {(void **)&st->beta, cols * sizeof(float), "history sample weights"},
@@ -969,10 +962,10 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 	}
 	/* a part never receives the B-scans outside [blo, bhi): their rows of L_e stay zero */
 	for (int i = 0; rc == 0 && i < 2; i++)
-		rc = gpu_cuda_check(cudaMemset(st->le[i], 0, st->le_count * sizeof(float)),
+		rc = gpu_cuda_check(cudaMemset(st->le[i], 0, st->geo.le_count * sizeof(float)),
 		                    "cudaMemset(L_e)", err, errlen);
 	for (int i = 0; rc == 0 && i < 2; i++)
-		rc = gpu_cuda_check(cudaMemset(st->counts[i], 0, st->ny * sizeof(unsigned)),
+		rc = gpu_cuda_check(cudaMemset(st->counts[i], 0, st->geo.ny * sizeof(unsigned)),
 		                    "cudaMemset(median depth counts)", err, errlen);
 	if (rc < 0)
 		return rc;
@@ -980,11 +973,13 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 		rc = gpu_cuda_check(cudaMemset(st->E, 0xff, cols * sizeof(long long)),
 		                    "cudaMemset(E)", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(cudaMemset(st->P, 0, st->full_count * sizeof(float)),
-			                    "cudaMemset(B)", err, errlen);
+			rc = gpu_cuda_check(
+			        cudaMemset(st->P, 0, st->geo.full_count * sizeof(float)),
+			        "cudaMemset(B)", err, errlen);
 		if (rc == 0)
-			rc = gpu_cuda_check(cudaMemset(st->Q, 0, st->full_count * sizeof(float)),
-			                    "cudaMemset(output)", err, errlen);
+			rc = gpu_cuda_check(
+			        cudaMemset(st->Q, 0, st->geo.full_count * sizeof(float)),
+			        "cudaMemset(output)", err, errlen);
 		if (rc < 0)
 			return rc;
 	}
@@ -1051,11 +1046,11 @@ static int gpu_alloc_events_views(struct gpu_state *st, const struct vr_config *
 			                    "cudaHostAlloc(reduced volume)", err, errlen);
 	}
 	if (rc == 0)
-		rc = gpu_cuda_check(
-		        cudaHostAlloc((void **)&st->cpin,
-		                      ((st->ttab ? (size_t)st->S * st->S : 0) + 4) * sizeof(float),
-		                      cudaHostAllocDefault),
-		        "cudaHostAlloc(weight tables)", err, errlen);
+		rc = gpu_cuda_check(cudaHostAlloc((void **)&st->cpin,
+		                                  ((st->ttab ? (size_t)st->geo.S * st->geo.S : 0) +
+		                                   4) * sizeof(float),
+		                                  cudaHostAllocDefault),
+		                    "cudaHostAlloc(weight tables)", err, errlen);
 	if (rc < 0)
 		return rc;
 	return 0;
@@ -1065,7 +1060,7 @@ static int gpu_alloc_events_views(struct gpu_state *st, const struct vr_config *
 static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, char *err,
                              size_t errlen)
 {
-	const int n1[1] = {(int)st->N};
+	const int n1[1] = {(int)st->geo.N};
 	const size_t fbytes = bu->fbytes, half = bu->half;
 	int rc;
 
@@ -1077,10 +1072,10 @@ static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, 
 		if (rc == 0)
 			rc = gpu_event_new(&g->ev, "cudaEventCreate", err, errlen);
 		const struct gpu_buf bufs[] = {
-		        {&g->raw, st->bscan_bytes, "raw B-scan"},
-		        {(void **)&g->conv, (size_t)st->nx * st->K * sizeof(float),
+		        {&g->raw, st->geo.bscan_bytes, "raw B-scan"},
+		        {(void **)&g->conv, (size_t)st->geo.nx * st->geo.K * sizeof(float),
 		         "converted B-scan"},
-		        {(void **)&g->col, st->K * sizeof(float), "column spectrum"},
+		        {(void **)&g->col, st->geo.K * sizeof(float), "column spectrum"},
 		        {&g->fin, fbytes, "FFT input"},
 		        {(void **)&g->fout, fbytes, "FFT output"},
 		        {(void **)&g->pm.part, 4 * GPU_PM_CHUNKS * half * sizeof(double),
@@ -1108,13 +1103,13 @@ static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, 
 			                     "cufftSetAutoAllocation", err, errlen);
 		if (rc == 0)
 			rc = gpu_cufft_check(cufftMakePlanMany(g->r2c, 1, (int *)n1, NULL, 1, 0,
-			                                       NULL, 1, 0, CUFFT_R2C, (int)st->nx,
-			                                       &w1),
+			                                       NULL, 1, 0, CUFFT_R2C,
+			                                       (int)st->geo.nx, &w1),
 			                     "cufftMakePlanMany(R2C)", err, errlen);
 		if (rc == 0)
 			rc = gpu_cufft_check(cufftMakePlanMany(g->c2c, 1, (int *)n1, NULL, 1, 0,
-			                                       NULL, 1, 0, CUFFT_C2C, (int)st->nx,
-			                                       &w2),
+			                                       NULL, 1, 0, CUFFT_C2C,
+			                                       (int)st->geo.nx, &w2),
 			                     "cufftMakePlanMany(C2C)", err, errlen);
 		if (rc == 0)
 			rc = gpu_malloc(&g->work, w1 > w2 ? w1 : w2, "cuFFT work area", err,
@@ -1145,16 +1140,14 @@ static int gpu_prep_start(struct gpu_state *st, const struct vr_config *cfg, cha
 	int rc;
 
 	st->prep = (struct gpu_prep_params){
-	        .K = (int)st->K,
-	        .N = (int)st->N,
-	        .nx = (int)st->nx,
-	        .sample_type = (int)cfg->geometry.sample_type,
-	        .bit_shift = cfg->geometry.sample_type == CFG_SAMPLE_F32
-	                             ? 0
-	                             : (int)cfg->geometry.bit_shift,
-	        .nz = (int)st->nz,
-	        .z0 = (int)st->z0,
-	        .half = (int)(st->N / 2),
+	        .K = (int)st->geo.K,
+	        .N = (int)st->geo.N,
+	        .nx = (int)st->geo.nx,
+	        .sample_type = (int)st->geo.sample_type,
+	        .bit_shift = (int)st->geo.bit_shift,
+	        .nz = (int)st->geo.nz,
+	        .z0 = (int)st->geo.z0,
+	        .half = (int)(st->geo.N / 2),
 	};
 	rc = gpu_prep_upload(st, cfg, err, errlen);
 	if (rc < 0)
@@ -1216,8 +1209,8 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 	rc = gpu_tables_build(cfg, &st->tab, err, errlen);
 	if (rc < 0)
 		goto fail;
-	if ((size_t)st->S * st->S <= GPU_TTAB_MAX) {
-		st->ttab = calloc((size_t)st->S * st->S, sizeof(float));
+	if ((size_t)st->geo.S * st->geo.S <= GPU_TTAB_MAX) {
+		st->ttab = calloc((size_t)st->geo.S * st->geo.S, sizeof(float));
 		if (!st->ttab) {
 			snprintf(err, errlen, "cuda backend: out of host memory");
 			rc = -ENOMEM;
@@ -1377,7 +1370,7 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	        .disp_im = st->d_dim,
 	        .reference = st->d_ref,
 	};
-	CU(cudaMemcpyAsync(g->raw, raw, st->bscan_bytes, cudaMemcpyHostToDevice, g->s),
+	CU(cudaMemcpyAsync(g->raw, raw, st->geo.bscan_bytes, cudaMemcpyHostToDevice, g->s),
 	   "cudaMemcpyAsync(raw B-scan, host to device)");
 	const bool pm = st->prep.background == CFG_BG_PARTIAL_MEDIAN;
 	if (st->prep.background == CFG_BG_BSCAN_MEAN ||
@@ -1396,13 +1389,13 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 		      "cufftExecR2C");
 	const bool rev =
 	        st->cfg.preprocess.flip.x != (st->cfg.geometry.bidirectional && (bscan & 1u));
-	const int ld = st->prep.complex_in ? (int)st->N : (int)(st->N / 2 + 1);
+	const int ld = st->prep.complex_in ? (int)st->geo.N : (int)(st->geo.N / 2 + 1);
 	if (pm)
 		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm,
 		                             st->counts[st->cur] + bscan, g->s),
 		   "partial_median kernels");
 	CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL,
-	                     st->le[st->cur] + (size_t)bscan * st->nx * st->nz, g->s),
+	                     st->le[st->cur] + (size_t)bscan * st->geo.nx * st->geo.nz, g->s),
 	   "log-magnitude kernel");
 	return 0;
 out:
@@ -1467,7 +1460,7 @@ static uint32_t gpu_slab_rows(uint32_t rows)
 static void gpu_own_rows(const struct gpu_state *st, bool none, uint32_t *r0, uint32_t *r1,
                          uint32_t *rc)
 {
-	const uint32_t s = none ? 1 : st->sy, rows = none ? st->ny : st->Y;
+	const uint32_t s = none ? 1 : st->geo.sy, rows = none ? st->geo.ny : st->geo.Y;
 
 	*r0 = st->part.b0 * s;
 	*r1 = st->part.b1 * s;
@@ -1477,7 +1470,7 @@ static void gpu_own_rows(const struct gpu_state *st, bool none, uint32_t *r0, ui
 void gpu_part_rows(const struct gpu_state *st, bool none, uint32_t *r0, uint32_t *r1, uint32_t *h0,
                    uint32_t *h1)
 {
-	const uint32_t rows = none ? st->ny : st->Y;
+	const uint32_t rows = none ? st->geo.ny : st->geo.Y;
 	uint32_t rc;
 
 	gpu_own_rows(st, none, r0, r1, &rc);
@@ -1613,15 +1606,15 @@ out:
 static int gpu_motion_bands(void *ctx, double dz, float *Be)
 {
 	struct gpu_state *st = ctx;
-	const size_t nb = (size_t)st->ny * st->nx * BE_MOTION_NB;
+	const size_t nb = (size_t)st->geo.ny * st->geo.nx * BE_MOTION_NB;
 	char *err = st->merr;
 	const size_t errlen = sizeof(st->merr);
 	struct be_motion_entry e;
 	int rc;
 
 	be_motion_shift_of(-dz, &e);
-	CU(gpu_launch_motion_bands(st->mcur, (size_t)st->ny * st->nx, (int)st->nz, &e, st->dm_be,
-	                           st->mcs),
+	CU(gpu_launch_motion_bands(st->mcur, (size_t)st->geo.ny * st->geo.nx, (int)st->geo.nz, &e,
+	                           st->dm_be, st->mcs),
 	   "registration bands kernel");
 	CU(cudaStreamSynchronize(st->mcs), "cudaStreamSynchronize(registration bands)");
 	memcpy(Be, st->h_mbe, nb * sizeof(float));
@@ -1654,8 +1647,8 @@ static int gpu_motion_pose(struct gpu_state *st, uint32_t ox, uint32_t oy, const
 {
 	int rc;
 
-	CU(gpu_launch_motion_profile(le, (size_t)st->ny * st->nx, (int)st->nz, st->d_mpart,
-	                             st->dm_prof, sm),
+	CU(gpu_launch_motion_profile(le, (size_t)st->geo.ny * st->geo.nx, (int)st->geo.nz,
+	                             st->d_mpart, st->dm_prof, sm),
 	   "mean A-scan kernel");
 	gpu_motion_hand_reference(st);
 	CU(cudaStreamSynchronize(sm), "cudaStreamSynchronize(mean A-scan)");
@@ -1679,17 +1672,17 @@ static struct be_motion_entry *gpu_ment(const struct gpu_state *st)
 
 static struct be_motion_pick *gpu_mpk(const struct gpu_state *st)
 {
-	return st->mpk + (size_t)st->mbuf * st->Y * st->X;
+	return st->mpk + (size_t)st->mbuf * st->geo.Y * st->geo.X;
 }
 
 static int4 *gpu_maxy(const struct gpu_state *st)
 {
-	return st->axy + (size_t)st->mbuf * (st->X + st->Y);
+	return st->axy + (size_t)st->mbuf * (st->geo.X + st->geo.Y);
 }
 
 static longlong2 *gpu_maoff(const struct gpu_state *st)
 {
-	return st->aoff + (size_t)st->mbuf * (st->X + st->Y);
+	return st->aoff + (size_t)st->mbuf * (st->geo.X + st->geo.Y);
 }
 
 /*
@@ -1708,12 +1701,14 @@ static longlong2 *gpu_maoff(const struct gpu_state *st)
 static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params *rp,
                             const float *le, cudaStream_t sq, char *err, size_t errlen)
 {
-	const struct be_motion_geom g = be_motion_geom_of(st->nx, st->ny, st->sx, st->sy, st->nz);
-	const size_t nodes = (size_t)st->ny * st->nx;
+	const struct be_motion_geom g =
+	        be_motion_geom_of(st->geo.nx, st->geo.ny, st->geo.sx, st->geo.sy, st->geo.nz);
+	const size_t nodes = (size_t)st->geo.ny * st->geo.nx;
 	int rc;
 
 	st->mbuf ^= 1u;
-	CU(gpu_launch_copy(le, st->mhist + (size_t)st->mslot * st->le_count, st->le_count, sq),
+	CU(gpu_launch_copy(le, st->mhist + (size_t)st->mslot * st->geo.le_count, st->geo.le_count,
+	                   sq),
 	   "history slot copy kernel");
 	CU(cudaMemcpyAsync(gpu_ment(st), st->h_ment, st->mne * sizeof(*st->h_ment),
 	                   cudaMemcpyHostToDevice, sq),
@@ -1721,11 +1716,11 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 	CU(gpu_launch_axes(rp, gpu_maxy(st), gpu_maoff(st), sq), "interpolation axes kernel");
 	st->mref_event = st->mnref > 0;
 	if (st->mref_event) {
-		CU(gpu_launch_motion_ebands(st->mhist, gpu_ment(st), st->mne, nodes, (int)st->nz,
-		                            st->d_meb, sq),
+		CU(gpu_launch_motion_ebands(st->mhist, gpu_ment(st), st->mne, nodes,
+		                            (int)st->geo.nz, st->d_meb, sq),
 		   "entry bands kernel");
-		CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mnref, 0, 0, (int)st->Y, st->mpkr,
-		                           NULL, sq),
+		CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mnref, 0, 0, (int)st->geo.Y,
+		                           st->mpkr, NULL, sq),
 		   "reference kriging weight kernel");
 		CU(gpu_launch_motion_ref(&g, st->mpkr, st->d_meb, st->mne, gpu_maxy(st), st->d_mob,
 		                         sq),
@@ -1735,8 +1730,8 @@ static int gpu_motion_queue(struct gpu_state *st, const struct gpu_recon_params 
 		   "reference blur kernels");
 		CU(cudaEventRecord(st->mev_ref, sq), "cudaEventRecord(reference bands)");
 	}
-	CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mne, 0, 0, (int)st->Y, gpu_mpk(st), NULL,
-	                           sq),
+	CU(gpu_launch_motion_picks(&g, gpu_ment(st), st->mne, 0, 0, (int)st->geo.Y, gpu_mpk(st),
+	                           NULL, sq),
 	   "kriging weight kernel");
 	CU(cudaEventRecord(st->mev_pre, sq), "cudaEventRecord(compensated epoch queued)");
 out:
@@ -1752,23 +1747,23 @@ static void gpu_recon_params_of(const struct gpu_state *st, uint64_t epoch,
 	const uint64_t run = consecutive ? st->run + 1 : 1;
 	uint32_t ox, oy;
 
-	vr_scan_offset(epoch, st->sx, st->sy, &ox, &oy);
+	vr_scan_offset(epoch, st->geo.sx, st->geo.sy, &ox, &oy);
 	*rp = (struct gpu_recon_params){
-	        .nx = (int)st->nx,
-	        .ny = (int)st->ny,
-	        .nz = (int)st->nz,
-	        .sx = (int)st->sx,
-	        .sy = (int)st->sy,
-	        .S = (int)st->S,
-	        .X = (int)st->X,
-	        .Y = (int)st->Y,
+	        .nx = (int)st->geo.nx,
+	        .ny = (int)st->geo.ny,
+	        .nz = (int)st->geo.nz,
+	        .sx = (int)st->geo.sx,
+	        .sy = (int)st->geo.sy,
+	        .S = (int)st->geo.S,
+	        .X = (int)st->geo.X,
+	        .Y = (int)st->geo.Y,
 	        .ox = (int)ox,
 	        .oy = (int)oy,
-	        .qe = (int)(oy * st->sx + ox), /* epoch mod S */
+	        .qe = (int)(oy * st->geo.sx + ox), /* epoch mod S */
 	        .epoch = (long long)epoch,
 	        /* steady state: the last S epochs were all processed, in order (the adaptive
 	         * mode scales each column's weight: always the E map) */
-	        .fast = st->ttab && run >= st->S && !adaptive,
+	        .fast = st->ttab && run >= st->geo.S && !adaptive,
 	        .product = st->product,
 	        .temporal = (int)st->temporal,
 	        .tau = st->tau,
@@ -1799,7 +1794,7 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 		return 0;
 	CU(cudaEventSynchronize(st->mev_ref), "cudaEventSynchronize(reference bands)");
 	gpu_motion_hand_reference(st);
-	if (st->sticky || st->mpre || st->sub_n != st->ny || st->sub_epoch <= epoch)
+	if (st->sticky || st->mpre || st->sub_n != st->geo.ny || st->sub_epoch <= epoch)
 		return 0;
 	struct gpu_recon_params rq; /* the axes' parameters of its offset */
 	gpu_recon_params_of(st, st->sub_epoch, &rq);
@@ -1880,7 +1875,7 @@ static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_
 	/* the last upload from cpin (at the last epoch's ev_ready) finished before it is
 	 * overwritten: that epoch may still be in flight */
 	CU(cudaEventSynchronize(st->ev_ready), "cudaEventSynchronize(weights upload)");
-	const size_t nt = st->ttab ? (size_t)st->S * st->S : 0;
+	const size_t nt = st->ttab ? (size_t)st->geo.S * st->geo.S : 0;
 	if (nt)
 		memcpy(st->cpin, st->ttab, nt * sizeof(float));
 	memcpy(st->cpin + nt, st->g, 4 * sizeof(float));
@@ -1918,7 +1913,7 @@ static int gpu_queue_slabs(struct gpu_state *st, const struct gpu_recon_params *
                            uint32_t *nslabs, char *err, size_t errlen)
 {
 	const bool none = st->mode == CFG_RECON_NONE;
-	const size_t row_vox = (size_t)(none ? st->nx : st->X) * st->nz;
+	const size_t row_vox = (size_t)(none ? st->geo.nx : st->geo.X) * st->geo.nz;
 	float *le = st->le[st->cur];
 	uint32_t r0, r1, rcomp, k = 0;
 	int rc = 0;
@@ -1941,14 +1936,14 @@ static int gpu_queue_slabs(struct gpu_state *st, const struct gpu_recon_params *
 			/* the output of the slab's columns from their picks (queued before the
 			 * slabs); before there are enough entries for a reference, the output's
 			 * bands too, copied down with the slab */
-			const size_t ob0 = (size_t)y0 * st->X * BE_MOTION_NB;
+			const size_t ob0 = (size_t)y0 * st->geo.X * BE_MOTION_NB;
 			CU(gpu_launch_motion(rp, st->mhist, gpu_ment(st), gpu_mpk(st), le,
 			                     gpu_maxy(st), gpu_maoff(st), (int)y0, (int)y1,
 			                     st->out8, outf, st->mref_event ? NULL : st->d_mob, s),
 			   "compensated reconstruction kernel");
 			if (!st->mref_event) /* the reference is the output itself */
 				CU(cudaMemcpyAsync(st->h_mob + ob0, st->d_mob + ob0,
-				                   (size_t)(y1 - y0) * st->X * BE_MOTION_NB *
+				                   (size_t)(y1 - y0) * st->geo.X * BE_MOTION_NB *
 				                           sizeof(float),
 				                   cudaMemcpyDeviceToHost, s),
 				   "cudaMemcpyAsync(reference bands, device to host)");
@@ -1976,7 +1971,7 @@ static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, c
                             uint32_t nslabs, char *err, size_t errlen)
 {
 	const bool none = st->mode == CFG_RECON_NONE;
-	const size_t row_vox = (size_t)(none ? st->nx : st->X) * st->nz;
+	const size_t row_vox = (size_t)(none ? st->geo.nx : st->geo.X) * st->geo.nz;
 	uint32_t r0, r1, rcomp, k = 0;
 	int rc = 0;
 
@@ -2001,7 +1996,7 @@ static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, c
 	}
 	/* the part's B-scans of L_e and of the median counts */
 	const uint32_t b0 = st->part.b0, nb = st->part.b1 - st->part.b0;
-	const size_t lrow = (size_t)st->nx * st->nz;
+	const size_t lrow = (size_t)st->geo.nx * st->geo.nz;
 	if (out->lowres)
 		CU(cudaMemcpyAsync(out->lowres + b0 * lrow, st->le[st->cur] + b0 * lrow,
 		                   nb * lrow * sizeof(float), cudaMemcpyDeviceToHost,
@@ -2204,17 +2199,18 @@ static void gpu_reset_history_impl(struct gpu_state *st)
 	if (rc == 0)
 		rc = gpu_sync_all(st, err, sizeof(err));
 	if (rc == 0)
-		rc = gpu_cuda_check(cudaMemsetAsync(st->E, 0xff,
-		                                    (size_t)st->Y * st->X * sizeof(long long),
-		                                    st->st[0].s),
-		                    "cudaMemsetAsync(E)", err, sizeof(err));
+		rc = gpu_cuda_check(
+		        cudaMemsetAsync(st->E, 0xff,
+		                        (size_t)st->geo.Y * st->geo.X * sizeof(long long),
+		                        st->st[0].s),
+		        "cudaMemsetAsync(E)", err, sizeof(err));
 	if (rc == 0)
 		rc = gpu_cuda_check(
-		        cudaMemsetAsync(st->P, 0, st->full_count * sizeof(float), st->st[0].s),
+		        cudaMemsetAsync(st->P, 0, st->geo.full_count * sizeof(float), st->st[0].s),
 		        "cudaMemsetAsync(B)", err, sizeof(err));
 	if (rc == 0)
 		rc = gpu_cuda_check(
-		        cudaMemsetAsync(st->Q, 0, st->full_count * sizeof(float), st->st[0].s),
+		        cudaMemsetAsync(st->Q, 0, st->geo.full_count * sizeof(float), st->st[0].s),
 		        "cudaMemsetAsync(output)", err, sizeof(err));
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaStreamSynchronize(st->st[0].s), "cudaStreamSynchronize",
@@ -2234,17 +2230,10 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	struct gpu_tables nt = {0};
 	struct vr_config copy;
 	const enum cfg_recon_mode old_mode = st->mode;
-	const uint32_t sh =
-	        cfg->geometry.sample_type == CFG_SAMPLE_F32 ? 0 : cfg->geometry.bit_shift;
 	int rc;
 
 	/* everything that sizes a buffer or a plan must stay (docs/algorithms.md, be_ops) */
-	if (cfg->geometry.samples_per_ascan != st->K || cfg_fft_len(cfg) != st->N ||
-	    cfg->geometry.ascans_per_bscan != st->nx || cfg->geometry.bscans_per_volume != st->ny ||
-	    cfg->geometry.stride[0] != st->sx || cfg->geometry.stride[1] != st->sy ||
-	    cfg->geometry.depth_range[0] != st->z0 || cfg_nz(cfg) != st->nz ||
-	    (int)cfg->geometry.sample_type != st->prep.sample_type ||
-	    (int)sh != st->prep.bit_shift || cfg->gpu.device != st->dev ||
+	if (!be_geometry_same(&st->geo, cfg) || cfg->gpu.device != st->dev ||
 	    cfg->gpu.streams != st->ns) {
 		snprintf(err, errlen,
 		         "cuda backend: geometry, zero_pad, sample type, bit shift or gpu "
@@ -2369,7 +2358,7 @@ const unsigned long long *gpu_part_volume(const struct gpu_state *st, uint32_t r
 int gpu_part_halo(struct gpu_state *dst, const struct gpu_state *src, uint32_t y, char *err,
                   size_t errlen)
 {
-	const size_t n = (size_t)dst->X * dst->nz, off = (size_t)y * n;
+	const size_t n = (size_t)dst->geo.X * dst->geo.nz, off = (size_t)y * n;
 	int rc = gpu_cuda_check(cudaSetDevice(dst->dev), "cudaSetDevice", err, errlen);
 
 	/* rs[0] runs dst's next epoch from its interlace on: the row is in place before */

@@ -1119,6 +1119,205 @@ static __device__ uint32_t gpu_pivot_row(double v, bool *ok)
 	return (uint32_t)(__ffs((int)win) - 1);
 }
 
+/* Step 1 of k_motion_picks_w: every entry's sample (beyond the cut rc: infinitely far) into
+ * the warp's w, each lane entries lane, lane + 32, ...; returns how many are within the cut. */
+static __device__ __forceinline__ uint32_t gpu_pick_samples(const be_motion_geom &g,
+                                                            const be_motion_entry *__restrict__ en,
+                                                            uint32_t ne, double Px, double Py,
+                                                            double rc, gpu_pick_ws &w, int lane)
+{
+	const unsigned FULL = 0xffffffffu;
+	uint32_t inside = 0;
+
+	for (uint32_t j0 = 0; j0 < ne; j0 += 32) {
+		const uint32_t j = j0 + lane;
+		double dd = INFINITY;
+		if (j < ne) {
+			double qx, qy;
+			uint32_t node;
+			dd = be_motion_candidate(&g, &en[j], Px, Py, &qx, &qy, &node);
+			dd = dd < rc ? dd : INFINITY;
+			w.cqx[j] = qx;
+			w.cqy[j] = qy;
+			w.cnode[j] = node;
+			w.cd[j] = dd;
+		}
+		inside += __popc(__ballot_sync(FULL, dd < INFINITY));
+	}
+	__syncwarp();
+	return inside;
+}
+
+/* Step 2: the M + 1 nearest samples, in order of distance, then entry, each placed by its
+ * rank. */
+static __device__ __forceinline__ void gpu_pick_nearest(gpu_pick_ws &w, uint32_t ne, int lane)
+{
+	for (uint32_t j = lane; j < ne; j += 32) {
+		const double dj = w.cd[j];
+		if (!(dj < INFINITY))
+			continue;
+		uint32_t r = 0;
+		for (uint32_t i = 0; i < ne && r < BE_MOTION_M + 1; i++)
+			r += w.cd[i] < dj || (w.cd[i] == dj && i < j);
+		if (r < BE_MOTION_M + 1) {
+			w.d[r] = dj;
+			w.cx[r] = w.cqx[j];
+			w.cy[r] = w.cqy[j];
+			w.en[r] = j;
+			w.nd[r] = w.cnode[j];
+		}
+	}
+	__syncwarp();
+}
+
+/* Step 3: the cut and the taper of the n nearest: the samples it leaves, in order, with their
+ * taper in w.tp; q's count and coverage. Returns the samples left. */
+static __device__ __forceinline__ uint32_t gpu_pick_taper(gpu_pick_ws &w, uint32_t n, double rc,
+                                                          int lane, be_motion_pick *q)
+{
+	const unsigned FULL = 0xffffffffu;
+	const double D = n == BE_MOTION_M + 1 ? w.d[BE_MOTION_M] : rc;
+	const bool mine = (uint32_t)lane < n && lane < BE_MOTION_M;
+	double t = 0.0, dl = 0.0, xl = 0.0, yl = 0.0;
+	uint32_t el = 0, nl = 0;
+
+	if (mine) {
+		dl = w.d[lane];
+		xl = w.cx[lane];
+		yl = w.cy[lane];
+		el = w.en[lane];
+		nl = w.nd[lane];
+		t = be_motion_taper(dl / D);
+	}
+	const unsigned keep = __ballot_sync(FULL, mine && t > 0.0);
+	const uint32_t nk = __popc(keep);
+	__syncwarp();
+	if (keep & (1u << lane)) {
+		const int k = __popc(keep & ((1u << lane) - 1u));
+		w.d[k] = dl;
+		w.cx[k] = xl;
+		w.cy[k] = yl;
+		w.en[k] = el;
+		w.nd[k] = nl;
+		w.tp[k] = t;
+	}
+	__syncwarp();
+	if (lane == 0) {
+		double rest = 1.0;
+		for (uint32_t i = 0; i < nk; i++)
+			rest *= 1.0 - w.tp[i];
+		q->n = nk;
+		q->a = (float)(1.0 - rest);
+	}
+	return nk;
+}
+
+/* Step 4: the kriging system of nk samples, symmetric: each pair's exp once (gpu_pick_pair:
+ * the pairs i < j with j < nk are the first nk (nk - 1) / 2), spread over the lanes; lane i
+ * its diagonal, right-hand side and border, lane nk the constraint's row. */
+static __device__ __forceinline__ void gpu_pick_system(gpu_pick_ws &w, uint32_t nk, double i2l,
+                                                       int lane)
+{
+	const uint32_t m = nk + 1, np = nk * (nk - 1) / 2;
+
+	for (uint32_t pi = lane; pi < np; pi += 32) {
+		uint32_t i, j;
+		gpu_pick_pair(pi, &i, &j);
+		const double dx = __dsub_rn(w.cx[i], w.cx[j]);
+		const double dy = __dsub_rn(w.cy[i], w.cy[j]);
+		const double v =
+		        exp(__dmul_rn(-__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), i2l));
+		w.a[i * m + j] = v;
+		w.a[j * m + i] = v;
+	}
+	if ((uint32_t)lane < nk) {
+		const int i = lane;
+		w.a[i * m + i] = __dadd_rn(1.0, __ddiv_rn(BE_MOTION_NUGGET, w.tp[i]));
+		w.a[i * m + nk] = 1.0;
+		w.a[nk * m + i] = 1.0;
+		w.b[i] = exp(__dmul_rn(__dmul_rn(-w.d[i], w.d[i]), i2l));
+	} else if ((uint32_t)lane == nk) {
+		w.a[nk * m + nk] = 0.0;
+		w.b[nk] = 1.0;
+	}
+	__syncwarp();
+}
+
+/* Step 5: elimination with partial pivoting of the m x m system (be_motion_solve): the pivot
+ * by a reduction over the rows' lanes; each row's factor on its lane, then the updates a
+ * column a lane (each value's operations as the host's, in any order). False when singular. */
+static __device__ __forceinline__ bool gpu_pick_eliminate(gpu_pick_ws &w, uint32_t m, int lane)
+{
+	bool ok = true;
+
+	for (uint32_t cc = 0; cc < m; cc++) {
+		const uint32_t pr = gpu_pivot_row(
+		        (uint32_t)lane >= cc && (uint32_t)lane < m ? fabs(w.a[lane * m + cc]) : 0.0,
+		        &ok);
+		if (!ok)
+			break;
+		if (pr != cc) {
+			for (uint32_t j = cc + lane; j < m; j += 32) {
+				const double tt = w.a[cc * m + j];
+				w.a[cc * m + j] = w.a[pr * m + j];
+				w.a[pr * m + j] = tt;
+			}
+			if (lane == 0) {
+				const double tt = w.b[cc];
+				w.b[cc] = w.b[pr];
+				w.b[pr] = tt;
+			}
+			__syncwarp();
+		}
+		if ((uint32_t)lane > cc && (uint32_t)lane < m) {
+			const double f = __ddiv_rn(w.a[lane * m + cc], w.a[cc * m + cc]);
+			w.f[lane] = f;
+			if (f != 0.0)
+				w.b[lane] = __dsub_rn(w.b[lane], __dmul_rn(f, w.b[cc]));
+		}
+		__syncwarp();
+		const uint32_t j = cc + 1 + lane;
+		if (j < m) {
+			const double acj = w.a[cc * m + j];
+			for (uint32_t r = cc + 1; r < m; r++) {
+				const double f = w.f[r];
+				if (f != 0.0)
+					w.a[r * m + j] =
+					        __dsub_rn(w.a[r * m + j], __dmul_rn(f, acj));
+			}
+		}
+		__syncwarp();
+	}
+	return ok;
+}
+
+/* Step 6: back substitution (be_motion_solve): row r on lane r subtracts the unknowns from the
+ * last one back, each as soon as it is known; the nk weights into q. */
+static __device__ __forceinline__ void gpu_pick_solve_back(gpu_pick_ws &w, uint32_t nk, int lane,
+                                                           be_motion_pick *q)
+{
+	const unsigned FULL = 0xffffffffu;
+	const uint32_t m = nk + 1;
+	double v = (uint32_t)lane < m ? w.b[lane] : 0.0;
+
+	for (uint32_t cc = m; cc-- > 0;) {
+		double x = 0.0;
+		if ((uint32_t)lane == cc)
+			x = __ddiv_rn(v, w.a[cc * m + cc]);
+		x = __shfl_sync(FULL, x, (int)cc);
+		if ((uint32_t)lane < cc)
+			v = __dsub_rn(v, __dmul_rn(w.a[lane * m + cc], x));
+		else if ((uint32_t)lane == cc)
+			v = x;
+	}
+	if ((uint32_t)lane < nk) {
+		q->entry[lane] = w.en[lane];
+		q->node[lane] = w.nd[lane];
+		q->w[lane] = (float)v;
+	}
+	__syncwarp();
+}
+
 /*
  * be_motion_column by a warp, one output column of rows [y0, y1) at a time (grid-strided),
  * with the same result: each lane the samples of entries lane, lane + 32, ...
@@ -1134,7 +1333,6 @@ __global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
                          int y0, int y1, be_motion_pick *__restrict__ pk)
 {
 	__shared__ gpu_pick_ws wsa[GPU_PICK_WARPS];
-	const unsigned FULL = 0xffffffffu;
 	const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
 	gpu_pick_ws &w = wsa[wid];
 	const size_t cols = (size_t)(y1 - y0) * g.X, nw = (size_t)gridDim.x * GPU_PICK_WARPS;
@@ -1148,173 +1346,23 @@ __global__ void __launch_bounds__(32 * GPU_PICK_WARPS)
 		const uint32_t yy = y0 + (uint32_t)(c / g.X), xx = (uint32_t)(c % g.X);
 		const double Px = (double)xx + 0.5 - hX, Py = (double)yy + 0.5 - hY;
 		be_motion_pick *q = pk + (size_t)yy * g.X + xx;
-		/* 1. every entry's sample (beyond the cut: infinitely far) */
-		uint32_t inside = 0;
-		for (uint32_t j0 = 0; j0 < ne; j0 += 32) {
-			const uint32_t j = j0 + lane;
-			double dd = INFINITY;
-			if (j < ne) {
-				double qx, qy;
-				uint32_t node;
-				dd = be_motion_candidate(&g, &en[j], Px, Py, &qx, &qy, &node);
-				dd = dd < rc ? dd : INFINITY;
-				w.cqx[j] = qx;
-				w.cqy[j] = qy;
-				w.cnode[j] = node;
-				w.cd[j] = dd;
-			}
-			inside += __popc(__ballot_sync(FULL, dd < INFINITY));
-		}
-		__syncwarp();
-		/* 2. the M + 1 nearest, in order of distance, then entry */
+		const uint32_t inside = gpu_pick_samples(g, en, ne, Px, Py, rc, w, lane);
+		gpu_pick_nearest(w, ne, lane);
 		const uint32_t n = inside < BE_MOTION_M + 1 ? inside : BE_MOTION_M + 1;
-		for (uint32_t j = lane; j < ne; j += 32) {
-			const double dj = w.cd[j];
-			if (!(dj < INFINITY))
-				continue;
-			uint32_t r = 0;
-			for (uint32_t i = 0; i < ne && r < BE_MOTION_M + 1; i++)
-				r += w.cd[i] < dj || (w.cd[i] == dj && i < j);
-			if (r < BE_MOTION_M + 1) {
-				w.d[r] = dj;
-				w.cx[r] = w.cqx[j];
-				w.cy[r] = w.cqy[j];
-				w.en[r] = j;
-				w.nd[r] = w.cnode[j];
-			}
-		}
-		__syncwarp();
-		/* 3. the cut and the taper: the samples it leaves, in order */
-		const double D = n == BE_MOTION_M + 1 ? w.d[BE_MOTION_M] : rc;
-		const bool mine = (uint32_t)lane < n && lane < BE_MOTION_M;
-		double t = 0.0, dl = 0.0, xl = 0.0, yl = 0.0;
-		uint32_t el = 0, nl = 0;
-		if (mine) {
-			dl = w.d[lane];
-			xl = w.cx[lane];
-			yl = w.cy[lane];
-			el = w.en[lane];
-			nl = w.nd[lane];
-			t = be_motion_taper(dl / D);
-		}
-		const unsigned keep = __ballot_sync(FULL, mine && t > 0.0);
-		const uint32_t nk = __popc(keep);
-		__syncwarp();
-		if (keep & (1u << lane)) {
-			const int k = __popc(keep & ((1u << lane) - 1u));
-			w.d[k] = dl;
-			w.cx[k] = xl;
-			w.cy[k] = yl;
-			w.en[k] = el;
-			w.nd[k] = nl;
-			w.tp[k] = t;
-		}
-		__syncwarp();
-		if (lane == 0) {
-			double rest = 1.0;
-			for (uint32_t i = 0; i < nk; i++)
-				rest *= 1.0 - w.tp[i];
-			q->n = nk;
-			q->a = (float)(1.0 - rest);
-		}
+		const uint32_t nk = gpu_pick_taper(w, n, rc, lane, q);
 		if (nk == 0)
 			continue;
-		/* 4. the system, symmetric: each pair's exp once (gpu_pick_pair: the pairs i < j
-		 * with j < nk are the first nk (nk - 1) / 2), spread over the lanes; lane i its
-		 * diagonal, right-hand side and border, lane nk the constraint's row */
-		const uint32_t m = nk + 1, np = nk * (nk - 1) / 2;
-		for (uint32_t pi = lane; pi < np; pi += 32) {
-			uint32_t i, j;
-			gpu_pick_pair(pi, &i, &j);
-			const double dx = __dsub_rn(w.cx[i], w.cx[j]);
-			const double dy = __dsub_rn(w.cy[i], w.cy[j]);
-			const double v = exp(
-			        __dmul_rn(-__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), i2l));
-			w.a[i * m + j] = v;
-			w.a[j * m + i] = v;
-		}
-		if ((uint32_t)lane < nk) {
-			const int i = lane;
-			w.a[i * m + i] = __dadd_rn(1.0, __ddiv_rn(BE_MOTION_NUGGET, w.tp[i]));
-			w.a[i * m + nk] = 1.0;
-			w.a[nk * m + i] = 1.0;
-			w.b[i] = exp(__dmul_rn(__dmul_rn(-w.d[i], w.d[i]), i2l));
-		} else if ((uint32_t)lane == nk) {
-			w.a[nk * m + nk] = 0.0;
-			w.b[nk] = 1.0;
-		}
-		__syncwarp();
-		/* 5. elimination with partial pivoting (be_motion_solve): the pivot by a reduction
-		 * over the rows' lanes; each row's factor on its lane, then the updates a column a
-		 * lane (each value's operations as the host's, in any order) */
-		bool ok = true;
-		for (uint32_t cc = 0; cc < m; cc++) {
-			const uint32_t pr = gpu_pivot_row((uint32_t)lane >= cc && (uint32_t)lane < m
-			                                          ? fabs(w.a[lane * m + cc])
-			                                          : 0.0,
-			                                  &ok);
-			if (!ok)
-				break;
-			if (pr != cc) {
-				for (uint32_t j = cc + lane; j < m; j += 32) {
-					const double tt = w.a[cc * m + j];
-					w.a[cc * m + j] = w.a[pr * m + j];
-					w.a[pr * m + j] = tt;
-				}
-				if (lane == 0) {
-					const double tt = w.b[cc];
-					w.b[cc] = w.b[pr];
-					w.b[pr] = tt;
-				}
-				__syncwarp();
-			}
-			if ((uint32_t)lane > cc && (uint32_t)lane < m) {
-				const double f = __ddiv_rn(w.a[lane * m + cc], w.a[cc * m + cc]);
-				w.f[lane] = f;
-				if (f != 0.0)
-					w.b[lane] = __dsub_rn(w.b[lane], __dmul_rn(f, w.b[cc]));
-			}
-			__syncwarp();
-			const uint32_t j = cc + 1 + lane;
-			if (j < m) {
-				const double acj = w.a[cc * m + j];
-				for (uint32_t r = cc + 1; r < m; r++) {
-					const double f = w.f[r];
-					if (f != 0.0)
-						w.a[r * m + j] = __dsub_rn(w.a[r * m + j],
-						                           __dmul_rn(f, acj));
-				}
-			}
-			__syncwarp();
-		}
-		if (!ok) {
-			/* cannot happen with a nugget > 0; the nearest sample alone then */
-			if (lane == 0) {
-				q->n = 1;
-				q->entry[0] = w.en[0];
-				q->node[0] = w.nd[0];
-				q->w[0] = 1.0f;
-			}
-			__syncwarp();
+		gpu_pick_system(w, nk, i2l, lane);
+		if (gpu_pick_eliminate(w, nk + 1, lane)) {
+			gpu_pick_solve_back(w, nk, lane, q);
 			continue;
 		}
-		/* 6. back substitution (be_motion_solve): row r on lane r subtracts the unknowns
-		 * from the last one back, each as soon as it is known */
-		double v = (uint32_t)lane < m ? w.b[lane] : 0.0;
-		for (uint32_t cc = m; cc-- > 0;) {
-			double x = 0.0;
-			if ((uint32_t)lane == cc)
-				x = __ddiv_rn(v, w.a[cc * m + cc]);
-			x = __shfl_sync(FULL, x, (int)cc);
-			if ((uint32_t)lane < cc)
-				v = __dsub_rn(v, __dmul_rn(w.a[lane * m + cc], x));
-			else if ((uint32_t)lane == cc)
-				v = x;
-		}
-		if ((uint32_t)lane < nk) {
-			q->entry[lane] = w.en[lane];
-			q->node[lane] = w.nd[lane];
-			q->w[lane] = (float)v;
+		/* cannot happen with a nugget > 0; the nearest sample alone then */
+		if (lane == 0) {
+			q->n = 1;
+			q->entry[0] = w.en[0];
+			q->node[0] = w.nd[0];
+			q->w[0] = 1.0f;
 		}
 		__syncwarp();
 	}

@@ -127,10 +127,10 @@ static int claim_entry(struct volrec_client *c, struct cl_session *s)
 	               lh->entry_count, c->lease_name);
 }
 
-/* Map the current data and lease segments of the instance into *s. */
-static int session_map(struct volrec_client *c, struct cl_session *s)
+/* Map the current data segment of the instance into *s (what is mapped stays in s for
+ * session_unmap()). */
+static int session_map_data(struct volrec_client *c, struct cl_session *s)
 {
-	const struct volrec_lease_header *lh;
 	struct stat st;
 	int fd, rc;
 
@@ -170,66 +170,64 @@ static int session_map(struct volrec_client *c, struct cl_session *s)
 	s->h = s->map;
 	rc = ipc_shm_validate(s->map, s->size, c->err, sizeof(c->err));
 	if (rc)
-		goto out_unmap;
+		return rc;
 	s->id = s->h->session_id;
-	if (c->no_lease)
-		return 0;
+	return 0;
+}
+
+/* Map the lease table of the session s maps, check that it is that session's, and claim an
+ * entry (what is mapped stays in s for session_unmap()). */
+static int session_map_leases(struct volrec_client *c, struct cl_session *s)
+{
+	const struct volrec_lease_header *lh;
+	struct stat st;
 
 	s->lease_fd = shm_open(c->lease_name, O_RDWR | O_CLOEXEC, 0);
-	if (s->lease_fd < 0) {
-		rc = cl_fail(c, errno == ENOENT ? -EAGAIN : -errno,
-		             "cannot open the lease table %s: %s", c->lease_name, strerror(errno));
-		goto out_unmap;
-	}
-	if (fstat(s->lease_fd, &st)) {
-		rc = cl_fail(c, -errno, "fstat %s: %s", c->lease_name, strerror(errno));
-		goto out_unmap;
-	}
+	if (s->lease_fd < 0)
+		return cl_fail(c, errno == ENOENT ? -EAGAIN : -errno,
+		               "cannot open the lease table %s: %s", c->lease_name,
+		               strerror(errno));
+	if (fstat(s->lease_fd, &st))
+		return cl_fail(c, -errno, "fstat %s: %s", c->lease_name, strerror(errno));
 	s->lsize = (size_t)st.st_size;
-	if (s->lsize < sizeof(struct volrec_lease_header)) {
-		rc = cl_fail(c, -EAGAIN, "lease table %s is not initialized yet", c->lease_name);
-		goto out_unmap;
-	}
+	if (s->lsize < sizeof(struct volrec_lease_header))
+		return cl_fail(c, -EAGAIN, "lease table %s is not initialized yet", c->lease_name);
 	s->lmap = mmap(NULL, s->lsize, PROT_READ | PROT_WRITE, MAP_SHARED, s->lease_fd, 0);
 	if (s->lmap == MAP_FAILED) {
 		s->lmap = NULL;
-		rc = cl_fail(c, -errno, "cannot map %s: %s", c->lease_name, strerror(errno));
-		goto out_unmap;
+		return cl_fail(c, -errno, "cannot map %s: %s", c->lease_name, strerror(errno));
 	}
 	lh = s->lmap;
-	if (ipc_load64(&lh->magic, memory_order_acquire) != VOLREC_LEASE_MAGIC) {
-		rc = cl_fail(c, -EAGAIN, "lease table %s is not initialized yet", c->lease_name);
-		goto out_unmap;
-	}
-	if (lh->major != VOLREC_PROTO_MAJOR) {
-		rc = cl_fail(
+	if (ipc_load64(&lh->magic, memory_order_acquire) != VOLREC_LEASE_MAGIC)
+		return cl_fail(c, -EAGAIN, "lease table %s is not initialized yet", c->lease_name);
+	if (lh->major != VOLREC_PROTO_MAJOR)
+		return cl_fail(
 		        c, -EPROTO,
 		        "lease table %s speaks protocol major version %u; this client supports "
 		        "%d only (protocol %d.%d): volrecd and its clients must be of the same "
 		        "major version",
 		        c->lease_name, lh->major, VOLREC_PROTO_MAJOR, VOLREC_PROTO_MAJOR,
 		        VOLREC_PROTO_MINOR);
-		goto out_unmap;
-	}
-	if (lh->session_id != s->id) {
-		rc = cl_fail(c, -EAGAIN, "lease table %s belongs to another session (rebuilding)",
-		             c->lease_name);
-		goto out_unmap;
-	}
+	if (lh->session_id != s->id)
+		return cl_fail(c, -EAGAIN, "lease table %s belongs to another session (rebuilding)",
+		               c->lease_name);
 	if (lh->header_size != sizeof(*lh) || lh->entry_size != sizeof(struct volrec_lease_entry) ||
 	    !lh->entry_count || lh->entry_count > VOLREC_MAX_READERS ||
-	    lh->header_size + (uint64_t)lh->entry_count * lh->entry_size > s->lsize) {
-		rc = cl_fail(c, -EPROTO, "lease table %s has an inconsistent layout",
-		             c->lease_name);
-		goto out_unmap;
-	}
-	rc = claim_entry(c, s);
-	if (rc)
-		goto out_unmap;
-	return 0;
+	    lh->header_size + (uint64_t)lh->entry_count * lh->entry_size > s->lsize)
+		return cl_fail(c, -EPROTO, "lease table %s has an inconsistent layout",
+		               c->lease_name);
+	return claim_entry(c, s);
+}
 
-out_unmap:
-	session_unmap(s);
+/* Map the current data and lease segments of the instance into *s. */
+static int session_map(struct volrec_client *c, struct cl_session *s)
+{
+	int rc = session_map_data(c, s);
+
+	if (!rc && !c->no_lease)
+		rc = session_map_leases(c, s);
+	if (rc)
+		session_unmap(s);
 	return rc;
 }
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Private declarations of the sources module (src_): the state every built-in source shares
- * (pacing, last error text) and the three openers src_open dispatches to.
+ * (the source kit's error text, pacing) and the three openers src_open dispatches to.
  */
 #ifndef VOLREC_SRC_INTERNAL_H
 #define VOLREC_SRC_INTERNAL_H
@@ -12,23 +12,15 @@
 #include <time.h>
 
 #include "base/base.h"
+#include "sources/shim_common.h"
 #include "sources/source.h"
-
-#define SRC_MSG_MAX 512
 
 /* What the built-in sources share: the handle of each starts with it. */
 struct src_common {
+	struct shim_err err;   /* first: the kit's shim_strerror() reads it */
 	const char *kind;      /* "synth", "replay" (messages) */
-	int msg_code;          /* code the text below belongs to (0: none) */
-	char msg[SRC_MSG_MAX]; /* precise text for the last error returned */
 	struct vr_pacer pacer; /* of the B-scans */
 };
-
-/* strerror() of the built-in sources: the text of code when it is the last error of handle h
- * (which starts with its struct src_common), else NULL. */
-const char *src_common_strerror(void *h, int code);
-/* Record a precise text for code and return code. */
-int src_fail(struct src_common *c, int code, const char *fmt, ...) VR_PRINTF(3, 4);
 
 /* open() of the built-ins' ops tables: -EOPNOTSUPP, src_open() opens them from the
  * configuration. */

@@ -2,7 +2,8 @@
 # built-in synth and replay sources, the loader of shims (dlopen), the synthetic scanner (sim_)
 # and the example shim built from them.
 ARCHIVES += src sim
-src_SRCS := $(filter-out sources/sim.c sources/synth_shim.c sources/shim_%.c,$(wildcard sources/*.c))
+src_SRCS := $(filter-out sources/sim.c sources/synth_shim.c sources/shim_args.c sources/shim_entry.c,\
+                          $(wildcard sources/*.c))
 src_LDLIBS := -ldl
 # Where `source.shim.library: NAME` finds NAME-shim.so (VOLREC_SHIM_DIR overrides it).
 $(call obj,sources/shim.c): CPPFLAGS += -DVOLREC_SHIMDIR='"$(SHIMDIR)"'
@@ -16,10 +17,11 @@ sim_LDLIBS := -lfftw3f_threads -lfftw3f
 UNIT_SRCS += $(wildcard tests/unit/test_sim*.c)
 UNIT_ARCHIVES += sim base
 
-# What every shim links besides its own code (docs/shim.md): the arguments (shim_args.c) and
-# the error text, pacing and B-scan positions (shim_common.c); the test shims (tests/shims/) and
-# the GenICam driver (drivers/genicam/) share them.
-SHIM_KIT_SRCS := sources/shim_args.c sources/shim_common.c
+# What every shim links besides its own code (docs/shim.md): the arguments (shim_args.c), the
+# source kit (shim_common.c: error text, pacing, B-scan positions; the built-in sources use it
+# too) and the ABI entry (shim_entry.c); the test shims (tests/shims/) and the GenICam driver
+# (drivers/genicam/) share them.
+SHIM_KIT_SRCS := sources/shim_args.c sources/shim_common.c sources/shim_entry.c
 SHIM_VERSION_SCRIPT := sources/shim.map
 
 # The example shim (docs/shim.md): a separate .so, loaded by volrecd with dlopen and never linked

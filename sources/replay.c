@@ -55,7 +55,7 @@ struct replay {
 	uint64_t crc_skipped; /* epochs skipped for a wrong CRC-32C */
 	uint8_t *crc_buf;     /* copying path: where an epoch's bytes are read to check them */
 };
-_Static_assert(offsetof(struct replay, com) == 0, "src_common_strerror() reads com");
+_Static_assert(offsetof(struct replay, com) == 0, "shim_strerror() reads com.err");
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -108,20 +108,10 @@ static int metadata_check(const uint8_t *meta, uint32_t len, const uint8_t *buf,
 	return 0;
 }
 
-/*
- * Check a replay header held in buf (len bytes read from the file's start, at least
- * min(file_size, SRC_REPLAY_FIXED_SIZE + offset table + metadata) when those fit) against
- * docs/replay-format.md for a file of file_size bytes. On success fills *info and, when the
- * file has an offset table, checks each entry. Messages do not name the file (the caller
- * prefixes it).
- */
-static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
-                            struct src_replay_info *info, char *err, size_t errlen)
+/* The magic and the size of the fixed header, the first things a replay file is checked for. */
+static int replay_check_magic(const uint8_t *buf, size_t len, uint64_t file_size, char *err,
+                              size_t errlen)
 {
-	struct src_replay_info h;
-	uint64_t table, need, epoch_bytes, data;
-	uint64_t reserved;
-
 	if (file_size == 0)
 		return vr_err(err, errlen, -EINVAL, "file is empty");
 	if (len < 8 || file_size < 8)
@@ -141,145 +131,210 @@ static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 		              "truncated header: the file is %llu bytes, the fixed header alone "
 		              "is %u",
 		              (unsigned long long)file_size, SRC_REPLAY_FIXED_SIZE);
-	memset(&h, 0, sizeof(h));
-	h.version = rd32(buf + 8);
-	h.header_size = rd32(buf + 12);
-	h.sample_type = rd32(buf + 16);
-	h.samples_per_ascan = rd32(buf + 20);
-	h.ascans_per_bscan = rd32(buf + 24);
-	h.bscans_per_volume = rd32(buf + 28);
-	h.epochs = rd64(buf + 32);
-	h.stride_x = rd32(buf + 40);
-	h.stride_y = rd32(buf + 44);
-	h.flags = rd32(buf + 48);
-	h.metadata_len = rd32(buf + 52);
-	reserved = rd64(buf + 56);
+	return 0;
+}
 
-	if (h.version != SRC_REPLAY_VERSION && h.version != SRC_REC_VERSION)
+/* The fields of the fixed header (buf holds SRC_REPLAY_FIXED_SIZE bytes), and its reserved
+ * bytes 56..63 in *reserved. */
+static void replay_read_fixed(const uint8_t *buf, struct src_replay_info *h, uint64_t *reserved)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = rd32(buf + 8);
+	h->header_size = rd32(buf + 12);
+	h->sample_type = rd32(buf + 16);
+	h->samples_per_ascan = rd32(buf + 20);
+	h->ascans_per_bscan = rd32(buf + 24);
+	h->bscans_per_volume = rd32(buf + 28);
+	h->epochs = rd64(buf + 32);
+	h->stride_x = rd32(buf + 40);
+	h->stride_y = rd32(buf + 44);
+	h->flags = rd32(buf + 48);
+	h->metadata_len = rd32(buf + 52);
+	*reserved = rd64(buf + 56);
+}
+
+/* The fixed header's fields, each within the limits of docs/replay-format.md. */
+static int replay_check_fixed(const struct src_replay_info *h, uint64_t reserved,
+                              uint64_t file_size, char *err, size_t errlen)
+{
+	if (h->version != SRC_REPLAY_VERSION && h->version != SRC_REC_VERSION)
 		return vr_err(
 		        err, errlen, -EPROTONOSUPPORT,
 		        "unsupported format version %u (this volrec reads versions %u and %u)",
-		        h.version, SRC_REPLAY_VERSION, SRC_REC_VERSION);
-	if (h.header_size < SRC_REPLAY_FIXED_SIZE)
+		        h->version, SRC_REPLAY_VERSION, SRC_REC_VERSION);
+	if (h->header_size < SRC_REPLAY_FIXED_SIZE)
 		return vr_err(err, errlen, -EINVAL,
 		              "header_size %u is smaller than the %u-byte fixed header",
-		              h.header_size, SRC_REPLAY_FIXED_SIZE);
-	if (h.header_size > SRC_REPLAY_HEADER_MAX)
+		              h->header_size, SRC_REPLAY_FIXED_SIZE);
+	if (h->header_size > SRC_REPLAY_HEADER_MAX)
 		return vr_err(err, errlen, -EINVAL, "header_size %u exceeds the limit of %u bytes",
-		              h.header_size, SRC_REPLAY_HEADER_MAX);
-	if (h.header_size > file_size)
+		              h->header_size, SRC_REPLAY_HEADER_MAX);
+	if (h->header_size > file_size)
 		return vr_err(err, errlen, -EINVAL,
 		              "truncated header: header_size %u but the file is %llu bytes",
-		              h.header_size, (unsigned long long)file_size);
-	if (reserved != 0 && h.version == SRC_REPLAY_VERSION)
+		              h->header_size, (unsigned long long)file_size);
+	if (reserved != 0 && h->version == SRC_REPLAY_VERSION)
 		return vr_err(err, errlen, -EINVAL,
 		              "reserved header bytes 56..63 are 0x%llx, must be 0",
 		              (unsigned long long)reserved);
-	if (h.sample_type > VOLREC_SAMPLE_U12GV)
+	if (h->sample_type > VOLREC_SAMPLE_U12GV)
 		return vr_err(err, errlen, -EINVAL,
 		              "unknown sample type %u (0 = u16, 1 = i16, 2 = f32, 3 = u12p, "
 		              "4 = u12gv)",
-		              h.sample_type);
-	if (h.flags & ~SRC_REPLAY_FLAGS_KNOWN)
-		return vr_err(err, errlen, -EINVAL, "unknown flags 0x%x (known: 0x%x)", h.flags,
+		              h->sample_type);
+	if (h->flags & ~SRC_REPLAY_FLAGS_KNOWN)
+		return vr_err(err, errlen, -EINVAL, "unknown flags 0x%x (known: 0x%x)", h->flags,
 		              SRC_REPLAY_FLAGS_KNOWN);
-	if (!h.samples_per_ascan || !h.ascans_per_bscan || !h.bscans_per_volume ||
-	    h.samples_per_ascan > DIM_MAX || h.ascans_per_bscan > DIM_MAX ||
-	    h.bscans_per_volume > DIM_MAX)
+	if (!h->samples_per_ascan || !h->ascans_per_bscan || !h->bscans_per_volume ||
+	    h->samples_per_ascan > DIM_MAX || h->ascans_per_bscan > DIM_MAX ||
+	    h->bscans_per_volume > DIM_MAX)
 		return vr_err(err, errlen, -EINVAL,
 		              "samples_per_ascan %u, ascans_per_bscan %u, bscans_per_volume %u: "
 		              "each must be 1..%u",
-		              h.samples_per_ascan, h.ascans_per_bscan, h.bscans_per_volume,
+		              h->samples_per_ascan, h->ascans_per_bscan, h->bscans_per_volume,
 		              DIM_MAX);
-	if (!h.stride_x || !h.stride_y || h.stride_x > 1024 || h.stride_y > 1024)
+	if (!h->stride_x || !h->stride_y || h->stride_x > 1024 || h->stride_y > 1024)
 		return vr_err(err, errlen, -EINVAL, "stride [%u, %u]: each must be 1..1024",
-		              h.stride_x, h.stride_y);
-	if (h.metadata_len > SRC_REPLAY_META_MAX)
+		              h->stride_x, h->stride_y);
+	if (h->metadata_len > SRC_REPLAY_META_MAX)
 		return vr_err(err, errlen, -EINVAL,
-		              "metadata length %u exceeds the limit of %u bytes", h.metadata_len,
+		              "metadata length %u exceeds the limit of %u bytes", h->metadata_len,
 		              SRC_REPLAY_META_MAX);
-	if (h.sample_type >= VOLREC_SAMPLE_U12P && h.samples_per_ascan % 2)
+	if (h->sample_type >= VOLREC_SAMPLE_U12P && h->samples_per_ascan % 2)
 		return vr_err(err, errlen, -EINVAL,
 		              "samples_per_ascan %u is odd with the packed sample type %s (K "
 		              "must be even)",
-		              h.samples_per_ascan, src_sample_name(h.sample_type));
+		              h->samples_per_ascan, src_sample_name(h->sample_type));
+	return 0;
+}
+
+/* Version 1: the offset table and the metadata fit the header; *table is the table's size. */
+static int replay_check_v1_header(const uint8_t *buf, size_t len, uint64_t file_size,
+                                  const struct src_replay_info *h, uint64_t *table, char *err,
+                                  size_t errlen)
+{
+	uint64_t need;
+
+	if (h->epochs == 0)
+		return vr_err(err, errlen, -EINVAL, "the file holds no epochs (epochs = 0)");
+	*table = 0;
+	if (h->flags & SRC_REPLAY_FLAG_OFFSETS) {
+		if (h->epochs > SRC_REPLAY_HEADER_MAX / 8)
+			return vr_err(err, errlen, -EINVAL,
+			              "an offset table of %llu epochs cannot fit in a header "
+			              "(at most %u bytes)",
+			              (unsigned long long)h->epochs, SRC_REPLAY_HEADER_MAX);
+		*table = h->epochs * 8;
+	}
+	need = SRC_REPLAY_FIXED_SIZE + *table + h->metadata_len;
+	if (need > h->header_size)
+		return vr_err(err, errlen, -EINVAL,
+		              "offset table (%llu bytes) and metadata (%u bytes) need a header of "
+		              "%llu bytes, header_size is %u (file %llu bytes)",
+		              (unsigned long long)*table, h->metadata_len, (unsigned long long)need,
+		              h->header_size, (unsigned long long)file_size);
+	if (len < need)
+		return vr_err(err, errlen, -EINVAL,
+		              "internal: header buffer of %zu bytes, need %llu", len,
+		              (unsigned long long)need);
+	return metadata_check(buf + SRC_REPLAY_FIXED_SIZE + *table, h->metadata_len, buf, NULL,
+	                      NULL, err, errlen);
+}
+
+/* Version 1: the file holds exactly the header and its epochs. */
+static int replay_check_v1_size(const struct src_replay_info *h, uint64_t file_size, char *err,
+                                size_t errlen)
+{
+	uint64_t epoch_bytes, data;
+
+	epoch_bytes = (uint64_t)h->bscans_per_volume * h->ascans_per_bscan *
+	              volrec_sample_bytes(h->sample_type, h->samples_per_ascan);
+	if (h->epochs > (UINT64_MAX - h->header_size) / epoch_bytes)
+		return vr_err(err, errlen, -EINVAL,
+		              "%llu epochs of %llu bytes overflow a file size",
+		              (unsigned long long)h->epochs, (unsigned long long)epoch_bytes);
+	data = h->epochs * epoch_bytes;
+	if (file_size < h->header_size + data)
+		return vr_err(err, errlen, -EINVAL,
+		              "truncated data: %llu epochs of %llu bytes need %llu bytes after the "
+		              "%u-byte header, the file has %llu (%llu bytes missing)",
+		              (unsigned long long)h->epochs, (unsigned long long)epoch_bytes,
+		              (unsigned long long)data, h->header_size,
+		              (unsigned long long)(file_size - h->header_size),
+		              (unsigned long long)(h->header_size + data - file_size));
+	if (file_size > h->header_size + data)
+		return vr_err(err, errlen, -EINVAL,
+		              "%llu trailing bytes after the last of %llu epochs (file %llu bytes, "
+		              "header %u + data %llu)",
+		              (unsigned long long)(file_size - h->header_size - data),
+		              (unsigned long long)h->epochs, (unsigned long long)file_size,
+		              h->header_size, (unsigned long long)data);
+	return 0;
+}
+
+/* Version 1 with an offset table: each entry is the offset epoch e is scanned at. */
+static int replay_check_v1_offsets(const uint8_t *buf, const struct src_replay_info *h, char *err,
+                                   size_t errlen)
+{
+	if (!(h->flags & SRC_REPLAY_FLAG_OFFSETS))
+		return 0;
+	for (uint64_t e = 0; e < h->epochs; e++) {
+		uint32_t ox = rd32(buf + SRC_REPLAY_FIXED_SIZE + 8 * e);
+		uint32_t oy = rd32(buf + SRC_REPLAY_FIXED_SIZE + 8 * e + 4);
+		uint32_t ex, ey;
+		if (ox >= h->stride_x || oy >= h->stride_y)
+			return vr_err(err, errlen, -EINVAL,
+			              "offset table entry %llu is (%u, %u), outside stride "
+			              "[%u, %u]",
+			              (unsigned long long)e, ox, oy, h->stride_x, h->stride_y);
+		vr_scan_offset(e, h->stride_x, h->stride_y, &ex, &ey);
+		if (ox != ex || oy != ey)
+			return vr_err(err, errlen, -EINVAL,
+			              "offset table entry %llu is (%u, %u), but epoch %llu "
+			              "is scanned at (%u, %u) (docs/algorithms.md §2.1)",
+			              (unsigned long long)e, ox, oy, (unsigned long long)e, ex, ey);
+	}
+	return 0;
+}
+
+/*
+ * Check a replay header held in buf (len bytes read from the file's start, at least
+ * min(file_size, SRC_REPLAY_FIXED_SIZE + offset table + metadata) when those fit) against
+ * docs/replay-format.md for a file of file_size bytes. On success fills *info and, when the
+ * file has an offset table, checks each entry. Messages do not name the file (the caller
+ * prefixes it).
+ */
+static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
+                            struct src_replay_info *info, char *err, size_t errlen)
+{
+	struct src_replay_info h;
+	uint64_t reserved, table;
+	int rc;
+
+	rc = replay_check_magic(buf, len, file_size, err, errlen);
+	if (rc)
+		return rc;
+	replay_read_fixed(buf, &h, &reserved);
+	rc = replay_check_fixed(&h, reserved, file_size, err, errlen);
+	if (rc)
+		return rc;
 	if (h.version == SRC_REC_VERSION) {
-		int rc = src_rec_parse_v2(buf, len, file_size, &h, err, errlen);
+		rc = src_rec_parse_v2(buf, len, file_size, &h, err, errlen);
 		if (rc)
 			return rc;
 		return metadata_check(buf + SRC_REPLAY_FIXED_SIZE, h.metadata_len, buf, info, &h,
 		                      err, errlen);
 	}
-	if (h.epochs == 0)
-		return vr_err(err, errlen, -EINVAL, "the file holds no epochs (epochs = 0)");
-	table = 0;
-	if (h.flags & SRC_REPLAY_FLAG_OFFSETS) {
-		if (h.epochs > SRC_REPLAY_HEADER_MAX / 8)
-			return vr_err(err, errlen, -EINVAL,
-			              "an offset table of %llu epochs cannot fit in a header "
-			              "(at most %u bytes)",
-			              (unsigned long long)h.epochs, SRC_REPLAY_HEADER_MAX);
-		table = h.epochs * 8;
-	}
-	need = SRC_REPLAY_FIXED_SIZE + table + h.metadata_len;
-	if (need > h.header_size)
-		return vr_err(err, errlen, -EINVAL,
-		              "offset table (%llu bytes) and metadata (%u bytes) need a header of "
-		              "%llu bytes, header_size is %u (file %llu bytes)",
-		              (unsigned long long)table, h.metadata_len, (unsigned long long)need,
-		              h.header_size, (unsigned long long)file_size);
-	if (len < need)
-		return vr_err(err, errlen, -EINVAL,
-		              "internal: header buffer of %zu bytes, need %llu", len,
-		              (unsigned long long)need);
-	int mrc = metadata_check(buf + SRC_REPLAY_FIXED_SIZE + table, h.metadata_len, buf, NULL,
-	                         NULL, err, errlen);
-	if (mrc)
-		return mrc;
+	rc = replay_check_v1_header(buf, len, file_size, &h, &table, err, errlen);
+	if (rc)
+		return rc;
 	h.repeats = 1;
 	h.complete = h.epochs;
-	epoch_bytes = (uint64_t)h.bscans_per_volume * h.ascans_per_bscan *
-	              volrec_sample_bytes(h.sample_type, h.samples_per_ascan);
-	if (h.epochs > (UINT64_MAX - h.header_size) / epoch_bytes)
-		return vr_err(err, errlen, -EINVAL,
-		              "%llu epochs of %llu bytes overflow a file size",
-		              (unsigned long long)h.epochs, (unsigned long long)epoch_bytes);
-	data = h.epochs * epoch_bytes;
-	if (file_size < h.header_size + data)
-		return vr_err(err, errlen, -EINVAL,
-		              "truncated data: %llu epochs of %llu bytes need %llu bytes after the "
-		              "%u-byte header, the file has %llu (%llu bytes missing)",
-		              (unsigned long long)h.epochs, (unsigned long long)epoch_bytes,
-		              (unsigned long long)data, h.header_size,
-		              (unsigned long long)(file_size - h.header_size),
-		              (unsigned long long)(h.header_size + data - file_size));
-	if (file_size > h.header_size + data)
-		return vr_err(err, errlen, -EINVAL,
-		              "%llu trailing bytes after the last of %llu epochs (file %llu bytes, "
-		              "header %u + data %llu)",
-		              (unsigned long long)(file_size - h.header_size - data),
-		              (unsigned long long)h.epochs, (unsigned long long)file_size,
-		              h.header_size, (unsigned long long)data);
-	if (h.flags & SRC_REPLAY_FLAG_OFFSETS) {
-		for (uint64_t e = 0; e < h.epochs; e++) {
-			uint32_t ox = rd32(buf + SRC_REPLAY_FIXED_SIZE + 8 * e);
-			uint32_t oy = rd32(buf + SRC_REPLAY_FIXED_SIZE + 8 * e + 4);
-			uint32_t ex, ey;
-			if (ox >= h.stride_x || oy >= h.stride_y)
-				return vr_err(err, errlen, -EINVAL,
-				              "offset table entry %llu is (%u, %u), outside stride "
-				              "[%u, %u]",
-				              (unsigned long long)e, ox, oy, h.stride_x,
-				              h.stride_y);
-			vr_scan_offset(e, h.stride_x, h.stride_y, &ex, &ey);
-			if (ox != ex || oy != ey)
-				return vr_err(err, errlen, -EINVAL,
-				              "offset table entry %llu is (%u, %u), but epoch %llu "
-				              "is scanned at (%u, %u) (docs/algorithms.md §2.1)",
-				              (unsigned long long)e, ox, oy, (unsigned long long)e,
-				              ex, ey);
-		}
-	}
+	rc = replay_check_v1_size(&h, file_size, err, errlen);
+	if (!rc)
+		rc = replay_check_v1_offsets(buf, &h, err, errlen);
+	if (rc)
+		return rc;
 	*info = h;
 	return 0;
 }
@@ -380,30 +435,32 @@ static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t
 	struct replay *r = h;
 
 	if (ox >= r->geo.stride_x || oy >= r->geo.stride_y)
-		return src_fail(&r->com, -EINVAL,
-		                "replay %s: scan offset (%u, %u) of epoch %llu outside stride "
-		                "[%u, %u]",
-		                r->path, ox, oy, (unsigned long long)epoch, r->geo.stride_x,
-		                r->geo.stride_y);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: scan offset (%u, %u) of epoch %llu outside stride "
+		                 "[%u, %u]",
+		                 r->path, ox, oy, (unsigned long long)epoch, r->geo.stride_x,
+		                 r->geo.stride_y);
 	if (r->b != 0 && epoch == r->epoch)
-		return src_fail(&r->com, -EBUSY,
-		                "replay %s: epoch %llu is already being read (B-scan %u of %u)",
-		                r->path, (unsigned long long)epoch, r->b, r->geo.bscans_per_volume);
+		return shim_fail(&r->com.err, -EBUSY,
+		                 "replay %s: epoch %llu is already being read (B-scan %u of %u)",
+		                 r->path, (unsigned long long)epoch, r->b,
+		                 r->geo.bscans_per_volume);
 	if (r->frames) {
 		int64_t i = frame_of(r, epoch);
 		if (i >= 0 && (r->frames[i].ox != ox || r->frames[i].oy != oy))
-			return src_fail(&r->com, -EINVAL,
-			                "replay %s: epoch %llu is recorded epoch %llu, recorded at "
-			                "offset (%u, %u), not at the (%u, %u) asked for",
-			                r->path, (unsigned long long)epoch,
-			                (unsigned long long)r->frames[i].epoch, r->frames[i].ox,
-			                r->frames[i].oy, ox, oy);
+			return shim_fail(
+			        &r->com.err, -EINVAL,
+			        "replay %s: epoch %llu is recorded epoch %llu, recorded at "
+			        "offset (%u, %u), not at the (%u, %u) asked for",
+			        r->path, (unsigned long long)epoch,
+			        (unsigned long long)r->frames[i].epoch, r->frames[i].ox,
+			        r->frames[i].oy, ox, oy);
 	} else if (r->offsets) {
 		uint64_t fe = epoch % r->epochs;
 		uint32_t fx = rd32(r->offsets + 8 * fe), fy = rd32(r->offsets + 8 * fe + 4);
 		if (fx != ox || fy != oy)
-			return src_fail(
-			        &r->com, -EINVAL,
+			return shim_fail(
+			        &r->com.err, -EINVAL,
 			        "replay %s: epoch %llu is file epoch %llu, recorded at offset "
 			        "(%u, %u), not at the (%u, %u) asked for",
 			        r->path, (unsigned long long)epoch, (unsigned long long)fe, fx, fy,
@@ -429,26 +486,29 @@ static int check_unchanged(struct replay *r)
 	struct stat now, at;
 
 	if (fstat(r->fd, &now) < 0)
-		return src_fail(&r->com, -errno, "replay %s: fstat: %s", r->path, strerror(errno));
+		return shim_fail(&r->com.err, -errno, "replay %s: fstat: %s", r->path,
+		                 strerror(errno));
 	if (now.st_size != r->st.st_size)
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: the file changed size while being replayed (%lld bytes "
-		                "when opened, now %lld); it is read again when the source is "
-		                "reopened",
-		                r->path, (long long)r->st.st_size, (long long)now.st_size);
+		return shim_fail(
+		        &r->com.err, -ESTALE,
+		        "replay %s: the file changed size while being replayed (%lld bytes "
+		        "when opened, now %lld); it is read again when the source is "
+		        "reopened",
+		        r->path, (long long)r->st.st_size, (long long)now.st_size);
 	if (now.st_mtim.tv_sec != r->st.st_mtim.tv_sec ||
 	    now.st_mtim.tv_nsec != r->st.st_mtim.tv_nsec)
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: the file was modified while being replayed; it is read "
-		                "again when the source is reopened",
-		                r->path);
+		return shim_fail(
+		        &r->com.err, -ESTALE,
+		        "replay %s: the file was modified while being replayed; it is read "
+		        "again when the source is reopened",
+		        r->path);
 	bool gone = stat(r->path, &at) < 0;
 	if (gone || at.st_dev != r->st.st_dev || at.st_ino != r->st.st_ino)
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: the path %s while being replayed; it is read again "
-		                "when the source is reopened",
-		                r->path,
-		                gone ? "names no file any more" : "now names another file");
+		return shim_fail(&r->com.err, -ESTALE,
+		                 "replay %s: the path %s while being replayed; it is read again "
+		                 "when the source is reopened",
+		                 r->path,
+		                 gone ? "names no file any more" : "now names another file");
 	return 0;
 }
 
@@ -496,22 +556,24 @@ static int frame_crc_check(struct replay *r, uint64_t i)
 			                                           : (1u << 20);
 			rc = vr_pread_full(r->fd, r->crc_buf, n, at + done);
 			if (rc)
-				return src_fail(&r->com, rc == -ENODATA ? -ESTALE : rc,
-				                "replay %s: reading epoch %llu to check it: %s",
-				                r->path, (unsigned long long)r->frames[i].epoch,
-				                rc == -ENODATA ? "the file shrank" : strerror(-rc));
+				return shim_fail(&r->com.err, rc == -ENODATA ? -ESTALE : rc,
+				                 "replay %s: reading epoch %llu to check it: %s",
+				                 r->path, (unsigned long long)r->frames[i].epoch,
+				                 rc == -ENODATA ? "the file shrank"
+				                                : strerror(-rc));
 			crc = src_crc32c(crc, r->crc_buf, n);
 			done += n;
 		}
 	}
 	if (crc == r->frames[i].crc)
 		return 0;
-	return src_fail(&r->com, -EBADMSG,
-	                "replay %s: CRC-32C mismatch in epoch %llu (frame %llu at byte %llu): "
-	                "0x%08x, recorded 0x%08x; the data is damaged (source.replay.on_crc_error: "
-	                "skip leaves such epochs out)",
-	                r->path, (unsigned long long)r->frames[i].epoch, (unsigned long long)i,
-	                (unsigned long long)(at - SRC_REC_FRAME_HDR), crc, r->frames[i].crc);
+	return shim_fail(
+	        &r->com.err, -EBADMSG,
+	        "replay %s: CRC-32C mismatch in epoch %llu (frame %llu at byte %llu): "
+	        "0x%08x, recorded 0x%08x; the data is damaged (source.replay.on_crc_error: "
+	        "skip leaves such epochs out)",
+	        r->path, (unsigned long long)r->frames[i].epoch, (unsigned long long)i,
+	        (unsigned long long)(at - SRC_REC_FRAME_HDR), crc, r->frames[i].crc);
 }
 
 /* A recording, at the first B-scan of epoch e: which frame to read (r->cur_frame), or that the
@@ -532,11 +594,11 @@ static int frame_begin(struct replay *r, uint64_t e)
 			r->crc_skipped++;
 	}
 	if (r->cur_lost && !(r->geo.flags & VOLREC_SHIM_GEOMETRY_MARKS))
-		return src_fail(&r->com, -ENODATA,
-		                "replay %s: epoch %llu is not in the recording (%s), and this "
-		                "pipeline cannot take an epoch marked lost",
-		                r->path, (unsigned long long)e,
-		                i < 0 ? "the recorder left it out" : "its CRC-32C is wrong");
+		return shim_fail(&r->com.err, -ENODATA,
+		                 "replay %s: epoch %llu is not in the recording (%s), and this "
+		                 "pipeline cannot take an epoch marked lost",
+		                 r->path, (unsigned long long)e,
+		                 i < 0 ? "the recorder left it out" : "its CRC-32C is wrong");
 	return 0;
 }
 
@@ -549,8 +611,8 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 
 	epoch = r->b == 0 && r->pend ? r->pend_epoch : r->epoch;
 	if (!r->loop && epoch >= r->first + r->epochs)
-		return src_fail(&r->com, -ENODATA, "replay %s: end of file after %llu epochs",
-		                r->path, (unsigned long long)r->epochs);
+		return shim_fail(&r->com.err, -ENODATA, "replay %s: end of file after %llu epochs",
+		                 r->path, (unsigned long long)r->epochs);
 	rc = vr_pacer_wait(&r->com.pacer, timeout_ms);
 	if (rc)
 		return rc;
@@ -591,23 +653,24 @@ static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	int rc;
 
 	if (size < r->bscan_bytes)
-		return src_fail(&r->com, -EINVAL, "replay %s: buffer of %zu bytes, a B-scan is %zu",
-		                r->path, size, r->bscan_bytes);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: buffer of %zu bytes, a B-scan is %zu", r->path, size,
+		                 r->bscan_bytes);
 	rc = replay_next(r, timeout_ms, meta, &pos);
 	if (rc)
 		return rc;
 	rc = vr_pread_full(r->fd, buf, r->bscan_bytes, r->data_off + pos);
 	if (rc == -ENODATA)
-		return src_fail(
-		        &r->com, -ESTALE,
+		return shim_fail(
+		        &r->com.err, -ESTALE,
 		        "replay %s: the file shrank while being replayed: a B-scan at bytes "
 		        "%llu..%llu, the file now ends at %lld",
 		        r->path, (unsigned long long)(r->data_off + pos),
 		        (unsigned long long)(r->data_off + pos + r->bscan_bytes),
 		        fstat(r->fd, &now) == 0 ? (long long)now.st_size : -1ll);
 	if (rc)
-		return src_fail(&r->com, rc, "replay %s: reading a B-scan at byte %llu: %s",
-		                r->path, (unsigned long long)(r->data_off + pos), strerror(-rc));
+		return shim_fail(&r->com.err, rc, "replay %s: reading a B-scan at byte %llu: %s",
+		                 r->path, (unsigned long long)(r->data_off + pos), strerror(-rc));
 	return 0;
 }
 
@@ -625,29 +688,30 @@ static int lease_and_map(struct replay *r)
 	 * before F_SETOWN 0 (no owner: no signal at all); the break is polled (F_GETLEASE) */
 	if (fcntl(r->fd, F_SETSIG, SIGURG) < 0 || fcntl(r->fd, F_SETLEASE, F_RDLCK) < 0) {
 		e = errno;
-		return src_fail(&r->com, -e,
-		                "replay %s: zero-copy needs a read lease on the file, so that it "
-		                "cannot change while the backend reads it in place: %s%s",
-		                r->path, strerror(e),
-		                e == EACCES   ? " (the file belongs to another user: the process "
-		                                "needs to own it or CAP_LEASE)"
-		                : e == EAGAIN ? " (the file is open for writing)"
-		                              : "");
+		return shim_fail(&r->com.err, -e,
+		                 "replay %s: zero-copy needs a read lease on the file, so that it "
+		                 "cannot change while the backend reads it in place: %s%s",
+		                 r->path, strerror(e),
+		                 e == EACCES   ? " (the file belongs to another user: the process "
+		                                 "needs to own it or CAP_LEASE)"
+		                 : e == EAGAIN ? " (the file is open for writing)"
+		                               : "");
 	}
 	if (fcntl(r->fd, F_SETOWN, 0) < 0) {
 		e = errno;
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
-		return src_fail(&r->com, -e, "replay %s: F_SETOWN: %s", r->path, strerror(e));
+		return shim_fail(&r->com.err, -e, "replay %s: F_SETOWN: %s", r->path, strerror(e));
 	}
 	/* the file may have changed between open and the lease */
 	if (fstat(r->fd, &now) < 0 || now.st_size != r->st.st_size ||
 	    now.st_mtim.tv_sec != r->st.st_mtim.tv_sec ||
 	    now.st_mtim.tv_nsec != r->st.st_mtim.tv_nsec) {
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: the file changed since it was opened; it is read again "
-		                "when the source is reopened",
-		                r->path);
+		return shim_fail(
+		        &r->com.err, -ESTALE,
+		        "replay %s: the file changed since it was opened; it is read again "
+		        "when the source is reopened",
+		        r->path);
 	}
 	/* shared: the pages are the file's own (page cache, tmpfs), never copied on a write,
 	 * so a backend can pin them for DMA */
@@ -655,8 +719,8 @@ static int lease_and_map(struct replay *r)
 	if (m == MAP_FAILED) {
 		e = errno;
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
-		return src_fail(&r->com, -e, "replay %s: mmap of %lld bytes: %s", r->path,
-		                (long long)r->st.st_size, strerror(e));
+		return shim_fail(&r->com.err, -e, "replay %s: mmap of %lld bytes: %s", r->path,
+		                 (long long)r->st.st_size, strerror(e));
 	}
 	madvise(m, (size_t)r->st.st_size, MADV_SEQUENTIAL);
 	r->map = m;
@@ -672,11 +736,11 @@ static int replay_ref_regions(void *h, struct volrec_shim_region *regions, uint3
 	int rc;
 
 	if (!count)
-		return src_fail(&r->com, -EINVAL, "replay %s: ref_regions() without a count",
-		                r->path);
+		return shim_fail(&r->com.err, -EINVAL, "replay %s: ref_regions() without a count",
+		                 r->path);
 	if (max && !regions)
-		return src_fail(&r->com, -EINVAL,
-		                "replay %s: ref_regions() with max %u and no array", r->path, max);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: ref_regions() with max %u and no array", r->path, max);
 	rc = lease_and_map(r);
 	if (rc)
 		return rc;
@@ -697,19 +761,19 @@ static int replay_acquire_ref(void *h, const void **bscan, int timeout_ms,
 	int rc;
 
 	if (!bscan)
-		return src_fail(&r->com, -EINVAL, "replay %s: acquire_ref() without a pointer",
-		                r->path);
+		return shim_fail(&r->com.err, -EINVAL, "replay %s: acquire_ref() without a pointer",
+		                 r->path);
 	if (!r->map)
-		return src_fail(&r->com, -EINVAL, "replay %s: acquire_ref() before ref_regions()",
-		                r->path);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: acquire_ref() before ref_regions()", r->path);
 	if (atomic_load(&r->lease_broken) || fcntl(r->fd, F_GETLEASE) != F_RDLCK) {
 		atomic_store(&r->lease_broken, true);
 		lease_give_up_if_idle(r);
-		return src_fail(&r->com, -ESTALE,
-		                "replay %s: another process opened the file for writing or "
-		                "truncated it; the source lets go of it (once its %llu B-scans in "
-		                "use are released) and reads it again when reopened",
-		                r->path, (unsigned long long)atomic_load(&r->refs));
+		return shim_fail(&r->com.err, -ESTALE,
+		                 "replay %s: another process opened the file for writing or "
+		                 "truncated it; the source lets go of it (once its %llu B-scans in "
+		                 "use are released) and reads it again when reopened",
+		                 r->path, (unsigned long long)atomic_load(&r->refs));
 	}
 	rc = replay_next(r, timeout_ms, meta, &pos);
 	if (rc == 0) {
@@ -736,15 +800,15 @@ static int replay_release_ref(void *h, const void *bscan)
 	    (r->frames
 	             ? p >= (const uint8_t *)r->map + r->map_len || rel % r->bscan_bytes
 	             : p >= r->data + n * r->bscan_bytes || (size_t)(p - r->data) % r->bscan_bytes))
-		return src_fail(&r->com, -EINVAL,
-		                "replay %s: release_ref(%p): not a B-scan this source handed out",
-		                r->path, bscan);
+		return shim_fail(&r->com.err, -EINVAL,
+		                 "replay %s: release_ref(%p): not a B-scan this source handed out",
+		                 r->path, bscan);
 	uint64_t held = atomic_load(&r->refs);
 	do {
 		if (held == 0)
-			return src_fail(&r->com, -EINVAL,
-			                "replay %s: release_ref(%p) with no reference held",
-			                r->path, bscan);
+			return shim_fail(&r->com.err, -EINVAL,
+			                 "replay %s: release_ref(%p) with no reference held",
+			                 r->path, bscan);
 	} while (!atomic_compare_exchange_weak(&r->refs, &held, held - 1));
 	if (held == 1)
 		lease_give_up_if_idle(r);
@@ -777,7 +841,7 @@ static const struct volrec_shim_ops src_replay_ops = {
         .acquire = replay_acquire,
         .stop = src_common_stop,
         .close = replay_close,
-        .strerror = src_common_strerror,
+        .strerror = shim_strerror,
         .ref_regions = replay_ref_regions,
         .acquire_ref = replay_acquire_ref,
         .release_ref = replay_release_ref,
@@ -948,8 +1012,7 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 			goto out_free;
 	}
 	posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	vr_pacer_init(&r->com.pacer, r->geo.rate * r->geo.bscans_per_volume,
-	              r->geo.bscans_per_volume);
+	shim_pacer_init(&r->com.pacer, &r->geo);
 	src->impl = src_replay_ops;
 	src->handle = r;
 	src->dl = NULL;
@@ -976,16 +1039,12 @@ struct src_replay_writer {
 	uint64_t want, done; /* B-scans announced and written */
 };
 
-int src_replay_writer_open(const char *path, bool raw, const struct src_replay_info *info,
-                           const uint32_t (*offsets)[2], const char *metadata,
-                           struct src_replay_writer **out, char *err, size_t errlen)
+/* The writer's arguments, each within what the format holds; *table the offset table's size. */
+static int writer_check(const char *path, bool raw, const struct src_replay_info *info,
+                        const uint32_t (*offsets)[2], size_t meta_len, uint64_t *table, char *err,
+                        size_t errlen)
 {
-	struct src_replay_writer *w;
-	size_t meta_len = metadata ? strlen(metadata) : 0;
-	uint64_t table = 0, hsize = 0;
-	uint8_t *hdr = NULL;
-	int rc;
-
+	*table = 0;
 	if (info->sample_type > VOLREC_SAMPLE_U12GV || !info->samples_per_ascan ||
 	    (info->sample_type >= VOLREC_SAMPLE_U12P && info->samples_per_ascan % 2) ||
 	    !info->ascans_per_bscan || !info->bscans_per_volume || !info->epochs ||
@@ -1003,15 +1062,101 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 		for (uint64_t e = 0; e < info->epochs; e++)
 			if (offsets[e][0] >= info->stride_x || offsets[e][1] >= info->stride_y)
 				return vr_err(err, errlen, -EINVAL,
-				              "replay writer %s: offset of epoch %llu outside the "
+				              "replay writer %s: offset of epoch %llu "
+				              "outside the "
 				              "stride",
 				              path, (unsigned long long)e);
-		table = info->epochs * 8;
+		*table = info->epochs * 8;
 	}
 	if (meta_len > SRC_REPLAY_META_MAX)
 		return vr_err(err, errlen, -EINVAL,
 		              "replay writer %s: metadata of %zu bytes exceeds %u", path, meta_len,
 		              SRC_REPLAY_META_MAX);
+	return 0;
+}
+
+/* A new file beside path, w->tmp, open in w->f: renamed over path when complete, so that a
+ * daemon replaying path goes on reading the old file, never a truncated one
+ * (docs/replay-format.md). */
+static int writer_create(struct src_replay_writer *w, const char *path, char *err, size_t errlen)
+{
+	for (unsigned i = 0;; i++) {
+		int fd, rc;
+
+		snprintf(w->tmp, sizeof(w->tmp), "%s.tmp-%ld-%u", path, (long)getpid(), i);
+		fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		if (fd >= 0) {
+			w->f = fdopen(fd, "wb");
+			if (w->f)
+				return 0;
+			rc = vr_err(err, errlen, -errno, "replay writer %s: fdopen: %s", path,
+			            strerror(errno));
+			close(fd);
+			unlink(w->tmp);
+			return rc;
+		}
+		if (errno != EEXIST || i == 100)
+			return vr_err(err, errlen, -errno, "replay writer %s: cannot create %s: %s",
+			              path, w->tmp, strerror(errno));
+	}
+}
+
+/* The versioned header (docs/replay-format.md) written to w->f: the fixed part, the offset
+ * table of table bytes, the metadata, padded. */
+static int writer_header(struct src_replay_writer *w, const char *path,
+                         const struct src_replay_info *info, const uint32_t (*offsets)[2],
+                         uint64_t table, const char *metadata, size_t meta_len, char *err,
+                         size_t errlen)
+{
+	uint64_t hsize = SRC_REPLAY_FIXED_SIZE + table + meta_len;
+	uint8_t *hdr;
+	int rc = 0;
+
+	hsize = (hsize + SRC_REPLAY_ALIGN - 1) / SRC_REPLAY_ALIGN * SRC_REPLAY_ALIGN;
+	if (hsize > SRC_REPLAY_HEADER_MAX)
+		return vr_err(err, errlen, -EINVAL,
+		              "replay writer %s: header of %llu bytes exceeds %u", path,
+		              (unsigned long long)hsize, SRC_REPLAY_HEADER_MAX);
+	hdr = calloc(1, hsize);
+	if (!hdr)
+		return vr_err(err, errlen, -ENOMEM, "replay writer: out of memory");
+	memcpy(hdr, SRC_REPLAY_MAGIC, 8);
+	wr32(hdr + 8, SRC_REPLAY_VERSION);
+	wr32(hdr + 12, (uint32_t)hsize);
+	wr32(hdr + 16, info->sample_type);
+	wr32(hdr + 20, info->samples_per_ascan);
+	wr32(hdr + 24, info->ascans_per_bscan);
+	wr32(hdr + 28, info->bscans_per_volume);
+	wr64(hdr + 32, info->epochs);
+	wr32(hdr + 40, info->stride_x);
+	wr32(hdr + 44, info->stride_y);
+	wr32(hdr + 48, info->flags);
+	wr32(hdr + 52, (uint32_t)meta_len);
+	for (uint64_t e = 0; table && e < info->epochs; e++) {
+		wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e, offsets[e][0]);
+		wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e + 4, offsets[e][1]);
+	}
+	if (meta_len)
+		memcpy(hdr + SRC_REPLAY_FIXED_SIZE + table, metadata, meta_len);
+	if (fwrite(hdr, 1, hsize, w->f) != hsize)
+		rc = vr_err(err, errlen, -EIO, "replay writer %s: writing the header: %s", path,
+		            strerror(errno));
+	free(hdr);
+	return rc;
+}
+
+int src_replay_writer_open(const char *path, bool raw, const struct src_replay_info *info,
+                           const uint32_t (*offsets)[2], const char *metadata,
+                           struct src_replay_writer **out, char *err, size_t errlen)
+{
+	struct src_replay_writer *w;
+	size_t meta_len = metadata ? strlen(metadata) : 0;
+	uint64_t table;
+	int rc;
+
+	rc = writer_check(path, raw, info, offsets, meta_len, &table, err, errlen);
+	if (rc)
+		return rc;
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return vr_err(err, errlen, -ENOMEM, "replay writer: out of memory");
@@ -1019,74 +1164,18 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 	w->bscan_bytes = (size_t)info->ascans_per_bscan *
 	                 volrec_sample_bytes(info->sample_type, info->samples_per_ascan);
 	w->want = info->epochs * info->bscans_per_volume;
-	/* a new file beside path, renamed over it when complete: a daemon replaying path goes
-	 * on reading the old file, never a truncated one (docs/replay-format.md) */
-	for (unsigned i = 0;; i++) {
-		int fd;
-
-		snprintf(w->tmp, sizeof(w->tmp), "%s.tmp-%ld-%u", path, (long)getpid(), i);
-		fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-		if (fd >= 0) {
-			w->f = fdopen(fd, "wb");
-			if (!w->f) {
-				rc = vr_err(err, errlen, -errno, "replay writer %s: fdopen: %s",
-				            path, strerror(errno));
-				close(fd);
-				unlink(w->tmp);
-				goto out_free;
-			}
-			break;
-		}
-		if (errno != EEXIST || i == 100) {
-			rc = vr_err(err, errlen, -errno, "replay writer %s: cannot create %s: %s",
-			            path, w->tmp, strerror(errno));
-			goto out_free;
-		}
-	}
+	rc = writer_create(w, path, err, errlen);
+	if (rc)
+		goto out_free;
 	if (!raw) {
-		hsize = SRC_REPLAY_FIXED_SIZE + table + meta_len;
-		hsize = (hsize + SRC_REPLAY_ALIGN - 1) / SRC_REPLAY_ALIGN * SRC_REPLAY_ALIGN;
-		if (hsize > SRC_REPLAY_HEADER_MAX) {
-			rc = vr_err(err, errlen, -EINVAL,
-			            "replay writer %s: header of %llu bytes exceeds %u", path,
-			            (unsigned long long)hsize, SRC_REPLAY_HEADER_MAX);
+		rc = writer_header(w, path, info, offsets, table, metadata, meta_len, err, errlen);
+		if (rc)
 			goto out_unlink;
-		}
-		hdr = calloc(1, hsize);
-		if (!hdr) {
-			rc = vr_err(err, errlen, -ENOMEM, "replay writer: out of memory");
-			goto out_unlink;
-		}
-		memcpy(hdr, SRC_REPLAY_MAGIC, 8);
-		wr32(hdr + 8, SRC_REPLAY_VERSION);
-		wr32(hdr + 12, (uint32_t)hsize);
-		wr32(hdr + 16, info->sample_type);
-		wr32(hdr + 20, info->samples_per_ascan);
-		wr32(hdr + 24, info->ascans_per_bscan);
-		wr32(hdr + 28, info->bscans_per_volume);
-		wr64(hdr + 32, info->epochs);
-		wr32(hdr + 40, info->stride_x);
-		wr32(hdr + 44, info->stride_y);
-		wr32(hdr + 48, info->flags);
-		wr32(hdr + 52, (uint32_t)meta_len);
-		for (uint64_t e = 0; table && e < info->epochs; e++) {
-			wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e, offsets[e][0]);
-			wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e + 4, offsets[e][1]);
-		}
-		if (meta_len)
-			memcpy(hdr + SRC_REPLAY_FIXED_SIZE + table, metadata, meta_len);
-		if (fwrite(hdr, 1, hsize, w->f) != hsize) {
-			rc = vr_err(err, errlen, -EIO, "replay writer %s: writing the header: %s",
-			            path, strerror(errno));
-			goto out_unlink;
-		}
-		free(hdr);
 	}
 	*out = w;
 	return 0;
 
 out_unlink:
-	free(hdr);
 	fclose(w->f);
 	unlink(w->tmp);
 out_free:

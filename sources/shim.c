@@ -58,11 +58,86 @@ static const char *class_name(unsigned c)
 	return c == ELFCLASS64 ? "64-bit" : c == ELFCLASS32 ? "32-bit" : "unknown class";
 }
 
+/* The ELF header eh of a file of size bytes: a shared object for this machine whose program and
+ * section headers lie inside the file. */
+static int check_ehdr(const char *path, const ehdr_t *eh, uint64_t size, char *err, size_t errlen)
+{
+	if (eh->e_type != ET_DYN)
+		return vr_err(err, errlen, -ENOEXEC,
+		              "shim %s: ELF type %u is not a shared object (ET_DYN, %u)", path,
+		              (unsigned)eh->e_type, (unsigned)ET_DYN);
+#ifdef HOST_MACHINE
+	if (eh->e_machine != HOST_MACHINE)
+		return vr_err(err, errlen, -ENOEXEC,
+		              "shim %s: built for ELF machine %u, this volrec runs on machine %u "
+		              "(another architecture)",
+		              path, (unsigned)eh->e_machine, (unsigned)HOST_MACHINE);
+#endif
+	if (eh->e_phentsize != sizeof(phdr_t) || eh->e_phnum == 0 || eh->e_phnum > PHDRS_MAX)
+		return vr_err(err, errlen, -ENOEXEC,
+		              "shim %s: %u program headers of %u bytes (1..%u of %zu expected)",
+		              path, (unsigned)eh->e_phnum, (unsigned)eh->e_phentsize, PHDRS_MAX,
+		              sizeof(phdr_t));
+	if (eh->e_phoff > size || (uint64_t)eh->e_phnum * sizeof(phdr_t) > size - eh->e_phoff)
+		return vr_err(
+		        err, errlen, -ENOEXEC,
+		        "shim %s: truncated: program headers at %llu..%llu, the file is %llu "
+		        "bytes",
+		        path, (unsigned long long)eh->e_phoff,
+		        (unsigned long long)(eh->e_phoff + (uint64_t)eh->e_phnum * sizeof(phdr_t)),
+		        (unsigned long long)size);
+	if (eh->e_shoff &&
+	    (eh->e_shoff > size || (uint64_t)eh->e_shnum * eh->e_shentsize > size - eh->e_shoff))
+		return vr_err(
+		        err, errlen, -ENOEXEC,
+		        "shim %s: truncated: section headers at %llu..%llu, the file is %llu "
+		        "bytes",
+		        path, (unsigned long long)eh->e_shoff,
+		        (unsigned long long)(eh->e_shoff + (uint64_t)eh->e_shnum * eh->e_shentsize),
+		        (unsigned long long)size);
+	return 0;
+}
+
+/* The segments the loader maps (PT_LOAD, PT_DYNAMIC) lie inside the file of size bytes: a part
+ * past its end would be a SIGBUS. */
+static int check_segments(int fd, const char *path, const ehdr_t *eh, uint64_t size, char *err,
+                          size_t errlen)
+{
+	phdr_t *ph = calloc(eh->e_phnum, sizeof(*ph));
+	int rc;
+
+	if (!ph)
+		return vr_err(err, errlen, -ENOMEM, "shim %s: out of memory", path);
+	rc = vr_pread_full(fd, ph, eh->e_phnum * sizeof(*ph), eh->e_phoff);
+	if (rc) {
+		rc = vr_err_errno(err, errlen, rc, "shim %s: reading the program headers", path);
+		goto out;
+	}
+	for (unsigned i = 0; i < eh->e_phnum; i++) {
+		if (ph[i].p_type != PT_LOAD && ph[i].p_type != PT_DYNAMIC)
+			continue;
+		if (ph[i].p_offset > size || ph[i].p_filesz > size - ph[i].p_offset) {
+			rc = vr_err(
+			        err, errlen, -ENOEXEC,
+			        "shim %s: truncated: segment %u (%s) needs bytes %llu..%llu, the "
+			        "file is %llu bytes",
+			        path, i, ph[i].p_type == PT_LOAD ? "PT_LOAD" : "PT_DYNAMIC",
+			        (unsigned long long)ph[i].p_offset,
+			        (unsigned long long)(ph[i].p_offset + ph[i].p_filesz),
+			        (unsigned long long)size);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	free(ph);
+	return rc;
+}
+
 /* The file checks of src_shim_check (messages name path). */
 static int check_file(const char *path, char *err, size_t errlen)
 {
 	unsigned char ident[EI_NIDENT];
-	phdr_t *ph = NULL;
 	struct stat st;
 	ehdr_t eh;
 	uint64_t size;
@@ -111,78 +186,10 @@ static int check_file(const char *path, char *err, size_t errlen)
 		rc = vr_err_errno(err, errlen, rc, "shim %s: reading the ELF header", path);
 		goto out;
 	}
-	if (eh.e_type != ET_DYN) {
-		rc = vr_err(err, errlen, -ENOEXEC,
-		            "shim %s: ELF type %u is not a shared object (ET_DYN, %u)", path,
-		            (unsigned)eh.e_type, (unsigned)ET_DYN);
-		goto out;
-	}
-#ifdef HOST_MACHINE
-	if (eh.e_machine != HOST_MACHINE) {
-		rc = vr_err(err, errlen, -ENOEXEC,
-		            "shim %s: built for ELF machine %u, this volrec runs on machine %u "
-		            "(another architecture)",
-		            path, (unsigned)eh.e_machine, (unsigned)HOST_MACHINE);
-		goto out;
-	}
-#endif
-	if (eh.e_phentsize != sizeof(phdr_t) || eh.e_phnum == 0 || eh.e_phnum > PHDRS_MAX) {
-		rc = vr_err(err, errlen, -ENOEXEC,
-		            "shim %s: %u program headers of %u bytes (1..%u of %zu expected)", path,
-		            (unsigned)eh.e_phnum, (unsigned)eh.e_phentsize, PHDRS_MAX,
-		            sizeof(phdr_t));
-		goto out;
-	}
-	if (eh.e_phoff > size || (uint64_t)eh.e_phnum * sizeof(phdr_t) > size - eh.e_phoff) {
-		rc = vr_err(
-		        err, errlen, -ENOEXEC,
-		        "shim %s: truncated: program headers at %llu..%llu, the file is %llu "
-		        "bytes",
-		        path, (unsigned long long)eh.e_phoff,
-		        (unsigned long long)(eh.e_phoff + (uint64_t)eh.e_phnum * sizeof(phdr_t)),
-		        (unsigned long long)size);
-		goto out;
-	}
-	if (eh.e_shoff &&
-	    (eh.e_shoff > size || (uint64_t)eh.e_shnum * eh.e_shentsize > size - eh.e_shoff)) {
-		rc = vr_err(
-		        err, errlen, -ENOEXEC,
-		        "shim %s: truncated: section headers at %llu..%llu, the file is %llu "
-		        "bytes",
-		        path, (unsigned long long)eh.e_shoff,
-		        (unsigned long long)(eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize),
-		        (unsigned long long)size);
-		goto out;
-	}
-	ph = calloc(eh.e_phnum, sizeof(*ph));
-	if (!ph) {
-		rc = vr_err(err, errlen, -ENOMEM, "shim %s: out of memory", path);
-		goto out;
-	}
-	rc = vr_pread_full(fd, ph, eh.e_phnum * sizeof(*ph), eh.e_phoff);
-	if (rc) {
-		rc = vr_err_errno(err, errlen, rc, "shim %s: reading the program headers", path);
-		goto out;
-	}
-	/* the loader maps these: a part past the end of the file would be a SIGBUS */
-	for (unsigned i = 0; i < eh.e_phnum; i++) {
-		if (ph[i].p_type != PT_LOAD && ph[i].p_type != PT_DYNAMIC)
-			continue;
-		if (ph[i].p_offset > size || ph[i].p_filesz > size - ph[i].p_offset) {
-			rc = vr_err(
-			        err, errlen, -ENOEXEC,
-			        "shim %s: truncated: segment %u (%s) needs bytes %llu..%llu, the "
-			        "file is %llu bytes",
-			        path, i, ph[i].p_type == PT_LOAD ? "PT_LOAD" : "PT_DYNAMIC",
-			        (unsigned long long)ph[i].p_offset,
-			        (unsigned long long)(ph[i].p_offset + ph[i].p_filesz),
-			        (unsigned long long)size);
-			goto out;
-		}
-	}
-	rc = 0;
+	rc = check_ehdr(path, &eh, size, err, errlen);
+	if (!rc)
+		rc = check_segments(fd, path, &eh, size, err, errlen);
 out:
-	free(ph);
 	close(fd);
 	return rc;
 }

@@ -52,15 +52,129 @@ enum list_state {
 	LIST_DONE,  /* after the item's one pair */
 };
 
+/* The state of shim_args_parse() between two events. */
+struct args_parser {
+	struct shim_args *args;
+	unsigned flags;
+	int depth;
+	bool want_key, had_list;
+	enum list_state list;
+	char *err;
+	size_t errlen;
+};
+
+static const char list_item[] = " (each item of features is one 'Feature: value')";
+
+static int on_mapping_start(struct args_parser *ap, size_t line)
+{
+	if (ap->list == LIST_ITEMS)
+		ap->list = LIST_KEY;
+	else if (ap->depth++ > 0 || ap->list != LIST_NONE)
+		return vr_err(ap->err, ap->errlen, -EINVAL,
+		              "args: line %zu: nested mappings are not accepted (flat key: value "
+		              "only)%s",
+		              line, ap->list != LIST_NONE ? list_item : "");
+	return 0;
+}
+
+static int on_mapping_end(struct args_parser *ap, size_t line)
+{
+	if (ap->list == LIST_DONE)
+		ap->list = LIST_ITEMS;
+	else if (ap->list == LIST_KEY)
+		return vr_err(ap->err, ap->errlen, -EINVAL, "args: line %zu: an empty item%s", line,
+		              list_item);
+	else
+		ap->depth--;
+	return 0;
+}
+
+/* A list is accepted only as the value of `features` (SHIM_ARGS_FEATURE_LIST). */
+static int on_sequence_start(struct args_parser *ap, size_t line)
+{
+	struct shim_args *args = ap->args;
+
+	if ((ap->flags & SHIM_ARGS_FEATURE_LIST) && ap->depth == 1 && !ap->want_key &&
+	    ap->list == LIST_NONE && !strcmp(args->a[args->n].key, "features")) {
+		int rc = 0;
+		if (ap->had_list)
+			rc = vr_err(ap->err, ap->errlen, -EINVAL,
+			            "args: line %u: duplicate key 'features'",
+			            args->a[args->n].line);
+		ap->list = LIST_ITEMS; /* the key is not kept: its items are */
+		ap->had_list = true;
+		return rc;
+	}
+	return vr_err(ap->err, ap->errlen, -EINVAL, "args: line %zu: lists are not accepted%s",
+	              line, ap->list != LIST_NONE ? list_item : "");
+}
+
+static int on_scalar(struct args_parser *ap, const char *v, size_t line)
+{
+	int rc;
+
+	if (ap->list == LIST_KEY) {
+		rc = take_key(ap->args, v, line, true, ap->err, ap->errlen);
+		ap->list = LIST_VALUE;
+	} else if (ap->list == LIST_VALUE) {
+		rc = take_value(ap->args, v, ap->err, ap->errlen);
+		ap->list = LIST_DONE;
+	} else if (ap->list != LIST_NONE) {
+		rc = vr_err(ap->err, ap->errlen, -EINVAL, "args: line %zu: %s%s", line,
+		            ap->list == LIST_ITEMS ? "an item that is not a mapping"
+		                                   : "an item with more than one key",
+		            list_item);
+	} else if (ap->depth != 1) {
+		rc = vr_err(ap->err, ap->errlen, -EINVAL,
+		            "args: must be a mapping, not the scalar '%s'", v);
+	} else {
+		rc = ap->want_key ? take_key(ap->args, v, line, false, ap->err, ap->errlen)
+		                  : take_value(ap->args, v, ap->err, ap->errlen);
+		ap->want_key = !ap->want_key;
+	}
+	return rc;
+}
+
+/* One event of the document; *end at the stream's end. */
+static int on_event(struct args_parser *ap, const yaml_event_t *ev, bool *end)
+{
+	const size_t line = ev->start_mark.line + 1;
+
+	switch (ev->type) {
+	case YAML_STREAM_END_EVENT:
+		*end = true;
+		return 0;
+	case YAML_MAPPING_START_EVENT:
+		return on_mapping_start(ap, line);
+	case YAML_MAPPING_END_EVENT:
+		return on_mapping_end(ap, line);
+	case YAML_SEQUENCE_START_EVENT:
+		return on_sequence_start(ap, line);
+	case YAML_SEQUENCE_END_EVENT:
+		ap->list = LIST_NONE;
+		ap->want_key = true;
+		return 0;
+	case YAML_SCALAR_EVENT:
+		return on_scalar(ap, (const char *)ev->data.scalar.value, line);
+	case YAML_ALIAS_EVENT:
+		return vr_err(ap->err, ap->errlen, -EINVAL, "args: aliases are not accepted");
+	default:
+		return 0;
+	}
+}
+
 int shim_args_parse(const char *yaml, unsigned flags, struct shim_args *args, char *err,
                     size_t errlen)
 {
-	static const char item[] = " (each item of features is one 'Feature: value')";
+	struct args_parser ap = {.args = args,
+	                         .flags = flags,
+	                         .want_key = true,
+	                         .list = LIST_NONE,
+	                         .err = err,
+	                         .errlen = errlen};
 	yaml_parser_t p;
 	yaml_event_t ev;
-	int rc = 0, depth = 0;
-	bool want_key = true, had_list = false;
-	enum list_state list = LIST_NONE;
+	int rc = 0;
 
 	memset(args, 0, sizeof(*args));
 	if (!yaml || !*yaml)
@@ -69,86 +183,14 @@ int shim_args_parse(const char *yaml, unsigned flags, struct shim_args *args, ch
 		return vr_err(err, errlen, -EINVAL, "args: cannot initialize the YAML parser");
 	yaml_parser_set_input_string(&p, (const unsigned char *)yaml, strlen(yaml));
 	while (!rc) {
+		bool end = false;
+
 		if (!yaml_parser_parse(&p, &ev)) {
 			rc = vr_err(err, errlen, -EINVAL, "args: YAML error at line %zu: %s",
 			            p.problem_mark.line + 1, p.problem ? p.problem : "?");
 			break;
 		}
-		const size_t line = ev.start_mark.line + 1;
-		bool end = false;
-
-		switch (ev.type) {
-		case YAML_STREAM_END_EVENT:
-			end = true;
-			break;
-		case YAML_MAPPING_START_EVENT:
-			if (list == LIST_ITEMS)
-				list = LIST_KEY;
-			else if (depth++ > 0 || list != LIST_NONE)
-				rc = vr_err(
-				        err, errlen, -EINVAL,
-				        "args: line %zu: nested mappings are not accepted (flat "
-				        "key: value only)%s",
-				        line, list != LIST_NONE ? item : "");
-			break;
-		case YAML_MAPPING_END_EVENT:
-			if (list == LIST_DONE)
-				list = LIST_ITEMS;
-			else if (list == LIST_KEY)
-				rc = vr_err(err, errlen, -EINVAL, "args: line %zu: an empty item%s",
-				            line, item);
-			else
-				depth--;
-			break;
-		case YAML_SEQUENCE_START_EVENT:
-			if ((flags & SHIM_ARGS_FEATURE_LIST) && depth == 1 && !want_key &&
-			    list == LIST_NONE && !strcmp(args->a[args->n].key, "features")) {
-				if (had_list)
-					rc = vr_err(err, errlen, -EINVAL,
-					            "args: line %u: duplicate key 'features'",
-					            args->a[args->n].line);
-				list = LIST_ITEMS; /* the key is not kept: its items are */
-				had_list = true;
-				break;
-			}
-			rc = vr_err(err, errlen, -EINVAL,
-			            "args: line %zu: lists are not accepted%s", line,
-			            list != LIST_NONE ? item : "");
-			break;
-		case YAML_SEQUENCE_END_EVENT:
-			list = LIST_NONE;
-			want_key = true;
-			break;
-		case YAML_SCALAR_EVENT: {
-			const char *v = (const char *)ev.data.scalar.value;
-
-			if (list == LIST_KEY) {
-				rc = take_key(args, v, line, true, err, errlen);
-				list = LIST_VALUE;
-			} else if (list == LIST_VALUE) {
-				rc = take_value(args, v, err, errlen);
-				list = LIST_DONE;
-			} else if (list != LIST_NONE) {
-				rc = vr_err(err, errlen, -EINVAL, "args: line %zu: %s%s", line,
-				            list == LIST_ITEMS ? "an item that is not a mapping"
-				                               : "an item with more than one key",
-				            item);
-			} else if (depth != 1) {
-				rc = vr_err(err, errlen, -EINVAL,
-				            "args: must be a mapping, not the scalar '%s'", v);
-			} else {
-				rc = want_key ? take_key(args, v, line, false, err, errlen)
-				              : take_value(args, v, err, errlen);
-				want_key = !want_key;
-			}
-			break;
-		}
-		case YAML_ALIAS_EVENT:
-			rc = vr_err(err, errlen, -EINVAL, "args: aliases are not accepted");
-			break;
-		default:
-			break;
-		}
+		rc = on_event(&ap, &ev, &end);
 		yaml_event_delete(&ev);
 		if (end)
 			break;

@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Error texts, the ABI entry, pacing and B-scan positions of the example shims (common.h). */
+/*
+ * The source kit (shim_common.h): error texts, pacing and B-scan positions, shared by every
+ * shim and by the built-in sources (synth.c, replay.c). A shim also links shim_entry.c, its ABI
+ * entry.
+ */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,11 +47,6 @@ const char *shim_strerror(void *h, int code)
 	if (!e)
 		return open_msg[0] ? open_msg : NULL;
 	return code && code == e->code ? e->msg : NULL;
-}
-
-const struct volrec_shim_ops *volrec_shim_entry(void)
-{
-	return &shim_ops;
 }
 
 void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g)

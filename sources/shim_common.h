@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What the example shims share besides their arguments (args.h): the text of the last error,
- * which strerror() hands back, the pacing of a free-running camera, and the position of the
- * next B-scan with the metadata acquire() reports for it.
+ * The source kit: what every source shares, the shims (besides their arguments, shim_args.h)
+ * and the built-in synth and replay sources: the text of the last error, which strerror() hands
+ * back, the pacing of a free-running camera, and the position of the next B-scan with the
+ * metadata acquire() reports for it.
  */
 #ifndef VOLREC_SHIMS_COMMON_H
 #define VOLREC_SHIMS_COMMON_H
@@ -34,7 +35,7 @@ int shim_open_fail(int code, const char *fmt, ...) VR_PRINTF(2, 3);
  * shim_err (checked by SHIM_HANDLE_CHECK), so that one strerror() serves every shim. A shim
  * defines its calls as static functions of the names below and its table as
  *   const struct volrec_shim_ops shim_ops = { SHIM_OPS_BASE, ...optional calls... };
- * which volrec_shim_entry() (common.c, the one symbol a shim exports) hands out.
+ * which volrec_shim_entry() (shim_entry.c, the one symbol a shim exports) hands out.
  */
 #define SHIM_OPS_BASE                                                                              \
 	.abi_version = VOLREC_SHIM_ABI_VERSION, .struct_size = sizeof(struct volrec_shim_ops),     \

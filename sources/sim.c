@@ -168,6 +168,24 @@ void sim_params_from_geometry(struct sim_params *p, const struct volrec_shim_geo
 	};
 }
 
+void sim_args_defaults(struct sim_args *a)
+{
+	*a = (struct sim_args){.seed = 1, .deg_per_s = 0.25, .snr_db = 40};
+	snprintf(a->phantom, sizeof(a->phantom), "retina");
+}
+
+void sim_params_from_args(struct sim_params *p, const struct volrec_shim_geometry *g,
+                          const struct sim_args *a)
+{
+	sim_params_from_geometry(p, g);
+	if (a->motion_rate > 0)
+		p->rate = a->motion_rate;
+	p->seed = a->seed;
+	snprintf(p->phantom, sizeof(p->phantom), "%s", a->phantom);
+	p->deg_per_s = a->deg_per_s;
+	p->snr_db = a->snr_db;
+}
+
 static double nl_h(double v)
 {
 	return v + NL_A * v * (1 - v) + NL_B * v * (1 - v) * (2 * v - 1);

@@ -66,6 +66,21 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg);
 /* Fill p from a source's geometry g (sample type and rate included); every other key 0. */
 void sim_params_from_geometry(struct sim_params *p, const struct volrec_shim_geometry *g);
 
+/* The scanner's settings a shim takes in its shim.args (docs/shim.md): the synth shim's, and
+ * the GenICam Fake camera's with simulate: synth. */
+struct sim_args {
+	uint64_t seed;
+	double deg_per_s, snr_db;
+	char phantom[CFG_NAME_MAX];
+	double motion_rate; /* epochs/s of the phantom's clock; 0: the geometry's rate */
+};
+
+/* The defaults of a shim's settings: seed 1, 0.25 deg/s, 40 dB, the retina phantom. */
+void sim_args_defaults(struct sim_args *a);
+/* Fill p from a source's geometry g (sim_params_from_geometry) and a shim's settings a. */
+void sim_params_from_args(struct sim_params *p, const struct volrec_shim_geometry *g,
+                          const struct sim_args *a);
+
 /*
  * Build a scanner (tables, FFT plan, scratch). On failure returns -EINVAL/-ENOMEM with a
  * message naming the bad parameter in err; *out is written only on success. The scanner is

@@ -14,24 +14,6 @@
 
 #include "sources/internal.h"
 
-int src_fail(struct src_common *c, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(c->msg, sizeof(c->msg), fmt, ap);
-	va_end(ap);
-	c->msg_code = code;
-	return code;
-}
-
-const char *src_common_strerror(void *h, int code)
-{
-	const struct src_common *c = h;
-
-	return c && code && code == c->msg_code ? c->msg : NULL;
-}
-
 int src_common_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
 {
 	return -EOPNOTSUPP; /* built-ins are opened by src_open() from the configuration */
@@ -41,8 +23,8 @@ int src_common_configure(struct src_common *c, const struct volrec_shim_geometry
                          const struct volrec_shim_geometry *g, const char *path)
 {
 	if (memcmp(g, have, offsetof(struct volrec_shim_geometry, rate)) != 0)
-		return src_fail(
-		        c, -EINVAL,
+		return shim_fail(
+		        &c->err, -EINVAL,
 		        "%s%s%s: configure() with a geometry other than the configuration's "
 		        "(a new geometry needs a new source)",
 		        c->kind, path ? " " : "", path ? path : "");

@@ -22,7 +22,7 @@ struct synth {
 	uint64_t pend_epoch;
 	uint32_t pend_ox, pend_oy;
 };
-_Static_assert(offsetof(struct synth, com) == 0, "src_common_strerror() reads com");
+_Static_assert(offsetof(struct synth, com) == 0, "shim_strerror() reads com.err");
 
 static int synth_configure(void *h, const struct volrec_shim_geometry *g)
 {
@@ -35,14 +35,14 @@ static int synth_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t 
 	struct synth *s = h;
 
 	if (ox >= s->geo.stride_x || oy >= s->geo.stride_y)
-		return src_fail(&s->com, -EINVAL,
-		                "synth: scan offset (%u, %u) of epoch %llu outside stride [%u, %u]",
-		                ox, oy, (unsigned long long)epoch, s->geo.stride_x,
-		                s->geo.stride_y);
+		return shim_fail(
+		        &s->com.err, -EINVAL,
+		        "synth: scan offset (%u, %u) of epoch %llu outside stride [%u, %u]", ox, oy,
+		        (unsigned long long)epoch, s->geo.stride_x, s->geo.stride_y);
 	if (s->b != 0 && epoch == s->epoch)
-		return src_fail(&s->com, -EBUSY,
-		                "synth: epoch %llu is already being acquired (B-scan %u of %u)",
-		                (unsigned long long)epoch, s->b, s->geo.bscans_per_volume);
+		return shim_fail(&s->com.err, -EBUSY,
+		                 "synth: epoch %llu is already being acquired (B-scan %u of %u)",
+		                 (unsigned long long)epoch, s->b, s->geo.bscans_per_volume);
 	s->pend = true;
 	s->pend_epoch = epoch;
 	s->pend_ox = ox;
@@ -65,8 +65,9 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	int rc;
 
 	if (size < sim_bscan_bytes(s->sim))
-		return src_fail(&s->com, -EINVAL, "synth: buffer of %zu bytes, a B-scan is %zu",
-		                size, sim_bscan_bytes(s->sim));
+		return shim_fail(&s->com.err, -EINVAL,
+		                 "synth: buffer of %zu bytes, a B-scan is %zu", size,
+		                 sim_bscan_bytes(s->sim));
 	if (vr_pacer_due_in(&s->com.pacer) >
 	    (timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull)) {
 		rc = vr_pacer_wait(&s->com.pacer, timeout_ms);
@@ -85,8 +86,8 @@ static int synth_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	}
 	rc = sim_bscan(s->sim, s->epoch, s->ox, s->oy, s->b, buf, size);
 	if (rc)
-		return src_fail(&s->com, rc, "synth: B-scan %u of epoch %llu failed", s->b,
-		                (unsigned long long)s->epoch);
+		return shim_fail(&s->com.err, rc, "synth: B-scan %u of epoch %llu failed", s->b,
+		                 (unsigned long long)s->epoch);
 	rc = vr_pacer_wait(&s->com.pacer, -1);
 	(void)rc;
 	vr_pacer_done(&s->com.pacer);
@@ -123,7 +124,7 @@ static const struct volrec_shim_ops src_synth_ops = {
         .acquire = synth_acquire,
         .stop = src_common_stop,
         .close = synth_close,
-        .strerror = src_common_strerror,
+        .strerror = shim_strerror,
 };
 
 int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
@@ -142,8 +143,7 @@ int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_sourc
 	rc = sim_create(&p, &s->sim, err, errlen);
 	if (rc)
 		goto out_free;
-	vr_pacer_init(&s->com.pacer, s->geo.rate * s->geo.bscans_per_volume,
-	              s->geo.bscans_per_volume);
+	shim_pacer_init(&s->com.pacer, &s->geo);
 	src->impl = src_synth_ops;
 	src->handle = s;
 	src->dl = NULL;

@@ -22,11 +22,8 @@
 struct synth_shim {
 	struct shim_err err; /* last error and its text; first (shim_strerror) */
 	/* from open() */
-	uint64_t seed;
-	double deg_per_s, snr_db;
-	char phantom[CFG_NAME_MAX];
-	uint64_t bit_shift; /* the geometry does not carry it */
-	double motion_rate; /* epochs/s of the phantom's clock; 0: the geometry's rate */
+	struct sim_args args; /* the scanner's settings */
+	uint64_t bit_shift;   /* the geometry does not carry it */
 	/* from configure() */
 	struct sim *sim;
 	struct volrec_shim_geometry geo;
@@ -51,17 +48,14 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return shim_open_fail(-ENOMEM, "synth shim: out of memory");
-	s->seed = 1;
-	s->deg_per_s = 0.25;
-	s->snr_db = 40;
-	snprintf(s->phantom, sizeof(s->phantom), "retina");
+	sim_args_defaults(&s->args);
 	const struct shim_arg_spec spec[] = {
-	        {"seed", .u64 = &s->seed, .max = UINT64_MAX},
-	        {"deg_per_s", .dbl = &s->deg_per_s, .lo = -3600, .hi = 3600},
-	        {"snr_db", .dbl = &s->snr_db, .lo = -20, .hi = 200},
-	        {"phantom", .str = s->phantom, .max = sizeof(s->phantom)},
+	        {"seed", .u64 = &s->args.seed, .max = UINT64_MAX},
+	        {"deg_per_s", .dbl = &s->args.deg_per_s, .lo = -3600, .hi = 3600},
+	        {"snr_db", .dbl = &s->args.snr_db, .lo = -20, .hi = 200},
+	        {"phantom", .str = s->args.phantom, .max = sizeof(s->args.phantom)},
 	        {"bit_shift", .u64 = &s->bit_shift, .max = 15},
-	        {"motion_rate", .dbl = &s->motion_rate, .lo = 0, .hi = 1e6},
+	        {"motion_rate", .dbl = &s->args.motion_rate, .lo = 0, .hi = 1e6},
 	};
 	rc = shim_args_parse(args_yaml, 0, &args, err, sizeof(err));
 	if (!rc)
@@ -74,8 +68,8 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	}
 	snprintf(info->name, sizeof(info->name), "synth-shim");
 	snprintf(info->version, sizeof(info->version), "%s", VOLREC_VERSION);
-	snprintf(info->device, sizeof(info->device), "%s phantom, seed %llu", s->phantom,
-	         (unsigned long long)s->seed);
+	snprintf(info->device, sizeof(info->device), "%s phantom, seed %llu", s->args.phantom,
+	         (unsigned long long)s->args.seed);
 	info->flags = 0;
 	*handle = s;
 	return 0;
@@ -88,14 +82,8 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 	char err[256];
 	int rc;
 
-	sim_params_from_geometry(&p, g);
+	sim_params_from_args(&p, g, &s->args);
 	p.bit_shift = (uint32_t)s->bit_shift;
-	if (s->motion_rate > 0)
-		p.rate = s->motion_rate;
-	p.seed = s->seed;
-	snprintf(p.phantom, sizeof(p.phantom), "%s", s->phantom);
-	p.deg_per_s = s->deg_per_s;
-	p.snr_db = s->snr_db;
 	if (s->started)
 		return shim_fail(&s->err, -EBUSY, "synth shim: configure() while started");
 	sim_destroy(s->sim);

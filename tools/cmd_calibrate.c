@@ -636,101 +636,114 @@ static double *mean_spectrum(const struct cal_data *d)
 	return m;
 }
 
-static int op_reference(struct cal_ctx *x)
+/* Stability of the reference: the rms deviation of d's A-scans from their mean r, relative to
+ * its mean level. VR_EXIT_FAIL when the spectrum is zero. */
+static int ref_stability(const struct cal_data *d, const double *r)
 {
-	struct cal_data d = {0}, chk = {0};
-	struct cal_engine e = {0};
-	double *r = NULL, *before = NULL, *after = NULL;
-	char yaml[12288];
-	int ret;
-
-	ret = load_input(x, x->o.inputs[0], CAL_MIN_ASCANS_REF, &d);
-	if (ret)
-		return ret;
-	const uint32_t K = d.K;
-	r = mean_spectrum(&d);
-	if (!r) {
-		ret = VR_EXIT_FAIL;
-		goto out;
-	}
-	/* stability: rms deviation of the A-scans from the mean, relative to its mean level */
+	const uint32_t K = d->K;
 	double dev = 0, lvl = 0;
+
 	for (uint32_t k = 0; k < K; k++)
 		lvl += fabs(r[k]) / K;
-	for (size_t a = 0; a < d.n; a++)
+	for (size_t a = 0; a < d->n; a++)
 		for (uint32_t k = 0; k < K; k++) {
-			double q = d.s[a * K + k] - r[k];
+			double q = d->s[a * K + k] - r[k];
 			dev += q * q;
 		}
-	dev = sqrt(dev / ((double)d.n * K));
+	dev = sqrt(dev / ((double)d->n * K));
 	printf("reference: mean of %zu A-scans; level %.6g, A-scans deviate by %.3g rms (%.2f %% "
 	       "of the level); the mean's own noise is %.2f %% of that\n",
-	       d.n, lvl, dev, lvl > 0 ? 100 * dev / lvl : 0.0, 100.0 / sqrt((double)d.n));
+	       d->n, lvl, dev, lvl > 0 ? 100 * dev / lvl : 0.0, 100.0 / sqrt((double)d->n));
 	if (!(lvl > 0)) {
 		fprintf(stderr,
 		        "volrec calibrate: %s: the spectrum is zero: no light reached the "
 		        "detector\n",
-		        d.path);
-		ret = VR_EXIT_FAIL;
-		goto out;
+		        d->path);
+		return VR_EXIT_FAIL;
 	}
+	return VR_EXIT_OK;
+}
 
-	/* the data the picture shows: --check's recording, else the reference recording */
-	const struct cal_data *shown = &d;
-	if (x->o.check) {
-		ret = load_input(x, x->o.check, 1, &chk);
-		if (ret)
-			goto out;
-		if (chk.K != K) {
-			fprintf(stderr,
-			        "volrec calibrate: --check %s: %u samples per A-scan, the "
-			        "reference has %u\n",
-			        chk.path, chk.K, K);
-			ret = VR_EXIT_FAIL;
-			goto out;
-		}
-		double *m = mean_spectrum(&chk), srr = 0, sdr = 0, sdd = 0, res = 0;
-		if (!m) {
-			ret = VR_EXIT_FAIL;
-			goto out;
-		}
-		for (uint32_t k = 0; k < K; k++) {
-			srr += r[k] * r[k];
-			sdr += m[k] * r[k];
-			sdd += m[k] * m[k];
-		}
-		if (!(sdd > 0)) {
-			free(m);
-			fprintf(stderr,
-			        "volrec calibrate: --check %s: the spectrum is zero: no light "
-			        "reached the detector\n",
-			        chk.path);
-			ret = VR_EXIT_FAIL;
-			goto out;
-		}
-		const double alpha = sdr / srr;
-		for (uint32_t k = 0; k < K; k++)
-			res += (m[k] - alpha * r[k]) * (m[k] - alpha * r[k]);
-		const double rel = sqrt(res / sdd), corr = sdr / sqrt(srr * sdd);
-		free(m);
-		printf("check against %s: the data's mean spectrum is %.4f x the reference, shape "
-		       "differs by %.2f %% rms after that scaling (correlation %.6f)\n",
-		       chk.path, alpha, 100 * rel, corr);
-		if (rel > 0.02 || alpha < 0.8 || alpha > 1.25)
-			printf("warning: the reference does not match the data's spectral shape "
-			       "(%.2f %% rms, scale %.3f; good: below 2 %%, 0.8..1.25): "
-			       "subtracted, it leaves lines near zero delay. Record the reference "
-			       "in the same session and power as the data, or use background.mode "
-			       "bscan_mean or partial_median\n",
-			       100 * rel, alpha);
-		else
-			printf("confidence: the reference matches the data's spectral shape\n");
-		shown = &chk;
+/* --check: the recording loaded into chk, and how well the reference r (K values) matches
+ * its mean spectrum's shape, said. */
+static int ref_check(struct cal_ctx *x, const double *r, uint32_t K, struct cal_data *chk)
+{
+	double srr = 0, sdr = 0, sdd = 0, res = 0;
+	int ret = load_input(x, x->o.check, 1, chk);
+
+	if (ret)
+		return ret;
+	if (chk->K != K) {
+		fprintf(stderr,
+		        "volrec calibrate: --check %s: %u samples per A-scan, the reference has "
+		        "%u\n",
+		        chk->path, chk->K, K);
+		return VR_EXIT_FAIL;
 	}
-	/* picture: the configured background (ascan_mean when it was none or the reference
-	 * itself) | the new reference; the files are written once the backend has taken the
-	 * reference (it checks the table as volrecd does) */
+	double *m = mean_spectrum(chk);
+	if (!m)
+		return VR_EXIT_FAIL;
+	for (uint32_t k = 0; k < K; k++) {
+		srr += r[k] * r[k];
+		sdr += m[k] * r[k];
+		sdd += m[k] * m[k];
+	}
+	if (!(sdd > 0)) {
+		free(m);
+		fprintf(stderr,
+		        "volrec calibrate: --check %s: the spectrum is zero: no light reached the "
+		        "detector\n",
+		        chk->path);
+		return VR_EXIT_FAIL;
+	}
+	const double alpha = sdr / srr;
+	for (uint32_t k = 0; k < K; k++)
+		res += (m[k] - alpha * r[k]) * (m[k] - alpha * r[k]);
+	const double rel = sqrt(res / sdd), corr = sdr / sqrt(srr * sdd);
+	free(m);
+	printf("check against %s: the data's mean spectrum is %.4f x the reference, shape "
+	       "differs by %.2f %% rms after that scaling (correlation %.6f)\n",
+	       chk->path, alpha, 100 * rel, corr);
+	if (rel > 0.02 || alpha < 0.8 || alpha > 1.25)
+		printf("warning: the reference does not match the data's spectral shape "
+		       "(%.2f %% rms, scale %.3f; good: below 2 %%, 0.8..1.25): "
+		       "subtracted, it leaves lines near zero delay. Record the reference "
+		       "in the same session and power as the data, or use background.mode "
+		       "bscan_mean or partial_median\n",
+		       100 * rel, alpha);
+	else
+		printf("confidence: the reference matches the data's spectral shape\n");
+	return VR_EXIT_OK;
+}
+
+/* The energy near zero delay (the lowest 2 % of depths, DC excluded) before and after, said. */
+static void ref_near_zero(const struct cal_engine *e, size_t n, const double *before,
+                          const double *after, enum cfg_background was)
+{
+	double lb = 0, la = 0;
+	uint32_t zz = e->nh / 50 > 2 ? e->nh / 50 : 2;
+
+	for (size_t a = 0; a < n; a++)
+		for (uint32_t z = 1; z <= zz; z++) {
+			lb += before[a * e->nh + z] * before[a * e->nh + z];
+			la += after[a * e->nh + z] * after[a * e->nh + z];
+		}
+	printf("near zero delay (depths 1..%u): %.1f dB with %s, %.1f dB with the reference\n", zz,
+	       10 * log10(lb / n + 1e-300), cfg_background_name(was), 10 * log10(la / n + 1e-300));
+}
+
+/* Picture: the configured background (ascan_mean when it was none or the reference itself) |
+ * the new reference r, on shown; the files are written once the backend has taken the
+ * reference (it checks the table as volrecd does). */
+static int ref_compare_write(struct cal_ctx *x, const struct cal_data *d,
+                             const struct cal_data *shown, double *r)
+{
+	struct cal_engine e = {0};
+	double *before = NULL, *after = NULL, sb, sa;
+	char yaml[12288];
 	struct vr_config base = x->cfg;
+	int ret;
+
 	base.preprocess.background.reference.data = NULL;
 	ret = engine_open_bg(x, &base, shown, CFG_BG_NONE, CFG_BG_REFERENCE, CFG_BG_ASCAN_MEAN, &e);
 	if (ret)
@@ -742,29 +755,16 @@ static int op_reference(struct cal_ctx *x)
 		ret = VR_EXIT_FAIL;
 		goto out;
 	}
-	double sb, sa;
 	ret = engine_run(&e, &e.cfg, before, &sb);
 	struct vr_config v = e.cfg;
 	v.preprocess.background.mode = CFG_BG_REFERENCE;
-	set_table(&v.preprocess.background.reference, r, K, "reference.txt");
+	set_table(&v.preprocess.background.reference, r, d->K, "reference.txt");
 	if (!ret)
 		ret = engine_run(&e, &v, after, &sa);
 	if (!ret) {
-		/* energy near zero delay (the lowest 2 % of depths, DC excluded) */
-		double lb = 0, la = 0;
-		uint32_t zz = e.nh / 50 > 2 ? e.nh / 50 : 2;
-		for (size_t a = 0; a < shown->n; a++)
-			for (uint32_t z = 1; z <= zz; z++) {
-				lb += before[a * e.nh + z] * before[a * e.nh + z];
-				la += after[a * e.nh + z] * after[a * e.nh + z];
-			}
-		printf("near zero delay (depths 1..%u): %.1f dB with %s, %.1f dB with the "
-		       "reference\n",
-		       zz, 10 * log10(lb / shown->n + 1e-300),
-		       cfg_background_name(base.preprocess.background.mode),
-		       10 * log10(la / shown->n + 1e-300));
+		ref_near_zero(&e, shown->n, before, after, base.preprocess.background.mode);
 		ret = write_file(x, "reference.txt", "volrec calibrate --reference: mean spectrum",
-		                 r, K);
+		                 r, d->K);
 	}
 	if (!ret) {
 		snprintf(yaml, sizeof(yaml),
@@ -773,7 +773,7 @@ static int op_reference(struct cal_ctx *x)
 		         "  background:\n"
 		         "    mode: reference\n"
 		         "    reference: reference.txt\n",
-		         d.path, d.n);
+		         d->path, d->n);
 		ret = write_file(x, "reference.yaml", yaml, NULL, 0);
 	}
 	if (!ret)
@@ -783,6 +783,25 @@ out:
 	cal_engine_close(&e);
 	free(before);
 	free(after);
+	return ret;
+}
+
+static int op_reference(struct cal_ctx *x)
+{
+	struct cal_data d = {0}, chk = {0};
+	double *r = NULL;
+	int ret;
+
+	ret = load_input(x, x->o.inputs[0], CAL_MIN_ASCANS_REF, &d);
+	if (ret)
+		return ret;
+	r = mean_spectrum(&d);
+	ret = r ? ref_stability(&d, r) : VR_EXIT_FAIL;
+	/* the data the picture shows: --check's recording, else the reference recording */
+	if (!ret && x->o.check)
+		ret = ref_check(x, r, d.K, &chk);
+	if (!ret)
+		ret = ref_compare_write(x, &d, x->o.check ? &chk : &d, r);
 	free(r);
 	cal_data_free(&d);
 	cal_data_free(&chk);
@@ -798,6 +817,46 @@ struct fringe {
 	double resid; /* rms of the unwrapped phase about the fit, rad, where the fringe is */
 	double *amp;  /* [K] fringe envelope */
 };
+
+/* The one-sided band of spectrum X around the peak at zp into a[K] (zero elsewhere): down to
+ * 10 % of the peak on both sides, widened by a quarter (a wider band lets in more of the
+ * spectrometer's fixed pattern, a narrower one cuts the fringe). */
+static void fringe_band(const fftw_complex *X, const double *mag, uint32_t K, uint32_t zp,
+                        uint32_t zmin, fftw_complex *a)
+{
+	const uint32_t half = K / 2;
+	uint32_t lo = zp, hi = zp;
+
+	while (lo > zmin / 2 && lo > 1 && mag[lo - 1] > 0.1 * mag[zp])
+		lo--;
+	while (hi + 1 < half && mag[hi + 1] > 0.1 * mag[zp])
+		hi++;
+	uint32_t pad = (hi - lo) / 4 + 2;
+	lo = lo > pad + 1 ? lo - pad : 1;
+	hi = hi + pad < half - 1 ? hi + pad : half - 1;
+	memset(a, 0, K * sizeof(fftw_complex));
+	for (uint32_t z = lo; z <= hi; z++) {
+		a[z][0] = X[z][0];
+		a[z][1] = X[z][1];
+	}
+}
+
+/* The rms of the unwrapped phase ph about the fit f->c where the fringe is (its envelope above
+ * 10 % of amax); infinite where it is nowhere. */
+static double fringe_residual(const struct fringe *f, const double *ph, const double *xs,
+                              uint32_t K, double amax)
+{
+	double s2 = 0;
+	uint32_t ns = 0;
+
+	for (uint32_t k = 0; k < K; k++)
+		if (f->amp[k] > 0.1 * amax) {
+			double q = ph[k] - cal_polyval(f->c, CAL_PHASE_DEG, xs[k]);
+			s2 += q * q;
+			ns++;
+		}
+	return ns ? sqrt(s2 / ns) : INFINITY;
+}
 
 /* The fringe of a mirror recording: mean spectrum, its FFT, the peak, the one-sided band
  * around it back-transformed (Hilbert transform), its phase unwrapped and fitted. */
@@ -855,21 +914,7 @@ static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, str
 		        d->path, zp, half, zmin, f->snr_db, CAL_MIN_PEAK_DB);
 		goto out;
 	}
-	/* the band: down to 10 % of the peak on both sides, widened by a quarter (a wider band
-	 * lets in more of the spectrometer's fixed pattern, a narrower one cuts the fringe) */
-	uint32_t lo = zp, hi = zp;
-	while (lo > zmin / 2 && lo > 1 && mag[lo - 1] > 0.1 * mag[zp])
-		lo--;
-	while (hi + 1 < half && mag[hi + 1] > 0.1 * mag[zp])
-		hi++;
-	uint32_t pad = (hi - lo) / 4 + 2;
-	lo = lo > pad + 1 ? lo - pad : 1;
-	hi = hi + pad < half - 1 ? hi + pad : half - 1;
-	memset(a, 0, K * sizeof(fftw_complex));
-	for (uint32_t z = lo; z <= hi; z++) {
-		a[z][0] = X[z][0];
-		a[z][1] = X[z][1];
-	}
+	fringe_band(X, mag, K, zp, zmin, a);
 	fftw_execute(p2);
 	double amax = 0;
 	for (uint32_t k = 0; k < K; k++) {
@@ -890,15 +935,7 @@ static int fringe_measure(const struct cal_ctx *x, const struct cal_data *d, str
 		        d->path);
 		goto out;
 	}
-	double s2 = 0;
-	uint32_t ns = 0;
-	for (uint32_t k = 0; k < K; k++)
-		if (f->amp[k] > 0.1 * amax) {
-			double q = ph[k] - cal_polyval(f->c, CAL_PHASE_DEG, xs[k]);
-			s2 += q * q;
-			ns++;
-		}
-	f->resid = ns ? sqrt(s2 / ns) : INFINITY;
+	f->resid = fringe_residual(f, ph, xs, K, amax);
 	printf("%s: mirror at depth bin %u of %u (FFT of %u samples), %.1f dB above the spectrum's "
 	       "median; fringe phase %.1f rad over the spectrum, fit residual %.3f rad rms\n",
 	       d->path, zp, half, K, f->snr_db,
@@ -937,39 +974,53 @@ static int invert_linear(const double *g, uint32_t K, double *p)
 	return 0;
 }
 
-static int op_klin(struct cal_ctx *x)
-{
-	struct cal_data d[2] = {0};
-	struct fringe fr[2] = {0};
-	struct cal_engine e = {0};
-	double *g = NULL, *pos = NULL, *psi = NULL, *before = NULL, *after = NULL, *prof = NULL;
-	const int nd = x->o.ninputs;
-	char yaml[12288];
-	int ret = VR_EXIT_FAIL;
+/* The state of --klin: the mirror recordings, their fringes, and what is derived from them. */
+struct klin {
+	int nd; /* mirror depths: 1 or 2 */
+	struct cal_data d[2];
+	struct fringe fr[2];
+	uint32_t K;
+	double *pos;              /* [K] resampling positions */
+	double *psi;              /* [K] two depths: dispersion phase on the linear-k grid */
+	double coeffs[2];         /* two depths: [a2, a3] of the dispersion */
+	double wb, wa;            /* point spread FWHM before and after, bins */
+	enum cfg_resample method; /* the resampling method the table goes with */
+	struct cal_engine e;
+	double *before, *after;
+};
 
-	for (int i = 0; i < nd; i++) {
-		ret = load_input(x, x->o.inputs[i], 8, &d[i]);
+/* Each mirror recording loaded and its fringe measured. */
+static int klin_measure(struct cal_ctx *x, struct klin *k)
+{
+	for (int i = 0; i < k->nd; i++) {
+		int ret = load_input(x, x->o.inputs[i], 8, &k->d[i]);
 		if (ret)
-			goto out;
-		if (i == 1 && d[1].K != d[0].K) {
+			return ret;
+		if (i == 1 && k->d[1].K != k->d[0].K) {
 			fprintf(stderr, "volrec calibrate: %s has %u samples per A-scan, %s %u\n",
-			        d[1].path, d[1].K, d[0].path, d[0].K);
-			ret = VR_EXIT_FAIL;
-			goto out;
+			        k->d[1].path, k->d[1].K, k->d[0].path, k->d[0].K);
+			return VR_EXIT_FAIL;
 		}
-		ret = fringe_measure(x, &d[i], &fr[i]);
+		ret = fringe_measure(x, &k->d[i], &k->fr[i]);
 		if (ret)
-			goto out;
+			return ret;
 	}
-	ret = VR_EXIT_FAIL;
-	const uint32_t K = d[0].K;
-	g = malloc(K * sizeof(double));
-	pos = malloc(K * sizeof(double));
-	psi = malloc(K * sizeof(double));
-	if (!g || !pos || !psi)
-		goto out;
-	int sign = 1;
-	if (nd == 2) {
+	k->K = k->d[0].K;
+	return VR_EXIT_OK;
+}
+
+/* The resampling positions k->pos where the fringe phase (two depths: the difference of the
+ * two) grows linearly. */
+static int klin_positions(struct klin *k)
+{
+	const uint32_t K = k->K;
+	const struct fringe *fr = k->fr;
+	double *g = malloc(K * sizeof(double));
+	int sign = 1, ret = VR_EXIT_FAIL;
+
+	if (!g)
+		return VR_EXIT_FAIL;
+	if (k->nd == 2) {
 		uint32_t sep =
 		        fr[0].peak > fr[1].peak ? fr[0].peak - fr[1].peak : fr[1].peak - fr[0].peak;
 		if (sep < 8) {
@@ -981,130 +1032,145 @@ static int op_klin(struct cal_ctx *x)
 		}
 		sign = fr[1].peak > fr[0].peak ? 1 : -1;
 	}
-	for (uint32_t k = 0; k < K; k++) {
-		double xk = 2.0 * k / (K - 1) - 1;
-		g[k] = cal_polyval(fr[0].c, CAL_PHASE_DEG, xk);
-		if (nd == 2)
-			g[k] = sign * (cal_polyval(fr[1].c, CAL_PHASE_DEG, xk) - g[k]);
+	for (uint32_t j = 0; j < K; j++) {
+		double xk = 2.0 * j / (K - 1) - 1;
+		g[j] = cal_polyval(fr[0].c, CAL_PHASE_DEG, xk);
+		if (k->nd == 2)
+			g[j] = sign * (cal_polyval(fr[1].c, CAL_PHASE_DEG, xk) - g[j]);
 	}
-	if (invert_linear(g, K, pos) < 0) {
+	if (invert_linear(g, K, k->pos) < 0) {
 		fprintf(stderr,
 		        "volrec calibrate: the fringe phase%s is not monotone over the spectrum: "
 		        "the mirror signal is too weak at the spectrum's edges or the recording "
 		        "holds more than one reflector\n",
-		        nd == 2 ? " difference" : "");
+		        k->nd == 2 ? " difference" : "");
 		goto out;
 	}
 	/* non-linearity: largest distance of the positions from the identity */
 	double dmax = 0;
 	for (uint32_t j = 0; j < K; j++)
-		dmax = fmax(dmax, fabs(pos[j] - j));
+		dmax = fmax(dmax, fabs(k->pos[j] - j));
 	printf("k-linearization: positions deviate from the pixel grid by up to %.2f samples\n",
 	       dmax);
+	ret = VR_EXIT_OK;
+out:
+	free(g);
+	return ret;
+}
 
-	/* two depths: the dispersion is the first mirror's phase on the linear-k grid minus its
-	 * linear part; fitted by a2 v^2 + a3 v^3 on v = j/(K-1) - 0.5 */
-	double coeffs[2] = {0, 0}, dres = 0;
-	if (nd == 2) {
-		double *v = malloc(K * sizeof(double)), *w = malloc(K * sizeof(double));
-		double cfit[4];
-		if (!v || !w) {
-			free(v);
-			free(w);
-			goto out;
-		}
-		for (uint32_t j = 0; j < K; j++) {
-			double xk = 2.0 * pos[j] / (K - 1) - 1;
-			psi[j] = cal_polyval(fr[0].c, CAL_PHASE_DEG, xk);
-			v[j] = (double)j / (K - 1) - 0.5;
-			uint32_t i = (uint32_t)pos[j];
-			w[j] = fr[0].amp[i < K ? i : K - 1];
-		}
-		int rc = cal_polyfit(v, psi, w, K, 3, cfit);
-		if (rc == 0) {
-			coeffs[0] = cfit[2];
-			coeffs[1] = cfit[3];
-			for (uint32_t j = 0; j < K; j++) {
-				psi[j] -= cfit[0] + cfit[1] * v[j];
-				double q = psi[j] - cfit[2] * v[j] * v[j] -
-				           cfit[3] * v[j] * v[j] * v[j];
-				dres += q * q / K;
-			}
-			dres = sqrt(dres);
-		}
-		free(v);
-		free(w);
-		if (rc < 0) {
-			fprintf(stderr,
-			        "volrec calibrate: the dispersion phase cannot be fitted\n");
-			goto out;
-		}
-		printf("dispersion (from the two depths): [a2, a3] = [%.4f, %.4f] rad, the "
-		       "measured phase departs from that cubic by %.3f rad rms\n",
-		       coeffs[0], coeffs[1], dres);
-	} else {
-		printf("one depth: the dispersion is folded into the resampling (exact at bin %u "
-		       "only); record the mirror at a second depth to separate them\n",
-		       fr[0].peak);
+/* Two depths: the dispersion is the first mirror's phase on the linear-k grid minus its
+ * linear part (k->psi); fitted by a2 v^2 + a3 v^3 on v = j/(K-1) - 0.5 (k->coeffs). */
+static int klin_dispersion(struct klin *k)
+{
+	const uint32_t K = k->K;
+	double *v = malloc(K * sizeof(double)), *w = malloc(K * sizeof(double));
+	double cfit[4], dres = 0;
+	int rc = -ENOMEM;
+
+	if (!v || !w)
+		goto out;
+	for (uint32_t j = 0; j < K; j++) {
+		double xk = 2.0 * k->pos[j] / (K - 1) - 1;
+		k->psi[j] = cal_polyval(k->fr[0].c, CAL_PHASE_DEG, xk);
+		v[j] = (double)j / (K - 1) - 0.5;
+		uint32_t i = (uint32_t)k->pos[j];
+		w[j] = k->fr[0].amp[i < K ? i : K - 1];
 	}
+	rc = cal_polyfit(v, k->psi, w, K, 3, cfit);
+	if (rc < 0) {
+		fprintf(stderr, "volrec calibrate: the dispersion phase cannot be fitted\n");
+		goto out;
+	}
+	k->coeffs[0] = cfit[2];
+	k->coeffs[1] = cfit[3];
+	for (uint32_t j = 0; j < K; j++) {
+		k->psi[j] -= cfit[0] + cfit[1] * v[j];
+		double q = k->psi[j] - cfit[2] * v[j] * v[j] - cfit[3] * v[j] * v[j] * v[j];
+		dres += q * q / K;
+	}
+	dres = sqrt(dres);
+	printf("dispersion (from the two depths): [a2, a3] = [%.4f, %.4f] rad, the measured "
+	       "phase departs from that cubic by %.3f rad rms\n",
+	       k->coeffs[0], k->coeffs[1], dres);
+out:
+	free(v);
+	free(w);
+	return rc < 0 ? VR_EXIT_FAIL : VR_EXIT_OK;
+}
 
-	/* before | after on the (first) mirror recording */
+/* Before | after on the (first) mirror recording: the point spread of both, said. */
+static int klin_compare(struct cal_ctx *x, struct klin *k)
+{
 	struct vr_config base = x->cfg;
+	double *prof = NULL;
+	uint32_t pb, pa;
+	int ret;
+
 	if (base.preprocess.background.mode != CFG_BG_REFERENCE)
 		base.preprocess.background.mode = CFG_BG_ASCAN_MEAN; /* the mirror is in every
 		                                                        A-scan */
-	ret = engine_open(x, &base, &d[0], &e);
+	ret = engine_open(x, &base, &k->d[0], &k->e);
 	if (ret)
-		goto out;
-	ret = VR_EXIT_FAIL;
-	const size_t na = d[0].n * e.nh;
-	before = malloc(na * sizeof(double));
-	after = malloc(na * sizeof(double));
-	prof = malloc(e.nh * sizeof(double));
-	if (!before || !after || !prof)
-		goto out;
-	ret = engine_run(&e, &e.cfg, before, NULL);
-	if (ret)
-		goto out;
-	struct vr_config v = e.cfg;
+		return ret;
+	const size_t na = k->d[0].n * k->e.nh;
+	k->before = malloc(na * sizeof(double));
+	k->after = malloc(na * sizeof(double));
+	prof = malloc(k->e.nh * sizeof(double));
+	ret = !k->before || !k->after || !prof ? VR_EXIT_FAIL : VR_EXIT_OK;
+	if (!ret)
+		ret = engine_run(&k->e, &k->e.cfg, k->before, NULL);
+	struct vr_config v = k->e.cfg;
 	if (v.preprocess.resample.method == CFG_RS_NONE)
 		v.preprocess.resample.method = CFG_RS_CUBIC;
 	v.preprocess.resample.positions = CFG_RSPOS_TABLE;
-	set_table(&v.preprocess.resample.table, pos, K, "resample_table.txt");
-	if (nd == 2) {
+	set_table(&v.preprocess.resample.table, k->pos, k->K, "resample_table.txt");
+	if (k->nd == 2) {
 		v.preprocess.dispersion.kind = CFG_DISP_TABLE;
-		set_table(&v.preprocess.dispersion.table, psi, K, "dispersion_table.txt");
+		set_table(&v.preprocess.dispersion.table, k->psi, k->K, "dispersion_table.txt");
 	}
-	ret = engine_run(&e, &v, after, NULL);
+	k->method = v.preprocess.resample.method;
+	if (!ret)
+		ret = engine_run(&k->e, &v, k->after, NULL);
 	if (ret)
 		goto out;
-	uint32_t pb, pa;
-	const uint32_t zlo = (x->o.zmin ? x->o.zmin : K / 16) * e.cfg.preprocess.zero_pad;
-	mean_profile(before, d[0].n, e.nh, prof);
-	double wb = cal_fwhm(prof, e.nh, zlo, e.nh, &pb);
-	mean_profile(after, d[0].n, e.nh, prof);
-	double wa = cal_fwhm(prof, e.nh, zlo, e.nh, &pa);
+	const uint32_t zlo = (x->o.zmin ? x->o.zmin : k->K / 16) * k->e.cfg.preprocess.zero_pad;
+	mean_profile(k->before, k->d[0].n, k->e.nh, prof);
+	k->wb = cal_fwhm(prof, k->e.nh, zlo, k->e.nh, &pb);
+	mean_profile(k->after, k->d[0].n, k->e.nh, prof);
+	k->wa = cal_fwhm(prof, k->e.nh, zlo, k->e.nh, &pa);
 	printf("point spread (mirror, %s window, mean over A-scans): FWHM %.2f bins at bin %u "
 	       "before, %.2f bins at bin %u after\n",
-	       cfg_window_name(e.cfg.preprocess.window.type), wb, pb, wa, pa);
+	       cfg_window_name(k->e.cfg.preprocess.window.type), k->wb, pb, k->wa, pa);
+out:
+	free(prof);
+	return ret;
+}
+
+/* The confidence said; the tables, klin.yaml and klin.png written. */
+static int klin_write(struct cal_ctx *x, const struct klin *k)
+{
+	const struct fringe *fr = k->fr;
+	const bool two = k->nd == 2;
+	char yaml[12288];
+	int ret;
+
 	printf("confidence: fringe %.1f dB above the median%s, phase fit residual %.3f rad rms%s; "
 	       "the point spread narrows %.2f x\n",
-	       nd == 2 ? fmin(fr[0].snr_db, fr[1].snr_db) : fr[0].snr_db,
-	       nd == 2 ? " (weaker of the two)" : "", fmax(fr[0].resid, nd == 2 ? fr[1].resid : 0),
-	       nd == 2 ? " (worse of the two)" : "", wa > 0 ? wb / wa : 0.0);
-
+	       two ? fmin(fr[0].snr_db, fr[1].snr_db) : fr[0].snr_db,
+	       two ? " (weaker of the two)" : "", fmax(fr[0].resid, two ? fr[1].resid : 0),
+	       two ? " (worse of the two)" : "", k->wa > 0 ? k->wb / k->wa : 0.0);
 	ret = write_file(
 	        x, "resample_table.txt",
-	        "volrec calibrate --klin: resampling positions (preprocess.resample.table)", pos,
-	        K);
-	if (!ret && nd == 2)
+	        "volrec calibrate --klin: resampling positions (preprocess.resample.table)", k->pos,
+	        k->K);
+	if (!ret && two)
 		ret = write_file(x, "dispersion_table.txt",
 		                 "volrec calibrate --klin: dispersion phase in radians, exp(-i "
 		                 "phi) (preprocess.dispersion.table)",
-		                 psi, K);
+		                 k->psi, k->K);
 	if (ret)
-		goto out;
-	if (nd == 2)
+		return ret;
+	if (two)
 		snprintf(yaml, sizeof(yaml),
 		         "# volrec calibrate --klin %s %s: mirror at bins %u and %u; FWHM %.2f -> "
 		         "%.2f bins\n"
@@ -1115,8 +1181,8 @@ static int op_klin(struct cal_ctx *x)
 		         "  dispersion:\n"
 		         "    table: dispersion_table.txt\n"
 		         "    # or, as a cubic: coeffs: [%.6g, %.6g]\n",
-		         d[0].path, d[1].path, fr[0].peak, fr[1].peak, wb, wa,
-		         cfg_resample_name(v.preprocess.resample.method), coeffs[0], coeffs[1]);
+		         k->d[0].path, k->d[1].path, fr[0].peak, fr[1].peak, k->wb, k->wa,
+		         cfg_resample_name(k->method), k->coeffs[0], k->coeffs[1]);
 	else
 		snprintf(yaml, sizeof(yaml),
 		         "# volrec calibrate --klin %s: mirror at bin %u (one depth: dispersion "
@@ -1125,138 +1191,208 @@ static int op_klin(struct cal_ctx *x)
 		         "  resample:\n"
 		         "    method: %s\n"
 		         "    table: resample_table.txt\n",
-		         d[0].path, fr[0].peak, wb, wa,
-		         cfg_resample_name(v.preprocess.resample.method));
+		         k->d[0].path, fr[0].peak, k->wb, k->wa, cfg_resample_name(k->method));
 	ret = write_file(x, "klin.yaml", yaml, NULL, 0);
 	if (!ret)
-		ret = write_png(x, "klin.png", &e, before, after,
+		ret = write_png(x, "klin.png", &k->e, k->before, k->after,
 		                "volrec calibrate --klin: before | after");
+	return ret;
+}
+
+static int op_klin(struct cal_ctx *x)
+{
+	struct klin k = {.nd = x->o.ninputs};
+	int ret;
+
+	ret = klin_measure(x, &k);
+	if (ret)
+		goto out;
+	k.pos = malloc(k.K * sizeof(double));
+	k.psi = malloc(k.K * sizeof(double));
+	ret = k.pos && k.psi ? klin_positions(&k) : VR_EXIT_FAIL;
+	if (ret)
+		goto out;
+	if (k.nd == 2)
+		ret = klin_dispersion(&k);
+	else
+		printf("one depth: the dispersion is folded into the resampling (exact at bin %u "
+		       "only); record the mirror at a second depth to separate them\n",
+		       k.fr[0].peak);
+	if (!ret)
+		ret = klin_compare(x, &k);
+	if (!ret)
+		ret = klin_write(x, &k);
 out:
-	cal_engine_close(&e);
+	cal_engine_close(&k.e);
 	for (int i = 0; i < 2; i++) {
-		cal_data_free(&d[i]);
-		free(fr[i].amp);
+		cal_data_free(&k.d[i]);
+		free(k.fr[i].amp);
 	}
-	free(g);
-	free(pos);
-	free(psi);
-	free(before);
-	free(after);
-	free(prof);
+	free(k.pos);
+	free(k.psi);
+	free(k.before);
+	free(k.after);
 	return ret;
 }
 
 /* ---- --orientation ------------------------------------------------------------------------ */
 
-static int op_orientation(struct cal_ctx *x)
-{
-	struct cal_data d = {0};
-	struct cal_engine e = {0};
-	double *a1 = NULL, *a2 = NULL;
-	char yaml[12288], err[1024];
-	double l[4], r[4];
-	int ret;
+/* The state of --orientation: the recording, the polynomial in both pixel orders, and the
+ * sharpness each gives. */
+struct orient {
+	struct cal_data d;
+	struct cal_engine e;
+	double l[4], r[4]; /* the polynomial as given; the same in the other pixel order */
+	double *a1, *a2;   /* the amplitude pictures of the two orders */
+	double s0, s[2];   /* sharpness: no resampling; as given, reversed (-1: unusable) */
+	int rc;            /* the last failure of an order, when both failed */
+	enum cfg_resample method;
+};
 
+/* The polynomial to orient (--wavelength-nm, else -c's) into o->l; VR_EXIT_USAGE without one. */
+static int orient_polynomial(struct cal_ctx *x, struct orient *o)
+{
 	if (x->o.wl_set) {
-		memcpy(l, x->o.wl, sizeof(l));
+		memcpy(o->l, x->o.wl, sizeof(o->l));
 	} else if (x->have_cfg && x->cfg.preprocess.resample.positions == CFG_RSPOS_WAVELENGTH) {
-		memcpy(l, x->cfg.preprocess.resample.wavelength_nm, sizeof(l));
+		memcpy(o->l, x->cfg.preprocess.resample.wavelength_nm, sizeof(o->l));
 	} else {
 		fprintf(stderr,
 		        "volrec calibrate: --orientation needs a wavelength polynomial: "
 		        "preprocess.resample.wavelength_nm in -c FILE, or --wavelength-nm\n");
 		return VR_EXIT_USAGE;
 	}
-	ret = load_input(x, x->o.inputs[0], CAL_MIN_ASCANS_METRIC, &d);
+	return VR_EXIT_OK;
+}
+
+/* The recording loaded, the polynomial checked over its K pixels and reversed into o->r. */
+static int orient_load(struct cal_ctx *x, struct orient *o)
+{
+	char err[1024];
+	const double *l = o->l;
+	int ret = load_input(x, x->o.inputs[0], CAL_MIN_ASCANS_METRIC, &o->d);
+
 	if (ret)
 		return ret;
 	/* --wavelength-nm by the rule of the configuration key, over the recording's K pixels
 	 * (known once its header is read; the polynomial of -c passed that rule in cfg_load) */
-	if (x->o.wl_set && cfg_wavelength_check(l, d.K, err, sizeof(err)) < 0) {
+	if (x->o.wl_set && cfg_wavelength_check(l, o->d.K, err, sizeof(err)) < 0) {
 		fprintf(stderr, "volrec calibrate: --wavelength-nm %.10g,%.10g,%.10g,%.10g: %s\n",
 		        l[0], l[1], l[2], l[3], err);
-		ret = VR_EXIT_USAGE;
-		goto out;
+		return VR_EXIT_USAGE;
 	}
-	const double M = d.K - 1.0;
+	const double M = o->d.K - 1.0;
 	/* the same polynomial in the other pixel order: lambda'(i) = lambda(M - i) */
-	r[0] = l[0] + l[1] * M + l[2] * M * M + l[3] * M * M * M;
-	r[1] = -l[1] - 2 * l[2] * M - 3 * l[3] * M * M;
-	r[2] = l[2] + 3 * l[3] * M;
-	r[3] = -l[3];
+	o->r[0] = l[0] + l[1] * M + l[2] * M * M + l[3] * M * M * M;
+	o->r[1] = -l[1] - 2 * l[2] * M - 3 * l[3] * M * M;
+	o->r[2] = l[2] + 3 * l[3] * M;
+	o->r[3] = -l[3];
+	return VR_EXIT_OK;
+}
 
+/* The sharpness without resampling and with the polynomial in either order. */
+static int orient_measure(struct cal_ctx *x, struct orient *o)
+{
 	struct vr_config base = x->cfg;
+	char err[1024];
+	int ret;
+
 	base.preprocess.resample.method = CFG_RS_NONE;
 	base.preprocess.resample.positions = CFG_RSPOS_NONE;
 	base.preprocess.resample.table.data = NULL;
-	ret = engine_open_bg(x, &base, &d, CFG_BG_ASCAN_MEAN, CFG_BG_NONE, CFG_BG_BSCAN_MEAN, &e);
+	ret = engine_open_bg(x, &base, &o->d, CFG_BG_ASCAN_MEAN, CFG_BG_NONE, CFG_BG_BSCAN_MEAN,
+	                     &o->e);
 	if (ret)
-		goto out;
-	ret = VR_EXIT_FAIL;
-	const size_t na = d.n * e.nh;
-	a1 = malloc(na * sizeof(double));
-	a2 = malloc(na * sizeof(double));
-	if (!a1 || !a2)
-		goto out;
-	double s0 = 0, s[2] = {-1, -1};
-	ret = engine_run(&e, &e.cfg, NULL, &s0); /* no resampling: its sharpness only */
+		return ret;
+	const size_t na = o->d.n * o->e.nh;
+	o->a1 = malloc(na * sizeof(double));
+	o->a2 = malloc(na * sizeof(double));
+	if (!o->a1 || !o->a2)
+		return VR_EXIT_FAIL;
+	o->s[0] = o->s[1] = -1;
+	ret = engine_run(&o->e, &o->e.cfg, NULL, &o->s0); /* no resampling: its sharpness only */
 	if (ret)
-		goto out;
-	const enum cfg_resample method = x->cfg.preprocess.resample.method != CFG_RS_NONE
-	                                         ? x->cfg.preprocess.resample.method
-	                                         : CFG_RS_CUBIC;
-	int rc = 0;
-	for (int o = 0; o < 2; o++) {
-		struct vr_config v = e.cfg;
-		v.preprocess.resample.method = method;
+		return ret;
+	o->method = x->cfg.preprocess.resample.method != CFG_RS_NONE
+	                    ? x->cfg.preprocess.resample.method
+	                    : CFG_RS_CUBIC;
+	for (int k = 0; k < 2; k++) {
+		struct vr_config v = o->e.cfg;
+		v.preprocess.resample.method = o->method;
 		v.preprocess.resample.positions = CFG_RSPOS_WAVELENGTH;
-		memcpy(v.preprocess.resample.wavelength_nm, o ? r : l, sizeof(l));
-		rc = cal_engine_run(&e, &v, o ? a2 : a1, &s[o], err, sizeof(err));
-		if (rc < 0) {
-			printf("pixel order %s: not usable: %s\n", o ? "reversed" : "as given",
+		memcpy(v.preprocess.resample.wavelength_nm, k ? o->r : o->l, sizeof(o->l));
+		o->rc = cal_engine_run(&o->e, &v, k ? o->a2 : o->a1, &o->s[k], err, sizeof(err));
+		if (o->rc < 0) {
+			printf("pixel order %s: not usable: %s\n", k ? "reversed" : "as given",
 			       err);
-			s[o] = -1;
+			o->s[k] = -1;
 		}
 	}
 	printf("sharpness (%s, depths %u..%u): no resampling %.6g, as given %.6g, reversed %.6g\n",
-	       cfg_background_name(e.cfg.preprocess.background.mode), e.z0, e.z1, s0, s[0], s[1]);
-	if (s[0] < 0 && s[1] < 0) {
+	       cfg_background_name(o->e.cfg.preprocess.background.mode), o->e.z0, o->e.z1, o->s0,
+	       o->s[0], o->s[1]);
+	if (o->s[0] < 0 && o->s[1] < 0) {
 		fprintf(stderr,
 		        "volrec calibrate: the polynomial is unusable in either pixel order\n");
-		ret = rc == -EINVAL ? VR_EXIT_USAGE : VR_EXIT_FAIL;
-		goto out;
+		return o->rc == -EINVAL ? VR_EXIT_USAGE : VR_EXIT_FAIL;
 	}
+	return VR_EXIT_OK;
+}
+
+/* The sharper order, with the confidence said; orientation.yaml and orientation.png. */
+static int orient_write(struct cal_ctx *x, const struct orient *o)
+{
+	const double *s = o->s;
 	const int win = s[1] > s[0] ? 1 : 0;
 	const double gain = s[1 - win] > 0 ? s[win] / s[1 - win] - 1 : INFINITY;
+	const double *w = win ? o->r : o->l;
+	char yaml[12288];
+	int ret;
+
 	printf("pixel order: %s (sharper by %.2f %% than %s; %+.2f %% against no resampling)\n",
 	       win ? "reversed" : "as given", 100 * gain, win ? "as given" : "reversed",
-	       100 * (s[win] / s0 - 1));
+	       100 * (s[win] / o->s0 - 1));
 	if (gain < 0.005)
 		printf("warning: low confidence: the two orders differ by less than 0.5 %%; the "
 		       "data may hold too little structure\n");
 	else
 		printf("confidence: %.1f %% sharper\n", 100 * gain);
-	if (s[win] < s0)
+	if (s[win] < o->s0)
 		printf("warning: even the better order is less sharp than no resampling: the "
 		       "polynomial may not describe this spectrometer\n");
-	const double *w = win ? r : l;
 	snprintf(yaml, sizeof(yaml),
 	         "# volrec calibrate --orientation %s: %s pixel order (sharpness %.6g vs %.6g)\n"
 	         "preprocess:\n"
 	         "  resample:\n"
 	         "    method: %s\n"
 	         "    wavelength_nm: [%.10g, %.10g, %.10g, %.10g]\n",
-	         d.path, win ? "reversed" : "the given", s[win], s[1 - win],
-	         cfg_resample_name(method), w[0], w[1], w[2], w[3]);
+	         o->d.path, win ? "reversed" : "the given", s[win], s[1 - win],
+	         cfg_resample_name(o->method), w[0], w[1], w[2], w[3]);
 	ret = write_file(x, "orientation.yaml", yaml, NULL, 0);
 	if (!ret)
-		ret = write_png(x, "orientation.png", &e, win ? a1 : a2, win ? a2 : a1,
+		ret = write_png(x, "orientation.png", &o->e, win ? o->a1 : o->a2,
+		                win ? o->a2 : o->a1,
 		                "volrec calibrate --orientation: other order | chosen order");
-out:
-	cal_engine_close(&e);
-	free(a1);
-	free(a2);
-	cal_data_free(&d);
+	return ret;
+}
+
+static int op_orientation(struct cal_ctx *x)
+{
+	struct orient o = {0};
+	int ret;
+
+	ret = orient_polynomial(x, &o);
+	if (ret)
+		return ret;
+	ret = orient_load(x, &o);
+	if (!ret)
+		ret = orient_measure(x, &o);
+	if (!ret)
+		ret = orient_write(x, &o);
+	cal_engine_close(&o.e);
+	free(o.a1);
+	free(o.a2);
+	cal_data_free(&o.d);
 	return ret;
 }
 
@@ -1324,6 +1460,63 @@ static int disp_grid(struct disp_search *s, double c[4], int i0, int i1, double 
 	return 0;
 }
 
+/* [a2, a3] maximizing the sharpness into c[0..1] (c[2..3] 0), *best its sharpness: a coarse
+ * 21 x 21 grid over [-R, R], then four refinements of 9 x 9 at a quarter of the step.
+ * VR_EXIT_FAIL when the sharpness hardly changes (the data of path hold nothing to sharpen). */
+static int disp_search_cubic(struct disp_search *s, const char *path, double R, double c[4],
+                             double *best)
+{
+	double step = R / 10;
+	int ret = disp_grid(s, c, 0, 1, R, 10, best);
+
+	for (int r = 0; !ret && r < 4; r++) {
+		ret = disp_grid(s, c, 0, 1, step, 4, best);
+		step /= 4;
+	}
+	if (ret)
+		return ret;
+	const double spread = s->smax > 0 ? (s->smax - s->smin) / s->smax : 0;
+	if (spread < 1e-3) {
+		fprintf(stderr,
+		        "volrec calibrate: %s: the sharpness changes by only %.3f %% over the "
+		        "search: the data hold no structure whose sharpness depends on dispersion "
+		        "(no reflector, or noise only); nothing written\n",
+		        path, 100 * spread);
+		return VR_EXIT_FAIL;
+	}
+	if (fabs(c[0]) >= R * 0.999 || fabs(c[1]) >= R * 0.999)
+		printf("warning: the optimum lies at the edge of the search: run again with a "
+		       "larger --range\n");
+	return VR_EXIT_OK;
+}
+
+/* Around the cubic optimum c (sharpness best): the sensitivity, the metric 5 rad away in a2 and
+ * in a3 (sa); the table alternative, 4th and 5th order terms each by a 1-D search (c5,
+ * *best5). */
+static int disp_search_table(struct disp_search *s, double R, const double c[4], double best,
+                             double sa[2], double c5[4], double *best5)
+{
+	const double c3[4] = {c[0], c[1], 0, 0};
+	int ret = 0;
+
+	for (int i = 0; !ret && i < 2; i++) {
+		double t[4];
+		memcpy(t, c3, sizeof(t));
+		t[i] += 5;
+		ret = disp_eval(s, t, &sa[i]);
+	}
+	memcpy(c5, c3, sizeof(c3));
+	*best5 = best;
+	for (int r = 0; !ret && r < 2; r++) {
+		ret = disp_grid(s, c5, 2, -1, R, 20, best5);
+		if (!ret)
+			ret = disp_grid(s, c5, 3, -1, R, 20, best5);
+		if (!ret)
+			ret = disp_grid(s, c5, 2, 3, R / 20, 4, best5);
+	}
+	return ret;
+}
+
 static int op_dispersion(struct cal_ctx *x)
 {
 	struct cal_data d = {0};
@@ -1357,50 +1550,14 @@ static int op_dispersion(struct cal_ctx *x)
 	const char *had = e.cfg.preprocess.dispersion.kind == CFG_DISP_NONE    ? "none"
 	                  : e.cfg.preprocess.dispersion.kind == CFG_DISP_TABLE ? "table"
 	                                                                       : "coeffs";
-	/* coarse 21 x 21 grid, then four refinements of 9 x 9 at a quarter of the step */
 	const double R = x->o.range > 0 ? x->o.range : 100;
-	double c[4] = {0, 0, 0, 0}, best = -1, step = R / 10;
-	ret = disp_grid(&s, c, 0, 1, R, 10, &best);
-	for (int r = 0; !ret && r < 4; r++) {
-		ret = disp_grid(&s, c, 0, 1, step, 4, &best);
-		step /= 4;
-	}
+	double c[4] = {0, 0, 0, 0}, best = -1, sa[2], c5[4], best5;
+	ret = disp_search_cubic(&s, d.path, R, c, &best);
+	if (!ret)
+		ret = disp_search_table(&s, R, c, best, sa, c5, &best5);
 	if (ret)
 		goto out;
-	const double spread = s.smax > 0 ? (s.smax - s.smin) / s.smax : 0;
-	if (spread < 1e-3) {
-		fprintf(stderr,
-		        "volrec calibrate: %s: the sharpness changes by only %.3f %% over the "
-		        "search: the data hold no structure whose sharpness depends on dispersion "
-		        "(no reflector, or noise only); nothing written\n",
-		        d.path, 100 * spread);
-		ret = VR_EXIT_FAIL;
-		goto out;
-	}
-	if (fabs(c[0]) >= R * 0.999 || fabs(c[1]) >= R * 0.999)
-		printf("warning: the optimum lies at the edge of the search: run again with a "
-		       "larger --range\n");
 	const double s_coeffs = best;
-	double c3[4] = {c[0], c[1], 0, 0};
-	/* sensitivity: the metric 5 rad away in a2 and in a3 */
-	double sa[2];
-	for (int i = 0; !ret && i < 2; i++) {
-		double t[4];
-		memcpy(t, c3, sizeof(t));
-		t[i] += 5;
-		ret = disp_eval(&s, t, &sa[i]);
-	}
-	/* the table alternative: 4th and 5th order terms, each by a 1-D search */
-	double c5[4] = {c[0], c[1], 0, 0}, best5 = best;
-	for (int r = 0; !ret && r < 2; r++) {
-		ret = disp_grid(&s, c5, 2, -1, R, 20, &best5);
-		if (!ret)
-			ret = disp_grid(&s, c5, 3, -1, R, 20, &best5);
-		if (!ret)
-			ret = disp_grid(&s, c5, 2, 3, R / 20, 4, &best5);
-	}
-	if (ret)
-		goto out;
 	disp_table(c5, K, s.table);
 	printf("sharpness (%s, depths %u..%u, %zu A-scans, %u evaluations): %.6g with the "
 	       "configured dispersion (%s)\n",

@@ -645,7 +645,14 @@ static struct json_object *q_json_scores(const struct q_score *s, enum q_domain 
 	return m;
 }
 
-VR_COMMAND(quality, "score every reconstruction mode against a simulator's ground truth")
+/* What the command line asks for. */
+struct q_opts {
+	const char *cfg_path, *truth_path, *json_path, *backend, *name;
+	uint64_t n_arg, skip_arg; /* skip_arg UINT64_MAX: --skip not given */
+};
+
+/* -1 when the options are read into o, else the exit status. */
+static int q_parse_args(int argc, char **argv, struct q_opts *o)
 {
 	static const struct option longopts[] = {
 	        {"config", required_argument, NULL, 'c'},  {"truth", required_argument, NULL, 't'},
@@ -653,83 +660,238 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	        {"json", required_argument, NULL, 'j'},    {"name", required_argument, NULL, 'N'},
 	        {"backend", required_argument, NULL, 'B'}, VR_CLI_LONGOPTS_END,
 	};
-	const char *cfg_path = NULL, *truth_path = NULL, *json_path = NULL, *backend = NULL;
-	const char *name = NULL;
-	uint64_t n_arg = 0, skip_arg = UINT64_MAX; /* UINT64_MAX: --skip not given */
-	struct vr_config cfg, run;
-	struct q_ctx q = {.tf = -1, .tds = -1, .tspace = -1};
-	struct q_score score[Q_ROWS] = {0};
-	double *per_epoch = NULL; /* psnr and ssim of every score, one block */
-	char err[CFG_ERR_MAX] = "";
-	int c, rc, ret = VR_EXIT_FAIL;
+	const struct vr_cli_str strs[] = {{'c', &o->cfg_path},
+	                                  {'t', &o->truth_path},
+	                                  {'j', &o->json_path},
+	                                  {'N', &o->name},
+	                                  {'B', &o->backend}};
+	int c;
 
-	cfg_defaults(&cfg);
-	cfg_defaults(&run);
-	const struct vr_cli_str strs[] = {{'c', &cfg_path},
-	                                  {'t', &truth_path},
-	                                  {'j', &json_path},
-	                                  {'N', &name},
-	                                  {'B', &backend}};
 	optind = 1;
 	while ((c = VR_CLI_GETOPT(argc, argv, "c:t:n:h", longopts, strs)) != -1) {
 		switch (c) {
 		case 'n':
 			if (vr_cli_u64("volrec quality", "-n", optarg, 1, Q_EPOCHS_MAX,
-			               "1..1000000 epochs", &n_arg))
+			               "1..1000000 epochs", &o->n_arg))
 				return VR_EXIT_USAGE;
 			break;
 		case 's':
 			if (vr_cli_u64("volrec quality", "--skip", optarg, 0, 1000000,
-			               "0..1000000 epochs", &skip_arg))
+			               "0..1000000 epochs", &o->skip_arg))
 				return VR_EXIT_USAGE;
 			break;
 		default:
 			return vr_cli_usage(quality_usage, c);
 		}
 	}
-	if (vr_command_required("quality", cfg_path && truth_path,
+	if (vr_command_required("quality", o->cfg_path && o->truth_path,
 	                        "-c FILE and -t TRUTH.h5 are required", argc, quality_usage))
 		return VR_EXIT_USAGE;
-	if (cfg_load(&cfg, cfg_path, err, sizeof(err)) < 0) {
-		fprintf(stderr, "volrec quality: %s\n", err);
-		return VR_EXIT_USAGE;
+	return -1;
+}
+
+/* The loaded configuration checked for scoring and its geometry in q; -1 when done, else
+ * the exit status. */
+static int q_setup(struct q_ctx *q, struct vr_config *cfg, const struct q_opts *o)
+{
+	if (o->backend) {
+		int b = proc_backend_arg("quality", o->backend);
+		if (b < 0)
+			return VR_EXIT_USAGE;
+		cfg->backend = (enum cfg_backend)b;
 	}
-	if (backend) {
-		int b = proc_backend_arg("quality", backend);
-		if (b < 0) {
-			ret = VR_EXIT_USAGE;
-			goto out;
-		}
-		cfg.backend = (enum cfg_backend)b;
-	}
-	if (cfg.source.type != CFG_SOURCE_REPLAY) {
+	if (cfg->source.type != CFG_SOURCE_REPLAY) {
 		fprintf(stderr,
 		        "volrec quality: %s: source.type must be replay (the recording the truth "
 		        "belongs to)\n",
-		        cfg_path);
-		ret = VR_EXIT_USAGE;
-		goto out;
+		        o->cfg_path);
+		return VR_EXIT_USAGE;
 	}
-	q.nx = cfg.geometry.ascans_per_bscan;
-	q.ny = cfg.geometry.bscans_per_volume;
-	q.nz = cfg_nz(&cfg);
-	q.sx = cfg.geometry.stride[0];
-	q.sy = cfg.geometry.stride[1];
-	q.X = q.nx * q.sx;
-	q.Y = q.ny * q.sy;
-	q.lo = cfg.preprocess.db_range[0];
-	q.hi = cfg.preprocess.db_range[1];
-	q.n = n_arg;
-	q.skip = skip_arg != UINT64_MAX ? skip_arg : cfg_stride_area(&cfg);
-	if (q.X < Q_WIN || q.nz < Q_WIN) {
+	q->nx = cfg->geometry.ascans_per_bscan;
+	q->ny = cfg->geometry.bscans_per_volume;
+	q->nz = cfg_nz(cfg);
+	q->sx = cfg->geometry.stride[0];
+	q->sy = cfg->geometry.stride[1];
+	q->X = q->nx * q->sx;
+	q->Y = q->ny * q->sy;
+	q->lo = cfg->preprocess.db_range[0];
+	q->hi = cfg->preprocess.db_range[1];
+	q->n = o->n_arg;
+	q->skip = o->skip_arg != UINT64_MAX ? o->skip_arg : cfg_stride_area(cfg);
+	if (q->X < Q_WIN || q->nz < Q_WIN) {
 		fprintf(stderr,
 		        "volrec quality: volumes of %u x %u x %u: SSIM needs X and Z of at least "
 		        "%d\n",
-		        q.Y, q.X, q.nz, Q_WIN);
-		ret = VR_EXIT_USAGE;
+		        q->Y, q->X, q->nz, Q_WIN);
+		return VR_EXIT_USAGE;
+	}
+	return -1;
+}
+
+/* The volumes, planes and per-epoch scores of a run; *per_epoch holds every score's
+ * per-epoch values in one block. */
+static int q_alloc(struct q_ctx *q, struct q_score *score, double **per_epoch)
+{
+	const size_t vox = (size_t)q->Y * q->X * q->nz, plane = (size_t)q->X * q->nz;
+
+	q->truth = malloc(vox * sizeof(float));
+	q->truth_img = malloc(vox * sizeof(float));
+	q->cur = malloc(vox * sizeof(float));
+	q->pa = malloc(plane * sizeof(double));
+	q->pt = malloc(plane * sizeof(double));
+	q->scratch = malloc(5 * ((size_t)q->X + 1) * (q->nz + 1) * sizeof(double));
+	*per_epoch = malloc((size_t)Q_ROWS * Q_DOMAINS * 2 * q->n * sizeof(double));
+	for (int r = 0; *per_epoch && r < Q_ROWS; r++)
+		for (int d = 0; d < Q_DOMAINS; d++) {
+			score[r].d[d].psnr = *per_epoch + ((size_t)r * Q_DOMAINS + d) * 2 * q->n;
+			score[r].d[d].ssim = score[r].d[d].psnr + q->n;
+		}
+	if (!q->truth || !q->truth_img || !q->cur || !q->pa || !q->pt || !q->scratch ||
+	    !*per_epoch) {
+		fprintf(stderr, "volrec quality: out of memory for %u x %u x %u volumes\n", q->Y,
+		        q->X, q->nz);
+		return -ENOMEM;
+	}
+	q->score = score;
+	return 0;
+}
+
+/* Pass 0: the system gain G, the median over the low-resolution volumes (mode none); -1
+ * when done, else the exit status. */
+static int q_gain_pass(struct q_ctx *q, const struct vr_config *cfg, struct vr_config *run,
+                       char *err, size_t errlen)
+{
+	if (cfg_copy(run, cfg) < 0) {
+		fprintf(stderr, "volrec quality: out of memory\n");
+		return VR_EXIT_FAIL;
+	}
+	run->reconstruct.mode = CFG_RECON_NONE;
+	q->gain_pass = true;
+	if (q_pass(q, run, true, err, errlen) < 0) {
+		fprintf(stderr, "volrec quality: %s\n", err);
+		return q->bad_input ? VR_EXIT_USAGE : VR_EXIT_FAIL;
+	}
+	if (q->ngs == 0) {
+		fprintf(stderr, "volrec quality: no sample where the truth exceeds 0.05 and the "
+		                "output is above the dB range's floor: no gain to calibrate\n");
+		return VR_EXIT_FAIL;
+	}
+	qsort(q->gs, q->ngs, sizeof(float), cmp_float);
+	q->gain = q->ngs % 2 ? q->gs[q->ngs / 2]
+	                     : 0.5 * ((double)q->gs[q->ngs / 2 - 1] + (double)q->gs[q->ngs / 2]);
+	q->gain_pass = false;
+	return -1;
+}
+
+/* One pass per reconstruction row; the noncumulative one also scores the baselines. -1
+ * when done, else the exit status. */
+static int q_row_passes(struct q_ctx *q, const struct vr_config *cfg, struct vr_config *run,
+                        char *err, size_t errlen)
+{
+	for (int r = Q_NONCUM; r < Q_ROWS; r++) {
+		cfg_free(run);
+		if (cfg_copy(run, cfg) < 0) {
+			fprintf(stderr, "volrec quality: out of memory\n");
+			return VR_EXIT_FAIL;
+		}
+		run->reconstruct.mode = q_rows[r].mode;
+		run->reconstruct.combine = q_rows[r].combine;
+		run->reconstruct.temporal = q_rows[r].temporal;
+		if (r == Q_PRODUCT)
+			run->reconstruct.tau = 3.0;
+		q->row = r;
+		if (q_pass(q, run, r == Q_NONCUM, err, errlen) < 0) {
+			fprintf(stderr, "volrec quality: %s: %s\n", q_rows[r].name, err);
+			return q->bad_input ? VR_EXIT_USAGE : VR_EXIT_FAIL;
+		}
+	}
+	return -1;
+}
+
+static void q_print_table(const struct q_ctx *q, const struct q_score *score, const char *name)
+{
+	printf("volrec quality%s%s: %llu epochs of %u x %u x %u (stride %ux%u), means over epochs "
+	       "%llu..%llu, gain %.3f dB, dB range [%g, %g]\n",
+	       name ? " " : "", name ? name : "", (unsigned long long)q->n, q->Y, q->X, q->nz,
+	       q->sx, q->sy, (unsigned long long)q->skip, (unsigned long long)q->n - 1, q->gain,
+	       q->lo, q->hi);
+	printf("%-24s %17s   %17s\n", "", "amplitude", "dB image");
+	printf("%-24s %9s %7s   %9s %7s\n", "mode", "PSNR dB", "SSIM", "PSNR dB", "SSIM");
+	for (int r = 0; r < Q_ROWS; r++)
+		printf("%-24s %9.2f %7.3f   %9.2f %7.3f\n", q_rows[r].name,
+		       score[r].d[Q_AMPLITUDE].psnr_sum / score[r].n,
+		       score[r].d[Q_AMPLITUDE].ssim_sum / score[r].n,
+		       score[r].d[Q_IMAGE].psnr_sum / score[r].n,
+		       score[r].d[Q_IMAGE].ssim_sum / score[r].n);
+}
+
+/* The scores as JSON to o->json_path ("-": standard output). */
+static int q_write_json(const struct q_ctx *q, const struct vr_config *cfg,
+                        const struct q_score *score, const struct q_opts *opt)
+{
+	struct json_object *o = json_object_new_object(), *modes = json_object_new_object();
+
+	if (opt->name)
+		json_object_object_add(o, "name", json_object_new_string(opt->name));
+	json_object_object_add(o, "truth", json_object_new_string(opt->truth_path));
+	json_object_object_add(o, "epochs", json_object_new_int64((int64_t)q->n));
+	json_object_object_add(o, "first_scored_epoch", json_object_new_int64((int64_t)q->skip));
+	const double shape[] = {q->Y, q->X, q->nz}, stride[] = {q->sx, q->sy};
+	const double dbr[] = {q->lo, q->hi};
+	json_object_object_add(o, "volume_shape", q_array(shape, 3, true));
+	json_object_object_add(o, "stride", q_array(stride, 2, true));
+	json_object_object_add(o, "db_range", q_array(dbr, 2, false));
+	json_object_object_add(o, "gain_db", json_object_new_double(q->gain));
+	json_object_object_add(o, "adaptive_tolerance",
+	                       json_object_new_double(cfg->reconstruct.adaptive.tolerance));
+	json_object_object_add(o, "adaptive_depth_half_window",
+	                       json_object_new_int64(cfg->reconstruct.adaptive.depth_half_window));
+	json_object_object_add(o, "adaptive_speckle_tolerance",
+	                       json_object_new_double(cfg->reconstruct.adaptive.speckle_tolerance));
+	for (int r = 0; r < Q_ROWS; r++) {
+		struct json_object *m = q_json_scores(&score[r], Q_AMPLITUDE, q->n);
+		json_object_object_add(m, "image", q_json_scores(&score[r], Q_IMAGE, q->n));
+		json_object_object_add(modes, q_rows[r].key, m);
+	}
+	json_object_object_add(o, "modes", modes);
+	const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+	FILE *f = strcmp(opt->json_path, "-") ? fopen(opt->json_path, "w") : stdout;
+	bool ok = f && fprintf(f, "%s\n", text) >= 0;
+	if (f && f != stdout && fclose(f))
+		ok = false;
+	json_object_put(o);
+	if (!ok) {
+		fprintf(stderr, "volrec quality: %s: writing failed\n", opt->json_path);
+		return -EIO;
+	}
+	return 0;
+}
+
+VR_COMMAND(quality, "score every reconstruction mode against a simulator's ground truth")
+{
+	struct q_opts o = {.skip_arg = UINT64_MAX};
+	struct vr_config cfg, run;
+	struct q_ctx q = {.tf = -1, .tds = -1, .tspace = -1};
+	struct q_score score[Q_ROWS] = {0};
+	double *per_epoch = NULL; /* psnr and ssim of every score, one block */
+	char err[CFG_ERR_MAX] = "";
+	int rc, ret = VR_EXIT_FAIL;
+
+	cfg_defaults(&cfg);
+	cfg_defaults(&run);
+	rc = q_parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	if (cfg_load(&cfg, o.cfg_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "volrec quality: %s\n", err);
+		return VR_EXIT_USAGE;
+	}
+	rc = q_setup(&q, &cfg, &o);
+	if (rc >= 0) {
+		ret = rc;
 		goto out;
 	}
-	rc = q_truth_open(&q, &cfg, truth_path, err, sizeof(err));
+	rc = q_truth_open(&q, &cfg, o.truth_path, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec quality: %s\n", err);
 		ret = VR_EXIT_USAGE;
@@ -741,126 +903,18 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 		ret = VR_EXIT_USAGE;
 		goto out;
 	}
-	const size_t vox = (size_t)q.Y * q.X * q.nz, plane = (size_t)q.X * q.nz;
-	q.truth = malloc(vox * sizeof(float));
-	q.truth_img = malloc(vox * sizeof(float));
-	q.cur = malloc(vox * sizeof(float));
-	q.pa = malloc(plane * sizeof(double));
-	q.pt = malloc(plane * sizeof(double));
-	q.scratch = malloc(5 * ((size_t)q.X + 1) * (q.nz + 1) * sizeof(double));
-	per_epoch = malloc((size_t)Q_ROWS * Q_DOMAINS * 2 * q.n * sizeof(double));
-	for (int r = 0; per_epoch && r < Q_ROWS; r++)
-		for (int d = 0; d < Q_DOMAINS; d++) {
-			score[r].d[d].psnr = per_epoch + ((size_t)r * Q_DOMAINS + d) * 2 * q.n;
-			score[r].d[d].ssim = score[r].d[d].psnr + q.n;
-		}
-	if (!q.truth || !q.truth_img || !q.cur || !q.pa || !q.pt || !q.scratch || !per_epoch) {
-		fprintf(stderr, "volrec quality: out of memory for %u x %u x %u volumes\n", q.Y,
-		        q.X, q.nz);
+	if (q_alloc(&q, score, &per_epoch))
+		goto out;
+	rc = q_gain_pass(&q, &cfg, &run, err, sizeof(err));
+	if (rc < 0)
+		rc = q_row_passes(&q, &cfg, &run, err, sizeof(err));
+	if (rc >= 0) {
+		ret = rc;
 		goto out;
 	}
-	q.score = score;
-
-	/* pass 0: the system gain G from the low-resolution volumes (mode none) */
-	rc = cfg_copy(&run, &cfg);
-	if (rc < 0) {
-		fprintf(stderr, "volrec quality: out of memory\n");
+	q_print_table(&q, score, o.name);
+	if (o.json_path && q_write_json(&q, &cfg, score, &o))
 		goto out;
-	}
-	run.reconstruct.mode = CFG_RECON_NONE;
-	q.gain_pass = true;
-	rc = q_pass(&q, &run, true, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "volrec quality: %s\n", err);
-		if (q.bad_input)
-			ret = VR_EXIT_USAGE;
-		goto out;
-	}
-	if (q.ngs == 0) {
-		fprintf(stderr, "volrec quality: no sample where the truth exceeds 0.05 and the "
-		                "output is above the dB range's floor: no gain to calibrate\n");
-		goto out;
-	}
-	qsort(q.gs, q.ngs, sizeof(float), cmp_float);
-	q.gain = q.ngs % 2 ? q.gs[q.ngs / 2]
-	                   : 0.5 * ((double)q.gs[q.ngs / 2 - 1] + (double)q.gs[q.ngs / 2]);
-	q.gain_pass = false;
-
-	/* one pass per reconstruction row; the noncumulative one also scores the baselines */
-	for (int r = Q_NONCUM; r < Q_ROWS; r++) {
-		cfg_free(&run);
-		rc = cfg_copy(&run, &cfg);
-		if (rc < 0) {
-			fprintf(stderr, "volrec quality: out of memory\n");
-			goto out;
-		}
-		run.reconstruct.mode = q_rows[r].mode;
-		run.reconstruct.combine = q_rows[r].combine;
-		run.reconstruct.temporal = q_rows[r].temporal;
-		if (r == Q_PRODUCT)
-			run.reconstruct.tau = 3.0;
-		q.row = r;
-		rc = q_pass(&q, &run, r == Q_NONCUM, err, sizeof(err));
-		if (rc < 0) {
-			fprintf(stderr, "volrec quality: %s: %s\n", q_rows[r].name, err);
-			if (q.bad_input)
-				ret = VR_EXIT_USAGE;
-			goto out;
-		}
-	}
-
-	/* the table */
-	printf("volrec quality%s%s: %llu epochs of %u x %u x %u (stride %ux%u), means over epochs "
-	       "%llu..%llu, gain %.3f dB, dB range [%g, %g]\n",
-	       name ? " " : "", name ? name : "", (unsigned long long)q.n, q.Y, q.X, q.nz, q.sx,
-	       q.sy, (unsigned long long)q.skip, (unsigned long long)q.n - 1, q.gain, q.lo, q.hi);
-	printf("%-24s %17s   %17s\n", "", "amplitude", "dB image");
-	printf("%-24s %9s %7s   %9s %7s\n", "mode", "PSNR dB", "SSIM", "PSNR dB", "SSIM");
-	for (int r = 0; r < Q_ROWS; r++)
-		printf("%-24s %9.2f %7.3f   %9.2f %7.3f\n", q_rows[r].name,
-		       score[r].d[Q_AMPLITUDE].psnr_sum / score[r].n,
-		       score[r].d[Q_AMPLITUDE].ssim_sum / score[r].n,
-		       score[r].d[Q_IMAGE].psnr_sum / score[r].n,
-		       score[r].d[Q_IMAGE].ssim_sum / score[r].n);
-	if (json_path) {
-		struct json_object *o = json_object_new_object(), *modes = json_object_new_object();
-		if (name)
-			json_object_object_add(o, "name", json_object_new_string(name));
-		json_object_object_add(o, "truth", json_object_new_string(truth_path));
-		json_object_object_add(o, "epochs", json_object_new_int64((int64_t)q.n));
-		json_object_object_add(o, "first_scored_epoch",
-		                       json_object_new_int64((int64_t)q.skip));
-		const double shape[] = {q.Y, q.X, q.nz}, stride[] = {q.sx, q.sy};
-		const double dbr[] = {q.lo, q.hi};
-		json_object_object_add(o, "volume_shape", q_array(shape, 3, true));
-		json_object_object_add(o, "stride", q_array(stride, 2, true));
-		json_object_object_add(o, "db_range", q_array(dbr, 2, false));
-		json_object_object_add(o, "gain_db", json_object_new_double(q.gain));
-		json_object_object_add(o, "adaptive_tolerance",
-		                       json_object_new_double(cfg.reconstruct.adaptive.tolerance));
-		json_object_object_add(
-		        o, "adaptive_depth_half_window",
-		        json_object_new_int64(cfg.reconstruct.adaptive.depth_half_window));
-		json_object_object_add(
-		        o, "adaptive_speckle_tolerance",
-		        json_object_new_double(cfg.reconstruct.adaptive.speckle_tolerance));
-		for (int r = 0; r < Q_ROWS; r++) {
-			struct json_object *m = q_json_scores(&score[r], Q_AMPLITUDE, q.n);
-			json_object_object_add(m, "image", q_json_scores(&score[r], Q_IMAGE, q.n));
-			json_object_object_add(modes, q_rows[r].key, m);
-		}
-		json_object_object_add(o, "modes", modes);
-		const char *text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-		FILE *f = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
-		bool ok = f && fprintf(f, "%s\n", text) >= 0;
-		if (f && f != stdout && fclose(f))
-			ok = false;
-		json_object_put(o);
-		if (!ok) {
-			fprintf(stderr, "volrec quality: %s: writing failed\n", json_path);
-			goto out;
-		}
-	}
 	ret = VR_EXIT_OK;
 out:
 	VR_H5_CLOSE(q.tspace, q.tds, q.tf);

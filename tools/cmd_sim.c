@@ -93,7 +93,32 @@ static int truth_open(struct h5vol **w, const char *path, uint32_t Y, uint32_t X
 	return rc;
 }
 
-VR_COMMAND(sim, "write a replay file from the synthetic scanner")
+/* What the command line asks for. */
+struct sim_opts {
+	const char *cfg_path, *out, *truth_path;
+	uint64_t n_arg; /* -n, 0 = one interlacing cycle */
+	bool raw;
+	double mirror_mm; /* 0 = the phantom's default */
+};
+
+/* One run: the scanner, the replay writer, and the truth file when asked for. */
+struct sim_run {
+	const struct sim_opts *o;
+	struct vr_config cfg;
+	struct sim_params p;
+	struct sim *sim;
+	uint64_t n;             /* epochs to write */
+	uint32_t (*offsets)[2]; /* [n] each epoch's interlacing offset */
+	void *buf;              /* one B-scan */
+	struct src_replay_writer *w;
+	struct h5vol *truth;
+	float *tvol, *twin; /* one truth volume; the spectral window */
+	uint32_t z0, z1;    /* the truth's depth range */
+	char err[CFG_ERR_MAX];
+};
+
+/* -1 when the options are read into o, else the exit status. */
+static int sim_parse_args(int argc, char **argv, struct sim_opts *o)
 {
 	static const struct option longopts[] = {
 	        {"config", required_argument, NULL, 'c'},
@@ -104,37 +129,23 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	        {"format", required_argument, NULL, 'f'},
 	        VR_CLI_LONGOPTS_END,
 	};
-	const char *cfg_path = NULL, *out = NULL, *truth_path = NULL;
-	struct h5vol *truth = NULL;
-	struct src_replay_writer *w = NULL;
-	struct src_replay_info info;
-	struct sim_params p;
-	struct vr_config cfg;
-	struct sim *sim = NULL;
-	uint32_t(*offsets)[2] = NULL;
-	float *tvol = NULL, *twin = NULL;
-	void *buf = NULL;
-	char err[CFG_ERR_MAX], meta[2048];
-	uint64_t n_arg = 0;
-	bool raw = false;
-	double mirror_mm = 0;
-	int c, rc, ret = VR_EXIT_FAIL;
+	const struct vr_cli_str strs[] = {
+	        {'c', &o->cfg_path}, {'o', &o->out}, {'t', &o->truth_path}};
+	int c;
 
-	h5vol_init();
-	cfg_defaults(&cfg);
-	const struct vr_cli_str strs[] = {{'c', &cfg_path}, {'o', &out}, {'t', &truth_path}};
 	optind = 1;
 	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
 		switch (c) {
 		case 'n':
 			if (vr_cli_u64("volrec sim", "-n", optarg, 1, 1000000, "1..1000000 epochs",
-			               &n_arg))
+			               &o->n_arg))
 				return VR_EXIT_USAGE;
 			break;
 		case 'm': {
 			char *end;
-			mirror_mm = strtod(optarg, &end);
-			if (*end || end == optarg || !(mirror_mm > 0 && mirror_mm < SIM_DEPTH_MM)) {
+			o->mirror_mm = strtod(optarg, &end);
+			if (*end || end == optarg ||
+			    !(o->mirror_mm > 0 && o->mirror_mm < SIM_DEPTH_MM)) {
 				fprintf(stderr,
 				        "volrec sim: --mirror-mm %s: expected a depth in mm within "
 				        "(0, %g)\n",
@@ -145,7 +156,7 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 		}
 		case 'f':
 			if (!strcmp(optarg, "raw")) {
-				raw = true;
+				o->raw = true;
 			} else if (strcmp(optarg, "volrec") != 0) {
 				fprintf(stderr, "volrec sim: --format %s: expected volrec or raw\n",
 				        optarg);
@@ -156,38 +167,21 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 			return vr_cli_usage(sim_usage, c);
 		}
 	}
-	if (vr_command_required("sim", cfg_path && out, "-c FILE and -o FILE are required", argc,
-	                        sim_usage))
+	if (vr_command_required("sim", o->cfg_path && o->out, "-c FILE and -o FILE are required",
+	                        argc, sim_usage))
 		return VR_EXIT_USAGE;
-	rc = cfg_load(&cfg, cfg_path, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "volrec sim: %s\n", err);
-		return VR_EXIT_USAGE;
-	}
-	sim_params_from_config(&p, &cfg);
-	if (mirror_mm > 0) /* --mirror-mm over source.synth.mirror_mm */
-		p.mirror_mm = mirror_mm;
-	rc = sim_create(&p, &sim, err, sizeof(err));
-	if (rc) {
-		fprintf(stderr, "volrec sim: %s: %s\n", cfg_path, err);
-		ret = VR_EXIT_USAGE;
-		goto out;
-	}
-	const uint32_t sx = p.stride_x, sy = p.stride_y, ny = p.bscans_per_volume;
-	const uint64_t n = n_arg ? n_arg : (uint64_t)sx * sy;
-	offsets = calloc(n, sizeof(*offsets));
-	buf = malloc(sim_bscan_bytes(sim));
-	if (!offsets || !buf) {
-		fprintf(stderr, "volrec sim: out of memory\n");
-		goto out;
-	}
-	for (uint64_t e = 0; e < n; e++)
-		vr_scan_offset(e, sx, sy, &offsets[e][0], &offsets[e][1]);
+	return -1;
+}
 
+/* The replay file's YAML metadata: the scanner's settings and the corrections that undo it. */
+static void sim_metadata(struct sim_run *r, char *meta, size_t len)
+{
+	const struct sim_params *p = &r->p;
 	double poly[4], disp[2];
-	sim_resample_poly(sim, poly);
-	sim_dispersion_coeffs(sim, disp);
-	snprintf(meta, sizeof(meta),
+
+	sim_resample_poly(r->sim, poly);
+	sim_dispersion_coeffs(r->sim, disp);
+	snprintf(meta, len,
 	         "generator: volrec sim %s\n"
 	         "phantom: %s\n"
 	         "seed: %llu\n"
@@ -202,113 +196,183 @@ VR_COMMAND(sim, "write a replay file from the synthetic scanner")
 	         "# corrections that undo the scanner's k non-linearity and dispersion exactly\n"
 	         "resample_poly: [%.17g, %.17g, %.17g, %.17g]\n"
 	         "dispersion_coeffs: [%.17g, %.17g]\n",
-	         VOLREC_VERSION, p.phantom, (unsigned long long)p.seed, p.deg_per_s,
-	         p.shift_mm_per_s[0], p.shift_mm_per_s[1], p.shift_mm_per_s[2],
-	         (unsigned long long)p.jump_epoch, p.jump_mm[0], p.jump_mm[1], p.jump_mm[2],
-	         p.jump_deg, p.snr_db, p.beam_um, p.rate, p.bit_shift,
-	         p.mirror_mm > 0 ? p.mirror_mm : SIM_MIRROR_MM, poly[0], poly[1], poly[2], poly[3],
-	         disp[0], disp[1]);
+	         VOLREC_VERSION, p->phantom, (unsigned long long)p->seed, p->deg_per_s,
+	         p->shift_mm_per_s[0], p->shift_mm_per_s[1], p->shift_mm_per_s[2],
+	         (unsigned long long)p->jump_epoch, p->jump_mm[0], p->jump_mm[1], p->jump_mm[2],
+	         p->jump_deg, p->snr_db, p->beam_um, p->rate, p->bit_shift,
+	         p->mirror_mm > 0 ? p->mirror_mm : SIM_MIRROR_MM, poly[0], poly[1], poly[2],
+	         poly[3], disp[0], disp[1]);
+}
 
+/* The replay writer open on the output, with the offsets of every epoch in its header. */
+static int sim_open_replay(struct sim_run *r)
+{
+	const struct sim_params *p = &r->p;
+	struct src_replay_info info;
+	char meta[2048];
+
+	r->n = r->o->n_arg ? r->o->n_arg : (uint64_t)p->stride_x * p->stride_y;
+	r->offsets = calloc(r->n, sizeof(*r->offsets));
+	r->buf = malloc(sim_bscan_bytes(r->sim));
+	if (!r->offsets || !r->buf) {
+		fprintf(stderr, "volrec sim: out of memory\n");
+		return -ENOMEM;
+	}
+	for (uint64_t e = 0; e < r->n; e++)
+		vr_scan_offset(e, p->stride_x, p->stride_y, &r->offsets[e][0], &r->offsets[e][1]);
+	sim_metadata(r, meta, sizeof(meta));
 	memset(&info, 0, sizeof(info));
-	info.sample_type = p.sample_type;
-	info.samples_per_ascan = p.samples_per_ascan;
-	info.ascans_per_bscan = p.ascans_per_bscan;
-	info.bscans_per_volume = ny;
-	info.epochs = n;
-	info.stride_x = sx;
-	info.stride_y = sy;
-	info.flags = SRC_REPLAY_FLAG_OFFSETS | (p.bidirectional ? SRC_REPLAY_FLAG_BIDIR : 0);
-	rc = src_replay_writer_open(out, raw, &info, (const uint32_t(*)[2])offsets, meta, &w, err,
-	                            sizeof(err));
-	if (rc) {
-		fprintf(stderr, "volrec sim: %s\n", err);
-		goto out;
-	}
+	info.sample_type = p->sample_type;
+	info.samples_per_ascan = p->samples_per_ascan;
+	info.ascans_per_bscan = p->ascans_per_bscan;
+	info.bscans_per_volume = p->bscans_per_volume;
+	info.epochs = r->n;
+	info.stride_x = p->stride_x;
+	info.stride_y = p->stride_y;
+	info.flags = SRC_REPLAY_FLAG_OFFSETS | (p->bidirectional ? SRC_REPLAY_FLAG_BIDIR : 0);
+	int rc = src_replay_writer_open(r->o->out, r->o->raw, &info,
+	                                (const uint32_t(*)[2])r->offsets, meta, &r->w, r->err,
+	                                sizeof(r->err));
+	if (rc)
+		fprintf(stderr, "volrec sim: %s\n", r->err);
+	return rc;
+}
 
-	const uint32_t Y = ny * sy, X = p.ascans_per_bscan * sx;
-	const uint32_t z0 = cfg.geometry.depth_range[0], z1 = cfg.geometry.depth_range[1];
-	if (truth_path) {
-		tvol = malloc((size_t)Y * X * (z1 - z0) * sizeof(float));
-		twin = malloc(p.samples_per_ascan * sizeof(float));
-		if (!tvol || !twin) {
-			fprintf(stderr,
-			        "volrec sim: out of memory for a %u x %u x %u truth volume\n", Y, X,
-			        z1 - z0);
-			goto out;
-		}
-		/* the truth is imaged through the spectral window the processing applies */
-		be_window_fill(cfg.preprocess.window.type, cfg.preprocess.window.param,
-		               p.samples_per_ascan, twin);
-		if (truth_open(&truth, truth_path, Y, X, z1 - z0, &cfg, err, sizeof(err))) {
-			fprintf(stderr, "volrec sim: %s\n", err);
-			goto out;
-		}
-	}
+/* The truth file and the buffers its volumes are imaged in, when --truth asks for them. */
+static int sim_open_truth(struct sim_run *r)
+{
+	const struct sim_params *p = &r->p;
+	const uint32_t Y = p->bscans_per_volume * p->stride_y,
+	               X = p->ascans_per_bscan * p->stride_x;
 
-	double t0 = vr_mono_s();
-	for (uint64_t e = 0; e < n; e++) {
-		for (uint32_t b = 0; b < ny; b++) {
-			rc = sim_bscan(sim, e, offsets[e][0], offsets[e][1], b, buf,
-			               sim_bscan_bytes(sim));
-			if (!rc)
-				rc = src_replay_writer_bscan(w, buf, sim_bscan_bytes(sim), err,
-				                             sizeof(err));
-			else
-				snprintf(err, sizeof(err), "B-scan %u of epoch %llu failed", b,
-				         (unsigned long long)e);
-			if (rc) {
-				fprintf(stderr, "volrec sim: %s\n", err);
-				goto out;
-			}
-		}
-		if (truth_path) {
-			const void *rows[T_COUNT] = {tvol, &e, offsets[e]};
-			if (sim_truth(sim, e, cfg.preprocess.zero_pad, twin, z0, z1, tvol)) {
-				fprintf(stderr,
-				        "volrec sim: %s: imaging the truth of epoch %llu failed\n",
-				        truth_path, (unsigned long long)e);
-				goto out;
-			}
-			if (h5vol_append(truth, rows, err, sizeof(err))) {
-				fprintf(stderr, "volrec sim: %s\n", err);
-				goto out;
-			}
-		}
+	r->z0 = r->cfg.geometry.depth_range[0];
+	r->z1 = r->cfg.geometry.depth_range[1];
+	if (!r->o->truth_path)
+		return 0;
+	r->tvol = malloc((size_t)Y * X * (r->z1 - r->z0) * sizeof(float));
+	r->twin = malloc(p->samples_per_ascan * sizeof(float));
+	if (!r->tvol || !r->twin) {
+		fprintf(stderr, "volrec sim: out of memory for a %u x %u x %u truth volume\n", Y, X,
+		        r->z1 - r->z0);
+		return -ENOMEM;
 	}
-	rc = src_replay_writer_close(w, err, sizeof(err));
-	w = NULL;
-	if (rc) {
-		fprintf(stderr, "volrec sim: %s\n", err);
-		goto out;
+	/* the truth is imaged through the spectral window the processing applies */
+	be_window_fill(r->cfg.preprocess.window.type, r->cfg.preprocess.window.param,
+	               p->samples_per_ascan, r->twin);
+	if (truth_open(&r->truth, r->o->truth_path, Y, X, r->z1 - r->z0, &r->cfg, r->err,
+	               sizeof(r->err))) {
+		fprintf(stderr, "volrec sim: %s\n", r->err);
+		return -EIO;
 	}
-	if (truth_path) {
-		rc = h5vol_close(truth, err, sizeof(err));
-		truth = NULL;
+	return 0;
+}
+
+/* Epoch e scanned into the replay file, and its truth imaged into the truth file. */
+static int sim_write_epoch(struct sim_run *r, uint64_t e)
+{
+	int rc;
+
+	for (uint32_t b = 0; b < r->p.bscans_per_volume; b++) {
+		rc = sim_bscan(r->sim, e, r->offsets[e][0], r->offsets[e][1], b, r->buf,
+		               sim_bscan_bytes(r->sim));
+		if (!rc)
+			rc = src_replay_writer_bscan(r->w, r->buf, sim_bscan_bytes(r->sim), r->err,
+			                             sizeof(r->err));
+		else
+			snprintf(r->err, sizeof(r->err), "B-scan %u of epoch %llu failed", b,
+			         (unsigned long long)e);
 		if (rc) {
-			fprintf(stderr, "volrec sim: %s\n", err);
-			remove(truth_path);
-			goto out;
+			fprintf(stderr, "volrec sim: %s\n", r->err);
+			return rc;
 		}
 	}
+	if (!r->o->truth_path)
+		return 0;
+	const void *rows[T_COUNT] = {r->tvol, &e, r->offsets[e]};
+	if (sim_truth(r->sim, e, r->cfg.preprocess.zero_pad, r->twin, r->z0, r->z1, r->tvol)) {
+		fprintf(stderr, "volrec sim: %s: imaging the truth of epoch %llu failed\n",
+		        r->o->truth_path, (unsigned long long)e);
+		return -EIO;
+	}
+	rc = h5vol_append(r->truth, rows, r->err, sizeof(r->err));
+	if (rc)
+		fprintf(stderr, "volrec sim: %s\n", r->err);
+	return rc;
+}
+
+/* Both files closed: complete on disk, or an error said. */
+static int sim_close_files(struct sim_run *r)
+{
+	int rc = src_replay_writer_close(r->w, r->err, sizeof(r->err));
+
+	r->w = NULL;
+	if (rc) {
+		fprintf(stderr, "volrec sim: %s\n", r->err);
+		return rc;
+	}
+	if (!r->o->truth_path)
+		return 0;
+	rc = h5vol_close(r->truth, r->err, sizeof(r->err));
+	r->truth = NULL;
+	if (rc) {
+		fprintf(stderr, "volrec sim: %s\n", r->err);
+		remove(r->o->truth_path);
+	}
+	return rc;
+}
+
+VR_COMMAND(sim, "write a replay file from the synthetic scanner")
+{
+	struct sim_opts o = {0};
+	struct sim_run r = {.o = &o};
+	int rc, ret = VR_EXIT_FAIL;
+
+	h5vol_init();
+	cfg_defaults(&r.cfg);
+	rc = sim_parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	rc = cfg_load(&r.cfg, o.cfg_path, r.err, sizeof(r.err));
+	if (rc) {
+		fprintf(stderr, "volrec sim: %s\n", r.err);
+		return VR_EXIT_USAGE;
+	}
+	sim_params_from_config(&r.p, &r.cfg);
+	if (o.mirror_mm > 0) /* --mirror-mm over source.synth.mirror_mm */
+		r.p.mirror_mm = o.mirror_mm;
+	rc = sim_create(&r.p, &r.sim, r.err, sizeof(r.err));
+	if (rc) {
+		fprintf(stderr, "volrec sim: %s: %s\n", o.cfg_path, r.err);
+		ret = VR_EXIT_USAGE;
+		goto out;
+	}
+	if (sim_open_replay(&r) || sim_open_truth(&r))
+		goto out;
+	double t0 = vr_mono_s();
+	for (uint64_t e = 0; e < r.n; e++)
+		if (sim_write_epoch(&r, e))
+			goto out;
+	if (sim_close_files(&r))
+		goto out;
 	double dt = vr_mono_s() - t0;
 	fprintf(stderr,
 	        "volrec sim: wrote %llu epochs of %u x %u A-scans x %u samples to %s (%s) in %.2f "
 	        "s%s%s\n",
-	        (unsigned long long)n, ny, p.ascans_per_bscan, p.samples_per_ascan, out,
-	        raw ? "raw" : "volrec format", dt, truth_path ? ", truth in " : "",
-	        truth_path ? truth_path : "");
+	        (unsigned long long)r.n, r.p.bscans_per_volume, r.p.ascans_per_bscan,
+	        r.p.samples_per_ascan, o.out, o.raw ? "raw" : "volrec format", dt,
+	        o.truth_path ? ", truth in " : "", o.truth_path ? o.truth_path : "");
 	ret = VR_EXIT_OK;
 out:
-	src_replay_writer_abort(w);
-	if (truth) {
-		h5vol_close(truth, NULL, 0);
-		remove(truth_path); /* unfinished */
+	src_replay_writer_abort(r.w);
+	if (r.truth) {
+		h5vol_close(r.truth, NULL, 0);
+		remove(o.truth_path); /* unfinished */
 	}
-	free(tvol);
-	free(twin);
-	free(buf);
-	free(offsets);
-	sim_destroy(sim);
-	cfg_free(&cfg);
+	free(r.tvol);
+	free(r.twin);
+	free(r.buf);
+	free(r.offsets);
+	sim_destroy(r.sim);
+	cfg_free(&r.cfg);
 	return ret;
 }

@@ -493,7 +493,15 @@ static int grab_latest(struct volrec_client *c, double deadline, struct picture 
 	}
 }
 
-VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogonal slices")
+/* What the command line asks for besides the target. */
+struct snap_opts {
+	const char *dir;
+	double pct;     /* --auto-contrast percentile, -1: the views' own range */
+	uint64_t scale; /* 0: auto */
+};
+
+/* -1 when the options are read into tg and o, else the exit status. */
+static int snap_parse_args(int argc, char **argv, struct tool_target *tg, struct snap_opts *o)
 {
 	static const struct option longopts[] = {
 	        TOOL_COMMON_LONGOPTS,
@@ -503,35 +511,21 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	        {"timeout", required_argument, NULL, 't'},
 	        VR_CLI_LONGOPTS_END,
 	};
-	struct picture pics[SNAP_PICTURES] = {0};
-	struct tool_target tg;
-	struct tool_daemon d;
-	struct volrec_client *c = NULL;
-	struct volrec_view v = {0};
-	double um[3] = {NAN, NAN, NAN};
-	uint32_t generation = 0;
-	const char *dir = NULL;
-	double pct = -1;
-	uint64_t scale = 0;
-	char err[TOOL_PATH_MAX + 256];
-	int opt, rc, status = VR_EXIT_FAIL;
-	bool made;
+	int opt;
 
-	tool_target_init(&tg);
-	tg.timeout = 5;
-	while ((opt = tool_getopt(&tg, "snapshot", argc, argv, "i:r:c:o:t:h", longopts)) != -1) {
+	while ((opt = tool_getopt(tg, "snapshot", argc, argv, "i:r:c:o:t:h", longopts)) != -1) {
 		switch (opt) {
 		case 'o':
-			dir = optarg;
+			o->dir = optarg;
 			break;
 		case 'A':
-			pct = 0.5;
+			o->pct = 0.5;
 			if (optarg) {
 				char *end;
 
 				errno = 0;
-				pct = strtod(optarg, &end);
-				if (errno || *end || !*optarg || !(pct >= 0 && pct < 50)) {
+				o->pct = strtod(optarg, &end);
+				if (errno || *end || !*optarg || !(o->pct >= 0 && o->pct < 50)) {
 					fprintf(stderr,
 					        "volrec snapshot: --auto-contrast=%s: need a "
 					        "percentile from 0 to below 50\n",
@@ -542,9 +536,9 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 			break;
 		case 'S':
 			if (!strcmp(optarg, "auto"))
-				scale = 0;
+				o->scale = 0;
 			else if (vr_cli_u64("volrec snapshot", "--scale", optarg, 1, 16,
-			                    "1 to 16, or auto", &scale))
+			                    "1 to 16, or auto", &o->scale))
 				return VR_EXIT_USAGE;
 			break;
 		default:
@@ -553,90 +547,130 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	}
 	if (vr_cli_args_done("volrec snapshot", argc, argv))
 		return VR_EXIT_USAGE;
-	if (!dir || !*dir) {
+	if (!o->dir || !*o->dir) {
 		fprintf(stderr, "volrec snapshot: -o DIR is required (see --help)\n");
 		return VR_EXIT_USAGE;
 	}
-	if (strlen(dir) > TOOL_PATH_MAX - 160) {
-		fprintf(stderr, "volrec snapshot: -o %s: path too long\n", dir);
+	if (strlen(o->dir) > TOOL_PATH_MAX - 160) {
+		fprintf(stderr, "volrec snapshot: -o %s: path too long\n", o->dir);
 		return VR_EXIT_USAGE;
 	}
-	rc = tool_target_finish(&tg, "snapshot");
-	if (rc)
-		return rc;
-	/* first, so that a DIR that cannot be made says so before any wait */
-	made = mkdir(dir, 0777) == 0;
-	if (!made && errno != EEXIST) {
-		fprintf(stderr, "volrec snapshot: cannot create %s: %s\n", dir, strerror(errno));
-		return errno == EACCES || errno == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
-	}
-	status = tool_daemon_require(&tg, "snapshot", &d);
+	return -1;
+}
+
+/* The newest volume's views copied into pics, its description into v, voxel size into um and
+ * generation; 0, else the exit status with the reason said. */
+static int snap_grab(struct tool_target *tg, struct picture *pics, struct volrec_view *v,
+                     double um[3], uint32_t *generation)
+{
+	struct tool_daemon d;
+	struct volrec_client *c = NULL;
+	int rc, status;
+
+	status = tool_daemon_require(tg, "snapshot", &d);
 	if (status)
-		goto out;
-	status = tool_client_open(&tg, "snapshot", VOLREC_SUB_VOL, 0, &c);
+		return status;
+	status = tool_client_open(tg, "snapshot", VOLREC_SUB_VOL, 0, &c);
 	if (status)
-		goto out;
+		return status;
 	tool_catch_signals();
-	rc = grab_latest(c, vr_mono_s() + tg.timeout, pics, &v);
-	volrec_view_voxel_size(c, &v, um);
-	volrec_view_generation(c, &v, &generation);
+	rc = grab_latest(c, vr_mono_s() + tg->timeout, pics, v);
+	volrec_view_voxel_size(c, v, um);
+	volrec_view_generation(c, v, generation);
 	volrec_client_close(c);
 	if (rc == -ETIMEDOUT) {
 		fprintf(stderr,
 		        "volrec snapshot: volrecd (pid %d) of instance '%s' published no volume "
 		        "within %.1f s\n",
-		        d.pid, tg.instance, tg.timeout);
-		status = tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
-		goto out;
+		        d.pid, tg->instance, tg->timeout);
+		return tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
 	}
 	if (rc == -ENOENT) {
 		fprintf(stderr,
 		        "volrec snapshot: volrecd of instance '%s' publishes no views "
 		        "(view.enabled: false): the pictures are its views\n",
-		        tg.instance);
-		status = VR_EXIT_FAIL;
-		goto out;
+		        tg->instance);
+		return VR_EXIT_FAIL;
 	}
 	if (rc) {
 		fprintf(stderr, "volrec snapshot: cannot read a volume: %s\n", volrec_strerror(rc));
-		status = tool_exit_for(rc);
-		goto out;
+		return tool_exit_for(rc);
 	}
+	return 0;
+}
 
+/* Picture p scaled, contrasted, with its scale bar, written as DIR/<file> with its
+ * description; 0, else the exit status with the reason said. */
+static int snap_write_picture(const struct tool_target *tg, const struct snap_opts *o,
+                              const struct volrec_view *v, struct picture *p)
+{
+	char path[TOOL_PATH_MAX + 160], desc[640], px0[32], px1[32], err[TOOL_PATH_MAX + 256];
+	uint8_t *pix;
+	int rc;
+
+	p->scale = o->scale ? (uint32_t)o->scale : auto_scale(p->w, p->h);
+	if (contrast(p, o->pct) || !(pix = render(p))) {
+		fprintf(stderr, "volrec snapshot: out of memory\n");
+		return VR_EXIT_FAIL;
+	}
+	double px[2] = {p->px_um[0] / p->scale, p->px_um[1] / p->scale};
+
+	scale_bar(p, pix);
+	snprintf(path, sizeof(path), "%s/%s", o->dir, p->file);
+	snprintf(desc, sizeof(desc),
+	         "volrec %s session %016" PRIx64 " volume #%" PRIu64 " epoch %" PRIu64
+	         ": %s (%s) of a %u x %u x %u [Y][X][Z] volume; grey %.4g..%.4g -> 0..255; "
+	         "pixel %s x %s um; scale bar %s",
+	         tg->instance, v->session_id, v->sequence, v->epoch, p->what, p->file, v->ny, v->nx,
+	         v->nz, p->lo, p->hi, px_text(px[0], px0, sizeof(px0)),
+	         px_text(px[1], px1, sizeof(px1)),
+	         p->bar_um > 0 ? p->bar_label : "none (pixel size unknown)");
+	rc = fmt_png_write_phys(path, pix, p->w * p->scale, p->h * p->scale, desc, px, err,
+	                        sizeof(err));
+	free(pix);
+	if (rc) {
+		fprintf(stderr, "volrec snapshot: %s\n", err);
+		return tool_exit_for_output(rc);
+	}
+	return 0;
+}
+
+VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogonal slices")
+{
+	struct picture pics[SNAP_PICTURES] = {0};
+	struct snap_opts o = {.pct = -1};
+	struct tool_target tg;
+	struct volrec_view v = {0};
+	double um[3] = {NAN, NAN, NAN};
+	uint32_t generation = 0;
+	char err[TOOL_PATH_MAX + 256];
+	int rc, status = VR_EXIT_FAIL;
+	bool made;
+
+	tool_target_init(&tg);
+	tg.timeout = 5;
+	rc = snap_parse_args(argc, argv, &tg, &o);
+	if (rc >= 0)
+		return rc;
+	rc = tool_target_finish(&tg, "snapshot");
+	if (rc)
+		return rc;
+	/* first, so that a DIR that cannot be made says so before any wait */
+	made = mkdir(o.dir, 0777) == 0;
+	if (!made && errno != EEXIST) {
+		fprintf(stderr, "volrec snapshot: cannot create %s: %s\n", o.dir, strerror(errno));
+		return errno == EACCES || errno == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
+	}
+	status = snap_grab(&tg, pics, &v, um, &generation);
+	if (status)
+		goto out;
 	picture_names(pics, v.ny, v.nx, v.nz);
 	picture_units(pics, um);
-	for (int i = 0; i < SNAP_PICTURES; i++) {
-		char path[TOOL_PATH_MAX + 160], desc[640], px0[32], px1[32];
-		uint8_t *pix;
-
-		pics[i].scale = scale ? (uint32_t)scale : auto_scale(pics[i].w, pics[i].h);
-		if (contrast(&pics[i], pct) || !(pix = render(&pics[i]))) {
-			fprintf(stderr, "volrec snapshot: out of memory\n");
-			status = VR_EXIT_FAIL;
-			goto out;
-		}
-		double px[2] = {pics[i].px_um[0] / pics[i].scale, pics[i].px_um[1] / pics[i].scale};
-
-		scale_bar(&pics[i], pix);
-		snprintf(path, sizeof(path), "%s/%s", dir, pics[i].file);
-		snprintf(desc, sizeof(desc),
-		         "volrec %s session %016" PRIx64 " volume #%" PRIu64 " epoch %" PRIu64
-		         ": %s (%s) of a %u x %u x %u [Y][X][Z] volume; grey %.4g..%.4g -> 0..255; "
-		         "pixel %s x %s um; scale bar %s",
-		         tg.instance, v.session_id, v.sequence, v.epoch, pics[i].what, pics[i].file,
-		         v.ny, v.nx, v.nz, pics[i].lo, pics[i].hi, px_text(px[0], px0, sizeof(px0)),
-		         px_text(px[1], px1, sizeof(px1)),
-		         pics[i].bar_um > 0 ? pics[i].bar_label : "none (pixel size unknown)");
-		rc = fmt_png_write_phys(path, pix, pics[i].w * pics[i].scale,
-		                        pics[i].h * pics[i].scale, desc, px, err, sizeof(err));
-		free(pix);
-		if (rc) {
-			fprintf(stderr, "volrec snapshot: %s\n", err);
-			status = tool_exit_for_output(rc);
-			goto out;
-		}
-	}
-	rc = write_sidecar(dir, &tg, &v, pics, pct, um, generation, err, sizeof(err));
+	for (int i = 0; i < SNAP_PICTURES && !status; i++)
+		status = snap_write_picture(&tg, &o, &v, &pics[i]);
+	if (status)
+		goto out;
+	rc = write_sidecar(o.dir, &tg, &v, pics, o.pct, um, generation, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "volrec snapshot: %s\n", err);
 		status = tool_exit_for_output(rc);
@@ -644,7 +678,7 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	}
 	printf("volume #%" PRIu64 " (epoch %" PRIu64
 	       ", %u x %u x %u [Y][X][Z]) of instance '%s' -> %s/\n",
-	       v.sequence, v.epoch, v.ny, v.nx, v.nz, tg.instance, dir);
+	       v.sequence, v.epoch, v.ny, v.nx, v.nz, tg.instance, o.dir);
 	for (int i = 0; i < SNAP_PICTURES; i++)
 		printf("  %-28s %s\n", pics[i].file, pics[i].what);
 	printf("  %-28s %s\n", "snapshot.json", "volume, geometry, files");
@@ -653,6 +687,6 @@ out:
 	for (int i = 0; i < SNAP_PICTURES; i++)
 		free(pics[i].v);
 	if (status != VR_EXIT_OK && made)
-		rmdir(dir); /* the DIR this run made, when it stayed empty */
+		rmdir(o.dir); /* the DIR this run made, when it stayed empty */
 	return status;
 }

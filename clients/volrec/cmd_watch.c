@@ -175,6 +175,51 @@ static void draw(struct watch *w, struct volrec_client *c, const struct tool_dae
 	fflush(stdout);
 }
 
+/* Whether volrecd is still there, with an event line of our own when it went away or came
+ * back; true when it is gone for good. */
+static bool watch_presence(struct watch *w, struct tool_target *tg, struct tool_daemon *d,
+                           double now)
+{
+	/* an error looking (permissions) is not "gone" */
+	bool running = tool_daemon_find(tg, d) != 0 || d->pid;
+	char line[96];
+
+	switch (tool_run_presence(&w->run, running, now)) {
+	case TOOL_DAEMON_GONE:
+		return true;
+	case TOOL_DAEMON_AWAY:
+		own_event(w, w->run.stopping ? "volrecd stopped: waiting for it to come back"
+		                             : "volrecd went away (no stopping event seen): "
+		                               "waiting for it to come back");
+		break;
+	case TOOL_DAEMON_BACK:
+		snprintf(line, sizeof(line), "volrecd is back (pid %d)", d->pid);
+		own_event(w, line);
+		break;
+	case TOOL_DAEMON_SAME:
+		break;
+	}
+	return false;
+}
+
+/* A message received: a volume (released at once), the status, or an event. */
+static void take_message(struct watch *w, struct volrec_client *c, struct volrec_message *m)
+{
+	switch (m->type) {
+	case VOLREC_MSG_VOL:
+		if (volrec_view_release(c, &m->view) == VOLREC_ETORN)
+			w->torn++;
+		take_volume(w, &m->view);
+		break;
+	case VOLREC_MSG_STATUS:
+		take_status(w, m->text, m->len);
+		break;
+	case VOLREC_MSG_EVENT:
+		take_event(w, m->text, m->len);
+		break;
+	}
+}
+
 VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 {
 	static const struct option longopts[] = {
@@ -221,28 +266,8 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 		if (w.run.count && w.seen >= w.run.count)
 			break;
 		if (now >= next_draw) {
-			/* an error looking (permissions) is not "gone" */
-			bool running = tool_daemon_find(&tg, &d) != 0 || d.pid;
-
-			char line[96];
-
-			switch (tool_run_presence(&w.run, running, now)) {
-			case TOOL_DAEMON_GONE:
+			if (watch_presence(&w, &tg, &d, now))
 				goto gone;
-			case TOOL_DAEMON_AWAY:
-				own_event(&w,
-				          w.run.stopping
-				                  ? "volrecd stopped: waiting for it to come back"
-				                  : "volrecd went away (no stopping event seen): "
-				                    "waiting for it to come back");
-				break;
-			case TOOL_DAEMON_BACK:
-				snprintf(line, sizeof(line), "volrecd is back (pid %d)", d.pid);
-				own_event(&w, line);
-				break;
-			case TOOL_DAEMON_SAME:
-				break;
-			}
 			draw(&w, c, &d);
 			next_draw += 1.0;
 			if (next_draw < now)
@@ -260,19 +285,7 @@ VR_COMMAND(watch, "live status and volume notifications, redrawn every second")
 			status = VR_EXIT_FAIL;
 			goto out;
 		}
-		switch (m.type) {
-		case VOLREC_MSG_VOL:
-			if (volrec_view_release(c, &m.view) == VOLREC_ETORN)
-				w.torn++;
-			take_volume(&w, &m.view);
-			break;
-		case VOLREC_MSG_STATUS:
-			take_status(&w, m.text, m.len);
-			break;
-		case VOLREC_MSG_EVENT:
-			take_event(&w, m.text, m.len);
-			break;
-		}
+		take_message(&w, c, &m);
 	}
 	tool_daemon_find(&tg, &d);
 	draw(&w, c, &d);

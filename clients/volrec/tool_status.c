@@ -100,12 +100,10 @@ static void status_recording(FILE *f, struct json_object *st, const char *eol)
 	        tool_json_num(st, "recording.seconds", 0), error[0] ? "; " : "", error, eol);
 }
 
-void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_header *h,
-                       const char *eol)
+/* The status's first lines: the daemon, its configuration, source, backend and geometry. */
+static void print_setup(FILE *f, struct json_object *st, const char *eol)
 {
-	char a[256], b[256], c[512], up[32], lat[4][48], when[16];
-	double now = (double)vr_real_ns() / 1e9;
-	int drops;
+	char a[256], b[256], c[512], up[32];
 
 	tool_json_str(st, "instance", a, sizeof(a));
 	tool_json_str(st, "state", b, sizeof(b));
@@ -142,6 +140,14 @@ void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_
 	        tool_json_num(st, "geometry.volume.1", 0),
 	        tool_json_num(st, "geometry.volume.2", 0), tool_json_num(st, "geometry.slots", 0),
 	        eol);
+}
+
+/* What the processing does: median depths, rates, latencies, volumes and drops. */
+static void print_processing(FILE *f, struct json_object *st, const struct volrec_shm_header *h,
+                             const char *eol)
+{
+	char lat[4][48];
+	int drops;
 
 	if (tool_json_at(st, "preprocess.median_depths")) {
 		double mean = tool_json_num(st, "preprocess.median_depths.mean_per_bscan", NAN);
@@ -199,6 +205,13 @@ void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_
 		}
 	}
 	fprintf(f, "%s (B-scans)%s", drops ? "" : "-", eol);
+}
+
+/* Faults, readers, the last reload and the last event. */
+static void print_health(FILE *f, struct json_object *st, const char *eol)
+{
+	char a[256], c[512], when[16];
+	double now = (double)vr_real_ns() / 1e9;
 
 	tool_json_str(st, "faults.message", c, sizeof(c));
 	fprintf(f, "  faults    source %.0f, reopens %.0f%s%s%s",
@@ -226,6 +239,14 @@ void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_
 			fprintf(f, "  event     %s (%s, %.0f s ago): %s%s", a, when,
 			        t > 0 && now > t ? now - t : 0, c, eol);
 	}
+}
+
+void tool_status_print(FILE *f, struct json_object *st, const struct volrec_shm_header *h,
+                       const char *eol)
+{
+	print_setup(f, st, eol);
+	print_processing(f, st, h, eol);
+	print_health(f, st, eol);
 }
 
 int tool_wait_status(struct volrec_client *c, double timeout_s, char **text)

@@ -82,6 +82,98 @@ static bool parse_bool(const char *s, bool *v)
 	return false;
 }
 
+/* Enumeration a->key set to a->val, one of the values the camera offers now. 0 with *ge set
+ * when the camera refused it. */
+static int set_enumeration(ArvGcNode *node, const struct shim_arg *a, const char *cam, GError **ge,
+                           char *err, size_t errlen)
+{
+	ArvGcEnumeration *en = ARV_GC_ENUMERATION(node);
+	guint n = 0;
+	const char **vals = arv_gc_enumeration_dup_available_string_values(en, &n, ge);
+	bool found = false;
+	char list[512] = "";
+	size_t len = 0;
+
+	for (guint i = 0; vals && i < n; i++) {
+		found |= strcmp(vals[i], a->val) == 0;
+		if (len < sizeof(list))
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
+			                        i ? ", " : "", vals[i]);
+	}
+	g_free(vals);
+	if (*ge)
+		return 0; /* refused: *ge says why */
+	if (!found)
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.%s: '%s' is not a value camera %s offers for '%s' "
+		              "(one of: %s)",
+		              a->key, a->val, cam, a->key, list);
+	arv_gc_enumeration_set_string_value(en, a->val, ge);
+	return 0;
+}
+
+/* Float a->key set to a->val within the camera's range. 0 with *ge set when it refused. */
+static int set_float(ArvGcNode *node, const struct shim_arg *a, const char *cam, GError **ge,
+                     char *err, size_t errlen)
+{
+	ArvGcFloat *fl = ARV_GC_FLOAT(node);
+	const char *unit = arv_gc_float_get_unit(fl);
+	double v, lo, hi;
+
+	if (!parse_f64(a->val, &v))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.%s: '%s' is not a number (feature '%s' is a Float)",
+		              a->key, a->val, a->key);
+	lo = arv_gc_float_get_min(fl, ge);
+	if (!*ge)
+		hi = arv_gc_float_get_max(fl, ge);
+	if (*ge)
+		return 0; /* refused: *ge says why */
+	if (v < lo || v > hi)
+		return vr_err(err, errlen, -ERANGE,
+		              "shim.args.%s: %g%s%s is out of range for camera %s (%g..%g%s%s)",
+		              a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam, lo, hi,
+		              unit && *unit ? " " : "", unit ? unit : "");
+	arv_gc_float_set_value(fl, v, ge);
+	return 0;
+}
+
+/* Integer a->key set to a->val within the camera's range and increment. 0 with *ge set
+ * when it refused. */
+static int set_integer(ArvGcNode *node, const struct shim_arg *a, const char *cam, GError **ge,
+                       char *err, size_t errlen)
+{
+	ArvGcInteger *in = ARV_GC_INTEGER(node);
+	const char *unit = arv_gc_integer_get_unit(in);
+	int64_t v, lo, hi, inc = 1;
+
+	if (!parse_i64(a->val, &v))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.%s: '%s' is not an integer (feature '%s' is an "
+		              "Integer)",
+		              a->key, a->val, a->key);
+	lo = arv_gc_integer_get_min(in, ge);
+	if (!*ge)
+		hi = arv_gc_integer_get_max(in, ge);
+	if (!*ge)
+		inc = arv_gc_integer_get_inc(in, ge);
+	if (*ge)
+		return 0; /* refused: *ge says why */
+	if (v < lo || v > hi)
+		return vr_err(err, errlen, -ERANGE,
+		              "shim.args.%s: %" PRId64 "%s%s is out of range for camera %s "
+		              "(%" PRId64 "..%" PRId64 "%s%s)",
+		              a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam, lo, hi,
+		              unit && *unit ? " " : "", unit ? unit : "");
+	if (inc > 1 && (v - lo) % inc)
+		return vr_err(err, errlen, -ERANGE,
+		              "shim.args.%s: %" PRId64 " is not %" PRId64 " plus a multiple of "
+		              "the increment %" PRId64 " on camera %s",
+		              a->key, v, lo, inc, cam);
+	arv_gc_integer_set_value(in, v, ge);
+	return 0;
+}
+
 int gc_feature_apply(ArvDevice *dev, const struct shim_arg *a, const char *cam, char *err,
                      size_t errlen)
 {
@@ -109,28 +201,9 @@ int gc_feature_apply(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 		        a->key, a->key, cam);
 
 	if (ARV_IS_GC_ENUMERATION(node)) {
-		ArvGcEnumeration *en = ARV_GC_ENUMERATION(node);
-		guint n = 0;
-		const char **vals = arv_gc_enumeration_dup_available_string_values(en, &n, &ge);
-		bool found = false;
-		char list[512] = "";
-		size_t len = 0;
-
-		for (guint i = 0; vals && i < n; i++) {
-			found |= strcmp(vals[i], a->val) == 0;
-			if (len < sizeof(list))
-				len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
-				                        i ? ", " : "", vals[i]);
-		}
-		g_free(vals);
-		if (ge)
-			goto failed;
-		if (!found)
-			return vr_err(err, errlen, -EINVAL,
-			              "shim.args.%s: '%s' is not a value camera %s offers for '%s' "
-			              "(one of: %s)",
-			              a->key, a->val, cam, a->key, list);
-		arv_gc_enumeration_set_string_value(en, a->val, &ge);
+		rc = set_enumeration(node, a, cam, &ge, err, errlen);
+		if (rc)
+			return rc;
 	} else if (ARV_IS_GC_BOOLEAN(node)) {
 		bool v;
 		if (!parse_bool(a->val, &v))
@@ -141,55 +214,13 @@ int gc_feature_apply(ArvDevice *dev, const struct shim_arg *a, const char *cam, 
 			        a->key, a->val, a->key);
 		arv_gc_boolean_set_value(ARV_GC_BOOLEAN(node), v, &ge);
 	} else if (ARV_IS_GC_FLOAT(node)) {
-		ArvGcFloat *fl = ARV_GC_FLOAT(node);
-		const char *unit = arv_gc_float_get_unit(fl);
-		double v, lo, hi;
-		if (!parse_f64(a->val, &v))
-			return vr_err(
-			        err, errlen, -EINVAL,
-			        "shim.args.%s: '%s' is not a number (feature '%s' is a Float)",
-			        a->key, a->val, a->key);
-		lo = arv_gc_float_get_min(fl, &ge);
-		if (!ge)
-			hi = arv_gc_float_get_max(fl, &ge);
-		if (ge)
-			goto failed;
-		if (v < lo || v > hi)
-			return vr_err(
-			        err, errlen, -ERANGE,
-			        "shim.args.%s: %g%s%s is out of range for camera %s (%g..%g%s%s)",
-			        a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam, lo, hi,
-			        unit && *unit ? " " : "", unit ? unit : "");
-		arv_gc_float_set_value(fl, v, &ge);
+		rc = set_float(node, a, cam, &ge, err, errlen);
+		if (rc)
+			return rc;
 	} else if (ARV_IS_GC_INTEGER(node)) {
-		ArvGcInteger *in = ARV_GC_INTEGER(node);
-		const char *unit = arv_gc_integer_get_unit(in);
-		int64_t v, lo, hi, inc = 1;
-		if (!parse_i64(a->val, &v))
-			return vr_err(err, errlen, -EINVAL,
-			              "shim.args.%s: '%s' is not an integer (feature '%s' is an "
-			              "Integer)",
-			              a->key, a->val, a->key);
-		lo = arv_gc_integer_get_min(in, &ge);
-		if (!ge)
-			hi = arv_gc_integer_get_max(in, &ge);
-		if (!ge)
-			inc = arv_gc_integer_get_inc(in, &ge);
-		if (ge)
-			goto failed;
-		if (v < lo || v > hi)
-			return vr_err(err, errlen, -ERANGE,
-			              "shim.args.%s: %" PRId64 "%s%s is out of range for camera %s "
-			              "(%" PRId64 "..%" PRId64 "%s%s)",
-			              a->key, v, unit && *unit ? " " : "", unit ? unit : "", cam,
-			              lo, hi, unit && *unit ? " " : "", unit ? unit : "");
-		if (inc > 1 && (v - lo) % inc)
-			return vr_err(err, errlen, -ERANGE,
-			              "shim.args.%s: %" PRId64 " is not %" PRId64
-			              " plus a multiple of "
-			              "the increment %" PRId64 " on camera %s",
-			              a->key, v, lo, inc, cam);
-		arv_gc_integer_set_value(in, v, &ge);
+		rc = set_integer(node, a, cam, &ge, err, errlen);
+		if (rc)
+			return rc;
 	} else if (ARV_IS_GC_STRING(node)) {
 		ArvGcString *st = ARV_GC_STRING(node);
 		gint64 max = arv_gc_string_get_max_length(st, &ge);

@@ -16,7 +16,6 @@
 
 #include "base/base.h"
 #include "drivers/genicam/internal.h"
-#include "sources/sim.h"
 
 struct gc_fake {
 	struct sim *sim;
@@ -167,16 +166,10 @@ int gc_fake_attach(ArvCamera *camera, const struct gc_fake_params *p,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	sim_params_from_geometry(&sp, g);
+	sim_params_from_args(&sp, g, &p->sim);
 	/* the scanner digitizes at 16 bits; fill() takes each format's top bits */
 	sp.sample_type = VOLREC_SAMPLE_U16;
 	sp.bit_shift = 0;
-	if (p->motion_rate > 0)
-		sp.rate = p->motion_rate;
-	sp.seed = p->seed;
-	snprintf(sp.phantom, sizeof(sp.phantom), "%s", p->phantom);
-	sp.deg_per_s = p->deg_per_s;
-	sp.snr_db = p->snr_db;
 	rc = sim_create(&sp, &fk->sim, err, errlen);
 	if (rc) {
 		free(fk);

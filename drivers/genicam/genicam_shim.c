@@ -99,7 +99,7 @@ static const struct shim_arg *arg_given(const struct shim_args *args, const char
 	return NULL;
 }
 
-/* "camera 'X' not found (found: A, B)" */
+/* "camera 'X' not found (found: A, B)" (shim_open() adds "genicam: ") */
 static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 {
 	char list[512] = "";
@@ -111,7 +111,7 @@ static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 	for (unsigned i = 0; i < n && len < sizeof(list); i++)
 		len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "",
 		                        arv_get_device_id(i));
-	snprintf(err, errlen, "genicam: camera %s%s%s not found (%s%s%s)%s%s", want[0] ? "'" : "",
+	snprintf(err, errlen, "camera %s%s%s not found (%s%s%s)%s%s", want[0] ? "'" : "",
 	         want[0] ? want : "(the first one)", want[0] ? "'" : "",
 	         n ? "found: " : "no GenICam camera found", list, "", ge ? "; Aravis: " : "",
 	         ge ? ge->message : "");
@@ -154,144 +154,139 @@ static int check_unique(const char *want, char *id, size_t idlen, char *err, siz
 	return -ENOTUNIQ;
 }
 
-static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
-{
-	struct gc_shim *s;
-	struct shim_args args;
-	char err[GC_MSG_MAX - 32], sock[16] = "auto", sim[16] = "none", reset[16] = "auto";
-	char state_dir[PATH_MAX] = "";
-	uint64_t psize = UINT64_MAX;
-	GError *ge = NULL;
-	int rc;
+/* The shim's own keys that are not fields of struct gc_shim: checked and turned into its
+ * fields by open_check_args() */
+struct gc_open_opts {
+	char sock[16], sim[16], reset[16];
+	char state_dir[PATH_MAX];
+	uint64_t psize;
+};
 
-	s = calloc(1, sizeof(*s));
+/* A handle with the defaults of every key of shim.args; NULL when out of memory. */
+static struct gc_shim *gc_shim_new(struct gc_open_opts *o)
+{
+	struct gc_shim *s = calloc(1, sizeof(*s));
+
 	if (!s)
-		return shim_open_fail(-ENOMEM, "genicam: out of memory");
+		return NULL;
 	s->undo.fd = -1;
 	s->packet_resend = true;
 	s->set_geometry = true;
+	snprintf(o->sock, sizeof(o->sock), "auto");
+	snprintf(o->sim, sizeof(o->sim), "none");
+	snprintf(o->reset, sizeof(o->reset), "auto");
+	o->state_dir[0] = '\0';
+	o->psize = UINT64_MAX;
 	/* systemd's RuntimeDirectory= (the first, when several): kept across a restart */
 	if (getenv("RUNTIME_DIRECTORY"))
-		snprintf(state_dir, sizeof(state_dir), "%.*s",
+		snprintf(o->state_dir, sizeof(o->state_dir), "%.*s",
 		         (int)strcspn(getenv("RUNTIME_DIRECTORY"), ":"),
 		         getenv("RUNTIME_DIRECTORY"));
-	s->fake.seed = 1;
-	s->fake.deg_per_s = 0.25;
-	s->fake.snr_db = 40;
-	snprintf(s->fake.phantom, sizeof(s->fake.phantom), "retina");
-	/* the feature's own name means the same as pixel_format */
-	const struct shim_arg_spec feature[] = {
-	        {"PixelFormat", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
-	};
-	/* the shim's own keys: the first two are read before PixelFormat */
-	const struct shim_arg_spec spec[] = {
-	        {"camera", .str = s->want, .max = sizeof(s->want)},
-	        {"pixel_format", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
-	        {"buffers", .u64 = &s->buffers, .max = BUF_MAX},
-	        {"packet_size", .u64 = &psize, .max = 65535},
-	        {"packet_socket", .str = sock, .max = sizeof(sock)},
-	        {"packet_resend", .flag = &s->packet_resend},
-	        {"socket_buffer", .u64 = &s->socket_buffer, .max = 1u << 30},
-	        {"set_geometry", .flag = &s->set_geometry},
-	        {"simulate", .str = sim, .max = sizeof(sim)},
-	        {"seed", .u64 = &s->fake.seed, .max = UINT64_MAX},
-	        {"deg_per_s", .dbl = &s->fake.deg_per_s, .lo = -3600, .hi = 3600},
-	        {"snr_db", .dbl = &s->fake.snr_db, .lo = -20, .hi = 200},
-	        {"phantom", .str = s->fake.phantom, .max = sizeof(s->fake.phantom)},
-	        {"motion_rate", .dbl = &s->fake.motion_rate, .lo = 0, .hi = 1e6},
-	        {"reset", .str = reset, .max = sizeof(reset)},
-	        {"state_dir", .str = state_dir, .max = sizeof(state_dir)},
-	};
-	rc = shim_args_parse(args_yaml, SHIM_ARGS_FEATURE_LIST, &args, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_get(&args, spec, 2, err, sizeof(err));
-	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.PixelFormat: given besides pixel_format (the same setting: "
-		            "give one of them)");
-	}
-	if (!rc && !s->pixel_format[0])
-		rc = shim_args_get(&args, feature, 1, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_get(&args, spec + 2, VR_ARRAY_SIZE(spec) - 2, err, sizeof(err));
-	if (rc)
-		goto out_msg;
-	if (s->buffers && s->buffers < BUF_MIN) {
-		rc = vr_err(err, sizeof(err), -ERANGE,
-		            "shim.args.buffers: %" PRIu64 " is too few (0 = pipeline.ring_bscans + "
-		            "1 epoch or 3 epochs, whichever is more; else %u..%u)",
-		            s->buffers, BUF_MIN, BUF_MAX);
-		goto out_msg;
-	}
-	s->packet_size = psize == UINT64_MAX ? -1 : (int64_t)psize;
-	if (psize != UINT64_MAX && psize && psize < 576) {
-		rc = vr_err(err, sizeof(err), -ERANGE,
-		            "shim.args.packet_size: %" PRIu64 " is too small (0 = negotiate, else "
-		            "576..65535 bytes)",
-		            psize);
-		goto out_msg;
-	}
-	if (!strcmp(sock, "auto"))
-		s->packet_socket = -1;
-	else if (!strcmp(sock, "true") || !strcmp(sock, "on"))
-		s->packet_socket = 1;
-	else if (!strcmp(sock, "false") || !strcmp(sock, "off"))
-		s->packet_socket = 0;
-	else {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
-		            sock);
-		goto out_msg;
-	}
-	if (strcmp(reset, "auto") && strcmp(reset, "none")) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.reset: '%s' is not allowed (auto or none)", reset);
-		goto out_msg;
-	}
-	if (!strcmp(sim, "synth"))
-		s->fake.synth = true;
-	else if (strcmp(sim, "none")) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.simulate: '%s' is not allowed (none or synth)", sim);
-		goto out_msg;
-	}
-	if (!s->fake.synth) {
-		static const char *const synth_only[] = {"seed", "deg_per_s", "snr_db", "phantom",
-		                                         "motion_rate"};
-		for (size_t i = 0; i < sizeof(synth_only) / sizeof(synth_only[0]); i++) {
-			const struct shim_arg *a = arg_given(&args, synth_only[i]);
-			if (!a)
-				continue;
-			rc = vr_err(
-			        err, sizeof(err), -EINVAL,
+	sim_args_defaults(&s->fake.sim);
+	return s;
+}
+
+/* -EINVAL naming the first of keys given in shim.args when the camera is no GigE Vision
+ * one (gv) or the simulation is off (!gv), else 0. */
+static int open_refuse_keys(const struct gc_shim *s, const struct shim_args *args, bool gv,
+                            char *err, size_t errlen)
+{
+	static const char *const synth_only[] = {"seed", "deg_per_s", "snr_db", "phantom",
+	                                         "motion_rate"};
+	static const char *const gv_only[] = {"packet_size", "socket_buffer", "packet_socket",
+	                                      "packet_resend"};
+	const char *const *keys = gv ? gv_only : synth_only;
+	size_t n = gv ? VR_ARRAY_SIZE(gv_only) : VR_ARRAY_SIZE(synth_only);
+
+	for (size_t i = 0; i < n; i++) {
+		const struct shim_arg *a = arg_given(args, keys[i]);
+		if (!a)
+			continue;
+		if (!gv)
+			return vr_err(
+			        err, errlen, -EINVAL,
 			        "shim.args.%s (line %u): only with simulate: synth (it sets the "
 			        "Fake camera's synthetic spectra; simulate is none)",
 			        a->key, a->line);
-			goto out_msg;
-		}
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
+		              "(%s), the key applies only there",
+		              a->key, a->line, s->cam_id,
+		              arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
+		              : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
+		                      ? "Aravis's in-process Fake camera"
+		                      : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
 	}
-	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format)) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
-		            s->pixel_format, gc_format_names());
-		goto out_msg;
+	return 0;
+}
+
+/* The values of the shim's own keys checked and set in s; the camera is not opened yet. */
+static int open_check_args(struct gc_shim *s, const struct shim_args *args,
+                           const struct gc_open_opts *o, char *err, size_t errlen)
+{
+	if (s->buffers && s->buffers < BUF_MIN)
+		return vr_err(err, errlen, -ERANGE,
+		              "shim.args.buffers: %" PRIu64
+		              " is too few (0 = pipeline.ring_bscans + "
+		              "1 epoch or 3 epochs, whichever is more; else %u..%u)",
+		              s->buffers, BUF_MIN, BUF_MAX);
+	s->packet_size = o->psize == UINT64_MAX ? -1 : (int64_t)o->psize;
+	if (o->psize != UINT64_MAX && o->psize && o->psize < 576)
+		return vr_err(err, errlen, -ERANGE,
+		              "shim.args.packet_size: %" PRIu64
+		              " is too small (0 = negotiate, else "
+		              "576..65535 bytes)",
+		              o->psize);
+	if (!strcmp(o->sock, "auto"))
+		s->packet_socket = -1;
+	else if (!strcmp(o->sock, "true") || !strcmp(o->sock, "on"))
+		s->packet_socket = 1;
+	else if (!strcmp(o->sock, "false") || !strcmp(o->sock, "off"))
+		s->packet_socket = 0;
+	else
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.packet_socket: '%s' is not allowed (auto, true or false)",
+		              o->sock);
+	if (strcmp(o->reset, "auto") && strcmp(o->reset, "none"))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.reset: '%s' is not allowed (auto or none)", o->reset);
+	if (!strcmp(o->sim, "synth"))
+		s->fake.synth = true;
+	else if (strcmp(o->sim, "none"))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.simulate: '%s' is not allowed (none or synth)", o->sim);
+	if (!s->fake.synth) {
+		int rc = open_refuse_keys(s, args, false, err, errlen);
+		if (rc)
+			return rc;
 	}
+	if (s->pixel_format[0] && !gc_format_by_name(s->pixel_format))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.pixel_format: '%s' is not supported (volrec takes %s)",
+		              s->pixel_format, gc_format_names());
+	return 0;
+}
+
+/* The camera asked for opened, known to be the only one matched and under this process's
+ * control; s->cam_id names it. */
+static int open_camera(struct gc_shim *s, const struct shim_args *args, char *err, size_t errlen)
+{
+	GError *ge = NULL;
+	int rc;
 
 	if (s->fake.synth || !strncmp(s->want, "Fake_", 5)) {
-		rc = gc_fake_enable(err, sizeof(err));
+		rc = gc_fake_enable(err, errlen);
 		if (rc)
-			goto out_msg;
+			return rc;
 	}
-	rc = check_unique(s->want, s->cam_id, sizeof(s->cam_id), err, sizeof(err));
+	rc = check_unique(s->want, s->cam_id, sizeof(s->cam_id), err, errlen);
 	if (rc)
-		goto out_msg;
+		return rc;
 	s->cam = arv_camera_new(s->want[0] ? s->want : NULL, &ge);
 	if (!s->cam) {
-		char msg[GC_MSG_MAX];
-		rc = not_found(s->want, ge, msg, sizeof(msg));
+		rc = not_found(s->want, ge, err, errlen);
 		g_clear_error(&ge);
-		free(s);
-		return shim_open_fail(rc, "%s", msg);
+		return rc;
 	}
 	/* the id `camera:` takes: the one asked for, else the one camera found */
 	if (s->want[0])
@@ -301,73 +296,61 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 		         arv_camera_get_device_id(s->cam, NULL)
 		                 ? arv_camera_get_device_id(s->cam, NULL)
 		                 : "?");
-	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))) {
-		rc = vr_err(err, sizeof(err), -EINVAL,
-		            "shim.args.simulate: synth needs Aravis's in-process Fake camera "
-		            "(camera: Fake_1), camera %s is a real one",
-		            s->cam_id);
-		goto out_msg;
-	}
+	if (s->fake.synth && !ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam)))
+		return vr_err(err, errlen, -EINVAL,
+		              "shim.args.simulate: synth needs Aravis's in-process Fake camera "
+		              "(camera: Fake_1), camera %s is a real one",
+		              s->cam_id);
 	/* GigE Vision gives one application control: without it every write times out */
 	if (arv_camera_is_gv_device(s->cam) &&
-	    !arv_gv_device_is_controller(ARV_GV_DEVICE(arv_camera_get_device(s->cam)))) {
-		rc = vr_err(
-		        err, sizeof(err), -EBUSY,
+	    !arv_gv_device_is_controller(ARV_GV_DEVICE(arv_camera_get_device(s->cam))))
+		return vr_err(
+		        err, errlen, -EBUSY,
 		        "camera %s is controlled by another application (GigE Vision control "
 		        "privilege refused: a viewer, another volrecd, or another host holds it)",
 		        s->cam_id);
-		goto out_msg;
-	}
 	if (!arv_camera_is_gv_device(s->cam)) {
-		static const char *const gv_only[] = {"packet_size", "socket_buffer",
-		                                      "packet_socket", "packet_resend"};
-		for (size_t i = 0; i < sizeof(gv_only) / sizeof(gv_only[0]); i++) {
-			const struct shim_arg *a = arg_given(&args, gv_only[i]);
-			if (!a)
-				continue;
-			rc = vr_err(err, sizeof(err), -EINVAL,
-			            "shim.args.%s (line %u): camera %s is not a GigE Vision camera "
-			            "(%s), the key applies only there",
-			            a->key, a->line, s->cam_id,
-			            arv_camera_is_uv_device(s->cam) ? "USB3 Vision"
-			            : ARV_IS_FAKE_DEVICE(arv_camera_get_device(s->cam))
-			                    ? "Aravis's in-process Fake camera"
-			                    : G_OBJECT_TYPE_NAME(arv_camera_get_device(s->cam)));
-			goto out_msg;
-		}
+		rc = open_refuse_keys(s, args, true, err, errlen);
+		if (rc)
+			return rc;
 	}
 	s->lost_handler = g_signal_connect(arv_camera_get_device(s->cam), "control-lost",
 	                                   G_CALLBACK(on_control_lost), s);
-	for (size_t i = 0; i < args.n; i++) {
-		struct shim_arg *a = &args.a[i];
+	return 0;
+}
+
+/* OffsetX and OffsetY kept for configure(), which writes them after the frame size. */
+static void open_keep_offsets(struct gc_shim *s, struct shim_args *args)
+{
+	for (size_t i = 0; i < args->n; i++) {
+		struct shim_arg *a = &args->a[i];
 		int k = !strcmp(a->key, "OffsetX") ? 0 : !strcmp(a->key, "OffsetY") ? 1 : -1;
 		if (k >= 0 && !a->used) {
 			s->offset[k] = *a;
 			a->used = true;
 		}
 	}
-	/* a known state before anything is written: what an earlier run (or another
-	 * application) left in the camera does not carry over */
-	if (!strcmp(reset, "auto")) {
-		rc = gc_camera_reset(s->cam, s->cam_id, state_dir, &s->undo, err, sizeof(err));
-		if (rc)
-			goto out_msg;
-	}
-	rc = gc_features_apply(s->cam, &args, s->cam_id, &s->undo, err, sizeof(err));
-	if (!rc)
-		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
-	if (rc)
-		goto out_msg;
-	if (s->pixel_format[0]) {
-		arv_camera_set_pixel_format_from_string(s->cam, s->pixel_format, &ge);
-		if (ge) {
-			rc = vr_err(err, sizeof(err), -EINVAL,
-			            "shim.args.pixel_format: camera %s refused %s: %s", s->cam_id,
-			            s->pixel_format, ge->message);
-			g_clear_error(&ge);
-			goto out_msg;
-		}
-	}
+}
+
+/* The pixel format asked for written to the camera (none asked: configure() chooses). */
+static int open_set_pixel_format(struct gc_shim *s, char *err, size_t errlen)
+{
+	GError *ge = NULL;
+	int rc;
+
+	if (!s->pixel_format[0])
+		return 0;
+	arv_camera_set_pixel_format_from_string(s->cam, s->pixel_format, &ge);
+	if (!ge)
+		return 0;
+	rc = vr_err(err, errlen, -EINVAL, "shim.args.pixel_format: camera %s refused %s: %s",
+	            s->cam_id, s->pixel_format, ge->message);
+	g_clear_error(&ge);
+	return rc;
+}
+
+static void open_describe(const struct gc_shim *s, struct volrec_shim_info *info)
+{
 	snprintf(info->name, sizeof(info->name), "genicam");
 	snprintf(info->version, sizeof(info->version), "%s (Aravis %u.%u.%u)", VOLREC_VERSION,
 	         arv_get_major_version(), arv_get_minor_version(), arv_get_micro_version());
@@ -381,6 +364,76 @@ static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void 
 	                 : "?",
 	         s->cam_id);
 	info->flags = 0;
+}
+
+static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
+{
+	struct gc_shim *s;
+	struct gc_open_opts o;
+	struct shim_args args;
+	char err[GC_MSG_MAX - 32];
+	int rc;
+
+	s = gc_shim_new(&o);
+	if (!s)
+		return shim_open_fail(-ENOMEM, "genicam: out of memory");
+	/* the feature's own name means the same as pixel_format */
+	const struct shim_arg_spec feature[] = {
+	        {"PixelFormat", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
+	};
+	/* the shim's own keys: the first two are read before PixelFormat */
+	const struct shim_arg_spec spec[] = {
+	        {"camera", .str = s->want, .max = sizeof(s->want)},
+	        {"pixel_format", .str = s->pixel_format, .max = sizeof(s->pixel_format)},
+	        {"buffers", .u64 = &s->buffers, .max = BUF_MAX},
+	        {"packet_size", .u64 = &o.psize, .max = 65535},
+	        {"packet_socket", .str = o.sock, .max = sizeof(o.sock)},
+	        {"packet_resend", .flag = &s->packet_resend},
+	        {"socket_buffer", .u64 = &s->socket_buffer, .max = 1u << 30},
+	        {"set_geometry", .flag = &s->set_geometry},
+	        {"simulate", .str = o.sim, .max = sizeof(o.sim)},
+	        {"seed", .u64 = &s->fake.sim.seed, .max = UINT64_MAX},
+	        {"deg_per_s", .dbl = &s->fake.sim.deg_per_s, .lo = -3600, .hi = 3600},
+	        {"snr_db", .dbl = &s->fake.sim.snr_db, .lo = -20, .hi = 200},
+	        {"phantom", .str = s->fake.sim.phantom, .max = sizeof(s->fake.sim.phantom)},
+	        {"motion_rate", .dbl = &s->fake.sim.motion_rate, .lo = 0, .hi = 1e6},
+	        {"reset", .str = o.reset, .max = sizeof(o.reset)},
+	        {"state_dir", .str = o.state_dir, .max = sizeof(o.state_dir)},
+	};
+	rc = shim_args_parse(args_yaml, SHIM_ARGS_FEATURE_LIST, &args, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_get(&args, spec, 2, err, sizeof(err));
+	if (!rc && s->pixel_format[0] && arg_given(&args, "PixelFormat")) {
+		rc = vr_err(err, sizeof(err), -EINVAL,
+		            "shim.args.PixelFormat: given besides pixel_format (the same setting: "
+		            "give one of them)");
+	}
+	if (!rc && !s->pixel_format[0])
+		rc = shim_args_get(&args, feature, 1, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_get(&args, spec + 2, VR_ARRAY_SIZE(spec) - 2, err, sizeof(err));
+	if (!rc)
+		rc = open_check_args(s, &args, &o, err, sizeof(err));
+	if (!rc)
+		rc = open_camera(s, &args, err, sizeof(err));
+	if (rc)
+		goto out_msg;
+	open_keep_offsets(s, &args);
+	/* a known state before anything is written: what an earlier run (or another
+	 * application) left in the camera does not carry over */
+	if (!strcmp(o.reset, "auto")) {
+		rc = gc_camera_reset(s->cam, s->cam_id, o.state_dir, &s->undo, err, sizeof(err));
+		if (rc)
+			goto out_msg;
+	}
+	rc = gc_features_apply(s->cam, &args, s->cam_id, &s->undo, err, sizeof(err));
+	if (!rc)
+		rc = shim_args_check_unused(&args, spec, VR_ARRAY_SIZE(spec), err, sizeof(err));
+	if (!rc)
+		rc = open_set_pixel_format(s, err, sizeof(err));
+	if (rc)
+		goto out_msg;
+	open_describe(s, info);
 	*handle = s;
 	return 0;
 
@@ -603,6 +656,121 @@ static bool is_loopback(ArvGvDevice *gv)
 	return lo;
 }
 
+/* The camera set to stream continuously; a GigE Vision one with its packet socket and size. */
+static int configure_transport(struct gc_shim *s)
+{
+	ArvDevice *dev = arv_camera_get_device(s->cam);
+	GError *ge = NULL;
+
+	/* a camera without AcquisitionMode streams continuously anyway; one that has it must
+	 * take Continuous, or it would stop after a frame or a few */
+	if (arv_device_get_feature(dev, "AcquisitionMode")) {
+		arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
+		if (ge)
+			return aravis_fail(s, &ge, " refused AcquisitionMode Continuous");
+	}
+	if (arv_camera_is_gv_device(s->cam)) {
+		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
+		bool lo = is_loopback(gv);
+		bool sock = s->packet_socket < 0 ? !lo : s->packet_socket;
+
+		arv_gv_device_set_stream_options(
+		        gv, sock ? ARV_GV_STREAM_OPTION_NONE
+		                 : ARV_GV_STREAM_OPTION_PACKET_SOCKET_DISABLED);
+		if (s->packet_size > 0)
+			arv_camera_gv_set_packet_size(s->cam, (gint)s->packet_size, &ge);
+		else if (s->packet_size < 0 || s->packet_size == 0)
+			arv_camera_gv_auto_packet_size(s->cam, &ge);
+		if (ge)
+			return aravis_fail(s, &ge, ": packet size %s",
+			                   s->packet_size > 0 ? "refused" : "negotiation failed");
+	}
+	return 0;
+}
+
+/* The stream buffers of geometry g into s->nbuf: as asked, else enough for what volrecd holds. */
+static void buffer_count(struct gc_shim *s, const struct volrec_shim_geometry *g)
+{
+	if (s->buffers) {
+		s->nbuf = (uint32_t)s->buffers;
+	} else {
+		/* volrecd holds up to pipeline.ring_bscans buffers when processing falls
+		 * behind; with fewer the camera would run out of buffers and lose frames,
+		 * counted as source losses instead of the epochs the ring drops */
+		uint64_t held =
+		        (g->flags & VOLREC_SHIM_GEOMETRY_HELD) ? g->held_bscans : HELD_DEFAULT;
+		uint64_t n = held + g->bscans_per_volume;
+		if (n < 3 * (uint64_t)g->bscans_per_volume)
+			n = 3 * (uint64_t)g->bscans_per_volume;
+		s->nbuf = n > BUF_MAX ? BUF_MAX : (uint32_t)n;
+	}
+	if (s->nbuf < BUF_MIN)
+		s->nbuf = BUF_MIN;
+	if (s->nbuf > BUF_MAX)
+		s->nbuf = BUF_MAX;
+}
+
+/* The one region of s->nbuf buffers of payload bytes (and their widened copies, and the
+ * dummy B-scan), and an ArvBuffer on each; stream_free() undoes what was done. */
+static int buffers_alloc(struct gc_shim *s, size_t payload)
+{
+	s->stride = (payload + PAGE - 1) / PAGE * PAGE;
+	s->out_stride = s->fmt->widen ? (s->bscan_bytes + PAGE - 1) / PAGE * PAGE : 0;
+	s->region_size = (size_t)s->nbuf * (s->stride + s->out_stride) +
+	                 (s->bscan_bytes + PAGE - 1) / PAGE * PAGE;
+	s->region = mmap(NULL, s->region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	                 -1, 0);
+	if (s->region == MAP_FAILED) {
+		s->region = NULL;
+		return shim_fail(&s->err, -ENOMEM,
+		                 "genicam: cannot map %zu bytes of stream buffers", s->region_size);
+	}
+	s->dummy = s->region + (size_t)s->nbuf * (s->stride + s->out_stride);
+	s->bufs = calloc(s->nbuf, sizeof(*s->bufs));
+	s->out = calloc(s->nbuf, sizeof(*s->out));
+	s->slot = calloc(s->nbuf, sizeof(*s->slot));
+	if (!s->bufs || !s->out || !s->slot)
+		return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
+	for (uint32_t i = 0; i < s->nbuf; i++) {
+		s->bufs[i] = arv_buffer_new_full(s->stride, s->region + (size_t)i * s->stride,
+		                                 GUINT_TO_POINTER(i + 1), NULL);
+		if (!s->bufs[i])
+			return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
+	}
+	return 0;
+}
+
+/* The stream (and with simulate: synth, the Fake camera's spectra attached); every buffer
+ * starts out of it, start() pushes them. stream_free() undoes what was done. */
+static int stream_create(struct gc_shim *s, const struct volrec_shim_geometry *g)
+{
+	GError *ge = NULL;
+	int rc;
+
+	if (s->fake.synth) {
+		char err[GC_MSG_MAX - 64];
+		rc = gc_fake_attach(s->cam, &s->fake, g, s->fmt, &s->fk, err, sizeof(err));
+		if (rc)
+			return shim_fail(&s->err, rc, "genicam: %s", err);
+	}
+	s->stream = arv_camera_create_stream(s->cam, NULL, NULL, &ge);
+	if (!s->stream)
+		return aravis_fail(s, &ge, ": cannot create the stream");
+	if (ARV_IS_GV_STREAM(s->stream)) {
+		/* a burst of frames must fit the socket while the receiving thread is not
+		 * running: 8 frames by default (the kernel caps it at net.core.rmem_max) */
+		uint64_t sb = s->socket_buffer ? s->socket_buffer : 8 * (uint64_t)s->stride;
+		g_object_set(s->stream, "packet-resend",
+		             s->packet_resend ? ARV_GV_STREAM_PACKET_RESEND_ALWAYS
+		                              : ARV_GV_STREAM_PACKET_RESEND_NEVER,
+		             "socket-buffer", ARV_GV_STREAM_SOCKET_BUFFER_FIXED,
+		             "socket-buffer-size", (gint)(sb > INT32_MAX ? INT32_MAX : sb), NULL);
+	}
+	for (uint32_t i = 0; i < s->nbuf; i++)
+		atomic_store(&s->out[i], 2);
+	return 0;
+}
+
 static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 {
 	struct gc_shim *s = h;
@@ -633,31 +801,10 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		                 "(its own test pattern is Mono8 or Mono16)",
 		                 s->cam_id, s->fmt->name);
 	rc = set_frame_size(s, g);
+	if (!rc)
+		rc = configure_transport(s);
 	if (rc)
 		return rc;
-	/* a camera without AcquisitionMode streams continuously anyway; one that has it must
-	 * take Continuous, or it would stop after a frame or a few */
-	if (arv_device_get_feature(dev, "AcquisitionMode")) {
-		arv_camera_set_acquisition_mode(s->cam, ARV_ACQUISITION_MODE_CONTINUOUS, &ge);
-		if (ge)
-			return aravis_fail(s, &ge, " refused AcquisitionMode Continuous");
-	}
-	if (arv_camera_is_gv_device(s->cam)) {
-		ArvGvDevice *gv = ARV_GV_DEVICE(dev);
-		bool lo = is_loopback(gv);
-		bool sock = s->packet_socket < 0 ? !lo : s->packet_socket;
-
-		arv_gv_device_set_stream_options(
-		        gv, sock ? ARV_GV_STREAM_OPTION_NONE
-		                 : ARV_GV_STREAM_OPTION_PACKET_SOCKET_DISABLED);
-		if (s->packet_size > 0)
-			arv_camera_gv_set_packet_size(s->cam, (gint)s->packet_size, &ge);
-		else if (s->packet_size < 0 || s->packet_size == 0)
-			arv_camera_gv_auto_packet_size(s->cam, &ge);
-		if (ge)
-			return aravis_fail(s, &ge, ": packet size %s",
-			                   s->packet_size > 0 ? "refused" : "negotiation failed");
-	}
 	payload = arv_camera_get_payload(s->cam, &ge);
 	if (ge)
 		return aravis_fail(s, &ge, ": reading PayloadSize");
@@ -674,77 +821,14 @@ static int shim_configure(void *h, const struct volrec_shim_geometry *g)
 		        "%u %s pixels (%zu bytes)",
 		        s->cam_id, payload, g->samples_per_ascan, g->ascans_per_bscan, s->fmt->name,
 		        s->frame_bytes);
-	if (s->buffers) {
-		s->nbuf = (uint32_t)s->buffers;
-	} else {
-		/* volrecd holds up to pipeline.ring_bscans buffers when processing falls
-		 * behind; with fewer the camera would run out of buffers and lose frames,
-		 * counted as source losses instead of the epochs the ring drops */
-		uint64_t held =
-		        (g->flags & VOLREC_SHIM_GEOMETRY_HELD) ? g->held_bscans : HELD_DEFAULT;
-		uint64_t n = held + g->bscans_per_volume;
-		if (n < 3 * (uint64_t)g->bscans_per_volume)
-			n = 3 * (uint64_t)g->bscans_per_volume;
-		s->nbuf = n > BUF_MAX ? BUF_MAX : (uint32_t)n;
-	}
-	if (s->nbuf < BUF_MIN)
-		s->nbuf = BUF_MIN;
-	if (s->nbuf > BUF_MAX)
-		s->nbuf = BUF_MAX;
-	s->stride = (payload + PAGE - 1) / PAGE * PAGE;
-	s->out_stride = s->fmt->widen ? (s->bscan_bytes + PAGE - 1) / PAGE * PAGE : 0;
-	s->region_size = (size_t)s->nbuf * (s->stride + s->out_stride) +
-	                 (s->bscan_bytes + PAGE - 1) / PAGE * PAGE;
-	s->region = mmap(NULL, s->region_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-	                 -1, 0);
-	if (s->region == MAP_FAILED) {
-		s->region = NULL;
-		return shim_fail(&s->err, -ENOMEM,
-		                 "genicam: cannot map %zu bytes of stream buffers", s->region_size);
-	}
-	s->dummy = s->region + (size_t)s->nbuf * (s->stride + s->out_stride);
-	s->bufs = calloc(s->nbuf, sizeof(*s->bufs));
-	s->out = calloc(s->nbuf, sizeof(*s->out));
-	s->slot = calloc(s->nbuf, sizeof(*s->slot));
-	if (!s->bufs || !s->out || !s->slot) {
-		stream_free(s);
-		return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
-	}
-	for (uint32_t i = 0; i < s->nbuf; i++) {
-		s->bufs[i] = arv_buffer_new_full(s->stride, s->region + (size_t)i * s->stride,
-		                                 GUINT_TO_POINTER(i + 1), NULL);
-		if (!s->bufs[i]) {
-			stream_free(s);
-			return shim_fail(&s->err, -ENOMEM, "genicam: out of memory");
-		}
-	}
-	if (s->fake.synth) {
-		char err[GC_MSG_MAX - 64];
-		rc = gc_fake_attach(s->cam, &s->fake, g, s->fmt, &s->fk, err, sizeof(err));
-		if (rc) {
-			stream_free(s);
-			return shim_fail(&s->err, rc, "genicam: %s", err);
-		}
-	}
-	s->stream = arv_camera_create_stream(s->cam, NULL, NULL, &ge);
-	if (!s->stream) {
-		rc = aravis_fail(s, &ge, ": cannot create the stream");
+	buffer_count(s, g);
+	rc = buffers_alloc(s, payload);
+	if (!rc)
+		rc = stream_create(s, g);
+	if (rc) {
 		stream_free(s);
 		return rc;
 	}
-	if (ARV_IS_GV_STREAM(s->stream)) {
-		/* a burst of frames must fit the socket while the receiving thread is not
-		 * running: 8 frames by default (the kernel caps it at net.core.rmem_max) */
-		uint64_t sb = s->socket_buffer ? s->socket_buffer : 8 * (uint64_t)s->stride;
-		g_object_set(s->stream, "packet-resend",
-		             s->packet_resend ? ARV_GV_STREAM_PACKET_RESEND_ALWAYS
-		                              : ARV_GV_STREAM_PACKET_RESEND_NEVER,
-		             "socket-buffer", ARV_GV_STREAM_SOCKET_BUFFER_FIXED,
-		             "socket-buffer-size", (gint)(sb > INT32_MAX ? INT32_MAX : sb), NULL);
-	}
-	/* every buffer starts out of the stream; start() pushes them */
-	for (uint32_t i = 0; i < s->nbuf; i++)
-		atomic_store(&s->out[i], 2);
 	s->configured = true;
 	s->next_pos = 0;
 	return 0;
@@ -904,6 +988,44 @@ static bool frame_complete(const struct gc_shim *s, ArvBuffer *b, char *why, siz
 	return false;
 }
 
+/* The held frame at the next position, or (it is further on) the mark of the position before
+ * it, lost or incomplete; a mark without VOLREC_SHIM_META_LOST / _INCOMPLETE honoured is a
+ * fault. */
+static int deliver_held(struct gc_shim *s, ArvBuffer **out, struct volrec_shim_meta *meta)
+{
+	const uint64_t ny = s->geo.bscans_per_volume;
+	uint32_t flag = 0;
+
+	if (s->held_pos > s->next_pos) {
+		flag = s->incomplete ? VOLREC_SHIM_META_INCOMPLETE : VOLREC_SHIM_META_LOST;
+		if (s->incomplete)
+			s->incomplete--;
+		if (!s->marks) {
+			uint64_t pos = s->next_pos++;
+			return shim_fail(&s->err, -EIO,
+			                 "genicam: camera %s: the frame of epoch %" PRIu64
+			                 " B-scan %" PRIu64 " %s",
+			                 s->cam_id, pos / ny, pos % ny,
+			                 flag == VOLREC_SHIM_META_LOST
+			                         ? "never arrived (frame id gap)"
+			                         : "arrived incomplete");
+		}
+	} else {
+		*out = s->held;
+		s->held = NULL;
+		s->incomplete = 0;
+	}
+	if (meta) {
+		uint64_t ts = *out ? arv_buffer_get_system_timestamp(*out) : 0;
+		meta->timestamp_ns = ts ? ts : vr_now_ns(CLOCK_REALTIME);
+		meta->epoch = s->next_pos / ny;
+		meta->bscan = (uint32_t)(s->next_pos % ny);
+		meta->flags = flag;
+	}
+	s->next_pos++;
+	return 0;
+}
+
 /*
  * The B-scan due at next_pos: *out a complete frame (the caller gives it back), or NULL with
  * meta->flags carrying why that position has no data. -ETIMEDOUT when nothing came.
@@ -913,7 +1035,6 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 {
 	const uint64_t t0 = vr_now_ns(CLOCK_MONOTONIC);
 	const uint64_t limit = timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
-	const uint64_t ny = s->geo.bscans_per_volume;
 	uint64_t bad = 0; /* incomplete frames in this call */
 	char why[160] = "";
 
@@ -923,39 +1044,8 @@ static int next_bscan(struct gc_shim *s, int timeout_ms, ArvBuffer **out,
 			requeue(s, s->held); /* before the epoch told: skipped */
 			s->held = NULL;
 		}
-		if (s->held) {
-			uint32_t flag = 0;
-			if (s->held_pos > s->next_pos) {
-				flag = s->incomplete ? VOLREC_SHIM_META_INCOMPLETE
-				                     : VOLREC_SHIM_META_LOST;
-				if (s->incomplete)
-					s->incomplete--;
-				if (!s->marks) {
-					uint64_t pos = s->next_pos++;
-					return shim_fail(
-					        &s->err, -EIO,
-					        "genicam: camera %s: the frame of epoch %" PRIu64
-					        " B-scan %" PRIu64 " %s",
-					        s->cam_id, pos / ny, pos % ny,
-					        flag == VOLREC_SHIM_META_LOST
-					                ? "never arrived (frame id gap)"
-					                : "arrived incomplete");
-				}
-			} else {
-				*out = s->held;
-				s->held = NULL;
-				s->incomplete = 0;
-			}
-			if (meta) {
-				uint64_t ts = *out ? arv_buffer_get_system_timestamp(*out) : 0;
-				meta->timestamp_ns = ts ? ts : vr_now_ns(CLOCK_REALTIME);
-				meta->epoch = s->next_pos / ny;
-				meta->bscan = (uint32_t)(s->next_pos % ny);
-				meta->flags = flag;
-			}
-			s->next_pos++;
-			return 0;
-		}
+		if (s->held)
+			return deliver_held(s, out, meta);
 		if (atomic_load(&s->control_lost))
 			return shim_fail(&s->err, -ENODEV,
 			                 "genicam: camera %s: control lost (no heartbeat answer: "

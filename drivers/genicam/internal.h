@@ -21,6 +21,7 @@
 #include "drivers/genicam/cameras.h"
 #include "sources/shim_args.h"
 #include "sources/shim_common.h"
+#include "sources/sim.h"
 
 #define GC_MSG_MAX SHIM_MSG_MAX
 
@@ -41,10 +42,8 @@ const char *gc_format_names(void);
 
 /* Simulation of the in-process Fake camera (fake.c). */
 struct gc_fake_params {
-	bool synth;    /* fill frames with the synthetic scanner's spectra */
-	uint64_t seed; /* as the synth source */
-	double deg_per_s, snr_db, motion_rate;
-	char phantom[64];
+	bool synth;          /* fill frames with the synthetic scanner's spectra */
+	struct sim_args sim; /* its settings, as the synth shim's */
 };
 struct gc_fake;
 

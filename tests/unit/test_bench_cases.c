@@ -80,10 +80,30 @@ static void test_printed_case_is_the_whole_configuration(void **state)
 	}
 }
 
+/* Every case's configuration, built in code, is one the schema accepts (cfg_check): what the
+ * benchmarks measure is what volrecd would run. */
+static void test_every_case_passes_the_schema(void **state)
+{
+	static const enum cfg_backend backends[] = {CFG_BACKEND_CPU, CFG_BACKEND_CUDA,
+	                                            CFG_BACKEND_AUTO};
+
+	for (unsigned i = 0; i < bench_ncases; i++)
+		for (size_t b = 0; b < sizeof(backends) / sizeof(backends[0]); b++) {
+			struct vr_config c;
+			char err[512] = "";
+
+			bench_case_config(&bench_cases[i], backends[b], &c);
+			if (cfg_check(&c, err, sizeof(err)))
+				fail_msg("case %s: %s", bench_cases[i].name, err);
+			cfg_free(&c);
+		}
+}
+
 VR_TEST_GROUP(bench_cases)
 {
 	const struct CMUnitTest tests[] = {
 	        cmocka_unit_test(test_printed_case_is_the_whole_configuration),
+	        cmocka_unit_test(test_every_case_passes_the_schema),
 	};
 	return cmocka_run_group_tests_name("bench_cases", tests, NULL, NULL);
 }

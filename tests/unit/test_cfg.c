@@ -1095,6 +1095,71 @@ static void test_voxel_size_is_known_only_from_its_keys(void **state)
 	load_bad("geometry: {axial_um_per_pixel: -2}\n", "1:32", "geometry.axial_um_per_pixel");
 }
 
+/* cfg_check fails on c with a message that starts with the key and contains fragment, and
+ * leaves c as it was. */
+static void check_bad(struct vr_config *c, const char *key, const char *fragment)
+{
+	char err[CFG_ERR_MAX] = "";
+	struct vr_config before;
+	int rc;
+
+	cfg_defaults(&before);
+	assert_int_equal(cfg_copy(&before, c), 0);
+	rc = cfg_check(c, err, sizeof(err));
+	if (rc >= 0 || strncmp(err, key, strlen(key)) || !strstr(err, fragment))
+		print_error("expected: %s...%s\ngot (rc %d): %s\n", key, fragment, rc, err);
+	assert_true(rc < 0);
+	assert_memory_equal(err, key, strlen(key));
+	assert_non_null(strstr(err, fragment));
+	assert_true(cfg_equal(c, &before));
+	cfg_free(&before);
+}
+
+static void test_check_takes_the_schema_to_configurations_built_in_code(void **state)
+{
+	struct vr_config c;
+	char err[CFG_ERR_MAX] = "";
+
+	cfg_defaults(&c);
+	assert_int_equal(cfg_check(&c, err, sizeof(err)), 0);
+	c.preprocess.zero_pad = 3;
+	check_bad(&c, "preprocess.zero_pad: ", "(1, 2 or 4)");
+	cfg_defaults(&c);
+	c.geometry.stride[0] = 0;
+	check_bad(&c, "geometry.stride[0]: ", "0 is out of range");
+	cfg_defaults(&c);
+	c.gpu.streams = 0;
+	check_bad(&c, "gpu.streams: ", "0 is out of range");
+	cfg_defaults(&c);
+	c.preprocess.db_range[0] = NAN;
+	check_bad(&c, "preprocess.db_range", "");
+	/* the cross-field rules too */
+	cfg_defaults(&c);
+	c.geometry.depth_range[0] = 10;
+	c.geometry.depth_range[1] = 5;
+	check_bad(&c, "geometry.depth_range: ", "[10, 5] is empty");
+	cfg_defaults(&c);
+	c.geometry.sample_type = CFG_SAMPLE_F32;
+	c.geometry.bit_shift = 1;
+	check_bad(&c, "geometry.bit_shift: ", "with sample_type f32");
+}
+
+static void test_check_accepts_what_a_file_loads(void **state)
+{
+	struct vr_config c;
+	char err[CFG_ERR_MAX] = "";
+
+	load_ok(&c, "geometry: {samples_per_ascan: 1000, sample_type: u12p, bit_shift: 4, "
+	            "ascans_per_bscan: 10, stride: [3, 2], depth_range: [0, 500]}\n"
+	            "preprocess: {zero_pad: 2, window: {type: tukey}, db_range: [20.5, 90.25], "
+	            "dispersion: {coeffs: [1.5, -0.25]}}\n"
+	            "reconstruct: {mode: adaptive, tau: 2.5}\n");
+	if (cfg_check(&c, err, sizeof(err)))
+		print_error("unexpected error: %s\n", err);
+	assert_int_equal(cfg_check(&c, err, sizeof(err)), 0);
+	cfg_free(&c);
+}
+
 VR_TEST_GROUP(cfg)
 {
 	const struct CMUnitTest tests[] = {
@@ -1130,6 +1195,8 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_gpu_devices_keep_order_and_duplicates),
 	        cmocka_unit_test(test_gpu_devices_errors_are_precise),
 	        cmocka_unit_test(test_gpu_devices_dump_reload_and_structural),
+	        cmocka_unit_test(test_check_takes_the_schema_to_configurations_built_in_code),
+	        cmocka_unit_test(test_check_accepts_what_a_file_loads),
 	};
 	return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

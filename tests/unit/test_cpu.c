@@ -467,8 +467,8 @@ static void test_fig2_interlacing(void **s)
 	c.preprocess.db_range[1] = 60;
 	struct be_backend *be = open_cpu(&c);
 	struct cpu_state *st = be_impl_state(be);
-	assert_int_equal(st->Y, 9);
-	assert_int_equal(st->X, 9);
+	assert_int_equal(st->geo.Y, 9);
+	assert_int_equal(st->geo.X, 9);
 
 	for (uint64_t e = 0; e < 9; e++) {
 		/* every A-scan of every epoch is different: amplitude from (e, y, x) */

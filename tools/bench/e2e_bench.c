@@ -224,196 +224,237 @@ static uint64_t status_u64(struct json_object *st, const char *obj, const char *
 	return v ? json_object_get_uint64(v) : 0;
 }
 
-static int run_daemon(const struct bcase *c, const char *work, const char *replay, double rate,
-                      bool block, struct run_result *r)
-{
-	char cfg[PATH_MAX], run_dir[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32], instance[64];
-	char *status = NULL, *status0 = NULL;
-	struct volrec_client_options co = {0};
-	struct volrec_client *cl = NULL;
-	size_t cap = 1 << 16, n = 0;
-	double *lat[NLAT] = {NULL};
-	double t0 = 0, t_end, warm_end, deadline;
-	uint64_t warm_n = 0;
+/* One daemon run of run_daemon(): the daemon, its client, the status messages and the
+ * latencies of the volumes measured. */
+struct e2e_daemon {
+	const struct bcase *c;
+	struct run_result *r;
+	char log[PATH_MAX];
 	pid_t pid;
+	struct volrec_client *cl;
+	char *status, *status0; /* the newest status; the one at the window's start */
+	double *lat[NLAT];      /* [cap] per volume measured, ms */
+	size_t cap, n;
+};
+
+/* volrecd started on the case's configuration, and a client connected to it. */
+static int e2e_daemon_start(struct e2e_daemon *d, const char *work, const char *replay, double rate,
+                            bool block)
+{
+	char cfg[PATH_MAX], run_dir[PATH_MAX], bin[PATH_MAX + 32], instance[64];
+	struct volrec_client_options co = {0};
+	double deadline;
 	int rc;
 
-	memset(r, 0, sizeof(*r));
-	r->kind = block ? "max" : "paced";
-	r->rate = rate;
 	snprintf(instance, sizeof(instance), "e2e%d%s", (int)getpid(), block ? "m" : "p");
 	snprintf(run_dir, sizeof(run_dir), "%s/run", work);
-	snprintf(cfg, sizeof(cfg), "%s/volrecd-%s.yaml", work, r->kind);
-	snprintf(log, sizeof(log), "%s/volrecd-%s.log", work, r->kind);
+	snprintf(cfg, sizeof(cfg), "%s/volrecd-%s.yaml", work, d->r->kind);
+	snprintf(d->log, sizeof(d->log), "%s/volrecd-%s.log", work, d->r->kind);
 	snprintf(bin, sizeof(bin), "%s/bin/volrecd", opt.build);
 	mkdir(run_dir, 0755);
-	rc = write_config(cfg, c, instance, run_dir, replay, false, rate, block);
+	rc = write_config(cfg, d->c, instance, run_dir, replay, false, rate, block);
 	if (rc < 0)
 		return rc;
+	d->cap = 1 << 16;
 	for (int j = 0; j < NLAT; j++) {
-		lat[j] = malloc(cap * sizeof(double));
-		if (!lat[j]) {
-			rc = -ENOMEM;
-			goto out;
-		}
+		d->lat[j] = malloc(d->cap * sizeof(double));
+		if (!d->lat[j])
+			return -ENOMEM;
 	}
 	{
 		char *argv[] = {bin, "-c", cfg, NULL};
-		pid = spawn(argv, log, opt.overlap);
+		d->pid = spawn(argv, d->log, opt.overlap);
 	}
-	if (pid < 0) {
-		rc = pid;
-		fprintf(stderr, "e2e_bench: starting %s: %s\n", bin, strerror(-rc));
-		goto out;
+	if (d->pid < 0) {
+		fprintf(stderr, "e2e_bench: starting %s: %s\n", bin, strerror(-d->pid));
+		return d->pid;
 	}
 	co.run_dir = run_dir;
 	co.topics = VOLREC_SUB_VOL | VOLREC_SUB_STATUS;
 	co.rcvhwm = 100000;
 	deadline = vr_mono_s() + 120;
-	while ((rc = volrec_client_open_opts(instance, &co, &cl)) < 0) {
-		if (waitpid(pid, NULL, WNOHANG) == pid || vr_mono_s() > deadline) {
-			fprintf(stderr, "e2e_bench: %s: volrecd did not come up: %s\n", c->name,
+	while ((rc = volrec_client_open_opts(instance, &co, &d->cl)) < 0) {
+		if (waitpid(d->pid, NULL, WNOHANG) == d->pid || vr_mono_s() > deadline) {
+			fprintf(stderr, "e2e_bench: %s: volrecd did not come up: %s\n", d->c->name,
 			        volrec_strerror(rc));
-			print_log_tail(log);
-			kill(pid, SIGKILL);
-			reap(pid, 5);
-			rc = -EIO;
-			goto out;
+			print_log_tail(d->log);
+			kill(d->pid, SIGKILL);
+			reap(d->pid, 5);
+			return -EIO;
 		}
 		usleep(50000);
 	}
-	/* warm-up: plans, page faults, the first S epochs of the history */
-	warm_end = vr_mono_s() + opt.warmup;
-	t_end = INFINITY;
-	deadline = vr_mono_s() + 120 + opt.warmup;
+	return 0;
+}
+
+/* The latencies of volume v, received at now_ns, recorded; -ENOMEM when they cannot be. */
+static int e2e_daemon_record(struct e2e_daemon *d, const struct volrec_view *v, uint64_t now_ns)
+{
+	if (d->n == d->cap) {
+		bool short_of_memory = false;
+		d->cap *= 2;
+		for (int j = 0; j < NLAT; j++) {
+			double *a = realloc(d->lat[j], d->cap * sizeof(double));
+			d->lat[j] = a ? a : d->lat[j];
+			short_of_memory |= !a;
+		}
+		if (short_of_memory)
+			return -ENOMEM;
+	}
+	d->lat[LAT_PROC][d->n] = (double)v->latency_ns / 1e6;
+	d->lat[LAT_LAST][d->n] = (double)(int64_t)(now_ns - v->t_last_ns) / 1e6;
+	d->lat[LAT_FIRST][d->n] = (double)(int64_t)(now_ns - v->t_first_ns) / 1e6;
+	d->n++;
+	d->r->missed += v->missed;
+	return 0;
+}
+
+/* The warm-up (plans, page faults, the first S epochs of the history), then the measured
+ * window of opt.seconds; its length in r->seconds. */
+static int e2e_daemon_measure(struct e2e_daemon *d)
+{
+	double t0 = 0, t_end = INFINITY, warm_end = vr_mono_s() + opt.warmup;
+	double deadline = vr_mono_s() + 120 + opt.warmup;
+	uint64_t warm_n = 0;
+	int rc = 0;
+
 	while (1) {
 		struct volrec_message m;
 		double now = vr_mono_s();
 
-		if (t0 == 0 && warm_n >= 3 && now >= warm_end && status) {
+		if (t0 == 0 && warm_n >= 3 && now >= warm_end && d->status) {
 			t0 = now;
 			t_end = t0 + opt.seconds;
-			status0 = strdup(status);
+			d->status0 = strdup(d->status);
 		}
 		if (now >= t_end)
 			break;
 		if (t0 == 0 && now > deadline) {
-			fprintf(stderr, "e2e_bench: %s: no volumes within the warm-up\n", c->name);
-			print_log_tail(log);
+			fprintf(stderr, "e2e_bench: %s: no volumes within the warm-up\n",
+			        d->c->name);
+			print_log_tail(d->log);
 			break;
 		}
-		rc = volrec_client_next_message(cl, 200, &m);
+		rc = volrec_client_next_message(d->cl, 200, &m);
 		if (rc == -ETIMEDOUT || rc == -EPROTO || rc == -EINTR)
 			continue;
 		if (rc < 0) {
-			fprintf(stderr, "e2e_bench: %s: receiving: %s (%s)\n", c->name,
-			        volrec_strerror(rc), volrec_client_error(cl));
+			fprintf(stderr, "e2e_bench: %s: receiving: %s (%s)\n", d->c->name,
+			        volrec_strerror(rc), volrec_client_error(d->cl));
 			break;
 		}
 		if (m.type == VOLREC_MSG_STATUS) {
-			free(status);
-			status = strdup(m.text);
+			free(d->status);
+			d->status = strdup(m.text);
 			continue;
 		}
 		if (m.type != VOLREC_MSG_VOL)
 			continue;
-		{
-			uint64_t now_ns = vr_real_ns();
-			const struct volrec_view *v = &m.view;
+		uint64_t now_ns = vr_real_ns();
+		if (t0 == 0) {
+			warm_n++;
+		} else if (e2e_daemon_record(d, &m.view, now_ns) < 0) {
+			rc = -ENOMEM;
+			volrec_view_release(d->cl, &m.view);
+			break;
+		}
+		if (volrec_view_release(d->cl, &m.view) == VOLREC_ETORN)
+			d->r->torn++;
+	}
+	d->r->seconds = t0 > 0 ? vr_mono_s() - t0 : 0;
+	return rc;
+}
 
-			if (t0 == 0) {
-				warm_n++;
-			} else {
-				if (n == cap) {
-					bool short_of_memory = false;
-					cap *= 2;
-					for (int j = 0; j < NLAT; j++) {
-						double *a = realloc(lat[j], cap * sizeof(double));
-						lat[j] = a ? a : lat[j];
-						short_of_memory |= !a;
-					}
-					if (short_of_memory) {
-						rc = -ENOMEM;
-						volrec_view_release(cl, &m.view);
-						break;
-					}
-				}
-				lat[LAT_PROC][n] = (double)v->latency_ns / 1e6;
-				lat[LAT_LAST][n] = (double)(int64_t)(now_ns - v->t_last_ns) / 1e6;
-				lat[LAT_FIRST][n] = (double)(int64_t)(now_ns - v->t_first_ns) / 1e6;
-				n++;
-				r->missed += v->missed;
-			}
-			if (volrec_view_release(cl, &m.view) == VOLREC_ETORN)
-				r->torn++;
+/* The status at the end of the window, for the drops in it; then volrecd stopped. */
+static void e2e_daemon_stop(struct e2e_daemon *d)
+{
+	double end = vr_mono_s() + 1.5;
+
+	while (vr_mono_s() < end) {
+		struct volrec_message m;
+		if (volrec_client_next_message(d->cl, 100, &m) < 0)
+			continue;
+		if (m.type == VOLREC_MSG_VOL) {
+			volrec_view_release(d->cl, &m.view);
+		} else if (m.type == VOLREC_MSG_STATUS) {
+			free(d->status);
+			d->status = strdup(m.text);
+			break;
 		}
 	}
-	r->seconds = t0 > 0 ? vr_mono_s() - t0 : 0;
-	/* the status at the end of the window, for the drops in it */
-	{
-		double end = vr_mono_s() + 1.5;
-		while (vr_mono_s() < end) {
-			struct volrec_message m;
-			if (volrec_client_next_message(cl, 100, &m) < 0)
-				continue;
-			if (m.type == VOLREC_MSG_VOL) {
-				volrec_view_release(cl, &m.view);
-			} else if (m.type == VOLREC_MSG_STATUS) {
-				free(status);
-				status = strdup(m.text);
-				break;
-			}
-		}
+	kill(d->pid, SIGTERM);
+	d->r->exit_status = reap(d->pid, 30);
+	if (d->r->exit_status != 0) {
+		fprintf(stderr, "e2e_bench: %s: volrecd exited with %d\n", d->c->name,
+		        d->r->exit_status);
+		print_log_tail(d->log);
 	}
-	kill(pid, SIGTERM);
-	r->exit_status = reap(pid, 30);
-	if (r->exit_status != 0) {
-		fprintf(stderr, "e2e_bench: %s: volrecd exited with %d\n", c->name, r->exit_status);
-		print_log_tail(log);
-	}
-	r->volumes = n;
+}
+
+/* Rates, latency percentiles and the drops of the window into r. */
+static void e2e_daemon_summarize(struct e2e_daemon *d)
+{
+	struct run_result *r = d->r;
+	const struct bcase *c = d->c;
+
+	r->volumes = d->n;
 	if (r->seconds > 0) {
 		double a = (double)c->nx * c->ny;
-		r->vps = (double)n / r->seconds;
+		r->vps = (double)d->n / r->seconds;
 		r->ascans_s = r->vps * a;
 		r->gvox_s = r->vps * (double)out_voxels(c) / 1e9;
 		r->in_gbs = r->vps * (double)in_bytes(c) / 1e9;
 		r->out_gbs = r->vps * (double)out_voxels(c) / 1e9;
 	}
 	for (int j = 0; j < NLAT; j++) {
-		r->lat[j][0] = vr_percentile(lat[j], n, 50);
-		r->lat[j][1] = vr_percentile(lat[j], n, 99);
+		r->lat[j][0] = vr_percentile(d->lat[j], d->n, 50);
+		r->lat[j][1] = vr_percentile(d->lat[j], d->n, 99);
 	}
-	{
-		struct json_object *st = status ? json_tokener_parse(status) : NULL;
-		struct json_object *st0 = status0 ? json_tokener_parse(status0) : NULL;
-		struct json_object *acq = status_get(st, "source", "acquisition");
+	struct json_object *st = d->status ? json_tokener_parse(d->status) : NULL;
+	struct json_object *st0 = d->status0 ? json_tokener_parse(d->status0) : NULL;
+	struct json_object *acq = status_get(st, "source", "acquisition");
 
-		if (st && st0) {
-			uint64_t rf = status_u64(st, "drops", "ring_full") -
-			              status_u64(st0, "drops", "ring_full");
+	if (st && st0) {
+		uint64_t rf = status_u64(st, "drops", "ring_full") -
+		              status_u64(st0, "drops", "ring_full");
 
-			r->drops_total = status_u64(st, "drops", "total") -
-			                 status_u64(st0, "drops", "total");
-			r->drops_ring_full = rf;
-			r->drops_other = r->drops_total - rf;
-		}
-		r->drops = json_object_get(status_get(st, "drops", NULL));
-		r->backend = json_object_get(status_get(st, "backend", NULL));
-		/* which acquisition path the daemon ran (docs/operations.md "Pipeline") */
-		snprintf(r->acquisition, sizeof(r->acquisition), "%s",
-		         acq ? json_object_get_string(acq) : "unknown");
-		json_object_put(st);
-		json_object_put(st0);
+		r->drops_total =
+		        status_u64(st, "drops", "total") - status_u64(st0, "drops", "total");
+		r->drops_ring_full = rf;
+		r->drops_other = r->drops_total - rf;
 	}
-	r->ok = n > 0 && r->exit_status == 0;
+	r->drops = json_object_get(status_get(st, "drops", NULL));
+	r->backend = json_object_get(status_get(st, "backend", NULL));
+	/* which acquisition path the daemon ran (docs/operations.md "Pipeline") */
+	snprintf(r->acquisition, sizeof(r->acquisition), "%s",
+	         acq ? json_object_get_string(acq) : "unknown");
+	json_object_put(st);
+	json_object_put(st0);
+}
+
+static int run_daemon(const struct bcase *c, const char *work, const char *replay, double rate,
+                      bool block, struct run_result *r)
+{
+	struct e2e_daemon d = {.c = c, .r = r};
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->kind = block ? "max" : "paced";
+	r->rate = rate;
+	rc = e2e_daemon_start(&d, work, replay, rate, block);
+	if (rc < 0)
+		goto out;
+	rc = e2e_daemon_measure(&d);
+	e2e_daemon_stop(&d);
+	e2e_daemon_summarize(&d);
+	r->ok = d.n > 0 && r->exit_status == 0;
 	rc = r->ok ? 0 : -EIO;
 out:
-	volrec_client_close(cl);
-	free(status);
-	free(status0);
+	volrec_client_close(d.cl);
+	free(d.status);
+	free(d.status0);
 	for (int j = 0; j < NLAT; j++)
-		free(lat[j]);
+		free(d.lat[j]);
 	return rc;
 }
 
@@ -656,7 +697,8 @@ static void usage(FILE *f)
 	fprintf(f, " (default: tiny classic-2048)\n");
 }
 
-int main(int argc, char **argv)
+/* -1 when the options are read into opt and sel[*nsel] (8 at most), else the exit status. */
+static int e2e_parse_args(int argc, char **argv, const struct bcase **sel, int *nsel)
 {
 	static const struct option lo[] = {{"build", required_argument, NULL, 'b'},
 	                                   {"backend", required_argument, NULL, 'k'},
@@ -672,19 +714,9 @@ int main(int argc, char **argv)
 	                                   {"output", required_argument, NULL, 'o'},
 	                                   {"devices", required_argument, NULL, 'D'},
 	                                   VR_CLI_LONGOPTS_END};
-	const struct bcase *sel[8];
-	struct run_result res[8][2];
-	int nsel = 0, ch, status = 0;
-	struct limits lim = {.memcpy = NAN, .h2d = NAN, .d2h = NAN, .bidir = NAN};
-	char work[] = "/tmp/vre2eXXXXXX", host[128] = "unknown", date[32], commit[64] = "unknown";
-	char outpath[PATH_MAX], *up;
-	struct json_object *device = NULL;
-	time_t now = time(NULL);
-
-	/* --build by default: the folder above this program's (build/tests/e2e_bench: build) */
-	if (vr_self_dir(opt.build, sizeof(opt.build)) == 0 && (up = strrchr(opt.build, '/')))
-		*up = 0;
 	const struct vr_cli_str strs[] = {{'d', &opt.shm_dir}, {'o', &opt.output}};
+	int ch;
+
 	while ((ch = VR_CLI_GETOPT(argc, argv, "o:h", lo, strs)) != -1) {
 		char *end = NULL;
 		switch (ch) {
@@ -703,7 +735,7 @@ int main(int argc, char **argv)
 		case 'c': {
 			const struct bcase *found = bench_case_find(optarg);
 
-			if (!found || !found->e2e_epochs || nsel == 8) {
+			if (!found || !found->e2e_epochs || *nsel == 8) {
 				fprintf(stderr,
 				        "e2e_bench: --case %s: not an end-to-end case (or more "
 				        "than 8)\n",
@@ -711,7 +743,7 @@ int main(int argc, char **argv)
 				usage(stderr);
 				return 2;
 			}
-			sel[nsel++] = found;
+			sel[(*nsel)++] = found;
 			break;
 		}
 		case 's':
@@ -768,143 +800,151 @@ int main(int argc, char **argv)
 		fprintf(stderr, "e2e_bench: --no-max and --no-paced leave nothing to run\n");
 		return 2;
 	}
-	if (!nsel) {
-		sel[nsel++] = bench_case_find("tiny");
-		sel[nsel++] = bench_case_find("classic-2048");
+	if (!*nsel) {
+		sel[(*nsel)++] = bench_case_find("tiny");
+		sel[(*nsel)++] = bench_case_find("classic-2048");
 	}
-	if (!mkdtemp(work)) {
-		fprintf(stderr, "e2e_bench: mkdtemp: %s\n", strerror(errno));
+	return -1;
+}
+
+/* The commit measured: $VOLREC_GIT_COMMIT, else git's short hash of HEAD, else "unknown". */
+static void e2e_commit(char *commit, size_t len)
+{
+	if (getenv("VOLREC_GIT_COMMIT")) {
+		snprintf(commit, len, "%s", getenv("VOLREC_GIT_COMMIT"));
+		return;
+	}
+	FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
+	if (p) {
+		if (fgets(commit, (int)len, p))
+			commit[strcspn(commit, "\n")] = 0;
+		if (!commit[0])
+			snprintf(commit, len, "unknown");
+		pclose(p);
+	}
+}
+
+/* Several devices: each distinct device's link into lim->link_d2h, the limits of the whole
+ * the sums over distinct devices (an ordinal named twice shares its link). */
+static void e2e_device_links(struct limits *lim)
+{
+	double h2d = 0, d2h = 0, bidir = 0;
+	struct be_bandwidth bw;
+	char err[512];
+
+	for (unsigned k = 0; k < opt.ndevs; k++) {
+		bool seen = false;
+		for (unsigned j = 0; j < k && !seen; j++)
+			if (opt.devs[j] == opt.devs[k]) {
+				lim->link_d2h[k] = lim->link_d2h[j];
+				seen = true;
+			}
+		if (seen)
+			continue;
+		if (be_cuda_bandwidth(opt.devs[k], (size_t)256 << 20, 5, &bw, err, sizeof(err)) <
+		    0) {
+			fprintf(stderr, "e2e_bench: PCIe bandwidth of device %d not measured: %s\n",
+			        opt.devs[k], err);
+			h2d = d2h = bidir = NAN;
+			break;
+		}
+		lim->link_d2h[k] = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
+		h2d += bw.h2d_gbs;
+		d2h += lim->link_d2h[k];
+		bidir += bw.bidir_gbs;
+	}
+	lim->h2d = h2d;
+	lim->d2h = d2h;
+	lim->bidir = bidir;
+}
+
+/* The physical limits, measured before the daemon runs: memcpy bandwidth (GB/s, best of 5)
+ * over 256 MiB, the CPU's figure, and on CUDA the PCIe links. */
+static void e2e_limits(struct limits *lim)
+{
+	lim->memcpy = bench_host_memcpy_gbs((size_t)256 << 20, 5);
+	if (!strcmp(opt.backend, "cpu") || be_cuda_devices() <= 0)
+		return;
+	struct be_bandwidth bw;
+	char err[512];
+	if (be_cuda_bandwidth(opt.ndevs ? opt.devs[0] : 0, (size_t)256 << 20, 5, &bw, err,
+	                      sizeof(err)) == 0) {
+		lim->h2d = bw.h2d_gbs;
+		lim->d2h = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
+		lim->bidir = bw.bidir_gbs;
+	} else {
+		fprintf(stderr, "e2e_bench: PCIe bandwidth not measured: %s\n", err);
+	}
+	if (opt.ndevs > 1 && isfinite(lim->d2h))
+		e2e_device_links(lim);
+}
+
+/* The replay file of case c written with `volrec sim` to replay; 0, else 1 (said). */
+static int e2e_write_replay(const struct bcase *c, const char *work, const char *replay)
+{
+	char simcfg[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32], nep[16];
+	struct statvfs vfs;
+	uint64_t need = in_bytes(c) * c->e2e_epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
+
+	if (statvfs(opt.shm_dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
+		fprintf(stderr,
+		        "e2e_bench: %s: %s has %.2f GB free, the replay file and the shm "
+		        "slots need %.2f GB (use --shm-dir or a larger /dev/shm)\n",
+		        c->name, opt.shm_dir, (double)vfs.f_bavail * vfs.f_frsize / 1e9,
+		        (double)need / 1e9);
 		return 1;
 	}
-	gethostname(host, sizeof(host) - 1);
-	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", gmtime(&now));
-	if (getenv("VOLREC_GIT_COMMIT")) {
-		snprintf(commit, sizeof(commit), "%s", getenv("VOLREC_GIT_COMMIT"));
-	} else {
-		FILE *p = popen("git rev-parse --short HEAD 2>/dev/null", "r");
-		if (p) {
-			if (fgets(commit, sizeof(commit), p))
-				commit[strcspn(commit, "\n")] = 0;
-			if (!commit[0])
-				snprintf(commit, sizeof(commit), "unknown");
-			pclose(p);
-		}
-	}
-
-	/* the physical limit, measured before the daemon runs */
-	/* memcpy bandwidth (GB/s, best of 5) over 256 MiB: the CPU's physical limit figure */
-	lim.memcpy = bench_host_memcpy_gbs((size_t)256 << 20, 5);
-	if (strcmp(opt.backend, "cpu") && be_cuda_devices() > 0) {
-		struct be_bandwidth bw;
-		char err[512];
-		if (be_cuda_bandwidth(opt.ndevs ? opt.devs[0] : 0, (size_t)256 << 20, 5, &bw, err,
-		                      sizeof(err)) == 0) {
-			lim.h2d = bw.h2d_gbs;
-			lim.d2h = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
-			lim.bidir = bw.bidir_gbs;
-		} else {
-			fprintf(stderr, "e2e_bench: PCIe bandwidth not measured: %s\n", err);
-		}
-		/* several devices: each distinct device's link, the limits of the whole the sums
-		 * over distinct devices (an ordinal named twice shares its link) */
-		if (opt.ndevs > 1 && isfinite(lim.d2h)) {
-			double h2d = 0, d2h = 0, bidir = 0;
-			for (unsigned k = 0; k < opt.ndevs; k++) {
-				bool seen = false;
-				for (unsigned j = 0; j < k && !seen; j++)
-					if (opt.devs[j] == opt.devs[k]) {
-						lim.link_d2h[k] = lim.link_d2h[j];
-						seen = true;
-					}
-				if (seen)
-					continue;
-				if (be_cuda_bandwidth(opt.devs[k], (size_t)256 << 20, 5, &bw, err,
-				                      sizeof(err)) < 0) {
-					fprintf(stderr,
-					        "e2e_bench: PCIe bandwidth of device %d not "
-					        "measured: %s\n",
-					        opt.devs[k], err);
-					h2d = d2h = bidir = NAN;
-					break;
-				}
-				lim.link_d2h[k] = bw.d2h_shm_gbs > 0 ? bw.d2h_shm_gbs : bw.d2h_gbs;
-				h2d += bw.h2d_gbs;
-				d2h += lim.link_d2h[k];
-				bidir += bw.bidir_gbs;
-			}
-			lim.h2d = h2d;
-			lim.d2h = d2h;
-			lim.bidir = bidir;
-		}
-	}
-
-	for (int i = 0; i < nsel; i++) {
-		const struct bcase *c = sel[i];
-		char replay[PATH_MAX], simcfg[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32];
-		char nep[16];
-		struct statvfs vfs;
-		uint64_t need =
-		        in_bytes(c) * c->e2e_epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
-		int rc;
-
-		memset(res[i], 0, sizeof(res[i]));
-		snprintf(replay, sizeof(replay), "%s/vre2e-%d-%s.vrr", opt.shm_dir, (int)getpid(),
-		         c->name);
-		if (statvfs(opt.shm_dir, &vfs) == 0 &&
-		    (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
-			fprintf(stderr,
-			        "e2e_bench: %s: %s has %.2f GB free, the replay file and the shm "
-			        "slots need %.2f GB (use --shm-dir or a larger /dev/shm)\n",
-			        c->name, opt.shm_dir, (double)vfs.f_bavail * vfs.f_frsize / 1e9,
-			        (double)need / 1e9);
-			status = 1;
-			continue;
-		}
-		snprintf(simcfg, sizeof(simcfg), "%s/sim-%s.yaml", work, c->name);
-		snprintf(log, sizeof(log), "%s/sim-%s.log", work, c->name);
-		snprintf(bin, sizeof(bin), "%s/bin/volrec", opt.build);
-		snprintf(nep, sizeof(nep), "%u", c->e2e_epochs);
-		if (write_config(simcfg, c, "e2esim", work, replay, true, 0, true) < 0) {
-			status = 1;
-			continue;
-		}
-		{
-			char *sargv[] = {bin, "sim", "-c", simcfg, "-o", replay, "-n", nep, NULL};
-			double t = vr_mono_s();
-			pid_t pid = spawn(sargv, log, NULL);
-			rc = pid < 0 ? pid : reap(pid, 600);
-			if (rc != 0) {
-				fprintf(stderr, "e2e_bench: %s: volrec sim failed (%d)\n", c->name,
-				        rc);
-				print_log_tail(log);
-				unlink(replay);
-				status = 1;
-				continue;
-			}
-			fprintf(stderr, "e2e_bench: %s: replay of %u epochs written in %.1f s\n",
-			        c->name, c->e2e_epochs, vr_mono_s() - t);
-		}
-		if (opt.maxrun && run_daemon(c, work, replay, 0, true, &res[i][0]) < 0)
-			status = 1;
-		if (opt.paced) {
-			double rate = opt.rate > 0 ? opt.rate : c->paced_rate;
-			/* a rate the backend can follow: near the target, below what it sustains */
-			if (opt.rate <= 0 && res[i][0].vps > 0 &&
-			    (rate <= 0 || rate > 0.8 * res[i][0].vps))
-				rate = 0.6 * res[i][0].vps;
-			if (rate <= 0)
-				rate = 10;
-			rate = floor(rate * 10 + 0.5) / 10;
-			if (run_daemon(c, work, replay, rate, false, &res[i][1]) < 0)
-				status = 1;
-		}
+	snprintf(simcfg, sizeof(simcfg), "%s/sim-%s.yaml", work, c->name);
+	snprintf(log, sizeof(log), "%s/sim-%s.log", work, c->name);
+	snprintf(bin, sizeof(bin), "%s/bin/volrec", opt.build);
+	snprintf(nep, sizeof(nep), "%u", c->e2e_epochs);
+	if (write_config(simcfg, c, "e2esim", work, replay, true, 0, true) < 0)
+		return 1;
+	char *sargv[] = {bin, "sim", "-c", simcfg, "-o", (char *)replay, "-n", nep, NULL};
+	double t = vr_mono_s();
+	pid_t pid = spawn(sargv, log, NULL);
+	int rc = pid < 0 ? pid : reap(pid, 600);
+	if (rc != 0) {
+		fprintf(stderr, "e2e_bench: %s: volrec sim failed (%d)\n", c->name, rc);
+		print_log_tail(log);
 		unlink(replay);
-		for (int k = 0; k < 2; k++)
-			if (res[i][k].backend)
-				device = res[i][k].backend;
+		return 1;
 	}
+	fprintf(stderr, "e2e_bench: %s: replay of %u epochs written in %.1f s\n", c->name,
+	        c->e2e_epochs, vr_mono_s() - t);
+	return 0;
+}
 
-	/* the table */
+/* Case c's runs into res[0] (max) and res[1] (paced); 0, else 1. */
+static int e2e_run_case(const struct bcase *c, const char *work, struct run_result res[2])
+{
+	char replay[PATH_MAX];
+	int status = 0;
+
+	memset(res, 0, 2 * sizeof(*res));
+	snprintf(replay, sizeof(replay), "%s/vre2e-%d-%s.vrr", opt.shm_dir, (int)getpid(), c->name);
+	if (e2e_write_replay(c, work, replay))
+		return 1;
+	if (opt.maxrun && run_daemon(c, work, replay, 0, true, &res[0]) < 0)
+		status = 1;
+	if (opt.paced) {
+		double rate = opt.rate > 0 ? opt.rate : c->paced_rate;
+		/* a rate the backend can follow: near the target, below what it sustains */
+		if (opt.rate <= 0 && res[0].vps > 0 && (rate <= 0 || rate > 0.8 * res[0].vps))
+			rate = 0.6 * res[0].vps;
+		if (rate <= 0)
+			rate = 10;
+		rate = floor(rate * 10 + 0.5) / 10;
+		if (run_daemon(c, work, replay, rate, false, &res[1]) < 0)
+			status = 1;
+	}
+	unlink(replay);
+	return status;
+}
+
+static void e2e_print_table(const struct bcase *const *sel, int nsel, struct run_result (*res)[2],
+                            const struct limits *lim, const char *host, const char *commit)
+{
 	printf("\nvolrecd end to end (replay in %s -> vol received), backend %s, %s, commit %s\n",
 	       opt.shm_dir, opt.backend, host, commit);
 	printf("%-13s %-6s %7s %9s %11s %7s %9s %9s %9s %9s %7s %-9s\n", "case", "run", "rate",
@@ -927,43 +967,78 @@ int main(int argc, char **argv)
 			printf("%s / %s (max runs): %.3f (target >= %g)\n", sel[i]->name,
 			       sel[j]->name, res[i][0].vps / res[j][0].vps, sel[i]->target_over_nc);
 	}
-	printf("limits: memcpy %.1f GB/s", lim.memcpy);
-	if (isfinite(lim.h2d))
+	printf("limits: memcpy %.1f GB/s", lim->memcpy);
+	if (isfinite(lim->h2d))
 		printf(", pinned H2D %.1f GB/s, D2H (shm) %.1f GB/s, both ways %.1f GB/s each%s",
-		       lim.h2d, lim.d2h, lim.bidir,
+		       lim->h2d, lim->d2h, lim->bidir,
 		       opt.ndevs > 1 ? " (the distinct devices' links together)" : "");
-	if (opt.ndevs > 1 && isfinite(lim.d2h))
+	if (opt.ndevs > 1 && isfinite(lim->d2h))
 		for (unsigned k = 0; k < opt.ndevs; k++)
 			printf("\n  gpu.devices[%u] = device %d: D2H (shm) %.1f GB/s", k,
-			       opt.devs[k], lim.link_d2h[k]);
+			       opt.devs[k], lim->link_d2h[k]);
 	printf("\nlatencies in ms: proc = the vol message's processing latency (last B-scan "
 	       "acquired -> volume written); first = first B-scan acquired -> vol received\n");
+}
 
-	/* the JSON */
+/* The record written to path; 0, else 1 (said). */
+static int e2e_write_json(const char *path, struct json_object *doc)
+{
+	int err = doc ? 0 : ENOMEM;
+
+	errno = 0;
+	if (doc && json_object_to_file_ext(path, doc,
+	                                   JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
+	                                           JSON_C_TO_STRING_NOSLASHESCAPE) < 0)
+		err = errno ? errno : EIO;
+	json_object_put(doc);
+	if (err) {
+		fprintf(stderr, "e2e_bench: %s: %s\n", path, strerror(err));
+		return 1;
+	}
+	printf("wrote %s\n", path);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct bcase *sel[8];
+	struct run_result res[8][2];
+	int nsel = 0, status;
+	struct limits lim = {.memcpy = NAN, .h2d = NAN, .d2h = NAN, .bidir = NAN};
+	char work[] = "/tmp/vre2eXXXXXX", host[128] = "unknown", date[32], commit[64] = "unknown";
+	char outpath[PATH_MAX], *up;
+	struct json_object *device = NULL;
+	time_t now = time(NULL);
+
+	/* --build by default: the folder above this program's (build/tests/e2e_bench: build) */
+	if (vr_self_dir(opt.build, sizeof(opt.build)) == 0 && (up = strrchr(opt.build, '/')))
+		*up = 0;
+	status = e2e_parse_args(argc, argv, sel, &nsel);
+	if (status >= 0)
+		return status;
+	status = 0;
+	if (!mkdtemp(work)) {
+		fprintf(stderr, "e2e_bench: mkdtemp: %s\n", strerror(errno));
+		return 1;
+	}
+	gethostname(host, sizeof(host) - 1);
+	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", gmtime(&now));
+	e2e_commit(commit, sizeof(commit));
+	e2e_limits(&lim);
+	for (int i = 0; i < nsel; i++) {
+		status |= e2e_run_case(sel[i], work, res[i]);
+		for (int k = 0; k < 2; k++)
+			if (res[i][k].backend)
+				device = res[i][k].backend;
+	}
+	e2e_print_table(sel, nsel, res, &lim, host, commit);
 	if (opt.output)
 		snprintf(outpath, sizeof(outpath), "%s", opt.output);
 	else
 		snprintf(outpath, sizeof(outpath), "bench/results/e2e-c-%s-%s-%s.json", opt.backend,
 		         host, date);
-	{
-		struct json_object *doc =
-		        results_json(host, date, commit, device, &lim, sel, nsel, res);
-		int err = doc ? 0 : ENOMEM;
-
-		errno = 0;
-		if (doc &&
-		    json_object_to_file_ext(outpath, doc,
-		                            JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED |
-		                                    JSON_C_TO_STRING_NOSLASHESCAPE) < 0)
-			err = errno ? errno : EIO;
-		json_object_put(doc);
-		if (err) {
-			fprintf(stderr, "e2e_bench: %s: %s\n", outpath, strerror(err));
-			status = 1;
-		} else {
-			printf("wrote %s\n", outpath);
-		}
-	}
+	status |= e2e_write_json(outpath,
+	                         results_json(host, date, commit, device, &lim, sel, nsel, res));
 	for (int i = 0; i < nsel; i++)
 		for (int k = 0; k < 2; k++) {
 			json_object_put(res[i][k].drops);

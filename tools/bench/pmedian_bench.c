@@ -93,7 +93,28 @@ static void pm_fill(uint16_t *raw, uint32_t ny, uint32_t nx, uint32_t K, int lin
 	free(ct);
 }
 
-int main(int argc, char **argv)
+/* thresholds: 10 (the default) while the fringes are fewer than half the depths and sigma_bg
+ * is the noise; 1 for N/4 fringes, where sigma_bg falls midway between the noise and the
+ * weakest fringe; 0 takes every depth */
+static const struct pm_case pm_cases[] = {
+        {"bscan_mean", CFG_BG_BSCAN_MEAN, 64, 10},
+        {"partial_median_0", CFG_BG_PARTIAL_MEDIAN, 0, 10},
+        {"partial_median_64", CFG_BG_PARTIAL_MEDIAN, 64, 10},
+        {"partial_median_256", CFG_BG_PARTIAL_MEDIAN, 256, 1},
+        {"partial_median_all", CFG_BG_PARTIAL_MEDIAN, -1, 0},
+};
+#define PM_CASES VR_ARRAY_SIZE(pm_cases)
+
+/* What the command line asks for. */
+struct pm_opts {
+	const char *json, *commit, *backend;
+	double seconds;
+	long ny, nx, K, dev;
+	bool cuda;
+};
+
+/* -1 when the options are read into o and in range, else the exit status. */
+static int pm_parse_args(int argc, char **argv, struct pm_opts *o)
 {
 	static const struct option longopts[] = {
 	        {"backend", required_argument, NULL, 'b'},
@@ -106,27 +127,23 @@ int main(int argc, char **argv)
 	        {"commit", required_argument, NULL, 'c'},
 	        VR_CLI_LONGOPTS_END,
 	};
-	const char *json = NULL, *commit = "unknown", *backend = "cuda";
-	double seconds = 3.0;
-	long ny = 16, nx = 1024, K = 1024, dev = 0;
-	char err[1024] = "", device[256] = "";
+	const struct vr_cli_str strs[] = {{'b', &o->backend}, {'j', &o->json}, {'c', &o->commit}};
 	int c;
-	const struct vr_cli_str strs[] = {{'b', &backend}, {'j', &json}, {'c', &commit}};
 
 	while ((c = VR_CLI_GETOPT(argc, argv, "h", longopts, strs)) != -1) {
 		char *end = NULL;
 		switch (c) {
 		case 's':
-			seconds = strtod(optarg, &end);
+			o->seconds = strtod(optarg, &end);
 			break;
 		case 'y':
 		case 'x':
 		case 'k':
 		case 'd':
-			*(c == 'y'   ? &ny
-			  : c == 'x' ? &nx
-			  : c == 'k' ? &K
-			             : &dev) = strtol(optarg, &end, 10);
+			*(c == 'y'   ? &o->ny
+			  : c == 'x' ? &o->nx
+			  : c == 'k' ? &o->K
+			             : &o->dev) = strtol(optarg, &end, 10);
 			break;
 		default:
 			return vr_cli_usage(usage, c);
@@ -136,131 +153,161 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind < argc || (strcmp(backend, "cpu") && strcmp(backend, "cuda")) ||
-	    !(seconds > 0 && seconds <= 60) || ny < 1 || ny > 4096 || nx < 2 || nx > 8192 ||
-	    K < 64 || K > 65536 || K % 2 || dev < 0) {
+	if (optind < argc || (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) ||
+	    !(o->seconds > 0 && o->seconds <= 60) || o->ny < 1 || o->ny > 4096 || o->nx < 2 ||
+	    o->nx > 8192 || o->K < 64 || o->K > 65536 || o->K % 2 || o->dev < 0) {
 		fprintf(stderr, "pmedian_bench: need --backend cpu|cuda, --seconds in (0, 60], "
 		                "--bscans 1..4096, --ascans 2..8192, --samples even 64..65536\n");
 		return 2;
 	}
-	const bool cuda = !strcmp(backend, "cuda");
-	if (cuda && be_cuda_devices() == 0) {
-		printf("SKIP: no CUDA device\n");
-		return 77;
-	}
-	const int half = (int)(K / 2);
-	/* thresholds: 10 (the default) while the fringes are fewer than half the depths and
-	 * sigma_bg is the noise; 1 for N/4 fringes, where sigma_bg falls midway between the
-	 * noise and the weakest fringe; 0 takes every depth */
-	const struct pm_case cases[] = {
-	        {"bscan_mean", CFG_BG_BSCAN_MEAN, 64, 10},
-	        {"partial_median_0", CFG_BG_PARTIAL_MEDIAN, 0, 10},
-	        {"partial_median_64", CFG_BG_PARTIAL_MEDIAN, 64, 10},
-	        {"partial_median_256", CFG_BG_PARTIAL_MEDIAN, 256, 1},
-	        {"partial_median_all", CFG_BG_PARTIAL_MEDIAN, -1, 0},
-	};
-	struct bench_result res[VR_ARRAY_SIZE(cases)];
-	uint16_t *data = malloc((size_t)ny * nx * K * sizeof(uint16_t));
+	o->cuda = !strcmp(o->backend, "cuda");
+	return -1;
+}
+
+/* The configuration of case pc: its background mode alone, on the bench's geometry. */
+static void pm_config(struct vr_config *cfg, const struct pm_opts *o, const struct pm_case *pc)
+{
+	cfg_defaults(cfg);
+	cfg->backend = o->cuda ? CFG_BACKEND_CUDA : CFG_BACKEND_CPU;
+	cfg->gpu.device = (int)o->dev;
+	cfg->geometry.samples_per_ascan = (uint32_t)o->K;
+	cfg->geometry.ascans_per_bscan = (uint32_t)o->nx;
+	cfg->geometry.bscans_per_volume = (uint32_t)o->ny;
+	cfg->geometry.stride[0] = cfg->geometry.stride[1] = 1;
+	cfg->geometry.depth_range[0] = 0;
+	cfg->geometry.depth_range[1] = (uint32_t)(o->K / 2);
+	cfg->pipeline.ring_bscans = (uint32_t)o->ny;
+	cfg->preprocess.background.mode = pc->mode;
+	cfg->preprocess.background.threshold = pc->threshold;
+	cfg->preprocess.window.type = CFG_WIN_NONE;
+	cfg->reconstruct.mode = CFG_RECON_NONE;
+	/* preprocessing alone is measured; the default view positions assume a deeper volume
+	 * than depth_range [0, N/2) and would make every epoch fail */
+	cfg->view.enabled = false;
+}
+
+/* Every case measured into res, a row of the table each; -1 when done, else the exit
+ * status. */
+static int pm_run_cases(const struct pm_opts *o, struct bench_result *res, char *device,
+                        size_t devlen)
+{
+	const int half = (int)(o->K / 2);
+	char err[1024] = "";
+	uint16_t *data = malloc((size_t)o->ny * o->nx * o->K * sizeof(uint16_t));
+
 	if (!data) {
 		fprintf(stderr, "pmedian_bench: out of memory\n");
 		return 1;
 	}
 	printf("%-22s %8s %14s %12s %22s\n", "case", "fringes", "A-scans/s", "epochs/s",
 	       "median depths/B-scan");
-	for (size_t i = 0; i < VR_ARRAY_SIZE(cases); i++) {
-		const struct pm_case *pc = &cases[i];
+	for (size_t i = 0; i < PM_CASES; i++) {
+		const struct pm_case *pc = &pm_cases[i];
 		struct vr_config cfg;
 		const int lines = pc->lines < 0 ? (half / 2 < 256 ? half / 2 : 256) : pc->lines;
 		if (lines >= half / 2 + 1 && pc->threshold > 1) {
-			fprintf(stderr, "pmedian_bench: K = %ld too small for %d fringes\n", K,
+			fprintf(stderr, "pmedian_bench: K = %ld too small for %d fringes\n", o->K,
 			        lines);
 			free(data);
 			return 2;
 		}
-		cfg_defaults(&cfg);
-		cfg.backend = cuda ? CFG_BACKEND_CUDA : CFG_BACKEND_CPU;
-		cfg.gpu.device = (int)dev;
-		cfg.geometry.samples_per_ascan = (uint32_t)K;
-		cfg.geometry.ascans_per_bscan = (uint32_t)nx;
-		cfg.geometry.bscans_per_volume = (uint32_t)ny;
-		cfg.geometry.stride[0] = cfg.geometry.stride[1] = 1;
-		cfg.geometry.depth_range[0] = 0;
-		cfg.geometry.depth_range[1] = (uint32_t)half;
-		cfg.pipeline.ring_bscans = (uint32_t)ny;
-		cfg.preprocess.background.mode = pc->mode;
-		cfg.preprocess.background.threshold = pc->threshold;
-		cfg.preprocess.window.type = CFG_WIN_NONE;
-		cfg.reconstruct.mode = CFG_RECON_NONE;
-		/* preprocessing alone is measured; the default view positions assume a deeper
-		 * volume than depth_range [0, N/2) and would make every epoch fail */
-		cfg.view.enabled = false;
-		pm_fill(data, (uint32_t)ny, (uint32_t)nx, (uint32_t)K, lines);
-		int rc = bench_run_raw(&cfg, data, 2, 3, seconds, 2, &res[i], err, sizeof(err));
+		pm_config(&cfg, o, pc);
+		pm_fill(data, (uint32_t)o->ny, (uint32_t)o->nx, (uint32_t)o->K, lines);
+		int rc = bench_run_raw(&cfg, data, 2, 3, o->seconds, 2, &res[i], err, sizeof(err));
 		cfg_free(&cfg);
-		snprintf(device, sizeof(device), "%s", res[i].device);
+		snprintf(device, devlen, "%s", res[i].device);
 		if (rc < 0) {
 			fprintf(stderr, "pmedian_bench: %s: %s\n", pc->name, err);
 			free(data);
 			return 1;
 		}
 		printf("%-22s %8d %14.0f %12.2f %22.2f\n", pc->name, lines,
-		       res[i].epochs_per_s * (double)ny * (double)nx, res[i].epochs_per_s,
+		       res[i].epochs_per_s * (double)o->ny * (double)o->nx, res[i].epochs_per_s,
 		       res[i].median_depths);
 		fflush(stdout);
 	}
 	free(data);
-	printf("device: %s\n", device);
+	return -1;
+}
 
-	if (json) {
-		struct json_object *root = json_object_new_object(), *arr = json_object_new_array();
-		char date[64];
-		time_t t = time(NULL);
-		struct tm tm;
-		strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
-		json_object_object_add(root, "benchmark",
-		                       json_object_new_string("volrec pmedian_bench (Fig. 3 of "
-		                                              "Watanabe 2012)"));
-		json_object_object_add(root, "backend", json_object_new_string(backend));
-		json_object_object_add(root, "device", json_object_new_string(device));
-		json_object_object_add(root, "date", json_object_new_string(date));
-		json_object_object_add(root, "commit", json_object_new_string(commit));
-		json_object_object_add(root, "ascans_per_bscan", json_object_new_int64(nx));
-		json_object_object_add(root, "samples_per_ascan", json_object_new_int64(K));
-		json_object_object_add(root, "bscans_per_epoch", json_object_new_int64(ny));
-		json_object_object_add(root, "depths", json_object_new_int64(half));
-		json_object_object_add(root, "seconds_per_case", json_object_new_double(seconds));
+/* The JSON record of the run for bench/results/. */
+static int pm_write_json(const struct pm_opts *o, const struct bench_result *res,
+                         const char *device)
+{
+	struct json_object *root = json_object_new_object(), *arr = json_object_new_array();
+	char date[64];
+	time_t t = time(NULL);
+	struct tm tm;
+
+	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+	json_object_object_add(root, "benchmark",
+	                       json_object_new_string("volrec pmedian_bench (Fig. 3 of "
+	                                              "Watanabe 2012)"));
+	json_object_object_add(root, "backend", json_object_new_string(o->backend));
+	json_object_object_add(root, "device", json_object_new_string(device));
+	json_object_object_add(root, "date", json_object_new_string(date));
+	json_object_object_add(root, "commit", json_object_new_string(o->commit));
+	json_object_object_add(root, "ascans_per_bscan", json_object_new_int64(o->nx));
+	json_object_object_add(root, "samples_per_ascan", json_object_new_int64(o->K));
+	json_object_object_add(root, "bscans_per_epoch", json_object_new_int64(o->ny));
+	json_object_object_add(root, "depths", json_object_new_int64(o->K / 2));
+	json_object_object_add(root, "seconds_per_case", json_object_new_double(o->seconds));
+	json_object_object_add(root, "note",
+	                       json_object_new_string("u16 input, window none, reconstruct.mode "
+	                                              "none, through the pipeline engine, "
+	                                              "pipelined (epoch e+1 submitted while e is "
+	                                              "in flight), u8 output into registered "
+	                                              "shared memory"));
+	for (size_t i = 0; i < PM_CASES; i++) {
+		struct json_object *c = json_object_new_object();
+		json_object_object_add(c, "name", json_object_new_string(pm_cases[i].name));
 		json_object_object_add(
-		        root, "note",
-		        json_object_new_string("u16 input, window none, reconstruct.mode none, "
-		                               "through the pipeline engine, pipelined (epoch e+1 "
-		                               "submitted while e is in flight), u8 output into "
-		                               "registered shared memory"));
-		for (size_t i = 0; i < VR_ARRAY_SIZE(cases); i++) {
-			struct json_object *o = json_object_new_object();
-			json_object_object_add(o, "name", json_object_new_string(cases[i].name));
-			json_object_object_add(
-			        o, "mode",
-			        json_object_new_string(cfg_background_name(cases[i].mode)));
-			json_object_object_add(o, "threshold",
-			                       json_object_new_double(cases[i].threshold));
-			json_object_object_add(o, "median_depths_per_bscan",
-			                       json_object_new_double(res[i].median_depths));
-			json_object_object_add(o, "ascans_per_s",
-			                       json_object_new_double(res[i].epochs_per_s *
-			                                              (double)ny * (double)nx));
-			json_object_object_add(o, "epochs_per_s",
-			                       json_object_new_double(res[i].epochs_per_s));
-			json_object_object_add(o, "epochs", json_object_new_int64(res[i].epochs));
-			json_object_array_add(arr, o);
-		}
-		json_object_object_add(root, "cases", arr);
-		int rc = json_object_to_file_ext(json, root, JSON_C_TO_STRING_PRETTY);
-		json_object_put(root);
-		if (rc < 0) {
-			fprintf(stderr, "pmedian_bench: %s: cannot write\n", json);
-			return 1;
-		}
-		printf("wrote %s\n", json);
+		        c, "mode", json_object_new_string(cfg_background_name(pm_cases[i].mode)));
+		json_object_object_add(c, "threshold",
+		                       json_object_new_double(pm_cases[i].threshold));
+		json_object_object_add(c, "median_depths_per_bscan",
+		                       json_object_new_double(res[i].median_depths));
+		json_object_object_add(c, "ascans_per_s",
+		                       json_object_new_double(res[i].epochs_per_s * (double)o->ny *
+		                                              (double)o->nx));
+		json_object_object_add(c, "epochs_per_s",
+		                       json_object_new_double(res[i].epochs_per_s));
+		json_object_object_add(c, "epochs", json_object_new_int64(res[i].epochs));
+		json_object_array_add(arr, c);
 	}
+	json_object_object_add(root, "cases", arr);
+	int rc = json_object_to_file_ext(o->json, root, JSON_C_TO_STRING_PRETTY);
+	json_object_put(root);
+	if (rc < 0) {
+		fprintf(stderr, "pmedian_bench: %s: cannot write\n", o->json);
+		return 1;
+	}
+	printf("wrote %s\n", o->json);
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct pm_opts o = {.commit = "unknown",
+	                    .backend = "cuda",
+	                    .seconds = 3.0,
+	                    .ny = 16,
+	                    .nx = 1024,
+	                    .K = 1024};
+	struct bench_result res[PM_CASES];
+	char device[256] = "";
+	int rc;
+
+	rc = pm_parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	if (o.cuda && be_cuda_devices() == 0) {
+		printf("SKIP: no CUDA device\n");
+		return 77;
+	}
+	rc = pm_run_cases(&o, res, device, sizeof(device));
+	if (rc >= 0)
+		return rc;
+	printf("device: %s\n", device);
+	return o.json ? pm_write_json(&o, res, device) : 0;
 }
