@@ -5,7 +5,7 @@
 //
 // A colour map is an entry of COLORMAPS: `kind` says what values it is meant for, `rgb(t)` gives
 // [r, g, b] (0..255) for t in [0, 1]. Intensity maps ('intensity') apply to every structural
-// picture. The functional pictures (docs/algorithms.md §5) will bring their own entries: an
+// picture. The functional pictures (angiography and Doppler, not yet computed) will bring their own entries: an
 // angiography slab is an intensity of decorrelation ('angio': a sequential map), a Doppler
 // overlay a signed velocity ('signed': t = 0.5 is zero flow, diverging towards −/+ v_max), each
 // chosen per overlay with its own window and threshold; mapFor(kind) lists the maps of a kind.
