@@ -3,8 +3,9 @@
  * The views of docs/algorithms.md §4 on the device, from the u8 volume already there: en-face
  * mean/max over the slab and the plane (one warp per A-scan column), and the MIP render (one
  * thread per pixel, samples clipped to the box by be_render_krange), and the reduced volume (one
- * thread per depth block of an A-scan, combined per block with 64-bit atomics; only the small
- * result leaves the device). The B-scan and slice are plain copies out of the volume
+ * thread per output voxel over its block when one device holds the whole volume; one thread per
+ * depth block of an A-scan, combined per block with 64-bit atomics, for a part of the rows; only
+ * the small result leaves the device). The B-scan and slice are plain copies out of the volume
  * (gpu_backend.c). cpu/views.c is the reference.
  */
 #include <cuda_runtime.h>
@@ -209,6 +210,71 @@ __global__ void k_volume_finish(const unsigned long long *acc, int Y, int X, int
 	out[t] = (uint8_t)((2 * acc[t] + nn) / (2 * nn));
 }
 
+/* The maximum (as a byte) or the sum of the n bytes at a: 16 at a time where a is aligned to
+ * 16 (every depth block of a volume whose depth and block are multiples of 16), one at a time
+ * otherwise and for the tail. */
+__device__ __forceinline__ unsigned volume_block_bytes(const uint8_t *__restrict__ a, int n,
+                                                       int mean)
+{
+	unsigned v = 0, m4 = 0;
+	int z = 0;
+
+	if (((size_t)a & 15) == 0) {
+		for (; z + 16 <= n; z += 16) {
+			const uint4 q = __ldg(reinterpret_cast<const uint4 *>(a + z));
+
+			if (mean)
+				v += __vsadu4(q.x, 0) + __vsadu4(q.y, 0) + __vsadu4(q.z, 0) +
+				     __vsadu4(q.w, 0);
+			else
+				m4 = __vmaxu4(m4, __vmaxu4(__vmaxu4(q.x, q.y), __vmaxu4(q.z, q.w)));
+		}
+		if (!mean) {
+			m4 = __vmaxu4(m4, m4 >> 16);
+			m4 = __vmaxu4(m4, m4 >> 8);
+			v = m4 & 0xffu;
+		}
+	}
+	for (; z < n; z++) {
+		const unsigned w = __ldg(a + z);
+
+		v = mean ? v + w : max(v, w);
+	}
+	return v;
+}
+
+/* The whole reduced volume of one device's whole volume: one thread per output voxel (its
+ * depth block fastest, so that a warp reads consecutive stretches of one A-scan), over the
+ * fy x fx A-scans of its block; no accumulators, no atomics. Equal to k_volume_acc followed by
+ * k_volume_finish. */
+__global__ void k_volume_direct(const uint8_t *__restrict__ V, int Y, int X, int Z, int fy, int fx,
+                                int fz, int Yr, int Xr, int Zr, int mean, uint8_t *out)
+{
+	const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (t >= (long long)Yr * Xr * Zr)
+		return;
+	const int zb = (int)(t % Zr), xb = (int)(t / Zr % Xr), yb = (int)(t / Zr / Xr);
+	const int y1 = min((yb + 1) * fy, Y), x1 = min((xb + 1) * fx, X);
+	const int z0 = zb * fz, nz = min(fz, Z - z0);
+	unsigned long long v = 0;
+
+	for (int y = yb * fy; y < y1; y++)
+		for (int x = xb * fx; x < x1; x++) {
+			const unsigned w =
+			        volume_block_bytes(V + ((long long)y * X + x) * Z + z0, nz, mean);
+
+			v = mean ? v + w : (w > v ? w : v);
+		}
+	if (!mean) {
+		out[t] = (uint8_t)v;
+		return;
+	}
+	const unsigned long long nn =
+	        (unsigned long long)(y1 - yb * fy) * (unsigned long long)(x1 - xb * fx) * nz;
+	out[t] = (uint8_t)((2 * v + nn) / (2 * nn));
+}
+
 extern "C" cudaError_t gpu_launch_volume(const uint8_t *V, const struct be_view_params *p,
                                          uint32_t ry0, uint32_t ry1, unsigned long long *acc,
                                          uint8_t *out, cudaStream_t s)
@@ -219,6 +285,16 @@ extern "C" cudaError_t gpu_launch_volume(const uint8_t *V, const struct be_view_
 	be_volume_dims(p, f, r);
 	const size_t nout = (size_t)r[0] * r[1] * r[2];
 	const long long nthr = (long long)(ry1 - ry0) * p->X * r[2];
+
+	if (out && ry0 == 0 && ry1 == p->Y) {
+		/* the whole volume on this device: straight to the bytes */
+		if (!nout)
+			return cudaSuccess;
+		k_volume_direct<<<(unsigned)((nout + 255) / 256), 256, 0, s>>>(
+		        V, (int)p->Y, (int)p->X, (int)p->Z, (int)f[0], (int)f[1], (int)f[2],
+		        (int)r[0], (int)r[1], (int)r[2], mean, out);
+		return cudaGetLastError();
+	}
 	cudaError_t e = cudaMemsetAsync(acc, 0, nout * sizeof(*acc), s);
 
 	if (e != cudaSuccess || !nout)
