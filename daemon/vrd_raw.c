@@ -392,31 +392,13 @@ static int alloc_buffers(struct vrd_raw *r, char *err, size_t errlen)
 	return 0;
 }
 
-int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *name, uint64_t epochs,
-                  double seconds, char *err, size_t errlen)
+/* Room for a recording in record.dir: the folder is there and keeps record.min_free_gb free
+ * after one epoch. 0 or a negative errno with the message in err. */
+static int check_room(const struct vrd_raw *r, const struct vr_config *cfg, char *err,
+                      size_t errlen)
 {
-	struct src_rec_section sec[4] = {0};
-	struct src_replay_info info = {0};
 	struct statvfs vfs;
-	char meta[1024], path[sizeof(r->path)];
-	size_t ns = 0;
-	int rc;
 
-	reap(r);
-	if (!vrd_raw_name_ok(name))
-		return vr_err(
-		        err, errlen, -EINVAL,
-		        "record_start: name '%.64s' is not allowed (letters, digits, '-', '_' "
-		        "and '.', not first; at most %d characters): recordings go into "
-		        "record.dir only",
-		        name, CFG_NAME_MAX - 1);
-	pthread_mutex_lock(&r->mu);
-	rc = r->state == RAW_RECORDING || r->state == RAW_FINISHING || r->thr_live;
-	pthread_mutex_unlock(&r->mu);
-	if (rc)
-		return vr_err(err, errlen, -EBUSY,
-		              "record_start: a raw recording (%s) is in progress", r->path);
-	snprintf(path, sizeof(path), "%s/%s.vrr", cfg->record.dir, name);
 	if (statvfs(cfg->record.dir, &vfs) < 0)
 		return vr_err(err, errlen, -errno,
 		              "record_start: record.dir %s: %s (record.dir in the configuration "
@@ -431,6 +413,21 @@ int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *na
 		        "record.min_free_gb %g",
 		        cfg->record.dir, (double)vfs.f_bavail * (double)vfs.f_frsize / 1e9,
 		        cfg->record.min_free_gb);
+	return 0;
+}
+
+/* The epoch buffers and the recording's file at path (r->w), with the geometry, the metadata
+ * and the configuration's sections in its header. 0 or a negative errno with the message in
+ * err, nothing left allocated. */
+static int open_recording(struct vrd_raw *r, const struct vr_config *cfg, const char *name,
+                          const char *path, char *err, size_t errlen)
+{
+	struct src_rec_section sec[4] = {0};
+	struct src_replay_info info = {0};
+	char meta[1024];
+	size_t ns = 0;
+	int rc;
+
 	info.sample_type = cfg_sample_abi(cfg->geometry.sample_type);
 	info.samples_per_ascan = cfg->geometry.samples_per_ascan;
 	info.ascans_per_bscan = cfg->geometry.ascans_per_bscan;
@@ -462,8 +459,36 @@ int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *na
 		pthread_mutex_lock(&r->mu);
 		free_buffers(r);
 		pthread_mutex_unlock(&r->mu);
-		return rc;
 	}
+	return rc;
+}
+
+int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *name, uint64_t epochs,
+                  double seconds, char *err, size_t errlen)
+{
+	char path[sizeof(r->path)];
+	int rc;
+
+	reap(r);
+	if (!vrd_raw_name_ok(name))
+		return vr_err(
+		        err, errlen, -EINVAL,
+		        "record_start: name '%.64s' is not allowed (letters, digits, '-', '_' "
+		        "and '.', not first; at most %d characters): recordings go into "
+		        "record.dir only",
+		        name, CFG_NAME_MAX - 1);
+	pthread_mutex_lock(&r->mu);
+	rc = r->state == RAW_RECORDING || r->state == RAW_FINISHING || r->thr_live;
+	pthread_mutex_unlock(&r->mu);
+	if (rc)
+		return vr_err(err, errlen, -EBUSY,
+		              "record_start: a raw recording (%s) is in progress", r->path);
+	snprintf(path, sizeof(path), "%s/%s.vrr", cfg->record.dir, name);
+	rc = check_room(r, cfg, err, errlen);
+	if (!rc)
+		rc = open_recording(r, cfg, name, path, err, errlen);
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&r->mu);
 	struct src_rec_writer_stats ws;
 	src_rec_writer_stats(r->w, &ws);

@@ -376,6 +376,27 @@ static void life_let_go(struct pl_life *l)
 	}
 }
 
+/* The ring's own slots when the source's buffers are not used in place: one host
+ * allocation of the backend, each slot with its guard. 0 or a negative errno with the message
+ * in err. */
+static int ring_alloc(struct pl_pipeline *pl, char *err, size_t errlen)
+{
+	size_t bytes = pl->slot_bytes * pl->ring.size;
+	int rc = be_host_alloc(pl->be, bytes, &pl->ring_mem);
+
+	if (rc < 0) {
+		pl->ring_mem = NULL;
+		return vr_err_errno(err, errlen, rc,
+		                    "pipeline: allocating the ring of %u B-scans (%zu bytes)",
+		                    pl->ring.size, bytes);
+	}
+	for (uint32_t i = 0; i < pl->ring.size; i++) {
+		pl->ring.e[i].buf = (char *)pl->ring_mem + (size_t)i * pl->slot_bytes;
+		pl_guard_set(pl->ring.e[i].buf, pl->bscan_bytes);
+	}
+	return 0;
+}
+
 int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, size_t errlen)
 {
 	struct pl_pipeline *pl;
@@ -459,20 +480,9 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 
 	choose_acquisition(pl);
 	if (!pl->zc) {
-		size_t bytes = pl->slot_bytes * pl->ring.size;
-
-		rc = be_host_alloc(pl->be, bytes, &pl->ring_mem);
-		if (rc < 0) {
-			pl->ring_mem = NULL;
-			vr_err_errno(err, errlen, rc,
-			             "pipeline: allocating the ring of %u B-scans (%zu bytes)",
-			             pl->ring.size, bytes);
+		rc = ring_alloc(pl, err, errlen);
+		if (rc < 0)
 			goto fail;
-		}
-		for (uint32_t i = 0; i < pl->ring.size; i++) {
-			pl->ring.e[i].buf = (char *)pl->ring_mem + (size_t)i * pl->slot_bytes;
-			pl_guard_set(pl->ring.e[i].buf, pl->bscan_bytes);
-		}
 	}
 	*out = pl;
 	return 0;

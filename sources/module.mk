@@ -25,9 +25,9 @@ SHIM_KIT_SRCS := sources/shim_args.c sources/shim_common.c sources/shim_entry.c
 SHIM_VERSION_SCRIPT := sources/shim.map
 
 # The example shim (docs/shim.md): a separate .so, loaded by volrecd with dlopen and never linked
-# into it. libvolrec_synth_shim.so is the template for a real frame grabber.
+# into it. It exports the built-in synth (synth.c) as a shim: the template for a real grabber.
 SHLIBS += volrec_synth_shim
-volrec_synth_shim_SRCS := sources/synth_shim.c $(SHIM_KIT_SRCS)
+volrec_synth_shim_SRCS := sources/synth_shim.c sources/synth.c $(SHIM_KIT_SRCS)
 volrec_synth_shim_ARCHIVES := sim base
 # only what it uses of base (vr_scan_offset, the clock): no libjson-c in the shims
 volrec_synth_shim_LDLIBS := -Wl,--as-needed -lyaml

@@ -324,6 +324,181 @@ static int export_output(const char *h5, const char *out, const char *config)
 	return 0;
 }
 
+/* Where the HDF5 goes: OUT, or OUT.partial.h5 for another format (with --into unused: a part
+ * goes into the image). NULL when out of memory. */
+static char *h5_path(const struct proc_opts *o)
+{
+	char *path = NULL;
+
+	if (o->into)
+		path = strdup(o->into);
+	else if (fmt_kind_of(o->output) == FMT_NONE)
+		path = strdup(o->output);
+	else if (asprintf(&path, "%s.partial.h5", o->output) < 0)
+		path = NULL;
+	return path;
+}
+
+/* The configuration (-c FILE, else the recording's) and what the options change in it and in
+ * the engine's options: the recording as the source, the backend, the diagnostics switches,
+ * the part of the recording. 0 or an exit status with the message printed. */
+static int configure_run(const struct proc_opts *o, struct vr_config *cfg, struct pl_options *po,
+                         struct part *part)
+{
+	char err[CFG_ERR_MAX] = "";
+
+	if (o->source) {
+		/* the recording, read once through, whatever source the configuration names */
+		cfg->source.type = CFG_SOURCE_REPLAY;
+		snprintf(cfg->source.replay.path, sizeof(cfg->source.replay.path), "%s", o->source);
+		cfg->source.replay.format = CFG_REPLAY_AUTO;
+		cfg->source.replay.loop = false;
+		if (o->on_crc)
+			cfg->source.replay.on_crc_error =
+			        strcmp(o->on_crc, "skip") ? CFG_CRC_STOP : CFG_CRC_SKIP;
+		po->src_flags |= SRC_DROP_MARKS; /* epochs left out of the recording are lost */
+		if (cfg->source.replay.on_crc_error == CFG_CRC_SKIP) {
+			uint64_t bad;
+			if (proc_recording_verify(o->source, stderr, &bad, err, sizeof(err)) < 0) {
+				fprintf(stderr, "volrec process: %s\n", err);
+				return VR_EXIT_FAIL;
+			}
+		}
+	}
+	if (o->backend) {
+		int b = proc_backend_arg("process", o->backend);
+		if (b < 0)
+			return VR_EXIT_USAGE;
+		cfg->backend = (enum cfg_backend)b;
+	}
+	/* the engine's diagnostics switches (docs/operations.md) apply here too */
+	po->cfg = cfg;
+	if (pl_options_from_env(po, err, sizeof(err)) < 0) {
+		fprintf(stderr, "volrec process: %s\n", err);
+		return VR_EXIT_USAGE;
+	}
+	if (o->frames)
+		return part_setup(o, part, po);
+	return 0;
+}
+
+/* What a run into HDF5 did. */
+struct h5_run {
+	uint64_t n;            /* epochs asked of the engine */
+	uint64_t done;         /* volumes written */
+	double elapsed;        /* seconds of pl_run */
+	bool failed;           /* pl_run failed */
+	bool med_ok;           /* median depths were taken: */
+	double med_mean;       /* their mean per B-scan */
+	uint32_t med_max;      /* and their most */
+	struct proc_warm warm; /* with --frames: the warm-up's volumes, processed, not written */
+};
+
+/* Run the engine into the HDF5 file h5path and close it. 0, or VR_EXIT_FAIL when the file
+ * could not be made or closed (a partial file is then removed), with the message printed. */
+static int run_into_h5(const struct proc_opts *o, const struct vr_config *cfg,
+                       struct pl_pipeline *pl, const struct part *part, const char *h5path,
+                       struct h5_run *r)
+{
+	const uint64_t volumes = o->frames ? part->b - part->a : r->n;
+	struct proc_h5 *h5 = NULL;
+	struct pl_sink sink;
+	char err[CFG_ERR_MAX] = "";
+	double t0;
+	int rc;
+
+	rc = proc_h5_create(h5path, cfg, pl_backend(pl), volumes, o->lowres, o->full,
+	                    isatty(STDERR_FILENO), &h5, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "volrec process: %s\n", err);
+		return VR_EXIT_FAIL;
+	}
+	proc_h5_sink(h5, &sink);
+	if (o->frames) {
+		/* the warm-up's volumes are processed, not written */
+		r->warm.inner = sink;
+		r->warm.start_epoch = part->start_epoch;
+		proc_warm_sink(&r->warm, &sink);
+	}
+	t0 = vr_mono_s();
+	rc = pl_run(pl, &sink, r->n, err, sizeof(err));
+	r->elapsed = vr_mono_s() - t0;
+	r->done = proc_h5_done(h5);
+	r->failed = rc < 0;
+	if (r->failed)
+		fprintf(stderr, "volrec process: %s\n", err);
+	else if (r->done < volumes)
+		fprintf(stderr, "volrec process: the source ended after %llu epochs\n",
+		        (unsigned long long)r->done);
+	/* after a failure too: the file then holds the epochs processed before it */
+	r->med_ok = proc_h5_median_depths(h5, &r->med_mean, &r->med_max);
+	rc = proc_h5_close(h5, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "volrec process: %s\n", err);
+		if (strcmp(h5path, o->output))
+			unlink(h5path);
+		return VR_EXIT_FAIL;
+	}
+	return 0;
+}
+
+/* What a run that wrote every volume did, on stdout. */
+static void print_summary(const struct vr_config *cfg, struct pl_pipeline *pl, const char *output,
+                          const struct h5_run *r)
+{
+	const uint64_t ascans =
+	        (uint64_t)cfg->geometry.ascans_per_bscan * cfg->geometry.bscans_per_volume;
+
+	printf("volrec process: %llu epochs, %llu A-scans in %.3f s (%.0f A-scans/s, %.2f "
+	       "epochs/s) on %s -> %s\n",
+	       (unsigned long long)r->done, (unsigned long long)r->done * ascans, r->elapsed,
+	       r->elapsed > 0 ? (double)r->done * ascans / r->elapsed : 0.0,
+	       r->elapsed > 0 ? r->done / r->elapsed : 0.0, be_device(pl_backend(pl)), output);
+	if (r->med_ok)
+		printf("volrec process: partial_median (threshold %g): %.2f median depths per "
+		       "B-scan on average, at most %u, of %u\n",
+		       cfg->preprocess.background.threshold, r->med_mean, r->med_max,
+		       cfg_fft_len(cfg) / 2);
+}
+
+/* -o OUT: the epochs into HDF5 (h5path), then into OUT's format when it is another. An exit
+ * status. */
+static int run_output(const struct proc_opts *o, const struct vr_config *cfg,
+                      struct pl_pipeline *pl, const struct part *part, const char *h5path)
+{
+	struct h5_run r = {0};
+
+	r.n = o->frames              ? part->epochs
+	      : o->epochs            ? o->epochs
+	      : pl_source_epochs(pl) ? pl_source_epochs(pl)
+	                             : cfg_stride_area(cfg);
+	if (pl_source_epochs(pl) && r.n > pl_source_epochs(pl)) {
+		fprintf(stderr, "volrec process: -n %llu: the replay file holds %llu epochs\n",
+		        (unsigned long long)r.n, (unsigned long long)pl_source_epochs(pl));
+		return VR_EXIT_USAGE;
+	}
+	if (run_into_h5(o, cfg, pl, part, h5path, &r))
+		return VR_EXIT_FAIL;
+	if (strcmp(h5path, o->output)) {
+		if (r.failed || !r.done) {
+			unlink(h5path);
+			fprintf(stderr, "volrec process: nothing written to %s\n", o->output);
+			return VR_EXIT_FAIL;
+		}
+		if (export_output(h5path, o->output, o->config ? o->config : o->source))
+			return VR_EXIT_FAIL;
+	}
+	H5close(); /* every HDF5 object is closed: the library may go */
+	if (r.failed) {
+		fprintf(stderr,
+		        "volrec process: %s holds the %llu epochs processed before the failure\n",
+		        o->output, (unsigned long long)r.done);
+		return VR_EXIT_FAIL;
+	}
+	print_summary(cfg, pl, o->output, &r);
+	return o->report ? write_report(o->report, pl, r.done, r.warm.warm, r.elapsed) : VR_EXIT_OK;
+}
+
 VR_COMMAND(process, "process a source offline into an HDF5 file")
 {
 	struct proc_opts o = {0};
@@ -334,28 +509,16 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	                        .zero_copy = -1,
 	                        .on_event = print_event};
 	struct pl_pipeline *pl = NULL;
-	struct proc_h5 *h5 = NULL;
-	struct pl_sink sink;
 	struct part part = {0};
-	struct proc_warm warm = {0};
 	char err[CFG_ERR_MAX] = "";
-	uint64_t n, done;
-	double t0, elapsed, med_mean;
-	uint32_t med_max;
-	bool failed, med_ok;
-	int ret = VR_EXIT_FAIL, rc;
-	char *h5path = NULL; /* where the HDF5 goes: OUT, or OUT.partial.h5 for another format */
+	int ret, rc;
+	char *h5path; /* where the HDF5 goes: OUT, or OUT.partial.h5 for another format */
 
 	cfg_defaults(&cfg);
 	rc = parse_opts(argc, argv, &o);
 	if (rc)
 		return rc < 0 ? VR_EXIT_OK : rc;
-	if (o.into)
-		h5path = strdup(o.into); /* unused: a part goes into the image */
-	else if (fmt_kind_of(o.output) == FMT_NONE)
-		h5path = strdup(o.output);
-	else if (asprintf(&h5path, "%s.partial.h5", o.output) < 0)
-		h5path = NULL;
+	h5path = h5_path(&o);
 	if (!h5path) {
 		fprintf(stderr, "volrec process: out of memory\n");
 		return VR_EXIT_FAIL;
@@ -369,130 +532,19 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 		free(h5path);
 		return VR_EXIT_USAGE;
 	}
-	if (o.source) {
-		/* the recording, read once through, whatever source the configuration names */
-		cfg.source.type = CFG_SOURCE_REPLAY;
-		snprintf(cfg.source.replay.path, sizeof(cfg.source.replay.path), "%s", o.source);
-		cfg.source.replay.format = CFG_REPLAY_AUTO;
-		cfg.source.replay.loop = false;
-		if (o.on_crc)
-			cfg.source.replay.on_crc_error =
-			        strcmp(o.on_crc, "skip") ? CFG_CRC_STOP : CFG_CRC_SKIP;
-		po.src_flags |= SRC_DROP_MARKS; /* epochs left out of the recording are lost */
-		if (cfg.source.replay.on_crc_error == CFG_CRC_SKIP) {
-			uint64_t bad;
-			if (proc_recording_verify(o.source, stderr, &bad, err, sizeof(err)) < 0) {
-				fprintf(stderr, "volrec process: %s\n", err);
-				goto out_cfg;
-			}
-		}
-	}
-	if (o.backend) {
-		int b = proc_backend_arg("process", o.backend);
-		if (b < 0) {
-			ret = VR_EXIT_USAGE;
-			goto out_cfg;
-		}
-		cfg.backend = (enum cfg_backend)b;
-	}
-	/* the engine's diagnostics switches (docs/operations.md) apply here too */
-	po.cfg = &cfg;
-	if (pl_options_from_env(&po, err, sizeof(err)) < 0) {
-		fprintf(stderr, "volrec process: %s\n", err);
-		ret = VR_EXIT_USAGE;
+	ret = configure_run(&o, &cfg, &po, &part);
+	if (ret)
 		goto out_cfg;
-	}
-	if (o.frames) {
-		rc = part_setup(&o, &part, &po);
-		if (rc) {
-			ret = rc;
-			goto out_cfg;
-		}
-	}
 	rc = pl_open(&po, &pl, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
+		ret = VR_EXIT_FAIL;
 		goto out_cfg;
 	}
-	if (o.into) {
+	if (o.into)
 		ret = run_into(&o, &cfg, pl, &part);
-		goto out_pl;
-	}
-	n = o.frames               ? part.epochs
-	    : o.epochs             ? o.epochs
-	    : pl_source_epochs(pl) ? pl_source_epochs(pl)
-	                           : cfg_stride_area(&cfg);
-	if (pl_source_epochs(pl) && n > pl_source_epochs(pl)) {
-		fprintf(stderr, "volrec process: -n %llu: the replay file holds %llu epochs\n",
-		        (unsigned long long)n, (unsigned long long)pl_source_epochs(pl));
-		ret = VR_EXIT_USAGE;
-		goto out_pl;
-	}
-	rc = proc_h5_create(h5path, &cfg, pl_backend(pl), o.frames ? part.b - part.a : n, o.lowres,
-	                    o.full, isatty(STDERR_FILENO), &h5, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "volrec process: %s\n", err);
-		goto out_pl;
-	}
-	proc_h5_sink(h5, &sink);
-	if (o.frames) {
-		/* the warm-up's volumes are processed, not written */
-		warm.inner = sink;
-		warm.start_epoch = part.start_epoch;
-		proc_warm_sink(&warm, &sink);
-	}
-	t0 = vr_mono_s();
-	rc = pl_run(pl, &sink, n, err, sizeof(err));
-	elapsed = vr_mono_s() - t0;
-	done = proc_h5_done(h5);
-	failed = rc < 0;
-	if (failed)
-		fprintf(stderr, "volrec process: %s\n", err);
-	else if (done < (o.frames ? part.b - part.a : n))
-		fprintf(stderr, "volrec process: the source ended after %llu epochs\n",
-		        (unsigned long long)done);
-	/* after a failure too: the file then holds the epochs processed before it */
-	med_ok = proc_h5_median_depths(h5, &med_mean, &med_max);
-	rc = proc_h5_close(h5, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "volrec process: %s\n", err);
-		if (strcmp(h5path, o.output))
-			unlink(h5path);
-		goto out_pl;
-	}
-	if (strcmp(h5path, o.output)) {
-		if (failed || !done) {
-			unlink(h5path);
-			fprintf(stderr, "volrec process: nothing written to %s\n", o.output);
-			goto out_pl;
-		}
-		if (export_output(h5path, o.output, o.config ? o.config : o.source))
-			goto out_pl;
-	}
-	H5close(); /* every HDF5 object is closed: the library may go */
-	if (failed) {
-		fprintf(stderr,
-		        "volrec process: %s holds the %llu epochs processed before the failure\n",
-		        o.output, (unsigned long long)done);
-		goto out_pl;
-	}
-	printf("volrec process: %llu epochs, %llu A-scans in %.3f s (%.0f A-scans/s, %.2f "
-	       "epochs/s) on %s -> %s\n",
-	       (unsigned long long)done,
-	       (unsigned long long)done * cfg.geometry.ascans_per_bscan *
-	               cfg.geometry.bscans_per_volume,
-	       elapsed,
-	       elapsed > 0 ? (double)done * cfg.geometry.ascans_per_bscan *
-	                             cfg.geometry.bscans_per_volume / elapsed
-	                   : 0.0,
-	       elapsed > 0 ? done / elapsed : 0.0, be_device(pl_backend(pl)), o.output);
-	if (med_ok)
-		printf("volrec process: partial_median (threshold %g): %.2f median depths per "
-		       "B-scan on average, at most %u, of %u\n",
-		       cfg.preprocess.background.threshold, med_mean, med_max,
-		       cfg_fft_len(&cfg) / 2);
-	ret = o.report ? write_report(o.report, pl, done, warm.warm, elapsed) : VR_EXIT_OK;
-out_pl:
+	else
+		ret = run_output(&o, &cfg, pl, &part, h5path);
 	pl_close(pl);
 out_cfg:
 	free(part.f);

@@ -327,7 +327,22 @@ enum {
 	OPT_MAX_BROWSERS,
 };
 
-int main(int argc, char **argv)
+/* What main() gathers before it serves: the options as given, and what they resolve to. */
+struct view_args {
+	const char *listen, *instance, *run_dir, *config;
+	const char *cert, *key, *token_file, *assets_opt;
+	struct vw_server_opts so;
+	struct vw_feed *feed;
+	struct vw_tokens *tokens;
+	char assets[VW_PATH_MAX];
+	char ctl[VW_PATH_MAX + 64];
+};
+
+/* A step of main() that lets it go on. Every other value is main()'s exit status. */
+#define VIEW_GO_ON (-1)
+
+/* The options one by one into a: the strings as given, the numbers checked. */
+static int parse_options(int argc, char **argv, struct view_args *a)
 {
 	static const struct option longopts[] = {
 	        {"listen", required_argument, NULL, 'l'},
@@ -344,42 +359,33 @@ int main(int argc, char **argv)
 	        {"max-browsers", required_argument, NULL, OPT_MAX_BROWSERS},
 	        VR_CLI_LONGOPTS_END,
 	};
-	const char *listen = VW_DEFAULT_LISTEN, *instance = NULL, *run_dir = NULL, *config = NULL;
-	const char *cert = NULL, *key = NULL, *token_file = NULL, *assets_opt = NULL;
-	static struct vw_feed feed;
-	static struct vw_tokens tokens;
-	struct vw_server_opts so = {.max_message = 4096, .max_sessions = 16};
-	char assets[VW_PATH_MAX], ctl[VW_PATH_MAX + 64];
-	const struct vr_cli_str strs[] = {{'l', &listen},
-	                                  {'i', &instance},
-	                                  {'r', &run_dir},
-	                                  {'c', &config},
-	                                  {OPT_CERT, &cert},
-	                                  {OPT_KEY, &key},
-	                                  {OPT_TOKENS, &token_file},
-	                                  {OPT_ASSETS, &assets_opt}};
+	const struct vr_cli_str strs[] = {{'l', &a->listen},
+	                                  {'i', &a->instance},
+	                                  {'r', &a->run_dir},
+	                                  {'c', &a->config},
+	                                  {OPT_CERT, &a->cert},
+	                                  {OPT_KEY, &a->key},
+	                                  {OPT_TOKENS, &a->token_file},
+	                                  {OPT_ASSETS, &a->assets_opt}};
+	struct vw_feed *feed = a->feed;
 	uint64_t v;
-	struct sigaction sa;
-	int opt, rc;
+	int opt;
 
-	feed.enc = (struct vw_encode_opts){
-	        .mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 16384, .level = 1};
-	feed.max_rate = 60;
 	optind = 1;
 	while ((opt = VR_CLI_GETOPT(argc, argv, "l:i:r:c:h", longopts, strs)) != -1) {
 		switch (opt) {
 		case OPT_MAX_SIDE:
 			if (int_option("--max-side", optarg, 64, 65536, &v))
 				return EXIT_USAGE;
-			feed.enc.max_side = (uint32_t)v;
+			feed->enc.max_side = (uint32_t)v;
 			break;
 		case OPT_ENCODING:
 			if (!strcmp(optarg, "auto"))
-				feed.enc.mode = VW_MODE_AUTO;
+				feed->enc.mode = VW_MODE_AUTO;
 			else if (!strcmp(optarg, "raw"))
-				feed.enc.mode = VW_MODE_RAW;
+				feed->enc.mode = VW_MODE_RAW;
 			else if (!strcmp(optarg, "deflate"))
-				feed.enc.mode = VW_MODE_DEFLATE;
+				feed->enc.mode = VW_MODE_DEFLATE;
 			else {
 				fprintf(stderr,
 				        "volrec view: --encoding %s: need auto, raw or deflate\n",
@@ -390,12 +396,12 @@ int main(int argc, char **argv)
 		case OPT_MAX_RATE:
 			if (int_option("--max-rate", optarg, 1, 1000, &v))
 				return EXIT_USAGE;
-			feed.max_rate = (double)v;
+			feed->max_rate = (double)v;
 			break;
 		case OPT_MAX_BROWSERS:
 			if (int_option("--max-browsers", optarg, 1, 1024, &v))
 				return EXIT_USAGE;
-			so.max_sessions = (uint32_t)v;
+			a->so.max_sessions = (uint32_t)v;
 			break;
 		default:
 			return vr_cli_usage(usage, opt);
@@ -403,117 +409,174 @@ int main(int argc, char **argv)
 	}
 	if (vr_cli_args_done("volrec view", argc, argv))
 		return EXIT_USAGE;
-	if (parse_listen(listen, so.addr, sizeof(so.addr), &so.port)) {
+	return VIEW_GO_ON;
+}
+
+/* The address to serve, and what serving it needs: TLS and tokens off loopback, the files
+ * readable, a control token made now when no token file names one. */
+static int check_serving(struct view_args *a)
+{
+	struct vw_server_opts *so = &a->so;
+	int rc;
+
+	if (parse_listen(a->listen, so->addr, sizeof(so->addr), &so->port)) {
 		fprintf(stderr,
 		        "volrec view: --listen %s: need ADDR:PORT with a numeric address, "
 		        "localhost, [IPv6] or * (every address), and a port 0-65535\n",
-		        listen);
+		        a->listen);
 		return EXIT_USAGE;
 	}
-	if (!cert != !key) {
+	if (!a->cert != !a->key) {
 		fprintf(stderr, "volrec view: --cert and --key go together\n");
 		return EXIT_USAGE;
 	}
-	if (!(so.addr[0] && addr_loopback(so.addr)) && (!cert || !token_file)) {
+	if (!(so->addr[0] && addr_loopback(so->addr)) && (!a->cert || !a->token_file)) {
 		fprintf(stderr,
 		        "volrec view: --listen %s is not a loopback address: serving it needs TLS "
 		        "(--cert, --key) and access tokens (--token-file)\n",
-		        listen);
+		        a->listen);
 		return EXIT_USAGE;
 	}
-	if (cert && (access(cert, R_OK) || access(key, R_OK))) {
-		fprintf(stderr, "volrec view: %s %s: %s\n", access(cert, R_OK) ? "--cert" : "--key",
-		        access(cert, R_OK) ? cert : key, strerror(errno));
+	if (a->cert && (access(a->cert, R_OK) || access(a->key, R_OK))) {
+		fprintf(stderr, "volrec view: %s %s: %s\n",
+		        access(a->cert, R_OK) ? "--cert" : "--key",
+		        access(a->cert, R_OK) ? a->cert : a->key, strerror(errno));
 		return EXIT_USAGE;
 	}
-	if (token_file && read_tokens(token_file, &tokens))
+	if (a->token_file && read_tokens(a->token_file, a->tokens))
 		return EXIT_USAGE;
 	/* loopback without a token file: anyone local may watch, control needs a token made now */
-	if (!token_file) {
-		rc = vw_token_generate(tokens.control, sizeof(tokens.control));
+	if (!a->token_file) {
+		rc = vw_token_generate(a->tokens->control, sizeof(a->tokens->control));
 		if (rc) {
 			fprintf(stderr, "volrec view: cannot make a control token: %s\n",
 			        strerror(-rc));
 			return EXIT_FAIL;
 		}
-		snprintf(tokens.control_name, sizeof(tokens.control_name), "generated");
+		snprintf(a->tokens->control_name, sizeof(a->tokens->control_name), "generated");
 	}
+	return VIEW_GO_ON;
+}
 
-	/* the instance: -c FILE, then -i/-r over it */
-	snprintf(feed.instance, sizeof(feed.instance), "default");
-	snprintf(feed.run_dir, sizeof(feed.run_dir), "%s",
-	         getenv("VOLREC_RUN_DIR") && *getenv("VOLREC_RUN_DIR") ? getenv("VOLREC_RUN_DIR")
-	                                                               : VOLREC_DEFAULT_RUN_DIR);
-	if (config) {
+/* The instance to watch (-c FILE, then -i/-r over it), its control endpoint and the page's
+ * files. */
+static int resolve_instance(struct view_args *a)
+{
+	struct vw_feed *feed = a->feed;
+	const char *env = getenv("VOLREC_RUN_DIR");
+
+	snprintf(feed->instance, sizeof(feed->instance), "default");
+	snprintf(feed->run_dir, sizeof(feed->run_dir), "%s",
+	         env && *env ? env : VOLREC_DEFAULT_RUN_DIR);
+	if (a->config) {
 		static struct vr_config cfg;
 		char err[CFG_ERR_MAX];
 
-		if (cfg_load(&cfg, config, err, sizeof(err))) {
+		if (cfg_load(&cfg, a->config, err, sizeof(err))) {
 			fprintf(stderr, "volrec view: %s\n", err);
 			return EXIT_USAGE;
 		}
-		snprintf(feed.instance, sizeof(feed.instance), "%s", cfg.instance);
-		snprintf(feed.run_dir, sizeof(feed.run_dir), "%s", cfg.ipc.run_dir);
+		snprintf(feed->instance, sizeof(feed->instance), "%s", cfg.instance);
+		snprintf(feed->run_dir, sizeof(feed->run_dir), "%s", cfg.ipc.run_dir);
 		cfg_free(&cfg);
 	}
-	if (instance) {
-		if (!ipc_instance_valid(instance)) {
+	if (a->instance) {
+		if (!ipc_instance_valid(a->instance)) {
 			fprintf(stderr,
 			        "volrec view: --instance %s: need 1 to %d of [A-Za-z0-9_-]\n",
-			        instance, VOLREC_INSTANCE_MAX);
+			        a->instance, VOLREC_INSTANCE_MAX);
 			return EXIT_USAGE;
 		}
-		snprintf(feed.instance, sizeof(feed.instance), "%s", instance);
+		snprintf(feed->instance, sizeof(feed->instance), "%s", a->instance);
 	}
-	if (run_dir)
-		snprintf(feed.run_dir, sizeof(feed.run_dir), "%s", run_dir);
-	if ((size_t)snprintf(ctl, sizeof(ctl), "ipc://%s/%s.ctl", feed.run_dir, feed.instance) >=
-	    sizeof(ctl)) {
-		fprintf(stderr, "volrec view: --run-dir %s: too long\n", feed.run_dir);
+	if (a->run_dir)
+		snprintf(feed->run_dir, sizeof(feed->run_dir), "%s", a->run_dir);
+	if ((size_t)snprintf(a->ctl, sizeof(a->ctl), "ipc://%s/%s.ctl", feed->run_dir,
+	                     feed->instance) >= sizeof(a->ctl)) {
+		fprintf(stderr, "volrec view: --run-dir %s: too long\n", feed->run_dir);
 		return EXIT_USAGE;
 	}
-	if (find_assets(assets_opt, assets, sizeof(assets)))
+	if (find_assets(a->assets_opt, a->assets, sizeof(a->assets)))
 		return EXIT_FAIL;
+	return VIEW_GO_ON;
+}
 
-	so.cert = cert;
-	so.key = key;
-	so.tokens = &tokens;
-	so.open_view = !token_file;
-	so.assets = assets;
-	so.ctl_endpoint = ctl;
-	so.instance = feed.instance;
-	rc = vw_server_create(&so, &feed, &g_server);
+/* The address to open on stdout, with the generated control token in it as Jupyter prints
+ * it. */
+static void print_address(const struct view_args *a)
+{
+	const char *host = a->so.addr[0] ? a->so.addr : "0.0.0.0";
+	bool v6 = strchr(host, ':') != NULL;
+
+	printf("volrec view: serving %s://%s%s%s:%d/%s%s for volrecd '%s' (%s)%s\n",
+	       a->cert ? "https" : "http", v6 ? "[" : "", host, v6 ? "]" : "",
+	       vw_server_port(g_server),
+	       a->token_file ? "" : "?token=", a->token_file ? "" : a->tokens->control,
+	       a->feed->instance, a->feed->run_dir, a->token_file ? "; add ?token=TOKEN" : "");
+	fflush(stdout);
+}
+
+/* The server and the feed thread until SIGINT/SIGTERM. */
+static int serve(struct view_args *a)
+{
+	struct vw_feed *feed = a->feed;
+	struct sigaction sa;
+	int rc;
+
+	a->so.cert = a->cert;
+	a->so.key = a->key;
+	a->so.tokens = a->tokens;
+	a->so.open_view = !a->token_file;
+	a->so.assets = a->assets;
+	a->so.ctl_endpoint = a->ctl;
+	a->so.instance = feed->instance;
+	rc = vw_server_create(&a->so, feed, &g_server);
 	if (rc)
 		return EXIT_FAIL;
-	feed.wake = vw_server_wake;
-	feed.wake_ctx = g_server;
+	feed->wake = vw_server_wake;
+	feed->wake_ctx = g_server;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if (vw_feed_start(&feed)) {
+	if (vw_feed_start(feed)) {
 		vw_log("cannot start the feed thread");
 		vw_server_destroy(g_server);
 		return EXIT_FAIL;
 	}
-	{
-		const char *host = so.addr[0] ? so.addr : "0.0.0.0";
-		bool v6 = strchr(host, ':') != NULL;
-
-		/* the generated control token in the address to open, as Jupyter prints it */
-		printf("volrec view: serving %s://%s%s%s:%d/%s%s for volrecd '%s' (%s)%s\n",
-		       cert ? "https" : "http", v6 ? "[" : "", host, v6 ? "]" : "",
-		       vw_server_port(g_server),
-		       token_file ? "" : "?token=", token_file ? "" : tokens.control, feed.instance,
-		       feed.run_dir, token_file ? "; add ?token=TOKEN" : "");
-		fflush(stdout);
-	}
-	vw_log("page from %s; control through %s", assets, ctl);
+	print_address(a);
+	vw_log("page from %s; control through %s", a->assets, a->ctl);
 	rc = vw_server_run(g_server);
-	vw_feed_stop(&feed);
+	vw_feed_stop(feed);
 	vw_server_destroy(g_server);
 	g_server = NULL;
 	vw_log("stopped");
 	return rc ? EXIT_FAIL : EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	static struct vw_feed feed;
+	static struct vw_tokens tokens;
+	static struct view_args a;
+	int rc;
+
+	a = (struct view_args){
+	        .listen = VW_DEFAULT_LISTEN,
+	        .so = {.max_message = 4096, .max_sessions = 16},
+	        .feed = &feed,
+	        .tokens = &tokens,
+	};
+	feed.enc = (struct vw_encode_opts){
+	        .mode = VW_MODE_AUTO, .max_side = 1024, .deflate_min = 16384, .level = 1};
+	feed.max_rate = 60;
+	rc = parse_options(argc, argv, &a);
+	if (rc == VIEW_GO_ON)
+		rc = check_serving(&a);
+	if (rc == VIEW_GO_ON)
+		rc = resolve_instance(&a);
+	if (rc == VIEW_GO_ON)
+		rc = serve(&a);
+	return rc;
 }

@@ -697,6 +697,41 @@ static void usage(FILE *f)
 	fprintf(f, " (default: tiny classic-2048)\n");
 }
 
+/* --case NAME: one more end-to-end case into sel[*nsel] (8 at most). 0, or -EINVAL with the
+ * message and the usage printed. */
+static int e2e_case_arg(const char *arg, const struct bcase **sel, int *nsel)
+{
+	const struct bcase *found = bench_case_find(arg);
+
+	if (!found || !found->e2e_epochs || *nsel == 8) {
+		fprintf(stderr, "e2e_bench: --case %s: not an end-to-end case (or more than 8)\n",
+		        arg);
+		usage(stderr);
+		return -EINVAL;
+	}
+	sel[(*nsel)++] = found;
+	return 0;
+}
+
+/* --seconds (ch 's', > 0), --warmup ('w') or --rate ('r', >= 0), at most 1e5, into opt. 0, or
+ * -EINVAL with the message printed. */
+static int e2e_seconds_arg(int ch, const char *arg)
+{
+	char *end = NULL;
+	double v = strtod(arg, &end);
+
+	if (!end || *end || !(v >= 0) || v > 1e5 || (ch == 's' && v <= 0)) {
+		fprintf(stderr, "e2e_bench: --%s %s: expected a number %s\n",
+		        ch == 's'   ? "seconds"
+		        : ch == 'w' ? "warmup"
+		                    : "rate",
+		        arg, ch == 's' ? "> 0" : ">= 0");
+		return -EINVAL;
+	}
+	*(ch == 's' ? &opt.seconds : ch == 'w' ? &opt.warmup : &opt.rate) = v;
+	return 0;
+}
+
 /* -1 when the options are read into opt and sel[*nsel] (8 at most), else the exit status. */
 static int e2e_parse_args(int argc, char **argv, const struct bcase **sel, int *nsel)
 {
@@ -718,7 +753,6 @@ static int e2e_parse_args(int argc, char **argv, const struct bcase **sel, int *
 	int ch;
 
 	while ((ch = VR_CLI_GETOPT(argc, argv, "o:h", lo, strs)) != -1) {
-		char *end = NULL;
 		switch (ch) {
 		case 'b':
 			snprintf(opt.build, sizeof(opt.build), "%s", optarg);
@@ -732,35 +766,16 @@ static int e2e_parse_args(int argc, char **argv, const struct bcase **sel, int *
 			}
 			opt.backend = optarg;
 			break;
-		case 'c': {
-			const struct bcase *found = bench_case_find(optarg);
-
-			if (!found || !found->e2e_epochs || *nsel == 8) {
-				fprintf(stderr,
-				        "e2e_bench: --case %s: not an end-to-end case (or more "
-				        "than 8)\n",
-				        optarg);
-				usage(stderr);
+		case 'c':
+			if (e2e_case_arg(optarg, sel, nsel))
 				return 2;
-			}
-			sel[(*nsel)++] = found;
 			break;
-		}
 		case 's':
 		case 'w':
-		case 'r': {
-			double v = strtod(optarg, &end);
-			if (!end || *end || !(v >= 0) || v > 1e5 || (ch == 's' && v <= 0)) {
-				fprintf(stderr, "e2e_bench: --%s %s: expected a number %s\n",
-				        ch == 's'   ? "seconds"
-				        : ch == 'w' ? "warmup"
-				                    : "rate",
-				        optarg, ch == 's' ? "> 0" : ">= 0");
+		case 'r':
+			if (e2e_seconds_arg(ch, optarg))
 				return 2;
-			}
-			*(ch == 's' ? &opt.seconds : ch == 'w' ? &opt.warmup : &opt.rate) = v;
 			break;
-		}
 		case 'P':
 			opt.paced = false;
 			break;
