@@ -264,7 +264,8 @@ static void extract_own(struct vw_feed *f, struct volrec_client *c, const struct
 		               *slab = key->own_slab ? key->slab : dslab;
 		char err[256];
 
-		if (own_done(done, v, &req[i]) || ((!key->own_pos || !key->own_slab) && !daemon) ||
+		if ((!req[i].fresh && own_done(done, v, &req[i])) ||
+		    ((!key->own_pos || !key->own_slab) && !daemon) ||
 		    vw_view_check(shape, pos, slab, err, sizeof(err)))
 			continue; /* a view outside this volume: the server tells its browsers */
 		if (!buf && !(buf = malloc(side)))

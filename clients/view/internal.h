@@ -125,6 +125,7 @@ int vw_view_check(const uint32_t shape[3], const uint32_t *pos, const uint32_t *
 struct vw_own_req {
 	struct vw_own_key key;
 	unsigned kinds; /* the pictures of VW_OWN_KINDS some browser with this view shows */
+	bool fresh;     /* the server has not all of them: extract even if done for this volume */
 };
 
 struct vw_own_out {

@@ -477,9 +477,21 @@ static void update_wanted(struct vw_server *sv, bool changed)
 			i++;
 		if (i == n) { /* room checked when the view was set */
 			req[n].key = s->key;
+			req[n].fresh = false;
 			req[n++].kinds = 0;
 		}
 		req[i].kinds |= s->want & VW_OWN_KINDS;
+	}
+	/* a view whose pictures the server lacks (new, or dropped when no browser had it a moment
+	 * ago): extracted again even from a volume it was extracted from */
+	for (unsigned i = 0; i < n; i++) {
+		const struct vw_frame *const *fr = NULL;
+
+		for (unsigned j = 0; j < sv->nown && !fr; j++)
+			if (vw_own_key_equal(&sv->own[j].key, &req[i].key))
+				fr = (const struct vw_frame *const *)sv->own[j].frame;
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !req[i].fresh; k++)
+			req[i].fresh = (req[i].kinds & (1u << k)) && (!fr || !fr[k]);
 	}
 	for (unsigned j = 0; j < sv->nown;) {
 		unsigned i = 0;
@@ -875,7 +887,10 @@ static void take_mailbox(struct vw_server *sv)
 
 	for (unsigned i = 0; i < sv->nown && clear; i++)
 		own_free(&sv->own[i]);
-	take_own(sv, out, nout);
+	if (nout) {
+		take_own(sv, out, nout);
+		update_wanted(sv, false); /* the views that have their pictures now */
+	}
 	if (memcmp(shape, sv->shape, sizeof(shape))) {
 		memcpy(sv->shape, shape, sizeof(shape));
 		views_recheck(sv);

@@ -239,3 +239,39 @@ def test_stepping_fast_sends_the_newest_position_only(pub, vols, view):
         np.testing.assert_array_equal(f["slice"][0]["pixels"], V[:, 28])
     finally:
         ws.close()
+
+
+def test_a_browser_steps_through_the_last_volume_of_a_stopped_daemon(build_dir, bin_dir):
+    """No new volume is needed: each step is taken from the newest volume at once, also back
+    to a position it showed a moment ago."""
+    p = DaemonPublisher(build_dir, geometry=GEOMETRY)
+    v = vols = None
+    try:
+        p.start()
+        vols = Volumes(p)
+        v = Viewer(bin_dir, p)
+        ws = open_ws(v, ["bscan"])
+        p.stop()
+        wait_for(lambda: ws.message(lambda m: m["type"] == "state")["state"]["state"]
+                 == "stopped", what="the viewer saying volrecd stopped")
+        got = {}
+        for y in (3, 4, 3, 30):
+            ws.send(json.dumps({"type": "view", "id": y, "position": [y, 1, 2]}))
+            assert ws.reply(y)["type"] == "view"
+            f = own_frames(ws, [y, 1, 2], kinds=["bscan"])["bscan"][0]
+            got.setdefault(y, []).append(f)
+        ws.close()
+        last = {f["vid"] for fs in got.values() for f in fs}
+        assert len(last) == 1, last  # all from the last volume
+        np.testing.assert_array_equal(got[3][0]["pixels"], got[3][1]["pixels"])
+        with vols.lock:  # the Python client's copy, when it read that volume intact
+            V = vols.vols.get(last.pop())
+        if V is not None:
+            for y, fs in got.items():
+                np.testing.assert_array_equal(fs[0]["pixels"], V[y])
+    finally:
+        if vols:
+            vols.close()
+        if v:
+            v.close()
+        p.close()
