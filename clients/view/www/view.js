@@ -824,7 +824,14 @@ function onText(text) {
         state.pending.delete(m.id);
         done(m.type === 'error' ? { ...m, ok: false } : m.type === 'view' ? { ...m, ok: true } : m);
       }
-      else if (m.type === 'error') note(m.error, 'error');
+      else if (m.type === 'error') {
+        // the volume's shape changed and this browser's view lay outside it: the daemon's again
+        if (/showing the daemon's crosshair and slab again$/.test(m.error)) {
+          state.own = { position: null, slab: null };
+          $('view-own').textContent = ownText();
+        }
+        note(m.error, 'error');
+      }
       break;
     }
     case 'pong':
