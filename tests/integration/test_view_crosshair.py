@@ -93,7 +93,8 @@ def frame(payload):
     rows, cols, nbytes, vid = struct.unpack_from("<IIIQ", payload, 12)
     body = payload[256:256 + nbytes]
     pix = zlib.decompress(body) if enc == 1 else bytes(body)
-    return dict(kind=kind, vid=vid, slab=list(struct.unpack_from("<2I", payload, 84)),
+    return dict(kind=kind, vid=vid, shape=list(struct.unpack_from("<3I", payload, 72)),
+                slab=list(struct.unpack_from("<2I", payload, 84)),
                 position=list(struct.unpack_from("<3I", payload, 92)),
                 pixels=np.frombuffer(pix, np.uint8).reshape(rows, cols))
 
@@ -272,6 +273,39 @@ def test_a_browser_steps_through_the_last_volume_of_a_stopped_daemon(build_dir, 
     finally:
         if vols:
             vols.close()
+        if v:
+            v.close()
+        p.close()
+
+
+def test_a_view_outside_a_new_geometry_goes_back_to_the_daemons(build_dir, bin_dir):
+    """volrecd restarted with fewer B-scans: a browser whose y0 lies beyond them is told, and
+    shows the daemon's crosshair again; one still inside keeps its own."""
+    p = DaemonPublisher(build_dir, geometry=GEOMETRY)
+    v = None
+    try:
+        p.start()
+        v = Viewer(bin_dir, p)
+        out, inside = open_ws(v, ["bscan"]), open_ws(v, ["bscan"])
+        out.send(json.dumps({"type": "view", "id": 1, "position": [40, 5, 5]}))
+        inside.send(json.dumps({"type": "view", "id": 1, "position": [10, 5, 5]}))
+        assert out.reply(1)["type"] == "view" and inside.reply(1)["type"] == "view"
+        p.stop()
+        p.cfg["geometry"]["bscans_per_volume"] = 8  # Y 24
+        p.config_path.write_text(json.dumps(p.cfg, indent=1) + "\n")
+        p.start()
+        e = out.message(lambda m: m["type"] == "error")
+        assert e["error"] == ("view: position: y0 40 is outside the volume (0..23 for 24 x 48 x "
+                              "256 [Y, X, Z]); showing the daemon's crosshair and slab again"), e
+        f = own_frames(out, kinds=["bscan"])["bscan"][0]
+        assert f["shape"] == [24, 48, 256] and f["position"][0] < 24, f["shape"]
+        while True:  # the one inside: its own B-scans of the new volumes
+            f = own_frames(inside, [10, 5, 5], kinds=["bscan"])["bscan"][0]
+            if f["shape"] == [24, 48, 256]:
+                break
+        out.close()
+        inside.close()
+    finally:
         if v:
             v.close()
         p.close()
