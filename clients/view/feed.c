@@ -93,6 +93,10 @@ static void new_session(struct vw_feed *f, uint64_t session)
 		vw_frame_free(f->box.frame[k]);
 		f->box.frame[k] = NULL;
 	}
+	for (unsigned i = 0; i < f->box.nout; i++)
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			vw_frame_free(f->box.out[i].frame[k]);
+	f->box.nout = 0;
 	f->box.clear = f->session != 0;
 	f->box.dirty = true;
 	pthread_mutex_unlock(&f->box.lock);
@@ -128,9 +132,204 @@ static void nap(struct vw_feed *f, int ms)
 	}
 }
 
-/* Encode the wanted pictures of the newest volume. */
+/* What the frames of volume v say beside their pixels (um: [dx, dy, dz], NaN unknown). */
+static struct vw_frame_meta meta_of(const struct volrec_view *v, const double um[3])
+{
+	/* [dx, dy, dz], NaN unknown, as the frames' [dy, dx, dz], 0 unknown */
+	return (struct vw_frame_meta){
+	        .volume_id = v->volume_id,
+	        .epoch = v->epoch,
+	        .t_last_ns = v->t_last_ns,
+	        .t_publish_ns = v->t_publish_ns,
+	        .session_id = v->session_id,
+	        .shape = {v->ny, v->nx, v->nz},
+	        .voxel_um = {um[1] > 0 ? um[1] : 0, um[0] > 0 ? um[0] : 0, um[2] > 0 ? um[2] : 0},
+	};
+}
+
+/* The own views extracted from one volume, so that each is extracted once per volume. */
+struct vw_own_done {
+	uint64_t vid, session;
+	struct vw_own_key key[VW_OWN_MAX];
+	unsigned kinds[VW_OWN_MAX];
+	unsigned n;
+};
+
+static bool own_done(const struct vw_own_done *d, const struct volrec_view *v,
+                     const struct vw_own_req *r)
+{
+	if (d->vid != v->volume_id || d->session != v->session_id)
+		return false;
+	for (unsigned i = 0; i < d->n; i++)
+		if (vw_own_key_equal(&d->key[i], &r->key) && !(r->kinds & ~d->kinds[i]))
+			return true;
+	return false;
+}
+
+static void own_mark(struct vw_own_done *d, const struct volrec_view *v, const struct vw_own_req *r)
+{
+	if (d->vid != v->volume_id || d->session != v->session_id) {
+		d->vid = v->volume_id;
+		d->session = v->session_id;
+		d->n = 0;
+	}
+	for (unsigned i = 0; i < d->n; i++)
+		if (vw_own_key_equal(&d->key[i], &r->key)) {
+			d->kinds[i] |= r->kinds;
+			return;
+		}
+	if (d->n < VW_OWN_MAX) {
+		d->key[d->n] = r->key;
+		d->kinds[d->n++] = r->kinds;
+	}
+}
+
+/* Hand the own views' new frames to the server: each replaces the one of its view and kind;
+ * views no browser shows any more are dropped. Takes the frames. */
+static void own_post(struct vw_feed *f, const struct vw_own_req *req, unsigned n,
+                     struct vw_frame *(*fr)[VOLREC_IMAGE_COUNT])
+{
+	struct vw_mailbox *b = &f->box;
+
+	pthread_mutex_lock(&b->lock);
+	for (unsigned i = 0; i < n; i++) {
+		unsigned j = 0;
+		bool any = false;
+
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			any |= fr[i][k] != NULL;
+		if (!any)
+			continue;
+		while (j < b->nout && !vw_own_key_equal(&b->out[j].key, &req[i].key))
+			j++;
+		if (j == b->nout) {
+			if (b->nout == VW_OWN_MAX) { /* the server forgot the view meanwhile */
+				for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+					vw_frame_free(fr[i][k]);
+				continue;
+			}
+			memset(&b->out[b->nout], 0, sizeof(b->out[0]));
+			b->out[b->nout++].key = req[i].key;
+		}
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			if (fr[i][k]) {
+				vw_frame_free(b->out[j].frame[k]);
+				b->out[j].frame[k] = fr[i][k];
+			}
+	}
+	b->dirty = true;
+	pthread_mutex_unlock(&b->lock);
+	f->wake(f->wake_ctx);
+}
+
+/*
+ * The pictures of the browsers' own views from volume v (held), taken from the volume itself
+ * (extract.c); the daemon's position or slab, for what a view does not set, from v's own
+ * pictures. Each view once per volume; nothing when the volume was overwritten meanwhile.
+ */
+static void extract_own(struct vw_feed *f, struct volrec_client *c, const struct volrec_view *v,
+                        const double um[3], struct vw_own_done *done)
+{
+	struct vw_own_req req[VW_OWN_MAX];
+	struct vw_frame *fr[VW_OWN_MAX][VOLREC_IMAGE_COUNT];
+	uint32_t dpos[3] = {0}, dslab[2] = {0}, shape[3] = {v->ny, v->nx, v->nz};
+	bool daemon = false, any = false;
+	struct volrec_image img;
+	uint8_t *buf = NULL;
+	unsigned n;
+	size_t side;
+
+	pthread_mutex_lock(&f->box.lock);
+	n = f->box.nreq;
+	memcpy(req, f->box.req, n * sizeof(req[0]));
+	atomic_store(&f->own_changed, false);
+	pthread_mutex_unlock(&f->box.lock);
+	memset(fr, 0, sizeof(fr));
+	if (!n || v->dtype != VOLREC_DTYPE_U8 || !v->data)
+		return;
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !daemon; k++)
+		if ((VW_OWN_KINDS & (1u << k)) && !volrec_view_image(c, v, k, &img)) {
+			memcpy(dpos, img.position, sizeof(dpos));
+			memcpy(dslab, img.slab, sizeof(dslab));
+			daemon = true;
+		}
+	side = (size_t)v->ny * v->nx; /* the largest picture: en-face, B-scan or slice */
+	if ((size_t)v->nx * v->nz > side)
+		side = (size_t)v->nx * v->nz;
+	if ((size_t)v->ny * v->nz > side)
+		side = (size_t)v->ny * v->nz;
+	for (unsigned i = 0; i < n; i++) {
+		const struct vw_own_key *key = &req[i].key;
+		const uint32_t *pos = key->own_pos ? key->pos : dpos,
+		               *slab = key->own_slab ? key->slab : dslab;
+		char err[256];
+
+		if ((!req[i].fresh && own_done(done, v, &req[i])) ||
+		    ((!key->own_pos || !key->own_slab) && !daemon) ||
+		    vw_view_check(shape, pos, slab, err, sizeof(err)))
+			continue; /* a view outside this volume: the server tells its browsers */
+		if (!buf && !(buf = malloc(side)))
+			break;
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+			struct vw_frame_meta m = meta_of(v, um);
+
+			if (!(req[i].kinds & VW_OWN_KINDS & (1u << k)))
+				continue;
+			vw_extract(v->data, v->ny, v->nx, v->nz, k, pos, slab, buf, &img);
+			img.volume_id = v->volume_id;
+			m.t_read_ns = vr_now_ns(CLOCK_REALTIME);
+			if (vw_frame_encode(&img, &m, &f->enc, &fr[i][k]))
+				fr[i][k] = NULL;
+			else
+				any = true;
+		}
+	}
+	free(buf);
+	if (volrec_view_check(c, v)) {
+		/* overwritten while read: the pictures may mix two volumes */
+		for (unsigned i = 0; i < n; i++)
+			for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+				vw_frame_free(fr[i][k]);
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		own_mark(done, v, &req[i]);
+	if (any)
+		own_post(f, req, n, fr);
+}
+
+/* The shape of the newest volume read, for the server's checks of a browser's view. */
+static void post_shape(struct vw_feed *f, const struct volrec_view *v)
+{
+	pthread_mutex_lock(&f->box.lock);
+	if (f->box.shape[0] != v->ny || f->box.shape[1] != v->nx || f->box.shape[2] != v->nz) {
+		f->box.shape[0] = v->ny;
+		f->box.shape[1] = v->nx;
+		f->box.shape[2] = v->nz;
+		f->box.dirty = true;
+	}
+	pthread_mutex_unlock(&f->box.lock);
+}
+
+/* The own views' pictures of the newest volume, without a new one (a browser moved its
+ * crosshair or slab). */
+static void extract_latest(struct vw_feed *f, struct volrec_client *c, struct vw_own_done *done)
+{
+	struct volrec_view v;
+	double um[3];
+
+	if (volrec_client_latest(c, &v))
+		return;
+	post_shape(f, &v);
+	if (volrec_view_voxel_size(c, &v, um))
+		um[0] = um[1] = um[2] = NAN;
+	extract_own(f, c, &v, um, done);
+	volrec_view_release(c, &v);
+}
+
+/* Encode the wanted pictures of the newest volume, the daemon's and the own views'. */
 static void encode_latest(struct vw_feed *f, struct volrec_client *c, const struct vw_times *tm,
-                          uint64_t *last_render)
+                          uint64_t *last_render, struct vw_own_done *done)
 {
 	struct vw_frame *fr[VOLREC_IMAGE_COUNT] = {0};
 	unsigned wanted = atomic_load(&f->wanted);
@@ -143,6 +342,7 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	rc = volrec_client_latest(c, &v);
 	if (rc)
 		return;
+	post_shape(f, &v);
 	if (!(v.flags & VOLREC_FLAG_VIEWS) != f->no_views) {
 		f->no_views = !(v.flags & VOLREC_FLAG_VIEWS);
 		post_state(f, "connected",
@@ -152,20 +352,11 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 		       f->no_views ? "publishes no pictures (view.enabled: false)"
 		                   : "publishes pictures");
 	}
-	/* [dx, dy, dz], NaN unknown, as the frames' [dy, dx, dz], 0 unknown */
 	if (volrec_view_voxel_size(c, &v, um))
 		um[0] = um[1] = um[2] = NAN;
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
 		struct volrec_image img;
-		struct vw_frame_meta m = {
-		        .epoch = v.epoch,
-		        .t_last_ns = v.t_last_ns,
-		        .t_publish_ns = v.t_publish_ns,
-		        .session_id = v.session_id,
-		        .shape = {v.ny, v.nx, v.nz},
-		        .voxel_um = {um[1] > 0 ? um[1] : 0, um[0] > 0 ? um[0] : 0,
-		                     um[2] > 0 ? um[2] : 0},
-		};
+		struct vw_frame_meta m = meta_of(&v, um);
 
 		if (!(wanted & (1u << k)) || volrec_view_image(c, &v, k, &img))
 			continue;
@@ -185,6 +376,8 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 		else
 			any = true;
 	}
+	if (atomic_load(&f->own_any))
+		extract_own(f, c, &v, um, done);
 	rc = volrec_view_release(c, &v);
 	if (rc) {
 		/* overwritten while read: the pictures may mix two volumes */
@@ -239,6 +432,7 @@ static void *feed_main(void *arg)
 	struct vw_feed *f = arg;
 	struct volrec_client *c = NULL;
 	struct vw_times tm = {0};
+	struct vw_own_done done = {0};
 	uint64_t last_render = 0, session = 0, next_ok = 0, last_check = 0;
 	const uint64_t period = f->max_rate > 0 ? (uint64_t)(1e9 / f->max_rate) : 0;
 	bool pending = false, alive = true;
@@ -265,7 +459,8 @@ static void *feed_main(void *arg)
 		else if (pending)
 			wait = (int)((next_ok - now) / 1000000u) + 1;
 		else
-			wait = 200;
+			wait = atomic_load(&f->own_any) ? 20
+			                                : 200; /* a browser may move its view */
 		rc = volrec_client_next_message(c, wait, &m);
 		if (!rc && m.type == VOLREC_MSG_VOL) {
 			times_put(&tm, &m.view);
@@ -289,12 +484,17 @@ static void *feed_main(void *arg)
 				vw_log("volrecd '%s' has a new session: following it", f->instance);
 				new_session(f, session);
 			}
-			if (pending && now >= next_ok && atomic_load(&f->wanted)) {
+			if (pending && now >= next_ok &&
+			    (atomic_load(&f->wanted) || atomic_load(&f->own_any))) {
 				pending = false;
-				encode_latest(f, c, &tm, &last_render);
+				encode_latest(f, c, &tm, &last_render, &done);
 				next_ok = now + period;
-			} else if (pending && !atomic_load(&f->wanted)) {
+			} else if (pending && !atomic_load(&f->wanted) &&
+			           !atomic_load(&f->own_any)) {
 				pending = false;
+			} else if (atomic_load(&f->own_changed) && now >= next_ok) {
+				extract_latest(f, c, &done);
+				next_ok = now + period;
 			}
 			if (now - last_check > 500000000u) {
 				last_check = now;
@@ -347,6 +547,9 @@ void vw_feed_stop(struct vw_feed *f)
 	pthread_join(f->thread, NULL);
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
 		vw_frame_free(f->box.frame[k]);
+	for (unsigned i = 0; i < f->box.nout; i++)
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			vw_frame_free(f->box.out[i].frame[k]);
 	for (unsigned t = 0; t < VW_TEXTS; t++)
 		free(f->box.text[t]);
 	pthread_mutex_destroy(&f->box.lock);

@@ -87,7 +87,51 @@ int vw_kind_from_name(const char *name);
 /* Bytes the server reserves in front of a frame's header (LWS_PRE). */
 extern const size_t VW_PRE;
 
+/* ---- a browser's own crosshair and slab (extract.c) ----------------------------------------- */
+
+/* The pictures that depend on the crosshair or the slab: the ones a browser may have its own of. */
+#define VW_OWN_KINDS                                                                               \
+	((1u << VOLREC_IMAGE_ENFACE_MEAN) | (1u << VOLREC_IMAGE_ENFACE_MAX) |                      \
+	 (1u << VOLREC_IMAGE_BSCAN) | (1u << VOLREC_IMAGE_SLICE) | (1u << VOLREC_IMAGE_PLANE))
+#define VW_OWN_MAX 64 /* different own views extracted at once, at most */
+
+/* A browser's view: its own position and/or slab, the daemon's for what is not its own. */
+struct vw_own_key {
+	bool own_pos, own_slab;
+	uint32_t pos[3];  /* [y0, x0, z0] when own_pos */
+	uint32_t slab[2]; /* [za, zb) when own_slab */
+};
+
+bool vw_own_key_equal(const struct vw_own_key *a, const struct vw_own_key *b);
+
+/* Picture kind (one of VW_OWN_KINDS) of the u8 volume vol ([ny][nx][nz], z fastest) at position
+ * pos / over slab [za, zb) (docs/algorithms.md §4: the en-face mean rounded half up in
+ * integers), into out (room for the picture: the largest of ny*nx, nx*nz, ny*nz bytes) and
+ * *img (its data out; the caller sets volume_id). The position and slab must lie in the volume
+ * (vw_view_check). */
+void vw_extract(const uint8_t *vol, uint32_t ny, uint32_t nx, uint32_t nz, unsigned kind,
+                const uint32_t pos[3], const uint32_t slab[2], uint8_t *out,
+                struct volrec_image *img);
+
+/* Whether a position and a slab (either NULL) lie in a volume of shape [Y, X, Z]: 0, or -EINVAL
+ * and what is wrong in err. */
+int vw_view_check(const uint32_t shape[3], const uint32_t *pos, const uint32_t *slab, char *err,
+                  size_t errlen) VR_MUST_CHECK;
+
 /* ---- the feed thread (feed.c) --------------------------------------------------------------- */
+
+/* The own views some browser shows (set by the server) and their newest pictures (set by the
+ * feed), in the mailbox. */
+struct vw_own_req {
+	struct vw_own_key key;
+	unsigned kinds; /* the pictures of VW_OWN_KINDS some browser with this view shows */
+	bool fresh;     /* the server has not all of them: extract even if done for this volume */
+};
+
+struct vw_own_out {
+	struct vw_own_key key;
+	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
+};
 
 /* The texts a browser gets besides pictures, in the order it gets them when several are due. */
 enum vw_text_kind {
@@ -105,14 +149,23 @@ struct vw_mailbox {
 	char *text[VW_TEXTS]; /* malloc'ed */
 	bool clear;           /* a new session: the server drops the pictures of the one before */
 	bool dirty;
+	/* own views: the server's requests, the feed's pictures of them (the newest of each view
+	 * and kind) */
+	struct vw_own_req req[VW_OWN_MAX];
+	unsigned nreq;
+	struct vw_own_out out[VW_OWN_MAX];
+	unsigned nout;
+	uint32_t shape[3]; /* of the newest volume read, 0 none */
 };
 
 struct vw_feed {
 	char instance[VOLREC_INSTANCE_MAX + 1];
 	char run_dir[VW_PATH_MAX];
 	struct vw_encode_opts enc;
-	double max_rate;    /* volumes encoded per second, at most */
-	atomic_uint wanted; /* bit k: some browser shows picture kind k */
+	double max_rate;         /* volumes encoded per second, at most */
+	atomic_uint wanted;      /* bit k: some browser at the daemon's view shows picture kind k */
+	atomic_bool own_any;     /* some browser shows pictures of its own view (box.req) */
+	atomic_bool own_changed; /* box.req changed: extract from the newest volume again */
 	atomic_bool stop;
 	struct vw_mailbox box;
 	void (*wake)(void *ctx); /* called after the mailbox changed (any thread) */
@@ -229,6 +282,7 @@ enum vw_msg_type {
 	VW_MSG_PING,
 	VW_MSG_RECORD_START,
 	VW_MSG_RECORD_STOP,
+	VW_MSG_VIEW,
 };
 
 /* A browser's message, checked: what the server acts on. The json_object pointers are
@@ -243,6 +297,10 @@ struct vw_msg {
 	struct json_object *t;      /* ping: a string or exact number, NULL none */
 	struct json_object *fields; /* record_start/_stop: the request's fields for the daemon (an
 	                               object of its own, put by vw_msg_free) */
+	/* view: which of position and slab it sets; each either the browser's own (own_*) or
+	 * the daemon's again (null) */
+	bool has_pos, has_slab, own_pos, own_slab;
+	uint32_t pos[3], slab[2];
 };
 
 /* Parse and check one text message of len bytes (docs/viewer.md, the WebSocket protocol), at

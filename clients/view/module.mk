@@ -6,7 +6,7 @@
 # goes to $(VIEW_LIBEXECDIR) with its systemd unit packaging/systemd/volrec-view.service.
 ARCHIVES += view
 view_SRCS := clients/view/frame.c clients/view/feed.c clients/view/control.c clients/view/server.c \
-	clients/view/access.c clients/view/msg.c
+	clients/view/access.c clients/view/msg.c clients/view/extract.c
 view_LDLIBS := -lwebsockets -lz -ljson-c -lzmq
 
 VIEW_LIBEXECDIR = $(or $(LIBEXECDIR),$(PREFIX)/libexec)/volrec

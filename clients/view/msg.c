@@ -103,6 +103,55 @@ static int parse_record(struct vw_msg *m, bool start, char *err, size_t errlen)
 	return 0;
 }
 
+/* A whole number 0 .. UINT32_MAX-1 into *out. */
+static bool index_of(struct json_object *v, uint32_t *out)
+{
+	int64_t i;
+
+	if (!json_object_is_type(v, json_type_int))
+		return false;
+	i = json_object_get_int64(v);
+	if (i < 0 || i >= (int64_t)UINT32_MAX)
+		return false;
+	*out = (uint32_t)i;
+	return true;
+}
+
+/* view {position: [y0, x0, z0] | null, slab: [za, zb] | null}: this browser's own crosshair
+ * and slab (null: the daemon's again); the server checks them against the volume. */
+static int parse_view(struct vw_msg *m, char *err, size_t errlen)
+{
+	m->type = VW_MSG_VIEW;
+	json_object_object_foreach(m->root, k, v)
+	{
+		bool pos = !strcmp(k, "position");
+		size_t n = pos ? 3 : 2;
+		uint32_t *dst = pos ? m->pos : m->slab;
+
+		if (!strcmp(k, "type") || !strcmp(k, "id"))
+			continue;
+		if (!pos && strcmp(k, "slab"))
+			return vr_err(err, errlen, -EINVAL,
+			              "view: unknown field '%.64s' (position, slab)", k);
+		*(pos ? &m->has_pos : &m->has_slab) = true;
+		if (!v)
+			continue; /* null: the daemon's */
+		if (!json_object_is_type(v, json_type_array) || json_object_array_length(v) != n)
+			return vr_err(err, errlen, -EINVAL, "view: %s: need %s or null", k,
+			              pos ? "[y0, x0, z0]" : "[za, zb]");
+		for (size_t i = 0; i < n; i++)
+			if (!index_of(json_object_array_get_idx(v, i), &dst[i]))
+				return vr_err(err, errlen, -EINVAL,
+				              "view: %s[%zu]: need a whole number from 0", k, i);
+		*(pos ? &m->own_pos : &m->own_slab) = true;
+	}
+	if (!m->has_pos && !m->has_slab)
+		return vr_err(err, errlen, -EINVAL,
+		              "view: need position [y0, x0, z0] or slab [za, zb] (or null for the "
+		              "daemon's)");
+	return 0;
+}
+
 int vw_msg_parse(const char *text, size_t len, int depth, struct vw_msg *m, char *err,
                  size_t errlen)
 {
@@ -128,8 +177,8 @@ int vw_msg_parse(const char *text, size_t len, int depth, struct vw_msg *m, char
 	if (!json_object_object_get_ex(m->root, "type", &type) ||
 	    !json_object_is_type(type, json_type_string))
 		return vr_err(err, errlen, -EINVAL,
-		              "message: type: missing or not a string (subscribe, set, get, ping, "
-		              "record_start, record_stop)");
+		              "message: type: missing or not a string (subscribe, view, set, get, "
+		              "ping, record_start, record_stop)");
 	t = json_object_get_string(type);
 	if (!strcmp(t, "subscribe")) {
 		m->type = VW_MSG_SUBSCRIBE;
@@ -159,6 +208,8 @@ int vw_msg_parse(const char *text, size_t len, int depth, struct vw_msg *m, char
 	}
 	if (!strcmp(t, "record_start") || !strcmp(t, "record_stop"))
 		return parse_record(m, !strcmp(t, "record_start"), err, errlen);
+	if (!strcmp(t, "view"))
+		return parse_view(m, err, errlen);
 	if (!strcmp(t, "get")) {
 		m->type = VW_MSG_GET;
 		if (json_object_object_get_ex(m->root, "key", &m->key) &&
@@ -170,8 +221,8 @@ int vw_msg_parse(const char *text, size_t len, int depth, struct vw_msg *m, char
 	}
 	vr_utf8_sanitize(t, shown, sizeof(shown));
 	return vr_err(err, errlen, -EINVAL,
-	              "message: unknown type '%s' (subscribe, set, get, ping, record_start, "
-	              "record_stop)",
+	              "message: unknown type '%s' (subscribe, view, set, get, ping, "
+	              "record_start, record_stop)",
 	              shown);
 }
 

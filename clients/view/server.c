@@ -66,6 +66,8 @@ struct vw_session {
 	bool rx_oversized, rx_binary;
 	uint64_t frames, bytes; /* sent */
 	bool hello;
+	bool own; /* its own crosshair or slab: key */
+	struct vw_own_key key;
 };
 
 struct vw_cookie {
@@ -94,7 +96,10 @@ struct vw_server {
 	bool ctl_polling;
 	/* what the feed delivered, owned by this thread */
 	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
-	uint64_t serial[VOLREC_IMAGE_COUNT];
+	uint64_t serial; /* of the last frame taken, daemon's or own: one count for both */
+	struct vw_own_out own[VW_OWN_MAX]; /* the newest pictures of the browsers' own views */
+	unsigned nown;
+	uint32_t shape[3]; /* of the newest volume the feed read */
 	struct vw_text text[VW_TEXTS];
 	uint64_t text_serial[VW_TEXTS];
 };
@@ -428,13 +433,112 @@ static int serve_asset(struct vw_server *sv, struct lws *wsi, const char *url)
 
 /* ---- browser requests ------------------------------------------------------------------------ */
 
-static void update_wanted(struct vw_server *sv)
+/* The frame of kind k that session s is due: of its own view, or the daemon's. */
+static struct vw_frame *frame_for(const struct vw_server *sv, const struct vw_session *s,
+                                  unsigned k)
 {
-	unsigned m = 0;
+	if (!s->own || !(VW_OWN_KINDS & (1u << k)))
+		return sv->frame[k];
+	for (unsigned i = 0; i < sv->nown; i++)
+		if (vw_own_key_equal(&sv->own[i].key, &s->key))
+			return sv->own[i].frame[k];
+	return NULL;
+}
 
-	for (struct vw_session *s = sv->sessions; s; s = s->next)
-		m |= s->want;
+static void own_free(struct vw_own_out *o)
+{
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+		vw_frame_free(o->frame[k]);
+		o->frame[k] = NULL;
+	}
+}
+
+/*
+ * What the feed reads: the daemon's pictures that browsers at its view show, and the own views
+ * (each once however many browsers share it) with the pictures their browsers show. Pictures of
+ * views no browser shows any more are dropped. changed: a browser's view changed (the feed
+ * extracts from the newest volume at once).
+ */
+static void update_wanted(struct vw_server *sv, bool changed)
+{
+	struct vw_mailbox *b = &sv->feed->box;
+	struct vw_own_req req[VW_OWN_MAX];
+	unsigned m = 0, n = 0;
+
+	for (struct vw_session *s = sv->sessions; s; s = s->next) {
+		unsigned i = 0;
+
+		if (!s->own || !(s->want & VW_OWN_KINDS)) {
+			m |= s->want;
+			continue;
+		}
+		m |= s->want & ~VW_OWN_KINDS;
+		while (i < n && !vw_own_key_equal(&req[i].key, &s->key))
+			i++;
+		if (i == n) { /* room checked when the view was set */
+			req[n].key = s->key;
+			req[n].fresh = false;
+			req[n++].kinds = 0;
+		}
+		req[i].kinds |= s->want & VW_OWN_KINDS;
+	}
+	/* a view whose pictures the server lacks (new, or dropped when no browser had it a moment
+	 * ago): extracted again even from a volume it was extracted from */
+	for (unsigned i = 0; i < n; i++) {
+		const struct vw_frame *const *fr = NULL;
+
+		for (unsigned j = 0; j < sv->nown && !fr; j++)
+			if (vw_own_key_equal(&sv->own[j].key, &req[i].key))
+				fr = (const struct vw_frame *const *)sv->own[j].frame;
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !req[i].fresh; k++)
+			req[i].fresh = (req[i].kinds & (1u << k)) && (!fr || !fr[k]);
+	}
+	for (unsigned j = 0; j < sv->nown;) {
+		unsigned i = 0;
+
+		while (i < n && !vw_own_key_equal(&req[i].key, &sv->own[j].key))
+			i++;
+		if (i < n) {
+			j++;
+			continue;
+		}
+		own_free(&sv->own[j]);
+		sv->own[j] = sv->own[--sv->nown];
+	}
+	pthread_mutex_lock(&b->lock);
+	changed |= n != b->nreq;
+	for (unsigned i = 0; i < n && !changed; i++)
+		changed = !vw_own_key_equal(&req[i].key, &b->req[i].key) ||
+		          req[i].kinds != b->req[i].kinds;
+	memcpy(b->req, req, n * sizeof(req[0]));
+	b->nreq = n;
+	pthread_mutex_unlock(&b->lock);
 	atomic_store(&sv->feed->wanted, m);
+	atomic_store(&sv->feed->own_any, n > 0);
+	if (changed && n)
+		atomic_store(&sv->feed->own_changed, true);
+}
+
+/* The own views browsers have, counted once each, with s's new one (key) in place of its own;
+ * past VW_OWN_MAX it stops counting. */
+static unsigned own_views(const struct vw_server *sv, const struct vw_session *s,
+                          const struct vw_own_key *key)
+{
+	struct vw_own_key seen[VW_OWN_MAX + 1];
+	unsigned n = 0;
+
+	seen[n++] = *key;
+	for (const struct vw_session *o = sv->sessions; o && n <= VW_OWN_MAX; o = o->next) {
+		unsigned i = 0;
+
+		if (o == s || !o->own)
+			continue;
+		while (i < n && !vw_own_key_equal(&seen[i], &o->key))
+			i++;
+		if (i == n)
+			seen[n++] = o->key;
+	}
+	return n;
 }
 
 static struct vw_session *session_by_uid(struct vw_server *sv, uint64_t uid)
@@ -558,8 +662,68 @@ static void subscribe(struct vw_server *sv, struct vw_session *s, unsigned want)
 		if ((want & (1u << k)) && !(s->want & (1u << k)))
 			s->sent[k] = 0;
 	s->want = want;
-	update_wanted(sv);
+	update_wanted(sv, false);
 	lws_callback_on_writable(s->wsi);
+}
+
+/* This browser's own crosshair and slab (or the daemon's again), checked against the newest
+ * volume: refused with a message when outside it, never moved into it. */
+static void set_view(struct vw_server *sv, struct vw_session *s, const struct vw_msg *m)
+{
+	struct vw_own_key key = s->key;
+	struct json_object *o;
+	char err[512];
+
+	if (m->has_pos) {
+		key.own_pos = m->own_pos;
+		memcpy(key.pos, m->own_pos ? m->pos : (const uint32_t[3]){0}, sizeof(key.pos));
+	}
+	if (m->has_slab) {
+		key.own_slab = m->own_slab;
+		memcpy(key.slab, m->own_slab ? m->slab : (const uint32_t[2]){0}, sizeof(key.slab));
+	}
+	if ((key.own_pos || key.own_slab) &&
+	    vw_view_check(sv->shape, key.own_pos ? key.pos : NULL, key.own_slab ? key.slab : NULL,
+	                  err, sizeof(err))) {
+		session_error(sv, s, m->id, "%s", err);
+		return;
+	}
+	if ((key.own_pos || key.own_slab) && own_views(sv, s, &key) > VW_OWN_MAX) {
+		session_error(sv, s, m->id,
+		              "view: %d browsers' own views are shown already (at most %d): use "
+		              "the daemon's or one of theirs",
+		              VW_OWN_MAX, VW_OWN_MAX);
+		return;
+	}
+	s->key = key;
+	s->own = key.own_pos || key.own_slab;
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		if (VW_OWN_KINDS & (1u << k))
+			s->sent[k] = 0; /* the pictures of the new view, whatever was sent before */
+	update_wanted(sv, true);
+	o = json_object_new_object();
+	json_object_object_add(o, "type", json_object_new_string("view"));
+	if (m->id)
+		json_object_object_add(o, "id", json_object_get(m->id));
+	if (key.own_pos) {
+		struct json_object *a = json_object_new_array();
+
+		for (unsigned i = 0; i < 3; i++)
+			json_object_array_add(a, json_object_new_int64(key.pos[i]));
+		json_object_object_add(o, "position", a);
+	} else {
+		json_object_object_add(o, "position", NULL);
+	}
+	if (key.own_slab) {
+		struct json_object *a = json_object_new_array();
+
+		for (unsigned i = 0; i < 2; i++)
+			json_object_array_add(a, json_object_new_int64(key.slab[i]));
+		json_object_object_add(o, "slab", a);
+	} else {
+		json_object_object_add(o, "slab", NULL);
+	}
+	session_queue(s, o);
 }
 
 static void pong(struct vw_session *s, const struct vw_msg *m)
@@ -589,6 +753,8 @@ static void handle_message(struct vw_server *sv, struct vw_session *s, const cha
 		subscribe(sv, s, m.views);
 	} else if (m.type == VW_MSG_PING) {
 		pong(s, &m);
+	} else if (m.type == VW_MSG_VIEW) {
+		set_view(sv, s, &m); /* display, not data: no token needed */
 	} else if (m.type != VW_MSG_GET && s->access != VW_CONTROL) {
 		/* set, record_start, record_stop: they change what is recorded */
 		const char *op = m.type == VW_MSG_SET            ? "set"
@@ -636,10 +802,68 @@ static void wrap_text(struct vw_text *t, uint64_t *serial, const char *type, con
 	json_object_put(o);
 }
 
+/* The feed's new pictures of own views: each replaces the one of its view and kind, for the
+ * views browsers still have (the others are dropped). Takes the frames. */
+static void take_own(struct vw_server *sv, struct vw_own_out *out, unsigned nout)
+{
+	for (unsigned i = 0; i < nout; i++) {
+		bool shown = false;
+		unsigned j = 0;
+
+		for (struct vw_session *s = sv->sessions; s && !shown; s = s->next)
+			shown = s->own && vw_own_key_equal(&s->key, &out[i].key);
+		while (j < sv->nown && !vw_own_key_equal(&sv->own[j].key, &out[i].key))
+			j++;
+		if (!shown || (j == sv->nown && sv->nown == VW_OWN_MAX)) {
+			own_free(&out[i]);
+			continue;
+		}
+		if (j == sv->nown) {
+			memset(&sv->own[j], 0, sizeof(sv->own[j]));
+			sv->own[sv->nown++].key = out[i].key;
+		}
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			if (out[i].frame[k]) {
+				vw_frame_free(sv->own[j].frame[k]);
+				sv->own[j].frame[k] = out[i].frame[k];
+				out[i].frame[k]->serial = ++sv->serial;
+			}
+	}
+}
+
+/* The volume's shape changed (a reload, a new session): a browser's view outside the new one
+ * is the daemon's again, and the browser is told. */
+static void views_recheck(struct vw_server *sv)
+{
+	bool changed = false;
+
+	for (struct vw_session *s = sv->sessions; s; s = s->next) {
+		char err[512];
+
+		if (!s->own ||
+		    !vw_view_check(sv->shape, s->key.own_pos ? s->key.pos : NULL,
+		                   s->key.own_slab ? s->key.slab : NULL, err, sizeof(err)))
+			continue;
+		memset(&s->key, 0, sizeof(s->key));
+		s->own = false;
+		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			if (VW_OWN_KINDS & (1u << k))
+				s->sent[k] = 0;
+		session_error(sv, s, NULL, "%s; showing the daemon's crosshair and slab again",
+		              err);
+		changed = true;
+	}
+	if (changed)
+		update_wanted(sv, false);
+}
+
 static void take_mailbox(struct vw_server *sv)
 {
 	struct vw_mailbox *b = &sv->feed->box;
 	struct vw_frame *fr[VOLREC_IMAGE_COUNT];
+	struct vw_own_out out[VW_OWN_MAX];
+	unsigned nout;
+	uint32_t shape[3];
 	char *text[VW_TEXTS];
 	bool clear;
 
@@ -654,8 +878,23 @@ static void take_mailbox(struct vw_server *sv)
 	memset(b->frame, 0, sizeof(b->frame));
 	memcpy(text, b->text, sizeof(text));
 	memset(b->text, 0, sizeof(b->text));
+	nout = b->nout;
+	memcpy(out, b->out, nout * sizeof(out[0]));
+	b->nout = 0;
+	memcpy(shape, b->shape, sizeof(shape));
 	b->dirty = false;
 	pthread_mutex_unlock(&b->lock);
+
+	for (unsigned i = 0; i < sv->nown && clear; i++)
+		own_free(&sv->own[i]);
+	if (nout) {
+		take_own(sv, out, nout);
+		update_wanted(sv, false); /* the views that have their pictures now */
+	}
+	if (memcmp(shape, sv->shape, sizeof(shape))) {
+		memcpy(sv->shape, shape, sizeof(shape));
+		views_recheck(sv);
+	}
 
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && clear; k++) {
 		vw_frame_free(sv->frame[k]); /* the session before's: never sent again */
@@ -665,7 +904,7 @@ static void take_mailbox(struct vw_server *sv)
 		if (fr[k]) {
 			vw_frame_free(sv->frame[k]);
 			sv->frame[k] = fr[k];
-			fr[k]->serial = ++sv->serial[k];
+			fr[k]->serial = ++sv->serial;
 		}
 	for (unsigned t = 0; t < VW_TEXTS; t++) {
 		if (text[t])
@@ -741,7 +980,7 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 	} else {
 		for (unsigned i = 0; i < VOLREC_IMAGE_COUNT; i++) {
 			unsigned k = (s->rr + i) % VOLREC_IMAGE_COUNT;
-			struct vw_frame *f = sv->frame[k];
+			struct vw_frame *f = frame_for(sv, s, k);
 
 			if (!(s->want & (1u << k)) || !f || s->sent[k] == f->serial)
 				continue;
@@ -758,8 +997,11 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 	if (rc)
 		return -1;
 	more = s->qlen || text_due(sv, s) < VW_TEXTS;
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !more; k++)
-		more = (s->want & (1u << k)) && sv->frame[k] && s->sent[k] != sv->frame[k]->serial;
+	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !more; k++) {
+		struct vw_frame *f = frame_for(sv, s, k);
+
+		more = (s->want & (1u << k)) && f && s->sent[k] != f->serial;
+	}
 	if (more)
 		lws_callback_on_writable(s->wsi);
 	return 0;
@@ -844,7 +1086,7 @@ static void session_close(struct vw_server *sv, struct vw_session *s)
 		queue_pop(s);
 	free(s->rx);
 	s->rx = NULL;
-	update_wanted(sv);
+	update_wanted(sv, false);
 }
 
 static int cb_ws(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
@@ -1069,6 +1311,8 @@ void vw_server_destroy(struct vw_server *s)
 	vw_control_close(s->ctl);
 	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
 		vw_frame_free(s->frame[k]);
+	for (unsigned i = 0; i < s->nown; i++)
+		own_free(&s->own[i]);
 	for (unsigned t = 0; t < VW_TEXTS; t++)
 		text_free(&s->text[t]);
 	for (unsigned i = 0; i < s->ncookies; i++)

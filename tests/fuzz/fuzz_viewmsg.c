@@ -113,6 +113,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (m.t)
 			check_echoable(m.t, "t");
 		break;
+	case VW_MSG_VIEW:
+		if (!m.has_pos && !m.has_slab)
+			fail("a view that sets neither position nor slab", NULL);
+		if ((m.own_pos && !m.has_pos) || (m.own_slab && !m.has_slab))
+			fail("a view's own value without its field", NULL);
+		if (m.own_pos &&
+		    (m.pos[0] == UINT32_MAX || m.pos[1] == UINT32_MAX || m.pos[2] == UINT32_MAX))
+			fail("a view position past the largest index", NULL);
+		break;
 	case VW_MSG_RECORD_START:
 	case VW_MSG_RECORD_STOP:
 		if (!m.fields || !json_object_is_type(m.fields, json_type_object))

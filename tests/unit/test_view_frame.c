@@ -5,6 +5,7 @@
  * pictures reduced by block maxima, the geometry in um of each picture's axes, and the reduced
  * volume sent whole with its planes and block factors.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +322,77 @@ static void test_kind_names_round_trip(void **state)
 	assert_int_equal(vw_kind_from_name("volumes"), -1);
 }
 
+/* A browser's own pictures (extract.c) against docs/algorithms.md §4 computed by hand on a
+ * 2 x 3 x 4 volume V[y][x][z] = 10y + 3x + z, and the en-face mean's rounding half up. */
+static void test_own_pictures_are_the_volumes_voxels(void **state)
+{
+	enum { Y = 2, X = 3, Z = 4 };
+	uint8_t vol[Y * X * Z], out[16];
+	const uint32_t pos[3] = {1, 2, 3}, slab[2] = {1, 3};
+	struct volrec_image img;
+
+	(void)state;
+	for (unsigned y = 0; y < Y; y++)
+		for (unsigned x = 0; x < X; x++)
+			for (unsigned z = 0; z < Z; z++)
+				vol[(y * X + x) * Z + z] = (uint8_t)(10 * y + 3 * x + z);
+	vw_extract(vol, Y, X, Z, VOLREC_IMAGE_BSCAN, pos, slab, out, &img);
+	assert_int_equal(img.rows, X);
+	assert_int_equal(img.cols, Z);
+	assert_memory_equal(out, vol + 1 * X * Z, X * Z);
+	assert_int_equal(img.position[0], 1);
+	assert_int_equal(img.slab[1], 3);
+	vw_extract(vol, Y, X, Z, VOLREC_IMAGE_SLICE, pos, slab, out, &img);
+	assert_int_equal(img.rows, Y);
+	assert_int_equal(img.cols, Z);
+	for (unsigned y = 0; y < Y; y++)
+		for (unsigned z = 0; z < Z; z++)
+			assert_int_equal(out[y * Z + z], 10 * y + 6 + z);
+	vw_extract(vol, Y, X, Z, VOLREC_IMAGE_PLANE, pos, slab, out, &img);
+	for (unsigned y = 0; y < Y; y++)
+		for (unsigned x = 0; x < X; x++)
+			assert_int_equal(out[y * X + x], 10 * y + 3 * x + 3);
+	/* over z 1..2: mean of (v+1, v+2) = v + 1.5, rounded half up to v + 2; max v + 2 */
+	vw_extract(vol, Y, X, Z, VOLREC_IMAGE_ENFACE_MEAN, pos, slab, out, &img);
+	for (unsigned yx = 0; yx < Y * X; yx++)
+		assert_int_equal(out[yx], vol[yx * Z] + 2);
+	vw_extract(vol, Y, X, Z, VOLREC_IMAGE_ENFACE_MAX, pos, slab, out, &img);
+	for (unsigned yx = 0; yx < Y * X; yx++)
+		assert_int_equal(out[yx], vol[yx * Z] + 2);
+	/* thirds: 0 0 1 -> 0.33 -> 0; 0 1 1 -> 0.67 -> 1; 255 255 254 stays below 256 */
+	{
+		const uint8_t v3[3 * 3] = {0, 0, 1, 0, 1, 1, 255, 255, 254};
+		const uint32_t all[2] = {0, 3};
+
+		vw_extract(v3, 1, 3, 3, VOLREC_IMAGE_ENFACE_MEAN, pos, all, out, &img);
+		assert_int_equal(out[0], 0);
+		assert_int_equal(out[1], 1);
+		assert_int_equal(out[2], 255);
+	}
+}
+
+static void test_a_view_outside_the_volume_is_refused(void **state)
+{
+	const uint32_t shape[3] = {48, 40, 256}, none[3] = {0, 0, 0};
+	char err[256];
+
+	(void)state;
+	assert_int_equal(vw_view_check(shape, (const uint32_t[3]){47, 39, 255},
+	                               (const uint32_t[2]){0, 256}, err, sizeof(err)),
+	                 0);
+	assert_int_equal(
+	        vw_view_check(shape, (const uint32_t[3]){0, 40, 0}, NULL, err, sizeof(err)),
+	        -EINVAL);
+	assert_string_equal(err, "view: position: x0 40 is outside the volume (0..39 for 48 x 40 x "
+	                         "256 [Y, X, Z])");
+	assert_int_equal(vw_view_check(shape, NULL, (const uint32_t[2]){5, 5}, err, sizeof(err)),
+	                 -EINVAL);
+	assert_string_equal(err,
+	                    "view: slab [5, 5): need 0 <= za < zb <= 256 (the volume's depth)");
+	assert_int_equal(vw_view_check(none, NULL, (const uint32_t[2]){0, 1}, err, sizeof(err)),
+	                 -EINVAL);
+}
+
 VR_TEST_GROUP(view_frame)
 {
 	const struct CMUnitTest tests[] = {
@@ -332,6 +404,8 @@ VR_TEST_GROUP(view_frame)
 	        cmocka_unit_test(test_pixel_sizes_follow_each_pictures_axes),
 	        cmocka_unit_test(test_the_volume_goes_whole_with_its_blocks),
 	        cmocka_unit_test(test_kind_names_round_trip),
+	        cmocka_unit_test(test_own_pictures_are_the_volumes_voxels),
+	        cmocka_unit_test(test_a_view_outside_the_volume_is_refused),
 	};
 
 	return cmocka_run_group_tests_name("view_frame", tests, NULL, NULL);

@@ -791,6 +791,8 @@ function onText(text) {
         : 'This browser may only view: open the address volrec view printed at start (with ?token=...) to change these.';
       applyLayout();
       loadControls();
+      // a reconnection: this browser's own crosshair and slab again
+      if (state.own.position || state.own.slab) moveView({ ...state.own });
       break;
     case 'state': {
       state.daemon = m.state.state;
@@ -812,13 +814,24 @@ function onText(text) {
           (ev.event === 'set' && Object.keys(DATA_KEYS).some((k) => String(ev.keys).includes(k)))) loadControls();
       break;
     }
+    case 'view': // this browser's own crosshair and slab, as the viewer took them
     case 'reply':
     case 'error': {
       if (m.type === 'error') state.errors.push(m);
       else state.replies.push(m);
       const done = m.id !== undefined && state.pending.get(m.id);
-      if (done) { state.pending.delete(m.id); done(m.type === 'error' ? { ...m, ok: false } : m); }
-      else if (m.type === 'error') note(m.error, 'error');
+      if (done) {
+        state.pending.delete(m.id);
+        done(m.type === 'error' ? { ...m, ok: false } : m.type === 'view' ? { ...m, ok: true } : m);
+      }
+      else if (m.type === 'error') {
+        // the volume's shape changed and this browser's view lay outside it: the daemon's again
+        if (/showing the daemon's crosshair and slab again$/.test(m.error)) {
+          state.own = { position: null, slab: null };
+          $('view-own').textContent = ownText();
+        }
+        note(m.error, 'error');
+      }
       break;
     }
     case 'pong':
@@ -1057,7 +1070,17 @@ function rangeInputs(loId, hiId, textId, unit, key, where) {
   $(hiId).addEventListener('change', changed);
 }
 rangeInputs('db-lo', 'db-hi', 'db-text', ' dB', 'preprocess.db_range', 'data');
-rangeInputs('slab-a', 'slab-b', 'slab-text', '', 'view.slab');
+// The slab is this browser's (no token): the viewer takes the en-face from the volume itself.
+function slabChanged() {
+  let lo = +$('slab-a').value, hi = +$('slab-b').value;
+  if (lo >= hi) { if (this === $('slab-a')) lo = hi - 1; else hi = lo + 1; }
+  $('slab-a').value = lo; $('slab-b').value = hi;
+  $('slab-text').textContent = `${lo}–${hi}`;
+  moveView({ slab: [lo, hi] });
+}
+$('slab-a').addEventListener('change', slabChanged);
+$('slab-b').addEventListener('change', slabChanged);
+$('view-daemon').addEventListener('click', () => moveView({ position: null, slab: null }));
 const numberOf = (id) => ($(id).value === '' ? null : +$(id).value);
 $('disp-a2').addEventListener('change', () => set({ 'preprocess.dispersion.coeffs': [numberOf('disp-a2'), numberOf('disp-a3')] }, 'data'));
 $('disp-a3').addEventListener('change', () => set({ 'preprocess.dispersion.coeffs': [numberOf('disp-a2'), numberOf('disp-a3')] }, 'data'));
@@ -1082,19 +1105,29 @@ $('rec-stop').addEventListener('click', async () => {
 });
 
 // ---- the crosshair: clicks, drags (ruler), keys and wheel ------------------------------------------
-// The crosshair is the daemon's view position (every browser's B-scan and slice): moving it
-// needs the control token. One set in flight; the newest position is sent when it is answered.
-let positionBusy = false, positionNext = null;
-async function movePosition(p) {
-  state.position = p;
-  requestDraw();
-  if (positionBusy) { positionNext = p; return; }
+// The crosshair and the slab are this browser's own (docs/viewer.md, "view"): the viewer takes
+// their pictures from the volume for this browser alone, with no token; the daemon's
+// view.position and view.slab, and every other browser's pictures, stay as they are. `null`
+// follows the daemon's again. One request in flight; the newest change is sent when it is
+// answered, and is sent again after a reconnection.
+let positionBusy = false, viewNext = null;
+state.own = { position: null, slab: null };
+async function moveView(v) {
+  if (v.position) { state.position = v.position; requestDraw(); }
+  if (positionBusy) { viewNext = { ...viewNext, ...v }; return undefined; }
   positionBusy = true;
-  const r = await set({ 'view.position': [...p] });
+  const r = await request({ type: 'view', ...v });
+  if (r.ok) { state.own = { position: r.position, slab: r.slab }; $('view-own').textContent = ownText(); }
+  else note(r.error || 'refused', 'error');
   positionBusy = false;
-  if (positionNext) { const n = positionNext; positionNext = null; movePosition(n); }
+  if (viewNext) { const n = viewNext; viewNext = null; moveView(n); }
   return r;
 }
+const movePosition = (p) => moveView({ position: [...p] });
+const ownText = () => (state.own.position || state.own.slab
+  ? `this browser's${state.own.position ? ' crosshair' : ''}${state.own.position && state.own.slab ? ' and' : ''}${state.own.slab ? ' slab' : ''}`
+  : "the daemon's crosshair and slab");
+state.moveView = moveView;
 const cell = (t, n) => Math.min(n - 1, Math.max(0, Math.floor(t * n)));
 const PLACE = {
   enface: (u, v, sh, pos) => [cell(v, sh[0]), cell(u, sh[1]), pos[2]],
