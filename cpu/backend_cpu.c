@@ -417,17 +417,18 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 	float *L = out->lowres ? out->lowres : st->lowres;
 
 	cpu_preprocess_epoch(st, L, out);
-	if (st->p.mode == CFG_RECON_COMPENSATED) {
+	if (st->p.live.mode == CFG_RECON_COMPENSATED) {
 		int rc = cpu_motion_epoch(st, epoch, L, out, err, errlen);
 		if (rc < 0)
 			return rc;
-	} else if (st->p.mode != CFG_RECON_NONE) {
+	} else if (st->p.live.mode != CFG_RECON_NONE) {
 		cpu_recon_epoch(st, epoch, L, out);
 	}
 	if (out->median_depths) {
 		for (uint32_t b = 0; b < st->geo.ny; b++)
-			out->median_depths[b] =
-			        st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN ? st->pm_count[b] : 0;
+			out->median_depths[b] = st->p.live.background == CFG_BG_PARTIAL_MEDIAN
+			                                ? st->pm_count[b]
+			                                : 0;
 	}
 	return cpu_views_epoch(st, out, err, errlen);
 }
@@ -435,7 +436,7 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, size_t errlen)
 {
 	struct cpu_state *st = vst;
-	enum cfg_recon_mode old = st->p.mode;
+	enum cfg_recon_mode old = st->p.live.mode;
 	int rc;
 
 	if (!be_geometry_same(&st->geo, cfg) || cpu_count_threads(cfg->cpu.threads) != st->nthreads)
@@ -446,7 +447,7 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (st->p.mode != old)
+	if (st->p.live.mode != old)
 		cpu_reset_history(st);
 	return 0;
 }
