@@ -88,6 +88,10 @@ int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_b
 	rc = be_ops_check(ops, err, errlen);
 	if (rc < 0)
 		return rc;
+	/* the schema's checks, once for every backend: they check only what it cannot know */
+	rc = cfg_check_backend(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
 	be = calloc(1, sizeof(*be));
 	if (be)
 		be->have = calloc(
@@ -356,12 +360,17 @@ int be_epoch_wait(struct be_backend *be, uint64_t epoch, char *err, size_t errle
 
 int be_update_live(struct be_backend *be, const struct vr_config *cfg, char *err, size_t errlen)
 {
+	int rc;
+
 	if (be->open)
 		return be_refuse(
 		        be, err, errlen, -EBUSY,
 		        "live update while epoch %llu has %u of %u B-scans submitted (live "
 		        "parameters apply between epochs)",
 		        (unsigned long long)be->epoch, be->nsub, be->ny);
+	rc = cfg_check_backend(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
 	be_land(be);
 	return be->ops->update_live(be->state, cfg, err, errlen);
 }

@@ -16,8 +16,10 @@
  *  - epoch_wait(e) only for the e of a successful epoch_finish_async, exactly once;
  *  - update_live and reset_history never with an epoch in flight (the wrapper waits for it),
  *    update_live never with a half-submitted epoch.
- * An implementation checks only what is its own: configuration values, device limits, its
- * own failures.
+ *  - create and update_live only with a configuration cfg_check_backend() accepts (the
+ *    wrappers check it against the schema first).
+ * An implementation checks only what is its own: what the schema cannot know (device
+ * limits, what a live update may not change, the sizes its kernels index), its own failures.
  */
 #ifndef VOLREC_BACKEND_OPS_H
 #define VOLREC_BACKEND_OPS_H
@@ -40,7 +42,7 @@ struct be_geometry {
 	size_t le_count, full_count; /* voxels: low-resolution [ny][nx][nz], full [Y][X][nz] */
 };
 
-/* The geometry of cfg, a configuration cfg_check() accepts, into *g. */
+/* The geometry of cfg, a configuration cfg_check_backend() accepts, into *g. */
 void be_geometry_init(struct be_geometry *g, const struct vr_config *cfg);
 
 /* The live scalars a backend reads, derived from the configuration once (be_live_init) for
@@ -67,7 +69,7 @@ struct be_live {
 	               of reconstruct.spatial_sigma) */
 };
 
-/* The live scalars of cfg, a configuration cfg_check() accepts, into *l. */
+/* The live scalars of cfg, a configuration cfg_check_backend() accepts, into *l. */
 void be_live_init(struct be_live *l, const struct vr_config *cfg);
 
 /* Whether B-scan b runs against x: flip.x, reversed again on odd B-scans when bidirectional. */

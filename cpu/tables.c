@@ -79,20 +79,10 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 	rc = be_dispersion_table_check(cfg, K, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = be_levels_check(cfg, err, errlen);
-	if (rc < 0)
-		return rc;
-	rc = be_recon_check(cfg, err, errlen);
-	if (rc < 0)
-		return rc;
 	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && !st->pm_ready)
 		return vr_err(
 		        err, errlen, -EINVAL,
 		        "cpu backend: partial_median buffers are not allocated (cpu_pm_alloc)");
-	if (cfg->preprocess.window.type == CFG_WIN_GAUSS && !(cfg->preprocess.window.param > 0))
-		return vr_err(err, errlen, -EINVAL,
-		              "preprocess.window.param: gauss sigma %g, must be > 0",
-		              cfg->preprocess.window.param);
 
 	/* commit */
 	be_live_init(&p->live, cfg);

@@ -292,10 +292,6 @@ static double gpu_gib(size_t b)
 static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, char *err,
                           size_t errlen)
 {
-	int rc = be_recon_check(cfg, err, errlen);
-
-	if (rc < 0)
-		return rc;
 	if (cfg->reconstruct.mode == CFG_RECON_COMPENSATED && st->part.count > 1) {
 		snprintf(
 		        err, errlen,
@@ -534,22 +530,6 @@ static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t err
 	const uint64_t nx = cfg->geometry.ascans_per_bscan, ny = cfg->geometry.bscans_per_volume;
 	const uint64_t sx = cfg->geometry.stride[0], sy = cfg->geometry.stride[1];
 
-	if (K < 2 || nx < 1 || ny < 1 || sx < 1 || sy < 1 || (zp != 1 && zp != 2 && zp != 4)) {
-		snprintf(err, errlen,
-		         "cuda backend: geometry out of range (samples_per_ascan %llu >= 2, "
-		         "ascans_per_bscan %llu and bscans_per_volume %llu >= 1, stride %llux%llu, "
-		         "zero_pad %llu of 1, 2, 4)",
-		         (unsigned long long)K, (unsigned long long)nx, (unsigned long long)ny,
-		         (unsigned long long)sx, (unsigned long long)sy, (unsigned long long)zp);
-		return -EINVAL;
-	}
-	if (cfg->geometry.depth_range[0] >= cfg->geometry.depth_range[1] ||
-	    cfg->geometry.depth_range[1] > K * zp / 2) {
-		snprintf(err, errlen, "geometry.depth_range: [%u, %u) not within [0, %llu)",
-		         cfg->geometry.depth_range[0], cfg->geometry.depth_range[1],
-		         (unsigned long long)(K * zp / 2));
-		return -EINVAL;
-	}
 	if (K * zp > (1u << 30) || nx > 65535 || nx * sx > 65535u * 128 || ny * sy > (1u << 30) ||
 	    nx * K * zp > (1ull << 31)) {
 		snprintf(err, errlen,
@@ -569,7 +549,7 @@ static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t err
 		         (unsigned long long)nx);
 		return -EINVAL;
 	}
-	return be_levels_check(cfg, err, errlen);
+	return 0;
 }
 
 /* A cudaEventDisableTiming event into *e, naming it in the message on failure. */
@@ -773,10 +753,6 @@ static int gpu_device_check(const struct vr_config *cfg, struct cudaDeviceProp *
 		         "newer",
 		         cfg->gpu.device, prop->name, prop->major, prop->minor, GPU_MIN_CC_MAJOR);
 		return -ENODEV;
-	}
-	if (cfg->gpu.streams < 1 || cfg->gpu.streams > 32) {
-		snprintf(err, errlen, "gpu.streams: %d, allowed 1..32", cfg->gpu.streams);
-		return -EINVAL;
 	}
 	return 0;
 }

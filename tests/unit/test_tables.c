@@ -109,27 +109,6 @@ static void test_table_check_names_key_and_file(void **state)
 	assert_int_equal(be_table_check(&t, 3, "k", err, sizeof(err)), 0);
 }
 
-static void test_recon_check(void **state)
-{
-	struct vr_config c;
-	char err[256] = "";
-
-	(void)state;
-	cfg_defaults(&c);
-	c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
-	c.reconstruct.spatial_sigma = 0;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "spatial_sigma (0) must be >= 0.2"));
-	c.reconstruct.spatial_sigma = 0.19;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), -EINVAL);
-	c.reconstruct.spatial_sigma = CFG_SPATIAL_SIGMA_MIN;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
-	c.reconstruct.spatial_sigma = 0;
-	c.reconstruct.mode = CFG_RECON_NONE;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
-}
-
 VR_TEST_GROUP(tables)
 {
 	const struct CMUnitTest tests[] = {
@@ -139,7 +118,6 @@ VR_TEST_GROUP(tables)
 	        cmocka_unit_test(test_spatial_weights),
 	        cmocka_unit_test(test_dispersion_without_phase_is_the_window),
 	        cmocka_unit_test(test_table_check_names_key_and_file),
-	        cmocka_unit_test(test_recon_check),
 	};
 	return cmocka_run_group_tests_name("tables", tests, NULL, NULL);
 }
