@@ -24,7 +24,7 @@ struct gpu_multi {
 	struct gpu_state *part[CFG_GPU_DEVICES_MAX];
 	uint32_t lo[CFG_GPU_DEVICES_MAX]; /* B-scans each part preprocesses: [lo, hi) */
 	uint32_t hi[CFG_GPU_DEVICES_MAX];
-	char device[2048];        /* be_device */
+	char device[2048];   /* be_device */
 	struct be_live live; /* the live scalars in force (be_live_init) */
 
 	/* views: the parameters in force, the last combined render and what it shows */
