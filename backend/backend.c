@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/ops.h"
+#include "backend/tables.h"
 
 struct be_backend {
 	const struct be_ops *ops;
@@ -85,6 +86,10 @@ int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_b
 	int rc;
 
 	rc = be_ops_check(ops, err, errlen);
+	if (rc < 0)
+		return rc;
+	/* the schema's checks, once for every backend: they check only what it cannot know */
+	rc = cfg_check_backend(cfg, err, errlen);
 	if (rc < 0)
 		return rc;
 	be = calloc(1, sizeof(*be));
@@ -355,12 +360,17 @@ int be_epoch_wait(struct be_backend *be, uint64_t epoch, char *err, size_t errle
 
 int be_update_live(struct be_backend *be, const struct vr_config *cfg, char *err, size_t errlen)
 {
+	int rc;
+
 	if (be->open)
 		return be_refuse(
 		        be, err, errlen, -EBUSY,
 		        "live update while epoch %llu has %u of %u B-scans submitted (live "
 		        "parameters apply between epochs)",
 		        (unsigned long long)be->epoch, be->nsub, be->ny);
+	rc = cfg_check_backend(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
 	be_land(be);
 	return be->ops->update_live(be->state, cfg, err, errlen);
 }
@@ -391,6 +401,31 @@ void be_geometry_init(struct be_geometry *g, const struct vr_config *cfg)
 	g->bscan_bytes = cfg_bscan_bytes(cfg);
 	g->le_count = (size_t)g->ny * g->nx * g->nz;
 	g->full_count = (size_t)g->Y * g->X * g->nz;
+}
+
+void be_live_init(struct be_live *l, const struct vr_config *cfg)
+{
+	const double lo = cfg->preprocess.db_range[0], hi = cfg->preprocess.db_range[1];
+
+	l->background = cfg->preprocess.background.mode;
+	l->pm_threshold = cfg->preprocess.background.threshold;
+	l->resample = cfg->preprocess.resample.method;
+	l->dispersion = cfg->preprocess.dispersion.kind != CFG_DISP_NONE;
+	l->db_lo = (float)lo;
+	l->db_inv = (float)(1.0 / (hi - lo));
+	l->flip_x = cfg->preprocess.flip.x;
+	l->flip_z = cfg->preprocess.flip.z;
+	l->bidirectional = cfg->geometry.bidirectional;
+	l->mode = cfg->reconstruct.mode;
+	l->temporal = cfg->reconstruct.temporal;
+	l->combine = cfg->reconstruct.combine;
+	l->tau = cfg->reconstruct.tau;
+	l->tolerance = cfg->reconstruct.adaptive.tolerance;
+	l->depth_half_window = cfg->reconstruct.adaptive.depth_half_window;
+	l->speckle_tolerance = cfg->reconstruct.adaptive.speckle_tolerance;
+	l->estimate_pose = cfg->reconstruct.compensated.estimate_pose;
+	for (unsigned d = 0; d < 4; d++)
+		l->g[d] = be_spatial_weight(cfg->reconstruct.spatial_sigma, d);
 }
 
 bool be_geometry_same(const struct be_geometry *g, const struct vr_config *cfg)

@@ -83,8 +83,10 @@ struct be_output {
 /*
  * Open the backend cfg->backend names: `cpu`, `cuda`, or `auto` (CUDA when built with it and
  * a usable device exists, else the CPU, with the reason in note, which may be NULL).
+ * The configuration is checked against the schema first (cfg_check_backend).
  * \return 0 and *out (free with be_close), -ENOTSUP for `cuda` in a build without CUDA,
- * or the backend's error (-EINVAL bad configuration, -ENODEV no device, -ENOMEM ...) with
+ * the schema's error (-EINVAL, -ERANGE ...: "key: what is wrong", as for a loaded file), or
+ * the backend's (-EINVAL beyond what the backend can do, -ENODEV no device, -ENOMEM ...) with
  * the message in err; *out is written only on success.
  */
 VR_MUST_CHECK int be_open(const struct vr_config *cfg, struct be_backend **out, char *note,
@@ -185,8 +187,9 @@ VR_MUST_CHECK int be_epoch_wait(struct be_backend *be, uint64_t epoch, char *err
 /*
  * Apply the live parameters of cfg (non-structural, see cfg_is_structural_change) from the
  * next epoch on, without reallocation; waits for the epoch in flight.
- * \return 0, -EBUSY while an epoch is half submitted, -EINVAL when cfg changes something
- * structural or is invalid (nothing changed then). Message in err.
+ * \return 0, -EBUSY while an epoch is half submitted, the schema's error when cfg_check_backend
+ * refuses cfg, -EINVAL when cfg changes something structural or the backend cannot do it
+ * (nothing changed then). Message in err.
  */
 VR_MUST_CHECK int be_update_live(struct be_backend *be, const struct vr_config *cfg, char *err,
                                  size_t errlen);

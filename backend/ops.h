@@ -16,8 +16,10 @@
  *  - epoch_wait(e) only for the e of a successful epoch_finish_async, exactly once;
  *  - update_live and reset_history never with an epoch in flight (the wrapper waits for it),
  *    update_live never with a half-submitted epoch.
- * An implementation checks only what is its own: configuration values, device limits, its
- * own failures.
+ *  - create and update_live only with a configuration cfg_check_backend() accepts (the
+ *    wrappers check it against the schema first).
+ * An implementation checks only what is its own: what the schema cannot know (device
+ * limits, what a live update may not change, the sizes its kernels index), its own failures.
  */
 #ifndef VOLREC_BACKEND_OPS_H
 #define VOLREC_BACKEND_OPS_H
@@ -40,8 +42,41 @@ struct be_geometry {
 	size_t le_count, full_count; /* voxels: low-resolution [ny][nx][nz], full [Y][X][nz] */
 };
 
-/* The geometry of cfg, a configuration cfg_check() accepts, into *g. */
+/* The geometry of cfg, a configuration cfg_check_backend() accepts, into *g. */
 void be_geometry_init(struct be_geometry *g, const struct vr_config *cfg);
+
+/* The live scalars a backend reads, derived from the configuration once (be_live_init) for
+ * every backend, named as the configuration keys they come from (docs/algorithms.md). A
+ * backend keeps no other copy of these values; a kernel's argument structure is filled from
+ * this one in one place. */
+struct be_live {
+	enum cfg_background background; /* preprocess.background.mode */
+	double pm_threshold;            /* preprocess.background.threshold: t of partial_median */
+	enum cfg_resample resample;     /* preprocess.resample.method */
+	bool dispersion;                /* preprocess.dispersion.kind is not none: complex FFT */
+	float db_lo, db_inv;            /* db_range: lo, 1 / (hi - lo) */
+	bool flip_x, flip_z;            /* preprocess.flip */
+	bool bidirectional;             /* geometry.bidirectional */
+	enum cfg_recon_mode mode;       /* reconstruct.mode */
+	enum cfg_temporal temporal;     /* reconstruct.temporal */
+	enum cfg_combine combine;       /* reconstruct.combine */
+	double tau;                     /* reconstruct.tau */
+	double tolerance;               /* reconstruct.adaptive.tolerance: kappa */
+	uint32_t depth_half_window;     /* reconstruct.adaptive.depth_half_window: h */
+	double speckle_tolerance;       /* reconstruct.adaptive.speckle_tolerance: kappa_s */
+	bool estimate_pose;             /* reconstruct.compensated.estimate_pose */
+	float g[4]; /* spatial weight of a neighbour at squared distance d = 0..3 (be_spatial_weight
+	               of reconstruct.spatial_sigma) */
+};
+
+/* The live scalars of cfg, a configuration cfg_check_backend() accepts, into *l. */
+void be_live_init(struct be_live *l, const struct vr_config *cfg);
+
+/* Whether B-scan b runs against x: flip.x, reversed again on odd B-scans when bidirectional. */
+static inline bool be_live_reversed(const struct be_live *l, uint32_t b)
+{
+	return l->flip_x != (l->bidirectional && (b & 1u));
+}
 /* Whether cfg has geometry g: false when a live update would change a size (the geometry,
  * zero_pad, the sample type or the bit shift), which needs a rebuild. */
 bool be_geometry_same(const struct be_geometry *g, const struct vr_config *cfg);

@@ -246,33 +246,6 @@ void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *wi
 	}
 }
 
-int be_recon_check(const struct vr_config *cfg, char *err, size_t errlen)
-{
-	if (cfg->reconstruct.mode != CFG_RECON_NONE &&
-	    (!(cfg->reconstruct.spatial_sigma >= CFG_SPATIAL_SIGMA_MIN) ||
-	     (cfg->reconstruct.temporal == CFG_TEMPORAL_EXP && !(cfg->reconstruct.tau > 0))))
-		return vr_err(err, errlen, -EINVAL,
-		              "reconstruct: spatial_sigma (%g) must be >= %g and tau (%g) > 0",
-		              cfg->reconstruct.spatial_sigma, CFG_SPATIAL_SIGMA_MIN,
-		              cfg->reconstruct.tau);
-	return 0;
-}
-
-int be_levels_check(const struct vr_config *cfg, char *err, size_t errlen)
-{
-	double lo = cfg->preprocess.db_range[0], hi = cfg->preprocess.db_range[1];
-
-	if (!(cfg->preprocess.background.threshold >= 0) ||
-	    !isfinite(cfg->preprocess.background.threshold))
-		return vr_err(err, errlen, -EINVAL,
-		              "preprocess.background.threshold: %g, need a finite value >= 0",
-		              cfg->preprocess.background.threshold);
-	if (!(hi > lo) || !isfinite(lo) || !isfinite(hi))
-		return vr_err(err, errlen, -EINVAL, "preprocess.db_range: [%g, %g], need lo < hi",
-		              lo, hi);
-	return 0;
-}
-
 float be_spatial_weight(double sigma, unsigned d2)
 {
 	return (float)exp(-(double)d2 / (2.0 * sigma * sigma));

@@ -51,18 +51,9 @@ VR_MUST_CHECK int be_dispersion_table_check(const struct vr_config *cfg, uint32_
 void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *win, float *re,
                         float *im);
 
-/* Check the reconstruction parameters the weights need (spatial_sigma >= CFG_SPATIAL_SIGMA_MIN,
- * and tau > 0 with
- * temporal exp) when reconstruct.mode is not none; -EINVAL with a message otherwise. */
-VR_MUST_CHECK int be_recon_check(const struct vr_config *cfg, char *err, size_t errlen);
-
-/* Check the preprocessing values both backends map to levels: background.threshold finite and
- * >= 0, db_range finite with lo < hi; -EINVAL with a message naming the key otherwise. */
-VR_MUST_CHECK int be_levels_check(const struct vr_config *cfg, char *err, size_t errlen);
-
 /* Unnormalized Gaussian spatial weight exp(-d2 / (2 sigma^2)) of a neighbour at squared
- * distance d2 = dx^2 + dy^2 (+ dz^2) (docs/algorithms.md §2.4), as float; sigma as be_recon_check
- * accepts it. */
+ * distance d2 = dx^2 + dy^2 (+ dz^2) (docs/algorithms.md §2.4), as float; sigma as the schema
+ * accepts it (>= CFG_SPATIAL_SIGMA_MIN). */
 float be_spatial_weight(double sigma, unsigned d2);
 
 /* Temporal weight of an A-scan written age epochs ago (docs/algorithms.md §2.3), in double:

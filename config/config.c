@@ -394,9 +394,10 @@ static int check_key(struct cfg_ctx *ctx, const struct cfg_key *k)
 	return rc;
 }
 
-int cfg_check(const struct vr_config *cfg, char *err, size_t errlen)
+static int check_config(const struct vr_config *cfg, bool backend_only, char *err, size_t errlen)
 {
-	struct cfg_ctx ctx = {.err = err, .errlen = errlen, .keep_files = true};
+	struct cfg_ctx ctx = {
+	        .err = err, .errlen = errlen, .keep_files = true, .backend_only = backend_only};
 	struct vr_config *copy = malloc(sizeof(*copy));
 	int rc = 0;
 
@@ -413,6 +414,11 @@ int cfg_check(const struct vr_config *cfg, char *err, size_t errlen)
 	 * (be_view_check) and publishes no view while it lies outside */
 	ctx.given[cfg_key_find("view.slab") - cfg_keys] = false;
 	ctx.given[cfg_key_find("view.position") - cfg_keys] = false;
+	/* the acquisition's side: how B-scans reach a backend, not what it computes */
+	for (size_t i = 0; backend_only && i < cfg_nkeys; i++)
+		if (!strncmp(cfg_keys[i].path, "source.", 7) ||
+		    !strncmp(cfg_keys[i].path, "pipeline.", 9))
+			ctx.given[i] = false;
 	for (size_t i = 0; i < cfg_nkeys && !rc; i++)
 		rc = check_key(&ctx, &cfg_keys[i]);
 	if (!rc)
@@ -421,6 +427,16 @@ int cfg_check(const struct vr_config *cfg, char *err, size_t errlen)
 	free(copy);
 	free(ctx.pos);
 	return rc;
+}
+
+int cfg_check(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	return check_config(cfg, false, err, errlen);
+}
+
+int cfg_check_backend(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	return check_config(cfg, true, err, errlen);
 }
 
 double cfg_render_diagonal(const struct vr_config *c)

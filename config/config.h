@@ -373,6 +373,16 @@ VR_MUST_CHECK int cfg_load_string(struct vr_config *cfg, const char *yaml, const
  */
 VR_MUST_CHECK int cfg_check(const struct vr_config *cfg, char *err, size_t errlen);
 
+/*
+ * cfg_check of what a backend computes from: every key and rule but the acquisition's side
+ * (source.*, pipeline.* and the B-scan ring's size rules), which says how B-scans reach a
+ * backend, not what it computes. Backend creation and live updates pass their configuration
+ * through it (backend/backend.c), so that a configuration built in code for a backend alone
+ * (offline processing with one epoch of B-scans, tests feeding a backend from scripted
+ * sources) is checked against the same schema as a loaded one.
+ */
+VR_MUST_CHECK int cfg_check_backend(const struct vr_config *cfg, char *err, size_t errlen);
+
 /* Free what cfg_load allocated (tables, shim args); leaves defaults behind. NULL is fine. */
 void cfg_free(struct vr_config *cfg);
 

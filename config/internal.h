@@ -132,6 +132,7 @@ struct cfg_ctx {
 	struct cfg_mark root;     /* the root node (1:1 for an empty document) */
 	bool given[CFG_KEYS_MAX]; /* by cfg_keys index: written now, or held from before */
 	bool keep_files;          /* files already checked: do not look at them again */
+	bool backend_only;        /* cfg_check_backend: no source, pipeline or ring rules */
 	char *err;
 	size_t errlen;
 };

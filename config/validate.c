@@ -277,7 +277,7 @@ static int check_sizes(struct cfg_ctx *ctx)
 		        c->output.slots, gib(slot), gib(slot * c->output.slots),
 		        gib(CFG_MAX_SLOTS_BYTES));
 	uint64_t ring = (uint64_t)c->pipeline.ring_bscans * cfg_bscan_bytes(c);
-	if (ring > CFG_MAX_RING_BYTES)
+	if (!ctx->backend_only && ring > CFG_MAX_RING_BYTES)
 		return cfg_error(ctx, -EOVERFLOW, "pipeline.ring_bscans",
 		                 "%u B-scans of %llu bytes need %.1f GiB (at most %.0f GiB; at "
 		                 "least 2 x geometry.bscans_per_volume B-scans)",
@@ -338,7 +338,7 @@ static int check_geometry(struct cfg_ctx *ctx)
 
 	/* ring: one epoch processed while the next is acquired */
 	uint64_t need = 2ull * c->geometry.bscans_per_volume;
-	if (c->pipeline.ring_bscans < need) {
+	if (!ctx->backend_only && c->pipeline.ring_bscans < need) {
 		m = cfg_mark_of(ctx, "pipeline.ring_bscans");
 		if (!m.line)
 			m = cfg_mark_of(ctx, "geometry.bscans_per_volume");
@@ -672,6 +672,7 @@ int cfg_validate(struct cfg_ctx *ctx)
 	int rc = 0;
 
 	for (size_t i = 0; i < sizeof(checks) / sizeof(checks[0]) && !rc; i++)
-		rc = checks[i](ctx);
+		if (!(ctx->backend_only && checks[i] == check_source))
+			rc = checks[i](ctx);
 	return rc;
 }

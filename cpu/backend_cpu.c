@@ -162,40 +162,6 @@ static unsigned cpu_count_threads(int want)
 	return (unsigned)(n > CPU_MAX_THREADS ? CPU_MAX_THREADS : n);
 }
 
-static int check_geometry(const struct vr_config *cfg, char *err, size_t errlen)
-{
-	uint32_t zp = cfg->preprocess.zero_pad;
-
-	if (cfg->geometry.samples_per_ascan < 2 || cfg->geometry.ascans_per_bscan < 1 ||
-	    cfg->geometry.bscans_per_volume < 1)
-		return vr_err(err, errlen, -EINVAL,
-		              "geometry: samples_per_ascan %u (>= 2), ascans_per_bscan %u and "
-		              "bscans_per_volume %u (>= 1) out of range",
-		              cfg->geometry.samples_per_ascan, cfg->geometry.ascans_per_bscan,
-		              cfg->geometry.bscans_per_volume);
-	if (zp != 1 && zp != 2 && zp != 4)
-		return vr_err(err, errlen, -EINVAL, "preprocess.zero_pad: %u, allowed 1, 2 or 4",
-		              zp);
-	if (cfg->geometry.stride[0] < 1 || cfg->geometry.stride[1] < 1)
-		return vr_err(err, errlen, -EINVAL, "geometry.stride: [%u, %u], both must be >= 1",
-		              cfg->geometry.stride[0], cfg->geometry.stride[1]);
-	if (cfg->geometry.depth_range[0] >= cfg->geometry.depth_range[1] ||
-	    cfg->geometry.depth_range[1] > cfg_fft_len(cfg) / 2)
-		return vr_err(err, errlen, -EINVAL,
-		              "geometry.depth_range: [%u, %u) not within [0, %u)",
-		              cfg->geometry.depth_range[0], cfg->geometry.depth_range[1],
-		              cfg_fft_len(cfg) / 2);
-	if (cfg->geometry.sample_type != CFG_SAMPLE_F32 && cfg->geometry.bit_shift > 15)
-		return vr_err(err, errlen, -EINVAL, "geometry.bit_shift: %u, allowed 0..15",
-		              cfg->geometry.bit_shift);
-	if (cfg_sample_packed(cfg->geometry.sample_type) && cfg->geometry.samples_per_ascan % 2)
-		return vr_err(err, errlen, -EINVAL,
-		              "geometry.samples_per_ascan: %u is odd with sample_type %s",
-		              cfg->geometry.samples_per_ascan,
-		              cfg_sample_name(cfg->geometry.sample_type));
-	return 0;
-}
-
 /* Allocate the per-thread partial_median buffers (once; nothing when they exist).
  * \return 0, or -ENOMEM with a message in err. */
 static int cpu_pm_alloc(struct cpu_state *st, char *err, size_t errlen)
@@ -340,9 +306,6 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	struct cpu_state *st;
 	int rc;
 
-	rc = check_geometry(cfg, err, errlen);
-	if (rc < 0)
-		return rc;
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return vr_err(err, errlen, -ENOMEM, "cpu backend: out of memory");
@@ -417,17 +380,18 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 	float *L = out->lowres ? out->lowres : st->lowres;
 
 	cpu_preprocess_epoch(st, L, out);
-	if (st->p.mode == CFG_RECON_COMPENSATED) {
+	if (st->p.live.mode == CFG_RECON_COMPENSATED) {
 		int rc = cpu_motion_epoch(st, epoch, L, out, err, errlen);
 		if (rc < 0)
 			return rc;
-	} else if (st->p.mode != CFG_RECON_NONE) {
+	} else if (st->p.live.mode != CFG_RECON_NONE) {
 		cpu_recon_epoch(st, epoch, L, out);
 	}
 	if (out->median_depths) {
 		for (uint32_t b = 0; b < st->geo.ny; b++)
-			out->median_depths[b] =
-			        st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN ? st->pm_count[b] : 0;
+			out->median_depths[b] = st->p.live.background == CFG_BG_PARTIAL_MEDIAN
+			                                ? st->pm_count[b]
+			                                : 0;
 	}
 	return cpu_views_epoch(st, out, err, errlen);
 }
@@ -435,7 +399,7 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, size_t errlen)
 {
 	struct cpu_state *st = vst;
-	enum cfg_recon_mode old = st->p.mode;
+	enum cfg_recon_mode old = st->p.live.mode;
 	int rc;
 
 	if (!be_geometry_same(&st->geo, cfg) || cpu_count_threads(cfg->cpu.threads) != st->nthreads)
@@ -446,7 +410,7 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		return rc;
-	if (st->p.mode != old)
+	if (st->p.live.mode != old)
 		cpu_reset_history(st);
 	return 0;
 }

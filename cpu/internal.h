@@ -25,27 +25,15 @@
 /* Everything derived from the live parameters, rebuilt by cpu_params_build without allocating:
  * the arrays have K entries and belong to the state. */
 struct cpu_params {
-	enum cfg_background bg_mode;
+	struct be_live live;      /* the live scalars (be_live_init) */
 	float *bg_ref;            /* [K] reference spectrum (mode reference) */
-	double pm_threshold;      /* partial_median: t (docs/algorithms.md §1b) */
-	enum cfg_resample rs;     /* kernel */
 	int32_t *rs_idx;          /* [K] base index: linear/spline i = floor(p), cubic i - 1 */
 	float *rs_w;              /* [K][4] weights (linear: 2 used; spline: A, B, C, D) */
 	float *spl_c;             /* [K] Thomas coefficients of the natural spline (1 4 1) system */
 	float *win;               /* [K] window */
-	bool disp;                /* dispersion on: complex FFT */
-	float *disp_re, *disp_im; /* [K] win[j] * exp(-i phi[j]) */
-	float lo, inv_range;      /* db_range[0], 1 / (db_range[1] - db_range[0]) */
-	bool flip_x, flip_z, bidir;
-	enum cfg_recon_mode mode;
-	enum cfg_temporal temporal;
-	enum cfg_combine combine;
-	double tau;
-	double tolerance;    /* adaptive: kappa */
-	uint32_t depth_half; /* adaptive: 2 depth_half + 1 z bins averaged */
-	double speckle_tol;  /* adaptive: kappa_s (0: the exact history column is never used) */
-	float gxy[9];        /* exp(-(dx^2 + dy^2) / 2 sigma^2), index (dy + 1) * 3 + dx + 1 */
-	float gz[3];         /* exp(-dz^2 / 2 sigma^2), index dz + 1 */
+	float *disp_re, *disp_im; /* [K] win[j] * exp(-i phi[j]) (live.dispersion) */
+	float gxy[9]; /* live.g laid out: weight of (dx, dy), index (dy + 1) * 3 + dx + 1 */
+	float gz[3];  /* live.g laid out: weight of dz, index dz + 1 */
 };
 
 struct cpu_state;

@@ -96,7 +96,8 @@ static void bscan_background(struct cpu_worker *w, size_t b, void *ctx)
 	float *bg = st->bgspec + b * st->geo.K;
 	const uint32_t K = st->geo.K, nx = st->geo.nx;
 
-	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN) {
+	if (st->p.live.background == CFG_BG_BSCAN_MEAN ||
+	    st->p.live.background == CFG_BG_PARTIAL_MEDIAN) {
 		for (uint32_t k = 0; k < K; k++)
 			w->dacc[k] = 0.0;
 		for (uint32_t a = 0; a < nx; a++) {
@@ -198,9 +199,9 @@ static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t 
 	const float *bgs = st->bgspec + (size_t)b * K;
 	float *x = w->conv;
 	double sum = convert_ascan(st, st->raw[b], a, x);
-	float *y = p->rs == CFG_RS_NONE ? x : w->rsout;
+	float *y = p->live.resample == CFG_RS_NONE ? x : w->rsout;
 
-	switch (p->bg_mode) {
+	switch (p->live.background) {
 	case CFG_BG_ASCAN_MEAN: {
 		float mean = (float)(sum / K);
 		for (uint32_t k = 0; k < K; k++)
@@ -220,9 +221,9 @@ static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t 
 	case CFG_BG_NONE:
 		break;
 	}
-	if (p->rs != CFG_RS_NONE)
+	if (p->live.resample != CFG_RS_NONE)
 		cpu_resample(p, K, x, y, w->spl_m);
-	if (p->disp) {
+	if (p->live.dispersion) {
 		float *row = (float *)(w->fin + (size_t)r * N);
 		for (uint32_t j = 0; j < K; j++) {
 			row[2 * j] = y[j] * p->disp_re[j];
@@ -243,7 +244,7 @@ static size_t fft_batch(struct cpu_worker *w)
 {
 	struct cpu_state *st = w->st;
 
-	if (st->p.disp) {
+	if (st->p.live.dispersion) {
 		fftwf_execute_dft(st->plan_c2c, w->fin, w->fout);
 		return st->geo.N;
 	}
@@ -265,14 +266,14 @@ static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t 
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
 	const uint32_t nx = st->geo.nx;
-	const bool rev = p->flip_x != (p->bidir && (b & 1u));
-	const bool none = p->mode == CFG_RECON_NONE;
+	const bool rev = be_live_reversed(&p->live, b);
+	const bool none = p->live.mode == CFG_RECON_NONE;
 	struct post_args pa = {
-	        .zstart = p->flip_z ? st->geo.nh - 1 - st->geo.z0 : st->geo.z0,
-	        .zstep = p->flip_z ? -1 : 1,
+	        .zstart = p->live.flip_z ? st->geo.nh - 1 - st->geo.z0 : st->geo.z0,
+	        .zstep = p->live.flip_z ? -1 : 1,
 	        .nz = st->geo.nz,
-	        .lo = p->lo,
-	        .inv = p->inv_range,
+	        .lo = p->live.db_lo,
+	        .inv = p->live.db_inv,
 	};
 	for (uint32_t r = 0; r < na; r++) {
 		uint32_t a = a0 + r, xo = rev ? nx - 1 - a : a;
@@ -350,7 +351,7 @@ static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
 		sig[z] = (float)sqrt((vr > 0 ? vr : 0.0) + (vi > 0 ? vi : 0.0));
 	}
 	memcpy(sig + nh, sig, nh * sizeof(float));
-	const double thr = st->p.pm_threshold * (double)cpu_median(sig + nh, nh);
+	const double thr = st->p.live.pm_threshold * (double)cpu_median(sig + nh, nh);
 
 	/* medians where the spread says a strong reflector makes the mean wrong */
 	for (uint32_t z = 0; z < nh; z++) {
@@ -381,10 +382,11 @@ void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output
 	struct pre_ctx ctx = {
 	        .L = L, .out = out, .nchunks = (st->geo.nx + CPU_BATCH - 1) / CPU_BATCH};
 
-	if (st->p.bg_mode == CFG_BG_BSCAN_MEAN || st->p.bg_mode == CFG_BG_BSCAN_MEDIAN ||
-	    st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN)
+	if (st->p.live.background == CFG_BG_BSCAN_MEAN ||
+	    st->p.live.background == CFG_BG_BSCAN_MEDIAN ||
+	    st->p.live.background == CFG_BG_PARTIAL_MEDIAN)
 		cpu_parallel(st, st->geo.ny, bscan_background, NULL);
-	if (st->p.bg_mode == CFG_BG_PARTIAL_MEDIAN) {
+	if (st->p.live.background == CFG_BG_PARTIAL_MEDIAN) {
 		cpu_parallel(st, st->geo.ny, partial_median_bscan, &ctx);
 		return;
 	}

@@ -62,7 +62,7 @@ static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *c
 static float adaptive_change(const struct cpu_state *st, const float *L, uint32_t y, uint32_t x,
                              size_t full, float *d1)
 {
-	const uint32_t Z = st->geo.nz, h = st->p.depth_half;
+	const uint32_t Z = st->geo.nz, h = st->p.live.depth_half_window;
 	const float *l = L + ((size_t)y * st->geo.nx + x) * Z, *m = st->bvol + full * Z;
 	double win = 0.0, acc = 0.0, acc1 = 0.0;
 	uint32_t lo = 0, hi = 0; /* the window [lo, hi) summed in win */
@@ -170,7 +170,8 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 	const uint32_t Y = st->geo.Y, X = st->geo.X, Z = st->geo.nz;
 	const uint32_t y0 = (uint32_t)item * ctx->rows;
 	const uint32_t y1 = y0 + ctx->rows < Y ? y0 + ctx->rows : Y;
-	const bool cum = p->mode == CFG_RECON_CUMULATIVE, sum = p->combine == CFG_COMBINE_SUM;
+	const bool cum = p->live.mode == CFG_RECON_CUMULATIVE,
+	           sum = p->live.combine == CFG_COMBINE_SUM;
 	float *A = w->acc, *C = w->acc + Z;
 
 	/* rows y0-1 and y0 first, then one more per output row */
@@ -231,7 +232,7 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 						res[z] = A[z] * st->inv_gz[z];
 				}
 			}
-			if (p->mode == CFG_RECON_ADAPTIVE)
+			if (p->live.mode == CFG_RECON_ADAPTIVE)
 				adaptive_blend(st, ctx, yy, xx, res, C);
 			if (cum && ctx->out->full)
 				memcpy(ctx->out->full + o, res, Z * sizeof(float));
@@ -249,7 +250,7 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 
 	vr_scan_offset(e, st->geo.sx, st->geo.sy, &ox, &oy);
 	struct recon_ctx ctx = {.out = out, .L = L, .ox = ox, .oy = oy};
-	const bool adaptive = p->mode == CFG_RECON_ADAPTIVE;
+	const bool adaptive = p->live.mode == CFG_RECON_ADAPTIVE;
 
 	/* adaptive: compare the new samples with the history they replace */
 	if (adaptive)
@@ -265,7 +266,8 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 			st->E[fy * X + fx] = (int64_t)e;
 		}
 
-	const double k2 = p->tolerance * p->tolerance, ks2 = p->speckle_tol * p->speckle_tol;
+	const double k2 = p->live.tolerance * p->live.tolerance,
+	             ks2 = p->live.speckle_tolerance * p->live.speckle_tolerance;
 	const size_t nlow = (size_t)st->geo.ny * st->geo.nx;
 	for (uint32_t y = 0; y < Y; y++) {
 		uint32_t y0 = 0, y1 = 0, x0, x1;
@@ -287,7 +289,8 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 			}
 			if (st->E[i] >= 0) {
 				double age = (double)((int64_t)e - st->E[i]);
-				double tw = be_temporal_weight(p->temporal, S, p->tau, age);
+				double tw =
+				        be_temporal_weight(p->live.temporal, S, p->live.tau, age);
 				if (adaptive) {
 					tw *= exp(-D * age / ((double)S * k2));
 					if (ks2 > 0.0)
@@ -313,7 +316,7 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 		ctx.rows = 1;
 	cpu_parallel(st, (Y + ctx.rows - 1) / ctx.rows, recon_rows, &ctx);
 
-	if (p->mode == CFG_RECON_CUMULATIVE) {
+	if (p->live.mode == CFG_RECON_CUMULATIVE) {
 		float *t = st->bvol;
 		st->bvol = st->ovol;
 		st->ovol = t;

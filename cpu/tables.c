@@ -65,7 +65,6 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 {
 	struct cpu_params *p = &st->p;
 	const uint32_t K = st->geo.K;
-	double lo = cfg->preprocess.db_range[0], hi = cfg->preprocess.db_range[1];
 	int rc;
 
 	/* validate everything first, so that a failure leaves the old tables in place */
@@ -80,37 +79,25 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 	rc = be_dispersion_table_check(cfg, K, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = be_levels_check(cfg, err, errlen);
-	if (rc < 0)
-		return rc;
-	rc = be_recon_check(cfg, err, errlen);
-	if (rc < 0)
-		return rc;
 	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && !st->pm_ready)
 		return vr_err(
 		        err, errlen, -EINVAL,
 		        "cpu backend: partial_median buffers are not allocated (cpu_pm_alloc)");
-	if (cfg->preprocess.window.type == CFG_WIN_GAUSS && !(cfg->preprocess.window.param > 0))
-		return vr_err(err, errlen, -EINVAL,
-		              "preprocess.window.param: gauss sigma %g, must be > 0",
-		              cfg->preprocess.window.param);
 
 	/* commit */
-	p->bg_mode = cfg->preprocess.background.mode;
-	p->pm_threshold = cfg->preprocess.background.threshold;
-	if (p->bg_mode == CFG_BG_REFERENCE)
+	be_live_init(&p->live, cfg);
+	if (p->live.background == CFG_BG_REFERENCE)
 		for (uint32_t k = 0; k < K; k++)
 			p->bg_ref[k] = (float)cfg->preprocess.background.reference.data[k];
 
-	p->rs = cfg->preprocess.resample.method;
-	for (uint32_t j = 0; p->rs != CFG_RS_NONE && j < K; j++) {
+	for (uint32_t j = 0; p->live.resample != CFG_RS_NONE && j < K; j++) {
 		double w[4];
-		be_resample_weights(p->rs, st->pos_tmp[j], K, &p->rs_idx[j], w);
+		be_resample_weights(p->live.resample, st->pos_tmp[j], K, &p->rs_idx[j], w);
 		for (int q = 0; q < 4; q++)
 			p->rs_w[4 * j + q] = (float)w[q];
 	}
 	/* Thomas factors of the (1 4 1) system for M[1..K-2]: c[i] = 1 / (4 - c[i-1]) */
-	if (p->rs == CFG_RS_SPLINE) {
+	if (p->live.resample == CFG_RS_SPLINE) {
 		double c = 0.0;
 		for (uint32_t i = 0; i < K; i++) {
 			if (i >= 1 && i + 1 < K) {
@@ -123,31 +110,14 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 	}
 
 	be_window_fill(cfg->preprocess.window.type, cfg->preprocess.window.param, K, p->win);
-
-	p->disp = cfg->preprocess.dispersion.kind != CFG_DISP_NONE;
-	if (p->disp)
+	if (p->live.dispersion)
 		be_dispersion_fill(cfg, K, p->win, p->disp_re, p->disp_im);
 
-	p->lo = (float)lo;
-	p->inv_range = (float)(1.0 / (hi - lo));
-	p->flip_x = cfg->preprocess.flip.x;
-	p->flip_z = cfg->preprocess.flip.z;
-	p->bidir = cfg->geometry.bidirectional;
-
-	p->mode = cfg->reconstruct.mode;
-	p->temporal = cfg->reconstruct.temporal;
-	p->combine = cfg->reconstruct.combine;
-	p->tau = cfg->reconstruct.tau;
-	p->tolerance = cfg->reconstruct.adaptive.tolerance;
-	p->depth_half = cfg->reconstruct.adaptive.depth_half_window;
-	p->speckle_tol = cfg->reconstruct.adaptive.speckle_tolerance;
 	for (int dy = -1; dy <= 1; dy++)
 		for (int dx = -1; dx <= 1; dx++)
-			p->gxy[(dy + 1) * 3 + dx + 1] = be_spatial_weight(
-			        cfg->reconstruct.spatial_sigma, (unsigned)(dx * dx + dy * dy));
+			p->gxy[(dy + 1) * 3 + dx + 1] = p->live.g[dx * dx + dy * dy];
 	for (int dz = -1; dz <= 1; dz++)
-		p->gz[dz + 1] =
-		        be_spatial_weight(cfg->reconstruct.spatial_sigma, (unsigned)(dz * dz));
+		p->gz[dz + 1] = p->live.g[dz * dz];
 	return 0;
 }
 
@@ -155,7 +125,7 @@ void cpu_resample(const struct cpu_params *p, uint32_t K, const float *x, float 
 {
 	const int32_t last = (int32_t)K - 1;
 
-	switch (p->rs) {
+	switch (p->live.resample) {
 	case CFG_RS_NONE:
 		memcpy(y, x, K * sizeof(*y));
 		break;

@@ -141,9 +141,9 @@ struct gpu_recon_params {
 	float inv_gz[3], inv_nz[3];
 	/* reconstruct.mode adaptive (docs/algorithms.md §2b) */
 	bool adaptive;
-	int adapt_h; /* depth_half_window h: 2h + 1 bins averaged */
-	double k2;   /* tolerance^2 */
-	double ks2;  /* speckle_tolerance^2 (0: beta = 0) */
+	int depth_half_window; /* h: 2h + 1 bins averaged */
+	double k2;             /* tolerance^2 */
+	double ks2;            /* speckle_tolerance^2 (0: beta = 0) */
 };
 
 /* Per-column weights of the reconstruction (gpu_launch_weights): for output column (Y, X),

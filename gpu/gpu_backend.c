@@ -38,7 +38,6 @@ struct gpu_stream {
 };
 
 struct gpu_state {
-	struct vr_config cfg; /* deep copy of the configuration in force */
 	int dev;
 	char device[256];
 	char name[256]; /* cudaGetDeviceProperties' name */
@@ -164,16 +163,8 @@ struct gpu_state {
 	uint64_t last_render_id;
 	bool have_render;
 
-	/* live reconstruction parameters */
-	enum cfg_recon_mode mode;
-	bool product;
-	enum cfg_temporal temporal;
-	double tau;
-	double tolerance;   /* adaptive: kappa */
-	uint32_t adapt_h;   /* adaptive: depth_half_window */
-	double speckle_tol; /* adaptive: kappa_s */
-	float g[4];
-	float *ttab; /* [S][S] (NULL when S*S > GPU_TTAB_MAX) */
+	struct be_live live; /* the live scalars (be_live_init) */
+	float *ttab;         /* [S][S] temporal weights of live (NULL when S*S > GPU_TTAB_MAX) */
 
 	/* epoch bookkeeping (the call order itself is the wrappers', backend/ops.h) */
 	bool have_last;
@@ -301,10 +292,6 @@ static double gpu_gib(size_t b)
 static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, char *err,
                           size_t errlen)
 {
-	int rc = be_recon_check(cfg, err, errlen);
-
-	if (rc < 0)
-		return rc;
 	if (cfg->reconstruct.mode == CFG_RECON_COMPENSATED && st->part.count > 1) {
 		snprintf(
 		        err, errlen,
@@ -321,22 +308,14 @@ static int gpu_recon_live(struct gpu_state *st, const struct vr_config *cfg, cha
 		         cfg_recon_mode_name(cfg->reconstruct.mode), st->geo.sx, st->geo.sy);
 		return -EINVAL;
 	}
-	for (unsigned d = 0; d < 4; d++)
-		st->g[d] = be_spatial_weight(cfg->reconstruct.spatial_sigma, d);
-	st->mode = cfg->reconstruct.mode;
-	st->product = cfg->reconstruct.combine == CFG_COMBINE_PRODUCT;
-	st->temporal = cfg->reconstruct.temporal;
-	st->tau = cfg->reconstruct.tau;
-	st->tolerance = cfg->reconstruct.adaptive.tolerance;
-	st->adapt_h = cfg->reconstruct.adaptive.depth_half_window;
-	st->speckle_tol = cfg->reconstruct.adaptive.speckle_tolerance;
+	be_live_init(&st->live, cfg);
 	if (st->ttab) {
 		/* row qe, column phase p: age (qe - p) mod S */
 		for (uint32_t q = 0; q < st->geo.S; q++)
 			for (uint32_t p = 0; p < st->geo.S; p++) {
 				uint64_t age = (q + st->geo.S - p) % st->geo.S;
 				st->ttab[(size_t)q * st->geo.S + p] = (float)be_temporal_weight(
-				        st->temporal, st->geo.S, st->tau, (double)age);
+				        st->live.temporal, st->geo.S, st->live.tau, (double)age);
 			}
 	}
 	return 0;
@@ -371,14 +350,14 @@ static int gpu_prep_upload(struct gpu_state *st, const struct vr_config *cfg, ch
 		   "cudaMemcpyAsync(resampling weights)");
 	}
 	CU(cudaStreamSynchronize(s), "cudaStreamSynchronize(table upload)");
-	st->prep.background = (int)cfg->preprocess.background.mode;
+	/* the kernels' arguments from the live scalars (gpu_recon_live set them) */
+	st->prep.background = (int)st->live.background;
 	st->prep.taps = (int)st->tab.taps;
-	st->prep.complex_in = cfg->preprocess.dispersion.kind != CFG_DISP_NONE;
-	st->prep.pm_threshold = cfg->preprocess.background.threshold;
-	st->prep.db_lo = (float)cfg->preprocess.db_range[0];
-	st->prep.db_inv =
-	        (float)(1.0 / (cfg->preprocess.db_range[1] - cfg->preprocess.db_range[0]));
-	st->prep.flip_z = cfg->preprocess.flip.z;
+	st->prep.complex_in = st->live.dispersion;
+	st->prep.pm_threshold = st->live.pm_threshold;
+	st->prep.db_lo = st->live.db_lo;
+	st->prep.db_inv = st->live.db_inv;
+	st->prep.flip_z = st->live.flip_z;
 out:
 	return rc;
 }
@@ -541,7 +520,6 @@ static void gpu_destroy(void *vst)
 	gpu_motion_free(st);
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
-	cfg_free(&st->cfg);
 	free(st);
 }
 
@@ -552,22 +530,6 @@ static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t err
 	const uint64_t nx = cfg->geometry.ascans_per_bscan, ny = cfg->geometry.bscans_per_volume;
 	const uint64_t sx = cfg->geometry.stride[0], sy = cfg->geometry.stride[1];
 
-	if (K < 2 || nx < 1 || ny < 1 || sx < 1 || sy < 1 || (zp != 1 && zp != 2 && zp != 4)) {
-		snprintf(err, errlen,
-		         "cuda backend: geometry out of range (samples_per_ascan %llu >= 2, "
-		         "ascans_per_bscan %llu and bscans_per_volume %llu >= 1, stride %llux%llu, "
-		         "zero_pad %llu of 1, 2, 4)",
-		         (unsigned long long)K, (unsigned long long)nx, (unsigned long long)ny,
-		         (unsigned long long)sx, (unsigned long long)sy, (unsigned long long)zp);
-		return -EINVAL;
-	}
-	if (cfg->geometry.depth_range[0] >= cfg->geometry.depth_range[1] ||
-	    cfg->geometry.depth_range[1] > K * zp / 2) {
-		snprintf(err, errlen, "geometry.depth_range: [%u, %u) not within [0, %llu)",
-		         cfg->geometry.depth_range[0], cfg->geometry.depth_range[1],
-		         (unsigned long long)(K * zp / 2));
-		return -EINVAL;
-	}
 	if (K * zp > (1u << 30) || nx > 65535 || nx * sx > 65535u * 128 || ny * sy > (1u << 30) ||
 	    nx * K * zp > (1ull << 31)) {
 		snprintf(err, errlen,
@@ -587,7 +549,7 @@ static int gpu_check_geometry(const struct vr_config *cfg, char *err, size_t err
 		         (unsigned long long)nx);
 		return -EINVAL;
 	}
-	return be_levels_check(cfg, err, errlen);
+	return 0;
 }
 
 /* A cudaEventDisableTiming event into *e, naming it in the message on failure. */
@@ -792,10 +754,6 @@ static int gpu_device_check(const struct vr_config *cfg, struct cudaDeviceProp *
 		         cfg->gpu.device, prop->name, prop->major, prop->minor, GPU_MIN_CC_MAJOR);
 		return -ENODEV;
 	}
-	if (cfg->gpu.streams < 1 || cfg->gpu.streams > 32) {
-		snprintf(err, errlen, "gpu.streams: %d, allowed 1..32", cfg->gpu.streams);
-		return -EINVAL;
-	}
 	return 0;
 }
 
@@ -869,7 +827,7 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 	                       ? (size_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX * sizeof(unsigned) +
 	                                 bu->vol_room * sizeof(unsigned long long)
 	                       : 0;
-	bu->motion = st->mode == CFG_RECON_COMPENSATED ? gpu_motion_bytes(st) : 0;
+	bu->motion = st->live.mode == CFG_RECON_COMPENSATED ? gpu_motion_bytes(st) : 0;
 	bu->need = bu->per_stream * st->ns + tables + bu->volumes + bu->view_bytes + view_scratch +
 	           bu->motion + (64u << 20); /* + context */
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
@@ -1189,15 +1147,9 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		snprintf(err, errlen, "cuda backend: out of host memory");
 		return -ENOMEM;
 	}
-	cfg_defaults(&st->cfg);
 	st->dev = cfg->gpu.device;
 	st->part = *part;
 	snprintf(st->name, sizeof(st->name), "%s", prop.name);
-	rc = cfg_copy(&st->cfg, cfg);
-	if (rc < 0) {
-		snprintf(err, errlen, "cuda backend: out of host memory copying the configuration");
-		goto fail;
-	}
 	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -1235,11 +1187,11 @@ int gpu_part_create(const struct vr_config *cfg, const struct gpu_part *part,
 		rc = gpu_alloc_streams(st, &bu, err, errlen);
 	if (rc < 0)
 		goto fail;
-	if (st->mode == CFG_RECON_COMPENSATED) {
+	if (st->live.mode == CFG_RECON_COMPENSATED) {
 		rc = gpu_motion_alloc(st, err, errlen);
 		if (rc < 0)
 			goto fail;
-		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
+		be_motion_set_estimate(st->motion, st->live.estimate_pose);
 	}
 	rc = gpu_prep_start(st, cfg, err, errlen);
 	if (rc < 0)
@@ -1387,8 +1339,7 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	else
 		CUFFT(cufftExecR2C(g->r2c, (cufftReal *)g->fin, (cufftComplex *)g->fout),
 		      "cufftExecR2C");
-	const bool rev =
-	        st->cfg.preprocess.flip.x != (st->cfg.geometry.bidirectional && (bscan & 1u));
+	const bool rev = be_live_reversed(&st->live, bscan);
 	const int ld = st->prep.complex_in ? (int)st->geo.N : (int)(st->geo.N / 2 + 1);
 	if (pm)
 		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm,
@@ -1742,7 +1693,7 @@ out:
 static void gpu_recon_params_of(const struct gpu_state *st, uint64_t epoch,
                                 struct gpu_recon_params *rp)
 {
-	const bool adaptive = st->mode == CFG_RECON_ADAPTIVE;
+	const bool adaptive = st->live.mode == CFG_RECON_ADAPTIVE;
 	const bool consecutive = st->have_last && epoch == st->last + 1;
 	const uint64_t run = consecutive ? st->run + 1 : 1;
 	uint32_t ox, oy;
@@ -1764,15 +1715,15 @@ static void gpu_recon_params_of(const struct gpu_state *st, uint64_t epoch,
 	        /* steady state: the last S epochs were all processed, in order (the adaptive
 	         * mode scales each column's weight: always the E map) */
 	        .fast = st->ttab && run >= st->geo.S && !adaptive,
-	        .product = st->product,
-	        .temporal = (int)st->temporal,
-	        .tau = st->tau,
+	        .product = st->live.combine == CFG_COMBINE_PRODUCT,
+	        .temporal = (int)st->live.temporal,
+	        .tau = st->live.tau,
 	        /* as cpu/recon.c: gz(1) / gz(0) in float, its sums in double */
-	        .g1 = st->g[1] / st->g[0],
+	        .g1 = st->live.g[1] / st->live.g[0],
 	        .adaptive = adaptive,
-	        .adapt_h = (int)st->adapt_h,
-	        .k2 = st->tolerance * st->tolerance,
-	        .ks2 = st->speckle_tol * st->speckle_tol,
+	        .depth_half_window = (int)st->live.depth_half_window,
+	        .k2 = st->live.tolerance * st->live.tolerance,
+	        .ks2 = st->live.speckle_tolerance * st->live.speckle_tolerance,
 	};
 	for (int nv = 1; nv <= 3; nv++) {
 		rp->inv_gz[nv - 1] = (float)(1.0 / (1.0 + (double)rp->g1 * (nv - 1)));
@@ -1790,7 +1741,7 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 {
 	int rc = 0;
 
-	if (!st->motion || st->mode != CFG_RECON_COMPENSATED || !st->mref_event)
+	if (!st->motion || st->live.mode != CFG_RECON_COMPENSATED || !st->mref_event)
 		return 0;
 	CU(cudaEventSynchronize(st->mev_ref), "cudaEventSynchronize(reference bands)");
 	gpu_motion_hand_reference(st);
@@ -1842,10 +1793,10 @@ static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_
 		CU(cudaStreamWaitEvent(s0, st->aev[j], 0),
 		   "cudaStreamWaitEvent(the last epoch's slabs)");
 	*rp = (struct gpu_recon_params){0};
-	if (st->mode == CFG_RECON_NONE)
+	if (st->live.mode == CFG_RECON_NONE)
 		goto ready;
 	gpu_recon_params_of(st, epoch, rp);
-	if (st->mode == CFG_RECON_COMPENSATED) {
+	if (st->live.mode == CFG_RECON_COMPENSATED) {
 		/* compensated (docs/algorithms.md §2c): its own history, not B; the pose estimated
 		 * ahead (epoch_wait of the last epoch) or now */
 		if (st->mqueued && st->mq_epoch == epoch) {
@@ -1878,7 +1829,7 @@ static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_
 	const size_t nt = st->ttab ? (size_t)st->geo.S * st->geo.S : 0;
 	if (nt)
 		memcpy(st->cpin, st->ttab, nt * sizeof(float));
-	memcpy(st->cpin + nt, st->g, 4 * sizeof(float));
+	memcpy(st->cpin + nt, st->live.g, 4 * sizeof(float));
 	CU(gpu_upload_constants(st->cpin, nt, st->cpin + nt, s0),
 	   "cudaMemcpyToSymbolAsync(weights)");
 	/* adaptive (docs/algorithms.md §2b): the new samples against the history they replace,
@@ -1912,7 +1863,7 @@ out:
 static int gpu_queue_slabs(struct gpu_state *st, const struct gpu_recon_params *rp, float *outf,
                            uint32_t *nslabs, char *err, size_t errlen)
 {
-	const bool none = st->mode == CFG_RECON_NONE;
+	const bool none = st->live.mode == CFG_RECON_NONE;
 	const size_t row_vox = (size_t)(none ? st->geo.nx : st->geo.X) * st->geo.nz;
 	float *le = st->le[st->cur];
 	uint32_t r0, r1, rcomp, k = 0;
@@ -1932,7 +1883,7 @@ static int gpu_queue_slabs(struct gpu_state *st, const struct gpu_recon_params *
 		}
 		if (none) {
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
-		} else if (st->mode == CFG_RECON_COMPENSATED) {
+		} else if (st->live.mode == CFG_RECON_COMPENSATED) {
 			/* the output of the slab's columns from their picks (queued before the
 			 * slabs); before there are enough entries for a reference, the output's
 			 * bands too, copied down with the slab */
@@ -1970,7 +1921,7 @@ out:
 static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, const float *outf,
                             uint32_t nslabs, char *err, size_t errlen)
 {
-	const bool none = st->mode == CFG_RECON_NONE;
+	const bool none = st->live.mode == CFG_RECON_NONE;
 	const size_t row_vox = (size_t)(none ? st->geo.nx : st->geo.X) * st->geo.nz;
 	uint32_t r0, r1, rcomp, k = 0;
 	int rc = 0;
@@ -2054,9 +2005,9 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 	if (rc < 0)
 		goto out;
 
-	const bool none = st->mode == CFG_RECON_NONE;
+	const bool none = st->live.mode == CFG_RECON_NONE;
 	float *outf = none ? st->le[st->cur]
-	                   : (st->mode == CFG_RECON_CUMULATIVE || out->full ? st->Q : NULL);
+	                   : (st->live.mode == CFG_RECON_CUMULATIVE || out->full ? st->Q : NULL);
 	struct gpu_recon_params rp;
 	uint32_t nslabs = 0;
 	if (ahead) {
@@ -2074,12 +2025,12 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		goto out;
 
 	/* queued: the host-side state moves on to the next epoch */
-	if (st->mode == CFG_RECON_CUMULATIVE) {
+	if (st->live.mode == CFG_RECON_CUMULATIVE) {
 		float *t = st->P;
 		st->P = st->Q;
 		st->Q = t;
 	}
-	if (st->mode == CFG_RECON_COMPENSATED) { /* handed to the estimator at the next epoch,
+	if (st->live.mode == CFG_RECON_COMPENSATED) { /* handed to the estimator at the next epoch,
 	                                          * once its copy landed */
 		st->mref_pending = true;
 		st->mref_blurred = st->mref_event;
@@ -2115,13 +2066,13 @@ static void gpu_queue_ahead(struct gpu_state *st, uint64_t epoch)
 
 	/* compensated: its pose estimated and its work before the slabs queued ahead already
 	 * (gpu_motion_ahead), with a reference of its own (the slabs do not write the bands) */
-	const bool comp = st->mode == CFG_RECON_COMPENSATED && st->mqueued &&
+	const bool comp = st->live.mode == CFG_RECON_COMPENSATED && st->mqueued &&
 	                  st->mq_epoch == st->sub_epoch && st->mref_event;
 
 	if (!st->out8b || st->ahead || st->sticky || st->inflight_full ||
 	    st->sub_n != st->bhi - st->blo || st->sub_epoch <= epoch ||
-	    (st->mode != CFG_RECON_NONCUMULATIVE && st->mode != CFG_RECON_ADAPTIVE &&
-	     st->mode != CFG_RECON_NONE && !comp))
+	    (st->live.mode != CFG_RECON_NONCUMULATIVE && st->live.mode != CFG_RECON_ADAPTIVE &&
+	     st->live.mode != CFG_RECON_NONE && !comp))
 		return;
 	uint8_t *t = st->out8;
 	st->out8 = st->out8b;
@@ -2228,8 +2179,7 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 {
 	struct gpu_state *st = vst;
 	struct gpu_tables nt = {0};
-	struct vr_config copy;
-	const enum cfg_recon_mode old_mode = st->mode;
+	const enum cfg_recon_mode old_mode = st->live.mode;
 	int rc;
 
 	/* everything that sizes a buffer or a plan must stay (docs/algorithms.md, be_ops) */
@@ -2246,12 +2196,6 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	rc = gpu_tables_build(cfg, &nt, err, errlen);
 	if (rc < 0)
 		return rc;
-	cfg_defaults(&copy);
-	rc = cfg_copy(&copy, cfg);
-	if (rc < 0) {
-		snprintf(err, errlen, "cuda backend: out of host memory copying the configuration");
-		goto out;
-	}
 	/* validate the reconstruction part before changing anything */
 	{
 		struct gpu_state probe = *st;
@@ -2281,19 +2225,15 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 	if (rc < 0)
 		goto out;
 	if (st->motion) /* from the next epoch (cpu_live_setup likewise) */
-		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
-	cfg_free(&st->cfg);
-	st->cfg = copy;
-	cfg_defaults(&copy);
+		be_motion_set_estimate(st->motion, st->live.estimate_pose);
 	if (st->views) {
 		be_view_params_from_cfg(cfg, &st->vp);
 		st->views_valid = be_view_check(&st->vp, st->views_why, sizeof(st->views_why)) == 0;
 		be_render_setup(&st->vp, &st->vrs);
 	}
-	if (st->mode != old_mode)
+	if (st->live.mode != old_mode)
 		gpu_reset_history_impl(st);
 out:
-	cfg_free(&copy);
 	gpu_tables_free(&nt);
 	return rc;
 }

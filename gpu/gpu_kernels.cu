@@ -585,7 +585,7 @@ __global__ void k_adapt_change(gpu_recon_params p, const float *__restrict__ del
                                const long long *__restrict__ E, float *__restrict__ chg)
 {
 	const size_t ncols = (size_t)p.ny * p.nx;
-	const int Z = p.nz, h = p.adapt_h;
+	const int Z = p.nz, h = p.depth_half_window;
 	const double w = 2.0 * h + 1.0, rw = 1.0 / w;
 	for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < ncols;
 	     c += (size_t)gridDim.x * blockDim.x) {

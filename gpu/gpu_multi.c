@@ -24,8 +24,8 @@ struct gpu_multi {
 	struct gpu_state *part[CFG_GPU_DEVICES_MAX];
 	uint32_t lo[CFG_GPU_DEVICES_MAX]; /* B-scans each part preprocesses: [lo, hi) */
 	uint32_t hi[CFG_GPU_DEVICES_MAX];
-	char device[2048];        /* be_device */
-	enum cfg_recon_mode mode; /* in force */
+	char device[2048];   /* be_device */
+	struct be_live live; /* the live scalars in force (be_live_init) */
 
 	/* views: the parameters in force, the last combined render and what it shows */
 	bool views;
@@ -144,7 +144,7 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 			                         "%s [%u] %s, B-scans %u-%u", k ? ";" : "", k,
 			                         be_cuda_ops.device(g->part[k]), p.b0, p.b1 - 1);
 	}
-	g->mode = cfg->reconstruct.mode;
+	be_live_init(&g->live, cfg);
 	g->views = be_views_wanted(cfg);
 	if (g->views) {
 		be_view_params_from_cfg(cfg, &g->vp);
@@ -269,7 +269,7 @@ static int gm_epoch_finish_async(void *vg, uint64_t epoch, const struct be_outpu
 	}
 	g->out = *out;
 	g->out_vp = g->vp;
-	g->out_cumulative = g->mode == CFG_RECON_CUMULATIVE;
+	g->out_cumulative = g->live.mode == CFG_RECON_CUMULATIVE;
 	return 0;
 }
 
@@ -443,7 +443,7 @@ static int gm_update_live(void *vg, const struct vr_config *cfg, char *err, size
 		if (rc < 0)
 			return gm_fail(g, k, rc, msg, err, errlen);
 	}
-	g->mode = cfg->reconstruct.mode;
+	be_live_init(&g->live, cfg);
 	if (g->views)
 		be_view_params_from_cfg(cfg, &g->vp);
 	return 0;

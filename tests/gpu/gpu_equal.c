@@ -1537,7 +1537,7 @@ static int error_checks(void)
 
 	cfg_defaults(&c);
 	geom(&c, 256, 8, 8, 1, 1, CFG_SAMPLE_U16);
-	c.gpu.device = 999;
+	c.gpu.device = 200; /* within the schema's 0..255, beyond any host's devices */
 	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
 	bool ok = rc == -ENODEV && strstr(err, "gpu.device");
 	printf("error-bad-device: %s: %s\n", err, ok ? "PASS" : "FAIL");
@@ -1545,11 +1545,12 @@ static int error_checks(void)
 	if (rc == 0)
 		be_close(st);
 
-	/* beyond what the kernels index (N * nx > 2^31): refused as such, before any memory
-	 * question */
+	/* beyond what the kernels index (N * nx > 2^31) in a geometry the schema accepts (one
+	 * B-scan, one depth): refused as such, before any memory question */
 	cfg_free(&c);
 	cfg_defaults(&c);
-	geom(&c, 65536, 60000, 60000, 1, 1, CFG_SAMPLE_U16);
+	geom(&c, 65536, 60000, 1, 1, 1, CFG_SAMPLE_U16);
+	c.geometry.depth_range[1] = 1;
 	c.reconstruct.mode = CFG_RECON_NONE;
 	st = NULL;
 	err[0] = '\0';
@@ -1560,13 +1561,15 @@ static int error_checks(void)
 	if (rc == 0)
 		be_close(st);
 
-	/* within the kernels' limits but far beyond any device's memory: 1000 x 1000 A-scans of
-	 * 2048 samples, stride 5 -> 5000 x 5000 x 1024 voxels, two float volumes and the u8
-	 * one: about 215 GiB. Must say how much is needed and how much is free. */
+	/* within the kernels' limits and the schema's (an output volume under 16 GiB) but far
+	 * beyond any device's memory: 800 x 800 A-scans of 2048 samples, stride 5 -> 4000 x
+	 * 4000 x 1024 voxels, two float volumes and the u8 one (about 140 GiB) and the
+	 * compensated history of 2 S low-resolution volumes (about 120 GiB). Must say how much
+	 * is needed and how much is free. */
 	cfg_free(&c);
 	cfg_defaults(&c);
-	geom(&c, 2048, 1000, 1000, 5, 5, CFG_SAMPLE_U16);
-	c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
+	geom(&c, 2048, 800, 800, 5, 5, CFG_SAMPLE_U16);
+	c.reconstruct.mode = CFG_RECON_COMPENSATED;
 	st = NULL;
 	err[0] = '\0';
 	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
@@ -1730,6 +1733,10 @@ static int multi_error_checks(void)
 	/* mode none, stride 1: about 18 bytes of device memory per voxel; 60 % of free */
 	const uint32_t K = 256, nx = 1024, nz = K / 2;
 	uint64_t ny = (uint64_t)((double)freeb * 0.6 / (18.0 * nx * nz));
+	/* the schema's bound on the low-resolution float volume (16 GiB; binds only on a device
+	 * with more than about 120 GiB free) */
+	if (ny > (16ull << 30) / (4ull * nx * nz))
+		ny = (16ull << 30) / (4ull * nx * nz);
 	cfg_free(&c);
 	cfg_defaults(&c);
 	geom(&c, K, nx, (uint32_t)(ny < 65536 ? ny : 65536), 1, 1, CFG_SAMPLE_U16);

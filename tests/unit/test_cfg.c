@@ -1144,6 +1144,30 @@ static void test_check_takes_the_schema_to_configurations_built_in_code(void **s
 	check_bad(&c, "geometry.bit_shift: ", "with sample_type f32");
 }
 
+/* cfg_check_backend leaves the acquisition's side (source, pipeline, the ring) out and checks
+ * everything else as cfg_check does. */
+static void test_check_backend_leaves_the_acquisition_out(void **state)
+{
+	struct vr_config c;
+	char err[CFG_ERR_MAX] = "";
+
+	(void)state;
+	cfg_defaults(&c);
+	c.pipeline.ring_bscans = c.geometry.bscans_per_volume; /* one epoch: offline processing */
+	assert_int_equal(cfg_check(&c, err, sizeof(err)), -ERANGE);
+	assert_non_null(strstr(err, "pipeline.ring_bscans: "));
+	if (cfg_check_backend(&c, err, sizeof(err)))
+		print_error("unexpected error: %s\n", err);
+	assert_int_equal(cfg_check_backend(&c, err, sizeof(err)), 0);
+	c.reconstruct.spatial_sigma = 0;
+	assert_int_equal(cfg_check_backend(&c, err, sizeof(err)), -ERANGE);
+	assert_non_null(strstr(err, "reconstruct.spatial_sigma: "));
+	cfg_defaults(&c);
+	c.geometry.depth_range[1] = cfg_fft_len(&c) / 2 + 1;
+	assert_true(cfg_check_backend(&c, err, sizeof(err)) < 0);
+	assert_non_null(strstr(err, "geometry.depth_range[1]: "));
+}
+
 static void test_check_accepts_what_a_file_loads(void **state)
 {
 	struct vr_config c;
@@ -1197,6 +1221,7 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_gpu_devices_dump_reload_and_structural),
 	        cmocka_unit_test(test_check_takes_the_schema_to_configurations_built_in_code),
 	        cmocka_unit_test(test_check_accepts_what_a_file_loads),
+	        cmocka_unit_test(test_check_backend_leaves_the_acquisition_out),
 	};
 	return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

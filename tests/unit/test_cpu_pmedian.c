@@ -184,9 +184,9 @@ static void test_pmedian_switches_live(void **state)
 			fail_msg("epoch %llu (ascan_mean): %u median depths", (unsigned long long)e,
 			         md[0]);
 	}
-	/* a negative threshold is refused, naming the key, and changes nothing */
+	/* a negative threshold is refused by the schema, naming the key, and changes nothing */
 	pm_config(&d, CFG_BG_PARTIAL_MEDIAN, -1);
-	assert_int_equal(be_update_live(be, &d, err, sizeof(err)), -EINVAL);
+	assert_int_equal(be_update_live(be, &d, err, sizeof(err)), -ERANGE);
 	if (!strstr(err, "preprocess.background.threshold"))
 		fail_msg("message: %s", err);
 	be_close(be);

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/ops.h"
 #include "backend/tables.h"
 #include "tests/unit/vrtest.h"
 
@@ -109,25 +110,56 @@ static void test_table_check_names_key_and_file(void **state)
 	assert_int_equal(be_table_check(&t, 3, "k", err, sizeof(err)), 0);
 }
 
-static void test_recon_check(void **state)
+/* be_live_init: each live scalar from its key, the dB range and spatial weights derived */
+static void test_live_scalars_from_their_keys(void **state)
 {
 	struct vr_config c;
-	char err[256] = "";
+	struct be_live l;
 
 	(void)state;
 	cfg_defaults(&c);
-	c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
-	c.reconstruct.spatial_sigma = 0;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "spatial_sigma (0) must be >= 0.2"));
-	c.reconstruct.spatial_sigma = 0.19;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), -EINVAL);
-	c.reconstruct.spatial_sigma = CFG_SPATIAL_SIGMA_MIN;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
-	c.reconstruct.spatial_sigma = 0;
-	c.reconstruct.mode = CFG_RECON_NONE;
-	assert_int_equal(be_recon_check(&c, err, sizeof(err)), 0);
+	c.preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+	c.preprocess.background.threshold = 7.5;
+	c.preprocess.resample.method = CFG_RS_CUBIC;
+	c.preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	c.preprocess.db_range[0] = 20;
+	c.preprocess.db_range[1] = 100;
+	c.preprocess.flip.x = true;
+	c.preprocess.flip.z = true;
+	c.geometry.bidirectional = true;
+	c.reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c.reconstruct.temporal = CFG_TEMPORAL_EXP;
+	c.reconstruct.combine = CFG_COMBINE_SUM;
+	c.reconstruct.tau = 2.5;
+	c.reconstruct.adaptive.tolerance = 0.25;
+	c.reconstruct.adaptive.depth_half_window = 3;
+	c.reconstruct.adaptive.speckle_tolerance = 0.125;
+	c.reconstruct.compensated.estimate_pose = false;
+	c.reconstruct.spatial_sigma = 0.8;
+	be_live_init(&l, &c);
+	assert_int_equal(l.background, CFG_BG_PARTIAL_MEDIAN);
+	assert_true(l.pm_threshold == 7.5);
+	assert_int_equal(l.resample, CFG_RS_CUBIC);
+	assert_true(l.dispersion);
+	assert_true(l.db_lo == 20.0f && l.db_inv == (float)(1.0 / 80.0));
+	assert_true(l.flip_x && l.flip_z && l.bidirectional);
+	assert_int_equal(l.mode, CFG_RECON_ADAPTIVE);
+	assert_int_equal(l.temporal, CFG_TEMPORAL_EXP);
+	assert_int_equal(l.combine, CFG_COMBINE_SUM);
+	assert_true(l.tau == 2.5 && l.tolerance == 0.25 && l.speckle_tolerance == 0.125);
+	assert_int_equal(l.depth_half_window, 3);
+	assert_false(l.estimate_pose);
+	for (unsigned d = 0; d < 4; d++)
+		assert_true(l.g[d] == be_spatial_weight(0.8, d));
+	/* flip.x, reversed again on odd B-scans when bidirectional */
+	assert_true(be_live_reversed(&l, 0) && !be_live_reversed(&l, 1));
+	l.flip_x = false;
+	assert_true(!be_live_reversed(&l, 2) && be_live_reversed(&l, 3));
+	l.bidirectional = false;
+	assert_false(be_live_reversed(&l, 3));
+	c.preprocess.dispersion.kind = CFG_DISP_NONE;
+	be_live_init(&l, &c);
+	assert_false(l.dispersion);
 }
 
 VR_TEST_GROUP(tables)
@@ -139,7 +171,7 @@ VR_TEST_GROUP(tables)
 	        cmocka_unit_test(test_spatial_weights),
 	        cmocka_unit_test(test_dispersion_without_phase_is_the_window),
 	        cmocka_unit_test(test_table_check_names_key_and_file),
-	        cmocka_unit_test(test_recon_check),
+	        cmocka_unit_test(test_live_scalars_from_their_keys),
 	};
 	return cmocka_run_group_tests_name("tables", tests, NULL, NULL);
 }
