@@ -4,17 +4,14 @@
 format by its suffix, and `volrec export` on a terminal (progress) and interrupted (Ctrl-C
 leaves nothing behind)."""
 import os
-import pty
-import select
-import signal
 import subprocess
-import time
 
 import numpy as np
 import pytest
 
 h5py = pytest.importorskip("h5py")
 
+from ptykit import run_on_pty  # noqa: E402
 from test_formats import recording  # noqa: E402
 from test_tools import STRICT, TIMEOUT, Daemon  # noqa: E402
 
@@ -131,36 +128,10 @@ def test_process_other_format_refuses_lowres(bin_dir, tmp_path):
 def export_on_pty(bin_dir, src, out, *extra, interrupt=False, timeout=120):
     """Run `volrec export` with stdout and stderr on a pseudo-terminal; interrupt: SIGINT once
     the first progress line shows (a volume written, more to come). (returncode, output)."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen([str(bin_dir / "volrec"), "export", str(src), "-o", str(out), *extra],
-                         stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, close_fds=True)
-    os.close(slave)
-    text, sent = b"", False
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.05)
-            if ready:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # the other side closed: the process ended
-                    chunk = b""
-                if not chunk and p.poll() is not None:
-                    break
-                text += chunk
-            elif p.poll() is not None:
-                break
-            if interrupt and not sent and b"volumes/s" in text:
-                p.send_signal(signal.SIGINT)
-                sent = True
-        rc = p.wait(timeout=max(1, deadline - time.monotonic()))
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        os.close(master)
-    assert not interrupt or sent, text.decode(errors="replace")
-    return rc, text.decode(errors="replace")
+    rc, text, sent = run_on_pty([str(bin_dir / "volrec"), "export", str(src), "-o", str(out),
+                                 *extra], timeout, rb"volumes/s" if interrupt else None)
+    assert not interrupt or sent, text
+    return rc, text
 
 
 def test_export_shows_progress_on_a_terminal(bin_dir, tmp_path):

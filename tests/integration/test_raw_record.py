@@ -5,9 +5,7 @@ a file cut short stays readable up to its last complete epoch; a damaged epoch i
 CRC-32C (stop or skip); a full disk stops the recording, never acquisition; names are checked."""
 import os
 import pathlib
-import pty
 import re
-import select
 import shutil
 import signal
 import struct
@@ -19,6 +17,7 @@ import numpy as np
 import pytest
 
 from ctlwire import Wire, ctl_path
+from ptykit import run_on_pty
 from test_tools import TIMEOUT, Daemon
 
 HEADER_EPOCHS = 32  # byte offset of the header's epoch count (0 while being written)
@@ -234,39 +233,6 @@ def test_record_min_free_gb_refuses_and_stops_before_the_disk_fills(bin_dir, tmp
 
 # ---- volrec record --raw ---------------------------------------------------------------------
 
-def run_on_pty(cmd, interrupt_on=None, timeout=TIMEOUT):
-    """Run cmd with stdout and stderr on a pseudo-terminal; SIGINT once interrupt_on (bytes)
-    shows in its output. (returncode, output)."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
-                         close_fds=True)
-    os.close(slave)
-    text, sent = b"", False
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.05)
-            if ready:
-                try:
-                    chunk = os.read(master, 4096)
-                except OSError:  # the other side closed: the process ended
-                    chunk = b""
-                if not chunk and p.poll() is not None:
-                    break
-                text += chunk
-            elif p.poll() is not None:
-                break
-            if interrupt_on and not sent and re.search(interrupt_on, text):
-                p.send_signal(signal.SIGINT)
-                sent = True
-        rc = p.wait(timeout=max(1, deadline - time.monotonic()))
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        os.close(master)
-    return rc, text.decode(errors="replace")
-
 
 def test_record_raw_n_epochs_then_the_file_processes(recorded):
     d, _, _, tmp, _ = recorded
@@ -293,10 +259,10 @@ def test_record_raw_seconds_and_a_trailing_vrr(recorded):
 
 def test_record_raw_on_a_terminal_shows_progress_and_ctrl_c_stops_it(recorded):
     d = recorded[0]
-    rc, out = run_on_pty([str(d.bin / "volrec"), "record", "--raw", "cli-int", "-i",
-                          d.instance, "-r", str(d.run_dir)],
-                         interrupt_on=rb"cli-int: [0-9.]+ MB, [0-9.]+ MB/s, [1-9][0-9]* epochs, "
-                                      rb"0 left out")
+    rc, out, _ = run_on_pty([str(d.bin / "volrec"), "record", "--raw", "cli-int", "-i",
+                             d.instance, "-r", str(d.run_dir)], TIMEOUT,
+                            interrupt_on=rb"cli-int: [0-9.]+ MB, [0-9.]+ MB/s, [1-9][0-9]* epochs, "
+                                         rb"0 left out")
     assert rc == 0, out
     assert re.search(r"cli-int\.vrr: [1-9][0-9]* epochs, 0 left out, .*\(record_stop\)", out), out
     rec = status(d)["recording"]
