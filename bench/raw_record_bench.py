@@ -50,14 +50,6 @@ def log(msg):
     print(f"raw_record_bench.py: {msg}", file=sys.stderr, flush=True)
 
 
-def load_case(volrec, name):
-    p = subprocess.run([str(volrec), "bench", "--print-case", name], capture_output=True,
-                       text=True, timeout=60)
-    if p.returncode:
-        raise RuntimeError(p.stderr.strip() or f"volrec bench --print-case: exit {p.returncode}")
-    return json.loads(p.stdout)
-
-
 def epoch_bytes(g):
     return g["samples_per_ascan"] * 2 * g["ascans_per_bscan"] * g["bscans_per_volume"]
 
@@ -131,17 +123,6 @@ def config(case, a, instance, run_dir, rec_dir, rate, replay=None):
     return cfg
 
 
-def status(volrec, cfg_path, timeout=5.0):
-    p = subprocess.run([str(volrec), "status", "--json", "-c", str(cfg_path), "--timeout",
-                        str(timeout)], capture_output=True, text=True, timeout=timeout + 10)
-    if p.returncode:
-        return None
-    try:
-        return json.loads(p.stdout)
-    except json.JSONDecodeError:
-        return None
-
-
 def counts(st):
     """B-scans acquired and dropped so far: by acquisition (the source: source_*) and by
     processing (ring_full: processing behind, incomplete_epoch, processing_error)."""
@@ -169,12 +150,8 @@ def make_replay(volrec, case, a, work, run_dir):
         raise RuntimeError(f"{a.shm_dir}: the replay file needs {need / 1e9:.2f} GB")
     sim = work / "sim.yaml"
     sim.write_text(json.dumps(config(case, a, "rrbsim", run_dir, work, 10)) + "\n")
-    t = time.monotonic()
-    p = subprocess.run([str(volrec), "sim", "-c", str(sim), "-o", str(replay), "-n",
-                        str(epochs)], capture_output=True, text=True)
-    if p.returncode:
-        raise RuntimeError(f"volrec sim failed ({p.returncode}): {p.stderr.strip()}")
-    log(f"replay file {replay} ({need / 1e9:.2f} GB) written in {time.monotonic() - t:.1f} s")
+    took = benchkit.sim(volrec, sim, replay, epochs)
+    log(f"replay file {replay} ({need / 1e9:.2f} GB) written in {took:.1f} s")
     return replay
 
 
@@ -200,21 +177,21 @@ def daemon_run(build, case, a, d, rate, replay):
     name = f"rrb-{rate}-{uuid.uuid4().hex[:6]}"
     try:
         end = time.monotonic() + 120
-        while not (st := status(volrec, cfg_path)) or st["volumes_published"] < 2:
+        while not (st := benchkit.status(volrec, cfg_path)) or st["volumes_published"] < 2:
             if proc.poll() is not None or time.monotonic() > end:
                 raise RuntimeError("volrecd did not start: " +
                                    (work / "volrecd.log").read_text(errors="replace")[-2000:])
             time.sleep(0.5)
         time.sleep(a.warmup)
-        s0 = counts(status(volrec, cfg_path))
+        s0 = counts(benchkit.status(volrec, cfg_path))
         time.sleep(secs)
-        s1 = counts(status(volrec, cfg_path))
+        s1 = counts(benchkit.status(volrec, cfg_path))
         out["without_recording"] = window(s0, s1, g["bscans_per_volume"])
         p = subprocess.run([str(volrec), "record", "--raw", name, "-s", str(secs), "-c",
                             str(cfg_path)], capture_output=True, text=True,
                            timeout=secs * 10 + 120)
-        s2 = counts(status(volrec, cfg_path))
-        rec = status(volrec, cfg_path)["recording"]
+        s2 = counts(benchkit.status(volrec, cfg_path))
+        rec = benchkit.status(volrec, cfg_path)["recording"]
         out["recording"] = window(s1, s2, g["bscans_per_volume"])
         out["record"] = {k: rec.get(k) for k in ("file", "epochs_written", "skipped_epochs",
                                                  "bytes", "seconds", "rate_mb_s", "direct",
@@ -263,7 +240,7 @@ def main():
     a = ap.parse_args()
     build = pathlib.Path(a.build).resolve()
     volrec = build / "bin" / "volrec"
-    case = load_case(volrec, a.case)
+    case = benchkit.load_case(volrec, a.case)
     g = case["config"]["geometry"]
     dirs = a.dir or ["/dev/shm", tempfile.gettempdir()]
     load0 = os.getloadavg()

@@ -55,15 +55,6 @@ def log(msg):
     print(f"view_latency.py: {msg}", file=sys.stderr, flush=True)
 
 
-def load_case(volrec, name):
-    """The case called name of tools/bench/cases.c, as `volrec bench --print-case` prints it."""
-    p = subprocess.run([str(volrec), "bench", "--print-case", name], capture_output=True,
-                       text=True, timeout=60)
-    if p.returncode:
-        raise RuntimeError(p.stderr.strip() or f"volrec bench --print-case: exit {p.returncode}")
-    return json.loads(p.stdout)
-
-
 def config(case, a, instance, run_dir, replay=None):
     """volrecd's configuration (JSON is YAML) for the case (load_case's), as the daemon will run
     it: the case's configuration keys, then this benchmark's source, output and publishing."""
@@ -99,18 +90,6 @@ def config(case, a, instance, run_dir, replay=None):
 def write(path, obj):
     path.write_text(json.dumps(obj, indent=1) + "\n")
     return path
-
-
-def status(volrec, cfg_path, timeout=5.0):
-    """The daemon's next status message, or None."""
-    p = subprocess.run([str(volrec), "status", "--json", "-c", str(cfg_path), "--timeout",
-                        str(timeout)], capture_output=True, text=True, timeout=timeout + 10)
-    if p.returncode:
-        return None
-    try:
-        return json.loads(p.stdout)
-    except json.JSONDecodeError:
-        return None
 
 
 def rate_between(s0, s1):
@@ -165,7 +144,7 @@ def run(a):
     for p, what in ((volrec, "volrec"), (volrecd, "volrecd"), (client, "view_latency")):
         if p is None or not p.exists():
             raise RuntimeError(f"{build}: no {what} there (build it: make O={a.build} all)")
-    case = load_case(volrec, a.case)
+    case = benchkit.load_case(volrec, a.case)
     # short paths: the ipc:// socket path must fit 107 bytes
     work = pathlib.Path(tempfile.mkdtemp(prefix="vwl", dir="/tmp"))
     run_dir = work / "run"
@@ -189,12 +168,8 @@ def run(a):
                                    f"and the daemon's slots need {need / 1e9:.2f} GB "
                                    "(--shm-dir)")
             sim_cfg = write(work / "sim.yaml", config(case, a, "vwlsim", run_dir))
-            t = time.monotonic()
-            p = subprocess.run([str(volrec), "sim", "-c", str(sim_cfg), "-o", str(replay), "-n",
-                                str(epochs)], capture_output=True, text=True)
-            if p.returncode:
-                raise RuntimeError(f"volrec sim failed ({p.returncode}): {p.stderr.strip()}")
-            log(f"replay file {replay} written in {time.monotonic() - t:.1f} s")
+            took = benchkit.sim(volrec, sim_cfg, replay, epochs)
+            log(f"replay file {replay} written in {took:.1f} s")
         cfg = config(case, a, instance, run_dir, replay)
         cfg_path = write(work / "volrecd.yaml", cfg)
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
@@ -206,15 +181,15 @@ def run(a):
         def publishing():
             if daemon.poll() is not None:
                 raise RuntimeError(f"volrecd exited ({daemon.returncode}):\n{tail(daemon_log)}")
-            s = status(volrec, cfg_path, 2.0)
+            s = benchkit.status(volrec, cfg_path, 2.0)
             return s if s and s.get("volumes_published", 0) > 0 else None
         wait_for(publishing, a.start_timeout, "volrecd's first volume")
         time.sleep(a.warmup)
         alone = None
         if not a.no_alone:
-            s0 = status(volrec, cfg_path)
+            s0 = benchkit.status(volrec, cfg_path)
             time.sleep(a.seconds)
-            s1 = status(volrec, cfg_path)
+            s1 = benchkit.status(volrec, cfg_path)
             alone = rate_between(s0, s1)
             log(f"volrecd alone: {alone} volumes/s")
 
@@ -245,7 +220,7 @@ def run(a):
                                    f"the viewer's log:\n{tail(view_err)}")
             outs.append(json.loads(out))
         got = outs[0]
-        last = status(volrec, cfg_path)
+        last = benchkit.status(volrec, cfg_path)
         stop(viewer, "volrec view")
         rc = subprocess.run([str(volrec), "stop", "-c", str(cfg_path), "--timeout", "30"],
                             capture_output=True, text=True).returncode
