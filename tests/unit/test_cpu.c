@@ -127,6 +127,16 @@ static double cubic_poly(double x)
 	return 3.0 - 0.5 * x + 0.02 * x * x - 0.0004 * x * x * x;
 }
 
+/* One A-scan of K samples resampled by method m at the polynomial positions poly[0..3]. */
+static void poly_config(struct vr_config *c, uint32_t K, enum cfg_resample m, const double poly[4])
+{
+	base_config(c, K, 1, 1);
+	c->preprocess.resample.method = m;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY;
+	for (int i = 0; i < 4; i++)
+		c->preprocess.resample.poly[i] = poly[i];
+}
+
 /* Resample f(i) at p[j] = c0 + c1 u (interior positions) and compare with f(p[j]). */
 static void check_kernel(enum cfg_resample m, double (*f)(double), double tol)
 {
@@ -136,13 +146,7 @@ static void check_kernel(enum cfg_resample m, double (*f)(double), double tol)
 	double pos[K];
 	char err[256];
 
-	base_config(&c, K, 1, 1);
-	c.preprocess.resample.method = m;
-	c.preprocess.resample.positions = CFG_RSPOS_POLY;
-	c.preprocess.resample.poly[0] = 1.37;
-	c.preprocess.resample.poly[1] = K - 4.1;
-	c.preprocess.resample.poly[2] = 0.9;
-	c.preprocess.resample.poly[3] = -0.8;
+	poly_config(&c, K, m, (const double[4]){1.37, K - 4.1, 0.9, -0.8});
 	struct be_backend *be = open_cpu(&c);
 	struct cpu_state *st = be_impl_state(be);
 	assert_int_equal(be_positions(&c, K, pos, err, sizeof(err)), 0);
@@ -195,13 +199,7 @@ static void test_spline_matches_direct_solve(void **s)
 	char err[256];
 
 	(void)s;
-	base_config(&c, K, 1, 1);
-	c.preprocess.resample.method = CFG_RS_SPLINE;
-	c.preprocess.resample.positions = CFG_RSPOS_POLY;
-	c.preprocess.resample.poly[0] = 0;
-	c.preprocess.resample.poly[1] = K - 1;
-	c.preprocess.resample.poly[2] = 0.6;
-	c.preprocess.resample.poly[3] = -0.6;
+	poly_config(&c, K, CFG_RS_SPLINE, (const double[4]){0, K - 1, 0.6, -0.6});
 	struct be_backend *be = open_cpu(&c);
 	struct cpu_state *st = be_impl_state(be);
 	assert_int_equal(be_positions(&c, K, pos, err, sizeof(err)), 0);
