@@ -364,7 +364,20 @@ class RawSocket:
         self.sock.close()
 
 
-class Browser:
+class PageCalls:
+    """The page calls of Browser and BrowserPages, made through their cmd(op, check, **kw)."""
+
+    def open(self, url, **kw):
+        return self.cmd("open", url=url, **kw)["page"]
+
+    def eval(self, page, expr):
+        return self.cmd("eval", page=page, expr=expr).get("value")
+
+    def wait(self, page, expr, timeout_ms=30000):
+        return self.cmd("wait", page=page, expr=expr, timeout_ms=int(timeout_ms * TIMEOUT_SCALE))
+
+
+class Browser(PageCalls):
     """One chromium, any number of pages, through tests/browser/driver.js."""
 
     def __init__(self, nice=0):
@@ -392,15 +405,6 @@ class Browser:
             raise AssertionError(f"browser {op} {kw}: {r.get('error')}")
         return r
 
-    def open(self, url, **kw):
-        return self.cmd("open", url=url, **kw)["page"]
-
-    def eval(self, page, expr):
-        return self.cmd("eval", page=page, expr=expr).get("value")
-
-    def wait(self, page, expr, timeout_ms=30000):
-        return self.cmd("wait", page=page, expr=expr, timeout_ms=int(timeout_ms * TIMEOUT_SCALE))
-
     def close(self):
         try:
             self.cmd("quit", check=False)
@@ -412,7 +416,7 @@ class Browser:
             self.proc.kill()
 
 
-class BrowserPages:
+class BrowserPages(PageCalls):
     """One test's use of a shared Browser: the pages it opens are closed when it ends, passed
     or failed (a page left open would go on reconnecting to a viewer that is gone), `errors`
     reports those of its own pages only, and a driver that died is replaced for the next test.
@@ -429,15 +433,6 @@ class BrowserPages:
         if op == "open" and r.get("ok"):
             self.pages.append(r["page"])
         return r
-
-    def open(self, url, **kw):
-        return self.cmd("open", url=url, **kw)["page"]
-
-    def eval(self, page, expr):
-        return self.cmd("eval", page=page, expr=expr).get("value")
-
-    def wait(self, page, expr, timeout_ms=30000):
-        return self.cmd("wait", page=page, expr=expr, timeout_ms=int(timeout_ms * TIMEOUT_SCALE))
 
     def finish(self):
         """Close what the test left open and forget its pages' errors; False when the driver
