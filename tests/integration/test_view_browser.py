@@ -396,6 +396,19 @@ def length_um(label):
     return float(m.group(1)) * (1000 if m.group(2) == "mm" else 1)
 
 
+def check_aspect_and_bar(browser, page, name, want):
+    """The pane name is drawn in µm at the aspect want (within 2 %), and its scale bar's width
+    on the screen times µm per CSS pixel is its label; the bar."""
+    box = browser.eval(page, PANE_BOX.format(name))
+    assert box["axes"]["unit"] == "µm", box
+    aspect = box["rect"]["w"] / box["rect"]["h"]
+    assert abs(aspect / want - 1) < 0.02, (name, aspect, want)
+    um_per_px = box["rect"]["physW"] / box["rect"]["w"]
+    bar = box["bar"]
+    assert abs(bar["width"] * um_per_px - length_um(bar["label"])) <= um_per_px, (name, bar)
+    return bar
+
+
 def test_pictures_are_drawn_at_their_true_aspect_with_a_scale_bar_and_ruler(browser, measured):
     """With the voxel size known, the en-face is drawn at the scan's aspect (3 mm x 1.5 mm: 2:1)
     within 2 %, the B-scan at 3 mm across 256 x 4 µm deep; each scale bar is as long as its
@@ -407,14 +420,7 @@ def test_pictures_are_drawn_at_their_true_aspect_with_a_scale_bar_and_ruler(brow
     Y, X, Z = pub.shape
     for name, want in (("enface", 3000 / 1500), ("bscan", 3000 / (Z * 4.0)),
                        ("slice", 1500 / (Z * 4.0))):
-        box = browser.eval(page, PANE_BOX.format(name))
-        assert box["axes"]["unit"] == "µm", box
-        aspect = box["rect"]["w"] / box["rect"]["h"]
-        assert abs(aspect / want - 1) < 0.02, (name, aspect, want)
-        # the scale bar: its width on the screen times µm per CSS pixel is its label
-        um_per_px = box["rect"]["physW"] / box["rect"]["w"]
-        bar = box["bar"]
-        assert abs(bar["width"] * um_per_px - length_um(bar["label"])) <= um_per_px, (name, bar)
+        bar = check_aspect_and_bar(browser, page, name, want)
         assert length_um(bar["label"]) == bar["length"]
     # a ruler from a quarter to three quarters of the en-face's width: 1.5 mm
     browser.cmd("drag", page=page, selector="canvas[data-pane=enface]", **{"from": [0.3, 0.5]},
@@ -809,13 +815,7 @@ def test_true_aspect_and_scale_bar_of_frames_that_carry_their_size(browser, idle
     })()""")
     browser.wait(page, ALL_DRAWN)
     for name, want in (("enface", 1800 / 3000), ("bscan", 1800 / 700), ("slice", 3000 / 700)):
-        box = browser.eval(page, PANE_BOX.format(name))
-        assert box["axes"]["unit"] == "µm", box
-        aspect = box["rect"]["w"] / box["rect"]["h"]
-        assert abs(aspect / want - 1) < 0.02, (name, aspect, want)
-        um_per_px = box["rect"]["physW"] / box["rect"]["w"]
-        bar = box["bar"]
-        assert abs(bar["width"] * um_per_px - length_um(bar["label"])) <= um_per_px, (name, bar)
+        check_aspect_and_bar(browser, page, name, want)
     browser.wait(page, "document.getElementById('s-cross').textContent === "
                  "'y 1.5 mm · x 900 µm · z 350 µm'")
     assert browser.cmd("errors")["value"] == []
