@@ -80,17 +80,29 @@ def test_unit_exposure_stays_low(src_dir):
     assert float(m.group(1)) <= MAX_EXPOSURE, res.stdout
 
 
-def unit_settings(path):
-    """{(section, key): [values in order]} of a unit file (comments and blank lines skipped)."""
-    settings, section = {}, None
-    for line in path.read_text().splitlines():
-        line = line.strip()
+def unit_lines(path):
+    """[(section, key, value)] of a unit file, continuation lines joined as systemd joins them."""
+    out, section, pending = [], None, ""
+    for raw in path.read_text().splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
         if not line or line[0] in "#;":
             continue
         if line.startswith("["):
             section = line.strip("[]")
             continue
         key, _, value = line.partition("=")
+        out.append((section, key, value))
+    return out
+
+
+def unit_settings(path):
+    """{(section, key): [values in order]} of a unit file (unit_lines)."""
+    settings = {}
+    for section, key, value in unit_lines(path):
         settings.setdefault((section, key), []).append(value)
     return settings
 
@@ -289,24 +301,6 @@ def test_libvolrec_man_page_documents_every_exported_function(src_dir, build_dir
 
 
 # ---- the viewer's unit (packaging/systemd/volrec-view.service) -------------------------------
-
-def unit_lines(path):
-    """[(section, key, value)] of a unit file, continuation lines joined as systemd joins them."""
-    out, section, pending = [], None, ""
-    for raw in path.read_text().splitlines():
-        line = pending + raw.strip() if pending else raw.strip()
-        if line.endswith("\\"):
-            pending = line[:-1] + " "
-            continue
-        pending = ""
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("["):
-            section = line.strip("[]")
-            continue
-        key, _, value = line.partition("=")
-        out.append((section, key, value))
-    return out
 
 
 VIEW_FILES = {"view.crt": "--cert", "view.key": "--key", "view.tokens": "--token-file"}
