@@ -79,6 +79,9 @@ int rp_json_write(const char *path, struct json_object *o, char *err, size_t err
 char *rp_tail(const char *path, size_t max);
 /* This host's name. */
 const char *rp_host(void);
+/* This program's own path (empty when /proc/self/exe cannot be read), to run `process` as a
+ * task or name it in a job script. */
+const char *rp_self_exe(void);
 
 /* ---- running chunks (reprocess_task.c) ---- */
 

@@ -105,6 +105,18 @@ const char *rp_host(void)
 	return host;
 }
 
+const char *rp_self_exe(void)
+{
+	static char path[PATH_MAX];
+	ssize_t n;
+
+	if (!path[0]) {
+		n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+		path[n > 0 ? n : 0] = 0;
+	}
+	return path;
+}
+
 /* ---- inputs -------------------------------------------------------------------------------- */
 
 /* CRC-32C of the whole file and of each frame's data against its index entry, in one pass. */

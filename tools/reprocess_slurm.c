@@ -88,18 +88,6 @@ static void sh_quote(FILE *f, const char *s)
 	fputc('\'', f);
 }
 
-static const char *self_exe(void)
-{
-	static char path[PATH_MAX];
-	ssize_t n;
-
-	if (!path[0]) {
-		n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-		path[n > 0 ? n : 0] = 0;
-	}
-	return path;
-}
-
 /* The job script of submission s: the array's (chunks todo) or the finishing job's. */
 static int write_script(const struct rp_plan *p, const char *path, unsigned s, const size_t *todo,
                         size_t n)
@@ -114,11 +102,11 @@ static int write_script(const struct rp_plan *p, const char *path, unsigned s, c
 		for (size_t i = 0; i < n; i++)
 			fprintf(f, "%zu ", todo[i]);
 		fprintf(f, "\nshift \"$SLURM_ARRAY_TASK_ID\"\nexec ");
-		sh_quote(f, self_exe());
+		sh_quote(f, rp_self_exe());
 		fprintf(f, " reprocess --task \"$1\" ");
 	} else {
 		fprintf(f, "exec ");
-		sh_quote(f, self_exe());
+		sh_quote(f, rp_self_exe());
 		fprintf(f, " reprocess --finish ");
 	}
 	sh_quote(f, p->out);

@@ -55,19 +55,6 @@ static void slurm_job(char *buf, size_t len)
 		snprintf(buf, len, "%s", j ? j : "");
 }
 
-/* This program's own path, to run `process` as a task. */
-static const char *self_exe(void)
-{
-	static char path[PATH_MAX];
-	ssize_t n;
-
-	if (!path[0]) {
-		n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-		path[n > 0 ? n : 0] = 0;
-	}
-	return path;
-}
-
 static bool config_unchanged(const struct rp_plan *p, FILE *log)
 {
 	FILE *f = fopen(p->config, "rb");
@@ -154,10 +141,10 @@ int rp_task(struct rp_plan *p, size_t k)
 	if (pid == 0) {
 		dup2(fd, STDOUT_FILENO);
 		dup2(fd, STDERR_FILENO);
-		execl(self_exe(), "volrec-process", "process", "-c", p->config, "--source", r->path,
-		      "--frames", frames, "--warm-up", warm, "--into", image, "--report", rep,
-		      (char *)NULL);
-		fprintf(stderr, "volrec reprocess: cannot run %s: %s\n", self_exe(),
+		execl(rp_self_exe(), "volrec-process", "process", "-c", p->config, "--source",
+		      r->path, "--frames", frames, "--warm-up", warm, "--into", image, "--report",
+		      rep, (char *)NULL);
+		fprintf(stderr, "volrec reprocess: cannot run %s: %s\n", rp_self_exe(),
 		        strerror(errno));
 		_exit(127);
 	}
