@@ -141,6 +141,16 @@ def window(s0, s1, ny):
             "processing_drops": s1["processing"] - s0["processing"]}
 
 
+def build_commit(build):
+    """The commit the binaries were built from (BUILD/COMMIT, written where a build travels to
+    another host, docs/gpu.md), else the checkout's."""
+    f = pathlib.Path(build) / "COMMIT"
+    if f.is_file():
+        return f.read_text().strip()
+    return subprocess.run(["git", "-C", str(SRC), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
 def make_replay(volrec, case, a, work, run_dir):
     g = case["config"]["geometry"]
     epochs = g["stride"][0] * g["stride"][1]  # one interlacing cycle, looped
@@ -246,8 +256,7 @@ def main():
     load0 = os.getloadavg()
     res = {"case": a.case, "backend": a.backend, "geometry": g,
            "epoch_bytes": epoch_bytes(g), "frame_bytes": frame_bytes(g),
-           "commit": subprocess.run(["git", "-C", str(SRC), "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True).stdout.strip(),
+           "commit": build_commit(build),
            "host": socket.gethostname(), "cpus": os.cpu_count(),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "filesystems": []}
