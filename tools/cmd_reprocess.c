@@ -294,7 +294,16 @@ static int run_status(struct rp_plan *p)
 		printf(", %.2f volumes/s", rate);
 	if (rate > 0 && vol_done < vol_total)
 		printf(", about %.0f s left", (double)(vol_total - vol_done) / rate);
-	bool all = count[RP_DONE] == p->nchunks, stuck = all && !finished && !finish_pending(p);
+	bool all = count[RP_DONE] == p->nchunks, stuck = false;
+
+	if (all && !finished) {
+		/* the queue first, the mark after it: a finishing job that left the queue has
+		 * written its mark by then (read before the queue, it may have finished since) */
+		bool pending = finish_pending(p);
+
+		finished = rp_finished(p);
+		stuck = !finished && !pending;
+	}
 	printf("; %s\n", finished ? "finished (provenance written)"
 	                 : stuck  ? "not finished: the finishing job ended without finishing "
 	                            "(its log: .volrec/logs/slurm-finish-*.out; --resume finishes)"
