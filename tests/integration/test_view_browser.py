@@ -601,10 +601,11 @@ def test_a_daemon_restarted_without_views_leaves_no_old_pictures(browser, live):
     browser.wait(page, "window.volrecView.daemon === 'connected' && "
                  "Object.values(window.volrecView.panes).every(p => !p.shown)")
     # the chip's text and its title come from different state messages ("reading volrecd"
-    # first): wait for both at once
+    # first): wait for both at once. The second comes with the restarted daemon's first
+    # volume: over 30 s after its start under 8 busy processes on 2 cores, so 90 s here
     browser.wait(page, "(e => e.textContent === 'live, no pictures' && "
                  "e.title.includes('publishes no pictures (view.enabled: false)'))"
-                 "(document.getElementById('state'))")
+                 "(document.getElementById('state'))", timeout_ms=90000)
     assert browser.eval(page, "document.getElementById('foot-bscan').textContent") == "–"
     other = browser.open(view.url)
     browser.wait(other, "window.volrecView.daemon === 'connected' && "
