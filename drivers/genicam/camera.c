@@ -118,7 +118,7 @@ static int set_float(ArvGcNode *node, const struct shim_arg *a, const char *cam,
 {
 	ArvGcFloat *fl = ARV_GC_FLOAT(node);
 	const char *unit = arv_gc_float_get_unit(fl);
-	double v, lo, hi;
+	double v, lo, hi = 0;
 
 	if (!parse_f64(a->val, &v))
 		return vr_err(err, errlen, -EINVAL,
@@ -145,7 +145,7 @@ static int set_integer(ArvGcNode *node, const struct shim_arg *a, const char *ca
 {
 	ArvGcInteger *in = ARV_GC_INTEGER(node);
 	const char *unit = arv_gc_integer_get_unit(in);
-	int64_t v, lo, hi, inc = 1;
+	int64_t v, lo, hi = 0, inc = 1;
 
 	if (!parse_i64(a->val, &v))
 		return vr_err(err, errlen, -EINVAL,
