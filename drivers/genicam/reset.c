@@ -53,20 +53,33 @@ static bool has_default_user_set(ArvDevice *dev)
 	return found;
 }
 
-/* Write value into feature key, as a string; false when the camera refuses it. */
-static bool put_back(ArvDevice *dev, const char *key, const char *value)
+/*
+ * Write value into feature key, as a string: 0; -EINVAL when the camera refuses the value (the
+ * feature is not writable now, the value not valid: skipped, as a camera of another firmware
+ * may); -EIO when the camera did not answer or refused the access (a late camera, another
+ * controller), after PUT_BACK_TRIES writes, with the reason in msg.
+ */
+#define PUT_BACK_TRIES 3
+static int put_back(ArvDevice *dev, const char *key, const char *value, char *msg, size_t msglen)
 {
 	ArvGcNode *node = arv_device_get_feature(dev, key);
-	GError *ge = NULL;
 
 	if (!usable(node, true))
-		return false;
-	arv_gc_feature_node_set_value_from_string(ARV_GC_FEATURE_NODE(node), value, &ge);
-	if (ge) {
+		return -EINVAL;
+	for (int t = 0; t < PUT_BACK_TRIES; t++) {
+		GError *ge = NULL;
+		bool device;
+
+		arv_gc_feature_node_set_value_from_string(ARV_GC_FEATURE_NODE(node), value, &ge);
+		if (!ge)
+			return 0;
+		device = ge->domain == ARV_DEVICE_ERROR;
+		snprintf(msg, msglen, "%s", ge->message);
 		g_clear_error(&ge);
-		return false;
+		if (!device)
+			return -EINVAL;
 	}
-	return true;
+	return -EIO;
 }
 
 static void undo_clear(struct gc_undo *u)
@@ -80,18 +93,23 @@ static void undo_clear(struct gc_undo *u)
 	u->n = 0;
 }
 
-/* Put back the undo file's values in reverse order (best effort: a value the camera refuses
- * now is skipped), then remove the file. */
-static void undo_file_replay(ArvDevice *dev, const char *path)
+/*
+ * Put back the undo file's values in reverse order, then remove the file. A value the camera
+ * refuses now is skipped; one it could not be reached for (-EIO) keeps the file for the next
+ * open, which tries again, and the error names it.
+ */
+static int undo_file_replay(ArvDevice *dev, const char *camera_id, const char *path, char *err,
+                            size_t errlen)
 {
 	gchar *text = NULL, **lines;
 	gsize len = 0;
+	int rc = 0;
 
 	if (!g_file_get_contents(path, &text, &len, NULL))
-		return;
+		return 0;
 	lines = g_strsplit(text, "\n", -1);
 	for (gint i = (gint)g_strv_length(lines) - 1; i >= 0; i--) {
-		char *tab = strchr(lines[i], '\t');
+		char *tab = strchr(lines[i], '\t'), why[256] = "";
 		gchar *key, *val;
 
 		if (!tab)
@@ -99,13 +117,21 @@ static void undo_file_replay(ArvDevice *dev, const char *path)
 		*tab = '\0';
 		key = g_strcompress(lines[i]);
 		val = g_strcompress(tab + 1);
-		put_back(dev, key, val);
+		if (put_back(dev, key, val, why, sizeof(why)) == -EIO && !rc)
+			rc = vr_err(
+			        err, errlen, -EIO,
+			        "camera %s: putting back %s = %s, which a run that did not close "
+			        "the camera left, failed: %s (%s is kept: the next open tries "
+			        "again)",
+			        camera_id, key, val, why, path);
 		g_free(key);
 		g_free(val);
 	}
 	g_strfreev(lines);
 	g_free(text);
-	unlink(path);
+	if (!rc)
+		unlink(path);
+	return rc;
 }
 
 int gc_camera_reset(ArvCamera *camera, const char *camera_id, const char *state_dir,
@@ -148,7 +174,9 @@ int gc_camera_reset(ArvCamera *camera, const char *camera_id, const char *state_
 		return 0;
 	}
 	if (u->path[0]) {
-		undo_file_replay(dev, u->path);
+		rc = undo_file_replay(dev, camera_id, u->path, err, errlen);
+		if (rc)
+			return rc;
 		u->fd = open(u->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
 		if (u->fd < 0)
 			return vr_err(
@@ -205,9 +233,13 @@ void gc_undo_finish(ArvCamera *camera, struct gc_undo *u, bool reachable)
 	if (u->active && reachable) {
 		ArvDevice *dev = arv_camera_get_device(camera);
 
+		bool kept = false;
+		char why[256];
+
 		for (size_t i = u->n; i-- > 0;)
-			put_back(dev, u->e[i].key, u->e[i].val);
-		if (u->path[0])
+			kept |= put_back(dev, u->e[i].key, u->e[i].val, why, sizeof(why)) == -EIO;
+		/* a value the camera could not be reached for: the file stays for the next open */
+		if (u->path[0] && !kept)
 			unlink(u->path);
 	}
 	/* unreachable: the file stays for the next open to put back */
