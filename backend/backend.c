@@ -94,14 +94,13 @@ int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_b
 		return rc;
 	be = calloc(1, sizeof(*be));
 	if (be)
-		be->have = calloc(
-		        cfg->geometry.bscans_per_volume ? cfg->geometry.bscans_per_volume : 1, 1);
+		be->have = calloc(cfg_raw_bscans(cfg) ? cfg_raw_bscans(cfg) : 1, 1);
 	if (!be || !be->have) {
 		free(be);
 		return vr_err(err, errlen, -ENOMEM, "%s backend: out of memory", ops->name);
 	}
 	be->ops = ops;
-	be->ny = cfg->geometry.bscans_per_volume;
+	be->ny = cfg_raw_bscans(cfg);
 	rc = ops->create(cfg, &be->state, err, errlen);
 	if (rc < 0) {
 		free(be->have);
@@ -209,7 +208,8 @@ int be_bscan_submit(struct be_backend *be, uint64_t epoch, uint32_t bscan, const
 
 	if (bscan >= be->ny)
 		return be_refuse(be, msg, msglen, -EINVAL,
-		                 "B-scan %u of epoch %llu out of range (%u B-scans per volume)",
+		                 "B-scan %u of epoch %llu out of range (%u raw B-scans per volume: "
+		                 "positions x repeats)",
 		                 bscan, e, be->ny);
 	if (!raw)
 		return be_refuse(be, msg, msglen, -EINVAL, "B-scan %u of epoch %llu: no data",
@@ -389,6 +389,8 @@ void be_geometry_init(struct be_geometry *g, const struct vr_config *cfg)
 	g->nh = g->N / 2;
 	g->nx = cfg->geometry.ascans_per_bscan;
 	g->ny = cfg->geometry.bscans_per_volume;
+	g->M = cfg->geometry.repeats;
+	g->nraw = g->ny * g->M;
 	g->z0 = cfg->geometry.depth_range[0];
 	g->nz = cfg_nz(cfg);
 	g->sx = cfg->geometry.stride[0];
@@ -433,7 +435,8 @@ bool be_geometry_same(const struct be_geometry *g, const struct vr_config *cfg)
 	struct be_geometry n;
 
 	be_geometry_init(&n, cfg);
-	return n.K == g->K && n.N == g->N && n.nx == g->nx && n.ny == g->ny && n.sx == g->sx &&
+	return n.K == g->K && n.N == g->N && n.nx == g->nx && n.ny == g->ny && n.M == g->M &&
+	       n.sx == g->sx &&
 	       n.sy == g->sy && n.z0 == g->z0 && n.nz == g->nz && n.sample_type == g->sample_type &&
 	       n.bit_shift == g->bit_shift;
 }
