@@ -15,7 +15,8 @@
 struct be_backend {
 	const struct be_ops *ops;
 	void *state;
-	uint32_t ny; /* B-scans per epoch */
+	uint32_t ny; /* raw B-scans per epoch: positions x repeats */
+	uint32_t M;  /* repeats (geometry.repeats) */
 
 	/* the epoch being submitted */
 	bool open;         /* B-scans of `epoch` were submitted and it is not finished */
@@ -101,6 +102,7 @@ int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_b
 	}
 	be->ops = ops;
 	be->ny = cfg_raw_bscans(cfg);
+	be->M = cfg->geometry.repeats;
 	rc = ops->create(cfg, &be->state, err, errlen);
 	if (rc < 0) {
 		free(be->have);
@@ -206,10 +208,14 @@ int be_bscan_submit(struct be_backend *be, uint64_t epoch, uint32_t bscan, const
 	const unsigned long long e = epoch;
 	int rc;
 
-	if (bscan >= be->ny)
+	if (bscan >= be->ny && be->M > 1)
 		return be_refuse(be, msg, msglen, -EINVAL,
 		                 "B-scan %u of epoch %llu out of range (%u raw B-scans per volume: "
-		                 "positions x repeats)",
+		                 "%u positions x %u repeats)",
+		                 bscan, e, be->ny, be->ny / be->M, be->M);
+	if (bscan >= be->ny)
+		return be_refuse(be, msg, msglen, -EINVAL,
+		                 "B-scan %u of epoch %llu out of range (%u B-scans per volume)",
 		                 bscan, e, be->ny);
 	if (!raw)
 		return be_refuse(be, msg, msglen, -EINVAL, "B-scan %u of epoch %llu: no data",
