@@ -442,7 +442,6 @@ bool be_geometry_same(const struct be_geometry *g, const struct vr_config *cfg)
 
 	be_geometry_init(&n, cfg);
 	return n.K == g->K && n.N == g->N && n.nx == g->nx && n.ny == g->ny && n.M == g->M &&
-	       n.sx == g->sx &&
-	       n.sy == g->sy && n.z0 == g->z0 && n.nz == g->nz && n.sample_type == g->sample_type &&
-	       n.bit_shift == g->bit_shift;
+	       n.sx == g->sx && n.sy == g->sy && n.z0 == g->z0 && n.nz == g->nz &&
+	       n.sample_type == g->sample_type && n.bit_shift == g->bit_shift;
 }

@@ -33,9 +33,9 @@
 #define CFG_YAML_DEPTH_MAX 64
 
 /* The ranges of geometry.samples_per_ascan (K) and geometry.ascans_per_bscan (nx, from 1). */
-#define CFG_K_MIN  16
-#define CFG_K_MAX  65536
-#define CFG_NX_MAX 65536
+#define CFG_K_MIN       16
+#define CFG_K_MAX       65536
+#define CFG_NX_MAX      65536
 #define CFG_REPEATS_MAX 16 /* geometry.repeats: M at most (docs/algorithms.md §5) */
 /* Samples of one render at most: rays (view.render.size) x samples along the volume's
  * diagonal (docs/configuration.md "Render cost"); 2^30 allows the default 256 x 256 render of the

@@ -440,8 +440,7 @@ static int open_recording(struct vrd_raw *r, const struct vr_config *cfg, const 
 	         "recording: raw\nname: %s\nvolrec_version: \"%s\"\nsample_type: %s\nrepeats: %u\n"
 	         "started_unix_s: %.3f\n",
 	         name, VOLREC_VERSION, cfg_sample_name(cfg->geometry.sample_type),
-	         cfg->geometry.repeats,
-	         (double)vr_real_ns() / 1e9);
+	         cfg->geometry.repeats, (double)vr_real_ns() / 1e9);
 	rc = make_sections(cfg, sec, &ns, err, errlen);
 	if (rc)
 		return rc;

@@ -143,7 +143,7 @@ struct gpu_state {
 	cudaEvent_t mev_pre;
 	uint64_t sub_epoch; /* the epoch B-scans are being submitted for, and how many */
 	uint32_t sub_n;
-	uint8_t *rep_got; /* M > 1: [ny] repeats of each position submitted for sub_epoch */
+	uint8_t *rep_got;    /* M > 1: [ny] repeats of each position submitted for sub_epoch */
 	char merr[384];      /* a failure of the bands callback */
 	size_t lmem_threads; /* resident threads of the device (local memory) */
 

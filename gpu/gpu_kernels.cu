@@ -464,8 +464,7 @@ static __device__ float gpu_select_kth(const float *__restrict__ v, int n, int k
  */
 __global__ void k_pm_select(const float *__restrict__ sig, int half, double t,
                             int *__restrict__ list, int *__restrict__ nsel,
-                            unsigned *__restrict__ count, bool count_max,
-                            float2 *__restrict__ C)
+                            unsigned *__restrict__ count, bool count_max, float2 *__restrict__ C)
 {
 	__shared__ unsigned hist[256], sh[2];
 	__shared__ int n;

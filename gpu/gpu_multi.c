@@ -24,7 +24,7 @@ struct gpu_multi {
 	struct gpu_state *part[CFG_GPU_DEVICES_MAX];
 	uint32_t lo[CFG_GPU_DEVICES_MAX]; /* B-scan positions each part preprocesses: [lo, hi) */
 	uint32_t hi[CFG_GPU_DEVICES_MAX];
-	uint32_t M; /* geometry.repeats: raw B-scan r is a repeat of position r / M */
+	uint32_t M;          /* geometry.repeats: raw B-scan r is a repeat of position r / M */
 	char device[2048];   /* be_device */
 	struct be_live live; /* the live scalars in force (be_live_init) */
 

@@ -100,8 +100,8 @@ struct pl_pipeline {
 	struct pl_sink sink;
 	size_t bscan_bytes;
 	int timeout_ms;
-	uint32_t nraw;    /* raw B-scans an epoch: ny positions x M repeats (docs/algorithms.md §5) */
-	uint32_t repeats; /* M: en->bscan = position * M + repeat */
+	uint32_t nraw; /* raw B-scans an epoch: ny positions x M repeats (docs/algorithms.md §5) */
+	uint32_t repeats;     /* M: en->bscan = position * M + repeat */
 	int depth;            /* 1 or 2 */
 	uint64_t epochs;      /* pl_run: acquire that many epochs, then end (0: until pl_stop) */
 	uint64_t first_epoch; /* the first epoch acquired: the source's (a recording's first) */

@@ -449,9 +449,10 @@ static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t
 		                 r->path, ox, oy, (unsigned long long)epoch, r->geo.stride_x,
 		                 r->geo.stride_y);
 	if (r->b != 0 && epoch == r->epoch)
-		return shim_fail(&r->com.err, -EBUSY,
-		                 "replay %s: epoch %llu is already being read (raw B-scan %u of %u)",
-		                 r->path, (unsigned long long)epoch, r->b, r->nraw);
+		return shim_fail(
+		        &r->com.err, -EBUSY,
+		        "replay %s: epoch %llu is already being read (raw B-scan %u of %u)",
+		        r->path, (unsigned long long)epoch, r->b, r->nraw);
 	if (r->frames) {
 		int64_t i = frame_of(r, epoch);
 		if (i >= 0 && (r->frames[i].ox != ox || r->frames[i].oy != oy))
@@ -1016,8 +1017,8 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 			            "epochs of %llu bytes (%u B-scans x %u A-scans x %u samples "
 			            "%s): %llu whole epochs and %llu bytes left over",
 			            path, (unsigned long long)size, (unsigned long long)epoch_bytes,
-			            r->nraw, r->geo.ascans_per_bscan,
-			            r->geo.samples_per_ascan, src_sample_name(r->geo.sample_type),
+			            r->nraw, r->geo.ascans_per_bscan, r->geo.samples_per_ascan,
+			            src_sample_name(r->geo.sample_type),
 			            (unsigned long long)(size / epoch_bytes),
 			            (unsigned long long)(size % epoch_bytes));
 			goto out_free;

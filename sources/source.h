@@ -121,7 +121,7 @@ VR_MUST_CHECK int src_shim_check(const char *library, bool in_child, char *err, 
 #define SRC_REPLAY_FLAG_BIDIR   0x1u        /* odd B-scans were scanned right to left */
 #define SRC_REPLAY_FLAG_OFFSETS 0x2u        /* an (ox, oy) table of one entry per epoch follows */
 #define SRC_REPLAY_FLAGS_KNOWN  0x3u
-#define SRC_REPLAY_REPEATS_MAX  16u         /* M at most (geometry.repeats) */
+#define SRC_REPLAY_REPEATS_MAX  16u /* M at most (geometry.repeats) */
 
 /* The header of a replay file as read or to be written. */
 struct src_replay_info {

@@ -662,10 +662,9 @@ static const struct tcase cases[] = {
          c_repeats_4_odd, EV_NONE, false, NULL},
         {"sim-u16-repeats-3-bmean-cubic-disp", false, IN_SIM, 6, true, c_sim_repeats_3, EV_NONE,
          false, NULL},
-        {"pmedian-sim-tilted-repeats-2", false, IN_SIM, 5, true, c_pm_sim_repeats_2, EV_NONE,
-         false, NULL},
-        {"async-rand-u16-repeats-2", false, IN_RANDOM, 9, true, c_repeats_2, EV_NONE, true,
+        {"pmedian-sim-tilted-repeats-2", false, IN_SIM, 5, true, c_pm_sim_repeats_2, EV_NONE, false,
          NULL},
+        {"async-rand-u16-repeats-2", false, IN_RANDOM, 9, true, c_repeats_2, EV_NONE, true, NULL},
         {"async-rand-u16-repeats-2-ahead", false, IN_RANDOM, 10, true, c_repeats_2, EV_FULL_SOME,
          true, NULL},
 };
@@ -1304,8 +1303,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 	if (multi_n) /* the one device compared with is the list's first */
 		c.gpu.device = multi_devs[0];
 	const uint32_t ny = c.geometry.bscans_per_volume, sx = c.geometry.stride[0],
-	               sy = c.geometry.stride[1], nraw = cfg_raw_bscans(&c),
-	               M = c.geometry.repeats;
+	               sy = c.geometry.stride[1], nraw = cfg_raw_bscans(&c), M = c.geometry.repeats;
 	const size_t bbytes = cfg_bscan_bytes(&c);
 
 	if (tc->input == IN_SIM) {
@@ -1341,8 +1339,8 @@ static int run_case(const struct tcase *tc, bool *pass)
 		uint32_t ox, oy;
 		vr_scan_offset(0, sx, sy, &ox, &oy);
 		for (uint32_t b = 0; b < nraw; b++) {
-			rc = sim_bscan_repeat(sim, 0, ox, oy, b / M, b % M, raw + (size_t)b * bbytes,
-			                      bbytes);
+			rc = sim_bscan_repeat(sim, 0, ox, oy, b / M, b % M,
+			                      raw + (size_t)b * bbytes, bbytes);
 			if (rc < 0) {
 				snprintf(err, sizeof(err), "sim_bscan: %s", strerror(-rc));
 				goto out;

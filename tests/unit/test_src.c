@@ -201,7 +201,8 @@ static void replay_with_repeats_round_trips(void **state)
 	if (src_replay_writer_open(path, false, &info, NULL, NULL, &w, err, sizeof(err)))
 		fail_msg("writer: %s", err);
 	for (uint32_t i = 0; i < n * ny * M; i++)
-		assert_int_equal(src_replay_writer_bscan(w, data + i * bb, bb, err, sizeof(err)), 0);
+		assert_int_equal(src_replay_writer_bscan(w, data + i * bb, bb, err, sizeof(err)),
+		                 0);
 	if (src_replay_writer_close(w, err, sizeof(err)))
 		fail_msg("writer close: %s", err);
 	if (src_replay_probe(path, &info, err, sizeof(err)))
@@ -238,8 +239,10 @@ static void repeats_need_a_shim_that_repeats(void **state)
 
 	srctest_shim_cfg(&c, "volrec_fault_shim", "{}");
 	c.geometry.repeats = 3;
-	open_fails(&c, 0, "libvolrec_fault_shim.so: geometry.repeats is 3, but the shim does not "
-	                  "deliver repeated B-scans", "VOLREC_SHIM_INFO_REPEATS");
+	open_fails(&c, 0,
+	           "libvolrec_fault_shim.so: geometry.repeats is 3, but the shim does not "
+	           "deliver repeated B-scans",
+	           "VOLREC_SHIM_INFO_REPEATS");
 	c.geometry.repeats = 1;
 	srctest_open_ok(&c, SRC_UNPACED, &s);
 	src_close(&s);
