@@ -985,32 +985,33 @@ static void test_an_incomplete_repeat_set_drops_its_epoch(void **unused)
 	(void)unused;
 
 	reference_run(1, false, n, &ref);
-	for (int depth = 1; depth <= 2; depth++) {
-		struct run r;
-		struct pl_stats st;
+	for (int depth = 1; depth <= 2; depth++)
+		for (int zc = 0; zc <= 1; zc++) {
+			struct run r;
+			struct pl_stats st;
 
-		run_init(&r, CFG_SOURCE_SHIM, false);
-		r.c.geometry.repeats = M;
-		r.c.pipeline.ring_bscans = 4 * NY * M;
-		r.s.reps = M;
-		r.s.mark_at[0] = (3 * NY + 1) * M + 1; /* epoch 3, position 1, repeat 1 */
-		r.s.mark_flags[0] = VOLREC_SHIM_META_LOST;
-		marks_open(&r, depth);
-		assert_int_equal(run_epochs(&r, n), 0);
-		run_stop_and_check(&r, &st);
-		assert_int_equal(r.s.delivered, (uint64_t)n * NY * M);
-		assert_int_equal(st.c.drops[PL_DROP_SOURCE_LOST], 1);
-		assert_int_equal(st.c.acquired + 1, r.s.delivered);
-		assert_int_equal(st.c.drops[PL_DROP_INCOMPLETE_EPOCH], NY * M - 1);
-		assert_int_equal(st.c.processed, (uint64_t)(n - 1) * NY * M);
-		assert_int_equal(st.c.source_faults, 0);
-		assert_int_equal(r.m.n, n - 1);
-		for (unsigned i = 0; i < r.m.n; i++)
-			assert_true(r.m.meta[i].epoch != 3);
-		assert_volumes_match(&r.m, &ref.m, 0, 3);
-		assert_volumes_match(&r.m, &ref.m, 3 + 2 * S, UINT64_MAX);
-		run_free(&r);
-	}
+			run_init(&r, CFG_SOURCE_SHIM, zc);
+			r.c.geometry.repeats = M;
+			r.c.pipeline.ring_bscans = 4 * NY * M;
+			r.s.reps = M;
+			r.s.mark_at[0] = (3 * NY + 1) * M + 1; /* epoch 3, position 1, repeat 1 */
+			r.s.mark_flags[0] = VOLREC_SHIM_META_LOST;
+			marks_open(&r, depth);
+			assert_int_equal(run_epochs(&r, n), 0);
+			run_stop_and_check(&r, &st);
+			assert_int_equal(r.s.delivered, (uint64_t)n * NY * M);
+			assert_int_equal(st.c.drops[PL_DROP_SOURCE_LOST], 1);
+			assert_int_equal(st.c.acquired + 1, r.s.delivered);
+			assert_int_equal(st.c.drops[PL_DROP_INCOMPLETE_EPOCH], NY * M - 1);
+			assert_int_equal(st.c.processed, (uint64_t)(n - 1) * NY * M);
+			assert_int_equal(st.c.source_faults, 0);
+			assert_int_equal(r.m.n, n - 1);
+			for (unsigned i = 0; i < r.m.n; i++)
+				assert_true(r.m.meta[i].epoch != 3);
+			assert_volumes_match(&r.m, &ref.m, 0, 3);
+			assert_volumes_match(&r.m, &ref.m, 3 + 2 * S, UINT64_MAX);
+			run_free(&r);
+		}
 	run_free(&ref);
 }
 

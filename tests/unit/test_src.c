@@ -224,6 +224,24 @@ static void replay_with_repeats_round_trips(void **state)
 	}
 	assert_int_equal(src_acquire(&s, buf, bb, 100, &m), -ENODATA);
 	src_close(&s);
+
+	/* by reference: the same B-scans, each released once */
+	const void *held[2 * 3 * 2];
+	struct volrec_shim_region reg;
+	uint32_t nreg = 0;
+	srctest_open_ok(&c, SRC_UNPACED | SRC_NO_LOOP, &s);
+	assert_int_equal(src_ref_regions(&s, &reg, 1, &nreg), 0);
+	assert_int_equal(nreg, 1);
+	assert_int_equal(src_start(&s), 0);
+	for (uint32_t i = 0; i < n * ny * M; i++) {
+		assert_int_equal(src_acquire_ref(&s, &held[i], 100, &m), 0);
+		assert_memory_equal(held[i], data + i * bb, bb);
+		assert_int_equal(m.bscan, i % (ny * M) / M);
+		assert_int_equal(m.repeat, i % M);
+	}
+	for (uint32_t i = 0; i < n * ny * M; i++)
+		assert_int_equal(src_release_ref(&s, held[i]), 0);
+	src_close(&s);
 	free(buf);
 	free(data);
 }
