@@ -498,8 +498,12 @@ def test_a_recording_of_repeats_says_m_and_processes_like_live(bin_dir, tmp_path
         d.restart(d.cfg)
         st = status(d)
         assert st["geometry"]["repeats"] == 2, st["geometry"]
+        r = d.volrec("status")
+        assert "12 x 12 A-scans (each B-scan 2 times) of 512 u16 samples" in r.stdout, r.stdout
         r = d.volrec("record", "-o", str(tmp_path / "live.h5"), "-n", "8")
         assert r.returncode == 0, (r.stdout, r.stderr)
+        with h5py.File(tmp_path / "live.h5", "r") as h:
+            assert int(h.attrs["repeats"]) == 2
         rec = wait_recording_done(d)
         assert rec["epochs_written"] == 60 and rec["skipped_epochs"] == 0, rec
         f = rec_dir / "rep.vrr"
