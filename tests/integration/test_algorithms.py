@@ -149,12 +149,14 @@ CASES = {
 }
 
 
-def random_configuration(seed, partial_median=False):
+def random_configuration(seed, partial_median=False, repeats=False):
     """One configuration of random options and edge geometry (odd K, one A-scan or B-scan,
     any crop, strides to 3), with 1 to 2 S + 1 epochs under VolRec (S = the stride's offsets:
     up to twice round the schedule) and 1 to 3 without it.
     partial_median: in 15 % of the seeds (its threshold decisions are exact only away from
-    float rounding, so the pytest cases leave it to test_pmedian). Returns (overrides, epochs)."""
+    float rounding, so the pytest cases leave it to test_pmedian).
+    repeats: geometry.repeats 1 to 4 (docs/algorithms.md §5), drawn last so that every other
+    choice of a seed stays what it was. Returns (overrides, epochs)."""
     r = random.Random(seed)
     st = r.choice(["u16", "i16", "f32", "u12p", "u12gv"])
     k = r.choice([16, 17, 18, 24, 31, 32, 48, 64])
@@ -199,6 +201,8 @@ def random_configuration(seed, partial_median=False):
     epochs = r.randint(1, 2 * s + 1) if rc["mode"] != "none" else r.randint(1, 3)
     if partial_median and r.random() < 0.15:
         pp["background"] = {"mode": "partial_median", "threshold": r.uniform(1.5, 12)}
+    if repeats:
+        g["repeats"] = r.randint(1, 4)
     return {"geometry": g, "preprocess": pp, "reconstruct": rc}, epochs
 
 
@@ -301,6 +305,17 @@ def test_random_configuration_matches_reference(seed, tmp_path, bin_dir):
     the same configurations on a GPU)."""
     over, epochs = random_configuration(seed)
     name = f"random-{seed}"
+    cfg, ref, raw = build_case(tmp_path, name, over, epochs)
+    with run_process(bin_dir, tmp_path, epochs) as f:
+        assert check_against_reference(name, f, ref, raw, epochs) == [], json.dumps(over)
+
+
+@pytest.mark.parametrize("seed", range(100, 112))
+def test_random_configuration_with_repeats_matches_reference(seed, tmp_path, bin_dir):
+    """The random configurations with geometry.repeats 1 to 4 (random_cases.py runs them on a
+    GPU too)."""
+    over, epochs = random_configuration(seed, repeats=True)
+    name = f"random-repeats-{seed}"
     cfg, ref, raw = build_case(tmp_path, name, over, epochs)
     with run_process(bin_dir, tmp_path, epochs) as f:
         assert check_against_reference(name, f, ref, raw, epochs) == [], json.dumps(over)
