@@ -7,9 +7,9 @@
  *
  *   open -> configure -> { set_scan_offset(epoch) -> acquire x ny x M } ... -> stop -> close
  *
- * (M = geometry.repeats: each B-scan position is acquired M times in a row, a shim that says
- * so with VOLREC_SHIM_INFO_REPEATS; M = 1 otherwise.)
- * with start() after configure and the first set_scan_offset. Every int-returning function
+ * with start() after configure and the first set_scan_offset (M = geometry.repeats: each
+ * B-scan position acquired M times in a row, by a shim that says it repeats with
+ * VOLREC_SHIM_INFO_REPEATS; else 1). Every int-returning function
  * returns 0 or a negative errno (-ETIMEDOUT for an acquire timeout); strerror() may give a
  * more precise text for a code. Functions are called from one thread at a time (the optional
  * release_ref() excepted, see below).
