@@ -15,7 +15,8 @@
 struct be_backend {
 	const struct be_ops *ops;
 	void *state;
-	uint32_t ny; /* B-scans per epoch */
+	uint32_t ny; /* raw B-scans per epoch: positions x repeats */
+	uint32_t M;  /* repeats (geometry.repeats) */
 
 	/* the epoch being submitted */
 	bool open;         /* B-scans of `epoch` were submitted and it is not finished */
@@ -94,14 +95,14 @@ int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_b
 		return rc;
 	be = calloc(1, sizeof(*be));
 	if (be)
-		be->have = calloc(
-		        cfg->geometry.bscans_per_volume ? cfg->geometry.bscans_per_volume : 1, 1);
+		be->have = calloc(cfg_raw_bscans(cfg) ? cfg_raw_bscans(cfg) : 1, 1);
 	if (!be || !be->have) {
 		free(be);
 		return vr_err(err, errlen, -ENOMEM, "%s backend: out of memory", ops->name);
 	}
 	be->ops = ops;
-	be->ny = cfg->geometry.bscans_per_volume;
+	be->ny = cfg_raw_bscans(cfg);
+	be->M = cfg->geometry.repeats;
 	rc = ops->create(cfg, &be->state, err, errlen);
 	if (rc < 0) {
 		free(be->have);
@@ -207,6 +208,11 @@ int be_bscan_submit(struct be_backend *be, uint64_t epoch, uint32_t bscan, const
 	const unsigned long long e = epoch;
 	int rc;
 
+	if (bscan >= be->ny && be->M > 1)
+		return be_refuse(be, msg, msglen, -EINVAL,
+		                 "B-scan %u of epoch %llu out of range (%u raw B-scans per volume: "
+		                 "%u positions x %u repeats)",
+		                 bscan, e, be->ny, be->ny / be->M, be->M);
 	if (bscan >= be->ny)
 		return be_refuse(be, msg, msglen, -EINVAL,
 		                 "B-scan %u of epoch %llu out of range (%u B-scans per volume)",
@@ -389,6 +395,8 @@ void be_geometry_init(struct be_geometry *g, const struct vr_config *cfg)
 	g->nh = g->N / 2;
 	g->nx = cfg->geometry.ascans_per_bscan;
 	g->ny = cfg->geometry.bscans_per_volume;
+	g->M = cfg->geometry.repeats;
+	g->nraw = g->ny * g->M;
 	g->z0 = cfg->geometry.depth_range[0];
 	g->nz = cfg_nz(cfg);
 	g->sx = cfg->geometry.stride[0];
@@ -433,7 +441,7 @@ bool be_geometry_same(const struct be_geometry *g, const struct vr_config *cfg)
 	struct be_geometry n;
 
 	be_geometry_init(&n, cfg);
-	return n.K == g->K && n.N == g->N && n.nx == g->nx && n.ny == g->ny && n.sx == g->sx &&
-	       n.sy == g->sy && n.z0 == g->z0 && n.nz == g->nz && n.sample_type == g->sample_type &&
-	       n.bit_shift == g->bit_shift;
+	return n.K == g->K && n.N == g->N && n.nx == g->nx && n.ny == g->ny && n.M == g->M &&
+	       n.sx == g->sx && n.sy == g->sy && n.z0 == g->z0 && n.nz == g->nz &&
+	       n.sample_type == g->sample_type && n.bit_shift == g->bit_shift;
 }

@@ -154,7 +154,9 @@ VR_MUST_CHECK int be_host_register(struct be_backend *be, void *ptr, size_t size
 void be_host_unregister(struct be_backend *be, void *ptr);
 
 /*
- * Queue B-scan bscan of epoch epoch; raw is [nx][K] samples of geometry.sample_type.
+ * Queue raw B-scan bscan of epoch epoch; raw is [nx][K] samples of geometry.sample_type. With
+ * geometry.repeats M, an epoch is ny * M raw B-scans and bscan = position * M + repeat
+ * (docs/algorithms.md §5); "ny" below is that count.
  * \return 0, -EINVAL when bscan >= ny, raw is NULL, bscan was already submitted for this
  * epoch or epoch is not after the last finished one, -EBUSY when B-scans of another epoch
  * are submitted and not finished, or the backend's error (the epoch is then failed: its

@@ -38,7 +38,8 @@ BE_FN_HD static inline float be_fn_im(const float *X, size_t rs, uint32_t m, uin
 	return X[2 * ((size_t)m * rs + z) + 1];
 }
 
-/* The structure's power: the mean over the M repeats of |X_m[z]|^2 (§5 step 1). */
+/* The structure's power (§5 step 1): the sum over the M repeats of |X_m[z]|^2 in the order
+ * m = 0, 1, ..., times the float 1/M. */
 BE_FN_HD static inline float be_fn_power(const float *X, uint32_t M, size_t rs, uint32_t z)
 {
 	float p = 0.0f;
@@ -47,7 +48,7 @@ BE_FN_HD static inline float be_fn_power(const float *X, uint32_t M, size_t rs, 
 		float re = be_fn_re(X, rs, m, z), im = be_fn_im(X, rs, m, z);
 		p += re * re + im * im;
 	}
-	return p / (float)M;
+	return p * (1.0f / (float)M);
 }
 
 /* The structure in dB before its normalization: 20 log10(sqrt(P) + 1e-12). */

@@ -7,12 +7,13 @@
  *
  * The wrappers (backend/backend.c) enforce the call-order rules of backend.h before calling
  * a table, so an implementation may rely on them:
- *  - bscan_submit: bscan < ny, raw != NULL, all B-scans between two finishes belong to one
+ *  - bscan_submit: bscan < ny * M (the raw index: position * M + repeat), raw != NULL, all B-scans between two finishes belong to one
  *    epoch, and each is submitted once;
  *  - epoch_finish / epoch_finish_async: out != NULL; all ny B-scans of epoch were submitted
  *    and succeeded, or one of its bscan_submit calls failed (then the call must report that
  *    failure, return an error and leave the backend ready for the next epoch; the wrapper
- *    makes it through epoch_finish with an output that asks for nothing); no epoch in flight;
+ *    makes it through epoch_finish with an output that asks for nothing); no epoch in flight
+ *    ("all ny B-scans" are all ny * M raw B-scans);
  *  - epoch_wait(e) only for the e of a successful epoch_finish_async, exactly once;
  *  - update_live and reset_history never with an epoch in flight (the wrapper waits for it),
  *    update_live never with a half-submitted epoch.
@@ -32,7 +33,9 @@ struct be_geometry {
 	uint32_t K;                  /* samples per A-scan */
 	uint32_t N;                  /* FFT length: K * preprocess.zero_pad */
 	uint32_t nh;                 /* N / 2: the depth bins of a transform */
-	uint32_t nx, ny;             /* A-scans per B-scan, B-scans per epoch */
+	uint32_t nx, ny;             /* A-scans per B-scan, B-scan positions per epoch */
+	uint32_t M, nraw;            /* repeats of each position; raw B-scans an epoch, ny * M:
+	                              * raw B-scan r is repeat r % M of position r / M */
 	uint32_t z0, nz;             /* the first output depth bin, the output depths */
 	uint32_t sx, sy, S;          /* the interlacing stride, S = sx * sy epochs a cycle */
 	uint32_t X, Y;               /* full-resolution columns and rows: nx * sx, ny * sy */

@@ -33,9 +33,10 @@
 #define CFG_YAML_DEPTH_MAX 64
 
 /* The ranges of geometry.samples_per_ascan (K) and geometry.ascans_per_bscan (nx, from 1). */
-#define CFG_K_MIN  16
-#define CFG_K_MAX  65536
-#define CFG_NX_MAX 65536
+#define CFG_K_MIN       16
+#define CFG_K_MAX       65536
+#define CFG_NX_MAX      65536
+#define CFG_REPEATS_MAX 16 /* geometry.repeats: M at most (docs/algorithms.md §5) */
 /* Samples of one render at most: rays (view.render.size) x samples along the volume's
  * diagonal (docs/configuration.md "Render cost"); 2^30 allows the default 256 x 256 render of the
  * paper's 300 x 300 x 4096 volume (5.4e8). */
@@ -151,6 +152,11 @@ struct vr_config {
 		uint32_t stride[2];         /* sx, sy */
 		uint32_t depth_range[2];    /* [z0, z1) within [0, N/2) */
 		bool bidirectional;
+		uint32_t repeats; /* M: acquisitions of each B-scan position in a row (BM-scan) */
+		/* Times and optics of functional OCT (docs/algorithms.md §5); 0 is unknown. */
+		double ascan_period_us;      /* A-scan to A-scan, us */
+		double bscan_period_us;      /* repeat to repeat of one position, us */
+		double center_wavelength_nm; /* the source's centre wavelength, nm */
 		/* Physical units (docs/algorithms.md §6); 0 is unknown throughout. */
 		double scan_size_um[2];    /* lateral field of view [width_x, height_y], um */
 		double axial_um_per_pixel; /* um per output depth bin in tissue; 0: derived */
@@ -288,6 +294,11 @@ static inline size_t cfg_ascan_bytes(const struct vr_config *c)
 static inline size_t cfg_bscan_bytes(const struct vr_config *c)
 {
 	return (size_t)c->geometry.ascans_per_bscan * cfg_ascan_bytes(c);
+}
+/* Raw B-scans of one epoch: ny positions x M repeats (docs/algorithms.md §5). */
+static inline uint32_t cfg_raw_bscans(const struct vr_config *c)
+{
+	return c->geometry.bscans_per_volume * c->geometry.repeats;
 }
 /* The CUDA devices cfg uses, in order, into devs: gpu.devices, or [gpu.device] when that key is
  * absent. \return their number (1..CFG_GPU_DEVICES_MAX). */

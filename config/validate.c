@@ -336,14 +336,41 @@ static int check_geometry(struct cfg_ctx *ctx)
 		                 c->geometry.stride[0], c->geometry.stride[1], cfg_stride_area(c),
 		                 CFG_MAX_STRIDE_AREA);
 
-	/* ring: one epoch processed while the next is acquired */
-	uint64_t need = 2ull * c->geometry.bscans_per_volume;
+	if (c->geometry.ascan_period_us != 0 && c->geometry.bscan_period_us != 0 &&
+	    c->geometry.bscan_period_us <
+	            c->geometry.ascan_period_us * c->geometry.ascans_per_bscan)
+		return cfg_error(ctx, -ERANGE, "geometry.bscan_period_us",
+		                 "%g is shorter than a B-scan of %u A-scans at "
+		                 "geometry.ascan_period_us %g (%g us): a position cannot be "
+		                 "scanned again before its B-scan ends",
+		                 c->geometry.bscan_period_us, c->geometry.ascans_per_bscan,
+		                 c->geometry.ascan_period_us,
+		                 c->geometry.ascan_period_us * c->geometry.ascans_per_bscan);
+	if (c->geometry.bscans_per_volume * (uint64_t)c->geometry.repeats > 65536)
+		return cfg_error(ctx, -ERANGE, "geometry.repeats",
+		                 "%u x geometry.bscans_per_volume %u = %llu raw B-scans an epoch "
+		                 "(at most 65536)",
+		                 c->geometry.repeats, c->geometry.bscans_per_volume,
+		                 (unsigned long long)c->geometry.bscans_per_volume *
+		                         c->geometry.repeats);
+
+	/* ring: one epoch (ny x M raw B-scans) processed while the next is acquired */
+	uint64_t need = 2ull * cfg_raw_bscans(c);
 	if (!ctx->backend_only && c->pipeline.ring_bscans < need) {
 		m = cfg_mark_of(ctx, "pipeline.ring_bscans");
 		if (!m.line)
 			m = cfg_mark_of(ctx, "geometry.bscans_per_volume");
 		if (!m.line)
 			m = ctx->root;
+		if (c->geometry.repeats > 1)
+			return cfg_error_at(
+			        ctx, -ERANGE, m, "pipeline.ring_bscans",
+			        "%u%s is too small (at least 2 x geometry.bscans_per_volume x "
+			        "geometry.repeats = %llu raw B-scans: one epoch is processed while "
+			        "the next is acquired; at most 65536)",
+			        c->pipeline.ring_bscans,
+			        cfg_given(ctx, "pipeline.ring_bscans") ? "" : " (the default)",
+			        (unsigned long long)need);
 		return cfg_error_at(ctx, -ERANGE, m, "pipeline.ring_bscans",
 		                    "%u%s is too small (at least 2 x geometry.bscans_per_volume = "
 		                    "%llu: one epoch is processed while the next is acquired; at "

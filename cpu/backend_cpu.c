@@ -112,6 +112,7 @@ static void cpu_destroy(void *vst)
 			free(w->pm_acc);
 			free(w->pm_sig);
 			free(w->pm_c);
+			free(w->pow);
 		}
 		free(st->workers);
 	}
@@ -237,9 +238,9 @@ static bool cpu_alloc(struct cpu_state *st)
 	ALLOC(st->p.disp_re, K);
 	ALLOC(st->p.disp_im, K);
 	ALLOC(st->pos_tmp, K);
-	ALLOC(st->raw, st->geo.ny);
-	ALLOC(st->pm_count, st->geo.ny);
-	ALLOC(st->bgspec, (size_t)st->geo.ny * K);
+	ALLOC(st->raw, st->geo.nraw);
+	ALLOC(st->pm_count, st->geo.nraw);
+	ALLOC(st->bgspec, (size_t)st->geo.nraw * K);
 	ALLOC(st->lowres, (size_t)st->geo.ny * st->geo.nx * st->geo.nz);
 	ALLOC(st->bvol, cols * st->geo.nz);
 	ALLOC(st->ovol, cols * st->geo.nz);
@@ -263,6 +264,8 @@ static bool cpu_alloc(struct cpu_state *st)
 		ALLOC(w->med, st->geo.nx);
 		ALLOC(w->ring, 3 * (size_t)st->geo.X * 2 * st->geo.nz);
 		ALLOC(w->acc, 3 * (size_t)st->geo.nz); /* recon: 2; compensated: 3 */
+		if (st->geo.M > 1) /* the repeats' mean power of a B-scan's A-scans */
+			ALLOC(w->pow, (size_t)st->geo.nx * st->geo.nh);
 		w->fin = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		w->fout = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		if (!w->fin || !w->fout)
@@ -314,7 +317,7 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 
 	if (!cpu_alloc(st))
 		goto out_nomem;
-	memset(st->pm_count, 0, st->geo.ny * sizeof(*st->pm_count));
+	memset(st->pm_count, 0, st->geo.nraw * sizeof(*st->pm_count));
 	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
@@ -388,10 +391,14 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 		cpu_recon_epoch(st, epoch, L, out);
 	}
 	if (out->median_depths) {
-		for (uint32_t b = 0; b < st->geo.ny; b++)
-			out->median_depths[b] = st->p.live.background == CFG_BG_PARTIAL_MEDIAN
-			                                ? st->pm_count[b]
-			                                : 0;
+		for (uint32_t b = 0; b < st->geo.ny; b++) {
+			uint32_t most = 0; /* the most over the position's repeats */
+			for (uint32_t m = 0; m < st->geo.M; m++)
+				if (st->pm_count[b * st->geo.M + m] > most)
+					most = st->pm_count[b * st->geo.M + m];
+			out->median_depths[b] =
+			        st->p.live.background == CFG_BG_PARTIAL_MEDIAN ? most : 0;
+		}
 	}
 	return cpu_views_epoch(st, out, err, errlen);
 }

@@ -55,6 +55,7 @@ struct cpu_worker {
 	double *pm_acc;      /* [4][nh] shifted sums of Re, Im, Re^2, Im^2 over the A-scans */
 	float *pm_sig;       /* [nh] sigma[z], then a copy for the median over z */
 	float *pm_c;         /* [nh][2] C[z]: the value subtracted at depth z */
+	float *pow;          /* M > 1: [nx][nh] sum over the repeats of |X_m[z]|^2 */
 };
 
 /* The views of each volume (cpu/views.c), parameters from the live configuration. */
@@ -91,10 +92,10 @@ struct cpu_state {
 	fftwf_plan plan_r2c, plan_c2c; /* CPU_BATCH transforms of length N, made once */
 	struct cpu_worker *workers;    /* [nthreads] */
 
-	const void **raw;   /* [ny] submitted B-scans of the current epoch */
-	uint32_t *pm_count; /* [ny] depths that took the median (partial_median), this epoch */
+	const void **raw;   /* [nraw] submitted raw B-scans of the current epoch */
+	uint32_t *pm_count; /* [nraw] depths that took the median (partial_median), this epoch */
 	bool pm_ready;      /* the workers' partial_median buffers exist */
-	float *bgspec;      /* [ny][K] B-scan background spectra */
+	float *bgspec;      /* [nraw] [K] raw B-scan background spectra */
 	float *lowres;      /* [ny][nx][nz] when the caller wants none */
 	float *bvol;        /* [Y][X][Z]: M (noncumulative) or B (cumulative) */
 	float *ovol;        /* [Y][X][Z]: last output (cumulative) */

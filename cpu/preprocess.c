@@ -2,7 +2,9 @@
 /*
  * docs/algorithms.md §1 on the CPU: convert and remove the background, resample, window (and
  * dispersion), batched FFTW transforms, log/normalize, flips and crop into the low-resolution
- * volume L_e, A-scans spread over the backend's threads in batches of CPU_BATCH.
+ * volume L_e, A-scans spread over the backend's threads in batches of CPU_BATCH. With
+ * geometry.repeats M > 1 each position's M raw B-scans go through steps 1-5 one after another
+ * and their mean power is the structure (docs/algorithms.md §5 step 1).
  */
 #include <math.h>
 #include <string.h>
@@ -135,17 +137,24 @@ static inline float fast_log2(float x)
 	return (float)e + ln * 1.44269504088896341f;
 }
 
-/* dB, normalized and clamped to [0, 1] (written so that it vectorizes). */
-static inline float norm_db(float re, float im, float lo, float inv)
+/* dB of a magnitude, normalized and clamped to [0, 1] (written so that it vectorizes). */
+static inline float norm_mag(float mag, float lo, float inv)
 {
-	float mag = sqrtf(re * re + im * im) + 1e-12f;
-	float v = (6.02059991327962390f * fast_log2(mag) - lo) * inv;
+	float v = (6.02059991327962390f * fast_log2(mag + 1e-12f) - lo) * inv;
 	v = v > 0.0f ? v : 0.0f;
 	return v < 1.0f ? v : 1.0f;
 }
 
+/* dB of a complex value, normalized and clamped to [0, 1]. */
+static inline float norm_db(float re, float im, float lo, float inv)
+{
+	return norm_mag(sqrtf(re * re + im * im), lo, inv);
+}
+
 struct post_args {
-	const float *re_im; /* interleaved complex row */
+	const float *re_im; /* interleaved complex row, or NULL: pow */
+	const float *pow;   /* M > 1: the row of sums of |X_m|^2 over the repeats */
+	float inv_m;        /* 1 / M */
 	float *dst;         /* L_e row */
 	float *full;        /* float output row (mode none) or NULL */
 	uint8_t *u8;        /* u8 output row (mode none) or NULL */
@@ -171,7 +180,19 @@ CPU_CLONES static void post_row(const struct post_args *a)
 	float *restrict dst = a->dst;
 	const uint32_t nz = a->nz;
 
-	if (a->zstep > 0) {
+	if (a->pow) {
+		/* docs/algorithms.md §5 step 1: P = (1/M) sum |X_m|^2, d = 20 log10(sqrt(P) + 1e-12) */
+		const float *restrict p = a->pow, im = a->inv_m;
+		if (a->zstep > 0) {
+			p += a->zstart;
+			for (uint32_t z = 0; z < nz; z++)
+				dst[z] = norm_mag(sqrtf(p[z] * im), lo, inv);
+		} else {
+			p += (size_t)a->zstart + 1 - nz;
+			for (uint32_t z = 0; z < nz; z++)
+				dst[nz - 1 - z] = norm_mag(sqrtf(p[z] * im), lo, inv);
+		}
+	} else if (a->zstep > 0) {
 		c += 2 * (size_t)a->zstart;
 		for (uint32_t z = 0; z < nz; z++)
 			dst[z] = norm_db(c[2 * z], c[2 * z + 1], lo, inv);
@@ -258,8 +279,9 @@ struct pre_ctx {
 	uint32_t nchunks;
 };
 
-/* Steps 6-8 for A-scans a0..a0+na-1 of B-scan b, whose spectra are rows of spec (stride
- * complex values apart), into L (and the outputs in mode none). */
+/* Steps 6-8 for A-scans a0..a0+na-1 of B-scan position b, whose spectra are rows of spec
+ * (stride complex values apart), or with M > 1 (spec NULL) whose sums of the repeats' power
+ * are rows of w->pow (nh values apart), into L (and the outputs in mode none). */
 static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t b, uint32_t a0,
                       uint32_t na, const fftwf_complex *spec, size_t stride)
 {
@@ -274,12 +296,16 @@ static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t 
 	        .nz = st->geo.nz,
 	        .lo = p->live.db_lo,
 	        .inv = p->live.db_inv,
+	        .inv_m = 1.0f / (float)st->geo.M,
 	};
 	for (uint32_t r = 0; r < na; r++) {
 		uint32_t a = a0 + r, xo = rev ? nx - 1 - a : a;
 		size_t o = ((size_t)b * nx + xo) * st->geo.nz;
 
-		pa.re_im = (const float *)(spec + r * stride);
+		if (spec)
+			pa.re_im = (const float *)(spec + r * stride);
+		else
+			pa.pow = w->pow + (size_t)r * st->geo.nh;
 		pa.dst = ctx->L + o;
 		pa.full = none && ctx->out->full ? ctx->out->full + o : NULL;
 		pa.u8 = none && ctx->out->volume ? ctx->out->volume + o : NULL;
@@ -287,36 +313,63 @@ static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t 
 	}
 }
 
+/* Add |X|^2 of n rows of spec (stride complex values apart, nh bins each) into the rows of pow
+ * (nh apart); the first repeat sets them. The one place the repeats' power is summed, in
+ * the order of the repeats (docs/algorithms.md §5 step 1). */
+static void power_add(float *restrict pow, const fftwf_complex *spec, size_t stride, uint32_t n,
+                      uint32_t nh, bool first)
+{
+	for (uint32_t r = 0; r < n; r++) {
+		const float *restrict c = (const float *)(spec + r * stride);
+		float *restrict p = pow + (size_t)r * nh;
+		for (uint32_t z = 0; z < nh; z++) {
+			float q = c[2 * z] * c[2 * z] + c[2 * z + 1] * c[2 * z + 1];
+			p[z] = first ? q : p[z] + q;
+		}
+	}
+}
+
 static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 {
 	struct pre_ctx *ctx = vctx;
-	const uint32_t nx = w->st->geo.nx;
+	const uint32_t nx = w->st->geo.nx, M = w->st->geo.M;
 	const uint32_t b = (uint32_t)(item / ctx->nchunks);
 	const uint32_t a0 = (uint32_t)(item % ctx->nchunks) * CPU_BATCH;
 	const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
 
-	for (uint32_t r = 0; r < na; r++)
-		fill_fft_row(w, b, a0 + r, r);
-	const size_t ostride = fft_batch(w);
-	post_rows(w, ctx, b, a0, na, w->fout, ostride);
+	if (M == 1) {
+		for (uint32_t r = 0; r < na; r++)
+			fill_fft_row(w, b, a0 + r, r);
+		const size_t ostride = fft_batch(w);
+		post_rows(w, ctx, b, a0, na, w->fout, ostride);
+		return;
+	}
+	/* the position's repeats one after another (raw B-scans b * M + m), their power summed */
+	for (uint32_t m = 0; m < M; m++) {
+		for (uint32_t r = 0; r < na; r++)
+			fill_fft_row(w, b * M + m, a0 + r, r);
+		const size_t ostride = fft_batch(w);
+		power_add(w->pow, w->fout, ostride, na, w->st->geo.nh, m == 0);
+	}
+	post_rows(w, ctx, b, a0, na, NULL, 0);
 }
 
 /*
- * docs/algorithms.md §1b for B-scan b (one item per B-scan). The spectra are those of x[k] = s[k]
+ * docs/algorithms.md §1b for raw B-scan b: its corrected spectra X' - C' into w->spec ([nx][nh])
+ * and the depths that took the median into pm_count[b]. The spectra are those of x[k] = s[k]
  * minus the B-scan's mean spectrum (bscan_mean): the FFT is linear, so X' = X - m with m[z]
  * the complex mean of X over the A-scans; sigma is unchanged, C' = C - m, and X' - C' = X - C
  * exactly, while the DC of the raw spectra (about 1e7 for u16 data) never enters float32
  * sums. Per depth sigma[z] = sqrt(var Re + var Im) (population; sums of X' and X'^2 over the
  * A-scans in double); sigma_bg = median over z of the float sigma[z]; C'[z] = the medians of
  * Re X' and Im X' over the A-scans where (double) sigma[z] > t * (double) sigma_bg, else 0
- * (the mean, already removed); X' - C', then steps 6-8. With no depth above the threshold the
- * result is bscan_mean's, bit for bit.
+ * (the mean, already removed); X' - C' (steps 6-8 follow in partial_median_bscan). With no
+ * depth above the threshold the result is bscan_mean's, bit for bit.
  */
-static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
+static void partial_median_spectra(struct cpu_worker *w, uint32_t b)
 {
-	struct pre_ctx *ctx = vctx;
 	struct cpu_state *st = w->st;
-	const uint32_t nx = st->geo.nx, nh = st->geo.nh, b = (uint32_t)item;
+	const uint32_t nx = st->geo.nx, nh = st->geo.nh;
 	fftwf_complex *spec = w->spec;
 	double *sr = w->pm_acc, *si = sr + nh, *srr = si + nh, *sii = srr + nh;
 	float *sig = w->pm_sig, *c = w->pm_c;
@@ -374,7 +427,27 @@ static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
 				row[z] -= c[z];
 		}
 	}
-	post_rows(w, ctx, b, 0, nx, spec, nh);
+}
+
+/* §1b for B-scan position b (one item per position): each repeat's corrected spectra (raw
+ * B-scan b * M + m, its own statistics and medians), then steps 6-8 of them (M = 1) or of
+ * their mean power. */
+static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
+{
+	struct pre_ctx *ctx = vctx;
+	const uint32_t nx = w->st->geo.nx, nh = w->st->geo.nh, M = w->st->geo.M;
+	const uint32_t b = (uint32_t)item;
+
+	if (M == 1) {
+		partial_median_spectra(w, b);
+		post_rows(w, ctx, b, 0, nx, w->spec, nh);
+		return;
+	}
+	for (uint32_t m = 0; m < M; m++) {
+		partial_median_spectra(w, b * M + m);
+		power_add(w->pow, w->spec, nh, nx, nh, m == 0);
+	}
+	post_rows(w, ctx, b, 0, nx, NULL, 0);
 }
 
 void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output *out)
@@ -385,7 +458,7 @@ void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output
 	if (st->p.live.background == CFG_BG_BSCAN_MEAN ||
 	    st->p.live.background == CFG_BG_BSCAN_MEDIAN ||
 	    st->p.live.background == CFG_BG_PARTIAL_MEDIAN)
-		cpu_parallel(st, st->geo.ny, bscan_background, NULL);
+		cpu_parallel(st, st->geo.nraw, bscan_background, NULL);
 	if (st->p.live.background == CFG_BG_PARTIAL_MEDIAN) {
 		cpu_parallel(st, st->geo.ny, partial_median_bscan, &ctx);
 		return;

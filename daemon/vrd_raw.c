@@ -31,7 +31,7 @@ struct raw_item {
 struct vrd_raw {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	uint32_t ny, sx, sy;
+	uint32_t ny, sx, sy; /* ny: raw B-scans an epoch (positions x repeats) */
 	size_t bscan_bytes;
 	uint64_t epoch_bytes, frame_bytes;
 
@@ -276,7 +276,7 @@ int vrd_raw_open(const struct vr_config *cfg, struct vrd_raw **out, char *err, s
 void vrd_raw_configure(struct vrd_raw *r, const struct vr_config *cfg)
 {
 	pthread_mutex_lock(&r->mu);
-	r->ny = cfg->geometry.bscans_per_volume;
+	r->ny = cfg_raw_bscans(cfg);
 	r->sx = cfg->geometry.stride[0];
 	r->sy = cfg->geometry.stride[1];
 	r->bscan_bytes = (size_t)cfg->geometry.ascans_per_bscan *
@@ -432,14 +432,15 @@ static int open_recording(struct vrd_raw *r, const struct vr_config *cfg, const 
 	info.samples_per_ascan = cfg->geometry.samples_per_ascan;
 	info.ascans_per_bscan = cfg->geometry.ascans_per_bscan;
 	info.bscans_per_volume = cfg->geometry.bscans_per_volume;
+	info.repeats = cfg->geometry.repeats;
 	info.stride_x = cfg->geometry.stride[0];
 	info.stride_y = cfg->geometry.stride[1];
 	info.flags = cfg->geometry.bidirectional ? SRC_REPLAY_FLAG_BIDIR : 0;
 	snprintf(meta, sizeof(meta),
-	         "recording: raw\nname: %s\nvolrec_version: \"%s\"\nsample_type: %s\nrepeats: 1\n"
+	         "recording: raw\nname: %s\nvolrec_version: \"%s\"\nsample_type: %s\nrepeats: %u\n"
 	         "started_unix_s: %.3f\n",
 	         name, VOLREC_VERSION, cfg_sample_name(cfg->geometry.sample_type),
-	         (double)vr_real_ns() / 1e9);
+	         cfg->geometry.repeats, (double)vr_real_ns() / 1e9);
 	rc = make_sections(cfg, sec, &ns, err, errlen);
 	if (rc)
 		return rc;

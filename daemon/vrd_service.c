@@ -451,6 +451,7 @@ static struct json_object *status_geometry(const struct vr_config *c)
 	jset(o, "sample_type", jstr(cfg_sample_name(c->geometry.sample_type)));
 	jset(o, "ascans_per_bscan", json_object_new_int64(c->geometry.ascans_per_bscan));
 	jset(o, "bscans_per_volume", json_object_new_int64(c->geometry.bscans_per_volume));
+	jset(o, "repeats", json_object_new_int64(c->geometry.repeats));
 	a = json_object_new_array();
 	json_object_array_add(a, json_object_new_int64(c->geometry.stride[0]));
 	json_object_array_add(a, json_object_new_int64(c->geometry.stride[1]));

@@ -112,16 +112,26 @@ cudaError_t gpu_launch_resample(const struct gpu_prep_params *p, const struct gp
                                 const float *conv, void *fin, cudaStream_t s);
 /* partial_median (docs/algorithms.md §1b) on the spectra of one B-scan (after the FFT of the
  * mean-removed A-scans, as cpu/preprocess.c): per-depth sigma, sigma_bg, the depths above
- * p->pm_threshold * sigma_bg (their number into *count), their medians into m->C (0 elsewhere).
- * spec has ld complex values per A-scan. */
+ * p->pm_threshold * sigma_bg (their number into *count, or with count_max the larger of it and
+ * *count: a later repeat of the position), their medians into m->C (0 elsewhere). spec has ld
+ * complex values per A-scan. */
 cudaError_t gpu_launch_partial_median(const struct gpu_prep_params *p, const float2 *spec, int ld,
                                       const struct gpu_pm_buffers *m, unsigned *count,
-                                      cudaStream_t s);
+                                      bool count_max, cudaStream_t s);
 /* Magnitude (of X - C[z] when C is not NULL), log, normalize, flip z, crop into the B-scan's
  * rows of L_e (row = L_e + b*nx*nz); reverse_x writes A-scan a at nx-1-a. spec has ld complex
  * values per A-scan. */
 cudaError_t gpu_launch_logmag(const struct gpu_prep_params *p, const float2 *spec, int ld,
                               bool reverse_x, const float2 *C, float *lerow, cudaStream_t s);
+/* geometry.repeats M > 1 (docs/algorithms.md §5 step 1): |X - C[z]|^2 of one repeat, at the
+ * places gpu_launch_logmag writes, into the position's rows (first: set, else added). */
+cudaError_t gpu_launch_power_add(const struct gpu_prep_params *p, const float2 *spec, int ld,
+                                 bool reverse_x, const float2 *C, bool first, float *lerow,
+                                 cudaStream_t s);
+/* After the last repeat: each value P of the position's rows (the sum of the repeats' power)
+ * becomes the normalized dB of sqrtf(P * inv_m), in place. */
+cudaError_t gpu_launch_logpower(const struct gpu_prep_params *p, float inv_m, float *lerow,
+                                cudaStream_t s);
 
 /* Parameters of the reconstruction of one epoch. */
 struct gpu_recon_params {

@@ -143,6 +143,7 @@ struct gpu_state {
 	cudaEvent_t mev_pre;
 	uint64_t sub_epoch; /* the epoch B-scans are being submitted for, and how many */
 	uint32_t sub_n;
+	uint8_t *rep_got;    /* M > 1: [ny] repeats of each position submitted for sub_epoch */
 	char merr[384];      /* a failure of the bands callback */
 	size_t lmem_threads; /* resident threads of the device (local memory) */
 
@@ -520,6 +521,7 @@ static void gpu_destroy(void *vst)
 	gpu_motion_free(st);
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
+	free(st->rep_got);
 	free(st);
 }
 
@@ -885,6 +887,11 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 	for (int i = 0; rc == 0 && i < 2; i++)
 		rc = gpu_malloc((void **)&st->counts[i], st->geo.ny * sizeof(unsigned),
 		                "median depth counts", err, errlen);
+	if (rc == 0 && st->geo.M > 1) {
+		st->rep_got = calloc(st->geo.ny, 1);
+		if (!st->rep_got)
+			rc = vr_err(err, errlen, -ENOMEM, "cuda backend: out of memory");
+	}
 	if (rc == 0 && st->have_full) {
 		const size_t axes = 2 * ((size_t)st->geo.X + st->geo.Y);
 		const struct gpu_buf full[] = {
@@ -1308,12 +1315,19 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	if (rc < 0)
 		goto out;
 
+	/* raw B-scan bscan is repeat bscan % M of position b (docs/algorithms.md §5): every repeat
+	 * of a position goes to one stream, in order, which sums their power into its row of L_e */
+	const uint32_t M = st->geo.M, b = bscan / M;
 	if (st->sub_n == 0 || st->sub_epoch != epoch) {
 		st->sub_epoch = epoch;
 		st->sub_n = 0;
+		if (M > 1)
+			memset(st->rep_got, 0, st->geo.ny);
 	}
 	st->sub_n++;
-	struct gpu_stream *g = &st->st[bscan % (uint32_t)st->ns];
+	const bool first = M == 1 || st->rep_got[b] == 0;
+	const bool last = M == 1 || ++st->rep_got[b] == M;
+	struct gpu_stream *g = &st->st[b % (uint32_t)st->ns];
 	const struct gpu_prep_tables t = {
 	        .rs_idx = st->d_rs_idx,
 	        .rs_w = st->d_rs_w,
@@ -1339,15 +1353,24 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	else
 		CUFFT(cufftExecR2C(g->r2c, (cufftReal *)g->fin, (cufftComplex *)g->fout),
 		      "cufftExecR2C");
-	const bool rev = be_live_reversed(&st->live, bscan);
+	const bool rev = be_live_reversed(&st->live, b);
 	const int ld = st->prep.complex_in ? (int)st->geo.N : (int)(st->geo.N / 2 + 1);
-	if (pm)
+	float *lerow = st->le[st->cur] + (size_t)b * st->geo.nx * st->geo.nz;
+	if (pm) /* the count of a position: the most over its repeats */
 		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm,
-		                             st->counts[st->cur] + bscan, g->s),
+		                             st->counts[st->cur] + b, !first, g->s),
 		   "partial_median kernels");
-	CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL,
-	                     st->le[st->cur] + (size_t)bscan * st->geo.nx * st->geo.nz, g->s),
-	   "log-magnitude kernel");
+	if (M == 1) {
+		CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, lerow, g->s),
+		   "log-magnitude kernel");
+		return 0;
+	}
+	CU(gpu_launch_power_add(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, first, lerow,
+	                        g->s),
+	   "repeats' power kernel");
+	if (last)
+		CU(gpu_launch_logpower(&st->prep, 1.0f / (float)M, lerow, g->s),
+		   "log-power kernel");
 	return 0;
 out:
 	gpu_set_sticky(st, rc, "B-scan %u of epoch %llu: %s", bscan, (unsigned long long)epoch,
@@ -1745,7 +1768,7 @@ static int gpu_motion_ahead(struct gpu_state *st, uint64_t epoch, char *err, siz
 		return 0;
 	CU(cudaEventSynchronize(st->mev_ref), "cudaEventSynchronize(reference bands)");
 	gpu_motion_hand_reference(st);
-	if (st->sticky || st->mpre || st->sub_n != st->geo.ny || st->sub_epoch <= epoch)
+	if (st->sticky || st->mpre || st->sub_n != st->geo.nraw || st->sub_epoch <= epoch)
 		return 0;
 	struct gpu_recon_params rq; /* the axes' parameters of its offset */
 	gpu_recon_params_of(st, st->sub_epoch, &rq);
@@ -2070,7 +2093,7 @@ static void gpu_queue_ahead(struct gpu_state *st, uint64_t epoch)
 	                  st->mq_epoch == st->sub_epoch && st->mref_event;
 
 	if (!st->out8b || st->ahead || st->sticky || st->inflight_full ||
-	    st->sub_n != st->bhi - st->blo || st->sub_epoch <= epoch ||
+	    st->sub_n != (st->bhi - st->blo) * st->geo.M || st->sub_epoch <= epoch ||
 	    (st->live.mode != CFG_RECON_NONCUMULATIVE && st->live.mode != CFG_RECON_ADAPTIVE &&
 	     st->live.mode != CFG_RECON_NONE && !comp))
 		return;

@@ -333,6 +333,41 @@ __global__ void k_logmag(gpu_prep_params p, const float2 *spec, int ld, bool rev
 	lerow[(size_t)xo * p.nz + z] = v;
 }
 
+/* Grid (ceil(nz / threads), nx): geometry.repeats M > 1 (docs/algorithms.md §5 step 1): |X - C|^2
+ * of one repeat at the place k_logmag writes its value, set (first) or added to what the
+ * position's earlier repeats left there; Re^2 + Im^2 as k_logmag forms it. */
+__global__ void k_power_add(gpu_prep_params p, const float2 *spec, int ld, bool reverse_x,
+                            const float2 *C, bool first, float *lerow)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
+	if (z >= p.nz)
+		return;
+	const int zz = p.z0 + z, bin = p.flip_z ? p.half - 1 - zz : zz;
+	float2 c = spec[(size_t)a * ld + bin];
+	if (C) {
+		const float2 m = C[bin];
+		c.x -= m.x;
+		c.y -= m.y;
+	}
+	const float q = c.x * c.x + c.y * c.y;
+	const int xo = reverse_x ? p.nx - 1 - a : a;
+	float *o = &lerow[(size_t)xo * p.nz + z];
+	*o = first ? q : *o + q;
+}
+
+/* Grid (ceil(nz / threads), nx): the sum of the repeats' power P at each place of the
+ * position's rows into the normalized dB of sqrtf(P * inv_m), as k_logmag does with |X|. */
+__global__ void k_logpower(gpu_prep_params p, float inv_m, float *lerow)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
+	if (z >= p.nz)
+		return;
+	float *o = &lerow[(size_t)a * p.nz + z];
+	const float m = sqrtf(*o * inv_m);
+	const float d = 20.0f * log10f(m + 1e-12f);
+	*o = fminf(fmaxf((d - p.db_lo) * p.db_inv, 0.0f), 1.0f);
+}
+
 /* ---- partial median (docs/algorithms.md §1b; cpu/preprocess.c partial_median_bscan) ------------ */
 
 /*
@@ -429,7 +464,7 @@ static __device__ float gpu_select_kth(const float *__restrict__ v, int n, int k
  */
 __global__ void k_pm_select(const float *__restrict__ sig, int half, double t,
                             int *__restrict__ list, int *__restrict__ nsel,
-                            unsigned *__restrict__ count, float2 *__restrict__ C)
+                            unsigned *__restrict__ count, bool count_max, float2 *__restrict__ C)
 {
 	__shared__ unsigned hist[256], sh[2];
 	__shared__ int n;
@@ -448,7 +483,7 @@ __global__ void k_pm_select(const float *__restrict__ sig, int half, double t,
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		*nsel = n;
-		*count = (unsigned)n;
+		*count = count_max && *count > (unsigned)n ? *count : (unsigned)n;
 	}
 }
 
@@ -1759,7 +1794,7 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 
 extern "C" cudaError_t gpu_launch_partial_median(const gpu_prep_params *p, const float2 *spec,
                                                  int ld, const gpu_pm_buffers *m, unsigned *count,
-                                                 cudaStream_t s)
+                                                 bool count_max, cudaStream_t s)
 {
 	const int half = p->half, nx = p->nx;
 	const int chunks = nx < GPU_PM_CHUNKS ? nx : GPU_PM_CHUNKS;
@@ -1769,7 +1804,7 @@ extern "C" cudaError_t gpu_launch_partial_median(const gpu_prep_params *p, const
 	                                                                m->part);
 	k_pm_sigma<<<zb, GPU_THREADS, 0, s>>>(m->part, chunks, nx, half, m->sig);
 	k_pm_select<<<1, 1024, 0, s>>>(m->sig, half, p->pm_threshold, m->list, m->nsel, count,
-	                               m->C);
+	                               count_max, m->C);
 	int n2 = 1;
 	while (n2 < nx)
 		n2 <<= 1;
@@ -1826,6 +1861,23 @@ extern "C" cudaError_t gpu_launch_logmag(const gpu_prep_params *p, const float2 
 {
 	dim3 g((p->nz + GPU_THREADS - 1) / GPU_THREADS, p->nx);
 	k_logmag<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, reverse_x, C, lerow);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_power_add(const gpu_prep_params *p, const float2 *spec, int ld,
+                                            bool reverse_x, const float2 *C, bool first,
+                                            float *lerow, cudaStream_t s)
+{
+	dim3 g((p->nz + GPU_THREADS - 1) / GPU_THREADS, p->nx);
+	k_power_add<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, reverse_x, C, first, lerow);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_logpower(const gpu_prep_params *p, float inv_m, float *lerow,
+                                           cudaStream_t s)
+{
+	dim3 g((p->nz + GPU_THREADS - 1) / GPU_THREADS, p->nx);
+	k_logpower<<<g, GPU_THREADS, 0, s>>>(*p, inv_m, lerow);
 	return cudaGetLastError();
 }
 

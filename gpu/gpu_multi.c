@@ -22,8 +22,9 @@ struct gpu_multi {
 	uint32_t n;                    /* parts (entries of gpu.devices) */
 	int devs[CFG_GPU_DEVICES_MAX]; /* their CUDA devices */
 	struct gpu_state *part[CFG_GPU_DEVICES_MAX];
-	uint32_t lo[CFG_GPU_DEVICES_MAX]; /* B-scans each part preprocesses: [lo, hi) */
+	uint32_t lo[CFG_GPU_DEVICES_MAX]; /* B-scan positions each part preprocesses: [lo, hi) */
 	uint32_t hi[CFG_GPU_DEVICES_MAX];
+	uint32_t M;          /* geometry.repeats: raw B-scan r is a repeat of position r / M */
 	char device[2048];   /* be_device */
 	struct be_live live; /* the live scalars in force (be_live_init) */
 
@@ -103,6 +104,7 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 	if (!g)
 		return vr_err(err, errlen, -ENOMEM, "cuda backend: out of host memory");
 	g->n = cfg_gpu_devices(cfg, g->devs);
+	g->M = cfg->geometry.repeats;
 	if (g->n > ny) {
 		rc = vr_err(err, errlen, -EINVAL,
 		            "gpu.devices: %u devices for %u B-scans per volume (each device needs "
@@ -188,14 +190,16 @@ static void gm_host_unregister(void *vg, void *ptr)
 	be_cuda_ops.host_unregister(((struct gpu_multi *)vg)->part[0], ptr);
 }
 
-/* B-scan b goes to every part whose slab (with its halo) needs it. */
+/* Raw B-scan bscan (a repeat of position bscan / M) goes to every part whose slab (with its
+ * halo) needs that position. */
 static int gm_bscan_submit(void *vg, uint64_t epoch, uint32_t bscan, const void *raw)
 {
 	struct gpu_multi *g = vg;
+	const uint32_t b = bscan / g->M;
 	int rc = 0;
 
 	for (uint32_t k = 0; k < g->n; k++) {
-		if (bscan < g->lo[k] || bscan >= g->hi[k])
+		if (b < g->lo[k] || b >= g->hi[k])
 			continue;
 		int r = be_cuda_ops.bscan_submit(g->part[k], epoch, bscan, raw);
 		if (r < 0 && rc == 0)

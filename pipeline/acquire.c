@@ -427,7 +427,7 @@ static enum acq_next epoch_begin(struct pl_pipeline *pl, struct acq *a, struct a
 	pl->acq_got = 0;
 	/* room for the whole epoch is taken at its start: processing (depth 2) may hold part of
 	 * an epoch, so the ring never fills in the middle of one */
-	while (!pl->stop_acq && !pl_ring_reserve(&pl->ring, pl->ny)) {
+	while (!pl->stop_acq && !pl_ring_reserve(&pl->ring, pl->nraw)) {
 		if (!pl->block) {
 			ep->dropping = true;
 			break;
@@ -511,7 +511,8 @@ static enum acq_next bscan_misplaced(struct pl_pipeline *pl, struct acq *a, stru
 {
 	/* after a cut the source may still deliver the rest of the epoch it was in: those are
 	 * dropped until its next epoch begins */
-	bool leftover = a->resync && ep->b == 0 && meta->bscan != 0 && ep->discards < pl->ny;
+	bool leftover = a->resync && ep->b == 0 && (meta->bscan != 0 || meta->repeat != 0) &&
+	                ep->discards < pl->nraw;
 
 	pthread_mutex_lock(&pl->mu);
 	pl->c.acquired++;
@@ -523,10 +524,19 @@ static enum acq_next bscan_misplaced(struct pl_pipeline *pl, struct acq *a, stru
 		ep->discards++;
 		return ACQ_SKIP;
 	}
-	snprintf(ep->msg, sizeof(ep->msg),
-	         "source %s: delivered epoch %llu B-scan %u where epoch %llu B-scan %u was due",
-	         pl->src.info.name, (unsigned long long)meta->epoch, meta->bscan,
-	         (unsigned long long)a->e, ep->b);
+	if (pl->repeats > 1)
+		snprintf(ep->msg, sizeof(ep->msg),
+		         "source %s: delivered epoch %llu B-scan %u repeat %u where epoch %llu "
+		         "B-scan %u repeat %u was due",
+		         pl->src.info.name, (unsigned long long)meta->epoch, meta->bscan,
+		         meta->repeat, (unsigned long long)a->e, ep->b / pl->repeats,
+		         ep->b % pl->repeats);
+	else
+		snprintf(ep->msg, sizeof(ep->msg),
+		         "source %s: delivered epoch %llu B-scan %u where epoch %llu B-scan %u "
+		         "was due",
+		         pl->src.info.name, (unsigned long long)meta->epoch, meta->bscan,
+		         (unsigned long long)a->e, ep->b);
 	ep->cut = true;
 	a->recovering = true;
 	if (source_fault(pl, ep->msg, -EPROTO, &a->streak, &a->backoff_ms, &a->started))
@@ -584,7 +594,7 @@ static void bscan_commit(struct pl_pipeline *pl, struct acq *a, struct acq_epoch
 		en->t_real_ns = t_real;
 		pl_ring_commit(&pl->ring);
 		pl->acq_got++;
-		if (pl->depth > 1 || pl->acq_got == pl->ny)
+		if (pl->depth > 1 || pl->acq_got == pl->nraw)
 			pthread_cond_signal(&pl->cv_data);
 	}
 	pthread_mutex_unlock(&pl->mu);
@@ -616,7 +626,8 @@ static enum acq_next bscan_step(struct pl_pipeline *pl, struct acq *a, struct ac
 		return next;
 	if (rc < 0)
 		return bscan_failed(pl, a, ep, rc);
-	if (meta.epoch != a->e || meta.bscan != ep->b)
+	if (meta.epoch != a->e || meta.bscan != ep->b / pl->repeats ||
+	    meta.repeat != ep->b % pl->repeats)
 		return bscan_misplaced(pl, a, ep, data, &meta);
 	bscan_commit(pl, a, ep, en, data, &meta);
 	return ACQ_GO;
@@ -706,7 +717,7 @@ void *pl_acq_main(void *arg)
 			a.e++;
 			continue;
 		}
-		while (next == ACQ_GO && ep.b < pl->ny) {
+		while (next == ACQ_GO && ep.b < pl->nraw) {
 			next = bscan_step(pl, &a, &ep);
 			if (next == ACQ_GO)
 				ep.b++;

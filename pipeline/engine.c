@@ -286,12 +286,12 @@ static void choose_depth(struct pl_pipeline *pl)
 		pl->depth = pl->opt.depth;
 	else
 		pl->depth = caps & (BE_CAP_ASYNC | BE_CAP_DEVICE) ? 2 : 1;
-	if (pl->depth > 1 && pl->ring.size < 2 * pl->ny)
+	if (pl->depth > 1 && pl->ring.size < 2 * pl->nraw)
 		pl_emit(pl, NULL, PL_NOTICE, false,
 		        "pipeline: ring_bscans %u holds less than two epochs (%u B-scans): the "
 		        "next "
 		        "epoch is acquired only once the one in flight is published",
-		        pl->ring.size, 2 * pl->ny);
+		        pl->ring.size, 2 * pl->nraw);
 	pl_emit(pl, NULL, PL_INFO, false, "pipeline: %s (backend %s%s)",
 	        pl->depth > 1 ? "overlap: B-scans submitted as they arrive, two epochs in flight"
 	                      : "one complete epoch at a time",
@@ -431,12 +431,13 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 		vr_err(err, errlen, rc, "out of memory copying the configuration");
 		goto fail;
 	}
-	pl->ny = cfg->geometry.bscans_per_volume;
+	pl->nraw = cfg_raw_bscans(cfg);
+	pl->repeats = cfg->geometry.repeats;
 	pl->bscan_bytes = cfg_bscan_bytes(cfg);
-	if (cfg->pipeline.ring_bscans < pl->ny) {
+	if (cfg->pipeline.ring_bscans < pl->nraw) {
 		rc = vr_err(err, errlen, -EINVAL,
-		            "pipeline.ring_bscans: %u is smaller than one epoch (%u B-scans)",
-		            cfg->pipeline.ring_bscans, pl->ny);
+		            "pipeline.ring_bscans: %u is smaller than one epoch (%u raw B-scans)",
+		            cfg->pipeline.ring_bscans, pl->nraw);
 		goto fail;
 	}
 	if (cfg->source.type == CFG_SOURCE_SHIM)

@@ -19,7 +19,7 @@ struct pl_entry {
 	                     * into the source's memory, released with release_ref() */
 	bool ref;         /* data is a reference not yet released */
 	bool gap_before;  /* B-scan 0 the source marked VOLREC_SHIM_META_DROPPED_BEFORE */
-	uint64_t epoch;   /* epoch and B-scan index it holds */
+	uint64_t epoch;   /* epoch and raw B-scan index it holds (position * M + repeat) */
 	uint32_t bscan;
 	uint64_t t_mono_ns; /* when acquire() returned it (CLOCK_MONOTONIC) */
 	uint64_t t_real_ns; /* the source's timestamp (CLOCK_REALTIME) */
@@ -100,7 +100,8 @@ struct pl_pipeline {
 	struct pl_sink sink;
 	size_t bscan_bytes;
 	int timeout_ms;
-	uint32_t ny;
+	uint32_t nraw; /* raw B-scans an epoch: ny positions x M repeats (docs/algorithms.md §5) */
+	uint32_t repeats;     /* M: en->bscan = position * M + repeat */
 	int depth;            /* 1 or 2 */
 	uint64_t epochs;      /* pl_run: acquire that many epochs, then end (0: until pl_stop) */
 	uint64_t first_epoch; /* the first epoch acquired: the source's (a recording's first) */

@@ -130,13 +130,13 @@ static bool finish_unwanted(struct pl_pipeline *pl, struct pl_flight *sb)
 	int rc;
 
 	if (!sb->failed) {
-		uint8_t *have = calloc(pl->ny, 1);
+		uint8_t *have = calloc(pl->nraw, 1);
 
 		if (!have)
 			return false;
 		for (uint32_t i = 0; i < sb->n; i++)
 			have[pl_ring_at(&pl->ring, i)->bscan] = 1;
-		for (uint32_t b = 0; b < pl->ny; b++)
+		for (uint32_t b = 0; b < pl->nraw; b++)
 			if (!have[b] && be_bscan_submit(pl->be, sb->epoch, b, pl->scratch) < 0)
 				break;
 		free(have);
@@ -295,7 +295,7 @@ static void step_cut(struct pl_pipeline *pl, struct pl_flight *sb)
 	}
 	pl_emit(pl, "incomplete_epoch", PL_INFO, false,
 	        "epoch %llu cut short after %u of %u B-scans: not published",
-	        (unsigned long long)sb->epoch, sb->n, pl->ny);
+	        (unsigned long long)sb->epoch, sb->n, pl->nraw);
 	pthread_mutex_lock(&pl->mu);
 	finish_entries(pl, sb->n, false, PL_DROP_INCOMPLETE_EPOCH);
 	sb->on = false;
@@ -312,9 +312,9 @@ static bool step_submit(struct pl_pipeline *pl, struct pl_flight *sb, uint32_t a
 		sb->on = true;
 		sb->epoch = pl_ring_at(&pl->ring, pl->ring.claimed)->epoch;
 	}
-	if (!sb->on || !avail || sb->n >= pl->ny)
+	if (!sb->on || !avail || sb->n >= pl->nraw)
 		return false;
-	while (k < avail && sb->n + k < pl->ny &&
+	while (k < avail && sb->n + k < pl->nraw &&
 	       pl_ring_at(&pl->ring, from + k)->epoch == sb->epoch)
 		k++;
 	if (!k)
@@ -347,17 +347,17 @@ void *pl_proc_main(void *arg)
 		}
 		if (take &&
 		    step_submit(pl, &sb, avail,
-		                !sb.on && !requests && avail >= (pl->depth > 1 ? 1 : pl->ny)))
+		                !sb.on && !requests && avail >= (pl->depth > 1 ? 1 : pl->nraw)))
 			continue;
 		if (fl.on) {
 			step_land(pl, &fl);
 			continue;
 		}
-		if (sb.on && sb.n == pl->ny) {
+		if (sb.on && sb.n == pl->nraw) {
 			step_launch(pl, &sb, &fl);
 			continue;
 		}
-		if (sb.on && sb.n < pl->ny && pl->cut_set && pl->cut_epoch == sb.epoch &&
+		if (sb.on && sb.n < pl->nraw && pl->cut_set && pl->cut_epoch == sb.epoch &&
 		    (!avail || pl_ring_at(&pl->ring, pl->ring.claimed)->epoch != sb.epoch)) {
 			step_cut(pl, &sb);
 			continue;

@@ -238,10 +238,10 @@ int src_rec_parse_v2(const uint8_t *buf, size_t len, uint64_t file_size, struct 
 		              "flag 0x%x (offset table) is not used in version 2: each epoch's "
 		              "frame carries its offset",
 		              SRC_REPLAY_FLAG_OFFSETS);
-	if (h->repeats != 1)
+	if (h->repeats < 1 || h->repeats > SRC_REPLAY_REPEATS_MAX)
 		return vr_err(err, errlen, -EINVAL,
-		              "repeats %u: this volrec records and reads 1 acquisition per B-scan",
-		              h->repeats);
+		              "repeats %u: each B-scan position is acquired 1..%u times",
+		              h->repeats, SRC_REPLAY_REPEATS_MAX);
 	if (h->sections_len > SRC_REC_SECTIONS_MAX)
 		return vr_err(err, errlen, -EINVAL, "sections of %u bytes exceed the limit of %u",
 		              h->sections_len, SRC_REC_SECTIONS_MAX);
@@ -256,8 +256,7 @@ int src_rec_parse_v2(const uint8_t *buf, size_t len, uint64_t file_size, struct 
 		return vr_err(err, errlen, -EINVAL,
 		              "internal: header buffer of %zu bytes, need %llu", len,
 		              (unsigned long long)need);
-	epoch_bytes = (uint64_t)h->bscans_per_volume * h->ascans_per_bscan *
-	              volrec_sample_bytes(h->sample_type, h->samples_per_ascan);
+	epoch_bytes = src_replay_epoch_bytes(h);
 	frame = src_rec_frame_size(epoch_bytes);
 	complete = (file_size - h->header_size) / frame;
 	if (h->epochs) {
@@ -407,8 +406,7 @@ int src_rec_sections_read(const char *path, struct src_rec_section **out, size_t
 int src_rec_index_load(int fd, const char *path, const struct src_replay_info *info,
                        struct src_rec_frame **frames, uint64_t *n, char *err, size_t errlen)
 {
-	uint64_t epoch_bytes = (uint64_t)info->bscans_per_volume * info->ascans_per_bscan *
-	                       volrec_sample_bytes(info->sample_type, info->samples_per_ascan);
+	uint64_t epoch_bytes = src_replay_epoch_bytes(info);
 	uint64_t frame = src_rec_frame_size(epoch_bytes), i;
 	struct src_rec_frame *f;
 	uint8_t e[SRC_REC_ENTRY_SIZE];
@@ -530,7 +528,7 @@ int src_rec_writer_open(const char *path, const struct src_replay_info *info, co
 	if (info->sample_type > VOLREC_SAMPLE_U12GV || !info->samples_per_ascan ||
 	    (info->sample_type >= VOLREC_SAMPLE_U12P && info->samples_per_ascan % 2) ||
 	    !info->ascans_per_bscan || !info->bscans_per_volume || !info->stride_x ||
-	    !info->stride_y)
+	    !info->stride_y || info->repeats > SRC_REPLAY_REPEATS_MAX)
 		return vr_err(err, errlen, -EINVAL, "recording %s: invalid header fields", path);
 	if (meta_len > SRC_REPLAY_META_MAX)
 		return vr_err(err, errlen, -EINVAL,
@@ -552,8 +550,7 @@ int src_rec_writer_open(const char *path, const struct src_replay_info *info, co
 		return vr_err(err, errlen, -ENOMEM, "recording: out of memory");
 	snprintf(w->path, sizeof(w->path), "%s", path);
 	w->header_size = (uint32_t)hsize;
-	w->epoch_bytes = (uint64_t)info->bscans_per_volume * info->ascans_per_bscan *
-	                 volrec_sample_bytes(info->sample_type, info->samples_per_ascan);
+	w->epoch_bytes = src_replay_epoch_bytes(info);
 	w->frame_bytes = src_rec_frame_size(w->epoch_bytes);
 	if (posix_memalign((void **)&w->hdr, SRC_REPLAY_ALIGN, hsize)) {
 		free(w);
@@ -572,7 +569,7 @@ int src_rec_writer_open(const char *path, const struct src_replay_info *info, co
 	wr32(w->hdr + 44, info->stride_y);
 	wr32(w->hdr + 48, info->flags & SRC_REPLAY_FLAG_BIDIR);
 	wr32(w->hdr + 52, (uint32_t)meta_len);
-	wr32(w->hdr + 56, 1);
+	wr32(w->hdr + 56, info->repeats ? info->repeats : 1);
 	wr32(w->hdr + 60, (uint32_t)sec_len);
 	if (meta_len)
 		memcpy(w->hdr + SRC_REPLAY_FIXED_SIZE, metadata, meta_len);

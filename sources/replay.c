@@ -40,7 +40,9 @@ struct replay {
 	uint64_t epochs;
 	bool loop;
 	uint64_t epoch;
-	uint32_t b;
+	uint32_t b;    /* raw B-scan due within the epoch: position * M + repeat */
+	uint32_t M;    /* repeats of each position (geometry.repeats) */
+	uint32_t nraw; /* raw B-scans an epoch: ny x M */
 	bool pend;
 	uint64_t pend_epoch;
 	_Atomic uint64_t refs; /* acquire_ref() references not yet released */
@@ -134,8 +136,9 @@ static int replay_check_magic(const uint8_t *buf, size_t len, uint64_t file_size
 	return 0;
 }
 
-/* The fields of the fixed header (buf holds SRC_REPLAY_FIXED_SIZE bytes), and its reserved
- * bytes 56..63 in *reserved. */
+/* The fields of the fixed header (buf holds SRC_REPLAY_FIXED_SIZE bytes); version 1: repeats
+ * from bytes 56..59 (0 in files written before repeats: M = 1) and the reserved bytes 60..63
+ * in *reserved. */
 static void replay_read_fixed(const uint8_t *buf, struct src_replay_info *h, uint64_t *reserved)
 {
 	memset(h, 0, sizeof(*h));
@@ -150,7 +153,8 @@ static void replay_read_fixed(const uint8_t *buf, struct src_replay_info *h, uin
 	h->stride_y = rd32(buf + 44);
 	h->flags = rd32(buf + 48);
 	h->metadata_len = rd32(buf + 52);
-	*reserved = rd64(buf + 56);
+	h->repeats = rd32(buf + 56);
+	*reserved = rd32(buf + 60);
 }
 
 /* The fixed header's fields, each within the limits of docs/replay-format.md. */
@@ -175,8 +179,13 @@ static int replay_check_fixed(const struct src_replay_info *h, uint64_t reserved
 		              h->header_size, (unsigned long long)file_size);
 	if (reserved != 0 && h->version == SRC_REPLAY_VERSION)
 		return vr_err(err, errlen, -EINVAL,
-		              "reserved header bytes 56..63 are 0x%llx, must be 0",
+		              "reserved header bytes 60..63 are 0x%llx, must be 0",
 		              (unsigned long long)reserved);
+	if (h->repeats > SRC_REPLAY_REPEATS_MAX)
+		return vr_err(err, errlen, -EINVAL,
+		              "repeats %u: each B-scan position is acquired 1..%u times (0: 1, a "
+		              "file written before repeats)",
+		              h->repeats, SRC_REPLAY_REPEATS_MAX);
 	if (h->sample_type > VOLREC_SAMPLE_U12GV)
 		return vr_err(err, errlen, -EINVAL,
 		              "unknown sample type %u (0 = u16, 1 = i16, 2 = f32, 3 = u12p, "
@@ -247,8 +256,7 @@ static int replay_check_v1_size(const struct src_replay_info *h, uint64_t file_s
 {
 	uint64_t epoch_bytes, data;
 
-	epoch_bytes = (uint64_t)h->bscans_per_volume * h->ascans_per_bscan *
-	              volrec_sample_bytes(h->sample_type, h->samples_per_ascan);
+	epoch_bytes = src_replay_epoch_bytes(h);
 	if (h->epochs > (UINT64_MAX - h->header_size) / epoch_bytes)
 		return vr_err(err, errlen, -EINVAL,
 		              "%llu epochs of %llu bytes overflow a file size",
@@ -328,7 +336,7 @@ static int src_replay_parse(const uint8_t *buf, size_t len, uint64_t file_size,
 	rc = replay_check_v1_header(buf, len, file_size, &h, &table, err, errlen);
 	if (rc)
 		return rc;
-	h.repeats = 1;
+	h.repeats = h.repeats ? h.repeats : 1;
 	h.complete = h.epochs;
 	rc = replay_check_v1_size(&h, file_size, err, errlen);
 	if (!rc)
@@ -441,10 +449,10 @@ static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t
 		                 r->path, ox, oy, (unsigned long long)epoch, r->geo.stride_x,
 		                 r->geo.stride_y);
 	if (r->b != 0 && epoch == r->epoch)
-		return shim_fail(&r->com.err, -EBUSY,
-		                 "replay %s: epoch %llu is already being read (B-scan %u of %u)",
-		                 r->path, (unsigned long long)epoch, r->b,
-		                 r->geo.bscans_per_volume);
+		return shim_fail(
+		        &r->com.err, -EBUSY,
+		        "replay %s: epoch %llu is already being read (raw B-scan %u of %u)",
+		        r->path, (unsigned long long)epoch, r->b, r->nraw);
 	if (r->frames) {
 		int64_t i = frame_of(r, epoch);
 		if (i >= 0 && (r->frames[i].ox != ox || r->frames[i].oy != oy))
@@ -543,7 +551,7 @@ static int64_t frame_of(const struct replay *r, uint64_t e)
 /* A recording: check the CRC-32C of frame i's data. 0, or -EBADMSG with the message. */
 static int frame_crc_check(struct replay *r, uint64_t i)
 {
-	uint64_t epoch_bytes = (uint64_t)r->bscan_bytes * r->geo.bscans_per_volume;
+	uint64_t epoch_bytes = (uint64_t)r->bscan_bytes * r->nraw;
 	uint64_t at = r->data_off + i * r->frame_bytes + SRC_REC_FRAME_HDR;
 	uint32_t crc = 0;
 	int rc;
@@ -629,15 +637,19 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 		*pos = r->cur_frame * r->frame_bytes + SRC_REC_FRAME_HDR +
 		       (r->cur_lost ? 0 : (uint64_t)r->b * r->bscan_bytes);
 	else
-		*pos = ((r->epoch % r->epochs) * r->geo.bscans_per_volume + r->b) * r->bscan_bytes;
+		*pos = ((r->epoch % r->epochs) * r->nraw + r->b) * r->bscan_bytes;
 	vr_pacer_done(&r->com.pacer);
 	if (meta) {
 		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = r->epoch;
-		meta->bscan = r->b;
+		meta->bscan = r->b / r->M;
 		meta->flags = r->frames && r->cur_lost ? VOLREC_SHIM_META_LOST : 0;
+		if (r->geo.flags & VOLREC_SHIM_GEOMETRY_REPEATS) {
+			meta->repeat = r->b % r->M;
+			meta->reserved = 0;
+		}
 	}
-	if (++r->b == r->geo.bscans_per_volume) {
+	if (++r->b == r->nraw) {
 		r->b = 0;
 		r->epoch++;
 	}
@@ -789,7 +801,7 @@ static int replay_release_ref(void *h, const void *bscan)
 {
 	struct replay *r = h;
 	const uint8_t *p = bscan;
-	uint64_t n = (uint64_t)r->epochs * r->geo.bscans_per_volume, rel;
+	uint64_t n = (uint64_t)r->epochs * r->nraw, rel;
 
 	rel = r->frames && p >= r->data ? (uint64_t)(p - r->data) % r->frame_bytes : 0;
 	if (r->frames && rel >= SRC_REC_FRAME_HDR)
@@ -869,6 +881,11 @@ static int check_against_config(const struct src_replay_info *h,
 	SAME(stride_x, "geometry.stride[0]");
 	SAME(stride_y, "geometry.stride[1]");
 #undef SAME
+	if (h->repeats != shim_repeats(g))
+		return vr_err(err, errlen, -EINVAL,
+		              "file has repeats %u (each B-scan position acquired %u times), the "
+		              "configuration's geometry.repeats is %u",
+		              h->repeats, h->repeats, shim_repeats(g));
 	if (!!(h->flags & SRC_REPLAY_FLAG_BIDIR) != !!g->bidirectional)
 		return vr_err(
 		        err, errlen, -EINVAL,
@@ -882,7 +899,7 @@ static int check_against_config(const struct src_replay_info *h,
 static int open_recording(struct replay *r, const struct src_replay_info *h, uint64_t S, char *err,
                           size_t errlen)
 {
-	uint64_t epoch_bytes = (uint64_t)r->bscan_bytes * r->geo.bscans_per_volume;
+	uint64_t epoch_bytes = (uint64_t)r->bscan_bytes * r->nraw;
 	int rc;
 
 	rc = src_rec_index_load(r->fd, r->path, h, &r->frames, &r->nframes, err, errlen);
@@ -976,7 +993,9 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 	r->crc_skip = cfg->source.replay.on_crc_error == CFG_CRC_SKIP;
 	r->bscan_bytes = (size_t)r->geo.ascans_per_bscan *
 	                 volrec_sample_bytes(r->geo.sample_type, r->geo.samples_per_ascan);
-	epoch_bytes = (uint64_t)r->bscan_bytes * r->geo.bscans_per_volume;
+	r->M = shim_repeats(&r->geo);
+	r->nraw = r->geo.bscans_per_volume * r->M;
+	epoch_bytes = (uint64_t)r->bscan_bytes * r->nraw;
 	if (!epoch_bytes) {
 		rc = vr_err(err, errlen, -EINVAL,
 		            "replay %s: the configuration's geometry is empty", path);
@@ -998,8 +1017,8 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 			            "epochs of %llu bytes (%u B-scans x %u A-scans x %u samples "
 			            "%s): %llu whole epochs and %llu bytes left over",
 			            path, (unsigned long long)size, (unsigned long long)epoch_bytes,
-			            r->geo.bscans_per_volume, r->geo.ascans_per_bscan,
-			            r->geo.samples_per_ascan, src_sample_name(r->geo.sample_type),
+			            r->nraw, r->geo.ascans_per_bscan, r->geo.samples_per_ascan,
+			            src_sample_name(r->geo.sample_type),
 			            (unsigned long long)(size / epoch_bytes),
 			            (unsigned long long)(size % epoch_bytes));
 			goto out_free;
@@ -1048,7 +1067,8 @@ static int writer_check(const char *path, bool raw, const struct src_replay_info
 	if (info->sample_type > VOLREC_SAMPLE_U12GV || !info->samples_per_ascan ||
 	    (info->sample_type >= VOLREC_SAMPLE_U12P && info->samples_per_ascan % 2) ||
 	    !info->ascans_per_bscan || !info->bscans_per_volume || !info->epochs ||
-	    !info->stride_x || !info->stride_y || (info->flags & ~SRC_REPLAY_FLAGS_KNOWN))
+	    !info->stride_x || !info->stride_y || (info->flags & ~SRC_REPLAY_FLAGS_KNOWN) ||
+	    info->repeats > SRC_REPLAY_REPEATS_MAX)
 		return vr_err(err, errlen, -EINVAL, "replay writer %s: invalid header fields",
 		              path);
 	if (!raw && (info->flags & SRC_REPLAY_FLAG_OFFSETS)) {
@@ -1132,6 +1152,9 @@ static int writer_header(struct src_replay_writer *w, const char *path,
 	wr32(hdr + 44, info->stride_y);
 	wr32(hdr + 48, info->flags);
 	wr32(hdr + 52, (uint32_t)meta_len);
+	/* M = 1 is written as 0, as every file before repeats: such a file stays byte for byte
+	 * what it was, and a reader that predates repeats refuses M > 1 (reserved bytes) */
+	wr32(hdr + 56, info->repeats > 1 ? info->repeats : 0);
 	for (uint64_t e = 0; table && e < info->epochs; e++) {
 		wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e, offsets[e][0]);
 		wr32(hdr + SRC_REPLAY_FIXED_SIZE + 8 * e + 4, offsets[e][1]);
@@ -1163,7 +1186,7 @@ int src_replay_writer_open(const char *path, bool raw, const struct src_replay_i
 	snprintf(w->path, sizeof(w->path), "%s", path);
 	w->bscan_bytes = (size_t)info->ascans_per_bscan *
 	                 volrec_sample_bytes(info->sample_type, info->samples_per_ascan);
-	w->want = info->epochs * info->bscans_per_volume;
+	w->want = info->epochs * src_replay_raw_bscans(info);
 	rc = writer_create(w, path, err, errlen);
 	if (rc)
 		goto out_free;

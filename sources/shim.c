@@ -356,6 +356,14 @@ int src_shim_open(const struct vr_config *cfg, unsigned flags, struct src_source
 		goto out_dlclose;
 	}
 	src_geometry_from_config(&g, cfg, flags);
+	if (g.repeats > 1 && !(info.flags & VOLREC_SHIM_INFO_REPEATS)) {
+		rc = vr_err(err, errlen, -EINVAL,
+		            "shim %s: geometry.repeats is %u, but the shim does not deliver "
+		            "repeated B-scans (its info.flags 0x%x lack VOLREC_SHIM_INFO_REPEATS, "
+		            "docs/shim.md): set geometry.repeats: 1 or use a shim that repeats",
+		            lib, g.repeats, info.flags);
+		goto out_close;
+	}
 	rc = table.configure(h, &g);
 	if (rc) {
 		char call[200];

@@ -51,7 +51,9 @@ const char *shim_strerror(void *h, int code)
 
 void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g)
 {
-	vr_pacer_init(p, g->rate * g->bscans_per_volume, g->bscans_per_volume);
+	uint32_t n = g->bscans_per_volume * shim_repeats(g); /* raw B-scans an epoch */
+
+	vr_pacer_init(p, g->rate * n, n);
 }
 
 void shim_pos_deliver(struct shim_pos *pos, const struct volrec_shim_geometry *g,
@@ -62,7 +64,14 @@ void shim_pos_deliver(struct shim_pos *pos, const struct volrec_shim_geometry *g
 		meta->epoch = pos->epoch;
 		meta->bscan = pos->b;
 		meta->flags = 0;
+		if (g->flags & VOLREC_SHIM_GEOMETRY_REPEATS) {
+			meta->repeat = pos->m;
+			meta->reserved = 0;
+		}
 	}
+	if (++pos->m < shim_repeats(g))
+		return;
+	pos->m = 0;
 	if (++pos->b == g->bscans_per_volume) {
 		pos->b = 0;
 		pos->epoch++;

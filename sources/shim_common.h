@@ -55,14 +55,22 @@ const char *shim_strerror(void *h, int code);
  * epochs/s (0: free running), one epoch of slack. */
 void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g);
 
-/* The position of the next B-scan: epoch and index within it. */
+/* The position of the next B-scan: epoch, index within it and repeat of that index. */
 struct shim_pos {
 	uint64_t epoch;
 	uint32_t b;
+	uint32_t m; /* 0..M-1 (docs/algorithms.md §5) */
 };
 
-/* One B-scan of geometry g delivered at pos: fill meta (may be NULL) with it and the time now,
- * and step pos on to the next one. */
+/* M of geometry g: its repeats with VOLREC_SHIM_GEOMETRY_REPEATS (and not 0), else 1. */
+static inline uint32_t shim_repeats(const struct volrec_shim_geometry *g)
+{
+	return (g->flags & VOLREC_SHIM_GEOMETRY_REPEATS) && g->repeats ? g->repeats : 1;
+}
+
+/* One B-scan of geometry g delivered at pos: fill meta (may be NULL) with it and the time now
+ * (its repeat only where g says the caller's meta has it), and step pos on to the next one:
+ * the next repeat, then the next position. */
 void shim_pos_deliver(struct shim_pos *pos, const struct volrec_shim_geometry *g,
                       struct volrec_shim_meta *meta);
 

@@ -789,6 +789,12 @@ static void quantize(const struct sim *s, void *dst)
 int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t b, void *buf,
               size_t size)
 {
+	return sim_bscan_repeat(s, epoch, ox, oy, b, 0, buf, size);
+}
+
+int sim_bscan_repeat(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t b,
+                     uint32_t m, void *buf, size_t size)
+{
 	const struct sim_params *p = &s->p;
 	uint8_t *out = buf;
 
@@ -797,7 +803,8 @@ int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t 
 		return -EINVAL;
 	uint32_t Yf = b * p->stride_y + oy;
 	uint64_t bkey = mix64(p->seed ^ 0x6e6f697365000000ull ^ mix64(epoch) ^
-	                      mix64(0x5bd1e9955bd1e995ull + b));
+	                      mix64(0x5bd1e9955bd1e995ull + b) ^
+	                      (m ? mix64(0x7265706561740000ull + m) : 0));
 	for (uint32_t a = 0; a < p->ascans_per_bscan; a++) {
 		uint32_t xl = p->bidirectional && (b & 1) ? p->ascans_per_bscan - 1 - a : a;
 		struct column c;

@@ -101,6 +101,10 @@ size_t sim_bscan_bytes(const struct sim *s);
  */
 VR_MUST_CHECK int sim_bscan(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, uint32_t b,
                             void *buf, size_t size);
+/* Repeat m (0..M-1, docs/algorithms.md §5) of the same B-scan: the same tissue at the same
+ * instant with noise of its own; repeat 0 is sim_bscan's, byte for byte. */
+VR_MUST_CHECK int sim_bscan_repeat(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy,
+                                   uint32_t b, uint32_t m, void *buf, size_t size);
 
 /*
  * Ground truth of `epoch`: what a noise-free full-resolution scan of the same instant shows

@@ -56,9 +56,10 @@ void src_geometry_from_config(struct volrec_shim_geometry *g, const struct vr_co
 	g->stride_y = cfg->geometry.stride[1];
 	g->bidirectional = cfg->geometry.bidirectional;
 	g->flags = ((flags & SRC_DROP_MARKS) ? VOLREC_SHIM_GEOMETRY_MARKS : 0) |
-	           VOLREC_SHIM_GEOMETRY_HELD;
+	           VOLREC_SHIM_GEOMETRY_HELD | VOLREC_SHIM_GEOMETRY_REPEATS;
 	g->rate = (flags & SRC_UNPACED) ? 0 : cfg->source.rate;
 	g->held_bscans = cfg->pipeline.ring_bscans;
+	g->repeats = cfg->geometry.repeats;
 }
 
 /* A source's text as one line of valid UTF-8 into out: a newline or tab a shim wrote would

@@ -121,6 +121,7 @@ VR_MUST_CHECK int src_shim_check(const char *library, bool in_child, char *err, 
 #define SRC_REPLAY_FLAG_BIDIR   0x1u        /* odd B-scans were scanned right to left */
 #define SRC_REPLAY_FLAG_OFFSETS 0x2u        /* an (ox, oy) table of one entry per epoch follows */
 #define SRC_REPLAY_FLAGS_KNOWN  0x3u
+#define SRC_REPLAY_REPEATS_MAX  16u /* M at most (geometry.repeats) */
 
 /* The header of a replay file as read or to be written. */
 struct src_replay_info {
@@ -134,10 +135,23 @@ struct src_replay_info {
 	uint32_t stride_x, stride_y;
 	uint32_t flags;        /* SRC_REPLAY_FLAG_* */
 	uint32_t metadata_len; /* bytes of YAML text */
-	uint32_t repeats;      /* version 2: acquisitions of each B-scan (1) */
+	uint32_t repeats;      /* M: acquisitions of each B-scan position, 1..16 (a version 1
+	                        * file written before repeats has 0 there: read as 1) */
 	uint32_t sections_len; /* version 2: bytes of sections after the metadata */
 	uint64_t complete;     /* version 2: complete frames the file holds (epochs written) */
 };
+
+/* Raw B-scans of one epoch of a file: ny positions x M repeats ([b][m] order). */
+static inline uint64_t src_replay_raw_bscans(const struct src_replay_info *h)
+{
+	return (uint64_t)h->bscans_per_volume * (h->repeats ? h->repeats : 1);
+}
+/* Bytes of one epoch's samples. */
+static inline uint64_t src_replay_epoch_bytes(const struct src_replay_info *h)
+{
+	return src_replay_raw_bscans(h) * h->ascans_per_bscan *
+	       volrec_sample_bytes(h->sample_type, h->samples_per_ascan);
+}
 
 struct src_replay_writer;
 

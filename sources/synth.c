@@ -100,6 +100,7 @@ int synth_configure(void *h, const struct volrec_shim_geometry *g)
 	shim_pacer_init(&s->pace, g);
 	s->pos.epoch = 0;
 	s->pos.b = 0;
+	s->pos.m = 0;
 	s->pend = false;
 	return 0;
 }
@@ -116,7 +117,7 @@ int synth_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
 		                 "%s: scan offset (%u, %u) of epoch %llu outside stride [%u, %u]",
 		                 s->name, ox, oy, (unsigned long long)epoch, s->geo.stride_x,
 		                 s->geo.stride_y);
-	if (s->pos.b != 0 && epoch == s->pos.epoch)
+	if ((s->pos.b != 0 || s->pos.m != 0) && epoch == s->pos.epoch)
 		return shim_fail(&s->err, -EBUSY,
 		                 "%s: epoch %llu is already being acquired (B-scan %u of %u)",
 		                 s->name, (unsigned long long)epoch, s->pos.b,
@@ -153,7 +154,7 @@ int synth_acquire(void *h, void *buf, size_t size, int timeout_ms, struct volrec
 	rc = vr_pacer_due(&s->pace, timeout_ms, &due);
 	if (rc)
 		return rc;
-	if (s->pos.b == 0) {
+	if (s->pos.b == 0 && s->pos.m == 0) {
 		if (s->pend) {
 			s->pos.epoch = s->pend_epoch;
 			s->ox = s->pend_ox;
@@ -164,10 +165,11 @@ int synth_acquire(void *h, void *buf, size_t size, int timeout_ms, struct volrec
 		}
 		s->pend = false;
 	}
-	rc = sim_bscan(s->sim, s->pos.epoch, s->ox, s->oy, s->pos.b, buf, size);
+	/* each repeat of a position is a scan of its own: the same tissue, fresh noise */
+	rc = sim_bscan_repeat(s->sim, s->pos.epoch, s->ox, s->oy, s->pos.b, s->pos.m, buf, size);
 	if (rc)
-		return shim_fail(&s->err, rc, "%s: B-scan %u of epoch %llu failed", s->name,
-		                 s->pos.b, (unsigned long long)s->pos.epoch);
+		return shim_fail(&s->err, rc, "%s: B-scan %u (repeat %u) of epoch %llu failed",
+		                 s->name, s->pos.b, s->pos.m, (unsigned long long)s->pos.epoch);
 	if (due)
 		vr_sleep_until_ns(due); /* the camera's B-scan ends then */
 	vr_pacer_done(&s->pace);

@@ -48,7 +48,7 @@ static int synth_shim_open(const char *args_yaml, struct volrec_shim_info *info,
 	snprintf(info->version, sizeof(info->version), "%s", VOLREC_VERSION);
 	snprintf(info->device, sizeof(info->device), "%s phantom, seed %llu", a.phantom,
 	         (unsigned long long)a.seed);
-	info->flags = 0;
+	info->flags = VOLREC_SHIM_INFO_REPEATS;
 	*handle = s;
 	return 0;
 }

@@ -400,9 +400,10 @@ static void put32(uint8_t *p, uint32_t v)
 static int recording_flat(const char *path, struct src_replay_info *info, size_t max_ascans, int fd,
                           char *err, size_t errlen)
 {
-	const uint64_t eb = volrec_sample_bytes(info->sample_type, (size_t)info->samples_per_ascan *
-	                                                                   info->ascans_per_bscan *
-	                                                                   info->bscans_per_volume);
+	/* every raw B-scan, the repeats of a position too (docs/algorithms.md §5), is a B-scan of
+	 * the flat file: calibration looks at spectra, not at positions */
+	const uint32_t nb = (uint32_t)src_replay_raw_bscans(info);
+	const uint64_t eb = src_replay_epoch_bytes(info);
 	const uint64_t fb = src_rec_frame_size(eb);
 	uint64_t n = 0, want = max_ascans / info->ascans_per_bscan;
 	struct src_rec_frame *fr = NULL;
@@ -412,15 +413,15 @@ static int recording_flat(const char *path, struct src_replay_info *info, size_t
 	rc = src_rec_index_read(path, info, &fr, &n, err, errlen);
 	if (rc < 0)
 		return rc;
-	want = (want ? want : 1) + info->bscans_per_volume - 1; /* whole B-scans, in epochs */
-	want /= info->bscans_per_volume;
+	want = (want ? want : 1) + nb - 1; /* whole B-scans, in epochs */
+	want /= nb;
 	n = n < want ? n : want;
 	put32(h + 8, 1);
 	put32(h + 12, SRC_REPLAY_FIXED_SIZE);
 	put32(h + 16, info->sample_type);
 	put32(h + 20, info->samples_per_ascan);
 	put32(h + 24, info->ascans_per_bscan);
-	put32(h + 28, info->bscans_per_volume);
+	put32(h + 28, nb);
 	put32(h + 32, (uint32_t)n);
 	put32(h + 36, (uint32_t)(n >> 32));
 	put32(h + 40, info->stride_x);
@@ -483,8 +484,8 @@ static int load_any(const struct cal_ctx *x, const char *path, struct cal_data *
 	if (rc == 0) {
 		snprintf(d->path, sizeof(d->path), "%s", path);
 		d->format = "raw recording";
-		d->available =
-		        (size_t)info.complete * info.bscans_per_volume * info.ascans_per_bscan;
+		d->available = (size_t)info.complete * src_replay_raw_bscans(&info) *
+		               info.ascans_per_bscan;
 	} else {
 		/* the loader's message names the memory file: name the recording */
 		char *at = strstr(err, mem), tail[1024];

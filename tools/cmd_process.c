@@ -446,8 +446,7 @@ static int run_into_h5(const struct proc_opts *o, const struct vr_config *cfg,
 static void print_summary(const struct vr_config *cfg, struct pl_pipeline *pl, const char *output,
                           const struct h5_run *r)
 {
-	const uint64_t ascans =
-	        (uint64_t)cfg->geometry.ascans_per_bscan * cfg->geometry.bscans_per_volume;
+	const uint64_t ascans = (uint64_t)cfg->geometry.ascans_per_bscan * cfg_raw_bscans(cfg);
 
 	printf("volrec process: %llu epochs, %llu A-scans in %.3f s (%.0f A-scans/s, %.2f "
 	       "epochs/s) on %s -> %s\n",

@@ -226,6 +226,7 @@ static int sim_open_replay(struct sim_run *r)
 	info.samples_per_ascan = p->samples_per_ascan;
 	info.ascans_per_bscan = p->ascans_per_bscan;
 	info.bscans_per_volume = p->bscans_per_volume;
+	info.repeats = r->cfg.geometry.repeats;
 	info.epochs = r->n;
 	info.stride_x = p->stride_x;
 	info.stride_y = p->stride_y;
@@ -272,9 +273,11 @@ static int sim_write_epoch(struct sim_run *r, uint64_t e)
 {
 	int rc;
 
-	for (uint32_t b = 0; b < r->p.bscans_per_volume; b++) {
-		rc = sim_bscan(r->sim, e, r->offsets[e][0], r->offsets[e][1], b, r->buf,
-		               sim_bscan_bytes(r->sim));
+	/* each position's repeats in a row, [b][m] (docs/algorithms.md §5) */
+	for (uint32_t i = 0; i < r->p.bscans_per_volume * r->cfg.geometry.repeats; i++) {
+		uint32_t b = i / r->cfg.geometry.repeats, m = i % r->cfg.geometry.repeats;
+		rc = sim_bscan_repeat(r->sim, e, r->offsets[e][0], r->offsets[e][1], b, m, r->buf,
+		                      sim_bscan_bytes(r->sim));
 		if (!rc)
 			rc = src_replay_writer_bscan(r->w, r->buf, sim_bscan_bytes(r->sim), r->err,
 			                             sizeof(r->err));

@@ -304,7 +304,8 @@ int cal_data_load(const char *path, const struct vr_config *cfg, size_t max_asca
 			goto out_close;
 		d->format = "replay";
 		d->type = from_shim_type[info.sample_type];
-		d->available = (size_t)info.epochs * info.bscans_per_volume * info.ascans_per_bscan;
+		d->available =
+		        (size_t)info.epochs * src_replay_raw_bscans(&info) * info.ascans_per_bscan;
 		if (cfg && cfg->geometry.sample_type != CFG_SAMPLE_F32 && d->type != CFG_SAMPLE_F32)
 			sh = cfg->geometry.bit_shift;
 		off = (off_t)info.header_size;
@@ -382,6 +383,7 @@ int cal_engine_open(struct cal_engine *e, const struct vr_config *base, const st
 	c->geometry.bit_shift = 0;
 	c->geometry.ascans_per_bscan = d->nx;
 	c->geometry.bscans_per_volume = d->nb;
+	c->geometry.repeats = 1; /* the spectra one by one, repeats or not */
 	c->geometry.stride[0] = c->geometry.stride[1] = 1;
 	c->geometry.bidirectional = false;
 	e->nh = cfg_fft_len(c) / 2;

@@ -93,8 +93,7 @@ int proc_recording_verify(const char *rec, FILE *report, uint64_t *bad, char *er
 	rc = src_rec_index_read(rec, &info, &f, &n, err, errlen);
 	if (rc)
 		return rc;
-	epoch_bytes = (uint64_t)info.bscans_per_volume * info.ascans_per_bscan *
-	              volrec_sample_bytes(info.sample_type, info.samples_per_ascan);
+	epoch_bytes = src_replay_epoch_bytes(&info);
 	frame = src_rec_frame_size(epoch_bytes);
 	buf = malloc(1u << 20);
 	fd = open(rec, O_RDONLY | O_CLOEXEC);

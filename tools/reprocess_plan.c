@@ -123,9 +123,7 @@ const char *rp_self_exe(void)
 static int rec_verify(struct rp_rec *r, const struct src_replay_info *info,
                       const struct src_rec_frame *f, uint64_t n, char *err, size_t errlen)
 {
-	const uint64_t epoch_bytes =
-	        (uint64_t)info->bscans_per_volume * info->ascans_per_bscan *
-	        volrec_sample_bytes(info->sample_type, info->samples_per_ascan);
+	const uint64_t epoch_bytes = src_replay_epoch_bytes(info);
 	const uint64_t frame = src_rec_frame_size(epoch_bytes);
 	const size_t block = 4u << 20;
 	uint8_t *buf = malloc(block);

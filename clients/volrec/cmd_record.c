@@ -52,8 +52,10 @@ enum {
 
 /* The geometry keys of the status message that must not change within one recording. */
 static const char *const geometry_keys[] = {
-        "samples_per_ascan", "sample_type", "ascans_per_bscan", "bscans_per_volume", "stride",
-        "depth_range",       "mode",        "volume",           "voxel_size_um",
+        "samples_per_ascan", "sample_type", "ascans_per_bscan",
+        "bscans_per_volume", "repeats",     "stride",
+        "depth_range",       "mode",        "volume",
+        "voxel_size_um",
 };
 
 static void record_usage(FILE *f)
@@ -482,7 +484,7 @@ static void rec_status_attrs(struct rec *r, const char *text, struct json_object
 {
 	static const char *const nums[] = {"geometry.samples_per_ascan",
 	                                   "geometry.ascans_per_bscan",
-	                                   "geometry.bscans_per_volume"};
+	                                   "geometry.bscans_per_volume", "geometry.repeats"};
 	static const char *const strs[][2] = {
 	        {"geometry.sample_type", "sample_type"},
 	        {"geometry.mode", "reconstruct_mode"},

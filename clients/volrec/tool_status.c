@@ -125,11 +125,16 @@ static void print_setup(FILE *f, struct json_object *st, const char *eol)
 
 	tool_json_str(st, "geometry.sample_type", a, sizeof(a));
 	tool_json_str(st, "geometry.mode", b, sizeof(b));
+	const double reps = tool_json_num(st, "geometry.repeats", 1);
+	if (reps > 1)
+		snprintf(c, sizeof(c), " (each B-scan %.0f times)", reps);
+	else
+		c[0] = '\0';
 	fprintf(f,
-	        "  geometry  %.0f x %.0f A-scans of %.0f %s samples, stride %.0fx%.0f, depth "
+	        "  geometry  %.0f x %.0f A-scans%s of %.0f %s samples, stride %.0fx%.0f, depth "
 	        "[%.0f, %.0f), %s%s",
 	        tool_json_num(st, "geometry.ascans_per_bscan", 0),
-	        tool_json_num(st, "geometry.bscans_per_volume", 0),
+	        tool_json_num(st, "geometry.bscans_per_volume", 0), c,
 	        tool_json_num(st, "geometry.samples_per_ascan", 0), a,
 	        tool_json_num(st, "geometry.stride.0", 0),
 	        tool_json_num(st, "geometry.stride.1", 0),

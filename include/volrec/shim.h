@@ -5,9 +5,11 @@
  * table. A shim is loaded with dlopen(); volrecd calls volrec_shim_entry(), checks abi_version
  * and struct_size, then drives it from one acquisition thread:
  *
- *   open -> configure -> { set_scan_offset(epoch) -> acquire x ny } ... -> stop -> close
+ *   open -> configure -> { set_scan_offset(epoch) -> acquire x ny x M } ... -> stop -> close
  *
- * with start() after configure and the first set_scan_offset. Every int-returning function
+ * with start() after configure and the first set_scan_offset (M = geometry.repeats: each
+ * B-scan position acquired M times in a row, by a shim that says it repeats with
+ * VOLREC_SHIM_INFO_REPEATS; else 1). Every int-returning function
  * returns 0 or a negative errno (-ETIMEDOUT for an acquire timeout); strerror() may give a
  * more precise text for a code. Functions are called from one thread at a time (the optional
  * release_ref() excepted, see below).
@@ -71,6 +73,10 @@ struct volrec_shim_geometry {
 	uint32_t held_bscans; /* B-scans the caller may hold by reference at once (acquire_ref
 	                       * without release_ref: volrecd's ring, pipeline.ring_bscans) */
 	uint32_t reserved;    /* 0 */
+	/* Present only with VOLREC_SHIM_GEOMETRY_REPEATS in flags: */
+	uint32_t repeats;   /* M, 1..16: acquisitions of each B-scan position in a row; an
+	                     * epoch is ny x M B-scans, position-major ([b][m]) */
+	uint32_t reserved2; /* 0 */
 };
 
 /* What the shim tells about itself in open(). */
@@ -78,8 +84,14 @@ struct volrec_shim_info {
 	char name[64];    /* e.g. "synth", "acme-grabber" */
 	char version[32]; /* the shim's own version */
 	char device[128]; /* serial number or description, may be "" */
-	uint32_t flags;   /* reserved, 0 */
+	uint32_t flags;   /* VOLREC_SHIM_INFO_*: what the shim understands (0 before these
+	                   * flags) */
 };
+
+/* info.flags: the shim reads geometry.repeats (VOLREC_SHIM_GEOMETRY_REPEATS) and delivers M
+ * repeats of each position with meta.repeat set. volrecd refuses geometry.repeats > 1 for a
+ * shim without it. */
+#define VOLREC_SHIM_INFO_REPEATS 0x1u
 
 /* geometry.flags: the caller honours VOLREC_SHIM_META_LOST and VOLREC_SHIM_META_INCOMPLETE.
  * Without it a shim must not set them (it reports a loss as an error instead). */
@@ -88,6 +100,10 @@ struct volrec_shim_info {
  * from it: fewer than held_bscans plus one epoch, and a caller that falls behind holds them
  * all, so the source loses B-scans where the caller would have dropped epochs. */
 #define VOLREC_SHIM_GEOMETRY_HELD 0x2u
+/* geometry.flags: repeats (and reserved2) follow reserved, and the caller passes acquire() a
+ * struct volrec_shim_meta with repeat (and reserved): only then may a shim write them. Set by
+ * a caller that also sets VOLREC_SHIM_GEOMETRY_HELD. */
+#define VOLREC_SHIM_GEOMETRY_REPEATS 0x4u
 
 #define VOLREC_SHIM_META_DROPPED_BEFORE 0x1u /* the grabber lost data before this B-scan */
 /* The B-scan due at (epoch, bscan) never arrived (a frame-id gap, the grabber had no buffer):
@@ -103,6 +119,10 @@ struct volrec_shim_meta {
 	uint64_t epoch;        /* epoch the B-scan belongs to */
 	uint32_t bscan;        /* index 0..ny-1 within the epoch */
 	uint32_t flags;        /* VOLREC_SHIM_META_* */
+	/* Only with VOLREC_SHIM_GEOMETRY_REPEATS in geometry.flags (a caller built against an
+	 * earlier header passes the struct without them: a shim must not write them then): */
+	uint32_t repeat;   /* 0..M-1: which acquisition of position bscan this is */
+	uint32_t reserved; /* 0 */
 };
 
 struct volrec_shim_region;

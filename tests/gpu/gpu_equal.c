@@ -519,6 +519,42 @@ static void c_paper_compensated(struct vr_config *c)
 	c->reconstruct.compensated.estimate_pose = false; /* random input: c_compensated */
 }
 
+/* geometry.repeats (docs/algorithms.md §5 step 1): the structure is the repeats' mean power.
+ * submit_all hands the repeats of a position over in no particular order. */
+static void c_repeats_2(struct vr_config *c)
+{
+	c_default(c);
+	c->geometry.repeats = 2;
+}
+
+/* M = 4 at odd sizes: K 250, 13 A-scans, 7 positions, bidirectional (every repeat of an odd
+ * position reversed), flip z, a crop, the B-scan median of each repeat, cumulative. */
+static void c_repeats_4_odd(struct vr_config *c)
+{
+	geom(c, 250, 13, 7, 3, 2, CFG_SAMPLE_I16);
+	c->geometry.repeats = 4;
+	c->geometry.bidirectional = true;
+	c->geometry.depth_range[0] = 9;
+	c->geometry.depth_range[1] = 101;
+	c->preprocess.flip.z = true;
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEDIAN;
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+}
+
+/* The simulator's repeats: the same tissue, noise of their own. */
+static void c_sim_repeats_3(struct vr_config *c)
+{
+	c_sim_small(c);
+	c->geometry.repeats = 3;
+}
+
+/* partial_median on each repeat; a position's median depth count is its repeats' largest. */
+static void c_pm_sim_repeats_2(struct vr_config *c)
+{
+	c_pm_sim_tilted(c);
+	c->geometry.repeats = 2;
+}
+
 static const struct tcase cases[] = {
         {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE, false, NULL},
         {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, false,
@@ -620,6 +656,17 @@ static const struct tcase cases[] = {
          true, NULL},
         {"async-sim-u16-compensated-rotation-shift-jump-ahead", false, IN_SIM, 20, true,
          c_sim_compensated_motion, EV_FULL_SOME, true, NULL},
+        /* repeats last, for the same reason */
+        {"rand-u16-repeats-2", false, IN_RANDOM, 8, true, c_repeats_2, EV_NONE, false, NULL},
+        {"rand-i16-repeats-4-odd-bidir-flipz-crop-bmedian-cumul", false, IN_RANDOM, 8, true,
+         c_repeats_4_odd, EV_NONE, false, NULL},
+        {"sim-u16-repeats-3-bmean-cubic-disp", false, IN_SIM, 6, true, c_sim_repeats_3, EV_NONE,
+         false, NULL},
+        {"pmedian-sim-tilted-repeats-2", false, IN_SIM, 5, true, c_pm_sim_repeats_2, EV_NONE, false,
+         NULL},
+        {"async-rand-u16-repeats-2", false, IN_RANDOM, 9, true, c_repeats_2, EV_NONE, true, NULL},
+        {"async-rand-u16-repeats-2-ahead", false, IN_RANDOM, 10, true, c_repeats_2, EV_FULL_SOME,
+         true, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
@@ -825,20 +872,21 @@ static void fill_lines(const struct vr_config *c, uint8_t *raw, size_t bytes)
 static int make_input(struct sim *sim, bool lines, const struct vr_config *c, uint64_t e,
                       uint8_t *raw, char *err, size_t errlen)
 {
-	const uint32_t ny = c->geometry.bscans_per_volume;
+	const uint32_t nraw = cfg_raw_bscans(c), M = c->geometry.repeats;
 	const size_t bbytes = cfg_bscan_bytes(c);
 
 	if (!sim) {
 		if (lines)
-			fill_lines(c, raw, bbytes * ny);
+			fill_lines(c, raw, bbytes * nraw);
 		else
-			fill_random(c, raw, bbytes * ny);
+			fill_random(c, raw, bbytes * nraw);
 		return 0;
 	}
 	uint32_t ox, oy;
 	vr_scan_offset(e, c->geometry.stride[0], c->geometry.stride[1], &ox, &oy);
-	for (uint32_t b = 0; b < ny; b++) {
-		int rc = sim_bscan(sim, e, ox, oy, b, raw + (size_t)b * bbytes, bbytes);
+	for (uint32_t b = 0; b < nraw; b++) { /* raw B-scan b: repeat b % M of position b / M */
+		int rc = sim_bscan_repeat(sim, e, ox, oy, b / M, b % M, raw + (size_t)b * bbytes,
+		                          bbytes);
 		if (rc < 0) {
 			snprintf(err, errlen, "sim_bscan: %s", strerror(-rc));
 			return rc;
@@ -920,7 +968,8 @@ static void outs_poison(struct outs *o, size_t vox, size_t low, size_t full)
 	memset(o->md, 0xff, o->ny * sizeof(uint32_t));
 }
 
-/* Submit every B-scan of epoch e in an interleaved order (any order is allowed). */
+/* Submit every raw B-scan of epoch e (ny: their number, positions x repeats) in an interleaved
+ * order (any order is allowed: the repeats of a position too). */
 static int submit_all(struct be_backend *be, uint64_t e, const uint8_t *raw, size_t bbytes,
                       uint32_t ny, char *err, size_t errlen)
 {
@@ -965,7 +1014,7 @@ static int calibrate_db(struct vr_config *c, const uint8_t *raw, size_t bbytes, 
 	rc = low ? open_backend(&w, CFG_BACKEND_CPU, &be, err, errlen) : -ENOMEM;
 	if (rc == 0) {
 		struct be_output o = {.lowres = low};
-		rc = run_epoch(be, 0, raw, bbytes, w.geometry.bscans_per_volume, &o, err, errlen);
+		rc = run_epoch(be, 0, raw, bbytes, cfg_raw_bscans(&w), &o, err, errlen);
 	}
 	if (rc == 0) {
 		/* histogram over 0.01 dB bins of [-100, 300] */
@@ -1146,7 +1195,7 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
                      size_t low, size_t full, bool full_some, unsigned epochs, struct figures *f,
                      char *err, size_t errlen)
 {
-	const uint32_t ny = c->geometry.bscans_per_volume, nz = cfg_nz(c);
+	const uint32_t ny = cfg_raw_bscans(c), nz = cfg_nz(c); /* ny: raw B-scans to submit */
 	const size_t bbytes = cfg_bscan_bytes(c);
 	const double span = c->preprocess.db_range[1] - c->preprocess.db_range[0];
 	bool inflight = false;
@@ -1254,7 +1303,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 	if (multi_n) /* the one device compared with is the list's first */
 		c.gpu.device = multi_devs[0];
 	const uint32_t ny = c.geometry.bscans_per_volume, sx = c.geometry.stride[0],
-	               sy = c.geometry.stride[1];
+	               sy = c.geometry.stride[1], nraw = cfg_raw_bscans(&c), M = c.geometry.repeats;
 	const size_t bbytes = cfg_bscan_bytes(&c);
 
 	if (tc->input == IN_SIM) {
@@ -1277,9 +1326,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 	}
 
 	/* the raw epoch in pinned memory of the CUDA backend (created first for host_alloc) */
-	raw = aligned_alloc(4096, (bbytes * ny + 4095) / 4096 * 4096); /* page-aligned */
+	raw = aligned_alloc(4096, (bbytes * nraw + 4095) / 4096 * 4096); /* page-aligned */
 	if (tc->async)
-		raw2 = aligned_alloc(4096, (bbytes * ny + 4095) / 4096 * 4096);
+		raw2 = aligned_alloc(4096, (bbytes * nraw + 4095) / 4096 * 4096);
 	if (!raw || (tc->async && !raw2)) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory for the raw epoch");
@@ -1289,8 +1338,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 	if (sim) {
 		uint32_t ox, oy;
 		vr_scan_offset(0, sx, sy, &ox, &oy);
-		for (uint32_t b = 0; b < ny; b++) {
-			rc = sim_bscan(sim, 0, ox, oy, b, raw + (size_t)b * bbytes, bbytes);
+		for (uint32_t b = 0; b < nraw; b++) {
+			rc = sim_bscan_repeat(sim, 0, ox, oy, b / M, b % M,
+			                      raw + (size_t)b * bbytes, bbytes);
 			if (rc < 0) {
 				snprintf(err, sizeof(err), "sim_bscan: %s", strerror(-rc));
 				goto out;
@@ -1299,9 +1349,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 	} else {
 		uint64_t keep = rng_state;
 		if (tc->input == IN_LINES)
-			fill_lines(&c, raw, bbytes * ny);
+			fill_lines(&c, raw, bbytes * nraw);
 		else
-			fill_random(&c, raw, bbytes * ny);
+			fill_random(&c, raw, bbytes * nraw);
 		rng_state = keep; /* epoch 0 gets the same data again below */
 	}
 	rc = calibrate_db(&c, raw, bbytes, err, sizeof(err));
@@ -1336,20 +1386,20 @@ static int run_case(const struct tcase *tc, bool *pass)
 	{
 		/* the same input through pinned memory for the CUDA side */
 		void *pin = NULL;
-		rc = be_host_alloc(gs, bbytes * ny, &pin);
+		rc = be_host_alloc(gs, bbytes * nraw, &pin);
 		if (rc < 0) {
 			snprintf(err, sizeof(err), "%s", be_last_error(gs));
 			goto out;
 		}
 		be_host_free(gs, pin);
 		/* and registration of caller memory (the raw buffer itself) */
-		rc = be_host_register(gs, raw, bbytes * ny, BE_REG_DEVICE_READS);
+		rc = be_host_register(gs, raw, bbytes * nraw, BE_REG_DEVICE_READS);
 		if (rc < 0) {
 			snprintf(err, sizeof(err), "%s", be_last_error(gs));
 			goto out;
 		}
 		if (raw2) {
-			rc = be_host_register(gs, raw2, bbytes * ny, BE_REG_DEVICE_READS);
+			rc = be_host_register(gs, raw2, bbytes * nraw, BE_REG_DEVICE_READS);
 			if (rc < 0) {
 				snprintf(err, sizeof(err), "%s", be_last_error(gs));
 				goto out_unreg;
@@ -1439,11 +1489,11 @@ static int run_case(const struct tcase *tc, bool *pass)
 		                        .median_depths = os.md};
 		if (ms)
 			outs_poison(&og, vox, low, full);
-		rc = run_epoch(cs, e, raw, bbytes, ny, &ocb, err, sizeof(err));
+		rc = run_epoch(cs, e, raw, bbytes, nraw, &ocb, err, sizeof(err));
 		if (rc == 0)
-			rc = run_epoch(xs, e, raw, bbytes, ny, &ogb, err, sizeof(err));
+			rc = run_epoch(xs, e, raw, bbytes, nraw, &ogb, err, sizeof(err));
 		if (rc == 0 && ms)
-			rc = run_epoch(gs, e, raw, bbytes, ny, &osb, err, sizeof(err));
+			rc = run_epoch(gs, e, raw, bbytes, nraw, &osb, err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
 		compare(&oc, &og, vox, low, full, cfg_nz(&c), span, e, &f);

@@ -128,6 +128,19 @@ CASES = {
                             1),
     "noncumulative_3x1_one_depth": ({"geometry": {"stride": [3, 1], "depth_range": [10, 11]},
                                      "reconstruct": {"mode": "noncumulative"}}, 4),
+    # docs/algorithms.md §5 step 1: the repeats' mean power, every repeat its own B-scan
+    "repeats_2": ({"geometry": {"repeats": 2}}, 2),
+    "repeats_3_bscan_median_dispersion": ({"geometry": {"repeats": 3},
+                                           "preprocess": {"background": {"mode": "bscan_median"},
+                                                          "dispersion": {"coeffs": [9.0, 2.0]}}},
+                                          1),
+    "repeats_4_bidirectional_flip_z_crop_noncumulative": (
+        {"geometry": {"repeats": 4, "bidirectional": True, "stride": [2, 1],
+                      "depth_range": [3, 29]},
+         "preprocess": {"flip": {"z": True}, "zero_pad": 2},
+         "reconstruct": {"mode": "noncumulative"}}, 3),
+    "repeats_2_f32_spline": ({"geometry": {"repeats": 2, "sample_type": "f32"},
+                              "preprocess": {"resample": {"method": "spline", "table": "T"}}}, 1),
     "cumulative_bidirectional_odd_nx_1x3_flip_x": ({"geometry": {"stride": [1, 3],
                                                                  "ascans_per_bscan": 5,
                                                                  "bidirectional": True},
@@ -136,12 +149,14 @@ CASES = {
 }
 
 
-def random_configuration(seed, partial_median=False):
+def random_configuration(seed, partial_median=False, repeats=False):
     """One configuration of random options and edge geometry (odd K, one A-scan or B-scan,
     any crop, strides to 3), with 1 to 2 S + 1 epochs under VolRec (S = the stride's offsets:
     up to twice round the schedule) and 1 to 3 without it.
     partial_median: in 15 % of the seeds (its threshold decisions are exact only away from
-    float rounding, so the pytest cases leave it to test_pmedian). Returns (overrides, epochs)."""
+    float rounding, so the pytest cases leave it to test_pmedian).
+    repeats: geometry.repeats 1 to 4 (docs/algorithms.md §5), drawn last so that every other
+    choice of a seed stays what it was. Returns (overrides, epochs)."""
     r = random.Random(seed)
     st = r.choice(["u16", "i16", "f32", "u12p", "u12gv"])
     k = r.choice([16, 17, 18, 24, 31, 32, 48, 64])
@@ -186,6 +201,8 @@ def random_configuration(seed, partial_median=False):
     epochs = r.randint(1, 2 * s + 1) if rc["mode"] != "none" else r.randint(1, 3)
     if partial_median and r.random() < 0.15:
         pp["background"] = {"mode": "partial_median", "threshold": r.uniform(1.5, 12)}
+    if repeats:
+        g["repeats"] = r.randint(1, 4)
     return {"geometry": g, "preprocess": pp, "reconstruct": rc}, epochs
 
 
@@ -231,7 +248,7 @@ def build_case(tmp_path, name, over, epochs):
         bg["reference"] = "reference.txt"
         ref["preprocess"]["background"]["reference_data"] = r
 
-    shape = (epochs, g["bscans_per_volume"], g["ascans_per_bscan"], nk)
+    shape = (epochs, g["bscans_per_volume"] * g.get("repeats", 1), g["ascans_per_bscan"], nk)
     raw = random_raw(rng, shape, g["sample_type"], g.get("bit_shift", 0))
     raw.tofile(tmp_path / "input.raw")
     # JSON is YAML: the configuration file is written as a flow mapping
@@ -293,6 +310,17 @@ def test_random_configuration_matches_reference(seed, tmp_path, bin_dir):
         assert check_against_reference(name, f, ref, raw, epochs) == [], json.dumps(over)
 
 
+@pytest.mark.parametrize("seed", range(100, 112))
+def test_random_configuration_with_repeats_matches_reference(seed, tmp_path, bin_dir):
+    """The random configurations with geometry.repeats 1 to 4 (random_cases.py runs them on a
+    GPU too)."""
+    over, epochs = random_configuration(seed, repeats=True)
+    name = f"random-repeats-{seed}"
+    cfg, ref, raw = build_case(tmp_path, name, over, epochs)
+    with run_process(bin_dir, tmp_path, epochs) as f:
+        assert check_against_reference(name, f, ref, raw, epochs) == [], json.dumps(over)
+
+
 def test_reference_unpacks_12_bit_by_hand():
     """The reference's unpacking against hand-computed values (docs/algorithms.md §0)."""
     b = np.array([0xAB, 0xCD, 0xEF, 0xFF, 0x0F, 0x00], dtype=np.uint8)
@@ -309,3 +337,47 @@ def test_reference_detects_a_wrong_window(tmp_path, bin_dir):
         low = f["lowres"][0]
     ref["preprocess"]["window"] = {"type": "hamming"}
     assert rel_error(low, oct_ref.preprocess(raw[0], ref)) > 1e-3
+
+
+@pytest.mark.parametrize("over", [
+    {},
+    {"preprocess": {"background": {"mode": "partial_median", "threshold": 3.0},
+                    "dispersion": {"coeffs": [12.0, -4.0]}}},
+    {"geometry": {"stride": [2, 2], "bidirectional": True},
+     "preprocess": {"background": {"mode": "bscan_mean"}, "flip": {"z": True}},
+     "reconstruct": {"mode": "cumulative"}},
+], ids=["classic", "partial_median_dispersion", "cumulative_bidirectional_bscan_mean"])
+def test_identical_repeats_give_the_single_acquisition_volume(over, tmp_path, bin_dir):
+    """M = 2 repeats that are the same B-scan twice give the M = 1 result bit for bit: the mean
+    of two equal powers is that power exactly (docs/algorithms.md §5 step 1)."""
+    epochs = 5
+    one = tmp_path / "one"
+    one.mkdir()
+    cfg, ref, raw = build_case(one, "identical-repeats", over, epochs)
+    with run_process(bin_dir, one, epochs) as f:
+        want = {k: f[k][:] for k in ("lowres", "full", "volumes")}
+    two = tmp_path / "two"
+    two.mkdir()
+    for p in one.glob("*.txt"):
+        (two / p.name).write_bytes(p.read_bytes())
+    np.repeat(raw, 2, axis=1).tofile(two / "input.raw")  # [e][b][m][a][k]
+    cfg["geometry"]["repeats"] = 2
+    (two / "config.yaml").write_text(json.dumps(cfg, indent=1) + "\n")
+    with run_process(bin_dir, two, epochs) as f:
+        for k, v in want.items():
+            got = f[k][:]
+            assert got.shape == v.shape, k
+            assert np.array_equal(got, v), (k, float(np.max(np.abs(got.astype(float) - v))))
+
+
+def test_differing_repeats_are_averaged_in_power_not_taken_one_by_one(tmp_path, bin_dir):
+    """The comparison with the §5 reference can fail: volrec's structure of two differing
+    repeats is far from the structure of either repeat alone."""
+    cfg, ref, raw = build_case(tmp_path, "repeats_2", {"geometry": {"repeats": 2}}, 1)
+    with run_process(bin_dir, tmp_path, 1) as f:
+        low = f["lowres"][0]
+    assert rel_error(low, oct_ref.preprocess(raw[0], ref)) <= REL_TOL
+    single = json.loads(json.dumps(ref))
+    single["geometry"]["repeats"] = 1
+    for m in range(2):
+        assert rel_error(low, oct_ref.preprocess(raw[0][m::2], single)) > 1e-3

@@ -112,6 +112,19 @@ def test_partial_median_matches_reference(name, tmp_path, bin_dir):
     assert "median depths per B-scan" in out
 
 
+def test_partial_median_of_repeats_matches_reference(tmp_path, bin_dir):
+    """geometry.repeats 3 (docs/algorithms.md §5): each repeat takes its own statistics and
+    medians, the structure is their mean power, /median_depths a position's largest count."""
+    st, K, nx, ny, pre = CASES["u16_lines"]
+    raw = lines_raw(np.random.default_rng(23), 2, ny * 3, nx, K, st)  # [e][b][m][a][k]
+    raw.tofile(tmp_path / "input.raw")
+    cfg = base_cfg(tmp_path / "input.raw", K, nx, ny, st, pre)
+    cfg["geometry"]["repeats"] = 3
+    low, md, _ = process(bin_dir, tmp_path, cfg, "repeats")
+    assert low.shape[1] == ny and md.shape[1] == ny
+    assert check_against_reference(low, md, raw, cfg, 10) > 0
+
+
 def test_partial_median_on_the_tilted_reflector(tmp_path, bin_dir):
     K, nx, ny = 512, 64, 4
     sim = tmp_path / "sim.yaml"

@@ -3,6 +3,7 @@
 process --source` processes them again with the configuration they carry, bit for bit as live;
 a file cut short stays readable up to its last complete epoch; a damaged epoch is named by its
 CRC-32C (stop or skip); a full disk stops the recording, never acquisition; names are checked."""
+import json
 import os
 import pathlib
 import re
@@ -477,5 +478,58 @@ def test_calibration_walkthrough_with_volrecs_own_recordings(bin_dir, tmp_path):
         a, b = out["after"], out["before"]
         assert a[16:].argmax() + 16 == 128, a.argmax()
         assert (a[16:] > a.max() - 6).sum() < (b[16:] > b[16:].max() - 6).sum()
+    finally:
+        d.close()
+
+
+def test_a_recording_of_repeats_says_m_and_processes_like_live(bin_dir, tmp_path):
+    """geometry.repeats: 2 end to end (docs/algorithms.md §5): the synthetic scanner delivers two
+    repeats of each position, status shows M, the recording's header and metadata say M, its
+    frames hold ny x M B-scans, and processing it gives the live volumes bit for bit."""
+    d = Daemon.__new__(Daemon)
+    Daemon.__init__(d, bin_dir)
+    rec_dir = tmp_path / "rec"
+    rec_dir.mkdir()
+    try:
+        d.cfg["geometry"]["repeats"] = 2
+        d.cfg["pipeline"]["ring_bscans"] = 96
+        # recorded from the first epoch, so that processing it has the live history
+        d.cfg["record"] = {"dir": str(rec_dir), "min_free_gb": 0, "name": "rep", "epochs": 60}
+        d.restart(d.cfg)
+        st = status(d)
+        assert st["geometry"]["repeats"] == 2, st["geometry"]
+        r = d.volrec("status")
+        assert "12 x 12 A-scans (each B-scan 2 times) of 512 u16 samples" in r.stdout, r.stdout
+        r = d.volrec("record", "-o", str(tmp_path / "live.h5"), "-n", "8")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        with h5py.File(tmp_path / "live.h5", "r") as h:
+            assert int(h.attrs["repeats"]) == 2
+        rec = wait_recording_done(d)
+        assert rec["epochs_written"] == 60 and rec["skipped_epochs"] == 0, rec
+        f = rec_dir / "rep.vrr"
+        head = f.read_bytes()[:64]
+        hsize, k, nx, ny = struct.unpack_from("<IIII", head, 12)[0], *struct.unpack_from(
+            "<III", head, 20)
+        assert struct.unpack_from("<I", head, 56)[0] == 2
+        meta_len = struct.unpack_from("<I", head, 52)[0]
+        assert b"repeats: 2\n" in f.read_bytes()[64:64 + meta_len]
+        epoch_bytes = ny * 2 * nx * k * 2  # u16, two repeats of each position
+        frame = 4096 + (epoch_bytes + 4095) // 4096 * 4096
+        assert f.stat().st_size == hsize + 60 * frame
+        p = process(d, f, tmp_path / "again.h5")
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        with h5py.File(tmp_path / "live.h5", "r") as a, h5py.File(tmp_path / "again.h5") as b:
+            ea, eb = list(a["epoch"][:]), list(b["epoch"][:])
+            assert eb == list(range(60)), eb[:5]
+            common = [e for e in ea if e in eb]
+            assert len(common) >= 4, (ea, eb)
+            for e in common:
+                assert np.array_equal(a["volumes"][ea.index(e)], b["volumes"][eb.index(e)]), e
+        # a configuration of another M refuses the recording, naming both
+        one = dict(d.cfg, geometry=dict(d.cfg["geometry"], repeats=1))
+        (tmp_path / "one.yaml").write_text(json.dumps(one) + "\n")
+        p = process(d, f, tmp_path / "x.h5", "-c", str(tmp_path / "one.yaml"))
+        assert p.returncode != 0
+        assert "file has repeats 2" in p.stderr and "geometry.repeats is 1" in p.stderr, p.stderr
     finally:
         d.close()

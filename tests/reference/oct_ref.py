@@ -173,8 +173,11 @@ def partial_median(X, threshold):
 
 
 def preprocess(raw, cfg, stats=None):
-    """One epoch: raw [ny][nx][K] -> L [ny][nx][nz], float64 in [0, 1]. With background mode
-    partial_median, stats (a dict, if given) receives "median_depths" [ny]."""
+    """One epoch: raw [ny * M][nx][K] -> L [ny][nx][nz], float64 in [0, 1]; M =
+    geometry.repeats, raw B-scan b * M + m is repeat m of position b, each repeat its own
+    B-scan through steps 1-5 (and §1b), the structure their mean power (docs/algorithms.md §5
+    step 1). With background mode partial_median, stats (a dict, if given) receives
+    "median_depths" [ny] (the most over a position's repeats)."""
     g = cfg["geometry"]
     pp = cfg.get("preprocess", {})
     K = g["samples_per_ascan"]
@@ -214,11 +217,17 @@ def preprocess(raw, cfg, stats=None):
 
     N = K * pp.get("zero_pad", 1)
     X = np.fft.fft(y, n=N, axis=-1)[..., : N // 2]
+    M = g.get("repeats", 1)
     if mode == "partial_median":
         X, counts = partial_median(X, _get(pp, "background.threshold", 10.0))
         if stats is not None:
-            stats["median_depths"] = counts
-    d = 20 * np.log10(np.abs(X) + 1e-12)
+            stats["median_depths"] = counts.reshape(-1, M).max(axis=1)
+    if M == 1:
+        mag = np.abs(X)
+    else:
+        power = (np.abs(X) ** 2).reshape((-1, M) + X.shape[1:]).mean(axis=1)
+        mag = np.sqrt(power)
+    d = 20 * np.log10(mag + 1e-12)
     lo, hi = pp.get("db_range", [0, 100])
     v = np.clip((d - lo) / (hi - lo), 0, 1)
 

@@ -59,7 +59,15 @@ def main():
          header(header_size=64)[:12] + struct.pack("<I", 0x7FFFFFFF) + header()[16:] + data())
     case("header_size_past_eof.rp", "auto", "truncated header: header_size 1048576",
          header(header_size=64)[:12] + struct.pack("<I", 1 << 20) + header()[16:] + data())
-    case("reserved_nonzero.rp", "auto", "reserved header bytes 56..63", good(reserved=5))
+    case("reserved_nonzero.rp", "auto", "reserved header bytes 60..63", good(reserved=5 << 32))
+    # bytes 56..59 are repeats (0: 1, a file from before repeats)
+    case("repeats_too_many.rp", "auto", "repeats 17: each B-scan position is acquired 1..16",
+         good(reserved=17))
+    case("repeats_short_data.rp", "auto", "truncated data: 2 epochs of 3072 bytes",
+         good(reserved=2))
+    case("repeats_mismatch.rp", "auto",
+         "file has repeats 2 (each B-scan position acquired 2 times), the configuration's "
+         "geometry.repeats is 1", header(reserved=2) + data(ny=2 * NY))
     case("unknown_sample_type.rp", "auto", "unknown sample type 7", good(sample=7))
     case("unknown_flags.rp", "auto", "unknown flags 0x10", good(flags=0x10))
     case("zero_dimension.rp", "auto", "ascans_per_bscan 0", header(nx=0) + data())

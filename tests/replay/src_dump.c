@@ -57,9 +57,21 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	rc = src_start(&src);
+	const uint32_t M = cfg.geometry.repeats, nraw = cfg_raw_bscans(&cfg);
 	for (long i = 0; !rc && i < n; i++) {
 		struct volrec_shim_meta m;
 		rc = src_acquire(&src, buf, bb, 10000, &m);
+		/* raw B-scan i is repeat i % M of position (i % nraw) / M (docs/algorithms.md §5) */
+		if (!rc && (m.epoch != src.first_epoch + (uint64_t)i / nraw ||
+		            m.bscan != (uint32_t)(i % nraw) / M || m.repeat != (uint32_t)i % M)) {
+			fprintf(stderr,
+			        "src_dump: B-scan %ld: meta says epoch %llu B-scan %u repeat %u, "
+			        "expected epoch %llu B-scan %u repeat %u\n",
+			        i, (unsigned long long)m.epoch, m.bscan, m.repeat,
+			        (unsigned long long)(src.first_epoch + (uint64_t)i / nraw),
+			        (uint32_t)(i % nraw) / M, (uint32_t)i % M);
+			goto out;
+		}
 		if (!rc && fwrite(buf, 1, bb, f) != bb)
 			rc = -EIO;
 	}

@@ -662,7 +662,9 @@ static void test_get_key(void **state)
 	assert_string_equal(err, "geometry.strid: unknown key (allowed in geometry: "
 	                         "samples_per_ascan, sample_type, bit_shift, ascans_per_bscan, "
 	                         "bscans_per_volume, stride, depth_range, bidirectional, "
-	                         "scan_size_um, axial_um_per_pixel, refractive_index)");
+	                         "repeats, ascan_period_us, bscan_period_us, "
+	                         "center_wavelength_nm, scan_size_um, axial_um_per_pixel, "
+	                         "refractive_index)");
 	assert_get(&c, "log.level", "info");
 	assert_true(cfg_key_is_live("log.level") && cfg_key_is_live("reconstruct"));
 	assert_false(cfg_key_is_live("preprocess") || cfg_key_is_live("geometry.stride") ||

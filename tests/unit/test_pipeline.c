@@ -56,13 +56,14 @@ struct script {
 	uint64_t sleep_at; /* when delivered == sleep_at: sleep sleep_ms first */
 	unsigned sleep_ms;
 	unsigned pace_us; /* sleep before each B-scan */
+	uint32_t reps;    /* repeats of each position (0: 1), identical data, meta.repeat set */
 	/* bookkeeping */
 	unsigned opens, closes;
 	bool freed; /* the pipeline said it lets go of the script (pl_options.on_freed) */
 	int refs;   /* references held by the engine */
 	/* per handle */
 	uint64_t epoch, pend_epoch;
-	uint32_t b;
+	uint32_t b, m;
 	bool pend, started;
 };
 
@@ -140,7 +141,7 @@ static int sc_next(struct script *s, const void **p, struct volrec_shim_meta *me
 		pthread_mutex_unlock(&s->mu);
 		return s->fail_rc;
 	}
-	if (s->b == 0 && s->pend) {
+	if (s->b == 0 && s->m == 0 && s->pend) {
 		s->epoch = s->pend_epoch;
 		s->pend = false;
 	}
@@ -148,6 +149,7 @@ static int sc_next(struct script *s, const void **p, struct volrec_shim_meta *me
 	meta->timestamp_ns = d >= s->ts_at && d - s->ts_at < s->ts_n ? s->ts_value : vr_real_ns();
 	meta->epoch = s->epoch;
 	meta->bscan = s->b;
+	meta->repeat = s->m;
 	meta->flags = 0;
 	for (int i = 0; i < 4; i++)
 		if (d == s->mark_at[i])
@@ -155,10 +157,14 @@ static int sc_next(struct script *s, const void **p, struct volrec_shim_meta *me
 	if (d == s->renumber_at)
 		meta->bscan++;
 	s->delivered++;
+	if (++s->m < (s->reps ? s->reps : 1u))
+		goto out;
+	s->m = 0;
 	if (++s->b == NY) {
 		s->b = 0;
 		s->epoch++;
 	}
+out:
 	if (s->zc)
 		s->refs++;
 	pthread_mutex_unlock(&s->mu);
@@ -242,6 +248,7 @@ static int sc_open(void *ctx, const struct vr_config *cfg, unsigned flags, struc
 	pthread_mutex_lock(&s->mu);
 	s->opens++;
 	s->b = 0;
+	s->m = 0;
 	s->epoch = 0;
 	s->pend = false;
 	pthread_mutex_unlock(&s->mu);
@@ -967,6 +974,70 @@ static void test_marked_bscans_drop_their_epoch_without_a_fault(void **unused)
 	run_free(&ref);
 }
 
+/* geometry.repeats 2: an epoch is 2 NY raw B-scans. A repeat marked lost leaves its position's
+ * repeat set incomplete, which drops the epoch like any missing B-scan: the lost repeat counted
+ * by its cause, the epoch's other raw B-scans as incomplete_epoch. The repeats are identical,
+ * so every other volume is the M = 1 reference's, bit for bit. */
+static void test_an_incomplete_repeat_set_drops_its_epoch(void **unused)
+{
+	const unsigned n = 3 + 2 * S + 3, M = 2;
+	struct run ref;
+	(void)unused;
+
+	reference_run(1, false, n, &ref);
+	for (int depth = 1; depth <= 2; depth++)
+		for (int zc = 0; zc <= 1; zc++) {
+			struct run r;
+			struct pl_stats st;
+
+			run_init(&r, CFG_SOURCE_SHIM, zc);
+			r.c.geometry.repeats = M;
+			r.c.pipeline.ring_bscans = 4 * NY * M;
+			r.s.reps = M;
+			r.s.mark_at[0] = (3 * NY + 1) * M + 1; /* epoch 3, position 1, repeat 1 */
+			r.s.mark_flags[0] = VOLREC_SHIM_META_LOST;
+			marks_open(&r, depth);
+			assert_int_equal(run_epochs(&r, n), 0);
+			run_stop_and_check(&r, &st);
+			assert_int_equal(r.s.delivered, (uint64_t)n * NY * M);
+			assert_int_equal(st.c.drops[PL_DROP_SOURCE_LOST], 1);
+			assert_int_equal(st.c.acquired + 1, r.s.delivered);
+			assert_int_equal(st.c.drops[PL_DROP_INCOMPLETE_EPOCH], NY * M - 1);
+			assert_int_equal(st.c.processed, (uint64_t)(n - 1) * NY * M);
+			assert_int_equal(st.c.source_faults, 0);
+			assert_int_equal(r.m.n, n - 1);
+			for (unsigned i = 0; i < r.m.n; i++)
+				assert_true(r.m.meta[i].epoch != 3);
+			assert_volumes_match(&r.m, &ref.m, 0, 3);
+			assert_volumes_match(&r.m, &ref.m, 3 + 2 * S, UINT64_MAX);
+			run_free(&r);
+		}
+	run_free(&ref);
+}
+
+/* A repeat delivered where another was due (the source skipped one) cuts the epoch as a
+ * misnumbered B-scan does, naming position and repeat. */
+static void test_a_repeat_out_of_order_cuts_its_epoch(void **unused)
+{
+	const unsigned M = 2;
+	struct run r;
+	(void)unused;
+
+	run_init(&r, CFG_SOURCE_SHIM, false);
+	r.c.geometry.repeats = M;
+	r.c.pipeline.ring_bscans = 4 * NY * M;
+	r.s.reps = M;
+	r.s.renumber_at = 2 * NY * M + 1; /* epoch 2, position 0, repeat 1 says position 1 */
+	r.o.stop_on_fault = true;
+	run_open(&r);
+	assert_int_equal(run_epochs(&r, 4), -EPROTO);
+	assert_non_null(strstr(r.err, "delivered epoch 2 B-scan 1 repeat 1 where epoch 2 "
+	                              "B-scan 0 repeat 1 was due"));
+	for (unsigned i = 0; i < r.m.n; i++)
+		assert_true(r.m.meta[i].epoch < 2);
+	run_free(&r);
+}
+
 /* Flags a source may not set: bits shim.h does not define (any driver), and the lost or
  * incomplete marks when they were not offered (volrec process). Each is a fault naming the
  * flags; the B-scan is not used, the run goes on. */
@@ -1471,6 +1542,8 @@ VR_TEST_GROUP(pipeline)
 	        cmocka_unit_test(test_offline_the_first_fault_ends_the_run_with_its_message),
 	        cmocka_unit_test(test_a_failing_set_scan_offset_before_start_is_named),
 	        cmocka_unit_test(test_marked_bscans_drop_their_epoch_without_a_fault),
+	        cmocka_unit_test(test_an_incomplete_repeat_set_drops_its_epoch),
+	        cmocka_unit_test(test_a_repeat_out_of_order_cuts_its_epoch),
 	        cmocka_unit_test(test_data_lost_before_a_bscan_cuts_its_epoch_or_flags_its_volume),
 	        cmocka_unit_test(test_flags_the_source_may_not_set_are_faults),
 	        cmocka_unit_test(test_a_write_past_the_buffer_is_a_fault),

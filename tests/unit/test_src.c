@@ -174,6 +174,111 @@ static void replay_header_round_trips(void **state)
 	free(data);
 }
 
+/* A file of M = 2 repeats: its header says M, the source delivers [b][m] with meta naming the
+ * repeat, and a configuration of another M is refused naming both. */
+static void replay_with_repeats_round_trips(void **state)
+{
+	char path[PATH_MAX], err[CFG_ERR_MAX];
+	const uint32_t M = 2, ny = 3, n = 2;
+	struct src_replay_writer *w;
+	struct src_replay_info info = {.sample_type = VOLREC_SAMPLE_U16,
+	                               .samples_per_ascan = 64,
+	                               .ascans_per_bscan = 4,
+	                               .bscans_per_volume = ny,
+	                               .epochs = n,
+	                               .stride_x = 2,
+	                               .stride_y = 1,
+	                               .repeats = M};
+	const size_t bb = 4 * 64 * 2;
+	uint8_t *data = malloc(bb * n * ny * M), *buf = malloc(bb);
+	struct volrec_shim_meta m;
+	struct vr_config c;
+	struct src_source s;
+
+	for (size_t i = 0; i < bb * n * ny * M; i++)
+		data[i] = (uint8_t)(i * 31 + i / bb);
+	snprintf(path, sizeof(path), "%s/rep.rp", tmpdir);
+	if (src_replay_writer_open(path, false, &info, NULL, NULL, &w, err, sizeof(err)))
+		fail_msg("writer: %s", err);
+	for (uint32_t i = 0; i < n * ny * M; i++)
+		assert_int_equal(src_replay_writer_bscan(w, data + i * bb, bb, err, sizeof(err)),
+		                 0);
+	if (src_replay_writer_close(w, err, sizeof(err)))
+		fail_msg("writer close: %s", err);
+	if (src_replay_probe(path, &info, err, sizeof(err)))
+		fail_msg("probe: %s", err);
+	assert_int_equal(info.repeats, M);
+	assert_int_equal(info.bscans_per_volume, ny);
+
+	replay_cfg(&c, path);
+	open_fails(&c, SRC_UNPACED, "file has repeats 2", "geometry.repeats is 1");
+	c.geometry.repeats = M;
+	srctest_open_ok(&c, SRC_UNPACED | SRC_NO_LOOP, &s);
+	assert_int_equal(src_start(&s), 0);
+	for (uint32_t i = 0; i < n * ny * M; i++) {
+		assert_int_equal(src_acquire(&s, buf, bb, 100, &m), 0);
+		assert_memory_equal(buf, data + i * bb, bb);
+		assert_int_equal(m.epoch, i / (ny * M));
+		assert_int_equal(m.bscan, i % (ny * M) / M);
+		assert_int_equal(m.repeat, i % M);
+	}
+	assert_int_equal(src_acquire(&s, buf, bb, 100, &m), -ENODATA);
+	src_close(&s);
+
+	/* by reference: the same B-scans, each released once */
+	const void *held[2 * 3 * 2];
+	struct volrec_shim_region reg;
+	uint32_t nreg = 0;
+	srctest_open_ok(&c, SRC_UNPACED | SRC_NO_LOOP, &s);
+	assert_int_equal(src_ref_regions(&s, &reg, 1, &nreg), 0);
+	assert_int_equal(nreg, 1);
+	assert_int_equal(src_start(&s), 0);
+	for (uint32_t i = 0; i < n * ny * M; i++) {
+		assert_int_equal(src_acquire_ref(&s, &held[i], 100, &m), 0);
+		assert_memory_equal(held[i], data + i * bb, bb);
+		assert_int_equal(m.bscan, i % (ny * M) / M);
+		assert_int_equal(m.repeat, i % M);
+	}
+	for (uint32_t i = 0; i < n * ny * M; i++)
+		assert_int_equal(src_release_ref(&s, held[i]), 0);
+	src_close(&s);
+	free(buf);
+	free(data);
+}
+
+/* geometry.repeats > 1 needs a shim that says it repeats (VOLREC_SHIM_INFO_REPEATS): the fault
+ * shim does not and is refused by name; the synth shim does and delivers [b][m]. */
+static void repeats_need_a_shim_that_repeats(void **state)
+{
+	struct vr_config c;
+	struct src_source s;
+	struct volrec_shim_meta m;
+	uint8_t buf[4 * 64 * 2];
+
+	srctest_shim_cfg(&c, "volrec_fault_shim", "{}");
+	c.geometry.repeats = 3;
+	open_fails(&c, 0,
+	           "libvolrec_fault_shim.so: geometry.repeats is 3, but the shim does not "
+	           "deliver repeated B-scans",
+	           "VOLREC_SHIM_INFO_REPEATS");
+	c.geometry.repeats = 1;
+	srctest_open_ok(&c, SRC_UNPACED, &s);
+	src_close(&s);
+
+	srctest_shim_cfg(&c, "volrec_synth_shim", "{}");
+	c.geometry.repeats = 3;
+	srctest_open_ok(&c, SRC_UNPACED, &s);
+	assert_true(s.info.flags & VOLREC_SHIM_INFO_REPEATS);
+	assert_int_equal(src_start(&s), 0);
+	for (uint32_t i = 0; i < 2 * 3 * 3; i++) {
+		assert_int_equal(src_acquire(&s, buf, sizeof(buf), 1000, &m), 0);
+		assert_int_equal(m.epoch, i / 9);
+		assert_int_equal(m.bscan, i % 9 / 3);
+		assert_int_equal(m.repeat, i % 3);
+	}
+	src_close(&s);
+}
+
 static void replay_loops_and_follows_told_epochs(void **state)
 {
 	char path[PATH_MAX];
@@ -515,6 +620,8 @@ VR_TEST_GROUP(src)
 	        cmocka_unit_test(synth_is_paced_at_the_rate_and_times_out),
 	        cmocka_unit_test(synth_shim_equals_the_builtin_synth),
 	        cmocka_unit_test(fault_shim_injects_errors_timeouts_and_stalls),
+	        cmocka_unit_test(replay_with_repeats_round_trips),
+	        cmocka_unit_test(repeats_need_a_shim_that_repeats),
 	        cmocka_unit_test(broken_shims_are_rejected_naming_the_fault),
 	};
 	return cmocka_run_group_tests_name("src", tests, setup_tmp, teardown_tmp);
