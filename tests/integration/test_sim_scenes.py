@@ -140,8 +140,8 @@ def test_axial_bounce_periodic_and_warp_displace_by_their_amplitudes(bin_dir, tm
             "deg_per_s: 0, periodic: {hz: 0.3125, shift_mm: [0, 0, 0.05]}", 41, name="p")
     assert abs(lowered(p[0], p[20]) - 0.05 / DZ_MM) < 0.3
     assert abs(lowered(p[0], p[40])) < 0.2
-    # warp: a fixed bump of 0.06 mm (radius 0.3 mm) at (0.4, -0.3) mm lifts the tissue under
-    # its centre by about its amplitude and leaves the far corner as it was
+    # warp: a fixed bump of 0.06 mm (radius 0.3 mm) at (0.4, -0.3) mm pushes the tissue under
+    # its centre down (deeper) by about its amplitude and leaves the far corner as it was
     w = sim(bin_dir, tmp_path, "skin",
             "deg_per_s: 0, warp: {mm: 0.06, radius_mm: 0.3, hz: 0, centre_mm: [0.4, -0.3]}",
             1, name="w")[0]
@@ -153,8 +153,8 @@ def test_axial_bounce_periodic_and_warp_displace_by_their_amplitudes(bin_dir, tm
     # far from it the displacement is ~1e-14 mm: the surface stays, and the speckle but where
     # a depth sits on a scatterer cell's boundary (z = 48, 0.75 mm, and what its PSF reaches)
     assert abs(lowered(s[:6, :6], w[:6, :6])) < 0.05
-    far, centre = np.abs(w[:6, :6] - s[:6, :6]).mean(), np.abs(w[cy - 3:cy + 4, cx - 3:cx + 4] -
-                                                              s[cy - 3:cy + 4, cx - 3:cx + 4]).mean()
+    c = (slice(cy - 3, cy + 4), slice(cx - 3, cx + 4))
+    far, centre = np.abs(w[:6, :6] - s[:6, :6]).mean(), np.abs(w[c] - s[c]).mean()
     assert far < 0.2 * centre, (far, centre)
 
 
