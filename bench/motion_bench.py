@@ -163,6 +163,14 @@ def one_scene(volrec, work, phantom, motion, seed, epochs, backend):
     return q, t1 - t0, t2 - t1
 
 
+def compact(x):
+    """x with every float of a per-epoch list rounded to 4 decimals (the JSON's size halves)."""
+    if isinstance(x, dict):
+        return {k: [round(v, 4) for v in x[k]] if k.endswith("_per_epoch") else compact(x[k])
+                for k in x}
+    return x
+
+
 def cell(mode):
     return f"{mode['psnr_db']:.2f} / {mode['ssim']:.3f}"
 
@@ -241,7 +249,7 @@ def main():
                              "bscans_per_volume": ny, "stride": [s, s],
                              "depth_range": [0, z1]},
                 "sim_s": round(ts, 2), "quality_s": round(tq, 2),
-                "loadavg": os.getloadavg(), "quality": q})
+                "loadavg": os.getloadavg(), "quality": compact(q)})
             m = q["modes"]
             print(f"{scene_name(ph, mo, seed):28s} " +
                   "  ".join(f"{key} {cell(m[key])}" for key, _ in COLUMNS) +
