@@ -101,6 +101,15 @@ def test_jump_moves_by_its_offset_at_its_epoch(bin_dir, tmp_path):
                                     f"{PITCH_MM}, {2 * DZ_MM}]}}", 3, name="again")[2])
 
 
+def test_drift_moves_by_its_speed(bin_dir, tmp_path):
+    # 1 pixel an epoch along x, half a pixel along y: epoch 2 is epoch 0 moved by (2, 1) pixels
+    t = sim(bin_dir, tmp_path, "anterior",
+            f"deg_per_s: 0, shift_mm_per_s: [{25 * PITCH_MM}, {12.5 * PITCH_MM}, 0]", 3)
+    a, b = t[0][4:-4, 4:-4, 40:90], t[2][5:-3, 6:-2, 40:90]
+    assert np.abs(a - b).max() < 2e-3, np.abs(a - b).max()
+    assert np.abs(a - t[2][4:-4, 4:-4, 40:90]).max() > 0.1
+
+
 def test_tilt_angle_comes_back_out_of_the_truth(bin_dir, tmp_path):
     # 7.5 deg/s at 25 epochs/s: 3 deg at epoch 10, within tilt_max_deg 5; then back: the turn
     # at 5 deg (epoch 16.7), 6 deg of travel at epoch 20 is 5 - 1 = 4 deg
