@@ -210,7 +210,7 @@ shlib_files = $(foreach s,$(1),$(B)/lib/lib$(s).so.$($(s)_SOVERSION) $(B)/lib/li
 SHLIB_FILES := $(call shlib_files,$(SHLIBS))
 TEST_FILES := $(TEST_PROGRAMS:%=$(B)/tests/%) $(B)/tests/unit_runner $(call shlib_files,$(TEST_SHLIBS))
 
-.PHONY: all test check test-long unit pytest tests-build bench demo deps deps-check format format-check quality \
+.PHONY: all test check test-long unit pytest tests-build bench demo deps deps-check format format-check quality motion-bench \
 	clean install uninstall
 all: $(PROGRAM_FILES) $(SHLIB_FILES)
 tests-build: all $(TEST_FILES)
@@ -265,6 +265,11 @@ test-long: tests-build $(BROWSER_DEPS)
 # simulator's ground truth, JSON into bench/results/.
 quality: all
 	$(Q)bench/quality.sh $(B) bench/results/quality-$$(hostname)-$$(date -u +%Y%m%dT%H%M%SZ).json
+
+# The motion bench (docs/algorithms.md "The motion bench"): the solid phantoms under every
+# motion, every mode; JSON and markdown tables into bench/results/motion-<host>-<date>.*.
+motion-bench: all
+	$(Q)bench/motion_bench.py --build $(B)
 
 format:
 	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

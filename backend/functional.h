@@ -52,8 +52,7 @@ BE_FN_HD static inline float be_fn_power(const float *X, uint32_t M, size_t rs, 
 }
 
 /* The structure in dB before its normalization: 20 log10(sqrt(P) + 1e-12). */
-BE_FN_HD static inline float be_fn_structure_db(const float *X, uint32_t M, size_t rs,
-                                                uint32_t z)
+BE_FN_HD static inline float be_fn_structure_db(const float *X, uint32_t M, size_t rs, uint32_t z)
 {
 	return 20.0f * log10f(sqrtf(be_fn_power(X, M, rs, z)) + BE_FN_EPS);
 }
@@ -179,8 +178,7 @@ BE_FN_HD static inline float be_fn_doppler_v(float re, float im)
 
 /* Axial velocity (mm/s) of a phase step dphi (rad) over period_us between the two A-scans:
  * λ0 Δφ / (4π n T), λ0 the centre wavelength (nm), n the refractive index. */
-static inline double be_fn_velocity_mm_s(double dphi, double lambda0_nm, double n,
-                                         double period_us)
+static inline double be_fn_velocity_mm_s(double dphi, double lambda0_nm, double n, double period_us)
 {
 	return lambda0_nm * 1e-6 * dphi / (4.0 * 3.14159265358979323846 * n * period_us * 1e-6);
 }

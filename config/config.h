@@ -126,13 +126,24 @@ struct vr_config {
 		} replay;
 		struct {
 			uint64_t seed;
-			char phantom[CFG_NAME_MAX]; /* "retina" */
+			char phantom[CFG_NAME_MAX]; /* "retina", ... (phantom_names) */
 			double deg_per_s;           /* motion.deg_per_s */
 			double shift_mm_per_s[3];   /* motion.shift_mm_per_s: x, y, depth */
 			uint64_t jump_epoch;        /* motion.jump.epoch, 0 = no jump */
 			double jump_mm[3];          /* motion.jump.shift_mm: x, y, depth */
 			double jump_deg;            /* motion.jump.deg */
-			double mirror_mm;           /* the "mirror" phantom's depth, mm; 0: 1 mm */
+			double jump_tilt_deg[2];    /* motion.jump.tilt_deg: about x, about y */
+			/* the solid phantoms' motions (docs/configuration.md, sim_scene.c) */
+			double tilt_deg_per_s[2]; /* motion.tilt_deg_per_s: about x, about y */
+			double tilt_max_deg;    /* motion.tilt_max_deg: tilts rock within +-this */
+			double periodic_hz;     /* motion.periodic.hz */
+			double periodic_mm[3];  /* motion.periodic.shift_mm: x, y, depth */
+			double periodic_deg[3]; /* motion.periodic.deg: about x, y, depth */
+			double warp_mm;         /* motion.warp.mm: peak displacement */
+			double warp_radius_mm;  /* motion.warp.radius_mm */
+			double warp_hz;         /* motion.warp.hz */
+			double warp_centre_mm[2]; /* motion.warp.centre_mm: x, y */
+			double mirror_mm;         /* the "mirror" phantom's depth, mm; 0: 1 mm */
 			double snr_db;
 			double beam_um; /* lateral resolution (FWHM, um); 0 = pencil beam */
 		} synth;

@@ -15,7 +15,8 @@ static const char *const backend_names[] = {"auto", "cuda", "cpu", NULL};
 static const char *const source_names[] = {"synth", "replay", "shim", NULL};
 static const char *const replay_format_names[] = {"auto", "raw", NULL};
 static const char *const crc_error_names[] = {"stop", "skip", NULL};
-static const char *const phantom_names[] = {"retina", "mirror", "tilted", "blocked", NULL};
+static const char *const phantom_names[] = {"retina", "mirror",   "tilted", "blocked",
+                                            "curved", "anterior", "skin",   NULL};
 static const char *const sample_names[] = {"u16", "i16", "f32", "u12p", "u12gv", NULL};
 static const char *const background_names[] = {
         "ascan_mean", "bscan_mean", "bscan_median", "reference", "none", "partial_median", NULL};
@@ -115,6 +116,23 @@ const struct cfg_key cfg_keys[] = {
         F64S_AS("source.synth.motion.jump.shift_mm", source.synth.jump_mm, -100, 100,
                 "[x, y, depth] in mm", STRUCTURAL),
         F64_AS("source.synth.motion.jump.deg", source.synth.jump_deg, -360, 360, 0, STRUCTURAL),
+        F64S_AS("source.synth.motion.jump.tilt_deg", source.synth.jump_tilt_deg, -30, 30,
+                "[about x, about y] in degrees", STRUCTURAL),
+        F64S_AS("source.synth.motion.tilt_deg_per_s", source.synth.tilt_deg_per_s, -3600, 3600,
+                "[about x, about y] in degrees/s", STRUCTURAL),
+        F64_AS("source.synth.motion.tilt_max_deg", source.synth.tilt_max_deg, 0.1, 30, 5,
+               STRUCTURAL),
+        F64_AS("source.synth.motion.periodic.hz", source.synth.periodic_hz, 0, 1000, 0, STRUCTURAL),
+        F64S_AS("source.synth.motion.periodic.shift_mm", source.synth.periodic_mm, -1, 1,
+                "[x, y, depth] in mm", STRUCTURAL),
+        F64S_AS("source.synth.motion.periodic.deg", source.synth.periodic_deg, -30, 30,
+                "[about x, about y, about depth] in degrees", STRUCTURAL),
+        F64_AS("source.synth.motion.warp.mm", source.synth.warp_mm, -0.5, 0.5, 0, STRUCTURAL),
+        F64_AS("source.synth.motion.warp.radius_mm", source.synth.warp_radius_mm, 0.05, 3, 0.5,
+               STRUCTURAL),
+        F64_AS("source.synth.motion.warp.hz", source.synth.warp_hz, 0, 1000, 0.5, STRUCTURAL),
+        F64S_AS("source.synth.motion.warp.centre_mm", source.synth.warp_centre_mm, -1.5, 1.5,
+                "[x, y] in mm", STRUCTURAL, .def = {0.4, -0.3}),
         F64(source.synth.mirror_mm, 0, 1.999, 0, STRUCTURAL),
         F64(source.synth.snr_db, 0, 150, 40, STRUCTURAL),
         F64(source.synth.beam_um, 0, 500, 0, STRUCTURAL),

@@ -2,7 +2,7 @@
 # built-in synth and replay sources, the loader of shims (dlopen), the synthetic scanner (sim_)
 # and the example shim built from them.
 ARCHIVES += src sim
-src_SRCS := $(filter-out sources/sim.c sources/synth_shim.c sources/shim_args.c sources/shim_entry.c,\
+src_SRCS := $(filter-out sources/sim.c sources/sim_scene.c sources/synth_shim.c sources/shim_args.c sources/shim_entry.c,\
                           $(wildcard sources/*.c))
 src_LDLIBS := -ldl
 # Where `source.shim.library: NAME` finds NAME-shim.so (VOLREC_SHIM_DIR overrides it).
@@ -12,7 +12,7 @@ UNIT_ARCHIVES += src sim cfg base
 
 # The synthetic OCT scanner (sim_): phantom, motion, spectra. Its own archive: the shims link it
 # without the rest of the sources.
-sim_SRCS := sources/sim.c
+sim_SRCS := sources/sim.c sources/sim_scene.c
 sim_LDLIBS := -lfftw3f_threads -lfftw3f
 UNIT_SRCS += $(wildcard tests/unit/test_sim*.c)
 UNIT_ARCHIVES += sim base

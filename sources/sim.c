@@ -14,21 +14,22 @@
 #include <fftw3.h>
 
 #include "sources/sim.h"
+#include "sources/sim_scene.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "sim writes little-endian samples by memcpy: a big-endian port needs byte swaps here"
 #endif
 
-#define NTAP          8    /* Lagrange taps, nodes floor(u)-3 .. floor(u)+4 */
-#define TAP_LO        3    /* nodes before floor(u) */
-#define NPHASOR       1024 /* speckle phases are quantized to this many steps */
-#define NLAYER        10   /* NFL GCL IPL INL OPL ONL ELM IS/OS RPE choroid */
+#define NTAP          8 /* Lagrange taps, nodes floor(u)-3 .. floor(u)+4 */
+#define TAP_LO        3 /* nodes before floor(u) */
+#define NPHASOR       SIM_NPHASOR
+#define NLAYER        10 /* NFL GCL IPL INL OPL ONL ELM IS/OS RPE choroid */
 #define NVESSEL       4
-#define TISSUE_TOP_MM 0.55  /* the phantom never reaches above ... */
-#define TISSUE_BOT_MM 1.45  /* ... or below these depths (keeps the k band narrow) */
-#define CELL_XY_MM    0.006 /* lateral scatterer cell */
-#define CELL_Z_MM     0.003 /* axial scatterer cell */
-#define BEAM_CELLS    96    /* most scatterer cells one beam sums (beam_um > 0) */
+#define TISSUE_TOP_MM 0.55 /* the phantom never reaches above ... */
+#define TISSUE_BOT_MM 1.45 /* ... or below these depths (keeps the k band narrow) */
+#define CELL_XY_MM    SIM_CELL_XY_MM
+#define CELL_Z_MM     SIM_CELL_Z_MM
+#define BEAM_CELLS    SIM_BEAM_CELLS
 
 /* Non-linearity: pixel position of linear-k index j is (K-1) * h(j / (K-1)),
  * h(v) = v + NL_A v (1 - v) + NL_B v (1 - v) (2v - 1). */
@@ -93,6 +94,9 @@ struct sim {
 	uint32_t zm;  /* ... at this depth bin (mirror_mm), phase 0 */
 	bool tilted;  /* phantom "tilted": the retina and a strong tilted reflector */
 	bool blocked; /* phantom "blocked": the sample arm blocked, no light back from it */
+	/* a solid phantom (sim_scene.c): its scene, and a column's reflectivity at zlo..zhi */
+	struct sim_scene scene;
+	float *sol; /* [zhi - zlo + 1][2] */
 };
 
 /* A column of the phantom at one lateral position and time. */
@@ -110,14 +114,6 @@ struct column {
 	uint64_t chash[BEAM_CELLS], cflow[BEAM_CELLS];
 	float cw[BEAM_CELLS];
 };
-
-static inline uint64_t mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /* Approximately standard normal from one 64-bit value (Irwin-Hall of four 16-bit uniforms). */
 static inline float gauss64(uint64_t r)
@@ -149,6 +145,20 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	}
 	p->jump_epoch = cfg->source.synth.jump_epoch;
 	p->jump_deg = cfg->source.synth.jump_deg;
+	for (int i = 0; i < 3; i++) {
+		p->periodic_mm[i] = cfg->source.synth.periodic_mm[i];
+		p->periodic_deg[i] = cfg->source.synth.periodic_deg[i];
+	}
+	for (int i = 0; i < 2; i++) {
+		p->jump_tilt_deg[i] = cfg->source.synth.jump_tilt_deg[i];
+		p->tilt_deg_per_s[i] = cfg->source.synth.tilt_deg_per_s[i];
+		p->warp_centre_mm[i] = cfg->source.synth.warp_centre_mm[i];
+	}
+	p->tilt_max_deg = cfg->source.synth.tilt_max_deg;
+	p->periodic_hz = cfg->source.synth.periodic_hz;
+	p->warp_mm = cfg->source.synth.warp_mm;
+	p->warp_radius_mm = cfg->source.synth.warp_radius_mm;
+	p->warp_hz = cfg->source.synth.warp_hz;
 	p->snr_db = cfg->source.synth.snr_db;
 	p->mirror_mm = cfg->source.synth.mirror_mm;
 	p->beam_um = cfg->source.synth.beam_um;
@@ -208,11 +218,12 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 	uint64_t bytes;
 
 	if (strcmp(p->phantom, "retina") != 0 && strcmp(p->phantom, "mirror") != 0 &&
-	    strcmp(p->phantom, "tilted") != 0 && strcmp(p->phantom, "blocked") != 0)
-		return vr_err(
-		        err, errlen, -EINVAL,
-		        "synth: unknown phantom '%s' (allowed: retina, mirror, tilted, blocked)",
-		        p->phantom);
+	    strcmp(p->phantom, "tilted") != 0 && strcmp(p->phantom, "blocked") != 0 &&
+	    sim_solid_kind(p->phantom) == SIM_SOLID_NONE)
+		return vr_err(err, errlen, -EINVAL,
+		              "synth: unknown phantom '%s' (allowed: retina, mirror, tilted, "
+		              "blocked, curved, anterior, skin)",
+		              p->phantom);
 	if (!(p->mirror_mm >= 0 && p->mirror_mm < SIM_DEPTH_MM))
 		return vr_err(err, errlen, -EINVAL,
 		              "synth: mirror depth %g mm out of range (0 for the default %g, or "
@@ -263,7 +274,7 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 		return vr_err(err, errlen, -EINVAL,
 		              "synth: one B-scan would be %llu bytes (max 2 GiB)",
 		              (unsigned long long)bytes);
-	return 0;
+	return sim_scene_check(p, err, errlen);
 }
 
 /* Inverse of the standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9
@@ -342,6 +353,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->zm = (uint32_t)lround((p->mirror_mm > 0 ? p->mirror_mm : SIM_MIRROR_MM) / s->dz);
 	s->tilted = strcmp(p->phantom, "tilted") == 0;
 	s->blocked = strcmp(p->phantom, "blocked") == 0;
+	sim_scene_init(&s->scene, &s->p, s->dz, s->zlo, s->zhi, (const float(*)[2])s->phasor);
 
 	s->fs = p->sample_type == VOLREC_SAMPLE_F32    ? 65535.0
 	        : p->sample_type >= VOLREC_SAMPLE_U12P ? (double)(4095u >> p->bit_shift)
@@ -361,8 +373,11 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->ext_im = calloc((size_t)K + NTAP, sizeof(*s->ext_im));
 	s->spec = calloc(K, sizeof(*s->spec));
 	s->grid = fftwf_alloc_complex(K);
-	if (!s->u || !s->env || !s->base || !s->nsd || !s->tap0 || !s->tapw || !s->rot ||
-	    !s->ext_re || !s->ext_im || !s->spec || !s->grid) {
+	if (s->scene.kind != SIM_SOLID_NONE)
+		s->sol = calloc(2 * ((size_t)s->zhi - s->zlo + 1), sizeof(*s->sol));
+	if ((s->scene.kind != SIM_SOLID_NONE && !s->sol) || !s->u || !s->env || !s->base ||
+	    !s->nsd || !s->tap0 || !s->tapw || !s->rot || !s->ext_re || !s->ext_im || !s->spec ||
+	    !s->grid) {
 		rc = vr_err(err, errlen, -ENOMEM, "synth: out of memory for K = %u tables", K);
 		goto out_free;
 	}
@@ -380,7 +395,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	for (int j = 0; j < 65536; j++)
 		s->gauss[j] = (float)normal_quantile((j + 0.5) / 65536);
 
-	uint64_t fpkey = mix64(p->seed ^ 0x66706e5f6b657921ull);
+	uint64_t fpkey = sim_mix64(p->seed ^ 0x66706e5f6b657921ull);
 	double zfp = K / 64.0 > 2 ? K / 64.0 : 2; /* depth of the fixed coherent artifact */
 	for (uint32_t i = 0; i < K; i++) {
 		/* pixel i sits at linear-k u: solve (K-1) h(u / (K-1)) = i by Newton */
@@ -395,7 +410,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 		s->u[i] = u;
 		double env = sim_envelope_k(s, u);
 		s->env[i] = (float)env;
-		double fpn = s->dc * 0.004 * gauss64(mix64(fpkey + i)) +
+		double fpn = s->dc * 0.004 * gauss64(sim_mix64(fpkey + i)) +
 		             0.6 * s->amp * env * cos(2 * M_PI * u * zfp / K);
 		s->base[i] = (float)(s->dc * env + fpn);
 		s->nsd[i] = (float)(s->sigma * sqrt(env));
@@ -432,6 +447,7 @@ void sim_destroy(struct sim *s)
 	free(s->ext_re);
 	free(s->ext_im);
 	free(s->spec);
+	free(s->sol);
 	free(s);
 }
 
@@ -514,12 +530,6 @@ static double axial_bounce(double dist)
 	return dist < 0 ? -v : v;
 }
 
-static uint64_t cell_hash(uint64_t seed, int64_t ix, int64_t iy)
-{
-	return mix64(seed ^ mix64((uint64_t)ix * 0x9e3779b97f4a7c15ull) ^
-	             mix64((uint64_t)iy * 0xc2b2ae3d27d4eb4full + 0x165667b19e3779f9ull));
-}
-
 static void column_at(const struct sim *s, uint64_t epoch, double x, double y, struct column *c)
 {
 	const struct sim_params *p = &s->p;
@@ -579,12 +589,12 @@ static void column_at(const struct sim *s, uint64_t epoch, double x, double y, s
 			c->nv++;
 		}
 	}
-	uint64_t fkey = mix64(epoch + 0x27d4eb2f165667c5ull);
+	uint64_t fkey = sim_mix64(epoch + 0x27d4eb2f165667c5ull);
 	c->ncell = 0;
 	if (!(p->beam_um > 0)) {
 		int64_t ix = (int64_t)floor(xp / CELL_XY_MM), iy = (int64_t)floor(yp / CELL_XY_MM);
-		c->hcol = cell_hash(p->seed, ix, iy);
-		c->hflow = mix64(c->hcol ^ fkey);
+		c->hcol = sim_cell_hash(p->seed, ix, iy);
+		c->hflow = sim_mix64(c->hcol ^ fkey);
 		return;
 	}
 	/* A Gaussian beam of intensity FWHM beam_um: amplitude weight exp(-2 ln2 r^2 / FWHM^2)
@@ -600,8 +610,8 @@ static void column_at(const struct sim *s, uint64_t epoch, double x, double y, s
 			if (r2 > rmax * rmax || c->ncell == BEAM_CELLS)
 				continue;
 			double w = exp(-2 * M_LN2 * r2 / (fw * fw));
-			c->chash[c->ncell] = cell_hash(p->seed, ix, iy);
-			c->cflow[c->ncell] = mix64(c->chash[c->ncell] ^ fkey);
+			c->chash[c->ncell] = sim_cell_hash(p->seed, ix, iy);
+			c->cflow[c->ncell] = sim_mix64(c->chash[c->ncell] ^ fkey);
 			c->cw[c->ncell] = (float)w;
 			sum2 += w * w;
 			c->ncell++;
@@ -609,15 +619,6 @@ static void column_at(const struct sim *s, uint64_t epoch, double x, double y, s
 	}
 	for (int i = 0; i < c->ncell; i++)
 		c->cw[i] = (float)(c->cw[i] / sqrt(sum2));
-}
-
-/* One scatterer cell's speckle at axial cell iz: magnitude in [0.25, 1) and phase index. */
-static inline double cell_speckle(uint64_t h, int64_t iz, uint32_t *phase)
-{
-	uint64_t k = mix64(h ^ ((uint64_t)iz * 0xd6e8feb86659fd93ull));
-
-	*phase = (uint32_t)(k & (NPHASOR - 1));
-	return 0.25 + 0.75 * (double)(k >> 40) * (1.0 / 16777216.0);
 }
 
 /* The complex reflectivity at depth d (mm) of a column into *re, *im; false where there is
@@ -656,7 +657,7 @@ static inline bool column_field(const struct sim *s, const struct column *c, dou
 	}
 	int64_t iz = (int64_t)(d * (1 / CELL_Z_MM)); /* d > 0: truncation is floor */
 	if (c->ncell == 0) {
-		double m = cell_speckle(blood ? c->hflow : c->hcol, iz, &ph);
+		double m = sim_cell_speckle(blood ? c->hflow : c->hcol, iz, &ph);
 		float a = (float)(sqrt(r) * att * shadow * m);
 		*re = a * s->phasor[ph][0];
 		*im = a * s->phasor[ph][1];
@@ -664,7 +665,7 @@ static inline bool column_field(const struct sim *s, const struct column *c, dou
 	}
 	double sr = 0, si = 0, a = sqrt(r) * att * shadow;
 	for (int i = 0; i < c->ncell; i++) {
-		double m = c->cw[i] * cell_speckle(blood ? c->cflow[i] : c->chash[i], iz, &ph);
+		double m = c->cw[i] * sim_cell_speckle(blood ? c->cflow[i] : c->chash[i], iz, &ph);
 		sr += m * s->phasor[ph][0];
 		si += m * s->phasor[ph][1];
 	}
@@ -673,8 +674,9 @@ static inline bool column_field(const struct sim *s, const struct column *c, dou
 	return a != 0;
 }
 
-/* One A-scan's spectrum (before quantization) into s->spec. */
-static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
+/* One A-scan's spectrum (before quantization) into s->spec: of the column c, or of a solid
+ * phantom's column sol (sim_scene_column) when c is NULL. */
+static void ascan(struct sim *s, const struct column *c, const float *sol, uint64_t nkey)
 {
 	const uint32_t K = s->K;
 	fftwf_complex *g = s->grid;
@@ -694,6 +696,11 @@ static void ascan(struct sim *s, const struct column *c, uint64_t nkey)
 		uint32_t n = (uint32_t)(((int64_t)z - s->zc + K) % K);
 		g[n][0] = re;
 		g[n][1] = im;
+	}
+	for (uint32_t z = s->zlo; sol && z <= s->zhi; z++) {
+		uint32_t n = (uint32_t)(((int64_t)z - s->zc + K) % K);
+		g[n][0] = sol[2 * (z - s->zlo)];
+		g[n][1] = sol[2 * (z - s->zlo) + 1];
 	}
 	if (c && c->tilt_bin >= 0)
 		g[((int64_t)c->tilt_bin - s->zc + K) % K][0] += (float)SIM_TILT_AMP;
@@ -802,26 +809,42 @@ int sim_bscan_repeat(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, ui
 	    size < sim_bscan_bytes(s))
 		return -EINVAL;
 	uint32_t Yf = b * p->stride_y + oy;
-	uint64_t bkey = mix64(p->seed ^ 0x6e6f697365000000ull ^ mix64(epoch) ^
-	                      mix64(0x5bd1e9955bd1e995ull + b) ^
-	                      (m ? mix64(0x7265706561740000ull + m) : 0));
+	uint64_t bkey = sim_mix64(p->seed ^ 0x6e6f697365000000ull ^ sim_mix64(epoch) ^
+	                          sim_mix64(0x5bd1e9955bd1e995ull + b) ^
+	                          (m ? sim_mix64(0x7265706561740000ull + m) : 0));
+	struct sim_pose pose;
+	if (s->sol)
+		sim_pose_at(p, epoch, &pose);
 	for (uint32_t a = 0; a < p->ascans_per_bscan; a++) {
 		uint32_t xl = p->bidirectional && (b & 1) ? p->ascans_per_bscan - 1 - a : a;
 		struct column c;
 		double x, y;
 		lab_xy(s, Yf, xl * p->stride_x + ox, &x, &y);
-		column_at(s, epoch, x, y, &c);
-		ascan(s, &c, mix64(bkey + a));
+		if (s->sol) {
+			sim_scene_column(&s->scene, &pose, x, y, s->sol);
+			ascan(s, NULL, s->sol, sim_mix64(bkey + a));
+		} else {
+			column_at(s, epoch, x, y, &c);
+			ascan(s, &c, NULL, sim_mix64(bkey + a));
+		}
 		quantize(s, out + (size_t)a * s->abytes);
 	}
 	return 0;
 }
 
 /* The phasors of one column at the scanner's depth bins 0..K-1 into g (what ascan() puts
- * on its demodulated grid, here at the bins themselves). */
-static void column_phasors(const struct sim *s, const struct column *c, fftwf_complex *g)
+ * on its demodulated grid, here at the bins themselves); a solid phantom's from sol. */
+static void column_phasors(const struct sim *s, const struct column *c, const float *sol,
+                           fftwf_complex *g)
 {
 	memset(g, 0, sizeof(*g) * s->K);
+	if (sol) {
+		for (uint32_t z = s->zlo; z <= s->zhi; z++) {
+			g[z][0] = sol[2 * (z - s->zlo)];
+			g[z][1] = sol[2 * (z - s->zlo) + 1];
+		}
+		return;
+	}
 	if (s->mirror) {
 		g[s->zm][0] = 1;
 		return;
@@ -845,7 +868,8 @@ int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, const floa
 	const uint32_t K = s->K, N = K * zero_pad;
 	fftwf_complex *g, *x;
 	fftwf_plan back = NULL, fwd = NULL;
-	float *ew;
+	float *ew, *sol = NULL;
+	struct sim_pose pose;
 	double norm = 0;
 	int rc = 0;
 
@@ -854,7 +878,11 @@ int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, const floa
 	g = fftwf_alloc_complex(K);
 	x = fftwf_alloc_complex(N);
 	ew = malloc(K * sizeof(*ew));
-	if (g && x && ew) {
+	if (s->sol) {
+		sol = calloc(2 * ((size_t)s->zhi - s->zlo + 1), sizeof(*sol));
+		sim_pose_at(&s->p, epoch, &pose);
+	}
+	if (g && x && ew && (sol || !s->sol)) {
 		back = fftwf_plan_dft_1d((int)K, g, g, FFTW_BACKWARD, FFTW_ESTIMATE);
 		fwd = fftwf_plan_dft_1d((int)N, x, x, FFTW_FORWARD, FFTW_ESTIMATE);
 	}
@@ -879,8 +907,12 @@ int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, const floa
 			double xm, ym;
 			float *o = out + ((size_t)Yf * s->X + Xf) * nz;
 			lab_xy(s, Yf, Xf, &xm, &ym);
-			column_at(s, epoch, xm, ym, &c);
-			column_phasors(s, &c, g);
+			if (sol) {
+				sim_scene_column(&s->scene, &pose, xm, ym, sol);
+			} else {
+				column_at(s, epoch, xm, ym, &c);
+			}
+			column_phasors(s, sol ? NULL : &c, sol, g);
 			fftwf_execute(back); /* g[j] = sum_m c[m] exp(+2 pi i j m / K) */
 			memset(x, 0, sizeof(*x) * N);
 			for (uint32_t j = 0; j < K; j++) {
@@ -902,5 +934,6 @@ out:
 	fftwf_free(g);
 	fftwf_free(x);
 	free(ew);
+	free(sol);
 	return rc;
 }

@@ -45,7 +45,10 @@ struct sim_params {
 	char phantom
 	        [CFG_NAME_MAX]; /* "retina"; "blocked": no sample light; "mirror": one ideal flat reflector of
 	                             * amplitude 1 at mirror_mm, nearest bin (tests); "tilted":
-	                             * the retina and a strong tilted reflector (SIM_TILT_*) */
+	                             * the retina and a strong tilted reflector (SIM_TILT_*);
+	                             * the solid phantoms (sim_scene.c) "curved": a retina on a
+	                             * sphere, "anterior": cornea and iris, "skin": a rough
+	                             * layered skin */
 	double mirror_mm;         /* depth of the mirror, (0, SIM_DEPTH_MM); 0: SIM_MIRROR_MM */
 	double deg_per_s;         /* rotation about the depth axis */
 	double shift_mm_per_s[3]; /* translation speed: lateral x, y (steady drift) and depth
@@ -53,6 +56,17 @@ struct sim_params {
 	uint64_t jump_epoch;      /* from this epoch on (0: never) the phantom is moved by ... */
 	double jump_mm[3];        /* ... this much (x, y, depth; mm) ... */
 	double jump_deg;          /* ... and turned by this much: a patient who moved, then stays */
+	double jump_tilt_deg[2];  /* ... and tilted this much about x and y (solid phantoms) */
+	/* Motions of the solid phantoms only (docs/configuration.md, source.synth.motion): */
+	double tilt_deg_per_s[2]; /* rotation about the lateral axes x and y (tilt), ... */
+	double tilt_max_deg;      /* ... back and forth within +-this (> 0 where tilting) */
+	double periodic_hz;       /* periodic motion: this frequency, ... */
+	double periodic_mm[3];    /* ... these amplitudes of shift (x, y, depth; mm) ... */
+	double periodic_deg[3];   /* ... and of rotation about x, y, depth (degrees) */
+	double warp_mm;           /* non-rigid: a local bump of this peak displacement, ... */
+	double warp_radius_mm;    /* ... this radius (Gaussian sigma, > 0 where warping), ... */
+	double warp_hz;           /* ... breathing at this frequency (0: fixed) ... */
+	double warp_centre_mm[2]; /* ... centred here in the phantom (x, y) */
 	double snr_db;            /* see sim_noise_sigma() */
 	double beam_um; /* lateral resolution, intensity FWHM in um; 0: a pencil beam (each
 	                  * position sees only its own 6 um scatterer cell) */

@@ -42,7 +42,7 @@ int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_sourc
 	snprintf(src->info.name, sizeof(src->info.name), "synth");
 	src->info.flags = VOLREC_SHIM_INFO_REPEATS;
 	snprintf(src->info.version, sizeof(src->info.version), "%s", VOLREC_VERSION);
-	snprintf(src->info.device, sizeof(src->info.device), "retina phantom, seed %llu",
+	snprintf(src->info.device, sizeof(src->info.device), "%s phantom, seed %llu", p.phantom,
 	         (unsigned long long)p.seed);
 	src->epochs = 0;
 	return 0;

@@ -17,15 +17,19 @@
 #include "formats/h5attr.h"
 #include "formats/h5vol.h"
 #include "sources/sim.h"
+#include "sources/sim_scene.h"
 #include "sources/source.h"
 
 static const char sim_help[] =
         "usage: volrec sim -c FILE -o OUT [-n EPOCHS] [--truth TRUTH.h5]\n"
         "                  [--format volrec|raw] [--mirror-mm D]\n"
         "\n"
-        "Scan the synthetic retina phantom (source.synth: seed, phantom, motion, snr_db) at\n"
-        "the configuration's geometry and write the raw spectra as a replay file. Epoch e is\n"
-        "scanned at the interlacing offset of e, at time e / source.rate (25 when 0).\n"
+        "Scan the synthetic phantom (source.synth: seed, phantom, motion, snr_db, beam_um)\n"
+        "at the configuration's geometry and write the raw spectra as a replay file. Epoch\n"
+        "e is scanned at the interlacing offset of e, at time e / source.rate (25 when 0).\n"
+        "Phantoms: retina, mirror, tilted, blocked, and the solid phantoms of the motion\n"
+        "bench, curved, anterior and skin, which also take the motions tilt_deg_per_s,\n"
+        "jump.tilt_deg, periodic and warp (docs/configuration.md).\n"
         "\n"
         "  -c, --config FILE    configuration (YAML)\n"
         "  -o, --output FILE    replay file to write (written beside it, then renamed over\n"
@@ -178,7 +182,20 @@ static void sim_metadata(struct sim_run *r, char *meta, size_t len)
 {
 	const struct sim_params *p = &r->p;
 	double poly[4], disp[2];
+	char solid[1024] = "";
 
+	/* the solid phantoms' motions (the 2.5-D phantoms' metadata stays as it was) */
+	if (sim_solid_kind(p->phantom) != SIM_SOLID_NONE)
+		snprintf(solid, sizeof(solid),
+		         "motion_solid: {tilt_deg_per_s: [%.17g, %.17g], tilt_max_deg: %.17g, "
+		         "jump_tilt_deg: [%.17g, %.17g], periodic: {hz: %.17g, shift_mm: [%.17g, "
+		         "%.17g, %.17g], deg: [%.17g, %.17g, %.17g]}, warp: {mm: %.17g, radius_mm: "
+		         "%.17g, hz: %.17g, centre_mm: [%.17g, %.17g]}}\n",
+		         p->tilt_deg_per_s[0], p->tilt_deg_per_s[1], p->tilt_max_deg,
+		         p->jump_tilt_deg[0], p->jump_tilt_deg[1], p->periodic_hz,
+		         p->periodic_mm[0], p->periodic_mm[1], p->periodic_mm[2],
+		         p->periodic_deg[0], p->periodic_deg[1], p->periodic_deg[2], p->warp_mm,
+		         p->warp_radius_mm, p->warp_hz, p->warp_centre_mm[0], p->warp_centre_mm[1]);
 	sim_resample_poly(r->sim, poly);
 	sim_dispersion_coeffs(r->sim, disp);
 	snprintf(meta, len,
@@ -188,6 +205,7 @@ static void sim_metadata(struct sim_run *r, char *meta, size_t len)
 	         "deg_per_s: %.17g\n"
 	         "shift_mm_per_s: [%.17g, %.17g, %.17g]\n"
 	         "jump: {epoch: %llu, shift_mm: [%.17g, %.17g, %.17g], deg: %.17g}\n"
+	         "%s"
 	         "snr_db: %.17g\n"
 	         "beam_um: %.17g\n"
 	         "rate: %.17g\n"
@@ -199,7 +217,7 @@ static void sim_metadata(struct sim_run *r, char *meta, size_t len)
 	         VOLREC_VERSION, p->phantom, (unsigned long long)p->seed, p->deg_per_s,
 	         p->shift_mm_per_s[0], p->shift_mm_per_s[1], p->shift_mm_per_s[2],
 	         (unsigned long long)p->jump_epoch, p->jump_mm[0], p->jump_mm[1], p->jump_mm[2],
-	         p->jump_deg, p->snr_db, p->beam_um, p->rate, p->bit_shift,
+	         p->jump_deg, solid, p->snr_db, p->beam_um, p->rate, p->bit_shift,
 	         p->mirror_mm > 0 ? p->mirror_mm : SIM_MIRROR_MM, poly[0], poly[1], poly[2],
 	         poly[3], disp[0], disp[1]);
 }
@@ -209,7 +227,7 @@ static int sim_open_replay(struct sim_run *r)
 {
 	const struct sim_params *p = &r->p;
 	struct src_replay_info info;
-	char meta[2048];
+	char meta[4096];
 
 	r->n = r->o->n_arg ? r->o->n_arg : (uint64_t)p->stride_x * p->stride_y;
 	r->offsets = calloc(r->n, sizeof(*r->offsets));

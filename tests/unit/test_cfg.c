@@ -356,7 +356,7 @@ static void test_unknown_and_duplicate_keys(void **state)
 	load_bad("gpu:\n  device: 0\n  stream: 2\n", "3:3", "gpu.stream: unknown key");
 	load_bad("source:\n  synth:\n    motion: {deg_per_s: 1, axis: x}\n", "3:28",
 	         "source.synth.motion.axis: unknown key (allowed in source.synth.motion: "
-	         "deg_per_s, shift_mm_per_s, jump)");
+	         "deg_per_s, shift_mm_per_s, jump, tilt_deg_per_s, tilt_max_deg, periodic, warp)");
 	load_bad("log: {level: info}\nlog: {level: info}\n", "2:1",
 	         "log: duplicate key (first given at line 1, column 1");
 	load_bad("gpu: {device: 0, device: 1}\n", "1:18", "gpu.device: duplicate key");

@@ -652,7 +652,10 @@ static void test_get_key(void **state)
 	assert_get(&c, "source.synth",
 	           "{seed: 1, phantom: retina, motion: {deg_per_s: 0.25, "
 	           "shift_mm_per_s: [0, 0, 0], jump: {epoch: 0, shift_mm: [0, 0, "
-	           "0], deg: 0}}, mirror_mm: 0, snr_db: 40, beam_um: 0}");
+	           "0], deg: 0, tilt_deg: [0, 0]}, tilt_deg_per_s: [0, 0], tilt_max_deg: 5, "
+	           "periodic: {hz: 0, shift_mm: [0, 0, 0], deg: [0, 0, 0]}, warp: {mm: 0, "
+	           "radius_mm: 0.5, hz: 0.5, centre_mm: [0.4, -0.3]}}, mirror_mm: 0, snr_db: 40, "
+	           "beam_um: 0}");
 	text = get_text(&c, "");
 	assert_memory_equal(text, "{instance: \"default\", backend: auto, gpu: {device: 0, ", 51);
 	free(text);

@@ -286,16 +286,16 @@ static void test_random_spectra_agree_with_double_precision(void **unused)
 					    m ? get(&s, m - 1, z) * cexp(I * 0.5) + speckle(&seed)
 					      : speckle(&seed));
 			for (uint32_t m = 0; m + 1 < M; m++)
-				be_fn_bulk(s.x + 2 * (m + 1) * N, s.x + 2 * m * N, keep, 0, N, &cb[m],
-				           &sb[m]);
+				be_fn_bulk(s.x + 2 * (m + 1) * N, s.x + 2 * m * N, keep, 0, N,
+				           &cb[m], &sb[m]);
 			for (uint32_t z = 0; z < N; z++) {
 				float re, im;
 				double want = ref_kasai(&s, M, h, z), got;
 
 				assert_float_equal(be_fn_svar(s.x, M, N, z), ref_svar(&s, M, z),
 				                   1e-3 * (1 + ref_svar(&s, M, z)));
-				assert_float_equal(be_fn_cdv(s.x, M, N, N, h, z), ref_cdv(&s, M, h, z),
-				                   1e-5);
+				assert_float_equal(be_fn_cdv(s.x, M, N, N, h, z),
+				                   ref_cdv(&s, M, h, z), 1e-5);
 				kasai_bscan(&s, M, h, z, cb, sb, &re, &im);
 				got = be_fn_phase(re, im);
 				/* the same angle, also across ±π */
@@ -312,7 +312,8 @@ VR_TEST_GROUP(cpu_functional)
 	        cmocka_unit_test(test_cdv_is_zero_for_repeats_that_differ_by_a_bulk_phase),
 	        cmocka_unit_test(test_cdv_of_decorrelated_repeats_is_near_one),
 	        cmocka_unit_test(test_window_is_cut_at_both_ends),
-	        cmocka_unit_test(test_a_uniform_phase_step_is_read_back_without_bulk_and_removed_with_it),
+	        cmocka_unit_test(
+	                test_a_uniform_phase_step_is_read_back_without_bulk_and_removed_with_it),
 	        cmocka_unit_test(test_a_vessel_keeps_its_phase_when_bulk_motion_is_removed),
 	        cmocka_unit_test(test_phase_range_and_stored_value),
 	        cmocka_unit_test(test_random_spectra_agree_with_double_precision),
