@@ -15,8 +15,9 @@
 struct be_backend {
 	const struct be_ops *ops;
 	void *state;
-	uint32_t ny; /* raw B-scans per epoch: positions x repeats */
-	uint32_t M;  /* repeats (geometry.repeats) */
+	uint32_t ny;  /* raw B-scans per epoch: positions x repeats */
+	uint32_t M;   /* repeats (geometry.repeats) */
+	uint32_t nch; /* output.channels: channels of the output volume */
 
 	/* the epoch being submitted */
 	bool open;         /* B-scans of `epoch` were submitted and it is not finished */
@@ -103,6 +104,10 @@ int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_b
 	be->ops = ops;
 	be->ny = cfg_raw_bscans(cfg);
 	be->M = cfg->geometry.repeats;
+	{
+		enum cfg_channel ch[CFG_CH_COUNT];
+		be->nch = cfg_channels(cfg, ch);
+	}
 	rc = ops->create(cfg, &be->state, err, errlen);
 	if (rc < 0) {
 		free(be->have);
@@ -280,6 +285,11 @@ static int be_finish_check(struct be_backend *be, uint64_t epoch, const struct b
 		return be_refuse(be, err, errlen, -EINVAL,
 		                 "epoch %llu finished with %u of %u B-scans submitted", e, be->nsub,
 		                 be->ny);
+	if ((out->volume || out->full) && (out->channels ? out->channels : 1) < be->nch)
+		return be_refuse(be, err, errlen, -EINVAL,
+		                 "epoch %llu: output.channels has %u channels, but the output "
+		                 "holds %u (this caller writes the structure alone)",
+		                 e, be->nch, out->channels ? out->channels : 1);
 	return 0;
 }
 

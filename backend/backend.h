@@ -64,6 +64,10 @@ struct be_output {
 	 * normalized v, Doppler's phase in radians, in (-pi, pi] */
 	float *lowres_angio;
 	float *lowres_doppler;
+	/* The channels volume and full have room for (0 is taken as 1): an epoch is refused when
+	 * output.channels has more, so that a caller that knows the structure alone fails with a
+	 * message instead of being written past its buffer. */
+	uint32_t channels;
 	/* Views (docs/algorithms.md §4; needs volume): the slot's views area (protocol.h), filled with
 	 * the pictures in view_mask (bits 1 << BE_VIEW_*) and the header; a render not asked for
 	 * carries the backend's last one with the id of the volume it shows. NULL: no views. */

@@ -234,6 +234,7 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 	out->full = h->full;
 	out->lowres_angio = h->lowf[CFG_CH_ANGIO];
 	out->lowres_doppler = h->lowf[CFG_CH_DOPPLER];
+	out->channels = h->nch;
 	out->median_depths = h->md;
 	return 0;
 }
