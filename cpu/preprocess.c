@@ -550,9 +550,10 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 			power_add(w->pow, w->fspec + (size_t)m * rs, nh, nx, nh, m == 0);
 		post_rows(w, ctx, b, 0, nx, NULL, 0);
 	}
-	/* the mask: the structure in dB against functional.mask_db, over all bins */
+	/* the mask: the structure in dB against functional.mask_db, over the output's bins (the
+	 * only ones read: angiography and Doppler there, the bulk phase over the depth range) */
 	for (uint32_t a = 0; a < nx; a++)
-		for (uint32_t z = 0; z < nh; z++)
+		for (uint32_t z = zb0; z < zb1; z++)
 			w->keep[(size_t)a * nh + z] =
 			        be_fn_structure_db(X + 2 * (size_t)a * nh, M, rs, z) >= l->mask_db;
 
