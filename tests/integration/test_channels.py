@@ -212,3 +212,28 @@ def test_channels_are_refused_where_not_available(tmp_path, bin_dir):
     assert p.stderr.strip().endswith(
         "output.channels: channels other than [structure] are not available in volrecd yet "
         "(its volumes carry the structure alone); volrec process writes angio and doppler")
+
+
+@pytest.mark.parametrize("seed", range(200, 212))
+def test_random_configuration_with_channels_matches_reference(seed, tmp_path, bin_dir):
+    """test_algorithms' random configurations (edge geometry, every option, repeats 1 to 4)
+    with random channels and functional keys, on its random input."""
+    import random
+
+    from test_algorithms import random_configuration
+    over, epochs = random_configuration(seed, repeats=True)
+    r = random.Random(seed)
+    M = over["geometry"]["repeats"]
+    chans = [c for c in ("structure", "angio", "doppler")
+             if r.random() < 0.7 and (c != "angio" or M >= 2)] or ["doppler"]
+    lo, hi = over["preprocess"]["db_range"]
+    fn = {"angio": {"method": r.choice(["svar", "cdv"])},
+          "axial_half_window": r.randint(0, 4),
+          "mask_db": r.uniform(lo, hi) if r.random() < 0.5 else lo,
+          "doppler": {"bulk": r.random() < 0.5,
+                      "axis": r.choice(["bscan", "ascan"]) if M >= 2 else "ascan"}}
+    over = merge(over, {"output": {"channels": chans}, "functional": fn})
+    name = f"random-channels-{seed}"
+    cfg, ref, raw = build_case(tmp_path, name, over, epochs)
+    with run(bin_dir, tmp_path, epochs) as f:
+        assert compare(name, f, ref, raw, epochs) == [], json.dumps(over)
