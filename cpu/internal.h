@@ -105,6 +105,10 @@ struct cpu_state {
 	float *chg;         /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
 	float *alpha;       /* adaptive: [Y][X] weight of the history estimate */
 	float *beta;        /* adaptive: [Y][X] weight of the column's own history sample */
+
+	/* A-scans with a non-finite sample this epoch (docs/algorithms.md §1.0) */
+	uint8_t *miss;        /* [ny][nx], x as in L_e: missing */
+	uint32_t *miss_count; /* [ny] per B-scan */
 	/* compensated (cpu/motion.c; NULL until that mode is first used) */
 	struct be_motion *motion;
 	float *mhist; /* [slots][ny][nx][nz] low-resolution volumes of the history */
@@ -130,6 +134,10 @@ void cpu_resample(const struct cpu_params *p, uint32_t K, const float *x, float 
 /* Preprocess every submitted B-scan of the epoch into L (docs/algorithms.md §1, steps 1-9);
  * with mode none also writes the u8 and float outputs. */
 void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output *out);
+
+/* docs/algorithms.md §1.0: fill the columns of the missing A-scans (miss[x] != 0) of one
+ * B-scan row of L_e (nx columns of nz) from the nearest others along the row. */
+void cpu_fill_missing_row(const uint8_t *miss, uint32_t nx, uint32_t nz, float *row);
 
 /* Reconstruct epoch e from L (docs/algorithms.md §2) into out. */
 void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out);
