@@ -88,18 +88,22 @@ struct gpu_state {
 	float *le[2]; /* [ny][nx][nz] L_e: le[cur] receives the B-scans being submitted */
 	int cur;
 	unsigned *counts[2]; /* [ny] partial_median depths per B-scan, beside le[cur] */
-	float *P, *Q;        /* [Y][X][Z] B (M or previous output) and this epoch's float output */
-	long long *E;        /* [Y][X] */
-	float *tmap;         /* [Y][X] */
-	float *W;            /* [Y][X][GPU_WCOL] per-column weights of the epoch */
-	float *chg;          /* adaptive: [ny][nx] change measure of this epoch's samples */
-	float *alpha;        /* adaptive: [Y][X] history weight of each column */
-	float *beta;         /* adaptive: [Y][X] weight of each column's own history sample */
-	int4 *axy;           /* adaptive: [2][X + Y] interpolation axes of this epoch */
-	longlong2 *aoff;     /* adaptive: [2][X + Y] their offsets into L_e (compensated: the
+
+	/* f32: the A-scans with a non-finite sample (docs/algorithms.md §1.0), beside le[cur] */
+	unsigned char *miss[2]; /* [ny][nx], x as in L_e: missing */
+	unsigned *mcount[2];    /* [ny] of them per B-scan */
+	float *P, *Q;    /* [Y][X][Z] B (M or previous output) and this epoch's float output */
+	long long *E;    /* [Y][X] */
+	float *tmap;     /* [Y][X] */
+	float *W;        /* [Y][X][GPU_WCOL] per-column weights of the epoch */
+	float *chg;      /* adaptive: [ny][nx] change measure of this epoch's samples */
+	float *alpha;    /* adaptive: [Y][X] history weight of each column */
+	float *beta;     /* adaptive: [Y][X] weight of each column's own history sample */
+	int4 *axy;       /* adaptive: [2][X + Y] interpolation axes of this epoch */
+	longlong2 *aoff; /* adaptive: [2][X + Y] their offsets into L_e (compensated: the
 	                      * second half for every other epoch, see mbuf) */
-	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
-	uint8_t *out8b;      /* the same, spare: NULL when memory is short (no queue ahead) */
+	uint8_t *out8;   /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
+	uint8_t *out8b;  /* the same, spare: NULL when memory is short (no queue ahead) */
 
 	/* compensated (docs/algorithms.md §2c): allocated when the mode is first used */
 	struct be_motion *motion;
@@ -511,7 +515,8 @@ static void gpu_destroy(void *vst)
 	                     st->d_window, st->d_dre,     st->d_dim,     st->d_ref,    st->le[0],
 	                     st->le[1],    st->counts[0], st->counts[1], st->P,        st->Q,
 	                     st->E,        st->tmap,      st->W,         st->chg,      st->alpha,
-	                     st->beta,     st->axy,       st->aoff,      st->out8,     st->out8b};
+	                     st->beta,     st->axy,       st->aoff,      st->out8,     st->out8b,
+	                     st->miss[0],  st->miss[1],   st->mcount[0], st->mcount[1]};
 	void *const host[] = {st->h_render, st->h_vacc, st->cpin};
 	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
 	for (int k = 0; k < GPU_SLABS; k++)
@@ -885,6 +890,12 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 	for (int i = 0; rc == 0 && i < 2; i++)
 		rc = gpu_malloc((void **)&st->counts[i], st->geo.ny * sizeof(unsigned),
 		                "median depth counts", err, errlen);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_malloc((void **)&st->miss[i], (size_t)st->geo.ny * st->geo.nx,
+		                "missing A-scans", err, errlen);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_malloc((void **)&st->mcount[i], st->geo.ny * sizeof(unsigned),
+		                "missing A-scan counts", err, errlen);
 	if (rc == 0 && st->have_full) {
 		const size_t axes = 2 * ((size_t)st->geo.X + st->geo.Y);
 		const struct gpu_buf full[] = {
@@ -925,6 +936,13 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 	for (int i = 0; rc == 0 && i < 2; i++)
 		rc = gpu_cuda_check(cudaMemset(st->counts[i], 0, st->geo.ny * sizeof(unsigned)),
 		                    "cudaMemset(median depth counts)", err, errlen);
+	/* integer samples are never missing, nor the B-scans a part does not receive */
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_cuda_check(cudaMemset(st->miss[i], 0, (size_t)st->geo.ny * st->geo.nx),
+		                    "cudaMemset(missing A-scans)", err, errlen);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_cuda_check(cudaMemset(st->mcount[i], 0, st->geo.ny * sizeof(unsigned)),
+		                    "cudaMemset(missing A-scan counts)", err, errlen);
 	if (rc < 0)
 		return rc;
 	if (st->have_full) {
@@ -1324,11 +1342,22 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	};
 	CU(cudaMemcpyAsync(g->raw, raw, st->geo.bscan_bytes, cudaMemcpyHostToDevice, g->s),
 	   "cudaMemcpyAsync(raw B-scan, host to device)");
+	const bool rev = be_live_reversed(&st->live, bscan);
+	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
+	const struct gpu_miss miss = {
+	        .row = f32 ? st->miss[st->cur] + (size_t)bscan * st->geo.nx : NULL,
+	        .count = st->mcount[st->cur] + bscan,
+	        .rev = rev,
+	};
+	if (f32)
+		CU(gpu_launch_nonfinite(&st->prep, g->raw, &miss, g->s),
+		   "non-finite sample kernel");
 	const bool pm = st->prep.background == CFG_BG_PARTIAL_MEDIAN;
 	if (st->prep.background == CFG_BG_BSCAN_MEAN ||
 	    st->prep.background == CFG_BG_BSCAN_MEDIAN || pm)
-		CU(gpu_launch_colstat(&st->prep, g->raw, g->col, g->s), "B-scan background kernel");
-	CU(gpu_launch_convert(&st->prep, &t, g->raw, g->col, g->conv, g->fin, g->s),
+		CU(gpu_launch_colstat(&st->prep, g->raw, &miss, g->col, g->s),
+		   "B-scan background kernel");
+	CU(gpu_launch_convert(&st->prep, &t, g->raw, &miss, g->col, g->conv, g->fin, g->s),
 	   "convert kernel");
 	if (st->prep.taps)
 		CU(gpu_launch_resample(&st->prep, &t, g->conv, g->fin, g->s), "resample kernel");
@@ -1339,15 +1368,16 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	else
 		CUFFT(cufftExecR2C(g->r2c, (cufftReal *)g->fin, (cufftComplex *)g->fout),
 		      "cufftExecR2C");
-	const bool rev = be_live_reversed(&st->live, bscan);
 	const int ld = st->prep.complex_in ? (int)st->geo.N : (int)(st->geo.N / 2 + 1);
 	if (pm)
-		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm,
+		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm, &miss,
 		                             st->counts[st->cur] + bscan, g->s),
 		   "partial_median kernels");
-	CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL,
-	                     st->le[st->cur] + (size_t)bscan * st->geo.nx * st->geo.nz, g->s),
+	float *lerow = st->le[st->cur] + (size_t)bscan * st->geo.nx * st->geo.nz;
+	CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, lerow, g->s),
 	   "log-magnitude kernel");
+	if (f32)
+		CU(gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s), "missing A-scan kernel");
 	return 0;
 out:
 	gpu_set_sticky(st, rc, "B-scan %u of epoch %llu: %s", bscan, (unsigned long long)epoch,
@@ -1838,7 +1868,7 @@ static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_
 	                   * the transposed differences' scratch */
 		CU(gpu_launch_adapt_change(rp, le, st->P, st->E, st->Q, st->chg, s0),
 		   "change measure kernel");
-	CU(gpu_launch_interlace(rp, le, st->P, st->E, s0), "interlace kernel");
+	CU(gpu_launch_interlace(rp, le, st->miss[st->cur], st->P, st->E, s0), "interlace kernel");
 	if (rp->adaptive)
 		CU(gpu_launch_adapt_weights(rp, st->E, st->chg, st->axy, st->aoff, st->alpha,
 		                            st->beta, st->tmap, s0),
@@ -1960,6 +1990,13 @@ static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, c
 		   "cudaMemcpyAsync(median depth counts, device to host)");
 	else if (out->median_depths)
 		memset(out->median_depths + b0, 0, nb * sizeof(*out->median_depths));
+	if (out->missing_ascans && st->geo.sample_type == CFG_SAMPLE_F32)
+		CU(cudaMemcpyAsync(out->missing_ascans + b0, st->mcount[st->cur] + b0,
+		                   nb * sizeof(unsigned), cudaMemcpyDeviceToHost,
+		                   st->rs[(k + 1) % GPU_RSTREAMS]),
+		   "cudaMemcpyAsync(missing A-scan counts, device to host)");
+	else if (out->missing_ascans)
+		memset(out->missing_ascans + b0, 0, nb * sizeof(*out->missing_ascans));
 	for (int j = 0; j < GPU_RSTREAMS; j++) {
 		/* rev[j]: after rs[j]'s work and cs[j]'s copies */
 		CU(cudaEventRecord(st->cev[j], st->rs[j]), "cudaEventRecord");
