@@ -92,6 +92,7 @@ struct sim {
 	bool mirror;  /* phantom "mirror": one flat reflector of amplitude 1 ... */
 	uint32_t zm;  /* ... at this depth bin (mirror_mm), phase 0 */
 	bool tilted;  /* phantom "tilted": the retina and a strong tilted reflector */
+	bool curved;  /* phantom "curved": the retina bent into a bowl (SIM_CURVE_*) */
 	bool blocked; /* phantom "blocked": the sample arm blocked, no light back from it */
 };
 
@@ -208,10 +209,12 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 	uint64_t bytes;
 
 	if (strcmp(p->phantom, "retina") != 0 && strcmp(p->phantom, "mirror") != 0 &&
-	    strcmp(p->phantom, "tilted") != 0 && strcmp(p->phantom, "blocked") != 0)
+	    strcmp(p->phantom, "tilted") != 0 && strcmp(p->phantom, "blocked") != 0 &&
+	    strcmp(p->phantom, "curved") != 0)
 		return vr_err(
 		        err, errlen, -EINVAL,
-		        "synth: unknown phantom '%s' (allowed: retina, mirror, tilted, blocked)",
+		        "synth: unknown phantom '%s' (allowed: retina, mirror, tilted, blocked, "
+		        "curved)",
 		        p->phantom);
 	if (!(p->mirror_mm >= 0 && p->mirror_mm < SIM_DEPTH_MM))
 		return vr_err(err, errlen, -EINVAL,
@@ -341,6 +344,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->mirror = strcmp(p->phantom, "mirror") == 0;
 	s->zm = (uint32_t)lround((p->mirror_mm > 0 ? p->mirror_mm : SIM_MIRROR_MM) / s->dz);
 	s->tilted = strcmp(p->phantom, "tilted") == 0;
+	s->curved = strcmp(p->phantom, "curved") == 0;
 	s->blocked = strcmp(p->phantom, "blocked") == 0;
 
 	s->fs = p->sample_type == VOLREC_SAMPLE_F32    ? 65535.0
@@ -547,6 +551,8 @@ static void column_at(const struct sim *s, uint64_t epoch, double x, double y, s
 	double fx = xp - 0.2, fy = yp + 0.1, rho2 = fx * fx + fy * fy;
 	double pit = exp(-rho2 / (2 * 0.22 * 0.22));
 	double elm = 0.93 + 0.035 * rho2 + 0.015 * xp;
+	if (s->curved) /* a bowl about the phantom's centre, turning with it */
+		elm += SIM_CURVE_MM_PER_MM2 * (xp * xp + yp * yp) - SIM_CURVE_LIFT_MM;
 	static const double inner[6] = {0.030, 0.045, 0.035, 0.035, 0.030, 0.085};
 	static const double thin[6] = {0.95, 0.95, 0.90, 0.90, 0.85, -0.30};
 	static const double outer[4] = {0.008, 0.030, 0.025, 0.180};

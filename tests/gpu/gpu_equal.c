@@ -520,6 +520,19 @@ static void c_paper_compensated(struct vr_config *c)
 	c->reconstruct.compensated.estimate_pose = false; /* random input: c_compensated */
 }
 
+/* compensated on the simulator's curved retina, still but for a jump at epoch 20: the stillness
+ * test holds the pose (docs/algorithms.md §2c), the jump drops the history, then it holds
+ * again */
+static void c_sim_compensated_curved_still(struct vr_config *c)
+{
+	c_sim_compensated_motion(c);
+	snprintf(c->source.synth.phantom, sizeof(c->source.synth.phantom), "curved");
+	c->source.synth.deg_per_s = 0;
+	c->source.synth.shift_mm_per_s[0] = 0;
+	c->source.synth.shift_mm_per_s[2] = 0;
+	c->source.synth.jump_epoch = 20;
+}
+
 /* Non-finite f32 samples (docs/algorithms.md §1.0): every background over the A-scans that are
  * not missing, every reconstruction mode with missing positions (E = -1) */
 static void c_nf_bmean_cumul(struct vr_config *c)
@@ -677,6 +690,11 @@ static const struct tcase cases[] = {
          false, NULL},
         {"async-nonfinite-f32-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 8, true,
          c_nf_bmean_cumul, EV_NONE, true, NULL},
+        /* the stillness test of the compensated mode (docs/algorithms.md §2c) */
+        {"sim-u16-compensated-curved-still-jump", false, IN_SIM, 34, true,
+         c_sim_compensated_curved_still, EV_NONE, false, NULL},
+        {"async-sim-u16-compensated-curved-still-jump", false, IN_SIM, 34, true,
+         c_sim_compensated_curved_still, EV_NONE, true, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
