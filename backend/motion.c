@@ -71,6 +71,7 @@ struct be_motion {
 	float *bq;      /* [S][nn] */
 	uint8_t *bq_ok; /* [S] */
 	float *b0;      /* [nn] */
+	bool still;     /* this epoch was still: its offset's last entry takes its pose */
 	struct pool pool;
 	bool pool_ok;
 };
@@ -629,6 +630,7 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	if (rc < 0)
 		return rc;
 	bool still = false;
+	m->still = false;
 	if (q < m->S && m->bq_ok[q]) {
 		const float *bq = m->bq + (size_t)q * m->nn;
 		double mean = 0.0, var = 0.0, dif = 0.0;
@@ -649,6 +651,7 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	if (still) {
 		*out = m->last;
 		memset(&m->vel, 0, sizeof(m->vel));
+		m->still = true;
 		/* the residual at the held pose keeps the drop's median up to date */
 		if (m->nseen >= BE_MOTION_WARM && m->have_ob) {
 			uint32_t nok;
@@ -733,6 +736,16 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	if (m->lost) {
 		drop_history(m);
 		m->lost = false;
+	}
+
+	/* still (the stillness test): the last entry at this offset shows the tissue where it is
+	 * now, so it takes this epoch's pose */
+	if (m->still) {
+		for (uint32_t i = m->nh; i-- > 0;)
+			if (m->hist[i].ox == ox && m->hist[i].oy == oy) {
+				m->hist[i].pose = pose;
+				break;
+			}
 	}
 
 	/* the oldest entry leaves a full history; the slot: the first that no entry holds and
