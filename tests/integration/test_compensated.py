@@ -63,8 +63,8 @@ def test_compensated_loses_nothing_where_nothing_moves(bin_dir, tmp_path, need_v
         p[name] = series(full, truth, low, off)[S:].mean()
     print("static PSNR dB:", {m: round(float(v), 2) for m, v in p.items()})
     # the estimator's noise where nothing moves costs less than 0.75 dB against the pose known
-    # to be 0 (measured: 0.44 dB, 0.22 with the stillness test), and the kriged history gains on noncumulative's smoothing
-    # (2.9 dB measured; asserted: 2)
+    # to be 0 (measured: 0.44 dB, 0.22 with the stillness test), and the kriged history gains
+    # on noncumulative's smoothing (2.9 dB measured; asserted: 2)
     assert abs(p["compensated"] - p["pose 0"]) < 0.75, p
     assert p["compensated"] > p["noncumulative"] + 2.0, p
 

@@ -628,7 +628,8 @@ def test_nonfinite_ascans_count_in_status_statistics_and_the_status_screen(daemo
                         "--run-dir", str(d.run_dir)], capture_output=True, text=True,
                        timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"missing   [1-9][0-9]* A-scans with a non-finite sample", r.stdout), r.stdout
+    assert re.search(r"missing   [1-9][0-9]* A-scans with a non-finite sample", r.stdout), \
+        r.stdout
 
 
 # ---- journald ------------------------------------------------------------------------------
