@@ -88,22 +88,22 @@ struct gpu_state {
 	float *le[2]; /* [ny][nx][nz] L_e: le[cur] receives the B-scans being submitted */
 	int cur;
 	unsigned *counts[2]; /* [ny] partial_median depths per B-scan, beside le[cur] */
+	float *P, *Q;        /* [Y][X][Z] B (M or previous output) and this epoch's float output */
+	long long *E;        /* [Y][X] */
+	float *tmap;         /* [Y][X] */
+	float *W;            /* [Y][X][GPU_WCOL] per-column weights of the epoch */
+	float *chg;          /* adaptive: [ny][nx] change measure of this epoch's samples */
+	float *alpha;        /* adaptive: [Y][X] history weight of each column */
+	float *beta;         /* adaptive: [Y][X] weight of each column's own history sample */
+	int4 *axy;           /* adaptive: [2][X + Y] interpolation axes of this epoch */
+	longlong2 *aoff;     /* adaptive: [2][X + Y] their offsets into L_e (compensated: the
+	                      * second half for every other epoch, see mbuf) */
+	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
+	uint8_t *out8b;      /* the same, spare: NULL when memory is short (no queue ahead) */
 
 	/* f32: the A-scans with a non-finite sample (docs/algorithms.md §1.0), beside le[cur] */
 	unsigned char *miss[2]; /* [ny][nx], x as in L_e: missing */
 	unsigned *mcount[2];    /* [ny] of them per B-scan */
-	float *P, *Q;    /* [Y][X][Z] B (M or previous output) and this epoch's float output */
-	long long *E;    /* [Y][X] */
-	float *tmap;     /* [Y][X] */
-	float *W;        /* [Y][X][GPU_WCOL] per-column weights of the epoch */
-	float *chg;      /* adaptive: [ny][nx] change measure of this epoch's samples */
-	float *alpha;    /* adaptive: [Y][X] history weight of each column */
-	float *beta;     /* adaptive: [Y][X] weight of each column's own history sample */
-	int4 *axy;       /* adaptive: [2][X + Y] interpolation axes of this epoch */
-	longlong2 *aoff; /* adaptive: [2][X + Y] their offsets into L_e (compensated: the
-	                      * second half for every other epoch, see mbuf) */
-	uint8_t *out8;   /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
-	uint8_t *out8b;  /* the same, spare: NULL when memory is short (no queue ahead) */
 
 	/* compensated (docs/algorithms.md §2c): allocated when the mode is first used */
 	struct be_motion *motion;
