@@ -81,6 +81,10 @@ struct be_output {
 	 * docs/algorithms.md §1b); all 0 in the other modes. With BE_CAP_DEVICE, host memory from
 	 * be_host_alloc or registered with be_host_register is fastest. */
 	uint32_t *median_depths;
+	/* [ny]: per B-scan, the A-scans treated as missing because a sample is not finite (f32
+	 * input, docs/algorithms.md §1.0); all 0 for integer samples. Host memory as
+	 * median_depths. */
+	uint32_t *missing_ascans;
 };
 
 /* Capability flags of a backend (be_caps). */

@@ -65,6 +65,13 @@ struct be_motion {
 	double *r0, *r1, *rj[3]; /* [nn] residuals */
 	double *ac;              /* [Z] scratch */
 	double *acc;             /* [CHUNKS][X * NB] scratch of the blur */
+
+	/* the stillness test: the unshifted bands of the last epoch of each offset since the
+	 * history began, and this epoch's */
+	float *bq;      /* [S][nn] */
+	uint8_t *bq_ok; /* [S] */
+	float *b0;      /* [nn] */
+	bool still;     /* this epoch was still: its offset's last entry takes its pose */
 	struct pool pool;
 	bool pool_ok;
 };
@@ -191,6 +198,9 @@ struct be_motion *be_motion_create(const struct be_motion_geom *g)
 	m->ob = calloc(cols, sizeof(float));
 	m->tmp = calloc(cols, sizeof(float));
 	m->be = calloc(m->nn, sizeof(float));
+	m->bq = calloc((size_t)m->S * m->nn, sizeof(float));
+	m->bq_ok = calloc(m->S, 1);
+	m->b0 = calloc(m->nn, sizeof(float));
 	m->r0 = calloc(m->nn, sizeof(double));
 	m->r1 = calloc(m->nn, sizeof(double));
 	for (int j = 0; j < 3; j++)
@@ -198,7 +208,8 @@ struct be_motion *be_motion_create(const struct be_motion_geom *g)
 	m->ac = calloc(g->Z, sizeof(double));
 	m->acc = calloc((size_t)CHUNKS * g->X * BE_MOTION_NB, sizeof(double));
 	if (!m->hist || !m->prev || !m->seen || !m->profs || !m->ob || !m->tmp || !m->be ||
-	    !m->r0 || !m->r1 || !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac || !m->acc) {
+	    !m->r0 || !m->r1 || !m->rj[0] || !m->rj[1] || !m->rj[2] || !m->ac || !m->acc ||
+	    !m->bq || !m->bq_ok || !m->b0) {
 		be_motion_destroy(m);
 		return NULL;
 	}
@@ -218,6 +229,9 @@ void be_motion_destroy(struct be_motion *m)
 	free(m->ob);
 	free(m->tmp);
 	free(m->be);
+	free(m->bq);
+	free(m->bq_ok);
+	free(m->b0);
 	free(m->r0);
 	free(m->r1);
 	for (int j = 0; j < 3; j++)
@@ -233,6 +247,7 @@ static void drop_history(struct be_motion *m)
 	memset(m->seen, 0, m->S);
 	m->nseen = 0;
 	memset(&m->vel, 0, sizeof(m->vel));
+	memset(m->bq_ok, 0, m->S);
 }
 
 void be_motion_reset(struct be_motion *m)
@@ -582,6 +597,14 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Log a registration residual (the drop compares with the median of the last CLOG). */
+static void log_residual(struct be_motion *m, double cn)
+{
+	memmove(m->clog, m->clog + 1, (CLOG - 1) * sizeof(double));
+	m->clog[CLOG - 1] = cn;
+	m->nclog++;
+}
+
 /* The pose of an epoch (docs/algorithms.md §2c, "Pose"). */
 static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double *prof,
                     be_motion_bands_fn bands, void *ctx, struct be_motion_pose *out)
@@ -598,6 +621,46 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	pred.ty += m->vel.ty;
 	pred.tz += m->vel.tz;
 	pose = pred;
+	/* the stillness test: this epoch's bands against those of the last epoch at the same
+	 * offset (the same positions: no interpolation, no depth that a curved or tilted surface
+	 * moves with the offset); a change below BE_MOTION_STILL of the bands' own spread means
+	 * that nothing moved for a cycle, and the pose stays the last one */
+	const uint32_t q = oy * m->g.sx + ox;
+	int rc = bands(ctx, 0.0, m->b0);
+	if (rc < 0)
+		return rc;
+	bool still = false;
+	m->still = false;
+	if (q < m->S && m->bq_ok[q]) {
+		const float *bq = m->bq + (size_t)q * m->nn;
+		double mean = 0.0, var = 0.0, dif = 0.0;
+		for (uint32_t i = 0; i < m->nn; i++)
+			mean += m->b0[i];
+		mean /= m->nn;
+		for (uint32_t i = 0; i < m->nn; i++) {
+			const double a = m->b0[i] - mean, d = (double)m->b0[i] - bq[i];
+			var += a * a;
+			dif += d * d;
+		}
+		still = var > 0.0 && dif < BE_MOTION_STILL * 2.0 * var;
+	}
+	if (q < m->S) {
+		memcpy(m->bq + (size_t)q * m->nn, m->b0, m->nn * sizeof(float));
+		m->bq_ok[q] = 1;
+	}
+	if (still) {
+		*out = m->last;
+		memset(&m->vel, 0, sizeof(m->vel));
+		m->still = true;
+		/* the residual at the held pose keeps the drop's median up to date */
+		if (m->nseen >= BE_MOTION_WARM && m->have_ob) {
+			uint32_t nok;
+			memcpy(m->be, m->b0, m->nn * sizeof(float));
+			log_residual(m,
+			             residual(m, ox, oy, out, m->r0, &nok) / (nok > 0 ? nok : 1));
+		}
+		return 0;
+	}
 	/* axial: the mean over the last NAX epochs of their pose plus the shift against their
 	 * mean A-scan, taken as measured */
 	uint32_t na = m->nprof < BE_MOTION_NAX ? m->nprof : BE_MOTION_NAX;
@@ -611,7 +674,7 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 		*out = pose;
 		return 0;
 	}
-	int rc = bands(ctx, dz, m->be);
+	rc = bands(ctx, dz, m->be);
 	if (rc < 0)
 		return rc;
 	double cn = register_lateral(m, ox, oy, &pose);
@@ -637,9 +700,7 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 			m->nclog = 0;
 		}
 	}
-	memmove(m->clog, m->clog + 1, (CLOG - 1) * sizeof(double));
-	m->clog[CLOG - 1] = cn;
-	m->nclog++;
+	log_residual(m, cn);
 	/* alpha-beta: the velocity follows the innovation; the axial estimate as measured */
 	m->vel.th += BE_MOTION_GB * (pose.th - pred.th);
 	m->vel.tx += BE_MOTION_GB * (pose.tx - pred.tx);
@@ -662,6 +723,7 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 
 	if (rc < 0)
 		return rc;
+
 	m->last = pose;
 	m->have_last = true;
 	if (m->nprof == PROFS) {
@@ -674,6 +736,16 @@ int be_motion_epoch(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	if (m->lost) {
 		drop_history(m);
 		m->lost = false;
+	}
+
+	/* still (the stillness test): the last entry at this offset shows the tissue where it is
+	 * now, so it takes this epoch's pose */
+	if (m->still) {
+		for (uint32_t i = m->nh; i-- > 0;)
+			if (m->hist[i].ox == ox && m->hist[i].oy == oy) {
+				m->hist[i].pose = pose;
+				break;
+			}
 	}
 
 	/* the oldest entry leaves a full history; the slot: the first that no entry holds and

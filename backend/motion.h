@@ -36,6 +36,7 @@
 #define BE_MOTION_RESET  3.0 /* residual factor over its median that drops the history */
 #define BE_MOTION_GA     0.5 /* alpha-beta gains of the pose prediction */
 #define BE_MOTION_GB     0.05
+#define BE_MOTION_STILL  0.01 /* stillness: bands' change over a cycle / their spread */
 
 struct be_motion_pose {
 	double th;     /* rotation about the depth axis (rad) */

@@ -15,8 +15,8 @@ static const char *const backend_names[] = {"auto", "cuda", "cpu", NULL};
 static const char *const source_names[] = {"synth", "replay", "shim", NULL};
 static const char *const replay_format_names[] = {"auto", "raw", NULL};
 static const char *const crc_error_names[] = {"stop", "skip", NULL};
-static const char *const phantom_names[] = {"retina", "mirror",   "tilted", "blocked",
-                                            "curved", "anterior", "skin",   NULL};
+static const char *const phantom_names[] = {"retina",   "mirror", "tilted", "blocked", "curved",
+                                            "anterior", "skin",   "bowl",   NULL};
 static const char *const sample_names[] = {"u16", "i16", "f32", "u12p", "u12gv", NULL};
 static const char *const background_names[] = {
         "ascan_mean", "bscan_mean", "bscan_median", "reference", "none", "partial_median", NULL};

@@ -129,6 +129,8 @@ static void cpu_destroy(void *vst)
 	free(st->pos_tmp);
 	free(st->raw);
 	free(st->pm_count);
+	free(st->miss);
+	free(st->miss_count);
 	free(st->bgspec);
 	free(st->lowres);
 	free(st->bvol);
@@ -256,6 +258,8 @@ static bool cpu_alloc(struct cpu_state *st)
 	ALLOC(st->pos_tmp, K);
 	ALLOC(st->raw, st->geo.nraw);
 	ALLOC(st->pm_count, st->geo.nraw);
+	ALLOC(st->miss, (size_t)st->geo.ny * st->geo.nx);
+	ALLOC(st->miss_count, st->geo.ny);
 	ALLOC(st->bgspec, (size_t)st->geo.nraw * K);
 	ALLOC(st->lowres, (size_t)st->geo.ny * st->geo.nx * st->geo.nz);
 	ALLOC(st->bvol, cols * st->geo.nz);
@@ -355,6 +359,8 @@ static int cpu_create(const struct vr_config *cfg, void **state, char *err, size
 	if (!cpu_alloc(st))
 		goto out_nomem;
 	memset(st->pm_count, 0, st->geo.nraw * sizeof(*st->pm_count));
+	memset(st->miss, 0, (size_t)st->geo.ny * st->geo.nx);
+	memset(st->miss_count, 0, st->geo.ny * sizeof(*st->miss_count));
 	rc = cpu_live_setup(st, cfg, err, errlen);
 	if (rc < 0)
 		goto out_destroy;
@@ -475,6 +481,8 @@ static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *o
 			        st->p.live.background == CFG_BG_PARTIAL_MEDIAN ? most : 0;
 		}
 	}
+	if (out->missing_ascans)
+		memcpy(out->missing_ascans, st->miss_count, st->geo.ny * sizeof(uint32_t));
 	return cpu_views_epoch(st, out, err, errlen);
 }
 

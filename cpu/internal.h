@@ -118,6 +118,11 @@ struct cpu_state {
 	float *chg;   /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
 	float *alpha; /* adaptive: [Y][X] weight of the history estimate */
 	float *beta;  /* adaptive: [Y][X] weight of the column's own history sample */
+
+	/* A-scans with a non-finite sample this epoch (docs/algorithms.md §1.0), per position: an
+	 * A-scan missing in any repeat is missing */
+	uint8_t *miss;        /* [ny][nx], x as in L_e: missing */
+	uint32_t *miss_count; /* [ny] per B-scan position */
 	/* compensated (cpu/motion.c; NULL until that mode is first used) */
 	struct be_motion *motion;
 	float *mhist; /* [slots][ny][nx][nz] low-resolution volumes of the history */
@@ -145,6 +150,10 @@ void cpu_resample(const struct cpu_params *p, uint32_t K, const float *x, float 
  * mode none also writes the structure's u8 and float outputs. */
 void cpu_preprocess_epoch(struct cpu_state *st, float *L, float *const Lf[CPU_FN_PLANES],
                           const struct be_output *out);
+
+/* docs/algorithms.md §1.0: fill the columns of the missing A-scans (miss[x] != 0) of one
+ * B-scan row of L_e (nx columns of nz) from the nearest others along the row. */
+void cpu_fill_missing_row(const uint8_t *miss, uint32_t nx, uint32_t nz, float *row);
 
 /* Reconstruct epoch e from L (docs/algorithms.md §2) into out, and the functional planes Lf
  * with the structure's weights (§5 step 5). */

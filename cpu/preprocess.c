@@ -90,6 +90,39 @@ static float sample_at(const struct cpu_state *st, const void *raw, size_t i)
 	}
 }
 
+/* Whether raw A-scan a of raw B-scan r is missing (a non-finite f32 sample in any repeat of
+ * its position, §1.0). */
+static bool ascan_missing(const struct cpu_state *st, uint32_t r, uint32_t a)
+{
+	const uint32_t nx = st->geo.nx, b = r / st->geo.M;
+	const uint32_t xo = be_live_reversed(&st->p.live, b) ? nx - 1 - a : a;
+
+	return st->miss[(size_t)b * nx + xo] != 0;
+}
+
+/* docs/algorithms.md §1.0 for B-scan position b (f32 samples): mark the A-scans that hold a
+ * NaN or an infinity in any of the position's repeats, at their place in L_e, and count them. */
+static void mark_nonfinite(struct cpu_worker *w, size_t b, void *ctx)
+{
+	struct cpu_state *st = w->st;
+	const uint32_t K = st->geo.K, nx = st->geo.nx, M = st->geo.M;
+	const bool rev = be_live_reversed(&st->p.live, (uint32_t)b);
+	uint32_t count = 0;
+
+	(void)ctx;
+	for (uint32_t a = 0; a < nx; a++) {
+		bool bad = false;
+		for (uint32_t m = 0; m < M; m++) {
+			const float *s = (const float *)st->raw[b * M + m] + (size_t)a * K;
+			for (uint32_t k = 0; k < K; k++)
+				bad |= !isfinite(s[k]);
+		}
+		st->miss[b * nx + (rev ? nx - 1 - a : a)] = bad;
+		count += bad;
+	}
+	st->miss_count[b] = count;
+}
+
 /* Background spectrum of B-scan b for the bscan_mean / bscan_median modes (partial_median
  * starts from the bscan_mean one, see partial_median_bscan). */
 static void bscan_background(struct cpu_worker *w, size_t b, void *ctx)
@@ -98,23 +131,30 @@ static void bscan_background(struct cpu_worker *w, size_t b, void *ctx)
 	const void *raw = st->raw[b];
 	float *bg = st->bgspec + b * st->geo.K;
 	const uint32_t K = st->geo.K, nx = st->geo.nx;
+	/* the A-scans that are not missing (§1.0); none: the background is 0 */
+	const uint32_t n = nx - st->miss_count[b / st->geo.M];
 
+	(void)ctx;
 	if (st->p.live.background == CFG_BG_BSCAN_MEAN ||
 	    st->p.live.background == CFG_BG_PARTIAL_MEDIAN) {
 		for (uint32_t k = 0; k < K; k++)
 			w->dacc[k] = 0.0;
 		for (uint32_t a = 0; a < nx; a++) {
+			if (n < nx && ascan_missing(st, (uint32_t)b, a))
+				continue;
 			convert_ascan(st, raw, a, w->conv);
 			for (uint32_t k = 0; k < K; k++)
 				w->dacc[k] += w->conv[k];
 		}
 		for (uint32_t k = 0; k < K; k++)
-			bg[k] = (float)(w->dacc[k] / nx);
+			bg[k] = n ? (float)(w->dacc[k] / n) : 0.0f;
 	} else {
 		for (uint32_t k = 0; k < K; k++) {
+			uint32_t m = 0;
 			for (uint32_t a = 0; a < nx; a++)
-				w->med[a] = sample_at(st, raw, (size_t)a * K + k);
-			bg[k] = cpu_median(w->med, nx);
+				if (n == nx || !ascan_missing(st, (uint32_t)b, a))
+					w->med[m++] = sample_at(st, raw, (size_t)a * K + k);
+			bg[k] = cpu_median(w->med, m);
 		}
 	}
 }
@@ -220,10 +260,16 @@ static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t 
 	const uint32_t K = st->geo.K, N = st->geo.N;
 	const float *bgs = st->bgspec + (size_t)b * K;
 	float *x = w->conv;
-	double sum = convert_ascan(st, st->raw[b], a, x);
 	float *y = p->live.resample == CFG_RS_NONE ? x : w->rsout;
+	const bool missing = st->miss_count[b / st->geo.M] && ascan_missing(st, b, a);
+	double sum = 0.0;
 
-	switch (p->live.background) {
+	/* a missing A-scan (§1.0) transforms zeros: its L_e column is filled afterwards */
+	if (missing)
+		memset(x, 0, K * sizeof(float));
+	else
+		sum = convert_ascan(st, st->raw[b], a, x);
+	switch (missing ? CFG_BG_NONE : p->live.background) {
 	case CFG_BG_ASCAN_MEAN: {
 		float mean = (float)(sum / K);
 		for (uint32_t k = 0; k < K; k++)
@@ -401,9 +447,13 @@ static void partial_median_spectra(struct cpu_worker *w, uint32_t b)
 			sii[z] += im * im;
 		}
 	}
+	/* a missing A-scan's spectrum is 0 (fill_fft_row): it adds nothing to the sums, and the
+	 * statistics are over the n others (§1.0) */
+	const uint32_t n = nx - st->miss_count[b / st->geo.M];
+	const double dn = n ? (double)n : 1.0;
 	for (uint32_t z = 0; z < nh; z++) {
-		double mr = sr[z] / nx, mi = si[z] / nx;
-		double vr = srr[z] / nx - mr * mr, vi = sii[z] / nx - mi * mi;
+		double mr = sr[z] / dn, mi = si[z] / dn;
+		double vr = srr[z] / dn - mr * mr, vi = sii[z] / dn - mi * mi;
 		sig[z] = (float)sqrt((vr > 0 ? vr : 0.0) + (vi > 0 ? vi : 0.0));
 	}
 	memcpy(sig + nh, sig, nh * sizeof(float));
@@ -415,9 +465,11 @@ static void partial_median_spectra(struct cpu_worker *w, uint32_t b)
 		if (!((double)sig[z] > thr))
 			continue;
 		for (int q = 0; q < 2; q++) {
+			uint32_t m = 0;
 			for (uint32_t a = 0; a < nx; a++)
-				w->med[a] = spec[(size_t)a * nh + z][q];
-			c[2 * z + q] = cpu_median(w->med, nx);
+				if (n == nx || !ascan_missing(st, b, a))
+					w->med[m++] = spec[(size_t)a * nh + z][q];
+			c[2 * z + q] = cpu_median(w->med, m);
 		}
 		count++;
 	}
@@ -429,6 +481,66 @@ static void partial_median_spectra(struct cpu_worker *w, uint32_t b)
 			for (uint32_t z = 0; z < 2 * nh; z++)
 				row[z] -= c[z];
 		}
+	}
+}
+
+/*
+ * docs/algorithms.md §1.0 for B-scan b: the L_e column of each missing A-scan, by linear
+ * interpolation along the B-scan between the nearest A-scans on either side that are not
+ * missing (the nearest one alone at an end; 0 when the whole B-scan is missing), in float:
+ * (1 - t) * left + t * right, t = (x - xl) / (xr - xl). Mode none: its outputs again.
+ */
+void cpu_fill_missing_row(const uint8_t *miss, uint32_t nx, uint32_t nz, float *row)
+{
+	int64_t left = -1;
+
+	for (uint32_t x = 0; x < nx; x++) {
+		if (!miss[x]) {
+			left = x;
+			continue;
+		}
+		uint32_t r = x + 1;
+		while (r < nx && miss[r])
+			r++;
+		float *d = row + (size_t)x * nz;
+		const float *l = left >= 0 ? row + (size_t)left * nz : NULL;
+		const float *rr = r < nx ? row + (size_t)r * nz : NULL;
+		if (l && rr) {
+			const float t = (float)(x - (uint32_t)left) / (float)(r - (uint32_t)left);
+			for (uint32_t z = 0; z < nz; z++)
+				d[z] = (1.0f - t) * l[z] + t * rr[z];
+		} else if (l || rr) {
+			memcpy(d, l ? l : rr, nz * sizeof(float));
+		} else {
+			memset(d, 0, nz * sizeof(float));
+		}
+	}
+}
+
+static void fill_missing(struct cpu_worker *w, size_t b, void *vctx)
+{
+	struct pre_ctx *ctx = vctx;
+	struct cpu_state *st = w->st;
+	const uint32_t nx = st->geo.nx, nz = st->geo.nz;
+	const size_t o = (size_t)b * nx * nz;
+
+	if (!st->miss_count[b])
+		return;
+	cpu_fill_missing_row(st->miss + b * nx, nx, nz, ctx->L + o);
+	/* the functional planes alike (their outputs are made from them afterwards) */
+	for (int q = 0; q < CPU_FN_PLANES; q++)
+		if (ctx->Lf && ctx->Lf[q])
+			cpu_fill_missing_row(st->miss + b * nx, nx, nz, ctx->Lf[q] + o);
+	if (st->p.live.mode != CFG_RECON_NONE)
+		return;
+	for (uint32_t x = 0; x < nx; x++) {
+		if (!st->miss[b * nx + x])
+			continue;
+		const size_t c = o + (size_t)x * nz;
+		if (ctx->sfull)
+			memcpy(ctx->sfull + c, ctx->L + c, nz * sizeof(float));
+		if (ctx->su8)
+			cpu_quantize(ctx->su8 + c, ctx->L + c, nz);
 	}
 }
 
@@ -600,17 +712,19 @@ void cpu_preprocess_epoch(struct cpu_state *st, float *L, float *const Lf[CPU_FN
 	        .su8 = out->volume && sc >= 0 ? out->volume + (size_t)sc * st->geo.le_count : NULL,
 	        .nchunks = (st->geo.nx + CPU_BATCH - 1) / CPU_BATCH};
 
+	if (st->geo.sample_type == CFG_SAMPLE_F32)
+		cpu_parallel(st, st->geo.ny, mark_nonfinite, NULL);
+
 	if (st->p.live.background == CFG_BG_BSCAN_MEAN ||
 	    st->p.live.background == CFG_BG_BSCAN_MEDIAN ||
 	    st->p.live.background == CFG_BG_PARTIAL_MEDIAN)
 		cpu_parallel(st, st->geo.nraw, bscan_background, NULL);
-	if (st->functional) {
+	if (st->functional)
 		cpu_parallel(st, st->geo.ny, functional_position, &ctx);
-		return;
-	}
-	if (st->p.live.background == CFG_BG_PARTIAL_MEDIAN) {
+	else if (st->p.live.background == CFG_BG_PARTIAL_MEDIAN)
 		cpu_parallel(st, st->geo.ny, partial_median_bscan, &ctx);
-		return;
-	}
-	cpu_parallel(st, (size_t)st->geo.ny * ctx.nchunks, preprocess_chunk, &ctx);
+	else
+		cpu_parallel(st, (size_t)st->geo.ny * ctx.nchunks, preprocess_chunk, &ctx);
+	if (st->geo.sample_type == CFG_SAMPLE_F32)
+		cpu_parallel(st, st->geo.ny, fill_missing, &ctx);
 }

@@ -331,7 +331,8 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 	for (uint32_t y = 0; y < st->geo.ny; y++)
 		for (uint32_t x = 0; x < st->geo.nx; x++) {
 			size_t fy = (size_t)y * st->geo.sy + oy, fx = (size_t)x * st->geo.sx + ox;
-			st->E[fy * X + fx] = (int64_t)e;
+			/* a missing A-scan (§1.0) leaves its position without a sample */
+			st->E[fy * X + fx] = st->miss[(size_t)y * st->geo.nx + x] ? -1 : (int64_t)e;
 		}
 
 	const double k2 = p->live.tolerance * p->live.tolerance,

@@ -366,6 +366,7 @@ static void status_counters(struct json_object *st, const struct pl_stats *snap)
 	jset_u64(o, "acquired", snap->c.acquired);
 	jset_u64(o, "processed", snap->c.processed);
 	jset_u64(o, "in_ring", snap->c.in_ring);
+	jset_u64(o, "missing_ascans", snap->c.missing_ascans);
 	jset(st, "bscans", o);
 	o = json_object_new_object();
 	for (int i = 0; i < PL_DROP_COUNT; i++)
@@ -642,17 +643,18 @@ static void log_statistics(struct service *s)
 		snprintf(median, sizeof(median), "; partial_median: no volume yet");
 	vrd_log(LOG_NOTICE, "statistics",
 	        "statistics: state %s, uptime %.1f s, B-scans acquired %" PRIu64
-	        " processed %" PRIu64 " in ring %u/%u; epochs started %" PRIu64
-	        " published %" PRIu64 "; drops: %s; source faults %" PRIu64 " reopens %" PRIu64
-	        " dropped_before %" PRIu64 " release_ref errors %" PRIu64 " timestamps off %" PRIu64
+	        " processed %" PRIu64 " in ring %u/%u; A-scans missing (non-finite) %" PRIu64
+	        "; epochs started %" PRIu64 " published %" PRIu64
+	        "; drops: %s; source faults %" PRIu64 " reopens %" PRIu64 " dropped_before %" PRIu64
+	        " release_ref errors %" PRIu64 " timestamps off %" PRIu64
 	        "; latency ms p50/p99: acquire->publish %s, preprocess %s, reconstruct %s, "
 	        "publish %s; readers %d; rates %.1f volumes/s "
 	        "%.3g A-scans/s; watchdog pings %" PRIu64 " withheld %" PRIu64 "%s",
 	        shown_state(s, &snap), (double)(vr_mono_ns() - s->started_ns) / 1e9,
 	        snap.c.acquired, snap.c.processed, snap.c.in_ring, snap.c.ring_size,
-	        snap.c.epochs_started, snap.c.epochs_published, drops, snap.c.source_faults,
-	        snap.c.source_reopens, snap.c.source_gaps, snap.c.release_errors,
-	        snap.c.bad_timestamps, lat[0], lat[1], lat[2], lat[3],
+	        snap.c.missing_ascans, snap.c.epochs_started, snap.c.epochs_published, drops,
+	        snap.c.source_faults, snap.c.source_reopens, snap.c.source_gaps,
+	        snap.c.release_errors, snap.c.bad_timestamps, lat[0], lat[1], lat[2], lat[3],
 	        vrd_pub_readers(vrd_pipeline_pub(s->pl)), s->rates[2], s->rates[0], s->wd_pings,
 	        s->wd_missed, median);
 }

@@ -99,14 +99,32 @@ struct gpu_prep_tables {
 	const float *reference;
 };
 
-/* Column statistic (bscan_mean / bscan_median) of one raw B-scan into col[K]. */
-cudaError_t gpu_launch_colstat(const struct gpu_prep_params *p, const void *raw, float *col,
-                               cudaStream_t s);
+/* The missing A-scans of one B-scan (docs/algorithms.md §1.0; f32 samples only): row[x] != 0
+ * for the A-scan at x of L_e (raw A-scan a at x = rev ? nx - 1 - a : a), *count of them. row
+ * NULL: none can be missing (integer samples). */
+struct gpu_miss {
+	unsigned char *row;
+	unsigned *count;
+	bool rev;
+};
+/* Mark the A-scans of one raw f32 B-scan that hold a NaN or an infinity into m (its count is
+ * set first). */
+cudaError_t gpu_launch_nonfinite(const struct gpu_prep_params *p, const void *raw,
+                                 const struct gpu_miss *m, cudaStream_t s);
+/* Fill the columns of the missing A-scans of the B-scan's row of L_e (lerow) from their
+ * neighbours along the row (docs/algorithms.md §1.0). */
+cudaError_t gpu_launch_fill_missing(const struct gpu_prep_params *p, const struct gpu_miss *m,
+                                    float *lerow, cudaStream_t s);
+
+/* Column statistic (bscan_mean / bscan_median) of one raw B-scan into col[K], over the A-scans
+ * that are not missing (m). */
+cudaError_t gpu_launch_colstat(const struct gpu_prep_params *p, const void *raw,
+                               const struct gpu_miss *m, float *col, cudaStream_t s);
 /* Convert + background (+ window/dispersion/zero padding when taps == 0) of one B-scan:
  * writes conv[nx][K] (taps > 0) or the FFT input fin (taps == 0). */
 cudaError_t gpu_launch_convert(const struct gpu_prep_params *p, const struct gpu_prep_tables *t,
-                               const void *raw, const float *col, float *conv, void *fin,
-                               cudaStream_t s);
+                               const void *raw, const struct gpu_miss *m, const float *col,
+                               float *conv, void *fin, cudaStream_t s);
 /* Resample conv[nx][K] and apply window/dispersion/zero padding into the FFT input. */
 cudaError_t gpu_launch_resample(const struct gpu_prep_params *p, const struct gpu_prep_tables *t,
                                 const float *conv, void *fin, cudaStream_t s);
@@ -116,8 +134,8 @@ cudaError_t gpu_launch_resample(const struct gpu_prep_params *p, const struct gp
  * *count: a later repeat of the position), their medians into m->C (0 elsewhere). spec has ld
  * complex values per A-scan. */
 cudaError_t gpu_launch_partial_median(const struct gpu_prep_params *p, const float2 *spec, int ld,
-                                      const struct gpu_pm_buffers *m, unsigned *count,
-                                      bool count_max, cudaStream_t s);
+                                      const struct gpu_pm_buffers *m, const struct gpu_miss *ms,
+                                      unsigned *count, bool count_max, cudaStream_t s);
 /* Magnitude (of X - C[z] when C is not NULL), log, normalize, flip z, crop into the B-scan's
  * rows of L_e (row = L_e + b*nx*nz); reverse_x writes A-scan a at nx-1-a. spec has ld complex
  * values per A-scan. */
@@ -165,9 +183,10 @@ struct gpu_recon_params {
 /* Output rows per thread of the reconstruction kernel; slabs are multiples of it. */
 #define GPU_RECON_ROWS 4
 
-/* Write L_e into B at the epoch's positions and set E there. */
-cudaError_t gpu_launch_interlace(const struct gpu_recon_params *p, const float *le, float *B,
-                                 long long *E, cudaStream_t s);
+/* Write L_e into B at the epoch's positions and set E there: the epoch, or -1 where the A-scan
+ * was missing (miss [ny][nx], NULL: none). */
+cudaError_t gpu_launch_interlace(const struct gpu_recon_params *p, const float *le,
+                                 const unsigned char *miss, float *B, long long *E, cudaStream_t s);
 /* Temporal weight map tmap[Y][X] from E (the E path). */
 cudaError_t gpu_launch_tmap(const struct gpu_recon_params *p, const long long *E, float *tmap,
                             cudaStream_t s);
@@ -345,8 +364,9 @@ const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 }
 #endif
 
-/* The refusal of output.channels other than [structure], which the CUDA kernels do not compute
- * yet (docs/gpu.md). \return 0 or -ENOTSUP with the message in err. */
+/* The refusal of what the CUDA kernels do not compute yet (docs/gpu.md): output.channels other
+ * than [structure], and f32 samples with geometry.repeats > 1. \return 0 or -ENOTSUP with the
+ * message in err. */
 int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -101,6 +101,10 @@ struct gpu_state {
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 	uint8_t *out8b;      /* the same, spare: NULL when memory is short (no queue ahead) */
 
+	/* f32: the A-scans with a non-finite sample (docs/algorithms.md §1.0), beside le[cur] */
+	unsigned char *miss[2]; /* [ny][nx], x as in L_e: missing */
+	unsigned *mcount[2];    /* [ny] of them per B-scan */
+
 	/* compensated (docs/algorithms.md §2c): allocated when the mode is first used */
 	struct be_motion *motion;
 	uint32_t mslots;
@@ -512,7 +516,8 @@ static void gpu_destroy(void *vst)
 	                     st->d_window, st->d_dre,     st->d_dim,     st->d_ref,    st->le[0],
 	                     st->le[1],    st->counts[0], st->counts[1], st->P,        st->Q,
 	                     st->E,        st->tmap,      st->W,         st->chg,      st->alpha,
-	                     st->beta,     st->axy,       st->aoff,      st->out8,     st->out8b};
+	                     st->beta,     st->axy,       st->aoff,      st->out8,     st->out8b,
+	                     st->miss[0],  st->miss[1],   st->mcount[0], st->mcount[1]};
 	void *const host[] = {st->h_render, st->h_vacc, st->cpin};
 	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
 	for (int k = 0; k < GPU_SLABS; k++)
@@ -892,6 +897,12 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 		if (!st->rep_got)
 			rc = vr_err(err, errlen, -ENOMEM, "cuda backend: out of memory");
 	}
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_malloc((void **)&st->miss[i], (size_t)st->geo.ny * st->geo.nx,
+		                "missing A-scans", err, errlen);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_malloc((void **)&st->mcount[i], st->geo.ny * sizeof(unsigned),
+		                "missing A-scan counts", err, errlen);
 	if (rc == 0 && st->have_full) {
 		const size_t axes = 2 * ((size_t)st->geo.X + st->geo.Y);
 		const struct gpu_buf full[] = {
@@ -932,6 +943,13 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 	for (int i = 0; rc == 0 && i < 2; i++)
 		rc = gpu_cuda_check(cudaMemset(st->counts[i], 0, st->geo.ny * sizeof(unsigned)),
 		                    "cudaMemset(median depth counts)", err, errlen);
+	/* integer samples are never missing, nor the B-scans a part does not receive */
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_cuda_check(cudaMemset(st->miss[i], 0, (size_t)st->geo.ny * st->geo.nx),
+		                    "cudaMemset(missing A-scans)", err, errlen);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = gpu_cuda_check(cudaMemset(st->mcount[i], 0, st->geo.ny * sizeof(unsigned)),
+		                    "cudaMemset(missing A-scan counts)", err, errlen);
 	if (rc < 0)
 		return rc;
 	if (st->have_full) {
@@ -1214,6 +1232,12 @@ fail:
  * the part's texts that do not (CUDA's, the device checks') get the name here. */
 int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen)
 {
+	if (cfg->geometry.repeats > 1 && cfg->geometry.sample_type == CFG_SAMPLE_F32)
+		return vr_err(err, errlen, -ENOTSUP,
+		              "cuda backend: geometry.repeats %u with sample_type f32 is not "
+		              "available yet (the cpu backend takes it: a non-finite sample in any "
+		              "repeat makes its A-scan missing, docs/algorithms.md §1.0)",
+		              (unsigned)cfg->geometry.repeats);
 	if (!cfg_functional(cfg))
 		return 0;
 	return vr_err(err, errlen, -ENOTSUP,
@@ -1351,11 +1375,23 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	};
 	CU(cudaMemcpyAsync(g->raw, raw, st->geo.bscan_bytes, cudaMemcpyHostToDevice, g->s),
 	   "cudaMemcpyAsync(raw B-scan, host to device)");
+	const bool rev = be_live_reversed(&st->live, b);
+	/* f32 with repeats is refused at creation (M = 1 here when f32) */
+	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
+	const struct gpu_miss miss = {
+	        .row = f32 ? st->miss[st->cur] + (size_t)bscan * st->geo.nx : NULL,
+	        .count = st->mcount[st->cur] + b,
+	        .rev = rev,
+	};
+	if (f32)
+		CU(gpu_launch_nonfinite(&st->prep, g->raw, &miss, g->s),
+		   "non-finite sample kernel");
 	const bool pm = st->prep.background == CFG_BG_PARTIAL_MEDIAN;
 	if (st->prep.background == CFG_BG_BSCAN_MEAN ||
 	    st->prep.background == CFG_BG_BSCAN_MEDIAN || pm)
-		CU(gpu_launch_colstat(&st->prep, g->raw, g->col, g->s), "B-scan background kernel");
-	CU(gpu_launch_convert(&st->prep, &t, g->raw, g->col, g->conv, g->fin, g->s),
+		CU(gpu_launch_colstat(&st->prep, g->raw, &miss, g->col, g->s),
+		   "B-scan background kernel");
+	CU(gpu_launch_convert(&st->prep, &t, g->raw, &miss, g->col, g->conv, g->fin, g->s),
 	   "convert kernel");
 	if (st->prep.taps)
 		CU(gpu_launch_resample(&st->prep, &t, g->conv, g->fin, g->s), "resample kernel");
@@ -1366,16 +1402,18 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	else
 		CUFFT(cufftExecR2C(g->r2c, (cufftReal *)g->fin, (cufftComplex *)g->fout),
 		      "cufftExecR2C");
-	const bool rev = be_live_reversed(&st->live, b);
 	const int ld = st->prep.complex_in ? (int)st->geo.N : (int)(st->geo.N / 2 + 1);
 	float *lerow = st->le[st->cur] + (size_t)b * st->geo.nx * st->geo.nz;
 	if (pm) /* the count of a position: the most over its repeats */
-		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm,
+		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm, &miss,
 		                             st->counts[st->cur] + b, !first, g->s),
 		   "partial_median kernels");
 	if (M == 1) {
 		CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, lerow, g->s),
 		   "log-magnitude kernel");
+		if (f32)
+			CU(gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s),
+			   "missing A-scan kernel");
 		return 0;
 	}
 	CU(gpu_launch_power_add(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, first, lerow,
@@ -1874,7 +1912,7 @@ static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_
 	                   * the transposed differences' scratch */
 		CU(gpu_launch_adapt_change(rp, le, st->P, st->E, st->Q, st->chg, s0),
 		   "change measure kernel");
-	CU(gpu_launch_interlace(rp, le, st->P, st->E, s0), "interlace kernel");
+	CU(gpu_launch_interlace(rp, le, st->miss[st->cur], st->P, st->E, s0), "interlace kernel");
 	if (rp->adaptive)
 		CU(gpu_launch_adapt_weights(rp, st->E, st->chg, st->axy, st->aoff, st->alpha,
 		                            st->beta, st->tmap, s0),
@@ -1996,6 +2034,13 @@ static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, c
 		   "cudaMemcpyAsync(median depth counts, device to host)");
 	else if (out->median_depths)
 		memset(out->median_depths + b0, 0, nb * sizeof(*out->median_depths));
+	if (out->missing_ascans && st->geo.sample_type == CFG_SAMPLE_F32)
+		CU(cudaMemcpyAsync(out->missing_ascans + b0, st->mcount[st->cur] + b0,
+		                   nb * sizeof(unsigned), cudaMemcpyDeviceToHost,
+		                   st->rs[(k + 1) % GPU_RSTREAMS]),
+		   "cudaMemcpyAsync(missing A-scan counts, device to host)");
+	else if (out->missing_ascans)
+		memset(out->missing_ascans + b0, 0, nb * sizeof(*out->missing_ascans));
 	for (int j = 0; j < GPU_RSTREAMS; j++) {
 		/* rev[j]: after rs[j]'s work and cs[j]'s copies */
 		CU(cudaEventRecord(st->cev[j], st->rs[j]), "cudaEventRecord");

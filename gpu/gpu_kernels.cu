@@ -135,18 +135,71 @@ static __device__ __forceinline__ void gpu_put_fin(void *fin, size_t base, int j
 	}
 }
 
-/* Per-k mean or median over the nx A-scans of one B-scan (converted samples). */
+/* Whether raw A-scan a of the B-scan m describes is missing (docs/algorithms.md §1.0). */
+static __device__ __forceinline__ bool gpu_missing(const gpu_miss &m, int a, int nx)
+{
+	return m.row && m.row[m.rev ? nx - 1 - a : a];
+}
+
+/* Grid (nx): block a marks raw A-scan a of an f32 B-scan missing when a sample is a NaN or an
+ * infinity, at its place in L_e, and counts it. */
+__global__ void k_nonfinite(const float *raw, int K, int nx, gpu_miss m)
+{
+	const int a = blockIdx.x;
+	const float *row = raw + (size_t)a * K;
+	int bad = 0;
+	for (int k = threadIdx.x; k < K; k += blockDim.x)
+		bad |= !isfinite(row[k]);
+	bad = __syncthreads_or(bad);
+	if (threadIdx.x == 0) {
+		m.row[m.rev ? nx - 1 - a : a] = (unsigned char)(bad != 0);
+		if (bad)
+			atomicAdd(m.count, 1u);
+	}
+}
+
+/* Grid (ceil(nz / threads), nx): the L_e column x of a missing A-scan by linear interpolation
+ * between the nearest columns on either side that are not missing, as cpu_fill_missing_row:
+ * (1 - t) * left + t * right in float, t = (x - xl) / (xr - xl); the nearest alone at an end;
+ * 0 when every A-scan is missing. */
+__global__ void k_fill_missing(gpu_miss m, int nx, int nz, float *lerow)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x, x = blockIdx.y;
+	if (z >= nz || !m.row[x])
+		return;
+	int l = x - 1, r = x + 1;
+	while (l >= 0 && m.row[l])
+		l--;
+	while (r < nx && m.row[r])
+		r++;
+	float v = 0.0f;
+	if (l >= 0 && r < nx) {
+		const float t = __fdiv_rn((float)(x - l), (float)(r - l));
+		v = __fadd_rn(__fmul_rn(__fsub_rn(1.0f, t), lerow[(size_t)l * nz + z]),
+		              __fmul_rn(t, lerow[(size_t)r * nz + z]));
+	} else if (l >= 0) {
+		v = lerow[(size_t)l * nz + z];
+	} else if (r < nx) {
+		v = lerow[(size_t)r * nz + z];
+	}
+	lerow[(size_t)x * nz + z] = v;
+}
+
+/* Per-k mean or median over the A-scans of one B-scan that are not missing (converted
+ * samples; none: 0). */
 template <int ST>
 __global__ void k_colmean(const typename gpu_sample<ST>::type *raw, int K, int nx, int sh,
-                          float *col)
+                          gpu_miss m, float *col)
 {
 	const int k = blockIdx.x * blockDim.x + threadIdx.x;
 	if (k >= K)
 		return;
+	const int n = m.row ? nx - (int)*m.count : nx;
 	double s = 0;
 	for (int a = 0; a < nx; a++)
-		s += gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh);
-	col[k] = (float)(s / nx);
+		if (n == nx || !gpu_missing(m, a, nx))
+			s += gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh);
+	col[k] = n ? (float)(s / n) : 0.0f;
 }
 
 /* Ascending bitonic sort of sv[0..n2) in shared memory by the block's threads (n2 a power of
@@ -169,20 +222,23 @@ static __device__ __forceinline__ void gpu_bitonic_sort(float *sv, int n2)
 	}
 }
 
-/* One block per k: bitonic sort of the column (padded with +inf to n2) in shared memory. */
+/* One block per k: bitonic sort of the column (padded with +inf to n2, the missing A-scans
+ * too) in shared memory; the median of the n others. */
 template <int ST>
 __global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int nx, int n2, int sh,
-                            float *col)
+                            gpu_miss m, float *col)
 {
 	extern __shared__ float sv[];
 	const int k = blockIdx.x;
+	const int n = m.row ? nx - (int)*m.count : nx;
 	for (int a = threadIdx.x; a < n2; a += blockDim.x)
-		sv[a] = a < nx ? gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh)
-		               : INFINITY;
+		sv[a] = a < nx && !gpu_missing(m, a, nx)
+		                ? gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh)
+		                : INFINITY;
 	__syncthreads();
 	gpu_bitonic_sort(sv, n2);
 	if (threadIdx.x == 0)
-		col[k] = 0.5f * (sv[(nx - 1) / 2] + sv[nx / 2]);
+		col[k] = n ? 0.5f * (sv[(n - 1) / 2] + sv[n / 2]) : 0.0f;
 }
 
 /* Sum in double of one A-scan's converted samples over the threads of a block (thread i takes
@@ -263,11 +319,13 @@ static __device__ double gpu_row_sum(const typename gpu_sample<ST>::type *row, i
 template <int ST, bool DIRECT>
 __global__ void __launch_bounds__(GPU_THREADS)
         k_convert(gpu_prep_params p, gpu_prep_tables t, const typename gpu_sample<ST>::type *raw,
-                  const float *col, float *conv, void *fin, bool vec)
+                  gpu_miss m, const float *col, float *conv, void *fin, bool vec)
 {
 	__shared__ double red[GPU_THREADS / 32 + 1];
 	const int a = blockIdx.y, K = p.K;
 	const typename gpu_sample<ST>::type *row = raw + gpu_sample<ST>::row(a, K);
+	/* a missing A-scan (§1.0) transforms zeros: its L_e column is filled afterwards */
+	const bool missing = gpu_missing(m, a, p.nx);
 	float mean = 0.0f;
 
 	if (p.background == CFG_BG_ASCAN_MEAN)
@@ -275,7 +333,7 @@ __global__ void __launch_bounds__(GPU_THREADS)
 	const int len = DIRECT ? p.N : K;
 	for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < len; j += gridDim.x * blockDim.x) {
 		float x = 0.0f;
-		if (j < K) {
+		if (j < K && !missing) {
 			x = gpu_sample<ST>::at(row, j, p.bit_shift);
 			if (p.background == CFG_BG_ASCAN_MEAN)
 				x -= mean;
@@ -400,8 +458,8 @@ __global__ void k_pm_partial(const float2 *__restrict__ spec, int ld, int nx, in
 
 /* Grid (ceil(half / threads)): the chunks' sums in chunk order, then sigma[z] as the CPU forms
  * it: sqrt(max(vr, 0) + max(vi, 0)) in double, rounded to float. */
-__global__ void k_pm_sigma(const double *__restrict__ part, int chunks, int nx, int half,
-                           float *__restrict__ sig)
+__global__ void k_pm_sigma(const double *__restrict__ part, int chunks, int nx, gpu_miss m,
+                           int half, float *__restrict__ sig)
 {
 	const int z = blockIdx.x * blockDim.x + threadIdx.x;
 	if (z >= half)
@@ -415,8 +473,12 @@ __global__ void k_pm_sigma(const double *__restrict__ part, int chunks, int nx, 
 		srr += part[2 * stride + o];
 		sii += part[3 * stride + o];
 	}
-	const double mr = sr / nx, mi = si / nx;
-	const double vr = srr / nx - mr * mr, vi = sii / nx - mi * mi;
+	/* a missing A-scan's spectrum is 0: it adds nothing, the statistics are over the n
+	 * others (§1.0) */
+	const int n = m.row ? nx - (int)*m.count : nx;
+	const double dn = n ? (double)n : 1.0;
+	const double mr = sr / dn, mi = si / dn;
+	const double vr = srr / dn - mr * mr, vi = sii / dn - mi * mi;
 	sig[z] = (float)sqrt((vr > 0 ? vr : 0.0) + (vi > 0 ? vi : 0.0));
 }
 
@@ -500,26 +562,27 @@ static __device__ float gpu_block_median(float *sv, int nx, int n2)
 
 /* Grid-strided over the *nsel listed depths: C[z] = the medians of Re and Im of spec[a][z] over
  * the nx A-scans. Only these depths are sorted. */
-__global__ void k_pm_median(const float2 *__restrict__ spec, int ld, int nx, int n2,
+__global__ void k_pm_median(const float2 *__restrict__ spec, int ld, int nx, int n2, gpu_miss m,
                             const int *__restrict__ list, const int *__restrict__ nsel,
                             float2 *__restrict__ C)
 {
 	extern __shared__ float sv[];
 	const int n = *nsel;
+	const int nv = m.row ? nx - (int)*m.count : nx; /* A-scans not missing */
 	for (int i = blockIdx.x; i < n; i += gridDim.x) {
 		const int z = list[i];
 		float med[2];
 		for (int q = 0; q < 2; q++) {
 			for (int a = threadIdx.x; a < n2; a += blockDim.x) {
 				float v = INFINITY;
-				if (a < nx) {
+				if (a < nx && !gpu_missing(m, a, nx)) {
 					const float2 x = spec[(size_t)a * ld + z];
 					v = q ? x.y : x.x;
 				}
 				sv[a] = v;
 			}
 			__syncthreads();
-			med[q] = gpu_block_median(sv, nx, n2);
+			med[q] = nv ? gpu_block_median(sv, nv, n2) : 0.0f;
 		}
 		if (threadIdx.x == 0)
 			C[z] = make_float2(med[0], med[1]);
@@ -530,7 +593,8 @@ __global__ void k_pm_median(const float2 *__restrict__ spec, int ld, int nx, int
 
 /* Grid (columns, z chunks), both grid-strided: B[y*sy+oy][x*sx+ox][z] = L_e[y][x][z] for the
  * low-resolution column c = y * nx + x of block x; E there = epoch. */
-__global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le, float *__restrict__ B,
+__global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le,
+                            const unsigned char *__restrict__ miss, float *__restrict__ B,
                             long long *__restrict__ E)
 {
 	const size_t ncols = (size_t)p.ny * p.nx;
@@ -542,8 +606,9 @@ __global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le, fl
 		for (int z = blockIdx.y * blockDim.x + threadIdx.x; z < p.nz;
 		     z += gridDim.y * blockDim.x)
 			d[z] = __ldg(&src[z]);
+		/* a missing A-scan (§1.0) leaves its position without a sample */
 		if (blockIdx.y == 0 && threadIdx.x == 0)
-			E[dst] = p.epoch;
+			E[dst] = miss && miss[c] ? -1 : p.epoch;
 	}
 }
 
@@ -1765,8 +1830,26 @@ template <typename F> static void gpu_by_sample(int st, F f)
 	}
 }
 
-extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *raw, float *col,
-                                          cudaStream_t s)
+extern "C" cudaError_t gpu_launch_nonfinite(const gpu_prep_params *p, const void *raw,
+                                            const gpu_miss *m, cudaStream_t s)
+{
+	cudaError_t e = cudaMemsetAsync(m->count, 0, sizeof(unsigned), s);
+	if (e != cudaSuccess)
+		return e;
+	k_nonfinite<<<(unsigned)p->nx, GPU_THREADS, 0, s>>>((const float *)raw, p->K, p->nx, *m);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_fill_missing(const gpu_prep_params *p, const gpu_miss *m,
+                                               float *lerow, cudaStream_t s)
+{
+	dim3 g((p->nz + GPU_THREADS - 1) / GPU_THREADS, p->nx);
+	k_fill_missing<<<g, GPU_THREADS, 0, s>>>(*m, p->nx, p->nz, lerow);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *raw,
+                                          const gpu_miss *m, float *col, cudaStream_t s)
 {
 	if (p->background == CFG_BG_BSCAN_MEAN || p->background == CFG_BG_PARTIAL_MEDIAN) {
 		dim3 g((p->K + GPU_THREADS - 1) / GPU_THREADS);
@@ -1774,7 +1857,7 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 			constexpr int ST = decltype(st)::value;
 			using T = typename gpu_sample<ST>::type;
 			k_colmean<ST><<<g, GPU_THREADS, 0, s>>>((const T *)raw, p->K, p->nx,
-			                                        p->bit_shift, col);
+			                                        p->bit_shift, *m, col);
 		});
 		return cudaGetLastError();
 	}
@@ -1787,13 +1870,14 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 		constexpr int ST = decltype(st)::value;
 		using T = typename gpu_sample<ST>::type;
 		k_colmedian<ST><<<p->K, threads, shm, s>>>((const T *)raw, p->K, p->nx, n2,
-		                                           p->bit_shift, col);
+		                                           p->bit_shift, *m, col);
 	});
 	return cudaGetLastError();
 }
 
 extern "C" cudaError_t gpu_launch_partial_median(const gpu_prep_params *p, const float2 *spec,
-                                                 int ld, const gpu_pm_buffers *m, unsigned *count,
+                                                 int ld, const gpu_pm_buffers *m,
+                                                 const gpu_miss *ms, unsigned *count,
                                                  bool count_max, cudaStream_t s)
 {
 	const int half = p->half, nx = p->nx;
@@ -1802,7 +1886,7 @@ extern "C" cudaError_t gpu_launch_partial_median(const gpu_prep_params *p, const
 	const unsigned zb = (unsigned)((half + GPU_THREADS - 1) / GPU_THREADS);
 	k_pm_partial<<<dim3(zb, (unsigned)chunks), GPU_THREADS, 0, s>>>(spec, ld, nx, half, per,
 	                                                                m->part);
-	k_pm_sigma<<<zb, GPU_THREADS, 0, s>>>(m->part, chunks, nx, half, m->sig);
+	k_pm_sigma<<<zb, GPU_THREADS, 0, s>>>(m->part, chunks, nx, *ms, half, m->sig);
 	k_pm_select<<<1, 1024, 0, s>>>(m->sig, half, p->pm_threshold, m->list, m->nsel, count,
 	                               count_max, m->C);
 	int n2 = 1;
@@ -1810,8 +1894,8 @@ extern "C" cudaError_t gpu_launch_partial_median(const gpu_prep_params *p, const
 		n2 <<= 1;
 	const int threads = n2 / 2 < 32 ? 32 : (n2 / 2 > 1024 ? 1024 : n2 / 2);
 	const unsigned blocks = (unsigned)(half < 65535 ? half : 65535);
-	k_pm_median<<<blocks, threads, sizeof(float) * (size_t)n2, s>>>(spec, ld, nx, n2, m->list,
-	                                                                m->nsel, m->C);
+	k_pm_median<<<blocks, threads, sizeof(float) * (size_t)n2, s>>>(spec, ld, nx, n2, *ms,
+	                                                                m->list, m->nsel, m->C);
 	return cudaGetLastError();
 }
 
@@ -1819,7 +1903,8 @@ extern "C" cudaError_t gpu_launch_partial_median(const gpu_prep_params *p, const
 
 template <bool DIRECT>
 static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, const void *raw,
-                          const float *col, float *conv, void *fin, cudaStream_t s)
+                          const gpu_miss *m, const float *col, float *conv, void *fin,
+                          cudaStream_t s)
 {
 	const int len = DIRECT ? p->N : p->K;
 	const int per_block = GPU_THREADS * GPU_CONV_PER_THREAD;
@@ -1831,19 +1916,19 @@ static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, co
 		constexpr int ST = decltype(st)::value;
 		using T = typename gpu_sample<ST>::type;
 		const int vec = ST == CFG_SAMPLE_F32 ? 4 : 8;
-		k_convert<ST, DIRECT><<<g, GPU_THREADS, 0, s>>>(*p, *t, (const T *)raw, col, conv,
-		                                                fin, aligned && p->K % vec == 0);
+		k_convert<ST, DIRECT><<<g, GPU_THREADS, 0, s>>>(
+		        *p, *t, (const T *)raw, *m, col, conv, fin, aligned && p->K % vec == 0);
 	});
 }
 
 extern "C" cudaError_t gpu_launch_convert(const gpu_prep_params *p, const gpu_prep_tables *t,
-                                          const void *raw, const float *col, float *conv, void *fin,
-                                          cudaStream_t s)
+                                          const void *raw, const gpu_miss *m, const float *col,
+                                          float *conv, void *fin, cudaStream_t s)
 {
 	if (p->taps == 0)
-		gpu_convert_t<true>(p, t, raw, col, conv, fin, s);
+		gpu_convert_t<true>(p, t, raw, m, col, conv, fin, s);
 	else
-		gpu_convert_t<false>(p, t, raw, col, conv, fin, s);
+		gpu_convert_t<false>(p, t, raw, m, col, conv, fin, s);
 	return cudaGetLastError();
 }
 
@@ -1881,14 +1966,15 @@ extern "C" cudaError_t gpu_launch_logpower(const gpu_prep_params *p, float inv_m
 	return cudaGetLastError();
 }
 
-extern "C" cudaError_t gpu_launch_interlace(const gpu_recon_params *p, const float *le, float *B,
-                                            long long *E, cudaStream_t s)
+extern "C" cudaError_t gpu_launch_interlace(const gpu_recon_params *p, const float *le,
+                                            const unsigned char *miss, float *B, long long *E,
+                                            cudaStream_t s)
 {
 	const size_t ncols = (size_t)p->ny * p->nx;
 	const unsigned gx = (unsigned)(ncols < (1u << 30) ? (ncols ? ncols : 1) : (1u << 30));
 	const int zc = (p->nz + 4 * GPU_THREADS - 1) / (4 * GPU_THREADS); /* 4 depths a thread */
 	const dim3 g(gx, (unsigned)(zc < 1 ? 1 : (zc > 65535 ? 65535 : zc)));
-	k_interlace<<<g, GPU_THREADS, 0, s>>>(*p, le, B, E);
+	k_interlace<<<g, GPU_THREADS, 0, s>>>(*p, le, miss, B, E);
 	return cudaGetLastError();
 }
 

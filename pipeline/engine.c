@@ -471,6 +471,15 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 		goto fail;
 	}
 	pl_guard_set(pl->scratch, pl->bscan_bytes);
+	for (int i = 0; i < 2; i++) {
+		rc = be_host_alloc(pl->be, pl->cfg.geometry.bscans_per_volume * sizeof(uint32_t),
+		                   (void **)&pl->missing[i]);
+		if (rc < 0) {
+			vr_err_errno(err, errlen, rc,
+			             "pipeline: allocating the missing A-scan counts");
+			goto fail;
+		}
+	}
 	rc = pl_source_open(pl, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -721,6 +730,8 @@ void pl_free(struct pl_pipeline *pl)
 	if (pl->be) {
 		be_host_free(pl->be, pl->ring_mem);
 		be_host_free(pl->be, pl->scratch);
+		be_host_free(pl->be, pl->missing[0]);
+		be_host_free(pl->be, pl->missing[1]);
 		be_close(pl->be);
 	}
 	pl_ring_free(&pl->ring);

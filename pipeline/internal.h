@@ -107,6 +107,11 @@ struct pl_pipeline {
 	uint64_t first_epoch; /* the first epoch acquired: the source's (a recording's first) */
 	bool block;           /* wait for room instead of dropping */
 
+	/* be_output.missing_ascans [ny] of the epochs launched, in turn (when the sink gives
+	 * none) */
+	uint32_t *missing[2];
+	unsigned missing_next;
+
 	void *ring_mem;    /* copying path: the ring's B-scans (host_alloc) */
 	void *scratch;     /* where B-scans of a dropped epoch land */
 	size_t slot_bytes; /* ring stride: a B-scan, its guard, aligned to SLOT_ALIGN */

@@ -36,6 +36,8 @@ struct pl_volume {
 	double preprocess_ms;     /* time spent submitting the epoch's B-scans */
 	double reconstruct_ms;    /* epoch finish -> output complete */
 	uint32_t generation;      /* of the live parameters it was made with (pl_request_live) */
+	uint64_t missing_ascans;  /* A-scans with a non-finite sample, reconstructed from their
+	                           * neighbours (f32 input, docs/algorithms.md §1.0) */
 	uint32_t flags;           /* PL_VOLUME_RESET: the first volume after a history reset;
 	                          * PL_VOLUME_DROPPED_BEFORE: the source lost data before its
 	                          * first B-scan (epochs skipped are for the sink to tell) */
@@ -229,6 +231,8 @@ struct pl_counters {
 	uint64_t source_faults, source_reopens;
 	uint64_t release_errors; /* release_ref() calls that failed (not faults: data flows on) */
 	uint64_t bad_timestamps; /* B-scans whose meta.timestamp_ns was off the clock (not used) */
+	uint64_t missing_ascans; /* A-scans of published volumes with a non-finite sample (f32),
+	                          * reconstructed from their neighbours (docs/algorithms.md §1.0) */
 	uint64_t source_gaps;    /* B-scans the source marked VOLREC_SHIM_META_DROPPED_BEFORE (data
 	                       * lost before them): acquired, counted as any other */
 	uint32_t in_ring, ring_size; /* acquired B-scans held in the ring now / capacity */

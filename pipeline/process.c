@@ -85,6 +85,7 @@ struct pl_flight {
 	double pre_ms;        /* time spent in bscan_submit for this epoch */
 	uint64_t t_fin;       /* when the finish was queued (fl) */
 	struct be_output out; /* valid until be_epoch_wait returns (contract) */
+	uint64_t missing;     /* A-scans missing in the published volume (non-finite samples) */
 };
 
 /* Give back the n oldest entries; published: counted as processed, else as drops of cause.
@@ -165,6 +166,10 @@ static int launch(struct pl_pipeline *pl, struct pl_flight *sb, char *err, size_
 		finish_unwanted(pl, sb);
 		return rc;
 	}
+	if (!sb->out.missing_ascans) {
+		sb->out.missing_ascans = pl->missing[pl->missing_next];
+		pl->missing_next ^= 1u;
+	}
 	sb->t_fin = vr_mono_ns();
 	rc = be_epoch_finish_async(pl->be, sb->epoch, &sb->out, err, errlen);
 	if (rc < 0)
@@ -200,6 +205,9 @@ static int land(struct pl_pipeline *pl, struct pl_flight *fl, double ms[PL_LAT_N
 	v.generation = pl->generation;
 	v.flags = (pl->reset_flag ? PL_VOLUME_RESET : 0) |
 	          (e0->gap_before ? PL_VOLUME_DROPPED_BEFORE : 0);
+	for (uint32_t b = 0; b < pl->cfg.geometry.bscans_per_volume; b++) /* per position */
+		v.missing_ascans += fl->out.missing_ascans[b];
+	fl->missing = v.missing_ascans;
 	rc = pl->sink.publish(pl->sink.ctx, &v, err, errlen);
 	if (rc < 0)
 		return rc;
@@ -244,6 +252,7 @@ static void step_land(struct pl_pipeline *pl, struct pl_flight *fl)
 	pthread_mutex_lock(&pl->mu);
 	if (rc == 0) {
 		pl->last_epoch = fl->epoch;
+		pl->c.missing_ascans += fl->missing;
 		for (int i = 0; i < PL_LAT_N; i++)
 			vr_window_add(&pl->lat[i], ms[i]);
 	}

@@ -93,6 +93,7 @@ struct sim {
 	bool mirror;  /* phantom "mirror": one flat reflector of amplitude 1 ... */
 	uint32_t zm;  /* ... at this depth bin (mirror_mm), phase 0 */
 	bool tilted;  /* phantom "tilted": the retina and a strong tilted reflector */
+	bool bowl;    /* phantom "bowl": the retina bent into a bowl (SIM_CURVE_*) */
 	bool blocked; /* phantom "blocked": the sample arm blocked, no light back from it */
 	/* a solid phantom (sim_scene.c): its scene, and a column's reflectivity at zlo..zhi */
 	struct sim_scene scene;
@@ -219,10 +220,10 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 
 	if (strcmp(p->phantom, "retina") != 0 && strcmp(p->phantom, "mirror") != 0 &&
 	    strcmp(p->phantom, "tilted") != 0 && strcmp(p->phantom, "blocked") != 0 &&
-	    sim_solid_kind(p->phantom) == SIM_SOLID_NONE)
+	    strcmp(p->phantom, "bowl") != 0 && sim_solid_kind(p->phantom) == SIM_SOLID_NONE)
 		return vr_err(err, errlen, -EINVAL,
 		              "synth: unknown phantom '%s' (allowed: retina, mirror, tilted, "
-		              "blocked, curved, anterior, skin)",
+		              "blocked, curved, anterior, skin, bowl)",
 		              p->phantom);
 	if (!(p->mirror_mm >= 0 && p->mirror_mm < SIM_DEPTH_MM))
 		return vr_err(err, errlen, -EINVAL,
@@ -352,6 +353,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->mirror = strcmp(p->phantom, "mirror") == 0;
 	s->zm = (uint32_t)lround((p->mirror_mm > 0 ? p->mirror_mm : SIM_MIRROR_MM) / s->dz);
 	s->tilted = strcmp(p->phantom, "tilted") == 0;
+	s->bowl = strcmp(p->phantom, "bowl") == 0;
 	s->blocked = strcmp(p->phantom, "blocked") == 0;
 	sim_scene_init(&s->scene, &s->p, s->dz, s->zlo, s->zhi, (const float(*)[2])s->phasor);
 
@@ -557,6 +559,8 @@ static void column_at(const struct sim *s, uint64_t epoch, double x, double y, s
 	double fx = xp - 0.2, fy = yp + 0.1, rho2 = fx * fx + fy * fy;
 	double pit = exp(-rho2 / (2 * 0.22 * 0.22));
 	double elm = 0.93 + 0.035 * rho2 + 0.015 * xp;
+	if (s->bowl) /* a bowl about the phantom's centre, turning with it */
+		elm += SIM_CURVE_MM_PER_MM2 * (xp * xp + yp * yp) - SIM_CURVE_LIFT_MM;
 	static const double inner[6] = {0.030, 0.045, 0.035, 0.035, 0.030, 0.085};
 	static const double thin[6] = {0.95, 0.95, 0.90, 0.90, 0.85, -0.30};
 	static const double outer[4] = {0.008, 0.030, 0.025, 0.180};

@@ -30,6 +30,12 @@
 #define SIM_TILT_AMP    8.0
 #define SIM_TILT_TOP_MM 0.60
 #define SIM_TILT_BOT_MM 1.40
+/* The "bowl" phantom: the retina's layers bent into a bowl about the phantom's centre, depth
+ * SIM_CURVE_MM_PER_MM2 * r^2 - SIM_CURVE_LIFT_MM added (r in mm; 0.23 mm deeper at the field's
+ * corners than at its centre, on top of the retina's own curvature): a surface whose depth
+ * changes with the scan offset everywhere (docs/algorithms.md §2c) */
+#define SIM_CURVE_MM_PER_MM2 0.05
+#define SIM_CURVE_LIFT_MM    0.12
 
 /* What the scanner produces. */
 struct sim_params {
@@ -48,7 +54,8 @@ struct sim_params {
 	                             * the retina and a strong tilted reflector (SIM_TILT_*);
 	                             * the solid phantoms (sim_scene.c) "curved": a retina on a
 	                             * sphere, "anterior": cornea and iris, "skin": a rough
-	                             * layered skin */
+	                             * layered skin; "bowl": the retina bent into a bowl
+	                             * (SIM_CURVE_*) */
 	double mirror_mm;         /* depth of the mirror, (0, SIM_DEPTH_MM); 0: SIM_MIRROR_MM */
 	double deg_per_s;         /* rotation about the depth axis */
 	double shift_mm_per_s[3]; /* translation speed: lateral x, y (steady drift) and depth

@@ -59,7 +59,7 @@ static void process_usage(FILE *f)
 	        "                      points A..B-1 of IMAGE, an OME-Zarr image of the whole\n"
 	        "                      recording made by `volrec reprocess` (man volrec)\n"
 	        "      --report FILE   write what was done as JSON (backend, device, volumes,\n"
-	        "                      warm_up, seconds) into FILE\n"
+	        "                      warm_up, seconds, missing_ascans) into FILE\n"
 	        "  -o, --output FILE   file to write (replaced): HDF5, or by its suffix OME-Zarr\n"
 	        "                      (.zarr, .ome.zarr), NIfTI-2 (.nii, .nii.gz) or OME-TIFF\n"
 	        "                      (.ome.tif, .ome.tiff), as `volrec export` writes them\n"
@@ -225,6 +225,26 @@ static int part_setup(const struct proc_opts *o, struct part *p, struct pl_optio
 	return 0;
 }
 
+/* A-scans of the volumes processed (warm-up included) that held a non-finite sample. */
+static uint64_t missing_ascans(struct pl_pipeline *pl)
+{
+	struct pl_stats st;
+
+	pl_stats(pl, &st);
+	return st.c.missing_ascans;
+}
+
+/* Say how many A-scans were missing (docs/algorithms.md §1.0), when any were. */
+static void print_missing(struct pl_pipeline *pl)
+{
+	uint64_t n = missing_ascans(pl);
+
+	if (n)
+		printf("volrec process: %llu A-scans held a NaN or an infinity: each was "
+		       "reconstructed from its neighbours\n",
+		       (unsigned long long)n);
+}
+
 /* --report FILE: what was done, as JSON. 0 or VR_EXIT_FAIL with the message printed. */
 static int write_report(const char *path, struct pl_pipeline *pl, uint64_t volumes, uint64_t warm,
                         double seconds)
@@ -238,6 +258,8 @@ static int write_report(const char *path, struct pl_pipeline *pl, uint64_t volum
 	json_object_object_add(o, "volumes", json_object_new_int64((int64_t)volumes));
 	json_object_object_add(o, "warm_up", json_object_new_int64((int64_t)warm));
 	json_object_object_add(o, "seconds", json_object_new_double(seconds));
+	json_object_object_add(o, "missing_ascans",
+	                       json_object_new_int64((int64_t)missing_ascans(pl)));
 	json_object_object_add(o, "volrec_version", json_object_new_string(VOLREC_VERSION));
 	rc = json_object_to_file_ext(path, o, JSON_C_TO_STRING_PLAIN);
 	json_object_put(o);
@@ -295,6 +317,7 @@ static int run_into(const struct proc_opts *o, const struct vr_config *cfg, stru
 	       (unsigned long long)p->a, (unsigned long long)(p->b - 1),
 	       (unsigned long long)warm.warm, elapsed, elapsed > 0 ? done / elapsed : 0.0,
 	       be_device(pl_backend(pl)), o->into);
+	print_missing(pl);
 	if (o->report)
 		return write_report(o->report, pl, done, warm.warm, elapsed);
 	return VR_EXIT_OK;
@@ -462,6 +485,7 @@ static void print_summary(const struct vr_config *cfg, struct pl_pipeline *pl, c
 		       "B-scan on average, at most %u, of %u\n",
 		       cfg->preprocess.background.threshold, r->med_mean, r->med_max,
 		       cfg_fft_len(cfg) / 2);
+	print_missing(pl);
 }
 
 /* -o OUT: the epochs into HDF5 (h5path), then into OUT's format when it is another. An exit

@@ -189,6 +189,11 @@ static void print_processing(FILE *f, struct json_object *st, const struct volre
 	fprintf(f, "; B-scans acquired %.0f, processed %.0f; ring %.0f/%.0f%s",
 	        tool_json_num(st, "bscans.acquired", 0), tool_json_num(st, "bscans.processed", 0),
 	        tool_json_num(st, "ring.used", 0), tool_json_num(st, "ring.size", 0), eol);
+	if (tool_json_num(st, "bscans.missing_ascans", 0) > 0)
+		fprintf(f,
+		        "  missing   %.0f A-scans with a non-finite sample, reconstructed from "
+		        "their neighbours%s",
+		        tool_json_num(st, "bscans.missing_ascans", 0), eol);
 
 	fprintf(f, "  drops     ");
 	drops = 0;

@@ -41,8 +41,9 @@
                               * measured 3.7e-6 on the simulator (H200) */
 
 /* Random samples; random samples with strong lines at fixed and at A-scan-dependent depths
- * (partial_median: depths where the median differs from the mean); the simulator. */
-enum input { IN_RANDOM, IN_LINES, IN_SIM };
+ * (partial_median: depths where the median differs from the mean); the simulator; random f32
+ * samples (or lines) with NaNs and infinities (docs/algorithms.md §1.0: missing A-scans). */
+enum input { IN_RANDOM, IN_LINES, IN_SIM, IN_NONFINITE, IN_LINES_NONFINITE };
 
 /* What a case changes in the running pipeline between epochs (EV_LIVE_PM: into
  * partial_median with threshold 3). */
@@ -555,6 +556,63 @@ static void c_pm_sim_repeats_2(struct vr_config *c)
 	c->geometry.repeats = 2;
 }
 
+/* compensated on the simulator's bowl (a curved retina), still but for a jump at epoch 20: the stillness
+ * test holds the pose (docs/algorithms.md §2c), the jump drops the history, then it holds
+ * again */
+static void c_sim_compensated_bowl_still(struct vr_config *c)
+{
+	c_sim_compensated_motion(c);
+	snprintf(c->source.synth.phantom, sizeof(c->source.synth.phantom), "bowl");
+	c->source.synth.deg_per_s = 0;
+	c->source.synth.shift_mm_per_s[0] = 0;
+	c->source.synth.shift_mm_per_s[2] = 0;
+	c->source.synth.jump_epoch = 20;
+}
+
+/* Non-finite f32 samples (docs/algorithms.md §1.0): every background over the A-scans that are
+ * not missing, every reconstruction mode with missing positions (E = -1) */
+static void c_nf_bmean_cumul(struct vr_config *c)
+{
+	geom(c, 256, 24, 12, 2, 3, CFG_SAMPLE_F32);
+	c->geometry.bidirectional = true;
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEAN;
+	c->preprocess.resample.method = CFG_RS_CUBIC;
+	c->preprocess.resample.positions = CFG_RSPOS_POLY;
+	double poly[4] = {2.0, 255 - 6.0, 5.0, -2.0};
+	memcpy(c->preprocess.resample.poly, poly, sizeof(poly));
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+}
+
+static void c_nf_median_odd_noncumul(struct vr_config *c)
+{
+	geom(c, 256, 25, 12, 2, 2, CFG_SAMPLE_F32);
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEDIAN;
+	c->preprocess.flip.x = true;
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	c->preprocess.dispersion.coeffs[0] = 10.0;
+	c->preprocess.dispersion.coeffs[1] = -4.0;
+}
+
+static void c_nf_ascan_adaptive(struct vr_config *c)
+{
+	geom(c, 256, 24, 12, 2, 3, CFG_SAMPLE_F32);
+	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.tolerance = 0.2;
+}
+
+static void c_nf_none(struct vr_config *c)
+{
+	geom(c, 256, 24, 12, 2, 2, CFG_SAMPLE_F32);
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEAN;
+	c->reconstruct.mode = CFG_RECON_NONE;
+}
+
+static void c_nf_pmedian(struct vr_config *c)
+{
+	geom(c, 512, 64, 12, 2, 2, CFG_SAMPLE_F32);
+	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+}
+
 static const struct tcase cases[] = {
         {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE, false, NULL},
         {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, false,
@@ -667,6 +725,23 @@ static const struct tcase cases[] = {
         {"async-rand-u16-repeats-2", false, IN_RANDOM, 9, true, c_repeats_2, EV_NONE, true, NULL},
         {"async-rand-u16-repeats-2-ahead", false, IN_RANDOM, 10, true, c_repeats_2, EV_FULL_SOME,
          true, NULL},
+        /* non-finite f32 samples last: the cases before draw the same random inputs as before */
+        {"nonfinite-f32-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 8, true, c_nf_bmean_cumul,
+         EV_NONE, false, NULL},
+        {"nonfinite-f32-median-odd-flipx-disp", false, IN_NONFINITE, 6, true,
+         c_nf_median_odd_noncumul, EV_NONE, false, NULL},
+        {"nonfinite-f32-ascan-mean-adaptive", false, IN_NONFINITE, 14, true, c_nf_ascan_adaptive,
+         EV_NONE, false, NULL},
+        {"nonfinite-f32-mode-none", false, IN_NONFINITE, 3, true, c_nf_none, EV_NONE, false, NULL},
+        {"nonfinite-pmedian-lines-f32", false, IN_LINES_NONFINITE, 6, true, c_nf_pmedian, EV_NONE,
+         false, NULL},
+        {"async-nonfinite-f32-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 8, true,
+         c_nf_bmean_cumul, EV_NONE, true, NULL},
+        /* the stillness test of the compensated mode (docs/algorithms.md §2c) */
+        {"sim-u16-compensated-bowl-still-jump", false, IN_SIM, 34, true,
+         c_sim_compensated_bowl_still, EV_NONE, false, NULL},
+        {"async-sim-u16-compensated-bowl-still-jump", false, IN_SIM, 34, true,
+         c_sim_compensated_bowl_still, EV_NONE, true, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
@@ -754,7 +829,7 @@ static int host_table_check(void)
 struct outs {
 	uint8_t *vol;
 	float *low, *full;
-	uint32_t *md; /* [ny] median depths (partial_median) */
+	uint32_t *md; /* [2][ny] median depths (partial_median), missing A-scans */
 	uint32_t ny;
 };
 
@@ -771,10 +846,10 @@ static int outs_alloc(struct outs *o, size_t vox, size_t low, size_t full, uint3
 	o->vol = malloc(vox);
 	o->low = malloc(low * sizeof(float));
 	o->full = full ? malloc(full * sizeof(float)) : NULL;
-	o->md = malloc(ny * sizeof(uint32_t));
+	o->md = malloc(2 * ny * sizeof(uint32_t));
 	o->ny = ny;
 	if (o->md)
-		memset(o->md, 0xff, ny * sizeof(uint32_t)); /* must be overwritten */
+		memset(o->md, 0xff, 2 * ny * sizeof(uint32_t)); /* must be overwritten */
 	return o->vol && o->low && o->md && (!full || o->full) ? 0 : -ENOMEM;
 }
 
@@ -868,18 +943,45 @@ static void fill_lines(const struct vr_config *c, uint8_t *raw, size_t bytes)
 	free(row);
 }
 
+/* NaNs and infinities in the f32 epoch e (docs/algorithms.md §1.0): in B-scan 1 two
+ * neighbouring A-scans (a NaN, a -inf) that move with e, in B-scan 2 its first A-scan all +inf
+ * and a NaN in its last (the ends: the nearest A-scan alone), every third epoch the whole of
+ * B-scan 3 (nothing to fill from), and about 2 % of the other A-scans a NaN at a random
+ * sample. */
+static void poke_nonfinite(const struct vr_config *c, uint64_t e, float *raw)
+{
+	const uint32_t K = c->geometry.samples_per_ascan, nx = c->geometry.ascans_per_bscan,
+	               ny = c->geometry.bscans_per_volume;
+#define AS(b, a) (raw + ((size_t)(b)*nx + (a)) * K)
+	AS(1 % ny, e % nx)[(e * 7) % K] = NAN;
+	AS(1 % ny, (e + 1) % nx)[(e * 13 + 5) % K] = -INFINITY;
+	for (uint32_t k = 0; k < K; k++)
+		AS(2 % ny, 0)[k] = INFINITY;
+	AS(2 % ny, nx - 1)[0] = NAN;
+	if (e % 3 == 0)
+		for (uint32_t a = 0; a < nx; a++)
+			AS(3 % ny, a)[(a * 3) % K] = NAN;
+	for (uint32_t b = 4; b < ny; b++)
+		for (uint32_t a = 0; a < nx; a++)
+			if (rng_next() % 50 == 0)
+				AS(b, a)[rng_next() % K] = NAN;
+#undef AS
+}
+
 /* The raw input of epoch e: the simulator's B-scans at e's offset, or fresh random data. */
-static int make_input(struct sim *sim, bool lines, const struct vr_config *c, uint64_t e,
+static int make_input(struct sim *sim, enum input in, const struct vr_config *c, uint64_t e,
                       uint8_t *raw, char *err, size_t errlen)
 {
 	const uint32_t nraw = cfg_raw_bscans(c), M = c->geometry.repeats;
 	const size_t bbytes = cfg_bscan_bytes(c);
 
 	if (!sim) {
-		if (lines)
+		if (in == IN_LINES || in == IN_LINES_NONFINITE)
 			fill_lines(c, raw, bbytes * nraw);
 		else
 			fill_random(c, raw, bbytes * nraw);
+		if (in == IN_NONFINITE || in == IN_LINES_NONFINITE)
+			poke_nonfinite(c, e, (float *)raw);
 		return 0;
 	}
 	uint32_t ox, oy;
@@ -949,10 +1051,11 @@ static bool same_outs(const struct outs *o, const struct outs *m, size_t vox, si
 		         m->full[i]);
 		return false;
 	}
-	for (uint32_t b = 0; b < o->ny; b++)
+	for (uint32_t b = 0; b < 2 * o->ny; b++)
 		if (o->md[b] != m->md[b]) {
-			snprintf(why, len, "median depths of B-scan %u: one device %u, several %u",
-			         b, o->md[b], m->md[b]);
+			snprintf(why, len, "%s of B-scan %u: one device %u, several %u",
+			         b < o->ny ? "median depths" : "missing A-scans", b % o->ny,
+			         o->md[b], m->md[b]);
 			return false;
 		}
 	return true;
@@ -965,7 +1068,7 @@ static void outs_poison(struct outs *o, size_t vox, size_t low, size_t full)
 	memset(o->low, 0xff, low * sizeof(float));
 	if (full)
 		memset(o->full, 0xff, full * sizeof(float));
-	memset(o->md, 0xff, o->ny * sizeof(uint32_t));
+	memset(o->md, 0xff, 2 * o->ny * sizeof(uint32_t));
 }
 
 /* Submit every raw B-scan of epoch e (ny: their number, positions x repeats) in an interleaved
@@ -1066,6 +1169,8 @@ struct figures {
 	 * peak */
 	uint64_t md_mismatch; /* B-scans whose median depth counts differ */
 	uint64_t md_total;    /* median depths over all epochs and B-scans (CPU) */
+	uint64_t mc_mismatch; /* B-scans whose missing A-scan counts differ */
+	uint64_t mc_total;    /* missing A-scans over all epochs (CPU) */
 	uint64_t w_epoch;
 	size_t w_index;
 	float w_cpu, w_gpu, w_amax;
@@ -1168,6 +1273,8 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
 	for (uint32_t b = 0; b < c->ny; b++) {
 		f->md_mismatch += c->md[b] != g->md[b];
 		f->md_total += c->md[b];
+		f->mc_mismatch += c->md[c->ny + b] != g->md[c->ny + b];
+		f->mc_total += c->md[c->ny + b];
 	}
 	double frac = (double)ok / (double)vox;
 	f->u8_frac = f->epochs ? fmin(f->u8_frac, frac) : frac;
@@ -1189,11 +1296,11 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
  * its outputs untouched until be_epoch_wait(e-1)); the CPU runs through the same wrappers
  * (the synchronous fallback). Also checks the one-epoch-in-flight errors once.
  */
-static int run_async(const struct vr_config *c, struct sim *sim, bool lines, struct be_backend *cb,
-                     struct be_backend *gb, struct be_backend *sb, uint8_t *raw[2],
-                     struct outs oc[2], struct outs og[2], struct outs os[2], size_t vox,
-                     size_t low, size_t full, bool full_some, unsigned epochs, struct figures *f,
-                     char *err, size_t errlen)
+static int run_async(const struct vr_config *c, struct sim *sim, enum input in,
+                     struct be_backend *cb, struct be_backend *gb, struct be_backend *sb,
+                     uint8_t *raw[2], struct outs oc[2], struct outs og[2], struct outs os[2],
+                     size_t vox, size_t low, size_t full, bool full_some, unsigned epochs,
+                     struct figures *f, char *err, size_t errlen)
 {
 	const uint32_t ny = cfg_raw_bscans(c), nz = cfg_nz(c); /* ny: raw B-scans to submit */
 	const size_t bbytes = cfg_bscan_bytes(c);
@@ -1207,13 +1314,14 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 		const bool fe = !full_some || e % 3 == 2;       /* e asks for the float output */
 		const bool fp = !full_some || (e + 2) % 3 == 2; /* e - 1 did */
 		if (e < epochs) {
-			rc = make_input(sim, lines, c, e, raw[k], err, errlen);
+			rc = make_input(sim, in, c, e, raw[k], err, errlen);
 			if (rc == 0)
 				rc = submit_all(cb, e, raw[k], bbytes, ny, err, errlen);
 			struct be_output o = {.volume = oc[k].vol,
 			                      .lowres = oc[k].low,
 			                      .full = fe ? oc[k].full : NULL,
-			                      .median_depths = oc[k].md};
+			                      .median_depths = oc[k].md,
+			                      .missing_ascans = oc[k].md + oc[k].ny};
 			if (rc == 0)
 				rc = be_epoch_finish_async(cb, e, &o, err, errlen);
 			if (rc == 0)
@@ -1222,7 +1330,8 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 			struct be_output so = {.volume = os[k].vol,
 			                       .lowres = os[k].low,
 			                       .full = fe ? os[k].full : NULL,
-			                       .median_depths = os[k].md};
+			                       .median_depths = os[k].md,
+			                       .missing_ascans = os[k].md + os[k].ny};
 			if (rc == 0 && sb)
 				rc = submit_all(sb, e, raw[k], bbytes, ny, err, errlen);
 			if (rc == 0 && sb)
@@ -1248,7 +1357,8 @@ static int run_async(const struct vr_config *c, struct sim *sim, bool lines, str
 			struct be_output o = {.volume = og[k].vol,
 			                      .lowres = og[k].low,
 			                      .full = fe ? og[k].full : NULL,
-			                      .median_depths = og[k].md};
+			                      .median_depths = og[k].md,
+			                      .missing_ascans = og[k].md + og[k].ny};
 			rc = be_epoch_finish_async(gb, e, &o, err, errlen);
 			if (rc < 0)
 				goto out;
@@ -1348,7 +1458,7 @@ static int run_case(const struct tcase *tc, bool *pass)
 		}
 	} else {
 		uint64_t keep = rng_state;
-		if (tc->input == IN_LINES)
+		if (tc->input == IN_LINES || tc->input == IN_LINES_NONFINITE)
 			fill_lines(&c, raw, bbytes * nraw);
 		else
 			fill_random(&c, raw, bbytes * nraw);
@@ -1430,9 +1540,8 @@ static int run_case(const struct tcase *tc, bool *pass)
 	if (tc->async) {
 		uint8_t *raws[2] = {raw, raw2};
 		struct outs ocs[2] = {oc, oc2}, ogs[2] = {og, og2}, oss[2] = {os, os2};
-		rc = run_async(&c, sim, tc->input == IN_LINES, cs, xs, ms ? gs : NULL, raws, ocs,
-		               ogs, oss, vox, low, full, tc->ev == EV_FULL_SOME, tc->epochs, &f,
-		               err, sizeof(err));
+		rc = run_async(&c, sim, tc->input, cs, xs, ms ? gs : NULL, raws, ocs, ogs, oss, vox,
+		               low, full, tc->ev == EV_FULL_SOME, tc->epochs, &f, err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
 		goto report;
@@ -1472,21 +1581,24 @@ static int run_case(const struct tcase *tc, bool *pass)
 				e += 3; /* epochs dropped: ages jump, the E map path again */
 			}
 		}
-		rc = make_input(sim, tc->input == IN_LINES, &c, e, raw, err, sizeof(err));
+		rc = make_input(sim, tc->input, &c, e, raw, err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
 		struct be_output ocb = {.volume = oc.vol,
 		                        .lowres = oc.low,
 		                        .full = oc.full,
-		                        .median_depths = oc.md};
+		                        .median_depths = oc.md,
+		                        .missing_ascans = oc.md + oc.ny};
 		struct be_output ogb = {.volume = og.vol,
 		                        .lowres = og.low,
 		                        .full = og.full,
-		                        .median_depths = og.md};
+		                        .median_depths = og.md,
+		                        .missing_ascans = og.md + og.ny};
 		struct be_output osb = {.volume = os.vol,
 		                        .lowres = os.low,
 		                        .full = os.full,
-		                        .median_depths = os.md};
+		                        .median_depths = os.md,
+		                        .missing_ascans = os.md + os.ny};
 		if (ms)
 			outs_poison(&og, vox, low, full);
 		rc = run_epoch(cs, e, raw, bbytes, nraw, &ocb, err, sizeof(err));
@@ -1508,11 +1620,13 @@ report:
 	 * become relatively large (docs/gpu.md): there the 1e-4 limit holds for the bins within
 	 * 40 dB of their peak, and every bin stays within 5e-4 */
 	const bool pm = c.preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN;
+	const bool nonfinite = tc->input == IN_NONFINITE || tc->input == IN_LINES_NONFINITE;
 	const bool low_ok = pm ? f.low_rel_40db <= LOWRES_TOL && f.low_rel <= 5 * LOWRES_TOL
 	                       : f.low_rel <= LOWRES_TOL;
 	*pass = low_ok && f.u8_frac >= U8_MIN_FRACTION && f.u8_maxdiff <= 2 &&
 	        (!full || f.full_rel <= (pm ? 5 : 1) * LOWRES_TOL) && f.low_spread > 0.01 &&
-	        f.md_mismatch == 0 && f.multi_bad == 0 && (!f.poses || f.pose_diff <= POSE_TOL);
+	        f.md_mismatch == 0 && f.multi_bad == 0 && (!f.poses || f.pose_diff <= POSE_TOL) &&
+	        f.mc_mismatch == 0 && (nonfinite ? f.mc_total > 0 : f.mc_total == 0);
 	printf("%-44s epochs %2u  lowres rel %.2e (<= %.0e)  u8 within 1 LSB %.5f%% (>= %.1f%%), "
 	       "max diff %d (<= 2)",
 	       tc->name, f.epochs, f.low_rel, LOWRES_TOL, 100.0 * f.u8_frac,
@@ -1522,6 +1636,9 @@ report:
 	if (pm)
 		printf("  within 40 dB of the peak %.2e (<= %.0e), all bins <= %.0e",
 		       f.low_rel_40db, LOWRES_TOL, 5 * LOWRES_TOL);
+	if (nonfinite)
+		printf("  missing A-scans %llu (> 0), %llu B-scans' counts differ (0)",
+		       (unsigned long long)f.mc_total, (unsigned long long)f.mc_mismatch);
 	if (pm || tc->ev == EV_LIVE_PM)
 		printf("  median depths %.1f per B-scan, %llu B-scans differ (0)",
 		       f.epochs ? (double)f.md_total / ((double)f.epochs * ny) : 0.0,

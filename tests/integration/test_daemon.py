@@ -598,6 +598,40 @@ def test_partial_median_counts_in_status_statistics_and_the_status_screen(daemon
     assert st["reload"]["result"] == "ok"
 
 
+def test_nonfinite_ascans_count_in_status_statistics_and_the_status_screen(daemons, bin_dir,
+                                                                           tmp_path):
+    """A replayed f32 recording with one A-scan holding a NaN in each epoch (docs/algorithms.md
+    §1.0): bscans.missing_ascans counts one per published volume, the SIGUSR1 statistics and
+    `volrec status` show it."""
+    K, nx, ny, epochs = 256, 12, 12, 4
+    k = np.arange(K)
+    raw = np.empty((epochs, ny, nx, K), "<f4")
+    for e in range(epochs):
+        for b in range(ny):
+            for a in range(nx):
+                raw[e, b, a] = 2000 + 500 * np.cos(2 * np.pi * (0.05 + 0.01 * (a + b)) * k)
+        raw[e, e % ny, (3 * e) % nx, (7 * e) % K] = np.nan
+    rp = tmp_path / "nan.raw"
+    raw.tofile(rp)
+    d = daemons(**{"source.type": "replay", "source.synth": None,
+                   "source.replay": {"path": str(rp), "format": "raw", "loop": True},
+                   "geometry.sample_type": "f32"}).serve()
+    d.vol()
+    st = d.status(lambda m: m["bscans"]["missing_ascans"] >= 2)
+    assert st["bscans"]["missing_ascans"] == st["epochs"]["published"], st["bscans"]
+    d.signal(signal.SIGUSR1)
+    end = time.monotonic() + TIMEOUT
+    while not re.search(r"A-scans missing \(non-finite\) [1-9]", d.log_text()):
+        assert time.monotonic() < end, d.log_text()[-3000:]
+        time.sleep(0.1)
+    r = subprocess.run([str(bin_dir / "volrec"), "status", "--instance", d.instance,
+                        "--run-dir", str(d.run_dir)], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"missing   [1-9][0-9]* A-scans with a non-finite sample", r.stdout), \
+        r.stdout
+
+
 # ---- journald ------------------------------------------------------------------------------
 
 JOURNAL_SOCKET = pathlib.Path("/run/systemd/journal/socket")
