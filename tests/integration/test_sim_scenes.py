@@ -185,7 +185,7 @@ def test_axial_bounce_periodic_and_warp_displace_by_their_amplitudes(bin_dir, tm
     ("curved", "tilt_deg_per_s: [1]", "tilt_deg_per_s"),
     ("anterior", "warp: {radius_mm: 0}", "warp.radius_mm"),
     ("eye", "deg_per_s: 0", "source.synth.phantom: 'eye' is not allowed (one of: retina, mirror, "
-     "tilted, blocked, curved, anterior, skin)"),
+     "tilted, blocked, curved, anterior, skin, bowl)"),
 ])
 def test_bad_parameters_are_refused(bin_dir, tmp_path, phantom, motion, message):
     r = sim(bin_dir, tmp_path, phantom, motion, 1, ok=False)
