@@ -204,6 +204,7 @@ struct lateral {
 	int ncell;
 	uint64_t chash[SIM_BEAM_CELLS];
 	float cw[SIM_BEAM_CELLS];
+	double cx[SIM_BEAM_CELLS], cy[SIM_BEAM_CELLS]; /* the cells' centres (the flow phantom's) */
 };
 
 static const double retina_refl[RETINA_NLAYER] = {0.70, 0.16, 0.40, 0.07, 0.35,
@@ -401,9 +402,12 @@ static void lateral_cells(const struct sim_scene *sc, struct lateral *l)
 
 	l->ncell = 0;
 	if (!(p->beam_um > 0)) {
-		l->chash[0] = sim_cell_hash(p->seed, (int64_t)floor(l->X / SIM_CELL_XY_MM),
-		                            (int64_t)floor(l->Y / SIM_CELL_XY_MM));
+		int64_t ix = (int64_t)floor(l->X / SIM_CELL_XY_MM),
+		        iy = (int64_t)floor(l->Y / SIM_CELL_XY_MM);
+		l->chash[0] = sim_cell_hash(p->seed, ix, iy);
 		l->cw[0] = 1;
+		l->cx[0] = (ix + 0.5) * SIM_CELL_XY_MM;
+		l->cy[0] = (iy + 0.5) * SIM_CELL_XY_MM;
 		l->ncell = 1;
 		return;
 	}
@@ -420,6 +424,8 @@ static void lateral_cells(const struct sim_scene *sc, struct lateral *l)
 			double w = exp(-2 * M_LN2 * r2 / (fw * fw));
 			l->chash[l->ncell] = sim_cell_hash(p->seed, ix, iy);
 			l->cw[l->ncell] = (float)w;
+			l->cx[l->ncell] = (ix + 0.5) * cell;
+			l->cy[l->ncell] = (iy + 0.5) * cell;
 			sum2 += w * w;
 			l->ncell++;
 		}
@@ -496,6 +502,14 @@ static void flow_structure(const struct sim_scene *sc, struct lateral *l)
 	}
 }
 
+/* Blood's signed speed along vessel v at P: the laminar profile, 0 outside the lumen. */
+static double flow_speed(const struct sim_scene *sc, int v, const double P[3])
+{
+	double rl = flow_vessels[v].radius - FLOW_WALL_MM, f = 1 - flow_rho2(v, P) / (rl * rl);
+
+	return f > 0 ? sc->p->flow_direction * sc->p->flow_peak_mm_s * f : 0;
+}
+
 /* The flow phantom's amplitude at phantom point P; *blood where P is in a lumen, with *speed
  * the signed speed along vessel *vessel's direction. */
 static double flow_refl(const struct sim_scene *sc, const struct lateral *l, const double P[3],
@@ -518,8 +532,7 @@ static double flow_refl(const struct sim_scene *sc, const struct lateral *l, con
 				r = 0.15; /* blood, dimmer than the tissue */
 				*blood = true;
 				*vessel = v;
-				*speed = sc->p->flow_direction * sc->p->flow_peak_mm_s *
-				         (1 - rho2 / (rl * rl));
+				*speed = flow_speed(sc, v, P);
 			}
 		}
 	}
@@ -578,9 +591,9 @@ int sim_scene_flow_point(const struct sim_scene *sc, const struct sim_pose *q, d
 }
 
 /* One column of the flow phantom at time q->ts of its position: tissue still (its speckle
- * fixed), blood's scatterers renewed at random times at a rate that grows with its speed, every
- * scatterer's phase turned by its axial displacement since t = 0 (k_mm per mm; blood's own
- * and the bulk motion). */
+ * fixed), blood's scatterers renewed at random times at a rate that grows with their speed,
+ * every scatterer's phase turned by its axial displacement since t = 0 (k_mm per mm; blood's
+ * own, each cell's at its own place, and the bulk motion). */
 static void flow_column(const struct sim_scene *sc, const struct sim_pose *q, double x, double y,
                         float *out)
 {
@@ -607,12 +620,19 @@ static void flow_column(const struct sim_scene *sc, const struct sim_pose *q, do
 		if (!(a > 0) || P[2] <= 0)
 			continue;
 		int64_t iz = (int64_t)(P[2] * (1 / SIM_CELL_Z_MM));
-		double gen = blood ? q->ts * (fabs(speed) * sc->renew_per_mm + sc->renew_rest) : 0;
 		double sr = 0, si = 0;
 		for (int i = 0; i < l.ncell; i++) {
 			uint32_t ph;
 			uint64_t h = l.chash[i];
-			if (blood) { /* this epoch's blood, renewed at a random phase of its rate */
+			double c = 1, sn = 0;
+			if (blood) {
+				/* this epoch's blood in this cell, moving at the speed of the cell's
+				 * own place: renewed at random times of its rate, its phase turned
+				 * by its own axial displacement (consistent between the A-scans and
+				 * repeats that see the cell) */
+				double Pc[3] = {l.cx[i], l.cy[i], P[2]};
+				double sp = flow_speed(sc, v, Pc);
+				double gen = q->ts * (fabs(sp) * sc->renew_per_mm + sc->renew_rest);
 				h = sim_mix64(h ^ q->fkey);
 				double u0 = (double)(sim_mix64(h ^ ((uint64_t)iz *
 				                                    0x94d049bb133111ebull)) >>
@@ -622,13 +642,16 @@ static void flow_column(const struct sim_scene *sc, const struct sim_pose *q, do
 				if (g)
 					h = sim_mix64(h ^ sim_mix64(g * 0x9e3779b97f4a7c15ull +
 					                            0x72656e6577000000ull));
+				double ang = sc->k_mm * flow_vz(q, v, sp) * q->ts;
+				c = cos(ang);
+				sn = sin(ang);
 			}
 			double m = l.cw[i] * sim_cell_speckle(h, iz, &ph);
-			sr += m * sc->phasor[ph][0];
-			si += m * sc->phasor[ph][1];
+			double re = m * sc->phasor[ph][0], im = m * sc->phasor[ph][1];
+			sr += re * c - im * sn;
+			si += re * sn + im * c;
 		}
-		double dzmm = sc->bulk_mm_s * q->ts + (blood ? flow_vz(q, v, speed) * q->ts : 0);
-		double c = cos(sc->k_mm * dzmm), s = sin(sc->k_mm * dzmm);
+		double ang = sc->k_mm * sc->bulk_mm_s * q->ts, c = cos(ang), s = sin(ang);
 		o[0] = (float)(a * (sr * c - si * s));
 		o[1] = (float)(a * (sr * s + si * c));
 	}
