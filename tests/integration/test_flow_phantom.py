@@ -227,7 +227,8 @@ def test_quality_scores_functional_volumes(bin_dir, tmp_path):
     p = tmp_path / "vols.h5"
     with h5py.File(p, "w") as f:
         f["angio"] = ((lab == 2) * 200 + rng.integers(0, 50, lab.shape))[None].astype(np.uint8)
-        f["angio_random"] = rng.random(lab.shape, dtype=np.float32)[None]
+        f["angio_random"] = rnd = rng.random(lab.shape, dtype=np.float32)[None]
+        f["angio_flat"] = np.full((1,) + lab.shape, 7, np.uint8)
         f["lowres_doppler"] = true[None].astype(np.float32)
         f["doppler"] = np.floor(255 * (true + np.pi) / (2 * np.pi) + 0.5)[None].astype(np.uint8)
         f["double"] = (2 * true)[None].astype(np.float32)
@@ -238,6 +239,14 @@ def test_quality_scores_functional_volumes(bin_dir, tmp_path):
     j = json.loads(r.stdout.splitlines()[-1])
     assert j["angio"][0]["auc"] == 1.0 and j["angio"][0]["contrast"] > 5
     assert abs(j["angio"][1]["auc"] - 0.5) < 0.03
+    # the figures as defined: contrast over the tissue's population deviation, the ROC area
+    # as the rank statistic (ties a half)
+    v, t = rnd[0][lab == 2].astype(np.float64), rnd[0][lab == 1].astype(np.float64)
+    assert j["angio"][1]["contrast"] == pytest.approx((v.mean() - t.mean()) / t.std(), rel=1e-9)
+    assert j["angio"][1]["auc"] == pytest.approx(flowkit.auc(rnd[0], lab == 2, lab == 1),
+                                                 rel=1e-12)
+    r = quality(bin_dir, cfg, truth, p, "--angio", "angio_flat")
+    assert json.loads(r.stdout.splitlines()[-1])["angio"][0]["auc"] == 0.5
     sel = (lab == 2) & (np.abs(true) < 2.5)
     assert j["angio"][0]["vessel_voxels"] == (lab == 2).sum()
     assert j["angio"][0]["tissue_voxels"] == (lab == 1).sum()
