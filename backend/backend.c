@@ -15,8 +15,9 @@
 struct be_backend {
 	const struct be_ops *ops;
 	void *state;
-	uint32_t ny; /* raw B-scans per epoch: positions x repeats */
-	uint32_t M;  /* repeats (geometry.repeats) */
+	uint32_t ny;  /* raw B-scans per epoch: positions x repeats */
+	uint32_t M;   /* repeats (geometry.repeats) */
+	uint32_t nch; /* output.channels: channels of the output volume */
 
 	/* the epoch being submitted */
 	bool open;         /* B-scans of `epoch` were submitted and it is not finished */
@@ -103,6 +104,10 @@ int be_create(const struct be_ops *ops, const struct vr_config *cfg, struct be_b
 	be->ops = ops;
 	be->ny = cfg_raw_bscans(cfg);
 	be->M = cfg->geometry.repeats;
+	{
+		enum cfg_channel ch[CFG_CH_COUNT];
+		be->nch = cfg_channels(cfg, ch);
+	}
 	rc = ops->create(cfg, &be->state, err, errlen);
 	if (rc < 0) {
 		free(be->have);
@@ -280,6 +285,11 @@ static int be_finish_check(struct be_backend *be, uint64_t epoch, const struct b
 		return be_refuse(be, err, errlen, -EINVAL,
 		                 "epoch %llu finished with %u of %u B-scans submitted", e, be->nsub,
 		                 be->ny);
+	if ((out->volume || out->full) && (out->channels ? out->channels : 1) < be->nch)
+		return be_refuse(be, err, errlen, -EINVAL,
+		                 "epoch %llu: output.channels has %u channels, but the output "
+		                 "holds %u (this caller writes the structure alone)",
+		                 e, be->nch, out->channels ? out->channels : 1);
 	return 0;
 }
 
@@ -409,6 +419,11 @@ void be_geometry_init(struct be_geometry *g, const struct vr_config *cfg)
 	g->bscan_bytes = cfg_bscan_bytes(cfg);
 	g->le_count = (size_t)g->ny * g->nx * g->nz;
 	g->full_count = (size_t)g->Y * g->X * g->nz;
+	g->nch = cfg_channels(cfg, g->ch);
+	for (int c = 0; c < CFG_CH_COUNT; c++)
+		g->chan[c] = -1;
+	for (uint32_t i = 0; i < g->nch; i++)
+		g->chan[g->ch[i]] = (int)i;
 }
 
 void be_live_init(struct be_live *l, const struct vr_config *cfg)
@@ -432,6 +447,15 @@ void be_live_init(struct be_live *l, const struct vr_config *cfg)
 	l->depth_half_window = cfg->reconstruct.adaptive.depth_half_window;
 	l->speckle_tolerance = cfg->reconstruct.adaptive.speckle_tolerance;
 	l->estimate_pose = cfg->reconstruct.compensated.estimate_pose;
+	double ar[2];
+	cfg_angio_range(cfg, ar);
+	l->angio_method = cfg->functional.angio.method;
+	l->angio_lo = (float)ar[0];
+	l->angio_inv = (float)(1.0 / (ar[1] - ar[0]));
+	l->fn_half_window = cfg->functional.axial_half_window;
+	l->mask_db = (float)cfg_mask_db(cfg);
+	l->doppler_axis = cfg_doppler_axis(cfg);
+	l->doppler_bulk = cfg->functional.doppler.bulk;
 	for (unsigned d = 0; d < 4; d++)
 		l->g[d] = be_spatial_weight(cfg->reconstruct.spatial_sigma, d);
 }
@@ -443,5 +467,6 @@ bool be_geometry_same(const struct be_geometry *g, const struct vr_config *cfg)
 	be_geometry_init(&n, cfg);
 	return n.K == g->K && n.N == g->N && n.nx == g->nx && n.ny == g->ny && n.M == g->M &&
 	       n.sx == g->sx && n.sy == g->sy && n.z0 == g->z0 && n.nz == g->nz &&
-	       n.sample_type == g->sample_type && n.bit_shift == g->bit_shift;
+	       n.sample_type == g->sample_type && n.bit_shift == g->bit_shift && n.nch == g->nch &&
+	       !memcmp(n.chan, g->chan, sizeof(n.chan));
 }

@@ -55,9 +55,19 @@ struct be_render_report {
 };
 
 struct be_output {
-	uint8_t *volume; /* u8 output volume [Y][X][Z] (cfg_out_voxels bytes) */
-	float *lowres;   /* low-resolution volume L_e [ny][nx][nz], normalized floats */
-	float *full;     /* output before quantization [Y][X][Z] (float of volume) */
+	/* u8 output volume [c][Y][X][Z]: the channels of output.channels one after another
+	 * (cfg_out_voxels bytes each; docs/algorithms.md §5 step 6) */
+	uint8_t *volume;
+	float *lowres; /* the structure's low-resolution volume L_e [ny][nx][nz], normalized */
+	float *full;   /* output before quantization [c][Y][X][Z] (float of volume) */
+	/* The other channels' low-resolution volumes [ny][nx][nz] (when output): angiography's
+	 * normalized v, Doppler's phase in radians, in (-pi, pi] */
+	float *lowres_angio;
+	float *lowres_doppler;
+	/* The channels volume and full have room for (0 is taken as 1): an epoch is refused when
+	 * output.channels has more, so that a caller that knows the structure alone fails with a
+	 * message instead of being written past its buffer. */
+	uint32_t channels;
 	/* Views (docs/algorithms.md §4; needs volume): the slot's views area (protocol.h), filled with
 	 * the pictures in view_mask (bits 1 << BE_VIEW_*) and the header; a render not asked for
 	 * carries the backend's last one with the id of the volume it shows. NULL: no views. */

@@ -43,6 +43,11 @@ struct be_geometry {
 	uint32_t bit_shift;          /* right shift of integer samples (f32: 0) */
 	size_t bscan_bytes;          /* one raw B-scan */
 	size_t le_count, full_count; /* voxels: low-resolution [ny][nx][nz], full [Y][X][nz] */
+	/* output.channels (docs/algorithms.md §5): nch channels ch[0..nch) in the output volume,
+	 * [c][Y][X][Z]; chan[CFG_CH_*] the index of a channel there, -1 when not output */
+	uint32_t nch;
+	enum cfg_channel ch[CFG_CH_COUNT];
+	int chan[CFG_CH_COUNT];
 };
 
 /* The geometry of cfg, a configuration cfg_check_backend() accepts, into *g. */
@@ -68,6 +73,13 @@ struct be_live {
 	uint32_t depth_half_window;     /* reconstruct.adaptive.depth_half_window: h */
 	double speckle_tolerance;       /* reconstruct.adaptive.speckle_tolerance: kappa_s */
 	bool estimate_pose;             /* reconstruct.compensated.estimate_pose */
+	/* functional.* (docs/algorithms.md §5) */
+	enum cfg_angio_method angio_method; /* functional.angio.method */
+	float angio_lo, angio_inv;          /* functional.angio.range: lo, 1 / (hi - lo) */
+	uint32_t fn_half_window;            /* functional.axial_half_window: h */
+	float mask_db;                      /* functional.mask_db (or its default) */
+	enum cfg_doppler_axis doppler_axis; /* functional.doppler.axis (or its default) */
+	bool doppler_bulk;                  /* functional.doppler.bulk */
 	float g[4]; /* spatial weight of a neighbour at squared distance d = 0..3 (be_spatial_weight
 	               of reconstruct.spatial_sigma) */
 };

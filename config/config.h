@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/base.h"
 #include <volrec/shim.h>
@@ -86,6 +87,11 @@ enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };
 /* view.volume.reduce, in the order of protocol.h's enum volrec_reduce */
 enum cfg_volume_reduce { CFG_VOLUME_MAX, CFG_VOLUME_MEAN };
 enum cfg_dtype { CFG_DTYPE_U8 };
+/* output.channels entries (docs/algorithms.md §5 step 6), in their required order */
+enum cfg_channel { CFG_CH_STRUCTURE, CFG_CH_ANGIO, CFG_CH_DOPPLER, CFG_CH_COUNT };
+#define CFG_CHANNELS_MAX CFG_CH_COUNT
+enum cfg_angio_method { CFG_ANGIO_CDV, CFG_ANGIO_SVAR };
+enum cfg_doppler_axis { CFG_DOPPLER_BSCAN, CFG_DOPPLER_ASCAN };
 enum cfg_overflow { CFG_OVERFLOW_DROP_EPOCH, CFG_OVERFLOW_BLOCK };
 enum cfg_log_level { CFG_LOG_ERROR, CFG_LOG_WARNING, CFG_LOG_INFO, CFG_LOG_DEBUG };
 
@@ -230,7 +236,29 @@ struct vr_config {
 	struct {
 		enum cfg_dtype dtype; /* u8 only */
 		uint32_t slots;       /* 2..64 */
+		/* channel names in order (structure, angio, doppler); default [structure] */
+		char channels[CFG_CHANNELS_MAX][CFG_PATH_MAX];
+		uint32_t nchannels;
 	} output;
+
+	/* Functional OCT (docs/algorithms.md §5), all live. A *_given field is 1 when its key was
+	 * given (the key is present); otherwise the value follows from other keys (cfg_mask_db,
+	 * cfg_angio_range, cfg_doppler_axis). */
+	struct {
+		struct {
+			enum cfg_angio_method method;
+			int range_given;
+			double range[2]; /* [lo, hi] of A */
+		} angio;
+		uint32_t axial_half_window; /* h: the window [z - h, z + h] of cdv and Doppler */
+		int mask_given;
+		double mask_db; /* structure below this (dB): angiography and Doppler 0 */
+		struct {
+			int axis_given;
+			enum cfg_doppler_axis axis;
+			bool bulk; /* remove the bulk phase of each pair */
+		} doppler;
+	} functional;
 
 	struct {
 		uint32_t ring_bscans; /* >= bscans_per_volume */
@@ -318,6 +346,47 @@ static inline size_t cfg_bscan_bytes(const struct vr_config *c)
 static inline uint32_t cfg_raw_bscans(const struct vr_config *c)
 {
 	return c->geometry.bscans_per_volume * c->geometry.repeats;
+}
+/* The channels of output.channels, in order, into ch. \return their number (1..3). */
+static inline uint32_t cfg_channels(const struct vr_config *c, enum cfg_channel ch[CFG_CH_COUNT])
+{
+	static const char *const names[CFG_CH_COUNT] = {"structure", "angio", "doppler"};
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < c->output.nchannels && i < CFG_CHANNELS_MAX; i++)
+		for (int k = 0; k < CFG_CH_COUNT; k++)
+			if (!strcmp(c->output.channels[i], names[k]))
+				ch[n++] = (enum cfg_channel)k;
+	if (!n)
+		ch[n++] = CFG_CH_STRUCTURE;
+	return n;
+}
+/* Whether output.channels is more than [structure]. */
+static inline bool cfg_functional(const struct vr_config *c)
+{
+	enum cfg_channel ch[CFG_CH_COUNT];
+	return cfg_channels(c, ch) > 1 || ch[0] != CFG_CH_STRUCTURE;
+}
+/* functional.mask_db, or its default lo + 0.3 (hi - lo) of preprocess.db_range. */
+static inline double cfg_mask_db(const struct vr_config *c)
+{
+	const double *r = c->preprocess.db_range;
+	return c->functional.mask_given ? c->functional.mask_db : r[0] + 0.3 * (r[1] - r[0]);
+}
+/* functional.angio.range, or the method's default (svar [0, 100] dB^2, cdv [0, 1]). */
+static inline void cfg_angio_range(const struct vr_config *c, double r[2])
+{
+	r[0] = c->functional.angio.range_given ? c->functional.angio.range[0] : 0.0;
+	r[1] = c->functional.angio.range_given                ? c->functional.angio.range[1]
+	       : c->functional.angio.method == CFG_ANGIO_SVAR ? 100.0
+	                                                      : 1.0;
+}
+/* functional.doppler.axis, or its default: bscan with repeats, ascan without. */
+static inline enum cfg_doppler_axis cfg_doppler_axis(const struct vr_config *c)
+{
+	if (c->functional.doppler.axis_given)
+		return c->functional.doppler.axis;
+	return c->geometry.repeats > 1 ? CFG_DOPPLER_BSCAN : CFG_DOPPLER_ASCAN;
 }
 /* The CUDA devices cfg uses, in order, into devs: gpu.devices, or [gpu.device] when that key is
  * absent. \return their number (1..CFG_GPU_DEVICES_MAX). */
@@ -444,6 +513,9 @@ bool cfg_is_structural_change(const struct vr_config *a, const struct vr_config 
 	X(temporal, enum cfg_temporal)                                                             \
 	X(combine, enum cfg_combine)                                                               \
 	X(overflow, enum cfg_overflow)                                                             \
+	X(channel, enum cfg_channel)                                                               \
+	X(angio_method, enum cfg_angio_method)                                                     \
+	X(doppler_axis, enum cfg_doppler_axis)                                                     \
 	X(log_level, enum cfg_log_level)
 #define CFG_NAME_DECL(stem, type) const char *cfg_##stem##_name(type v);
 CFG_NAMED_ENUMS(CFG_NAME_DECL)

@@ -30,6 +30,9 @@ static const char *const combine_names[] = {"sum", "product", NULL};
 static const char *const volume_reduce_names[] = {"max", "mean", NULL};
 static const char *const dtype_names[] = {"u8", NULL};
 static const char *const overflow_names[] = {"drop_epoch", "block", NULL};
+static const char *const channel_names[] = {"structure", "angio", "doppler", NULL};
+static const char *const angio_method_names[] = {"cdv", "svar", NULL};
+static const char *const doppler_axis_names[] = {"bscan", "ascan", NULL};
 static const char *const log_level_names[] = {"error", "warning", "info", "debug", NULL};
 
 /* Rules that make a change of a live key structural after all. */
@@ -76,8 +79,8 @@ static const char *output_size(const struct vr_config *a, const struct vr_config
 #define F64S(f, lo, hi, sh, r, ...)     {KEY(#f, F64S, r), AT_N(double, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
 #define F64S_AS(p, f, lo, hi, sh, r, ...) {KEY(p, F64S, r), AT_N(double, f), .min = lo, .max = hi, .shape = sh, __VA_ARGS__}
 #define U64_AS(p, f, d, r)              {KEY(p, U64, r), AT(uint64_t, f), .def = {d}}
-#define LIST(f, cnt, r)                 {KEY(#f, LIST, r), AT_N(char *, f), \
-                                         .count = _Generic(FIELD(cnt), uint32_t: offsetof(struct vr_config, cnt))}
+#define LIST(f, cnt, r, ...)            {KEY(#f, LIST, r), AT_N(char *, f), \
+                                         .count = _Generic(FIELD(cnt), uint32_t: offsetof(struct vr_config, cnt)), __VA_ARGS__}
 #define INTS(f, cnt, lo, hi, sh, r)     {KEY(#f, INTS, r), AT_N(int, f), .min = lo, .max = hi, .shape = sh, \
                                          .count = _Generic(FIELD(cnt), uint32_t: offsetof(struct vr_config, cnt))}
 /* clang-format on */
@@ -191,6 +194,16 @@ const struct cfg_key cfg_keys[] = {
         BOOL(reconstruct.compensated.estimate_pose, true, LIVE),
         ENUM(output.dtype, dtype_names, CFG_DTYPE_U8, STRUCTURAL),
         U32(output.slots, 2, 64, 4, STRUCTURAL),
+        LIST(output.channels, output.nchannels, STRUCTURAL, .names = channel_names,
+             .sdef = "structure"),
+        ENUM(functional.angio.method, angio_method_names, CFG_ANGIO_CDV, LIVE),
+        F64S(functional.angio.range, -1e6, 1e6, "[lo, hi]", LIVE,
+             WHEN(functional.angio.range_given, 1)),
+        U32(functional.axial_half_window, 0, 64, 2, LIVE),
+        F64(functional.mask_db, -400, 400, 0, LIVE, WHEN(functional.mask_given, 1)),
+        ENUM(functional.doppler.axis, doppler_axis_names, CFG_DOPPLER_BSCAN, LIVE,
+             WHEN(functional.doppler.axis_given, 1)),
+        BOOL(functional.doppler.bulk, true, LIVE),
         U32(pipeline.ring_bscans, 1, 65536, 256, STRUCTURAL),
         ENUM(pipeline.overflow, overflow_names, CFG_OVERFLOW_DROP_EPOCH, STRUCTURAL),
         PATH(ipc.run_dir, "/run/volrec", STRUCTURAL),
@@ -381,7 +394,10 @@ void cfg_key_reset(const struct cfg_key *k, struct vr_config *c)
 	memset(p, 0, k->size);
 	if (k->type == CFG_T_ARGS)
 		*(char **)p = args_empty;
-	else if (k->type == CFG_T_LIST || k->type == CFG_T_INTS)
+	else if (k->type == CFG_T_LIST && k->sdef) { /* a list of one entry by default */
+		snprintf(p, CFG_PATH_MAX, "%s", k->sdef);
+		*(uint32_t *)((char *)c + k->count) = 1;
+	} else if (k->type == CFG_T_LIST || k->type == CFG_T_INTS)
 		*(uint32_t *)((char *)c + k->count) = 0;
 	else if (k->sdef)
 		snprintf(p, k->size, "%s", k->sdef);

@@ -690,11 +690,72 @@ double cfg_window_param_default(int type)
 	return type == CFG_WIN_TUKEY ? 0.5 : 0.4;
 }
 
+/* output.channels and functional.* (docs/algorithms.md §5; docs/configuration.md). */
+static int check_functional(struct cfg_ctx *ctx)
+{
+	static const char *const names[CFG_CH_COUNT] = {"structure", "angio", "doppler"};
+	struct vr_config *c = ctx->cfg;
+	const uint32_t M = c->geometry.repeats;
+	char key[64];
+	int last = -1;
+
+	if (!c->output.nchannels)
+		return cfg_error(
+		        ctx, -EINVAL, "output.channels",
+		        "is empty (one or more of structure, angio, doppler, in that order)");
+	for (uint32_t i = 0; i < c->output.nchannels; i++) {
+		const char *n = c->output.channels[i];
+		int k = 0;
+
+		snprintf(key, sizeof(key), "output.channels[%u]", i);
+		while (k < CFG_CH_COUNT && strcmp(n, names[k]))
+			k++;
+		if (k == CFG_CH_COUNT)
+			return cfg_error(
+			        ctx, -EINVAL, key,
+			        "'%s' is not a channel (allowed: structure, angio, doppler)", n);
+		if (k == last)
+			return cfg_error(ctx, -EINVAL, key, "%s is given twice (each channel once)",
+			                 n);
+		if (k < last)
+			return cfg_error(
+			        ctx, -EINVAL, key,
+			        "%s comes after %s (the order is structure, angio, doppler)", n,
+			        names[last]);
+		last = k;
+		if (k == CFG_CH_ANGIO && M < 2)
+			return cfg_error(ctx, -EINVAL, key,
+			                 "angio needs geometry.repeats of 2 or more (it is %u): "
+			                 "angiography compares the repeats of a B-scan",
+			                 M);
+	}
+	c->functional.angio.range_given = cfg_given(ctx, "functional.angio.range");
+	c->functional.mask_given = cfg_given(ctx, "functional.mask_db");
+	c->functional.doppler.axis_given = cfg_given(ctx, "functional.doppler.axis");
+	if (c->functional.angio.range_given &&
+	    !(c->functional.angio.range[0] < c->functional.angio.range[1]))
+		return cfg_error(ctx, -EINVAL, "functional.angio.range",
+		                 "[%g, %g] is empty (lo < hi)", c->functional.angio.range[0],
+		                 c->functional.angio.range[1]);
+	if (cfg_doppler_axis(c) == CFG_DOPPLER_BSCAN && M < 2)
+		return cfg_error(ctx, -EINVAL, "functional.doppler.axis",
+		                 "bscan needs geometry.repeats of 2 or more (it is 1): use ascan, "
+		                 "the phase between neighbouring A-scans");
+	if (cfg_functional(c) && (c->reconstruct.mode == CFG_RECON_ADAPTIVE ||
+	                          c->reconstruct.mode == CFG_RECON_COMPENSATED))
+		return cfg_error(ctx, -EINVAL, "reconstruct.mode",
+		                 "%s with output.channels other than [structure] is not available "
+		                 "yet (modes none, noncumulative and cumulative reconstruct every "
+		                 "channel)",
+		                 cfg_recon_mode_name(c->reconstruct.mode));
+	return 0;
+}
+
 int cfg_validate(struct cfg_ctx *ctx)
 {
 	static int (*const checks[])(struct cfg_ctx *) = {
-	        check_instance,   check_geometry, check_source,
-	        check_preprocess, check_ipc,      check_view,
+	        check_instance, check_geometry, check_source,     check_preprocess,
+	        check_ipc,      check_view,     check_functional,
 	};
 	int rc = 0;
 

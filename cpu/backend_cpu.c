@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/functional.h"
 #include "cpu/internal.h"
 
 /* FFTW's planner is not thread-safe: every plan is made and destroyed under this lock. */
@@ -113,6 +114,8 @@ static void cpu_destroy(void *vst)
 			free(w->pm_sig);
 			free(w->pm_c);
 			free(w->pow);
+			fftwf_free(w->fspec);
+			free(w->keep);
 		}
 		free(st->workers);
 	}
@@ -130,6 +133,13 @@ static void cpu_destroy(void *vst)
 	free(st->lowres);
 	free(st->bvol);
 	free(st->ovol);
+	for (int pl = 0; pl < CPU_FN_PLANES; pl++) {
+		free(st->lpl[pl]);
+		free(st->bpl[pl]);
+		free(st->opl[pl]);
+	}
+	free(st->dres[0]);
+	free(st->dres[1]);
 	free(st->E);
 	free(st->tcol);
 	free(st->inv_gz);
@@ -150,6 +160,12 @@ static void cpu_reset_history(void *vst)
 		st->E[i] = -1;
 	memset(st->bvol, 0, cols * st->geo.nz * sizeof(float));
 	memset(st->ovol, 0, cols * st->geo.nz * sizeof(float));
+	for (int pl = 0; pl < CPU_FN_PLANES; pl++) {
+		if (st->bpl[pl])
+			memset(st->bpl[pl], 0, cols * st->geo.nz * sizeof(float));
+		if (st->opl[pl])
+			memset(st->opl[pl], 0, cols * st->geo.nz * sizeof(float));
+	}
 	if (st->motion)
 		be_motion_reset(st->motion);
 }
@@ -251,6 +267,20 @@ static bool cpu_alloc(struct cpu_state *st)
 	ALLOC(st->chg, 2 * (size_t)st->geo.ny * st->geo.nx);
 	ALLOC(st->alpha, cols);
 	ALLOC(st->beta, cols);
+	for (int pl = 0; pl < CPU_FN_PLANES; pl++) {
+		bool want = pl == CPU_PL_ANGIO ? st->geo.chan[CFG_CH_ANGIO] >= 0
+		                               : st->geo.chan[CFG_CH_DOPPLER] >= 0;
+		if (!want)
+			continue;
+		ALLOC(st->lpl[pl], (size_t)st->geo.ny * st->geo.nx * st->geo.nz);
+		ALLOC(st->bpl[pl], cols * st->geo.nz);
+		ALLOC(st->opl[pl], cols * st->geo.nz);
+		st->functional = true;
+	}
+	if (st->geo.chan[CFG_CH_DOPPLER] >= 0) {
+		ALLOC(st->dres[0], cols * st->geo.nz);
+		ALLOC(st->dres[1], cols * st->geo.nz);
+	}
 	st->workers = calloc(st->nthreads, sizeof(*st->workers));
 	if (!st->workers)
 		return false;
@@ -266,6 +296,13 @@ static bool cpu_alloc(struct cpu_state *st)
 		ALLOC(w->acc, 3 * (size_t)st->geo.nz); /* recon: 2; compensated: 3 */
 		if (st->geo.M > 1) /* the repeats' mean power of a B-scan's A-scans */
 			ALLOC(w->pow, (size_t)st->geo.nx * st->geo.nh);
+		if (st->functional) { /* one position's spectra, all its repeats */
+			ALLOC(w->keep, (size_t)st->geo.nx * st->geo.nh);
+			w->fspec = fftwf_malloc((size_t)st->geo.M * st->geo.nx * st->geo.nh *
+			                        sizeof(fftwf_complex));
+			if (!w->fspec)
+				return false;
+		}
 		w->fin = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		w->fout = fftwf_malloc((size_t)CPU_BATCH * N * sizeof(fftwf_complex));
 		if (!w->fin || !w->fout)
@@ -376,19 +413,57 @@ static int cpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	return 0;
 }
 
+/* The functional channels' low-resolution outputs (Doppler's phase) and, in mode none, their
+ * volumes: angiography's v, Doppler's v of R (docs/algorithms.md §5). */
+static void functional_lowres(struct cpu_state *st, float *const Lf[CPU_FN_PLANES],
+                              const struct be_output *out)
+{
+	const size_t n = st->geo.le_count;
+	const bool none = st->p.live.mode == CFG_RECON_NONE;
+	const int ac = st->geo.chan[CFG_CH_ANGIO], dc = st->geo.chan[CFG_CH_DOPPLER];
+
+	if (none && ac >= 0) {
+		if (out->full)
+			memcpy(out->full + (size_t)ac * n, Lf[CPU_PL_ANGIO], n * sizeof(float));
+		if (out->volume)
+			cpu_quantize(out->volume + (size_t)ac * n, Lf[CPU_PL_ANGIO], (uint32_t)n);
+	}
+	if (dc < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		const float re = Lf[CPU_PL_DRE][i], im = Lf[CPU_PL_DIM][i];
+		if (out->lowres_doppler)
+			out->lowres_doppler[i] = be_fn_phase(re, im);
+		if (!none)
+			continue;
+		const float v = be_fn_doppler_v(re, im);
+		if (out->full)
+			out->full[(size_t)dc * n + i] = v;
+		if (out->volume)
+			out->volume[(size_t)dc * n + i] = (uint8_t)(int)(255.0f * v + 0.5f);
+	}
+}
+
 static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *out, char *err,
                             size_t errlen)
 {
 	struct cpu_state *st = vst;
 	float *L = out->lowres ? out->lowres : st->lowres;
+	float *Lf[CPU_FN_PLANES] = {NULL, NULL, NULL};
 
-	cpu_preprocess_epoch(st, L, out);
+	if (st->lpl[CPU_PL_ANGIO])
+		Lf[CPU_PL_ANGIO] = out->lowres_angio ? out->lowres_angio : st->lpl[CPU_PL_ANGIO];
+	Lf[CPU_PL_DRE] = st->lpl[CPU_PL_DRE];
+	Lf[CPU_PL_DIM] = st->lpl[CPU_PL_DIM];
+	cpu_preprocess_epoch(st, L, Lf, out);
+	if (st->functional)
+		functional_lowres(st, Lf, out);
 	if (st->p.live.mode == CFG_RECON_COMPENSATED) {
 		int rc = cpu_motion_epoch(st, epoch, L, out, err, errlen);
 		if (rc < 0)
 			return rc;
 	} else if (st->p.live.mode != CFG_RECON_NONE) {
-		cpu_recon_epoch(st, epoch, L, out);
+		cpu_recon_epoch(st, epoch, L, Lf, out);
 	}
 	if (out->median_depths) {
 		for (uint32_t b = 0; b < st->geo.ny; b++) {

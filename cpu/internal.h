@@ -21,6 +21,8 @@
 
 #define CPU_BATCH       8 /* A-scans per FFT call (fftwf_plan_many_dft*) */
 #define CPU_MAX_THREADS 256
+/* Planes of the functional channels: angiography, Doppler re, Doppler im. */
+enum { CPU_PL_ANGIO, CPU_PL_DRE, CPU_PL_DIM, CPU_FN_PLANES };
 
 /* Everything derived from the live parameters, rebuilt by cpu_params_build without allocating:
  * the arrays have K entries and belong to the state. */
@@ -56,6 +58,9 @@ struct cpu_worker {
 	float *pm_sig;       /* [nh] sigma[z], then a copy for the median over z */
 	float *pm_c;         /* [nh][2] C[z]: the value subtracted at depth z */
 	float *pow;          /* M > 1: [nx][nh] sum over the repeats of |X_m[z]|^2 */
+	/* channels other than the structure (docs/algorithms.md §5; NULL otherwise) */
+	fftwf_complex *fspec; /* [M][nx][nh]: the spectra of one position's repeats */
+	uint8_t *keep;        /* [nx][nh] the structure at or above functional.mask_db */
 };
 
 /* The views of each volume (cpu/views.c), parameters from the live configuration. */
@@ -97,15 +102,22 @@ struct cpu_state {
 	bool pm_ready;      /* the workers' partial_median buffers exist */
 	float *bgspec;      /* [nraw] [K] raw B-scan background spectra */
 	float *lowres;      /* [ny][nx][nz] when the caller wants none */
-	float *bvol;        /* [Y][X][Z]: M (noncumulative) or B (cumulative) */
-	float *ovol;        /* [Y][X][Z]: last output (cumulative) */
-	int64_t *E;         /* [Y][X] epoch last written, -1 never */
-	float *tcol;        /* [Y][X] temporal weight of this epoch */
-	float *inv_gz;      /* [Z] 1 / sum of gz over the valid dz at z */
-	float *inv_nz;      /* [Z] 1 / number of valid dz at z */
-	float *chg;         /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
-	float *alpha;       /* adaptive: [Y][X] weight of the history estimate */
-	float *beta;        /* adaptive: [Y][X] weight of the column's own history sample */
+	/* the planes of the channels other than the structure (docs/algorithms.md §5 step 5;
+	 * NULL when not output): angiography's v, Doppler's re and im of R */
+	bool functional;           /* any of them */
+	float *lpl[CPU_FN_PLANES]; /* [ny][nx][nz] low-resolution (when the caller wants none) */
+	float *bpl[CPU_FN_PLANES]; /* [Y][X][Z] as bvol */
+	float *opl[CPU_FN_PLANES]; /* [Y][X][Z] as ovol */
+	float *dres[2];            /* Doppler: [Y][X][Z] reconstructed re and im */
+	float *bvol;               /* [Y][X][Z]: M (noncumulative) or B (cumulative) */
+	float *ovol;               /* [Y][X][Z]: last output (cumulative) */
+	int64_t *E;                /* [Y][X] epoch last written, -1 never */
+	float *tcol;               /* [Y][X] temporal weight of this epoch */
+	float *inv_gz;             /* [Z] 1 / sum of gz over the valid dz at z */
+	float *inv_nz;             /* [Z] 1 / number of valid dz at z */
+	float *chg;   /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
+	float *alpha; /* adaptive: [Y][X] weight of the history estimate */
+	float *beta;  /* adaptive: [Y][X] weight of the column's own history sample */
 	/* compensated (cpu/motion.c; NULL until that mode is first used) */
 	struct be_motion *motion;
 	float *mhist; /* [slots][ny][nx][nz] low-resolution volumes of the history */
@@ -128,12 +140,16 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 /* Resample x (K values) into y through the configured kernel (m: K floats of scratch). */
 void cpu_resample(const struct cpu_params *p, uint32_t K, const float *x, float *y, float *m);
 
-/* Preprocess every submitted B-scan of the epoch into L (docs/algorithms.md §1, steps 1-9);
- * with mode none also writes the u8 and float outputs. */
-void cpu_preprocess_epoch(struct cpu_state *st, float *L, const struct be_output *out);
+/* Preprocess every submitted B-scan of the epoch into L (docs/algorithms.md §1, steps 1-9)
+ * and, with functional channels, into Lf[CPU_PL_*] (§5; NULL for a plane not output); with
+ * mode none also writes the structure's u8 and float outputs. */
+void cpu_preprocess_epoch(struct cpu_state *st, float *L, float *const Lf[CPU_FN_PLANES],
+                          const struct be_output *out);
 
-/* Reconstruct epoch e from L (docs/algorithms.md §2) into out. */
-void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out);
+/* Reconstruct epoch e from L (docs/algorithms.md §2) into out, and the functional planes Lf
+ * with the structure's weights (§5 step 5). */
+void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
+                     float *const Lf[CPU_FN_PLANES], const struct be_output *out);
 
 /* Newest epoch at column (yy, xx): the bilinear interpolation of L over the epoch's sample
  * grid (docs/algorithms.md §2b step 6) into c[nz]. */

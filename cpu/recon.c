@@ -8,12 +8,19 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/functional.h"
 #include "backend/tables.h"
 #include "cpu/internal.h"
 
 struct recon_ctx {
 	uint32_t rows; /* output rows per item */
-	const struct be_output *out;
+	/* the plane reconstructed (docs/algorithms.md §5 step 5): B (interlaced, or the last
+	 * output with L_e written), the cumulative output, and where the result goes (NULL: not
+	 * wanted) */
+	const float *B;
+	float *ovol;
+	float *full;
+	uint8_t *u8;
 	const float *L;  /* adaptive: the epoch's low-resolution volume */
 	uint32_t ox, oy; /* adaptive: the epoch's scan offset */
 };
@@ -117,10 +124,11 @@ static double change_at(const float *c0, const float *c1, uint32_t x0, uint32_t 
 }
 
 /* z-smoothed copies of column (r, c) of B: sg = sum gz(dz) B[z+dz], s1 = sum B[z+dz]. */
-static void smooth_column(const struct cpu_state *st, uint32_t r, uint32_t c, float *sg, float *s1)
+static void smooth_column(const struct cpu_state *st, const float *B, uint32_t r, uint32_t c,
+                          float *sg, float *s1)
 {
 	const uint32_t Z = st->geo.nz;
-	const float *b = st->bvol + ((size_t)r * st->geo.X + c) * Z;
+	const float *b = B + ((size_t)r * st->geo.X + c) * Z;
 	const float g1 = st->p.gz[0] / st->p.gz[1];
 
 	if (Z == 1) {
@@ -137,14 +145,15 @@ static void smooth_column(const struct cpu_state *st, uint32_t r, uint32_t c, fl
 	s1[Z - 1] = b[Z - 1] + b[Z - 2];
 }
 
-static void fill_ring_row(const struct cpu_state *st, struct cpu_worker *w, uint32_t r)
+static void fill_ring_row(const struct cpu_state *st, struct cpu_worker *w, const float *B,
+                          uint32_t r)
 {
 	const uint32_t X = st->geo.X, Z = st->geo.nz;
 	float *slot = w->ring + (size_t)(r % 3) * X * 2 * Z;
 
 	for (uint32_t c = 0; c < X; c++)
 		if (st->tcol[(size_t)r * X + c] > 0.0f)
-			smooth_column(st, r, c, slot + (size_t)c * 2 * Z,
+			smooth_column(st, B, r, c, slot + (size_t)c * 2 * Z,
 			              slot + (size_t)c * 2 * Z + Z);
 }
 
@@ -176,11 +185,11 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 
 	/* rows y0-1 and y0 first, then one more per output row */
 	if (y0 > 0)
-		fill_ring_row(st, w, y0 - 1);
-	fill_ring_row(st, w, y0);
+		fill_ring_row(st, w, ctx->B, y0 - 1);
+	fill_ring_row(st, w, ctx->B, y0);
 	for (uint32_t yy = y0; yy < y1; yy++) {
 		if (yy + 1 < Y)
-			fill_ring_row(st, w, yy + 1);
+			fill_ring_row(st, w, ctx->B, yy + 1);
 		for (uint32_t xx = 0; xx < X; xx++) {
 			const float *sg[9], *s1[9];
 			float cg[9], ct[9];
@@ -217,7 +226,7 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 			}
 
 			size_t o = ((size_t)yy * X + xx) * Z;
-			float *res = cum ? st->ovol + o : (ctx->out->full ? ctx->out->full + o : A);
+			float *res = cum ? ctx->ovol + o : (ctx->full ? ctx->full + o : A);
 			if (n == 0) {
 				memset(res, 0, Z * sizeof(float));
 			} else {
@@ -234,22 +243,79 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 			}
 			if (p->live.mode == CFG_RECON_ADAPTIVE)
 				adaptive_blend(st, ctx, yy, xx, res, C);
-			if (cum && ctx->out->full)
-				memcpy(ctx->out->full + o, res, Z * sizeof(float));
-			if (ctx->out->volume)
-				cpu_quantize(ctx->out->volume + o, res, Z);
+			if (cum && ctx->full)
+				memcpy(ctx->full + o, res, Z * sizeof(float));
+			if (ctx->u8)
+				cpu_quantize(ctx->u8 + o, res, Z);
 		}
 	}
 }
 
-void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const struct be_output *out)
+/* L (one plane [ny][nx][nz]) written into B at the epoch's positions. */
+static void interlace(struct cpu_state *st, float *B, const float *L, uint32_t ox, uint32_t oy)
+{
+	const uint32_t X = st->geo.X, Z = st->geo.nz;
+
+	for (uint32_t y = 0; y < st->geo.ny; y++)
+		for (uint32_t x = 0; x < st->geo.nx; x++) {
+			size_t fy = (size_t)y * st->geo.sy + oy, fx = (size_t)x * st->geo.sx + ox;
+			memcpy(B + (fy * X + fx) * Z, L + ((size_t)y * st->geo.nx + x) * Z,
+			       Z * sizeof(float));
+		}
+}
+
+/* The convolution of one plane (ctx: B, ovol, full, u8) over the output rows. */
+static void recon_plane(struct cpu_state *st, struct recon_ctx *ctx)
+{
+	const uint32_t Y = st->geo.Y;
+	uint32_t target = st->nthreads * 4;
+
+	ctx->rows = (Y + target - 1) / target;
+	if (ctx->rows == 0)
+		ctx->rows = 1;
+	cpu_parallel(st, (Y + ctx->rows - 1) / ctx->rows, recon_rows, ctx);
+}
+
+/* The Doppler channel's value v of the reconstructed re and im (§5 step 3), rows of the
+ * output as items. */
+struct doppler_ctx {
+	const float *re, *im;
+	float *full;
+	uint8_t *u8;
+	size_t row; /* voxels a row */
+};
+
+static void doppler_rows(struct cpu_worker *w, size_t item, void *vctx)
+{
+	const struct doppler_ctx *d = vctx;
+	const size_t o = item * d->row;
+
+	for (size_t i = o; i < o + d->row; i++) {
+		float v = be_fn_doppler_v(d->re[i], d->im[i]);
+		if (d->full)
+			d->full[i] = v;
+		if (d->u8)
+			d->u8[i] = (uint8_t)(int)(255.0f * v + 0.5f);
+	}
+}
+
+void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
+                     float *const Lf[CPU_FN_PLANES], const struct be_output *out)
 {
 	const struct cpu_params *p = &st->p;
 	const uint32_t X = st->geo.X, Y = st->geo.Y, Z = st->geo.nz, S = st->geo.S;
+	const size_t fc = st->geo.full_count;
+	const int sc = st->geo.chan[CFG_CH_STRUCTURE];
 	uint32_t ox, oy;
 
 	vr_scan_offset(e, st->geo.sx, st->geo.sy, &ox, &oy);
-	struct recon_ctx ctx = {.out = out, .L = L, .ox = ox, .oy = oy};
+	struct recon_ctx ctx = {.B = st->bvol,
+	                        .ovol = st->ovol,
+	                        .full = out->full && sc >= 0 ? out->full + (size_t)sc * fc : NULL,
+	                        .u8 = out->volume && sc >= 0 ? out->volume + (size_t)sc * fc : NULL,
+	                        .L = L,
+	                        .ox = ox,
+	                        .oy = oy};
 	const bool adaptive = p->live.mode == CFG_RECON_ADAPTIVE;
 
 	/* adaptive: compare the new samples with the history they replace */
@@ -258,11 +324,13 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 
 	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
 	 * at the end of the last epoch; zeros at first) */
+	interlace(st, st->bvol, L, ox, oy);
+	for (uint32_t pl = 0; pl < CPU_FN_PLANES; pl++)
+		if (Lf[pl])
+			interlace(st, st->bpl[pl], Lf[pl], ox, oy);
 	for (uint32_t y = 0; y < st->geo.ny; y++)
 		for (uint32_t x = 0; x < st->geo.nx; x++) {
 			size_t fy = (size_t)y * st->geo.sy + oy, fx = (size_t)x * st->geo.sx + ox;
-			memcpy(st->bvol + (fy * X + fx) * Z, L + ((size_t)y * st->geo.nx + x) * Z,
-			       Z * sizeof(float));
 			st->E[fy * X + fx] = (int64_t)e;
 		}
 
@@ -310,15 +378,43 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L, const str
 		st->inv_nz[z] = 1.0f / (float)nv;
 	}
 
-	uint32_t target = st->nthreads * 4;
-	ctx.rows = (Y + target - 1) / target;
-	if (ctx.rows == 0)
-		ctx.rows = 1;
-	cpu_parallel(st, (Y + ctx.rows - 1) / ctx.rows, recon_rows, &ctx);
+	const bool cum = p->live.mode == CFG_RECON_CUMULATIVE;
+	/* the structure: always when cumulative (its history) or adaptive (its weights) */
+	if (sc >= 0 || cum || p->live.mode == CFG_RECON_ADAPTIVE)
+		recon_plane(st, &ctx);
+	/* the other channels with the same E, t, g and valid neighbours (§5 step 5) */
+	for (uint32_t pl = 0; pl < CPU_FN_PLANES; pl++) {
+		if (!Lf[pl])
+			continue;
+		struct recon_ctx c = {
+		        .B = st->bpl[pl], .ovol = st->opl[pl], .L = L, .ox = ox, .oy = oy};
+		const int ac = st->geo.chan[CFG_CH_ANGIO];
+		if (pl == CPU_PL_ANGIO) {
+			c.full = out->full ? out->full + (size_t)ac * fc : NULL;
+			c.u8 = out->volume ? out->volume + (size_t)ac * fc : NULL;
+		} else {
+			c.full = st->dres[pl - CPU_PL_DRE];
+		}
+		recon_plane(st, &c);
+	}
+	if (Lf[CPU_PL_DRE]) {
+		const size_t dc = (size_t)st->geo.chan[CFG_CH_DOPPLER];
+		struct doppler_ctx d = {.re = st->dres[0],
+		                        .im = st->dres[1],
+		                        .full = out->full ? out->full + dc * fc : NULL,
+		                        .u8 = out->volume ? out->volume + dc * fc : NULL,
+		                        .row = (size_t)X * Z};
+		cpu_parallel(st, Y, doppler_rows, &d);
+	}
 
-	if (p->live.mode == CFG_RECON_CUMULATIVE) {
+	if (cum) {
 		float *t = st->bvol;
 		st->bvol = st->ovol;
 		st->ovol = t;
+		for (uint32_t pl = 0; pl < CPU_FN_PLANES; pl++) {
+			t = st->bpl[pl];
+			st->bpl[pl] = st->opl[pl];
+			st->opl[pl] = t;
+		}
 	}
 }

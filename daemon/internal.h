@@ -113,6 +113,10 @@ struct vrd_raw;
  * acquisition; with record, record.name's recording starts with the first epoch (a failure is
  * announced, event record_failed, and the service runs all the same). On failure nothing is
  * left but raw and a message is in err. */
+/* What volrecd cannot serve yet of a valid configuration: output.channels other than
+ * [structure] (the slot and the protocol carry the structure alone so far). \return 0, or
+ * -ENOTSUP with "output.channels: ..." in err. */
+int vrd_config_supported(const struct vr_config *cfg, char *err, size_t errlen);
 int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_raw *raw,
                        bool record, struct vrd_pipeline **out, char *err,
                        size_t errlen) VR_MUST_CHECK;

@@ -855,6 +855,8 @@ static int reload_start(struct service *s)
 	}
 	cfg_defaults(&next);
 	rc = cfg_load(&next, s->config_path, err, sizeof(err));
+	if (rc == 0)
+		rc = vrd_config_supported(&next, err, sizeof(err));
 	if (rc < 0) {
 		cfg_free(&next);
 		reload_reject(s, err);

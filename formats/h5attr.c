@@ -56,7 +56,12 @@ int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v)
 
 int vr_h5_volume_units(hid_t file, const double um[3])
 {
-	hid_t ds = H5Dopen2(file, "volumes", H5P_DEFAULT);
+	return vr_h5_dataset_units(file, "volumes", um);
+}
+
+int vr_h5_dataset_units(hid_t file, const char *name, const double um[3])
+{
+	hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
 	/* the spatial axes in the dataset's order: y, x, z */
 	double v[3] = {um[1], um[0], um[2]};
 	int rc;

@@ -26,6 +26,8 @@ int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v);
  * (float64, NaN where unknown), from um = [dx, dy, dz] (0 or NaN: unknown). 0 or -EIO.
  */
 int vr_h5_volume_units(hid_t file, const double um[3]);
+/* The same for the volumes [t][y][x][z] of dataset name (a channel: /angio, /doppler). */
+int vr_h5_dataset_units(hid_t file, const char *name, const double um[3]);
 /* A variable-length UTF-8 string type (the caller closes it), or a negative id. */
 hid_t vr_h5_text_type(void);
 

@@ -345,4 +345,8 @@ const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 }
 #endif
 
+/* The refusal of output.channels other than [structure], which the CUDA kernels do not compute
+ * yet (docs/gpu.md). \return 0 or -ENOTSUP with the message in err. */
+int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen);
+
 #endif

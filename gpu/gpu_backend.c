@@ -1212,13 +1212,26 @@ fail:
 
 /* The one-device backend: its messages name it ("cuda backend: ..."), as the composite's do;
  * the part's texts that do not (CUDA's, the device checks') get the name here. */
+int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	if (!cfg_functional(cfg))
+		return 0;
+	return vr_err(err, errlen, -ENOTSUP,
+	              "cuda backend: output.channels other than [structure] is not available yet "
+	              "(the cpu backend computes angio and doppler)");
+}
+
 static int gpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
 {
 	static const char own[] = "cuda backend: ";
 	const struct gpu_part whole = {0, 1, 0, cfg->geometry.bscans_per_volume};
 	struct gpu_state *st;
 	char msg[512] = "";
-	int rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
+	int rc = gpu_channels_supported(cfg, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
 
 	if (rc == 0) {
 		*state = st;

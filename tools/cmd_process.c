@@ -35,6 +35,10 @@ static void process_usage(FILE *f)
 	        "  /lowres   f32 [n][ny][nx][nz]  with --lowres: L_e, normalized, before "
 	        "quantization\n"
 	        "  /full     f32 [n][Y][X][Z]     with --full: the output before quantization\n"
+	        "  /angio, /doppler  u8 [n][Y][X][Z]  the channels of output.channels other than\n"
+	        "            the structure (/volumes only when structure is one of them); with\n"
+	        "            --lowres also /lowres_angio (v) and /lowres_doppler (phase, rad),\n"
+	        "            with --full /full_angio and /full_doppler\n"
 	        "  /epoch    u64 [n], /offset u32 [n][2] (ox, oy) of each volume\n"
 	        "  /median_depths u32 [n][ny]  with background.mode partial_median: the depths\n"
 	        "                             that took the median, per B-scan\n"
@@ -534,6 +538,13 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	ret = configure_run(&o, &cfg, &po, &part);
 	if (ret)
 		goto out_cfg;
+	if (cfg_functional(&cfg) && (o.into || fmt_kind_of(o.output) != FMT_NONE)) {
+		fprintf(stderr,
+		        "volrec process: output.channels other than [structure] are written "
+		        "to HDF5 only (-o OUT.h5)\n");
+		ret = VR_EXIT_USAGE;
+		goto out_cfg;
+	}
 	rc = pl_open(&po, &pl, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);

@@ -17,9 +17,15 @@
 #include "formats/h5vol.h"
 #include "tools/process.h"
 
-/* volumes, lowres, full, epoch, offset, median_depths, generation, generation_index,
- * generations, generation_numbers */
-#define PROC_FIELDS 10
+/* volumes, angio, doppler, lowres, lowres_angio, lowres_doppler, full, full_angio,
+ * full_doppler, epoch, offset, median_depths, generation, generation_index, generations,
+ * generation_numbers */
+#define PROC_FIELDS 16
+
+/* The datasets of each channel (docs/algorithms.md §5 step 6), by enum cfg_channel. */
+static const char *const vol_names[CFG_CH_COUNT] = {"volumes", "angio", "doppler"};
+static const char *const low_names[CFG_CH_COUNT] = {"lowres", "lowres_angio", "lowres_doppler"};
+static const char *const full_names[CFG_CH_COUNT] = {"full", "full_angio", "full_doppler"};
 
 struct proc_h5 {
 	const struct vr_config *cfg;
@@ -28,8 +34,12 @@ struct proc_h5 {
 	char path[4096];
 	struct h5vol *w;
 	hsize_t dvol[3], dlow[3];
-	uint8_t *vol;
-	float *low, *full;
+	uint8_t *vol;              /* [c][Y][X][Z] the channels */
+	float *low, *full;         /* the structure's L_e; [c][Y][X][Z] */
+	float *lowf[CFG_CH_COUNT]; /* the angio and Doppler low-resolution volumes (or NULL) */
+	uint32_t nch;
+	enum cfg_channel ch[CFG_CH_COUNT];
+	size_t nvox;      /* voxels of one channel */
 	uint32_t *md;     /* partial_median: [ny] host buffer the backend writes the counts into */
 	uint64_t n, done; /* volumes asked, written */
 	uint64_t med_sum; /* partial_median: the sum of the counts of the volumes written */
@@ -68,12 +78,17 @@ static int write_attrs(struct proc_h5 *h, const char *backend, const char *devic
 	const uint32_t depth[2] = {cfg->geometry.depth_range[0], cfg->geometry.depth_range[1]};
 	const uint32_t shape[3] = {(uint32_t)h->dvol[0], (uint32_t)h->dvol[1],
 	                           (uint32_t)h->dvol[2]};
-	char *yaml = config_yaml(cfg);
+	char *yaml = config_yaml(cfg), chans[64] = "";
 	double um[3];
-	bool ok;
+	bool ok = true;
 
 	cfg_voxel_um(cfg, um);
-	ok = yaml && vr_h5_volume_units(f, um) == 0 &&
+	for (uint32_t c = 0; c < h->nch && ok; c++) {
+		ok = vr_h5_dataset_units(f, vol_names[h->ch[c]], um) == 0;
+		snprintf(chans + strlen(chans), sizeof(chans) - strlen(chans), "%s%s", c ? "," : "",
+		         cfg_channel_name(h->ch[c]));
+	}
+	ok = ok && yaml && vr_h5_attr_str(f, "channels", chans) == 0 &&
 	     vr_h5_attr_u32v(f, "geometry", geo, 3) == 0 &&
 	     vr_h5_attr_u32v(f, "stride", cfg->geometry.stride, 2) == 0 &&
 	     vr_h5_attr_u32v(f, "depth_range", depth, 2) == 0 &&
@@ -132,27 +147,48 @@ int proc_h5_create(const char *path, const struct vr_config *cfg, struct be_back
 	h->dlow[0] = ny;
 	h->dlow[1] = nx;
 	h->dlow[2] = cfg_nz(cfg);
-	rc = be_host_alloc(be, nvox, (void **)&h->vol);
+	h->nch = cfg_channels(cfg, h->ch);
+	h->nvox = nvox;
+	const size_t nlow = (size_t)h->dlow[0] * h->dlow[1] * h->dlow[2];
+	rc = be_host_alloc(be, nvox * h->nch, (void **)&h->vol);
+	for (uint32_t c = 0; c < h->nch && rc == 0 && lowres; c++)
+		if (h->ch[c] != CFG_CH_STRUCTURE)
+			rc = be_host_alloc(be, nlow * sizeof(float), (void **)&h->lowf[h->ch[c]]);
 	if (rc == 0 && cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN)
 		rc = be_host_alloc(be, ny * sizeof(*h->md), (void **)&h->md);
 	if (rc == 0 && lowres)
 		rc = be_host_alloc(be, h->dlow[0] * h->dlow[1] * h->dlow[2] * sizeof(float),
 		                   (void **)&h->low);
 	if (rc == 0 && full)
-		rc = be_host_alloc(be, nvox * sizeof(float), (void **)&h->full);
+		rc = be_host_alloc(be, nvox * h->nch * sizeof(float), (void **)&h->full);
 	if (rc < 0) {
 		vr_err(err, errlen, rc, "out of memory for the buffers");
 		goto fail;
 	}
-	/* one row per volume, in the order of sink_publish's rows */
-	f[nf++] = (struct h5vol_field){
-	        "volumes", H5T_NATIVE_UINT8, 3, {h->dvol[0], h->dvol[1], h->dvol[2]}, false};
+	/* one row per volume, in the order of sink_publish's rows: the u8 volume of each channel,
+	 * the low-resolution ones (the structure's always), the floats of each channel */
+	for (uint32_t c = 0; c < h->nch; c++)
+		f[nf++] = (struct h5vol_field){vol_names[h->ch[c]],
+		                               H5T_NATIVE_UINT8,
+		                               3,
+		                               {h->dvol[0], h->dvol[1], h->dvol[2]},
+		                               false};
 	if (lowres)
 		f[nf++] = (struct h5vol_field){
 		        "lowres", H5T_NATIVE_FLOAT, 3, {ny, nx, h->dlow[2]}, false};
-	if (full)
-		f[nf++] = (struct h5vol_field){
-		        "full", H5T_NATIVE_FLOAT, 3, {h->dvol[0], h->dvol[1], h->dvol[2]}, false};
+	for (uint32_t c = 0; c < h->nch && lowres; c++)
+		if (h->ch[c] != CFG_CH_STRUCTURE)
+			f[nf++] = (struct h5vol_field){low_names[h->ch[c]],
+			                               H5T_NATIVE_FLOAT,
+			                               3,
+			                               {ny, nx, h->dlow[2]},
+			                               false};
+	for (uint32_t c = 0; c < h->nch && full; c++)
+		f[nf++] = (struct h5vol_field){full_names[h->ch[c]],
+		                               H5T_NATIVE_FLOAT,
+		                               3,
+		                               {h->dvol[0], h->dvol[1], h->dvol[2]},
+		                               false};
 	f[nf++] = (struct h5vol_field){"epoch", H5T_NATIVE_UINT64, 0, {0}, false};
 	f[nf++] = (struct h5vol_field){"offset", H5T_NATIVE_UINT32, 1, {2}, false};
 	if (h->md)
@@ -196,6 +232,9 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 	out->volume = h->vol;
 	out->lowres = h->low;
 	out->full = h->full;
+	out->lowres_angio = h->lowf[CFG_CH_ANGIO];
+	out->lowres_doppler = h->lowf[CFG_CH_DOPPLER];
+	out->channels = h->nch;
 	out->median_depths = h->md;
 	return 0;
 }
@@ -212,11 +251,15 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	double t;
 	int rc;
 
-	rows[k++] = h->vol;
+	for (uint32_t c = 0; c < h->nch; c++)
+		rows[k++] = h->vol + c * h->nvox;
 	if (h->low)
 		rows[k++] = h->low;
-	if (h->full)
-		rows[k++] = h->full;
+	for (uint32_t c = 0; c < h->nch && h->low; c++)
+		if (h->ch[c] != CFG_CH_STRUCTURE)
+			rows[k++] = h->lowf[h->ch[c]];
+	for (uint32_t c = 0; c < h->nch && h->full; c++)
+		rows[k++] = h->full + c * h->nvox;
 	rows[k++] = &epoch;
 	rows[k++] = offset;
 	if (h->md)
@@ -295,6 +338,8 @@ int proc_h5_close(struct proc_h5 *h, char *err, size_t errlen)
 	be_host_free(h->be, h->vol);
 	be_host_free(h->be, h->low);
 	be_host_free(h->be, h->full);
+	for (int c = 0; c < CFG_CH_COUNT; c++)
+		be_host_free(h->be, h->lowf[c]);
 	be_host_free(h->be, h->md);
 	if (h->text_type >= 0)
 		H5Tclose(h->text_type);

@@ -172,11 +172,9 @@ def partial_median(X, threshold):
     return X - C[:, None, :], use_median.sum(axis=1)
 
 
-def preprocess(raw, cfg, stats=None):
-    """One epoch: raw [ny * M][nx][K] -> L [ny][nx][nz], float64 in [0, 1]; M =
-    geometry.repeats, raw B-scan b * M + m is repeat m of position b, each repeat its own
-    B-scan through steps 1-5 (and §1b), the structure their mean power (docs/algorithms.md §5
-    step 1). With background mode partial_median, stats (a dict, if given) receives
+def spectra(raw, cfg, stats=None):
+    """Steps 1-5 (and §1b) of every raw B-scan: raw [ny * M][nx][K] -> X [ny * M][nx][N/2],
+    complex. With background mode partial_median, stats (a dict, if given) receives
     "median_depths" [ny] (the most over a position's repeats)."""
     g = cfg["geometry"]
     pp = cfg.get("preprocess", {})
@@ -222,15 +220,15 @@ def preprocess(raw, cfg, stats=None):
         X, counts = partial_median(X, _get(pp, "background.threshold", 10.0))
         if stats is not None:
             stats["median_depths"] = counts.reshape(-1, M).max(axis=1)
-    if M == 1:
-        mag = np.abs(X)
-    else:
-        power = (np.abs(X) ** 2).reshape((-1, M) + X.shape[1:]).mean(axis=1)
-        mag = np.sqrt(power)
-    d = 20 * np.log10(mag + 1e-12)
-    lo, hi = pp.get("db_range", [0, 100])
-    v = np.clip((d - lo) / (hi - lo), 0, 1)
+    return X
 
+
+def flip_crop(v, cfg):
+    """§1 step 7 of per-position values v [ny][nx][N/2] (any dtype): flip z, the depth range,
+    flip x, the bidirectional reversal of odd positions."""
+    g = cfg["geometry"]
+    pp = cfg.get("preprocess", {})
+    N = g["samples_per_ascan"] * pp.get("zero_pad", 1)
     flip = pp.get("flip", {})
     if flip.get("z", False):
         v = v[..., ::-1]
@@ -242,6 +240,115 @@ def preprocess(raw, cfg, stats=None):
         v = v.copy()
         v[1::2] = v[1::2, ::-1, :]
     return v
+
+
+def structure_db(X, M):
+    """§5 step 1: d [ny][nx][N/2] of the spectra X [ny * M][nx][N/2]."""
+    if M == 1:
+        mag = np.abs(X)
+    else:
+        mag = np.sqrt((np.abs(X) ** 2).reshape((-1, M) + X.shape[1:]).mean(axis=1))
+    return 20 * np.log10(mag + 1e-12)
+
+
+def preprocess(raw, cfg, stats=None):
+    """One epoch: raw [ny * M][nx][K] -> L [ny][nx][nz], float64 in [0, 1]; M =
+    geometry.repeats, raw B-scan b * M + m is repeat m of position b, each repeat its own
+    B-scan through steps 1-5 (and §1b), the structure their mean power (docs/algorithms.md §5
+    step 1)."""
+    pp = cfg.get("preprocess", {})
+    d = structure_db(spectra(raw, cfg, stats), cfg["geometry"].get("repeats", 1))
+    lo, hi = pp.get("db_range", [0, 100])
+    return flip_crop(np.clip((d - lo) / (hi - lo), 0, 1), cfg)
+
+
+# ---- §5 functional channels ----------------------------------------------------------------
+
+def axial_sum(x, h):
+    """The sum over j in [z - h, z + h] within [0, n) along the last axis."""
+    n = x.shape[-1]
+    c = np.concatenate([np.zeros(x.shape[:-1] + (1,), dtype=x.dtype), np.cumsum(x, axis=-1)],
+                       axis=-1)
+    z = np.arange(n)
+    lo, hi = np.maximum(z - h, 0), np.minimum(z + h + 1, n)
+    return c[..., hi] - c[..., lo]
+
+
+def phase(R):
+    """Δφ = atan2(Im R, Re R) in (-π, π]; R = 0 gives 0."""
+    p = np.angle(R)
+    p = np.where(p <= -np.pi, np.pi, p)
+    return np.where(R == 0, 0.0, p)
+
+
+def doppler_v(R):
+    return (phase(R) + np.pi) / (2 * np.pi)
+
+
+def functional(raw, cfg):
+    """docs/algorithms.md §5 of one epoch: a dict of per-position low-resolution volumes
+    [ny][nx][nz] after flip and crop: "structure" (v), "angio" (normalized v, when M >= 2)
+    and "doppler" (the complex Kasai sum R)."""
+    g = cfg["geometry"]
+    pp = cfg.get("preprocess", {})
+    fn = cfg.get("functional", {})
+    M = g.get("repeats", 1)
+    ny, nx = g["bscans_per_volume"], g["ascans_per_bscan"]
+    N = g["samples_per_ascan"] * pp.get("zero_pad", 1)
+    nh = N // 2
+    X = spectra(raw, cfg)
+    lo, hi = pp.get("db_range", [0, 100])
+    d = structure_db(X, M)
+    out = {"structure": flip_crop(np.clip((d - lo) / (hi - lo), 0, 1), cfg)}
+    keep = d >= fn.get("mask_db", lo + 0.3 * (hi - lo))
+    Xm = X.reshape(ny, M, nx, nh)
+    h = fn.get("axial_half_window", 2)
+
+    if M >= 2:
+        method = _get(fn, "angio.method", "cdv")
+        if method == "svar":
+            D = 20 * np.log10(np.abs(Xm) + 1e-12)
+            A = ((D - D.mean(axis=1, keepdims=True)) ** 2).mean(axis=1)
+        else:
+            a, b = Xm[:, :-1], Xm[:, 1:]
+            num = np.abs(axial_sum(a * np.conj(b), h)).sum(axis=1)
+            den = axial_sum(0.5 * (np.abs(a) ** 2 + np.abs(b) ** 2), h).sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                A = np.where(den > 0, 1 - num / np.where(den > 0, den, 1.0), 0.0)
+        A = np.where(keep, A, 0.0)
+        alo, ahi = _get(fn, "angio.range", [0.0, 100.0 if method == "svar" else 1.0])
+        out["angio"] = flip_crop(np.clip((A - alo) / (ahi - alo), 0, 1), cfg)
+
+    # the depth range in bins before the flip: the output's depths
+    z0, z1 = g.get("depth_range", [0, nh])
+    if pp.get("flip", {}).get("z", False):
+        z0, z1 = nh - z1, nh - z0
+    inrange = np.zeros(nh, dtype=bool)
+    inrange[z0:z1] = True
+    axis = _get(fn, "doppler.axis", "bscan" if M >= 2 else "ascan")
+    bulk = _get(fn, "doppler.bulk", True)
+
+    def pair_sum(later, earlier, keep_e):
+        prod = later * np.conj(earlier)
+        if bulk:
+            s = np.where(keep_e & inrange, prod, 0).sum(axis=-1, keepdims=True)
+            beta = np.where(s == 0, 0.0, np.angle(s))
+        else:
+            beta = 0.0
+        return axial_sum(prod, h) * np.exp(-1j * beta)
+
+    R = np.zeros((ny, nx, nh), dtype=complex)
+    if axis == "bscan":
+        for m in range(M - 1):
+            R += pair_sum(Xm[:, m + 1], Xm[:, m], keep)
+        R = np.where(keep, R, 0)
+    elif nx > 1:
+        for m in range(M):
+            R[:, :-1] += pair_sum(Xm[:, m, 1:], Xm[:, m, :-1], keep[:, :-1])
+        R = np.where(keep, R, 0)
+        R[:, -1] = R[:, -2]
+    out["doppler"] = flip_crop(R, cfg)
+    return out
 
 
 def quantize(v):

@@ -280,6 +280,8 @@ static const struct {
          NULL},
         {"preprocess.dispersion.coeffs", {"preprocess.dispersion.coeffs=[0, 0]"}, NULL},
         {"preprocess.dispersion.table", {"preprocess.dispersion.table=@table"}, NULL},
+        {"output.channels", {"geometry.repeats=2"}, "[structure, angio, doppler]"},
+        {"functional.angio.range", {NULL}, "[0, 2]"},
         {"ipc.curve_secret_key",
          {"ipc.curve_secret_key=@file", "ipc.curve_public_key=@file"},
          NULL},
@@ -527,12 +529,13 @@ static void test_set_names_unknown_and_structural_keys(void **state)
 	assert_int_equal(set1(&c, "", "1", err, sizeof(err)), -EINVAL);
 
 	assert_int_equal(set1(&c, "geometry.stride", "[1, 1]", err, sizeof(err)), -EPERM);
-	assert_string_equal(err, "geometry.stride: is structural: a change needs the "
-	                         "configuration file and a reload (live keys: "
-	                         "preprocess.background.mode, preprocess.background.threshold, "
-	                         "preprocess.window, preprocess.dispersion, "
-	                         "preprocess.db_range, reconstruct, ipc.status_interval_ms, "
-	                         "log, view.slab, view.position, view.render, view.volume)");
+	assert_string_equal(err,
+	                    "geometry.stride: is structural: a change needs the "
+	                    "configuration file and a reload (live keys: "
+	                    "preprocess.background.mode, preprocess.background.threshold, "
+	                    "preprocess.window, preprocess.dispersion, "
+	                    "preprocess.db_range, reconstruct, functional, ipc.status_interval_ms, "
+	                    "log, view.slab, view.position, view.render, view.volume)");
 	assert_int_equal(set1(&c, "preprocess", "{db_range: [1, 2]}", err, sizeof(err)), -EPERM);
 	assert_non_null(strstr(err, "preprocess: holds keys that are structural"));
 	/* live keys whose change is structural all the same */

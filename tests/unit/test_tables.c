@@ -160,6 +160,33 @@ static void test_live_scalars_from_their_keys(void **state)
 	c.preprocess.dispersion.kind = CFG_DISP_NONE;
 	be_live_init(&l, &c);
 	assert_false(l.dispersion);
+
+	/* functional.*: absent keys follow the others (docs/configuration.md) */
+	assert_int_equal(l.angio_method, CFG_ANGIO_CDV);
+	assert_true(l.angio_lo == 0.0f && l.angio_inv == 1.0f);
+	assert_true(l.mask_db == 44.0f);                     /* 20 + 0.3 * (100 - 20) */
+	assert_int_equal(l.doppler_axis, CFG_DOPPLER_ASCAN); /* M = 1 */
+	assert_int_equal(l.fn_half_window, 2);
+	assert_true(l.doppler_bulk);
+	c.geometry.repeats = 2;
+	c.functional.angio.method = CFG_ANGIO_SVAR;
+	be_live_init(&l, &c);
+	assert_true(l.angio_lo == 0.0f && l.angio_inv == (float)(1.0 / 100.0));
+	assert_int_equal(l.doppler_axis, CFG_DOPPLER_BSCAN);
+	c.functional.angio.range_given = 1;
+	c.functional.angio.range[0] = 2;
+	c.functional.angio.range[1] = 6;
+	c.functional.mask_given = 1;
+	c.functional.mask_db = 51.5;
+	c.functional.doppler.axis_given = 1;
+	c.functional.doppler.axis = CFG_DOPPLER_ASCAN;
+	c.functional.axial_half_window = 4;
+	c.functional.doppler.bulk = false;
+	be_live_init(&l, &c);
+	assert_true(l.angio_lo == 2.0f && l.angio_inv == 0.25f && l.mask_db == 51.5f);
+	assert_int_equal(l.doppler_axis, CFG_DOPPLER_ASCAN);
+	assert_int_equal(l.fn_half_window, 4);
+	assert_false(l.doppler_bulk);
 }
 
 VR_TEST_GROUP(tables)
