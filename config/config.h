@@ -149,7 +149,15 @@ struct vr_config {
 			double warp_radius_mm;  /* motion.warp.radius_mm */
 			double warp_hz;         /* motion.warp.hz */
 			double warp_centre_mm[2]; /* motion.warp.centre_mm: x, y */
-			double mirror_mm;         /* the "mirror" phantom's depth, mm; 0: 1 mm */
+			/* the "flow" phantom's blood (docs/configuration.md, sim_scene.c) */
+			struct {
+				double peak_mm_per_s;      /* speed on each vessel's axis */
+				int direction;             /* 1: along the vessels, -1: against */
+				double bulk_um_per_repeat; /* axial bulk motion of the sample */
+				double decorrelation_um;   /* travel that renews blood's speckle */
+				double blood_tau_us; /* renewal time of resting blood; 0: never */
+			} flow;
+			double mirror_mm; /* the "mirror" phantom's depth, mm; 0: 1 mm */
 			double snr_db;
 			double beam_um; /* lateral resolution (FWHM, um); 0 = pencil beam */
 		} synth;

@@ -16,7 +16,7 @@ static const char *const source_names[] = {"synth", "replay", "shim", NULL};
 static const char *const replay_format_names[] = {"auto", "raw", NULL};
 static const char *const crc_error_names[] = {"stop", "skip", NULL};
 static const char *const phantom_names[] = {"retina",   "mirror", "tilted", "blocked", "curved",
-                                            "anterior", "skin",   "bowl",   NULL};
+                                            "anterior", "skin",   "bowl",   "flow",    NULL};
 static const char *const sample_names[] = {"u16", "i16", "f32", "u12p", "u12gv", NULL};
 static const char *const background_names[] = {
         "ascan_mean", "bscan_mean", "bscan_median", "reference", "none", "partial_median", NULL};
@@ -136,6 +136,11 @@ const struct cfg_key cfg_keys[] = {
         F64_AS("source.synth.motion.warp.hz", source.synth.warp_hz, 0, 1000, 0.5, STRUCTURAL),
         F64S_AS("source.synth.motion.warp.centre_mm", source.synth.warp_centre_mm, -1.5, 1.5,
                 "[x, y] in mm", STRUCTURAL, .def = {0.4, -0.3}),
+        F64(source.synth.flow.peak_mm_per_s, 0, 1000, 1, STRUCTURAL),
+        INT(source.synth.flow.direction, -1, 1, 1, STRUCTURAL),
+        F64(source.synth.flow.bulk_um_per_repeat, -10, 10, 0, STRUCTURAL),
+        F64(source.synth.flow.decorrelation_um, 0.01, 1000, 10, STRUCTURAL),
+        F64(source.synth.flow.blood_tau_us, 0, 1e6, 3000, STRUCTURAL),
         F64(source.synth.mirror_mm, 0, 1.999, 0, STRUCTURAL),
         F64(source.synth.snr_db, 0, 150, 40, STRUCTURAL),
         F64(source.synth.beam_um, 0, 500, 0, STRUCTURAL),

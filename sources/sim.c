@@ -163,6 +163,15 @@ void sim_params_from_config(struct sim_params *p, const struct vr_config *cfg)
 	p->snr_db = cfg->source.synth.snr_db;
 	p->mirror_mm = cfg->source.synth.mirror_mm;
 	p->beam_um = cfg->source.synth.beam_um;
+	p->flow_peak_mm_s = cfg->source.synth.flow.peak_mm_per_s;
+	p->flow_direction = cfg->source.synth.flow.direction;
+	p->flow_bulk_um = cfg->source.synth.flow.bulk_um_per_repeat;
+	p->flow_decor_um = cfg->source.synth.flow.decorrelation_um;
+	p->flow_tau_us = cfg->source.synth.flow.blood_tau_us;
+	p->ascan_period_us = cfg->geometry.ascan_period_us;
+	p->bscan_period_us = cfg->geometry.bscan_period_us;
+	p->wavelength_nm = cfg->geometry.center_wavelength_nm;
+	p->refractive_index = cfg->geometry.refractive_index;
 }
 
 void sim_params_from_geometry(struct sim_params *p, const struct volrec_shim_geometry *g)
@@ -223,7 +232,7 @@ static int check_params(const struct sim_params *p, char *err, size_t errlen)
 	    strcmp(p->phantom, "bowl") != 0 && sim_solid_kind(p->phantom) == SIM_SOLID_NONE)
 		return vr_err(err, errlen, -EINVAL,
 		              "synth: unknown phantom '%s' (allowed: retina, mirror, tilted, "
-		              "blocked, curved, anterior, skin, bowl)",
+		              "blocked, curved, anterior, skin, bowl, flow)",
 		              p->phantom);
 	if (!(p->mirror_mm >= 0 && p->mirror_mm < SIM_DEPTH_MM))
 		return vr_err(err, errlen, -EINVAL,
@@ -825,6 +834,13 @@ int sim_bscan_repeat(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, ui
 		double x, y;
 		lab_xy(s, Yf, xl * p->stride_x + ox, &x, &y);
 		if (s->sol) {
+			if (s->scene.kind == SIM_SOLID_FLOW) /* the time of this A-scan */
+				pose.ts =
+				        (m * (p->bscan_period_us > 0
+				                      ? p->bscan_period_us
+				                      : p->ascan_period_us * p->ascans_per_bscan) +
+				         a * p->ascan_period_us) *
+				        1e-6;
 			sim_scene_column(&s->scene, &pose, x, y, s->sol);
 			ascan(s, NULL, s->sol, sim_mix64(bkey + a));
 		} else {
@@ -832,6 +848,30 @@ int sim_bscan_repeat(struct sim *s, uint64_t epoch, uint32_t ox, uint32_t oy, ui
 			ascan(s, &c, NULL, sim_mix64(bkey + a));
 		}
 		quantize(s, out + (size_t)a * s->abytes);
+	}
+	return 0;
+}
+
+int sim_flow_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad, uint32_t z0, uint32_t z1,
+                   uint8_t *label, float *vz)
+{
+	const size_t nz = z1 - z0;
+	struct sim_pose pose;
+
+	if (s->scene.kind != SIM_SOLID_FLOW || zero_pad < 1 || zero_pad > 16 || z0 >= z1 ||
+	    z1 > s->K * zero_pad / 2)
+		return -EINVAL;
+	sim_pose_at(&s->p, epoch, &pose);
+	for (uint32_t Yf = 0; Yf < s->Y; Yf++) {
+		for (uint32_t Xf = 0; Xf < s->X; Xf++) {
+			size_t o = ((size_t)Yf * s->X + Xf) * nz;
+			double xm, ym;
+			lab_xy(s, Yf, Xf, &xm, &ym);
+			for (uint32_t z = z0; z < z1; z++)
+				label[o + z - z0] = (uint8_t)sim_scene_flow_point(
+				        &s->scene, &pose, xm, ym, z * s->dz / zero_pad,
+				        &vz[o + z - z0]);
+		}
 	}
 	return 0;
 }

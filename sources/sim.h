@@ -55,7 +55,8 @@ struct sim_params {
 	                             * the solid phantoms (sim_scene.c) "curved": a retina on a
 	                             * sphere, "anterior": cornea and iris, "skin": a rough
 	                             * layered skin; "bowl": the retina bent into a bowl
-	                             * (SIM_CURVE_*) */
+	                             * (SIM_CURVE_*); "flow": static tissue with
+	                             * three vessels of flowing blood (flow_* below) */
 	double mirror_mm;         /* depth of the mirror, (0, SIM_DEPTH_MM); 0: SIM_MIRROR_MM */
 	double deg_per_s;         /* rotation about the depth axis */
 	double shift_mm_per_s[3]; /* translation speed: lateral x, y (steady drift) and depth
@@ -78,6 +79,17 @@ struct sim_params {
 	double beam_um; /* lateral resolution, intensity FWHM in um; 0: a pencil beam (each
 	                  * position sees only its own 6 um scatterer cell) */
 	bool noiseless; /* no shot noise (tests) */
+	/* The "flow" phantom (sim_scene.c, docs/algorithms.md "The flow phantom"): its blood, and
+	 * the times and optics its Doppler phases are made with (geometry.*). */
+	double flow_peak_mm_s;   /* speed on each vessel's axis, mm/s */
+	int flow_direction;      /* 1: along the vessels' directions, -1: against */
+	double flow_bulk_um;     /* axial bulk motion per repeat period, um (+: deeper) */
+	double flow_decor_um;    /* blood's travel that renews its speckle, um (> 0) */
+	double flow_tau_us;      /* renewal time of resting blood, us; 0: never */
+	double ascan_period_us;  /* A-scan to A-scan */
+	double bscan_period_us;  /* repeat to repeat; 0: ascans_per_bscan A-scan periods */
+	double wavelength_nm;    /* centre wavelength lambda0 */
+	double refractive_index; /* n; 0: 1.38 */
 };
 
 struct sim;
@@ -145,6 +157,17 @@ VR_MUST_CHECK int sim_bscan_repeat(struct sim *s, uint64_t epoch, uint32_t ox, u
  */
 VR_MUST_CHECK int sim_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad,
                             const float *window, uint32_t z0, uint32_t z1, float *out);
+
+/*
+ * The "flow" phantom's truth of `epoch` (docs/formats.md "Truth file"), at the same positions
+ * and output depth bins as sim_truth: label[Y][X][z1 - z0] 0 where there is no sample, 1 static
+ * tissue (vessel walls included), 2 flowing blood (a vessel's lumen); vz the same shape, the
+ * blood's axial velocity relative to the tissue in mm/s, positive away from the probe (deeper),
+ * 0 outside the lumens; the bulk motion is not in it. -EINVAL for another phantom or a bad
+ * range.
+ */
+VR_MUST_CHECK int sim_flow_truth(const struct sim *s, uint64_t epoch, uint32_t zero_pad,
+                                 uint32_t z0, uint32_t z1, uint8_t *label, float *vz);
 
 /* The source envelope at linear-k index u (0..K-1): exp(-(u - (K - 1) / 2)^2 / (2 (0.3 K)^2)),
  * the factor E of sim_truth; sim_envelope(i) is the same at pixel i's u. */

@@ -22,6 +22,7 @@ enum sim_solid sim_solid_kind(const char *phantom)
 	return strcmp(phantom, "curved") == 0     ? SIM_SOLID_CURVED
 	       : strcmp(phantom, "anterior") == 0 ? SIM_SOLID_ANTERIOR
 	       : strcmp(phantom, "skin") == 0     ? SIM_SOLID_SKIN
+	       : strcmp(phantom, "flow") == 0     ? SIM_SOLID_FLOW
 	                                          : SIM_SOLID_NONE;
 }
 
@@ -53,12 +54,35 @@ int sim_scene_check(const struct sim_params *p, char *err, size_t errlen)
 	if (sim_solid_kind(p->phantom) == SIM_SOLID_NONE && (tilt || jtilt || per || p->warp_mm))
 		return vr_err(err, errlen, -EINVAL,
 		              "synth: motion %s moves only the solid phantoms (curved, anterior, "
-		              "skin), not '%s'",
+		              "skin, flow), not '%s'",
 		              tilt    ? "tilt_deg_per_s"
 		              : jtilt ? "jump.tilt_deg"
 		              : per   ? "periodic"
 		                      : "warp",
 		              p->phantom);
+	if (sim_solid_kind(p->phantom) == SIM_SOLID_FLOW) {
+		if (!(p->wavelength_nm > 0) || !(p->ascan_period_us > 0))
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "synth: phantom flow needs geometry.center_wavelength_nm (%g) "
+			        "and geometry.ascan_period_us (%g) above 0: its Doppler phases "
+			        "are made with them",
+			        p->wavelength_nm, p->ascan_period_us);
+		if (p->flow_direction != 1 && p->flow_direction != -1)
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "synth: flow.direction %d (1: along the vessels, -1: against)",
+			        p->flow_direction);
+		if (!(p->flow_decor_um > 0) || !(p->flow_tau_us >= 0) ||
+		    !isfinite(p->flow_peak_mm_s) || !isfinite(p->flow_bulk_um) ||
+		    !isfinite(p->flow_tau_us) || !(p->refractive_index >= 0))
+			return vr_err(
+			        err, errlen, -EINVAL,
+			        "synth: flow.decorrelation_um %g (> 0), flow.blood_tau_us %g "
+			        "(>= 0), flow.peak_mm_per_s and flow.bulk_um_per_repeat must be "
+			        "finite",
+			        p->flow_decor_um, p->flow_tau_us);
+	}
 	if (tilt && !(p->tilt_max_deg > 0 && p->tilt_max_deg <= 30))
 		return vr_err(err, errlen, -EINVAL,
 		              "synth: motion tilt_max_deg %g out of range (tilts rock within "
@@ -110,6 +134,16 @@ void sim_scene_init(struct sim_scene *sc, const struct sim_params *p, double dz,
 		sc->shape[i] =
 		        (double)(sim_mix64(p->seed ^ (0x7368617065000000ull + (uint64_t)i)) >> 11) *
 		        0x1p-53;
+	sc->k_mm = sc->bulk_mm_s = sc->renew_per_mm = sc->renew_rest = 0;
+	if (sc->kind == SIM_SOLID_FLOW) {
+		double n = p->refractive_index > 0 ? p->refractive_index : SIM_FLOW_N;
+		double tb = p->bscan_period_us > 0 ? p->bscan_period_us
+		                                   : p->ascan_period_us * p->ascans_per_bscan;
+		sc->k_mm = 4 * M_PI * n / (p->wavelength_nm * 1e-6);
+		sc->bulk_mm_s = p->flow_bulk_um * 1e-3 / (tb * 1e-6);
+		sc->renew_per_mm = 1 / (p->flow_decor_um * 1e-3);
+		sc->renew_rest = p->flow_tau_us > 0 ? 1e6 / p->flow_tau_us : 0;
+	}
 }
 
 /* Travel dist back and forth within [-lim, lim] from 0 (a triangle wave). */
@@ -152,6 +186,7 @@ void sim_pose_at(const struct sim_params *p, uint64_t epoch, struct sim_pose *q)
 	memcpy(q->r, r, sizeof(r));
 	q->warp = p->warp_mm * (p->warp_hz > 0 ? sin(2 * M_PI * p->warp_hz * t) : 1);
 	q->fkey = sim_mix64(epoch + 0x27d4eb2f165667c5ull);
+	q->ts = 0;
 }
 
 /* ---- the anatomies: structure of a lateral position, reflectivity at a depth ------------- */
@@ -169,6 +204,7 @@ struct lateral {
 	int ncell;
 	uint64_t chash[SIM_BEAM_CELLS];
 	float cw[SIM_BEAM_CELLS];
+	double cx[SIM_BEAM_CELLS], cy[SIM_BEAM_CELLS]; /* the cells' centres (the flow phantom's) */
 };
 
 static const double retina_refl[RETINA_NLAYER] = {0.70, 0.16, 0.40, 0.07, 0.35,
@@ -366,9 +402,12 @@ static void lateral_cells(const struct sim_scene *sc, struct lateral *l)
 
 	l->ncell = 0;
 	if (!(p->beam_um > 0)) {
-		l->chash[0] = sim_cell_hash(p->seed, (int64_t)floor(l->X / SIM_CELL_XY_MM),
-		                            (int64_t)floor(l->Y / SIM_CELL_XY_MM));
+		int64_t ix = (int64_t)floor(l->X / SIM_CELL_XY_MM),
+		        iy = (int64_t)floor(l->Y / SIM_CELL_XY_MM);
+		l->chash[0] = sim_cell_hash(p->seed, ix, iy);
 		l->cw[0] = 1;
+		l->cx[0] = (ix + 0.5) * SIM_CELL_XY_MM;
+		l->cy[0] = (iy + 0.5) * SIM_CELL_XY_MM;
 		l->ncell = 1;
 		return;
 	}
@@ -385,12 +424,237 @@ static void lateral_cells(const struct sim_scene *sc, struct lateral *l)
 			double w = exp(-2 * M_LN2 * r2 / (fw * fw));
 			l->chash[l->ncell] = sim_cell_hash(p->seed, ix, iy);
 			l->cw[l->ncell] = (float)w;
+			l->cx[l->ncell] = (ix + 0.5) * cell;
+			l->cy[l->ncell] = (iy + 0.5) * cell;
 			sum2 += w * w;
 			l->ncell++;
 		}
 	}
 	for (int i = 0; i < l->ncell; i++)
 		l->cw[i] = (float)(l->cw[i] / sqrt(sum2));
+}
+
+/* The flow phantom (docs/algorithms.md "The flow phantom"): a slab of static tissue under a
+ * gently waving surface, crossed by three straight vessels at different depths and angles, each
+ * a wall FLOW_WALL_MM thick around a lumen of blood in laminar flow. A vessel: a point on its
+ * axis (x, y, depth; mm), the axis's azimuth in the lateral plane from +x towards +y and its
+ * elevation (positive: deeper along the direction), both in degrees, and its outer radius. */
+_Static_assert(SIM_FLOW_NVESSEL <= NVESSEL, "a lateral holds every flow vessel");
+#define FLOW_WALL_MM 0.006
+#define FLOW_BOT_MM  1.44
+static const struct {
+	double c[3], azim_deg, elev_deg, radius;
+} flow_vessels[SIM_FLOW_NVESSEL] = {
+        {{0.00, -0.70, 0.95}, 0, 8, 0.075},
+        {{0.60, 0.00, 1.05}, 90, -12, 0.065},
+        {{-0.50, 0.50, 1.15}, 45, 6, 0.055},
+};
+
+static void flow_dir(int v, double d[3])
+{
+	double a = flow_vessels[v].azim_deg * (M_PI / 180),
+	       e = flow_vessels[v].elev_deg * (M_PI / 180);
+
+	d[0] = cos(e) * cos(a);
+	d[1] = cos(e) * sin(a);
+	d[2] = sin(e);
+}
+
+/* Squared distance of P from vessel v's axis. */
+static double flow_rho2(int v, const double P[3])
+{
+	double d[3], w[3], wd = 0, w2 = 0;
+
+	flow_dir(v, d);
+	for (int i = 0; i < 3; i++) {
+		w[i] = P[i] - flow_vessels[v].c[i];
+		wd += w[i] * d[i];
+		w2 += w[i] * w[i];
+	}
+	return w2 - wd * wd;
+}
+
+static void flow_structure(const struct sim_scene *sc, struct lateral *l)
+{
+	const double *u = sc->shape;
+
+	l->top[0] = 0.60 + 0.015 * sin(2 * M_PI * (l->X / 1.3 + u[0])) *
+	                           cos(2 * M_PI * (l->Y / 1.7 + u[1]));
+	l->top[1] = l->top[0] + 0.006; /* the surface's entrance reflection */
+	l->top[2] = FLOW_BOT_MM;
+	l->nb = 3;
+	/* where the vertical line through (X, Y) crosses each vessel's outer cylinder:
+	 * rho2(Z) = a Z^2 + b Z + c = radius^2 */
+	l->nv = SIM_FLOW_NVESSEL;
+	for (int v = 0; v < SIM_FLOW_NVESSEL; v++) {
+		double d[3], w0[3] = {l->X - flow_vessels[v].c[0], l->Y - flow_vessels[v].c[1],
+		                      -flow_vessels[v].c[2]};
+		flow_dir(v, d);
+		double wd = w0[0] * d[0] + w0[1] * d[1] + w0[2] * d[2];
+		double a = 1 - d[2] * d[2], b = 2 * (w0[2] - wd * d[2]);
+		double c = w0[0] * w0[0] + w0[1] * w0[1] + w0[2] * w0[2] - wd * wd;
+		double r = flow_vessels[v].radius, disc = b * b - 4 * a * (c - r * r);
+		l->vtop[v] = l->vbot[v] = HUGE_VAL;
+		if (disc > 0) {
+			l->vtop[v] = (-b - sqrt(disc)) / (2 * a);
+			l->vbot[v] = (-b + sqrt(disc)) / (2 * a);
+		}
+	}
+}
+
+/* Blood's signed speed along vessel v at P: the laminar profile, 0 outside the lumen. */
+static double flow_speed(const struct sim_scene *sc, int v, const double P[3])
+{
+	double rl = flow_vessels[v].radius - FLOW_WALL_MM, f = 1 - flow_rho2(v, P) / (rl * rl);
+
+	return f > 0 ? sc->p->flow_direction * sc->p->flow_peak_mm_s * f : 0;
+}
+
+/* The flow phantom's amplitude at phantom point P; *blood where P is in a lumen, with *speed
+ * the signed speed along vessel *vessel's direction. */
+static double flow_refl(const struct sim_scene *sc, const struct lateral *l, const double P[3],
+                        bool *blood, double *speed, int *vessel)
+{
+	const double Z = P[2];
+	double r = 0, shadow = 1;
+
+	if (Z >= l->top[0] && Z < l->top[2])
+		r = Z < l->top[1] ? 0.80
+		                  : 0.50 * (0.8 + 0.2 * sin(2 * M_PI * (P[0] / 0.11 + Z / 0.07)) *
+		                                          sin(2 * M_PI * (P[1] / 0.13 - Z / 0.05)));
+	for (int v = 0; v < l->nv; v++) {
+		if (Z >= l->vbot[v]) {
+			shadow *= 0.7; /* blood attenuates the light under it */
+		} else if (Z >= l->vtop[v]) {
+			double rl = flow_vessels[v].radius - FLOW_WALL_MM, rho2 = flow_rho2(v, P);
+			r = 0.60; /* the vessel's wall */
+			if (rho2 < rl * rl) {
+				r = 0.15; /* blood, dimmer than the tissue */
+				*blood = true;
+				*vessel = v;
+				*speed = flow_speed(sc, v, P);
+			}
+		}
+	}
+	double att = Z > l->top[0] ? exp(-(Z - l->top[0]) / 2.0) : 1;
+	return sqrt(r) * att * shadow;
+}
+
+/* The phantom point of lab (x, y, Z) in pose q (sim_scene_column's transform). */
+static void flow_phantom_point(const struct sim_scene *sc, const struct sim_pose *q, double x,
+                               double y, double Z, double P[3])
+{
+	const struct sim_params *p = sc->p;
+	double L[3] = {x - q->t[0], y - q->t[1], Z - SIM_CENTRE_MM - q->t[2]};
+
+	for (int i = 0; i < 3; i++)
+		P[i] = q->r[0][i] * L[0] + q->r[1][i] * L[1] + q->r[2][i] * L[2];
+	P[2] += SIM_CENTRE_MM;
+	if (q->warp != 0) {
+		const double wr = p->warp_radius_mm;
+		double ex = P[0] - p->warp_centre_mm[0], ey = P[1] - p->warp_centre_mm[1];
+		double g = q->warp * exp(-(ex * ex + ey * ey) / (2 * wr * wr));
+		P[0] -= 0.5 * g * ex / wr;
+		P[1] -= 0.5 * g * ey / wr;
+		P[2] -= g;
+	}
+}
+
+/* The lab axial velocity (mm/s) of blood moving at speed along vessel v in pose q. */
+static double flow_vz(const struct sim_pose *q, int v, double speed)
+{
+	double d[3];
+
+	flow_dir(v, d);
+	return speed * (q->r[2][0] * d[0] + q->r[2][1] * d[1] + q->r[2][2] * d[2]);
+}
+
+int sim_scene_flow_point(const struct sim_scene *sc, const struct sim_pose *q, double x, double y,
+                         double Z, float *vz)
+{
+	struct lateral l;
+	double P[3], speed = 0;
+	bool blood = false;
+	int v = 0;
+
+	*vz = 0;
+	flow_phantom_point(sc, q, x, y, Z, P);
+	l.X = P[0];
+	l.Y = P[1];
+	flow_structure(sc, &l);
+	if (!(flow_refl(sc, &l, P, &blood, &speed, &v) > 0))
+		return 0;
+	if (!blood)
+		return 1;
+	*vz = (float)flow_vz(q, v, speed);
+	return 2;
+}
+
+/* One column of the flow phantom at time q->ts of its position: tissue still (its speckle
+ * fixed), blood's scatterers renewed at random times at a rate that grows with their speed,
+ * every scatterer's phase turned by its axial displacement since t = 0 (k_mm per mm; blood's
+ * own, each cell's at its own place, and the bulk motion). */
+static void flow_column(const struct sim_scene *sc, const struct sim_pose *q, double x, double y,
+                        float *out)
+{
+	struct lateral l;
+
+	l.valid = false;
+	for (uint32_t z = sc->zlo; z <= sc->zhi; z++) {
+		float *o = out + 2 * (size_t)(z - sc->zlo);
+		double P[3], speed = 0;
+		bool blood = false;
+		int v = 0;
+
+		o[0] = o[1] = 0;
+		flow_phantom_point(sc, q, x, y, z * sc->dz, P);
+		if (!l.valid || P[0] != l.X || P[1] != l.Y) {
+			l.X = P[0];
+			l.Y = P[1];
+			l.valid = true;
+			l.mod = 1;
+			flow_structure(sc, &l);
+			lateral_cells(sc, &l);
+		}
+		double a = flow_refl(sc, &l, P, &blood, &speed, &v);
+		if (!(a > 0) || P[2] <= 0)
+			continue;
+		int64_t iz = (int64_t)(P[2] * (1 / SIM_CELL_Z_MM));
+		double sr = 0, si = 0;
+		for (int i = 0; i < l.ncell; i++) {
+			uint32_t ph;
+			uint64_t h = l.chash[i];
+			double c = 1, sn = 0;
+			if (blood) {
+				/* this epoch's blood in this cell, moving at the speed of the cell's
+				 * own place: renewed at random times of its rate, its phase turned
+				 * by its own axial displacement (consistent between the A-scans and
+				 * repeats that see the cell) */
+				double Pc[3] = {l.cx[i], l.cy[i], P[2]};
+				double sp = flow_speed(sc, v, Pc);
+				double gen = q->ts * (fabs(sp) * sc->renew_per_mm + sc->renew_rest);
+				h = sim_mix64(h ^ q->fkey);
+				double u0 = (double)(sim_mix64(h ^ ((uint64_t)iz *
+				                                    0x94d049bb133111ebull)) >>
+				                     11) *
+				            0x1p-53;
+				uint64_t g = (uint64_t)floor(u0 + gen);
+				if (g)
+					h = sim_mix64(h ^ sim_mix64(g * 0x9e3779b97f4a7c15ull +
+					                            0x72656e6577000000ull));
+				double ang = sc->k_mm * flow_vz(q, v, sp) * q->ts;
+				c = cos(ang);
+				sn = sin(ang);
+			}
+			double m = l.cw[i] * sim_cell_speckle(h, iz, &ph);
+			double re = m * sc->phasor[ph][0], im = m * sc->phasor[ph][1];
+			sr += re * c - im * sn;
+			si += re * sn + im * c;
+		}
+		double ang = sc->k_mm * sc->bulk_mm_s * q->ts, c = cos(ang), s = sin(ang);
+		o[0] = (float)(a * (sr * c - si * s));
+		o[1] = (float)(a * (sr * s + si * c));
+	}
 }
 
 void sim_scene_column(const struct sim_scene *sc, const struct sim_pose *q, double x, double y,
@@ -400,6 +664,10 @@ void sim_scene_column(const struct sim_scene *sc, const struct sim_pose *q, doub
 	const double wr = p->warp_radius_mm, wcx = p->warp_centre_mm[0], wcy = p->warp_centre_mm[1];
 	struct lateral l;
 
+	if (sc->kind == SIM_SOLID_FLOW) {
+		flow_column(sc, q, x, y, out);
+		return;
+	}
 	l.valid = false;
 	for (uint32_t z = sc->zlo; z <= sc->zhi; z++) {
 		float *o = out + 2 * (size_t)(z - sc->zlo);

@@ -43,7 +43,16 @@ static inline double sim_cell_speckle(uint64_t h, int64_t iz, uint32_t *phase)
 	return 0.25 + 0.75 * (double)(k >> 40) * (1.0 / 16777216.0);
 }
 
-enum sim_solid { SIM_SOLID_NONE = 0, SIM_SOLID_CURVED, SIM_SOLID_ANTERIOR, SIM_SOLID_SKIN };
+enum sim_solid {
+	SIM_SOLID_NONE = 0,
+	SIM_SOLID_CURVED,
+	SIM_SOLID_ANTERIOR,
+	SIM_SOLID_SKIN,
+	SIM_SOLID_FLOW
+};
+
+#define SIM_FLOW_NVESSEL 3
+#define SIM_FLOW_N       1.38 /* the refractive index when geometry.refractive_index is 0 */
 
 /* A solid phantom: its kind, its seeded shape and what it is scanned with. */
 struct sim_scene {
@@ -53,6 +62,9 @@ struct sim_scene {
 	uint32_t zlo, zhi; /* the bins that may hold tissue */
 	const float (*phasor)[2];
 	double shape[8]; /* seeded shape parameters of the anatomy, each uniform in [0, 1) */
+	/* "flow": the phase of an axial displacement (rad per mm), the bulk motion (mm/s) and
+	 * blood's renewals per second per mm/s of speed and at rest */
+	double k_mm, bulk_mm_s, renew_per_mm, renew_rest;
 };
 
 /* The phantom's pose at one epoch: lab = r (P - c) + c + t for a phantom point P, c the centre
@@ -62,7 +74,13 @@ struct sim_pose {
 	double t[3];
 	double warp;   /* signed peak displacement now, mm */
 	uint64_t fkey; /* blood's speckle key of the epoch */
+	double ts;     /* "flow": seconds since the position's first A-scan (repeat 0, A-scan 0) */
 };
+
+/* The "flow" phantom's truth at lab (x, y, depth Z mm) in pose q: 0 no sample, 1 static
+ * tissue, 2 blood; *vz the blood's axial velocity in mm/s (+: deeper; 0 elsewhere). */
+int sim_scene_flow_point(const struct sim_scene *sc, const struct sim_pose *q, double x, double y,
+                         double Z, float *vz);
 
 /* SIM_SOLID_NONE for the 2.5-D phantoms (retina, mirror, tilted, blocked). */
 enum sim_solid sim_solid_kind(const char *phantom);

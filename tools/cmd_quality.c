@@ -22,11 +22,14 @@
 #include "config/config.h"
 #include "formats/h5attr.h"
 #include "pipeline/pipeline.h"
+#include "tools/fnscore.h"
 #include "tools/process.h"
 
 static const char quality_help[] =
         "usage: volrec quality -c FILE -t TRUTH.h5 [-n EPOCHS] [--skip N] [--json OUT]\n"
         "                      [--name NAME] [--backend cpu|cuda|auto]\n"
+        "       volrec quality --functional FILE.h5 -c FILE -t TRUTH.h5 [--angio DSET]...\n"
+        "                      [--doppler DSET] (volrec quality --functional x --help)\n"
         "\n"
         "Reconstruct the configured replay in every mode and score each against the\n"
         "ground truth of `volrec sim --truth`: PSNR (dB) and SSIM (7 x 7 window) in two\n"
@@ -877,6 +880,9 @@ VR_COMMAND(quality, "score every reconstruction mode against a simulator's groun
 	char err[CFG_ERR_MAX] = "";
 	int rc, ret = VR_EXIT_FAIL;
 
+	for (int i = 1; i < argc; i++) /* angiography and Doppler against the flow phantom */
+		if (!strcmp(argv[i], "--functional") || !strncmp(argv[i], "--functional=", 13))
+			return fn_quality_main(argc, argv);
 	cfg_defaults(&cfg);
 	cfg_defaults(&run);
 	rc = q_parse_args(argc, argv, &o);

@@ -28,7 +28,8 @@ static const char sim_help[] =
         "at the configuration's geometry and write the raw spectra as a replay file. Epoch\n"
         "e is scanned at the interlacing offset of e, at time e / source.rate (25 when 0).\n"
         "Phantoms: retina, mirror, tilted, blocked, and the solid phantoms of the motion\n"
-        "bench, curved, anterior and skin, which also take the motions tilt_deg_per_s,\n"
+        "bench, curved, anterior and skin, and flow (vessels of flowing blood in static\n"
+        "tissue, source.synth.flow), which also take the motions tilt_deg_per_s,\n"
         "jump.tilt_deg, periodic and warp (docs/configuration.md).\n"
         "\n"
         "  -c, --config FILE    configuration (YAML)\n"
@@ -46,7 +47,10 @@ static const char sim_help[] =
         "                       through the ideal chain (preprocess.window, FFT with\n"
         "                       zero_pad, magnitude; a unit reflector reads 1, clipped\n"
         "                       to [0, 1]) at every position and output depth bin\n"
-        "                       (depth_range), /epoch u64 [n], /offset u32 [n][2]\n"
+        "                       (depth_range), /epoch u64 [n], /offset u32 [n][2];\n"
+        "                       the flow phantom adds /vessel u8 [n][Y][X][Z] (0 no\n"
+        "                       sample, 1 static tissue, 2 blood) and /velocity f32\n"
+        "                       (blood's axial velocity, mm/s, + deeper)\n"
         "  -h, --help           this text\n"
         "\n"
         "Exit status: 0 done, 1 failure while writing, 2 usage or configuration error.\n";
@@ -56,21 +60,23 @@ static void sim_usage(FILE *f)
 	fputs(sim_help, f);
 }
 
-enum { T_TRUTH, T_EPOCH, T_OFFSET, T_COUNT };
+enum { T_TRUTH, T_EPOCH, T_OFFSET, T_VESSEL, T_VELOCITY, T_COUNT };
 
 /* The truth file through h5vol (the writer of record and process): /truth f32 [n][Y][X][Z]
  * with the settings that shape it as attributes, /epoch, /offset; a row per epoch. */
 static int truth_open(struct h5vol **w, const char *path, uint32_t Y, uint32_t X, uint32_t Z,
-                      const struct vr_config *cfg, char *err, size_t errlen)
+                      const struct vr_config *cfg, bool flow, char *err, size_t errlen)
 {
 	const struct h5vol_field f[T_COUNT] = {
 	        [T_TRUTH] = {"truth", H5T_NATIVE_FLOAT, 3, {Y, X, Z}, false},
 	        [T_EPOCH] = {"epoch", H5T_NATIVE_UINT64, 0, {0}, false},
 	        [T_OFFSET] = {"offset", H5T_NATIVE_UINT32, 1, {2}, false},
+	        [T_VESSEL] = {"vessel", H5T_NATIVE_UINT8, 3, {Y, X, Z}, false},
+	        [T_VELOCITY] = {"velocity", H5T_NATIVE_FLOAT, 3, {Y, X, Z}, false},
 	};
 	const uint32_t geo[3] = {cfg->geometry.samples_per_ascan, cfg->geometry.ascans_per_bscan,
 	                         cfg->geometry.bscans_per_volume};
-	int rc = h5vol_create(path, true, f, T_COUNT, w, err, errlen);
+	int rc = h5vol_create(path, true, f, flow ? T_COUNT : T_VESSEL, w, err, errlen);
 	hid_t d;
 
 	if (rc)
@@ -90,6 +96,28 @@ static int truth_open(struct h5vol **w, const char *path, uint32_t Y, uint32_t X
 		                &cfg->preprocess.window.param);
 	if (d >= 0)
 		H5Dclose(d);
+	if (!rc && flow) { /* the optics and times the velocities' phases were made with */
+		const double n = cfg->geometry.refractive_index > 0 ? cfg->geometry.refractive_index
+		                                                    : SIM_FLOW_N;
+		const double tb =
+		        cfg->geometry.bscan_period_us > 0
+		                ? cfg->geometry.bscan_period_us
+		                : cfg->geometry.ascan_period_us * cfg->geometry.ascans_per_bscan;
+		d = H5Dopen2(h5vol_file(*w), "velocity", H5P_DEFAULT);
+		rc = d < 0 ? -EIO : vr_h5_attr_str(d, "unit", "mm/s, positive away from the probe");
+		if (!rc)
+			rc = vr_h5_attr(d, "center_wavelength_nm", H5T_NATIVE_DOUBLE, 0,
+			                &cfg->geometry.center_wavelength_nm);
+		if (!rc)
+			rc = vr_h5_attr(d, "refractive_index", H5T_NATIVE_DOUBLE, 0, &n);
+		if (!rc)
+			rc = vr_h5_attr(d, "ascan_period_us", H5T_NATIVE_DOUBLE, 0,
+			                &cfg->geometry.ascan_period_us);
+		if (!rc)
+			rc = vr_h5_attr(d, "bscan_period_us", H5T_NATIVE_DOUBLE, 0, &tb);
+		if (d >= 0)
+			H5Dclose(d);
+	}
 	if (!rc)
 		rc = h5vol_flush(*w, err, errlen);
 	else
@@ -117,6 +145,9 @@ struct sim_run {
 	struct src_replay_writer *w;
 	struct h5vol *truth;
 	float *tvol, *twin; /* one truth volume; the spectral window */
+	bool flow;          /* the flow phantom: also its vessels and velocities */
+	uint8_t *tves;      /* [Y][X][Z] the flow phantom's labels */
+	float *tvel;        /* [Y][X][Z] its axial velocities */
 	uint32_t z0, z1;    /* the truth's depth range */
 	char err[CFG_ERR_MAX];
 };
@@ -196,6 +227,14 @@ static void sim_metadata(struct sim_run *r, char *meta, size_t len)
 		         p->periodic_mm[0], p->periodic_mm[1], p->periodic_mm[2],
 		         p->periodic_deg[0], p->periodic_deg[1], p->periodic_deg[2], p->warp_mm,
 		         p->warp_radius_mm, p->warp_hz, p->warp_centre_mm[0], p->warp_centre_mm[1]);
+	if (sim_solid_kind(p->phantom) == SIM_SOLID_FLOW) {
+		size_t k = strlen(solid);
+		snprintf(solid + k, sizeof(solid) - k,
+		         "flow: {peak_mm_per_s: %.17g, direction: %d, bulk_um_per_repeat: %.17g, "
+		         "decorrelation_um: %.17g, blood_tau_us: %.17g}\n",
+		         p->flow_peak_mm_s, p->flow_direction, p->flow_bulk_um, p->flow_decor_um,
+		         p->flow_tau_us);
+	}
 	sim_resample_poly(r->sim, poly);
 	sim_dispersion_coeffs(r->sim, disp);
 	snprintf(meta, len,
@@ -268,9 +307,15 @@ static int sim_open_truth(struct sim_run *r)
 	r->z1 = r->cfg.geometry.depth_range[1];
 	if (!r->o->truth_path)
 		return 0;
-	r->tvol = malloc((size_t)Y * X * (r->z1 - r->z0) * sizeof(float));
+	const size_t vox = (size_t)Y * X * (r->z1 - r->z0);
+	r->flow = sim_solid_kind(p->phantom) == SIM_SOLID_FLOW;
+	r->tvol = malloc(vox * sizeof(float));
 	r->twin = malloc(p->samples_per_ascan * sizeof(float));
-	if (!r->tvol || !r->twin) {
+	if (r->flow) {
+		r->tves = malloc(vox);
+		r->tvel = malloc(vox * sizeof(float));
+	}
+	if (!r->tvol || !r->twin || (r->flow && (!r->tves || !r->tvel))) {
 		fprintf(stderr, "volrec sim: out of memory for a %u x %u x %u truth volume\n", Y, X,
 		        r->z1 - r->z0);
 		return -ENOMEM;
@@ -278,7 +323,7 @@ static int sim_open_truth(struct sim_run *r)
 	/* the truth is imaged through the spectral window the processing applies */
 	be_window_fill(r->cfg.preprocess.window.type, r->cfg.preprocess.window.param,
 	               p->samples_per_ascan, r->twin);
-	if (truth_open(&r->truth, r->o->truth_path, Y, X, r->z1 - r->z0, &r->cfg, r->err,
+	if (truth_open(&r->truth, r->o->truth_path, Y, X, r->z1 - r->z0, &r->cfg, r->flow, r->err,
 	               sizeof(r->err))) {
 		fprintf(stderr, "volrec sim: %s\n", r->err);
 		return -EIO;
@@ -309,8 +354,10 @@ static int sim_write_epoch(struct sim_run *r, uint64_t e)
 	}
 	if (!r->o->truth_path)
 		return 0;
-	const void *rows[T_COUNT] = {r->tvol, &e, r->offsets[e]};
-	if (sim_truth(r->sim, e, r->cfg.preprocess.zero_pad, r->twin, r->z0, r->z1, r->tvol)) {
+	const void *rows[T_COUNT] = {r->tvol, &e, r->offsets[e], r->tves, r->tvel};
+	if (sim_truth(r->sim, e, r->cfg.preprocess.zero_pad, r->twin, r->z0, r->z1, r->tvol) ||
+	    (r->flow && sim_flow_truth(r->sim, e, r->cfg.preprocess.zero_pad, r->z0, r->z1, r->tves,
+	                               r->tvel))) {
 		fprintf(stderr, "volrec sim: %s: imaging the truth of epoch %llu failed\n",
 		        r->o->truth_path, (unsigned long long)e);
 		return -EIO;
@@ -391,6 +438,8 @@ out:
 	}
 	free(r.tvol);
 	free(r.twin);
+	free(r.tves);
+	free(r.tvel);
 	free(r.buf);
 	free(r.offsets);
 	sim_destroy(r.sim);

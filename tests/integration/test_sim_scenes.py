@@ -169,7 +169,8 @@ def test_axial_bounce_periodic_and_warp_displace_by_their_amplitudes(bin_dir, tm
 
 @pytest.mark.parametrize("phantom, motion, message", [
     ("retina", "tilt_deg_per_s: [1, 0]",
-     "motion tilt_deg_per_s moves only the solid phantoms (curved, anterior, skin), not 'retina'"),
+     "motion tilt_deg_per_s moves only the solid phantoms (curved, anterior, skin, flow), not "
+     "'retina'"),
     ("tilted", "periodic: {hz: 1, shift_mm: [0, 0, 0.01]}", "motion periodic moves only"),
     ("mirror", "warp: {mm: 0.01}", "motion warp moves only"),
     ("retina", "jump: {epoch: 3, tilt_deg: [1, 0]}", "motion jump.tilt_deg moves only"),
@@ -185,7 +186,7 @@ def test_axial_bounce_periodic_and_warp_displace_by_their_amplitudes(bin_dir, tm
     ("curved", "tilt_deg_per_s: [1]", "tilt_deg_per_s"),
     ("anterior", "warp: {radius_mm: 0}", "warp.radius_mm"),
     ("eye", "deg_per_s: 0", "source.synth.phantom: 'eye' is not allowed (one of: retina, mirror, "
-     "tilted, blocked, curved, anterior, skin, bowl)"),
+     "tilted, blocked, curved, anterior, skin, bowl, flow)"),
 ])
 def test_bad_parameters_are_refused(bin_dir, tmp_path, phantom, motion, message):
     r = sim(bin_dir, tmp_path, phantom, motion, 1, ok=False)

@@ -657,8 +657,9 @@ static void test_get_key(void **state)
 	           "shift_mm_per_s: [0, 0, 0], jump: {epoch: 0, shift_mm: [0, 0, "
 	           "0], deg: 0, tilt_deg: [0, 0]}, tilt_deg_per_s: [0, 0], tilt_max_deg: 5, "
 	           "periodic: {hz: 0, shift_mm: [0, 0, 0], deg: [0, 0, 0]}, warp: {mm: 0, "
-	           "radius_mm: 0.5, hz: 0.5, centre_mm: [0.4, -0.3]}}, mirror_mm: 0, snr_db: 40, "
-	           "beam_um: 0}");
+	           "radius_mm: 0.5, hz: 0.5, centre_mm: [0.4, -0.3]}}, flow: {peak_mm_per_s: 1, "
+	           "direction: 1, bulk_um_per_repeat: 0, decorrelation_um: 10, blood_tau_us: "
+	           "3000}, mirror_mm: 0, snr_db: 40, beam_um: 0}");
 	text = get_text(&c, "");
 	assert_memory_equal(text, "{instance: \"default\", backend: auto, gpu: {device: 0, ", 51);
 	free(text);
