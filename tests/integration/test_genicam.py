@@ -463,8 +463,9 @@ def test_features_list_writes_its_items_in_order_repeats_included(daemons):
     """A selector picks which trigger TriggerMode and TriggerSource set (FrameStart, LineStart,
     ...): wiring two triggers writes them twice, which a mapping's unique keys cannot say. The
     features list is written in order, repeats included: selectors re-selected, and the Fake
-    camera's AcquisitionFrameRate given twice, the last one counts (100 frames/s against 25,
-    rates a loaded machine's software camera keeps). The camera's rate is read from the B-scans
+    camera's AcquisitionFrameRate given twice, the last one counts (32 frames/s against 8:
+    under 8 busy processes on 2 cores the software camera asked for 100 delivered 40). The
+    camera's rate is read from the B-scans
     acquired over two seconds, which processing (slow there, epochs dropped) does not hold
     back."""
     def frames_per_s(first, last):
@@ -482,9 +483,9 @@ def test_features_list_writes_its_items_in_order_repeats_included(daemons):
         d.close()  # the next one runs alone
         return (b["bscans"]["acquired"] - a["bscans"]["acquired"]) / (b["uptime_s"] - a["uptime_s"])
 
-    slow, fast = frames_per_s(100, 25), frames_per_s(25, 100)
+    slow, fast = frames_per_s(32, 8), frames_per_s(8, 32)
     assert fast > 2 * slow, (slow, fast)
-    print(f"B-scans/s: {slow:.1f} with 25 frames/s last, {fast:.1f} with 100")
+    print(f"B-scans/s: {slow:.1f} with 8 frames/s last, {fast:.1f} with 32")
 
 
 def test_check_accepts_the_short_name_and_the_shim_reports_at_start(daemons, bin_dir):
@@ -790,10 +791,14 @@ def test_gv_features_one_configuration_wrote_do_not_stay_for_the_next(daemons, b
         # the next configuration names no trigger: it acquires. A camera left waiting for
         # triggers never delivers; a fake camera starved by a loaded machine is late (over
         # 500 ms was seen under 8 busy processes on 2 cores), so the bound here is 10 s.
+        left = undo.read_text() if undo.exists() else "(none)"
         d2 = daemons(**gv_config(cam, timeout_ms=10000))
         d2.serve(env_extra=env_extra)
         st = d2.status(lambda m: m["volumes_published"] >= 3 or m["faults"]["source"] > 0)
-        assert st["faults"]["source"] == 0, (st["faults"], d2.log_text()[-2000:])
+        if st["faults"]["source"] != 0:  # the whole story, not pytest's shortened repr
+            pytest.fail(f"faults {st['faults']}; undo file before the second daemon: {left!r}; "
+                        f"TriggerMode now {gv_feature(cam, 'TriggerMode')}; the second "
+                        f"daemon's log:\n{d2.log_text()[-6000:]}", pytrace=False)
         d2.signal(signal.SIGTERM)
         assert d2.wait_exit() == 0, d2.log_text()[-2000:]
         assert gv_feature(cam, "TriggerMode") == "Off"

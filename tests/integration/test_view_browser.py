@@ -31,7 +31,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import BUILD, SRC
+from conftest import BUILD, SRC, TIMEOUT_SCALE
 import volrec
 from viewkit import (ALL_DRAWN, TIMEOUT, Browser, BrowserPages, DaemonPublisher, RawSocket,
                      Recorder, Viewer, pane, viridis, wait_for)
@@ -602,10 +602,11 @@ def test_a_daemon_restarted_without_views_leaves_no_old_pictures(browser, live):
                  "Object.values(window.volrecView.panes).every(p => !p.shown)")
     # the chip's text and its title come from different state messages ("reading volrecd"
     # first): wait for both at once. The second comes with the restarted daemon's first
-    # volume: over 30 s after its start under 8 busy processes on 2 cores, so 90 s here
+    # volume: over 30 s after its start under 8 busy processes on 2 cores, and once over 90 s
+    # (load 16-35: three test suites and 8 busy processes on 2 cores), so 180 s here
     browser.wait(page, "(e => e.textContent === 'live, no pictures' && "
                  "e.title.includes('publishes no pictures (view.enabled: false)'))"
-                 "(document.getElementById('state'))", timeout_ms=90000)
+                 "(document.getElementById('state'))", timeout_ms=int(180000 * TIMEOUT_SCALE))
     assert browser.eval(page, "document.getElementById('foot-bscan').textContent") == "–"
     other = browser.open(view.url)
     browser.wait(other, "window.volrecView.daemon === 'connected' && "
