@@ -1787,8 +1787,10 @@ static void gpu_recon_params_of(const struct gpu_state *st, uint64_t epoch,
 	        .qe = (int)(oy * st->geo.sx + ox), /* epoch mod S */
 	        .epoch = (long long)epoch,
 	        /* steady state: the last S epochs were all processed, in order (the adaptive
-	         * mode scales each column's weight: always the E map) */
-	        .fast = st->ttab && run >= st->geo.S && !adaptive,
+	         * mode scales each column's weight: always the E map; f32 input may leave a
+	         * position without a sample, E = -1, docs/algorithms.md §1.0: the E map) */
+	        .fast = st->ttab && run >= st->geo.S && !adaptive &&
+	                st->geo.sample_type != CFG_SAMPLE_F32,
 	        .product = st->live.combine == CFG_COMBINE_PRODUCT,
 	        .temporal = (int)st->live.temporal,
 	        .tau = st->live.tau,
