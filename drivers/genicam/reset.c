@@ -143,6 +143,11 @@ int gc_camera_reset(ArvCamera *camera, const char *camera_id, const char *state_
 
 	memset(u, 0, sizeof(*u));
 	u->fd = -1;
+	/* an acquisition a run that did not close the camera left running (killed, crashed):
+	 * stopped first, so that its stream, triggers and rate are set afresh. A camera that is
+	 * not acquiring may refuse the command: that changes nothing. */
+	arv_camera_stop_acquisition(camera, &ge);
+	g_clear_error(&ge);
 	if (state_dir && *state_dir) {
 		char name[128];
 		size_t k = 0;
