@@ -82,10 +82,19 @@ struct vrd_render_state {
 	char reason[320];
 };
 
-/* Open the ipc writer for cfg's output shape and register its slots with be (which must
- * outlive it). On failure a negative errno and a message in err. */
-int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_pub **out,
-                 char *err, size_t errlen) VR_MUST_CHECK;
+/* Open the ipc writer for cfg's output shape and channels (the volumes of generation carrying
+ * cfg's meaning of them) and register its slots with be (which must outlive it). On failure a
+ * negative errno and a message in err. */
+int vrd_pub_open(const struct vr_config *cfg, uint32_t generation, struct be_backend *be,
+                 struct vrd_pub **out, char *err, size_t errlen) VR_MUST_CHECK;
+#define VRD_PUB_MAPS 8 /* generations whose channel meaning the sink keeps */
+/* What the u8 values of cfg's output.channels mean (docs/protocol.md §2.7), in their order;
+ * the entries past the channels zero. */
+void vrd_channel_descs(const struct vr_config *cfg,
+                       struct volrec_channel_desc d[VOLREC_CHANNELS_MAX]);
+/* The volumes of generation (about to be applied: before pl_request_live) carry cfg's meaning
+ * of their channels; any thread. */
+void vrd_pub_propose(struct vrd_pub *pub, const struct vr_config *cfg, uint32_t generation);
 /* unlink_shm: remove the segments (false with ipc.keep_shm). NULL is fine. */
 void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm);
 /* The shared-memory sink of the pipeline: volumes into shm slots, announced as `vol`. */
@@ -113,10 +122,6 @@ struct vrd_raw;
  * acquisition; with record, record.name's recording starts with the first epoch (a failure is
  * announced, event record_failed, and the service runs all the same). On failure nothing is
  * left but raw and a message is in err. */
-/* What volrecd cannot serve yet of a valid configuration: output.channels other than
- * [structure] (the slot and the protocol carry the structure alone so far). \return 0, or
- * -ENOTSUP with "output.channels: ..." in err. */
-int vrd_config_supported(const struct vr_config *cfg, char *err, size_t errlen);
 int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_raw *raw,
                        bool record, struct vrd_pipeline **out, char *err,
                        size_t errlen) VR_MUST_CHECK;

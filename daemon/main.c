@@ -29,11 +29,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s\n", err);
 		return 2;
 	}
-	if (vrd_config_supported(&cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "%s: %s\n", opt.config, err);
-		cfg_free(&cfg);
-		return 2;
-	}
 	if (opt.check) {
 		/* a shim is loaded in a child: one that crashes its loader is reported */
 		if (cfg.source.type == CFG_SOURCE_SHIM &&

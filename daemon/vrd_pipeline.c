@@ -48,16 +48,6 @@ static void record_at_start(struct vrd_pipeline *vp, const struct vr_config *cfg
 		vrd_event("record_failed", LOG_WARNING, err, NULL);
 }
 
-int vrd_config_supported(const struct vr_config *cfg, char *err, size_t errlen)
-{
-	if (!cfg_functional(cfg))
-		return 0;
-	return vr_err(err, errlen, -ENOTSUP,
-	              "output.channels: channels other than [structure] are not available in "
-	              "volrecd yet (its volumes carry the structure alone); volrec process writes "
-	              "angio and doppler");
-}
-
 int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_raw *raw,
                        bool record, struct vrd_pipeline **out, char *err, size_t errlen)
 {
@@ -84,7 +74,7 @@ int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct 
 	rc = pl_open(&o, &vp->pl, err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = vrd_pub_open(cfg, pl_backend(vp->pl), &vp->pub, err, errlen);
+	rc = vrd_pub_open(cfg, generation, pl_backend(vp->pl), &vp->pub, err, errlen);
 	if (rc < 0)
 		goto fail;
 	vrd_pub_sink(vp->pub, &sink);

@@ -41,18 +41,126 @@ struct vrd_pub {
 	double voxel_um[3];             /* of every volume, 0 where unknown */
 	uint32_t ny;                    /* B-scans per volume */
 	uint32_t *md;                   /* [ny] median depths per B-scan, from be_host_alloc */
-	pthread_mutex_t lock;           /* guards last (written by the processing thread only) */
-	struct vrd_median_depths last;  /* of the last volume published */
+	uint32_t nch;                   /* output.channels: channels of each volume */
+	/* what the channels' u8 values mean for the generations proposed last (guarded by lock):
+	 * a volume carries its generation's (docs/protocol.md §2.7) */
+	struct {
+		uint32_t generation;
+		struct volrec_channel_desc d[VOLREC_CHANNELS_MAX];
+	} maps[VRD_PUB_MAPS];
+	uint32_t nmaps;       /* proposed so far; the newest at (nmaps - 1) % VRD_PUB_MAPS */
+	pthread_mutex_t lock; /* guards last (written by the processing thread only) */
+	struct vrd_median_depths last; /* of the last volume published */
 };
 
 _Static_assert(CFG_MAX_PUB <= IPC_MAX_PUB, "every configured endpoint fits the writer");
+_Static_assert(CFG_CH_COUNT == VOLREC_CHANNELS_MAX, "a slot has room for every channel");
+_Static_assert((int)CFG_CH_STRUCTURE == VOLREC_CHANNEL_STRUCTURE &&
+                       (int)CFG_CH_ANGIO == VOLREC_CHANNEL_ANGIO &&
+                       (int)CFG_CH_DOPPLER == VOLREC_CHANNEL_DOPPLER,
+               "channel kinds on the wire are output.channels' names");
+
+void vrd_channel_descs(const struct vr_config *cfg,
+                       struct volrec_channel_desc d[VOLREC_CHANNELS_MAX])
+{
+	enum cfg_channel ch[CFG_CH_COUNT];
+	uint32_t n = cfg_channels(cfg, ch);
+	const double pi = 3.14159265358979323846;
+	const double lambda = cfg->geometry.center_wavelength_nm;
+	const double index = cfg->geometry.refractive_index > 0 ? cfg->geometry.refractive_index
+	                                                        : 1.38; /* §5: the tissue's */
+	const enum cfg_doppler_axis axis = cfg_doppler_axis(cfg);
+	const double period = axis == CFG_DOPPLER_BSCAN ? cfg->geometry.bscan_period_us
+	                                                : cfg->geometry.ascan_period_us;
+	double r[2];
+
+	memset(d, 0, sizeof(*d) * VOLREC_CHANNELS_MAX);
+	for (uint32_t c = 0; c < n; c++) {
+		struct volrec_channel_desc *o = &d[c];
+
+		o->kind = (uint32_t)ch[c];
+		switch (ch[c]) {
+		case CFG_CH_STRUCTURE:
+			o->value_lo = cfg->preprocess.db_range[0];
+			o->value_hi = cfg->preprocess.db_range[1];
+			snprintf((char *)o->units, sizeof(o->units), "dB");
+			break;
+		case CFG_CH_ANGIO:
+			cfg_angio_range(cfg, r);
+			o->method = cfg->functional.angio.method == CFG_ANGIO_SVAR
+			                    ? VOLREC_ANGIO_SVAR
+			                    : VOLREC_ANGIO_CDV;
+			o->value_lo = r[0];
+			o->value_hi = r[1];
+			snprintf((char *)o->units, sizeof(o->units), "%s",
+			         o->method == VOLREC_ANGIO_SVAR ? "dB^2" : "1");
+			o->mask_db = cfg_mask_db(cfg);
+			o->half_window = cfg->functional.axial_half_window;
+			break;
+		case CFG_CH_DOPPLER:
+		default:
+			/* stored v = (dphi + pi) / (2 pi), q = 255 v: dphi = 2 pi q / 255 - pi */
+			o->method = axis == CFG_DOPPLER_BSCAN ? VOLREC_DOPPLER_BSCAN
+			                                      : VOLREC_DOPPLER_ASCAN;
+			o->value_lo = -pi;
+			o->value_hi = pi;
+			snprintf((char *)o->units, sizeof(o->units), "rad");
+			o->period_us = period > 0 ? period : 0;
+			if (lambda > 0 && period > 0) {
+				/* v_z = lambda0 dphi / (4 pi n T): nm / us = mm / s */
+				o->velocity_lo_mm_s = lambda * -pi / (4 * pi * index * period);
+				o->velocity_hi_mm_s = lambda * pi / (4 * pi * index * period);
+			}
+			o->mask_db = cfg_mask_db(cfg);
+			o->half_window = cfg->functional.axial_half_window;
+			o->flags = cfg->functional.doppler.bulk ? VOLREC_CHANNEL_BULK : 0;
+			break;
+		}
+	}
+}
+
+void vrd_pub_propose(struct vrd_pub *pub, const struct vr_config *cfg, uint32_t generation)
+{
+	struct volrec_channel_desc d[VOLREC_CHANNELS_MAX];
+	uint32_t k;
+
+	vrd_channel_descs(cfg, d);
+	pthread_mutex_lock(&pub->lock);
+	for (k = 0; k < pub->nmaps && k < VRD_PUB_MAPS; k++)
+		if (pub->maps[k].generation == generation)
+			break;
+	if (k == pub->nmaps || k == VRD_PUB_MAPS)
+		k = pub->nmaps++ % VRD_PUB_MAPS;
+	pub->maps[k].generation = generation;
+	memcpy(pub->maps[k].d, d, sizeof(d));
+	pthread_mutex_unlock(&pub->lock);
+}
+
+/* The channels' meaning for a volume of generation into d: that generation's, else (a
+ * generation never proposed: 0) the newest. */
+static void pub_channel_map(struct vrd_pub *pub, uint32_t generation,
+                            struct volrec_channel_desc d[VOLREC_CHANNELS_MAX])
+{
+	uint32_t newest, k;
+
+	pthread_mutex_lock(&pub->lock);
+	newest = (pub->nmaps + VRD_PUB_MAPS - 1) % VRD_PUB_MAPS;
+	for (k = 0; k < pub->nmaps && k < VRD_PUB_MAPS; k++)
+		if (pub->maps[k].generation == generation)
+			break;
+	if (k == pub->nmaps || k == VRD_PUB_MAPS)
+		k = newest;
+	memcpy(d, pub->maps[k].d, sizeof(pub->maps[k].d));
+	pthread_mutex_unlock(&pub->lock);
+}
 
 /* Volume ids continue across structural reloads (the daemon's volume counter, docs/protocol.md). */
 static _Atomic uint64_t next_volume_id = 1;
 
-int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_pub **out,
-                 char *err, size_t errlen)
+int vrd_pub_open(const struct vr_config *cfg, uint32_t generation, struct be_backend *be,
+                 struct vrd_pub **out, char *err, size_t errlen)
 {
+	enum cfg_channel ch[CFG_CH_COUNT];
 	struct vrd_pub *pub = calloc(1, sizeof(*pub));
 	const char *eps[CFG_MAX_PUB];
 	uint32_t dims[3];
@@ -77,6 +185,9 @@ int vrd_pub_open(const struct vr_config *cfg, struct be_backend *be, struct vrd_
 	pthread_mutex_init(&pub->lock, NULL);
 	pub->be = be;
 	pub->ny = cfg->geometry.bscans_per_volume;
+	pub->nch = cfg_channels(cfg, ch);
+	o.channels = pub->nch;
+	vrd_pub_propose(pub, cfg, generation);
 	cfg_voxel_um(cfg, pub->voxel_um);
 	pub->last.depths = cfg_fft_len(cfg) / 2;
 	rc = be_host_alloc(be, pub->ny * sizeof(*pub->md), (void **)&pub->md);
@@ -227,6 +338,7 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 		return vr_err_errno(err, errlen, rc, "shm: no slot to write into");
 	pub->in_progress = true;
 	out->volume = pub->cur.data;
+	out->channels = pub->cur.channels;
 	out->median_depths = pub->md;
 	/* the id this volume will be published with (one processing thread: nothing else takes
 	 * one in between), recorded in its views */
@@ -275,8 +387,12 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	        .drops_before = drops > UINT32_MAX ? UINT32_MAX : (uint32_t)drops,
 	        .generation = v->generation,
 	        .voxel_um = {pub->voxel_um[0], pub->voxel_um[1], pub->voxel_um[2]},
+	        .channels = pub->nch,
 	};
-	int rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
+	int rc;
+
+	pub_channel_map(pub, v->generation, meta.channel);
+	rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
 	uint64_t sum = 0;
 	uint32_t max = 0;
 

@@ -480,6 +480,48 @@ static struct json_object *status_geometry(const struct vr_config *c)
 	return o;
 }
 
+/* The "channels" array of the status: each channel of output.channels in the volume's order with
+ * what its u8 values mean under the live values in force (docs/protocol.md §2.7). */
+static struct json_object *status_channels(const struct vr_config *c)
+{
+	static const char *const names[] = {"structure", "angio", "doppler"};
+	struct volrec_channel_desc d[VOLREC_CHANNELS_MAX];
+	enum cfg_channel ch[CFG_CH_COUNT];
+	uint32_t n = cfg_channels(c, ch);
+	struct json_object *a = json_object_new_array(), *o, *r;
+
+	vrd_channel_descs(c, d);
+	for (uint32_t i = 0; i < n; i++) {
+		o = json_object_new_object();
+		jset(o, "name", jstr(names[d[i].kind]));
+		jset(o, "units", jstr((const char *)d[i].units));
+		r = json_object_new_array();
+		json_object_array_add(r, jnum(d[i].value_lo));
+		json_object_array_add(r, jnum(d[i].value_hi));
+		jset(o, "range", r);
+		if (d[i].kind == VOLREC_CHANNEL_ANGIO) {
+			jset(o, "method", jstr(d[i].method == VOLREC_ANGIO_SVAR ? "svar" : "cdv"));
+			jset(o, "mask_db", jnum(d[i].mask_db));
+		} else if (d[i].kind == VOLREC_CHANNEL_DOPPLER) {
+			jset(o, "axis",
+			     jstr(d[i].method == VOLREC_DOPPLER_BSCAN ? "bscan" : "ascan"));
+			jset(o, "mask_db", jnum(d[i].mask_db));
+			jset(o, "bulk", json_object_new_boolean(d[i].flags & VOLREC_CHANNEL_BULK));
+			jset(o, "period_us", d[i].period_us > 0 ? jnum(d[i].period_us) : NULL);
+			if (d[i].velocity_hi_mm_s > 0) {
+				r = json_object_new_array();
+				json_object_array_add(r, jnum(d[i].velocity_lo_mm_s));
+				json_object_array_add(r, jnum(d[i].velocity_hi_mm_s));
+			} else {
+				r = NULL;
+			}
+			jset(o, "velocity_mm_s", r);
+		}
+		json_object_array_add(a, o);
+	}
+	return a;
+}
+
 static struct json_object *status_json(struct service *s, const struct pl_stats *snap, int readers,
                                        uint64_t now)
 {
@@ -514,6 +556,7 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset(st, "backend", o);
 
 	jset(st, "geometry", status_geometry(c));
+	jset(st, "channels", status_channels(c));
 	jset(st, "generation", json_object_new_int64(s->gens.current));
 
 	if (c->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
@@ -857,8 +900,6 @@ static int reload_start(struct service *s)
 	}
 	cfg_defaults(&next);
 	rc = cfg_load(&next, s->config_path, err, sizeof(err));
-	if (rc == 0)
-		rc = vrd_config_supported(&next, err, sizeof(err));
 	if (rc < 0) {
 		cfg_free(&next);
 		reload_reject(s, err);
@@ -872,6 +913,7 @@ static int reload_start(struct service *s)
 	if (cfg_is_structural_change(&s->cur, &next))
 		return reload_rebuild(s, &next);
 	/* live: the pipeline stays, and a raw recording in progress goes on */
+	vrd_pub_propose(vrd_pipeline_pub(s->pl), &next, s->next_gen);
 	rc = pl_request_live(vrd_pipeline_engine(s->pl), &next, s->next_gen, &s->live_ticket);
 	if (rc < 0) {
 		vrd_gen_drop(&s->gens, s->next_gen);
@@ -921,6 +963,7 @@ static int ctl_apply(void *ctx, const struct vr_config *next, const char *const 
 		cfg_free(&s->next);
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	}
+	vrd_pub_propose(vrd_pipeline_pub(s->pl), &s->next, s->next_gen);
 	rc = pl_request_live(vrd_pipeline_engine(s->pl), &s->next, s->next_gen, &s->live_ticket);
 	if (rc < 0) {
 		vrd_gen_drop(&s->gens, s->next_gen);

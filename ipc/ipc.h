@@ -39,6 +39,8 @@ struct ipc_writer_options {
 	const char *curve_secret_key; /* z85 key files, needed by tcp:// beyond loopback */
 	const char *curve_public_key;
 	bool views; /* reserve a views area in each slot (u8 volumes; protocol.h, views) */
+	/* channels of each volume (protocol 2.1), one after another in the slot; 0 is taken as 1 */
+	uint32_t channels;
 	/* connections each PUB socket keeps at once (more are shut down as they come, counted in
 	 * connections_refused); 0: no bound */
 	uint32_t max_connections;
@@ -62,8 +64,14 @@ struct ipc_volume_meta {
 	                               VOLREC_FLAG_DROPPED_BEFORE. Not on the wire: 0 when read */
 	uint32_t generation;        /* generation of the live parameters that made it, 0 unknown */
 	double voxel_um[3];         /* voxel size [dx, dy, dz] in um, 0 where unknown */
-	uint64_t sequence;          /* set by the writer: volume sequence n in the session */
-	uint64_t t_publish_ns;      /* set by the writer: when the volume was published */
+	/* 2.1: the channels and what their u8 values mean. The writer takes channel[0..channels)
+	 * (their offsets it sets itself) and stores the segment's count; read from a slot, a 2.0
+	 * writer's volume is channels 1, channel[0] the structure with an unknown mapping (NaN);
+	 * a `vol` message carries the count alone */
+	uint32_t channels;
+	struct volrec_channel_desc channel[VOLREC_CHANNELS_MAX];
+	uint64_t sequence;     /* set by the writer: volume sequence n in the session */
+	uint64_t t_publish_ns; /* set by the writer: when the volume was published */
 };
 
 /* A `vol` message: which volume of which segment, and its description. */
@@ -78,8 +86,10 @@ struct ipc_vol {
 struct ipc_slot_ref {
 	uint32_t index;    /* slot number */
 	uint64_t sequence; /* volume sequence n it will be published as */
-	void *data;        /* volume_bytes writable bytes, 2 MiB aligned (virtual address too) */
-	size_t bytes;      /* volume_bytes */
+	void *data;        /* channels * volume_bytes writable bytes, 2 MiB aligned (virtual address
+	                      too): the channels one after another */
+	size_t bytes;      /* volume_bytes, one channel's */
+	uint32_t channels; /* of the segment */
 	void *views;       /* the slot's views area (views_bytes, 64-aligned), NULL without views */
 	size_t views_bytes;
 };
@@ -187,6 +197,14 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen);
 void ipc_slot_meta_store(struct volrec_slot_header *sh, const struct ipc_volume_meta *m);
 void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
                         struct ipc_volume_meta *m);
+/* The channel descriptor c of slot i of a validated segment map (2.1), NULL when the segment has
+ * no channel table (a 2.0 writer). */
+const struct volrec_channel_desc *ipc_channel_desc(const void *map, uint32_t i, uint32_t c);
+/* Read the channel descriptors of slot i into m (after ipc_slot_meta_load, under the same
+ * seqlock): a 2.0 writer's volume gets one channel, the structure, its mapping unknown. */
+void ipc_channels_load(const void *map, uint32_t i, struct ipc_volume_meta *m);
+/* The segment's channel count (1 for a 2.0 writer). */
+uint32_t ipc_segment_channels(const struct volrec_shm_header *h);
 /* Encode/decode a `vol` body (little-endian on any host). decode: 0, or -EPROTO + message. */
 void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct volrec_vol_msg)]);
 int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, size_t errlen);

@@ -5,6 +5,7 @@
  * header and the `vol` message.
  */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "ipc/internal.h"
@@ -102,13 +103,29 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 	     h->endpoints_offset + h->endpoints_size > h->data_offset))
 		return vr_err(err, errlen, -EPROTO,
 		              "data segment endpoint list lies outside the header region");
+	/* channels (2.1): the slot holds channels volumes one after another, each described in
+	 * the channel table of the header region; 0 (an older writer): the structure alone */
+	if (h->channels > VOLREC_CHANNELS_MAX ||
+	    (uint64_t)(h->channels ? h->channels : 1) * h->volume_bytes > h->slot_stride ||
+	    (h->channels && (h->channel_desc_size < sizeof(struct volrec_channel_desc) ||
+	                     h->channel_desc_size % 8 || h->channel_desc_size > 4096 ||
+	                     h->channel_table_offset % 8 || h->channel_table_offset < table_end ||
+	                     h->channel_table_offset > h->data_offset ||
+	                     h->data_offset - h->channel_table_offset <
+	                             (uint64_t)h->slot_count * h->channels * h->channel_desc_size)))
+		return vr_err(err, errlen, -EPROTO,
+		              "data segment channels are inconsistent (%u channels of %llu bytes, "
+		              "descriptors of %u bytes at %llu, stride %llu)",
+		              h->channels, (unsigned long long)h->volume_bytes,
+		              h->channel_desc_size, (unsigned long long)h->channel_table_offset,
+		              (unsigned long long)h->slot_stride);
 	/* views (1.2): inside each slot, after the volume; bounded by the stride before summing;
 	 * at least the header and its descriptors, which a client reads before any size it finds
 	 * there (a smaller area let volrec_view_image read past it: tests/fuzz/fuzz_views) */
 	if ((h->views_offset || h->views_bytes) &&
-	    (h->views_offset < h->volume_bytes || h->views_offset % 64 ||
-	     h->views_offset > h->slot_stride || h->views_bytes > h->slot_stride ||
-	     h->views_offset + h->views_bytes > h->slot_stride ||
+	    (h->views_offset < (uint64_t)(h->channels ? h->channels : 1) * h->volume_bytes ||
+	     h->views_offset % 64 || h->views_offset > h->slot_stride ||
+	     h->views_bytes > h->slot_stride || h->views_offset + h->views_bytes > h->slot_stride ||
 	     h->views_bytes < VOLREC_VIEWS_DATA_OFFSET))
 		return vr_err(
 		        err, errlen, -EPROTO,
@@ -133,6 +150,54 @@ void ipc_slot_meta_store(struct volrec_slot_header *sh, const struct ipc_volume_
 {
 	IPC_META_COPY(sh, m);
 	IPC_META_TO_WIRE_13(sh, m);
+	sh->channels = m->channels;
+}
+
+uint32_t ipc_segment_channels(const struct volrec_shm_header *h)
+{
+	return h->channels ? h->channels : 1;
+}
+
+const struct volrec_channel_desc *ipc_channel_desc(const void *map, uint32_t i, uint32_t c)
+{
+	const struct volrec_shm_header *h = map;
+
+	if (!h->channels || c >= h->channels || i >= h->slot_count)
+		return NULL;
+	return (const struct volrec_channel_desc *)((const char *)map + h->channel_table_offset +
+	                                            ((uint64_t)i * h->channels + c) *
+	                                                    h->channel_desc_size);
+}
+
+void ipc_channels_load(const void *map, uint32_t i, struct ipc_volume_meta *m)
+{
+	const struct volrec_shm_header *h = map;
+
+	m->channels = ipc_segment_channels(h);
+	for (uint32_t c = 0; c < m->channels; c++) {
+		const struct volrec_channel_desc *d = ipc_channel_desc(map, i, c);
+		struct volrec_channel_desc *o = &m->channel[c];
+
+		if (d) {
+			memcpy(o, d, sizeof(*o));
+			o->units[sizeof(o->units) - 1] = '\0';
+			/* the segment places the channels: a descriptor names its kind and meaning */
+			o->offset = (uint64_t)c * h->volume_bytes;
+			/* a mapping is two different finite values; anything else is unknown */
+			if (!(isfinite(o->value_lo) && isfinite(o->value_hi) &&
+			      o->value_lo != o->value_hi))
+				o->value_lo = o->value_hi = NAN;
+			if (!(isfinite(o->velocity_lo_mm_s) && isfinite(o->velocity_hi_mm_s) &&
+			      o->velocity_lo_mm_s != o->velocity_hi_mm_s))
+				o->velocity_lo_mm_s = o->velocity_hi_mm_s = NAN;
+		} else {
+			*o = (struct volrec_channel_desc){.kind = VOLREC_CHANNEL_STRUCTURE,
+			                                  .value_lo = NAN,
+			                                  .value_hi = NAN,
+			                                  .velocity_lo_mm_s = NAN,
+			                                  .velocity_hi_mm_s = NAN};
+		}
+	}
 }
 
 void ipc_slot_meta_load(const struct volrec_slot_header *sh, uint64_t sequence,
@@ -163,6 +228,7 @@ void ipc_vol_encode(const struct ipc_vol *v, unsigned char out[sizeof(struct vol
 
 	IPC_META_COPY(&w, m);
 	IPC_META_TO_WIRE_13(&w, m);
+	w.channels = m->channels;
 	/* the struct is the little-endian wire layout (no padding, asserted in protocol.h) */
 	memcpy(out, &w, sizeof(w));
 }
@@ -211,6 +277,7 @@ int ipc_vol_decode(const void *buf, size_t len, struct ipc_vol *v, char *err, si
 	};
 	IPC_META_COPY(&v->meta, &t);
 	IPC_META_FROM_WIRE_13(&v->meta, &t);
+	v->meta.channels = t.channels;
 	voxel_sanitize(v->meta.voxel_um);
 	return 0;
 }

@@ -60,6 +60,9 @@ struct volrec_client {
 		uint64_t session_id, sequence;
 		uint32_t generation;
 		double voxel_um[3];
+		uint32_t channels; /* 2.1 */
+		struct volrec_channel_desc channel[VOLREC_CHANNELS_MAX];
+		const char *data; /* the slot's data, NULL without */
 	} last;
 	struct volrec_client_stats st;
 	char *text; /* VOLREC_TEXT_MAX + 1 bytes, for status/event bodies */
@@ -453,6 +456,9 @@ static void view_fill(struct volrec_client *c, uint32_t slot, const struct ipc_v
 	c->last.sequence = m->sequence;
 	c->last.generation = m->generation;
 	memcpy(c->last.voxel_um, m->voxel_um, sizeof(c->last.voxel_um));
+	c->last.channels = m->channels;
+	memcpy(c->last.channel, m->channel, sizeof(c->last.channel));
+	c->last.data = v->data;
 }
 
 /* Read the description of volume n from slot under its seqlock: 0, or -EAGAIN if the slot does
@@ -465,6 +471,7 @@ static int slot_meta_read(const struct volrec_client *c, uint32_t slot, uint64_t
 	if (ipc_load64(&sh->sequence, memory_order_seq_cst) != 2 * n)
 		return -EAGAIN;
 	ipc_slot_meta_load(sh, n, m);
+	ipc_channels_load(c->s.map, slot, m);
 	atomic_thread_fence(memory_order_acquire);
 	if (ipc_load64(&sh->sequence, memory_order_relaxed) != 2 * n)
 		return -EAGAIN;
@@ -790,6 +797,57 @@ int volrec_view_generation(const struct volrec_client *c, const struct volrec_vi
 	if (generation)
 		*generation = rc ? 0 : c->last.generation;
 	return rc;
+}
+
+int volrec_view_channels(const struct volrec_client *c, const struct volrec_view *view,
+                         uint32_t *count)
+{
+	int rc = last_view(c, view);
+
+	if (count)
+		*count = rc ? 0 : c->last.channels;
+	return rc;
+}
+
+int volrec_view_channel(const struct volrec_client *c, const struct volrec_view *view,
+                        unsigned index, struct volrec_channel *ch)
+{
+	const struct volrec_channel_desc *d;
+	int rc = last_view(c, view);
+
+	if (rc || !ch || index >= c->last.channels)
+		return -EINVAL;
+	d = &c->last.channel[index];
+	*ch = (struct volrec_channel){
+	        .data = view->data && c->last.data ? (const uint8_t *)c->last.data + d->offset
+	                                           : NULL,
+	        .bytes = view->data ? c->s.h->volume_bytes : 0,
+	        .kind = d->kind,
+	        .method = d->method,
+	        .value_lo = d->value_lo,
+	        .value_hi = d->value_hi,
+	        .velocity_mm_s = {d->velocity_lo_mm_s, d->velocity_hi_mm_s},
+	        .period_us = d->period_us,
+	        .mask_db = d->mask_db,
+	        .half_window = d->half_window,
+	        .flags = d->flags,
+	};
+	memcpy(ch->units, d->units, sizeof(ch->units));
+	ch->units[sizeof(ch->units) - 1] = '\0';
+	return 0;
+}
+
+int volrec_view_find_channel(const struct volrec_client *c, const struct volrec_view *view,
+                             unsigned kind)
+{
+	int rc = last_view(c, view);
+
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < c->last.channels; i++)
+		if (c->last.channel[i].kind == kind)
+			return (int)i;
+	return -ENOENT;
 }
 
 /* Whether picture d (present) has the size and parameters of its kind for volume Y x X x Z

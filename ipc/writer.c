@@ -39,7 +39,8 @@ struct ipc_writer {
 	uint64_t session;
 	uint32_t slots;
 	uint32_t max_readers;
-	size_t volume_bytes;
+	size_t volume_bytes;              /* of one channel */
+	uint32_t channels;                /* each slot holds this many volumes (2.1) */
 	size_t views_offset, views_bytes; /* views area in each slot (0: none) */
 	void *slot_ptrs[VOLREC_MAX_SLOTS];
 	bool in_progress[VOLREC_MAX_SLOTS];
@@ -339,13 +340,23 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 {
 	struct volrec_shm_header *h;
 	struct volrec_lease_header *lh;
-	uint64_t stride, table_end, ep_off, session = 0;
+	uint64_t stride, table_end, ep_off, ch_off, session = 0;
 	int rc;
 
-	stride = w->views_bytes ? w->views_offset + w->views_bytes : w->volume_bytes;
+	stride = w->views_bytes ? w->views_offset + w->views_bytes
+	                        : (uint64_t)w->channels * w->volume_bytes;
 	stride = (stride + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
 	table_end = sizeof(*h) + (uint64_t)o->slots * sizeof(struct volrec_slot_header);
 	ep_off = (table_end + 63) & ~(uint64_t)63;
+	ch_off = ep_off + VOLREC_ENDPOINTS_MAX;
+	_Static_assert(
+	        sizeof(struct volrec_shm_header) +
+	                        VOLREC_MAX_SLOTS *
+	                                (sizeof(struct volrec_slot_header) +
+	                                 VOLREC_CHANNELS_MAX * sizeof(struct volrec_channel_desc)) +
+	                        64 + VOLREC_ENDPOINTS_MAX <=
+	                VOLREC_SLOT_ALIGN,
+	        "the header region holds the tables");
 	w->map_size = VOLREC_SLOT_ALIGN + (size_t)o->slots * stride;
 	while (!session)
 		if (getrandom(&session, sizeof(session), 0) != sizeof(session))
@@ -395,6 +406,9 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	h->max_readers = o->max_readers;
 	h->endpoints_offset = ep_off;
 	h->endpoints_size = VOLREC_ENDPOINTS_MAX;
+	h->channels = w->channels;
+	h->channel_desc_size = sizeof(struct volrec_channel_desc);
+	h->channel_table_offset = ch_off;
 	for (uint32_t i = 0; i < o->slots; i++)
 		w->slot_ptrs[i] = (char *)w->map + h->data_offset + (size_t)i * stride;
 	ipc_store64(&h->magic, VOLREC_SHM_MAGIC, memory_order_release);
@@ -455,6 +469,9 @@ static int check_options(const struct ipc_writer_options *o, size_t *bytes, char
 		return vr_err(err, errlen, -EINVAL,
 		              "volume geometry %u x %u x %u is empty or too large", g->ny, g->nx,
 		              g->nz);
+	if (o->channels > VOLREC_CHANNELS_MAX)
+		return vr_err(err, errlen, -EINVAL, "output.channels: %u channels, at most %d",
+		              o->channels, VOLREC_CHANNELS_MAX);
 	*bytes = (size_t)g->ny * g->nx * g->nz * esz;
 	return 0;
 }
@@ -481,8 +498,9 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
 	w->slots = o->slots;
 	w->max_readers = o->max_readers;
 	w->volume_bytes = bytes;
+	w->channels = o->channels ? o->channels : 1;
 	if (o->views && o->shape.dtype == VOLREC_DTYPE_U8) {
-		w->views_offset = (bytes + 63) & ~(size_t)63;
+		w->views_offset = (bytes * w->channels + 63) & ~(size_t)63;
 		w->views_bytes = volrec_views_bytes(o->shape.ny, o->shape.nx, o->shape.nz);
 	}
 	w->latest_slot = VOLREC_SLOT_NONE;
@@ -621,6 +639,7 @@ int ipc_writer_begin(struct ipc_writer *w, struct ipc_slot_ref *slot)
 	slot->sequence = w->next_seq;
 	slot->data = w->slot_ptrs[s];
 	slot->bytes = w->volume_bytes;
+	slot->channels = w->channels;
 	slot->views = w->views_bytes ? (char *)w->slot_ptrs[s] + w->views_offset : NULL;
 	slot->views_bytes = w->views_bytes;
 	return 0;
@@ -679,6 +698,16 @@ int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
 	if (m->drops_before)
 		m->flags |= VOLREC_FLAG_DROPPED_BEFORE;
 	m->drops_before = 0; /* not on the wire */
+	m->channels = w->channels;
+	for (uint32_t c = 0; c < w->channels; c++) {
+		struct volrec_channel_desc *d =
+		        (struct volrec_channel_desc *)ipc_channel_desc(w->map, slot->index, c);
+
+		*d = meta->channel[c];
+		d->offset = (uint64_t)c * w->volume_bytes;
+		d->units[sizeof(d->units) - 1] = '\0';
+		d->reserved = 0;
+	}
 	ipc_slot_meta_store(ipc_slot_header(w->map, slot->index), m);
 	ipc_store64(&ipc_slot_header(w->map, slot->index)->sequence, 2 * slot->sequence,
 	            memory_order_release);
@@ -759,7 +788,8 @@ void ipc_writer_slot_buffers(struct ipc_writer *w, void *const **ptrs, uint32_t 
 	*ptrs = w->slot_ptrs;
 	*count = w->slots;
 	/* the volume and its views area: both are written by the backend's copies */
-	*size = w->views_bytes ? w->views_offset + w->views_bytes : w->volume_bytes;
+	*size = w->views_bytes ? w->views_offset + w->views_bytes
+	                       : (size_t)w->channels * w->volume_bytes;
 }
 
 void ipc_writer_stats(struct ipc_writer *w, struct ipc_writer_stats *st)

@@ -100,6 +100,45 @@ static void status_recording(FILE *f, struct json_object *st, const char *eol)
 	        tool_json_num(st, "recording.seconds", 0), error[0] ? "; " : "", error, eol);
 }
 
+/* The channels of each volume and what their u8 values mean (docs/protocol.md §2.7): one line,
+ * "structure dB [0, 100], angio cdv [0, 1] (mask 40 dB), doppler bscan rad [-3.14, 3.14] =
+ * [-0.3, 0.3] mm/s (mask 40 dB, bulk removed)"; none from a daemon older than the channels. */
+static void print_channels(FILE *f, struct json_object *st, const char *eol)
+{
+	struct json_object *a = tool_json_at(st, "channels");
+	char line[1024] = "", name[32], units[32], extra[32], p[64];
+	size_t n = a && json_object_is_type(a, json_type_array) ? json_object_array_length(a) : 0;
+
+	for (size_t i = 0; i < n && i < 8; i++) {
+		size_t l = strlen(line);
+
+#define CH(key) (snprintf(p, sizeof(p), "channels.%zu.%s", i, key), p)
+		tool_json_str(st, CH("name"), name, sizeof(name));
+		tool_json_str(st, CH("units"), units, sizeof(units));
+		extra[0] = '\0';
+		if (!tool_json_str(st, CH("method"), extra, sizeof(extra)))
+			tool_json_str(st, CH("axis"), extra, sizeof(extra));
+		l += (size_t)snprintf(line + l, sizeof(line) - l, "%s%s%s%s %s [%.4g, %.4g]",
+		                      i ? ", " : "", name, extra[0] ? " " : "", extra, units,
+		                      tool_json_num(st, CH("range.0"), NAN),
+		                      tool_json_num(st, CH("range.1"), NAN));
+		if (l < sizeof(line) && tool_json_at(st, CH("velocity_mm_s.1")))
+			l += (size_t)snprintf(line + l, sizeof(line) - l, " = [%.4g, %.4g] mm/s",
+			                      tool_json_num(st, CH("velocity_mm_s.0"), NAN),
+			                      tool_json_num(st, CH("velocity_mm_s.1"), NAN));
+		if (l < sizeof(line) && tool_json_at(st, CH("mask_db")))
+			l += (size_t)snprintf(
+			        line + l, sizeof(line) - l, " (mask %.4g dB%s)",
+			        tool_json_num(st, CH("mask_db"), NAN),
+			        tool_json_bool(st, CH("bulk"), false) ? ", bulk removed" : "");
+#undef CH
+		if (l >= sizeof(line))
+			break;
+	}
+	if (n)
+		fprintf(f, "  channels  %s%s", line, eol);
+}
+
 /* The status's first lines: the daemon, its configuration, source, backend and geometry. */
 static void print_setup(FILE *f, struct json_object *st, const char *eol)
 {
@@ -145,6 +184,7 @@ static void print_setup(FILE *f, struct json_object *st, const char *eol)
 	        tool_json_num(st, "geometry.volume.1", 0),
 	        tool_json_num(st, "geometry.volume.2", 0), tool_json_num(st, "geometry.slots", 0),
 	        eol);
+	print_channels(f, st, eol);
 }
 
 /* What the processing does: median depths, rates, latencies, volumes and drops. */

@@ -162,6 +162,41 @@ int volrec_view_voxel_size(const struct volrec_client *c, const struct volrec_vi
 int volrec_view_generation(const struct volrec_client *c, const struct volrec_view *view,
                            uint32_t *generation);
 
+/*
+ * One channel of a volume (protocol 2.1, docs/protocol.md §2.7): output.channels puts the
+ * structure, angiography and Doppler one after another in the slot. view->data is channel 0.
+ */
+struct volrec_channel {
+	const uint8_t *data; /* ny * nx * nz u8, [Y][X][Z]; NULL for a view without data */
+	size_t bytes;
+	uint32_t kind;   /* enum volrec_channel_kind (protocol.h) */
+	uint32_t method; /* angio: enum volrec_angio_method; Doppler: enum volrec_doppler_axis */
+	/* u8 q means value_lo + (value_hi - value_lo) * q / 255 in units; NaN: not told (a
+	 * writer older than 2.1) */
+	double value_lo, value_hi;
+	char units[16];
+	double velocity_mm_s[2]; /* Doppler: axial velocity of q = 0 and q = 255; NaN unknown */
+	double period_us;        /* Doppler: time between the A-scans of a pair; 0 unknown */
+	double mask_db;          /* angio, Doppler: structure threshold (dB) of the mask */
+	uint32_t half_window;    /* angio (cdv), Doppler: axial half window */
+	uint32_t flags;          /* VOLREC_CHANNEL_BULK */
+};
+
+/*
+ * The channels of the volume `view` describes: their number into *count (1 from a writer older
+ * than protocol 2.1: the structure) and channel index's data and meaning into *ch. Same rule
+ * for view as volrec_view_voxel_size; the data pointer is valid while the view is held. 0,
+ * -EINVAL (a view not the last handed out, an index past the count).
+ */
+int volrec_view_channels(const struct volrec_client *c, const struct volrec_view *view,
+                         uint32_t *count);
+int volrec_view_channel(const struct volrec_client *c, const struct volrec_view *view,
+                        unsigned index, struct volrec_channel *ch);
+/* The channel of a kind (enum volrec_channel_kind): its index, or -ENOENT when the volume does
+ * not hold it; -EINVAL as above. */
+int volrec_view_find_channel(const struct volrec_client *c, const struct volrec_view *view,
+                             unsigned kind);
+
 enum volrec_msg_type { VOLREC_MSG_VOL = 1, VOLREC_MSG_STATUS = 2, VOLREC_MSG_EVENT = 3 };
 struct volrec_message {
 	enum volrec_msg_type type;

@@ -12,9 +12,11 @@
 
 /* Versioning: a reader rejects any other major (naming both versions); a higher minor only
  * appends fields. 2.0: the views area holds the reduced volume (VOLREC_IMAGE_VOLUME), its
- * descriptors give a third dimension and block factors, and its pictures start at 704. */
+ * descriptors give a third dimension and block factors, and its pictures start at 704.
+ * 2.1: a slot holds the channels of output.channels one after another, each described by a
+ * struct volrec_channel_desc (docs/protocol.md §2.7). */
 #define VOLREC_PROTO_MAJOR 2
-#define VOLREC_PROTO_MINOR 0
+#define VOLREC_PROTO_MINOR 1
 
 #define VOLREC_SHM_PREFIX      "/volrec." /* data segment: "/volrec.<instance>" */
 #define VOLREC_SHM_LEASE_SUFX  ".readers" /* lease segment: "/volrec.<instance>.readers" */
@@ -97,7 +99,11 @@ struct volrec_shm_header {
 	uint32_t reserved0;        /* 132 zero */
 	uint64_t views_offset; /* 136 offset of the views area within each slot, 0: none (1.2) */
 	uint64_t views_bytes;  /* 144 bytes of the views area (1.2) */
-	uint64_t reserved[13]; /* 152..255 zero */
+	/* 2.1: channels (docs/protocol.md §2.7); 0 from an older writer: one, the structure */
+	uint32_t channels;             /* 152 channels each slot holds, 1..VOLREC_CHANNELS_MAX */
+	uint32_t channel_desc_size;    /* 156 bytes per channel descriptor (96) */
+	uint64_t channel_table_offset; /* 160 of slot 0's first descriptor (§2.7) */
+	uint64_t reserved[11];         /* 168..255 zero */
 };
 
 /*
@@ -120,8 +126,45 @@ struct volrec_slot_header {
 	double voxel_dx_um;    /*  72 voxel size in um along x (1.3); 0: unknown */
 	double voxel_dy_um;    /*  80 along y (1.3); 0: unknown */
 	double voxel_dz_um;    /*  88 along z, in depth (1.3); 0: unknown */
-	uint64_t reserved[4];  /*  96..127 zero */
+	uint32_t channels;     /*  96 channels of the volume (2.1); 0: one, the structure */
+	uint32_t reserved0;    /* 100 zero */
+	uint64_t reserved[3];  /* 104..127 zero */
 };
+
+/*
+ * Channels (2.1, docs/protocol.md §2.7, docs/algorithms.md §5): what each u8 of a channel means.
+ * A voxel q (0..255) stands for value_lo + (value_hi - value_lo) * q / 255 in units; the
+ * descriptors of a slot are written under its sequence with the volume (the mapping follows the
+ * live keys of the volume's generation).
+ */
+enum volrec_channel_kind {
+	VOLREC_CHANNEL_STRUCTURE = 0, /* reflectivity, dB (preprocess.db_range) */
+	VOLREC_CHANNEL_ANGIO = 1,     /* angiography: speckle variance (dB^2) or cdv (1) */
+	VOLREC_CHANNEL_DOPPLER = 2,   /* phase step of the Kasai autocorrelation, rad */
+	VOLREC_CHANNEL_KINDS = 3,
+};
+#define VOLREC_CHANNELS_MAX 3
+/* struct volrec_channel_desc.method of an angiography channel (functional.angio.method) */
+enum volrec_angio_method { VOLREC_ANGIO_SVAR = 0, VOLREC_ANGIO_CDV = 1 };
+/* of a Doppler channel (functional.doppler.axis): the pairs between repeats or A-scans */
+enum volrec_doppler_axis { VOLREC_DOPPLER_BSCAN = 0, VOLREC_DOPPLER_ASCAN = 1 };
+
+struct volrec_channel_desc {
+	uint32_t kind;     /*  0 enum volrec_channel_kind */
+	uint32_t method;   /*  4 angio: enum volrec_angio_method; Doppler: its axis; else 0 */
+	uint64_t offset;   /*  8 of the channel's volume_bytes from the slot data's start */
+	double value_lo;   /* 16 the value of u8 0 */
+	double value_hi;   /* 24 the value of u8 255 */
+	uint8_t units[16]; /* 32 of the values, UTF-8, NUL-terminated: "dB", "dB^2", "1", "rad" */
+	double velocity_lo_mm_s; /* 48 Doppler: axial velocity of u8 0 (value_lo); 0 with */
+	double velocity_hi_mm_s; /* 56 velocity_hi_mm_s 0: unknown (no period or wavelength) */
+	double period_us;        /* 64 Doppler: time between the two A-scans of a pair; 0 unknown */
+	double mask_db;          /* 72 angio, Doppler: structure (dB) under which a voxel is 0 */
+	uint32_t half_window;    /* 80 angio (cdv), Doppler: the axial half window h */
+	uint32_t flags;    /* 84 Doppler: VOLREC_CHANNEL_BULK when the bulk phase is removed */
+	uint64_t reserved; /* 88 zero */
+};
+#define VOLREC_CHANNEL_BULK 0x1u
 
 /* Lease segment "/volrec.<instance>.readers", offset 0: 64 bytes. */
 /*
@@ -262,7 +305,9 @@ struct volrec_vol_msg {
 	double voxel_dx_um;    /* 112 as in the slot header (1.3) */
 	double voxel_dy_um;    /* 120 */
 	double voxel_dz_um;    /* 128 */
-	uint64_t reserved[3];  /* 136..159 zero */
+	uint32_t channels;     /* 136 as in the slot header (2.1) */
+	uint32_t reserved0;    /* 140 zero */
+	uint64_t reserved[2];  /* 144..159 zero */
 };
 #define VOLREC_VOL_MSG_MIN 112
 
@@ -288,6 +333,13 @@ _Static_assert(offsetof(struct volrec_slot_header, voxel_dx_um) == 72, "slot hea
 _Static_assert(sizeof(struct volrec_vol_msg) == 160, "vol message layout");
 _Static_assert(offsetof(struct volrec_vol_msg, voxel_dx_um) == 112, "vol message layout");
 _Static_assert(offsetof(struct volrec_vol_msg, flags) == 104, "vol message layout");
+_Static_assert(offsetof(struct volrec_vol_msg, channels) == 136, "vol message layout");
+_Static_assert(offsetof(struct volrec_shm_header, channels) == 152, "shm header layout");
+_Static_assert(offsetof(struct volrec_shm_header, channel_table_offset) == 160,
+               "shm header layout");
+_Static_assert(offsetof(struct volrec_slot_header, channels) == 96, "slot header layout");
+_Static_assert(sizeof(struct volrec_channel_desc) == 96, "channel descriptor layout");
+_Static_assert(offsetof(struct volrec_channel_desc, velocity_lo_mm_s) == 48, "channel layout");
 
 #endif
 

@@ -9,3 +9,8 @@ TEST_PROGRAMS += soak_reader
 soak_reader_SRCS = tests/progs/soak_reader.c
 soak_reader_ARCHIVES = $(CLIENT_ARCHIVES)
 soak_reader_LDLIBS = -lzmq
+# vrd_channels: the channels of volumes through libvolrec (tests/integration/test_daemon_channels.py).
+TEST_PROGRAMS += vrd_channels
+vrd_channels_SRCS = tests/progs/vrd_channels.c
+vrd_channels_ARCHIVES = $(CLIENT_ARCHIVES)
+vrd_channels_LDLIBS = -lzmq -lm

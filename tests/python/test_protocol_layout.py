@@ -110,7 +110,10 @@ def mismatches(text):
                 out.append("%s.%s is used in Python but not in protocol.h" % (lay.c_name, f.name))
                 continue
             _, off, code, count = cf[f.name]
-            if (off, code, count) != (f.offset, f.code, 1):
+            # a byte array (uint8_t name[n]) is the Python code "<n>s"
+            py = ((f.offset, "B", int(f.code[:-1])) if f.code.endswith("s")
+                  else (f.offset, f.code, 1))
+            if (off, code, count) != py:
                 out.append("%s.%s: protocol.h offset %d type %s[%d], Python offset %d type %s"
                            % (lay.c_name, f.name, off, code, count, f.offset, f.code))
         for name, off, code, count in fields:
@@ -209,8 +212,8 @@ def test_a_vol_message_of_an_older_writer_reads_its_new_fields_as_unknown():
         other[4:6] = (major).to_bytes(2, "little")
         with pytest.raises(proto.ProtocolError,
                            match=r"major version %d; this client supports 2 only \(protocol "
-                                 r"2\.0\): volrecd and its clients must be of the same major "
-                                 r"version" % major):
+                                 r"2\.%d\): volrecd and its clients must be of the same major "
+                                 r"version" % (major, proto.PROTO_MINOR)):
             proto.decode_vol(bytes(other))
     # a voxel size that is no finite positive number is unknown, never passed on
     assert proto.voxel_size({"voxel_dx_um": float("nan"), "voxel_dy_um": -1.0,
@@ -226,6 +229,12 @@ def test_the_c_compiler_agrees_with_the_python_layout(src_dir, tmp_path):
         lines.append('printf("%%zu\\n", sizeof(struct %s));' % lay.c_name)
         expect.append(str(lay.size))
         for f in lay.fields:
+            if f.code.endswith("s"):  # a byte array: unsigned, no sign to test
+                lines.append('printf("%%zu %%zu 0\\n", offsetof(struct %s, %s), '
+                             'sizeof(((struct %s *)0)->%s));'
+                             % (lay.c_name, f.name, lay.c_name, f.name))
+                expect.append("%d %d 0" % (f.offset, f.size))
+                continue
             lines.append('printf("%%zu %%zu %%d\\n", offsetof(struct %s, %s), '
                          'sizeof(((struct %s *)0)->%s), (int)((__typeof__(((struct %s *)0)->%s))-1 < 0));'
                          % (lay.c_name, f.name, lay.c_name, f.name, lay.c_name, f.name))

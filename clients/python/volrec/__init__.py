@@ -19,6 +19,7 @@ from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_DROPPED_BEFORE, FLAG_RESET
                         SLOT_NONE, STATE_CLOSED, STATE_INIT, STATE_LIVE, TEXT_MAX, VOL_MAGIC,
                         decode_vol)
 from .client import Client, Lease, VolumeArray
+from .channels import ChannelArray, Channels
 from .views import ImageArray, Views
 from .errors import (Busy, NoDaemon, NotReady, ProtocolError, ReadersFull, StaleSegment, Timeout,
                      TornRead, VolrecError)
@@ -26,7 +27,7 @@ from .errors import (Busy, NoDaemon, NotReady, ProtocolError, ReadersFull, Stale
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "VolumeArray", "Lease", "ImageArray", "Views", "VolrecError", "NoDaemon", "StaleSegment", "NotReady",
+    "Client", "VolumeArray", "Lease", "ImageArray", "Views", "ChannelArray", "Channels", "VolrecError", "NoDaemon", "StaleSegment", "NotReady",
     "ProtocolError", "TornRead", "Timeout", "Busy", "ReadersFull", "PROTO_MAJOR", "PROTO_MINOR", "decode_vol",
 ]
 

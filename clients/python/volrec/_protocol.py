@@ -18,7 +18,7 @@ import numpy as np
 from .errors import ProtocolError
 
 PROTO_MAJOR = 2
-PROTO_MINOR = 0
+PROTO_MINOR = 1
 
 SHM_PREFIX = "/volrec."  # data segment "/volrec.<instance>"
 SHM_LEASE_SUFFIX = ".readers"  # lease segment "/volrec.<instance>.readers"
@@ -59,6 +59,16 @@ VIEWS_MAGIC = int.from_bytes(b"VIEW", "little")
 RENDER_MAX = 1024
 VOLUME_MAX = 256  # reduced volume voxels per side, at most
 VIEWS_DATA_OFFSET = 704
+
+# channels (2.1, docs/protocol.md §2.7): the volumes a slot holds, in enum volrec_channel_kind
+CHANNEL_KINDS = ("structure", "angio", "doppler")
+CHANNEL_STRUCTURE, CHANNEL_ANGIO, CHANNEL_DOPPLER = range(3)
+CHANNELS_MAX = 3
+CHANNEL_BULK = 0x1  # Doppler: the bulk phase of each pair is removed
+ANGIO_METHODS = ("svar", "cdv")  # enum volrec_angio_method
+ANGIO_SVAR, ANGIO_CDV = range(2)
+DOPPLER_AXES = ("bscan", "ascan")  # enum volrec_doppler_axis
+DOPPLER_BSCAN, DOPPLER_ASCAN = range(2)
 
 #: What every refusal of another major version says after naming both versions.
 SAME_MAJOR = (" (protocol %d.%d): volrecd and its clients must be of the same major version"
@@ -107,6 +117,16 @@ C_CONSTANTS: Mapping[str, Union[int, str]] = {
     "VOLREC_RENDER_MAX": RENDER_MAX,
     "VOLREC_VOLUME_MAX": VOLUME_MAX,
     "VOLREC_VIEWS_DATA_OFFSET": VIEWS_DATA_OFFSET,
+    "VOLREC_CHANNEL_STRUCTURE": CHANNEL_STRUCTURE,
+    "VOLREC_CHANNEL_ANGIO": CHANNEL_ANGIO,
+    "VOLREC_CHANNEL_DOPPLER": CHANNEL_DOPPLER,
+    "VOLREC_CHANNEL_KINDS": len(CHANNEL_KINDS),
+    "VOLREC_CHANNELS_MAX": CHANNELS_MAX,
+    "VOLREC_CHANNEL_BULK": CHANNEL_BULK,
+    "VOLREC_ANGIO_SVAR": ANGIO_SVAR,
+    "VOLREC_ANGIO_CDV": ANGIO_CDV,
+    "VOLREC_DOPPLER_BSCAN": DOPPLER_BSCAN,
+    "VOLREC_DOPPLER_ASCAN": DOPPLER_ASCAN,
     "VOLREC_TOPIC_VOL": TOPIC_VOL,
     "VOLREC_TOPIC_STATUS": TOPIC_STATUS,
     "VOLREC_TOPIC_EVENT": TOPIC_EVENT,
@@ -131,7 +151,7 @@ def voxel_size(fields: Mapping[str, Any]) -> Tuple[Optional[float], Optional[flo
 
 class Field(NamedTuple):
     """One integer field of a C structure: its name, byte offset and struct format code
-    (B, H, I, Q unsigned; i signed 32-bit; d IEEE 754 binary64)."""
+    (B, H, I, Q unsigned; i signed 32-bit; d IEEE 754 binary64; "<n>s" a byte array)."""
 
     name: str
     offset: int
@@ -178,7 +198,8 @@ class Layout:
         if unknown:
             raise KeyError("%s has no field %s" % (self.c_name, ", ".join(sorted(unknown))))
         out = bytearray(self.size)
-        self.struct.pack_into(out, 0, *(values.get(n, 0) for n in self.names))
+        self.struct.pack_into(out, 0, *(values.get(n, b"" if f.code.endswith("s") else 0)
+                                        for n, f in zip(self.names, self.fields)))
         return bytes(out)
 
 
@@ -192,7 +213,8 @@ SHM_HEADER = Layout("volrec_shm_header", 256, [
     ("latest_slot", 96, "I"), ("writer_pid", 100, "i"), ("created_ns", 104, "Q"),
     ("state", 112, "I"), ("max_readers", 116, "I"), ("endpoints_offset", 120, "Q"),
     ("endpoints_size", 128, "I"), ("reserved0", 132, "I"), ("views_offset", 136, "Q"),
-    ("views_bytes", 144, "Q"),
+    ("views_bytes", 144, "Q"), ("channels", 152, "I"), ("channel_desc_size", 156, "I"),
+    ("channel_table_offset", 160, "Q"),
 ])
 
 #: struct volrec_slot_header: one per slot at slot_table_offset + i * slot_header_size.
@@ -201,7 +223,7 @@ SLOT_HEADER = Layout("volrec_slot_header", 128, [
     ("offset_y", 28, "i"), ("t_first_ns", 32, "Q"), ("t_last_ns", 40, "Q"),
     ("t_publish_ns", 48, "Q"), ("latency_ns", 56, "Q"), ("flags", 64, "I"),
     ("generation", 68, "I"), ("voxel_dx_um", 72, "d"), ("voxel_dy_um", 80, "d"),
-    ("voxel_dz_um", 88, "d"),
+    ("voxel_dz_um", 88, "d"), ("channels", 96, "I"),
 ])
 
 #: struct volrec_lease_header: the lease segment's header at offset 0.
@@ -225,7 +247,16 @@ VOL_MSG = Layout("volrec_vol_msg", 160, [
     ("offset_x", 64, "i"), ("offset_y", 68, "i"), ("t_first_ns", 72, "Q"),
     ("t_last_ns", 80, "Q"), ("t_publish_ns", 88, "Q"), ("latency_ns", 96, "Q"),
     ("flags", 104, "I"), ("generation", 108, "I"), ("voxel_dx_um", 112, "d"),
-    ("voxel_dy_um", 120, "d"), ("voxel_dz_um", 128, "d"),
+    ("voxel_dy_um", 120, "d"), ("voxel_dz_um", 128, "d"), ("channels", 136, "I"),
+])
+
+#: struct volrec_channel_desc (2.1): channel c of slot i at channel_table_offset +
+#: (i * channels + c) * channel_desc_size.
+CHANNEL_DESC = Layout("volrec_channel_desc", 96, [
+    ("kind", 0, "I"), ("method", 4, "I"), ("offset", 8, "Q"), ("value_lo", 16, "d"),
+    ("value_hi", 24, "d"), ("units", 32, "16s"), ("velocity_lo_mm_s", 48, "d"),
+    ("velocity_hi_mm_s", 56, "d"), ("period_us", 64, "d"), ("mask_db", 72, "d"),
+    ("half_window", 80, "I"), ("flags", 84, "I"),
 ])
 
 #: struct volrec_views_header: at the start of each slot's views area.
@@ -244,7 +275,7 @@ IMAGE_DESC = Layout("volrec_image_desc", 96, [
 ])
 
 LAYOUTS: Tuple[Layout, ...] = (SHM_HEADER, SLOT_HEADER, LEASE_HEADER, LEASE_ENTRY, VOL_MSG,
-                               VIEWS_HEADER, IMAGE_DESC)
+                               VIEWS_HEADER, IMAGE_DESC, CHANNEL_DESC)
 
 _VOL_PREAMBLE = struct.Struct("<IHHI")  # magic, major, minor, size: enough to judge the rest
 

@@ -12,7 +12,7 @@ import struct
 import time
 from typing import Dict, List, Optional, Tuple
 
-from ._protocol import (DTYPES, LEASE_ENTRY, LEASE_HEADER, LEASE_MAGIC, MAX_READERS, MAX_SLOTS,
+from ._protocol import (CHANNEL_DESC, CHANNELS_MAX, DTYPES, LEASE_ENTRY, LEASE_HEADER, LEASE_MAGIC, MAX_READERS, MAX_SLOTS,
                         PROTO_MAJOR, SAME_MAJOR, SHM_HEADER, SHM_LEASE_SUFFIX, SHM_MAGIC,
                         SHM_PREFIX,
                         SLOT_ALIGN, SLOT_HEADER, SLOT_NONE, STATE_CLOSED, STATE_INIT,
@@ -89,10 +89,20 @@ def validate_header(h: Dict[str, int], size: int, state: int, name: str) -> None
                                 or h["endpoints_offset"] + h["endpoints_size"]
                                 > h["data_offset"]):
         raise ProtocolError("data segment endpoint list lies outside the header region")
+    # channels (2.1): the slot's volumes one after another, their descriptors in the header
+    # region (0: a writer older than 2.1, the structure alone)
+    nch, dsz, cto = h["channels"], h["channel_desc_size"], h["channel_table_offset"]
+    if (nch > CHANNELS_MAX or max(nch, 1) * h["volume_bytes"] > h["slot_stride"]
+            or (nch and (dsz < CHANNEL_DESC.size or dsz % 8 or dsz > 4096 or cto % 8
+                         or cto < table_end
+                         or cto + n * nch * dsz > h["data_offset"]))):
+        raise ProtocolError("data segment channels are inconsistent (%d channels of %d bytes, "
+                            "descriptors of %d bytes at %d, stride %d)"
+                            % (nch, h["volume_bytes"], dsz, cto, h["slot_stride"]))
     # views (1.2): inside each slot, after the volume, at least the header and descriptors
     # (else a picture would be read from the next slot, or past the end of the segment)
     vo, vb = h["views_offset"], h["views_bytes"]
-    if (vo or vb) and (vo < h["volume_bytes"] or vo % 64 or vo + vb > h["slot_stride"]
+    if (vo or vb) and (vo < max(nch, 1) * h["volume_bytes"] or vo % 64 or vo + vb > h["slot_stride"]
                        or vb < VIEWS_DATA_OFFSET):
         raise ProtocolError("data segment views area is inconsistent (offset %d, %d bytes, "
                             "volume %d bytes, stride %d)"

@@ -21,6 +21,7 @@ from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_VIEWS, SHM_HEADER, TEXT_MA
                         TOPIC_STATUS, TOPIC_VOL, decode_vol, voxel_size)
 from ._segment import SHM_DIR, Session
 from .errors import Busy, NoDaemon, NotReady, ProtocolError, TornRead, Timeout, VolrecError
+from .channels import Channels, read_channels
 from .views import Views, read_views
 
 __all__ = ["Client", "Lease", "VolumeArray"]
@@ -52,8 +53,11 @@ class VolumeArray(np.ndarray):  # type: ignore[type-arg]
     stays numpy's own), missed, voxel_size_um (dx, dy, dz) in µm with None for each size the
     daemon does not know (docs/algorithms.md §6), generation (of the live parameters that made
     the volume: Client.generation_values(n) gives them; 0 from a writer older than protocol
-    1.3), and views (a mapping of the pictures published beside the
-    volume: views["bscan"] ..., each an ImageArray on the slot, under the same lease)."""
+    1.3), views (a mapping of the pictures published beside the
+    volume: views["bscan"] ..., each an ImageArray on the slot, under the same lease) and
+    channels (protocol 2.1: the volumes of output.channels, channels["angio"] ..., each a
+    ChannelArray on the slot under the same lease that says what its values mean; the array
+    itself is the first channel, the structure unless output.channels leaves it out)."""
 
     sequence: int
     slot: int
@@ -71,6 +75,7 @@ class VolumeArray(np.ndarray):  # type: ignore[type-arg]
     voxel_size_um: Tuple[Optional[float], Optional[float], Optional[float]]
     generation: int
     views: Views
+    channels: Channels
 
     def __array_finalize__(self, obj: Any) -> None:
         if obj is not None and hasattr(obj, "sequence"):
@@ -279,6 +284,14 @@ class Client:
         off = h["data_offset"] + slot * h["slot_stride"]
         arr = np.frombuffer(s.map, dtype=DTYPES[h["dtype"]], count=h["ny"] * h["nx"] * h["nz"],
                             offset=off).reshape(h["ny"], h["nx"], h["nz"]).view(VolumeArray)
+        try:
+            channels = read_channels(s.map, h, slot, off)
+        except ProtocolError:
+            overwritten = s.slot_seq(slot) != 2 * seq
+            s.unlease()
+            if overwritten:
+                return None
+            raise
         if s.slot_seq(slot) != 2 * seq:
             s.unlease()
             return None
@@ -292,7 +305,7 @@ class Client:
             if overwritten:
                 return None  # the writer was rewriting the views: a volume missed, not malformed
             raise
-        arr.__dict__.update(views=views)
+        arr.__dict__.update(views=views, channels=channels)
         arr.__dict__.update(sequence=seq, slot=slot, session_id=s.id,
                             volume_id=sh["volume_id"], epoch=sh["epoch"],
                             offset_x=sh["offset_x"], offset_y=sh["offset_y"],

@@ -1,0 +1,267 @@
+# SPDX-License-Identifier: MIT
+"""output.channels in volrecd (docs/protocol.md §2.7): the daemon publishes the structure,
+angiography and Doppler of each volume in its slot, each described (kind, units, the value of
+its u8 range, Doppler's velocities); libvolrec (a C reader), the Python client and the slots
+read channels equal to `volrec process`'s /volumes, /angio and /doppler of the same replay file
+and configuration; a reader that knows the structure alone still reads it; the live
+functional.* keys change the description from the next volumes on; configurations the daemon
+cannot serve are refused with precise messages."""
+import json
+import math
+import mmap
+import os
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+import volrec
+from volrec._protocol import CHANNEL_DESC, SHM_HEADER, SLOT_HEADER
+from test_daemon import daemons, read_records  # noqa: F401  (fixtures used by name)
+from test_daemon_zerocopy import replay_daemon
+
+TIMEOUT = 120
+ALL = ["structure", "angio", "doppler"]
+# repeats with times and optics, so that Doppler's velocities are known
+FUNCTIONAL = {"geometry.repeats": 2, "output.channels": ALL,
+              "geometry.bscan_period_us": 500.0, "geometry.ascan_period_us": 20.0,
+              "geometry.center_wavelength_nm": 840.0, "geometry.refractive_index": 1.4,
+              "functional.mask_db": 40.0}
+
+
+def process(bin_dir, d, name="process"):
+    """`volrec process` of the daemon's configuration: {dataset: array} of every channel."""
+    path = d.dir / f"{name}.yaml"
+    path.write_text(json.dumps(d.cfg))
+    out = d.dir / f"{name}.h5"
+    r = subprocess.run([str(bin_dir / "volrec"), "process", "-c", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(out, "r") as f:
+        chans = f.attrs["channels"]
+        chans = chans.decode() if isinstance(chans, bytes) else chans
+        assert chans == ",".join(d.cfg["output"]["channels"])
+        return {k: np.array(f[k]) for k in ("volumes", "angio", "doppler") if k in f}, \
+            list(f["epoch"][:])
+
+
+def slot_channels(instance):
+    """Every volume in the slots (a daemon done publishing, more slots than volumes): [(epoch,
+    [c][Y][X][Z] copy, [descriptor dict per channel])], read straight from the segment."""
+    with open(f"/dev/shm/volrec.{instance}", "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    try:
+        h = SHM_HEADER.unpack(m, 0)
+        n, vb = h["channels"], h["volume_bytes"]
+        out = []
+        for slot in range(h["slot_count"]):
+            at = h["slot_table_offset"] + slot * h["slot_header_size"]
+            sh = SLOT_HEADER.unpack(m, at)
+            if sh["sequence"] == 0:
+                continue
+            off = h["data_offset"] + slot * h["slot_stride"]
+            vol = np.frombuffer(m, np.uint8, n * vb, off).reshape(
+                n, h["ny"], h["nx"], h["nz"]).copy()
+            descs = [CHANNEL_DESC.unpack(m, h["channel_table_offset"]
+                                         + (slot * n + c) * h["channel_desc_size"])
+                     for c in range(n)]
+            assert SLOT_HEADER.unpack(m, at) == sh, f"slot {slot} rewritten while read"
+            assert sh["channels"] == n
+            out.append((sh["epoch"], vol, descs))
+        return sorted(out, key=lambda r: r[0])
+    finally:
+        m.close()
+
+
+def velocity(cfg):
+    g = cfg["geometry"]
+    return g["center_wavelength_nm"] / (4 * g["refractive_index"] * g["bscan_period_us"])
+
+
+def test_slots_hold_the_channels_volrec_process_writes(daemons, bin_dir):
+    # VolRec with its temporal history: the whole volume of every epoch, from the slots
+    epochs = 5
+    d = replay_daemon(daemons, bin_dir, epochs=epochs,
+                      **FUNCTIONAL, **{"source.rate": 20, "source.replay.loop": False,
+                                       "output.slots": epochs + 2})
+    d.start()
+    d.subscribe()
+    d.ready()
+    st = d.status(lambda m: m["volumes_published"] >= epochs and m["bscans"]["in_ring"] == 0)
+    assert [c["name"] for c in st["channels"]] == ALL
+    assert st["channels"][1] == {"name": "angio", "units": "1", "range": [0, 1],
+                                 "method": "cdv", "mask_db": 40}
+    dop = st["channels"][2]
+    assert dop["axis"] == "bscan" and dop["period_us"] == 500 and dop["bulk"] is True
+    assert dop["velocity_mm_s"] == pytest.approx([-velocity(d.cfg), velocity(d.cfg)])
+    ref, ref_epochs = process(bin_dir, d)
+    assert ref_epochs == list(range(epochs))
+    recs = slot_channels(d.instance)
+    assert [e for e, _, _ in recs] == list(range(epochs))
+    for e, vol, descs in recs:
+        for c, name in enumerate(("volumes", "angio", "doppler")):
+            assert np.array_equal(vol[c], ref[name][e]), f"epoch {e}: {name}"
+        assert [x["kind"] for x in descs] == [0, 1, 2]
+        assert [x["offset"] for x in descs] == [c * vol[0].size for c in range(3)]
+        assert (descs[0]["value_lo"], descs[0]["value_hi"], descs[0]["units"][:3]) == \
+            (0.0, 100.0, b"dB\0")
+        assert descs[2]["value_lo"] == -math.pi and descs[2]["value_hi"] == math.pi
+    # the angiography and Doppler are not the structure, nor flat
+    assert not np.array_equal(ref["angio"], ref["volumes"]) and ref["angio"].std() > 0
+    assert ref["doppler"].std() > 0
+    d.signal(15)
+    assert d.wait_exit() == 0, d.log_text()
+
+
+def test_c_and_python_clients_read_each_channel_and_its_meaning(daemons, bin_dir, build_dir):
+    # reconstruct.mode none at stride 1: each volume is its own epoch's, so a looping file's
+    # epoch e is `volrec process`'s volume of file epoch e mod its length
+    epochs = 3
+    d = replay_daemon(daemons, bin_dir, epochs=epochs,
+                      **FUNCTIONAL, **{"geometry.stride": [1, 1], "reconstruct.mode": "none",
+                                       "source.rate": 10,
+                                       "functional.angio.method": "svar"})
+    d.start()
+    d.subscribe()
+    d.ready()
+    ref, _ = process(bin_dir, d)
+    names = ("volumes", "angio", "doppler")
+    # libvolrec
+    out = d.dir / "channels.bin"
+    r = subprocess.run([str(build_dir / "tests" / "vrd_channels"), d.instance, str(d.run_dir),
+                        "3", str(TIMEOUT), str(out)], capture_output=True, text=True,
+                       timeout=TIMEOUT + 10)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = out.read_bytes()
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert len(lines) == 3
+    size = int(np.prod(lines[0]["shape"]))
+    for i, line in enumerate(lines):
+        vol = np.frombuffer(data, np.uint8, 3 * size, i * 3 * size).reshape(
+            3, *line["shape"])
+        e = line["epoch"] % epochs
+        for c in range(3):
+            assert np.array_equal(vol[c], ref[names[c]][e]), f"epoch {line['epoch']}"
+        s, a, dp = line["channels"]
+        assert (s["kind"], s["units"], s["range"]) == (0, "dB", [0, 100])
+        assert (a["kind"], a["method"], a["units"], a["range"], a["mask_db"]) == \
+            (1, 0, "dB^2", [0, 100], 40)
+        assert (dp["kind"], dp["method"], dp["units"], dp["period_us"], dp["flags"]) == \
+            (2, 0, "rad", 500, 1)
+        assert dp["range"] == pytest.approx([-math.pi, math.pi])
+        assert dp["velocity_mm_s"] == pytest.approx([-velocity(d.cfg), velocity(d.cfg)])
+        assert s["velocity_mm_s"] == [None, None]
+    # a reader that knows the structure alone (the view's data) reads the structure
+    reader_out = d.dir / "structure.bin"
+    r = subprocess.run([str(build_dir / "tests" / "vrd_reader"), d.instance, str(d.run_dir),
+                        "2", str(TIMEOUT), str(reader_out)], capture_output=True, text=True,
+                       timeout=TIMEOUT + 10)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for h, vol in read_records(reader_out):
+        assert np.array_equal(vol, ref["volumes"][h["epoch"] % epochs])
+    # Python: arrays on the slot (no copy), the meaning as attributes
+    c = volrec.Client(d.instance, run_dir=str(d.run_dir))
+    try:
+        for _ in range(2):
+            with c.next_volume(TIMEOUT) as v:
+                ch = v.channels
+                assert list(ch) == ["structure", "angio", "doppler"]
+                assert np.shares_memory(ch["structure"], v) and not ch["angio"].flags.owndata
+                assert not ch["angio"].flags.writeable
+                e = v.epoch % epochs
+                for name, ds in zip(ch, names):
+                    assert np.array_equal(ch[name], ref[ds][e]), name
+                assert np.array_equal(v, ref["volumes"][e])
+                a, dp = ch["angio"], ch["doppler"]
+                assert (a.kind, a.units, a.value_range, a.method, a.mask_db) == \
+                    ("angio", "dB^2", (0.0, 100.0), "svar", 40.0)
+                assert (dp.units, dp.method, dp.period_us, dp.bulk) == \
+                    ("rad", "bscan", 500.0, True)
+                assert dp.velocity_mm_s == pytest.approx((-velocity(d.cfg), velocity(d.cfg)))
+                assert ch["structure"].velocity_mm_s is None
+                q = np.array(dp[:1, :1, :4], dtype=np.float64)
+                np.testing.assert_allclose(dp.values()[:1, :1, :4],
+                                           2 * math.pi * q / 255 - math.pi)
+                np.testing.assert_allclose(dp.velocities_mm_s()[:1, :1, :4],
+                                           velocity(d.cfg) * (2 * q / 255 - 1))
+                with pytest.raises(KeyError, match="not in this volume"):
+                    ch["nothing"] if False else volrec.Channels(
+                        {"structure": ch["structure"]})["angio"]
+    finally:
+        c.close()
+    d.signal(15)
+    assert d.wait_exit() == 0, d.log_text()
+
+
+def volrec_cmd(bin_dir, d, *args):
+    return subprocess.run([str(bin_dir / "volrec"), *args, "-i", d.instance, "-r",
+                           str(d.run_dir)], capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def test_live_functional_keys_change_the_meaning_from_the_next_volumes(daemons, bin_dir):
+    d = daemons(**FUNCTIONAL, **{"source.synth.phantom": "flow"}).serve()
+    c = volrec.Client(d.instance, run_dir=str(d.run_dir), open_timeout=TIMEOUT)
+    try:
+        with c.next_volume(TIMEOUT) as v:
+            assert v.channels["angio"].value_range == (0.0, 1.0)
+            gen0 = v.generation
+        r = volrec_cmd(bin_dir, d, "set", "functional.angio.range=[0.1,0.6]",
+                       "functional.doppler.bulk=false", "functional.mask_db=55")
+        assert r.returncode == 0, r.stdout + r.stderr
+        # wait for a volume of the new generation; every volume carries its own
+        for _ in range(200):
+            with c.next_volume(TIMEOUT) as v:
+                a, dp = v.channels["angio"], v.channels["doppler"]
+                if v.generation == gen0:
+                    assert a.value_range == (0.0, 1.0) and dp.bulk
+                    continue
+                assert a.value_range == (0.1, 0.6) and a.mask_db == 55.0
+                assert not dp.bulk and dp.mask_db == 55.0
+                break
+        else:
+            raise AssertionError("no volume of the new generation")
+        r = volrec_cmd(bin_dir, d, "status", "--json")
+        assert r.returncode == 0, r.stderr
+        st = json.loads(r.stdout)
+        assert st["channels"][1]["range"] == [0.1, 0.6], st["channels"]
+        assert st["channels"][2]["bulk"] is False
+        r = volrec_cmd(bin_dir, d, "status")
+        assert r.returncode == 0, r.stderr
+        assert ("channels  structure dB [0, 100], angio cdv 1 [0.1, 0.6] (mask 55 dB), "
+                "doppler bscan rad [-3.142, 3.142] = [-0.3, 0.3] mm/s (mask 55 dB)\n") in r.stdout, \
+            r.stdout
+        # a reload applies the file's values between volumes the same way
+        cfg = json.loads(json.dumps(d.cfg))
+        cfg["functional"]["angio"] = {"method": "svar", "range": [0, 50]}
+        d.write_config(cfg)
+        r = volrec_cmd(bin_dir, d, "reload")
+        assert r.returncode == 0, r.stdout + r.stderr
+        for _ in range(200):
+            with c.next_volume(TIMEOUT) as v:
+                a = v.channels["angio"]
+                if a.method == "svar":
+                    assert a.value_range == (0.0, 50.0) and a.units == "dB^2"
+                    break
+        else:
+            raise AssertionError("no volume after the reload")
+        # a bad value is refused, naming the key; nothing changes
+        r = volrec_cmd(bin_dir, d, "set", "functional.angio.range=[1,0]")
+        assert r.returncode != 0 and "functional.angio.range" in r.stdout + r.stderr
+    finally:
+        c.close()
+    d.signal(15)
+    assert d.wait_exit() == 0, d.log_text()
+
+
+@pytest.mark.parametrize("over,words", [
+    ({"output.channels": ["structure", "angio"]}, "output.channels"),
+    ({"geometry.repeats": 2, "output.channels": ["structure", "angio"],
+      "reconstruct.mode": "adaptive"}, "output.channels"),
+    ({"geometry.repeats": 2, "output.channels": ["structure", "angio"], "backend": "cuda"},
+     "cuda backend: output.channels"),
+])
+def test_configurations_volrecd_cannot_serve_are_refused_precisely(daemons, over, words):
+    d = daemons(**over).start()
+    assert d.wait_exit() != 0
+    assert words in d.log_text(), d.log_text()
