@@ -207,7 +207,8 @@ def test_live_functional_keys_change_the_meaning_from_the_next_volumes(daemons, 
             assert v.channels["angio"].value_range == (0.0, 1.0)
             gen0 = v.generation
         r = volrec_cmd(bin_dir, d, "set", "functional.angio.range=[0.1,0.6]",
-                       "functional.doppler.bulk=false", "functional.mask_db=55")
+                       "functional.doppler.bulk=false", "functional.mask_db=55",
+                       "preprocess.db_range=[10,90]")
         assert r.returncode == 0, r.stdout + r.stderr
         # wait for a volume of the new generation; every volume carries its own
         for _ in range(200):
@@ -218,6 +219,7 @@ def test_live_functional_keys_change_the_meaning_from_the_next_volumes(daemons, 
                     continue
                 assert a.value_range == (0.1, 0.6) and a.mask_db == 55.0
                 assert not dp.bulk and dp.mask_db == 55.0
+                assert v.channels["structure"].value_range == (10.0, 90.0)
                 break
         else:
             raise AssertionError("no volume of the new generation")
@@ -228,7 +230,7 @@ def test_live_functional_keys_change_the_meaning_from_the_next_volumes(daemons, 
         assert st["channels"][2]["bulk"] is False
         r = volrec_cmd(bin_dir, d, "status")
         assert r.returncode == 0, r.stderr
-        assert ("channels  structure dB [0, 100], angio cdv 1 [0.1, 0.6] (mask 55 dB), "
+        assert ("channels  structure dB [10, 90], angio cdv 1 [0.1, 0.6] (mask 55 dB), "
                 "doppler bscan rad [-3.142, 3.142] = [-0.3, 0.3] mm/s (mask 55 dB)\n") in r.stdout, \
             r.stdout
         # a reload applies the file's values between volumes the same way
@@ -245,9 +247,12 @@ def test_live_functional_keys_change_the_meaning_from_the_next_volumes(daemons, 
                     break
         else:
             raise AssertionError("no volume after the reload")
-        # a bad value is refused, naming the key; nothing changes
+        # a bad value is refused, naming the key; the channels are structural
         r = volrec_cmd(bin_dir, d, "set", "functional.angio.range=[1,0]")
         assert r.returncode != 0 and "functional.angio.range" in r.stdout + r.stderr
+        r = volrec_cmd(bin_dir, d, "set", "output.channels=[structure]")
+        assert r.returncode != 0 and "output.channels" in r.stderr and \
+            "structural" in r.stderr, r.stderr
     finally:
         c.close()
     d.signal(15)
