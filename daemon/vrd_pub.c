@@ -188,6 +188,7 @@ int vrd_pub_open(const struct vr_config *cfg, uint32_t generation, struct be_bac
 	pub->nch = cfg_channels(cfg, ch);
 	o.channels = pub->nch;
 	vrd_pub_propose(pub, cfg, generation);
+	o.channel = pub->maps[0].d;
 	cfg_voxel_um(cfg, pub->voxel_um);
 	pub->last.depths = cfg_fft_len(cfg) / 2;
 	rc = be_host_alloc(be, pub->ny * sizeof(*pub->md), (void **)&pub->md);

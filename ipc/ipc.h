@@ -39,8 +39,11 @@ struct ipc_writer_options {
 	const char *curve_secret_key; /* z85 key files, needed by tcp:// beyond loopback */
 	const char *curve_public_key;
 	bool views; /* reserve a views area in each slot (u8 volumes; protocol.h, views) */
-	/* channels of each volume (protocol 2.1), one after another in the slot; 0 is taken as 1 */
+	/* channels of each volume (protocol 2.1), one after another in the slot; 0 is taken as 1.
+	 * channel: their descriptors, which every slot's get at creation (so that the kinds are
+	 * readable before the first volume); NULL: one structure channel of an unknown mapping */
 	uint32_t channels;
+	const struct volrec_channel_desc *channel;
 	/* connections each PUB socket keeps at once (more are shut down as they come, counted in
 	 * connections_refused); 0: no bound */
 	uint32_t max_connections;

@@ -409,8 +409,22 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	h->channels = w->channels;
 	h->channel_desc_size = sizeof(struct volrec_channel_desc);
 	h->channel_table_offset = ch_off;
-	for (uint32_t i = 0; i < o->slots; i++)
+	for (uint32_t i = 0; i < o->slots; i++) {
 		w->slot_ptrs[i] = (char *)w->map + h->data_offset + (size_t)i * stride;
+		/* the kinds (and first meaning) of the channels, before any volume */
+		for (uint32_t c = 0; c < w->channels; c++) {
+			struct volrec_channel_desc *d =
+			        (struct volrec_channel_desc *)((char *)w->map + ch_off +
+			                                       ((uint64_t)i * w->channels + c) *
+			                                               sizeof(*d));
+
+			if (o->channel)
+				*d = o->channel[c];
+			d->offset = (uint64_t)c * w->volume_bytes;
+			d->reserved = 0;
+			d->units[sizeof(d->units) - 1] = '\0';
+		}
+	}
 	ipc_store64(&h->magic, VOLREC_SHM_MAGIC, memory_order_release);
 
 	w->lmap_size = sizeof(*lh) + (size_t)o->max_readers * sizeof(struct volrec_lease_entry);

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <hdf5.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +30,14 @@
 
 enum rec_reason { REC_GAP = 1, REC_TORN = 2 };
 
-/* The datasets, in the order of h5vol's fields. */
+/* The datasets, in the order of h5vol's fields (those of absent channels left out). F_VOLUMES,
+ * F_CH1 and F_CH2 are the channels' volumes, named by their kind as `volrec process` names
+ * them (/volumes, /angio, /doppler; docs/protocol.md §2.7). */
 enum {
 	F_VOLUMES,
+	F_CH1,
+	F_CH2,
+	F_CHANNEL_RANGE,
 	F_SEQUENCE,
 	F_SESSION,
 	F_VOLUME_ID,
@@ -109,6 +115,12 @@ static void record_usage(FILE *f)
 	        "  /generation_numbers u32 [m]  the daemon's number of each row of /generations\n"
 	        "  /volumes attributes: axes \"t,y,x,z\", voxel_size_um [dy, dx, dz] (NaN: "
 	        "unknown)\n"
+	        "  /angio, /doppler  u8 [n][Y][X][Z]  with output.channels, as volrec process "
+	        "writes\n"
+	        "                them; each channel's dataset says what its values mean "
+	        "(channel,\n"
+	        "                units, value_range ...); /channel_range f64 [n][c][2] per "
+	        "volume\n"
 	        "  /missed       [m] {session, first, last, reason}: sequence ranges not "
 	        "recorded;\n"
 	        "                reason 1 = never received (overwritten before the recorder got "
@@ -158,12 +170,21 @@ struct rec_missed {
 	uint8_t reason;
 };
 
+/* The dataset of each channel kind (enum volrec_channel_kind), as `volrec process` writes. */
+static const char *const channel_dsets[VOLREC_CHANNEL_KINDS] = {"volumes", "angio", "doppler"};
+static const char *const channel_names[VOLREC_CHANNEL_KINDS] = {"structure", "angio", "doppler"};
+
 struct rec {
 	const char *path;
 	struct h5vol *w;
 	uint32_t Y, X, Z;
-	uint64_t nmissed;  /* volumes missing */
-	uint64_t sessions; /* sessions recorded from */
+	uint32_t nch;                       /* channels of each volume (protocol 2.1) */
+	uint32_t kind[VOLREC_CHANNELS_MAX]; /* their kinds, in the slot's order */
+	double range[VOLREC_CHANNELS_MAX]
+	            [2]; /* the last volume's mapping, a row of /channel_range */
+	struct volrec_channel meaning[VOLREC_CHANNELS_MAX]; /* the last volume's (data unused) */
+	uint64_t nmissed;                                   /* volumes missing */
+	uint64_t sessions;                                  /* sessions recorded from */
 	uint64_t last_session, last_seq;
 	uint64_t session_first; /* volumes written before the current session's first */
 	bool have_status;       /* the first status message is in the attributes */
@@ -229,10 +250,37 @@ static void geometry_diff(const char *was, const char *now, char *buf, size_t le
 	}
 }
 
+/* Whether field i is in the file: the channels it has, and their ranges with more than the
+ * structure. */
+static bool rec_field_used(const struct rec *r, unsigned i)
+{
+	if (i == F_CH1 || i == F_CH2)
+		return i - F_VOLUMES < r->nch;
+	if (i == F_CHANNEL_RANGE)
+		return r->nch > 1 || r->kind[0] != VOLREC_CHANNEL_STRUCTURE;
+	return true;
+}
+
+/* The file's index of field i (which is used): the used fields before it. */
+static size_t rec_field(const struct rec *r, unsigned i)
+{
+	size_t n = 0;
+
+	for (unsigned k = 0; k < i; k++)
+		n += rec_field_used(r, k);
+	return n;
+}
+
 static int rec_open(struct rec *r, bool force, unsigned deflate)
 {
 	struct h5vol_field f[F_COUNT] = {
-	        [F_VOLUMES] = {"volumes", H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
+	        [F_VOLUMES] =
+	                {channel_dsets[r->kind[0]], H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
+	        [F_CH1] =
+	                {channel_dsets[r->kind[1]], H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
+	        [F_CH2] =
+	                {channel_dsets[r->kind[2]], H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
+	        [F_CHANNEL_RANGE] = {"channel_range", H5T_NATIVE_DOUBLE, 2, {r->nch, 2}, false},
 	        [F_SEQUENCE] = {"sequence", H5T_NATIVE_UINT64, 0, {0}, false},
 	        [F_SESSION] = {"session", H5T_NATIVE_UINT64, 0, {0}, false},
 	        [F_VOLUME_ID] = {"volume_id", H5T_NATIVE_UINT64, 0, {0}, false},
@@ -270,9 +318,17 @@ static int rec_open(struct rec *r, bool force, unsigned deflate)
 		return vr_err(r->err, sizeof(r->err), -EIO, "cannot make the /missed type");
 	}
 	f[F_MISSED].type = t;
-	rc = h5vol_create_opt(r->path, force, f, F_COUNT,
-	                      &(struct h5vol_options){.deflate = deflate}, &r->w, r->err,
-	                      sizeof(r->err));
+	{
+		struct h5vol_field used[F_COUNT];
+		size_t n = 0;
+
+		for (unsigned i = 0; i < F_COUNT; i++)
+			if (rec_field_used(r, i))
+				used[n++] = f[i];
+		rc = h5vol_create_opt(r->path, force, used, n,
+		                      &(struct h5vol_options){.deflate = deflate}, &r->w, r->err,
+		                      sizeof(r->err));
+	}
 	H5Tclose(t);
 	H5Tclose(text);
 	if (rc == -EEXIST)
@@ -296,7 +352,53 @@ static int rec_miss(struct rec *r, uint64_t session, uint64_t first, uint64_t la
 		fprintf(stderr, "volrec record: volumes #%" PRIu64 "-#%" PRIu64 " missed (%s)\n",
 		        first, last,
 		        why == REC_TORN ? "torn" : "never received: the recorder fell behind");
-	return h5vol_log(r->w, F_MISSED, &m, r->err, sizeof(r->err));
+	return h5vol_log(r->w, rec_field(r, F_MISSED), &m, r->err, sizeof(r->err));
+}
+
+/* The channels of the volumes the instance's data segment holds (protocol 2.1), from its
+ * descriptors, which the daemon writes for every slot when it creates the segment: their
+ * number and kinds into r; a segment of an older daemon holds the structure alone. 0, or -EPROTO
+ * with r->err for a segment whose descriptors cannot be read or name unknown kinds. */
+static int rec_channel_kinds(struct rec *r, const char *instance, const struct volrec_shm_header *h)
+{
+	char name[VOLREC_INSTANCE_MAX + 16];
+	int fd, rc = 0;
+
+	r->nch = h->channels ? h->channels : 1;
+	r->kind[0] = VOLREC_CHANNEL_STRUCTURE;
+	if (!h->channels)
+		return 0;
+	if (h->channels > VOLREC_CHANNELS_MAX ||
+	    h->channel_desc_size < sizeof(struct volrec_channel_desc))
+		return vr_err(r->err, sizeof(r->err), -EPROTO,
+		              "the shared memory of instance '%s' has %u channels of %u-byte "
+		              "descriptors",
+		              instance, h->channels, h->channel_desc_size);
+	snprintf(name, sizeof(name), "%s%s", VOLREC_SHM_PREFIX, instance);
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return vr_err(r->err, sizeof(r->err), -errno, "%s: %s", name, strerror(errno));
+	for (uint32_t c = 0; c < r->nch && !rc; c++) {
+		struct volrec_channel_desc d;
+		off_t at = (off_t)(h->channel_table_offset + (uint64_t)c * h->channel_desc_size);
+		uint32_t seen = 0;
+
+		if (pread(fd, &d, sizeof(d), at) != (ssize_t)sizeof(d))
+			rc = vr_err(r->err, sizeof(r->err), -EPROTO,
+			            "%s: cannot read the descriptor of channel %u", name, c);
+		else if (d.kind >= VOLREC_CHANNEL_KINDS)
+			rc = vr_err(r->err, sizeof(r->err), -EPROTO,
+			            "%s: channel %u has the unknown kind %u", name, c, d.kind);
+		for (uint32_t k = 0; k < c && !rc; k++)
+			seen |= 1u << r->kind[k];
+		if (!rc && seen & (1u << d.kind))
+			rc = vr_err(r->err, sizeof(r->err), -EPROTO, "%s: channel kind %u twice",
+			            name, d.kind);
+		if (!rc)
+			r->kind[c] = d.kind;
+	}
+	close(fd);
+	return rc;
 }
 
 /* Keep the instance's data segment open while it holds session (the one recorded from now
@@ -408,9 +510,10 @@ static int rec_generation(struct rec *r, uint64_t session, uint32_t n, uint32_t 
 		r->gens = g;
 	}
 	/* the text first: a number always has its values, even in a file cut short */
-	rc = h5vol_log(r->w, F_GENERATIONS, &text, r->err, sizeof(r->err));
+	rc = h5vol_log(r->w, rec_field(r, F_GENERATIONS), &text, r->err, sizeof(r->err));
 	if (!rc)
-		rc = h5vol_log(r->w, F_GENERATION_NUMBERS, &n, r->err, sizeof(r->err));
+		rc = h5vol_log(r->w, rec_field(r, F_GENERATION_NUMBERS), &n, r->err,
+		               sizeof(r->err));
 	if (rc) {
 		free(text);
 		return rc;
@@ -426,26 +529,61 @@ out:
 	return 0;
 }
 
+/* What channel k's values mean, as attributes of its dataset (the first volume's; the live
+ * ranges of every volume are in /channel_range): kind, units, and Doppler's velocities and
+ * period, angiography's method (docs/tools.md "record"). 0 or -EIO. */
+static int rec_channel_attrs(struct rec *r, uint32_t k)
+{
+	const struct volrec_channel *ch = &r->meaning[k];
+	hid_t f = h5vol_file(r->w), d = H5Dopen2(f, channel_dsets[r->kind[k]], H5P_DEFAULT);
+	int rc = d < 0 ? -EIO : 0;
+
+	if (!rc)
+		rc = vr_h5_attr_str(d, "channel", channel_names[r->kind[k]]) |
+		     vr_h5_attr_str(d, "units", ch->units) |
+		     vr_h5_attr(d, "value_range", H5T_NATIVE_DOUBLE, 2,
+		                (const double[]){ch->value_lo, ch->value_hi});
+	if (!rc && r->kind[k] == VOLREC_CHANNEL_ANGIO)
+		rc = vr_h5_attr_str(d, "method", ch->method == VOLREC_ANGIO_SVAR ? "svar" : "cdv");
+	if (!rc && r->kind[k] == VOLREC_CHANNEL_DOPPLER)
+		rc = vr_h5_attr_str(d, "axis",
+		                    ch->method == VOLREC_DOPPLER_BSCAN ? "bscan" : "ascan") |
+		     vr_h5_attr(d, "velocity_mm_s", H5T_NATIVE_DOUBLE, 2, ch->velocity_mm_s) |
+		     vr_h5_attr(d, "period_us", H5T_NATIVE_DOUBLE, 0,
+		                &(double){ch->period_us > 0 ? ch->period_us : NAN});
+	if (d >= 0 && H5Dclose(d) < 0)
+		rc = -EIO;
+	return rc ? -EIO : 0;
+}
+
 static int rec_write(struct rec *r, struct volrec_client *c, const struct volrec_view *v,
                      const void *data)
 {
 	int32_t off[2] = {v->offset_x, v->offset_y};
 	uint32_t gen = 0, gen_index = 0;
+	const size_t bytes = (size_t)r->Y * r->X * r->Z;
 	int rc;
 
 	if (!h5vol_count(r->w)) { /* the units, from the first volume */
 		double um[3];
 
 		volrec_view_voxel_size(c, v, um);
-		if (vr_h5_volume_units(h5vol_file(r->w), um) < 0)
-			return vr_err(r->err, sizeof(r->err), -EIO, "cannot write the units");
+		for (uint32_t k = 0; k < r->nch; k++)
+			if (vr_h5_dataset_units(h5vol_file(r->w), channel_dsets[r->kind[k]], um) <
+			            0 ||
+			    rec_channel_attrs(r, k) < 0)
+				return vr_err(r->err, sizeof(r->err), -EIO,
+				              "cannot write the units");
 	}
 	volrec_view_generation(c, v, &gen);
 	rc = rec_generation(r, v->session_id, gen, &gen_index);
 	if (rc)
 		return rc;
-	const void *rows[F_COUNT] = {
+	const void *all[F_COUNT] = {
 	        [F_VOLUMES] = data,
+	        [F_CH1] = (const uint8_t *)data + bytes,
+	        [F_CH2] = (const uint8_t *)data + 2 * bytes,
+	        [F_CHANNEL_RANGE] = r->range,
 	        [F_SEQUENCE] = &v->sequence,
 	        [F_SESSION] = &v->session_id,
 	        [F_VOLUME_ID] = &v->volume_id,
@@ -459,7 +597,12 @@ static int rec_write(struct rec *r, struct volrec_client *c, const struct volrec
 	        [F_GENERATION] = &gen,
 	        [F_GENERATION_INDEX] = &gen_index,
 	};
+	const void *rows[F_COUNT];
+	size_t n = 0;
 
+	for (unsigned i = 0; i < F_COUNT; i++)
+		if (rec_field_used(r, i))
+			rows[n++] = all[i];
 	rc = h5vol_append(r->w, rows, r->err, sizeof(r->err));
 	if (rc && !h5vol_is_nospace(rc))
 		vr_err_prefix(r->err, sizeof(r->err), "volume #%" PRIu64, v->sequence);
@@ -572,7 +715,17 @@ static int rec_start_attrs(struct rec *r, const struct tool_target *t)
 	char *y;
 
 	vr_h5_attr(f, "shape", H5T_NATIVE_UINT32, 3, shape);
-	vr_h5_attr_str(f, "layout", "volumes [n][Y][X][Z] u8, Z (depth) fastest");
+	{
+		char chans[64] = "";
+
+		for (uint32_t k = 0; k < r->nch; k++)
+			snprintf(chans + strlen(chans), sizeof(chans) - strlen(chans), "%s%s",
+			         k ? "," : "", channel_names[r->kind[k]]);
+		vr_h5_attr_str(f, "channels", chans);
+	}
+	vr_h5_attr_str(f, "layout",
+	               "volumes [n][Y][X][Z] u8, Z (depth) fastest; the channels "
+	               "angio, doppler likewise");
 	vr_h5_attr_str(f, "instance", t->instance);
 	vr_h5_attr_str(f, "missed_reasons",
 	               "1 never received (overwritten before the recorder got it), 2 torn "
@@ -799,6 +952,11 @@ static int rec_setup(struct rec *r, struct rec_loop *L, const struct rec_args *a
 	r->X = d.header.nx;
 	r->Z = d.header.nz;
 	L->pid = d.pid;
+	rc = rec_channel_kinds(r, L->tg->instance, &d.header);
+	if (rc) {
+		fprintf(stderr, "volrec record: %s\n", r->err);
+		return VR_EXIT_FAIL;
+	}
 	rc = rec_open(r, a->force, a->deflate);
 	if (rc) {
 		fprintf(stderr, "volrec record: %s\n", r->err);
@@ -806,7 +964,7 @@ static int rec_setup(struct rec *r, struct rec_loop *L, const struct rec_args *a
 	}
 	L->end = "count reached";
 	rc = rec_start_attrs(r, L->tg);
-	L->buf = malloc((size_t)r->Y * r->X * r->Z);
+	L->buf = malloc((size_t)r->Y * r->X * r->Z * r->nch);
 	if (rc || !L->buf) {
 		fprintf(stderr, "volrec record: %s\n", rc ? r->err : "out of memory");
 		L->end = rc && h5vol_is_nospace(rc) ? "disk full"
@@ -885,6 +1043,36 @@ static void rec_on_event(struct rec_loop *L, const char *text, size_t len)
 	json_object_put(ev);
 }
 
+/* Copy the channels of the held view v into L->buf ([c][Y][X][Z]) with their meaning into r:
+ * 0, or -EPROTO (r->err) when they are not the channels the file was made for. */
+static int rec_copy_channels(struct rec *r, struct rec_loop *L, const struct volrec_view *v)
+{
+	uint32_t n = 0;
+
+	if (volrec_view_channels(L->c, v, &n) < 0 || n != r->nch)
+		return vr_err(r->err, sizeof(r->err), -EPROTO,
+		              "the daemon now publishes %u channels (was %u, session %016" PRIx64
+		              ")",
+		              n, r->nch, v->session_id);
+	for (uint32_t k = 0; k < n; k++) {
+		struct volrec_channel *ch = &r->meaning[k];
+
+		if (volrec_view_channel(L->c, v, k, ch) < 0 || !ch->data || ch->bytes != v->bytes ||
+		    ch->kind != r->kind[k])
+			return vr_err(r->err, sizeof(r->err), -EPROTO,
+			              "the daemon now publishes %s as channel %u (was %s, session "
+			              "%016" PRIx64 ")",
+			              ch->kind < VOLREC_CHANNEL_KINDS ? channel_names[ch->kind]
+			                                              : "?",
+			              k, channel_names[r->kind[k]], v->session_id);
+		memcpy(L->buf + (size_t)k * v->bytes, ch->data, v->bytes);
+		r->range[k][0] = ch->value_lo;
+		r->range[k][1] = ch->value_hi;
+		ch->data = NULL;
+	}
+	return 0;
+}
+
 /* A volume: account for gaps, copy it out, check it was not torn, write it. */
 static enum rec_step rec_on_volume(struct rec *r, struct rec_loop *L, struct volrec_message *m)
 {
@@ -914,7 +1102,18 @@ static enum rec_step rec_on_volume(struct rec *r, struct rec_loop *L, struct vol
 		L->end = "geometry changed";
 		return REC_END;
 	}
-	memcpy(L->buf, v.data, v.bytes);
+	if (rec_copy_channels(r, L, &v) < 0) {
+		volrec_view_release(L->c, &m->view);
+		fprintf(stderr,
+		        "%svolrec record: %s: stopping; %s holds the %" PRIu64
+		        " volumes recorded before\n",
+		        L->nl, r->err, r->path, h5vol_count(r->w));
+		if (v.session_id != r->last_session && rec_miss_tail(r, L->nl))
+			fprintf(stderr, "%svolrec record: %s\n", L->nl, r->err);
+		L->status = VR_EXIT_FAIL;
+		L->end = "geometry changed";
+		return REC_END;
+	}
 	torn = volrec_view_release(L->c, &m->view) == VOLREC_ETORN;
 	if (tool_run_presence(&L->run, true, vr_mono_s()) == TOOL_DAEMON_BACK)
 		fprintf(stderr, "%svolrec record: volrecd of instance '%s' is back\n", L->nl,

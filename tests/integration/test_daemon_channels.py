@@ -194,6 +194,48 @@ def test_c_and_python_clients_read_each_channel_and_its_meaning(daemons, bin_dir
     assert d.wait_exit() == 0, d.log_text()
 
 
+def test_volrec_record_writes_the_channels_as_volrec_process_does(daemons, bin_dir):
+    epochs = 3
+    d = replay_daemon(daemons, bin_dir, epochs=epochs,
+                      **FUNCTIONAL, **{"geometry.stride": [1, 1], "reconstruct.mode": "none",
+                                       "source.rate": 10})
+    d.start()
+    d.subscribe()
+    d.ready()
+    ref, _ = process(bin_dir, d)
+    out = d.dir / "rec.h5"
+    r = volrec_cmd(bin_dir, d, "record", "-o", str(out), "-n", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    with h5py.File(out, "r") as f, h5py.File(d.dir / "process.h5", "r") as p:
+        assert f.attrs["channels"] == p.attrs["channels"]
+        epochs_read = [int(e) for e in f["epoch"][:]]
+        assert len(epochs_read) == 4
+        for name in ("volumes", "angio", "doppler"):
+            for k in ("axes", "voxel_size_um"):
+                np.testing.assert_array_equal(f[name].attrs[k], p[name].attrs[k])
+            for i, e in enumerate(epochs_read):
+                assert np.array_equal(f[name][i], ref[name][e % epochs]), (name, e)
+        def txt(v):
+            return v.decode() if isinstance(v, bytes) else v
+        assert txt(f["volumes"].attrs["units"]) == "dB"
+        assert txt(f["doppler"].attrs["channel"]) == "doppler"
+        assert list(f["angio"].attrs["value_range"]) == [0, 1]
+        assert txt(f["angio"].attrs["method"]) == "cdv"
+        assert txt(f["doppler"].attrs["axis"]) == "bscan"
+        assert f["doppler"].attrs["velocity_mm_s"] == pytest.approx(
+            [-velocity(d.cfg), velocity(d.cfg)])
+        rng = f["channel_range"][:]
+        assert rng.shape == (4, 3, 2)
+        assert rng[:, 0].tolist() == [[0, 100]] * 4 and rng[:, 1].tolist() == [[0, 1]] * 4
+    # volrec export finds /volumes of the recording as of `volrec process`'s file
+    r = subprocess.run([str(bin_dir / "volrec"), "export", str(out), "-o",
+                        str(d.dir / "rec.nii")], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    d.signal(15)
+    assert d.wait_exit() == 0, d.log_text()
+
+
 def volrec_cmd(bin_dir, d, *args):
     return subprocess.run([str(bin_dir / "volrec"), *args, "-i", d.instance, "-r",
                            str(d.run_dir)], capture_output=True, text=True, timeout=TIMEOUT)

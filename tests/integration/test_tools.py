@@ -281,7 +281,7 @@ def segment_header(pid, **over):
     (dict(major=1, minor=3), r"data segment speaks protocol version 1\.3; this client "
                              r"supports major version 2 only \(protocol 2\.\d+\): volrecd and "
                              r"its clients must be of the same major version"),
-    (dict(major=3), r"data segment speaks protocol version 3\.0; this client supports "
+    (dict(major=3, minor=0), r"data segment speaks protocol version 3\.0; this client supports "
                     r"major version 2 only"),
     (dict(slot_stride=4096), r"data segment layout is inconsistent"),
 ])
