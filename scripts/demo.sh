@@ -5,7 +5,9 @@
 # Nothing is left running and no shared memory is left behind, whatever way this script ends.
 #
 #   scripts/demo.sh BUILD_DIR [synth|real]
-# Environment: DEMO_SECONDS (watch time, default 5), DEMO_OUT (default BUILD_DIR/demo).
+# Environment: DEMO_SECONDS (watch time, default 5), DEMO_OUT (default BUILD_DIR/demo),
+# DEMO_FUNCTIONAL=1 (synth: the flow phantom with repeated B-scans, structure + angiography +
+# Doppler in every volume, docs/algorithms.md §5).
 set -euo pipefail
 
 BUILD=${1:?usage: scripts/demo.sh BUILD_DIR [synth|real]}
@@ -14,8 +16,20 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BIN=$(cd "$BUILD" && pwd)/bin
 SECONDS_WATCH=${DEMO_SECONDS:-5}
 OUT=${DEMO_OUT:-$(cd "$BUILD" && pwd)/demo}
+FUNCTIONAL=${DEMO_FUNCTIONAL:-0}
 case $MODE in synth | real) ;; *)
 	echo "demo: mode must be synth or real, not '$MODE'" >&2
+	exit 2
+	;;
+esac
+case $FUNCTIONAL in 0 | "") FUNCTIONAL=0 ;; 1)
+	if [ "$MODE" != synth ]; then
+		echo "demo: DEMO_FUNCTIONAL=1 runs the synthetic flow phantom (make demo), not '$MODE'" >&2
+		exit 2
+	fi
+	;;
+*)
+	echo "demo: DEMO_FUNCTIONAL must be 0 or 1, not '$FUNCTIONAL'" >&2
 	exit 2
 	;;
 esac
@@ -68,7 +82,48 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [ "$MODE" = synth ]; then
+if [ "$MODE" = synth ] && [ "$FUNCTIONAL" = 1 ]; then
+	# the flow phantom (three vessels of laminar flow in static tissue), each B-scan position
+	# acquired twice: every volume carries the structure, its angiography (cdv) and Doppler.
+	# 32 x 32 positions at stride 3 (96 x 96 x 256 volumes of the tissue's depths) at 5 per
+	# second; the times and the wavelength give the Doppler velocities (a phase of pi is
+	# 840 nm / (4 x 1.38 x 400 us) = 0.38 mm/s, above the vessels' axial velocities). An A-scan
+	# background keeps static tissue out of the moving voxels (docs/algorithms.md §5).
+	cat >"$TMP/volrecd.yaml" <<EOF
+instance: $INSTANCE
+backend: auto
+cpu: {threads: 0}
+source:
+  type: synth
+  rate: 5
+  synth: {seed: 1, phantom: flow, snr_db: 40, flow: {peak_mm_per_s: 1.5}}
+geometry:
+  samples_per_ascan: 1024
+  sample_type: u16
+  ascans_per_bscan: 32
+  bscans_per_volume: 32
+  repeats: 2
+  stride: [3, 3]
+  depth_range: [128, 384]
+  ascan_period_us: 5
+  bscan_period_us: 400
+  center_wavelength_nm: 840
+# the synthetic scanner's k non-linearity and dispersion, undone exactly ('volrec sim' writes
+# these values into its files' metadata)
+preprocess:
+  background: {mode: ascan_mean}
+  db_range: [60, 100]
+  resample: {method: cubic, poly: [0, 1104.84, 0, -81.84]}
+  dispersion: {coeffs: [30, -12]}
+reconstruct: {mode: noncumulative}
+output: {slots: 4, channels: [structure, angio, doppler]}
+functional: {angio: {method: cdv}}
+pipeline: {ring_bscans: 256, overflow: drop_epoch}
+ipc: {run_dir: $RUN, status_interval_ms: 500}
+log: {level: warning}
+EOF
+	WHAT="the synthetic flow phantom (structure, angiography, Doppler)"
+elif [ "$MODE" = synth ]; then
 	# 32 x 32 A-scans of 1024 samples per epoch at stride 3: 96 x 96 x 256 volumes (the
 	# retina's depth range) at 10 per second, which two CPU cores keep up with. The here-document
 	# expands $INSTANCE and $RUN: no backquotes in it (they would run as commands).
@@ -174,5 +229,10 @@ cp "$TMP/volrecd.yaml" "$OUT/volrecd.yaml"
 
 echo
 echo "Pictures:  $OUT/snapshots/ (the centre B-scan is bscan-*.png; snapshot.json names them)"
-echo "Recording: $OUT/recording.h5 (h5py: h5py.File(...)['volumes'] is [n][Y][X][Z] uint8)"
+if [ "$FUNCTIONAL" = 1 ]; then
+	echo "Recording: $OUT/recording.h5 (h5py: h5py.File(...)['volumes'], ['angio'] and ['doppler']"
+	echo "           are [n][Y][X][Z] uint8; each dataset's value_range attribute says what 0..255 mean)"
+else
+	echo "Recording: $OUT/recording.h5 (h5py: h5py.File(...)['volumes'] is [n][Y][X][Z] uint8)"
+fi
 echo "Config:    $OUT/volrecd.yaml"
