@@ -41,6 +41,7 @@ struct ipc_writer {
 	uint32_t max_readers;
 	size_t volume_bytes;              /* of one channel */
 	uint32_t channels;                /* each slot holds this many volumes (2.1) */
+	uint64_t ch_off;                  /* the channel descriptor table in the header region */
 	size_t views_offset, views_bytes; /* views area in each slot (0: none) */
 	void *slot_ptrs[VOLREC_MAX_SLOTS];
 	bool in_progress[VOLREC_MAX_SLOTS];
@@ -335,6 +336,14 @@ static int take_instance(struct ipc_writer *w, const struct ipc_writer_options *
 	return 0;
 }
 
+/* Channel c's descriptor of slot i, by the writer's own layout (never the shared header's). */
+static struct volrec_channel_desc *writer_desc(const struct ipc_writer *w, uint32_t i, uint32_t c)
+{
+	return (struct volrec_channel_desc *)((char *)w->map + w->ch_off +
+	                                      ((uint64_t)i * w->channels + c) *
+	                                              sizeof(struct volrec_channel_desc));
+}
+
 static int create_segments(struct ipc_writer *w, const struct ipc_writer_options *o, char *err,
                            size_t errlen)
 {
@@ -348,7 +357,7 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	stride = (stride + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
 	table_end = sizeof(*h) + (uint64_t)o->slots * sizeof(struct volrec_slot_header);
 	ep_off = (table_end + 63) & ~(uint64_t)63;
-	ch_off = ep_off + VOLREC_ENDPOINTS_MAX;
+	ch_off = w->ch_off = ep_off + VOLREC_ENDPOINTS_MAX;
 	_Static_assert(
 	        sizeof(struct volrec_shm_header) +
 	                        VOLREC_MAX_SLOTS *
@@ -413,10 +422,7 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 		w->slot_ptrs[i] = (char *)w->map + h->data_offset + (size_t)i * stride;
 		/* the kinds (and first meaning) of the channels, before any volume */
 		for (uint32_t c = 0; c < w->channels; c++) {
-			struct volrec_channel_desc *d =
-			        (struct volrec_channel_desc *)((char *)w->map + ch_off +
-			                                       ((uint64_t)i * w->channels + c) *
-			                                               sizeof(*d));
+			struct volrec_channel_desc *d = writer_desc(w, i, c);
 
 			if (o->channel)
 				*d = o->channel[c];
@@ -714,8 +720,7 @@ int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
 	m->drops_before = 0; /* not on the wire */
 	m->channels = w->channels;
 	for (uint32_t c = 0; c < w->channels; c++) {
-		struct volrec_channel_desc *d =
-		        (struct volrec_channel_desc *)ipc_channel_desc(w->map, slot->index, c);
+		struct volrec_channel_desc *d = writer_desc(w, slot->index, c);
 
 		*d = meta->channel[c];
 		d->offset = (uint64_t)c * w->volume_bytes;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -647,6 +648,135 @@ static void test_segment_layout_sums_do_not_wrap(void **state)
 /* A views area too small for its header and descriptors is refused at open: the client reads
  * the descriptors before any picture size (found by tests/fuzz/fuzz_views: an area of 128
  * bytes at the end of the mapping was read 480 bytes past it). */
+/* Protocol 2.1: the channels of a slot one after another, each with its descriptor (written at
+ * creation for every slot, then with each volume); a segment of a 2.0 writer (channels 0) reads
+ * as one channel, the structure, of an unknown mapping; inconsistent channel fields are refused. */
+static void test_channels_of_a_slot_and_of_an_older_writer(void **state)
+{
+	struct fx *f = *state;
+	struct volrec_channel_desc d[VOLREC_CHANNELS_MAX] = {
+	        {.kind = VOLREC_CHANNEL_STRUCTURE, .value_lo = 0, .value_hi = 100, .units = "dB"},
+	        {.kind = VOLREC_CHANNEL_ANGIO,
+	         .method = VOLREC_ANGIO_CDV,
+	         .value_lo = 0,
+	         .value_hi = 1,
+	         .units = "1",
+	         .mask_db = 30},
+	        {.kind = VOLREC_CHANNEL_DOPPLER,
+	         .value_lo = -M_PI,
+	         .value_hi = M_PI,
+	         .units = "rad",
+	         .velocity_lo_mm_s = -0.5,
+	         .velocity_hi_mm_s = 0.5,
+	         .period_us = 400,
+	         .flags = VOLREC_CHANNEL_BULK},
+	};
+	struct ipc_volume_meta m = {.epoch = 3, .channels = 3};
+	struct volrec_client *c;
+	struct volrec_channel ch;
+	struct volrec_view v;
+	struct ipc_slot_ref s;
+	struct volrec_shm_header *h;
+	uint32_t n = 0;
+	char name[128], msg[512];
+	int fd;
+
+	f->o.channels = 3;
+	f->o.channel = d;
+	open_writer(f);
+	c = open_client(f);
+	assert_int_equal(ipc_writer_begin(f->w, &s), 0);
+	assert_int_equal(s.channels, 3);
+	for (uint32_t k = 0; k < 3; k++)
+		memset((uint8_t *)s.data + k * s.bytes, 10 + (int)k, s.bytes);
+	memcpy(m.channel, d, sizeof(d));
+	m.channel[1].value_hi = 0.5; /* this volume's range differs from the first */
+	assert_int_equal(ipc_writer_publish(f->w, &s, &m), 0);
+	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
+	assert_int_equal(volrec_view_channels(c, &v, &n), 0);
+	assert_int_equal(n, 3);
+	for (uint32_t k = 0; k < 3; k++) {
+		assert_int_equal(volrec_view_channel(c, &v, k, &ch), 0);
+		assert_int_equal(ch.kind, k);
+		assert_ptr_equal(ch.data, (const uint8_t *)v.data + k * v.bytes);
+		assert_int_equal(ch.bytes, v.bytes);
+		assert_int_equal(ch.data[0], 10 + k);
+		assert_int_equal(ch.data[v.bytes - 1], 10 + k);
+	}
+	assert_int_equal(volrec_view_channel(c, &v, 1, &ch), 0);
+	assert_true(ch.value_hi == 0.5 && ch.mask_db == 30 && !strcmp(ch.units, "1"));
+	assert_int_equal(volrec_view_channel(c, &v, 2, &ch), 0);
+	assert_true(ch.value_lo == -M_PI && ch.velocity_mm_s[1] == 0.5 && ch.period_us == 400);
+	assert_true(ch.flags == VOLREC_CHANNEL_BULK && !strcmp(ch.units, "rad"));
+	assert_int_equal(volrec_view_find_channel(c, &v, VOLREC_CHANNEL_DOPPLER), 2);
+	assert_int_equal(volrec_view_channel(c, &v, 3, &ch), -EINVAL);
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	volrec_client_close(c);
+
+	/* the descriptors of every slot were written at creation: slot 2 never held a volume */
+	ipc_shm_names(f->instance, name, sizeof(name), NULL, 0);
+	fd = shm_open(name, O_RDWR, 0);
+	assert_true(fd >= 0);
+	h = mmap(NULL, VOLREC_SLOT_ALIGN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(h != MAP_FAILED);
+	assert_int_equal(h->channels, 3);
+	assert_int_equal(ipc_channel_desc(h, 2, 2)->kind, VOLREC_CHANNEL_DOPPLER);
+	assert_int_equal(ipc_channel_desc(h, 2, 1)->offset, h->volume_bytes);
+	/* a 2.0 writer: no channels; its volume is the structure, of an unknown mapping */
+	h->channels = 0;
+	c = open_client(f);
+	publish(f);
+	assert_int_equal(volrec_client_next(c, 5000, &v), 0);
+	assert_int_equal(volrec_view_channels(c, &v, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(volrec_view_channel(c, &v, 0, &ch), 0);
+	assert_true(ch.kind == VOLREC_CHANNEL_STRUCTURE && ch.data == v.data);
+	assert_true(isnan(ch.value_lo) && isnan(ch.value_hi) && isnan(ch.velocity_mm_s[0]));
+	assert_int_equal(volrec_view_find_channel(c, &v, VOLREC_CHANNEL_ANGIO), -ENOENT);
+	assert_int_equal(volrec_view_release(c, &v), 0);
+	volrec_client_close(c);
+	h->channels = 3;
+	munmap(h, VOLREC_SLOT_ALIGN);
+	close(fd);
+
+	/* inconsistent channel fields */
+	{
+		struct volrec_shm_header *b = calloc(1, 4096);
+
+		valid_segment_header(b);
+		b->channels = 2;
+		b->channel_desc_size = sizeof(struct volrec_channel_desc);
+		b->channel_table_offset = 1024;
+		assert_int_equal(ipc_shm_validate(b, 3 * VOLREC_SLOT_ALIGN, msg, sizeof(msg)), 0);
+		b->channels = 4;
+		assert_int_equal(ipc_shm_validate(b, 3 * VOLREC_SLOT_ALIGN, msg, sizeof(msg)),
+		                 -EPROTO);
+		assert_non_null(strstr(msg, "channels are inconsistent"));
+		b->channels = 2;
+		b->channel_desc_size = 64; /* smaller than a descriptor */
+		assert_int_equal(ipc_shm_validate(b, 3 * VOLREC_SLOT_ALIGN, msg, sizeof(msg)),
+		                 -EPROTO);
+		b->channel_desc_size = sizeof(struct volrec_channel_desc);
+		b->channel_table_offset = VOLREC_SLOT_ALIGN - 100; /* past the header region */
+		assert_int_equal(ipc_shm_validate(b, 3 * VOLREC_SLOT_ALIGN, msg, sizeof(msg)),
+		                 -EPROTO);
+		b->channel_table_offset = 1024;
+		b->volume_bytes = VOLREC_SLOT_ALIGN / 2 + 8; /* two do not fit the stride */
+		b->ny = 1;
+		b->nx = 1;
+		b->nz = (uint32_t)b->volume_bytes;
+		assert_int_equal(ipc_shm_validate(b, 3 * VOLREC_SLOT_ALIGN, msg, sizeof(msg)),
+		                 -EPROTO);
+		free(b);
+	}
+	/* more channels than a slot holds */
+	ipc_writer_close(f->w, true);
+	f->w = NULL;
+	f->o.channels = 4;
+	assert_int_equal(ipc_writer_open(&f->o, &f->w, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "output.channels"));
+}
+
 static void test_views_area_holds_its_descriptors(void **state)
 {
 	const size_t size = 3 * VOLREC_SLOT_ALIGN;
@@ -1335,6 +1465,7 @@ VR_TEST_GROUP(ipc)
 	        T(test_wrong_version_segment_rejected),
 	        cmocka_unit_test(test_segment_layout_sums_do_not_wrap),
 	        cmocka_unit_test(test_views_area_holds_its_descriptors),
+	        T(test_channels_of_a_slot_and_of_an_older_writer),
 	        T(test_view_image_refuses_pictures_that_do_not_fit_the_volume),
 	        T(test_malformed_messages_rejected_then_good_one_read),
 	        T(test_vol_message_beyond_latest_rejected),
