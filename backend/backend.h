@@ -72,6 +72,10 @@ struct be_output {
 	 * the pictures in view_mask (bits 1 << BE_VIEW_*) and the header; a render not asked for
 	 * carries the backend's last one with the id of the volume it shows. NULL: no views. */
 	void *views;
+	/* With BE_CAP_CHANNEL_VIEWS and views: the pictures of channels 1.. of volume (protocol.h,
+	 * channel views: en-face mean and maximum, B-scan, with the views' parameters), written
+	 * where the views area gets the same kinds. NULL: none. */
+	void *channel_views;
 	uint64_t volume_id; /* this volume's id, recorded in its pictures */
 	unsigned view_mask;
 	/* When the render is asked for and this is not NULL: its time budget in, what it cost
@@ -91,6 +95,8 @@ struct be_output {
 #define BE_CAP_ASYNC    0x1u /* be_epoch_finish_async really overlaps work with the caller */
 #define BE_CAP_DEVICE   0x2u /* processes on a device: host memory should be pinned/registered */
 #define BE_CAP_REGISTER 0x4u /* be_host_register makes caller memory faster to transfer */
+#define BE_CAP_CHANNEL_VIEWS                                                                       \
+	0x8u /* computes be_output.channel_views (the pictures of the channels past the first) */
 
 /* ---- selection (backend/open.c, above cpu/ and gpu/) ----------------------------------------- */
 

@@ -508,7 +508,8 @@ static int cpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 const struct be_ops be_cpu_ops = {
         .version = BE_OPS_VERSION,
         .name = "cpu",
-        .caps = 0, /* synchronous, in host memory: nothing to pin or register */
+        /* synchronous, in host memory: nothing to pin or register */
+        .caps = BE_CAP_CHANNEL_VIEWS,
         .create = cpu_create,
         .destroy = cpu_destroy,
         .device = cpu_device,

@@ -302,5 +302,19 @@ int cpu_views_epoch(struct cpu_state *st, const struct be_output *out, char *err
 		present |= 1u << BE_VIEW_RENDER;
 	}
 	be_views_describe(area, &v->p, v->have_last ? &v->last_p : &v->p, vid, present);
+	/* the other channels' en-face projections and B-scan, where the first one's are present */
+	for (uint32_t c = 1; out->channel_views && c < st->geo.nch; c++) {
+		const uint64_t nvox = (uint64_t)v->p.Y * v->p.X * v->p.Z;
+		uint8_t *base = (uint8_t *)out->channel_views +
+		                (c - 1) * volrec_channel_views_step(v->p.Y, v->p.X, v->p.Z);
+		uint8_t *cp[BE_VIEW_COUNT] = {0};
+		static const int kinds[] = {BE_VIEW_ENFACE_MEAN, BE_VIEW_ENFACE_MAX, BE_VIEW_BSCAN};
+
+		for (int i = 0; i < 3; i++)
+			if (present & (1u << kinds[i]))
+				cp[kinds[i]] = base + volrec_channel_view_offset(
+				                              v->p.Y, v->p.X, (unsigned)kinds[i]);
+		cpu_views_compute(out->volume + c * nvox, &v->p, &v->rs, cp);
+	}
 	return 0;
 }

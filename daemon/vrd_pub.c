@@ -189,6 +189,8 @@ int vrd_pub_open(const struct vr_config *cfg, uint32_t generation, struct be_bac
 	o.channels = pub->nch;
 	vrd_pub_propose(pub, cfg, generation);
 	o.channel = pub->maps[0].d;
+	/* the pictures of the channels past the first, where the backend computes them */
+	o.channel_views = o.views && pub->nch > 1 && (be_caps(be) & BE_CAP_CHANNEL_VIEWS);
 	cfg_voxel_um(cfg, pub->voxel_um);
 	pub->last.depths = cfg_fft_len(cfg) / 2;
 	rc = be_host_alloc(be, pub->ny * sizeof(*pub->md), (void **)&pub->md);
@@ -348,6 +350,7 @@ static int sink_begin(void *ctx, uint64_t epoch, struct be_output *out, char *er
 		/* every view each volume; the render every Nth (view.render.every, or less often
 		 * while renders cost more than their share of the volume period) */
 		out->views = pub->cur.views;
+		out->channel_views = pub->cur.channel_views;
 		out->view_mask = (1u << BE_VIEW_COUNT) - 1;
 		pub->render_asked = render_due(pub);
 		if (pub->render_asked)
@@ -384,7 +387,10 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	        .t_last_ns = v->t_last_ns,
 	        .latency_ns = v->latency_ns,
 	        .flags = wire_flags(v->flags) |
-	                 (pub->views && pub->cur.views ? VOLREC_FLAG_VIEWS : 0),
+	                 (pub->views && pub->cur.views ? VOLREC_FLAG_VIEWS : 0) |
+	                 (pub->views && pub->cur.views && pub->cur.channel_views
+	                          ? VOLREC_FLAG_CHANNEL_VIEWS
+	                          : 0),
 	        .drops_before = drops > UINT32_MAX ? UINT32_MAX : (uint32_t)drops,
 	        .generation = v->generation,
 	        .voxel_um = {pub->voxel_um[0], pub->voxel_um[1], pub->voxel_um[2]},

@@ -44,6 +44,8 @@ struct ipc_writer_options {
 	 * readable before the first volume); NULL: one structure channel of an unknown mapping */
 	uint32_t channels;
 	const struct volrec_channel_desc *channel;
+	/* with views and more than one channel: room for the pictures of channels 1.. (2.1) */
+	bool channel_views;
 	/* connections each PUB socket keeps at once (more are shut down as they come, counted in
 	 * connections_refused); 0: no bound */
 	uint32_t max_connections;
@@ -95,6 +97,7 @@ struct ipc_slot_ref {
 	uint32_t channels; /* of the segment */
 	void *views;       /* the slot's views area (views_bytes, 64-aligned), NULL without views */
 	size_t views_bytes;
+	void *channel_views; /* the pictures of channels 1.. (protocol.h), NULL without */
 };
 
 struct ipc_writer_stats {

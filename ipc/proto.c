@@ -133,6 +133,20 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		        "%llu bytes, stride %llu)",
 		        (unsigned long long)h->views_offset, (unsigned long long)h->views_bytes,
 		        (unsigned long long)h->volume_bytes, (unsigned long long)h->slot_stride);
+	/* channel views (2.1): after the views area, room for every channel but the first */
+	if ((h->channel_views_offset || h->channel_views_bytes) &&
+	    (!h->views_bytes || h->channel_views_offset % 64 ||
+	     h->channel_views_offset < h->views_offset + h->views_bytes ||
+	     h->channel_views_offset > h->slot_stride || h->channel_views_bytes > h->slot_stride ||
+	     h->channel_views_offset + h->channel_views_bytes > h->slot_stride ||
+	     h->channel_views_bytes < volrec_channel_views_bytes(h->ny, h->nx, h->nz, h->channels)))
+		return vr_err(err, errlen, -EPROTO,
+		              "data segment channel views are inconsistent (offset %llu, %llu "
+		              "bytes, %u channels, views at %llu, stride %llu)",
+		              (unsigned long long)h->channel_views_offset,
+		              (unsigned long long)h->channel_views_bytes, h->channels,
+		              (unsigned long long)h->views_offset,
+		              (unsigned long long)h->slot_stride);
 	if (!h->session_id)
 		return vr_err(err, errlen, -EPROTO, "data segment has a zero session id");
 	return 0;

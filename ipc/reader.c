@@ -971,6 +971,34 @@ int volrec_view_image(struct volrec_client *c, const struct volrec_view *view, u
 	return 0;
 }
 
+int volrec_view_channel_image(struct volrec_client *c, const struct volrec_view *view,
+                              unsigned index, unsigned kind, struct volrec_image *img)
+{
+	const struct volrec_shm_header *h;
+	uint64_t off;
+	int rc;
+
+	if (!c || !view || !img ||
+	    (kind != VOLREC_IMAGE_ENFACE_MEAN && kind != VOLREC_IMAGE_ENFACE_MAX &&
+	     kind != VOLREC_IMAGE_BSCAN) ||
+	    last_view(c, view) || index >= c->last.channels)
+		return -EINVAL;
+	rc = volrec_view_image(c, view, kind, img);
+	if (rc || index == 0)
+		return rc;
+	h = c->s.h;
+	if (!h->channel_views_bytes || !(view->flags & VOLREC_FLAG_CHANNEL_VIEWS))
+		return cl_fail(c, -ENOENT,
+		               "the daemon publishes no pictures of the channels past the first "
+		               "(view.enabled: false, or a backend that does not compute them)");
+	/* the area's size was checked with the segment: channel index's pictures lie inside */
+	off = h->channel_views_offset +
+	      (index - 1) * volrec_channel_views_step(h->ny, h->nx, h->nz) +
+	      volrec_channel_view_offset(h->ny, h->nx, kind);
+	img->data = (const uint8_t *)view->data + off;
+	return 0;
+}
+
 void volrec_client_stats(const struct volrec_client *c, struct volrec_client_stats *st)
 {
 	*st = c->st;

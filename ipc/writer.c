@@ -43,6 +43,7 @@ struct ipc_writer {
 	uint32_t channels;                /* each slot holds this many volumes (2.1) */
 	uint64_t ch_off;                  /* the channel descriptor table in the header region */
 	size_t views_offset, views_bytes; /* views area in each slot (0: none) */
+	size_t chv_offset, chv_bytes;     /* the channels' pictures in each slot (0: none) */
 	void *slot_ptrs[VOLREC_MAX_SLOTS];
 	bool in_progress[VOLREC_MAX_SLOTS];
 	uint64_t content[VOLREC_MAX_SLOTS]; /* sequence n held by each slot, 0 = none */
@@ -352,8 +353,9 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	uint64_t stride, table_end, ep_off, ch_off, session = 0;
 	int rc;
 
-	stride = w->views_bytes ? w->views_offset + w->views_bytes
-	                        : (uint64_t)w->channels * w->volume_bytes;
+	stride = w->chv_bytes     ? w->chv_offset + w->chv_bytes
+	         : w->views_bytes ? w->views_offset + w->views_bytes
+	                          : (uint64_t)w->channels * w->volume_bytes;
 	stride = (stride + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
 	table_end = sizeof(*h) + (uint64_t)o->slots * sizeof(struct volrec_slot_header);
 	ep_off = (table_end + 63) & ~(uint64_t)63;
@@ -418,6 +420,8 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	h->channels = w->channels;
 	h->channel_desc_size = sizeof(struct volrec_channel_desc);
 	h->channel_table_offset = ch_off;
+	h->channel_views_offset = w->chv_offset;
+	h->channel_views_bytes = w->chv_bytes;
 	for (uint32_t i = 0; i < o->slots; i++) {
 		w->slot_ptrs[i] = (char *)w->map + h->data_offset + (size_t)i * stride;
 		/* the kinds (and first meaning) of the channels, before any volume */
@@ -522,6 +526,11 @@ int ipc_writer_open(const struct ipc_writer_options *o, struct ipc_writer **out,
 	if (o->views && o->shape.dtype == VOLREC_DTYPE_U8) {
 		w->views_offset = (bytes * w->channels + 63) & ~(size_t)63;
 		w->views_bytes = volrec_views_bytes(o->shape.ny, o->shape.nx, o->shape.nz);
+		if (o->channel_views && w->channels > 1) {
+			w->chv_offset = (w->views_offset + w->views_bytes + 63) & ~(size_t)63;
+			w->chv_bytes = volrec_channel_views_bytes(o->shape.ny, o->shape.nx,
+			                                          o->shape.nz, w->channels);
+		}
 	}
 	w->latest_slot = VOLREC_SLOT_NONE;
 	pthread_mutex_init(&w->send_lock, NULL);
@@ -662,6 +671,7 @@ int ipc_writer_begin(struct ipc_writer *w, struct ipc_slot_ref *slot)
 	slot->channels = w->channels;
 	slot->views = w->views_bytes ? (char *)w->slot_ptrs[s] + w->views_offset : NULL;
 	slot->views_bytes = w->views_bytes;
+	slot->channel_views = w->chv_bytes ? (char *)w->slot_ptrs[s] + w->chv_offset : NULL;
 	return 0;
 }
 
@@ -807,8 +817,9 @@ void ipc_writer_slot_buffers(struct ipc_writer *w, void *const **ptrs, uint32_t 
 	*ptrs = w->slot_ptrs;
 	*count = w->slots;
 	/* the volume and its views area: both are written by the backend's copies */
-	*size = w->views_bytes ? w->views_offset + w->views_bytes
-	                       : (size_t)w->channels * w->volume_bytes;
+	*size = w->chv_bytes     ? w->chv_offset + w->chv_bytes
+	        : w->views_bytes ? w->views_offset + w->views_bytes
+	                         : (size_t)w->channels * w->volume_bytes;
 }
 
 void ipc_writer_stats(struct ipc_writer *w, struct ipc_writer_stats *st)

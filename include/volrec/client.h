@@ -192,6 +192,16 @@ int volrec_view_channels(const struct volrec_client *c, const struct volrec_view
                          uint32_t *count);
 int volrec_view_channel(const struct volrec_client *c, const struct volrec_view *view,
                         unsigned index, struct volrec_channel *ch);
+/*
+ * Picture `kind` (VOLREC_IMAGE_ENFACE_MEAN, _ENFACE_MAX or _BSCAN) of channel `index` of the
+ * volume `view` holds (leased), with the parameters of the views area's picture of that kind
+ * (docs/protocol.md §2.8); channel 0's is volrec_view_image's. 0; -ENOENT when the daemon
+ * publishes no pictures of the channel (no views, a backend that does not compute them) or not
+ * this one; -EINVAL for another kind, an index past the channels or a view without data;
+ * -EPROTO as volrec_view_image. Check the view after reading the pixels.
+ */
+int volrec_view_channel_image(struct volrec_client *c, const struct volrec_view *view,
+                              unsigned index, unsigned kind, struct volrec_image *img);
 /* The channel of a kind (enum volrec_channel_kind): its index, or -ENOENT when the volume does
  * not hold it; -EINVAL as above. */
 int volrec_view_find_channel(const struct volrec_client *c, const struct volrec_view *view,

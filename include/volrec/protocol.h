@@ -66,6 +66,8 @@ enum volrec_seg_state {
  * a 1.0 writer never sets it, whatever it dropped. */
 #define VOLREC_FLAG_DROPPED_BEFORE 0x4u
 #define VOLREC_FLAG_VIEWS          0x8u /* the slot holds views of the volume (struct volrec_views_header) */
+/* The slot's channel views area holds the pictures of channels 1.. (2.1, docs/protocol.md §2.8) */
+#define VOLREC_FLAG_CHANNEL_VIEWS 0x10u
 
 /*
  * Data segment, offset 0: 256 bytes. The header region [0, data_offset) also holds the slot
@@ -103,7 +105,9 @@ struct volrec_shm_header {
 	uint32_t channels;             /* 152 channels each slot holds, 1..VOLREC_CHANNELS_MAX */
 	uint32_t channel_desc_size;    /* 156 bytes per channel descriptor (96) */
 	uint64_t channel_table_offset; /* 160 of slot 0's first descriptor (§2.7) */
-	uint64_t reserved[11];         /* 168..255 zero */
+	uint64_t channel_views_offset; /* 168 of the channels' pictures in each slot, 0: none */
+	uint64_t channel_views_bytes;  /* 176 bytes of them (volrec_channel_views_bytes) */
+	uint64_t reserved[9];          /* 184..255 zero */
 };
 
 /*
@@ -245,6 +249,33 @@ static inline uint64_t volrec_views_bytes(uint32_t Y, uint32_t X, uint32_t Z)
 
 	return VOLREC_VIEWS_DATA_OFFSET + 3 * yx + xz + yz +
 	       (uint64_t)VOLREC_RENDER_MAX * VOLREC_RENDER_MAX + ((vol + a) & ~a);
+}
+
+/*
+ * Channel views (2.1, docs/protocol.md §2.8): for each channel c >= 1 (channel 0's pictures are
+ * the views area's), its en-face mean and maximum over the views' slab and its B-scan at the
+ * views' y0, computed as the views area's pictures of the same kinds (whose descriptors give
+ * the parameters). Channel c's pictures start at channel_views_offset + (c - 1) *
+ * volrec_channel_views_step(Y, X, Z) from the slot's data; within them, picture kind k
+ * (VOLREC_IMAGE_ENFACE_MEAN, _ENFACE_MAX, _BSCAN) lies at volrec_channel_view_offset(k).
+ */
+static inline uint64_t volrec_channel_views_step(uint32_t Y, uint32_t X, uint32_t Z)
+{
+	const uint64_t a = 63;
+	return 2 * (((uint64_t)Y * X + a) & ~a) + (((uint64_t)X * Z + a) & ~a);
+}
+
+static inline uint64_t volrec_channel_view_offset(uint32_t Y, uint32_t X, unsigned kind)
+{
+	const uint64_t yx = ((uint64_t)Y * X + 63) & ~(uint64_t)63;
+	return kind == VOLREC_IMAGE_ENFACE_MEAN ? 0 : kind == VOLREC_IMAGE_ENFACE_MAX ? yx : 2 * yx;
+}
+
+/* Bytes of the channel views of a slot of channels channels. */
+static inline uint64_t volrec_channel_views_bytes(uint32_t Y, uint32_t X, uint32_t Z,
+                                                  uint32_t channels)
+{
+	return channels > 1 ? (channels - 1) * volrec_channel_views_step(Y, X, Z) : 0;
 }
 
 struct volrec_lease_header {

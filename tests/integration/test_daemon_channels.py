@@ -11,6 +11,7 @@ import math
 import mmap
 import os
 import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -20,6 +21,10 @@ import volrec
 from volrec._protocol import CHANNEL_DESC, SHM_HEADER, SLOT_HEADER
 from test_daemon import daemons, read_records  # noqa: F401  (fixtures used by name)
 from test_daemon_zerocopy import replay_daemon
+from conftest import SRC
+
+sys.path.insert(0, str(SRC / "tests" / "reference"))
+import views_ref  # noqa: E402
 
 TIMEOUT = 120
 ALL = ["structure", "angio", "doppler"]
@@ -185,6 +190,20 @@ def test_c_and_python_clients_read_each_channel_and_its_meaning(daemons, bin_dir
                                            2 * math.pi * q / 255 - math.pi)
                 np.testing.assert_allclose(dp.velocities_mm_s()[:1, :1, :4],
                                            velocity(d.cfg) * (2 * q / 255 - 1))
+                # each channel's pictures (docs/protocol.md §2.8): of its own voxels, with the
+                # views' slab and position
+                for name in ch:
+                    views = ch[name].views
+                    mean = views["enface_mean"]
+                    za, zb = mean.slab
+                    want_mean, want_max = views_ref.enface(np.array(ch[name]), za, zb)
+                    np.testing.assert_array_equal(mean, want_mean, err_msg=name)
+                    np.testing.assert_array_equal(views["enface_max"], want_max, err_msg=name)
+                    y0 = views["bscan"].position[0]
+                    np.testing.assert_array_equal(views["bscan"], ch[name][y0], err_msg=name)
+                    assert not views["bscan"].flags.writeable
+                assert set(ch["doppler"].views) == {"enface_mean", "enface_max", "bscan"}
+                assert ch["structure"].views is v.views
                 with pytest.raises(KeyError, match="not in this volume"):
                     ch["nothing"] if False else volrec.Channels(
                         {"structure": ch["structure"]})["angio"]

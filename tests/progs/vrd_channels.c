@@ -108,6 +108,42 @@ int main(int argc, char **argv)
 			fprintf(stderr, "vrd_channels: channel lookup disagrees\n");
 			goto out;
 		}
+		/* the pictures of every channel: the en-face maximum over the views' slab of its
+		 * own voxels (docs/algorithms.md §4.1), the B-scan its row y0 */
+		for (uint32_t i = 0; i < n; i++) {
+			struct volrec_image mx, bs;
+
+			if (volrec_view_channel_image(c, &v, i, VOLREC_IMAGE_ENFACE_MAX, &mx) < 0 ||
+			    volrec_view_channel_image(c, &v, i, VOLREC_IMAGE_BSCAN, &bs) < 0 ||
+			    volrec_view_channel_image(c, &v, i, VOLREC_IMAGE_RENDER, &bs) !=
+			            -EINVAL) {
+				fprintf(stderr, "vrd_channels: channel %u pictures: %s\n", i,
+				        volrec_client_error(c));
+				goto out;
+			}
+			volrec_view_channel_image(c, &v, i, VOLREC_IMAGE_BSCAN, &bs);
+			for (uint32_t y = 0; y < v.ny; y++)
+				for (uint32_t x = 0; x < v.nx; x++) {
+					const uint8_t *a =
+					        ch[i].data + ((size_t)y * v.nx + x) * v.nz;
+					uint8_t m = 0;
+
+					for (uint32_t z = mx.slab[0]; z < mx.slab[1]; z++)
+						m = a[z] > m ? a[z] : m;
+					if (mx.data[(size_t)y * v.nx + x] != m) {
+						fprintf(stderr,
+						        "vrd_channels: channel %u en-face max "
+						        "differs at y %u x %u\n",
+						        i, y, x);
+						goto out;
+					}
+				}
+			if (memcmp(bs.data, ch[i].data + (size_t)bs.position[0] * v.nx * v.nz,
+			           (size_t)v.nx * v.nz)) {
+				fprintf(stderr, "vrd_channels: channel %u B-scan differs\n", i);
+				goto out;
+			}
+		}
 		if (volrec_view_release(c, &v) < 0)
 			continue; /* torn: not a volume read */
 		if (fwrite(copy, 1, n * v.bytes, out) != n * v.bytes || fflush(out)) {

@@ -47,6 +47,7 @@ STATE_INIT, STATE_LIVE, STATE_CLOSED = 0, 1, 2  # enum volrec_seg_state
 FLAG_RESET = 0x2  # first volume after a reconstruction-history reset
 FLAG_DROPPED_BEFORE = 0x4  # epochs were dropped before this volume: its history has a gap
 FLAG_VIEWS = 0x8  # the slot holds views of the volume
+FLAG_CHANNEL_VIEWS = 0x10  # the slot holds the pictures of its channels past the first (2.1)
 
 # views (protocol.h, views): the pictures in each slot's views area, in this order
 IMAGE_KINDS = ("enface_mean", "enface_max", "bscan", "slice", "plane", "render", "volume")
@@ -69,6 +70,29 @@ ANGIO_METHODS = ("svar", "cdv")  # enum volrec_angio_method
 ANGIO_SVAR, ANGIO_CDV = range(2)
 DOPPLER_AXES = ("bscan", "ascan")  # enum volrec_doppler_axis
 DOPPLER_BSCAN, DOPPLER_ASCAN = range(2)
+
+# the pictures of each channel past the first (2.1, docs/protocol.md §2.8), in this order
+CHANNEL_IMAGE_KINDS = ("enface_mean", "enface_max", "bscan")
+
+
+def _a64(n: int) -> int:
+    return (n + 63) & ~63
+
+
+def channel_views_step(y: int, x: int, z: int) -> int:
+    """volrec_channel_views_step(): bytes of one channel's pictures."""
+    return 2 * _a64(y * x) + _a64(x * z)
+
+
+def channel_view_offset(y: int, x: int, kind: str) -> int:
+    """volrec_channel_view_offset(): where picture kind lies among a channel's pictures."""
+    return {"enface_mean": 0, "enface_max": _a64(y * x), "bscan": 2 * _a64(y * x)}[kind]
+
+
+def channel_views_bytes(y: int, x: int, z: int, channels: int) -> int:
+    """volrec_channel_views_bytes(): bytes of the pictures of channels 1.. of a slot."""
+    return (channels - 1) * channel_views_step(y, x, z) if channels > 1 else 0
+
 
 #: What every refusal of another major version says after naming both versions.
 SAME_MAJOR = (" (protocol %d.%d): volrecd and its clients must be of the same major version"
@@ -103,6 +127,7 @@ C_CONSTANTS: Mapping[str, Union[int, str]] = {
     "VOLREC_FLAG_RESET": FLAG_RESET,
     "VOLREC_FLAG_DROPPED_BEFORE": FLAG_DROPPED_BEFORE,
     "VOLREC_FLAG_VIEWS": FLAG_VIEWS,
+    "VOLREC_FLAG_CHANNEL_VIEWS": FLAG_CHANNEL_VIEWS,
     "VOLREC_IMAGE_ENFACE_MEAN": IMAGE_ENFACE_MEAN,
     "VOLREC_IMAGE_ENFACE_MAX": IMAGE_ENFACE_MAX,
     "VOLREC_IMAGE_BSCAN": IMAGE_BSCAN,
@@ -214,7 +239,8 @@ SHM_HEADER = Layout("volrec_shm_header", 256, [
     ("state", 112, "I"), ("max_readers", 116, "I"), ("endpoints_offset", 120, "Q"),
     ("endpoints_size", 128, "I"), ("reserved0", 132, "I"), ("views_offset", 136, "Q"),
     ("views_bytes", 144, "Q"), ("channels", 152, "I"), ("channel_desc_size", 156, "I"),
-    ("channel_table_offset", 160, "Q"),
+    ("channel_table_offset", 160, "Q"), ("channel_views_offset", 168, "Q"),
+    ("channel_views_bytes", 176, "Q"),
 ])
 
 #: struct volrec_slot_header: one per slot at slot_table_offset + i * slot_header_size.

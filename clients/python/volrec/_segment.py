@@ -12,7 +12,7 @@ import struct
 import time
 from typing import Dict, List, Optional, Tuple
 
-from ._protocol import (CHANNEL_DESC, CHANNELS_MAX, DTYPES, LEASE_ENTRY, LEASE_HEADER, LEASE_MAGIC, MAX_READERS, MAX_SLOTS,
+from ._protocol import (CHANNEL_DESC, CHANNELS_MAX, channel_views_bytes, DTYPES, LEASE_ENTRY, LEASE_HEADER, LEASE_MAGIC, MAX_READERS, MAX_SLOTS,
                         PROTO_MAJOR, SAME_MAJOR, SHM_HEADER, SHM_LEASE_SUFFIX, SHM_MAGIC,
                         SHM_PREFIX,
                         SLOT_ALIGN, SLOT_HEADER, SLOT_NONE, STATE_CLOSED, STATE_INIT,
@@ -107,6 +107,13 @@ def validate_header(h: Dict[str, int], size: int, state: int, name: str) -> None
         raise ProtocolError("data segment views area is inconsistent (offset %d, %d bytes, "
                             "volume %d bytes, stride %d)"
                             % (vo, vb, h["volume_bytes"], h["slot_stride"]))
+    # channel views (2.1): after the views area, room for every channel but the first
+    co, cb = h["channel_views_offset"], h["channel_views_bytes"]
+    if (co or cb) and (not vb or co % 64 or co < vo + vb or co + cb > h["slot_stride"]
+                       or cb < channel_views_bytes(ny, nx, nz, nch)):
+        raise ProtocolError("data segment channel views are inconsistent (offset %d, %d bytes, "
+                            "%d channels, views at %d, stride %d)"
+                            % (co, cb, nch, vo, h["slot_stride"]))
 
 
 class Session:

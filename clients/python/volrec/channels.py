@@ -11,8 +11,10 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 import numpy as np
 
 from ._protocol import (ANGIO_METHODS, CHANNEL_BULK, CHANNEL_DESC, CHANNEL_DOPPLER,
-                        CHANNEL_KINDS, CHANNELS_MAX, DOPPLER_AXES, CHANNEL_ANGIO)
+                        CHANNEL_IMAGE_KINDS, CHANNEL_KINDS, CHANNELS_MAX, DOPPLER_AXES,
+                        CHANNEL_ANGIO, channel_view_offset, channel_views_step)
 from .errors import ProtocolError
+from .views import ImageArray, Views
 
 __all__ = ["ChannelArray", "Channels"]
 
@@ -29,7 +31,10 @@ class ChannelArray(np.ndarray):  # type: ignore[type-arg]
     method (angio: "svar" or "cdv"; Doppler: its axis, "bscan" or "ascan"; None for the
     structure), velocity_mm_s (Doppler: the axial velocity of q = 0 and of q = 255, None when
     unknown), period_us (Doppler: the time between a pair's A-scans, None unknown), mask_db
-    (angio, Doppler), half_window, bulk (Doppler: the bulk phase removed)."""
+    (angio, Doppler), half_window, bulk (Doppler: the bulk phase removed), and views: the
+    channel's pictures (the first channel: every view of the volume; the others: enface_mean,
+    enface_max and bscan with the views' parameters, docs/protocol.md §2.8; empty when the
+    daemon publishes none)."""
 
     kind: str
     units: str
@@ -40,6 +45,7 @@ class ChannelArray(np.ndarray):  # type: ignore[type-arg]
     mask_db: Optional[float]
     half_window: int
     bulk: bool
+    views: Views
 
     def __array_finalize__(self, obj: Any) -> None:
         if obj is not None and hasattr(obj, "kind"):
@@ -125,6 +131,34 @@ def read_channels(buf: Any, h: Mapping[str, int], slot: int, data_off: int) -> C
             mask_db=d["mask_db"] if kind != 0 and math.isfinite(d["mask_db"]) else None,
             half_window=d["half_window"],
             bulk=bool(kind == CHANNEL_DOPPLER and d["flags"] & CHANNEL_BULK))
+        a.__dict__.update(views=Views({}))
         out[name] = a
     assert len(out) <= CHANNELS_MAX
     return Channels(out)
+
+
+def attach_channel_views(channels: Channels, views: Views, buf: Any, h: Mapping[str, int],
+                         data_off: int, present: bool) -> None:
+    """Give each channel its pictures: the first the volume's views, the others (when present:
+    the slot's channel views flag) the en-face projections and B-scan of the channel views area,
+    each with the parameters of the views' picture of its kind."""
+    y, x, z = h["ny"], h["nx"], h["nz"]
+    for c, name in enumerate(channels):
+        arr = channels[name]
+        if c == 0:
+            arr.__dict__.update(views=views)
+            continue
+        if not present or not h.get("channel_views_bytes"):
+            continue
+        base = data_off + h["channel_views_offset"] + (c - 1) * channel_views_step(y, x, z)
+        images: Dict[str, ImageArray] = {}
+        for kind in CHANNEL_IMAGE_KINDS:
+            if kind not in views:
+                continue
+            ref = views[kind]
+            img = np.frombuffer(buf, dtype=np.uint8, count=ref.size,
+                                offset=base + channel_view_offset(y, x, kind)).reshape(
+                ref.shape).view(ImageArray)
+            img.__dict__.update(ref.__dict__)
+            images[kind] = img
+        arr.__dict__.update(views=Views(images))

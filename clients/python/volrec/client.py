@@ -17,11 +17,11 @@ from typing import Any, Dict, Iterable, Optional, Tuple, Union
 import numpy as np
 import zmq
 
-from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_VIEWS, SHM_HEADER, TEXT_MAX, TOPIC_EVENT,
-                        TOPIC_STATUS, TOPIC_VOL, decode_vol, voxel_size)
+from ._protocol import (DEFAULT_RUN_DIR, DTYPES, FLAG_CHANNEL_VIEWS, FLAG_VIEWS, SHM_HEADER,
+                        TEXT_MAX, TOPIC_EVENT, TOPIC_STATUS, TOPIC_VOL, decode_vol, voxel_size)
 from ._segment import SHM_DIR, Session
 from .errors import Busy, NoDaemon, NotReady, ProtocolError, TornRead, Timeout, VolrecError
-from .channels import Channels, read_channels
+from .channels import Channels, attach_channel_views, read_channels
 from .views import Views, read_views
 
 __all__ = ["Client", "Lease", "VolumeArray"]
@@ -305,6 +305,8 @@ class Client:
             if overwritten:
                 return None  # the writer was rewriting the views: a volume missed, not malformed
             raise
+        attach_channel_views(channels, views, s.map, h, off,
+                             bool(sh["flags"] & FLAG_CHANNEL_VIEWS))
         arr.__dict__.update(views=views, channels=channels)
         arr.__dict__.update(sequence=seq, slot=slot, session_id=s.id,
                             volume_id=sh["volume_id"], epoch=sh["epoch"],
