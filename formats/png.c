@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * 8-bit greyscale PNG output through libpng, written to a temporary name and renamed into place
+ * 8-bit greyscale and RGB PNG output through libpng, written to a temporary name and renamed into place
  * so that a failed write (disk full) never leaves a truncated picture behind.
  */
 #include <errno.h>
@@ -52,7 +52,7 @@ static void on_flush(png_structp png)
 
 /* The part that may longjmp: no automatic variables are changed in it after setjmp. */
 static int png_encode(FILE *f, struct png_err *e, const uint8_t *pix, uint32_t w, uint32_t h,
-                      const char *description, const double *px_um)
+                      unsigned channels, const char *description, const double *px_um)
 {
 	png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, e, on_error, on_warning);
 	png_infop info = png ? png_create_info_struct(png) : NULL;
@@ -66,8 +66,8 @@ static int png_encode(FILE *f, struct png_err *e, const uint8_t *pix, uint32_t w
 	if (setjmp(png_jmpbuf(png)))
 		goto out;
 	png_set_write_fn(png, f, on_write, on_flush);
-	png_set_IHDR(png, info, w, h, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
-	             PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+	png_set_IHDR(png, info, w, h, 8, channels == 3 ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY,
+	             PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
 	if (description && *description) {
 		png_text t = {.compression = PNG_TEXT_COMPRESSION_NONE,
 		              .key = "Description",
@@ -80,7 +80,7 @@ static int png_encode(FILE *f, struct png_err *e, const uint8_t *pix, uint32_t w
 		             (png_uint_32)lround(1e6 / px_um[1]), PNG_RESOLUTION_METER);
 	png_write_info(png, info);
 	for (uint32_t y = 0; y < h; y++)
-		png_write_row(png, pix + (size_t)y * w);
+		png_write_row(png, pix + (size_t)y * w * channels);
 	png_write_end(png, info);
 	rc = 0;
 out:
@@ -94,8 +94,9 @@ int fmt_png_write(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
 	return fmt_png_write_phys(path, pix, w, h, description, NULL, err, errlen);
 }
 
-int fmt_png_write_phys(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
-                       const char *description, const double px_um[2], char *err, size_t errlen)
+static int png_write_file(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
+                          unsigned channels, const char *description, const double px_um[2],
+                          char *err, size_t errlen)
 {
 	struct png_err e = {{0}, 0};
 	char tmp[PATH_MAX + 16];
@@ -118,7 +119,7 @@ int fmt_png_write_phys(const char *path, const uint8_t *pix, uint32_t w, uint32_
 		snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
 		return rc;
 	}
-	rc = png_encode(f, &e, pix, w, h, description, px_um);
+	rc = png_encode(f, &e, pix, w, h, channels, description, px_um);
 	if (rc == 0 && fflush(f) == EOF)
 		e.err = errno, rc = -EIO;
 	if (rc == 0 && fsync(fileno(f)) < 0 && errno != EINVAL)
@@ -138,4 +139,16 @@ int fmt_png_write_phys(const char *path, const uint8_t *pix, uint32_t w, uint32_
 		return rc;
 	}
 	return 0;
+}
+
+int fmt_png_write_phys(const char *path, const uint8_t *pix, uint32_t w, uint32_t h,
+                       const char *description, const double px_um[2], char *err, size_t errlen)
+{
+	return png_write_file(path, pix, w, h, 1, description, px_um, err, errlen);
+}
+
+int fmt_png_write_rgb(const char *path, const uint8_t *rgb, uint32_t w, uint32_t h,
+                      const char *description, const double px_um[2], char *err, size_t errlen)
+{
+	return png_write_file(path, rgb, w, h, 3, description, px_um, err, errlen);
 }

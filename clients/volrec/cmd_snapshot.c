@@ -23,7 +23,8 @@
 #include "clients/volrec/tools.h"
 #include "formats/png.h"
 
-#define SNAP_PICTURES 6
+#define SNAP_PICTURES 6 /* of the views area */
+#define SNAP_MAX      9 /* and the channels': angio en-face mean and maximum, Doppler B-scan */
 
 static void snapshot_usage(FILE *f)
 {
@@ -46,6 +47,13 @@ static void snapshot_usage(FILE *f)
 	        "z down)\n"
 	        "  enface-zN_xXyY.png     the en-face plane at z = view.position[2]\n"
 	        "  render_wWhH.png        the maximum-intensity render (view.render.*)\n"
+	        "with output.channels (docs/protocol.md section 2.8) also:\n"
+	        "  angio-enface-mean_xXyY.png, angio-enface-max_xXyY.png  the angiography's "
+	        "en-face\n"
+	        "                         mean and maximum over the slab\n"
+	        "  doppler-bscan-yN_xXzZ.png  RGB: the B-scan of the structure in grey under the\n"
+	        "                         Doppler phase in a diverging map (blue -pi, red +pi),\n"
+	        "                         opaque as |phase| / pi\n"
 	        "  snapshot.json          volume (session, sequence, epoch, offset, timestamps),\n"
 	        "                         shape, and per file: plane, size, scale, contrast range\n"
 	        "X, Y, Z (and N, the plane's index) are the numbers of the volume in the names.\n\n"
@@ -77,6 +85,10 @@ struct picture {
 	double px_um[2]; /* a pixel's size [across, down] in um before scaling; 0: unknown */
 	double bar_um;   /* the scale bar drawn, 0: none */
 	char bar_label[24];
+	const char *channel; /* the channel shown: "structure" (the views area's), "angio" ... */
+	float *phase;        /* Doppler B-scan: w*h phases / pi in [-1, 1] over v (the structure) */
+	bool no_under;       /* the volume has no structure: the phase over black */
+	double velocity_mm_s[2]; /* Doppler: the velocities of -pi and +pi (NaN unknown) */
 };
 
 /* Contrast range: min..max, or the percentiles p..100-p. */
@@ -194,9 +206,9 @@ static void picture_describe(struct picture *p, const struct volrec_image *img)
 
 /* The pixel sizes of each picture from the volume's voxel size um = [dx, dy, dz] (NaN: unknown):
  * its axes say which (the render has none). */
-static void picture_units(struct picture *p, const double um[3])
+static void picture_units(struct picture *p, int n, const double um[3])
 {
-	for (int i = 0; i < SNAP_PICTURES; i++)
+	for (int i = 0; i < n; i++)
 		for (int a = 0; a < 2; a++) {
 			const char *at = strchr("xyz", p[i].axes[a]);
 			double v = at ? um[at - "xyz"] : 0;
@@ -299,6 +311,13 @@ static void picture_names(struct picture *p, uint32_t Y, uint32_t X, uint32_t Z)
 	snprintf(p[3].file, sizeof(p[3].file), "slice-x%d_y%uz%u.png", p[3].index, Y, Z);
 	snprintf(p[4].file, sizeof(p[4].file), "enface-z%d_x%uy%u.png", p[4].index, X, Y);
 	snprintf(p[5].file, sizeof(p[5].file), "render_w%uh%u.png", p[5].w, p[5].h);
+	for (int i = SNAP_PICTURES; i < SNAP_MAX && p[i].v; i++)
+		if (p[i].index >= 0)
+			snprintf(p[i].file, sizeof(p[i].file), "%s-%s-y%d_x%uz%u.png", p[i].channel,
+			         p[i].kind, p[i].index, X, Z);
+		else
+			snprintf(p[i].file, sizeof(p[i].file), "%s-%s_x%uy%u.png", p[i].channel,
+			         p[i].kind, X, Y);
 }
 
 /* A volume's 64-bit fields in the sidecar: the key, where the field is in struct volrec_view. */
@@ -342,8 +361,8 @@ static struct json_object *pair(struct json_object *a, struct json_object *b)
 }
 
 static struct json_object *sidecar(const struct tool_target *t, const struct volrec_view *v,
-                                   const struct picture *p, double pct, const double um[3],
-                                   uint32_t generation)
+                                   const struct picture *p, int npics, double pct,
+                                   const double um[3], uint32_t generation)
 {
 	struct json_object *o = json_object_new_object(), *x, *files = json_object_new_array();
 
@@ -369,11 +388,24 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 	if (pct >= 0)
 		ADD(x, "percent", json_object_new_double(pct));
 	ADD(o, "contrast", x);
-	for (int i = 0; i < SNAP_PICTURES; i++) {
+	for (int i = 0; i < npics; i++) {
 		struct json_object *f = json_object_new_object();
 
 		ADD(f, "file", json_object_new_string(p[i].file));
 		ADD(f, "kind", json_object_new_string(p[i].kind));
+		ADD(f, "channel",
+		    json_object_new_string(p[i].channel ? p[i].channel : "structure"));
+		if (p[i].phase) {
+			ADD(f, "colour_map",
+			    json_object_new_string(
+			            "Doppler phase: blue -pi, red +pi, opacity |phase| "
+			            "/ pi, over the structure's B-scan in grey"));
+			ADD(f, "velocity_mm_s",
+			    isfinite(p[i].velocity_mm_s[0])
+			            ? pair(json_object_new_double(p[i].velocity_mm_s[0]),
+			                   json_object_new_double(p[i].velocity_mm_s[1]))
+			            : NULL);
+		}
 		ADD(f, "what", json_object_new_string(p[i].what));
 		ADD(f, "axes",
 		    pair(json_object_new_string_len(p[i].axes, 1),
@@ -410,11 +442,11 @@ static struct json_object *sidecar(const struct tool_target *t, const struct vol
 
 /* snapshot.json beside the pictures, written to a temporary name and renamed into place. */
 static int write_sidecar(const char *dir, const struct tool_target *t, const struct volrec_view *v,
-                         const struct picture *p, double pct, const double um[3],
+                         const struct picture *p, int npics, double pct, const double um[3],
                          uint32_t generation, char *err, size_t errlen)
 {
 	char path[TOOL_PATH_MAX + 32], tmp[TOOL_PATH_MAX + 48];
-	struct json_object *o = sidecar(t, v, p, pct, um, generation);
+	struct json_object *o = sidecar(t, v, p, npics, pct, um, generation);
 	const char *text;
 	FILE *f;
 	int rc = 0;
@@ -450,9 +482,123 @@ static int write_sidecar(const char *dir, const struct tool_target *t, const str
 	return 0;
 }
 
-/* Lease the newest volume and copy its views out intact; waits up to deadline for one. */
+static const char *const channel_names[VOLREC_CHANNEL_KINDS] = {"structure", "angio", "doppler"};
+
+/* The Doppler B-scan (channel d) over the structure's (channel st, -1: none) as picture p. */
+static int doppler_picture(struct volrec_client *c, const struct volrec_view *v, int st, int d,
+                           const struct volrec_channel *dch, struct picture *p)
+{
+	struct volrec_image dimg, simg;
+	int rc = volrec_view_channel_image(c, v, (unsigned)d, VOLREC_IMAGE_BSCAN, &dimg);
+
+	if (!rc && st >= 0)
+		rc = volrec_view_channel_image(c, v, (unsigned)st, VOLREC_IMAGE_BSCAN, &simg);
+	if (rc)
+		return rc;
+	picture_describe(p, &dimg);
+	rc = picture_from_view(st >= 0 ? &simg : &dimg, p);
+	if (rc)
+		return rc;
+	p->phase = malloc((size_t)p->w * p->h * sizeof(float));
+	if (!p->phase)
+		return -ENOMEM;
+	/* shown depth down: [x][z] stored, row z of column x; q = 255 (dphi + pi) / (2 pi) */
+	for (uint32_t x = 0; x < dimg.rows; x++)
+		for (uint32_t z = 0; z < dimg.cols; z++) {
+			size_t at = (size_t)z * dimg.rows + x;
+			uint8_t q = dimg.data[(size_t)x * dimg.cols + z];
+
+			p->phase[at] = 2.0f * (float)q / 255.0f - 1.0f;
+			if (st < 0)
+				p->v[at] = 0.0f;
+		}
+	p->no_under = st < 0;
+	p->channel = "doppler";
+	p->velocity_mm_s[0] = dch->velocity_mm_s[0];
+	p->velocity_mm_s[1] = dch->velocity_mm_s[1];
+	snprintf(p->what, sizeof(p->what),
+	         "Doppler phase (blue -pi .. red +pi) over the structure, B-scan at y = %u",
+	         dimg.position[0]);
+	return 0;
+}
+
+/*
+ * The pictures of the channels past the views area's (docs/protocol.md section 2.8) into
+ * pics[SNAP_PICTURES..]: the angiography's en-face mean and maximum, the Doppler B-scan over
+ * the structure; *n the pictures in all. *none: the volume has channels whose pictures the
+ * daemon does not publish. 0 or a negative errno.
+ */
+static int grab_channels(struct volrec_client *c, const struct volrec_view *v, struct picture *pics,
+                         int *n, bool *none)
+{
+	struct volrec_channel ch[VOLREC_CHANNELS_MAX];
+	int at[VOLREC_CHANNEL_KINDS] = {-1, -1, -1};
+	uint32_t nch = 0;
+	int rc = 0;
+
+	*n = SNAP_PICTURES;
+	*none = false;
+	if (volrec_view_channels(c, v, &nch) < 0)
+		return -EINVAL;
+	for (uint32_t i = 0; i < nch && i < VOLREC_CHANNELS_MAX; i++)
+		if (volrec_view_channel(c, v, i, &ch[i]) == 0 && ch[i].kind < VOLREC_CHANNEL_KINDS)
+			at[ch[i].kind] = (int)i;
+	for (int i = 0; i < SNAP_PICTURES; i++)
+		pics[i].channel = nch ? channel_names[ch[0].kind] : "structure";
+	if (nch < 2)
+		return 0;
+	for (unsigned k = VOLREC_IMAGE_ENFACE_MEAN;
+	     at[VOLREC_CHANNEL_ANGIO] >= 0 && !rc && k <= VOLREC_IMAGE_ENFACE_MAX; k++) {
+		struct volrec_image img;
+		struct picture *p = &pics[*n];
+
+		rc = volrec_view_channel_image(c, v, (unsigned)at[VOLREC_CHANNEL_ANGIO], k, &img);
+		if (!rc) {
+			picture_describe(p, &img);
+			p->channel = "angio";
+			rc = picture_from_view(&img, p);
+			if (!rc) {
+				snprintf(p->what, sizeof(p->what),
+				         "angiography %s over depths %u..%u",
+				         k == VOLREC_IMAGE_ENFACE_MEAN ? "mean" : "maximum",
+				         img.slab[0], img.slab[1] - 1);
+				(*n)++;
+			}
+		}
+	}
+	if (!rc && at[VOLREC_CHANNEL_DOPPLER] >= 0) {
+		rc = doppler_picture(c, v, at[VOLREC_CHANNEL_STRUCTURE], at[VOLREC_CHANNEL_DOPPLER],
+		                     &ch[at[VOLREC_CHANNEL_DOPPLER]], &pics[*n]);
+		if (!rc)
+			(*n)++;
+	}
+	if (rc == -ENOENT) { /* no channel views: the views area's pictures alone */
+		for (int i = SNAP_PICTURES; i < SNAP_MAX; i++) {
+			free(pics[i].v);
+			free(pics[i].phase);
+			pics[i] = (struct picture){0};
+		}
+		*n = SNAP_PICTURES;
+		*none = true;
+		rc = 0;
+	}
+	return rc;
+}
+
+static void pictures_free(struct picture *pics)
+{
+	for (int k = 0; k < SNAP_MAX; k++) {
+		free(pics[k].v);
+		free(pics[k].phase);
+		pics[k].v = NULL;
+		pics[k].phase = NULL;
+	}
+}
+
+/* Lease the newest volume and copy its views (and its channels' pictures) out intact; waits up
+ * to deadline for one. */
 static int grab_latest(struct volrec_client *c, double deadline, struct picture *pics,
-                       struct volrec_view *meta)
+                       struct volrec_view *meta, int *npics, bool *no_channel_views)
 {
 	for (;;) {
 		struct volrec_view v;
@@ -475,6 +621,8 @@ static int grab_latest(struct volrec_client *c, double deadline, struct picture 
 				rc = picture_from_view(&img, &pics[k]);
 			}
 		}
+		if (rc == 0)
+			rc = grab_channels(c, &v, pics, npics, no_channel_views);
 		/* an error read from a slot overwritten meanwhile (the daemon clears its views area
 		 * first) is the torn read's, not the volume's: take the next one */
 		if (volrec_view_release(c, &v) != VOLREC_ETORN) {
@@ -484,10 +632,7 @@ static int grab_latest(struct volrec_client *c, double deadline, struct picture 
 			meta->data = NULL;
 			return 0;
 		}
-		for (int k = 0; k < SNAP_PICTURES; k++) { /* torn: overwritten while copying */
-			free(pics[k].v);
-			pics[k].v = NULL;
-		}
+		pictures_free(pics); /* torn: overwritten while copying */
 		if (vr_mono_s() > deadline || tool_interrupted())
 			return -ETIMEDOUT;
 	}
@@ -561,7 +706,7 @@ static int snap_parse_args(int argc, char **argv, struct tool_target *tg, struct
 /* The newest volume's views copied into pics, its description into v, voxel size into um and
  * generation; 0, else the exit status with the reason said. */
 static int snap_grab(struct tool_target *tg, struct picture *pics, struct volrec_view *v,
-                     double um[3], uint32_t *generation)
+                     double um[3], uint32_t *generation, int *npics)
 {
 	struct tool_daemon d;
 	struct volrec_client *c = NULL;
@@ -574,7 +719,15 @@ static int snap_grab(struct tool_target *tg, struct picture *pics, struct volrec
 	if (status)
 		return status;
 	tool_catch_signals();
-	rc = grab_latest(c, vr_mono_s() + tg->timeout, pics, v);
+	bool none = false;
+
+	rc = grab_latest(c, vr_mono_s() + tg->timeout, pics, v, npics, &none);
+	if (!rc && none)
+		fprintf(stderr,
+		        "volrec snapshot: volrecd of instance '%s' publishes no pictures of the "
+		        "channels past the first (its backend does not compute them): the "
+		        "angiography and Doppler pictures are left out\n",
+		        tg->instance);
 	volrec_view_voxel_size(c, v, um);
 	volrec_view_generation(c, v, generation);
 	volrec_client_close(c);
@@ -599,6 +752,33 @@ static int snap_grab(struct tool_target *tg, struct picture *pics, struct volrec
 	return 0;
 }
 
+/* The Doppler picture p in RGB from its structure in grey (pix, scaled): each pixel the grey
+ * blended with the end of a diverging map by the phase's size, a = |dphi| / pi: blue
+ * (33, 102, 172) for -pi, red (178, 24, 43) for +pi (ColorBrewer RdBu's ends); a masked voxel
+ * (phase 0) shows the structure alone. malloc'ed, NULL out of memory. */
+static uint8_t *doppler_rgb(const struct picture *p, const uint8_t *pix)
+{
+	static const float blue[3] = {33, 102, 172}, red[3] = {178, 24, 43};
+	uint32_t W = p->w * p->scale, H = p->h * p->scale;
+	uint8_t *out = malloc((size_t)W * H * 3);
+
+	if (!out)
+		return NULL;
+	for (uint32_t y = 0; y < H; y++)
+		for (uint32_t x = 0; x < W; x++) {
+			float ph = p->phase[(size_t)(y / p->scale) * p->w + x / p->scale];
+			float a = ph < 0 ? -ph : ph,
+			      g = p->no_under ? 0.0f : pix[(size_t)y * W + x];
+			const float *end = ph < 0 ? blue : red;
+			uint8_t *o = out + ((size_t)y * W + x) * 3;
+
+			a = a > 1.0f ? 1.0f : a;
+			for (int k = 0; k < 3; k++)
+				o[k] = (uint8_t)lrintf(g * (1.0f - a) + end[k] * a);
+		}
+	return out;
+}
+
 /* Picture p scaled, contrasted, with its scale bar, written as DIR/<file> with its
  * description; 0, else the exit status with the reason said. */
 static int snap_write_picture(const struct tool_target *tg, const struct snap_opts *o,
@@ -615,7 +795,19 @@ static int snap_write_picture(const struct tool_target *tg, const struct snap_op
 	}
 	double px[2] = {p->px_um[0] / p->scale, p->px_um[1] / p->scale};
 
-	scale_bar(p, pix);
+	if (p->phase) {
+		uint8_t *rgb = doppler_rgb(p, pix);
+
+		free(pix);
+		if (!rgb) {
+			fprintf(stderr, "volrec snapshot: out of memory\n");
+			return VR_EXIT_FAIL;
+		}
+		pix = rgb;
+		p->bar_um = 0; /* no scale bar over the colours */
+	} else {
+		scale_bar(p, pix);
+	}
 	snprintf(path, sizeof(path), "%s/%s", o->dir, p->file);
 	snprintf(desc, sizeof(desc),
 	         "volrec %s session %016" PRIx64 " volume #%" PRIu64 " epoch %" PRIu64
@@ -625,8 +817,10 @@ static int snap_write_picture(const struct tool_target *tg, const struct snap_op
 	         v->nz, p->lo, p->hi, px_text(px[0], px0, sizeof(px0)),
 	         px_text(px[1], px1, sizeof(px1)),
 	         p->bar_um > 0 ? p->bar_label : "none (pixel size unknown)");
-	rc = fmt_png_write_phys(path, pix, p->w * p->scale, p->h * p->scale, desc, px, err,
-	                        sizeof(err));
+	rc = p->phase ? fmt_png_write_rgb(path, pix, p->w * p->scale, p->h * p->scale, desc, px,
+	                                  err, sizeof(err))
+	              : fmt_png_write_phys(path, pix, p->w * p->scale, p->h * p->scale, desc, px,
+	                                   err, sizeof(err));
 	free(pix);
 	if (rc) {
 		fprintf(stderr, "volrec snapshot: %s\n", err);
@@ -637,7 +831,8 @@ static int snap_write_picture(const struct tool_target *tg, const struct snap_op
 
 VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogonal slices")
 {
-	struct picture pics[SNAP_PICTURES] = {0};
+	struct picture pics[SNAP_MAX] = {0};
+	int npics = SNAP_PICTURES;
 	struct snap_opts o = {.pct = -1};
 	struct tool_target tg;
 	struct volrec_view v = {0};
@@ -661,16 +856,16 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 		fprintf(stderr, "volrec snapshot: cannot create %s: %s\n", o.dir, strerror(errno));
 		return errno == EACCES || errno == EPERM ? VR_EXIT_PERM : VR_EXIT_FAIL;
 	}
-	status = snap_grab(&tg, pics, &v, um, &generation);
+	status = snap_grab(&tg, pics, &v, um, &generation, &npics);
 	if (status)
 		goto out;
 	picture_names(pics, v.ny, v.nx, v.nz);
-	picture_units(pics, um);
-	for (int i = 0; i < SNAP_PICTURES && !status; i++)
+	picture_units(pics, npics, um);
+	for (int i = 0; i < npics && !status; i++)
 		status = snap_write_picture(&tg, &o, &v, &pics[i]);
 	if (status)
 		goto out;
-	rc = write_sidecar(o.dir, &tg, &v, pics, o.pct, um, generation, err, sizeof(err));
+	rc = write_sidecar(o.dir, &tg, &v, pics, npics, o.pct, um, generation, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "volrec snapshot: %s\n", err);
 		status = tool_exit_for_output(rc);
@@ -679,13 +874,12 @@ VR_COMMAND(snapshot, "PNG pictures of the newest volume: projections and orthogo
 	printf("volume #%" PRIu64 " (epoch %" PRIu64
 	       ", %u x %u x %u [Y][X][Z]) of instance '%s' -> %s/\n",
 	       v.sequence, v.epoch, v.ny, v.nx, v.nz, tg.instance, o.dir);
-	for (int i = 0; i < SNAP_PICTURES; i++)
+	for (int i = 0; i < npics; i++)
 		printf("  %-28s %s\n", pics[i].file, pics[i].what);
 	printf("  %-28s %s\n", "snapshot.json", "volume, geometry, files");
 	status = VR_EXIT_OK;
 out:
-	for (int i = 0; i < SNAP_PICTURES; i++)
-		free(pics[i].v);
+	pictures_free(pics);
 	if (status != VR_EXIT_OK && made)
 		rmdir(o.dir); /* the DIR this run made, when it stayed empty */
 	return status;

@@ -115,8 +115,53 @@ def test_slots_hold_the_channels_volrec_process_writes(daemons, bin_dir):
     # the angiography and Doppler are not the structure, nor flat
     assert not np.array_equal(ref["angio"], ref["volumes"]) and ref["angio"].std() > 0
     assert ref["doppler"].std() > 0
+    snapshot_of_the_last_volume(bin_dir, d, ref, epochs - 1)
     d.signal(15)
     assert d.wait_exit() == 0, d.log_text()
+
+
+def stretch(a):
+    """volrec snapshot's default contrast: the picture's minimum..maximum to 0..255."""
+    a = a.astype(np.float64)
+    lo, hi = a.min(), a.max()
+    return np.clip(np.rint((a - lo) / (hi - lo if hi > lo else 1.0) * 255), 0, 255)
+
+
+def snapshot_of_the_last_volume(bin_dir, d, ref, e):
+    """`volrec snapshot` of a daemon done publishing: the angiography's en-face mean and
+    maximum and the Doppler B-scan over the structure (RGB) are those of the channels of
+    `volrec process`'s epoch e."""
+    from PIL import Image
+
+    out = d.dir / "snap"
+    r = volrec_cmd(bin_dir, d, "snapshot", "-o", str(out), "--scale", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    side = json.loads((out / "snapshot.json").read_text())
+    assert side["epoch"] == e
+    files = {f["file"]: f for f in side["files"]}
+    za, zb = d.cfg.get("view", {}).get("slab", [0, ref["angio"].shape[-1]])
+    mean, mx = views_ref.enface(ref["angio"][e], za, zb)
+    Y, X, Z = ref["angio"].shape[1:]
+    for name, want in ((f"angio-enface-mean_x{X}y{Y}.png", mean),
+                       (f"angio-enface-max_x{X}y{Y}.png", mx)):
+        assert files[name]["channel"] == "angio", files[name]
+        got = np.array(Image.open(out / name))[::2, ::2]
+        np.testing.assert_array_equal(got, stretch(want), err_msg=name)
+    y0 = Y // 2
+    name = f"doppler-bscan-y{y0}_x{X}z{Z}.png"
+    f = files[name]
+    assert f["channel"] == "doppler" and "blue -pi" in f["colour_map"]
+    assert f["velocity_mm_s"] == pytest.approx([-velocity(d.cfg), velocity(d.cfg)])
+    img = Image.open(out / name)
+    assert img.mode == "RGB"
+    got = np.array(img)[::2, ::2].astype(np.float64)
+    grey = stretch(ref["volumes"][e][y0].T)  # depth down
+    ph = 2.0 * ref["doppler"][e][y0].T.astype(np.float64) / 255 - 1
+    a = np.minimum(np.abs(ph), 1)[..., None]
+    end = np.where(ph[..., None] < 0, [33, 102, 172], [178, 24, 43])
+    want = grey[..., None] * (1 - a) + end * a
+    assert np.abs(got - want).max() <= 1, np.abs(got - want).max()
+    assert (np.abs(ph) > 0.1).any()  # colours there to see
 
 
 def test_c_and_python_clients_read_each_channel_and_its_meaning(daemons, bin_dir, build_dir):
