@@ -127,22 +127,34 @@ static void draw(struct watch *w, struct volrec_client *c, const struct tool_dae
 
 	volrec_client_stats(c, &cs);
 	if (!w->tty) {
-		char state[32] = "?";
+		char state[32] = "?", chans[64] = "", name[16], path[32];
+		struct json_object *a = w->st ? tool_json_at(w->st, "channels") : NULL;
+		size_t n = a && json_object_is_type(a, json_type_array)
+		                   ? json_object_array_length(a)
+		                   : 0;
 
+		/* the channels of each volume, when more than the structure (output.channels) */
+		for (size_t i = 0; n > 1 && i < n && i < 4; i++) {
+			snprintf(path, sizeof(path), "channels.%zu.name", i);
+			tool_json_str(w->st, path, name, sizeof(name));
+			snprintf(chans + strlen(chans), sizeof(chans) - strlen(chans), "%s%s",
+			         i ? "+" : "; channels ", name);
+		}
 		if (w->run.away_since)
 			snprintf(state, sizeof(state), "no daemon");
 		else if (w->st)
 			tool_json_str(w->st, "state", state, sizeof(state));
 		printf("%.1f s: %s; volume #%" PRIu64 " epoch %" PRIu64 " offset (%d, %d) "
 		       "latency %.2f ms; %.2f volumes/s; latency p50/p99 %.2f/%.2f ms; drops %.0f; "
-		       "readers %.0f; seen %" PRIu64 ", missed %" PRIu64 ", torn %" PRIu64 "\n",
+		       "readers %.0f; seen %" PRIu64 ", missed %" PRIu64 ", torn %" PRIu64 "%s\n",
 		       vr_mono_s() - w->run.t0, state, w->last.sequence, w->last.epoch,
 		       w->last.offset_x, w->last.offset_y, (double)w->last.latency_ns / 1e6,
 		       w->st ? tool_json_num(w->st, "rates.volumes_per_s", 0) : 0,
 		       w->st ? tool_json_num(w->st, "latency_ms.acquire_to_publish.p50", 0) : 0,
 		       w->st ? tool_json_num(w->st, "latency_ms.acquire_to_publish.p99", 0) : 0,
 		       w->st ? tool_json_num(w->st, "drops.total", 0) : 0,
-		       w->st ? tool_json_num(w->st, "readers", 0) : 0, w->seen, cs.missed, w->torn);
+		       w->st ? tool_json_num(w->st, "readers", 0) : 0, w->seen, cs.missed, w->torn,
+		       chans);
 		fflush(stdout);
 		return;
 	}

@@ -339,6 +339,14 @@ def test_live_functional_keys_change_the_meaning_from_the_next_volumes(daemons, 
         assert ("channels  structure dB [10, 90], angio cdv 1 [0.1, 0.6] (mask 55 dB), "
                 "doppler bscan rad [-3.142, 3.142] = [-0.3, 0.3] mm/s (mask 55 dB)\n") in r.stdout, \
             r.stdout
+        # watch's lines name the channels once a status message came (every 100 ms)
+        for _ in range(30):
+            r = volrec_cmd(bin_dir, d, "watch", "-n", "20")
+            assert r.returncode == 0, r.stderr
+            if "; channels structure+angio+doppler\n" in r.stdout:
+                break
+        else:
+            raise AssertionError(r.stdout)
         # a reload applies the file's values between volumes the same way
         cfg = json.loads(json.dumps(d.cfg))
         cfg["functional"]["angio"] = {"method": "svar", "range": [0, 50]}
