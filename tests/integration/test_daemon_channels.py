@@ -19,6 +19,7 @@ import pytest
 
 import volrec
 from volrec._protocol import CHANNEL_DESC, SHM_HEADER, SLOT_HEADER
+from daemonkit import slot_volumes
 from test_daemon import daemons, read_records  # noqa: F401  (fixtures used by name)
 from test_daemon_zerocopy import replay_daemon
 from conftest import SRC
@@ -104,6 +105,12 @@ def test_slots_hold_the_channels_volrec_process_writes(daemons, bin_dir):
     assert ref_epochs == list(range(epochs))
     recs = slot_channels(d.instance)
     assert [e for e, _, _ in recs] == list(range(epochs))
+    # a reader of the 2.0 layout (daemonkit's: the volume at the slot's start, volume_bytes
+    # long) reads the structure
+    old = slot_volumes(d.instance)
+    assert [h["epoch"] for h, _ in old] == list(range(epochs))
+    for h, vol in old:
+        assert np.array_equal(vol, ref["volumes"][h["epoch"]]), h
     for e, vol, descs in recs:
         for c, name in enumerate(("volumes", "angio", "doppler")):
             assert np.array_equal(vol[c], ref[name][e]), f"epoch {e}: {name}"
