@@ -312,6 +312,57 @@ def volrec_cmd(bin_dir, d, *args):
                            str(d.run_dir)], capture_output=True, text=True, timeout=TIMEOUT)
 
 
+def test_a_live_set_of_functional_keys_makes_volrec_process_volumes_of_the_new_values(
+        daemons, bin_dir):
+    """Each volume is `volrec process`'s of the values of its generation: before a set the
+    file's, from the new generation on the set's (mode none at stride 1: every volume is its
+    own epoch's, the history holds no older epoch)."""
+    epochs = 3
+    d = replay_daemon(daemons, bin_dir, epochs=epochs,
+                      **FUNCTIONAL, **{"geometry.stride": [1, 1], "reconstruct.mode": "none",
+                                       "source.rate": 10})
+    d.start()
+    d.subscribe()
+    d.ready()
+    before, _ = process(bin_dir, d, "before")
+    new = json.loads(json.dumps(d.cfg))
+    new["functional"] = {"angio": {"method": "svar", "range": [5.0, 60.0]}, "mask_db": 45.0,
+                         "axial_half_window": 1, "doppler": {"bulk": False}}
+    saved, d.cfg = d.cfg, new
+    after, _ = process(bin_dir, d, "after")
+    d.cfg = saved
+    names = ("volumes", "angio", "doppler")
+    assert not np.array_equal(before["angio"], after["angio"])
+    assert not np.array_equal(before["doppler"], after["doppler"])
+    c = volrec.Client(d.instance, run_dir=str(d.run_dir))
+    try:
+        with c.next_volume(TIMEOUT) as v:
+            gen0 = v.generation
+            for ch, ds in zip(v.channels, names):
+                assert np.array_equal(v.channels[ch], before[ds][v.epoch % epochs]), ch
+        r = volrec_cmd(bin_dir, d, "set", "functional.angio.method=svar",
+                       "functional.angio.range=[5,60]", "functional.mask_db=45",
+                       "functional.axial_half_window=1", "functional.doppler.bulk=false")
+        assert r.returncode == 0, r.stdout + r.stderr
+        seen_new = 0
+        for _ in range(400):
+            with c.next_volume(TIMEOUT) as v:
+                ref = before if v.generation == gen0 else after
+                for ch, ds in zip(v.channels, names):
+                    assert np.array_equal(v.channels[ch], ref[ds][v.epoch % epochs]), \
+                        (ch, v.generation, v.epoch)
+                if v.generation != gen0:
+                    assert v.channels["angio"].value_range == (5.0, 60.0)
+                    seen_new += 1
+            if seen_new == 3:
+                break
+        assert seen_new == 3
+    finally:
+        c.close()
+    d.signal(15)
+    assert d.wait_exit() == 0, d.log_text()
+
+
 def test_live_functional_keys_change_the_meaning_from_the_next_volumes(daemons, bin_dir):
     d = daemons(**FUNCTIONAL, **{"source.synth.phantom": "flow"}).serve()
     c = volrec.Client(d.instance, run_dir=str(d.run_dir), open_timeout=TIMEOUT)
