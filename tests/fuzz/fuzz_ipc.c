@@ -58,6 +58,16 @@ static void walk_segment(const uint8_t *map, size_t size)
 		sink += ipc_load64(&sh->sequence, memory_order_acquire) + sh->volume_id + sh->flags;
 		const uint8_t *d = map + h->data_offset + (size_t)i * h->slot_stride;
 		sink += d[0] + d[h->volume_bytes - 1];
+		/* 2.1: every channel's voxels and descriptor, and the channels' pictures */
+		for (uint32_t c = 0; c < ipc_segment_channels(h); c++) {
+			const struct volrec_channel_desc *cd = ipc_channel_desc(map, i, c);
+
+			sink += d[(size_t)c * h->volume_bytes] +
+			        d[(size_t)(c + 1) * h->volume_bytes - 1] + (cd ? cd->kind : 0);
+		}
+		if (h->channel_views_bytes)
+			sink += d[h->channel_views_offset] +
+			        d[h->channel_views_offset + h->channel_views_bytes - 1];
 	}
 	if (h->endpoints_size) {
 		const char *list = (const char *)map + h->endpoints_offset;
