@@ -41,9 +41,6 @@ struct fmt_options {
 	bool series;        /* NIfTI: one 4-D file instead of one file per volume */
 	bool replace;       /* replace an existing output instead of failing with -EEXIST */
 	const char *source; /* the input's path, for the provenance (may be NULL) */
-	/* the dataset of the input to export: NULL "volumes", or a channel's ("angio",
-	 * "doppler": output.channels, docs/algorithms.md §5) */
-	const char *dataset;
 };
 
 /* The default OME-Zarr chunk (docs/formats.md, "Chunks": measured against B-scan and en-face
@@ -193,10 +190,6 @@ struct fmt_h5in;
  */
 int fmt_h5in_open(const char *path, struct fmt_h5in **out, struct fmt_info *info, char *err,
                   size_t errlen) VR_MUST_CHECK;
-/* The same for the volumes of another root dataset of the same layout and attributes (a
- * channel's: /angio, /doppler); NULL is /volumes. */
-int fmt_h5in_open_dataset(const char *path, const char *dataset, struct fmt_h5in **out,
-                          struct fmt_info *info, char *err, size_t errlen) VR_MUST_CHECK;
 /* Read volume t into vol (shape info.shape). 0 or a negative errno with the message. */
 int fmt_h5in_read(struct fmt_h5in *r, uint64_t t, uint8_t *vol, char *err,
                   size_t errlen) VR_MUST_CHECK;

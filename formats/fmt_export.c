@@ -127,7 +127,7 @@ int fmt_export(const char *in, const char *out, const struct fmt_options *opt,
 		        "%s: unknown format (the suffix names it: .zarr or .ome.zarr, .nii or "
 		        ".nii.gz, .ome.tif or .ome.tiff)",
 		        out);
-	rc = fmt_h5in_open_dataset(in, o.dataset, &p.in, &info, err, errlen);
+	rc = fmt_h5in_open(in, &p.in, &info, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (!o.source)

@@ -18,7 +18,6 @@
 #define H5IN_COLUMN_MAX 16 /* values per row of a per-volume column */
 
 struct fmt_h5in {
-	char dset[32]; /* the dataset of the volumes: "volumes", "angio", ... */
 	hid_t file, vols, space;
 	uint64_t nt;
 	uint32_t shape[3];
@@ -130,8 +129,7 @@ static herr_t h5_column_cb(hid_t g, const char *name, const H5L_info_t *info, vo
 	int rank;
 
 	(void)info;
-	if (!strcmp(name, "volumes") || !strcmp(name, r->dset) || !strcmp(name, "angio") ||
-	    !strcmp(name, "doppler"))
+	if (!strcmp(name, "volumes"))
 		return 0;
 	d = H5Dopen2(g, name, H5P_DEFAULT); /* fails quietly for a group */
 	if (d < 0)
@@ -190,9 +188,8 @@ static herr_t h5_column_cb(hid_t g, const char *name, const H5L_info_t *info, vo
 	return 0;
 }
 
-/* voxel_size_um of the volumes: [y, x, z] in micrometres, NaN where unknown. */
-static int h5_voxel(hid_t vols, const char *dset, double *v, char *err, size_t errlen,
-                    const char *path)
+/* voxel_size_um of /volumes: [y, x, z] in micrometres, NaN where unknown. */
+static int h5_voxel(hid_t vols, double *v, char *err, size_t errlen, const char *path)
 {
 	hid_t a, s;
 	int rc = 0;
@@ -203,8 +200,8 @@ static int h5_voxel(hid_t vols, const char *dset, double *v, char *err, size_t e
 	a = H5Aopen(vols, "voxel_size_um", H5P_DEFAULT);
 	s = a >= 0 ? H5Aget_space(a) : -1;
 	if (s < 0 || H5Sget_simple_extent_npoints(s) != 3 || H5Aread(a, H5T_NATIVE_DOUBLE, v) < 0)
-		rc = vr_err(err, errlen, -EINVAL, "%s: /%s voxel_size_um is not 3 numbers", path,
-		            dset);
+		rc = vr_err(err, errlen, -EINVAL, "%s: /volumes voxel_size_um is not 3 numbers",
+		            path);
 	for (int i = 0; i < 3; i++)
 		if (!(v[i] > 0) || !isfinite(v[i]))
 			v[i] = NAN;
@@ -215,8 +212,8 @@ static int h5_voxel(hid_t vols, const char *dset, double *v, char *err, size_t e
 	return rc;
 }
 
-/* The axes attribute of the volumes, when present, must be the layout this reader reads. */
-static int h5_axes(hid_t vols, const char *dset, char *err, size_t errlen, const char *path)
+/* The axes attribute of /volumes, when present, must be the layout this reader reads. */
+static int h5_axes(hid_t vols, char *err, size_t errlen, const char *path)
 {
 	struct json_object *v;
 	hid_t a, t, s;
@@ -226,13 +223,13 @@ static int h5_axes(hid_t vols, const char *dset, char *err, size_t errlen, const
 		return 0;
 	a = H5Aopen(vols, "axes", H5P_DEFAULT);
 	if (a < 0)
-		return vr_err(err, errlen, -EINVAL, "%s: /%s axes unreadable", path, dset);
+		return vr_err(err, errlen, -EINVAL, "%s: /volumes axes unreadable", path);
 	t = H5Aget_type(a);
 	s = H5Aget_space(a);
 	v = h5_values_json(a, true, t, s);
 	if (!v || !json_object_is_type(v, json_type_string) ||
 	    strcmp(json_object_get_string(v), "t,y,x,z"))
-		rc = vr_err(err, errlen, -EINVAL, "%s: /%s axes are '%s', not t,y,x,z", path, dset,
+		rc = vr_err(err, errlen, -EINVAL, "%s: /volumes axes are '%s', not t,y,x,z", path,
 		            v ? json_object_get_string(v) : "?");
 	json_object_put(v);
 	H5Sclose(s);
@@ -257,12 +254,6 @@ static double h5_interval(struct fmt_h5in *r)
 int fmt_h5in_open(const char *path, struct fmt_h5in **out, struct fmt_info *info, char *err,
                   size_t errlen)
 {
-	return fmt_h5in_open_dataset(path, NULL, out, info, err, errlen);
-}
-
-int fmt_h5in_open_dataset(const char *path, const char *dataset, struct fmt_h5in **out,
-                          struct fmt_info *info, char *err, size_t errlen)
-{
 	struct fmt_h5in *r;
 	hsize_t dims[4];
 	hid_t t;
@@ -276,32 +267,17 @@ int fmt_h5in_open_dataset(const char *path, const char *dataset, struct fmt_h5in
 	if (!r)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	r->vols = r->space = -1;
-	if (!dataset)
-		dataset = "volumes";
-	if (strlen(dataset) >= sizeof(r->dset) || strchr(dataset, '/')) {
-		free(r);
-		return vr_err(err, errlen, -EINVAL, "%s: '%s' is not a dataset of volumes", path,
-		              dataset);
-	}
-	snprintf(r->dset, sizeof(r->dset), "%s", dataset);
 	r->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 	if (r->file < 0) {
 		rc = vr_err(err, errlen, -EINVAL, "%s: HDF5 cannot open it", path);
 		goto out_free;
 	}
-	if (H5Lexists(r->file, r->dset, H5P_DEFAULT) <= 0 ||
-	    (r->vols = H5Dopen2(r->file, r->dset, H5P_DEFAULT)) < 0) {
-		if (strcmp(r->dset, "volumes"))
-			rc = vr_err(
-			        err, errlen, -EINVAL,
-			        "%s: no /%s (output.channels of the recording does not hold it)",
-			        path, r->dset);
-		else
-			rc = vr_err(
-			        err, errlen, -EINVAL,
-			        "%s: no /volumes (not a processed recording of volrec record or "
-			        "volrec process -o)",
-			        path);
+	if (H5Lexists(r->file, "volumes", H5P_DEFAULT) <= 0 ||
+	    (r->vols = H5Dopen2(r->file, "volumes", H5P_DEFAULT)) < 0) {
+		rc = vr_err(err, errlen, -EINVAL,
+		            "%s: no /volumes (not a processed recording of volrec record or volrec "
+		            "process -o)",
+		            path);
 		goto out_free;
 	}
 	r->space = H5Dget_space(r->vols);
@@ -309,23 +285,23 @@ int fmt_h5in_open_dataset(const char *path, const char *dataset, struct fmt_h5in
 	bool u8 = H5Tget_class(t) == H5T_INTEGER && H5Tget_size(t) == 1;
 	H5Tclose(t);
 	if (H5Sget_simple_extent_ndims(r->space) != 4 || !u8) {
-		rc = vr_err(err, errlen, -EINVAL, "%s: /%s is not [t][y][x][z] of 8-bit values",
-		            path, r->dset);
+		rc = vr_err(err, errlen, -EINVAL,
+		            "%s: /volumes is not [t][y][x][z] of 8-bit values", path);
 		goto out_free;
 	}
 	H5Sget_simple_extent_dims(r->space, dims, NULL);
 	if (dims[0] == 0 || !dims[1] || !dims[2] || !dims[3] || dims[1] > UINT32_MAX ||
 	    dims[2] > UINT32_MAX || dims[3] > UINT32_MAX) {
-		rc = vr_err(err, errlen, -EINVAL, "%s: /%s holds no volume", path, r->dset);
+		rc = vr_err(err, errlen, -EINVAL, "%s: /volumes holds no volume", path);
 		goto out_free;
 	}
 	r->nt = dims[0];
 	for (int i = 0; i < 3; i++)
 		r->shape[i] = (uint32_t)dims[i + 1];
-	if ((rc = h5_axes(r->vols, r->dset, err, errlen, path)) < 0)
+	if ((rc = h5_axes(r->vols, err, errlen, path)) < 0)
 		goto out_free;
 	memset(info, 0, sizeof(*info));
-	if ((rc = h5_voxel(r->vols, r->dset, info->voxel_um, err, errlen, path)) < 0)
+	if ((rc = h5_voxel(r->vols, info->voxel_um, err, errlen, path)) < 0)
 		goto out_free;
 	r->attrs = json_object_new_object();
 	r->columns = json_object_new_object();
@@ -360,7 +336,7 @@ int fmt_h5in_read(struct fmt_h5in *r, uint64_t t, uint8_t *vol, char *err, size_
 		rc = H5Dread(r->vols, H5T_NATIVE_UINT8, mem, r->space, H5P_DEFAULT, vol);
 	if (mem >= 0)
 		H5Sclose(mem);
-	return rc < 0 ? vr_err(err, errlen, -EIO, "/%s: cannot read volume %llu", r->dset,
+	return rc < 0 ? vr_err(err, errlen, -EIO, "/volumes: cannot read volume %llu",
 	                       (unsigned long long)t)
 	              : 0;
 }

@@ -20,8 +20,8 @@
 static void export_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: volrec export IN.h5 -o OUT [--channel NAME] [--series] [-t THREADS]\n"
-	        "                     [--chunks Y,X,Z] [-f]\n\n"
+	        "usage: volrec export IN.h5 -o OUT [--series] [-t THREADS] [--chunks Y,X,Z] "
+	        "[-f]\n\n"
 	        "Copy the volumes of a processed recording (volrec record, volrec process -o)\n"
 	        "into a format other tools open; OUT's suffix names it:\n"
 	        "  OUT.zarr, OUT.ome.zarr   OME-Zarr (NGFF 0.4): a folder with a multiscale\n"
@@ -34,9 +34,6 @@ static void export_usage(FILE *f)
 	        "The output is written as OUT.partial and renamed when complete; on any error\n"
 	        "nothing is left under OUT. Progress on stderr when it is a terminal.\n\n"
 	        "  -o, --output OUT     the output (required)\n"
-	        "      --channel NAME   the channel to export: structure (/volumes, the default),\n"
-	        "                       angio (/angio) or doppler (/doppler) of a recording made\n"
-	        "                       with output.channels\n"
 	        "      --series         NIfTI: one 4-D file instead of one file per volume\n"
 	        "  -t, --threads N      OME-Zarr compression threads (default: one per CPU)\n"
 	        "      --chunks Y,X,Z   OME-Zarr chunk of one volume (default %u,%u,%u)\n"
@@ -97,11 +94,10 @@ static int parse_chunks(const char *s, uint32_t *c)
 
 VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIFF")
 {
-	enum { OPT_SERIES = 0x200, OPT_CHUNKS, OPT_CHANNEL };
+	enum { OPT_SERIES = 0x200, OPT_CHUNKS };
 	static const struct option longopts[] = {
 	        {"output", required_argument, NULL, 'o'},
 	        {"series", no_argument, NULL, OPT_SERIES},
-	        {"channel", required_argument, NULL, OPT_CHANNEL},
 	        {"threads", required_argument, NULL, 't'},
 	        {"chunks", required_argument, NULL, OPT_CHUNKS},
 	        {"force", no_argument, NULL, 'f'},
@@ -124,20 +120,6 @@ VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIF
 			break;
 		case OPT_SERIES:
 			o.series = true;
-			break;
-		case OPT_CHANNEL:
-			/* the datasets `volrec process -o` and `volrec record` write */
-			if (!strcmp(optarg, "structure")) {
-				o.dataset = NULL;
-			} else if (!strcmp(optarg, "angio") || !strcmp(optarg, "doppler")) {
-				o.dataset = optarg;
-			} else {
-				fprintf(stderr,
-				        "volrec export: --channel %s: need structure, angio or "
-				        "doppler\n",
-				        optarg);
-				return VR_EXIT_USAGE;
-			}
 			break;
 		case 't':
 			if (vr_cli_u64("volrec export", "--threads", optarg, 1, 64, "1 to 64",
