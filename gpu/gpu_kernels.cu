@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <type_traits>
 
+#include "backend/functional.h"
 #include "backend/tables.h" /* BE_ADAPT_UNKNOWN */
 #include "gpu/gpu.h"
 
@@ -369,6 +370,27 @@ __global__ void k_resample(gpu_prep_params p, gpu_prep_tables t, const float *co
 	gpu_put_fin(fin, (size_t)a * p.N, j, K, y, t, p.complex_in);
 }
 
+/* The spectrum of A-scan a at source bin `bin` (X, or X - C[bin] with the partial_median values
+ * C, when not NULL): what k_logmag, k_power_add and k_fn_store read. */
+static __device__ __forceinline__ float2 gpu_spec_at(const float2 *spec, int ld, const float2 *C,
+                                                     int a, int bin)
+{
+	float2 c = spec[(size_t)a * ld + bin];
+	if (C) {
+		const float2 m = C[bin];
+		c.x -= m.x;
+		c.y -= m.y;
+	}
+	return c;
+}
+
+/* The source bin of output depth z: the crop, and flip z. */
+static __device__ __forceinline__ int gpu_out_bin(const gpu_prep_params &p, int z)
+{
+	const int zz = p.z0 + z;
+	return p.flip_z ? p.half - 1 - zz : zz;
+}
+
 /* Grid (ceil(nz / threads), nx): |X - C|, dB, normalize, flip z, crop, into L_e's B-scan row
  * (C: the partial_median values per depth, or NULL). */
 __global__ void k_logmag(gpu_prep_params p, const float2 *spec, int ld, bool reverse_x,
@@ -377,13 +399,7 @@ __global__ void k_logmag(gpu_prep_params p, const float2 *spec, int ld, bool rev
 	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
 	if (z >= p.nz)
 		return;
-	const int zz = p.z0 + z, bin = p.flip_z ? p.half - 1 - zz : zz;
-	float2 c = spec[(size_t)a * ld + bin];
-	if (C) {
-		const float2 m = C[bin];
-		c.x -= m.x;
-		c.y -= m.y;
-	}
+	const float2 c = gpu_spec_at(spec, ld, C, a, gpu_out_bin(p, z));
 	const float m = sqrtf(c.x * c.x + c.y * c.y);
 	const float d = 20.0f * log10f(m + 1e-12f);
 	const float v = fminf(fmaxf((d - p.db_lo) * p.db_inv, 0.0f), 1.0f);
@@ -400,13 +416,7 @@ __global__ void k_power_add(gpu_prep_params p, const float2 *spec, int ld, bool 
 	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
 	if (z >= p.nz)
 		return;
-	const int zz = p.z0 + z, bin = p.flip_z ? p.half - 1 - zz : zz;
-	float2 c = spec[(size_t)a * ld + bin];
-	if (C) {
-		const float2 m = C[bin];
-		c.x -= m.x;
-		c.y -= m.y;
-	}
+	const float2 c = gpu_spec_at(spec, ld, C, a, gpu_out_bin(p, z));
 	const float q = c.x * c.x + c.y * c.y;
 	const int xo = reverse_x ? p.nx - 1 - a : a;
 	float *o = &lerow[(size_t)xo * p.nz + z];
@@ -424,6 +434,133 @@ __global__ void k_logpower(gpu_prep_params p, float inv_m, float *lerow)
 	const float m = sqrtf(*o * inv_m);
 	const float d = 20.0f * log10f(m + 1e-12f);
 	*o = fminf(fmaxf((d - p.db_lo) * p.db_inv, 0.0f), 1.0f);
+}
+
+/* ---- functional OCT (docs/algorithms.md §5): the per-voxel functions of backend/functional.h,
+ * the same code the CPU backend runs, on the spectra of one position's repeats ------------- */
+
+/* Grid (ceil(nh / threads), nx): repeat m's spectra X - C (all nh bins) into fspec [M][nx][nh]. */
+__global__ void k_fn_store(gpu_prep_params p, const float2 *spec, int ld, const float2 *C, int m,
+                           float2 *__restrict__ fspec)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
+	if (z >= p.half)
+		return;
+	fspec[((size_t)m * p.nx + a) * p.half + z] = gpu_spec_at(spec, ld, C, a, z);
+}
+
+/* The depth range before the flip: source bins [zb0, zb0 + nz). */
+static __device__ __forceinline__ int gpu_fn_zb0(const gpu_fn_params &f)
+{
+	return f.flip_z ? f.nh - f.z0 - f.nz : f.z0;
+}
+
+/* Grid (ceil(nz / threads), nx): the mask keep[a][z] of the source bins z of the depth range:
+ * the structure's dB (be_fn_structure_db) at or above functional.mask_db. */
+__global__ void k_fn_mask(gpu_fn_params f, const float *__restrict__ X,
+                          unsigned char *__restrict__ keep)
+{
+	const int t = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
+	if (t >= f.nz)
+		return;
+	const size_t rs = (size_t)f.nx * f.nh;
+	const uint32_t z = (uint32_t)(gpu_fn_zb0(f) + t);
+	keep[(size_t)a * f.nh + z] =
+	        be_fn_structure_db(X + 2 * (size_t)a * f.nh, (uint32_t)f.M, rs, z) >= f.mask_db;
+}
+
+/* One thread per (A-scan a, pair m), thread i = a * M + m: the bulk phase (be_fn_bulk) of the
+ * Doppler pair m of A-scan a over the depth range, with the earlier A-scan's mask, into
+ * bulk[a * M + m] (cosine, sine). bscan: pairs (m, m + 1), m < M - 1; ascan: (a, a + 1) of
+ * repeat m, a < nx - 1. */
+__global__ void k_fn_bulk(gpu_fn_params f, const float *__restrict__ X,
+                          const unsigned char *__restrict__ keep, float2 *__restrict__ bulk)
+{
+	const int i = blockIdx.x * blockDim.x + threadIdx.x;
+	const int a = i / f.M, m = i - a * f.M;
+	if (a >= f.nx || m >= (f.ascan ? f.M : f.M - 1) || (f.ascan && a + 1 >= f.nx))
+		return;
+	const size_t rs = (size_t)f.nx * f.nh;
+	const float *E = X + 2 * ((size_t)m * rs + (size_t)a * f.nh);
+	const float *L = f.ascan ? E + 2 * (size_t)f.nh : E + 2 * rs;
+	const uint32_t zb0 = (uint32_t)gpu_fn_zb0(f);
+	float cb = 1.0f, sb = 0.0f;
+	be_fn_bulk(L, E, keep + (size_t)a * f.nh, zb0, zb0 + (uint32_t)f.nz, &cb, &sb);
+	bulk[(size_t)a * f.M + m] = make_float2(cb, sb);
+}
+
+/* Grid (ceil(nz / threads), nx): output depth z of A-scan a (at x = rev ? nx - 1 - a : a of the
+ * position's rows): angiography's normalized v into la (when not NULL), the Kasai sum R into
+ * lre and lim (when lre is not NULL), as cpu/preprocess.c functional_position forms them. */
+__global__ void k_fn_values(gpu_fn_params f, const float *__restrict__ X,
+                            const unsigned char *__restrict__ keep, const float2 *__restrict__ bulk,
+                            float *__restrict__ la, float *__restrict__ lre,
+                            float *__restrict__ lim)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
+	if (z >= f.nz)
+		return;
+	const size_t rs = (size_t)f.nx * f.nh;
+	const int xo = f.rev ? f.nx - 1 - a : a;
+	const size_t o = (size_t)xo * f.nz + z;
+	const uint32_t zs = (uint32_t)(f.flip_z ? f.nh - 1 - f.z0 - z : f.z0 + z);
+	const uint32_t M = (uint32_t)f.M, nh = (uint32_t)f.nh, h = (uint32_t)f.h;
+
+	if (la) {
+		float A = 0.0f, v;
+		if (keep[(size_t)a * nh + zs])
+			A = f.svar ? be_fn_svar(X + 2 * (size_t)a * nh, M, rs, zs)
+			           : be_fn_cdv(X + 2 * (size_t)a * nh, M, rs, nh, h, zs);
+		v = (A - f.a_lo) * f.a_inv;
+		v = v > 0.0f ? v : 0.0f;
+		la[o] = v < 1.0f ? v : 1.0f;
+	}
+	if (lre) {
+		/* ascan: the last A-scan takes the sum of the one before it; nx = 1: no pair */
+		const int as = f.ascan && f.nx > 1 && a + 1 == f.nx ? a - 1 : a;
+		const uint32_t npair = f.ascan ? M : M - 1;
+		float sr = 0.0f, si = 0.0f;
+		if (!(f.ascan && as + 1 >= f.nx) && keep[(size_t)as * nh + zs]) {
+			uint32_t lo, hi;
+			be_fn_window(nh, h, zs, &lo, &hi);
+			for (uint32_t m = 0; m < npair; m++) {
+				const float *E = X + 2 * ((size_t)m * rs + (size_t)as * nh);
+				const float *L = f.ascan ? E + 2 * (size_t)nh : E + 2 * rs;
+				float cb = 1.0f, sb = 0.0f;
+				if (f.bulk) {
+					const float2 b = bulk[(size_t)as * M + m];
+					cb = b.x;
+					sb = b.y;
+				}
+				be_fn_lag(L, E, lo, hi, cb, sb, &sr, &si);
+			}
+		}
+		lre[o] = sr;
+		lim[o] = si;
+	}
+}
+
+/* n values: Doppler's phase (be_fn_phase) of re + i im. */
+__global__ void k_fn_phase(const float *__restrict__ re, const float *__restrict__ im,
+                           float *__restrict__ ph, size_t n)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		ph[i] = be_fn_phase(re[i], im[i]);
+}
+
+/* n values: Doppler's v = (phase + pi) / (2 pi) of re + i im (be_fn_doppler_v) into outf (when
+ * not NULL) and its u8, rounded as cpu/recon.c rounds it. */
+__global__ void k_doppler_v(const float *__restrict__ re, const float *__restrict__ im, size_t n,
+                            uint8_t *__restrict__ out8, float *__restrict__ outf)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const float v = be_fn_doppler_v(re[i], im[i]);
+		if (outf)
+			outf[i] = v;
+		out8[i] = (uint8_t)(int)__fadd_rn(__fmul_rn(255.0f, v), 0.5f);
+	}
 }
 
 /* ---- partial median (docs/algorithms.md §1b; cpu/preprocess.c partial_median_bscan) ------------ */
@@ -592,7 +729,8 @@ __global__ void k_pm_median(const float2 *__restrict__ spec, int ld, int nx, int
 /* ---- reconstruction ---------------------------------------------------------------------- */
 
 /* Grid (columns, z chunks), both grid-strided: B[y*sy+oy][x*sx+ox][z] = L_e[y][x][z] for the
- * low-resolution column c = y * nx + x of block x; E there = epoch. */
+ * low-resolution column c = y * nx + x of block x; E there = epoch (E NULL: a functional plane,
+ * whose E is the structure's). */
 __global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le,
                             const unsigned char *__restrict__ miss, float *__restrict__ B,
                             long long *__restrict__ E)
@@ -607,7 +745,7 @@ __global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le,
 		     z += gridDim.y * blockDim.x)
 			d[z] = __ldg(&src[z]);
 		/* a missing A-scan (§1.0) leaves its position without a sample */
-		if (blockIdx.y == 0 && threadIdx.x == 0)
+		if (E && blockIdx.y == 0 && threadIdx.x == 0)
 			E[dst] = miss && miss[c] ? -1 : p.epoch;
 	}
 }
@@ -1033,8 +1171,9 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, ADAPT ? 7 : 8)
 			}
 			if (z < Z) {
 				const size_t i = ((size_t)Yi * p.X + Xi) * Z + z;
-				out8[i] = (uint8_t)fminf(fmaxf(floorf(255.0f * o + 0.5f), 0.0f),
-				                         255.0f);
+				if (out8)
+					out8[i] = (uint8_t)fminf(
+					        fmaxf(floorf(255.0f * o + 0.5f), 0.0f), 255.0f);
 				if (outf)
 					outf[i] = o;
 			}
@@ -1963,6 +2102,55 @@ extern "C" cudaError_t gpu_launch_logpower(const gpu_prep_params *p, float inv_m
 {
 	dim3 g((p->nz + GPU_THREADS - 1) / GPU_THREADS, p->nx);
 	k_logpower<<<g, GPU_THREADS, 0, s>>>(*p, inv_m, lerow);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_fn_store(const gpu_prep_params *p, const float2 *spec, int ld,
+                                           const float2 *C, int m, float2 *fspec, cudaStream_t s)
+{
+	dim3 g((p->half + GPU_THREADS - 1) / GPU_THREADS, p->nx);
+	k_fn_store<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, C, m, fspec);
+	return cudaGetLastError();
+}
+
+#define GPU_FN_THREADS 128 /* depths per block of k_fn_mask and k_fn_values */
+
+extern "C" cudaError_t gpu_launch_functional(const gpu_fn_params *f, const float2 *fspec,
+                                             unsigned char *keep, float2 *bulk, float *la,
+                                             float *lre, float *lim, cudaStream_t s)
+{
+	if (f->M < 1 || f->M > (int)BE_FN_M_MAX || f->nz < 1 || f->nx < 1 || f->nz > f->nh ||
+	    (f->doppler && !f->ascan && f->M < 2) || (f->angio && f->M < 2))
+		return cudaErrorInvalidValue;
+	const float *X = (const float *)fspec;
+	const dim3 g((f->nz + GPU_FN_THREADS - 1) / GPU_FN_THREADS, f->nx);
+	k_fn_mask<<<g, GPU_FN_THREADS, 0, s>>>(*f, X, keep);
+	cudaError_t e = cudaGetLastError();
+	if (e == cudaSuccess && f->doppler && f->bulk) {
+		const size_t n = (size_t)f->nx * f->M;
+		k_fn_bulk<<<(unsigned)((n + 63) / 64), 64, 0, s>>>(*f, X, keep, bulk);
+		e = cudaGetLastError();
+	}
+	if (e == cudaSuccess) {
+		k_fn_values<<<g, GPU_FN_THREADS, 0, s>>>(*f, X, keep, bulk, f->angio ? la : NULL,
+		                                         f->doppler ? lre : NULL,
+		                                         f->doppler ? lim : NULL);
+		e = cudaGetLastError();
+	}
+	return e;
+}
+
+extern "C" cudaError_t gpu_launch_fn_phase(const float *re, const float *im, float *ph, size_t n,
+                                           cudaStream_t s)
+{
+	k_fn_phase<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(re, im, ph, n);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_doppler_v(const float *re, const float *im, size_t n,
+                                            uint8_t *out8, float *outf, cudaStream_t s)
+{
+	k_doppler_v<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(re, im, n, out8, outf);
 	return cudaGetLastError();
 }
 

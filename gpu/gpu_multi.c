@@ -108,6 +108,13 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 	if (!g)
 		return vr_err(err, errlen, -ENOMEM, "cuda backend: out of host memory");
 	g->n = cfg_gpu_devices(cfg, g->devs);
+	if (cfg_functional(cfg)) {
+		rc = vr_err(err, errlen, -ENOTSUP,
+		            "output.channels: channels other than [structure] run on one CUDA "
+		            "device, not over the %u of gpu.devices (docs/gpu.md): use gpu.device",
+		            g->n);
+		goto fail;
+	}
 	g->M = cfg->geometry.repeats;
 	if (g->n > ny) {
 		rc = vr_err(err, errlen, -EINVAL,
