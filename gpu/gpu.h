@@ -165,16 +165,18 @@ struct gpu_fn_params {
 	bool bulk;           /* functional.doppler.bulk */
 };
 /* Repeat m's spectra X - C[z] (C NULL: X; all N / 2 bins, spec ld complex values per A-scan)
- * into the position's fspec [M][nx][N / 2]. */
+ * into the position's fspec [M][nx][N / 2]; with lerow (M > 1) also gpu_launch_power_add's
+ * work in the same kernel (first: set). */
 cudaError_t gpu_launch_fn_store(const struct gpu_prep_params *p, const float2 *spec, int ld,
-                                const float2 *C, int m, float2 *fspec, cudaStream_t s);
-/* After the position's last repeat: the mask keep [nx][N / 2] (its depth range), the bulk
- * phases bulk [nx][M] (Doppler with functional.doppler.bulk), then angiography's v into the
- * position's rows la and Doppler's R into lre, lim ([nx][nz] each, as L_e's rows), by the
- * functions of backend/functional.h. */
+                                bool reverse_x, const float2 *C, int m, float2 *fspec, float *lerow,
+                                bool first, cudaStream_t s);
+/* After the position's last repeat: per A-scan the mask keep [nx][N / 2] (its depth range) and
+ * the bulk phases bulk [nx][M] (Doppler with functional.doppler.bulk); then angiography's v
+ * into the position's rows la, Doppler's R into lre, lim and its phase into ph (may be NULL)
+ * ([nx][nz] each, as L_e's rows), by the functions of backend/functional.h. */
 cudaError_t gpu_launch_functional(const struct gpu_fn_params *f, const float2 *fspec,
                                   unsigned char *keep, float2 *bulk, float *la, float *lre,
-                                  float *lim, cudaStream_t s);
+                                  float *lim, float *ph, cudaStream_t s);
 /* Doppler's phase (be_fn_phase) of n values re + i im into ph. */
 cudaError_t gpu_launch_fn_phase(const float *re, const float *im, float *ph, size_t n,
                                 cudaStream_t s);

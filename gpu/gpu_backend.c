@@ -1483,9 +1483,11 @@ static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b
 		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm, &miss,
 		                             st->counts[st->cur] + b, !first, g->s),
 		   "partial_median kernels");
+	/* channels other than the structure: the repeat's spectra kept (M > 1: and its power
+	 * added, in the same kernel) */
 	if (st->fn)
-		CU(gpu_launch_fn_store(&st->prep, g->fout, ld, pm ? g->pm.C : NULL, (int)m,
-		                       g->fspec, g->s),
+		CU(gpu_launch_fn_store(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, (int)m,
+		                       g->fspec, M > 1 ? lerow : NULL, first, g->s),
 		   "repeats' spectra kernel");
 	if (M == 1) {
 		CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, lerow, g->s),
@@ -1495,9 +1497,10 @@ static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b
 			   "missing A-scan kernel");
 		return 0;
 	}
-	CU(gpu_launch_power_add(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, first, lerow,
-	                        g->s),
-	   "repeats' power kernel");
+	if (!st->fn)
+		CU(gpu_launch_power_add(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, first,
+		                        lerow, g->s),
+		   "repeats' power kernel");
 	if (last)
 		CU(gpu_launch_logpower(&st->prep, 1.0f / (float)M, lerow, g->s),
 		   "log-power kernel");
@@ -1537,9 +1540,12 @@ static int gpu_prep_functional(struct gpu_state *st, struct gpu_stream *g, uint3
 	float *lim = f.doppler ? st->lpl[GPU_PL_DIM][c] + row : NULL;
 	int rc = 0;
 
-	CU(gpu_launch_functional(&f, g->fspec, g->keep, g->bulk, la, lre, lim, g->s),
+	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
+	/* Doppler's phase with its values, or (f32) once the missing columns are filled */
+	CU(gpu_launch_functional(&f, g->fspec, g->keep, g->bulk, la, lre, lim,
+	                         f.doppler && !f32 ? st->lph[c] + row : NULL, g->s),
 	   "angiography and Doppler kernels");
-	if (st->geo.sample_type == CFG_SAMPLE_F32) {
+	if (f32) {
 		/* M = 1 (f32 with repeats is refused): raw B-scan b's mask */
 		const struct gpu_miss miss = {.row = st->miss[c] + row / st->geo.nz,
 		                              .count = st->mcount[c] + b,
@@ -1550,7 +1556,7 @@ static int gpu_prep_functional(struct gpu_state *st, struct gpu_stream *g, uint3
 				CU(gpu_launch_fill_missing(&st->prep, &miss, planes[q], g->s),
 				   "missing A-scan kernel (channels)");
 	}
-	if (f.doppler)
+	if (f.doppler && f32)
 		CU(gpu_launch_fn_phase(lre, lim, st->lph[c] + row, n, g->s),
 		   "Doppler phase kernel");
 out:

@@ -439,14 +439,25 @@ __global__ void k_logpower(gpu_prep_params p, float inv_m, float *lerow)
 /* ---- functional OCT (docs/algorithms.md §5): the per-voxel functions of backend/functional.h,
  * the same code the CPU backend runs, on the spectra of one position's repeats ------------- */
 
-/* Grid (ceil(nh / threads), nx): repeat m's spectra X - C (all nh bins) into fspec [M][nx][nh]. */
-__global__ void k_fn_store(gpu_prep_params p, const float2 *spec, int ld, const float2 *C, int m,
-                           float2 *__restrict__ fspec)
+/* Grid (ceil(nh / threads), nx): repeat m's spectra X - C (all nh bins) into fspec [M][nx][nh];
+ * with lerow (M > 1), also k_power_add's work: |X - C|^2 of the bins that are output depths set
+ * (first) or added at their places in the position's rows. */
+__global__ void k_fn_store(gpu_prep_params p, const float2 *spec, int ld, bool reverse_x,
+                           const float2 *C, int m, float2 *__restrict__ fspec, float *lerow,
+                           bool first)
 {
 	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
 	if (z >= p.half)
 		return;
-	fspec[((size_t)m * p.nx + a) * p.half + z] = gpu_spec_at(spec, ld, C, a, z);
+	const float2 c = gpu_spec_at(spec, ld, C, a, z);
+	fspec[((size_t)m * p.nx + a) * p.half + z] = c;
+	const int zo = (p.flip_z ? p.half - 1 - z : z) - p.z0; /* gpu_out_bin's inverse */
+	if (!lerow || zo < 0 || zo >= p.nz)
+		return;
+	const float q = c.x * c.x + c.y * c.y;
+	const int xo = reverse_x ? p.nx - 1 - a : a;
+	float *o = &lerow[(size_t)xo * p.nz + zo];
+	*o = first ? q : *o + q;
 }
 
 /* The depth range before the flip: source bins [zb0, zb0 + nz). */
@@ -455,47 +466,57 @@ static __device__ __forceinline__ int gpu_fn_zb0(const gpu_fn_params &f)
 	return f.flip_z ? f.nh - f.z0 - f.nz : f.z0;
 }
 
-/* Grid (ceil(nz / threads), nx): the mask keep[a][z] of the source bins z of the depth range:
- * the structure's dB (be_fn_structure_db) at or above functional.mask_db. */
-__global__ void k_fn_mask(gpu_fn_params f, const float *__restrict__ X,
-                          unsigned char *__restrict__ keep)
-{
-	const int t = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
-	if (t >= f.nz)
-		return;
-	const size_t rs = (size_t)f.nx * f.nh;
-	const uint32_t z = (uint32_t)(gpu_fn_zb0(f) + t);
-	keep[(size_t)a * f.nh + z] =
-	        be_fn_structure_db(X + 2 * (size_t)a * f.nh, (uint32_t)f.M, rs, z) >= f.mask_db;
-}
+#define GPU_FN_PREP_THREADS 256 /* threads of k_fn_prep: 8 warps */
 
-/* One thread per (A-scan a, pair m), thread i = a * M + m: the bulk phase (be_fn_bulk) of the
- * Doppler pair m of A-scan a over the depth range, with the earlier A-scan's mask, into
- * bulk[a * M + m] (cosine, sine). bscan: pairs (m, m + 1), m < M - 1; ascan: (a, a + 1) of
- * repeat m, a < nx - 1. */
-__global__ void k_fn_bulk(gpu_fn_params f, const float *__restrict__ X,
-                          const unsigned char *__restrict__ keep, float2 *__restrict__ bulk)
+/*
+ * One block per A-scan a: the mask keep[a][z] of the source bins z of the depth range (the
+ * structure's dB, be_fn_structure_db, at or above functional.mask_db); then, for Doppler with
+ * functional.doppler.bulk, the bulk phase of each of its pairs m into bulk[a * M + m] (cosine,
+ * sine), a warp per pair: lane l sums the bins zb0 + l, zb0 + l + 32, ... (be_fn_bulk_add),
+ * the lanes' sums are added by shuffles, be_fn_bulk_phase. bscan: pairs (m, m + 1), m < M - 1;
+ * ascan: (a, a + 1) of repeat m, a < nx - 1.
+ */
+__global__ void __launch_bounds__(GPU_FN_PREP_THREADS)
+        k_fn_prep(gpu_fn_params f, const float *__restrict__ X, unsigned char *__restrict__ keep,
+                  float2 *__restrict__ bulk)
 {
-	const int i = blockIdx.x * blockDim.x + threadIdx.x;
-	const int a = i / f.M, m = i - a * f.M;
-	if (a >= f.nx || m >= (f.ascan ? f.M : f.M - 1) || (f.ascan && a + 1 >= f.nx))
-		return;
+	const int a = blockIdx.x;
 	const size_t rs = (size_t)f.nx * f.nh;
-	const float *E = X + 2 * ((size_t)m * rs + (size_t)a * f.nh);
-	const float *L = f.ascan ? E + 2 * (size_t)f.nh : E + 2 * rs;
-	const uint32_t zb0 = (uint32_t)gpu_fn_zb0(f);
-	float cb = 1.0f, sb = 0.0f;
-	be_fn_bulk(L, E, keep + (size_t)a * f.nh, zb0, zb0 + (uint32_t)f.nz, &cb, &sb);
-	bulk[(size_t)a * f.M + m] = make_float2(cb, sb);
+	const uint32_t zb0 = (uint32_t)gpu_fn_zb0(f), zb1 = zb0 + (uint32_t)f.nz;
+	unsigned char *k = keep + (size_t)a * f.nh;
+
+	for (uint32_t z = zb0 + threadIdx.x; z < zb1; z += blockDim.x)
+		k[z] = be_fn_structure_db(X + 2 * (size_t)a * f.nh, (uint32_t)f.M, rs, z) >=
+		       f.mask_db;
+	if (!f.doppler || !f.bulk || (f.ascan && a + 1 >= f.nx))
+		return; /* uniform over the block */
+	__syncthreads();
+	const int npair = f.ascan ? f.M : f.M - 1, lane = threadIdx.x & 31;
+	for (int m = threadIdx.x >> 5; m < npair; m += blockDim.x >> 5) {
+		const float *E = X + 2 * ((size_t)m * rs + (size_t)a * f.nh);
+		const float *L = f.ascan ? E + 2 * (size_t)f.nh : E + 2 * rs;
+		float cr = 0.0f, ci = 0.0f;
+		be_fn_bulk_add(L, E, k, zb0 + lane, zb1, 32, &cr, &ci);
+		for (int o = 16; o > 0; o >>= 1) {
+			cr += __shfl_xor_sync(0xffffffffu, cr, o);
+			ci += __shfl_xor_sync(0xffffffffu, ci, o);
+		}
+		if (lane == 0) {
+			float cb, sb;
+			be_fn_bulk_phase(cr, ci, &cb, &sb);
+			bulk[(size_t)a * f.M + m] = make_float2(cb, sb);
+		}
+	}
 }
 
 /* Grid (ceil(nz / threads), nx): output depth z of A-scan a (at x = rev ? nx - 1 - a : a of the
  * position's rows): angiography's normalized v into la (when not NULL), the Kasai sum R into
- * lre and lim (when lre is not NULL), as cpu/preprocess.c functional_position forms them. */
+ * lre and lim (when lre is not NULL) and its phase into ph (when not NULL), as
+ * cpu/preprocess.c functional_position forms them. */
 __global__ void k_fn_values(gpu_fn_params f, const float *__restrict__ X,
                             const unsigned char *__restrict__ keep, const float2 *__restrict__ bulk,
                             float *__restrict__ la, float *__restrict__ lre,
-                            float *__restrict__ lim)
+                            float *__restrict__ lim, float *__restrict__ ph)
 {
 	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
 	if (z >= f.nz)
@@ -537,6 +558,8 @@ __global__ void k_fn_values(gpu_fn_params f, const float *__restrict__ X,
 		}
 		lre[o] = sr;
 		lim[o] = si;
+		if (ph)
+			ph[o] = be_fn_phase(sr, si);
 	}
 }
 
@@ -2106,38 +2129,33 @@ extern "C" cudaError_t gpu_launch_logpower(const gpu_prep_params *p, float inv_m
 }
 
 extern "C" cudaError_t gpu_launch_fn_store(const gpu_prep_params *p, const float2 *spec, int ld,
-                                           const float2 *C, int m, float2 *fspec, cudaStream_t s)
+                                           bool reverse_x, const float2 *C, int m, float2 *fspec,
+                                           float *lerow, bool first, cudaStream_t s)
 {
 	dim3 g((p->half + GPU_THREADS - 1) / GPU_THREADS, p->nx);
-	k_fn_store<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, C, m, fspec);
+	k_fn_store<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, reverse_x, C, m, fspec, lerow, first);
 	return cudaGetLastError();
 }
 
-#define GPU_FN_THREADS 128 /* depths per block of k_fn_mask and k_fn_values */
+#define GPU_FN_THREADS 128 /* depths per block of k_fn_values */
 
 extern "C" cudaError_t gpu_launch_functional(const gpu_fn_params *f, const float2 *fspec,
                                              unsigned char *keep, float2 *bulk, float *la,
-                                             float *lre, float *lim, cudaStream_t s)
+                                             float *lre, float *lim, float *ph, cudaStream_t s)
 {
 	if (f->M < 1 || f->M > (int)BE_FN_M_MAX || f->nz < 1 || f->nx < 1 || f->nz > f->nh ||
 	    (f->doppler && !f->ascan && f->M < 2) || (f->angio && f->M < 2))
 		return cudaErrorInvalidValue;
 	const float *X = (const float *)fspec;
-	const dim3 g((f->nz + GPU_FN_THREADS - 1) / GPU_FN_THREADS, f->nx);
-	k_fn_mask<<<g, GPU_FN_THREADS, 0, s>>>(*f, X, keep);
+	k_fn_prep<<<(unsigned)f->nx, GPU_FN_PREP_THREADS, 0, s>>>(*f, X, keep, bulk);
 	cudaError_t e = cudaGetLastError();
-	if (e == cudaSuccess && f->doppler && f->bulk) {
-		const size_t n = (size_t)f->nx * f->M;
-		k_fn_bulk<<<(unsigned)((n + 63) / 64), 64, 0, s>>>(*f, X, keep, bulk);
-		e = cudaGetLastError();
-	}
-	if (e == cudaSuccess) {
-		k_fn_values<<<g, GPU_FN_THREADS, 0, s>>>(*f, X, keep, bulk, f->angio ? la : NULL,
-		                                         f->doppler ? lre : NULL,
-		                                         f->doppler ? lim : NULL);
-		e = cudaGetLastError();
-	}
-	return e;
+	if (e != cudaSuccess)
+		return e;
+	const dim3 g((f->nz + GPU_FN_THREADS - 1) / GPU_FN_THREADS, f->nx);
+	k_fn_values<<<g, GPU_FN_THREADS, 0, s>>>(*f, X, keep, bulk, f->angio ? la : NULL,
+	                                         f->doppler ? lre : NULL, f->doppler ? lim : NULL,
+	                                         f->doppler ? ph : NULL);
+	return cudaGetLastError();
 }
 
 extern "C" cudaError_t gpu_launch_fn_phase(const float *re, const float *im, float *ph, size_t n,
