@@ -107,9 +107,9 @@ struct gpu_miss {
 	unsigned *count;
 	bool rev;
 };
-/* Mark the A-scans of one raw f32 B-scan that hold a NaN or an infinity into m (its count is
- * set first). */
-cudaError_t gpu_launch_nonfinite(const struct gpu_prep_params *p, const void *raw,
+/* Mark the A-scans that hold a NaN or an infinity in any of the nrep raw f32 B-scans at raw (a
+ * position's repeats, one after another) into m (its count is set first). */
+cudaError_t gpu_launch_nonfinite(const struct gpu_prep_params *p, const void *raw, int nrep,
                                  const struct gpu_miss *m, cudaStream_t s);
 /* Fill the columns of the missing A-scans of the B-scan's row of L_e (lerow) from their
  * neighbours along the row (docs/algorithms.md §1.0). */
@@ -397,9 +397,5 @@ const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 #ifdef __cplusplus
 }
 #endif
-
-/* The refusal of what the CUDA kernels do not compute yet (docs/gpu.md): f32 samples with
- * geometry.repeats > 1. \return 0 or -ENOTSUP with the message in err. */
-int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -837,9 +837,10 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 	            sizeof(float2)) *
 	                   bu->half +
 	           sizeof(int);
-	bu->per_stream = st->geo.bscan_bytes + (size_t)st->geo.nx * st->geo.K * sizeof(float) +
-	                 st->geo.K * sizeof(float) + 2 * bu->fbytes + pm_bytes +
-	                 (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
+	bu->per_stream =
+	        st->geo.bscan_bytes * (st->geo.sample_type == CFG_SAMPLE_F32 ? st->geo.M : 1) +
+	        (size_t)st->geo.nx * st->geo.K * sizeof(float) + st->geo.K * sizeof(float) +
+	        2 * bu->fbytes + pm_bytes + (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
 	/* output.channels other than the structure: a position's spectra, mask, bulk phases */
 	if (st->fn)
 		bu->per_stream +=
@@ -1140,7 +1141,11 @@ static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, 
 		if (rc == 0)
 			rc = gpu_event_new(&g->ev, "cudaEventCreate", err, errlen);
 		const struct gpu_buf bufs[] = {
-		        {&g->raw, st->geo.bscan_bytes, "raw B-scan"},
+		        /* f32: every repeat of a position (its missing A-scans are marked over all) */
+		        {&g->raw,
+		         st->geo.bscan_bytes *
+		                 (st->geo.sample_type == CFG_SAMPLE_F32 ? st->geo.M : 1),
+		         "raw B-scan"},
 		        {(void **)&g->conv, (size_t)st->geo.nx * st->geo.K * sizeof(float),
 		         "converted B-scan"},
 		        {(void **)&g->col, st->geo.K * sizeof(float), "column spectrum"},
@@ -1324,28 +1329,13 @@ fail:
 
 /* The one-device backend: its messages name it ("cuda backend: ..."), as the composite's do;
  * the part's texts that do not (CUDA's, the device checks') get the name here. */
-int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen)
-{
-	if (cfg->geometry.repeats > 1 && cfg->geometry.sample_type == CFG_SAMPLE_F32)
-		return vr_err(err, errlen, -ENOTSUP,
-		              "cuda backend: geometry.repeats %u with sample_type f32 is not "
-		              "available yet (the cpu backend takes it: a non-finite sample in any "
-		              "repeat makes its A-scan missing, docs/algorithms.md §1.0)",
-		              (unsigned)cfg->geometry.repeats);
-	return 0;
-}
-
 static int gpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
 {
 	static const char own[] = "cuda backend: ";
 	const struct gpu_part whole = {0, 1, 0, cfg->geometry.bscans_per_volume};
 	struct gpu_state *st;
 	char msg[512] = "";
-	int rc = gpu_channels_supported(cfg, err, errlen);
-
-	if (rc < 0)
-		return rc;
-	rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
+	int rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
 
 	if (rc == 0) {
 		*state = st;
@@ -1429,13 +1419,26 @@ static void gpu_set_sticky(struct gpu_state *st, int rc, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Steps 1-5 (and §1b) of raw B-scan bscan, repeat m of position b, on stream g, into the
- * position's rows of L_e: its log magnitude (M = 1), or its power added (first: set) and, after
- * the last, the log of the mean power; with channels other than the structure its spectra
- * into g->fspec. */
-static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t bscan, uint32_t b,
-                          uint32_t m, const void *raw, bool first, bool last, char *err,
-                          size_t errlen)
+/* The missing A-scans of position b (f32 samples, docs/algorithms.md §1.0; none otherwise): its
+ * row of the epoch's mask and its count. */
+static struct gpu_miss gpu_miss_of(const struct gpu_state *st, uint32_t b)
+{
+	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
+
+	return (struct gpu_miss){
+	        .row = f32 ? st->miss[st->cur] + (size_t)b * st->geo.nx : NULL,
+	        .count = st->mcount[st->cur] + b,
+	        .rev = be_live_reversed(&st->live, b),
+	};
+}
+
+/* Steps 1-5 (and §1b) of repeat m of position b, its raw B-scan already on the device at draw
+ * (and, f32, the position's missing A-scans marked), on stream g, into the position's rows of
+ * L_e: its log magnitude (M = 1), or its power added (first: set) and, after the last, the log
+ * of the mean power; f32: the missing A-scans' columns filled; with channels other than the
+ * structure its spectra into g->fspec. */
+static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b, uint32_t m,
+                          const void *draw, bool first, bool last, char *err, size_t errlen)
 {
 	const uint32_t M = st->geo.M;
 	const struct gpu_prep_tables t = {
@@ -1448,25 +1451,15 @@ static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b
 	};
 	int rc = 0;
 
-	CU(cudaMemcpyAsync(g->raw, raw, st->geo.bscan_bytes, cudaMemcpyHostToDevice, g->s),
-	   "cudaMemcpyAsync(raw B-scan, host to device)");
 	const bool rev = be_live_reversed(&st->live, b);
-	/* f32 with repeats is refused at creation (M = 1 here when f32) */
 	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
-	const struct gpu_miss miss = {
-	        .row = f32 ? st->miss[st->cur] + (size_t)bscan * st->geo.nx : NULL,
-	        .count = st->mcount[st->cur] + b,
-	        .rev = rev,
-	};
-	if (f32)
-		CU(gpu_launch_nonfinite(&st->prep, g->raw, &miss, g->s),
-		   "non-finite sample kernel");
+	const struct gpu_miss miss = gpu_miss_of(st, b);
 	const bool pm = st->prep.background == CFG_BG_PARTIAL_MEDIAN;
 	if (st->prep.background == CFG_BG_BSCAN_MEAN ||
 	    st->prep.background == CFG_BG_BSCAN_MEDIAN || pm)
-		CU(gpu_launch_colstat(&st->prep, g->raw, &miss, g->col, g->s),
+		CU(gpu_launch_colstat(&st->prep, draw, &miss, g->col, g->s),
 		   "B-scan background kernel");
-	CU(gpu_launch_convert(&st->prep, &t, g->raw, &miss, g->col, g->conv, g->fin, g->s),
+	CU(gpu_launch_convert(&st->prep, &t, draw, &miss, g->col, g->conv, g->fin, g->s),
 	   "convert kernel");
 	if (st->prep.taps)
 		CU(gpu_launch_resample(&st->prep, &t, g->conv, g->fin, g->s), "resample kernel");
@@ -1504,6 +1497,8 @@ static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b
 	if (last)
 		CU(gpu_launch_logpower(&st->prep, 1.0f / (float)M, lerow, g->s),
 		   "log-power kernel");
+	if (last && f32)
+		CU(gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s), "missing A-scan kernel");
 out:
 	return rc;
 }
@@ -1546,10 +1541,7 @@ static int gpu_prep_functional(struct gpu_state *st, struct gpu_stream *g, uint3
 	                         f.doppler && !f32 ? st->lph[c] + row : NULL, g->s),
 	   "angiography and Doppler kernels");
 	if (f32) {
-		/* M = 1 (f32 with repeats is refused): raw B-scan b's mask */
-		const struct gpu_miss miss = {.row = st->miss[c] + row / st->geo.nz,
-		                              .count = st->mcount[c] + b,
-		                              .rev = f.rev};
+		const struct gpu_miss miss = gpu_miss_of(st, b);
 		float *planes[3] = {la, lre, lim};
 		for (int q = 0; q < 3; q++)
 			if (planes[q])
@@ -1594,9 +1586,26 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 		if (++st->rep_got[b] < M)
 			return 0;
 	}
+	/* f32 (docs/algorithms.md §1.0): an A-scan with a non-finite sample in any repeat is
+	 * missing in all, so every repeat is on the device (g->raw holds M of them) and marked
+	 * before any is processed; otherwise one raw buffer serves the repeats in turn */
+	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
+	const size_t bb = st->geo.bscan_bytes;
+	const struct gpu_miss miss = gpu_miss_of(st, b);
+	for (uint32_t m = 0; f32 && m < M; m++)
+		CU(cudaMemcpyAsync((uint8_t *)g->raw + m * bb, M > 1 ? st->rep_raw[b * M + m] : raw,
+		                   bb, cudaMemcpyHostToDevice, g->s),
+		   "cudaMemcpyAsync(raw B-scan, host to device)");
+	if (f32)
+		CU(gpu_launch_nonfinite(&st->prep, g->raw, (int)M, &miss, g->s),
+		   "non-finite sample kernel");
 	for (uint32_t m = 0; m < M; m++) {
 		const uint32_t r = b * M + m;
-		rc = gpu_prep_bscan(st, g, r, b, m, M > 1 ? st->rep_raw[r] : raw, m == 0,
+		if (!f32)
+			CU(cudaMemcpyAsync(g->raw, M > 1 ? st->rep_raw[r] : raw, bb,
+			                   cudaMemcpyHostToDevice, g->s),
+			   "cudaMemcpyAsync(raw B-scan, host to device)");
+		rc = gpu_prep_bscan(st, g, b, m, f32 ? (uint8_t *)g->raw + m * bb : g->raw, m == 0,
 		                    m + 1 == M, err, errlen);
 		if (rc < 0) {
 			bscan = r;

@@ -142,15 +142,18 @@ static __device__ __forceinline__ bool gpu_missing(const gpu_miss &m, int a, int
 	return m.row && m.row[m.rev ? nx - 1 - a : a];
 }
 
-/* Grid (nx): block a marks raw A-scan a of an f32 B-scan missing when a sample is a NaN or an
+/* Grid (nx): block a marks raw A-scan a of the nrep f32 B-scans at raw (the repeats of one
+ * position, one after another) missing when a sample of it in any of them is a NaN or an
  * infinity, at its place in L_e, and counts it. */
-__global__ void k_nonfinite(const float *raw, int K, int nx, gpu_miss m)
+__global__ void k_nonfinite(const float *raw, int K, int nx, int nrep, gpu_miss m)
 {
 	const int a = blockIdx.x;
-	const float *row = raw + (size_t)a * K;
 	int bad = 0;
-	for (int k = threadIdx.x; k < K; k += blockDim.x)
-		bad |= !isfinite(row[k]);
+	for (int r = 0; r < nrep; r++) {
+		const float *row = raw + ((size_t)r * nx + a) * K;
+		for (int k = threadIdx.x; k < K; k += blockDim.x)
+			bad |= !isfinite(row[k]);
+	}
 	bad = __syncthreads_or(bad);
 	if (threadIdx.x == 0) {
 		m.row[m.rev ? nx - 1 - a : a] = (unsigned char)(bad != 0);
@@ -1992,13 +1995,14 @@ template <typename F> static void gpu_by_sample(int st, F f)
 	}
 }
 
-extern "C" cudaError_t gpu_launch_nonfinite(const gpu_prep_params *p, const void *raw,
+extern "C" cudaError_t gpu_launch_nonfinite(const gpu_prep_params *p, const void *raw, int nrep,
                                             const gpu_miss *m, cudaStream_t s)
 {
 	cudaError_t e = cudaMemsetAsync(m->count, 0, sizeof(unsigned), s);
 	if (e != cudaSuccess)
 		return e;
-	k_nonfinite<<<(unsigned)p->nx, GPU_THREADS, 0, s>>>((const float *)raw, p->K, p->nx, *m);
+	k_nonfinite<<<(unsigned)p->nx, GPU_THREADS, 0, s>>>((const float *)raw, p->K, p->nx, nrep,
+	                                                    *m);
 	return cudaGetLastError();
 }
 

@@ -735,6 +735,30 @@ static void c_ch_sim_flow(struct vr_config *c)
 	c->functional.doppler.bulk = true;
 }
 
+/* f32 with repeats (docs/algorithms.md §1.0): an A-scan with a non-finite sample in any repeat
+ * of its position is missing in all of them. */
+static void c_nf_m2_bmean_cumul(struct vr_config *c)
+{
+	c_nf_bmean_cumul(c);
+	c->geometry.repeats = 2;
+}
+
+static void c_nf_m3_pmedian(struct vr_config *c)
+{
+	c_nf_pmedian(c);
+	c->geometry.repeats = 3;
+}
+
+/* ... and every channel: M = 4, cdv, inter-A-scan Doppler with the bulk phase. */
+static void c_ch_f32_nonfinite_m4(struct vr_config *c)
+{
+	c_ch_f32_nonfinite_doppler(c);
+	c->geometry.repeats = 4;
+	set_channels(c, "structure", "angio", "doppler");
+	c->functional.doppler.axis_given = 1;
+	c->functional.doppler.axis = CFG_DOPPLER_ASCAN;
+}
+
 /* Live: every functional.* key changes (method, range, window, mask, axis, bulk). */
 static void live_functional(struct vr_config *c)
 {
@@ -904,6 +928,15 @@ static const struct tcase cases[] = {
          EV_FULL_SOME, true, NULL},
         {"async-channels-i16-m4-odd-cumul", false, IN_REPEATS, 6, true, c_ch_m4_odd_svar_ascan,
          EV_NONE, true, NULL},
+        /* f32 with repeats */
+        {"nonfinite-f32-m2-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 6, true,
+         c_nf_m2_bmean_cumul, EV_NONE, false, NULL},
+        {"nonfinite-pmedian-lines-f32-m3", false, IN_LINES_NONFINITE, 4, true, c_nf_m3_pmedian,
+         EV_NONE, false, NULL},
+        {"channels-f32-nonfinite-m4-cdv-ascan-bulk-cumul", false, IN_NONFINITE, 5, true,
+         c_ch_f32_nonfinite_m4, EV_NONE, false, NULL},
+        {"async-nonfinite-f32-m2-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 6, true,
+         c_nf_m2_bmean_cumul, EV_NONE, true, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
@@ -1207,8 +1240,10 @@ static void fill_repeats(const struct vr_config *c, uint8_t *raw)
  * sample. */
 static void poke_nonfinite(const struct vr_config *c, uint64_t e, float *raw)
 {
+	/* ny: the raw B-scans (with repeats, a repeat's non-finite sample makes the A-scan
+	 * missing in all of its position's repeats) */
 	const uint32_t K = c->geometry.samples_per_ascan, nx = c->geometry.ascans_per_bscan,
-	               ny = c->geometry.bscans_per_volume;
+	               ny = cfg_raw_bscans(c);
 #define AS(b, a) (raw + ((size_t)(b)*nx + (a)) * K)
 	AS(1 % ny, e % nx)[(e * 7) % K] = NAN;
 	AS(1 % ny, (e + 1) % nx)[(e * 13 + 5) % K] = -INFINITY;
