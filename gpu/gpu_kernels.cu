@@ -480,13 +480,13 @@ static __device__ __forceinline__ int gpu_fn_zb0(const gpu_fn_params &f)
  * ascan: (a, a + 1) of repeat m, a < nx - 1.
  */
 __global__ void __launch_bounds__(GPU_FN_PREP_THREADS)
-        k_fn_prep(gpu_fn_params f, const float *__restrict__ X, unsigned char *__restrict__ keep,
+        k_fn_prep(gpu_fn_params f, const float *__restrict__ X, unsigned char *keep,
                   float2 *__restrict__ bulk)
 {
 	const int a = blockIdx.x;
 	const size_t rs = (size_t)f.nx * f.nh;
 	const uint32_t zb0 = (uint32_t)gpu_fn_zb0(f), zb1 = zb0 + (uint32_t)f.nz;
-	unsigned char *k = keep + (size_t)a * f.nh;
+	unsigned char *k = keep + (size_t)a * f.nh; /* written, then read by the block's warps */
 
 	for (uint32_t z = zb0 + threadIdx.x; z < zb1; z += blockDim.x)
 		k[z] = be_fn_structure_db(X + 2 * (size_t)a * f.nh, (uint32_t)f.M, rs, z) >=
