@@ -3,8 +3,8 @@
  * Benchmark of the CUDA backend (a benchmark, not a test): runs bench_cuda (tools/bench/bench.c, the
  * same measurement `volrec bench --backend cuda` makes: pinned copy bandwidths as the physical
  * limits, then the cases `paper` and `classic-2048` through the pipeline engine, pipelined and
- * serialized), then the functional OCT case (bench_cuda_functional; --functional: it alone), and
- * prints its table and JSON; with --devices, also the paper case over several
+ * serialized) and prints its table and JSON; --functional: the functional OCT case instead
+ * (bench_cuda_functional, its bandwidths first); with --devices, also the paper case over several
  * devices (bench_cuda_devices: host memory bandwidth, each link's limit, per-device and total
  * rates). Exit 0 measured, 1 failure, 2 usage, 77 no CUDA device.
  */
@@ -108,18 +108,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gpu_bench: --seconds %g: allowed (0, 60]\n", seconds);
 		return 2;
 	}
-	rc = functional_only ? 0
-	                     : bench_cuda(dev, seconds, say_stdout, NULL, &figs, devname,
-	                                  sizeof(devname), err, sizeof(err));
-	/* functional OCT (output.channels, docs/gpu.md) */
-	if (rc == 0)
+	/* --functional: the functional OCT case (output.channels, docs/gpu.md) alone */
+	if (functional_only)
 		rc = bench_cuda_functional(dev, seconds, say_stdout, NULL, &figs, devname,
 		                           sizeof(devname), err, sizeof(err));
+	else
+		rc = bench_cuda(dev, seconds, say_stdout, NULL, &figs, devname, sizeof(devname),
+		                err, sizeof(err));
 	if (rc == -ENODEV || rc == -ENOTSUP) {
 		printf("SKIP: %s\n", err);
 		return 77;
 	}
-	if (rc == 0 && ndevs)
+	if (rc == 0 && ndevs && !functional_only)
 		rc = bench_cuda_devices(devs, ndevs, seconds, say_stdout, NULL, &figs, err,
 		                        sizeof(err));
 	if (rc < 0) {
