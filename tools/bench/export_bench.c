@@ -183,6 +183,13 @@ int main(int argc, char **argv)
 	snprintf(shape, sizeof(shape), "%ux%ux%u", info.shape[0], info.shape[1], info.shape[2]);
 	json_object_object_add(o, "shape", json_object_new_string(shape));
 	json_object_object_add(o, "input_bytes", json_object_new_int64((int64_t)bytes));
+	{ /* the channels exported (each volume is one of each); blosc is measured on the first */
+		struct json_object *chs = json_object_new_array();
+
+		for (uint32_t c = 0; c < fmt_nch(&info); c++)
+			json_object_array_add(chs, json_object_new_string(info.ch[c].name));
+		json_object_object_add(o, "channels", chs);
+	}
 	json_object_object_add(o, "zarr_pyramid_factor",
 	                       json_object_new_double(pyramid_factor(info.shape)));
 	fmt_h5in_close(r);
