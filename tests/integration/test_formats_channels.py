@@ -326,3 +326,42 @@ def test_flow_phantom_processed_exports_every_channel(bin_dir, tmp_path):
     d = nibabel.load(str(tmp_path / "p_doppler.nii.gz")).get_fdata()
     assert d == pytest.approx(2 * np.pi * want["doppler"].transpose(3, 2, 1, 0) / 255 - np.pi,
                               abs=1e-5)
+
+
+def test_process_meaning_follows_the_configuration(bin_dir, tmp_path):
+    """svar over a given range, Doppler along the A-scans with a given index and no wavelength:
+    the attributes say so, and the velocity is unknown (NaN, null once exported)."""
+    body = ("geometry:\n  samples_per_ascan: 128\n  ascans_per_bscan: 8\n"
+            "  bscans_per_volume: 4\n  repeats: 3\n  depth_range: [16, 48]\n"
+            "  ascan_period_us: 12.5\n  refractive_index: 1.35\n"
+            "functional:\n  angio: {method: svar, range: [0, 40]}\n  doppler: {axis: ascan}\n"
+            "output:\n  channels: [angio, doppler]\n")
+    sim_cfg, rp, cfg, h5 = (tmp_path / n for n in ("s.yaml", "s.rp", "p.yaml", "p.h5"))
+    # the scanner needs a wavelength to make its phases; the processing is not told it
+    sim_cfg.write_text("source:\n  type: synth\n  rate: 0\n  synth: {seed: 5, phantom: flow}\n"
+                       + body.replace("geometry:\n", "geometry:\n  center_wavelength_nm: 840\n"))
+    r = volrec(bin_dir, "sim", "-c", sim_cfg, "-o", rp, "-n", "1", timeout=600)
+    assert r.returncode == 0, r.stderr
+    cfg.write_text(f"backend: cpu\nsource:\n  type: replay\n  rate: 0\n  replay: {{path: {rp}}}\n"
+                   + body)
+    r = volrec(bin_dir, "process", "-c", cfg, "-o", h5, "--lowres", timeout=600)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(h5, "r") as f:
+        assert "volumes" not in f
+        a, d = f["angio"].attrs, f["doppler"].attrs
+        assert a["angio_method"] == b"svar" and a["value_unit"] == b"dB^2"
+        assert list(a["value_range"]) == [0.0, 40.0]
+        assert list(f["lowres_angio"].attrs["value_range"]) == [0.0, 40.0]
+        assert d["doppler_axis"] == b"ascan" and d["doppler_interval_us"] == 12.5
+        assert d["refractive_index"] == 1.35
+        assert math.isnan(d["center_wavelength_nm"]) and math.isnan(d["velocity_mm_s_per_rad"])
+        want = {c: f[c][:] for c in ("angio", "doppler")}
+    export(bin_dir, h5, tmp_path / "p.zarr")
+    g = zarr.open_group(str(tmp_path / "p.zarr"), mode="r")
+    assert [c["label"] for c in g.attrs["omero"]["channels"]] == ["angio", "doppler"]
+    chans = g.attrs["volrec"]["channels"]
+    assert chans[0]["value_range"] == [0.0, 40.0] and chans[0]["value_unit"] == "dB^2"
+    assert chans[1]["attributes"]["velocity_range_mm_s"] == [None, None]
+    assert chans[1]["attributes"]["doppler_interval_us"] == 12.5
+    for i, c in enumerate(("angio", "doppler")):
+        assert np.array_equal(g["0"][:, i], want[c]), c
