@@ -184,7 +184,12 @@ static uint8_t zarr_circular_mean(const struct zarr *z, const uint8_t *const *q,
 {
 	const double pi = 3.14159265358979323846;
 	double c = 0, s = 0;
+	unsigned same = 1;
 
+	while (same < n && *q[same] == *q[0]) /* most of a volume: no flow, 128 */
+		same++;
+	if (same == n) /* the mean of one phase is that phase (and u8 back the same u8) */
+		return *q[0];
 	for (unsigned i = 0; i < n; i++) {
 		c += z->cos8[*q[i]];
 		s += z->sin8[*q[i]];

@@ -87,6 +87,11 @@ def circular_mean_u8(v):
 def test_ome_zarr_channel_axis_labels_values_and_meaning(bin_dir, tmp_path):
     src = tmp_path / "rec.h5"
     want = recording(src, shape=(2, 12, 10, 600))
+    d = want["doppler"]
+    d[:, :2, :2, :2] = 128  # no flow: stays 128
+    d[:, 2:4, :2, :2] = np.array([0, 255] * 4, dtype=np.uint8).reshape(2, 2, 2)  # ±π: ±π
+    with h5py.File(src, "a") as f:
+        f["doppler"][:] = d
     out = tmp_path / "rec.ome.zarr"
     export(bin_dir, src, out)
     g = zarr.open_group(str(out), mode="r")
@@ -118,6 +123,8 @@ def test_ome_zarr_channel_axis_labels_values_and_meaning(bin_dir, tmp_path):
     for i, c in enumerate(ALL[:2]):
         v = want[c].astype(np.uint32).reshape(2, 6, 2, 5, 2, 300, 2)
         assert np.array_equal(l1[:, i], ((v.sum(axis=(2, 4, 6)) + 4) // 8).astype(np.uint8))
+    assert (l1[:, 2, 0, 0, 0] == 128).all()
+    assert np.isin(l1[:, 2, 1, 0, 0], [0, 255]).all(), l1[:, 2, 1, 0, 0]  # not 128, the mean
     cm = circular_mean_u8(want["doppler"])
     d = np.abs(l1[:, 2].astype(int) - cm)
     d = np.minimum(d, 255 - d)  # 0 and 255 are both ±π
