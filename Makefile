@@ -239,7 +239,7 @@ $(BROWSER_DEPS): tests/browser/package-lock.json tests/browser/package.json
 	$(Q)touch $@
 
 # The integration tests pytest selects by marker (docs/testing.md): make test runs all but the
-# `long` ones, make test-long those only; the sanitizer stages of .ci/run also leave out
+# `long` ones, make test-long those only (each run lists its 30 slowest cases); the sanitizer stages of .ci/run also leave out
 # `python_only` and `browser`. VOLREC_TEST_TIMEOUT_SCALE (default 1) multiplies every bound a
 # test waits for, and the per-test limit.
 PYTEST_MARK ?= not long
@@ -247,7 +247,7 @@ VOLREC_TEST_TIMEOUT_SCALE ?= 1
 export VOLREC_TEST_TIMEOUT_SCALE
 PYTEST_TIMEOUT = $(shell awk 'BEGIN { print int(300 * $(VOLREC_TEST_TIMEOUT_SCALE)) }')
 pytest_run = PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
-	$(PYTHON) -m pytest -q -rs -p no:cacheprovider --timeout=$(PYTEST_TIMEOUT) -m '$(1)' \
+	$(PYTHON) -m pytest -q -rs -p no:cacheprovider --durations=30 --timeout=$(PYTEST_TIMEOUT) -m '$(1)' \
 	tests/integration tests/python $(PYTEST_ARGS)
 
 pytest: tests-build $(BROWSER_DEPS)

@@ -131,25 +131,31 @@ BE_FN_HD static inline void be_fn_lag(const float *L, const float *E, uint32_t l
 	*si += ci * cb - cr * sb;
 }
 
-/*
- * The bulk phase of one pair (L later, E earlier): arg of the sum over bins z in [z0, z1) (the
- * depth range before the flip) of L[z] conj(E[z]) where keep[z] is non-zero (the earlier
- * A-scan's structure not masked); given as its cosine and sine, (1, 0) when the sum is 0.
- */
-BE_FN_HD static inline void be_fn_bulk(const float *L, const float *E, const uint8_t *keep,
-                                       uint32_t z0, uint32_t z1, float *cb, float *sb)
+/* Accumulates into (*cr, *ci) the terms of the bulk phase's sum (be_fn_bulk) of the bins
+ * z = z0, z0 + step, ... below z1, in that order: L[z] conj(E[z]) where keep[z] is non-zero. */
+BE_FN_HD static inline void be_fn_bulk_add(const float *L, const float *E, const uint8_t *keep,
+                                           uint32_t z0, uint32_t z1, uint32_t step, float *cr,
+                                           float *ci)
 {
-	float cr = 0.0f, ci = 0.0f, r;
+	float r = *cr, i = *ci;
 
-	for (uint32_t z = z0; z < z1; z++) {
+	for (uint32_t z = z0; z < z1; z += step) {
 		float lr = L[2 * z], li = L[2 * z + 1], er = E[2 * z], ei = E[2 * z + 1];
 
 		if (!keep[z])
 			continue;
-		cr += lr * er + li * ei;
-		ci += li * er - lr * ei;
+		r += lr * er + li * ei;
+		i += li * er - lr * ei;
 	}
-	r = sqrtf(cr * cr + ci * ci);
+	*cr = r;
+	*ci = i;
+}
+
+/* The bulk phase of the sum (cr, ci) as its cosine and sine; (1, 0) when the sum is 0. */
+BE_FN_HD static inline void be_fn_bulk_phase(float cr, float ci, float *cb, float *sb)
+{
+	float r = sqrtf(cr * cr + ci * ci);
+
 	if (r > 0.0f) {
 		*cb = cr / r;
 		*sb = ci / r;
@@ -157,6 +163,22 @@ BE_FN_HD static inline void be_fn_bulk(const float *L, const float *E, const uin
 		*cb = 1.0f;
 		*sb = 0.0f;
 	}
+}
+
+/*
+ * The bulk phase of one pair (L later, E earlier): arg of the sum over bins z in [z0, z1) (the
+ * depth range before the flip) of L[z] conj(E[z]) where keep[z] is non-zero (the earlier
+ * A-scan's structure not masked); given as its cosine and sine, (1, 0) when the sum is 0. The
+ * CPU sums the bins in order; the CUDA backend sums them over the 32 lanes of a warp
+ * (be_fn_bulk_add of every 32nd bin, then the lanes' sums), the same terms in another order.
+ */
+BE_FN_HD static inline void be_fn_bulk(const float *L, const float *E, const uint8_t *keep,
+                                       uint32_t z0, uint32_t z1, float *cb, float *sb)
+{
+	float cr = 0.0f, ci = 0.0f;
+
+	be_fn_bulk_add(L, E, keep, z0, z1, 1, &cr, &ci);
+	be_fn_bulk_phase(cr, ci, cb, sb);
 }
 
 /* Δφ = atan2(im, re) in (-π, π]: -π is taken as +π, and R = 0 gives 0. */

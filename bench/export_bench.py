@@ -7,6 +7,10 @@ measured in the same run: the disk's sequential write rate, blosc/zstd's single-
 records bench/results/export-<host>-<date>.json.
 
     bench/export_bench.py [--volumes 100] [--shape 300 300 1024] [--dir DIR] [--threads N]
+                          [--channels]
+
+--channels adds /angio and /doppler beside /volumes (functional OCT, docs/formats.md
+"Channels"): every format then carries three channels, three times the bytes of each volume.
 """
 import argparse
 import json
@@ -31,6 +35,19 @@ def synthetic_volume(rng, shape):
     return np.clip(db, 0, 255).astype(np.uint8)
 
 
+def functional_volumes(rng, shape):
+    """Angiography and Doppler u8 volumes: low decorrelation and no phase (128) in tissue, two
+    vessels across x with high decorrelation and a phase that grows towards their axes."""
+    y, x, z = shape
+    yy, zz = np.meshgrid(np.arange(y), np.arange(z), indexing="ij")
+    rho = np.minimum(np.hypot(yy - y / 3, zz - z / 2), np.hypot(yy - 2 * y / 3, zz - z / 3))
+    inside = np.clip(1 - (rho / (0.08 * min(y, z))) ** 2, 0, 1)[:, None, :]
+    angio = np.clip(rng.rayleigh(12.0, size=shape) + 200 * inside, 0, 255).astype(np.uint8)
+    doppler = np.clip(128 + 100 * inside + rng.normal(0, 3, size=shape) * (inside > 0), 0,
+                      255).astype(np.uint8)
+    return angio, doppler
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--volumes", type=int, default=100)
@@ -38,6 +55,8 @@ def main():
     ap.add_argument("--dir", default=None, help="folder on the file system to measure")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--gz", action="store_true", help="also .nii.gz (zlib, one thread: slow)")
+    ap.add_argument("--channels", action="store_true",
+                    help="structure, angio and doppler (three channels per volume)")
     ap.add_argument("--build", default=os.environ.get("VOLREC_BUILD", "build"))
     a = ap.parse_args()
 
@@ -54,6 +73,17 @@ def main():
         vols = [synthetic_volume(rng, a.shape) for _ in range(4)]
         for t in range(a.volumes):
             d[t] = np.roll(vols[t % 4], t, axis=2)
+        if a.channels:
+            fn = [functional_volumes(rng, a.shape) for _ in range(2)]
+            for i, name in enumerate(("angio", "doppler")):
+                c = f.create_dataset(name, shape=(a.volumes, *a.shape), dtype=np.uint8,
+                                     chunks=(1, *a.shape))
+                c.attrs["axes"] = "t,y,x,z"
+                c.attrs["voxel_size_um"] = d.attrs["voxel_size_um"]
+                c.attrs["value_unit"] = "1" if i == 0 else "rad"
+                c.attrs["value_range"] = [0.0, 1.0] if i == 0 else [-np.pi, np.pi]
+                for t in range(a.volumes):
+                    c[t] = np.roll(fn[t % 2][i], t, axis=2)
         f["epoch"] = np.arange(a.volumes, dtype=np.uint64)
     print(f"input written in {time.monotonic() - t0:.1f} s", file=sys.stderr)
     # the commit of the build measured: taken before the run, which lasts minutes

@@ -114,6 +114,8 @@ void vrd_channel_descs(const struct vr_config *cfg,
 			o->mask_db = cfg_mask_db(cfg);
 			o->half_window = cfg->functional.axial_half_window;
 			o->flags = cfg->functional.doppler.bulk ? VOLREC_CHANNEL_BULK : 0;
+			o->center_wavelength_nm = lambda > 0 ? lambda : 0;
+			o->refractive_index = index;
 			break;
 		}
 	}

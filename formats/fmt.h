@@ -11,10 +11,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/base.h"
 
 struct json_object;
+
+/* The channels of a volume (docs/algorithms.md §5 "Channels"): structure, angio, doppler. */
+#define FMT_CHANNELS_MAX 3
+
+/* One channel of the volumes and what its 8-bit values mean (docs/formats.md "Channels"). */
+struct fmt_channel {
+	char name[16];               /* "structure", "angio", "doppler" */
+	char dataset[16];            /* its HDF5 dataset: "volumes", "angio", "doppler" */
+	char unit[16];               /* of range: "dB", "1", "dB^2", "rad"; "": unknown */
+	double range[2];             /* the values u8 0 and 255 stand for, linear between; NaN */
+	struct json_object *meaning; /* the dataset's attributes, borrowed (may be NULL) */
+};
 
 /* What a writer is told about the volumes before the first one. */
 struct fmt_info {
@@ -26,7 +39,31 @@ struct fmt_info {
 	 * configuration, ...), and one of per-volume columns (name -> array of nt values). */
 	struct json_object *attrs;
 	struct json_object *columns;
+	/* The channels of each volume, one after another ([c][y][x][z]). 0 is one structure
+	 * channel; so is 1 with ch[0] the structure: both are the layout without a channel axis
+	 * that every format had before channels (fmt_channel_axis false). */
+	uint32_t nch;
+	struct fmt_channel ch[FMT_CHANNELS_MAX];
 };
+
+/* The channels of in's volumes (at least 1). */
+static inline uint32_t fmt_nch(const struct fmt_info *in)
+{
+	return in->nch ? in->nch : 1;
+}
+
+/* Whether the outputs carry a channel axis: more than one channel, or one that is not the
+ * structure. */
+static inline bool fmt_channel_axis(const struct fmt_info *in)
+{
+	return in->nch > 1 || (in->nch == 1 && strcmp(in->ch[0].name, "structure") != 0);
+}
+
+/* The bytes of one channel of one volume. */
+static inline size_t fmt_channel_bytes(const struct fmt_info *in)
+{
+	return (size_t)in->shape[0] * in->shape[1] * in->shape[2];
+}
 
 static inline bool fmt_voxel_known(const struct fmt_info *in)
 {
@@ -41,6 +78,9 @@ struct fmt_options {
 	bool series;        /* NIfTI: one 4-D file instead of one file per volume */
 	bool replace;       /* replace an existing output instead of failing with -EEXIST */
 	const char *source; /* the input's path, for the provenance (may be NULL) */
+	/* The channels to export, comma-separated ("structure,angio"), in the order given; NULL
+	 * or "": every channel of the input. */
+	const char *channels;
 };
 
 /* The default OME-Zarr chunk (docs/formats.md, "Chunks": measured against B-scan and en-face
@@ -81,7 +121,8 @@ struct fmt_writer;
  * wrappers, which keep the call order (open, put for t = 0..nt-1 in order, then finish; abort
  * at any point after open) and the bookkeeping of partial outputs.
  *  open:   create the outputs under their partial names; 0 or a negative errno.
- *  put:    write volume t; 0 or a negative errno (-ENOSPC for a full disk).
+ *  put:    write volume t (fmt_nch channels, [c][y][x][z]); 0 or a negative errno (-ENOSPC
+ *          for a full disk).
  *  finish: write what remains and close, still under the partial names; 0 or a negative errno.
  *  commit: move every output to its final name (after finish); 0 or a negative errno.
  *  abort:  remove every output written so far, partial or committed (never fails).
@@ -122,7 +163,7 @@ extern const struct fmt_ops fmt_zarr_ops, fmt_nifti_ops, fmt_tiff_ops;
  */
 int fmt_writer_open(const char *path, const struct fmt_info *info, const struct fmt_options *opt,
                     struct fmt_writer **out, char *err, size_t errlen) VR_MUST_CHECK;
-/* Write volume t (shape info.shape, the next in order). 0 or a negative errno; after an error the
+/* Write volume t (fmt_nch(info) channels of shape info.shape, [c][y][x][z]; the next in order). 0 or a negative errno; after an error the
  * writer is good for fmt_writer_free only, which removes the partial output. */
 int fmt_writer_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *err,
                    size_t errlen) VR_MUST_CHECK;
@@ -172,6 +213,9 @@ int fmt_sync_path(const char *path);
  * true (else -EEXIST), and sync the directory. 0 or a negative errno with the message. */
 int fmt_commit_rename(const char *from, const char *to, bool replace, char *err,
                       size_t errlen) VR_MUST_CHECK;
+/* A channel's meaning as JSON (docs/formats.md "Channels"): name, dataset, value_unit and
+ * value_range (null where unknown), attributes (its dataset's); the caller owns it. */
+struct json_object *fmt_channel_json(const struct fmt_channel *ch);
 /* Write all of buf to fd; 0 or a negative errno (-ENOSPC, ...). */
 int fmt_write_all(int fd, const void *buf, size_t n) VR_MUST_CHECK;
 
@@ -180,17 +224,23 @@ int fmt_write_all(int fd, const void *buf, size_t n) VR_MUST_CHECK;
 struct fmt_h5in;
 
 /*
- * Open a processed recording (the /volumes dataset of `volrec record` and `volrec process -o`,
- * [t][y][x][z] u8) and fill info: the shape, voxel_size_um of /volumes when present (else
- * unknown), the interval from /t_first_ns when present, the file's attributes and the per-volume
- * columns (every root dataset of nt rows of at most 16 numbers, /generation among them; the
- * JSON of /generations under "generations") as JSON objects owned by the reader. 0 with *out,
- * or a negative errno (-ENOENT, -EACCES, -EINVAL for a file that is not such a recording) with
- * the message in err.
+ * Open a processed recording (the channels /volumes, /angio, /doppler of `volrec record` and
+ * `volrec process -o`, each [t][y][x][z] u8 of one shape) and fill info: the channels (channels,
+ * comma-separated, in that order; NULL or "": every one the file has, in the order structure,
+ * angio, doppler) with what their values mean from their attributes, the shape, voxel_size_um
+ * when present (else unknown), the interval from /t_first_ns when present, the file's
+ * attributes and the per-volume columns (every root dataset of nt rows of at most 16 numbers,
+ * /generation among them; the JSON of /generations under "generations") as JSON objects owned
+ * by the reader. 0 with *out, or a negative errno (-ENOENT, -EACCES, -EINVAL for a file that is
+ * not such a recording or lacks a channel asked for) with the message in err.
  */
+int fmt_h5in_open_channels(const char *path, const char *channels, struct fmt_h5in **out,
+                           struct fmt_info *info, char *err, size_t errlen) VR_MUST_CHECK;
+/* fmt_h5in_open_channels of every channel. */
 int fmt_h5in_open(const char *path, struct fmt_h5in **out, struct fmt_info *info, char *err,
                   size_t errlen) VR_MUST_CHECK;
-/* Read volume t into vol (shape info.shape). 0 or a negative errno with the message. */
+/* Read volume t into vol (fmt_nch(info) channels of shape info.shape, [c][y][x][z]). 0 or a
+ * negative errno with the message. */
 int fmt_h5in_read(struct fmt_h5in *r, uint64_t t, uint8_t *vol, char *err,
                   size_t errlen) VR_MUST_CHECK;
 /* Close the file and free the JSON objects of info. NULL is fine. */
@@ -212,7 +262,8 @@ struct fmt_export_stats {
 };
 
 /*
- * Copy every volume of the processed recording in into out, in the format its suffix names: a
+ * Copy every volume of the processed recording in into out (the channels of opt->channels, or
+ * every one), in the format its suffix names: a
  * reader thread reads volume t+1 while volume t is written. progress may be NULL; interrupted
  * may be NULL, else polled between volumes (true: stop with -EINTR). On failure the outputs are
  * removed and the message is in err. 0 or a negative errno.

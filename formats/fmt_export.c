@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The export engine: a processed HDF5 recording into any format of fmt_writer, the next volume
- * read by a thread of its own while the current one is written. One engine for `volrec export`
+ * (every channel asked for) read by a thread of its own while the current one is written. One engine for `volrec export`
  * and bench/export_bench.
  */
 #include <errno.h>
@@ -127,13 +127,13 @@ int fmt_export(const char *in, const char *out, const struct fmt_options *opt,
 		        "%s: unknown format (the suffix names it: .zarr or .ome.zarr, .nii or "
 		        ".nii.gz, .ome.tif or .ome.tiff)",
 		        out);
-	rc = fmt_h5in_open(in, &p.in, &info, err, errlen);
+	rc = fmt_h5in_open_channels(in, o.channels, &p.in, &info, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (!o.source)
 		o.source = in;
 	p.nt = info.nt;
-	p.bytes = (size_t)info.shape[0] * info.shape[1] * info.shape[2];
+	p.bytes = fmt_channel_bytes(&info) * fmt_nch(&info); /* every channel of a volume */
 	p.buf[0] = malloc(p.bytes);
 	p.buf[1] = malloc(p.bytes);
 	if (!p.buf[0] || !p.buf[1]) {

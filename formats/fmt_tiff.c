@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * OME-TIFF writer through libtiff: one page per B-scan (x across, depth z down), pages in the
- * order y then t (OME DimensionOrder XYZCT: OME X = x, OME Y = depth z, OME Z = y), OME-XML with
- * the physical sizes in the first page's ImageDescription; BigTIFF when the file would pass
- * 4 GiB.
+ * order y, channel, t (OME DimensionOrder XYZCT: OME X = x, OME Y = depth z, OME Z = y, C the
+ * channels), OME-XML with the physical sizes, channel names and what their values mean in the
+ * first page's ImageDescription; BigTIFF when the file would pass 4 GiB.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -68,10 +68,71 @@ static void xml_escape(FILE *f, const char *s)
 	}
 }
 
+/* One MapAnnotation per channel (ID Annotation:1 + c): what its values mean, as key-value
+ * pairs (the attributes of its dataset, numbers and lists as JSON text). */
+static void tiff_channel_maps(FILE *f, const struct fmt_info *in)
+{
+	for (uint32_t c = 0; c < in->nch; c++) {
+		struct json_object *o = fmt_channel_json(&in->ch[c]), *attrs = NULL;
+
+		fprintf(f,
+		        "<MapAnnotation ID=\"Annotation:%u\" Namespace=\"volrec/channel\">"
+		        "<Value>",
+		        c + 1);
+		json_object_object_get_ex(o, "attributes", &attrs);
+		json_object_object_foreach(o, key, val)
+		{
+			if (!strcmp(key, "attributes"))
+				continue;
+			fprintf(f, "<M K=\"%s\">", key);
+			xml_escape(f, json_object_is_type(val, json_type_string)
+			                      ? json_object_get_string(val)
+			                      : json_object_to_json_string_ext(
+			                                val, JSON_C_TO_STRING_PLAIN));
+			fprintf(f, "</M>");
+		}
+		if (attrs) {
+			json_object_object_foreach(attrs, akey, aval)
+			{
+				fprintf(f, "<M K=\"");
+				xml_escape(f, akey);
+				fprintf(f, "\">");
+				xml_escape(f, json_object_is_type(aval, json_type_string)
+				                      ? json_object_get_string(aval)
+				                      : json_object_to_json_string_ext(
+				                                aval, JSON_C_TO_STRING_PLAIN));
+				fprintf(f, "</M>");
+			}
+		}
+		fprintf(f, "</Value></MapAnnotation>");
+		json_object_put(o);
+	}
+}
+
+/* The Channel elements: one without a name (no channel axis), or one per channel with its
+ * name and a reference to its MapAnnotation. */
+static void tiff_channels(FILE *f, const struct fmt_info *in)
+{
+	if (!fmt_channel_axis(in)) {
+		fprintf(f, "<Channel ID=\"Channel:0:0\" "
+		           "SamplesPerPixel=\"1\"><LightPath/></Channel>\n");
+		return;
+	}
+	for (uint32_t c = 0; c < in->nch; c++) {
+		fprintf(f, "<Channel ID=\"Channel:0:%u\" Name=\"", c);
+		xml_escape(f, in->ch[c].name);
+		fprintf(f,
+		        "\" SamplesPerPixel=\"1\"><AnnotationRef ID=\"Annotation:%u\"/><LightPath/>"
+		        "</Channel>\n",
+		        c + 1);
+	}
+}
+
 static char *tiff_ome_xml(const struct fmt_writer *w)
 {
 	const struct fmt_info *in = &w->info;
 	bool known = fmt_voxel_known(in), tknown = in->interval_s == in->interval_s;
+	bool caxis = fmt_channel_axis(in);
 	const char *base = strrchr(w->path, '/') ? strrchr(w->path, '/') + 1 : w->path;
 	struct json_object *o = json_object_new_object();
 	char *xml = NULL;
@@ -88,6 +149,13 @@ static char *tiff_ome_xml(const struct fmt_writer *w)
 	json_object_object_add(o, "axes",
 	                       json_object_new_string("OME X = x, OME Y = z (depth), OME Z = y"));
 	json_object_object_add(o, "voxel_size_known", json_object_new_boolean(known));
+	if (caxis) {
+		struct json_object *chs = json_object_new_array();
+
+		for (uint32_t c = 0; c < in->nch; c++)
+			json_object_array_add(chs, fmt_channel_json(&in->ch[c]));
+		json_object_object_add(o, "channels", chs);
+	}
 	if (in->attrs)
 		json_object_object_add(o, "attributes", json_object_get(in->attrs));
 	if (in->columns)
@@ -102,14 +170,16 @@ static char *tiff_ome_xml(const struct fmt_writer *w)
 	fprintf(f, "<Image ID=\"Image:0\" Name=\"");
 	xml_escape(f, base);
 	fprintf(f,
-	        "\"><Description>OCT volumes: B-scans (x across, depth z down) stacked along y%s"
-	        "</Description>\n",
+	        "\"><Description>OCT volumes: B-scans (x across, depth z down) stacked along y%s",
 	        known ? "" : "; voxel size unknown");
+	for (uint32_t c = 0; caxis && c < in->nch; c++)
+		fprintf(f, "%s%s", c ? ", " : "; channels (C): ", in->ch[c].name);
+	fprintf(f, "</Description>\n");
 	fprintf(f,
 	        "<Pixels ID=\"Pixels:0\" DimensionOrder=\"XYZCT\" Type=\"uint8\" "
 	        "SignificantBits=\"8\" BigEndian=\"false\" Interleaved=\"false\" SizeX=\"%u\" "
-	        "SizeY=\"%u\" SizeZ=\"%u\" SizeC=\"1\" SizeT=\"%llu\"",
-	        in->shape[1], in->shape[2], in->shape[0], (unsigned long long)in->nt);
+	        "SizeY=\"%u\" SizeZ=\"%u\" SizeC=\"%u\" SizeT=\"%llu\"",
+	        in->shape[1], in->shape[2], in->shape[0], fmt_nch(in), (unsigned long long)in->nt);
 	if (known)
 		fprintf(f,
 		        " PhysicalSizeX=\"%.9g\" PhysicalSizeXUnit=\"\xc2\xb5m\" "
@@ -118,16 +188,20 @@ static char *tiff_ome_xml(const struct fmt_writer *w)
 		        in->voxel_um[1], in->voxel_um[2], in->voxel_um[0]);
 	if (tknown)
 		fprintf(f, " TimeIncrement=\"%.9g\" TimeIncrementUnit=\"s\"", in->interval_s);
+	fprintf(f, ">\n");
+	tiff_channels(f, in);
 	fprintf(f,
-	        ">\n<Channel ID=\"Channel:0:0\" SamplesPerPixel=\"1\"><LightPath/></Channel>\n"
 	        "<TiffData IFD=\"0\" PlaneCount=\"%llu\"/>\n</Pixels>\n"
 	        "<AnnotationRef ID=\"Annotation:0\"/>\n</Image>\n"
 	        "<StructuredAnnotations><CommentAnnotation ID=\"Annotation:0\" "
 	        "Namespace=\"volrec/provenance\"><Value>",
-	        (unsigned long long)in->nt * in->shape[0]);
+	        (unsigned long long)in->nt * fmt_nch(in) * in->shape[0]);
 	xml_escape(f, json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
 	                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
-	fprintf(f, "</Value></CommentAnnotation></StructuredAnnotations>\n</OME>\n");
+	fprintf(f, "</Value></CommentAnnotation>");
+	if (caxis)
+		tiff_channel_maps(f, in);
+	fprintf(f, "</StructuredAnnotations>\n</OME>\n");
 	json_object_put(o);
 	if (fclose(f) != 0) {
 		free(xml);
@@ -140,9 +214,10 @@ static int tiff_open(struct fmt_writer *w, char *err, size_t errlen)
 {
 	const struct fmt_info *in = &w->info;
 	struct tiff *t = calloc(1, sizeof(*t));
-	uint64_t bytes = in->nt * in->shape[0] * in->shape[1] * in->shape[2];
+	uint64_t pages = in->nt * fmt_nch(in) * in->shape[0];
+	uint64_t bytes = pages * in->shape[1] * in->shape[2];
 	/* data, a directory of about 200 bytes per page, and the XML */
-	bool big = bytes + in->nt * in->shape[0] * 256 + (64u << 20) > UINT32_MAX;
+	bool big = bytes + pages * 256 + (64u << 20) > UINT32_MAX;
 
 	if (!t)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
@@ -228,12 +303,14 @@ static int tiff_put(struct fmt_writer *w, uint64_t ti, const uint8_t *vol, char 
 {
 	struct tiff *t = w->priv;
 	const uint32_t Y = w->info.shape[0], X = w->info.shape[1], Z = w->info.shape[2];
+	const uint32_t nch = fmt_nch(&w->info);
 	const size_t n = (size_t)X * Z;
 
-	for (uint32_t y = 0; y < Y; y++) {
+	/* the pages of volume ti: channel by channel (C), y (OME Z) within each */
+	for (uint32_t p = 0; p < nch * Y; p++) {
 		TIFF *tif = t->tif;
 
-		tiff_transpose(t->page, vol + y * n, X, Z);
+		tiff_transpose(t->page, vol + (size_t)p * n, X, Z);
 		TIFFSetField(tif, TIFFTAG_IMAGEWIDTH, X);
 		TIFFSetField(tif, TIFFTAG_IMAGELENGTH, Z);
 		TIFFSetField(tif, TIFFTAG_BITSPERSAMPLE, 8);
@@ -244,7 +321,7 @@ static int tiff_put(struct fmt_writer *w, uint64_t ti, const uint8_t *vol, char 
 		TIFFSetField(tif, TIFFTAG_COMPRESSION, COMPRESSION_NONE);
 		TIFFSetField(tif, TIFFTAG_ROWSPERSTRIP, Z);
 		TIFFSetField(tif, TIFFTAG_SOFTWARE, "volrec " VOLREC_VERSION);
-		if (ti == 0 && y == 0)
+		if (ti == 0 && p == 0)
 			TIFFSetField(tif, TIFFTAG_IMAGEDESCRIPTION, t->xml);
 		errno = 0;
 		tiff_msg[0] = 0;
@@ -253,7 +330,7 @@ static int tiff_put(struct fmt_writer *w, uint64_t ti, const uint8_t *vol, char 
 			return vr_err(err, errlen, errno ? -errno : -EIO, "%s: %s", t->tmp,
 			              errno ? strerror(errno) : tiff_msg);
 	}
-	w->written += (uint64_t)Y * n;
+	w->written += (uint64_t)nch * Y * n;
 	return 0;
 }
 

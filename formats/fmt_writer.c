@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "formats/fmt.h"
 
 enum {
@@ -207,4 +209,21 @@ void fmt_writer_free(struct fmt_writer *w)
 	w->ops->free(w);
 	free(w->path);
 	free(w);
+}
+
+struct json_object *fmt_channel_json(const struct fmt_channel *ch)
+{
+	struct json_object *o = json_object_new_object(), *r = json_object_new_array();
+
+	json_object_object_add(o, "name", json_object_new_string(ch->name));
+	json_object_object_add(o, "dataset", json_object_new_string(ch->dataset));
+	json_object_object_add(o, "value_unit",
+	                       *ch->unit ? json_object_new_string(ch->unit) : NULL);
+	for (int i = 0; i < 2; i++)
+		json_object_array_add(r, ch->range[i] == ch->range[i]
+		                                 ? json_object_new_double(ch->range[i])
+		                                 : NULL);
+	json_object_object_add(o, "value_range", r);
+	json_object_object_add(o, "attributes", ch->meaning ? json_object_get(ch->meaning) : NULL);
+	return o;
 }

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * OME-Zarr (NGFF 0.4) writer: a Zarr v2 directory store with one multiscale image [t][y][x][z],
- * a pyramid of 2x2x2 means down to a largest side of FMT_ZARR_PYRAMID_SIDE, chunks compressed
- * with blosc/zstd by a pool of threads, and the provenance in .zattrs (docs/formats.md).
+ * OME-Zarr (NGFF 0.4) writer: a Zarr v2 directory store with one multiscale image [t][y][x][z]
+ * ([t][c][y][x][z] with channels: structure, angio, doppler), a pyramid of 2x2x2 means (of
+ * Doppler's phases, circular means) down to a largest side of FMT_ZARR_PYRAMID_SIDE, chunks
+ * compressed with blosc/zstd by a pool of threads, and the provenance in .zattrs
+ * (docs/formats.md).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,12 +35,16 @@ struct zarr_level {
 	uint32_t shape[3]; /* [y][x][z] */
 	uint32_t chunk[3];
 	uint32_t nchunks[3];
-	uint8_t *vol; /* this level of the current volume (level 0: the caller's) */
+	uint8_t *vol; /* this level of the current volume, [c][y][x][z] (level 0: the caller's) */
 };
 
 struct zarr {
 	char *tmp; /* PATH.partial */
 	unsigned nlevels, threads;
+	uint32_t nch;                    /* channels of a volume */
+	bool caxis;                      /* the arrays have a channel axis c after t */
+	bool circular[FMT_CHANNELS_MAX]; /* the channel holds phases (Doppler) */
+	double cos8[256], sin8[256];     /* a phase's unit vector by its u8 value */
 	struct zarr_level lv[ZARR_LEVELS_MAX];
 	/* the current volume's work, shared by the threads */
 	uint64_t t;
@@ -171,29 +177,81 @@ static uint32_t zarr_mean8_row(uint8_t *out, const uint8_t *p, size_t row, size_
 	return i;
 }
 
-static void zarr_downsample_plane(struct zarr *z, unsigned long y, uint8_t *scratch)
+/* The u8 of the circular mean of the phases of n voxels at p[off[0..n)] (u8 q is the phase
+ * 2π q / 255 − π): the angle of the sum of their unit vectors; 128 (a phase of 0, as Doppler
+ * writes it) where they cancel. */
+static uint8_t zarr_circular_mean(const struct zarr *z, const uint8_t *const *q, unsigned n)
+{
+	const double pi = 3.14159265358979323846;
+	double c = 0, s = 0;
+	unsigned same = 1;
+
+	while (same < n && *q[same] == *q[0]) /* most of a volume: no flow, 128 */
+		same++;
+	if (same == n) /* the mean of one phase is that phase (and u8 back the same u8) */
+		return *q[0];
+	for (unsigned i = 0; i < n; i++) {
+		c += z->cos8[*q[i]];
+		s += z->sin8[*q[i]];
+	}
+	if (c * c + s * s < 1e-12)
+		return 128;
+	return (uint8_t)floor(255.0 * (atan2(s, c) + pi) / (2 * pi) + 0.5);
+}
+
+/* Plane y of level + 1 of Doppler's channel: the circular mean of 2x2x2 phases (fewer at the
+ * edges). */
+static void zarr_downsample_circular(struct zarr *z, const uint8_t *in, uint8_t *out, uint32_t y)
 {
 	const struct zarr_level *src = &z->lv[z->level], *dst = &z->lv[z->level + 1];
 	const uint32_t SY = src->shape[0], SX = src->shape[1], SZ = src->shape[2];
 	const uint32_t DX = dst->shape[1], DZ = dst->shape[2];
-	uint8_t *out = dst->vol + (size_t)y * DX * DZ;
+
+	for (uint32_t x = 0; x < DX; x++)
+		for (uint32_t zz = 0; zz < DZ; zz++) {
+			const uint8_t *q[8];
+			unsigned n = 0;
+
+			for (uint32_t dy = 0; dy < 2 && 2 * y + dy < SY; dy++)
+				for (uint32_t dx = 0; dx < 2 && 2 * x + dx < SX; dx++)
+					for (uint32_t d = 0; d < 2 && 2 * zz + d < SZ; d++)
+						q[n++] = in +
+						         ((size_t)(2 * y + dy) * SX + 2 * x + dx) *
+						                 SZ +
+						         2 * zz + d;
+			out[(size_t)x * DZ + zz] = zarr_circular_mean(z, q, n);
+		}
+}
+
+/* Task i: plane i % DY of channel i / DY of level + 1. */
+static void zarr_downsample_plane(struct zarr *z, unsigned long i, uint8_t *scratch)
+{
+	const struct zarr_level *src = &z->lv[z->level], *dst = &z->lv[z->level + 1];
+	const uint32_t SY = src->shape[0], SX = src->shape[1], SZ = src->shape[2];
+	const uint32_t DY = dst->shape[0], DX = dst->shape[1], DZ = dst->shape[2];
+	const uint32_t c = (uint32_t)(i / DY), y = (uint32_t)(i % DY);
+	const uint8_t *in = src->vol + (size_t)c * SY * SX * SZ;
+	uint8_t *out = dst->vol + (size_t)c * DY * DX * DZ + (size_t)y * DX * DZ;
 
 	(void)scratch;
+	if (z->circular[c]) {
+		zarr_downsample_circular(z, in, out, y);
+		return;
+	}
 	for (uint32_t x = 0; x < DX; x++) {
 		uint32_t zz = 0;
 
 		if (2 * y + 1 < SY && 2 * x + 1 < SX) /* 2x2 columns: 16 means at a time */
 			zz = zarr_mean8_row(out + (size_t)x * DZ,
-			                    src->vol + ((size_t)(2 * y) * SX + 2 * x) * SZ, SX * SZ,
-			                    SZ, SZ / 2);
+			                    in + ((size_t)(2 * y) * SX + 2 * x) * SZ, SX * SZ, SZ,
+			                    SZ / 2);
 		for (; zz < DZ; zz++) {
 			unsigned sum = 0, n = 0;
 
 			for (uint32_t dy = 0; dy < 2 && 2 * y + dy < SY; dy++)
 				for (uint32_t dx = 0; dx < 2 && 2 * x + dx < SX; dx++) {
 					const uint8_t *p =
-					        src->vol +
-					        ((size_t)(2 * y + dy) * SX + 2 * x + dx) * SZ +
+					        in + ((size_t)(2 * y + dy) * SX + 2 * x + dx) * SZ +
 					        2 * zz;
 					sum += p[0];
 					n++;
@@ -229,19 +287,27 @@ static int zarr_write_file(const char *path, const void *buf, size_t n)
 	return rc;
 }
 
-/* Task i: the chunk's level and position, in level order. */
+/* Task i: the chunk's level, channel and position, in level order. */
 static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
 {
 	const struct zarr_level *lv = z->lv;
 	unsigned l = 0;
 	unsigned long per;
-	char path[PATH_MAX];
+	char path[PATH_MAX], cdir[16] = "";
 
-	while ((per = (unsigned long)lv[l].nchunks[0] * lv[l].nchunks[1] * lv[l].nchunks[2]) <= i) {
+	while ((per = (unsigned long)lv[l].nchunks[0] * lv[l].nchunks[1] * lv[l].nchunks[2] *
+	              z->nch) <= i) {
 		i -= per;
 		l++;
 	}
 	lv += l;
+	per /= z->nch;
+	const uint32_t c = (uint32_t)(i / per);
+	const uint8_t *vol = lv->vol + (size_t)c * lv->shape[0] * lv->shape[1] * lv->shape[2];
+
+	i %= per;
+	if (z->caxis)
+		snprintf(cdir, sizeof(cdir), "/%u", c);
 	uint32_t cz = (uint32_t)(i % lv->nchunks[2]);
 	uint32_t cx = (uint32_t)(i / lv->nchunks[2] % lv->nchunks[1]);
 	uint32_t cy = (uint32_t)(i / lv->nchunks[2] / lv->nchunks[1]);
@@ -259,16 +325,15 @@ static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
 			if (gy < lv->shape[0] && gx < lv->shape[1]) {
 				n = lv->shape[2] - gz < CZ ? lv->shape[2] - gz : CZ;
 				memcpy(d,
-				       lv->vol + ((size_t)gy * lv->shape[1] + gx) * lv->shape[2] +
-				               gz,
+				       vol + ((size_t)gy * lv->shape[1] + gx) * lv->shape[2] + gz,
 				       n);
 			}
 			memset(d + n, 0, CZ - n);
 		}
 	int k = blosc_compress_ctx(ZARR_CLEVEL_OF(l), BLOSC_SHUFFLE, 1, raw, scratch, out,
 	                           raw + BLOSC_MAX_OVERHEAD, "zstd", FMT_ZARR_BLOCKSIZE, 1);
-	snprintf(path, sizeof(path), "%s/%u/%llu/%u/%u/%u", z->tmp, l, (unsigned long long)z->t, cy,
-	         cx, cz);
+	snprintf(path, sizeof(path), "%s/%u/%llu%s/%u/%u/%u", z->tmp, l, (unsigned long long)z->t,
+	         cdir, cy, cx, cz);
 	if (k <= 0) {
 		zarr_fail(z, -EIO, path, "blosc could not compress the chunk");
 		return;
@@ -276,8 +341,8 @@ static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
 	int rc = zarr_write_file(path, out, (size_t)k);
 
 	if (rc == -ENOENT) {
-		/* the first chunk of its folder: the folders t, cy and cx under LEVEL (made at
-		 * open) are made here, by whichever thread comes first (EEXIST is fine) */
+		/* the first chunk of its folder: the folders t, (c,) cy and cx under LEVEL (made
+		 * at open) are made here, by whichever thread comes first (EEXIST is fine) */
 		char *slash = strchr(path + strlen(z->tmp) + 1, '/');
 
 		rc = 0;
@@ -311,11 +376,14 @@ static int zarr_write_json(const char *dir, const char *name, struct json_object
 	return rc < 0 ? vr_err_errno(err, errlen, rc, "%s", path) : 0;
 }
 
-static struct json_object *json_u32s(const uint32_t *v, unsigned n, uint64_t first)
+/* [first, (c,) v...]: c only where the store has a channel axis (c >= 0). */
+static struct json_object *json_u32s(const uint32_t *v, unsigned n, uint64_t first, int64_t c)
 {
 	struct json_object *a = json_object_new_array();
 
 	json_object_array_add(a, json_object_new_int64((int64_t)first));
+	if (c >= 0)
+		json_object_array_add(a, json_object_new_int64(c));
 	for (unsigned i = 0; i < n; i++)
 		json_object_array_add(a, json_object_new_int64(v[i]));
 	return a;
@@ -334,8 +402,10 @@ static int zarr_write_zarray(struct zarr *z, const struct fmt_writer *w, unsigne
 	int rc;
 
 	json_object_object_add(o, "zarr_format", json_object_new_int(2));
-	json_object_object_add(o, "shape", json_u32s(z->lv[l].shape, 3, w->info.nt));
-	json_object_object_add(o, "chunks", json_u32s(z->lv[l].chunk, 3, 1));
+	json_object_object_add(
+	        o, "shape",
+	        json_u32s(z->lv[l].shape, 3, w->info.nt, z->caxis ? (int64_t)z->nch : -1));
+	json_object_object_add(o, "chunks", json_u32s(z->lv[l].chunk, 3, 1, z->caxis ? 1 : -1));
 	json_object_object_add(o, "dtype", json_object_new_string("|u1"));
 	json_object_object_add(c, "id", json_object_new_string("blosc"));
 	json_object_object_add(c, "cname", json_object_new_string("zstd"));
@@ -381,6 +451,8 @@ static struct json_object *zarr_multiscale(const struct zarr *z, const struct fm
 	json_object_object_add(ms, "version", json_object_new_string("0.4"));
 	json_object_object_add(ms, "name", json_object_new_string(base));
 	json_object_array_add(axes, zarr_axis("t", "time", tknown ? "second" : NULL));
+	if (z->caxis)
+		json_object_array_add(axes, zarr_axis("c", "channel", NULL));
 	for (int i = 0; i < 3; i++)
 		json_object_array_add(axes,
 		                      zarr_axis(names[i], "space", known ? "micrometer" : NULL));
@@ -393,6 +465,10 @@ static struct json_object *zarr_multiscale(const struct zarr *z, const struct fm
 
 		json_object_array_add(s, json_object_new_double(tknown ? in->interval_s : 1.0));
 		json_object_array_add(o, json_object_new_double(0.0));
+		if (z->caxis) { /* channels are not scaled */
+			json_object_array_add(s, json_object_new_double(1.0));
+			json_object_array_add(o, json_object_new_double(0.0));
+		}
 		for (int i = 0; i < 3; i++) {
 			double v = known ? in->voxel_um[i] : 1.0;
 
@@ -415,16 +491,58 @@ static struct json_object *zarr_multiscale(const struct zarr *z, const struct fm
 	}
 	json_object_object_add(ms, "datasets", sets);
 	json_object_object_add(ms, "type", json_object_new_string("mean"));
-	json_object_object_add(meta, "description",
-	                       json_object_new_string("each level: the mean of 2x2x2 voxels of the "
-	                                              "level before (fewer at the edges), rounded "
-	                                              "half up"));
+	json_object_object_add(
+	        meta, "description",
+	        json_object_new_string(
+	                z->caxis ? "each level: the mean of 2x2x2 voxels of the level before "
+	                           "(fewer at the edges), rounded half up; of Doppler's phases the "
+	                           "circular mean (the angle of the sum of their unit vectors, a "
+	                           "phase of 0 where they cancel)"
+	                         : "each level: the mean of 2x2x2 voxels of the level before "
+	                           "(fewer at the edges), rounded half up"));
 	json_object_object_add(ms, "metadata", meta);
 	return ms;
 }
 
+/* The "omero" block of NGFF 0.4 (transitional): a label and a colour per channel, the window
+ * of the 8-bit values. */
+static struct json_object *zarr_omero(const struct fmt_writer *w)
+{
+	const struct fmt_info *in = &w->info;
+	struct json_object *o = json_object_new_object(), *chs = json_object_new_array();
+	struct json_object *rd = json_object_new_object();
+
+	for (uint32_t c = 0; c < in->nch; c++) {
+		const char *name = in->ch[c].name;
+		struct json_object *ch = json_object_new_object(), *win = json_object_new_object();
+
+		json_object_object_add(ch, "label", json_object_new_string(name));
+		json_object_object_add(ch, "color",
+		                       json_object_new_string(!strcmp(name, "angio") ? "FF0000"
+		                                              : !strcmp(name, "doppler")
+		                                                      ? "00FF00"
+		                                                      : "FFFFFF"));
+		json_object_object_add(ch, "active", json_object_new_boolean(true));
+		json_object_object_add(ch, "coefficient", json_object_new_double(1.0));
+		json_object_object_add(ch, "family", json_object_new_string("linear"));
+		json_object_object_add(ch, "inverted", json_object_new_boolean(false));
+		json_object_object_add(win, "min", json_object_new_double(0.0));
+		json_object_object_add(win, "max", json_object_new_double(255.0));
+		json_object_object_add(win, "start", json_object_new_double(0.0));
+		json_object_object_add(win, "end", json_object_new_double(255.0));
+		json_object_object_add(ch, "window", win);
+		json_object_array_add(chs, ch);
+	}
+	json_object_object_add(o, "version", json_object_new_string("0.4"));
+	json_object_object_add(o, "channels", chs);
+	json_object_object_add(rd, "model", json_object_new_string("color"));
+	json_object_object_add(rd, "defaultT", json_object_new_int(0));
+	json_object_object_add(o, "rdefs", rd);
+	return o;
+}
+
 /* The provenance: volrec's own key beside "multiscales". */
-static struct json_object *zarr_provenance(const struct fmt_writer *w)
+static struct json_object *zarr_provenance(const struct zarr *z, const struct fmt_writer *w)
 {
 	const struct fmt_info *in = &w->info;
 	struct json_object *v = json_object_new_object(), *vs = json_object_new_array();
@@ -432,7 +550,15 @@ static struct json_object *zarr_provenance(const struct fmt_writer *w)
 	json_object_object_add(v, "volrec_version", json_object_new_string(VOLREC_VERSION));
 	if (w->opt.source)
 		json_object_object_add(v, "source", json_object_new_string(w->opt.source));
-	json_object_object_add(v, "axes", json_object_new_string("t,y,x,z"));
+	json_object_object_add(v, "axes",
+	                       json_object_new_string(z->caxis ? "t,c,y,x,z" : "t,y,x,z"));
+	if (z->caxis) {
+		struct json_object *chs = json_object_new_array();
+
+		for (uint32_t c = 0; c < in->nch; c++)
+			json_object_array_add(chs, fmt_channel_json(&in->ch[c]));
+		json_object_object_add(v, "channels", chs);
+	}
 	for (int i = 0; i < 3; i++)
 		json_object_array_add(vs, json_num(in->voxel_um[i]));
 	json_object_object_add(v, "voxel_size_um", vs);
@@ -463,6 +589,16 @@ static int zarr_open(struct fmt_writer *w, char *err, size_t errlen)
 		z->threads = 1;
 	if (z->threads > 64)
 		z->threads = 64;
+	z->nch = fmt_nch(&w->info);
+	z->caxis = fmt_channel_axis(&w->info);
+	for (uint32_t c = 0; z->caxis && c < z->nch; c++)
+		z->circular[c] = !strcmp(w->info.ch[c].name, "doppler");
+	for (int q = 0; q < 256; q++) {
+		double a = 2 * 3.14159265358979323846 * q / 255.0 - 3.14159265358979323846;
+
+		z->cos8[q] = cos(a);
+		z->sin8[q] = sin(a);
+	}
 	if (!w->opt.replace && stat(w->path, &st) == 0)
 		return vr_err(err, errlen, -EEXIST, "%s: exists (--force replaces it)", w->path);
 	if (!(z->tmp = fmt_partial_name(w->path)))
@@ -487,9 +623,10 @@ static int zarr_open(struct fmt_writer *w, char *err, size_t errlen)
 		raw = (size_t)lv->chunk[0] * lv->chunk[1] * lv->chunk[2];
 		z->scratch = raw + BLOSC_MAX_OVERHEAD > z->scratch ? raw + BLOSC_MAX_OVERHEAD
 		                                                   : z->scratch;
-		z->ntasks += (unsigned long)lv->nchunks[0] * lv->nchunks[1] * lv->nchunks[2];
-		if (z->nlevels > 0 &&
-		    !(lv->vol = malloc((size_t)lv->shape[0] * lv->shape[1] * lv->shape[2])))
+		z->ntasks +=
+		        (unsigned long)lv->nchunks[0] * lv->nchunks[1] * lv->nchunks[2] * z->nch;
+		if (z->nlevels > 0 && !(lv->vol = malloc((size_t)lv->shape[0] * lv->shape[1] *
+		                                         lv->shape[2] * z->nch)))
 			return vr_err(err, errlen, -ENOMEM, "out of memory");
 		z->nlevels++;
 		if (big <= FMT_ZARR_PYRAMID_SIDE || z->nlevels == ZARR_LEVELS_MAX)
@@ -515,7 +652,8 @@ static int zarr_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *
 	z->lv[0].vol = (uint8_t *)vol;
 	atomic_store(&z->written, 0);
 	for (z->level = 0; z->level + 1 < z->nlevels; z->level++) {
-		rc = zarr_run(z, z->lv[z->level + 1].shape[0], zarr_downsample_plane);
+		rc = zarr_run(z, (unsigned long)z->lv[z->level + 1].shape[0] * z->nch,
+		              zarr_downsample_plane);
 		if (rc < 0)
 			return vr_err(err, errlen, rc, "%s", z->err);
 	}
@@ -534,7 +672,9 @@ static int zarr_finish(struct fmt_writer *w, char *err, size_t errlen)
 
 	json_object_array_add(ms, zarr_multiscale(z, w));
 	json_object_object_add(a, "multiscales", ms);
-	json_object_object_add(a, "volrec", zarr_provenance(w));
+	if (z->caxis)
+		json_object_object_add(a, "omero", zarr_omero(w));
+	json_object_object_add(a, "volrec", zarr_provenance(z, w));
 	rc = zarr_write_json(z->tmp, ".zattrs", a, err, errlen);
 	json_object_put(a);
 	if (rc < 0)

@@ -80,6 +80,97 @@ int vr_h5_dataset_units(hid_t file, const char *name, const double um[3])
 	return rc;
 }
 
+static int h5_attr_f64(hid_t obj, const char *name, double v)
+{
+	return vr_h5_attr(obj, name, H5T_NATIVE_DOUBLE, 0, &v);
+}
+
+static int h5_attr_f64v(hid_t obj, const char *name, const double *v, hsize_t n)
+{
+	return vr_h5_attr(obj, name, H5T_NATIVE_DOUBLE, n, v);
+}
+
+int vr_h5_structure_meaning(hid_t file, const char *name, const double db_range[2])
+{
+	hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+	int rc;
+
+	if (ds < 0)
+		return -EIO;
+	rc = vr_h5_attr_str(ds, "quantity", "structure: 20 log10 of the OCT magnitude");
+	if (!rc)
+		rc = vr_h5_attr_str(ds, "value_unit", "dB");
+	if (!rc)
+		rc = h5_attr_f64v(ds, "value_range", db_range, 2);
+	H5Dclose(ds);
+	return rc;
+}
+
+int vr_h5_angio_meaning(hid_t file, const char *name, bool u8, const char *method,
+                        const double range[2])
+{
+	const bool cdv = !strcmp(method, "cdv");
+	hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+	int rc;
+
+	if (ds < 0)
+		return -EIO;
+	rc = vr_h5_attr_str(ds, "quantity",
+	                    cdv ? "angiography: complex differential variance (1 - the "
+	                          "correlation of successive repeats)"
+	                        : "angiography: speckle variance (the variance of the repeats' "
+	                          "dB)");
+	if (!rc)
+		rc = vr_h5_attr_str(ds, "angio_method", method);
+	if (!rc)
+		rc = vr_h5_attr_str(ds, "value_unit", cdv ? "1" : "dB^2");
+	if (!rc)
+		rc = h5_attr_f64v(ds, "value_range", range, 2);
+	if (!rc && !u8)
+		rc = vr_h5_attr_str(ds, "value_encoding",
+		                    "v in [0, 1]: value_range[0] + (value_range[1] - "
+		                    "value_range[0]) * v");
+	H5Dclose(ds);
+	return rc;
+}
+
+int vr_h5_doppler_meaning(hid_t file, const char *name, bool u8, const char *axis,
+                          double interval_us, double wavelength_nm, double index)
+{
+	const double pi = 3.14159265358979323846, phase[2] = {-pi, pi};
+	const bool known = interval_us > 0 && wavelength_nm > 0 && index > 0;
+	/* v = λ0 Δφ / (4π n T): nm over us is mm/s */
+	const double k = known ? wavelength_nm / (4 * pi * index * interval_us) : NAN;
+	const double vr[2] = {-pi * k, pi * k};
+	hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+	int rc;
+
+	if (ds < 0)
+		return -EIO;
+	rc = vr_h5_attr_str(ds, "quantity",
+	                    "Doppler: the phase difference of successive acquisitions (Kasai), "
+	                    "positive for motion away from the probe");
+	if (!rc)
+		rc = vr_h5_attr_str(ds, "value_unit", "rad");
+	if (!rc && u8)
+		rc = h5_attr_f64v(ds, "value_range", phase, 2);
+	if (!rc)
+		rc = vr_h5_attr_str(ds, "doppler_axis", axis);
+	if (!rc)
+		rc = h5_attr_f64(ds, "doppler_interval_us", interval_us > 0 ? interval_us : NAN);
+	if (!rc)
+		rc = h5_attr_f64(ds, "center_wavelength_nm",
+		                 wavelength_nm > 0 ? wavelength_nm : NAN);
+	if (!rc)
+		rc = h5_attr_f64(ds, "refractive_index", index);
+	if (!rc)
+		rc = h5_attr_f64(ds, "velocity_mm_s_per_rad", k);
+	if (!rc && u8)
+		rc = h5_attr_f64v(ds, "velocity_range_mm_s", vr, 2);
+	H5Dclose(ds);
+	return rc;
+}
+
 hid_t vr_h5_text_type(void)
 {
 	hid_t t = H5Tcopy(H5T_C_S1);

@@ -7,6 +7,7 @@
 #ifndef VOLREC_CLIENTS_H5ATTR_H
 #define VOLREC_CLIENTS_H5ATTR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,26 @@ int vr_h5_attr_u64(hid_t obj, const char *name, uint64_t v);
 int vr_h5_volume_units(hid_t file, const double um[3]);
 /* The same for the volumes [t][y][x][z] of dataset name (a channel: /angio, /doppler). */
 int vr_h5_dataset_units(hid_t file, const char *name, const double um[3]);
+/*
+ * What the values of a channel's dataset mean (docs/formats.md "Channels"), as attributes of
+ * the dataset name of file: quantity (what it is, in words), value_unit, and for 8-bit values
+ * value_range [lo, hi], the values u8 0 and 255 stand for (linear between: value = lo +
+ * (hi - lo) * u8 / 255; clamped outside). Each returns 0 or -EIO.
+ */
+/* The structure: 20 log10 of the magnitude in dB, db_range [lo, hi] mapped to 0..255. */
+int vr_h5_structure_meaning(hid_t file, const char *name, const double db_range[2]);
+/* Angiography of method ("cdv": 1 - the correlation of repeats, unit 1; "svar": the variance of
+ * the repeats' dB, unit dB^2), range [lo, hi] mapped to 0..255; u8 false: a float v in [0, 1]
+ * (lo + (hi - lo) v, the low-resolution /lowres_angio). */
+int vr_h5_angio_meaning(hid_t file, const char *name, bool u8, const char *method,
+                        const double range[2]);
+/* Doppler phase differences Δφ of pairs of axis ("bscan": repeat to repeat, "ascan": A-scan
+ * to A-scan) interval_us apart; u8: −π..π mapped to 0..255 (Δφ = 0 is 127.5, written as 128),
+ * else radians (the float /lowres_doppler). The axial velocity v = λ0 Δφ / (4π n T) in mm/s
+ * with wavelength_nm (λ0) and index (n) when interval_us and wavelength_nm are known (> 0),
+ * else written as NaN (unknown). */
+int vr_h5_doppler_meaning(hid_t file, const char *name, bool u8, const char *axis,
+                          double interval_us, double wavelength_nm, double index);
 /* A variable-length UTF-8 string type (the caller closes it), or a negative id. */
 hid_t vr_h5_text_type(void);
 

@@ -107,9 +107,9 @@ struct gpu_miss {
 	unsigned *count;
 	bool rev;
 };
-/* Mark the A-scans of one raw f32 B-scan that hold a NaN or an infinity into m (its count is
- * set first). */
-cudaError_t gpu_launch_nonfinite(const struct gpu_prep_params *p, const void *raw,
+/* Mark the A-scans that hold a NaN or an infinity in any of the nrep raw f32 B-scans at raw (a
+ * position's repeats, one after another) into m (its count is set first). */
+cudaError_t gpu_launch_nonfinite(const struct gpu_prep_params *p, const void *raw, int nrep,
                                  const struct gpu_miss *m, cudaStream_t s);
 /* Fill the columns of the missing A-scans of the B-scan's row of L_e (lerow) from their
  * neighbours along the row (docs/algorithms.md §1.0). */
@@ -151,6 +151,40 @@ cudaError_t gpu_launch_power_add(const struct gpu_prep_params *p, const float2 *
 cudaError_t gpu_launch_logpower(const struct gpu_prep_params *p, float inv_m, float *lerow,
                                 cudaStream_t s);
 
+/* Output channels other than the structure (docs/algorithms.md §5) of one B-scan position,
+ * from the functional.* keys when the position is queued. */
+struct gpu_fn_params {
+	int M, nx, nh, nz, z0; /* repeats, A-scans, N / 2 bins, output depths, first depth */
+	bool flip_z;
+	bool rev;            /* the position runs against x (be_live_reversed) */
+	int h;               /* functional.axial_half_window */
+	float mask_db;       /* functional.mask_db (or its default) */
+	bool angio, svar;    /* angiography output; its method svar (else cdv) */
+	float a_lo, a_inv;   /* functional.angio.range: lo, 1 / (hi - lo) */
+	bool doppler, ascan; /* Doppler output; its axis ascan (else bscan) */
+	bool bulk;           /* functional.doppler.bulk */
+};
+/* Repeat m's spectra X - C[z] (C NULL: X; all N / 2 bins, spec ld complex values per A-scan)
+ * into the position's fspec [M][nx][N / 2]; with lerow (M > 1) also gpu_launch_power_add's
+ * work in the same kernel (first: set). */
+cudaError_t gpu_launch_fn_store(const struct gpu_prep_params *p, const float2 *spec, int ld,
+                                bool reverse_x, const float2 *C, int m, float2 *fspec, float *lerow,
+                                bool first, cudaStream_t s);
+/* After the position's last repeat: per A-scan the mask keep [nx][N / 2] (its depth range) and
+ * the bulk phases bulk [nx][M] (Doppler with functional.doppler.bulk); then angiography's v
+ * into the position's rows la, Doppler's R into lre, lim and its phase into ph (may be NULL)
+ * ([nx][nz] each, as L_e's rows), by the functions of backend/functional.h. */
+cudaError_t gpu_launch_functional(const struct gpu_fn_params *f, const float2 *fspec,
+                                  unsigned char *keep, float2 *bulk, float *la, float *lre,
+                                  float *lim, float *ph, cudaStream_t s);
+/* Doppler's phase (be_fn_phase) of n values re + i im into ph. */
+cudaError_t gpu_launch_fn_phase(const float *re, const float *im, float *ph, size_t n,
+                                cudaStream_t s);
+/* Doppler's v (be_fn_doppler_v) of n values re + i im: u8 into out8, float into outf (may be
+ * NULL). */
+cudaError_t gpu_launch_doppler_v(const float *re, const float *im, size_t n, uint8_t *out8,
+                                 float *outf, cudaStream_t s);
+
 /* Parameters of the reconstruction of one epoch. */
 struct gpu_recon_params {
 	int nx, ny, nz;  /* low resolution */
@@ -184,7 +218,7 @@ struct gpu_recon_params {
 #define GPU_RECON_ROWS 4
 
 /* Write L_e into B at the epoch's positions and set E there: the epoch, or -1 where the A-scan
- * was missing (miss [ny][nx], NULL: none). */
+ * was missing (miss [ny][nx], NULL: none); E NULL: only B (a functional channel's plane). */
 cudaError_t gpu_launch_interlace(const struct gpu_recon_params *p, const float *le,
                                  const unsigned char *miss, float *B, long long *E, cudaStream_t s);
 /* Temporal weight map tmap[Y][X] from E (the E path). */
@@ -215,7 +249,7 @@ cudaError_t gpu_upload_constants(const float *ttab, size_t n, const float g[4], 
 cudaError_t gpu_launch_weights(const struct gpu_recon_params *p, const float *tmap,
                                const float *alpha, const float *beta, float *W, cudaStream_t s);
 /* The 3x3x3 kernel on rows [y0, y1) of B with the weights W: u8 into out8 (full volume
- * base), float into outf (full volume base, may be NULL). Adaptive (p->adaptive): blended
+ * base, may be NULL), float into outf (full volume base, may be NULL). Adaptive (p->adaptive): blended
  * with the column of B by W[19], then with the bilinear interpolation of le on the axes axy,
  * aoff (gpu_launch_adapt_weights) by W[18]. */
 cudaError_t gpu_launch_recon(const struct gpu_recon_params *p, const float *B, const float *W,
@@ -363,10 +397,5 @@ const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 #ifdef __cplusplus
 }
 #endif
-
-/* The refusal of what the CUDA kernels do not compute yet (docs/gpu.md): output.channels other
- * than [structure], and f32 samples with geometry.repeats > 1. \return 0 or -ENOTSUP with the
- * message in err. */
-int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -35,7 +35,16 @@ struct gpu_stream {
 	cufftHandle r2c, c2c;
 	bool has_r2c, has_c2c;
 	struct gpu_pm_buffers pm; /* partial_median scratch */
+	/* output.channels other than the structure (NULL otherwise): the spectra of the
+	 * position's repeats [M][nx][N/2], the mask [nx][N/2] and the bulk phases [nx][M] */
+	float2 *fspec;
+	unsigned char *keep;
+	float2 *bulk;
 };
+
+/* The planes of the channels other than the structure (docs/algorithms.md §5 step 5):
+ * angiography's v, Doppler's Re R and Im R. */
+enum { GPU_PL_ANGIO, GPU_PL_DRE, GPU_PL_DIM, GPU_FN_PLANES };
 
 struct gpu_state {
 	int dev;
@@ -101,6 +110,15 @@ struct gpu_state {
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 	uint8_t *out8b;      /* the same, spare: NULL when memory is short (no queue ahead) */
 
+	/* output.channels other than the structure (docs/algorithms.md §5; NULL when a plane is
+	 * not output): low-resolution planes beside le[cur], Doppler's phase beside them, B and
+	 * the output of each plane [Y][X][Z] as P and Q, and Doppler's v (the output's size) */
+	bool fn;
+	float *lpl[GPU_FN_PLANES][2];
+	float *lph[2];
+	float *Ppl[GPU_FN_PLANES], *Qpl[GPU_FN_PLANES];
+	float *Dv;
+
 	/* f32: the A-scans with a non-finite sample (docs/algorithms.md §1.0), beside le[cur] */
 	unsigned char *miss[2]; /* [ny][nx], x as in L_e: missing */
 	unsigned *mcount[2];    /* [ny] of them per B-scan */
@@ -147,9 +165,10 @@ struct gpu_state {
 	cudaEvent_t mev_pre;
 	uint64_t sub_epoch; /* the epoch B-scans are being submitted for, and how many */
 	uint32_t sub_n;
-	uint8_t *rep_got;    /* M > 1: [ny] repeats of each position submitted for sub_epoch */
-	char merr[384];      /* a failure of the bands callback */
-	size_t lmem_threads; /* resident threads of the device (local memory) */
+	uint8_t *rep_got;     /* M > 1: [ny] repeats of each position submitted for sub_epoch */
+	const void **rep_raw; /* M > 1: [nraw] their raw B-scans, queued once all are there */
+	char merr[384];       /* a failure of the bands callback */
+	size_t lmem_threads;  /* resident threads of the device (local memory) */
 
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
 	 * into the slot's views area; vev closes them for epoch_wait */
@@ -472,9 +491,9 @@ static void gpu_destroy(void *vst)
 				cufftDestroy(g->r2c);
 			if (g->has_c2c)
 				cufftDestroy(g->c2c);
-			void *const dev[] = {g->work,    g->raw,     g->conv,    g->col,
-			                     g->fin,     g->fout,    g->pm.part, g->pm.sig,
-			                     g->pm.list, g->pm.nsel, g->pm.C};
+			void *const dev[] = {g->work, g->raw,     g->conv,   g->col,     g->fin,
+			                     g->fout, g->pm.part, g->pm.sig, g->pm.list, g->pm.nsel,
+			                     g->pm.C, g->fspec,   g->keep,   g->bulk};
 			gpu_free_each(dev, VR_ARRAY_SIZE(dev), NULL, 0);
 			if (g->ev)
 				cudaEventDestroy(g->ev);
@@ -520,6 +539,14 @@ static void gpu_destroy(void *vst)
 	                     st->miss[0],  st->miss[1],   st->mcount[0], st->mcount[1]};
 	void *const host[] = {st->h_render, st->h_vacc, st->cpin};
 	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
+	for (int pl = 0; pl < GPU_FN_PLANES; pl++) {
+		void *const fdev[] = {st->lpl[pl][0], st->lpl[pl][1], st->Ppl[pl], st->Qpl[pl]};
+		gpu_free_each(fdev, VR_ARRAY_SIZE(fdev), NULL, 0);
+	}
+	{
+		void *const fdev[] = {st->lph[0], st->lph[1], st->Dv};
+		gpu_free_each(fdev, VR_ARRAY_SIZE(fdev), NULL, 0);
+	}
 	for (int k = 0; k < GPU_SLABS; k++)
 		if (st->sev[k])
 			cudaEventDestroy(st->sev[k]);
@@ -527,6 +554,7 @@ static void gpu_destroy(void *vst)
 	gpu_tables_free(&st->tab);
 	free(st->ttab);
 	free(st->rep_got);
+	free(st->rep_raw);
 	free(st);
 }
 
@@ -770,6 +798,7 @@ static void gpu_geometry(struct gpu_state *st, const struct vr_config *cfg,
 {
 	be_geometry_init(&st->geo, cfg);
 	st->have_full = cfg->reconstruct.mode != CFG_RECON_NONE || st->geo.S == 1;
+	st->fn = st->geo.chan[CFG_CH_ANGIO] >= 0 || st->geo.chan[CFG_CH_DOPPLER] >= 0;
 	st->ns = cfg->gpu.streams;
 	st->lmem_threads = (size_t)prop->multiProcessorCount * prop->maxThreadsPerMultiProcessor;
 	gpu_part_range(&st->part, st->geo.ny, st->geo.sy, &st->blo, &st->bhi);
@@ -808,9 +837,15 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 	            sizeof(float2)) *
 	                   bu->half +
 	           sizeof(int);
-	bu->per_stream = st->geo.bscan_bytes + (size_t)st->geo.nx * st->geo.K * sizeof(float) +
-	                 st->geo.K * sizeof(float) + 2 * bu->fbytes + pm_bytes +
-	                 (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
+	bu->per_stream =
+	        st->geo.bscan_bytes * (st->geo.sample_type == CFG_SAMPLE_F32 ? st->geo.M : 1) +
+	        (size_t)st->geo.nx * st->geo.K * sizeof(float) + st->geo.K * sizeof(float) +
+	        2 * bu->fbytes + pm_bytes + (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
+	/* output.channels other than the structure: a position's spectra, mask, bulk phases */
+	if (st->fn)
+		bu->per_stream +=
+		        (size_t)st->geo.nx * bu->half * ((size_t)st->geo.M * sizeof(float2) + 1) +
+		        (size_t)st->geo.nx * st->geo.M * sizeof(float2);
 	bu->taps_max = 2 * GPU_SPLINE_R + 2;
 	tables = (size_t)st->geo.K *
 	         (sizeof(int32_t) + bu->taps_max * sizeof(float) + 4 * sizeof(float));
@@ -824,6 +859,20 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 	                           ((size_t)st->geo.X + st->geo.Y) *
 	                                   (sizeof(int4) + sizeof(longlong2))
 	                 : st->geo.le_count);
+	/* and their planes: low-resolution (two each), B and output, Doppler's phase and v; the
+	 * u8 volume holds every channel */
+	{
+		const size_t out_vox = st->have_full ? st->geo.full_count : st->geo.le_count;
+		const size_t np = (st->geo.chan[CFG_CH_ANGIO] >= 0 ? 1 : 0) +
+		                  (st->geo.chan[CFG_CH_DOPPLER] >= 0 ? 2 : 0);
+		bu->volumes +=
+		        np * (2 * st->geo.le_count + (st->have_full ? 2 * st->geo.full_count : 0)) *
+		                sizeof(float) +
+		        (st->geo.chan[CFG_CH_DOPPLER] >= 0
+		                 ? (2 * st->geo.le_count + out_vox) * sizeof(float)
+		                 : 0) +
+		        (st->geo.nch - 1) * out_vox;
+	}
 	cfg_out_dims(cfg, od);
 	bu->vol_room = be_volume_room(od[0], od[1], od[2]);
 	bu->view_bytes = be_views_wanted(cfg)
@@ -840,7 +889,7 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 	rc = gpu_cuda_check(cudaMemGetInfo(&freeb, &totalb), "cudaMemGetInfo", err, errlen);
 	if (rc < 0)
 		return rc;
-	bu->out8_bytes = st->have_full ? st->geo.full_count : st->geo.le_count;
+	bu->out8_bytes = (st->have_full ? st->geo.full_count : st->geo.le_count) * st->geo.nch;
 	/* the queue ahead: VOLREC_CUDA_AHEAD=0 turns it off (for comparisons) */
 	ahead_env = getenv("VOLREC_CUDA_AHEAD");
 	if (ahead_env && strcmp(ahead_env, "0") && strcmp(ahead_env, "1")) {
@@ -894,8 +943,45 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 		                "median depth counts", err, errlen);
 	if (rc == 0 && st->geo.M > 1) {
 		st->rep_got = calloc(st->geo.ny, 1);
-		if (!st->rep_got)
+		st->rep_raw = calloc(st->geo.nraw, sizeof(*st->rep_raw));
+		if (!st->rep_got || !st->rep_raw)
 			rc = vr_err(err, errlen, -ENOMEM, "cuda backend: out of memory");
+	}
+	/* output.channels other than the structure: their planes, zeros at first as L_e, B and
+	 * the output */
+	for (int pl = 0; rc == 0 && st->fn && pl < GPU_FN_PLANES; pl++) {
+		if ((pl == GPU_PL_ANGIO ? st->geo.chan[CFG_CH_ANGIO]
+		                        : st->geo.chan[CFG_CH_DOPPLER]) < 0)
+			continue;
+		const size_t fb = st->geo.full_count * sizeof(float);
+		const size_t lb = st->geo.le_count * sizeof(float);
+		const struct gpu_buf b[] = {
+		        {(void **)&st->lpl[pl][0], lb, "channel L_e"},
+		        {(void **)&st->lpl[pl][1], lb, "second channel L_e"},
+		        {(void **)&st->Ppl[pl], st->have_full ? fb : 0, "channel B volume"},
+		        {(void **)&st->Qpl[pl], st->have_full ? fb : 0, "channel output volume"},
+		};
+		rc = gpu_malloc_each(b, VR_ARRAY_SIZE(b), err, errlen);
+		for (int i = 0; rc == 0 && i < 2; i++)
+			rc = gpu_cuda_check(cudaMemset(st->lpl[pl][i], 0, lb),
+			                    "cudaMemset(channel L_e)", err, errlen);
+		if (rc == 0 && st->have_full)
+			rc = gpu_cuda_check(cudaMemset(st->Ppl[pl], 0, fb), "cudaMemset(channel B)",
+			                    err, errlen);
+		if (rc == 0 && st->have_full)
+			rc = gpu_cuda_check(cudaMemset(st->Qpl[pl], 0, fb),
+			                    "cudaMemset(channel output)", err, errlen);
+	}
+	if (rc == 0 && st->geo.chan[CFG_CH_DOPPLER] >= 0) {
+		const size_t lb = st->geo.le_count * sizeof(float);
+		const struct gpu_buf b[] = {
+		        {(void **)&st->lph[0], lb, "Doppler phase"},
+		        {(void **)&st->lph[1], lb, "second Doppler phase"},
+		        {(void **)&st->Dv,
+		         (st->have_full ? st->geo.full_count : st->geo.le_count) * sizeof(float),
+		         "Doppler output"},
+		};
+		rc = gpu_malloc_each(b, VR_ARRAY_SIZE(b), err, errlen);
 	}
 	for (int i = 0; rc == 0 && i < 2; i++)
 		rc = gpu_malloc((void **)&st->miss[i], (size_t)st->geo.ny * st->geo.nx,
@@ -1055,7 +1141,11 @@ static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, 
 		if (rc == 0)
 			rc = gpu_event_new(&g->ev, "cudaEventCreate", err, errlen);
 		const struct gpu_buf bufs[] = {
-		        {&g->raw, st->geo.bscan_bytes, "raw B-scan"},
+		        /* f32: every repeat of a position (its missing A-scans are marked over all) */
+		        {&g->raw,
+		         st->geo.bscan_bytes *
+		                 (st->geo.sample_type == CFG_SAMPLE_F32 ? st->geo.M : 1),
+		         "raw B-scan"},
 		        {(void **)&g->conv, (size_t)st->geo.nx * st->geo.K * sizeof(float),
 		         "converted B-scan"},
 		        {(void **)&g->col, st->geo.K * sizeof(float), "column spectrum"},
@@ -1067,6 +1157,15 @@ static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, 
 		        {(void **)&g->pm.list, half * sizeof(int), "partial_median depth list"},
 		        {(void **)&g->pm.nsel, sizeof(int), "partial_median count"},
 		        {(void **)&g->pm.C, half * sizeof(float2), "partial_median values"},
+		        /* output.channels other than the structure (none: 1-byte stubs, unused) */
+		        {(void **)&g->fspec,
+		         st->fn ? (size_t)st->geo.M * st->geo.nx * half * sizeof(float2) : 0,
+		         "repeats' spectra"},
+		        {(void **)&g->keep, st->fn ? (size_t)st->geo.nx * half : 0,
+		         "functional mask"},
+		        {(void **)&g->bulk,
+		         st->fn ? (size_t)st->geo.nx * st->geo.M * sizeof(float2) : 0,
+		         "bulk phases"},
 		};
 		if (rc == 0)
 			rc = gpu_malloc_each(bufs, VR_ARRAY_SIZE(bufs), err, errlen);
@@ -1230,32 +1329,13 @@ fail:
 
 /* The one-device backend: its messages name it ("cuda backend: ..."), as the composite's do;
  * the part's texts that do not (CUDA's, the device checks') get the name here. */
-int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen)
-{
-	if (cfg->geometry.repeats > 1 && cfg->geometry.sample_type == CFG_SAMPLE_F32)
-		return vr_err(err, errlen, -ENOTSUP,
-		              "cuda backend: geometry.repeats %u with sample_type f32 is not "
-		              "available yet (the cpu backend takes it: a non-finite sample in any "
-		              "repeat makes its A-scan missing, docs/algorithms.md §1.0)",
-		              (unsigned)cfg->geometry.repeats);
-	if (!cfg_functional(cfg))
-		return 0;
-	return vr_err(err, errlen, -ENOTSUP,
-	              "cuda backend: output.channels other than [structure] is not available yet "
-	              "(the cpu backend computes angio and doppler)");
-}
-
 static int gpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
 {
 	static const char own[] = "cuda backend: ";
 	const struct gpu_part whole = {0, 1, 0, cfg->geometry.bscans_per_volume};
 	struct gpu_state *st;
 	char msg[512] = "";
-	int rc = gpu_channels_supported(cfg, err, errlen);
-
-	if (rc < 0)
-		return rc;
-	rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
+	int rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
 
 	if (rc == 0) {
 		*state = st;
@@ -1339,32 +1419,28 @@ static void gpu_set_sticky(struct gpu_state *st, int rc, const char *fmt, ...)
 	va_end(ap);
 }
 
-static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const void *raw)
+/* The missing A-scans of position b (f32 samples, docs/algorithms.md §1.0; none otherwise): its
+ * row of the epoch's mask and its count. */
+static struct gpu_miss gpu_miss_of(const struct gpu_state *st, uint32_t b)
 {
-	struct gpu_state *st = vst;
-	char err[384];
-	const size_t errlen = sizeof(err);
-	int rc;
+	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
 
-	if (st->sticky)
-		return st->sticky;
-	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
-	if (rc < 0)
-		goto out;
+	return (struct gpu_miss){
+	        .row = f32 ? st->miss[st->cur] + (size_t)b * st->geo.nx : NULL,
+	        .count = st->mcount[st->cur] + b,
+	        .rev = be_live_reversed(&st->live, b),
+	};
+}
 
-	/* raw B-scan bscan is repeat bscan % M of position b (docs/algorithms.md §5): every repeat
-	 * of a position goes to one stream, in order, which sums their power into its row of L_e */
-	const uint32_t M = st->geo.M, b = bscan / M;
-	if (st->sub_n == 0 || st->sub_epoch != epoch) {
-		st->sub_epoch = epoch;
-		st->sub_n = 0;
-		if (M > 1)
-			memset(st->rep_got, 0, st->geo.ny);
-	}
-	st->sub_n++;
-	const bool first = M == 1 || st->rep_got[b] == 0;
-	const bool last = M == 1 || ++st->rep_got[b] == M;
-	struct gpu_stream *g = &st->st[b % (uint32_t)st->ns];
+/* Steps 1-5 (and §1b) of repeat m of position b, its raw B-scan already on the device at draw
+ * (and, f32, the position's missing A-scans marked), on stream g, into the position's rows of
+ * L_e: its log magnitude (M = 1), or its power added (first: set) and, after the last, the log
+ * of the mean power; f32: the missing A-scans' columns filled; with channels other than the
+ * structure its spectra into g->fspec. */
+static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b, uint32_t m,
+                          const void *draw, bool first, bool last, char *err, size_t errlen)
+{
+	const uint32_t M = st->geo.M;
 	const struct gpu_prep_tables t = {
 	        .rs_idx = st->d_rs_idx,
 	        .rs_w = st->d_rs_w,
@@ -1373,25 +1449,17 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	        .disp_im = st->d_dim,
 	        .reference = st->d_ref,
 	};
-	CU(cudaMemcpyAsync(g->raw, raw, st->geo.bscan_bytes, cudaMemcpyHostToDevice, g->s),
-	   "cudaMemcpyAsync(raw B-scan, host to device)");
+	int rc = 0;
+
 	const bool rev = be_live_reversed(&st->live, b);
-	/* f32 with repeats is refused at creation (M = 1 here when f32) */
 	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
-	const struct gpu_miss miss = {
-	        .row = f32 ? st->miss[st->cur] + (size_t)bscan * st->geo.nx : NULL,
-	        .count = st->mcount[st->cur] + b,
-	        .rev = rev,
-	};
-	if (f32)
-		CU(gpu_launch_nonfinite(&st->prep, g->raw, &miss, g->s),
-		   "non-finite sample kernel");
+	const struct gpu_miss miss = gpu_miss_of(st, b);
 	const bool pm = st->prep.background == CFG_BG_PARTIAL_MEDIAN;
 	if (st->prep.background == CFG_BG_BSCAN_MEAN ||
 	    st->prep.background == CFG_BG_BSCAN_MEDIAN || pm)
-		CU(gpu_launch_colstat(&st->prep, g->raw, &miss, g->col, g->s),
+		CU(gpu_launch_colstat(&st->prep, draw, &miss, g->col, g->s),
 		   "B-scan background kernel");
-	CU(gpu_launch_convert(&st->prep, &t, g->raw, &miss, g->col, g->conv, g->fin, g->s),
+	CU(gpu_launch_convert(&st->prep, &t, draw, &miss, g->col, g->conv, g->fin, g->s),
 	   "convert kernel");
 	if (st->prep.taps)
 		CU(gpu_launch_resample(&st->prep, &t, g->conv, g->fin, g->s), "resample kernel");
@@ -1408,6 +1476,12 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm, &miss,
 		                             st->counts[st->cur] + b, !first, g->s),
 		   "partial_median kernels");
+	/* channels other than the structure: the repeat's spectra kept (M > 1: and its power
+	 * added, in the same kernel) */
+	if (st->fn)
+		CU(gpu_launch_fn_store(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, (int)m,
+		                       g->fspec, M > 1 ? lerow : NULL, first, g->s),
+		   "repeats' spectra kernel");
 	if (M == 1) {
 		CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, lerow, g->s),
 		   "log-magnitude kernel");
@@ -1416,16 +1490,134 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 			   "missing A-scan kernel");
 		return 0;
 	}
-	CU(gpu_launch_power_add(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, first, lerow,
-	                        g->s),
-	   "repeats' power kernel");
+	if (!st->fn)
+		CU(gpu_launch_power_add(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, first,
+		                        lerow, g->s),
+		   "repeats' power kernel");
 	if (last)
 		CU(gpu_launch_logpower(&st->prep, 1.0f / (float)M, lerow, g->s),
 		   "log-power kernel");
-	return 0;
+	if (last && f32)
+		CU(gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s), "missing A-scan kernel");
 out:
-	gpu_set_sticky(st, rc, "B-scan %u of epoch %llu: %s", bscan, (unsigned long long)epoch,
-	               err);
+	return rc;
+}
+
+/* docs/algorithms.md §5 for position b, once its repeats' spectra are in g->fspec: the mask,
+ * angiography and Doppler into the position's rows of the planes (cpu/preprocess.c
+ * functional_position), the missing A-scans' columns filled (f32), Doppler's phase. */
+static int gpu_prep_functional(struct gpu_state *st, struct gpu_stream *g, uint32_t b, char *err,
+                               size_t errlen)
+{
+	const struct be_live *l = &st->live;
+	const size_t row = (size_t)b * st->geo.nx * st->geo.nz, n = (size_t)st->geo.nx * st->geo.nz;
+	const int c = st->cur;
+	const struct gpu_fn_params f = {
+	        .M = (int)st->geo.M,
+	        .nx = (int)st->geo.nx,
+	        .nh = (int)st->geo.nh,
+	        .nz = (int)st->geo.nz,
+	        .z0 = (int)st->geo.z0,
+	        .flip_z = l->flip_z,
+	        .rev = be_live_reversed(l, b),
+	        .h = (int)l->fn_half_window,
+	        .mask_db = l->mask_db,
+	        .angio = st->lpl[GPU_PL_ANGIO][c] != NULL,
+	        .svar = l->angio_method == CFG_ANGIO_SVAR,
+	        .a_lo = l->angio_lo,
+	        .a_inv = l->angio_inv,
+	        .doppler = st->lpl[GPU_PL_DRE][c] != NULL,
+	        .ascan = l->doppler_axis == CFG_DOPPLER_ASCAN,
+	        .bulk = l->doppler_bulk,
+	};
+	float *la = f.angio ? st->lpl[GPU_PL_ANGIO][c] + row : NULL;
+	float *lre = f.doppler ? st->lpl[GPU_PL_DRE][c] + row : NULL;
+	float *lim = f.doppler ? st->lpl[GPU_PL_DIM][c] + row : NULL;
+	int rc = 0;
+
+	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
+	/* Doppler's phase with its values, or (f32) once the missing columns are filled */
+	CU(gpu_launch_functional(&f, g->fspec, g->keep, g->bulk, la, lre, lim,
+	                         f.doppler && !f32 ? st->lph[c] + row : NULL, g->s),
+	   "angiography and Doppler kernels");
+	if (f32) {
+		const struct gpu_miss miss = gpu_miss_of(st, b);
+		float *planes[3] = {la, lre, lim};
+		for (int q = 0; q < 3; q++)
+			if (planes[q])
+				CU(gpu_launch_fill_missing(&st->prep, &miss, planes[q], g->s),
+				   "missing A-scan kernel (channels)");
+	}
+	if (f.doppler && f32)
+		CU(gpu_launch_fn_phase(lre, lim, st->lph[c] + row, n, g->s),
+		   "Doppler phase kernel");
+out:
+	return rc;
+}
+
+static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const void *raw)
+{
+	struct gpu_state *st = vst;
+	char err[384];
+	const size_t errlen = sizeof(err);
+	int rc;
+
+	if (st->sticky)
+		return st->sticky;
+	rc = gpu_cuda_check(cudaSetDevice(st->dev), "cudaSetDevice", err, errlen);
+	if (rc < 0)
+		goto out;
+
+	/* raw B-scan bscan is repeat bscan % M of position b (docs/algorithms.md §5): the repeats
+	 * of a position, in whatever order they come, are queued once all are there (their raw
+	 * buffers stay valid until the epoch is finished, backend.h), in the order m = 0, 1, ...
+	 * on one stream, which sums their power into the position's row of L_e as the CPU does */
+	const uint32_t M = st->geo.M, b = bscan / M;
+	if (st->sub_n == 0 || st->sub_epoch != epoch) {
+		st->sub_epoch = epoch;
+		st->sub_n = 0;
+		if (M > 1)
+			memset(st->rep_got, 0, st->geo.ny);
+	}
+	st->sub_n++;
+	struct gpu_stream *g = &st->st[b % (uint32_t)st->ns];
+	if (M > 1) {
+		st->rep_raw[bscan] = raw;
+		if (++st->rep_got[b] < M)
+			return 0;
+	}
+	/* f32 (docs/algorithms.md §1.0): an A-scan with a non-finite sample in any repeat is
+	 * missing in all, so every repeat is on the device (g->raw holds M of them) and marked
+	 * before any is processed; otherwise one raw buffer serves the repeats in turn */
+	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
+	const size_t bb = st->geo.bscan_bytes;
+	const struct gpu_miss miss = gpu_miss_of(st, b);
+	for (uint32_t m = 0; f32 && m < M; m++)
+		CU(cudaMemcpyAsync((uint8_t *)g->raw + m * bb, M > 1 ? st->rep_raw[b * M + m] : raw,
+		                   bb, cudaMemcpyHostToDevice, g->s),
+		   "cudaMemcpyAsync(raw B-scan, host to device)");
+	if (f32)
+		CU(gpu_launch_nonfinite(&st->prep, g->raw, (int)M, &miss, g->s),
+		   "non-finite sample kernel");
+	for (uint32_t m = 0; m < M; m++) {
+		const uint32_t r = b * M + m;
+		if (!f32)
+			CU(cudaMemcpyAsync(g->raw, M > 1 ? st->rep_raw[r] : raw, bb,
+			                   cudaMemcpyHostToDevice, g->s),
+			   "cudaMemcpyAsync(raw B-scan, host to device)");
+		rc = gpu_prep_bscan(st, g, b, m, f32 ? (uint8_t *)g->raw + m * bb : g->raw, m == 0,
+		                    m + 1 == M, err, errlen);
+		if (rc < 0) {
+			bscan = r;
+			goto out;
+		}
+	}
+	if (st->fn)
+		rc = gpu_prep_functional(st, g, b, err, errlen);
+out:
+	if (rc < 0)
+		gpu_set_sticky(st, rc, "B-scan %u of epoch %llu: %s", bscan,
+		               (unsigned long long)epoch, err);
 	return rc;
 }
 
@@ -1915,6 +2107,12 @@ static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_
 		CU(gpu_launch_adapt_change(rp, le, st->P, st->E, st->Q, st->chg, s0),
 		   "change measure kernel");
 	CU(gpu_launch_interlace(rp, le, st->miss[st->cur], st->P, st->E, s0), "interlace kernel");
+	/* the channels' planes at the same places (docs/algorithms.md §5 step 5) */
+	for (int pl = 0; pl < GPU_FN_PLANES; pl++)
+		if (st->Ppl[pl])
+			CU(gpu_launch_interlace(rp, st->lpl[pl][st->cur], NULL, st->Ppl[pl], NULL,
+			                        s0),
+			   "interlace kernel (channels)");
 	if (rp->adaptive)
 		CU(gpu_launch_adapt_weights(rp, st->E, st->chg, st->axy, st->aoff, st->alpha,
 		                            st->beta, st->tmap, s0),
@@ -1928,6 +2126,74 @@ ready:
 	CU(cudaEventRecord(st->ev_ready, s0), "cudaEventRecord");
 	for (int j = 1; j < GPU_RSTREAMS; j++)
 		CU(cudaStreamWaitEvent(st->rs[j], st->ev_ready, 0), "cudaStreamWaitEvent");
+out:
+	return rc;
+}
+
+/* Voxels of one channel of the output: [Y][X][Z], or [ny][nx][nz] in mode none. */
+static size_t gpu_out_vox(const struct gpu_state *st, bool none)
+{
+	return none ? st->geo.le_count : st->geo.full_count;
+}
+
+/* With channels other than the structure (docs/algorithms.md §5 step 5), the rows [y0, y1) of
+ * every channel on stream s: the structure's (also when not output, in the cumulative mode:
+ * its history) into its slot of out8 and outf, angiography's plane into its slot and Qpl,
+ * Doppler's Re R and Im R into Qpl and their v into its slot and Dv; mode none: from L_e and
+ * the low-resolution planes. Modes adaptive and compensated take no channels (the
+ * configuration refuses them). */
+static int gpu_queue_channels(struct gpu_state *st, const struct gpu_recon_params *rp, float *outf,
+                              uint32_t y0, uint32_t y1, cudaStream_t s, char *err, size_t errlen)
+{
+	const bool none = st->live.mode == CFG_RECON_NONE;
+	const size_t row_vox = (size_t)(none ? st->geo.nx : st->geo.X) * st->geo.nz;
+	const size_t off = (size_t)y0 * row_vox, n = (size_t)(y1 - y0) * row_vox;
+	const size_t vol = gpu_out_vox(st, none);
+	const int sc = st->geo.chan[CFG_CH_STRUCTURE], ac = st->geo.chan[CFG_CH_ANGIO],
+	          dc = st->geo.chan[CFG_CH_DOPPLER];
+	const int c = st->cur;
+	int rc = 0;
+
+	if (st->live.mode == CFG_RECON_ADAPTIVE || st->live.mode == CFG_RECON_COMPENSATED) {
+		snprintf(err, errlen,
+		         "reconstruct.mode: %s with output.channels other than [structure] is not "
+		         "available",
+		         cfg_recon_mode_name(st->live.mode));
+		return -EINVAL;
+	}
+	if (none) {
+		if (sc >= 0)
+			CU(gpu_launch_quantize(st->le[c] + off, st->out8 + (size_t)sc * vol + off,
+			                       n, s),
+			   "quantize kernel");
+		if (ac >= 0)
+			CU(gpu_launch_quantize(st->lpl[GPU_PL_ANGIO][c] + off,
+			                       st->out8 + (size_t)ac * vol + off, n, s),
+			   "quantize kernel (angiography)");
+		if (dc >= 0)
+			CU(gpu_launch_doppler_v(st->lpl[GPU_PL_DRE][c] + off,
+			                        st->lpl[GPU_PL_DIM][c] + off, n,
+			                        st->out8 + (size_t)dc * vol + off, st->Dv + off, s),
+			   "Doppler kernel");
+		goto out;
+	}
+	if (sc >= 0 || st->live.mode == CFG_RECON_CUMULATIVE)
+		CU(gpu_launch_recon(rp, st->P, st->W, NULL, NULL, NULL, (int)y0, (int)y1,
+		                    sc >= 0 ? st->out8 + (size_t)sc * vol : NULL, outf, s),
+		   "reconstruction kernel");
+	if (ac >= 0)
+		CU(gpu_launch_recon(rp, st->Ppl[GPU_PL_ANGIO], st->W, NULL, NULL, NULL, (int)y0,
+		                    (int)y1, st->out8 + (size_t)ac * vol, st->Qpl[GPU_PL_ANGIO], s),
+		   "reconstruction kernel (angiography)");
+	if (dc >= 0) {
+		for (int pl = GPU_PL_DRE; pl <= GPU_PL_DIM; pl++)
+			CU(gpu_launch_recon(rp, st->Ppl[pl], st->W, NULL, NULL, NULL, (int)y0,
+			                    (int)y1, NULL, st->Qpl[pl], s),
+			   "reconstruction kernel (Doppler)");
+		CU(gpu_launch_doppler_v(st->Qpl[GPU_PL_DRE] + off, st->Qpl[GPU_PL_DIM] + off, n,
+		                        st->out8 + (size_t)dc * vol + off, st->Dv + off, s),
+		   "Doppler kernel");
+	}
 out:
 	return rc;
 }
@@ -1957,7 +2223,11 @@ static int gpu_queue_slabs(struct gpu_state *st, const struct gpu_recon_params *
 			         GPU_SLABS, sr);
 			goto out;
 		}
-		if (none) {
+		if (st->fn) {
+			rc = gpu_queue_channels(st, rp, outf, y0, y1, s, err, errlen);
+			if (rc < 0)
+				goto out;
+		} else if (none) {
 			CU(gpu_launch_quantize(le + off, st->out8 + off, n, s), "quantize kernel");
 		} else if (st->live.mode == CFG_RECON_COMPENSATED) {
 			/* the output of the slab's columns from their picks (queued before the
@@ -1999,6 +2269,7 @@ static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, c
 {
 	const bool none = st->live.mode == CFG_RECON_NONE;
 	const size_t row_vox = (size_t)(none ? st->geo.nx : st->geo.X) * st->geo.nz;
+	const size_t vol = gpu_out_vox(st, none);
 	uint32_t r0, r1, rcomp, k = 0;
 	int rc = 0;
 
@@ -2012,14 +2283,23 @@ static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, c
 		if (!(out->volume || out->full) || !nc)
 			continue;
 		CU(cudaStreamWaitEvent(cpy, st->sev[k], 0), "cudaStreamWaitEvent(slab kernel)");
-		if (out->volume)
-			CU(cudaMemcpyAsync(out->volume + off, st->out8 + off, nc,
-			                   cudaMemcpyDeviceToHost, cpy),
-			   "cudaMemcpyAsync(u8 volume, device to host)");
-		if (out->full)
-			CU(cudaMemcpyAsync(out->full + off, outf + off, nc * sizeof(float),
-			                   cudaMemcpyDeviceToHost, cpy),
-			   "cudaMemcpyAsync(float volume, device to host)");
+		/* every channel's rows (output.channels, [c][Y][X][Z]) */
+		for (uint32_t ch = 0; ch < st->geo.nch; ch++) {
+			const size_t co = (size_t)ch * vol;
+			const float *src = outf;
+			if (st->geo.ch[ch] == CFG_CH_ANGIO)
+				src = none ? st->lpl[GPU_PL_ANGIO][st->cur] : st->Qpl[GPU_PL_ANGIO];
+			else if (st->geo.ch[ch] == CFG_CH_DOPPLER)
+				src = st->Dv;
+			if (out->volume)
+				CU(cudaMemcpyAsync(out->volume + co + off, st->out8 + co + off, nc,
+				                   cudaMemcpyDeviceToHost, cpy),
+				   "cudaMemcpyAsync(u8 volume, device to host)");
+			if (out->full)
+				CU(cudaMemcpyAsync(out->full + co + off, src + off,
+				                   nc * sizeof(float), cudaMemcpyDeviceToHost, cpy),
+				   "cudaMemcpyAsync(float volume, device to host)");
+		}
 	}
 	/* the part's B-scans of L_e and of the median counts */
 	const uint32_t b0 = st->part.b0, nb = st->part.b1 - st->part.b0;
@@ -2029,6 +2309,18 @@ static int gpu_queue_copies(struct gpu_state *st, const struct be_output *out, c
 		                   nb * lrow * sizeof(float), cudaMemcpyDeviceToHost,
 		                   st->rs[k % GPU_RSTREAMS]),
 		   "cudaMemcpyAsync(low-resolution volume, device to host)");
+	/* the channels' low-resolution volumes: angiography's v, Doppler's phase */
+	if (out->lowres_angio && st->lpl[GPU_PL_ANGIO][st->cur])
+		CU(cudaMemcpyAsync(out->lowres_angio + b0 * lrow,
+		                   st->lpl[GPU_PL_ANGIO][st->cur] + b0 * lrow,
+		                   nb * lrow * sizeof(float), cudaMemcpyDeviceToHost,
+		                   st->rs[(k + 2) % GPU_RSTREAMS]),
+		   "cudaMemcpyAsync(angiography's low-resolution volume, device to host)");
+	if (out->lowres_doppler && st->lph[st->cur])
+		CU(cudaMemcpyAsync(out->lowres_doppler + b0 * lrow, st->lph[st->cur] + b0 * lrow,
+		                   nb * lrow * sizeof(float), cudaMemcpyDeviceToHost,
+		                   st->rs[(k + 2) % GPU_RSTREAMS]),
+		   "cudaMemcpyAsync(Doppler's low-resolution volume, device to host)");
 	if (out->median_depths && st->prep.background == CFG_BG_PARTIAL_MEDIAN)
 		CU(cudaMemcpyAsync(out->median_depths + b0, st->counts[st->cur] + b0,
 		                   nb * sizeof(unsigned), cudaMemcpyDeviceToHost,
@@ -2112,6 +2404,11 @@ static int gpu_epoch_finish_async(void *vst, uint64_t epoch, const struct be_out
 		float *t = st->P;
 		st->P = st->Q;
 		st->Q = t;
+		for (int pl = 0; pl < GPU_FN_PLANES; pl++) {
+			t = st->Ppl[pl];
+			st->Ppl[pl] = st->Qpl[pl];
+			st->Qpl[pl] = t;
+		}
 	}
 	if (st->live.mode == CFG_RECON_COMPENSATED) { /* handed to the estimator at the next epoch,
 	                                          * once its copy landed */
@@ -2246,6 +2543,19 @@ static void gpu_reset_history_impl(struct gpu_state *st)
 		rc = gpu_cuda_check(
 		        cudaMemsetAsync(st->Q, 0, st->geo.full_count * sizeof(float), st->st[0].s),
 		        "cudaMemsetAsync(output)", err, sizeof(err));
+	for (int pl = 0; rc == 0 && pl < GPU_FN_PLANES; pl++) {
+		if (!st->Ppl[pl])
+			continue;
+		rc = gpu_cuda_check(cudaMemsetAsync(st->Ppl[pl], 0,
+		                                    st->geo.full_count * sizeof(float),
+		                                    st->st[0].s),
+		                    "cudaMemsetAsync(channel B)", err, sizeof(err));
+		if (rc == 0)
+			rc = gpu_cuda_check(cudaMemsetAsync(st->Qpl[pl], 0,
+			                                    st->geo.full_count * sizeof(float),
+			                                    st->st[0].s),
+			                    "cudaMemsetAsync(channel output)", err, sizeof(err));
+	}
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaStreamSynchronize(st->st[0].s), "cudaStreamSynchronize",
 		                    err, sizeof(err));

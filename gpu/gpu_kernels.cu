@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <type_traits>
 
+#include "backend/functional.h"
 #include "backend/tables.h" /* BE_ADAPT_UNKNOWN */
 #include "gpu/gpu.h"
 
@@ -141,15 +142,18 @@ static __device__ __forceinline__ bool gpu_missing(const gpu_miss &m, int a, int
 	return m.row && m.row[m.rev ? nx - 1 - a : a];
 }
 
-/* Grid (nx): block a marks raw A-scan a of an f32 B-scan missing when a sample is a NaN or an
+/* Grid (nx): block a marks raw A-scan a of the nrep f32 B-scans at raw (the repeats of one
+ * position, one after another) missing when a sample of it in any of them is a NaN or an
  * infinity, at its place in L_e, and counts it. */
-__global__ void k_nonfinite(const float *raw, int K, int nx, gpu_miss m)
+__global__ void k_nonfinite(const float *raw, int K, int nx, int nrep, gpu_miss m)
 {
 	const int a = blockIdx.x;
-	const float *row = raw + (size_t)a * K;
 	int bad = 0;
-	for (int k = threadIdx.x; k < K; k += blockDim.x)
-		bad |= !isfinite(row[k]);
+	for (int r = 0; r < nrep; r++) {
+		const float *row = raw + ((size_t)r * nx + a) * K;
+		for (int k = threadIdx.x; k < K; k += blockDim.x)
+			bad |= !isfinite(row[k]);
+	}
 	bad = __syncthreads_or(bad);
 	if (threadIdx.x == 0) {
 		m.row[m.rev ? nx - 1 - a : a] = (unsigned char)(bad != 0);
@@ -369,6 +373,27 @@ __global__ void k_resample(gpu_prep_params p, gpu_prep_tables t, const float *co
 	gpu_put_fin(fin, (size_t)a * p.N, j, K, y, t, p.complex_in);
 }
 
+/* The spectrum of A-scan a at source bin `bin` (X, or X - C[bin] with the partial_median values
+ * C, when not NULL): what k_logmag, k_power_add and k_fn_store read. */
+static __device__ __forceinline__ float2 gpu_spec_at(const float2 *spec, int ld, const float2 *C,
+                                                     int a, int bin)
+{
+	float2 c = spec[(size_t)a * ld + bin];
+	if (C) {
+		const float2 m = C[bin];
+		c.x -= m.x;
+		c.y -= m.y;
+	}
+	return c;
+}
+
+/* The source bin of output depth z: the crop, and flip z. */
+static __device__ __forceinline__ int gpu_out_bin(const gpu_prep_params &p, int z)
+{
+	const int zz = p.z0 + z;
+	return p.flip_z ? p.half - 1 - zz : zz;
+}
+
 /* Grid (ceil(nz / threads), nx): |X - C|, dB, normalize, flip z, crop, into L_e's B-scan row
  * (C: the partial_median values per depth, or NULL). */
 __global__ void k_logmag(gpu_prep_params p, const float2 *spec, int ld, bool reverse_x,
@@ -377,13 +402,7 @@ __global__ void k_logmag(gpu_prep_params p, const float2 *spec, int ld, bool rev
 	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
 	if (z >= p.nz)
 		return;
-	const int zz = p.z0 + z, bin = p.flip_z ? p.half - 1 - zz : zz;
-	float2 c = spec[(size_t)a * ld + bin];
-	if (C) {
-		const float2 m = C[bin];
-		c.x -= m.x;
-		c.y -= m.y;
-	}
+	const float2 c = gpu_spec_at(spec, ld, C, a, gpu_out_bin(p, z));
 	const float m = sqrtf(c.x * c.x + c.y * c.y);
 	const float d = 20.0f * log10f(m + 1e-12f);
 	const float v = fminf(fmaxf((d - p.db_lo) * p.db_inv, 0.0f), 1.0f);
@@ -400,13 +419,7 @@ __global__ void k_power_add(gpu_prep_params p, const float2 *spec, int ld, bool 
 	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
 	if (z >= p.nz)
 		return;
-	const int zz = p.z0 + z, bin = p.flip_z ? p.half - 1 - zz : zz;
-	float2 c = spec[(size_t)a * ld + bin];
-	if (C) {
-		const float2 m = C[bin];
-		c.x -= m.x;
-		c.y -= m.y;
-	}
+	const float2 c = gpu_spec_at(spec, ld, C, a, gpu_out_bin(p, z));
 	const float q = c.x * c.x + c.y * c.y;
 	const int xo = reverse_x ? p.nx - 1 - a : a;
 	float *o = &lerow[(size_t)xo * p.nz + z];
@@ -424,6 +437,156 @@ __global__ void k_logpower(gpu_prep_params p, float inv_m, float *lerow)
 	const float m = sqrtf(*o * inv_m);
 	const float d = 20.0f * log10f(m + 1e-12f);
 	*o = fminf(fmaxf((d - p.db_lo) * p.db_inv, 0.0f), 1.0f);
+}
+
+/* ---- functional OCT (docs/algorithms.md §5): the per-voxel functions of backend/functional.h,
+ * the same code the CPU backend runs, on the spectra of one position's repeats ------------- */
+
+/* Grid (ceil(nh / threads), nx): repeat m's spectra X - C (all nh bins) into fspec [M][nx][nh];
+ * with lerow (M > 1), also k_power_add's work: |X - C|^2 of the bins that are output depths set
+ * (first) or added at their places in the position's rows. */
+__global__ void k_fn_store(gpu_prep_params p, const float2 *spec, int ld, bool reverse_x,
+                           const float2 *C, int m, float2 *__restrict__ fspec, float *lerow,
+                           bool first)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
+	if (z >= p.half)
+		return;
+	const float2 c = gpu_spec_at(spec, ld, C, a, z);
+	fspec[((size_t)m * p.nx + a) * p.half + z] = c;
+	const int zo = (p.flip_z ? p.half - 1 - z : z) - p.z0; /* gpu_out_bin's inverse */
+	if (!lerow || zo < 0 || zo >= p.nz)
+		return;
+	const float q = c.x * c.x + c.y * c.y;
+	const int xo = reverse_x ? p.nx - 1 - a : a;
+	float *o = &lerow[(size_t)xo * p.nz + zo];
+	*o = first ? q : *o + q;
+}
+
+/* The depth range before the flip: source bins [zb0, zb0 + nz). */
+static __device__ __forceinline__ int gpu_fn_zb0(const gpu_fn_params &f)
+{
+	return f.flip_z ? f.nh - f.z0 - f.nz : f.z0;
+}
+
+#define GPU_FN_PREP_THREADS 256 /* threads of k_fn_prep: 8 warps */
+
+/*
+ * One block per A-scan a: the mask keep[a][z] of the source bins z of the depth range (the
+ * structure's dB, be_fn_structure_db, at or above functional.mask_db); then, for Doppler with
+ * functional.doppler.bulk, the bulk phase of each of its pairs m into bulk[a * M + m] (cosine,
+ * sine), a warp per pair: lane l sums the bins zb0 + l, zb0 + l + 32, ... (be_fn_bulk_add),
+ * the lanes' sums are added by shuffles, be_fn_bulk_phase. bscan: pairs (m, m + 1), m < M - 1;
+ * ascan: (a, a + 1) of repeat m, a < nx - 1.
+ */
+__global__ void __launch_bounds__(GPU_FN_PREP_THREADS)
+        k_fn_prep(gpu_fn_params f, const float *__restrict__ X, unsigned char *keep,
+                  float2 *__restrict__ bulk)
+{
+	const int a = blockIdx.x;
+	const size_t rs = (size_t)f.nx * f.nh;
+	const uint32_t zb0 = (uint32_t)gpu_fn_zb0(f), zb1 = zb0 + (uint32_t)f.nz;
+	unsigned char *k = keep + (size_t)a * f.nh; /* written, then read by the block's warps */
+
+	for (uint32_t z = zb0 + threadIdx.x; z < zb1; z += blockDim.x)
+		k[z] = be_fn_structure_db(X + 2 * (size_t)a * f.nh, (uint32_t)f.M, rs, z) >=
+		       f.mask_db;
+	if (!f.doppler || !f.bulk || (f.ascan && a + 1 >= f.nx))
+		return; /* uniform over the block */
+	__syncthreads();
+	const int npair = f.ascan ? f.M : f.M - 1, lane = threadIdx.x & 31;
+	for (int m = threadIdx.x >> 5; m < npair; m += blockDim.x >> 5) {
+		const float *E = X + 2 * ((size_t)m * rs + (size_t)a * f.nh);
+		const float *L = f.ascan ? E + 2 * (size_t)f.nh : E + 2 * rs;
+		float cr = 0.0f, ci = 0.0f;
+		be_fn_bulk_add(L, E, k, zb0 + lane, zb1, 32, &cr, &ci);
+		for (int o = 16; o > 0; o >>= 1) {
+			cr += __shfl_xor_sync(0xffffffffu, cr, o);
+			ci += __shfl_xor_sync(0xffffffffu, ci, o);
+		}
+		if (lane == 0) {
+			float cb, sb;
+			be_fn_bulk_phase(cr, ci, &cb, &sb);
+			bulk[(size_t)a * f.M + m] = make_float2(cb, sb);
+		}
+	}
+}
+
+/* Grid (ceil(nz / threads), nx): output depth z of A-scan a (at x = rev ? nx - 1 - a : a of the
+ * position's rows): angiography's normalized v into la (when not NULL), the Kasai sum R into
+ * lre and lim (when lre is not NULL) and its phase into ph (when not NULL), as
+ * cpu/preprocess.c functional_position forms them. */
+__global__ void k_fn_values(gpu_fn_params f, const float *__restrict__ X,
+                            const unsigned char *__restrict__ keep, const float2 *__restrict__ bulk,
+                            float *__restrict__ la, float *__restrict__ lre,
+                            float *__restrict__ lim, float *__restrict__ ph)
+{
+	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
+	if (z >= f.nz)
+		return;
+	const size_t rs = (size_t)f.nx * f.nh;
+	const int xo = f.rev ? f.nx - 1 - a : a;
+	const size_t o = (size_t)xo * f.nz + z;
+	const uint32_t zs = (uint32_t)(f.flip_z ? f.nh - 1 - f.z0 - z : f.z0 + z);
+	const uint32_t M = (uint32_t)f.M, nh = (uint32_t)f.nh, h = (uint32_t)f.h;
+
+	if (la) {
+		float A = 0.0f, v;
+		if (keep[(size_t)a * nh + zs])
+			A = f.svar ? be_fn_svar(X + 2 * (size_t)a * nh, M, rs, zs)
+			           : be_fn_cdv(X + 2 * (size_t)a * nh, M, rs, nh, h, zs);
+		v = (A - f.a_lo) * f.a_inv;
+		v = v > 0.0f ? v : 0.0f;
+		la[o] = v < 1.0f ? v : 1.0f;
+	}
+	if (lre) {
+		/* ascan: the last A-scan takes the sum of the one before it; nx = 1: no pair */
+		const int as = f.ascan && f.nx > 1 && a + 1 == f.nx ? a - 1 : a;
+		const uint32_t npair = f.ascan ? M : M - 1;
+		float sr = 0.0f, si = 0.0f;
+		if (!(f.ascan && as + 1 >= f.nx) && keep[(size_t)as * nh + zs]) {
+			uint32_t lo, hi;
+			be_fn_window(nh, h, zs, &lo, &hi);
+			for (uint32_t m = 0; m < npair; m++) {
+				const float *E = X + 2 * ((size_t)m * rs + (size_t)as * nh);
+				const float *L = f.ascan ? E + 2 * (size_t)nh : E + 2 * rs;
+				float cb = 1.0f, sb = 0.0f;
+				if (f.bulk) {
+					const float2 b = bulk[(size_t)as * M + m];
+					cb = b.x;
+					sb = b.y;
+				}
+				be_fn_lag(L, E, lo, hi, cb, sb, &sr, &si);
+			}
+		}
+		lre[o] = sr;
+		lim[o] = si;
+		if (ph)
+			ph[o] = be_fn_phase(sr, si);
+	}
+}
+
+/* n values: Doppler's phase (be_fn_phase) of re + i im. */
+__global__ void k_fn_phase(const float *__restrict__ re, const float *__restrict__ im,
+                           float *__restrict__ ph, size_t n)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		ph[i] = be_fn_phase(re[i], im[i]);
+}
+
+/* n values: Doppler's v = (phase + pi) / (2 pi) of re + i im (be_fn_doppler_v) into outf (when
+ * not NULL) and its u8, rounded as cpu/recon.c rounds it. */
+__global__ void k_doppler_v(const float *__restrict__ re, const float *__restrict__ im, size_t n,
+                            uint8_t *__restrict__ out8, float *__restrict__ outf)
+{
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const float v = be_fn_doppler_v(re[i], im[i]);
+		if (outf)
+			outf[i] = v;
+		out8[i] = (uint8_t)(int)__fadd_rn(__fmul_rn(255.0f, v), 0.5f);
+	}
 }
 
 /* ---- partial median (docs/algorithms.md §1b; cpu/preprocess.c partial_median_bscan) ------------ */
@@ -592,7 +755,8 @@ __global__ void k_pm_median(const float2 *__restrict__ spec, int ld, int nx, int
 /* ---- reconstruction ---------------------------------------------------------------------- */
 
 /* Grid (columns, z chunks), both grid-strided: B[y*sy+oy][x*sx+ox][z] = L_e[y][x][z] for the
- * low-resolution column c = y * nx + x of block x; E there = epoch. */
+ * low-resolution column c = y * nx + x of block x; E there = epoch (E NULL: a functional plane,
+ * whose E is the structure's). */
 __global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le,
                             const unsigned char *__restrict__ miss, float *__restrict__ B,
                             long long *__restrict__ E)
@@ -607,7 +771,7 @@ __global__ void k_interlace(gpu_recon_params p, const float *__restrict__ le,
 		     z += gridDim.y * blockDim.x)
 			d[z] = __ldg(&src[z]);
 		/* a missing A-scan (§1.0) leaves its position without a sample */
-		if (blockIdx.y == 0 && threadIdx.x == 0)
+		if (E && blockIdx.y == 0 && threadIdx.x == 0)
 			E[dst] = miss && miss[c] ? -1 : p.epoch;
 	}
 }
@@ -1033,8 +1197,9 @@ __global__ void __launch_bounds__(GPU_RECON_THREADS, ADAPT ? 7 : 8)
 			}
 			if (z < Z) {
 				const size_t i = ((size_t)Yi * p.X + Xi) * Z + z;
-				out8[i] = (uint8_t)fminf(fmaxf(floorf(255.0f * o + 0.5f), 0.0f),
-				                         255.0f);
+				if (out8)
+					out8[i] = (uint8_t)fminf(
+					        fmaxf(floorf(255.0f * o + 0.5f), 0.0f), 255.0f);
 				if (outf)
 					outf[i] = o;
 			}
@@ -1830,13 +1995,14 @@ template <typename F> static void gpu_by_sample(int st, F f)
 	}
 }
 
-extern "C" cudaError_t gpu_launch_nonfinite(const gpu_prep_params *p, const void *raw,
+extern "C" cudaError_t gpu_launch_nonfinite(const gpu_prep_params *p, const void *raw, int nrep,
                                             const gpu_miss *m, cudaStream_t s)
 {
 	cudaError_t e = cudaMemsetAsync(m->count, 0, sizeof(unsigned), s);
 	if (e != cudaSuccess)
 		return e;
-	k_nonfinite<<<(unsigned)p->nx, GPU_THREADS, 0, s>>>((const float *)raw, p->K, p->nx, *m);
+	k_nonfinite<<<(unsigned)p->nx, GPU_THREADS, 0, s>>>((const float *)raw, p->K, p->nx, nrep,
+	                                                    *m);
 	return cudaGetLastError();
 }
 
@@ -1963,6 +2129,50 @@ extern "C" cudaError_t gpu_launch_logpower(const gpu_prep_params *p, float inv_m
 {
 	dim3 g((p->nz + GPU_THREADS - 1) / GPU_THREADS, p->nx);
 	k_logpower<<<g, GPU_THREADS, 0, s>>>(*p, inv_m, lerow);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_fn_store(const gpu_prep_params *p, const float2 *spec, int ld,
+                                           bool reverse_x, const float2 *C, int m, float2 *fspec,
+                                           float *lerow, bool first, cudaStream_t s)
+{
+	dim3 g((p->half + GPU_THREADS - 1) / GPU_THREADS, p->nx);
+	k_fn_store<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, reverse_x, C, m, fspec, lerow, first);
+	return cudaGetLastError();
+}
+
+#define GPU_FN_THREADS 128 /* depths per block of k_fn_values */
+
+extern "C" cudaError_t gpu_launch_functional(const gpu_fn_params *f, const float2 *fspec,
+                                             unsigned char *keep, float2 *bulk, float *la,
+                                             float *lre, float *lim, float *ph, cudaStream_t s)
+{
+	if (f->M < 1 || f->M > (int)BE_FN_M_MAX || f->nz < 1 || f->nx < 1 || f->nz > f->nh ||
+	    (f->doppler && !f->ascan && f->M < 2) || (f->angio && f->M < 2))
+		return cudaErrorInvalidValue;
+	const float *X = (const float *)fspec;
+	k_fn_prep<<<(unsigned)f->nx, GPU_FN_PREP_THREADS, 0, s>>>(*f, X, keep, bulk);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	const dim3 g((f->nz + GPU_FN_THREADS - 1) / GPU_FN_THREADS, f->nx);
+	k_fn_values<<<g, GPU_FN_THREADS, 0, s>>>(*f, X, keep, bulk, f->angio ? la : NULL,
+	                                         f->doppler ? lre : NULL, f->doppler ? lim : NULL,
+	                                         f->doppler ? ph : NULL);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_fn_phase(const float *re, const float *im, float *ph, size_t n,
+                                           cudaStream_t s)
+{
+	k_fn_phase<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(re, im, ph, n);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t gpu_launch_doppler_v(const float *re, const float *im, size_t n,
+                                            uint8_t *out8, float *outf, cudaStream_t s)
+{
+	k_doppler_v<<<gpu_blocks(n), GPU_THREADS, 0, s>>>(re, im, n, out8, outf);
 	return cudaGetLastError();
 }
 

@@ -99,15 +99,18 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 	struct gpu_multi *g = calloc(1, sizeof(*g));
 	char msg[1024];
 	size_t used;
-	int rc = gpu_channels_supported(cfg, err, errlen);
+	int rc;
 
-	if (rc < 0) {
-		free(g);
-		return rc;
-	}
 	if (!g)
 		return vr_err(err, errlen, -ENOMEM, "cuda backend: out of host memory");
 	g->n = cfg_gpu_devices(cfg, g->devs);
+	if (cfg_functional(cfg)) {
+		rc = vr_err(err, errlen, -ENOTSUP,
+		            "output.channels: channels other than [structure] run on one CUDA "
+		            "device, not over the %u of gpu.devices (docs/gpu.md): use gpu.device",
+		            g->n);
+		goto fail;
+	}
 	g->M = cfg->geometry.repeats;
 	if (g->n > ny) {
 		rc = vr_err(err, errlen, -EINVAL,

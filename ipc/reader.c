@@ -831,6 +831,8 @@ int volrec_view_channel(const struct volrec_client *c, const struct volrec_view 
 	        .mask_db = d->mask_db,
 	        .half_window = d->half_window,
 	        .flags = d->flags,
+	        .center_wavelength_nm = d->center_wavelength_nm,
+	        .refractive_index = d->refractive_index,
 	};
 	memcpy(ch->units, d->units, sizeof(ch->units));
 	ch->units[sizeof(ch->units) - 1] = '\0';

@@ -431,7 +431,7 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 			if (o->channel)
 				*d = o->channel[c];
 			d->offset = (uint64_t)c * w->volume_bytes;
-			d->reserved = 0;
+			memset(d->reserved, 0, sizeof(d->reserved));
 			d->units[sizeof(d->units) - 1] = '\0';
 		}
 	}
@@ -735,7 +735,7 @@ int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
 		*d = meta->channel[c];
 		d->offset = (uint64_t)c * w->volume_bytes;
 		d->units[sizeof(d->units) - 1] = '\0';
-		d->reserved = 0;
+		memset(d->reserved, 0, sizeof(d->reserved));
 	}
 	ipc_slot_meta_store(ipc_slot_header(w->map, slot->index), m);
 	ipc_store64(&ipc_slot_header(w->map, slot->index)->sequence, 2 * slot->sequence,

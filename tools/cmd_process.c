@@ -562,10 +562,10 @@ VR_COMMAND(process, "process a source offline into an HDF5 file")
 	ret = configure_run(&o, &cfg, &po, &part);
 	if (ret)
 		goto out_cfg;
-	if (cfg_functional(&cfg) && (o.into || fmt_kind_of(o.output) != FMT_NONE)) {
+	if (cfg_functional(&cfg) && o.into) {
 		fprintf(stderr,
-		        "volrec process: output.channels other than [structure] are written "
-		        "to HDF5 only (-o OUT.h5)\n");
+		        "volrec process: output.channels other than [structure] are not written "
+		        "into an OME-Zarr image part by part (--into); -o OUT writes them\n");
 		ret = VR_EXIT_USAGE;
 		goto out_cfg;
 	}

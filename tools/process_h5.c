@@ -68,6 +68,47 @@ static char *config_yaml(const struct vr_config *cfg)
 	return text;
 }
 
+/* What each channel's values mean (docs/formats.md "Channels"): attributes of its datasets,
+ * u8 and (with --lowres) float. 0 or -EIO. */
+static int write_meanings(struct proc_h5 *h)
+{
+	const struct vr_config *cfg = h->cfg;
+	const hid_t f = h5vol_file(h->w);
+	const bool bscan = cfg_doppler_axis(cfg) == CFG_DOPPLER_BSCAN;
+	const double n = cfg->geometry.refractive_index > 0 ? cfg->geometry.refractive_index : 1.38;
+	const double T = bscan ? cfg->geometry.bscan_period_us : cfg->geometry.ascan_period_us;
+	const char *method = cfg->functional.angio.method == CFG_ANGIO_SVAR ? "svar" : "cdv";
+	double range[2];
+	int rc = 0;
+
+	cfg_angio_range(cfg, range);
+	for (uint32_t c = 0; c < h->nch && rc == 0; c++) {
+		const char *vn = vol_names[h->ch[c]], *ln = low_names[h->ch[c]];
+
+		switch (h->ch[c]) {
+		case CFG_CH_STRUCTURE:
+			rc = vr_h5_structure_meaning(f, vn, cfg->preprocess.db_range);
+			break;
+		case CFG_CH_ANGIO:
+			rc = vr_h5_angio_meaning(f, vn, true, method, range);
+			if (rc == 0 && h->low)
+				rc = vr_h5_angio_meaning(f, ln, false, method, range);
+			break;
+		case CFG_CH_DOPPLER:
+			rc = vr_h5_doppler_meaning(f, vn, true, bscan ? "bscan" : "ascan", T,
+			                           cfg->geometry.center_wavelength_nm, n);
+			if (rc == 0 && h->low)
+				rc = vr_h5_doppler_meaning(f, ln, false, bscan ? "bscan" : "ascan",
+				                           T, cfg->geometry.center_wavelength_nm,
+				                           n);
+			break;
+		default:
+			break;
+		}
+	}
+	return rc;
+}
+
 /* The attributes known before the first volume (`epochs` is written at the close): 0 or -EIO. */
 static int write_attrs(struct proc_h5 *h, const char *backend, const char *device)
 {
@@ -99,7 +140,7 @@ static int write_attrs(struct proc_h5 *h, const char *backend, const char *devic
 	     vr_h5_attr_str(f, "backend", backend) == 0 &&
 	     vr_h5_attr_str(f, "device", device) == 0 &&
 	     vr_h5_attr_str(f, "volrec_version", VOLREC_VERSION) == 0 &&
-	     vr_h5_attr_str(f, "config", yaml) == 0;
+	     vr_h5_attr_str(f, "config", yaml) == 0 && write_meanings(h) == 0;
 
 	free(yaml);
 	return ok ? 0 : -EIO;

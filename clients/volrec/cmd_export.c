@@ -20,8 +20,8 @@
 static void export_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: volrec export IN.h5 -o OUT [--series] [-t THREADS] [--chunks Y,X,Z] "
-	        "[-f]\n\n"
+	        "usage: volrec export IN.h5 -o OUT [--channels LIST] [--series] [-t THREADS]\n"
+	        "       [--chunks Y,X,Z] [-f]\n\n"
 	        "Copy the volumes of a processed recording (volrec record, volrec process -o)\n"
 	        "into a format other tools open; OUT's suffix names it:\n"
 	        "  OUT.zarr, OUT.ome.zarr   OME-Zarr (NGFF 0.4): a folder with a multiscale\n"
@@ -31,16 +31,23 @@ static void export_usage(FILE *f)
 	        "  OUT.ome.tif, .ome.tiff   OME-TIFF, B-scans as pages (Fiji); BigTIFF past 4 GiB\n"
 	        "Values are those of /volumes, bit for bit; voxel sizes come from its\n"
 	        "voxel_size_um attribute, and are written as unknown when it is absent.\n"
+	        "Every channel of the file is exported (structure /volumes, angio /angio,\n"
+	        "doppler /doppler), each with what its values mean: OME-Zarr and OME-TIFF\n"
+	        "with a channel axis, NIfTI one file per channel (OUT_angio..., OUT_doppler...)\n"
+	        "beside the structure's. A file of the structure alone exports as before.\n"
 	        "The output is written as OUT.partial and renamed when complete; on any error\n"
 	        "nothing is left under OUT. Progress on stderr when it is a terminal.\n\n"
 	        "  -o, --output OUT     the output (required)\n"
+	        "      --channels LIST  the channels to export, in this order, comma-separated\n"
+	        "                       (structure, angio, doppler; default: every one in IN)\n"
 	        "      --series         NIfTI: one 4-D file instead of one file per volume\n"
 	        "  -t, --threads N      OME-Zarr compression threads (default: one per CPU)\n"
 	        "      --chunks Y,X,Z   OME-Zarr chunk of one volume (default %u,%u,%u)\n"
 	        "  -f, --force          replace an existing OUT\n"
 	        "  -h, --help           this text\n\n"
-	        "Exit status: 0 success, 1 failure (unreadable input, an output that exists\n"
-	        "without -f, interrupted), 2 usage error (an unknown suffix included), 7\n"
+	        "Exit status: 0 success, 1 failure (unreadable input, a channel it lacks, an\n"
+	        "output that exists without -f, interrupted), 2 usage error (an unknown suffix\n"
+	        "or channel name included), 7\n"
 	        "permission denied, 8 disk full or file size limit (the partial output removed).\n",
 	        FMT_ZARR_CHUNK_Y, FMT_ZARR_CHUNK_X, FMT_ZARR_CHUNK_Z);
 }
@@ -92,14 +99,43 @@ static int parse_chunks(const char *s, uint32_t *c)
 	return 0;
 }
 
+/* --channels: names of channels, comma-separated, each once (whether the file has them is
+ * the reader's to say). 0, or -EINVAL with the message printed. */
+static int parse_channels(const char *s)
+{
+	static const char *const names[] = {"structure", "angio", "doppler"};
+	bool seen[3] = {false, false, false};
+
+	for (const char *p = s;; p++) {
+		size_t len = strcspn(p, ",");
+		int k = 0;
+
+		while (k < 3 && (strlen(names[k]) != len || strncmp(p, names[k], len) != 0))
+			k++;
+		if (k == 3 || seen[k]) {
+			fprintf(stderr,
+			        "volrec export: --channels %s: '%.*s' %s (structure, angio, "
+			        "doppler, "
+			        "comma-separated, each once)\n",
+			        s, (int)len, p, k == 3 ? "is not a channel" : "is named twice");
+			return -EINVAL;
+		}
+		seen[k] = true;
+		p += len;
+		if (!*p)
+			return 0;
+	}
+}
+
 VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIFF")
 {
-	enum { OPT_SERIES = 0x200, OPT_CHUNKS };
+	enum { OPT_SERIES = 0x200, OPT_CHUNKS, OPT_CHANNELS };
 	static const struct option longopts[] = {
 	        {"output", required_argument, NULL, 'o'},
 	        {"series", no_argument, NULL, OPT_SERIES},
 	        {"threads", required_argument, NULL, 't'},
 	        {"chunks", required_argument, NULL, OPT_CHUNKS},
+	        {"channels", required_argument, NULL, OPT_CHANNELS},
 	        {"force", no_argument, NULL, 'f'},
 	        VR_CLI_LONGOPTS_END,
 	};
@@ -135,6 +171,11 @@ VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIF
 				        optarg);
 				return VR_EXIT_USAGE;
 			}
+			break;
+		case OPT_CHANNELS:
+			if (parse_channels(optarg) < 0)
+				return VR_EXIT_USAGE;
+			o.channels = optarg;
 			break;
 		case 'f':
 			o.replace = true;

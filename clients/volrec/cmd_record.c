@@ -529,31 +529,32 @@ out:
 	return 0;
 }
 
-/* What channel k's values mean, as attributes of its dataset (the first volume's; the live
- * ranges of every volume are in /channel_range): kind, units, and Doppler's velocities and
- * period, angiography's method (docs/tools.md "record"). 0 or -EIO. */
+/* What channel k's values mean, as attributes of its dataset, the first volume's (the live
+ * ranges of every volume are in /channel_range): those `volrec process -o` writes
+ * (formats/h5attr.h, docs/formats.md "Channels"), from the channel's descriptor. 0 or -EIO. */
 static int rec_channel_attrs(struct rec *r, uint32_t k)
 {
 	const struct volrec_channel *ch = &r->meaning[k];
-	hid_t f = h5vol_file(r->w), d = H5Dopen2(f, channel_dsets[r->kind[k]], H5P_DEFAULT);
-	int rc = d < 0 ? -EIO : 0;
+	const hid_t f = h5vol_file(r->w);
+	const char *name = channel_dsets[r->kind[k]];
+	const double range[2] = {ch->value_lo, ch->value_hi};
 
-	if (!rc)
-		rc = vr_h5_attr_str(d, "channel", channel_names[r->kind[k]]) |
-		     vr_h5_attr_str(d, "units", ch->units) |
-		     vr_h5_attr(d, "value_range", H5T_NATIVE_DOUBLE, 2,
-		                (const double[]){ch->value_lo, ch->value_hi});
-	if (!rc && r->kind[k] == VOLREC_CHANNEL_ANGIO)
-		rc = vr_h5_attr_str(d, "method", ch->method == VOLREC_ANGIO_SVAR ? "svar" : "cdv");
-	if (!rc && r->kind[k] == VOLREC_CHANNEL_DOPPLER)
-		rc = vr_h5_attr_str(d, "axis",
-		                    ch->method == VOLREC_DOPPLER_BSCAN ? "bscan" : "ascan") |
-		     vr_h5_attr(d, "velocity_mm_s", H5T_NATIVE_DOUBLE, 2, ch->velocity_mm_s) |
-		     vr_h5_attr(d, "period_us", H5T_NATIVE_DOUBLE, 0,
-		                &(double){ch->period_us > 0 ? ch->period_us : NAN});
-	if (d >= 0 && H5Dclose(d) < 0)
-		rc = -EIO;
-	return rc ? -EIO : 0;
+	switch (r->kind[k]) {
+	case VOLREC_CHANNEL_STRUCTURE:
+		return vr_h5_structure_meaning(f, name, range) ? -EIO : 0;
+	case VOLREC_CHANNEL_ANGIO:
+		return vr_h5_angio_meaning(f, name, true,
+		                           ch->method == VOLREC_ANGIO_SVAR ? "svar" : "cdv", range)
+		               ? -EIO
+		               : 0;
+	default:
+		return vr_h5_doppler_meaning(f, name, true,
+		                             ch->method == VOLREC_DOPPLER_BSCAN ? "bscan" : "ascan",
+		                             ch->period_us, ch->center_wavelength_nm,
+		                             ch->refractive_index)
+		               ? -EIO
+		               : 0;
+	}
 }
 
 static int rec_write(struct rec *r, struct volrec_client *c, const struct volrec_view *v,

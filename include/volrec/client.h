@@ -175,11 +175,13 @@ struct volrec_channel {
 	 * writer older than 2.1) */
 	double value_lo, value_hi;
 	char units[16];
-	double velocity_mm_s[2]; /* Doppler: axial velocity of q = 0 and q = 255; NaN unknown */
-	double period_us;        /* Doppler: time between the A-scans of a pair; 0 unknown */
-	double mask_db;          /* angio, Doppler: structure threshold (dB) of the mask */
-	uint32_t half_window;    /* angio (cdv), Doppler: axial half window */
-	uint32_t flags;          /* VOLREC_CHANNEL_BULK */
+	double velocity_mm_s[2];     /* Doppler: axial velocity of q = 0 and q = 255; NaN unknown */
+	double period_us;            /* Doppler: time between the A-scans of a pair; 0 unknown */
+	double mask_db;              /* angio, Doppler: structure threshold (dB) of the mask */
+	uint32_t half_window;        /* angio (cdv), Doppler: axial half window */
+	uint32_t flags;              /* VOLREC_CHANNEL_BULK */
+	double center_wavelength_nm; /* Doppler: lambda0 of the velocities; 0 unknown */
+	double refractive_index;     /* Doppler: n of the velocities */
 };
 
 /*

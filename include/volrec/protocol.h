@@ -103,7 +103,7 @@ struct volrec_shm_header {
 	uint64_t views_bytes;  /* 144 bytes of the views area (1.2) */
 	/* 2.1: channels (docs/protocol.md §2.7); 0 from an older writer: one, the structure */
 	uint32_t channels;             /* 152 channels each slot holds, 1..VOLREC_CHANNELS_MAX */
-	uint32_t channel_desc_size;    /* 156 bytes per channel descriptor (96) */
+	uint32_t channel_desc_size;    /* 156 bytes per channel descriptor (128) */
 	uint64_t channel_table_offset; /* 160 of slot 0's first descriptor (§2.7) */
 	uint64_t channel_views_offset; /* 168 of the channels' pictures in each slot, 0: none */
 	uint64_t channel_views_bytes;  /* 176 bytes of them (volrec_channel_views_bytes) */
@@ -165,8 +165,10 @@ struct volrec_channel_desc {
 	double period_us;        /* 64 Doppler: time between the two A-scans of a pair; 0 unknown */
 	double mask_db;          /* 72 angio, Doppler: structure (dB) under which a voxel is 0 */
 	uint32_t half_window;    /* 80 angio (cdv), Doppler: the axial half window h */
-	uint32_t flags;    /* 84 Doppler: VOLREC_CHANNEL_BULK when the bulk phase is removed */
-	uint64_t reserved; /* 88 zero */
+	uint32_t flags; /* 84 Doppler: VOLREC_CHANNEL_BULK when the bulk phase is removed */
+	double center_wavelength_nm; /* 88 Doppler: lambda0 of the velocities; 0 unknown */
+	double refractive_index;     /* 96 Doppler: n of the velocities (1.38 when not given) */
+	uint64_t reserved[3];        /* 104..127 zero */
 };
 #define VOLREC_CHANNEL_BULK 0x1u
 
@@ -369,7 +371,7 @@ _Static_assert(offsetof(struct volrec_shm_header, channels) == 152, "shm header 
 _Static_assert(offsetof(struct volrec_shm_header, channel_table_offset) == 160,
                "shm header layout");
 _Static_assert(offsetof(struct volrec_slot_header, channels) == 96, "slot header layout");
-_Static_assert(sizeof(struct volrec_channel_desc) == 96, "channel descriptor layout");
+_Static_assert(sizeof(struct volrec_channel_desc) == 128, "channel descriptor layout");
 _Static_assert(offsetof(struct volrec_channel_desc, velocity_lo_mm_s) == 48, "channel layout");
 
 #endif

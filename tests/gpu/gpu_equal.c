@@ -43,7 +43,10 @@
 /* Random samples; random samples with strong lines at fixed and at A-scan-dependent depths
  * (partial_median: depths where the median differs from the mean); the simulator; random f32
  * samples (or lines) with NaNs and infinities (docs/algorithms.md §1.0: missing A-scans). */
-enum input { IN_RANDOM, IN_LINES, IN_SIM, IN_NONFINITE, IN_LINES_NONFINITE };
+/* IN_REPEATS: per position and A-scan a random base spectrum, each repeat the base plus noise of
+ * a strength drawn per A-scan (0, 2 %, 20 %, all noise: static tissue and flow side by side),
+ * so that angiography and Doppler span their ranges (docs/algorithms.md §5). */
+enum input { IN_RANDOM, IN_LINES, IN_SIM, IN_NONFINITE, IN_LINES_NONFINITE, IN_REPEATS };
 
 /* What a case changes in the running pipeline between epochs (EV_LIVE_PM: into
  * partial_median with threshold 3). */
@@ -613,6 +616,162 @@ static void c_nf_pmedian(struct vr_config *c)
 	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
 }
 
+/* output.channels (docs/algorithms.md §5): the CUDA backend's angiography and Doppler against
+ * the CPU's, every channel and its low-resolution volume. */
+static void set_channels(struct vr_config *c, const char *a, const char *b, const char *d)
+{
+	const char *n[3] = {a, b, d};
+
+	c->output.nchannels = 0;
+	for (int i = 0; i < 3; i++)
+		if (n[i])
+			snprintf(c->output.channels[c->output.nchannels++], CFG_PATH_MAX, "%s",
+			         n[i]);
+}
+
+/* M = 2, every channel, cdv, inter-B-scan Doppler with the bulk phase, noncumulative. */
+static void c_ch_m2_cdv_bscan(struct vr_config *c)
+{
+	c_default(c);
+	c->geometry.repeats = 2;
+	set_channels(c, "structure", "angio", "doppler");
+	c->functional.angio.method = CFG_ANGIO_CDV;
+	c->functional.doppler.bulk = true;
+}
+
+/* M = 4 at odd sizes: K 250, 13 A-scans, 7 positions, bidirectional, flip x and z, a crop, the
+ * B-scan median, cumulative; svar, inter-A-scan Doppler without the bulk phase, h = 3. */
+static void c_ch_m4_odd_svar_ascan(struct vr_config *c)
+{
+	geom(c, 250, 13, 7, 3, 2, CFG_SAMPLE_I16);
+	c->geometry.repeats = 4;
+	c->geometry.bidirectional = true;
+	c->geometry.depth_range[0] = 9;
+	c->geometry.depth_range[1] = 101;
+	c->preprocess.flip.x = true;
+	c->preprocess.flip.z = true;
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEDIAN;
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+	set_channels(c, "structure", "angio", "doppler");
+	c->functional.angio.method = CFG_ANGIO_SVAR;
+	c->functional.angio.range_given = 1;
+	c->functional.angio.range[0] = 0.0;
+	c->functional.angio.range[1] = 40.0;
+	c->functional.axial_half_window = 3;
+	c->functional.doppler.axis_given = 1;
+	c->functional.doppler.axis = CFG_DOPPLER_ASCAN;
+	c->functional.doppler.bulk = false;
+}
+
+/* M = 4, u12p, mode none: the channels of L_e; cdv, inter-A-scan Doppler with the bulk phase,
+ * dispersion (complex transforms). */
+static void c_ch_m4_u12p_none_ascan(struct vr_config *c)
+{
+	geom(c, 512, 23, 10, 2, 2, CFG_SAMPLE_U12P);
+	c->geometry.repeats = 4;
+	c->reconstruct.mode = CFG_RECON_NONE;
+	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;
+	c->preprocess.dispersion.coeffs[0] = 10.0;
+	c->preprocess.dispersion.coeffs[1] = -4.0;
+	set_channels(c, "structure", "angio", "doppler");
+	c->functional.doppler.axis_given = 1;
+	c->functional.doppler.axis = CFG_DOPPLER_ASCAN;
+	c->functional.doppler.bulk = true;
+}
+
+/* M = 2 without the structure: angio and doppler alone (the structure's weights still), svar,
+ * inter-B-scan without the bulk phase, partial_median, stride 1 x 3. */
+static void c_ch_m2_pmedian_no_structure(struct vr_config *c)
+{
+	geom(c, 512, 24, 12, 1, 3, CFG_SAMPLE_U16);
+	c->geometry.repeats = 2;
+	c->preprocess.background.mode = CFG_BG_PARTIAL_MEDIAN;
+	c->preprocess.background.threshold = 3.0;
+	set_channels(c, "angio", "doppler", NULL);
+	c->functional.angio.method = CFG_ANGIO_SVAR;
+	c->functional.doppler.bulk = false;
+}
+
+/* M = 1: Doppler alone beside the structure, inter-A-scan (its default), odd nx, bulk on,
+ * product, exp. */
+static void c_ch_m1_doppler(struct vr_config *c)
+{
+	geom(c, 256, 7, 9, 1, 2, CFG_SAMPLE_U16);
+	c->reconstruct.combine = CFG_COMBINE_PRODUCT;
+	c->reconstruct.temporal = CFG_TEMPORAL_EXP;
+	c->reconstruct.tau = 1.5;
+	set_channels(c, "structure", "doppler", NULL);
+	c->functional.doppler.bulk = true;
+}
+
+/* f32 with non-finite samples (docs/algorithms.md §1.0), M = 1, Doppler: the planes' columns of
+ * the missing A-scans filled as L_e's, cumulative. */
+static void c_ch_f32_nonfinite_doppler(struct vr_config *c)
+{
+	geom(c, 256, 24, 12, 2, 3, CFG_SAMPLE_F32);
+	c->preprocess.background.mode = CFG_BG_BSCAN_MEAN;
+	c->reconstruct.mode = CFG_RECON_CUMULATIVE;
+	set_channels(c, "structure", "doppler", NULL);
+	c->functional.doppler.bulk = true;
+}
+
+/* The simulator's flow phantom (docs/algorithms.md "The flow phantom"): M = 4, vessels of
+ * flowing blood, bulk motion, ascan_mean (for Doppler), cdv, inter-B-scan Doppler with the
+ * bulk phase over the sample's depths. */
+static void c_ch_sim_flow(struct vr_config *c)
+{
+	geom(c, 1024, 32, 8, 2, 2, CFG_SAMPLE_U16);
+	c->geometry.repeats = 4;
+	c->geometry.depth_range[0] = 128;
+	c->geometry.depth_range[1] = 384;
+	c->geometry.ascan_period_us = 10.0;
+	c->geometry.bscan_period_us = 700.0;
+	c->geometry.center_wavelength_nm = 840.0;
+	snprintf(c->source.synth.phantom, sizeof(c->source.synth.phantom), "flow");
+	c->source.synth.flow.peak_mm_per_s = 1.0;
+	c->source.synth.flow.bulk_um_per_repeat = 0.05;
+	c->preprocess.background.mode = CFG_BG_ASCAN_MEAN;
+	set_channels(c, "structure", "angio", "doppler");
+	c->functional.doppler.bulk = true;
+}
+
+/* f32 with repeats (docs/algorithms.md §1.0): an A-scan with a non-finite sample in any repeat
+ * of its position is missing in all of them. */
+static void c_nf_m2_bmean_cumul(struct vr_config *c)
+{
+	c_nf_bmean_cumul(c);
+	c->geometry.repeats = 2;
+}
+
+static void c_nf_m3_pmedian(struct vr_config *c)
+{
+	c_nf_pmedian(c);
+	c->geometry.repeats = 3;
+}
+
+/* ... and every channel: M = 4, cdv, inter-A-scan Doppler with the bulk phase. */
+static void c_ch_f32_nonfinite_m4(struct vr_config *c)
+{
+	c_ch_f32_nonfinite_doppler(c);
+	c->geometry.repeats = 4;
+	set_channels(c, "structure", "angio", "doppler");
+	c->functional.doppler.axis_given = 1;
+	c->functional.doppler.axis = CFG_DOPPLER_ASCAN;
+}
+
+/* Live: every functional.* key changes (method, range, window, mask, axis, bulk). */
+static void live_functional(struct vr_config *c)
+{
+	c->functional.angio.method = CFG_ANGIO_SVAR;
+	c->functional.axial_half_window = 1;
+	c->functional.mask_given = 1;
+	c->functional.mask_db = c->preprocess.db_range[0] +
+	                        0.5 * (c->preprocess.db_range[1] - c->preprocess.db_range[0]);
+	c->functional.doppler.axis_given = 1;
+	c->functional.doppler.axis = CFG_DOPPLER_ASCAN;
+	c->functional.doppler.bulk = !c->functional.doppler.bulk;
+}
+
 static const struct tcase cases[] = {
         {"rand-u16-default", false, IN_RANDOM, 8, true, c_default, EV_NONE, false, NULL},
         {"rand-i16-shift-bmean-linear-cumul", false, IN_RANDOM, 8, false, c_i16, EV_NONE, false,
@@ -742,6 +901,42 @@ static const struct tcase cases[] = {
          c_sim_compensated_bowl_still, EV_NONE, false, NULL},
         {"async-sim-u16-compensated-bowl-still-jump", false, IN_SIM, 34, true,
          c_sim_compensated_bowl_still, EV_NONE, true, NULL},
+        /* output.channels last, for the same reason */
+        {"channels-u16-m2-cdv-bscan-bulk", false, IN_REPEATS, 6, true, c_ch_m2_cdv_bscan, EV_NONE,
+         false, NULL},
+        {"channels-i16-m4-odd-svar-ascan-nobulk-flips-crop-cumul", false, IN_REPEATS, 6, true,
+         c_ch_m4_odd_svar_ascan, EV_NONE, false, NULL},
+        {"channels-u12p-m4-cdv-ascan-bulk-disp-none", false, IN_REPEATS, 3, true,
+         c_ch_m4_u12p_none_ascan, EV_NONE, false, NULL},
+        {"channels-u16-m2-svar-bscan-nobulk-pmedian-no-structure", false, IN_REPEATS, 6, true,
+         c_ch_m2_pmedian_no_structure, EV_NONE, false, NULL},
+        {"channels-u16-m1-doppler-ascan-odd-product", false, IN_RANDOM, 6, true, c_ch_m1_doppler,
+         EV_NONE, false, NULL},
+        {"channels-f32-nonfinite-m1-doppler-cumul", false, IN_NONFINITE, 6, true,
+         c_ch_f32_nonfinite_doppler, EV_NONE, false, NULL},
+        {"channels-sim-flow-m4-cdv-bscan-bulk", false, IN_SIM, 4, true, c_ch_sim_flow, EV_NONE,
+         false, NULL},
+        {"channels-u16-m2-live-functional", false, IN_REPEATS, 8, true, c_ch_m2_cdv_bscan, EV_LIVE,
+         false, live_functional},
+        {"channels-i16-m4-odd-reset-history", false, IN_REPEATS, 8, false, c_ch_m4_odd_svar_ascan,
+         EV_RESET, false, NULL},
+        {"async-channels-u16-m2-cdv-bscan-bulk", false, IN_REPEATS, 7, true, c_ch_m2_cdv_bscan,
+         EV_NONE, true, NULL},
+        {"async-channels-u16-m2-cdv-bscan-bulk-ahead", false, IN_REPEATS, 10, true,
+         c_ch_m2_cdv_bscan, EV_FULL_SOME, true, NULL},
+        {"async-channels-u12p-m4-none-ahead", false, IN_REPEATS, 7, true, c_ch_m4_u12p_none_ascan,
+         EV_FULL_SOME, true, NULL},
+        {"async-channels-i16-m4-odd-cumul", false, IN_REPEATS, 6, true, c_ch_m4_odd_svar_ascan,
+         EV_NONE, true, NULL},
+        /* f32 with repeats */
+        {"nonfinite-f32-m2-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 6, true,
+         c_nf_m2_bmean_cumul, EV_NONE, false, NULL},
+        {"nonfinite-pmedian-lines-f32-m3", false, IN_LINES_NONFINITE, 4, true, c_nf_m3_pmedian,
+         EV_NONE, false, NULL},
+        {"channels-f32-nonfinite-m4-cdv-ascan-bulk-cumul", false, IN_NONFINITE, 5, true,
+         c_ch_f32_nonfinite_m4, EV_NONE, false, NULL},
+        {"async-nonfinite-f32-m2-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 6, true,
+         c_nf_m2_bmean_cumul, EV_NONE, true, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */
@@ -826,11 +1021,17 @@ static int host_table_check(void)
 
 /* ---- one case ---------------------------------------------------------------------------- */
 
+/* One backend's outputs of an epoch. With output.channels (docs/algorithms.md §5) vol and full
+ * hold nch channels of vox voxels each ([c][Y][X][Z]); la and ld the low-resolution volumes of
+ * angiography and Doppler (when output). */
 struct outs {
 	uint8_t *vol;
 	float *low, *full;
 	uint32_t *md; /* [2][ny] median depths (partial_median), missing A-scans */
 	uint32_t ny;
+	uint32_t nch;   /* channels in vol and full */
+	int sc, ac, dc; /* the structure's, angiography's, Doppler's channel (-1: not output) */
+	float *la, *ld; /* lowres_angio, lowres_doppler, or NULL */
 };
 
 static void outs_free(struct outs *o)
@@ -839,18 +1040,62 @@ static void outs_free(struct outs *o)
 	free(o->low);
 	free(o->full);
 	free(o->md);
+	free(o->la);
+	free(o->ld);
 }
 
-static int outs_alloc(struct outs *o, size_t vox, size_t low, size_t full, uint32_t ny)
+/* The outputs of c's channels: vox voxels a channel, low low-resolution samples, the float
+ * volume when full is not 0. */
+static int outs_alloc(struct outs *o, const struct vr_config *c, size_t vox, size_t low,
+                      size_t full, uint32_t ny)
 {
-	o->vol = malloc(vox);
+	enum cfg_channel ch[CFG_CH_COUNT];
+
+	o->nch = cfg_channels(c, ch);
+	o->sc = o->ac = o->dc = -1;
+	for (uint32_t i = 0; i < o->nch; i++) {
+		if (ch[i] == CFG_CH_STRUCTURE)
+			o->sc = (int)i;
+		else if (ch[i] == CFG_CH_ANGIO)
+			o->ac = (int)i;
+		else
+			o->dc = (int)i;
+	}
+	o->vol = malloc(vox * o->nch);
 	o->low = malloc(low * sizeof(float));
-	o->full = full ? malloc(full * sizeof(float)) : NULL;
+	o->full = full ? malloc(full * o->nch * sizeof(float)) : NULL;
 	o->md = malloc(2 * ny * sizeof(uint32_t));
+	o->la = o->ac >= 0 ? malloc(low * sizeof(float)) : NULL;
+	o->ld = o->dc >= 0 ? malloc(low * sizeof(float)) : NULL;
 	o->ny = ny;
 	if (o->md)
 		memset(o->md, 0xff, 2 * ny * sizeof(uint32_t)); /* must be overwritten */
-	return o->vol && o->low && o->md && (!full || o->full) ? 0 : -ENOMEM;
+	/* and the channels' outputs likewise (NaN floats, a u8 pattern) */
+	if (o->vol)
+		memset(o->vol, 0xa5, vox * o->nch);
+	if (o->full)
+		memset(o->full, 0xff, full * o->nch * sizeof(float));
+	if (o->la)
+		memset(o->la, 0xff, low * sizeof(float));
+	if (o->ld)
+		memset(o->ld, 0xff, low * sizeof(float));
+	return o->vol && o->low && o->md && (!full || o->full) && (o->ac < 0 || o->la) &&
+	                       (o->dc < 0 || o->ld)
+	               ? 0
+	               : -ENOMEM;
+}
+
+/* The be_output of o: every output it has (the float volume when full). */
+static struct be_output outs_out(struct outs *o, bool full)
+{
+	return (struct be_output){.volume = o->vol,
+	                          .lowres = o->low,
+	                          .full = full ? o->full : NULL,
+	                          .lowres_angio = o->la,
+	                          .lowres_doppler = o->ld,
+	                          .channels = o->nch,
+	                          .median_depths = o->md,
+	                          .missing_ascans = o->md + o->ny};
 }
 
 static void fill_random(const struct vr_config *c, uint8_t *raw, size_t bytes)
@@ -943,6 +1188,51 @@ static void fill_lines(const struct vr_config *c, uint8_t *raw, size_t bytes)
 	free(row);
 }
 
+/* IN_REPEATS (enum input) for the raw epoch of c (every repeat of every position). */
+static void fill_repeats(const struct vr_config *c, uint8_t *raw)
+{
+	const uint32_t K = c->geometry.samples_per_ascan, nx = c->geometry.ascans_per_bscan,
+	               ny = c->geometry.bscans_per_volume, M = c->geometry.repeats;
+	const enum cfg_sample t = c->geometry.sample_type;
+	const size_t bbytes = cfg_bscan_bytes(c), abytes = cfg_ascan_bytes(c);
+	static const double wt[4] = {0.0, 0.02, 0.2, 1.0};
+	double *base = malloc(K * sizeof(double));
+	uint16_t *row = malloc(K * sizeof(uint16_t));
+
+	if (!base || !row) {
+		fprintf(stderr, "gpu_equal: out of memory\n");
+		exit(1);
+	}
+	for (uint32_t b = 0; b < ny; b++)
+		for (uint32_t a = 0; a < nx; a++) {
+			const double w = wt[rng_next() % 4];
+			for (uint32_t k = 0; k < K; k++)
+				base[k] = (double)(rng_next() % 4096);
+			for (uint32_t m = 0; m < M; m++) {
+				uint8_t *dst =
+				        raw + (size_t)(b * M + m) * bbytes + (size_t)a * abytes;
+				for (uint32_t k = 0; k < K; k++) {
+					const double v =
+					        (1 - w) * base[k] + w * (double)(rng_next() % 4096);
+					row[k] = (uint16_t)fmin(fmax(rint(v), 0), 4095);
+				}
+				for (uint32_t k = 0; k < K; k++) {
+					if (t == CFG_SAMPLE_U16)
+						((uint16_t *)dst)[k] = (uint16_t)(row[k] * 16);
+					else if (t == CFG_SAMPLE_I16)
+						((int16_t *)dst)[k] =
+						        (int16_t)((int)row[k] * 8 - 16384);
+					else if (t == CFG_SAMPLE_F32)
+						((float *)dst)[k] = (float)row[k];
+				}
+				if (cfg_sample_packed(t))
+					pack12(row, K, t == CFG_SAMPLE_U12GV, dst);
+			}
+		}
+	free(base);
+	free(row);
+}
+
 /* NaNs and infinities in the f32 epoch e (docs/algorithms.md §1.0): in B-scan 1 two
  * neighbouring A-scans (a NaN, a -inf) that move with e, in B-scan 2 its first A-scan all +inf
  * and a NaN in its last (the ends: the nearest A-scan alone), every third epoch the whole of
@@ -950,8 +1240,10 @@ static void fill_lines(const struct vr_config *c, uint8_t *raw, size_t bytes)
  * sample. */
 static void poke_nonfinite(const struct vr_config *c, uint64_t e, float *raw)
 {
+	/* ny: the raw B-scans (with repeats, a repeat's non-finite sample makes the A-scan
+	 * missing in all of its position's repeats) */
 	const uint32_t K = c->geometry.samples_per_ascan, nx = c->geometry.ascans_per_bscan,
-	               ny = c->geometry.bscans_per_volume;
+	               ny = cfg_raw_bscans(c);
 #define AS(b, a) (raw + ((size_t)(b)*nx + (a)) * K)
 	AS(1 % ny, e % nx)[(e * 7) % K] = NAN;
 	AS(1 % ny, (e + 1) % nx)[(e * 13 + 5) % K] = -INFINITY;
@@ -978,6 +1270,8 @@ static int make_input(struct sim *sim, enum input in, const struct vr_config *c,
 	if (!sim) {
 		if (in == IN_LINES || in == IN_LINES_NONFINITE)
 			fill_lines(c, raw, bbytes * nraw);
+		else if (in == IN_REPEATS)
+			fill_repeats(c, raw);
 		else
 			fill_random(c, raw, bbytes * nraw);
 		if (in == IN_NONFINITE || in == IN_LINES_NONFINITE)
@@ -1157,6 +1451,30 @@ static int calibrate_db(struct vr_config *c, const uint8_t *raw, size_t bbytes, 
 	return rc;
 }
 
+/* The channels' comparisons (docs/algorithms.md §5): angiography's v (low-resolution, float
+ * volume: absolute difference, v in [0, 1]), Doppler's phase in radians on the circle
+ * (low-resolution), its v on the circle of 1 (float volume), the u8 of both (Doppler's on the
+ * circle of 255). A value counts as equal within its tolerance; a voxel where the structure
+ * lies at functional.mask_db within float rounding may be masked on one backend only, so
+ * FN_MIN_FRACTION of the values must be equal (not all), and the largest difference is
+ * reported. */
+#define FN_MIN_FRACTION 0.9999
+#define PHASE_TOL       1e-3 /* rad */
+enum { FN_LA, FN_FA, FN_UA, FN_LD, FN_FD, FN_UD, FN_FIGS };
+static const char *const fn_names[FN_FIGS] = {"lowres_angio",   "full_angio",   "angio u8",
+                                              "lowres_doppler", "full_doppler", "doppler u8"};
+/* The least spread (standard deviation of the CPU's values) of a figure that is not degenerate:
+ * Doppler's float v is phase / 2 pi (bulk-corrected static tissue stays near 0.5). */
+static const double fn_spread[FN_FIGS] = {0.01, 0.01, 1.0, 0.01, 0.001, 1.0};
+struct fn_fig {
+	uint64_t n, bad;    /* values compared, beyond the tolerance */
+	double max;         /* largest difference */
+	double s, s2;       /* sum and sum of squares of the CPU's values (spread) */
+	uint64_t max_epoch; /* where the largest difference is */
+	size_t max_index;
+	double max_cpu, max_gpu;
+};
+
 struct figures {
 	double low_rel;    /* worst epoch */
 	double u8_frac;    /* worst epoch */
@@ -1183,6 +1501,8 @@ struct figures {
 	double pose_diff;
 	uint64_t pose_epoch;
 	struct be_motion_pose pose_cpu, pose_gpu;
+	/* output.channels: per channel figure (struct fn_fig), over all epochs */
+	struct fn_fig fn[FN_FIGS];
 };
 
 /* compensated: the pose of the epoch both backends just finished, compared (nothing when
@@ -1222,11 +1542,148 @@ static void compare_multi(const struct outs *o, const struct outs *m, size_t vox
 
 /* Compare one epoch's outputs; nz and db_span (hi - lo of the dB range) locate the worst
  * lowres difference in its A-scan. */
+/* Distance of a and b on a circle of the given period. */
+static double circle(double a, double b, double period)
+{
+	double d = fmod(fabs(a - b), period);
+	return d != d ? INFINITY : fmin(d, period - d);
+}
+
+/* n values of one channel's output (period 0: absolute differences) into the figure. */
+static void fn_add(struct fn_fig *q, const float *c, const float *g, size_t n, double tol,
+                   double period, uint64_t epoch)
+{
+	for (size_t i = 0; i < n; i++) {
+		double d = period > 0 ? circle(g[i], c[i], period) : fabs((double)g[i] - c[i]);
+		if (d != d)
+			d = INFINITY;
+		q->bad += !(d <= tol);
+		if (d > q->max || (!q->n && i == 0)) {
+			q->max = d;
+			q->max_epoch = epoch;
+			q->max_index = i;
+			q->max_cpu = c[i];
+			q->max_gpu = g[i];
+		}
+		q->s += c[i];
+		q->s2 += (double)c[i] * c[i];
+	}
+	q->n += n;
+}
+
+/* The same for u8 values, within 1 LSB. */
+static void fn_add8(struct fn_fig *q, const uint8_t *c, const uint8_t *g, size_t n, bool circular,
+                    uint64_t epoch)
+{
+	for (size_t i = 0; i < n; i++) {
+		double d = circular ? circle(g[i], c[i], 255) : abs((int)g[i] - (int)c[i]);
+		q->bad += d > 1;
+		if (d > q->max) {
+			q->max = d;
+			q->max_epoch = epoch;
+			q->max_index = i;
+			q->max_cpu = c[i];
+			q->max_gpu = g[i];
+		}
+		q->s += c[i];
+		q->s2 += (double)c[i] * c[i];
+	}
+	q->n += n;
+}
+
+/* The channels other than the structure of one epoch (vox voxels a channel; full: the float
+ * volume was asked for). */
+static void compare_fn(const struct outs *c, const struct outs *g, size_t vox, size_t low,
+                       size_t full, uint64_t epoch, struct figures *f)
+{
+	if (c->ac >= 0) {
+		const size_t o = (size_t)c->ac * vox;
+		fn_add(&f->fn[FN_LA], c->la, g->la, low, LOWRES_TOL, 0, epoch);
+		if (full)
+			fn_add(&f->fn[FN_FA], c->full + o, g->full + o, vox, LOWRES_TOL, 0, epoch);
+		fn_add8(&f->fn[FN_UA], c->vol + o, g->vol + o, vox, false, epoch);
+	}
+	if (c->dc >= 0) {
+		const size_t o = (size_t)c->dc * vox;
+		fn_add(&f->fn[FN_LD], c->ld, g->ld, low, PHASE_TOL, 2 * M_PI, epoch);
+		if (full)
+			fn_add(&f->fn[FN_FD], c->full + o, g->full + o, vox, PHASE_TOL / (2 * M_PI),
+			       1.0, epoch);
+		fn_add8(&f->fn[FN_UD], c->vol + o, g->vol + o, vox, true, epoch);
+	}
+}
+
+/* Whether the channels' figures pass (u8: FN_MIN_FRACTION's 99.9 %, as the structure's): each
+ * compared one, and the CPU's values spread (not a degenerate input). */
+static bool fn_pass(const struct figures *f, const struct outs *o)
+{
+	for (int k = 0; k < FN_FIGS; k++) {
+		const struct fn_fig *q = &f->fn[k];
+		const bool u8 = k == FN_UA || k == FN_UD;
+		const bool want = (k <= FN_UA && o->ac >= 0) || (k >= FN_LD && o->dc >= 0);
+		if (!want)
+			continue;
+		if (!q->n) {
+			if (k == FN_FA || k == FN_FD)
+				continue; /* no float volume asked for */
+			return false;
+		}
+		const double ok = 1.0 - (double)q->bad / (double)q->n;
+		const double mean = q->s / (double)q->n;
+		const double sd = sqrt(fmax(q->s2 / (double)q->n - mean * mean, 0));
+		if (ok < (u8 ? U8_MIN_FRACTION : FN_MIN_FRACTION) || !(sd > fn_spread[k]))
+			return false;
+	}
+	return true;
+}
+
+/* The channels' figures, a line each. */
+static void fn_print(const struct figures *f, const struct outs *o)
+{
+	for (int k = 0; k < FN_FIGS; k++) {
+		const struct fn_fig *q = &f->fn[k];
+		const bool u8 = k == FN_UA || k == FN_UD;
+		if (!q->n)
+			continue;
+		const double mean = q->s / (double)q->n;
+		const double sd = sqrt(fmax(q->s2 / (double)q->n - mean * mean, 0));
+		printf("  %-15s %10llu values, %.5f%% equal (>= %.2f%%; tolerance %s), largest "
+		       "difference %.3g (epoch %llu, value %zu: cpu %.6g cuda %.6g), spread %.3g "
+		       "(> %g)\n",
+		       fn_names[k], (unsigned long long)q->n,
+		       100.0 * (1.0 - (double)q->bad / (double)q->n),
+		       100.0 * (u8 ? U8_MIN_FRACTION : FN_MIN_FRACTION),
+		       u8           ? "1 LSB"
+		       : k == FN_LD ? "1e-3 rad on the circle"
+		       : k == FN_FD ? "1e-3 rad / 2 pi on the circle"
+		                    : "1e-4",
+		       q->max, (unsigned long long)q->max_epoch, q->max_index, q->max_cpu,
+		       q->max_gpu, sd, fn_spread[k]);
+	}
+	(void)o;
+}
+
 static void compare(const struct outs *c, const struct outs *g, size_t vox, size_t low, size_t full,
                     uint32_t nz, double db_span, uint64_t epoch, struct figures *f)
 {
 	double maxc = 0, maxd = 0, s = 0, s2 = 0, maxd40 = 0;
 	size_t ok = 0, wi = 0;
+
+	compare_fn(c, g, vox, low, full, epoch, f);
+	/* the structure's channel below (nothing of the volumes when it is not output) */
+	struct outs cs = *c, gs = *g;
+	if (c->sc >= 0) {
+		cs.vol += (size_t)c->sc * vox;
+		gs.vol += (size_t)c->sc * vox;
+		if (full) {
+			cs.full += (size_t)c->sc * vox;
+			gs.full += (size_t)c->sc * vox;
+		}
+	} else {
+		vox = full = 0;
+	}
+	c = &cs;
+	g = &gs;
 
 	for (size_t i = 0; i < low; i++) {
 		double d = fabs((double)g->low[i] - c->low[i]);
@@ -1276,7 +1733,7 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
 		f->mc_mismatch += c->md[c->ny + b] != g->md[c->ny + b];
 		f->mc_total += c->md[c->ny + b];
 	}
-	double frac = (double)ok / (double)vox;
+	double frac = vox ? (double)ok / (double)vox : 1.0;
 	f->u8_frac = f->epochs ? fmin(f->u8_frac, frac) : frac;
 	if (full && c->full && g->full) {
 		maxc = 0;
@@ -1317,21 +1774,13 @@ static int run_async(const struct vr_config *c, struct sim *sim, enum input in,
 			rc = make_input(sim, in, c, e, raw[k], err, errlen);
 			if (rc == 0)
 				rc = submit_all(cb, e, raw[k], bbytes, ny, err, errlen);
-			struct be_output o = {.volume = oc[k].vol,
-			                      .lowres = oc[k].low,
-			                      .full = fe ? oc[k].full : NULL,
-			                      .median_depths = oc[k].md,
-			                      .missing_ascans = oc[k].md + oc[k].ny};
+			struct be_output o = outs_out(&oc[k], fe);
 			if (rc == 0)
 				rc = be_epoch_finish_async(cb, e, &o, err, errlen);
 			if (rc == 0)
 				rc = be_epoch_wait(cb, e, err, errlen);
 			/* --devices: one device, synchronously as the CPU */
-			struct be_output so = {.volume = os[k].vol,
-			                       .lowres = os[k].low,
-			                       .full = fe ? os[k].full : NULL,
-			                       .median_depths = os[k].md,
-			                       .missing_ascans = os[k].md + os[k].ny};
+			struct be_output so = outs_out(&os[k], fe);
 			if (rc == 0 && sb)
 				rc = submit_all(sb, e, raw[k], bbytes, ny, err, errlen);
 			if (rc == 0 && sb)
@@ -1354,11 +1803,7 @@ static int run_async(const struct vr_config *c, struct sim *sim, enum input in,
 		if (e < epochs) {
 			if (sb)
 				outs_poison(&og[k], vox, low, full);
-			struct be_output o = {.volume = og[k].vol,
-			                      .lowres = og[k].low,
-			                      .full = fe ? og[k].full : NULL,
-			                      .median_depths = og[k].md,
-			                      .missing_ascans = og[k].md + og[k].ny};
+			struct be_output o = outs_out(&og[k], fe);
 			rc = be_epoch_finish_async(gb, e, &o, err, errlen);
 			if (rc < 0)
 				goto out;
@@ -1460,6 +1905,8 @@ static int run_case(const struct tcase *tc, bool *pass)
 		uint64_t keep = rng_state;
 		if (tc->input == IN_LINES || tc->input == IN_LINES_NONFINITE)
 			fill_lines(&c, raw, bbytes * nraw);
+		else if (tc->input == IN_REPEATS)
+			fill_repeats(&c, raw);
 		else
 			fill_random(&c, raw, bbytes * nraw);
 		rng_state = keep; /* epoch 0 gets the same data again below */
@@ -1474,6 +1921,15 @@ static int run_case(const struct tcase *tc, bool *pass)
 	rc = open_backend(&c, CFG_BACKEND_CUDA, &gs, err, sizeof(err));
 	if (rc < 0)
 		goto out;
+	/* --devices with output.channels: refused (docs/gpu.md), with a message naming the key */
+	if (multi_n && cfg_functional(&c)) {
+		char e2[512] = "";
+		const int r = open_multi(&c, &ms, e2, sizeof(e2));
+		*pass = r == -ENOTSUP && strstr(e2, "gpu.devices") && strstr(e2, "output.channels");
+		printf("%-44s %u devices refuse output.channels: %d (%s)  %s\n", tc->name, multi_n,
+		       r, e2, *pass ? "PASS" : "FAIL");
+		goto out;
+	}
 	/* --devices: several devices against the CPU, and against one device (gs) */
 	if (multi_n) {
 		rc = open_multi(&c, &ms, err, sizeof(err));
@@ -1484,11 +1940,12 @@ static int run_case(const struct tcase *tc, bool *pass)
 	const size_t vox = cfg_out_voxels(&c);
 	const size_t low = (size_t)ny * c.geometry.ascans_per_bscan * cfg_nz(&c);
 	const size_t full = tc->want_full ? vox : 0;
-	if (outs_alloc(&oc, vox, low, full, ny) < 0 || outs_alloc(&og, vox, low, full, ny) < 0 ||
-	    (tc->async && (outs_alloc(&oc2, vox, low, full, ny) < 0 ||
-	                   outs_alloc(&og2, vox, low, full, ny) < 0)) ||
-	    (ms && (outs_alloc(&os, vox, low, full, ny) < 0 ||
-	            (tc->async && outs_alloc(&os2, vox, low, full, ny) < 0)))) {
+	if (outs_alloc(&oc, &c, vox, low, full, ny) < 0 ||
+	    outs_alloc(&og, &c, vox, low, full, ny) < 0 ||
+	    (tc->async && (outs_alloc(&oc2, &c, vox, low, full, ny) < 0 ||
+	                   outs_alloc(&og2, &c, vox, low, full, ny) < 0)) ||
+	    (ms && (outs_alloc(&os, &c, vox, low, full, ny) < 0 ||
+	            (tc->async && outs_alloc(&os2, &c, vox, low, full, ny) < 0)))) {
 		rc = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory for the outputs");
 		goto out;
@@ -1584,21 +2041,9 @@ static int run_case(const struct tcase *tc, bool *pass)
 		rc = make_input(sim, tc->input, &c, e, raw, err, sizeof(err));
 		if (rc < 0)
 			goto out_unreg;
-		struct be_output ocb = {.volume = oc.vol,
-		                        .lowres = oc.low,
-		                        .full = oc.full,
-		                        .median_depths = oc.md,
-		                        .missing_ascans = oc.md + oc.ny};
-		struct be_output ogb = {.volume = og.vol,
-		                        .lowres = og.low,
-		                        .full = og.full,
-		                        .median_depths = og.md,
-		                        .missing_ascans = og.md + og.ny};
-		struct be_output osb = {.volume = os.vol,
-		                        .lowres = os.low,
-		                        .full = os.full,
-		                        .median_depths = os.md,
-		                        .missing_ascans = os.md + os.ny};
+		struct be_output ocb = outs_out(&oc, true);
+		struct be_output ogb = outs_out(&og, true);
+		struct be_output osb = outs_out(&os, true);
 		if (ms)
 			outs_poison(&og, vox, low, full);
 		rc = run_epoch(cs, e, raw, bbytes, nraw, &ocb, err, sizeof(err));
@@ -1626,7 +2071,8 @@ report:
 	*pass = low_ok && f.u8_frac >= U8_MIN_FRACTION && f.u8_maxdiff <= 2 &&
 	        (!full || f.full_rel <= (pm ? 5 : 1) * LOWRES_TOL) && f.low_spread > 0.01 &&
 	        f.md_mismatch == 0 && f.multi_bad == 0 && (!f.poses || f.pose_diff <= POSE_TOL) &&
-	        f.mc_mismatch == 0 && (nonfinite ? f.mc_total > 0 : f.mc_total == 0);
+	        f.mc_mismatch == 0 && (nonfinite ? f.mc_total > 0 : f.mc_total == 0) &&
+	        fn_pass(&f, &oc);
 	printf("%-44s epochs %2u  lowres rel %.2e (<= %.0e)  u8 within 1 LSB %.5f%% (>= %.1f%%), "
 	       "max diff %d (<= 2)",
 	       tc->name, f.epochs, f.low_rel, LOWRES_TOL, 100.0 * f.u8_frac,
@@ -1652,6 +2098,7 @@ report:
 	printf("  spread %.3f  %.1fs  %s%s\n", f.low_spread,
 	       (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, *pass ? "PASS" : "FAIL",
 	       f.low_spread > 0.01 ? "" : " (degenerate input)");
+	fn_print(&f, &oc);
 	if (f.poses && f.pose_diff > 0)
 		printf("  largest pose difference: epoch %llu: cpu (%.9g rad, %.9g, %.9g px, %.9g "
 		       "bins) cuda (%.9g rad, %.9g, %.9g px, %.9g bins)\n",

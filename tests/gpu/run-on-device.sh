@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Every device check of the CUDA backend in one go on a GPU host (docs/gpu.md): the device
 # list, gpu_equal (small and paper geometry), compute-sanitizer memcheck and racecheck on the
-# small set, the benchmark (JSON), an ncu summary of the kernel times (OUTDIR/kernels.txt) and
+# small set, the benchmark (JSON) and its functional OCT case (bench-functional.json), an ncu
+# summary of the kernel times (OUTDIR/kernels.txt) and
 # an nsys summary of the kernels and copies when time allows.
 # Usage, from the repository root: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR=build-gpu] [STEPS]
 # STEPS: all (default), or multi: the backend over several devices (gpu.devices, docs/gpu.md
@@ -114,6 +115,8 @@ fi
 step equal-small 60 1 "$B/tests/gpu_equal" --small
 step equal-paper 140 1 "$B/tests/gpu_equal" --paper
 step bench 75 1 "$B/tests/gpu_bench" --json "$OUT/bench.json" --commit "$COMMIT" --seconds 3
+step bench-functional 60 1 "$B/tests/gpu_bench" --functional --json "$OUT/bench-functional.json" \
+	--commit "$COMMIT" --seconds 3
 step memcheck 240 1 "$SAN" --tool memcheck --leak-check full --error-exitcode 1 \
 	"$B/tests/gpu_equal" --small
 step racecheck 420 1 "$SAN" --tool racecheck --racecheck-report all --error-exitcode 1 \
@@ -154,7 +157,7 @@ fi
 	echo "-- gpu_equal --small / --paper (last lines):"
 	grep -hE 'PASS|FAIL|SKIP' "$OUT/equal-small.log" "$OUT/equal-paper.log" 2>/dev/null | tail -n 40
 	echo "-- benchmark:"
-	sed -n '/^figure/,$p' "$OUT/bench.log" 2>/dev/null
+	sed -n '/^figure/,$p' "$OUT/bench.log" "$OUT/bench-functional.log" 2>/dev/null
 	echo "-- kernels (ncu, paper geometry; launches, mean us, total us):"
 	cat "$OUT/kernels.txt" 2>/dev/null
 	echo "-- sanitizers:"

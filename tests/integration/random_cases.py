@@ -6,9 +6,8 @@ volrec but not numpy or h5py (docs/gpu.md "Random configurations"):
   tests/gpu/random-cases.sh DIR BUILD    # there: DIR/c<seed>/cuda.h5 from volrec process
   random_cases.py compare DIR cuda       # here: each output against the float64 reference
 
-prep includes background.mode partial_median in some seeds, and geometry.repeats 1 to 4 in all
-but f32 ones (the CUDA backend refuses f32 with repeats, docs/gpu.md). compare exits 1 when a case does
-not match, naming it and its configuration."""
+prep includes background.mode partial_median in some seeds, and geometry.repeats 1 to 4.
+compare exits 1 when a case does not match, naming it and its configuration."""
 import json
 import pathlib
 import shutil
@@ -24,8 +23,6 @@ def prep(out, first, count):
     manifest = {}
     for seed in range(first, first + count):
         over, epochs = ta.random_configuration(seed, partial_median=True, repeats=True)
-        if over["geometry"].get("sample_type") == "f32":
-            over["geometry"]["repeats"] = 1  # the CUDA backend refuses f32 with repeats
         d = out / f"c{seed}"
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)

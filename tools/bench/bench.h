@@ -142,6 +142,17 @@ VR_MUST_CHECK int bench_cuda(int dev, double seconds, bench_say_fn say, void *ct
  */
 VR_MUST_CHECK int bench_cuda_devices(const int *devs, unsigned n, double seconds, bench_say_fn say,
                                      void *ctx, struct bench_figs *figs, char *err, size_t errlen);
+/*
+ * Functional OCT on CUDA device dev (docs/gpu.md): pinned H2D and both ways at once, then 300 x
+ * 300 positions x 4 repeats x 2048 u12p samples, output.channels [structure, angio, doppler],
+ * noncumulative, through the backend directly (the engine takes no channels yet), epoch e + 1
+ * submitted while e is in flight, for `seconds`: the input rate beside the H2D limit of the same
+ * run (target 0.85 of it) and the volume rate beside both copies at once; the device name into
+ * device. Errors as bench_cuda.
+ */
+VR_MUST_CHECK int bench_cuda_functional(int dev, double seconds, bench_say_fn say, void *ctx,
+                                        struct bench_figs *figs, char *device, size_t devlen,
+                                        char *err, size_t errlen);
 /* Host memory bandwidth: memcpy of bytes between two buffers, best of reps, in GB/s (NAN when
  * the buffers cannot be had). */
 double bench_host_memcpy_gbs(size_t bytes, int reps);

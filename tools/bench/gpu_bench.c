@@ -3,7 +3,8 @@
  * Benchmark of the CUDA backend (a benchmark, not a test): runs bench_cuda (tools/bench/bench.c, the
  * same measurement `volrec bench --backend cuda` makes: pinned copy bandwidths as the physical
  * limits, then the cases `paper` and `classic-2048` through the pipeline engine, pipelined and
- * serialized) and prints its table and JSON; with --devices, also the paper case over several
+ * serialized) and prints its table and JSON; --functional: the functional OCT case instead
+ * (bench_cuda_functional, its bandwidths first); with --devices, also the paper case over several
  * devices (bench_cuda_devices: host memory bandwidth, each link's limit, per-device and total
  * rates). Exit 0 measured, 1 failure, 2 usage, 77 no CUDA device.
  */
@@ -67,6 +68,7 @@ int main(int argc, char **argv)
 	double seconds = 3.0;
 	int dev = 0, devs[CFG_GPU_DEVICES_MAX];
 	unsigned ndevs = 0;
+	bool functional_only = false;
 	char err[1024] = "", devname[256] = "";
 	static struct bench_figs figs;
 	int rc;
@@ -78,6 +80,8 @@ int main(int argc, char **argv)
 			commit = argv[++i];
 		else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
 			seconds = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--functional"))
+			functional_only = true;
 		else if (!strcmp(argv[i], "--device") && i + 1 < argc)
 			dev = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
@@ -94,7 +98,9 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr,
 			        "usage: gpu_bench [--json FILE] [--commit ID] [--seconds S] "
-			        "[--device N] [--devices D0,D1,...]\n");
+			        "[--device N] [--devices D0,D1,...] [--functional]\n"
+			        "  --functional: only the functional OCT case (and its "
+			        "bandwidths)\n");
 			return 2;
 		}
 	}
@@ -102,13 +108,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gpu_bench: --seconds %g: allowed (0, 60]\n", seconds);
 		return 2;
 	}
-	rc = bench_cuda(dev, seconds, say_stdout, NULL, &figs, devname, sizeof(devname), err,
-	                sizeof(err));
+	/* --functional: the functional OCT case (output.channels, docs/gpu.md) alone */
+	if (functional_only)
+		rc = bench_cuda_functional(dev, seconds, say_stdout, NULL, &figs, devname,
+		                           sizeof(devname), err, sizeof(err));
+	else
+		rc = bench_cuda(dev, seconds, say_stdout, NULL, &figs, devname, sizeof(devname),
+		                err, sizeof(err));
 	if (rc == -ENODEV || rc == -ENOTSUP) {
 		printf("SKIP: %s\n", err);
 		return 77;
 	}
-	if (rc == 0 && ndevs)
+	if (rc == 0 && ndevs && !functional_only)
 		rc = bench_cuda_devices(devs, ndevs, seconds, say_stdout, NULL, &figs, err,
 		                        sizeof(err));
 	if (rc < 0) {

@@ -278,11 +278,12 @@ VOL_MSG = Layout("volrec_vol_msg", 160, [
 
 #: struct volrec_channel_desc (2.1): channel c of slot i at channel_table_offset +
 #: (i * channels + c) * channel_desc_size.
-CHANNEL_DESC = Layout("volrec_channel_desc", 96, [
+CHANNEL_DESC = Layout("volrec_channel_desc", 128, [
     ("kind", 0, "I"), ("method", 4, "I"), ("offset", 8, "Q"), ("value_lo", 16, "d"),
     ("value_hi", 24, "d"), ("units", 32, "16s"), ("velocity_lo_mm_s", 48, "d"),
     ("velocity_hi_mm_s", 56, "d"), ("period_us", 64, "d"), ("mask_db", 72, "d"),
-    ("half_window", 80, "I"), ("flags", 84, "I"),
+    ("half_window", 80, "I"), ("flags", 84, "I"), ("center_wavelength_nm", 88, "d"),
+    ("refractive_index", 96, "d"),
 ])
 
 #: struct volrec_views_header: at the start of each slot's views area.

@@ -31,7 +31,9 @@ class ChannelArray(np.ndarray):  # type: ignore[type-arg]
     method (angio: "svar" or "cdv"; Doppler: its axis, "bscan" or "ascan"; None for the
     structure), velocity_mm_s (Doppler: the axial velocity of q = 0 and of q = 255, None when
     unknown), period_us (Doppler: the time between a pair's A-scans, None unknown), mask_db
-    (angio, Doppler), half_window, bulk (Doppler: the bulk phase removed), and views: the
+    (angio, Doppler), half_window, bulk (Doppler: the bulk phase removed),
+    center_wavelength_nm and refractive_index (Doppler: the optics of its velocities, None
+    unknown), and views: the
     channel's pictures (the first channel: every view of the volume; the others: enface_mean,
     enface_max and bscan with the views' parameters, docs/protocol.md §2.8; empty when the
     daemon publishes none)."""
@@ -45,6 +47,8 @@ class ChannelArray(np.ndarray):  # type: ignore[type-arg]
     mask_db: Optional[float]
     half_window: int
     bulk: bool
+    center_wavelength_nm: Optional[float]
+    refractive_index: Optional[float]
     views: Views
 
     def __array_finalize__(self, obj: Any) -> None:
@@ -107,7 +111,8 @@ def read_channels(buf: Any, h: Mapping[str, int], slot: int, data_off: int) -> C
         else:
             d = {"kind": 0, "method": 0, "value_lo": math.nan, "value_hi": math.nan,
                  "units": b"", "velocity_lo_mm_s": math.nan, "velocity_hi_mm_s": math.nan,
-                 "period_us": 0.0, "mask_db": math.nan, "half_window": 0, "flags": 0}
+                 "period_us": 0.0, "mask_db": math.nan, "half_window": 0, "flags": 0,
+                 "center_wavelength_nm": 0.0, "refractive_index": 0.0}
         kind = d["kind"]
         if kind >= len(CHANNEL_KINDS) or CHANNEL_KINDS[kind] in out:
             raise ProtocolError("slot %d: channel %d has kind %d, unknown or given twice"
@@ -130,7 +135,11 @@ def read_channels(buf: Any, h: Mapping[str, int], slot: int, data_off: int) -> C
                        else None),
             mask_db=d["mask_db"] if kind != 0 and math.isfinite(d["mask_db"]) else None,
             half_window=d["half_window"],
-            bulk=bool(kind == CHANNEL_DOPPLER and d["flags"] & CHANNEL_BULK))
+            bulk=bool(kind == CHANNEL_DOPPLER and d["flags"] & CHANNEL_BULK),
+            center_wavelength_nm=(d["center_wavelength_nm"] if kind == CHANNEL_DOPPLER
+                                  and d["center_wavelength_nm"] > 0 else None),
+            refractive_index=(d["refractive_index"] if kind == CHANNEL_DOPPLER
+                              and d["refractive_index"] > 0 else None))
         a.__dict__.update(views=Views({}))
         out[name] = a
     assert len(out) <= CHANNELS_MAX
