@@ -465,3 +465,43 @@ def test_configurations_volrecd_cannot_serve_are_refused_precisely(daemons, bin_
     d.start()
     assert d.wait_exit() != 0
     assert words in d.log_text(), d.log_text()
+
+
+def test_cuda_daemon_publishes_the_channels_volrec_process_makes(daemons, bin_dir):
+    """On a CUDA device (the lead's GPU run; skipped elsewhere): volrecd on the CUDA backend
+    publishes the channels `volrec process --backend cuda` makes of the same replay file, and
+    no channel views (the CUDA backend does not compute them: the flag stays clear)."""
+    if os.environ.get("VOLREC_HAVE_CUDA") != "1":
+        pytest.skip("built without CUDA")
+    epochs = 5
+    d = replay_daemon(daemons, bin_dir, epochs=epochs,
+                      **FUNCTIONAL, **{"source.rate": 20, "source.replay.loop": False,
+                                       "output.slots": epochs + 2, "backend": "cuda"})
+    path = d.dir / "cuda.yaml"
+    path.write_text(json.dumps(d.cfg))
+    out = d.dir / "cuda.h5"
+    r = subprocess.run([str(bin_dir / "volrec"), "process", "-c", str(path), "-o", str(out)],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    if r.returncode != 0 and ("cudaGetDeviceCount" in r.stderr or "no CUDA device" in r.stderr
+                              or "device" in r.stderr.lower() and "cuda" in r.stderr.lower()):
+        pytest.skip("no CUDA device: " + r.stderr.strip()[-200:])
+    assert r.returncode == 0, r.stderr
+    with h5py.File(out, "r") as f:
+        ref = {k: np.array(f[k]) for k in ("volumes", "angio", "doppler")}
+    d.start()
+    d.subscribe()
+    d.ready()
+    d.status(lambda m: m["volumes_published"] >= epochs and m["bscans"]["in_ring"] == 0)
+    recs = slot_channels(d.instance)
+    assert [e for e, _, _ in recs] == list(range(epochs))
+    for e, vol, _ in recs:
+        for c, name in enumerate(("volumes", "angio", "doppler")):
+            diff = np.abs(vol[c].astype(int) - ref[name][e].astype(int))
+            if name == "doppler":
+                diff = np.minimum(diff, 255 - diff)  # the phase's circle
+            assert (diff <= 1).mean() >= 0.999, (e, name, diff.max())
+    with open(f"/dev/shm/volrec.{d.instance}", "rb") as f:
+        h = SHM_HEADER.unpack(f.read(SHM_HEADER.size), 0)
+    assert h["channels"] == 3 and h["channel_views_bytes"] == 0
+    d.signal(15)
+    assert d.wait_exit() == 0, d.log_text()
