@@ -64,6 +64,15 @@ double be_temporal_weight(enum cfg_temporal temporal, uint32_t S, double tau, do
  * enough that exp(-d / tolerance^2) is 0 for every allowed tolerance (docs/algorithms.md §2b). */
 #define BE_ADAPT_UNKNOWN 1e6
 
+/* The adaptive mode's jump recovery (docs/algorithms.md §2b, "Recovery after a jump"): a
+ * sample agrees with its history when d < BE_JUMP_STILL * tolerance^2; an epoch calibrates
+ * its phase's still level when at least BE_JUMP_STILL_FRACTION of its samples agree; the
+ * scene moved since the last epoch when the mean lag-1 discrepancy exceeds BE_JUMP_RATIO times
+ * that level. */
+#define BE_JUMP_STILL          0.5
+#define BE_JUMP_STILL_FRACTION 0.9
+#define BE_JUMP_RATIO          2.0
+
 /* Linear interpolation of the current epoch along one axis (docs/algorithms.md §2b): full
  * resolution index f, offset off, stride s, n low-resolution samples. Position
  * p = clamp((f - off) / s, 0, n - 1); *i0 = min(floor(p), n - 2), *i1 = *i0 + 1,

@@ -227,6 +227,7 @@ struct vr_config {
 			double tolerance; /* kappa: change scale, normalized units (> 0) */
 			uint32_t depth_half_window; /* h: 2h + 1 z bins averaged before comparing */
 			double speckle_tolerance;   /* kappa_s: bin-wise change scale (0: off) */
+			bool jump_recovery; /* trust what was rescanned since a detected move */
 		} adaptive;
 		struct {
 			bool estimate_pose; /* false: every pose 0 (no compensation) */

@@ -191,6 +191,7 @@ const struct cfg_key cfg_keys[] = {
         F64(reconstruct.adaptive.tolerance, 0, 1, 0.1, LIVE, .gt_min = true),
         U32(reconstruct.adaptive.depth_half_window, 0, 127, 4, LIVE),
         F64(reconstruct.adaptive.speckle_tolerance, 0, 1, 0.05, LIVE),
+        BOOL(reconstruct.adaptive.jump_recovery, true, LIVE),
         BOOL(reconstruct.compensated.estimate_pose, true, LIVE),
         ENUM(output.dtype, dtype_names, CFG_DTYPE_U8, STRUCTURAL),
         U32(output.slots, 2, 64, 4, STRUCTURAL),

@@ -149,6 +149,7 @@ static void cpu_destroy(void *vst)
 	free(st->chg);
 	free(st->alpha);
 	free(st->beta);
+	free(st->jmean);
 	cpu_motion_free(st);
 	free(st);
 }
@@ -170,6 +171,9 @@ static void cpu_reset_history(void *vst)
 	}
 	if (st->motion)
 		be_motion_reset(st->motion);
+	st->jmean_e = -1;
+	st->jcal = -1.0;
+	st->jmove = -1;
 }
 
 static unsigned cpu_count_threads(int want)
@@ -271,6 +275,7 @@ static bool cpu_alloc(struct cpu_state *st)
 	ALLOC(st->chg, 2 * (size_t)st->geo.ny * st->geo.nx);
 	ALLOC(st->alpha, cols);
 	ALLOC(st->beta, cols);
+	ALLOC(st->jmean, 2 * (size_t)st->geo.nz);
 	for (int pl = 0; pl < CPU_FN_PLANES; pl++) {
 		bool want = pl == CPU_PL_ANGIO ? st->geo.chan[CFG_CH_ANGIO] >= 0
 		                               : st->geo.chan[CFG_CH_DOPPLER] >= 0;

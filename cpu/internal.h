@@ -118,6 +118,13 @@ struct cpu_state {
 	float *chg;   /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
 	float *alpha; /* adaptive: [Y][X] weight of the history estimate */
 	float *beta;  /* adaptive: [Y][X] weight of the column's own history sample */
+	/* adaptive, jump recovery (docs/algorithms.md §2b): the last epoch's mean A-scan and its
+	 * epoch (-1: none), the largest change of the mean A-scan between two still epochs (< 0:
+	 * none yet), and the epoch of the last move detected (-1: none) */
+	double *jmean; /* [2][nz]: the last epoch's, this epoch's */
+	int64_t jmean_e;
+	double jcal;
+	int64_t jmove;
 
 	/* A-scans with a non-finite sample this epoch (docs/algorithms.md §1.0), per position: an
 	 * A-scan missing in any repeat is missing */

@@ -63,26 +63,13 @@ static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *c
 	}
 }
 
-/* adaptive: the change measures of low-res sample (y, x) against the history at its
- * full-resolution position, before the interlace overwrites it: d (depth-windowed) as the
- * result, d1 (bin by bin) into *d1. */
-static float adaptive_change(const struct cpu_state *st, const float *L, uint32_t y, uint32_t x,
-                             size_t full, float *d1)
+/* adaptive: the depth-windowed change of column l against column m (docs/algorithms.md §2b
+ * step 1): (1/Z) sum over z of the mean of l - m over the window around z, squared. */
+static float windowed_change(const float *l, const float *m, uint32_t Z, uint32_t h)
 {
-	const uint32_t Z = st->geo.nz, h = st->p.live.depth_half_window;
-	const float *l = L + ((size_t)y * st->geo.nx + x) * Z, *m = st->bvol + full * Z;
-	double win = 0.0, acc = 0.0, acc1 = 0.0;
+	double win = 0.0, acc = 0.0;
 	uint32_t lo = 0, hi = 0; /* the window [lo, hi) summed in win */
 
-	if (st->E[full] < 0) {
-		*d1 = (float)BE_ADAPT_UNKNOWN;
-		return (float)BE_ADAPT_UNKNOWN;
-	}
-	for (uint32_t z = 0; z < Z; z++) {
-		double b1 = (double)(l[z] - m[z]);
-		acc1 += b1 * b1;
-	}
-	*d1 = (float)(acc1 / (double)Z);
 	for (uint32_t z = 0; z < Z; z++) {
 		uint32_t a = z > h ? z - h : 0, b = z + h + 1 < Z ? z + h + 1 : Z;
 		while (hi < b) {
@@ -99,6 +86,28 @@ static float adaptive_change(const struct cpu_state *st, const float *L, uint32_
 	return (float)(acc / (double)Z);
 }
 
+/* adaptive: the change measures of low-res sample (y, x) against the history at its
+ * full-resolution position, before the interlace overwrites it: d (depth-windowed) as the
+ * result, d1 (bin by bin) into *d1. */
+static float adaptive_change(const struct cpu_state *st, const float *L, uint32_t y, uint32_t x,
+                             size_t full, float *d1)
+{
+	const uint32_t Z = st->geo.nz;
+	const float *l = L + ((size_t)y * st->geo.nx + x) * Z, *m = st->bvol + full * Z;
+	double acc1 = 0.0;
+
+	if (st->E[full] < 0) {
+		*d1 = (float)BE_ADAPT_UNKNOWN;
+		return (float)BE_ADAPT_UNKNOWN;
+	}
+	for (uint32_t z = 0; z < Z; z++) {
+		double b1 = (double)(l[z] - m[z]);
+		acc1 += b1 * b1;
+	}
+	*d1 = (float)(acc1 / (double)Z);
+	return windowed_change(l, m, Z, st->p.live.depth_half_window);
+}
+
 static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
 {
 	struct recon_ctx *ctx = vctx;
@@ -112,6 +121,65 @@ static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
 		st->chg[c] =
 		        adaptive_change(st, ctx->L, y, x, fy * st->geo.X + fx, &st->chg[n + c]);
 	}
+}
+
+/* adaptive, jump recovery (docs/algorithms.md §2b, "Recovery after a jump"): from this
+ * epoch's changes (st->chg) and the change of its mean A-scan since the last epoch, decide
+ * whether the scene moved since the last epoch (st->jmove = e) and calibrate the still level. */
+static void jump_detect(struct cpu_state *st, uint64_t e, const float *L)
+{
+	const uint32_t Z = st->geo.nz, h = st->p.live.depth_half_window;
+	const size_t n = (size_t)st->geo.ny * st->geo.nx;
+	const double k2 = st->p.live.tolerance * st->p.live.tolerance;
+	double *prev = st->jmean, *cur = st->jmean + Z;
+	size_t used = 0, known = 0, still = 0;
+
+	for (uint32_t z = 0; z < Z; z++)
+		cur[z] = 0.0;
+	for (size_t c = 0; c < n; c++) {
+		if (st->miss[c])
+			continue;
+		used++;
+		for (uint32_t z = 0; z < Z; z++)
+			cur[z] += (double)L[c * Z + z];
+		if (st->chg[c] < (float)BE_ADAPT_UNKNOWN) {
+			known++;
+			if ((double)st->chg[c] < BE_JUMP_STILL * k2)
+				still++;
+		}
+	}
+	if (used == 0) { /* nothing scanned: nothing known */
+		st->jmove = (int64_t)e;
+		st->jmean_e = -1;
+		return;
+	}
+	for (uint32_t z = 0; z < Z; z++)
+		cur[z] /= (double)used;
+	const bool lag1 = st->jmean_e >= 0 && (uint64_t)st->jmean_e + 1 == e;
+	double g = 0.0;
+	if (lag1) { /* the depth-windowed change, in double */
+		double win = 0.0;
+		uint32_t lo = 0, hi = 0;
+		for (uint32_t z = 0; z < Z; z++) {
+			uint32_t a = z > h ? z - h : 0, b = z + h + 1 < Z ? z + h + 1 : Z;
+			for (; hi < b; hi++)
+				win += cur[hi] - prev[hi];
+			for (; lo < a; lo++)
+				win -= cur[lo] - prev[lo];
+			double v = win / (double)(b - a);
+			g += v * v;
+		}
+		g /= (double)Z;
+	}
+	if (!lag1 || !(st->jcal >= 0.0) || g > BE_JUMP_RATIO * st->jcal)
+		st->jmove = (int64_t)e;
+	/* the still level: the largest lag-1 change of an epoch whose samples all have a
+	 * history and agree with it */
+	if (lag1 && known == used && (double)still >= BE_JUMP_STILL_FRACTION * (double)used &&
+	    g > st->jcal)
+		st->jcal = g;
+	memcpy(prev, cur, Z * sizeof(double));
+	st->jmean_e = (int64_t)e;
 }
 
 /* adaptive: a change measure at a column, the bilinear interpolation (in double) of rows c0,
@@ -318,9 +386,17 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 	                        .oy = oy};
 	const bool adaptive = p->live.mode == CFG_RECON_ADAPTIVE;
 
-	/* adaptive: compare the new samples with the history they replace */
+	/* adaptive: compare the new samples with the history they replace (and, for the jump
+	 * recovery, the epoch with the last) */
+	const bool jr = adaptive && p->live.jump_recovery;
 	if (adaptive)
 		cpu_parallel(st, st->geo.ny, adaptive_changes, &ctx);
+	if (jr)
+		jump_detect(st, e, L);
+	/* columns rescanned since a move detected within the last cycle hold the scene as it is
+	 * now: their own samples count as unchanged */
+	const int64_t since =
+	        jr && st->jmove >= 0 && (int64_t)e < st->jmove + (int64_t)S ? st->jmove : INT64_MAX;
 
 	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
 	 * at the end of the last epoch; zeros at first) */
@@ -353,6 +429,8 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 				be_interp_axis(x, ox, st->geo.sx, st->geo.nx, &x0, &x1, &tx);
 				D = change_at(c0, c1, x0, x1, tx, ty);
 				D1 = change_at(c0 + nlow, c1 + nlow, x0, x1, tx, ty);
+				if (st->E[i] >= since)
+					D = D1 = 0.0;
 				st->alpha[i] = (float)exp(-D / k2);
 				st->beta[i] = 0.0f;
 			}

@@ -1230,8 +1230,25 @@ fail:
 
 /* The one-device backend: its messages name it ("cuda backend: ..."), as the composite's do;
  * the part's texts that do not (CUDA's, the device checks') get the name here. */
+/* The reconstruction settings the kernels do not implement yet (live: checked again on every
+ * update). */
+static int gpu_recon_supported(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	if (cfg->reconstruct.mode == CFG_RECON_ADAPTIVE && cfg->reconstruct.adaptive.jump_recovery)
+		return vr_err(err, errlen, -ENOTSUP,
+		              "cuda backend: reconstruct.adaptive.jump_recovery true is not "
+		              "available yet (set it to false for the adaptive mode without the "
+		              "recovery after a jump, or use the cpu backend; docs/algorithms.md "
+		              "§2b)");
+	return 0;
+}
+
 int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen)
 {
+	int rc = gpu_recon_supported(cfg, err, errlen);
+
+	if (rc < 0)
+		return rc;
 	if (cfg->geometry.repeats > 1 && cfg->geometry.sample_type == CFG_SAMPLE_F32)
 		return vr_err(err, errlen, -ENOTSUP,
 		              "cuda backend: geometry.repeats %u with sample_type f32 is not "
@@ -2274,6 +2291,9 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 		return -EINVAL;
 	}
 	rc = gpu_check_geometry(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = gpu_recon_supported(cfg, err, errlen);
 	if (rc < 0)
 		return rc;
 	rc = gpu_tables_build(cfg, &nt, err, errlen);

@@ -424,6 +424,7 @@ static void c_adaptive(struct vr_config *c)
 {
 	geom(c, 512, 24, 20, 2, 3, CFG_SAMPLE_U16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->reconstruct.adaptive.tolerance = 0.2;
 }
 
@@ -441,6 +442,7 @@ static void c_adaptive_product(struct vr_config *c)
 {
 	geom(c, 300, 23, 14, 3, 1, CFG_SAMPLE_I16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->reconstruct.combine = CFG_COMBINE_PRODUCT;
 	c->reconstruct.temporal = CFG_TEMPORAL_EXP;
 	c->reconstruct.tau = 2.0;
@@ -455,6 +457,7 @@ static void c_sim_adaptive_motion(struct vr_config *c)
 {
 	c_sim_small(c);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->source.rate = 25;
 	c->source.synth.deg_per_s = 30;
 	c->source.synth.shift_mm_per_s[0] = 0.5;
@@ -470,6 +473,7 @@ static void c_sim_adaptive_motion(struct vr_config *c)
 static void live_to_adaptive(struct vr_config *c)
 {
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->reconstruct.adaptive.tolerance = 0.15;
 	c->reconstruct.adaptive.depth_half_window = 2;
 	c->reconstruct.adaptive.speckle_tolerance = 0;
@@ -479,6 +483,7 @@ static void c_paper_adaptive(struct vr_config *c)
 {
 	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 }
 
 /* reconstruct.mode compensated (docs/algorithms.md §2c) on random input: stride 2 x 3, 12
@@ -597,6 +602,7 @@ static void c_nf_ascan_adaptive(struct vr_config *c)
 {
 	geom(c, 256, 24, 12, 2, 3, CFG_SAMPLE_F32);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->reconstruct.adaptive.tolerance = 0.2;
 }
 
