@@ -81,6 +81,7 @@ enum cfg_recon_mode {
 	CFG_RECON_CUMULATIVE,
 	CFG_RECON_ADAPTIVE,    /* docs/algorithms.md §2b */
 	CFG_RECON_COMPENSATED, /* docs/algorithms.md §2c */
+	CFG_RECON_REGISTERED,  /* docs/algorithms.md §2d */
 };
 enum cfg_temporal { CFG_TEMPORAL_LINEAR, CFG_TEMPORAL_EXP };
 enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };

@@ -23,8 +23,8 @@ static const char *const background_names[] = {
 static const char *const resample_names[] = {"none", "linear", "cubic", "spline", NULL};
 static const char *const window_names[] = {"none",  "hann",  "hamming", "blackman",
                                            "gauss", "tukey", NULL};
-static const char *const recon_mode_names[] = {"none",     "noncumulative", "cumulative",
-                                               "adaptive", "compensated",   NULL};
+static const char *const recon_mode_names[] = {
+        "none", "noncumulative", "cumulative", "adaptive", "compensated", "registered", NULL};
 static const char *const temporal_names[] = {"linear", "exp", NULL};
 static const char *const combine_names[] = {"sum", "product", NULL};
 static const char *const volume_reduce_names[] = {"max", "mean", NULL};

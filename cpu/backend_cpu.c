@@ -150,6 +150,12 @@ static void cpu_destroy(void *vst)
 	free(st->alpha);
 	free(st->beta);
 	free(st->jmean);
+	free(st->rsh);
+	free(st->rhist);
+	free(st->rd);
+	free(st->rw);
+	free(st->rys);
+	free(st->rxs);
 	cpu_motion_free(st);
 	free(st);
 }
@@ -171,9 +177,15 @@ static void cpu_reset_history(void *vst)
 	}
 	if (st->motion)
 		be_motion_reset(st->motion);
+	st->rpose = (struct be_reg_plane){0};
+	st->rhave = false;
+	if (st->rhist)
+		memset(st->rhist, 0, cols * st->geo.nz * sizeof(float));
 	st->jmean_e = -1;
 	st->jcal = -1.0;
 	st->jmove = -1;
+	st->jarmed = false;
+	st->jrun = 0;
 }
 
 static unsigned cpu_count_threads(int want)
@@ -235,6 +247,11 @@ static int cpu_live_setup(struct cpu_state *st, const struct vr_config *cfg, cha
 		if (rc < 0)
 			return rc;
 		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
+	}
+	if (cfg->reconstruct.mode == CFG_RECON_REGISTERED) {
+		rc = cpu_register_alloc(st, err, errlen);
+		if (rc < 0)
+			return rc;
 	}
 	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
 		rc = cpu_pm_alloc(st, err, errlen);

@@ -365,8 +365,8 @@ const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 #endif
 
 /* The refusal of what the CUDA kernels do not compute yet (docs/gpu.md): output.channels other
- * than [structure], f32 samples with geometry.repeats > 1, and the adaptive mode's
- * reconstruct.adaptive.jump_recovery (also refused by every live update). \return 0 or -ENOTSUP with the
+ * than [structure], f32 samples with geometry.repeats > 1, reconstruct.mode registered and the adaptive
+ * mode's reconstruct.adaptive.jump_recovery (also refused by every live update). \return 0 or -ENOTSUP with the
  * message in err. */
 int gpu_channels_supported(const struct vr_config *cfg, char *err, size_t errlen);
 

@@ -1234,6 +1234,10 @@ fail:
  * update). */
 static int gpu_recon_supported(const struct vr_config *cfg, char *err, size_t errlen)
 {
+	if (cfg->reconstruct.mode == CFG_RECON_REGISTERED)
+		return vr_err(err, errlen, -ENOTSUP,
+		              "cuda backend: reconstruct.mode registered is not available yet (the "
+		              "cpu backend computes it; docs/algorithms.md §2d)");
 	if (cfg->reconstruct.mode == CFG_RECON_ADAPTIVE && cfg->reconstruct.adaptive.jump_recovery)
 		return vr_err(err, errlen, -ENOTSUP,
 		              "cuda backend: reconstruct.adaptive.jump_recovery true is not "
