@@ -17,7 +17,7 @@
 #define BE_REG_RANGE       8    /* axial search range (bins) */
 #define BE_REG_MIN_CORR    0.3  /* correlation below which a sample's shift is not used */
 #define BE_REG_OUTLIER     1.5  /* residual (bins) beyond which a shift leaves the second fit */
-#define BE_REG_MIN_F       10.0 /* F ratio below which the plane is not significant: 0 */
+#define BE_REG_MIN_F       20.0 /* F ratio below which the plane is not significant: 0 */
 #define BE_REG_MIN_SAMPLES 6    /* shifts a fit needs */
 
 /* An axial plane over the output's columns: the shift (bins, tissue deeper for > 0) at column
