@@ -178,9 +178,9 @@ static void jump_detect(struct cpu_state *st, uint64_t e, const float *L)
 		}
 		g /= (double)Z;
 	}
-	/* settled: the last S epochs were all still (their samples all have a history and agree
-	 * with it) */
-	const bool settled = st->jrun >= st->geo.S;
+	/* settled: the last BE_JUMP_SETTLED epochs were all still (their samples all have a
+	 * history and agree with it) */
+	const bool settled = st->jrun >= BE_JUMP_SETTLED;
 	const bool is_still =
 	        known == used && (double)still >= BE_JUMP_STILL_FRACTION * (double)used;
 	if (!lag1 || !(st->jcal >= 0.0) || g > BE_JUMP_RATIO * st->jcal) {
