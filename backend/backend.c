@@ -446,6 +446,7 @@ void be_live_init(struct be_live *l, const struct vr_config *cfg)
 	l->tolerance = cfg->reconstruct.adaptive.tolerance;
 	l->depth_half_window = cfg->reconstruct.adaptive.depth_half_window;
 	l->speckle_tolerance = cfg->reconstruct.adaptive.speckle_tolerance;
+	l->jump_recovery = cfg->reconstruct.adaptive.jump_recovery;
 	l->estimate_pose = cfg->reconstruct.compensated.estimate_pose;
 	double ar[2];
 	cfg_angio_range(cfg, ar);

@@ -3,7 +3,7 @@
 # be_open (archive beopen, above cpu and gpu: it knows both). The daemon and tools link
 # CORE_ARCHIVES.
 ARCHIVES += be beopen
-be_SRCS := backend/backend.c backend/motion.c backend/tables.c backend/views.c
+be_SRCS := backend/backend.c backend/motion.c backend/register.c backend/tables.c backend/views.c
 beopen_SRCS := backend/open.c
 UNIT_SRCS += tests/unit/test_tables.c
 # The compensated mode's host estimator runs once per epoch on the critical path: vectorize it.

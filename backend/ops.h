@@ -72,6 +72,7 @@ struct be_live {
 	double tolerance;               /* reconstruct.adaptive.tolerance: kappa */
 	uint32_t depth_half_window;     /* reconstruct.adaptive.depth_half_window: h */
 	double speckle_tolerance;       /* reconstruct.adaptive.speckle_tolerance: kappa_s */
+	bool jump_recovery;             /* reconstruct.adaptive.jump_recovery */
 	bool estimate_pose;             /* reconstruct.compensated.estimate_pose */
 	/* functional.* (docs/algorithms.md §5) */
 	enum cfg_angio_method angio_method; /* functional.angio.method */

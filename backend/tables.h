@@ -64,6 +64,16 @@ double be_temporal_weight(enum cfg_temporal temporal, uint32_t S, double tau, do
  * enough that exp(-d / tolerance^2) is 0 for every allowed tolerance (docs/algorithms.md §2b). */
 #define BE_ADAPT_UNKNOWN 1e6
 
+/* The adaptive mode's jump recovery (docs/algorithms.md §2b, "Recovery after a jump"): a
+ * sample agrees with its history when d < BE_JUMP_STILL * tolerance^2; an epoch is still when
+ * at least BE_JUMP_STILL_FRACTION of its samples agree; the scene is settled after
+ * BE_JUMP_SETTLED still epochs in a row; it moved since the last epoch when the change of the
+ * mean A-scan exceeds BE_JUMP_RATIO times its still level. */
+#define BE_JUMP_STILL          0.5
+#define BE_JUMP_STILL_FRACTION 0.9
+#define BE_JUMP_SETTLED        5
+#define BE_JUMP_RATIO          3.0
+
 /* Linear interpolation of the current epoch along one axis (docs/algorithms.md §2b): full
  * resolution index f, offset off, stride s, n low-resolution samples. Position
  * p = clamp((f - off) / s, 0, n - 1); *i0 = min(floor(p), n - 2), *i1 = *i0 + 1,

@@ -100,6 +100,7 @@ COLUMNS = [
     ("product_exp_tau3", "product+exp τ3"),
     ("adaptive", "adaptive"),
     ("compensated", "compensated"),
+    ("registered", "registered"),
 ]
 
 

@@ -81,6 +81,7 @@ enum cfg_recon_mode {
 	CFG_RECON_CUMULATIVE,
 	CFG_RECON_ADAPTIVE,    /* docs/algorithms.md §2b */
 	CFG_RECON_COMPENSATED, /* docs/algorithms.md §2c */
+	CFG_RECON_REGISTERED,  /* docs/algorithms.md §2d */
 };
 enum cfg_temporal { CFG_TEMPORAL_LINEAR, CFG_TEMPORAL_EXP };
 enum cfg_combine { CFG_COMBINE_SUM, CFG_COMBINE_PRODUCT };
@@ -227,6 +228,7 @@ struct vr_config {
 			double tolerance; /* kappa: change scale, normalized units (> 0) */
 			uint32_t depth_half_window; /* h: 2h + 1 z bins averaged before comparing */
 			double speckle_tolerance;   /* kappa_s: bin-wise change scale (0: off) */
+			bool jump_recovery; /* trust what was rescanned since a detected move */
 		} adaptive;
 		struct {
 			bool estimate_pose; /* false: every pose 0 (no compensation) */

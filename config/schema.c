@@ -23,8 +23,8 @@ static const char *const background_names[] = {
 static const char *const resample_names[] = {"none", "linear", "cubic", "spline", NULL};
 static const char *const window_names[] = {"none",  "hann",  "hamming", "blackman",
                                            "gauss", "tukey", NULL};
-static const char *const recon_mode_names[] = {"none",     "noncumulative", "cumulative",
-                                               "adaptive", "compensated",   NULL};
+static const char *const recon_mode_names[] = {
+        "none", "noncumulative", "cumulative", "adaptive", "compensated", "registered", NULL};
 static const char *const temporal_names[] = {"linear", "exp", NULL};
 static const char *const combine_names[] = {"sum", "product", NULL};
 static const char *const volume_reduce_names[] = {"max", "mean", NULL};
@@ -191,6 +191,7 @@ const struct cfg_key cfg_keys[] = {
         F64(reconstruct.adaptive.tolerance, 0, 1, 0.1, LIVE, .gt_min = true),
         U32(reconstruct.adaptive.depth_half_window, 0, 127, 4, LIVE),
         F64(reconstruct.adaptive.speckle_tolerance, 0, 1, 0.05, LIVE),
+        BOOL(reconstruct.adaptive.jump_recovery, true, LIVE),
         BOOL(reconstruct.compensated.estimate_pose, true, LIVE),
         ENUM(output.dtype, dtype_names, CFG_DTYPE_U8, STRUCTURAL),
         U32(output.slots, 2, 64, 4, STRUCTURAL),

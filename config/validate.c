@@ -742,7 +742,8 @@ static int check_functional(struct cfg_ctx *ctx)
 		                 "bscan needs geometry.repeats of 2 or more (it is 1): use ascan, "
 		                 "the phase between neighbouring A-scans");
 	if (cfg_functional(c) && (c->reconstruct.mode == CFG_RECON_ADAPTIVE ||
-	                          c->reconstruct.mode == CFG_RECON_COMPENSATED))
+	                          c->reconstruct.mode == CFG_RECON_COMPENSATED ||
+	                          c->reconstruct.mode == CFG_RECON_REGISTERED))
 		return cfg_error(ctx, -EINVAL, "reconstruct.mode",
 		                 "%s with output.channels other than [structure] is not available "
 		                 "yet (modes none, noncumulative and cumulative reconstruct every "

@@ -149,6 +149,13 @@ static void cpu_destroy(void *vst)
 	free(st->chg);
 	free(st->alpha);
 	free(st->beta);
+	free(st->jmean);
+	free(st->rsh);
+	free(st->rhist);
+	free(st->rd);
+	free(st->rw);
+	free(st->rys);
+	free(st->rxs);
 	cpu_motion_free(st);
 	free(st);
 }
@@ -170,6 +177,15 @@ static void cpu_reset_history(void *vst)
 	}
 	if (st->motion)
 		be_motion_reset(st->motion);
+	st->rpose = (struct be_reg_plane){0};
+	st->rhave = false;
+	if (st->rhist)
+		memset(st->rhist, 0, cols * st->geo.nz * sizeof(float));
+	st->jmean_e = -1;
+	st->jcal = -1.0;
+	st->jmove = -1;
+	st->jarmed = false;
+	st->jrun = 0;
 }
 
 static unsigned cpu_count_threads(int want)
@@ -232,6 +248,11 @@ static int cpu_live_setup(struct cpu_state *st, const struct vr_config *cfg, cha
 			return rc;
 		be_motion_set_estimate(st->motion, cfg->reconstruct.compensated.estimate_pose);
 	}
+	if (cfg->reconstruct.mode == CFG_RECON_REGISTERED) {
+		rc = cpu_register_alloc(st, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
 	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN) {
 		rc = cpu_pm_alloc(st, err, errlen);
 		if (rc < 0)
@@ -271,6 +292,7 @@ static bool cpu_alloc(struct cpu_state *st)
 	ALLOC(st->chg, 2 * (size_t)st->geo.ny * st->geo.nx);
 	ALLOC(st->alpha, cols);
 	ALLOC(st->beta, cols);
+	ALLOC(st->jmean, 2 * (size_t)st->geo.nz);
 	for (int pl = 0; pl < CPU_FN_PLANES; pl++) {
 		bool want = pl == CPU_PL_ANGIO ? st->geo.chan[CFG_CH_ANGIO] >= 0
 		                               : st->geo.chan[CFG_CH_DOPPLER] >= 0;

@@ -16,6 +16,7 @@
 
 #include "backend/motion.h"
 #include "backend/ops.h"
+#include "backend/register.h"
 #include "backend/views.h"
 #include "config/config.h"
 
@@ -118,11 +119,31 @@ struct cpu_state {
 	float *chg;   /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
 	float *alpha; /* adaptive: [Y][X] weight of the history estimate */
 	float *beta;  /* adaptive: [Y][X] weight of the column's own history sample */
+	/* adaptive, jump recovery (docs/algorithms.md §2b): the last epoch's mean A-scan and its
+	 * epoch (-1: none), the largest change of the mean A-scan between two still epochs of a
+	 * settled scene (< 0: none yet), the epoch of the last move detected (-1: none), whether
+	 * it came after a settled scene, and the still epochs in a row before this one */
+	double *jmean; /* [2][nz]: the last epoch's, this epoch's */
+	int64_t jmean_e;
+	double jcal;
+	int64_t jmove;
+	bool jarmed;
+	uint64_t jrun;
 
 	/* A-scans with a non-finite sample this epoch (docs/algorithms.md §1.0), per position: an
 	 * A-scan missing in any repeat is missing */
 	uint8_t *miss;        /* [ny][nx], x as in L_e: missing */
 	uint32_t *miss_count; /* [ny] per B-scan position */
+	/* registered (docs/algorithms.md §2d; NULL until that mode is first used): the plane's
+	 * shift at each column when it was written, the history carried into this epoch's frame,
+	 * the cumulative plane, whether ovol holds the last output, and per sample scratch of
+	 * the registration */
+	float *rsh;                        /* [Y][X] */
+	float *rhist;                      /* [Y][X][Z] */
+	struct be_reg_plane rpose, rdelta; /* cumulative; this epoch's increment */
+	bool rhave;
+	double *rd, *rw;     /* [ny][nx] shifts and weights */
+	uint32_t *rys, *rxs; /* [ny][nx] their columns */
 	/* compensated (cpu/motion.c; NULL until that mode is first used) */
 	struct be_motion *motion;
 	float *mhist; /* [slots][ny][nx][nz] low-resolution volumes of the history */
@@ -135,6 +156,9 @@ struct cpu_state {
 
 	char device[128];
 };
+
+/* registered: its buffers (once; docs/algorithms.md §2d). */
+int cpu_register_alloc(struct cpu_state *st, char *err, size_t errlen);
 
 /* Median of n values (reorders v); for even n the mean of the two middle ones. */
 float cpu_median(float *v, size_t n);

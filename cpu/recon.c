@@ -5,7 +5,9 @@
  * Y) spread over the threads. The Gaussian factorizes into gxy(dx, dy) * gz(dz) and the
  * temporal weight depends on the column only, so each column is first smoothed along z.
  */
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/functional.h"
@@ -23,6 +25,9 @@ struct recon_ctx {
 	uint8_t *u8;
 	const float *L;  /* adaptive: the epoch's low-resolution volume */
 	uint32_t ox, oy; /* adaptive: the epoch's scan offset */
+	bool adaptive;   /* adaptive or registered: the blend of §2b step 7 */
+	bool keep;       /* the output goes to ovol (cumulative: its history; registered: the
+	                  * next epoch's reference) */
 };
 
 void cpu_current_column(const struct cpu_state *st, const float *L, uint32_t ox, uint32_t oy,
@@ -54,7 +59,7 @@ static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *c
 	const uint32_t Z = st->geo.nz;
 	const size_t i = (size_t)yy * st->geo.X + xx;
 	const float a = st->alpha[i], b = 1.0f - a, bt = st->beta[i], bh = 1.0f - bt;
-	const float *m = st->bvol + i * Z;
+	const float *m = ctx->B + i * Z;
 
 	cpu_current_column(st, ctx->L, ctx->ox, ctx->oy, yy, xx, c);
 	for (uint32_t z = 0; z < Z; z++) {
@@ -63,26 +68,13 @@ static void adaptive_blend(const struct cpu_state *st, const struct recon_ctx *c
 	}
 }
 
-/* adaptive: the change measures of low-res sample (y, x) against the history at its
- * full-resolution position, before the interlace overwrites it: d (depth-windowed) as the
- * result, d1 (bin by bin) into *d1. */
-static float adaptive_change(const struct cpu_state *st, const float *L, uint32_t y, uint32_t x,
-                             size_t full, float *d1)
+/* adaptive: the depth-windowed change of column l against column m (docs/algorithms.md §2b
+ * step 1): (1/Z) sum over z of the mean of l - m over the window around z, squared. */
+static float windowed_change(const float *l, const float *m, uint32_t Z, uint32_t h)
 {
-	const uint32_t Z = st->geo.nz, h = st->p.live.depth_half_window;
-	const float *l = L + ((size_t)y * st->geo.nx + x) * Z, *m = st->bvol + full * Z;
-	double win = 0.0, acc = 0.0, acc1 = 0.0;
+	double win = 0.0, acc = 0.0;
 	uint32_t lo = 0, hi = 0; /* the window [lo, hi) summed in win */
 
-	if (st->E[full] < 0) {
-		*d1 = (float)BE_ADAPT_UNKNOWN;
-		return (float)BE_ADAPT_UNKNOWN;
-	}
-	for (uint32_t z = 0; z < Z; z++) {
-		double b1 = (double)(l[z] - m[z]);
-		acc1 += b1 * b1;
-	}
-	*d1 = (float)(acc1 / (double)Z);
 	for (uint32_t z = 0; z < Z; z++) {
 		uint32_t a = z > h ? z - h : 0, b = z + h + 1 < Z ? z + h + 1 : Z;
 		while (hi < b) {
@@ -99,6 +91,28 @@ static float adaptive_change(const struct cpu_state *st, const float *L, uint32_
 	return (float)(acc / (double)Z);
 }
 
+/* adaptive: the change measures of low-res sample (y, x) against the history at its
+ * full-resolution position, before the interlace overwrites it: d (depth-windowed) as the
+ * result, d1 (bin by bin) into *d1. */
+static float adaptive_change(const struct cpu_state *st, const float *B, const float *L, uint32_t y,
+                             uint32_t x, size_t full, float *d1)
+{
+	const uint32_t Z = st->geo.nz;
+	const float *l = L + ((size_t)y * st->geo.nx + x) * Z, *m = B + full * Z;
+	double acc1 = 0.0;
+
+	if (st->E[full] < 0) {
+		*d1 = (float)BE_ADAPT_UNKNOWN;
+		return (float)BE_ADAPT_UNKNOWN;
+	}
+	for (uint32_t z = 0; z < Z; z++) {
+		double b1 = (double)(l[z] - m[z]);
+		acc1 += b1 * b1;
+	}
+	*d1 = (float)(acc1 / (double)Z);
+	return windowed_change(l, m, Z, st->p.live.depth_half_window);
+}
+
 static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
 {
 	struct recon_ctx *ctx = vctx;
@@ -109,9 +123,76 @@ static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
 	for (uint32_t x = 0; x < st->geo.nx; x++) {
 		size_t fy = (size_t)y * st->geo.sy + ctx->oy, fx = (size_t)x * st->geo.sx + ctx->ox;
 		size_t c = (size_t)y * st->geo.nx + x;
-		st->chg[c] =
-		        adaptive_change(st, ctx->L, y, x, fy * st->geo.X + fx, &st->chg[n + c]);
+		st->chg[c] = adaptive_change(st, ctx->B, ctx->L, y, x, fy * st->geo.X + fx,
+		                             &st->chg[n + c]);
 	}
+}
+
+/* adaptive, jump recovery (docs/algorithms.md §2b, "Recovery after a jump"): from this
+ * epoch's changes (st->chg) and the change of its mean A-scan since the last epoch, decide
+ * whether the scene moved since the last epoch (st->jmove = e) and calibrate the still level. */
+static void jump_detect(struct cpu_state *st, uint64_t e, const float *L)
+{
+	const uint32_t Z = st->geo.nz, h = st->p.live.depth_half_window;
+	const size_t n = (size_t)st->geo.ny * st->geo.nx;
+	const double k2 = st->p.live.tolerance * st->p.live.tolerance;
+	double *prev = st->jmean, *cur = st->jmean + Z;
+	size_t used = 0, known = 0, still = 0;
+
+	for (uint32_t z = 0; z < Z; z++)
+		cur[z] = 0.0;
+	for (size_t c = 0; c < n; c++) {
+		if (st->miss[c])
+			continue;
+		used++;
+		for (uint32_t z = 0; z < Z; z++)
+			cur[z] += (double)L[c * Z + z];
+		if (st->chg[c] < (float)BE_ADAPT_UNKNOWN) {
+			known++;
+			if ((double)st->chg[c] < BE_JUMP_STILL * k2)
+				still++;
+		}
+	}
+	if (used == 0) { /* nothing scanned: nothing known */
+		st->jmove = (int64_t)e;
+		st->jarmed = false;
+		st->jmean_e = -1;
+		st->jrun = 0;
+		return;
+	}
+	for (uint32_t z = 0; z < Z; z++)
+		cur[z] /= (double)used;
+	const bool lag1 = st->jmean_e >= 0 && (uint64_t)st->jmean_e + 1 == e;
+	double g = 0.0;
+	if (lag1) { /* the depth-windowed change, in double */
+		double win = 0.0;
+		uint32_t lo = 0, hi = 0;
+		for (uint32_t z = 0; z < Z; z++) {
+			uint32_t a = z > h ? z - h : 0, b = z + h + 1 < Z ? z + h + 1 : Z;
+			for (; hi < b; hi++)
+				win += cur[hi] - prev[hi];
+			for (; lo < a; lo++)
+				win -= cur[lo] - prev[lo];
+			double v = win / (double)(b - a);
+			g += v * v;
+		}
+		g /= (double)Z;
+	}
+	/* settled: the last BE_JUMP_SETTLED epochs were all still (their samples all have a
+	 * history and agree with it) */
+	const bool settled = st->jrun >= BE_JUMP_SETTLED;
+	const bool is_still =
+	        known == used && (double)still >= BE_JUMP_STILL_FRACTION * (double)used;
+	if (!lag1 || !(st->jcal >= 0.0) || g > BE_JUMP_RATIO * st->jcal) {
+		st->jmove = (int64_t)e;
+		st->jarmed = lag1 && settled && st->jcal >= 0.0; /* a jump out of a settled scene */
+	}
+	/* the still level: the largest lag-1 change of a still epoch of a settled scene */
+	if (lag1 && settled && is_still && g > st->jcal)
+		st->jcal = g;
+	st->jrun = is_still ? st->jrun + 1 : 0;
+	memcpy(prev, cur, Z * sizeof(double));
+	st->jmean_e = (int64_t)e;
 }
 
 /* adaptive: a change measure at a column, the bilinear interpolation (in double) of rows c0,
@@ -179,8 +260,7 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 	const uint32_t Y = st->geo.Y, X = st->geo.X, Z = st->geo.nz;
 	const uint32_t y0 = (uint32_t)item * ctx->rows;
 	const uint32_t y1 = y0 + ctx->rows < Y ? y0 + ctx->rows : Y;
-	const bool cum = p->live.mode == CFG_RECON_CUMULATIVE,
-	           sum = p->live.combine == CFG_COMBINE_SUM;
+	const bool cum = ctx->keep, sum = p->live.combine == CFG_COMBINE_SUM;
 	float *A = w->acc, *C = w->acc + Z;
 
 	/* rows y0-1 and y0 first, then one more per output row */
@@ -241,7 +321,7 @@ static void recon_rows(struct cpu_worker *w, size_t item, void *vctx)
 						res[z] = A[z] * st->inv_gz[z];
 				}
 			}
-			if (p->live.mode == CFG_RECON_ADAPTIVE)
+			if (ctx->adaptive)
 				adaptive_blend(st, ctx, yy, xx, res, C);
 			if (cum && ctx->full)
 				memcpy(ctx->full + o, res, Z * sizeof(float));
@@ -299,6 +379,121 @@ static void doppler_rows(struct cpu_worker *w, size_t item, void *vctx)
 	}
 }
 
+int cpu_register_alloc(struct cpu_state *st, char *err, size_t errlen)
+{
+	const size_t cols = (size_t)st->geo.Y * st->geo.X, n = (size_t)st->geo.ny * st->geo.nx;
+
+	if (st->rhist)
+		return 0;
+	st->rsh = calloc(cols, sizeof(float));
+	st->rhist = calloc(cols * st->geo.nz, sizeof(float));
+	st->rd = calloc(n, sizeof(double));
+	st->rw = calloc(n, sizeof(double));
+	st->rys = calloc(n, sizeof(uint32_t));
+	st->rxs = calloc(n, sizeof(uint32_t));
+	if (!st->rsh || !st->rhist || !st->rd || !st->rw || !st->rys || !st->rxs) {
+		free(st->rsh);
+		free(st->rhist);
+		free(st->rd);
+		free(st->rw);
+		free(st->rys);
+		free(st->rxs);
+		st->rsh = st->rhist = NULL;
+		st->rd = st->rw = NULL;
+		st->rys = st->rxs = NULL;
+		return vr_err(err, errlen, -ENOMEM,
+		              "cpu backend: out of memory for the registered mode's history (%zu "
+		              "MB)",
+		              (cols * (st->geo.nz + 1) * sizeof(float)) >> 20);
+	}
+	st->rpose = (struct be_reg_plane){0};
+	st->rhave = false;
+	return 0;
+}
+
+/* registered: column m shifted u bins deeper into h (h[z] = m[z - u], linear between the two
+ * bins around z - u, 0 outside the column; docs/algorithms.md §2d step 3). */
+static void carry_column(const float *m, float *h, uint32_t Z, double u)
+{
+	const double fk = floor(u);
+	const int64_t k = (int64_t)fk;
+	const float f = (float)(u - fk), g = 1.0f - f;
+
+	if (f == 0.0f && k == 0) {
+		memcpy(h, m, Z * sizeof(float));
+		return;
+	}
+	for (uint32_t z = 0; z < Z; z++) {
+		/* between m[z - k - 1] (weight f) and m[z - k] (weight g) */
+		int64_t a = (int64_t)z - k, b = a - 1;
+		float va = a >= 0 && a < (int64_t)Z ? m[a] : 0.0f;
+		float vb = b >= 0 && b < (int64_t)Z ? m[b] : 0.0f;
+		h[z] = f == 0.0f ? va : g * va + f * vb;
+	}
+}
+
+/* registered: the cumulative plane's shift at column i (Y, X) since it was written. */
+static double carried_shift(const struct cpu_state *st, size_t i, uint32_t Y, uint32_t X)
+{
+	return be_reg_plane_at(&st->rpose, Y, X, st->geo.Y, st->geo.X) - (double)st->rsh[i];
+}
+
+/* registered: the axial shift of each new sample of row y against the last output (ovol) at
+ * its position (docs/algorithms.md §2d step 1; none before the first output). */
+static void register_row(struct cpu_worker *w, size_t item, void *vctx)
+{
+	struct recon_ctx *ctx = vctx;
+	struct cpu_state *st = w->st;
+	const uint32_t y = (uint32_t)item, Z = st->geo.nz;
+
+	for (uint32_t x = 0; x < st->geo.nx; x++) {
+		const size_t c = (size_t)y * st->geo.nx + x;
+		const uint32_t fy = y * st->geo.sy + ctx->oy, fx = x * st->geo.sx + ctx->ox;
+		const size_t i = (size_t)fy * st->geo.X + fx;
+		double corr = 0.0;
+		st->rys[c] = fy;
+		st->rxs[c] = fx;
+		st->rd[c] = 0.0;
+		st->rw[c] = 0.0;
+		if (st->miss[c] || !st->rhave)
+			continue;
+		st->rd[c] = be_reg_shift(ctx->L + c * Z, st->ovol + i * Z, Z, &corr);
+		st->rw[c] = corr >= BE_REG_MIN_CORR ? corr : 0.0;
+	}
+}
+
+/* registered: the history M of row Y carried into this epoch's frame (rhist): each written
+ * column shifted in depth by the cumulative plane now minus the plane when it was written
+ * (docs/algorithms.md §2d step 3). */
+static void carry_row(struct cpu_worker *w, size_t item, void *vctx)
+{
+	struct cpu_state *st = w->st;
+	const uint32_t Y = (uint32_t)item, Z = st->geo.nz;
+
+	(void)vctx;
+	for (uint32_t X = 0; X < st->geo.X; X++) {
+		const size_t i = (size_t)Y * st->geo.X + X;
+		if (st->E[i] >= 0)
+			carry_column(st->bvol + i * Z, st->rhist + i * Z, Z,
+			             carried_shift(st, i, Y, X));
+	}
+}
+
+/* registered: estimate this epoch's plane against the last output and carry the history into
+ * its frame (docs/algorithms.md §2d steps 1-3). */
+static void register_epoch(struct cpu_state *st, struct recon_ctx *ctx)
+{
+	const size_t n = (size_t)st->geo.ny * st->geo.nx;
+
+	st->rdelta = (struct be_reg_plane){0};
+	cpu_parallel(st, st->geo.ny, register_row, ctx);
+	be_reg_fit(st->rd, st->rw, st->rys, st->rxs, n, st->geo.Y, st->geo.X, &st->rdelta);
+	st->rpose.c += st->rdelta.c;
+	st->rpose.ax += st->rdelta.ax;
+	st->rpose.ay += st->rdelta.ay;
+	cpu_parallel(st, st->geo.Y, carry_row, ctx);
+}
+
 void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
                      float *const Lf[CPU_FN_PLANES], const struct be_output *out)
 {
@@ -316,15 +511,41 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 	                        .L = L,
 	                        .ox = ox,
 	                        .oy = oy};
-	const bool adaptive = p->live.mode == CFG_RECON_ADAPTIVE;
+	const bool reg = p->live.mode == CFG_RECON_REGISTERED;
+	const bool adaptive = p->live.mode == CFG_RECON_ADAPTIVE || reg;
+	ctx.adaptive = adaptive;
+	ctx.keep = p->live.mode == CFG_RECON_CUMULATIVE || reg;
 
-	/* adaptive: compare the new samples with the history they replace */
+	/* registered: the history carried into this epoch's frame takes M's place */
+	if (reg) {
+		register_epoch(st, &ctx);
+		ctx.B = st->rhist;
+	}
+
+	/* adaptive: compare the new samples with the history they replace (and, for the jump
+	 * recovery, the epoch with the last) */
+	const bool jr = adaptive && p->live.jump_recovery;
 	if (adaptive)
 		cpu_parallel(st, st->geo.ny, adaptive_changes, &ctx);
+	if (jr)
+		jump_detect(st, e, L);
+	/* columns rescanned since a move detected within the last cycle hold the scene as it is
+	 * now: their own samples count as unchanged */
+	const int64_t since =
+	        jr && st->jarmed && (int64_t)e < st->jmove + (int64_t)S ? st->jmove : INT64_MAX;
 
 	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
 	 * at the end of the last epoch; zeros at first) */
 	interlace(st, st->bvol, L, ox, oy);
+	if (reg) {
+		interlace(st, st->rhist, L, ox, oy);
+		for (uint32_t y = 0; y < st->geo.ny; y++)
+			for (uint32_t x = 0; x < st->geo.nx; x++) {
+				uint32_t fy = y * st->geo.sy + oy, fx = x * st->geo.sx + ox;
+				st->rsh[(size_t)fy * X + fx] = (float)be_reg_plane_at(
+				        &st->rpose, fy, fx, st->geo.Y, st->geo.X);
+			}
+	}
 	for (uint32_t pl = 0; pl < CPU_FN_PLANES; pl++)
 		if (Lf[pl])
 			interlace(st, st->bpl[pl], Lf[pl], ox, oy);
@@ -353,6 +574,8 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 				be_interp_axis(x, ox, st->geo.sx, st->geo.nx, &x0, &x1, &tx);
 				D = change_at(c0, c1, x0, x1, tx, ty);
 				D1 = change_at(c0 + nlow, c1 + nlow, x0, x1, tx, ty);
+				if (st->E[i] >= since)
+					D = D1 = 0.0;
 				st->alpha[i] = (float)exp(-D / k2);
 				st->beta[i] = 0.0f;
 			}
@@ -381,14 +604,20 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 
 	const bool cum = p->live.mode == CFG_RECON_CUMULATIVE;
 	/* the structure: always when cumulative (its history) or adaptive (its weights) */
-	if (sc >= 0 || cum || p->live.mode == CFG_RECON_ADAPTIVE)
+	if (sc >= 0 || cum || adaptive)
 		recon_plane(st, &ctx);
+	if (reg)
+		st->rhave = true;
 	/* the other channels with the same E, t, g and valid neighbours (§5 step 5) */
 	for (uint32_t pl = 0; pl < CPU_FN_PLANES; pl++) {
 		if (!Lf[pl])
 			continue;
-		struct recon_ctx c = {
-		        .B = st->bpl[pl], .ovol = st->opl[pl], .L = L, .ox = ox, .oy = oy};
+		struct recon_ctx c = {.B = st->bpl[pl],
+		                      .ovol = st->opl[pl],
+		                      .L = L,
+		                      .ox = ox,
+		                      .oy = oy,
+		                      .keep = cum};
 		const int ac = st->geo.chan[CFG_CH_ANGIO];
 		if (pl == CPU_PL_ANGIO) {
 			c.full = out->full ? out->full + (size_t)ac * fc : NULL;

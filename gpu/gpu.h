@@ -398,4 +398,9 @@ const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 }
 #endif
 
+/* The reconstruction settings the kernels do not implement yet (docs/gpu.md):
+ * reconstruct.mode registered and the adaptive mode's reconstruct.adaptive.jump_recovery (also
+ * checked by every live update). \return 0 or -ENOTSUP with the message in err. */
+int gpu_recon_supported(const struct vr_config *cfg, char *err, size_t errlen);
+
 #endif

@@ -1327,6 +1327,23 @@ fail:
 	return rc;
 }
 
+/* The reconstruction settings the kernels do not implement yet (live: checked again on every
+ * update). */
+int gpu_recon_supported(const struct vr_config *cfg, char *err, size_t errlen)
+{
+	if (cfg->reconstruct.mode == CFG_RECON_REGISTERED)
+		return vr_err(err, errlen, -ENOTSUP,
+		              "cuda backend: reconstruct.mode registered is not available yet (the "
+		              "cpu backend computes it; docs/algorithms.md §2d)");
+	if (cfg->reconstruct.mode == CFG_RECON_ADAPTIVE && cfg->reconstruct.adaptive.jump_recovery)
+		return vr_err(err, errlen, -ENOTSUP,
+		              "cuda backend: reconstruct.adaptive.jump_recovery true is not "
+		              "available yet (set it to false for the adaptive mode without the "
+		              "recovery after a jump, or use the cpu backend; docs/algorithms.md "
+		              "§2b)");
+	return 0;
+}
+
 /* The one-device backend: its messages name it ("cuda backend: ..."), as the composite's do;
  * the part's texts that do not (CUDA's, the device checks') get the name here. */
 static int gpu_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
@@ -1335,8 +1352,11 @@ static int gpu_create(const struct vr_config *cfg, void **state, char *err, size
 	const struct gpu_part whole = {0, 1, 0, cfg->geometry.bscans_per_volume};
 	struct gpu_state *st;
 	char msg[512] = "";
-	int rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
+	int rc = gpu_recon_supported(cfg, err, errlen);
 
+	if (rc < 0)
+		return rc;
+	rc = gpu_part_create(cfg, &whole, &st, msg, sizeof(msg));
 	if (rc == 0) {
 		*state = st;
 		return 0;
@@ -2584,6 +2604,9 @@ static int gpu_update_live(void *vst, const struct vr_config *cfg, char *err, si
 		return -EINVAL;
 	}
 	rc = gpu_check_geometry(cfg, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = gpu_recon_supported(cfg, err, errlen);
 	if (rc < 0)
 		return rc;
 	rc = gpu_tables_build(cfg, &nt, err, errlen);

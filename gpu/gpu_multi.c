@@ -104,6 +104,9 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 	if (!g)
 		return vr_err(err, errlen, -ENOMEM, "cuda backend: out of host memory");
 	g->n = cfg_gpu_devices(cfg, g->devs);
+	rc = gpu_recon_supported(cfg, err, errlen);
+	if (rc < 0)
+		goto fail;
 	if (cfg_functional(cfg)) {
 		rc = vr_err(err, errlen, -ENOTSUP,
 		            "output.channels: channels other than [structure] run on one CUDA "

@@ -38,8 +38,9 @@ static const char quality_help[] =
         "image; per plane of constant y, means over the planes, then over the epochs\n"
         "from --skip on. Rows: the newest epoch alone (nearest sample, linear interpolation),\n"
         "noncumulative, cumulative, noncumulative with product combine and exp temporal\n"
-        "weights (tau 3), adaptive (reconstruct.adaptive of the configuration) and\n"
-        "compensated (reconstruct.compensated of the configuration). The\n"
+        "weights (tau 3), adaptive (reconstruct.adaptive of the configuration),\n"
+        "compensated (reconstruct.compensated of the configuration) and registered\n"
+        "(reconstruct.adaptive of the configuration). The\n"
         "preprocessing (corrections, background, db_range) is the configuration's.\n"
         "\n"
         "  -c, --config FILE   configuration (YAML) whose source is the replay\n"
@@ -136,7 +137,17 @@ static double q_ssim(const double *a, const double *t, uint32_t R, uint32_t C, d
 
 /* ---- the runs ----------------------------------------------------------------------------- */
 
-enum q_row { Q_NEAREST, Q_LINEAR, Q_NONCUM, Q_CUMUL, Q_PRODUCT, Q_ADAPTIVE, Q_COMPENSATED, Q_ROWS };
+enum q_row {
+	Q_NEAREST,
+	Q_LINEAR,
+	Q_NONCUM,
+	Q_CUMUL,
+	Q_PRODUCT,
+	Q_ADAPTIVE,
+	Q_COMPENSATED,
+	Q_REGISTERED,
+	Q_ROWS
+};
 
 /* Each row's name in the table and key in the JSON; the reconstruction rows' settings (the
  * baselines are scored in the noncumulative pass). */
@@ -154,6 +165,7 @@ static const struct {
                        CFG_COMBINE_PRODUCT, CFG_TEMPORAL_EXP},
         [Q_ADAPTIVE] = {"adaptive", "adaptive", CFG_RECON_ADAPTIVE},
         [Q_COMPENSATED] = {"compensated", "compensated", CFG_RECON_COMPENSATED},
+        [Q_REGISTERED] = {"registered", "registered", CFG_RECON_REGISTERED},
 };
 
 /* The two units a volume is compared in (docs/algorithms.md §3): the truth's image amplitude,

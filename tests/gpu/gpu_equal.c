@@ -427,6 +427,7 @@ static void c_adaptive(struct vr_config *c)
 {
 	geom(c, 512, 24, 20, 2, 3, CFG_SAMPLE_U16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->reconstruct.adaptive.tolerance = 0.2;
 }
 
@@ -444,6 +445,7 @@ static void c_adaptive_product(struct vr_config *c)
 {
 	geom(c, 300, 23, 14, 3, 1, CFG_SAMPLE_I16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->reconstruct.combine = CFG_COMBINE_PRODUCT;
 	c->reconstruct.temporal = CFG_TEMPORAL_EXP;
 	c->reconstruct.tau = 2.0;
@@ -458,6 +460,7 @@ static void c_sim_adaptive_motion(struct vr_config *c)
 {
 	c_sim_small(c);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->source.rate = 25;
 	c->source.synth.deg_per_s = 30;
 	c->source.synth.shift_mm_per_s[0] = 0.5;
@@ -473,6 +476,7 @@ static void c_sim_adaptive_motion(struct vr_config *c)
 static void live_to_adaptive(struct vr_config *c)
 {
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->reconstruct.adaptive.tolerance = 0.15;
 	c->reconstruct.adaptive.depth_half_window = 2;
 	c->reconstruct.adaptive.speckle_tolerance = 0;
@@ -482,6 +486,7 @@ static void c_paper_adaptive(struct vr_config *c)
 {
 	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 }
 
 /* reconstruct.mode compensated (docs/algorithms.md §2c) on random input: stride 2 x 3, 12
@@ -600,6 +605,7 @@ static void c_nf_ascan_adaptive(struct vr_config *c)
 {
 	geom(c, 256, 24, 12, 2, 3, CFG_SAMPLE_F32);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
 	c->reconstruct.adaptive.tolerance = 0.2;
 }
 
@@ -2243,6 +2249,47 @@ static int error_checks(void)
 		printf("error-live-compensated-memory: cannot query device %d: FAIL\n",
 		       c.gpu.device);
 		fails++;
+	}
+
+	/* not in the kernels yet (docs/gpu.md): the registered mode and the adaptive mode's jump
+	 * recovery, at creation and in a live update, naming the key */
+	static const struct {
+		const char *name, *key;
+		enum cfg_recon_mode mode;
+	} nyi[] = {{"error-registered", "registered", CFG_RECON_REGISTERED},
+	           {"error-jump-recovery", "jump_recovery", CFG_RECON_ADAPTIVE}};
+	for (size_t k = 0; k < sizeof(nyi) / sizeof(nyi[0]); k++) {
+		cfg_free(&c);
+		cfg_defaults(&c);
+		geom(&c, 256, 8, 8, 2, 2, CFG_SAMPLE_U16);
+		c.reconstruct.mode = nyi[k].mode;
+		c.reconstruct.adaptive.jump_recovery = true;
+		st = NULL;
+		err[0] = '\0';
+		rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+		ok = rc == -ENOTSUP && strstr(err, nyi[k].key) && strstr(err, "cpu backend");
+		printf("%s: %s: %s\n", nyi[k].name, err, ok ? "PASS" : "FAIL");
+		fails += !ok;
+		if (rc == 0)
+			be_close(st);
+		c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
+		st = NULL;
+		rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+		ok = rc == 0;
+		if (rc == 0) {
+			struct vr_config n;
+			ok = cfg_copy(&n, &c) == 0;
+			if (ok) {
+				n.reconstruct.mode = nyi[k].mode;
+				err[0] = '\0';
+				rc = be_update_live(st, &n, err, sizeof(err));
+				ok = rc == -ENOTSUP && strstr(err, nyi[k].key);
+				cfg_free(&n);
+			}
+			be_close(st);
+		}
+		printf("%s-live: %s: %s\n", nyi[k].name, err, ok ? "PASS" : "FAIL");
+		fails += !ok;
 	}
 
 	cfg_free(&c);

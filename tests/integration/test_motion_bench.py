@@ -32,12 +32,12 @@ def test_one_scene_end_to_end(bin_dir, src_dir, tmp_path):
     q = s["quality"]
     assert q["volume_shape"] == [48, 48, 128] and q["first_scored_epoch"] == 9
     for mode in ("current_linear", "noncumulative", "product_exp_tau3", "adaptive",
-                 "compensated"):
+                 "compensated", "registered"):
         m = q["modes"][mode]
         assert 5 < m["psnr_db"] < 60 and len(m["ssim_per_epoch"]) == 12
     md = (tmp_path / "m.md").read_text()
     assert "**anterior** (48 × 48 × 128, stride 3, K = 256" in md
-    assert re.search(r"\| jump, seed 1 \|( \**\d+\.\d\d / 0\.\d{3}\** \|){5}$", md, re.M), md
+    assert re.search(r"\| jump, seed 1 \|( \**\d+\.\d\d / 0\.\d{3}\** \|){6}$", md, re.M), md
 
 
 def test_refusals(src_dir, tmp_path):

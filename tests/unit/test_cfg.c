@@ -343,7 +343,7 @@ static void test_enums_list_the_allowed_values(void **state)
 	load_bad("preprocess: {resample: {method: quintic}}\n", "1:33",
 	         "(one of: none, linear, cubic, spline)");
 	load_bad("reconstruct: {mode: fast}\n", "1:21",
-	         "(one of: none, noncumulative, cumulative, adaptive, compensated)");
+	         "(one of: none, noncumulative, cumulative, adaptive, compensated, registered)");
 	load_bad("reconstruct: {temporal: gauss}\n", "1:25", "(one of: linear, exp)");
 	load_bad("reconstruct: {combine: max}\n", "1:24", "(one of: sum, product)");
 	load_bad("pipeline: {overflow: wait}\n", "1:22", "(one of: drop_epoch, block)");

@@ -603,7 +603,8 @@ static void test_set_of_a_section_replaces_it(void **state)
 	assert_get(&c, "reconstruct",
 	           "{mode: cumulative, spatial_sigma: 1, temporal: linear, tau: 3, "
 	           "combine: sum, adaptive: {tolerance: 0.1, depth_half_window: 4, "
-	           "speckle_tolerance: 0.05}, compensated: {estimate_pose: true}}");
+	           "speckle_tolerance: 0.05, jump_recovery: true}, compensated: {estimate_pose: "
+	           "true}}");
 	cfg_free(&c);
 
 	/* dispersion coefficients -> a table: one section, as coeffs and table exclude each

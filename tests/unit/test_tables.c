@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/ops.h"
+#include "backend/register.h"
 #include "backend/tables.h"
 #include "tests/unit/vrtest.h"
 
@@ -201,4 +202,74 @@ VR_TEST_GROUP(tables)
 	        cmocka_unit_test(test_live_scalars_from_their_keys),
 	};
 	return cmocka_run_group_tests_name("tables", tests, NULL, NULL);
+}
+
+/* docs/algorithms.md §2d step 1: the axial shift of a column against a reference, to a
+ * fraction of a bin; none for a flat column or beyond the search range. */
+static void test_register_shift(void **state)
+{
+	(void)state;
+	enum { Z = 96 };
+	float l[Z], r[Z], flat[Z];
+	double corr;
+
+	for (int z = 0; z < Z; z++) {
+		double a = (z - 40.0) / 3.0, b = (z - 40.0 - 2.3) / 3.0;
+		double c = (z - 60.0) / 2.0, d = (z - 60.0 - 2.3) / 2.0;
+		r[z] = (float)(exp(-a * a) + 0.5 * exp(-c * c));
+		l[z] = (float)(exp(-b * b) + 0.5 * exp(-d * d)); /* r, 2.3 bins deeper */
+		flat[z] = 0.25f;
+	}
+	double s = be_reg_shift(l, r, Z, &corr);
+	assert_true(fabs(s - 2.3) < 0.15 && corr > 0.9);
+	assert_true(fabs(be_reg_shift(r, l, Z, &corr) + 2.3) < 0.15); /* the other way */
+	assert_true(be_reg_shift(flat, r, Z, &corr) == 0.0 && corr == 0.0);
+	for (int z = 0; z < Z; z++) { /* 12 bins deeper: beyond BE_REG_RANGE */
+		double b = (z - 52.0) / 3.0;
+		l[z] = (float)exp(-b * b);
+	}
+	assert_true(be_reg_shift(l, r, Z, &corr) == 0.0 && corr == 0.0);
+}
+
+/* docs/algorithms.md §2d step 2: the plane of the shifts, without an outlier; an insignificant
+ * plane is 0; too few shifts fit nothing. */
+static void test_register_fit(void **state)
+{
+	(void)state;
+	enum { N = 64 };
+	const struct be_reg_plane truth = {0.4, 0.02, -0.015};
+	double d[N], w[N];
+	uint32_t ys[N], xs[N];
+	struct be_reg_plane p;
+
+	for (int i = 0; i < N; i++) {
+		ys[i] = (uint32_t)(i / 8) * 5 + 2;
+		xs[i] = (uint32_t)(i % 8) * 5 + 1;
+		/* a deterministic jitter of +-0.05 bins */
+		d[i] = be_reg_plane_at(&truth, ys[i], xs[i], 40, 40) + 0.05 * sin(1.7 * i);
+		w[i] = 1.0;
+	}
+	d[10] += 5.0; /* an outlier */
+	assert_true(be_reg_fit(d, w, ys, xs, N, 40, 40, &p));
+	assert_true(w[10] == 0.0);
+	assert_true(fabs(p.c - truth.c) < 0.02 && fabs(p.ax - truth.ax) < 2e-3 &&
+	            fabs(p.ay - truth.ay) < 2e-3);
+	for (int i = 0; i < N; i++) { /* the jitter alone: no plane */
+		d[i] = 0.05 * sin(1.7 * i);
+		w[i] = 1.0;
+	}
+	assert_true(be_reg_fit(d, w, ys, xs, N, 40, 40, &p));
+	assert_true(p.c == 0.0 && p.ax == 0.0 && p.ay == 0.0);
+	for (int i = 0; i < N; i++)
+		w[i] = i < BE_REG_MIN_SAMPLES - 1 ? 1.0 : 0.0;
+	assert_false(be_reg_fit(d, w, ys, xs, N, 40, 40, &p));
+}
+
+VR_TEST_GROUP(reg)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_register_shift),
+	        cmocka_unit_test(test_register_fit),
+	};
+	return cmocka_run_group_tests_name("reg", tests, NULL, NULL);
 }
