@@ -830,7 +830,7 @@ function showFunctional() {
   const m = dopplerMeaning(state.channels.doppler);
   const t = $('doppler-threshold');
   if (m && m.span) {
-    const max = Math.ceil(m.span * 1000) / 1000 + 0.001;
+    const max = (Math.ceil(m.span * 1000) + 1) / 1000; // above the range: no overlay at all
     if (+t.max !== max) { t.max = String(max); t.step = '0.001'; }
     t.value = String(dopplerThreshold(m));
   }
