@@ -232,5 +232,5 @@ def test_doppler_overlay_threshold_and_read_out(browser, flow):
     browser.wait(p2, f"{OVERLAY}.count > 0")
     assert browser.eval(p2, "window.volrecView.display.doppler.threshold") is None
     after = pub.control.ask({"op": "get"})
-    assert after["ok"] and after["value"] == before["value"]
+    assert after["ok"] and after["config"] == before["config"]
     assert browser.cmd("errors")["value"] == []
