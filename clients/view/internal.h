@@ -109,6 +109,11 @@ void vw_reduce_dims(uint32_t rows, uint32_t cols, uint32_t max_side, uint32_t *r
 /* Reduce src (rows x cols) by rstep x cstep blocks, each to its maximum, into dst. */
 void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep, uint32_t cstep,
                    uint8_t *dst);
+/* The same for a signed quantity stored as q = 127.5 + 127.5 s (Doppler: zero flow at 127.5):
+ * each block to its value farthest from zero flow (the first such), so fast flow either way
+ * stays visible and a block's sign is never made up. */
+void vw_reduce_signed(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep,
+                      uint32_t cstep, uint8_t *dst);
 /* Name of a picture kind ("enface_mean", ..., "doppler_bscan"), NULL past the end; and back
  * (-1 unknown). */
 const char *vw_kind_name(unsigned kind);

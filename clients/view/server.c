@@ -53,10 +53,10 @@ struct vw_session {
 	struct vw_session *next;
 	uint64_t uid; /* for control replies that arrive after a close */
 	enum vw_access access;
-	unsigned want;                     /* picture kinds shown */
+	unsigned want;                /* picture kinds shown */
 	uint64_t sent[VW_KIND_COUNT]; /* serial of the last frame sent, per kind */
-	unsigned rr;                       /* next kind to look at first */
-	uint64_t text_sent[VW_TEXTS];      /* serial of the last text sent, per kind */
+	unsigned rr;                  /* next kind to look at first */
+	uint64_t text_sent[VW_TEXTS]; /* serial of the last text sent, per kind */
 	struct vw_text q[VW_TEXT_QUEUE];
 	unsigned qhead, qlen;
 	unsigned pending; /* requests at volrecd: each holds one slot of q for its reply */

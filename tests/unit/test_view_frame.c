@@ -376,6 +376,24 @@ static void test_a_channel_frame_says_what_its_values_mean(void **state)
 	free(pix);
 }
 
+/* A Doppler picture reduced for the screen keeps each block's fastest flow with its sign, never
+ * the largest u8 (which would turn flow towards the probe into flow away). */
+static void test_doppler_is_reduced_to_its_fastest_flow(void **state)
+{
+	/* 2 x 6, reduced by 1 x 3: blocks {127, 10, 200} {128, 130, 126} / {255, 0, 128} {3, 252, 9} */
+	static const uint8_t src[12] = {127, 10, 200, 128, 130, 126, 255, 0, 128, 3, 252, 9};
+	uint8_t dst[4];
+
+	(void)state;
+	vw_reduce_signed(src, 2, 6, 1, 3, dst);
+	assert_int_equal(dst[0], 10);  /* |2q - 255|: 1, 235, 145 */
+	assert_int_equal(dst[1], 130); /* 1, 5, 3 */
+	assert_int_equal(dst[2], 255); /* 255 and 0 tie: the first */
+	assert_int_equal(dst[3], 3);   /* 249, 249, 237: the first */
+	vw_reduce_max(src, 2, 6, 1, 3, dst);
+	assert_int_equal(dst[0], 200); /* what maxima would have said */
+}
+
 /* A browser's own pictures (extract.c) against docs/algorithms.md §4 computed by hand on a
  * 2 x 3 x 4 volume V[y][x][z] = 10y + 3x + z, and the en-face mean's rounding half up. */
 static void test_own_pictures_are_the_volumes_voxels(void **state)
@@ -459,6 +477,7 @@ VR_TEST_GROUP(view_frame)
 	        cmocka_unit_test(test_the_volume_goes_whole_with_its_blocks),
 	        cmocka_unit_test(test_kind_names_round_trip),
 	        cmocka_unit_test(test_a_channel_frame_says_what_its_values_mean),
+	        cmocka_unit_test(test_doppler_is_reduced_to_its_fastest_flow),
 	        cmocka_unit_test(test_own_pictures_are_the_volumes_voxels),
 	        cmocka_unit_test(test_a_view_outside_the_volume_is_refused),
 	};
