@@ -15,7 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from viewkit import Browser, BrowserPages, DaemonPublisher, Recorder, Viewer, pane, wait_for
+from viewkit import Browser, BrowserPages, DaemonPublisher, Recorder, Viewer, pane
 
 h5py = pytest.importorskip("h5py")
 
@@ -139,27 +139,40 @@ def test_the_angiography_pane_shows_the_vessels_brighter_than_tissue(browser, fl
     # the same in the picture's values, and the maximum picture on this browser's choice
     assert want[vcols].mean() > 1.5 * want[tcols].mean()
     browser.cmd("select", page=page, selector="#angio-kind", value="angio_enface_max")
-    browser.wait(page, "(s => s && s.kind === 'angio_enface_max')(window.volrecView.panes.angio.shown)")
+    browser.wait(page, "(s => s && s.kind === 'angio_enface_max')"
+                       "(window.volrecView.panes.angio.shown)")
     got, (want, _) = shown_and_published(browser, page, "angio", "angio_enface_max", rec)
     np.testing.assert_array_equal(got["pixels"], want)
     # every control has an accessible name, every pane a data-pane
-    unnamed = browser.eval(page, "[...document.querySelectorAll('input, select, button, canvas.view')]"
-                           ".filter(e => !e.getAttribute('aria-label')).map(e => e.id || e.outerHTML)")
+    unnamed = browser.eval(page, "[...document.querySelectorAll('input, select, button, "
+                           "canvas.view')].filter(e => !e.getAttribute('aria-label'))"
+                           ".map(e => e.id || e.outerHTML)")
     assert unnamed == []
     assert browser.eval(page, "document.querySelector('canvas[data-pane=angio]') !== null")
+    # at 1600 x 1000 a third column beside en-face and B-scan; on a phone stacked at full width
+    browser.cmd("resize", page=page, width=1600, height=1000)
+    browser.wait(page, "document.getElementById('pane-angio').getBoundingClientRect().width < 600")
+    boxes = browser.eval(page, "['enface', 'bscan', 'angio'].map(n => document.getElementById("
+                         "'pane-' + n).getBoundingClientRect().toJSON())")
+    assert len({round(b["top"]) for b in boxes}) == 1 and boxes[2]["width"] > 300, boxes
+    browser.cmd("resize", page=page, width=390, height=844)
+    browser.wait(page, "document.getElementById('pane-angio').getBoundingClientRect().width "
+                       ">= 0.8 * 390")
     assert browser.cmd("errors")["value"] == []
 
 
 def at_picture(browser, page, name, u, v):
     """Element fractions of the point at picture fractions (u across, v down) of pane name."""
     r, w, h = browser.eval(page, f"(p => [p.rect, p.canvas.getBoundingClientRect().width, "
-                           f"p.canvas.getBoundingClientRect().height])(window.volrecView.panes.{name})")
+                           f"p.canvas.getBoundingClientRect().height])"
+                           f"(window.volrecView.panes.{name})")
     return (r["x"] + u * r["w"]) / w, (r["y"] + v * r["h"]) / h
 
 
 DOPPLER_JS = """(() => {
   const v = window.volrecView, b = v.panes.bscan, o = b.overlay;
-  const f = v.doppler.frames.find(f => f.volumeId === o.volumeId && f.position[0] === b.shown.position[0]);
+  const f = v.doppler.frames.find(f => f.volumeId === o.volumeId &&
+                                       f.position[0] === b.shown.position[0]);
   return {overlay: o, bscanVolume: b.shown.volumeId, rows: f.rows, cols: f.cols,
           pixels: Array.from(f.pixels), volumeId: f.volumeId, channel: f.channel};
 })()"""
@@ -226,8 +239,8 @@ def test_doppler_overlay_threshold_and_read_out(browser, flow):
                      f"{OVERLAY}.volumeId !== null")
     # kept in this browser's storage, across a reload
     browser.cmd("reload", page=p1)
-    browser.wait(p1, f"{OVERLAY} && {OVERLAY}.volumeId !== null && {OVERLAY}.threshold === {tmax}",
-                 timeout_ms=60000)
+    browser.wait(p1, f"{OVERLAY} && {OVERLAY}.volumeId !== null && "
+                     f"{OVERLAY}.threshold === {tmax}", timeout_ms=60000)
     # the other browser and the daemon did not move
     browser.wait(p2, f"{OVERLAY}.count > 0")
     assert browser.eval(p2, "window.volrecView.display.doppler.threshold") is None

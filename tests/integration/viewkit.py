@@ -457,7 +457,10 @@ class BrowserPages(PageCalls):
         return True
 
 
-ALL_DRAWN = "Object.values(window.volrecView.panes).every(p => p.shown)"
+# every 2-D pane drew a picture; the angiography pane counts only where the daemon publishes
+# angiography (without it the page shows no such pane)
+ALL_DRAWN = ("Object.values(window.volrecView.panes).every(p => p.shown || "
+             "(p.name === 'angio' && !window.volrecView.haveAngio))")
 
 # What a pane shows, as the page holds it: the decoded picture and the pixels of the canvas it
 # was drawn into (red channel, at the picture's resolution, transposed for B-scan and slice).
