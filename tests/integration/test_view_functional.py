@@ -237,6 +237,21 @@ def test_doppler_overlay_threshold_and_read_out(browser, flow):
     browser.cmd("fill", page=p1, selector="#doppler-threshold", value=tmax)
     browser.wait(p1, f"{OVERLAY}.threshold === {tmax} && {OVERLAY}.count === 0 && "
                      f"{OVERLAY}.volumeId !== null")
+    # paused, the overlay stays that of the frozen B-scan while Doppler B-scans keep coming
+    browser.cmd("fill", page=p1, selector="#doppler-threshold", value=0.02)
+    browser.wait(p1, f"{OVERLAY}.threshold === 0.02 && {OVERLAY}.count > 0")
+    browser.cmd("click", page=p1, selector="#pause", x=0.5, y=0.5)
+    browser.wait(p1, "window.volrecView.paused")
+    frozen = browser.eval(p1, f"[{OVERLAY}.volumeId, {OVERLAY}.count, "
+                              "window.volrecView.received.doppler_bscan.frames]")
+    browser.wait(p1, f"window.volrecView.received.doppler_bscan.frames >= {frozen[2] + 3}")
+    browser.cmd("fill", page=p1, selector="#doppler-threshold", value=0.021)
+    browser.wait(p1, f"{OVERLAY}.threshold === 0.021")
+    assert browser.eval(p1, f"{OVERLAY}.volumeId") == frozen[0]
+    browser.cmd("click", page=p1, selector="#pause", x=0.5, y=0.5)
+    browser.wait(p1, f"!window.volrecView.paused && {OVERLAY}.volumeId > {frozen[0]}")
+    browser.cmd("fill", page=p1, selector="#doppler-threshold", value=tmax)
+    browser.wait(p1, f"{OVERLAY}.threshold === {tmax} && {OVERLAY}.count === 0")
     # kept in this browser's storage, across a reload
     browser.cmd("reload", page=p1)
     browser.wait(p1, f"{OVERLAY} && {OVERLAY}.volumeId !== null && "

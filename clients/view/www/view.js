@@ -257,6 +257,8 @@ const dopplerThreshold = (m) => {
 // the Doppler B-scan of the same volume, else the newest at the same position.
 function onDoppler(h) {
   const d = state.doppler;
+  // paused: the overlay stays that of the frozen B-scan; the newest are taken on resuming
+  if (state.paused) { d.held = (d.held || []).concat([h]).slice(-8); return; }
   d.frames = d.frames.filter((f) => f.seq < h.seq).concat([h]).slice(-8);
   if (!d.last || d.last.seq < h.seq) d.last = h;
   showFunctional();
@@ -984,6 +986,9 @@ function pause(on) {
       p.held = null;
     }
     if (v3.held) { showVolume(v3.held); v3.held = null; }
+    const held = state.doppler.held || [];
+    state.doppler.held = null;
+    for (const h of held) onDoppler(h);
   }
   requestDraw();
   request3d();
