@@ -11,10 +11,12 @@ of the published u8 at that voxel; a threshold changed in one browser leaves the
 and the daemon's configuration as they were (docs/viewer.md)."""
 import json
 import subprocess
+import threading
 
 import numpy as np
 import pytest
 
+import volrec
 from viewkit import Browser, BrowserPages, DaemonPublisher, Recorder, Viewer, pane
 
 h5py = pytest.importorskip("h5py")
@@ -261,4 +263,79 @@ def test_doppler_overlay_threshold_and_read_out(browser, flow):
     assert browser.eval(p2, "window.volrecView.display.doppler.threshold") is None
     after = pub.control.ask({"op": "get"})
     assert after["ok"] and after["config"] == before["config"]
+    assert browser.cmd("errors")["value"] == []
+
+
+class ChannelRows:
+    """B-scans [X][Z] of a channel at the rows ys of every volume the daemon publishes, as the
+    Python client reads them from the channel's volume (copied inside the lease), by volume id."""
+
+    def __init__(self, pub, channel, ys):
+        self.rows, self.error, self.running = {}, None, True
+        self.lock = threading.Lock()
+
+        def run():
+            try:
+                with volrec.Client(pub.instance, run_dir=str(pub.run_dir), rcvhwm=1000) as c:
+                    while self.running:
+                        try:
+                            with c.next_volume(0.3) as vol:
+                                ch = vol.channels[channel]
+                                got = {y: np.array(ch[y]) for y in ys}
+                                vid = vol.volume_id
+                        except (volrec.Timeout, volrec.TornRead):
+                            continue
+                        with self.lock:
+                            self.rows[vid] = got
+            except Exception as e:  # noqa: BLE001 (reported by get)
+                self.error = e
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def get(self, vid, y):
+        with self.lock:
+            r = self.rows.get(vid)
+        assert self.error is None, repr(self.error)
+        return None if r is None else r[y]
+
+    def close(self):
+        self.running = False
+        self.thread.join(timeout=10)
+
+
+def test_a_browsers_own_bscan_brings_its_own_doppler(browser, flow):
+    """A browser that steps its B-scan gets the Doppler B-scan at its own y, taken from the
+    Doppler channel's volume itself, and its overlay pairs it with its own structural B-scan;
+    the daemon's view.position does not move."""
+    pub, rec, view, _ = flow
+    page = browser.open(view.url)
+    browser.wait(page, f"{OVERLAY} && {OVERLAY}.volumeId !== null", timeout_ms=60000)
+    before = pub.control.get("view.position")
+    y0 = browser.eval(page, "window.volrecView.panes.bscan.shown.position[0]")
+    y1 = y0 + 3
+    rows = ChannelRows(pub, "doppler", [y1])
+    try:
+        for _ in range(3):
+            browser.cmd("press", page=page, key="ArrowDown")
+        browser.wait(page, f"window.volrecView.panes.bscan.shown.position[0] === {y1} && "
+                           f"window.volrecView.doppler.frames.some(f => f.position[0] === {y1})")
+        for _ in range(20):
+            d = browser.eval(page, f"(f => ({{vid: f.volumeId, rows: f.rows, cols: f.cols, "
+                                   f"pixels: Array.from(f.pixels)}}))(window.volrecView.doppler"
+                                   f".frames.filter(f => f.position[0] === {y1}).pop())")
+            want = rows.get(d["vid"], y1)
+            if want is not None:
+                break
+            browser.wait(page, f"window.volrecView.doppler.frames.some(f => "
+                               f"f.position[0] === {y1} && f.volumeId > {d['vid']})")
+        else:
+            raise AssertionError("the Python client read none of the page's Doppler volumes")
+        got = np.array(d["pixels"], np.uint8).reshape(d["rows"], d["cols"])
+        np.testing.assert_array_equal(got, want)
+        browser.wait(page, f"{OVERLAY}.volumeId !== null && window.volrecView.doppler.frames"
+                           f".some(f => f.volumeId === {OVERLAY}.volumeId && "
+                           f"f.position[0] === {y1})")
+        assert pub.control.get("view.position") == before
+    finally:
+        rows.close()
     assert browser.cmd("errors")["value"] == []
