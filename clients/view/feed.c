@@ -89,12 +89,12 @@ static void new_session(struct vw_feed *f, uint64_t session)
 	if (session == f->session)
 		return;
 	pthread_mutex_lock(&f->box.lock);
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++) {
 		vw_frame_free(f->box.frame[k]);
 		f->box.frame[k] = NULL;
 	}
 	for (unsigned i = 0; i < f->box.nout; i++)
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 			vw_frame_free(f->box.out[i].frame[k]);
 	f->box.nout = 0;
 	f->box.clear = f->session != 0;
@@ -187,7 +187,7 @@ static void own_mark(struct vw_own_done *d, const struct volrec_view *v, const s
 /* Hand the own views' new frames to the server: each replaces the one of its view and kind;
  * views no browser shows any more are dropped. Takes the frames. */
 static void own_post(struct vw_feed *f, const struct vw_own_req *req, unsigned n,
-                     struct vw_frame *(*fr)[VOLREC_IMAGE_COUNT])
+                     struct vw_frame *(*fr)[VW_KIND_COUNT])
 {
 	struct vw_mailbox *b = &f->box;
 
@@ -196,7 +196,7 @@ static void own_post(struct vw_feed *f, const struct vw_own_req *req, unsigned n
 		unsigned j = 0;
 		bool any = false;
 
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 			any |= fr[i][k] != NULL;
 		if (!any)
 			continue;
@@ -204,14 +204,14 @@ static void own_post(struct vw_feed *f, const struct vw_own_req *req, unsigned n
 			j++;
 		if (j == b->nout) {
 			if (b->nout == VW_OWN_MAX) { /* the server forgot the view meanwhile */
-				for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+				for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 					vw_frame_free(fr[i][k]);
 				continue;
 			}
 			memset(&b->out[b->nout], 0, sizeof(b->out[0]));
 			b->out[b->nout++].key = req[i].key;
 		}
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 			if (fr[i][k]) {
 				vw_frame_free(b->out[j].frame[k]);
 				b->out[j].frame[k] = fr[i][k];
@@ -220,6 +220,19 @@ static void own_post(struct vw_feed *f, const struct vw_own_req *req, unsigned n
 	b->dirty = true;
 	pthread_mutex_unlock(&b->lock);
 	f->wake(f->wake_ctx);
+}
+
+/* The channel that picture kind k (>= VW_CHANNEL_KIND0) shows, of volume v (held): its index
+ * and its data and meaning into *ch, or -ENOENT when the volume does not hold it (the daemon publishes no such
+ * channel). */
+static int channel_of(const struct volrec_client *c, const struct volrec_view *v, unsigned k,
+                      struct volrec_channel *ch)
+{
+	int idx = volrec_view_find_channel(c, v, vw_kind_channel(k));
+
+	if (idx < 0 || volrec_view_channel(c, v, (unsigned)idx, ch) || !ch->data)
+		return -ENOENT;
+	return idx;
 }
 
 /*
@@ -231,7 +244,7 @@ static void extract_own(struct vw_feed *f, struct volrec_client *c, const struct
                         const double um[3], struct vw_own_done *done)
 {
 	struct vw_own_req req[VW_OWN_MAX];
-	struct vw_frame *fr[VW_OWN_MAX][VOLREC_IMAGE_COUNT];
+	struct vw_frame *fr[VW_OWN_MAX][VW_KIND_COUNT];
 	uint32_t dpos[3] = {0}, dslab[2] = {0}, shape[3] = {v->ny, v->nx, v->nz};
 	bool daemon = false, any = false;
 	struct volrec_image img;
@@ -247,7 +260,7 @@ static void extract_own(struct vw_feed *f, struct volrec_client *c, const struct
 	memset(fr, 0, sizeof(fr));
 	if (!n || v->dtype != VOLREC_DTYPE_U8 || !v->data)
 		return;
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !daemon; k++)
+	for (unsigned k = 0; k < VW_KIND_COUNT && !daemon; k++)
 		if ((VW_OWN_KINDS & (1u << k)) && !volrec_view_image(c, v, k, &img)) {
 			memcpy(dpos, img.position, sizeof(dpos));
 			memcpy(dslab, img.slab, sizeof(dslab));
@@ -270,12 +283,23 @@ static void extract_own(struct vw_feed *f, struct volrec_client *c, const struct
 			continue; /* a view outside this volume: the server tells its browsers */
 		if (!buf && !(buf = malloc(side)))
 			break;
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++) {
 			struct vw_frame_meta m = meta_of(v, um);
+			struct volrec_channel ch;
 
 			if (!(req[i].kinds & VW_OWN_KINDS & (1u << k)))
 				continue;
-			vw_extract(v->data, v->ny, v->nx, v->nz, k, pos, slab, buf, &img);
+			if (k >= VW_CHANNEL_KIND0) {
+				/* a channel's picture, from the channel's volume */
+				if (channel_of(c, v, k, &ch) < 0)
+					continue;
+				m.kind = k;
+				m.chan = &ch;
+				vw_extract(ch.data, v->ny, v->nx, v->nz, vw_kind_base(k), pos, slab,
+				           buf, &img);
+			} else {
+				vw_extract(v->data, v->ny, v->nx, v->nz, k, pos, slab, buf, &img);
+			}
 			img.volume_id = v->volume_id;
 			m.t_read_ns = vr_now_ns(CLOCK_REALTIME);
 			if (vw_frame_encode(&img, &m, &f->enc, &fr[i][k]))
@@ -288,7 +312,7 @@ static void extract_own(struct vw_feed *f, struct volrec_client *c, const struct
 	if (volrec_view_check(c, v)) {
 		/* overwritten while read: the pictures may mix two volumes */
 		for (unsigned i = 0; i < n; i++)
-			for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+			for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 				vw_frame_free(fr[i][k]);
 		return;
 	}
@@ -331,7 +355,7 @@ static void extract_latest(struct vw_feed *f, struct volrec_client *c, struct vw
 static void encode_latest(struct vw_feed *f, struct volrec_client *c, const struct vw_times *tm,
                           uint64_t *last_render, struct vw_own_done *done)
 {
-	struct vw_frame *fr[VOLREC_IMAGE_COUNT] = {0};
+	struct vw_frame *fr[VW_KIND_COUNT] = {0};
 	unsigned wanted = atomic_load(&f->wanted);
 	struct volrec_view v;
 	uint64_t render_vid = 0;
@@ -354,12 +378,27 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	}
 	if (volrec_view_voxel_size(c, &v, um))
 		um[0] = um[1] = um[2] = NAN;
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++) {
 		struct volrec_image img;
 		struct vw_frame_meta m = meta_of(&v, um);
 
-		if (!(wanted & (1u << k)) || volrec_view_image(c, &v, k, &img))
+		struct volrec_channel ch;
+		int idx = 0;
+
+		if (!(wanted & (1u << k)))
 			continue;
+		if (k >= VW_CHANNEL_KIND0) {
+			/* a channel's picture as the daemon made it (§2.8): none when it publishes
+			 * no such channel or no pictures of it */
+			idx = channel_of(c, &v, k, &ch);
+			if (idx < 0 ||
+			    volrec_view_channel_image(c, &v, (unsigned)idx, vw_kind_base(k), &img))
+				continue;
+			m.kind = k;
+			m.chan = &ch;
+		} else if (volrec_view_image(c, &v, k, &img)) {
+			continue;
+		}
 		/* a render carried over from an older volume (every Nth on the CPU) is sent once */
 		if (k == VOLREC_IMAGE_RENDER) {
 			if (img.volume_id == *last_render)
@@ -381,7 +420,7 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	rc = volrec_view_release(c, &v);
 	if (rc) {
 		/* overwritten while read: the pictures may mix two volumes */
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 			vw_frame_free(fr[k]);
 		return;
 	}
@@ -390,7 +429,7 @@ static void encode_latest(struct vw_feed *f, struct volrec_client *c, const stru
 	if (!any)
 		return;
 	pthread_mutex_lock(&f->box.lock);
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 		if (fr[k]) {
 			vw_frame_free(f->box.frame[k]);
 			f->box.frame[k] = fr[k];
@@ -545,10 +584,10 @@ void vw_feed_stop(struct vw_feed *f)
 		return;
 	atomic_store(&f->stop, true);
 	pthread_join(f->thread, NULL);
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 		vw_frame_free(f->box.frame[k]);
 	for (unsigned i = 0; i < f->box.nout; i++)
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 			vw_frame_free(f->box.out[i].frame[k]);
 	for (unsigned t = 0; t < VW_TEXTS; t++)
 		free(f->box.text[t]);

@@ -16,7 +16,7 @@
 
 const size_t VW_PRE = LWS_PRE;
 
-static const char *const kind_names[VOLREC_IMAGE_COUNT] = {
+static const char *const kind_names[VW_KIND_COUNT] = {
         [VOLREC_IMAGE_ENFACE_MEAN] = "enface_mean",
         [VOLREC_IMAGE_ENFACE_MAX] = "enface_max",
         [VOLREC_IMAGE_BSCAN] = "bscan",
@@ -24,16 +24,22 @@ static const char *const kind_names[VOLREC_IMAGE_COUNT] = {
         [VOLREC_IMAGE_PLANE] = "plane",
         [VOLREC_IMAGE_RENDER] = "render",
         [VOLREC_IMAGE_VOLUME] = "volume",
+        [VW_CHANNEL_KIND0 + 0] = "angio_enface_mean",
+        [VW_CHANNEL_KIND0 + 1] = "angio_enface_max",
+        [VW_CHANNEL_KIND0 + 2] = "angio_bscan",
+        [VW_CHANNEL_KIND0 + 3] = "doppler_enface_mean",
+        [VW_CHANNEL_KIND0 + 4] = "doppler_enface_max",
+        [VW_CHANNEL_KIND0 + 5] = "doppler_bscan",
 };
 
 const char *vw_kind_name(unsigned kind)
 {
-	return kind < VOLREC_IMAGE_COUNT ? kind_names[kind] : NULL;
+	return kind < VW_KIND_COUNT ? kind_names[kind] : NULL;
 }
 
 int vw_kind_from_name(const char *name)
 {
-	for (int k = 0; k < VOLREC_IMAGE_COUNT; k++)
+	for (int k = 0; k < VW_KIND_COUNT; k++)
 		if (!strcmp(name, kind_names[k]))
 			return k;
 	return -1;
@@ -74,6 +80,32 @@ void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rs
 			d[oc] = v;
 		}
 	}
+}
+
+void vw_reduce_signed(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep,
+                      uint32_t cstep, uint8_t *dst)
+{
+	uint32_t orows = (rows + rstep - 1) / rstep, ocols = (cols + cstep - 1) / cstep;
+
+	/* |2q - 255| is twice the distance from zero flow; a block starts with its first value */
+	for (uint32_t orow = 0; orow < orows; orow++)
+		for (uint32_t oc = 0; oc < ocols; oc++) {
+			uint32_t r1 = (orow + 1) * rstep < rows ? (orow + 1) * rstep : rows,
+			         c1 = (oc + 1) * cstep < cols ? (oc + 1) * cstep : cols;
+			uint8_t best = src[(size_t)orow * rstep * cols + (size_t)oc * cstep];
+			int far = abs(2 * best - 255);
+
+			for (uint32_t r = orow * rstep; r < r1; r++)
+				for (uint32_t c = oc * cstep; c < c1; c++) {
+					uint8_t q = src[(size_t)r * cols + c];
+
+					if (abs(2 * q - 255) > far) {
+						far = abs(2 * q - 255);
+						best = q;
+					}
+				}
+			dst[(size_t)orow * ocols + oc] = best;
+		}
 }
 
 /* Deflate with run-length matching only (Z_RLE): OCT pictures are speckle, which no longer
@@ -167,6 +199,22 @@ static void put_geometry(unsigned char *h, const struct volrec_image *img,
 	h[192] = (unsigned char)(vol ? img->reduce : 0);
 }
 
+/* A channel's meaning (docs/viewer.md, offsets 193..256): its kind, method and flags, the value
+ * of u8 0 and 255 in its units, Doppler's velocities (NaN unknown) and the mask. */
+static void put_channel(unsigned char *h, const struct volrec_channel *ch)
+{
+	h[193] = (unsigned char)ch->kind;
+	h[194] = (unsigned char)ch->method;
+	h[195] = (unsigned char)ch->flags;
+	put(h + 196, ch->half_window, 4);
+	putd(h + 200, ch->value_lo);
+	putd(h + 208, ch->value_hi);
+	putd(h + 216, ch->velocity_mm_s[0]);
+	putd(h + 224, ch->velocity_mm_s[1]);
+	memcpy(h + 232, ch->units, 15); /* NUL-terminated: byte 247 stays 0 */
+	putd(h + 248, ch->mask_db);
+}
+
 void vw_frame_free(struct vw_frame *f)
 {
 	if (!f)
@@ -194,7 +242,10 @@ int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *
 		reduced = malloc(raw ? raw : 1);
 		if (!reduced)
 			return -ENOMEM;
-		vw_reduce_max(img->data, img->rows, img->cols, rs, cs, reduced);
+		if (m->chan && m->chan->kind == VOLREC_CHANNEL_DOPPLER)
+			vw_reduce_signed(img->data, img->rows, img->cols, rs, cs, reduced);
+		else
+			vw_reduce_max(img->data, img->rows, img->cols, rs, cs, reduced);
 		pix = reduced;
 	}
 	if (o->mode == VW_MODE_DEFLATE || (o->mode == VW_MODE_AUTO && raw > o->deflate_min))
@@ -235,7 +286,7 @@ int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *
 	put(h + 0, VW_FRAME_MAGIC, 4);
 	put(h + 4, VW_FRAME_VERSION, 2);
 	put(h + 6, VW_FRAME_HEADER, 2);
-	h[8] = (unsigned char)img->kind;
+	h[8] = (unsigned char)(m->chan ? m->kind : img->kind);
 	h[9] = (unsigned char)enc;
 	h[10] = (unsigned char)(rs > 255 ? 255 : rs);
 	h[11] = (unsigned char)(cs > 255 ? 255 : cs);
@@ -260,6 +311,8 @@ int vw_frame_encode(const struct volrec_image *img, const struct vw_frame_meta *
 		putf(h + 112 + 4 * a, img->spacing[a]);
 	putf(h + 124, img->step);
 	put_geometry(h, img, m, rs, cs);
+	if (m->chan)
+		put_channel(h, m->chan);
 
 	f->len = VW_FRAME_HEADER + payload;
 	*out = f;

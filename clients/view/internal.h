@@ -49,6 +49,31 @@ struct vw_encode_opts {
 	int level;            /* zlib level, 1 (fast) .. 9 */
 };
 
+/*
+ * Picture kinds: the daemon's own (0..VOLREC_IMAGE_COUNT-1, of the structure, protocol.h), then
+ * the pictures of the channels past the structure (docs/protocol.md §2.8): angiography's and
+ * Doppler's en-face mean, en-face maximum and B-scan, in that order (docs/viewer.md).
+ */
+#define VW_CHANNEL_KIND0    VOLREC_IMAGE_COUNT /* angio_enface_mean */
+#define VW_CHANNEL_PICTURES 3                  /* enface_mean, enface_max, bscan */
+#define VW_KIND_COUNT       (VOLREC_IMAGE_COUNT + 2 * VW_CHANNEL_PICTURES)
+#define VW_CHANNEL_KINDS    (((1u << VW_KIND_COUNT) - 1) & ~((1u << VW_CHANNEL_KIND0) - 1))
+
+/* The picture of the views area (enum volrec_image_kind) a kind is made as, and its channel
+ * (enum volrec_channel_kind: 0 structure, 1 angio, 2 doppler). */
+static inline unsigned vw_kind_base(unsigned k)
+{
+	static const unsigned base[VW_CHANNEL_PICTURES] = {
+	        VOLREC_IMAGE_ENFACE_MEAN, VOLREC_IMAGE_ENFACE_MAX, VOLREC_IMAGE_BSCAN};
+
+	return k < VW_CHANNEL_KIND0 ? k : base[(k - VW_CHANNEL_KIND0) % VW_CHANNEL_PICTURES];
+}
+
+static inline unsigned vw_kind_channel(unsigned k)
+{
+	return k < VW_CHANNEL_KIND0 ? 0 : 1 + (k - VW_CHANNEL_KIND0) / VW_CHANNEL_PICTURES;
+}
+
 /* What a frame says about the picture beside its pixels. */
 struct vw_frame_meta {
 	uint64_t volume_id;    /* the volume the picture shows */
@@ -59,6 +84,10 @@ struct vw_frame_meta {
 	uint64_t session_id;   /* the daemon's session */
 	uint32_t shape[3];     /* volume [Y, X, Z] */
 	double voxel_um[3];    /* its voxel size [dy, dx, dz] in um, 0 unknown */
+	/* a channel's picture: its kind (VW_CHANNEL_KIND0 ...) and the channel's meaning; NULL:
+	 * the structure's, of kind img->kind */
+	unsigned kind;
+	const struct volrec_channel *chan;
 };
 
 /* One encoded picture: header and payload at buf + VW_PRE (room for the WebSocket header). */
@@ -80,7 +109,13 @@ void vw_reduce_dims(uint32_t rows, uint32_t cols, uint32_t max_side, uint32_t *r
 /* Reduce src (rows x cols) by rstep x cstep blocks, each to its maximum, into dst. */
 void vw_reduce_max(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep, uint32_t cstep,
                    uint8_t *dst);
-/* Name of a picture kind ("enface_mean", ...), NULL past the end; and back (-1 unknown). */
+/* The same for a signed quantity stored as q = 127.5 + 127.5 s (Doppler: zero flow at 127.5):
+ * each block to its value farthest from zero flow (the first such), so fast flow either way
+ * stays visible and a block's sign is never made up. */
+void vw_reduce_signed(const uint8_t *src, uint32_t rows, uint32_t cols, uint32_t rstep,
+                      uint32_t cstep, uint8_t *dst);
+/* Name of a picture kind ("enface_mean", ..., "doppler_bscan"), NULL past the end; and back
+ * (-1 unknown). */
 const char *vw_kind_name(unsigned kind);
 int vw_kind_from_name(const char *name);
 
@@ -92,7 +127,8 @@ extern const size_t VW_PRE;
 /* The pictures that depend on the crosshair or the slab: the ones a browser may have its own of. */
 #define VW_OWN_KINDS                                                                               \
 	((1u << VOLREC_IMAGE_ENFACE_MEAN) | (1u << VOLREC_IMAGE_ENFACE_MAX) |                      \
-	 (1u << VOLREC_IMAGE_BSCAN) | (1u << VOLREC_IMAGE_SLICE) | (1u << VOLREC_IMAGE_PLANE))
+	 (1u << VOLREC_IMAGE_BSCAN) | (1u << VOLREC_IMAGE_SLICE) | (1u << VOLREC_IMAGE_PLANE) |    \
+	 VW_CHANNEL_KINDS)
 #define VW_OWN_MAX 64 /* different own views extracted at once, at most */
 
 /* A browser's view: its own position and/or slab, the daemon's for what is not its own. */
@@ -130,7 +166,7 @@ struct vw_own_req {
 
 struct vw_own_out {
 	struct vw_own_key key;
-	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
+	struct vw_frame *frame[VW_KIND_COUNT];
 };
 
 /* The texts a browser gets besides pictures, in the order it gets them when several are due. */
@@ -145,7 +181,7 @@ enum vw_text_kind {
  * newest text of each kind, replaced (never queued) until the server takes them. */
 struct vw_mailbox {
 	pthread_mutex_t lock;
-	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
+	struct vw_frame *frame[VW_KIND_COUNT];
 	char *text[VW_TEXTS]; /* malloc'ed */
 	bool clear;           /* a new session: the server drops the pictures of the one before */
 	bool dirty;

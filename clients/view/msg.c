@@ -52,7 +52,9 @@ static int parse_subscribe(struct vw_msg *m, char *err, size_t errlen)
 		if (k < 0)
 			return vr_err(err, errlen, -EINVAL,
 			              "subscribe: views[%zu]: unknown picture %s (enface_mean, "
-			              "enface_max, bscan, slice, plane, render, volume)",
+			              "enface_max, bscan, slice, plane, render, volume, "
+			              "angio_enface_mean, angio_enface_max, angio_bscan, "
+			              "doppler_enface_mean, doppler_enface_max, doppler_bscan)",
 			              i, json_object_to_json_string(v));
 		m->views |= 1u << k;
 	}

@@ -53,10 +53,10 @@ struct vw_session {
 	struct vw_session *next;
 	uint64_t uid; /* for control replies that arrive after a close */
 	enum vw_access access;
-	unsigned want;                     /* picture kinds shown */
-	uint64_t sent[VOLREC_IMAGE_COUNT]; /* serial of the last frame sent, per kind */
-	unsigned rr;                       /* next kind to look at first */
-	uint64_t text_sent[VW_TEXTS];      /* serial of the last text sent, per kind */
+	unsigned want;                /* picture kinds shown */
+	uint64_t sent[VW_KIND_COUNT]; /* serial of the last frame sent, per kind */
+	unsigned rr;                  /* next kind to look at first */
+	uint64_t text_sent[VW_TEXTS]; /* serial of the last text sent, per kind */
 	struct vw_text q[VW_TEXT_QUEUE];
 	unsigned qhead, qlen;
 	unsigned pending; /* requests at volrecd: each holds one slot of q for its reply */
@@ -95,7 +95,7 @@ struct vw_server {
 	lws_sorted_usec_list_t sul_ctl, sul_tick;
 	bool ctl_polling;
 	/* what the feed delivered, owned by this thread */
-	struct vw_frame *frame[VOLREC_IMAGE_COUNT];
+	struct vw_frame *frame[VW_KIND_COUNT];
 	uint64_t serial; /* of the last frame taken, daemon's or own: one count for both */
 	struct vw_own_out own[VW_OWN_MAX]; /* the newest pictures of the browsers' own views */
 	unsigned nown;
@@ -447,7 +447,7 @@ static struct vw_frame *frame_for(const struct vw_server *sv, const struct vw_se
 
 static void own_free(struct vw_own_out *o)
 {
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++) {
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++) {
 		vw_frame_free(o->frame[k]);
 		o->frame[k] = NULL;
 	}
@@ -490,7 +490,7 @@ static void update_wanted(struct vw_server *sv, bool changed)
 		for (unsigned j = 0; j < sv->nown && !fr; j++)
 			if (vw_own_key_equal(&sv->own[j].key, &req[i].key))
 				fr = (const struct vw_frame *const *)sv->own[j].frame;
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !req[i].fresh; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT && !req[i].fresh; k++)
 			req[i].fresh = (req[i].kinds & (1u << k)) && (!fr || !fr[k]);
 	}
 	for (unsigned j = 0; j < sv->nown;) {
@@ -658,7 +658,7 @@ static void forward(struct vw_server *sv, struct vw_session *s, struct json_obje
 /* A newly shown pane gets the newest picture at once. */
 static void subscribe(struct vw_server *sv, struct vw_session *s, unsigned want)
 {
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 		if ((want & (1u << k)) && !(s->want & (1u << k)))
 			s->sent[k] = 0;
 	s->want = want;
@@ -697,7 +697,7 @@ static void set_view(struct vw_server *sv, struct vw_session *s, const struct vw
 	}
 	s->key = key;
 	s->own = key.own_pos || key.own_slab;
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 		if (VW_OWN_KINDS & (1u << k))
 			s->sent[k] = 0; /* the pictures of the new view, whatever was sent before */
 	update_wanted(sv, true);
@@ -822,7 +822,7 @@ static void take_own(struct vw_server *sv, struct vw_own_out *out, unsigned nout
 			memset(&sv->own[j], 0, sizeof(sv->own[j]));
 			sv->own[sv->nown++].key = out[i].key;
 		}
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 			if (out[i].frame[k]) {
 				vw_frame_free(sv->own[j].frame[k]);
 				sv->own[j].frame[k] = out[i].frame[k];
@@ -846,7 +846,7 @@ static void views_recheck(struct vw_server *sv)
 			continue;
 		memset(&s->key, 0, sizeof(s->key));
 		s->own = false;
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 			if (VW_OWN_KINDS & (1u << k))
 				s->sent[k] = 0;
 		session_error(sv, s, NULL, "%s; showing the daemon's crosshair and slab again",
@@ -860,7 +860,7 @@ static void views_recheck(struct vw_server *sv)
 static void take_mailbox(struct vw_server *sv)
 {
 	struct vw_mailbox *b = &sv->feed->box;
-	struct vw_frame *fr[VOLREC_IMAGE_COUNT];
+	struct vw_frame *fr[VW_KIND_COUNT];
 	struct vw_own_out out[VW_OWN_MAX];
 	unsigned nout;
 	uint32_t shape[3];
@@ -896,11 +896,11 @@ static void take_mailbox(struct vw_server *sv)
 		views_recheck(sv);
 	}
 
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && clear; k++) {
+	for (unsigned k = 0; k < VW_KIND_COUNT && clear; k++) {
 		vw_frame_free(sv->frame[k]); /* the session before's: never sent again */
 		sv->frame[k] = NULL;
 	}
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 		if (fr[k]) {
 			vw_frame_free(sv->frame[k]);
 			sv->frame[k] = fr[k];
@@ -951,7 +951,7 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 	if (!s->hello) {
 		struct json_object *o = json_object_new_object(), *v = json_object_new_array();
 
-		for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+		for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 			json_object_array_add(v, json_object_new_string(vw_kind_name(k)));
 		json_object_object_add(o, "type", json_object_new_string("hello"));
 		json_object_object_add(o, "protocol", json_object_new_int(VW_FRAME_VERSION));
@@ -978,8 +978,8 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 		rc = write_text(s->wsi, &sv->text[t]);
 		s->text_sent[t] = sv->text_serial[t];
 	} else {
-		for (unsigned i = 0; i < VOLREC_IMAGE_COUNT; i++) {
-			unsigned k = (s->rr + i) % VOLREC_IMAGE_COUNT;
+		for (unsigned i = 0; i < VW_KIND_COUNT; i++) {
+			unsigned k = (s->rr + i) % VW_KIND_COUNT;
 			struct vw_frame *f = frame_for(sv, s, k);
 
 			if (!(s->want & (1u << k)) || !f || s->sent[k] == f->serial)
@@ -997,7 +997,7 @@ static int session_write(struct vw_server *sv, struct vw_session *s)
 	if (rc)
 		return -1;
 	more = s->qlen || text_due(sv, s) < VW_TEXTS;
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT && !more; k++) {
+	for (unsigned k = 0; k < VW_KIND_COUNT && !more; k++) {
 		struct vw_frame *f = frame_for(sv, s, k);
 
 		more = (s->want & (1u << k)) && f && s->sent[k] != f->serial;
@@ -1309,7 +1309,7 @@ void vw_server_destroy(struct vw_server *s)
 		return;
 	lws_context_destroy(s->ctx);
 	vw_control_close(s->ctl);
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 		vw_frame_free(s->frame[k]);
 	for (unsigned i = 0; i < s->nown; i++)
 		own_free(&s->own[i]);

@@ -14,6 +14,8 @@
 //   {"op": "resize", "page": N, "width": W, "height": H}  (the window: a "resize" event)
 //   {"op": "press", "page": N, "key": K}  (a key, as the keyboard sends it to the page)
 //   {"op": "wheel", "page": N, "selector": S, "dy": D}  (the mouse over the element, a wheel turn)
+//   {"op": "move", "page": N, "selector": S, "x": fx, "y": fy}  (the mouse moved over the
+//     element to fractions of it, no button)
 //   {"op": "reload", "page": N}  (the same page loaded again, its storage kept)
 //   {"op": "close", "page": N}, {"op": "quit"}
 //   {"op": "errors", "pages": [N, ...]}  -> the page errors and console errors seen since the
@@ -128,6 +130,12 @@ async function main() {
           const b = await box(page, cmd.selector);
           await page.mouse.move(b.x + b.width / 2, b.y + b.height / 2);
           await page.mouse.wheel(0, cmd.dy);
+          out({ ok: true });
+          break;
+        }
+        case 'move': {
+          const b = await box(page, cmd.selector);
+          await page.mouse.move(b.x + b.width * cmd.x, b.y + b.height * cmd.y, { steps: 2 });
           out({ ok: true });
           break;
         }

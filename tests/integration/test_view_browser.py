@@ -475,7 +475,8 @@ def test_phone_and_desktop_layouts(browser, live):
     assert unnamed == []
     panes = browser.eval(page, "[...document.querySelectorAll('.pane')].map(p => "
                          "p.querySelector('[data-pane]') && p.querySelector('[data-pane]').dataset.pane)")
-    assert panes == ["enface", "bscan", "slice", "volume3d"]
+    # (the angiography pane is there, hidden, until a daemon publishes angiography)
+    assert panes == ["enface", "bscan", "angio", "slice", "volume3d"]
     assert browser.cmd("errors")["value"] == []
     browser.cmd("close", page=page)
 
@@ -501,6 +502,14 @@ def test_keys_and_wheel_step_the_bscan(browser, live):
     browser.wait(page, f"window.volrecView.panes.slice.shown.position[1] === {x0 + 1}")
     assert browser.eval(page, "window.volrecView.own.position") == [y0, x0 + 1, z0]
     assert pub.control.get("view.position") == before
+    # a daemon without functional channels: the page as before, no angiography pane, no
+    # Doppler controls or read-out, and no channel picture came
+    hidden = browser.eval(page, "['pane-angio', 'functional', 'doppler-readout'].map(id => "
+                          "getComputedStyle(document.getElementById(id)).display === 'none')")
+    assert hidden == [True, True, True]
+    got = browser.eval(page, "Object.keys(window.volrecView.received)")
+    assert not [k for k in got if k.startswith(("angio_", "doppler_"))], got
+    assert browser.eval(page, "window.volrecView.panes.bscan.overlay.count") == 0
     assert browser.cmd("errors")["value"] == []
     browser.cmd("close", page=page)
 

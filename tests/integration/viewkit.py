@@ -228,6 +228,15 @@ class Recorder:
                         "slab": list(img.slab), "position": list(img.position),
                         "angles": list(img.angles_deg), "volume_id": img.volume_id})
                         for name, img in vol.views.items()}
+                    # the channels past the first (docs/protocol.md §2.8): their pictures as
+                    # ANGIO_enface_mean ..., with what their values mean
+                    for ch in list(vol.channels)[1:]:
+                        a = vol.channels[ch]
+                        for name, img in a.views.items():
+                            got[f"{ch}_{name}"] = (np.array(img), {
+                                "slab": list(img.slab), "position": list(img.position),
+                                "volume_id": img.volume_id, "value_range": a.value_range,
+                                "velocity_mm_s": a.velocity_mm_s, "units": a.units})
                     vid = vol.volume_id
                     self.sessions.add(vol.session_id)
                 # the lease held to the end: the copies are the published pictures
@@ -448,7 +457,10 @@ class BrowserPages(PageCalls):
         return True
 
 
-ALL_DRAWN = "Object.values(window.volrecView.panes).every(p => p.shown)"
+# every 2-D pane drew a picture; the angiography pane counts only where the daemon publishes
+# angiography (without it the page shows no such pane)
+ALL_DRAWN = ("Object.values(window.volrecView.panes).every(p => p.shown || "
+             "(p.name === 'angio' && !window.volrecView.haveAngio))")
 
 # What a pane shows, as the page holds it: the decoded picture and the pixels of the canvas it
 # was drawn into (red channel, at the picture's resolution, transposed for B-scan and slice).

@@ -314,12 +314,84 @@ static void test_the_volume_goes_whole_with_its_blocks(void **state)
 static void test_kind_names_round_trip(void **state)
 {
 	(void)state;
-	for (unsigned k = 0; k < VOLREC_IMAGE_COUNT; k++)
+	for (unsigned k = 0; k < VW_KIND_COUNT; k++)
 		assert_int_equal(vw_kind_from_name(vw_kind_name(k)), (int)k);
 	assert_string_equal(vw_kind_name(VOLREC_IMAGE_ENFACE_MAX), "enface_max");
-	assert_null(vw_kind_name(VOLREC_IMAGE_COUNT));
+	assert_null(vw_kind_name(VW_KIND_COUNT));
+	/* the channels' pictures after the daemon's own: each made as its views-area picture */
+	assert_string_equal(vw_kind_name(VW_CHANNEL_KIND0), "angio_enface_mean");
+	assert_string_equal(vw_kind_name(VW_KIND_COUNT - 1), "doppler_bscan");
+	assert_int_equal(vw_kind_from_name("angio_enface_max"), VW_CHANNEL_KIND0 + 1);
+	assert_int_equal(vw_kind_base(VW_CHANNEL_KIND0 + 1), VOLREC_IMAGE_ENFACE_MAX);
+	assert_int_equal(vw_kind_base(VW_CHANNEL_KIND0 + 5), VOLREC_IMAGE_BSCAN);
+	assert_int_equal(vw_kind_channel(VW_CHANNEL_KIND0 + 2), VOLREC_CHANNEL_ANGIO);
+	assert_int_equal(vw_kind_channel(VW_CHANNEL_KIND0 + 3), VOLREC_CHANNEL_DOPPLER);
+	assert_int_equal(vw_kind_channel(VOLREC_IMAGE_BSCAN), VOLREC_CHANNEL_STRUCTURE);
+	assert_int_equal(vw_kind_base(VOLREC_IMAGE_SLICE), VOLREC_IMAGE_SLICE);
+	assert_true(VW_CHANNEL_KINDS == 0x1f80u);
 	assert_string_equal(vw_kind_name(VOLREC_IMAGE_VOLUME), "volume");
 	assert_int_equal(vw_kind_from_name("volumes"), -1);
+}
+
+/* A channel's picture: its kind at 8 and its meaning at 193..256 (docs/viewer.md), the
+ * geometry of the picture it is made as. */
+static void test_a_channel_frame_says_what_its_values_mean(void **state)
+{
+	uint8_t *pix = picture(32, 64, 1);
+	struct volrec_image img = image(pix, 32, 64);
+	struct vw_encode_opts o = {.mode = VW_MODE_RAW, .max_side = 1024, .level = 1};
+	struct volrec_channel ch = {
+	        .kind = VOLREC_CHANNEL_DOPPLER,
+	        .method = 1,
+	        .value_lo = -3.14159265358979,
+	        .value_hi = 3.14159265358979,
+	        .units = "rad",
+	        .velocity_mm_s = {-0.38, 0.38},
+	        .mask_db = 40.0,
+	        .half_window = 2,
+	        .flags = 1,
+	};
+	struct vw_frame_meta m = META;
+	struct vw_frame *f;
+	const unsigned char *h;
+
+	(void)state;
+	m.kind = VW_CHANNEL_KIND0 + 5;
+	m.chan = &ch;
+	assert_int_equal(vw_frame_encode(&img, &m, &o, &f), 0);
+	h = f->buf + VW_PRE;
+	assert_int_equal(h[8], VW_CHANNEL_KIND0 + 5);
+	assert_true(rdd(h + 152) == 6.0 && rdd(h + 160) == 3.25); /* a B-scan's geometry */
+	assert_int_equal(h[193], VOLREC_CHANNEL_DOPPLER);
+	assert_int_equal(h[194], 1);
+	assert_int_equal(h[195], 1);
+	assert_int_equal(rd32(h + 196), 2);
+	assert_true(rdd(h + 200) == -3.14159265358979 && rdd(h + 208) == 3.14159265358979);
+	assert_true(rdd(h + 216) == -0.38 && rdd(h + 224) == 0.38);
+	assert_string_equal((const char *)h + 232, "rad");
+	assert_int_equal(h[247], 0);
+	assert_true(rdd(h + 248) == 40.0);
+	assert_memory_equal(h + VW_FRAME_HEADER, pix, 32 * 64);
+	vw_frame_free(f);
+	free(pix);
+}
+
+/* A Doppler picture reduced for the screen keeps each block's fastest flow with its sign, never
+ * the largest u8 (which would turn flow towards the probe into flow away). */
+static void test_doppler_is_reduced_to_its_fastest_flow(void **state)
+{
+	/* 2 x 6, reduced by 1 x 3: blocks {127, 10, 200} {128, 130, 126} / {255, 0, 128} {3, 252, 9} */
+	static const uint8_t src[12] = {127, 10, 200, 128, 130, 126, 255, 0, 128, 3, 252, 9};
+	uint8_t dst[4];
+
+	(void)state;
+	vw_reduce_signed(src, 2, 6, 1, 3, dst);
+	assert_int_equal(dst[0], 10);  /* |2q - 255|: 1, 235, 145 */
+	assert_int_equal(dst[1], 130); /* 1, 5, 3 */
+	assert_int_equal(dst[2], 255); /* 255 and 0 tie: the first */
+	assert_int_equal(dst[3], 3);   /* 249, 249, 237: the first */
+	vw_reduce_max(src, 2, 6, 1, 3, dst);
+	assert_int_equal(dst[0], 200); /* what maxima would have said */
 }
 
 /* A browser's own pictures (extract.c) against docs/algorithms.md §4 computed by hand on a
@@ -404,6 +476,8 @@ VR_TEST_GROUP(view_frame)
 	        cmocka_unit_test(test_pixel_sizes_follow_each_pictures_axes),
 	        cmocka_unit_test(test_the_volume_goes_whole_with_its_blocks),
 	        cmocka_unit_test(test_kind_names_round_trip),
+	        cmocka_unit_test(test_a_channel_frame_says_what_its_values_mean),
+	        cmocka_unit_test(test_doppler_is_reduced_to_its_fastest_flow),
 	        cmocka_unit_test(test_own_pictures_are_the_volumes_voxels),
 	        cmocka_unit_test(test_a_view_outside_the_volume_is_refused),
 	};

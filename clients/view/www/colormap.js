@@ -5,10 +5,11 @@
 //
 // A colour map is an entry of COLORMAPS: `kind` says what values it is meant for, `rgb(t)` gives
 // [r, g, b] (0..255) for t in [0, 1]. Intensity maps ('intensity') apply to every structural
-// picture. The functional pictures (angiography and Doppler, not yet computed) will bring their own entries: an
-// angiography slab is an intensity of decorrelation ('angio': a sequential map), a Doppler
-// overlay a signed velocity ('signed': t = 0.5 is zero flow, diverging towards −/+ v_max), each
-// chosen per overlay with its own window and threshold; mapFor(kind) lists the maps of a kind.
+// picture. The functional pictures bring their own: the angiography slab is an intensity of
+// decorrelation ('angio': sequential maps, with its own window), the Doppler overlay a signed
+// velocity ('signed': t = 0.5 is zero flow, t < 0.5 towards the probe in reds and yellows, t > 0.5
+// away from it in blues and cyans, drawn where |v| exceeds the browser's threshold); mapsFor(kind)
+// lists the maps of a kind.
 'use strict';
 
 function clamp01(t) {
@@ -41,6 +42,18 @@ export const COLORMAPS = {
   // black → red → yellow → white, each third of the range one channel
   hot: { label: 'hot', kind: 'intensity', rgb: (t) => [u8(3 * t), u8(3 * t - 1), u8(3 * t - 2)] },
   viridis: { label: 'viridis (perceptual)', kind: 'intensity', rgb: viridis },
+  // black → deep red → orange → pale yellow: flow bright on dark tissue, every step brighter
+  angio: { label: 'angio (black–red–yellow)', kind: 'angio',
+    rgb: (t) => [u8(Math.min(1, 1.6 * t)), u8(Math.max(0, 1.6 * t - 0.55)), u8(Math.max(0, 2.2 * t - 1.4))] },
+  'angio-gray': { label: 'grey', kind: 'angio', rgb: (t) => { const v = u8(t); return [v, v, v]; } },
+  // colour Doppler: towards the probe (negative v_z, t < 0.5) red to yellow, away from it
+  // (positive v_z, deeper; t > 0.5) blue to cyan; the brighter, the faster
+  doppler: { label: 'Doppler (red towards, blue away)', kind: 'signed',
+    rgb: (t) => {
+      const s = 2 * clamp01(t) - 1, a = Math.abs(s), hi = Math.max(0, 2 * a - 1);
+      const main = u8(0.45 + 0.55 * Math.min(1, 2 * a)), g = u8(0.9 * hi);
+      return s < 0 ? [main, g, 0] : [0, g, main];
+    } },
 };
 
 export function mapsFor(kind) {

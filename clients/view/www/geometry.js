@@ -20,7 +20,7 @@ export function pictureAxes(h, transpose) {
   const cols = { n: h.cols, size: known ? colsUm : colF, factor: colF };
   const names = {
     enface_mean: ['y', 'x'], enface_max: ['y', 'x'], plane: ['y', 'x'], bscan: ['x', 'z'], slice: ['y', 'z'],
-  }[h.kind] || ['row', 'col'];
+  }[String(h.kind).replace(/^(angio|doppler)_/, '')] || ['row', 'col']; // a channel's as its kind's
   rows.name = names[0];
   cols.name = names[1];
   const [across, down] = transpose ? [rows, cols] : [cols, rows];

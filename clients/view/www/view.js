@@ -10,7 +10,9 @@ import { COLORMAPS, lut32, percentileWindow } from './colormap.js';
 import * as geo from './geometry.js';
 import { DEFAULT_CAMERA, DEFAULT_TF, MODE_LABELS, VolumeRenderer } from './render3d.js';
 
-const KINDS = ['enface_mean', 'enface_max', 'bscan', 'slice', 'plane', 'render', 'volume'];
+const KINDS = ['enface_mean', 'enface_max', 'bscan', 'slice', 'plane', 'render', 'volume',
+  'angio_enface_mean', 'angio_enface_max', 'angio_bscan', 'doppler_enface_mean', 'doppler_enface_max', 'doppler_bscan'];
+const CHANNEL_KINDS = ['structure', 'angio', 'doppler'];
 const FRAME_MAGIC = 0x46565256; // "VRVF"
 const $ = (id) => document.getElementById(id);
 
@@ -20,6 +22,11 @@ const DISPLAY_DEFAULTS = {
   colormap: 'gray', window: null, smooth: false, layout: 'four', mode: 'mida',
   camera: { ...DEFAULT_CAMERA }, tf: DEFAULT_TF.map((p) => ({ ...p })), iso: 0.5, gamma: 0.5,
   clip: [[0, 1], [0, 1], [0, 1]],
+  // the functional pictures: the angiography pane's picture, colour map and window (u8 levels);
+  // the Doppler overlay on the B-scan and its threshold (mm/s, rad where the velocity is
+  // unknown; null: a tenth of the channel's range)
+  angio: { picture: 'angio_enface_mean', colormap: 'angio', window: null },
+  doppler: { on: true, threshold: null },
 };
 function loadDisplay() {
   let saved = {};
@@ -28,6 +35,12 @@ function loadDisplay() {
   if (!COLORMAPS[d.colormap]) d.colormap = 'gray';
   if (!MODE_LABELS[d.mode]) d.mode = 'mida';
   if (!Array.isArray(d.window) || !(d.window[0] < d.window[1])) d.window = null;
+  d.angio = { ...DISPLAY_DEFAULTS.angio, ...(saved.angio || {}) };
+  d.doppler = { ...DISPLAY_DEFAULTS.doppler, ...(saved.doppler || {}) };
+  if (!COLORMAPS[d.angio.colormap] || COLORMAPS[d.angio.colormap].kind === 'signed') d.angio.colormap = 'angio';
+  if (!['angio_enface_mean', 'angio_enface_max'].includes(d.angio.picture)) d.angio.picture = 'angio_enface_mean';
+  if (!Array.isArray(d.angio.window) || !(d.angio.window[0] < d.angio.window[1])) d.angio.window = null;
+  if (!(Number.isFinite(d.doppler.threshold) && d.doppler.threshold >= 0)) d.doppler.threshold = null;
   return d;
 }
 function saveDisplay() {
@@ -41,6 +54,10 @@ const state = {
   status: null, session: null, position: null, shape: null, voxelUm: null, slab: null, frameSeq: 0,
   display: loadDisplay(), autoWindow: null, dbRange: null, warning: null,
   volume3d: { shown: null, renderer: null, error: null, frameMs: [], draws: 0 },
+  // the functional channels: each one's meaning from its newest frame (angio, doppler), whether
+  // the angiography pane is shown, the Doppler B-scans held for the overlay and the read-out
+  channels: {}, haveAngio: false, autoAngio: null,
+  doppler: { frames: [], last: null, readout: null, hover: null },
 };
 window.volrecView = state;
 // kept for the tests written against the first page
@@ -52,6 +69,7 @@ const PANES = {
   enface: { kind: () => $('enface-kind').value, transpose: false },
   bscan: { kind: () => 'bscan', transpose: true },
   slice: { kind: () => 'slice', transpose: true },
+  angio: { kind: () => state.display.angio.picture, transpose: false },
 };
 for (const name of Object.keys(PANES)) {
   const canvas = document.querySelector(`canvas[data-pane=${name}]`);
@@ -95,6 +113,18 @@ function parseHeader(buf) {
     h.factors = [d.getUint32(180, true), d.getUint32(184, true), d.getUint32(188, true)];
     h.reduce = d.getUint8(192);
   }
+  // a channel's picture: what its u8 values mean (docs/viewer.md, offsets 193..256)
+  if (d.getUint8(8) >= 7 && hs >= 256) {
+    const g = (o) => d.getFloat64(o, true);
+    const units = new Uint8Array(buf, 232, 16);
+    const n = units.indexOf(0);
+    h.channel = {
+      kind: CHANNEL_KINDS[d.getUint8(193)], method: d.getUint8(194), flags: d.getUint8(195),
+      halfWindow: d.getUint32(196, true), valueRange: [g(200), g(208)],
+      velocityMmS: [g(216), g(224)], units: new TextDecoder().decode(units.subarray(0, n < 0 ? 16 : n)),
+      maskDb: g(248),
+    };
+  }
   return h;
 }
 
@@ -133,6 +163,9 @@ async function onFrame(buf) {
   if (h.kind !== 'render' && h.kind !== 'volume' && newest('position', seq) && !positionBusy) state.position = h.position;
   if ((h.kind === 'enface_mean' || h.kind === 'enface_max') && newest('slab', seq)) state.slab = h.slab;
   if (h.kind === 'volume') { onVolume(h); return; }
+  if (h.channel) state.channels[h.channel.kind] = h.channel;
+  if (h.kind === 'doppler_bscan') { onDoppler(h); return; }
+  if (h.kind.startsWith('angio_') && !state.haveAngio) { state.haveAngio = true; showFunctional(); applyLayout(); }
   for (const p of Object.values(state.panes)) {
     if (PANES[p.name].kind() !== h.kind) continue;
     if (state.paused) { if (!p.held || p.held.seq < seq) p.held = h; continue; }
@@ -141,7 +174,12 @@ async function onFrame(buf) {
     p.last = h;
     p.dirty = true;
   }
-  if (!state.display.window && !state.autoWindow) firstWindow(h);
+  if (h.channel) {
+    if (h.channel.kind === 'angio' && !state.display.angio.window && !state.autoAngio) {
+      const w = percentileWindow([h.pixels]);
+      if (w) { state.autoAngio = w; showAngioWindow(); }
+    }
+  } else if (!state.display.window && !state.autoWindow) firstWindow(h);
   syncControls();
   requestDraw();
 }
@@ -172,8 +210,8 @@ function paintNative(p) {
   if (p.native.width !== w || p.native.height !== hh) { p.native.width = w; p.native.height = hh; }
   const nctx = p.native.getContext('2d');
   const img = nctx.createImageData(w, hh);
-  const [lo, hi] = windowNow();
-  const out = new Uint32Array(img.data.buffer), lut = lut32(state.display.colormap, lo, hi), src = h.pixels;
+  const [lo, hi] = windowOf(p);
+  const out = new Uint32Array(img.data.buffer), lut = lut32(colormapOf(p), lo, hi), src = h.pixels;
   if (!tr) {
     for (let i = 0; i < src.length; i++) out[i] = lut[src[i]];
   } else {
@@ -183,12 +221,122 @@ function paintNative(p) {
       for (let c = 0; c < h.cols; c++) out[c * w + r] = lut[src[base + c]];
     }
   }
+  if (p.name === 'bscan') dopplerOverlay(p, out, w);
   nctx.putImageData(img, 0, 0);
-  p.paintedWith = displayKey();
+  p.paintedWith = displayKey(p);
+  p.overlayKey = overlayKey(p);
 }
 
 const windowNow = () => state.display.window || state.autoWindow || [0, 255];
-const displayKey = () => `${state.display.colormap}:${windowNow().join(':')}`;
+const angioWindow = () => state.display.angio.window || state.autoAngio || [0, 255];
+const windowOf = (p) => (p && p.name === 'angio' ? angioWindow() : windowNow());
+const colormapOf = (p) => (p && p.name === 'angio' ? state.display.angio.colormap : state.display.colormap);
+const displayKey = (p) => `${colormapOf(p)}:${windowOf(p).join(':')}`;
+
+// ---- the Doppler overlay ------------------------------------------------------------------------
+// What a Doppler u8 q means (docs/protocol.md §2.7): the phase step Δφ = lo + (hi − lo)·q/255
+// (rad, [−π, π]) and the axial velocity v_z = v_lo + (v_hi − v_lo)·(Δφ − lo)/(hi − lo) (mm/s,
+// positive deeper: away from the probe), null where the daemon does not know it.
+function dopplerMeaning(ch) {
+  if (!ch) return null;
+  const [lo, hi] = ch.valueRange, [vlo, vhi] = ch.velocityMmS;
+  const phaseOk = Number.isFinite(lo) && Number.isFinite(hi) && lo !== hi;
+  const velOk = phaseOk && Number.isFinite(vlo) && Number.isFinite(vhi) && vlo !== vhi;
+  const phase = (q) => (phaseOk ? lo + (hi - lo) * q / 255 : null);
+  const velocity = (q) => (velOk ? vlo + (vhi - vlo) * (phase(q) - lo) / (hi - lo) : null);
+  const span = velOk ? Math.max(Math.abs(vlo), Math.abs(vhi)) : phaseOk ? Math.max(Math.abs(lo), Math.abs(hi)) : null;
+  return { phase, velocity, phaseOk, velOk, unit: velOk ? 'mm/s' : 'rad', span, range: velOk ? [vlo, vhi] : [lo, hi] };
+}
+state.dopplerMeaning = dopplerMeaning;
+const dopplerThreshold = (m) => {
+  const t = state.display.doppler.threshold;
+  return t === null || t === undefined ? (m && m.span ? m.span / 10 : 0) : t;
+};
+
+// A Doppler B-scan: kept (the newest few) so that the overlay pairs each structural B-scan with
+// the Doppler B-scan of the same volume, else the newest at the same position.
+function onDoppler(h) {
+  const d = state.doppler;
+  // paused: the overlay stays that of the frozen B-scan; the newest are taken on resuming
+  if (state.paused) { d.held = (d.held || []).concat([h]).slice(-8); return; }
+  d.frames = d.frames.filter((f) => f.seq < h.seq).concat([h]).slice(-8);
+  if (!d.last || d.last.seq < h.seq) d.last = h;
+  showFunctional();
+  const b = state.panes.bscan;
+  if (b.last) b.dirty = true;
+  requestDraw();
+}
+function dopplerFor(bscan) {
+  if (!bscan) return null;
+  const same = (f) => f.rows === bscan.rows && f.cols === bscan.cols && f.session === bscan.session &&
+    f.position[0] === bscan.position[0];
+  const fr = state.doppler.frames;
+  return fr.find((f) => same(f) && f.volumeId === bscan.volumeId) ||
+    [...fr].reverse().find(same) || null;
+}
+const overlayKey = (p) => {
+  if (p.name !== 'bscan') return '';
+  const f = state.display.doppler.on ? dopplerFor(p.last) : null;
+  return f ? `${f.seq}:${dopplerThreshold(dopplerMeaning(f.channel))}` : 'none';
+};
+
+// Over the structure (out: the B-scan painted transposed, depth down, w pixels a row): the
+// Doppler colour where |v| (|Δφ| where the velocity is unknown) exceeds this browser's threshold.
+function dopplerOverlay(p, out, w) {
+  const f = state.display.doppler.on ? dopplerFor(p.last) : null;
+  p.overlay = { volumeId: f ? f.volumeId : null, count: 0, threshold: null };
+  if (!f) return;
+  const m = dopplerMeaning(f.channel);
+  if (!m || !m.phaseOk) return;
+  const thr = dopplerThreshold(m), lut = lut32('doppler', 0, 255), show = new Uint8Array(256);
+  for (let q = 0; q < 256; q++) show[q] = Math.abs(m.velOk ? m.velocity(q) : m.phase(q)) > thr ? 1 : 0;
+  const src = f.pixels;
+  let count = 0;
+  for (let r = 0; r < f.rows; r++) {
+    const base = r * f.cols;
+    for (let c = 0; c < f.cols; c++) {
+      const q = src[base + c];
+      if (show[q]) { out[c * w + r] = lut[q]; count++; }
+    }
+  }
+  p.overlay = { volumeId: f.volumeId, count, threshold: thr, unit: m.unit };
+}
+
+// The read-out: Δφ and v_z of the Doppler B-scan at the cursor over the B-scan pane, else at
+// the crosshair.
+function dopplerReadout() {
+  const el = $('doppler-readout'), d = state.doppler, b = state.panes.bscan;
+  const f = dopplerFor(b.last) || d.last;
+  if (!f) { el.hidden = true; d.readout = null; return; }
+  el.hidden = false;
+  const m = dopplerMeaning(f.channel);
+  let row, col, source;
+  if (d.hover) {
+    row = Math.min(f.rows - 1, Math.max(0, Math.floor(d.hover.u * f.rows)));
+    col = Math.min(f.cols - 1, Math.max(0, Math.floor(d.hover.v * f.cols)));
+    source = 'cursor';
+  } else if (state.position) {
+    const fac = f.factors || [1, 1, 1];
+    row = Math.min(f.rows - 1, Math.floor(state.position[1] / fac[0]));
+    col = Math.min(f.cols - 1, Math.floor(state.position[2] / fac[1]));
+    source = 'crosshair';
+  } else { el.textContent = 'Doppler: –'; d.readout = null; return; }
+  const fac = f.factors || [1, 1, 1];
+  const q = f.pixels[row * f.cols + col];
+  const phase = m ? m.phase(q) : null, v = m ? m.velocity(q) : null;
+  d.readout = { source, row, col, x: row * fac[0], z: col * fac[1], q, phaseRad: phase, velocityMmS: v,
+    volumeId: f.volumeId, y: f.position[0] };
+  const where = `${source} x ${row * fac[0]} · z ${col * fac[1]}`;
+  let text;
+  if (v !== null) {
+    const dir = v > 0 ? 'away from the probe' : v < 0 ? 'towards the probe' : 'no axial flow';
+    text = `Doppler at ${where}: v ${v.toFixed(4)} mm/s (${dir}) · Δφ ${phase.toFixed(3)} rad`;
+  } else if (phase !== null) {
+    text = `Doppler at ${where}: Δφ ${phase.toFixed(3)} rad (velocity unknown: the daemon has no wavelength or period)`;
+  } else text = `Doppler at ${where}: meaning unknown (u8 ${q})`;
+  d.readout.text = text;
+  if (el.textContent !== text) el.textContent = text;
+}
 
 function fitCanvas(canvas) {
   const r = canvas.getBoundingClientRect(), dpr = window.devicePixelRatio || 1;
@@ -238,7 +386,7 @@ function overlay(ctx, p) {
   const [Y, X, Z] = sh;
   const U = (u) => r.x + u * r.w, V = (v) => r.y + v * r.h;
   const cross = 'rgba(255, 64, 64, 0.85)', slab = 'rgba(79, 195, 247, 0.8)';
-  if (p.name === 'enface') {
+  if (p.name === 'enface' || p.name === 'angio') {
     line(ctx, U((pos[1] + 0.5) / X), r.y, U((pos[1] + 0.5) / X), r.y + r.h, cross);
     line(ctx, r.x, V((pos[0] + 0.5) / Y), r.x + r.w, V((pos[0] + 0.5) / Y), cross);
   } else {
@@ -268,7 +416,7 @@ function drawPane(p) {
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.clearRect(0, 0, w, h);
   if (!p.last) { p.scalebarEl.hidden = true; return; }
-  if (p.dirty || p.shown !== p.last || p.paintedWith !== displayKey()) paintNative(p);
+  if (p.dirty || p.shown !== p.last || p.paintedWith !== displayKey(p) || p.overlayKey !== overlayKey(p)) paintNative(p);
   p.axes = geo.pictureAxes(p.last, PANES[p.name].transpose);
   p.rect = geo.fitRect(p.axes, w, h);
   ctx.imageSmoothingEnabled = !!state.display.smooth;
@@ -310,6 +458,7 @@ function draw() {
   }
   draw3d();
   crosshairText();
+  dopplerReadout();
 }
 
 // The daemon reads another session now: pictures of the one before are no longer shown (a
@@ -323,6 +472,13 @@ function clearPanes(session) {
     p.scalebarEl.hidden = true;
     $(`foot-${p.name}`).textContent = '–';
   }
+  // the channels of the session before: the angiography pane and the overlay go until this
+  // session's come (a daemon without channels sends none)
+  const d = state.doppler;
+  d.frames = d.frames.filter((f) => f.session === session);
+  if (d.last && d.last.session !== session) d.last = null;
+  if (state.haveAngio && !(state.panes.angio.last)) { state.haveAngio = false; state.channels = {}; applyLayout(); }
+  if (!d.last && !state.haveAngio) { state.channels = {}; $('functional').hidden = true; $('doppler-readout').hidden = true; }
   const v = state.volume3d;
   if (v.shown && v.shown.session !== session) {
     v.shown = null;
@@ -343,7 +499,11 @@ function foot(p) {
   const h = p.last;
   const red = h.rowStep > 1 || h.colStep > 1 ? ` (÷${h.rowStep}×${h.colStep})` : '';
   let extra = '';
-  if (h.kind === 'enface_mean' || h.kind === 'enface_max') extra = ` · slab ${h.slab[0]}–${h.slab[1]}`;
+  if (h.kind.endsWith('enface_mean') || h.kind.endsWith('enface_max')) extra = ` · slab ${h.slab[0]}–${h.slab[1]}`;
+  if (h.channel) {
+    const [a, b] = h.channel.valueRange;
+    if (Number.isFinite(a) && Number.isFinite(b)) extra += ` · ${+a.toPrecision(3)}–${+b.toPrecision(3)} ${h.channel.units}`;
+  }
   if (h.kind === 'plane') extra = ` · z ${h.position[2]}`;
   if (p.ruler) extra += ` · ruler ${p.ruler.label}`;
   $(`foot-${p.name}`).textContent = `${state.paused ? 'PAUSED · ' : ''}volume ${h.volumeId} · age ${ageText(h)} · ` +
@@ -654,6 +814,100 @@ for (const [name, m] of Object.entries(COLORMAPS)) {
   $('colormap').append(o);
 }
 
+// ---- the functional channels' controls (this browser only) -------------------------------------
+for (const kind of ['angio', 'intensity']) {
+  for (const [name, m] of Object.entries(COLORMAPS)) {
+    if (m.kind !== kind || name === 'gray') continue;
+    const o = document.createElement('option');
+    o.value = name; o.textContent = m.label;
+    $('angio-cmap').append(o);
+  }
+}
+const angioInLayout = () => ['four', 'bscan-enface', 'one-angio'].includes(state.display.layout);
+
+// The functional controls appear with the first channel picture; the threshold slider spans the
+// Doppler channel's range (mm/s, or rad where the velocity is unknown).
+function showFunctional() {
+  $('functional').hidden = false;
+  const m = dopplerMeaning(state.channels.doppler);
+  const t = $('doppler-threshold');
+  if (m && m.span) {
+    const max = (Math.ceil(m.span * 1000) + 1) / 1000; // above the range: no overlay at all
+    if (+t.max !== max) { t.max = String(max); t.step = '0.001'; }
+    t.value = String(dopplerThreshold(m));
+  }
+  showDopplerText();
+  showAngioWindow();
+}
+function showDopplerText() {
+  const m = dopplerMeaning(state.channels.doppler);
+  if (!m || !m.phaseOk) { $('doppler-text').textContent = state.channels.doppler ? 'meaning unknown' : 'no Doppler channel'; return; }
+  const thr = dopplerThreshold(m), [a, b] = m.range;
+  $('doppler-text').textContent = `|v| > ${thr.toFixed(3)} ${m.unit} (range ${a.toFixed(3)} to ${b.toFixed(3)} ${m.unit})` +
+    (state.display.doppler.on ? '' : ', overlay off');
+}
+function showAngioWindow() {
+  const [lo, hi] = angioWindow();
+  $('angio-lo').value = lo; $('angio-hi').value = hi;
+  let text = `${lo}–${hi} of 0–255`;
+  const ch = state.channels.angio;
+  if (ch && Number.isFinite(ch.valueRange[0]) && Number.isFinite(ch.valueRange[1])) {
+    const [a, b] = ch.valueRange, val = (v) => +(a + (b - a) * v / 255).toPrecision(3);
+    text += ` (${val(lo)}–${val(hi)} ${ch.units})`;
+  }
+  $('angio-win-text').textContent = state.display.angio.window ? text : `${text}, automatic`;
+}
+function setAngioWindow(w) {
+  const lo = Math.max(0, Math.min(254, Math.round(w[0]))), hi = Math.max(lo + 1, Math.min(255, Math.round(w[1])));
+  state.display.angio.window = [lo, hi];
+  showAngioWindow();
+  saveDisplay();
+  requestDraw();
+}
+function angioWindowInput(ev) {
+  let lo = +$('angio-lo').value, hi = +$('angio-hi').value;
+  if (lo >= hi) { if (ev.target === $('angio-lo')) lo = hi - 1; else hi = lo + 1; }
+  setAngioWindow([lo, hi]);
+}
+for (const id of ['angio-lo', 'angio-hi']) for (const e of ['input', 'change']) $(id).addEventListener(e, angioWindowInput);
+$('angio-auto').addEventListener('click', () => {
+  const p = state.panes.angio;
+  state.display.angio.window = null;
+  const w = p.last ? percentileWindow([p.last.pixels]) : null;
+  if (w) state.autoAngio = w;
+  showAngioWindow(); saveDisplay(); requestDraw();
+});
+$('angio-kind').addEventListener('change', () => {
+  state.display.angio.picture = $('angio-kind').value;
+  state.panes.angio.last = null; // the other picture comes next
+  saveDisplay(); subscribe(); requestDraw();
+});
+$('angio-cmap').addEventListener('change', () => { state.display.angio.colormap = $('angio-cmap').value; saveDisplay(); requestDraw(); });
+function thresholdInput() {
+  const v = +$('doppler-threshold').value;
+  if (!(v >= 0)) return;
+  state.display.doppler.threshold = v;
+  showDopplerText(); saveDisplay(); requestDraw();
+}
+$('doppler-threshold').addEventListener('input', thresholdInput);
+$('doppler-threshold').addEventListener('change', thresholdInput);
+$('doppler-on').addEventListener('change', () => {
+  state.display.doppler.on = $('doppler-on').checked;
+  showDopplerText(); saveDisplay(); requestDraw();
+});
+{
+  // the read-out follows the cursor over the B-scan (fractions of the picture: across x, down z)
+  const b = state.panes.bscan;
+  b.canvas.addEventListener('pointermove', (ev) => {
+    if (!b.rect) return;
+    const r = b.canvas.getBoundingClientRect();
+    const q = geo.pointIn(b.rect, ev.clientX - r.left, ev.clientY - r.top, false);
+    state.doppler.hover = q ? { u: q.u, v: q.v } : null;
+    dopplerReadout();
+  });
+  b.canvas.addEventListener('pointerleave', () => { state.doppler.hover = null; dopplerReadout(); });
+}
+
 function displayChanged() {
   saveDisplay();
   requestDraw();
@@ -689,7 +943,7 @@ $('win-hi').addEventListener('input', windowInput);
 $('win-lo').addEventListener('change', windowInput);
 $('win-hi').addEventListener('change', windowInput);
 $('win-auto').addEventListener('click', () => {
-  const pics = Object.values(state.panes).filter((p) => p.last).map((p) => p.last.pixels);
+  const pics = Object.values(state.panes).filter((p) => p.last && p.name !== 'angio').map((p) => p.last.pixels);
   state.display.window = null;
   const w = percentileWindow(pics);
   if (w) state.autoWindow = w;
@@ -707,10 +961,15 @@ function applyLayout() {
   document.body.classList.add(`layout-${l}`);
   document.body.classList.toggle('readonly', !state.control && !!state.hello);
   const show = {
-    four: ['enface', 'bscan', 'slice', 'volume3d'], 'bscan-enface': ['bscan', 'enface'],
+    four: ['enface', 'bscan', 'slice', 'volume3d', 'angio'], 'bscan-enface': ['bscan', 'enface', 'angio'],
     'one-bscan': ['bscan'], 'one-enface': ['enface'], 'one-slice': ['slice'], 'one-volume3d': ['volume3d'],
-  }[l] || ['enface', 'bscan', 'slice', 'volume3d'];
+    'one-angio': ['angio'],
+  }[l] || ['enface', 'bscan', 'slice', 'volume3d', 'angio'];
+  if (l === 'one-angio' && !state.haveAngio) show.push('enface'); // until angiography comes
   for (const name of ['enface', 'bscan', 'slice', 'volume3d']) $(`pane-${name}`).hidden = !show.includes(name);
+  // the angiography pane only where the daemon publishes angiography
+  $('pane-angio').hidden = !(show.includes('angio') && state.haveAngio);
+  document.body.classList.toggle('has-angio', state.haveAngio);
   subscribe();
   requestDraw();
   request3d();
@@ -727,6 +986,9 @@ function pause(on) {
       p.held = null;
     }
     if (v3.held) { showVolume(v3.held); v3.held = null; }
+    const held = state.doppler.held || [];
+    state.doppler.held = null;
+    for (const h of held) onDoppler(h);
   }
   requestDraw();
   request3d();
@@ -769,8 +1031,11 @@ function request(obj) {
 }
 
 function subscribe() {
-  const views = Object.keys(PANES).filter(paneVisible).map((n) => PANES[n].kind());
+  const views = Object.keys(PANES).filter((n) => n !== 'angio' && paneVisible(n)).map((n) => PANES[n].kind());
   if (paneVisible('volume3d')) views.push('volume');
+  // the channels' pictures: the viewer sends them only where the daemon publishes the channels
+  if (angioInLayout()) views.push(state.display.angio.picture);
+  if (paneVisible('bscan')) views.push('doppler_bscan');
   const offered = state.hello && Array.isArray(state.hello.views) ? state.hello.views : null;
   send({ type: 'subscribe', views: [...new Set(views)].filter((v) => !offered || offered.includes(v)) });
 }
@@ -1131,6 +1396,7 @@ state.moveView = moveView;
 const cell = (t, n) => Math.min(n - 1, Math.max(0, Math.floor(t * n)));
 const PLACE = {
   enface: (u, v, sh, pos) => [cell(v, sh[0]), cell(u, sh[1]), pos[2]],
+  angio: (u, v, sh, pos) => [cell(v, sh[0]), cell(u, sh[1]), pos[2]],
   bscan: (u, v, sh, pos) => [pos[0], cell(u, sh[1]), cell(v, sh[2])],
   slice: (u, v, sh, pos) => [cell(u, sh[0]), pos[1], cell(v, sh[2])],
 };
@@ -1146,7 +1412,7 @@ for (const p of Object.values(state.panes)) {
   p.canvas.addEventListener('contextmenu', (ev) => ev.preventDefault());
   p.canvas.addEventListener('pointerdown', (ev) => {
     if (ev.button !== 2) return;
-    const [lo, hi] = windowNow();
+    const [lo, hi] = windowOf(p);
     wl = { x: ev.clientX, y: ev.clientY, level: (lo + hi) / 2, width: hi - lo };
     p.canvas.setPointerCapture(ev.pointerId);
   });
@@ -1154,7 +1420,8 @@ for (const p of Object.values(state.panes)) {
     if (!wl) return;
     const width = Math.max(2, Math.min(255, wl.width + (ev.clientX - wl.x) * 0.5));
     const level = Math.max(0, Math.min(255, wl.level - (ev.clientY - wl.y) * 0.5));
-    setWindow([level - width / 2, level + width / 2], false);
+    if (p.name === 'angio') setAngioWindow([level - width / 2, level + width / 2]);
+    else setWindow([level - width / 2, level + width / 2], false);
   });
   p.canvas.addEventListener('pointerup', () => { wl = null; });
   p.canvas.addEventListener('pointerdown', (ev) => {
@@ -1191,7 +1458,7 @@ for (const p of Object.values(state.panes)) {
     acc += d;
     const n = Math.trunc(acc / 100);
     acc -= n * 100;
-    step({ enface: 2, bscan: 0, slice: 1 }[p.name], n);
+    step({ enface: 2, angio: 2, bscan: 0, slice: 1 }[p.name], n);
   }, { passive: false });
 }
 
@@ -1251,6 +1518,9 @@ $('colormap').value = state.display.colormap;
 $('smooth').checked = !!state.display.smooth;
 $('layout').value = state.display.layout;
 $('mode3d').value = state.display.mode;
+$('angio-kind').value = state.display.angio.picture;
+$('angio-cmap').value = state.display.angio.colormap;
+$('doppler-on').checked = !!state.display.doppler.on;
 $('iso').value = state.display.iso;
 $('gamma').value = state.display.gamma;
 ['x', 'y', 'z'].forEach((a, i) => { $(`clip-${a}0`).value = state.display.clip[i][0]; $(`clip-${a}1`).value = state.display.clip[i][1]; });
