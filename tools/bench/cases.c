@@ -151,6 +151,7 @@ static const struct {
         {"preprocess.zero_pad", false},
         {"preprocess.db_range", false},
         {"reconstruct.mode", true},
+        {"reconstruct.adaptive.jump_recovery", false},
         {"pipeline.ring_bscans", true},
 };
 
