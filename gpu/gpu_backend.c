@@ -23,6 +23,12 @@
 #define GPU_SLABS        16 /* reconstruction slabs per epoch (rows of Y), at most */
 #define GPU_RSTREAMS     3  /* reconstruction streams: slab k on stream k mod 3 */
 
+/* A page-locked host range [p, p + n). */
+struct gpu_pin {
+	const uint8_t *p;
+	size_t n;
+};
+
 struct gpu_stream {
 	cudaStream_t s;
 	cudaEvent_t ev;
@@ -176,8 +182,13 @@ struct gpu_state {
 	uint32_t sub_n;
 	uint8_t *rep_got;     /* M > 1: [ny] repeats of each position submitted for sub_epoch */
 	const void **rep_raw; /* M > 1: [nraw] their raw B-scans, queued once all are there */
-	char merr[384];       /* a failure of the bands callback */
-	size_t lmem_threads;  /* resident threads of the device (local memory) */
+	/* the page-locked host ranges this backend allocated (host_alloc) or registered
+	 * (host_register), [npins] of [cap_pins]: a position's repeats that lie one after
+	 * another inside one of them go up in one copy (gpu_pinned) */
+	struct gpu_pin *pins;
+	size_t npins, cap_pins;
+	char merr[384];      /* a failure of the bands callback */
+	size_t lmem_threads; /* resident threads of the device (local memory) */
 
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
 	 * into the slot's views area; vev closes them for epoch_wait */
@@ -568,6 +579,7 @@ static void gpu_destroy(void *vst)
 	free(st->ttab);
 	free(st->rep_got);
 	free(st->rep_raw);
+	free(st->pins);
 	free(st);
 }
 
@@ -1421,6 +1433,44 @@ static const char *gpu_device(void *vst)
 
 /* ---- host memory -------------------------------------------------------------------------- */
 
+/* Remember the page-locked range [p, p + n) (gpu_pinned); without room, it is not remembered
+ * (its B-scans then go up one copy each, as any other memory's). */
+static void gpu_pin_add(struct gpu_state *st, const void *p, size_t n)
+{
+	if (st->npins == st->cap_pins) {
+		const size_t cap = st->cap_pins ? 2 * st->cap_pins : 16;
+		struct gpu_pin *q = realloc(st->pins, cap * sizeof(*q));
+		if (!q)
+			return;
+		st->pins = q;
+		st->cap_pins = cap;
+	}
+	st->pins[st->npins++] = (struct gpu_pin){.p = p, .n = n};
+}
+
+/* Forget the range that starts at p (freed or unregistered). */
+static void gpu_pin_del(struct gpu_state *st, const void *p)
+{
+	for (size_t i = 0; i < st->npins; i++)
+		if (st->pins[i].p == p) {
+			st->pins[i] = st->pins[--st->npins];
+			return;
+		}
+}
+
+/* Whether [p, p + n) lies inside one page-locked range of this backend: one copy of it is
+ * one copy from page-locked memory, asynchronous. */
+static bool gpu_pinned(const struct gpu_state *st, const void *p, size_t n)
+{
+	const uintptr_t a = (uintptr_t)p;
+	for (size_t i = 0; i < st->npins; i++) {
+		const uintptr_t s = (uintptr_t)st->pins[i].p;
+		if (a >= s && a - s <= st->pins[i].n && n <= st->pins[i].n - (a - s))
+			return true;
+	}
+	return false;
+}
+
 static int gpu_host_alloc(void *vst, size_t size, void **ptr)
 {
 	struct gpu_state *st = vst;
@@ -1431,14 +1481,18 @@ static int gpu_host_alloc(void *vst, size_t size, void **ptr)
 	if (e != cudaSuccess)
 		return gpu_errno_of(e) == -EIO ? -ENOMEM : gpu_errno_of(e);
 	*ptr = p;
+	gpu_pin_add(st, p, size);
 	return 0;
 }
 
 static void gpu_host_free(void *vst, void *ptr)
 {
-	(void)vst;
-	if (ptr)
+	struct gpu_state *st = vst;
+
+	if (ptr) {
+		gpu_pin_del(st, ptr);
 		cudaFreeHost(ptr);
+	}
 }
 
 static int gpu_host_register(void *vst, void *ptr, size_t size, unsigned flags)
@@ -1460,6 +1514,10 @@ static int gpu_host_register(void *vst, void *ptr, size_t size, unsigned flags)
 	cudaError_t e = cudaHostRegister(ptr, size, how);
 	if (e != cudaSuccess)
 		cudaGetLastError(); /* not sticky: clear it for the next launch's check */
+	/* what this call registered (memory registered before, elsewhere, has an extent not
+	 * known here) */
+	if (e == cudaSuccess)
+		gpu_pin_add(st, ptr, size);
 	return e == cudaErrorHostMemoryAlreadyRegistered ? 0 : gpu_errno_of(e);
 }
 
@@ -1469,6 +1527,7 @@ static void gpu_host_unregister(void *vst, void *ptr)
 
 	if (!ptr)
 		return;
+	gpu_pin_del(st, ptr);
 	cudaSetDevice(st->dev);
 	if (cudaHostUnregister(ptr) != cudaSuccess)
 		cudaGetLastError();
@@ -1738,7 +1797,19 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	const bool together = gpu_repeats_together(st);
 	const size_t bb = st->geo.bscan_bytes;
 	const struct gpu_miss miss = gpu_miss_of(st, b);
-	for (uint32_t m = 0; (f32 || together) && m < M; m++)
+	/* repeats one after another inside one page-locked range of this backend's (an epoch's
+	 * buffer): one copy */
+	bool one = M > 1 && (f32 || together);
+	for (uint32_t m = 1; one && m < M; m++)
+		one = (const uint8_t *)st->rep_raw[b * M + m] ==
+		      (const uint8_t *)st->rep_raw[b * M] + m * bb;
+	one = one && gpu_pinned(st, st->rep_raw[b * M], M * bb);
+	if (one)
+		CUN(1,
+		    cudaMemcpyAsync(g->raw, st->rep_raw[b * M], M * bb, cudaMemcpyHostToDevice,
+		                    g->s),
+		    "cudaMemcpyAsync(raw B-scans of a position, host to device)");
+	for (uint32_t m = 0; !one && (f32 || together) && m < M; m++)
 		CUN(1,
 		    cudaMemcpyAsync((uint8_t *)g->raw + m * bb,
 		                    M > 1 ? st->rep_raw[b * M + m] : raw, bb,
