@@ -112,7 +112,7 @@ if [ "$STEPS" = multi ]; then
 	[ "$FAILED" = 0 ]
 	exit
 fi
-step equal-small 60 1 "$B/tests/gpu_equal" --small
+step equal-small 240 1 "$B/tests/gpu_equal" --small
 step equal-paper 240 1 "$B/tests/gpu_equal" --paper
 step bench 75 1 "$B/tests/gpu_bench" --json "$OUT/bench.json" --commit "$COMMIT" --seconds 3
 step bench-functional 60 1 "$B/tests/gpu_bench" --functional --json "$OUT/bench-functional.json" \
