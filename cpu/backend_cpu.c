@@ -181,11 +181,7 @@ static void cpu_reset_history(void *vst)
 	st->rhave = false;
 	if (st->rhist)
 		memset(st->rhist, 0, cols * st->geo.nz * sizeof(float));
-	st->jmean_e = -1;
-	st->jcal = -1.0;
-	st->jmove = -1;
-	st->jarmed = false;
-	st->jrun = 0;
+	be_jump_reset(&st->jump);
 }
 
 static unsigned cpu_count_threads(int want)
@@ -292,7 +288,7 @@ static bool cpu_alloc(struct cpu_state *st)
 	ALLOC(st->chg, 2 * (size_t)st->geo.ny * st->geo.nx);
 	ALLOC(st->alpha, cols);
 	ALLOC(st->beta, cols);
-	ALLOC(st->jmean, 2 * (size_t)st->geo.nz);
+	ALLOC(st->jmean, 3 * (size_t)st->geo.nz);
 	for (int pl = 0; pl < CPU_FN_PLANES; pl++) {
 		bool want = pl == CPU_PL_ANGIO ? st->geo.chan[CFG_CH_ANGIO] >= 0
 		                               : st->geo.chan[CFG_CH_DOPPLER] >= 0;

@@ -14,6 +14,7 @@
 
 #include <fftw3.h>
 
+#include "backend/jump.h"
 #include "backend/motion.h"
 #include "backend/ops.h"
 #include "backend/register.h"
@@ -119,16 +120,10 @@ struct cpu_state {
 	float *chg;   /* adaptive: [2][ny][nx] change measures d and d1 of the samples */
 	float *alpha; /* adaptive: [Y][X] weight of the history estimate */
 	float *beta;  /* adaptive: [Y][X] weight of the column's own history sample */
-	/* adaptive, jump recovery (docs/algorithms.md §2b): the last epoch's mean A-scan and its
-	 * epoch (-1: none), the largest change of the mean A-scan between two still epochs of a
-	 * settled scene (< 0: none yet), the epoch of the last move detected (-1: none), whether
-	 * it came after a settled scene, and the still epochs in a row before this one */
-	double *jmean; /* [2][nz]: the last epoch's, this epoch's */
-	int64_t jmean_e;
-	double jcal;
-	int64_t jmove;
-	bool jarmed;
-	uint64_t jrun;
+	/* adaptive, jump recovery (docs/algorithms.md §2b): the state of backend/jump.h and the
+	 * mean A-scans it compares */
+	struct be_jump jump;
+	double *jmean; /* [3][nz]: the last epoch's mean, this epoch's sum, a row's sum */
 
 	/* A-scans with a non-finite sample this epoch (docs/algorithms.md §1.0), per position: an
 	 * A-scan missing in any repeat is missing */

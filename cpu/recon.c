@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/functional.h"
+#include "backend/jump.h"
 #include "backend/tables.h"
 #include "cpu/internal.h"
 
@@ -128,71 +129,42 @@ static void adaptive_changes(struct cpu_worker *w, size_t item, void *vctx)
 	}
 }
 
-/* adaptive, jump recovery (docs/algorithms.md §2b, "Recovery after a jump"): from this
- * epoch's changes (st->chg) and the change of its mean A-scan since the last epoch, decide
- * whether the scene moved since the last epoch (st->jmove = e) and calibrate the still level. */
+/* adaptive, jump recovery (docs/algorithms.md §2b, "Recovery after a jump"): this epoch's
+ * statistics, its changes (st->chg) and its summed A-scan (each row's sum, then the rows' in
+ * order, as the CUDA backend sums them), and the decision of backend/jump.h. */
 static void jump_detect(struct cpu_state *st, uint64_t e, const float *L)
 {
-	const uint32_t Z = st->geo.nz, h = st->p.live.depth_half_window;
-	const size_t n = (size_t)st->geo.ny * st->geo.nx;
-	const double k2 = st->p.live.tolerance * st->p.live.tolerance;
-	double *prev = st->jmean, *cur = st->jmean + Z;
-	size_t used = 0, known = 0, still = 0;
+	const uint32_t Z = st->geo.nz;
+	const double still_level = be_jump_still_level(st->p.live.tolerance * st->p.live.tolerance);
+	double *prev = st->jmean, *cur = st->jmean + Z, *row = st->jmean + 2 * (size_t)Z;
+	uint64_t used = 0, known = 0, still = 0;
 
 	for (uint32_t z = 0; z < Z; z++)
 		cur[z] = 0.0;
-	for (size_t c = 0; c < n; c++) {
-		if (st->miss[c])
-			continue;
-		used++;
+	for (uint32_t y = 0; y < st->geo.ny; y++) {
 		for (uint32_t z = 0; z < Z; z++)
-			cur[z] += (double)L[c * Z + z];
-		if (st->chg[c] < (float)BE_ADAPT_UNKNOWN) {
-			known++;
-			if ((double)st->chg[c] < BE_JUMP_STILL * k2)
-				still++;
+			row[z] = 0.0;
+		for (uint32_t x = 0; x < st->geo.nx; x++) {
+			const size_t c = (size_t)y * st->geo.nx + x;
+			if (st->miss[c])
+				continue;
+			used++;
+			for (uint32_t z = 0; z < Z; z++)
+				row[z] += (double)L[c * Z + z];
+			if (st->chg[c] < (float)BE_ADAPT_UNKNOWN) {
+				known++;
+				if ((double)st->chg[c] < still_level)
+					still++;
+			}
 		}
+		for (uint32_t z = 0; z < Z; z++)
+			cur[z] += row[z];
 	}
-	if (used == 0) { /* nothing scanned: nothing known */
-		st->jmove = (int64_t)e;
-		st->jarmed = false;
-		st->jmean_e = -1;
-		st->jrun = 0;
-		return;
-	}
-	for (uint32_t z = 0; z < Z; z++)
-		cur[z] /= (double)used;
-	const bool lag1 = st->jmean_e >= 0 && (uint64_t)st->jmean_e + 1 == e;
-	double g = 0.0;
-	if (lag1) { /* the depth-windowed change, in double */
-		double win = 0.0;
-		uint32_t lo = 0, hi = 0;
-		for (uint32_t z = 0; z < Z; z++) {
-			uint32_t a = z > h ? z - h : 0, b = z + h + 1 < Z ? z + h + 1 : Z;
-			for (; hi < b; hi++)
-				win += cur[hi] - prev[hi];
-			for (; lo < a; lo++)
-				win -= cur[lo] - prev[lo];
-			double v = win / (double)(b - a);
-			g += v * v;
-		}
-		g /= (double)Z;
-	}
-	/* settled: the last BE_JUMP_SETTLED epochs were all still (their samples all have a
-	 * history and agree with it) */
-	const bool settled = st->jrun >= BE_JUMP_SETTLED;
-	const bool is_still =
-	        known == used && (double)still >= BE_JUMP_STILL_FRACTION * (double)used;
-	if (!lag1 || !(st->jcal >= 0.0) || g > BE_JUMP_RATIO * st->jcal) {
-		st->jmove = (int64_t)e;
-		st->jarmed = lag1 && settled && st->jcal >= 0.0; /* a jump out of a settled scene */
-	}
-	/* the still level: the largest lag-1 change of a still epoch of a settled scene */
-	if (lag1 && settled && is_still && g > st->jcal)
-		st->jcal = g;
-	st->jrun = is_still ? st->jrun + 1 : 0;
-	memcpy(prev, cur, Z * sizeof(double));
-	st->jmean_e = (int64_t)e;
+	if (used > 0)
+		for (uint32_t z = 0; z < Z; z++)
+			cur[z] = be_jump_mean(cur[z], used);
+	be_jump_decide(&st->jump, e, cur, prev, Z, st->p.live.depth_half_window, used, known,
+	               still);
 }
 
 /* adaptive: a change measure at a column, the bilinear interpolation (in double) of rows c0,
@@ -531,8 +503,7 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 		jump_detect(st, e, L);
 	/* columns rescanned since a move detected within the last cycle hold the scene as it is
 	 * now: their own samples count as unchanged */
-	const int64_t since =
-	        jr && st->jarmed && (int64_t)e < st->jmove + (int64_t)S ? st->jmove : INT64_MAX;
+	const int64_t since = jr ? be_jump_since(&st->jump, e, S) : INT64_MAX;
 
 	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
 	 * at the end of the last epoch; zeros at first) */

@@ -247,10 +247,22 @@ cudaError_t gpu_launch_adapt_change(const struct gpu_recon_params *p, const floa
  * device in double) and aoff[X + Y] (the offsets of those columns and rows in L_e: i * Z for a
  * column, i * nx * Z for a row), then per column the history weight alpha[Y][X] and the
  * temporal weights tmap[Y][X] scaled by the change (t' of docs/algorithms.md §2b), and the
- * weight beta[Y][X] of each column's own history sample. */
+ * weight beta[Y][X] of each column's own history sample; since (NULL: none): the jump
+ * recovery's epoch, from which a column's sample counts as unchanged (gpu_launch_jump). */
 cudaError_t gpu_launch_adapt_weights(const struct gpu_recon_params *p, const long long *E,
-                                     const float *chg, int4 *axy, longlong2 *aoff, float *alpha,
-                                     float *beta, float *tmap, cudaStream_t s);
+                                     const float *chg, const long long *since, int4 *axy,
+                                     longlong2 *aoff, float *alpha, float *beta, float *tmap,
+                                     cudaStream_t s);
+struct be_jump;
+/* Adaptive mode, jump recovery (docs/algorithms.md §2b, backend/jump.h), after
+ * gpu_launch_adapt_change: the sums of le (its samples not missing, miss [ny][nx]) along each
+ * row into rows [ny][nz], then in one block their sum over the rows and the counts of the
+ * samples not missing, known and still (chg), and in one thread be_jump_decide on the state
+ * j with the mean A-scans mean [2][nz] (the last epoch's, this epoch's) and *since =
+ * be_jump_since, all in double as cpu/recon.c computes them. */
+cudaError_t gpu_launch_jump(const struct gpu_recon_params *p, const float *le,
+                            const unsigned char *miss, const float *chg, double *rows, double *mean,
+                            struct be_jump *j, long long *since, cudaStream_t s);
 /* Upload the S x S table (row qe: weights by phase) and the 4 spatial weights by |d|^2. */
 cudaError_t gpu_upload_constants(const float *ttab, size_t n, const float g[4], cudaStream_t s);
 /* The per-column weights W[Y][X][GPU_WCOL] of this epoch, from the S x S table (p->fast)
@@ -409,8 +421,8 @@ const struct be_motion *gpu_part_motion(const struct gpu_state *st);
 #endif
 
 /* The reconstruction settings the kernels do not implement yet (docs/gpu.md):
- * reconstruct.mode registered and the adaptive mode's reconstruct.adaptive.jump_recovery (also
- * checked by every live update). \return 0 or -ENOTSUP with the message in err. */
+ * reconstruct.mode registered (also checked by every live update). \return 0 or -ENOTSUP with
+ * the message in err. */
 int gpu_recon_supported(const struct vr_config *cfg, char *err, size_t errlen);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include <volrec/protocol.h>
 
+#include "backend/jump.h"
 #include "backend/ops.h"
 #include "backend/tables.h"
 #include "base/base.h"
@@ -118,6 +119,12 @@ struct gpu_state {
 	                      * second half for every other epoch, see mbuf) */
 	uint8_t *out8;       /* [Y][X][Z] (or [ny][nx][nz] in mode none) */
 	uint8_t *out8b;      /* the same, spare: NULL when memory is short (no queue ahead) */
+
+	/* adaptive, jump recovery (docs/algorithms.md §2b, backend/jump.h), on the device */
+	double *jrows;          /* [ny][nz] this epoch's A-scans summed along each row */
+	double *jmean;          /* [2][nz] the last epoch's mean A-scan, this epoch's */
+	struct be_jump *jstate; /* the decisions' state */
+	long long *jsince;      /* this epoch's be_jump_since */
 
 	/* output.channels other than the structure (docs/algorithms.md §5; NULL when a plane is
 	 * not output): low-resolution planes beside le[cur], Doppler's phase beside them, B and
@@ -563,6 +570,10 @@ static void gpu_destroy(void *vst)
 	                     st->miss[0],  st->miss[1],   st->mcount[0], st->mcount[1]};
 	void *const host[] = {st->h_render, st->h_vacc, st->cpin};
 	gpu_free_each(dev, VR_ARRAY_SIZE(dev), host, VR_ARRAY_SIZE(host));
+	{
+		void *const jdev[] = {st->jrows, st->jmean, st->jstate, st->jsince};
+		gpu_free_each(jdev, VR_ARRAY_SIZE(jdev), NULL, 0);
+	}
 	for (int pl = 0; pl < GPU_FN_PLANES; pl++) {
 		void *const fdev[] = {st->lpl[pl][0], st->lpl[pl][1], st->Ppl[pl], st->Qpl[pl]};
 		gpu_free_each(fdev, VR_ARRAY_SIZE(fdev), NULL, 0);
@@ -897,7 +908,8 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 	                           bu->cols * (sizeof(long long) + (2 + GPU_WCOL) * sizeof(float)) +
 	                           (size_t)st->geo.ny * st->geo.nx * sizeof(float) +
 	                           ((size_t)st->geo.X + st->geo.Y) *
-	                                   (sizeof(int4) + sizeof(longlong2))
+	                                   (sizeof(int4) + sizeof(longlong2)) +
+	                           ((size_t)st->geo.ny + 2) * st->geo.nz * sizeof(double)
 	                 : st->geo.le_count);
 	/* and their planes: low-resolution (two each), B and output, Doppler's phase and v; the
 	 * u8 volume holds every channel */
@@ -953,6 +965,16 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+/* The jump recovery's state as none yet (backend/jump.h); nothing may be in flight. */
+static int gpu_jump_reset(struct gpu_state *st, char *err, size_t errlen)
+{
+	struct be_jump j;
+
+	be_jump_reset(&j);
+	return gpu_cuda_check(cudaMemcpy(st->jstate, &j, sizeof(j), cudaMemcpyHostToDevice),
+	                      "cudaMemcpy(jump recovery's state)", err, errlen);
 }
 
 /* The tables (at their largest, so that a live update never allocates) and the volumes. */
@@ -1045,6 +1067,12 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 		        {(void **)&st->beta, cols * sizeof(float), "history sample weights"},
 		        {(void **)&st->axy, axes * sizeof(int4), "interpolation axes"},
 		        {(void **)&st->aoff, axes * sizeof(longlong2), "interpolation offsets"},
+		        {(void **)&st->jrows, (size_t)st->geo.ny * st->geo.nz * sizeof(double),
+		         "jump recovery's row sums"},
+		        {(void **)&st->jmean, 2 * (size_t)st->geo.nz * sizeof(double),
+		         "jump recovery's mean A-scans"},
+		        {(void **)&st->jstate, sizeof(struct be_jump), "jump recovery's state"},
+		        {(void **)&st->jsince, sizeof(long long), "jump recovery's epoch"},
 		};
 		rc = gpu_malloc_each(full, VR_ARRAY_SIZE(full), err, errlen);
 	}
@@ -1089,6 +1117,8 @@ static int gpu_alloc_volumes(struct gpu_state *st, const struct gpu_budget *bu, 
 			rc = gpu_cuda_check(
 			        cudaMemset(st->Q, 0, st->geo.full_count * sizeof(float)),
 			        "cudaMemset(output)", err, errlen);
+		if (rc == 0)
+			rc = gpu_jump_reset(st, err, errlen);
 		if (rc < 0)
 			return rc;
 	}
@@ -1417,12 +1447,6 @@ int gpu_recon_supported(const struct vr_config *cfg, char *err, size_t errlen)
 		return vr_err(err, errlen, -ENOTSUP,
 		              "cuda backend: reconstruct.mode registered is not available yet (the "
 		              "cpu backend computes it; docs/algorithms.md §2d)");
-	if (cfg->reconstruct.mode == CFG_RECON_ADAPTIVE && cfg->reconstruct.adaptive.jump_recovery)
-		return vr_err(err, errlen, -ENOTSUP,
-		              "cuda backend: reconstruct.adaptive.jump_recovery true is not "
-		              "available yet (set it to false for the adaptive mode without the "
-		              "recovery after a jump, or use the cpu backend; docs/algorithms.md "
-		              "§2b)");
 	return 0;
 }
 
@@ -2365,6 +2389,13 @@ static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_
 	                   * the transposed differences' scratch */
 		CU(gpu_launch_adapt_change(rp, le, st->P, st->E, st->Q, st->chg, s0),
 		   "change measure kernel");
+	/* and, for the jump recovery, this epoch's decision (docs/algorithms.md §2b, "Recovery
+	 * after a jump"; backend/jump.h): from the changes and L_e, before the weights */
+	const bool jr = rp->adaptive && st->live.jump_recovery;
+	if (jr)
+		CU(gpu_launch_jump(rp, le, st->miss[st->cur], st->chg, st->jrows, st->jmean,
+		                   st->jstate, st->jsince, s0),
+		   "jump recovery kernels");
 	CU(gpu_launch_interlace(rp, le, st->miss[st->cur], st->P, st->E, s0), "interlace kernel");
 	/* the channels' planes at the same places (docs/algorithms.md §5 step 5) */
 	for (int pl = 0; pl < GPU_FN_PLANES; pl++)
@@ -2373,8 +2404,8 @@ static int gpu_queue_pre(struct gpu_state *st, uint64_t epoch, struct gpu_recon_
 			                        s0),
 			   "interlace kernel (channels)");
 	if (rp->adaptive)
-		CU(gpu_launch_adapt_weights(rp, st->E, st->chg, st->axy, st->aoff, st->alpha,
-		                            st->beta, st->tmap, s0),
+		CU(gpu_launch_adapt_weights(rp, st->E, st->chg, jr ? st->jsince : NULL, st->axy,
+		                            st->aoff, st->alpha, st->beta, st->tmap, s0),
 		   "adaptive weight kernel");
 	else if (!rp->fast)
 		CU(gpu_launch_tmap(rp, st->E, st->tmap, s0), "temporal weight kernel");
@@ -2818,6 +2849,8 @@ static void gpu_reset_history_impl(struct gpu_state *st)
 	if (rc == 0)
 		rc = gpu_cuda_check(cudaStreamSynchronize(st->st[0].s), "cudaStreamSynchronize",
 		                    err, sizeof(err));
+	if (rc == 0)
+		rc = gpu_jump_reset(st, err, sizeof(err));
 	if (rc < 0)
 		gpu_set_sticky(st, rc, "reset_history: %s", err);
 }

@@ -4,12 +4,14 @@
  * (convert, background, resample, window, dispersion, log magnitude into L_e) and the
  * per-epoch VolRec reconstruction (interlace, temporal weights, 3x3x3 kernel, quantization).
  */
+#include <climits>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 #include <type_traits>
 
 #include "backend/functional.h"
+#include "backend/jump.h"
 #include "backend/tables.h" /* BE_ADAPT_UNKNOWN */
 #include "gpu/gpu.h"
 
@@ -997,22 +999,26 @@ static __device__ __forceinline__ double gpu_change_at(const float *c0, const fl
  * bin-wise measures (chg + ny nx) and beta = exp(-D1 a / (S ks2)) (0 where E < 0 or ks2 = 0).
  */
 __global__ void k_adapt_weights(gpu_recon_params p, const long long *__restrict__ E,
-                                const float *__restrict__ chg, const int4 *__restrict__ axy,
+                                const float *__restrict__ chg,
+                                const long long *__restrict__ since_p, const int4 *__restrict__ axy,
                                 float *__restrict__ alpha, float *__restrict__ beta,
                                 float *__restrict__ tmap)
 {
 	const size_t nlow = (size_t)p.ny * p.nx;
 	const size_t n = (size_t)p.Y * p.X;
+	const long long since = since_p ? *since_p : LLONG_MAX;
 	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
 		const int Yc = (int)(i / (size_t)p.X), Xc = (int)(i - (size_t)Yc * p.X);
 		const int4 ry = axy[p.X + Yc], cx = axy[Xc];
 		const double ty = (double)__int_as_float(ry.z), tx = (double)__int_as_float(cx.z);
 		const float *c0 = chg + (size_t)ry.x * p.nx, *c1 = chg + (size_t)ry.y * p.nx;
-		const double D = gpu_change_at(c0, c1, cx, tx, ty);
-		const double D1 = gpu_change_at(c0 + nlow, c1 + nlow, cx, tx, ty);
-		alpha[i] = (float)exp(__ddiv_rn(-D, p.k2));
 		const long long e = E[i];
+		double D = gpu_change_at(c0, c1, cx, tx, ty);
+		double D1 = gpu_change_at(c0 + nlow, c1 + nlow, cx, tx, ty);
+		if (e >= since) /* rescanned since a jump: unchanged (gpu_launch_jump) */
+			D = D1 = 0.0;
+		alpha[i] = (float)exp(__ddiv_rn(-D, p.k2));
 		float t = 0.0f, bt = 0.0f;
 		if (e >= 0) {
 			const double age = (double)(p.epoch - e);
@@ -1025,6 +1031,75 @@ __global__ void k_adapt_weights(gpu_recon_params p, const long long *__restrict_
 		}
 		tmap[i] = t;
 		beta[i] = bt;
+	}
+}
+
+/* Jump recovery (gpu_launch_jump): one thread per (row y, depth z), grid-strided: the sum in
+ * double of the row's samples not missing at depth z, x in order as cpu/recon.c sums them. */
+__global__ void k_jump_rows(gpu_recon_params p, const float *__restrict__ le,
+                            const unsigned char *__restrict__ miss, double *__restrict__ rows)
+{
+	const size_t n = (size_t)p.ny * p.nz;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		const size_t y = i / (size_t)p.nz, z = i - y * (size_t)p.nz;
+		double sum = 0.0;
+		for (int x = 0; x < p.nx; x++) {
+			const size_t c = y * (size_t)p.nx + x;
+			if (!__ldg(&miss[c]))
+				sum = __dadd_rn(sum, (double)__ldg(&le[c * p.nz + z]));
+		}
+		rows[i] = sum;
+	}
+}
+
+#define GPU_JUMP_THREADS 256
+
+/* Jump recovery, one block after k_jump_rows: this epoch's summed A-scan (the rows in order)
+ * and the counts of the samples not missing, known and still, the mean A-scan into mean + nz,
+ * then in thread 0 the decision (backend/jump.h) and *since. */
+__global__ void k_jump_decide(gpu_recon_params p, const double *__restrict__ rows,
+                              const unsigned char *__restrict__ miss, const float *__restrict__ chg,
+                              double *mean, be_jump *j, long long *since)
+{
+	__shared__ unsigned long long cnt[3];
+	const size_t ncols = (size_t)p.ny * p.nx;
+	const double still_level = be_jump_still_level(p.k2);
+	double *cur = mean + p.nz;
+	unsigned long long used = 0, known = 0, still = 0;
+
+	if (threadIdx.x < 3)
+		cnt[threadIdx.x] = 0;
+	for (int z = threadIdx.x; z < p.nz; z += blockDim.x) {
+		double sum = 0.0;
+		for (int y = 0; y < p.ny; y++)
+			sum = __dadd_rn(sum, rows[(size_t)y * p.nz + z]);
+		cur[z] = sum;
+	}
+	for (size_t c = threadIdx.x; c < ncols; c += blockDim.x) {
+		if (miss[c])
+			continue;
+		used++;
+		const float d = chg[c];
+		if (d < (float)BE_ADAPT_UNKNOWN) {
+			known++;
+			if ((double)d < still_level)
+				still++;
+		}
+	}
+	__syncthreads(); /* cnt zeroed */
+	atomicAdd(&cnt[0], used);
+	atomicAdd(&cnt[1], known);
+	atomicAdd(&cnt[2], still);
+	__syncthreads(); /* the counts and the sums complete */
+	if (cnt[0] > 0)
+		for (int z = threadIdx.x; z < p.nz; z += blockDim.x)
+			cur[z] = be_jump_mean(cur[z], cnt[0]);
+	__syncthreads(); /* the mean complete */
+	if (threadIdx.x == 0) {
+		be_jump_decide(j, (uint64_t)p.epoch, cur, mean, (uint32_t)p.nz,
+		               (uint32_t)p.depth_half_window, cnt[0], cnt[1], cnt[2]);
+		*since = be_jump_since(j, (uint64_t)p.epoch, (uint32_t)p.S);
 	}
 }
 
@@ -2303,17 +2378,29 @@ extern "C" cudaError_t gpu_launch_adapt_change(const gpu_recon_params *p, const 
 	return cudaGetLastError();
 }
 
+extern "C" cudaError_t gpu_launch_jump(const gpu_recon_params *p, const float *le,
+                                       const unsigned char *miss, const float *chg, double *rows,
+                                       double *mean, be_jump *j, long long *since, cudaStream_t s)
+{
+	k_jump_rows<<<gpu_blocks((size_t)p->ny * p->nz), GPU_THREADS, 0, s>>>(*p, le, miss, rows);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return e;
+	k_jump_decide<<<1, GPU_JUMP_THREADS, 0, s>>>(*p, rows, miss, chg, mean, j, since);
+	return cudaGetLastError();
+}
+
 extern "C" cudaError_t gpu_launch_adapt_weights(const gpu_recon_params *p, const long long *E,
-                                                const float *chg, int4 *axy, longlong2 *aoff,
-                                                float *alpha, float *beta, float *tmap,
-                                                cudaStream_t s)
+                                                const float *chg, const long long *since, int4 *axy,
+                                                longlong2 *aoff, float *alpha, float *beta,
+                                                float *tmap, cudaStream_t s)
 {
 	k_adapt_axes<<<gpu_blocks((size_t)p->X + p->Y), GPU_THREADS, 0, s>>>(*p, axy, aoff);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return e;
-	k_adapt_weights<<<gpu_blocks((size_t)p->Y * p->X), GPU_THREADS, 0, s>>>(*p, E, chg, axy,
-	                                                                        alpha, beta, tmap);
+	k_adapt_weights<<<gpu_blocks((size_t)p->Y * p->X), GPU_THREADS, 0, s>>>(
+	        *p, E, chg, since, axy, alpha, beta, tmap);
 	return cudaGetLastError();
 }
 

@@ -93,6 +93,23 @@ static void gm_destroy(void *vg)
 	free(g);
 }
 
+/* The reconstruction settings of several devices: those of one (gpu_recon_supported), but the
+ * adaptive mode's jump recovery, which decides from the mean A-scan of the whole epoch while
+ * each part holds its own rows of it. */
+static int gm_recon_supported(const struct vr_config *cfg, uint32_t n, char *err, size_t errlen)
+{
+	int rc = gpu_recon_supported(cfg, err, errlen);
+
+	if (rc == 0 && cfg->reconstruct.mode == CFG_RECON_ADAPTIVE &&
+	    cfg->reconstruct.adaptive.jump_recovery)
+		rc = vr_err(err, errlen, -ENOTSUP,
+		            "reconstruct.adaptive.jump_recovery: the recovery after a jump runs on "
+		            "one CUDA device, not over the %u of gpu.devices (docs/gpu.md): set it "
+		            "to false or use gpu.device",
+		            n);
+	return rc;
+}
+
 static int gm_create(const struct vr_config *cfg, void **state, char *err, size_t errlen)
 {
 	const uint32_t ny = cfg->geometry.bscans_per_volume;
@@ -104,7 +121,7 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 	if (!g)
 		return vr_err(err, errlen, -ENOMEM, "cuda backend: out of host memory");
 	g->n = cfg_gpu_devices(cfg, g->devs);
-	rc = gpu_recon_supported(cfg, err, errlen);
+	rc = gm_recon_supported(cfg, g->n, err, errlen);
 	if (rc < 0)
 		goto fail;
 	if (cfg_functional(cfg)) {
@@ -442,6 +459,9 @@ static int gm_update_live(void *vg, const struct vr_config *cfg, char *err, size
 		return vr_err(err, errlen, -EINVAL,
 		              "cuda backend: gpu.devices changed: needs a rebuild, not a live "
 		              "update");
+	int rc0 = gm_recon_supported(cfg, n, err, errlen);
+	if (rc0 < 0)
+		return rc0;
 	/* part 0 checks the configuration before changing anything; a later part can only
 	 * fail on its device */
 	for (uint32_t k = 0; k < g->n; k++) {

@@ -427,7 +427,7 @@ static void c_adaptive(struct vr_config *c)
 {
 	geom(c, 512, 24, 20, 2, 3, CFG_SAMPLE_U16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
-	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
+	c->reconstruct.adaptive.jump_recovery = false; /* the variant without it */
 	c->reconstruct.adaptive.tolerance = 0.2;
 }
 
@@ -445,7 +445,7 @@ static void c_adaptive_product(struct vr_config *c)
 {
 	geom(c, 300, 23, 14, 3, 1, CFG_SAMPLE_I16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
-	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
+	c->reconstruct.adaptive.jump_recovery = false; /* the variant without it */
 	c->reconstruct.combine = CFG_COMBINE_PRODUCT;
 	c->reconstruct.temporal = CFG_TEMPORAL_EXP;
 	c->reconstruct.tau = 2.0;
@@ -460,7 +460,7 @@ static void c_sim_adaptive_motion(struct vr_config *c)
 {
 	c_sim_small(c);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
-	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
+	c->reconstruct.adaptive.jump_recovery = false; /* the variant without it */
 	c->source.rate = 25;
 	c->source.synth.deg_per_s = 30;
 	c->source.synth.shift_mm_per_s[0] = 0.5;
@@ -476,17 +476,24 @@ static void c_sim_adaptive_motion(struct vr_config *c)
 static void live_to_adaptive(struct vr_config *c)
 {
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
-	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
+	c->reconstruct.adaptive.jump_recovery = false; /* the variant without it */
 	c->reconstruct.adaptive.tolerance = 0.15;
 	c->reconstruct.adaptive.depth_half_window = 2;
 	c->reconstruct.adaptive.speckle_tolerance = 0;
+}
+
+/* the same with the recovery after a jump */
+static void live_to_adaptive_jump_recovery(struct vr_config *c)
+{
+	live_to_adaptive(c);
+	c->reconstruct.adaptive.jump_recovery = true;
 }
 
 static void c_paper_adaptive(struct vr_config *c)
 {
 	geom(c, 8192, 60, 60, 5, 5, CFG_SAMPLE_U16);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
-	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
+	c->reconstruct.adaptive.jump_recovery = false; /* the variant without it */
 }
 
 /* reconstruct.mode compensated (docs/algorithms.md §2c) on random input: stride 2 x 3, 12
@@ -577,6 +584,33 @@ static void c_sim_compensated_bowl_still(struct vr_config *c)
 	c->source.synth.jump_epoch = 20;
 }
 
+/* The adaptive mode's recovery after a jump (docs/algorithms.md §2b, "Recovery after a
+ * jump"), the decisions of backend/jump.h on the device: on random input (never still: never
+ * armed, the statistics and the decision every epoch) */
+static void c_adaptive_jump_recovery(struct vr_config *c)
+{
+	c_adaptive(c);
+	c->reconstruct.adaptive.jump_recovery = true;
+}
+
+/* on the simulator's moving retina with its jump (c_sim_adaptive_motion) */
+static void c_sim_adaptive_motion_jump_recovery(struct vr_config *c)
+{
+	c_sim_adaptive_motion(c);
+	c->reconstruct.adaptive.jump_recovery = true;
+}
+
+/* on the simulator's bowl, still but for a jump at epoch 20 (c_sim_compensated_bowl_still,
+ * S = 6): settled from the second cycle on, the still level measured, the jump arms the
+ * recovery for one cycle (epochs 20 to 25), then still again */
+static void c_sim_adaptive_bowl_still_jump(struct vr_config *c)
+{
+	c_sim_compensated_bowl_still(c);
+	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c->reconstruct.adaptive.jump_recovery = true;
+	c->source.synth.jump_mm[2] = 0.06; /* and axially: the mean A-scan moves */
+}
+
 /* Non-finite f32 samples (docs/algorithms.md §1.0): every background over the A-scans that are
  * not missing, every reconstruction mode with missing positions (E = -1) */
 static void c_nf_bmean_cumul(struct vr_config *c)
@@ -605,8 +639,15 @@ static void c_nf_ascan_adaptive(struct vr_config *c)
 {
 	geom(c, 256, 24, 12, 2, 3, CFG_SAMPLE_F32);
 	c->reconstruct.mode = CFG_RECON_ADAPTIVE;
-	c->reconstruct.adaptive.jump_recovery = false; /* not on the cuda backend yet */
+	c->reconstruct.adaptive.jump_recovery = false; /* the variant without it */
 	c->reconstruct.adaptive.tolerance = 0.2;
+}
+
+/* with the recovery after a jump: the missing A-scans left out of the mean A-scan */
+static void c_nf_ascan_adaptive_jump_recovery(struct vr_config *c)
+{
+	c_nf_ascan_adaptive(c);
+	c->reconstruct.adaptive.jump_recovery = true;
 }
 
 static void c_nf_none(struct vr_config *c)
@@ -855,12 +896,26 @@ static const struct tcase cases[] = {
         {"rand-u12p-adaptive", false, IN_RANDOM, 16, true, c_u12p_adaptive, EV_NONE, false, NULL},
         {"rand-i16-adaptive-product-exp-h0-s3x1", false, IN_RANDOM, 9, true, c_adaptive_product,
          EV_NONE, false, NULL},
+        {"rand-u16-adaptive-jump-recovery", false, IN_RANDOM, 16, true, c_adaptive_jump_recovery,
+         EV_NONE, false, NULL},
+        {"rand-u16-adaptive-jump-recovery-reset-history", false, IN_RANDOM, 14, false,
+         c_adaptive_jump_recovery, EV_RESET, false, NULL},
+        {"rand-u16-adaptive-jump-recovery-epoch-gap", false, IN_RANDOM, 14, false,
+         c_adaptive_jump_recovery, EV_GAP, false, NULL},
+        {"sim-u16-adaptive-rotation-shift-jump-recovery", false, IN_SIM, 12, true,
+         c_sim_adaptive_motion_jump_recovery, EV_NONE, false, NULL},
+        {"sim-u16-adaptive-bowl-still-jump-recovery", false, IN_SIM, 34, true,
+         c_sim_adaptive_bowl_still_jump, EV_NONE, false, NULL},
+        {"async-sim-u16-adaptive-bowl-still-jump-recovery", false, IN_SIM, 34, true,
+         c_sim_adaptive_bowl_still_jump, EV_NONE, true, NULL},
         {"rand-u16-adaptive-reset-history", false, IN_RANDOM, 14, false, c_adaptive, EV_RESET,
          false, NULL},
         {"rand-u16-adaptive-epoch-gap", false, IN_RANDOM, 14, false, c_adaptive, EV_GAP, false,
          NULL},
         {"rand-u16-live-noncumulative-to-adaptive", false, IN_RANDOM, 18, true, c_default, EV_LIVE,
          false, live_to_adaptive},
+        {"rand-u16-live-noncumulative-to-adaptive-jump-recovery", false, IN_RANDOM, 18, true,
+         c_default, EV_LIVE, false, live_to_adaptive_jump_recovery},
         {"sim-u16-adaptive-rotation-shift-jump", false, IN_SIM, 12, true, c_sim_adaptive_motion,
          EV_NONE, false, NULL},
         {"async-sim-u16-adaptive-rotation-shift-jump", false, IN_SIM, 12, true,
@@ -905,6 +960,8 @@ static const struct tcase cases[] = {
          true, NULL},
         {"async-sim-u16-adaptive-rotation-shift-jump-ahead", false, IN_SIM, 12, true,
          c_sim_adaptive_motion, EV_FULL_SOME, true, NULL},
+        {"async-sim-u16-adaptive-bowl-still-jump-recovery-ahead", false, IN_SIM, 34, true,
+         c_sim_adaptive_bowl_still_jump, EV_FULL_SOME, true, NULL},
         {"async-pmedian-sim-tilted-ahead", false, IN_SIM, 7, true, c_pm_sim_tilted, EV_FULL_SOME,
          true, NULL},
         {"async-sim-u16-compensated-rotation-shift-jump-ahead", false, IN_SIM, 20, true,
@@ -927,6 +984,8 @@ static const struct tcase cases[] = {
          c_nf_median_odd_noncumul, EV_NONE, false, NULL},
         {"nonfinite-f32-ascan-mean-adaptive", false, IN_NONFINITE, 14, true, c_nf_ascan_adaptive,
          EV_NONE, false, NULL},
+        {"nonfinite-f32-ascan-mean-adaptive-jump-recovery", false, IN_NONFINITE, 14, true,
+         c_nf_ascan_adaptive_jump_recovery, EV_NONE, false, NULL},
         {"nonfinite-f32-mode-none", false, IN_NONFINITE, 3, true, c_nf_none, EV_NONE, false, NULL},
         {"nonfinite-pmedian-lines-f32", false, IN_LINES_NONFINITE, 6, true, c_nf_pmedian, EV_NONE,
          false, NULL},
@@ -2288,13 +2347,12 @@ static int error_checks(void)
 		fails++;
 	}
 
-	/* not in the kernels yet (docs/gpu.md): the registered mode and the adaptive mode's jump
-	 * recovery, at creation and in a live update, naming the key */
+	/* not in the kernels yet (docs/gpu.md): the registered mode, at creation and in a live
+	 * update, naming the key */
 	static const struct {
 		const char *name, *key;
 		enum cfg_recon_mode mode;
-	} nyi[] = {{"error-registered", "registered", CFG_RECON_REGISTERED},
-	           {"error-jump-recovery", "jump_recovery", CFG_RECON_ADAPTIVE}};
+	} nyi[] = {{"error-registered", "registered", CFG_RECON_REGISTERED}};
 	for (size_t k = 0; k < sizeof(nyi) / sizeof(nyi[0]); k++) {
 		cfg_free(&c);
 		cfg_defaults(&c);
@@ -2328,6 +2386,41 @@ static int error_checks(void)
 		printf("%s-live: %s: %s\n", nyi[k].name, err, ok ? "PASS" : "FAIL");
 		fails += !ok;
 	}
+
+	/* the adaptive mode's recovery after a jump (the default) is: accepted at creation and in
+	 * a live update, where it was refused before the kernels had it */
+	cfg_free(&c);
+	cfg_defaults(&c);
+	geom(&c, 256, 8, 8, 2, 2, CFG_SAMPLE_U16);
+	c.reconstruct.mode = CFG_RECON_ADAPTIVE;
+	ok = c.reconstruct.adaptive.jump_recovery; /* the default */
+	st = NULL;
+	err[0] = '\0';
+	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+	ok = ok && rc == 0;
+	printf("jump-recovery-accepted: %s: %s\n", rc == 0 ? "created" : err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_close(st);
+	c.reconstruct.mode = CFG_RECON_NONCUMULATIVE;
+	st = NULL;
+	err[0] = '\0';
+	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+	ok = rc == 0;
+	if (rc == 0) {
+		struct vr_config n;
+		ok = cfg_copy(&n, &c) == 0;
+		if (ok) {
+			n.reconstruct.mode = CFG_RECON_ADAPTIVE;
+			n.reconstruct.adaptive.jump_recovery = true;
+			rc = be_update_live(st, &n, err, sizeof(err));
+			ok = rc == 0;
+			cfg_free(&n);
+		}
+		be_close(st);
+	}
+	printf("jump-recovery-accepted-live: %s: %s\n", ok ? "updated" : err, ok ? "PASS" : "FAIL");
+	fails += !ok;
 
 	cfg_free(&c);
 	cfg_defaults(&c);
@@ -2465,8 +2558,58 @@ static int multi_error_checks(void)
 	fails += !ok;
 	if (rc == 0)
 		be_close(st);
+
+	/* the jump recovery decides from the whole epoch's mean A-scan: refused over several
+	 * devices at creation and in a live update, naming both keys */
+	cfg_free(&c);
+	cfg_defaults(&c);
+	geom(&c, 256, 8, 8, 2, 2, CFG_SAMPLE_U16);
+	c.reconstruct.mode = CFG_RECON_ADAPTIVE;
+	c.reconstruct.adaptive.jump_recovery = true;
+	set_devices(&c);
+	st = NULL;
+	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+	ok = rc == -ENOTSUP && strstr(err, "jump_recovery") && strstr(err, "gpu.devices");
+	printf("error-multi-jump-recovery: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
+	if (rc == 0)
+		be_close(st);
+	c.reconstruct.adaptive.jump_recovery = false;
+	st = NULL;
+	rc = open_backend(&c, CFG_BACKEND_CUDA, &st, err, sizeof(err));
+	ok = rc == 0;
+	if (rc == 0) {
+		struct vr_config n;
+		ok = cfg_copy(&n, &c) == 0;
+		if (ok) {
+			n.reconstruct.adaptive.jump_recovery = true;
+			err[0] = '\0';
+			rc = be_update_live(st, &n, err, sizeof(err));
+			ok = rc == -ENOTSUP && strstr(err, "jump_recovery") &&
+			     strstr(err, "gpu.devices");
+			cfg_free(&n);
+		}
+		be_close(st);
+	}
+	printf("error-multi-jump-recovery-live: %s: %s\n", err, ok ? "PASS" : "FAIL");
+	fails += !ok;
 	cfg_free(&c);
 	return fails;
+}
+
+/* Whether case tc runs the adaptive mode's jump recovery (one device only). */
+static bool case_jump_recovery(const struct tcase *tc)
+{
+	struct vr_config c;
+	bool r;
+
+	cfg_defaults(&c);
+	tc->setup(&c);
+	if (tc->live)
+		tc->live(&c);
+	r = c.reconstruct.mode == CFG_RECON_ADAPTIVE && c.reconstruct.adaptive.jump_recovery;
+	cfg_free(&c);
+	return r;
 }
 
 /* Whether case tc runs the compensated mode (one device only). */
@@ -2823,6 +2966,12 @@ int main(int argc, char **argv)
 		if (multi_n && case_compensated(tc)) {
 			printf("%-44s SKIP: compensated runs on one device "
 			       "(error-multi-compensated)\n",
+			       tc->name);
+			continue;
+		}
+		if (multi_n && case_jump_recovery(tc)) {
+			printf("%-44s SKIP: the jump recovery runs on one device "
+			       "(error-multi-jump-recovery)\n",
 			       tc->name);
 			continue;
 		}

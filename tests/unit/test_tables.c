@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/jump.h"
 #include "backend/ops.h"
 #include "backend/register.h"
 #include "backend/tables.h"
@@ -272,4 +273,84 @@ VR_TEST_GROUP(reg)
 	        cmocka_unit_test(test_register_fit),
 	};
 	return cmocka_run_group_tests_name("reg", tests, NULL, NULL);
+}
+
+/* One epoch of the jump recovery's decision (backend/jump.h) on a constant A-scan of Z bins at
+ * level v over n samples, all known, still of them agreeing with their history. */
+static void jump_epoch(struct be_jump *j, double *mean, uint64_t e, double v, uint64_t n,
+                       uint64_t still)
+{
+	enum { Z = 16 };
+	double cur[Z];
+
+	for (int z = 0; z < Z; z++) /* the mean of the sum over the samples */
+		cur[z] = n > 0 ? be_jump_mean(v * (double)n, n) : 0.0;
+	be_jump_decide(j, e, cur, mean, Z, 2, n, n, still);
+}
+
+/* docs/algorithms.md §2b, "Recovery after a jump": settled after BE_JUMP_SETTLED still
+ * epochs, the still level from the lag-1 changes of a settled still scene, a jump out of it
+ * armed for one cycle of S epochs, not armed without a settled scene or after a gap. */
+static void test_jump_decide(void **state)
+{
+	const uint32_t S = 4;
+	struct be_jump j;
+	double mean[16] = {0};
+	uint64_t e = 0;
+
+	(void)state;
+	be_jump_reset(&j);
+	jump_epoch(&j, mean, e, 1.0, 100, 0); /* no last epoch: a move, not a jump */
+	assert_true(j.move == 0 && !j.armed && j.mean_e == 0);
+	assert_true(be_jump_since(&j, e, S) == INT64_MAX);
+	/* still epochs with a small change: settled after BE_JUMP_SETTLED of them, then the
+	 * still level measured (its largest change) */
+	for (e = 1; e <= BE_JUMP_SETTLED + 2; e++)
+		jump_epoch(&j, mean, e, 1.0 + 0.001 * (double)(e % 2), 100, 100);
+	assert_true(j.run == BE_JUMP_SETTLED + 2);
+	assert_true(fabs(j.cal - 1e-6) < 1e-9);
+	assert_false(j.armed);
+	const int64_t settled_move = j.move;
+	/* a change within BE_JUMP_RATIO times the still level: no move */
+	jump_epoch(&j, mean, e, 1.0 + 0.001 * (double)(e % 2), 100, 100);
+	assert_true(j.move == settled_move && !j.armed);
+	e++;
+	/* the jump: armed for the cycle that starts with it */
+	const uint64_t jump = e;
+	jump_epoch(&j, mean, e, 1.5, 100, 10);
+	assert_true(j.move == (int64_t)jump && j.armed && j.run == 0);
+	assert_true(be_jump_since(&j, jump, S) == (int64_t)jump);
+	assert_true(be_jump_since(&j, jump + S - 1, S) == (int64_t)jump);
+	assert_true(be_jump_since(&j, jump + S, S) == INT64_MAX);
+	/* still again after the jump: a small change holds the move */
+	e++;
+	jump_epoch(&j, mean, e, 1.5, 100, 100);
+	assert_true(j.move == (int64_t)jump && j.armed);
+	/* a large change while not settled: a move, not a jump */
+	e++;
+	jump_epoch(&j, mean, e, 2.5, 100, 100);
+	assert_true(j.move == (int64_t)e && !j.armed);
+	/* a gap of an epoch: no lag-1 change, a move, not a jump */
+	e += 2;
+	jump_epoch(&j, mean, e, 2.5, 100, 100);
+	assert_true(j.move == (int64_t)e && !j.armed && j.mean_e == (int64_t)e);
+	/* nothing scanned: nothing known */
+	e++;
+	jump_epoch(&j, mean, e, 2.5, 0, 0);
+	assert_true(j.move == (int64_t)e && !j.armed && j.mean_e == -1 && j.run == 0);
+	/* an epoch with a sample without history is not still */
+	e++;
+	double cur[16];
+	for (int z = 0; z < 16; z++)
+		cur[z] = 100.0;
+	be_jump_decide(&j, e, cur, mean, 16, 2, 100, 99, 99);
+	assert_true(j.run == 0);
+}
+
+VR_TEST_GROUP(jump)
+{
+	const struct CMUnitTest tests[] = {
+	        cmocka_unit_test(test_jump_decide),
+	};
+	return cmocka_run_group_tests_name("jump", tests, NULL, NULL);
 }
