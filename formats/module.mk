@@ -13,3 +13,7 @@ fmt_LDLIBS := $(shell pkg-config --libs blosc libtiff-4 2>/dev/null) -lnifti2 -l
 	$(HDF5_LIBS) -lpng -ljson-c -lm
 $(call obj,$(wildcard formats/fmt_*.c)): CPPFLAGS += \
 	$(shell pkg-config --cflags blosc libtiff-4 2>/dev/null) -I/usr/include/nifti
+
+# The processed recording's file (h5rec.c) in the cmocka runner.
+UNIT_SRCS += tests/unit/test_fmt_h5rec.c
+UNIT_ARCHIVES += fmt base
