@@ -2,8 +2,8 @@
 /*
  * The processed recording's HDF5 file (h5rec_): the published volumes with their channels, one
  * row per volume, and their per-volume columns, /missed, /generations, the channels' meaning
- * and the file's summary attributes (the layout `volrec record` documents, docs/recording.md
- * "Processed recordings"). It writes only; following a daemon (which volumes, gaps, restarts)
+ * and the file's summary attributes (docs/formats.md "Processed recordings (HDF5)",
+ * docs/tools.md). It writes only; following a daemon (which volumes, gaps, restarts)
  * is the caller's, so that every writer of processed recordings writes the same file. Built on
  * h5vol (h5vol.h): readable after every volume, closed whole when the disk fills up.
  */
