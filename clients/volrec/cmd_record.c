@@ -351,9 +351,9 @@ static char *rec_gen_values(void *ctx, uint32_t n)
 
 	if (!text && !r->warned_gen) {
 		fprintf(stderr,
-		        "volrec record: the values of generation %" PRIu32 " are not known (%s): "
-		        "/generations says null\n",
-		        n, "the daemon's control socket did not give them");
+		        "volrec record: the values of generation %" PRIu32 " are not known (the "
+		        "daemon's control socket did not give them): /generations says null\n",
+		        n);
 		r->warned_gen = true;
 	}
 	return text;
@@ -517,6 +517,11 @@ static int rec_write(struct rec *r, struct volrec_client *c, const struct volrec
 
 	volrec_view_voxel_size(c, v, um);
 	volrec_view_generation(c, v, &gen);
+	if (!gen && !r->warned_gen) {
+		fprintf(stderr, "volrec record: the values of generation 0 are not known (an older "
+		                "daemon): /generations says null\n");
+		r->warned_gen = true;
+	}
 	return h5rec_append(r->w, v, data, r->meaning, um, gen, r->err, sizeof(r->err));
 }
 
