@@ -8,8 +8,12 @@
 # the library is -lnifti2 over -lznz.
 ARCHIVES += fmt
 fmt_SRCS := $(wildcard formats/fmt_*.c) formats/h5attr.c formats/h5vol.c formats/h5vol_vfd.c \
-	formats/png.c
+	formats/h5rec.c formats/png.c
 fmt_LDLIBS := $(shell pkg-config --libs blosc libtiff-4 2>/dev/null) -lnifti2 -lznz -lz \
 	$(HDF5_LIBS) -lpng -ljson-c -lm
 $(call obj,$(wildcard formats/fmt_*.c)): CPPFLAGS += \
 	$(shell pkg-config --cflags blosc libtiff-4 2>/dev/null) -I/usr/include/nifti
+
+# The processed recording's file (h5rec.c) in the cmocka runner.
+UNIT_SRCS += tests/unit/test_fmt_h5rec.c
+UNIT_ARCHIVES += fmt base

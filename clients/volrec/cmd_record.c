@@ -25,36 +25,9 @@
 #include "clients/volrec/tools.h"
 #include "config/config.h"
 #include "formats/h5attr.h"
+#include "formats/h5rec.h"
 #include "formats/h5vol.h"
 #include "ipc/ipc.h"
-
-enum rec_reason { REC_GAP = 1, REC_TORN = 2 };
-
-/* The datasets, in the order of h5vol's fields (those of absent channels left out). F_VOLUMES,
- * F_CH1 and F_CH2 are the channels' volumes, named by their kind as `volrec process` names
- * them (/volumes, /angio, /doppler; docs/protocol.md §2.7). */
-enum {
-	F_VOLUMES,
-	F_CH1,
-	F_CH2,
-	F_CHANNEL_RANGE,
-	F_SEQUENCE,
-	F_SESSION,
-	F_VOLUME_ID,
-	F_EPOCH,
-	F_OFFSET,
-	F_T_FIRST,
-	F_T_LAST,
-	F_T_PUBLISH,
-	F_LATENCY,
-	F_FLAGS,
-	F_GENERATION,
-	F_GENERATION_INDEX,
-	F_MISSED,
-	F_GENERATIONS,
-	F_GENERATION_NUMBERS,
-	F_COUNT
-};
 
 /* The geometry keys of the status message that must not change within one recording. */
 static const char *const geometry_keys[] = {
@@ -165,25 +138,18 @@ static void record_usage(FILE *f)
 	        "completed. On 1, 3, 4 and 8 the file holds what was recorded.\n");
 }
 
-struct rec_missed {
-	uint64_t session, first, last;
-	uint8_t reason;
+/* What the command line asks for. */
+struct rec_args {
+	unsigned deflate; /* --compress level, 0: none */
+	bool force;
+	const char *raw; /* --raw NAME: the daemon records raw spectra (cmd_record_raw.c) */
 };
-
-/* The dataset of each channel kind (enum volrec_channel_kind), as `volrec process` writes. */
-static const char *const channel_dsets[VOLREC_CHANNEL_KINDS] = {"volumes", "angio", "doppler"};
-static const char *const channel_names[VOLREC_CHANNEL_KINDS] = {"structure", "angio", "doppler"};
 
 struct rec {
 	const char *path;
-	struct h5vol *w;
-	uint32_t Y, X, Z;
-	uint32_t nch;                       /* channels of each volume (protocol 2.1) */
-	uint32_t kind[VOLREC_CHANNELS_MAX]; /* their kinds, in the slot's order */
-	double range[VOLREC_CHANNELS_MAX]
-	            [2]; /* the last volume's mapping, a row of /channel_range */
+	struct h5rec *w;
+	struct h5rec_layout l;                              /* shape and channels (protocol 2.1) */
 	struct volrec_channel meaning[VOLREC_CHANNELS_MAX]; /* the last volume's (data unused) */
-	uint64_t nmissed;                                   /* volumes missing */
 	uint64_t sessions;                                  /* sessions recorded from */
 	uint64_t last_session, last_seq;
 	uint64_t session_first; /* volumes written before the current session's first */
@@ -194,15 +160,8 @@ struct rec {
 	uint64_t volumes;       /* volumes in the file when it was closed */
 	int seg_fd;             /* the data segment of session seg_session, kept open: -1 none */
 	char ctl_path[4200];    /* the daemon's control socket, to read generations' values */
-	struct {
-		uint32_t number; /* the daemon's generation number */
-		char *text;      /* its values (JSON), owned */
-	} * gens;                /* the rows of /generations */
-	uint32_t ngens;
-	bool have_gen; /* the last volume's generation, read in session gen_session: */
-	uint64_t gen_session;
-	uint32_t gen_number, gen_index;
-	bool warned_gen; /* the daemon could not be asked once already */
+	bool warned_gen;        /* the daemon could not be asked once already */
+	char *yaml;             /* the configuration in the file, owned */
 	uint64_t seg_session;
 	char err[1024];
 };
@@ -250,109 +209,21 @@ static void geometry_diff(const char *was, const char *now, char *buf, size_t le
 	}
 }
 
-/* Whether field i is in the file: the channels it has, and their ranges with more than the
- * structure. */
-static bool rec_field_used(const struct rec *r, unsigned i)
-{
-	if (i == F_CH1 || i == F_CH2)
-		return i - F_VOLUMES < r->nch;
-	if (i == F_CHANNEL_RANGE)
-		return r->nch > 1 || r->kind[0] != VOLREC_CHANNEL_STRUCTURE;
-	return true;
-}
-
-/* The file's index of field i (which is used): the used fields before it. */
-static size_t rec_field(const struct rec *r, unsigned i)
-{
-	size_t n = 0;
-
-	for (unsigned k = 0; k < i; k++)
-		n += rec_field_used(r, k);
-	return n;
-}
-
-static int rec_open(struct rec *r, bool force, unsigned deflate)
-{
-	struct h5vol_field f[F_COUNT] = {
-	        [F_VOLUMES] =
-	                {channel_dsets[r->kind[0]], H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
-	        [F_CH1] =
-	                {channel_dsets[r->kind[1]], H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
-	        [F_CH2] =
-	                {channel_dsets[r->kind[2]], H5T_NATIVE_UINT8, 3, {r->Y, r->X, r->Z}, false},
-	        [F_CHANNEL_RANGE] = {"channel_range", H5T_NATIVE_DOUBLE, 2, {r->nch, 2}, false},
-	        [F_SEQUENCE] = {"sequence", H5T_NATIVE_UINT64, 0, {0}, false},
-	        [F_SESSION] = {"session", H5T_NATIVE_UINT64, 0, {0}, false},
-	        [F_VOLUME_ID] = {"volume_id", H5T_NATIVE_UINT64, 0, {0}, false},
-	        [F_EPOCH] = {"epoch", H5T_NATIVE_UINT64, 0, {0}, false},
-	        [F_OFFSET] = {"offset", H5T_NATIVE_INT32, 1, {2}, false},
-	        [F_T_FIRST] = {"t_first_ns", H5T_NATIVE_UINT64, 0, {0}, false},
-	        [F_T_LAST] = {"t_last_ns", H5T_NATIVE_UINT64, 0, {0}, false},
-	        [F_T_PUBLISH] = {"t_publish_ns", H5T_NATIVE_UINT64, 0, {0}, false},
-	        [F_LATENCY] = {"latency_ns", H5T_NATIVE_UINT64, 0, {0}, false},
-	        [F_FLAGS] = {"flags", H5T_NATIVE_UINT32, 0, {0}, false},
-	        [F_GENERATION] = {"generation", H5T_NATIVE_UINT32, 0, {0}, false},
-	        [F_GENERATION_INDEX] = {"generation_index", H5T_NATIVE_UINT32, 0, {0}, false},
-	        [F_MISSED] = {"missed", -1, 0, {0}, true},
-	        [F_GENERATIONS] = {"generations", -1, 0, {0}, true},
-	        [F_GENERATION_NUMBERS] = {"generation_numbers", H5T_NATIVE_UINT32, 0, {0}, true},
-	};
-	hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(struct rec_missed)), text = vr_h5_text_type();
-	int rc;
-
-	if (text < 0) {
-		if (t >= 0)
-			H5Tclose(t);
-		return vr_err(r->err, sizeof(r->err), -EIO, "cannot make the /generations type");
-	}
-	f[F_GENERATIONS].type = text;
-
-	if (t < 0 ||
-	    H5Tinsert(t, "session", HOFFSET(struct rec_missed, session), H5T_NATIVE_UINT64) < 0 ||
-	    H5Tinsert(t, "first", HOFFSET(struct rec_missed, first), H5T_NATIVE_UINT64) < 0 ||
-	    H5Tinsert(t, "last", HOFFSET(struct rec_missed, last), H5T_NATIVE_UINT64) < 0 ||
-	    H5Tinsert(t, "reason", HOFFSET(struct rec_missed, reason), H5T_NATIVE_UINT8) < 0) {
-		if (t >= 0)
-			H5Tclose(t);
-		H5Tclose(text);
-		return vr_err(r->err, sizeof(r->err), -EIO, "cannot make the /missed type");
-	}
-	f[F_MISSED].type = t;
-	{
-		struct h5vol_field used[F_COUNT];
-		size_t n = 0;
-
-		for (unsigned i = 0; i < F_COUNT; i++)
-			if (rec_field_used(r, i))
-				used[n++] = f[i];
-		rc = h5vol_create_opt(r->path, force, used, n,
-		                      &(struct h5vol_options){.deflate = deflate}, &r->w, r->err,
-		                      sizeof(r->err));
-	}
-	H5Tclose(t);
-	H5Tclose(text);
-	if (rc == -EEXIST)
-		snprintf(r->err, sizeof(r->err), "%s exists (use --force to replace it)", r->path);
-	return rc;
-}
-
 /* Note sequences [first, last] of session as missing: stderr (unless said already) and
  * /missed. */
 static int rec_miss(struct rec *r, uint64_t session, uint64_t first, uint64_t last,
-                    enum rec_reason why, bool said)
+                    enum h5rec_reason why, bool said)
 {
-	struct rec_missed m = {session, first, last, (uint8_t)why};
-
-	r->nmissed += last - first + 1;
 	if (!said && first == last)
 		fprintf(stderr, "volrec record: volume #%" PRIu64 " missed (%s)\n", first,
-		        why == REC_TORN ? "torn: overwritten while being copied"
-		                        : "never received: overwritten before the recorder got it");
+		        why == H5REC_TORN
+		                ? "torn: overwritten while being copied"
+		                : "never received: overwritten before the recorder got it");
 	else if (!said)
 		fprintf(stderr, "volrec record: volumes #%" PRIu64 "-#%" PRIu64 " missed (%s)\n",
 		        first, last,
-		        why == REC_TORN ? "torn" : "never received: the recorder fell behind");
-	return h5vol_log(r->w, rec_field(r, F_MISSED), &m, r->err, sizeof(r->err));
+		        why == H5REC_TORN ? "torn" : "never received: the recorder fell behind");
+	return h5rec_miss(r->w, session, first, last, why, r->err, sizeof(r->err));
 }
 
 /* The channels of the volumes the instance's data segment holds (protocol 2.1), from its
@@ -364,8 +235,8 @@ static int rec_channel_kinds(struct rec *r, const char *instance, const struct v
 	char name[VOLREC_INSTANCE_MAX + 16];
 	int fd, rc = 0;
 
-	r->nch = h->channels ? h->channels : 1;
-	r->kind[0] = VOLREC_CHANNEL_STRUCTURE;
+	r->l.nch = h->channels ? h->channels : 1;
+	r->l.kind[0] = VOLREC_CHANNEL_STRUCTURE;
 	if (!h->channels)
 		return 0;
 	if (h->channels > VOLREC_CHANNELS_MAX ||
@@ -378,7 +249,7 @@ static int rec_channel_kinds(struct rec *r, const char *instance, const struct v
 	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0)
 		return vr_err(r->err, sizeof(r->err), -errno, "%s: %s", name, strerror(errno));
-	for (uint32_t c = 0; c < r->nch && !rc; c++) {
+	for (uint32_t c = 0; c < r->l.nch && !rc; c++) {
 		struct volrec_channel_desc d;
 		off_t at = (off_t)(h->channel_table_offset + (uint64_t)c * h->channel_desc_size);
 		uint32_t seen = 0;
@@ -390,12 +261,12 @@ static int rec_channel_kinds(struct rec *r, const char *instance, const struct v
 			rc = vr_err(r->err, sizeof(r->err), -EPROTO,
 			            "%s: channel %u has the unknown kind %u", name, c, d.kind);
 		for (uint32_t k = 0; k < c && !rc; k++)
-			seen |= 1u << r->kind[k];
+			seen |= 1u << r->l.kind[k];
 		if (!rc && seen & (1u << d.kind))
 			rc = vr_err(r->err, sizeof(r->err), -EPROTO, "%s: channel kind %u twice",
 			            name, d.kind);
 		if (!rc)
-			r->kind[c] = d.kind;
+			r->l.kind[c] = d.kind;
 	}
 	close(fd);
 	return rc;
@@ -446,7 +317,7 @@ static int rec_miss_tail(struct rec *r, const char *nl)
 	        " missed (published, but never announced to the recorder before the daemon went "
 	        "away or restarted)\n",
 	        nl, first, h.latest_sequence, r->last_session);
-	return rec_miss(r, r->last_session, first, h.latest_sequence, REC_GAP, true);
+	return rec_miss(r, r->last_session, first, h.latest_sequence, H5REC_GAP, true);
 }
 
 /* The values of the daemon's generation n as JSON text (malloc'ed), or NULL when it cannot be
@@ -471,156 +342,21 @@ static char *generation_ask(struct rec *r, uint32_t n)
 	return text;
 }
 
-/* The row of /generations of the values of generation n (read in session): the last volume's,
- * else one already written with the same number and values, else a new row. 0 or as h5vol. */
-static int rec_generation(struct rec *r, uint64_t session, uint32_t n, uint32_t *index)
+/* The values of generation n for the file (h5rec_gen_fn): asked of the daemon; said once on
+ * stderr when they cannot be known (/generations then says null). */
+static char *rec_gen_values(void *ctx, uint32_t n)
 {
-	char *text;
-	const char *row;
-	int rc;
+	struct rec *r = ctx;
+	char *text = generation_ask(r, n);
 
-	if (r->have_gen && r->gen_session == session && r->gen_number == n) {
-		*index = r->gen_index;
-		return 0;
-	}
-	text = n ? generation_ask(r, n) : NULL;
 	if (!text && !r->warned_gen) {
 		fprintf(stderr,
-		        "volrec record: the values of generation %" PRIu32 " are not known (%s): "
-		        "/generations says null\n",
-		        n, n ? "the daemon's control socket did not give them" : "an older daemon");
+		        "volrec record: the values of generation %" PRIu32 " are not known (the "
+		        "daemon's control socket did not give them): /generations says null\n",
+		        n);
 		r->warned_gen = true;
 	}
-	row = text ? text : "null";
-	for (uint32_t i = r->ngens; i-- > 0;)
-		if (r->gens[i].number == n && !strcmp(r->gens[i].text, row)) {
-			free(text);
-			*index = i;
-			goto out;
-		}
-	{
-		void *g = realloc(r->gens, (r->ngens + 1) * sizeof(*r->gens));
-
-		if (!g || (!text && !(text = strdup(row)))) {
-			if (g)
-				r->gens = g;
-			free(text);
-			return vr_err(r->err, sizeof(r->err), -ENOMEM, "out of memory");
-		}
-		r->gens = g;
-	}
-	/* the text first: a number always has its values, even in a file cut short */
-	rc = h5vol_log(r->w, rec_field(r, F_GENERATIONS), &text, r->err, sizeof(r->err));
-	if (!rc)
-		rc = h5vol_log(r->w, rec_field(r, F_GENERATION_NUMBERS), &n, r->err,
-		               sizeof(r->err));
-	if (rc) {
-		free(text);
-		return rc;
-	}
-	r->gens[r->ngens].number = n;
-	r->gens[r->ngens].text = text;
-	*index = r->ngens++;
-out:
-	r->have_gen = true;
-	r->gen_session = session;
-	r->gen_number = n;
-	r->gen_index = *index;
-	return 0;
-}
-
-/* What channel k's values mean, as attributes of its dataset, the first volume's (the live
- * ranges of every volume are in /channel_range): those `volrec process -o` writes
- * (formats/h5attr.h, docs/formats.md "Channels"), from the channel's descriptor. 0 or -EIO. */
-static int rec_channel_attrs(struct rec *r, uint32_t k)
-{
-	const struct volrec_channel *ch = &r->meaning[k];
-	const hid_t f = h5vol_file(r->w);
-	const char *name = channel_dsets[r->kind[k]];
-	const double range[2] = {ch->value_lo, ch->value_hi};
-
-	switch (r->kind[k]) {
-	case VOLREC_CHANNEL_STRUCTURE:
-		return vr_h5_structure_meaning(f, name, range) ? -EIO : 0;
-	case VOLREC_CHANNEL_ANGIO:
-		return vr_h5_angio_meaning(f, name, true,
-		                           ch->method == VOLREC_ANGIO_SVAR ? "svar" : "cdv", range)
-		               ? -EIO
-		               : 0;
-	default:
-		return vr_h5_doppler_meaning(f, name, true,
-		                             ch->method == VOLREC_DOPPLER_BSCAN ? "bscan" : "ascan",
-		                             ch->period_us, ch->center_wavelength_nm,
-		                             ch->refractive_index)
-		               ? -EIO
-		               : 0;
-	}
-}
-
-static int rec_write(struct rec *r, struct volrec_client *c, const struct volrec_view *v,
-                     const void *data)
-{
-	int32_t off[2] = {v->offset_x, v->offset_y};
-	uint32_t gen = 0, gen_index = 0;
-	const size_t bytes = (size_t)r->Y * r->X * r->Z;
-	int rc;
-
-	if (!h5vol_count(r->w)) { /* the units, from the first volume */
-		double um[3];
-
-		volrec_view_voxel_size(c, v, um);
-		for (uint32_t k = 0; k < r->nch; k++)
-			if (vr_h5_dataset_units(h5vol_file(r->w), channel_dsets[r->kind[k]], um) <
-			            0 ||
-			    rec_channel_attrs(r, k) < 0)
-				return vr_err(r->err, sizeof(r->err), -EIO,
-				              "cannot write the units");
-	}
-	volrec_view_generation(c, v, &gen);
-	rc = rec_generation(r, v->session_id, gen, &gen_index);
-	if (rc)
-		return rc;
-	const void *all[F_COUNT] = {
-	        [F_VOLUMES] = data,
-	        [F_CH1] = (const uint8_t *)data + bytes,
-	        [F_CH2] = (const uint8_t *)data + 2 * bytes,
-	        [F_CHANNEL_RANGE] = r->range,
-	        [F_SEQUENCE] = &v->sequence,
-	        [F_SESSION] = &v->session_id,
-	        [F_VOLUME_ID] = &v->volume_id,
-	        [F_EPOCH] = &v->epoch,
-	        [F_OFFSET] = off,
-	        [F_T_FIRST] = &v->t_first_ns,
-	        [F_T_LAST] = &v->t_last_ns,
-	        [F_T_PUBLISH] = &v->t_publish_ns,
-	        [F_LATENCY] = &v->latency_ns,
-	        [F_FLAGS] = &v->flags,
-	        [F_GENERATION] = &gen,
-	        [F_GENERATION_INDEX] = &gen_index,
-	};
-	const void *rows[F_COUNT];
-	size_t n = 0;
-
-	for (unsigned i = 0; i < F_COUNT; i++)
-		if (rec_field_used(r, i))
-			rows[n++] = all[i];
-	rc = h5vol_append(r->w, rows, r->err, sizeof(r->err));
-	if (rc && !h5vol_is_nospace(rc))
-		vr_err_prefix(r->err, sizeof(r->err), "volume #%" PRIu64, v->sequence);
-	return rc;
-}
-
-/* A string attribute of text that came from the daemon: made valid UTF-8 first. */
-static void attr_text(hid_t f, const char *name, const char *text)
-{
-	size_t len = strlen(text) * 3 + 1;
-	char *safe = malloc(len);
-
-	if (!safe)
-		return;
-	vr_utf8_sanitize(text, safe, len);
-	vr_h5_attr_str(f, name, safe);
-	free(safe);
+	return text;
 }
 
 /* The first status message's figures as attributes (geometry, source, backend, config path). */
@@ -639,10 +375,10 @@ static void rec_status_attrs(struct rec *r, const char *text, struct json_object
 	        {"config", "config_path"},
 	};
 	static const char *const pairs[] = {"stride", "depth_range"};
-	hid_t f = h5vol_file(r->w);
+	hid_t f = h5rec_file(r->w);
 	char s[1024];
 
-	attr_text(f, "status_json", text);
+	h5rec_attr_text(f, "status_json", text);
 	for (size_t i = 0; i < VR_ARRAY_SIZE(nums); i++)
 		vr_h5_attr_u64(f, strchr(nums[i], '.') + 1, tool_json_u64(st, nums[i], 0));
 	for (size_t i = 0; i < VR_ARRAY_SIZE(pairs); i++) {
@@ -707,66 +443,28 @@ static char *daemon_config_yaml(const struct tool_target *t)
 	return text;
 }
 
-/* What is known when the file is created: layout, instance, the daemon's configuration. */
-static int rec_start_attrs(struct rec *r, const struct tool_target *t)
+/* What is known when the file is created: layout, instance, the daemon's configuration (its
+ * <run_dir>/<instance>.yaml, else the -c file as read now, kept in r->yaml). 0 or as
+ * h5rec_create (r->err). */
+static int rec_create(struct rec *r, const struct tool_target *t, const struct rec_args *a)
 {
-	hid_t f = h5vol_file(r->w);
-	uint32_t shape[3] = {r->Y, r->X, r->Z};
 	const char *from = "daemon";
-	char *y;
-
-	vr_h5_attr(f, "shape", H5T_NATIVE_UINT32, 3, shape);
-	{
-		char chans[64] = "";
-
-		for (uint32_t k = 0; k < r->nch; k++)
-			snprintf(chans + strlen(chans), sizeof(chans) - strlen(chans), "%s%s",
-			         k ? "," : "", channel_names[r->kind[k]]);
-		vr_h5_attr_str(f, "channels", chans);
-	}
-	vr_h5_attr_str(f, "layout",
-	               "volumes [n][Y][X][Z] u8, Z (depth) fastest; the channels "
-	               "angio, doppler likewise");
-	vr_h5_attr_str(f, "instance", t->instance);
-	vr_h5_attr_str(f, "missed_reasons",
-	               "1 never received (overwritten before the recorder got it), 2 torn "
-	               "(overwritten while being copied)");
-	vr_h5_attr_str(f, "volrec_version", VOLREC_VERSION);
-	vr_h5_attr_str(f, "end", "recording");
-	vr_h5_attr_u64(f, "complete", 0);
-	/* what the daemon runs (its <run_dir>/<instance>.yaml), else the -c file as read now */
-	y = daemon_config_yaml(t);
-	if (!y && t->config[0]) {
-		y = config_yaml(t->config);
-		from = "config file";
-	}
-	if (y) {
-		attr_text(f, "config_yaml", y);
-		vr_h5_attr_str(f, "config_yaml_source", from);
-	}
-	free(y);
-	return h5vol_flush(r->w, r->err, sizeof(r->err));
-}
-
-/* Write the summary attributes and close the file; 0 or a negative errno (message in r->err). */
-static int rec_close(struct rec *r, const char *end, bool complete)
-{
 	int rc;
 
-	if (!r->w)
-		return 0;
-	r->volumes = h5vol_count(r->w);
-	if (!h5vol_broken(r->w)) { /* a broken file stays as it was at its last flush */
-		hid_t f = h5vol_file(r->w);
-
-		vr_h5_attr_u64(f, "volumes", r->volumes);
-		vr_h5_attr_u64(f, "missed_volumes", r->nmissed);
-		vr_h5_attr_u64(f, "sessions", r->sessions);
-		vr_h5_attr_str(f, "end", end);
-		vr_h5_attr_u64(f, "complete", complete ? 1 : 0);
+	r->yaml = daemon_config_yaml(t);
+	if (!r->yaml && t->config[0]) {
+		r->yaml = config_yaml(t->config);
+		from = "config file";
 	}
-	rc = h5vol_close(r->w, r->err, sizeof(r->err));
-	r->w = NULL;
+	rc = h5rec_create(r->path, a->force, a->deflate, &r->l,
+	                  &(struct h5rec_origin){.instance = t->instance,
+	                                         .config_yaml = r->yaml,
+	                                         .config_from = from,
+	                                         .gen_values = rec_gen_values,
+	                                         .ctx = r},
+	                  &r->w, r->err, sizeof(r->err));
+	if (rc == -EEXIST)
+		snprintf(r->err, sizeof(r->err), "%s exists (use --force to replace it)", r->path);
 	return rc;
 }
 
@@ -790,7 +488,7 @@ static int rec_status(struct rec *r, const char *text, size_t len)
 		rec_status_attrs(r, text, st);
 		r->have_status = true;
 		r->checked = session;
-		rc = h5vol_flush(r->w, r->err, sizeof(r->err));
+		rc = h5vol_flush(h5rec_vol(r->w), r->err, sizeof(r->err));
 	} else if (session && session != r->checked) {
 		geometry_text(st, now, sizeof(now));
 		if (strcmp(now, r->geometry)) {
@@ -807,6 +505,24 @@ static int rec_status(struct rec *r, const char *text, size_t len)
 	}
 	json_object_put(st);
 	return rc;
+}
+
+/* Write volume v (its channels in data, their meaning in r->meaning) with its voxel size and
+ * generation as the daemon tells them. 0 or as h5rec_append (r->err). */
+static int rec_write(struct rec *r, struct volrec_client *c, const struct volrec_view *v,
+                     const uint8_t *data)
+{
+	double um[3];
+	uint32_t gen = 0;
+
+	volrec_view_voxel_size(c, v, um);
+	volrec_view_generation(c, v, &gen);
+	if (!gen && !r->warned_gen) {
+		fprintf(stderr, "volrec record: the values of generation 0 are not known (an older "
+		                "daemon): /generations says null\n");
+		r->warned_gen = true;
+	}
+	return h5rec_append(r->w, v, data, r->meaning, um, gen, r->err, sizeof(r->err));
 }
 
 /* Writing the file failed with rc: say so; the exit status (8 for a full disk, else 1). */
@@ -828,13 +544,6 @@ static int daemon_pid(const struct tool_target *t)
 }
 
 /* ---- the recording's steps ----------------------------------------------------------------- */
-
-/* What the command line asks for. */
-struct rec_args {
-	unsigned deflate; /* --compress level, 0: none */
-	bool force;
-	const char *raw; /* --raw NAME: the daemon records raw spectra (cmd_record_raw.c) */
-};
 
 /* What one step of the loop says: go on, end the recording, or the daemon is gone for good. */
 enum rec_step { REC_GO_ON, REC_END, REC_GONE };
@@ -949,23 +658,23 @@ static int rec_setup(struct rec *r, struct rec_loop *L, const struct rec_args *a
 	if (rc)
 		return rc;
 	snprintf(r->ctl_path, sizeof(r->ctl_path), "%s/%s.ctl", L->tg->run_dir, L->tg->instance);
-	r->Y = d.header.ny;
-	r->X = d.header.nx;
-	r->Z = d.header.nz;
+	r->l.Y = d.header.ny;
+	r->l.X = d.header.nx;
+	r->l.Z = d.header.nz;
 	L->pid = d.pid;
 	rc = rec_channel_kinds(r, L->tg->instance, &d.header);
 	if (rc) {
 		fprintf(stderr, "volrec record: %s\n", r->err);
 		return VR_EXIT_FAIL;
 	}
-	rc = rec_open(r, a->force, a->deflate);
+	rc = rec_create(r, L->tg, a);
 	if (rc) {
 		fprintf(stderr, "volrec record: %s\n", r->err);
 		return rc == -EEXIST ? VR_EXIT_USAGE : tool_exit_for_output(rc);
 	}
 	L->end = "count reached";
-	rc = rec_start_attrs(r, L->tg);
-	L->buf = malloc((size_t)r->Y * r->X * r->Z * r->nch);
+	rc = h5rec_describe(r->w, r->err, sizeof(r->err));
+	L->buf = malloc((size_t)r->l.Y * r->l.X * r->l.Z * r->l.nch);
 	if (rc || !L->buf) {
 		fprintf(stderr, "volrec record: %s\n", rc ? r->err : "out of memory");
 		L->end = rc && h5vol_is_nospace(rc) ? "disk full"
@@ -1014,15 +723,15 @@ static enum rec_step rec_on_status(struct rec *r, struct rec_loop *L, const char
 	}
 	if (!rc)
 		return REC_GO_ON;
-	uint64_t keep = r->last_session == r->changed ? r->session_first : h5vol_count(r->w);
+	uint64_t keep = r->last_session == r->changed ? r->session_first : h5rec_count(r->w);
 	char terr[256] = "";
 
-	if (keep < h5vol_count(r->w) && h5vol_truncate(r->w, keep, terr, sizeof(terr)))
+	if (keep < h5rec_count(r->w) && h5vol_truncate(h5rec_vol(r->w), keep, terr, sizeof(terr)))
 		fprintf(stderr, "%svolrec record: %s\n", L->nl, terr);
 	fprintf(stderr,
 	        "%svolrec record: %s: stopping; %s holds the %" PRIu64 " volumes recorded "
 	        "before\n",
-	        L->nl, r->err, r->path, h5vol_count(r->w));
+	        L->nl, r->err, r->path, h5rec_count(r->w));
 	if (r->last_session != r->changed && rec_miss_tail(r, L->nl))
 		fprintf(stderr, "%svolrec record: %s\n", L->nl, r->err);
 	L->status = VR_EXIT_FAIL;
@@ -1050,25 +759,22 @@ static int rec_copy_channels(struct rec *r, struct rec_loop *L, const struct vol
 {
 	uint32_t n = 0;
 
-	if (volrec_view_channels(L->c, v, &n) < 0 || n != r->nch)
+	if (volrec_view_channels(L->c, v, &n) < 0 || n != r->l.nch)
 		return vr_err(r->err, sizeof(r->err), -EPROTO,
 		              "the daemon now publishes %u channels (was %u, session %016" PRIx64
 		              ")",
-		              n, r->nch, v->session_id);
+		              n, r->l.nch, v->session_id);
 	for (uint32_t k = 0; k < n; k++) {
 		struct volrec_channel *ch = &r->meaning[k];
 
 		if (volrec_view_channel(L->c, v, k, ch) < 0 || !ch->data || ch->bytes != v->bytes ||
-		    ch->kind != r->kind[k])
+		    ch->kind != r->l.kind[k])
 			return vr_err(r->err, sizeof(r->err), -EPROTO,
 			              "the daemon now publishes %s as channel %u (was %s, session "
 			              "%016" PRIx64 ")",
-			              ch->kind < VOLREC_CHANNEL_KINDS ? channel_names[ch->kind]
-			                                              : "?",
-			              k, channel_names[r->kind[k]], v->session_id);
+			              h5rec_channel_name(ch->kind), k,
+			              h5rec_channel_name(r->l.kind[k]), v->session_id);
 		memcpy(L->buf + (size_t)k * v->bytes, ch->data, v->bytes);
-		r->range[k][0] = ch->value_lo;
-		r->range[k][1] = ch->value_hi;
 		ch->data = NULL;
 	}
 	return 0;
@@ -1089,14 +795,14 @@ static enum rec_step rec_on_volume(struct rec *r, struct rec_loop *L, struct vol
 		volrec_view_release(L->c, &m->view);
 		return REC_GO_ON;
 	}
-	if (v.ny != r->Y || v.nx != r->X || v.nz != r->Z || v.dtype != VOLREC_DTYPE_U8) {
+	if (v.ny != r->l.Y || v.nx != r->l.X || v.nz != r->l.Z || v.dtype != VOLREC_DTYPE_U8) {
 		volrec_view_release(L->c, &m->view);
 		fprintf(stderr,
 		        "%svolrec record: the daemon now publishes %u x %u x %u volumes of dtype "
 		        "%u (was %u x %u x %u u8, session %016" PRIx64 "): stopping; %s holds the "
 		        "%" PRIu64 " volumes recorded before\n",
-		        L->nl, v.ny, v.nx, v.nz, v.dtype, r->Y, r->X, r->Z, v.session_id, r->path,
-		        h5vol_count(r->w));
+		        L->nl, v.ny, v.nx, v.nz, v.dtype, r->l.Y, r->l.X, r->l.Z, v.session_id,
+		        r->path, h5rec_count(r->w));
 		if (v.session_id != r->last_session && rec_miss_tail(r, L->nl))
 			fprintf(stderr, "%svolrec record: %s\n", L->nl, r->err);
 		L->status = VR_EXIT_FAIL;
@@ -1108,7 +814,7 @@ static enum rec_step rec_on_volume(struct rec *r, struct rec_loop *L, struct vol
 		fprintf(stderr,
 		        "%svolrec record: %s: stopping; %s holds the %" PRIu64
 		        " volumes recorded before\n",
-		        L->nl, r->err, r->path, h5vol_count(r->w));
+		        L->nl, r->err, r->path, h5rec_count(r->w));
 		if (v.session_id != r->last_session && rec_miss_tail(r, L->nl))
 			fprintf(stderr, "%svolrec record: %s\n", L->nl, r->err);
 		L->status = VR_EXIT_FAIL;
@@ -1129,17 +835,17 @@ static enum rec_step rec_on_volume(struct rec *r, struct rec_loop *L, struct vol
 			        "%svolrec record: the daemon restarted or rebuilt (session "
 			        "%016" PRIx64 ", same volume shape): recording continues\n",
 			        L->nl, v.session_id);
-		r->session_first = h5vol_count(r->w);
+		r->session_first = h5rec_count(r->w);
 		r->sessions++;
 		rc = rec_miss_tail(r, L->nl);
 		rec_follow_segment(r, L->tg->instance, v.session_id);
 	}
 	if (!rc && v.sequence > first)
-		rc = rec_miss(r, v.session_id, first, v.sequence - 1, REC_GAP, false);
+		rc = rec_miss(r, v.session_id, first, v.sequence - 1, H5REC_GAP, false);
 	r->last_session = v.session_id;
 	r->last_seq = v.sequence;
 	if (!rc && torn)
-		rc = rec_miss(r, v.session_id, v.sequence, v.sequence, REC_TORN, false);
+		rc = rec_miss(r, v.session_id, v.sequence, v.sequence, H5REC_TORN, false);
 	else if (!rc)
 		rc = rec_write(r, L->c, &v, L->buf);
 	if (rc) {
@@ -1157,8 +863,8 @@ static void rec_progress(const struct rec *r, struct rec_loop *L, double now)
 	fprintf(stderr,
 	        "\rvolrec record: %" PRIu64 " volumes (#%" PRIu64 "), %" PRIu64
 	        " missed, %.1f MB, %.0f s%s\033[K",
-	        h5vol_count(r->w), r->last_seq, r->nmissed,
-	        (double)h5vol_count(r->w) * r->Y * r->X * r->Z / 1e6, now - L->run.t0,
+	        h5rec_count(r->w), r->last_seq, h5rec_missed(r->w),
+	        (double)h5rec_count(r->w) * r->l.Y * r->l.X * r->l.Z / 1e6, now - L->run.t0,
 	        L->run.away_since ? ", waiting for the daemon" : "");
 	L->next_progress = now + 0.25;
 }
@@ -1176,7 +882,7 @@ static void rec_loop(struct rec *r, struct rec_loop *L)
 		double now = vr_mono_s();
 		int rc;
 
-		if (L->run.count && h5vol_count(r->w) >= L->run.count)
+		if (L->run.count && h5rec_count(r->w) >= L->run.count)
 			break;
 		if (tool_run_time_up(&L->run, now)) {
 			L->end = "time reached";
@@ -1223,17 +929,18 @@ static void rec_loop(struct rec *r, struct rec_loop *L)
 static int rec_finish(struct rec *r, struct rec_loop *L)
 {
 	int rc, status = L->status;
+	const uint64_t missed = h5rec_missed(r->w);
 
 	if (L->tty)
 		fprintf(stderr, "\r\033[K");
 	volrec_client_close(L->c);
 	free(L->buf);
-	for (uint32_t i = 0; i < r->ngens; i++)
-		free(r->gens[i].text);
-	free(r->gens);
 	if (r->seg_fd >= 0)
 		close(r->seg_fd);
-	rc = rec_close(r, L->end, status == VR_EXIT_OK && r->nmissed == 0);
+	rc = h5rec_close(r->w, L->end, status == VR_EXIT_OK && missed == 0, r->sessions,
+	                 &r->volumes, r->err, sizeof(r->err));
+	r->w = NULL;
+	free(r->yaml);
 	if (rc) {
 		fprintf(stderr, "volrec record: %s\n", r->err);
 		if (status == VR_EXIT_OK || status == VR_EXIT_INCOMPLETE)
@@ -1243,11 +950,11 @@ static int rec_finish(struct rec *r, struct rec_loop *L)
 		H5close(); /* every HDF5 object is closed: the library may go */
 	}
 	printf("%s: %" PRIu64 " volumes of %u x %u x %u [Y][X][Z] u8 (%s)", r->path, r->volumes,
-	       r->Y, r->X, r->Z, L->end);
-	if (r->nmissed)
-		printf("; %" PRIu64 " missed (see /missed)", r->nmissed);
+	       r->l.Y, r->l.X, r->l.Z, L->end);
+	if (missed)
+		printf("; %" PRIu64 " missed (see /missed)", missed);
 	printf("\n");
-	if (status == VR_EXIT_OK && r->nmissed)
+	if (status == VR_EXIT_OK && missed)
 		status = VR_EXIT_INCOMPLETE;
 	return status;
 }
