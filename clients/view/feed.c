@@ -450,6 +450,9 @@ static int open_client(struct vw_feed *f, struct volrec_client **out, int *last_
 	int rc = volrec_client_open_opts(f->instance, &o, out);
 
 	if (!rc) {
+		/* whether this daemon publishes pictures is found again from its next volume
+		 * (encode_latest), which then says so: this message replaces any earlier one */
+		f->no_views = false;
 		snprintf(msg, sizeof(msg), "reading volrecd '%s'", f->instance);
 		post_state(f, "connected", msg);
 		vw_log("connected to volrecd '%s' (%s)", f->instance, f->run_dir);
@@ -540,10 +543,15 @@ static void *feed_main(void *arg)
 				volrec_client_info(c, &info);
 				if (alive != (bool)info.writer_alive) {
 					alive = info.writer_alive;
+					/* the state box keeps the latest message only: one
+					 * saying the daemon is back must not hide that it
+					 * publishes no pictures (encode_latest says so once) */
 					post_state(f, alive ? "connected" : "stopped",
-					           alive ? "reading volrecd"
-					                 : "volrecd stopped: waiting for it to "
-					                   "come back");
+					           !alive ? "volrecd stopped: waiting for it to "
+					                    "come back"
+					           : f->no_views ? "volrecd publishes no pictures "
+					                           "(view.enabled: false)"
+					                         : "reading volrecd");
 					vw_log("volrecd '%s' %s", f->instance,
 					       alive ? "is back" : "stopped; waiting for it");
 				}
