@@ -437,35 +437,68 @@ static int cpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	return 0;
 }
 
-/* The functional channels' low-resolution outputs (Doppler's phase) and, in mode none, their
- * volumes: angiography's v, Doppler's v of R (docs/algorithms.md §5). */
-static void functional_lowres(struct cpu_state *st, float *const Lf[CPU_FN_PLANES],
-                              const struct be_output *out)
-{
-	const size_t n = st->geo.le_count;
-	const bool none = st->p.live.mode == CFG_RECON_NONE;
-	const int ac = st->geo.chan[CFG_CH_ANGIO], dc = st->geo.chan[CFG_CH_DOPPLER];
+/* What fn_lowres_rows writes: out's functional low-resolution outputs from the planes Lf, n
+ * voxels a channel, row voxels a B-scan. */
+struct fn_lowres_ctx {
+	float *const *Lf;
+	const struct be_output *out;
+	size_t n, row;
+	int ac, dc;
+	bool none;
+};
 
-	if (none && ac >= 0) {
+/* B-scan item of functional_lowres (each voxel on its own: any split gives the same bytes). */
+static void fn_lowres_rows(struct cpu_worker *w, size_t item, void *vctx)
+{
+	const struct fn_lowres_ctx *c = vctx;
+	const struct be_output *out = c->out;
+	const size_t o = item * c->row, e = o + c->row;
+
+	(void)w;
+	if (c->none && c->ac >= 0) {
+		const size_t a = (size_t)c->ac * c->n;
 		if (out->full)
-			memcpy(out->full + (size_t)ac * n, Lf[CPU_PL_ANGIO], n * sizeof(float));
+			memcpy(out->full + a + o, c->Lf[CPU_PL_ANGIO] + o, c->row * sizeof(float));
 		if (out->volume)
-			cpu_quantize(out->volume + (size_t)ac * n, Lf[CPU_PL_ANGIO], (uint32_t)n);
+			cpu_quantize(out->volume + a + o, c->Lf[CPU_PL_ANGIO] + o,
+			             (uint32_t)c->row);
 	}
-	if (dc < 0)
+	if (c->dc < 0)
 		return;
-	for (size_t i = 0; i < n; i++) {
-		const float re = Lf[CPU_PL_DRE][i], im = Lf[CPU_PL_DIM][i];
+	for (size_t i = o; i < e; i++) {
+		const float re = c->Lf[CPU_PL_DRE][i], im = c->Lf[CPU_PL_DIM][i];
 		if (out->lowres_doppler)
 			out->lowres_doppler[i] = be_fn_phase(re, im);
-		if (!none)
+		if (!c->none)
 			continue;
 		const float v = be_fn_doppler_v(re, im);
 		if (out->full)
-			out->full[(size_t)dc * n + i] = v;
+			out->full[(size_t)c->dc * c->n + i] = v;
 		if (out->volume)
-			out->volume[(size_t)dc * n + i] = (uint8_t)(int)(255.0f * v + 0.5f);
+			out->volume[(size_t)c->dc * c->n + i] = (uint8_t)(int)(255.0f * v + 0.5f);
 	}
+}
+
+/* The functional channels' low-resolution outputs (Doppler's phase) and, in mode none, their
+ * volumes: angiography's v, Doppler's v of R (docs/algorithms.md §5); a B-scan an item on the
+ * state's threads (the phase's atan2f per voxel is most of a functional epoch's work in mode
+ * none). */
+static void functional_lowres(struct cpu_state *st, float *const Lf[CPU_FN_PLANES],
+                              const struct be_output *out)
+{
+	const struct fn_lowres_ctx c = {
+	        .Lf = Lf,
+	        .out = out,
+	        .n = st->geo.le_count,
+	        .row = st->geo.le_count / st->geo.ny,
+	        .ac = st->geo.chan[CFG_CH_ANGIO],
+	        .dc = st->geo.chan[CFG_CH_DOPPLER],
+	        .none = st->p.live.mode == CFG_RECON_NONE,
+	};
+
+	if (!(c.none && c.ac >= 0) && !(c.dc >= 0 && (c.none || out->lowres_doppler)))
+		return;
+	cpu_parallel(st, st->geo.ny, fn_lowres_rows, (void *)&c);
 }
 
 static int cpu_epoch_finish(void *vst, uint64_t epoch, const struct be_output *out, char *err,

@@ -2085,6 +2085,38 @@ static int gpu_views_launch(struct gpu_state *st, const struct be_output *out, u
 		CU(cudaEventRecord(st->vev, st->vs), "cudaEventRecord(views)");
 		goto out;
 	}
+	/* the other channels' en-face mean and maximum and B-scan (protocol.h, channel views),
+	 * where the first channel's are present, as cpu/views.c computes them: the en-face kernel
+	 * again into d_mean and d_max, which the copies above on vs have left by then */
+	for (uint32_t c = 1; out->channel_views && c < st->geo.nch; c++) {
+		const size_t nvox = (size_t)p->Y * p->X * p->Z;
+		const uint8_t *V = st->out8 + c * nvox;
+		uint8_t *base = (uint8_t *)out->channel_views +
+		                (c - 1) * volrec_channel_views_step(p->Y, p->X, p->Z);
+		const bool mean = present & (1u << BE_VIEW_ENFACE_MEAN),
+		           mx = present & (1u << BE_VIEW_ENFACE_MAX);
+
+		if (mean || mx)
+			CU(gpu_launch_enface(V, p, mean ? d_mean : NULL, mx ? d_max : NULL, NULL,
+			                     st->vs),
+			   "en-face kernel (channel)");
+		if (mean)
+			CU(cudaMemcpyAsync(base + volrec_channel_view_offset(
+			                                  p->Y, p->X, VOLREC_IMAGE_ENFACE_MEAN),
+			                   d_mean, cols, cudaMemcpyDeviceToHost, st->vs),
+			   "cudaMemcpyAsync(channel view, device to host)");
+		if (mx)
+			CU(cudaMemcpyAsync(base + volrec_channel_view_offset(
+			                                  p->Y, p->X, VOLREC_IMAGE_ENFACE_MAX),
+			                   d_max, cols, cudaMemcpyDeviceToHost, st->vs),
+			   "cudaMemcpyAsync(channel view, device to host)");
+		if (present & (1u << BE_VIEW_BSCAN))
+			CU(cudaMemcpyAsync(base + volrec_channel_view_offset(p->Y, p->X,
+			                                                     VOLREC_IMAGE_BSCAN),
+			                   V + (size_t)p->position[0] * p->X * p->Z,
+			                   (size_t)p->X * p->Z, cudaMemcpyDeviceToHost, st->vs),
+			   "cudaMemcpyAsync(channel B-scan, device to host)");
+	}
 	if (st->have_render) {
 		CU(cudaMemcpyAsync(area + off[BE_VIEW_RENDER], d_render,
 		                   (size_t)st->last_rp.render_h * st->last_rp.render_w,
@@ -3010,7 +3042,8 @@ int gpu_part_halo_wait(struct gpu_state *dst, char *err, size_t errlen)
 const struct be_ops be_cuda_ops = {
         .version = BE_OPS_VERSION,
         .name = "cuda",
-        .caps = BE_CAP_ASYNC | BE_CAP_DEVICE | BE_CAP_REGISTER,
+        /* channels on one device only (gpu_multi.c refuses them): their views too */
+        .caps = BE_CAP_ASYNC | BE_CAP_DEVICE | BE_CAP_REGISTER | BE_CAP_CHANNEL_VIEWS,
         .create = gpu_create,
         .destroy = gpu_destroy,
         .device = gpu_device,

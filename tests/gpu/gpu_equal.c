@@ -1134,7 +1134,15 @@ struct outs {
 	uint32_t nch;   /* channels in vol and full */
 	int sc, ac, dc; /* the structure's, angiography's, Doppler's channel (-1: not output) */
 	float *la, *ld; /* lowres_angio, lowres_doppler, or NULL */
+	/* With channels and views: the views area and the channel views (protocol.h) of the
+	 * views' parameters vp, asked for as CHV_MASK; NULL otherwise */
+	uint8_t *views, *chv;
+	struct be_view_params vp;
+	uint64_t volume_id;
 };
+
+/* The pictures the channel views have (protocol.h): asked for in every channel case. */
+#define CHV_MASK ((1u << BE_VIEW_ENFACE_MEAN) | (1u << BE_VIEW_ENFACE_MAX) | (1u << BE_VIEW_BSCAN))
 
 static void outs_free(struct outs *o)
 {
@@ -1144,6 +1152,8 @@ static void outs_free(struct outs *o)
 	free(o->md);
 	free(o->la);
 	free(o->ld);
+	free(o->views);
+	free(o->chv);
 }
 
 /* The outputs of c's channels: vox voxels a channel, low low-resolution samples, the float
@@ -1181,6 +1191,20 @@ static int outs_alloc(struct outs *o, const struct vr_config *c, size_t vox, siz
 		memset(o->la, 0xff, low * sizeof(float));
 	if (o->ld)
 		memset(o->ld, 0xff, low * sizeof(float));
+	/* channels with views: both areas, poisoned (the comparison finds a byte left out) */
+	if (o->nch > 1 && be_views_wanted(c)) {
+		be_view_params_from_cfg(c, &o->vp);
+		if ((size_t)o->vp.Y * o->vp.X * o->vp.Z != vox)
+			return -EINVAL;
+		const size_t vb = volrec_views_bytes(o->vp.Y, o->vp.X, o->vp.Z),
+		             cb = volrec_channel_views_bytes(o->vp.Y, o->vp.X, o->vp.Z, o->nch);
+		o->views = aligned_alloc(64, (vb + 63) / 64 * 64);
+		o->chv = aligned_alloc(64, (cb + 63) / 64 * 64);
+		if (!o->views || !o->chv)
+			return -ENOMEM;
+		memset(o->views, 0xee, vb);
+		memset(o->chv, 0xee, cb);
+	}
 	return o->vol && o->low && o->md && (!full || o->full) && (o->ac < 0 || o->la) &&
 	                       (o->dc < 0 || o->ld)
 	               ? 0
@@ -1190,7 +1214,14 @@ static int outs_alloc(struct outs *o, const struct vr_config *c, size_t vox, siz
 /* The be_output of o: every output it has (the float volume when full). */
 static struct be_output outs_out(struct outs *o, bool full)
 {
+	o->volume_id++;
+	if (o->chv) /* a picture left out shows */
+		memset(o->chv, 0xee, volrec_channel_views_bytes(o->vp.Y, o->vp.X, o->vp.Z, o->nch));
 	return (struct be_output){.volume = o->vol,
+	                          .views = o->views,
+	                          .channel_views = o->chv,
+	                          .view_mask = o->views ? CHV_MASK : 0,
+	                          .volume_id = o->volume_id,
 	                          .lowres = o->low,
 	                          .full = full ? o->full : NULL,
 	                          .lowres_angio = o->la,
@@ -1605,6 +1636,16 @@ struct figures {
 	struct be_motion_pose pose_cpu, pose_gpu;
 	/* output.channels: per channel figure (struct fn_fig), over all epochs */
 	struct fn_fig fn[FN_FIGS];
+	/* the channel views (protocol.h) of channels 1..: epochs compared; bytes of the CUDA
+	 * backend's that differ from cpu_views_compute on the CUDA backend's own channel volume
+	 * (must be 0), with the first; against the CPU backend's channel views, pictures'
+	 * pixels compared, those more than 2 LSB apart (circular for Doppler) and the largest
+	 * difference */
+	unsigned chv_epochs;
+	uint64_t chv_own_diff;
+	char chv_why[200];
+	uint64_t chv_n, chv_bad;
+	int chv_maxd;
 };
 
 /* compensated: the pose of the epoch both backends just finished, compared (nothing when
@@ -1693,6 +1734,59 @@ static void fn_add8(struct fn_fig *q, const uint8_t *c, const uint8_t *g, size_t
 	q->n += n;
 }
 
+/* The channel views of one epoch (docs/algorithms.md §4 on each channel past the first): the
+ * CUDA backend's (g) against the CPU's code run on the CUDA backend's own channel volume, byte
+ * for byte, and against the CPU backend's (c), whose channel volumes differ by the channels'
+ * tolerance. */
+static void compare_chv(const struct outs *c, const struct outs *g, size_t vox, uint64_t epoch,
+                        struct figures *f)
+{
+	static const enum be_view kinds[] = {BE_VIEW_ENFACE_MEAN, BE_VIEW_ENFACE_MAX,
+	                                     BE_VIEW_BSCAN};
+	const struct be_view_params *p = &g->vp;
+	const uint64_t step = volrec_channel_views_step(p->Y, p->X, p->Z);
+	uint8_t *ref = malloc(step);
+	struct be_render_setup rs;
+
+	if (!ref) {
+		f->chv_own_diff++;
+		snprintf(f->chv_why, sizeof(f->chv_why), "out of memory");
+		return;
+	}
+	be_render_setup(p, &rs);
+	for (uint32_t ch = 1; ch < g->nch; ch++) {
+		const uint8_t *gv = g->chv + (ch - 1) * step, *cv = c->chv + (ch - 1) * step;
+		const bool doppler = (int)ch == g->dc;
+		uint8_t *pic[BE_VIEW_COUNT] = {0};
+
+		memset(ref, 0x5a, step);
+		for (int k = 0; k < 3; k++)
+			pic[kinds[k]] = ref + volrec_channel_view_offset(p->Y, p->X, kinds[k]);
+		cpu_views_compute(g->vol + ch * vox, p, &rs, pic);
+		for (int k = 0; k < 3; k++) {
+			const size_t o = volrec_channel_view_offset(p->Y, p->X, kinds[k]);
+			const size_t n = be_view_size(p, kinds[k]);
+
+			for (size_t i = 0; i < n; i++) {
+				const int dd = abs((int)gv[o + i] - (int)cv[o + i]);
+				const int d = doppler && 255 - dd < dd ? 255 - dd : dd;
+
+				if (gv[o + i] != ref[o + i] && !f->chv_own_diff++)
+					snprintf(f->chv_why, sizeof(f->chv_why),
+					         "epoch %llu channel %u %s pixel %zu: cuda %u, cpu "
+					         "code on cuda's volume %u",
+					         (unsigned long long)epoch, ch,
+					         be_view_name(kinds[k]), i, gv[o + i], ref[o + i]);
+				f->chv_bad += d > 2;
+				f->chv_maxd = d > f->chv_maxd ? d : f->chv_maxd;
+			}
+			f->chv_n += n;
+		}
+	}
+	f->chv_epochs++;
+	free(ref);
+}
+
 /* The channels other than the structure of one epoch (vox voxels a channel; full: the float
  * volume was asked for). */
 static void compare_fn(const struct outs *c, const struct outs *g, size_t vox, size_t low,
@@ -1739,6 +1833,20 @@ static bool fn_pass(const struct figures *f, const struct outs *o)
 	return true;
 }
 
+/* Whether the channel views pass, where the case has them: every epoch compared, the CUDA
+ * backend's equal to the CPU's code on its own volume byte for byte, and within 2 LSB of the
+ * CPU backend's (whose channel volumes differ by up to the channels' tolerance; a projection's
+ * maximum can take the next value where a Doppler phase wraps) at CHV_MIN_FRACTION of the
+ * pixels. */
+#define CHV_MIN_FRACTION 0.99
+static bool chv_pass(const struct figures *f, const struct outs *o)
+{
+	if (!o->chv)
+		return true;
+	return f->chv_epochs == f->epochs && f->chv_epochs > 0 && f->chv_own_diff == 0 &&
+	       f->chv_n > 0 && 1.0 - (double)f->chv_bad / (double)f->chv_n >= CHV_MIN_FRACTION;
+}
+
 /* The channels' figures, a line each. */
 static void fn_print(const struct figures *f, const struct outs *o)
 {
@@ -1772,6 +1880,8 @@ static void compare(const struct outs *c, const struct outs *g, size_t vox, size
 	size_t ok = 0, wi = 0;
 
 	compare_fn(c, g, vox, low, full, epoch, f);
+	if (g->chv && c->chv)
+		compare_chv(c, g, vox, epoch, f);
 	/* the structure's channel below (nothing of the volumes when it is not output) */
 	struct outs cs = *c, gs = *g;
 	if (c->sc >= 0) {
@@ -2174,7 +2284,7 @@ report:
 	        (!full || f.full_rel <= (pm ? 5 : 1) * LOWRES_TOL) && f.low_spread > 0.01 &&
 	        f.md_mismatch == 0 && f.multi_bad == 0 && (!f.poses || f.pose_diff <= POSE_TOL) &&
 	        f.mc_mismatch == 0 && (nonfinite ? f.mc_total > 0 : f.mc_total == 0) &&
-	        fn_pass(&f, &oc);
+	        fn_pass(&f, &oc) && chv_pass(&f, &oc);
 	printf("%-44s epochs %2u  lowres rel %.2e (<= %.0e)  u8 within 1 LSB %.5f%% (>= %.1f%%), "
 	       "max diff %d (<= 2)",
 	       tc->name, f.epochs, f.low_rel, LOWRES_TOL, 100.0 * f.u8_frac,
@@ -2194,6 +2304,14 @@ report:
 	if (f.poses)
 		printf("  poses of %u epochs within %.1e (<= %.0e)", f.poses, f.pose_diff,
 		       POSE_TOL);
+	if (oc.chv)
+		printf("  channel views of %u epochs: %llu bytes differ from the CPU's code on "
+		       "CUDA's volume (0)%s%s, against the CPU backend's max |diff| %d, %.4f%% "
+		       "within 2 LSB (>= %.0f%%)",
+		       f.chv_epochs, (unsigned long long)f.chv_own_diff,
+		       f.chv_own_diff ? ", first: " : "", f.chv_why, f.chv_maxd,
+		       f.chv_n ? 100.0 * (1.0 - (double)f.chv_bad / (double)f.chv_n) : 0.0,
+		       100.0 * CHV_MIN_FRACTION);
 	if (ms)
 		printf("  %u devices: %u epoch(s) differ from one device (0)%s%s", multi_n,
 		       f.multi_bad, f.multi_bad ? ", first: " : "", f.multi_why);

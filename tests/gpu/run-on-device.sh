@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Every device check of the CUDA backend in one go on a GPU host (docs/gpu.md): the device
 # list, gpu_equal (small and paper geometry), compute-sanitizer memcheck and racecheck on the
-# small set, the benchmark (JSON) and its functional OCT case (bench-functional.json), an ncu
+# small set, the benchmark (JSON) and its functional OCT case (bench-functional.json; end to end
+# through volrecd in e2e-functional.json when BUILD_DIR/tests/e2e_bench is built), an ncu
 # summary of the kernel times (OUTDIR/kernels.txt) and
 # an nsys summary of the kernels and copies when time allows.
 # Usage, from the repository root: tests/gpu/run-on-device.sh OUTDIR [BUILD_DIR=build-gpu] [STEPS]
@@ -117,6 +118,13 @@ step equal-paper 240 1 "$B/tests/gpu_equal" --paper
 step bench 75 1 "$B/tests/gpu_bench" --json "$OUT/bench.json" --commit "$COMMIT" --seconds 3
 step bench-functional 60 1 "$B/tests/gpu_bench" --functional --json "$OUT/bench-functional.json" \
 	--commit "$COMMIT" --seconds 3
+# the same functional case end to end through volrecd (a replay file of 2 epochs, 2.2 GB, in
+# /dev/shm; issue 41's figure: the raw input over the pinned H2D limit of the same run)
+if [ -x "$B/tests/e2e_bench" ]; then
+	step e2e-functional 300 1 env VOLREC_GIT_COMMIT="$COMMIT" "$B/tests/e2e_bench" \
+		--build "$B" --backend cuda --case functional --seconds 8 --warmup 3 --no-paced \
+		-o "$OUT/e2e-functional.json"
+fi
 step memcheck 240 1 "$SAN" --tool memcheck --leak-check full --error-exitcode 1 \
 	"$B/tests/gpu_equal" --small
 step racecheck 420 1 "$SAN" --tool racecheck --racecheck-report all --error-exitcode 1 \
@@ -158,6 +166,7 @@ fi
 	grep -hE 'PASS|FAIL|SKIP' "$OUT/equal-small.log" "$OUT/equal-paper.log" 2>/dev/null | tail -n 40
 	echo "-- benchmark:"
 	sed -n '/^figure/,$p' "$OUT/bench.log" "$OUT/bench-functional.log" 2>/dev/null
+	grep -h '^functional' "$OUT/e2e-functional.log" 2>/dev/null
 	echo "-- kernels (ncu, paper geometry; launches, mean us, total us):"
 	cat "$OUT/kernels.txt" 2>/dev/null
 	echo "-- sanitizers:"

@@ -18,7 +18,10 @@ import numpy as np
 import pytest
 
 import volrec
-from volrec._protocol import CHANNEL_DESC, SHM_HEADER, SLOT_HEADER
+from volrec._protocol import (CHANNEL_DESC, FLAG_CHANNEL_VIEWS, FLAG_VIEWS, SHM_HEADER,
+                              SLOT_HEADER, voxel_size)
+from volrec.channels import attach_channel_views, read_channels
+from volrec.views import read_views
 from daemonkit import slot_volumes
 from test_daemon import daemons, read_records  # noqa: F401  (fixtures used by name)
 from test_daemon_zerocopy import replay_daemon
@@ -78,6 +81,31 @@ def slot_channels(instance):
         return sorted(out, key=lambda r: r[0])
     finally:
         m.close()
+
+
+def slot_channel_pictures(instance):
+    """Every volume's channels in the slots with their pictures (a daemon done publishing):
+    [(epoch, {name: (channel copy, {picture kind: copy})})], through the client's own readers
+    of the segment (docs/protocol.md §2.7, §2.8)."""
+    with open(f"/dev/shm/volrec.{instance}", "rb") as f:
+        buf = f.read()
+    h = SHM_HEADER.unpack(buf, 0)
+    out = []
+    for slot in range(h["slot_count"]):
+        sh = SLOT_HEADER.unpack(buf, h["slot_table_offset"] + slot * h["slot_header_size"])
+        if sh["sequence"] == 0:
+            continue
+        off = h["data_offset"] + slot * h["slot_stride"]
+        assert sh["flags"] & FLAG_VIEWS and sh["flags"] & FLAG_CHANNEL_VIEWS, sh["flags"]
+        views = read_views(buf, off + h["views_offset"], h["views_bytes"],
+                           (h["ny"], h["nx"], h["nz"]), voxel_size(sh))
+        ch = read_channels(buf, h, slot, off)
+        attach_channel_views(ch, views, buf, h, off, True)
+        out.append((sh["epoch"], {name: (np.array(ch[name]),
+                                         {k: (np.array(v), v.slab, v.position)
+                                          for k, v in ch[name].views.items()})
+                                  for name in ch}))
+    return sorted(out, key=lambda r: r[0])
 
 
 def velocity(cfg):
@@ -470,7 +498,8 @@ def test_configurations_volrecd_cannot_serve_are_refused_precisely(daemons, bin_
 def test_cuda_daemon_publishes_the_channels_volrec_process_makes(daemons, bin_dir):
     """On a CUDA device (the lead's GPU run; skipped elsewhere): volrecd on the CUDA backend
     publishes the channels `volrec process --backend cuda` makes of the same replay file, and
-    no channel views (the CUDA backend does not compute them: the flag stays clear)."""
+    each channel's pictures (docs/protocol.md §2.8: en-face mean and maximum, B-scan) computed
+    on the device from that channel's own voxels, as the CPU backend computes them."""
     if os.environ.get("VOLREC_HAVE_CUDA") != "1":
         pytest.skip("built without CUDA")
     epochs = 5
@@ -502,6 +531,19 @@ def test_cuda_daemon_publishes_the_channels_volrec_process_makes(daemons, bin_di
             assert (diff <= 1).mean() >= 0.999, (e, name, diff.max())
     with open(f"/dev/shm/volrec.{d.instance}", "rb") as f:
         h = SHM_HEADER.unpack(f.read(SHM_HEADER.size), 0)
-    assert h["channels"] == 3 and h["channel_views_bytes"] == 0
+    assert h["channels"] == 3 and h["channel_views_bytes"] > 0
+    pics = slot_channel_pictures(d.instance)
+    assert [e for e, _ in pics] == list(range(epochs))
+    for e, chans in pics:
+        assert list(chans) == ALL
+        for name, (vol, views) in chans.items():
+            assert {"enface_mean", "enface_max", "bscan"} <= set(views), (e, name, views)
+            mean, za_zb, _ = views["enface_mean"]
+            want_mean, want_max = views_ref.enface(vol, *za_zb)
+            np.testing.assert_array_equal(mean, want_mean, err_msg=f"{e} {name}")
+            np.testing.assert_array_equal(views["enface_max"][0], want_max,
+                                          err_msg=f"{e} {name}")
+            bscan, _, pos = views["bscan"]
+            np.testing.assert_array_equal(bscan, vol[pos[0]], err_msg=f"{e} {name}")
     d.signal(15)
     assert d.wait_exit() == 0, d.log_text()

@@ -42,7 +42,21 @@ struct bench_case {
 	double target_p99_ms; /* processing latency p99 target (0: none) */
 	double target_over_nc; /* rate over the noncumulative case of its geometry, same run (0: none) */
 	const char *target_stem; /* e2e_bench's JSON: <stem>_volumes_per_s, ... (NULL: the name) */
+	uint32_t repeats;        /* geometry.repeats (0: 1) */
+	bool functional; /* output.channels [structure, angio, doppler], functional.* defaults */
+	double target_in_ratio; /* e2e: raw input GB/s over the pinned H2D limit of the same run
+	                         * (0: none) */
 };
+
+/* Raw B-scans of an epoch of c (positions x repeats) and the channels of its output. */
+static inline uint32_t bench_case_repeats(const struct bench_case *c)
+{
+	return c->repeats ? c->repeats : 1;
+}
+static inline uint32_t bench_case_channels(const struct bench_case *c)
+{
+	return c->functional ? 3 : 1;
+}
 
 extern const struct bench_case bench_cases[];
 extern const unsigned bench_ncases;

@@ -49,6 +49,7 @@ struct run_result {
 	double seconds;
 	uint64_t volumes, missed, torn;
 	double vps, ascans_s, gvox_s, in_gbs, out_gbs;
+	double load[2]; /* the 1-minute load average at the run's start and end */
 	/* p50, p99 of each enum lat, ms */
 	double lat[NLAT][2];
 	uint64_t drops_total, drops_ring_full, drops_other;
@@ -89,9 +90,16 @@ static uint64_t out_voxels(const struct bcase *c)
 	       (c->z1 - c->z0);
 }
 
+/* Raw bytes of an epoch: every position's repeats. */
 static uint64_t in_bytes(const struct bcase *c)
 {
-	return (uint64_t)c->ny * c->nx * cfg_sample_bytes(c->sample, c->K);
+	return (uint64_t)c->ny * bench_case_repeats(c) * c->nx * cfg_sample_bytes(c->sample, c->K);
+}
+
+/* Bytes of an epoch's u8 output: every channel's volume. */
+static uint64_t out_bytes(const struct bcase *c)
+{
+	return out_voxels(c) * bench_case_channels(c);
 }
 
 /* The daemon's (or `volrec sim`'s) configuration for case c: the case's geometry and processing
@@ -130,7 +138,7 @@ static int write_config(const char *path, const struct bcase *c, const char *ins
 	for (unsigned k = 0; k < opt.ndevs; k++)
 		cfg.gpu.devices[k] = opt.devs[k];
 	cfg.view.enabled = opt.views;
-	cfg.pipeline.ring_bscans = 4 * c->ny;
+	cfg.pipeline.ring_bscans = 4 * c->ny * bench_case_repeats(c);
 	cfg.pipeline.overflow = block ? CFG_OVERFLOW_BLOCK : CFG_OVERFLOW_DROP_EPOCH;
 	snprintf(cfg.ipc.run_dir, sizeof(cfg.ipc.run_dir), "%s", run_dir);
 	cfg.ipc.status_interval_ms = 500;
@@ -399,12 +407,13 @@ static void e2e_daemon_summarize(struct e2e_daemon *d)
 
 	r->volumes = d->n;
 	if (r->seconds > 0) {
-		double a = (double)c->nx * c->ny;
+		/* raw A-scans: every repeat of every position */
+		double a = (double)c->nx * c->ny * bench_case_repeats(c);
 		r->vps = (double)d->n / r->seconds;
 		r->ascans_s = r->vps * a;
-		r->gvox_s = r->vps * (double)out_voxels(c) / 1e9;
+		r->gvox_s = r->vps * (double)out_bytes(c) / 1e9;
 		r->in_gbs = r->vps * (double)in_bytes(c) / 1e9;
-		r->out_gbs = r->vps * (double)out_voxels(c) / 1e9;
+		r->out_gbs = r->vps * (double)out_bytes(c) / 1e9;
 	}
 	for (int j = 0; j < NLAT; j++) {
 		r->lat[j][0] = vr_percentile(d->lat[j], d->n, 50);
@@ -441,10 +450,13 @@ static int run_daemon(const struct bcase *c, const char *work, const char *repla
 	memset(r, 0, sizeof(*r));
 	r->kind = block ? "max" : "paced";
 	r->rate = rate;
+	r->load[0] = r->load[1] = NAN;
+	getloadavg(&r->load[0], 1);
 	rc = e2e_daemon_start(&d, work, replay, rate, block);
 	if (rc < 0)
 		goto out;
 	rc = e2e_daemon_measure(&d);
+	getloadavg(&r->load[1], 1);
 	e2e_daemon_stop(&d);
 	e2e_daemon_summarize(&d);
 	r->ok = d.n > 0 && r->exit_status == 0;
@@ -491,7 +503,8 @@ static struct json_object *targets_json(void)
 			double v;
 		} figs[] = {{"volumes_per_s", c->target_vps},
 		            {"p99_ms", c->target_p99_ms},
-		            {"ascans_per_s", c->target_ascans}};
+		            {"ascans_per_s", c->target_ascans},
+		            {"input_over_h2d", c->target_in_ratio}};
 		char stem[64], key[96];
 
 		snprintf(stem, sizeof(stem), "%s", c->target_stem ? c->target_stem : c->name);
@@ -530,8 +543,8 @@ static struct json_object *run_json(const struct bcase *c, int k, const struct r
 
 	if (isfinite(lim->d2h) && isfinite(lim->h2d))
 		lim_vps = fmin(fmin(lim->h2d * 1e9 / (double)in_bytes(c),
-		                    lim->d2h * 1e9 / (double)out_voxels(c)),
-		               lim->bidir * 1e9 / fmax((double)in_bytes(c), (double)out_voxels(c)));
+		                    lim->d2h * 1e9 / (double)out_bytes(c)),
+		               lim->bidir * 1e9 / fmax((double)in_bytes(c), (double)out_bytes(c)));
 	json_object_object_add(o, "case", json_object_new_string(c->name));
 	json_object_object_add(o, "run", json_object_new_string(r->kind));
 	json_object_object_add(o, "sample_type",
@@ -541,7 +554,11 @@ static struct json_object *run_json(const struct bcase *c, int k, const struct r
 	json_object_object_add(g, "bscans", json_object_new_int64(c->ny));
 	json_object_object_add(g, "stride", u32_pair(c->stride, c->stride));
 	json_object_object_add(g, "depth", u32_pair(c->z0, c->z1));
+	json_object_object_add(g, "repeats", json_object_new_int64(bench_case_repeats(c)));
 	json_object_object_add(o, "geometry", g);
+	json_object_object_add(
+	        o, "channels",
+	        json_object_new_string(c->functional ? "structure,angio,doppler" : "structure"));
 	json_object_object_add(o, "mode", json_object_new_string(cfg_recon_mode_name(c->mode)));
 	json_object_object_add(o, "rate", bench_json_num(r->rate, false));
 	json_object_object_add(o, "overflow", json_object_new_string(k ? "drop_epoch" : "block"));
@@ -572,7 +589,18 @@ static struct json_object *run_json(const struct bcase *c, int k, const struct r
 		}
 		json_object_object_add(o, "device_d2h_gbs", devs);
 	}
+	/* raw A-scans (every repeat) per second */
 	json_object_object_add(o, "ascans_per_s", bench_json_num(r->ascans_s, false));
+	if (isfinite(lim->h2d)) {
+		/* the raw input beside the pinned H2D limit of the same run (issue 41's target) */
+		json_object_object_add(o, "input_h2d_limit_gbs", bench_json_num(lim->h2d, false));
+		json_object_object_add(o, "input_over_h2d",
+		                       bench_json_num(r->in_gbs / lim->h2d, true));
+	}
+	d = json_object_new_array();
+	json_object_array_add(d, bench_json_num(r->load[0], false));
+	json_object_array_add(d, bench_json_num(r->load[1], false));
+	json_object_object_add(o, "loadavg_1min_start_end", d);
 	json_object_object_add(o, "gvox_per_s", bench_json_num(r->gvox_s, false));
 	json_object_object_add(o, "input_gbs", bench_json_num(r->in_gbs, false));
 	json_object_object_add(o, "output_gbs", bench_json_num(r->out_gbs, false));
@@ -592,7 +620,7 @@ static struct json_object *run_json(const struct bcase *c, int k, const struct r
 	json_object_object_add(o, "daemon_drops_total", json_object_get(r->drops));
 	json_object_object_add(o, "exit_status", json_object_new_int(r->exit_status));
 	json_object_object_add(o, "acquisition", json_object_new_string(r->acquisition));
-	if (c->target_vps || c->target_ascans) {
+	if (c->target_vps || c->target_ascans || c->target_in_ratio) {
 		d = json_object_new_object();
 		if (c->target_vps) {
 			json_object_object_add(d, "volumes_per_s",
@@ -608,6 +636,11 @@ static struct json_object *run_json(const struct bcase *c, int k, const struct r
 			json_object_object_add(
 			        d, "ascans_per_s",
 			        json_object_new_boolean(r->ascans_s >= c->target_ascans));
+		if (c->target_in_ratio)
+			json_object_object_add(d, "input_over_h2d",
+			                       json_object_new_boolean(
+			                               isfinite(lim->h2d) &&
+			                               r->in_gbs >= c->target_in_ratio * lim->h2d));
 		json_object_object_add(o, "meets", d);
 	}
 	return o;
@@ -899,7 +932,7 @@ static int e2e_write_replay(const struct bcase *c, const char *work, const char 
 {
 	char simcfg[PATH_MAX], log[PATH_MAX], bin[PATH_MAX + 32], nep[16];
 	struct statvfs vfs;
-	uint64_t need = in_bytes(c) * c->e2e_epochs + 4 * out_voxels(c) + ((uint64_t)64 << 20);
+	uint64_t need = in_bytes(c) * c->e2e_epochs + 4 * out_bytes(c) + ((uint64_t)64 << 20);
 
 	if (statvfs(opt.shm_dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need) {
 		fprintf(stderr,
@@ -976,6 +1009,27 @@ static void e2e_print_table(const struct bcase *const *sel, int nsel, struct run
 			       r->lat[LAT_PROC][0], r->lat[LAT_PROC][1], r->lat[LAT_FIRST][0],
 			       r->lat[LAT_FIRST][1], r->drops_total, r->acquisition);
 		}
+	for (int i = 0; i < nsel; i++)
+		for (int k = 0; k < 2; k++) {
+			const struct run_result *r = &res[i][k];
+			if (!r->kind)
+				continue;
+			if (sel[i]->repeats > 1 || sel[i]->functional)
+				printf("%s %s: %u repeats, %u channel(s): %.4g raw A-scans/s, "
+				       "input %.3f GB/s",
+				       sel[i]->name, r->kind, bench_case_repeats(sel[i]),
+				       bench_case_channels(sel[i]), r->ascans_s, r->in_gbs);
+			else
+				printf("%s %s:", sel[i]->name, r->kind);
+			if (sel[i]->target_in_ratio && isfinite(lim->h2d))
+				printf(", %.3f of pinned H2D %.1f GB/s (target >= %g)",
+				       r->in_gbs / lim->h2d, lim->h2d, sel[i]->target_in_ratio);
+			if (sel[i]->target_ascans)
+				printf(", %.3f of the target %.4g A-scans/s",
+				       r->ascans_s / sel[i]->target_ascans, sel[i]->target_ascans);
+			printf("; load average %.2f at the start, %.2f at the end\n", r->load[0],
+			       r->load[1]);
+		}
 	for (int i = 0; i < nsel; i++) {
 		int j = same_geometry_noncumulative(sel, nsel, sel[i]);
 		if (j >= 0 && res[j][0].vps > 0 && res[i][0].kind)
@@ -1032,6 +1086,10 @@ int main(int argc, char **argv)
 	if (status >= 0)
 		return status;
 	status = 0;
+	if (!strcmp(opt.backend, "cuda") && be_cuda_devices() <= 0) {
+		printf("SKIP: --backend cuda: no CUDA device\n");
+		return 77;
+	}
 	if (!mkdtemp(work)) {
 		fprintf(stderr, "e2e_bench: mkdtemp: %s\n", strerror(errno));
 		return 1;
