@@ -144,11 +144,6 @@ void *be_impl_state(const struct be_backend *be)
 	return be->state;
 }
 
-const struct be_ops *be_impl_ops(const struct be_backend *be)
-{
-	return be->ops;
-}
-
 /* ---- properties and host memory -------------------------------------------------------------- */
 
 unsigned be_caps(const struct be_backend *be)

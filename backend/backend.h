@@ -116,15 +116,6 @@ void be_close(struct be_backend *be);
 /* Number of CUDA devices (0 when none, no driver, or a build without CUDA). */
 int be_cuda_devices(void);
 
-/*
- * The CUDA operations (kernel launches, copies, memsets, cuFFT executions, each counted once)
- * that the CUDA backend be, on one device, queued in bscan_submit for the epoch B-scans were
- * last submitted for (*epoch), so far: a benchmark's launches per epoch (docs/gpu.md). \return
- * 0, -ENOTSUP for another backend (the CPU's, several devices) or a build without CUDA,
- * -ENODATA before a B-scan was submitted.
- */
-VR_MUST_CHECK int be_cuda_submit_ops(const struct be_backend *be, uint64_t *epoch, uint64_t *ops);
-
 /* Copy bandwidths between host and device (the physical limits benchmarks compare with). */
 struct be_bandwidth {
 	double h2d_gbs;     /* pinned host -> device, GB/s (1e9 bytes) */

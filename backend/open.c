@@ -71,9 +71,4 @@ int be_cuda_links_bandwidth(const int *devs, unsigned n, size_t bytes, int reps,
 {
 	return be_cuda_bandwidth(0, bytes, reps, NULL, err, errlen);
 }
-
-int be_cuda_submit_ops(const struct be_backend *be, uint64_t *epoch, uint64_t *ops)
-{
-	return -ENOTSUP;
-}
 #endif

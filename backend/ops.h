@@ -153,7 +153,5 @@ VR_MUST_CHECK int be_create(const struct be_ops *ops, const struct vr_config *cf
 
 /* The implementation's state behind be, for white-box tests of a backend. */
 void *be_impl_state(const struct be_backend *be);
-/* The table be was created around (which implementation be_impl_state's state belongs to). */
-const struct be_ops *be_impl_ops(const struct be_backend *be);
 
 #endif

@@ -116,21 +116,18 @@ cudaError_t gpu_launch_nonfinite(const struct gpu_prep_params *p, const void *ra
 cudaError_t gpu_launch_fill_missing(const struct gpu_prep_params *p, const struct gpu_miss *m,
                                     float *lerow, cudaStream_t s);
 
-/* Column statistic (bscan_mean / bscan_median) of each of the nrep raw B-scans at raw (a
- * position's repeats, one after another; 1: one B-scan) into col[nrep][K], over the A-scans
- * that are not missing (m, the same for all). */
-cudaError_t gpu_launch_colstat(const struct gpu_prep_params *p, const void *raw, int nrep,
+/* Column statistic (bscan_mean / bscan_median) of one raw B-scan into col[K], over the A-scans
+ * that are not missing (m). */
+cudaError_t gpu_launch_colstat(const struct gpu_prep_params *p, const void *raw,
                                const struct gpu_miss *m, float *col, cudaStream_t s);
-/* Convert + background (+ window/dispersion/zero padding when taps == 0) of the nrep raw
- * B-scans at raw (one launch; their background rows col[nrep][K]): writes conv[nrep][nx][K]
- * (taps > 0) or the FFT input fin [nrep][nx][N] (taps == 0). */
+/* Convert + background (+ window/dispersion/zero padding when taps == 0) of one B-scan:
+ * writes conv[nx][K] (taps > 0) or the FFT input fin (taps == 0). */
 cudaError_t gpu_launch_convert(const struct gpu_prep_params *p, const struct gpu_prep_tables *t,
-                               const void *raw, int nrep, const struct gpu_miss *m,
-                               const float *col, float *conv, void *fin, cudaStream_t s);
-/* Resample conv[nrep][nx][K] and apply window/dispersion/zero padding into the FFT input
- * [nrep][nx][N]. */
+                               const void *raw, const struct gpu_miss *m, const float *col,
+                               float *conv, void *fin, cudaStream_t s);
+/* Resample conv[nx][K] and apply window/dispersion/zero padding into the FFT input. */
 cudaError_t gpu_launch_resample(const struct gpu_prep_params *p, const struct gpu_prep_tables *t,
-                                const float *conv, void *fin, int nrep, cudaStream_t s);
+                                const float *conv, void *fin, cudaStream_t s);
 /* partial_median (docs/algorithms.md §1b) on the spectra of one B-scan (after the FFT of the
  * mean-removed A-scans, as cpu/preprocess.c): per-depth sigma, sigma_bg, the depths above
  * p->pm_threshold * sigma_bg (their number into *count, or with count_max the larger of it and
@@ -173,13 +170,6 @@ struct gpu_fn_params {
 cudaError_t gpu_launch_fn_store(const struct gpu_prep_params *p, const float2 *spec, int ld,
                                 bool reverse_x, const float2 *C, int m, float2 *fspec, float *lerow,
                                 bool first, cudaStream_t s);
-/* The M > 1 repeats of a position at once (their spectra one after another in spec, [M][nx]
- * rows of ld, no partial_median values): gpu_launch_fn_store of each, its power summed in
- * the order m = 0, 1, ..., and gpu_launch_logpower of the sum, in one kernel (the same
- * results). */
-cudaError_t gpu_launch_fn_store_rep(const struct gpu_prep_params *p, const float2 *spec, int ld,
-                                    bool reverse_x, int M, float2 *fspec, float *lerow,
-                                    cudaStream_t s);
 /* After the position's last repeat: per A-scan the mask keep [nx][N / 2] (its depth range) and
  * the bulk phases bulk [nx][M] (Doppler with functional.doppler.bulk); then angiography's v
  * into the position's rows la, Doppler's R into lre, lim and its phase into ph (may be NULL)

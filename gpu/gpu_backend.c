@@ -24,26 +24,17 @@
 #define GPU_SLABS        16 /* reconstruction slabs per epoch (rows of Y), at most */
 #define GPU_RSTREAMS     3  /* reconstruction streams: slab k on stream k mod 3 */
 
-/* A page-locked host range [p, p + n). */
-struct gpu_pin {
-	const uint8_t *p;
-	size_t n;
-};
-
 struct gpu_stream {
 	cudaStream_t s;
 	cudaEvent_t ev;
-	/* rb = gpu_state.rb B-scans each (a position's repeats at once, or one): */
-	void *raw;            /* raw B-scans on the device (f32: M, the repeats' missing A-scans) */
-	float *conv;          /* [rb][nx][K] converted A-scans (input of the resampling) */
-	float *col;           /* [rb][K] B-scan mean / median spectrum */
-	void *fin;            /* FFT input [rb][nx][N] complex (or real for R2C) */
-	float2 *fout;         /* FFT output [rb][nx][N] complex */
-	void *work;           /* cuFFT work area shared by the plans */
-	cufftHandle r2c, c2c; /* batch nx: one B-scan */
+	void *raw;    /* one raw B-scan on the device */
+	float *conv;  /* [nx][K] converted A-scans (input of the resampling) */
+	float *col;   /* [K] B-scan mean / median spectrum */
+	void *fin;    /* FFT input [nx][N] complex (or real for R2C) */
+	float2 *fout; /* FFT output [nx][N] complex */
+	void *work;   /* cuFFT work area shared by both plans */
+	cufftHandle r2c, c2c;
 	bool has_r2c, has_c2c;
-	cufftHandle r2cm, c2cm; /* rb > 1: batch rb * nx, a position's repeats */
-	bool has_r2cm, has_c2cm;
 	struct gpu_pm_buffers pm; /* partial_median scratch */
 	/* output.channels other than the structure (NULL otherwise): the spectra of the
 	 * position's repeats [M][nx][N/2], the mask [nx][N/2] and the bulk phases [nx][M] */
@@ -130,12 +121,6 @@ struct gpu_state {
 	 * not output): low-resolution planes beside le[cur], Doppler's phase beside them, B and
 	 * the output of each plane [Y][X][Z] as P and Q, and Doppler's v (the output's size) */
 	bool fn;
-	/* B-scans a stream's buffers hold: M with channels other than the structure and M > 1,
-	 * whose repeats are preprocessed together (gpu_prep_repeats), else 1 */
-	uint32_t rb;
-	/* CUDA operations (kernels, copies, memsets, cuFFT executions) bscan_submit queued for
-	 * the epoch sub_epoch so far (be_cuda_submit_ops, docs/gpu.md) */
-	uint64_t nops;
 	float *lpl[GPU_FN_PLANES][2];
 	float *lph[2];
 	float *Ppl[GPU_FN_PLANES], *Qpl[GPU_FN_PLANES];
@@ -189,13 +174,8 @@ struct gpu_state {
 	uint32_t sub_n;
 	uint8_t *rep_got;     /* M > 1: [ny] repeats of each position submitted for sub_epoch */
 	const void **rep_raw; /* M > 1: [nraw] their raw B-scans, queued once all are there */
-	/* the page-locked host ranges this backend allocated (host_alloc) or registered
-	 * (host_register), [npins] of [cap_pins]: a position's repeats that lie one after
-	 * another inside one of them go up in one copy (gpu_pinned) */
-	struct gpu_pin *pins;
-	size_t npins, cap_pins;
-	char merr[384];      /* a failure of the bands callback */
-	size_t lmem_threads; /* resident threads of the device (local memory) */
+	char merr[384];       /* a failure of the bands callback */
+	size_t lmem_threads;  /* resident threads of the device (local memory) */
 
 	/* views (gpu_views.cu): computed on vs once every slab's kernel ran (kev), copied down
 	 * into the slot's views area; vev closes them for epoch_wait */
@@ -518,10 +498,6 @@ static void gpu_destroy(void *vst)
 				cufftDestroy(g->r2c);
 			if (g->has_c2c)
 				cufftDestroy(g->c2c);
-			if (g->has_r2cm)
-				cufftDestroy(g->r2cm);
-			if (g->has_c2cm)
-				cufftDestroy(g->c2cm);
 			void *const dev[] = {g->work, g->raw,     g->conv,   g->col,     g->fin,
 			                     g->fout, g->pm.part, g->pm.sig, g->pm.list, g->pm.nsel,
 			                     g->pm.C, g->fspec,   g->keep,   g->bulk};
@@ -590,7 +566,6 @@ static void gpu_destroy(void *vst)
 	free(st->ttab);
 	free(st->rep_got);
 	free(st->rep_raw);
-	free(st->pins);
 	free(st);
 }
 
@@ -835,7 +810,6 @@ static void gpu_geometry(struct gpu_state *st, const struct vr_config *cfg,
 	be_geometry_init(&st->geo, cfg);
 	st->have_full = cfg->reconstruct.mode != CFG_RECON_NONE || st->geo.S == 1;
 	st->fn = st->geo.chan[CFG_CH_ANGIO] >= 0 || st->geo.chan[CFG_CH_DOPPLER] >= 0;
-	st->rb = st->fn && st->geo.M > 1 ? st->geo.M : 1;
 	st->ns = cfg->gpu.streams;
 	st->lmem_threads = (size_t)prop->multiProcessorCount * prop->maxThreadsPerMultiProcessor;
 	gpu_part_range(&st->part, st->geo.ny, st->geo.sy, &st->blo, &st->bhi);
@@ -866,31 +840,17 @@ static int gpu_budget(struct gpu_state *st, const struct vr_config *cfg,
 		rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0,
 		                                       CUFFT_C2C, (int)st->geo.nx, &ws_c2c),
 		                     "cufftEstimateMany(C2C)", err, errlen);
-	/* a position's repeats at once (rb > 1): plans of batch rb * nx beside them, one work
-	 * area for all */
-	for (int i = 0; rc == 0 && i < 2 && st->rb > 1; i++) {
-		size_t w = 0;
-		rc = gpu_cufft_check(cufftEstimateMany(1, (int *)n1, NULL, 1, 0, NULL, 1, 0,
-		                                       i ? CUFFT_C2C : CUFFT_R2C,
-		                                       (int)(st->rb * st->geo.nx), &w),
-		                     i ? "cufftEstimateMany(C2C, repeats)"
-		                       : "cufftEstimateMany(R2C, repeats)",
-		                     err, errlen);
-		if (w > ws_r2c)
-			ws_r2c = w;
-	}
 	if (rc < 0)
 		return rc;
-	bu->fbytes = (size_t)st->rb * st->geo.nx * st->geo.N * sizeof(float2);
+	bu->fbytes = (size_t)st->geo.nx * st->geo.N * sizeof(float2);
 	bu->half = st->geo.N / 2;
 	pm_bytes = (4 * GPU_PM_CHUNKS * sizeof(double) + sizeof(float) + sizeof(int) +
 	            sizeof(float2)) *
 	                   bu->half +
 	           sizeof(int);
 	bu->per_stream =
-	        st->geo.bscan_bytes * (st->geo.sample_type == CFG_SAMPLE_F32 ? st->geo.M : st->rb) +
-	        (size_t)st->rb * ((size_t)st->geo.nx * st->geo.K * sizeof(float) +
-	                          st->geo.K * sizeof(float)) +
+	        st->geo.bscan_bytes * (st->geo.sample_type == CFG_SAMPLE_F32 ? st->geo.M : 1) +
+	        (size_t)st->geo.nx * st->geo.K * sizeof(float) + st->geo.K * sizeof(float) +
 	        2 * bu->fbytes + pm_bytes + (ws_r2c > ws_c2c ? ws_r2c : ws_c2c);
 	/* output.channels other than the structure: a position's spectra, mask, bulk phases */
 	if (st->fn)
@@ -1196,46 +1156,6 @@ static int gpu_alloc_events_views(struct gpu_state *st, const struct vr_config *
 }
 
 /* Each processing stream: its stream, event, buffers and cuFFT plans. */
-/* The plans of a position's repeats at once (st->rb > 1): R2C and C2C of batch rb * nx, no
- * work area of their own (*w: the largest work area needed so far, raised to theirs). */
-static int gpu_repeat_plans(struct gpu_state *st, struct gpu_stream *g, size_t *w, char *err,
-                            size_t errlen)
-{
-	const int n1[1] = {(int)st->geo.N};
-	const int batch = (int)(st->rb * st->geo.nx);
-	size_t wr = 0, wc = 0;
-	int rc;
-
-	rc = gpu_cufft_check(cufftCreate(&g->r2cm), "cufftCreate(R2C, repeats)", err, errlen);
-	if (rc < 0)
-		return rc;
-	g->has_r2cm = true;
-	rc = gpu_cufft_check(cufftCreate(&g->c2cm), "cufftCreate(C2C, repeats)", err, errlen);
-	if (rc < 0)
-		return rc;
-	g->has_c2cm = true;
-	rc = gpu_cufft_check(cufftSetAutoAllocation(g->r2cm, 0), "cufftSetAutoAllocation", err,
-	                     errlen);
-	if (rc == 0)
-		rc = gpu_cufft_check(cufftSetAutoAllocation(g->c2cm, 0), "cufftSetAutoAllocation",
-		                     err, errlen);
-	if (rc == 0)
-		rc = gpu_cufft_check(cufftMakePlanMany(g->r2cm, 1, (int *)n1, NULL, 1, 0, NULL, 1,
-		                                       0, CUFFT_R2C, batch, &wr),
-		                     "cufftMakePlanMany(R2C, repeats)", err, errlen);
-	if (rc == 0)
-		rc = gpu_cufft_check(cufftMakePlanMany(g->c2cm, 1, (int *)n1, NULL, 1, 0, NULL, 1,
-		                                       0, CUFFT_C2C, batch, &wc),
-		                     "cufftMakePlanMany(C2C, repeats)", err, errlen);
-	if (rc < 0)
-		return rc;
-	if (wr > *w)
-		*w = wr;
-	if (wc > *w)
-		*w = wc;
-	return 0;
-}
-
 static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, char *err,
                              size_t errlen)
 {
@@ -1251,16 +1171,14 @@ static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, 
 		if (rc == 0)
 			rc = gpu_event_new(&g->ev, "cudaEventCreate", err, errlen);
 		const struct gpu_buf bufs[] = {
-		        /* f32: every repeat of a position (its missing A-scans are marked over all);
-		         * rb > 1: the repeats are preprocessed together */
+		        /* f32: every repeat of a position (its missing A-scans are marked over all) */
 		        {&g->raw,
 		         st->geo.bscan_bytes *
-		                 (st->geo.sample_type == CFG_SAMPLE_F32 ? st->geo.M : st->rb),
+		                 (st->geo.sample_type == CFG_SAMPLE_F32 ? st->geo.M : 1),
 		         "raw B-scan"},
-		        {(void **)&g->conv, (size_t)st->rb * st->geo.nx * st->geo.K * sizeof(float),
+		        {(void **)&g->conv, (size_t)st->geo.nx * st->geo.K * sizeof(float),
 		         "converted B-scan"},
-		        {(void **)&g->col, (size_t)st->rb * st->geo.K * sizeof(float),
-		         "column spectrum"},
+		        {(void **)&g->col, st->geo.K * sizeof(float), "column spectrum"},
 		        {&g->fin, fbytes, "FFT input"},
 		        {(void **)&g->fout, fbytes, "FFT output"},
 		        {(void **)&g->pm.part, 4 * GPU_PM_CHUNKS * half * sizeof(double),
@@ -1305,21 +1223,21 @@ static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, 
 			                                       NULL, 1, 0, CUFFT_C2C,
 			                                       (int)st->geo.nx, &w2),
 			                     "cufftMakePlanMany(C2C)", err, errlen);
-		if (rc == 0 && st->rb > 1)
-			rc = gpu_repeat_plans(st, g, &w1, err, errlen);
 		if (rc == 0)
 			rc = gpu_malloc(&g->work, w1 > w2 ? w1 : w2, "cuFFT work area", err,
 			                errlen);
-		cufftHandle *const plans[4] = {&g->r2c, &g->c2c, st->rb > 1 ? &g->r2cm : NULL,
-		                               st->rb > 1 ? &g->c2cm : NULL};
-		for (int k = 0; k < 4 && rc == 0; k++)
-			if (plans[k])
-				rc = gpu_cufft_check(cufftSetWorkArea(*plans[k], g->work),
-				                     "cufftSetWorkArea", err, errlen);
-		for (int k = 0; k < 4 && rc == 0; k++)
-			if (plans[k])
-				rc = gpu_cufft_check(cufftSetStream(*plans[k], g->s),
-				                     "cufftSetStream", err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetWorkArea(g->r2c, g->work), "cufftSetWorkArea",
+			                     err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetWorkArea(g->c2c, g->work), "cufftSetWorkArea",
+			                     err, errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetStream(g->r2c, g->s), "cufftSetStream", err,
+			                     errlen);
+		if (rc == 0)
+			rc = gpu_cufft_check(cufftSetStream(g->c2c, g->s), "cufftSetStream", err,
+			                     errlen);
 		if (rc < 0)
 			return rc;
 	}
@@ -1477,44 +1395,6 @@ static const char *gpu_device(void *vst)
 
 /* ---- host memory -------------------------------------------------------------------------- */
 
-/* Remember the page-locked range [p, p + n) (gpu_pinned); without room, it is not remembered
- * (its B-scans then go up one copy each, as any other memory's). */
-static void gpu_pin_add(struct gpu_state *st, const void *p, size_t n)
-{
-	if (st->npins == st->cap_pins) {
-		const size_t cap = st->cap_pins ? 2 * st->cap_pins : 16;
-		struct gpu_pin *q = realloc(st->pins, cap * sizeof(*q));
-		if (!q)
-			return;
-		st->pins = q;
-		st->cap_pins = cap;
-	}
-	st->pins[st->npins++] = (struct gpu_pin){.p = p, .n = n};
-}
-
-/* Forget the range that starts at p (freed or unregistered). */
-static void gpu_pin_del(struct gpu_state *st, const void *p)
-{
-	for (size_t i = 0; i < st->npins; i++)
-		if (st->pins[i].p == p) {
-			st->pins[i] = st->pins[--st->npins];
-			return;
-		}
-}
-
-/* Whether [p, p + n) lies inside one page-locked range of this backend: one copy of it is
- * one copy from page-locked memory, asynchronous. */
-static bool gpu_pinned(const struct gpu_state *st, const void *p, size_t n)
-{
-	const uintptr_t a = (uintptr_t)p;
-	for (size_t i = 0; i < st->npins; i++) {
-		const uintptr_t s = (uintptr_t)st->pins[i].p;
-		if (a >= s && a - s <= st->pins[i].n && n <= st->pins[i].n - (a - s))
-			return true;
-	}
-	return false;
-}
-
 static int gpu_host_alloc(void *vst, size_t size, void **ptr)
 {
 	struct gpu_state *st = vst;
@@ -1525,18 +1405,14 @@ static int gpu_host_alloc(void *vst, size_t size, void **ptr)
 	if (e != cudaSuccess)
 		return gpu_errno_of(e) == -EIO ? -ENOMEM : gpu_errno_of(e);
 	*ptr = p;
-	gpu_pin_add(st, p, size);
 	return 0;
 }
 
 static void gpu_host_free(void *vst, void *ptr)
 {
-	struct gpu_state *st = vst;
-
-	if (ptr) {
-		gpu_pin_del(st, ptr);
+	(void)vst;
+	if (ptr)
 		cudaFreeHost(ptr);
-	}
 }
 
 static int gpu_host_register(void *vst, void *ptr, size_t size, unsigned flags)
@@ -1558,10 +1434,6 @@ static int gpu_host_register(void *vst, void *ptr, size_t size, unsigned flags)
 	cudaError_t e = cudaHostRegister(ptr, size, how);
 	if (e != cudaSuccess)
 		cudaGetLastError(); /* not sticky: clear it for the next launch's check */
-	/* what this call registered (memory registered before, elsewhere, has an extent not
-	 * known here) */
-	if (e == cudaSuccess)
-		gpu_pin_add(st, ptr, size);
 	return e == cudaErrorHostMemoryAlreadyRegistered ? 0 : gpu_errno_of(e);
 }
 
@@ -1571,7 +1443,6 @@ static void gpu_host_unregister(void *vst, void *ptr)
 
 	if (!ptr)
 		return;
-	gpu_pin_del(st, ptr);
 	cudaSetDevice(st->dev);
 	if (cudaHostUnregister(ptr) != cudaSuccess)
 		cudaGetLastError();
@@ -1605,26 +1476,6 @@ static struct gpu_miss gpu_miss_of(const struct gpu_state *st, uint32_t b)
 	};
 }
 
-/* The live tables the preprocessing kernels read. */
-static struct gpu_prep_tables gpu_tables_of(const struct gpu_state *st)
-{
-	return (struct gpu_prep_tables){
-	        .rs_idx = st->d_rs_idx,
-	        .rs_w = st->d_rs_w,
-	        .window = st->d_window,
-	        .disp_re = st->d_dre,
-	        .disp_im = st->d_dim,
-	        .reference = st->d_ref,
-	};
-}
-
-/* CU, and n CUDA operations counted as queued by bscan_submit (st->nops, docs/gpu.md). */
-#define CUN(n, call, what)                                                                         \
-	do {                                                                                       \
-		CU(call, what);                                                                    \
-		st->nops += (n);                                                                   \
-	} while (0)
-
 /* Steps 1-5 (and §1b) of repeat m of position b, its raw B-scan already on the device at draw
  * (and, f32, the position's missing A-scans marked), on stream g, into the position's rows of
  * L_e: its log magnitude (M = 1), or its power added (first: set) and, after the last, the log
@@ -1634,7 +1485,14 @@ static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b
                           const void *draw, bool first, bool last, char *err, size_t errlen)
 {
 	const uint32_t M = st->geo.M;
-	const struct gpu_prep_tables t = gpu_tables_of(st);
+	const struct gpu_prep_tables t = {
+	        .rs_idx = st->d_rs_idx,
+	        .rs_w = st->d_rs_w,
+	        .window = st->d_window,
+	        .disp_re = st->d_dre,
+	        .disp_im = st->d_dim,
+	        .reference = st->d_ref,
+	};
 	int rc = 0;
 
 	const bool rev = be_live_reversed(&st->live, b);
@@ -1643,13 +1501,12 @@ static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b
 	const bool pm = st->prep.background == CFG_BG_PARTIAL_MEDIAN;
 	if (st->prep.background == CFG_BG_BSCAN_MEAN ||
 	    st->prep.background == CFG_BG_BSCAN_MEDIAN || pm)
-		CUN(1, gpu_launch_colstat(&st->prep, draw, 1, &miss, g->col, g->s),
-		    "B-scan background kernel");
-	CUN(1, gpu_launch_convert(&st->prep, &t, draw, 1, &miss, g->col, g->conv, g->fin, g->s),
-	    "convert kernel");
+		CU(gpu_launch_colstat(&st->prep, draw, &miss, g->col, g->s),
+		   "B-scan background kernel");
+	CU(gpu_launch_convert(&st->prep, &t, draw, &miss, g->col, g->conv, g->fin, g->s),
+	   "convert kernel");
 	if (st->prep.taps)
-		CUN(1, gpu_launch_resample(&st->prep, &t, g->conv, g->fin, 1, g->s),
-		    "resample kernel");
+		CU(gpu_launch_resample(&st->prep, &t, g->conv, g->fin, g->s), "resample kernel");
 	if (st->prep.complex_in)
 		CUFFT(cufftExecC2C(g->c2c, (cufftComplex *)g->fin, (cufftComplex *)g->fout,
 		                   CUFFT_FORWARD),
@@ -1657,93 +1514,35 @@ static int gpu_prep_bscan(struct gpu_state *st, struct gpu_stream *g, uint32_t b
 	else
 		CUFFT(cufftExecR2C(g->r2c, (cufftReal *)g->fin, (cufftComplex *)g->fout),
 		      "cufftExecR2C");
-	st->nops++;
 	const int ld = st->prep.complex_in ? (int)st->geo.N : (int)(st->geo.N / 2 + 1);
 	float *lerow = st->le[st->cur] + (size_t)b * st->geo.nx * st->geo.nz;
 	if (pm) /* the count of a position: the most over its repeats */
-		CUN(4,
-		    gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm, &miss,
-		                              st->counts[st->cur] + b, !first, g->s),
-		    "partial_median kernels");
+		CU(gpu_launch_partial_median(&st->prep, g->fout, ld, &g->pm, &miss,
+		                             st->counts[st->cur] + b, !first, g->s),
+		   "partial_median kernels");
 	/* channels other than the structure: the repeat's spectra kept (M > 1: and its power
 	 * added, in the same kernel) */
 	if (st->fn)
-		CUN(1,
-		    gpu_launch_fn_store(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, (int)m,
-		                        g->fspec, M > 1 ? lerow : NULL, first, g->s),
-		    "repeats' spectra kernel");
+		CU(gpu_launch_fn_store(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, (int)m,
+		                       g->fspec, M > 1 ? lerow : NULL, first, g->s),
+		   "repeats' spectra kernel");
 	if (M == 1) {
-		CUN(1,
-		    gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, lerow,
-		                      g->s),
-		    "log-magnitude kernel");
+		CU(gpu_launch_logmag(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, lerow, g->s),
+		   "log-magnitude kernel");
 		if (f32)
-			CUN(1, gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s),
-			    "missing A-scan kernel");
+			CU(gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s),
+			   "missing A-scan kernel");
 		return 0;
 	}
 	if (!st->fn)
-		CUN(1,
-		    gpu_launch_power_add(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, first,
-		                         lerow, g->s),
-		    "repeats' power kernel");
+		CU(gpu_launch_power_add(&st->prep, g->fout, ld, rev, pm ? g->pm.C : NULL, first,
+		                        lerow, g->s),
+		   "repeats' power kernel");
 	if (last)
-		CUN(1, gpu_launch_logpower(&st->prep, 1.0f / (float)M, lerow, g->s),
-		    "log-power kernel");
+		CU(gpu_launch_logpower(&st->prep, 1.0f / (float)M, lerow, g->s),
+		   "log-power kernel");
 	if (last && f32)
-		CUN(1, gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s),
-		    "missing A-scan kernel");
-out:
-	return rc;
-}
-
-/* Whether the repeats of a position are preprocessed together (gpu_prep_repeats): st->rb > 1
- * (channels other than the structure, M > 1) and no partial_median, whose depths and medians
- * are chosen repeat by repeat. */
-static bool gpu_repeats_together(const struct gpu_state *st)
-{
-	return st->rb > 1 && st->prep.background != CFG_BG_PARTIAL_MEDIAN;
-}
-
-/* Steps 1-5 of the M = st->rb repeats of position b at once (gpu_repeats_together), their raw
- * B-scans one after another at g->raw (f32: their missing A-scans marked): the background,
- * convert and resampling kernels over all of them in one launch each, one FFT of batch M * nx,
- * and k_fn_store_rep, which keeps their spectra in g->fspec and writes the log of their mean
- * power into the position's rows of L_e; f32: the missing A-scans' columns filled. The same
- * operations on the same values as gpu_prep_bscan's repeat by repeat, in fewer launches
- * (docs/gpu.md "Channels"). */
-static int gpu_prep_repeats(struct gpu_state *st, struct gpu_stream *g, uint32_t b, char *err,
-                            size_t errlen)
-{
-	const int M = (int)st->rb;
-	const struct gpu_prep_tables t = gpu_tables_of(st);
-	int rc = 0;
-
-	const bool rev = be_live_reversed(&st->live, b);
-	const struct gpu_miss miss = gpu_miss_of(st, b);
-	if (st->prep.background == CFG_BG_BSCAN_MEAN || st->prep.background == CFG_BG_BSCAN_MEDIAN)
-		CUN(1, gpu_launch_colstat(&st->prep, g->raw, M, &miss, g->col, g->s),
-		    "B-scan background kernel (repeats)");
-	CUN(1, gpu_launch_convert(&st->prep, &t, g->raw, M, &miss, g->col, g->conv, g->fin, g->s),
-	    "convert kernel (repeats)");
-	if (st->prep.taps)
-		CUN(1, gpu_launch_resample(&st->prep, &t, g->conv, g->fin, M, g->s),
-		    "resample kernel (repeats)");
-	if (st->prep.complex_in)
-		CUFFT(cufftExecC2C(g->c2cm, (cufftComplex *)g->fin, (cufftComplex *)g->fout,
-		                   CUFFT_FORWARD),
-		      "cufftExecC2C(repeats)");
-	else
-		CUFFT(cufftExecR2C(g->r2cm, (cufftReal *)g->fin, (cufftComplex *)g->fout),
-		      "cufftExecR2C(repeats)");
-	st->nops++;
-	const int ld = st->prep.complex_in ? (int)st->geo.N : (int)(st->geo.N / 2 + 1);
-	float *lerow = st->le[st->cur] + (size_t)b * st->geo.nx * st->geo.nz;
-	CUN(1, gpu_launch_fn_store_rep(&st->prep, g->fout, ld, rev, M, g->fspec, lerow, g->s),
-	    "repeats' spectra and power kernel");
-	if (st->geo.sample_type == CFG_SAMPLE_F32)
-		CUN(1, gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s),
-		    "missing A-scan kernel");
+		CU(gpu_launch_fill_missing(&st->prep, &miss, lerow, g->s), "missing A-scan kernel");
 out:
 	return rc;
 }
@@ -1782,21 +1581,20 @@ static int gpu_prep_functional(struct gpu_state *st, struct gpu_stream *g, uint3
 
 	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
 	/* Doppler's phase with its values, or (f32) once the missing columns are filled */
-	CUN(2,
-	    gpu_launch_functional(&f, g->fspec, g->keep, g->bulk, la, lre, lim,
-	                          f.doppler && !f32 ? st->lph[c] + row : NULL, g->s),
-	    "angiography and Doppler kernels");
+	CU(gpu_launch_functional(&f, g->fspec, g->keep, g->bulk, la, lre, lim,
+	                         f.doppler && !f32 ? st->lph[c] + row : NULL, g->s),
+	   "angiography and Doppler kernels");
 	if (f32) {
 		const struct gpu_miss miss = gpu_miss_of(st, b);
 		float *planes[3] = {la, lre, lim};
 		for (int q = 0; q < 3; q++)
 			if (planes[q])
-				CUN(1, gpu_launch_fill_missing(&st->prep, &miss, planes[q], g->s),
-				    "missing A-scan kernel (channels)");
+				CU(gpu_launch_fill_missing(&st->prep, &miss, planes[q], g->s),
+				   "missing A-scan kernel (channels)");
 	}
 	if (f.doppler && f32)
-		CUN(1, gpu_launch_fn_phase(lre, lim, st->lph[c] + row, n, g->s),
-		    "Doppler phase kernel");
+		CU(gpu_launch_fn_phase(lre, lim, st->lph[c] + row, n, g->s),
+		   "Doppler phase kernel");
 out:
 	return rc;
 }
@@ -1822,7 +1620,6 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	if (st->sub_n == 0 || st->sub_epoch != epoch) {
 		st->sub_epoch = epoch;
 		st->sub_n = 0;
-		st->nops = 0;
 		if (M > 1)
 			memset(st->rep_got, 0, st->geo.ny);
 	}
@@ -1835,47 +1632,23 @@ static int gpu_bscan_submit(void *vst, uint64_t epoch, uint32_t bscan, const voi
 	}
 	/* f32 (docs/algorithms.md §1.0): an A-scan with a non-finite sample in any repeat is
 	 * missing in all, so every repeat is on the device (g->raw holds M of them) and marked
-	 * before any is processed; so are they when the repeats are preprocessed together;
-	 * otherwise one raw buffer serves the repeats in turn */
+	 * before any is processed; otherwise one raw buffer serves the repeats in turn */
 	const bool f32 = st->geo.sample_type == CFG_SAMPLE_F32;
-	const bool together = gpu_repeats_together(st);
 	const size_t bb = st->geo.bscan_bytes;
 	const struct gpu_miss miss = gpu_miss_of(st, b);
-	/* repeats one after another inside one page-locked range of this backend's (an epoch's
-	 * buffer): one copy */
-	bool one = M > 1 && (f32 || together);
-	for (uint32_t m = 1; one && m < M; m++)
-		one = (const uint8_t *)st->rep_raw[b * M + m] ==
-		      (const uint8_t *)st->rep_raw[b * M] + m * bb;
-	one = one && gpu_pinned(st, st->rep_raw[b * M], M * bb);
-	if (one)
-		CUN(1,
-		    cudaMemcpyAsync(g->raw, st->rep_raw[b * M], M * bb, cudaMemcpyHostToDevice,
-		                    g->s),
-		    "cudaMemcpyAsync(raw B-scans of a position, host to device)");
-	for (uint32_t m = 0; !one && (f32 || together) && m < M; m++)
-		CUN(1,
-		    cudaMemcpyAsync((uint8_t *)g->raw + m * bb,
-		                    M > 1 ? st->rep_raw[b * M + m] : raw, bb,
-		                    cudaMemcpyHostToDevice, g->s),
-		    "cudaMemcpyAsync(raw B-scan, host to device)");
+	for (uint32_t m = 0; f32 && m < M; m++)
+		CU(cudaMemcpyAsync((uint8_t *)g->raw + m * bb, M > 1 ? st->rep_raw[b * M + m] : raw,
+		                   bb, cudaMemcpyHostToDevice, g->s),
+		   "cudaMemcpyAsync(raw B-scan, host to device)");
 	if (f32)
-		CUN(2, gpu_launch_nonfinite(&st->prep, g->raw, (int)M, &miss, g->s),
-		    "non-finite sample kernel");
-	if (together) {
-		rc = gpu_prep_repeats(st, g, b, err, errlen);
-		if (rc < 0) {
-			bscan = b * M;
-			goto out;
-		}
-	}
-	for (uint32_t m = 0; !together && m < M; m++) {
+		CU(gpu_launch_nonfinite(&st->prep, g->raw, (int)M, &miss, g->s),
+		   "non-finite sample kernel");
+	for (uint32_t m = 0; m < M; m++) {
 		const uint32_t r = b * M + m;
 		if (!f32)
-			CUN(1,
-			    cudaMemcpyAsync(g->raw, M > 1 ? st->rep_raw[r] : raw, bb,
-			                    cudaMemcpyHostToDevice, g->s),
-			    "cudaMemcpyAsync(raw B-scan, host to device)");
+			CU(cudaMemcpyAsync(g->raw, M > 1 ? st->rep_raw[r] : raw, bb,
+			                   cudaMemcpyHostToDevice, g->s),
+			   "cudaMemcpyAsync(raw B-scan, host to device)");
 		rc = gpu_prep_bscan(st, g, b, m, f32 ? (uint8_t *)g->raw + m * bb : g->raw, m == 0,
 		                    m + 1 == M, err, errlen);
 		if (rc < 0) {
@@ -1890,18 +1663,6 @@ out:
 		gpu_set_sticky(st, rc, "B-scan %u of epoch %llu: %s", bscan,
 		               (unsigned long long)epoch, err);
 	return rc;
-}
-
-int be_cuda_submit_ops(const struct be_backend *be, uint64_t *epoch, uint64_t *ops)
-{
-	if (!be || be_impl_ops(be) != &be_cuda_ops)
-		return -ENOTSUP;
-	const struct gpu_state *st = be_impl_state(be);
-	if (st->sub_n == 0)
-		return -ENODATA;
-	*epoch = st->sub_epoch;
-	*ops = st->nops;
-	return 0;
 }
 
 /* ---- per epoch ---------------------------------------------------------------------------- */

@@ -192,8 +192,7 @@ __global__ void k_fill_missing(gpu_miss m, int nx, int nz, float *lerow)
 }
 
 /* Per-k mean or median over the A-scans of one B-scan that are not missing (converted
- * samples; none: 0). Grid (ceil(K / threads), nrep): raw B-scan y of the nrep at raw (a
- * position's repeats, one after another) into col[y][K]. */
+ * samples; none: 0). */
 template <int ST>
 __global__ void k_colmean(const typename gpu_sample<ST>::type *raw, int K, int nx, int sh,
                           gpu_miss m, float *col)
@@ -201,8 +200,6 @@ __global__ void k_colmean(const typename gpu_sample<ST>::type *raw, int K, int n
 	const int k = blockIdx.x * blockDim.x + threadIdx.x;
 	if (k >= K)
 		return;
-	raw += gpu_sample<ST>::row(blockIdx.y * nx, K); /* repeat blockIdx.y of the position */
-	col += (size_t)blockIdx.y * K;
 	const int n = m.row ? nx - (int)*m.count : nx;
 	double s = 0;
 	for (int a = 0; a < nx; a++)
@@ -231,9 +228,8 @@ static __device__ __forceinline__ void gpu_bitonic_sort(float *sv, int n2)
 	}
 }
 
-/* One block per (k, y): bitonic sort of column k of raw B-scan y (of the nrep at raw, as
- * k_colmean) padded with +inf to n2, the missing A-scans too, in shared memory; the median
- * of the n others into col[y][k]. */
+/* One block per k: bitonic sort of the column (padded with +inf to n2, the missing A-scans
+ * too) in shared memory; the median of the n others. */
 template <int ST>
 __global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int nx, int n2, int sh,
                             gpu_miss m, float *col)
@@ -241,8 +237,6 @@ __global__ void k_colmedian(const typename gpu_sample<ST>::type *raw, int K, int
 	extern __shared__ float sv[];
 	const int k = blockIdx.x;
 	const int n = m.row ? nx - (int)*m.count : nx;
-	raw += gpu_sample<ST>::row(blockIdx.y * nx, K); /* repeat blockIdx.y of the position */
-	col += (size_t)blockIdx.y * K;
 	for (int a = threadIdx.x; a < n2; a += blockDim.x)
 		sv[a] = a < nx && !gpu_missing(m, a, nx)
 		                ? gpu_sample<ST>::at(raw + gpu_sample<ST>::row(a, K), k, sh)
@@ -321,13 +315,12 @@ static __device__ double gpu_row_sum(const typename gpu_sample<ST>::type *row, i
 }
 
 /*
- * Grid (chunks, nx, nrep): block (c, a, y) converts chunk c of A-scan a of raw B-scan y (of
- * the nrep at raw, a position's repeats one after another; row r = y * nx + a of the
- * outputs) (GPU_CONV_PER_THREAD samples per thread), subtracts the background (ascan_mean:
- * every block of the A-scan computes the same mean by the same block reduction in double,
- * from L2; bscan_*: col[y]), then either stores conv[r][k] (resampling follows) or, without
- * resampling, writes the windowed, dispersion-compensated, zero-padded FFT input of row r
- * directly. vec: rows are 16-byte aligned and K a multiple of the samples per 16 bytes.
+ * Grid (chunks, nx): block (c, a) converts chunk c of A-scan a (GPU_CONV_PER_THREAD samples
+ * per thread), subtracts the background (ascan_mean: every block of the A-scan computes the
+ * same mean by the same block reduction in double, from L2), then either stores conv[a][k]
+ * (resampling follows) or, without resampling, writes the windowed, dispersion-compensated,
+ * zero-padded FFT input directly. vec: rows are 16-byte aligned and K a multiple of the
+ * samples per 16 bytes.
  */
 template <int ST, bool DIRECT>
 __global__ void __launch_bounds__(GPU_THREADS)
@@ -336,9 +329,7 @@ __global__ void __launch_bounds__(GPU_THREADS)
 {
 	__shared__ double red[GPU_THREADS / 32 + 1];
 	const int a = blockIdx.y, K = p.K;
-	const size_t r = (size_t)blockIdx.z * p.nx + a; /* the row of the nrep B-scans */
-	const typename gpu_sample<ST>::type *row = raw + gpu_sample<ST>::row((int)r, K);
-	col += (size_t)blockIdx.z * K;
+	const typename gpu_sample<ST>::type *row = raw + gpu_sample<ST>::row(a, K);
 	/* a missing A-scan (§1.0) transforms zeros: its L_e column is filled afterwards */
 	const bool missing = gpu_missing(m, a, p.nx);
 	float mean = 0.0f;
@@ -360,30 +351,28 @@ __global__ void __launch_bounds__(GPU_THREADS)
 				x -= t.reference[j];
 		}
 		if (DIRECT)
-			gpu_put_fin(fin, r * p.N, j, K, x, t, p.complex_in);
+			gpu_put_fin(fin, (size_t)a * p.N, j, K, x, t, p.complex_in);
 		else
-			conv[r * K + j] = x;
+			conv[(size_t)a * K + j] = x;
 	}
 }
 
-/* Grid (ceil(N / threads), nx, nrep): gather the resampled value of output j of row
- * r = blockIdx.z * nx + blockIdx.y (A-scan a of B-scan z of the nrep), then window etc. */
+/* Grid (ceil(N / threads), nx): gather the resampled value of output j, then window etc. */
 __global__ void k_resample(gpu_prep_params p, gpu_prep_tables t, const float *conv, void *fin)
 {
-	const int j = blockIdx.x * blockDim.x + threadIdx.x, K = p.K;
-	const size_t r = (size_t)blockIdx.z * p.nx + blockIdx.y;
+	const int j = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y, K = p.K;
 	if (j >= p.N)
 		return;
 	float y = 0.0f;
 	if (j < K) {
-		const float *x = conv + r * K;
+		const float *x = conv + (size_t)a * K;
 		const int i0 = t.rs_idx[j];
 		for (int m = 0; m < p.taps; m++) {
 			int i = min(max(i0 + m, 0), K - 1);
 			y = fmaf(t.rs_w[(size_t)m * K + j], __ldg(&x[i]), y);
 		}
 	}
-	gpu_put_fin(fin, r * p.N, j, K, y, t, p.complex_in);
+	gpu_put_fin(fin, (size_t)a * p.N, j, K, y, t, p.complex_in);
 }
 
 /* The spectrum of A-scan a at source bin `bin` (X, or X - C[bin] with the partial_median values
@@ -474,36 +463,6 @@ __global__ void k_fn_store(gpu_prep_params p, const float2 *spec, int ld, bool r
 	const int xo = reverse_x ? p.nx - 1 - a : a;
 	float *o = &lerow[(size_t)xo * p.nz + zo];
 	*o = first ? q : *o + q;
-}
-
-/* Grid (ceil(nh / threads), nx): k_fn_store of every repeat m = 0 .. M-1 of the position at
- * once, their spectra one after another in spec ([M][nx] rows of ld, one batched FFT), then
- * k_logpower: thread (z, a) stores bin z of A-scan a of each repeat into fspec and, when z is
- * an output depth, sums the repeats' power in the order m = 0, 1, ... as k_fn_store's calls
- * do (the first set, the others added, in float) and writes the normalized dB of
- * sqrtf(P * inv_m) at its place in the position's rows: the same operations on the same
- * values as the per-repeat kernels, so the same results. M > 1, no partial_median values. */
-__global__ void k_fn_store_rep(gpu_prep_params p, const float2 *__restrict__ spec, int ld,
-                               bool reverse_x, int M, float inv_m, float2 *__restrict__ fspec,
-                               float *__restrict__ lerow)
-{
-	const int z = blockIdx.x * blockDim.x + threadIdx.x, a = blockIdx.y;
-	if (z >= p.half)
-		return;
-	float P = 0.0f;
-	for (int m = 0; m < M; m++) {
-		const float2 c = spec[((size_t)m * p.nx + a) * ld + z];
-		fspec[((size_t)m * p.nx + a) * p.half + z] = c;
-		const float q = c.x * c.x + c.y * c.y;
-		P = m == 0 ? q : P + q;
-	}
-	const int zo = (p.flip_z ? p.half - 1 - z : z) - p.z0; /* gpu_out_bin's inverse */
-	if (zo < 0 || zo >= p.nz)
-		return;
-	const int xo = reverse_x ? p.nx - 1 - a : a;
-	const float mg = sqrtf(P * inv_m);
-	const float d = 20.0f * log10f(mg + 1e-12f);
-	lerow[(size_t)xo * p.nz + zo] = fminf(fmaxf((d - p.db_lo) * p.db_inv, 0.0f), 1.0f);
 }
 
 /* The depth range before the flip: source bins [zb0, zb0 + nz). */
@@ -2130,13 +2089,11 @@ extern "C" cudaError_t gpu_launch_fill_missing(const gpu_prep_params *p, const g
 	return cudaGetLastError();
 }
 
-extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *raw, int nrep,
+extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *raw,
                                           const gpu_miss *m, float *col, cudaStream_t s)
 {
-	if (nrep < 1 || nrep > 65535)
-		return cudaErrorInvalidValue;
 	if (p->background == CFG_BG_BSCAN_MEAN || p->background == CFG_BG_PARTIAL_MEDIAN) {
-		dim3 g((p->K + GPU_THREADS - 1) / GPU_THREADS, (unsigned)nrep);
+		dim3 g((p->K + GPU_THREADS - 1) / GPU_THREADS);
 		gpu_by_sample(p->sample_type, [&](auto st) {
 			constexpr int ST = decltype(st)::value;
 			using T = typename gpu_sample<ST>::type;
@@ -2153,8 +2110,8 @@ extern "C" cudaError_t gpu_launch_colstat(const gpu_prep_params *p, const void *
 	gpu_by_sample(p->sample_type, [&](auto st) {
 		constexpr int ST = decltype(st)::value;
 		using T = typename gpu_sample<ST>::type;
-		k_colmedian<ST><<<dim3((unsigned)p->K, (unsigned)nrep), threads, shm, s>>>(
-		        (const T *)raw, p->K, p->nx, n2, p->bit_shift, *m, col);
+		k_colmedian<ST><<<p->K, threads, shm, s>>>((const T *)raw, p->K, p->nx, n2,
+		                                           p->bit_shift, *m, col);
 	});
 	return cudaGetLastError();
 }
@@ -2187,13 +2144,12 @@ extern "C" cudaError_t gpu_launch_partial_median(const gpu_prep_params *p, const
 
 template <bool DIRECT>
 static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, const void *raw,
-                          int nrep, const gpu_miss *m, const float *col, float *conv, void *fin,
+                          const gpu_miss *m, const float *col, float *conv, void *fin,
                           cudaStream_t s)
 {
 	const int len = DIRECT ? p->N : p->K;
 	const int per_block = GPU_THREADS * GPU_CONV_PER_THREAD;
-	const dim3 g((unsigned)((len + per_block - 1) / per_block), (unsigned)p->nx,
-	             (unsigned)nrep);
+	const dim3 g((unsigned)((len + per_block - 1) / per_block), (unsigned)p->nx);
 	/* rows of 16-byte multiples from a cudaMalloc'd (256-byte aligned) base; packed rows of
 	 * K % 8 == 0 samples are 12-byte multiples, read as 4-byte words */
 	const bool aligned = ((uintptr_t)raw & 15u) == 0;
@@ -2207,24 +2163,20 @@ static void gpu_convert_t(const gpu_prep_params *p, const gpu_prep_tables *t, co
 }
 
 extern "C" cudaError_t gpu_launch_convert(const gpu_prep_params *p, const gpu_prep_tables *t,
-                                          const void *raw, int nrep, const gpu_miss *m,
-                                          const float *col, float *conv, void *fin, cudaStream_t s)
+                                          const void *raw, const gpu_miss *m, const float *col,
+                                          float *conv, void *fin, cudaStream_t s)
 {
-	if (nrep < 1 || nrep > 65535)
-		return cudaErrorInvalidValue;
 	if (p->taps == 0)
-		gpu_convert_t<true>(p, t, raw, nrep, m, col, conv, fin, s);
+		gpu_convert_t<true>(p, t, raw, m, col, conv, fin, s);
 	else
-		gpu_convert_t<false>(p, t, raw, nrep, m, col, conv, fin, s);
+		gpu_convert_t<false>(p, t, raw, m, col, conv, fin, s);
 	return cudaGetLastError();
 }
 
 extern "C" cudaError_t gpu_launch_resample(const gpu_prep_params *p, const gpu_prep_tables *t,
-                                           const float *conv, void *fin, int nrep, cudaStream_t s)
+                                           const float *conv, void *fin, cudaStream_t s)
 {
-	if (nrep < 1 || nrep > 65535)
-		return cudaErrorInvalidValue;
-	dim3 g((p->N + GPU_THREADS - 1) / GPU_THREADS, p->nx, (unsigned)nrep);
+	dim3 g((p->N + GPU_THREADS - 1) / GPU_THREADS, p->nx);
 	k_resample<<<g, GPU_THREADS, 0, s>>>(*p, *t, conv, fin);
 	return cudaGetLastError();
 }
@@ -2261,18 +2213,6 @@ extern "C" cudaError_t gpu_launch_fn_store(const gpu_prep_params *p, const float
 {
 	dim3 g((p->half + GPU_THREADS - 1) / GPU_THREADS, p->nx);
 	k_fn_store<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, reverse_x, C, m, fspec, lerow, first);
-	return cudaGetLastError();
-}
-
-extern "C" cudaError_t gpu_launch_fn_store_rep(const gpu_prep_params *p, const float2 *spec, int ld,
-                                               bool reverse_x, int M, float2 *fspec, float *lerow,
-                                               cudaStream_t s)
-{
-	if (M < 2)
-		return cudaErrorInvalidValue;
-	dim3 g((p->half + GPU_THREADS - 1) / GPU_THREADS, p->nx);
-	k_fn_store_rep<<<g, GPU_THREADS, 0, s>>>(*p, spec, ld, reverse_x, M, 1.0f / (float)M, fspec,
-	                                         lerow);
 	return cudaGetLastError();
 }
 

@@ -806,36 +806,6 @@ static void c_ch_f32_nonfinite_m4(struct vr_config *c)
 	c->functional.doppler.axis = CFG_DOPPLER_ASCAN;
 }
 
-/* The repeats of a position preprocessed together (docs/gpu.md "Channels") with what the
- * cases above leave out: M = 3, f32 with non-finite samples, the B-scan mean of each repeat,
- * cubic resampling, bidirectional, cumulative; every channel, cdv, inter-B-scan Doppler with
- * the bulk phase. */
-static void c_ch_f32_nonfinite_m3_cubic(struct vr_config *c)
-{
-	c_nf_bmean_cumul(c);
-	c->geometry.repeats = 3;
-	set_channels(c, "structure", "angio", "doppler");
-	c->functional.angio.method = CFG_ANGIO_CDV;
-	c->functional.doppler.bulk = true;
-}
-
-/* ... and with integer samples: i16, M = 3, the B-scan mean, linear resampling, a Hamming
- * window, dispersion (complex transforms after the resampling), flip x, bidirectional, three
- * streams, cumulative; svar, inter-A-scan Doppler with the bulk phase. */
-static void c_ch_i16_m3_linear_disp(struct vr_config *c)
-{
-	c_i16(c);
-	c->geometry.repeats = 3;
-	c->preprocess.dispersion.kind = CFG_DISP_COEFFS;
-	c->preprocess.dispersion.coeffs[0] = 8.0;
-	c->preprocess.dispersion.coeffs[1] = -3.0;
-	set_channels(c, "structure", "angio", "doppler");
-	c->functional.angio.method = CFG_ANGIO_SVAR;
-	c->functional.doppler.axis_given = 1;
-	c->functional.doppler.axis = CFG_DOPPLER_ASCAN;
-	c->functional.doppler.bulk = true;
-}
-
 /* Live: every functional.* key changes (method, range, window, mask, axis, bulk). */
 static void live_functional(struct vr_config *c)
 {
@@ -1032,13 +1002,6 @@ static const struct tcase cases[] = {
          c_ch_f32_nonfinite_m4, EV_NONE, false, NULL},
         {"async-nonfinite-f32-m2-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 6, true,
          c_nf_m2_bmean_cumul, EV_NONE, true, NULL},
-        /* the repeats preprocessed together: resampling, the B-scan mean, dispersion */
-        {"channels-f32-nonfinite-m3-bmean-cubic-bidir-cumul", false, IN_NONFINITE, 5, true,
-         c_ch_f32_nonfinite_m3_cubic, EV_NONE, false, NULL},
-        {"channels-i16-m3-linear-disp-hamming-bidir-cumul", false, IN_REPEATS, 6, true,
-         c_ch_i16_m3_linear_disp, EV_NONE, false, NULL},
-        {"async-channels-i16-m3-linear-disp-hamming-bidir-cumul", false, IN_REPEATS, 6, true,
-         c_ch_i16_m3_linear_disp, EV_NONE, true, NULL},
 };
 
 /* ---- host-side table check (no device needed) ---------------------------------------------- */

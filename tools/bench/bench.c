@@ -895,25 +895,6 @@ int bench_cuda_functional(int dev, double seconds, bench_say_fn fn, void *ctx,
 			goto out;
 	}
 	{
-		/* the CUDA operations one epoch's B-scans queued (the last epoch, all submitted) */
-		uint64_t ope = 0, ops = 0;
-		rc = be_cuda_submit_ops(be, &ope, &ops);
-		if (rc < 0) {
-			rc = vr_err(err, errlen, rc, "the CUDA operations of an epoch: %s",
-			            rc == -ENOTSUP ? "not counted by this backend"
-			                           : "none submitted");
-			goto out;
-		}
-		say(fn, ctx,
-		    "  %llu CUDA operations queued per epoch by bscan_submit (kernels, copies, "
-		    "cuFFT executions; epoch %llu): %.2f per position",
-		    (unsigned long long)ops, (unsigned long long)ope,
-		    (double)ops / c.geometry.bscans_per_volume);
-		bench_add(figs, "functional_ops_per_epoch", (double)ops, "operations", 0, 0,
-		          "kernel launches, copies, memsets and cuFFT executions bscan_submit "
-		          "queued for one epoch (be_cuda_submit_ops), each counted once");
-	}
-	{
 		/* every epoch counted ended between t0 (epoch warm - 1 done) and t1 */
 		const double eps = timed / (t1 - t0);
 		const double in_gbs = eps * (double)in_bytes / 1e9;
