@@ -623,16 +623,38 @@ static int grab_latest(struct volrec_client *c, double deadline, struct picture 
 		}
 		if (rc == 0)
 			rc = grab_channels(c, &v, pics, npics, no_channel_views);
+		/* a volume with views but a picture not computed for it (a render that goes on
+		 * over the next volumes has no whole picture yet, docs/algorithms.md §4): the
+		 * next volume's, until the deadline */
+		bool pending = rc == -ENOENT && (v.flags & VOLREC_FLAG_VIEWS);
+		uint64_t id = v.volume_id;
 		/* an error read from a slot overwritten meanwhile (the daemon clears its views area
 		 * first) is the torn read's, not the volume's: take the next one */
-		if (volrec_view_release(c, &v) != VOLREC_ETORN) {
+		if (volrec_view_release(c, &v) != VOLREC_ETORN && !pending) {
 			if (rc)
 				return rc;
 			*meta = v;
 			meta->data = NULL;
 			return 0;
 		}
-		pictures_free(pics); /* torn: overwritten while copying */
+		pictures_free(pics); /* torn: overwritten while copying, or a picture pending */
+		if (pending) {
+			struct volrec_view n;
+
+			/* wait for a newer volume */
+			while (vr_mono_s() <= deadline && !tool_interrupted() &&
+			       volrec_client_latest(c, &n) == 0) {
+				bool newer = n.volume_id != id;
+
+				volrec_view_release(c, &n);
+				if (newer)
+					break;
+				vr_sleep_ns(20 * 1000000ull);
+			}
+			if (vr_mono_s() > deadline || tool_interrupted())
+				return -EINPROGRESS;
+			continue;
+		}
 		if (vr_mono_s() > deadline || tool_interrupted())
 			return -ETIMEDOUT;
 	}
@@ -735,6 +757,15 @@ static int snap_grab(struct tool_target *tg, struct picture *pics, struct volrec
 		fprintf(stderr,
 		        "volrec snapshot: volrecd (pid %d) of instance '%s' published no volume "
 		        "within %.1f s\n",
+		        d.pid, tg->instance, tg->timeout);
+		return tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
+	}
+	if (rc == -EINPROGRESS) {
+		fprintf(stderr,
+		        "volrec snapshot: volrecd (pid %d) of instance '%s' published volumes with "
+		        "views but not all their pictures within %.1f s (a render slower than the "
+		        "volumes: a smaller view.render.size or a larger view.render.step, or a "
+		        "longer --timeout)\n",
 		        d.pid, tg->instance, tg->timeout);
 		return tool_interrupted() ? VR_EXIT_FAIL : VR_EXIT_TIMEOUT;
 	}

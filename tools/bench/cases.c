@@ -122,8 +122,9 @@ void bench_case_config(const struct bench_case *c, enum cfg_backend b, struct vr
 	cfg->reconstruct.mode = c->mode;
 	/* the adaptive mode's jump recovery off: the cases time the mode as measured before it
 	 * existed, on every backend (its cost on the cuda backend is not measured yet,
-	 * docs/gpu.md) */
-	cfg->reconstruct.adaptive.jump_recovery = false;
+	 * docs/gpu.md); the other modes keep the default, so their printed cases do not name it */
+	if (c->mode == CFG_RECON_ADAPTIVE)
+		cfg->reconstruct.adaptive.jump_recovery = false;
 	cfg->geometry.repeats = bench_case_repeats(c);
 	cfg->pipeline.ring_bscans = 4 * c->ny * bench_case_repeats(c);
 	if (c->functional) {
