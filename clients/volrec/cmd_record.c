@@ -465,6 +465,10 @@ static int rec_create(struct rec *r, const struct tool_target *t, const struct r
 	                  &r->w, r->err, sizeof(r->err));
 	if (rc == -EEXIST)
 		snprintf(r->err, sizeof(r->err), "%s exists (use --force to replace it)", r->path);
+	if (rc) { /* no file: nothing closes it later */
+		free(r->yaml);
+		r->yaml = NULL;
+	}
 	return rc;
 }
 
