@@ -1187,7 +1187,7 @@ static int gpu_alloc_streams(struct gpu_state *st, const struct gpu_budget *bu, 
 		        {(void **)&g->pm.list, half * sizeof(int), "partial_median depth list"},
 		        {(void **)&g->pm.nsel, sizeof(int), "partial_median count"},
 		        {(void **)&g->pm.C, half * sizeof(float2), "partial_median values"},
-		        /* output.channels other than the structure (none: 1-byte stubs, unused) */
+		        /* output.channels other than the structure (none: 1-byte placeholders, never read) */
 		        {(void **)&g->fspec,
 		         st->fn ? (size_t)st->geo.M * st->geo.nx * half * sizeof(float2) : 0,
 		         "repeats' spectra"},
