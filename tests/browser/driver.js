@@ -163,7 +163,8 @@ async function main() {
         case 'quit':
           out({ ok: true });
           await browser.close();
-          return;
+          // the reader of stdin would keep node alive until the caller closes its end
+          process.exit(0);
         default:
           throw new Error(`unknown op ${cmd.op}`);
       }

@@ -221,7 +221,9 @@ def test_doppler_overlay_threshold_and_read_out(browser, flow):
     x, y = at_picture(browser, p1, "bscan", (r + 0.5) / d["rows"], (c + 0.5) / d["cols"])
     browser.cmd("move", page=p1, selector="canvas[data-pane=bscan]", x=x, y=y)
     browser.wait(p1, "(r => r && r.source === 'cursor')(window.volrecView.doppler.readout)")
-    ro = browser.eval(p1, "window.volrecView.doppler.readout")
+    # the read-out and the text shown, read at one moment (a newer B-scan changes both)
+    ro, text = browser.eval(p1, "[window.volrecView.doppler.readout, "
+                                "document.getElementById('doppler-readout').textContent]")
     assert (ro["row"], ro["col"]) == (r, c), (ro, r, c)
     pic = published(rec, "doppler_bscan", ro["volumeId"])
     assert pic is not None, "the recorder missed the read-out's volume"
@@ -231,7 +233,6 @@ def test_doppler_overlay_threshold_and_read_out(browser, flow):
     assert ro["q"] == qv[r, c]
     assert abs(ro["velocityMmS"] - v_want) < 1e-9, (ro, v_want)
     assert f"v {v_want:.4f} mm/s" in ro["text"], ro["text"]
-    text = browser.eval(p1, "document.getElementById('doppler-readout').textContent")
     assert text == ro["text"]
     # a threshold above the range: no overlay at all
     tmax = float(browser.eval(p1, "document.getElementById('doppler-threshold').max"))

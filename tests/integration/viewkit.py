@@ -420,6 +420,10 @@ class Browser(PageCalls):
         except (AssertionError, BrokenPipeError):
             pass
         try:
+            self.proc.stdin.close()  # the driver ends at the end of its input too
+        except BrokenPipeError:
+            pass
+        try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
