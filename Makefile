@@ -224,7 +224,13 @@ ifeq ($(SANITIZER),thread)
 export TSAN_OPTIONS ?= suppressions=$(CURDIR)/tests/tsan.supp
 endif
 
-unit: tests-build
+# make test builds on every CPU even when run without -j (as the README gives it); with -j the
+# caller's choice stands. MAKEFLAGS shows -j only in recipes.
+.PHONY: tests-build-jobs
+tests-build-jobs:
+	+$(if $(findstring -j,$(MAKEFLAGS)),@:,$(Q)$(MAKE) --no-print-directory -j$(shell nproc 2>/dev/null || echo 1) tests-build)
+
+unit: tests-build-jobs tests-build
 	$(call msg,TEST,unit)
 	$(Q)$(B)/tests/unit_runner
 
@@ -250,7 +256,7 @@ pytest_run = PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
 	$(PYTHON) -m pytest -q -rs -p no:cacheprovider --durations=30 --timeout=$(PYTEST_TIMEOUT) -m '$(1)' \
 	tests/integration tests/python $(PYTEST_ARGS)
 
-pytest: tests-build $(BROWSER_DEPS)
+pytest: tests-build-jobs tests-build $(BROWSER_DEPS)
 	$(call msg,TEST,integration ($(PYTEST_MARK)))
 	$(Q)$(call pytest_run,$(PYTEST_MARK))
 
