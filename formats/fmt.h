@@ -86,11 +86,11 @@ struct fmt_options {
 /* The default OME-Zarr chunk (docs/formats.md, "Chunks": measured against B-scan and en-face
  * reads). */
 #define FMT_ZARR_CHUNK_Y 16
-#define FMT_ZARR_CHUNK_X 128
+#define FMT_ZARR_CHUNK_X 512
 #define FMT_ZARR_CHUNK_Z 128
 /* The OME-Zarr chunk of a level of shape [y, x, z] for the chunk asked for (want, NULL or 0s:
  * the default): want as given (clipped to the shape); the default as many chunks along each axis
- * as FMT_ZARR_CHUNK_* makes, of even sizes (300 in 128s: 3 of 100). */
+ * as FMT_ZARR_CHUNK_* makes, of even sizes (300 in 128s: 3 of 100; 300 in 512s: 300). */
 void fmt_zarr_chunk(const uint32_t shape[3], const uint32_t want[3], uint32_t chunk[3]);
 /* OME-Zarr chunks are blosc/zstd at FMT_ZARR_CLEVEL (level 0, the volumes) and
  * FMT_ZARR_CLEVEL_PYRAMID (the pyramid's levels, means made for browsing), in blocks of

@@ -26,8 +26,9 @@
 
 #include "formats/fmt.h"
 
-#define ZARR_LEVELS_MAX 16
-#define ZARR_CLEVEL     FMT_ZARR_CLEVEL
+#define ZARR_LEVELS_MAX  16
+#define ZARR_THREADS_MAX 64
+#define ZARR_CLEVEL      FMT_ZARR_CLEVEL
 /* the zstd level of level l of the pyramid */
 #define ZARR_CLEVEL_OF(l) ((l) ? FMT_ZARR_CLEVEL_PYRAMID : FMT_ZARR_CLEVEL)
 
@@ -56,6 +57,8 @@ struct zarr {
 	int rc;                   /* the first error */
 	char err[PATH_MAX + 256]; /* its message */
 	size_t scratch;           /* bytes of each thread's chunk and output buffers */
+	/* each thread's chunk and output buffers (2 * scratch), kept from volume to volume */
+	uint8_t *buf[ZARR_THREADS_MAX];
 };
 
 static uint32_t ceil_div(uint32_t a, uint32_t b)
@@ -96,15 +99,17 @@ struct zarr_job {
 	struct zarr *z;
 	unsigned long n;
 	void (*fn)(struct zarr *z, unsigned long i, uint8_t *scratch);
+	atomic_uint slot; /* the next thread's buffers */
 };
 
 static void *zarr_worker(void *arg)
 {
 	struct zarr_job *job = arg;
 	struct zarr *z = job->z;
-	uint8_t *scratch = malloc(2 * z->scratch);
+	unsigned slot = atomic_fetch_add(&job->slot, 1);
+	uint8_t *scratch = z->buf[slot];
 
-	if (!scratch) {
+	if (!scratch && !(scratch = z->buf[slot] = malloc(2 * z->scratch))) {
 		zarr_fail(z, -ENOMEM, "chunk buffer", NULL);
 		return NULL;
 	}
@@ -115,18 +120,18 @@ static void *zarr_worker(void *arg)
 			break;
 		job->fn(z, i, scratch);
 	}
-	free(scratch);
 	return NULL;
 }
 
 static int zarr_run(struct zarr *z, unsigned long n,
                     void (*fn)(struct zarr *z, unsigned long i, uint8_t *scratch))
 {
-	pthread_t th[64];
-	struct zarr_job job = {z, n, fn};
+	pthread_t th[ZARR_THREADS_MAX];
+	struct zarr_job job = {.z = z, .n = n, .fn = fn};
 	unsigned k, started = 0, want = z->threads < n ? z->threads : (unsigned)n;
 
 	atomic_store(&z->next, 0);
+	atomic_store(&job.slot, 0);
 	for (k = 1; k < want; k++) {
 		if (pthread_create(&th[k], NULL, zarr_worker, &job) != 0)
 			break;
@@ -287,6 +292,76 @@ static int zarr_write_file(const char *path, const void *buf, size_t n)
 	return rc;
 }
 
+/* The folders of time point z->t under each level (made at open): t, (c,) cy and cx, made
+ * once per volume before its chunks, so that each chunk is one open, write and close (EEXIST
+ * is fine: an earlier attempt's, `volrec reprocess`). */
+static int zarr_folders(struct zarr *z, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	int rc = 0;
+
+	for (unsigned l = 0; rc == 0 && l < z->nlevels; l++) {
+		const struct zarr_level *lv = &z->lv[l];
+		int n = snprintf(path, sizeof(path), "%s/%u/%llu", z->tmp, l,
+		                 (unsigned long long)z->t);
+
+		rc = zarr_mkdir(path);
+		for (uint32_t c = 0; rc == 0 && c < (z->caxis ? z->nch : 1); c++) {
+			int m = n;
+
+			if (z->caxis) {
+				m += snprintf(path + n, sizeof(path) - (size_t)n, "/%u", c);
+				rc = zarr_mkdir(path);
+			}
+			for (uint32_t cy = 0; rc == 0 && cy < lv->nchunks[0]; cy++) {
+				int k = m + snprintf(path + m, sizeof(path) - (size_t)m, "/%u", cy);
+
+				rc = zarr_mkdir(path);
+				for (uint32_t cx = 0; rc == 0 && cx < lv->nchunks[1]; cx++) {
+					snprintf(path + k, sizeof(path) - (size_t)k, "/%u", cx);
+					rc = zarr_mkdir(path);
+				}
+			}
+		}
+	}
+	return rc < 0 ? vr_err_errno(err, errlen, rc, "%s", path) : 0;
+}
+
+/*
+ * The chunk at y0, x0, z0 of level lv's channel vol in buf ([CY][CX][CZ], zeros, the fill value,
+ * past the edges); the chunk itself, where it lies in vol, when it is whole B-scans (x and z
+ * whole, y inside).
+ */
+static const uint8_t *zarr_gather(const struct zarr_level *lv, const uint8_t *vol, uint32_t y0,
+                                  uint32_t x0, uint32_t z0, uint8_t *buf)
+{
+	const uint32_t SY = lv->shape[0], SX = lv->shape[1], SZ = lv->shape[2];
+	const uint32_t CY = lv->chunk[0], CX = lv->chunk[1], CZ = lv->chunk[2];
+	const uint32_t ny = SY - y0 < CY ? SY - y0 : CY, nx = SX - x0 < CX ? SX - x0 : CX;
+	const uint32_t nz = SZ - z0 < CZ ? SZ - z0 : CZ;
+
+	if (CX == SX && CZ == SZ && ny == CY)
+		return vol + (size_t)y0 * SX * SZ;
+	if (ny < CY || nx < CX || nz < CZ)
+		memset(buf, 0, (size_t)CY * CX * CZ);
+	for (uint32_t y = 0; y < ny; y++) {
+		const uint8_t *s = vol + ((size_t)(y0 + y) * SX + x0) * SZ + z0;
+		uint8_t *d = buf + (size_t)y * CX * CZ;
+
+		if (CZ == SZ) { /* whole columns of depth: the row of x is one run */
+			memcpy(d, s, (size_t)nx * CZ);
+			continue;
+		}
+		for (uint32_t x = 0; x < nx; x++, s += SZ, d += CZ) {
+			/* the columns a few ahead are one stride apart: ask for them early */
+			__builtin_prefetch(s + 8 * (size_t)SZ);
+			__builtin_prefetch(s + 8 * (size_t)SZ + CZ - 1);
+			memcpy(d, s, nz);
+		}
+	}
+	return buf;
+}
+
 /* Task i: the chunk's level, channel and position, in level order. */
 static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
 {
@@ -311,49 +386,21 @@ static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
 	uint32_t cz = (uint32_t)(i % lv->nchunks[2]);
 	uint32_t cx = (uint32_t)(i / lv->nchunks[2] % lv->nchunks[1]);
 	uint32_t cy = (uint32_t)(i / lv->nchunks[2] / lv->nchunks[1]);
-	const uint32_t CY = lv->chunk[0], CX = lv->chunk[1], CZ = lv->chunk[2];
-	const size_t raw = (size_t)CY * CX * CZ;
+	const size_t raw = (size_t)lv->chunk[0] * lv->chunk[1] * lv->chunk[2];
 	uint8_t *out = scratch + z->scratch;
-
-	/* gather the chunk, padded with zeros (the fill value) past the edges */
-	for (uint32_t y = 0; y < CY; y++)
-		for (uint32_t x = 0; x < CX; x++) {
-			uint8_t *d = scratch + ((size_t)y * CX + x) * CZ;
-			uint32_t gy = cy * CY + y, gx = cx * CX + x, gz = cz * CZ;
-			size_t n = 0;
-
-			if (gy < lv->shape[0] && gx < lv->shape[1]) {
-				n = lv->shape[2] - gz < CZ ? lv->shape[2] - gz : CZ;
-				memcpy(d,
-				       vol + ((size_t)gy * lv->shape[1] + gx) * lv->shape[2] + gz,
-				       n);
-			}
-			memset(d + n, 0, CZ - n);
-		}
-	int k = blosc_compress_ctx(ZARR_CLEVEL_OF(l), BLOSC_SHUFFLE, 1, raw, scratch, out,
+	const uint8_t *src = zarr_gather(lv, vol, cy * lv->chunk[0], cx * lv->chunk[1],
+	                                 cz * lv->chunk[2], scratch);
+	int k = blosc_compress_ctx(ZARR_CLEVEL_OF(l), BLOSC_SHUFFLE, 1, raw, src, out,
 	                           raw + BLOSC_MAX_OVERHEAD, "zstd", FMT_ZARR_BLOCKSIZE, 1);
+
 	snprintf(path, sizeof(path), "%s/%u/%llu%s/%u/%u/%u", z->tmp, l, (unsigned long long)z->t,
 	         cdir, cy, cx, cz);
 	if (k <= 0) {
 		zarr_fail(z, -EIO, path, "blosc could not compress the chunk");
 		return;
 	}
+	/* its folder was made by zarr_folders */
 	int rc = zarr_write_file(path, out, (size_t)k);
-
-	if (rc == -ENOENT) {
-		/* the first chunk of its folder: the folders t, (c,) cy and cx under LEVEL (made
-		 * at open) are made here, by whichever thread comes first (EEXIST is fine) */
-		char *slash = strchr(path + strlen(z->tmp) + 1, '/');
-
-		rc = 0;
-		while (rc == 0 && slash && (slash = strchr(slash + 1, '/'))) {
-			*slash = 0;
-			rc = zarr_mkdir(path);
-			*slash = '/';
-		}
-		if (rc == 0)
-			rc = zarr_write_file(path, out, (size_t)k);
-	}
 
 	if (rc < 0)
 		zarr_fail(z, rc, path, NULL);
@@ -587,8 +634,8 @@ static int zarr_open(struct fmt_writer *w, char *err, size_t errlen)
 	z->threads = w->opt.threads ? w->opt.threads : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	if (z->threads < 1)
 		z->threads = 1;
-	if (z->threads > 64)
-		z->threads = 64;
+	if (z->threads > ZARR_THREADS_MAX)
+		z->threads = ZARR_THREADS_MAX;
 	z->nch = fmt_nch(&w->info);
 	z->caxis = fmt_channel_axis(&w->info);
 	for (uint32_t c = 0; z->caxis && c < z->nch; c++)
@@ -657,6 +704,9 @@ static int zarr_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *
 		if (rc < 0)
 			return vr_err(err, errlen, rc, "%s", z->err);
 	}
+	rc = zarr_folders(z, err, errlen);
+	if (rc < 0)
+		return rc;
 	rc = zarr_run(z, z->ntasks, zarr_chunk);
 	if (rc < 0)
 		return vr_err(err, errlen, rc, "%s", z->err);
@@ -712,6 +762,8 @@ static void zarr_free(struct fmt_writer *w)
 		return;
 	for (unsigned l = 1; l < z->nlevels; l++)
 		free(z->lv[l].vol);
+	for (unsigned k = 0; k < ZARR_THREADS_MAX; k++)
+		free(z->buf[k]);
 	pthread_mutex_destroy(&z->lock);
 	free(z->tmp);
 	free(z);
