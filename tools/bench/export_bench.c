@@ -3,16 +3,19 @@
  * The export benchmark (bench/export_bench.py runs it; never a timed test): exports one processed
  * recording into each format through the export engine and measures, in the same run, the two
  * limits they are held to: the file system's sequential write rate (large writes, then
- * fdatasync) for the uncompressed outputs, and blosc/zstd's own single-thread rate on the same
- * volumes' chunks, times the threads used, for OME-Zarr. JSON on stdout.
+ * fdatasync) for the uncompressed outputs, and blosc/zstd's own single-thread rate, times the
+ * threads used, for OME-Zarr: on the very chunks the export compressed (level 0 and the pyramid,
+ * at the writer's levels and block size), read back from the store. JSON on stdout.
  *   export_bench IN.h5 DIR [THREADS [gz]]   (gz: .nii.gz too: zlib, one thread, slow)
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,6 +119,94 @@ static int blosc_rate(const char *in, struct blosc1 *b)
 	b->wall = busy > 0 ? (double)raw / busy : -1;
 	b->cpu = cpu > 0 ? (double)raw / cpu : -1;
 	return busy > 0 && cpu > 0 ? 0 : -1;
+}
+
+/*
+ * blosc/zstd on one thread over the very chunks the OME-Zarr export compressed: each chunk file
+ * of the store read back and decompressed (not timed), then compressed again as the writer did
+ * (its level's clevel, FMT_ZARR_BLOCKSIZE, the chunk's whole size, edge padding included), timed
+ * by the wall clock and by the thread's CPU time. Index 0: level 0 (the volumes), 1: the
+ * pyramid's levels. Time points from 0 on, every level of each, until 2 CPU-seconds of
+ * compression.
+ */
+struct blosc_store {
+	double in[2], cpu[2], wall[2], out[2];
+	uint64_t chunks[2];
+	uint64_t volumes; /* time points measured */
+	int failed;
+};
+
+static struct blosc_store *store_acc;
+static unsigned store_level;
+
+static int store_chunk(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	struct blosc_store *b = store_acc;
+	const int i = store_level ? 1 : 0;
+	size_t nbytes = 0, cbytes = 0, blocksize = 0;
+	uint8_t *packed, *raw = NULL, *out = NULL;
+	FILE *f;
+
+	(void)ftw;
+	if (type != FTW_F)
+		return 0;
+	packed = malloc((size_t)st->st_size);
+	f = fopen(path, "rb");
+	if (!packed || !f || fread(packed, 1, (size_t)st->st_size, f) != (size_t)st->st_size)
+		goto fail;
+	blosc_cbuffer_sizes(packed, &nbytes, &cbytes, &blocksize);
+	raw = malloc(nbytes);
+	out = malloc(nbytes + BLOSC_MAX_OVERHEAD);
+	if (!raw || !out || cbytes != (size_t)st->st_size ||
+	    blosc_decompress_ctx(packed, raw, nbytes, 1) != (int)nbytes)
+		goto fail;
+	double t0 = vr_mono_s(), c0 = thread_cpu_s();
+	int k = blosc_compress_ctx(store_level ? FMT_ZARR_CLEVEL_PYRAMID : FMT_ZARR_CLEVEL,
+	                           BLOSC_SHUFFLE, 1, nbytes, raw, out, nbytes + BLOSC_MAX_OVERHEAD,
+	                           "zstd", FMT_ZARR_BLOCKSIZE, 1);
+	b->cpu[i] += thread_cpu_s() - c0;
+	b->wall[i] += vr_mono_s() - t0;
+	b->in[i] += (double)nbytes;
+	b->out[i] += k > 0 ? (double)k : (double)nbytes;
+	b->chunks[i]++;
+	fclose(f);
+	free(packed);
+	free(raw);
+	free(out);
+	return 0;
+fail:
+	fprintf(stderr, "export_bench: %s: not a blosc chunk that reads back\n", path);
+	if (f)
+		fclose(f);
+	free(packed);
+	free(raw);
+	free(out);
+	b->failed = 1;
+	return 1;
+}
+
+static int blosc_store_rate(const char *store, uint64_t nt, struct blosc_store *b)
+{
+	char dir[4200];
+	struct stat st;
+
+	memset(b, 0, sizeof(*b));
+	store_acc = b;
+	for (uint64_t t = 0; t < nt && b->cpu[0] + b->cpu[1] < 2.0 && !b->failed; t++) {
+		for (store_level = 0;; store_level++) {
+			snprintf(dir, sizeof(dir), "%s/%u", store, store_level);
+			if (stat(dir, &st) < 0)
+				break;
+			snprintf(dir, sizeof(dir), "%s/%u/%llu", store, store_level,
+			         (unsigned long long)t);
+			if (nftw(dir, store_chunk, 16, FTW_PHYS) != 0) {
+				b->failed = 1;
+				break;
+			}
+		}
+		b->volumes++;
+	}
+	return b->failed || b->cpu[0] <= 0 ? -1 : 0;
 }
 
 static void add_blosc(struct json_object *o, const char *when, const struct blosc1 *b)
@@ -232,14 +323,25 @@ int main(int argc, char **argv)
 		double cpu = cpu_s() - c0;
 
 		rate = (double)st.bytes_in / st.seconds;
-		if (i == 2 &&
-		    blosc_rate(argv[1], &b2) == 0) /* the limit again, after: the load moves */
-			add_blosc(o, "_after", &b2);
+		struct blosc_store bs = {0};
+		double all_cpu = 0, all_wall = 0;
+
+		if (i == 2) {
+			/* level 0's chunks of the first volumes again, after: the load moves */
+			if (blosc_rate(argv[1], &b2) == 0)
+				add_blosc(o, "_after", &b2);
+			/* the limit: blosc over the chunks this export compressed, every level */
+			if (blosc_store_rate(path, info.nt, &bs) < 0) {
+				fprintf(stderr, "export_bench: cannot measure blosc on %s\n", path);
+				return 1;
+			}
+			all_cpu = (bs.in[0] + bs.in[1]) / (bs.cpu[0] + bs.cpu[1]);
+			all_wall = (bs.in[0] + bs.in[1]) / (bs.wall[0] + bs.wall[1]);
+		}
 		/* .nii.gz: zlib through libznz, one thread: no ratio to a limit. OME-Zarr: blosc's
-		 * rate on one thread, the mean of before and after, times the threads */
-		limit = i == 2   ? (b1.wall + (b2.wall > 0 ? b2.wall : b1.wall)) / 2 * threads
-		        : i == 3 ? 0
-		                 : disk;
+		 * rate on one thread over the export's own chunks (compressor input per second),
+		 * times the threads */
+		limit = i == 2 ? all_wall * threads : i == 3 ? 0 : disk;
 		json_object_object_add(j, "format", json_object_new_string(suffix[i]));
 		json_object_object_add(j, "compressed", json_object_new_boolean(compressed));
 		json_object_object_add(j, "seconds", json_object_new_double(st.seconds));
@@ -260,11 +362,60 @@ int main(int argc, char **argv)
 			                       json_object_new_double(rate / limit));
 		}
 		if (i == 2) {
+			struct json_object *c = json_object_new_object();
+			/* the compressor's input: level 0 and the pyramid, edge padding included,
+			 * per byte of the export's input (the volumes) */
+			double per_volume = (bs.in[0] + bs.in[1]) / (double)bs.volumes;
+			double cin = per_volume * (double)st.volumes;
+			double cin_per_in = cin / (double)st.bytes_in;
+
+			json_object_object_add(c, "volumes_measured",
+			                       json_object_new_int64((int64_t)bs.volumes));
+			json_object_object_add(
+			        c, "chunks_measured",
+			        json_object_new_int64((int64_t)(bs.chunks[0] + bs.chunks[1])));
+			json_object_object_add(c, "level0_MB_per_cpu_s",
+			                       json_object_new_double(bs.in[0] / bs.cpu[0] / 1e6));
+			json_object_object_add(c, "level0_MBps",
+			                       json_object_new_double(bs.in[0] / bs.wall[0] / 1e6));
+			if (bs.cpu[1] > 0) {
+				json_object_object_add(
+				        c, "pyramid_MB_per_cpu_s",
+				        json_object_new_double(bs.in[1] / bs.cpu[1] / 1e6));
+				json_object_object_add(
+				        c, "pyramid_MBps",
+				        json_object_new_double(bs.in[1] / bs.wall[1] / 1e6));
+			}
+			json_object_object_add(c, "all_MB_per_cpu_s",
+			                       json_object_new_double(all_cpu / 1e6));
+			json_object_object_add(c, "all_MBps",
+			                       json_object_new_double(all_wall / 1e6));
+			json_object_object_add(c, "compression_ratio",
+			                       json_object_new_double((bs.in[0] + bs.in[1]) /
+			                                              (bs.out[0] + bs.out[1])));
+			json_object_object_add(c, "input_per_export_input",
+			                       json_object_new_double(cin_per_in));
+			/* what compressing this export's chunks costs on one thread alone */
+			json_object_object_add(c, "cpu_seconds_for_export",
+			                       json_object_new_double(cin / all_cpu));
+			json_object_object_add(j, "compressor", c);
+			/* the share of the export's CPU time (every thread) that is the compressor */
+			json_object_object_add(j, "compressor_share_of_cpu",
+			                       json_object_new_double(cin / all_cpu / cpu));
 			/* input per CPU-second of the export (every thread, the reader's
-			 * included) over blosc's per CPU-second of its own: the ratio the export
-			 * reaches when each of its threads has a core, whatever the load */
+			 * included) over compressor input per CPU-second of blosc alone on the same
+			 * chunks: the ratio the export reaches when each of its threads has a core,
+			 * whatever the load */
 			json_object_object_add(
 			        j, "ratio_per_cpu_second",
+			        json_object_new_double((double)st.bytes_in / cpu / all_cpu));
+			/* its ceiling, were the compressor all the export did: the pyramid's and
+			 * the padding's extra input */
+			json_object_object_add(j, "ratio_per_cpu_second_ceiling",
+			                       json_object_new_double(1 / cin_per_in));
+			/* the earlier figure (up to 2026-12-07): over level 0's whole chunks alone */
+			json_object_object_add(
+			        j, "ratio_per_cpu_second_level0_blosc",
 			        json_object_new_double((double)st.bytes_in / cpu / b1.cpu));
 		}
 		json_object_array_add(runs, j);
