@@ -110,6 +110,36 @@ def test_ome_zarr_values_voxel_sizes_and_ngff_metadata(bin_dir, tmp_path):
     assert not (tmp_path / "rec.ome.zarr.partial").exists()
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "userblock", "gzip", "small-chunks",
+                                    "unwritten-volume"])
+def test_every_hdf5_layout_exports_bit_for_bit(bin_dir, tmp_path, layout):
+    """The export maps a volume from the file where it lies whole and unfiltered (chunked by
+    volumes, contiguous, after a user block) and reads the others through HDF5 (filtered,
+    smaller chunks, a volume never written: its fill value); the values are the same."""
+    shape = (3, 10, 12, 64)
+    rng = np.random.default_rng(5)
+    vols = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    src = tmp_path / "rec.h5"
+    kw = {"contiguous": {}, "userblock": {"chunks": (1, *shape[1:])},
+          "gzip": {"chunks": (1, *shape[1:]), "compression": "gzip"},
+          "small-chunks": {"chunks": (1, 5, 6, 32)},
+          "unwritten-volume": {"chunks": (1, *shape[1:]), "fillvalue": 7}}[layout]
+    with h5py.File(src, "w", userblock_size=1024 if layout == "userblock" else 0) as f:
+        d = f.create_dataset("volumes", shape=shape, dtype=np.uint8, **kw)
+        for t in range(shape[0]):
+            if layout == "unwritten-volume" and t == 1:
+                vols[t] = 7
+                continue
+            d[t] = vols[t]
+        d.attrs["axes"] = "t,y,x,z"
+        f["epoch"] = np.arange(shape[0], dtype=np.uint64)
+    export(bin_dir, src, tmp_path / "out.zarr")
+    assert np.array_equal(zarr.open_group(str(tmp_path / "out.zarr"), mode="r")["0"][:], vols)
+    export(bin_dir, src, tmp_path / "out.nii", "--series")
+    got = np.asanyarray(nibabel.load(str(tmp_path / "out.nii")).dataobj)
+    assert np.array_equal(got, vols.transpose(3, 2, 1, 0))
+
+
 def test_ome_zarr_unknown_voxel_size_has_no_unit_and_unit_scale(bin_dir, tmp_path):
     src = tmp_path / "rec.h5"
     vols = recording(src, shape=(2, 8, 9, 40), voxel=None)
