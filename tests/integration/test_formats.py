@@ -92,7 +92,7 @@ def test_ome_zarr_values_voxel_sizes_and_ngff_metadata(bin_dir, tmp_path):
     assert comp == {"id": "blosc", "cname": "zstd", "clevel": 5, "shuffle": 1,
                     "blocksize": 32768}
     assert g["1"].compressor.get_config() == dict(comp, clevel=1)
-    # the default chunk: as many along each axis as 16x128x128 makes, of even sizes
+    # the default chunk: as many along each axis as 16x512x128 makes, of even sizes
     assert g["0"].chunks == (1, 10, 30, 120) and g["1"].chunks == (1, 10, 15, 100), (
         g["0"].chunks, g["1"].chunks)
     assert g["1"].shape == (3, 10, 15, 300) and g["2"].shape == (3, 5, 8, 150)
