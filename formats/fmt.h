@@ -243,16 +243,6 @@ int fmt_h5in_open(const char *path, struct fmt_h5in **out, struct fmt_info *info
  * negative errno with the message. */
 int fmt_h5in_read(struct fmt_h5in *r, uint64_t t, uint8_t *vol, char *err,
                   size_t errlen) VR_MUST_CHECK;
-/*
- * Volume t of a recording of one channel where it lies in the file, mapped read-only and its
- * pages faulted in (no copy: the export reads it as the page cache holds it), when the file
- * allows (sec2 driver, the dataset u8, contiguous or chunked by whole volumes, unfiltered, the
- * volume written): 1 with *vol, *map and *maplen for fmt_h5in_unmap; 0 where it does not (read
- * with fmt_h5in_read); a negative errno with the message.
- */
-int fmt_h5in_map(struct fmt_h5in *r, uint64_t t, const uint8_t **vol, void **map, size_t *maplen,
-                 char *err, size_t errlen) VR_MUST_CHECK;
-void fmt_h5in_unmap(void *map, size_t maplen);
 /* Close the file and free the JSON objects of info. NULL is fine. */
 void fmt_h5in_close(struct fmt_h5in *r);
 

@@ -17,9 +17,6 @@ struct export_pipe {
 	uint64_t nt;
 	size_t bytes;
 	uint8_t *buf[2];
-	const uint8_t *vol[2]; /* the volume: buf, or the file's pages mapped */
-	void *map[2];          /* the mapping of vol, NULL where it is buf */
-	size_t maplen[2];
 	int state[2]; /* 0 empty, 1 full, -1 the reader failed */
 	bool stop;    /* the writer gave up */
 	double read_s;
@@ -45,15 +42,7 @@ static void *export_reader(void *arg)
 		if (stop)
 			break;
 		t0 = vr_mono_s();
-		/* mapped where the file allows: no copy of the volume (docs/formats.md) */
-		rc = fmt_h5in_map(p->in, t, &p->vol[b], &p->map[b], &p->maplen[b], p->err,
-		                  sizeof(p->err));
-		if (rc == 0) {
-			p->vol[b] = p->buf[b];
-			rc = fmt_h5in_read(p->in, t, p->buf[b], p->err, sizeof(p->err));
-		} else if (rc > 0) {
-			rc = 0;
-		}
+		rc = fmt_h5in_read(p->in, t, p->buf[b], p->err, sizeof(p->err));
 		pthread_mutex_lock(&p->lock);
 		p->read_s += vr_mono_s() - t0;
 		p->state[b] = rc < 0 ? -1 : 1;
@@ -75,19 +64,15 @@ static const uint8_t *export_take(struct export_pipe *p, uint64_t t)
 	pthread_mutex_lock(&p->lock);
 	while (p->state[b] == 0)
 		pthread_cond_wait(&p->cond, &p->lock);
-	v = p->state[b] == 1 ? p->vol[b] : NULL;
+	v = p->state[b] == 1 ? p->buf[b] : NULL;
 	pthread_mutex_unlock(&p->lock);
 	return v;
 }
 
 static void export_give_back(struct export_pipe *p, uint64_t t)
 {
-	int b = (int)(t & 1);
-
-	fmt_h5in_unmap(p->map[b], p->maplen[b]);
-	p->map[b] = NULL;
 	pthread_mutex_lock(&p->lock);
-	p->state[b] = 0;
+	p->state[t & 1] = 0;
 	pthread_cond_broadcast(&p->cond);
 	pthread_mutex_unlock(&p->lock);
 }
@@ -176,9 +161,7 @@ int fmt_export(const char *in, const char *out, const struct fmt_options *opt,
 		stats->read_s = p.read_s;
 	}
 out_free:
-	fmt_writer_free(w);         /* removes the partial output unless finished */
-	for (int b = 0; b < 2; b++) /* a volume mapped but not written (an error) */
-		fmt_h5in_unmap(p.map[b], p.maplen[b]);
+	fmt_writer_free(w); /* removes the partial output unless finished */
 	free(p.buf[0]);
 	free(p.buf[1]);
 	fmt_h5in_close(p.in);

@@ -8,8 +8,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <hdf5.h>
@@ -495,96 +493,6 @@ int fmt_h5in_read(struct fmt_h5in *r, uint64_t t, uint8_t *vol, char *err, size_
 	if (mem >= 0)
 		H5Sclose(mem);
 	return 0;
-}
-
-/* The file offset of volume t of channel 0 when it is stored whole and unfiltered, u8 as read
- * (else -1: read it through HDF5). */
-static int64_t h5_volume_offset(struct fmt_h5in *r, uint64_t t, size_t bytes)
-{
-	hid_t ds = r->ds[0], type = H5Dget_type(ds), dcpl = H5Dget_create_plist(ds);
-	hid_t fcpl = H5Fget_create_plist(r->file);
-	int64_t off = -1;
-	hsize_t ub = 0;
-
-	if (type < 0 || dcpl < 0 || fcpl < 0 || H5Tequal(type, H5T_NATIVE_UINT8) <= 0 ||
-	    H5Pget_nfilters(dcpl) != 0 || H5Pget_userblock(fcpl, &ub) < 0)
-		goto out;
-	switch (H5Pget_layout(dcpl)) {
-	case H5D_CONTIGUOUS: {
-		haddr_t a = H5Dget_offset(ds);
-
-		if (a != HADDR_UNDEF)
-			off = (int64_t)(ub + a + t * bytes);
-		break;
-	}
-	case H5D_CHUNKED: {
-		hsize_t dim[4], start[4] = {t, 0, 0, 0}, size = 0;
-		haddr_t a = HADDR_UNDEF;
-		unsigned mask = 0;
-
-		if (H5Pget_chunk(dcpl, 4, dim) == 4 && dim[0] == 1 && dim[1] == r->shape[0] &&
-		    dim[2] == r->shape[1] && dim[3] == r->shape[2] &&
-		    H5Dget_chunk_info_by_coord(ds, start, &mask, &a, &size) >= 0 &&
-		    a != HADDR_UNDEF && mask == 0 && size == bytes)
-			off = (int64_t)(ub + a);
-		break;
-	}
-	default:
-		break;
-	}
-out:
-	if (fcpl >= 0)
-		H5Pclose(fcpl);
-	if (dcpl >= 0)
-		H5Pclose(dcpl);
-	if (type >= 0)
-		H5Tclose(type);
-	return off;
-}
-
-int fmt_h5in_map(struct fmt_h5in *r, uint64_t t, const uint8_t **vol, void **map, size_t *maplen,
-                 char *err, size_t errlen)
-{
-	const size_t bytes = (size_t)r->shape[0] * r->shape[1] * r->shape[2];
-	const int64_t page = sysconf(_SC_PAGESIZE);
-	hid_t fapl;
-	bool sec2;
-	void *handle = NULL, *m;
-	struct stat st;
-	int64_t off;
-	int fd;
-
-	if (t >= r->nt)
-		return vr_err(err, errlen, -EINVAL, "volume %llu of %llu", (unsigned long long)t,
-		              (unsigned long long)r->nt);
-	if (r->nch != 1 || page <= 0)
-		return 0;
-	fapl = H5Fget_access_plist(r->file);
-	sec2 = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2;
-	if (fapl >= 0)
-		H5Pclose(fapl);
-	if (!sec2 || H5Fget_vfd_handle(r->file, H5P_DEFAULT, &handle) < 0 || !handle)
-		return 0;
-	fd = *(int *)handle;
-	off = h5_volume_offset(r, t, bytes);
-	/* past the file's end the pages would fault (SIGBUS): read it through HDF5 instead */
-	if (off < 0 || fstat(fd, &st) < 0 || off + (int64_t)bytes > (int64_t)st.st_size)
-		return 0;
-	const int64_t lead = off % page;
-
-	m = mmap(NULL, bytes + (size_t)lead, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, off - lead);
-	if (m == MAP_FAILED)
-		return 0; /* the copy works where the mapping does not */
-	*vol = (const uint8_t *)m + lead;
-	*map = m;
-	*maplen = bytes + (size_t)lead;
-	return 1;
-}
-
-void fmt_h5in_unmap(void *map, size_t maplen)
-{
-	if (map)
-		munmap(map, maplen);
 }
 
 void fmt_h5in_close(struct fmt_h5in *r)
