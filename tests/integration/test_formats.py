@@ -113,9 +113,9 @@ def test_ome_zarr_values_voxel_sizes_and_ngff_metadata(bin_dir, tmp_path):
 @pytest.mark.parametrize("layout", ["contiguous", "userblock", "gzip", "small-chunks",
                                     "unwritten-volume"])
 def test_every_hdf5_layout_exports_bit_for_bit(bin_dir, tmp_path, layout):
-    """The export maps a volume from the file where it lies whole and unfiltered (chunked by
-    volumes, contiguous, after a user block) and reads the others through HDF5 (filtered,
-    smaller chunks, a volume never written: its fill value); the values are the same."""
+    """Whatever the HDF5 layout of /volumes (chunked by volumes as volrec writes it,
+    contiguous, after a user block, filtered, smaller chunks, a volume never written: its fill
+    value), the exported values are the file's."""
     shape = (3, 10, 12, 64)
     rng = np.random.default_rng(5)
     vols = rng.integers(0, 256, size=shape, dtype=np.uint8)
