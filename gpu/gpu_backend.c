@@ -784,7 +784,7 @@ static int gpu_device_check(const struct vr_config *cfg, struct cudaDeviceProp *
 			snprintf(err, errlen, "no CUDA device present");
 		return -ENODEV;
 	}
-	if (cfg->gpu.device < 0 || cfg->gpu.device >= ndev) {
+	if (cfg->gpu.device >= ndev) { /* the schema keeps it within 0..255 */
 		snprintf(err, errlen, "gpu.device: %d, but only %d CUDA device(s) present (0..%d)",
 		         cfg->gpu.device, ndev, ndev - 1);
 		return -ENODEV;
