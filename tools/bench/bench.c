@@ -560,11 +560,10 @@ static int cuda_paper_views_off(const struct bench_case *paper, int dev, double 
 
 /* VolRec at the paper's geometry through the pipeline engine, pipelined and serialized, with
  * and without views; figures volrec_paper_*. */
-static int cuda_paper(int dev, double seconds, const struct be_bandwidth *bwp, bench_say_fn fn,
+static int cuda_paper(int dev, double seconds, const struct be_bandwidth *bw, bench_say_fn fn,
                       void *ctx, struct bench_figs *figs, char *err, size_t errlen)
 {
 	const struct bench_case *paper = bench_case_find("paper");
-	const struct be_bandwidth bw = *bwp;
 	struct bench_result r, rs;
 	int rc;
 
@@ -575,9 +574,10 @@ static int cuda_paper(int dev, double seconds, const struct be_bandwidth *bwp, b
 
 	/* limits: copies overlapped across epochs (H2D of e+1 during D2H of e, both ways
 	 * at once), and one after the other (depth 1) */
-	double serial = 1.0 / (r.in_bytes / (bw.h2d_gbs * 1e9) + r.out_bytes / (bw.d2h_gbs * 1e9));
+	double serial =
+	        1.0 / (r.in_bytes / (bw->h2d_gbs * 1e9) + r.out_bytes / (bw->d2h_gbs * 1e9));
 	double overl =
-	        1.0 / fmax(r.in_bytes / (bw.bidir_gbs * 1e9), r.out_bytes / (bw.bidir_gbs * 1e9));
+	        1.0 / fmax(r.in_bytes / (bw->bidir_gbs * 1e9), r.out_bytes / (bw->bidir_gbs * 1e9));
 
 	say(fn, ctx, "  pipelined: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
 	    r.epochs_per_s, r.epochs, r.p50_ms, r.p99_ms);
@@ -613,11 +613,10 @@ static int cuda_paper(int dev, double seconds, const struct be_bandwidth *bwp, b
 
 /* The classic case (2048 u16 -> 1024 u8 depths, mode none) through the pipeline engine,
  * pipelined and serialized; figures classic_*. */
-static int cuda_classic(int dev, double seconds, const struct be_bandwidth *bwp, bench_say_fn fn,
+static int cuda_classic(int dev, double seconds, const struct be_bandwidth *bw, bench_say_fn fn,
                         void *ctx, struct bench_figs *figs, char *err, size_t errlen)
 {
 	const struct bench_case *classic = bench_case_find("classic-2048");
-	const struct be_bandwidth bw = *bwp;
 	struct bench_result r, rs;
 	char note[160];
 	int rc;
@@ -629,9 +628,10 @@ static int cuda_classic(int dev, double seconds, const struct be_bandwidth *bwp,
 		return rc;
 
 	const double asc = (double)classic->nx * classic->ny;
-	double serial = asc / (r.in_bytes / (bw.h2d_gbs * 1e9) + r.out_bytes / (bw.d2h_gbs * 1e9));
+	double serial =
+	        asc / (r.in_bytes / (bw->h2d_gbs * 1e9) + r.out_bytes / (bw->d2h_gbs * 1e9));
 	double overl =
-	        asc / fmax(r.in_bytes / (bw.bidir_gbs * 1e9), r.out_bytes / (bw.bidir_gbs * 1e9));
+	        asc / fmax(r.in_bytes / (bw->bidir_gbs * 1e9), r.out_bytes / (bw->bidir_gbs * 1e9));
 
 	say(fn, ctx, "  pipelined: %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
 	    r.epochs_per_s * asc / 1e6, r.epochs, r.p50_ms, r.p99_ms);
