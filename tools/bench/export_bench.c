@@ -156,6 +156,63 @@ static double pyramid_factor(const uint32_t *shape)
 	return (double)all / l0;
 }
 
+/* What is exported: its volumes, shape, bytes (bytes), channels and pyramid factor, into o. */
+static void input_json(struct json_object *o, const struct fmt_info *info, uint64_t bytes)
+{
+	json_object_object_add(o, "volumes", json_object_new_int64((int64_t)info->nt));
+	json_object_object_add(o, "shape", json_object_new_string(""));
+	char shape[64];
+	snprintf(shape, sizeof(shape), "%ux%ux%u", info->shape[0], info->shape[1], info->shape[2]);
+	json_object_object_add(o, "shape", json_object_new_string(shape));
+	json_object_object_add(o, "input_bytes", json_object_new_int64((int64_t)bytes));
+	{ /* the channels exported (each volume is one of each); blosc is measured on the first */
+		struct json_object *chs = json_object_new_array();
+
+		for (uint32_t c = 0; c < fmt_nch(info); c++)
+			json_object_array_add(chs, json_object_new_string(info->ch[c].name));
+		json_object_object_add(o, "channels", chs);
+	}
+	json_object_object_add(o, "zarr_pyramid_factor",
+	                       json_object_new_double(pyramid_factor(info->shape)));
+}
+
+/* The figures of one export to format (compressed or not), of statistics st and cpu CPU
+ * seconds, against limit bytes/s (0: none) and, with b (NULL: none), against blosc's input per
+ * CPU second. */
+static struct json_object *run_json(const char *format, bool compressed,
+                                    const struct fmt_export_stats *st, double cpu, double limit,
+                                    const struct blosc1 *b)
+{
+	struct json_object *j = json_object_new_object();
+	const double rate = (double)st->bytes_in / st->seconds;
+
+	json_object_object_add(j, "format", json_object_new_string(format));
+	json_object_object_add(j, "compressed", json_object_new_boolean(compressed));
+	json_object_object_add(j, "seconds", json_object_new_double(st->seconds));
+	json_object_object_add(j, "read_seconds", json_object_new_double(st->read_s));
+	/* CPU time over wall time: the cores the export got (a loaded machine gives less) */
+	json_object_object_add(j, "cpu_seconds", json_object_new_double(cpu));
+	/* the cores it got: threads when the machine is its own */
+	json_object_object_add(j, "cores_used", json_object_new_double(cpu / st->seconds));
+	json_object_object_add(j, "volumes_per_s",
+	                       json_object_new_double((double)st->volumes / st->seconds));
+	json_object_object_add(j, "input_MBps", json_object_new_double(rate / 1e6));
+	json_object_object_add(j, "written_MB",
+	                       json_object_new_double((double)st->bytes_out / 1e6));
+	if (limit > 0) {
+		json_object_object_add(j, "limit_MBps", json_object_new_double(limit / 1e6));
+		json_object_object_add(j, "ratio_to_limit", json_object_new_double(rate / limit));
+	}
+	if (b) {
+		/* input per CPU-second of the export (every thread, the reader's
+		 * included) over blosc's per CPU-second of its own: the ratio the export
+		 * reaches when each of its threads has a core, whatever the load */
+		json_object_object_add(j, "ratio_per_cpu_second",
+		                       json_object_new_double((double)st->bytes_in / cpu / b->cpu));
+	}
+	return j;
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const suffix[] = {".nii", ".ome.tif", ".zarr", ".nii.gz"};
@@ -177,21 +234,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t bytes = info.nt * fmt_nch(&info) * fmt_channel_bytes(&info);
-	json_object_object_add(o, "volumes", json_object_new_int64((int64_t)info.nt));
-	json_object_object_add(o, "shape", json_object_new_string(""));
-	char shape[64];
-	snprintf(shape, sizeof(shape), "%ux%ux%u", info.shape[0], info.shape[1], info.shape[2]);
-	json_object_object_add(o, "shape", json_object_new_string(shape));
-	json_object_object_add(o, "input_bytes", json_object_new_int64((int64_t)bytes));
-	{ /* the channels exported (each volume is one of each); blosc is measured on the first */
-		struct json_object *chs = json_object_new_array();
-
-		for (uint32_t c = 0; c < fmt_nch(&info); c++)
-			json_object_array_add(chs, json_object_new_string(info.ch[c].name));
-		json_object_object_add(o, "channels", chs);
-	}
-	json_object_object_add(o, "zarr_pyramid_factor",
-	                       json_object_new_double(pyramid_factor(info.shape)));
+	input_json(o, &info, bytes);
 	fmt_h5in_close(r);
 
 	snprintf(path, sizeof(path), "%s/disk-rate.tmp", argv[2]);
@@ -218,8 +261,8 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < nruns; i++) {
 		struct fmt_options opt = {.threads = threads, .replace = true};
 		struct fmt_export_stats st = {0};
-		struct json_object *j = json_object_new_object();
-		double rate, limit;
+		struct json_object *j;
+		double limit;
 		bool compressed = i >= 2;
 
 		snprintf(path, sizeof(path), "%s/bench%s", argv[2], suffix[i]);
@@ -231,7 +274,6 @@ int main(int argc, char **argv)
 		}
 		double cpu = cpu_s() - c0;
 
-		rate = (double)st.bytes_in / st.seconds;
 		if (i == 2 &&
 		    blosc_rate(argv[1], &b2) == 0) /* the limit again, after: the load moves */
 			add_blosc(o, "_after", &b2);
@@ -240,33 +282,7 @@ int main(int argc, char **argv)
 		limit = i == 2   ? (b1.wall + (b2.wall > 0 ? b2.wall : b1.wall)) / 2 * threads
 		        : i == 3 ? 0
 		                 : disk;
-		json_object_object_add(j, "format", json_object_new_string(suffix[i]));
-		json_object_object_add(j, "compressed", json_object_new_boolean(compressed));
-		json_object_object_add(j, "seconds", json_object_new_double(st.seconds));
-		json_object_object_add(j, "read_seconds", json_object_new_double(st.read_s));
-		/* CPU time over wall time: the cores the export got (a loaded machine gives less) */
-		json_object_object_add(j, "cpu_seconds", json_object_new_double(cpu));
-		/* the cores it got: threads when the machine is its own */
-		json_object_object_add(j, "cores_used", json_object_new_double(cpu / st.seconds));
-		json_object_object_add(j, "volumes_per_s",
-		                       json_object_new_double((double)st.volumes / st.seconds));
-		json_object_object_add(j, "input_MBps", json_object_new_double(rate / 1e6));
-		json_object_object_add(j, "written_MB",
-		                       json_object_new_double((double)st.bytes_out / 1e6));
-		if (limit > 0) {
-			json_object_object_add(j, "limit_MBps",
-			                       json_object_new_double(limit / 1e6));
-			json_object_object_add(j, "ratio_to_limit",
-			                       json_object_new_double(rate / limit));
-		}
-		if (i == 2) {
-			/* input per CPU-second of the export (every thread, the reader's
-			 * included) over blosc's per CPU-second of its own: the ratio the export
-			 * reaches when each of its threads has a core, whatever the load */
-			json_object_object_add(
-			        j, "ratio_per_cpu_second",
-			        json_object_new_double((double)st.bytes_in / cpu / b1.cpu));
-		}
+		j = run_json(suffix[i], compressed, &st, cpu, limit, i == 2 ? &b1 : NULL);
 		json_object_array_add(runs, j);
 		/* the outputs go: the next run finds the disk as this one did */
 		{
