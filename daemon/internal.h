@@ -159,9 +159,9 @@ void vrd_record_set_end(char *end, size_t len, const char *why);
  * Not locked: the recorder's mutex guards it. */
 struct vrd_bufq {
 	uint8_t *buf[VRD_BUFQ_MAX];
-	int n;                                /* buffers */
-	int free_stack[VRD_BUFQ_MAX], nfree;  /* free ones */
-	int q[VRD_BUFQ_MAX], qhead, qlen;     /* filled ones, oldest at qhead */
+	int n;                               /* buffers */
+	int free_stack[VRD_BUFQ_MAX], nfree; /* free ones */
+	int q[VRD_BUFQ_MAX], qhead, qlen;    /* filled ones, oldest at qhead */
 };
 /* As many buffers of bytes (aligned to align) as budget holds, 2 to VRD_BUFQ_MAX, all free.
  * 0 or -ENOMEM with the message (what: who asks) in err, nothing allocated. */

@@ -260,8 +260,9 @@ static char *op_record_start(const struct vrd_ctl_ops *svc, struct json_object *
 		return reply_error(id, "record_start: not available");
 	if (!json_object_object_get_ex(req, "raw", &raw) ||
 	    !json_object_is_type(raw, json_type_boolean))
-		return reply_error(id, "record_start: raw must be true (raw spectra into NAME.vrr) or "
-		                       "false (the published volumes into NAME.h5)");
+		return reply_error(id,
+		                   "record_start: raw must be true (raw spectra into NAME.vrr) or "
+		                   "false (the published volumes into NAME.h5)");
 	is_raw = json_object_get_boolean(raw);
 	if (!json_object_object_get_ex(req, "name", &name) ||
 	    !json_object_is_type(name, json_type_string))
@@ -271,13 +272,15 @@ static char *op_record_start(const struct vrd_ctl_ops *svc, struct json_object *
 	    count_field(req, "volumes", id, &volumes, &reply))
 		return reply;
 	if (is_raw ? volumes != 0 : epochs != 0)
-		return reply_error(id, "record_start: %s with raw %s (a raw recording counts epochs, "
-		                       "a processed one volumes)",
+		return reply_error(id,
+		                   "record_start: %s with raw %s (a raw recording counts epochs, "
+		                   "a processed one volumes)",
 		                   is_raw ? "volumes" : "epochs", is_raw ? "true" : "false");
 	has_sec = json_object_object_get_ex(req, "seconds", &sec);
 	if (has_sec && (epochs || volumes))
-		return reply_error(id, "record_start: %s and seconds given together (one of them, "
-		                       "or neither to record until record_stop)",
+		return reply_error(id,
+		                   "record_start: %s and seconds given together (one of them, "
+		                   "or neither to record until record_stop)",
 		                   is_raw ? "epochs" : "volumes");
 	if (has_sec) {
 		if ((!json_object_is_type(sec, json_type_int) &&
@@ -304,8 +307,9 @@ static char *op_record_stop(const struct vrd_ctl_ops *svc, struct json_object *r
 		return reply_error(id, "record_stop: not available");
 	if (json_object_object_get_ex(req, "raw", &raw)) {
 		if (!json_object_is_type(raw, json_type_boolean))
-			return reply_error(id, "record_stop: raw must be true (the raw recording, as "
-			                       "when it is left out) or false (the processed one)");
+			return reply_error(id,
+			                   "record_stop: raw must be true (the raw recording, as "
+			                   "when it is left out) or false (the processed one)");
 		is_raw = json_object_get_boolean(raw);
 	}
 	if (svc->record_stop(svc->ctx, is_raw, peer, err, sizeof(err)) < 0)

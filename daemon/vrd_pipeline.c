@@ -100,8 +100,8 @@ void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm, const char *why
 	if (!vp)
 		return;
 	pl_stop(vp->pl);
-	vrd_raw_end(vp->raw, why); /* acquisition is over: what is queued is written */
-	vrd_rec_end(vp->rec, why); /* so is publishing */
+	vrd_raw_end(vp->raw, why);          /* acquisition is over: what is queued is written */
+	vrd_rec_end(vp->rec, why);          /* so is publishing */
 	vrd_pub_close(vp->pub, unlink_shm); /* before the backend it registered with goes */
 	pl_close(vp->pl);
 	free(vp);

@@ -36,7 +36,7 @@ struct vrd_raw {
 	bool thr_live;
 	struct vrd_bufq b;
 	struct src_rec_frame f[VRD_BUFQ_MAX]; /* the frame header of each buffer queued */
-	int cur; /* the buffer the acquisition thread fills, -1 none */
+	int cur;                              /* the buffer the acquisition thread fills, -1 none */
 	struct src_rec_frame cur_f;
 	uint32_t cur_got;
 	uint64_t epochs_limit, accepted, skipped, skipped_pending, written, bytes;
@@ -160,8 +160,8 @@ static void *raw_main(void *arg)
 		f = r->f[buf];
 		pthread_mutex_unlock(&r->mu);
 
-		if (vrd_record_too_full(src_rec_writer_fd(r->w), r->path, r->min_free, r->frame_bytes,
-		                        err, sizeof(err)))
+		if (vrd_record_too_full(src_rec_writer_fd(r->w), r->path, r->min_free,
+		                        r->frame_bytes, err, sizeof(err)))
 			rc = -ENOSPC;
 		else
 			rc = src_rec_writer_frame(r->w, &f, r->b.buf[buf], err, sizeof(err));

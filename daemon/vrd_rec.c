@@ -223,7 +223,8 @@ static void close_file(struct vrd_rec *r, int rc)
 	r->skip_first = r->skip_last = 0;
 	snprintf(end, sizeof(end), "%s", r->end[0] ? r->end : "record_stop");
 	pthread_mutex_unlock(&r->mu);
-	if (!rc && first && h5rec_miss(r->w, session, first, last, H5REC_LEFT_OUT, err, sizeof(err)))
+	if (!rc && first &&
+	    h5rec_miss(r->w, session, first, last, H5REC_LEFT_OUT, err, sizeof(err)))
 		rc = -EIO;
 	complete = !rc && h5rec_missed(r->w) == 0;
 	rc = h5rec_close(r->w, end, complete, 1, &volumes, err, sizeof(err));

@@ -100,8 +100,9 @@ int vrd_bufq_alloc(struct vrd_bufq *b, uint64_t bytes, uint64_t budget, size_t a
 	for (b->n = 0; b->n < (int)n; b->n++) {
 		if (posix_memalign((void **)&b->buf[b->n], align, bytes)) {
 			vrd_bufq_free(b);
-			return vr_err(err, errlen, -ENOMEM, "%s: no memory for %llu buffers of %llu bytes",
-			              what, (unsigned long long)n, (unsigned long long)bytes);
+			return vr_err(err, errlen, -ENOMEM,
+			              "%s: no memory for %llu buffers of %llu bytes", what,
+			              (unsigned long long)n, (unsigned long long)bytes);
 		}
 		b->free_stack[b->n] = b->n;
 	}

@@ -817,8 +817,8 @@ static int reload_fall_back(struct service *s, const char *err, unsigned abandon
 	vrd_gen_drop(&s->gens, s->next_gen);
 	snprintf(msg, sizeof(msg), "%s: %s (keeping the previous configuration)", s->config_path,
 	         err);
-	if (vrd_pipeline_start(&s->cur, s->gens.current, s->raw, s->rec, false, &pl, err2, sizeof(err2)) <
-	    0) {
+	if (vrd_pipeline_start(&s->cur, s->gens.current, s->raw, s->rec, false, &pl, err2,
+	                       sizeof(err2)) < 0) {
 		bool stuck = vrd_pipeline_abandoned() != abandoned;
 
 		vrd_log(LOG_ERR, "fatal",
@@ -862,7 +862,8 @@ static int reload_rebuild(struct service *s, struct vr_config *next)
 		effective_remove(s);
 		run_dir_clean(&s->cur);
 	}
-	if (vrd_pipeline_start(next, s->next_gen, s->raw, s->rec, record, &pl, err, sizeof(err)) < 0) {
+	if (vrd_pipeline_start(next, s->next_gen, s->raw, s->rec, record, &pl, err, sizeof(err)) <
+	    0) {
 		cfg_free(next);
 		return reload_fall_back(s, err, abandoned);
 	}
@@ -1052,9 +1053,8 @@ static struct json_object *ctl_status(void *ctx)
 	return status_json(s, &snap, vrd_pub_readers(vrd_pipeline_pub(s->pl)), vr_mono_ns());
 }
 
-static int ctl_record_start(void *ctx, bool raw, const char *name, uint64_t count,
-                            double seconds, const struct vrd_ctl_peer *peer, char *err,
-                            size_t errlen)
+static int ctl_record_start(void *ctx, bool raw, const char *name, uint64_t count, double seconds,
+                            const struct vrd_ctl_peer *peer, char *err, size_t errlen)
 {
 	struct service *s = ctx;
 	char who[64 + VRD_CTL_VIA_MAX];
@@ -1184,8 +1184,8 @@ static int service_start(struct service *s)
 	if (rc == 0)
 		rc = vrd_rec_open(&s->cur, &s->gens, &s->rec, err, sizeof(err));
 	if (rc == 0)
-		rc = vrd_pipeline_start(&s->cur, s->gens.current, s->raw, s->rec, true, &s->pl,
-		                        err, sizeof(err));
+		rc = vrd_pipeline_start(&s->cur, s->gens.current, s->raw, s->rec, true, &s->pl, err,
+		                        sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_ERR, "start_failed", "cannot start: %s", err);
 		sd_notifyf(0, "STATUS=failed to start: %s", err);

@@ -150,7 +150,7 @@ static void record_usage(FILE *f)
 struct rec_args {
 	unsigned deflate; /* --compress level, 0: none */
 	bool force;
-	const char *raw; /* --raw NAME: the daemon records raw spectra (cmd_record_raw.c) */
+	const char *raw;       /* --raw NAME: the daemon records raw spectra (cmd_record_raw.c) */
 	const char *in_daemon; /* --in-daemon NAME: the daemon records its volumes (likewise) */
 };
 
@@ -642,8 +642,8 @@ static int rec_parse(int argc, char **argv, struct tool_target *tg, struct tool_
 			return VR_EXIT_USAGE;
 		}
 		if (run->count && run->seconds) {
-			fprintf(stderr, "volrec record: %s takes -n %s or -s SECONDS, not both\n", which,
-			        a->raw ? "EPOCHS" : "VOLUMES");
+			fprintf(stderr, "volrec record: %s takes -n %s or -s SECONDS, not both\n",
+			        which, a->raw ? "EPOCHS" : "VOLUMES");
 			return VR_EXIT_USAGE;
 		}
 		return TOOL_ARGS_GO_ON;

@@ -161,8 +161,9 @@ static int raw_status(const struct raw_kind *k, const struct tool_target *tg, st
 	s->failed = tool_json_bool(rec, "failed", false);
 	json_object_put(reply);
 	if (!s->state[0]) {
-		fprintf(stderr, "volrec record: the daemon's status shows no %s recording (an "
-		                "older volrecd?)\n",
+		fprintf(stderr,
+		        "volrec record: the daemon's status shows no %s recording (an "
+		        "older volrecd?)\n",
 		        k->raw ? "raw" : "processed");
 		return VR_EXIT_FAIL;
 	}
@@ -239,7 +240,8 @@ static int raw_result(const struct raw_kind *k, const struct raw_seen *s, bool i
 		return VR_EXIT_FAIL;
 	}
 	if (s->skipped) {
-		fprintf(stderr, "volrec record: %" PRIu64 " %s left out (the disk fell behind; %s)\n",
+		fprintf(stderr,
+		        "volrec record: %" PRIu64 " %s left out (the disk fell behind; %s)\n",
 		        s->skipped, k->unit, k->gaps);
 		return VR_EXIT_INCOMPLETE;
 	}
@@ -292,8 +294,7 @@ static int raw_follow(const struct raw_kind *k, const struct tool_target *tg, co
 	return raw_result(k, &s, stop_sent);
 }
 
-int record_in_daemon(struct tool_target *tg, const struct tool_run *run, const char *arg,
-                     bool raw)
+int record_in_daemon(struct tool_target *tg, const struct tool_run *run, const char *arg, bool raw)
 {
 	const struct raw_kind *k = &kinds[raw ? 0 : 1];
 	char name[256];

@@ -113,11 +113,14 @@ static void status_recording(FILE *f, struct json_object *st, const struct statu
 
 static void status_recordings(FILE *f, struct json_object *st, const char *eol)
 {
-	static const struct status_rec raw = {"recording", "recording", "epochs", "epochs_written",
-	                                      "skipped_epochs", true},
-	                               processed = {"recording.processed", "processed recording",
-	                                            "volumes", "volumes_written",
-	                                            "skipped_volumes", false};
+	static const struct status_rec raw = {"recording",      "recording",      "epochs",
+	                                      "epochs_written", "skipped_epochs", true},
+	                               processed = {"recording.processed",
+	                                            "processed recording",
+	                                            "volumes",
+	                                            "volumes_written",
+	                                            "skipped_volumes",
+	                                            false};
 
 	status_recording(f, st, &raw, eol);
 	status_recording(f, st, &processed, eol);
