@@ -16,8 +16,6 @@
 #include "daemon/internal.h"
 #include "sources/recording.h"
 
-#define RAW_BUFFER_BYTES (256u << 20) /* memory for queued epochs, at most (at least 2) */
-
 enum raw_state { RAW_IDLE, RAW_RECORDING, RAW_FINISHING, RAW_DONE };
 static const char *const raw_state_names[] = {"idle", "recording", "finishing", "finished"};
 
@@ -346,8 +344,8 @@ static int open_recording(struct vrd_raw *r, const struct vr_config *cfg, const 
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&r->mu);
-	rc = vrd_bufq_alloc(&r->b, r->frame_bytes, RAW_BUFFER_BYTES, SRC_REPLAY_ALIGN,
-	                    "raw recording", err, errlen);
+	rc = vrd_bufq_alloc(&r->b, r->frame_bytes, (uint64_t)cfg->record.queue_mb << 20,
+	                    SRC_REPLAY_ALIGN, "raw recording", err, errlen);
 	pthread_mutex_unlock(&r->mu);
 	if (!rc)
 		rc = src_rec_writer_open(path, &info, meta, sec, ns, &r->w, err, errlen);

@@ -18,8 +18,6 @@
 #include "formats/h5rec.h"
 #include "formats/h5vol.h"
 
-#define REC_BUFFER_BYTES (256u << 20) /* memory for queued volumes, at most (at least 2) */
-
 enum rec_state { REC_IDLE, REC_RECORDING, REC_FINISHING, REC_DONE };
 static const char *const rec_state_names[] = {"idle", "recording", "finishing", "finished"};
 
@@ -460,7 +458,7 @@ int vrd_rec_start(struct vrd_rec *r, const struct vr_config *cfg, const char *na
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&r->mu);
-	rc = vrd_bufq_alloc(&r->b, r->ch_bytes * r->l.nch, REC_BUFFER_BYTES, 64,
+	rc = vrd_bufq_alloc(&r->b, r->ch_bytes * r->l.nch, (uint64_t)cfg->record.queue_mb << 20, 64,
 	                    "processed recording", err, errlen);
 	pthread_mutex_unlock(&r->mu);
 	if (!rc)

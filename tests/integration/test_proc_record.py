@@ -310,3 +310,79 @@ def test_a_flow_daemons_channels_are_recorded_as_volrec_record_reads_them(bin_di
             assert f.attrs["channels"] in (b"structure,angio,doppler", "structure,angio,doppler")
     finally:
         d.close()
+
+
+SLOW_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+/* A disk slower than the daemon: every pwrite of VR_SLOW_BYTES or more (a volume's chunk) to
+ * a file whose name ends in VR_SLOW_SUFFIX waits 100 ms first. */
+static void slow(int fd, size_t n)
+{
+	const char *suffix = getenv("VR_SLOW_SUFFIX");
+	char link[64], path[PATH_MAX];
+	ssize_t len;
+
+	if (!suffix || n < strtoul(getenv("VR_SLOW_BYTES"), NULL, 10))
+		return;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	len = readlink(link, path, sizeof(path) - 1);
+	if (len < (ssize_t)strlen(suffix))
+		return;
+	path[len] = 0;
+	if (!strcmp(path + len - strlen(suffix), suffix))
+		nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+}
+
+#define REAL(name) static __typeof__(name) *real; if (!real) real = dlsym(RTLD_NEXT, #name)
+ssize_t pwrite(int fd, const void *b, size_t n, off_t o)
+{ REAL(pwrite); slow(fd, n); return real(fd, b, n, o); }
+ssize_t pwrite64(int fd, const void *b, size_t n, off_t o)
+{ REAL(pwrite64); slow(fd, n); return real(fd, b, n, o); }
+"""
+
+
+@pytest.mark.skipif(os.environ.get("VOLREC_SANITIZER") == "address",
+                    reason="LD_PRELOAD does not go with AddressSanitizer's runtime")
+def test_a_disk_slower_than_the_daemon_leaves_whole_volumes_out_and_the_file_says_which(
+        bin_dir, tmp_path):
+    so, src = tmp_path / "slow.so", tmp_path / "slow.c"
+    src.write_text(SLOW_C)
+    r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, LD_PRELOAD=str(so), VR_SLOW_SUFFIX="/slow.h5",
+               VR_SLOW_BYTES=str(36 * 36 * 256))
+    d = Daemon.__new__(Daemon)
+    Daemon.__init__(d, bin_dir, env=env)
+    try:
+        # 2 volumes queued at most; the disk takes 10 a second, the daemon publishes 25
+        d.cfg["record"] = {"dir": str(tmp_path), "min_free_gb": 0, "queue_mb": 1}
+        d.restart(d.cfg)
+        r = d.volrec("record", "--in-daemon", "slow", "-n", "12")
+        assert r.returncode == 4, (r.stdout, r.stderr)
+        assert "volumes left out (the disk fell behind; its /missed lists them)" in r.stderr
+        rec = processed(d)
+        assert rec["volumes_written"] == 12 and rec["skipped_volumes"] > 0, rec
+        assert sum(status(d)["drops"].values()) == 0  # processing never waited
+        with h5py.File(tmp_path / "slow.h5", "r") as f:
+            seqs = [int(s) for s in f["sequence"][:]]
+            rows = [(int(m["first"]), int(m["last"]), int(m["reason"])) for m in f["missed"][:]]
+            assert int(f.attrs["complete"]) == 0
+            assert int(f.attrs["missed_volumes"]) == rec["skipped_volumes"]
+            assert "3 left out" in str(f.attrs["missed_reasons"])
+            ids = [int(v) for v in f["volume_id"][:]]
+    finally:
+        d.close()
+    # every gap between the volumes written is one row of /missed (reason 3), and the ids
+    # show the same gaps
+    gaps = [(a + 1, b - 1, 3) for a, b in zip(seqs, seqs[1:]) if b != a + 1]
+    assert gaps and rows == gaps, (seqs, rows)
+    assert [b - a for a, b in zip(ids, ids[1:])] == [b - a for a, b in zip(seqs, seqs[1:])]
+    assert sum(last - first + 1 for first, last, _ in rows) == rec["skipped_volumes"]
