@@ -386,3 +386,31 @@ def test_a_disk_slower_than_the_daemon_leaves_whole_volumes_out_and_the_file_say
     assert gaps and rows == gaps, (seqs, rows)
     assert [b - a for a, b in zip(ids, ids[1:])] == [b - a for a, b in zip(seqs, seqs[1:])]
     assert sum(last - first + 1 for first, last, _ in rows) == rec["skipped_volumes"]
+
+
+def test_a_structural_reload_ends_it_whole_and_a_live_one_does_not(bin_dir, tmp_path):
+    d = raw_daemon(bin_dir, tmp_path)
+    try:
+        p = d.volrec_popen("record", "--in-daemon", "during")
+        wait_processed(d, lambda r: r.get("name") == "during" and r["volumes_written"] >= 2,
+                       "2 volumes written")
+        set_and_wait(d, "preprocess.db_range=[60, 100]")  # live: it goes on
+        assert processed(d)["state"] == "recording"
+        d.cfg["output"] = {"slots": 5}  # structural
+        d.write(d.cfg)
+        r = d.volrec("reload")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        out, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == 1, (out, err)
+        assert "(structural reload)" in out and "a structural reload of volrecd ended it" in err
+        rec = processed(d)
+        assert rec["state"] == "finished" and rec["end"] == "structural reload", rec
+        with h5py.File(tmp_path / "during.h5", "r") as f:
+            assert f.attrs["end"] in (b"structural reload", "structural reload")
+            assert f["volumes"].shape[0] == rec["volumes_written"] >= 2
+            assert list(f["generation_numbers"][:]) == [1, 2]
+        # and a new one records from the rebuilt pipeline
+        r = d.volrec("record", "--in-daemon", "after", "-n", "2")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+    finally:
+        d.close()
