@@ -37,16 +37,10 @@ static const char *const geometry_keys[] = {
         "voxel_size_um",
 };
 
-static void record_usage(FILE *f)
+/* What --raw and --in-daemon do: the daemon records, this command asks and follows. */
+static void record_daemon_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: volrec record -o FILE.h5 [-n N | -s S] [--force] [-w S] [-i NAME] [-r "
-	        "DIR]\n"
-	        "                     [-c FILE]\n"
-	        "       volrec record --raw NAME [-n EPOCHS | -s SECONDS] [-i NAME] [-r DIR] [-c "
-	        "FILE]\n"
-	        "       volrec record --in-daemon NAME [-n VOLUMES | -s SECONDS] [-i NAME] [-r "
-	        "DIR] [-c FILE]\n\n"
 	        "--raw: the daemon records the raw spectra it acquires into <record.dir>/NAME.vrr\n"
 	        "(man volrec) for EPOCHS epochs, SECONDS seconds, or until Ctrl-C, which\n"
 	        "stops it cleanly (record_stop); the command shows its progress on a terminal\n"
@@ -60,7 +54,21 @@ static void record_usage(FILE *f)
 	        "<record.dir>/NAME.h5 (the layout below, written by its own thread) for VOLUMES\n"
 	        "volumes, SECONDS seconds, or until Ctrl-C; otherwise as --raw (a trailing .h5 is\n"
 	        "dropped). Volumes the disk could not keep up with are left out and listed in\n"
-	        "/missed with reason 3 (exit status 4). It may run beside a raw recording.\n\n"
+	        "/missed with reason 3 (exit status 4). It may run beside a raw recording.\n\n");
+}
+
+static void record_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec record -o FILE.h5 [-n N | -s S] [--force] [-w S] [-i NAME] [-r "
+	        "DIR]\n"
+	        "                     [-c FILE]\n"
+	        "       volrec record --raw NAME [-n EPOCHS | -s SECONDS] [-i NAME] [-r DIR] [-c "
+	        "FILE]\n"
+	        "       volrec record --in-daemon NAME [-n VOLUMES | -s SECONDS] [-i NAME] [-r "
+	        "DIR] [-c FILE]\n\n");
+	record_daemon_usage(f);
+	fprintf(f,
 	        "Subscribe to a running volrecd and write every volume it publishes into HDF5 "
 	        "until N\n"
 	        "volumes are written, S seconds have passed, or Ctrl-C (SIGINT) / SIGTERM. Each "
