@@ -321,8 +321,8 @@ SLOW_C = r"""
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-/* A disk slower than the daemon: every pwrite of VR_SLOW_BYTES or more (a volume's chunk) to
- * a file whose name ends in VR_SLOW_SUFFIX waits 100 ms first. */
+/* A disk that stalls: every pwrite of VR_SLOW_BYTES or more (a volume's chunk) to a file whose
+ * name ends in VR_SLOW_SUFFIX waits while the file VR_SLOW_GATE exists. */
 static void slow(int fd, size_t n)
 {
 	const char *suffix = getenv("VR_SLOW_SUFFIX");
@@ -336,8 +336,10 @@ static void slow(int fd, size_t n)
 	if (len < (ssize_t)strlen(suffix))
 		return;
 	path[len] = 0;
-	if (!strcmp(path + len - strlen(suffix), suffix))
-		nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+	if (strcmp(path + len - strlen(suffix), suffix))
+		return;
+	while (access(getenv("VR_SLOW_GATE"), F_OK) == 0)
+		nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
 }
 
 #define REAL(name) static __typeof__(name) *real; if (!real) real = dlsym(RTLD_NEXT, #name)
@@ -357,21 +359,30 @@ def test_a_disk_slower_than_the_daemon_leaves_whole_volumes_out_and_the_file_say
     r = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src), "-ldl"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    gate = tmp_path / "gate"
     env = dict(os.environ, LD_PRELOAD=str(so), VR_SLOW_SUFFIX="/slow.h5",
-               VR_SLOW_BYTES=str(36 * 36 * 256))
+               VR_SLOW_BYTES=str(36 * 36 * 256), VR_SLOW_GATE=str(gate))
     d = Daemon.__new__(Daemon)
     Daemon.__init__(d, bin_dir, env=env)
     try:
-        # 2 volumes queued at most; the disk takes 10 a second, the daemon publishes 25
-        d.cfg["record"] = {"dir": str(tmp_path), "min_free_gb": 0, "queue_mb": 1}
+        # 2 volumes queued at most, and the disk stalls until the gate goes
+        d.cfg["record"] = {"dir": str(tmp_path / "rec"), "min_free_gb": 0, "queue_mb": 1}
+        (tmp_path / "rec").mkdir()
         d.restart(d.cfg)
-        r = d.volrec("record", "--in-daemon", "slow", "-n", "12")
-        assert r.returncode == 4, (r.stdout, r.stderr)
-        assert "volumes left out (the disk fell behind; its /missed lists them)" in r.stderr
+        gate.touch()
+        p = d.volrec_popen("record", "--in-daemon", "slow", "-n", "12")
+        try:
+            wait_processed(d, lambda r: r.get("name") == "slow" and r["skipped_volumes"] >= 5,
+                           "5 volumes left out while the disk stalls")
+        finally:
+            gate.unlink()
+        out, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == 4, (out, err)
+        assert "volumes left out (the disk fell behind; its /missed lists them)" in err, err
         rec = processed(d)
         assert rec["volumes_written"] == 12 and rec["skipped_volumes"] > 0, rec
         assert sum(status(d)["drops"].values()) == 0  # processing never waited
-        with h5py.File(tmp_path / "slow.h5", "r") as f:
+        with h5py.File(tmp_path / "rec" / "slow.h5", "r") as f:
             seqs = [int(s) for s in f["sequence"][:]]
             rows = [(int(m["first"]), int(m["last"]), int(m["reason"])) for m in f["missed"][:]]
             assert int(f.attrs["complete"]) == 0
