@@ -122,10 +122,11 @@ struct vrd_raw;
 /* Build the engine (pipeline/) for cfg with the shared-memory sink and start it, its volumes
  * carrying generation until a live change (vrd_gen.h); the
  * environment switches VOLRECD_PIPELINE_OVERLAP and VOLRECD_ZERO_COPY apply. raw (the
- * service's recorder, idle, which outlives the pipeline) is set to cfg's geometry and taps
- * acquisition; with record, record.name's recording starts with the first epoch (a failure is
- * announced, event record_failed, and the service runs all the same). On failure nothing is
- * left but raw and a message is in err. */
+ * service's raw recorder, idle, which outlives the pipeline) is set to cfg's geometry and taps
+ * acquisition; rec (its processed recorder, likewise) is set to cfg's volumes and handed every
+ * volume published; with record, record.name's recording starts with the first epoch (a
+ * failure is announced, event record_failed, and the service runs all the same). On failure
+ * nothing is left but the recorders and a message is in err. */
 int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_raw *raw,
                        struct vrd_rec *rec, bool record, struct vrd_pipeline **out, char *err,
                        size_t errlen) VR_MUST_CHECK;
