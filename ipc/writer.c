@@ -723,6 +723,12 @@ static bool slot_ref_ok(const struct ipc_writer *w, const struct ipc_slot_ref *s
 int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
                        const struct ipc_volume_meta *meta)
 {
+	return ipc_writer_publish_as(w, slot, meta, NULL);
+}
+
+int ipc_writer_publish_as(struct ipc_writer *w, struct ipc_slot_ref *slot,
+                          const struct ipc_volume_meta *meta, struct ipc_volume_meta *as)
+{
 	struct ipc_vol v;
 	struct ipc_volume_meta *m = &v.meta;
 	unsigned char buf[sizeof(struct volrec_vol_msg)];
@@ -771,6 +777,8 @@ int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
 	ipc_vol_encode(&v, buf);
 	send_msg(w, VOLREC_TOPIC_VOL, buf, sizeof(buf));
 	slot->data = NULL;
+	if (as)
+		*as = *m;
 	return 0;
 }
 
