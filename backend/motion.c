@@ -606,6 +606,47 @@ static void log_residual(struct be_motion *m, double cn)
 }
 
 /* The pose of an epoch (docs/algorithms.md §2c, "Pose"). */
+/* Whether the bands m->b0 of offset q (q < S: one of the cycle's) changed by less than
+ * BE_MOTION_STILL of their own spread since the last epoch at q; they are kept for the next. */
+static bool bands_still(struct be_motion *m, uint32_t q)
+{
+	bool still = false;
+
+	if (q < m->S && m->bq_ok[q]) {
+		const float *bq = m->bq + (size_t)q * m->nn;
+		double mean = 0.0, var = 0.0, dif = 0.0;
+		for (uint32_t i = 0; i < m->nn; i++)
+			mean += m->b0[i];
+		mean /= m->nn;
+		for (uint32_t i = 0; i < m->nn; i++) {
+			const double a = m->b0[i] - mean, d = (double)m->b0[i] - bq[i];
+			var += a * a;
+			dif += d * d;
+		}
+		still = var > 0.0 && dif < BE_MOTION_STILL * 2.0 * var;
+	}
+	if (q < m->S) {
+		memcpy(m->bq + (size_t)q * m->nn, m->b0, m->nn * sizeof(float));
+		m->bq_ok[q] = 1;
+	}
+	return still;
+}
+
+/* Whether the registration's residual cn is over BE_MOTION_RESET times the median of the
+ * logged ones (more than 5 logged). */
+static bool residual_jumped(const struct be_motion *m, double cn)
+{
+	double v[CLOG];
+	uint32_t k = m->nclog < CLOG ? m->nclog : CLOG;
+
+	if (m->nclog <= 5)
+		return false;
+	memcpy(v, m->clog + CLOG - k, k * sizeof(double));
+	qsort(v, k, sizeof(double), cmp_double);
+	double med = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+	return cn > BE_MOTION_RESET * med;
+}
+
 static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double *prof,
                     be_motion_bands_fn bands, void *ctx, struct be_motion_pose *out)
 {
@@ -629,25 +670,8 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	int rc = bands(ctx, 0.0, m->b0);
 	if (rc < 0)
 		return rc;
-	bool still = false;
+	const bool still = bands_still(m, q);
 	m->still = false;
-	if (q < m->S && m->bq_ok[q]) {
-		const float *bq = m->bq + (size_t)q * m->nn;
-		double mean = 0.0, var = 0.0, dif = 0.0;
-		for (uint32_t i = 0; i < m->nn; i++)
-			mean += m->b0[i];
-		mean /= m->nn;
-		for (uint32_t i = 0; i < m->nn; i++) {
-			const double a = m->b0[i] - mean, d = (double)m->b0[i] - bq[i];
-			var += a * a;
-			dif += d * d;
-		}
-		still = var > 0.0 && dif < BE_MOTION_STILL * 2.0 * var;
-	}
-	if (q < m->S) {
-		memcpy(m->bq + (size_t)q * m->nn, m->b0, m->nn * sizeof(float));
-		m->bq_ok[q] = 1;
-	}
 	if (still) {
 		*out = m->last;
 		memset(&m->vel, 0, sizeof(m->vel));
@@ -689,16 +713,9 @@ static int estimate(struct be_motion *m, uint32_t ox, uint32_t oy, const double 
 	}
 	/* a registration that leaves RESET times its usual residual: the chain of poses is lost
 	 * (the patient moved at once), the history is dropped at this epoch */
-	if (m->nclog > 5) {
-		double v[CLOG];
-		uint32_t k = m->nclog < CLOG ? m->nclog : CLOG;
-		memcpy(v, m->clog + CLOG - k, k * sizeof(double));
-		qsort(v, k, sizeof(double), cmp_double);
-		double med = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-		if (cn > BE_MOTION_RESET * med) {
-			m->lost = true;
-			m->nclog = 0;
-		}
+	if (residual_jumped(m, cn)) {
+		m->lost = true;
+		m->nclog = 0;
 	}
 	log_residual(m, cn);
 	/* alpha-beta: the velocity follows the innovation; the axial estimate as measured */

@@ -4,9 +4,7 @@
  * computed in double once per configuration: the CPU reference and the CUDA backend start
  * from the very same numbers.
  */
-#include <errno.h>
 #include <math.h>
-#include <stdio.h>
 
 #include "base/base.h"
 #include "backend/tables.h"
@@ -69,73 +67,30 @@ static double be_kappa(const double *l, uint32_t i)
 	return 2.0 * M_PI / (l[0] + x * (l[1] + x * (l[2] + x * l[3])));
 }
 
-int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, size_t errlen)
+void be_positions(const struct vr_config *cfg, uint32_t K, double *p)
 {
-	double top = (double)(K - 1);
+	const double top = (double)(K - 1);
+	const double *l = cfg->preprocess.resample.wavelength_nm;
+	const double *c = cfg->preprocess.resample.poly;
 
 	switch (cfg->preprocess.resample.positions) {
 	case CFG_RSPOS_TABLE:
-		if (!cfg->preprocess.resample.table.data || cfg->preprocess.resample.table.len != K)
-			return vr_err(
-			        err, errlen, -EINVAL,
-			        "preprocess.resample.table: %zu values loaded, %u needed (one per "
-			        "sample)",
-			        cfg->preprocess.resample.table.data
-			                ? cfg->preprocess.resample.table.len
-			                : (size_t)0,
-			        K);
-		for (uint32_t j = 0; j < K; j++) {
-			if (!isfinite(cfg->preprocess.resample.table.data[j]))
-				return vr_err(err, errlen, -EINVAL,
-				              "preprocess.resample.table: value %u is not finite",
-				              j);
+		for (uint32_t j = 0; j < K; j++)
 			p[j] = be_clampd(cfg->preprocess.resample.table.data[j], 0.0, top);
-		}
-		return 0;
+		return;
 	case CFG_RSPOS_POLY:
 		for (uint32_t j = 0; j < K; j++) {
-			double u = K > 1 ? (double)j / top : 0.0;
-			double v = cfg->preprocess.resample.poly[0] +
-			           u * (cfg->preprocess.resample.poly[1] +
-			                u * (cfg->preprocess.resample.poly[2] +
-			                     u * cfg->preprocess.resample.poly[3]));
-			if (!isfinite(v))
-				return vr_err(err, errlen, -EINVAL,
-				              "preprocess.resample.poly: not finite at j=%u", j);
-			p[j] = be_clampd(v, 0.0, top);
+			double u = (double)j / top;
+			p[j] = be_clampd(c[0] + u * (c[1] + u * (c[2] + u * c[3])), 0.0, top);
 		}
-		return 0;
+		return;
 	case CFG_RSPOS_WAVELENGTH: {
-		const double *l = cfg->preprocess.resample.wavelength_nm;
-		uint32_t i = 0;
-
-		if (K < 2) {
-			for (uint32_t j = 0; j < K; j++)
-				p[j] = 0.0;
-			return 0;
-		}
-		for (uint32_t ii = 0; ii < K; ii++) {
-			double lam = l[0] + ii * (l[1] + ii * (l[2] + ii * l[3]));
-			if (!(lam > 0.0) || !isfinite(lam))
-				return vr_err(
-				        err, errlen, -EINVAL,
-				        "preprocess.resample.wavelength_nm: lambda(%u) = %g nm, "
-				        "must be > 0 on every pixel",
-				        ii, lam);
-		}
 		/* target wavenumbers equally spaced from kappa(0) to kappa(K-1); p[j] by linear
-		 * inversion of the monotone kappa(i), walking i forward */
+		 * inversion of the monotone kappa(i) (the schema's cfg_wavelength_check), walking
+		 * i forward */
 		const double kap0 = be_kappa(l, 0), kapn = be_kappa(l, K - 1);
 		const double s = kapn > kap0 ? 1.0 : -1.0;
-		for (uint32_t ii = 0; ii + 1 < K; ii++) {
-			if (!(s * (be_kappa(l, ii + 1) - be_kappa(l, ii)) > 0.0))
-				return vr_err(
-				        err, errlen, -EINVAL,
-				        "preprocess.resample.wavelength_nm: wavenumber "
-				        "2*pi/lambda(i) is not strictly monotone (pixels %u and "
-				        "%u)",
-				        ii, ii + 1);
-		}
+		uint32_t i = 0;
 		for (uint32_t j = 0; j < K; j++) {
 			double kt = kap0 + (kapn - kap0) * (double)j / top;
 			while (i < K - 2 && s * be_kappa(l, i + 1) < s * kt)
@@ -143,14 +98,13 @@ int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err, 
 			double ki = be_kappa(l, i), k1 = be_kappa(l, i + 1);
 			p[j] = be_clampd((double)i + (kt - ki) / (k1 - ki), 0.0, top);
 		}
-		return 0;
+		return;
 	}
 	case CFG_RSPOS_NONE:
-	default:
-		return vr_err(err, errlen, -EINVAL,
-		              "preprocess.resample: method %s needs positions (table, poly or "
-		              "wavelength_nm)",
-		              cfg_resample_name(cfg->preprocess.resample.method));
+	default: /* method none: no positions (the schema requires them otherwise) */
+		for (uint32_t j = 0; j < K; j++)
+			p[j] = (double)j;
+		return;
 	}
 }
 
@@ -195,34 +149,6 @@ void be_resample_weights(enum cfg_resample method, double pos, uint32_t K, int32
 		w[2] = w[3] = 0.0;
 		break;
 	}
-}
-
-int be_table_check(const struct cfg_table *t, uint32_t K, const char *key, char *err, size_t errlen)
-{
-	if (!t->data || t->len != K)
-		return vr_err(err, errlen, -EINVAL, "%s: %zu values loaded from '%s', %u needed",
-		              key, t->data ? t->len : (size_t)0, t->path, K);
-	for (uint32_t j = 0; j < K; j++)
-		if (!isfinite(t->data[j]))
-			return vr_err(err, errlen, -EINVAL, "%s: value %u of '%s' is not finite",
-			              key, j + 1, t->path);
-	return 0;
-}
-
-int be_reference_table_check(const struct vr_config *cfg, uint32_t K, char *err, size_t errlen)
-{
-	if (cfg->preprocess.background.mode != CFG_BG_REFERENCE)
-		return 0;
-	return be_table_check(&cfg->preprocess.background.reference, K,
-	                      "preprocess.background.reference", err, errlen);
-}
-
-int be_dispersion_table_check(const struct vr_config *cfg, uint32_t K, char *err, size_t errlen)
-{
-	if (cfg->preprocess.dispersion.kind != CFG_DISP_TABLE)
-		return 0;
-	return be_table_check(&cfg->preprocess.dispersion.table, K, "preprocess.dispersion.table",
-	                      err, errlen);
 }
 
 void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *win, float *re,

@@ -18,11 +18,10 @@
 void be_window_fill(enum cfg_window type, double param, uint32_t K, float *win);
 
 /* Resampling positions p[0..K-1] (docs/algorithms.md §1.3, clamped to [0, K-1]) from the
- * configured table, poly or wavelength_nm. Returns 0, or -EINVAL with a message in err
- * (a table of the wrong length, a non-finite value, a non-positive wavelength, a wavenumber
- * that is not strictly monotone, no positions given). */
-VR_MUST_CHECK int be_positions(const struct vr_config *cfg, uint32_t K, double *p, char *err,
-                               size_t errlen);
+ * configured table, poly or wavelength_nm of cfg, a configuration the schema accepted (it
+ * checks the table's length and values, the polynomial's finite values and the wavelengths'
+ * monotone wavenumbers); with no positions (method none), p[j] = j. */
+void be_positions(const struct vr_config *cfg, uint32_t K, double *p);
 
 /* Kernel weights of one output sample at position pos (in [0, K-1]) for method linear, cubic
  * or spline, in double: *base is the first input index and w[0..3] its weights.
@@ -33,21 +32,9 @@ VR_MUST_CHECK int be_positions(const struct vr_config *cfg, uint32_t K, double *
 void be_resample_weights(enum cfg_resample method, double pos, uint32_t K, int32_t *base,
                          double w[4]);
 
-/* Check that a loaded table file has K finite values; -EINVAL with a message naming key and
- * file otherwise. */
-VR_MUST_CHECK int be_table_check(const struct cfg_table *t, uint32_t K, const char *key, char *err,
-                                 size_t errlen);
-
-/* be_table_check of preprocess.background.reference when the background mode is reference,
- * and of preprocess.dispersion.table when the dispersion kind is table (else 0). */
-VR_MUST_CHECK int be_reference_table_check(const struct vr_config *cfg, uint32_t K, char *err,
-                                           size_t errlen);
-VR_MUST_CHECK int be_dispersion_table_check(const struct vr_config *cfg, uint32_t K, char *err,
-                                            size_t errlen);
-
 /* Dispersion phasors win[j] * exp(-i phi[j]) (docs/algorithms.md §1.6) into re[0..K-1] and
- * im[0..K-1], phi from preprocess.dispersion (coeffs, or a table already accepted by
- * be_table_check). Only for a dispersion kind other than none. */
+ * im[0..K-1], phi from preprocess.dispersion (coeffs, or its table of K finite values, as the
+ * schema accepts it). Only for a dispersion kind other than none. */
 void be_dispersion_fill(const struct vr_config *cfg, uint32_t K, const float *win, float *re,
                         float *im);
 

@@ -305,6 +305,7 @@ struct vr_config {
 	struct {
 		char dir[CFG_PATH_MAX];  /* where raw recordings go: <dir>/<NAME>.vrr */
 		double min_free_gb;      /* recordings never leave less free space (GB) */
+		uint32_t queue_mb;       /* memory for the copies each recorder queues (MiB) */
 		char name[CFG_NAME_MAX]; /* headless: record raw into NAME at start ("": no) */
 		uint64_t epochs;         /* headless: that many epochs (0: until stopped) */
 		double seconds;          /* headless: or that long (0: until stopped) */

@@ -230,6 +230,7 @@ const struct cfg_key cfg_keys[] = {
         ENUM(view.volume.reduce, volume_reduce_names, CFG_VOLUME_MAX, LIVE),
         PATH(record.dir, "/var/lib/volrec/recordings", STRUCTURAL),
         F64(record.min_free_gb, 0, 1e9, 1, STRUCTURAL),
+        U32(record.queue_mb, 1, 65536, 256, STRUCTURAL),
         STR(record.name, "", STRUCTURAL),
         U64(record.epochs, 0, STRUCTURAL),
         F64(record.seconds, 0, 1e9, 0, STRUCTURAL),

@@ -129,13 +129,22 @@ out_close:
 	return rc;
 }
 
-/* The table at key: read when its file name was written now, else (cfg_set_keys) already
- * loaded, and still n values long. */
+/* The table at key: read when its file name was written now, else already loaded
+ * (cfg_set_keys) or set in code (cfg_check): n values long, each finite, as a read checks. */
 static int table_load(struct cfg_ctx *ctx, struct cfg_table *t, size_t n, const char *key)
 {
+	int rc;
+
 	if (cfg_mark_of(ctx, key).line)
 		return table_read(ctx, t, n, key);
-	return table_length(ctx, key, t->path, t->len, n);
+	rc = table_length(ctx, key, t->path, t->data ? t->len : 0, n);
+	for (size_t j = 0; !rc && j < n; j++)
+		if (!isfinite(t->data[j]))
+			rc = cfg_error(ctx, -ERANGE, key,
+			               "value %zu of the table %s is not a finite number (finite "
+			               "values only)",
+			               j + 1, t->path);
+	return rc;
 }
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -385,10 +394,11 @@ static int check_geometry(struct cfg_ctx *ctx)
 
 int cfg_wavelength_check(const double l[4], uint32_t k, char *err, size_t errlen)
 {
-	double prev = 0, dir = 0;
+	double prev = 0, dir = 0, prevk = 0;
 
 	for (uint32_t i = 0; i < k; i++) {
 		double x = i, lam = l[0] + x * (l[1] + x * (l[2] + x * l[3]));
+		double kap = 2.0 * M_PI / lam; /* the wavenumber the resampling inverts */
 		if (!(lam > 0) || !isfinite(lam)) {
 			snprintf(err, errlen,
 			         "gives a wavelength of %g nm at pixel %u (positive wavelengths, "
@@ -406,9 +416,20 @@ int cfg_wavelength_check(const double l[4], uint32_t k, char *err, size_t errlen
 				         i, lam, prev, k);
 				return -EINVAL;
 			}
+			/* lambda strictly monotone gives a monotone 2 pi / lambda, strictly so
+			 * unless two wavelengths are too close for double precision */
+			if (kap == prevk) {
+				snprintf(
+				        err, errlen,
+				        "gives the same wavenumber 2*pi/lambda at pixels %u and %u "
+				        "(%.17g nm and %.17g nm: too close to tell apart)",
+				        i - 1, i, prev, lam);
+				return -EINVAL;
+			}
 			dir = d;
 		}
 		prev = lam;
+		prevk = kap;
 	}
 	return 0;
 }

@@ -466,47 +466,16 @@ static void register_epoch(struct cpu_state *st, struct recon_ctx *ctx)
 	cpu_parallel(st, st->geo.Y, carry_row, ctx);
 }
 
-void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
-                     float *const Lf[CPU_FN_PLANES], const struct be_output *out)
+/* Interlace the epoch's samples (docs/algorithms.md §2b step 1): B is M (noncumulative) or
+ * the previous output (cumulative, after the swap at the end of the last epoch; zeros at
+ * first), the functional planes' B likewise; registered, the carried history and the plane's
+ * shift at each sampled column too; E the epoch each sampled column was written, -1 where its
+ * A-scan is missing (§1.0). */
+static void interlace_epoch(struct cpu_state *st, uint64_t e, const float *L,
+                            float *const Lf[CPU_FN_PLANES], uint32_t ox, uint32_t oy, bool reg)
 {
-	const struct cpu_params *p = &st->p;
-	const uint32_t X = st->geo.X, Y = st->geo.Y, Z = st->geo.nz, S = st->geo.S;
-	const size_t fc = st->geo.full_count;
-	const int sc = st->geo.chan[CFG_CH_STRUCTURE];
-	uint32_t ox, oy;
+	const uint32_t X = st->geo.X;
 
-	vr_scan_offset(e, st->geo.sx, st->geo.sy, &ox, &oy);
-	struct recon_ctx ctx = {.B = st->bvol,
-	                        .ovol = st->ovol,
-	                        .full = out->full && sc >= 0 ? out->full + (size_t)sc * fc : NULL,
-	                        .u8 = out->volume && sc >= 0 ? out->volume + (size_t)sc * fc : NULL,
-	                        .L = L,
-	                        .ox = ox,
-	                        .oy = oy};
-	const bool reg = p->live.mode == CFG_RECON_REGISTERED;
-	const bool adaptive = p->live.mode == CFG_RECON_ADAPTIVE || reg;
-	ctx.adaptive = adaptive;
-	ctx.keep = p->live.mode == CFG_RECON_CUMULATIVE || reg;
-
-	/* registered: the history carried into this epoch's frame takes M's place */
-	if (reg) {
-		register_epoch(st, &ctx);
-		ctx.B = st->rhist;
-	}
-
-	/* adaptive: compare the new samples with the history they replace (and, for the jump
-	 * recovery, the epoch with the last) */
-	const bool jr = adaptive && p->live.jump_recovery;
-	if (adaptive)
-		cpu_parallel(st, st->geo.ny, adaptive_changes, &ctx);
-	if (jr)
-		jump_detect(st, e, L);
-	/* columns rescanned since a move detected within the last cycle hold the scene as it is
-	 * now: their own samples count as unchanged */
-	const int64_t since = jr ? be_jump_since(&st->jump, e, S) : INT64_MAX;
-
-	/* interlace: B is M (noncumulative) or the previous output (cumulative, after the swap
-	 * at the end of the last epoch; zeros at first) */
 	interlace(st, st->bvol, L, ox, oy);
 	if (reg) {
 		interlace(st, st->rhist, L, ox, oy);
@@ -526,10 +495,20 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 			/* a missing A-scan (§1.0) leaves its position without a sample */
 			st->E[fy * X + fx] = st->miss[(size_t)y * st->geo.nx + x] ? -1 : (int64_t)e;
 		}
+}
 
+/* The weights of each column for epoch e (docs/algorithms.md §2.3, §2b): tcol the temporal
+ * weight, and adaptive alpha and beta from the change measures interpolated at the column;
+ * columns written at or after since count as unchanged. */
+static void column_weights(struct cpu_state *st, uint64_t e, uint32_t ox, uint32_t oy,
+                           bool adaptive, int64_t since)
+{
+	const struct cpu_params *p = &st->p;
+	const uint32_t X = st->geo.X, Y = st->geo.Y, S = st->geo.S;
 	const double k2 = p->live.tolerance * p->live.tolerance,
 	             ks2 = p->live.speckle_tolerance * p->live.speckle_tolerance;
 	const size_t nlow = (size_t)st->geo.ny * st->geo.nx;
+
 	for (uint32_t y = 0; y < Y; y++) {
 		uint32_t y0 = 0, y1 = 0, x0, x1;
 		float ty = 0.0f, tx;
@@ -565,21 +544,29 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 			st->tcol[i] = t;
 		}
 	}
+}
 
-	const float g1 = p->gz[0] / p->gz[1];
-	for (uint32_t z = 0; z < Z; z++) {
-		unsigned nv = 1 + (z > 0) + (z + 1 < Z);
+/* The axial normalizations at each depth: 1 / the sum of gz over the valid dz, 1 / their
+ * number. */
+static void depth_norms(struct cpu_state *st)
+{
+	const float g1 = st->p.gz[0] / st->p.gz[1];
+
+	for (uint32_t z = 0; z < st->geo.nz; z++) {
+		unsigned nv = 1 + (z > 0) + (z + 1 < st->geo.nz);
 		st->inv_gz[z] = (float)(1.0 / (1.0 + (double)g1 * (nv - 1)));
 		st->inv_nz[z] = 1.0f / (float)nv;
 	}
+}
 
-	const bool cum = p->live.mode == CFG_RECON_CUMULATIVE;
-	/* the structure: always when cumulative (its history) or adaptive (its weights) */
-	if (sc >= 0 || cum || adaptive)
-		recon_plane(st, &ctx);
-	if (reg)
-		st->rhave = true;
-	/* the other channels with the same E, t, g and valid neighbours (§5 step 5) */
+/* The channels other than the structure with the structure's E, t, g and valid neighbours
+ * (docs/algorithms.md §5 step 5): angiography's plane into its channel, Doppler's Re and Im
+ * then its v. */
+static void recon_channels(struct cpu_state *st, const float *L, float *const Lf[CPU_FN_PLANES],
+                           const struct be_output *out, uint32_t ox, uint32_t oy, bool cum)
+{
+	const size_t fc = st->geo.full_count;
+
 	for (uint32_t pl = 0; pl < CPU_FN_PLANES; pl++) {
 		if (!Lf[pl])
 			continue;
@@ -604,18 +591,73 @@ void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
 		                        .im = st->dres[1],
 		                        .full = out->full ? out->full + dc * fc : NULL,
 		                        .u8 = out->volume ? out->volume + dc * fc : NULL,
-		                        .row = (size_t)X * Z};
-		cpu_parallel(st, Y, doppler_rows, &d);
+		                        .row = (size_t)st->geo.X * st->geo.nz};
+		cpu_parallel(st, st->geo.Y, doppler_rows, &d);
+	}
+}
+
+/* Cumulative: this epoch's outputs become the next epoch's B. */
+static void swap_history(struct cpu_state *st)
+{
+	float *t = st->bvol;
+	st->bvol = st->ovol;
+	st->ovol = t;
+	for (uint32_t pl = 0; pl < CPU_FN_PLANES; pl++) {
+		t = st->bpl[pl];
+		st->bpl[pl] = st->opl[pl];
+		st->opl[pl] = t;
+	}
+}
+
+void cpu_recon_epoch(struct cpu_state *st, uint64_t e, const float *L,
+                     float *const Lf[CPU_FN_PLANES], const struct be_output *out)
+{
+	const struct cpu_params *p = &st->p;
+	const size_t fc = st->geo.full_count;
+	const int sc = st->geo.chan[CFG_CH_STRUCTURE];
+	uint32_t ox, oy;
+
+	vr_scan_offset(e, st->geo.sx, st->geo.sy, &ox, &oy);
+	struct recon_ctx ctx = {.B = st->bvol,
+	                        .ovol = st->ovol,
+	                        .full = out->full && sc >= 0 ? out->full + (size_t)sc * fc : NULL,
+	                        .u8 = out->volume && sc >= 0 ? out->volume + (size_t)sc * fc : NULL,
+	                        .L = L,
+	                        .ox = ox,
+	                        .oy = oy};
+	const bool reg = p->live.mode == CFG_RECON_REGISTERED;
+	const bool adaptive = p->live.mode == CFG_RECON_ADAPTIVE || reg;
+	const bool cum = p->live.mode == CFG_RECON_CUMULATIVE;
+	ctx.adaptive = adaptive;
+	ctx.keep = cum || reg;
+
+	/* registered: the history carried into this epoch's frame takes M's place */
+	if (reg) {
+		register_epoch(st, &ctx);
+		ctx.B = st->rhist;
 	}
 
-	if (cum) {
-		float *t = st->bvol;
-		st->bvol = st->ovol;
-		st->ovol = t;
-		for (uint32_t pl = 0; pl < CPU_FN_PLANES; pl++) {
-			t = st->bpl[pl];
-			st->bpl[pl] = st->opl[pl];
-			st->opl[pl] = t;
-		}
-	}
+	/* adaptive: compare the new samples with the history they replace (and, for the jump
+	 * recovery, the epoch with the last) */
+	const bool jr = adaptive && p->live.jump_recovery;
+	if (adaptive)
+		cpu_parallel(st, st->geo.ny, adaptive_changes, &ctx);
+	if (jr)
+		jump_detect(st, e, L);
+	/* columns rescanned since a move detected within the last cycle hold the scene as it is
+	 * now: their own samples count as unchanged */
+	const int64_t since = jr ? be_jump_since(&st->jump, e, st->geo.S) : INT64_MAX;
+
+	interlace_epoch(st, e, L, Lf, ox, oy, reg);
+	column_weights(st, e, ox, oy, adaptive, since);
+	depth_norms(st);
+
+	/* the structure: always when cumulative (its history) or adaptive (its weights) */
+	if (sc >= 0 || cum || adaptive)
+		recon_plane(st, &ctx);
+	if (reg)
+		st->rhave = true;
+	recon_channels(st, L, Lf, out, ox, oy, cum);
+	if (cum)
+		swap_history(st);
 }

@@ -65,27 +65,17 @@ int cpu_params_build(struct cpu_state *st, const struct vr_config *cfg, char *er
 {
 	struct cpu_params *p = &st->p;
 	const uint32_t K = st->geo.K;
-	int rc;
 
-	/* validate everything first, so that a failure leaves the old tables in place */
-	rc = be_reference_table_check(cfg, K, err, errlen);
-	if (rc < 0)
-		return rc;
-	if (cfg->preprocess.resample.method != CFG_RS_NONE) {
-		rc = be_positions(cfg, K, st->pos_tmp, err, errlen);
-		if (rc < 0)
-			return rc;
-	}
-	rc = be_dispersion_table_check(cfg, K, err, errlen);
-	if (rc < 0)
-		return rc;
+	/* the tables and values as the schema accepted them (cfg_check_backend); a failure
+	 * leaves the old tables in place */
 	if (cfg->preprocess.background.mode == CFG_BG_PARTIAL_MEDIAN && !st->pm_ready)
 		return vr_err(
 		        err, errlen, -EINVAL,
 		        "cpu backend: partial_median buffers are not allocated (cpu_pm_alloc)");
 
-	/* commit */
 	be_live_init(&p->live, cfg);
+	if (p->live.resample != CFG_RS_NONE)
+		be_positions(cfg, K, st->pos_tmp);
 	if (p->live.background == CFG_BG_REFERENCE)
 		for (uint32_t k = 0; k < K; k++)
 			p->bg_ref[k] = (float)cfg->preprocess.background.reference.data[k];

@@ -99,6 +99,10 @@ void vrd_pub_propose(struct vrd_pub *pub, const struct vr_config *cfg, uint32_t 
 void vrd_pub_close(struct vrd_pub *pub, bool unlink_shm);
 /* The shared-memory sink of the pipeline: volumes into shm slots, announced as `vol`. */
 void vrd_pub_sink(struct vrd_pub *pub, struct pl_sink *sink);
+struct vrd_rec;
+/* Hand every volume published from now on to rec (NULL: none) as well; before the pipeline
+ * starts. */
+void vrd_pub_record(struct vrd_pub *pub, struct vrd_rec *rec);
 /* Apply the live view settings of cfg (view.render.every) to the sink, between volumes. */
 void vrd_pub_update(struct vrd_pub *pub, const struct vr_config *cfg);
 /* Send JSON on topic "status" or "event"; any thread, never blocks. */
@@ -118,22 +122,62 @@ struct vrd_raw;
 /* Build the engine (pipeline/) for cfg with the shared-memory sink and start it, its volumes
  * carrying generation until a live change (vrd_gen.h); the
  * environment switches VOLRECD_PIPELINE_OVERLAP and VOLRECD_ZERO_COPY apply. raw (the
- * service's recorder, idle, which outlives the pipeline) is set to cfg's geometry and taps
- * acquisition; with record, record.name's recording starts with the first epoch (a failure is
- * announced, event record_failed, and the service runs all the same). On failure nothing is
- * left but raw and a message is in err. */
+ * service's raw recorder, idle, which outlives the pipeline) is set to cfg's geometry and taps
+ * acquisition; rec (its processed recorder, likewise) is set to cfg's volumes and handed every
+ * volume published; with record, record.name's recording starts with the first epoch (a
+ * failure is announced, event record_failed, and the service runs all the same). On failure
+ * nothing is left but the recorders and a message is in err. */
 int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_raw *raw,
-                       bool record, struct vrd_pipeline **out, char *err,
+                       struct vrd_rec *rec, bool record, struct vrd_pipeline **out, char *err,
                        size_t errlen) VR_MUST_CHECK;
-/* Stop the source, end a raw recording in progress (status end: why; its queued epochs
- * written), drain what is complete, publish it, free everything but the recorder. NULL is
- * fine. */
+/* Stop the source, drain what is complete, publish it, end the recordings in progress (status
+ * end: why; what they queued written), free everything but the recorders. NULL is fine. */
 void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm, const char *why);
 struct pl_pipeline *vrd_pipeline_engine(struct vrd_pipeline *vp);
 /* Sources a stop left inside one of their calls (event source_abandoned) in this process. */
 unsigned vrd_pipeline_abandoned(void);
 struct vrd_pub *vrd_pipeline_pub(struct vrd_pipeline *vp);
 struct vrd_raw *vrd_pipeline_raw(struct vrd_pipeline *vp);
+
+/* ---- what the recorders share (vrd_record.c) ---- */
+/* Whether name may name a recording: [A-Za-z0-9_.-], not starting with '.', < CFG_NAME_MAX. */
+bool vrd_record_name_ok(const char *name);
+/* 0, or -EINVAL with record_start's message in err when name may not name a recording. */
+int vrd_record_name_check(const char *name, char *err, size_t errlen);
+/* Room for a recording in dir: it is there and keeps min_free_gb free after unit_bytes more.
+ * 0 or a negative errno (-ENOSPC: too little room) with record_start's message in err. */
+int vrd_record_room(const char *dir, double min_free_gb, uint64_t unit_bytes, char *err,
+                    size_t errlen);
+/* Whether writing unit_bytes more into the file (fd, else path) would leave less than
+ * min_free_gb free (0: no limit); the message then in msg. */
+bool vrd_record_too_full(int fd, const char *path, double min_free_gb, uint64_t unit_bytes,
+                         char *msg, size_t len);
+/* The first reason a recording ends is the one status shows: why into end unless it says one. */
+void vrd_record_set_end(char *end, size_t len, const char *why);
+
+#define VRD_BUFQ_MAX 64 /* buffers of a recorder's pool at most */
+/* A recorder's buffers: free ones on a stack, filled ones in a FIFO queue of their indices.
+ * Not locked: the recorder's mutex guards it. */
+struct vrd_bufq {
+	uint8_t *buf[VRD_BUFQ_MAX];
+	int n;                               /* buffers */
+	int free_stack[VRD_BUFQ_MAX], nfree; /* free ones */
+	int q[VRD_BUFQ_MAX], qhead, qlen;    /* filled ones, oldest at qhead */
+};
+/* As many buffers of bytes (aligned to align) as budget holds, 2 to VRD_BUFQ_MAX, all free.
+ * 0 or -ENOMEM with the message (what: who asks) in err, nothing allocated. */
+int vrd_bufq_alloc(struct vrd_bufq *b, uint64_t bytes, uint64_t budget, size_t align,
+                   const char *what, char *err, size_t errlen) VR_MUST_CHECK;
+void vrd_bufq_free(struct vrd_bufq *b);
+/* A free buffer's index, -1 when none is free. */
+int vrd_bufq_take(struct vrd_bufq *b);
+/* Buffer i back to the free ones (i < 0: nothing). */
+void vrd_bufq_give(struct vrd_bufq *b, int i);
+/* Queue filled buffer i; take the oldest queued (-1: none). */
+void vrd_bufq_push(struct vrd_bufq *b, int i);
+int vrd_bufq_pop(struct vrd_bufq *b);
+/* Every queued buffer back to the free ones (what is queued is not written). */
+void vrd_bufq_drain(struct vrd_bufq *b);
 
 /* ---- the raw recorder (vrd_raw.c) ---- */
 struct vrd_raw;
@@ -147,8 +191,6 @@ int vrd_raw_open(const struct vr_config *cfg, struct vrd_raw **out, char *err,
  * vrd_raw_end, before the tap is used again). */
 void vrd_raw_configure(struct vrd_raw *r, const struct vr_config *cfg);
 void vrd_raw_tap(struct vrd_raw *r, struct pl_tap *tap);
-/* Whether name may name a recording: [A-Za-z0-9_.-], not starting with '.', < CFG_NAME_MAX. */
-bool vrd_raw_name_ok(const char *name);
 /* Record raw epochs into <cfg->record.dir>/<name>.vrr from the next epoch on: epochs of them
  * (0: until stopped) or for seconds (0: until stopped). Refused (-EBUSY) while one is in
  * progress, (-ENOSPC) when it would leave less than record.min_free_gb, (-EEXIST) when the
@@ -165,6 +207,38 @@ struct json_object *vrd_raw_status(struct vrd_raw *r);
 void vrd_raw_end(struct vrd_raw *r, const char *why);
 /* vrd_raw_end ("volrecd stopping") and free r; NULL is fine. */
 void vrd_raw_close(struct vrd_raw *r);
+
+/* ---- the processed recorder (vrd_rec.c) ---- */
+struct vrd_gens;
+
+/* A recorder of the volumes cfg's pipelines publish, idle; gens (the service's) gives each
+ * generation's values to the file, and must outlive it, as must the recorder the pipeline
+ * (vrd_pub_record). */
+int vrd_rec_open(const struct vr_config *cfg, struct vrd_gens *gens, struct vrd_rec **out,
+                 char *err, size_t errlen) VR_MUST_CHECK;
+/* The shape and channels of the volumes to come, cfg's; no recording in progress. */
+void vrd_rec_configure(struct vrd_rec *r, const struct vr_config *cfg);
+/* Record the published volumes into <cfg->record.dir>/<name>.h5 from the next one on: volumes
+ * of them (0: until stopped) or for seconds (0: until stopped). Refused (-EBUSY) while one is
+ * in progress, (-ENOSPC) when it would leave less than record.min_free_gb, (-EEXIST) when the
+ * file exists, (-EINVAL) for a name vrd_record_name_ok refuses. */
+int vrd_rec_start(struct vrd_rec *r, const struct vr_config *cfg, const char *name,
+                  uint64_t volumes, double seconds, char *err, size_t errlen) VR_MUST_CHECK;
+/* The publishing path (processing thread), after publishing the volume of session described
+ * by meta (as the slot holds it) whose channels are at data: a copy is queued, or the volume
+ * is left out (counted) when no buffer is free. Never waits for the disk. */
+void vrd_rec_volume(struct vrd_rec *r, uint64_t session, const struct ipc_volume_meta *meta,
+                    const void *data);
+/* Stop taking volumes; what is queued is written and the file closed by the recorder's thread.
+ * -ENOENT when none is in progress. */
+int vrd_rec_stop(struct vrd_rec *r, char *err, size_t errlen);
+/* The status's "recording.processed" object (a new reference). */
+struct json_object *vrd_rec_status(struct vrd_rec *r);
+/* End a recording in progress (status end: why), its queue written and the file closed, once
+ * the publishing path hands it volumes no more. */
+void vrd_rec_end(struct vrd_rec *r, const char *why);
+/* vrd_rec_end ("volrecd stopping") and free r; NULL is fine. */
+void vrd_rec_close(struct vrd_rec *r);
 
 /* ---- events and the service (vrd_service.c) ---- */
 /* Log and publish an `event` message {"event": name, "instance", "time", "session",

@@ -1,8 +1,9 @@
 # volrecd, the service (vrd_): options and --check, the adapter over the pipeline engine with
-# its shared-memory sink, logging and the service loop.
+# its shared-memory sink, logging, the service loop and the recorders (processed recordings
+# through the formats' HDF5 writer).
 PROGRAMS += volrecd
 volrecd_SRCS = $(wildcard daemon/*.c)
-volrecd_ARCHIVES = pl $(CORE_ARCHIVES) ipc
+volrecd_ARCHIVES = pl fmt $(CORE_ARCHIVES) ipc
 volrecd_LDLIBS = -lsystemd -lzmq -ljson-c $(HDF5_LIBS) $(CUDA_LDLIBS)
 
 # The control socket's request handling is unit-tested on its own (tests/unit/test_ctl.c).

@@ -227,37 +227,61 @@ static char *op_status(const struct vrd_ctl_ops *svc, struct json_object *req, c
 	return reply_text(o);
 }
 
-/* record_start: {"raw": true, "name": NAME, "epochs": E | "seconds": S}. */
+/* The whole number >= 1 of field key of req into *n (0 when absent): 0, or 1 with the error
+ * reply in *reply. */
+static int count_field(struct json_object *req, const char *key, const char *id, uint64_t *n,
+                       char **reply)
+{
+	struct json_object *v;
+
+	*n = 0;
+	if (!json_object_object_get_ex(req, key, &v))
+		return 0;
+	if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 1) {
+		*reply = reply_error(id, "record_start: %s must be a whole number >= 1", key);
+		return 1;
+	}
+	*n = (uint64_t)json_object_get_int64(v);
+	return 0;
+}
+
+/* record_start: {"raw": true, "name": NAME, "epochs": E | "seconds": S} or {"raw": false,
+ * "name": NAME, "volumes": V | "seconds": S}. */
 static char *op_record_start(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
                              const struct vrd_ctl_peer *peer)
 {
-	struct json_object *raw, *name, *ep, *sec;
-	char err[CFG_ERR_MAX];
-	uint64_t epochs = 0;
+	struct json_object *raw, *name, *sec;
+	char err[CFG_ERR_MAX], *reply = NULL;
+	uint64_t epochs, volumes;
 	double seconds = 0;
-	bool has_ep, has_sec;
+	bool is_raw, has_sec;
 
 	if (!svc->record_start)
 		return reply_error(id, "record_start: not available");
 	if (!json_object_object_get_ex(req, "raw", &raw) ||
-	    !json_object_is_type(raw, json_type_boolean) || !json_object_get_boolean(raw))
+	    !json_object_is_type(raw, json_type_boolean))
 		return reply_error(id,
-		                   "record_start: raw must be true (volrecd records raw spectra; "
-		                   "volumes are recorded by `volrec record`)");
+		                   "record_start: raw must be true (raw spectra into NAME.vrr) or "
+		                   "false (the published volumes into NAME.h5)");
+	is_raw = json_object_get_boolean(raw);
 	if (!json_object_object_get_ex(req, "name", &name) ||
 	    !json_object_is_type(name, json_type_string))
 		return reply_error(id, "record_start: name must be a string (letters, digits, '-', "
 		                       "'_' and '.', not first)");
-	has_ep = json_object_object_get_ex(req, "epochs", &ep);
+	if (count_field(req, "epochs", id, &epochs, &reply) ||
+	    count_field(req, "volumes", id, &volumes, &reply))
+		return reply;
+	if (is_raw ? volumes != 0 : epochs != 0)
+		return reply_error(id,
+		                   "record_start: %s with raw %s (a raw recording counts epochs, "
+		                   "a processed one volumes)",
+		                   is_raw ? "volumes" : "epochs", is_raw ? "true" : "false");
 	has_sec = json_object_object_get_ex(req, "seconds", &sec);
-	if (has_ep && has_sec)
-		return reply_error(id, "record_start: epochs and seconds given together (one of "
-		                       "them, or neither to record until record_stop)");
-	if (has_ep) {
-		if (!json_object_is_type(ep, json_type_int) || json_object_get_int64(ep) < 1)
-			return reply_error(id, "record_start: epochs must be a whole number >= 1");
-		epochs = (uint64_t)json_object_get_int64(ep);
-	}
+	if (has_sec && (epochs || volumes))
+		return reply_error(id,
+		                   "record_start: %s and seconds given together (one of them, "
+		                   "or neither to record until record_stop)",
+		                   is_raw ? "epochs" : "volumes");
 	if (has_sec) {
 		if ((!json_object_is_type(sec, json_type_int) &&
 		     !json_object_is_type(sec, json_type_double)) ||
@@ -265,21 +289,30 @@ static char *op_record_start(const struct vrd_ctl_ops *svc, struct json_object *
 			return reply_error(id, "record_start: seconds must be a number > 0");
 		seconds = json_object_get_double(sec);
 	}
-	if (svc->record_start(svc->ctx, json_object_get_string(name), epochs, seconds, peer, err,
-	                      sizeof(err)) < 0)
+	if (svc->record_start(svc->ctx, is_raw, json_object_get_string(name),
+	                      is_raw ? epochs : volumes, seconds, peer, err, sizeof(err)) < 0)
 		return reply_error(id, "%s", err);
 	return reply_text(reply_new(true, id));
 }
 
+/* record_stop: {} or {"raw": true} stops the raw recording, {"raw": false} the processed one. */
 static char *op_record_stop(const struct vrd_ctl_ops *svc, struct json_object *req, const char *id,
                             const struct vrd_ctl_peer *peer)
 {
+	struct json_object *raw;
 	char err[CFG_ERR_MAX];
+	bool is_raw = true;
 
-	(void)req;
 	if (!svc->record_stop)
 		return reply_error(id, "record_stop: not available");
-	if (svc->record_stop(svc->ctx, peer, err, sizeof(err)) < 0)
+	if (json_object_object_get_ex(req, "raw", &raw)) {
+		if (!json_object_is_type(raw, json_type_boolean))
+			return reply_error(id,
+			                   "record_stop: raw must be true (the raw recording, as "
+			                   "when it is left out) or false (the processed one)");
+		is_raw = json_object_get_boolean(raw);
+	}
+	if (svc->record_stop(svc->ctx, is_raw, peer, err, sizeof(err)) < 0)
 		return reply_error(id, "%s", err);
 	return reply_text(reply_new(true, id));
 }
@@ -295,8 +328,8 @@ static const struct {
         {"set", "values", op_set},
         {"reset_history", NULL, op_reset_history},
         {"status", NULL, op_status},
-        {"record_start", "raw name epochs seconds", op_record_start},
-        {"record_stop", NULL, op_record_stop},
+        {"record_start", "raw name epochs volumes seconds", op_record_start},
+        {"record_stop", "raw", op_record_stop},
 };
 
 /* Whether k is one of the space-separated fields of list (NULL: none). */

@@ -53,11 +53,13 @@ struct vrd_ctl_ops {
 	 * when it is not kept; *current and *oldest: the generation in force and the oldest
 	 * kept. NULL: the service keeps no generations. */
 	const char *(*generation)(void *ctx, uint32_t n, uint32_t *current, uint32_t *oldest);
-	/* Start a raw recording named name (checked: vrd_raw_name_ok) of epochs epochs or
-	 * seconds seconds (0: until stopped); stop the one in progress. */
-	int (*record_start)(void *ctx, const char *name, uint64_t epochs, double seconds,
+	/* Start a recording named name (checked: vrd_record_name_ok): raw, of count epochs, else
+	 * processed, of count volumes; or of seconds seconds (0 both: until stopped). Stop the
+	 * raw or the processed one in progress. */
+	int (*record_start)(void *ctx, bool raw, const char *name, uint64_t count, double seconds,
 	                    const struct vrd_ctl_peer *peer, char *err, size_t errlen);
-	int (*record_stop)(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen);
+	int (*record_stop)(void *ctx, bool raw, const struct vrd_ctl_peer *peer, char *err,
+	                   size_t errlen);
 };
 
 struct vrd_ctl;

@@ -15,6 +15,7 @@ int vrd_gen_init(struct vrd_gens *g, const struct vr_config *cfg)
 	int rc;
 
 	memset(g, 0, sizeof(*g));
+	pthread_mutex_init(&g->lock, NULL);
 	rc = vrd_gen_propose(g, cfg, &n);
 	if (rc == 0)
 		vrd_gen_commit(g, n);
@@ -35,9 +36,11 @@ int vrd_gen_propose(struct vrd_gens *g, const struct vr_config *cfg, uint32_t *n
 		return 0;
 	}
 	next = g->last + 1 ? g->last + 1 : 1; /* 0 means "not told": never given */
+	pthread_mutex_lock(&g->lock);
 	free(g->e[next % VRD_GEN_HISTORY].json);
 	g->e[next % VRD_GEN_HISTORY].n = next;
 	g->e[next % VRD_GEN_HISTORY].json = json;
+	pthread_mutex_unlock(&g->lock);
 	g->last = next;
 	*n = next;
 	return 0;
@@ -52,9 +55,22 @@ void vrd_gen_drop(struct vrd_gens *g, uint32_t n)
 {
 	if (n == g->current || g->e[n % VRD_GEN_HISTORY].n != n)
 		return;
+	pthread_mutex_lock(&g->lock);
 	free(g->e[n % VRD_GEN_HISTORY].json);
 	g->e[n % VRD_GEN_HISTORY].json = NULL;
 	g->e[n % VRD_GEN_HISTORY].n = 0;
+	pthread_mutex_unlock(&g->lock);
+}
+
+char *vrd_gen_dup(struct vrd_gens *g, uint32_t n)
+{
+	char *text = NULL;
+
+	pthread_mutex_lock(&g->lock);
+	if (n && g->e[n % VRD_GEN_HISTORY].n == n && g->e[n % VRD_GEN_HISTORY].json)
+		text = strdup(g->e[n % VRD_GEN_HISTORY].json);
+	pthread_mutex_unlock(&g->lock);
+	return text;
 }
 
 const char *vrd_gen_values(const struct vrd_gens *g, uint32_t n)
@@ -73,5 +89,6 @@ void vrd_gen_free(struct vrd_gens *g)
 {
 	for (size_t i = 0; i < VRD_GEN_HISTORY; i++)
 		free(g->e[i].json);
+	pthread_mutex_destroy(&g->lock);
 	memset(g, 0, sizeof(*g));
 }

@@ -8,6 +8,7 @@
 #ifndef VOLREC_DAEMON_VRD_GEN_H
 #define VOLREC_DAEMON_VRD_GEN_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "base/base.h"
@@ -22,6 +23,9 @@ struct vrd_gens {
 		uint32_t n;
 		char *json; /* cfg_live_json's text, owned */
 	} e[VRD_GEN_HISTORY];
+	/* guards e[] against vrd_gen_dup: the service's thread changes e[] (under it) and reads
+	 * it without; other threads read it through vrd_gen_dup only */
+	pthread_mutex_t lock;
 };
 
 /* Generation 1: the live values of cfg. 0 or -ENOMEM (g then empty). */
@@ -39,6 +43,9 @@ void vrd_gen_drop(struct vrd_gens *g, uint32_t n);
 /* The JSON object of generation n's live values (owned by g), NULL when n is not kept: never
  * given, refused, or older than the last VRD_GEN_HISTORY. */
 const char *vrd_gen_values(const struct vrd_gens *g, uint32_t n);
+/* A copy of generation n's values (malloc'ed, the caller frees it), NULL when n is not kept
+ * or memory is short. Any thread. */
+char *vrd_gen_dup(struct vrd_gens *g, uint32_t n);
 /* The oldest generation whose values are kept. */
 uint32_t vrd_gen_oldest(const struct vrd_gens *g);
 void vrd_gen_free(struct vrd_gens *g);

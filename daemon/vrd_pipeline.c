@@ -14,6 +14,7 @@ struct vrd_pipeline {
 	struct pl_pipeline *pl;
 	struct vrd_pub *pub;
 	struct vrd_raw *raw; /* the service's raw recorder, tapping acquisition */
+	struct vrd_rec *rec; /* the service's processed recorder, fed by the sink */
 	struct pl_tap tap;
 };
 
@@ -49,7 +50,8 @@ static void record_at_start(struct vrd_pipeline *vp, const struct vr_config *cfg
 }
 
 int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct vrd_raw *raw,
-                       bool record, struct vrd_pipeline **out, char *err, size_t errlen)
+                       struct vrd_rec *rec, bool record, struct vrd_pipeline **out, char *err,
+                       size_t errlen)
 {
 	/* a B-scan a camera lost drops its epoch and acquisition goes on (docs/shim.md) */
 	struct pl_options o = {.cfg = cfg,
@@ -68,7 +70,9 @@ int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct 
 	if (!vp)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
 	vp->raw = raw;
+	vp->rec = rec;
 	vrd_raw_configure(raw, cfg);
+	vrd_rec_configure(rec, cfg);
 	vrd_raw_tap(raw, &vp->tap);
 	o.tap = &vp->tap;
 	rc = pl_open(&o, &vp->pl, err, errlen);
@@ -78,6 +82,7 @@ int vrd_pipeline_start(const struct vr_config *cfg, uint32_t generation, struct 
 	if (rc < 0)
 		goto fail;
 	vrd_pub_sink(vp->pub, &sink);
+	vrd_pub_record(vp->pub, rec);
 	if (record)
 		record_at_start(vp, cfg);
 	rc = pl_start(vp->pl, &sink, err, errlen);
@@ -96,6 +101,7 @@ void vrd_pipeline_stop(struct vrd_pipeline *vp, bool unlink_shm, const char *why
 		return;
 	pl_stop(vp->pl);
 	vrd_raw_end(vp->raw, why);          /* acquisition is over: what is queued is written */
+	vrd_rec_end(vp->rec, why);          /* so is publishing */
 	vrd_pub_close(vp->pub, unlink_shm); /* before the backend it registered with goes */
 	pl_close(vp->pl);
 	free(vp);

@@ -49,6 +49,7 @@ struct vrd_pub {
 		struct volrec_channel_desc d[VOLREC_CHANNELS_MAX];
 	} maps[VRD_PUB_MAPS];
 	uint32_t nmaps;       /* proposed so far; the newest at (nmaps - 1) % VRD_PUB_MAPS */
+	struct vrd_rec *rec;  /* the processed recorder, handed every volume published */
 	pthread_mutex_t lock; /* guards last (written by the processing thread only) */
 	struct vrd_median_depths last; /* of the last volume published */
 };
@@ -400,8 +401,11 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	};
 	int rc;
 
+	const void *data = pub->cur.data; /* publishing gives the slot back: its address first */
+	struct ipc_volume_meta as;
+
 	pub_channel_map(pub, v->generation, meta.channel);
-	rc = ipc_writer_publish(pub->w, &pub->cur, &meta);
+	rc = ipc_writer_publish_as(pub->w, &pub->cur, &meta, pub->rec ? &as : NULL);
 	uint64_t sum = 0;
 	uint32_t max = 0;
 
@@ -412,6 +416,9 @@ static int sink_publish(void *ctx, const struct pl_volume *v, char *err, size_t 
 	if (rc < 0)
 		return vr_err_errno(err, errlen, rc, "shm: publishing volume of epoch %llu",
 		                    (unsigned long long)v->epoch);
+	/* this thread alone writes slots: the volume stays as published while it is copied */
+	if (pub->rec)
+		vrd_rec_volume(pub->rec, ipc_writer_session(pub->w), &as, data);
 	for (uint32_t b = 0; b < pub->ny; b++) {
 		sum += pub->md[b];
 		max = pub->md[b] > max ? pub->md[b] : max;
@@ -448,6 +455,11 @@ void vrd_pub_update(struct vrd_pub *pub, const struct vr_config *cfg)
 	if (pub->render.every < every || !pub->render.degraded)
 		pub->render.every = every;
 	pthread_mutex_unlock(&pub->lock);
+}
+
+void vrd_pub_record(struct vrd_pub *pub, struct vrd_rec *rec)
+{
+	pub->rec = rec;
 }
 
 void vrd_pub_render_state(struct vrd_pub *pub, struct vrd_render_state *rs)

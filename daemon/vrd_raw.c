@@ -12,21 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 
 #include "daemon/internal.h"
 #include "sources/recording.h"
 
-#define RAW_BUFFERS_MAX  64           /* epochs queued at most */
-#define RAW_BUFFER_BYTES (256u << 20) /* memory for queued epochs, at most (at least 2) */
-
 enum raw_state { RAW_IDLE, RAW_RECORDING, RAW_FINISHING, RAW_DONE };
 static const char *const raw_state_names[] = {"idle", "recording", "finishing", "finished"};
-
-struct raw_item {
-	int buf;
-	struct src_rec_frame f;
-};
 
 struct vrd_raw {
 	pthread_mutex_t mu;
@@ -41,12 +32,9 @@ struct vrd_raw {
 	struct src_rec_writer *w;
 	pthread_t thr;
 	bool thr_live;
-	uint8_t *bufs[RAW_BUFFERS_MAX];
-	int nbufs;
-	int free_stack[RAW_BUFFERS_MAX], nfree;
-	struct raw_item q[RAW_BUFFERS_MAX];
-	int qhead, qlen;
-	int cur; /* the buffer the acquisition thread fills, -1 none */
+	struct vrd_bufq b;
+	struct src_rec_frame f[VRD_BUFQ_MAX]; /* the frame header of each buffer queued */
+	int cur;                              /* the buffer the acquisition thread fills, -1 none */
 	struct src_rec_frame cur_f;
 	uint32_t cur_got;
 	uint64_t epochs_limit, accepted, skipped, skipped_pending, written, bytes;
@@ -60,31 +48,14 @@ struct vrd_raw {
 /* The first reason a recording ends is the one status shows. mu held. */
 static void set_end(struct vrd_raw *r, const char *why)
 {
-	if (!r->end[0])
-		snprintf(r->end, sizeof(r->end), "%s", why);
-}
-
-bool vrd_raw_name_ok(const char *name)
-{
-	size_t n = strlen(name);
-
-	if (n == 0 || n >= CFG_NAME_MAX || name[0] == '.')
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '-' || c == '_' || c == '.'))
-			return false;
-	}
-	return true;
+	vrd_record_set_end(r->end, sizeof(r->end), why);
 }
 
 /* ---- the tap (acquisition thread) ---------------------------------------------------------- */
 
 static void drop_cur(struct vrd_raw *r)
 {
-	if (r->cur >= 0)
-		r->free_stack[r->nfree++] = r->cur;
+	vrd_bufq_give(&r->b, r->cur);
 	r->cur = -1;
 }
 
@@ -100,12 +71,12 @@ static void tap_begin(struct vrd_raw *r, uint64_t epoch, uint64_t t_ns)
 		pthread_cond_signal(&r->cv);
 		return;
 	}
-	if (r->nfree == 0) {
+	r->cur = vrd_bufq_take(&r->b);
+	if (r->cur < 0) {
 		r->skipped++;
 		r->skipped_pending++;
 		return;
 	}
-	r->cur = r->free_stack[--r->nfree];
 	memset(&r->cur_f, 0, sizeof(r->cur_f));
 	r->cur_f.epoch = epoch;
 	vr_scan_offset(epoch, r->sx, r->sy, &r->cur_f.ox, &r->cur_f.oy);
@@ -129,7 +100,7 @@ static void tap_bscan(void *ctx, uint64_t epoch, uint32_t b, const void *data, s
 		drop_cur(r);
 		goto out;
 	}
-	memcpy(r->bufs[r->cur] + SRC_REC_FRAME_HDR + (size_t)b * r->bscan_bytes, data, bytes);
+	memcpy(r->b.buf[r->cur] + SRC_REC_FRAME_HDR + (size_t)b * r->bscan_bytes, data, bytes);
 	r->cur_got++;
 	r->cur_f.t_last_ns = t_ns;
 	r->cur_f.marks |= (marks & PL_TAP_GAP ? SRC_REC_MARK_GAP : 0) |
@@ -145,13 +116,10 @@ static void tap_epoch_end(void *ctx, uint64_t epoch, bool whole)
 	pthread_mutex_lock(&r->mu);
 	if (r->cur >= 0 && r->cur_f.epoch == epoch) {
 		if (whole && r->cur_got == r->ny && r->accepting) {
-			struct raw_item *it = &r->q[(r->qhead + r->qlen) % RAW_BUFFERS_MAX];
-
-			it->buf = r->cur;
-			it->f = r->cur_f;
-			it->f.skipped_before = r->skipped_pending;
+			r->f[r->cur] = r->cur_f;
+			r->f[r->cur].skipped_before = r->skipped_pending;
 			r->skipped_pending = 0;
-			r->qlen++;
+			vrd_bufq_push(&r->b, r->cur);
 			r->accepted++;
 			r->cur = -1;
 			if (r->epochs_limit && r->accepted >= r->epochs_limit) {
@@ -169,23 +137,6 @@ static void tap_epoch_end(void *ctx, uint64_t epoch, bool whole)
 
 /* ---- the writer thread --------------------------------------------------------------------- */
 
-/* Whether writing another frame would leave less than record.min_free_gb free. */
-static bool too_full(struct vrd_raw *r, char *msg, size_t len)
-{
-	struct statvfs vfs;
-	double avail;
-
-	if (r->min_free <= 0 || fstatvfs(src_rec_writer_fd(r->w), &vfs) < 0)
-		return false; /* 0: no limit, write until the disk refuses */
-	avail = (double)vfs.f_bavail * (double)vfs.f_frsize;
-	if (avail - (double)r->frame_bytes >= r->min_free * 1e9)
-		return false;
-	snprintf(msg, len,
-	         "stopped before the disk falls below record.min_free_gb %g (%.3f GB free)",
-	         r->min_free, avail / 1e9);
-	return true;
-}
-
 static void *raw_main(void *arg)
 {
 	struct vrd_raw *r = arg;
@@ -193,27 +144,28 @@ static void *raw_main(void *arg)
 	int rc = 0;
 
 	for (;;) {
-		struct raw_item it;
+		struct src_rec_frame f;
+		int buf;
 
 		pthread_mutex_lock(&r->mu);
-		while (r->qlen == 0 && r->state == RAW_RECORDING)
+		while (r->b.qlen == 0 && r->state == RAW_RECORDING)
 			pthread_cond_wait(&r->cv, &r->mu);
-		if (r->qlen == 0 || rc) {
+		if (r->b.qlen == 0 || rc) {
 			pthread_mutex_unlock(&r->mu);
 			break;
 		}
-		it = r->q[r->qhead];
-		r->qhead = (r->qhead + 1) % RAW_BUFFERS_MAX;
-		r->qlen--;
+		buf = vrd_bufq_pop(&r->b);
+		f = r->f[buf];
 		pthread_mutex_unlock(&r->mu);
 
-		if (too_full(r, err, sizeof(err)))
+		if (vrd_record_too_full(src_rec_writer_fd(r->w), r->path, r->min_free,
+		                        r->frame_bytes, err, sizeof(err)))
 			rc = -ENOSPC;
 		else
-			rc = src_rec_writer_frame(r->w, &it.f, r->bufs[it.buf], err, sizeof(err));
+			rc = src_rec_writer_frame(r->w, &f, r->b.buf[buf], err, sizeof(err));
 
 		pthread_mutex_lock(&r->mu);
-		r->free_stack[r->nfree++] = it.buf;
+		vrd_bufq_give(&r->b, buf);
 		if (rc == 0) {
 			struct src_rec_writer_stats ws;
 			src_rec_writer_stats(r->w, &ws);
@@ -226,11 +178,7 @@ static void *raw_main(void *arg)
 			r->failed = true;
 			snprintf(r->error, sizeof(r->error), "%s", err);
 			set_end(r, rc == -ENOSPC ? "disk full" : "write error");
-			while (r->qlen) {
-				r->free_stack[r->nfree++] = r->q[r->qhead].buf;
-				r->qhead = (r->qhead + 1) % RAW_BUFFERS_MAX;
-				r->qlen--;
-			}
+			vrd_bufq_drain(&r->b);
 		}
 		pthread_mutex_unlock(&r->mu);
 	}
@@ -296,9 +244,7 @@ void vrd_raw_tap(struct vrd_raw *r, struct pl_tap *tap)
 
 static void free_buffers(struct vrd_raw *r)
 {
-	for (int i = 0; i < r->nbufs; i++)
-		free(r->bufs[i]);
-	r->nbufs = r->nfree = r->qlen = r->qhead = 0;
+	vrd_bufq_free(&r->b);
 	r->cur = -1;
 }
 
@@ -369,53 +315,6 @@ oom:
 	return vr_err(err, errlen, -ENOMEM, "out of memory");
 }
 
-/* Buffers for queued epochs: as many as RAW_BUFFER_BYTES allows, 2 at least. */
-static int alloc_buffers(struct vrd_raw *r, char *err, size_t errlen)
-{
-	uint64_t n = RAW_BUFFER_BYTES / r->frame_bytes;
-
-	if (n < 2)
-		n = 2;
-	if (n > RAW_BUFFERS_MAX)
-		n = RAW_BUFFERS_MAX;
-	for (r->nbufs = 0; r->nbufs < (int)n; r->nbufs++) {
-		if (posix_memalign((void **)&r->bufs[r->nbufs], SRC_REPLAY_ALIGN, r->frame_bytes)) {
-			free_buffers(r);
-			return vr_err(
-			        err, errlen, -ENOMEM,
-			        "raw recording: no memory for %llu epoch buffers of %llu bytes",
-			        (unsigned long long)n, (unsigned long long)r->frame_bytes);
-		}
-		r->free_stack[r->nbufs] = r->nbufs;
-	}
-	r->nfree = r->nbufs;
-	return 0;
-}
-
-/* Room for a recording in record.dir: the folder is there and keeps record.min_free_gb free
- * after one epoch. 0 or a negative errno with the message in err. */
-static int check_room(const struct vrd_raw *r, const struct vr_config *cfg, char *err,
-                      size_t errlen)
-{
-	struct statvfs vfs;
-
-	if (statvfs(cfg->record.dir, &vfs) < 0)
-		return vr_err(err, errlen, -errno,
-		              "record_start: record.dir %s: %s (record.dir in the configuration "
-		              "names the directory raw recordings go into; the package makes its "
-		              "default, /var/lib/volrec/recordings)",
-		              cfg->record.dir, strerror(errno));
-	if ((double)vfs.f_bavail * (double)vfs.f_frsize - (double)r->frame_bytes <
-	    cfg->record.min_free_gb * 1e9)
-		return vr_err(
-		        err, errlen, -ENOSPC,
-		        "record_start: %s has %.3f GB free; a recording would leave less than "
-		        "record.min_free_gb %g",
-		        cfg->record.dir, (double)vfs.f_bavail * (double)vfs.f_frsize / 1e9,
-		        cfg->record.min_free_gb);
-	return 0;
-}
-
 /* The epoch buffers and the recording's file at path (r->w), with the geometry, the metadata
  * and the configuration's sections in its header. 0 or a negative errno with the message in
  * err, nothing left allocated. */
@@ -445,7 +344,8 @@ static int open_recording(struct vrd_raw *r, const struct vr_config *cfg, const 
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&r->mu);
-	rc = alloc_buffers(r, err, errlen);
+	rc = vrd_bufq_alloc(&r->b, r->frame_bytes, (uint64_t)cfg->record.queue_mb << 20,
+	                    SRC_REPLAY_ALIGN, "raw recording", err, errlen);
 	pthread_mutex_unlock(&r->mu);
 	if (!rc)
 		rc = src_rec_writer_open(path, &info, meta, sec, ns, &r->w, err, errlen);
@@ -471,13 +371,9 @@ int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *na
 	int rc;
 
 	reap(r);
-	if (!vrd_raw_name_ok(name))
-		return vr_err(
-		        err, errlen, -EINVAL,
-		        "record_start: name '%.64s' is not allowed (letters, digits, '-', '_' "
-		        "and '.', not first; at most %d characters): recordings go into "
-		        "record.dir only",
-		        name, CFG_NAME_MAX - 1);
+	rc = vrd_record_name_check(name, err, errlen);
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&r->mu);
 	rc = r->state == RAW_RECORDING || r->state == RAW_FINISHING || r->thr_live;
 	pthread_mutex_unlock(&r->mu);
@@ -485,7 +381,7 @@ int vrd_raw_start(struct vrd_raw *r, const struct vr_config *cfg, const char *na
 		return vr_err(err, errlen, -EBUSY,
 		              "record_start: a raw recording (%s) is in progress", r->path);
 	snprintf(path, sizeof(path), "%s/%s.vrr", cfg->record.dir, name);
-	rc = check_room(r, cfg, err, errlen);
+	rc = vrd_record_room(cfg->record.dir, cfg->record.min_free_gb, r->frame_bytes, err, errlen);
 	if (!rc)
 		rc = open_recording(r, cfg, name, path, err, errlen);
 	if (rc)

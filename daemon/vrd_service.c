@@ -119,6 +119,7 @@ struct service {
 	struct vr_config cur; /* the configuration in force */
 	struct vrd_pipeline *pl;
 	struct vrd_raw *raw; /* the raw recorder, across rebuilds (vrd_raw.c) */
+	struct vrd_rec *rec; /* the processed recorder, likewise (vrd_rec.c) */
 	enum svc_state state;
 	uint64_t started_ns;
 	char pid_path[CFG_PATH_MAX + CFG_NAME_MAX + 8];
@@ -599,7 +600,9 @@ static struct json_object *status_json(struct service *s, const struct pl_stats 
 	jset_u64(o, "connections_refused", ws.connections_refused);
 	jset(st, "publisher", o);
 	jset(st, "uptime_s", jnum((double)(now - s->started_ns) / 1e9));
-	jset(st, "recording", vrd_raw_status(s->raw));
+	o = vrd_raw_status(s->raw);
+	jset(o, "processed", vrd_rec_status(s->rec));
+	jset(st, "recording", o);
 	status_service(s, st);
 	return st;
 }
@@ -784,7 +787,7 @@ static bool record_conflict(const struct vr_config *next, char *err, size_t errl
 {
 	char path[CFG_PATH_MAX + CFG_NAME_MAX + 8];
 
-	if (!vrd_raw_name_ok(next->record.name)) {
+	if (!vrd_record_name_ok(next->record.name)) {
 		snprintf(err, errlen,
 		         "record.name '%.64s' is not allowed (letters, digits, '-', '_' and '.', "
 		         "not first): keeping the previous configuration",
@@ -814,8 +817,8 @@ static int reload_fall_back(struct service *s, const char *err, unsigned abandon
 	vrd_gen_drop(&s->gens, s->next_gen);
 	snprintf(msg, sizeof(msg), "%s: %s (keeping the previous configuration)", s->config_path,
 	         err);
-	if (vrd_pipeline_start(&s->cur, s->gens.current, s->raw, false, &pl, err2, sizeof(err2)) <
-	    0) {
+	if (vrd_pipeline_start(&s->cur, s->gens.current, s->raw, s->rec, false, &pl, err2,
+	                       sizeof(err2)) < 0) {
 		bool stuck = vrd_pipeline_abandoned() != abandoned;
 
 		vrd_log(LOG_ERR, "fatal",
@@ -859,7 +862,8 @@ static int reload_rebuild(struct service *s, struct vr_config *next)
 		effective_remove(s);
 		run_dir_clean(&s->cur);
 	}
-	if (vrd_pipeline_start(next, s->next_gen, s->raw, record, &pl, err, sizeof(err)) < 0) {
+	if (vrd_pipeline_start(next, s->next_gen, s->raw, s->rec, record, &pl, err, sizeof(err)) <
+	    0) {
 		cfg_free(next);
 		return reload_fall_back(s, err, abandoned);
 	}
@@ -1049,7 +1053,7 @@ static struct json_object *ctl_status(void *ctx)
 	return status_json(s, &snap, vrd_pub_readers(vrd_pipeline_pub(s->pl)), vr_mono_ns());
 }
 
-static int ctl_record_start(void *ctx, const char *name, uint64_t epochs, double seconds,
+static int ctl_record_start(void *ctx, bool raw, const char *name, uint64_t count, double seconds,
                             const struct vrd_ctl_peer *peer, char *err, size_t errlen)
 {
 	struct service *s = ctx;
@@ -1057,20 +1061,23 @@ static int ctl_record_start(void *ctx, const char *name, uint64_t epochs, double
 	int rc;
 
 	peer_text(peer, who, sizeof(who));
-	rc = vrd_raw_start(s->raw, &s->cur, name, epochs, seconds, err, errlen);
+	rc = raw ? vrd_raw_start(s->raw, &s->cur, name, count, seconds, err, errlen)
+	         : vrd_rec_start(s->rec, &s->cur, name, count, seconds, err, errlen);
 	if (rc == 0)
-		vrd_log(LOG_NOTICE, NULL, "record_start by %s: raw recording %s", who, name);
+		vrd_log(LOG_NOTICE, NULL, "record_start by %s: %s recording %s", who,
+		        raw ? "raw" : "processed", name);
 	return rc;
 }
 
-static int ctl_record_stop(void *ctx, const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+static int ctl_record_stop(void *ctx, bool raw, const struct vrd_ctl_peer *peer, char *err,
+                           size_t errlen)
 {
 	struct service *s = ctx;
 	char who[64 + VRD_CTL_VIA_MAX];
 
 	peer_text(peer, who, sizeof(who));
-	vrd_log(LOG_INFO, NULL, "record_stop by %s", who);
-	return vrd_raw_stop(s->raw, err, errlen);
+	vrd_log(LOG_INFO, NULL, "record_stop by %s (%s recording)", who, raw ? "raw" : "processed");
+	return raw ? vrd_raw_stop(s->raw, err, errlen) : vrd_rec_stop(s->rec, err, errlen);
 }
 
 /* (Re)open the control socket of the instance in force; a failure is logged, not fatal. */
@@ -1175,7 +1182,9 @@ static int service_start(struct service *s)
 	}
 	rc = vrd_raw_open(&s->cur, &s->raw, err, sizeof(err));
 	if (rc == 0)
-		rc = vrd_pipeline_start(&s->cur, s->gens.current, s->raw, true, &s->pl, err,
+		rc = vrd_rec_open(&s->cur, &s->gens, &s->rec, err, sizeof(err));
+	if (rc == 0)
+		rc = vrd_pipeline_start(&s->cur, s->gens.current, s->raw, s->rec, true, &s->pl, err,
 		                        sizeof(err));
 	if (rc < 0) {
 		vrd_log(LOG_ERR, "start_failed", "cannot start: %s", err);
@@ -1183,6 +1192,8 @@ static int service_start(struct service *s)
 		run_dir_clean(&s->cur);
 		vrd_raw_close(s->raw);
 		s->raw = NULL;
+		vrd_rec_close(s->rec);
+		s->rec = NULL;
 		return -1;
 	}
 	set_event_pub(vrd_pipeline_pub(s->pl));
@@ -1320,6 +1331,7 @@ out_pid:
 		vrd_pipeline_stop(s.pl, !s.cur.ipc.keep_shm, "volrecd stopping");
 	}
 	vrd_raw_close(s.raw);
+	vrd_rec_close(s.rec);
 	pidfile_remove(&s);
 	effective_remove(&s);
 	run_dir_clean(&s.cur);

@@ -185,7 +185,8 @@ int h5rec_describe(struct h5rec *r, char *err, size_t errlen)
 	vr_h5_attr_str(f, "instance", r->o.instance ? r->o.instance : "");
 	vr_h5_attr_str(f, "missed_reasons",
 	               "1 never received (overwritten before the recorder got it), 2 torn "
-	               "(overwritten while being copied)");
+	               "(overwritten while being copied), 3 left out (volrecd's recorder fell "
+	               "behind the disk)");
 	vr_h5_attr_str(f, "volrec_version", VOLREC_VERSION);
 	vr_h5_attr_str(f, "end", "recording");
 	vr_h5_attr_u64(f, "complete", 0);

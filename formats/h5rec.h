@@ -30,8 +30,9 @@ struct h5rec_layout {
 	uint32_t kind[VOLREC_CHANNELS_MAX]; /* their enum volrec_channel_kind */
 };
 
-/* Why volumes are in /missed. */
-enum h5rec_reason { H5REC_GAP = 1, H5REC_TORN = 2 };
+/* Why volumes are in /missed: never received, torn while copied, left out by a recorder that
+ * fell behind (volrecd's, docs/recording.md). */
+enum h5rec_reason { H5REC_GAP = 1, H5REC_TORN = 2, H5REC_LEFT_OUT = 3 };
 
 /* The values of the daemon's generation n as JSON text (malloc'ed, the writer frees it), or NULL
  * when they cannot be known (the row then says null). */

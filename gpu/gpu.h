@@ -47,8 +47,9 @@ struct gpu_tables {
 	float *reference; /* [K] background spectrum, NULL unless background is reference */
 };
 
-/* Compute every per-configuration table. On failure returns a negative errno with a message
- * in err and leaves t empty. Free with gpu_tables_free (accepts a zeroed struct). */
+/* Compute every per-configuration table of cfg, a configuration the schema accepted (its
+ * tables' lengths and values checked). On failure (memory) returns a negative errno with a
+ * message in err and leaves t empty. Free with gpu_tables_free (accepts a zeroed struct). */
 VR_MUST_CHECK int gpu_tables_build(const struct vr_config *cfg, struct gpu_tables *t, char *err,
                                    size_t errlen);
 /* Only the live parts (window, dispersion) into an existing table set. */

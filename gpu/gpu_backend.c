@@ -784,7 +784,7 @@ static int gpu_device_check(const struct vr_config *cfg, struct cudaDeviceProp *
 			snprintf(err, errlen, "no CUDA device present");
 		return -ENODEV;
 	}
-	if (cfg->gpu.device < 0 || cfg->gpu.device >= ndev) {
+	if (cfg->gpu.device >= ndev) { /* the schema keeps it within 0..255 */
 		snprintf(err, errlen, "gpu.device: %d, but only %d CUDA device(s) present (0..%d)",
 		         cfg->gpu.device, ndev, ndev - 1);
 		return -ENODEV;
@@ -2237,13 +2237,6 @@ static int gpu_queue_channels(struct gpu_state *st, const struct gpu_recon_param
 	const int c = st->cur;
 	int rc = 0;
 
-	if (st->live.mode == CFG_RECON_ADAPTIVE || st->live.mode == CFG_RECON_COMPENSATED) {
-		snprintf(err, errlen,
-		         "reconstruct.mode: %s with output.channels other than [structure] is not "
-		         "available",
-		         cfg_recon_mode_name(st->live.mode));
-		return -EINVAL;
-	}
 	if (none) {
 		if (sc >= 0)
 			CU(gpu_launch_quantize(st->le[c] + off, st->out8 + (size_t)sc * vol + off,

@@ -111,6 +111,47 @@ static int gpu_copy_gbs(void *dst, void *src, enum cudaMemcpyKind kind, size_t b
 	return rc;
 }
 
+/* A shared mapping of bytes for the D2H into registered memory, like a publisher slot: a POSIX
+ * shm one (its descriptor in *fd), or where /dev/shm is too small for it (containers) an
+ * anonymous shared one (*anonymous). *shm stays MAP_FAILED on failure. */
+static int gpu_shm_map(size_t bytes, void **shm, int *fd, bool *anonymous, char *err, size_t errlen)
+{
+	char name[64];
+	int rc;
+
+	if (!gpu_shm_fits(bytes)) {
+		*shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (*shm == MAP_FAILED) {
+			rc = -errno;
+			snprintf(err, errlen, "mmap(MAP_SHARED | MAP_ANONYMOUS, %zu): %s", bytes,
+			         strerror(errno));
+			return rc;
+		}
+		*anonymous = true;
+	} else {
+		snprintf(name, sizeof(name), "/volrec-bench-%ld", (long)getpid());
+		*fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (*fd < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "shm_open(%s): %s", name, strerror(errno));
+			return rc;
+		}
+		shm_unlink(name);
+		if (ftruncate(*fd, (off_t)bytes) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "ftruncate(shm, %zu): %s", bytes, strerror(errno));
+			return rc;
+		}
+		*shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+		if (*shm == MAP_FAILED) {
+			rc = -errno;
+			snprintf(err, errlen, "mmap(shm, %zu): %s", bytes, strerror(errno));
+			return rc;
+		}
+	}
+	return 0;
+}
+
 int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, char *err,
                       size_t errlen)
 {
@@ -118,7 +159,6 @@ int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, 
 	bool registered = false;
 	cudaStream_t s[2] = {NULL, NULL};
 	cudaEvent_t ev[4] = {NULL, NULL, NULL, NULL};
-	char name[64];
 	int rc, fd = -1;
 	double ms;
 
@@ -177,38 +217,10 @@ int be_cuda_bandwidth(int dev, size_t bytes, int reps, struct be_bandwidth *bw, 
 		bw->bidir_gbs = bytes / (ms * 1e6); /* each way: both moved `bytes` in ms */
 	}
 
-	/* D2H into a registered POSIX shm mapping, like a publisher slot; where /dev/shm is
-	 * too small for it (containers), an anonymous shared mapping of the same kind */
-	if (!gpu_shm_fits(bytes)) {
-		shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (shm == MAP_FAILED) {
-			rc = -errno;
-			snprintf(err, errlen, "mmap(MAP_SHARED | MAP_ANONYMOUS, %zu): %s", bytes,
-			         strerror(errno));
-			goto out;
-		}
-		bw->shm_anonymous = true;
-	} else {
-		snprintf(name, sizeof(name), "/volrec-bench-%ld", (long)getpid());
-		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-		if (fd < 0) {
-			rc = -errno;
-			snprintf(err, errlen, "shm_open(%s): %s", name, strerror(errno));
-			goto out;
-		}
-		shm_unlink(name);
-		if (ftruncate(fd, (off_t)bytes) < 0) {
-			rc = -errno;
-			snprintf(err, errlen, "ftruncate(shm, %zu): %s", bytes, strerror(errno));
-			goto out;
-		}
-		shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (shm == MAP_FAILED) {
-			rc = -errno;
-			snprintf(err, errlen, "mmap(shm, %zu): %s", bytes, strerror(errno));
-			goto out;
-		}
-	}
+	/* D2H into a registered shared mapping, like a publisher slot */
+	rc = gpu_shm_map(bytes, &shm, &fd, &bw->shm_anonymous, err, errlen);
+	if (rc < 0)
+		goto out;
 	memset(shm, 0, bytes); /* fault the pages in */
 	rc = gpu_cuda_check(cudaHostRegister(shm, bytes, cudaHostRegisterPortable),
 	                    "cudaHostRegister(shm mapping)", err, errlen);

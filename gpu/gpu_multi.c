@@ -24,9 +24,9 @@ struct gpu_multi {
 	struct gpu_state *part[CFG_GPU_DEVICES_MAX];
 	uint32_t lo[CFG_GPU_DEVICES_MAX]; /* B-scan positions each part preprocesses: [lo, hi) */
 	uint32_t hi[CFG_GPU_DEVICES_MAX];
-	uint32_t M;          /* geometry.repeats: raw B-scan r is a repeat of position r / M */
-	char device[2048];   /* be_device */
-	struct be_live live; /* the live scalars in force (be_live_init) */
+	struct be_geometry geo; /* be_geometry_init: raw B-scan r is a repeat of position r / M */
+	char device[2048];      /* be_device */
+	struct be_live live;    /* the live scalars in force (be_live_init) */
 
 	/* views: the parameters in force, the last combined render and what it shows */
 	bool views;
@@ -131,7 +131,7 @@ static int gm_create(const struct vr_config *cfg, void **state, char *err, size_
 		            g->n);
 		goto fail;
 	}
-	g->M = cfg->geometry.repeats;
+	be_geometry_init(&g->geo, cfg);
 	if (g->n > ny) {
 		rc = vr_err(err, errlen, -EINVAL,
 		            "gpu.devices: %u devices for %u B-scans per volume (each device needs "
@@ -222,7 +222,7 @@ static void gm_host_unregister(void *vg, void *ptr)
 static int gm_bscan_submit(void *vg, uint64_t epoch, uint32_t bscan, const void *raw)
 {
 	struct gpu_multi *g = vg;
-	const uint32_t b = bscan / g->M;
+	const uint32_t b = bscan / g->geo.M;
 	int rc = 0;
 
 	for (uint32_t k = 0; k < g->n; k++) {

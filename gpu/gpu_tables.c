@@ -137,9 +137,7 @@ static int gpu_resample_tables(const struct vr_config *cfg, struct gpu_tables *t
 		snprintf(err, errlen, "out of memory for the resampling positions (K = %u)", K);
 		return -ENOMEM;
 	}
-	rc = be_positions(cfg, K, p, err, errlen);
-	if (rc < 0)
-		goto out;
+	be_positions(cfg, K, p);
 	if (cfg->preprocess.resample.method == CFG_RS_SPLINE) {
 		rc = gpu_spline_fir(K, p, t, err, errlen);
 		goto out;
@@ -168,11 +166,7 @@ int gpu_tables_live(const struct vr_config *cfg, struct gpu_tables *t, char *err
 {
 	const uint32_t K = cfg->geometry.samples_per_ascan;
 	float *win = NULL, *dc = NULL, *ds = NULL;
-	int rc;
 
-	rc = be_dispersion_table_check(cfg, K, err, errlen);
-	if (rc < 0)
-		return rc;
 	win = malloc(sizeof(float) * K);
 	if (!win)
 		goto oom;
@@ -207,10 +201,6 @@ int gpu_tables_build(const struct vr_config *cfg, struct gpu_tables *t, char *er
 
 	memset(t, 0, sizeof(*t));
 	t->K = K;
-	if (K == 0) {
-		snprintf(err, errlen, "geometry.samples_per_ascan: 0 (at least 1 needed)");
-		return -EINVAL;
-	}
 	rc = gpu_resample_tables(cfg, t, err, errlen);
 	if (rc < 0)
 		goto fail;
@@ -219,9 +209,6 @@ int gpu_tables_build(const struct vr_config *cfg, struct gpu_tables *t, char *er
 		goto fail;
 	if (cfg->preprocess.background.mode == CFG_BG_REFERENCE) {
 		const struct cfg_table *r = &cfg->preprocess.background.reference;
-		rc = be_table_check(r, K, "preprocess.background.reference", err, errlen);
-		if (rc < 0)
-			goto fail;
 		t->reference = malloc(sizeof(float) * K);
 		if (!t->reference) {
 			snprintf(err, errlen, "out of memory for the reference spectrum");

@@ -138,6 +138,11 @@ VR_MUST_CHECK int ipc_writer_begin(struct ipc_writer *w, struct ipc_slot_ref *sl
  */
 VR_MUST_CHECK int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
                                      const struct ipc_volume_meta *meta);
+/* ipc_writer_publish, and the description as the slot holds it into *as (its sequence,
+ * t_publish_ns, latency, flags and channels as readers see them) when as is not NULL. */
+VR_MUST_CHECK int ipc_writer_publish_as(struct ipc_writer *w, struct ipc_slot_ref *slot,
+                                        const struct ipc_volume_meta *meta,
+                                        struct ipc_volume_meta *as);
 
 /* Give a slot back without publishing it (epoch dropped); its content is discarded. */
 void ipc_writer_abort(struct ipc_writer *w, struct ipc_slot_ref *slot);

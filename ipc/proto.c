@@ -31,14 +31,13 @@ int ipc_shm_names(const char *instance, char *data, size_t dlen, char *lease, si
 	return 0;
 }
 
-int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
+/* Readiness first: the writer sizes the segment, fills the header, then stores the magic
+ * (release) and later sets state live. Until then the segment is not ready (-EAGAIN), not
+ * wrong. */
+static int shm_check_ready(const struct volrec_shm_header *h, size_t size, char *err, size_t errlen)
 {
-	const struct volrec_shm_header *h = map;
-	size_t esz;
-	uint64_t table_end, vbytes, magic;
+	uint64_t magic;
 
-	/* Readiness first: the writer sizes the segment, fills the header, then stores the magic
-	 * (release) and later sets state live. Until then the segment is not ready, not wrong. */
 	if (size < sizeof(*h))
 		return vr_err(
 		        err, errlen, -EAGAIN,
@@ -63,6 +62,17 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		        VOLREC_PROTO_MINOR);
 	if (ipc_load32(&h->state, memory_order_acquire) == VOLREC_STATE_INIT)
 		return vr_err(err, errlen, -EAGAIN, "data segment is still being created");
+	return 0;
+}
+
+/* The header's sizes, the volume's geometry and the layout of the slots in the mapping of
+ * size bytes; *table_end the end of the slot table. */
+static int shm_check_layout(const struct volrec_shm_header *h, size_t size, uint64_t *table_end,
+                            char *err, size_t errlen)
+{
+	size_t esz;
+	uint64_t vbytes;
+
 	esz = volrec_dtype_size(h->dtype);
 	if (h->header_size < sizeof(*h) || h->header_size > h->data_offset)
 		return vr_err(err, errlen, -EPROTO, "data segment header_size %u is invalid",
@@ -82,12 +92,12 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		        (unsigned long long)h->volume_bytes);
 	/* Offsets and the stride are bounded by the mapping before they take part in a sum, so
 	 * no sum below wraps (a wrapped one let a segment with data at 2^63 pass). */
-	table_end = h->slot_table_offset + (uint64_t)h->slot_count * h->slot_header_size;
+	*table_end = h->slot_table_offset + (uint64_t)h->slot_count * h->slot_header_size;
 	if (h->segment_size > size || h->data_offset > h->segment_size ||
 	    h->slot_table_offset > h->data_offset || h->slot_stride > h->segment_size ||
 	    h->slot_header_size < sizeof(struct volrec_slot_header) || h->slot_header_size % 8 ||
 	    h->slot_table_offset % 8 || h->slot_table_offset < h->header_size ||
-	    table_end > h->data_offset || h->data_offset % VOLREC_SLOT_ALIGN ||
+	    *table_end > h->data_offset || h->data_offset % VOLREC_SLOT_ALIGN ||
 	    h->slot_stride % VOLREC_SLOT_ALIGN || h->slot_stride < h->volume_bytes ||
 	    h->data_offset + (uint64_t)h->slot_count * h->slot_stride > h->segment_size ||
 	    h->segment_size > size)
@@ -99,10 +109,18 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		        (unsigned long long)h->data_offset, (unsigned long long)h->slot_stride,
 		        (unsigned long long)h->segment_size, size);
 	if (h->endpoints_size &&
-	    (h->endpoints_offset < table_end || h->endpoints_offset > h->data_offset ||
+	    (h->endpoints_offset < *table_end || h->endpoints_offset > h->data_offset ||
 	     h->endpoints_offset + h->endpoints_size > h->data_offset))
 		return vr_err(err, errlen, -EPROTO,
 		              "data segment endpoint list lies outside the header region");
+	return 0;
+}
+
+/* Inside each slot, past the table that ends at table_end: the channels' volumes, the views
+ * area and the channel views. */
+static int shm_check_slot_areas(const struct volrec_shm_header *h, uint64_t table_end, char *err,
+                                size_t errlen)
+{
 	/* channels (2.1): the slot holds channels volumes one after another, each described in
 	 * the channel table of the header region; 0 (an older writer): the structure alone */
 	if (h->channels > VOLREC_CHANNELS_MAX ||
@@ -147,6 +165,22 @@ int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
 		              (unsigned long long)h->channel_views_bytes, h->channels,
 		              (unsigned long long)h->views_offset,
 		              (unsigned long long)h->slot_stride);
+	return 0;
+}
+
+int ipc_shm_validate(const void *map, size_t size, char *err, size_t errlen)
+{
+	const struct volrec_shm_header *h = map;
+	uint64_t table_end = 0;
+	int rc;
+
+	rc = shm_check_ready(h, size, err, errlen);
+	if (!rc)
+		rc = shm_check_layout(h, size, &table_end, err, errlen);
+	if (!rc)
+		rc = shm_check_slot_areas(h, table_end, err, errlen);
+	if (rc)
+		return rc;
 	if (!h->session_id)
 		return vr_err(err, errlen, -EPROTO, "data segment has a zero session id");
 	return 0;

@@ -345,50 +345,13 @@ static struct volrec_channel_desc *writer_desc(const struct ipc_writer *w, uint3
 	                                              sizeof(struct volrec_channel_desc));
 }
 
-static int create_segments(struct ipc_writer *w, const struct ipc_writer_options *o, char *err,
-                           size_t errlen)
+/* The data segment's header, mapped at w->map, with its slots of stride bytes, the endpoint
+ * list at ep_off and the channel table at ch_off; the magic last. */
+static void fill_data_header(struct ipc_writer *w, const struct ipc_writer_options *o,
+                             uint64_t stride, uint64_t ep_off, uint64_t ch_off)
 {
 	struct volrec_shm_header *h;
-	struct volrec_lease_header *lh;
-	uint64_t stride, table_end, ep_off, ch_off, session = 0;
-	int rc;
 
-	stride = w->chv_bytes     ? w->chv_offset + w->chv_bytes
-	         : w->views_bytes ? w->views_offset + w->views_bytes
-	                          : (uint64_t)w->channels * w->volume_bytes;
-	stride = (stride + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
-	table_end = sizeof(*h) + (uint64_t)o->slots * sizeof(struct volrec_slot_header);
-	ep_off = (table_end + 63) & ~(uint64_t)63;
-	ch_off = w->ch_off = ep_off + VOLREC_ENDPOINTS_MAX;
-	_Static_assert(
-	        sizeof(struct volrec_shm_header) +
-	                        VOLREC_MAX_SLOTS *
-	                                (sizeof(struct volrec_slot_header) +
-	                                 VOLREC_CHANNELS_MAX * sizeof(struct volrec_channel_desc)) +
-	                        64 + VOLREC_ENDPOINTS_MAX <=
-	                VOLREC_SLOT_ALIGN,
-	        "the header region holds the tables");
-	w->map_size = VOLREC_SLOT_ALIGN + (size_t)o->slots * stride;
-	while (!session)
-		if (getrandom(&session, sizeof(session), 0) != sizeof(session))
-			return vr_err(err, errlen, -errno, "getrandom: %s", strerror(errno));
-	w->session = session;
-
-	rc = shm_create(w->data_name, 0640, &w->data_fd, err, errlen);
-	if (rc)
-		return rc;
-	if (fchmod(w->data_fd, 0640) || ofd_lock(w->data_fd, F_WRLCK, 0, 1, F_OFD_SETLK))
-		return vr_err(err, errlen, -errno, "cannot set up %s: %s", w->data_name,
-		              strerror(errno));
-	rc = posix_fallocate(w->data_fd, 0, (off_t)w->map_size);
-	if (rc)
-		return vr_err(err, errlen, -rc,
-		              "cannot allocate %zu bytes of shared memory for %s: %s", w->map_size,
-		              w->data_name, strerror(rc));
-	w->map = map_aligned(w->data_fd, w->map_size);
-	if (!w->map)
-		return vr_err(err, errlen, -errno, "cannot map %s: %s", w->data_name,
-		              strerror(errno));
 	/* Readers may map the segment from now on: every field is written before the magic,
 	 * which is stored last with release order (a reader loads it with acquire and sees a
 	 * complete header, or magic 0: not ready). state stays 0 (being created) until the
@@ -397,7 +360,7 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	h->major = VOLREC_PROTO_MAJOR;
 	h->minor = VOLREC_PROTO_MINOR;
 	h->header_size = sizeof(*h);
-	h->session_id = session;
+	h->session_id = w->session;
 	h->ny = o->shape.ny;
 	h->nx = o->shape.nx;
 	h->nz = o->shape.nz;
@@ -436,6 +399,14 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 		}
 	}
 	ipc_store64(&h->magic, VOLREC_SHM_MAGIC, memory_order_release);
+}
+
+/* The lease segment: a header and o->max_readers entries, none holding a slot. */
+static int create_lease_segment(struct ipc_writer *w, const struct ipc_writer_options *o, char *err,
+                                size_t errlen)
+{
+	struct volrec_lease_header *lh;
+	int rc;
 
 	w->lmap_size = sizeof(*lh) + (size_t)o->max_readers * sizeof(struct volrec_lease_entry);
 	rc = shm_create(w->lease_name, 0660, &w->lease_fd, err, errlen);
@@ -454,13 +425,60 @@ static int create_segments(struct ipc_writer *w, const struct ipc_writer_options
 	lh->major = VOLREC_PROTO_MAJOR;
 	lh->minor = VOLREC_PROTO_MINOR;
 	lh->header_size = sizeof(*lh);
-	lh->session_id = session;
+	lh->session_id = w->session;
 	lh->entry_count = o->max_readers;
 	lh->entry_size = sizeof(struct volrec_lease_entry);
 	for (uint32_t i = 0; i < o->max_readers; i++)
 		ipc_lease_entry(w->lmap, i)->slot = VOLREC_SLOT_NONE;
 	ipc_store64(&lh->magic, VOLREC_LEASE_MAGIC, memory_order_release);
 	return 0;
+}
+
+static int create_segments(struct ipc_writer *w, const struct ipc_writer_options *o, char *err,
+                           size_t errlen)
+{
+	uint64_t stride, table_end, ep_off, ch_off, session = 0;
+	int rc;
+
+	stride = w->chv_bytes     ? w->chv_offset + w->chv_bytes
+	         : w->views_bytes ? w->views_offset + w->views_bytes
+	                          : (uint64_t)w->channels * w->volume_bytes;
+	stride = (stride + VOLREC_SLOT_ALIGN - 1) & ~(VOLREC_SLOT_ALIGN - 1);
+	table_end = sizeof(struct volrec_shm_header) +
+	            (uint64_t)o->slots * sizeof(struct volrec_slot_header);
+	ep_off = (table_end + 63) & ~(uint64_t)63;
+	ch_off = w->ch_off = ep_off + VOLREC_ENDPOINTS_MAX;
+	_Static_assert(
+	        sizeof(struct volrec_shm_header) +
+	                        VOLREC_MAX_SLOTS *
+	                                (sizeof(struct volrec_slot_header) +
+	                                 VOLREC_CHANNELS_MAX * sizeof(struct volrec_channel_desc)) +
+	                        64 + VOLREC_ENDPOINTS_MAX <=
+	                VOLREC_SLOT_ALIGN,
+	        "the header region holds the tables");
+	w->map_size = VOLREC_SLOT_ALIGN + (size_t)o->slots * stride;
+	while (!session)
+		if (getrandom(&session, sizeof(session), 0) != sizeof(session))
+			return vr_err(err, errlen, -errno, "getrandom: %s", strerror(errno));
+	w->session = session;
+
+	rc = shm_create(w->data_name, 0640, &w->data_fd, err, errlen);
+	if (rc)
+		return rc;
+	if (fchmod(w->data_fd, 0640) || ofd_lock(w->data_fd, F_WRLCK, 0, 1, F_OFD_SETLK))
+		return vr_err(err, errlen, -errno, "cannot set up %s: %s", w->data_name,
+		              strerror(errno));
+	rc = posix_fallocate(w->data_fd, 0, (off_t)w->map_size);
+	if (rc)
+		return vr_err(err, errlen, -rc,
+		              "cannot allocate %zu bytes of shared memory for %s: %s", w->map_size,
+		              w->data_name, strerror(rc));
+	w->map = map_aligned(w->data_fd, w->map_size);
+	if (!w->map)
+		return vr_err(err, errlen, -errno, "cannot map %s: %s", w->data_name,
+		              strerror(errno));
+	fill_data_header(w, o, stride, ep_off, ch_off);
+	return create_lease_segment(w, o, err, errlen);
 }
 
 static int check_options(const struct ipc_writer_options *o, size_t *bytes, char *err,
@@ -705,6 +723,12 @@ static bool slot_ref_ok(const struct ipc_writer *w, const struct ipc_slot_ref *s
 int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
                        const struct ipc_volume_meta *meta)
 {
+	return ipc_writer_publish_as(w, slot, meta, NULL);
+}
+
+int ipc_writer_publish_as(struct ipc_writer *w, struct ipc_slot_ref *slot,
+                          const struct ipc_volume_meta *meta, struct ipc_volume_meta *as)
+{
 	struct ipc_vol v;
 	struct ipc_volume_meta *m = &v.meta;
 	unsigned char buf[sizeof(struct volrec_vol_msg)];
@@ -753,6 +777,8 @@ int ipc_writer_publish(struct ipc_writer *w, struct ipc_slot_ref *slot,
 	ipc_vol_encode(&v, buf);
 	send_msg(w, VOLREC_TOPIC_VOL, buf, sizeof(buf));
 	slot->data = NULL;
+	if (as)
+		*as = *m;
 	return 0;
 }
 

@@ -397,6 +397,55 @@ static int ring_alloc(struct pl_pipeline *pl, char *err, size_t errlen)
 	return 0;
 }
 
+/* What the engine takes from cfg: the epoch's raw B-scans and their size, the source's timeout
+ * and whether the acquisition waits for room or drops. -EINVAL when the ring cannot hold an
+ * epoch. */
+static int pl_settings(struct pl_pipeline *pl, const struct pl_options *o,
+                       const struct vr_config *cfg, char *err, size_t errlen)
+{
+	pl->nraw = cfg_raw_bscans(cfg);
+	pl->repeats = cfg->geometry.repeats;
+	pl->bscan_bytes = cfg_bscan_bytes(cfg);
+	if (cfg->pipeline.ring_bscans < pl->nraw)
+		return vr_err(err, errlen, -EINVAL,
+		              "pipeline.ring_bscans: %u is smaller than one epoch (%u raw B-scans)",
+		              cfg->pipeline.ring_bscans, pl->nraw);
+	if (cfg->source.type == CFG_SOURCE_SHIM)
+		pl->timeout_ms = cfg->source.shim.timeout_ms;
+	else
+		pl->timeout_ms =
+		        1000 + (cfg->source.rate > 0 ? (int)(2000.0 / cfg->source.rate) : 0);
+	/* a hardware source must never stall: it drops; synth and replay wait when asked to,
+	 * and when unpaced (rate 0: as fast as processing takes them) */
+	pl->block = o->block || (cfg->source.type != CFG_SOURCE_SHIM &&
+	                         (cfg->pipeline.overflow == CFG_OVERFLOW_BLOCK ||
+	                          cfg->source.rate == 0 || (o->src_flags & SRC_UNPACED)));
+	return 0;
+}
+
+/* The backend's host buffers of the engine: a scratch B-scan slot with its guard, and the
+ * missing A-scan counts of two epochs. */
+static int pl_host_buffers(struct pl_pipeline *pl, char *err, size_t errlen)
+{
+	int rc;
+
+	pl->slot_bytes = (pl->bscan_bytes + GUARD_BYTES + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
+	rc = be_host_alloc(pl->be, pl->slot_bytes, &pl->scratch);
+	if (rc < 0)
+		return vr_err_errno(err, errlen, rc,
+		                    "pipeline: allocating a scratch B-scan (%zu bytes)",
+		                    pl->slot_bytes);
+	pl_guard_set(pl->scratch, pl->bscan_bytes);
+	for (int i = 0; i < 2; i++) {
+		rc = be_host_alloc(pl->be, pl->cfg.geometry.bscans_per_volume * sizeof(uint32_t),
+		                   (void **)&pl->missing[i]);
+		if (rc < 0)
+			return vr_err_errno(err, errlen, rc,
+			                    "pipeline: allocating the missing A-scan counts");
+	}
+	return 0;
+}
+
 int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, size_t errlen)
 {
 	struct pl_pipeline *pl;
@@ -431,25 +480,9 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 		vr_err(err, errlen, rc, "out of memory copying the configuration");
 		goto fail;
 	}
-	pl->nraw = cfg_raw_bscans(cfg);
-	pl->repeats = cfg->geometry.repeats;
-	pl->bscan_bytes = cfg_bscan_bytes(cfg);
-	if (cfg->pipeline.ring_bscans < pl->nraw) {
-		rc = vr_err(err, errlen, -EINVAL,
-		            "pipeline.ring_bscans: %u is smaller than one epoch (%u raw B-scans)",
-		            cfg->pipeline.ring_bscans, pl->nraw);
+	rc = pl_settings(pl, o, cfg, err, errlen);
+	if (rc < 0)
 		goto fail;
-	}
-	if (cfg->source.type == CFG_SOURCE_SHIM)
-		pl->timeout_ms = cfg->source.shim.timeout_ms;
-	else
-		pl->timeout_ms =
-		        1000 + (cfg->source.rate > 0 ? (int)(2000.0 / cfg->source.rate) : 0);
-	/* a hardware source must never stall: it drops; synth and replay wait when asked to,
-	 * and when unpaced (rate 0: as fast as processing takes them) */
-	pl->block = o->block || (cfg->source.type != CFG_SOURCE_SHIM &&
-	                         (cfg->pipeline.overflow == CFG_OVERFLOW_BLOCK ||
-	                          cfg->source.rate == 0 || (o->src_flags & SRC_UNPACED)));
 	rc = pl_ring_init(&pl->ring, cfg->pipeline.ring_bscans);
 	if (rc < 0) {
 		vr_err(err, errlen, rc, "out of memory");
@@ -463,23 +496,9 @@ int pl_open(const struct pl_options *o, struct pl_pipeline **out, char *err, siz
 	if (note[0])
 		pl_emit(pl, NULL, PL_NOTICE, false, "%s", note);
 	choose_depth(pl);
-	pl->slot_bytes = (pl->bscan_bytes + GUARD_BYTES + SLOT_ALIGN - 1) / SLOT_ALIGN * SLOT_ALIGN;
-	rc = be_host_alloc(pl->be, pl->slot_bytes, &pl->scratch);
-	if (rc < 0) {
-		vr_err_errno(err, errlen, rc, "pipeline: allocating a scratch B-scan (%zu bytes)",
-		             pl->slot_bytes);
+	rc = pl_host_buffers(pl, err, errlen);
+	if (rc < 0)
 		goto fail;
-	}
-	pl_guard_set(pl->scratch, pl->bscan_bytes);
-	for (int i = 0; i < 2; i++) {
-		rc = be_host_alloc(pl->be, pl->cfg.geometry.bscans_per_volume * sizeof(uint32_t),
-		                   (void **)&pl->missing[i]);
-		if (rc < 0) {
-			vr_err_errno(err, errlen, rc,
-			             "pipeline: allocating the missing A-scan counts");
-			goto fail;
-		}
-	}
 	rc = pl_source_open(pl, err, errlen);
 	if (rc < 0)
 		goto fail;

@@ -25,7 +25,8 @@
 #define DIM_MAX (1u << 20) /* largest K, nx, ny accepted in a header */
 
 struct replay {
-	struct src_common com;
+	struct shim_err err; /* first: the kit's shim_strerror() reads it */
+	struct vr_pacer pacer;
 	char path[CFG_PATH_MAX];
 	int fd;            /* the file, open read-only */
 	struct stat st;    /* at open: a change of size, mtime or inode is a fault */
@@ -57,7 +58,7 @@ struct replay {
 	uint64_t crc_skipped; /* epochs skipped for a wrong CRC-32C */
 	uint8_t *crc_buf;     /* copying path: where an epoch's bytes are read to check them */
 };
-_Static_assert(offsetof(struct replay, com) == 0, "shim_strerror() reads com.err");
+SHIM_HANDLE_CHECK(struct replay);
 
 static uint32_t rd32(const uint8_t *p)
 {
@@ -435,7 +436,10 @@ static int64_t frame_of(const struct replay *r, uint64_t e);
 static int replay_configure(void *h, const struct volrec_shim_geometry *g)
 {
 	struct replay *r = h;
-	return src_common_configure(&r->com, &r->geo, g, r->path);
+	char who[sizeof(r->path) + 8];
+
+	snprintf(who, sizeof(who), "replay %s", r->path);
+	return shim_geometry_fixed(&r->err, &r->geo, g, who);
 }
 
 static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t oy)
@@ -443,21 +447,21 @@ static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t
 	struct replay *r = h;
 
 	if (ox >= r->geo.stride_x || oy >= r->geo.stride_y)
-		return shim_fail(&r->com.err, -EINVAL,
+		return shim_fail(&r->err, -EINVAL,
 		                 "replay %s: scan offset (%u, %u) of epoch %llu outside stride "
 		                 "[%u, %u]",
 		                 r->path, ox, oy, (unsigned long long)epoch, r->geo.stride_x,
 		                 r->geo.stride_y);
 	if (r->b != 0 && epoch == r->epoch)
 		return shim_fail(
-		        &r->com.err, -EBUSY,
+		        &r->err, -EBUSY,
 		        "replay %s: epoch %llu is already being read (raw B-scan %u of %u)",
 		        r->path, (unsigned long long)epoch, r->b, r->nraw);
 	if (r->frames) {
 		int64_t i = frame_of(r, epoch);
 		if (i >= 0 && (r->frames[i].ox != ox || r->frames[i].oy != oy))
 			return shim_fail(
-			        &r->com.err, -EINVAL,
+			        &r->err, -EINVAL,
 			        "replay %s: epoch %llu is recorded epoch %llu, recorded at "
 			        "offset (%u, %u), not at the (%u, %u) asked for",
 			        r->path, (unsigned long long)epoch,
@@ -468,7 +472,7 @@ static int replay_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t
 		uint32_t fx = rd32(r->offsets + 8 * fe), fy = rd32(r->offsets + 8 * fe + 4);
 		if (fx != ox || fy != oy)
 			return shim_fail(
-			        &r->com.err, -EINVAL,
+			        &r->err, -EINVAL,
 			        "replay %s: epoch %llu is file epoch %llu, recorded at offset "
 			        "(%u, %u), not at the (%u, %u) asked for",
 			        r->path, (unsigned long long)epoch, (unsigned long long)fe, fx, fy,
@@ -483,7 +487,7 @@ static int replay_start(void *h)
 {
 	struct replay *r = h;
 
-	vr_pacer_start(&r->com.pacer);
+	vr_pacer_start(&r->pacer);
 	return 0;
 }
 
@@ -494,11 +498,10 @@ static int check_unchanged(struct replay *r)
 	struct stat now, at;
 
 	if (fstat(r->fd, &now) < 0)
-		return shim_fail(&r->com.err, -errno, "replay %s: fstat: %s", r->path,
-		                 strerror(errno));
+		return shim_fail(&r->err, -errno, "replay %s: fstat: %s", r->path, strerror(errno));
 	if (now.st_size != r->st.st_size)
 		return shim_fail(
-		        &r->com.err, -ESTALE,
+		        &r->err, -ESTALE,
 		        "replay %s: the file changed size while being replayed (%lld bytes "
 		        "when opened, now %lld); it is read again when the source is "
 		        "reopened",
@@ -506,13 +509,13 @@ static int check_unchanged(struct replay *r)
 	if (now.st_mtim.tv_sec != r->st.st_mtim.tv_sec ||
 	    now.st_mtim.tv_nsec != r->st.st_mtim.tv_nsec)
 		return shim_fail(
-		        &r->com.err, -ESTALE,
+		        &r->err, -ESTALE,
 		        "replay %s: the file was modified while being replayed; it is read "
 		        "again when the source is reopened",
 		        r->path);
 	bool gone = stat(r->path, &at) < 0;
 	if (gone || at.st_dev != r->st.st_dev || at.st_ino != r->st.st_ino)
-		return shim_fail(&r->com.err, -ESTALE,
+		return shim_fail(&r->err, -ESTALE,
 		                 "replay %s: the path %s while being replayed; it is read again "
 		                 "when the source is reopened",
 		                 r->path,
@@ -564,7 +567,7 @@ static int frame_crc_check(struct replay *r, uint64_t i)
 			                                           : (1u << 20);
 			rc = vr_pread_full(r->fd, r->crc_buf, n, at + done);
 			if (rc)
-				return shim_fail(&r->com.err, rc == -ENODATA ? -ESTALE : rc,
+				return shim_fail(&r->err, rc == -ENODATA ? -ESTALE : rc,
 				                 "replay %s: reading epoch %llu to check it: %s",
 				                 r->path, (unsigned long long)r->frames[i].epoch,
 				                 rc == -ENODATA ? "the file shrank"
@@ -576,7 +579,7 @@ static int frame_crc_check(struct replay *r, uint64_t i)
 	if (crc == r->frames[i].crc)
 		return 0;
 	return shim_fail(
-	        &r->com.err, -EBADMSG,
+	        &r->err, -EBADMSG,
 	        "replay %s: CRC-32C mismatch in epoch %llu (frame %llu at byte %llu): "
 	        "0x%08x, recorded 0x%08x; the data is damaged (source.replay.on_crc_error: "
 	        "skip leaves such epochs out)",
@@ -602,7 +605,7 @@ static int frame_begin(struct replay *r, uint64_t e)
 			r->crc_skipped++;
 	}
 	if (r->cur_lost && !(r->geo.flags & VOLREC_SHIM_GEOMETRY_MARKS))
-		return shim_fail(&r->com.err, -ENODATA,
+		return shim_fail(&r->err, -ENODATA,
 		                 "replay %s: epoch %llu is not in the recording (%s), and this "
 		                 "pipeline cannot take an epoch marked lost",
 		                 r->path, (unsigned long long)e,
@@ -619,9 +622,9 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 
 	epoch = r->b == 0 && r->pend ? r->pend_epoch : r->epoch;
 	if (!r->loop && epoch >= r->first + r->epochs)
-		return shim_fail(&r->com.err, -ENODATA, "replay %s: end of file after %llu epochs",
+		return shim_fail(&r->err, -ENODATA, "replay %s: end of file after %llu epochs",
 		                 r->path, (unsigned long long)r->epochs);
-	rc = vr_pacer_wait(&r->com.pacer, timeout_ms);
+	rc = vr_pacer_wait(&r->pacer, timeout_ms);
 	if (rc)
 		return rc;
 	if (r->b == 0) {
@@ -638,7 +641,7 @@ static int replay_next(struct replay *r, int timeout_ms, struct volrec_shim_meta
 		       (r->cur_lost ? 0 : (uint64_t)r->b * r->bscan_bytes);
 	else
 		*pos = ((r->epoch % r->epochs) * r->nraw + r->b) * r->bscan_bytes;
-	vr_pacer_done(&r->com.pacer);
+	vr_pacer_done(&r->pacer);
 	if (meta) {
 		meta->timestamp_ns = vr_now_ns(CLOCK_REALTIME);
 		meta->epoch = r->epoch;
@@ -665,7 +668,7 @@ static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	int rc;
 
 	if (size < r->bscan_bytes)
-		return shim_fail(&r->com.err, -EINVAL,
+		return shim_fail(&r->err, -EINVAL,
 		                 "replay %s: buffer of %zu bytes, a B-scan is %zu", r->path, size,
 		                 r->bscan_bytes);
 	rc = replay_next(r, timeout_ms, meta, &pos);
@@ -674,14 +677,14 @@ static int replay_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	rc = vr_pread_full(r->fd, buf, r->bscan_bytes, r->data_off + pos);
 	if (rc == -ENODATA)
 		return shim_fail(
-		        &r->com.err, -ESTALE,
+		        &r->err, -ESTALE,
 		        "replay %s: the file shrank while being replayed: a B-scan at bytes "
 		        "%llu..%llu, the file now ends at %lld",
 		        r->path, (unsigned long long)(r->data_off + pos),
 		        (unsigned long long)(r->data_off + pos + r->bscan_bytes),
 		        fstat(r->fd, &now) == 0 ? (long long)now.st_size : -1ll);
 	if (rc)
-		return shim_fail(&r->com.err, rc, "replay %s: reading a B-scan at byte %llu: %s",
+		return shim_fail(&r->err, rc, "replay %s: reading a B-scan at byte %llu: %s",
 		                 r->path, (unsigned long long)(r->data_off + pos), strerror(-rc));
 	return 0;
 }
@@ -700,7 +703,7 @@ static int lease_and_map(struct replay *r)
 	 * before F_SETOWN 0 (no owner: no signal at all); the break is polled (F_GETLEASE) */
 	if (fcntl(r->fd, F_SETSIG, SIGURG) < 0 || fcntl(r->fd, F_SETLEASE, F_RDLCK) < 0) {
 		e = errno;
-		return shim_fail(&r->com.err, -e,
+		return shim_fail(&r->err, -e,
 		                 "replay %s: zero-copy needs a read lease on the file, so that it "
 		                 "cannot change while the backend reads it in place: %s%s",
 		                 r->path, strerror(e),
@@ -712,7 +715,7 @@ static int lease_and_map(struct replay *r)
 	if (fcntl(r->fd, F_SETOWN, 0) < 0) {
 		e = errno;
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
-		return shim_fail(&r->com.err, -e, "replay %s: F_SETOWN: %s", r->path, strerror(e));
+		return shim_fail(&r->err, -e, "replay %s: F_SETOWN: %s", r->path, strerror(e));
 	}
 	/* the file may have changed between open and the lease */
 	if (fstat(r->fd, &now) < 0 || now.st_size != r->st.st_size ||
@@ -720,7 +723,7 @@ static int lease_and_map(struct replay *r)
 	    now.st_mtim.tv_nsec != r->st.st_mtim.tv_nsec) {
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
 		return shim_fail(
-		        &r->com.err, -ESTALE,
+		        &r->err, -ESTALE,
 		        "replay %s: the file changed since it was opened; it is read again "
 		        "when the source is reopened",
 		        r->path);
@@ -731,7 +734,7 @@ static int lease_and_map(struct replay *r)
 	if (m == MAP_FAILED) {
 		e = errno;
 		fcntl(r->fd, F_SETLEASE, F_UNLCK);
-		return shim_fail(&r->com.err, -e, "replay %s: mmap of %lld bytes: %s", r->path,
+		return shim_fail(&r->err, -e, "replay %s: mmap of %lld bytes: %s", r->path,
 		                 (long long)r->st.st_size, strerror(e));
 	}
 	madvise(m, (size_t)r->st.st_size, MADV_SEQUENTIAL);
@@ -748,10 +751,10 @@ static int replay_ref_regions(void *h, struct volrec_shim_region *regions, uint3
 	int rc;
 
 	if (!count)
-		return shim_fail(&r->com.err, -EINVAL, "replay %s: ref_regions() without a count",
+		return shim_fail(&r->err, -EINVAL, "replay %s: ref_regions() without a count",
 		                 r->path);
 	if (max && !regions)
-		return shim_fail(&r->com.err, -EINVAL,
+		return shim_fail(&r->err, -EINVAL,
 		                 "replay %s: ref_regions() with max %u and no array", r->path, max);
 	rc = lease_and_map(r);
 	if (rc)
@@ -773,15 +776,15 @@ static int replay_acquire_ref(void *h, const void **bscan, int timeout_ms,
 	int rc;
 
 	if (!bscan)
-		return shim_fail(&r->com.err, -EINVAL, "replay %s: acquire_ref() without a pointer",
+		return shim_fail(&r->err, -EINVAL, "replay %s: acquire_ref() without a pointer",
 		                 r->path);
 	if (!r->map)
-		return shim_fail(&r->com.err, -EINVAL,
-		                 "replay %s: acquire_ref() before ref_regions()", r->path);
+		return shim_fail(&r->err, -EINVAL, "replay %s: acquire_ref() before ref_regions()",
+		                 r->path);
 	if (atomic_load(&r->lease_broken) || fcntl(r->fd, F_GETLEASE) != F_RDLCK) {
 		atomic_store(&r->lease_broken, true);
 		lease_give_up_if_idle(r);
-		return shim_fail(&r->com.err, -ESTALE,
+		return shim_fail(&r->err, -ESTALE,
 		                 "replay %s: another process opened the file for writing or "
 		                 "truncated it; the source lets go of it (once its %llu B-scans in "
 		                 "use are released) and reads it again when reopened",
@@ -812,13 +815,13 @@ static int replay_release_ref(void *h, const void *bscan)
 	    (r->frames
 	             ? p >= (const uint8_t *)r->map + r->map_len || rel % r->bscan_bytes
 	             : p >= r->data + n * r->bscan_bytes || (size_t)(p - r->data) % r->bscan_bytes))
-		return shim_fail(&r->com.err, -EINVAL,
+		return shim_fail(&r->err, -EINVAL,
 		                 "replay %s: release_ref(%p): not a B-scan this source handed out",
 		                 r->path, bscan);
 	uint64_t held = atomic_load(&r->refs);
 	do {
 		if (held == 0)
-			return shim_fail(&r->com.err, -EINVAL,
+			return shim_fail(&r->err, -EINVAL,
 			                 "replay %s: release_ref(%p) with no reference held",
 			                 r->path, bscan);
 	} while (!atomic_compare_exchange_weak(&r->refs, &held, held - 1));
@@ -846,12 +849,12 @@ static void replay_close(void *h)
 static const struct volrec_shim_ops src_replay_ops = {
         .abi_version = VOLREC_SHIM_ABI_VERSION,
         .struct_size = sizeof(struct volrec_shim_ops),
-        .open = src_common_open,
+        .open = src_builtin_open,
         .configure = replay_configure,
         .set_scan_offset = replay_set_scan_offset,
         .start = replay_start,
         .acquire = replay_acquire,
-        .stop = src_common_stop,
+        .stop = src_builtin_stop,
         .close = replay_close,
         .strerror = shim_strerror,
         .ref_regions = replay_ref_regions,
@@ -986,7 +989,6 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 	if (!r)
 		return vr_err(err, errlen, -ENOMEM, "replay: out of memory");
 	r->fd = -1;
-	r->com.kind = "replay";
 	snprintf(r->path, sizeof(r->path), "%s", path);
 	src_geometry_from_config(&r->geo, cfg, flags);
 	r->loop = cfg->source.replay.loop && !(flags & SRC_NO_LOOP);
@@ -1031,7 +1033,7 @@ int src_replay_open(const struct vr_config *cfg, unsigned flags, struct src_sour
 			goto out_free;
 	}
 	posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	shim_pacer_init(&r->com.pacer, &r->geo);
+	shim_pacer_init(&r->pacer, &r->geo);
 	src->impl = src_replay_ops;
 	src->handle = r;
 	src->dl = NULL;

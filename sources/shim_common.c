@@ -49,6 +49,18 @@ const char *shim_strerror(void *h, int code)
 	return code && code == e->code ? e->msg : NULL;
 }
 
+int shim_geometry_fixed(struct shim_err *e, const struct volrec_shim_geometry *have,
+                        const struct volrec_shim_geometry *g, const char *who)
+{
+	if (memcmp(g, have, offsetof(struct volrec_shim_geometry, rate)) != 0)
+		return shim_fail(
+		        e, -EINVAL,
+		        "%s: configure() with a geometry other than the configuration's (a "
+		        "new geometry needs a new source)",
+		        who);
+	return 0;
+}
+
 void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g)
 {
 	uint32_t n = g->bscans_per_volume * shim_repeats(g); /* raw B-scans an epoch */

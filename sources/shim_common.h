@@ -51,6 +51,11 @@ extern const struct volrec_shim_ops shim_ops;
  * thread. NULL when there is none (volrec falls back to strerror(-code)). */
 const char *shim_strerror(void *h, int code);
 
+/* configure() of a source made for geometry have (a built-in, from the configuration): g must
+ * be the same, its rate aside. 0, or -EINVAL kept in e with a message that begins with who. */
+int shim_geometry_fixed(struct shim_err *e, const struct volrec_shim_geometry *have,
+                        const struct volrec_shim_geometry *g, const char *who);
+
 /* A free-running camera's clock (base.h's vr_pacer): the B-scans of geometry g at g->rate
  * epochs/s (0: free running), one epoch of slack. */
 void shim_pacer_init(struct vr_pacer *p, const struct volrec_shim_geometry *g);

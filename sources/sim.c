@@ -336,6 +336,72 @@ static void lagrange(double t, float w[NTAP])
 	}
 }
 
+/* The per-sample tables of s (K entries each, the solid's per-depth ones when it has a
+ * solid) and the inverse FFT's plan. */
+static int sim_alloc_tables(struct sim *s, char *err, size_t errlen)
+{
+	const uint32_t K = s->K;
+
+	s->u = calloc(K, sizeof(*s->u));
+	s->env = calloc(K, sizeof(*s->env));
+	s->base = calloc(K, sizeof(*s->base));
+	s->nsd = calloc(K, sizeof(*s->nsd));
+	s->tap0 = calloc(K, sizeof(*s->tap0));
+	s->tapw = calloc((size_t)K * NTAP, sizeof(*s->tapw));
+	s->rot = calloc((size_t)K * 2, sizeof(*s->rot));
+	s->ext_re = calloc((size_t)K + NTAP, sizeof(*s->ext_re));
+	s->ext_im = calloc((size_t)K + NTAP, sizeof(*s->ext_im));
+	s->spec = calloc(K, sizeof(*s->spec));
+	s->grid = fftwf_alloc_complex(K);
+	if (s->scene.kind != SIM_SOLID_NONE)
+		s->sol = calloc(2 * ((size_t)s->zhi - s->zlo + 1), sizeof(*s->sol));
+	if ((s->scene.kind != SIM_SOLID_NONE && !s->sol) || !s->u || !s->env || !s->base ||
+	    !s->nsd || !s->tap0 || !s->tapw || !s->rot || !s->ext_re || !s->ext_im || !s->spec ||
+	    !s->grid) {
+		return vr_err(err, errlen, -ENOMEM, "synth: out of memory for K = %u tables", K);
+	}
+	s->plan = fftwf_plan_dft_1d((int)K, s->grid, s->grid, FFTW_BACKWARD, FFTW_ESTIMATE);
+	if (!s->plan)
+		return vr_err(err, errlen, -ENOMEM, "synth: FFTW could not plan a %u-point FFT", K);
+	return 0;
+}
+
+/* Each spectral pixel's tables: its linear-k position u, the envelope, the background with
+ * its fixed pattern, the noise's deviation, the reference rotation and the interpolation taps
+ * of u. */
+static void sim_pixel_tables(struct sim *s)
+{
+	const uint32_t K = s->K;
+
+	uint64_t fpkey = sim_mix64(s->p.seed ^ 0x66706e5f6b657921ull);
+	double zfp = K / 64.0 > 2 ? K / 64.0 : 2; /* depth of the fixed coherent artifact */
+	for (uint32_t i = 0; i < K; i++) {
+		/* pixel i sits at linear-k u: solve (K-1) h(u / (K-1)) = i by Newton */
+		double target = (double)i / (K - 1), v = target;
+		for (int it = 0; it < 30; it++) {
+			double dv = (nl_h(v) - target) / nl_dh(v);
+			v -= dv;
+			if (fabs(dv) < 1e-15)
+				break;
+		}
+		double u = v * (K - 1);
+		s->u[i] = u;
+		double env = sim_envelope_k(s, u);
+		s->env[i] = (float)env;
+		double fpn = s->dc * 0.004 * gauss64(sim_mix64(fpkey + i)) +
+		             0.6 * s->amp * env * cos(2 * M_PI * u * zfp / K);
+		s->base[i] = (float)(s->dc * env + fpn);
+		s->nsd[i] = (float)(s->sigma * sqrt(env));
+		double vv = u / (K - 1) - 0.5;
+		double ph = DISP_A2 * vv * vv + DISP_A3 * vv * vv * vv + 2 * M_PI * u * s->zc / K;
+		s->rot[2 * i] = (float)(s->amp * env * cos(ph));
+		s->rot[2 * i + 1] = (float)(s->amp * env * sin(ph));
+		double fl = floor(u);
+		s->tap0[i] = (int32_t)fl; /* ext index of node floor(u) - TAP_LO */
+		lagrange(u - fl, &s->tapw[(size_t)i * NTAP]);
+	}
+}
+
 int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t errlen)
 {
 	struct sim *s;
@@ -373,30 +439,9 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	s->amp = 0.25 * s->dc / sqrt(K / 8.0);
 	s->sigma = p->noiseless ? 0 : s->amp * sqrt((double)K) / 2 * pow(10, -p->snr_db / 20);
 
-	s->u = calloc(K, sizeof(*s->u));
-	s->env = calloc(K, sizeof(*s->env));
-	s->base = calloc(K, sizeof(*s->base));
-	s->nsd = calloc(K, sizeof(*s->nsd));
-	s->tap0 = calloc(K, sizeof(*s->tap0));
-	s->tapw = calloc((size_t)K * NTAP, sizeof(*s->tapw));
-	s->rot = calloc((size_t)K * 2, sizeof(*s->rot));
-	s->ext_re = calloc((size_t)K + NTAP, sizeof(*s->ext_re));
-	s->ext_im = calloc((size_t)K + NTAP, sizeof(*s->ext_im));
-	s->spec = calloc(K, sizeof(*s->spec));
-	s->grid = fftwf_alloc_complex(K);
-	if (s->scene.kind != SIM_SOLID_NONE)
-		s->sol = calloc(2 * ((size_t)s->zhi - s->zlo + 1), sizeof(*s->sol));
-	if ((s->scene.kind != SIM_SOLID_NONE && !s->sol) || !s->u || !s->env || !s->base ||
-	    !s->nsd || !s->tap0 || !s->tapw || !s->rot || !s->ext_re || !s->ext_im || !s->spec ||
-	    !s->grid) {
-		rc = vr_err(err, errlen, -ENOMEM, "synth: out of memory for K = %u tables", K);
+	rc = sim_alloc_tables(s, err, errlen);
+	if (rc)
 		goto out_free;
-	}
-	s->plan = fftwf_plan_dft_1d((int)K, s->grid, s->grid, FFTW_BACKWARD, FFTW_ESTIMATE);
-	if (!s->plan) {
-		rc = vr_err(err, errlen, -ENOMEM, "synth: FFTW could not plan a %u-point FFT", K);
-		goto out_free;
-	}
 
 	for (int i = 0; i < NPHASOR; i++) {
 		s->phasor[i][0] = (float)cos(2 * M_PI * i / NPHASOR);
@@ -406,33 +451,7 @@ int sim_create(const struct sim_params *p, struct sim **out, char *err, size_t e
 	for (int j = 0; j < 65536; j++)
 		s->gauss[j] = (float)normal_quantile((j + 0.5) / 65536);
 
-	uint64_t fpkey = sim_mix64(p->seed ^ 0x66706e5f6b657921ull);
-	double zfp = K / 64.0 > 2 ? K / 64.0 : 2; /* depth of the fixed coherent artifact */
-	for (uint32_t i = 0; i < K; i++) {
-		/* pixel i sits at linear-k u: solve (K-1) h(u / (K-1)) = i by Newton */
-		double target = (double)i / (K - 1), v = target;
-		for (int it = 0; it < 30; it++) {
-			double dv = (nl_h(v) - target) / nl_dh(v);
-			v -= dv;
-			if (fabs(dv) < 1e-15)
-				break;
-		}
-		double u = v * (K - 1);
-		s->u[i] = u;
-		double env = sim_envelope_k(s, u);
-		s->env[i] = (float)env;
-		double fpn = s->dc * 0.004 * gauss64(sim_mix64(fpkey + i)) +
-		             0.6 * s->amp * env * cos(2 * M_PI * u * zfp / K);
-		s->base[i] = (float)(s->dc * env + fpn);
-		s->nsd[i] = (float)(s->sigma * sqrt(env));
-		double vv = u / (K - 1) - 0.5;
-		double ph = DISP_A2 * vv * vv + DISP_A3 * vv * vv * vv + 2 * M_PI * u * s->zc / K;
-		s->rot[2 * i] = (float)(s->amp * env * cos(ph));
-		s->rot[2 * i + 1] = (float)(s->amp * env * sin(ph));
-		double fl = floor(u);
-		s->tap0[i] = (int32_t)fl; /* ext index of node floor(u) - TAP_LO */
-		lagrange(u - fl, &s->tapw[(size_t)i * NTAP]);
-	}
+	sim_pixel_tables(s);
 	*out = s;
 	return 0;
 

@@ -14,24 +14,12 @@
 
 #include "sources/internal.h"
 
-int src_common_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
+int src_builtin_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
 {
 	return -EOPNOTSUPP; /* built-ins are opened by src_open() from the configuration */
 }
 
-int src_common_configure(struct src_common *c, const struct volrec_shim_geometry *have,
-                         const struct volrec_shim_geometry *g, const char *path)
-{
-	if (memcmp(g, have, offsetof(struct volrec_shim_geometry, rate)) != 0)
-		return shim_fail(
-		        &c->err, -EINVAL,
-		        "%s%s%s: configure() with a geometry other than the configuration's "
-		        "(a new geometry needs a new source)",
-		        c->kind, path ? " " : "", path ? path : "");
-	return 0;
-}
-
-int src_common_stop(void *h)
+int src_builtin_stop(void *h)
 {
 	return 0;
 }

@@ -79,14 +79,8 @@ int synth_configure(void *h, const struct volrec_shim_geometry *g)
 	char err[256];
 	int rc;
 
-	if (s->fixed) {
-		if (memcmp(g, &s->geo, offsetof(struct volrec_shim_geometry, rate)) != 0)
-			return shim_fail(&s->err, -EINVAL,
-			                 "%s: configure() with a geometry other than the "
-			                 "configuration's (a new geometry needs a new source)",
-			                 s->name);
-		return 0;
-	}
+	if (s->fixed)
+		return shim_geometry_fixed(&s->err, &s->geo, g, s->name);
 	sim_params_from_args(&p, g, &s->args);
 	p.bit_shift = s->bit_shift;
 	if (s->started)

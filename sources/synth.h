@@ -15,6 +15,7 @@
 
 #include <volrec/shim.h>
 
+#include "sources/shim_common.h"
 #include "sources/sim.h"
 
 struct synth;
@@ -37,5 +38,16 @@ int synth_start(void *h);
 int synth_acquire(void *h, void *buf, size_t size, int timeout_ms, struct volrec_shim_meta *meta);
 int synth_stop(void *h);
 void synth_close(void *h);
+
+/* The ABI table of a synth whose open() is open_fn: the built-in source's (synth_builtin.c) and
+ * the example shim's (synth_shim.c) differ there alone. */
+#define SYNTH_OPS(open_fn)                                                                         \
+	{                                                                                          \
+		.abi_version = VOLREC_SHIM_ABI_VERSION,                                            \
+		.struct_size = sizeof(struct volrec_shim_ops), .open = (open_fn),                  \
+		.configure = synth_configure, .set_scan_offset = synth_set_scan_offset,            \
+		.start = synth_start, .acquire = synth_acquire, .stop = synth_stop,                \
+		.close = synth_close, .strerror = shim_strerror,                                   \
+	}
 
 #endif

@@ -9,18 +9,7 @@
 #include "sources/internal.h"
 #include "sources/synth.h"
 
-static const struct volrec_shim_ops src_synth_ops = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .open = src_common_open,
-        .configure = synth_configure,
-        .set_scan_offset = synth_set_scan_offset,
-        .start = synth_start,
-        .acquire = synth_acquire,
-        .stop = synth_stop,
-        .close = synth_close,
-        .strerror = shim_strerror,
-};
+static const struct volrec_shim_ops src_synth_ops = SYNTH_OPS(src_builtin_open);
 
 int src_synth_open(const struct vr_config *cfg, unsigned flags, struct src_source *src, char *err,
                    size_t errlen)

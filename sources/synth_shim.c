@@ -53,15 +53,4 @@ static int synth_shim_open(const char *args_yaml, struct volrec_shim_info *info,
 	return 0;
 }
 
-const struct volrec_shim_ops shim_ops = {
-        .abi_version = VOLREC_SHIM_ABI_VERSION,
-        .struct_size = sizeof(struct volrec_shim_ops),
-        .open = synth_shim_open,
-        .configure = synth_configure,
-        .set_scan_offset = synth_set_scan_offset,
-        .start = synth_start,
-        .acquire = synth_acquire,
-        .stop = synth_stop,
-        .close = synth_close,
-        .strerror = shim_strerror,
-};
+const struct volrec_shim_ops shim_ops = SYNTH_OPS(synth_shim_open);

@@ -67,6 +67,56 @@ struct rp_opts {
 	size_t nsbatch;
 };
 
+/* The options of o that go together and those that exclude each other; the store as the
+ * operand of --status, --resume, --task and --finish. 0, or VR_EXIT_USAGE with a message. */
+static int check_opts(struct rp_opts *o)
+{
+	const char *P = "volrec reprocess";
+
+	if (o->slurm && o->local_given) {
+		fprintf(stderr, "%s: --local and --slurm exclude each other\n", P);
+		return VR_EXIT_USAGE;
+	}
+	if ((o->nsbatch || o->array_max) && !o->slurm) {
+		fprintf(stderr, "%s: sbatch options (after --) and --array-max go with --slurm\n",
+		        P);
+		return VR_EXIT_USAGE;
+	}
+	if (o->status + o->resume + o->task_given + o->finish > 1) {
+		fprintf(stderr, "%s: --status, --resume, --task and --finish exclude each other\n",
+		        P);
+		return VR_EXIT_USAGE;
+	}
+	if (o->status || o->resume || o->task_given || o->finish) {
+		/* the store is the operand (or -o) */
+		if (!o->output && o->nrecs == 1) {
+			o->output = o->recs[0];
+			o->nrecs = 0;
+		}
+		if (!o->output || o->nrecs || o->config || o->chunk_given) {
+			fprintf(stderr,
+			        "%s: --status, --resume: one store (OUT.zarr) and no -c, "
+			        "recordings or --chunk-epochs (the plan in the store says them)\n",
+			        P);
+			return VR_EXIT_USAGE;
+		}
+		if (o->status && (o->slurm || o->local_given)) {
+			fprintf(stderr, "%s: --status runs nothing (no --local, --slurm)\n", P);
+			return VR_EXIT_USAGE;
+		}
+		return 0;
+	}
+	if (!o->config || !o->output || !o->nrecs) {
+		fprintf(stderr,
+		        "%s: -c NEW.yaml, one or more recordings and -o OUT.zarr are "
+		        "required\n",
+		        P);
+		reprocess_usage(stderr);
+		return VR_EXIT_USAGE;
+	}
+	return 0;
+}
+
 static int parse_opts(int argc, char **argv, struct rp_opts *o)
 {
 	static const struct option longopts[] = {
@@ -141,48 +191,7 @@ static int parse_opts(int argc, char **argv, struct rp_opts *o)
 	}
 	o->recs = argv + optind;
 	o->nrecs = (size_t)(n - optind);
-	if (o->slurm && o->local_given) {
-		fprintf(stderr, "%s: --local and --slurm exclude each other\n", P);
-		return VR_EXIT_USAGE;
-	}
-	if ((o->nsbatch || o->array_max) && !o->slurm) {
-		fprintf(stderr, "%s: sbatch options (after --) and --array-max go with --slurm\n",
-		        P);
-		return VR_EXIT_USAGE;
-	}
-	if (o->status + o->resume + o->task_given + o->finish > 1) {
-		fprintf(stderr, "%s: --status, --resume, --task and --finish exclude each other\n",
-		        P);
-		return VR_EXIT_USAGE;
-	}
-	if (o->status || o->resume || o->task_given || o->finish) {
-		/* the store is the operand (or -o) */
-		if (!o->output && o->nrecs == 1) {
-			o->output = o->recs[0];
-			o->nrecs = 0;
-		}
-		if (!o->output || o->nrecs || o->config || o->chunk_given) {
-			fprintf(stderr,
-			        "%s: --status, --resume: one store (OUT.zarr) and no -c, "
-			        "recordings or --chunk-epochs (the plan in the store says them)\n",
-			        P);
-			return VR_EXIT_USAGE;
-		}
-		if (o->status && (o->slurm || o->local_given)) {
-			fprintf(stderr, "%s: --status runs nothing (no --local, --slurm)\n", P);
-			return VR_EXIT_USAGE;
-		}
-		return 0;
-	}
-	if (!o->config || !o->output || !o->nrecs) {
-		fprintf(stderr,
-		        "%s: -c NEW.yaml, one or more recordings and -o OUT.zarr are "
-		        "required\n",
-		        P);
-		reprocess_usage(stderr);
-		return VR_EXIT_USAGE;
-	}
-	return 0;
+	return check_opts(o);
 }
 
 /* ---- --status ------------------------------------------------------------------------------ */

@@ -61,8 +61,9 @@ static int parse_subscribe(struct vw_msg *m, char *err, size_t errlen)
 	return 0;
 }
 
-/* record_start {name, raw, epochs | seconds} and record_stop {}: the fields' shape only (the
- * daemon checks their values, docs/control.md), copied into m->fields for the request. */
+/* record_start {name, raw, epochs | volumes | seconds} and record_stop {raw}: the fields' shape
+ * only (the daemon checks their values, docs/control.md), copied into m->fields for the
+ * request. */
 static int parse_record(struct vw_msg *m, bool start, char *err, size_t errlen)
 {
 	const char *op = start ? "record_start" : "record_stop";
@@ -78,28 +79,28 @@ static int parse_record(struct vw_msg *m, bool start, char *err, size_t errlen)
 
 		if (!strcmp(k, "type") || !strcmp(k, "id"))
 			continue;
-		if (!start)
-			return vr_err(err, errlen, -EINVAL,
-			              "record_stop: unknown field '%.64s' (none)", k);
-		if (!strcmp(k, "name"))
-			ok = t == json_type_string;
-		else if (!strcmp(k, "raw"))
+		if (!strcmp(k, "raw"))
 			ok = t == json_type_boolean;
-		else if (!strcmp(k, "epochs"))
+		else if (!start)
+			return vr_err(err, errlen, -EINVAL,
+			              "record_stop: unknown field '%.64s' (raw)", k);
+		else if (!strcmp(k, "name"))
+			ok = t == json_type_string;
+		else if (!strcmp(k, "epochs") || !strcmp(k, "volumes"))
 			ok = t == json_type_int;
 		else if (!strcmp(k, "seconds"))
 			ok = t == json_type_int || t == json_type_double;
 		else
 			return vr_err(err, errlen, -EINVAL,
 			              "record_start: unknown field '%.64s' (name, raw, epochs, "
-			              "seconds)",
+			              "volumes, seconds)",
 			              k);
 		if (!ok)
-			return vr_err(err, errlen, -EINVAL, "record_start: %s: need %s", k,
-			              !strcmp(k, "name")     ? "a string"
-			              : !strcmp(k, "raw")    ? "true or false"
-			              : !strcmp(k, "epochs") ? "a whole number"
-			                                     : "a number");
+			return vr_err(err, errlen, -EINVAL, "%s: %s: need %s", op, k,
+			              !strcmp(k, "name")      ? "a string"
+			              : !strcmp(k, "raw")     ? "true or false"
+			              : !strcmp(k, "seconds") ? "a number"
+			                                      : "a whole number");
 		json_object_object_add(m->fields, k, json_object_get(v));
 	}
 	return 0;

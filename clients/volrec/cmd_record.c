@@ -37,14 +37,10 @@ static const char *const geometry_keys[] = {
         "voxel_size_um",
 };
 
-static void record_usage(FILE *f)
+/* What --raw and --in-daemon do: the daemon records, this command asks and follows. */
+static void record_daemon_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: volrec record -o FILE.h5 [-n N | -s S] [--force] [-w S] [-i NAME] [-r "
-	        "DIR]\n"
-	        "                     [-c FILE]\n"
-	        "       volrec record --raw NAME [-n EPOCHS | -s SECONDS] [-i NAME] [-r DIR] [-c "
-	        "FILE]\n\n"
 	        "--raw: the daemon records the raw spectra it acquires into <record.dir>/NAME.vrr\n"
 	        "(man volrec) for EPOCHS epochs, SECONDS seconds, or until Ctrl-C, which\n"
 	        "stops it cleanly (record_stop); the command shows its progress on a terminal\n"
@@ -54,6 +50,25 @@ static void record_usage(FILE *f)
 	        "first; a trailing .vrr is dropped). Exit status 4 when epochs were left out, 5\n"
 	        "when the daemon refused (record.dir, an existing NAME, a recording in progress,\n"
 	        "record.min_free_gb), 8 when the disk (or record.min_free_gb) ended it.\n\n"
+	        "--in-daemon: the daemon writes every volume it publishes into\n"
+	        "<record.dir>/NAME.h5 (the layout below, written by its own thread) for VOLUMES\n"
+	        "volumes, SECONDS seconds, or until Ctrl-C; otherwise as --raw (a trailing .h5 is\n"
+	        "dropped). Volumes the disk could not keep up with are left out and listed in\n"
+	        "/missed with reason 3 (exit status 4). It may run beside a raw recording.\n\n");
+}
+
+static void record_usage(FILE *f)
+{
+	fprintf(f,
+	        "usage: volrec record -o FILE.h5 [-n N | -s S] [--force] [-w S] [-i NAME] [-r "
+	        "DIR]\n"
+	        "                     [-c FILE]\n"
+	        "       volrec record --raw NAME [-n EPOCHS | -s SECONDS] [-i NAME] [-r DIR] [-c "
+	        "FILE]\n"
+	        "       volrec record --in-daemon NAME [-n VOLUMES | -s SECONDS] [-i NAME] [-r "
+	        "DIR] [-c FILE]\n\n");
+	record_daemon_usage(f);
+	fprintf(f,
 	        "Subscribe to a running volrecd and write every volume it publishes into HDF5 "
 	        "until N\n"
 	        "volumes are written, S seconds have passed, or Ctrl-C (SIGINT) / SIGTERM. Each "
@@ -100,7 +115,8 @@ static void record_usage(FILE *f)
 	        "it:\n"
 	        "                it fell behind, or published while the daemon restarted or never\n"
 	        "                announced before it went away), 2 = torn\n"
-	        "                (overwritten while being copied)\n"
+	        "                (overwritten while being copied), 3 = left out by volrecd's\n"
+	        "                recorder (--in-daemon: the disk fell behind)\n"
 	        "  attributes: shape [Y, X, Z], instance, volumes, missed_volumes, sessions, "
 	        "complete,\n"
 	        "  end (why the recording ended), the geometry, source and backend from the "
@@ -142,7 +158,8 @@ static void record_usage(FILE *f)
 struct rec_args {
 	unsigned deflate; /* --compress level, 0: none */
 	bool force;
-	const char *raw; /* --raw NAME: the daemon records raw spectra (cmd_record_raw.c) */
+	const char *raw;       /* --raw NAME: the daemon records raw spectra (cmd_record_raw.c) */
+	const char *in_daemon; /* --in-daemon NAME: the daemon records its volumes (likewise) */
 };
 
 struct rec {
@@ -566,7 +583,7 @@ struct rec_loop {
 	double next_progress;
 };
 
-enum { OPT_COMPRESS = 0x300, OPT_RAW };
+enum { OPT_COMPRESS = 0x300, OPT_RAW, OPT_IN_DAEMON };
 
 /* The options into tg, run and a; TOOL_ARGS_GO_ON, or the exit status to end with. */
 static int rec_parse(int argc, char **argv, struct tool_target *tg, struct tool_run *run,
@@ -579,6 +596,7 @@ static int rec_parse(int argc, char **argv, struct tool_target *tg, struct tool_
 	        {"force", no_argument, NULL, 'f'},
 	        {"compress", optional_argument, NULL, OPT_COMPRESS},
 	        {"raw", required_argument, NULL, OPT_RAW},
+	        {"in-daemon", required_argument, NULL, OPT_IN_DAEMON},
 	        VR_CLI_LONGOPTS_END,
 	};
 	uint64_t level;
@@ -596,6 +614,9 @@ static int rec_parse(int argc, char **argv, struct tool_target *tg, struct tool_
 		case OPT_RAW:
 			a->raw = optarg;
 			break;
+		case OPT_IN_DAEMON:
+			a->in_daemon = optarg;
+			break;
 		case OPT_COMPRESS:
 			if (!optarg) {
 				a->deflate = 1;
@@ -612,24 +633,32 @@ static int rec_parse(int argc, char **argv, struct tool_target *tg, struct tool_
 	}
 	if (vr_cli_args_done("volrec record", argc, argv))
 		return VR_EXIT_USAGE;
-	if (a->raw) {
+	if (a->raw && a->in_daemon) {
+		fprintf(stderr, "volrec record: --raw and --in-daemon are two recordings: start "
+		                "each with its own command\n");
+		return VR_EXIT_USAGE;
+	}
+	if (a->raw || a->in_daemon) {
+		const char *which = a->raw ? "--raw" : "--in-daemon";
+
 		if (r->path || a->force || a->deflate || run->restart_wait >= 0) {
 			fprintf(stderr,
-			        "volrec record: --raw NAME records in the daemon's "
+			        "volrec record: %s NAME records in the daemon's "
 			        "record.dir: -o, --force, --compress and --restart-wait are "
-			        "for HDF5 recordings\n");
+			        "for HDF5 recordings made by this command\n",
+			        which);
 			return VR_EXIT_USAGE;
 		}
 		if (run->count && run->seconds) {
-			fprintf(stderr, "volrec record: --raw takes -n EPOCHS or -s SECONDS, not "
-			                "both\n");
+			fprintf(stderr, "volrec record: %s takes -n %s or -s SECONDS, not both\n",
+			        which, a->raw ? "EPOCHS" : "VOLUMES");
 			return VR_EXIT_USAGE;
 		}
 		return TOOL_ARGS_GO_ON;
 	}
 	if (!r->path || !*r->path || strlen(r->path) >= TOOL_PATH_MAX) {
-		fprintf(stderr, "volrec record: -o FILE.h5 (or --raw NAME) is required (see "
-		                "--help)\n");
+		fprintf(stderr, "volrec record: -o FILE.h5 (or --raw NAME, --in-daemon NAME) is "
+		                "required (see --help)\n");
 		return VR_EXIT_USAGE;
 	}
 	return TOOL_ARGS_GO_ON;
@@ -977,8 +1006,8 @@ VR_COMMAND(record, "write every published volume into HDF5, or record raw spectr
 	rc = rec_parse(argc, argv, &tg, &L.run, &r, &a);
 	if (rc != TOOL_ARGS_GO_ON)
 		return rc;
-	if (a.raw)
-		return record_raw(&tg, &L.run, a.raw);
+	if (a.raw || a.in_daemon)
+		return record_in_daemon(&tg, &L.run, a.raw ? a.raw : a.in_daemon, a.raw != NULL);
 	L.status = rec_setup(&r, &L, &a);
 	if (L.status == VR_EXIT_OK)
 		rec_loop(&r, &L);

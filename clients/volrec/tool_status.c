@@ -74,30 +74,56 @@ void tool_event_line(struct json_object *ev, char *buf, size_t len)
 		         msg);
 }
 
-/* The raw recording line: none, or its name, state, file, size, rate, epochs and left out. */
-static void status_recording(FILE *f, struct json_object *st, const char *eol)
-{
-	char state[32], name[256], file[1024], end[64], error[512];
+/* The daemon's recordings as status shows them: where, what they count, and the line's name. */
+struct status_rec {
+	const char *at, *label, *unit, *written, *skipped;
+	bool say_none; /* print "<label> none" when idle */
+};
 
-	if (!tool_json_str(st, "recording.state", state, sizeof(state)))
+/* A recording's line: none, or its name, state, file, size, rate, epochs or volumes and left
+ * out. */
+static void status_recording(FILE *f, struct json_object *st, const struct status_rec *k,
+                             const char *eol)
+{
+	char state[32], name[256], file[1024], end[64], error[512], key[96];
+	double mb, rate, written, skipped, secs;
+#define AT(field) (snprintf(key, sizeof(key), "%s.%s", k->at, (field)), key)
+
+	if (!tool_json_str(st, AT("state"), state, sizeof(state)))
 		return; /* an older daemon */
 	if (!strcmp(state, "idle")) {
-		fprintf(f, "  recording none%s", eol);
+		if (k->say_none)
+			fprintf(f, "  %s none%s", k->label, eol);
 		return;
 	}
-	tool_json_str(st, "recording.name", name, sizeof(name));
-	tool_json_str(st, "recording.file", file, sizeof(file));
-	tool_json_str(st, "recording.end", end, sizeof(end));
-	tool_json_str(st, "recording.error", error, sizeof(error));
-	fprintf(f,
-	        "  recording %s %s%s%s%s: %s, %.1f MB, %.1f MB/s, %.0f epochs, %.0f left out, "
-	        "%.0f s%s%s%s",
-	        name, state, end[0] ? " (" : "", end, end[0] ? ")" : "", file,
-	        tool_json_num(st, "recording.bytes", 0) / 1e6,
-	        tool_json_num(st, "recording.rate_mb_s", 0),
-	        tool_json_num(st, "recording.epochs_written", 0),
-	        tool_json_num(st, "recording.skipped_epochs", 0),
-	        tool_json_num(st, "recording.seconds", 0), error[0] ? "; " : "", error, eol);
+	tool_json_str(st, AT("name"), name, sizeof(name));
+	tool_json_str(st, AT("file"), file, sizeof(file));
+	tool_json_str(st, AT("end"), end, sizeof(end));
+	tool_json_str(st, AT("error"), error, sizeof(error));
+	mb = tool_json_num(st, AT("bytes"), 0) / 1e6;
+	rate = tool_json_num(st, AT("rate_mb_s"), 0);
+	written = tool_json_num(st, AT(k->written), 0);
+	skipped = tool_json_num(st, AT(k->skipped), 0);
+	secs = tool_json_num(st, AT("seconds"), 0);
+	fprintf(f, "  %s %s %s%s%s%s: %s, %.1f MB, %.1f MB/s, %.0f %s, %.0f left out, %.0f s%s%s%s",
+	        k->label, name, state, end[0] ? " (" : "", end, end[0] ? ")" : "", file, mb, rate,
+	        written, k->unit, skipped, secs, error[0] ? "; " : "", error, eol);
+#undef AT
+}
+
+static void status_recordings(FILE *f, struct json_object *st, const char *eol)
+{
+	static const struct status_rec raw = {"recording",      "recording",      "epochs",
+	                                      "epochs_written", "skipped_epochs", true},
+	                               processed = {"recording.processed",
+	                                            "processed recording",
+	                                            "volumes",
+	                                            "volumes_written",
+	                                            "skipped_volumes",
+	                                            false};
+
+	status_recording(f, st, &raw, eol);
+	status_recording(f, st, &processed, eol);
 }
 
 /* The channels of each volume and what their u8 values mean (docs/protocol.md §2.7): one line,
@@ -274,7 +300,7 @@ static void print_health(FILE *f, struct json_object *st, const char *eol)
 	        tool_json_num(st, "readers", 0), tool_json_num(st, "publisher.lease_skips", 0),
 	        tool_json_num(st, "publisher.forced_overwrite", 0),
 	        tool_json_num(st, "publisher.send_errors", 0), eol);
-	status_recording(f, st, eol);
+	status_recordings(f, st, eol);
 	if (tool_json_str(st, "reload.result", a, sizeof(a)) && a[0]) {
 		tool_json_str(st, "reload.message", c, sizeof(c));
 		fprintf(f, "  reload    %s%s%s%s", a, c[0] ? ": " : "", c, eol);

@@ -227,12 +227,14 @@ int tool_ctl_try(const struct tool_target *t, struct json_object *req, double ti
  * and returns VR_EXIT_REJECTED. */
 int tool_ctl_checked(struct json_object *reply, const char *cmd);
 
-/* ---- `volrec record --raw` (cmd_record_raw.c) ---------------------------------------------- */
+/* ---- `volrec record --raw | --in-daemon` (cmd_record_raw.c) ------------------------------- */
 
-/* Ask the daemon of tg (options read, not finished) to record raw spectra into
- * <record.dir>/NAME.vrr for run->count epochs or run->seconds (0: until Ctrl-C), follow it with
- * a progress line on a terminal, and stop it on Ctrl-C. The exit status. */
-int record_raw(struct tool_target *tg, const struct tool_run *run, const char *name);
+/* Ask the daemon of tg (options read, not finished) to record (raw) raw spectra into
+ * <record.dir>/NAME.vrr for run->count epochs, else the volumes it publishes into
+ * <record.dir>/NAME.h5 for run->count volumes, or for run->seconds (0: until Ctrl-C); follow
+ * it with a progress line on a terminal, and stop it on Ctrl-C. The exit status. */
+int record_in_daemon(struct tool_target *tg, const struct tool_run *run, const char *name,
+                     bool raw);
 
 /* ---- status screen (tool_status.c) -------------------------------------------------------- */
 

@@ -121,15 +121,18 @@ static void fill(ArvBuffer *buffer, void *data, guint32 exposure_us, guint32 gai
 	const struct volrec_shim_geometry *g = &fk->g;
 	uint8_t *dst = (uint8_t *)arv_buffer_get_data(buffer, NULL);
 	size_t n = (size_t)g->samples_per_ascan * g->ascans_per_bscan;
-	uint64_t pos = atomic_fetch_add(&fk->pos, 1), e = pos / g->bscans_per_volume;
-	uint32_t b = (uint32_t)(pos % g->bscans_per_volume), ox, oy;
+	/* frame n: raw B-scan n of the scan, ny x M of them an epoch (M repeats of each) */
+	const uint32_t m_n = shim_repeats(g);
+	const uint64_t raw = (uint64_t)g->bscans_per_volume * m_n;
+	uint64_t pos = atomic_fetch_add(&fk->pos, 1), e = pos / raw;
+	uint32_t b = (uint32_t)(pos % raw / m_n), m = (uint32_t)(pos % m_n), ox, oy;
 
 	if (pixel_format != fk->f->code ||
 	    (uint32_t)arv_buffer_get_image_width(buffer) != g->samples_per_ascan ||
 	    (uint32_t)arv_buffer_get_image_height(buffer) != g->ascans_per_bscan)
 		return; /* reconfigured under us: the frame is refused as incomplete */
 	vr_scan_offset(e, g->stride_x, g->stride_y, &ox, &oy);
-	if (sim_bscan(fk->sim, e, ox, oy, b, fk->tmp, n * 2)) {
+	if (sim_bscan_repeat(fk->sim, e, ox, oy, b, m, fk->tmp, n * 2)) {
 		atomic_store(&fk->failed, true);
 		return;
 	}

@@ -363,7 +363,8 @@ static void open_describe(const struct gc_shim *s, struct volrec_shim_info *info
 	                 ? arv_camera_get_device_serial_number(s->cam, NULL)
 	                 : "?",
 	         s->cam_id);
-	info->flags = 0;
+	/* the camera delivers whatever the scanner repeats: frame n is raw B-scan n of the scan */
+	info->flags = VOLREC_SHIM_INFO_REPEATS;
 }
 
 static int shim_open(const char *args_yaml, struct volrec_shim_info *info, void **handle)
@@ -699,9 +700,10 @@ static void buffer_count(struct gc_shim *s, const struct volrec_shim_geometry *g
 		 * counted as source losses instead of the epochs the ring drops */
 		uint64_t held =
 		        (g->flags & VOLREC_SHIM_GEOMETRY_HELD) ? g->held_bscans : HELD_DEFAULT;
-		uint64_t n = held + g->bscans_per_volume;
-		if (n < 3 * (uint64_t)g->bscans_per_volume)
-			n = 3 * (uint64_t)g->bscans_per_volume;
+		const uint64_t raw = (uint64_t)g->bscans_per_volume * shim_repeats(g);
+		uint64_t n = held + raw;
+		if (n < 3 * raw)
+			n = 3 * raw;
 		s->nbuf = n > BUF_MAX ? BUF_MAX : (uint32_t)n;
 	}
 	if (s->nbuf < BUF_MIN)
@@ -860,7 +862,7 @@ static int shim_set_scan_offset(void *h, uint64_t epoch, uint32_t ox, uint32_t o
 		return shim_fail(&s->err, -EINVAL,
 		                 "genicam: offset (%u, %u) outside stride [%u, %u]", ox, oy,
 		                 s->geo.stride_x, s->geo.stride_y);
-	ny = s->geo.bscans_per_volume;
+	ny = (uint64_t)s->geo.bscans_per_volume * shim_repeats(&s->geo); /* raw B-scans an epoch */
 	if (epoch * ny < s->next_pos) {
 		if (s->next_pos % ny && s->next_pos / ny == epoch)
 			return shim_fail(&s->err, -EBUSY,
@@ -993,7 +995,9 @@ static bool frame_complete(const struct gc_shim *s, ArvBuffer *b, char *why, siz
  * fault. */
 static int deliver_held(struct gc_shim *s, ArvBuffer **out, struct volrec_shim_meta *meta)
 {
-	const uint64_t ny = s->geo.bscans_per_volume;
+	/* a position counts raw B-scans: ny x M an epoch, the M repeats of a B-scan in a row */
+	const uint32_t m_n = shim_repeats(&s->geo);
+	const uint64_t raw = (uint64_t)s->geo.bscans_per_volume * m_n;
 	uint32_t flag = 0;
 
 	if (s->held_pos > s->next_pos) {
@@ -1004,8 +1008,8 @@ static int deliver_held(struct gc_shim *s, ArvBuffer **out, struct volrec_shim_m
 			uint64_t pos = s->next_pos++;
 			return shim_fail(&s->err, -EIO,
 			                 "genicam: camera %s: the frame of epoch %" PRIu64
-			                 " B-scan %" PRIu64 " %s",
-			                 s->cam_id, pos / ny, pos % ny,
+			                 " B-scan %" PRIu64 " repeat %" PRIu64 " %s",
+			                 s->cam_id, pos / raw, pos % raw / m_n, pos % m_n,
 			                 flag == VOLREC_SHIM_META_LOST
 			                         ? "never arrived (frame id gap)"
 			                         : "arrived incomplete");
@@ -1018,9 +1022,13 @@ static int deliver_held(struct gc_shim *s, ArvBuffer **out, struct volrec_shim_m
 	if (meta) {
 		uint64_t ts = *out ? arv_buffer_get_system_timestamp(*out) : 0;
 		meta->timestamp_ns = ts ? ts : vr_now_ns(CLOCK_REALTIME);
-		meta->epoch = s->next_pos / ny;
-		meta->bscan = (uint32_t)(s->next_pos % ny);
+		meta->epoch = s->next_pos / raw;
+		meta->bscan = (uint32_t)(s->next_pos % raw / m_n);
 		meta->flags = flag;
+		if (s->geo.flags & VOLREC_SHIM_GEOMETRY_REPEATS) {
+			meta->repeat = (uint32_t)(s->next_pos % m_n);
+			meta->reserved = 0;
+		}
 	}
 	s->next_pos++;
 	return 0;

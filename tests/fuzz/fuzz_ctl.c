@@ -75,12 +75,33 @@ static const char *s_generation(void *ctx, uint32_t n, uint32_t *current, uint32
 	              : NULL;
 }
 
+/* What record_start hands the service: a name, one count or seconds or neither. */
+static int s_record_start(void *ctx, bool raw, const char *name, uint64_t count, double seconds,
+                          const struct vrd_ctl_peer *peer, char *err, size_t errlen)
+{
+	if (!name)
+		fail("a record_start without its name", NULL);
+	if (count && seconds != 0)
+		fail("a record_start with a count and seconds", NULL);
+	if (seconds < 0 || seconds > 1e9 || seconds != seconds)
+		fail("a record_start with seconds out of range", NULL);
+	return 0;
+}
+
+static int s_record_stop(void *ctx, bool raw, const struct vrd_ctl_peer *peer, char *err,
+                         size_t errlen)
+{
+	return 0;
+}
+
 static const struct vrd_ctl_ops OPS = {.ctx = &S,
                                        .config = s_config,
                                        .apply = s_apply,
                                        .reset_history = s_reset,
                                        .status = s_status,
-                                       .generation = s_generation};
+                                       .generation = s_generation,
+                                       .record_start = s_record_start,
+                                       .record_stop = s_record_stop};
 static const struct vrd_ctl_peer PEER = {.have_uid = true, .uid = 1000, .pid = 42};
 
 /* The applied configuration dumps to YAML that loads back to the same configuration. */

@@ -126,15 +126,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case VW_MSG_RECORD_STOP:
 		if (!m.fields || !json_object_is_type(m.fields, json_type_object))
 			fail("a record request without its fields", NULL);
-		if (m.type == VW_MSG_RECORD_STOP && json_object_object_length(m.fields))
-			fail("a record_stop with fields", NULL);
 		json_object_object_foreach(m.fields, k, v)
 		{
+			if (m.type == VW_MSG_RECORD_STOP && strcmp(k, "raw"))
+				fail("a record_stop field other than raw", NULL);
 			if (strcmp(k, "name") && strcmp(k, "raw") && strcmp(k, "epochs") &&
-			    strcmp(k, "seconds"))
+			    strcmp(k, "volumes") && strcmp(k, "seconds"))
 				fail("a record_start field the daemon does not take", NULL);
 			if (!strcmp(k, "name") && !json_object_is_type(v, json_type_string))
 				fail("a record_start name that is not a string", NULL);
+			if (!strcmp(k, "raw") && !json_object_is_type(v, json_type_boolean))
+				fail("a record raw that is not true or false", NULL);
 		}
 		break;
 	default:

@@ -838,8 +838,8 @@ def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
     i = d.wait_note("WATCHDOG", "1", after=len(d.notes))
     st = d.status(lambda m: m["watchdog"]["pings"] >= 2)
     assert st["watchdog"]["enabled"] is True and st["watchdog"]["usec"] == 300000
-    # a hung driver: acquire() blocks 6 s, ignoring its timeout
-    control.write_text("stall 8000\n")
+    # a hung driver: acquire() blocks, ignoring its timeout, until the test releases it
+    control.write_text("hold\n")
     # epochs already in the ring are still processed (progress: pings); under a slow build one
     # may be busy past a tick. The stall has settled once two pings in a row were withheld.
     base = d.status(lambda m: m["watchdog"]["withheld"] >= 1)["watchdog"]
@@ -859,6 +859,7 @@ def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
     d.read_notes()
     assert not any(x.get("WATCHDOG") == "1" for x in d.notes[n:]), d.notes[n:]
     # once the source returns, progress and pings resume
+    control.write_text("ok\n")
     d.wait_note("WATCHDOG", "1", after=n)
     assert i >= 0
     d.signal(signal.SIGTERM)
@@ -867,12 +868,12 @@ def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
 
 def test_sigterm_with_a_hung_acquire_stops_within_a_second_past_its_timeout(daemons,
                                                                            build_dir):
-    # a hung driver: acquire() blocks 20 s, ignoring its 300 ms timeout; SIGTERM must not wait
-    # for it: the daemon stops within timeout + 1 s (plus draining) and says so in its log
+    # a hung driver: acquire() blocks for good, ignoring its 300 ms timeout; SIGTERM must not
+    # wait for it: the daemon stops within timeout + 1 s (plus draining) and says so in its log
     d, control = shim_daemon(daemons, build_dir)
     d.serve()
     d.vol()
-    control.write_text("stall 20000\n")
+    control.write_text("hold\n")
     # the shim reads the control file before an acquire and stalls in it: the daemon says so
     # once the call is late
     d.wait_message("event", lambda m: m.get("event") == "source_fault"
@@ -881,7 +882,7 @@ def test_sigterm_with_a_hung_acquire_stops_within_a_second_past_its_timeout(daem
     d.signal(signal.SIGTERM)
     assert d.wait_exit(timeout=15) == 0, d.log_text()
     elapsed = time.monotonic() - t0
-    assert elapsed < 4.0 * TIMEOUT_SCALE, elapsed  # 1.3 s expected; not the 20 s stall
+    assert elapsed < 4.0 * TIMEOUT_SCALE, elapsed  # 1.3 s expected; not the hung call
     log = d.log_text()
     assert "has not returned from acquire()" in log and "stopping without it" in log, log
     assert not os.path.exists(f"/dev/shm/volrec.{d.instance}")

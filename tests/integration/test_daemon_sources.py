@@ -120,9 +120,9 @@ def test_a_shims_error_names_the_shim_once_in_the_event_and_the_log(daemons, bui
 
 def test_an_acquire_hung_past_its_timeout_degrades_the_daemon_until_it_returns(daemons,
                                                                               build_dir):
-    # a hung driver: acquire() blocks 3 s, ignoring its 300 ms timeout
+    # a hung driver: acquire() blocks, ignoring its 300 ms timeout, until released below
     d, control = serving_shim(daemons, build_dir)
-    control.write_text("stall 3000\n")
+    control.write_text("hold\n")
     ev = d.event("source_fault")
     assert "source fault-shim: acquire() has not returned" in ev["message"], ev
     assert "after its timeout (300 ms)" in ev["message"], ev
@@ -130,6 +130,7 @@ def test_an_acquire_hung_past_its_timeout_degrades_the_daemon_until_it_returns(d
     assert st["faults"]["source"] == 1, st["faults"]
     assert "acquire() has not returned" in st["faults"]["message"], st["faults"]
     # it returns with data: running again, no further fault
+    control.write_text("ok\n")
     d.event("source_recovered")
     st = d.status(lambda m: m["state"] == "running")
     assert st["faults"]["source"] == 1 and st["drops"]["source_timeout"] == 0, st
@@ -273,7 +274,7 @@ def test_reload_while_a_hung_call_holds_an_exclusive_device_exits_1_and_says_why
     # a device that opens once, whose driver hangs in acquire(): the stop leaves it inside the
     # call, so neither the new nor the old configuration can open it again
     d, control = serving_shim(daemons, build_dir, exclusive=True)
-    control.write_text("stall 60000\n")
+    control.write_text("hold\n")
     d.event("source_fault")
     new = json.loads(json.dumps(d.cfg))
     new["geometry"]["ascans_per_bscan"] = 15

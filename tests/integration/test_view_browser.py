@@ -28,6 +28,7 @@ import ssl
 import subprocess
 import time
 
+import h5py
 import numpy as np
 import pytest
 
@@ -531,6 +532,75 @@ def test_a_data_control_without_the_token_is_refused_with_a_message(browser, liv
     browser.cmd("click", page=page, selector="#rec-start", x=0.5, y=0.5)
     browser.wait(page, "/token/.test(document.getElementById('data-message').textContent)")
     assert pub.control.get("preprocess.db_range") == [55, 100]
+    browser.cmd("close", page=page)
+
+
+@pytest.fixture
+def recording_live(build_dir, bin_dir):
+    """volrecd with a record.dir, and a viewer: (daemon, viewer)."""
+    pub = DaemonPublisher(build_dir)
+    made = [pub]
+    try:
+        pub.cfg["record"] = {"dir": str(pub.dir / "rec"), "min_free_gb": 0}
+        (pub.dir / "rec").mkdir()
+        pub.config_path.write_text(json.dumps(pub.cfg, indent=1) + "\n")
+        pub.start()
+        made.append(Viewer(bin_dir, pub))
+        yield made
+    finally:
+        for m in reversed(made):
+            m.close()
+
+
+def processed_recording(pub):
+    r = pub.control.ask({"op": "status"})
+    assert r["ok"], r
+    return r["status"]["recording"]["processed"]
+
+
+def test_the_record_button_starts_and_stops_a_processed_recording_with_the_token(
+        browser, recording_live):
+    """The record block's kind select: processed volumes with a count end by themselves, one
+    without stops with the stop button; the block shows its state, name, size and count. A page
+    without the token is refused, nothing recorded."""
+    pub, view = recording_live
+    rec_dir = pub.dir / "rec"
+    page = browser.open(f"http://127.0.0.1:{view.port}/")  # view only
+    browser.wait(page, "window.volrecView.control === false")
+    browser.eval(page, "document.getElementById('rec-kind').value = 'processed'")
+    browser.cmd("fill", page=page, selector="#rec-name", value="nope")
+    browser.cmd("click", page=page, selector="#rec-start", x=0.5, y=0.5)
+    browser.wait(page, "/token/.test(document.getElementById('data-message').textContent)")
+    assert not list(rec_dir.iterdir())
+    browser.cmd("close", page=page)
+
+    page = browser.open(view.url)  # with the token
+    browser.wait(page, "window.volrecView.control === true")
+    browser.eval(page, "document.getElementById('rec-kind').value = 'processed'")
+    browser.cmd("fill", page=page, selector="#rec-name", value="btn-3")
+    browser.cmd("fill", page=page, selector="#rec-count", value="3")
+    browser.cmd("click", page=page, selector="#rec-start", x=0.5, y=0.5)
+    browser.wait(page, "/processed recording 'btn-3' started/.test("
+                       "document.getElementById('data-message').textContent)")
+    browser.wait(page, "/finished \\(volumes reached\\) 'btn-3'.* 3 volumes/.test("
+                       "document.getElementById('rec-state-processed').textContent)")
+    with h5py.File(rec_dir / "btn-3.h5", "r") as f:
+        assert f["volumes"].shape[0] == 3
+    browser.cmd("fill", page=page, selector="#rec-name", value="btn-stop")
+    browser.cmd("fill", page=page, selector="#rec-count", value="")
+    browser.cmd("click", page=page, selector="#rec-start", x=0.5, y=0.5)
+    browser.wait(page, "/recording 'btn-stop'.* [1-9][0-9]* volumes/.test("
+                       "document.getElementById('rec-state-processed').textContent)")
+    browser.cmd("click", page=page, selector="#rec-stop", x=0.5, y=0.5)
+    browser.wait(page, "/processed recording stopped/.test("
+                       "document.getElementById('data-message').textContent)")
+    browser.wait(page, "/finished \\(record_stop\\) 'btn-stop'/.test("
+                       "document.getElementById('rec-state-processed').textContent)")
+    rec = processed_recording(pub)
+    assert rec["name"] == "btn-stop" and rec["end"] == "record_stop", rec
+    # the raw recording was never touched
+    assert browser.eval(page, "document.getElementById('rec-state').textContent") == "idle"
+    assert browser.cmd("errors")["value"] == []
     browser.cmd("close", page=page)
 
 

@@ -188,6 +188,9 @@ def test_with_the_token_processing_keys_are_set_and_recording_starts_and_stops(p
     ({"type": "record_start", "name": "a", "raw": 1}, "record_start: raw: need true or false"),
     ({"type": "record_start", "name": "a", "path": "/tmp/x"}, "unknown field 'path'"),
     ({"type": "record_stop", "now": True}, "record_stop: unknown field 'now'"),
+    ({"type": "record_stop", "raw": "no"}, "record_stop: raw: need true or false"),
+    ({"type": "record_start", "name": "a", "raw": False, "volumes": 1.5},
+     "record_start: volumes: need a whole number"),
 ])
 def test_record_requests_of_the_wrong_shape_never_reach_the_daemon(pub, view, msg, what):
     ws = RawSocket(view.port)

@@ -8,8 +8,8 @@
  * (stop() blocks M ms, like a driver that ignores every deadline); fail_every N and
  * timeout_every N (every Nth acquire fails with -EIO / times out); stall_ms M with
  * stall_after N (acquire N+1 blocks M ms, once); control_file PATH (see docs/shim.md: "ok",
- * "error N", "timeout N", "stall MS [N]", "return V [N]", "flags F [N]", "timestamp T [N]",
- * read before every acquire);
+ * "error N", "timeout N", "stall MS [N]", "hold", "return V [N]", "flags F [N]",
+ * "timestamp T [N]", read before every acquire);
  * device_hex and text_hex (bytes in hex, e.g. "ff 41": the info device string, and a suffix
  * of every error text, so that texts that are not UTF-8 can be tested); crash_after N with
  * crash_signal SEGV or ABRT (default SEGV): acquire N+1 kills the process with that signal, as
@@ -67,6 +67,8 @@ static struct fault_ctl {
 	uint64_t pend_flags_n, pend_flags; /* "flags F [N]": meta.flags of the next N B-scans */
 	uint64_t pend_ts_n, pend_ts;       /* "timestamp T [N]": their meta.timestamp_ns */
 	long long pend_value; /* "return V": what acquire() returns, buffer untouched */
+	bool pend_hold;       /* "hold": the next acquire blocks until the next command */
+	uint64_t gen;         /* commands read so far */
 } ctl;
 static pthread_mutex_t ctl_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool exclusive_held; /* under ctl_mu */
@@ -279,6 +281,8 @@ static int poll_control(struct fault_shim *s)
 		return 0;
 	snprintf(c->last_cmd, sizeof(c->last_cmd), "%s", buf);
 	c->last_mtime = st.st_mtim;
+	c->gen++;
+	c->pend_hold = false;
 
 	unsigned long long a = 1, b = 1;
 	long long v = 0;
@@ -303,11 +307,13 @@ static int poll_control(struct fault_shim *s)
 	} else if (!strcmp(word, "stall") && got >= 2) {
 		c->pend_stall_ms = a;
 		c->pend_stalls = got >= 3 ? b : 1;
+	} else if (!strcmp(word, "hold") && got == 1) {
+		c->pend_hold = true;
 	} else {
 		return shim_fail(&s->err, -EINVAL,
 		                 "fault shim: control file %s: unknown command '%s' (ok, error N, "
-		                 "timeout N, stall MS [N], return V [N], flags F [N], timestamp T "
-		                 "[N])",
+		                 "timeout N, stall MS [N], hold, return V [N], flags F [N], "
+		                 "timestamp T [N])",
 		                 s->control, buf);
 	}
 	return 0;
@@ -350,6 +356,16 @@ static int shim_acquire(void *h, void *buf, size_t size, int timeout_ms,
 	} else if (rc == 0 && ctl.pend_stalls) {
 		ctl.pend_stalls--;
 		stall_ms = ctl.pend_stall_ms;
+	} else if (rc == 0 && ctl.pend_hold) {
+		/* a hung driver until the test writes its next command: no time to guess */
+		const uint64_t gen = ctl.gen;
+		ctl.pend_hold = false;
+		while (rc == 0 && ctl.gen == gen) {
+			pthread_mutex_unlock(&ctl_mu);
+			vr_sleep_ns(10 * 1000000ull);
+			pthread_mutex_lock(&ctl_mu);
+			rc = poll_control(s);
+		}
 	}
 	if (rc == 0 && what == CTL_NONE && ctl.pend_flags_n) {
 		ctl.pend_flags_n--;

@@ -1144,6 +1144,49 @@ static void test_check_takes_the_schema_to_configurations_built_in_code(void **s
 	check_bad(&c, "geometry.bit_shift: ", "with sample_type f32");
 }
 
+/* A table set in code is checked as one read from its file: its length and finite values. */
+static void test_check_takes_tables_set_in_code(void **state)
+{
+	struct vr_config c;
+	char err[CFG_ERR_MAX] = "";
+	const uint32_t K = 64;
+
+	cfg_defaults(&c);
+	c.geometry.samples_per_ascan = K;
+	c.geometry.depth_range[1] = K / 2;
+	c.preprocess.dispersion.kind = CFG_DISP_TABLE;
+	snprintf(c.preprocess.dispersion.table.path, CFG_PATH_MAX, "phase.txt");
+	c.preprocess.dispersion.table.data = calloc(K, sizeof(double));
+	assert_non_null(c.preprocess.dispersion.table.data);
+	c.preprocess.dispersion.table.len = K - 1;
+	check_bad(&c, "preprocess.dispersion.table: ", "the table phase.txt has 63 values");
+	c.preprocess.dispersion.table.len = K;
+	if (cfg_check_backend(&c, err, sizeof(err)))
+		print_error("unexpected error: %s\n", err);
+	assert_int_equal(cfg_check_backend(&c, err, sizeof(err)), 0);
+	c.preprocess.dispersion.table.data[5] = NAN;
+	check_bad(&c, "preprocess.dispersion.table: ",
+	          "value 6 of the table phase.txt is not a finite number");
+	c.preprocess.dispersion.table.data[5] = INFINITY;
+	assert_int_equal(cfg_check_backend(&c, err, sizeof(err)), -ERANGE);
+	cfg_free(&c);
+}
+
+/* Wavelengths so close that 2 pi / lambda cannot tell them apart are refused: the resampling
+ * inverts the wavenumber. */
+static void test_wavelengths_need_distinct_wavenumbers(void **state)
+{
+	char err[CFG_ERR_MAX] = "";
+
+	assert_int_equal(
+	        cfg_wavelength_check((const double[4]){800, 0.05, 0, 0}, 64, err, sizeof(err)), 0);
+	/* one unit in the last place a pixel: 1000 nm + i ulp, pixels 5 and 6 alike in 2 pi / l */
+	assert_int_equal(
+	        cfg_wavelength_check((const double[4]){1000, 0x1p-43, 0, 0}, 64, err, sizeof(err)),
+	        -EINVAL);
+	assert_non_null(strstr(err, "the same wavenumber 2*pi/lambda at pixels 5 and 6"));
+}
+
 /* cfg_check_backend leaves the acquisition's side (source, pipeline, the ring) out and checks
  * everything else as cfg_check does. */
 static void test_check_backend_leaves_the_acquisition_out(void **state)
@@ -1222,6 +1265,8 @@ VR_TEST_GROUP(cfg)
 	        cmocka_unit_test(test_check_takes_the_schema_to_configurations_built_in_code),
 	        cmocka_unit_test(test_check_accepts_what_a_file_loads),
 	        cmocka_unit_test(test_check_backend_leaves_the_acquisition_out),
+	        cmocka_unit_test(test_check_takes_tables_set_in_code),
+	        cmocka_unit_test(test_wavelengths_need_distinct_wavenumbers),
 	};
 	return cmocka_run_group_tests_name("cfg", tests, NULL, NULL);
 }

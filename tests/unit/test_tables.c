@@ -93,25 +93,6 @@ static void test_dispersion_without_phase_is_the_window(void **state)
 	assert_float_equal(im[1], -win[1] * sin(M_PI * v * v), 1e-7);
 }
 
-static void test_table_check_names_key_and_file(void **state)
-{
-	double v[3] = {1, NAN, 3};
-	struct cfg_table t = {.path = "disp.txt", .data = v, .len = 3};
-	char err[256] = "";
-
-	(void)state;
-	assert_int_equal(be_table_check(&t, 4, "preprocess.dispersion.table", err, sizeof(err)),
-	                 -EINVAL);
-	assert_string_equal(
-	        err, "preprocess.dispersion.table: 3 values loaded from 'disp.txt', 4 needed");
-	assert_int_equal(be_table_check(&t, 3, "preprocess.dispersion.table", err, sizeof(err)),
-	                 -EINVAL);
-	assert_string_equal(err,
-	                    "preprocess.dispersion.table: value 2 of 'disp.txt' is not finite");
-	v[1] = 2;
-	assert_int_equal(be_table_check(&t, 3, "k", err, sizeof(err)), 0);
-}
-
 /* be_live_init: each live scalar from its key, the dB range and spatial weights derived */
 static void test_live_scalars_from_their_keys(void **state)
 {
@@ -199,7 +180,6 @@ VR_TEST_GROUP(tables)
 	        cmocka_unit_test(test_temporal_weights),
 	        cmocka_unit_test(test_spatial_weights),
 	        cmocka_unit_test(test_dispersion_without_phase_is_the_window),
-	        cmocka_unit_test(test_table_check_names_key_and_file),
 	        cmocka_unit_test(test_live_scalars_from_their_keys),
 	};
 	return cmocka_run_group_tests_name("tables", tests, NULL, NULL);

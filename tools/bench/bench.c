@@ -500,20 +500,14 @@ static int run_pair(const struct bench_case *bc, int dev, unsigned warm, double 
 	return 0;
 }
 
-int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench_figs *figs,
-               char *device, size_t devlen, char *err, size_t errlen)
+/* The physical limits the figures compare with: copy bandwidths of device dev (its name into
+ * device), figures pinned_* and d2h_registered_shm. */
+static int cuda_limits(int dev, bench_say_fn fn, void *ctx, struct bench_figs *figs, char *device,
+                       size_t devlen, struct be_bandwidth *bwp, char *err, size_t errlen)
 {
-	const struct bench_case *paper = bench_case_find("paper");
-	const struct bench_case *classic = bench_case_find("classic-2048");
-	struct bench_result r, rs;
 	struct be_bandwidth bw;
-	char note[160];
 	int rc;
 
-	if (be_cuda_devices() == 0)
-		return vr_err(err, errlen, -ENODEV, "no CUDA device");
-
-	/* 1. physical limits */
 	rc = be_cuda_bandwidth(dev, 256u << 20, 10, &bw, err, errlen);
 	if (rc < 0)
 		return rc;
@@ -532,113 +526,149 @@ int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench
 	bench_add(figs, "d2h_registered_shm", bw.d2h_shm_gbs, "GB/s", 0, 0,
 	          "shm_open + mmap(MAP_SHARED) + cudaHostRegister");
 
-	/* 2. VolRec at the paper's geometry */
+	*bwp = bw;
+	return 0;
+}
+
+/* The paper's case without views, beside r of the same case with them: their cost (target:
+ * views take at most 5 %), figures volrec_paper_volumes_per_s_views_off and
+ * volrec_paper_views_rate_ratio. */
+static int cuda_paper_views_off(const struct bench_case *paper, int dev, double seconds,
+                                const struct bench_result *r, double overl, bench_say_fn fn,
+                                void *ctx, struct bench_figs *figs, char *err, size_t errlen)
+{
+	struct bench_result rn;
+	struct vr_config c;
+	int vrc;
+
+	bench_case_config(paper, CFG_BACKEND_CUDA, &c);
+	c.gpu.device = dev;
+	c.view.enabled = false;
+	vrc = bench_run(&c, 30, 1, seconds, 2, &rn, err, errlen);
+	cfg_free(&c);
+	if (vrc < 0)
+		return vrc;
+	say(fn, ctx, "  pipelined without views: %.1f volumes/s; with views %.1f (%.3f of it)",
+	    rn.epochs_per_s, r->epochs_per_s, r->epochs_per_s / rn.epochs_per_s);
+	bench_add(figs, "volrec_paper_volumes_per_s_views_off", rn.epochs_per_s, "volumes/s",
+	          paper->target_vps, overl, "as volrec_paper_volumes_per_s, view.enabled false");
+	bench_add(figs, "volrec_paper_views_rate_ratio", r->epochs_per_s / rn.epochs_per_s, "",
+	          0.95, 1.0,
+	          "views on / views off, same run (target >= 0.95: views cost at most 5 %)");
+	return 0;
+}
+
+/* VolRec at the paper's geometry through the pipeline engine, pipelined and serialized, with
+ * and without views; figures volrec_paper_*. */
+static int cuda_paper(int dev, double seconds, const struct be_bandwidth *bw, bench_say_fn fn,
+                      void *ctx, struct bench_figs *figs, char *err, size_t errlen)
+{
+	const struct bench_case *paper = bench_case_find("paper");
+	struct bench_result r, rs;
+	int rc;
+
 	say(fn, ctx, "%s u16 (case %s), through the pipeline engine:", paper->title, paper->name);
 	rc = run_pair(paper, dev, 30, seconds, fn, ctx, &r, &rs, err, errlen);
 	if (rc < 0)
 		return rc;
-	{
-		/* limits: copies overlapped across epochs (H2D of e+1 during D2H of e, both ways
-		 * at once), and one after the other (depth 1) */
-		double serial =
-		        1.0 / (r.in_bytes / (bw.h2d_gbs * 1e9) + r.out_bytes / (bw.d2h_gbs * 1e9));
-		double overl = 1.0 / fmax(r.in_bytes / (bw.bidir_gbs * 1e9),
-		                          r.out_bytes / (bw.bidir_gbs * 1e9));
 
-		say(fn, ctx,
-		    "  pipelined: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
-		    r.epochs_per_s, r.epochs, r.p50_ms, r.p99_ms);
-		say(fn, ctx,
-		    "  serialized: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
-		    rs.epochs_per_s, rs.epochs, rs.p50_ms, rs.p99_ms);
-		say(fn, ctx, "  PCIe ceiling %.1f/s overlapped, %.1f/s serial copies", overl,
-		    serial);
-		/* the same without views: their cost (target: views take at most 5 %) */
-		{
-			struct bench_result rn;
-			struct vr_config c;
-			int vrc;
+	/* limits: copies overlapped across epochs (H2D of e+1 during D2H of e, both ways
+	 * at once), and one after the other (depth 1) */
+	double serial =
+	        1.0 / (r.in_bytes / (bw->h2d_gbs * 1e9) + r.out_bytes / (bw->d2h_gbs * 1e9));
+	double overl =
+	        1.0 / fmax(r.in_bytes / (bw->bidir_gbs * 1e9), r.out_bytes / (bw->bidir_gbs * 1e9));
 
-			bench_case_config(paper, CFG_BACKEND_CUDA, &c);
-			c.gpu.device = dev;
-			c.view.enabled = false;
-			vrc = bench_run(&c, 30, 1, seconds, 2, &rn, err, errlen);
-			cfg_free(&c);
-			if (vrc < 0)
-				return vrc;
-			say(fn, ctx,
-			    "  pipelined without views: %.1f volumes/s; with views %.1f (%.3f of "
-			    "it)",
-			    rn.epochs_per_s, r.epochs_per_s, r.epochs_per_s / rn.epochs_per_s);
-			bench_add(figs, "volrec_paper_volumes_per_s_views_off", rn.epochs_per_s,
-			          "volumes/s", paper->target_vps, overl,
-			          "as volrec_paper_volumes_per_s, view.enabled false");
-			bench_add(figs, "volrec_paper_views_rate_ratio",
-			          r.epochs_per_s / rn.epochs_per_s, "", 0.95, 1.0,
-			          "views on / views off, same run (target >= 0.95: views cost at "
-			          "most "
-			          "5 %)");
-		}
-		bench_add(figs, "volrec_paper_volumes_per_s", r.epochs_per_s, "volumes/s",
-		          paper->target_vps, overl,
-		          "pipelined (engine depth 2: epoch e+1 submitted while e is in flight); "
-		          "limit: H2D and D2H at once at the measured both-ways bandwidth");
-		bench_add(figs, "volrec_paper_volumes_per_s_serialized", rs.epochs_per_s,
-		          "volumes/s", paper->target_vps, serial,
-		          "engine depth 1, one epoch at a time; limit: H2D then D2H");
-		bench_add(figs, "volrec_paper_ceiling_overlapped", overl, "volumes/s",
-		          paper->target_vps, overl,
-		          "limit with H2D of epoch e+1 overlapping D2H of epoch e");
-		bench_add(figs, "volrec_paper_latency_p50", r.p50_ms, "ms", paper->target_p99_ms,
-		          1e3 / serial,
-		          "pipelined: first B-scan acquired to the output in host memory "
-		          "(includes waiting for e-1); limit: its copies alone");
-		bench_add(figs, "volrec_paper_latency_p99", r.p99_ms, "ms", paper->target_p99_ms,
-		          1e3 / serial, "");
-		bench_add(figs, "volrec_paper_latency_p50_serialized", rs.p50_ms, "ms",
-		          paper->target_p99_ms, 1e3 / serial,
-		          "first B-scan acquired to the output in host memory, nothing else in "
-		          "flight");
-		bench_add(figs, "volrec_paper_latency_p99_serialized", rs.p99_ms, "ms",
-		          paper->target_p99_ms, 1e3 / serial, "");
-	}
+	say(fn, ctx, "  pipelined: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
+	    r.epochs_per_s, r.epochs, r.p50_ms, r.p99_ms);
+	say(fn, ctx, "  serialized: %.1f volumes/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
+	    rs.epochs_per_s, rs.epochs, rs.p50_ms, rs.p99_ms);
+	say(fn, ctx, "  PCIe ceiling %.1f/s overlapped, %.1f/s serial copies", overl, serial);
+	rc = cuda_paper_views_off(paper, dev, seconds, &r, overl, fn, ctx, figs, err, errlen);
+	if (rc < 0)
+		return rc;
+	bench_add(figs, "volrec_paper_volumes_per_s", r.epochs_per_s, "volumes/s",
+	          paper->target_vps, overl,
+	          "pipelined (engine depth 2: epoch e+1 submitted while e is in flight); "
+	          "limit: H2D and D2H at once at the measured both-ways bandwidth");
+	bench_add(figs, "volrec_paper_volumes_per_s_serialized", rs.epochs_per_s, "volumes/s",
+	          paper->target_vps, serial,
+	          "engine depth 1, one epoch at a time; limit: H2D then D2H");
+	bench_add(figs, "volrec_paper_ceiling_overlapped", overl, "volumes/s", paper->target_vps,
+	          overl, "limit with H2D of epoch e+1 overlapping D2H of epoch e");
+	bench_add(figs, "volrec_paper_latency_p50", r.p50_ms, "ms", paper->target_p99_ms,
+	          1e3 / serial,
+	          "pipelined: first B-scan acquired to the output in host memory "
+	          "(includes waiting for e-1); limit: its copies alone");
+	bench_add(figs, "volrec_paper_latency_p99", r.p99_ms, "ms", paper->target_p99_ms,
+	          1e3 / serial, "");
+	bench_add(figs, "volrec_paper_latency_p50_serialized", rs.p50_ms, "ms",
+	          paper->target_p99_ms, 1e3 / serial,
+	          "first B-scan acquired to the output in host memory, nothing else in "
+	          "flight");
+	bench_add(figs, "volrec_paper_latency_p99_serialized", rs.p99_ms, "ms",
+	          paper->target_p99_ms, 1e3 / serial, "");
+	return 0;
+}
 
-	/* 3. classic: 2048 u16 -> 1024 u8 depths, mode none */
+/* The classic case (2048 u16 -> 1024 u8 depths, mode none) through the pipeline engine,
+ * pipelined and serialized; figures classic_*. */
+static int cuda_classic(int dev, double seconds, const struct be_bandwidth *bw, bench_say_fn fn,
+                        void *ctx, struct bench_figs *figs, char *err, size_t errlen)
+{
+	const struct bench_case *classic = bench_case_find("classic-2048");
+	struct bench_result r, rs;
+	char note[160];
+	int rc;
+
 	say(fn, ctx, "%s, %ux%u A-scans (case %s), through the pipeline engine:", classic->title,
 	    classic->nx, classic->ny, classic->name);
 	rc = run_pair(classic, dev, 3, seconds, fn, ctx, &r, &rs, err, errlen);
 	if (rc < 0)
 		return rc;
-	{
-		const double asc = (double)classic->nx * classic->ny;
-		double serial =
-		        asc / (r.in_bytes / (bw.h2d_gbs * 1e9) + r.out_bytes / (bw.d2h_gbs * 1e9));
-		double overl = asc / fmax(r.in_bytes / (bw.bidir_gbs * 1e9),
-		                          r.out_bytes / (bw.bidir_gbs * 1e9));
 
-		say(fn, ctx,
-		    "  pipelined: %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
-		    r.epochs_per_s * asc / 1e6, r.epochs, r.p50_ms, r.p99_ms);
-		say(fn, ctx,
-		    "  serialized: %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
-		    rs.epochs_per_s * asc / 1e6, rs.epochs, rs.p50_ms, rs.p99_ms);
-		say(fn, ctx, "  PCIe ceiling %.2f M/s overlapped, %.2f M/s serial copies",
-		    overl / 1e6, serial / 1e6);
-		bench_add(figs, "classic_ascans_per_s", r.epochs_per_s * asc, "A-scans/s",
-		          classic->target_ascans, overl,
-		          "pipelined; limit: H2D and D2H at once at the measured both-ways "
-		          "bandwidth");
-		bench_add(figs, "classic_ascans_per_s_serialized", rs.epochs_per_s * asc,
-		          "A-scans/s", classic->target_ascans, serial,
-		          "engine depth 1, one epoch at a time; limit: H2D then D2H");
-		bench_add(figs, "classic_ceiling_overlapped", overl, "A-scans/s",
-		          classic->target_ascans, overl,
-		          "limit with the copies of consecutive epochs overlapping");
-		snprintf(note, sizeof(note), "pipelined, per epoch of %.0f A-scans", asc);
-		bench_add(figs, "classic_latency_p50", r.p50_ms, "ms", 0, 1e3 * asc / serial, note);
-		bench_add(figs, "classic_latency_p99", r.p99_ms, "ms", 0, 1e3 * asc / serial, "");
-	}
+	const double asc = (double)classic->nx * classic->ny;
+	double serial =
+	        asc / (r.in_bytes / (bw->h2d_gbs * 1e9) + r.out_bytes / (bw->d2h_gbs * 1e9));
+	double overl =
+	        asc / fmax(r.in_bytes / (bw->bidir_gbs * 1e9), r.out_bytes / (bw->bidir_gbs * 1e9));
+
+	say(fn, ctx, "  pipelined: %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
+	    r.epochs_per_s * asc / 1e6, r.epochs, r.p50_ms, r.p99_ms);
+	say(fn, ctx, "  serialized: %.2f M A-scans/s (%u epochs), latency p50 %.2f ms p99 %.2f ms",
+	    rs.epochs_per_s * asc / 1e6, rs.epochs, rs.p50_ms, rs.p99_ms);
+	say(fn, ctx, "  PCIe ceiling %.2f M/s overlapped, %.2f M/s serial copies", overl / 1e6,
+	    serial / 1e6);
+	bench_add(figs, "classic_ascans_per_s", r.epochs_per_s * asc, "A-scans/s",
+	          classic->target_ascans, overl,
+	          "pipelined; limit: H2D and D2H at once at the measured both-ways "
+	          "bandwidth");
+	bench_add(figs, "classic_ascans_per_s_serialized", rs.epochs_per_s * asc, "A-scans/s",
+	          classic->target_ascans, serial,
+	          "engine depth 1, one epoch at a time; limit: H2D then D2H");
+	bench_add(figs, "classic_ceiling_overlapped", overl, "A-scans/s", classic->target_ascans,
+	          overl, "limit with the copies of consecutive epochs overlapping");
+	snprintf(note, sizeof(note), "pipelined, per epoch of %.0f A-scans", asc);
+	bench_add(figs, "classic_latency_p50", r.p50_ms, "ms", 0, 1e3 * asc / serial, note);
+	bench_add(figs, "classic_latency_p99", r.p99_ms, "ms", 0, 1e3 * asc / serial, "");
 	return 0;
+}
+
+int bench_cuda(int dev, double seconds, bench_say_fn fn, void *ctx, struct bench_figs *figs,
+               char *device, size_t devlen, char *err, size_t errlen)
+{
+	struct be_bandwidth bw;
+	int rc;
+
+	if (be_cuda_devices() == 0)
+		return vr_err(err, errlen, -ENODEV, "no CUDA device");
+	/* 1. physical limits, 2. VolRec at the paper's geometry, 3. classic */
+	rc = cuda_limits(dev, fn, ctx, figs, device, devlen, &bw, err, errlen);
+	if (rc == 0)
+		rc = cuda_paper(dev, seconds, &bw, fn, ctx, figs, err, errlen);
+	if (rc == 0)
+		rc = cuda_classic(dev, seconds, &bw, fn, ctx, figs, err, errlen);
+	return rc < 0 ? rc : 0;
 }
 
 /* One case over gpu.devices and on the first entry's device alone, same run: figures

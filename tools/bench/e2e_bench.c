@@ -533,6 +533,57 @@ static struct json_object *u32_pair(uint32_t a, uint32_t b)
 	return v;
 }
 
+/* Each entry of gpu.devices: its slab (rows of B-scans [k ny / n, (k + 1) ny / n)) per second
+ * over its link, and the link's limit. */
+static struct json_object *devices_json(const struct bcase *c, const struct run_result *r,
+                                        const struct limits *lim)
+{
+	struct json_object *devs = json_object_new_array();
+
+	for (unsigned n = 0; n < opt.ndevs; n++) {
+		const uint64_t b0 = (uint64_t)n * c->ny / opt.ndevs,
+		               b1 = (uint64_t)(n + 1) * c->ny / opt.ndevs;
+		struct json_object *d = json_object_new_object();
+
+		json_object_object_add(d, "device", json_object_new_int(opt.devs[n]));
+		json_object_object_add(d, "gbs",
+		                       bench_json_num(r->vps * (double)out_voxels(c) *
+		                                              (double)(b1 - b0) / (double)c->ny /
+		                                              1e9,
+		                                      false));
+		json_object_object_add(d, "limit_gbs", bench_json_num(lim->link_d2h[n], false));
+		json_object_array_add(devs, d);
+	}
+	return devs;
+}
+
+/* Whether run r meets the targets of case c. */
+static struct json_object *meets_json(const struct bcase *c, const struct run_result *r,
+                                      const struct limits *lim)
+{
+	struct json_object *d = json_object_new_object();
+
+	if (c->target_vps) {
+		json_object_object_add(d, "volumes_per_s",
+		                       json_object_new_boolean(r->vps >= c->target_vps));
+		json_object_object_add(
+		        d, "p99_processing_ms",
+		        json_object_new_boolean(r->lat[LAT_PROC][1] <= c->target_p99_ms));
+		json_object_object_add(
+		        d, "p99_first_acquired_ms",
+		        json_object_new_boolean(r->lat[LAT_FIRST][1] <= c->target_p99_ms));
+	}
+	if (c->target_ascans)
+		json_object_object_add(d, "ascans_per_s",
+		                       json_object_new_boolean(r->ascans_s >= c->target_ascans));
+	if (c->target_in_ratio)
+		json_object_object_add(
+		        d, "input_over_h2d",
+		        json_object_new_boolean(isfinite(lim->h2d) &&
+		                                r->in_gbs >= c->target_in_ratio * lim->h2d));
+	return d;
+}
+
 /* One run r (k: 0 max, 1 paced) of case c: its setting, figures, latencies, drops, and whether
  * it meets the case's targets. */
 static struct json_object *run_json(const struct bcase *c, int k, const struct run_result *r,
@@ -568,26 +619,7 @@ static struct json_object *run_json(const struct bcase *c, int k, const struct r
 	json_object_object_add(o, "torn", json_object_new_uint64(r->torn));
 	json_object_object_add(o, "volumes_per_s", bench_json_num(r->vps, false));
 	if (opt.ndevs > 1 && isfinite(lim->d2h)) {
-		/* each entry's slab (rows of B-scans [k ny / n, (k + 1) ny / n)) per second over
-		 * its link */
-		struct json_object *devs = json_object_new_array();
-
-		for (unsigned n = 0; n < opt.ndevs; n++) {
-			const uint64_t b0 = (uint64_t)n * c->ny / opt.ndevs,
-			               b1 = (uint64_t)(n + 1) * c->ny / opt.ndevs;
-
-			d = json_object_new_object();
-			json_object_object_add(d, "device", json_object_new_int(opt.devs[n]));
-			json_object_object_add(
-			        d, "gbs",
-			        bench_json_num(r->vps * (double)out_voxels(c) * (double)(b1 - b0) /
-			                               (double)c->ny / 1e9,
-			                       false));
-			json_object_object_add(d, "limit_gbs",
-			                       bench_json_num(lim->link_d2h[n], false));
-			json_object_array_add(devs, d);
-		}
-		json_object_object_add(o, "device_d2h_gbs", devs);
+		json_object_object_add(o, "device_d2h_gbs", devices_json(c, r, lim));
 	}
 	/* raw A-scans (every repeat) per second */
 	json_object_object_add(o, "ascans_per_s", bench_json_num(r->ascans_s, false));
@@ -620,29 +652,8 @@ static struct json_object *run_json(const struct bcase *c, int k, const struct r
 	json_object_object_add(o, "daemon_drops_total", json_object_get(r->drops));
 	json_object_object_add(o, "exit_status", json_object_new_int(r->exit_status));
 	json_object_object_add(o, "acquisition", json_object_new_string(r->acquisition));
-	if (c->target_vps || c->target_ascans || c->target_in_ratio) {
-		d = json_object_new_object();
-		if (c->target_vps) {
-			json_object_object_add(d, "volumes_per_s",
-			                       json_object_new_boolean(r->vps >= c->target_vps));
-			json_object_object_add(
-			        d, "p99_processing_ms",
-			        json_object_new_boolean(r->lat[LAT_PROC][1] <= c->target_p99_ms));
-			json_object_object_add(
-			        d, "p99_first_acquired_ms",
-			        json_object_new_boolean(r->lat[LAT_FIRST][1] <= c->target_p99_ms));
-		}
-		if (c->target_ascans)
-			json_object_object_add(
-			        d, "ascans_per_s",
-			        json_object_new_boolean(r->ascans_s >= c->target_ascans));
-		if (c->target_in_ratio)
-			json_object_object_add(d, "input_over_h2d",
-			                       json_object_new_boolean(
-			                               isfinite(lim->h2d) &&
-			                               r->in_gbs >= c->target_in_ratio * lim->h2d));
-		json_object_object_add(o, "meets", d);
-	}
+	if (c->target_vps || c->target_ascans || c->target_in_ratio)
+		json_object_object_add(o, "meets", meets_json(c, r, lim));
 	return o;
 }
 

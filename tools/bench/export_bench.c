@@ -247,6 +247,108 @@ static double pyramid_factor(const uint32_t *shape)
 	return (double)all / l0;
 }
 
+/* What is exported: its volumes, shape, bytes (bytes), channels and pyramid factor, into o. */
+static void input_json(struct json_object *o, const struct fmt_info *info, uint64_t bytes)
+{
+	json_object_object_add(o, "volumes", json_object_new_int64((int64_t)info->nt));
+	json_object_object_add(o, "shape", json_object_new_string(""));
+	char shape[64];
+	snprintf(shape, sizeof(shape), "%ux%ux%u", info->shape[0], info->shape[1], info->shape[2]);
+	json_object_object_add(o, "shape", json_object_new_string(shape));
+	json_object_object_add(o, "input_bytes", json_object_new_int64((int64_t)bytes));
+	{ /* the channels exported (each volume is one of each); blosc is measured on the first */
+		struct json_object *chs = json_object_new_array();
+
+		for (uint32_t c = 0; c < fmt_nch(info); c++)
+			json_object_array_add(chs, json_object_new_string(info->ch[c].name));
+		json_object_object_add(o, "channels", chs);
+	}
+	json_object_object_add(o, "zarr_pyramid_factor",
+	                       json_object_new_double(pyramid_factor(info->shape)));
+}
+
+/* The figures of one export to format (compressed or not), of statistics st and cpu CPU
+ * seconds, against limit bytes/s (0: none); OME-Zarr's against its compressor: zarr_json. */
+static struct json_object *run_json(const char *format, bool compressed,
+                                    const struct fmt_export_stats *st, double cpu, double limit)
+{
+	struct json_object *j = json_object_new_object();
+	const double rate = (double)st->bytes_in / st->seconds;
+
+	json_object_object_add(j, "format", json_object_new_string(format));
+	json_object_object_add(j, "compressed", json_object_new_boolean(compressed));
+	json_object_object_add(j, "seconds", json_object_new_double(st->seconds));
+	json_object_object_add(j, "read_seconds", json_object_new_double(st->read_s));
+	/* CPU time over wall time: the cores the export got (a loaded machine gives less) */
+	json_object_object_add(j, "cpu_seconds", json_object_new_double(cpu));
+	/* the cores it got: threads when the machine is its own */
+	json_object_object_add(j, "cores_used", json_object_new_double(cpu / st->seconds));
+	json_object_object_add(j, "volumes_per_s",
+	                       json_object_new_double((double)st->volumes / st->seconds));
+	json_object_object_add(j, "input_MBps", json_object_new_double(rate / 1e6));
+	json_object_object_add(j, "written_MB",
+	                       json_object_new_double((double)st->bytes_out / 1e6));
+	if (limit > 0) {
+		json_object_object_add(j, "limit_MBps", json_object_new_double(limit / 1e6));
+		json_object_object_add(j, "ratio_to_limit", json_object_new_double(rate / limit));
+	}
+	return j;
+}
+
+/* The OME-Zarr run's figures against blosc on its own chunks (bs, all_cpu and all_wall: its
+ * input per CPU-second and per wall-second over every level), into j; b1: blosc on level 0's
+ * chunks alone, the earlier figure. */
+static void zarr_json(struct json_object *j, const struct blosc_store *bs,
+                      const struct fmt_export_stats *st, double cpu, double all_cpu,
+                      double all_wall, const struct blosc1 *b1)
+{
+	struct json_object *c = json_object_new_object();
+	/* the compressor's input: level 0 and the pyramid, edge padding included,
+	 * per byte of the export's input (the volumes) */
+	double per_volume = (bs->in[0] + bs->in[1]) / (double)bs->volumes;
+	double cin = per_volume * (double)st->volumes;
+	double cin_per_in = cin / (double)st->bytes_in;
+
+	json_object_object_add(c, "volumes_measured", json_object_new_int64((int64_t)bs->volumes));
+	json_object_object_add(c, "chunks_measured",
+	                       json_object_new_int64((int64_t)(bs->chunks[0] + bs->chunks[1])));
+	json_object_object_add(c, "level0_MB_per_cpu_s",
+	                       json_object_new_double(bs->in[0] / bs->cpu[0] / 1e6));
+	json_object_object_add(c, "level0_MBps",
+	                       json_object_new_double(bs->in[0] / bs->wall[0] / 1e6));
+	if (bs->cpu[1] > 0) {
+		json_object_object_add(c, "pyramid_MB_per_cpu_s",
+		                       json_object_new_double(bs->in[1] / bs->cpu[1] / 1e6));
+		json_object_object_add(c, "pyramid_MBps",
+		                       json_object_new_double(bs->in[1] / bs->wall[1] / 1e6));
+	}
+	json_object_object_add(c, "all_MB_per_cpu_s", json_object_new_double(all_cpu / 1e6));
+	json_object_object_add(c, "all_MBps", json_object_new_double(all_wall / 1e6));
+	json_object_object_add(
+	        c, "compression_ratio",
+	        json_object_new_double((bs->in[0] + bs->in[1]) / (bs->out[0] + bs->out[1])));
+	json_object_object_add(c, "input_per_export_input", json_object_new_double(cin_per_in));
+	/* what compressing this export's chunks costs on one thread alone */
+	json_object_object_add(c, "cpu_seconds_for_export", json_object_new_double(cin / all_cpu));
+	json_object_object_add(j, "compressor", c);
+	/* the share of the export's CPU time (every thread) that is the compressor */
+	json_object_object_add(j, "compressor_share_of_cpu",
+	                       json_object_new_double(cin / all_cpu / cpu));
+	/* input per CPU-second of the export (every thread, the reader's
+	 * included) over compressor input per CPU-second of blosc alone on the same
+	 * chunks: the ratio the export reaches when each of its threads has a core,
+	 * whatever the load */
+	json_object_object_add(j, "ratio_per_cpu_second",
+	                       json_object_new_double((double)st->bytes_in / cpu / all_cpu));
+	/* its ceiling, were the compressor all the export did: the pyramid's and
+	 * the padding's extra input */
+	json_object_object_add(j, "ratio_per_cpu_second_ceiling",
+	                       json_object_new_double(1 / cin_per_in));
+	/* the earlier figure (up to 2026-12-07): over level 0's whole chunks alone */
+	json_object_object_add(j, "ratio_per_cpu_second_level0_blosc",
+	                       json_object_new_double((double)st->bytes_in / cpu / b1->cpu));
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const suffix[] = {".nii", ".ome.tif", ".zarr", ".nii.gz"};
@@ -268,21 +370,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uint64_t bytes = info.nt * fmt_nch(&info) * fmt_channel_bytes(&info);
-	json_object_object_add(o, "volumes", json_object_new_int64((int64_t)info.nt));
-	json_object_object_add(o, "shape", json_object_new_string(""));
-	char shape[64];
-	snprintf(shape, sizeof(shape), "%ux%ux%u", info.shape[0], info.shape[1], info.shape[2]);
-	json_object_object_add(o, "shape", json_object_new_string(shape));
-	json_object_object_add(o, "input_bytes", json_object_new_int64((int64_t)bytes));
-	{ /* the channels exported (each volume is one of each); blosc is measured on the first */
-		struct json_object *chs = json_object_new_array();
-
-		for (uint32_t c = 0; c < fmt_nch(&info); c++)
-			json_object_array_add(chs, json_object_new_string(info.ch[c].name));
-		json_object_object_add(o, "channels", chs);
-	}
-	json_object_object_add(o, "zarr_pyramid_factor",
-	                       json_object_new_double(pyramid_factor(info.shape)));
+	input_json(o, &info, bytes);
 	fmt_h5in_close(r);
 
 	snprintf(path, sizeof(path), "%s/disk-rate.tmp", argv[2]);
@@ -309,8 +397,8 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < nruns; i++) {
 		struct fmt_options opt = {.threads = threads, .replace = true};
 		struct fmt_export_stats st = {0};
-		struct json_object *j = json_object_new_object();
-		double rate, limit;
+		struct json_object *j;
+		double limit;
 		bool compressed = i >= 2;
 
 		snprintf(path, sizeof(path), "%s/bench%s", argv[2], suffix[i]);
@@ -322,7 +410,6 @@ int main(int argc, char **argv)
 		}
 		double cpu = cpu_s() - c0;
 
-		rate = (double)st.bytes_in / st.seconds;
 		struct blosc_store bs = {0};
 		double all_cpu = 0, all_wall = 0;
 
@@ -342,82 +429,9 @@ int main(int argc, char **argv)
 		 * rate on one thread over the export's own chunks (compressor input per second),
 		 * times the threads */
 		limit = i == 2 ? all_wall * threads : i == 3 ? 0 : disk;
-		json_object_object_add(j, "format", json_object_new_string(suffix[i]));
-		json_object_object_add(j, "compressed", json_object_new_boolean(compressed));
-		json_object_object_add(j, "seconds", json_object_new_double(st.seconds));
-		json_object_object_add(j, "read_seconds", json_object_new_double(st.read_s));
-		/* CPU time over wall time: the cores the export got (a loaded machine gives less) */
-		json_object_object_add(j, "cpu_seconds", json_object_new_double(cpu));
-		/* the cores it got: threads when the machine is its own */
-		json_object_object_add(j, "cores_used", json_object_new_double(cpu / st.seconds));
-		json_object_object_add(j, "volumes_per_s",
-		                       json_object_new_double((double)st.volumes / st.seconds));
-		json_object_object_add(j, "input_MBps", json_object_new_double(rate / 1e6));
-		json_object_object_add(j, "written_MB",
-		                       json_object_new_double((double)st.bytes_out / 1e6));
-		if (limit > 0) {
-			json_object_object_add(j, "limit_MBps",
-			                       json_object_new_double(limit / 1e6));
-			json_object_object_add(j, "ratio_to_limit",
-			                       json_object_new_double(rate / limit));
-		}
-		if (i == 2) {
-			struct json_object *c = json_object_new_object();
-			/* the compressor's input: level 0 and the pyramid, edge padding included,
-			 * per byte of the export's input (the volumes) */
-			double per_volume = (bs.in[0] + bs.in[1]) / (double)bs.volumes;
-			double cin = per_volume * (double)st.volumes;
-			double cin_per_in = cin / (double)st.bytes_in;
-
-			json_object_object_add(c, "volumes_measured",
-			                       json_object_new_int64((int64_t)bs.volumes));
-			json_object_object_add(
-			        c, "chunks_measured",
-			        json_object_new_int64((int64_t)(bs.chunks[0] + bs.chunks[1])));
-			json_object_object_add(c, "level0_MB_per_cpu_s",
-			                       json_object_new_double(bs.in[0] / bs.cpu[0] / 1e6));
-			json_object_object_add(c, "level0_MBps",
-			                       json_object_new_double(bs.in[0] / bs.wall[0] / 1e6));
-			if (bs.cpu[1] > 0) {
-				json_object_object_add(
-				        c, "pyramid_MB_per_cpu_s",
-				        json_object_new_double(bs.in[1] / bs.cpu[1] / 1e6));
-				json_object_object_add(
-				        c, "pyramid_MBps",
-				        json_object_new_double(bs.in[1] / bs.wall[1] / 1e6));
-			}
-			json_object_object_add(c, "all_MB_per_cpu_s",
-			                       json_object_new_double(all_cpu / 1e6));
-			json_object_object_add(c, "all_MBps",
-			                       json_object_new_double(all_wall / 1e6));
-			json_object_object_add(c, "compression_ratio",
-			                       json_object_new_double((bs.in[0] + bs.in[1]) /
-			                                              (bs.out[0] + bs.out[1])));
-			json_object_object_add(c, "input_per_export_input",
-			                       json_object_new_double(cin_per_in));
-			/* what compressing this export's chunks costs on one thread alone */
-			json_object_object_add(c, "cpu_seconds_for_export",
-			                       json_object_new_double(cin / all_cpu));
-			json_object_object_add(j, "compressor", c);
-			/* the share of the export's CPU time (every thread) that is the compressor */
-			json_object_object_add(j, "compressor_share_of_cpu",
-			                       json_object_new_double(cin / all_cpu / cpu));
-			/* input per CPU-second of the export (every thread, the reader's
-			 * included) over compressor input per CPU-second of blosc alone on the same
-			 * chunks: the ratio the export reaches when each of its threads has a core,
-			 * whatever the load */
-			json_object_object_add(
-			        j, "ratio_per_cpu_second",
-			        json_object_new_double((double)st.bytes_in / cpu / all_cpu));
-			/* its ceiling, were the compressor all the export did: the pyramid's and
-			 * the padding's extra input */
-			json_object_object_add(j, "ratio_per_cpu_second_ceiling",
-			                       json_object_new_double(1 / cin_per_in));
-			/* the earlier figure (up to 2026-12-07): over level 0's whole chunks alone */
-			json_object_object_add(
-			        j, "ratio_per_cpu_second_level0_blosc",
-			        json_object_new_double((double)st.bytes_in / cpu / b1.cpu));
-		}
+		j = run_json(suffix[i], compressed, &st, cpu, limit);
+		if (i == 2)
+			zarr_json(j, &bs, &st, cpu, all_cpu, all_wall, &b1);
 		json_object_array_add(runs, j);
 		/* the outputs go: the next run finds the disk as this one did */
 		{

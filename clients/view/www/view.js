@@ -1116,6 +1116,7 @@ function setState(s, text) {
   // no daemon, no figures: the last ones would read as live
   for (const id of ['s-vps', 's-aps', 's-lat', 's-drawn', 's-drops', 's-readers']) $(id).textContent = '–';
   $('rec-state').textContent = '–';
+  $('rec-state-processed').textContent = '–';
   showWarning(null);
   lastDrops = null;
   for (const k of Object.keys(series)) series[k].length = 0;
@@ -1213,13 +1214,9 @@ function onStatus(st) {
   $('s-readers').textContent = st.readers ?? '–';
   checkDrops(st);
   const rec = st.recording;
-  if (rec && rec.state) {
-    const mb = rec.bytes ? ` · ${(rec.bytes / 1e6).toFixed(1)} MB` : '';
-    const rate = rec.rate_mb_s ? ` · ${rec.rate_mb_s.toFixed(1)} MB/s` : '';
-    const secs = rec.seconds ? ` · ${rec.seconds.toFixed(1)} s` : '';
-    $('rec-state').textContent = `${rec.state}${rec.name ? ` '${rec.name}'` : ''}${secs}${mb}${rate}` +
-      `${rec.skipped_epochs ? ` · ${rec.skipped_epochs} epochs left out` : ''}${rec.error ? ` · ${rec.error}` : ''}`;
-  }
+  if (rec && rec.state) $('rec-state').textContent = recordingText(rec, 'epochs');
+  if (rec && rec.processed && rec.processed.state)
+    $('rec-state-processed').textContent = recordingText(rec.processed, 'volumes');
   const drawn = recentDrawn();
   $('s-drawn').textContent = drawn === null ? '–' : `${drawn.toFixed(0)} ms`;
   const now = performance.now() / 1000;
@@ -1357,16 +1354,37 @@ $('win-param').addEventListener('change', () => set({ 'preprocess.window.param':
 $('bg-mode').addEventListener('change', () => set({ 'preprocess.background.mode': $('bg-mode').value }, 'data'));
 $('rec-mode').addEventListener('change', () => set({ 'reconstruct.mode': $('rec-mode').value }, 'data'));
 
+// A recording as the status shows it (docs/control.md): state, name, time, size, rate, count,
+// what was left out and why it failed. unit: 'epochs' (raw) or 'volumes' (processed).
+function recordingText(rec, unit) {
+  if (rec.state === 'idle') return 'idle';
+  const written = rec[unit === 'epochs' ? 'epochs_written' : 'volumes_written'];
+  const skipped = rec[unit === 'epochs' ? 'skipped_epochs' : 'skipped_volumes'];
+  const secs = rec.seconds ? ` · ${rec.seconds.toFixed(1)} s` : '';
+  const mb = rec.bytes ? ` · ${(rec.bytes / 1e6).toFixed(1)} MB` : '';
+  const rate = rec.rate_mb_s ? ` · ${rec.rate_mb_s.toFixed(1)} MB/s` : '';
+  const n = written !== undefined ? ` · ${written} ${unit}` : '';
+  const end = rec.end ? ` (${rec.end})` : '';
+  return `${rec.state}${end}${rec.name ? ` '${rec.name}'` : ''}${secs}${mb}${rate}${n}` +
+    `${skipped ? ` · ${skipped} ${unit} left out` : ''}${rec.error ? ` · ${rec.error}` : ''}`;
+}
+
 $('rec-start').addEventListener('click', async () => {
-  const req = { type: 'record_start', raw: true, name: $('rec-name').value.trim() };
+  const raw = $('rec-kind').value === 'raw';
+  const req = { type: 'record_start', raw, name: $('rec-name').value.trim() };
   const s = numberOf('rec-seconds');
   if (s !== null) req.seconds = s;
+  const n = numberOf('rec-count');
+  if (n !== null) req[raw ? 'epochs' : 'volumes'] = n;
   const r = await request(req);
-  dataNote(r.ok ? `recording '${req.name}' started` : r.error || 'refused', r.ok ? 'info' : 'error');
+  const what = raw ? 'raw recording' : 'processed recording';
+  dataNote(r.ok ? `${what} '${req.name}' started` : r.error || 'refused', r.ok ? 'info' : 'error');
 });
 $('rec-stop').addEventListener('click', async () => {
-  const r = await request({ type: 'record_stop' });
-  dataNote(r.ok ? 'recording stopped' : r.error || 'refused', r.ok ? 'info' : 'error');
+  const raw = $('rec-kind').value === 'raw';
+  const r = await request({ type: 'record_stop', raw });
+  const what = raw ? 'raw recording' : 'processed recording';
+  dataNote(r.ok ? `${what} stopped` : r.error || 'refused', r.ok ? 'info' : 'error');
 });
 
 // ---- the crosshair: clicks, drags (ruler), keys and wheel ------------------------------------------
