@@ -9,7 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/functional.h"
 #include "cpu/internal.h"
 
 /* Convert A-scan a of a raw B-scan to float (integer samples divided by 2^bit_shift, floor);
@@ -587,58 +586,10 @@ static void bscan_spectra(struct cpu_worker *w, uint32_t r, fftwf_complex *dst)
 	}
 }
 
-/*
- * docs/algorithms.md §5 for A-scan a of the position whose repeats' spectra are X
- * ([M][nx][nh] floats pairs): the Kasai sum R of output depth bins zs0, zs0 + zstep, ...
- * (source bins, nz of them) into re[0..nz) and im[0..nz), in output order. The axis and the
- * bulk phase as configured; 0 where the earlier A-scan's structure is masked.
- */
-static void doppler_ascan(const struct cpu_state *st, const float *X, const uint8_t *keep,
-                          uint32_t a, uint32_t zb0, uint32_t zb1, float *re, float *im)
-{
-	const struct be_live *l = &st->p.live;
-	const uint32_t M = st->geo.M, nx = st->geo.nx, nh = st->geo.nh, nz = st->geo.nz;
-	const size_t rs = (size_t)nx * nh; /* repeat to repeat, complex values */
-	const bool bscan = l->doppler_axis == CFG_DOPPLER_BSCAN;
-	float cb[BE_FN_M_MAX], sb[BE_FN_M_MAX];
-	const uint32_t npair = bscan ? M - 1 : M;
-	const uint8_t *k = keep + (size_t)a * nh; /* the earlier A-scan's mask */
-
-	if (!bscan && a + 1 >= nx) {
-		for (uint32_t z = 0; z < nz; z++)
-			re[z] = im[z] = 0.0f; /* nx = 1: no pair (nx > 1 copies a - 1) */
-		return;
-	}
-	for (uint32_t m = 0; m < npair; m++) {
-		const float *E = X + 2 * ((size_t)m * rs + (size_t)a * nh);
-		const float *L = bscan ? E + 2 * rs : E + 2 * (size_t)nh;
-		cb[m] = 1.0f;
-		sb[m] = 0.0f;
-		if (l->doppler_bulk)
-			be_fn_bulk(L, E, k, zb0, zb1, &cb[m], &sb[m]);
-	}
-	for (uint32_t z = 0; z < nz; z++) {
-		const uint32_t zs = l->flip_z ? nh - 1 - st->geo.z0 - z : st->geo.z0 + z;
-		uint32_t lo, hi;
-		float sr = 0.0f, si = 0.0f;
-
-		if (k[zs]) {
-			be_fn_window(nh, l->fn_half_window, zs, &lo, &hi);
-			for (uint32_t m = 0; m < npair; m++) {
-				const float *E = X + 2 * ((size_t)m * rs + (size_t)a * nh);
-				const float *L = bscan ? E + 2 * rs : E + 2 * (size_t)nh;
-				be_fn_lag(L, E, lo, hi, cb[m], sb[m], &sr, &si);
-			}
-		}
-		re[z] = sr;
-		im[z] = si;
-	}
-}
-
 /* §5 for B-scan position b (one item per position) when channels other than the structure
  * are output: every repeat's spectra (steps 1-5, or §1b), the structure from them exactly as
  * without channels, then the mask, angiography and Doppler of each A-scan, flipped and
- * cropped as the structure. */
+ * cropped as the structure (cpu/functional.c). */
 static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 {
 	struct pre_ctx *ctx = vctx;
@@ -652,6 +603,16 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 	float *La = ctx->Lf[CPU_PL_ANGIO], *Lr = ctx->Lf[CPU_PL_DRE], *Li = ctx->Lf[CPU_PL_DIM];
 	/* the depth range in source bins (before the flip): the output's depths */
 	const uint32_t zb0 = l->flip_z ? nh - st->geo.z0 - nz : st->geo.z0, zb1 = zb0 + nz;
+	const struct cpu_fn_ascan fa = {.live = l,
+	                                .X = X,
+	                                .keep = w->keep,
+	                                .M = M,
+	                                .nx = nx,
+	                                .nh = nh,
+	                                .zb0 = zb0,
+	                                .nz = nz,
+	                                .scratch = w->fn_scratch};
+	struct cpu_fn_mask mk;
 
 	for (uint32_t m = 0; m < M; m++)
 		bscan_spectra(w, b * M + m, w->fspec + (size_t)m * rs);
@@ -664,40 +625,14 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 	}
 	/* the mask: the structure in dB against functional.mask_db, over the output's bins (the
 	 * only ones read: angiography and Doppler there, the bulk phase over the depth range) */
+	cpu_fn_mask_init(&mk, l->mask_db);
 	for (uint32_t a = 0; a < nx; a++)
-		for (uint32_t z = zb0; z < zb1; z++)
-			w->keep[(size_t)a * nh + z] =
-			        be_fn_structure_db(X + 2 * (size_t)a * nh, M, rs, z) >= l->mask_db;
+		cpu_fn_mask(&mk, X + 2 * (size_t)a * nh, M > 1 ? w->pow + (size_t)a * nh : NULL, M,
+		            zb0, zb1, w->fn_scratch, w->keep + (size_t)a * nh);
 
 	for (uint32_t a = 0; a < nx; a++) {
-		const uint32_t xo = rev ? nx - 1 - a : a;
-		const size_t o = ((size_t)b * nx + xo) * nz;
-		const float *Xa = X + 2 * (size_t)a * nh;
-		const uint8_t *k = w->keep + (size_t)a * nh;
-
-		if (La) {
-			for (uint32_t z = 0; z < nz; z++) {
-				const uint32_t zs =
-				        l->flip_z ? nh - 1 - st->geo.z0 - z : st->geo.z0 + z;
-				float A = 0.0f, v;
-				if (k[zs])
-					A = l->angio_method == CFG_ANGIO_SVAR
-					            ? be_fn_svar(Xa, M, rs, zs)
-					            : be_fn_cdv(Xa, M, rs, nh, l->fn_half_window,
-					                        zs);
-				v = (A - l->angio_lo) * l->angio_inv;
-				v = v > 0.0f ? v : 0.0f;
-				La[o + z] = v < 1.0f ? v : 1.0f;
-			}
-		}
-		if (Lr) {
-			/* ascan: the last A-scan takes the sum of the one before it */
-			const uint32_t as =
-			        l->doppler_axis == CFG_DOPPLER_ASCAN && nx > 1 && a + 1 == nx
-			                ? a - 1
-			                : a;
-			doppler_ascan(st, X, w->keep, as, zb0, zb1, Lr + o, Li + o);
-		}
+		const size_t o = ((size_t)b * nx + (rev ? nx - 1 - a : a)) * nz;
+		cpu_fn_ascan(&fa, a, La ? La + o : NULL, Lr ? Lr + o : NULL, Li ? Li + o : NULL);
 	}
 }
 
