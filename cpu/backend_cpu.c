@@ -321,7 +321,7 @@ static bool cpu_alloc(struct cpu_state *st)
 		if (st->functional) { /* one position's spectra, all its repeats */
 			ALLOC(w->keep, (size_t)st->geo.nx * st->geo.nh);
 			ALLOC(w->fn_scratch, (size_t)CPU_FN_SCRATCH_ROWS * st->geo.nh);
-			w->fspec = fftwf_malloc((size_t)st->geo.M * st->geo.nx * st->geo.nh *
+			w->fspec = fftwf_malloc((size_t)st->geo.M * cpu_fspec_rows(&st->geo) * N *
 			                        sizeof(fftwf_complex));
 			if (!w->fspec)
 				return false;

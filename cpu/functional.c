@@ -114,16 +114,23 @@ FN_CLONES static void pair_terms(const float *restrict L, const float *restrict 
                                  uint32_t hi, float *restrict cr, float *restrict ci,
                                  float *restrict pw)
 {
-	for (uint32_t j = lo; j < hi; j++) {
-		const float lr = L[2 * j], li = L[2 * j + 1], er = E[2 * j], ei = E[2 * j + 1];
-		cr[j] = lr * er + li * ei;
-		ci[j] = li * er - lr * ei;
+	/* size_t offsets from lo: addresses the vectorizer sees as contiguous (a uint32_t 2j
+	 * might wrap, and its loads would be gathered one by one) */
+	const size_t n = hi - lo;
+	const float *restrict l = L + 2 * (size_t)lo, *restrict e = E + 2 * (size_t)lo;
+	float *restrict r = cr + lo, *restrict i = ci + lo;
+
+	for (size_t j = 0; j < n; j++) {
+		const float lr = l[2 * j], li = l[2 * j + 1], er = e[2 * j], ei = e[2 * j + 1];
+		r[j] = lr * er + li * ei;
+		i[j] = li * er - lr * ei;
 	}
 	if (!pw)
 		return;
-	for (uint32_t j = lo; j < hi; j++) {
-		const float ar = E[2 * j], ai = E[2 * j + 1], br = L[2 * j], bi = L[2 * j + 1];
-		pw[j] = 0.5f * (ar * ar + ai * ai + br * br + bi * bi);
+	float *restrict w = pw + lo;
+	for (size_t j = 0; j < n; j++) {
+		const float ar = e[2 * j], ai = e[2 * j + 1], br = l[2 * j], bi = l[2 * j + 1];
+		w[j] = 0.5f * (ar * ar + ai * ai + br * br + bi * bi);
 	}
 }
 
@@ -138,12 +145,15 @@ FN_CLONES static void window_sums(const float *restrict c, uint32_t nh, uint32_t
 
 	if (nh <= 2 * h || i0 > i1)
 		i0 = i1 = z1;
+	float *restrict o = out + i0;
+	const size_t n = i1 - i0;
 	if (!add)
-		for (uint32_t z = i0; z < i1; z++)
-			out[z] = 0.0f;
-	for (uint32_t d = 0; d <= 2 * h; d++)
-		for (uint32_t z = i0; z < i1; z++)
-			out[z] += c[z + d - h];
+		memset(o, 0, n * sizeof(float));
+	for (uint32_t d = 0; d <= 2 * h; d++) {
+		const float *restrict t = c + i0 - h + d; /* i0 >= h */
+		for (size_t i = 0; i < n; i++)
+			o[i] += t[i];
+	}
 	/* the others, cut by an end, one at a time */
 	for (uint32_t z = z0; z < z1; z++) {
 		if (z == i0)
@@ -192,12 +202,13 @@ FN_CLONES static void cdv_value(float *restrict num, const float *restrict den, 
 /* dst[0..n) = t in order, or reversed (flip.z). */
 FN_CLONES static void put_row(const float *restrict t, uint32_t n, bool flip, float *restrict dst)
 {
-	if (!flip) {
+	if (!flip || !n) {
 		memcpy(dst, t, n * sizeof(float));
 		return;
 	}
-	for (uint32_t i = 0; i < n; i++)
-		dst[i] = t[n - 1 - i];
+	const float *restrict e = t + n - 1;
+	for (size_t i = 0; i < n; i++)
+		dst[i] = e[-(ptrdiff_t)i];
 }
 
 /* The angiography's stored v of A (0 where not kept), in the output's order. */
@@ -241,7 +252,7 @@ void cpu_fn_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, float 
 	const uint32_t M = p->M, nx = p->nx, nh = p->nh, h = l->fn_half_window;
 	const uint32_t z0 = p->zb0, z1 = p->zb0 + p->nz;
 	const uint32_t w0 = z0 > h ? z0 - h : 0, w1 = z1 + h < nh ? z1 + h : nh; /* the windows' */
-	const size_t rs = (size_t)nx * nh;
+	const size_t rs = p->rs, xs = p->xs;
 	float *const s = p->scratch;
 	float *cr = s + S_CR * (size_t)nh, *ci = s + S_CI * (size_t)nh, *pw = s + S_PW * (size_t)nh;
 	float *wr = s + S_WR * (size_t)nh, *wi = s + S_WI * (size_t)nh;
@@ -256,19 +267,21 @@ void cpu_fn_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, float 
 	const bool shared = dre && cdv && bscan;
 
 	if (angio && !cdv) { /* svar: a voxel alone, no window */
-		const float *Xa = p->X + 2 * (size_t)a * nh;
+		const float *Xa = p->X + 2 * (size_t)a * xs;
 		for (uint32_t z = z0; z < z1; z++)
 			A[z] = ka[z] ? be_fn_svar(Xa, M, rs, z) : 0.0f;
 	}
-	if (cdv)
-		for (uint32_t z = z0; z < z1; z++)
-			A[z] = den[z] = 0.0f; /* num, then A */
-	if (dre)
-		for (uint32_t z = z0; z < z1; z++)
-			sr[z] = si[z] = 0.0f;
+	if (cdv) { /* num, then A */
+		memset(A + z0, 0, p->nz * sizeof(float));
+		memset(den + z0, 0, p->nz * sizeof(float));
+	}
+	if (dre) {
+		memset(sr + z0, 0, p->nz * sizeof(float));
+		memset(si + z0, 0, p->nz * sizeof(float));
+	}
 	/* cdv's pairs (m, m + 1), and bscan Doppler's with it */
 	for (uint32_t m = 0; cdv && m + 1 < M; m++) {
-		const float *E = p->X + 2 * ((size_t)m * rs + (size_t)a * nh), *L = E + 2 * rs;
+		const float *E = p->X + 2 * ((size_t)m * rs + (size_t)a * xs), *L = E + 2 * rs;
 		pair_terms(L, E, w0, w1, cr, ci, pw);
 		window_sums(cr, nh, h, z0, z1, false, wr);
 		window_sums(ci, nh, h, z0, z1, false, wi);
@@ -286,8 +299,8 @@ void cpu_fn_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, float 
 	if (dre && !shared && (bscan || as + 1 < nx)) { /* ascan with nx = 1: no pair, R = 0 */
 		const uint8_t *k = p->keep + (size_t)as * nh; /* the earlier A-scan's mask */
 		for (uint32_t m = 0; m < (bscan ? M - 1 : M); m++) {
-			const float *E = p->X + 2 * ((size_t)m * rs + (size_t)as * nh);
-			const float *L = bscan ? E + 2 * rs : E + 2 * (size_t)nh;
+			const float *E = p->X + 2 * ((size_t)m * rs + (size_t)as * xs);
+			const float *L = bscan ? E + 2 * rs : E + 2 * xs;
 			float cb = 1.0f, sb = 0.0f;
 			if (l->doppler_bulk)
 				be_fn_bulk(L, E, k, z0, z1, &cb, &sb);

@@ -61,12 +61,18 @@ struct cpu_worker {
 	float *pm_c;         /* [nh][2] C[z]: the value subtracted at depth z */
 	float *pow;          /* M > 1: [nx][nh] sum over the repeats of |X_m[z]|^2 */
 	/* channels other than the structure (docs/algorithms.md §5; NULL otherwise) */
-	fftwf_complex *fspec; /* [M][nx][nh]: the spectra of one position's repeats */
+	fftwf_complex *fspec; /* [M][cpu_fspec_rows][N]: the spectra of one position's repeats */
 	uint8_t *keep;        /* [nx][nh] the structure at or above functional.mask_db */
 	float *fn_scratch;    /* [CPU_FN_SCRATCH_ROWS][nh] cpu_fn_mask's and cpu_fn_ascan's */
 };
 
 /* ---- functional OCT (cpu/functional.c, docs/algorithms.md §5) ---- */
+
+/* A-scan rows of each repeat in a worker's fspec: nx rounded up to whole FFT batches. */
+static inline size_t cpu_fspec_rows(const struct be_geometry *g)
+{
+	return (g->nx + CPU_BATCH - 1) / CPU_BATCH * CPU_BATCH;
+}
 
 #define CPU_FN_SCRATCH_ROWS 9 /* rows of nh floats of a worker's fn_scratch */
 
@@ -88,9 +94,10 @@ void cpu_fn_mask(const struct cpu_fn_mask *mk, const float *Xa, const float *pow
 /* One position's A-scans for cpu_fn_ascan. */
 struct cpu_fn_ascan {
 	const struct be_live *live; /* the functional.* keys and flip.z */
-	const float *X;             /* [M][nx][nh] (re, im) pairs: the repeats' spectra */
+	const float *X;             /* (re, im) pairs: A-scan a of repeat m at 2 (m rs + a xs) */
 	const uint8_t *keep;        /* [nx][nh] the mask, bins zb0..zb0+nz-1 */
 	uint32_t M, nx, nh;
+	size_t xs, rs;    /* A-scan to A-scan and repeat to repeat in X, complex values */
 	uint32_t zb0, nz; /* the depth range in source bins (before the flip) */
 	float *scratch;   /* CPU_FN_SCRATCH_ROWS x nh floats */
 };

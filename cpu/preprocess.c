@@ -305,18 +305,25 @@ static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t 
 	}
 }
 
-/* Transform the first na rows of the worker's FFT input (a batch of CPU_BATCH; rows beyond na
- * hold stale data that nobody reads). \return the stride of the output rows in complex values. */
-static size_t fft_batch(struct cpu_worker *w)
+/* The distance in complex values between two rows of the FFT's output. */
+static size_t fft_stride(const struct cpu_state *st)
+{
+	return st->p.live.dispersion ? st->geo.N : st->geo.nh + 1;
+}
+
+/* Transform the worker's FFT input (a batch of CPU_BATCH rows; rows beyond those filled hold
+ * stale data whose transforms nobody reads) into out: w->fout, or CPU_BATCH rows of
+ * fft_stride() aligned as w->fout (FFTW's new-array execution: the same plan, the same
+ * arithmetic). \return the stride of the output rows in complex values. */
+static size_t fft_batch(struct cpu_worker *w, fftwf_complex *out)
 {
 	struct cpu_state *st = w->st;
 
-	if (st->p.live.dispersion) {
-		fftwf_execute_dft(st->plan_c2c, w->fin, w->fout);
-		return st->geo.N;
-	}
-	fftwf_execute_dft_r2c(st->plan_r2c, (float *)w->fin, w->fout);
-	return st->geo.nh + 1;
+	if (st->p.live.dispersion)
+		fftwf_execute_dft(st->plan_c2c, w->fin, out);
+	else
+		fftwf_execute_dft_r2c(st->plan_r2c, (float *)w->fin, out);
+	return fft_stride(st);
 }
 
 struct pre_ctx {
@@ -388,7 +395,7 @@ static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 	if (M == 1) {
 		for (uint32_t r = 0; r < na; r++)
 			fill_fft_row(w, b, a0 + r, r);
-		const size_t ostride = fft_batch(w);
+		const size_t ostride = fft_batch(w, w->fout);
 		post_rows(w, ctx, b, a0, na, w->fout, ostride);
 		return;
 	}
@@ -396,7 +403,7 @@ static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 	for (uint32_t m = 0; m < M; m++) {
 		for (uint32_t r = 0; r < na; r++)
 			fill_fft_row(w, b * M + m, a0 + r, r);
-		const size_t ostride = fft_batch(w);
+		const size_t ostride = fft_batch(w, w->fout);
 		power_add(w->pow, w->fout, ostride, na, w->st->geo.nh, m == 0);
 	}
 	post_rows(w, ctx, b, a0, na, NULL, 0);
@@ -427,7 +434,7 @@ static void partial_median_spectra(struct cpu_worker *w, uint32_t b)
 		const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
 		for (uint32_t r = 0; r < na; r++)
 			fill_fft_row(w, b, a0 + r, r);
-		const size_t ostride = fft_batch(w);
+		const size_t ostride = fft_batch(w, w->fout);
 		for (uint32_t r = 0; r < na; r++)
 			memcpy(spec + (size_t)(a0 + r) * nh, w->fout + r * ostride,
 			       nh * sizeof(fftwf_complex));
@@ -564,11 +571,21 @@ static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
 	post_rows(w, ctx, b, 0, nx, NULL, 0);
 }
 
-/* The spectra of raw B-scan r (steps 1-5, or §1b) into rows of nh bins at dst ([nx][nh]). */
+/* The distance in complex values between two A-scans' spectra in w->fspec: the FFT's rows,
+ * written there by the transforms, or nh after §1b (copied from w->spec). */
+static size_t fspec_stride(const struct cpu_state *st)
+{
+	return st->p.live.background == CFG_BG_PARTIAL_MEDIAN ? st->geo.nh : fft_stride(st);
+}
+
+/* The spectra of raw B-scan r (steps 1-5, or §1b) into rows of fspec_stride() complex values
+ * at dst, nh bins used, the nx rows rounded up to CPU_BATCH (the last batch's rows beyond nx
+ * are transformed too): [nx][stride]. */
 static void bscan_spectra(struct cpu_worker *w, uint32_t r, fftwf_complex *dst)
 {
 	struct cpu_state *st = w->st;
 	const uint32_t nx = st->geo.nx, nh = st->geo.nh;
+	const size_t S = fspec_stride(st);
 
 	if (st->p.live.background == CFG_BG_PARTIAL_MEDIAN) {
 		partial_median_spectra(w, r);
@@ -579,10 +596,7 @@ static void bscan_spectra(struct cpu_worker *w, uint32_t r, fftwf_complex *dst)
 		const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
 		for (uint32_t q = 0; q < na; q++)
 			fill_fft_row(w, r, a0 + q, q);
-		const size_t ostride = fft_batch(w);
-		for (uint32_t q = 0; q < na; q++)
-			memcpy(dst + (size_t)(a0 + q) * nh, w->fout + q * ostride,
-			       nh * sizeof(fftwf_complex));
+		fft_batch(w, dst + (size_t)a0 * S);
 	}
 }
 
@@ -597,7 +611,8 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 	const struct be_live *l = &st->p.live;
 	const uint32_t nx = st->geo.nx, nh = st->geo.nh, M = st->geo.M, nz = st->geo.nz;
 	const uint32_t b = (uint32_t)item;
-	const size_t rs = (size_t)nx * nh;
+	const size_t S = fspec_stride(st);              /* A-scan to A-scan */
+	const size_t rs = cpu_fspec_rows(&st->geo) * S; /* repeat to repeat */
 	const float *X = (const float *)w->fspec;
 	const bool rev = be_live_reversed(l, b);
 	float *La = ctx->Lf[CPU_PL_ANGIO], *Lr = ctx->Lf[CPU_PL_DRE], *Li = ctx->Lf[CPU_PL_DIM];
@@ -609,6 +624,8 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 	                                .M = M,
 	                                .nx = nx,
 	                                .nh = nh,
+	                                .xs = S,
+	                                .rs = rs,
 	                                .zb0 = zb0,
 	                                .nz = nz,
 	                                .scratch = w->fn_scratch};
@@ -617,17 +634,17 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 	for (uint32_t m = 0; m < M; m++)
 		bscan_spectra(w, b * M + m, w->fspec + (size_t)m * rs);
 	if (M == 1) {
-		post_rows(w, ctx, b, 0, nx, w->fspec, nh);
+		post_rows(w, ctx, b, 0, nx, w->fspec, S);
 	} else {
 		for (uint32_t m = 0; m < M; m++)
-			power_add(w->pow, w->fspec + (size_t)m * rs, nh, nx, nh, m == 0);
+			power_add(w->pow, w->fspec + (size_t)m * rs, S, nx, nh, m == 0);
 		post_rows(w, ctx, b, 0, nx, NULL, 0);
 	}
 	/* the mask: the structure in dB against functional.mask_db, over the output's bins (the
 	 * only ones read: angiography and Doppler there, the bulk phase over the depth range) */
 	cpu_fn_mask_init(&mk, l->mask_db);
 	for (uint32_t a = 0; a < nx; a++)
-		cpu_fn_mask(&mk, X + 2 * (size_t)a * nh, M > 1 ? w->pow + (size_t)a * nh : NULL, M,
+		cpu_fn_mask(&mk, X + 2 * (size_t)a * S, M > 1 ? w->pow + (size_t)a * nh : NULL, M,
 		            zb0, zb1, w->fn_scratch, w->keep + (size_t)a * nh);
 
 	for (uint32_t a = 0; a < nx; a++) {

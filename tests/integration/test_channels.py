@@ -59,6 +59,9 @@ CASES = {
         "output": {"channels": ["angio"]},
         "geometry": {"repeats": 2, "stride": [1, 3]},
         "reconstruct": {"mode": "noncumulative"}}, 4),
+    "cdv_m2_dispersion_odd_nx": (merge(ALL, {
+        "geometry": {"repeats": 2, "ascans_per_bscan": 11},
+        "preprocess": {"dispersion": {"coeffs": [25.0, -12.0]}}}), 1),
     "doppler_alone_partial_median": ({
         "output": {"channels": ["doppler"]},
         "geometry": {"repeats": 2},

@@ -356,7 +356,7 @@ static void ref_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, fl
 {
 	const struct be_live *l = p->live;
 	const uint32_t M = p->M, nx = p->nx, nh = p->nh, nz = p->nz, zb0 = p->zb0;
-	const size_t rs = (size_t)nx * nh;
+	const size_t rs = p->rs, xs = p->xs;
 	const bool bscan = l->doppler_axis == CFG_DOPPLER_BSCAN;
 	const uint32_t as = !bscan && nx > 1 && a + 1 == nx ? a - 1 : a;
 	const uint8_t *ka = p->keep + (size_t)a * nh, *k = p->keep + (size_t)as * nh;
@@ -364,8 +364,8 @@ static void ref_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, fl
 	const uint32_t npair = bscan ? M - 1 : M;
 
 	for (uint32_t m = 0; m < npair && (bscan || as + 1 < nx); m++) {
-		const float *E = p->X + 2 * ((size_t)m * rs + (size_t)as * nh);
-		const float *L = bscan ? E + 2 * rs : E + 2 * (size_t)nh;
+		const float *E = p->X + 2 * ((size_t)m * rs + (size_t)as * xs);
+		const float *L = bscan ? E + 2 * rs : E + 2 * xs;
 		cb[m] = 1.0f;
 		sb[m] = 0.0f;
 		if (l->doppler_bulk)
@@ -377,8 +377,8 @@ static void ref_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, fl
 			float A = 0.0f, v;
 			if (ka[zs])
 				A = l->angio_method == CFG_ANGIO_SVAR
-				            ? be_fn_svar(p->X + 2 * (size_t)a * nh, M, rs, zs)
-				            : be_fn_cdv(p->X + 2 * (size_t)a * nh, M, rs, nh,
+				            ? be_fn_svar(p->X + 2 * (size_t)a * xs, M, rs, zs)
+				            : be_fn_cdv(p->X + 2 * (size_t)a * xs, M, rs, nh,
 				                        l->fn_half_window, zs);
 			v = (A - l->angio_lo) * l->angio_inv;
 			v = v > 0.0f ? v : 0.0f;
@@ -391,8 +391,8 @@ static void ref_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, fl
 				be_fn_window(nh, l->fn_half_window, zs, &lo, &hi);
 				for (uint32_t m = 0; m < npair; m++) {
 					const float *E =
-					        p->X + 2 * ((size_t)m * rs + (size_t)as * nh);
-					const float *L = bscan ? E + 2 * rs : E + 2 * (size_t)nh;
+					        p->X + 2 * ((size_t)m * rs + (size_t)as * xs);
+					const float *L = bscan ? E + 2 * rs : E + 2 * xs;
 					be_fn_lag(L, E, lo, hi, cb[m], sb[m], &sr, &si);
 				}
 			}
@@ -414,13 +414,14 @@ static void assert_same_floats(const float *a, const float *b, uint32_t n, const
 
 static void test_the_cpu_loops_over_an_ascan_are_the_per_voxel_functions(void **unused)
 {
-	enum { NX = 3, NH = 40 };
+	/* A-scans NH + 1 complex values apart, repeats 5 more than NX of them (as the FFT's rows) */
+	enum { NX = 3, NH = 40, XS = NH + 1, RS = NX * XS + 5 };
 	/* (h, zb0, nz): windows whole, cut at either end, wider than the A-scan */
 	static const uint32_t ranges[][3] = {{2, 0, NH},  {2, 5, 20}, {0, 3, 30},  {5, 0, 7},
 	                                     {5, 33, 7},  {1, 39, 1}, {25, 0, NH}, {25, 10, 12},
 	                                     {64, 0, NH}, {3, 2, 35}};
 	unsigned seed = 11;
-	float X[MMAX * NX * NH * 2], scratch[CPU_FN_SCRATCH_ROWS * NH];
+	float X[MMAX * RS * 2], scratch[CPU_FN_SCRATCH_ROWS * NH];
 	float got[3][NH], want[3][NH];
 	uint8_t keep[NX * NH];
 	uint32_t cases = 0;
@@ -445,6 +446,8 @@ static void test_the_cpu_loops_over_an_ascan_are_the_per_voxel_functions(void **
 				                               .M = M,
 				                               .nx = nx,
 				                               .nh = NH,
+				                               .xs = XS,
+				                               .rs = RS,
 				                               .zb0 = ranges[r][1],
 				                               .nz = ranges[r][2],
 				                               .scratch = scratch};
