@@ -94,7 +94,7 @@ void cpu_fn_mask(const struct cpu_fn_mask *mk, const float *Xa, const float *pow
 		for (uint32_t z = z0; z < z1; z++)
 			scratch[z] = pow[z] * inv_m;
 	} else {
-		for (uint32_t z = z0; z < z1; z++) {
+		for (size_t z = z0; z < z1; z++) {
 			const float re = Xa[2 * z], im = Xa[2 * z + 1];
 			scratch[z] = (0.0f + (re * re + im * im)) * inv_m;
 		}

@@ -225,27 +225,27 @@ CPU_CLONES static void post_row(const struct post_args *a)
 		const float *restrict p = a->pow, im = a->inv_m;
 		if (a->zstep > 0) {
 			p += a->zstart;
-			for (uint32_t z = 0; z < nz; z++)
+			for (size_t z = 0; z < nz; z++)
 				dst[z] = norm_mag(sqrtf(p[z] * im), lo, inv);
 		} else {
 			p += (size_t)a->zstart + 1 - nz;
-			for (uint32_t z = 0; z < nz; z++)
+			for (size_t z = 0; z < nz; z++)
 				dst[nz - 1 - z] = norm_mag(sqrtf(p[z] * im), lo, inv);
 		}
 	} else if (a->zstep > 0) {
 		c += 2 * (size_t)a->zstart;
-		for (uint32_t z = 0; z < nz; z++)
+		for (size_t z = 0; z < nz; z++)
 			dst[z] = norm_db(c[2 * z], c[2 * z + 1], lo, inv);
 	} else {
 		c += 2 * ((size_t)a->zstart + 1 - nz); /* the lowest source bin */
-		for (uint32_t z = 0; z < nz; z++)
+		for (size_t z = 0; z < nz; z++)
 			dst[nz - 1 - z] = norm_db(c[2 * z], c[2 * z + 1], lo, inv);
 	}
 	if (a->full)
 		memcpy(a->full, dst, a->nz * sizeof(float));
 	if (a->u8) {
 		uint8_t *restrict q = a->u8;
-		for (uint32_t z = 0; z < nz; z++)
+		for (size_t z = 0; z < nz; z++)
 			q[z] = (uint8_t)(int)(255.0f * dst[z] + 0.5f);
 	}
 }
@@ -292,7 +292,8 @@ static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t 
 		cpu_resample(p, K, x, y, w->spl_m);
 	if (p->live.dispersion) {
 		float *row = (float *)(w->fin + (size_t)r * N);
-		for (uint32_t j = 0; j < K; j++) {
+		/* size_t j: a uint32_t 2j might wrap, and the stores would go one by one */
+		for (size_t j = 0; j < K; j++) {
 			row[2 * j] = y[j] * p->disp_re[j];
 			row[2 * j + 1] = y[j] * p->disp_im[j];
 		}
@@ -377,7 +378,7 @@ static void power_add(float *restrict pow, const fftwf_complex *spec, size_t str
 	for (uint32_t r = 0; r < n; r++) {
 		const float *restrict c = (const float *)(spec + r * stride);
 		float *restrict p = pow + (size_t)r * nh;
-		for (uint32_t z = 0; z < nh; z++) {
+		for (size_t z = 0; z < nh; z++) { /* size_t: see fill_fft_row */
 			float q = c[2 * z] * c[2 * z] + c[2 * z + 1] * c[2 * z + 1];
 			p[z] = first ? q : p[z] + q;
 		}
