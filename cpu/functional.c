@@ -169,6 +169,22 @@ FN_CLONES static void window_sums(const float *restrict c, uint32_t nh, uint32_t
 	}
 }
 
+/* The bulk phase of a pair (be_fn_bulk) from its terms cr + i ci over [z0, z1): the same
+ * terms summed in the same order; a bin not kept adds +0, which changes no sum (a sum that
+ * starts at +0 is never -0), where be_fn_bulk_add skips it. */
+FN_CLONES static void bulk_phase(const float *restrict cr, const float *restrict ci,
+                                 const uint8_t *restrict k, uint32_t z0, uint32_t z1, float *cb,
+                                 float *sb)
+{
+	float r = 0.0f, i = 0.0f;
+
+	for (size_t z = z0; z < z1; z++) {
+		r += k[z] ? cr[z] : 0.0f;
+		i += k[z] ? ci[z] : 0.0f;
+	}
+	be_fn_bulk_phase(r, i, cb, sb);
+}
+
 /* Kasai: (sr, si) += (wr + i wi) e^{-i beta}, as be_fn_lag. */
 FN_CLONES static void rotate_add(const float *restrict wr, const float *restrict wi, float cb,
                                  float sb, uint32_t z0, uint32_t z1, float *restrict sr,
@@ -290,7 +306,7 @@ void cpu_fn_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, float 
 		if (shared) {
 			float cb = 1.0f, sb = 0.0f;
 			if (l->doppler_bulk)
-				be_fn_bulk(L, E, ka, z0, z1, &cb, &sb);
+				bulk_phase(cr, ci, ka, z0, z1, &cb, &sb);
 			rotate_add(wr, wi, cb, sb, z0, z1, sr, si);
 		}
 	}
@@ -302,9 +318,9 @@ void cpu_fn_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, float 
 			const float *E = p->X + 2 * ((size_t)m * rs + (size_t)as * xs);
 			const float *L = bscan ? E + 2 * rs : E + 2 * xs;
 			float cb = 1.0f, sb = 0.0f;
-			if (l->doppler_bulk)
-				be_fn_bulk(L, E, k, z0, z1, &cb, &sb);
 			pair_terms(L, E, w0, w1, cr, ci, NULL);
+			if (l->doppler_bulk)
+				bulk_phase(cr, ci, k, z0, z1, &cb, &sb);
 			window_sums(cr, nh, h, z0, z1, false, wr);
 			window_sums(ci, nh, h, z0, z1, false, wi);
 			rotate_add(wr, wi, cb, sb, z0, z1, sr, si);

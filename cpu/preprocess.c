@@ -579,10 +579,11 @@ static size_t fspec_stride(const struct cpu_state *st)
 	return st->p.live.background == CFG_BG_PARTIAL_MEDIAN ? st->geo.nh : fft_stride(st);
 }
 
-/* The spectra of raw B-scan r (steps 1-5, or §1b) into rows of fspec_stride() complex values
- * at dst, nh bins used, the nx rows rounded up to CPU_BATCH (the last batch's rows beyond nx
- * are transformed too): [nx][stride]. */
-static void bscan_spectra(struct cpu_worker *w, uint32_t r, fftwf_complex *dst)
+/* The spectra of raw B-scan r, repeat m of its position (steps 1-5, or §1b), into rows of
+ * fspec_stride() complex values at dst, nh bins used, the nx rows rounded up to CPU_BATCH
+ * (the last batch's rows beyond nx are transformed too): [nx][stride]; with M > 1 their power
+ * added into w->pow (power_add, each batch while it is in cache). */
+static void bscan_spectra(struct cpu_worker *w, uint32_t r, uint32_t m, fftwf_complex *dst)
 {
 	struct cpu_state *st = w->st;
 	const uint32_t nx = st->geo.nx, nh = st->geo.nh;
@@ -591,6 +592,8 @@ static void bscan_spectra(struct cpu_worker *w, uint32_t r, fftwf_complex *dst)
 	if (st->p.live.background == CFG_BG_PARTIAL_MEDIAN) {
 		partial_median_spectra(w, r);
 		memcpy(dst, w->spec, (size_t)nx * nh * sizeof(fftwf_complex));
+		if (st->geo.M > 1)
+			power_add(w->pow, dst, S, nx, nh, m == 0);
 		return;
 	}
 	for (uint32_t a0 = 0; a0 < nx; a0 += CPU_BATCH) {
@@ -598,6 +601,9 @@ static void bscan_spectra(struct cpu_worker *w, uint32_t r, fftwf_complex *dst)
 		for (uint32_t q = 0; q < na; q++)
 			fill_fft_row(w, r, a0 + q, q);
 		fft_batch(w, dst + (size_t)a0 * S);
+		if (st->geo.M > 1)
+			power_add(w->pow + (size_t)a0 * nh, dst + (size_t)a0 * S, S, na, nh,
+			          m == 0);
 	}
 }
 
@@ -633,14 +639,11 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 	struct cpu_fn_mask mk;
 
 	for (uint32_t m = 0; m < M; m++)
-		bscan_spectra(w, b * M + m, w->fspec + (size_t)m * rs);
-	if (M == 1) {
+		bscan_spectra(w, b * M + m, m, w->fspec + (size_t)m * rs);
+	if (M == 1)
 		post_rows(w, ctx, b, 0, nx, w->fspec, S);
-	} else {
-		for (uint32_t m = 0; m < M; m++)
-			power_add(w->pow, w->fspec + (size_t)m * rs, S, nx, nh, m == 0);
+	else
 		post_rows(w, ctx, b, 0, nx, NULL, 0);
-	}
 	/* the mask: the structure in dB against functional.mask_db, over the output's bins (the
 	 * only ones read: angiography and Doppler there, the bulk phase over the depth range) */
 	cpu_fn_mask_init(&mk, l->mask_db);
