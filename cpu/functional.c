@@ -215,51 +215,41 @@ FN_CLONES static void cdv_value(float *restrict num, const float *restrict den, 
 	}
 }
 
-/* dst[0..n) = t in order, or reversed (flip.z). */
-FN_CLONES static void put_row(const float *restrict t, uint32_t n, bool flip, float *restrict dst)
+/* dst[0..n) = t reversed (flip.z). */
+FN_CLONES static void reverse_row(const float *restrict t, uint32_t n, float *restrict dst)
 {
-	if (!flip || !n) {
-		memcpy(dst, t, n * sizeof(float));
-		return;
-	}
-	const float *restrict e = t + n - 1;
 	for (size_t i = 0; i < n; i++)
-		dst[i] = e[-(ptrdiff_t)i];
+		dst[i] = t[n - 1 - i];
 }
 
-/* The angiography's stored v of A (0 where not kept), in the output's order. */
+/* The angiography's stored v of A (0 where not kept) into v, in source order. */
 FN_CLONES static void angio_out(const struct be_live *l, const uint8_t *restrict k,
                                 const float *restrict A, uint32_t zb0, uint32_t nz,
-                                float *restrict scratch, float *restrict dst)
+                                float *restrict v)
 {
 	const float lo = l->angio_lo, inv = l->angio_inv;
 	const float *restrict a = A + zb0;
 	const uint8_t *restrict kz = k + zb0;
-	float *restrict t = scratch;
 
-	for (uint32_t i = 0; i < nz; i++) {
-		float v = ((kz[i] ? a[i] : 0.0f) - lo) * inv;
-		v = v > 0.0f ? v : 0.0f;
-		t[i] = v < 1.0f ? v : 1.0f;
+	for (size_t i = 0; i < nz; i++) {
+		float t = ((kz[i] ? a[i] : 0.0f) - lo) * inv;
+		t = t > 0.0f ? t : 0.0f;
+		v[i] = t < 1.0f ? t : 1.0f;
 	}
-	put_row(t, nz, l->flip_z, dst);
 }
 
-/* Doppler's R (0 where not kept), in the output's order. */
-FN_CLONES static void doppler_out(bool flip, const uint8_t *restrict k, const float *restrict sr,
+/* Doppler's R (0 where not kept) into re and im, in source order. */
+FN_CLONES static void doppler_out(const uint8_t *restrict k, const float *restrict sr,
                                   const float *restrict si, uint32_t zb0, uint32_t nz,
-                                  float *restrict tr, float *restrict ti, float *restrict re,
-                                  float *restrict im)
+                                  float *restrict re, float *restrict im)
 {
 	const float *restrict r = sr + zb0, *restrict m = si + zb0;
 	const uint8_t *restrict kz = k + zb0;
 
-	for (uint32_t i = 0; i < nz; i++) {
-		tr[i] = kz[i] ? r[i] : 0.0f;
-		ti[i] = kz[i] ? m[i] : 0.0f;
+	for (size_t i = 0; i < nz; i++) {
+		re[i] = kz[i] ? r[i] : 0.0f;
+		im[i] = kz[i] ? m[i] : 0.0f;
 	}
-	put_row(tr, nz, flip, re);
-	put_row(ti, nz, flip, im);
 }
 
 void cpu_fn_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, float *dre, float *dim)
@@ -326,11 +316,21 @@ void cpu_fn_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, float 
 			rotate_add(wr, wi, cb, sb, z0, z1, sr, si);
 		}
 	}
-	if (angio)
-		angio_out(l, ka, A, z0, p->nz, cr, angio);
-	if (dre)
-		doppler_out(l->flip_z, p->keep + (size_t)as * nh, sr, si, z0, p->nz, cr, ci, dre,
-		            dim);
+	/* into the outputs, or with flip.z through the scratch rows cr, ci, reversed */
+	const bool flip = l->flip_z;
+	if (angio) {
+		angio_out(l, ka, A, z0, p->nz, flip ? cr : angio);
+		if (flip)
+			reverse_row(cr, p->nz, angio);
+	}
+	if (dre) {
+		doppler_out(p->keep + (size_t)as * nh, sr, si, z0, p->nz, flip ? cr : dre,
+		            flip ? ci : dim);
+		if (flip) {
+			reverse_row(cr, p->nz, dre);
+			reverse_row(ci, p->nz, dim);
+		}
+	}
 }
 
 /* ---- Doppler's phase -------------------------------------------------------------------------- */
