@@ -74,7 +74,8 @@ static inline size_t cpu_fspec_rows(const struct be_geometry *g)
 	return (g->nx + CPU_BATCH - 1) / CPU_BATCH * CPU_BATCH;
 }
 
-#define CPU_FN_SCRATCH_ROWS 9 /* rows of nh floats of a worker's fn_scratch */
+#define CPU_FN_SCRATCH_ROWS 9               /* rows of nh floats of a worker's fn_scratch */
+#define CPU_FN_CHUNK        (4 * CPU_BATCH) /* A-scans of a position processed together */
 
 /* functional.mask_db, and the powers beyond which a bin is kept (P > hi) or dropped (P < lo)
  * whatever the rounding of its dB (cpu_fn_mask_init). */

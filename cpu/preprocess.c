@@ -337,9 +337,9 @@ struct pre_ctx {
 
 /* Steps 6-8 for A-scans a0..a0+na-1 of B-scan position b, whose spectra are rows of spec
  * (stride complex values apart), or with M > 1 (spec NULL) whose sums of the repeats' power
- * are rows of w->pow (nh values apart), into L (and the outputs in mode none). */
+ * are rows of pow (nh values apart), into L (and the outputs in mode none). */
 static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t b, uint32_t a0,
-                      uint32_t na, const fftwf_complex *spec, size_t stride)
+                      uint32_t na, const fftwf_complex *spec, size_t stride, const float *pow)
 {
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
@@ -361,7 +361,7 @@ static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t 
 		if (spec)
 			pa.re_im = (const float *)(spec + r * stride);
 		else
-			pa.pow = w->pow + (size_t)r * st->geo.nh;
+			pa.pow = pow + (size_t)r * st->geo.nh;
 		pa.dst = ctx->L + o;
 		pa.full = none && ctx->sfull ? ctx->sfull + o : NULL;
 		pa.u8 = none && ctx->su8 ? ctx->su8 + o : NULL;
@@ -397,7 +397,7 @@ static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 		for (uint32_t r = 0; r < na; r++)
 			fill_fft_row(w, b, a0 + r, r);
 		const size_t ostride = fft_batch(w, w->fout);
-		post_rows(w, ctx, b, a0, na, w->fout, ostride);
+		post_rows(w, ctx, b, a0, na, w->fout, ostride, NULL);
 		return;
 	}
 	/* the position's repeats one after another (raw B-scans b * M + m), their power summed */
@@ -407,7 +407,7 @@ static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 		const size_t ostride = fft_batch(w, w->fout);
 		power_add(w->pow, w->fout, ostride, na, w->st->geo.nh, m == 0);
 	}
-	post_rows(w, ctx, b, a0, na, NULL, 0);
+	post_rows(w, ctx, b, a0, na, NULL, 0, w->pow);
 }
 
 /*
@@ -562,14 +562,14 @@ static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
 
 	if (M == 1) {
 		partial_median_spectra(w, b);
-		post_rows(w, ctx, b, 0, nx, w->spec, nh);
+		post_rows(w, ctx, b, 0, nx, w->spec, nh, NULL);
 		return;
 	}
 	for (uint32_t m = 0; m < M; m++) {
 		partial_median_spectra(w, b * M + m);
 		power_add(w->pow, w->spec, nh, nx, nh, m == 0);
 	}
-	post_rows(w, ctx, b, 0, nx, NULL, 0);
+	post_rows(w, ctx, b, 0, nx, NULL, 0, w->pow);
 }
 
 /* The distance in complex values between two A-scans' spectra in w->fspec: the FFT's rows,
@@ -582,8 +582,10 @@ static size_t fspec_stride(const struct cpu_state *st)
 /* The spectra of raw B-scan r, repeat m of its position (steps 1-5, or §1b), into rows of
  * fspec_stride() complex values at dst, nh bins used, the nx rows rounded up to CPU_BATCH
  * (the last batch's rows beyond nx are transformed too): [nx][stride]; with M > 1 their power
- * added into w->pow (power_add, each batch while it is in cache). */
-static void bscan_spectra(struct cpu_worker *w, uint32_t r, uint32_t m, fftwf_complex *dst)
+ * added into w->pow (power_add, each batch while it is in cache). Steps 1-5: A-scans
+ * [a_begin, a_end) alone (a_begin a multiple of CPU_BATCH); §1b: all of them. */
+static void bscan_spectra(struct cpu_worker *w, uint32_t r, uint32_t m, fftwf_complex *dst,
+                          uint32_t a_begin, uint32_t a_end)
 {
 	struct cpu_state *st = w->st;
 	const uint32_t nx = st->geo.nx, nh = st->geo.nh;
@@ -596,8 +598,8 @@ static void bscan_spectra(struct cpu_worker *w, uint32_t r, uint32_t m, fftwf_co
 			power_add(w->pow, dst, S, nx, nh, m == 0);
 		return;
 	}
-	for (uint32_t a0 = 0; a0 < nx; a0 += CPU_BATCH) {
-		const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
+	for (uint32_t a0 = a_begin; a0 < a_end; a0 += CPU_BATCH) {
+		const uint32_t na = a_end - a0 < CPU_BATCH ? a_end - a0 : CPU_BATCH;
 		for (uint32_t q = 0; q < na; q++)
 			fill_fft_row(w, r, a0 + q, q);
 		fft_batch(w, dst + (size_t)a0 * S);
@@ -636,24 +638,39 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 	                                .zb0 = zb0,
 	                                .nz = nz,
 	                                .scratch = w->fn_scratch};
+	/* a chunk of A-scans at a time, its repeats' spectra still in cache when its channels are
+	 * computed (§1b: the repeats' spectra need the whole B-scan's statistics, one chunk) */
+	const bool whole = l->background == CFG_BG_PARTIAL_MEDIAN;
+	const uint32_t chunk = whole ? nx : CPU_FN_CHUNK;
+	/* ascan Doppler of A-scan a needs a + 1: the chunk's last waits for the next chunk */
+	const bool ahead = Lr && l->doppler_axis == CFG_DOPPLER_ASCAN;
 	struct cpu_fn_mask mk;
+	uint32_t done = 0; /* A-scans whose channels are written */
 
-	for (uint32_t m = 0; m < M; m++)
-		bscan_spectra(w, b * M + m, m, w->fspec + (size_t)m * rs);
-	if (M == 1)
-		post_rows(w, ctx, b, 0, nx, w->fspec, S);
-	else
-		post_rows(w, ctx, b, 0, nx, NULL, 0);
-	/* the mask: the structure in dB against functional.mask_db, over the output's bins (the
-	 * only ones read: angiography and Doppler there, the bulk phase over the depth range) */
 	cpu_fn_mask_init(&mk, l->mask_db);
-	for (uint32_t a = 0; a < nx; a++)
-		cpu_fn_mask(&mk, X + 2 * (size_t)a * S, M > 1 ? w->pow + (size_t)a * nh : NULL, M,
-		            zb0, zb1, w->fn_scratch, w->keep + (size_t)a * nh);
-
-	for (uint32_t a = 0; a < nx; a++) {
-		const size_t o = ((size_t)b * nx + (rev ? nx - 1 - a : a)) * nz;
-		cpu_fn_ascan(&fa, a, La ? La + o : NULL, Lr ? Lr + o : NULL, Li ? Li + o : NULL);
+	for (uint32_t m = 0; whole && m < M; m++)
+		bscan_spectra(w, b * M + m, m, w->fspec + (size_t)m * rs, 0, nx);
+	for (uint32_t c0 = 0; c0 < nx; c0 += chunk) {
+		const uint32_t c1 = nx - c0 < chunk ? nx : c0 + chunk;
+		for (uint32_t m = 0; !whole && m < M; m++)
+			bscan_spectra(w, b * M + m, m, w->fspec + (size_t)m * rs, c0, c1);
+		if (M == 1)
+			post_rows(w, ctx, b, c0, c1 - c0, w->fspec + (size_t)c0 * S, S, NULL);
+		else
+			post_rows(w, ctx, b, c0, c1 - c0, NULL, 0, w->pow + (size_t)c0 * nh);
+		/* the mask: the structure in dB against functional.mask_db, over the output's bins
+		 * (the only ones read: angiography and Doppler there, the bulk phase over the depth
+		 * range) */
+		for (uint32_t a = c0; a < c1; a++)
+			cpu_fn_mask(&mk, X + 2 * (size_t)a * S,
+			            M > 1 ? w->pow + (size_t)a * nh : NULL, M, zb0, zb1,
+			            w->fn_scratch, w->keep + (size_t)a * nh);
+		for (const uint32_t end = ahead && c1 < nx ? c1 - 1 : c1; done < end; done++) {
+			const uint32_t a = done;
+			const size_t o = ((size_t)b * nx + (rev ? nx - 1 - a : a)) * nz;
+			cpu_fn_ascan(&fa, a, La ? La + o : NULL, Lr ? Lr + o : NULL,
+			             Li ? Li + o : NULL);
+		}
 	}
 }
 
