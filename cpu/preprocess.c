@@ -11,9 +11,19 @@
 
 #include "cpu/internal.h"
 
+/* The hot loops (conversion, steps 1-4, step 6-8) are built for AVX2 and for the baseline and
+ * picked at load time by an ifunc resolver, except under ThreadSanitizer, whose runtime is not
+ * up yet when resolvers run. Element by element the same operations: the same values. */
+#if defined(__SANITIZE_THREAD__)
+#define CPU_CLONES
+#else
+#define CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
 /* Convert A-scan a of a raw B-scan to float (integer samples divided by 2^bit_shift, floor);
  * returns the sum of the converted samples. */
-static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_t a, float *out)
+CPU_CLONES static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_t a,
+                                       float *out)
 {
 	const uint32_t K = st->geo.K, sh = st->geo.bit_shift;
 	const size_t off = (size_t)a * K;
@@ -205,14 +215,6 @@ struct post_args {
 };
 
 /* Step 6-8 for one A-scan: magnitude, dB, normalize, clamp, crop/flip, quantize. */
-/* post_row is built for AVX2 and for the baseline and picked at load time by an ifunc resolver,
- * except under ThreadSanitizer, whose runtime is not up yet when resolvers run. */
-#if defined(__SANITIZE_THREAD__)
-#define CPU_CLONES
-#else
-#define CPU_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-
 CPU_CLONES static void post_row(const struct post_args *a)
 {
 	const float *restrict c = a->re_im;
@@ -252,7 +254,7 @@ CPU_CLONES static void post_row(const struct post_args *a)
 
 /* Steps 1-4 of A-scan a of B-scan b into row r of the worker's FFT input: convert, remove
  * the background, resample, window or window x dispersion phasor, zero padding. */
-static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t r)
+CPU_CLONES static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t r)
 {
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
