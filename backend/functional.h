@@ -3,8 +3,9 @@
  * Functional OCT per voxel (docs/algorithms.md §5): speckle variance and complex differential
  * variance angiography, and the Kasai autocorrelation of phase-resolved Doppler with its bulk
  * phase, from the complex spectra of the M repeats of one B-scan position. The same code runs
- * on the host (the CPU backend) and on the device (the CUDA backend), so the two compute each
- * voxel by the same operations in the same order.
+ * on the device (the CUDA backend) and on the host, where the CPU backend computes the same
+ * operations in the same order an A-scan at a time in vectorized loops (cpu/functional.c,
+ * tested bit for bit against these functions), so the two compute each voxel alike.
  *
  * Spectra are single-precision complex numbers stored as (re, im) float pairs. For one A-scan
  * position, repeat m's depth bin z is X[2 * (m * rs + z)] (re) and the float after it (im): rs
@@ -181,7 +182,9 @@ BE_FN_HD static inline void be_fn_bulk(const float *L, const float *E, const uin
 	be_fn_bulk_phase(cr, ci, cb, sb);
 }
 
-/* Δφ = atan2(im, re) in (-π, π]: -π is taken as +π, and R = 0 gives 0. */
+/* Δφ = atan2(im, re) in (-π, π]: -π is taken as +π, and R = 0 gives 0. The CPU backend's
+ * voxels take cpu_fn_phase (cpu/functional.c), the same with a vectorizable atan2 within
+ * 2.8e-7 rad (docs/algorithms.md §5). */
 BE_FN_HD static inline float be_fn_phase(float re, float im)
 {
 	float p;

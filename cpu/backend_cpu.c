@@ -11,7 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/functional.h"
 #include "cpu/internal.h"
 
 /* FFTW's planner is not thread-safe: every plan is made and destroyed under this lock. */
@@ -116,6 +115,7 @@ static void cpu_destroy(void *vst)
 			free(w->pow);
 			fftwf_free(w->fspec);
 			free(w->keep);
+			free(w->fn_scratch);
 		}
 		free(st->workers);
 	}
@@ -320,7 +320,8 @@ static bool cpu_alloc(struct cpu_state *st)
 			ALLOC(w->pow, (size_t)st->geo.nx * st->geo.nh);
 		if (st->functional) { /* one position's spectra, all its repeats */
 			ALLOC(w->keep, (size_t)st->geo.nx * st->geo.nh);
-			w->fspec = fftwf_malloc((size_t)st->geo.M * st->geo.nx * st->geo.nh *
+			ALLOC(w->fn_scratch, (size_t)CPU_FN_SCRATCH_ROWS * st->geo.nh);
+			w->fspec = fftwf_malloc((size_t)st->geo.M * cpu_fspec_rows(&st->geo) * N *
 			                        sizeof(fftwf_complex));
 			if (!w->fspec)
 				return false;
@@ -452,7 +453,7 @@ static void fn_lowres_rows(struct cpu_worker *w, size_t item, void *vctx)
 {
 	const struct fn_lowres_ctx *c = vctx;
 	const struct be_output *out = c->out;
-	const size_t o = item * c->row, e = o + c->row;
+	const size_t o = item * c->row;
 
 	(void)w;
 	if (c->none && c->ac >= 0) {
@@ -465,24 +466,16 @@ static void fn_lowres_rows(struct cpu_worker *w, size_t item, void *vctx)
 	}
 	if (c->dc < 0)
 		return;
-	for (size_t i = o; i < e; i++) {
-		const float re = c->Lf[CPU_PL_DRE][i], im = c->Lf[CPU_PL_DIM][i];
-		if (out->lowres_doppler)
-			out->lowres_doppler[i] = be_fn_phase(re, im);
-		if (!c->none)
-			continue;
-		const float v = be_fn_doppler_v(re, im);
-		if (out->full)
-			out->full[(size_t)c->dc * c->n + i] = v;
-		if (out->volume)
-			out->volume[(size_t)c->dc * c->n + i] = (uint8_t)(int)(255.0f * v + 0.5f);
-	}
+	const size_t d = (size_t)c->dc * c->n + o;
+	cpu_fn_doppler_row(c->Lf[CPU_PL_DRE] + o, c->Lf[CPU_PL_DIM] + o, c->row,
+	                   out->lowres_doppler ? out->lowres_doppler + o : NULL,
+	                   c->none && out->full ? out->full + d : NULL,
+	                   c->none && out->volume ? out->volume + d : NULL);
 }
 
 /* The functional channels' low-resolution outputs (Doppler's phase) and, in mode none, their
  * volumes: angiography's v, Doppler's v of R (docs/algorithms.md §5); a B-scan an item on the
- * state's threads (the phase's atan2f per voxel is most of a functional epoch's work in mode
- * none). */
+ * state's threads. */
 static void functional_lowres(struct cpu_state *st, float *const Lf[CPU_FN_PLANES],
                               const struct be_output *out)
 {

@@ -61,9 +61,61 @@ struct cpu_worker {
 	float *pm_c;         /* [nh][2] C[z]: the value subtracted at depth z */
 	float *pow;          /* M > 1: [nx][nh] sum over the repeats of |X_m[z]|^2 */
 	/* channels other than the structure (docs/algorithms.md §5; NULL otherwise) */
-	fftwf_complex *fspec; /* [M][nx][nh]: the spectra of one position's repeats */
+	fftwf_complex *fspec; /* [M][cpu_fspec_rows][N]: the spectra of one position's repeats */
 	uint8_t *keep;        /* [nx][nh] the structure at or above functional.mask_db */
+	float *fn_scratch;    /* [CPU_FN_SCRATCH_ROWS][nh] cpu_fn_mask's and cpu_fn_ascan's */
 };
+
+/* ---- functional OCT (cpu/functional.c, docs/algorithms.md §5) ---- */
+
+/* A-scan rows of each repeat in a worker's fspec: nx rounded up to whole FFT batches. */
+static inline size_t cpu_fspec_rows(const struct be_geometry *g)
+{
+	return (g->nx + CPU_BATCH - 1) / CPU_BATCH * CPU_BATCH;
+}
+
+#define CPU_FN_SCRATCH_ROWS 9               /* rows of nh floats of a worker's fn_scratch */
+#define CPU_FN_CHUNK        (4 * CPU_BATCH) /* A-scans of a position processed together */
+
+/* functional.mask_db, and the powers beyond which a bin is kept (P > hi) or dropped (P < lo)
+ * whatever the rounding of its dB (cpu_fn_mask_init). */
+struct cpu_fn_mask {
+	float mask_db;
+	float lo, hi;
+};
+void cpu_fn_mask_init(struct cpu_fn_mask *mk, float mask_db);
+
+/* keep[z] = be_fn_structure_db(...) >= mask_db for bins z0..z1-1 of one A-scan, whose repeats'
+ * sum of power (the structure's, cpu/preprocess.c) is pow[z] with M > 1, whose spectrum is Xa
+ * (re, im pairs) with M = 1 (pow NULL); scratch: nh floats. The same answer as be_fn_power and
+ * be_fn_structure_db, with the logarithm only near mask_db. */
+void cpu_fn_mask(const struct cpu_fn_mask *mk, const float *Xa, const float *pow, uint32_t M,
+                 uint32_t z0, uint32_t z1, float *scratch, uint8_t *keep);
+
+/* One position's A-scans for cpu_fn_ascan. */
+struct cpu_fn_ascan {
+	const struct be_live *live; /* the functional.* keys and flip.z */
+	const float *X;             /* (re, im) pairs: A-scan a of repeat m at 2 (m rs + a xs) */
+	const uint8_t *keep;        /* [nx][nh] the mask, bins zb0..zb0+nz-1 */
+	uint32_t M, nx, nh;
+	size_t xs, rs;    /* A-scan to A-scan and repeat to repeat in X, complex values */
+	uint32_t zb0, nz; /* the depth range in source bins (before the flip) */
+	float *scratch;   /* CPU_FN_SCRATCH_ROWS x nh floats */
+};
+
+/* A-scan a's angiography v (angio: nz values in the output's order, or NULL) and Doppler's R
+ * (dre, dim, or NULL) as be_fn_svar, be_fn_cdv, be_fn_bulk and be_fn_lag compute them per
+ * voxel (bit for bit), masked, flipped and normalized as docs/algorithms.md §5 says. */
+void cpu_fn_ascan(const struct cpu_fn_ascan *p, uint32_t a, float *angio, float *dre, float *dim);
+
+/* be_fn_phase with atan2 as a polynomial (vectorizable), for the CPU backend's Doppler: within
+ * 2.8e-7 rad of atan2 (measured, docs/algorithms.md §5); not finite: be_fn_phase's value. */
+float cpu_fn_phase(float re, float im);
+
+/* Doppler's outputs of n voxels of R = re + i im: the phase (cpu_fn_phase) into phase, the
+ * stored v = (phase + π) / (2π) into v and its u8 into u8 (each may be NULL). */
+void cpu_fn_doppler_row(const float *re, const float *im, size_t n, float *phase, float *v,
+                        uint8_t *u8);
 
 /* The views of each volume (cpu/views.c), parameters from the live configuration. */
 struct cpu_views {

@@ -9,12 +9,21 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/functional.h"
 #include "cpu/internal.h"
+
+/* The hot loops (conversion, steps 1-4, step 6-8) are built for AVX2 and for the baseline and
+ * picked at load time by an ifunc resolver, except under ThreadSanitizer, whose runtime is not
+ * up yet when resolvers run. Element by element the same operations: the same values. */
+#if defined(__SANITIZE_THREAD__)
+#define CPU_CLONES
+#else
+#define CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
 
 /* Convert A-scan a of a raw B-scan to float (integer samples divided by 2^bit_shift, floor);
  * returns the sum of the converted samples. */
-static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_t a, float *out)
+CPU_CLONES static double convert_ascan(const struct cpu_state *st, const void *raw, uint32_t a,
+                                       float *out)
 {
 	const uint32_t K = st->geo.K, sh = st->geo.bit_shift;
 	const size_t off = (size_t)a * K;
@@ -206,14 +215,6 @@ struct post_args {
 };
 
 /* Step 6-8 for one A-scan: magnitude, dB, normalize, clamp, crop/flip, quantize. */
-/* post_row is built for AVX2 and for the baseline and picked at load time by an ifunc resolver,
- * except under ThreadSanitizer, whose runtime is not up yet when resolvers run. */
-#if defined(__SANITIZE_THREAD__)
-#define CPU_CLONES
-#else
-#define CPU_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-
 CPU_CLONES static void post_row(const struct post_args *a)
 {
 	const float *restrict c = a->re_im;
@@ -226,34 +227,34 @@ CPU_CLONES static void post_row(const struct post_args *a)
 		const float *restrict p = a->pow, im = a->inv_m;
 		if (a->zstep > 0) {
 			p += a->zstart;
-			for (uint32_t z = 0; z < nz; z++)
+			for (size_t z = 0; z < nz; z++)
 				dst[z] = norm_mag(sqrtf(p[z] * im), lo, inv);
 		} else {
 			p += (size_t)a->zstart + 1 - nz;
-			for (uint32_t z = 0; z < nz; z++)
+			for (size_t z = 0; z < nz; z++)
 				dst[nz - 1 - z] = norm_mag(sqrtf(p[z] * im), lo, inv);
 		}
 	} else if (a->zstep > 0) {
 		c += 2 * (size_t)a->zstart;
-		for (uint32_t z = 0; z < nz; z++)
+		for (size_t z = 0; z < nz; z++)
 			dst[z] = norm_db(c[2 * z], c[2 * z + 1], lo, inv);
 	} else {
 		c += 2 * ((size_t)a->zstart + 1 - nz); /* the lowest source bin */
-		for (uint32_t z = 0; z < nz; z++)
+		for (size_t z = 0; z < nz; z++)
 			dst[nz - 1 - z] = norm_db(c[2 * z], c[2 * z + 1], lo, inv);
 	}
 	if (a->full)
 		memcpy(a->full, dst, a->nz * sizeof(float));
 	if (a->u8) {
 		uint8_t *restrict q = a->u8;
-		for (uint32_t z = 0; z < nz; z++)
+		for (size_t z = 0; z < nz; z++)
 			q[z] = (uint8_t)(int)(255.0f * dst[z] + 0.5f);
 	}
 }
 
 /* Steps 1-4 of A-scan a of B-scan b into row r of the worker's FFT input: convert, remove
  * the background, resample, window or window x dispersion phasor, zero padding. */
-static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t r)
+CPU_CLONES static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t r)
 {
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
@@ -293,7 +294,8 @@ static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t 
 		cpu_resample(p, K, x, y, w->spl_m);
 	if (p->live.dispersion) {
 		float *row = (float *)(w->fin + (size_t)r * N);
-		for (uint32_t j = 0; j < K; j++) {
+		/* size_t j: a uint32_t 2j might wrap, and the stores would go one by one */
+		for (size_t j = 0; j < K; j++) {
 			row[2 * j] = y[j] * p->disp_re[j];
 			row[2 * j + 1] = y[j] * p->disp_im[j];
 		}
@@ -306,18 +308,25 @@ static void fill_fft_row(struct cpu_worker *w, uint32_t b, uint32_t a, uint32_t 
 	}
 }
 
-/* Transform the first na rows of the worker's FFT input (a batch of CPU_BATCH; rows beyond na
- * hold stale data that nobody reads). \return the stride of the output rows in complex values. */
-static size_t fft_batch(struct cpu_worker *w)
+/* The distance in complex values between two rows of the FFT's output. */
+static size_t fft_stride(const struct cpu_state *st)
+{
+	return st->p.live.dispersion ? st->geo.N : st->geo.nh + 1;
+}
+
+/* Transform the worker's FFT input (a batch of CPU_BATCH rows; rows beyond those filled hold
+ * stale data whose transforms nobody reads) into out: w->fout, or CPU_BATCH rows of
+ * fft_stride() aligned as w->fout (FFTW's new-array execution: the same plan, the same
+ * arithmetic). \return the stride of the output rows in complex values. */
+static size_t fft_batch(struct cpu_worker *w, fftwf_complex *out)
 {
 	struct cpu_state *st = w->st;
 
-	if (st->p.live.dispersion) {
-		fftwf_execute_dft(st->plan_c2c, w->fin, w->fout);
-		return st->geo.N;
-	}
-	fftwf_execute_dft_r2c(st->plan_r2c, (float *)w->fin, w->fout);
-	return st->geo.nh + 1;
+	if (st->p.live.dispersion)
+		fftwf_execute_dft(st->plan_c2c, w->fin, out);
+	else
+		fftwf_execute_dft_r2c(st->plan_r2c, (float *)w->fin, out);
+	return fft_stride(st);
 }
 
 struct pre_ctx {
@@ -330,9 +339,9 @@ struct pre_ctx {
 
 /* Steps 6-8 for A-scans a0..a0+na-1 of B-scan position b, whose spectra are rows of spec
  * (stride complex values apart), or with M > 1 (spec NULL) whose sums of the repeats' power
- * are rows of w->pow (nh values apart), into L (and the outputs in mode none). */
+ * are rows of pow (nh values apart), into L (and the outputs in mode none). */
 static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t b, uint32_t a0,
-                      uint32_t na, const fftwf_complex *spec, size_t stride)
+                      uint32_t na, const fftwf_complex *spec, size_t stride, const float *pow)
 {
 	struct cpu_state *st = w->st;
 	const struct cpu_params *p = &st->p;
@@ -354,7 +363,7 @@ static void post_rows(struct cpu_worker *w, const struct pre_ctx *ctx, uint32_t 
 		if (spec)
 			pa.re_im = (const float *)(spec + r * stride);
 		else
-			pa.pow = w->pow + (size_t)r * st->geo.nh;
+			pa.pow = pow + (size_t)r * st->geo.nh;
 		pa.dst = ctx->L + o;
 		pa.full = none && ctx->sfull ? ctx->sfull + o : NULL;
 		pa.u8 = none && ctx->su8 ? ctx->su8 + o : NULL;
@@ -371,7 +380,7 @@ static void power_add(float *restrict pow, const fftwf_complex *spec, size_t str
 	for (uint32_t r = 0; r < n; r++) {
 		const float *restrict c = (const float *)(spec + r * stride);
 		float *restrict p = pow + (size_t)r * nh;
-		for (uint32_t z = 0; z < nh; z++) {
+		for (size_t z = 0; z < nh; z++) { /* size_t: see fill_fft_row */
 			float q = c[2 * z] * c[2 * z] + c[2 * z + 1] * c[2 * z + 1];
 			p[z] = first ? q : p[z] + q;
 		}
@@ -389,18 +398,18 @@ static void preprocess_chunk(struct cpu_worker *w, size_t item, void *vctx)
 	if (M == 1) {
 		for (uint32_t r = 0; r < na; r++)
 			fill_fft_row(w, b, a0 + r, r);
-		const size_t ostride = fft_batch(w);
-		post_rows(w, ctx, b, a0, na, w->fout, ostride);
+		const size_t ostride = fft_batch(w, w->fout);
+		post_rows(w, ctx, b, a0, na, w->fout, ostride, NULL);
 		return;
 	}
 	/* the position's repeats one after another (raw B-scans b * M + m), their power summed */
 	for (uint32_t m = 0; m < M; m++) {
 		for (uint32_t r = 0; r < na; r++)
 			fill_fft_row(w, b * M + m, a0 + r, r);
-		const size_t ostride = fft_batch(w);
+		const size_t ostride = fft_batch(w, w->fout);
 		power_add(w->pow, w->fout, ostride, na, w->st->geo.nh, m == 0);
 	}
-	post_rows(w, ctx, b, a0, na, NULL, 0);
+	post_rows(w, ctx, b, a0, na, NULL, 0, w->pow);
 }
 
 /*
@@ -428,7 +437,7 @@ static void partial_median_spectra(struct cpu_worker *w, uint32_t b)
 		const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
 		for (uint32_t r = 0; r < na; r++)
 			fill_fft_row(w, b, a0 + r, r);
-		const size_t ostride = fft_batch(w);
+		const size_t ostride = fft_batch(w, w->fout);
 		for (uint32_t r = 0; r < na; r++)
 			memcpy(spec + (size_t)(a0 + r) * nh, w->fout + r * ostride,
 			       nh * sizeof(fftwf_complex));
@@ -555,90 +564,57 @@ static void partial_median_bscan(struct cpu_worker *w, size_t item, void *vctx)
 
 	if (M == 1) {
 		partial_median_spectra(w, b);
-		post_rows(w, ctx, b, 0, nx, w->spec, nh);
+		post_rows(w, ctx, b, 0, nx, w->spec, nh, NULL);
 		return;
 	}
 	for (uint32_t m = 0; m < M; m++) {
 		partial_median_spectra(w, b * M + m);
 		power_add(w->pow, w->spec, nh, nx, nh, m == 0);
 	}
-	post_rows(w, ctx, b, 0, nx, NULL, 0);
+	post_rows(w, ctx, b, 0, nx, NULL, 0, w->pow);
 }
 
-/* The spectra of raw B-scan r (steps 1-5, or §1b) into rows of nh bins at dst ([nx][nh]). */
-static void bscan_spectra(struct cpu_worker *w, uint32_t r, fftwf_complex *dst)
+/* The distance in complex values between two A-scans' spectra in w->fspec: the FFT's rows,
+ * written there by the transforms, or nh after §1b (copied from w->spec). */
+static size_t fspec_stride(const struct cpu_state *st)
+{
+	return st->p.live.background == CFG_BG_PARTIAL_MEDIAN ? st->geo.nh : fft_stride(st);
+}
+
+/* The spectra of raw B-scan r, repeat m of its position (steps 1-5, or §1b), into rows of
+ * fspec_stride() complex values at dst, nh bins used, the nx rows rounded up to CPU_BATCH
+ * (the last batch's rows beyond nx are transformed too): [nx][stride]; with M > 1 their power
+ * added into w->pow (power_add, each batch while it is in cache). Steps 1-5: A-scans
+ * [a_begin, a_end) alone (a_begin a multiple of CPU_BATCH); §1b: all of them. */
+static void bscan_spectra(struct cpu_worker *w, uint32_t r, uint32_t m, fftwf_complex *dst,
+                          uint32_t a_begin, uint32_t a_end)
 {
 	struct cpu_state *st = w->st;
 	const uint32_t nx = st->geo.nx, nh = st->geo.nh;
+	const size_t S = fspec_stride(st);
 
 	if (st->p.live.background == CFG_BG_PARTIAL_MEDIAN) {
 		partial_median_spectra(w, r);
 		memcpy(dst, w->spec, (size_t)nx * nh * sizeof(fftwf_complex));
+		if (st->geo.M > 1)
+			power_add(w->pow, dst, S, nx, nh, m == 0);
 		return;
 	}
-	for (uint32_t a0 = 0; a0 < nx; a0 += CPU_BATCH) {
-		const uint32_t na = nx - a0 < CPU_BATCH ? nx - a0 : CPU_BATCH;
+	for (uint32_t a0 = a_begin; a0 < a_end; a0 += CPU_BATCH) {
+		const uint32_t na = a_end - a0 < CPU_BATCH ? a_end - a0 : CPU_BATCH;
 		for (uint32_t q = 0; q < na; q++)
 			fill_fft_row(w, r, a0 + q, q);
-		const size_t ostride = fft_batch(w);
-		for (uint32_t q = 0; q < na; q++)
-			memcpy(dst + (size_t)(a0 + q) * nh, w->fout + q * ostride,
-			       nh * sizeof(fftwf_complex));
-	}
-}
-
-/*
- * docs/algorithms.md §5 for A-scan a of the position whose repeats' spectra are X
- * ([M][nx][nh] floats pairs): the Kasai sum R of output depth bins zs0, zs0 + zstep, ...
- * (source bins, nz of them) into re[0..nz) and im[0..nz), in output order. The axis and the
- * bulk phase as configured; 0 where the earlier A-scan's structure is masked.
- */
-static void doppler_ascan(const struct cpu_state *st, const float *X, const uint8_t *keep,
-                          uint32_t a, uint32_t zb0, uint32_t zb1, float *re, float *im)
-{
-	const struct be_live *l = &st->p.live;
-	const uint32_t M = st->geo.M, nx = st->geo.nx, nh = st->geo.nh, nz = st->geo.nz;
-	const size_t rs = (size_t)nx * nh; /* repeat to repeat, complex values */
-	const bool bscan = l->doppler_axis == CFG_DOPPLER_BSCAN;
-	float cb[BE_FN_M_MAX], sb[BE_FN_M_MAX];
-	const uint32_t npair = bscan ? M - 1 : M;
-	const uint8_t *k = keep + (size_t)a * nh; /* the earlier A-scan's mask */
-
-	if (!bscan && a + 1 >= nx) {
-		for (uint32_t z = 0; z < nz; z++)
-			re[z] = im[z] = 0.0f; /* nx = 1: no pair (nx > 1 copies a - 1) */
-		return;
-	}
-	for (uint32_t m = 0; m < npair; m++) {
-		const float *E = X + 2 * ((size_t)m * rs + (size_t)a * nh);
-		const float *L = bscan ? E + 2 * rs : E + 2 * (size_t)nh;
-		cb[m] = 1.0f;
-		sb[m] = 0.0f;
-		if (l->doppler_bulk)
-			be_fn_bulk(L, E, k, zb0, zb1, &cb[m], &sb[m]);
-	}
-	for (uint32_t z = 0; z < nz; z++) {
-		const uint32_t zs = l->flip_z ? nh - 1 - st->geo.z0 - z : st->geo.z0 + z;
-		uint32_t lo, hi;
-		float sr = 0.0f, si = 0.0f;
-
-		if (k[zs]) {
-			be_fn_window(nh, l->fn_half_window, zs, &lo, &hi);
-			for (uint32_t m = 0; m < npair; m++) {
-				const float *E = X + 2 * ((size_t)m * rs + (size_t)a * nh);
-				const float *L = bscan ? E + 2 * rs : E + 2 * (size_t)nh;
-				be_fn_lag(L, E, lo, hi, cb[m], sb[m], &sr, &si);
-			}
-		}
-		re[z] = sr;
-		im[z] = si;
+		fft_batch(w, dst + (size_t)a0 * S);
+		if (st->geo.M > 1)
+			power_add(w->pow + (size_t)a0 * nh, dst + (size_t)a0 * S, S, na, nh,
+			          m == 0);
 	}
 }
 
 /* §5 for B-scan position b (one item per position) when channels other than the structure
  * are output: every repeat's spectra (steps 1-5, or §1b), the structure from them exactly as
  * without channels, then the mask, angiography and Doppler of each A-scan, flipped and
- * cropped as the structure. */
+ * cropped as the structure (cpu/functional.c). */
 static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 {
 	struct pre_ctx *ctx = vctx;
@@ -646,57 +622,56 @@ static void functional_position(struct cpu_worker *w, size_t item, void *vctx)
 	const struct be_live *l = &st->p.live;
 	const uint32_t nx = st->geo.nx, nh = st->geo.nh, M = st->geo.M, nz = st->geo.nz;
 	const uint32_t b = (uint32_t)item;
-	const size_t rs = (size_t)nx * nh;
+	const size_t S = fspec_stride(st);              /* A-scan to A-scan */
+	const size_t rs = cpu_fspec_rows(&st->geo) * S; /* repeat to repeat */
 	const float *X = (const float *)w->fspec;
 	const bool rev = be_live_reversed(l, b);
 	float *La = ctx->Lf[CPU_PL_ANGIO], *Lr = ctx->Lf[CPU_PL_DRE], *Li = ctx->Lf[CPU_PL_DIM];
 	/* the depth range in source bins (before the flip): the output's depths */
 	const uint32_t zb0 = l->flip_z ? nh - st->geo.z0 - nz : st->geo.z0, zb1 = zb0 + nz;
+	const struct cpu_fn_ascan fa = {.live = l,
+	                                .X = X,
+	                                .keep = w->keep,
+	                                .M = M,
+	                                .nx = nx,
+	                                .nh = nh,
+	                                .xs = S,
+	                                .rs = rs,
+	                                .zb0 = zb0,
+	                                .nz = nz,
+	                                .scratch = w->fn_scratch};
+	/* a chunk of A-scans at a time, its repeats' spectra still in cache when its channels are
+	 * computed (§1b: the repeats' spectra need the whole B-scan's statistics, one chunk) */
+	const bool whole = l->background == CFG_BG_PARTIAL_MEDIAN;
+	const uint32_t chunk = whole ? nx : CPU_FN_CHUNK;
+	/* ascan Doppler of A-scan a needs a + 1: the chunk's last waits for the next chunk */
+	const bool ahead = Lr && l->doppler_axis == CFG_DOPPLER_ASCAN;
+	struct cpu_fn_mask mk;
+	uint32_t done = 0; /* A-scans whose channels are written */
 
-	for (uint32_t m = 0; m < M; m++)
-		bscan_spectra(w, b * M + m, w->fspec + (size_t)m * rs);
-	if (M == 1) {
-		post_rows(w, ctx, b, 0, nx, w->fspec, nh);
-	} else {
-		for (uint32_t m = 0; m < M; m++)
-			power_add(w->pow, w->fspec + (size_t)m * rs, nh, nx, nh, m == 0);
-		post_rows(w, ctx, b, 0, nx, NULL, 0);
-	}
-	/* the mask: the structure in dB against functional.mask_db, over the output's bins (the
-	 * only ones read: angiography and Doppler there, the bulk phase over the depth range) */
-	for (uint32_t a = 0; a < nx; a++)
-		for (uint32_t z = zb0; z < zb1; z++)
-			w->keep[(size_t)a * nh + z] =
-			        be_fn_structure_db(X + 2 * (size_t)a * nh, M, rs, z) >= l->mask_db;
-
-	for (uint32_t a = 0; a < nx; a++) {
-		const uint32_t xo = rev ? nx - 1 - a : a;
-		const size_t o = ((size_t)b * nx + xo) * nz;
-		const float *Xa = X + 2 * (size_t)a * nh;
-		const uint8_t *k = w->keep + (size_t)a * nh;
-
-		if (La) {
-			for (uint32_t z = 0; z < nz; z++) {
-				const uint32_t zs =
-				        l->flip_z ? nh - 1 - st->geo.z0 - z : st->geo.z0 + z;
-				float A = 0.0f, v;
-				if (k[zs])
-					A = l->angio_method == CFG_ANGIO_SVAR
-					            ? be_fn_svar(Xa, M, rs, zs)
-					            : be_fn_cdv(Xa, M, rs, nh, l->fn_half_window,
-					                        zs);
-				v = (A - l->angio_lo) * l->angio_inv;
-				v = v > 0.0f ? v : 0.0f;
-				La[o + z] = v < 1.0f ? v : 1.0f;
-			}
-		}
-		if (Lr) {
-			/* ascan: the last A-scan takes the sum of the one before it */
-			const uint32_t as =
-			        l->doppler_axis == CFG_DOPPLER_ASCAN && nx > 1 && a + 1 == nx
-			                ? a - 1
-			                : a;
-			doppler_ascan(st, X, w->keep, as, zb0, zb1, Lr + o, Li + o);
+	cpu_fn_mask_init(&mk, l->mask_db);
+	for (uint32_t m = 0; whole && m < M; m++)
+		bscan_spectra(w, b * M + m, m, w->fspec + (size_t)m * rs, 0, nx);
+	for (uint32_t c0 = 0; c0 < nx; c0 += chunk) {
+		const uint32_t c1 = nx - c0 < chunk ? nx : c0 + chunk;
+		for (uint32_t m = 0; !whole && m < M; m++)
+			bscan_spectra(w, b * M + m, m, w->fspec + (size_t)m * rs, c0, c1);
+		if (M == 1)
+			post_rows(w, ctx, b, c0, c1 - c0, w->fspec + (size_t)c0 * S, S, NULL);
+		else
+			post_rows(w, ctx, b, c0, c1 - c0, NULL, 0, w->pow + (size_t)c0 * nh);
+		/* the mask: the structure in dB against functional.mask_db, over the output's bins
+		 * (the only ones read: angiography and Doppler there, the bulk phase over the depth
+		 * range) */
+		for (uint32_t a = c0; a < c1; a++)
+			cpu_fn_mask(&mk, X + 2 * (size_t)a * S,
+			            M > 1 ? w->pow + (size_t)a * nh : NULL, M, zb0, zb1,
+			            w->fn_scratch, w->keep + (size_t)a * nh);
+		for (const uint32_t end = ahead && c1 < nx ? c1 - 1 : c1; done < end; done++) {
+			const uint32_t a = done;
+			const size_t o = ((size_t)b * nx + (rev ? nx - 1 - a : a)) * nz;
+			cpu_fn_ascan(&fa, a, La ? La + o : NULL, Lr ? Lr + o : NULL,
+			             Li ? Li + o : NULL);
 		}
 	}
 }

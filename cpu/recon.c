@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/functional.h"
 #include "backend/jump.h"
 #include "backend/tables.h"
 #include "cpu/internal.h"
@@ -342,13 +341,8 @@ static void doppler_rows(struct cpu_worker *w, size_t item, void *vctx)
 	const struct doppler_ctx *d = vctx;
 	const size_t o = item * d->row;
 
-	for (size_t i = o; i < o + d->row; i++) {
-		float v = be_fn_doppler_v(d->re[i], d->im[i]);
-		if (d->full)
-			d->full[i] = v;
-		if (d->u8)
-			d->u8[i] = (uint8_t)(int)(255.0f * v + 0.5f);
-	}
+	cpu_fn_doppler_row(d->re + o, d->im + o, d->row, NULL, d->full ? d->full + o : NULL,
+	                   d->u8 ? d->u8 + o : NULL);
 }
 
 int cpu_register_alloc(struct cpu_state *st, char *err, size_t errlen)

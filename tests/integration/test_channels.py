@@ -59,6 +59,17 @@ CASES = {
         "output": {"channels": ["angio"]},
         "geometry": {"repeats": 2, "stride": [1, 3]},
         "reconstruct": {"mode": "noncumulative"}}, 4),
+    "cdv_m2_dispersion_odd_nx": (merge(ALL, {
+        "geometry": {"repeats": 2, "ascans_per_bscan": 11},
+        "preprocess": {"dispersion": {"coeffs": [25.0, -12.0]}}}), 1),
+    # more A-scans than the CPU backend's chunk of 32 (cpu/functional.c): ascan Doppler across
+    # chunk boundaries, a last chunk not a whole FFT batch
+    "ascan_m2_bulk_chunks": (merge(ALL, {
+        "geometry": {"repeats": 2, "ascans_per_bscan": 75, "bscans_per_volume": 2},
+        "functional": {"doppler": {"axis": "ascan"}}}), 1),
+    "cdv_m2_chunks_flip_x": (merge(ALL, {
+        "geometry": {"repeats": 2, "ascans_per_bscan": 70, "bscans_per_volume": 2,
+                     "bidirectional": True}}), 1),
     "doppler_alone_partial_median": ({
         "output": {"channels": ["doppler"]},
         "geometry": {"repeats": 2},
