@@ -318,8 +318,17 @@ def test_a_browsers_own_bscan_brings_its_own_doppler(browser, flow):
     try:
         for _ in range(3):
             browser.cmd("press", page=page, key="ArrowDown")
-        browser.wait(page, f"window.volrecView.panes.bscan.shown.position[0] === {y1} && "
-                           f"window.volrecView.doppler.frames.some(f => f.position[0] === {y1})")
+        try:
+            # the daemon computes the browser's own B-scans after its volumes: on a loaded
+            # machine they may take a while (a generous bound)
+            browser.wait(page, f"window.volrecView.panes.bscan.shown.position[0] === {y1} && "
+                               f"window.volrecView.doppler.frames.some(f => "
+                               f"f.position[0] === {y1})", timeout_ms=120000)
+        except AssertionError as e:
+            state = browser.eval(page, "({shown: window.volrecView.panes.bscan.shown.position, "
+                                       "doppler: window.volrecView.doppler.frames.map(f => "
+                                       "[f.volumeId, f.position[0]])})")
+            raise AssertionError(f"{e}; the page: {state}, y0 {y0}") from None
         for _ in range(20):
             d = browser.eval(page, f"(f => ({{vid: f.volumeId, rows: f.rows, cols: f.cols, "
                                    f"pixels: Array.from(f.pixels)}}))(window.volrecView.doppler"
