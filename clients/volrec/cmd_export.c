@@ -2,7 +2,10 @@
 /*
  * `volrec export IN -o OUT`: a processed HDF5 recording (`volrec record`, `volrec process -o`)
  * into OME-Zarr, NIfTI-2 or OME-TIFF, the format named by OUT's suffix (formats/fmt.h,
- * docs/formats.md). The output is written under a partial name and renamed when whole.
+ * docs/formats.md). The output is written under a partial name and renamed when whole. A raw
+ * recording (the replay format, volrecd's record.dir) is first processed with the
+ * configuration inside it (`volrec process --source IN`, into a temporary HDF5 file beside
+ * OUT), then exported the same way.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -14,16 +17,18 @@
 #include <hdf5.h>
 
 #include "base/base.h"
+#include "clients/volrec/helper.h"
 #include "clients/volrec/tools.h"
 #include "formats/fmt.h"
 
 static void export_usage(FILE *f)
 {
 	fprintf(f,
-	        "usage: volrec export IN.h5 -o OUT [--channels LIST] [--series] [-t THREADS]\n"
+	        "usage: volrec export IN -o OUT [--channels LIST] [--series] [-t THREADS]\n"
 	        "       [--chunks Y,X,Z] [-f]\n\n"
 	        "Copy the volumes of a processed recording (volrec record, volrec process -o)\n"
-	        "into a format other tools open; OUT's suffix names it:\n"
+	        "into a format other tools open; OUT's suffix names it (IN a raw recording,\n"
+	        "volrecd's record.dir: processed first with the configuration it holds):\n"
 	        "  OUT.zarr, OUT.ome.zarr   OME-Zarr (NGFF 0.4): a folder with a multiscale\n"
 	        "                           pyramid, blosc/zstd chunks (napari, Fiji, Python)\n"
 	        "  OUT.nii, OUT.nii.gz      NIfTI-2, one file per volume OUT_00000.nii.gz ...\n"
@@ -96,6 +101,42 @@ static int parse_chunks(const char *s, uint32_t *c)
 	c[0] = y;
 	c[1] = x;
 	c[2] = z;
+	return 0;
+}
+
+/* Whether path begins as a replay file or raw recording does (docs/replay-format.md). */
+static bool is_raw_recording(const char *path)
+{
+	char magic[8];
+	FILE *f = fopen(path, "rb");
+	bool raw = f && fread(magic, 1, sizeof(magic), f) == sizeof(magic) &&
+	           memcmp(magic, "VOLRECRP", sizeof(magic)) == 0;
+
+	if (f)
+		fclose(f);
+	return raw;
+}
+
+/* A raw recording processed with its own configuration into the HDF5 file tmp: 0, or the exit
+ * status to return (the helper said why on stderr). */
+static int process_raw(const char *in, const char *tmp)
+{
+	const char *args[] = {"process", "--source", in, "-o", tmp, NULL};
+	char err[PATH_MAX + 256];
+	int rc;
+
+	fprintf(stderr, "volrec export: %s is a raw recording: processing it with the "
+	                "configuration it holds (volrec process --source)\n",
+	        in);
+	rc = tool_helper_run(args, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "volrec export: %s (nothing written)\n", err);
+		return VR_EXIT_FAIL;
+	}
+	if (rc != 0) {
+		fprintf(stderr, "volrec export: processing %s failed (nothing written)\n", in);
+		return rc == VR_EXIT_USAGE ? VR_EXIT_FAIL : rc;
+	}
 	return 0;
 }
 
@@ -204,9 +245,30 @@ VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIF
 		fprintf(stderr, "volrec export: --series is for NIfTI outputs (.nii, .nii.gz)\n");
 		return VR_EXIT_USAGE;
 	}
-	tool_catch_signals();
+	char tmp[PATH_MAX];
+	bool raw = is_raw_recording(in);
+	tool_catch_signals(); /* Ctrl-C: the helper stops, and what it wrote is removed */
+	if (raw) {
+		if ((size_t)snprintf(tmp, sizeof(tmp), "%s.processing.h5", out) >= sizeof(tmp)) {
+			fprintf(stderr, "volrec export: %s: name too long\n", out);
+			return VR_EXIT_USAGE;
+		}
+		if (access(out, F_OK) == 0 && !o.replace) {
+			fprintf(stderr, "volrec export: %s exists (-f replaces it)\n", out);
+			return VR_EXIT_FAIL;
+		}
+		unlink(tmp); /* a left-over of an export interrupted hard */
+		rc = process_raw(in, tmp);
+		if (rc) {
+			unlink(tmp);
+			return rc;
+		}
+		in = tmp;
+	}
 	rc = fmt_export(in, out, &o, export_progress, &prog, tool_interrupted, &st, err,
 	                sizeof(err));
+	if (raw)
+		unlink(tmp);
 	if (rc < 0) {
 		if (prog.tty && prog.last >= 0)
 			fputc('\n', stderr);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -87,4 +88,57 @@ int tool_helper_exec(int argc, char **argv)
 	fprintf(stderr, "volrec %s: cannot run %s: %s\n", argv[0], path, strerror(errno));
 	free(args);
 	return VR_EXIT_FAIL;
+}
+
+int tool_helper_run(const char *const *args, char *err, size_t errlen)
+{
+	char path[PATH_MAX], tried[3 * PATH_MAX + 64];
+	size_t n = 0;
+	int status;
+	pid_t pid;
+
+	if (tool_program_find(VOLREC_HELPER, VOLREC_HELPER_DIR, path, sizeof(path), tried,
+	                      sizeof(tried))) {
+		snprintf(err, errlen,
+		         "needs the processing helper " VOLREC_HELPER
+		         ", which is not installed (looked for %s; VOLREC_EXEC_PATH=DIR names its "
+		         "directory)",
+		         tried);
+		return -1;
+	}
+	while (args[n])
+		n++;
+	char **argv = calloc(n + 2, sizeof(*argv));
+	if (!argv) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	argv[0] = (char *)VOLREC_HELPER;
+	for (size_t i = 0; i < n; i++)
+		argv[i + 1] = (char *)args[i];
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid == 0) {
+		execv(path, argv);
+		fprintf(stderr, "volrec: cannot run %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	free(argv);
+	if (pid < 0) {
+		snprintf(err, errlen, "cannot start %s: %s", path, strerror(errno));
+		return -1;
+	}
+	while (waitpid(pid, &status, 0) < 0) {
+		if (errno != EINTR) {
+			snprintf(err, errlen, "waiting for %s: %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	if (WIFSIGNALED(status)) {
+		snprintf(err, errlen, "%s %s ended by signal %d", VOLREC_HELPER, args[0],
+		         WTERMSIG(status));
+		return -1;
+	}
+	return WEXITSTATUS(status);
 }

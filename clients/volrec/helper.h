@@ -23,4 +23,9 @@ int tool_program_find(const char *name, const char *dir, char *path, size_t len,
  * (after printing why), with the exit status to use. */
 int tool_helper_exec(int argc, char **argv);
 
+/* Run the processing helper with args (args[0] the command, NULL-terminated) as a child and
+ * wait for it: its exit status (0 success), or -1 with the reason in err (not installed,
+ * cannot start, killed by a signal). */
+int tool_helper_run(const char *const *args, char *err, size_t errlen);
+
 #endif

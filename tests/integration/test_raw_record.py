@@ -250,6 +250,50 @@ def test_record_raw_n_epochs_then_the_file_processes(recorded):
     assert len(e) == 7 and e == list(range(e[0], e[0] + 7)), e
 
 
+def test_export_processes_a_raw_recording_with_its_own_configuration(recorded):
+    """volrec export REC.vrr: the volumes volrec process --source REC makes, in the format the
+    suffix names (read back by nibabel and tifffile), and nothing left beside the output."""
+    d, _, _, tmp, _ = recorded
+    r = d.volrec("record", "--raw", "exp", "-n", "4")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    rec = pathlib.Path(d.cfg["record"]["dir"]) / "exp.vrr"
+    p = process(d, rec, tmp / "exp.h5")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    with h5py.File(tmp / "exp.h5", "r") as h:
+        want = h["volumes"][:]  # [t][y][x][z]
+    assert want.shape[0] == 4 and want.std() > 0
+    out = tmp / "exp-out"
+    out.mkdir()
+    e = subprocess.run([str(d.bin / "volrec"), "export", str(rec), "-o", str(out / "v.ome.tif")],
+                       capture_output=True, text=True, timeout=300)
+    assert e.returncode == 0, (e.stdout, e.stderr)
+    assert "is a raw recording: processing it" in e.stderr, e.stderr
+    tifffile = pytest.importorskip("tifffile")
+    got = tifffile.imread(str(out / "v.ome.tif"))
+    assert got.size == want.size, (got.shape, want.shape)
+    # the same voxels whatever axis order the reader gives (NIfTI below checks the order)
+    assert np.array_equal(np.sort(got, axis=None), np.sort(want, axis=None))
+    e = subprocess.run([str(d.bin / "volrec"), "export", str(rec), "-o", str(out / "v.nii"),
+                        "--series"], capture_output=True, text=True, timeout=300)
+    assert e.returncode == 0, (e.stdout, e.stderr)
+    nibabel = pytest.importorskip("nibabel")
+    img = np.asanyarray(nibabel.load(str(out / "v.nii")).dataobj)
+    assert np.array_equal(img, want.transpose(3, 2, 1, 0))
+    assert sorted(x.name for x in out.iterdir()) == ["v.nii", "v.ome.tif"]
+    # an existing output without -f: refused before anything is processed
+    e = subprocess.run([str(d.bin / "volrec"), "export", str(rec), "-o", str(out / "v.nii")],
+                       capture_output=True, text=True, timeout=300)
+    assert e.returncode == 1 and "exists" in e.stderr, (e.returncode, e.stderr)
+    assert "processing it" not in e.stderr
+    # a recording that is not one: the helper's precise message, nothing written
+    bad = tmp / "bad.vrr"
+    bad.write_bytes(b"VOLRECRP" + b"\0" * 100)
+    e = subprocess.run([str(d.bin / "volrec"), "export", str(bad), "-o", str(out / "b.nii")],
+                       capture_output=True, text=True, timeout=300)
+    assert e.returncode != 0 and "processing " in e.stderr, e.stderr
+    assert sorted(x.name for x in out.iterdir()) == ["v.nii", "v.ome.tif"]
+
+
 def test_record_raw_seconds_and_a_trailing_vrr(recorded):
     d = recorded[0]
     r = d.volrec("record", "--raw", "cli-s.vrr", "-s", "0.5")
