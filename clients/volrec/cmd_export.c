@@ -125,8 +125,9 @@ static int process_raw(const char *in, const char *tmp)
 	char err[PATH_MAX + 256];
 	int rc;
 
-	fprintf(stderr, "volrec export: %s is a raw recording: processing it with the "
-	                "configuration it holds (volrec process --source)\n",
+	fprintf(stderr,
+	        "volrec export: %s is a raw recording: processing it with the "
+	        "configuration it holds (volrec process --source)\n",
 	        in);
 	rc = tool_helper_run(args, err, sizeof(err));
 	if (rc < 0) {
