@@ -205,7 +205,9 @@ run "$BIN/volrec" watch -c "$TMP/volrecd.yaml" --seconds "$SECONDS_WATCH"
 echo
 echo "== volrec snapshot"
 rm -rf "$OUT/snapshots"
-run "$BIN/volrec" snapshot -c "$TMP/volrecd.yaml" -o "$OUT/snapshots" --auto-contrast
+# returns with the first volume whose pictures are whole; the bound is for a slow machine (a
+# sanitized build, a loaded one) where the first volumes take seconds
+run "$BIN/volrec" snapshot -c "$TMP/volrecd.yaml" -o "$OUT/snapshots" --auto-contrast --timeout 60
 
 echo
 echo "== volrec record -n 20"

@@ -840,10 +840,10 @@ def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
     assert st["watchdog"]["enabled"] is True and st["watchdog"]["usec"] == 300000
     # a hung driver: acquire() blocks, ignoring its timeout, until the test releases it
     control.write_text("hold\n")
-    # epochs already in the ring are still processed (progress: pings); under a slow build one
-    # may be busy past a tick. The stall has settled once two pings in a row were withheld.
-    base = d.status(lambda m: m["watchdog"]["withheld"] >= 1)["watchdog"]
-
+    # Epochs already in the ring are still processed, and an epoch finished is progress (a
+    # ping); under a slow build one may be busy for several ticks. So: settle (two pings in a
+    # row withheld), then watch a window of three ticks; a window in which an epoch finished
+    # (published or dropped) proves nothing and is watched again.
     def settled(m):
         nonlocal base
         w = m["watchdog"]
@@ -852,12 +852,22 @@ def test_stalled_stage_stops_watchdog_pings(daemons, build_dir):
             return False
         return w["withheld"] >= base["withheld"] + 2
 
-    d.status(settled)
-    d.read_notes()
-    n = len(d.notes)
-    time.sleep(1.0)  # a window in which nothing may come (three ticks), not a wait for it
-    d.read_notes()
-    assert not any(x.get("WATCHDOG") == "1" for x in d.notes[n:]), d.notes[n:]
+    def epochs_done(m):
+        return m["volumes_published"] + m["drops"]["total"]
+
+    for _ in range(20):
+        base = d.status(lambda m: m["watchdog"]["withheld"] >= 1)["watchdog"]
+        before = epochs_done(d.status(settled))
+        d.read_notes()
+        n = len(d.notes)
+        time.sleep(1.0)  # a window in which nothing may come (three ticks), not a wait for it
+        d.read_notes()
+        if epochs_done(d.status()) != before:
+            continue
+        assert not any(x.get("WATCHDOG") == "1" for x in d.notes[n:]), d.notes[n:]
+        break
+    else:
+        raise AssertionError("epochs kept finishing with the source held: " + d.log_text()[-3000:])
     # once the source returns, progress and pings resume
     control.write_text("ok\n")
     d.wait_note("WATCHDOG", "1", after=n)
