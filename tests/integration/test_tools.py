@@ -1108,7 +1108,14 @@ def test_watch_follows_a_daemon_restart(own_daemon):
             assert time.monotonic() < deadline, out.text()
             time.sleep(0.1)
         assert json.loads(d.volrec("status", "--json").stdout)["session"] != session0
-        # and a restart quicker than its once-a-second look is followed all the same
+        # and a restart quicker than its once-a-second look is followed all the same: once the
+        # sequence is far enough from 1 that the new session's first volumes, printed once a
+        # second however slowly it starts, are well below it
+        deadline = time.monotonic() + TIMEOUT
+        while max(int(m) for m in re.findall(r"volume #(\d+)", out.text())) < 40:
+            assert w.poll() is None, out.text()
+            assert time.monotonic() < deadline, out.text()
+            time.sleep(0.1)
         lines = out.text().splitlines()
         before, last = len(lines), max(int(m) for m in re.findall(r"volume #(\d+)", out.text()))
         d.restart()
