@@ -135,6 +135,7 @@ SlurmctldLogFile={r / 'log' / 'slurmctld.log'}
 SlurmdLogFile={r / 'log' / 'slurmd.log'}
 ReturnToService=2
 SchedulerType=sched/builtin
+SchedulerParameters=sched_min_interval=0,batch_sched_delay=0
 MinJobAge=600
 KillWait=2
 InactiveLimit=0
