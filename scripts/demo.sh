@@ -6,6 +6,7 @@
 #
 #   scripts/demo.sh BUILD_DIR [synth|real]
 # Environment: DEMO_SECONDS (watch time, default 5), DEMO_OUT (default BUILD_DIR/demo),
+# DEMO_SNAPSHOT_TIMEOUT (seconds the snapshot may wait for every picture, default 60),
 # DEMO_FUNCTIONAL=1 (synth: the flow phantom with repeated B-scans, structure + angiography +
 # Doppler in every volume, docs/algorithms.md §5).
 set -euo pipefail
@@ -17,6 +18,7 @@ BIN=$(cd "$BUILD" && pwd)/bin
 SECONDS_WATCH=${DEMO_SECONDS:-5}
 OUT=${DEMO_OUT:-$(cd "$BUILD" && pwd)/demo}
 FUNCTIONAL=${DEMO_FUNCTIONAL:-0}
+SNAPSHOT_TIMEOUT=${DEMO_SNAPSHOT_TIMEOUT:-60}
 case $MODE in synth | real) ;; *)
 	echo "demo: mode must be synth or real, not '$MODE'" >&2
 	exit 2
@@ -207,7 +209,7 @@ echo "== volrec snapshot"
 rm -rf "$OUT/snapshots"
 # returns with the first volume whose pictures are whole; the bound is for a slow machine (a
 # sanitized build, a loaded one) where the first volumes take seconds
-run "$BIN/volrec" snapshot -c "$TMP/volrecd.yaml" -o "$OUT/snapshots" --auto-contrast --timeout 60
+run "$BIN/volrec" snapshot -c "$TMP/volrecd.yaml" -o "$OUT/snapshots" --auto-contrast --timeout "$SNAPSHOT_TIMEOUT"
 
 echo
 echo "== volrec record -n 20"
