@@ -6,6 +6,7 @@
 #ifndef VOLREC_DAEMON_INTERNAL_H
 #define VOLREC_DAEMON_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -152,9 +153,6 @@ int vrd_record_room(const char *dir, double min_free_gb, uint64_t unit_bytes, ch
  * min_free_gb free (0: no limit); the message then in msg. */
 bool vrd_record_too_full(int fd, const char *path, double min_free_gb, uint64_t unit_bytes,
                          char *msg, size_t len);
-/* The first reason a recording ends is the one status shows: why into end unless it says one. */
-void vrd_record_set_end(char *end, size_t len, const char *why);
-
 #define VRD_BUFQ_MAX 64 /* buffers of a recorder's pool at most */
 /* A recorder's buffers: free ones on a stack, filled ones in a FIFO queue of their indices.
  * Not locked: the recorder's mutex guards it. */
@@ -178,6 +176,76 @@ void vrd_bufq_push(struct vrd_bufq *b, int i);
 int vrd_bufq_pop(struct vrd_bufq *b);
 /* Every queued buffer back to the free ones (what is queued is not written). */
 void vrd_bufq_drain(struct vrd_bufq *b);
+
+/* A recording's life: started, then finishing (nothing more taken, the queue being written),
+ * then finished (the file closed, the thread ready to be joined); status names each. */
+enum vrd_record_state {
+	VRD_RECORD_IDLE,
+	VRD_RECORD_RECORDING,
+	VRD_RECORD_FINISHING,
+	VRD_RECORD_DONE,
+};
+
+/* What both recorders keep of a recording, embedded in each; mu guards it and the recorder's
+ * own fields. A unit is what a recorder writes whole: an epoch, a volume. */
+struct vrd_record {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* work for the writer thread, the end of a copy (vrd_rec.c) */
+	enum vrd_record_state state;
+	bool accepting; /* the producer hands units over */
+	pthread_t thr;  /* the writer thread */
+	bool thr_live;  /* thr is still to be joined */
+	struct vrd_bufq b;
+	uint64_t limit, accepted, skipped, written, bytes; /* limit: units, 0 none */
+	uint64_t until_ns, started_ns, ended_ns;           /* until_ns: the seconds' end, 0 none */
+	double min_free;                                   /* record.min_free_gb */
+	bool failed;
+	char name[CFG_NAME_MAX], path[CFG_PATH_MAX + CFG_NAME_MAX + 8], error[1024];
+	char end[64]; /* why it ended (status "end"), "" while it runs */
+};
+
+void vrd_record_init(struct vrd_record *c);
+void vrd_record_destroy(struct vrd_record *c);
+/* Refused (-EBUSY, record_start's message naming what: "raw", "processed") while a recording
+ * is in progress or its thread not yet joined; mu not held. */
+int vrd_record_idle(struct vrd_record *c, const char *what, char *err, size_t errlen);
+/* A new recording name at path, of limit units (0: no limit) or for seconds (0: no limit),
+ * counts cleared, in state recording; mu held. */
+void vrd_record_begin(struct vrd_record *c, const struct vr_config *cfg, const char *name,
+                      const char *path, uint64_t limit, double seconds);
+/* Start the writer thread thread_main(arg), then take units; on failure back to idle with
+ * record_start's message in err. mu held. */
+int vrd_record_spawn(struct vrd_record *c, void *(*thread_main)(void *), void *arg, char *err,
+                     size_t errlen);
+/* Stop taking units (status end: why, unless it says one); the thread writes what is queued.
+ * mu held. */
+void vrd_record_finish(struct vrd_record *c, const char *why);
+/* Queue filled buffer buf as a unit accepted; at the limit, finish (why: reached). mu held. */
+void vrd_record_queue(struct vrd_record *c, int buf, const char *reached);
+/* For the writer thread: the oldest queued buffer, waiting for one while recording; -1 when
+ * the queue is empty and the recording no longer takes units, or after an error (rc). mu not
+ * held; the buffer is the thread's until it gives it back. */
+int vrd_record_next(struct vrd_record *c, int rc);
+/* A write failed (message err): finish (why), failed, what is queued dropped. A failure after
+ * an earlier one keeps the first. mu held. */
+void vrd_record_fail(struct vrd_record *c, const char *why, const char *err);
+/* The file is closed: the recording is finished; its summary (what: "raw", "processed"; unit:
+ * "epochs", "volumes") into msg and the priority returned for the recorder's event
+ * record_stopped (sent there, so that the journal names the recorder). mu not held. */
+int vrd_record_done(struct vrd_record *c, const char *what, const char *unit, char *msg,
+                    size_t len);
+/* record_stop: finish, or -ENOENT with the message naming what when none is in progress. */
+int vrd_record_stop(struct vrd_record *c, const char *what, char *err, size_t errlen);
+/* Join the thread of a recording that finished; whether this caller did. mu not held. */
+bool vrd_record_reap(struct vrd_record *c);
+/* End a recording in progress (finish, why) and join its thread; mu not held. */
+void vrd_record_end(struct vrd_record *c, const char *why);
+/* The status object's fields both recorders begin with: state and, unless idle, name, file,
+ * the counts of unit ("<unit>_written", "skipped_<unit>"), bytes, seconds and rate_mb_s.
+ * Returns the seconds it ran (0 when idle). mu held. */
+double vrd_record_status_begin(const struct vrd_record *c, struct json_object *o, const char *unit);
+/* The fields they end with, unless idle: failed, error and end. mu held. */
+void vrd_record_status_end(const struct vrd_record *c, struct json_object *o);
 
 /* ---- the raw recorder (vrd_raw.c) ---- */
 struct vrd_raw;

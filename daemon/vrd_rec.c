@@ -18,9 +18,6 @@
 #include "formats/h5rec.h"
 #include "formats/h5vol.h"
 
-enum rec_state { REC_IDLE, REC_RECORDING, REC_FINISHING, REC_DONE };
-static const char *const rec_state_names[] = {"idle", "recording", "finishing", "finished"};
-
 /* A queued volume's description. */
 struct rec_meta {
 	struct volrec_view v;
@@ -31,50 +28,22 @@ struct rec_meta {
 };
 
 struct vrd_rec {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	struct vrd_record c;   /* the recording (its units: volumes); c.mu guards what follows */
 	struct vrd_gens *gens; /* the service's: the values of each volume's generation */
 
-	/* the volumes to come (vrd_rec_configure), under mu */
+	/* the volumes to come (vrd_rec_configure), under c.mu */
 	struct h5rec_layout l;
 	uint64_t ch_bytes; /* one channel of one volume */
 	char instance[CFG_NAME_MAX];
 
-	/* one recording, under mu */
-	enum rec_state state;
-	bool accepting; /* the publishing path hands volumes over */
-	bool copying;   /* the publishing path copies into a buffer it took (b stays) */
+	/* one recording, under c.mu */
+	bool copying; /* the publishing path copies into a buffer it took (c.b stays) */
 	struct h5rec *w;
 	char *yaml; /* the configuration in the file, owned while w is */
-	pthread_t thr;
-	bool thr_live;
-	struct vrd_bufq b;
 	struct rec_meta m[VRD_BUFQ_MAX];
-	uint64_t limit, accepted, skipped, written, bytes;
 	uint64_t skip_first, skip_last; /* left out since the last volume queued; 0: none */
 	uint64_t skip_session;
-	uint64_t until_ns, started_ns, ended_ns;
-	double min_free;
-	bool failed;
-	char name[CFG_NAME_MAX], path[CFG_PATH_MAX + CFG_NAME_MAX + 8], error[1024];
-	char end[64]; /* why it ended (status "end"), "" while it runs */
 };
-
-/* mu held */
-static void set_end(struct vrd_rec *r, const char *why)
-{
-	vrd_record_set_end(r->end, sizeof(r->end), why);
-}
-
-/* Stop taking volumes, the thread writes what is queued; mu held. */
-static void finish(struct vrd_rec *r, const char *why)
-{
-	set_end(r, why);
-	r->accepting = false;
-	if (r->state == REC_RECORDING)
-		r->state = REC_FINISHING;
-	pthread_cond_broadcast(&r->cv);
-}
 
 /* ---- the publishing path (processing thread) ---------------------------------------------- */
 
@@ -125,7 +94,7 @@ static void describe(struct rec_meta *m, const struct vrd_rec *r, uint64_t sessi
 /* A volume left out (no buffer free): counted, and noted with the next one queued. mu held. */
 static void leave_out(struct vrd_rec *r, uint64_t session, uint64_t sequence)
 {
-	r->skipped++;
+	r->c.skipped++;
 	if (!r->skip_first || r->skip_session != session)
 		r->skip_first = sequence;
 	r->skip_last = sequence;
@@ -138,30 +107,30 @@ void vrd_rec_volume(struct vrd_rec *r, uint64_t session, const struct ipc_volume
 	uint8_t *dst;
 	int buf;
 
-	pthread_mutex_lock(&r->mu);
-	if (!r->accepting || meta->channels != r->l.nch)
+	pthread_mutex_lock(&r->c.mu);
+	if (!r->c.accepting || meta->channels != r->l.nch)
 		goto out;
-	if (r->until_ns && vr_mono_ns() >= r->until_ns) {
-		finish(r, "seconds reached");
+	if (r->c.until_ns && vr_mono_ns() >= r->c.until_ns) {
+		vrd_record_finish(&r->c, "seconds reached");
 		goto out;
 	}
-	buf = vrd_bufq_take(&r->b);
+	buf = vrd_bufq_take(&r->c.b);
 	if (buf < 0) {
 		leave_out(r, session, meta->sequence);
 		goto out;
 	}
 	describe(&r->m[buf], r, session, meta);
-	dst = r->b.buf[buf];
+	dst = r->c.b.buf[buf];
 	r->copying = true; /* the buffers stay while it copies (reap waits) */
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->c.mu);
 
 	memcpy(dst, data, r->ch_bytes * r->l.nch);
 
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->c.mu);
 	r->copying = false;
-	pthread_cond_broadcast(&r->cv);
-	if (!r->accepting) { /* stopped meanwhile */
-		vrd_bufq_give(&r->b, buf);
+	pthread_cond_broadcast(&r->c.cv);
+	if (!r->c.accepting) { /* stopped meanwhile */
+		vrd_bufq_give(&r->c.b, buf);
 		goto out;
 	}
 	if (r->skip_first && r->skip_session == session) {
@@ -169,13 +138,9 @@ void vrd_rec_volume(struct vrd_rec *r, uint64_t session, const struct ipc_volume
 		r->m[buf].skip_last = r->skip_last;
 	}
 	r->skip_first = r->skip_last = 0;
-	vrd_bufq_push(&r->b, buf);
-	r->accepted++;
-	if (r->limit && r->accepted >= r->limit)
-		finish(r, "volumes reached");
-	pthread_cond_broadcast(&r->cv);
+	vrd_record_queue(&r->c, buf, "volumes reached");
 out:
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->c.mu);
 }
 
 /* ---- the writer thread --------------------------------------------------------------------- */
@@ -195,7 +160,7 @@ static int write_one(struct vrd_rec *r, const struct rec_meta *m, const uint8_t 
 {
 	int rc;
 
-	if (vrd_record_too_full(-1, r->path, r->min_free, r->ch_bytes * r->l.nch, err, errlen))
+	if (vrd_record_too_full(-1, r->c.path, r->c.min_free, r->ch_bytes * r->l.nch, err, errlen))
 		return -ENOSPC;
 	if (m->skip_first) {
 		rc = h5rec_miss(r->w, m->v.session_id, m->skip_first, m->skip_last, H5REC_LEFT_OUT,
@@ -214,81 +179,50 @@ static void close_file(struct vrd_rec *r, int rc)
 	uint64_t first, last, session, volumes = 0;
 	bool complete;
 
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->c.mu);
 	first = r->skip_first;
 	last = r->skip_last;
 	session = r->skip_session;
 	r->skip_first = r->skip_last = 0;
-	snprintf(end, sizeof(end), "%s", r->end[0] ? r->end : "record_stop");
-	pthread_mutex_unlock(&r->mu);
+	snprintf(end, sizeof(end), "%s", r->c.end[0] ? r->c.end : "record_stop");
+	pthread_mutex_unlock(&r->c.mu);
 	if (!rc && first &&
 	    h5rec_miss(r->w, session, first, last, H5REC_LEFT_OUT, err, sizeof(err)))
 		rc = -EIO;
 	complete = !rc && h5rec_missed(r->w) == 0;
 	rc = h5rec_close(r->w, end, complete, 1, &volumes, err, sizeof(err));
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->c.mu);
 	r->w = NULL;
 	free(r->yaml);
 	r->yaml = NULL;
-	if (rc < 0 && !r->failed) {
-		r->failed = true;
-		snprintf(r->error, sizeof(r->error), "%s", err);
-		set_end(r, h5vol_is_nospace(rc) ? "disk full" : "write error");
-	}
-	pthread_mutex_unlock(&r->mu);
+	if (rc < 0)
+		vrd_record_fail(&r->c, h5vol_is_nospace(rc) ? "disk full" : "write error", err);
+	pthread_mutex_unlock(&r->c.mu);
 }
 
 static void *rec_main(void *arg)
 {
 	struct vrd_rec *r = arg;
 	char err[1024] = "", msg[5600];
-	int rc = 0;
+	int buf, prio, rc = 0;
 
-	for (;;) {
-		struct rec_meta m;
-		const uint8_t *data;
-		int buf;
+	while ((buf = vrd_record_next(&r->c, rc)) >= 0) {
+		rc = write_one(r, &r->m[buf], r->c.b.buf[buf], err, sizeof(err));
 
-		pthread_mutex_lock(&r->mu);
-		while (r->b.qlen == 0 && r->state == REC_RECORDING)
-			pthread_cond_wait(&r->cv, &r->mu);
-		if (r->b.qlen == 0 || rc) {
-			pthread_mutex_unlock(&r->mu);
-			break;
-		}
-		buf = vrd_bufq_pop(&r->b);
-		m = r->m[buf];
-		data = r->b.buf[buf];
-		pthread_mutex_unlock(&r->mu);
-
-		rc = write_one(r, &m, data, err, sizeof(err));
-
-		pthread_mutex_lock(&r->mu);
-		vrd_bufq_give(&r->b, buf);
+		pthread_mutex_lock(&r->c.mu);
+		vrd_bufq_give(&r->c.b, buf);
 		if (rc == 0) {
-			r->written = h5rec_count(r->w);
-			r->bytes += r->ch_bytes * r->l.nch;
+			r->c.written = h5rec_count(r->w);
+			r->c.bytes += r->ch_bytes * r->l.nch;
 		} else {
-			/* stop taking volumes; what is queued is not written */
-			finish(r, h5vol_is_nospace(rc) ? "disk full" : "write error");
-			r->failed = true;
-			snprintf(r->error, sizeof(r->error), "%s", err);
-			vrd_bufq_drain(&r->b);
+			vrd_record_fail(&r->c, h5vol_is_nospace(rc) ? "disk full" : "write error",
+			                err);
 		}
-		pthread_mutex_unlock(&r->mu);
+		pthread_mutex_unlock(&r->c.mu);
 	}
 	close_file(r, rc);
-	pthread_mutex_lock(&r->mu);
-	r->accepting = false;
-	r->state = REC_DONE;
-	r->ended_ns = vr_mono_ns();
-	snprintf(msg, sizeof(msg),
-	         "processed recording %s: %llu volumes written, %llu left out, %llu bytes (%s)%s%s",
-	         r->path, (unsigned long long)r->written, (unsigned long long)r->skipped,
-	         (unsigned long long)r->bytes, r->end, r->failed ? ": " : "",
-	         r->failed ? r->error : "");
-	pthread_mutex_unlock(&r->mu);
-	vrd_event("record_stopped", r->failed ? LOG_WARNING : LOG_NOTICE, msg, NULL);
+	prio = vrd_record_done(&r->c, "processed", "volumes", msg, sizeof(msg));
+	vrd_event("record_stopped", prio, msg, NULL);
 	return NULL;
 }
 
@@ -301,8 +235,7 @@ int vrd_rec_open(const struct vr_config *cfg, struct vrd_gens *gens, struct vrd_
 
 	if (!r)
 		return vr_err(err, errlen, -ENOMEM, "out of memory");
-	pthread_mutex_init(&r->mu, NULL);
-	pthread_cond_init(&r->cv, NULL);
+	vrd_record_init(&r->c);
 	r->gens = gens;
 	h5vol_init(); /* before HDF5 initializes itself (h5vol.h) */
 	vrd_rec_configure(r, cfg);
@@ -315,7 +248,7 @@ void vrd_rec_configure(struct vrd_rec *r, const struct vr_config *cfg)
 	enum cfg_channel ch[CFG_CH_COUNT];
 	uint32_t dims[3];
 
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->c.mu);
 	cfg_out_dims(cfg, dims);
 	r->l = (struct h5rec_layout){.Y = dims[0], .X = dims[1], .Z = dims[2]};
 	r->l.nch = cfg_channels(cfg, ch);
@@ -323,27 +256,24 @@ void vrd_rec_configure(struct vrd_rec *r, const struct vr_config *cfg)
 		r->l.kind[c] = (uint32_t)ch[c];
 	r->ch_bytes = (uint64_t)dims[0] * dims[1] * dims[2];
 	snprintf(r->instance, sizeof(r->instance), "%s", cfg->instance);
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->c.mu);
 }
 
-/* Join a recording's thread that ended, once no volume is being copied; mu not held. */
+/* The buffers freed once no volume is being copied into one; mu not held. */
+static void free_buffers(struct vrd_rec *r)
+{
+	pthread_mutex_lock(&r->c.mu);
+	while (r->copying)
+		pthread_cond_wait(&r->c.cv, &r->c.mu);
+	vrd_bufq_free(&r->c.b);
+	pthread_mutex_unlock(&r->c.mu);
+}
+
+/* Join a recording's thread that ended; mu not held. */
 static void reap(struct vrd_rec *r)
 {
-	bool join;
-
-	pthread_mutex_lock(&r->mu);
-	join = r->thr_live && r->state == REC_DONE;
-	if (join)
-		r->thr_live = false; /* this caller joins it, no other */
-	pthread_mutex_unlock(&r->mu);
-	if (!join)
-		return;
-	pthread_join(r->thr, NULL);
-	pthread_mutex_lock(&r->mu);
-	while (r->copying)
-		pthread_cond_wait(&r->cv, &r->mu);
-	vrd_bufq_free(&r->b);
-	pthread_mutex_unlock(&r->mu);
+	if (vrd_record_reap(&r->c))
+		free_buffers(r);
 }
 
 /* The configuration in force as YAML text (malloc'ed), NULL when memory is short. */
@@ -394,9 +324,9 @@ static int open_file(struct vrd_rec *r, const struct vr_config *cfg, const char 
 	struct h5rec_layout l;
 	int rc;
 
-	pthread_mutex_lock(&r->mu);
+	pthread_mutex_lock(&r->c.mu);
 	l = r->l;
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_unlock(&r->c.mu);
 	r->yaml = config_text(cfg);
 	rc = h5rec_create(path, false, 0, &l,
 	                  &(struct h5rec_origin){.instance = r->instance,
@@ -426,30 +356,16 @@ static int open_file(struct vrd_rec *r, const struct vr_config *cfg, const char 
 	return rc;
 }
 
-/* Refused (-EBUSY) while a recording is in progress; mu not held. */
-static int idle_or_busy(struct vrd_rec *r, char *err, size_t errlen)
-{
-	bool busy;
-
-	pthread_mutex_lock(&r->mu);
-	busy = r->state == REC_RECORDING || r->state == REC_FINISHING || r->thr_live;
-	pthread_mutex_unlock(&r->mu);
-	if (busy)
-		return vr_err(err, errlen, -EBUSY,
-		              "record_start: a processed recording (%s) is in progress", r->path);
-	return 0;
-}
-
 int vrd_rec_start(struct vrd_rec *r, const struct vr_config *cfg, const char *name,
                   uint64_t volumes, double seconds, char *err, size_t errlen)
 {
-	char path[sizeof(r->path)];
+	char path[sizeof(r->c.path)];
 	int rc;
 
 	reap(r);
 	rc = vrd_record_name_check(name, err, errlen);
 	if (!rc)
-		rc = idle_or_busy(r, err, errlen);
+		rc = vrd_record_idle(&r->c, "processed", err, errlen);
 	if (rc)
 		return rc;
 	snprintf(path, sizeof(path), "%s/%s.h5", cfg->record.dir, name);
@@ -457,118 +373,61 @@ int vrd_rec_start(struct vrd_rec *r, const struct vr_config *cfg, const char *na
 	                     errlen);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&r->mu);
-	rc = vrd_bufq_alloc(&r->b, r->ch_bytes * r->l.nch, (uint64_t)cfg->record.queue_mb << 20, 64,
-	                    "processed recording", err, errlen);
-	pthread_mutex_unlock(&r->mu);
+	pthread_mutex_lock(&r->c.mu);
+	rc = vrd_bufq_alloc(&r->c.b, r->ch_bytes * r->l.nch, (uint64_t)cfg->record.queue_mb << 20,
+	                    64, "processed recording", err, errlen);
+	pthread_mutex_unlock(&r->c.mu);
 	if (!rc)
 		rc = open_file(r, cfg, name, path, err, errlen);
 	if (rc) {
-		pthread_mutex_lock(&r->mu);
-		vrd_bufq_free(&r->b);
-		pthread_mutex_unlock(&r->mu);
+		free_buffers(r);
 		return rc;
 	}
-	pthread_mutex_lock(&r->mu);
-	snprintf(r->name, sizeof(r->name), "%s", name);
-	snprintf(r->path, sizeof(r->path), "%s", path);
-	r->limit = volumes;
-	r->started_ns = vr_mono_ns();
-	r->until_ns = seconds > 0 ? r->started_ns + (uint64_t)(seconds * 1e9) : 0;
-	r->min_free = cfg->record.min_free_gb;
-	r->accepted = r->skipped = r->written = r->bytes = 0;
+	pthread_mutex_lock(&r->c.mu);
+	vrd_record_begin(&r->c, cfg, name, path, volumes, seconds);
 	r->skip_first = r->skip_last = 0;
-	r->failed = false;
-	r->error[0] = r->end[0] = '\0';
-	r->state = REC_RECORDING;
-	rc = pthread_create(&r->thr, NULL, rec_main, r);
+	rc = vrd_record_spawn(&r->c, rec_main, r, err, errlen);
+	pthread_mutex_unlock(&r->c.mu);
 	if (rc) {
-		r->state = REC_IDLE;
-		pthread_mutex_unlock(&r->mu);
 		h5rec_close(r->w, "thread", false, 1, NULL, NULL, 0);
 		r->w = NULL;
 		free(r->yaml);
 		r->yaml = NULL;
-		pthread_mutex_lock(&r->mu);
-		vrd_bufq_free(&r->b);
-		pthread_mutex_unlock(&r->mu);
-		return vr_err(err, errlen, -rc, "record_start: thread: %s", strerror(rc));
+		free_buffers(r);
+		return rc;
 	}
-	r->thr_live = true;
-	r->accepting = true;
-	pthread_mutex_unlock(&r->mu);
 	vrd_log(LOG_NOTICE, "record_started", "processed recording %s started", path);
 	return 0;
 }
 
 int vrd_rec_stop(struct vrd_rec *r, char *err, size_t errlen)
 {
-	bool was;
-
-	pthread_mutex_lock(&r->mu);
-	was = r->state == REC_RECORDING;
-	if (was)
-		finish(r, "record_stop");
-	pthread_mutex_unlock(&r->mu);
-	if (!was)
-		return vr_err(err, errlen, -ENOENT,
-		              "record_stop: no processed recording in progress");
-	return 0;
+	return vrd_record_stop(&r->c, "processed", err, errlen);
 }
 
 struct json_object *vrd_rec_status(struct vrd_rec *r)
 {
 	struct json_object *o = json_object_new_object();
-	uint64_t now = vr_mono_ns();
 	double secs;
 
 	reap(r);
-	pthread_mutex_lock(&r->mu);
-	json_object_object_add(o, "state", json_object_new_string(rec_state_names[r->state]));
-	if (r->state != REC_IDLE) {
-		secs = (double)((r->state == REC_DONE ? r->ended_ns : now) - r->started_ns) / 1e9;
-		json_object_object_add(o, "name", json_object_new_string(r->name));
-		json_object_object_add(o, "file", json_object_new_string(r->path));
-		json_object_object_add(o, "volumes_written",
-		                       json_object_new_int64((int64_t)r->written));
-		json_object_object_add(o, "skipped_volumes",
-		                       json_object_new_int64((int64_t)r->skipped));
-		json_object_object_add(o, "bytes", json_object_new_int64((int64_t)r->bytes));
-		json_object_object_add(o, "seconds", json_object_new_double(secs));
-		json_object_object_add(
-		        o, "rate_mb_s",
-		        json_object_new_double(secs > 0 ? r->bytes / secs / 1e6 : 0));
+	pthread_mutex_lock(&r->c.mu);
+	secs = vrd_record_status_begin(&r->c, o, "volumes");
+	if (r->c.state != VRD_RECORD_IDLE) {
 		json_object_object_add(o, "volumes_per_s",
-		                       json_object_new_double(secs > 0 ? r->written / secs : 0));
+		                       json_object_new_double(secs > 0 ? r->c.written / secs : 0));
 		json_object_object_add(o, "volumes_limit",
-		                       json_object_new_int64((int64_t)r->limit));
-		json_object_object_add(o, "failed", json_object_new_boolean(r->failed));
-		json_object_object_add(o, "error", json_object_new_string(r->error));
-		json_object_object_add(o, "end", json_object_new_string(r->end));
+		                       json_object_new_int64((int64_t)r->c.limit));
 	}
-	pthread_mutex_unlock(&r->mu);
+	vrd_record_status_end(&r->c, o);
+	pthread_mutex_unlock(&r->c.mu);
 	return o;
 }
 
 void vrd_rec_end(struct vrd_rec *r, const char *why)
 {
-	bool live;
-
-	pthread_mutex_lock(&r->mu);
-	r->accepting = false;
-	if (r->state == REC_RECORDING)
-		finish(r, why);
-	pthread_cond_broadcast(&r->cv);
-	live = r->thr_live;
-	r->thr_live = false; /* this caller joins it, no other */
-	pthread_mutex_unlock(&r->mu);
-	if (live)
-		pthread_join(r->thr, NULL);
-	pthread_mutex_lock(&r->mu);
-	while (r->copying)
-		pthread_cond_wait(&r->cv, &r->mu);
-	vrd_bufq_free(&r->b);
-	pthread_mutex_unlock(&r->mu);
+	vrd_record_end(&r->c, why);
+	free_buffers(r);
 }
 
 void vrd_rec_close(struct vrd_rec *r)
@@ -576,7 +435,6 @@ void vrd_rec_close(struct vrd_rec *r)
 	if (!r)
 		return;
 	vrd_rec_end(r, "volrecd stopping");
-	pthread_mutex_destroy(&r->mu);
-	pthread_cond_destroy(&r->cv);
+	vrd_record_destroy(&r->c);
 	free(r);
 }
