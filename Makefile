@@ -260,7 +260,20 @@ pytest: tests-build-jobs tests-build $(BROWSER_DEPS)
 	$(call msg,TEST,integration ($(PYTEST_MARK)))
 	$(Q)$(call pytest_run,$(PYTEST_MARK))
 
-test check: unit pytest
+# make test runs the unit tests beside the integration tests: both mostly wait (on their
+# daemons, on their sources' timeouts), so side by side they take the time of the integration
+# tests alone. The unit runner writes $(B)/unit.log, printed once pytest is done; make test fails
+# when either fails. `make unit pytest` runs them one after the other.
+test check: tests-build-jobs tests-build $(BROWSER_DEPS)
+	$(call msg,TEST,unit (beside the integration tests; printed after them))
+	$(call msg,TEST,integration ($(PYTEST_MARK)))
+	$(Q)$(B)/tests/unit_runner >$(B)/unit.log 2>&1 & unit=$$!; \
+	trap 'kill $$unit 2>/dev/null; exit 130' INT TERM; \
+	$(call pytest_run,$(PYTEST_MARK)); rc=$$?; \
+	wait $$unit; urc=$$?; \
+	printf '  %-7s %s\n' TEST "unit ($(B)/unit.log)"; cat $(B)/unit.log; \
+	if [ $$urc -ne 0 ]; then echo "make test: the unit tests failed (exit $$urc)" >&2; fi; \
+	[ $$rc -eq 0 ] && [ $$urc -eq 0 ]
 
 # The slow cases make test leaves out: soaks, large geometries, exhaustive sweeps.
 test-long: tests-build $(BROWSER_DEPS)
