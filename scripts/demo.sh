@@ -59,10 +59,15 @@ run() {
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	if [ -n "$CHILD" ]; then
-		kill -TERM "$CHILD" 2>/dev/null || true
-		wait "$CHILD" 2>/dev/null || true
-	fi
+	# the tool run() started: also when the signal came before run() had noted its pid, so
+	# every background job but the viewer and the daemon (stopped below, in their order)
+	local pid
+	for pid in $CHILD $(jobs -p); do
+		if [ "$pid" != "$VIEW_PID" ] && [ "$pid" != "$DAEMON_PID" ]; then
+			kill -TERM "$pid" 2>/dev/null || true
+			wait "$pid" 2>/dev/null || true
+		fi
+	done
 	if [ -n "$VIEW_PID" ]; then
 		kill -TERM "$VIEW_PID" 2>/dev/null || true
 		wait "$VIEW_PID" 2>/dev/null || true

@@ -52,7 +52,9 @@ def test_make_demo_runs_and_leaves_nothing_behind(src_dir, build_dir, tmp_path):
 
 
 def test_make_demo_cleans_up_when_interrupted(src_dir, build_dir, tmp_path):
-    env = demo_env(tmp_path, 30)
+    # a watch of 10 minutes: a tool left running past the script would hold its output open
+    # well beyond the bound below (a signal before run() had noted the tool's pid did that)
+    env = demo_env(tmp_path, 600)
     p = subprocess.Popen([str(src_dir / "scripts" / "demo.sh"), str(build_dir)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     seen = ""
