@@ -118,6 +118,31 @@ static int not_found(const char *want, GError *ge, char *err, size_t errlen)
 	return -ENODEV;
 }
 
+/*
+ * The cameras want can match, listed afresh: for a Fake_ id Aravis's Fake interface alone
+ * (no other interface names its cameras so, and a GigE Vision discovery waits a second for
+ * answers), else every interface. *iface is the interface listed, NULL for all.
+ */
+static unsigned list_cameras(const char *want, ArvInterface **iface)
+{
+	*iface = !strncmp(want, "Fake_", 5) ? arv_fake_interface_get_instance() : NULL;
+	if (*iface) {
+		arv_interface_update_device_list(*iface);
+		return arv_interface_get_n_devices(*iface);
+	}
+	arv_update_device_list();
+	return arv_get_n_devices();
+}
+
+/* Camera i of the list list_cameras() made: its id, physical id (MAC) and address. */
+static void listed_camera(ArvInterface *iface, unsigned i, const char *names[3])
+{
+	names[0] = iface ? arv_interface_get_device_id(iface, i) : arv_get_device_id(i);
+	names[1] = iface ? arv_interface_get_device_physical_id(iface, i)
+	                 : arv_get_device_physical_id(i);
+	names[2] = iface ? arv_interface_get_device_address(iface, i) : arv_get_device_address(i);
+}
+
 /* -ENOTUNIQ naming them when want ("" = any) matches more than one camera found, by id,
  * physical id (MAC) or address: Aravis would open one of them without a word. The id of the
  * one camera matched goes to id ("" when none). */
@@ -126,19 +151,21 @@ static int check_unique(const char *want, char *id, size_t idlen, char *err, siz
 	char list[512] = "";
 	size_t len = 0;
 	unsigned n, hits = 0;
+	ArvInterface *iface;
 
-	arv_update_device_list();
-	n = arv_get_n_devices();
+	n = list_cameras(want, &iface);
 	for (unsigned i = 0; i < n; i++) {
-		if (want[0] && g_strcmp0(want, arv_get_device_id(i)) &&
-		    g_strcmp0(want, arv_get_device_physical_id(i)) &&
-		    g_strcmp0(want, arv_get_device_address(i)))
+		const char *names[3];
+
+		listed_camera(iface, i, names);
+		if (want[0] && g_strcmp0(want, names[0]) && g_strcmp0(want, names[1]) &&
+		    g_strcmp0(want, names[2]))
 			continue;
 		if (len < sizeof(list))
 			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s",
-			                        hits ? ", " : "", arv_get_device_id(i));
+			                        hits ? ", " : "", names[0]);
 		if (!hits)
-			snprintf(id, idlen, "%s", arv_get_device_id(i) ? arv_get_device_id(i) : "");
+			snprintf(id, idlen, "%s", names[0] ? names[0] : "");
 		hits++;
 	}
 	if (hits < 2)
