@@ -165,10 +165,18 @@ static void accept_clients(struct vrd_ctl *c)
 		int fd = accept4(c->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->reserve >= 0) {
+			static const char full[] =
+			        "{\"ok\":false,\"error\":\"volrecd is out of file descriptors: "
+			        "this control connection is refused; try again\"}";
+
 			close(c->reserve);
 			fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0)
+			if (fd >= 0) {
+				/* a reply the client reads, not a reset it cannot tell apart */
+				(void)!send(fd, full, sizeof(full) - 1,
+				            MSG_DONTWAIT | MSG_NOSIGNAL);
 				close(fd);
+			}
 			c->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
 			c->refused[1]++;
 			continue;

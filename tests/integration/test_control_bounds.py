@@ -212,8 +212,15 @@ def test_subscribers_beyond_the_bound_are_refused_not_fatal(bin_dir):
         # the publisher is full (a new subscriber would be refused too): ask the control
         # socket, and see volumes published meanwhile
         def ctl_status():
-            with Wire(ctl_path(d.run_dir, d.instance), TIMEOUT) as w:
-                r = w.request({"op": "status"})
+            # while the burst holds every descriptor the control socket refuses with a reply
+            # that says so: ask again (the connection guard frees them)
+            while True:
+                with Wire(ctl_path(d.run_dir, d.instance), TIMEOUT) as w:
+                    r = w.request({"op": "status"})
+                if r["ok"] or "out of file descriptors" not in r.get("error", ""):
+                    break
+                assert time.monotonic() < deadline and d.proc.poll() is None, d.log_text()
+                time.sleep(0.1)
             assert r["ok"], r
             return r["status"]
 
