@@ -247,13 +247,18 @@ $(BROWSER_DEPS): tests/browser/package-lock.json tests/browser/package.json
 # The integration tests pytest selects by marker (docs/testing.md): make test runs all but the
 # `long` ones, make test-long those only (each run lists its 30 slowest cases); the sanitizer stages of .ci/run also leave out
 # `python_only` and `browser`. VOLREC_TEST_TIMEOUT_SCALE (default 1) multiplies every bound a
-# test waits for, and the per-test limit.
+# test waits for, and the per-test limit. PYTEST_JOBS (default 2) is how many pytest processes
+# share the test files (pytest-xdist, a whole file to one process, so a module's daemon or
+# browser stays with its tests): the tests mostly wait on their daemons, so two take about 0.6
+# of the time of one on two cores; 1 runs them in one process, as the sanitizer stages of .ci/run do.
 PYTEST_MARK ?= not long
+PYTEST_JOBS ?= 2
 VOLREC_TEST_TIMEOUT_SCALE ?= 1
 export VOLREC_TEST_TIMEOUT_SCALE
 PYTEST_TIMEOUT = $(shell awk 'BEGIN { print int(300 * $(VOLREC_TEST_TIMEOUT_SCALE)) }')
 pytest_run = PYTHONPATH=$(CURDIR)/clients/python$${PYTHONPATH:+:$$PYTHONPATH} \
 	$(PYTHON) -m pytest -q -rs -p no:cacheprovider --durations=30 --timeout=$(PYTEST_TIMEOUT) -m '$(1)' \
+	$(if $(filter-out 0 1,$(PYTEST_JOBS)),-n $(PYTEST_JOBS) --dist loadfile,-p no:xdist) \
 	tests/integration tests/python $(PYTEST_ARGS)
 
 pytest: tests-build-jobs tests-build $(BROWSER_DEPS)
@@ -299,7 +304,7 @@ format-check:
 
 DEB_DEPS := build-essential pkg-config libzmq3-dev libyaml-dev libsystemd-dev libfftw3-dev \
 	libhdf5-dev libpng-dev libjson-c-dev libcmocka-dev python3 python3-pytest python3-numpy python3-zmq \
-	python3-h5py python3-pytest-timeout clang-format clang libclang-rt-14-dev \
+	python3-h5py python3-pytest-timeout python3-pytest-xdist clang-format clang libclang-rt-14-dev \
 	libaravis-dev aravis-tools libusb-1.0-0-dev \
 	debhelper dh-python pybuild-plugin-pyproject python3-setuptools dpkg-dev fakeroot lintian \
 	systemd man-db groff-base mypy systemd-container debootstrap \

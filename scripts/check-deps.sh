@@ -45,7 +45,7 @@ if [ "$mode" = test ]; then
 fi
 if [ "$mode" = test ]; then
 	if [ -x "$python" ] || command -v "$python" >/dev/null 2>&1; then
-		for pair in pytest:python3-pytest pytest_timeout:python3-pytest-timeout \
+		for pair in pytest:python3-pytest pytest_timeout:python3-pytest-timeout xdist:python3-pytest-xdist \
 			numpy:python3-numpy zmq:python3-zmq h5py:python3-h5py zarr:python3-zarr \
 			numcodecs:python3-numcodecs nibabel:python3-nibabel tifffile:python3-tifffile; do
 			"$python" -c "import ${pair%%:*}" >/dev/null 2>&1 || need "${pair#*:}"
