@@ -157,13 +157,15 @@ cudaError_t gpu_launch_logpower(const struct gpu_prep_params *p, float inv_m, fl
 struct gpu_fn_params {
 	int M, nx, nh, nz, z0; /* repeats, A-scans, N / 2 bins, output depths, first depth */
 	bool flip_z;
-	bool rev;            /* the position runs against x (be_live_reversed) */
-	int h;               /* functional.axial_half_window */
-	float mask_db;       /* functional.mask_db (or its default) */
-	bool angio, svar;    /* angiography output; its method svar (else cdv) */
-	float a_lo, a_inv;   /* functional.angio.range: lo, 1 / (hi - lo) */
-	bool doppler, ascan; /* Doppler output; its axis ascan (else bscan) */
-	bool bulk;           /* functional.doppler.bulk */
+	bool rev; /* the position runs against x (be_live_reversed) */
+	/* the functional.* values of struct be_live (backend/ops.h), under its names */
+	int fn_half_window;        /* functional.axial_half_window: h */
+	float mask_db;             /* functional.mask_db (or its default) */
+	bool angio, angio_svar;    /* angiography output; angio_method svar (else cdv) */
+	float angio_lo, angio_inv; /* functional.angio.range: lo, 1 / (hi - lo) */
+	bool doppler;              /* Doppler output */
+	bool doppler_ascan;        /* doppler_axis ascan (else bscan) */
+	bool doppler_bulk;         /* functional.doppler.bulk */
 };
 /* Repeat m's spectra X - C[z] (C NULL: X; all N / 2 bins, spec ld complex values per A-scan)
  * into the position's fspec [M][nx][N / 2]; with lerow (M > 1) also gpu_launch_power_add's

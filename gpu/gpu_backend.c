@@ -1564,15 +1564,15 @@ static int gpu_prep_functional(struct gpu_state *st, struct gpu_stream *g, uint3
 	        .z0 = (int)st->geo.z0,
 	        .flip_z = l->flip_z,
 	        .rev = be_live_reversed(l, b),
-	        .h = (int)l->fn_half_window,
+	        .fn_half_window = (int)l->fn_half_window,
 	        .mask_db = l->mask_db,
 	        .angio = st->lpl[GPU_PL_ANGIO][c] != NULL,
-	        .svar = l->angio_method == CFG_ANGIO_SVAR,
-	        .a_lo = l->angio_lo,
-	        .a_inv = l->angio_inv,
+	        .angio_svar = l->angio_method == CFG_ANGIO_SVAR,
+	        .angio_lo = l->angio_lo,
+	        .angio_inv = l->angio_inv,
 	        .doppler = st->lpl[GPU_PL_DRE][c] != NULL,
-	        .ascan = l->doppler_axis == CFG_DOPPLER_ASCAN,
-	        .bulk = l->doppler_bulk,
+	        .doppler_ascan = l->doppler_axis == CFG_DOPPLER_ASCAN,
+	        .doppler_bulk = l->doppler_bulk,
 	};
 	float *la = f.angio ? st->lpl[GPU_PL_ANGIO][c] + row : NULL;
 	float *lre = f.doppler ? st->lpl[GPU_PL_DRE][c] + row : NULL;

@@ -493,13 +493,13 @@ __global__ void __launch_bounds__(GPU_FN_PREP_THREADS)
 	for (uint32_t z = zb0 + threadIdx.x; z < zb1; z += blockDim.x)
 		k[z] = be_fn_structure_db(X + 2 * (size_t)a * f.nh, (uint32_t)f.M, rs, z) >=
 		       f.mask_db;
-	if (!f.doppler || !f.bulk || (f.ascan && a + 1 >= f.nx))
+	if (!f.doppler || !f.doppler_bulk || (f.doppler_ascan && a + 1 >= f.nx))
 		return; /* uniform over the block */
 	__syncthreads();
-	const int npair = f.ascan ? f.M : f.M - 1, lane = threadIdx.x & 31;
+	const int npair = f.doppler_ascan ? f.M : f.M - 1, lane = threadIdx.x & 31;
 	for (int m = threadIdx.x >> 5; m < npair; m += blockDim.x >> 5) {
 		const float *E = X + 2 * ((size_t)m * rs + (size_t)a * f.nh);
-		const float *L = f.ascan ? E + 2 * (size_t)f.nh : E + 2 * rs;
+		const float *L = f.doppler_ascan ? E + 2 * (size_t)f.nh : E + 2 * rs;
 		float cr = 0.0f, ci = 0.0f;
 		be_fn_bulk_add(L, E, k, zb0 + lane, zb1, 32, &cr, &ci);
 		for (int o = 16; o > 0; o >>= 1) {
@@ -530,30 +530,30 @@ __global__ void k_fn_values(gpu_fn_params f, const float *__restrict__ X,
 	const int xo = f.rev ? f.nx - 1 - a : a;
 	const size_t o = (size_t)xo * f.nz + z;
 	const uint32_t zs = (uint32_t)(f.flip_z ? f.nh - 1 - f.z0 - z : f.z0 + z);
-	const uint32_t M = (uint32_t)f.M, nh = (uint32_t)f.nh, h = (uint32_t)f.h;
+	const uint32_t M = (uint32_t)f.M, nh = (uint32_t)f.nh, h = (uint32_t)f.fn_half_window;
 
 	if (la) {
 		float A = 0.0f, v;
 		if (keep[(size_t)a * nh + zs])
-			A = f.svar ? be_fn_svar(X + 2 * (size_t)a * nh, M, rs, zs)
-			           : be_fn_cdv(X + 2 * (size_t)a * nh, M, rs, nh, h, zs);
-		v = (A - f.a_lo) * f.a_inv;
+			A = f.angio_svar ? be_fn_svar(X + 2 * (size_t)a * nh, M, rs, zs)
+			                 : be_fn_cdv(X + 2 * (size_t)a * nh, M, rs, nh, h, zs);
+		v = (A - f.angio_lo) * f.angio_inv;
 		v = v > 0.0f ? v : 0.0f;
 		la[o] = v < 1.0f ? v : 1.0f;
 	}
 	if (lre) {
 		/* ascan: the last A-scan takes the sum of the one before it; nx = 1: no pair */
-		const int as = f.ascan && f.nx > 1 && a + 1 == f.nx ? a - 1 : a;
-		const uint32_t npair = f.ascan ? M : M - 1;
+		const int as = f.doppler_ascan && f.nx > 1 && a + 1 == f.nx ? a - 1 : a;
+		const uint32_t npair = f.doppler_ascan ? M : M - 1;
 		float sr = 0.0f, si = 0.0f;
-		if (!(f.ascan && as + 1 >= f.nx) && keep[(size_t)as * nh + zs]) {
+		if (!(f.doppler_ascan && as + 1 >= f.nx) && keep[(size_t)as * nh + zs]) {
 			uint32_t lo, hi;
 			be_fn_window(nh, h, zs, &lo, &hi);
 			for (uint32_t m = 0; m < npair; m++) {
 				const float *E = X + 2 * ((size_t)m * rs + (size_t)as * nh);
-				const float *L = f.ascan ? E + 2 * (size_t)nh : E + 2 * rs;
+				const float *L = f.doppler_ascan ? E + 2 * (size_t)nh : E + 2 * rs;
 				float cb = 1.0f, sb = 0.0f;
-				if (f.bulk) {
+				if (f.doppler_bulk) {
 					const float2 b = bulk[(size_t)as * M + m];
 					cb = b.x;
 					sb = b.y;
@@ -2223,7 +2223,7 @@ extern "C" cudaError_t gpu_launch_functional(const gpu_fn_params *f, const float
                                              float *lre, float *lim, float *ph, cudaStream_t s)
 {
 	if (f->M < 1 || f->M > (int)BE_FN_M_MAX || f->nz < 1 || f->nx < 1 || f->nz > f->nh ||
-	    (f->doppler && !f->ascan && f->M < 2) || (f->angio && f->M < 2))
+	    (f->doppler && !f->doppler_ascan && f->M < 2) || (f->angio && f->M < 2))
 		return cudaErrorInvalidValue;
 	const float *X = (const float *)fspec;
 	k_fn_prep<<<(unsigned)f->nx, GPU_FN_PREP_THREADS, 0, s>>>(*f, X, keep, bulk);
