@@ -27,6 +27,7 @@ import json
 import os
 import pathlib
 import platform
+import resource
 import socket
 import statistics
 import subprocess
@@ -129,35 +130,74 @@ def slurm_run(volrec, cl, new, recs, store, chunk, array_max, ref, codec):
     }
 
 
+def timed(argv, flush=None):
+    """argv run after a `sync` (so that a flush in it waits for its own data rather than what
+    the machine wrote before), then `sync -f FLUSH` (syncfs, as a task's end does) when flush
+    is given: its wall seconds and the CPU seconds (user + system) of it and its children."""
+    run(["sync"])
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    run(argv)
+    if flush is not None:
+        run(["sync", "-f", flush])
+    dt = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return dt, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
 def per_worker(volrec, new, rec, store, k, a, b, w, reps, codec):
     """Chunk k (frames a..b-1, warm-up w) as a task against `volrec process` alone, writing
-    uncompressed HDF5 and writing OME-Zarr with the store's codec."""
-    out = {"chunk": k, "frames": [a, b], "warm_up": w, "volumes": b - a, "codec": codec}
-    times = {"process_h5": [], "process_zarr": [], "task": [], "process_h5_no_warm_up": []}
+    uncompressed HDF5 (as it is, and flushed to the disk as the task's chunks are) and writing
+    OME-Zarr with the store's codec."""
+    out = {"chunk": k, "frames": [a, b], "warm_up": w, "volumes": b - a, "codec": codec,
+           "method": "each run after a `sync`; wall seconds and CPU seconds (user + system of "
+                     "the run and its children); process_h5_syncfs: process_h5 then "
+                     "`sync -f` (syncfs, as the task does before its done marker)"}
+    keys = ("process_h5", "process_h5_syncfs", "process_h5_no_warm_up", "process_zarr", "task")
+    times = {key: [] for key in keys}
+    cpu = {key: [] for key in keys}
     tmp = store.parent
+    part = ["-c", new, "--source", rec, "--frames", f"{a}:{b}"]
     for _ in range(reps):
-        _, dt = run([volrec, "process", "-c", new, "--source", rec, "--frames", f"{a}:{b}",
-                     "--warm-up", w, "-o", tmp / "alone.h5"])
-        times["process_h5"].append(dt)
-        _, dt = run([volrec, "process", "-c", new, "--source", rec, "--frames", f"{a}:{b}",
-                     "--warm-up", 0, "-o", tmp / "alone0.h5"])
-        times["process_h5_no_warm_up"].append(dt)
-        _, dt = run([volrec, "process", "-c", new, "--source", rec, "--frames", f"{a}:{b}",
-                     "--warm-up", w, "-o", tmp / "alone.ome.zarr", "--codec", codec])
-        times["process_zarr"].append(dt)
-        (store / f".volrec/state/{k}.done").unlink()
-        _, dt = run([volrec, "reprocess", "--task", k, store])
-        times["task"].append(dt)
+        for key, argv, flush in (
+                ("process_h5", [volrec, "process", *part, "--warm-up", w, "-o",
+                                tmp / "alone.h5"], None),
+                ("process_h5_syncfs", [volrec, "process", *part, "--warm-up", w, "-o",
+                                       tmp / "alone.h5"], tmp / "alone.h5"),
+                ("process_h5_no_warm_up", [volrec, "process", *part, "--warm-up", 0, "-o",
+                                           tmp / "alone0.h5"], None),
+                ("process_zarr", [volrec, "process", *part, "--warm-up", w, "-o",
+                                  tmp / "alone.ome.zarr", "--codec", codec], None),
+                ("task", [volrec, "reprocess", "--task", k, store], None)):
+            if key == "task":
+                (store / f".volrec/state/{k}.done").unlink()
+            dt, c = timed(argv, flush)
+            times[key].append(dt)
+            cpu[key].append(c)
     med = {key: statistics.median(v) for key, v in times.items()}
+    cmed = {key: statistics.median(v) for key, v in cpu.items()}
     out["seconds_median"] = med
     out["seconds_all"] = times
+    out["cpu_seconds_median"] = cmed
+    out["cpu_seconds_all"] = cpu
     # throughput ratios (time of the reference over the task's): >= 0.9 is the target
     out["ratio_task_to_process_h5"] = med["process_h5"] / med["task"]
+    out["ratio_task_to_process_h5_syncfs"] = med["process_h5_syncfs"] / med["task"]
     out["ratio_task_to_process_zarr"] = med["process_zarr"] / med["task"]  # the same codec
+    out["cpu_ratio_task_to_process_h5"] = cmed["process_h5"] / cmed["task"]
+    out["cpu_ratio_task_to_process_zarr"] = cmed["process_zarr"] / cmed["task"]
     out["warm_up_s_per_frame"] = max(med["process_h5"] - med["process_h5_no_warm_up"], 0) / w
     out["written_s_per_volume_task"] = med["task"] / (b - a)
-    # a task of one frame: what a task costs besides its work (the helper, plan, backend)
     return out
+
+
+def store_bytes(store, name):
+    """The bytes of the chunk files of level 0 of image name, and of its values."""
+    meta = json.loads((store / name / "0" / ".zarray").read_text())
+    files = sum(f.stat().st_size for f in (store / name / "0").rglob("*")
+                if f.is_file() and not f.name.startswith("."))
+    return {"chunk_files_bytes": files, "values_bytes": int(np.prod(meta["shape"])),
+            "compressor": meta["compressor"]}
 
 
 def model(meas, args):
@@ -319,6 +359,7 @@ def main():
     store = tmp / f"study-{args.chunk}-1.zarr"
     result["per_worker"] = per_worker(volrec, new, recs[0], store, 1, args.chunk,
                                       2 * args.chunk, 8, args.reps, args.codec)
+    result["store_level0"] = store_bytes(store, recs[0].stem)
     result["model_100x30s_8_gpu_nodes"] = model(runs[0], args)
     result["loadavg_1_5_15_after"] = loadavg()
     result["targets"] = {
@@ -330,6 +371,10 @@ def main():
             result["per_worker"]["ratio_task_to_process_zarr"] >= 0.9,
         "throughput_ratio_ge_0.9_vs_process_h5":
             result["per_worker"]["ratio_task_to_process_h5"] >= 0.9,
+        "throughput_ratio_ge_0.9_vs_process_h5_syncfs":
+            result["per_worker"]["ratio_task_to_process_h5_syncfs"] >= 0.9,
+        "cpu_ratio_ge_0.9_vs_process_h5":
+            result["per_worker"]["cpu_ratio_task_to_process_h5"] >= 0.9,
     }
     suffix = "" if args.codec == "zstd" else "-" + args.codec
     out = args.out or str(SRC / "bench/results" /
