@@ -28,6 +28,7 @@ import os
 import pathlib
 import platform
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -130,10 +131,18 @@ def slurm_run(volrec, cl, new, recs, store, chunk, array_max, ref, codec):
     }
 
 
-def timed(argv, flush=None):
-    """argv run after a `sync` (so that a flush in it waits for its own data rather than what
-    the machine wrote before), then `sync -f FLUSH` (syncfs, as a task's end does) when flush
-    is given: its wall seconds and the CPU seconds (user + system) of it and its children."""
+def timed(argv, flush=None, fresh=()):
+    """argv run into fresh outputs (the paths of fresh, the previous run's outputs, removed
+    first: a chunk writes into time points no run wrote before, and replacing them would time
+    their removal) after a `sync` (so that a flush in it waits for its own data rather than
+    what the machine wrote before), then `sync -f FLUSH` (syncfs, as a task's end does) when
+    flush is given: its wall seconds and the CPU seconds (user + system) of it and its
+    children."""
+    for path in fresh:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
     run(["sync"])
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -150,7 +159,9 @@ def per_worker(volrec, new, rec, store, k, a, b, w, reps, codec):
     uncompressed HDF5 (as it is, and flushed to the disk as the task's chunks are) and writing
     OME-Zarr with the store's codec."""
     out = {"chunk": k, "frames": [a, b], "warm_up": w, "volumes": b - a, "codec": codec,
-           "method": "each run after a `sync`; wall seconds and CPU seconds (user + system of "
+           "method": "each run into fresh outputs (the last run's removed first, untimed: the "
+                     "task's time points in every level, the HDF5 file, the OME-Zarr folder) "
+                     "after a `sync`; wall seconds and CPU seconds (user + system of "
                      "the run and its children); process_h5_syncfs: process_h5 then "
                      "`sync -f` (syncfs, as the task does before its done marker)"}
     keys = ("process_h5", "process_h5_syncfs", "process_h5_no_warm_up", "process_zarr", "task")
@@ -158,6 +169,11 @@ def per_worker(volrec, new, rec, store, k, a, b, w, reps, codec):
     cpu = {key: [] for key in keys}
     tmp = store.parent
     part = ["-c", new, "--source", rec, "--frames", f"{a}:{b}"]
+    image = store / rec.stem
+    levels = [d["path"] for d in json.loads((image / ".zattrs").read_text())["multiscales"][0][
+        "datasets"]]
+    fresh = {"process_zarr": [tmp / "alone.ome.zarr"],
+             "task": [image / lv / str(t) for lv in levels for t in range(a, b)]}
     for _ in range(reps):
         for key, argv, flush in (
                 ("process_h5", [volrec, "process", *part, "--warm-up", w, "-o",
@@ -171,7 +187,7 @@ def per_worker(volrec, new, rec, store, k, a, b, w, reps, codec):
                 ("task", [volrec, "reprocess", "--task", k, store], None)):
             if key == "task":
                 (store / f".volrec/state/{k}.done").unlink()
-            dt, c = timed(argv, flush)
+            dt, c = timed(argv, flush, fresh.get(key, [tmp / "alone.h5", tmp / "alone0.h5"]))
             times[key].append(dt)
             cpu[key].append(c)
     med = {key: statistics.median(v) for key, v in times.items()}
