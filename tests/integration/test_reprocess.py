@@ -292,10 +292,10 @@ def test_codec_is_the_plans_and_resume_keeps_it(bin_dir, study):
     assert "the image's chunks are none (its .zarray); they cannot be written as zstd" in \
         r.stderr
     # names and places
-    r = volrec(bin_dir, "reprocess", "-c", new, recs[2], "-o", tmp / "bad.zarr", "--codec",
+    r = volrec(bin_dir, "reprocess", "-c", new, recs[2], "-o", tmp / "badcodec.zarr", "--codec",
                "blosc")
     assert r.returncode == 2 and "--codec blosc: unknown codec (zstd, lz4, none)" in r.stderr
-    assert not (tmp / "bad.zarr").exists()
+    assert not (tmp / "badcodec.zarr").exists()
     r = volrec(bin_dir, "reprocess", "--status", store, "--codec", "none")
     assert r.returncode == 2 and "--codec goes with a new store or --resume" in r.stderr
 
