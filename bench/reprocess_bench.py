@@ -10,12 +10,14 @@
   sum is then the work of one worker) and with every CPU busy; and its parts: Slurm's gap
   between tasks, each task's start (the helper, the plan, the backend), the warm-up;
 - throughput per worker: one chunk as a task of the array against `volrec process` alone on
-  the same chunk (the same frames and warm-up) writing HDF5 and writing OME-Zarr;
+  the same chunk (the same frames and warm-up) writing uncompressed HDF5 and writing OME-Zarr
+  with the same codec (--codec: zstd, lz4 or none, docs/formats.md "Codecs");
 - a model of a study of 100 recordings x 30 s on 8 GPU nodes from these rates and overheads;
 
-and records bench/results/reprocess-cpu-<date>.json with the machine and its load.
+and records bench/results/reprocess-cpu-<date>[-<codec>].json with the machine and its load.
 
     sudo bench/reprocess_bench.py [--build build] [--recordings 4] [--frames 90] [--chunk 30]
+                                  [--codec zstd|lz4|none]
     bench/reprocess_bench.py --task-start cuda     # what a task costs besides its work on a
                                                    # GPU (no Slurm): for --gpu-task-start-s
     bench/reprocess_bench.py --model-only RESULT.json [--gpu-task-start-s S] ...
@@ -25,6 +27,8 @@ import json
 import os
 import pathlib
 import platform
+import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -78,11 +82,12 @@ def equal(store, ref):
     return bad
 
 
-def slurm_run(volrec, cl, new, recs, store, chunk, array_max, ref):
+def slurm_run(volrec, cl, new, recs, store, chunk, array_max, ref, codec):
     """One submission to the end of the finishing job: the timings of its chunks."""
     t_submit = time.time()
     p, _ = run([volrec, "reprocess", "-c", new, *recs, "-o", store, "--chunk-epochs", chunk,
-                "--slurm", "--array-max", array_max, "--", "--time=30"], env=cl.env)
+                "--codec", codec, "--slurm", "--array-max", array_max, "--", "--time=30"],
+               env=cl.env)
     deadline = time.monotonic() + 3600
     while True:
         s, _ = run([volrec, "reprocess", "--status", store], env=cl.env, check=False)
@@ -126,33 +131,89 @@ def slurm_run(volrec, cl, new, recs, store, chunk, array_max, ref):
     }
 
 
-def per_worker(volrec, new, rec, store, k, a, b, w, reps):
-    """Chunk k (frames a..b-1, warm-up w) as a task against `volrec process` alone."""
-    out = {"chunk": k, "frames": [a, b], "warm_up": w, "volumes": b - a}
-    times = {"process_h5": [], "process_zarr": [], "task": [], "process_h5_no_warm_up": []}
+def timed(argv, flush=None, fresh=()):
+    """argv run into fresh outputs (the paths of fresh, the previous run's outputs, removed
+    first: a chunk writes into time points no run wrote before, and replacing them would time
+    their removal) after a `sync` (so that a flush in it waits for its own data rather than
+    what the machine wrote before), then `sync -f FLUSH` (syncfs, as a task's end does) when
+    flush is given: its wall seconds and the CPU seconds (user + system) of it and its
+    children."""
+    for path in fresh:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    run(["sync"])
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    run(argv)
+    if flush is not None:
+        run(["sync", "-f", flush])
+    dt = time.monotonic() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return dt, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def per_worker(volrec, new, rec, store, k, a, b, w, reps, codec):
+    """Chunk k (frames a..b-1, warm-up w) as a task against `volrec process` alone, writing
+    uncompressed HDF5 (as it is, and flushed to the disk as the task's chunks are) and writing
+    OME-Zarr with the store's codec."""
+    out = {"chunk": k, "frames": [a, b], "warm_up": w, "volumes": b - a, "codec": codec,
+           "method": "each run into fresh outputs (the last run's removed first, untimed: the "
+                     "task's time points in every level, the HDF5 file, the OME-Zarr folder) "
+                     "after a `sync`; wall seconds and CPU seconds (user + system of "
+                     "the run and its children); process_h5_syncfs: process_h5 then "
+                     "`sync -f` (syncfs, as the task does before its done marker)"}
+    keys = ("process_h5", "process_h5_syncfs", "process_h5_no_warm_up", "process_zarr", "task")
+    times = {key: [] for key in keys}
+    cpu = {key: [] for key in keys}
     tmp = store.parent
+    part = ["-c", new, "--source", rec, "--frames", f"{a}:{b}"]
+    image = store / rec.stem
+    levels = [d["path"] for d in json.loads((image / ".zattrs").read_text())["multiscales"][0][
+        "datasets"]]
+    fresh = {"process_zarr": [tmp / "alone.ome.zarr"],
+             "task": [image / lv / str(t) for lv in levels for t in range(a, b)]}
     for _ in range(reps):
-        _, dt = run([volrec, "process", "-c", new, "--source", rec, "--frames", f"{a}:{b}",
-                     "--warm-up", w, "-o", tmp / "alone.h5"])
-        times["process_h5"].append(dt)
-        _, dt = run([volrec, "process", "-c", new, "--source", rec, "--frames", f"{a}:{b}",
-                     "--warm-up", 0, "-o", tmp / "alone0.h5"])
-        times["process_h5_no_warm_up"].append(dt)
-        _, dt = run([volrec, "process", "-c", new, "--source", rec, "--frames", f"{a}:{b}",
-                     "--warm-up", w, "-o", tmp / "alone.ome.zarr"])
-        times["process_zarr"].append(dt)
-        (store / f".volrec/state/{k}.done").unlink()
-        _, dt = run([volrec, "reprocess", "--task", k, store])
-        times["task"].append(dt)
+        for key, argv, flush in (
+                ("process_h5", [volrec, "process", *part, "--warm-up", w, "-o",
+                                tmp / "alone.h5"], None),
+                ("process_h5_syncfs", [volrec, "process", *part, "--warm-up", w, "-o",
+                                       tmp / "alone.h5"], tmp / "alone.h5"),
+                ("process_h5_no_warm_up", [volrec, "process", *part, "--warm-up", 0, "-o",
+                                           tmp / "alone0.h5"], None),
+                ("process_zarr", [volrec, "process", *part, "--warm-up", w, "-o",
+                                  tmp / "alone.ome.zarr", "--codec", codec], None),
+                ("task", [volrec, "reprocess", "--task", k, store], None)):
+            if key == "task":
+                (store / f".volrec/state/{k}.done").unlink()
+            dt, c = timed(argv, flush, fresh.get(key, [tmp / "alone.h5", tmp / "alone0.h5"]))
+            times[key].append(dt)
+            cpu[key].append(c)
     med = {key: statistics.median(v) for key, v in times.items()}
+    cmed = {key: statistics.median(v) for key, v in cpu.items()}
     out["seconds_median"] = med
     out["seconds_all"] = times
+    out["cpu_seconds_median"] = cmed
+    out["cpu_seconds_all"] = cpu
+    # throughput ratios (time of the reference over the task's): >= 0.9 is the target
     out["ratio_task_to_process_h5"] = med["process_h5"] / med["task"]
-    out["ratio_task_to_process_zarr"] = med["process_zarr"] / med["task"]
+    out["ratio_task_to_process_h5_syncfs"] = med["process_h5_syncfs"] / med["task"]
+    out["ratio_task_to_process_zarr"] = med["process_zarr"] / med["task"]  # the same codec
+    out["cpu_ratio_task_to_process_h5"] = cmed["process_h5"] / cmed["task"]
+    out["cpu_ratio_task_to_process_zarr"] = cmed["process_zarr"] / cmed["task"]
     out["warm_up_s_per_frame"] = max(med["process_h5"] - med["process_h5_no_warm_up"], 0) / w
     out["written_s_per_volume_task"] = med["task"] / (b - a)
-    # a task of one frame: what a task costs besides its work (the helper, plan, backend)
     return out
+
+
+def store_bytes(store, name):
+    """The bytes of the chunk files of level 0 of image name, and of its values."""
+    meta = json.loads((store / name / "0" / ".zarray").read_text())
+    files = sum(f.stat().st_size for f in (store / name / "0").rglob("*")
+                if f.is_file() and not f.name.startswith("."))
+    return {"chunk_files_bytes": files, "values_bytes": int(np.prod(meta["shape"])),
+            "compressor": meta["compressor"]}
 
 
 def model(meas, args):
@@ -194,6 +255,8 @@ def model_one(meas, args, E):
             "gpu_volumes_per_s": args.gpu_volumes_per_s,
             "gpu_volumes_per_s_source": "README: CUDA backend alone, paper geometry, H200",
             "blosc_zstd5_MBps_per_thread": args.blosc_mbps_per_thread,
+            "codec_of_the_rate": "zstd, whatever --codec the run measured (the model's "
+                                 "compression is blosc/zstd's rate)",
             "blosc_source": "bench/results/export-vm-*.json (this machine's measurement)",
             "node_cpus_for_compression": args.node_cpus,
             "zarr_pyramid_factor": args.pyramid_factor,
@@ -230,6 +293,8 @@ def main():
     ap.add_argument("--chunk", type=int, default=30)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--codec", default="zstd", choices=("zstd", "lz4", "none"),
+                    help="the OME-Zarr codec of the stores and of `volrec process -o .zarr`")
     ap.add_argument("--model-epochs-per-s", type=float, default=25.0)
     ap.add_argument("--model-chunk-frames", type=int, nargs="+",
                     default=[125, 150, 250, 375, 750])
@@ -293,6 +358,7 @@ def main():
                                for k, v in GEOMETRY.items()},
                   "output_volume": [GEOMETRY["ny"] * 3, GEOMETRY["nx"] * 3, GEOMETRY["k"] // 2],
                   "chunk_epochs": args.chunk, "warm_up": 8},
+        "codec": args.codec,
         "process_whole_recording_s": whole,
         "loadavg_1_5_15_before": load_before,
     }
@@ -304,11 +370,12 @@ def main():
                                  (args.chunk, str(os.cpu_count()))):
             store = tmp / f"study-{chunk}-{array_max}.zarr"
             runs.append(dict(slurm_run(volrec, cl, new, recs, store, str(chunk), array_max,
-                                       ref), chunk_epochs=chunk))
+                                       ref, args.codec), chunk_epochs=chunk))
         result["slurm_runs"] = runs
     store = tmp / f"study-{args.chunk}-1.zarr"
     result["per_worker"] = per_worker(volrec, new, recs[0], store, 1, args.chunk,
-                                      2 * args.chunk, 8, args.reps)
+                                      2 * args.chunk, 8, args.reps, args.codec)
+    result["store_level0"] = store_bytes(store, recs[0].stem)
     result["model_100x30s_8_gpu_nodes"] = model(runs[0], args)
     result["loadavg_1_5_15_after"] = loadavg()
     result["targets"] = {
@@ -316,13 +383,19 @@ def main():
         "overhead_test_cluster_le_5pct": runs[0]["overhead_fraction_of_work"] <= 0.05,
         "overhead_model_le_5pct":
             result["model_100x30s_8_gpu_nodes"]["overhead_fraction_of_work"] <= 0.05,
-        "throughput_ratio_ge_0.9_vs_process_zarr":
+        "throughput_ratio_ge_0.9_vs_process_zarr_same_codec":
             result["per_worker"]["ratio_task_to_process_zarr"] >= 0.9,
         "throughput_ratio_ge_0.9_vs_process_h5":
             result["per_worker"]["ratio_task_to_process_h5"] >= 0.9,
+        "throughput_ratio_ge_0.9_vs_process_h5_syncfs":
+            result["per_worker"]["ratio_task_to_process_h5_syncfs"] >= 0.9,
+        "cpu_ratio_ge_0.9_vs_process_h5":
+            result["per_worker"]["cpu_ratio_task_to_process_h5"] >= 0.9,
     }
+    suffix = "" if args.codec == "zstd" else "-" + args.codec
     out = args.out or str(SRC / "bench/results" /
-                          time.strftime("reprocess-cpu-%Y%m%dT%H%MZ.json", time.gmtime()))
+                          time.strftime(f"reprocess-cpu-%Y%m%dT%H%MZ{suffix}.json",
+                                        time.gmtime()))
     pathlib.Path(out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["targets"], indent=2))
     print(out)

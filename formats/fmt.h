@@ -71,13 +71,33 @@ static inline bool fmt_voxel_known(const struct fmt_info *in)
 	       in->voxel_um[2] == in->voxel_um[2];
 }
 
+/*
+ * The codec of OME-Zarr chunks (docs/formats.md "Codecs"), named by `--codec` wherever a store is
+ * written: blosc with zstd (the default: the smallest files), blosc with lz4 and byte shuffle
+ * (several times faster, larger files) or none (Zarr's `compressor: null`, the chunks raw). Every
+ * codec stores the same values; the store's .zarray says which one its chunks have.
+ */
+enum fmt_codec {
+	FMT_CODEC_DEFAULT = 0, /* zstd for a new store; an image's own for fmt_zarr_image_open */
+	FMT_CODEC_ZSTD,
+	FMT_CODEC_LZ4,
+	FMT_CODEC_NONE,
+};
+#define FMT_CODEC_NAMES "zstd, lz4, none"
+/* The codec called name: 0 with *out, or -EINVAL with "--codec NAME: unknown codec (zstd,
+ * lz4, none)" in err. */
+int fmt_codec_parse(const char *name, enum fmt_codec *out, char *err, size_t errlen) VR_MUST_CHECK;
+/* The name of codec c ("zstd" for FMT_CODEC_DEFAULT). */
+const char *fmt_codec_name(enum fmt_codec c);
+
 /* How a writer writes; zero is the default of every field. */
 struct fmt_options {
-	unsigned threads;   /* compression threads (OME-Zarr), 0: one per online CPU */
-	uint32_t chunk[3];  /* OME-Zarr chunk [y, x, z] of level 0; 0: FMT_ZARR_CHUNK_* */
-	bool series;        /* NIfTI: one 4-D file instead of one file per volume */
-	bool replace;       /* replace an existing output instead of failing with -EEXIST */
-	const char *source; /* the input's path, for the provenance (may be NULL) */
+	unsigned threads;     /* compression threads (OME-Zarr), 0: one per online CPU */
+	enum fmt_codec codec; /* OME-Zarr chunks' codec (FMT_CODEC_DEFAULT: zstd) */
+	uint32_t chunk[3];    /* OME-Zarr chunk [y, x, z] of level 0; 0: FMT_ZARR_CHUNK_* */
+	bool series;          /* NIfTI: one 4-D file instead of one file per volume */
+	bool replace;         /* replace an existing output instead of failing with -EEXIST */
+	const char *source;   /* the input's path, for the provenance (may be NULL) */
 	/* The channels to export, comma-separated ("structure,angio"), in the order given; NULL
 	 * or "": every channel of the input. */
 	const char *channels;
@@ -92,7 +112,7 @@ struct fmt_options {
  * the default): want as given (clipped to the shape); the default as many chunks along each axis
  * as FMT_ZARR_CHUNK_* makes, of even sizes (300 in 128s: 3 of 100; 300 in 512s: 300). */
 void fmt_zarr_chunk(const uint32_t shape[3], const uint32_t want[3], uint32_t chunk[3]);
-/* OME-Zarr chunks are blosc/zstd at FMT_ZARR_CLEVEL (level 0, the volumes) and
+/* OME-Zarr chunks of blosc (zstd, lz4) are at FMT_ZARR_CLEVEL (level 0, the volumes) and
  * FMT_ZARR_CLEVEL_PYRAMID (the pyramid's levels, means made for browsing), in blocks of
  * FMT_ZARR_BLOCKSIZE bytes: blosc's own choice for a 256 KiB chunk is the whole chunk, whose zstd
  * tables outgrow the caches; 32 KiB blocks compress the same volumes twice as fast to the same
@@ -184,8 +204,9 @@ void fmt_writer_free(struct fmt_writer *w);
 int fmt_zarr_image_create(const char *path, const struct fmt_info *info,
                           const struct fmt_options *opt, char *err, size_t errlen) VR_MUST_CHECK;
 /*
- * Open the image path made by fmt_zarr_image_create for info (its shape must be the image's)
- * to write time points in any order: each is written, every level, into the folder
+ * Open the image path made by fmt_zarr_image_create for info (its shape must be the image's;
+ * opt's codec the image's or FMT_CODEC_DEFAULT, which takes the image's own) to write time
+ * points in any order: each is written, every level, into the folder
  * PATH/STAGING.partial (removed first; staging a name of the caller's, distinct for each
  * concurrent writer), and each level's folder of the time point then takes its place in the
  * image by rename, replacing an earlier one. 0 with *out, or a negative errno with the message.
@@ -193,6 +214,11 @@ int fmt_zarr_image_create(const char *path, const struct fmt_info *info,
 int fmt_zarr_image_open(const char *path, const struct fmt_info *info,
                         const struct fmt_options *opt, const char *staging, struct fmt_writer **out,
                         char *err, size_t errlen) VR_MUST_CHECK;
+/* The codec of the chunks of the image at path (its level 0's .zarray): 0 with *out, or a
+ * negative errno with the message (not an image of volrec, a compressor volrec does not
+ * write). */
+int fmt_zarr_image_codec(const char *path, enum fmt_codec *out, char *err,
+                         size_t errlen) VR_MUST_CHECK;
 /* Write time point t of w's image (shape info.shape). 0 or a negative errno with the
  * message. */
 int fmt_zarr_image_put(struct fmt_writer *w, uint64_t t, const uint8_t *vol, char *err,

@@ -148,6 +148,9 @@ int fmt_writer_open(const char *path, const struct fmt_info *info, const struct 
 		              ops[kind]->name, ops[kind]->version, FMT_OPS_VERSION);
 	if (info->nt == 0 || !info->shape[0] || !info->shape[1] || !info->shape[2])
 		return vr_err(err, errlen, -EINVAL, "%s: no volumes to write", path);
+	if (opt && opt->codec && kind != FMT_ZARR)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: --codec is for OME-Zarr outputs (.zarr, .ome.zarr)", path);
 	w = calloc(1, sizeof(*w));
 	if (!w || !(w->path = strdup(path))) {
 		free(w);

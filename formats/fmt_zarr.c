@@ -3,8 +3,8 @@
  * OME-Zarr (NGFF 0.4) writer: a Zarr v2 directory store with one multiscale image [t][y][x][z]
  * ([t][c][y][x][z] with channels: structure, angio, doppler), a pyramid of 2x2x2 means (of
  * Doppler's phases, circular means) down to a largest side of FMT_ZARR_PYRAMID_SIDE, chunks
- * compressed with blosc/zstd by a pool of threads, and the provenance in .zattrs
- * (docs/formats.md).
+ * compressed with blosc (zstd or lz4; or written raw, codec none) by a pool of threads, and the
+ * provenance in .zattrs (docs/formats.md).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,7 +29,7 @@
 #define ZARR_LEVELS_MAX  16
 #define ZARR_THREADS_MAX 64
 #define ZARR_CLEVEL      FMT_ZARR_CLEVEL
-/* the zstd level of level l of the pyramid */
+/* blosc's level for level l of the pyramid */
 #define ZARR_CLEVEL_OF(l) ((l) ? FMT_ZARR_CLEVEL_PYRAMID : FMT_ZARR_CLEVEL)
 
 struct zarr_level {
@@ -42,6 +42,7 @@ struct zarr_level {
 struct zarr {
 	char *tmp; /* PATH.partial */
 	unsigned nlevels, threads;
+	enum fmt_codec codec;            /* never FMT_CODEC_DEFAULT */
 	uint32_t nch;                    /* channels of a volume */
 	bool caxis;                      /* the arrays have a channel axis c after t */
 	bool circular[FMT_CHANNELS_MAX]; /* the channel holds phases (Doppler) */
@@ -64,6 +65,29 @@ struct zarr {
 static uint32_t ceil_div(uint32_t a, uint32_t b)
 {
 	return (a + b - 1) / b;
+}
+
+static const char *const codec_names[] = {
+        [FMT_CODEC_DEFAULT] = "zstd",
+        [FMT_CODEC_ZSTD] = "zstd",
+        [FMT_CODEC_LZ4] = "lz4",
+        [FMT_CODEC_NONE] = "none",
+};
+
+int fmt_codec_parse(const char *name, enum fmt_codec *out, char *err, size_t errlen)
+{
+	for (int c = FMT_CODEC_ZSTD; c <= FMT_CODEC_NONE; c++)
+		if (name && !strcmp(name, codec_names[c])) {
+			*out = (enum fmt_codec)c;
+			return 0;
+		}
+	return vr_err(err, errlen, -EINVAL, "--codec %s: unknown codec (%s)", name ? name : "",
+	              FMT_CODEC_NAMES);
+}
+
+const char *fmt_codec_name(enum fmt_codec c)
+{
+	return (unsigned)c <= FMT_CODEC_NONE ? codec_names[c] : "?";
 }
 
 void fmt_zarr_chunk(const uint32_t shape[3], const uint32_t want[3], uint32_t chunk[3])
@@ -387,11 +411,21 @@ static void zarr_chunk(struct zarr *z, unsigned long i, uint8_t *scratch)
 	uint32_t cx = (uint32_t)(i / lv->nchunks[2] % lv->nchunks[1]);
 	uint32_t cy = (uint32_t)(i / lv->nchunks[2] / lv->nchunks[1]);
 	const size_t raw = (size_t)lv->chunk[0] * lv->chunk[1] * lv->chunk[2];
-	uint8_t *out = scratch + z->scratch;
+	uint8_t *packed = scratch + z->scratch;
+	const uint8_t *out = packed;
 	const uint8_t *src = zarr_gather(lv, vol, cy * lv->chunk[0], cx * lv->chunk[1],
 	                                 cz * lv->chunk[2], scratch);
-	int k = blosc_compress_ctx(ZARR_CLEVEL_OF(l), BLOSC_SHUFFLE, 1, raw, src, out,
-	                           raw + BLOSC_MAX_OVERHEAD, "zstd", FMT_ZARR_BLOCKSIZE, 1);
+	int k;
+
+	if (z->codec == FMT_CODEC_NONE) { /* the chunk itself, as Zarr's compressor null has it */
+		out = src;
+		k = (int)raw;
+	} else {
+		k = blosc_compress_ctx(ZARR_CLEVEL_OF(l), BLOSC_SHUFFLE, 1, raw, src, packed,
+		                       raw + BLOSC_MAX_OVERHEAD,
+		                       z->codec == FMT_CODEC_LZ4 ? "lz4" : "zstd",
+		                       FMT_ZARR_BLOCKSIZE, 1);
+	}
 
 	snprintf(path, sizeof(path), "%s/%u/%llu%s/%u/%u/%u", z->tmp, l, (unsigned long long)z->t,
 	         cdir, cy, cx, cz);
@@ -454,11 +488,17 @@ static int zarr_write_zarray(struct zarr *z, const struct fmt_writer *w, unsigne
 	        json_u32s(z->lv[l].shape, 3, w->info.nt, z->caxis ? (int64_t)z->nch : -1));
 	json_object_object_add(o, "chunks", json_u32s(z->lv[l].chunk, 3, 1, z->caxis ? 1 : -1));
 	json_object_object_add(o, "dtype", json_object_new_string("|u1"));
-	json_object_object_add(c, "id", json_object_new_string("blosc"));
-	json_object_object_add(c, "cname", json_object_new_string("zstd"));
-	json_object_object_add(c, "clevel", json_object_new_int(ZARR_CLEVEL_OF(l)));
-	json_object_object_add(c, "shuffle", json_object_new_int(BLOSC_SHUFFLE));
-	json_object_object_add(c, "blocksize", json_object_new_int(FMT_ZARR_BLOCKSIZE));
+	if (z->codec == FMT_CODEC_NONE) {
+		json_object_put(c);
+		c = NULL; /* "compressor": null, the chunks raw */
+	} else {
+		json_object_object_add(c, "id", json_object_new_string("blosc"));
+		json_object_object_add(c, "cname",
+		                       json_object_new_string(fmt_codec_name(z->codec)));
+		json_object_object_add(c, "clevel", json_object_new_int(ZARR_CLEVEL_OF(l)));
+		json_object_object_add(c, "shuffle", json_object_new_int(BLOSC_SHUFFLE));
+		json_object_object_add(c, "blocksize", json_object_new_int(FMT_ZARR_BLOCKSIZE));
+	}
 	json_object_object_add(o, "compressor", c);
 	json_object_object_add(o, "fill_value", json_object_new_int(0));
 	json_object_object_add(o, "order", json_object_new_string("C"));
@@ -636,6 +676,7 @@ static int zarr_open(struct fmt_writer *w, char *err, size_t errlen)
 		z->threads = 1;
 	if (z->threads > ZARR_THREADS_MAX)
 		z->threads = ZARR_THREADS_MAX;
+	z->codec = w->opt.codec ? w->opt.codec : FMT_CODEC_ZSTD;
 	z->nch = fmt_nch(&w->info);
 	z->caxis = fmt_channel_axis(&w->info);
 	for (uint32_t c = 0; z->caxis && c < z->nch; c++)
@@ -859,6 +900,51 @@ static int zarr_image_shape(const char *path, uint64_t shape[4], char *err, size
 	return rc;
 }
 
+/* The codec of a level's .zarray object o: 0 with *out, or -EINVAL (file names it). */
+static int zarr_codec_of(struct json_object *o, const char *file, enum fmt_codec *out, char *err,
+                         size_t errlen)
+{
+	struct json_object *c, *v;
+	const char *id = NULL, *cname = NULL;
+
+	if (!json_object_object_get_ex(o, "compressor", &c))
+		return vr_err(err, errlen, -EINVAL, "%s: no compressor", file);
+	if (!c) {
+		*out = FMT_CODEC_NONE;
+		return 0;
+	}
+	if (json_object_object_get_ex(c, "id", &v))
+		id = json_object_get_string(v);
+	if (json_object_object_get_ex(c, "cname", &v))
+		cname = json_object_get_string(v);
+	if (id && cname && !strcmp(id, "blosc") && !strcmp(cname, "zstd"))
+		*out = FMT_CODEC_ZSTD;
+	else if (id && cname && !strcmp(id, "blosc") && !strcmp(cname, "lz4"))
+		*out = FMT_CODEC_LZ4;
+	else
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: compressor %s that volrec does not write (blosc with zstd or "
+		              "lz4, or null)",
+		              file, json_object_to_json_string(c));
+	return 0;
+}
+
+int fmt_zarr_image_codec(const char *path, enum fmt_codec *out, char *err, size_t errlen)
+{
+	char file[PATH_MAX];
+	struct json_object *o;
+	int rc;
+
+	snprintf(file, sizeof(file), "%s/0/.zarray", path);
+	o = json_object_from_file(file);
+	if (!o)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: not an OME-Zarr image of volrec (no readable 0/.zarray)", path);
+	rc = zarr_codec_of(o, file, out, err, errlen);
+	json_object_put(o);
+	return rc;
+}
+
 int fmt_zarr_image_open(const char *path, const struct fmt_info *info,
                         const struct fmt_options *opt, const char *staging, struct fmt_writer **out,
                         char *err, size_t errlen)
@@ -869,9 +955,20 @@ int fmt_zarr_image_open(const char *path, const struct fmt_info *info,
 	char sp[PATH_MAX];
 	int rc;
 
+	enum fmt_codec codec;
+
 	rc = zarr_image_shape(path, shape, err, errlen);
+	if (rc == 0)
+		rc = fmt_zarr_image_codec(path, &codec, err, errlen);
 	if (rc < 0)
 		return rc;
+	/* the chunks of a time point are those the image's .zarray says, whoever asks */
+	if (o.codec && o.codec != codec)
+		return vr_err(err, errlen, -EINVAL,
+		              "%s: the image's chunks are %s (its .zarray); they cannot be written "
+		              "as %s",
+		              path, fmt_codec_name(codec), fmt_codec_name(o.codec));
+	o.codec = codec;
 	if (shape[0] != info->nt || shape[1] != info->shape[0] || shape[2] != info->shape[1] ||
 	    shape[3] != info->shape[2])
 		return vr_err(

@@ -58,6 +58,9 @@ static void process_usage(FILE *f)
 	        "      --into IMAGE    with --frames, instead of -o: write the volumes as time\n"
 	        "                      points A..B-1 of IMAGE, an OME-Zarr image of the whole\n"
 	        "                      recording made by `volrec reprocess` (man volrec)\n"
+	        "      --codec NAME    OME-Zarr chunks' codec (-o OUT.zarr, --into): zstd (the\n"
+	        "                      default), lz4 or none (raw), as `volrec export --codec`;\n"
+	        "                      with --into it must be the image's (its .zarray)\n"
 	        "      --report FILE   write what was done as JSON (backend, device, volumes,\n"
 	        "                      warm_up, seconds, missing_ascans) into FILE\n"
 	        "  -o, --output FILE   file to write (replaced): HDF5, or by its suffix OME-Zarr\n"
@@ -80,7 +83,9 @@ static void process_usage(FILE *f)
 
 struct proc_opts {
 	const char *config, *output, *backend, *source, *on_crc, *frames, *into, *report;
-	uint64_t epochs; /* 0: default */
+	const char *codec_name;
+	enum fmt_codec codec; /* --codec: FMT_CODEC_DEFAULT when not given */
+	uint64_t epochs;      /* 0: default */
 	uint64_t warm_up;
 	bool have_warm_up;
 	bool lowres, full;
@@ -102,12 +107,14 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 	        {"warm-up", required_argument, NULL, 'W'},
 	        {"into", required_argument, NULL, 'I'},
 	        {"report", required_argument, NULL, 'P'},
+	        {"codec", required_argument, NULL, 'Z'},
 	        {NULL, 0, NULL, 0},
 	};
 	int c;
-	const struct vr_cli_str strs[] = {{'c', &o->config}, {'o', &o->output}, {'B', &o->backend},
-	                                  {'S', &o->source}, {'C', &o->on_crc}, {'R', &o->frames},
-	                                  {'I', &o->into},   {'P', &o->report}};
+	const struct vr_cli_str strs[] = {
+	        {'c', &o->config}, {'o', &o->output}, {'B', &o->backend},
+	        {'S', &o->source}, {'C', &o->on_crc}, {'R', &o->frames},
+	        {'I', &o->into},   {'P', &o->report}, {'Z', &o->codec_name}};
 
 	optind = 1;
 	while ((c = VR_CLI_GETOPT(argc, argv, "c:o:n:h", longopts, strs)) != -1) {
@@ -138,6 +145,20 @@ static int parse_opts(int argc, char **argv, struct proc_opts *o)
 	if (o->on_crc && strcmp(o->on_crc, "stop") && strcmp(o->on_crc, "skip")) {
 		fprintf(stderr, "volrec process: --on-crc-error %s: stop or skip\n", o->on_crc);
 		return VR_EXIT_USAGE;
+	}
+	if (o->codec_name) {
+		char err[256];
+
+		if (fmt_codec_parse(o->codec_name, &o->codec, err, sizeof(err)) < 0) {
+			fprintf(stderr, "volrec process: %s\n", err);
+			return VR_EXIT_USAGE;
+		}
+		if (!o->into && (!o->output || fmt_kind_of(o->output) != FMT_ZARR)) {
+			fprintf(stderr,
+			        "volrec process: --codec is for OME-Zarr outputs (-o OUT.zarr, "
+			        "-o OUT.ome.zarr, --into)\n");
+			return VR_EXIT_USAGE;
+		}
 	}
 	if ((o->frames || o->into) && !o->source) {
 		fprintf(stderr, "volrec process: --frames and --into are for a recording (--source "
@@ -282,8 +303,8 @@ static int run_into(const struct proc_opts *o, const struct vr_config *cfg, stru
 	uint64_t done;
 	int rc;
 
-	rc = proc_into_open(o->into, cfg, pl_backend(pl), p->f, p->nf, p->a, p->b, &into, err,
-	                    sizeof(err));
+	rc = proc_into_open(o->into, cfg, pl_backend(pl), p->f, p->nf, p->a, p->b, o->codec, &into,
+	                    err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec process: %s\n", err);
 		return VR_EXIT_FAIL;
@@ -336,9 +357,9 @@ static void print_event(void *ctx, const struct pl_event *ev)
  * (OUT.partial.h5) that the export engine then copies into OUT, as `volrec export` does; the
  * recording is removed either way. 0 or VR_EXIT_FAIL with the message printed.
  */
-static int export_output(const char *h5, const char *out, const char *config)
+static int export_output(const char *h5, const char *out, const char *config, enum fmt_codec codec)
 {
-	struct fmt_options fo = {.replace = true, .source = config};
+	struct fmt_options fo = {.replace = true, .source = config, .codec = codec};
 	struct fmt_export_stats st;
 	char err[1024];
 	int rc = fmt_export(h5, out, &fo, NULL, NULL, NULL, &st, err, sizeof(err));
@@ -512,7 +533,7 @@ static int run_output(const struct proc_opts *o, const struct vr_config *cfg,
 			fprintf(stderr, "volrec process: nothing written to %s\n", o->output);
 			return VR_EXIT_FAIL;
 		}
-		if (export_output(h5path, o->output, o->config ? o->config : o->source))
+		if (export_output(h5path, o->output, o->config ? o->config : o->source, o->codec))
 			return VR_EXIT_FAIL;
 	}
 	H5close(); /* every HDF5 object is closed: the library may go */

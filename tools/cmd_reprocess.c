@@ -24,9 +24,10 @@ static void reprocess_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: volrec reprocess -c NEW.yaml REC.vrr... -o OUT.zarr [--chunk-epochs E]\n"
+	        "                        [--codec zstd|lz4|none]\n"
 	        "                        [--local N | --slurm [--array-max N] [-- SBATCH "
 	        "OPTIONS...]]\n"
-	        "       volrec reprocess --resume OUT.zarr [--local N | --slurm ...]\n"
+	        "       volrec reprocess --resume OUT.zarr [--codec C] [--local N | --slurm ...]\n"
 	        "       volrec reprocess --status OUT.zarr\n\n"
 	        "Process raw recordings again with the configuration NEW.yaml into the OME-Zarr\n"
 	        "store OUT.zarr: one image per recording (OUT.zarr/<name>/, the file name\n"
@@ -40,6 +41,10 @@ static void reprocess_usage(FILE *f)
 	        "  -o, --output OUT      the store (a new directory, or one with the same plan)\n"
 	        "      --chunk-epochs E  frames of a chunk (default %d; 0: one chunk per\n"
 	        "                        recording)\n"
+	        "      --codec NAME      the images' chunks: zstd (blosc/zstd, the default,\n"
+	        "                        smallest), lz4 (blosc/lz4, several times faster,\n"
+	        "                        larger) or none (raw); in the plan, for every task;\n"
+	        "                        --resume keeps the store's (another is refused)\n"
 	        "      --local N         run N chunks at a time here, then finish (default 1)\n"
 	        "      --slurm           submit one job array of the chunks (sbatch; the\n"
 	        "                        options after -- go to sbatch: --partition,\n"
@@ -58,7 +63,8 @@ static void reprocess_usage(FILE *f)
 }
 
 struct rp_opts {
-	const char *config, *output;
+	const char *config, *output, *codec_name;
+	enum fmt_codec codec; /* --codec: FMT_CODEC_DEFAULT when not given */
 	uint64_t chunk_epochs, local, array_max, task;
 	bool chunk_given, local_given, slurm, resume, status, task_given, finish;
 	char **recs;
@@ -81,6 +87,18 @@ static int check_opts(struct rp_opts *o)
 		fprintf(stderr, "%s: sbatch options (after --) and --array-max go with --slurm\n",
 		        P);
 		return VR_EXIT_USAGE;
+	}
+	if (o->codec_name) {
+		char err[256];
+
+		if (fmt_codec_parse(o->codec_name, &o->codec, err, sizeof(err)) < 0) {
+			fprintf(stderr, "%s: %s\n", P, err);
+			return VR_EXIT_USAGE;
+		}
+		if (o->status || o->task_given || o->finish) {
+			fprintf(stderr, "%s: --codec goes with a new store or --resume\n", P);
+			return VR_EXIT_USAGE;
+		}
 	}
 	if (o->status + o->resume + o->task_given + o->finish > 1) {
 		fprintf(stderr, "%s: --status, --resume, --task and --finish exclude each other\n",
@@ -130,9 +148,11 @@ static int parse_opts(int argc, char **argv, struct rp_opts *o)
 	        {"status", no_argument, NULL, 'T'},
 	        {"task", required_argument, NULL, 'K'},
 	        {"finish", no_argument, NULL, 'F'},
+	        {"codec", required_argument, NULL, 'Z'},
 	        VR_CLI_LONGOPTS_END,
 	};
-	const struct vr_cli_str strs[] = {{'c', &o->config}, {'o', &o->output}};
+	const struct vr_cli_str strs[] = {
+	        {'c', &o->config}, {'o', &o->output}, {'Z', &o->codec_name}};
 	const char *P = "volrec reprocess";
 	int c, n = argc;
 
@@ -411,6 +431,17 @@ VR_COMMAND(reprocess, "process raw recordings again into one OME-Zarr store (Slu
 			fprintf(stderr, "volrec reprocess: %s\n", err);
 			return VR_EXIT_USAGE;
 		}
+		if (o.codec && o.codec != p.codec) {
+			fprintf(stderr,
+			        "volrec reprocess: %s: its images are written with codec %s (the "
+			        "plan's); --codec %s would mix two codecs in one store: resume "
+			        "without --codec (or with --codec %s), or start a new store; "
+			        "nothing was %s\n",
+			        p.out, fmt_codec_name(p.codec), fmt_codec_name(o.codec),
+			        fmt_codec_name(p.codec), o.slurm ? "submitted" : "run");
+			rp_plan_free(&p);
+			return VR_EXIT_USAGE;
+		}
 		rc = o.status       ? run_status(&p)
 		     : o.task_given ? rp_task(&p, (size_t)o.task)
 		     : o.finish     ? rp_finish(&p)
@@ -419,7 +450,7 @@ VR_COMMAND(reprocess, "process raw recordings again into one OME-Zarr store (Slu
 		return rc;
 	}
 	rc = rp_plan_make(&p, o.config, o.recs, o.nrecs, o.output, o.chunk_epochs, o.chunk_given,
-	                  err, sizeof(err));
+	                  o.codec, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "volrec reprocess: %s; nothing was %s\n", err,
 		        o.slurm ? "submitted" : "written");

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "formats/fmt.h"
 #include "pipeline/pipeline.h"
 
 /* The value of --backend NAME (cpu, cuda, auto) as an enum cfg_backend, or -1 after "volrec CMD:
@@ -68,7 +69,6 @@ struct proc_warm {
 void proc_warm_sink(struct proc_warm *f, struct pl_sink *sink);
 
 struct proc_into;
-struct fmt_info;
 
 /* The shape and voxel size of cfg's output volumes as an OME-Zarr image of nt time points
  * (interval unknown, no provenance). */
@@ -77,13 +77,15 @@ void proc_fmt_info(const struct vr_config *cfg, uint64_t nt, struct fmt_info *in
 /*
  * Write volumes into time points first..end-1 of the OME-Zarr image at path (made by `volrec
  * reprocess` for the recording whose index is frames[0..nframes), at cfg's output shape),
- * checking that volume t is frames[t]'s epoch; host buffers from be. 0 or a negative errno
- * with the message.
+ * checking that volume t is frames[t]'s epoch; host buffers from be. codec: the chunks' codec
+ * (FMT_CODEC_DEFAULT: the image's own; another than the image's is refused). 0 or a negative
+ * errno with the message.
  */
 VR_MUST_CHECK int proc_into_open(const char *image, const struct vr_config *cfg,
                                  struct be_backend *be, const struct src_rec_frame *frames,
                                  uint64_t nframes, uint64_t first, uint64_t end,
-                                 struct proc_into **out, char *err, size_t errlen);
+                                 enum fmt_codec codec, struct proc_into **out, char *err,
+                                 size_t errlen);
 void proc_into_sink(struct proc_into *p, struct pl_sink *sink);
 /* The next time point to be written (first + volumes written). */
 uint64_t proc_into_next(const struct proc_into *p);

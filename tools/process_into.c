@@ -96,11 +96,12 @@ struct proc_into {
 
 int proc_into_open(const char *image, const struct vr_config *cfg, struct be_backend *be,
                    const struct src_rec_frame *frames, uint64_t nframes, uint64_t first,
-                   uint64_t end, struct proc_into **out, char *err, size_t errlen)
+                   uint64_t end, enum fmt_codec codec, struct proc_into **out, char *err,
+                   size_t errlen)
 {
 	struct proc_into *p = calloc(1, sizeof(*p));
 	struct fmt_info info;
-	struct fmt_options opt = {.threads = cpus_allowed()};
+	struct fmt_options opt = {.threads = cpus_allowed(), .codec = codec};
 	char staging[64];
 	int rc;
 

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "formats/fmt.h"
 
 struct json_object;
 struct src_rec_frame;
@@ -42,6 +43,7 @@ struct rp_plan {
 	uint32_t config_crc;
 	struct vr_config cfg;  /* loaded (plan_make), not from the store */
 	uint64_t chunk_epochs; /* 0: one chunk per recording */
+	enum fmt_codec codec;  /* the images' chunks (never FMT_CODEC_DEFAULT) */
 	struct rp_rec *recs;
 	size_t nrecs;
 	struct rp_chunk *chunks;
@@ -53,14 +55,16 @@ struct rp_plan {
 
 /*
  * Check every input (readable recordings, each epoch's CRC-32C, the configuration loads and
- * fits each recording's geometry, distinct names) and make the plan. 0, or a negative errno
- * with the message in err (nothing written anywhere).
+ * fits each recording's geometry, distinct names) and make the plan, whose images' chunks are
+ * codec's (FMT_CODEC_DEFAULT: zstd). 0, or a negative errno with the message in err (nothing
+ * written anywhere).
  */
 int rp_plan_make(struct rp_plan *p, const char *config, char *const *recs, size_t nrecs,
-                 const char *out, uint64_t chunk_epochs, bool chunk_given, char *err,
-                 size_t errlen);
-/* Read the plan of the store out (its root .zattrs): 0, -ENOENT when there is no store, or a
- * negative errno with the message. */
+                 const char *out, uint64_t chunk_epochs, bool chunk_given, enum fmt_codec codec,
+                 char *err, size_t errlen);
+/* Read the plan of the store out (its root .zattrs; a plan without a codec, of a volrec before
+ * --codec, is zstd's): 0, -ENOENT when there is no store, or a negative errno with the
+ * message. */
 int rp_plan_load(struct rp_plan *p, const char *out, char *err, size_t errlen);
 /* Create the store of p (root .zgroup and .zattrs with the plan, then one image per recording,
  * the state folders). An existing store with the same plan is used as it is (images missing

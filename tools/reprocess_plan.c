@@ -324,6 +324,7 @@ static struct json_object *plan_json(const struct rp_plan *p, const char *config
 	json_object_array_add(stride, json_object_new_int((int)p->cfg.geometry.stride[1]));
 	json_object_object_add(o, "stride", stride);
 	json_object_object_add(o, "chunk_epochs", json_object_new_int64((int64_t)p->chunk_epochs));
+	json_object_object_add(o, "codec", json_object_new_string(fmt_codec_name(p->codec)));
 	json_object_object_add(o, "warm_up", json_object_new_string(warm_up_rule(&p->cfg)));
 	for (size_t i = 0; i < p->nrecs; i++) {
 		const struct rp_rec *r = &p->recs[i];
@@ -416,7 +417,8 @@ static int plan_chunks(struct rp_plan *p, struct src_rec_frame *const *frames)
 }
 
 int rp_plan_make(struct rp_plan *p, const char *config, char *const *recs, size_t nrecs,
-                 const char *out, uint64_t chunk_epochs, bool chunk_given, char *err, size_t errlen)
+                 const char *out, uint64_t chunk_epochs, bool chunk_given, enum fmt_codec codec,
+                 char *err, size_t errlen)
 {
 	struct src_rec_frame **frames = calloc(nrecs ? nrecs : 1, sizeof(*frames));
 	char *text = NULL;
@@ -425,6 +427,7 @@ int rp_plan_make(struct rp_plan *p, const char *config, char *const *recs, size_
 
 	memset(p, 0, sizeof(*p));
 	p->chunk_epochs = chunk_epochs;
+	p->codec = codec ? codec : FMT_CODEC_ZSTD;
 	p->out = absolute_new(out);
 	p->config = absolute(config);
 	p->recs = calloc(nrecs ? nrecs : 1, sizeof(*p->recs));
@@ -588,6 +591,15 @@ int rp_plan_load(struct rp_plan *p, const char *out, char *err, size_t errlen)
 	p->config = strdup(jstr(c, "path"));
 	p->config_crc = (uint32_t)strtoul(jstr(c, "crc32c") ? jstr(c, "crc32c") : "0", NULL, 16);
 	p->chunk_epochs = (uint64_t)jint(plan, "chunk_epochs");
+	p->codec = FMT_CODEC_ZSTD; /* a plan of a volrec before --codec */
+	if (jstr(plan, "codec") &&
+	    fmt_codec_parse(jstr(plan, "codec"), &p->codec, err, errlen) < 0) {
+		rc = vr_err(err, errlen, -EINVAL,
+		            "%s: its plan names the codec '%s', not one of %s", out,
+		            jstr(plan, "codec"), FMT_CODEC_NAMES);
+		rp_plan_free(p);
+		return rc;
+	}
 	p->nrecs = json_object_array_length(recs);
 	p->nchunks = json_object_array_length(chunks);
 	p->recs = calloc(p->nrecs + 1, sizeof(*p->recs));
@@ -640,7 +652,8 @@ int rp_plan_load(struct rp_plan *p, const char *out, char *err, size_t errlen)
 static const char *plan_difference(struct json_object *a, struct json_object *b)
 {
 	static const char *const keys[] = {"config",       "recordings", "reconstruct_mode",
-	                                   "chunk_epochs", "chunks",     "plan_version"};
+	                                   "chunk_epochs", "chunks",     "codec",
+	                                   "plan_version"};
 	static char what[256];
 	struct json_object *va, *vb;
 	size_t n = 0;
@@ -666,7 +679,7 @@ static int store_images(struct rp_plan *p, char *err, size_t errlen)
 
 	for (size_t i = 0; i < p->nrecs && rc == 0; i++) {
 		struct fmt_info info;
-		struct fmt_options opt = {.source = p->recs[i].path};
+		struct fmt_options opt = {.source = p->recs[i].path, .codec = p->codec};
 		struct json_object *attrs = json_object_new_object();
 
 		snprintf(path, sizeof(path), "%s/%s", p->out, p->recs[i].name);

@@ -135,15 +135,16 @@ int rp_task(struct rp_plan *p, size_t k)
 	}
 	if (!config_unchanged(p, log))
 		goto failed;
-	fprintf(log, "volrec process -c %s --source %s --frames %s --warm-up %s --into %s\n",
-	        p->config, r->path, frames, warm, image);
+	fprintf(log,
+	        "volrec process -c %s --source %s --frames %s --warm-up %s --into %s --codec %s\n",
+	        p->config, r->path, frames, warm, image, fmt_codec_name(p->codec));
 	pid = fork();
 	if (pid == 0) {
 		dup2(fd, STDOUT_FILENO);
 		dup2(fd, STDERR_FILENO);
 		execl(rp_self_exe(), "volrec-process", "process", "-c", p->config, "--source",
-		      r->path, "--frames", frames, "--warm-up", warm, "--into", image, "--report",
-		      rep, (char *)NULL);
+		      r->path, "--frames", frames, "--warm-up", warm, "--into", image, "--codec",
+		      fmt_codec_name(p->codec), "--report", rep, (char *)NULL);
 		fprintf(stderr, "volrec reprocess: cannot run %s: %s\n", rp_self_exe(),
 		        strerror(errno));
 		_exit(127);

@@ -25,12 +25,13 @@ static void export_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: volrec export IN -o OUT [--channels LIST] [--series] [-t THREADS]\n"
-	        "       [--chunks Y,X,Z] [-f]\n\n"
+	        "       [--chunks Y,X,Z] [--codec zstd|lz4|none] [-f]\n\n"
 	        "Copy the volumes of a processed recording (volrec record, volrec process -o)\n"
 	        "into a format other tools open; OUT's suffix names it (IN a raw recording,\n"
 	        "volrecd's record.dir: processed first with the configuration it holds):\n"
 	        "  OUT.zarr, OUT.ome.zarr   OME-Zarr (NGFF 0.4): a folder with a multiscale\n"
-	        "                           pyramid, blosc/zstd chunks (napari, Fiji, Python)\n"
+	        "                           pyramid, blosc/zstd chunks (napari, Fiji, Python;\n"
+	        "                           --codec: another)\n"
 	        "  OUT.nii, OUT.nii.gz      NIfTI-2, one file per volume OUT_00000.nii.gz ...\n"
 	        "                           (3D Slicer, ITK, nibabel); --series: one 4-D file\n"
 	        "  OUT.ome.tif, .ome.tiff   OME-TIFF, B-scans as pages (Fiji); BigTIFF past 4 GiB\n"
@@ -48,6 +49,10 @@ static void export_usage(FILE *f)
 	        "      --series         NIfTI: one 4-D file instead of one file per volume\n"
 	        "  -t, --threads N      OME-Zarr compression threads (default: one per CPU)\n"
 	        "      --chunks Y,X,Z   OME-Zarr chunk of one volume (default %u,%u,%u)\n"
+	        "      --codec NAME     OME-Zarr chunks' codec: zstd (blosc/zstd, the default,\n"
+	        "                       smallest), lz4 (blosc/lz4, several times faster,\n"
+	        "                       larger), none (raw chunks, compressor null); the same\n"
+	        "                       values with each\n"
 	        "  -f, --force          replace an existing OUT\n"
 	        "  -h, --help           this text\n\n"
 	        "Exit status: 0 success, 1 failure (unreadable input, a channel it lacks, an\n"
@@ -171,13 +176,14 @@ static int parse_channels(const char *s)
 
 VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIFF")
 {
-	enum { OPT_SERIES = 0x200, OPT_CHUNKS, OPT_CHANNELS };
+	enum { OPT_SERIES = 0x200, OPT_CHUNKS, OPT_CHANNELS, OPT_CODEC };
 	static const struct option longopts[] = {
 	        {"output", required_argument, NULL, 'o'},
 	        {"series", no_argument, NULL, OPT_SERIES},
 	        {"threads", required_argument, NULL, 't'},
 	        {"chunks", required_argument, NULL, OPT_CHUNKS},
 	        {"channels", required_argument, NULL, OPT_CHANNELS},
+	        {"codec", required_argument, NULL, OPT_CODEC},
 	        {"force", no_argument, NULL, 'f'},
 	        VR_CLI_LONGOPTS_END,
 	};
@@ -219,6 +225,12 @@ VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIF
 				return VR_EXIT_USAGE;
 			o.channels = optarg;
 			break;
+		case OPT_CODEC:
+			if (fmt_codec_parse(optarg, &o.codec, err, sizeof(err)) < 0) {
+				fprintf(stderr, "volrec export: %s\n", err);
+				return VR_EXIT_USAGE;
+			}
+			break;
 		case 'f':
 			o.replace = true;
 			break;
@@ -244,6 +256,11 @@ VR_COMMAND(export, "copy a processed recording into OME-Zarr, NIfTI-2 or OME-TIF
 	}
 	if (o.series && fmt_kind_of(out) != FMT_NIFTI) {
 		fprintf(stderr, "volrec export: --series is for NIfTI outputs (.nii, .nii.gz)\n");
+		return VR_EXIT_USAGE;
+	}
+	if (o.codec && fmt_kind_of(out) != FMT_ZARR) {
+		fprintf(stderr,
+		        "volrec export: --codec is for OME-Zarr outputs (.zarr, .ome.zarr)\n");
 		return VR_EXIT_USAGE;
 	}
 	char tmp[PATH_MAX];

@@ -110,6 +110,38 @@ def test_ome_zarr_values_voxel_sizes_and_ngff_metadata(bin_dir, tmp_path):
     assert not (tmp_path / "rec.ome.zarr.partial").exists()
 
 
+@pytest.mark.parametrize("codec,compressor", [
+    ("zstd", {"id": "blosc", "cname": "zstd", "clevel": 5, "shuffle": 1, "blocksize": 32768}),
+    ("lz4", {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 32768}),
+    ("none", None),
+])
+def test_ome_zarr_codecs_store_the_same_values(bin_dir, tmp_path, codec, compressor):
+    """--codec: each codec's store, opened with python3-zarr (numcodecs' blosc, or the raw
+    chunks of compressor null), holds every level's values of the default (zstd) store and
+    /volumes at level 0; its .zarray names the codec."""
+    src = tmp_path / "rec.h5"
+    vols = recording(src)
+    export(bin_dir, src, tmp_path / "default.ome.zarr")
+    out = tmp_path / f"{codec}.ome.zarr"
+    export(bin_dir, src, out, "--codec", codec)
+    ref = zarr.open_group(str(tmp_path / "default.ome.zarr"), mode="r")
+    g = zarr.open_group(str(out), mode="r")
+    assert np.array_equal(g["0"][:], vols)
+    for level in ("0", "1", "2"):
+        assert np.array_equal(g[level][:], ref[level][:]), level
+        assert g[level].chunks == ref[level].chunks
+    if compressor is None:
+        assert g["0"].compressor is None and g["1"].compressor is None
+        # a raw chunk is the chunk's bytes: [1, 10, 30, 120]
+        assert (out / "0/0/0/0/0").stat().st_size == 10 * 30 * 120
+        assert json.loads((out / "1/.zarray").read_text())["compressor"] is None
+    else:
+        assert g["0"].compressor.get_config() == compressor
+        assert g["1"].compressor.get_config() == dict(compressor, clevel=1)
+    ms, ref_ms = g.attrs["multiscales"][0], ref.attrs["multiscales"][0]
+    assert ms["datasets"] == ref_ms["datasets"] and ms["axes"] == ref_ms["axes"]
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "userblock", "gzip", "small-chunks",
                                     "unwritten-volume"])
 def test_every_hdf5_layout_exports_bit_for_bit(bin_dir, tmp_path, layout):
@@ -226,6 +258,9 @@ def test_a_real_process_recording_exports(bin_dir, tmp_path):
     (["-o", "x.zarr"], 2, "input"),
     (["missing.h5", "-o", "x.zarr"], 1, "No such file"),
     (["IN", "-o", "x.ome.tif", "--series"], 2, "--series"),
+    (["IN", "-o", "x.zarr", "--codec", "gzip"], 2,
+     "--codec gzip: unknown codec (zstd, lz4, none)"),
+    (["IN", "-o", "x.ome.tif", "--codec", "lz4"], 2, "--codec is for OME-Zarr outputs"),
 ])
 def test_usage_and_input_errors(bin_dir, tmp_path, args, code, msg):
     src = tmp_path / "rec.h5"

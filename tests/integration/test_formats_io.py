@@ -123,6 +123,32 @@ def test_process_writes_any_format_by_suffix(bin_dir, tmp_path):
     assert g.attrs["volrec"]["volumes"]["epoch"] == [0, 1, 2]
 
 
+def test_process_zarr_codec(bin_dir, tmp_path):
+    """process -o OUT.zarr --codec: the volumes process -o OUT.h5 holds, in chunks of that
+    codec; --codec with another format, or an unknown codec, is a usage error."""
+    zarr = pytest.importorskip("zarr")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(PROCESS_CFG)
+    r = process(bin_dir, cfg, tmp_path / "p.h5")
+    if r.returncode != 0:
+        pytest.skip(f"volrec process: {r.stderr.strip()}")
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        vols = f["volumes"][:]
+    for codec in ("lz4", "none"):
+        out = tmp_path / f"{codec}.zarr"
+        r = process(bin_dir, cfg, out, "--codec", codec)
+        assert r.returncode == 0, (codec, r.stderr)
+        a = zarr.open_group(str(out), mode="r")["0"]
+        assert np.array_equal(a[:], vols)
+        assert (a.compressor is None) == (codec == "none")
+        assert codec == "none" or a.compressor.cname == codec
+    r = process(bin_dir, cfg, tmp_path / "q.h5", "--codec", "lz4")
+    assert r.returncode == 2 and "--codec is for OME-Zarr outputs" in r.stderr, r.stderr
+    r = process(bin_dir, cfg, tmp_path / "q.zarr", "--codec", "LZ4")
+    assert r.returncode == 2 and "--codec LZ4: unknown codec (zstd, lz4, none)" in r.stderr
+    assert not list(tmp_path.glob("q.*"))
+
+
 def test_process_other_format_refuses_lowres(bin_dir, tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(PROCESS_CFG)

@@ -259,6 +259,47 @@ def test_status_exit_codes_and_resume(bin_dir, study):
     assert r.returncode == 2 and "nothing.zarr" in r.stderr
 
 
+def test_codec_is_the_plans_and_resume_keeps_it(bin_dir, study):
+    """--codec goes into the plan and every task writes it (here none: compressor null, raw
+    chunks, the values of `volrec process`); a resume or a new run asking for another codec
+    is refused, as is a part written with another than the image's."""
+    tmp, new, recs, ref = study
+    store = tmp / "raw.zarr"
+    r = volrec(bin_dir, "reprocess", "-c", new, recs[2], "-o", store, "--chunk-epochs", "20",
+               "--codec", "none", "--local", "2")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    plan, _ = check_store(store, {"eye3": ref["eye3"]})
+    assert plan["codec"] == "none"
+    img = zarr.open_group(str(store / "eye3"), mode="r")
+    assert img["0"].compressor is None
+    assert (store / "eye3/0/0/0/0/0").stat().st_size == np.prod(img["0"].chunks)  # raw
+    log = (store / ".volrec/logs/1.log").read_text()
+    assert "--codec none" in log, log
+    # a resume with another codec is refused, naming the store's
+    r = volrec(bin_dir, "reprocess", "--resume", store, "--codec", "lz4")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "its images are written with codec none (the plan's); --codec lz4" in r.stderr
+    assert "nothing was run" in r.stderr
+    r = volrec(bin_dir, "reprocess", "--resume", store, "--codec", "none")
+    assert r.returncode == 0 and "every chunk" in r.stdout, (r.stdout, r.stderr)
+    # a new run on the store with another codec is another plan
+    r = volrec(bin_dir, "reprocess", "-c", new, recs[2], "-o", store, "--chunk-epochs", "20")
+    assert r.returncode == 2 and "it differs in codec" in r.stderr, r.stderr
+    # a part written into the image with another codec than its own
+    r = volrec(bin_dir, "process", "-c", new, "--source", recs[2], "--frames", "0:2",
+               "--into", store / "eye3", "--codec", "zstd")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "the image's chunks are none (its .zarray); they cannot be written as zstd" in \
+        r.stderr
+    # names and places
+    r = volrec(bin_dir, "reprocess", "-c", new, recs[2], "-o", tmp / "badcodec.zarr", "--codec",
+               "blosc")
+    assert r.returncode == 2 and "--codec blosc: unknown codec (zstd, lz4, none)" in r.stderr
+    assert not (tmp / "badcodec.zarr").exists()
+    r = volrec(bin_dir, "reprocess", "--status", store, "--codec", "none")
+    assert r.returncode == 2 and "--codec goes with a new store or --resume" in r.stderr
+
+
 slurm_missing = slurmkit.missing()
 
 
@@ -270,8 +311,8 @@ def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
     with slurmkit.Cluster(tmp_path / "slurm", timeout=TIMEOUT, max_array_size=8) as cl:
         t0 = time.monotonic()
         r = volrec(bin_dir, "reprocess", "-c", new, *recs, "-o", store, "--chunk-epochs", "8",
-                   "--slurm", "--array-max", "2", "--", "--time=10", "--job-name=study",
-                   env=cl.env)
+                   "--codec", "lz4", "--slurm", "--array-max", "2", "--", "--time=10",
+                   "--job-name=study", env=cl.env)
         assert r.returncode == 0, (r.stdout, r.stderr)
         subs = json.loads((store / ".volrec/slurm/submissions.json").read_text())
         assert [len(s["chunks"]) for s in subs] == [8, 7], subs
@@ -318,8 +359,15 @@ def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
         assert "not finished" in s.stdout.splitlines()[-1]
         # no time point of the killed chunk passes for done: its marker is not there
         assert not (state / f"{killed}.done").exists()
+        # a resume asking for another codec than the store's is refused, nothing submitted
+        r = volrec(bin_dir, "reprocess", "--resume", store, "--codec", "zstd", "--slurm",
+                   env=cl.env)
+        assert r.returncode == 2 and "written with codec lz4" in r.stderr, r.stderr
+        assert "nothing was submitted" in r.stderr
+        assert len(json.loads((store / ".volrec/slurm/submissions.json").read_text())) == 2
         # the finishing job waits for an array that failed: resume cancels it, runs the
-        # killed chunk alone, and a new finishing job writes the provenance
+        # killed chunk alone (with the plan's codec), and a new finishing job writes the
+        # provenance
         r = volrec(bin_dir, "reprocess", "--resume", store, "--slurm", "--", "--time=10",
                    env=cl.env)
         assert r.returncode == 0, (r.stdout, r.stderr)
@@ -343,6 +391,13 @@ def test_slurm_array_killed_task_resumed_bit_for_bit(bin_dir, study, tmp_path):
         assert status(bin_dir, store, env=cl.env).returncode == 0
         elapsed = time.monotonic() - t0
     plan, prov = check_store(store, ref)
+    assert plan["codec"] == "lz4"
+    for name in ref:
+        img = zarr.open_group(str(store / name), mode="r")
+        for d in img.attrs["multiscales"][0]["datasets"]:
+            comp = img[d["path"]].compressor
+            assert comp.cname == "lz4" and comp.shuffle == 1, (name, d["path"], comp)
+    assert "--codec lz4" in (store / f".volrec/logs/{killed}.log").read_text()
     jobs = {c["chunk"]: c["job"] for c in prov["chunks"]}
     assert jobs[killed] == f"{subs[2]['array_job']}_0", jobs
     assert all(j == job_of[k] for k, j in jobs.items() if k != killed), (jobs, job_of)
