@@ -334,71 +334,75 @@ def main():
     bin_dir = pathlib.Path(args.build) / "bin"
     volrec = bin_dir / "volrec"
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="volrec-reprocess-bench-"))
-    load_before = loadavg()
-    recs = [reckit.make(bin_dir, tmp, f"rec{i}", reckit.config(seed=20 + i, **GEOMETRY),
-                        args.frames) for i in range(args.recordings)]
-    cfg = reckit.config(**GEOMETRY)
-    cfg["preprocess"] = {"db_range": [10, 90]}
-    new = tmp / "new.yaml"
-    new.write_text(json.dumps(cfg))
-    ref, whole = {}, []
-    for rec in recs:
-        _, dt = run([volrec, "process", "-c", new, "--source", rec, "-o", tmp / f"{rec.stem}.h5"])
-        whole.append(dt)
-        with h5py.File(tmp / f"{rec.stem}.h5", "r") as f:
-            ref[rec.stem] = f["volumes"][:]
-    result = {
-        "what": "volrec reprocess on a real Slurm of one node (this machine), CPU backend",
-        "host": socket.gethostname(), "cpu": cpu_name(), "cpus": os.cpu_count(),
-        "kernel": platform.release(),
-        "git": subprocess.run(["git", "-C", str(SRC), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip(),
-        "study": {"recordings": args.recordings, "frames": args.frames,
-                  "geometry": {k: list(v) if isinstance(v, tuple) else v
-                               for k, v in GEOMETRY.items()},
-                  "output_volume": [GEOMETRY["ny"] * 3, GEOMETRY["nx"] * 3, GEOMETRY["k"] // 2],
-                  "chunk_epochs": args.chunk, "warm_up": 8},
-        "codec": args.codec,
-        "process_whole_recording_s": whole,
-        "loadavg_1_5_15_before": load_before,
-    }
-    with slurmkit.Cluster(tmp / "slurm", timeout=600) as cl:
-        runs = []
-        # one task at a time (the literal overhead), the same with one chunk per recording,
-        # then every CPU busy
-        for chunk, array_max in ((args.chunk, "1"), (args.frames, "1"),
-                                 (args.chunk, str(os.cpu_count()))):
-            store = tmp / f"study-{chunk}-{array_max}.zarr"
-            runs.append(dict(slurm_run(volrec, cl, new, recs, store, str(chunk), array_max,
-                                       ref, args.codec), chunk_epochs=chunk))
-        result["slurm_runs"] = runs
-    store = tmp / f"study-{args.chunk}-1.zarr"
-    result["per_worker"] = per_worker(volrec, new, recs[0], store, 1, args.chunk,
-                                      2 * args.chunk, 8, args.reps, args.codec)
-    result["store_level0"] = store_bytes(store, recs[0].stem)
-    result["model_100x30s_8_gpu_nodes"] = model(runs[0], args)
-    result["loadavg_1_5_15_after"] = loadavg()
-    result["targets"] = {
-        "equal_bit_for_bit": all(r["equal_bit_for_bit"] for r in runs),
-        "overhead_test_cluster_le_5pct": runs[0]["overhead_fraction_of_work"] <= 0.05,
-        "overhead_model_le_5pct":
-            result["model_100x30s_8_gpu_nodes"]["overhead_fraction_of_work"] <= 0.05,
-        "throughput_ratio_ge_0.9_vs_process_zarr_same_codec":
-            result["per_worker"]["ratio_task_to_process_zarr"] >= 0.9,
-        "throughput_ratio_ge_0.9_vs_process_h5":
-            result["per_worker"]["ratio_task_to_process_h5"] >= 0.9,
-        "throughput_ratio_ge_0.9_vs_process_h5_syncfs":
-            result["per_worker"]["ratio_task_to_process_h5_syncfs"] >= 0.9,
-        "cpu_ratio_ge_0.9_vs_process_h5":
-            result["per_worker"]["cpu_ratio_task_to_process_h5"] >= 0.9,
-    }
-    suffix = "" if args.codec == "zstd" else "-" + args.codec
-    out = args.out or str(SRC / "bench/results" /
-                          time.strftime(f"reprocess-cpu-%Y%m%dT%H%MZ{suffix}.json",
-                                        time.gmtime()))
-    pathlib.Path(out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["targets"], indent=2))
-    print(out)
+    try:
+        load_before = loadavg()
+        recs = [reckit.make(bin_dir, tmp, f"rec{i}", reckit.config(seed=20 + i, **GEOMETRY),
+                            args.frames) for i in range(args.recordings)]
+        cfg = reckit.config(**GEOMETRY)
+        cfg["preprocess"] = {"db_range": [10, 90]}
+        new = tmp / "new.yaml"
+        new.write_text(json.dumps(cfg))
+        ref, whole = {}, []
+        for rec in recs:
+            _, dt = run([volrec, "process", "-c", new, "--source", rec, "-o", tmp / f"{rec.stem}.h5"])
+            whole.append(dt)
+            with h5py.File(tmp / f"{rec.stem}.h5", "r") as f:
+                ref[rec.stem] = f["volumes"][:]
+        result = {
+            "what": "volrec reprocess on a real Slurm of one node (this machine), CPU backend",
+            "host": socket.gethostname(), "cpu": cpu_name(), "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "git": subprocess.run(["git", "-C", str(SRC), "rev-parse", "--short", "HEAD"],
+                                  capture_output=True, text=True).stdout.strip(),
+            "study": {"recordings": args.recordings, "frames": args.frames,
+                      "geometry": {k: list(v) if isinstance(v, tuple) else v
+                                   for k, v in GEOMETRY.items()},
+                      "output_volume": [GEOMETRY["ny"] * 3, GEOMETRY["nx"] * 3, GEOMETRY["k"] // 2],
+                      "chunk_epochs": args.chunk, "warm_up": 8},
+            "codec": args.codec,
+            "process_whole_recording_s": whole,
+            "loadavg_1_5_15_before": load_before,
+        }
+        with slurmkit.Cluster(tmp / "slurm", timeout=600) as cl:
+            runs = []
+            # one task at a time (the literal overhead), the same with one chunk per recording,
+            # then every CPU busy
+            for chunk, array_max in ((args.chunk, "1"), (args.frames, "1"),
+                                     (args.chunk, str(os.cpu_count()))):
+                store = tmp / f"study-{chunk}-{array_max}.zarr"
+                runs.append(dict(slurm_run(volrec, cl, new, recs, store, str(chunk), array_max,
+                                           ref, args.codec), chunk_epochs=chunk))
+            result["slurm_runs"] = runs
+        store = tmp / f"study-{args.chunk}-1.zarr"
+        result["per_worker"] = per_worker(volrec, new, recs[0], store, 1, args.chunk,
+                                          2 * args.chunk, 8, args.reps, args.codec)
+        result["store_level0"] = store_bytes(store, recs[0].stem)
+        result["model_100x30s_8_gpu_nodes"] = model(runs[0], args)
+        result["loadavg_1_5_15_after"] = loadavg()
+        result["targets"] = {
+            "equal_bit_for_bit": all(r["equal_bit_for_bit"] for r in runs),
+            "overhead_test_cluster_le_5pct": runs[0]["overhead_fraction_of_work"] <= 0.05,
+            "overhead_model_le_5pct":
+                result["model_100x30s_8_gpu_nodes"]["overhead_fraction_of_work"] <= 0.05,
+            "throughput_ratio_ge_0.9_vs_process_zarr_same_codec":
+                result["per_worker"]["ratio_task_to_process_zarr"] >= 0.9,
+            "throughput_ratio_ge_0.9_vs_process_h5":
+                result["per_worker"]["ratio_task_to_process_h5"] >= 0.9,
+            "throughput_ratio_ge_0.9_vs_process_h5_syncfs":
+                result["per_worker"]["ratio_task_to_process_h5_syncfs"] >= 0.9,
+            "cpu_ratio_ge_0.9_vs_process_h5":
+                result["per_worker"]["cpu_ratio_task_to_process_h5"] >= 0.9,
+        }
+        suffix = "" if args.codec == "zstd" else "-" + args.codec
+        out = args.out or str(SRC / "bench/results" /
+                              time.strftime(f"reprocess-cpu-%Y%m%dT%H%MZ{suffix}.json",
+                                            time.gmtime()))
+        pathlib.Path(out).write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["targets"], indent=2))
+        print(out)
+    finally:
+        # the recordings and stores: gigabytes a run
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
