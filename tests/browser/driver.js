@@ -21,6 +21,10 @@
 //   {"op": "errors", "pages": [N, ...]}  -> the page errors and console errors seen since the
 //     last such call, of those pages only (open or closed since), or of every page without
 //     "pages"
+// A command may carry "id": its answer carries the same id, so that a caller that gave up
+// waiting for one answer (a test's time limit) can tell a late answer from the next one's.
+// Playwright's own limit on an action (click, fill, select, ...) is 60 s times
+// VOLREC_TEST_TIMEOUT_SCALE: a generous bound for a loaded machine, not an expected time.
 // The browser: /usr/bin/chromium (CHROMIUM overrides), headless, no sandbox (a container), no
 // GPU, no network beyond the page, a new empty profile; nothing is downloaded. Each page opens
 // in its own browser context (its own window, cookies and storage), as if each were another
@@ -46,7 +50,9 @@ async function main() {
   const pages = new Map();
   let next = 1;
   const errors = []; // {page, text}
-  const out = (o) => process.stdout.write(`${JSON.stringify(o)}\n`);
+  const scale = Number(process.env.VOLREC_TEST_TIMEOUT_SCALE) > 0 ? Number(process.env.VOLREC_TEST_TIMEOUT_SCALE) : 1;
+  let id; // the id of the command being answered
+  const out = (o) => process.stdout.write(`${JSON.stringify(id === undefined ? o : { id, ...o })}\n`);
 
   async function box(page, selector) {
     const b = await page.locator(selector).first().boundingBox();
@@ -58,7 +64,9 @@ async function main() {
   for await (const line of rl) {
     if (!line.trim()) continue;
     let cmd;
+    id = undefined;
     try { cmd = JSON.parse(line); } catch (e) { out({ ok: false, error: `not JSON: ${line}` }); continue; }
+    id = cmd.id;
     try {
       const page = cmd.page !== undefined ? pages.get(cmd.page) : null;
       if (cmd.page !== undefined && !page) throw new Error(`no page ${cmd.page}`);
@@ -67,6 +75,7 @@ async function main() {
           const ctx = await browser.newContext({
             ignoreHTTPSErrors: true, bypassCSP: true, viewport: { width: 1280, height: 800 },
           });
+          ctx.setDefaultTimeout(60000 * scale);
           const n = next++;
           let resp;
           try {

@@ -515,6 +515,20 @@ def test_keys_and_wheel_step_the_bscan(browser, live):
     browser.cmd("close", page=page)
 
 
+def test_an_answer_no_one_waited_for_is_skipped(browser, live):
+    """A test stopped by its time limit while it waited for the driver leaves that answer
+    unread; the next command gets its own answer, not the one left behind."""
+    _, _, view = live
+    page = browser.open(view.url)
+    shared = browser.shared
+    shared.seq += 1
+    shared.proc.stdin.write(json.dumps({"id": shared.seq, "op": "eval", "page": page,
+                                        "expr": "'left behind'"}) + "\n")
+    shared.proc.stdin.flush()
+    assert browser.eval(page, "'answered'") == "answered"
+    assert browser.eval(page, "6 * 7") == 42
+
+
 def test_a_data_control_without_the_token_is_refused_with_a_message(browser, live):
     """A page opened without the control token may watch: its data panel says so, and a data
     control used anyway is refused by the viewer with a message in the panel (red), the daemon

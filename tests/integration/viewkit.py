@@ -404,12 +404,19 @@ class Browser(PageCalls):
                                      text=True, cwd=driver.parent)
 
     def cmd(self, op, check=True, **kw):
-        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        # each command has an id that its answer repeats: a test that gave up waiting (its
+        # time limit) leaves an answer behind, which the next command skips
+        self.seq = getattr(self, "seq", 0) + 1
+        self.proc.stdin.write(json.dumps({"id": self.seq, "op": op, **kw}) + "\n")
         self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"the browser driver died during {op}")
-        r = json.loads(line)
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"the browser driver died during {op}")
+            r = json.loads(line)
+            if r.get("id") == self.seq:
+                break
+        r.pop("id")
         if check and not r.get("ok"):
             raise AssertionError(f"browser {op} {kw}: {r.get('error')}")
         return r
