@@ -293,6 +293,12 @@ def main():
     ap.add_argument("--chunk", type=int, default=30)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--worker-geometry", type=int, nargs=3, metavar=("K", "NX", "NY"),
+                    help="per worker: a recording of its own with this geometry (samples per "
+                         "A-scan, A-scans per B-scan, B-scans; stride 3 x 3), instead of the "
+                         "study's first recording")
+    ap.add_argument("--worker-frames", type=int, default=None,
+                    help="per worker: the chunk's frames (default --chunk)")
     ap.add_argument("--codec", default="zstd", choices=("zstd", "lz4", "none"),
                     help="the OME-Zarr codec of the stores and of `volrec process -o .zarr`")
     ap.add_argument("--model-epochs-per-s", type=float, default=25.0)
@@ -373,10 +379,30 @@ def main():
                 runs.append(dict(slurm_run(volrec, cl, new, recs, store, str(chunk), array_max,
                                            ref, args.codec), chunk_epochs=chunk))
             result["slurm_runs"] = runs
-        store = tmp / f"study-{args.chunk}-1.zarr"
-        result["per_worker"] = per_worker(volrec, new, recs[0], store, 1, args.chunk,
-                                          2 * args.chunk, 8, args.reps, args.codec)
-        result["store_level0"] = store_bytes(store, recs[0].stem)
+        if args.worker_geometry:
+            # per worker on volumes of a size of its own: a recording of 2 chunks, its store
+            # made here (--local), chunk 1 measured
+            geo = dict(GEOMETRY, k=args.worker_geometry[0], nx=args.worker_geometry[1],
+                       ny=args.worker_geometry[2])
+            wc = args.worker_frames or args.chunk
+            wrec = reckit.make(bin_dir, tmp, "worker", reckit.config(seed=30, **geo), 2 * wc)
+            wcfg = reckit.config(**geo)
+            wcfg["preprocess"] = {"db_range": [10, 90]}
+            wnew = tmp / "worker.yaml"
+            wnew.write_text(json.dumps(wcfg))
+            store = tmp / "worker.zarr"
+            run([volrec, "reprocess", "-c", wnew, wrec, "-o", store, "--chunk-epochs", wc,
+                 "--local", 1, "--codec", args.codec])
+            result["per_worker"] = per_worker(volrec, wnew, wrec, store, 1, wc, 2 * wc, 8,
+                                              args.reps, args.codec)
+            result["per_worker"]["geometry"] = geo
+            result["per_worker"]["output_volume"] = [geo["ny"] * 3, geo["nx"] * 3, geo["k"] // 2]
+            result["store_level0"] = store_bytes(store, wrec.stem)
+        else:
+            store = tmp / f"study-{args.chunk}-1.zarr"
+            result["per_worker"] = per_worker(volrec, new, recs[0], store, 1, args.chunk,
+                                              2 * args.chunk, 8, args.reps, args.codec)
+            result["store_level0"] = store_bytes(store, recs[0].stem)
         result["model_100x30s_8_gpu_nodes"] = model(runs[0], args)
         result["loadavg_1_5_15_after"] = loadavg()
         result["targets"] = {
