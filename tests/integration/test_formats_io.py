@@ -92,19 +92,25 @@ def process(bin_dir, cfg, out, *extra):
                            "-n", "3", *extra], capture_output=True, text=True, timeout=120)
 
 
-def test_process_writes_any_format_by_suffix(bin_dir, tmp_path):
-    """process -o OUT.ome.tif / .nii / .ome.zarr holds the volumes process -o OUT.h5 holds (the
-    synthetic source is the same each run), with nothing left beside it."""
-    tifffile = pytest.importorskip("tifffile")
-    nibabel = pytest.importorskip("nibabel")
-    zarr = pytest.importorskip("zarr")
+def processed_h5(bin_dir, tmp_path):
+    """The configuration written for `volrec process` and the volumes it writes to HDF5
+    (skipped where process cannot run)."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(PROCESS_CFG)
     r = process(bin_dir, cfg, tmp_path / "p.h5")
     if r.returncode != 0:
         pytest.skip(f"volrec process: {r.stderr.strip()}")
     with h5py.File(tmp_path / "p.h5", "r") as f:
-        vols = f["volumes"][:]
+        return cfg, f["volumes"][:]
+
+
+def test_process_writes_any_format_by_suffix(bin_dir, tmp_path):
+    """process -o OUT.ome.tif / .nii / .ome.zarr holds the volumes process -o OUT.h5 holds (the
+    synthetic source is the same each run), with nothing left beside it."""
+    tifffile = pytest.importorskip("tifffile")
+    nibabel = pytest.importorskip("nibabel")
+    zarr = pytest.importorskip("zarr")
+    cfg, vols = processed_h5(bin_dir, tmp_path)
     assert vols.shape[0] == 3
     for name in ("p.ome.tif", "p.nii", "p.ome.zarr"):
         r = process(bin_dir, cfg, tmp_path / name)
@@ -127,13 +133,7 @@ def test_process_zarr_codec(bin_dir, tmp_path):
     """process -o OUT.zarr --codec: the volumes process -o OUT.h5 holds, in chunks of that
     codec; --codec with another format, or an unknown codec, is a usage error."""
     zarr = pytest.importorskip("zarr")
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(PROCESS_CFG)
-    r = process(bin_dir, cfg, tmp_path / "p.h5")
-    if r.returncode != 0:
-        pytest.skip(f"volrec process: {r.stderr.strip()}")
-    with h5py.File(tmp_path / "p.h5", "r") as f:
-        vols = f["volumes"][:]
+    cfg, vols = processed_h5(bin_dir, tmp_path)
     for codec in ("lz4", "none"):
         out = tmp_path / f"{codec}.zarr"
         r = process(bin_dir, cfg, out, "--codec", codec)
