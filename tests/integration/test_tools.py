@@ -1451,12 +1451,14 @@ def test_stop_as_another_user_is_permission_denied(daemon):
 
 
 SLOW_COPY_C = r"""
-/* The recorder's first copies of a whole volume wait VR_SLOW_MS first, holding the volume's
- * lease: the daemon overwrites it meanwhile when its other slot is leased too. */
+/* The recorder's first copies of a whole volume wait, holding the volume's lease, until the
+ * daemon has begun to overwrite it (it does when its other slot is leased too): until the
+ * volume's bytes change, at most VR_SLOW_MS. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static void *(*real)(void *, const void *, size_t);
@@ -1479,7 +1481,14 @@ void *memcpy(void *d, const void *s, size_t n)
     }
     if (n == size && atomic_fetch_sub(&left, 1) > 0) {
         const char *ms = getenv("VR_SLOW_MS");
-        usleep(1000u * (unsigned)atoi(ms ? ms : "0"));
+        long limit = atol(ms ? ms : "0");
+        void *before = malloc(n);
+        if (before) {
+            real(before, s, n);
+            for (long t = 0; t < limit && !memcmp(before, s, n); t += 5)
+                usleep(5000);
+            free(before);
+        }
     }
     return real(d, s, n);
 }
@@ -1490,7 +1499,8 @@ void *memcpy(void *d, const void *s, size_t n)
                     reason="the sanitizer's runtime, not the preloaded library, has memcpy")
 def test_record_lists_a_volume_overwritten_while_it_copied_it_as_torn(bin_dir, tmp_path):
     """The daemon has 2 slots; a reader keeps leasing the newest volume while the recorder's
-    first copy of a volume waits 1 s holding its lease: both slots leased, the daemon
+    first copy of a volume waits, holding its lease, until the daemon overwrites it: both
+    slots leased, the daemon
     overwrites the older one, the recorder's. record compared volrec_view_release's -ESTALE
     with VOLREC_ETORN, which was +ESTALE, and wrote the torn volume as a good one; it must go
     into /missed as torn (reason 2) and no row of /volumes may be it."""
@@ -1519,7 +1529,7 @@ def test_record_lists_a_volume_overwritten_while_it_copied_it_as_torn(bin_dir, t
     try:
         out = tmp_path / "rec.h5"
         env = dict(os.environ, LD_PRELOAD=str(so), VR_SLOW_BYTES=str(VOLUME_BYTES),
-                   VR_SLOW_COPIES="1", VR_SLOW_MS="1000")
+                   VR_SLOW_COPIES="1", VR_SLOW_MS=str(int(1000 * TIMEOUT)))
         r = d.volrec("record", "-o", str(out), "-n", "3", env=env)
         assert r.returncode == 4, (r.returncode, r.stderr)
         assert "torn: overwritten while being copied" in r.stderr, r.stderr
