@@ -304,7 +304,10 @@ def test_volrec_record_writes_the_channels_as_volrec_process_does(daemons, bin_d
     ref, _ = process(bin_dir, d)
     out = d.dir / "rec.h5"
     r = volrec_cmd(bin_dir, d, "record", "-o", str(out), "-n", "4")
-    assert r.returncode == 0, r.stdout + r.stderr
+    # 4: a volume overwritten before a slow recorder (ThreadSanitizer) got it, listed in
+    # /missed; the 4 volumes recorded are still compared below
+    assert r.returncode == 0 or (r.returncode == 4 and "missed" in r.stderr), \
+        r.stdout + r.stderr
     with h5py.File(out, "r") as f, h5py.File(d.dir / "process.h5", "r") as p:
         assert f.attrs["channels"] == p.attrs["channels"]
         epochs_read = [int(e) for e in f["epoch"][:]]
